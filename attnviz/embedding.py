@@ -1,0 +1,48 @@
+"""Chapter 2 input embeddings: token embedding + absolute positional embedding, seeded."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attnviz.tokens import N_VOCAB
+
+# The book's hand-set 3-d vectors for "Your journey starts with one step" (Ch. 3.3.1).
+JOURNEY_TEXT = "Your journey starts with one step"
+JOURNEY_TOKEN_IDS = (7120, 7002, 4940, 351, 530, 2239)  # exactly one GPT-2 token per word
+JOURNEY_INPUTS = (
+    (0.43, 0.15, 0.89),  # Your     (x^1)
+    (0.55, 0.87, 0.66),  # journey  (x^2)
+    (0.57, 0.85, 0.64),  # starts   (x^3)
+    (0.22, 0.58, 0.33),  # with     (x^4)
+    (0.77, 0.25, 0.10),  # one      (x^5)
+    (0.05, 0.80, 0.55),  # step     (x^6)
+)
+
+
+def journey_inputs() -> torch.Tensor:
+    """The book's ``inputs`` tensor, shape (6, 3)."""
+    return torch.tensor(JOURNEY_INPUTS)  # (6, 3)
+
+
+class InputEmbedding(nn.Module):
+    """``token_emb(ids) + pos_emb(arange(n))`` as in Ch. 2.8."""
+
+    def __init__(self, d_in: int, context_length: int, vocab_size: int = N_VOCAB):
+        super().__init__()
+        self.token_emb = nn.Embedding(vocab_size, d_in)
+        self.pos_emb = nn.Embedding(context_length, d_in)
+
+    def forward(self, token_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        token_embeddings = self.token_emb(token_ids)  # (b, n) -> (b, n, d_in)
+        pos_embeddings = self.pos_emb(torch.arange(token_ids.shape[-1]))  # (n, d_in)
+        input_embeddings = token_embeddings + pos_embeddings  # (b, n, d_in) + (n, d_in) -> (b, n, d_in)
+        return {"token": token_embeddings, "position": pos_embeddings, "input": input_embeddings}
+
+
+def embed(token_ids: list[int], d_in: int, context_length: int, seed: int) -> dict[str, torch.Tensor]:
+    """Seeded embeddings of ``token_ids``: dict with ``token``, ``position`` and ``input`` (1, n, d_in)."""
+    torch.manual_seed(seed)
+    layer = InputEmbedding(d_in, context_length)
+    with torch.no_grad():
+        return layer(torch.tensor([token_ids]))  # (1, n) -> (1, n, d_in)

@@ -1,0 +1,321 @@
+"""text + AttentionConfig -> Trace: everything the app draws comes from one ``run()``."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+import torch
+
+from attnviz import attention, embedding, tokens
+
+VARIANTS = {
+    "simplified": "Simplified self-attention (3.3, no weights)",
+    "self_attention_v1": "Self-attention v1 (3.4, nn.Parameter)",
+    "self_attention_v2": "Self-attention v2 (3.4, nn.Linear)",
+    "causal": "Causal attention (3.5)",
+    "mha_wrapper": "Multi-head wrapper (3.6.1)",
+    "mha": "Multi-head attention (3.6.2)",
+}
+MULTI_HEAD_VARIANTS = ("mha_wrapper", "mha")
+DROPOUT_VARIANTS = ("causal", "mha_wrapper", "mha")
+WEIGHTED_VARIANTS = ("self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+# GPT-2 sizes: (d_model, heads); head_dim is 64 in all four.  (A widely copied table says 24 and
+# 36 heads for medium and large: 1024/24 and 1280/36 are not even integers.)
+GPT2_PRESETS = {"gpt2-small": (768, 12), "gpt2-medium": (1024, 16), "gpt2-large": (1280, 20), "gpt2-xl": (1600, 25)}
+BOOK_PRESET = {"d_in": 3, "d_out": 2, "num_heads": 2}
+
+MAX_CONTEXT_LENGTH = 1024  # GPT-2's positional embedding has 1024 positions
+MAX_DIM = 4096
+MAX_SEED = 2**32 - 1
+MAX_CHARS = 40_000  # text beyond this is not tokenized (1024 tokens never need more in practice)
+
+
+class InputError(ValueError):
+    """Input a user can fix; the message says how."""
+
+
+class ConfigError(InputError):
+    """An invalid AttentionConfig."""
+
+
+class EmptyTextError(InputError):
+    """Nothing to tokenize."""
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    variant: str = "mha"
+    d_in: int = 768
+    d_out: int = 768  # total output width; the wrapper gets d_out // num_heads per head
+    num_heads: int = 12
+    context_length: int = MAX_CONTEXT_LENGTH
+    dropout: float = 0.0
+    train: bool = False  # dropout active
+    causal: bool = True
+    qkv_bias: bool = False
+    seed: int = 123
+    device: str = "auto"
+    embedding: str = "seeded"  # "book": the book's hand-set 3-d journey vectors when the text is the journey
+
+    def validate(self) -> AttentionConfig:
+        """Return self, or raise ConfigError with a message a user can act on."""
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"Unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}.")
+        for name, low, high in (("d_in", 1, MAX_DIM), ("d_out", 1, MAX_DIM), ("context_length", 1, MAX_CONTEXT_LENGTH),
+                                ("num_heads", 1, MAX_DIM), ("seed", 0, MAX_SEED)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be a whole number, got {value!r}.")
+            if not low <= value <= high:
+                raise ConfigError(f"{name} must be between {low} and {high}, got {value}.")
+        dropout = self.dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"dropout is a probability: use a number from 0 up to (not including) 1, got {dropout!r}.")
+        if self.device not in DEVICES:
+            raise ConfigError(f"Unknown device {self.device!r}; choose one of {', '.join(DEVICES)}.")
+        if self.embedding not in ("seeded", "book"):
+            raise ConfigError(f"Unknown embedding {self.embedding!r}; choose 'seeded' or 'book'.")
+        if self.embedding == "book" and self.d_in != 3:
+            raise ConfigError(f"The book's journey vectors are 3-dimensional: set d_in to 3 (got {self.d_in}).")
+        if self.variant in MULTI_HEAD_VARIANTS:
+            if self.num_heads > self.d_out:
+                raise ConfigError(f"{self.num_heads} heads need d_out ≥ {self.num_heads}; d_out is {self.d_out}.")
+            if self.d_out % self.num_heads:
+                raise ConfigError(
+                    f"d_out {self.d_out} is not divisible by {self.num_heads} heads; "
+                    f"try {_or_list(nearest_divisors(self.d_out, self.num_heads))}."
+                )
+        return self
+
+    @property
+    def heads(self) -> int:
+        """Heads in the attention maps (1 for the single-head variants)."""
+        return self.num_heads if self.variant in MULTI_HEAD_VARIANTS else 1
+
+    @property
+    def head_dim(self) -> int:
+        if self.variant == "simplified":
+            return self.d_in
+        return self.d_out // self.heads
+
+    @property
+    def is_causal(self) -> bool:
+        return self.causal
+
+    @property
+    def dropout_active(self) -> bool:
+        return self.train and self.dropout > 0 and self.variant in DROPOUT_VARIANTS
+
+
+def divisors(number: int) -> list[int]:
+    return [d for d in range(1, number + 1) if number % d == 0]
+
+
+def nearest_divisors(number: int, wanted: int, count: int = 3) -> list[int]:
+    """The ``count`` divisors of ``number`` closest to ``wanted``, ascending."""
+    closest = sorted(divisors(number), key=lambda d: (abs(d - wanted), d))[:count]
+    return sorted(closest)
+
+
+def _or_list(values: list[int]) -> str:
+    words = [str(v) for v in values]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def preset_config(preset: str, **overrides) -> AttentionConfig:
+    """AttentionConfig for a GPT-2 size (``gpt2-small`` …) or the book's toy example (``book``)."""
+    if preset == "book":
+        return AttentionConfig(**BOOK_PRESET, embedding="book", **overrides)
+    if preset not in GPT2_PRESETS:
+        raise ConfigError(f"Unknown preset {preset!r}; choose one of book, {', '.join(GPT2_PRESETS)}.")
+    d_model, num_heads = GPT2_PRESETS[preset]
+    return AttentionConfig(d_in=d_model, d_out=d_model, num_heads=num_heads, **overrides)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One run, ready to draw.  Arrays are float32 NumPy on the CPU; treat them as read-only."""
+
+    config: AttentionConfig
+    text: str  # the text that was tokenized (after bounding/cleaning; see notes)
+    tokens: tuple[str, ...]  # display pieces, e.g. "·journey"
+    token_ids: tuple[int, ...]
+    token_details: tuple[tokens.Token, ...]  # pieces with character offsets and special flags
+    embeddings: dict[str, np.ndarray]  # "token", "position", "input": (n, d_in) each
+    steps: dict[str, np.ndarray]  # named intermediates (attention.STAGES); maps are (1, heads, n, n)
+    output: np.ndarray  # (1, n, d_out)
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (stage, shape) in pipeline order, from real tensors
+    device: str  # the device that actually ran
+    notes: tuple[str, ...] = field(default=())  # things the user should know (truncation, fallback)
+
+    @property
+    def n(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_heads(self) -> int:
+        return self.steps["weights"].shape[1]
+
+    def attention_map(self, stage: str, head: int) -> np.ndarray:
+        """(n, n) map of ``stage`` for one head."""
+        return self.steps[stage][0, head]
+
+
+def available_devices() -> list[str]:
+    """Devices present on this machine, ``auto`` first."""
+    found = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(requested: str) -> tuple[str, list[str]]:
+    """(device to use, notes): ``auto`` picks CUDA, then MPS, then CPU; missing devices fall back to CPU."""
+    present = available_devices()
+    if requested == "auto":
+        return next(d for d in ("cuda", "mps", "cpu") if d in present), []
+    if requested not in present:
+        return "cpu", [f"{requested.upper()} is not available on this machine; ran on the CPU instead."]
+    return requested, []
+
+
+def build_module(config: AttentionConfig) -> torch.nn.Module:
+    """The book class for ``config`` (call right after ``torch.manual_seed`` to get the book's weights)."""
+    c = config
+    if c.variant == "simplified":
+        return attention.SimplifiedSelfAttention(causal=c.causal)
+    if c.variant == "self_attention_v1":
+        return attention.SelfAttention_v1(c.d_in, c.d_out, causal=c.causal)
+    if c.variant == "self_attention_v2":
+        return attention.SelfAttention_v2(c.d_in, c.d_out, qkv_bias=c.qkv_bias, causal=c.causal)
+    if c.variant == "causal":
+        return attention.CausalAttention(c.d_in, c.d_out, c.context_length, c.dropout, c.qkv_bias, causal=c.causal)
+    if c.variant == "mha_wrapper":
+        return attention.MultiHeadAttentionWrapper(
+            c.d_in, c.d_out // c.num_heads, c.context_length, c.dropout, c.num_heads, c.qkv_bias, causal=c.causal
+        )
+    return attention.MultiHeadAttention(
+        c.d_in, c.d_out, c.context_length, c.dropout, c.num_heads, c.qkv_bias, causal=c.causal
+    )
+
+
+# torch's global RNG (seeding, dropout) is shared by all Streamlit sessions' threads.
+_RNG_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=2)
+def _embedding_layer(d_in: int, context_length: int, seed: int) -> embedding.InputEmbedding:
+    with _RNG_LOCK:
+        torch.manual_seed(seed)
+        return embedding.InputEmbedding(d_in, context_length)
+
+
+@functools.lru_cache(maxsize=4)
+def _seeded_module(module_config: AttentionConfig, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    """(module on ``device``, RNG state right after its creation, so dropout replays the book's draws)."""
+    with _RNG_LOCK:
+        torch.manual_seed(module_config.seed)
+        module = build_module(module_config)  # created on the CPU: the same weights on every device
+        rng_state = torch.get_rng_state()
+    return module.to(device), rng_state
+
+
+def prepare_text(text: str, context_length: int) -> tuple[str, list[int], list[str]]:
+    """(text to tokenize, its token ids ≤ context_length, notes); raises EmptyTextError."""
+    notes = []
+    if not isinstance(text, str):
+        raise InputError(f"Text must be a string, got {type(text).__name__}.")
+    if not text.strip():
+        raise EmptyTextError("Type some text to see its attention (the text is empty or only whitespace).")
+    if len(text) > MAX_CHARS:
+        text = text[:MAX_CHARS]
+        notes.append(f"Only the first {MAX_CHARS:,} characters were tokenized.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
+        notes.append("The text contained invalid Unicode (lone surrogates); they were replaced with '?'.")
+    token_ids = tokens.encode(text)
+    if len(token_ids) > context_length:
+        notes.append(
+            f"The text has {len(token_ids):,} tokens; only the first {context_length:,} "
+            f"(the context length) are shown."
+        )
+        token_ids = token_ids[:context_length]
+    return text, token_ids, notes
+
+
+def run(text: str, config: AttentionConfig) -> Trace:
+    """Tokenize, embed and run the configured attention, recording every named intermediate."""
+    config.validate()
+    text, token_ids, notes = prepare_text(text, config.context_length)
+    device, device_notes = resolve_device(config.device)
+    notes += device_notes
+
+    input_embeddings, embeddings = _embed(token_ids, config, notes)
+    try:
+        recorder, output = _forward(input_embeddings, config, device)
+    except torch.cuda.OutOfMemoryError:
+        notes.append(f"{device.upper()} ran out of memory; ran on the CPU instead.")
+        device = "cpu"
+        recorder, output = _forward(input_embeddings, config, device)
+
+    details = tokens.pieces(token_ids)
+    return Trace(
+        config=config,
+        text=text,
+        tokens=tuple(t.piece for t in details),
+        token_ids=tuple(token_ids),
+        token_details=tuple(details),
+        embeddings=embeddings,
+        steps={name: _to_numpy(value) for name, value in recorder.steps.items()},
+        output=_to_numpy(output),
+        shapes=(("input", tuple(input_embeddings.shape)), *recorder.shapes),
+        device=device,
+        notes=tuple(notes),
+    )
+
+
+def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
+    if config.embedding == "book":
+        if tuple(token_ids) == embedding.JOURNEY_TOKEN_IDS:
+            inputs = embedding.journey_inputs()  # (6, 3)
+            zeros = torch.zeros_like(inputs)  # (6, 3)
+            return inputs.unsqueeze(0), {"token": inputs.numpy(), "position": zeros.numpy(), "input": inputs.numpy()}
+        notes.append(
+            f"The book's hand-set 3-d vectors exist only for {embedding.JOURNEY_TEXT!r}; "
+            "this text uses seeded embeddings."
+        )
+    layer = _embedding_layer(config.d_in, config.context_length, config.seed)
+    with torch.no_grad():
+        parts = layer(torch.tensor([token_ids]))  # (1, n) -> (1, n, d_in) each
+    arrays = {"token": parts["token"][0].numpy(), "position": parts["position"].numpy(), "input": parts["input"][0].numpy()}
+    return parts["input"], arrays
+
+
+def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: str):
+    # the module does not depend on train/device; its dropout mode is set per run
+    module, rng_state = _seeded_module(replace(config, train=False, device="auto"), device)
+    recorder = attention.Recorder()
+    with _RNG_LOCK, torch.inference_mode():
+        torch.set_rng_state(rng_state)
+        if device == "cuda":
+            torch.cuda.manual_seed_all(config.seed)
+        module.train(config.train)
+        output = module(input_embeddings.to(device), recorder)  # (1, n, d_in) -> (1, n, d_out)
+    return recorder, output
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().to("cpu", torch.float32).numpy()
+
+
+def config_fields() -> list[str]:
+    return [f.name for f in fields(AttentionConfig)]

@@ -1,0 +1,139 @@
+"""GPT-2 byte-pair encoding that works offline, plus readable token pieces.
+
+``tiktoken.get_encoding("gpt2")`` downloads its vocabulary at run time; attnviz ships the same
+ranks file (OpenAI's ``r50k_base.tiktoken``, identical to ``gpt2.tiktoken`` in openai-whisper,
+MIT licence) as package data and builds the ``tiktoken.Encoding`` from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+import tiktoken
+
+RANKS_PATH = Path(__file__).parent / "assets" / "gpt2.tiktoken"
+RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+ENDOFTEXT = "<|endoftext|>"
+ENDOFTEXT_ID = 50256
+N_VOCAB = 50257
+# tiktoken's own r50k_base / gpt2 pre-tokenizer pattern (tiktoken_ext.openai_public.r50k_pat_str).
+R50K_PAT_STR = (
+    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+)
+
+
+class RanksFileError(RuntimeError):
+    """The shipped GPT-2 ranks file is missing or corrupt."""
+
+
+def load_ranks(path: Path = RANKS_PATH, expected_sha256: str = RANKS_SHA256) -> dict[bytes, int]:
+    """Read a ``.tiktoken`` ranks file (``base64(token) rank`` per line) after checking its hash."""
+    try:
+        contents = path.read_bytes()
+    except OSError as exc:
+        raise RanksFileError(
+            f"GPT-2 vocabulary file not found at {path}. Reinstall attnviz (it ships the file)."
+        ) from exc
+    digest = hashlib.sha256(contents).hexdigest()
+    if digest != expected_sha256:
+        raise RanksFileError(
+            f"GPT-2 vocabulary file {path} is corrupt: sha256 {digest}, expected {expected_sha256}. "
+            "Restore it from git or from openai-whisper==20250625 (whisper/assets/gpt2.tiktoken)."
+        )
+    ranks = {}
+    for line in contents.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+@functools.lru_cache(maxsize=1)
+def get_encoding() -> tiktoken.Encoding:
+    """The GPT-2 encoding (50257 ids, ``<|endoftext|>`` = 50256), built offline."""
+    return tiktoken.Encoding(
+        name="gpt2",
+        explicit_n_vocab=N_VOCAB,
+        pat_str=R50K_PAT_STR,
+        mergeable_ranks=load_ranks(),
+        special_tokens={ENDOFTEXT: ENDOFTEXT_ID},
+    )
+
+
+def encode(text: str) -> list[int]:
+    """Token ids of ``text``; a literal ``<|endoftext|>`` becomes the special token 50256."""
+    return get_encoding().encode(text, allowed_special={ENDOFTEXT}, disallowed_special=())
+
+
+def decode(token_ids: list[int]) -> str:
+    return get_encoding().decode(token_ids)
+
+
+_VISIBLE = {" ": "·", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _visible_char(char: str) -> str:
+    if char in _VISIBLE:
+        return _VISIBLE[char]
+    if unicodedata.category(char) in {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}:
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
+
+
+def display_piece(token_bytes: bytes) -> str:
+    """What a learner should see for one token: spaces as ``·``, ``\\n``/``\\t`` and other
+    invisible characters escaped, and bytes that are not valid UTF-8 on their own as ``<0xE2>``."""
+    try:
+        text = token_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(f"<0x{byte:02X}>" for byte in token_bytes)
+    return "".join(_visible_char(char) for char in text)
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    piece: str  # display piece, e.g. "·journey" or "<0xE2>"
+    start: int  # character offset into the typed text
+    end: int  # character offset one past the token's last character
+    special: bool
+
+
+def tokenize(text: str) -> list[Token]:
+    """Tokens of ``text`` with display pieces and character offsets back into ``text``."""
+    enc = get_encoding()
+    token_ids = encode(text)
+    token_bytes = enc.decode_tokens_bytes(token_ids)
+    return _tokens_from_bytes(token_ids, token_bytes, len(text))
+
+
+def pieces(token_ids: list[int]) -> list[Token]:
+    """Tokens for given ids (offsets index into ``decode(token_ids)``)."""
+    token_bytes = get_encoding().decode_tokens_bytes(token_ids)
+    return _tokens_from_bytes(token_ids, token_bytes, None)
+
+
+def _tokens_from_bytes(token_ids, token_bytes, text_len) -> list[Token]:
+    starts, position = [], 0
+    for chunk in token_bytes:
+        # a token that starts inside a multi-byte character belongs to that character
+        starts.append(max(0, position - (bool(chunk) and 0x80 <= chunk[0] < 0xC0)))
+        position += sum(1 for byte in chunk if not 0x80 <= byte < 0xC0)
+    total = position if text_len is None else text_len
+    ends = [max(start, nxt) for start, nxt in zip(starts, starts[1:] + [total])]
+    return [
+        Token(
+            id=token_id,
+            piece=display_piece(chunk),
+            start=start,
+            end=end,
+            special=token_id == ENDOFTEXT_ID,
+        )
+        for token_id, chunk, start, end in zip(token_ids, token_bytes, starts, ends)
+    ]
