@@ -1,0 +1,457 @@
+"""Streamlit glue — the only attnviz module that imports Streamlit.
+
+Every page calls :func:`setup` first.  It draws the shared sidebar (the same on every page), keeps
+the settings across page switches and in the URL, and returns the cached Trace of this run.
+
+Routing: attnviz uses the ``pages/`` folder's own routing (``app.py`` is the Heads view at ``/``),
+so a shared link to any page works as the very first request to a fresh server: each page runs
+``setup()`` itself.  Widget values are copied to non-widget ``_keep_*`` keys after every run and
+written back before the widgets are drawn, so they survive page switches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import streamlit as st
+
+from attnviz import pipeline
+from attnviz.pipeline import VARIANTS, AttentionConfig, InputError, Trace
+
+DEFAULT_TEXT = "Your journey starts with one step"
+PRESETS = {
+    "gpt2-small": "GPT-2 small (768, 12 heads)",
+    "gpt2-medium": "GPT-2 medium (1024, 16 heads)",
+    "gpt2-large": "GPT-2 large (1280, 20 heads)",
+    "gpt2-xl": "GPT-2 XL (1600, 25 heads)",
+    "book": "Book toy example (3 → 2, 2 heads)",
+    "custom": "Custom",
+}
+PRESET_DIMS = {**{name: (d, d, h) for name, (d, h) in pipeline.GPT2_PRESETS.items()}, "book": (3, 2, 2)}
+DEFAULTS = {
+    "text": DEFAULT_TEXT,
+    "variant": "mha",
+    "preset": "gpt2-small",
+    "d_in": 768,
+    "d_out": 768,
+    "num_heads": 12,
+    "causal": True,
+    "dropout": 0.1,
+    "train": False,
+    "seed": 123,
+    "device": "auto",
+}
+SETTING_KEYS = tuple(DEFAULTS)
+MAX_URL_TEXT = 2000  # longer texts are not put in the URL
+PAGES = (
+    ("app.py", "Heads", "🔥"),
+    ("pages/steps.py", "Steps", "🪜"),
+    ("pages/shapes.py", "Shapes", "📐"),
+    ("pages/tokens.py", "Tokens", "🔤"),
+)
+ss = st.session_state
+
+
+# --------------------------------------------------------------------------- settings state
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("use true or false")
+
+
+def _parse_int(low: int, high: int):
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+        return value
+    return parse
+
+
+def _parse_choice(choices):
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError(f"choose one of {', '.join(choices)}")
+        return raw
+    return parse
+
+
+def _parse_dropout(raw: str) -> float:
+    value = float(raw)
+    if not 0.0 <= value <= 0.9:
+        raise ValueError("dropout must be between 0 and 0.9")
+    return round(value, 2)
+
+
+def _parsers() -> dict:
+    return {
+        "text": str,
+        "variant": _parse_choice(list(VARIANTS)),
+        "preset": _parse_choice(list(PRESETS)),
+        "d_in": _parse_int(1, pipeline.MAX_DIM),
+        "d_out": _parse_int(1, pipeline.MAX_DIM),
+        "num_heads": _parse_int(1, pipeline.MAX_DIM),
+        "causal": _parse_bool,
+        "dropout": _parse_dropout,
+        "train": _parse_bool,
+        "seed": _parse_int(0, pipeline.MAX_SEED),
+        "device": _parse_choice(pipeline.available_devices()),
+    }
+
+
+def settings_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
+    """Settings from URL parameters (same names as the widget keys): (valid values, notices)."""
+    values, notices = dict(DEFAULTS), []
+    parsers = _parsers()
+    for key, raw in params.items():
+        if key not in parsers:
+            notices.append(f"Ignored unknown URL parameter {key!r}.")
+            continue
+        try:
+            values[key] = parsers[key](raw)
+        except (ValueError, TypeError) as exc:
+            notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
+    if "preset" in params and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
+        values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
+    if values["d_out"] % values["num_heads"]:
+        notices.append(
+            f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide d_out {values['d_out']}."
+        )
+        values["num_heads"] = pipeline.nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
+    return values, notices
+
+
+def _init_session() -> None:
+    """First run of a session: defaults, overlaid with valid URL parameters."""
+    if "_keep_text" in ss:
+        return
+    values, notices = settings_from_query(dict(st.query_params))
+    for key, value in values.items():
+        ss[f"_keep_{key}"] = value
+    ss["_url_notices"] = notices
+
+
+def _restore() -> None:
+    for key in SETTING_KEYS:
+        ss[key] = ss[f"_keep_{key}"]
+
+
+def _keep() -> None:
+    for key in SETTING_KEYS:
+        ss[f"_keep_{key}"] = ss[key]
+
+
+def keep_page_value(key: str, default):
+    """Persist a page-only widget value across page switches (call before drawing the widget)."""
+    keep = f"_keep_{key}"
+    ss[key] = ss.get(keep, default) if key not in ss else ss[key]
+    return ss[key]
+
+
+def remember_page_value(key: str) -> None:
+    ss[f"_keep_{key}"] = ss[key]
+
+
+def _on_preset() -> None:
+    dims = PRESET_DIMS.get(ss["preset"])
+    if dims:
+        ss["d_in"], ss["d_out"], ss["num_heads"] = dims
+
+
+def _on_dims() -> None:
+    ss["preset"] = "custom"
+
+
+def _on_d_out() -> None:
+    ss["preset"] = "custom"
+    if ss["d_out"] % ss["num_heads"]:
+        new = pipeline.nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
+        ss["_dims_notice"] = f"{ss['num_heads']} heads do not divide d_out {ss['d_out']}; using {new} heads."
+        ss["num_heads"] = new
+
+
+def config_from_settings(values: dict) -> AttentionConfig:
+    """The run's config; settings that don't apply to the variant are normalised (one cache entry)."""
+    variant = values["variant"]
+    has_dropout = variant in pipeline.DROPOUT_VARIANTS
+    return AttentionConfig(
+        variant=variant,
+        d_in=int(values["d_in"]),
+        d_out=int(values["d_in"] if variant == "simplified" else values["d_out"]),
+        num_heads=int(values["num_heads"]) if variant in pipeline.MULTI_HEAD_VARIANTS else 1,
+        dropout=float(values["dropout"]) if has_dropout else 0.0,
+        train=bool(values["train"]) and has_dropout,
+        causal=bool(values["causal"]),
+        seed=int(values["seed"]),
+        device=values["device"],
+        embedding="book" if values["preset"] == "book" and int(values["d_in"]) == 3 else "seeded",
+    )
+
+
+def share_query(values: dict) -> dict[str, str]:
+    """URL parameters for the current settings (text left out when very long)."""
+    params = {}
+    for key in SETTING_KEYS:
+        value = values[key]
+        if key == "text" and len(value) > MAX_URL_TEXT:
+            continue
+        params[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return params
+
+
+# --------------------------------------------------------------------------- sidebar
+
+def sidebar() -> dict:
+    """Draw the shared sidebar; returns the current settings."""
+    _init_session()
+    _restore()
+    variant = ss["variant"]
+    multi = variant in pipeline.MULTI_HEAD_VARIANTS
+    has_dropout = variant in pipeline.DROPOUT_VARIANTS
+    with st.sidebar:
+        st.markdown("### attnviz")
+        for path, label, icon in PAGES:
+            st.page_link(path, label=label, icon=icon)
+        st.text_area("Text", key="text", height=110, help="Any text; GPT-2 tokens beyond 1024 are truncated.")
+        st.selectbox("Attention variant", list(VARIANTS), key="variant", format_func=VARIANTS.get)
+        st.selectbox("Model size", list(PRESETS), key="preset", format_func=PRESETS.get, on_change=_on_preset)
+        col_in, col_out = st.columns(2)
+        col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, key="d_in", on_change=_on_dims)
+        col_out.number_input(
+            "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, key="d_out", on_change=_on_d_out,
+            disabled=variant == "simplified",
+            help="The simplified variant has no weights: its output width is d_in." if variant == "simplified" else None,
+        )
+        head_options = pipeline.divisors(int(ss["d_out"]))
+        if ss["num_heads"] not in head_options:
+            ss["num_heads"] = pipeline.nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0]
+        st.selectbox(
+            "Heads", head_options, key="num_heads", on_change=_on_dims, disabled=not multi,
+            help="Only divisors of d_out are offered (head_dim = d_out / heads)." if multi
+            else "Single-head variant: it has one head.",
+        )
+        dims_notice = ss.pop("_dims_notice", None)
+        if dims_notice:
+            st.caption(f"ℹ️ {dims_notice}")
+        st.toggle("Causal mask", key="causal", help="Hide future tokens (−∞ above the diagonal before softmax).")
+        reason = None if has_dropout else "This variant has no dropout in the book."
+        st.slider("Dropout p", 0.0, 0.9, step=0.05, key="dropout", disabled=not has_dropout, help=reason)
+        st.toggle("Dropout active (training mode)", key="train", disabled=not has_dropout, help=reason)
+        st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, key="seed")
+        devices = pipeline.available_devices()
+        if ss["device"] not in devices:
+            ss["device"] = "auto"
+        st.selectbox("Device", devices, key="device", help="auto = CUDA, then MPS, then CPU.")
+        for notice in ss.get("_url_notices", []):
+            st.warning(notice, icon="🔗")
+    _keep()
+    values = {key: ss[key] for key in SETTING_KEYS}
+    st.query_params.from_dict(share_query(values))
+    return values
+
+
+# --------------------------------------------------------------------------- computing
+
+@st.cache_resource(show_spinner=False)
+def _encoding():
+    from attnviz import tokens
+    return tokens.get_encoding()
+
+
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def cached_trace(text: str, config_values: tuple) -> Trace:
+    """Traces are cached as resources (shared, not copied): at n = 1024 a Trace holds ~250 MB of
+    maps, and ``st.cache_data`` would unpickle a copy of it on every rerun."""
+    return pipeline.run(text, AttentionConfig(*config_values))
+
+
+@dataclass(frozen=True)
+class Context:
+    settings: dict
+    config: AttentionConfig
+    trace: Trace
+    stale: bool  # True when showing the last valid view because the current input is invalid
+
+    @property
+    def key(self) -> tuple:
+        return (self.trace.text, dataclasses.astuple(self.config))
+
+
+def setup(page_title: str) -> Context | None:
+    """Sidebar + cached run.  On invalid input: a plain message and the last valid view."""
+    st.set_page_config(page_title=f"attnviz · {page_title}", page_icon="🔍", layout="wide")
+    values = sidebar()
+    _encoding()
+    try:
+        config = config_from_settings(values).validate()
+        with st.spinner("Running attention…"):
+            trace = cached_trace(values["text"], dataclasses.astuple(config))
+    except InputError as exc:
+        st.warning(str(exc), icon="✋")
+        last = ss.get("_last_valid")
+        if last is None:
+            return None
+        st.caption("Showing the last valid view.")
+        return Context(settings=values, config=last.config, trace=last, stale=True)
+    ss["_last_valid"] = trace
+    for note in trace.notes:
+        st.info(note, icon="ℹ️")
+    return Context(settings=values, config=config, trace=trace, stale=False)
+
+
+# --------------------------------------------------------------------------- view helpers shared by pages
+
+WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
+
+
+def variant_label(config: AttentionConfig) -> str:
+    heads = f", {config.heads} heads × {config.head_dim}" if config.heads > 1 else ""
+    return f"{VARIANTS[config.variant]}{heads}"
+
+
+def plotly_config(filename: str) -> dict:
+    """Modebar with PNG and SVG download under a sensible file name."""
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
+        "modeBarButtonsToAdd": ["toImage"],
+    }
+
+
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def _grid_figure(text: str, config_values: tuple, stage: str, focus: int):
+    from attnviz import figures
+
+    trace = cached_trace(text, config_values)
+    config = trace.config
+    return figures.heads_grid(
+        trace.steps[stage][0], stage, causal=config.causal, dropout=config.dropout, focus=focus,
+    )
+
+
+def heads_grid_figure(ctx: Context, stage: str):
+    """The (cached) thumbnail grid of all heads: no tensor work when the inputs are unchanged."""
+    return _grid_figure(ctx.trace.text, dataclasses.astuple(ctx.config), stage, ss.get("heads_focus", 0))
+
+
+def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
+    """A click on a thumbnail (its invisible scatter overlay) focuses that head."""
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    signature = repr(points)
+    if not points or ss.get("_last_click") == signature:
+        return
+    ss["_last_click"] = signature
+    head = points[0].get("customdata")
+    if isinstance(head, list):
+        head = head[0]
+    if isinstance(head, int | float) and 0 <= int(head) < num_heads:
+        ss[key] = int(head)
+        ss[f"_keep_{key}"] = int(head)
+        st.rerun()
+
+
+def head_selector(key: str, num_heads: int) -> int:
+    """Focused-head selector (persisted); clamps when the head count shrinks."""
+    current = ss.get(key, ss.get(f"_keep_{key}", 0))
+    ss[key] = current if isinstance(current, int) and 0 <= current < num_heads else 0
+    if num_heads == 1:
+        st.caption("This variant has a single head.")
+        head = 0
+    else:
+        head = st.selectbox("Focused head", list(range(num_heads)), key=key, format_func=lambda h: f"head {h}")
+    ss[f"_keep_{key}"] = head
+    return head
+
+
+def window_selector(prefix: str, n: int) -> tuple[int, int, int]:
+    """(row0, col0, size) of the full-resolution window; the whole map when n ≤ WINDOW."""
+    if n <= WINDOW:
+        return 0, 0, n
+    last = n - WINDOW
+    st.caption(
+        f"{n} tokens: the focused view shows a {WINDOW}×{WINDOW} window at full resolution "
+        "(every cell hoverable); move it with the sliders. The overview is max-pooled."
+    )
+    cols = st.columns(2)
+    row0 = cols[0].slider("First query row", 0, last, key=f"{prefix}_row0", value=min(ss.get(f"{prefix}_row0", 0), last))
+    col0 = cols[1].slider("First key column", 0, last, key=f"{prefix}_col0", value=min(ss.get(f"{prefix}_col0", 0), last))
+    return row0, col0, WINDOW
+
+
+STEP_TEXT = {
+    "scores": ("Each query is compared with every key: a dot product per (query, key) pair.",
+               "attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)"),
+    "scaled": ("Divide by √dₖ so the scores' variance does not grow with the head size.",
+               "attn_scores = attn_scores / keys.shape[-1]**0.5  # dₖ = head_dim"),
+    "masked": ("Hide the future: scores above the diagonal become −∞, so softmax gives them weight 0.",
+               "attn_scores.masked_fill_(mask_bool, -torch.inf)  # in place: note the underscore"),
+    "weights": ("Softmax turns each query's row of scores into weights that sum to 1.",
+                "attn_weights = torch.softmax(attn_scores, dim=-1)"),
+    "dropped": ("In training, dropout zeroes a random fraction p of the weights and scales the rest by 1/(1−p).",
+                "attn_weights = self.dropout(attn_weights)"),
+    "context": ("Each context vector is the weighted sum of the value vectors.",
+                "context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, n, hd) -> (b, n, h, hd)"),
+}
+
+
+def step_text(config: AttentionConfig, stage: str) -> dict:
+    what, code = STEP_TEXT[stage]
+    if config.variant not in pipeline.MULTI_HEAD_VARIANTS:
+        code = code.replace("keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)",
+                            "keys.transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)")
+        code = code.replace("(attn_weights @ values).transpose(1, 2)  # (b, h, n, hd) -> (b, n, h, hd)",
+                            "attn_weights @ values  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)")
+    if config.variant == "simplified":
+        if stage == "scaled":
+            what = "The simplified version does not scale: scaled = scores (no weights, dₖ unused)."
+            code = "# no scaling in section 3.3"
+        if stage == "scores":
+            code = "attn_scores = inputs @ inputs.T  # (n, d_in) @ (d_in, n) -> (n, n)"
+    return {"what": what, "code": code}
+
+
+def dropout_off_reason(config: AttentionConfig) -> str:
+    if config.variant not in pipeline.DROPOUT_VARIANTS:
+        return "This variant has no dropout in the book: dropped = weights."
+    if not config.train:
+        return "Dropout is off (eval mode): dropped = weights. Turn on 'Dropout active' in the sidebar."
+    return "Dropout p is 0: dropped = weights."
+
+
+def shape_of(trace: Trace, stage: str) -> tuple:
+    return tuple(trace.steps[stage].shape)
+
+
+def qk_table(trace: Trace, head: int, max_rows: int = 64):
+    """Query and key vectors of one head (first ``max_rows`` tokens) for the QKᵀ step."""
+    import pandas as pd
+
+    config = trace.config
+    queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]
+    if config.variant in pipeline.MULTI_HEAD_VARIANTS:
+        span = slice(head * config.head_dim, (head + 1) * config.head_dim)
+        queries, keys = queries[:, span], keys[:, span]
+    rows = min(trace.n, max_rows)
+    return pd.DataFrame({
+        "token": list(trace.tokens[:rows]),
+        "query": [", ".join(f"{v:.3f}" for v in q[:8]) + (" …" if len(q) > 8 else "") for q in queries[:rows]],
+        "key": [", ".join(f"{v:.3f}" for v in k[:8]) + (" …" if len(k) > 8 else "") for k in keys[:rows]],
+    })
+
+
+def context_table(trace: Trace, head: int, max_rows: int = 64):
+    import pandas as pd
+
+    context = trace.steps["context"][0]
+    per_head = context[head] if context.ndim == 3 else context
+    rows = min(trace.n, max_rows)
+    return pd.DataFrame({
+        "token": list(trace.tokens[:rows]),
+        "context vector": [", ".join(f"{v:.3f}" for v in vec[:8]) + (" …" if len(vec) > 8 else "")
+                           for vec in per_head[:rows]],
+    })

@@ -1,0 +1,53 @@
+"""Heads: every head as a thumbnail, one focused head at full resolution, the shape diagram beside."""
+
+import streamlit as st
+
+from attnviz import diagram, figures, ui
+from attnviz.attention import MAP_STAGES
+
+ctx = ui.setup("Heads")
+if ctx is None:
+    st.stop()
+trace, config = ctx.trace, ctx.trace.config
+
+st.title("Attention heads")
+st.caption(f"{ui.variant_label(config)} · {trace.n} tokens · device {trace.device}")
+
+ui.keep_page_value("heads_stage", "weights")
+stage = st.segmented_control("Show", MAP_STAGES, key="heads_stage", format_func=figures.MAP_TITLES.get)
+ui.remember_page_value("heads_stage")
+stage = stage or "weights"
+
+diagram_col, grid_col = st.columns([1, 3])
+with diagram_col:
+    st.graphviz_chart(diagram.shape_dot(trace.shapes, config, highlight=stage, compact=True))
+    st.caption(diagram.head_dim_equation(config))
+with grid_col:
+    event = st.plotly_chart(ui.heads_grid_figure(ctx, stage), key="heads_grid", on_select="rerun",
+                            selection_mode="points", config=ui.plotly_config("attnviz-heads"))
+    ui.focus_from_click(event, trace.num_heads)
+
+
+@st.fragment
+def focused_head():
+    head = ui.head_selector("heads_focus", trace.num_heads)
+    row0, col0, size = ui.window_selector("heads", trace.n)
+    matrix = trace.attention_map(stage, head)
+    window = matrix[row0 : row0 + size, col0 : col0 + size]
+    fig = figures.attention_heatmap(
+        window, trace.tokens, stage, causal=config.causal, dropout=config.dropout,
+        title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
+    )
+    if size < trace.n:
+        overview_col, window_col = st.columns([1, 2])
+        overview_col.plotly_chart(
+            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.dropout,
+                                     window=(row0, col0, size)),
+            config=ui.plotly_config(f"attnviz-head{head}-overview"),
+        )
+        window_col.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{stage}"))
+    else:
+        st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{stage}"))
+
+
+focused_head()

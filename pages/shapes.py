@@ -1,0 +1,17 @@
+"""Shapes: the live pipeline diagram with this run's tensor shapes, and the same shapes as a table."""
+
+import pandas as pd
+import streamlit as st
+
+from attnviz import diagram, ui
+
+ctx = ui.setup("Shapes")
+if ctx is None:
+    st.stop()
+trace, config = ctx.trace, ctx.trace.config
+
+st.title("Tensor shapes through the pipeline")
+st.caption(f"{ui.variant_label(config)} · {trace.n} tokens — shapes are read from the tensors of this run.")
+st.markdown(f"**{diagram.head_dim_equation(config)}**")
+st.graphviz_chart(diagram.shape_dot(trace.shapes, config))
+st.dataframe(pd.DataFrame(diagram.shape_rows(trace.shapes, config)), hide_index=True)

@@ -1,0 +1,105 @@
+"""Steps: one head through QKᵀ → ÷√dₖ → mask → softmax → dropout → ·V, before/after, next to the
+live shape diagram with the viewed stage highlighted."""
+
+import numpy as np
+import streamlit as st
+
+from attnviz import diagram, figures, ui
+
+ctx = ui.setup("Steps")
+if ctx is None:
+    st.stop()
+trace, config = ctx.trace, ctx.trace.config
+
+st.title("Attention step by step")
+STAGES = {
+    "scores": "1 · QKᵀ",
+    "scaled": "2 · ÷√dₖ",
+    "masked": "3 · causal mask",
+    "weights": "4 · softmax",
+    "dropped": "5 · dropout",
+    "context": "6 · ·V",
+}
+ui.keep_page_value("steps_stage", "masked")
+stage = st.segmented_control("Stage", list(STAGES), key="steps_stage", format_func=STAGES.get) or "masked"
+ui.remember_page_value("steps_stage")
+
+diagram_col, view_col = st.columns([1, 3])
+with diagram_col:
+    st.graphviz_chart(diagram.shape_dot(trace.shapes, config, highlight=stage, compact=True))
+    st.caption(diagram.head_dim_equation(config))
+
+with view_col:
+    head = ui.head_selector("steps_focus", trace.num_heads)
+    row0, col0, size = ui.window_selector("steps", trace.n)
+    step = ui.step_text(config, stage)
+    st.markdown(f"**{step['what']}**")
+    st.code(step["code"], language="python")
+
+    def crop(name):
+        return trace.attention_map(name, head)[row0 : row0 + size, col0 : col0 + size]
+
+    def heatmap(name, title, **extra):
+        fig = figures.attention_heatmap(crop(name) if isinstance(name, str) else name, trace.tokens,
+                                        extra.pop("as_stage", name), causal=config.causal, dropout=config.dropout,
+                                        title=title, row_offset=row0, col_offset=col0, height=430, **extra)
+        st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{title.split()[0]}"))
+
+    before, after = st.columns(2)
+    if stage == "scores":
+        with before:
+            st.dataframe(ui.qk_table(trace, head), height=430)
+        with after:
+            heatmap("scores", "scores = Q·Kᵀ (before scaling)")
+    elif stage == "scaled":
+        with before:
+            heatmap("scores", "before: scores")
+        with after:
+            heatmap("scaled", f"after: scores ÷ √{config.head_dim}")
+        scores = crop("scores")
+        masked = crop("masked")  # softmax of what the model saw, with and without the division
+        unscaled = np.where(np.isneginf(masked), -np.inf, scores)
+        with_scale, without_scale = figures.softmax(masked), figures.softmax(unscaled)
+        st.markdown("**Softmax with vs without ÷√dₖ** — without it, large dₖ pushes softmax toward one-hot "
+                    "(saturation: low entropy, tiny gradients).")
+        left, right = st.columns(2)
+        with left:
+            heatmap(with_scale, "softmax(scores ÷ √dₖ)", as_stage="weights")
+        with right:
+            heatmap(without_scale, "softmax(scores) — no scaling", as_stage="weights")
+        st.plotly_chart(figures.entropy_bars(trace.tokens[row0:], figures.row_entropy(with_scale),
+                                             figures.row_entropy(without_scale)),
+                        config=ui.plotly_config("attnviz-entropy"))
+    elif stage == "masked":
+        if not config.causal:
+            st.info("The causal mask is off: masked = scaled, every token sees every other token.")
+        with before:
+            heatmap("scaled", "before: scaled scores")
+        with after:
+            heatmap("masked", "after: masked (grey = −∞)")
+    elif stage == "weights":
+        with before:
+            heatmap("masked", "before: masked scores")
+        with after:
+            heatmap("weights", "after: softmax — each row sums to 1")
+    elif stage == "dropped":
+        if not config.dropout_active:
+            st.info(ui.dropout_off_reason(config))
+        with before:
+            heatmap("weights", "before: weights")
+        with after:
+            heatmap("dropped", f"after: dropout (p = {config.dropout:g})")
+        if config.dropout_active:
+            st.caption(f"Kept weights are multiplied by 1/(1−p) = {1 / (1 - config.dropout):.4f}; "
+                       f"dropped ones are exactly 0.")
+        st.plotly_chart(figures.difference_heatmap(crop("dropped"), crop("weights"), trace.tokens,
+                                                   title="difference: dropped − weights", row_offset=row0,
+                                                   col_offset=col0),
+                        config=ui.plotly_config("attnviz-dropout-difference"))
+    else:
+        with before:
+            heatmap("dropped", "attention weights used")
+        with after:
+            st.markdown(f"context = weights @ values: `{ui.shape_of(trace, 'context')}`  \n"
+                        f"output: `{ui.shape_of(trace, 'output')}`")
+            st.dataframe(ui.context_table(trace, head), height=380)

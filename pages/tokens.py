@@ -1,0 +1,32 @@
+"""Tokens: the text as GPT-2 token chips, and its embeddings (token + position = input)."""
+
+import pandas as pd
+import streamlit as st
+
+from attnviz import figures, ui
+
+ctx = ui.setup("Tokens")
+if ctx is None:
+    st.stop()
+trace, config = ctx.trace, ctx.trace.config
+
+st.title("Tokens and embeddings")
+specials = sum(t.special for t in trace.token_details)
+st.metric("Tokens", f"{trace.n} / {config.context_length}", help="GPT-2 context length is 1024 tokens.")
+if specials:
+    st.caption(f"★ {specials} special token(s) (<|endoftext|> = 50256) marked in red.")
+st.html(figures.token_chips_html(trace.tokens, trace.token_ids, [t.special for t in trace.token_details]))
+with st.expander("Token table"):
+    st.dataframe(pd.DataFrame({
+        "position": range(trace.n), "id": trace.token_ids, "piece": trace.tokens,
+        "text span": [f"{t.start}–{t.end}" for t in trace.token_details],
+        "special": [t.special for t in trace.token_details],
+    }), hide_index=True)
+
+st.subheader("Embeddings: token + position = input")
+if config.embedding == "book" and trace.embeddings["position"].any() == 0:
+    st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
+for name, label in (("token", "token embedding"), ("position", "positional embedding"), ("input", "input = token + position")):
+    matrix = trace.embeddings[name]
+    st.plotly_chart(figures.embedding_heatmap(matrix, trace.tokens, title=f"{label} {tuple(matrix.shape)}"),
+                    config=ui.plotly_config(f"attnviz-embedding-{name}"))
