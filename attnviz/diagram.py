@@ -1,0 +1,337 @@
+"""The shape diagram: Graphviz DOT source for one run's pipeline, with the shapes the tensors really had.
+
+Pure functions of ``Trace.shapes`` (the ordered ``(stage, shape)`` pairs recorded from the real
+tensors) and the run's ``AttentionConfig``; nothing here runs a model or imports Streamlit.  The app
+hands :func:`shape_dot`'s string to ``st.graphviz_chart`` and :func:`shape_rows` to a table.
+
+Tensors are nodes, labelled with their stage name (``attention.STAGES`` plus ``input``, ``view``,
+``transpose`` and ``concat``), the operation that produced them, the actual shape and its symbolic
+meaning, e.g. ``(1, 12, 6, 6)`` = ``(b, h, n, n)``.  Weight matrices (``W_query``, ``W_key``,
+``W_value``, ``out_proj``) are separate, parallelogram-shaped nodes.  Stages that do nothing in this
+run (no mask, no scaling in the simplified version, dropout in eval mode) are dashed and grey.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from attnviz.attention import STAGES
+from attnviz.pipeline import DROPOUT_VARIANTS
+
+if TYPE_CHECKING:
+    from attnviz.pipeline import AttentionConfig
+
+Shapes = Iterable[tuple[str, Sequence[int]]]
+
+EXTRA_STAGES = ("input", "view", "transpose", "concat")
+KNOWN_STAGES = frozenset(STAGES) | frozenset(EXTRA_STAGES)
+WEIGHTS = ("W_query", "W_key", "W_value")
+QKV = ("queries", "keys", "values")
+MAPS = ("scores", "scaled", "masked", "weights", "dropped")
+
+HIGHLIGHT_FILL = "#ffd54f"  # the stage the user is viewing
+TENSOR_FILL = "#e8f0fe"
+WEIGHT_FILL = "#fff4e0"
+OFF_FILL = "#f4f4f4"
+OFF_COLOR = "#9e9e9e"
+
+# symbolic shapes, as in the code's shape comments: b batch, n tokens, h heads, hd head_dim
+_MEANINGS = {
+    "input": "b n d_in",
+    "view": "b n h hd",
+    "transpose": "b h n hd",
+    "concat": "b n d_out",
+}
+
+
+def _split_name(name: str) -> tuple[str, int | None]:
+    """``"queries ×12"`` -> ``("queries", 12)``; ``"queries"`` -> ``("queries", None)``."""
+    base, sep, count = name.partition(" ×")
+    return (base, int(count)) if sep and count.isdigit() else (name, None)
+
+
+def _infer_variant(names: Sequence[str]) -> str:
+    """Best guess of the variant's path from the stage names alone (no config)."""
+    if any(_split_name(name)[1] is not None for name in names):
+        return "mha_wrapper"
+    if "view" in names:
+        return "mha"
+    return "causal"  # single head; the simplified version cannot be told apart without the config
+
+
+def _meaning(base: str, variant: str, rank: int) -> str:
+    """Symbolic shape of stage ``base`` in ``variant``, e.g. ``(b, h, n, n)``; ``rank`` trims ``b``."""
+    if base in _MEANINGS:
+        symbols = _MEANINGS[base]
+    elif base in MAPS:
+        symbols = "b h n n" if variant == "mha" else "b n n"
+    elif base in QKV:
+        symbols = {"simplified": "b n d_in", "mha_wrapper": "b n hd"}.get(variant, "b n d_out")
+    elif base == "context":
+        symbols = {"simplified": "b n d_in", "mha_wrapper": "b n hd", "mha": "b h n hd"}.get(variant, "b n d_out")
+    elif base == "output":
+        symbols = "b n d_in" if variant == "simplified" else "b n d_out"
+    else:
+        return ""
+    parts = symbols.split()
+    if 0 < rank < len(parts):
+        parts = parts[len(parts) - rank :]  # unbatched tensors: drop the leading b
+    return "(" + ", ".join(parts) + ")"
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """``(1, 6, 768)``; a 1-d shape keeps its comma like Python's: ``(6,)``."""
+    return str(tuple(int(d) for d in shape))
+
+
+def shape_rows(trace_shapes: Shapes, config: AttentionConfig | None = None) -> list[dict[str, str]]:
+    """One row per recorded stage: ``{"stage", "shape", "meaning"}``, in pipeline order.
+
+    ``meaning`` is the symbolic shape (``(b, n, d_out)``, ``(b, h, n, n)`` …).  Pass ``config`` to
+    tell the simplified version (whose queries are the d_in-wide inputs) from a weighted single head.
+    """
+    pairs = [(str(name), tuple(shape)) for name, shape in trace_shapes]
+    variant = config.variant if config is not None else _infer_variant([name for name, _ in pairs])
+    return [
+        {"stage": name, "shape": format_shape(shape), "meaning": _meaning(_split_name(name)[0], variant, len(shape))}
+        for name, shape in pairs
+    ]
+
+
+def head_dim_equation(config: AttentionConfig) -> str:
+    """How the widths relate for this variant, with the numbers, e.g. ``d_out = num_heads × head_dim: 768 = 12 × 64``."""
+    c = config
+    if c.variant == "mha":
+        return f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {c.d_out // c.num_heads}"
+    if c.variant == "mha_wrapper":
+        per_head = c.d_out // c.num_heads
+        return (
+            f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {per_head} "
+            f"(each CausalAttention head has d_out = {per_head}; the heads are concatenated)"
+        )
+    if c.variant == "simplified":
+        return f"no weights: queries = keys = values = inputs, d = d_in = {c.d_in}"
+    return f"one head: dₖ = d_out = {c.d_out} (d_in = {c.d_in})"
+
+
+def quote(text: str) -> str:
+    """A DOT double-quoted string: backslashes and quotes escaped, newlines as DOT's ``\\n``."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = escaped.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _attrs(**attrs: str | float | None) -> str:
+    return ", ".join(f"{key}={quote(str(value))}" for key, value in attrs.items() if value is not None)
+
+
+def _dropout_off_reason(config: AttentionConfig) -> str:
+    """Why the dropout stage does nothing in this run."""
+    if config.variant not in DROPOUT_VARIANTS:
+        return "no dropout in this class"
+    if not config.train:
+        return "dropout off (eval)"
+    return "dropout off (p = 0)"
+
+
+def _titles(
+    config: AttentionConfig, shapes: dict[str, tuple[int, ...]], heads: int | None
+) -> dict[str, tuple[str, bool]]:
+    """stage -> (operation line, off?).  ``off`` stages did nothing in this run."""
+    variant = config.variant
+    if variant == "mha":
+        d_k = shapes["transpose"][-1]
+        scale = f"÷√dₖ, dₖ = head_dim = {d_k}"
+    elif variant == "mha_wrapper":
+        d_k = shapes["keys"][-1]
+        scale = f"÷√dₖ, dₖ = d_out per head = {d_k}"
+    else:
+        d_k = shapes["keys"][-1]
+        scale = f"÷√dₖ, dₖ = d_out = {d_k}"
+    simplified = variant == "simplified"
+
+    def project(weight: str) -> str:
+        if simplified:
+            return "= inputs"
+        return f"x @ {weight}" if variant == "self_attention_v1" else f"{weight}(x)"
+
+    dropout_off = not config.dropout_active
+    return {
+        "input": ("x: input embeddings", False),
+        **{stage: (project(weight), False) for stage, weight in zip(QKV, WEIGHTS)},
+        "view": (f"split into {shapes['view'][2]} heads" if "view" in shapes else "split heads", False),
+        "transpose": ("transpose(1, 2)", False),
+        "scores": ("Q · Kᵀ", False),
+        "scaled": (("skipped: no ÷√dₖ" if simplified else scale), simplified),
+        "masked": (("causal mask: −∞ above diagonal" if config.causal else "mask off"), not config.causal),
+        "weights": ("softmax (rows sum to 1)", False),
+        "dropped": (
+            _dropout_off_reason(config) if dropout_off else f"dropout p = {config.dropout:g} (train)",
+            dropout_off,
+        ),
+        "context": ("weights · V", False),
+        "concat": (f"concatenate {heads or (shapes['transpose'][1] if 'transpose' in shapes else '')} heads", False),
+        "output": (
+            {"mha": "out_proj(concat)", "mha_wrapper": "= concat"}.get(variant, "= context"),
+            False,
+        ),
+    }
+
+
+def _expected_stages(variant: str) -> list[str]:
+    stages = ["input", *QKV]
+    if variant == "mha":
+        stages += ["view", "transpose"]
+    stages += [*MAPS, "context"]
+    if variant in ("mha", "mha_wrapper"):
+        stages.append("concat")
+    return [*stages, "output"]
+
+
+def shape_dot(
+    trace_shapes: Shapes,
+    config: AttentionConfig,
+    highlight: str | None = None,
+    compact: bool = False,
+) -> str:
+    """Graphviz DOT source of this run's attention pipeline, with the recorded shapes.
+
+    ``trace_shapes`` is ``Trace.shapes``; ``config`` the run's config (variant, causal, dropout).
+    ``highlight`` names a stage (``"masked"``, ``"masked ×12"``, ``"view"`` …): that node gets
+    :data:`HIGHLIGHT_FILL`; a known stage this variant does not have (``"view"`` for a single head)
+    highlights nothing.  ``compact=True`` draws top-to-bottom with short labels (stage + shape) and
+    the weight matrices as edge labels, for a narrow column.
+    """
+    pairs = [(str(name), tuple(int(d) for d in shape)) for name, shape in trace_shapes]
+    shapes: dict[str, tuple[int, ...]] = {}
+    names: dict[str, str] = {}  # base stage -> the name as recorded ("queries ×12")
+    heads = None
+    for name, shape in pairs:
+        base, count = _split_name(name)
+        shapes[base] = shape
+        names[base] = name
+        heads = heads or count
+
+    variant = config.variant
+    missing = [stage for stage in _expected_stages(variant) if stage not in shapes]
+    if missing:
+        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {variant!r}: is it from another run?")
+    highlight_base = None
+    if highlight is not None:
+        highlight_base = _split_name(highlight)[0]
+        if highlight_base not in KNOWN_STAGES:
+            raise ValueError(f"Unknown stage {highlight!r}; choose one of {', '.join(sorted(KNOWN_STAGES))}.")
+
+    titles = _titles(config, shapes, heads)
+    weighted = variant != "simplified"
+    fontsize = 10 if compact else 12
+    graph_attrs = _attrs(
+        rankdir="TB" if compact else "LR",  # compact: a tall, narrow picture for a sidebar-size column
+        nodesep=0.15 if compact else 0.3,
+        ranksep=0.2 if compact else 0.35,
+        fontname="Helvetica",
+        fontsize=fontsize,
+        bgcolor="transparent",
+    )
+    node_attrs = _attrs(
+        shape="box",
+        style="rounded,filled",
+        fillcolor=TENSOR_FILL,
+        fontname="Helvetica",
+        fontsize=fontsize,
+        margin="0.06,0.03" if compact else None,
+    )
+    edge_attrs = _attrs(fontname="Helvetica", fontsize=fontsize - 2, arrowsize=0.6 if compact else 0.8)
+    lines = ["digraph attention {", f"  graph [{graph_attrs}];", f"  node [{node_attrs}];", f"  edge [{edge_attrs}];"]
+
+    def tensor_node(base: str, indent: str = "  ") -> str:
+        operation, off = titles[base]
+        shape = shapes[base]
+        if compact:
+            label = f"{names[base]}\n{format_shape(shape)}"
+            if off:
+                label += f"\n{operation}"
+        else:
+            label = f"{names[base]}\n{operation}\n{format_shape(shape)}\n{_meaning(base, variant, len(shape))}"
+        style = "rounded,dashed,filled" if off else None
+        fill = HIGHLIGHT_FILL if base == highlight_base else (OFF_FILL if off else None)
+        color = OFF_COLOR if off else None
+        penwidth = 2.5 if base == highlight_base else None
+        attrs = _attrs(label=label, style=style, fillcolor=fill, color=color, fontcolor=color, penwidth=penwidth)
+        return f"{indent}{quote(base)} [{attrs}];"
+
+    def weight_node(weight: str, width_in: int, width_out: int, bias: bool) -> str:
+        if variant == "self_attention_v1":  # the book's first version: a bare (d_in, d_out) matrix
+            kind = f"nn.Parameter {format_shape((width_in, width_out))}"
+        else:
+            kind = f"nn.Linear {width_in} → {width_out}" + (" + bias" if bias else "")
+        label = f"{weight}{' ×' + str(heads) if heads else ''}\n{kind}"
+        attrs = _attrs(label=label, shape="parallelogram", style="filled", fillcolor=WEIGHT_FILL)
+        return f"  {quote(weight)} [{attrs}];"
+
+    def edge(tail: str, head: str, label: str | None = None, off: bool = False) -> str:
+        attrs = _attrs(label=label, style="dashed" if off else None, color=OFF_COLOR if off else None)
+        return f"  {quote(tail)} -> {quote(head)}" + (f" [{attrs}];" if attrs else ";")
+
+    # nodes: tensors in pipeline order; the per-head part of a multi-head run inside a cluster
+    if variant == "mha":
+        grouped = ["transpose", *MAPS, "context"]
+        where = f"{shapes['transpose'][1]} heads at once (batched)"
+    elif variant == "mha_wrapper":
+        grouped = [*QKV, *MAPS, "context"]
+        where = f"each of {heads} CausalAttention heads"
+    else:
+        grouped = []
+    if compact:
+        grouped = []
+    if weighted and not compact:
+        d_in = shapes["input"][-1]
+        lines.extend(weight_node(w, d_in, shapes[stage][-1], config.qkv_bias) for w, stage in zip(WEIGHTS, QKV))
+    if variant == "mha" and not compact:
+        lines.append(weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1], True))
+    lines.extend(tensor_node(stage) for stage in _expected_stages(variant) if stage not in grouped)
+    if grouped:
+        lines.append("  subgraph cluster_heads {")
+        lines.append(
+            f"    graph [{_attrs(label=where, style='rounded,dashed', color=OFF_COLOR, fontcolor='#555555')}];"
+        )
+        lines.extend(tensor_node(stage, indent="    ") for stage in grouped)
+        lines.append("  }")
+
+    # edges
+    for weight, stage in zip(WEIGHTS, QKV):
+        if not weighted:
+            lines.append(edge("input", stage, None if compact else "as is"))
+        elif compact:
+            lines.append(edge("input", stage, weight))
+        else:
+            lines.append(edge("input", weight))
+            lines.append(edge(weight, stage))
+    if variant == "mha":
+        for stage in QKV:
+            lines.append(edge(stage, "view"))
+        lines.append(edge("view", "transpose"))
+        lines.append(edge("transpose", "scores", "Q, K"))
+        lines.append(edge("transpose", "context", "V"))
+    else:
+        lines.append(edge("queries", "scores", "Q"))
+        lines.append(edge("keys", "scores", "Kᵀ"))
+        lines.append(edge("values", "context", "V"))
+    chain = ["scores", "scaled", "masked", "weights", "dropped", "context"]
+    for tail, head in zip(chain, chain[1:]):
+        lines.append(edge(tail, head, off=titles[head][1]))
+    if variant == "mha":
+        lines.append(edge("context", "concat"))
+        if compact:
+            lines.append(edge("concat", "output", "out_proj"))
+        else:
+            lines.append(edge("concat", "out_proj"))
+            lines.append(edge("out_proj", "output"))
+    elif variant == "mha_wrapper":
+        lines.append(edge("context", "concat", f"×{heads}"))
+        lines.append(edge("concat", "output"))
+    else:
+        lines.append(edge("context", "output"))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
