@@ -192,7 +192,7 @@ def heads_grid(
             go.Heatmap(
                 z=small, zmin=zmin, zmax=zmax, colorscale=scale, showscale=head == 0, hoverongaps=False,
                 colorbar={"title": {"text": stage}, "thickness": 10, "len": 0.8},
-                hovertemplate=f"head {head}<br>" + ("max over %d×%d block: " % (block, block) if block > 1 else "")
+                hovertemplate=f"head {head}<br>" + (f"max over {block}×{block} block: " if block > 1 else "")
                 + "%{z:.4f}<extra></extra>",
                 name=f"head {head}",
             ),
@@ -205,11 +205,8 @@ def heads_grid(
             ),
             row=row + 1, col=col + 1,
         )
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, constrain="domain")
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed",
-                     scaleanchor="x", constrain="domain")
-    for index in range(2, num_heads + 1):  # square thumbnails
-        fig.update_yaxes(scaleanchor=f"x{index}", row=(index - 1) // columns + 1, col=(index - 1) % columns + 1)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, size - 0.5])
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[size - 0.5, -0.5])
     note = f" — downsampled {n}→{size} per side (max-pooling keeps peaks; hover the focused head for exact values)" \
         if block > 1 else ""
     fig.update_layout(
@@ -306,10 +303,7 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
         values = np.nanmean(padded.reshape(padded.shape[0] // row_block, row_block,
                                            padded.shape[1] // col_block, col_block), axis=(1, 3))
         title += f" — downsampled to {values.shape[0]}×{values.shape[1]} (mean-pooled)"
-    if row_block == 1:
-        y = position_labels(tokens)
-    else:
-        y = [f"{i * row_block}…" for i in range(values.shape[0])]
+    y = position_labels(tokens) if row_block == 1 else [f"{i * row_block}…" for i in range(values.shape[0])]
     bound = float(np.nanmax(np.abs(values))) or 1.0
     fig = go.Figure(go.Heatmap(
         z=values, y=y, zmin=-bound, zmax=bound, colorscale=SCORE_SCALE,

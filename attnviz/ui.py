@@ -45,10 +45,10 @@ DEFAULTS = {
 SETTING_KEYS = tuple(DEFAULTS)
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL
 PAGES = (
-    ("app.py", "Heads", "🔥"),
-    ("pages/steps.py", "Steps", "🪜"),
-    ("pages/shapes.py", "Shapes", "📐"),
-    ("pages/tokens.py", "Tokens", "🔤"),
+    ("app.py", "Heads", ":material/grid_view:"),
+    ("pages/steps.py", "Steps", ":material/footprint:"),
+    ("pages/shapes.py", "Shapes", ":material/account_tree:"),
+    ("pages/tokens.py", "Tokens", ":material/text_fields:"),
 )
 ss = st.session_state
 
@@ -284,7 +284,7 @@ class Context:
 
 def setup(page_title: str) -> Context | None:
     """Sidebar + cached run.  On invalid input: a plain message and the last valid view."""
-    st.set_page_config(page_title=f"attnviz · {page_title}", page_icon="🔍", layout="wide")
+    st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
     values = sidebar()
     _encoding()
     try:
