@@ -31,6 +31,7 @@ BOOK_PRESET = {"d_in": 3, "d_out": 2, "num_heads": 2}
 
 MAX_CONTEXT_LENGTH = 1024  # GPT-2's positional embedding has 1024 positions
 MAX_DIM = 4096
+MAX_HEADS = 64  # more heads than this cannot be told apart in a grid (GPT-2 XL has 25)
 MAX_SEED = 2**32 - 1
 MAX_CHARS = 40_000  # text beyond this is not tokenized (1024 tokens never need more in practice)
 
@@ -67,7 +68,7 @@ class AttentionConfig:
         if self.variant not in VARIANTS:
             raise ConfigError(f"Unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}.")
         for name, low, high in (("d_in", 1, MAX_DIM), ("d_out", 1, MAX_DIM), ("context_length", 1, MAX_CONTEXT_LENGTH),
-                                ("num_heads", 1, MAX_DIM), ("seed", 0, MAX_SEED)):
+                                ("num_heads", 1, MAX_HEADS), ("seed", 0, MAX_SEED)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{name} must be a whole number, got {value!r}.")

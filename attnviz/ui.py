@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from attnviz import pipeline
 from attnviz.pipeline import VARIANTS, AttentionConfig, InputError, Trace
@@ -95,7 +96,7 @@ def _parsers() -> dict:
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, pipeline.MAX_DIM),
         "d_out": _parse_int(1, pipeline.MAX_DIM),
-        "num_heads": _parse_int(1, pipeline.MAX_DIM),
+        "num_heads": _parse_int(1, pipeline.MAX_HEADS),
         "causal": _parse_bool,
         "dropout": _parse_dropout,
         "train": _parse_bool,
@@ -137,42 +138,44 @@ def _init_session() -> None:
 
 
 def _restore() -> None:
+    """Give every widget its kept value before it is drawn (Streamlit drops widget state on page
+    switches; the ``_keep_*`` copies are updated by the widgets' on_change callbacks)."""
     for key in SETTING_KEYS:
         ss[key] = ss[f"_keep_{key}"]
 
 
-def _keep() -> None:
-    for key in SETTING_KEYS:
-        ss[f"_keep_{key}"] = ss[key]
+def _set(key: str, value) -> None:
+    ss[key] = ss[f"_keep_{key}"] = value
 
 
-def keep_page_value(key: str, default):
-    """Persist a page-only widget value across page switches (call before drawing the widget)."""
-    keep = f"_keep_{key}"
-    ss[key] = ss.get(keep, default) if key not in ss else ss[key]
-    return ss[key]
+def _changed(key: str) -> None:
+    """on_change of every sidebar widget: keep its value, and keep the sizes consistent."""
+    _set(key, ss[key])
+    if key == "preset" and ss["preset"] in PRESET_DIMS:
+        for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[ss["preset"]]):
+            _set(name, value)
+    elif key in ("d_in", "d_out", "num_heads"):
+        _set("preset", "custom")
+    if key == "d_out" and ss["d_out"] % ss["num_heads"]:
+        new = pipeline.nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
+        ss["_dims_notice"] = f"{ss['num_heads']} heads do not divide d_out {ss['d_out']}; using {new} heads."
+        _set("num_heads", new)
 
 
-def remember_page_value(key: str) -> None:
+def _bind(key: str) -> dict:
+    """Widget keyword arguments: its key, and the callback that keeps its value."""
+    return {"key": key, "on_change": _changed, "args": (key,)}
+
+
+def _keep_page_value(key: str) -> None:
     ss[f"_keep_{key}"] = ss[key]
 
 
-def _on_preset() -> None:
-    dims = PRESET_DIMS.get(ss["preset"])
-    if dims:
-        ss["d_in"], ss["d_out"], ss["num_heads"] = dims
-
-
-def _on_dims() -> None:
-    ss["preset"] = "custom"
-
-
-def _on_d_out() -> None:
-    ss["preset"] = "custom"
-    if ss["d_out"] % ss["num_heads"]:
-        new = pipeline.nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
-        ss["_dims_notice"] = f"{ss['num_heads']} heads do not divide d_out {ss['d_out']}; using {new} heads."
-        ss["num_heads"] = new
+def page_bind(key: str, default, valid=lambda value: True) -> dict:
+    """Widget keyword arguments for a page-only widget whose value survives page switches."""
+    kept = ss.get(f"_keep_{key}", default)
+    ss[key] = kept if valid(kept) else default
+    return {"key": key, "on_change": _keep_page_value, "args": (key,)}
 
 
 def config_from_settings(values: dict) -> AttentionConfig:
@@ -216,40 +219,43 @@ def sidebar() -> dict:
     with st.sidebar:
         st.markdown("### attnviz")
         for path, label, icon in PAGES:
-            st.page_link(path, label=label, icon=icon)
-        st.text_area("Text", key="text", height=110, help="Any text; GPT-2 tokens beyond 1024 are truncated.")
-        st.selectbox("Attention variant", list(VARIANTS), key="variant", format_func=VARIANTS.get)
-        st.selectbox("Model size", list(PRESETS), key="preset", format_func=PRESETS.get, on_change=_on_preset)
+            try:
+                st.page_link(path, label=label, icon=icon)
+            except StreamlitAPIException:  # a page script run on its own (no app.py): no links
+                break
+        st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **_bind("text"))
+        st.selectbox("Attention variant", list(VARIANTS), format_func=VARIANTS.get, **_bind("variant"))
+        st.selectbox("Model size", list(PRESETS), format_func=PRESETS.get, **_bind("preset"))
         col_in, col_out = st.columns(2)
-        col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, key="d_in", on_change=_on_dims)
+        col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, **_bind("d_in"))
         col_out.number_input(
-            "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, key="d_out", on_change=_on_d_out,
-            disabled=variant == "simplified",
+            "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=variant == "simplified",
             help="The simplified variant has no weights: its output width is d_in." if variant == "simplified" else None,
+            **_bind("d_out"),
         )
-        head_options = pipeline.divisors(int(ss["d_out"]))
+        head_options = [h for h in pipeline.divisors(int(ss["d_out"])) if h <= pipeline.MAX_HEADS]
         if ss["num_heads"] not in head_options:
-            ss["num_heads"] = pipeline.nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0]
+            _set("num_heads", pipeline.nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0])
         st.selectbox(
-            "Heads", head_options, key="num_heads", on_change=_on_dims, disabled=not multi,
+            "Heads", head_options, disabled=not multi,
             help="Only divisors of d_out are offered (head_dim = d_out / heads)." if multi
             else "Single-head variant: it has one head.",
+            **_bind("num_heads"),
         )
         dims_notice = ss.pop("_dims_notice", None)
         if dims_notice:
             st.caption(f"ℹ️ {dims_notice}")
-        st.toggle("Causal mask", key="causal", help="Hide future tokens (−∞ above the diagonal before softmax).")
+        st.toggle("Causal mask", help="Hide future tokens (−∞ above the diagonal before softmax).", **_bind("causal"))
         reason = None if has_dropout else "This variant has no dropout in the book."
-        st.slider("Dropout p", 0.0, 0.9, step=0.05, key="dropout", disabled=not has_dropout, help=reason)
-        st.toggle("Dropout active (training mode)", key="train", disabled=not has_dropout, help=reason)
-        st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, key="seed")
+        st.slider("Dropout p", 0.0, 0.9, step=0.05, disabled=not has_dropout, help=reason, **_bind("dropout"))
+        st.toggle("Dropout active (training mode)", disabled=not has_dropout, help=reason, **_bind("train"))
+        st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, **_bind("seed"))
         devices = pipeline.available_devices()
         if ss["device"] not in devices:
-            ss["device"] = "auto"
-        st.selectbox("Device", devices, key="device", help="auto = CUDA, then MPS, then CPU.")
+            _set("device", "auto")
+        st.selectbox("Device", devices, help="auto = CUDA, then MPS, then CPU.", **_bind("device"))
         for notice in ss.get("_url_notices", []):
             st.warning(notice, icon="🔗")
-    _keep()
     values = {key: ss[key] for key in SETTING_KEYS}
     st.query_params.from_dict(share_query(values))
     return values
@@ -356,16 +362,12 @@ def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
 
 
 def head_selector(key: str, num_heads: int) -> int:
-    """Focused-head selector (persisted); clamps when the head count shrinks."""
-    current = ss.get(key, ss.get(f"_keep_{key}", 0))
-    ss[key] = current if isinstance(current, int) and 0 <= current < num_heads else 0
+    """Focused-head selector (persisted); falls back to head 0 when the head count shrinks."""
+    bind = page_bind(key, 0, lambda head: isinstance(head, int) and 0 <= head < num_heads)
     if num_heads == 1:
         st.caption("This variant has a single head.")
-        head = 0
-    else:
-        head = st.selectbox("Focused head", list(range(num_heads)), key=key, format_func=lambda h: f"head {h}")
-    ss[f"_keep_{key}"] = head
-    return head
+        return 0
+    return st.selectbox("Focused head", list(range(num_heads)), format_func=lambda h: f"head {h}", **bind)
 
 
 def window_selector(prefix: str, n: int) -> tuple[int, int, int]:
@@ -378,8 +380,9 @@ def window_selector(prefix: str, n: int) -> tuple[int, int, int]:
         "(every cell hoverable); move it with the sliders. The overview is max-pooled."
     )
     cols = st.columns(2)
-    row0 = cols[0].slider("First query row", 0, last, key=f"{prefix}_row0", value=min(ss.get(f"{prefix}_row0", 0), last))
-    col0 = cols[1].slider("First key column", 0, last, key=f"{prefix}_col0", value=min(ss.get(f"{prefix}_col0", 0), last))
+    in_range = lambda value: isinstance(value, int) and 0 <= value <= last  # noqa: E731
+    row0 = cols[0].slider("First query row", 0, last, **page_bind(f"{prefix}_row0", 0, in_range))
+    col0 = cols[1].slider("First key column", 0, last, **page_bind(f"{prefix}_col0", 0, in_range))
     return row0, col0, WINDOW
 
 

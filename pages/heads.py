@@ -13,10 +13,9 @@ trace, config = ctx.trace, ctx.trace.config
 st.title("Attention heads")
 st.caption(f"{ui.variant_label(config)} · {trace.n} tokens · device {trace.device}")
 
-ui.keep_page_value("heads_stage", "weights")
-stage = st.segmented_control("Show", MAP_STAGES, key="heads_stage", format_func=figures.MAP_TITLES.get)
-ui.remember_page_value("heads_stage")
-stage = stage or "weights"
+stage = st.segmented_control(
+    "Show", MAP_STAGES, format_func=figures.MAP_TITLES.get, **ui.page_bind("heads_stage", "weights")
+) or "weights"
 
 diagram_col, grid_col = st.columns([1, 3])
 with diagram_col:

@@ -20,9 +20,9 @@ STAGES = {
     "dropped": "5 · dropout",
     "context": "6 · ·V",
 }
-ui.keep_page_value("steps_stage", "masked")
-stage = st.segmented_control("Stage", list(STAGES), key="steps_stage", format_func=STAGES.get) or "masked"
-ui.remember_page_value("steps_stage")
+stage = st.segmented_control(
+    "Stage", list(STAGES), format_func=STAGES.get, **ui.page_bind("steps_stage", "masked")
+) or "masked"
 
 diagram_col, view_col = st.columns([1, 3])
 with diagram_col:
