@@ -50,6 +50,9 @@ PAGES = (
     ("pages/steps.py", "Steps", ":material/footprint:"),
     ("pages/shapes.py", "Shapes", ":material/account_tree:"),
     ("pages/tokens.py", "Tokens", ":material/text_fields:"),
+    ("pages/compare.py", "Compare variants", ":material/compare:"),
+    ("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
+    ("pages/benchmark.py", "Benchmark", ":material/speed:"),
 )
 ss = st.session_state
 
