@@ -180,7 +180,7 @@ def heads_grid(
         pooled.append(small)
     zmin, zmax, scale = color_range(stage, np.stack(pooled), dropout)
     fig = make_subplots(
-        rows=rows, cols=columns, horizontal_spacing=0.02, vertical_spacing=0.08 if rows > 1 else 0.02,
+        rows=rows, cols=columns, horizontal_spacing=0.02, vertical_spacing=min(0.15, 0.5 / rows) if rows > 1 else 0.02,
         subplot_titles=[("▶ " if head == focus else "") + f"head {head}" for head in range(num_heads)],
     )
     size = pooled[0].shape[0]
@@ -331,3 +331,13 @@ def token_chips_html(tokens: list[str] | tuple[str, ...], token_ids, special) ->
             f"{html.escape(piece)}<sub style='color:#555'> {int(token_id)}{marker}</sub></span>"
         )
     return '<div class="attnviz-chips" style="line-height:2">' + "".join(chips) + "</div>"
+
+
+def head_stat_bars(heads, values, metric: str, description: str) -> go.Figure:
+    """One bar per head for one statistic."""
+    fig = go.Figure(go.Bar(x=[f"head {int(h)}" for h in heads], y=values,
+                           hovertemplate="%{x}: %{y:.4f}<extra></extra>"))
+    fig.update_layout(title={"text": f"{metric} — {description}", "font": {"size": 12}}, height=320,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig.update_xaxes(type="category")
+    return fig

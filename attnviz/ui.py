@@ -12,6 +12,7 @@ written back before the widgets are drawn, so they survive page switches.
 from __future__ import annotations
 
 import dataclasses
+import urllib.parse
 from dataclasses import dataclass
 
 import streamlit as st
@@ -264,6 +265,28 @@ def sidebar() -> dict:
     return values
 
 
+def _share_and_export(trace: Trace | None) -> None:
+    with st.sidebar, st.expander("Share & export", icon=":material/share:"):
+        values = {key: ss[key] for key in SETTING_KEYS}
+        base = (st.context.url or "").split("?", 1)[0]
+        link = base + "?" + urllib.parse.urlencode(share_query(values))
+        st.caption("Link to this view (copy with the icon on the right):")
+        st.code(link, language=None, wrap_lines=True)
+        if len(values["text"]) > MAX_URL_TEXT:
+            st.caption(f"The text is longer than {MAX_URL_TEXT:,} characters and is not in the link.")
+        st.radio("Figure download format (camera icon on each chart)", ["png", "svg"], horizontal=True,
+                 **page_bind("image_format", "png"))
+        if trace is not None:
+            from attnviz import export
+
+            st.download_button(
+                "Download this trace (NPZ + JSON manifest)", lambda: export.trace_npz(trace),
+                file_name="attnviz-trace.npz", mime="application/octet-stream", on_click="ignore",
+                icon=":material/download:", help="Every recorded step, the embeddings and output, "
+                "with manifest.json (config, tokens, shapes). Large at 1024 tokens.",
+            )
+
+
 # --------------------------------------------------------------------------- computing
 
 @st.cache_resource(show_spinner=False)
@@ -303,11 +326,13 @@ def setup(page_title: str) -> Context | None:
     except InputError as exc:
         st.warning(str(exc), icon="✋")
         last = ss.get("_last_valid")
+        _share_and_export(last)
         if last is None:
             return None
         st.caption("Showing the last valid view.")
         return Context(settings=values, config=last.config, trace=last, stale=True)
     ss["_last_valid"] = trace
+    _share_and_export(trace)
     for note in trace.notes:
         st.info(note, icon="ℹ️")
     return Context(settings=values, config=config, trace=trace, stale=False)
@@ -324,11 +349,10 @@ def variant_label(config: AttentionConfig) -> str:
 
 
 def plotly_config(filename: str) -> dict:
-    """Modebar with PNG and SVG download under a sensible file name."""
+    """Modebar whose camera button downloads PNG or SVG (the sidebar's choice) under ``filename``."""
     return {
         "displaylogo": False,
-        "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2},
-        "modeBarButtonsToAdd": ["toImage"],
+        "toImageButtonOptions": {"format": ss.get("_keep_image_format", "png"), "filename": filename, "scale": 2},
     }
 
 
@@ -364,6 +388,53 @@ def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
         st.rerun()
 
 
+def focus_from_row(event, num_heads: int, key: str = "heads_focus") -> None:
+    """A row picked in the head statistics table focuses that head."""
+    rows = (event or {}).get("selection", {}).get("rows", []) if event else []
+    signature = repr(rows)
+    if not rows or ss.get("_last_row_pick") == signature:
+        return
+    ss["_last_row_pick"] = signature
+    if 0 <= rows[0] < num_heads:
+        ss[key] = ss[f"_keep_{key}"] = int(rows[0])
+        st.rerun()
+
+
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def _head_stats(text: str, config_values: tuple):
+    import pandas as pd
+
+    from attnviz import stats
+
+    trace = cached_trace(text, config_values)
+    table = pd.DataFrame(stats.head_statistics(trace.steps["weights"][0]))
+    table.insert(0, "head", range(len(table)))
+    return table
+
+
+def head_stats_table(ctx: Context):
+    """Per-head statistics of the weights (cached with the trace)."""
+    return _head_stats(ctx.trace.text, dataclasses.astuple(ctx.config))
+
+
+def stats_column_config() -> dict:
+    from attnviz import stats
+
+    config = {"head": st.column_config.NumberColumn("head", format="%d")}
+    config.update({name: st.column_config.NumberColumn(name, help=text, format="%.4f")
+                   for name, text in stats.STATS.items()})
+    return config
+
+
+def download_head_csv(trace: Trace, head: int, stage: str) -> None:
+    from attnviz import export
+
+    st.download_button(
+        f"Download head {head} {stage} (CSV)", lambda: export.weights_csv(trace, head, stage),
+        file_name=f"attnviz-head{head}-{stage}.csv", mime="text/csv", on_click="ignore", icon=":material/download:",
+    )
+
+
 def head_selector(key: str, num_heads: int) -> int:
     """Focused-head selector (persisted); falls back to head 0 when the head count shrinks."""
     bind = page_bind(key, 0, lambda head: isinstance(head, int) and 0 <= head < num_heads)
@@ -390,34 +461,29 @@ def window_selector(prefix: str, n: int) -> tuple[int, int, int]:
 
 
 STEP_TEXT = {
-    "scores": ("Each query is compared with every key: a dot product per (query, key) pair.",
-               "attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)"),
-    "scaled": ("Divide by √dₖ so the scores' variance does not grow with the head size.",
-               "attn_scores = attn_scores / keys.shape[-1]**0.5  # dₖ = head_dim"),
-    "masked": ("Hide the future: scores above the diagonal become −∞, so softmax gives them weight 0.",
-               "attn_scores.masked_fill_(mask_bool, -torch.inf)  # in place: note the underscore"),
-    "weights": ("Softmax turns each query's row of scores into weights that sum to 1.",
-                "attn_weights = torch.softmax(attn_scores, dim=-1)"),
-    "dropped": ("In training, dropout zeroes a random fraction p of the weights and scales the rest by 1/(1−p).",
-                "attn_weights = self.dropout(attn_weights)"),
-    "context": ("Each context vector is the weighted sum of the value vectors.",
-                "context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, n, hd) -> (b, n, h, hd)"),
+    "scores": "Each query is compared with every key: a dot product per (query, key) pair.",
+    "scaled": "Divide by √dₖ so the scores' variance does not grow with the head size.",
+    "masked": "Hide the future: scores above the diagonal become −∞, so softmax gives them weight 0.",
+    "weights": "Softmax turns each query's row of scores into weights that sum to 1.",
+    "dropped": "In training, dropout zeroes a random fraction p of the weights and scales the rest by 1/(1−p).",
+    "context": "Each context vector is the weighted sum of the value vectors.",
 }
 
 
 def step_text(config: AttentionConfig, stage: str) -> dict:
-    what, code = STEP_TEXT[stage]
-    if config.variant not in pipeline.MULTI_HEAD_VARIANTS:
-        code = code.replace("keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)",
-                            "keys.transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)")
-        code = code.replace("(attn_weights @ values).transpose(1, 2)  # (b, h, n, hd) -> (b, n, h, hd)",
-                            "attn_weights @ values  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)")
-    if config.variant == "simplified":
-        if stage == "scaled":
-            what = "The simplified version does not scale: scaled = scores (no weights, dₖ unused)."
-            code = "# no scaling in section 3.3"
-        if stage == "scores":
-            code = "attn_scores = inputs @ inputs.T  # (n, d_in) @ (d_in, n) -> (n, n)"
+    """What the stage does, and the line of the running source that does it."""
+    from attnviz import source
+
+    what = STEP_TEXT[stage]
+    code = source.stage_code(config.variant, stage)
+    if code is None:
+        what = {
+            "scaled": "The simplified version (section 3.3) does not scale: scaled = scores.",
+            "dropped": "The simplified version (section 3.3) has no dropout: dropped = weights.",
+        }.get(stage, what)
+        code = "# this variant has no such line"
+    elif stage == "masked" and not config.causal:
+        code += "  # skipped: causal mask off"
     return {"what": what, "code": code}
 
 

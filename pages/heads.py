@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from attnviz import diagram, figures, ui
+from attnviz import diagram, figures, stats, ui
 from attnviz.attention import MAP_STAGES
 
 ctx = ui.setup("Heads")
@@ -47,6 +47,21 @@ def focused_head():
         window_col.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{stage}"))
     else:
         st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{stage}"))
+    ui.download_head_csv(trace, head, stage)
 
 
 focused_head()
+
+st.subheader("Head statistics")
+st.caption("Computed from the attention weights of every head. Click a row to focus that head; click a "
+           "column header to sort.")
+table = ui.head_stats_table(ctx)
+metric = st.selectbox("Bar chart of", list(stats.STATS), **ui.page_bind("heads_metric", "entropy"))
+stats_col, bars_col = st.columns([3, 2])
+with stats_col:
+    picked = st.dataframe(table, on_select="rerun", selection_mode="single-row", key="heads_stats",
+                          column_config=ui.stats_column_config(), hide_index=True)
+    ui.focus_from_row(picked, trace.num_heads)
+with bars_col:
+    st.plotly_chart(figures.head_stat_bars(table["head"].to_numpy(), table[metric].to_numpy(), metric,
+                                           stats.STATS[metric]), config=ui.plotly_config(f"attnviz-head-{metric}"))

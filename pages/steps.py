@@ -4,7 +4,7 @@ live shape diagram with the viewed stage highlighted."""
 import numpy as np
 import streamlit as st
 
-from attnviz import diagram, figures, ui
+from attnviz import diagram, figures, source, ui
 
 ctx = ui.setup("Steps")
 if ctx is None:
@@ -103,3 +103,8 @@ with view_col:
             st.markdown(f"context = weights @ values: `{ui.shape_of(trace, 'context')}`  \n"
                         f"output: `{ui.shape_of(trace, 'output')}`")
             st.dataframe(ui.context_table(trace, head), height=380)
+
+with st.expander(f"Source of {source.CLASSES[config.variant].__name__} — read from the running module"):
+    code, line = source.marked_source(config.variant, stage)
+    st.caption(f"Line {line} (marked ◀) computes this stage." if line else "This variant has no line for this stage.")
+    st.code(code, language="python", line_numbers=True)

@@ -204,7 +204,7 @@ def test_settings_are_written_to_the_url():
 def test_steps_page_shows_before_after_and_code_for_each_stage():
     at = app()
     at.switch_page("pages/steps.py").run()
-    for stage, code in (("scaled", "keys.shape[-1]**0.5"), ("masked", "masked_fill_"),
+    for stage, code in (("scaled", "keys.shape[-1] ** 0.5"), ("masked", "masked_fill_"),
                         ("weights", "softmax"), ("dropped", "self.dropout"), ("scores", "keys.transpose")):
         at.segmented_control(key="steps_stage").set_value(stage).run()
         no_exception(at)

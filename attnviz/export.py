@@ -1,0 +1,57 @@
+"""Downloads: one head's weights as CSV, the whole Trace as NPZ with a JSON manifest (pure)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+
+import numpy as np
+
+from attnviz.pipeline import Trace
+
+
+def weights_csv(trace: Trace, head: int, stage: str = "weights") -> bytes:
+    """One head's (n, n) map as CSV: a header row of key tokens, one row per query token."""
+    matrix = trace.attention_map(stage, head)
+    labels = [f"{i}: {piece}" for i, piece in enumerate(trace.tokens)]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow([f"query \\ key ({stage}, head {head})", *labels])
+    for label, row in zip(labels, matrix):
+        writer.writerow([label, *(f"{value:.7g}" for value in row)])
+    return buffer.getvalue().encode("utf-8")
+
+
+def manifest(trace: Trace) -> dict:
+    return {
+        "format": "attnviz trace v1",
+        "config": dataclasses.asdict(trace.config),
+        "text": trace.text,
+        "tokens": list(trace.tokens),
+        "token_ids": list(trace.token_ids),
+        "shapes": [[stage, list(shape)] for stage, shape in trace.shapes],
+        "device": trace.device,
+        "notes": list(trace.notes),
+        "arrays": {name: list(array.shape) for name, array in _arrays(trace).items()},
+    }
+
+
+def _arrays(trace: Trace) -> dict[str, np.ndarray]:
+    arrays = {f"steps/{name}": array for name, array in trace.steps.items()}
+    arrays.update({f"embeddings/{name}": array for name, array in trace.embeddings.items()})
+    arrays["output"] = trace.output
+    arrays["token_ids"] = np.asarray(trace.token_ids, dtype=np.int64)
+    return arrays
+
+
+def trace_npz(trace: Trace) -> bytes:
+    """Every array of the Trace plus ``manifest.json`` (config, tokens, shapes) in one NPZ file.
+
+    Read it back with ``np.load(f)``; ``json.loads(bytes(data["manifest.json"]))`` gives the manifest.
+    """
+    buffer = io.BytesIO()
+    payload = json.dumps(manifest(trace), ensure_ascii=False).encode("utf-8")
+    np.savez_compressed(buffer, **_arrays(trace), **{"manifest.json": np.frombuffer(payload, dtype=np.uint8)})
+    return buffer.getvalue()

@@ -1,0 +1,69 @@
+"""The source of each variant, read from the running module, with the line of a stage marked."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+from attnviz import attention
+
+CLASSES = {
+    "simplified": attention.SimplifiedSelfAttention,
+    "self_attention_v1": attention.SelfAttention_v1,
+    "self_attention_v2": attention.SelfAttention_v2,
+    "causal": attention.CausalAttention,
+    "mha_wrapper": attention.MultiHeadAttentionWrapper,
+    "mha": attention.MultiHeadAttention,
+}
+# the line that computes each stage (first match wins)
+STAGE_PATTERNS = {
+    "queries": r"queries = ",
+    "keys": r"keys = ",
+    "values": r"values = ",
+    "scores": r"attn_scores = .*@",
+    "scaled": r"\*\* ?0\.5",
+    "masked": r"masked_fill",
+    "weights": r"softmax\(",
+    "dropped": r"dropout\(attn_weights\)",
+    "context": r"context_vecs? = .*@",
+    "output": r"out_proj\(|return ",
+}
+MARK = "  # ◀ this stage"
+
+
+def variant_source(variant: str) -> str:
+    """Source of the variant's class, plus the shared single-head pipeline it calls, if any."""
+    parts = [inspect.getsource(CLASSES[variant])]
+    if variant == "mha_wrapper":
+        parts.append(inspect.getsource(attention.CausalAttention))  # each head
+    if variant in ("self_attention_v1", "self_attention_v2", "causal", "mha_wrapper"):
+        parts.append(inspect.getsource(attention._single_head))
+    return "\n\n".join(parts)
+
+
+def stage_line(source: str, stage: str) -> int | None:
+    """0-based index of the line in ``source`` that computes ``stage`` (None if it has none)."""
+    pattern = re.compile(STAGE_PATTERNS[stage])
+    for index, line in enumerate(source.splitlines()):
+        code = line.split("#", 1)[0]
+        if pattern.search(code) and not code.lstrip().startswith(("def ", "class ", '"""')):
+            return index
+    return None
+
+
+def stage_code(variant: str, stage: str) -> str | None:
+    """The single source line that computes ``stage`` in this variant (None if it has none)."""
+    source = variant_source(variant)
+    index = stage_line(source, stage)
+    return None if index is None else source.splitlines()[index].strip()
+
+
+def marked_source(variant: str, stage: str) -> tuple[str, int | None]:
+    """(source with the stage's line marked, 1-based line number of that line or None)."""
+    source = variant_source(variant)
+    index = stage_line(source, stage)
+    if index is None:
+        return source, None
+    lines = source.splitlines()
+    lines[index] += MARK
+    return "\n".join(lines), index + 1
