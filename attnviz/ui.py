@@ -12,6 +12,7 @@ written back before the widgets are drawn, so they survive page switches.
 from __future__ import annotations
 
 import dataclasses
+import re
 import urllib.parse
 from dataclasses import dataclass
 
@@ -56,6 +57,14 @@ PAGES = (
     ("pages/benchmark.py", "Benchmark", ":material/speed:"),
 )
 ss = st.session_state
+
+
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+
+
+def markdown_escape(text: str) -> str:
+    """Backslash-escape Markdown so user-derived text (URL values, messages) shows literally."""
+    return MARKDOWN_SPECIALS.sub(r"\\\1", text)
 
 
 # --------------------------------------------------------------------------- settings state
@@ -259,7 +268,7 @@ def sidebar() -> dict:
             _set("device", "auto")
         st.selectbox("Device", devices, help="auto = CUDA, then MPS, then CPU.", **_bind("device"))
         for notice in ss.get("_url_notices", []):
-            st.warning(notice, icon="🔗")
+            st.warning(markdown_escape(notice), icon="🔗")
     values = {key: ss[key] for key in SETTING_KEYS}
     st.query_params.from_dict(share_query(values))
     return values
@@ -324,7 +333,7 @@ def setup(page_title: str) -> Context | None:
         with st.spinner("Running attention…"):
             trace = cached_trace(values["text"], dataclasses.astuple(config))
     except InputError as exc:
-        st.warning(str(exc), icon="✋")
+        st.warning(markdown_escape(str(exc)), icon="✋")
         last = ss.get("_last_valid")
         _share_and_export(last)
         if last is None:
@@ -334,7 +343,7 @@ def setup(page_title: str) -> Context | None:
     ss["_last_valid"] = trace
     _share_and_export(trace)
     for note in trace.notes:
-        st.info(note, icon="ℹ️")
+        st.info(markdown_escape(note), icon="ℹ️")
     return Context(settings=values, config=config, trace=trace, stale=False)
 
 

@@ -1,0 +1,222 @@
+"""Hostile input, tampered URLs, determinism: attnviz never shows a traceback and never loses text."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from streamlit.testing.v1 import AppTest
+
+from attnviz import figures, pipeline, tokens, ui
+from attnviz.pipeline import AttentionConfig, InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = AttentionConfig(d_in=8, d_out=8, num_heads=2, context_length=64)
+
+HOSTILE_TEXTS = {
+    "html": "<img src=x onerror=alert(1)><script>alert(2)</script><b>bold</b>",
+    "markdown": "# Title **bold** [link](javascript:alert(1)) `code` $x^2$ :red[red]",
+    "endoftext": "a<|endoftext|>b<|endoftext|>",
+    "other specials": "<|fim_prefix|><|im_start|>user<|im_end|>",
+    "control": "nul\x00bell\x07esc\x1b[31mred\x7f",
+    "rtl": "abc\u202edcba\u202c \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627",
+    "zero width": "a\u200bb\u200cc\u200dd\ufeffe",
+    "emoji": "👩‍👩‍👧‍👦 🏳️‍🌈 👍🏽 🇺🇦",
+    "whitespace runs": " \n\n\t\t   x   \r\n",
+    "long": "word " * 3000,
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS.values(), ids=HOSTILE_TEXTS.keys())
+def test_pipeline_runs_on_hostile_text(text):
+    trace = pipeline.run(text, SMALL)
+    assert 1 <= trace.n <= SMALL.context_length
+    assert tokens.decode(list(trace.token_ids)) == text[: len(tokens.decode(list(trace.token_ids)))]
+    assert all("\ufffd" not in piece for piece in trace.tokens)
+    assert np.isfinite(trace.output).all()
+
+
+def test_control_characters_are_shown_visibly():
+    pieces = "".join(pipeline.run("a\x00b\x1bc\u200b", SMALL).tokens)
+    assert "\\x00" in pieces and "\\x1b" in pieces and "\\u200b" in pieces
+    assert "\x00" not in pieces and "\x1b" not in pieces
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=200))
+def test_any_unicode_gives_a_trace_or_a_plain_input_error(text):
+    """Including lone surrogates: never an exception other than InputError."""
+    try:
+        trace = pipeline.run(text, SMALL)
+    except InputError as exc:
+        assert str(exc)
+        assert not text.strip()
+        return
+    assert trace.n >= 1
+    assert np.isfinite(trace.steps["weights"]).all()
+
+
+def test_lone_surrogates_are_replaced_with_a_note():
+    trace = pipeline.run("ok \ud800 fine", SMALL)
+    assert any("surrogate" in note for note in trace.notes)
+
+
+def test_huge_paste_is_bounded_before_tokenizing_with_a_notice():
+    text = "x" * 100_000
+    trace = pipeline.run(text, SMALL)
+    assert len(trace.text) == pipeline.MAX_CHARS
+    assert any("40,000 characters" in note for note in trace.notes)
+
+
+@pytest.mark.parametrize("payload", ["<img src=x onerror=alert(1)>", "<script>alert(1)</script>", "\"'><svg/onload=1>"])
+def test_html_that_reaches_unsafe_renderers_is_escaped(payload):
+    """st.html (token chips) and Plotly labels (which render some HTML) get escaped text."""
+    trace = pipeline.run(payload, SMALL)
+    chips = figures.token_chips_html(trace.tokens, trace.token_ids, [False] * trace.n)
+    for dangerous in ("<img", "<script", "<svg", "onerror=alert", "\"'>"):
+        assert dangerous not in chips
+    labels = " ".join(figures.position_labels(trace.tokens))
+    assert "<" not in labels and ">" not in labels
+
+
+def test_no_unsafe_allow_html_anywhere():
+    sources = [*ROOT.glob("attnviz/*.py"), *ROOT.glob("pages/*.py"), ROOT / "app.py"]
+    offenders = [path.name for path in sources if "unsafe_allow_html=True" in path.read_text()]
+    assert offenders == []
+
+
+def test_markdown_escape_defuses_links_and_html():
+    escaped = ui.markdown_escape("[a](javascript:alert(1)) **b** <img src=x>")
+    assert re.search(r"(?<!\\)[\[\]()*<>]", escaped) is None  # every special character is escaped
+    assert escaped.replace("\\", "") == "[a](javascript:alert(1)) **b** <img src=x>"
+
+
+def _app() -> AppTest:
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+
+
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py"])
+def test_every_page_survives_hostile_text_and_keeps_it(page):
+    at = _app().run()
+    at.switch_page(page).run()
+    for name, text in HOSTILE_TEXTS.items():
+        at.sidebar.text_area(key="text").set_value(text).run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        assert at.sidebar.text_area(key="text").value == text, name
+
+
+TAMPERED = {
+    "num_heads": ["7", "abc", "0", "100000", "-4", "1e3"],
+    "d_in": ["-1", "0", "99999", "3.5", "nan"],
+    "d_out": ["0", "x", "5000"],
+    "dropout": ["5", "-0.1", "nan", "inf", "one"],
+    "seed": ["-3", "1e99", "99999999999999999999", ""],
+    "variant": ["nope", "<script>alert(1)</script>", "MHA"],
+    "device": ["cuda", "tpu", "mps"],
+    "causal": ["maybe", "2"],
+    "train": ["yes please"],
+    "preset": ["gpt5", "[x](javascript:1)"],
+}
+
+
+@pytest.mark.parametrize(("key", "raw"), [(k, v) for k, values in TAMPERED.items() for v in values])
+def test_tampered_url_values_are_ignored_with_a_notice(key, raw):
+    values, notices = ui.settings_from_query({key: raw})
+    if key == "device" and raw in pipeline.available_devices():
+        pytest.skip("device present on this machine")
+    assert any(key in notice for notice in notices)
+    assert values[key] == ui.DEFAULTS[key]
+    ui.config_from_settings(values).validate()  # what remains is always a valid view
+
+
+def test_tampered_url_renders_the_default_view_with_notices():
+    at = _app()
+    for key, values in TAMPERED.items():
+        at.query_params[key] = values[0]
+    at.run()
+    assert not at.exception
+    assert len(at.sidebar.warning) >= len(TAMPERED) - 1
+    assert at.get("plotly_chart")
+
+
+def test_empty_text_in_the_url_is_a_plain_message():
+    at = _app()
+    at.query_params["text"] = ""
+    at.run()
+    assert not at.exception
+    assert any("Type some text" in w.value for w in at.warning)
+
+
+def _digest(trace) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(trace.steps):
+        digest.update(np.ascontiguousarray(trace.steps[name]).tobytes())
+    digest.update(trace.output.tobytes())
+    return digest.hexdigest()
+
+
+DETERMINISM_CONFIG = AttentionConfig(d_in=16, d_out=16, num_heads=4, dropout=0.3, train=True, seed=7, context_length=32)
+
+
+def test_dropout_masks_are_reproducible_from_the_seed():
+    first = pipeline.run("the same text twice", DETERMINISM_CONFIG)
+    pipeline._seeded_module.cache_clear()
+    second = pipeline.run("the same text twice", DETERMINISM_CONFIG)
+    assert _digest(first) == _digest(second)
+    other = pipeline.run("the same text twice", pipeline.replace(DETERMINISM_CONFIG, seed=8))
+    assert not np.array_equal(first.steps["dropped"] == 0, other.steps["dropped"] == 0)
+
+
+def test_arrays_are_bitwise_identical_across_processes():
+    script = (
+        "import json,hashlib,numpy as np\n"
+        "from attnviz import pipeline\n"
+        f"cfg = pipeline.AttentionConfig(**{dataclasses.asdict(DETERMINISM_CONFIG)!r})\n"
+        "t = pipeline.run('the same text twice', cfg)\n"
+        "d = hashlib.sha256()\n"
+        "[d.update(np.ascontiguousarray(t.steps[k]).tobytes()) for k in sorted(t.steps)]\n"
+        "d.update(t.output.tobytes())\n"
+        "print(d.hexdigest())\n"
+    )
+    runs = {subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+            .stdout.strip() for _ in range(2)}
+    assert runs == {_digest(pipeline.run("the same text twice", DETERMINISM_CONFIG))}
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device on this machine")
+def test_cpu_and_cuda_agree():
+    cpu = pipeline.run("Your journey starts with one step", pipeline.replace(DETERMINISM_CONFIG, train=False, device="cpu"))
+    gpu = pipeline.run("Your journey starts with one step", pipeline.replace(DETERMINISM_CONFIG, train=False, device="cuda"))
+    assert np.allclose(cpu.output, gpu.output, atol=1e-5)
+
+
+def test_missing_device_falls_back_to_cpu_with_a_notice(monkeypatch):
+    monkeypatch.setattr(pipeline, "available_devices", lambda: ["auto", "cpu"])
+    trace = pipeline.run("hello", pipeline.replace(SMALL, device="cuda"))
+    assert trace.device == "cpu"
+    assert any("CUDA is not available" in note for note in trace.notes)
+
+
+def test_cuda_out_of_memory_falls_back_to_cpu_with_a_notice(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(pipeline, "available_devices", lambda: ["auto", "cpu", "cuda"])
+    real_forward = pipeline._forward
+
+    def forward(input_embeddings, config, device):
+        if device == "cuda":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 48.00 GiB")
+        return real_forward(input_embeddings, config, device)
+
+    monkeypatch.setattr(pipeline, "_forward", forward)
+    trace = pipeline.run("hello", pipeline.replace(SMALL, device="cuda"))
+    assert trace.device == "cpu"
+    assert any("out of memory" in note for note in trace.notes)
