@@ -1,0 +1,197 @@
+"""Architecture rules of the core: no Streamlit outside attnviz/ui.py; a shape comment on every tensor line."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import tokenize
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "attnviz"
+UI = PACKAGE / "ui.py"
+CORE_FILES = sorted(path for path in PACKAGE.rglob("*.py") if path != UI)
+
+
+def core_modules() -> list[str]:
+    """Dotted names of every attnviz module that exists now, except attnviz.ui."""
+    names = []
+    for path in CORE_FILES:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+# ============================== no Streamlit in the core ==============================
+
+
+def streamlit_imports(source: str, module: str = "attnviz.x") -> list[str]:
+    """Imports of streamlit (or of attnviz.ui, which imports it) anywhere in ``source``, even in functions."""
+    found = []
+    package = module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from . import ui / from .ui import x
+                base = ".".join(filter(None, [package, base]))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            func_name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if func_name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                names = [node.args[0].value]
+        found += [
+            name for name in names
+            if name.split(".")[0] == "streamlit" or name == "attnviz.ui" or name.startswith("attnviz.ui.")
+        ]
+    return found
+
+
+def test_there_are_core_modules_to_check():
+    assert {"attnviz", "attnviz.tokens", "attnviz.embedding", "attnviz.attention", "attnviz.pipeline"} <= set(
+        core_modules()
+    )
+    assert "attnviz.ui" not in core_modules()
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_core_source_never_imports_streamlit(path):
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    assert streamlit_imports(path.read_text(encoding="utf-8"), module) == []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "import streamlit as st",
+        "import streamlit.components.v1",
+        "from streamlit import session_state",
+        "def f():\n    import streamlit\n",
+        "import importlib\nimportlib.import_module('streamlit')",
+        "__import__('streamlit')",
+        "from attnviz import ui",
+        "from . import ui",
+        "from .ui import sidebar",
+    ],
+)
+def test_the_import_checker_catches_streamlit(snippet):
+    assert streamlit_imports(snippet, "attnviz.figures") != []
+
+
+def test_the_import_checker_allows_other_imports():
+    assert streamlit_imports("import torch\nfrom attnviz import pipeline\nfrom . import tokens\n", "attnviz.x") == []
+
+
+def _loaded_after_import(modules: list[str]) -> tuple[bool, list[str]]:
+    code = textwrap.dedent(
+        f"""
+        import importlib, json, sys
+        for name in {modules!r}:
+            importlib.import_module(name)
+        print(json.dumps(["streamlit" in sys.modules, sorted(m for m in sys.modules if m.startswith("attnviz"))]))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    loaded, attnviz_modules = json.loads(result.stdout.strip().splitlines()[-1])
+    return loaded, attnviz_modules
+
+
+def test_importing_the_core_does_not_load_streamlit():
+    modules = core_modules()
+    loaded, attnviz_modules = _loaded_after_import(modules)
+    assert set(modules) <= set(attnviz_modules)
+    assert "attnviz.ui" not in attnviz_modules
+    assert loaded is False
+
+
+def test_importing_ui_does_load_streamlit():
+    """The subprocess check can fail: importing attnviz.ui really loads streamlit."""
+    pytest.importorskip("streamlit")
+    if not UI.exists():
+        pytest.skip("attnviz/ui.py does not exist yet")
+    loaded, _ = _loaded_after_import(["attnviz.ui"])
+    assert loaded is True
+
+
+# ============================== shape comments ==============================
+
+TENSOR_EXPRESSION = re.compile(r"@|\.view\(|\.transpose\(|softmax|\bW_\w+\(")
+
+
+def lines_missing_shape_comments(source: str) -> list[str]:
+    """Assignments whose value uses ``@``, ``.view(``, ``.transpose(``, softmax or a ``W_`` call and
+    carry no ``#`` comment with a ``(`` on any of their lines."""
+    comments: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string
+    missing = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) or node.value is None:
+            continue
+        value = ast.get_source_segment(source, node.value) or ""
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.MatMult):
+            value = "@ " + value
+        if not TENSOR_EXPRESSION.search(value):
+            continue
+        spanned = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        if not any("(" in comments.get(line, "") for line in spanned):
+            missing.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
+    return missing
+
+
+def test_attention_tensor_lines_have_shape_comments():
+    source = (PACKAGE / "attention.py").read_text(encoding="utf-8")
+    assert lines_missing_shape_comments(source) == []
+
+
+def test_attention_has_tensor_lines_to_check():
+    source = (PACKAGE / "attention.py").read_text(encoding="utf-8")
+    checked = [
+        node for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assign) and TENSOR_EXPRESSION.search(ast.get_source_segment(source, node.value) or "")
+    ]
+    assert len(checked) >= 20  # the 6 classes really are covered
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "attn_scores = queries @ keys.T\n",
+        "attn_scores = queries @ keys.T  # scores\n",
+        "keys = keys.view(b, n, h, hd)\n",
+        "keys = keys.transpose(1, 2)  # swap heads and tokens\n",
+        "attn_weights = torch.softmax(attn_scores, dim=-1)\n",
+        "keys = self.W_key(x)\n",
+        "x = (\n    queries\n    @ keys\n)\n",
+        "x @= w\n",
+    ],
+)
+def test_the_shape_comment_checker_catches_missing_comments(snippet):
+    assert len(lines_missing_shape_comments(snippet)) == 1
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "attn_scores = queries @ keys.T  # (n, d) @ (d, n) -> (n, n)\n",
+        "x = (\n    queries\n    @ keys  # (n, d) @ (d, n)\n)\n",
+        "self.W_key = nn.Linear(3, 2)\n",
+        "b, n, d = x.shape\n",
+    ],
+)
+def test_the_shape_comment_checker_accepts_commented_and_non_tensor_lines(snippet):
+    assert lines_missing_shape_comments(snippet) == []
