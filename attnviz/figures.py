@@ -138,7 +138,7 @@ def attention_heatmap(
     fig.update_layout(
         title={"text": title or MAP_TITLES.get(stage, stage)},
         height=height, margin={"l": 10, "r": 10, "t": 60, "b": 10},
-        plot_bgcolor=MASKED_COLOR, legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right"},
+        plot_bgcolor=MASKED_COLOR, legend={"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right", "yanchor": "top"},
     )
     return fig
 
@@ -216,6 +216,15 @@ def heads_grid(
     )
     fig.update_annotations(font_size=11)
     return fig
+
+
+def mark_focus(grid: go.Figure, head: int) -> go.Figure:
+    """A copy of a ``heads_grid`` figure whose subplot title marks ``head`` with ▶."""
+    marked = go.Figure(grid)
+    for annotation in marked.layout.annotations:
+        title = annotation.text.removeprefix("▶ ")
+        annotation.text = ("▶ " if title == f"head {head}" else "") + title
+    return marked
 
 
 def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: float = 0.0, max_cells: int = 128,

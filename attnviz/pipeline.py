@@ -129,13 +129,20 @@ def _or_list(values: list[int]) -> str:
 
 
 def preset_config(preset: str, **overrides) -> AttentionConfig:
-    """AttentionConfig for a GPT-2 size (``gpt2-small`` …) or the book's toy example (``book``)."""
+    """AttentionConfig for a GPT-2 size (``gpt2-small`` …) or the book's toy example (``book``).
+
+    ``overrides`` win over the preset.  The book preset masks only the variants the book masks
+    (causal, wrapper, MHA), so every variant reproduces the book's printed tensors by default.
+    """
     if preset == "book":
-        return AttentionConfig(**BOOK_PRESET, embedding="book", **overrides)
-    if preset not in GPT2_PRESETS:
+        variant = overrides.get("variant", AttentionConfig.variant)
+        values = {**BOOK_PRESET, "embedding": "book", "causal": variant in DROPOUT_VARIANTS}
+    elif preset in GPT2_PRESETS:
+        d_model, num_heads = GPT2_PRESETS[preset]
+        values = {"d_in": d_model, "d_out": d_model, "num_heads": num_heads}
+    else:
         raise ConfigError(f"Unknown preset {preset!r}; choose one of book, {', '.join(GPT2_PRESETS)}.")
-    d_model, num_heads = GPT2_PRESETS[preset]
-    return AttentionConfig(d_in=d_model, d_out=d_model, num_heads=num_heads, **overrides)
+    return AttentionConfig(**{**values, **overrides})
 
 
 @dataclass(frozen=True)
@@ -289,7 +296,8 @@ def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
         if tuple(token_ids) == embedding.JOURNEY_TOKEN_IDS:
             inputs = embedding.journey_inputs()  # (6, 3)
             zeros = torch.zeros_like(inputs)  # (6, 3)
-            return inputs.unsqueeze(0), {"token": inputs.numpy(), "position": zeros.numpy(), "input": inputs.numpy()}
+            arrays = {"token": _to_numpy(inputs), "position": _to_numpy(zeros), "input": _to_numpy(inputs)}
+            return inputs.unsqueeze(0), arrays
         notes.append(
             f"The book's hand-set 3-d vectors exist only for {embedding.JOURNEY_TEXT!r}; "
             "this text uses seeded embeddings."
@@ -297,13 +305,15 @@ def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
     layer = _embedding_layer(config.d_in, config.context_length, config.seed)
     with torch.no_grad():
         parts = layer(torch.tensor([token_ids]))  # (1, n) -> (1, n, d_in) each
-    arrays = {"token": parts["token"][0].numpy(), "position": parts["position"].numpy(), "input": parts["input"][0].numpy()}
+    arrays = {"token": _to_numpy(parts["token"][0]), "position": _to_numpy(parts["position"]),
+              "input": _to_numpy(parts["input"][0])}
     return parts["input"], arrays
 
 
 def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: str):
     # the module does not depend on train/device; its dropout mode is set per run
-    module, rng_state = _seeded_module(replace(config, train=False, device="auto"), device)
+    module_config = replace(config, train=False, device="auto", embedding="seeded")  # what the module depends on
+    module, rng_state = _seeded_module(module_config, device)
     recorder = attention.Recorder()
     with _RNG_LOCK, torch.inference_mode():
         torch.set_rng_state(rng_state)
@@ -315,7 +325,10 @@ def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: st
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().to("cpu", torch.float32).numpy()
+    """float32 NumPy view on the CPU, read-only: cached Traces are shared by every session."""
+    array = tensor.detach().to("cpu", torch.float32).numpy()
+    array.setflags(write=False)
+    return array
 
 
 def config_fields() -> list[str]:

@@ -80,9 +80,11 @@ _VISIBLE = {" ": "·", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 def _visible_char(char: str) -> str:
     if char in _VISIBLE:
         return _VISIBLE[char]
-    if unicodedata.category(char) in {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}:
+    if unicodedata.category(char) in {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}:  # Zs: e.g. NBSP
         code = ord(char)
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+        if code < 0x100:
+            return f"\\x{code:02x}"
+        return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
     return char
 
 

@@ -304,10 +304,11 @@ def _encoding():
     return tokens.get_encoding()
 
 
-@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
 def cached_trace(text: str, config_values: tuple) -> Trace:
-    """Traces are cached as resources (shared, not copied): at n = 1024 a Trace holds ~250 MB of
-    maps, and ``st.cache_data`` would unpickle a copy of it on every rerun."""
+    """Traces are cached as resources (shared, read-only, not copied): at n = 1024 a GPT-2 small
+    Trace holds ~210 MB of maps, and ``st.cache_data`` would unpickle a copy on every rerun
+    (~130 ms).  Four entries bound the cache to ~0.85 GB at GPT-2 small, n = 1024."""
     return pipeline.run(text, AttentionConfig(*config_values))
 
 
@@ -323,6 +324,12 @@ class Context:
         return (self.trace.text, dataclasses.astuple(self.config))
 
 
+def _last_valid_trace() -> Trace | None:
+    """The last valid view of this session (recomputed if the cache evicted it)."""
+    last = ss.get("_last_valid")
+    return None if last is None else cached_trace(*last)
+
+
 def setup(page_title: str) -> Context | None:
     """Sidebar + cached run.  On invalid input: a plain message and the last valid view."""
     st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
@@ -334,13 +341,13 @@ def setup(page_title: str) -> Context | None:
             trace = cached_trace(values["text"], dataclasses.astuple(config))
     except InputError as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
-        last = ss.get("_last_valid")
+        last = _last_valid_trace()
         _share_and_export(last)
         if last is None:
             return None
         st.caption("Showing the last valid view.")
         return Context(settings=values, config=last.config, trace=last, stale=True)
-    ss["_last_valid"] = trace
+    ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
     _share_and_export(trace)
     for note in trace.notes:
         st.info(markdown_escape(note), icon="ℹ️")
@@ -366,19 +373,20 @@ def plotly_config(filename: str) -> dict:
 
 
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
-def _grid_figure(text: str, config_values: tuple, stage: str, focus: int):
+def _grid_figure(text: str, config_values: tuple, stage: str):
     from attnviz import figures
 
     trace = cached_trace(text, config_values)
     config = trace.config
-    return figures.heads_grid(
-        trace.steps[stage][0], stage, causal=config.causal, dropout=config.dropout, focus=focus,
-    )
+    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.dropout)
 
 
 def heads_grid_figure(ctx: Context, stage: str):
-    """The (cached) thumbnail grid of all heads: no tensor work when the inputs are unchanged."""
-    return _grid_figure(ctx.trace.text, dataclasses.astuple(ctx.config), stage, ss.get("heads_focus", 0))
+    """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked."""
+    from attnviz import figures
+
+    grid = _grid_figure(ctx.trace.text, dataclasses.astuple(ctx.config), stage)
+    return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
 
 
 def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:

@@ -141,12 +141,6 @@ def grid_marker(at: AppTest) -> list[str]:
     return [note["text"] for note in grid["layout"]["annotations"] if "▶" in note["text"]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "app bug (benchmarks/README.md, 'Payload per page'): ui.heads_grid_figure reads ss['heads_focus'], which "
-    "Streamlit drops while another page runs and page_bind restores only later, in the focused-head fragment; "
-    "so after a page switch the grid is re-pooled (all heads, ~0.25-0.5 s at n = 1024) for head 0 and marks "
-    "head 0 while head 3 is focused. Fix: read ss.get('_keep_heads_focus', 0), and keep focus out of the "
-    "pooled figure's cache key (add the marker to a copy)."))
 def test_page_switch_back_reuses_the_grid_and_marks_the_focused_head(counted):
     at = heads_app("Your journey starts with one step")
     at.selectbox(key="heads_focus").set_value(3).run()

@@ -205,24 +205,12 @@ def test_book_preset_non_causal_variants_reproduce_the_book_without_the_mask(var
     assert np.allclose(trace.output[0], expected, atol=ATOL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="pipeline.AttentionConfig.causal defaults to True and preset_config('book') keeps it, "
-    "so the book preset masks simplified/v1/v2, which the book runs without a mask",
-)
 @pytest.mark.parametrize(("variant", "seed", "expected"), BOOK_NON_CAUSAL)
 def test_book_preset_reproduces_the_book_for_non_causal_variants_by_default(variant, seed, expected):
     trace = run(JOURNEY, preset_config("book", variant=variant, seed=seed))
     assert np.allclose(trace.output[0], expected, atol=ATOL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="pipeline.preset_config passes BOOK_PRESET and **overrides to AttentionConfig together, "
-    "so overriding a preset key (d_out, num_heads, d_in) raises TypeError instead of overriding it",
-)
 @pytest.mark.parametrize(("preset", "override"), [("book", {"d_out": 4}), ("gpt2-small", {"num_heads": 8})])
 def test_preset_overrides_can_override_preset_keys(preset, override):
     config = preset_config(preset, **override)
