@@ -1,10 +1,105 @@
-"""Pitfall lab (work in progress)."""
+"""Pitfall lab: one classic attention bug at a time next to the book's code, and a causality leak detector."""
 
+import pandas as pd
 import streamlit as st
 
-from attnviz import ui
+from attnviz import pitfalls, ui
+from attnviz.pitfalls import PITFALLS
 
 ctx = ui.setup("Pitfall lab")
 if ctx is None:
     st.stop()
+text, config_values = ctx.key
+trace, config = ctx.trace, ctx.config
+wanted_heads = int(ctx.settings["num_heads"])  # the sidebar's Heads, used when the variant is single-head
+
+
+@st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
+def lab(text: str, config_values: tuple, wanted_heads: int, bug: str) -> pitfalls.PitfallResult:
+    run = ui.cached_trace(text, config_values)
+    setup = pitfalls.lab_setup(run.config, run.n, wanted_heads)
+    return pitfalls.run_pitfall(bug, setup, pitfalls.lab_inputs(run.embeddings["input"]))
+
+
+@st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
+def leak(text: str, config_values: tuple, wanted_heads: int, bug: str | None, j: int) -> dict:
+    run = ui.cached_trace(text, config_values)
+    setup = pitfalls.lab_setup(run.config, run.n, wanted_heads)
+    return pitfalls.leak_check(setup, pitfalls.lab_inputs(run.embeddings["input"]), j, causal=run.config.causal,
+                               bug=bug)
+
+
+def verdict_box(version: pitfalls.Version, buggy: bool) -> None:
+    if version.fired:
+        st.error(f"**Detected:** {version.verdict}", icon=":material/bug_report:")
+    elif buggy:
+        st.warning(f"**Not visible here:** {version.verdict}", icon=":material/visibility_off:")
+    else:
+        st.success(f"**Check passed:** {version.verdict}", icon=":material/check_circle:")
+
+
+setup = pitfalls.lab_setup(config, trace.n, wanted_heads)
+n = min(trace.n, pitfalls.MAX_TOKENS)
+tokens = trace.tokens[:n]
+
 st.title("Pitfall lab")
+st.caption(f"{setup.describe()} · {n} tokens · eval mode unless a bug says otherwise")
+for note in setup.notes:
+    st.caption(f":material/info: {note}")
+
+bug = st.segmented_control(
+    "Switch on a bug", ["none", *PITFALLS], format_func=lambda key: PITFALLS[key].label if key in PITFALLS else "no bug",
+    **ui.page_bind("pitfalls_bug", "none", lambda key: key == "none" or key in PITFALLS),
+) or "none"
+
+if bug == "none":
+    st.info("No bug switched on: this is the book's code. Switch one on to see it next to the correct version, "
+            "with the one line that differs and a verdict computed from the tensors.", icon=":material/science:")
+    st.dataframe(pd.DataFrame({"bug": [p.title for p in PITFALLS.values()],
+                               "the book's line": [p.correct_line for p in PITFALLS.values()],
+                               "the buggy line": [p.buggy_line for p in PITFALLS.values()]}), hide_index=True)
+else:
+    pitfall = PITFALLS[bug]
+    if not config.causal and bug in ("masked_fill", "mask_diagonal", "mask_not_sliced"):
+        st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); the sidebar's causal toggle "
+                   "applies to the leak detector below.")
+    with st.spinner("Running both versions…"):
+        result = lab(text, config_values, wanted_heads, bug)
+    st.subheader(pitfall.title)
+    st.code(pitfalls.diff_text(bug), language="diff")
+    st.markdown(pitfall.explanation)
+    stage = "dropped" if pitfall.figure == "dropout" else "weights"
+    for column, version, name in zip(st.columns(2), (result.correct, result.buggy), ("the book's code", "with the bug")):
+        with column:
+            st.markdown(f"**{name.capitalize()}**")
+            verdict_box(version, buggy=version is result.buggy)
+            if version.observation.error is None and pitfall.figure != "error":
+                st.caption(f"head 0 of {setup.num_heads}: {stage}, {name}" + (", call 1" if stage == "dropped" else ""))
+                fig = pitfalls.weights_figure(version.observation, tokens, stage=stage, dropout=setup.dropout)
+                st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
+    extra = {"row_sums": pitfalls.row_sums_figure, "entropy": pitfalls.entropy_figure,
+             "dropout": pitfalls.call_difference_figure}.get(pitfall.figure)
+    if extra is not None:
+        st.plotly_chart(extra(result, tokens), config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
+
+st.header("Causality leak detector")
+runs_on = "the book's code" if bug == "none" else f"the code with bug {PITFALLS[bug].title}"
+st.caption(f"Add seeded noise to one token's input embedding, rerun {runs_on} (causal mask "
+           f"{'on' if config.causal else 'off'} in the sidebar) and measure how far every output moves. "
+           "With a causal mask, every position before the perturbed token must stay *exactly* the same (Δ == 0).")
+if n < 2:
+    st.info("One token: nothing comes before it, so there is nothing to leak into. Type more text.",
+            icon=":material/info:")
+else:
+    j = st.select_slider("Perturbed token j", list(range(n)), format_func=lambda p: f"{p}: {tokens[p]}",
+                         **ui.page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n))
+    with st.spinner("Perturbing…"):
+        report = leak(text, config_values, wanted_heads, None if bug == "none" else bug, j)
+    if "error" in report:
+        st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
+                   "there is nothing to compare.", icon=":material/error:")
+    else:
+        box = st.error if report["leaked"] else st.success
+        icon = ":material/water_drop:" if report["leaked"] else ":material/check_circle:"
+        box(f"**Verdict:** {report['verdict']}", icon=icon)
+        st.plotly_chart(pitfalls.leak_figure(report, tokens), config=ui.plotly_config("attnviz-leak-detector"))

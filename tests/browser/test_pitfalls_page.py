@@ -1,0 +1,38 @@
+"""The Pitfall lab in a real Chromium: the leak verdict is visible, switching on a bug shows it next to the
+book's code, and the screenshot for the README is saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import assert_no_exception, runs, save_screenshot, wait_idle
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # conftest skips every test here (or fails them under ATTNVIZ_REQUIRE_BROWSER=1)
+    expect = None
+
+pytestmark = pytest.mark.browser
+
+
+def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, base_url):
+    page.goto(f"{base_url}/pitfalls")
+    wait_idle(page)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.locator("h1")).to_contain_text("Pitfall lab")
+    expect(main.get_by_text("Verdict: no leak", exact=True)).to_be_visible()
+
+    before = runs(page)
+    main.get_by_role("radio", name="masked_fill (no _)").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text("Verdict: leaks into positions 0, 1, 2", exact=True)).to_be_visible()
+    alerts = main.get_by_test_id("stAlert")
+    expect(alerts.filter(has_text="Detected:")).to_contain_text("the future leaks")
+    expect(alerts.filter(has_text="Check passed:")).to_contain_text("no leak")
+    expect(main.get_by_test_id("stCode").first).to_contain_text("attn_scores.masked_fill(mask_bool, -torch.inf)")
+    expect(main.locator("[data-testid=stPlotlyChart] g.heatmaplayer g.hm image")).to_have_count(2)
+
+    path = save_screenshot(page, "pitfalls")
+    assert path.stat().st_size > 20_000, f"{path} looks empty"
