@@ -215,12 +215,12 @@ def build_module(config: AttentionConfig) -> torch.nn.Module:
 
 
 # torch's global RNG (seeding, dropout) is shared by all Streamlit sessions' threads.
-_RNG_LOCK = threading.Lock()
+RNG_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=2)
 def _embedding_layer(d_in: int, context_length: int, seed: int) -> embedding.InputEmbedding:
-    with _RNG_LOCK:
+    with RNG_LOCK:
         torch.manual_seed(seed)
         return embedding.InputEmbedding(d_in, context_length)
 
@@ -228,7 +228,7 @@ def _embedding_layer(d_in: int, context_length: int, seed: int) -> embedding.Inp
 @functools.lru_cache(maxsize=4)
 def _seeded_module(module_config: AttentionConfig, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
     """(module on ``device``, RNG state right after its creation, so dropout replays the book's draws)."""
-    with _RNG_LOCK:
+    with RNG_LOCK:
         torch.manual_seed(module_config.seed)
         module = build_module(module_config)  # created on the CPU: the same weights on every device
         rng_state = torch.get_rng_state()
@@ -315,7 +315,7 @@ def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: st
     module_config = replace(config, train=False, device="auto", embedding="seeded")  # what the module depends on
     module, rng_state = _seeded_module(module_config, device)
     recorder = attention.Recorder()
-    with _RNG_LOCK, torch.inference_mode():
+    with RNG_LOCK, torch.inference_mode():
         torch.set_rng_state(rng_state)
         if device == "cuda":
             torch.cuda.manual_seed_all(config.seed)

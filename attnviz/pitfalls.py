@@ -25,7 +25,7 @@ from torch import nn
 
 from attnviz import figures, pipeline
 from attnviz.attention import MultiHeadAttention, Recorder, record
-from attnviz.pipeline import _RNG_LOCK, AttentionConfig  # one lock for torch's global RNG, shared with run()
+from attnviz.pipeline import RNG_LOCK, AttentionConfig  # one lock for torch's global RNG, shared with run()
 
 MAX_TOKENS = 64  # the lab runs on the first 64 tokens at most (every pitfall runs two modules)
 DEFAULT_DROPOUT = 0.1  # GPT_CONFIG_124M's drop_rate, used when the sidebar's p is 0 or does not apply
@@ -219,7 +219,7 @@ def seeded_rng(seed: int) -> Iterator[None]:
     """Hold the pipeline's RNG lock (re-entrantly) and seed torch's global RNG; restored afterwards."""
     depth = getattr(_HELD, "depth", 0)
     if depth == 0:
-        _RNG_LOCK.acquire()
+        RNG_LOCK.acquire()
     _HELD.depth = depth + 1
     try:
         with torch.random.fork_rng(devices=[]):
@@ -228,7 +228,7 @@ def seeded_rng(seed: int) -> Iterator[None]:
     finally:
         _HELD.depth = depth
         if depth == 0:
-            _RNG_LOCK.release()
+            RNG_LOCK.release()
 
 
 def build_correct(setup: LabSetup, causal: bool = True) -> MultiHeadAttention:
@@ -277,7 +277,7 @@ def _forward(module: nn.Module, inputs: torch.Tensor, seed: int) -> torch.Tensor
 
 
 def _as_batch(inputs) -> torch.Tensor:
-    tensor = torch.as_tensor(np.asarray(inputs, dtype=np.float32) if not torch.is_tensor(inputs) else inputs)
+    tensor = torch.as_tensor(np.array(inputs, dtype=np.float32) if not torch.is_tensor(inputs) else inputs)
     return tensor if tensor.dim() == 3 else tensor.unsqueeze(0)  # (n, d_in) -> (1, n, d_in)
 
 

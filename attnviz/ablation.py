@@ -1,0 +1,162 @@
+"""Why ÷√dₖ?  Softmax saturation versus the key size dₖ, with and without the scaling.
+
+For q and k with independent standard-normal entries, q·k is a sum of dₖ products of variance 1, so
+its variance is dₖ: without scaling the scores spread out as dₖ grows, softmax puts nearly all the
+weight on one key (low entropy, max weight → 1) and its gradients vanish.  Dividing by √dₖ keeps the
+variance at 1 for every dₖ.
+
+Everything here returns plain dicts of NumPy arrays/floats; :func:`scaling_ablation_figure` draws them.
+This run's own queries/keys are reported as one point at this run's dₖ (projecting them onto a prefix
+of their dimensions would not be a meaningful "smaller dₖ").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from attnviz.pipeline import MULTI_HEAD_VARIANTS, Trace
+
+DK_VALUES = tuple(2**i for i in range(11))  # 1, 2, 4, …, 1024
+ROWS_PER_DK = 4096  # query rows drawn per dₖ (in batches of n tokens), enough for ~5 % variance estimates
+MODES = ("scaled", "unscaled")
+METRICS = ("variance", "entropy", "max_weight")
+MODE_NAMES = {"scaled": "softmax(q·k ÷ √dₖ)", "unscaled": "softmax(q·k) — no scaling"}
+MODE_COLORS = {"scaled": "#1f77b4", "unscaled": "#d62728"}
+EXPLANATION = (
+    "Each score q·k is a sum of dₖ products. With q and k entries of variance 1 its variance is dₖ, so "
+    "without scaling a bigger head spreads the scores further apart and softmax **saturates**: nearly all "
+    "the weight lands on one key (entropy → 0, max weight → 1) and the gradients through softmax vanish. "
+    "Dividing by √dₖ keeps the variance at 1 for every dₖ. Lines: random q, k with N(0, 1) entries, as many "
+    "tokens as this run. ★: this run's head {head} ({variant}) at its own dₖ = {dk}; its q, k entries are not "
+    "N(0, 1) (their spread comes from the embedding and weight initialisation), so the stars need not sit on "
+    "the lines."
+)
+METRIC_TITLES = {
+    "variance": "variance of the scores",
+    "entropy": "mean row entropy (nats)",
+    "max_weight": "mean max weight per row",
+}
+
+
+def saturation_stats(queries, keys, causal: bool = False) -> dict[str, dict[str, float]]:
+    """Score variance, mean row entropy and mean max weight of softmax(q·k) and softmax(q·k ÷ √dₖ).
+
+    ``queries``/``keys``: (..., n, dₖ) arrays.  The variance is over every q·k pair (the mask does not
+    change the scores); entropy and max weight are over the keys a query may see (all, or ≤ its position).
+    Computed in float64 (torch only for the fast batched matmul).
+    """
+    queries = torch.tensor(np.asarray(queries), dtype=torch.float64)  # (..., n, dₖ)
+    keys = torch.tensor(np.asarray(keys), dtype=torch.float64)  # (..., n, dₖ)
+    d_k, num_tokens = queries.shape[-1], queries.shape[-2]
+    attn_scores = queries @ keys.transpose(-1, -2)  # (..., n, dₖ) @ (..., dₖ, n) -> (..., n, n)
+    stats = {}
+    for mode in MODES:
+        scores = attn_scores / math.sqrt(d_k) if mode == "scaled" else attn_scores  # (..., n, n)
+        if causal:
+            mask_bool = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)  # (n, n)
+            scores_seen = scores.masked_fill(mask_bool, -torch.inf)  # (..., n, n)
+        else:
+            scores_seen = scores  # (..., n, n)
+        attn_weights = torch.softmax(scores_seen, dim=-1)  # (..., n, n), rows sum to 1
+        entropy = torch.special.entr(attn_weights).sum(dim=-1)  # −Σ p log p (0 log 0 = 0) -> (..., n)
+        stats[mode] = {
+            "variance": float(scores.var(unbiased=False)),
+            "entropy": float(entropy.mean()),
+            "max_weight": float(attn_weights.max(dim=-1).values.mean()),
+        }
+    return stats
+
+
+def uniform_entropy(num_tokens: int, causal: bool = False) -> float:
+    """Mean row entropy of uniform weights (the most spread-out softmax can be)."""
+    if causal:
+        return float(np.mean(np.log(np.arange(1, num_tokens + 1))))
+    return float(math.log(num_tokens))
+
+
+def scaling_ablation(dks=DK_VALUES, num_tokens: int = 64, seed: int = 123, causal: bool = False,
+                     rows: int = ROWS_PER_DK) -> dict:
+    """Saturation statistics vs dₖ on random q/k (standard-normal entries, ``numpy`` generator seeded).
+
+    For each dₖ, ``ceil(rows / num_tokens)`` independent sequences of ``num_tokens`` tokens are drawn.
+    Returns ``{"dk": array, "num_tokens", "seed", "causal", "uniform_entropy",
+    "scaled": {metric: array}, "unscaled": {metric: array}}``.
+    """
+    rng = np.random.default_rng(seed)
+    num_tokens = max(1, int(num_tokens))
+    batches = max(1, math.ceil(rows / num_tokens))
+    result = {mode: {metric: [] for metric in METRICS} for mode in MODES}
+    for d_k in dks:
+        queries = rng.standard_normal((batches, num_tokens, d_k))  # (batches, n, dₖ)
+        keys = rng.standard_normal((batches, num_tokens, d_k))  # (batches, n, dₖ)
+        stats = saturation_stats(queries, keys, causal)
+        for mode in MODES:
+            for metric in METRICS:
+                result[mode][metric].append(stats[mode][metric])
+    return {
+        "dk": np.array(dks, dtype=np.int64),
+        "num_tokens": num_tokens,
+        "seed": seed,
+        "causal": causal,
+        "uniform_entropy": uniform_entropy(num_tokens, causal),
+        **{mode: {metric: np.array(values) for metric, values in result[mode].items()} for mode in MODES},
+    }
+
+
+def trace_qk(trace: Trace, head: int = 0, max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One head's queries and keys from a Trace: (n, dₖ) each (MHA/wrapper: that head's columns)."""
+    queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]  # (n, d_out) each
+    config = trace.config
+    if config.variant in MULTI_HEAD_VARIANTS:
+        span = slice(head * config.head_dim, (head + 1) * config.head_dim)
+        queries, keys = queries[:, span], keys[:, span]  # (n, d_out) -> (n, hd)
+    return queries[:max_tokens], keys[:max_tokens]
+
+
+def run_point(queries: np.ndarray, keys: np.ndarray, causal: bool = False, head: int = 0) -> dict:
+    """This run's statistics at its own dₖ: ``{"dk", "head", "scaled": {...}, "unscaled": {...}}``."""
+    return {"dk": int(np.shape(queries)[-1]), "head": head, **saturation_stats(queries, keys, causal)}
+
+
+def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int = 360) -> go.Figure:
+    """Three panels vs dₖ (log₂ x axis): score variance, mean row entropy, mean max weight, each with
+    and without ÷√dₖ; ``run`` (from :func:`run_point`) is drawn as highlighted stars."""
+    dks = [int(d) for d in ablation["dk"]]
+    if run is not None and run["dk"] not in dks:
+        dks = sorted({*dks, run["dk"]})
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[METRIC_TITLES[m] for m in METRICS],
+                        horizontal_spacing=0.08)
+    for col, metric in enumerate(METRICS, start=1):
+        for mode in MODES:
+            fig.add_trace(go.Scatter(
+                x=ablation["dk"], y=ablation[mode][metric], mode="lines+markers", name=MODE_NAMES[mode],
+                legendgroup=mode, showlegend=col == 1, line={"color": MODE_COLORS[mode]},
+                hovertemplate=f"dₖ = %{{x}}<br>{METRIC_TITLES[metric]} %{{y:.4g}}<extra>{MODE_NAMES[mode]}</extra>",
+            ), row=1, col=col)
+            if run is not None:
+                fig.add_trace(go.Scatter(
+                    x=[run["dk"]], y=[run[mode][metric]], mode="markers", name=f"this run, {mode} (dₖ = {run['dk']})",
+                    legendgroup=f"run-{mode}", showlegend=col == 1,
+                    marker={"symbol": "star", "size": 16, "color": MODE_COLORS[mode],
+                            "line": {"color": "black", "width": 1.5}},
+                    hovertemplate=f"this run, head {run['head']}<br>dₖ = %{{x}}<br>{METRIC_TITLES[metric]} "
+                                  f"%{{y:.4g}}<extra>{MODE_NAMES[mode]}</extra>",
+                ), row=1, col=col)
+    fig.add_hline(y=ablation["uniform_entropy"], line={"dash": "dot", "color": "grey"}, row=1, col=2,
+                  annotation_text="uniform", annotation_position="bottom left")
+    fig.update_xaxes(type="log", tickvals=dks, ticktext=[str(d) for d in dks], title="dₖ (log₂)")
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.05], row=1, col=3)
+    mask = "causal rows" if ablation["causal"] else "all keys"
+    fig.update_layout(
+        title={"text": f"Softmax saturation vs dₖ — random q, k ~ N(0, 1), {ablation['num_tokens']} tokens, "
+                       f"{mask}, seed {ablation['seed']}", "font": {"size": 13}},
+        height=height, margin={"l": 10, "r": 10, "t": 70, "b": 10},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig

@@ -1,0 +1,37 @@
+"""The Compare page in a real Chromium: six variant heatmaps drawn, live badges, no exception; saves
+docs/screenshots/compare.png."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import assert_no_exception, save_screenshot, wait_idle
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # conftest skips every test here (or fails them under ATTNVIZ_REQUIRE_BROWSER=1)
+    expect = None
+
+pytestmark = pytest.mark.browser
+
+
+def test_compare_page_draws_every_variant_with_green_badges(page, base_url):
+    page.goto(f"{base_url}/compare")
+    wait_idle(page)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.locator("h1")).to_contain_text("Compare variants")
+    heatmaps = main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator("g.heatmaplayer g.hm image"))
+    expect(heatmaps).to_have_count(6)
+    for title in ("Simplified self-attention", "Self-attention v1", "Self-attention v2", "Causal attention",
+                  "Multi-head wrapper", "Multi-head attention"):
+        expect(heatmaps.filter(has_text=title)).to_have_count(1)
+    badges = main.get_by_text("✅ equal")
+    expect(badges).to_have_count(3)
+    for badge in badges.all():
+        expect(badge).to_contain_text("max |Δ|")
+    expect(main.get_by_text("❌")).to_have_count(0)
+    ablation = main.locator("[data-testid=stPlotlyChart]").filter(has_text="Softmax saturation")
+    expect(ablation.locator("g.scatterlayer g.trace path.js-line")).to_have_count(6)  # 3 panels × with/without
+    path = save_screenshot(page, "compare")
+    assert path.stat().st_size > 20_000, f"{path} looks empty"
