@@ -9,10 +9,10 @@ sessions' words anywhere in its DOM (text, SVG, form values, URL).  Then every s
 one setting at the same time (half type a new text, half toggle the causal mask) and the checks
 run again.  A background thread polls ``/_stcore/health`` throughout; every poll must succeed.
 
-Known app bug (xfail, not strict: it is a race): on a fresh server, sessions building Plotly figures
-while another session's thread imports pandas for the first time show "AttributeError: partially
-initialized module 'pandas' has no attribute 'Series'".  Such pages are still checked for
-isolation, the second round still runs in full, and only that exact crash counts as expected.
+This test found a race (fixed in attnviz/__init__.py): on a fresh server, sessions building Plotly
+figures while another session's thread imported pandas for the first time showed "AttributeError:
+partially initialized module 'pandas' has no attribute 'Series'".  That crash is reported as
+PandasImportRaceError, after every other check has run.
 """
 
 from __future__ import annotations
@@ -301,15 +301,6 @@ def tabs(browser, request):
         context.close()
 
 
-@pytest.mark.xfail(
-    raises=PandasImportRaceError, strict=False,
-    reason="app bug, a race: on a fresh server the first session to import pandas (lazily, "
-    "attnviz/ui.py _head_stats) does so while other sessions' script threads build Plotly figures; "
-    "Plotly's to_scalar_or_list takes pandas from sys.modules half-initialized, and those sessions show "
-    "AttributeError: partially initialized module 'pandas' has no attribute 'Series' (from "
-    "figures.heads_grid -> make_subplots). Not every run hits the window (4 of 6 did), hence not strict; "
-    "only this exact crash is expected, any other failure fails the test.",
-)
 def test_eight_simultaneous_sessions_stay_isolated(tabs, fresh_server):
     server = fresh_server()
     sessions = initial_sessions()

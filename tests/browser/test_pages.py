@@ -1,0 +1,283 @@
+"""attnviz in a real Chromium: what a user sees on every page, typing, the sidebar controls, hostile
+text, shared links as the first request to a fresh server, and empty input.
+
+Each test opens its own browser context, i.e. its own Streamlit session.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+
+from .conftest import assert_no_exception, runs, save_screenshot, wait_idle
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # conftest skips every test here (or fails them under ATTNVIZ_REQUIRE_BROWSER=1)
+    expect = None
+
+pytestmark = pytest.mark.browser
+
+DEFAULT_PIECES = ["Your", "·journey", "·starts", "·with", "·one", "·step"]
+TITLES = {
+    "": "Attention heads",
+    "heads": "Attention heads",
+    "steps": "Attention step by step",
+    "shapes": "Tensor shapes through the pipeline",
+    "tokens": "Tokens and embeddings",
+}
+
+# --------------------------------------------------------------------------- reading the page
+
+_CHIP_PIECES = """
+() => [...document.querySelectorAll('.attnviz-chips > span')].map((chip) =>
+    [...chip.childNodes].filter((node) => node.nodeType === Node.TEXT_NODE).map((node) => node.textContent).join(''))
+"""
+
+
+def sidebar(page):
+    return page.get_by_test_id("stSidebar")
+
+
+def text_box(page):
+    return sidebar(page).get_by_role("textbox", name="Text", exact=True)
+
+
+def charts(page):
+    return page.locator("[data-testid=stMain] [data-testid=stPlotlyChart]")
+
+
+def heatmap_charts(page):
+    return charts(page).filter(has=page.locator("g.heatmaplayer g.hm image"))
+
+
+def grid_chart(page):
+    """The Heads page's thumbnail grid (the chart whose subplot titles read "head N")."""
+    return charts(page).filter(has=page.locator("text.annotation-text", has_text=re.compile(r"^(▶ )?head \d+$"))).first
+
+
+def grid_titles(page) -> list[str]:
+    return [t.strip() for t in grid_chart(page).locator("text.annotation-text").all_text_contents()
+            if re.fullmatch(r"(▶ )?head \d+", t.strip())]
+
+
+def focused_chart(page):
+    """The Heads page's full-resolution heatmap (its axes are titled "key token")."""
+    return charts(page).filter(has=page.locator("text", has_text="key token")).last
+
+
+def x_tick_labels(chart) -> list[str]:
+    return chart.locator("g.xtick text").all_text_contents()
+
+
+def chip_pieces(page) -> list[str]:
+    return page.evaluate(_CHIP_PIECES)
+
+
+def query(page) -> dict[str, str]:
+    return {key: values[-1] for key, values in parse_qs(urlsplit(page.url).query).items()}
+
+
+def commit_text(page, text: str) -> None:
+    """Type into the sidebar text area and commit with Ctrl+Enter, then wait for the rerun."""
+    before = runs(page)
+    box = text_box(page)
+    box.fill(text)
+    box.press("Control+Enter")
+    wait_idle(page, after=before)
+
+
+def go_to(page, label: str) -> None:
+    """Switch pages with the sidebar's page link (a client-side page switch, same session)."""
+    before = runs(page)
+    sidebar(page).get_by_test_id("stPageLink-NavLink").filter(has_text=label).click()
+    wait_idle(page, after=before)
+
+
+def visit(page, url: str) -> None:
+    page.goto(url)
+    wait_idle(page)
+    assert_no_exception(page)
+
+
+# --------------------------------------------------------------------------- 1. every page
+
+@pytest.mark.parametrize("route", list(TITLES), ids=lambda route: f"/{route}")
+def test_page_loads_with_title_and_figures(page, base_url, route):
+    visit(page, f"{base_url}/{route}")
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text(TITLES[route])
+    expect(text_box(page)).to_have_value("Your journey starts with one step")
+    for label in ("Heads", "Steps", "Shapes", "Tokens"):
+        expect(sidebar(page).get_by_test_id("stPageLink-NavLink").filter(has_text=label)).to_be_visible()
+    assert page.title().startswith("attnviz · "), page.title()
+
+    if route in ("", "heads"):
+        assert grid_titles(page) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
+        expect(grid_chart(page).locator("g.hm image")).to_have_count(12)
+        assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
+        expect(page.get_by_test_id("stGraphVizChart").locator("svg")).to_contain_text("(1, 12, 6, 6)")
+    elif route == "steps":
+        expect(heatmap_charts(page)).to_have_count(2)  # before / after the default stage (the mask)
+        expect(page.get_by_test_id("stMain").get_by_text("Hide the future")).to_be_visible()
+        for chart in heatmap_charts(page).all():
+            assert x_tick_labels(chart) == DEFAULT_PIECES
+    elif route == "shapes":
+        svg = page.get_by_test_id("stGraphVizChart").locator("svg")
+        expect(svg).to_have_count(1)
+        for shape in ("(1, 6, 768)", "(1, 6, 12, 64)", "(1, 12, 6, 6)"):
+            expect(svg).to_contain_text(shape)
+        expect(page.get_by_test_id("stDataFrame")).to_be_visible()
+    else:
+        assert chip_pieces(page) == DEFAULT_PIECES
+        expect(page.get_by_test_id("stMetric")).to_contain_text("6 / 1024")
+        expect(heatmap_charts(page)).to_have_count(3)  # token, position, input embeddings
+
+    if route:
+        path = save_screenshot(page, route)
+        assert path.stat().st_size > 20_000, f"{path} looks empty"
+
+
+# --------------------------------------------------------------------------- 2. typing
+
+def test_typed_sentence_reaches_tokens_and_heads(page, base_url):
+    visit(page, f"{base_url}/tokens")
+    commit_text(page, "Every cat loves warm milk")
+    assert_no_exception(page)
+    expect(page.locator(".attnviz-chips > span")).to_have_count(5)
+    assert chip_pieces(page) == ["Every", "·cat", "·loves", "·warm", "·milk"]
+    expect(page.get_by_test_id("stMetric")).to_contain_text("5 / 1024")
+    assert query(page)["text"] == "Every cat loves warm milk"
+
+    go_to(page, "Heads")  # the sentence survives the page switch
+    assert_no_exception(page)
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention heads")
+    expect(text_box(page)).to_have_value("Every cat loves warm milk")
+    assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
+
+
+# --------------------------------------------------------------------------- 3. heads and causal
+
+def test_heads_selectbox_and_causal_toggle_change_grid_and_url(page, base_url):
+    visit(page, base_url)
+    assert len(grid_titles(page)) == 12
+    expect(focused_chart(page).locator("g.legend")).to_contain_text("masked")
+
+    before = runs(page)
+    sidebar(page).get_by_role("combobox", name="Heads").click()
+    dropdown = page.get_by_test_id("stSelectboxVirtualDropdown")
+    dropdown.get_by_role("option", name="4", exact=True).click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    assert grid_titles(page) == ["▶ head 0", "head 1", "head 2", "head 3"]
+    expect(page.get_by_test_id("stMain").get_by_test_id("stCaptionContainer").first).to_contain_text(
+        "4 heads × 192")
+
+    switch = sidebar(page).get_by_role("switch", name="Causal mask")
+    expect(switch).to_be_checked()
+    before = runs(page)
+    sidebar(page).get_by_test_id("stCheckbox").filter(has_text="Causal mask").locator("label").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(switch).not_to_be_checked()
+    expect(focused_chart(page).locator("g.legend")).to_have_count(0)  # no "masked" cells any more
+    assert len(grid_titles(page)) == 4
+
+    params = query(page)
+    assert params.get("num_heads") == "4", page.url
+    assert params.get("causal") == "false", page.url
+
+
+# --------------------------------------------------------------------------- 4. hostile text
+
+PAYLOAD = "<img src=x onerror=alert(1)> <script>alert(2)</script> <b>bold</b>"
+
+_INJECTED = """
+() => ({
+  img: document.querySelectorAll('img[src=x], img[src$="/x"]').length,
+  script: [...document.querySelectorAll('script')].filter((s) => s.textContent.includes('alert(')).length,
+  bold: [...document.querySelectorAll('b, strong')].filter((b) => b.textContent.trim() === 'bold').length,
+  svgBold: [...document.querySelectorAll('svg tspan, svg text')].filter((t) => t.textContent.trim() === 'bold'
+      && /bold|[6-9]00/.test(t.getAttribute('style') || '')).length,
+})
+"""
+
+
+def assert_nothing_injected(page) -> None:
+    for frame in page.frames:
+        found = frame.evaluate(_INJECTED)
+        assert found == {"img": 0, "script": 0, "bold": 0, "svgBold": 0}, f"injected HTML in {frame.url}: {found}"
+
+
+def test_html_in_the_text_is_shown_literally_and_never_runs(page, base_url):
+    dialogs: list[str] = []
+
+    def on_dialog(dialog):
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    visit(page, f"{base_url}/tokens")
+    commit_text(page, PAYLOAD)
+    assert_no_exception(page)
+    expect(text_box(page)).to_have_value(PAYLOAD)
+    pieces = chip_pieces(page)
+    assert "".join(pieces) == PAYLOAD.replace(" ", "·"), pieces  # every piece shown as typed, in order
+    chips = page.locator(".attnviz-chips")
+    expect(chips).to_contain_text("<")
+    expect(chips).to_contain_text("script")
+    expect(chips).to_contain_text("bold")
+    assert_nothing_injected(page)
+
+    go_to(page, "Heads")
+    assert_no_exception(page)
+    assert x_tick_labels(focused_chart(page)) == pieces  # Plotly labels are literal too
+    assert_nothing_injected(page)
+    page.wait_for_timeout(500)  # a late onerror/script would fire by now
+    assert dialogs == [], f"the payload opened dialogs: {dialogs}"
+
+
+# --------------------------------------------------------------------------- 5. shared links
+
+def test_deep_links_are_the_first_request_to_a_fresh_server(page, fresh_server):
+    server = fresh_server()
+    visit(page, f"{server.url}/steps?text=Hello%20world%20hello&variant=causal&causal=false")
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention step by step")
+    expect(text_box(page)).to_have_value("Hello world hello")
+    expect(sidebar(page).get_by_role("switch", name="Causal mask")).not_to_be_checked()
+    expect(sidebar(page).get_by_role("combobox", name="Attention variant")).to_have_value(
+        re.compile(r"causal", re.IGNORECASE))
+    expect(page.get_by_test_id("stMain").get_by_text("The causal mask is off")).to_be_visible()
+    expect(heatmap_charts(page)).to_have_count(2)
+    for chart in heatmap_charts(page).all():
+        assert x_tick_labels(chart) == ["Hello", "·world", "·hello"]
+    params = query(page)
+    assert (params.get("text"), params.get("variant"), params.get("causal")) == ("Hello world hello", "causal", "false")
+
+    visit(page, f"{server.url}/?num_heads=7&dropout=5&variant=nope&seed=-3")
+    warnings = sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="Ignored URL parameter")
+    for name in (re.compile(r"num_heads=.?7"), "dropout=", "variant=", "seed="):
+        expect(warnings.filter(has_text=name)).to_have_count(1)
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention heads")
+    assert len(grid_titles(page)) == 12  # the defaults stand in for the ignored values
+    assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
+    params = query(page)
+    assert (params.get("variant"), params.get("seed"), params.get("num_heads")) == ("mha", "123", "12"), page.url
+
+
+# --------------------------------------------------------------------------- 6. empty text
+
+def test_empty_text_warns_and_keeps_the_last_view(page, base_url):
+    visit(page, f"{base_url}/?text={quote('The cat sat on the mat')}")
+    expected = ["The", "·cat", "·sat", "·on", "·the", "·mat"]
+    assert x_tick_labels(focused_chart(page)) == expected
+
+    commit_text(page, "")
+    assert_no_exception(page)
+    expect(page.get_by_test_id("stMain").get_by_text("Type some text")).to_be_visible()
+    expect(text_box(page)).to_be_visible()
+    expect(text_box(page)).to_have_value("")
+    expect(page.get_by_test_id("stMain").get_by_text("Showing the last valid view")).to_be_visible()
+    assert len(grid_titles(page)) == 12
+    assert x_tick_labels(focused_chart(page)) == expected  # the previous heatmaps remain
