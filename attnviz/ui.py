@@ -359,6 +359,18 @@ def setup(page_title: str) -> Context | None:
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
 
+def beside_shape_diagram(trace: Trace, highlight: str):
+    """The compact live shape diagram (``highlight`` = the stage on view) in a narrow left column;
+    returns the wide column to its right."""
+    from attnviz import diagram
+
+    diagram_col, view_col = st.columns([1, 3])
+    with diagram_col:
+        st.graphviz_chart(diagram.shape_dot(trace.shapes, trace.config, highlight=highlight, compact=True))
+        st.caption(diagram.head_dim_equation(trace.config))
+    return view_col
+
+
 def variant_label(config: AttentionConfig) -> str:
     heads = f", {config.heads} heads × {config.head_dim}" if config.heads > 1 else ""
     return f"{VARIANTS[config.variant]}{heads}"

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from attnviz import diagram, figures, stats, ui
+from attnviz import figures, stats, ui
 from attnviz.attention import MAP_STAGES
 
 ctx = ui.setup("Heads")
@@ -17,10 +17,7 @@ stage = st.segmented_control(
     "Show", MAP_STAGES, format_func=figures.MAP_TITLES.get, **ui.page_bind("heads_stage", "weights")
 ) or "weights"
 
-diagram_col, grid_col = st.columns([1, 3])
-with diagram_col:
-    st.graphviz_chart(diagram.shape_dot(trace.shapes, config, highlight=stage, compact=True))
-    st.caption(diagram.head_dim_equation(config))
+grid_col = ui.beside_shape_diagram(trace, highlight=stage)
 with grid_col:
     event = st.plotly_chart(ui.heads_grid_figure(ctx, stage), key="heads_grid", on_select="rerun",
                             selection_mode="points", config=ui.plotly_config("attnviz-heads"))

@@ -4,7 +4,7 @@ live shape diagram with the viewed stage highlighted."""
 import numpy as np
 import streamlit as st
 
-from attnviz import diagram, figures, source, ui
+from attnviz import figures, source, ui
 
 ctx = ui.setup("Steps")
 if ctx is None:
@@ -24,10 +24,7 @@ stage = st.segmented_control(
     "Stage", list(STAGES), format_func=STAGES.get, **ui.page_bind("steps_stage", "masked")
 ) or "masked"
 
-diagram_col, view_col = st.columns([1, 3])
-with diagram_col:
-    st.graphviz_chart(diagram.shape_dot(trace.shapes, config, highlight=stage, compact=True))
-    st.caption(diagram.head_dim_equation(config))
+view_col = ui.beside_shape_diagram(trace, highlight=stage)
 
 with view_col:
     head = ui.head_selector("steps_focus", trace.num_heads)
