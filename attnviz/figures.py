@@ -192,8 +192,7 @@ def heads_grid(
             go.Heatmap(
                 z=small, zmin=zmin, zmax=zmax, colorscale=scale, showscale=head == 0, hoverongaps=False,
                 colorbar={"title": {"text": stage}, "thickness": 10, "len": 0.8},
-                hovertemplate=f"head {head}<br>" + (f"max over {block}×{block} block: " if block > 1 else "")
-                + "%{z:.4f}<extra></extra>",
+                hoverinfo="skip",  # the overlay below takes hover and clicks; exact values: the focused view
                 name=f"head {head}",
             ),
             row=row + 1, col=col + 1,
@@ -201,7 +200,8 @@ def heads_grid(
         fig.add_trace(
             go.Scatter(
                 x=overlay_x.ravel(), y=overlay_y.ravel(), mode="markers", customdata=[head] * overlay_x.size,
-                marker={"size": 18, "opacity": 0}, hoverinfo="skip", showlegend=False, name=f"select head {head}",
+                marker={"size": 24, "opacity": 0}, showlegend=False, name=f"select head {head}",
+                hovertemplate=f"head {head}: click to focus<extra></extra>",
             ),
             row=row + 1, col=col + 1,
         )

@@ -204,6 +204,21 @@ _INJECTED = """
 """
 
 
+def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
+    visit(page, f"{base_url}/")
+    thumbnails = grid_chart(page).locator("g.heatmaplayer g.hm image")
+    expect(thumbnails).to_have_count(12)
+    box = thumbnails.nth(5).bounding_box()
+    before = runs(page)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    expect(focus).to_have_value("head 5")
+    expect(focused_chart(page).locator("text.gtitle")).to_contain_text("head 5")
+    assert "▶ head 5" in grid_titles(page)
+
+
 def assert_nothing_injected(page) -> None:
     for frame in page.frames:
         found = frame.evaluate(_INJECTED)
