@@ -33,7 +33,8 @@ except ImportError:  # reported by _missing()
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-SCREENSHOTS = REPO / "docs" / "screenshots"
+# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes the README's docs/screenshots.
+SCREENSHOTS = REPO / "docs" / "screenshots" if os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") == "1" else ARTIFACTS
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
