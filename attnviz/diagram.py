@@ -194,6 +194,7 @@ def shape_dot(
     config: AttentionConfig,
     highlight: str | None = None,
     compact: bool = False,
+    rankdir: str | None = None,
 ) -> str:
     """Graphviz DOT source of this run's attention pipeline, with the recorded shapes.
 
@@ -227,7 +228,7 @@ def shape_dot(
     weighted = variant != "simplified"
     fontsize = 10 if compact else 12
     graph_attrs = _attrs(
-        rankdir="TB" if compact else "LR",  # compact: a tall, narrow picture for a sidebar-size column
+        rankdir=rankdir or ("TB" if compact else "LR"),  # compact: a tall, narrow picture for a sidebar-size column
         nodesep=0.15 if compact else 0.3,
         ranksep=0.2 if compact else 0.35,
         fontname="Helvetica",

@@ -49,9 +49,10 @@ def causal_mask(n: int) -> np.ndarray:
     return np.triu(np.ones((n, n), dtype=bool), k=1)
 
 
-def max_pool(matrix: np.ndarray, max_size: int) -> tuple[np.ndarray, int]:
+def max_pool(matrix: np.ndarray, max_size: int, signed: bool = False) -> tuple[np.ndarray, int]:
     """Max-pool a 2-D array so neither side exceeds ``max_size`` (NaN-aware: a block is NaN only
-    if all of it is).  Returns (pooled, block size); block 1 means unchanged."""
+    if all of it is).  ``signed``: keep each block's value of largest magnitude, with its sign (for
+    scores, whose peaks are negative as well as positive).  Returns (pooled, block size)."""
     rows, cols = matrix.shape
     block = max(1, math.ceil(max(rows, cols) / max_size))
     if block == 1:
@@ -60,7 +61,12 @@ def max_pool(matrix: np.ndarray, max_size: int) -> tuple[np.ndarray, int]:
     padded = np.pad(matrix.astype(np.float32), ((0, pad_rows), (0, pad_cols)), constant_values=np.nan)
     blocks = padded.reshape(padded.shape[0] // block, block, padded.shape[1] // block, block)
     all_nan = np.isnan(blocks).all(axis=(1, 3))
-    pooled = np.where(np.isnan(blocks), -np.inf, blocks).max(axis=(1, 3))
+    if signed:
+        flat = blocks.transpose(0, 2, 1, 3).reshape(blocks.shape[0], blocks.shape[2], -1)
+        index = np.where(np.isnan(flat), -1.0, np.abs(flat)).argmax(axis=-1)
+        pooled = np.take_along_axis(flat, index[..., None], axis=-1)[..., 0]
+    else:
+        pooled = np.where(np.isnan(blocks), -np.inf, blocks).max(axis=(1, 3))
     pooled[all_nan] = np.nan
     return pooled.astype(np.float32), block
 
@@ -85,6 +91,13 @@ def color_range(stage: str, values: np.ndarray, dropout: float = 0.0) -> tuple[f
     return -bound or -1.0, bound or 1.0, SCORE_SCALE
 
 
+def shared_range(matrices) -> tuple[float, float]:
+    """Symmetric colour range covering the finite values of all ``matrices``."""
+    bounds = [float(np.abs(m[np.isfinite(m)]).max()) for m in matrices if np.isfinite(m).any()]
+    bound = max(bounds, default=1.0) or 1.0
+    return -bound, bound
+
+
 def _masked_legend(fig: go.Figure) -> None:
     """A legend entry for the grey masked cells (a square marker outside the data)."""
     fig.add_trace(
@@ -107,6 +120,7 @@ def attention_heatmap(
     row_offset: int = 0,
     col_offset: int = 0,
     height: int = 520,
+    zrange: tuple[float, float] | None = None,
 ) -> go.Figure:
     """Full-resolution heatmap of one head's (rows × cols) map, hover = query, key, value.
 
@@ -123,6 +137,8 @@ def attention_heatmap(
     y_labels = labels[row_offset : row_offset + rows]
     x_labels = labels[col_offset : col_offset + cols]
     zmin, zmax, scale = color_range(stage, values, dropout)
+    if zrange is not None:  # a before/after pair shares one scale, so equal values look equal
+        zmin, zmax = zrange
     fig = go.Figure(
         go.Heatmap(
             z=values, x=x_labels, y=y_labels, zmin=zmin, zmax=zmax, colorscale=scale,
@@ -150,8 +166,8 @@ def _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset, max_tic
         text = [safe_label(tokens[offset + i]) for i in range(0, len(labels), step)]
         return {"tickmode": "array", "tickvals": vals, "ticktext": text, "type": "category"}
 
-    fig.update_xaxes(title="key token", side="top", tickangle=-60, **ticks(x_labels, col_offset))
-    fig.update_yaxes(title="query token", autorange="reversed", **ticks(y_labels, row_offset))
+    fig.update_xaxes(title="key token", side="top", tickangle=-60, showgrid=False, **ticks(x_labels, col_offset))
+    fig.update_yaxes(title="query token", autorange="reversed", showgrid=False, **ticks(y_labels, row_offset))
 
 
 def heads_grid(
@@ -176,7 +192,7 @@ def heads_grid(
     block = 1
     for head in range(num_heads):
         values = display_values(maps[head], stage, causal)
-        small, block = max_pool(values, max_cells)
+        small, block = max_pool(values, max_cells, signed=stage not in PROBABILITY_STAGES)
         pooled.append(small)
     zmin, zmax, scale = color_range(stage, np.stack(pooled), dropout)
     fig = make_subplots(
@@ -207,10 +223,11 @@ def heads_grid(
         )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, size - 0.5])
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[size - 0.5, -0.5])
-    note = f" — downsampled {n}→{size} per side (max-pooling keeps peaks; hover the focused head for exact values)" \
-        if block > 1 else ""
+    pooling = "max-pooling keeps peaks" if stage in PROBABILITY_STAGES else "each cell keeps its block's largest |score|"
+    note = f" — downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
     fig.update_layout(
-        title={"text": f"{MAP_TITLES.get(stage, stage)}, all {num_heads} heads{note}", "font": {"size": 13}},
+        title={"text": f"{MAP_TITLES.get(stage, stage)}, " + (f"all {num_heads} heads" if num_heads > 1 else "1 head")
+               + (f"<br><sup>{note.removeprefix(' — ')}</sup>" if note else ""), "font": {"size": 13}},
         height=max(180, 150 * rows + 60), margin={"l": 10, "r": 10, "t": 70, "b": 10},
         plot_bgcolor=MASKED_COLOR, clickmode="event+select", dragmode=False,
     )
@@ -231,7 +248,7 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
                      window: tuple[int, int, int] | None = None) -> go.Figure:
     """A max-pooled picture of a large map, with the focused window outlined (row0, col0, size)."""
     values = display_values(matrix, stage, causal)
-    small, block = max_pool(values, max_cells)
+    small, block = max_pool(values, max_cells, signed=stage not in PROBABILITY_STAGES)
     zmin, zmax, scale = color_range(stage, values, dropout)
     fig = go.Figure(go.Heatmap(z=small, zmin=zmin, zmax=zmax, colorscale=scale, showscale=False, hoverongaps=False,
                                hovertemplate=f"positions ≈ %{{y}}×{block} … (max of block) %{{z:.4f}}<extra></extra>"))
@@ -315,12 +332,12 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
     y = position_labels(tokens) if row_block == 1 else [f"{i * row_block}…" for i in range(values.shape[0])]
     bound = float(np.nanmax(np.abs(values))) or 1.0
     fig = go.Figure(go.Heatmap(
-        z=values, y=y, zmin=-bound, zmax=bound, colorscale=SCORE_SCALE,
+        z=values, y=y, x=np.arange(values.shape[1]) * col_block, zmin=-bound, zmax=bound, colorscale=SCORE_SCALE,
         hovertemplate="token %{y}<br>dim %{x}<br>%{z:.4f}<extra></extra>",
         colorbar={"thickness": 10},
     ))
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + (f", {col_block} per cell" if col_block > 1 else ""))
+    fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + (f", mean of {col_block} per cell" if col_block > 1 else ""))
     fig.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig

@@ -112,6 +112,11 @@ class AttentionConfig:
     def dropout_active(self) -> bool:
         return self.train and self.dropout > 0 and self.variant in DROPOUT_VARIANTS
 
+    @property
+    def active_dropout(self) -> float:
+        """p when dropout actually ran in this run, else 0 (kept weights are scaled by 1/(1−p))."""
+        return self.dropout if self.dropout_active else 0.0
+
 
 def divisors(number: int) -> list[int]:
     return [d for d in range(1, number + 1) if number % d == 0]

@@ -132,6 +132,8 @@ def settings_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
             notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
     if "preset" in params and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
         values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
+    if values["preset"] == "book" and "causal" not in params:
+        values["causal"] = values["variant"] in pipeline.DROPOUT_VARIANTS
     if values["d_out"] % values["num_heads"]:
         notices.append(
             f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide d_out {values['d_out']}."
@@ -167,8 +169,12 @@ def _changed(key: str) -> None:
     if key == "preset" and ss["preset"] in PRESET_DIMS:
         for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[ss["preset"]]):
             _set(name, value)
-    elif key in ("d_in", "d_out", "num_heads"):
+    elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(ss["preset"]) != (
+            ss["d_in"], ss["d_out"], ss["num_heads"]):
         _set("preset", "custom")
+    if key in ("preset", "variant") and ss["preset"] == "book":
+        # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6)
+        _set("causal", ss["variant"] in pipeline.DROPOUT_VARIANTS)
     if key == "d_out" and ss["d_out"] % ss["num_heads"]:
         new = pipeline.nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
         ss["_dims_notice"] = f"{ss['num_heads']} heads do not divide d_out {ss['d_out']}; using {new} heads."
@@ -390,7 +396,7 @@ def _grid_figure(text: str, config_values: tuple, stage: str):
 
     trace = cached_trace(text, config_values)
     config = trace.config
-    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.dropout)
+    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.active_dropout)
 
 
 def heads_grid_figure(ctx: Context, stage: str):
@@ -468,19 +474,19 @@ def head_selector(key: str, num_heads: int) -> int:
     """Focused-head selector (persisted); falls back to head 0 when the head count shrinks."""
     bind = page_bind(key, 0, lambda head: isinstance(head, int) and 0 <= head < num_heads)
     if num_heads == 1:
-        st.caption("This variant has a single head.")
+        st.caption("One head.")
         return 0
     return st.selectbox("Focused head", list(range(num_heads)), format_func=lambda h: f"head {h}", **bind)
 
 
-def window_selector(prefix: str, n: int) -> tuple[int, int, int]:
+def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, int, int]:
     """(row0, col0, size) of the full-resolution window; the whole map when n ≤ WINDOW."""
     if n <= WINDOW:
         return 0, 0, n
     last = n - WINDOW
     st.caption(
         f"{n} tokens: the focused view shows a {WINDOW}×{WINDOW} window at full resolution "
-        "(every cell hoverable); move it with the sliders. The overview is max-pooled."
+        "(every cell hoverable); move it with the sliders." + (" The overview is max-pooled." if overview else "")
     )
     cols = st.columns(2)
     in_range = lambda value: isinstance(value, int) and 0 <= value <= last  # noqa: E731
@@ -545,14 +551,19 @@ def qk_table(trace: Trace, head: int, max_rows: int = 64):
     })
 
 
-def context_table(trace: Trace, head: int, max_rows: int = 64):
+def _vector_text(vector, digits: int = 4, shown: int = 8) -> str:
+    return ", ".join(f"{value:.{digits}f}" for value in vector[:shown]) + (" …" if len(vector) > shown else "")
+
+
+def vector_table(trace: Trace, vectors, column: str, max_rows: int = 64):
+    """One row per token: its vector (first 8 values, 4 decimals as the book prints them)."""
     import pandas as pd
 
+    rows = min(trace.n, max_rows)
+    return pd.DataFrame({"token": list(trace.tokens[:rows]), column: [_vector_text(v) for v in vectors[:rows]]})
+
+
+def context_table(trace: Trace, head: int, max_rows: int = 64):
     context = trace.steps["context"][0]
     per_head = context[head] if context.ndim == 3 else context
-    rows = min(trace.n, max_rows)
-    return pd.DataFrame({
-        "token": list(trace.tokens[:rows]),
-        "context vector": [", ".join(f"{v:.3f}" for v in vec[:8]) + (" …" if len(vec) > 8 else "")
-                           for vec in per_head[:rows]],
-    })
+    return vector_table(trace, per_head, "context vector", max_rows)

@@ -36,7 +36,7 @@ st.title("Compare variants")
 st.caption(f"{result.n} tokens · the same input embeddings and seed {base.seed} for every variant · eval mode "
            f"(dropout off) · CPU · {compare.heads_text(base.num_heads)} of {base.d_out // base.num_heads} for the multi-head ones")
 if result.truncated:
-    st.info(f"The text has {result.total_tokens:,} tokens; this page compares the first {result.n} "
+    st.info(f"This run has {result.total_tokens:,} tokens; this page compares the first {result.n} "
             "to keep the cost down.", icon="✂️")
 
 st.subheader("Equivalences, computed now")

@@ -31,13 +31,13 @@ def focused_head():
     matrix = trace.attention_map(stage, head)
     window = matrix[row0 : row0 + size, col0 : col0 + size]
     fig = figures.attention_heatmap(
-        window, trace.tokens, stage, causal=config.causal, dropout=config.dropout,
+        window, trace.tokens, stage, causal=config.causal, dropout=config.active_dropout,
         title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
     )
     if size < trace.n:
         overview_col, window_col = st.columns([1, 2])
         overview_col.plotly_chart(
-            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.dropout,
+            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.active_dropout,
                                      window=(row0, col0, size)),
             config=ui.plotly_config(f"attnviz-head{head}-overview"),
         )

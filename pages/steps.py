@@ -28,7 +28,7 @@ view_col = ui.beside_shape_diagram(trace, highlight=stage)
 
 with view_col:
     head = ui.head_selector("steps_focus", trace.num_heads)
-    row0, col0, size = ui.window_selector("steps", trace.n)
+    row0, col0, size = ui.window_selector("steps", trace.n, overview=False)
     step = ui.step_text(config, stage)
     st.markdown(f"**{step['what']}**")
     st.code(step["code"], language="python")
@@ -36,9 +36,15 @@ with view_col:
     def crop(name):
         return trace.attention_map(name, head)[row0 : row0 + size, col0 : col0 + size]
 
+    dropout = config.active_dropout  # the colour scale of kept, rescaled weights
+
+    def shared(*names):
+        """One colour range for a before/after pair of score maps, so equal values look equal."""
+        return figures.shared_range([crop(name) for name in names])
+
     def heatmap(name, title, **extra):
         fig = figures.attention_heatmap(crop(name) if isinstance(name, str) else name, trace.tokens,
-                                        extra.pop("as_stage", name), causal=config.causal, dropout=config.dropout,
+                                        extra.pop("as_stage", name), causal=config.causal, dropout=dropout,
                                         title=title, row_offset=row0, col_offset=col0, height=430, **extra)
         st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{title.split()[0]}"))
 
@@ -49,10 +55,11 @@ with view_col:
         with after:
             heatmap("scores", "scores = Q·Kᵀ (before scaling)")
     elif stage == "scaled":
+        st.caption("Both panels use the same colour scale: the division shrinks every score toward 0.")
         with before:
-            heatmap("scores", "before: scores")
+            heatmap("scores", "before: scores", zrange=shared("scores"))
         with after:
-            heatmap("scaled", f"after: scores ÷ √{config.head_dim}")
+            heatmap("scaled", f"after: scores ÷ √{config.head_dim}", zrange=shared("scores"))
         scores = crop("scores")
         masked = crop("masked")  # softmax of what the model saw, with and without the division
         unscaled = np.where(np.isneginf(masked), -np.inf, scores)
@@ -71,9 +78,9 @@ with view_col:
         if not config.causal:
             st.info("The causal mask is off: masked = scaled, every token sees every other token.")
         with before:
-            heatmap("scaled", "before: scaled scores")
+            heatmap("scaled", "before: scaled scores", zrange=shared("scaled"))
         with after:
-            heatmap("masked", "after: masked (grey = −∞)")
+            heatmap("masked", "after: masked (grey = −∞)", zrange=shared("scaled"))
     elif stage == "weights":
         with before:
             heatmap("masked", "before: masked scores")
@@ -82,10 +89,12 @@ with view_col:
     elif stage == "dropped":
         if not config.dropout_active:
             st.info(ui.dropout_off_reason(config))
+        dropped_range = (0.0, 1.0 / (1.0 - dropout))  # both on 0…1/(1−p): a doubled weight looks brighter
         with before:
-            heatmap("weights", "before: weights")
+            heatmap("weights", "before: weights", zrange=dropped_range)
         with after:
-            heatmap("dropped", f"after: dropout (p = {config.dropout:g})")
+            heatmap("dropped", f"after: dropout (p = {config.dropout:g})" if config.dropout_active
+                    else "after: dropout off — unchanged", zrange=dropped_range)
         if config.dropout_active:
             st.caption(f"Kept weights are multiplied by 1/(1−p) = {1 / (1 - config.dropout):.4f}; "
                        f"dropped ones are exactly 0.")
@@ -99,7 +108,10 @@ with view_col:
         with after:
             st.markdown(f"context = weights @ values: `{ui.shape_of(trace, 'context')}`  \n"
                         f"output: `{ui.shape_of(trace, 'output')}`")
-            st.dataframe(ui.context_table(trace, head), height=380)
+            st.dataframe(ui.context_table(trace, head), height=300)
+        st.markdown(f"**Output of the module** `{ui.shape_of(trace, 'output')}`"
+                    + (" (after `out_proj`)" if config.variant == "mha" else ""))
+        st.dataframe(ui.vector_table(trace, trace.output[0], "output vector"), height=300)
 
 with st.expander(f"Source of {source.CLASSES[config.variant].__name__} — read from the running module"):
     code, line = source.marked_source(config.variant, stage)

@@ -14,7 +14,7 @@ st.title("Tokens and embeddings")
 specials = sum(t.special for t in trace.token_details)
 st.metric("Tokens", f"{trace.n} / {config.context_length}", help="GPT-2 context length is 1024 tokens.")
 if specials:
-    st.caption(f"★ {specials} special token(s) (<|endoftext|> = 50256) marked in red.")
+    st.caption(f"★ {specials} special token(s) (<|endoftext|> = 50256) marked ★ with a red border.")
 st.html(figures.token_chips_html(trace.tokens, trace.token_ids, [t.special for t in trace.token_details]))
 with st.expander("Token table"):
     st.dataframe(pd.DataFrame({

@@ -40,7 +40,7 @@ def decode(array) -> np.ndarray:
 
 
 def grid(at: AppTest) -> dict:
-    return next(fig for fig in figures(at) if "all" in fig["layout"]["title"]["text"])
+    return next(fig for fig in figures(at) if any(t.get("name", "").startswith("select head") for t in fig["data"]))
 
 
 def focused(at: AppTest) -> dict:
@@ -243,4 +243,42 @@ def test_book_preset_shows_the_books_numbers():
     no_exception(at)
     table = at.dataframe[0].value
     # CausalAttention(3, 2, 6, 0.0) after torch.manual_seed(123) on the book's journey vectors
-    assert table["context vector"].tolist()[:2] == ["-0.452, 0.222", "-0.587, 0.006"]
+    assert table["context vector"].tolist()[:2] == ["-0.4519, 0.2216", "-0.5874, 0.0058"]
+
+
+def test_choosing_the_book_preset_sets_the_books_mask_for_the_variant():
+    at = app(variant="self_attention_v1")
+    at.sidebar.selectbox(key="preset").set_value("book").run()
+    no_exception(at)
+    assert at.sidebar.toggle(key="causal").value is False  # section 3.4 has no mask
+    z = decode(focused(at)["data"][0]["z"])
+    assert np.isfinite(z).all()
+    at.sidebar.selectbox(key="variant").set_value("causal").run()
+    assert at.sidebar.toggle(key="causal").value is True
+    assert (at.sidebar.number_input(key="d_in").value, at.sidebar.selectbox(key="preset").value) == (3, "book")
+
+
+def test_before_and_after_panels_share_one_colour_scale():
+    at = app()
+    at.switch_page("pages/steps.py").run()
+    for stage in ("scaled", "masked"):
+        at.segmented_control(key="steps_stage").set_value(stage).run()
+        pair = [fig["data"][0] for fig in figures(at)[:2]]
+        assert pair[0]["zmin"] == pair[1]["zmin"] and pair[0]["zmax"] == pair[1]["zmax"], stage
+    before = decode(figures(at)[0]["data"][0]["z"])  # masked stage: before = scaled scores
+    assert figures(at)[0]["data"][0]["zmax"] == pytest.approx(float(np.abs(before).max()))
+
+
+def test_dropout_scale_is_0_to_1_when_dropout_did_not_run():
+    at = app(dropout="0.5", train="false")
+    at.segmented_control(key="heads_stage").set_value("dropped").run()
+    assert focused(at)["data"][0]["zmax"] == pytest.approx(1.0)
+
+
+def test_book_preset_steps_show_the_books_mha_output():
+    at = app(preset="book", variant="mha", seed="123")
+    at.switch_page("pages/steps.py").run()
+    at.segmented_control(key="steps_stage").set_value("context").run()
+    no_exception(at)
+    output = at.dataframe[1].value["output vector"].tolist()
+    assert output[:2] == ["0.3190, 0.4858", "0.2943, 0.3897"]  # MultiHeadAttention(3, 2, 6, 0.0, num_heads=2)
