@@ -152,8 +152,8 @@ def attention_heatmap(
         _masked_legend(fig)
     _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset)
     fig.update_layout(
-        title={"text": title or MAP_TITLES.get(stage, stage)},
-        height=height, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+        title={"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
+        height=height, margin={"l": 10, "r": 10, "t": 110, "b": 10},  # room for the title above the key ticks
         plot_bgcolor=MASKED_COLOR, legend={"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right", "yanchor": "top"},
     )
     return fig
