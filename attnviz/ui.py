@@ -12,6 +12,7 @@ written back before the widgets are drawn, so they survive page switches.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -310,12 +311,20 @@ def _encoding():
     return tokens.get_encoding()
 
 
-@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
+TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "600"))
+
+
+@st.cache_resource(show_spinner=False)
+def _trace_cache() -> pipeline.TraceCache:
+    """One byte-bounded cache of Traces per server, shared (read-only) by every session."""
+    return pipeline.TraceCache(TRACE_CACHE_MB * 2**20)
+
+
 def cached_trace(text: str, config_values: tuple) -> Trace:
-    """Traces are cached as resources (shared, read-only, not copied): at n = 1024 a GPT-2 small
-    Trace holds ~210 MB of maps, and ``st.cache_data`` would unpickle a copy on every rerun
-    (~130 ms).  Four entries bound the cache to ~0.85 GB at GPT-2 small, n = 1024."""
-    return pipeline.run(text, AttentionConfig(*config_values))
+    """Traces are shared, not copied: at n = 1024 a GPT-2-small Trace holds ~210 MB of maps, and
+    ``st.cache_data`` would unpickle a copy on every rerun (~130 ms).  The cache is bounded by
+    bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 600), not by entries."""
+    return _trace_cache().get(text, AttentionConfig(*config_values))
 
 
 @dataclass(frozen=True)

@@ -563,3 +563,19 @@ def test_lone_surrogates_run_with_a_note(text):
     assert trace.token_ids == tuple(tokens.encode(trace.text))
     assert len(trace.notes) == 1
     assert "surrogate" in trace.notes[0]
+
+
+def test_trace_cache_is_bounded_by_bytes_and_reuses_traces():
+    from attnviz.pipeline import TraceCache, trace_nbytes
+
+    config = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=256)
+    long_text = "word " * 300  # 256 tokens after truncation
+    one = trace_nbytes(run(long_text, config))
+    cache = TraceCache(max_bytes=int(2.5 * one))
+    first = cache.get(long_text, config)
+    assert cache.get(long_text, config) is first  # a hit returns the same (read-only) object
+    for seed in (1, 2, 3):
+        cache.get(long_text, replace(config, seed=seed))
+    assert len(cache) == 2 and cache.nbytes <= 2.5 * one  # the oldest were evicted
+    assert cache.get(long_text, replace(config, seed=3)).config.seed == 3
+    assert not first.steps["weights"].flags.writeable
