@@ -49,11 +49,12 @@ PASSAGE = (
 )
 
 
-def text_of_tokens(n: int) -> str:
-    """A readable English text of exactly ``n`` GPT-2 tokens (deterministic)."""
+def text_of_tokens(n: int, variant: int = 0) -> str:
+    """A readable English text of exactly ``n`` GPT-2 tokens (deterministic; ``variant`` gives another)."""
     parts, i = [], 0
     while len(tokens.encode("".join(parts))) < n + 16:
-        parts.append(PASSAGE.format(i=i + 1, j=17 * i + 3, k=5 * i + 2, m=31 * i + 7))
+        v = i + 1000 * variant
+        parts.append(PASSAGE.format(i=v + 1, j=17 * v + 3, k=5 * v + 2, m=31 * v + 7))
         i += 1
     ids = tokens.encode("".join(parts))
     for cut in range(n, n - 16, -1):  # a cut inside a word may re-tokenize differently: back off a little

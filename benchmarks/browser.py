@@ -1,0 +1,503 @@
+"""The Heads page at 1024 tokens in a real Chromium: attnviz vs a naive one-heatmap-per-head page.
+
+    python benchmarks/browser.py                    # 3 cold + 5 warm runs per app, 5 settings changes
+    python benchmarks/browser.py --warm 7 --changes 9
+
+One run starts two Streamlit servers on free ports: the project's ``app.py`` and
+``benchmarks/naive_heads_app.py`` (same ``pipeline.run`` and cache, then 12 × ``go.Heatmap(z=float64
+1024×1024)``, one ``st.plotly_chart`` each).  Chromium is Debian's ``/usr/bin/chromium`` driven by Playwright.
+
+**Commit → drawn.**  Every measured run opens a new tab (= a new Streamlit session) at ``/`` with the
+default six-word sentence and waits until it is drawn; then fills the sidebar's Text area with a text of
+exactly 1024 GPT-2 tokens and presses Ctrl+Enter.  The time is measured inside the page with
+``performance.now()``: from the Ctrl+Enter ``keydown`` (capture listener) to the first animation frame at
+which the page is **drawn**:
+
+1. ``stApp`` has ``data-test-script-state="notRunning"`` and at least one script run started after the
+   key press (a MutationObserver counts transitions to ``running``);
+2. no element in the main area is ``data-stale="true"``, no spinner or status widget is shown;
+3. every Plotly chart in the main area (``.js-plotly-plot``) is *fresh* — created after the key press, or
+   an existing chart that fired ``plotly_afterplot`` after it — and *drawn*: it has ``_fullLayout``, one
+   ``g.heatmaplayer g.hm image`` per heatmap trace of its ``_fullData`` and, for bar traces, bar paths;
+4. every Graphviz chart has an ``svg g.node``;
+5. the main area shows the text's token count (``1024 tokens``) — so the charts are the new run's.
+
+Plotly renders a heatmap into a canvas and sets the resulting PNG as the ``<image>``'s href; the time
+does not include the browser decoding and painting that image in later frames (this favours the naive
+page, whose images are 1024×1024).
+
+*Warm* runs commit a text the server has already run (pipeline and figure caches hold it), so they
+measure serialising, sending and drawing.  *Cold* runs commit a 1024-token text the server has never seen
+(a different text per run): ``pipeline.run`` is included (the module and embedding caches are warm).
+
+**Settings change.**  Default sentence; toggle "Causal mask" in the sidebar, or pick 4 ↔ 12 heads; the
+time runs from the click (``pointerdown``, capture) to the same drawn state (without condition 5).
+
+**Websocket bytes.**  CDP ``Network.webSocketFrameReceived``: the decoded payload of every frame the page
+receives from the key press (or click) to drawn, plus 300 ms.
+
+**Peak RSS** of each server process: ``VmHWM`` from ``/proc/<pid>/status`` at the end (peak over the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from payload import text_of_tokens  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1400, "height": 1000}
+N = 1024
+TIMEOUT_MS = 300_000
+RESULTS = ROOT / "benchmarks" / "results"
+
+# --------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, name: str, process: subprocess.Popen, url: str, log: Path):
+        self.name, self.process, self.url, self.log = name, process, url, log
+
+    def status(self, field: str) -> int:
+        """A ``/proc/<pid>/status`` field in bytes (VmRSS, VmHWM)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise KeyError(field)
+
+
+@contextlib.contextmanager
+def streamlit_server(name: str, script: str, timeout: float = 90.0, cwd: Path = ROOT,
+                     env: dict[str, str] | None = None) -> Iterator[Server]:
+    """``streamlit run <script>`` (in ``cwd``, ``env`` added to the environment) on a free port, headless;
+    yields once /_stcore/health answers."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkdtemp(prefix=f"attnviz-bench-{name}-")) / "server.log"
+    command = [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true",
+               "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+               "--server.fileWatcherType", "none"]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} server exited ({process.returncode}):\n{log.read_text()[-2000:]}")
+            with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError), \
+                    urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} server not healthy in {timeout:.0f} s:\n{log.read_text()[-2000:]}")
+            time.sleep(0.25)
+        yield Server(name, process, url, log)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=15)
+
+
+# --------------------------------------------------------------------------- in-page instrumentation
+
+# Installed in every tab before any script: counts script runs; arm() marks the charts present now,
+# counts their later redraws, and stamps the first key press / pointer press after it.
+INIT_JS = """
+(() => {
+  window.__bench = {runs: 0, t0: null, t1: null, armed: false, runStart: null, runEnd: null};
+  new MutationObserver((records) => {
+    for (const r of records) {
+      if (!r.target.getAttribute) continue;
+      const state = r.target.getAttribute('data-test-script-state'), b = window.__bench;
+      if (state === 'running' && r.oldValue !== 'running') {
+        b.runs += 1;
+        if (b.t0 !== null && b.runStart === null) b.runStart = performance.now();
+      }
+      if (state === 'notRunning' && r.oldValue === 'running' && b.runStart !== null) b.runEnd = performance.now();
+    }
+  }).observe(document, {subtree: true, attributes: true, attributeOldValue: true,
+                        attributeFilter: ['data-test-script-state']});
+  const stamp = (event) => {
+    const b = window.__bench;
+    if (!b.armed || b.t0 !== null) return;
+    if (event.type === 'keydown' && !(event.key === 'Enter' && (event.ctrlKey || event.metaKey))) return;
+    b.t0 = performance.now();
+  };
+  document.addEventListener('keydown', stamp, true);
+  document.addEventListener('pointerdown', stamp, true);
+})();
+"""
+
+ARM_JS = """
+() => {
+  const b = window.__bench;
+  b.t0 = null; b.t1 = null; b.runStart = null; b.runEnd = null; b.armed = true; b.runsBefore = b.runs;
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    gd.__benchOld = true; gd.__benchRedraws = 0;
+    if (!gd.__benchListening && gd.on) {
+      gd.on('plotly_afterplot', () => { if (window.__bench.t0 !== null) gd.__benchRedraws += 1; });
+      gd.__benchListening = true;
+    }
+  }
+}
+"""
+
+# Returns true (and stamps t1) once the page is drawn; see the module docstring, conditions 1-5.
+DRAWN_JS = """
+(marker) => {
+  const b = window.__bench;
+  if (b.t0 === null || b.runs <= b.runsBefore) return false;
+  const app = document.querySelector('[data-testid=stApp]');
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+  if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
+  const main = document.querySelector('[data-testid=stMain]');
+  if (!main || main.querySelector('[data-stale=true]')) return false;
+  if (marker && !main.innerText.includes(marker)) return false;
+  for (const gd of main.querySelectorAll('.js-plotly-plot')) {
+    if (gd.__benchOld && !gd.__benchRedraws) return false;
+    if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
+    const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
+    if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < heatmaps) return false;
+    const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
+    if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
+  }
+  for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
+    if (!graph.querySelector('svg g.node')) return false;
+  }
+  b.t1 = performance.now();
+  b.armed = false;
+  return true;
+}
+"""
+
+IDLE_JS = """
+() => {
+  const app = document.querySelector('[data-testid=stApp]');
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+  const main = document.querySelector('[data-testid=stMain]');
+  if (!main || main.querySelector('[data-stale=true]') || !main.querySelector('.js-plotly-plot')) return false;
+  if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
+  return [...main.querySelectorAll('.js-plotly-plot')].every((gd) => gd._fullLayout && gd._fullData
+      && gd.querySelectorAll('g.heatmaplayer g.hm image').length
+         >= gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length);
+}
+"""
+
+
+class FrameCounter:
+    """Decoded bytes of the websocket frames a tab receives (CDP Network.webSocketFrameReceived), and the
+    renderer main thread's busy time (CDP Performance.getMetrics: TaskDuration, ScriptDuration)."""
+
+    def __init__(self, page):
+        self.bytes = 0
+        self.frames = 0
+        self.session = page.context.new_cdp_session(page)
+        self.session.on("Network.webSocketFrameReceived", self._received)
+        self.session.send("Network.enable")
+        self.session.send("Performance.enable")
+        self.metrics_before: dict[str, float] = {}
+
+    def metrics(self) -> dict[str, float]:
+        return {m["name"]: m["value"] for m in self.session.send("Performance.getMetrics")["metrics"]}
+
+    def busy_since_reset(self) -> dict[str, float]:
+        """Milliseconds the renderer's main thread spent in tasks / in JavaScript since reset()."""
+        now = self.metrics()
+        return {name: (now[key] - self.metrics_before[key]) * 1e3
+                for name, key in (("busy", "TaskDuration"), ("js", "ScriptDuration"), ("layout", "LayoutDuration"),
+                                  ("style", "RecalcStyleDuration"))}
+
+    def _received(self, event) -> None:
+        response = event["response"]
+        data = response.get("payloadData", "")
+        size = len(base64.b64decode(data)) if response.get("opcode") == 2 else len(data.encode())
+        self.bytes += size
+        self.frames += 1
+
+    def reset(self) -> None:
+        self.bytes = self.frames = 0
+        self.metrics_before = self.metrics()
+
+
+def open_tab(browser, server: Server):
+    """A new context + tab on the server's default page, drawn; with a websocket frame counter."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.add_init_script(INIT_JS)
+    frames = FrameCounter(page)
+    page.goto(server.url + "/")
+    page.wait_for_function(IDLE_JS, polling="raf")
+    return context, page, frames
+
+
+def wait_drawn(page, marker: str | None, frames: FrameCounter) -> dict:
+    """Milliseconds from the stamped action to drawn (see DRAWN_JS), split into phases:
+    ``start`` action → script state running, ``run`` running → notRunning (the last run), ``draw`` the rest;
+    and ``bytes``: websocket payload received from the action to drawn + 300 ms."""
+    page.wait_for_function(DRAWN_JS, arg=marker, polling="raf", timeout=TIMEOUT_MS)
+    page.wait_for_timeout(300)
+    b = page.evaluate("window.__bench")
+    start = (b["runStart"] or b["t1"]) - b["t0"]
+    run = (b["runEnd"] or b["t1"]) - (b["runStart"] or b["t1"])
+    total = b["t1"] - b["t0"]
+    return {"ms": total, "start": start, "run": run, "draw": total - start - run, "bytes": frames.bytes,
+            **frames.busy_since_reset()}
+
+
+def commit_text(browser, server: Server, text: str) -> dict:
+    """Ctrl+Enter → drawn (see wait_drawn) for one text in a fresh session."""
+    context, page, frames = open_tab(browser, server)
+    try:
+        box = page.locator("[data-testid=stSidebar] textarea").first
+        box.fill(text)
+        page.evaluate(ARM_JS)
+        frames.reset()
+        box.press("Control+Enter")
+        return wait_drawn(page, f"{N} tokens", frames)
+    finally:
+        context.close()
+
+
+def change_settings(browser, server: Server, changes: int) -> dict[str, list[dict]]:
+    """Default sentence: toggle causal, and switch 12 ↔ 4 heads, ``changes`` times each."""
+    context, page, frames = open_tab(browser, server)
+    results: dict[str, list[dict]] = {"causal toggle": [], "heads 12 ↔ 4": []}
+    try:
+        sidebar = page.locator("[data-testid=stSidebar]")
+        for index in range(changes):
+            page.evaluate(ARM_JS)
+            frames.reset()
+            sidebar.locator("[data-testid=stCheckbox]", has_text="Causal mask").locator("label").click()
+            results["causal toggle"].append(wait_drawn(page, None, frames))
+
+            heads = "4" if index % 2 == 0 else "12"
+            sidebar.locator("[data-testid=stSelectbox]", has_text="Heads").click()
+            option = page.get_by_role("option", name=heads, exact=True)
+            page.evaluate(ARM_JS)
+            frames.reset()
+            option.click()
+            results["heads 12 ↔ 4"].append(wait_drawn(page, None, frames))
+    finally:
+        context.close()
+    return results
+
+
+# --------------------------------------------------------------------------- ablation
+
+# Where does the browser's time go?  Copies of the app with parts of pages/heads.py left out.
+ABLATIONS = {
+    "as is": [],
+    "no shape diagram": [("st.graphviz_chart(", "(")],
+    "no head statistics": [('st.subheader("Head statistics")', None)],
+    "neither": [("st.graphviz_chart(", "("), ('st.subheader("Head statistics")', None)],
+    "diagram in a collapsed st.expander": [("st.graphviz_chart(", 'st.expander("Shape diagram").graphviz_chart(')],
+    "grid only (no diagram, focused view, statistics)": [("st.graphviz_chart(", "("), ("@st.fragment", None)],
+}
+
+
+@contextlib.contextmanager
+def app_copy(patches: list[tuple[str, str | None]], path: str = "pages/heads.py") -> Iterator[Path]:
+    """app.py, pages/ and attnviz/ copied to a temporary folder, with the file ``path`` patched
+    (``(old, new)``: replace the first ``old``; ``(old, None)``: cut the file from ``old`` on)."""
+    import shutil
+
+    with tempfile.TemporaryDirectory(prefix="attnviz-copy-") as folder:
+        target = Path(folder)
+        shutil.copy(ROOT / "app.py", target / "app.py")
+        for package in ("pages", "attnviz"):
+            shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
+        patched = target / path
+        source = patched.read_text()
+        for old, new in patches:
+            if old not in source:
+                raise RuntimeError(f"{path} changed: {old!r} not found; update the patch")
+            source = source[: source.index(old)] if new is None else source.replace(old, new, 1)
+        patched.write_text(source)
+        yield target
+
+
+def toggles(browser, server: Server, count: int) -> list[dict]:
+    context, page, frames = open_tab(browser, server)
+    results = []
+    try:
+        for _ in range(count):
+            page.evaluate(ARM_JS)
+            frames.reset()
+            page.locator("[data-testid=stSidebar] [data-testid=stCheckbox]", has_text="Causal mask").locator(
+                "label").click()
+            results.append(wait_drawn(page, None, frames))
+    finally:
+        context.close()
+    return results
+
+
+def ablation(browser, repeats: int) -> None:
+    text = text_of_tokens(N)
+    print("\n| heads page variant | causal toggle ms (6 tokens) | main thread busy ms | warm 1024 commit ms "
+          "| main thread busy ms |")
+    print("|---|---:|---:|---:|---:|")
+    for name, patches in ABLATIONS.items():
+        with app_copy(patches) as folder, streamlit_server(name, "app.py", cwd=folder) as server:
+            changes = toggles(browser, server, repeats + 1)[1:]  # the first toggle computes causal=False
+            commit_text(browser, server, text)  # warm the text
+            commits = [commit_text(browser, server, text) for _ in range(repeats)]
+            print(f"| {name} | {median(changes):,.0f} | {median(changes, 'busy'):,.0f} | {median(commits):,.0f} "
+                  f"| {median(commits, 'busy'):,.0f} |", flush=True)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine() -> dict:
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        for line in subprocess.check_output(["lscpu"], text=True).splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    mem = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+               if line.startswith("MemTotal:"))
+    from importlib.metadata import version
+
+    import plotly
+    import streamlit
+    import torch
+
+    chromium = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip()
+    return {
+        "cpu": model, "cores": os.cpu_count(), "ram_gib": round(mem / 1024**2, 1),
+        "date": datetime.datetime.now().isoformat(timespec="minutes"),
+        "python": platform.python_version(), "torch": torch.__version__, "streamlit": streamlit.__version__,
+        "plotly": plotly.__version__, "playwright": version("playwright"), "chromium": chromium, "load_before": os.getloadavg(),
+    }
+
+
+def median(samples: list[dict], field: str = "ms") -> float:
+    return statistics.median(sample[field] for sample in samples)
+
+
+def show(sample: dict) -> str:
+    return (f"{sample['ms']:,.0f} ms (start {sample['start']:,.0f} + run {sample['run']:,.0f} + draw "
+            f"{sample['draw']:,.0f}; browser main thread busy {sample['busy']:,.0f}, JS {sample['js']:,.0f}), "
+            f"{sample['bytes']:,} B")
+
+
+def phases(samples: list[dict]) -> str:
+    return " + ".join(f"{median(samples, field):,.0f}" for field in ("start", "run", "draw"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cold", type=int, default=3, help="cold runs per app (a new text each)")
+    parser.add_argument("--warm", type=int, default=5, help="warm runs per app")
+    parser.add_argument("--changes", type=int, default=5, help="settings changes of each kind")
+    parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument("--ablation", type=int, default=0, metavar="REPEATS",
+                        help="only time copies of the app with parts of the Heads page left out")
+    args = parser.parse_args(argv)
+    if args.ablation:
+        from playwright.sync_api import sync_playwright
+
+        print(json.dumps(machine()), flush=True)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            ablation(browser, args.ablation)
+            browser.close()
+        return 0
+    from playwright.sync_api import sync_playwright
+
+    from attnviz import tokens
+
+    info = machine()
+    print(json.dumps(info), flush=True)
+    warm_text = text_of_tokens(N)
+    cold_texts = [text_of_tokens(N, variant=i + 1) for i in range(args.cold)]
+    for text in [warm_text, *cold_texts]:
+        assert len(tokens.encode(text)) == N, len(tokens.encode(text))
+    names = ["attnviz"] + ([] if args.skip_naive else ["naive"])
+    scripts = {"attnviz": "app.py", "naive": "benchmarks/naive_heads_app.py"}
+    samples: dict[str, dict[str, list]] = {name: {"cold": [], "warm": []} for name in names}
+    with contextlib.ExitStack() as stack:
+        servers = {name: stack.enter_context(streamlit_server(name, scripts[name])) for name in names}
+        playwright = stack.enter_context(sync_playwright())
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        stack.callback(browser.close)
+        for index, text in enumerate(cold_texts):  # never seen by either server
+            for name in names:
+                result = commit_text(browser, servers[name], text)
+                samples[name]["cold"].append(result)
+                print(f"cold {index} {name}: {show(result)}", flush=True)
+        for name in names:  # make the warm text warm
+            commit_text(browser, servers[name], warm_text)
+        for index in range(args.warm):
+            for name in names:
+                result = commit_text(browser, servers[name], warm_text)
+                samples[name]["warm"].append(result)
+                print(f"warm {index} {name}: {show(result)}", flush=True)
+        changes = change_settings(browser, servers["attnviz"], args.changes)
+        for kind, values in changes.items():
+            print(f"{kind}: " + "; ".join(show(value) for value in values), flush=True)
+        peaks = {name: {"VmHWM": server.status("VmHWM"), "VmRSS": server.status("VmRSS")}
+                 for name, server in servers.items()}
+    info["load_after"] = os.getloadavg()
+
+    print("\n1024-token text committed (Ctrl+Enter) → drawn; medians; phases = to script start + script run + "
+          "drawing after the run\n")
+    print("| page | cold ms | warm ms | warm phases ms | warm runs ms | websocket MB per commit | peak RSS MB |")
+    print("|---|---:|---:|---|---|---:|---:|")
+    for name in names:
+        warm = samples[name]["warm"]
+        print(f"| {name} | {median(samples[name]['cold']):,.0f} | {median(warm):,.0f} | {phases(warm)} | "
+              + ", ".join(f"{sample['ms']:,.0f}" for sample in warm)
+              + f" | {median(warm, 'bytes') / 1e6:.2f} | {peaks[name]['VmHWM'] / 2**20:,.0f} |")
+    if "naive" in names:
+        for kind in ("cold", "warm"):
+            speedup = median(samples["naive"][kind]) / median(samples["attnviz"][kind])
+            print(f"speedup ({kind}): {speedup:.1f}×")
+    print("\n| settings change (default sentence) | median ms | phases ms | runs ms | websocket kB |")
+    print("|---|---:|---|---|---:|")
+    for kind, values in changes.items():
+        print(f"| {kind} | {median(values):,.0f} | {phases(values)} | "
+              + ", ".join(f"{value['ms']:,.0f}" for value in values) + f" | {median(values, 'bytes') / 1e3:,.0f} |")
+    print(f"\nload average after: {', '.join(f'{v:.2f}' for v in info['load_after'])}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "browser.json").write_text(json.dumps(
+        {"machine": info, "samples": samples, "settings_changes": changes, "rss": peaks}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
