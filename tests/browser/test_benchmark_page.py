@@ -1,0 +1,35 @@
+"""The Benchmark page in a real Chromium: nothing runs until the button is pressed; then five bars."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import assert_no_exception, runs, save_screenshot, wait_idle
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # conftest skips every test here (or fails them under ATTNVIZ_REQUIRE_BROWSER=1)
+    expect = None
+
+pytestmark = pytest.mark.browser
+
+
+def test_benchmark_page_times_five_implementations_on_demand(page, base_url):
+    page.goto(f"{base_url}/benchmark")
+    wait_idle(page)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.locator("h1")).to_contain_text("Implementations benchmark")
+    expect(main.get_by_text("CPU only on this machine")).to_be_visible()
+    expect(main.locator("[data-testid=stPlotlyChart]")).to_have_count(0)  # no work before the button
+    n_box = main.get_by_role("spinbutton", name="Tokens n")
+    n_box.fill("16")
+    n_box.press("Enter")
+    wait_idle(page)
+    before = runs(page)
+    main.get_by_role("button", name="Run benchmark").click()
+    wait_idle(page, after=before, timeout=120_000)
+    assert_no_exception(page)
+    bars = main.locator("[data-testid=stPlotlyChart] g.barlayer g.point")
+    expect(bars).to_have_count(5)
+    save_screenshot(page, "benchmark")
