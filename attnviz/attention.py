@@ -194,10 +194,11 @@ class MultiHeadAttentionWrapper(nn.Module):
                 (f"{name} ×{len(self.heads)}", shape) for name, shape in head_traces[0].shapes if name != "output"
             )
             trace.shapes.append(("concat", tuple(context_vec.shape)))
+            # pop each head's copy as it is stacked, so at most one stage is held twice
             for name in ("queries", "keys", "values"):
-                trace.steps[name] = torch.cat([t.steps[name] for t in head_traces], dim=-1)  # -> (b, n, h·d_out)
+                trace.steps[name] = torch.cat([t.steps.pop(name) for t in head_traces], dim=-1)  # -> (b, n, h·d_out)
             for name in ("scores", "scaled", "masked", "weights", "dropped"):
-                trace.steps[name] = torch.cat([t.steps[name] for t in head_traces], dim=1)  # -> (b, h, n, n)
+                trace.steps[name] = torch.cat([t.steps.pop(name) for t in head_traces], dim=1)  # -> (b, h, n, n)
             trace.steps["context"] = torch.stack(context_vecs, dim=1).detach()  # -> (b, h, n, d_out)
         record(trace, "output", context_vec)
         return context_vec

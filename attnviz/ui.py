@@ -311,7 +311,7 @@ def _encoding():
     return tokens.get_encoding()
 
 
-TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "600"))
+TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "512"))
 
 
 @st.cache_resource(show_spinner=False)
@@ -323,7 +323,7 @@ def _trace_cache() -> pipeline.TraceCache:
 def cached_trace(text: str, config_values: tuple) -> Trace:
     """Traces are shared, not copied: at n = 1024 a GPT-2-small Trace holds ~210 MB of maps, and
     ``st.cache_data`` would unpickle a copy on every rerun (~130 ms).  The cache is bounded by
-    bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 600), not by entries."""
+    bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 512), not by entries."""
     return _trace_cache().get(text, AttentionConfig(*config_values))
 
 
