@@ -25,10 +25,10 @@ import pytest
 
 try:
     from playwright.sync_api import Error as PlaywrightError
-    from playwright.sync_api import Page, sync_playwright
+    from playwright.sync_api import Page, expect, sync_playwright
 except ImportError:  # reported by _missing()
     sync_playwright = None
-    Page = PlaywrightError = None
+    Page = PlaywrightError = expect = None  # the tests import expect from here
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import assert_no_exception, runs, save_screenshot, wait_idle
-
-try:
-    from playwright.sync_api import expect
-except ImportError:  # conftest skips every test here (or fails them under ATTNVIZ_REQUIRE_BROWSER=1)
-    expect = None
+from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
