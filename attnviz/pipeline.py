@@ -360,6 +360,7 @@ class TraceCache:
         self.max_bytes = max_bytes
         self._traces: collections.OrderedDict[tuple, tuple[Trace, int]] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self.misses = 0  # how many get() calls had to run
 
     @property
     def nbytes(self) -> int:
@@ -377,6 +378,7 @@ class TraceCache:
                 return self._traces[key][0]
         trace = run(text, config)  # outside the lock: other sessions keep reading
         with self._lock:
+            self.misses += 1
             self._traces[key] = (trace, trace_nbytes(trace))
             self._traces.move_to_end(key)
             while len(self._traces) > 1 and sum(size for _, size in self._traces.values()) > self.max_bytes:

@@ -11,6 +11,7 @@ written back before the widgets are drawn, so they survive page switches.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import re
@@ -314,6 +315,25 @@ def _encoding():
 TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "512"))
 
 
+def _tune_glibc_malloc():
+    """Return freed tensor memory to the OS (glibc only; elsewhere a no-op).
+
+    glibc raises its mmap threshold after each freed mmap'd block, so after a few runs the 3-4 MB
+    per-head arrays come from per-thread heaps that Streamlit's many script threads fragment and never
+    shrink.  A fixed threshold keeps every block ≥ 1 MB in mmap (unmapped when freed), and
+    ``malloc_trim`` after each new run hands back what the heaps freed.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD = 1 MiB (also turns off the dynamic threshold)
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return lambda pad: 0
+
+
+_MALLOC_TRIM = _tune_glibc_malloc()
+
+
 @st.cache_resource(show_spinner=False)
 def _trace_cache() -> pipeline.TraceCache:
     """One byte-bounded cache of Traces per server, shared (read-only) by every session."""
@@ -324,7 +344,12 @@ def cached_trace(text: str, config_values: tuple) -> Trace:
     """Traces are shared, not copied: at n = 1024 a GPT-2-small Trace holds ~210 MB of maps, and
     ``st.cache_data`` would unpickle a copy on every rerun (~130 ms).  The cache is bounded by
     bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 512), not by entries."""
-    return _trace_cache().get(text, AttentionConfig(*config_values))
+    cache = _trace_cache()
+    misses = cache.misses
+    trace = cache.get(text, AttentionConfig(*config_values))
+    if cache.misses != misses:
+        _MALLOC_TRIM(0)  # a new run (and maybe an eviction) freed hundreds of MB
+    return trace
 
 
 @dataclass(frozen=True)
