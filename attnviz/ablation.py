@@ -125,10 +125,9 @@ def run_point(queries: np.ndarray, keys: np.ndarray, causal: bool = False, head:
 
 def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int = 360) -> go.Figure:
     """Three panels vs dₖ (log₂ x axis): score variance, mean row entropy, mean max weight, each with
-    and without ÷√dₖ; ``run`` (from :func:`run_point`) is drawn as highlighted stars."""
+    and without ÷√dₖ; ``run`` (from :func:`run_point`) is drawn as highlighted stars (its dₖ is in the
+    legend and the hover; the ticks stay at the ablation's dₖ values so they never collide)."""
     dks = [int(d) for d in ablation["dk"]]
-    if run is not None and run["dk"] not in dks:
-        dks = sorted({*dks, run["dk"]})
     fig = make_subplots(rows=1, cols=3, subplot_titles=[METRIC_TITLES[m] for m in METRICS],
                         horizontal_spacing=0.08)
     for col, metric in enumerate(METRICS, start=1):
@@ -149,7 +148,8 @@ def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int
                 ), row=1, col=col)
     fig.add_hline(y=ablation["uniform_entropy"], line={"dash": "dot", "color": "grey"}, row=1, col=2,
                   annotation_text="uniform", annotation_position="bottom left")
-    fig.update_xaxes(type="log", tickvals=dks, ticktext=[str(d) for d in dks], title="dₖ (log₂)")
+    fig.update_xaxes(type="log", tickvals=dks, ticktext=[str(d) for d in dks], tickangle=0, tickfont={"size": 10},
+                     title={"text": "dₖ (log₂ scale)", "standoff": 4})
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[0, 1.05], row=1, col=3)
     mask = "causal rows" if ablation["causal"] else "all keys"

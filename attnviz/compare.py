@@ -21,10 +21,11 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
 
-from attnviz import attention, pipeline
+from attnviz import attention, figures, pipeline
 from attnviz.pipeline import MULTI_HEAD_VARIANTS, VARIANTS, AttentionConfig, Trace
 
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
@@ -178,7 +179,13 @@ class Check:
 
     @property
     def badge(self) -> str:
-        return f"{'✅ equal' if self.ok else '❌ differ'} · max |Δ| = {self.max_diff:.2e}"
+        """Badge text: "equal" (max |Δ| ≤ TOLERANCE) or "differ", always with the measured number."""
+        return f"{'equal' if self.ok else 'differ'} · max |Δ| = {self.max_diff:.2e}"
+
+    @property
+    def icon(self) -> str:
+        """A green check or a red cross (Material icons: they render without an emoji font)."""
+        return ":material/check_circle:" if self.ok else ":material/cancel:"
 
     @property
     def color(self) -> str:
@@ -322,3 +329,14 @@ def variant_title(result: VariantResult, how: str, current: str | None = None) -
     which = {"head 0": "head 0", "mean over heads": f"mean of {result.heads} heads"}[how]
     which = "its single head" if result.heads == 1 else which
     return f"{mark}{result.label}<br><sup>weights, {which}</sup>"
+
+
+def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causal: bool = True,
+                    current: str | None = None, height: int = 420) -> go.Figure:
+    """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title
+    (:func:`variant_title`) placed clear of the key-token ticks."""
+    fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
+                                    title=variant_title(result, how, current), height=height)
+    # Plotly anchors a multi-line title by its first line: move it down and make room under it
+    fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": 135})
+    return fig

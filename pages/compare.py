@@ -5,7 +5,7 @@ import dataclasses
 
 import streamlit as st
 
-from attnviz import ablation, compare, figures, ui
+from attnviz import ablation, compare, ui
 from attnviz.pipeline import AttentionConfig
 
 ctx = ui.setup("Compare variants")
@@ -43,7 +43,7 @@ st.subheader("Equivalences, computed now")
 for column, check in zip(st.columns(3), result.checks):
     with column.container(border=True):
         st.markdown(f"**{check.title}**")
-        st.badge(check.badge, color=check.color)
+        st.badge(check.badge, icon=check.icon, color=check.color)
         st.caption(compare.CHECK_NOTES[check.key])
         if check.key == "wrapper_mha":
             with st.expander("Why the raw outputs differ"):
@@ -54,8 +54,7 @@ how = st.segmented_control("Heatmap shows", compare.MAP_CHOICES, **ui.page_bind(
 columns = st.columns(3)
 for index, variant in enumerate(result.variants):
     with columns[index % 3]:
-        fig = figures.attention_heatmap(variant.attention_map(how), result.tokens, "weights", causal=base.causal,
-                                        title=compare.variant_title(variant, how, config.variant), height=400)
+        fig = compare.variant_heatmap(variant, result.tokens, how, causal=base.causal, current=config.variant)
         st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-compare-{variant.variant}"))
         st.caption(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
 

@@ -122,7 +122,8 @@ def test_figure_has_both_lines_on_each_panel_and_the_run_as_stars():
     assert np.array_equal(unscaled_variance.y, random_qk["unscaled"]["variance"])
     assert all(tuple(s.x) == (6,) for s in stars)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
-    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 6, 8]  # the run's dₖ gets its own tick
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8]
+    assert any("dₖ = 6" in s.name for s in stars)  # the run's dₖ is named in the legend
     assert [a.text for a in fig.layout.annotations][:3] == [ablation.METRIC_TITLES[m] for m in ablation.METRICS]
     without_run = ablation.scaling_ablation_figure(random_qk)
     assert len(without_run.data) == 6

@@ -21,6 +21,7 @@ from attnviz.pipeline import AttentionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
+GREEN = ":green-badge[:material/check_circle: equal · max |Δ| = "
 SHAPES = [  # (d_in, d_out, heads, n)
     (3, 2, 2, 6),  # the book's toy example
     (16, 16, 4, 9),
@@ -153,10 +154,10 @@ def test_badge_says_equal_or_differ_with_the_number():
     equal = compare.Check("k", "t", 2.4e-7, {})
     different = compare.Check("k", "t", 0.31, {})
     broken = compare.Check("k", "t", float("nan"), {})
-    assert equal.ok and equal.color == "green"
-    assert equal.badge == "✅ equal · max |Δ| = 2.40e-07"
-    assert not different.ok and different.color == "red"
-    assert different.badge == "❌ differ · max |Δ| = 3.10e-01"
+    assert equal.ok and equal.color == "green" and equal.icon == ":material/check_circle:"
+    assert equal.badge == "equal · max |Δ| = 2.40e-07"
+    assert not different.ok and different.color == "red" and different.icon == ":material/cancel:"
+    assert different.badge == "differ · max |Δ| = 3.10e-01"
     assert not broken.ok
     assert compare.Check("k", "t", compare.TOLERANCE, {}).ok  # "≤ 1e-5" includes the bound
 
@@ -238,6 +239,22 @@ def test_variant_titles_say_which_map_is_drawn():
     assert not compare.variant_title(by_name["causal"], "head 0", current="mha").startswith("▶ ")
 
 
+def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
+    trace = small_trace()
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    mha = result.variants[-1]
+    fig = compare.variant_heatmap(mha, result.tokens, "mean over heads", causal=True, current="mha")
+    z = np.asarray(fig.data[0].z, dtype=float)
+    upper = np.triu_indices(result.n, k=1)
+    assert np.isnan(z[upper]).all()
+    assert np.allclose(np.nan_to_num(z), mha.weights.mean(axis=0), atol=1e-6)
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0.0, 1.0)
+    assert fig.layout.title.text == compare.variant_title(mha, "mean over heads", "mha")
+    assert fig.layout.margin.t > 110  # the two-line title has its own room above the key ticks
+    head0 = compare.variant_heatmap(mha, result.tokens, "head 0", causal=True)
+    assert np.allclose(np.nan_to_num(np.asarray(head0.data[0].z, dtype=float)), mha.weights[0], atol=1e-6)
+
+
 # ============================== the page (AppTest)
 
 
@@ -285,7 +302,7 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     assert sum(t.startswith("▶ ") for t in titles(at)) == 1  # the sidebar's variant is marked
     found = badges(at)
     assert len(found) == 3
-    assert all("max |Δ|" in badge and badge.startswith(":green-badge[✅ equal") for badge in found)
+    assert all("max |Δ|" in badge and badge.startswith(GREEN) for badge in found)
     captions = [c.value for c in at.caption]
     assert sum(c.startswith("output (1, 6, 768)") for c in captions) == 6
 
@@ -305,7 +322,7 @@ def test_changing_the_head_count_keeps_the_badges_green(heads):
     at.sidebar.selectbox(key="num_heads").set_value(heads).run()
     assert not at.exception, [e.value for e in at.exception]
     found = badges(at)
-    assert len(found) == 3 and all(b.startswith(":green-badge[✅") and "max |Δ|" in b for b in found)
+    assert len(found) == 3 and all(b.startswith(GREEN) and "max |Δ|" in b for b in found)
     assert f"{compare.heads_text(heads)} of {768 // heads}" in at.caption[0].value
     assert any(f"Wrapper ({compare.heads_text(heads)}, weights copied)" in m.value for m in at.markdown)
     assert len(heatmap_figures(at)) == 6
@@ -322,7 +339,7 @@ def test_mean_over_heads_is_said_in_the_titles():
 def test_non_causal_and_single_head_variant_in_the_sidebar():
     at = compare_page(variant="self_attention_v2", causal="false")
     assert len(heatmap_figures(at)) == 6
-    assert all(b.startswith(":green-badge[✅") for b in badges(at))
+    assert all(b.startswith(GREEN) for b in badges(at))
     assert any("is_causal=False" in m.value for m in at.markdown)
     assert "12 heads of 64" in at.caption[0].value  # the sidebar's heads, though v2 itself has one
     for fig in heatmap_figures(at):
@@ -335,4 +352,4 @@ def test_long_text_page_says_it_compares_the_first_256_tokens():
     assert any("first 256" in info.value for info in at.info)
     assert "256 tokens" in at.caption[0].value
     assert len(heatmap_figures(at)) == 6
-    assert all(b.startswith(":green-badge[✅") for b in badges(at))
+    assert all(b.startswith(GREEN) for b in badges(at))

@@ -21,11 +21,12 @@ def test_compare_page_draws_every_variant_with_green_badges(page, base_url):
     for title in ("Simplified self-attention", "Self-attention v1", "Self-attention v2", "Causal attention",
                   "Multi-head wrapper", "Multi-head attention"):
         expect(heatmaps.filter(has_text=title)).to_have_count(1)
-    badges = main.get_by_text("✅ equal")
+    badges = main.locator(".stMarkdownBadge", has_text="max |Δ| = ")
     expect(badges).to_have_count(3)
     for badge in badges.all():
-        expect(badge).to_contain_text("max |Δ|")
-    expect(main.get_by_text("❌")).to_have_count(0)
+        expect(badge).to_contain_text("equal · max |Δ| = ")
+        expect(badge.get_by_role("img", name="check_circle icon")).to_have_count(1)  # the green check
+    expect(main.get_by_text("differ · max |Δ|")).to_have_count(0)
     ablation = main.locator("[data-testid=stPlotlyChart]").filter(has_text="Softmax saturation")
     expect(ablation.locator("g.scatterlayer g.trace path.js-line")).to_have_count(6)  # 3 panels × with/without
     path = save_screenshot(page, "compare")
