@@ -318,7 +318,8 @@ def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: 
     return fig
 
 
-def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int = 256, height: int = 360) -> go.Figure:
+def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int = 256, height: int = 360,
+                      bound: float | None = None) -> go.Figure:
     """(n, d) embedding rows; mean-pooled along d (and n) when larger than ``max_cells`` (said in the title)."""
     values = np.asarray(matrix, dtype=np.float32)
     n, dim = values.shape
@@ -330,7 +331,7 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
                                            padded.shape[1] // col_block, col_block), axis=(1, 3))
         title += f" — downsampled to {values.shape[0]}×{values.shape[1]} (mean-pooled)"
     y = position_labels(tokens) if row_block == 1 else [f"{i * row_block}…" for i in range(values.shape[0])]
-    bound = float(np.nanmax(np.abs(values))) or 1.0
+    bound = bound or float(np.nanmax(np.abs(values))) or 1.0  # pass one bound to compare several heatmaps
     fig = go.Figure(go.Heatmap(
         z=values, y=y, x=np.arange(values.shape[1]) * col_block, zmin=-bound, zmax=bound, colorscale=SCORE_SCALE,
         hovertemplate="token %{y}<br>dim %{x}<br>%{z:.4f}<extra></extra>",

@@ -14,4 +14,5 @@ st.title("Tensor shapes through the pipeline")
 st.caption(f"{ui.variant_label(config)} · {trace.n} tokens — shapes are read from the tensors of this run.")
 st.markdown(f"**{diagram.head_dim_equation(config)}**")
 st.graphviz_chart(diagram.shape_dot(trace.shapes, config, rankdir="TB"))  # top to bottom: readable at page width
-st.dataframe(pd.DataFrame(diagram.shape_rows(trace.shapes, config)), hide_index=True)
+rows = diagram.shape_rows(trace.shapes, config)
+st.dataframe(pd.DataFrame(rows), hide_index=True, height=36 * (len(rows) + 1) + 3)  # every stage, no scrolling
