@@ -336,3 +336,77 @@ def shape_dot(
         lines.append(edge("context", "output"))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _flow_rows(variant: str) -> list[tuple[str, ...]]:
+    """The compact flow's rows, top to bottom: Q, K and V side by side, then one stage per row."""
+    rows: list[tuple[str, ...]] = [("input",), QKV]
+    if variant == "mha":
+        rows += [("view",), ("transpose",)]
+    rows += [(stage,) for stage in (*MAPS, "context")]
+    if variant in ("mha", "mha_wrapper"):
+        rows.append(("concat",))
+    return [*rows, ("output",)]
+
+
+def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
+    """The compact shape diagram as plain HTML: one box per recorded tensor, top to bottom, with its
+    shape, the stage on view (``highlight``) filled like :func:`shape_dot`'s, and stages that did
+    nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`;
+    drawn by the browser's layout in a few milliseconds (a Graphviz chart is laid out and animated
+    in the browser on every change, which costs a settings change a third of a second).
+
+    Every string is escaped; the result is safe for ``st.html``."""
+    import html
+
+    pairs = [(str(name), tuple(int(d) for d in shape)) for name, shape in trace_shapes]
+    shapes: dict[str, tuple[int, ...]] = {}
+    names: dict[str, str] = {}
+    heads = None
+    for name, shape in pairs:
+        base, count = _split_name(name)
+        shapes[base], names[base] = shape, name
+        heads = heads or count
+    variant = config.variant
+    missing = [stage for stage in _expected_stages(variant) if stage not in shapes]
+    if missing:
+        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {variant!r}: is it from another run?")
+    highlight_base = _split_name(highlight)[0] if highlight is not None else None
+    if highlight_base is not None and highlight_base not in KNOWN_STAGES:
+        raise ValueError(f"Unknown stage {highlight!r}; choose one of {', '.join(sorted(KNOWN_STAGES))}.")
+    titles = _titles(config, shapes, heads)
+    weighted = variant != "simplified"
+    arrows = {  # what the arrow into a stage carries, where it is not just "the row above"
+        **{stage: (weight if weighted else "as is") for stage, weight in zip(QKV, WEIGHTS)},
+        "scores": "Q, Kᵀ",
+        "context": "· V (values)",
+        "concat": f"×{heads}" if variant == "mha_wrapper" else None,
+        "output": "out_proj" if variant == "mha" else None,
+    }
+
+    def box(stage: str) -> str:
+        operation, off = titles[stage]
+        style = "border:1px dashed #9e9e9e;color:#757575;background:#f4f4f4" if off else "border:1px solid #8fa8d6"
+        if stage == highlight_base:
+            style = f"border:2.5px solid #333;background:{HIGHLIGHT_FILL}"
+        elif not off:
+            style += f";background:{TENSOR_FILL}"
+        arrow = arrows.get(stage)
+        into = f'<div style="font-size:0.7em;color:#555">↓ {html.escape(arrow)}</div>' if arrow else ""
+        return (
+            f'<div style="flex:1;min-width:0;text-align:center">{into}'
+            f'<div class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}" '
+            f'style="{style};border-radius:6px;padding:2px 4px;overflow-wrap:anywhere">'
+            f'<b>{html.escape(names[stage])}</b> <code style="font-size:0.85em;background:none;color:inherit">'
+            f'{html.escape(format_shape(shapes[stage]))}</code>'
+            + (f'<br><span style="font-size:0.75em">{html.escape(operation)}</span>' if off else "")
+            + "</div></div>"
+        )
+
+    parts = []
+    for index, row in enumerate(_flow_rows(variant)):
+        if index and not (len(row) == 1 and arrows.get(row[0])) and row != QKV:
+            parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
+        parts.append(f'<div style="display:flex;gap:4px">{"".join(box(stage) for stage in row)}</div>')
+    return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
+            + "".join(parts) + "</div>")

@@ -33,3 +33,17 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
         "previous-token": previous.mean(axis=-1),
         "diagonal": diagonal.mean(axis=-1),
     }
+
+
+def stat_range(name: str, n: int) -> tuple[float, float]:
+    """The range a statistic can take for ``n`` tokens, whatever the weights: the table's bars are
+    drawn on it, so a bar's length means the same for every head and every run of that length."""
+    if name == "entropy":
+        return 0.0, float(np.log(n)) if n > 1 else 1.0  # uniform over all n keys
+    if name == "mean distance":
+        positions = np.arange(n)
+        farthest = np.maximum(positions, n - 1 - positions).mean()  # every query on its farthest key
+        return 0.0, float(farthest) if n > 1 else 1.0
+    if name in STATS:
+        return 0.0, 1.0  # weights and sums of weights of a row
+    raise KeyError(name)

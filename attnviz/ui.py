@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import os
 import re
 import urllib.parse
@@ -297,7 +298,8 @@ def _share_and_export(trace: Trace | None) -> None:
             from attnviz import export
 
             st.download_button(
-                "Download this trace (NPZ + JSON manifest)", lambda: export.trace_npz(trace),
+                "Download this trace (NPZ + JSON manifest)",
+                functools.partial(_export, export.trace_npz, trace_key(trace)),
                 file_name="attnviz-trace.npz", mime="application/octet-stream", on_click="ignore",
                 icon=":material/download:", help="Every recorded step, the embeddings and output, "
                 "with manifest.json (config, tokens, shapes). Large at 1024 tokens.",
@@ -352,6 +354,25 @@ def cached_trace(text: str, config_values: tuple) -> Trace:
     return trace
 
 
+def trace_key(trace: Trace) -> tuple:
+    """What a view that outlives its script run keeps instead of the Trace: (text, config values)."""
+    return (trace.text, dataclasses.astuple(trace.config))
+
+
+def trace_of(key: tuple) -> Trace:
+    """The Trace of ``trace_key``: shared from the cache, recomputed if it was evicted.
+
+    Fragments and download callbacks outlive their script run, and Streamlit keeps a closed tab's
+    session for two minutes: if they held the Trace itself, every session would pin ~210 MB per
+    1024-token input past the cache's byte bound.  They hold this key instead."""
+    return cached_trace(*key)
+
+
+def _export(write, key: tuple, *args) -> bytes:
+    """A download button's deferred data: the Trace is looked up (or recomputed) when the user clicks."""
+    return write(trace_of(key), *args)
+
+
 @dataclass(frozen=True)
 class Context:
     settings: dict
@@ -361,7 +382,7 @@ class Context:
 
     @property
     def key(self) -> tuple:
-        return (self.trace.text, dataclasses.astuple(self.config))
+        return trace_key(self.trace)
 
 
 def _last_valid_trace() -> Trace | None:
@@ -401,13 +422,14 @@ WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
 def beside_shape_diagram(trace: Trace, highlight: str):
     """The compact live shape diagram (``highlight`` = the stage on view) in a narrow left column;
-    returns the wide column to its right."""
+    returns the wide column to its right.  Plain HTML, not a Graphviz chart: the browser lays a
+    Graphviz chart out again on every settings change (~0.35 s); the Shapes page has the full one."""
     from attnviz import diagram
 
     diagram_col, view_col = st.columns([1, 3])
     with diagram_col:
-        st.graphviz_chart(diagram.shape_dot(trace.shapes, trace.config, highlight=highlight, compact=True))
-        st.caption(diagram.head_dim_equation(trace.config))
+        st.html(diagram.shape_flow_html(trace.shapes, trace.config, highlight=highlight))
+        st.caption(diagram.head_dim_equation(trace.config) + " · full diagram: the Shapes page")
     return view_col
 
 
@@ -486,12 +508,15 @@ def head_stats_table(ctx: Context):
     return _head_stats(ctx.trace.text, dataclasses.astuple(ctx.config))
 
 
-def stats_column_config() -> dict:
+def stats_column_config(n: int) -> dict:
+    """Each statistic as a bar in its cell, on the range it can take for ``n`` tokens (stats.stat_range)."""
     from attnviz import stats
 
-    config = {"head": st.column_config.NumberColumn("head", format="%d")}
-    config.update({name: st.column_config.NumberColumn(name, help=text, format="%.4f")
-                   for name, text in stats.STATS.items()})
+    config = {"head": st.column_config.NumberColumn("head", format="%d", width="small")}
+    for name, text in stats.STATS.items():
+        low, high = stats.stat_range(name, n)
+        config[name] = st.column_config.ProgressColumn(
+            name, help=f"{text}. Bar: {low:g} … {high:.4g}", format="%.4f", min_value=low, max_value=high)
     return config
 
 
@@ -499,7 +524,8 @@ def download_head_csv(trace: Trace, head: int, stage: str) -> None:
     from attnviz import export
 
     st.download_button(
-        f"Download head {head} {stage} (CSV)", lambda: export.weights_csv(trace, head, stage),
+        f"Download head {head} {stage} (CSV)",
+        functools.partial(_export, export.weights_csv, trace_key(trace), head, stage),
         file_name=f"attnviz-head{head}-{stage}.csv", mime="text/csv", on_click="ignore", icon=":material/download:",
     )
 
@@ -527,6 +553,37 @@ def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, in
     row0 = cols[0].slider("First query row", 0, last, **page_bind(f"{prefix}_row0", 0, in_range))
     col0 = cols[1].slider("First key column", 0, last, **page_bind(f"{prefix}_col0", 0, in_range))
     return row0, col0, WINDOW
+
+
+@st.fragment
+def focused_head(key: tuple, stage: str) -> None:
+    """The Heads page's focused head at full resolution (a window of it when n > WINDOW), with its CSV.
+
+    A fragment, so picking a head or moving the window redraws only this part.  It takes the trace's
+    key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime."""
+    from attnviz import figures
+
+    trace = trace_of(key)
+    config = trace.config
+    head = head_selector("heads_focus", trace.num_heads)
+    row0, col0, size = window_selector("heads", trace.n)
+    matrix = trace.attention_map(stage, head)
+    window = matrix[row0 : row0 + size, col0 : col0 + size]
+    fig = figures.attention_heatmap(
+        window, trace.tokens, stage, causal=config.causal, dropout=config.active_dropout,
+        title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
+    )
+    if size < trace.n:
+        overview_col, window_col = st.columns([1, 2])
+        overview_col.plotly_chart(
+            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.active_dropout,
+                                     window=(row0, col0, size)),
+            config=plotly_config(f"attnviz-head{head}-overview"),
+        )
+        window_col.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
+    else:
+        st.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
+    download_head_csv(trace, head, stage)
 
 
 STEP_TEXT = {

@@ -14,7 +14,8 @@ exactly 1024 GPT-2 tokens and presses Ctrl+Enter.  The time is measured inside t
 which the page is **drawn**:
 
 1. ``stApp`` has ``data-test-script-state="notRunning"`` and at least one script run started after the
-   key press (a MutationObserver counts transitions to ``running``);
+   key press (a MutationObserver counts transitions to ``running``; a run so fast that React never
+   painted "running" counts when the page has charts, as condition 3 then proves a new run's data);
 2. no element in the main area is ``data-stale="true"``, no spinner or status widget is shown;
 3. every Plotly chart in the main area (``.js-plotly-plot``) is *fresh* — created after the key press, or
    an existing chart that fired ``plotly_afterplot`` after it — and *drawn*: it has ``_fullLayout``, one
@@ -31,7 +32,8 @@ measure serialising, sending and drawing.  *Cold* runs commit a 1024-token text 
 (a different text per run): ``pipeline.run`` is included (the module and embedding caches are warm).
 
 **Settings change.**  Default sentence; toggle "Causal mask" in the sidebar, or pick 4 ↔ 12 heads; the
-time runs from the click (``pointerdown``, capture) to the same drawn state (without condition 5).
+time runs from the click (``pointerdown``, capture) to the same drawn state, where condition 5's text is
+the new setting in the page's caption ("no mask ·" / "causal mask ·", "4 heads ×" / "12 heads ×").
 
 **Websocket bytes.**  CDP ``Network.webSocketFrameReceived``: the decoded payload of every frame the page
 receives from the key press (or click) to drawn, plus 300 ms.
@@ -179,8 +181,11 @@ ARM_JS = """
 DRAWN_JS = """
 (marker) => {
   const b = window.__bench;
-  if (b.t0 === null || b.runs <= b.runsBefore) return false;
+  if (b.t0 === null) return false;
   const app = document.querySelector('[data-testid=stApp]');
+  // a run started after the action: seen as a script-state change, or (a fast run whose "running" state
+  // React never painted) as every chart redrawn with new data, checked below
+  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] .js-plotly-plot')) return false;
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   const main = document.querySelector('[data-testid=stMain]');
@@ -208,7 +213,8 @@ IDLE_JS = """
   const app = document.querySelector('[data-testid=stApp]');
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   const main = document.querySelector('[data-testid=stMain]');
-  if (!main || main.querySelector('[data-stale=true]') || !main.querySelector('.js-plotly-plot')) return false;
+  if (!main || main.querySelector('[data-stale=true]')) return false;
+  if (!main.querySelector('.js-plotly-plot, [data-testid=stHeading]')) return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   return [...main.querySelectorAll('.js-plotly-plot')].every((gd) => gd._fullLayout && gd._fullData
       && gd.querySelectorAll('g.heatmaplayer g.hm image').length
@@ -292,6 +298,10 @@ def commit_text(browser, server: Server, text: str) -> dict:
         context.close()
 
 
+# The Heads page's caption after the i-th causal toggle from the default (on): the new run's content is shown.
+CAUSAL_MARKERS = ("no mask ·", "causal mask ·")
+
+
 def change_settings(browser, server: Server, changes: int) -> dict[str, list[dict]]:
     """Default sentence: toggle causal, and switch 12 ↔ 4 heads, ``changes`` times each."""
     context, page, frames = open_tab(browser, server)
@@ -302,7 +312,7 @@ def change_settings(browser, server: Server, changes: int) -> dict[str, list[dic
             page.evaluate(ARM_JS)
             frames.reset()
             sidebar.locator("[data-testid=stCheckbox]", has_text="Causal mask").locator("label").click()
-            results["causal toggle"].append(wait_drawn(page, None, frames))
+            results["causal toggle"].append(wait_drawn(page, CAUSAL_MARKERS[index % 2], frames))
 
             heads = "4" if index % 2 == 0 else "12"
             sidebar.locator("[data-testid=stSelectbox]", has_text="Heads").click()
@@ -310,7 +320,7 @@ def change_settings(browser, server: Server, changes: int) -> dict[str, list[dic
             page.evaluate(ARM_JS)
             frames.reset()
             option.click()
-            results["heads 12 ↔ 4"].append(wait_drawn(page, None, frames))
+            results["heads 12 ↔ 4"].append(wait_drawn(page, f"{heads} heads ×", frames))
     finally:
         context.close()
     return results
@@ -321,11 +331,14 @@ def change_settings(browser, server: Server, changes: int) -> dict[str, list[dic
 # Where does the browser's time go?  Copies of the app with parts of pages/heads.py left out.
 ABLATIONS = {
     "as is": [],
-    "no shape diagram": [("st.graphviz_chart(", "(")],
+    "no shape diagram": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()")],
     "no head statistics": [('st.subheader("Head statistics")', None)],
-    "neither": [("st.graphviz_chart(", "("), ('st.subheader("Head statistics")', None)],
-    "diagram in a collapsed st.expander": [("st.graphviz_chart(", 'st.expander("Shape diagram").graphviz_chart(')],
-    "grid only (no diagram, focused view, statistics)": [("st.graphviz_chart(", "("), ("@st.fragment", None)],
+    "neither": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ('st.subheader("Head statistics")', None)],
+    "diagram in a collapsed st.expander": [("ui.beside_shape_diagram(trace, highlight=stage)", 'st.container()\nst.expander("Shape diagram").graphviz_chart(__import__("attnviz.diagram").diagram.shape_dot(trace.shapes, trace.config, highlight=stage, compact=True))')],
+    "grid only (no diagram, focused view, statistics)": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ("ui.focused_head(", None)],
+    "no heads grid": [("event = st.plotly_chart(", "event = None and st.plotly_chart(")],
+    "no focused head": [("ui.focused_head(ctx.key, stage)", "None")],
+    "no statistics table": [("picked = st.dataframe(", "picked = None and st.dataframe(")],
 }
 
 
@@ -354,27 +367,31 @@ def toggles(browser, server: Server, count: int) -> list[dict]:
     context, page, frames = open_tab(browser, server)
     results = []
     try:
-        for _ in range(count):
+        for index in range(count):
             page.evaluate(ARM_JS)
             frames.reset()
             page.locator("[data-testid=stSidebar] [data-testid=stCheckbox]", has_text="Causal mask").locator(
                 "label").click()
-            results.append(wait_drawn(page, None, frames))
+            results.append(wait_drawn(page, CAUSAL_MARKERS[index % 2], frames))
     finally:
         context.close()
     return results
 
 
-def ablation(browser, repeats: int) -> None:
+def ablation(browser, repeats: int, only: list[str] | None = None, toggles_only: bool = False) -> None:
     text = text_of_tokens(N)
     print("\n| heads page variant | causal toggle ms (6 tokens) | main thread busy ms | warm 1024 commit ms "
           "| main thread busy ms |")
     print("|---|---:|---:|---:|---:|")
     for name, patches in ABLATIONS.items():
+        if only and not any(word in name for word in only):
+            continue
         with app_copy(patches) as folder, streamlit_server(name, "app.py", cwd=folder) as server:
             changes = toggles(browser, server, repeats + 1)[1:]  # the first toggle computes causal=False
-            commit_text(browser, server, text)  # warm the text
-            commits = [commit_text(browser, server, text) for _ in range(repeats)]
+            commits = []
+            if not toggles_only:
+                commit_text(browser, server, text)  # warm the text
+                commits = [commit_text(browser, server, text) for _ in range(repeats)]
             print(f"| {name} | {median(changes):,.0f} | {median(changes, 'busy'):,.0f} | {median(commits):,.0f} "
                   f"| {median(commits, 'busy'):,.0f} |", flush=True)
 
@@ -406,7 +423,7 @@ def machine() -> dict:
 
 
 def median(samples: list[dict], field: str = "ms") -> float:
-    return statistics.median(sample[field] for sample in samples)
+    return statistics.median(sample[field] for sample in samples) if samples else float("nan")
 
 
 def show(sample: dict) -> str:
@@ -427,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-naive", action="store_true")
     parser.add_argument("--ablation", type=int, default=0, metavar="REPEATS",
                         help="only time copies of the app with parts of the Heads page left out")
+    parser.add_argument("--only", nargs="*", default=None, help="with --ablation: variants whose name has a word")
+    parser.add_argument("--toggles-only", action="store_true", help="with --ablation: skip the 1024-token commits")
     args = parser.parse_args(argv)
     if args.ablation:
         from playwright.sync_api import sync_playwright
@@ -434,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(machine()), flush=True)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            ablation(browser, args.ablation)
+            ablation(browser, args.ablation, args.only, args.toggles_only)
             browser.close()
         return 0
     from playwright.sync_api import sync_playwright

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, VIEWPORT, machine, streamlit_server  # noqa: E402
+from browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, VIEWPORT, app_copy, machine, streamlit_server  # noqa: E402
 from payload import text_of_tokens  # noqa: E402
 
 from attnviz import pipeline  # noqa: E402
@@ -152,6 +152,50 @@ def png_plot(rows: list[dict], path: Path, browser) -> None:
         page.close()
 
 
+# Do closed sessions keep their Traces?  Variants of the app (see benchmarks/README.md, "Memory").
+PINNING_VARIANTS = {
+    "as is": ([], "attnviz/ui.py", {}),
+    "disconnected sessions dropped at once (server.disconnectedSessionTTL = 0)": (
+        [], "attnviz/ui.py", {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": "0"}),
+    "before the fix: the download buttons' data closes over the Trace": (
+        [("functools.partial(_export, export.trace_npz, trace_key(trace))",
+          "lambda: export.trace_npz(trace)"),
+         ("functools.partial(_export, export.weights_csv, trace_key(trace), head, stage)",
+          "lambda: export.weights_csv(trace, head, stage)")],
+        "attnviz/ui.py", {}),
+}
+
+
+def pinning(count: int, wait: float, only: list[str] | None = None) -> None:
+    """``count`` distinct 1024-token Heads pages (GPT-2 small, 12 heads), each tab closed once drawn, on each
+    variant of PINNING_VARIANTS (a patched copy of the app); RSS after each page, then once more after ``wait``
+    seconds and two more page loads (Streamlit expires stored sessions lazily, when the next one is stored)."""
+    from playwright.sync_api import sync_playwright
+
+    for label, (patches, path, env) in PINNING_VARIANTS.items():
+        if only and not any(word in label for word in only):
+            continue
+        with contextlib.ExitStack() as stack:
+            folder = stack.enter_context(app_copy(patches, path)) if patches else ROOT
+            server = stack.enter_context(streamlit_server("pinning", "app.py", cwd=folder, env=env))
+            playwright = stack.enter_context(sync_playwright())
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            context = browser.new_context(viewport=VIEWPORT)
+            rss = []
+            for index in range(count):
+                item = {"page": "", "settings": {"text": text_of_tokens(1024, variant=100 + index)}}
+                load(context, server.url, item, 300_000)
+                rss.append(server.status("VmRSS") / 2**20)
+            time.sleep(wait)
+            for text in ("one more", "and another"):  # the first tab's close expires the stored sessions
+                load(context, server.url, {"page": "", "settings": {"text": text}}, 300_000)
+            time.sleep(2)
+            after = server.status("VmRSS") / 2**20
+            browser.close()
+            print(f"{label}: RSS after each page (MB): {', '.join(f'{v:.0f}' for v in rss)}; "
+                  f"{wait:.0f} s later + two pages: {after:.0f} MB", flush=True)
+
+
 def summarize(rows: list[dict], baseline_mb: float | None, elapsed: float | None) -> None:
     rss = [float(row["rss_mb"]) * 2**20 for row in rows]
     half, quarter = len(rss) // 2, max(1, len(rss) // 4)
@@ -184,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per page load")
     parser.add_argument("--out", type=Path, default=RESULTS / "memory.csv")
     parser.add_argument("--from-csv", action="store_true", help="only summarize and plot an existing --out CSV")
+    parser.add_argument("--pinning", type=int, default=0, metavar="PAGES",
+                        help="experiment: do closed sessions keep their Traces? (see pinning())")
+    parser.add_argument("--only", nargs="*", default=None, help="with --pinning: variants whose label has a word")
+    parser.add_argument("--wait", type=float, default=130.0,
+                        help="with --pinning: seconds before the last reading (closed sessions are kept 120 s)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="experiment: extra environment for the server, e.g. ATTNVIZ_TRACE_CACHE_MB=256")
     args = parser.parse_args(argv)
@@ -191,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from attnviz import tokens
 
+    if args.pinning:
+        print(json.dumps(machine()), flush=True)
+        pinning(args.pinning, wait=args.wait, only=args.only)
+        return 0
     png = args.out.with_suffix(".png")
     if args.from_csv:
         with open(args.out, newline="") as handle:

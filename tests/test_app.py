@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,11 @@ def heatmaps(fig: dict) -> list[dict]:
     return [trace for trace in fig["data"] if trace["type"] == "heatmap"]
 
 
+def grid_heads(fig: dict) -> list[str]:
+    """The heads grid's tile titles ("head 3", the focused one "▶ head 0")."""
+    return [note["text"] for note in fig["layout"]["annotations"] if re.fullmatch(r"(▶ )?head \d+", note["text"])]
+
+
 def no_exception(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
@@ -91,7 +97,7 @@ def test_each_page_runs_alone_like_a_deep_link(page):
 
 def test_default_view_is_gpt2_small_mha_with_12_causal_heads(default_app):
     fig = grid(default_app)
-    assert len(heatmaps(fig)) == 12
+    assert grid_heads(fig) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
     z = decode(focused(default_app)["data"][0]["z"])
     assert z.shape == (6, 6)
     assert np.isnan(z[np.triu_indices(6, k=1)]).all()  # masked cells drawn as gaps (grey)
@@ -103,15 +109,17 @@ def test_head_count_changes_the_grid():
     at = app()
     at.sidebar.selectbox(key="num_heads").set_value(4).run()
     no_exception(at)
-    assert len(heatmaps(grid(at))) == 4
+    assert len(grid_heads(grid(at))) == 4
     assert "4 heads × 192" in at.caption[0].value
+    flow = at.get("html")[0].proto.body  # the compact shape diagram beside the grid follows
+    assert "(1, 4, 6, 6)" in flow and "(1, 6, 4, 192)" in flow and "(1, 12, 6, 6)" not in flow
 
 
 def test_variant_changes_the_view():
     at = app()
     at.sidebar.selectbox(key="variant").set_value("causal").run()
     no_exception(at)
-    assert len(heatmaps(grid(at))) == 1  # a single head
+    assert len(grid_heads(grid(at))) == 1  # a single head
     at.sidebar.selectbox(key="variant").set_value("simplified").run()
     no_exception(at)
     z = decode(focused(at)["data"][0]["z"])
@@ -170,7 +178,7 @@ def test_settings_survive_page_switches():
     assert at.sidebar.selectbox(key="variant").value == "mha_wrapper"
     assert at.sidebar.selectbox(key="num_heads").value == 6
     at.switch_page("pages/heads.py").run()
-    assert len(heatmaps(grid(at))) == 6
+    assert len(grid_heads(grid(at))) == 6
 
 
 def test_empty_text_keeps_the_text_box_and_the_last_view():
@@ -179,20 +187,20 @@ def test_empty_text_keeps_the_text_box_and_the_last_view():
     no_exception(at)
     assert any("Type some text" in w.value for w in at.warning)
     assert at.sidebar.text_area(key="text").value == "   "  # the user's input is not replaced
-    assert len(heatmaps(grid(at))) == 12  # the last valid view stays
+    assert len(grid_heads(grid(at))) == 12  # the last valid view stays
 
 
 def test_url_parameters_set_the_view_and_bad_ones_are_ignored_with_a_notice():
     at = app(num_heads="4", causal="false", variant="mha", text="one two three")
     no_exception(at)
-    assert len(heatmaps(grid(at))) == 4
+    assert len(grid_heads(grid(at))) == 4
     assert at.sidebar.toggle(key="causal").value is False
     bad = app(num_heads="7", dropout="5", variant="nope", seed="-3", bogus="1")
     no_exception(bad)
     notices = " ".join(w.value for w in bad.sidebar.warning).replace("\\", "")  # Markdown-escaped
     for name in ("num_heads", "dropout", "variant", "seed", "bogus"):
         assert name in notices
-    assert len(heatmaps(grid(bad))) == 12  # defaults used instead
+    assert len(grid_heads(grid(bad))) == 12  # defaults used instead
 
 
 def test_settings_are_written_to_the_url():
@@ -282,3 +290,14 @@ def test_book_preset_steps_show_the_books_mha_output():
     no_exception(at)
     output = at.dataframe[1].value["output vector"].tolist()
     assert output[:2] == ["0.3190, 0.4858", "0.2943, 0.3897"]  # MultiHeadAttention(3, 2, 6, 0.0, num_heads=2)
+
+
+def test_head_statistics_table_draws_each_statistic_as_a_bar_on_its_range(default_app):
+    table = default_app.dataframe[0]
+    assert table.value["head"].tolist() == list(range(12))
+    columns = json.loads(table.proto.columns)
+    entropy = columns["entropy"]
+    assert entropy["type_config"]["type"] == "progress"
+    assert entropy["type_config"]["min_value"] == 0 and entropy["type_config"]["max_value"] == pytest.approx(np.log(6))
+    assert columns["mean distance"]["type_config"]["max_value"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
+    assert (table.value["entropy"] <= np.log(6) + 1e-9).all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html.parser
 import re
 import shutil
 import subprocess
@@ -357,3 +358,99 @@ def test_book_preset_mha_example():
     assert "(1, 6, 2, 1)" in node_labels["view"]
     assert "(1, 2, 6, 6)" in node_labels["weights"]
     assert diagram.head_dim_equation(config) == "d_out = num_heads × head_dim: 2 = 2 × 1"
+
+
+# --- the compact flow (HTML) beside the Heads and Steps views ------------------------------------
+
+
+class _Boxes(html.parser.HTMLParser):
+    """The flow's stage boxes in document order: {stage, style, title, text}; checks tags balance."""
+
+    def __init__(self):
+        super().__init__()
+        self.boxes: list[dict[str, str]] = []
+        self.open: list[str] = []
+        self.depth_of_box: int | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "br":
+            return
+        self.open.append(tag)
+        attrs = dict(attrs)
+        if "attnviz-stage" in (attrs.get("class") or ""):
+            self.boxes.append({"stage": attrs["data-stage"], "style": attrs["style"], "title": attrs["title"], "text": ""})
+            self.depth_of_box = len(self.open)
+
+    def handle_endtag(self, tag):
+        assert self.open.pop() == tag
+        if self.depth_of_box is not None and len(self.open) < self.depth_of_box:
+            self.depth_of_box = None
+
+    def handle_data(self, data):
+        if self.depth_of_box is not None:
+            self.boxes[-1]["text"] += data
+
+
+def flow_boxes(markup: str) -> list[dict[str, str]]:
+    parser = _Boxes()
+    parser.feed(markup)
+    parser.close()
+    assert parser.open == [], "unclosed tags"
+    return parser.boxes
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("causal", [True, False])
+def test_flow_shows_every_recorded_tensor_in_pipeline_order_with_its_shape(variant, causal):
+    config = small(variant, causal=causal)
+    trace = traced(config, LONGER)
+    boxes = flow_boxes(diagram.shape_flow_html(trace.shapes, config, highlight="weights"))
+    assert [box["stage"] for box in boxes] == diagram._expected_stages(variant)
+    recorded = {diagram._split_name(name)[0]: (name, shape) for name, shape in trace.shapes}
+    for box in boxes:
+        name, shape = recorded[box["stage"]]
+        assert box["text"].startswith(f"{name} {diagram.format_shape(shape)}"), box
+    # the same shapes as the Graphviz diagram of the Shapes page
+    dot_labels = labels(diagram.shape_dot(trace.shapes, config, compact=True))
+    for box in boxes:
+        assert diagram.format_shape(recorded[box["stage"]][1]) in dot_labels[box["stage"]]
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+def test_flow_highlights_exactly_the_stage_on_view(variant):
+    config = small(variant)
+    shapes = traced(config).shapes
+    assert diagram.HIGHLIGHT_FILL not in diagram.shape_flow_html(shapes, config)
+    for name, _ in shapes:
+        boxes = flow_boxes(diagram.shape_flow_html(shapes, config, highlight=name))
+        lit = [box["stage"] for box in boxes if diagram.HIGHLIGHT_FILL in box["style"]]
+        assert lit == [diagram._split_name(name)[0]]
+    with pytest.raises(ValueError, match="Unknown stage"):
+        diagram.shape_flow_html(shapes, config, highlight="attention")
+
+
+def test_flow_marks_what_did_nothing_in_this_run():
+    config = small("causal", causal=False, dropout=0.5)  # eval mode: dropout off too
+    boxes = {box["stage"]: box for box in flow_boxes(diagram.shape_flow_html(traced(config).shapes, config))}
+    for stage, reason in (("masked", "mask off"), ("dropped", "dropout off (eval)")):
+        assert "dashed" in boxes[stage]["style"] and reason in boxes[stage]["text"], boxes[stage]
+    assert "dashed" not in boxes["weights"]["style"]
+    trained = small("causal", causal=True, dropout=0.5, train=True)
+    boxes = {box["stage"]: box for box in flow_boxes(diagram.shape_flow_html(traced(trained).shapes, trained))}
+    assert "dashed" not in boxes["masked"]["style"] and "dashed" not in boxes["dropped"]["style"]
+    assert boxes["dropped"]["title"] == "dropout p = 0.5 (train)"
+
+
+def test_flow_arrows_name_the_weights_and_the_value_path():
+    config = small("self_attention_v1")
+    markup = diagram.shape_flow_html(traced(config).shapes, config)
+    for arrow in ("↓ W_query", "↓ W_key", "↓ W_value", "↓ Q, Kᵀ", "↓ · V (values)"):
+        assert arrow in markup
+    mha = small("mha")
+    assert "↓ out_proj" in diagram.shape_flow_html(traced(mha).shapes, mha)
+
+
+def test_flow_rejects_a_trace_from_another_variant():
+    shapes = traced(small("causal")).shapes
+    with pytest.raises(ValueError, match="lacks"):
+        diagram.shape_flow_html(shapes, small("mha"))

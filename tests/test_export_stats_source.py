@@ -83,3 +83,23 @@ def test_source_panel_reads_the_running_module():
     assert "self.out_proj(context_vec)" in source.variant_source("mha")
     assert source.stage_code("simplified", "scaled") is None  # section 3.3 does not scale
     assert source.CLASSES["mha"] is attention.MultiHeadAttention
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64])
+def test_every_statistic_stays_in_the_range_its_bar_is_drawn_on_and_reaches_its_ends(n):
+    rng = np.random.default_rng(n)
+    logits = rng.normal(size=(64, n, n)) * rng.uniform(0.1, 20, size=(64, 1, 1))
+    random_weights = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    uniform = np.full((1, n, n), 1.0 / n)  # largest entropy
+    farthest = np.zeros((1, n, n))
+    farthest[0, np.arange(n), np.where(np.arange(n) < n / 2, n - 1, 0)] = 1.0  # each query on its farthest key
+    result = stats.head_statistics(np.concatenate([random_weights, uniform, farthest]))
+    for name, values in result.items():
+        low, high = stats.stat_range(name, n)
+        assert low == 0.0 and high > low
+        assert (values >= low - 1e-9).all() and (values <= high + 1e-9).all(), name
+    if n > 1:
+        assert result["entropy"][-2] == pytest.approx(stats.stat_range("entropy", n)[1])
+        assert result["mean distance"][-1] == pytest.approx(stats.stat_range("mean distance", n)[1])
+    with pytest.raises(KeyError):
+        stats.stat_range("attention", n)

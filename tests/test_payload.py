@@ -97,13 +97,16 @@ def test_heads_grid_is_downsampled_and_the_focused_view_is_a_window(long_text, c
     figs = plotly_figures(at)
     grid = next(fig for fig in figs if "all 12 heads" in fig["layout"]["title"]["text"])
     assert "downsampled" in grid["layout"]["title"]["text"]
-    grid_maps = [trace for trace in grid["data"] if trace["type"] == "heatmap"]
-    assert len(grid_maps) == 12
-    assert all(max(z_shape(trace)) < N for trace in grid_maps)
+    (mosaic,) = [trace for trace in grid["data"] if trace["type"] == "heatmap"]  # 12 tiles in one heatmap
+    assert len(grid["layout"]["meta"]["tiles"]) == 12 and grid["layout"]["meta"]["size"] == 64
+    rows, cols = z_shape(mosaic)
+    assert rows < 3 * 64 and cols < 7 * 64  # 2 × 6 tiles of 64² and the gaps between them
     focused = next(fig for fig in figs if fig["layout"]["title"]["text"].startswith("head "))
     rows, cols = z_shape(focused["data"][0])
     assert rows <= WINDOW and cols <= WINDOW
     for fig in figs:  # no heatmap anywhere on the page is drawn at full 1024 × 1024
+        if fig is grid:
+            continue
         for trace in fig["data"]:
             if trace["type"] == "heatmap":
                 assert max(z_shape(trace)) <= WINDOW, fig["layout"]["title"]["text"]

@@ -162,7 +162,7 @@ _SNAPSHOT = """
     xTicks: last ? [...last.querySelectorAll('g.xtick text')].map((t) => t.textContent) : [],
     yTicks: last ? [...last.querySelectorAll('g.ytick text')].map((t) => t.textContent) : [],
     legend: last ? [...last.querySelectorAll('g.legend')].map((g) => g.textContent).join(' ') : '',
-    diagram: [...main.querySelectorAll('[data-testid=stGraphVizChart] svg')].map((s) => s.textContent).join(' '),
+    diagram: [...main.querySelectorAll('.attnviz-flow')].map((s) => s.textContent).join(' '),
     caption: caption ? caption.textContent : '',
     textArea: (document.querySelector('[data-testid=stSidebar] textarea') || {}).value,
   };
@@ -195,7 +195,7 @@ def query(page) -> dict[str, str]:
 def expected_view(session: Session) -> dict:
     n = len(session.pieces)
     return {"grids": 1, "gridTitles": ["▶ head 0"] + [f"head {h}" for h in range(1, session.heads)],
-            "thumbnails": session.heads, "xTicks": session.pieces, "yTicks": session.pieces,
+            "thumbnails": 1, "xTicks": session.pieces, "yTicks": session.pieces,  # 1: every tile in one heatmap
             "textArea": session.text, "n": n}
 
 

@@ -110,9 +110,11 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
 
     if route in ("", "heads"):
         assert grid_titles(page) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
-        expect(grid_chart(page).locator("g.hm image")).to_have_count(12)
+        expect(grid_chart(page).locator("g.hm image")).to_have_count(1)  # 12 tiles, one heatmap
         assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
-        expect(page.get_by_test_id("stGraphVizChart").locator("svg")).to_contain_text("(1, 12, 6, 6)")
+        flow = page.locator("[data-testid=stMain] .attnviz-flow")  # the compact shape diagram (HTML)
+        expect(flow).to_contain_text("(1, 12, 6, 6)")
+        expect(flow.locator(".attnviz-stage[data-stage=weights]")).to_have_css("background-color", "rgb(255, 213, 79)")
     elif route == "steps":
         expect(heatmap_charts(page)).to_have_count(2)  # before / after the default stage (the mask)
         expect(page.get_by_test_id("stMain").get_by_text("Hide the future")).to_be_visible()
@@ -199,13 +201,24 @@ _INJECTED = """
 """
 
 
+# The page position of the centre of head h's tile in the heads grid (one heatmap; tiles in layout.meta).
+_TILE_CENTRE = """
+([chart, head]) => {
+  const gd = chart.querySelector('.js-plotly-plot');
+  const layout = gd._fullLayout, [x0, y0] = layout.meta.tiles[head], size = layout.meta.size;
+  const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  return {x: area.left + layout.xaxis.d2p(x0 + (size - 1) / 2), y: area.top + layout.yaxis.d2p(y0 + (size - 1) / 2)};
+}
+"""
+
+
 def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     visit(page, f"{base_url}/")
-    thumbnails = grid_chart(page).locator("g.heatmaplayer g.hm image")
-    expect(thumbnails).to_have_count(12)
-    box = thumbnails.nth(5).bounding_box()
+    expect(grid_chart(page).locator("g.heatmaplayer g.hm image")).to_have_count(1)  # all 12 tiles in one heatmap
+    assert len(grid_titles(page)) == 12
+    centre = page.evaluate(_TILE_CENTRE, [grid_chart(page).element_handle(), 5])
     before = runs(page)
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.click(centre["x"], centre["y"])
     wait_idle(page, after=before)
     assert_no_exception(page)
     focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
@@ -291,3 +304,33 @@ def test_empty_text_warns_and_keeps_the_last_view(page, base_url):
     expect(page.get_by_test_id("stMain").get_by_text("Showing the last valid view")).to_be_visible()
     assert len(grid_titles(page)) == 12
     assert x_tick_labels(focused_chart(page)) == expected  # the previous heatmaps remain
+
+
+# --------------------------------------------------------------------------- 7. downloads
+
+def test_downloads_hold_the_focused_head_and_the_whole_trace(page, base_url):
+    """The buttons' data is made on click from the trace's key (sessions never hold a Trace)."""
+    import csv
+    import io
+    import json
+
+    import numpy as np
+
+    visit(page, f"{base_url}/?num_heads=4")
+    with page.expect_download() as csv_download:
+        page.get_by_test_id("stMain").get_by_role("button", name="Download head 0 weights (CSV)").click()
+    rows = list(csv.reader(io.StringIO(csv_download.value.path().read_text(encoding="utf-8"))))
+    assert rows[0] == ["query \\ key (weights, head 0)"] + [f"{i}: {piece}" for i, piece in enumerate(DEFAULT_PIECES)]
+    weights = np.array([[float(v) for v in row[1:]] for row in rows[1:]])
+    assert weights.shape == (6, 6)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-5)
+    assert (weights[np.triu_indices(6, k=1)] == 0).all()  # causal
+
+    sidebar(page).get_by_text("Share & export").click()
+    with page.expect_download() as npz_download:
+        sidebar(page).get_by_role("button", name="Download this trace (NPZ + JSON manifest)").click()
+    data = np.load(io.BytesIO(npz_download.value.path().read_bytes()))
+    manifest = json.loads(bytes(data["manifest.json"]))
+    assert manifest["config"]["num_heads"] == 4 and manifest["text"] == "Your journey starts with one step"
+    assert data["steps/weights"].shape == (1, 4, 6, 6)
+    np.testing.assert_allclose(data["steps/weights"][0, 0], weights, atol=1e-6)  # the CSV's head, same numbers
