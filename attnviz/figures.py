@@ -152,7 +152,9 @@ def attention_heatmap(
     _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset)
     fig.update_layout(
         title={"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
-        height=height, margin={"l": 10, "r": 10, "t": 110, "b": 10},  # room for the title above the key ticks
+        # t: room for the title above the key ticks; b: room for the "masked" legend whether or not there is
+        # one, so a before/after pair (only one of them masked) has plots of the same size
+        height=height, margin={"l": 10, "r": 10, "t": 110, "b": 36},
         plot_bgcolor=MASKED_COLOR, legend={"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right", "yanchor": "top"},
     )
     return fig

@@ -352,6 +352,16 @@ def trace_nbytes(trace: Trace) -> int:
     return total
 
 
+def estimate_nbytes(text: str, config: AttentionConfig) -> int:
+    """About what ``run(text, config)`` will hold: five float32 (heads, n, n) maps (0 if the text is invalid)."""
+    try:
+        n = len(prepare_text(text, config.context_length)[1])
+    except InputError:
+        return 0
+    heads = config.num_heads if config.variant in MULTI_HEAD_VARIANTS else 1
+    return 5 * heads * n * n * 4
+
+
 class TraceCache:
     """A thread-safe LRU cache of Traces bounded by bytes, not entries: at n = 1024 one GPT-2-small
     Trace holds ~210 MB and one XL Trace ~430 MB, while a six-token Trace holds kilobytes."""
@@ -376,11 +386,19 @@ class TraceCache:
             if key in self._traces:
                 self._traces.move_to_end(key)
                 return self._traces[key][0]
+        # Make room *before* running: the run's own tensors plus the cache must stay within the bound, or
+        # the server's peak holds a full cache and a large new trace at once.
+        self._evict(reserve=estimate_nbytes(text, config))
         trace = run(text, config)  # outside the lock: other sessions keep reading
         with self._lock:
             self.misses += 1
             self._traces[key] = (trace, trace_nbytes(trace))
             self._traces.move_to_end(key)
-            while len(self._traces) > 1 and sum(size for _, size in self._traces.values()) > self.max_bytes:
-                self._traces.popitem(last=False)  # the least recently used
+        self._evict(reserve=0, keep=1)
         return trace
+
+    def _evict(self, reserve: int, keep: int = 0) -> None:
+        """Drop least recently used traces until they and ``reserve`` bytes fit (always keep ``keep``)."""
+        with self._lock:
+            while len(self._traces) > keep and sum(size for _, size in self._traces.values()) + reserve > self.max_bytes:
+                self._traces.popitem(last=False)

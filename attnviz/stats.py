@@ -16,23 +16,26 @@ STATS = {
 
 
 def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,)."""
-    weights = np.asarray(weights, dtype=np.float64)
+    """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,).
+
+    One head at a time, in float64: the temporaries stay (n, n).  All heads at once needed about eight
+    float64 copies of the (heads, n, n) maps — 0.5 GB for GPT-2 medium at 1024 tokens, the server's peak."""
+    weights = np.asarray(weights)
     heads, n, _ = weights.shape
     positions = np.arange(n)
     distance = np.abs(positions[:, None] - positions[None, :])  # (n, n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        entropy = np.where(weights > 0, -weights * np.log(weights), 0.0).sum(axis=-1)  # (heads, n)
-    diagonal = weights[:, positions, positions]  # (heads, n)
-    previous = weights[:, positions[1:], positions[:-1]] if n > 1 else np.zeros((heads, 1))  # (heads, n-1)
-    return {
-        "entropy": entropy.mean(axis=-1),
-        "max weight": weights.max(axis=-1).mean(axis=-1),
-        "first-token mass": weights[:, :, 0].mean(axis=-1),
-        "mean distance": (weights * distance).sum(axis=-1).mean(axis=-1),
-        "previous-token": previous.mean(axis=-1),
-        "diagonal": diagonal.mean(axis=-1),
-    }
+    result = {name: np.zeros(heads) for name in STATS}
+    for head in range(heads):
+        w = weights[head].astype(np.float64)  # (n, n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            entropy = -np.where(w > 0, w * np.log(w), 0.0).sum(axis=-1)  # (n,)
+        result["entropy"][head] = entropy.mean()
+        result["max weight"][head] = w.max(axis=-1).mean()
+        result["first-token mass"][head] = w[:, 0].mean()
+        result["mean distance"][head] = (w * distance).sum(axis=-1).mean()
+        result["previous-token"][head] = w[positions[1:], positions[:-1]].mean() if n > 1 else 0.0
+        result["diagonal"][head] = w[positions, positions].mean()
+    return result
 
 
 def stat_range(name: str, n: int) -> tuple[float, float]:

@@ -516,7 +516,8 @@ def stats_column_config(n: int) -> dict:
     for name, text in stats.STATS.items():
         low, high = stats.stat_range(name, n)
         config[name] = st.column_config.ProgressColumn(
-            name, help=f"{text}. Bar: {low:g} … {high:.4g}", format="%.4f", min_value=low, max_value=high)
+            name, help=f"{text}. Bar: {low:g} … {high:.4g}", format="%.4f", min_value=low, max_value=high,
+            width=128)  # all six fit beside the head column in the main area of a 1400-px window
     return config
 
 

@@ -579,3 +579,32 @@ def test_trace_cache_is_bounded_by_bytes_and_reuses_traces():
     assert len(cache) == 2 and cache.nbytes <= 2.5 * one  # the oldest were evicted
     assert cache.get(long_text, replace(config, seed=3)).config.seed == 3
     assert not first.steps["weights"].flags.writeable
+
+
+def test_trace_cache_makes_room_before_a_run_so_cache_plus_new_trace_stay_in_bounds(monkeypatch):
+    from attnviz import pipeline
+    from attnviz.pipeline import TraceCache, estimate_nbytes, trace_nbytes
+
+    config = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=256)
+    long_text = "word " * 300  # 256 tokens after truncation
+    trace = run(long_text, config)
+    maps = sum(trace.steps[stage].nbytes for stage in ("scores", "scaled", "masked", "weights", "dropped"))
+    assert estimate_nbytes(long_text, config) == maps  # eval mode: dropped aliases weights, so an upper bound
+    assert trace_nbytes(trace) <= estimate_nbytes(long_text, config) * 1.2
+    assert estimate_nbytes("", config) == 0  # invalid text: run() raises, nothing to reserve
+
+    one = trace_nbytes(trace)
+    cache = TraceCache(max_bytes=int(2.5 * one))
+    held_during_runs = []
+    real_run = pipeline.run
+
+    def watched_run(text, cfg):
+        held_during_runs.append(cache.nbytes)
+        return real_run(text, cfg)
+
+    monkeypatch.setattr(pipeline, "run", watched_run)
+    for seed in range(5):
+        cache.get(long_text, replace(config, seed=seed))
+    reserve = estimate_nbytes(long_text, config)
+    assert held_during_runs[0] == 0 and all(held + reserve <= 2.5 * one for held in held_during_runs)
+    assert len(cache) == 2  # after the run the cache fills up to its bound again
