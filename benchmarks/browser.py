@@ -27,6 +27,10 @@ Plotly renders a heatmap into a canvas and sets the resulting PNG as the ``<imag
 does not include the browser decoding and painting that image in later frames (this favours the naive
 page, whose images are 1024×1024).
 
+Before each key press the script waits ``SETTLE_S`` (3 s): runs of the two apps alternate, and the
+naive page leaves its server and Chromium busy for seconds (146 MB of messages to free) — without the
+pause that spilled into the next attnviz run (``results/browser_interleaved_no_settle.log``).
+
 *Warm* runs commit a text the server has already run (pipeline and figure caches hold it), so they
 measure serialising, sending and drawing.  *Cold* runs commit a 1024-token text the server has never seen
 (a different text per run): ``pipeline.run`` is included (the module and embedding caches are warm).
@@ -284,9 +288,13 @@ def wait_drawn(page, marker: str | None, frames: FrameCounter) -> dict:
             **frames.busy_since_reset()}
 
 
+SETTLE_S = 3.0  # before each measured commit: the other server and tab finish their work (GC, teardown)
+
+
 def commit_text(browser, server: Server, text: str) -> dict:
     """Ctrl+Enter → drawn (see wait_drawn) for one text in a fresh session."""
     context, page, frames = open_tab(browser, server)
+    time.sleep(SETTLE_S)
     try:
         box = page.locator("[data-testid=stSidebar] textarea").first
         box.fill(text)
