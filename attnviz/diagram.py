@@ -189,6 +189,27 @@ def _expected_stages(variant: str) -> list[str]:
     return [*stages, "output"]
 
 
+def _read_shapes(trace_shapes: Shapes, variant: str, highlight: str | None):
+    """(base stage -> shape, base stage -> name as recorded ("queries ×12"), head count or None, the
+    highlighted base stage or None); raises ValueError for another variant's shapes or an unknown stage."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    names: dict[str, str] = {}
+    heads = None
+    for name, shape in trace_shapes:
+        base, count = _split_name(str(name))
+        shapes[base], names[base] = tuple(int(d) for d in shape), str(name)
+        heads = heads or count
+    missing = [stage for stage in _expected_stages(variant) if stage not in shapes]
+    if missing:
+        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {variant!r}: is it from another run?")
+    highlight_base = None
+    if highlight is not None:
+        highlight_base = _split_name(highlight)[0]
+        if highlight_base not in KNOWN_STAGES:
+            raise ValueError(f"Unknown stage {highlight!r}; choose one of {', '.join(sorted(KNOWN_STAGES))}.")
+    return shapes, names, heads, highlight_base
+
+
 def shape_dot(
     trace_shapes: Shapes,
     config: AttentionConfig,
@@ -204,25 +225,8 @@ def shape_dot(
     highlights nothing.  ``compact=True`` draws top-to-bottom with short labels (stage + shape) and
     the weight matrices as edge labels, for a narrow column.
     """
-    pairs = [(str(name), tuple(int(d) for d in shape)) for name, shape in trace_shapes]
-    shapes: dict[str, tuple[int, ...]] = {}
-    names: dict[str, str] = {}  # base stage -> the name as recorded ("queries ×12")
-    heads = None
-    for name, shape in pairs:
-        base, count = _split_name(name)
-        shapes[base] = shape
-        names[base] = name
-        heads = heads or count
-
     variant = config.variant
-    missing = [stage for stage in _expected_stages(variant) if stage not in shapes]
-    if missing:
-        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {variant!r}: is it from another run?")
-    highlight_base = None
-    if highlight is not None:
-        highlight_base = _split_name(highlight)[0]
-        if highlight_base not in KNOWN_STAGES:
-            raise ValueError(f"Unknown stage {highlight!r}; choose one of {', '.join(sorted(KNOWN_STAGES))}.")
+    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, variant, highlight)
 
     titles = _titles(config, shapes, heads)
     weighted = variant != "simplified"
@@ -359,21 +363,8 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
     Every string is escaped; the result is safe for ``st.html``."""
     import html
 
-    pairs = [(str(name), tuple(int(d) for d in shape)) for name, shape in trace_shapes]
-    shapes: dict[str, tuple[int, ...]] = {}
-    names: dict[str, str] = {}
-    heads = None
-    for name, shape in pairs:
-        base, count = _split_name(name)
-        shapes[base], names[base] = shape, name
-        heads = heads or count
     variant = config.variant
-    missing = [stage for stage in _expected_stages(variant) if stage not in shapes]
-    if missing:
-        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {variant!r}: is it from another run?")
-    highlight_base = _split_name(highlight)[0] if highlight is not None else None
-    if highlight_base is not None and highlight_base not in KNOWN_STAGES:
-        raise ValueError(f"Unknown stage {highlight!r}; choose one of {', '.join(sorted(KNOWN_STAGES))}.")
+    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, variant, highlight)
     titles = _titles(config, shapes, heads)
     weighted = variant != "simplified"
     arrows = {  # what the arrow into a stage carries, where it is not just "the row above"

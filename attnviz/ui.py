@@ -459,7 +459,7 @@ def heads_grid_figure(ctx: Context, stage: str):
     """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked."""
     from attnviz import figures
 
-    grid = _grid_figure(ctx.trace.text, dataclasses.astuple(ctx.config), stage)
+    grid = _grid_figure(*ctx.key, stage)
     return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
 
 
@@ -505,7 +505,7 @@ def _head_stats(text: str, config_values: tuple):
 
 def head_stats_table(ctx: Context):
     """Per-head statistics of the weights (cached with the trace)."""
-    return _head_stats(ctx.trace.text, dataclasses.astuple(ctx.config))
+    return _head_stats(*ctx.key)
 
 
 def stats_column_config(n: int) -> dict:
