@@ -327,8 +327,12 @@ def test_downloads_hold_the_focused_head_and_the_whole_trace(page, base_url):
     assert (weights[np.triu_indices(6, k=1)] == 0).all()  # causal
 
     sidebar(page).get_by_text("Share & export").click()
-    with page.expect_download() as npz_download:
-        sidebar(page).get_by_role("button", name="Download this trace (NPZ + JSON manifest)").click()
+    button = sidebar(page).get_by_role("button", name="Download this trace (NPZ + JSON manifest)")
+    expect(button).to_be_visible()
+    expect(button).to_be_enabled()
+    page.wait_for_timeout(500)  # the expander's opening animation: a click during it can miss the button
+    with page.expect_download(timeout=60_000) as npz_download:
+        button.click()
     data = np.load(io.BytesIO(npz_download.value.path().read_bytes()))
     manifest = json.loads(bytes(data["manifest.json"]))
     assert manifest["config"]["num_heads"] == 4 and manifest["text"] == "Your journey starts with one step"
