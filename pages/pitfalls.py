@@ -3,8 +3,10 @@
 import pandas as pd
 import streamlit as st
 
-from attnviz import pitfalls, ui
-from attnviz.pitfalls import PITFALLS
+from attnviz import ui
+from attnviz.pitfalls import catalogue, detectors, workbench
+from attnviz.pitfalls import figures as pitfall_figures
+from attnviz.pitfalls.catalogue import PITFALLS
 
 ctx = ui.setup("Pitfall lab")
 if ctx is None:
@@ -15,21 +17,21 @@ wanted_heads = int(ctx.settings["num_heads"])  # the sidebar's Heads, used when 
 
 
 @st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
-def lab(text: str, config_values: tuple, wanted_heads: int, bug: str) -> pitfalls.PitfallResult:
+def lab(text: str, config_values: tuple, wanted_heads: int, bug: str) -> catalogue.PitfallResult:
     run = ui.cached_trace(text, config_values)
-    setup = pitfalls.lab_setup(run.config, run.n, wanted_heads)
-    return pitfalls.run_pitfall(bug, setup, pitfalls.lab_inputs(run.embeddings["input"]))
+    setup = workbench.lab_setup(run.config, run.n, wanted_heads)
+    return catalogue.run_pitfall(bug, setup, workbench.lab_inputs(run.embeddings["input"]))
 
 
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
 def leak(text: str, config_values: tuple, wanted_heads: int, bug: str | None, j: int) -> dict:
     run = ui.cached_trace(text, config_values)
-    setup = pitfalls.lab_setup(run.config, run.n, wanted_heads)
-    return pitfalls.leak_check(setup, pitfalls.lab_inputs(run.embeddings["input"]), j, causal=run.config.causal,
+    setup = workbench.lab_setup(run.config, run.n, wanted_heads)
+    return catalogue.leak_check(setup, workbench.lab_inputs(run.embeddings["input"]), j, causal=run.config.causal,
                                bug=bug)
 
 
-def verdict_box(version: pitfalls.Version, buggy: bool) -> None:
+def verdict_box(version: detectors.Version, buggy: bool) -> None:
     if version.fired:
         st.error(f"**Detected:** {version.verdict}", icon=":material/bug_report:")
     elif buggy:
@@ -38,8 +40,8 @@ def verdict_box(version: pitfalls.Version, buggy: bool) -> None:
         st.success(f"**Check passed:** {version.verdict}", icon=":material/check_circle:")
 
 
-setup = pitfalls.lab_setup(config, trace.n, wanted_heads)
-n = min(trace.n, pitfalls.MAX_TOKENS)
+setup = workbench.lab_setup(config, trace.n, wanted_heads)
+n = min(trace.n, workbench.MAX_TOKENS)
 tokens = trace.tokens[:n]
 
 st.title("Pitfall lab")
@@ -66,7 +68,7 @@ else:
     with st.spinner("Running both versions…"):
         result = lab(text, config_values, wanted_heads, bug)
     st.subheader(pitfall.title)
-    st.code(pitfalls.diff_text(bug), language="diff")
+    st.code(catalogue.diff_text(bug), language="diff")
     st.markdown(pitfall.explanation)
     stage = "dropped" if pitfall.figure == "dropout" else "weights"
     for column, version, name in zip(st.columns(2), (result.correct, result.buggy), ("the book's code", "with the bug")):
@@ -75,10 +77,10 @@ else:
             verdict_box(version, buggy=version is result.buggy)
             if version.observation.error is None and pitfall.figure != "error":
                 st.caption(f"head 0 of {setup.num_heads}: {stage}, {name}" + (", call 1" if stage == "dropped" else ""))
-                fig = pitfalls.weights_figure(version.observation, tokens, stage=stage, dropout=setup.dropout)
+                fig = pitfall_figures.weights_figure(version.observation, tokens, stage=stage, dropout=setup.dropout)
                 st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
-    extra = {"row_sums": pitfalls.row_sums_figure, "entropy": pitfalls.entropy_figure,
-             "dropout": pitfalls.call_difference_figure}.get(pitfall.figure)
+    extra = {"row_sums": pitfall_figures.row_sums_figure, "entropy": pitfall_figures.entropy_figure,
+             "dropout": pitfall_figures.call_difference_figure}.get(pitfall.figure)
     if extra is not None:
         st.plotly_chart(extra(result, tokens), config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
 
@@ -102,4 +104,4 @@ else:
         box = st.error if report["leaked"] else st.success
         icon = ":material/water_drop:" if report["leaked"] else ":material/check_circle:"
         box(f"**Verdict:** {report['verdict']}", icon=icon)
-        st.plotly_chart(pitfalls.leak_figure(report, tokens), config=ui.plotly_config("attnviz-leak-detector"))
+        st.plotly_chart(pitfall_figures.leak_figure(report, tokens), config=ui.plotly_config("attnviz-leak-detector"))

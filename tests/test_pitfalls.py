@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from attnviz import pipeline, pitfalls
+from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention, Recorder
-from attnviz.pitfalls import PITFALLS
+from attnviz.pitfalls import bugs, catalogue, leak, workbench
+from attnviz.pitfalls import figures as pitfall_figures
+from attnviz.pitfalls.catalogue import PITFALLS
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
@@ -28,13 +30,13 @@ def small_config(**overrides) -> pipeline.AttentionConfig:
     return pipeline.AttentionConfig(**{**values, **overrides})
 
 
-def lab_for(config: pipeline.AttentionConfig, text: str = TEXT) -> tuple[pitfalls.LabSetup, torch.Tensor]:
+def lab_for(config: pipeline.AttentionConfig, text: str = TEXT) -> tuple[workbench.LabSetup, torch.Tensor]:
     trace = pipeline.run(text, config)
-    return pitfalls.lab_setup(config, trace.n, config.num_heads), pitfalls.lab_inputs(trace.embeddings["input"])
+    return workbench.lab_setup(config, trace.n, config.num_heads), workbench.lab_inputs(trace.embeddings["input"])
 
 
 @pytest.fixture(scope="module")
-def lab() -> tuple[pitfalls.LabSetup, torch.Tensor]:
+def lab() -> tuple[workbench.LabSetup, torch.Tensor]:
     return lab_for(small_config())
 
 
@@ -54,7 +56,7 @@ def inputs(n: int, d: int = 32, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("seed", [0, 123, 2024])
 def test_lab_forward_is_bitwise_the_books_forward(causal, seed):
     book = mha(causal, seed)
-    lab_module = pitfalls.copy_weights(book, pitfalls.LabMultiHeadAttention(32, 32, 64, 0.0, 4, causal=causal)).eval()
+    lab_module = workbench.copy_weights(book, bugs.LabMultiHeadAttention(32, 32, 64, 0.0, 4, causal=causal)).eval()
     x = inputs(9, seed=seed)
     book_trace, lab_trace = Recorder(), Recorder()
     with torch.no_grad():
@@ -66,16 +68,16 @@ def test_lab_forward_is_bitwise_the_books_forward(causal, seed):
 def test_correct_lab_module_reproduces_the_apps_trace():
     config = small_config()
     trace = pipeline.run(TEXT, config)
-    setup = pitfalls.lab_setup(config, trace.n)
+    setup = workbench.lab_setup(config, trace.n)
     with torch.no_grad():
-        output = pitfalls.build_correct(setup)(pitfalls.lab_inputs(trace.embeddings["input"]))  # (1, n, d_out)
+        output = workbench.build_correct(setup)(workbench.lab_inputs(trace.embeddings["input"]))  # (1, n, d_out)
     assert torch.equal(output, torch.from_numpy(trace.output.copy()))
 
 
 @pytest.mark.parametrize("key", list(PITFALLS))
 def test_buggy_version_has_the_correct_versions_weights(lab, key):
     setup, _ = lab
-    correct = pitfalls.build_correct(setup)
+    correct = workbench.build_correct(setup)
     buggy = PITFALLS[key].build(correct, setup)
     assert isinstance(buggy, MultiHeadAttention)
     for name, value in correct.named_parameters():
@@ -88,7 +90,7 @@ def test_each_pitfall_is_a_one_line_difference(key):
     pitfall = PITFALLS[key]
     assert pitfall.correct_line != pitfall.buggy_line
     assert "\n" not in pitfall.correct_line and "\n" not in pitfall.buggy_line
-    assert pitfalls.diff_text(key) == f"- {pitfall.correct_line}\n+ {pitfall.buggy_line}"
+    assert catalogue.diff_text(key) == f"- {pitfall.correct_line}\n+ {pitfall.buggy_line}"
 
 
 # ============================== detectors ==============================
@@ -97,7 +99,7 @@ def test_each_pitfall_is_a_one_line_difference(key):
 @pytest.mark.parametrize("key", list(PITFALLS))
 def test_detector_fires_on_the_bug_and_not_on_the_books_code(lab, key):
     setup, x = lab
-    result = pitfalls.run_pitfall(key, setup, x)
+    result = catalogue.run_pitfall(key, setup, x)
     assert result.correct.fired is False, result.correct.verdict
     assert result.buggy.fired is True, result.buggy.verdict
     assert result.correct.verdict != result.buggy.verdict
@@ -114,12 +116,12 @@ def test_detector_fires_on_the_bug_and_not_on_the_books_code(lab, key):
 def test_bug_verdicts_say_what_was_measured(lab, key, expected):
     setup, x = lab
     assert x.shape[1] == 10
-    assert expected in pitfalls.run_pitfall(key, setup, x).buggy.verdict
+    assert expected in catalogue.run_pitfall(key, setup, x).buggy.verdict
 
 
 def test_softmax_over_dim_minus_2_makes_columns_sum_to_1(lab):
     setup, x = lab
-    buggy = pitfalls.run_pitfall("softmax_dim", setup, x).buggy
+    buggy = catalogue.run_pitfall("softmax_dim", setup, x).buggy
     weights = buggy.observation.maps["weights"].astype(np.float64)  # (h, n, n)
     assert np.allclose(weights.sum(axis=-2), 1.0, atol=1e-5)
     assert not np.allclose(weights.sum(axis=-1), 1.0, atol=1e-2)
@@ -128,7 +130,7 @@ def test_softmax_over_dim_minus_2_makes_columns_sum_to_1(lab):
 
 def test_scale_bug_changes_the_ratio_and_the_entropy(lab):
     setup, x = lab
-    result = pitfalls.run_pitfall("scale_d_out", setup, x)
+    result = catalogue.run_pitfall("scale_d_out", setup, x)
     assert result.correct.details["ratio"] == pytest.approx(1 / np.sqrt(setup.head_dim), rel=1e-5)
     assert result.buggy.details["ratio"] == pytest.approx(1 / np.sqrt(setup.d_out), rel=1e-5)
     assert result.buggy.details["entropy"].mean() > result.correct.details["entropy"].mean()  # flatter softmax
@@ -136,7 +138,7 @@ def test_scale_bug_changes_the_ratio_and_the_entropy(lab):
 
 def test_mask_with_diagonal_0_gives_nan_in_row_0_only(lab):
     setup, x = lab
-    buggy = pitfalls.run_pitfall("mask_diagonal", setup, x).buggy
+    buggy = catalogue.run_pitfall("mask_diagonal", setup, x).buggy
     assert buggy.details == {"nan_rows": [0], "nan_outputs": [0]}
     assert np.isnan(buggy.observation.maps["weights"][:, 0]).all()
     assert np.isfinite(buggy.observation.output[1:]).all()
@@ -148,30 +150,30 @@ def test_mask_with_diagonal_0_gives_nan_in_row_0_only(lab):
 ])
 def test_error_texts_are_pytorchs_own(lab, key, message):
     setup, x = lab
-    buggy = pitfalls.run_pitfall(key, setup, x).buggy
+    buggy = catalogue.run_pitfall(key, setup, x).buggy
     assert message in buggy.observation.error
     assert buggy.verdict == f"RuntimeError: {buggy.observation.error}"
     with pytest.raises(RuntimeError) as raised:  # the same text PyTorch raises when the buggy module is called
-        PITFALLS[key].build(pitfalls.build_correct(setup), setup)(x)
+        PITFALLS[key].build(workbench.build_correct(setup), setup)(x)
     assert str(raised.value) == buggy.observation.error
 
 
 def test_view_bug_is_latent_with_one_head():
     """With one head the transposed tensor happens to be viewable: the bug survives small tests."""
     setup, x = lab_for(small_config(num_heads=1))
-    result = pitfalls.run_pitfall("view_contiguous", setup, x)
+    result = catalogue.run_pitfall("view_contiguous", setup, x)
     assert result.buggy.fired is False and result.buggy.verdict.startswith("runs")
 
 
 def test_unsliced_mask_is_latent_when_the_text_fills_the_context():
     setup, x = lab_for(small_config(context_length=10))
     assert x.shape[1] == 10
-    assert pitfalls.run_pitfall("mask_not_sliced", setup, x).buggy.fired is False
+    assert catalogue.run_pitfall("mask_not_sliced", setup, x).buggy.fired is False
 
 
 def test_scale_bug_has_no_effect_with_one_head():
     setup, x = lab_for(small_config(num_heads=1))
-    buggy = pitfalls.run_pitfall("scale_d_out", setup, x).buggy
+    buggy = catalogue.run_pitfall("scale_d_out", setup, x).buggy
     assert buggy.fired is False and "no effect here" in buggy.verdict
 
 
@@ -182,7 +184,7 @@ def test_scale_bug_has_no_effect_with_one_head():
 @pytest.mark.parametrize("j", [1, 4, 7, 11])
 def test_correct_causal_mha_never_leaks(seed, j):
     module = mha(seed=seed)
-    report = pitfalls.leak_report(module, inputs(12, seed=seed), j, seed=seed)
+    report = leak.leak_report(module, inputs(12, seed=seed), j, seed=seed)
     assert report["leaked"] == [] and report["verdict"] == "no leak"
     assert (report["delta"][:j] == 0).all()  # exactly 0, not approximately
     assert report["delta"][j] > 0  # the perturbed token itself moves
@@ -191,45 +193,45 @@ def test_correct_causal_mha_never_leaks(seed, j):
 @pytest.mark.parametrize("j", [1, 5, 11])
 def test_masked_fill_without_underscore_leaks_into_every_earlier_position(j):
     correct = mha()
-    buggy = pitfalls.copy_weights(correct, pitfalls.MaskedFillWithoutUnderscore(32, 32, 64, 0.0, 4)).eval()
-    report = pitfalls.leak_report(buggy, inputs(12), j)
+    buggy = workbench.copy_weights(correct, bugs.MaskedFillWithoutUnderscore(32, 32, 64, 0.0, 4)).eval()
+    report = leak.leak_report(buggy, inputs(12), j)
     assert report["leaked"] == list(range(j))
     assert report["verdict"] == "leaks into positions " + ", ".join(str(p) for p in range(j))
 
 
 def test_no_causal_mask_leaks():
-    report = pitfalls.leak_report(mha(causal=False), inputs(8), 3)
+    report = leak.leak_report(mha(causal=False), inputs(8), 3)
     assert report["leaked"] == [0, 1, 2]
     assert report["verdict"] == "leaks into positions 0, 1, 2"
 
 
 def test_softmax_over_the_wrong_dim_also_leaks():
     """Column sums run over later queries, so a later token changes earlier weights."""
-    buggy = pitfalls.copy_weights(mha(), pitfalls.SoftmaxOverWrongDim(32, 32, 64, 0.0, 4)).eval()
-    assert pitfalls.leak_report(buggy, inputs(8), 5)["leaked"] == [0, 1, 2, 3, 4]
+    buggy = workbench.copy_weights(mha(), bugs.SoftmaxOverWrongDim(32, 32, 64, 0.0, 4)).eval()
+    assert leak.leak_report(buggy, inputs(8), 5)["leaked"] == [0, 1, 2, 3, 4]
 
 
 def test_leak_report_accepts_a_factory_and_2d_inputs():
-    report = pitfalls.leak_report(lambda: mha(causal=False), inputs(6)[0].numpy(), 2)
+    report = leak.leak_report(lambda: mha(causal=False), inputs(6)[0].numpy(), 2)
     assert report["leaked"] == [0, 1] and report["delta"].shape == (6,)
 
 
 def test_leak_report_at_position_0_and_bad_positions():
-    assert pitfalls.leak_report(mha(), inputs(5), 0)["verdict"].startswith("no leak")
+    assert leak.leak_report(mha(), inputs(5), 0)["verdict"].startswith("no leak")
     with pytest.raises(ValueError, match="j must be a position"):
-        pitfalls.leak_report(mha(), inputs(5), 5)
+        leak.leak_report(mha(), inputs(5), 5)
 
 
 def test_active_dropout_does_not_look_like_a_leak():
     """Both runs draw the same dropout masks, so only the perturbation differs."""
     torch.manual_seed(123)
     module = MultiHeadAttention(32, 32, 64, 0.5, 4).train()
-    assert pitfalls.leak_report(module, inputs(10), 6)["leaked"] == []
+    assert leak.leak_report(module, inputs(10), 6)["leaked"] == []
 
 
 def test_nan_outputs_are_reported_not_counted_as_leaks():
-    buggy = pitfalls.copy_weights(mha(), pitfalls.MaskIncludesDiagonal(32, 32, 64, 0.0, 4)).eval()
-    report = pitfalls.leak_report(buggy, inputs(8), 4)
+    buggy = workbench.copy_weights(mha(), bugs.MaskIncludesDiagonal(32, 32, 64, 0.0, 4)).eval()
+    report = leak.leak_report(buggy, inputs(8), 4)
     assert report["leaked"] == [] and report["nan_positions"] == [0]
     assert report["verdict"].startswith("no leak among the positions that can be compared")
     assert "NaN at positions 0" in report["verdict"]
@@ -237,10 +239,10 @@ def test_nan_outputs_are_reported_not_counted_as_leaks():
 
 def test_leak_check_on_a_bug_that_raises_gives_the_error(lab):
     setup, x = lab
-    report = pitfalls.leak_check(setup, x, 3, causal=True, bug="view_contiguous")
+    report = catalogue.leak_check(setup, x, 3, causal=True, bug="view_contiguous")
     assert "view size is not compatible" in report["error"]
-    assert pitfalls.leak_check(setup, x, 3, causal=True)["verdict"] == "no leak"
-    assert pitfalls.leak_check(setup, x, 3, causal=False)["leaked"] == [0, 1, 2]
+    assert catalogue.leak_check(setup, x, 3, causal=True)["verdict"] == "no leak"
+    assert catalogue.leak_check(setup, x, 3, causal=False)["leaked"] == [0, 1, 2]
 
 
 @settings(max_examples=25, deadline=None)
@@ -251,7 +253,7 @@ def test_property_causal_mha_never_leaks(heads, head_dim, n, data, seed):
     torch.manual_seed(seed)
     module = MultiHeadAttention(5, heads * head_dim, 32, 0.0, heads).eval()
     x = torch.randn(1, n, 5, generator=torch.Generator().manual_seed(seed))  # (1, n, 5)
-    report = pitfalls.leak_report(module, x, j, seed=seed)
+    report = leak.leak_report(module, x, j, seed=seed)
     assert report["leaked"] == []
     assert (report["delta"][:j] == 0).all()
 
@@ -262,27 +264,27 @@ def test_property_causal_mha_never_leaks(heads, head_dim, n, data, seed):
 def test_long_texts_are_capped_at_64_tokens_and_it_is_said():
     config = small_config(context_length=256)
     trace = pipeline.run("word " * 100, config)
-    setup = pitfalls.lab_setup(config, trace.n)
-    assert pitfalls.lab_inputs(trace.embeddings["input"]).shape == (1, 64, 32)
+    setup = workbench.lab_setup(config, trace.n)
+    assert workbench.lab_inputs(trace.embeddings["input"]).shape == (1, 64, 32)
     assert any("first 64" in note for note in setup.notes)
-    assert not pitfalls.lab_setup(config, 10).notes
+    assert not workbench.lab_setup(config, 10).notes
 
 
 @pytest.mark.parametrize(("d_out", "wanted", "expected"), [(768, 12, 12), (768, 1, 2), (2, 1, 2), (1, 1, 1),
                                                            (7, 4, 7), (768, 5, 4)])
 def test_lab_heads_picks_a_valid_head_count(d_out, wanted, expected):
-    assert pitfalls.lab_heads(d_out, wanted) == expected
+    assert workbench.lab_heads(d_out, wanted) == expected
 
 
 def test_single_head_variant_uses_mha_with_a_valid_head_count_and_says_so():
-    setup = pitfalls.lab_setup(small_config(variant="causal", num_heads=1), 6, wanted_heads=8)
+    setup = workbench.lab_setup(small_config(variant="causal", num_heads=1), 6, wanted_heads=8)
     assert (setup.d_out, setup.num_heads, setup.head_dim) == (32, 8, 4)
     assert any("single head" in note and "8 heads" in note for note in setup.notes)
 
 
 def test_dropout_p_0_is_replaced_and_said():
-    setup = pitfalls.lab_setup(small_config(dropout=0.0), 6)
-    assert setup.dropout == pitfalls.DEFAULT_DROPOUT
+    setup = workbench.lab_setup(small_config(dropout=0.0), 6)
+    assert setup.dropout == workbench.DEFAULT_DROPOUT
     assert any("Dropout p" in note for note in setup.notes)
 
 
@@ -291,39 +293,39 @@ def test_dropout_p_0_is_replaced_and_said():
 
 def test_weights_figure_draws_what_the_code_masked(lab):
     setup, x = lab
-    result = pitfalls.run_pitfall("masked_fill", setup, x)
+    result = catalogue.run_pitfall("masked_fill", setup, x)
     tokens = [f"t{i}" for i in range(10)]
     upper = np.triu_indices(10, k=1)
-    correct = np.asarray(pitfalls.weights_figure(result.correct.observation, tokens).data[0].z, dtype=float)
-    buggy = np.asarray(pitfalls.weights_figure(result.buggy.observation, tokens).data[0].z, dtype=float)
+    correct = np.asarray(pitfall_figures.weights_figure(result.correct.observation, tokens).data[0].z, dtype=float)
+    buggy = np.asarray(pitfall_figures.weights_figure(result.buggy.observation, tokens).data[0].z, dtype=float)
     assert np.isnan(correct[upper]).all()  # masked: grey
     assert np.isfinite(buggy[upper]).all() and (buggy[upper] > 0).all()  # the mask did nothing
 
 
 def test_weights_figure_writes_nan_on_computed_nan_cells(lab):
     setup, x = lab
-    buggy = pitfalls.run_pitfall("mask_diagonal", setup, x).buggy
-    fig = pitfalls.weights_figure(buggy.observation, [f"t{i}" for i in range(10)])
+    buggy = catalogue.run_pitfall("mask_diagonal", setup, x).buggy
+    fig = pitfall_figures.weights_figure(buggy.observation, [f"t{i}" for i in range(10)])
     nan_text = [trace for trace in fig.data if trace.name == "NaN"]
     assert len(nan_text) == 1 and set(nan_text[0].y) == {"0: t0"} and len(nan_text[0].x) == 10
 
 
 def test_leak_figure_colours_leaks_and_labels_exact_zeros():
-    report = pitfalls.leak_report(mha(causal=False), inputs(6), 3)
-    fig = pitfalls.leak_figure(report, ["a", "b", "a", "c", "d", "e"])
+    report = leak.leak_report(mha(causal=False), inputs(6), 3)
+    fig = pitfall_figures.leak_figure(report, ["a", "b", "a", "c", "d", "e"])
     bar = fig.data[0]
     assert len(set(bar.x)) == 6  # repeated tokens keep their own bar
-    assert list(bar.marker.color[:4]) == [pitfalls.LEAK_COLOR] * 3 + [pitfalls.PERTURBED_COLOR]
-    correct = pitfalls.leak_figure(pitfalls.leak_report(mha(), inputs(6), 3), list("abcdef"))
+    assert list(bar.marker.color[:4]) == [pitfall_figures.LEAK_COLOR] * 3 + [pitfall_figures.PERTURBED_COLOR]
+    correct = pitfall_figures.leak_figure(leak.leak_report(mha(), inputs(6), 3), list("abcdef"))
     assert list(correct.data[0].text[:3]) == ["0", "0", "0"]
 
 
-@pytest.mark.parametrize(("key", "builder"), [("softmax_dim", pitfalls.row_sums_figure),
-                                              ("scale_d_out", pitfalls.entropy_figure),
-                                              ("forgot_eval", pitfalls.call_difference_figure)])
+@pytest.mark.parametrize(("key", "builder"), [("softmax_dim", pitfall_figures.row_sums_figure),
+                                              ("scale_d_out", pitfall_figures.entropy_figure),
+                                              ("forgot_eval", pitfall_figures.call_difference_figure)])
 def test_extra_figures_have_one_bar_per_token(lab, key, builder):
     setup, x = lab
-    fig = builder(pitfalls.run_pitfall(key, setup, x), [f"t{i}" for i in range(10)])
+    fig = builder(catalogue.run_pitfall(key, setup, x), [f"t{i}" for i in range(10)])
     assert all(len(trace.y) == 10 for trace in fig.data)
 
 
@@ -380,7 +382,7 @@ def test_choosing_each_pitfall_changes_the_verdict():
         verdicts = lab_verdicts(at)
         assert any(v.startswith("**Check passed:**") for v in verdicts), key
         assert any(v.startswith("**Detected:**") for v in verdicts), key
-        assert any(block.value == pitfalls.diff_text(key) for block in at.code), key
+        assert any(block.value == catalogue.diff_text(key) for block in at.code), key
         seen[key] = tuple(verdicts)
     assert len(set(seen.values())) == len(PITFALLS)
     assert "view size is not compatible" in " ".join(seen["view_contiguous"])
@@ -408,7 +410,7 @@ def test_causal_toggle_off_turns_the_leak_verdict():
     at.select_slider(key="pitfalls_token").set_value(5).run()
     assert leak_verdict(at) == "**Verdict:** leaks into positions 0, 1, 2, 3, 4"
     bars = next(fig for fig in plotly(at) if fig["data"][0]["type"] == "bar")
-    assert bars["data"][0]["marker"]["color"][:5] == [pitfalls.LEAK_COLOR] * 5
+    assert bars["data"][0]["marker"]["color"][:5] == [pitfall_figures.LEAK_COLOR] * 5
 
 
 def test_single_head_variant_says_which_heads_the_lab_uses():
