@@ -25,8 +25,8 @@ import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
 
-from attnviz import attention, figures, pipeline
-from attnviz.pipeline import MULTI_HEAD_VARIANTS, VARIANTS, AttentionConfig, Trace
+from attnviz import attention, figures, pipeline, variants
+from attnviz.pipeline import AttentionConfig, Trace
 
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
 TOLERANCE = 1e-5  # max |Δ| at or below this counts as equal (float32 round-off)
@@ -50,11 +50,9 @@ def base_config(config: AttentionConfig, d_out: int, num_heads: int) -> Attentio
 def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
     """``base`` normalised for ``variant`` as the sidebar does: 1 head for single-head variants,
     d_out = d_in for the simplified one (it has no weights)."""
-    return replace(
-        base, variant=variant,
-        num_heads=base.num_heads if variant in MULTI_HEAD_VARIANTS else 1,
-        d_out=base.d_in if variant == "simplified" else base.d_out,
-    )
+    spec = variants.get(variant)
+    return replace(base, variant=variant, num_heads=spec.head_count(base.num_heads),
+                   d_out=spec.out_width(base.d_in, base.d_out))
 
 
 def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
@@ -266,7 +264,7 @@ class VariantResult:
 
     @property
     def label(self) -> str:
-        return VARIANTS[self.variant]
+        return variants.get(self.variant).label
 
     @property
     def heads(self) -> int:
@@ -300,18 +298,18 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
     """Run every variant on ``inputs`` (1, n, d_in) and measure the three equivalences."""
     num_tokens = inputs.shape[1]
     results, modules, outputs, recorders = [], {}, {}, {}
-    for variant in VARIANTS:
+    for variant in variants.VARIANTS:
         config = variant_config(base, variant)
         module = seeded_module(config, num_tokens)
         recorder, output = run_module(module, inputs)
         modules[variant], outputs[variant], recorders[variant] = module, output, recorder
         results.append(VariantResult(variant, config, recorder.steps["weights"][0].float().numpy(),
                                      tuple(output.shape)))
-    mha = modules["mha"]
+    mha = modules[variants.MHA]
     checks = (
-        check_wrapper_equals_mha(mha, inputs, seeded_wrapper_output=outputs["mha_wrapper"]),
+        check_wrapper_equals_mha(mha, inputs, seeded_wrapper_output=outputs[variants.WRAPPER]),
         check_mha_equals_sdpa(mha, inputs),
-        check_masking_routes(recorders["mha"].steps["scaled"]),
+        check_masking_routes(recorders[variants.MHA].steps["scaled"]),
     )
     return Comparison(tuple(tokens), total_tokens or num_tokens, tuple(results), checks)
 

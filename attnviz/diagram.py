@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from attnviz.attention import STAGES
-from attnviz.pipeline import DROPOUT_VARIANTS
+from attnviz import variants
+from attnviz.attention import MAP_STAGES, STAGES
+from attnviz.steps import dropout_off_reason
 
 if TYPE_CHECKING:
     from attnviz.pipeline import AttentionConfig
@@ -28,7 +29,7 @@ EXTRA_STAGES = ("input", "view", "transpose", "concat")
 KNOWN_STAGES = frozenset(STAGES) | frozenset(EXTRA_STAGES)
 WEIGHTS = ("W_query", "W_key", "W_value")
 QKV = ("queries", "keys", "values")
-MAPS = ("scores", "scaled", "masked", "weights", "dropped")
+MAPS = MAP_STAGES  # one tuple of the attention-map stages, defined in attnviz.attention
 
 HIGHLIGHT_FILL = "#ffd54f"  # the stage the user is viewing
 TENSOR_FILL = "#e8f0fe"
@@ -51,28 +52,10 @@ def _split_name(name: str) -> tuple[str, int | None]:
     return (base, int(count)) if sep and count.isdigit() else (name, None)
 
 
-def _infer_variant(names: Sequence[str]) -> str:
-    """Best guess of the variant's path from the stage names alone (no config)."""
-    if any(_split_name(name)[1] is not None for name in names):
-        return "mha_wrapper"
-    if "view" in names:
-        return "mha"
-    return "causal"  # single head; the simplified version cannot be told apart without the config
-
-
-def _meaning(base: str, variant: str, rank: int) -> str:
-    """Symbolic shape of stage ``base`` in ``variant``, e.g. ``(b, h, n, n)``; ``rank`` trims ``b``."""
-    if base in _MEANINGS:
-        symbols = _MEANINGS[base]
-    elif base in MAPS:
-        symbols = "b h n n" if variant == "mha" else "b n n"
-    elif base in QKV:
-        symbols = {"simplified": "b n d_in", "mha_wrapper": "b n hd"}.get(variant, "b n d_out")
-    elif base == "context":
-        symbols = {"simplified": "b n d_in", "mha_wrapper": "b n hd", "mha": "b h n hd"}.get(variant, "b n d_out")
-    elif base == "output":
-        symbols = "b n d_in" if variant == "simplified" else "b n d_out"
-    else:
+def _meaning(base: str, spec: variants.Variant, rank: int) -> str:
+    """Symbolic shape of stage ``base`` in the variant ``spec``, e.g. ``(b, h, n, n)``; ``rank`` trims ``b``."""
+    symbols = _MEANINGS.get(base) or spec.meaning(base)
+    if not symbols:
         return ""
     parts = symbols.split()
     if 0 < rank < len(parts):
@@ -85,16 +68,14 @@ def format_shape(shape: Sequence[int]) -> str:
     return str(tuple(int(d) for d in shape))
 
 
-def shape_rows(trace_shapes: Shapes, config: AttentionConfig | None = None) -> list[dict[str, str]]:
+def shape_rows(trace_shapes: Shapes, config: AttentionConfig) -> list[dict[str, str]]:
     """One row per recorded stage: ``{"stage", "shape", "meaning"}``, in pipeline order.
 
-    ``meaning`` is the symbolic shape (``(b, n, d_out)``, ``(b, h, n, n)`` …).  Pass ``config`` to
-    tell the simplified version (whose queries are the d_in-wide inputs) from a weighted single head.
+    ``meaning`` is the symbolic shape (``(b, n, d_out)``, ``(b, h, n, n)`` …) in the run's variant.
     """
     pairs = [(str(name), tuple(shape)) for name, shape in trace_shapes]
-    variant = config.variant if config is not None else _infer_variant([name for name, _ in pairs])
     return [
-        {"stage": name, "shape": format_shape(shape), "meaning": _meaning(_split_name(name)[0], variant, len(shape))}
+        {"stage": name, "shape": format_shape(shape), "meaning": _meaning(_split_name(name)[0], config.spec, len(shape))}
         for name, shape in pairs
     ]
 
@@ -102,15 +83,16 @@ def shape_rows(trace_shapes: Shapes, config: AttentionConfig | None = None) -> l
 def head_dim_equation(config: AttentionConfig) -> str:
     """How the widths relate for this variant, with the numbers, e.g. ``d_out = num_heads × head_dim: 768 = 12 × 64``."""
     c = config
-    if c.variant == "mha":
+    spec = c.spec
+    if spec.heads == variants.BATCHED:
         return f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {c.d_out // c.num_heads}"
-    if c.variant == "mha_wrapper":
+    if spec.heads == variants.PER_HEAD:
         per_head = c.d_out // c.num_heads
         return (
             f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {per_head} "
             f"(each CausalAttention head has d_out = {per_head}; the heads are concatenated)"
         )
-    if c.variant == "simplified":
+    if spec.weights is None:
         return f"no weights: queries = keys = values = inputs, d = d_in = {c.d_in}"
     return f"one head: dₖ = d_out = {c.d_out} (d_in = {c.d_in})"
 
@@ -126,35 +108,26 @@ def _attrs(**attrs: str | float | None) -> str:
     return ", ".join(f"{key}={quote(str(value))}" for key, value in attrs.items() if value is not None)
 
 
-def _dropout_off_reason(config: AttentionConfig) -> str:
-    """Why the dropout stage does nothing in this run."""
-    if config.variant not in DROPOUT_VARIANTS:
-        return "no dropout in this class"
-    if not config.train:
-        return "dropout off (eval)"
-    return "dropout off (p = 0)"
-
-
 def _titles(
     config: AttentionConfig, shapes: dict[str, tuple[int, ...]], heads: int | None
 ) -> dict[str, tuple[str, bool]]:
     """stage -> (operation line, off?).  ``off`` stages did nothing in this run."""
-    variant = config.variant
-    if variant == "mha":
+    spec = config.spec
+    if spec.heads == variants.BATCHED:
         d_k = shapes["transpose"][-1]
         scale = f"÷√dₖ, dₖ = head_dim = {d_k}"
-    elif variant == "mha_wrapper":
+    elif spec.heads == variants.PER_HEAD:
         d_k = shapes["keys"][-1]
         scale = f"÷√dₖ, dₖ = d_out per head = {d_k}"
     else:
         d_k = shapes["keys"][-1]
         scale = f"÷√dₖ, dₖ = d_out = {d_k}"
-    simplified = variant == "simplified"
+    unscaled = not spec.scaled
 
     def project(weight: str) -> str:
-        if simplified:
+        if spec.weights is None:
             return "= inputs"
-        return f"x @ {weight}" if variant == "self_attention_v1" else f"{weight}(x)"
+        return f"x @ {weight}" if spec.weights == "parameter" else f"{weight}(x)"
 
     dropout_off = not config.dropout_active
     return {
@@ -163,33 +136,23 @@ def _titles(
         "view": (f"split into {shapes['view'][2]} heads" if "view" in shapes else "split heads", False),
         "transpose": ("transpose(1, 2)", False),
         "scores": ("Q · Kᵀ", False),
-        "scaled": (("skipped: no ÷√dₖ" if simplified else scale), simplified),
+        "scaled": (("skipped: no ÷√dₖ" if unscaled else scale), unscaled),
         "masked": (("causal mask: −∞ above diagonal" if config.causal else "mask off"), not config.causal),
         "weights": ("softmax (rows sum to 1)", False),
         "dropped": (
-            _dropout_off_reason(config) if dropout_off else f"dropout p = {config.dropout:g} (train)",
+            dropout_off_reason(config, short=True) if dropout_off else f"dropout p = {config.dropout:g} (train)",
             dropout_off,
         ),
         "context": ("weights · V", False),
         "concat": (f"concatenate {heads or (shapes['transpose'][1] if 'transpose' in shapes else '')} heads", False),
         "output": (
-            {"mha": "out_proj(concat)", "mha_wrapper": "= concat"}.get(variant, "= context"),
+            "out_proj(concat)" if spec.out_proj else ("= concat" if spec.multi_head else "= context"),
             False,
         ),
     }
 
 
-def _expected_stages(variant: str) -> list[str]:
-    stages = ["input", *QKV]
-    if variant == "mha":
-        stages += ["view", "transpose"]
-    stages += [*MAPS, "context"]
-    if variant in ("mha", "mha_wrapper"):
-        stages.append("concat")
-    return [*stages, "output"]
-
-
-def _read_shapes(trace_shapes: Shapes, variant: str, highlight: str | None):
+def _read_shapes(trace_shapes: Shapes, spec: variants.Variant, highlight: str | None):
     """(base stage -> shape, base stage -> name as recorded ("queries ×12"), head count or None, the
     highlighted base stage or None); raises ValueError for another variant's shapes or an unknown stage."""
     shapes: dict[str, tuple[int, ...]] = {}
@@ -199,9 +162,9 @@ def _read_shapes(trace_shapes: Shapes, variant: str, highlight: str | None):
         base, count = _split_name(str(name))
         shapes[base], names[base] = tuple(int(d) for d in shape), str(name)
         heads = heads or count
-    missing = [stage for stage in _expected_stages(variant) if stage not in shapes]
+    missing = [stage for stage in spec.shape_path if stage not in shapes]
     if missing:
-        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {variant!r}: is it from another run?")
+        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {spec.name!r}: is it from another run?")
     highlight_base = None
     if highlight is not None:
         highlight_base = _split_name(highlight)[0]
@@ -214,7 +177,6 @@ def shape_dot(
     trace_shapes: Shapes,
     config: AttentionConfig,
     highlight: str | None = None,
-    compact: bool = False,
     rankdir: str | None = None,
 ) -> str:
     """Graphviz DOT source of this run's attention pipeline, with the recorded shapes.
@@ -222,19 +184,17 @@ def shape_dot(
     ``trace_shapes`` is ``Trace.shapes``; ``config`` the run's config (variant, causal, dropout).
     ``highlight`` names a stage (``"masked"``, ``"masked ×12"``, ``"view"`` …): that node gets
     :data:`HIGHLIGHT_FILL`; a known stage this variant does not have (``"view"`` for a single head)
-    highlights nothing.  ``compact=True`` draws top-to-bottom with short labels (stage + shape) and
-    the weight matrices as edge labels, for a narrow column.
+    highlights nothing.  ``rankdir`` overrides the left-to-right layout (``"TB"``: top to bottom).
     """
-    variant = config.variant
-    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, variant, highlight)
-
+    spec = config.spec
+    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
     titles = _titles(config, shapes, heads)
-    weighted = variant != "simplified"
-    fontsize = 10 if compact else 12
+    weighted = spec.weights is not None
+    fontsize = 12
     graph_attrs = _attrs(
-        rankdir=rankdir or ("TB" if compact else "LR"),  # compact: a tall, narrow picture for a sidebar-size column
-        nodesep=0.15 if compact else 0.3,
-        ranksep=0.2 if compact else 0.35,
+        rankdir=rankdir or "LR",
+        nodesep=0.3,
+        ranksep=0.35,
         fontname="Helvetica",
         fontsize=fontsize,
         bgcolor="transparent",
@@ -245,20 +205,14 @@ def shape_dot(
         fillcolor=TENSOR_FILL,
         fontname="Helvetica",
         fontsize=fontsize,
-        margin="0.06,0.03" if compact else None,
     )
-    edge_attrs = _attrs(fontname="Helvetica", fontsize=fontsize - 2, arrowsize=0.6 if compact else 0.8)
+    edge_attrs = _attrs(fontname="Helvetica", fontsize=fontsize - 2, arrowsize=0.8)
     lines = ["digraph attention {", f"  graph [{graph_attrs}];", f"  node [{node_attrs}];", f"  edge [{edge_attrs}];"]
 
     def tensor_node(base: str, indent: str = "  ") -> str:
         operation, off = titles[base]
         shape = shapes[base]
-        if compact:
-            label = f"{names[base]}\n{format_shape(shape)}"
-            if off:
-                label += f"\n{operation}"
-        else:
-            label = f"{names[base]}\n{operation}\n{format_shape(shape)}\n{_meaning(base, variant, len(shape))}"
+        label = f"{names[base]}\n{operation}\n{format_shape(shape)}\n{_meaning(base, spec, len(shape))}"
         style = "rounded,dashed,filled" if off else None
         fill = HIGHLIGHT_FILL if base == highlight_base else (OFF_FILL if off else None)
         color = OFF_COLOR if off else None
@@ -267,7 +221,7 @@ def shape_dot(
         return f"{indent}{quote(base)} [{attrs}];"
 
     def weight_node(weight: str, width_in: int, width_out: int, bias: bool) -> str:
-        if variant == "self_attention_v1":  # the book's first version: a bare (d_in, d_out) matrix
+        if spec.weights == "parameter":  # the book's first version: a bare (d_in, d_out) matrix
             kind = f"nn.Parameter {format_shape((width_in, width_out))}"
         else:
             kind = f"nn.Linear {width_in} → {width_out}" + (" + bias" if bias else "")
@@ -280,22 +234,20 @@ def shape_dot(
         return f"  {quote(tail)} -> {quote(head)}" + (f" [{attrs}];" if attrs else ";")
 
     # nodes: tensors in pipeline order; the per-head part of a multi-head run inside a cluster
-    if variant == "mha":
+    if spec.heads == variants.BATCHED:
         grouped = ["transpose", *MAPS, "context"]
         where = f"{shapes['transpose'][1]} heads at once (batched)"
-    elif variant == "mha_wrapper":
+    elif spec.heads == variants.PER_HEAD:
         grouped = [*QKV, *MAPS, "context"]
         where = f"each of {heads} CausalAttention heads"
     else:
         grouped = []
-    if compact:
-        grouped = []
-    if weighted and not compact:
+    if weighted:
         d_in = shapes["input"][-1]
         lines.extend(weight_node(w, d_in, shapes[stage][-1], config.qkv_bias) for w, stage in zip(WEIGHTS, QKV))
-    if variant == "mha" and not compact:
+    if spec.out_proj:
         lines.append(weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1], True))
-    lines.extend(tensor_node(stage) for stage in _expected_stages(variant) if stage not in grouped)
+    lines.extend(tensor_node(stage) for stage in spec.shape_path if stage not in grouped)
     if grouped:
         lines.append("  subgraph cluster_heads {")
         lines.append(
@@ -307,13 +259,11 @@ def shape_dot(
     # edges
     for weight, stage in zip(WEIGHTS, QKV):
         if not weighted:
-            lines.append(edge("input", stage, None if compact else "as is"))
-        elif compact:
-            lines.append(edge("input", stage, weight))
+            lines.append(edge("input", stage, "as is"))
         else:
             lines.append(edge("input", weight))
             lines.append(edge(weight, stage))
-    if variant == "mha":
+    if spec.heads == variants.BATCHED:
         for stage in QKV:
             lines.append(edge(stage, "view"))
         lines.append(edge("view", "transpose"))
@@ -326,14 +276,11 @@ def shape_dot(
     chain = ["scores", "scaled", "masked", "weights", "dropped", "context"]
     for tail, head in zip(chain, chain[1:]):
         lines.append(edge(tail, head, off=titles[head][1]))
-    if variant == "mha":
+    if spec.out_proj:
         lines.append(edge("context", "concat"))
-        if compact:
-            lines.append(edge("concat", "output", "out_proj"))
-        else:
-            lines.append(edge("concat", "out_proj"))
-            lines.append(edge("out_proj", "output"))
-    elif variant == "mha_wrapper":
+        lines.append(edge("concat", "out_proj"))
+        lines.append(edge("out_proj", "output"))
+    elif spec.multi_head:
         lines.append(edge("context", "concat", f"×{heads}"))
         lines.append(edge("concat", "output"))
     else:
@@ -342,15 +289,9 @@ def shape_dot(
     return "\n".join(lines) + "\n"
 
 
-def _flow_rows(variant: str) -> list[tuple[str, ...]]:
+def _flow_rows(spec: variants.Variant) -> list[tuple[str, ...]]:
     """The compact flow's rows, top to bottom: Q, K and V side by side, then one stage per row."""
-    rows: list[tuple[str, ...]] = [("input",), QKV]
-    if variant == "mha":
-        rows += [("view",), ("transpose",)]
-    rows += [(stage,) for stage in (*MAPS, "context")]
-    if variant in ("mha", "mha_wrapper"):
-        rows.append(("concat",))
-    return [*rows, ("output",)]
+    return [QKV if stage == QKV[0] else (stage,) for stage in spec.shape_path if stage not in QKV[1:]]
 
 
 def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
@@ -363,16 +304,16 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
     Every string is escaped; the result is safe for ``st.html``."""
     import html
 
-    variant = config.variant
-    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, variant, highlight)
+    spec = config.spec
+    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
     titles = _titles(config, shapes, heads)
-    weighted = variant != "simplified"
+    weighted = spec.weights is not None
     arrows = {  # what the arrow into a stage carries, where it is not just "the row above"
         **{stage: (weight if weighted else "as is") for stage, weight in zip(QKV, WEIGHTS)},
         "scores": "Q, Kᵀ",
         "context": "· V (values)",
-        "concat": f"×{heads}" if variant == "mha_wrapper" else None,
-        "output": "out_proj" if variant == "mha" else None,
+        "concat": f"×{heads}" if spec.heads == variants.PER_HEAD else None,
+        "output": "out_proj" if spec.out_proj else None,
     }
 
     def box(stage: str) -> str:
@@ -395,7 +336,7 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
         )
 
     parts = []
-    for index, row in enumerate(_flow_rows(variant)):
+    for index, row in enumerate(_flow_rows(spec)):
         if index and not (len(row) == 1 and arrows.get(row[0])) and row != QKV:
             parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
         parts.append(f'<div style="display:flex;gap:4px">{"".join(box(stage) for stage in row)}</div>')

@@ -5,30 +5,18 @@ from __future__ import annotations
 import collections
 import functools
 import threading
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from attnviz import attention, embedding, tokens
+from attnviz import attention, embedding, tokens, variants
 
-VARIANTS = {
-    "simplified": "Simplified self-attention (3.3, no weights)",
-    "self_attention_v1": "Self-attention v1 (3.4, nn.Parameter)",
-    "self_attention_v2": "Self-attention v2 (3.4, nn.Linear)",
-    "causal": "Causal attention (3.5)",
-    "mha_wrapper": "Multi-head wrapper (3.6.1)",
-    "mha": "Multi-head attention (3.6.2)",
-}
-MULTI_HEAD_VARIANTS = ("mha_wrapper", "mha")
-DROPOUT_VARIANTS = ("causal", "mha_wrapper", "mha")
-WEIGHTED_VARIANTS = ("self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha")
+# Compatibility views of the registry (attnviz.variants is the one place a variant or preset is defined)
+VARIANTS = variants.LABELS  # name -> label
+MULTI_HEAD_VARIANTS = tuple(name for name, v in variants.VARIANTS.items() if v.multi_head)
+DROPOUT_VARIANTS = tuple(name for name, v in variants.VARIANTS.items() if v.dropout)
 DEVICES = ("auto", "cpu", "cuda", "mps")
-
-# GPT-2 sizes: (d_model, heads); head_dim is 64 in all four.  (A widely copied table says 24 and
-# 36 heads for medium and large: 1024/24 and 1280/36 are not even integers.)
-GPT2_PRESETS = {"gpt2-small": (768, 12), "gpt2-medium": (1024, 16), "gpt2-large": (1280, 20), "gpt2-xl": (1600, 25)}
-BOOK_PRESET = {"d_in": 3, "d_out": 2, "num_heads": 2}
 
 MAX_CONTEXT_LENGTH = 1024  # GPT-2's positional embedding has 1024 positions
 MAX_DIM = 4096
@@ -51,7 +39,7 @@ class EmptyTextError(InputError):
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    variant: str = "mha"
+    variant: str = variants.DEFAULT
     d_in: int = 768
     d_out: int = 768  # total output width; the wrapper gets d_out // num_heads per head
     num_heads: int = 12
@@ -84,7 +72,7 @@ class AttentionConfig:
             raise ConfigError(f"Unknown embedding {self.embedding!r}; choose 'seeded' or 'book'.")
         if self.embedding == "book" and self.d_in != 3:
             raise ConfigError(f"The book's journey vectors are 3-dimensional: set d_in to 3 (got {self.d_in}).")
-        if self.variant in MULTI_HEAD_VARIANTS:
+        if self.spec.multi_head:
             if self.num_heads > self.d_out:
                 raise ConfigError(f"{self.num_heads} heads need d_out ≥ {self.num_heads}; d_out is {self.d_out}.")
             if self.d_out % self.num_heads:
@@ -95,23 +83,24 @@ class AttentionConfig:
         return self
 
     @property
+    def spec(self) -> variants.Variant:
+        """This config's record in the variant registry."""
+        return variants.get(self.variant)
+
+    @property
     def heads(self) -> int:
         """Heads in the attention maps (1 for the single-head variants)."""
-        return self.num_heads if self.variant in MULTI_HEAD_VARIANTS else 1
+        return self.spec.head_count(self.num_heads)
 
     @property
     def head_dim(self) -> int:
-        if self.variant == "simplified":
+        if self.spec.weights is None:
             return self.d_in
         return self.d_out // self.heads
 
     @property
-    def is_causal(self) -> bool:
-        return self.causal
-
-    @property
     def dropout_active(self) -> bool:
-        return self.train and self.dropout > 0 and self.variant in DROPOUT_VARIANTS
+        return self.train and self.dropout > 0 and self.spec.dropout
 
     @property
     def active_dropout(self) -> float:
@@ -135,19 +124,18 @@ def _or_list(values: list[int]) -> str:
 
 
 def preset_config(preset: str, **overrides) -> AttentionConfig:
-    """AttentionConfig for a GPT-2 size (``gpt2-small`` …) or the book's toy example (``book``).
+    """AttentionConfig for a size preset of the registry (``gpt2-small`` …, or ``book``, the book's toy example).
 
     ``overrides`` win over the preset.  The book preset masks only the variants the book masks
     (causal, wrapper, MHA), so every variant reproduces the book's printed tensors by default.
     """
-    if preset == "book":
+    if preset not in variants.PRESETS:
+        raise ConfigError(f"Unknown preset {preset!r}; choose one of {', '.join(variants.PRESETS)}.")
+    size = variants.PRESETS[preset]
+    values = {"d_in": size.d_in, "d_out": size.d_out, "num_heads": size.num_heads}
+    if size.book:
         variant = overrides.get("variant", AttentionConfig.variant)
-        values = {**BOOK_PRESET, "embedding": "book", "causal": variant in DROPOUT_VARIANTS}
-    elif preset in GPT2_PRESETS:
-        d_model, num_heads = GPT2_PRESETS[preset]
-        values = {"d_in": d_model, "d_out": d_model, "num_heads": num_heads}
-    else:
-        raise ConfigError(f"Unknown preset {preset!r}; choose one of book, {', '.join(GPT2_PRESETS)}.")
+        values.update(embedding="book", causal=variants.get(variant).book_causal)
     return AttentionConfig(**{**values, **overrides})
 
 
@@ -202,22 +190,7 @@ def resolve_device(requested: str) -> tuple[str, list[str]]:
 
 def build_module(config: AttentionConfig) -> torch.nn.Module:
     """The book class for ``config`` (call right after ``torch.manual_seed`` to get the book's weights)."""
-    c = config
-    if c.variant == "simplified":
-        return attention.SimplifiedSelfAttention(causal=c.causal)
-    if c.variant == "self_attention_v1":
-        return attention.SelfAttention_v1(c.d_in, c.d_out, causal=c.causal)
-    if c.variant == "self_attention_v2":
-        return attention.SelfAttention_v2(c.d_in, c.d_out, qkv_bias=c.qkv_bias, causal=c.causal)
-    if c.variant == "causal":
-        return attention.CausalAttention(c.d_in, c.d_out, c.context_length, c.dropout, c.qkv_bias, causal=c.causal)
-    if c.variant == "mha_wrapper":
-        return attention.MultiHeadAttentionWrapper(
-            c.d_in, c.d_out // c.num_heads, c.context_length, c.dropout, c.num_heads, c.qkv_bias, causal=c.causal
-        )
-    return attention.MultiHeadAttention(
-        c.d_in, c.d_out, c.context_length, c.dropout, c.num_heads, c.qkv_bias, causal=c.causal
-    )
+    return config.spec.build(config)
 
 
 # torch's global RNG (seeding, dropout) is shared by all Streamlit sessions' threads.
@@ -337,10 +310,6 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return array
 
 
-def config_fields() -> list[str]:
-    return [f.name for f in fields(AttentionConfig)]
-
-
 def trace_nbytes(trace: Trace) -> int:
     """Bytes held by a Trace's arrays (shared buffers, e.g. dropped = weights in eval, counted once)."""
     seen, total = set(), 0
@@ -358,8 +327,7 @@ def estimate_nbytes(text: str, config: AttentionConfig) -> int:
         n = len(prepare_text(text, config.context_length)[1])
     except InputError:
         return 0
-    heads = config.num_heads if config.variant in MULTI_HEAD_VARIANTS else 1
-    return 5 * heads * n * n * 4
+    return 5 * config.heads * n * n * 4
 
 
 class TraceCache:

@@ -5,16 +5,9 @@ from __future__ import annotations
 import inspect
 import re
 
-from attnviz import attention
+from attnviz import variants
 
-CLASSES = {
-    "simplified": attention.SimplifiedSelfAttention,
-    "self_attention_v1": attention.SelfAttention_v1,
-    "self_attention_v2": attention.SelfAttention_v2,
-    "causal": attention.CausalAttention,
-    "mha_wrapper": attention.MultiHeadAttentionWrapper,
-    "mha": attention.MultiHeadAttention,
-}
+CLASSES = {name: spec.cls for name, spec in variants.VARIANTS.items()}  # name -> the class that runs
 # the line that computes each stage (first match wins)
 STAGE_PATTERNS = {
     "queries": r"queries = ",
@@ -33,11 +26,8 @@ MARK = "  # ◀ this stage"
 
 def variant_source(variant: str) -> str:
     """Source of the variant's class, plus the shared single-head pipeline it calls, if any."""
-    parts = [inspect.getsource(CLASSES[variant])]
-    if variant == "mha_wrapper":
-        parts.append(inspect.getsource(attention.CausalAttention))  # each head
-    if variant in ("self_attention_v1", "self_attention_v2", "causal", "mha_wrapper"):
-        parts.append(inspect.getsource(attention._single_head))
+    spec = variants.get(variant)
+    parts = [inspect.getsource(part) for part in (spec.cls, *spec.source_parts)]  # e.g. each head, _single_head
     return "\n\n".join(parts)
 
 

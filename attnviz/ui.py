@@ -22,22 +22,15 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from attnviz import pipeline
+from attnviz import pipeline, variants
 from attnviz.pipeline import VARIANTS, AttentionConfig, InputError, Trace
 
 DEFAULT_TEXT = "Your journey starts with one step"
-PRESETS = {
-    "gpt2-small": "GPT-2 small (768, 12 heads)",
-    "gpt2-medium": "GPT-2 medium (1024, 16 heads)",
-    "gpt2-large": "GPT-2 large (1280, 20 heads)",
-    "gpt2-xl": "GPT-2 XL (1600, 25 heads)",
-    "book": "Book toy example (3 → 2, 2 heads)",
-    "custom": "Custom",
-}
-PRESET_DIMS = {**{name: (d, d, h) for name, (d, h) in pipeline.GPT2_PRESETS.items()}, "book": (3, 2, 2)}
+PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
+PRESET_DIMS = {name: preset.dims for name, preset in variants.PRESETS.items()}
 DEFAULTS = {
     "text": DEFAULT_TEXT,
-    "variant": "mha",
+    "variant": variants.DEFAULT,
     "preset": "gpt2-small",
     "d_in": 768,
     "d_out": 768,
@@ -135,14 +128,18 @@ def settings_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
             notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
     if "preset" in params and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
         values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
-    if values["preset"] == "book" and "causal" not in params:
-        values["causal"] = values["variant"] in pipeline.DROPOUT_VARIANTS
+    if _is_book(values["preset"]) and "causal" not in params:
+        values["causal"] = variants.get(values["variant"]).book_causal
     if values["d_out"] % values["num_heads"]:
         notices.append(
             f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide d_out {values['d_out']}."
         )
         values["num_heads"] = pipeline.nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
     return values, notices
+
+
+def _is_book(preset: str) -> bool:
+    return preset in variants.PRESETS and variants.PRESETS[preset].book
 
 
 def _init_session() -> None:
@@ -175,9 +172,9 @@ def _changed(key: str) -> None:
     elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(ss["preset"]) != (
             ss["d_in"], ss["d_out"], ss["num_heads"]):
         _set("preset", "custom")
-    if key in ("preset", "variant") and ss["preset"] == "book":
+    if key in ("preset", "variant") and _is_book(ss["preset"]):
         # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6)
-        _set("causal", ss["variant"] in pipeline.DROPOUT_VARIANTS)
+        _set("causal", variants.get(ss["variant"]).book_causal)
     if key == "d_out" and ss["d_out"] % ss["num_heads"]:
         new = pipeline.nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
         ss["_dims_notice"] = f"{ss['num_heads']} heads do not divide d_out {ss['d_out']}; using {new} heads."
@@ -202,19 +199,18 @@ def page_bind(key: str, default, valid=lambda value: True) -> dict:
 
 def config_from_settings(values: dict) -> AttentionConfig:
     """The run's config; settings that don't apply to the variant are normalised (one cache entry)."""
-    variant = values["variant"]
-    has_dropout = variant in pipeline.DROPOUT_VARIANTS
+    spec = variants.get(values["variant"])
     return AttentionConfig(
-        variant=variant,
+        variant=spec.name,
         d_in=int(values["d_in"]),
-        d_out=int(values["d_in"] if variant == "simplified" else values["d_out"]),
-        num_heads=int(values["num_heads"]) if variant in pipeline.MULTI_HEAD_VARIANTS else 1,
-        dropout=float(values["dropout"]) if has_dropout else 0.0,
-        train=bool(values["train"]) and has_dropout,
+        d_out=spec.out_width(values["d_in"], values["d_out"]),
+        num_heads=spec.head_count(values["num_heads"]),
+        dropout=float(values["dropout"]) if spec.dropout else 0.0,
+        train=bool(values["train"]) and spec.dropout,
         causal=bool(values["causal"]),
         seed=int(values["seed"]),
         device=values["device"],
-        embedding="book" if values["preset"] == "book" and int(values["d_in"]) == 3 else "seeded",
+        embedding="book" if _is_book(values["preset"]) and int(values["d_in"]) == 3 else "seeded",
     )
 
 
@@ -235,9 +231,7 @@ def sidebar() -> dict:
     """Draw the shared sidebar; returns the current settings."""
     _init_session()
     _restore()
-    variant = ss["variant"]
-    multi = variant in pipeline.MULTI_HEAD_VARIANTS
-    has_dropout = variant in pipeline.DROPOUT_VARIANTS
+    spec = variants.get(ss["variant"])
     with st.sidebar:
         st.markdown("### attnviz")
         for path, label, icon in PAGES:
@@ -251,26 +245,25 @@ def sidebar() -> dict:
         col_in, col_out = st.columns(2)
         col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, **_bind("d_in"))
         col_out.number_input(
-            "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=variant == "simplified",
-            help="The simplified variant has no weights: its output width is d_in." if variant == "simplified" else None,
-            **_bind("d_out"),
+            "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
+            help=spec.not_applicable("d_out"), **_bind("d_out"),
         )
         head_options = [h for h in pipeline.divisors(int(ss["d_out"])) if h <= pipeline.MAX_HEADS]
         if ss["num_heads"] not in head_options:
             _set("num_heads", pipeline.nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0])
         st.selectbox(
-            "Heads", head_options, disabled=not multi,
-            help="Only divisors of d_out are offered (head_dim = d_out / heads)." if multi
-            else "Single-head variant: it has one head.",
+            "Heads", head_options, disabled=spec.not_applicable("num_heads") is not None,
+            help=spec.not_applicable("num_heads") or "Only divisors of d_out are offered (head_dim = d_out / heads).",
             **_bind("num_heads"),
         )
         dims_notice = ss.pop("_dims_notice", None)
         if dims_notice:
             st.caption(f"ℹ️ {dims_notice}")
         st.toggle("Causal mask", help="Hide future tokens (−∞ above the diagonal before softmax).", **_bind("causal"))
-        reason = None if has_dropout else "This variant has no dropout in the book."
-        st.slider("Dropout p", 0.0, 0.9, step=0.05, disabled=not has_dropout, help=reason, **_bind("dropout"))
-        st.toggle("Dropout active (training mode)", disabled=not has_dropout, help=reason, **_bind("train"))
+        reason = spec.not_applicable("dropout")
+        st.slider("Dropout p", 0.0, 0.9, step=0.05, disabled=reason is not None, help=reason, **_bind("dropout"))
+        reason = spec.not_applicable("train")
+        st.toggle("Dropout active (training mode)", disabled=reason is not None, help=reason, **_bind("train"))
         st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, **_bind("seed"))
         devices = pipeline.available_devices()
         if ss["device"] not in devices:
@@ -615,7 +608,7 @@ def step_text(config: AttentionConfig, stage: str) -> dict:
 
 
 def dropout_off_reason(config: AttentionConfig) -> str:
-    if config.variant not in pipeline.DROPOUT_VARIANTS:
+    if not config.spec.dropout:
         return "This variant has no dropout in the book: dropped = weights."
     if not config.train:
         return "Dropout is off (eval mode): dropped = weights. Turn on 'Dropout active' in the sidebar."
@@ -632,7 +625,7 @@ def qk_table(trace: Trace, head: int, max_rows: int = 64):
 
     config = trace.config
     queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]
-    if config.variant in pipeline.MULTI_HEAD_VARIANTS:
+    if config.spec.multi_head:
         span = slice(head * config.head_dim, (head + 1) * config.head_dim)
         queries, keys = queries[:, span], keys[:, span]
     rows = min(trace.n, max_rows)

@@ -110,7 +110,7 @@ with view_col:
                         f"output: `{ui.shape_of(trace, 'output')}`")
             st.dataframe(ui.context_table(trace, head), height=300)
         st.markdown(f"**Output of the module** `{ui.shape_of(trace, 'output')}`"
-                    + (" (after `out_proj`)" if config.variant == "mha" else ""))
+                    + (" (after `out_proj`)" if config.spec.out_proj else ""))
         st.dataframe(ui.vector_table(trace, trace.output[0], "output vector"), height=300)
 
 with st.expander(f"Source of {source.CLASSES[config.variant].__name__} — read from the running module"):

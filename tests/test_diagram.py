@@ -80,10 +80,10 @@ def labels(dot: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("compact", [False, True])
-def test_dot_is_plausible_for_every_variant(variant, causal, compact):
+@pytest.mark.parametrize("rankdir", [None, "TB"])
+def test_dot_is_plausible_for_every_variant(variant, causal, rankdir):
     config = small(variant, causal=causal)
-    dot = diagram.shape_dot(traced(config).shapes, config, highlight="weights", compact=compact)
+    dot = diagram.shape_dot(traced(config).shapes, config, highlight="weights", rankdir=rankdir)
     assert_plausible_dot(dot)
 
 
@@ -257,13 +257,13 @@ def test_dropout_absent_from_the_class_is_off():
 
 
 @pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
-@pytest.mark.parametrize("compact", [False, True])
-def test_highlight_marks_exactly_one_node(variant, compact):
+@pytest.mark.parametrize("rankdir", [None, "TB"])
+def test_highlight_marks_exactly_one_node(variant, rankdir):
     config = small(variant)
     shapes = traced(config).shapes
-    assert diagram.HIGHLIGHT_FILL not in diagram.shape_dot(shapes, config, compact=compact)
+    assert diagram.HIGHLIGHT_FILL not in diagram.shape_dot(shapes, config, rankdir=rankdir)
     for name, _ in shapes:
-        nodes = parse(diagram.shape_dot(shapes, config, highlight=name, compact=compact))[0]
+        nodes = parse(diagram.shape_dot(shapes, config, highlight=name, rankdir=rankdir))[0]
         lit = [node for node, attrs in nodes.items() if attrs.get("fillcolor") == diagram.HIGHLIGHT_FILL]
         assert lit == [diagram._split_name(name)[0]]
 
@@ -286,19 +286,18 @@ def test_every_book_stage_can_be_highlighted():
         assert diagram.shape_dot(shapes, config, highlight=stage).count(diagram.HIGHLIGHT_FILL) == 1
 
 
-# --- compact -----------------------------------------------------------------------------------
+# --- layout ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
-def test_compact_is_smaller_with_the_same_shapes(variant):
+def test_top_to_bottom_layout_has_the_same_shapes(variant):
     config = small(variant)
     shapes = traced(config).shapes
-    full, compact = diagram.shape_dot(shapes, config), diagram.shape_dot(shapes, config, compact=True)
-    assert len(compact) < len(full)
-    assert 'rankdir="TB"' in compact and 'rankdir="LR"' in full
-    compact_labels = labels(compact)
+    wide, tall = diagram.shape_dot(shapes, config), diagram.shape_dot(shapes, config, rankdir="TB")
+    assert 'rankdir="TB"' in tall and 'rankdir="LR"' in wide
+    tall_labels = labels(tall)
     for name, shape in shapes:
-        assert diagram.format_shape(shape) in compact_labels[diagram._split_name(name)[0]]
+        assert diagram.format_shape(shape) in tall_labels[diagram._split_name(name)[0]]
 
 
 # --- escaping, rows, equation ------------------------------------------------------------------
@@ -326,17 +325,17 @@ def test_shape_rows_follow_the_trace():
         assert row["meaning"].count(",") == row["shape"].count(",")
 
 
-def test_shape_rows_without_config_infer_the_path():
-    wrapper = diagram.shape_rows(traced(small("mha_wrapper")).shapes)
+def test_shape_rows_follow_the_variant_path():
+    wrapper = diagram.shape_rows(traced(small("mha_wrapper")).shapes, small("mha_wrapper"))
     assert {row["stage"]: row["meaning"] for row in wrapper}["scores ×2"] == "(b, n, n)"
-    single = diagram.shape_rows(traced(small("causal", d_out=6)).shapes)
+    single = diagram.shape_rows(traced(small("causal", d_out=6)).shapes, small("causal", d_out=6))
     assert {row["stage"]: row["meaning"] for row in single}["queries"] == "(b, n, d_out)"
     simplified = diagram.shape_rows(traced(small("simplified")).shapes, small("simplified"))
     assert {row["stage"]: row["meaning"] for row in simplified}["queries"] == "(b, n, d_in)"
 
 
 def test_shape_rows_drop_the_batch_symbol_for_unbatched_shapes():
-    rows = diagram.shape_rows([("input", (6, 3)), ("queries", (6, 2)), ("weights", (6, 6))])
+    rows = diagram.shape_rows([("input", (6, 3)), ("queries", (6, 2)), ("weights", (6, 6))], small("causal"))
     assert [row["meaning"] for row in rows] == ["(n, d_in)", "(n, d_out)", "(n, n)"]
 
 
@@ -405,13 +404,13 @@ def test_flow_shows_every_recorded_tensor_in_pipeline_order_with_its_shape(varia
     config = small(variant, causal=causal)
     trace = traced(config, LONGER)
     boxes = flow_boxes(diagram.shape_flow_html(trace.shapes, config, highlight="weights"))
-    assert [box["stage"] for box in boxes] == diagram._expected_stages(variant)
+    assert [box["stage"] for box in boxes] == list(config.spec.shape_path)
     recorded = {diagram._split_name(name)[0]: (name, shape) for name, shape in trace.shapes}
     for box in boxes:
         name, shape = recorded[box["stage"]]
         assert box["text"].startswith(f"{name} {diagram.format_shape(shape)}"), box
     # the same shapes as the Graphviz diagram of the Shapes page
-    dot_labels = labels(diagram.shape_dot(trace.shapes, config, compact=True))
+    dot_labels = labels(diagram.shape_dot(trace.shapes, config))
     for box in boxes:
         assert diagram.format_shape(recorded[box["stage"]][1]) in dot_labels[box["stage"]]
 

@@ -1,0 +1,194 @@
+"""The registry: every attention variant (and every size preset) is one record here; nothing else compares names.
+
+A :class:`Variant` says what the sidebar, the pipeline, the diagram, the source panel and the Compare page
+need to know about one model: its name and label, the book section, the class, how to build it from an
+``AttentionConfig``, which settings apply (and why the others don't), how its heads are laid out, whether it
+has weights, dropout and an ``out_proj``, and the path of named tensors it records (its shape path).  Other
+modules iterate :data:`VARIANTS` or read a record's fields; they never spell a variant's name.  A new
+variant — or a model family whose sizes come from a checkpoint file — is one more record (``build`` may load
+weights; ``fixed_settings`` lists the settings the file decides, with the reason shown in the sidebar).
+
+Pure Python + torch: no Streamlit, no pipeline import (the pipeline imports this module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from attnviz import attention
+
+# head layouts
+ONE_HEAD = "one"  # a single head: maps are (b, n, n), recorded as (b, 1, n, n)
+PER_HEAD = "per_head"  # num_heads separate modules, outputs concatenated (the wrapper)
+BATCHED = "batched"  # one set of projections viewed as (b, h, n, hd) (MultiHeadAttention)
+
+QKV = ("queries", "keys", "values")
+MAPS = attention.MAP_STAGES  # ("scores", "scaled", "masked", "weights", "dropped")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One attention variant (or model family): everything the app needs to know about it."""
+
+    name: str  # the URL/setting value, e.g. "mha"
+    label: str  # what the sidebar shows
+    section: str  # where the book introduces it ("3.6.2"); "" for families outside Chapter 3
+    cls: type[nn.Module]  # the class that runs (its source is what the Steps page shows)
+    build: Callable[[Any], nn.Module]  # AttentionConfig -> module (call right after torch.manual_seed)
+    weights: str | None  # None (no trainable weights), "parameter" (nn.Parameter) or "linear" (nn.Linear)
+    heads: str = ONE_HEAD  # ONE_HEAD, PER_HEAD or BATCHED
+    dropout: bool = False  # has a dropout layer on the weights
+    out_proj: bool = False  # mixes the concatenated heads with a learned output projection
+    book_causal: bool = False  # the book's listing masks the future (the "book" preset sets causal to this)
+    source_parts: tuple[Callable, ...] = ()  # more code the class runs (shown after the class in the source panel)
+    fixed_settings: dict[str, str] = field(default_factory=dict)  # setting -> why it does not apply
+
+    @property
+    def multi_head(self) -> bool:
+        return self.heads != ONE_HEAD
+
+    @property
+    def scaled(self) -> bool:
+        """Divides the scores by √dₖ (the simplified version of 3.3 does not)."""
+        return self.weights is not None
+
+    def head_count(self, num_heads: int) -> int:
+        """Heads in this variant's maps for the sidebar's ``num_heads`` (1 for single-head variants)."""
+        return int(num_heads) if self.multi_head else 1
+
+    def out_width(self, d_in: int, d_out: int) -> int:
+        """The output width: ``d_out``, or ``d_in`` for a variant without weights."""
+        return int(d_out) if self.weights is not None else int(d_in)
+
+    def not_applicable(self, setting: str) -> str | None:
+        """Why ``setting`` (``d_out``, ``num_heads``, ``dropout``, ``train`` …) does not apply, or None."""
+        if setting in self.fixed_settings:
+            return self.fixed_settings[setting]
+        if setting == "d_out" and self.weights is None:
+            return "This variant has no weights: its output width is d_in."
+        if setting == "num_heads" and not self.multi_head:
+            return "Single-head variant: it has one head."
+        if setting in ("dropout", "train") and not self.dropout:
+            return "This variant has no dropout in the book."
+        return None
+
+    @property
+    def shape_path(self) -> tuple[str, ...]:
+        """The tensors this variant records, in pipeline order (the shape diagram's nodes)."""
+        stages = ["input", *QKV]
+        if self.heads == BATCHED:
+            stages += ["view", "transpose"]
+        stages += [*MAPS, "context"]
+        if self.multi_head:
+            stages.append("concat")
+        return (*stages, "output")
+
+    def meaning(self, stage: str) -> str:
+        """Symbolic shape of ``stage`` in this variant, as in the code's shape comments (``"b h n n"``)."""
+        width = "d_in" if self.weights is None else ("hd" if self.heads == PER_HEAD else "d_out")
+        if stage in MAPS:
+            return "b h n n" if self.heads == BATCHED else "b n n"
+        if stage in QKV:
+            return f"b n {width}"
+        if stage == "context":
+            return "b h n hd" if self.heads == BATCHED else f"b n {width}"
+        if stage == "output":
+            return "b n d_in" if self.weights is None else "b n d_out"
+        return ""
+
+
+def _simplified(c) -> nn.Module:
+    return attention.SimplifiedSelfAttention(causal=c.causal)
+
+
+def _v1(c) -> nn.Module:
+    return attention.SelfAttention_v1(c.d_in, c.d_out, causal=c.causal)
+
+
+def _v2(c) -> nn.Module:
+    return attention.SelfAttention_v2(c.d_in, c.d_out, qkv_bias=c.qkv_bias, causal=c.causal)
+
+
+def _causal(c) -> nn.Module:
+    return attention.CausalAttention(c.d_in, c.d_out, c.context_length, c.dropout, c.qkv_bias, causal=c.causal)
+
+
+def _wrapper(c) -> nn.Module:
+    # the book's wrapper takes d_out per head; attnviz's d_out is the total width
+    return attention.MultiHeadAttentionWrapper(
+        c.d_in, c.d_out // c.num_heads, c.context_length, c.dropout, c.num_heads, c.qkv_bias, causal=c.causal
+    )
+
+
+def _mha(c) -> nn.Module:
+    return attention.MultiHeadAttention(c.d_in, c.d_out, c.context_length, c.dropout, c.num_heads, c.qkv_bias,
+                                        causal=c.causal)
+
+
+_SINGLE_HEAD_SOURCE = (attention._single_head,)
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("simplified", "Simplified self-attention (3.3, no weights)", "3.3", attention.SimplifiedSelfAttention,
+            _simplified, weights=None,
+            fixed_settings={"d_out": "The simplified variant has no weights: its output width is d_in."}),
+    Variant("self_attention_v1", "Self-attention v1 (3.4, nn.Parameter)", "3.4.2", attention.SelfAttention_v1,
+            _v1, weights="parameter", source_parts=_SINGLE_HEAD_SOURCE),
+    Variant("self_attention_v2", "Self-attention v2 (3.4, nn.Linear)", "3.4.2", attention.SelfAttention_v2,
+            _v2, weights="linear", source_parts=_SINGLE_HEAD_SOURCE),
+    Variant("causal", "Causal attention (3.5)", "3.5.3", attention.CausalAttention, _causal, weights="linear",
+            dropout=True, book_causal=True, source_parts=_SINGLE_HEAD_SOURCE),
+    Variant("mha_wrapper", "Multi-head wrapper (3.6.1)", "3.6.1", attention.MultiHeadAttentionWrapper, _wrapper,
+            weights="linear", heads=PER_HEAD, dropout=True, book_causal=True,
+            source_parts=(attention.CausalAttention, *_SINGLE_HEAD_SOURCE)),
+    Variant("mha", "Multi-head attention (3.6.2)", "3.6.2", attention.MultiHeadAttention, _mha, weights="linear",
+            heads=BATCHED, dropout=True, out_proj=True, book_causal=True),
+)}
+LABELS = {name: v.label for name, v in VARIANTS.items()}  # name -> label, for selectboxes
+
+# Roles other modules refer to (by role, never by name)
+DEFAULT = "mha"  # the sidebar's default
+MHA = "mha"  # the book's MultiHeadAttention: the reference of the Compare page and the benchmark
+WRAPPER = "mha_wrapper"  # the book's wrapper: compared with MHA head by head
+
+
+def get(name: str) -> Variant:
+    """The record of ``name``; KeyError naming the known variants when there is none."""
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise KeyError(f"Unknown variant {name!r}; choose one of {', '.join(VARIANTS)}.") from None
+
+
+# --------------------------------------------------------------------------- size presets
+
+@dataclass(frozen=True)
+class Preset:
+    """A model size the sidebar offers: d_in, d_out, num_heads (and the book's journey vectors for "book")."""
+
+    name: str
+    label: str
+    d_in: int
+    d_out: int
+    num_heads: int
+    book: bool = False  # the book's toy example: its hand-set 3-d embeddings, and causal as the book does
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        return self.d_in, self.d_out, self.num_heads
+
+
+# GPT-2 sizes: (d_model, heads); head_dim is 64 in all four.  (A widely copied table says 24 and
+# 36 heads for medium and large: 1024/24 and 1280/36 are not even integers.)
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("gpt2-small", "GPT-2 small (768, 12 heads)", 768, 768, 12),
+    Preset("gpt2-medium", "GPT-2 medium (1024, 16 heads)", 1024, 1024, 16),
+    Preset("gpt2-large", "GPT-2 large (1280, 20 heads)", 1280, 1280, 20),
+    Preset("gpt2-xl", "GPT-2 XL (1600, 25 heads)", 1600, 1600, 25),
+    Preset("book", "Book toy example (3 → 2, 2 heads)", 3, 2, 2, book=True),
+)}
+CUSTOM = "custom"  # the sidebar's choice when the sizes match no preset
+PRESET_LABELS = {**{name: p.label for name, p in PRESETS.items()}, CUSTOM: "Custom"}
