@@ -4,6 +4,8 @@ the error texts are PyTorch's own, and the leak detector finds exactly the leake
 from __future__ import annotations
 
 import base64
+import difflib
+import inspect
 import json
 from pathlib import Path
 
@@ -52,17 +54,37 @@ def inputs(n: int, d: int = 32, seed: int = 0) -> torch.Tensor:
 # ============================== the lab's module is the book's module ==============================
 
 
+DIAGONAL_LINE = 'self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))'
+SOFTMAX_LINE = "attn_weights = torch.softmax(attn_scores, dim=-1)"
+
+
+class Rebuilt(MultiHeadAttention):
+    """The bugs' machinery with a no-op change: the book's methods compiled again from their source."""
+
+    __init__ = bugs.one_line_changed(MultiHeadAttention.__init__, DIAGONAL_LINE, DIAGONAL_LINE)
+    forward = bugs.one_line_changed(MultiHeadAttention.forward, SOFTMAX_LINE, SOFTMAX_LINE)
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("seed", [0, 123, 2024])
-def test_lab_forward_is_bitwise_the_books_forward(causal, seed):
+def test_methods_rebuilt_from_the_books_source_are_bitwise_the_books(causal, seed):
     book = mha(causal, seed)
-    lab_module = workbench.copy_weights(book, bugs.LabMultiHeadAttention(32, 32, 64, 0.0, 4, causal=causal)).eval()
+    torch.manual_seed(seed)
+    rebuilt = Rebuilt(32, 32, 64, 0.0, 4, causal=causal).eval()  # super() in the rebuilt __init__ still works
+    for (name, value), (rebuilt_name, rebuilt_value) in zip(book.state_dict().items(), rebuilt.state_dict().items()):
+        assert name == rebuilt_name and torch.equal(value, rebuilt_value), name  # same draws, same order
     x = inputs(9, seed=seed)
-    book_trace, lab_trace = Recorder(), Recorder()
+    book_trace, rebuilt_trace = Recorder(), Recorder()
     with torch.no_grad():
-        assert torch.equal(book(x, book_trace), lab_module(x, lab_trace))
+        assert torch.equal(book(x, book_trace), rebuilt(x, rebuilt_trace))
     for stage in ("queries", "keys", "values", "scores", "scaled", "masked", "weights", "dropped", "context", "output"):
-        assert torch.equal(book_trace.steps[stage], lab_trace.steps[stage]), stage
+        assert torch.equal(book_trace.steps[stage], rebuilt_trace.steps[stage]), stage
+    assert book_trace.shapes == rebuilt_trace.shapes
+
+
+def test_a_bug_must_replace_a_line_the_book_has_exactly_once():
+    with pytest.raises(ValueError, match="has 0 lines"):
+        bugs.one_line_changed(MultiHeadAttention.forward, "attn_scores = attn_scores / 8", "attn_scores = attn_scores")
 
 
 def test_correct_lab_module_reproduces_the_apps_trace():
@@ -91,6 +113,37 @@ def test_each_pitfall_is_a_one_line_difference(key):
     assert pitfall.correct_line != pitfall.buggy_line
     assert "\n" not in pitfall.correct_line and "\n" not in pitfall.buggy_line
     assert catalogue.diff_text(key) == f"- {pitfall.correct_line}\n+ {pitfall.buggy_line}"
+
+
+def changed_lines(book_method, bug_method) -> list[str]:
+    """The lines of ``diff(getsource(book), getsource(bug))``: "- …" removed, "+ …" added."""
+    book, bug = (inspect.getsource(method).splitlines() for method in (book_method, bug_method))
+    return [line for line in difflib.ndiff(book, bug) if line.startswith(("- ", "+ "))]
+
+
+@pytest.mark.parametrize("key", [key for key in PITFALLS if key != "forgot_eval"])
+def test_each_bug_class_is_the_books_source_with_the_shown_line_changed(lab, key):
+    """Checked against the code that runs (inspect.getsource of the bug's method), not restated."""
+    setup, _ = lab
+    pitfall = PITFALLS[key]
+    cls = type(pitfall.build(workbench.build_correct(setup), setup))
+    assert cls.__bases__ == (MultiHeadAttention,)
+    methods = [name for name, value in vars(cls).items() if callable(value)]
+    assert len(methods) == 1  # forward or __init__; everything else is the book's class
+    removed, added = changed_lines(getattr(MultiHeadAttention, methods[0]), getattr(cls, methods[0]))
+    assert removed.startswith("- ") and added.startswith("+ ")
+    assert bugs.code_of(removed[2:]) == bugs.code_of(pitfall.correct_line)  # the page's lines, as code
+    assert bugs.code_of(added[2:]) == bugs.code_of(pitfall.buggy_line)
+
+
+def test_forgotten_eval_is_the_books_class_in_training_mode(lab):
+    setup, _ = lab
+    correct = workbench.build_correct(setup)
+    buggy = PITFALLS["forgot_eval"].build(correct, setup)
+    assert type(buggy) is MultiHeadAttention and type(correct) is MultiHeadAttention  # the same source
+    assert (correct.training, buggy.training) == (False, True)  # the one difference: .eval() was not called
+    assert bugs.code_of(PITFALLS["forgot_eval"].correct_line) == "model.eval()"
+    assert bugs.code_of(PITFALLS["forgot_eval"].buggy_line) == ""  # the line is missing (a comment only)
 
 
 # ============================== detectors ==============================
