@@ -1,0 +1,176 @@
+"""Head types: score attention maps with the field's own definitions (numpy only, no model).
+
+``score_heads`` gives, for attention weights of shape ``(…, n, n)`` (one head, a layer's heads, or
+``(layers, heads, n, n)``), one score per map:
+
+* ``previous_token``, ``duplicate_token``, ``induction`` — TransformerLens' ``head_detector`` score with
+  ``error_measure="mul"``: ``sum(A′ ⊙ P) / sum(A′)``, where A′ is the map with column 0 zeroed if
+  ``exclude_bos`` and the diagonal zeroed if ``exclude_current``, and P is that head type's 0/1
+  detection pattern (``detection_pattern``; the same patterns as TransformerLens'
+  ``get_*_head_detection_pattern``).  The score is the share of the head's (remaining) attention that
+  lands where that head type would look.  A′ that sums to 0 gives ``nan`` (TransformerLens: 0/0).
+* ``first_token`` — the attention-sink mass: mean over rows ``i ≥ 1`` of ``A[i, 0]`` (``nan`` if n = 1).
+  It describes where a head parks unused attention; it is shown beside a head's type, never as one.
+
+``head_label`` turns scores into a name ("previous-token", "induction", "duplicate-token") or ``None``
+(see ``LABEL_THRESHOLD``).  ``induction_stripe`` and ``previous_token_stripe`` are the two offset
+stripes of the induction lab and the training criteria; ``repeated_random_tokens`` makes the lab's data.
+
+Memory: maps are read in place (views and per-map reductions); no float64 copy of the whole input is
+made, so a ``(layers, heads, 1024, 1024)`` float32 array costs at most one extra n × n boolean pattern.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+HEAD_TYPES = ("previous_token", "duplicate_token", "induction")
+SCORE_NAMES = (*HEAD_TYPES, "first_token")
+LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction"}
+
+# A head is named by a type when at least this share of its attention lands on that type's pattern.
+# 0.4 sits far above chance (uniform causal attention over an n-token text puts ~ln(n)/n on the
+# previous token: 0.05 at n = 100) and below a clean head (the bundled model's previous-token and
+# induction heads score 0.8-0.99), and it is the cut TransformerLens-based tutorials use for their
+# attention-pattern detectors (ARENA 1.2: ``score > 0.4``).  At most one type wins (the highest).
+LABEL_THRESHOLD = 0.4
+
+
+def _as_array(weights) -> np.ndarray:
+    """A numpy view of ``weights`` (numpy array or CPU torch tensor; no copy when already float)."""
+    if hasattr(weights, "detach"):  # torch.Tensor, without importing torch here
+        weights = weights.detach().cpu().numpy()
+    weights = np.asarray(weights)
+    if weights.ndim < 2 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"attention weights must have shape (..., n, n); got {weights.shape}")
+    if not np.issubdtype(weights.dtype, np.floating):
+        weights = weights.astype(np.float32)
+    return weights
+
+
+def _as_tokens(token_ids, n: int) -> np.ndarray:
+    if hasattr(token_ids, "detach"):
+        token_ids = token_ids.detach().cpu().numpy()
+    tokens = np.asarray(token_ids).reshape(-1)
+    if tokens.shape[0] != n:
+        raise ValueError(f"token_ids has {tokens.shape[0]} tokens but the maps are {n} × {n}")
+    return tokens
+
+
+def detection_pattern(name: str, token_ids) -> np.ndarray:
+    """TransformerLens' 0/1 detection pattern ``P`` (n, n) for ``name`` in ``HEAD_TYPES``, as booleans.
+
+    previous: ``P[i, i-1] = 1``; duplicate: ``D[i, j] = 1`` iff ``tok_i == tok_j`` and ``j < i``;
+    induction: D shifted one column right (``P[i, j] = D[i, j-1]``), column 0 zeroed, lower triangle kept.
+    """
+    tokens = np.asarray(token_ids).reshape(-1)
+    n = tokens.shape[0]
+    if name == "previous_token":
+        return np.eye(n, k=-1, dtype=bool)  # (n, n), ones on the first subdiagonal
+    duplicate = np.tril(tokens[:, None] == tokens[None, :], k=-1)  # (n, n): same token, strictly earlier
+    if name == "duplicate_token":
+        return duplicate
+    if name == "induction":
+        shifted = np.zeros_like(duplicate)  # (n, n)
+        shifted[:, 1:] = duplicate[:, :-1]  # roll right by one column; column 0 stays 0
+        return np.tril(shifted)  # keep the lower triangle (diagonal included, as TransformerLens)
+    raise ValueError(f"unknown head type {name!r}; expected one of {HEAD_TYPES}")
+
+
+def _excluded_sum(attn: np.ndarray, exclude_bos: bool, exclude_current: bool) -> float:
+    """sum(A′) for one (n, n) map, without copying it."""
+    total = attn.sum(dtype=np.float64)
+    if exclude_bos:
+        total -= attn[:, 0].sum(dtype=np.float64)
+    if exclude_current:
+        total -= np.trace(attn, dtype=np.float64)
+        if exclude_bos:
+            total += float(attn[0, 0])  # A[0, 0] is in column 0 and on the diagonal: removed once
+    return total
+
+
+def score_heads(weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False) -> dict[str, np.ndarray]:
+    """Scores of every map in ``weights`` (…, n, n) for the tokens ``token_ids`` (n,): ``{name: (…)}``.
+
+    Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores) and
+    ``first_token`` (mean of ``A[i, 0]`` over rows ``i ≥ 1``; not affected by the exclusion flags).
+    """
+    weights = _as_array(weights)
+    n = weights.shape[-1]
+    tokens = _as_tokens(token_ids, n)
+    lead = weights.shape[:-2]
+    patterns = {name: detection_pattern(name, tokens) for name in HEAD_TYPES}  # each (n, n) bool
+    # sum(A′ ⊙ P) = sum(A ⊙ P′) with P′ = P less the entries A′ zeroed (column 0, the diagonal)
+    for pattern in patterns.values():
+        if exclude_bos:
+            pattern[:, 0] = False
+        if exclude_current:
+            np.fill_diagonal(pattern, False)
+    scores = {name: np.empty(lead, dtype=np.float64) for name in SCORE_NAMES}
+    for index in np.ndindex(*lead):
+        attn = weights[index]  # (n, n) view
+        total = _excluded_sum(attn, exclude_bos, exclude_current)
+        for name, pattern in patterns.items():
+            hit = attn.sum(where=pattern, dtype=np.float64)  # sum(A′ ⊙ P) without a copy
+            scores[name][index] = hit / total if total != 0 else np.nan
+        scores["first_token"][index] = attn[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
+    return scores
+
+
+def head_label(scores: dict) -> str | None:
+    """The head's type for one head's scores (``score_heads`` of one map), or ``None``.
+
+    The type with the highest score among previous-token, induction and duplicate-token, if that score
+    is ≥ ``LABEL_THRESHOLD``.  ``first_token`` is never a type: a sink head is "no type" (show its
+    first-token mass beside it).  NaN scores never label.
+    """
+    candidates = []
+    for name in ("previous_token", "induction", "duplicate_token"):
+        score = float(np.asarray(scores[name]))
+        if np.isfinite(score) and score >= LABEL_THRESHOLD:
+            candidates.append((score, name))
+    if not candidates:
+        return None
+    return LABELS[max(candidates, key=lambda pair: pair[0])[1]]  # ties: the earlier name (max keeps the first)
+
+
+def induction_stripe(weights, T: int) -> np.ndarray:
+    """Mean of ``A[i, i-T+1]`` over the repeat, for maps (…, n, n) of a sequence ending in x + x, |x| = T.
+
+    The repeat is the last T positions (rows ``n-T … n-1``): with no prefix (n = 2T) those are the rows
+    ``i ≥ T``; a BOS token or random prefix before the first copy shifts them.  An induction head at row
+    i looks at the token after the previous occurrence of token i, i.e. key ``i-T+1``.
+    """
+    weights = _as_array(weights)
+    n = weights.shape[-1]
+    if not 1 <= T <= n // 2:
+        raise ValueError(f"repeat length T={T} must be between 1 and n/2 = {n // 2}")
+    stripe = np.diagonal(weights, offset=-(T - 1), axis1=-2, axis2=-1)  # (…, n-T+1) view: A[i, i-T+1]
+    return stripe[..., -T:].mean(axis=-1, dtype=np.float64)  # (…): rows n-T … n-1
+
+
+def previous_token_stripe(weights) -> np.ndarray:
+    """Mean of ``A[i, i-1]`` over rows ``i ≥ 1`` for maps (…, n, n), n ≥ 2."""
+    weights = _as_array(weights)
+    if weights.shape[-1] < 2:
+        raise ValueError("the previous-token stripe needs at least 2 tokens")
+    stripe = np.diagonal(weights, offset=-1, axis1=-2, axis2=-1)  # (…, n-1) view: A[i, i-1]
+    return stripe.mean(axis=-1, dtype=np.float64)  # (…)
+
+
+BOS_ID = 50256  # GPT-2's <|endoftext|>, used as BOS by TransformerLens
+
+
+def repeated_random_tokens(T: int, seed: int, *, batch: int | None = None, bos: bool = True,
+                           low: int = 1000, high: int = 30000) -> np.ndarray:
+    """TransformerLens' induction data: T random ids in [low, high) repeated twice, BOS first if ``bos``.
+
+    Shape (2T + bos,) or (batch, 2T + bos); int64.  The same (T, seed, …) always gives the same tokens.
+    """
+    if T < 1:
+        raise ValueError(f"repeat length T must be ≥ 1; got {T}")
+    rng = np.random.default_rng(seed)
+    half = rng.integers(low, high, size=(batch or 1, T), dtype=np.int64)  # (b, T)
+    parts = [np.full((batch or 1, 1), BOS_ID, dtype=np.int64)] if bos else []
+    tokens = np.concatenate([*parts, half, half], axis=1)  # (b, bos + 2T)
+    return tokens if batch is not None else tokens[0]

@@ -1,0 +1,186 @@
+"""Head scores: hand-computed cases, TransformerLens' head_detector formulas, flags, shapes, memory, labels."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz.head_types import (
+    BOS_ID,
+    LABEL_THRESHOLD,
+    detection_pattern,
+    head_label,
+    induction_stripe,
+    previous_token_stripe,
+    repeated_random_tokens,
+    score_heads,
+)
+
+# A hand-checkable 4-token map for tokens [5, 7, 5, 7] (rows sum to 1, causal).
+A = np.array([[1.0, 0.0, 0.0, 0.0],
+              [0.5, 0.5, 0.0, 0.0],
+              [0.2, 0.3, 0.5, 0.0],
+              [0.1, 0.2, 0.3, 0.4]], dtype=np.float32)
+TOKENS = [5, 7, 5, 7]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # previous: A[1,0]+A[2,1]+A[3,2] = 1.1; duplicate: A[2,0]+A[3,1] = 0.4; induction: A[2,1]+A[3,2] = 0.6; sum(A) = 4
+        ({}, {"previous_token": 1.1 / 4, "duplicate_token": 0.4 / 4, "induction": 0.6 / 4}),
+        # column 0 zeroed: sum 2.2, previous loses A[1,0] = 0.5, duplicate loses A[2,0] = 0.2
+        ({"exclude_bos": True}, {"previous_token": 0.6 / 2.2, "duplicate_token": 0.2 / 2.2, "induction": 0.6 / 2.2}),
+        # diagonal zeroed: sum 4 - 2.4 = 1.6
+        ({"exclude_current": True}, {"previous_token": 1.1 / 1.6, "duplicate_token": 0.4 / 1.6, "induction": 0.6 / 1.6}),
+        # both: only A[2,1], A[3,1], A[3,2] remain (sum 0.8)
+        ({"exclude_bos": True, "exclude_current": True},
+         {"previous_token": 0.6 / 0.8, "duplicate_token": 0.2 / 0.8, "induction": 0.6 / 0.8}),
+    ],
+)
+def test_hand_computed_scores(flags, expected):
+    scores = score_heads(A, TOKENS, **flags)
+    for name, value in expected.items():
+        assert scores[name] == pytest.approx(value, abs=1e-6), name
+    assert scores["first_token"] == pytest.approx((0.5 + 0.2 + 0.1) / 3, abs=1e-6)  # flags never change it
+
+
+def test_patterns_are_transformer_lens_patterns():
+    # tokens [3, 3, 3]: duplicate (1,0), (2,0), (2,1); induction = that shifted right, diagonal kept
+    assert detection_pattern("previous_token", [3, 3, 3]).astype(int).tolist() == [[0, 0, 0], [1, 0, 0], [0, 1, 0]]
+    assert detection_pattern("duplicate_token", [3, 3, 3]).astype(int).tolist() == [[0, 0, 0], [1, 0, 0], [1, 1, 0]]
+    assert detection_pattern("induction", [3, 3, 3]).astype(int).tolist() == [[0, 0, 0], [0, 1, 0], [0, 1, 1]]
+    with pytest.raises(ValueError, match="unknown head type"):
+        detection_pattern("sink", [1, 2])
+
+
+def _transformer_lens_reference(attention, tokens, name, exclude_bos, exclude_current):
+    """TransformerLens head_detector (get_*_detection_pattern + compute_head_attention_similarity_score, mul)."""
+    tokens = torch.as_tensor(tokens)
+    n = tokens.shape[-1]
+    if name == "previous_token":
+        pattern = torch.zeros(n, n)
+        pattern[1:, :-1] = torch.eye(n - 1)
+        pattern = torch.tril(pattern)
+    else:
+        token_pattern = tokens.repeat(n, 1).numpy()
+        eq_mask = np.equal(token_pattern, token_pattern.T).astype(int)
+        np.fill_diagonal(eq_mask, 0)
+        pattern = torch.tril(torch.as_tensor(eq_mask).float())
+        if name == "induction":
+            shifted = torch.roll(pattern, shifts=1, dims=1)
+            pattern = torch.tril(torch.cat((torch.zeros(n, 1), shifted[:, 1:]), dim=1))
+    attention = torch.as_tensor(attention, dtype=torch.float64).clone()
+    if exclude_bos:
+        attention[:, 0] = 0
+    if exclude_current:
+        attention.fill_diagonal_(0)
+    return ((attention * pattern).sum() / attention.sum()).item()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("exclude_bos", [False, True])
+@pytest.mark.parametrize("exclude_current", [False, True])
+def test_matches_transformer_lens_on_random_maps(seed, exclude_bos, exclude_current):
+    rng = np.random.default_rng(seed)
+    n = 24
+    tokens = rng.integers(0, 6, size=n)  # few distinct ids: many duplicates and adjacent repeats
+    logits = rng.normal(size=(3, n, n)) * 2
+    logits[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] = -np.inf
+    maps = np.exp(logits - logits.max(-1, keepdims=True))
+    maps = (maps / maps.sum(-1, keepdims=True)).astype(np.float32)  # (3, n, n) causal, rows sum to 1
+    scores = score_heads(maps, tokens, exclude_bos=exclude_bos, exclude_current=exclude_current)
+    for name in ("previous_token", "duplicate_token", "induction"):
+        reference = [_transformer_lens_reference(m, tokens, name, exclude_bos, exclude_current) for m in maps]
+        np.testing.assert_allclose(scores[name], reference, atol=1e-6, err_msg=name)
+
+
+def test_shapes_and_inputs():
+    rng = np.random.default_rng(0)
+    maps = rng.random((2, 3, 5, 6, 6)).astype(np.float32)
+    tokens = rng.integers(0, 4, size=6)
+    scores = score_heads(maps, tokens)
+    assert {k: v.shape for k, v in scores.items()} == {k: (2, 3, 5) for k in scores}
+    single = score_heads(maps[1, 2, 3], tokens)
+    assert all(single[k].shape == () for k in single)
+    for name in scores:
+        assert single[name] == pytest.approx(scores[name][1, 2, 3])
+    from_torch = score_heads(torch.from_numpy(maps[0]), torch.as_tensor(tokens))
+    np.testing.assert_allclose(from_torch["induction"], scores["induction"][0])
+    half = score_heads(maps.astype(np.float16), tokens)
+    np.testing.assert_allclose(half["previous_token"], scores["previous_token"], atol=1e-3)
+    with pytest.raises(ValueError, match="shape"):
+        score_heads(np.zeros((3, 4)), [1, 2, 3])
+    with pytest.raises(ValueError, match="tokens"):
+        score_heads(np.zeros((4, 4)), [1, 2, 3])
+
+
+def test_degenerate_maps_give_nan_not_errors():
+    one = score_heads(np.ones((1, 1)), [7])
+    assert one["previous_token"] == 0.0
+    assert np.isnan(one["first_token"])
+    # everything excluded: A′ sums to 0 -> nan (TransformerLens: 0 / 0)
+    two = score_heads(np.array([[1.0, 0.0], [0.3, 0.7]]), [1, 2], exclude_bos=True, exclude_current=True)
+    assert np.isnan(two["previous_token"])
+    assert head_label(two) is None
+
+
+def test_no_float64_copy_of_the_maps():
+    maps = np.random.default_rng(0).random((4, 4, 256, 256), dtype=np.float32)  # 4 MiB
+    tokens = np.arange(256) % 50
+    tracemalloc.start()
+    score_heads(maps, tokens, exclude_bos=True, exclude_current=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1_000_000, peak  # three 64 KiB boolean patterns + bookkeeping; a float64 copy is 8 MiB
+
+
+def _one_hot_rows(n, targets):
+    attn = np.zeros((n, n), dtype=np.float32)
+    attn[np.arange(n), targets] = 1.0
+    return attn
+
+
+def test_labels_never_name_a_sink():
+    n = 12
+    tokens = np.arange(n)
+    sink = score_heads(_one_hot_rows(n, np.zeros(n, dtype=int)), tokens)
+    assert sink["first_token"] == pytest.approx(1.0)
+    assert head_label(sink) is None
+    previous = score_heads(_one_hot_rows(n, np.maximum(np.arange(n) - 1, 0)), tokens)
+    assert head_label(previous) == "previous-token"
+    assert head_label({"previous_token": 0.2, "duplicate_token": 0.5, "induction": 0.45, "first_token": 0.9}) == "duplicate-token"
+    below = LABEL_THRESHOLD - 0.01
+    assert head_label({"previous_token": below, "duplicate_token": below, "induction": below, "first_token": 1.0}) is None
+    assert head_label({"previous_token": np.nan, "duplicate_token": 0.0, "induction": LABEL_THRESHOLD}) == "induction"
+
+
+def test_induction_head_on_repeated_tokens():
+    T = 7
+    tokens = repeated_random_tokens(T, seed=3)  # [BOS] + x + x, n = 2T + 1
+    n = len(tokens)
+    targets = np.zeros(n, dtype=int)  # everything before the repeat on BOS
+    targets[n - T:] = np.arange(n - T, n) - T + 1  # the repeat on i - T + 1
+    maps = np.stack([_one_hot_rows(n, targets), _one_hot_rows(n, np.maximum(np.arange(n) - 1, 0))])  # (2, n, n)
+    assert induction_stripe(maps, T).tolist() == [1.0, pytest.approx(0.0)]
+    assert previous_token_stripe(maps).tolist() == [pytest.approx(1 / (n - 1)), 1.0]  # only row 1 (on BOS = i - 1)
+    scores = score_heads(maps, tokens)
+    assert scores["induction"][0] == pytest.approx(T / n)  # the BOS rows count in sum(A)
+    assert scores["induction"][0] == pytest.approx(score_heads(maps[0], tokens, exclude_bos=True)["induction"] * T / n)
+    assert head_label(score_heads(maps[0], tokens, exclude_bos=True)) == "induction"
+    with pytest.raises(ValueError, match="repeat length"):
+        induction_stripe(maps, n)
+
+
+def test_repeated_random_tokens():
+    tokens = repeated_random_tokens(30, seed=1)
+    assert tokens.shape == (61,)
+    assert tokens[0] == BOS_ID
+    assert (tokens[1:31] == tokens[31:]).all()
+    assert tokens[1:].min() >= 1000 and tokens[1:].max() < 30000
+    assert (repeated_random_tokens(30, seed=1) == tokens).all()
+    assert not (repeated_random_tokens(30, seed=2) == tokens).all()
+    batch = repeated_random_tokens(5, seed=0, batch=3, bos=False)
+    assert batch.shape == (3, 10)
+    assert (batch[:, :5] == batch[:, 5:]).all()
