@@ -335,6 +335,14 @@ def test_single_head_variant_uses_mha_with_a_valid_head_count_and_says_so():
     assert any("single head" in note and "8 heads" in note for note in setup.notes)
 
 
+def test_wrapper_keeps_its_heads_and_says_the_lab_uses_mha():
+    setup = workbench.lab_setup(small_config(variant="mha_wrapper", num_heads=2), 6, wanted_heads=8)
+    assert (setup.d_out, setup.num_heads) == (32, 2)  # the wrapper's own heads, not the single-head fallback
+    assert any(note.startswith("The bugs are shown in MultiHeadAttention (3.6.2)") and "2 heads" in note
+               for note in setup.notes)
+    assert not [note for note in workbench.lab_setup(small_config(), 6).notes if "shown in" in note]  # MHA itself
+
+
 def test_dropout_p_0_is_replaced_and_said():
     setup = workbench.lab_setup(small_config(dropout=0.0), 6)
     assert setup.dropout == workbench.DEFAULT_DROPOUT

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnviz import pipeline
+from attnviz import pipeline, variants
 from attnviz.attention import MultiHeadAttention
 from attnviz.pipeline import RNG_LOCK, AttentionConfig  # one lock for torch's global RNG, shared with run()
 
+BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class every bug changes
 MAX_TOKENS = 64  # the lab runs on the first 64 tokens at most (every pitfall runs two modules)
 DEFAULT_DROPOUT = 0.1  # GPT_CONFIG_124M's drop_rate, used when the sidebar's p is 0 or does not apply
 
@@ -67,16 +68,17 @@ def lab_setup(config: AttentionConfig, n_tokens: int, wanted_heads: int | None =
     notes = []
     if n_tokens > MAX_TOKENS:
         notes.append(f"The text has {n_tokens} tokens; the lab uses the first {MAX_TOKENS} for speed.")
-    if config.variant == "mha":
+    spec = config.spec
+    shown_in = f"{BOOK_MHA.cls.__name__} ({BOOK_MHA.section})"  # "MultiHeadAttention (3.6.2)"
+    if spec.multi_head:
         num_heads = config.num_heads
-    elif config.variant == "mha_wrapper":
-        num_heads = config.num_heads
-        notes.append(f"The bugs are shown in MultiHeadAttention (3.6.2), with the wrapper's d_out {config.d_out} "
-                     f"and {num_heads} heads.")
+        if spec is not BOOK_MHA:
+            notes.append(f"The bugs are shown in {shown_in}, with the d_out ({config.d_out}) and the {num_heads} heads "
+                         f"of {spec.label}.")
     else:
         num_heads = lab_heads(config.d_out, wanted_heads or 1)
-        notes.append(f"{pipeline.VARIANTS[config.variant]} has a single head; the lab uses MultiHeadAttention "
-                     f"(3.6.2) with d_out {config.d_out} and {num_heads} heads (head_dim {config.d_out // num_heads})"
+        notes.append(f"{spec.label} has a single head; the lab uses {shown_in} with d_out {config.d_out} and "
+                     f"{num_heads} heads (head_dim {config.d_out // num_heads})"
                      + (", the only valid count" if num_heads == 1 else "") + ".")
     dropout = config.dropout if config.dropout > 0 else DEFAULT_DROPOUT
     if config.dropout <= 0:
