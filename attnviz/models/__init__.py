@@ -1,8 +1,28 @@
 """Real GPT models: the book's Chapter 4 ``GPTModel``, checkpoints loaded into it, and what it attends to.
 
-``gpt``: the model (checkpoint loading, attention maps, layer traces and discovery follow).
+``gpt`` (the model), ``loading`` (checkpoint files -> GPTModel), ``trace`` (attention maps and the
+recorded path of one layer), ``discovery`` (checkpoints on this machine, listed by name).
 """
 
 from attnviz.models.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, PathRecorder, TransformerBlock
+from attnviz.models.loading import CheckpointError, assign, load_checkpoint
+from attnviz.models.trace import LayerTrace, attention_maps, iter_layer_maps, layer_maps, switch_layer, trace_layer
 
-__all__ = ["GELU", "GPT_CONFIG_124M", "FeedForward", "GPTModel", "LayerNorm", "PathRecorder", "TransformerBlock"]
+__all__ = [
+    "GELU",
+    "GPT_CONFIG_124M",
+    "CheckpointError",
+    "FeedForward",
+    "GPTModel",
+    "LayerNorm",
+    "LayerTrace",
+    "PathRecorder",
+    "TransformerBlock",
+    "assign",
+    "attention_maps",
+    "iter_layer_maps",
+    "layer_maps",
+    "load_checkpoint",
+    "switch_layer",
+    "trace_layer",
+]

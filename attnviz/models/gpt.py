@@ -122,7 +122,8 @@ class PathRecorder:
     * ``shapes``: (stage, shape) of the whole path, in order: ``tokens``, ``tok_emb``, ``pos_emb``,
       ``input``; per block the traced block's own entries (``norm1``, ``att``'s steps, …) and then
       ``block i`` (the block's output); ``final_norm``, ``logits``.
-    * ``blocks``: {layer: Recorder} for every layer in ``layers`` (made by ``recorder_factory``).
+    * ``blocks``: {layer: Recorder} for every layer in ``layers`` (``recorder_factory(layer)``, default a
+      plain :class:`Recorder` that keeps every step).
     * ``block_inputs``: the residual stream entering every block, detached, when ``keep_block_inputs``.
     """
 
@@ -130,11 +131,11 @@ class PathRecorder:
         self,
         layers: Iterable[int] = (),
         keep_block_inputs: bool = False,
-        recorder_factory: Callable[[], Recorder] = Recorder,
+        recorder_factory: Callable[[int], Recorder] | None = None,
     ):
         self.layers = frozenset(layers)
         self.keep_block_inputs = keep_block_inputs
-        self.recorder_factory = recorder_factory
+        self.recorder_factory = recorder_factory or (lambda index: Recorder())
         self.shapes: list[tuple[str, tuple[int, ...]]] = []
         self.blocks: dict[int, Recorder] = {}
         self.block_inputs: list[torch.Tensor] = []
@@ -147,7 +148,7 @@ class PathRecorder:
             self.block_inputs.append(x.detach())
         if index not in self.layers:
             return None
-        self.blocks[index] = self.recorder_factory()
+        self.blocks[index] = self.recorder_factory(index)
         return self.blocks[index]
 
     def leave_block(self, index: int, x: torch.Tensor) -> None:

@@ -1,0 +1,444 @@
+"""Checkpoint files -> the book's ``GPTModel``: one loader, one explicit, shape-checked mapping per family.
+
+Families (this module is the one place that knows checkpoint names):
+
+* ``gpt2``: Hugging Face GPT-2 (``GPT2LMHeadModel`` / ``GPT2Model`` state dicts, keys with or without
+  ``transformer.``) as ``model.safetensors`` (a directory with ``config.json``, a bare file, or shards
+  with ``model.safetensors.index.json``) or PyTorch ``pytorch_model.bin``.  Mapped as the book's ch05
+  ``load_weights_into_gpt`` does: Conv1D weights ``(in, out)`` transposed, ``c_attn`` split into
+  ``W_query``/``W_key``/``W_value``, ``lm_head`` tied to ``wte`` when absent, mask buffers skipped.
+* ``book``: the book's own ``model.state_dict()`` saved with ``torch.save`` (ch05 names:
+  ``tok_emb.weight``, ``trf_blocks.0.att.W_query.weight``, …), or a dict holding it under
+  ``model_state_dict`` (the book's ``model_and_optimizer.pth``).
+
+Sizes (layers, width, context, heads, biases, LayerNorm eps) come from ``config.json`` when there is one,
+else from the tensors (heads: head_dim 64, as in every GPT-2 size).  PyTorch files are read with
+``torch.load(..., weights_only=True)``: a pickle that would run code is refused, never executed.
+Everything else raises :class:`CheckpointError` (a ``ValueError``) saying what to do.
+
+Memory: the model is built on the ``meta`` device (no random init, no allocation) and each parameter
+is one float32 copy of a tensor read from a memory-mapped file, so loading GPT-2 XL (6 GB) needs
+about one model's worth of RAM, not three.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import warnings
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from attnviz.models.gpt import GPTModel
+
+GPT2_VOCAB_SIZE = 50257  # tiktoken's GPT-2 encoding: the only tokenizer attnviz has
+HEAD_DIM = 64  # every GPT-2 size (small 768/12, medium 1024/16, large 1280/20, XL 1600/25)
+SAFETENSORS_SUFFIXES = (".safetensors",)
+TORCH_SUFFIXES = (".pth", ".pt", ".bin")
+WEIGHT_SUFFIXES = SAFETENSORS_SUFFIXES + TORCH_SUFFIXES
+HF_SKIPPED = (".attn.bias", ".attn.masked_bias")  # GPT-2's causal-mask buffers, not weights
+TF_HINT = (
+    "attnviz reads PyTorch and safetensors files, not TensorFlow checkpoints. Convert it once: with the book's "
+    "Chapter 5 code (load_gpt2_params_from_tf_ckpt + load_weights_into_gpt, then "
+    "torch.save(model.state_dict(), 'gpt2.pth')), or with transformers < 5: "
+    "GPT2LMHeadModel.from_pretrained(DIR, from_tf=True).save_pretrained(OUT). "
+    "Or download the safetensors version: hf download openai-community/gpt2"
+)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint attnviz cannot load; the message says why and what to do."""
+
+
+def assign(name: str, left: torch.Tensor, right: torch.Tensor) -> nn.Parameter:
+    """The book's ``assign``, checked: ``right`` as a float32 parameter of ``left``'s shape, or a ValueError.
+
+    ``name`` says which checkpoint key went where; ``right`` is always copied (contiguous, float32), so
+    the parameter never keeps a memory-mapped file alive.
+    """
+    if tuple(left.shape) != tuple(right.shape):
+        raise CheckpointError(
+            f"{name}: the model expects shape {tuple(left.shape)}, the checkpoint has {tuple(right.shape)}. "
+            "The file does not match its config (or is not GPT-2)."
+        )
+    return nn.Parameter(right.to(dtype=torch.float32, memory_format=torch.contiguous_format, copy=True))
+
+
+# ============================== reading files ==============================
+
+
+class _Tensors:
+    """Named tensors of one checkpoint, read lazily (safetensors) or popped from a loaded state dict."""
+
+    def __init__(self, getters: dict[str, Callable[[], torch.Tensor]], origin: str):
+        self._getters = getters
+        self.origin = origin
+        self.extras: dict = {}  # non-tensor entries of a torch checkpoint dict (e.g. the book's cfg)
+
+    def names(self) -> set[str]:
+        return set(self._getters)
+
+    def take(self, key: str) -> torch.Tensor:
+        if key not in self._getters:
+            raise CheckpointError(f"{self.origin} is not a complete GPT-2 checkpoint: the key {key!r} is missing.")
+        return self._getters.pop(key)()
+
+
+@contextmanager
+def _open_tensors(files: list[Path]) -> Iterator[_Tensors]:
+    with ExitStack() as stack:
+        getters: dict[str, Callable[[], torch.Tensor]] = {}
+        extras: dict = {}
+        for file in files:
+            if file.suffix in SAFETENSORS_SUFFIXES:
+                handle = stack.enter_context(_safe_open(file))
+                stored = handle.keys()  # safetensors' API: the names in the header
+                getters.update({key: (lambda key=key, handle=handle: handle.get_tensor(key)) for key in stored})
+            else:
+                state, file_extras = _torch_load(file)
+                getters.update({key: (lambda key=key, state=state: state.pop(key)) for key in state})
+                extras.update(file_extras)
+        tensors = _Tensors(getters, _describe(files))
+        tensors.extras = extras
+        yield tensors
+
+
+def _describe(files: list[Path]) -> str:
+    return str(files[0]) if len(files) == 1 else f"{files[0].parent} ({len(files)} shards)"
+
+
+@contextmanager
+def _safe_open(file: Path):
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        handle = safe_open(str(file), framework="pt", device="cpu")
+    except SafetensorError as error:
+        message = str(error)
+        if "incomplete metadata" in message or "too small" in message or "not fully covered" in message:
+            raise CheckpointError(
+                f"{file} is truncated (it is shorter than its own header says: {message}). "
+                "The download or copy was probably interrupted: fetch the file again."
+            ) from None
+        raise CheckpointError(f"{file} is not a valid safetensors file ({message}).") from None
+    with handle:
+        yield handle
+
+
+def _torch_load(file: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """A PyTorch checkpoint's tensors (weights_only: plain tensors and containers, never code) and its extras."""
+    with open(file, "rb") as stream:
+        magic = stream.read(4)
+    is_zip = zipfile.is_zipfile(file)
+    if magic.startswith(b"PK") and not is_zip:
+        raise CheckpointError(
+            f"{file} is truncated or damaged (a PyTorch zip archive without its directory). "
+            "The download or copy was probably interrupted: fetch or save the file again."
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. pickle-protocol notices from the weights-only unpickler
+            loaded = torch.load(file, map_location="cpu", weights_only=True, mmap=is_zip)
+    except pickle.UnpicklingError as error:
+        if "Weights only load failed" in str(error):
+            raise CheckpointError(
+                f"Refused to load {file}: it contains Python objects, not just tensors, and unpickling them "
+                "could run code. attnviz did not run it. If you trust where it came from, load it in Python and "
+                "re-save only the weights: torch.save(model.state_dict(), 'model.pth')."
+            ) from None
+        raise CheckpointError(f"{file} is not a PyTorch checkpoint or is damaged ({error}).") from None
+    except (RuntimeError, OSError, EOFError) as error:
+        raise CheckpointError(f"{file} could not be read as a PyTorch checkpoint ({error}). Is it complete?") from None
+    if isinstance(loaded, dict):
+        for key in ("model_state_dict", "state_dict", "model"):  # the book's model_and_optimizer.pth and friends
+            if isinstance(loaded.get(key), dict):
+                extras = {k: v for k, v in loaded.items() if k != key and not isinstance(v, torch.Tensor)}
+                loaded = loaded[key]
+                break
+        else:
+            extras = {}
+        state = {key: value for key, value in loaded.items() if isinstance(value, torch.Tensor)}
+        if state and all(isinstance(key, str) for key in state):
+            return state, extras
+    raise CheckpointError(
+        f"{file} holds a {type(loaded).__name__}, not a model's state dict. "
+        "Save one with torch.save(model.state_dict(), 'model.pth')."
+    )
+
+
+def _read_json(file: Path) -> dict:
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{file} is not a readable JSON config ({error}): fix or remove it.") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{file} is not a config object (it holds a {type(config).__name__}).")
+    return config
+
+
+def _config_beside(file: Path) -> dict | None:
+    """``<stem>.json`` beside the file, else ``config.json`` beside it, else None."""
+    for candidate in (file.with_suffix(".json"), file.parent / "config.json"):
+        if candidate != file and candidate.is_file():
+            return _read_json(candidate)
+    return None
+
+
+def _is_tensorflow(path: Path) -> bool:
+    names = [path.name] if path.is_file() else [child.name for child in path.iterdir()]
+    return any(
+        name == "checkpoint" or name.startswith("model.ckpt") or name.endswith((".ckpt.index", ".h5")) for name in names
+    )
+
+
+def _locate(path: Path) -> tuple[list[Path], dict | None]:
+    """The weight file(s) and config of ``path`` (a file or a directory), or a CheckpointError."""
+    if not path.exists():
+        raise CheckpointError(f"No file or folder at {path}. Check the path (ATTNVIZ_CHECKPOINTS or --checkpoint).")
+    if path.is_file():
+        if _is_tensorflow(path):
+            raise CheckpointError(f"{path} is part of a TensorFlow checkpoint. {TF_HINT}")
+        if path.suffix not in WEIGHT_SUFFIXES:
+            raise CheckpointError(
+                f"{path.name}: unknown checkpoint type {path.suffix or '(no extension)'!r}. attnviz reads "
+                "Hugging Face GPT-2 folders and .safetensors, .pth, .pt or .bin files."
+            )
+        return [path], _config_beside(path)
+    config = _read_json(path / "config.json") if (path / "config.json").is_file() else None
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (path / name).is_file():
+            return [path / name], config
+        index = path / f"{name}.index.json"
+        if index.is_file():
+            weight_map = _read_json(index).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise CheckpointError(f"{index} has no weight_map: the sharded checkpoint is incomplete.")
+            shards = [path / shard for shard in dict.fromkeys(weight_map.values())]
+            missing = [shard.name for shard in shards if not shard.is_file()]
+            if missing:
+                raise CheckpointError(f"{path}: shard {missing[0]} listed in {index.name} is missing.")
+            return shards, config
+    if _is_tensorflow(path):
+        raise CheckpointError(f"{path} holds a TensorFlow checkpoint. {TF_HINT}")
+    candidates = sorted(child for child in path.iterdir() if child.is_file() and child.suffix in WEIGHT_SUFFIXES)
+    if len(candidates) == 1:
+        return candidates, _config_beside(candidates[0])
+    if candidates:
+        raise CheckpointError(
+            f"{path} holds several checkpoints ({', '.join(c.name for c in candidates[:5])}): choose one file."
+        )
+    raise CheckpointError(
+        f"Nothing loadable in {path}: expected config.json + model.safetensors (a Hugging Face GPT-2 folder), "
+        "or a .safetensors / .pth / .pt / .bin file."
+    )
+
+
+# ============================== the load ==============================
+
+
+def load_checkpoint(path: str | os.PathLike) -> GPTModel:
+    """Load a GPT-2 checkpoint into the book's ``GPTModel``: eval mode, CPU, float32.
+
+    Raises :class:`CheckpointError` (a ``ValueError``) with an actionable message for anything else.
+    """
+    files, config = _locate(Path(path))
+    with _open_tensors(files) as tensors:
+        if config is None and isinstance(tensors.extras.get("cfg") or tensors.extras.get("config"), dict):
+            config = tensors.extras.get("cfg") or tensors.extras.get("config")
+        keys = tensors.names()
+        if "tok_emb.weight" in keys:
+            model = _load_book(tensors, config or {})
+        elif "wte.weight" in keys or "transformer.wte.weight" in keys:
+            model = _load_gpt2(tensors, config or {})
+        else:
+            shown = ", ".join(sorted(keys)[:4]) or "no tensors"
+            raise CheckpointError(
+                f"{tensors.origin} is not a GPT-2 checkpoint: the key 'wte.weight' (Hugging Face GPT-2) or "
+                f"'tok_emb.weight' (the book's GPTModel) is missing; it has {shown}."
+            )
+    return model.eval()
+
+
+def _check_vocab(origin: str, vocab_size: int) -> None:
+    if vocab_size != GPT2_VOCAB_SIZE:
+        raise CheckpointError(
+            f"{origin} has a vocabulary of {vocab_size:,} tokens, not GPT-2's {GPT2_VOCAB_SIZE:,}. attnviz tokenizes "
+            "with GPT-2's encoding, so it can only show models trained with that vocabulary."
+        )
+
+
+def _heads(origin: str, emb_dim: int, config: dict, key: str) -> int:
+    if isinstance(config.get(key), int):
+        return config[key]
+    if emb_dim % HEAD_DIM:
+        raise CheckpointError(
+            f"{origin}: cannot infer the number of heads (width {emb_dim} is not a multiple of 64). "
+            f'Put a config.json beside it with "{key}".'
+        )
+    return emb_dim // HEAD_DIM
+
+
+def _layer_count(origin: str, keys: set[str], pattern: str, config_layers) -> int:
+    found = {int(match.group(1)) for key in keys if (match := re.match(pattern, key))}
+    n_layers = max(found) + 1 if found else 0
+    if config_layers is not None and config_layers != n_layers:
+        raise CheckpointError(f"{origin}: the config says {config_layers} layers but the weights have {n_layers}.")
+    if n_layers == 0:
+        raise CheckpointError(f"{origin} has no transformer blocks.")
+    return n_layers
+
+
+def _meta_model(cfg: dict) -> GPTModel:
+    """The GPTModel skeleton: every tensor on ``meta`` (no memory, no random init) until assigned."""
+    with torch.device("meta"):
+        return GPTModel(cfg)
+
+
+def _finish(model: GPTModel, cfg: dict, origin: str) -> GPTModel:
+    """Real causal-mask buffers (one tensor shared by all blocks); check nothing was left unassigned."""
+    ctx = cfg["context_length"]
+    mask = torch.triu(torch.ones(ctx, ctx), diagonal=1)  # (ctx, ctx), 1 above the diagonal
+    for block in model.trf_blocks:
+        block.att.register_buffer("mask", mask)
+    left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if left:
+        raise CheckpointError(f"{origin}: no weights for {left[0]}.")
+    return model
+
+
+def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
+    """Hugging Face GPT-2 -> GPTModel, as the book's ``load_weights_into_gpt`` maps OpenAI's weights."""
+    origin = tensors.origin
+    if config.get("model_type", "gpt2") != "gpt2":
+        raise CheckpointError(f"{origin}: config.json says model_type {config['model_type']!r}; attnviz reads GPT-2.")
+    if config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(
+            f"{origin}: activation {config['activation_function']!r}; the book's GPT-2 uses GELU (tanh), 'gelu_new'."
+        )
+    if config.get("scale_attn_by_inverse_layer_idx") or config.get("add_cross_attention"):
+        raise CheckpointError(f"{origin}: a GPT-2 variant (scaled-by-layer or cross attention) the book's model lacks.")
+    if config.get("n_inner") not in (None, 4 * config.get("n_embd", 0)):
+        raise CheckpointError(f"{origin}: feed-forward width n_inner={config['n_inner']}; the book's model uses 4·d.")
+    prefix = "transformer." if "transformer.wte.weight" in tensors.names() else ""
+    keys = {key.removeprefix(prefix) for key in tensors.names()}
+
+    def take(key: str) -> torch.Tensor:
+        return tensors.take(key if key == "lm_head.weight" else prefix + key)
+
+    wte = take("wte.weight")  # (vocab, d)
+    wpe = take("wpe.weight")  # (ctx, d)
+    if wte.dim() != 2 or wpe.dim() != 2:
+        raise CheckpointError(f"{origin}: wte/wpe are not matrices ({tuple(wte.shape)}, {tuple(wpe.shape)}).")
+    _check_vocab(origin, wte.shape[0])
+    emb_dim = wte.shape[1]
+    n_layers = _layer_count(origin, keys, r"h\.(\d+)\.", config.get("n_layer"))
+    cfg = {
+        "vocab_size": wte.shape[0],
+        "context_length": config.get("n_positions", config.get("n_ctx", wpe.shape[0])),
+        "emb_dim": emb_dim,
+        "n_heads": _heads(origin, emb_dim, config, "n_head"),
+        "n_layers": n_layers,
+        "drop_rate": 0.0,
+        "qkv_bias": True,
+        "ln_eps": float(config.get("layer_norm_epsilon", 1e-5)),
+    }
+    if emb_dim % cfg["n_heads"]:
+        raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {cfg['n_heads']} heads.")
+    model = _meta_model(cfg)
+    model.pos_emb.weight = assign("wpe.weight -> pos_emb.weight", model.pos_emb.weight, wpe)
+    model.tok_emb.weight = assign("wte.weight -> tok_emb.weight", model.tok_emb.weight, wte)
+
+    for b, block in enumerate(model.trf_blocks):
+        h = f"h.{b}."
+        att, ff = block.att, block.ff
+        c_attn_w = take(h + "attn.c_attn.weight")  # Conv1D (in, out) = (d, 3d)
+        c_attn_w = assign(h + "attn.c_attn.weight", torch.empty(emb_dim, 3 * emb_dim, device="meta"), c_attn_w)
+        q_w, k_w, v_w = torch.split(c_attn_w.data, emb_dim, dim=-1)  # (d, 3d) -> 3 × (d, d)
+        att.W_query.weight = assign(h + "attn.c_attn.weight[q] -> att.W_query.weight", att.W_query.weight, q_w.T)
+        att.W_key.weight = assign(h + "attn.c_attn.weight[k] -> att.W_key.weight", att.W_key.weight, k_w.T)
+        att.W_value.weight = assign(h + "attn.c_attn.weight[v] -> att.W_value.weight", att.W_value.weight, v_w.T)
+        del c_attn_w, q_w, k_w, v_w
+        c_attn_b = take(h + "attn.c_attn.bias")  # (3d,)
+        c_attn_b = assign(h + "attn.c_attn.bias", torch.empty(3 * emb_dim, device="meta"), c_attn_b)
+        q_b, k_b, v_b = torch.split(c_attn_b.data, emb_dim, dim=-1)  # (3d,) -> 3 × (d,)
+        att.W_query.bias = assign(h + "attn.c_attn.bias[q] -> att.W_query.bias", att.W_query.bias, q_b)
+        att.W_key.bias = assign(h + "attn.c_attn.bias[k] -> att.W_key.bias", att.W_key.bias, k_b)
+        att.W_value.bias = assign(h + "attn.c_attn.bias[v] -> att.W_value.bias", att.W_value.bias, v_b)
+
+        att.out_proj.weight = assign(
+            h + "attn.c_proj.weight -> att.out_proj.weight", att.out_proj.weight, take(h + "attn.c_proj.weight").T
+        )
+        att.out_proj.bias = assign(h + "attn.c_proj.bias -> att.out_proj.bias", att.out_proj.bias, take(h + "attn.c_proj.bias"))
+        ff.layers[0].weight = assign(
+            h + "mlp.c_fc.weight -> ff.layers.0.weight", ff.layers[0].weight, take(h + "mlp.c_fc.weight").T
+        )
+        ff.layers[0].bias = assign(h + "mlp.c_fc.bias -> ff.layers.0.bias", ff.layers[0].bias, take(h + "mlp.c_fc.bias"))
+        ff.layers[2].weight = assign(
+            h + "mlp.c_proj.weight -> ff.layers.2.weight", ff.layers[2].weight, take(h + "mlp.c_proj.weight").T
+        )
+        ff.layers[2].bias = assign(h + "mlp.c_proj.bias -> ff.layers.2.bias", ff.layers[2].bias, take(h + "mlp.c_proj.bias"))
+        block.norm1.scale = assign(h + "ln_1.weight -> norm1.scale", block.norm1.scale, take(h + "ln_1.weight"))
+        block.norm1.shift = assign(h + "ln_1.bias -> norm1.shift", block.norm1.shift, take(h + "ln_1.bias"))
+        block.norm2.scale = assign(h + "ln_2.weight -> norm2.scale", block.norm2.scale, take(h + "ln_2.weight"))
+        block.norm2.shift = assign(h + "ln_2.bias -> norm2.shift", block.norm2.shift, take(h + "ln_2.bias"))
+
+    model.final_norm.scale = assign("ln_f.weight -> final_norm.scale", model.final_norm.scale, take("ln_f.weight"))
+    model.final_norm.shift = assign("ln_f.bias -> final_norm.shift", model.final_norm.shift, take("ln_f.bias"))
+    if "lm_head.weight" in tensors.names():
+        model.out_head.weight = assign("lm_head.weight -> out_head.weight", model.out_head.weight, take("lm_head.weight"))
+    else:  # GPT-2 ties the output head to the token embedding (the book: out_head.weight = wte)
+        model.out_head.weight = assign("wte.weight -> out_head.weight (tied)", model.out_head.weight, model.tok_emb.weight.data)
+
+    unexpected = sorted(
+        key for key in tensors.names()
+        if re.match(r"(transformer\.)?(h\.|wte|wpe|ln_f)", key) and not key.endswith(HF_SKIPPED)
+    )
+    if unexpected:
+        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for a {n_layers}-layer GPT-2.")
+    return _finish(model, cfg, origin)
+
+
+def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
+    """The book's own GPTModel ``state_dict`` (ch05 names) -> GPTModel; the causal-mask buffers are optional."""
+    origin = tensors.origin
+    keys = tensors.names()
+    tok = tensors.take("tok_emb.weight")  # (vocab, d)
+    if tok.dim() != 2 or "pos_emb.weight" not in keys:
+        raise CheckpointError(f"{origin}: not the book's GPTModel (tok_emb.weight {tuple(tok.shape)}, pos_emb?).")
+    _check_vocab(origin, tok.shape[0])
+    emb_dim = tok.shape[1]
+    cfg = {
+        "vocab_size": tok.shape[0],
+        "context_length": config.get("context_length", config.get("n_positions")),
+        "emb_dim": emb_dim,
+        "n_heads": _heads(origin, emb_dim, config, "n_heads" if "n_heads" in config else "n_head"),
+        "n_layers": _layer_count(origin, keys, r"trf_blocks\.(\d+)\.", config.get("n_layers", config.get("n_layer"))),
+        "drop_rate": 0.0,
+        "qkv_bias": "trf_blocks.0.att.W_query.bias" in keys,
+        "ln_eps": float(config.get("ln_eps", config.get("layer_norm_epsilon", 1e-5))),
+    }
+    pos = tensors.take("pos_emb.weight")  # (ctx, d)
+    if cfg["context_length"] is None:
+        cfg["context_length"] = pos.shape[0]
+    if emb_dim % cfg["n_heads"]:
+        raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {cfg['n_heads']} heads.")
+    model = _meta_model(cfg)
+    model.tok_emb.weight = assign("tok_emb.weight", model.tok_emb.weight, tok)
+    model.pos_emb.weight = assign("pos_emb.weight", model.pos_emb.weight, pos)
+    del tok, pos
+    for name, module in model.named_modules():
+        for param_name, param in list(module.named_parameters(recurse=False)):
+            full = f"{name}.{param_name}" if name else param_name
+            if full not in ("tok_emb.weight", "pos_emb.weight"):
+                setattr(module, param_name, assign(full, param, tensors.take(full)))
+    unexpected = sorted(key for key in tensors.names() if not re.fullmatch(r"trf_blocks\.\d+\.att\.mask", key))
+    if unexpected:
+        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
+    return _finish(model, cfg, origin)

@@ -1,0 +1,259 @@
+"""What a GPTModel attends to: every layer's attention maps, one layer's maps, and one layer's recorded path.
+
+Everything here runs the model's own forward (``GPTModel.forward`` with a :class:`PathRecorder`), in eval
+mode and without gradients, so the recorded numbers are the model's numbers.  ``causal`` (default True,
+how GPT-2 was trained) is applied to every block's attention for the run: turning it off lets every
+token see the whole text in every layer.  The flag lives on the (possibly shared, cached) modules, so
+runs hold one lock while it is set; the model's own flags and train/eval mode are restored afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from attnviz.attention import Recorder
+from attnviz.models.gpt import GPTModel, PathRecorder
+
+TOP_K = 5
+_RUN_LOCK = threading.RLock()  # one run at a time sets the causal flags of a model's blocks
+
+
+@contextmanager
+def _running(model: GPTModel, causal: bool):
+    """Eval mode, no grad, every block's ``att.causal`` = ``causal``; all restored on exit."""
+    with _RUN_LOCK, torch.no_grad():
+        was_training = model.training
+        flags = [block.att.causal for block in model.trf_blocks]
+        model.eval()
+        for block in model.trf_blocks:
+            block.att.causal = causal
+        try:
+            yield
+        finally:
+            for block, flag in zip(model.trf_blocks, flags):
+                block.att.causal = flag
+            model.train(was_training)
+
+
+def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
+    """token ids (a sequence, (n,) or (1, n)) -> a (1, n) long tensor, or a ValueError saying what is wrong."""
+    ids = torch.as_tensor(np.asarray(token_ids), dtype=torch.long)  # (n,) or (1, n)
+    if ids.dim() == 2 and ids.shape[0] == 1:
+        ids = ids[0]  # (1, n) -> (n,)
+    if ids.dim() != 1 or ids.numel() == 0:
+        raise ValueError(f"Expected a non-empty sequence of token ids, got shape {tuple(ids.shape)}.")
+    context_length = model.pos_emb.weight.shape[0]
+    if ids.numel() > context_length:
+        raise ValueError(f"{ids.numel()} tokens; this model reads at most {context_length}.")
+    vocab_size = model.tok_emb.weight.shape[0]
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise ValueError(f"Token ids must be in 0…{vocab_size - 1}.")
+    return ids.unsqueeze(0).to(model.pos_emb.weight.device)  # (n,) -> (1, n)
+
+
+def _check_layer(model: GPTModel, layer: int) -> int:
+    n_layers = len(model.trf_blocks)
+    if isinstance(layer, bool) or not isinstance(layer, int | np.integer) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be a whole number from 0 to {n_layers - 1}, got {layer!r}.")
+    return int(layer)
+
+
+class _Keep(Recorder):
+    """A Recorder that keeps only some steps (no clones of the others); shapes are still recorded."""
+
+    def __init__(self, names: Sequence[str]):
+        super().__init__()
+        self.names = frozenset(names)
+
+    def record(self, name: str, tensor: torch.Tensor, copy: bool = False, keep: bool = True) -> None:
+        keep = keep and name in self.names
+        super().record(name, tensor, copy=copy and keep, keep=keep)
+
+
+class _WeightsInto(Recorder):
+    """Writes the block's softmax weights straight into ``out[layer]`` (heads, n, n); keeps nothing."""
+
+    def __init__(self, out: np.ndarray, layer: int):
+        super().__init__()
+        self.out, self.layer = out, layer
+
+    def record(self, name: str, tensor: torch.Tensor, copy: bool = False, keep: bool = True) -> None:
+        if name == "weights":
+            self.out[self.layer] = tensor[0].detach().cpu().numpy()  # (1, h, n, n) -> (h, n, n)
+        super().record(name, tensor, keep=False)
+
+
+class _StopError(Exception):
+    """Raised by _UpTo to end a forward early (control flow, never seen by callers)."""
+
+
+class _UpTo(PathRecorder):
+    """Stops the forward right after block ``last`` (nothing after it is needed)."""
+
+    def __init__(self, last: int, **kwargs):
+        super().__init__(**kwargs)
+        self.last = last
+
+    def leave_block(self, index: int, x: torch.Tensor) -> None:
+        super().leave_block(index, x)
+        if index == self.last:
+            raise _StopError
+
+
+def _run_up_to(model: GPTModel, idx: torch.Tensor, recorder: _UpTo) -> None:
+    with suppress(_StopError):
+        model(idx, recorder)
+
+
+def attention_maps(model: GPTModel, token_ids, causal: bool = True) -> np.ndarray:
+    """Softmax attention weights of every layer and head: float32 ``(layers, heads, n, n)``."""
+    idx = _token_batch(model, token_ids)  # (1, n)
+    n = idx.shape[1]
+    n_layers, n_heads = len(model.trf_blocks), model.trf_blocks[0].att.num_heads
+    maps = np.empty((n_layers, n_heads, n, n), dtype=np.float32)  # (L, h, n, n)
+    recorder = _UpTo(n_layers - 1, layers=range(n_layers), recorder_factory=lambda layer: _WeightsInto(maps, layer))
+    with _running(model, causal):
+        _run_up_to(model, idx, recorder)
+    return maps
+
+
+def layer_maps(model: GPTModel, token_ids, layer: int, causal: bool = True) -> np.ndarray:
+    """Softmax attention weights of one layer: float32 ``(heads, n, n)``; runs blocks 0…layer only."""
+    layer = _check_layer(model, layer)
+    idx = _token_batch(model, token_ids)  # (1, n)
+    n, n_heads = idx.shape[1], model.trf_blocks[layer].att.num_heads
+    maps = np.empty((1, n_heads, n, n), dtype=np.float32)  # (1, h, n, n)
+    recorder = _UpTo(layer, layers=[layer], recorder_factory=lambda _: _WeightsInto(maps, 0))
+    with _running(model, causal):
+        _run_up_to(model, idx, recorder)
+    return maps[0]
+
+
+def iter_layer_maps(model: GPTModel, token_ids, causal: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+    """``(layer, (heads, n, n) float32 weights)`` for every layer, one at a time (one layer's maps held at once).
+
+    One forward keeps the residual stream entering each block ((layers, n, d), small); each step then
+    reruns that one block with a recorder.
+    """
+    block_inputs = _block_inputs(model, _token_batch(model, token_ids), causal)  # (L, n, d)
+    for layer in range(len(model.trf_blocks)):
+        yield layer, _block_maps(model, block_inputs[layer], layer, causal)
+
+
+def _block_inputs(model: GPTModel, idx: torch.Tensor, causal: bool) -> torch.Tensor:
+    n_layers = len(model.trf_blocks)
+    recorder = _UpTo(n_layers - 1, keep_block_inputs=True)
+    with _running(model, causal):
+        _run_up_to(model, idx, recorder)
+    return torch.cat(recorder.block_inputs)  # L × (1, n, d) -> (L, n, d)
+
+
+def _block_maps(model: GPTModel, block_input: torch.Tensor, layer: int, causal: bool) -> np.ndarray:
+    n = block_input.shape[0]
+    maps = np.empty((1, model.trf_blocks[layer].att.num_heads, n, n), dtype=np.float32)  # (1, h, n, n)
+    with _running(model, causal):
+        model.trf_blocks[layer](block_input.unsqueeze(0), _WeightsInto(maps, 0))  # (1, n, d) -> (1, n, d)
+    return maps[0]
+
+
+# ============================== one layer's trace ==============================
+
+
+@dataclass(frozen=True)
+class LayerTrace:
+    """One layer of a GPTModel run, ready for the pipeline.
+
+    ``recorder``: block ``layer``'s Recorder: ``steps`` holds ``norm1`` (the LayerNorm'd block input the
+    attention reads) and ``att``'s named steps (``queries`` … ``output``; maps ``(1, heads, n, n)``), as
+    detached CPU tensors; ``shapes`` the block's own path.  ``path``: (stage, shape) of the whole model.
+    ``top_ids``/``top_probs``: the model's top-k next tokens at every position, ``(n, k)``.
+    ``block_inputs``: the residual stream entering each block, ``(layers, n, d)``, so
+    :func:`switch_layer` recomputes one block instead of the model.
+    """
+
+    layer: int
+    causal: bool
+    token_ids: tuple[int, ...]
+    recorder: Recorder
+    head: tuple[tuple[str, tuple[int, ...]], ...]  # tokens, tok_emb, pos_emb, input
+    tail: tuple[tuple[str, tuple[int, ...]], ...]  # final_norm, logits
+    top_ids: np.ndarray  # (n, k) int64
+    top_probs: np.ndarray  # (n, k) float32, descending per row
+    block_inputs: torch.Tensor  # (layers, n, d)
+
+    @property
+    def n_layers(self) -> int:
+        return self.block_inputs.shape[0]
+
+    @property
+    def steps(self) -> dict[str, torch.Tensor]:
+        return self.recorder.steps
+
+    @property
+    def path(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """tokens → tok_emb + pos_emb → input → blocks 0…L−1 → block L's steps → blocks L+1… → final_norm → logits."""
+        block_shape = (1, *self.block_inputs.shape[1:])  # (1, n, d)
+        blocks: list[tuple[str, tuple[int, ...]]] = []
+        for index in range(self.n_layers):
+            if index == self.layer:
+                blocks.extend(self.recorder.shapes)
+            blocks.append((f"block {index}", block_shape))
+        return (*self.head, *blocks, *self.tail)
+
+    def numpy_steps(self) -> dict[str, np.ndarray]:
+        """The steps as float32 NumPy arrays."""
+        return {name: tensor.float().numpy() for name, tensor in self.recorder.steps.items()}
+
+
+def trace_layer(model: GPTModel, token_ids, layer: int, causal: bool = True, top_k: int = TOP_K) -> LayerTrace:
+    """Run the model once; record layer ``layer``'s attention, the whole path, top-k predictions, block inputs."""
+    layer = _check_layer(model, layer)
+    idx = _token_batch(model, token_ids)  # (1, n)
+    recorder = PathRecorder(layers=[layer], keep_block_inputs=True)
+    with _running(model, causal):
+        logits = model(idx, recorder)  # (1, n, vocab)
+        top_ids, top_probs = _top_k(logits[0], top_k)
+    del logits
+    n_front = 4  # tokens, tok_emb, pos_emb, input
+    return LayerTrace(
+        layer=layer,
+        causal=causal,
+        token_ids=tuple(int(token) for token in idx[0]),
+        recorder=recorder.blocks[layer],
+        head=tuple(recorder.shapes[:n_front]),
+        tail=tuple(recorder.shapes[-2:]),
+        top_ids=top_ids,
+        top_probs=top_probs,
+        block_inputs=torch.cat(recorder.block_inputs),  # L × (1, n, d) -> (L, n, d)
+    )
+
+
+def switch_layer(model: GPTModel, trace: LayerTrace, layer: int) -> LayerTrace:
+    """The same run's trace for another layer: reruns only that block, from the stored block input.
+
+    ``model`` must be the model that made ``trace``.
+    """
+    layer = _check_layer(model, layer)
+    if trace.block_inputs.shape[0] != len(model.trf_blocks):
+        raise ValueError("This trace was made by another model.")
+    recorder = Recorder()
+    with _running(model, trace.causal):
+        model.trf_blocks[layer](trace.block_inputs[layer].unsqueeze(0), recorder)  # (1, n, d) -> (1, n, d)
+    return replace(trace, layer=layer, recorder=recorder)
+
+
+def _top_k(logits: torch.Tensor, k: int, rows: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k token ids and softmax probabilities per position, a few rows at a time (vocab-wide softmax)."""
+    ids, probs = [], []
+    for start in range(0, logits.shape[0], rows):
+        chunk = torch.softmax(logits[start : start + rows].float(), dim=-1)  # (rows, vocab), each row sums to 1
+        values, indices = torch.topk(chunk, k, dim=-1)  # (rows, k)
+        ids.append(indices)
+        probs.append(values)
+    return torch.cat(ids).numpy().astype(np.int64), torch.cat(probs).numpy().astype(np.float32)
