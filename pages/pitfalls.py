@@ -11,24 +11,19 @@ from attnviz.pitfalls.catalogue import PITFALLS
 ctx = ui.setup("Pitfall lab")
 if ctx is None:
     st.stop()
-text, config_values = ctx.key
 trace, config = ctx.trace, ctx.config
 wanted_heads = int(ctx.settings["num_heads"])  # the sidebar's Heads, used when the variant is single-head
 
 
+# Streamlit caches of the core's results (one line each; the trace is not hashed: ctx.key names it)
 @st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
-def lab(text: str, config_values: tuple, wanted_heads: int, bug: str) -> catalogue.PitfallResult:
-    run = ui.cached_trace(text, config_values)
-    setup = workbench.lab_setup(run.config, run.n, wanted_heads)
-    return catalogue.run_pitfall(bug, setup, workbench.lab_inputs(run.embeddings["input"]))
+def lab(key: tuple, wanted_heads: int, bug: str, _trace) -> catalogue.PitfallResult:
+    return catalogue.run_on_trace(_trace, wanted_heads, bug)
 
 
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
-def leak(text: str, config_values: tuple, wanted_heads: int, bug: str | None, j: int) -> dict:
-    run = ui.cached_trace(text, config_values)
-    setup = workbench.lab_setup(run.config, run.n, wanted_heads)
-    return catalogue.leak_check(setup, workbench.lab_inputs(run.embeddings["input"]), j, causal=run.config.causal,
-                               bug=bug)
+def leak(key: tuple, wanted_heads: int, bug: str | None, j: int, _trace) -> dict:
+    return catalogue.leak_on_trace(_trace, wanted_heads, bug, j)
 
 
 def verdict_box(version: detectors.Version, buggy: bool) -> None:
@@ -41,8 +36,8 @@ def verdict_box(version: detectors.Version, buggy: bool) -> None:
 
 
 setup = workbench.lab_setup(config, trace.n, wanted_heads)
-n = min(trace.n, workbench.MAX_TOKENS)
-tokens = trace.tokens[:n]
+tokens = workbench.lab_tokens(trace.tokens)
+n = len(tokens)
 
 st.title("Pitfall lab")
 st.caption(f"{setup.describe()} · {n} tokens · eval mode unless a bug says otherwise")
@@ -57,32 +52,28 @@ bug = st.segmented_control(
 if bug == "none":
     st.info("No bug switched on: this is the book's code. Switch one on to see it next to the correct version, "
             "with the one line that differs and a verdict computed from the tensors.", icon=":material/science:")
-    st.dataframe(pd.DataFrame({"bug": [p.title for p in PITFALLS.values()],
-                               "the book's line": [p.correct_line for p in PITFALLS.values()],
-                               "the buggy line": [p.buggy_line for p in PITFALLS.values()]}), hide_index=True)
+    st.dataframe(pd.DataFrame(catalogue.table()), hide_index=True)
 else:
     pitfall = PITFALLS[bug]
-    if not config.causal and bug in ("masked_fill", "mask_diagonal", "mask_not_sliced"):
+    if not config.causal and pitfall.in_mask:
         st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); the sidebar's causal toggle "
                    "applies to the leak detector below.")
     with st.spinner("Running both versions…"):
-        result = lab(text, config_values, wanted_heads, bug)
+        result = lab(ctx.key, wanted_heads, bug, trace)
     st.subheader(pitfall.title)
     st.code(catalogue.diff_text(bug), language="diff")
     st.markdown(pitfall.explanation)
-    stage = "dropped" if pitfall.figure == "dropout" else "weights"
+    stage = pitfall.stage
     for column, version, name in zip(st.columns(2), (result.correct, result.buggy), ("the book's code", "with the bug")):
         with column:
             st.markdown(f"**{name.capitalize()}**")
             verdict_box(version, buggy=version is result.buggy)
-            if version.observation.error is None and pitfall.figure != "error":
+            if version.observation.error is None and pitfall.draws_weights:
                 st.caption(f"head 0 of {setup.num_heads}: {stage}, {name}" + (", call 1" if stage == "dropped" else ""))
                 fig = pitfall_figures.weights_figure(version.observation, tokens, stage=stage, dropout=setup.dropout)
                 st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
-    extra = {"row_sums": pitfall_figures.row_sums_figure, "entropy": pitfall_figures.entropy_figure,
-             "dropout": pitfall_figures.call_difference_figure}.get(pitfall.figure)
-    if extra is not None:
-        st.plotly_chart(extra(result, tokens), config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
+    if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
+        st.plotly_chart(extra, config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
 
 st.header("Causality leak detector")
 runs_on = "the book's code" if bug == "none" else f"the code with bug {PITFALLS[bug].title}"
@@ -96,7 +87,7 @@ else:
     j = st.select_slider("Perturbed token j", list(range(n)), format_func=lambda p: f"{p}: {tokens[p]}",
                          **ui.page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n))
     with st.spinner("Perturbing…"):
-        report = leak(text, config_values, wanted_heads, None if bug == "none" else bug, j)
+        report = leak(ctx.key, wanted_heads, None if bug == "none" else bug, j, trace)
     if "error" in report:
         st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
                    "there is nothing to compare.", icon=":material/error:")

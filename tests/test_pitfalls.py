@@ -390,6 +390,43 @@ def test_extra_figures_have_one_bar_per_token(lab, key, builder):
     assert all(len(trace.y) == 10 for trace in fig.data)
 
 
+def test_extra_figure_is_the_pitfalls_own_chart_or_none(lab):
+    setup, x = lab
+    tokens = [f"t{i}" for i in range(10)]
+    kinds = {key: pitfall_figures.extra_figure(catalogue.run_pitfall(key, setup, x), tokens) for key in PITFALLS}
+    assert {key for key, fig in kinds.items() if fig is not None} == {"softmax_dim", "scale_d_out", "forgot_eval"}
+    assert kinds["scale_d_out"].data[0].name == "÷√head_dim = ÷√8"
+
+
+# ============================== on the app's Trace ==============================
+
+
+def test_run_on_trace_is_run_pitfall_on_the_traces_first_64_tokens():
+    config = small_config(context_length=256)
+    trace = pipeline.run("word " * 100, config)
+    result = catalogue.run_on_trace(trace, 4, "scale_d_out")
+    expected = catalogue.run_pitfall("scale_d_out", workbench.lab_setup(config, trace.n, 4),
+                                     workbench.lab_inputs(trace.embeddings["input"]))
+    assert result.n == 64 and result.setup == expected.setup
+    assert result.buggy.verdict == expected.buggy.verdict
+    assert np.array_equal(result.buggy.details["entropy"], expected.buggy.details["entropy"])
+    assert workbench.lab_tokens(trace.tokens) == trace.tokens[:64]
+
+
+def test_leak_on_trace_follows_the_traces_causal_setting():
+    causal, not_causal = (pipeline.run(TEXT, small_config(causal=c)) for c in (True, False))
+    assert catalogue.leak_on_trace(causal, 4, None, 3)["verdict"] == "no leak"
+    assert catalogue.leak_on_trace(not_causal, 4, None, 3)["leaked"] == [0, 1, 2]
+    assert catalogue.leak_on_trace(causal, 4, "masked_fill", 3)["leaked"] == [0, 1, 2]
+
+
+def test_the_overview_table_lists_every_bug_with_both_lines():
+    table = catalogue.table()
+    assert [len(column) for column in table.values()] == [len(PITFALLS)] * 3
+    assert table["the buggy line"][0] == PITFALLS["masked_fill"].buggy_line
+    assert {key for key, p in PITFALLS.items() if p.in_mask} == {"masked_fill", "mask_diagonal", "mask_not_sliced"}
+
+
 # ============================== the page (AppTest) ==============================
 
 

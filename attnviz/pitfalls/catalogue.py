@@ -1,5 +1,5 @@
 """Pitfall lab, the catalogue: the seven pitfalls (texts, how to build the bug, which detector and figure),
-and running one of them, or the leak detector, on the correct and the buggy module.
+and running one of them, or the leak detector, on the correct and the buggy module (of an app's Trace).
 
 Pure torch: no figures, no Streamlit.
 """
@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from attnviz.attention import MultiHeadAttention
+from attnviz.pipeline import Trace
 from attnviz.pitfalls.bugs import (
     MaskedFillWithoutUnderscore,
     MaskIncludesDiagonal,
@@ -32,7 +33,7 @@ from attnviz.pitfalls.detectors import (
     detect_scale,
 )
 from attnviz.pitfalls.leak import leak_report
-from attnviz.pitfalls.workbench import LabSetup, build_correct, copy_weights, seeded_rng
+from attnviz.pitfalls.workbench import LabSetup, build_correct, copy_weights, lab_inputs, lab_setup, seeded_rng
 
 # --------------------------------------------------------------------------- the catalogue
 
@@ -47,6 +48,17 @@ class Pitfall:
     build: Callable[[MultiHeadAttention, LabSetup], nn.Module]  # correct module -> buggy module
     detect: Callable[[nn.Module, torch.Tensor, LabSetup], Version]
     figure: str  # "weights", "row_sums", "entropy", "dropout", "error"
+    in_mask: bool = False  # the bug lives in the causal mask (the lab keeps the mask on for it)
+
+    @property
+    def stage(self) -> str:
+        """The stage the page draws for both versions: ``dropped`` for the dropout bug, else ``weights``."""
+        return "dropped" if self.figure == "dropout" else "weights"
+
+    @property
+    def draws_weights(self) -> bool:
+        """False when the bug raises: there are no weights to draw, only PyTorch's error."""
+        return self.figure != "error"
 
 
 def _subclass(cls: type[MultiHeadAttention]) -> Callable[[MultiHeadAttention, LabSetup], nn.Module]:
@@ -70,7 +82,7 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         "attn_scores.masked_fill(mask_bool, -torch.inf)",
         "`masked_fill` returns a masked *copy*; the line throws it away, so the scores are never masked and "
         "every token attends to the future. Nothing errors — only a causality check finds it.",
-        _subclass(MaskedFillWithoutUnderscore), detect_leak, "weights",
+        _subclass(MaskedFillWithoutUnderscore), detect_leak, "weights", in_mask=True,
     ),
     Pitfall(
         "softmax_dim", "softmax dim=-2", "2 · softmax over the wrong dimension",
@@ -95,7 +107,7 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         'self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=0))',
         "diagonal=0 masks each token's own key too. The first token then has no key left: softmax of a row of "
         "−∞ is 0/0 = NaN, and the NaN reaches its output.",
-        _subclass(MaskIncludesDiagonal), detect_nan, "weights",
+        _subclass(MaskIncludesDiagonal), detect_nan, "weights", in_mask=True,
     ),
     Pitfall(
         "view_contiguous", "view w/o contiguous", "5 · view after transpose without .contiguous()",
@@ -121,7 +133,7 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         "mask_bool = self.mask.bool()",
         "The mask buffer is (context_length, context_length) so one module serves any length; a text shorter "
         "than the context needs its top-left (n, n) corner. Unsliced, it cannot broadcast against (b, h, n, n).",
-        _subclass(MaskNotSliced), detect_error, "error",
+        _subclass(MaskNotSliced), detect_error, "error", in_mask=True,
     ),
 )}
 
@@ -160,3 +172,24 @@ def diff_text(key: str) -> str:
     pitfall = PITFALLS[key]
     return f"- {pitfall.correct_line}\n+ {pitfall.buggy_line}"
 
+
+
+def table() -> dict[str, list[str]]:
+    """The seven bugs with the book's line and the buggy line (the page's overview when no bug is on)."""
+    return {"bug": [p.title for p in PITFALLS.values()],
+            "the book's line": [p.correct_line for p in PITFALLS.values()],
+            "the buggy line": [p.buggy_line for p in PITFALLS.values()]}
+
+
+# --------------------------------------------------------------------------- on an app's Trace
+
+def run_on_trace(trace: Trace, wanted_heads: int, key: str) -> PitfallResult:
+    """:func:`run_pitfall` with the lab's module for the trace's config, on its first 64 tokens' inputs."""
+    setup = lab_setup(trace.config, trace.n, wanted_heads)
+    return run_pitfall(key, setup, lab_inputs(trace.embeddings["input"]))
+
+
+def leak_on_trace(trace: Trace, wanted_heads: int, bug: str | None, j: int) -> dict:
+    """:func:`leak_check` with the lab's module for the trace's config and its causal setting."""
+    setup = lab_setup(trace.config, trace.n, wanted_heads)
+    return leak_check(setup, lab_inputs(trace.embeddings["input"]), j, causal=trace.config.causal, bug=bug)

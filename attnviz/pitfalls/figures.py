@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnviz import figures
-from attnviz.pitfalls.catalogue import PitfallResult
+from attnviz.pitfalls.catalogue import PITFALLS, PitfallResult
 from attnviz.pitfalls.detectors import Observation
 
 LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
@@ -96,3 +96,10 @@ def leak_figure(report: dict, tokens) -> go.Figure:
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels,
                      ticktext=[figures.safe_label(t) for t in tokens[: len(delta)]])
     return fig
+
+
+def extra_figure(result: PitfallResult, tokens) -> go.Figure | None:
+    """The pitfall's own chart under the two heatmaps (row sums, entropy or call difference), None if it has none."""
+    builder = {"row_sums": row_sums_figure, "entropy": entropy_figure,
+               "dropout": call_difference_figure}.get(PITFALLS[result.key].figure)
+    return None if builder is None else builder(result, tokens)

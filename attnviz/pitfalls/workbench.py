@@ -94,6 +94,11 @@ def lab_inputs(input_embeddings: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(values.copy()).unsqueeze(0)  # (1, n, d_in)
 
 
+def lab_tokens(tokens) -> tuple[str, ...]:
+    """The trace's tokens the lab runs on: the first :data:`MAX_TOKENS`."""
+    return tuple(tokens[:MAX_TOKENS])
+
+
 _HELD = threading.local()
 
 
