@@ -5,6 +5,7 @@ Pure torch + NumPy: no figures, no Streamlit.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from attnviz import figures
-from attnviz.attention import Recorder
+from attnviz.attention import MAP_STAGES, Recorder
 from attnviz.pitfalls.leak import leak_report, positions_text
 from attnviz.pitfalls.workbench import LabSetup, seeded_rng
 
@@ -31,16 +32,17 @@ class Observation:
     error: str | None
 
 
-def observe(module: nn.Module, inputs: torch.Tensor, seed: int = 0) -> Observation:
-    """Run ``module`` once with a Recorder (dropout draws from ``seed``); catch a RuntimeError's text."""
+def observe(module: nn.Module, inputs: torch.Tensor, seed: int | None = 0) -> Observation:
+    """Run ``module`` once with a Recorder; catch a RuntimeError's text.  Dropout draws from ``seed``, or
+    with ``seed=None`` continues the current RNG stream (call it inside :func:`seeded_rng`)."""
     recorder = Recorder()
+    rng = seeded_rng(seed) if seed is not None else contextlib.nullcontext()
     try:
-        with seeded_rng(seed), torch.no_grad():
+        with rng, torch.no_grad():
             output = module(inputs, recorder)  # (1, n, d_in) -> (1, n, d_out)
     except RuntimeError as exc:
         return Observation(maps={}, output=None, error=str(exc))
-    maps = {name: recorder.steps[name][0].float().numpy().copy()
-            for name in ("scores", "scaled", "masked", "weights", "dropped")}  # (h, n, n) each
+    maps = {name: recorder.steps[name][0].float().numpy().copy() for name in MAP_STAGES}  # (h, n, n) each
     return Observation(maps=maps, output=output[0].float().numpy().copy(), error=None)
 
 
@@ -151,8 +153,8 @@ def detect_error(module, inputs, setup: LabSetup) -> Version:
 def detect_nondeterminism(module, inputs, setup: LabSetup) -> Version:
     """(6) The same input twice: an eval-mode module gives identical outputs, a training one does not."""
     with seeded_rng(setup.seed):  # one seed, two consecutive calls: dropout draws two different masks
-        first = observe_unseeded(module, inputs)
-        second = observe_unseeded(module, inputs)
+        first = observe(module, inputs, seed=None)
+        second = observe(module, inputs, seed=None)
     if (failed := _needs_output(first)) is not None:
         return failed
     call_delta = np.abs(first.output - second.output).max(axis=-1)  # (n, d_out) -> (n,)
@@ -164,15 +166,3 @@ def detect_nondeterminism(module, inputs, setup: LabSetup) -> Version:
     else:
         verdict = f"two calls on the same input are identical ({mode})"
     return Version(fired, verdict, first, {"call_delta": call_delta, "second": second})
-
-
-def observe_unseeded(module: nn.Module, inputs: torch.Tensor) -> Observation:
-    """Like :func:`observe`, continuing the current RNG stream (call inside :func:`seeded_rng`)."""
-    recorder = Recorder()
-    try:
-        with torch.no_grad():
-            output = module(inputs, recorder)  # (1, n, d_in) -> (1, n, d_out)
-    except RuntimeError as exc:
-        return Observation(maps={}, output=None, error=str(exc))
-    maps = {name: recorder.steps[name][0].float().numpy().copy() for name in ("weights", "dropped", "masked")}
-    return Observation(maps=maps, output=output[0].float().numpy().copy(), error=None)
