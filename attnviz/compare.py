@@ -23,9 +23,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import plotly.graph_objects as go
 import torch
-import torch.nn.functional as F
 
-from attnviz import attention, figures, pipeline, variants
+from attnviz import attention, figures, implementations, pipeline, variants
 from attnviz.pipeline import AttentionConfig, Trace
 
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
@@ -62,8 +61,7 @@ def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
     256 MB); the buffer takes no random numbers, so the weights equal the app's for this seed.
     """
     small = replace(config, context_length=max(1, min(config.context_length, num_tokens)))
-    with pipeline.RNG_LOCK:  # torch's global RNG is shared by every session's thread
-        torch.manual_seed(config.seed)
+    with pipeline.seeded(config.seed):  # torch's global RNG is shared by every session's thread
         module = pipeline.build_module(small)
     return module.eval()
 
@@ -89,33 +87,8 @@ def max_abs_diff(first: torch.Tensor, second: torch.Tensor) -> float:
     return float((first.detach().double() - second.detach().double()).abs().max())
 
 
-def copy_heads_from_mha(wrapper: attention.MultiHeadAttentionWrapper,
-                        mha: attention.MultiHeadAttention) -> attention.MultiHeadAttentionWrapper:
-    """Give head h of ``wrapper`` rows h·hd … (h+1)·hd of MHA's W_query, W_key and W_value (in place).
-
-    ``nn.Linear.weight`` is (out, in), so a head's slice of the output features is a block of rows.
-    """
-    head_dim = mha.head_dim
-    with torch.no_grad():
-        for h, head in enumerate(wrapper.heads):
-            rows = slice(h * head_dim, (h + 1) * head_dim)
-            for name in ("W_query", "W_key", "W_value"):
-                source, target = getattr(mha, name), getattr(head, name)
-                target.weight.copy_(source.weight[rows])  # (d_out, d_in)[rows] -> (hd, d_in)
-                if source.bias is not None:
-                    target.bias.copy_(source.bias[rows])  # (d_out,)[rows] -> (hd,)
-    return wrapper
-
-
-def wrapper_like(mha: attention.MultiHeadAttention) -> attention.MultiHeadAttentionWrapper:
-    """A wrapper with MHA's heads, sizes, mask and bias setting (its own weights are overwritten next)."""
-    d_in = mha.W_query.in_features
-    context_length = mha.mask.shape[0]
-    with pipeline.RNG_LOCK:  # creating it draws random numbers
-        wrapper = attention.MultiHeadAttentionWrapper(
-            d_in, mha.head_dim, context_length, 0.0, mha.num_heads, mha.W_query.bias is not None, causal=mha.causal,
-        )
-    return wrapper.eval()
+copy_heads_from_mha = implementations.copy_heads_from_mha  # one copy of "wrapper weights from MHA"
+wrapper_like = implementations.wrapper_like
 
 
 def mha_context(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,18 +104,11 @@ def mha_context(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> tupl
 
 
 def sdpa_forward(mha: attention.MultiHeadAttention, inputs: torch.Tensor, is_causal: bool) -> torch.Tensor:
-    """MHA's projections and out_proj around PyTorch's fused ``scaled_dot_product_attention``."""
-    b, num_tokens, _ = inputs.shape  # (b, n, d_in)
-    h, hd = mha.num_heads, mha.head_dim
+    """MHA's projections and out_proj around PyTorch's fused ``scaled_dot_product_attention`` (the one SDPA path,
+    :class:`attnviz.implementations.FusedQKVAttention`, in eval mode)."""
+    module = implementations.fused_from(mha, use_sdpa=True, causal=is_causal).eval()
     with torch.inference_mode():
-        queries = mha.W_query(inputs).view(b, num_tokens, h, hd).transpose(1, 2)  # (b, n, d_out) -> (b, h, n, hd)
-        keys = mha.W_key(inputs).view(b, num_tokens, h, hd).transpose(1, 2)  # (b, h, n, hd)
-        values = mha.W_value(inputs).view(b, num_tokens, h, hd).transpose(1, 2)  # (b, h, n, hd)
-        context_vec = F.scaled_dot_product_attention(
-            queries, keys, values, dropout_p=0.0, is_causal=is_causal
-        )  # softmax(QKᵀ/√hd [+ causal mask]) V -> (b, h, n, hd)
-        context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, mha.d_out)  # (b, h, n, hd) -> (b, n, d_out)
-        return mha.out_proj(context_vec)  # (b, n, d_out) -> (b, n, d_out)
+        return module(inputs)  # (b, n, d_in) -> (b, n, d_out)
 
 
 def mask_then_softmax(scaled: torch.Tensor) -> torch.Tensor:

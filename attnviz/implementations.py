@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attnviz import attention
+from attnviz import attention, pipeline
 
 BOOK_MHA = "MultiHeadAttention (book)"
 WRAPPER = "MultiHeadAttentionWrapper + out_proj (book)"
@@ -108,40 +108,61 @@ class Wrapped(nn.Module):
 
 def book_mha(d_in: int, d_out: int, num_heads: int, *, context_length: int = 1024, dropout: float = 0.0,
              qkv_bias: bool = False, causal: bool = True, seed: int = 123) -> attention.MultiHeadAttention:
-    """The reference: the book's MultiHeadAttention right after ``torch.manual_seed(seed)``."""
-    torch.manual_seed(seed)
-    return attention.MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias, causal=causal)
+    """The reference: the book's MultiHeadAttention right after ``torch.manual_seed(seed)`` (under the RNG lock)."""
+    with pipeline.seeded(seed):
+        return attention.MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias, causal=causal)
 
 
 def _projections(mha: attention.MultiHeadAttention) -> list[nn.Linear]:
     return [mha.W_query, mha.W_key, mha.W_value]
 
 
-def wrapper_from(mha: attention.MultiHeadAttention) -> Wrapped:
-    """The wrapper whose head h uses rows h·hd … (h+1)·hd of the MHA's W_query, W_key, W_value."""
-    d_in, hd, h = mha.W_query.in_features, mha.head_dim, mha.num_heads
-    has_bias = mha.W_query.bias is not None
-    context_length = mha.mask.shape[0]
-    wrapper = attention.MultiHeadAttentionWrapper(d_in, hd, context_length, mha.dropout.p, h, has_bias,
-                                                  causal=mha.causal)
+def wrapper_like(mha: attention.MultiHeadAttention) -> attention.MultiHeadAttentionWrapper:
+    """A book wrapper (eval mode) with MHA's heads, head size, mask, dropout and bias setting; its weights are
+    drawn under the RNG lock and meant to be overwritten by :func:`copy_heads_from_mha`."""
+    d_in, context_length = mha.W_query.in_features, mha.mask.shape[0]
+    with pipeline.seeded():  # creating it draws random numbers
+        wrapper = attention.MultiHeadAttentionWrapper(d_in, mha.head_dim, context_length, mha.dropout.p,
+                                                      mha.num_heads, mha.W_query.bias is not None, causal=mha.causal)
+    return wrapper.eval()
+
+
+def copy_heads_from_mha(wrapper: attention.MultiHeadAttentionWrapper,
+                        mha: attention.MultiHeadAttention) -> attention.MultiHeadAttentionWrapper:
+    """Give head h of ``wrapper`` rows h·hd … (h+1)·hd of MHA's W_query, W_key and W_value (in place).
+
+    ``nn.Linear.weight`` is (out, in), so a head's slice of the output features is a block of rows.
+    """
+    head_dim = mha.head_dim
     with torch.no_grad():
-        for index, head in enumerate(wrapper.heads):
-            rows = slice(index * hd, (index + 1) * hd)
+        for h, head in enumerate(wrapper.heads):
+            rows = slice(h * head_dim, (h + 1) * head_dim)
             for target, source in zip((head.W_query, head.W_key, head.W_value), _projections(mha)):
-                target.weight.copy_(source.weight[rows])  # (hd, d_in)
-                if has_bias:
-                    target.bias.copy_(source.bias[rows])
-    out_proj = nn.Linear(mha.d_out, mha.d_out)
+                target.weight.copy_(source.weight[rows])  # (d_out, d_in)[rows] -> (hd, d_in)
+                if source.bias is not None:
+                    target.bias.copy_(source.bias[rows])  # (d_out,)[rows] -> (hd,)
+    return wrapper
+
+
+def wrapper_from(mha: attention.MultiHeadAttention) -> Wrapped:
+    """The wrapper whose head h uses rows h·hd … (h+1)·hd of the MHA's W_query, W_key, W_value, then MHA's out_proj."""
+    wrapper = copy_heads_from_mha(wrapper_like(mha), mha)
+    with pipeline.seeded():
+        out_proj = nn.Linear(mha.d_out, mha.d_out)
     out_proj.load_state_dict(mha.out_proj.state_dict())
     return Wrapped(wrapper, out_proj)
 
 
-def fused_from(mha: attention.MultiHeadAttention, use_sdpa: bool = False) -> FusedQKVAttention:
-    """Fused QKV module with ``qkv.weight = cat(W_query, W_key, W_value)`` and the same ``out_proj``."""
+def fused_from(mha: attention.MultiHeadAttention, use_sdpa: bool = False,
+               causal: bool | None = None) -> FusedQKVAttention:
+    """Fused QKV module with ``qkv.weight = cat(W_query, W_key, W_value)`` and the same ``out_proj``.
+
+    ``use_sdpa``: attnviz's one ``F.scaled_dot_product_attention`` path; ``causal`` overrides MHA's mask flag."""
     d_in = mha.W_query.in_features
     has_bias = mha.W_query.bias is not None
-    fused = FusedQKVAttention(d_in, mha.d_out, mha.mask.shape[0], mha.dropout.p, mha.num_heads, has_bias,
-                              causal=mha.causal, use_sdpa=use_sdpa)
+    with pipeline.seeded():  # creating it draws random numbers (overwritten below)
+        fused = FusedQKVAttention(d_in, mha.d_out, mha.mask.shape[0], mha.dropout.p, mha.num_heads, has_bias,
+                                  causal=mha.causal if causal is None else causal, use_sdpa=use_sdpa)
     with torch.no_grad():
         fused.qkv.weight.copy_(torch.cat([p.weight for p in _projections(mha)], dim=0))  # (3·d_out, d_in)
         if has_bias:
@@ -158,7 +179,9 @@ def torch_mha_from(mha: attention.MultiHeadAttention) -> TorchMultiheadAttention
     d_in = mha.W_query.in_features
     if d_in != mha.d_out:
         raise ValueError(f"nn.MultiheadAttention needs d_in == d_out (got {d_in} and {mha.d_out}).")
-    module = TorchMultiheadAttention(mha.d_out, mha.mask.shape[0], mha.dropout.p, mha.num_heads, causal=mha.causal)
+    with pipeline.seeded():  # creating it draws random numbers (overwritten below)
+        module = TorchMultiheadAttention(mha.d_out, mha.mask.shape[0], mha.dropout.p, mha.num_heads,
+                                         causal=mha.causal)
     with torch.no_grad():
         module.attn.in_proj_weight.copy_(torch.cat([p.weight for p in _projections(mha)], dim=0))  # (3·d_out, d_in)
         if mha.W_query.bias is not None:
@@ -176,11 +199,12 @@ def build_all(d_in: int, d_out: int, num_heads: int, *, causal: bool = True, see
 
     ``nn.MultiheadAttention`` is left out when ``d_in != d_out`` (it cannot project a wider input).
     """
-    mha = book_mha(d_in, d_out, num_heads, context_length=context_length, causal=causal, seed=seed)
-    modules = {BOOK_MHA: mha, WRAPPER: wrapper_from(mha), FUSED: fused_from(mha)}
-    if d_in == d_out:
-        modules[TORCH_MHA] = torch_mha_from(mha)
-    modules[SDPA] = fused_from(mha, use_sdpa=True)
+    with pipeline.seeded(seed):  # creating the copies draws random numbers too (overwritten, but drawn)
+        mha = book_mha(d_in, d_out, num_heads, context_length=context_length, causal=causal, seed=seed)
+        modules = {BOOK_MHA: mha, WRAPPER: wrapper_from(mha), FUSED: fused_from(mha)}
+        if d_in == d_out:
+            modules[TORCH_MHA] = torch_mha_from(mha)
+        modules[SDPA] = fused_from(mha, use_sdpa=True)
     return {name: module.to(device).eval() for name, module in modules.items()}
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -193,29 +195,47 @@ def build_module(config: AttentionConfig) -> torch.nn.Module:
     return config.spec.build(config)
 
 
-# torch's global RNG (seeding, dropout) is shared by all Streamlit sessions' threads.
-RNG_LOCK = threading.Lock()
+# torch's global RNG (seeding, dropout) is shared by all Streamlit sessions' threads.  Every section that seeds
+# it or draws from it goes through seeded() (re-entrant: a seeded section may call code that takes it again).
+RNG_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None = None, rng_state: torch.Tensor | None = None) -> Iterator[None]:
+    """Hold torch's global RNG for this thread: seed it with ``seed`` (or restore ``rng_state``) on entry.
+
+    Wrap every creation of seeded modules (the book's parameter-creation order needs the global seed)
+    and every forward whose dropout is active; an eval-mode forward draws no random numbers and must not
+    take it (it would serialise every session).  ``seeded()`` with neither argument only holds the lock.
+    """
+    with RNG_LOCK:
+        if rng_state is not None:
+            torch.set_rng_state(rng_state)
+        elif seed is not None:
+            torch.manual_seed(seed)
+        yield
 
 
 @functools.lru_cache(maxsize=1)  # 50257 × d_in floats: 154 MB at 768, 322 MB at 1600
 def _embedding_layer(d_in: int, context_length: int, seed: int) -> embedding.InputEmbedding:
-    with RNG_LOCK:
-        torch.manual_seed(seed)
+    with seeded(seed):
         return embedding.InputEmbedding(d_in, context_length)
 
 
 @functools.lru_cache(maxsize=4)
 def _seeded_module(module_config: AttentionConfig, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
     """(module on ``device``, RNG state right after its creation, so dropout replays the book's draws)."""
-    with RNG_LOCK:
-        torch.manual_seed(module_config.seed)
+    with seeded(module_config.seed):
         module = build_module(module_config)  # created on the CPU: the same weights on every device
         rng_state = torch.get_rng_state()
     return module.to(device), rng_state
 
 
-def prepare_text(text: str, context_length: int) -> tuple[str, list[int], list[str]]:
-    """(text to tokenize, its token ids ≤ context_length, notes); raises EmptyTextError."""
+def clean_text(text: str) -> tuple[str, list[str]]:
+    """(the text that will be tokenized, notes): bounded to MAX_CHARS, lone surrogates replaced.
+
+    Cheap (no tokenizing) and idempotent: it is the trace cache's key, so a Trace is found again by its
+    own ``Trace.text``.  Raises InputError for a non-string and EmptyTextError for blank text."""
     notes = []
     if not isinstance(text, str):
         raise InputError(f"Text must be a string, got {type(text).__name__}.")
@@ -229,6 +249,12 @@ def prepare_text(text: str, context_length: int) -> tuple[str, list[int], list[s
     except UnicodeEncodeError:
         text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
         notes.append("The text contained invalid Unicode (lone surrogates); they were replaced with '?'.")
+    return text, notes
+
+
+def prepare_text(text: str, context_length: int) -> tuple[str, list[int], list[str]]:
+    """(text to tokenize, its token ids ≤ context_length, notes); raises EmptyTextError."""
+    text, notes = clean_text(text)
     token_ids = tokens.encode(text)
     if len(token_ids) > context_length:
         notes.append(
@@ -294,9 +320,10 @@ def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: st
     module_config = replace(config, train=False, device="auto", embedding="seeded")  # what the module depends on
     module, rng_state = _seeded_module(module_config, device)
     recorder = attention.Recorder()
-    with RNG_LOCK, torch.inference_mode():
-        torch.set_rng_state(rng_state)
-        if device == "cuda":
+    # only a forward whose dropout is active draws random numbers: only that one holds the RNG
+    rng = seeded(rng_state=rng_state) if config.dropout_active else contextlib.nullcontext()
+    with rng, torch.inference_mode():
+        if config.dropout_active and device == "cuda":
             torch.cuda.manual_seed_all(config.seed)
         module.train(config.train)
         output = module(input_embeddings.to(device), recorder)  # (1, n, d_in) -> (1, n, d_out)
@@ -310,14 +337,20 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return array
 
 
+_byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # NumPy 2 / 1
+
+
 def trace_nbytes(trace: Trace) -> int:
-    """Bytes held by a Trace's arrays (shared buffers, e.g. dropped = weights in eval, counted once)."""
-    seen, total = set(), 0
-    for array in (*trace.steps.values(), *trace.embeddings.values(), trace.output):
-        base = array.base if array.base is not None else array
-        if id(base) not in seen:
-            seen.add(id(base))
-            total += array.nbytes
+    """Bytes held by a Trace's arrays; memory shared by several arrays (in eval mode ``dropped`` is
+    ``weights``, a non-causal run's ``masked`` is ``scaled``) counts once."""
+    spans = sorted(_byte_bounds(array) for array in (*trace.steps.values(), *trace.embeddings.values(),
+                                                        trace.output) if array.nbytes)
+    total, end = 0, None
+    for low, high in spans:  # the union of the arrays' byte ranges
+        if end is None or low >= end:
+            total, end = total + high - low, high
+        elif high > end:
+            total, end = total + high - end, high
     return total
 
 
@@ -330,13 +363,27 @@ def estimate_nbytes(text: str, config: AttentionConfig) -> int:
     return 5 * config.heads * n * n * 4
 
 
+class _InFlight:
+    """A run another session started for the same key: wait for its Trace (or its error)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.trace: Trace | None = None
+        self.error: BaseException | None = None
+
+
 class TraceCache:
     """A thread-safe LRU cache of Traces bounded by bytes, not entries: at n = 1024 one GPT-2-small
-    Trace holds ~210 MB and one XL Trace ~430 MB, while a six-token Trace holds kilobytes."""
+    Trace holds ~210 MB and one XL Trace ~430 MB, while a six-token Trace holds kilobytes.
+
+    Keyed by the text that is tokenized (:func:`clean_text`), so a 50,000-character paste and its
+    40,000-character ``Trace.text`` are one entry.  Sessions that miss on a key another session is
+    computing wait for that run instead of starting their own."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self._traces: collections.OrderedDict[tuple, tuple[Trace, int]] = collections.OrderedDict()
+        self._running: dict[tuple, _InFlight] = {}
         self._lock = threading.Lock()
         self.misses = 0  # how many get() calls had to run
 
@@ -349,21 +396,40 @@ class TraceCache:
         return len(self._traces)
 
     def get(self, text: str, config: AttentionConfig) -> Trace:
-        key = (text, config)
+        key = (clean_text(text)[0], config)
         with self._lock:
             if key in self._traces:
                 self._traces.move_to_end(key)
                 return self._traces[key][0]
-        # Make room *before* running: the run's own tensors plus the cache must stay within the bound, or
-        # the server's peak holds a full cache and a large new trace at once.
-        self._evict(reserve=estimate_nbytes(text, config))
-        trace = run(text, config)  # outside the lock: other sessions keep reading
-        with self._lock:
-            self.misses += 1
-            self._traces[key] = (trace, trace_nbytes(trace))
-            self._traces.move_to_end(key)
-        self._evict(reserve=0, keep=1)
-        return trace
+            flight = self._running.get(key)
+            owner = flight is None
+            if owner:
+                flight = self._running[key] = _InFlight()
+        if not owner:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.trace
+        try:
+            # Make room *before* running: the run's own tensors plus the cache must stay within the bound, or
+            # the server's peak holds a full cache and a large new trace at once.
+            self._evict(reserve=estimate_nbytes(text, config))
+            trace = run(text, config)  # outside the lock: other sessions keep reading
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        else:
+            flight.trace = trace
+            with self._lock:
+                self.misses += 1
+                self._traces[key] = (trace, trace_nbytes(trace))
+                self._traces.move_to_end(key)
+            self._evict(reserve=0, keep=1)
+            return trace
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+            flight.done.set()
 
     def _evict(self, reserve: int, keep: int = 0) -> None:
         """Drop least recently used traces until they and ``reserve`` bytes fit (always keep ``keep``)."""

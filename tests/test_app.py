@@ -301,3 +301,32 @@ def test_head_statistics_table_draws_each_statistic_as_a_bar_on_its_range(defaul
     assert entropy["type_config"]["min_value"] == 0 and entropy["type_config"]["max_value"] == pytest.approx(np.log(6))
     assert columns["mean distance"]["type_config"]["max_value"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
     assert (table.value["entropy"] <= np.log(6) + 1e-9).all()
+
+
+def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
+    """A 50,000-character paste is bounded before tokenizing; every lookup (page, grid, statistics, focused
+    head, downloads) must find the one Trace: Steps -> Heads -> Tokens -> Heads and two reruns run it once."""
+    from attnviz import pipeline
+
+    calls, real_run = [], pipeline.run
+
+    def counting_run(text, config):
+        if len(text) > 1000:
+            calls.append(len(text))
+        return real_run(text, config)
+
+    monkeypatch.setattr(pipeline, "run", counting_run)
+    words = " ".join(f"paste{i}" for i in range(9000))  # unique to this test: nothing cached yet
+    paste = (words + " ") * (50_000 // len(words) + 1)
+    paste = paste[:50_000]
+    at = app(preset="custom", d_in="16", d_out="16", num_heads="2")
+    at.text_area(key="text").input(paste).run()
+    no_exception(at)
+    for page in ("pages/steps.py", "pages/heads.py", "pages/tokens.py", "pages/heads.py"):
+        at.switch_page(page).run()
+        no_exception(at)
+    at.run()
+    at.run()
+    no_exception(at)
+    assert any("40,000 characters" in info.value for info in at.info)  # the paste was bounded, and said so
+    assert len(calls) == 1, calls

@@ -141,3 +141,41 @@ def test_benchmark_page_runs_and_draws_five_bars():
     # the results stay when something else on the page reruns it
     at.number_input(key="benchmark_repeats").set_value(3).run()
     assert len(at.get("plotly_chart")) == 1
+
+
+def test_timing_in_one_thread_never_disturbs_seeded_runs_in_another():
+    """The benchmark builds its modules (seeding torch's global RNG) while sessions build theirs: every
+    seeded section holds pipeline's RNG lock, so the sessions' weights and dropout masks stay the seed's."""
+    import threading
+
+    import numpy as np
+
+    from attnviz import pipeline
+
+    config = pipeline.AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2, context_length=32,
+                                      dropout=0.5, train=True, seed=7)
+    text = "Your journey starts with one step, and then another one."
+
+    def fresh_run():
+        pipeline._seeded_module.cache_clear()  # build the module (and its seeded weights) again
+        pipeline._embedding_layer.cache_clear()
+        return pipeline.run(text, config)
+
+    reference = fresh_run()
+    stop = threading.Event()
+
+    def benchmark():
+        while not stop.is_set():
+            impl.time_implementations(16, 16, 2, 8, repeats=1, warmup=0, seed=99)
+
+    timer = threading.Thread(target=benchmark)
+    timer.start()
+    try:
+        traces = [fresh_run() for _ in range(40)]
+    finally:
+        stop.set()
+        timer.join()
+    for trace in traces:
+        for name, array in reference.steps.items():
+            assert np.array_equal(trace.steps[name], array), name
+        assert np.array_equal(trace.embeddings["input"], reference.embeddings["input"])

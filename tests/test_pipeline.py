@@ -610,3 +610,97 @@ def test_trace_cache_makes_room_before_a_run_so_cache_plus_new_trace_stay_in_bou
     reserve = estimate_nbytes(long_text, config)
     assert held_during_runs[0] == 0 and all(held + reserve <= 2.5 * one for held in held_during_runs)
     assert len(cache) == 2  # after the run the cache fills up to its bound again
+
+
+# ============================== trace cache: shared storage, in-flight runs ==============================
+
+
+def test_trace_nbytes_counts_shared_storage_once():
+    """In eval mode ``dropped`` is ``weights`` (the same tensor): its bytes count once."""
+    from attnviz.pipeline import trace_nbytes
+
+    trace = run(TEXT, small("mha"))
+    arrays = [*trace.steps.values(), *trace.embeddings.values(), trace.output]
+    assert np.shares_memory(trace.steps["dropped"], trace.steps["weights"])
+    assert np.shares_memory(trace.output, trace.steps["output"])  # Trace.output is the recorded output
+    shared = trace.steps["dropped"].nbytes + trace.output.nbytes
+    assert trace_nbytes(trace) == sum(array.nbytes for array in arrays) - shared
+
+
+def test_trace_nbytes_counts_separate_storage_fully():
+    from attnviz.pipeline import trace_nbytes
+
+    trace = run(TEXT, small("mha", dropout=0.5, train=True))  # dropout ran: dropped is a new tensor
+    arrays = [*trace.steps.values(), *trace.embeddings.values(), trace.output]
+    assert not np.shares_memory(trace.steps["dropped"], trace.steps["weights"])
+    assert trace_nbytes(trace) == sum(array.nbytes for array in arrays) - trace.output.nbytes
+
+
+def test_two_sessions_missing_the_same_key_compute_once(monkeypatch):
+    import threading
+    import time
+
+    from attnviz.pipeline import TraceCache
+
+    calls, real_run = [], pipeline.run
+
+    def slow_run(text, config):
+        calls.append(text)
+        time.sleep(0.3)  # both sessions miss while the first one is still computing
+        return real_run(text, config)
+
+    monkeypatch.setattr(pipeline, "run", slow_run)
+    cache, results = TraceCache(max_bytes=2**30), []
+    threads = [threading.Thread(target=lambda: results.append(cache.get(TEXT, small()))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
+    assert len(results) == 4 and all(result is results[0] for result in results)
+    assert cache.misses == 1
+
+
+def test_a_failed_run_is_not_cached_and_every_waiter_sees_the_error(monkeypatch):
+    import threading
+    import time
+
+    from attnviz.pipeline import TraceCache
+
+    calls = []
+
+    def failing_run(text, config):
+        calls.append(text)
+        time.sleep(0.2)
+        raise torch.cuda.OutOfMemoryError("boom")
+
+    monkeypatch.setattr(pipeline, "run", failing_run)
+    cache, errors = TraceCache(max_bytes=2**30), []
+
+    def get():
+        try:
+            cache.get(TEXT, small())
+        except torch.cuda.OutOfMemoryError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=get) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len(errors) == 3 and len(cache) == 0
+    monkeypatch.setattr(pipeline, "run", run)
+    assert cache.get(TEXT, small()).n > 0  # the next request runs again
+
+
+def test_cache_key_is_the_prepared_text():
+    """A paste longer than MAX_CHARS is stored under the text that was tokenized, so looking the Trace up
+    again by its own text (what fragments and downloads keep) hits."""
+    from attnviz.pipeline import MAX_CHARS, TraceCache
+
+    long_text = "word " * (MAX_CHARS // 5 + 2000)
+    cache = TraceCache(max_bytes=2**30)
+    trace = cache.get(long_text, small(context_length=64))
+    assert len(trace.text) == MAX_CHARS
+    assert cache.get(trace.text, small(context_length=64)) is trace
+    assert cache.misses == 1
