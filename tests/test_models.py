@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import pathlib
+import pickle
+
+import numpy as np
 import pytest
 import torch
 
@@ -111,3 +116,426 @@ def test_recorded_forward_is_the_plain_forward():
     assert names.index("block 0") < names.index("norm1") < names.index("queries") < names.index("block 1")
     assert dict(recorder.shapes)["logits"] == (1, 9, 50257)
     assert dict(recorder.shapes)["pos_emb"] == (9, 32)
+
+
+# ============================== checkpoints vs Hugging Face transformers ==============================
+
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+SMALL = {"n_layer": 2, "n_head": 2, "n_embd": 128, "n_positions": 128}  # head_dim 64: bare files infer 2 heads
+TOKENS = [464, 3290, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 383, 3290, 7586, 21831, 11, 290, 262]
+
+
+def make_hf(seed: int = 0, vocab_size: int = 50257, **sizes):
+    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised (HF sets them to 1/0)."""
+    config = transformers.GPT2Config(
+        **{**SMALL, **sizes}, vocab_size=vocab_size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".ln_" in name or name.startswith("transformer.ln_f"):
+                param.uniform_(-1.5, 1.5) if name.endswith("bias") else param.uniform_(0.5, 1.5)
+            elif name.endswith("bias"):
+                param.normal_(0.0, 0.3)
+    return model
+
+
+def reference(hf, tokens=TOKENS):
+    """Hugging Face's logits (n, vocab), attention weights (layers, heads, n, n) and block inputs (layers, n, d)."""
+    with torch.no_grad():
+        out = hf(torch.tensor([tokens]), output_attentions=True, output_hidden_states=True)
+    attentions = torch.stack(out.attentions)[:, 0]  # L × (1, h, n, n) -> (L, h, n, n)
+    block_inputs = torch.stack(out.hidden_states[:-1])[:, 0]  # the input of every block -> (L, n, d)
+    return out.logits[0], attentions, block_inputs
+
+
+def hf_state(hf, prefix: bool = True, lm_head: bool = True) -> dict[str, torch.Tensor]:
+    state = {key: value.clone().contiguous() for key, value in hf.state_dict().items()}
+    if not lm_head:
+        state.pop("lm_head.weight")
+    if not prefix:
+        state = {key.removeprefix("transformer."): value for key, value in state.items()}
+    return state
+
+
+def book_state(hf) -> dict[str, torch.Tensor]:
+    """The book's ch05 names, mapped here independently of attnviz.models.loading (from HF's modules)."""
+    cfg = hf.config
+    d = cfg.n_embd
+    model = GPTModel({"vocab_size": cfg.vocab_size, "context_length": cfg.n_positions, "emb_dim": d,
+                      "n_heads": cfg.n_head, "n_layers": cfg.n_layer, "drop_rate": 0.0, "qkv_bias": True})
+    t = hf.transformer
+    with torch.no_grad():
+        model.tok_emb.weight.copy_(t.wte.weight)
+        model.pos_emb.weight.copy_(t.wpe.weight)
+        for block, h in zip(model.trf_blocks, t.h):
+            for index, linear in enumerate((block.att.W_query, block.att.W_key, block.att.W_value)):
+                linear.weight.copy_(h.attn.c_attn.weight[:, index * d : (index + 1) * d].t())  # Conv1D (in, out)
+                linear.bias.copy_(h.attn.c_attn.bias[index * d : (index + 1) * d])
+            block.att.out_proj.weight.copy_(h.attn.c_proj.weight.t())
+            block.att.out_proj.bias.copy_(h.attn.c_proj.bias)
+            block.ff.layers[0].weight.copy_(h.mlp.c_fc.weight.t())
+            block.ff.layers[0].bias.copy_(h.mlp.c_fc.bias)
+            block.ff.layers[2].weight.copy_(h.mlp.c_proj.weight.t())
+            block.ff.layers[2].bias.copy_(h.mlp.c_proj.bias)
+            block.norm1.scale.copy_(h.ln_1.weight)
+            block.norm1.shift.copy_(h.ln_1.bias)
+            block.norm2.scale.copy_(h.ln_2.weight)
+            block.norm2.shift.copy_(h.ln_2.bias)
+        model.final_norm.scale.copy_(t.ln_f.weight)
+        model.final_norm.shift.copy_(t.ln_f.bias)
+        model.out_head.weight.copy_(hf.lm_head.weight)
+    return model.state_dict()
+
+
+@pytest.fixture(scope="module")
+def hf_small():
+    return make_hf(seed=1)
+
+
+def write(kind: str, hf, root) -> str:
+    """Save ``hf`` in one real on-disk format; return the path to load."""
+    root.mkdir(parents=True, exist_ok=True)
+    if kind == "hf-dir":
+        hf.save_pretrained(root)  # config.json + model.safetensors (tied: no lm_head)
+        return str(root)
+    if kind == "hf-dir-bin":
+        hf.config.to_json_file(root / "config.json")
+        torch.save(hf_state(hf), root / "pytorch_model.bin")
+        return str(root)
+    if kind == "bare-prefixed":
+        safetensors_torch.save_file(hf_state(hf, prefix=True, lm_head=True), root / "model.safetensors")
+        return str(root / "model.safetensors")
+    if kind == "bare-unprefixed-no-head":
+        safetensors_torch.save_file(hf_state(hf, prefix=False, lm_head=False), root / "gpt2-like.safetensors")
+        return str(root / "gpt2-like.safetensors")
+    if kind == "bare-with-config":
+        hf.config.to_json_file(root / "config.json")
+        safetensors_torch.save_file(hf_state(hf, prefix=False, lm_head=False), root / "weights.safetensors")
+        return str(root / "weights.safetensors")
+    if kind == "book-pth":
+        torch.save(book_state(hf), root / "gpt2-small.pth")
+        return str(root / "gpt2-small.pth")
+    if kind == "book-pth-no-masks":
+        state = {key: value for key, value in book_state(hf).items() if not key.endswith("att.mask")}
+        torch.save(state, root / "no-masks.pt")
+        return str(root / "no-masks.pt")
+    if kind == "book-model-and-optimizer":
+        model_state = book_state(hf)
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=4e-4)
+        torch.save({"model_state_dict": model_state, "optimizer_state_dict": optimizer.state_dict()},
+                   root / "model_and_optimizer.pth")
+        return str(root / "model_and_optimizer.pth")
+    raise AssertionError(kind)
+
+
+FORMATS = ["hf-dir", "hf-dir-bin", "bare-prefixed", "bare-unprefixed-no-head", "bare-with-config", "book-pth",
+           "book-pth-no-masks", "book-model-and-optimizer"]
+
+
+@pytest.mark.parametrize("kind", FORMATS)
+def test_loaded_checkpoint_matches_hugging_face(kind, hf_small, tmp_path):
+    from attnviz.models import attention_maps, load_checkpoint
+
+    model = load_checkpoint(write(kind, hf_small, tmp_path / kind))
+    assert isinstance(model, GPTModel)
+    assert not model.training
+    assert all(p.dtype == torch.float32 and p.device.type == "cpu" for p in model.parameters())
+    logits, attentions, _ = reference(hf_small)
+    with torch.no_grad():
+        ours = model(torch.tensor([TOKENS]))[0]  # (n, vocab)
+    assert torch.allclose(ours, logits, atol=1e-4)
+    maps = attention_maps(model, TOKENS)  # (L, h, n, n)
+    assert maps.shape == (2, 2, len(TOKENS), len(TOKENS))
+    assert maps.dtype == np.float32
+    assert np.abs(maps - attentions.numpy()).max() <= 1e-5
+
+
+def test_untied_lm_head_is_read_not_tied(hf_small, tmp_path):
+    """A checkpoint whose lm_head differs from wte: the loader must use lm_head (ties only when absent)."""
+    from attnviz.models import load_checkpoint
+
+    state = hf_state(hf_small)
+    state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"])
+    safetensors_torch.save_file(state, tmp_path / "untied.safetensors")
+    model = load_checkpoint(tmp_path / "untied.safetensors")
+    assert torch.equal(model.out_head.weight, state["lm_head.weight"])
+    assert not torch.equal(model.out_head.weight, model.tok_emb.weight)
+
+
+def test_distilgpt2_shaped_checkpoint_sizes_are_inferred(tmp_path):
+    """6 layers, width 128 (head_dim 64 -> 2 heads), 96 positions, eps 1e-5: all from a bare file."""
+    from attnviz.models import attention_maps, load_checkpoint
+
+    hf = make_hf(seed=2, n_layer=6, n_head=2, n_embd=128, n_positions=96)
+    path = write("bare-unprefixed-no-head", hf, tmp_path)
+    model = load_checkpoint(path)
+    assert len(model.trf_blocks) == 6
+    assert model.tok_emb.weight.shape == (50257, 128)
+    assert model.pos_emb.weight.shape == (96, 128)
+    assert model.trf_blocks[0].att.num_heads == 2
+    assert model.trf_blocks[0].att.head_dim == 64
+    assert model.trf_blocks[5].att.mask.shape == (96, 96)
+    logits, attentions, _ = reference(hf)
+    with torch.no_grad():
+        assert torch.allclose(model(torch.tensor([TOKENS]))[0], logits, atol=1e-4)
+    assert np.abs(attention_maps(model, TOKENS) - attentions.numpy()).max() <= 1e-5
+
+
+def test_config_json_sizes_win_over_inference(tmp_path):
+    """8 heads of 16 (not 64) and eps 1e-6 can only come from config.json."""
+    from attnviz.models import load_checkpoint
+
+    hf = make_hf(seed=3, n_head=8, layer_norm_epsilon=1e-6)
+    model = load_checkpoint(write("hf-dir", hf, tmp_path))
+    assert model.trf_blocks[0].att.num_heads == 8
+    assert model.final_norm.eps == 1e-6
+    logits, _, _ = reference(hf)
+    with torch.no_grad():
+        assert torch.allclose(model(torch.tensor([TOKENS]))[0], logits, atol=1e-4)
+
+
+def test_fp16_checkpoint_loads_as_float32(hf_small, tmp_path):
+    from attnviz.models import load_checkpoint
+
+    state = {key: value.half() for key, value in hf_state(hf_small, lm_head=False).items()}
+    safetensors_torch.save_file(state, tmp_path / "half.safetensors")
+    model = load_checkpoint(tmp_path / "half.safetensors")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert torch.equal(model.tok_emb.weight, state["transformer.wte.weight"].float())
+
+
+def test_sharded_safetensors_folder(hf_small, tmp_path):
+    from attnviz.models import load_checkpoint
+
+    state = hf_state(hf_small)
+    first = {key: value for key, value in state.items() if ".h.1." not in key}
+    second = {key: value for key, value in state.items() if ".h.1." in key}
+    safetensors_torch.save_file(first, tmp_path / "model-00001-of-00002.safetensors")
+    safetensors_torch.save_file(second, tmp_path / "model-00002-of-00002.safetensors")
+    weight_map = {key: "model-00001-of-00002.safetensors" for key in first}
+    weight_map |= {key: "model-00002-of-00002.safetensors" for key in second}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    hf_small.config.to_json_file(tmp_path / "config.json")
+    model = load_checkpoint(tmp_path)
+    logits, _, _ = reference(hf_small)
+    with torch.no_grad():
+        assert torch.allclose(model(torch.tensor([TOKENS]))[0], logits, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("layers", "width", "heads"),
+    [(12, 768, 12), (24, 1024, 16), (36, 1280, 20), (48, 1600, 25), (6, 768, 12)],
+    ids=["small", "medium", "large", "xl", "distilgpt2"],
+)
+def test_every_gpt2_size_is_inferred_from_the_tensors(layers, width, heads):
+    """Sizes of every GPT-2 (and distilgpt2) from tensor shapes and key names alone (no full-size model built)."""
+    from attnviz.models.loading import gpt2_config
+
+    keys = {f"h.{b}.{name}" for b in range(layers) for name in ("ln_1.weight", "attn.c_attn.weight", "attn.bias")}
+    cfg = gpt2_config("x", (50257, width), (1024, width), keys | {"wte.weight", "ln_f.weight"}, {})
+    assert cfg == {"vocab_size": 50257, "context_length": 1024, "emb_dim": width, "n_heads": heads,
+                   "n_layers": layers, "drop_rate": 0.0, "qkv_bias": True, "ln_eps": 1e-5}
+
+
+def test_loading_builds_no_random_weights_first(hf_small, tmp_path, monkeypatch):
+    """The skeleton is built on the meta device: no parameter is ever randomly initialised in real memory."""
+    from attnviz.models import load_checkpoint
+
+    calls = []
+    original = torch.nn.init.kaiming_uniform_
+
+    def spy(tensor, *args, **kwargs):
+        calls.append(tensor.device.type)
+        return original(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.init, "kaiming_uniform_", spy)
+    load_checkpoint(write("hf-dir", hf_small, tmp_path))
+    assert calls
+    assert set(calls) == {"meta"}
+
+
+# ============================== errors a user can act on ==============================
+
+
+def load_error(path) -> str:
+    from attnviz.models import CheckpointError, load_checkpoint
+
+    with pytest.raises(ValueError) as info:
+        load_checkpoint(path)
+    assert isinstance(info.value, CheckpointError)
+    return str(info.value)
+
+
+def test_assign_names_the_key_and_both_shapes():
+    from attnviz.models import assign
+
+    with pytest.raises(ValueError, match=r"h\.0\.attn\.c_proj\.weight.*\(64, 64\).*\(64, 32\)"):
+        assign("h.0.attn.c_proj.weight", torch.empty(64, 64), torch.empty(64, 32))
+    param = assign("ok", torch.empty(2, 3), torch.ones(2, 3, dtype=torch.float16))
+    assert isinstance(param, torch.nn.Parameter)
+    assert param.dtype == torch.float32
+
+
+def test_truncated_safetensors(hf_small, tmp_path):
+    path = write("bare-prefixed", hf_small, tmp_path)
+    data = pathlib.Path(path).read_bytes()
+    pathlib.Path(path).write_bytes(data[: len(data) // 2])
+    message = load_error(path)
+    assert "truncated" in message
+    assert "again" in message
+
+
+def test_truncated_pth(hf_small, tmp_path):
+    path = write("book-pth", hf_small, tmp_path)
+    data = pathlib.Path(path).read_bytes()
+    pathlib.Path(path).write_bytes(data[: len(data) - 200])
+    assert "truncated" in load_error(path)
+
+
+def test_not_gpt2_names_the_missing_key(tmp_path):
+    safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(10, 4)}, tmp_path / "llama.safetensors")
+    message = load_error(tmp_path / "llama.safetensors")
+    assert "not a GPT-2 checkpoint" in message
+    assert "'wte.weight'" in message
+
+
+def test_incomplete_gpt2_names_the_missing_key(hf_small, tmp_path):
+    state = hf_state(hf_small)
+    del state["transformer.h.1.mlp.c_fc.weight"]
+    safetensors_torch.save_file(state, tmp_path / "partial.safetensors")
+    assert "'transformer.h.1.mlp.c_fc.weight' is missing" in load_error(tmp_path / "partial.safetensors")
+
+
+def test_other_vocabulary_is_refused(tmp_path):
+    hf = make_hf(seed=4, vocab_size=1000)
+    message = load_error(write("hf-dir", hf, tmp_path))
+    assert "1,000" in message
+    assert "50,257" in message
+
+
+def test_config_that_disagrees_with_the_weights_names_key_and_shapes(hf_small, tmp_path):
+    path = write("bare-with-config", hf_small, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_positions": 64}))
+    message = load_error(path)
+    assert "wpe.weight -> pos_emb.weight" in message
+    assert "(64, 128)" in message
+    assert "(128, 128)" in message
+
+
+def test_config_with_other_layer_count(hf_small, tmp_path):
+    path = write("bare-with-config", hf_small, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_layer": 3}))
+    assert "says 3 layers but the weights have 2" in load_error(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [({"model_type": "llama"}, "model_type 'llama'"), ({"activation_function": "relu"}, "activation 'relu'")],
+)
+def test_config_of_another_architecture(hf_small, tmp_path, change, expected):
+    path = write("hf-dir", hf_small, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    assert expected in load_error(path)
+
+
+def test_broken_config_json(hf_small, tmp_path):
+    path = write("hf-dir", hf_small, tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    assert "not a readable JSON config" in load_error(path)
+
+
+def test_tensorflow_checkpoint_directory_says_how_to_convert(tmp_path):
+    for name in ("checkpoint", "hparams.json", "model.ckpt.index", "model.ckpt.meta", "model.ckpt.data-00000-of-00001"):
+        (tmp_path / name).write_bytes(b"\0" * 16)
+    message = load_error(tmp_path)
+    assert "TensorFlow" in message
+    assert "torch.save(model.state_dict()" in message
+    assert "from_tf=True" in message
+    assert "TensorFlow" in load_error(tmp_path / "model.ckpt.index")
+
+
+class _Marker:
+    """Unpickling this would create a file: proof that code ran."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
+@pytest.mark.parametrize("how", ["torch.save", "pickle.dump"])
+def test_pickle_that_would_run_code_is_refused_and_never_run(tmp_path, how):
+    marker = tmp_path / "code-ran"
+    payload = {"tok_emb.weight": torch.zeros(2, 2), "evil": _Marker(marker)}
+    path = tmp_path / "evil.pth"
+    if how == "torch.save":
+        torch.save(payload, path)
+    else:
+        with open(path, "wb") as stream:
+            pickle.dump(payload, stream)
+    message = load_error(path)
+    assert "Refused" in message
+    assert "did not run it" in message
+    assert not marker.exists()
+
+
+def test_the_marker_really_runs_code_when_unpickled(tmp_path):
+    """The check above can fail: an unrestricted unpickler does create the marker file."""
+    marker = tmp_path / "code-ran"
+    pickle.loads(pickle.dumps(_Marker(marker)))
+    assert marker.exists()
+
+
+def test_nonexistent_path(tmp_path):
+    assert "No file or folder" in load_error(tmp_path / "nope.safetensors")
+
+
+def test_directory_with_nothing_loadable(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    assert "Nothing loadable" in load_error(tmp_path)
+
+
+def test_unknown_extension(tmp_path):
+    (tmp_path / "model.onnx").write_bytes(b"\0" * 16)
+    message = load_error(tmp_path / "model.onnx")
+    assert "unknown checkpoint type '.onnx'" in message
+    assert ".safetensors" in message
+
+
+def test_not_a_state_dict(tmp_path):
+    torch.save([torch.zeros(2)], tmp_path / "list.pt")
+    assert "not a model's state dict" in load_error(tmp_path / "list.pt")
+
+
+def test_folder_with_one_weights_file_loads_it(hf_small, tmp_path):
+    from attnviz.models import load_checkpoint
+
+    write("book-pth", hf_small, tmp_path)
+    assert len(load_checkpoint(tmp_path).trf_blocks) == 2
+    write("book-pth-no-masks", hf_small, tmp_path)
+    assert "several checkpoints" in load_error(tmp_path)
+
+
+def test_book_checkpoint_without_biases_and_with_a_cfg_beside_it(tmp_path):
+    """A model trained with the book's cfg (qkv_bias False, 2 heads of 16): sizes from <name>.json beside it."""
+    from attnviz.models import load_checkpoint
+
+    cfg = {**TINY, "n_heads": 2, "qkv_bias": False}
+    model = tiny_model(seed=5, **cfg)
+    torch.save(model.state_dict(), tmp_path / "trained.pth")
+    (tmp_path / "trained.json").write_text(json.dumps(cfg))
+    loaded = load_checkpoint(tmp_path / "trained.pth")
+    assert loaded.trf_blocks[0].att.num_heads == 2
+    assert loaded.trf_blocks[0].att.W_query.bias is None
+    idx = torch.tensor([TOKENS])
+    with torch.no_grad():
+        assert torch.equal(loaded(idx), model(idx))

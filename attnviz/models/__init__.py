@@ -4,11 +4,17 @@
 recorded path of one layer), ``discovery`` (checkpoints on this machine, listed by name).
 """
 
+from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
 from attnviz.models.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, PathRecorder, TransformerBlock
 from attnviz.models.loading import CheckpointError, assign, load_checkpoint
 from attnviz.models.trace import LayerTrace, attention_maps, iter_layer_maps, layer_maps, switch_layer, trace_layer
 
 __all__ = [
+    "Checkpoint",
+    "Checkpoints",
+    "checkpoint_args",
+    "discover",
+    "hf_cache_dir",
     "GELU",
     "GPT_CONFIG_124M",
     "CheckpointError",

@@ -313,6 +313,30 @@ def _finish(model: GPTModel, cfg: dict, origin: str) -> GPTModel:
     return model
 
 
+def gpt2_config(origin: str, wte_shape: tuple, wpe_shape: tuple, keys: set[str], config: dict) -> dict:
+    """The book's cfg for a GPT-2 checkpoint: from ``config.json`` where it says, else from the tensors.
+
+    ``keys``: the checkpoint's names without the ``transformer.`` prefix (layers counted from ``h.N.``).
+    """
+    if len(wte_shape) != 2 or len(wpe_shape) != 2:
+        raise CheckpointError(f"{origin}: wte/wpe are not matrices ({wte_shape}, {wpe_shape}).")
+    _check_vocab(origin, wte_shape[0])
+    emb_dim = wte_shape[1]
+    cfg = {
+        "vocab_size": wte_shape[0],
+        "context_length": config.get("n_positions", config.get("n_ctx", wpe_shape[0])),
+        "emb_dim": emb_dim,
+        "n_heads": _heads(origin, emb_dim, config, "n_head"),
+        "n_layers": _layer_count(origin, keys, r"h\.(\d+)\.", config.get("n_layer")),
+        "drop_rate": 0.0,
+        "qkv_bias": True,
+        "ln_eps": float(config.get("layer_norm_epsilon", 1e-5)),
+    }
+    if emb_dim % cfg["n_heads"]:
+        raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {cfg['n_heads']} heads.")
+    return cfg
+
+
 def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
     """Hugging Face GPT-2 -> GPTModel, as the book's ``load_weights_into_gpt`` maps OpenAI's weights."""
     origin = tensors.origin
@@ -327,30 +351,15 @@ def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
     if config.get("n_inner") not in (None, 4 * config.get("n_embd", 0)):
         raise CheckpointError(f"{origin}: feed-forward width n_inner={config['n_inner']}; the book's model uses 4·d.")
     prefix = "transformer." if "transformer.wte.weight" in tensors.names() else ""
-    keys = {key.removeprefix(prefix) for key in tensors.names()}
 
     def take(key: str) -> torch.Tensor:
         return tensors.take(key if key == "lm_head.weight" else prefix + key)
 
     wte = take("wte.weight")  # (vocab, d)
     wpe = take("wpe.weight")  # (ctx, d)
-    if wte.dim() != 2 or wpe.dim() != 2:
-        raise CheckpointError(f"{origin}: wte/wpe are not matrices ({tuple(wte.shape)}, {tuple(wpe.shape)}).")
-    _check_vocab(origin, wte.shape[0])
-    emb_dim = wte.shape[1]
-    n_layers = _layer_count(origin, keys, r"h\.(\d+)\.", config.get("n_layer"))
-    cfg = {
-        "vocab_size": wte.shape[0],
-        "context_length": config.get("n_positions", config.get("n_ctx", wpe.shape[0])),
-        "emb_dim": emb_dim,
-        "n_heads": _heads(origin, emb_dim, config, "n_head"),
-        "n_layers": n_layers,
-        "drop_rate": 0.0,
-        "qkv_bias": True,
-        "ln_eps": float(config.get("layer_norm_epsilon", 1e-5)),
-    }
-    if emb_dim % cfg["n_heads"]:
-        raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {cfg['n_heads']} heads.")
+    keys = {key.removeprefix(prefix) for key in tensors.names()}
+    cfg = gpt2_config(origin, tuple(wte.shape), tuple(wpe.shape), keys, config)
+    emb_dim, n_layers = cfg["emb_dim"], cfg["n_layers"]
     model = _meta_model(cfg)
     model.pos_emb.weight = assign("wpe.weight -> pos_emb.weight", model.pos_emb.weight, wpe)
     model.tok_emb.weight = assign("wte.weight -> tok_emb.weight", model.tok_emb.weight, wte)
