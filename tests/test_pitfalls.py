@@ -511,6 +511,26 @@ def test_causal_toggle_off_turns_the_leak_verdict():
     assert bars["data"][0]["marker"]["color"][:5] == [pitfall_figures.LEAK_COLOR] * 5
 
 
+def test_a_long_paste_is_computed_once_while_the_lab_is_used(monkeypatch):
+    """Beyond MAX_CHARS the trace's text is the bounded text; the lab must not look the trace up again."""
+    runs = []
+    real_run = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *args, **kwargs: runs.append(1) or real_run(*args, **kwargs))
+    at = page(preset="book", variant="mha")
+    runs.clear()
+    at.sidebar.text_area(key="text").set_value("step " * (pipeline.MAX_CHARS // 4)).run()  # > MAX_CHARS characters
+    no_exception(at)
+    assert len(runs) == 1  # the paste, computed once (the counter sees the pipeline)
+    runs.clear()  # from here every lab view reuses it
+    for bug in ("masked_fill", "scale_d_out", "none"):
+        at.segmented_control(key="pitfalls_bug").set_value(bug).run()
+        no_exception(at)
+    at.select_slider(key="pitfalls_token").set_value(5).run()
+    no_exception(at)
+    assert runs == []
+    assert leak_verdict(at) == "**Verdict:** no leak"
+
+
 def test_single_head_variant_says_which_heads_the_lab_uses():
     at = page(variant="causal")
     no_exception(at)
