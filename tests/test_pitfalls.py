@@ -4,9 +4,11 @@ the error texts are PyTorch's own, and the leak detector finds exactly the leake
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import difflib
 import inspect
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -309,6 +311,32 @@ def test_property_causal_mha_never_leaks(heads, head_dim, n, data, seed):
     report = leak.leak_report(module, x, j, seed=seed)
     assert report["leaked"] == []
     assert (report["delta"][:j] == 0).all()
+
+
+def test_seeded_results_are_the_same_while_other_threads_draw_from_torchs_rng(lab):
+    """Module creation and dropout forwards hold pipeline.seeded(): another thread drawing from the global RNG
+    (inside its own seeded section, as the app's code does) cannot change the lab's weights or masks."""
+    setup, x = lab
+    alone = catalogue.run_pitfall("forgot_eval", setup, x)
+    stop = threading.Event()
+
+    def draw() -> None:
+        while not stop.is_set():
+            with pipeline.seeded(7):
+                torch.rand(4096)
+
+    drawer = threading.Thread(target=draw)
+    drawer.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(lambda _: catalogue.run_pitfall("forgot_eval", setup, x), range(6)))
+    finally:
+        stop.set()
+        drawer.join()
+    for result in results:
+        assert np.array_equal(result.buggy.details["call_delta"], alone.buggy.details["call_delta"])
+        assert np.array_equal(result.buggy.observation.output, alone.buggy.observation.output)
+        assert np.array_equal(result.correct.observation.output, alone.correct.observation.output)
 
 
 # ============================== set-up: caps and single-head variants ==============================

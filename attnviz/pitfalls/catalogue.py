@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention
 from attnviz.pipeline import Trace
 from attnviz.pitfalls.bugs import (
@@ -33,7 +34,7 @@ from attnviz.pitfalls.detectors import (
     detect_scale,
 )
 from attnviz.pitfalls.leak import leak_report
-from attnviz.pitfalls.workbench import LabSetup, build_correct, copy_weights, lab_inputs, lab_setup, seeded_rng
+from attnviz.pitfalls.workbench import LabSetup, build_correct, copy_weights, lab_inputs, lab_setup
 
 # --------------------------------------------------------------------------- the catalogue
 
@@ -63,7 +64,7 @@ class Pitfall:
 
 def _subclass(cls: type[MultiHeadAttention]) -> Callable[[MultiHeadAttention, LabSetup], nn.Module]:
     def build(correct: MultiHeadAttention, setup: LabSetup) -> nn.Module:
-        with seeded_rng(setup.seed):  # the constructor draws weights; they are replaced right after
+        with pipeline.seeded(setup.seed):  # the constructor draws weights (replaced right after): hold the RNG
             buggy = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads,
                         causal=correct.causal)
         return copy_weights(correct, buggy).eval()

@@ -5,7 +5,6 @@ Pure torch + NumPy: no figures, no Streamlit.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -16,7 +15,7 @@ from torch import nn
 from attnviz import figures
 from attnviz.attention import MAP_STAGES, Recorder
 from attnviz.pitfalls.leak import leak_report, positions_text
-from attnviz.pitfalls.workbench import LabSetup, seeded_rng
+from attnviz.pitfalls.workbench import LabSetup, forward_rng
 
 ROW_SUM_TOLERANCE = 1e-4
 
@@ -34,11 +33,10 @@ class Observation:
 
 def observe(module: nn.Module, inputs: torch.Tensor, seed: int | None = 0) -> Observation:
     """Run ``module`` once with a Recorder; catch a RuntimeError's text.  Dropout draws from ``seed``, or
-    with ``seed=None`` continues the current RNG stream (call it inside :func:`seeded_rng`)."""
+    with ``seed=None`` continues the current RNG stream (inside a seeded section)."""
     recorder = Recorder()
-    rng = seeded_rng(seed) if seed is not None else contextlib.nullcontext()
     try:
-        with rng, torch.no_grad():
+        with forward_rng(module, seed), torch.no_grad():
             output = module(inputs, recorder)  # (1, n, d_in) -> (1, n, d_out)
     except RuntimeError as exc:
         return Observation(maps={}, output=None, error=str(exc))
@@ -152,7 +150,7 @@ def detect_error(module, inputs, setup: LabSetup) -> Version:
 
 def detect_nondeterminism(module, inputs, setup: LabSetup) -> Version:
     """(6) The same input twice: an eval-mode module gives identical outputs, a training one does not."""
-    with seeded_rng(setup.seed):  # one seed, two consecutive calls: dropout draws two different masks
+    with forward_rng(module, setup.seed):  # one seed, two consecutive calls: dropout draws two different masks
         first = observe(module, inputs, seed=None)
         second = observe(module, inputs, seed=None)
     if (failed := _needs_output(first)) is not None:

@@ -12,13 +12,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnviz.pitfalls.workbench import seeded_rng
+from attnviz.pitfalls.workbench import forward_rng
 
 NOISE_SCALE = 1.0  # std of the perturbation added to token j (the embeddings are ~N(0, 2))
 
 
 def _forward(module: nn.Module, inputs: torch.Tensor, seed: int) -> torch.Tensor:
-    with seeded_rng(seed), torch.no_grad():
+    with forward_rng(module, seed), torch.no_grad():
         return module(inputs)  # (1, n, d_in) -> (1, n, d_out)
 
 

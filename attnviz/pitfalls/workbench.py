@@ -7,8 +7,6 @@ Pure torch: no figures, no Streamlit.
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +15,7 @@ from torch import nn
 
 from attnviz import pipeline, variants
 from attnviz.attention import MultiHeadAttention
-from attnviz.pipeline import RNG_LOCK, AttentionConfig  # one lock for torch's global RNG, shared with run()
+from attnviz.pipeline import AttentionConfig
 
 BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class every bug changes
 MAX_TOKENS = 64  # the lab runs on the first 64 tokens at most (every pitfall runs two modules)
@@ -99,29 +97,16 @@ def lab_tokens(tokens) -> tuple[str, ...]:
     return tuple(tokens[:MAX_TOKENS])
 
 
-_HELD = threading.local()
-
-
-@contextlib.contextmanager
-def seeded_rng(seed: int) -> Iterator[None]:
-    """Hold the pipeline's RNG lock (re-entrantly) and seed torch's global RNG; restored afterwards."""
-    depth = getattr(_HELD, "depth", 0)
-    if depth == 0:
-        RNG_LOCK.acquire()
-    _HELD.depth = depth + 1
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            yield
-    finally:
-        _HELD.depth = depth
-        if depth == 0:
-            RNG_LOCK.release()
+def forward_rng(module: nn.Module, seed: int | None) -> contextlib.AbstractContextManager:
+    """The RNG section a forward of ``module`` needs: :func:`pipeline.seeded` (``seed``, or ``None`` to continue
+    the stream) when its dropout draws (training mode); none in eval mode, which draws nothing and must not
+    serialise the sessions."""
+    return pipeline.seeded(seed) if module.training else contextlib.nullcontext()
 
 
 def build_correct(setup: LabSetup, causal: bool = True) -> MultiHeadAttention:
     """The book's MultiHeadAttention, seeded like the pipeline (same weights as the trace's ``mha``), eval mode."""
-    with seeded_rng(setup.seed):
+    with pipeline.seeded(setup.seed):  # the book's parameter-creation order needs the global seed
         module = MultiHeadAttention(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads,
                                     causal=causal)
     return module.eval()
