@@ -174,7 +174,6 @@ def diff_text(key: str) -> str:
     return f"- {pitfall.correct_line}\n+ {pitfall.buggy_line}"
 
 
-
 def table() -> dict[str, list[str]]:
     """The seven bugs with the book's line and the buggy line (the page's overview when no bug is on)."""
     return {"bug": [p.title for p in PITFALLS.values()],
