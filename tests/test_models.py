@@ -539,3 +539,149 @@ def test_book_checkpoint_without_biases_and_with_a_cfg_beside_it(tmp_path):
     idx = torch.tensor([TOKENS])
     with torch.no_grad():
         assert torch.equal(loaded(idx), model(idx))
+
+
+# ============================== attention maps and layer traces ==============================
+
+
+@pytest.fixture(scope="module")
+def loaded(hf_small, tmp_path_factory):
+    from attnviz.models import load_checkpoint
+
+    return load_checkpoint(write("hf-dir", hf_small, tmp_path_factory.mktemp("trace")))
+
+
+def test_attention_map_invariants(loaded):
+    from attnviz.models import attention_maps
+
+    maps = attention_maps(loaded, TOKENS)  # (L, h, n, n)
+    n = len(TOKENS)
+    assert np.allclose(maps.sum(axis=-1), 1.0, atol=1e-5)
+    assert np.all(maps[..., np.triu_indices(n, k=1)[0], np.triu_indices(n, k=1)[1]] == 0.0)
+    assert np.all(maps >= 0.0)
+
+
+def test_non_causal_run_sees_the_future_and_restores_the_model(loaded):
+    from attnviz.models import attention_maps
+
+    loaded.train()
+    open_maps = attention_maps(loaded, TOKENS, causal=False)
+    assert open_maps[:, :, 0, 1:].min() > 0.0  # the first token now attends to later ones
+    assert np.allclose(open_maps.sum(axis=-1), 1.0, atol=1e-5)
+    assert loaded.training  # mode and flags restored
+    assert all(block.att.causal for block in loaded.trf_blocks)
+    loaded.eval()
+
+
+def test_layer_maps_and_iter_layer_maps_equal_attention_maps(loaded):
+    from attnviz.models import attention_maps, iter_layer_maps, layer_maps
+
+    maps = attention_maps(loaded, TOKENS)
+    for layer in range(2):
+        assert np.array_equal(layer_maps(loaded, TOKENS, layer), maps[layer])
+    layers = list(iter_layer_maps(loaded, TOKENS))
+    assert [layer for layer, _ in layers] == [0, 1]
+    for layer, layer_map in layers:
+        assert np.array_equal(layer_map, maps[layer])
+
+
+def test_maps_accept_token_id_forms(loaded):
+    from attnviz.models import layer_maps
+
+    expected = layer_maps(loaded, TOKENS, 1)
+    for ids in (tuple(TOKENS), np.array(TOKENS), torch.tensor(TOKENS), torch.tensor([TOKENS])):
+        assert np.array_equal(layer_maps(loaded, ids, 1), expected)
+
+
+@pytest.mark.parametrize(
+    ("ids", "layer", "message"),
+    [
+        ([], 0, "non-empty"),
+        ([1] * 129, 0, "at most 128"),
+        ([50257], 0, "0…50256"),
+        ([-1], 0, "0…50256"),
+        (TOKENS, 2, "from 0 to 1"),
+        (TOKENS, -1, "from 0 to 1"),
+        (TOKENS, True, "from 0 to 1"),
+    ],
+)
+def test_bad_inputs_raise_clear_value_errors(loaded, ids, layer, message):
+    from attnviz.models import layer_maps, trace_layer
+
+    with pytest.raises(ValueError, match=message):
+        trace_layer(loaded, ids, layer)
+    with pytest.raises(ValueError, match=message):
+        layer_maps(loaded, ids, layer)
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_trace_layer_matches_hugging_face(loaded, hf_small, layer):
+    from attnviz.models import trace_layer
+
+    logits, attentions, block_inputs = reference(hf_small)
+    trace = trace_layer(loaded, TOKENS, layer)
+    assert trace.layer == layer
+    assert trace.causal is True
+    assert trace.token_ids == tuple(TOKENS)
+    assert set(trace.steps) == set(STAGES) | {"norm1"}
+    assert np.abs(trace.steps["weights"][0].numpy() - attentions[layer].numpy()).max() <= 1e-5
+    assert torch.allclose(trace.block_inputs, block_inputs, atol=1e-4)  # (L, n, d), HF's hidden_states
+    block = loaded.trf_blocks[layer]
+    with torch.no_grad():
+        assert torch.equal(trace.steps["norm1"][0], block.norm1(trace.block_inputs[layer]))
+    probs = torch.softmax(logits, dim=-1)  # (n, vocab)
+    expected_probs, expected_ids = torch.topk(probs, 5, dim=-1)  # (n, 5)
+    assert trace.top_ids.shape == (len(TOKENS), 5)
+    assert trace.top_ids.dtype == np.int64
+    assert np.array_equal(trace.top_ids, expected_ids.numpy())
+    assert np.allclose(trace.top_probs, expected_probs.numpy(), atol=1e-5)
+    assert np.all(np.diff(trace.top_probs, axis=1) <= 0)
+    steps = trace.numpy_steps()
+    assert steps["weights"].dtype == np.float32
+    assert steps["weights"].shape == (1, 2, len(TOKENS), len(TOKENS))
+
+
+def test_trace_path_is_the_recorded_forward(loaded):
+    from attnviz.models import trace_layer
+
+    trace = trace_layer(loaded, TOKENS, 1)
+    recorder = PathRecorder(layers=[1])
+    with torch.no_grad():
+        loaded(torch.tensor([TOKENS]), recorder)
+    assert trace.path == tuple(recorder.shapes)
+    n = len(TOKENS)
+    names = [name for name, _ in trace.path]
+    assert names[:5] == ["tokens", "tok_emb", "pos_emb", "input", "block 0"]
+    assert names[5:8] == ["norm1", "queries", "keys"]
+    assert names[-3:] == ["block 1", "final_norm", "logits"]
+    assert dict(trace.path)["tokens"] == (1, n)
+    assert dict(trace.path)["weights"] == (1, 2, n, n)
+    assert dict(trace.path)["logits"] == (1, n, 50257)
+    assert [name for name in names if name in STAGES] == list(STAGES)
+
+
+def test_switch_layer_equals_a_fresh_trace(loaded):
+    from attnviz.models import switch_layer, trace_layer
+
+    first = trace_layer(loaded, TOKENS, 0)
+    switched = switch_layer(loaded, first, 1)
+    fresh = trace_layer(loaded, TOKENS, 1)
+    assert switched.layer == 1
+    assert switched.path == fresh.path
+    assert set(switched.steps) == set(fresh.steps)
+    for name, tensor in fresh.steps.items():
+        assert torch.equal(switched.steps[name], tensor), name
+    assert np.array_equal(switched.top_ids, fresh.top_ids)
+    assert first.layer == 0  # the original trace is unchanged
+    assert torch.equal(switch_layer(loaded, switched, 0).steps["weights"], first.steps["weights"])
+
+
+def test_non_causal_trace_and_switch(loaded):
+    from attnviz.models import switch_layer, trace_layer
+
+    trace = trace_layer(loaded, TOKENS, 0, causal=False)
+    assert trace.causal is False
+    assert trace.steps["weights"][0, :, 0, 1:].min() > 0
+    switched = switch_layer(loaded, trace, 1)
+    assert torch.equal(switched.steps["weights"], trace_layer(loaded, TOKENS, 1, causal=False).steps["weights"])
+    assert all(block.att.causal for block in loaded.trf_blocks)
