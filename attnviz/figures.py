@@ -383,3 +383,16 @@ def token_chips_html(tokens: list[str] | tuple[str, ...], token_ids, special) ->
             f"{html.escape(piece)}<sub style='color:#555'> {int(token_id)}{marker}</sub></span>"
         )
     return '<div class="attnviz-chips" style="line-height:2">' + "".join(chips) + "</div>"
+
+
+def benchmark_bars(rows, about: str) -> go.Figure:
+    """Median forward time per implementation (``implementations.Row``s) as horizontal bars, fastest easy to see."""
+    fig = go.Figure(go.Bar(
+        x=[row.median_ms for row in rows], y=[row.name for row in rows], orientation="h",
+        text=[f"{row.median_ms:.2f} ms" for row in rows], textposition="auto",
+        hovertemplate="%{y}<br>median %{x:.3f} ms<extra></extra>",
+    ))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title={"text": f"median forward time ({about})"},
+                      xaxis_title="milliseconds (lower is faster)", height=360, margin={"l": 10, "r": 10, "t": 60})
+    return fig

@@ -251,3 +251,16 @@ def time_implementations(d_in: int, d_out: int, num_heads: int, n: int, device: 
                 if progress is not None:
                     progress(done, total, name)
     return [Row(name, statistics.median(values), tuple(values)) for name, values in times.items()]
+
+
+def results_table(rows: list[Row]):
+    """The benchmark's table: implementation, median ms, × the fastest, every timed call (pandas)."""
+    import pandas as pd
+
+    fastest = min(row.median_ms for row in rows)
+    return pd.DataFrame({
+        "implementation": [row.name for row in rows],
+        "median ms": [round(row.median_ms, 3) for row in rows],
+        "× fastest": [round(row.median_ms / fastest, 2) for row in rows],
+        "all times ms": [", ".join(f"{t:.2f}" for t in row.times_ms) for row in rows],
+    })

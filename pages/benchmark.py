@@ -1,11 +1,9 @@
 """Benchmark: the book's MultiHeadAttention vs the wrapper, a fused QKV, nn.MultiheadAttention and SDPA,
 all with the same weights (attnviz.implementations), timed on this machine when the button is pressed."""
 
-import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from attnviz import implementations, pipeline, ui
+from attnviz import figures, implementations, pipeline, ui
 
 ctx = ui.setup("Implementations benchmark")
 if ctx is None:
@@ -46,21 +44,7 @@ if st.button("Run benchmark", key="benchmark_run", type="primary"):
 results = st.session_state.get("benchmark_results")
 if results:
     rows = results["rows"]
-    fig = go.Figure(go.Bar(
-        x=[row.median_ms for row in rows], y=[row.name for row in rows], orientation="h",
-        text=[f"{row.median_ms:.2f} ms" for row in rows], textposition="auto",
-        hovertemplate="%{y}<br>median %{x:.3f} ms<extra></extra>",
-    ))
-    fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title={"text": f"median forward time ({results['about']})"},
-                      xaxis_title="milliseconds (lower is faster)", height=360, margin={"l": 10, "r": 10, "t": 60})
-    st.plotly_chart(fig, config=ui.plotly_config("attnviz-benchmark"))
-    fastest = min(row.median_ms for row in rows)
-    st.dataframe(pd.DataFrame({
-        "implementation": [row.name for row in rows],
-        "median ms": [round(row.median_ms, 3) for row in rows],
-        "× fastest": [round(row.median_ms / fastest, 2) for row in rows],
-        "all times ms": [", ".join(f"{t:.2f}" for t in row.times_ms) for row in rows],
-    }), hide_index=True)
+    st.plotly_chart(figures.benchmark_bars(rows, results["about"]), config=ui.plotly_config("attnviz-benchmark"))
+    st.dataframe(implementations.results_table(rows), hide_index=True)
 else:
     st.caption("Nothing is timed until you press Run benchmark.")

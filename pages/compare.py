@@ -6,7 +6,7 @@ import dataclasses
 import streamlit as st
 
 from attnviz import ablation, compare, ui
-from attnviz.pipeline import AttentionConfig
+from attnviz.ui import compute
 
 ctx = ui.setup("Compare variants")
 if ctx is None:
@@ -16,21 +16,8 @@ d_out, num_heads = (config.d_out, config.num_heads) if ctx.stale else (ctx.setti
 base = compare.base_config(config, d_out, num_heads)
 
 
-@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
-def comparison(text: str, config_values: tuple, _trace) -> compare.Comparison:
-    return compare.compare_trace(_trace, AttentionConfig(*config_values))
-
-
-@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
-def scaling(text: str, config_values: tuple, _trace) -> tuple[dict, dict]:
-    queries, keys = ablation.trace_qk(_trace, head=0, max_tokens=compare.MAX_TOKENS)
-    causal, seed = _trace.config.causal, _trace.config.seed
-    random_qk = ablation.scaling_ablation(num_tokens=len(queries), seed=seed, causal=causal)
-    return random_qk, ablation.run_point(queries, keys, causal=causal, head=0)
-
-
 with st.spinner("Running every variant…"):
-    result = comparison(trace.text, dataclasses.astuple(base), trace)
+    result = compute.comparison(ctx.key, dataclasses.astuple(base))
 
 st.title("Compare variants")
 st.caption(f"{result.n} tokens · the same input embeddings and seed {base.seed} for every variant · eval mode "
@@ -59,6 +46,6 @@ for index, variant in enumerate(result.variants):
         st.caption(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
 
 st.subheader("Why ÷√dₖ?")
-random_qk, run = scaling(trace.text, dataclasses.astuple(config), trace)
+random_qk, run = compute.scaling(ctx.key)
 st.markdown(ablation.EXPLANATION.format(dk=run["dk"], head=run["head"], variant=ui.variant_label(config)))
 st.plotly_chart(ablation.scaling_ablation_figure(random_qk, run), config=ui.plotly_config("attnviz-scaling-ablation"))

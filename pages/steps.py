@@ -1,10 +1,9 @@
 """Steps: one head through QKᵀ → ÷√dₖ → mask → softmax → dropout → ·V, before/after, next to the
 live shape diagram with the viewed stage highlighted."""
 
-import numpy as np
 import streamlit as st
 
-from attnviz import figures, source, ui
+from attnviz import figures, source, steps, ui
 
 ctx = ui.setup("Steps")
 if ctx is None:
@@ -12,16 +11,8 @@ if ctx is None:
 trace, config = ctx.trace, ctx.trace.config
 
 st.title("Attention step by step")
-STAGES = {
-    "scores": "1 · QKᵀ",
-    "scaled": "2 · ÷√dₖ",
-    "masked": "3 · causal mask",
-    "weights": "4 · softmax",
-    "dropped": "5 · dropout",
-    "context": "6 · ·V",
-}
 stage = st.segmented_control(
-    "Stage", list(STAGES), format_func=STAGES.get, **ui.page_bind("steps_stage", "masked")
+    "Stage", list(steps.STEP_LABELS), format_func=steps.STEP_LABELS.get, **ui.page_bind("steps_stage", "masked")
 ) or "masked"
 
 view_col = ui.beside_shape_diagram(trace, highlight=stage)
@@ -29,7 +20,7 @@ view_col = ui.beside_shape_diagram(trace, highlight=stage)
 with view_col:
     head = ui.head_selector("steps_focus", trace.num_heads)
     row0, col0, size = ui.window_selector("steps", trace.n, overview=False)
-    step = ui.step_text(config, stage)
+    step = steps.step_text(config, stage)
     st.markdown(f"**{step['what']}**")
     st.code(step["code"], language="python")
 
@@ -51,7 +42,7 @@ with view_col:
     before, after = st.columns(2)
     if stage == "scores":
         with before:
-            st.dataframe(ui.qk_table(trace, head), height=430)
+            st.dataframe(steps.qk_table(trace, head), height=430)
         with after:
             heatmap("scores", "scores = Q·Kᵀ (before scaling)")
     elif stage == "scaled":
@@ -60,10 +51,8 @@ with view_col:
             heatmap("scores", "before: scores", zrange=shared("scores"))
         with after:
             heatmap("scaled", f"after: scores ÷ √{config.head_dim}", zrange=shared("scores"))
-        scores = crop("scores")
-        masked = crop("masked")  # softmax of what the model saw, with and without the division
-        unscaled = np.where(np.isneginf(masked), -np.inf, scores)
-        with_scale, without_scale = figures.softmax(masked), figures.softmax(unscaled)
+        # softmax of what the model saw, with and without the division
+        with_scale, without_scale = steps.softmax_with_and_without_scaling(crop("scores"), crop("masked"))
         st.markdown("**Softmax with vs without ÷√dₖ** — without it, large dₖ pushes softmax toward one-hot "
                     "(saturation: low entropy, tiny gradients).")
         left, right = st.columns(2)
@@ -88,7 +77,7 @@ with view_col:
             heatmap("weights", "after: softmax — each row sums to 1")
     elif stage == "dropped":
         if not config.dropout_active:
-            st.info(ui.dropout_off_reason(config))
+            st.info(steps.dropout_off_reason(config))
         dropped_range = (0.0, 1.0 / (1.0 - dropout))  # both on 0…1/(1−p): a doubled weight looks brighter
         with before:
             heatmap("weights", "before: weights", zrange=dropped_range)
@@ -106,12 +95,12 @@ with view_col:
         with before:
             heatmap("dropped", "attention weights used")
         with after:
-            st.markdown(f"context = weights @ values: `{ui.shape_of(trace, 'context')}`  \n"
-                        f"output: `{ui.shape_of(trace, 'output')}`")
-            st.dataframe(ui.context_table(trace, head), height=300)
-        st.markdown(f"**Output of the module** `{ui.shape_of(trace, 'output')}`"
+            st.markdown(f"context = weights @ values: `{steps.shape_of(trace, 'context')}`  \n"
+                        f"output: `{steps.shape_of(trace, 'output')}`")
+            st.dataframe(steps.context_table(trace, head), height=300)
+        st.markdown(f"**Output of the module** `{steps.shape_of(trace, 'output')}`"
                     + (" (after `out_proj`)" if config.spec.out_proj else ""))
-        st.dataframe(ui.vector_table(trace, trace.output[0], "output vector"), height=300)
+        st.dataframe(steps.vector_table(trace, trace.output[0], "output vector"), height=300)
 
 with st.expander(f"Source of {source.CLASSES[config.variant].__name__} — read from the running module"):
     code, line = source.marked_source(config.variant, stage)

@@ -220,3 +220,33 @@ def test_cuda_out_of_memory_falls_back_to_cpu_with_a_notice(monkeypatch):
     trace = pipeline.run("hello", pipeline.replace(SMALL, device="cuda"))
     assert trace.device == "cpu"
     assert any("out of memory" in note for note in trace.notes)
+
+
+# ============================== memory tuning: explicit, guarded, opt-out ==============================
+
+
+def test_malloc_tuning_is_explicit_and_can_be_switched_off(monkeypatch):
+    import ctypes
+
+    from attnviz.ui import cache
+
+    monkeypatch.setattr(cache, "_malloc_trim", cache._no_trim)
+    opened = []
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: opened.append(name))
+    monkeypatch.setenv("ATTNVIZ_NO_MALLOC_TUNING", "1")
+    assert cache.tune_memory() is False and opened == []  # opted out: libc is never touched
+    monkeypatch.delenv("ATTNVIZ_NO_MALLOC_TUNING")
+    monkeypatch.setattr(cache.sys, "platform", "darwin")
+    assert cache.tune_memory() is False and opened == []  # not Linux: nothing to tune
+    assert cache._malloc_trim is cache._no_trim
+
+
+def test_importing_ui_does_not_tune_malloc():
+    import subprocess
+    import sys
+
+    code = ("import ctypes; calls = []; real = ctypes.CDLL\n"
+            "ctypes.CDLL = lambda *a, **k: calls.append(a) or real(*a, **k)\n"
+            "import attnviz.ui\nprint(sum('libc.' in str(a[0]) for a in calls))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "0"

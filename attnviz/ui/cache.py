@@ -1,0 +1,87 @@
+"""Caching and memory: one byte-bounded TraceCache per server (shared, read-only Traces), looked up by keys that
+sessions keep instead of Traces, and the glibc malloc tuning that hands freed tensor memory back to the OS."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import os
+import sys
+
+import streamlit as st
+
+from attnviz import pipeline
+from attnviz.pipeline import AttentionConfig, Trace
+
+TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "512"))
+NO_MALLOC_TUNING = "ATTNVIZ_NO_MALLOC_TUNING"  # set to 1 to leave glibc's malloc as it is
+
+
+def _no_trim(pad: int) -> int:
+    return 0
+
+
+_malloc_trim = _no_trim  # tune_memory() replaces it with glibc's malloc_trim
+
+
+def tune_memory() -> bool:
+    """Return freed tensor memory to the OS: on Linux with glibc, fix malloc's mmap threshold at 1 MiB and
+    call ``malloc_trim`` after each new run; elsewhere, or with ``ATTNVIZ_NO_MALLOC_TUNING=1``, do nothing.
+    Called by ``setup()`` (the entry point of every page); idempotent.  True when the tuning is on.
+
+    glibc raises its mmap threshold after each freed mmap'd block, so after a few runs the 3-4 MB
+    per-head arrays come from per-thread heaps that Streamlit's many script threads fragment and never
+    shrink.  A fixed threshold keeps every block ≥ 1 MB in mmap (unmapped when freed), and
+    ``malloc_trim`` after each new run hands back what the heaps freed.
+    """
+    global _malloc_trim
+    if _malloc_trim is not _no_trim:
+        return True
+    if os.environ.get(NO_MALLOC_TUNING, "").strip() not in ("", "0") or not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt, malloc_trim = libc.mallopt, libc.malloc_trim  # glibc only (musl has neither)
+    except (OSError, AttributeError):
+        return False
+    mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD = 1 MiB (also turns off the dynamic threshold)
+    _malloc_trim = malloc_trim
+    return True
+
+
+@st.cache_resource(show_spinner=False)
+def _trace_cache() -> pipeline.TraceCache:
+    """One byte-bounded cache of Traces per server, shared (read-only) by every session."""
+    return pipeline.TraceCache(TRACE_CACHE_MB * 2**20)
+
+
+def cached_trace(text: str, config_values: tuple) -> Trace:
+    """Traces are shared, not copied: at n = 1024 a GPT-2-small Trace holds ~210 MB of maps, and
+    ``st.cache_data`` would unpickle a copy on every rerun (~130 ms).  The cache is bounded by
+    bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 512), not by entries."""
+    cache = _trace_cache()
+    misses = cache.misses
+    trace = cache.get(text, AttentionConfig(*config_values))
+    if cache.misses != misses:
+        _malloc_trim(0)  # a new run (and maybe an eviction) freed hundreds of MB
+    return trace
+
+
+def trace_key(trace: Trace) -> tuple:
+    """What a view that outlives its script run keeps instead of the Trace: (text, config values)."""
+    return (trace.text, dataclasses.astuple(trace.config))
+
+
+def trace_of(key: tuple) -> Trace:
+    """The Trace of ``trace_key``: shared from the cache, recomputed if it was evicted.
+
+    Fragments and download callbacks outlive their script run, and Streamlit keeps a closed tab's
+    session for two minutes: if they held the Trace itself, every session would pin ~210 MB per
+    1024-token input past the cache's byte bound.  They hold this key instead."""
+    return cached_trace(*key)
+
+

@@ -1,0 +1,26 @@
+"""Cached computations of the Compare page (every variant on the same tokens, the ÷√dₖ ablation), looked up by
+the trace's key so a session never holds the arrays."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz import ablation, compare
+from attnviz.pipeline import AttentionConfig
+from attnviz.ui.cache import trace_of
+
+
+@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
+def comparison(key: tuple, base_values: tuple) -> compare.Comparison:
+    """:func:`attnviz.compare.compare_trace` of the Trace of ``key`` with the base config ``base_values``."""
+    return compare.compare_trace(trace_of(key), AttentionConfig(*base_values))
+
+
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def scaling(key: tuple) -> tuple[dict, dict]:
+    """(the random-Q/K ablation over dₖ, this run's head 0 at its dₖ) for the "Why ÷√dₖ?" figure."""
+    trace = trace_of(key)
+    queries, keys = ablation.trace_qk(trace, head=0, max_tokens=compare.MAX_TOKENS)
+    causal, seed = trace.config.causal, trace.config.seed
+    random_qk = ablation.scaling_ablation(num_tokens=len(queries), seed=seed, causal=causal)
+    return random_qk, ablation.run_point(queries, keys, causal=causal, head=0)

@@ -1,0 +1,144 @@
+"""The Heads page's widgets: the thumbnail grid (pooled once per input), picking a head by click or table row,
+the head statistics table with a bar per cell, the focused head (a fragment) with its window sliders."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz.ui.cache import cached_trace, trace_of
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.share import download_head_csv
+from attnviz.ui.state import page_bind, ss
+
+WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
+
+
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def _grid_figure(text: str, config_values: tuple, stage: str):
+    from attnviz import figures
+
+    trace = cached_trace(text, config_values)
+    config = trace.config
+    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.active_dropout)
+
+
+def heads_grid_figure(ctx: Context, stage: str):
+    """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked."""
+    from attnviz import figures
+
+    grid = _grid_figure(*ctx.key, stage)
+    return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
+
+
+def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
+    """A click on a thumbnail (its invisible scatter overlay) focuses that head."""
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    signature = repr(points)
+    if not points or ss.get("_last_click") == signature:
+        return
+    ss["_last_click"] = signature
+    head = points[0].get("customdata")
+    if isinstance(head, list):
+        head = head[0]
+    if isinstance(head, int | float) and 0 <= int(head) < num_heads:
+        ss[key] = int(head)
+        ss[f"_keep_{key}"] = int(head)
+        st.rerun()
+
+
+def focus_from_row(event, num_heads: int, key: str = "heads_focus") -> None:
+    """A row picked in the head statistics table focuses that head."""
+    rows = (event or {}).get("selection", {}).get("rows", []) if event else []
+    signature = repr(rows)
+    if not rows or ss.get("_last_row_pick") == signature:
+        return
+    ss["_last_row_pick"] = signature
+    if 0 <= rows[0] < num_heads:
+        ss[key] = ss[f"_keep_{key}"] = int(rows[0])
+        st.rerun()
+
+
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def _head_stats(text: str, config_values: tuple):
+    import pandas as pd
+
+    from attnviz import stats
+
+    trace = cached_trace(text, config_values)
+    table = pd.DataFrame(stats.head_statistics(trace.steps["weights"][0]))
+    table.insert(0, "head", range(len(table)))
+    return table
+
+
+def head_stats_table(ctx: Context):
+    """Per-head statistics of the weights (cached with the trace)."""
+    return _head_stats(*ctx.key)
+
+
+def stats_column_config(n: int) -> dict:
+    """Each statistic as a bar in its cell, on the range it can take for ``n`` tokens (stats.stat_range)."""
+    from attnviz import stats
+
+    config = {"head": st.column_config.NumberColumn("head", format="%d", width="small")}
+    for name, text in stats.STATS.items():
+        low, high = stats.stat_range(name, n)
+        config[name] = st.column_config.ProgressColumn(
+            name, help=f"{text}. Bar: {low:g} … {high:.4g}", format="%.4f", min_value=low, max_value=high,
+            width=128)  # all six fit beside the head column in the main area of a 1400-px window
+    return config
+
+
+def head_selector(key: str, num_heads: int) -> int:
+    """Focused-head selector (persisted); falls back to head 0 when the head count shrinks."""
+    bind = page_bind(key, 0, lambda head: isinstance(head, int) and 0 <= head < num_heads)
+    if num_heads == 1:
+        st.caption("One head.")
+        return 0
+    return st.selectbox("Focused head", list(range(num_heads)), format_func=lambda h: f"head {h}", **bind)
+
+
+def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, int, int]:
+    """(row0, col0, size) of the full-resolution window; the whole map when n ≤ WINDOW."""
+    if n <= WINDOW:
+        return 0, 0, n
+    last = n - WINDOW
+    st.caption(
+        f"{n} tokens: the focused view shows a {WINDOW}×{WINDOW} window at full resolution "
+        "(every cell hoverable); move it with the sliders." + (" The overview is max-pooled." if overview else "")
+    )
+    cols = st.columns(2)
+    in_range = lambda value: isinstance(value, int) and 0 <= value <= last  # noqa: E731
+    row0 = cols[0].slider("First query row", 0, last, **page_bind(f"{prefix}_row0", 0, in_range))
+    col0 = cols[1].slider("First key column", 0, last, **page_bind(f"{prefix}_col0", 0, in_range))
+    return row0, col0, WINDOW
+
+
+@st.fragment
+def focused_head(key: tuple, stage: str) -> None:
+    """The Heads page's focused head at full resolution (a window of it when n > WINDOW), with its CSV.
+
+    A fragment, so picking a head or moving the window redraws only this part.  It takes the trace's
+    key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime."""
+    from attnviz import figures
+
+    trace = trace_of(key)
+    config = trace.config
+    head = head_selector("heads_focus", trace.num_heads)
+    row0, col0, size = window_selector("heads", trace.n)
+    matrix = trace.attention_map(stage, head)
+    window = matrix[row0 : row0 + size, col0 : col0 + size]
+    fig = figures.attention_heatmap(
+        window, trace.tokens, stage, causal=config.causal, dropout=config.active_dropout,
+        title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
+    )
+    if size < trace.n:
+        overview_col, window_col = st.columns([1, 2])
+        overview_col.plotly_chart(
+            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.active_dropout,
+                                     window=(row0, col0, size)),
+            config=plotly_config(f"attnviz-head{head}-overview"),
+        )
+        window_col.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
+    else:
+        st.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
+    download_head_csv(trace, head, stage)

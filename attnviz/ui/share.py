@@ -1,0 +1,52 @@
+"""Share & export: the link to this view, the figure download format, and downloads whose data is looked up
+(or recomputed) from the trace's key when the user clicks — never held by the session."""
+
+from __future__ import annotations
+
+import functools
+import urllib.parse
+
+import streamlit as st
+
+from attnviz.pipeline import Trace
+from attnviz.ui.cache import trace_key, trace_of
+from attnviz.ui.state import page_bind, ss
+from attnviz.ui.urlstate import MAX_URL_TEXT, SETTING_KEYS, share_query
+
+
+def share_and_export(trace: Trace | None) -> None:
+    with st.sidebar, st.expander("Share & export", icon=":material/share:"):
+        values = {key: ss[key] for key in SETTING_KEYS}
+        base = (st.context.url or "").split("?", 1)[0]
+        link = base + "?" + urllib.parse.urlencode(share_query(values))
+        st.caption("Link to this view (copy with the icon on the right):")
+        st.code(link, language=None, wrap_lines=True)
+        if len(values["text"]) > MAX_URL_TEXT:
+            st.caption(f"The text is longer than {MAX_URL_TEXT:,} characters and is not in the link.")
+        st.radio("Figure download format (camera icon on each chart)", ["png", "svg"], horizontal=True,
+                 **page_bind("image_format", "png"))
+        if trace is not None:
+            from attnviz import export
+
+            st.download_button(
+                "Download this trace (NPZ + JSON manifest)",
+                functools.partial(_export, export.trace_npz, trace_key(trace)),
+                file_name="attnviz-trace.npz", mime="application/octet-stream", on_click="ignore",
+                icon=":material/download:", help="Every recorded step, the embeddings and output, "
+                "with manifest.json (config, tokens, shapes). Large at 1024 tokens.",
+            )
+
+
+def _export(write, key: tuple, *args) -> bytes:
+    """A download button's deferred data: the Trace is looked up (or recomputed) when the user clicks."""
+    return write(trace_of(key), *args)
+
+
+def download_head_csv(trace: Trace, head: int, stage: str) -> None:
+    from attnviz import export
+
+    st.download_button(
+        f"Download head {head} {stage} (CSV)",
+        functools.partial(_export, export.weights_csv, trace_key(trace), head, stage),
+        file_name=f"attnviz-head{head}-{stage}.csv", mime="text/csv", on_click="ignore", icon=":material/download:",
+    )

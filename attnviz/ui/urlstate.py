@@ -1,0 +1,143 @@
+"""Settings <-> URL <-> AttentionConfig: the sidebar's values, their defaults, parsing URL parameters
+(invalid ones ignored with a notice) and the link that reproduces a view.  Pure Python: no Streamlit."""
+
+from __future__ import annotations
+
+import re
+
+from attnviz import pipeline, variants
+from attnviz.pipeline import AttentionConfig
+
+DEFAULT_TEXT = "Your journey starts with one step"
+PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
+PRESET_DIMS = {name: preset.dims for name, preset in variants.PRESETS.items()}
+DEFAULTS = {
+    "text": DEFAULT_TEXT,
+    "variant": variants.DEFAULT,
+    "preset": "gpt2-small",
+    "d_in": 768,
+    "d_out": 768,
+    "num_heads": 12,
+    "causal": True,
+    "dropout": 0.1,
+    "train": False,
+    "seed": 123,
+    "device": "auto",
+}
+SETTING_KEYS = tuple(DEFAULTS)
+MAX_URL_TEXT = 2000  # longer texts are not put in the URL
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("use true or false")
+
+
+def _parse_int(low: int, high: int):
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+        return value
+    return parse
+
+
+def _parse_choice(choices):
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError(f"choose one of {', '.join(choices)}")
+        return raw
+    return parse
+
+
+def _parse_dropout(raw: str) -> float:
+    value = float(raw)
+    if not 0.0 <= value <= 0.9:
+        raise ValueError("dropout must be between 0 and 0.9")
+    return round(value, 2)
+
+
+def _parsers() -> dict:
+    return {
+        "text": str,
+        "variant": _parse_choice(list(variants.VARIANTS)),
+        "preset": _parse_choice(list(PRESETS)),
+        "d_in": _parse_int(1, pipeline.MAX_DIM),
+        "d_out": _parse_int(1, pipeline.MAX_DIM),
+        "num_heads": _parse_int(1, pipeline.MAX_HEADS),
+        "causal": _parse_bool,
+        "dropout": _parse_dropout,
+        "train": _parse_bool,
+        "seed": _parse_int(0, pipeline.MAX_SEED),
+        "device": _parse_choice(pipeline.available_devices()),
+    }
+
+
+def settings_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
+    """Settings from URL parameters (same names as the widget keys): (valid values, notices)."""
+    values, notices = dict(DEFAULTS), []
+    parsers = _parsers()
+    for key, raw in params.items():
+        if key not in parsers:
+            notices.append(f"Ignored unknown URL parameter {key!r}.")
+            continue
+        try:
+            values[key] = parsers[key](raw)
+        except (ValueError, TypeError) as exc:
+            notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
+    if "preset" in params and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
+        values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
+    if is_book(values["preset"]) and "causal" not in params:
+        values["causal"] = variants.get(values["variant"]).book_causal
+    if values["d_out"] % values["num_heads"]:
+        notices.append(
+            f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide d_out {values['d_out']}."
+        )
+        values["num_heads"] = pipeline.nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
+    return values, notices
+
+
+
+
+def config_from_settings(values: dict) -> AttentionConfig:
+    """The run's config; settings that don't apply to the variant are normalised (one cache entry)."""
+    spec = variants.get(values["variant"])
+    return AttentionConfig(
+        variant=spec.name,
+        d_in=int(values["d_in"]),
+        d_out=spec.out_width(values["d_in"], values["d_out"]),
+        num_heads=spec.head_count(values["num_heads"]),
+        dropout=float(values["dropout"]) if spec.dropout else 0.0,
+        train=bool(values["train"]) and spec.dropout,
+        causal=bool(values["causal"]),
+        seed=int(values["seed"]),
+        device=values["device"],
+        embedding="book" if is_book(values["preset"]) and int(values["d_in"]) == 3 else "seeded",
+    )
+
+
+def share_query(values: dict) -> dict[str, str]:
+    """URL parameters for the current settings (text left out when very long)."""
+    params = {}
+    for key in SETTING_KEYS:
+        value = values[key]
+        if key == "text" and len(value) > MAX_URL_TEXT:
+            continue
+        params[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return params
+
+
+def is_book(preset: str) -> bool:
+    return preset in variants.PRESETS and variants.PRESETS[preset].book
+
+
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+
+
+def markdown_escape(text: str) -> str:
+    """Backslash-escape Markdown so user-derived text (URL values, messages) shows literally."""
+    return MARKDOWN_SPECIALS.sub(r"\\\1", text)
