@@ -525,6 +525,16 @@ def test_folder_with_one_weights_file_loads_it(hf_small, tmp_path):
     assert "several checkpoints" in load_error(tmp_path)
 
 
+def test_legacy_non_zip_torch_save_loads(tmp_path):
+    from attnviz.models import load_checkpoint
+
+    model = tiny_model(seed=6, n_heads=1, emb_dim=64)
+    torch.save(model.state_dict(), tmp_path / "legacy.pth", _use_new_zipfile_serialization=False)
+    idx = torch.tensor([TOKENS])
+    with torch.no_grad():
+        assert torch.equal(load_checkpoint(tmp_path / "legacy.pth")(idx), model(idx))
+
+
 def test_book_checkpoint_without_biases_and_with_a_cfg_beside_it(tmp_path):
     """A model trained with the book's cfg (qkv_bias False, 2 heads of 16): sizes from <name>.json beside it."""
     from attnviz.models import load_checkpoint

@@ -165,7 +165,7 @@ def _block_maps(model: GPTModel, block_input: torch.Tensor, layer: int, causal: 
 # ============================== one layer's trace ==============================
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds tensors: compared by identity
 class LayerTrace:
     """One layer of a GPTModel run, ready for the pipeline.
 
