@@ -19,7 +19,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from attnviz.pipeline import MULTI_HEAD_VARIANTS, Trace
+from attnviz.pipeline import Trace
+from attnviz.stats import row_entropy
 
 DK_VALUES = tuple(2**i for i in range(11))  # 1, 2, 4, …, 1024
 ROWS_PER_DK = 4096  # query rows drawn per dₖ (in batches of n tokens), enough for ~5 % variance estimates
@@ -63,7 +64,7 @@ def saturation_stats(queries, keys, causal: bool = False) -> dict[str, dict[str,
         else:
             scores_seen = scores  # (..., n, n)
         attn_weights = torch.softmax(scores_seen, dim=-1)  # (..., n, n), rows sum to 1
-        entropy = torch.special.entr(attn_weights).sum(dim=-1)  # −Σ p log p (0 log 0 = 0) -> (..., n)
+        entropy = row_entropy(attn_weights.numpy())  # −Σ p log p (0 log 0 = 0): (..., n, n) -> (..., n)
         stats[mode] = {
             "variance": float(scores.var(unbiased=False)),
             "entropy": float(entropy.mean()),
@@ -112,7 +113,7 @@ def trace_qk(trace: Trace, head: int = 0, max_tokens: int | None = None) -> tupl
     """One head's queries and keys from a Trace: (n, dₖ) each (MHA/wrapper: that head's columns)."""
     queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]  # (n, d_out) each
     config = trace.config
-    if config.variant in MULTI_HEAD_VARIANTS:
+    if config.spec.multi_head:
         span = slice(head * config.head_dim, (head + 1) * config.head_dim)
         queries, keys = queries[:, span], keys[:, span]  # (n, d_out) -> (n, hd)
     return queries[:max_tokens], keys[:max_tokens]

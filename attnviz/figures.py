@@ -20,6 +20,8 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
+from attnviz.stats import row_entropy  # noqa: F401  (the one entropy; re-exported for the pages)
+
 MASKED_COLOR = "#c8c8c8"
 WEIGHT_SCALE = "Viridis"
 SCORE_SCALE = "RdBu_r"
@@ -296,14 +298,6 @@ def softmax(matrix: np.ndarray) -> np.ndarray:
     shifted = values - np.max(values, axis=-1, keepdims=True)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=-1, keepdims=True)
-
-
-def row_entropy(weights: np.ndarray) -> np.ndarray:
-    """Entropy (nats) of each row of a weight matrix; 0 = all weight on one key."""
-    p = np.asarray(weights, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, -p * np.log(p), 0.0)
-    return terms.sum(axis=-1)
 
 
 def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarray) -> go.Figure:

@@ -15,6 +15,15 @@ STATS = {
 }
 
 
+def row_entropy(weights: np.ndarray) -> np.ndarray:
+    """Entropy (nats) of each row of attention weights (..., n) -> (...): −Σ p log p with 0 log 0 = 0;
+    0 = all weight on one key, ln n = uniform.  attnviz's one entropy (Steps, head statistics, ablation, lab)."""
+    p = np.asarray(weights, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, -p * np.log(p), 0.0)
+    return terms.sum(axis=-1)
+
+
 def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
     """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,).
 
@@ -27,9 +36,7 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
     result = {name: np.zeros(heads) for name in STATS}
     for head in range(heads):
         w = weights[head].astype(np.float64)  # (n, n)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            entropy = -np.where(w > 0, w * np.log(w), 0.0).sum(axis=-1)  # (n,)
-        result["entropy"][head] = entropy.mean()
+        result["entropy"][head] = row_entropy(w).mean()  # (n, n) -> (n,) -> mean
         result["max weight"][head] = w.max(axis=-1).mean()
         result["first-token mass"][head] = w[:, 0].mean()
         result["mean distance"][head] = (w * distance).sum(axis=-1).mean()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from attnviz import figures, source
+from attnviz import ablation, figures, source
 
 if TYPE_CHECKING:
     from attnviz.pipeline import AttentionConfig, Trace
@@ -69,11 +69,7 @@ def shape_of(trace: Trace, stage: str) -> tuple:
 
 def qk_table(trace: Trace, head: int, max_rows: int = 64):
     """Query and key vectors of one head (first ``max_rows`` tokens) for the QKᵀ step."""
-    config = trace.config
-    queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]
-    if config.spec.multi_head:  # head h's slice of the projected features
-        span = slice(head * config.head_dim, (head + 1) * config.head_dim)
-        queries, keys = queries[:, span], keys[:, span]
+    queries, keys = ablation.trace_qk(trace, head)  # head h's slice of the projected features: (n, hd) each
     rows = min(trace.n, max_rows)
     return pd.DataFrame({
         "token": list(trace.tokens[:rows]),
