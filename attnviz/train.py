@@ -1,0 +1,458 @@
+"""Train a small model of the book's ``GPTModel`` and watch its heads form; ``python -m attnviz.train``.
+
+Data is made here or ships with Python — nothing is downloaded:
+
+* repeated random tokens: ``[BOS] + random prefix + x + x`` with ``|x| = T`` drawn per sequence (ids
+  1,000–30,000, as TransformerLens' induction demo), so the repeat starts at a different position every
+  time and only content (not absolute position) can find it;
+* English and code: the standard library's ``pydoc_data.topics`` (~465 KB) and the source of a few
+  stdlib modules, split by topic / module into training and held-out parts (``text_tokens``).
+
+``train(cfg, on_step, should_stop)`` runs the loop and reports each step's loss and, every
+``cfg.probe_every`` steps, every head's induction and previous-token stripe on a fixed probe batch —
+what the Train page draws live.  ``save`` writes a checkpoint ``attnviz.models.load_checkpoint`` reads
+(a GPT-2 style directory: ``model.safetensors`` + ``config.json`` + ``training.json``).
+
+The logits of a training step are computed over a sampled part of the vocabulary (every target in the
+batch plus ``cfg.negatives`` uniformly drawn ids): the full 50,257-way softmax would cost ~20× more per
+step on a CPU and is not what forms the heads.  ``per_position_loss`` always uses the full vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attnviz.head_types import BOS_ID, induction_stripe, previous_token_stripe, repeated_random_tokens
+
+VOCAB_SIZE = 50257
+RANDOM_LOW, RANDOM_HIGH = 1000, 30000  # id range of the random tokens (TransformerLens' induction demo)
+
+# Held-out code for the previous-token test: modules never used in training.
+TRAIN_CODE_MODULES = ("argparse", "textwrap", "dataclasses", "string", "fnmatch", "bisect", "glob", "shlex",
+                      "calendar", "difflib", "csv", "configparser", "gettext", "pprint", "tokenize", "abc")
+HELDOUT_CODE_MODULES = ("fractions", "heapq", "colorsys", "statistics", "graphlib", "copy")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a run (stored in the checkpoint's metadata)."""
+
+    steps: int = 3000
+    seed: int = 0
+    # the book's GPTModel config (cfg keys in book_cfg())
+    n_layers: int = 2
+    n_heads: int = 4
+    emb_dim: int = 64
+    context_length: int = 256
+    drop_rate: float = 0.0
+    qkv_bias: bool = True
+    tie_embeddings: bool = True  # out_head shares tok_emb's weights (as GPT-2): half the file
+    sinusoidal_init: bool = False  # pos_emb starts as the original Transformer's sinusoids (still learned)
+    # data
+    seq_len: int = 128  # tokens per training sequence (BOS included)
+    batch_size: int = 16
+    text_fraction: float = 0.5  # share of each batch that is English/code; the rest is repeated random tokens
+    min_repeat: int = 8
+    max_repeat: int = 60
+    max_copies: int = 2  # x is repeated up to this many times (more copies: more to predict per sequence)
+    bos: bool = True  # every sequence starts with <|endoftext|> (50256)
+    # optimisation
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    negatives: int = 512  # uniformly sampled vocabulary ids added to each step's logits
+    probe_every: int = 50  # measure the heads every k steps (and at the first and last step)
+
+    def book_cfg(self) -> dict:
+        return {"vocab_size": VOCAB_SIZE, "context_length": self.context_length, "emb_dim": self.emb_dim,
+                "n_heads": self.n_heads, "n_layers": self.n_layers, "drop_rate": self.drop_rate,
+                "qkv_bias": self.qkv_bias}
+
+
+@dataclass
+class History:
+    """What a run measured: ``loss`` per step; head stripes (layers, heads) at ``probe_steps``."""
+
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    probe_steps: list[int] = field(default_factory=list)
+    induction: list[np.ndarray] = field(default_factory=list)
+    previous_token: list[np.ndarray] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped: bool = False
+
+
+def _book():
+    """The book's GPTModel and a batched attention-map reader ``(model, ids (b, n)) -> (b, layers, heads, n, n)``."""
+    from attnviz import models
+
+    return models.GPTModel, _attention_maps
+
+
+class _WeightsOnly:
+    """A Recorder-like sink that keeps only each block's attention ``weights`` (b, h, n, n)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, torch.Tensor] = {}
+        self.shapes: list = []
+
+    def record(self, name, tensor, copy=False, keep=True) -> None:
+        if name == "weights":
+            self.steps[name] = tensor.detach()
+
+
+@torch.no_grad()
+def _attention_maps(model, ids: torch.Tensor) -> torch.Tensor:
+    """Every block's attention weights for ``ids`` (b, n): (b, layers, heads, n, n).
+
+    Runs the book's forward up to the last block only (no final norm, no 50,257-way out_head).
+    """
+    n = ids.shape[1]
+    x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n, device=ids.device)))  # (b, n, d)
+    maps = []
+    for block in model.trf_blocks:
+        recorder = _WeightsOnly()
+        x = block(x, recorder)  # (b, n, d) -> (b, n, d), recording its softmax weights
+        maps.append(recorder.steps["weights"])  # (b, h, n, n)
+    return torch.stack(maps, dim=1)  # layers × (b, h, n, n) -> (b, layers, h, n, n)
+
+
+# ---------------------------------------------------------------- data
+
+@lru_cache(maxsize=4)
+def text_tokens(split: str) -> np.ndarray:
+    """Token ids of the English + code corpus: ``split`` is ``"train"``, ``"heldout_english"`` or ``"heldout_code"``.
+
+    English: ``pydoc_data.topics.topics`` sorted by topic, every 5th topic held out.  Code: the source of
+    ``TRAIN_CODE_MODULES`` / ``HELDOUT_CODE_MODULES``.  Documents are separated by BOS (50256).
+    """
+    from pydoc_data.topics import topics
+
+    from attnviz.tokens import encode
+
+    names = sorted(topics)
+    if split == "train":
+        docs = [topics[name] for k, name in enumerate(names) if k % 5 != 4]
+        docs += [inspect.getsource(importlib.import_module(module)) for module in TRAIN_CODE_MODULES]
+    elif split == "heldout_english":
+        docs = [topics[name] for k, name in enumerate(names) if k % 5 == 4]
+    elif split == "heldout_code":
+        docs = [inspect.getsource(importlib.import_module(module)) for module in HELDOUT_CODE_MODULES]
+    else:
+        raise ValueError(f"unknown split {split!r}")
+    ids: list[int] = []
+    for doc in docs:
+        ids += [BOS_ID, *encode(doc)]
+    return np.asarray(ids, dtype=np.int64)
+
+
+def text_windows(split: str, n: int, count: int, rng: np.random.Generator, *, bos: bool = True) -> np.ndarray:
+    """``count`` random windows of ``n`` tokens (BOS first if ``bos``) from ``text_tokens(split)``: (count, n)."""
+    ids = text_tokens(split)
+    body = n - int(bos)
+    starts = rng.integers(0, len(ids) - body, size=count)
+    windows = np.stack([ids[s:s + body] for s in starts])  # (count, body)
+    if bos:
+        windows = np.concatenate([np.full((count, 1), BOS_ID), windows], axis=1)  # (count, n)
+    return windows
+
+
+def repeat_batch(n: int, count: int, rng: np.random.Generator, *, min_repeat: int, max_repeat: int,
+                 bos: bool = True, max_copies: int = 2) -> np.ndarray:
+    """``count`` sequences of n tokens: [BOS] + random prefix + x repeated k times: (count, n).
+
+    |x| = T random in [min_repeat, max_repeat] per sequence, k = min(max_copies, body // T) ≥ 2, and the
+    prefix fills the rest, so both where the repeat starts and its period vary.
+    """
+    body = n - int(bos)
+    rows = rng.integers(RANDOM_LOW, RANDOM_HIGH, size=(count, body))  # (count, body) random tokens
+    for row in rows:
+        T = int(rng.integers(min_repeat, min(max_repeat, body // 2) + 1))
+        copies = max(2, min(max_copies, body // T))
+        start = body - copies * T
+        row[start + T:] = np.tile(row[start:start + T], copies - 1)  # x x … x at the end
+    if bos:
+        rows = np.concatenate([np.full((count, 1), BOS_ID), rows], axis=1)  # (count, n)
+    return rows
+
+
+def probe_batches(cfg: TrainConfig) -> dict:
+    """Fixed sequences the heads are measured on while training (never trained on)."""
+    rng = np.random.default_rng(10_000 + cfg.seed)
+    longest = (cfg.seq_len - int(cfg.bos)) // 2  # probes are never longer than the training sequences
+    lengths = sorted({min(T, longest) for T in (25, 40, 55)})
+    repeats = [(T, repeated_random_tokens(T, seed=20_000 + cfg.seed + T, batch=4, bos=cfg.bos)) for T in lengths]
+    english = text_windows("heldout_english", min(100, cfg.seq_len), 4, rng, bos=cfg.bos)
+    code = text_windows("heldout_code", min(100, cfg.seq_len), 4, rng, bos=cfg.bos)
+    return {"repeats": repeats, "text": np.concatenate([english, code])}
+
+
+# ---------------------------------------------------------------- model helpers
+
+def build_model(cfg: TrainConfig) -> torch.nn.Module:
+    """A fresh book GPTModel for ``cfg`` (seeded by ``cfg.seed``), out_head tied to tok_emb if asked."""
+    from attnviz.pipeline import seeded
+
+    GPTModel, _ = _book()
+    with seeded(cfg.seed):  # the one owner of torch's global RNG (other sessions may be creating modules)
+        model = GPTModel(cfg.book_cfg())
+        for module in model.modules():  # GPT-2's initialisation (PyTorch's N(0, 1) embeddings start at loss ~37)
+            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        if cfg.sinusoidal_init:
+            with torch.no_grad():
+                model.pos_emb.weight.copy_(sinusoids(cfg.context_length, cfg.emb_dim) * 0.02 * 2**0.5)
+    if cfg.tie_embeddings:
+        model.out_head.weight = model.tok_emb.weight
+    return model
+
+
+def sinusoids(positions: int, dim: int) -> torch.Tensor:
+    """Vaswani et al.'s position encodings: (positions, dim), sin on even, cos on odd features (amplitude 1)."""
+    position = torch.arange(positions, dtype=torch.float32)[:, None]  # (p, 1)
+    frequency = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)  # (dim/2,)
+    table = torch.zeros(positions, dim)  # (p, dim)
+    table[:, 0::2] = torch.sin(position * frequency)  # (p, 1) * (dim/2,) -> (p, dim/2)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+def _hidden(model, ids: torch.Tensor) -> torch.Tensor:
+    """The book's GPTModel.forward up to final_norm (the out_head is applied by the caller)."""
+    n = ids.shape[1]
+    x = model.tok_emb(ids) + model.pos_emb(torch.arange(n, device=ids.device))  # (b, n, d)
+    x = model.drop_emb(x)  # (b, n, d)
+    x = model.trf_blocks(x)  # (b, n, d)
+    return model.final_norm(x)  # (b, n, d)
+
+
+def sampled_loss(model, ids: torch.Tensor, negatives: int, generator: torch.Generator) -> torch.Tensor:
+    """Next-token cross-entropy over the batch's targets + ``negatives`` random ids (not the full vocabulary)."""
+    hidden = _hidden(model, ids[:, :-1])  # (b, n-1, d)
+    targets = ids[:, 1:]  # (b, n-1)
+    extra = torch.randint(0, VOCAB_SIZE, (negatives,), generator=generator)
+    candidates = torch.unique(torch.cat([targets.reshape(-1), extra]))  # (c,) sorted
+    logits = hidden @ model.out_head.weight[candidates].T  # (b, n-1, d) @ (d, c) -> (b, n-1, c)
+    target_index = torch.searchsorted(candidates, targets.contiguous())  # (b, n-1) positions in candidates
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target_index.reshape(-1))
+
+
+@torch.no_grad()
+def per_position_loss(model, token_ids) -> np.ndarray:
+    """Full-vocabulary cross-entropy of predicting token i+1 at each position i: (n-1,) or (b, n-1)."""
+    ids = torch.as_tensor(np.asarray(token_ids), dtype=torch.long)
+    single = ids.dim() == 1
+    ids = ids.unsqueeze(0) if single else ids  # (b, n)
+    was_training = model.training
+    model.eval()
+    try:
+        logits = model(ids[:, :-1])  # (b, n-1, vocab)
+        loss = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (b, n-1)
+    finally:
+        model.train(was_training)
+    loss = loss.numpy()
+    return loss[0] if single else loss
+
+
+@torch.no_grad()
+def head_stripes(model, probes: dict) -> dict[str, np.ndarray]:
+    """Per-head induction stripe (mean over the probe repeats) and previous-token stripe (on held-out text)."""
+    _, attention_maps = _book()
+    was_training = model.training
+    model.eval()
+    try:
+        induction = []
+        for T, ids in probes["repeats"]:
+            maps = attention_maps(model, torch.as_tensor(ids))  # (b, layers, heads, n, n)
+            induction.append(induction_stripe(maps.numpy(), T).mean(axis=0))  # (layers, heads)
+        maps = attention_maps(model, torch.as_tensor(probes["text"]))  # (b, layers, heads, n, n)
+        previous = previous_token_stripe(maps.numpy()).mean(axis=0)  # (layers, heads)
+    finally:
+        model.train(was_training)
+    return {"induction": np.mean(induction, axis=0), "previous_token": previous}
+
+
+def evaluate(model, seed: int, *, sequences: int = 8, bos: bool = True) -> dict[str, np.ndarray]:
+    """Every head's stripes on data drawn fresh from ``seed`` (never trained on): ``{name: (layers, heads)}``.
+
+    ``induction``: mean ``A[i, i-T+1]`` over the repeat of ``sequences`` × ([BOS] + x + x), x random ids in
+    1,000–30,000, T uniform in 25–60 (TransformerLens' induction data).  ``previous_english`` /
+    ``previous_code``: mean ``A[i, i-1]`` on ``sequences`` 100-token windows of held-out pydoc topics /
+    held-out stdlib source.
+    """
+    rng = np.random.default_rng(seed)
+    induction = []
+    for k in range(sequences):
+        T = int(rng.integers(25, 61))
+        ids = repeated_random_tokens(T, seed=int(rng.integers(2**31)) + k, batch=1, bos=bos)  # (1, 2T + bos)
+        maps = _attention_maps(model, torch.as_tensor(ids))  # (1, layers, heads, n, n)
+        induction.append(induction_stripe(maps[0].numpy(), T))  # (layers, heads)
+    scores = {"induction": np.mean(induction, axis=0)}
+    for name, split in (("previous_english", "heldout_english"), ("previous_code", "heldout_code")):
+        ids = text_windows(split, 100, sequences, rng, bos=bos)  # (sequences, 100)
+        maps = _attention_maps(model, torch.as_tensor(ids))  # (sequences, layers, heads, 100, 100)
+        scores[name] = previous_token_stripe(maps.numpy()).mean(axis=0)  # (layers, heads)
+    return scores
+
+
+def _lr(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to 10 % of ``cfg.lr``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+# ---------------------------------------------------------------- the loop
+
+def train(cfg: TrainConfig, on_step: Callable | None = None, should_stop: Callable[[], bool] | None = None):
+    """Train a fresh model for ``cfg.steps`` steps; returns ``(model, history)``.
+
+    ``on_step(step, loss, scores)`` is called after every step; ``scores`` is ``None`` except on probe
+    steps (0, every ``cfg.probe_every``, the last), where it is ``{"induction": (layers, heads),
+    "previous_token": (layers, heads)}``.  ``should_stop()`` is checked before each step; when it returns
+    True the loop ends early (``history.stopped``) and the model trained so far is returned.
+    """
+    model = build_model(cfg)
+    model.train()
+    rng = np.random.default_rng(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    probes = probe_batches(cfg)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    history = History()
+    n_text = round(cfg.batch_size * cfg.text_fraction)
+    start = time.perf_counter()
+    for step in range(cfg.steps):
+        if should_stop is not None and should_stop():
+            history.stopped = True
+            break
+        parts = []
+        if n_text:
+            parts.append(text_windows("train", cfg.seq_len, n_text, rng, bos=cfg.bos))
+        if cfg.batch_size - n_text:
+            parts.append(repeat_batch(cfg.seq_len, cfg.batch_size - n_text, rng, min_repeat=cfg.min_repeat,
+                                      max_repeat=cfg.max_repeat, bos=cfg.bos, max_copies=cfg.max_copies))
+        ids = torch.as_tensor(np.concatenate(parts))  # (batch, seq_len)
+        for group in optimizer.param_groups:
+            group["lr"] = _lr(cfg, step)
+        loss = sampled_loss(model, ids, cfg.negatives, generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        history.steps.append(step)
+        history.loss.append(loss.item())
+        scores = None
+        if step % cfg.probe_every == 0 or step == cfg.steps - 1:
+            scores = head_stripes(model, probes)
+            history.probe_steps.append(step)
+            history.induction.append(scores["induction"])
+            history.previous_token.append(scores["previous_token"])
+        if on_step is not None:
+            on_step(step, history.loss[-1], scores)
+    history.seconds = time.perf_counter() - start
+    model.eval()
+    return model, history
+
+
+# ---------------------------------------------------------------- saving
+
+def gpt2_state_dict(model, tied: bool) -> dict[str, torch.Tensor]:
+    """The book GPTModel's weights under GPT-2's Hugging Face names (Conv1D weights are (in, out))."""
+    sd = {"transformer.wte.weight": model.tok_emb.weight, "transformer.wpe.weight": model.pos_emb.weight}
+    for i, block in enumerate(model.trf_blocks):
+        h = f"transformer.h.{i}."
+        att = block.att
+        sd[h + "ln_1.weight"], sd[h + "ln_1.bias"] = block.norm1.scale, block.norm1.shift
+        sd[h + "attn.c_attn.weight"] = torch.cat([att.W_query.weight.T, att.W_key.weight.T, att.W_value.weight.T], dim=1)  # (d, 3d)
+        if att.W_query.bias is not None:
+            sd[h + "attn.c_attn.bias"] = torch.cat([att.W_query.bias, att.W_key.bias, att.W_value.bias])  # (3d,)
+        sd[h + "attn.c_proj.weight"], sd[h + "attn.c_proj.bias"] = att.out_proj.weight.T, att.out_proj.bias  # (d, d)
+        sd[h + "ln_2.weight"], sd[h + "ln_2.bias"] = block.norm2.scale, block.norm2.shift
+        fc, proj = block.ff.layers[0], block.ff.layers[2]
+        sd[h + "mlp.c_fc.weight"], sd[h + "mlp.c_fc.bias"] = fc.weight.T, fc.bias  # (d, 4d)
+        sd[h + "mlp.c_proj.weight"], sd[h + "mlp.c_proj.bias"] = proj.weight.T, proj.bias  # (4d, d)
+    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = model.final_norm.scale, model.final_norm.shift
+    if not tied:
+        sd["lm_head.weight"] = model.out_head.weight
+    return sd
+
+
+def save(model, path, metadata: dict, *, dtype: torch.dtype = torch.float16) -> Path:
+    """Write ``model`` to the directory ``path``: model.safetensors (GPT-2 names) + config.json + training.json."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = metadata["config"]
+    tied = model.out_head.weight is model.tok_emb.weight
+    tensors = {k: v.detach().to(dtype).contiguous().clone() for k, v in gpt2_state_dict(model, tied).items()}
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt", "attnviz": json.dumps(metadata)})
+    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": VOCAB_SIZE,
+              "n_positions": cfg["context_length"], "n_ctx": cfg["context_length"], "n_embd": cfg["emb_dim"],
+              "n_layer": cfg["n_layers"], "n_head": cfg["n_heads"], "activation_function": "gelu_new",
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": tied, "bos_token_id": BOS_ID,
+              "eos_token_id": BOS_ID, "torch_dtype": str(dtype).removeprefix("torch.")}
+    (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (path / "training.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    return path
+
+
+def run_metadata(cfg: TrainConfig, history: History, scores: dict | None = None) -> dict:
+    """What ``save`` records: config (seed, data, steps), timing, final loss and head scores."""
+    return {"trained_by": "python -m attnviz.train", "config": asdict(cfg) | {"cfg": cfg.book_cfg()},
+            "data": "repeated random tokens (ids 1000-30000, [BOS] + random prefix + x + x) and English/code "
+                    "(pydoc_data.topics, every 5th topic held out; stdlib source of " + ", ".join(TRAIN_CODE_MODULES) + ")",
+            "steps_run": len(history.steps), "seconds": round(history.seconds, 1),
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "final_loss": history.loss[-1] if history.loss else None,
+            "scores": scores or {}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnviz.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
+    parser.add_argument("--out", required=True, help="directory to write (model.safetensors, config.json, training.json)")
+    parser.add_argument("--seed", type=int, default=TrainConfig.seed)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    torch.set_num_threads(args.threads)
+    cfg = TrainConfig(steps=args.steps, seed=args.seed)
+
+    def report(step, loss, scores):
+        if scores is not None and not args.quiet:
+            print(f"step {step:5d}  loss {loss:.3f}  induction {scores['induction'].max():.2f}  "
+                  f"previous-token {scores['previous_token'].max():.2f}", flush=True)
+
+    model, history = train(cfg, on_step=report)
+    final = {"induction": history.induction[-1].round(4).tolist(),
+             "previous_token": history.previous_token[-1].round(4).tolist()}
+    out = save(model, args.out, run_metadata(cfg, history, final))
+    print(f"wrote {out} ({len(history.steps)} steps, {history.seconds:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

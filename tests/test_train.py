@@ -1,0 +1,147 @@
+"""The training loop, its data, its checkpoint and its command line — tiny, fast runs."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnviz.head_types import BOS_ID
+from attnviz.models import load_checkpoint
+from attnviz.train import (
+    RANDOM_HIGH,
+    RANDOM_LOW,
+    TrainConfig,
+    build_model,
+    main,
+    per_position_loss,
+    repeat_batch,
+    run_metadata,
+    sampled_loss,
+    save,
+    text_tokens,
+    text_windows,
+    train,
+)
+
+TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_len": 48, "batch_size": 4,
+        "negatives": 32, "probe_every": 3, "min_repeat": 4, "max_repeat": 20}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_train_reports_every_step_and_measures_heads():
+    calls = []
+    model, history = train(TrainConfig(steps=7, **TINY), on_step=lambda *args: calls.append(args))
+    assert [step for step, _, _ in calls] == list(range(7)) == history.steps
+    measured = [step for step, _, scores in calls if scores is not None]
+    assert measured == [0, 3, 6] == history.probe_steps  # every probe_every steps and the last
+    for _, loss, scores in calls:
+        assert np.isfinite(loss)
+        if scores is not None:
+            assert scores["induction"].shape == scores["previous_token"].shape == (2, 2)  # (layers, heads)
+            assert ((scores["induction"] >= 0) & (scores["induction"] <= 1)).all()
+    assert not history.stopped
+    assert not model.training
+
+
+def test_should_stop_ends_early_with_the_model_so_far():
+    steps = []
+    model, history = train(TrainConfig(steps=50, **TINY), on_step=lambda step, loss, scores: steps.append(step),
+                           should_stop=lambda: len(steps) >= 2)
+    assert history.stopped
+    assert history.steps == steps == [0, 1]
+    assert isinstance(model, torch.nn.Module)
+
+
+def test_training_reduces_the_loss_and_is_reproducible():
+    cfg = TrainConfig(steps=30, lr=1e-2, warmup_steps=5, **(TINY | {"probe_every": 100}))
+    _, first = train(cfg)
+    _, again = train(cfg)
+    assert first.loss == again.loss  # same seed, same run
+    assert np.mean(first.loss[-5:]) < np.mean(first.loss[:5]) - 0.25  # learning (deterministic: seeded)
+
+
+def test_repeat_batch_ends_in_a_repeat():
+    rng = np.random.default_rng(0)
+    batch = repeat_batch(41, 20, rng, min_repeat=3, max_repeat=20)
+    assert batch.shape == (20, 41)
+    assert (batch[:, 0] == BOS_ID).all()
+    assert RANDOM_LOW <= batch[:, 1:].min() and batch[:, 1:].max() < RANDOM_HIGH  # noqa: SIM300
+    lengths = set()
+    for row in batch:
+        body = row[1:]
+        T = max(t for t in range(1, 21) if (body[-t:] == body[-2 * t:-t]).all())
+        lengths.add(T)
+    assert len(lengths) > 3  # the repeat length varies, so the repeat's position does too
+
+
+def test_text_splits_are_disjoint_and_windows_have_bos():
+    from pydoc_data.topics import topics
+
+    from attnviz.tokens import decode
+
+    heldout = decode(text_tokens("heldout_english")[:400].tolist())
+    held_topics = [t for t in topics.values() if t[:200] in heldout]
+    assert held_topics  # the held-out stream starts with a held-out topic …
+    assert held_topics[0][:200] not in decode(text_tokens("train").tolist())  # … that training never sees
+    windows = text_windows("heldout_code", 30, 5, np.random.default_rng(0))
+    assert windows.shape == (5, 30)
+    assert (windows[:, 0] == BOS_ID).all()
+
+
+def test_sampled_loss_is_at_most_the_full_loss():
+    model = build_model(TrainConfig(**TINY))
+    ids = torch.as_tensor(repeat_batch(40, 3, np.random.default_rng(1), min_repeat=4, max_repeat=10))
+    sampled = sampled_loss(model, ids, 64, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(ids[:, :-1])  # (b, n-1, vocab)
+    full = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:])
+    assert sampled.item() <= full.item() + 1e-5  # a softmax over fewer ids has a smaller partition sum
+
+
+def test_per_position_loss_is_the_full_cross_entropy():
+    model = build_model(TrainConfig(**TINY)).eval()
+    ids = repeat_batch(20, 2, np.random.default_rng(2), min_repeat=4, max_repeat=8)
+    loss = per_position_loss(model, ids)
+    assert loss.shape == (2, 19)
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(torch.as_tensor(ids[:1, :-1])), dim=-1)[0]  # (19, vocab)
+    expected = -log_probs[torch.arange(19), torch.as_tensor(ids[0, 1:])]
+    np.testing.assert_allclose(per_position_loss(model, ids[0]), expected.numpy(), rtol=1e-5)
+
+
+def test_saved_checkpoint_loads_with_load_checkpoint(tmp_path):
+    cfg = TrainConfig(steps=2, **TINY)
+    model, history = train(cfg)
+    out = save(model, tmp_path / "run", run_metadata(cfg, history, {"induction": [[0.5]]}), dtype=torch.float32)
+    loaded = load_checkpoint(out)
+    ids = torch.as_tensor(repeat_batch(30, 2, np.random.default_rng(3), min_repeat=4, max_repeat=10))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), model(ids), atol=1e-5, rtol=1e-5)
+    meta = json.loads((out / "training.json").read_text())
+    assert meta["config"]["seed"] == 0
+    assert meta["steps_run"] == 2
+    assert meta["scores"] == {"induction": [[0.5]]}
+    from safetensors import safe_open
+
+    with safe_open(out / "model.safetensors", "pt") as handle:
+        assert json.loads(handle.metadata()["attnviz"]) == meta
+        assert "lm_head.weight" not in set(handle.keys())  # tied to wte, as GPT-2
+
+
+def test_command_line_writes_a_loadable_half_precision_checkpoint(tmp_path, capsys):
+    assert main(["--steps", "2", "--out", str(tmp_path / "cli"), "--seed", "5", "--threads", "1", "--quiet"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    model = load_checkpoint(tmp_path / "cli")
+    assert model.tok_emb.weight.dtype == torch.float32
+    assert json.loads((tmp_path / "cli" / "training.json").read_text())["config"]["seed"] == 5
+    with pytest.raises(SystemExit):
+        main(["--steps", "0", "--out", str(tmp_path / "bad")])
