@@ -5,7 +5,7 @@ so after ``torch.manual_seed(s)`` the weights (and outputs) equal the book's pri
 Two additions, neither of which changes a result:
 
 * every class takes ``causal`` (default: what the book does) so the app can toggle the mask;
-* ``forward(x, trace=None)`` accepts a :class:`Recorder` that captures named intermediates
+* ``forward(x, recorder=None)`` accepts a :class:`Recorder` that captures named intermediates
   (``queries``, ``keys``, ``values``, ``scores``, ``scaled``, ``masked``, ``weights``,
   ``dropped``, ``context``, ``output``).  Attention maps are recorded as (b, heads, n, n).
 
@@ -40,13 +40,13 @@ class Recorder:
             self.steps[name] = tensor.clone() if copy else tensor
 
 
-def record(trace: Recorder | None, name: str, tensor: torch.Tensor, copy: bool = False, keep: bool = True) -> None:
+def record(recorder: Recorder | None, name: str, tensor: torch.Tensor, copy: bool = False, keep: bool = True) -> None:
     """Record ``tensor`` under ``name`` if a recorder was passed (``copy`` before in-place ops).
 
     Attention maps (``MAP_STAGES``) are stored as (b, heads, n, n), heads = 1 for single-head variants.
     """
-    if trace is not None:
-        trace.record(name, tensor, copy=copy, keep=keep)
+    if recorder is not None:
+        recorder.record(name, tensor, copy=copy, keep=keep)
 
 
 class SimplifiedSelfAttention(nn.Module):
@@ -56,24 +56,24 @@ class SimplifiedSelfAttention(nn.Module):
         super().__init__()
         self.causal = causal
 
-    def forward(self, inputs: torch.Tensor, trace: Recorder | None = None) -> torch.Tensor:
-        record(trace, "queries", inputs)  # the inputs act as queries, keys and values
-        record(trace, "keys", inputs)
-        record(trace, "values", inputs)
+    def forward(self, inputs: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        record(recorder, "queries", inputs)  # the inputs act as queries, keys and values
+        record(recorder, "keys", inputs)
+        record(recorder, "values", inputs)
         attn_scores = inputs @ inputs.transpose(-2, -1)  # (..., n, d_in) @ (..., d_in, n) -> (..., n, n)
-        record(trace, "scores", attn_scores)  # stored as (b, 1, n, n)
-        record(trace, "scaled", attn_scores)  # no scaling in the simplified version
+        record(recorder, "scores", attn_scores)  # stored as (b, 1, n, n)
+        record(recorder, "scaled", attn_scores)  # no scaling in the simplified version
         if self.causal:
             n = attn_scores.shape[-1]
             mask_bool = torch.triu(torch.ones(n, n, dtype=torch.bool, device=inputs.device), diagonal=1)  # (n, n)
             attn_scores = attn_scores.masked_fill(mask_bool, -torch.inf)  # (..., n, n)
-        record(trace, "masked", attn_scores)
+        record(recorder, "masked", attn_scores)
         attn_weights = torch.softmax(attn_scores, dim=-1)  # (..., n, n), rows sum to 1
-        record(trace, "weights", attn_weights)
-        record(trace, "dropped", attn_weights)  # no dropout in the simplified version
+        record(recorder, "weights", attn_weights)
+        record(recorder, "dropped", attn_weights)  # no dropout in the simplified version
         context_vecs = attn_weights @ inputs  # (..., n, n) @ (..., n, d_in) -> (..., n, d_in)
-        record(trace, "context", context_vecs)
-        record(trace, "output", context_vecs)
+        record(recorder, "context", context_vecs)
+        record(recorder, "output", context_vecs)
         return context_vecs
 
 
@@ -87,11 +87,11 @@ class SelfAttention_v1(nn.Module):
         self.W_value = nn.Parameter(torch.rand(d_in, d_out))
         self.causal = causal
 
-    def forward(self, x: torch.Tensor, trace: Recorder | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         keys = x @ self.W_key  # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
         queries = x @ self.W_query  # (..., n, d_out)
         values = x @ self.W_value  # (..., n, d_out)
-        return _single_head(self, queries, keys, values, None, trace)
+        return _single_head(self, queries, keys, values, None, recorder)
 
 
 class SelfAttention_v2(nn.Module):
@@ -104,11 +104,11 @@ class SelfAttention_v2(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.causal = causal
 
-    def forward(self, x: torch.Tensor, trace: Recorder | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         keys = self.W_key(x)  # (..., n, d_in) -> (..., n, d_out)
         queries = self.W_query(x)  # (..., n, d_out)
         values = self.W_value(x)  # (..., n, d_out)
-        return _single_head(self, queries, keys, values, None, trace)
+        return _single_head(self, queries, keys, values, None, recorder)
 
 
 class CausalAttention(nn.Module):
@@ -124,12 +124,12 @@ class CausalAttention(nn.Module):
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))  # (ctx, ctx)
         self.causal = causal
 
-    def forward(self, x: torch.Tensor, trace: Recorder | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, n, d_in)
         keys = self.W_key(x)  # (b, n, d_in) -> (b, n, d_out)
         queries = self.W_query(x)  # (b, n, d_out)
         values = self.W_value(x)  # (b, n, d_out)
-        return _single_head(self, queries, keys, values, self.dropout, trace)
+        return _single_head(self, queries, keys, values, self.dropout, recorder)
 
 
 def _as_heads(attn_map: torch.Tensor) -> torch.Tensor:
@@ -139,28 +139,28 @@ def _as_heads(attn_map: torch.Tensor) -> torch.Tensor:
     return attn_map.unsqueeze(1)  # (b, n, n) -> (b, 1, n, n)
 
 
-def _single_head(module, queries, keys, values, dropout, trace):
+def _single_head(module, queries, keys, values, dropout, recorder):
     """The shared single-head pipeline of v1, v2 and CausalAttention, in the book's operations."""
-    record(trace, "queries", queries)  # (b, n, d_out)
-    record(trace, "keys", keys)  # (b, n, d_out)
-    record(trace, "values", values)  # (b, n, d_out)
+    record(recorder, "queries", queries)  # (b, n, d_out)
+    record(recorder, "keys", keys)  # (b, n, d_out)
+    record(recorder, "values", values)  # (b, n, d_out)
     attn_scores = queries @ keys.transpose(-2, -1)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
-    record(trace, "scores", attn_scores)  # stored as (b, 1, n, n)
+    record(recorder, "scores", attn_scores)  # stored as (b, 1, n, n)
     attn_scores = attn_scores / keys.shape[-1] ** 0.5  # ÷√dₖ, dₖ = d_out -> (b, n, n)
-    record(trace, "scaled", attn_scores, copy=module.causal)  # copy: masked in place next
+    record(recorder, "scaled", attn_scores, copy=module.causal)  # copy: masked in place next
     if module.causal:
         num_tokens = attn_scores.shape[-1]
         mask_bool = _mask_bool(module, num_tokens, attn_scores.device)  # (n, n)
         attn_scores.masked_fill_(mask_bool, -torch.inf)  # in place, with the underscore -> (b, n, n)
-    record(trace, "masked", attn_scores)
+    record(recorder, "masked", attn_scores)
     attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, n, n), each row sums to 1
-    record(trace, "weights", attn_weights)
+    record(recorder, "weights", attn_weights)
     if dropout is not None:
         attn_weights = dropout(attn_weights)  # zeroes p of the weights, scales the rest by 1/(1-p)
-    record(trace, "dropped", attn_weights)
+    record(recorder, "dropped", attn_weights)
     context_vec = attn_weights @ values  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
-    record(trace, "context", context_vec)
-    record(trace, "output", context_vec)
+    record(recorder, "context", context_vec)
+    record(recorder, "output", context_vec)
     return context_vec
 
 
@@ -184,23 +184,23 @@ class MultiHeadAttentionWrapper(nn.Module):
             [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias, causal=causal) for _ in range(num_heads)]
         )
 
-    def forward(self, x: torch.Tensor, trace: Recorder | None = None) -> torch.Tensor:
-        head_traces = [Recorder() if trace is not None else None for _ in self.heads]
-        context_vecs = [head(x, head_trace) for head, head_trace in zip(self.heads, head_traces)]  # h × (b, n, d_out)
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        head_recorders = [Recorder() if recorder is not None else None for _ in self.heads]
+        context_vecs = [head(x, head_recorder) for head, head_recorder in zip(self.heads, head_recorders)]  # h × (b, n, d_out)
         context_vec = torch.cat(context_vecs, dim=-1)  # h × (b, n, d_out) -> (b, n, h·d_out)
-        if trace is not None:
+        if recorder is not None:
             # each head ran the CausalAttention pipeline; show one head's path, marked "× h"
-            trace.shapes.extend(
-                (f"{name} ×{len(self.heads)}", shape) for name, shape in head_traces[0].shapes if name != "output"
+            recorder.shapes.extend(
+                (f"{name} ×{len(self.heads)}", shape) for name, shape in head_recorders[0].shapes if name != "output"
             )
-            trace.shapes.append(("concat", tuple(context_vec.shape)))
+            recorder.shapes.append(("concat", tuple(context_vec.shape)))
             # pop each head's copy as it is stacked, so at most one stage is held twice
             for name in ("queries", "keys", "values"):
-                trace.steps[name] = torch.cat([t.steps.pop(name) for t in head_traces], dim=-1)  # -> (b, n, h·d_out)
+                recorder.steps[name] = torch.cat([t.steps.pop(name) for t in head_recorders], dim=-1)  # -> (b, n, h·d_out)
             for name in ("scores", "scaled", "masked", "weights", "dropped"):
-                trace.steps[name] = torch.cat([t.steps.pop(name) for t in head_traces], dim=1)  # -> (b, h, n, n)
-            trace.steps["context"] = torch.stack(context_vecs, dim=1).detach()  # -> (b, h, n, d_out)
-        record(trace, "output", context_vec)
+                recorder.steps[name] = torch.cat([t.steps.pop(name) for t in head_recorders], dim=1)  # -> (b, h, n, n)
+            recorder.steps["context"] = torch.stack(context_vecs, dim=1).detach()  # -> (b, h, n, d_out)
+        record(recorder, "output", context_vec)
         return context_vec
 
 
@@ -221,42 +221,42 @@ class MultiHeadAttention(nn.Module):
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))  # (ctx, ctx)
         self.causal = causal
 
-    def forward(self, x: torch.Tensor, trace: Recorder | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, n, d_in)
         keys = self.W_key(x)  # (b, n, d_in) -> (b, n, d_out)
         queries = self.W_query(x)  # (b, n, d_out)
         values = self.W_value(x)  # (b, n, d_out)
-        record(trace, "queries", queries)
-        record(trace, "keys", keys)
-        record(trace, "values", values)
+        record(recorder, "queries", queries)
+        record(recorder, "keys", keys)
+        record(recorder, "values", values)
 
         keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, n, d_out) -> (b, n, h, hd)
         values = values.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, n, h, hd)
         queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, n, h, hd)
-        record(trace, "view", queries, keep=False)
+        record(recorder, "view", queries, keep=False)
 
         keys = keys.transpose(1, 2)  # (b, n, h, hd) -> (b, h, n, hd)
         queries = queries.transpose(1, 2)  # (b, h, n, hd)
         values = values.transpose(1, 2)  # (b, h, n, hd)
-        record(trace, "transpose", queries, keep=False)
+        record(recorder, "transpose", queries, keep=False)
 
         attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
-        record(trace, "scores", attn_scores)
+        record(recorder, "scores", attn_scores)
         attn_scores = attn_scores / keys.shape[-1] ** 0.5  # ÷√head_dim of these keys -> (b, h, n, n)
-        record(trace, "scaled", attn_scores, copy=self.causal)  # copy: masked in place next
+        record(recorder, "scaled", attn_scores, copy=self.causal)  # copy: masked in place next
         if self.causal:
             mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (ctx, ctx) -> (n, n)
             attn_scores.masked_fill_(mask_bool, -torch.inf)  # in place, with the underscore -> (b, h, n, n)
-        record(trace, "masked", attn_scores)
+        record(recorder, "masked", attn_scores)
         attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, h, n, n), each row sums to 1
-        record(trace, "weights", attn_weights)
+        record(recorder, "weights", attn_weights)
         attn_weights = self.dropout(attn_weights)  # (b, h, n, n)
-        record(trace, "dropped", attn_weights)
+        record(recorder, "dropped", attn_weights)
 
         context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, n, n) @ (b, h, n, hd) -> (b, n, h, hd)
-        record(trace, "context", context_vec.transpose(1, 2))  # per head: (b, h, n, hd)
+        record(recorder, "context", context_vec.transpose(1, 2))  # per head: (b, h, n, hd)
         context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)  # (b, n, h, hd) -> (b, n, d_out)
-        record(trace, "concat", context_vec, keep=False)
+        record(recorder, "concat", context_vec, keep=False)
         context_vec = self.out_proj(context_vec)  # (b, n, d_out) -> (b, n, d_out)
-        record(trace, "output", context_vec)
+        record(recorder, "output", context_vec)
         return context_vec

@@ -129,7 +129,7 @@ def _titles(
             return "= inputs"
         return f"x @ {weight}" if spec.weights == "parameter" else f"{weight}(x)"
 
-    dropout_off = not config.dropout_active
+    dropout_off = not config.dropout_runs
     return {
         "input": ("x: input embeddings", False),
         **{stage: (project(weight), False) for stage, weight in zip(QKV, WEIGHTS)},

@@ -38,11 +38,3 @@ class InputEmbedding(nn.Module):
         pos_embeddings = self.pos_emb(torch.arange(token_ids.shape[-1]))  # (n, d_in)
         input_embeddings = token_embeddings + pos_embeddings  # (b, n, d_in) + (n, d_in) -> (b, n, d_in)
         return {"token": token_embeddings, "position": pos_embeddings, "input": input_embeddings}
-
-
-def embed(token_ids: list[int], d_in: int, context_length: int, seed: int) -> dict[str, torch.Tensor]:
-    """Seeded embeddings of ``token_ids``: dict with ``token``, ``position`` and ``input`` (1, n, d_in)."""
-    torch.manual_seed(seed)
-    layer = InputEmbedding(d_in, context_length)
-    with torch.no_grad():
-        return layer(torch.tensor([token_ids]))  # (1, n) -> (1, n, d_in)

@@ -181,7 +181,6 @@ def heads_grid(
     dropout: float = 0.0,
     max_cells: int = 64,
     columns: int = 6,
-    focus: int | None = None,
 ) -> go.Figure:
     """All heads as small heatmaps, max-pooled to at most ``max_cells`` per side, tiled into **one**
     heatmap on one pair of axes (12 subplots with 24 axes took the browser ~0.3 s to redraw).
@@ -190,7 +189,7 @@ def heads_grid(
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
     ``meta["size"]``.  Gaps between tiles are NaN over a white background; a grey rectangle under each
     tile shows its masked cells grey, as in every attention heatmap.  The titles ("head 3") are
-    annotations, the focused head's marked ▶ and outlined.  An invisible scatter overlay
+    annotations (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay
     (customdata = head index) reports clicks: heatmap cells do not.
     """
     num_heads, n, _ = maps.shape
@@ -235,7 +234,7 @@ def heads_grid(
         fig.add_shape(type="rect", x0=x0 - 0.5, x1=x0 + size - 0.5, y0=y0 - 0.5, y1=y0 + size - 0.5,
                       fillcolor=MASKED_COLOR, line={"width": 0}, layer="below")
         fig.add_annotation(x=x0 + (size - 1) / 2, y=y0 - 0.5, yanchor="bottom", showarrow=False,
-                           text=("▶ " if head == focus else "") + f"head {head}", font={"size": 11})
+                           text=f"head {head}", font={"size": 11})
     fig.update_xaxes(visible=False, range=[-0.5, width_cells - 0.5])
     fig.update_yaxes(visible=False, range=[height_cells - 0.5, -0.5])
     pooling = "max-pooling keeps peaks" if stage in PROBABILITY_STAGES else "each cell keeps its block's largest |score|"
@@ -247,8 +246,6 @@ def heads_grid(
         plot_bgcolor="white", clickmode="event+select", dragmode=False,
         meta={"tiles": tiles, "size": size, "block": block},
     )
-    if focus is not None:
-        _outline(fig, tiles[focus], size)
     return fig
 
 

@@ -101,13 +101,13 @@ class AttentionConfig:
         return self.d_out // self.heads
 
     @property
-    def dropout_active(self) -> bool:
+    def dropout_runs(self) -> bool:
         return self.train and self.dropout > 0 and self.spec.dropout
 
     @property
-    def active_dropout(self) -> float:
+    def effective_dropout(self) -> float:
         """p when dropout actually ran in this run, else 0 (kept weights are scaled by 1/(1−p))."""
-        return self.dropout if self.dropout_active else 0.0
+        return self.dropout if self.dropout_runs else 0.0
 
 
 def divisors(number: int) -> list[int]:
@@ -321,9 +321,9 @@ def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: st
     module, rng_state = _seeded_module(module_config, device)
     recorder = attention.Recorder()
     # only a forward whose dropout is active draws random numbers: only that one holds the RNG
-    rng = seeded(rng_state=rng_state) if config.dropout_active else contextlib.nullcontext()
+    rng = seeded(rng_state=rng_state) if config.dropout_runs else contextlib.nullcontext()
     with rng, torch.inference_mode():
-        if config.dropout_active and device == "cuda":
+        if config.dropout_runs and device == "cuda":
             torch.cuda.manual_seed_all(config.seed)
         module.train(config.train)
         output = module(input_embeddings.to(device), recorder)  # (1, n, d_in) -> (1, n, d_out)

@@ -27,7 +27,7 @@ with view_col:
     def crop(name):
         return trace.attention_map(name, head)[row0 : row0 + size, col0 : col0 + size]
 
-    dropout = config.active_dropout  # the colour scale of kept, rescaled weights
+    dropout = config.effective_dropout  # the colour scale of kept, rescaled weights
 
     def shared(*names):
         """One colour range for a before/after pair of score maps, so equal values look equal."""
@@ -76,15 +76,15 @@ with view_col:
         with after:
             heatmap("weights", "after: softmax — each row sums to 1")
     elif stage == "dropped":
-        if not config.dropout_active:
+        if not config.dropout_runs:
             st.info(steps.dropout_off_reason(config))
         dropped_range = (0.0, 1.0 / (1.0 - dropout))  # both on 0…1/(1−p): a doubled weight looks brighter
         with before:
             heatmap("weights", "before: weights", zrange=dropped_range)
         with after:
-            heatmap("dropped", f"after: dropout (p = {config.dropout:g})" if config.dropout_active
+            heatmap("dropped", f"after: dropout (p = {config.dropout:g})" if config.dropout_runs
                     else "after: dropout off — unchanged", zrange=dropped_range)
-        if config.dropout_active:
+        if config.dropout_runs:
             st.caption(f"Kept weights are multiplied by 1/(1−p) = {1 / (1 - config.dropout):.4f}; "
                        f"dropped ones are exactly 0.")
         st.plotly_chart(figures.difference_heatmap(crop("dropped"), crop("weights"), trace.tokens,

@@ -243,7 +243,7 @@ def test_mask_off_is_dashed_and_grey(variant):
 def test_dropout_off_in_eval_and_on_in_training(variant):
     evaluating = small(variant, dropout=0.1, train=False)
     training = small(variant, dropout=0.1, train=True)
-    assert training.dropout_active and not evaluating.dropout_active
+    assert training.dropout_runs and not evaluating.dropout_runs
     eval_node = parse(diagram.shape_dot(traced(evaluating).shapes, evaluating))[0]["dropped"]
     train_node = parse(diagram.shape_dot(traced(training).shapes, training))[0]["dropped"]
     assert "off (eval)" in eval_node["label"] and "dashed" in eval_node["style"]

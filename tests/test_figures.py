@@ -99,6 +99,6 @@ def test_mark_focus_moves_the_marker_and_the_outline(default_trace):
 
 def test_a_single_head_grid():
     trace = pipeline.run(JOURNEY, pipeline.AttentionConfig(variant="causal"))
-    fig = figures.heads_grid(trace.steps["weights"][0], "weights", focus=0)
+    fig = figures.mark_focus(figures.heads_grid(trace.steps["weights"][0], "weights"), 0)
     assert head_titles(fig) == ["▶ head 0"]
     assert "1 head" in fig.layout.title.text

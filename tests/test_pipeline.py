@@ -297,7 +297,7 @@ def test_same_config_and_text_give_bitwise_identical_traces(variant, overrides):
     third = run(TEXT, config)
     assert_traces_equal(first, second)
     assert_traces_equal(first, third)
-    if config.dropout_active:
+    if config.dropout_runs:
         assert not np.array_equal(first.steps["dropped"], first.steps["weights"])
 
 

@@ -19,7 +19,7 @@ def _grid_figure(text: str, config_values: tuple, stage: str):
 
     trace = cached_trace(text, config_values)
     config = trace.config
-    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.active_dropout)
+    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout)
 
 
 def heads_grid_figure(ctx: Context, stage: str):
@@ -128,13 +128,13 @@ def focused_head(key: tuple, stage: str) -> None:
     matrix = trace.attention_map(stage, head)
     window = matrix[row0 : row0 + size, col0 : col0 + size]
     fig = figures.attention_heatmap(
-        window, trace.tokens, stage, causal=config.causal, dropout=config.active_dropout,
+        window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
         title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
     )
     if size < trace.n:
         overview_col, window_col = st.columns([1, 2])
         overview_col.plotly_chart(
-            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.active_dropout,
+            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.effective_dropout,
                                      window=(row0, col0, size)),
             config=plotly_config(f"attnviz-head{head}-overview"),
         )
