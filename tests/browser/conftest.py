@@ -25,10 +25,10 @@ import pytest
 
 try:
     from playwright.sync_api import Error as PlaywrightError
-    from playwright.sync_api import Page, expect, sync_playwright
+    from playwright.sync_api import Locator, Page, expect, sync_playwright
 except ImportError:  # reported by _missing()
     sync_playwright = None
-    Page = PlaywrightError = expect = None  # the tests import expect from here
+    Locator = Page = PlaywrightError = expect = None  # the tests import expect from here
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -256,6 +256,26 @@ def wait_idle(page: Page, *, after: int | None = None, timeout: float = IDLE_TIM
     except PlaywrightError as exc:
         raise AssertionError(f"page {page.url} did not become idle with all charts drawn within "
                              f"{timeout / 1000:.0f} s: {exc}\n{exception_text(page)}") from None
+
+
+_SETTLED = """(el) => new Promise((resolve) => {
+    // the expander is open, runs no animation or transition, and its height held for two frames
+    let last = -1, same = 0;
+    const tick = () => {
+        const height = el.getBoundingClientRect().height;
+        const moving = el.getAnimations({subtree: true}).some((a) => a.playState === "running");
+        same = el.open && !moving && height === last ? same + 1 : 0;
+        last = height;
+        if (same >= 2) resolve(true); else requestAnimationFrame(tick);
+    };
+    tick();
+})"""
+
+
+def wait_expanded(expander: Locator, timeout: float = IDLE_TIMEOUT_MS) -> None:
+    """Wait until a ``st.expander`` (its ``<details>`` element) is open and done animating: a click during
+    the opening animation can land beside the button it aimed at."""
+    expander.evaluate(_SETTLED, timeout=timeout)
 
 
 def exception_text(page: Page) -> str:

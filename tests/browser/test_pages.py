@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_expanded, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -327,10 +327,10 @@ def test_downloads_hold_the_focused_head_and_the_whole_trace(page, base_url):
     assert (weights[np.triu_indices(6, k=1)] == 0).all()  # causal
 
     sidebar(page).get_by_text("Share & export").click()
+    wait_expanded(sidebar(page).locator("details").filter(has_text="Share & export"))
     button = sidebar(page).get_by_role("button", name="Download this trace (NPZ + JSON manifest)")
     expect(button).to_be_visible()
     expect(button).to_be_enabled()
-    page.wait_for_timeout(500)  # the expander's opening animation: a click during it can miss the button
     with page.expect_download(timeout=60_000) as npz_download:
         button.click()
     data = np.load(io.BytesIO(npz_download.value.path().read_bytes()))
