@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnviz import figures
+from attnviz import stats
 from attnviz.attention import MAP_STAGES, Recorder
 from attnviz.pitfalls.leak import leak_report, positions_text
 from attnviz.pitfalls.workbench import LabSetup, forward_rng
@@ -108,7 +108,7 @@ def detect_scale(module, inputs, setup: LabSetup) -> Version:
     usable = np.abs(scores) > 1e-6
     ratio = float(np.median(scaled[usable] / scores[usable])) if usable.any() else 1 / math.sqrt(setup.head_dim)
     expected = 1 / math.sqrt(setup.head_dim)
-    entropy = figures.row_entropy(observation.maps["weights"]).mean(axis=0)  # (h, n) -> (n,)
+    entropy = stats.row_entropy(observation.maps["weights"]).mean(axis=0)  # (h, n) -> (n,)
     fired = not math.isclose(ratio, expected, rel_tol=1e-4)
     divisor = 1 / ratio**2
     said = f"scaled ÷ scores = {ratio:.4f} = 1/√{divisor:.4g}"
