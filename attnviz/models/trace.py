@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from attnviz.attention import Recorder
+from attnviz.attention import Recorder, record
 from attnviz.models.gpt import GPTModel, PathRecorder
 
 TOP_K = 5
@@ -174,7 +174,7 @@ class LayerTrace:
     detached CPU tensors; ``shapes`` the block's own path.  ``path``: (stage, shape) of the whole model.
     ``top_ids``/``top_probs``: the model's top-k next tokens at every position, ``(n, k)``.
     ``block_inputs``: the residual stream entering each block, ``(layers, n, d)``, so
-    :func:`switch_layer` recomputes one block instead of the model.
+    :func:`switch_layer` recomputes one block's attention instead of the model.
     """
 
     layer: int
@@ -235,16 +235,21 @@ def trace_layer(model: GPTModel, token_ids, layer: int, causal: bool = True, top
 
 
 def switch_layer(model: GPTModel, trace: LayerTrace, layer: int) -> LayerTrace:
-    """The same run's trace for another layer: reruns only that block, from the stored block input.
+    """The same run's trace for another layer: reruns only that block's norm1 + attention, from its stored input.
 
     ``model`` must be the model that made ``trace``.
     """
     layer = _check_layer(model, layer)
     if trace.block_inputs.shape[0] != len(model.trf_blocks):
         raise ValueError("This trace was made by another model.")
-    recorder = Recorder()
+    block, recorder = model.trf_blocks[layer], Recorder()
     with _running(model, trace.causal):
-        model.trf_blocks[layer](trace.block_inputs[layer].unsqueeze(0), recorder)  # (1, n, d) -> (1, n, d)
+        # the first half of TransformerBlock.forward: all a layer switch draws (the feed-forward half is skipped)
+        x = block.norm1(trace.block_inputs[layer].unsqueeze(0))  # (n, d) -> (1, n, d)
+        record(recorder, "norm1", x)
+        block.att(x, recorder)  # (1, n, d) -> (1, n, d), records att's named steps
+    after = [name for name, _ in trace.recorder.shapes].index("output") + 1
+    recorder.shapes.extend(trace.recorder.shapes[after:])  # shortcut1 … shortcut2: same shapes in every block
     return replace(trace, layer=layer, recorder=recorder)
 
 
@@ -253,7 +258,7 @@ def _top_k(logits: torch.Tensor, k: int, rows: int = 256) -> tuple[np.ndarray, n
     ids, probs = [], []
     for start in range(0, logits.shape[0], rows):
         chunk = torch.softmax(logits[start : start + rows].float(), dim=-1)  # (rows, vocab), each row sums to 1
-        values, indices = torch.topk(chunk, k, dim=-1)  # (rows, k)
+        values, indices = torch.topk(chunk, k, dim=-1)  # (rows, vocab) -> (rows, k), most likely first
         ids.append(indices)
         probs.append(values)
     return torch.cat(ids).numpy().astype(np.int64), torch.cat(probs).numpy().astype(np.float32)
