@@ -3,17 +3,16 @@ the error texts are PyTorch's own, and the leak detector finds exactly the leake
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import difflib
 import inspect
-import json
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import decode, plotly_figures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
@@ -478,18 +477,6 @@ def lab_verdicts(at: AppTest) -> list[str]:
     return [box.value for box in [*at.success, *at.error, *at.warning] if not box.value.startswith("**Verdict:**")]
 
 
-def decode(array) -> np.ndarray:
-    """Plotly's JSON array: a list, or {"dtype", "bdata", "shape"} for NumPy arrays."""
-    if isinstance(array, dict):
-        data = np.frombuffer(base64.b64decode(array["bdata"]), dtype=np.dtype(array["dtype"]))
-        return data.reshape([int(s) for s in str(array.get("shape", len(data))).split(",")])
-    return np.asarray(array, dtype=float)
-
-
-def plotly(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-
-
 def test_page_runs_and_the_books_code_does_not_leak():
     at = page()
     no_exception(at)
@@ -519,7 +506,7 @@ def test_masked_fill_bug_shows_unmasked_weights_and_turns_the_leak_verdict():
     at = page()
     at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
     no_exception(at)
-    heatmaps = [fig for fig in plotly(at) if fig["data"][0]["type"] == "heatmap"]
+    heatmaps = [fig for fig in plotly_figures(at) if fig["data"][0]["type"] == "heatmap"]
     assert len(heatmaps) == 2
     correct, buggy = (decode(fig["data"][0]["z"]) for fig in heatmaps)
     upper = np.triu_indices(6, k=1)
@@ -535,7 +522,7 @@ def test_causal_toggle_off_turns_the_leak_verdict():
     assert leak_verdict(at) == "**Verdict:** leaks into positions 0, 1, 2"
     at.select_slider(key="pitfalls_token").set_value(5).run()
     assert leak_verdict(at) == "**Verdict:** leaks into positions 0, 1, 2, 3, 4"
-    bars = next(fig for fig in plotly(at) if fig["data"][0]["type"] == "bar")
+    bars = next(fig for fig in plotly_figures(at) if fig["data"][0]["type"] == "bar")
     assert bars["data"][0]["marker"]["color"][:5] == [pitfall_figures.LEAK_COLOR] * 5
 
 
