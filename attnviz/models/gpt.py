@@ -53,7 +53,9 @@ class GELU(nn.Module):
     """Section 4.3: the tanh approximation of GELU that GPT-2 was trained with."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return 0.5 * x * (1 + torch.tanh(torch.sqrt(torch.tensor(2.0 / torch.pi)) * (x + 0.044715 * torch.pow(x, 3))))
+        return 0.5 * x * (1 + torch.tanh(
+            torch.sqrt(torch.tensor(2.0 / torch.pi)) * (x + 0.044715 * torch.pow(x, 3))
+        ))  # elementwise: (...) -> (...)
 
 
 class FeedForward(nn.Module):
