@@ -6,13 +6,14 @@ these tests check what the user would see: the number of heads drawn, masked cel
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import decode
+from conftest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,19 +26,6 @@ def app(**query) -> AppTest:
     for key, value in query.items():
         at.query_params[key] = value
     return at.run()
-
-
-def figures(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-
-
-def decode(array) -> np.ndarray:
-    """Plotly's JSON array: a list, or {"dtype", "bdata", "shape"} for NumPy arrays."""
-    if isinstance(array, dict):
-        data = np.frombuffer(base64.b64decode(array["bdata"]), dtype=np.dtype(array["dtype"]))
-        shape = [int(s) for s in str(array.get("shape", len(data))).split(",")]
-        return data.reshape(shape)
-    return np.asarray(array, dtype=float)
 
 
 def grid(at: AppTest) -> dict:

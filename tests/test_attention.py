@@ -537,3 +537,68 @@ def test_masking_is_effective_masked_fill_trap(variant, seed):
     assert torch.allclose(causal_trace.steps["weights"], expected_weights, atol=1e-6, rtol=0)
     assert not torch.allclose(causal_output, open_module(x))
     assert torch.equal(causal_output, causal_module(x))  # also without a recorder
+
+
+# ============================== more of what the book prints ==============================
+
+# 3.6.2: the batched matrix multiplication behind queries @ keys.transpose(2, 3), on the book's (1, 2, 3, 4) tensor
+BOOK_A = [[[[0.2745, 0.6584, 0.2775, 0.8573],
+            [0.8993, 0.0390, 0.9268, 0.7388],
+            [0.7179, 0.7058, 0.9156, 0.4340]],
+           [[0.0772, 0.3565, 0.1479, 0.5331],
+            [0.4066, 0.2318, 0.4545, 0.9737],
+            [0.4606, 0.5159, 0.4220, 0.5786]]]]
+BOOK_A_AT = [[[[1.3208, 1.1631, 1.2879],
+               [1.1631, 2.2150, 1.8424],
+               [1.2879, 1.8424, 2.0402]],
+              [[0.4391, 0.7003, 0.5903],
+               [0.7003, 1.3737, 1.0620],
+               [0.5903, 1.0620, 0.9912]]]]
+# Exercise 3.2 (appendix C): the wrapper with d_out = 1 per head, so its 2 heads give a 2-wide context
+BOOK_EXERCISE_3_2 = [[-0.5740, 0.2216], [-0.7320, 0.0155], [-0.7774, -0.0546],
+                     [-0.6979, -0.0817], [-0.6538, -0.0957], [-0.6424, -0.1065]]
+
+
+def test_book_batched_matmul_of_3_6_2():
+    a = torch.tensor(BOOK_A)  # (b, h, n, hd) = (1, 2, 3, 4)
+    scores = a @ a.transpose(2, 3)  # (1, 2, 3, 4) @ (1, 2, 4, 3) -> (1, 2, 3, 3)
+    assert close(scores, BOOK_A_AT)
+    for head in range(2):  # the book's "first_head @ first_head.T": one head computed on its own
+        assert torch.allclose(scores[0, head], a[0, head] @ a[0, head].T, atol=1e-6)
+
+
+def test_mha_scores_stage_is_that_batched_matmul():
+    """MultiHeadAttention's recorded ``scores`` are exactly queries @ keys.transpose(2, 3) of its recorded heads."""
+    torch.manual_seed(123)
+    mha = MultiHeadAttention(3, 4, 6, 0.0, num_heads=2)
+    recorder = Recorder()
+    x = journey_inputs().unsqueeze(0)  # (1, 6, 3)
+    mha(x, recorder)
+    queries = recorder.steps["queries"].view(1, 6, 2, 2).transpose(1, 2)  # (1, 6, 4) -> (1, 2, 6, 2)
+    keys = recorder.steps["keys"].view(1, 6, 2, 2).transpose(1, 2)  # (1, 2, 6, 2)
+    assert torch.equal(recorder.steps["scores"], queries @ keys.transpose(2, 3))  # -> (1, 2, 6, 6)
+
+
+def test_book_exercise_3_2_wrapper_with_one_dimensional_heads(batch):
+    torch.manual_seed(123)
+    mha = MultiHeadAttentionWrapper(3, 1, batch.shape[1], 0.0, num_heads=2)
+    context_vecs = mha(batch)  # (2, 6, 3) -> (2, 6, 2 × 1)
+    assert context_vecs.shape == (2, 6, 2)
+    assert close(context_vecs[0], BOOK_EXERCISE_3_2) and close(context_vecs[1], BOOK_EXERCISE_3_2)
+
+
+def test_recorded_dropped_stage_is_the_books_dropout_printout(inputs):
+    """The book's attn_weights (SelfAttention_v2 after seed 789, masked) through ``dropout(0.5)`` after
+    ``torch.manual_seed(123)``: CausalAttention creates the same three Linear layers in the same order, so its
+    recorded ``weights`` and ``dropped`` stages are the book's two printouts."""
+    torch.manual_seed(789)
+    ca = CausalAttention(3, 2, 6, 0.5)
+    ca.train()
+    recorder = Recorder()
+    torch.manual_seed(123)
+    ca(inputs.unsqueeze(0), recorder)  # (1, 6, 3) -> (1, 6, 2)
+    assert torch.allclose(recorder.steps["weights"][0, 0], _v2_causal_trace(inputs).steps["weights"][0, 0])
+    assert close(recorder.steps["dropped"][0, 0], BOOK_DROPOUT_WEIGHTS)
+    kept = (recorder.steps["dropped"][0, 0] != 0).float() * 2  # the mask, scaled by 1/(1 − 0.5)
+    torch.manual_seed(123)
+    assert torch.equal(nn.Dropout(0.5)(torch.ones(6, 6)) * torch.tril(torch.ones(6, 6)), kept)

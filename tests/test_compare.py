@@ -3,7 +3,6 @@ draws a heatmap per variant with live badges (AppTest)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import replace
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import decode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
@@ -266,14 +266,6 @@ def compare_page(**query) -> AppTest:
     at.switch_page("pages/compare.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
-
-
-def decode(array) -> np.ndarray:
-    """Plotly's JSON array: a list, or {"dtype", "bdata", "shape"} for NumPy arrays."""
-    if isinstance(array, dict):
-        data = np.frombuffer(base64.b64decode(array["bdata"]), dtype=np.dtype(array["dtype"]))
-        return data.reshape([int(s) for s in str(array.get("shape", len(data))).split(",")])
-    return np.asarray(array, dtype=float)
 
 
 def heatmap_figures(at: AppTest) -> list[dict]:

@@ -7,11 +7,11 @@ from the element protos AppTest receives (benchmarks/payload.py), i.e. what the 
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 import streamlit as st
+from conftest import plotly_figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import figures, pipeline, tokens
@@ -70,10 +70,6 @@ def heads_app(text: str) -> AppTest:
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
-
-
-def plotly_figures(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def z_shape(trace: dict) -> tuple[int, ...]:

@@ -704,3 +704,42 @@ def test_cache_key_is_the_prepared_text():
     assert len(trace.text) == MAX_CHARS
     assert cache.get(trace.text, small(context_length=64)) is trace
     assert cache.misses == 1
+
+
+# ============================== the app path against the book's printouts ==============================
+
+
+def test_book_preset_wrapper_is_exercise_3_2():
+    """The sidebar's d_out is the total width, so the book preset's wrapper (d_out 2, 2 heads) has 1-dimensional
+    heads: exercise 3.2's printout."""
+    trace = run(JOURNEY, preset_config("book", variant="mha_wrapper"))
+    assert trace.steps["context"].shape == (1, 2, 6, 1)
+    assert np.allclose(trace.output[0], [
+        [-0.5740, 0.2216], [-0.7320, 0.0155], [-0.7774, -0.0546],
+        [-0.6979, -0.0817], [-0.6538, -0.0957], [-0.6424, -0.1065],
+    ], atol=ATOL)
+
+
+def test_app_dropped_stage_follows_the_books_dropout():
+    """The book's causal weights (seed 789, as SelfAttention_v2) through the app in training mode with p = 0.5:
+    ``dropped`` is exactly what the book's ``nn.Dropout(0.5)`` gives those weights from the same RNG state (the
+    app draws right after creating the module, where the book re-seeds with 123: the pattern follows the state)."""
+    config = preset_config("book", variant="causal", seed=789, dropout=0.5, train=True)
+    trace = run(JOURNEY, config)
+    weights = torch.from_numpy(trace.steps["weights"][0, 0].copy())
+    assert np.allclose(weights, [  # the book's masked attn_weights, printed before its dropout example
+        [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000], [0.5517, 0.4483, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.3800, 0.3097, 0.3103, 0.0000, 0.0000, 0.0000], [0.2758, 0.2460, 0.2462, 0.2319, 0.0000, 0.0000],
+        [0.2175, 0.1983, 0.1984, 0.1888, 0.1971, 0.0000], [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
+    ], atol=ATOL)
+    torch.manual_seed(789)
+    pipeline.build_module(config)  # the draws the module's creation took
+    expected = torch.nn.Dropout(0.5)(weights.unsqueeze(0))[0]  # the book's dropout(attn_weights), same state
+    assert torch.equal(torch.from_numpy(trace.steps["dropped"][0, 0].copy()), expected)
+    # and with the book's own re-seed, that call prints the book's dropout printout
+    torch.manual_seed(123)
+    assert np.allclose(torch.nn.Dropout(0.5)(weights), [
+        [2.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000], [0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.7599, 0.6194, 0.6206, 0.0000, 0.0000, 0.0000], [0.0000, 0.4921, 0.4925, 0.0000, 0.0000, 0.0000],
+        [0.0000, 0.3966, 0.0000, 0.3775, 0.0000, 0.0000], [0.0000, 0.3327, 0.3331, 0.3084, 0.3331, 0.0000],
+    ], atol=ATOL)
