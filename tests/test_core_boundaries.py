@@ -195,3 +195,16 @@ def test_the_shape_comment_checker_catches_missing_comments(snippet):
 )
 def test_the_shape_comment_checker_accepts_commented_and_non_tensor_lines(snippet):
     assert lines_missing_shape_comments(snippet) == []
+
+
+# ============================== packaging ==============================
+
+
+def test_pyproject_declares_the_runtime_requirements_and_ships_the_assets():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    requirements = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    assert sorted(project["project"]["dependencies"]) == sorted(line for line in requirements if line)
+    shipped = project["tool"]["setuptools"]["package-data"]["attnviz"]
+    for asset in (PACKAGE / "assets").iterdir():
+        assert any(asset.relative_to(PACKAGE).match(pattern) for pattern in shipped), asset
