@@ -76,7 +76,7 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """Section 4.5: pre-LayerNorm attention and feed-forward, each with a shortcut connection.
 
-    ``forward(x, trace=None)``: with a :class:`Recorder`, records ``norm1`` (the LayerNorm'd block input,
+    ``forward(x, recorder=None)``: with a :class:`Recorder`, records ``norm1`` (the LayerNorm'd block input,
     kept: it is what the attention sees), ``att``'s named steps, then the shapes of ``shortcut1``,
     ``norm2``, ``ff`` and ``shortcut2``.
     """
@@ -96,25 +96,25 @@ class TransformerBlock(nn.Module):
         self.norm2 = LayerNorm(cfg["emb_dim"], eps=cfg.get("ln_eps", 1e-5))
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
 
-    def forward(self, x: torch.Tensor, trace: Recorder | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         # Shortcut connection for the attention block
         shortcut = x  # (b, n, d)
         x = self.norm1(x)  # (b, n, d)
-        record(trace, "norm1", x)
-        x = self.att(x, trace)  # (b, n, d) -> (b, n, d), att records its named steps
+        record(recorder, "norm1", x)
+        x = self.att(x, recorder)  # (b, n, d) -> (b, n, d), att records its named steps
         x = self.drop_shortcut(x)  # (b, n, d)
         x = x + shortcut  # add the original input back -> (b, n, d)
-        record(trace, "shortcut1", x, keep=False)
+        record(recorder, "shortcut1", x, keep=False)
 
         # Shortcut connection for the feed-forward block
         shortcut = x  # (b, n, d)
         x = self.norm2(x)  # (b, n, d)
-        record(trace, "norm2", x, keep=False)
+        record(recorder, "norm2", x, keep=False)
         x = self.ff(x)  # (b, n, d) -> (b, n, d)
-        record(trace, "ff", x, keep=False)
+        record(recorder, "ff", x, keep=False)
         x = self.drop_shortcut(x)  # (b, n, d)
         x = x + shortcut  # (b, n, d)
-        record(trace, "shortcut2", x, keep=False)
+        record(recorder, "shortcut2", x, keep=False)
         return x
 
 
@@ -173,23 +173,23 @@ class GPTModel(nn.Module):
         self.final_norm = LayerNorm(cfg["emb_dim"], eps=cfg.get("ln_eps", 1e-5))
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
 
-    def forward(self, in_idx: torch.Tensor, trace: PathRecorder | None = None) -> torch.Tensor:
+    def forward(self, in_idx: torch.Tensor, recorder: PathRecorder | None = None) -> torch.Tensor:
         batch_size, seq_len = in_idx.shape  # (b, n) token ids
         tok_embeds = self.tok_emb(in_idx)  # (b, n) -> (b, n, d)
         pos_embeds = self.pos_emb(torch.arange(seq_len, device=in_idx.device))  # (n,) -> (n, d)
         x = tok_embeds + pos_embeds  # (b, n, d) + (n, d) -> (b, n, d)
         x = self.drop_emb(x)  # (b, n, d)
-        if trace is not None:
+        if recorder is not None:
             for name, tensor in (("tokens", in_idx), ("tok_emb", tok_embeds), ("pos_emb", pos_embeds), ("input", x)):
-                trace.add(name, tensor)
+                recorder.add(name, tensor)
         for index, block in enumerate(self.trf_blocks):  # = the book's self.trf_blocks(x), one block at a time
-            block_trace = trace.enter_block(index, x) if trace is not None else None
-            x = block(x, block_trace)  # (b, n, d) -> (b, n, d)
-            if trace is not None:
-                trace.leave_block(index, x)
+            block_recorder = recorder.enter_block(index, x) if recorder is not None else None
+            x = block(x, block_recorder)  # (b, n, d) -> (b, n, d)
+            if recorder is not None:
+                recorder.leave_block(index, x)
         x = self.final_norm(x)  # (b, n, d)
         logits = self.out_head(x)  # (b, n, d) -> (b, n, vocab)
-        if trace is not None:
-            trace.add("final_norm", x)
-            trace.add("logits", logits)
+        if recorder is not None:
+            recorder.add("final_norm", x)
+            recorder.add("logits", logits)
         return logits
