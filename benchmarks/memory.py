@@ -154,15 +154,15 @@ def png_plot(rows: list[dict], path: Path, browser) -> None:
 
 # Do closed sessions keep their Traces?  Variants of the app (see benchmarks/README.md, "Memory").
 PINNING_VARIANTS = {
-    "as is": ([], "attnviz/ui.py", {}),
+    "as is": ([], "attnviz/ui/share.py", {}),
     "disconnected sessions dropped at once (server.disconnectedSessionTTL = 0)": (
-        [], "attnviz/ui.py", {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": "0"}),
+        [], "attnviz/ui/share.py", {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": "0"}),
     "before the fix: the download buttons' data closes over the Trace": (
         [("functools.partial(_export, export.trace_npz, trace_key(trace))",
           "lambda: export.trace_npz(trace)"),
          ("functools.partial(_export, export.weights_csv, trace_key(trace), head, stage)",
           "lambda: export.weights_csv(trace, head, stage)")],
-        "attnviz/ui.py", {}),
+        "attnviz/ui/share.py", {}),
 }
 
 
