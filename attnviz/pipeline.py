@@ -14,8 +14,9 @@ import torch
 
 from attnviz import attention, embedding, tokens, variants
 
-# Compatibility views of the registry (attnviz.variants is the one place a variant or preset is defined)
-VARIANTS = variants.LABELS  # name -> label
+# Compatibility views of the registry (attnviz.variants is the one place a variant or preset is defined; core
+# code reads the registry, these names stay for older callers)
+VARIANTS = variants.LABELS  # name -> label (the same dict: variants.register() updates it)
 MULTI_HEAD_VARIANTS = tuple(name for name, v in variants.VARIANTS.items() if v.multi_head)
 DROPOUT_VARIANTS = tuple(name for name, v in variants.VARIANTS.items() if v.dropout)
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -56,8 +57,8 @@ class AttentionConfig:
 
     def validate(self) -> AttentionConfig:
         """Return self, or raise ConfigError with a message a user can act on."""
-        if self.variant not in VARIANTS:
-            raise ConfigError(f"Unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}.")
+        if self.variant not in variants.VARIANTS:
+            raise ConfigError(f"Unknown variant {self.variant!r}; choose one of {', '.join(variants.VARIANTS)}.")
         for name, low, high in (("d_in", 1, MAX_DIM), ("d_out", 1, MAX_DIM), ("context_length", 1, MAX_CONTEXT_LENGTH),
                                 ("num_heads", 1, MAX_HEADS), ("seed", 0, MAX_SEED)):
             value = getattr(self, name)

@@ -155,6 +155,19 @@ MHA = "mha"  # the book's MultiHeadAttention: the reference of the Compare page 
 WRAPPER = "mha_wrapper"  # the book's wrapper: compared with MHA head by head
 
 
+def register(variant: Variant) -> Variant:
+    """Add (or replace) a record: every module that iterates the registry picks it up (a model family loaded
+    from a checkpoint is registered like this).  Returns the record."""
+    VARIANTS[variant.name] = variant
+    LABELS[variant.name] = variant.label
+    return variant
+
+
+def unregister(name: str) -> None:
+    VARIANTS.pop(name, None)
+    LABELS.pop(name, None)
+
+
 def get(name: str) -> Variant:
     """The record of ``name``; KeyError naming the known variants when there is none."""
     try:

@@ -35,9 +35,13 @@ def sidebar() -> dict:
                 break
         st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
         st.selectbox("Attention variant", list(variants.LABELS), format_func=variants.LABELS.get, **bind("variant"))
-        st.selectbox("Model size", list(PRESETS), format_func=PRESETS.get, **bind("preset"))
+        reason = spec.not_applicable("preset")
+        st.selectbox("Model size", list(PRESETS), format_func=PRESETS.get, disabled=reason is not None, help=reason,
+                     **bind("preset"))
         col_in, col_out = st.columns(2)
-        col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, **bind("d_in"))
+        reason = spec.not_applicable("d_in")
+        col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=reason is not None,
+                            help=reason, **bind("d_in"))
         col_out.number_input(
             "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
             help=spec.not_applicable("d_out"), **bind("d_out"),
@@ -53,7 +57,9 @@ def sidebar() -> dict:
         dims_notice = ss.pop("_dims_notice", None)
         if dims_notice:
             st.caption(f"ℹ️ {dims_notice}")
-        st.toggle("Causal mask", help="Hide future tokens (−∞ above the diagonal before softmax).", **bind("causal"))
+        reason = spec.not_applicable("causal")
+        st.toggle("Causal mask", disabled=reason is not None,
+                  help=reason or "Hide future tokens (−∞ above the diagonal before softmax).", **bind("causal"))
         reason = spec.not_applicable("dropout")
         st.slider("Dropout p", 0.0, 0.9, step=0.05, disabled=reason is not None, help=reason, **bind("dropout"))
         reason = spec.not_applicable("train")

@@ -1,0 +1,102 @@
+"""attnviz.variants: one record per variant; everything else reads the registry (so a new one is one record)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz import attention, compare, diagram, pipeline, source, steps, variants
+from attnviz.ui import urlstate
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "Your journey starts with one step"
+
+
+def test_every_record_builds_its_class_and_records_its_shape_path():
+    for name, spec in variants.VARIANTS.items():
+        config = pipeline.AttentionConfig(variant=name, d_in=8, d_out=8, num_heads=2 if spec.multi_head else 1,
+                                          context_length=16)
+        torch.manual_seed(0)
+        assert type(spec.build(config)) is spec.cls
+        trace = pipeline.run(TEXT, config)
+        recorded = [diagram._split_name(stage)[0] for stage, _ in trace.shapes]
+        assert recorded == list(spec.shape_path), name
+        assert trace.num_heads == spec.head_count(2)
+
+
+def test_the_book_names_and_sections():
+    assert [spec.cls.__name__ for spec in variants.VARIANTS.values()] == [
+        "SimplifiedSelfAttention", "SelfAttention_v1", "SelfAttention_v2", "CausalAttention",
+        "MultiHeadAttentionWrapper", "MultiHeadAttention"]
+    assert [spec.section for spec in variants.VARIANTS.values()] == ["3.3", "3.4.2", "3.4.2", "3.5.3", "3.6.1", "3.6.2"]
+    assert variants.get(variants.MHA).out_proj and variants.get(variants.WRAPPER).heads == variants.PER_HEAD
+    with pytest.raises(KeyError, match="Unknown variant 'nope'"):
+        variants.get("nope")
+
+
+def test_settings_that_do_not_apply_say_why():
+    reasons = {name: {s: spec.not_applicable(s) for s in ("d_out", "num_heads", "dropout", "train", "d_in")}
+               for name, spec in variants.VARIANTS.items()}
+    assert reasons["simplified"]["d_out"] == "The simplified variant has no weights: its output width is d_in."
+    assert reasons["causal"]["num_heads"] == "Single-head variant: it has one head."
+    assert reasons["self_attention_v2"]["dropout"] == "This variant has no dropout in the book."
+    assert all(reason is None for reason in reasons["mha"].values())
+    assert all(reasons[name]["d_in"] is None for name in reasons)
+
+
+def test_presets_live_once():
+    assert variants.PRESETS["gpt2-small"].dims == (768, 768, 12)
+    assert all(p.d_out % p.num_heads == 0 and p.d_out // p.num_heads == 64
+               for name, p in variants.PRESETS.items() if name.startswith("gpt2"))
+    assert urlstate.PRESET_DIMS == {name: p.dims for name, p in variants.PRESETS.items()}
+    assert list(urlstate.PRESETS) == [*variants.PRESETS, variants.CUSTOM]
+
+
+def test_a_new_variant_is_one_record():
+    """Register a record (here: the book's MHA with qkv_bias, sizes fixed as a checkpoint would fix them): the
+    pipeline, the URL parser, the diagram, the source panel, the Steps text and the Compare page all take it."""
+    spec = variants.Variant(
+        "mha_bias_test", "MHA with biases (test)", "", attention.MultiHeadAttention,
+        lambda c: attention.MultiHeadAttention(c.d_in, c.d_out, c.context_length, c.dropout, c.num_heads, True,
+                                               causal=c.causal),
+        weights="linear", heads=variants.BATCHED, dropout=True, out_proj=True, book_causal=True,
+        fixed_settings={"d_in": "The checkpoint decides d_in."},
+    )
+    variants.register(spec)
+    try:
+        config = pipeline.AttentionConfig(variant="mha_bias_test", d_in=8, d_out=8, num_heads=2, context_length=16)
+        trace = pipeline.run(TEXT, config.validate())
+        assert trace.num_heads == 2 and spec.not_applicable("d_in") == "The checkpoint decides d_in."
+        values, notices = urlstate.settings_from_query({"variant": "mha_bias_test"})
+        assert values["variant"] == "mha_bias_test" and notices == []
+        assert "out_proj" in diagram.shape_dot(trace.shapes, config)
+        assert "attnviz-flow" in diagram.shape_flow_html(trace.shapes, config)
+        assert "class MultiHeadAttention" in source.variant_source("mha_bias_test")
+        assert steps.step_text(config, "masked")["code"].startswith("attn_scores.masked_fill_")
+        result = compare.compare_trace(trace, compare.base_config(config, 8, 2))
+        assert "mha_bias_test" in [v.variant for v in result.variants]
+        assert np.isfinite(result.checks[0].max_diff)
+    finally:
+        variants.unregister("mha_bias_test")
+    assert "mha_bias_test" not in pipeline.VARIANTS
+
+
+def test_variant_names_are_spelled_in_the_registry_only():
+    """Outside tests, a variant's name appears as a string literal only in attnviz/variants.py (the README
+    documents them; benchmark results record them)."""
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    spelled = {}
+    for path in files.stdout.split():
+        if path.startswith("tests/") or not (ROOT / path).exists():
+            continue
+        text = (ROOT / path).read_text(encoding="utf-8")
+        for name in variants.VARIANTS:
+            if name == "causal":  # also the setting's name: the variant's own literal is checked below
+                continue
+            if f'"{name}"' in text or f"'{name}'" in text:
+                spelled.setdefault(name, set()).add(path)
+    assert spelled == {name: {"attnviz/variants.py"} for name in variants.VARIANTS if name != "causal"}
