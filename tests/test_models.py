@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import pathlib
 import pickle
@@ -444,6 +445,32 @@ def test_config_of_another_architecture(hf_small, tmp_path, change, expected):
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
     assert expected in load_error(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [({"n_head": 0}, "n_head must be a positive whole number, got 0"),
+     ({"n_head": "2"}, "n_head must be a positive whole number, got '2'"),
+     ({"n_layer": True}, "n_layer must be a positive whole number"),
+     ({"layer_norm_epsilon": -1}, "layer_norm_epsilon must be a small positive number")],
+)
+def test_config_with_bad_values(hf_small, tmp_path, change, expected):
+    path = write("hf-dir", hf_small, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    assert expected in load_error(path)
+
+
+def test_unreadable_file_is_a_checkpoint_error(hf_small, tmp_path, monkeypatch):
+    path = write("book-pth", hf_small, tmp_path)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(builtins, "open", denied)
+    message = load_error(path)
+    assert "Could not read" in message
+    assert "Permission denied" in message
 
 
 def test_broken_config_json(hf_small, tmp_path):

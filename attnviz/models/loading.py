@@ -250,15 +250,39 @@ def load_checkpoint(path: str | os.PathLike) -> GPTModel:
 
     Raises :class:`CheckpointError` (a ``ValueError``) with an actionable message for anything else.
     """
-    files, config = _locate(Path(path))
+    try:
+        return _load(Path(path))
+    except OSError as error:  # permissions, a file vanishing mid-read, …
+        raise CheckpointError(f"Could not read {error.filename or path}: {error.strerror or error}.") from None
+
+
+SIZE_KEYS = ("n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "n_layers", "n_heads", "emb_dim", "context_length")
+
+
+def _checked_config(config: dict, origin: str) -> dict:
+    """The config's sizes must be positive whole numbers and its eps a positive number."""
+    for key in SIZE_KEYS:
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise CheckpointError(f"{origin}: the config's {key} must be a positive whole number, got {value!r}.")
+    for key in ("layer_norm_epsilon", "ln_eps"):
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+            raise CheckpointError(f"{origin}: the config's {key} must be a small positive number, got {value!r}.")
+    return config
+
+
+def _load(path: Path) -> GPTModel:
+    files, config = _locate(path)
     with _open_tensors(files) as tensors:
         if config is None and isinstance(tensors.extras.get("cfg") or tensors.extras.get("config"), dict):
             config = tensors.extras.get("cfg") or tensors.extras.get("config")
+        config = _checked_config(config or {}, tensors.origin)
         keys = tensors.names()
         if "tok_emb.weight" in keys:
-            model = _load_book(tensors, config or {})
+            model = _load_book(tensors, config)
         elif "wte.weight" in keys or "transformer.wte.weight" in keys:
-            model = _load_gpt2(tensors, config or {})
+            model = _load_gpt2(tensors, config)
         else:
             shown = ", ".join(sorted(keys)[:4]) or "no tensors"
             raise CheckpointError(
