@@ -9,10 +9,11 @@ after ``--warmup``; the variants are interleaved round by round so that load fro
 
 * ``plain``    the book's ``MultiHeadAttention`` forward, no recorder, under ``torch.inference_mode``;
 * ``traced``   the same module called with a ``Recorder`` (every intermediate kept), under inference_mode;
-* ``_forward`` ``pipeline._forward``: what ``run()`` does for the attention part (lock, RNG state, train flag);
+* ``_forward`` ``pipeline._forward``: what ``run()`` does for the attention part (train flag; RNG lock and state only when dropout runs);
 * ``run()``    ``pipeline.run(text, config)`` end to end: tokenize, embed, forward, NumPy, token pieces;
   the module and embedding caches are warm (``cold run()`` is printed once per n, with them cleared);
-* ``sdpa``     ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)`` with the same weights.
+* ``sdpa``     attnviz's one SDPA path, ``implementations.fused_from(module, use_sdpa=True)``: the same weights
+  (W_query/W_key/W_value fused into one Linear) around ``F.scaled_dot_product_attention(is_causal=True)``.
 
 Ratios are medians of per-round ratios (each round times every variant once).  The target (issue 4):
 ``run()`` / ``plain`` ≤ 1.5 at n = 1024.
@@ -34,11 +35,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch.nn import functional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from attnviz import attention, pipeline, tokens  # noqa: E402
+from attnviz import attention, implementations, pipeline, tokens  # noqa: E402
 
 TARGET_RATIO = 1.5
 
@@ -48,18 +48,6 @@ def text_of(n: int) -> str:
     text = "the" + " the" * (n - 1)
     assert len(tokens.encode(text)) == n
     return text
-
-
-def sdpa_forward(module: attention.MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
-    """The book's MultiHeadAttention with the attention core fused into one SDPA call (same weights)."""
-    b, num_tokens, _ = x.shape  # (b, n, d_in)
-    h, hd = module.num_heads, module.head_dim
-    queries = module.W_query(x).view(b, num_tokens, h, hd).transpose(1, 2)  # (b, n, d_out) -> (b, h, n, hd)
-    keys = module.W_key(x).view(b, num_tokens, h, hd).transpose(1, 2)  # (b, h, n, hd)
-    values = module.W_value(x).view(b, num_tokens, h, hd).transpose(1, 2)  # (b, h, n, hd)
-    context_vec = functional.scaled_dot_product_attention(queries, keys, values, is_causal=True)  # (b, h, n, hd)
-    context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, module.d_out)  # (b, h, n, hd) -> (b, n, d_out)
-    return module.out_proj(context_vec)  # (b, n, d_out)
 
 
 def variants(n: int, config: pipeline.AttentionConfig):
@@ -86,9 +74,11 @@ def variants(n: int, config: pipeline.AttentionConfig):
     def run():
         return pipeline.run(text, config)
 
+    fused_sdpa = implementations.fused_from(module, use_sdpa=True).eval()
+
     def sdpa():
         with torch.inference_mode():
-            return sdpa_forward(module, x)
+            return fused_sdpa(x)
 
     # same numbers before timing anything
     reference = plain()
