@@ -28,8 +28,7 @@ Shapes = Iterable[tuple[str, Sequence[int]]]
 EXTRA_STAGES = ("input", "view", "transpose", "concat")
 KNOWN_STAGES = frozenset(STAGES) | frozenset(EXTRA_STAGES)
 WEIGHTS = ("W_query", "W_key", "W_value")
-QKV = ("queries", "keys", "values")
-MAPS = MAP_STAGES  # one tuple of the attention-map stages, defined in attnviz.attention
+QKV = variants.QKV
 
 HIGHLIGHT_FILL = "#ffd54f"  # the stage the user is viewing
 TENSOR_FILL = "#e8f0fe"
@@ -235,10 +234,10 @@ def shape_dot(
 
     # nodes: tensors in pipeline order; the per-head part of a multi-head run inside a cluster
     if spec.heads == variants.BATCHED:
-        grouped = ["transpose", *MAPS, "context"]
+        grouped = ["transpose", *MAP_STAGES, "context"]
         where = f"{shapes['transpose'][1]} heads at once (batched)"
     elif spec.heads == variants.PER_HEAD:
-        grouped = [*QKV, *MAPS, "context"]
+        grouped = [*QKV, *MAP_STAGES, "context"]
         where = f"each of {heads} CausalAttention heads"
     else:
         grouped = []

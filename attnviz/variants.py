@@ -26,8 +26,7 @@ ONE_HEAD = "one"  # a single head: maps are (b, n, n), recorded as (b, 1, n, n)
 PER_HEAD = "per_head"  # num_heads separate modules, outputs concatenated (the wrapper)
 BATCHED = "batched"  # one set of projections viewed as (b, h, n, hd) (MultiHeadAttention)
 
-QKV = ("queries", "keys", "values")
-MAPS = attention.MAP_STAGES  # ("scores", "scaled", "masked", "weights", "dropped")
+QKV = ("queries", "keys", "values")  # the three projections, in the book's order
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class Variant:
         stages = ["input", *QKV]
         if self.heads == BATCHED:
             stages += ["view", "transpose"]
-        stages += [*MAPS, "context"]
+        stages += [*attention.MAP_STAGES, "context"]
         if self.multi_head:
             stages.append("concat")
         return (*stages, "output")
@@ -90,7 +89,7 @@ class Variant:
     def meaning(self, stage: str) -> str:
         """Symbolic shape of ``stage`` in this variant, as in the code's shape comments (``"b h n n"``)."""
         width = "d_in" if self.weights is None else ("hd" if self.heads == PER_HEAD else "d_out")
-        if stage in MAPS:
+        if stage in attention.MAP_STAGES:
             return "b h n n" if self.heads == BATCHED else "b n n"
         if stage in QKV:
             return f"b n {width}"

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from attnviz import diagram, pipeline
-from attnviz.attention import STAGES
+from attnviz.attention import MAP_STAGES, STAGES
 
 JOURNEY = "Your journey starts with one step"  # 6 tokens
 LONGER = "Your journey starts with one step, and then another, and another."
@@ -196,7 +196,7 @@ def test_wrapper_path():
     nodes, edges = parse(dot)
     pairs = {(tail, head) for tail, head, _ in edges}
     assert "concat" in nodes and "view" not in nodes and "transpose" not in nodes and "out_proj" not in nodes
-    for stage in ("queries", "keys", "values", *diagram.MAPS, "context"):
+    for stage in ("queries", "keys", "values", *MAP_STAGES, "context"):
         assert nodes[stage]["label"].startswith(f"{stage} ×2")
     assert {("context", "concat"), ("concat", "output"), ("W_query", "queries")} <= pairs
     assert "subgraph cluster_heads" in dot
