@@ -1,8 +1,8 @@
 """attnviz — see how GPT-style attention works (Raschka, *Build a LLM From Scratch*, Ch. 3).
 
 Data flows one way: text → ``tokens`` → ``embedding`` → ``attention`` → ``pipeline.run()`` →
-``Trace`` → ``figures``/``diagram`` → Streamlit pages (glue in ``attnviz.ui``, the only module
-here that imports Streamlit).
+``Trace`` → ``figures``/``diagram`` → Streamlit pages (glue in the ``attnviz.ui`` package, the only
+place here that imports Streamlit).  Every variant and size preset is one record in ``variants``.
 """
 
 # Import pandas here, once, before any figure is built.  Plotly looks pandas up in sys.modules, where a
