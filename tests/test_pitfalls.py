@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention, Recorder
-from attnviz.pitfalls import bugs, catalogue, leak, workbench
+from attnviz.pitfalls import bugs, catalogue, detectors, leak, workbench
 from attnviz.pitfalls import figures as pitfall_figures
 from attnviz.pitfalls.catalogue import PITFALLS
 
@@ -336,6 +336,31 @@ def test_seeded_results_are_the_same_while_other_threads_draw_from_torchs_rng(la
         assert np.array_equal(result.buggy.details["call_delta"], alone.buggy.details["call_delta"])
         assert np.array_equal(result.buggy.observation.output, alone.buggy.observation.output)
         assert np.array_equal(result.correct.observation.output, alone.correct.observation.output)
+
+
+def test_eval_mode_forwards_do_not_wait_for_torchs_rng(lab):
+    """An eval-mode forward draws nothing: the lab runs it while another session holds pipeline.seeded()."""
+    setup, x = lab
+    correct = workbench.build_correct(setup)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pipeline.seeded():
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        observation = pool.submit(detectors.observe, correct, x).result(timeout=10)
+        report = pool.submit(leak.leak_report, correct, x, 4).result(timeout=10)
+    finally:
+        release.set()
+        holder.join()
+        pool.shutdown()
+    assert observation.error is None and report["verdict"] == "no leak"
 
 
 # ============================== set-up: caps and single-head variants ==============================
