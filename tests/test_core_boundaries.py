@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import io
 import json
 import re
@@ -206,5 +207,7 @@ def test_pyproject_declares_the_runtime_requirements_and_ships_the_assets():
     requirements = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
     assert sorted(project["project"]["dependencies"]) == sorted(line for line in requirements if line)
     shipped = project["tool"]["setuptools"]["package-data"]["attnviz"]
-    for asset in (PACKAGE / "assets").iterdir():
-        assert any(asset.relative_to(PACKAGE).match(pattern) for pattern in shipped), asset
+    for asset in (PACKAGE / "assets").rglob("*"):
+        if asset.is_file():
+            relative = asset.relative_to(PACKAGE).as_posix()
+            assert any(fnmatch.fnmatch(relative, pattern) for pattern in shipped), relative
