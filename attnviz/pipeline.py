@@ -1,10 +1,18 @@
-"""text + AttentionConfig -> Trace: everything the app draws comes from one ``run()``."""
+"""text + AttentionConfig -> Trace: everything the app draws comes from one ``run()``.
+
+With ``AttentionConfig.checkpoint`` (a ref from :mod:`attnviz.weights`: a discovered path or a session model's
+opaque id, never a string from a browser) the Trace is layer ``layer`` of that GPT model: the same named
+steps from the LayerNorm'd block input, the whole model's path in ``Trace.model.path`` and its top-5
+next-token predictions at every position.  Each block's input of the last few (tokens, checkpoint, causal)
+runs is kept, so another layer of the same text reruns one block (:func:`attnviz.models.switch_layer`).
+"""
 
 from __future__ import annotations
 
 import collections
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -26,6 +34,8 @@ MAX_DIM = 4096
 MAX_HEADS = 64  # more heads than this cannot be told apart in a grid (GPT-2 XL has 25)
 MAX_SEED = 2**32 - 1
 MAX_CHARS = 40_000  # text beyond this is not tokenized (1024 tokens never need more in practice)
+MAX_LAYERS = 128  # GPT-2 XL has 48
+LAYER_RUNS_MB = int(os.environ.get("ATTNVIZ_LAYER_RUNS_MB", "512"))  # block inputs kept for fast layer switches
 
 
 class InputError(ValueError):
@@ -54,6 +64,8 @@ class AttentionConfig:
     seed: int = 123
     device: str = "auto"
     embedding: str = "seeded"  # "book": the book's hand-set 3-d journey vectors when the text is the journey
+    checkpoint: str | None = None  # a weights ref (attnviz.weights): run layer ``layer`` of that GPT model
+    layer: int = 0  # which transformer block of the checkpoint (0 … layers − 1)
 
     def validate(self) -> AttentionConfig:
         """Return self, or raise ConfigError with a message a user can act on."""
@@ -75,6 +87,11 @@ class AttentionConfig:
             raise ConfigError(f"Unknown embedding {self.embedding!r}; choose 'seeded' or 'book'.")
         if self.embedding == "book" and self.d_in != 3:
             raise ConfigError(f"The book's journey vectors are 3-dimensional: set d_in to 3 (got {self.d_in}).")
+        if self.checkpoint is not None:
+            if not isinstance(self.checkpoint, str) or not self.checkpoint:
+                raise ConfigError(f"checkpoint must be a weights reference, got {self.checkpoint!r}.")
+            if isinstance(self.layer, bool) or not isinstance(self.layer, int) or not 0 <= self.layer < MAX_LAYERS:
+                raise ConfigError(f"layer must be a whole number from 0, got {self.layer!r}.")
         if self.spec.multi_head:
             if self.num_heads > self.d_out:
                 raise ConfigError(f"{self.num_heads} heads need d_out ≥ {self.num_heads}; d_out is {self.d_out}.")
@@ -87,8 +104,8 @@ class AttentionConfig:
 
     @property
     def spec(self) -> variants.Variant:
-        """This config's record in the variant registry."""
-        return variants.get(self.variant)
+        """This config's record in the variant registry (a checkpoint's layer: ``variants.CHECKPOINT``)."""
+        return variants.CHECKPOINT if self.checkpoint is not None else variants.get(self.variant)
 
     @property
     def heads(self) -> int:
@@ -142,6 +159,17 @@ def preset_config(preset: str, **overrides) -> AttentionConfig:
     return AttentionConfig(**{**values, **overrides})
 
 
+@dataclass(frozen=True, eq=False)  # holds arrays
+class ModelRun:
+    """What a checkpoint's run adds to its Trace: where the layer sits, the whole path, the predictions."""
+
+    layer: int
+    n_layers: int
+    path: tuple[tuple[str, tuple[int, ...]], ...]  # (stage, shape): tokens, tok_emb, pos_emb, input, blocks…, logits
+    top_ids: np.ndarray  # (n, 5) int64: the model's most likely next tokens after each position
+    top_probs: np.ndarray  # (n, 5) float32, descending per row
+
+
 @dataclass(frozen=True)
 class Trace:
     """One run, ready to draw.  Arrays are float32 NumPy on the CPU; treat them as read-only."""
@@ -157,6 +185,7 @@ class Trace:
     shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (stage, shape) in pipeline order, from real tensors
     device: str  # the device that actually ran
     notes: tuple[str, ...] = field(default=())  # things the user should know (truncation, fallback)
+    model: ModelRun | None = None  # set when the run used a checkpoint
 
     @property
     def n(self) -> int:
@@ -225,11 +254,14 @@ def _embedding_layer(d_in: int, context_length: int, seed: int) -> embedding.Inp
 
 @functools.lru_cache(maxsize=4)
 def _seeded_module(module_config: AttentionConfig, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
-    """(module on ``device``, RNG state right after its creation, so dropout replays the book's draws)."""
+    """(module on ``device``, RNG state right after its creation, so dropout replays the book's draws).
+
+    Its mode is set here, once, from ``module_config.train`` (true only when dropout runs): a module shared by
+    sessions is never switched between train and eval, so an eval-mode forward needs no lock."""
     with seeded(module_config.seed):
         module = build_module(module_config)  # created on the CPU: the same weights on every device
         rng_state = torch.get_rng_state()
-    return module.to(device), rng_state
+    return module.to(device).train(module_config.train), rng_state
 
 
 def clean_text(text: str) -> tuple[str, list[str]]:
@@ -269,6 +301,8 @@ def prepare_text(text: str, context_length: int) -> tuple[str, list[int], list[s
 def run(text: str, config: AttentionConfig) -> Trace:
     """Tokenize, embed and run the configured attention, recording every named intermediate."""
     config.validate()
+    if config.checkpoint is not None:
+        return _run_checkpoint(text, config)
     text, token_ids, notes = prepare_text(text, config.context_length)
     device, device_notes = resolve_device(config.device)
     notes += device_notes
@@ -317,18 +351,92 @@ def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
 
 
 def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: str):
-    # the module does not depend on train/device; its dropout mode is set per run
-    module_config = replace(config, train=False, device="auto", embedding="seeded")  # what the module depends on
+    # what the module depends on: a training-mode module (dropout runs) and an eval-mode one are cached apart
+    module_config = replace(config, train=config.dropout_runs, device="auto", embedding="seeded")
     module, rng_state = _seeded_module(module_config, device)
     recorder = attention.Recorder()
-    # only a forward whose dropout is active draws random numbers: only that one holds the RNG
+    # only a forward whose dropout runs draws random numbers: only that one holds the RNG (from the seed's state)
     rng = seeded(rng_state=rng_state) if config.dropout_runs else contextlib.nullcontext()
     with rng, torch.inference_mode():
         if config.dropout_runs and device == "cuda":
             torch.cuda.manual_seed_all(config.seed)
-        module.train(config.train)
         output = module(input_embeddings.to(device), recorder)  # (1, n, d_in) -> (1, n, d_out)
     return recorder, output
+
+
+# ============================== a checkpoint's layer ==============================
+
+_layer_runs_lock = threading.Lock()
+_layer_runs: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()  # -> (LayerTrace, bytes)
+
+
+def _run_checkpoint(text: str, config: AttentionConfig) -> Trace:
+    from attnviz import weights
+
+    model = weights.load(config.checkpoint)  # CheckpointError (a ValueError) says what is wrong with the file
+    sizes = weights.sizes(model)
+    expected = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads, min(sizes.context_length, MAX_CONTEXT_LENGTH))
+    if (config.d_in, config.d_out, config.num_heads, config.context_length) != expected:
+        raise ConfigError(f"This checkpoint has width {sizes.emb_dim}, {sizes.num_heads} heads and "
+                          f"{sizes.context_length} positions; the settings say otherwise (reload the page).")
+    if config.layer >= sizes.n_layers:
+        raise ConfigError(f"This checkpoint has {sizes.n_layers} layers: choose a layer from 0 to {sizes.n_layers - 1}.")
+    text, token_ids, notes = prepare_text(text, config.context_length)
+    layer_trace = _layer_trace(model, config, token_ids)
+    steps = {name: _to_numpy(value) for name, value in layer_trace.steps.items()}  # norm1 + the ten stages
+    with torch.no_grad():
+        ids = torch.tensor(token_ids)  # (n,)
+        token_rows = model.tok_emb.weight[ids]  # (vocab, d)[(n,)] -> (n, d): the checkpoint's wte rows
+        position_rows = model.pos_emb.weight[: len(token_ids)]  # (n, d): its wpe rows
+        embeddings = {"token": _to_numpy(token_rows), "position": _to_numpy(position_rows),
+                      "input": _to_numpy(token_rows + position_rows)}  # (n, d) each
+    block = [(name, shape) for name, shape in layer_trace.recorder.shapes]
+    names = [name for name, _ in block]
+    attention_shapes = block[names.index("queries") : names.index("output") + 1]  # what att records
+    details = tokens.pieces(token_ids)
+    top_ids = layer_trace.top_ids.copy()
+    top_probs = layer_trace.top_probs.copy()
+    top_ids.setflags(write=False)
+    top_probs.setflags(write=False)
+    return Trace(
+        config=config,
+        text=text,
+        tokens=tuple(t.piece for t in details),
+        token_ids=tuple(token_ids),
+        token_details=tuple(details),
+        embeddings=embeddings,
+        steps=steps,
+        output=steps["output"],
+        shapes=(("input", dict(block)["norm1"]), *attention_shapes),  # the attention reads norm1(block input)
+        device="cpu",
+        notes=tuple(notes),
+        model=ModelRun(layer=config.layer, n_layers=sizes.n_layers, path=tuple(layer_trace.path), top_ids=top_ids,
+                       top_probs=top_probs),
+    )
+
+
+def _layer_trace(model, config: AttentionConfig, token_ids: list[int]):
+    """``models.trace_layer``, or ``models.switch_layer`` from the block inputs kept for these tokens."""
+    from attnviz import models
+    from attnviz.attention import Recorder
+
+    key = (config.checkpoint, config.causal, tuple(token_ids))
+    with _layer_runs_lock:
+        kept = _layer_runs.get(key)
+        if kept is not None:
+            _layer_runs.move_to_end(key)
+    if kept is not None:
+        return models.switch_layer(model, kept[0], config.layer)
+    layer_trace = models.trace_layer(model, token_ids, config.layer, causal=config.causal)
+    shapes_only = Recorder()
+    shapes_only.shapes = list(layer_trace.recorder.shapes)
+    light = replace(layer_trace, recorder=shapes_only)  # block inputs, predictions, path: not the maps
+    size = light.block_inputs.numel() * light.block_inputs.element_size()
+    with _layer_runs_lock:
+        _layer_runs[key] = (light, size)
+        while len(_layer_runs) > 1 and sum(s for _, s in _layer_runs.values()) > LAYER_RUNS_MB * 2**20:
+            _layer_runs.popitem(last=False)
+    return layer_trace
 
 
 def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -344,8 +452,9 @@ _byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None
 def trace_nbytes(trace: Trace) -> int:
     """Bytes held by a Trace's arrays; memory shared by several arrays (in eval mode ``dropped`` is
     ``weights``, a non-causal run's ``masked`` is ``scaled``) counts once."""
+    extra = (trace.model.top_ids, trace.model.top_probs) if trace.model is not None else ()
     spans = sorted(_byte_bounds(array) for array in (*trace.steps.values(), *trace.embeddings.values(),
-                                                        trace.output) if array.nbytes)
+                                                        trace.output, *extra) if array.nbytes)
     total, end = 0, None
     for low, high in spans:  # the union of the arrays' byte ranges
         if end is None or low >= end:

@@ -30,6 +30,9 @@ STEP_LABELS = {
 def dropout_off_reason(config: AttentionConfig, short: bool = False) -> str:
     """Why the dropout stage does nothing in this run: the Steps page's sentence, or (``short``) the
     shape diagram's label."""
+    if config.checkpoint is not None:
+        return "dropout off (eval)" if short else (
+            "A loaded checkpoint runs in eval mode, as at inference: dropout is off, dropped = weights.")
     if not config.spec.dropout:
         return "no dropout in this class" if short else "This variant has no dropout in the book: dropped = weights."
     if not config.train:

@@ -154,6 +154,30 @@ MHA = "mha"  # the book's MultiHeadAttention: the reference of the Compare page 
 WRAPPER = "mha_wrapper"  # the book's wrapper: compared with MHA head by head
 
 
+def _checkpoint_attention(c) -> nn.Module:
+    from attnviz import weights  # the model behind the config's weights ref (loaded once, cached)
+
+    return weights.load(c.checkpoint).trf_blocks[c.layer].att
+
+
+_FROM_CHECKPOINT = "The checkpoint decides this: its sizes are read from the file."
+_EVAL = "A loaded model runs in eval mode (as at inference): no dropout."
+# A checkpoint's layer: the book's MultiHeadAttention inside the book's Chapter 4 GPTModel, sizes from the file.
+# Not listed in VARIANTS (the sidebar's and the Compare page's choices): AttentionConfig.spec returns it when
+# the ``weights`` setting names a checkpoint.  Its name is MHA's, so the source, diagram and steps are MHA's.
+CHECKPOINT = Variant(
+    MHA, "MultiHeadAttention of a GPT-2 checkpoint (GPTModel, ch. 4)", "4.5", attention.MultiHeadAttention,
+    _checkpoint_attention, weights="linear", heads=BATCHED, dropout=False, out_proj=True, book_causal=True,
+    fixed_settings={
+        "variant": "A checkpoint's attention is the book's MultiHeadAttention inside GPTModel (chapter 4).",
+        "preset": _FROM_CHECKPOINT, "d_in": _FROM_CHECKPOINT, "d_out": _FROM_CHECKPOINT, "num_heads": _FROM_CHECKPOINT,
+        "dropout": _EVAL, "train": _EVAL,
+        "seed": "The weights come from the checkpoint: nothing is seeded.",
+        "device": "Checkpoints run on the CPU.",
+    },
+)
+
+
 def register(variant: Variant) -> Variant:
     """Add (or replace) a record: every module that iterates the registry picks it up (a model family loaded
     from a checkpoint is registered like this).  Returns the record."""

@@ -5,7 +5,7 @@ import streamlit as st
 
 from attnviz import figures, implementations, pipeline, ui
 
-ctx = ui.setup("Implementations benchmark")
+ctx = ui.setup("Implementations benchmark", book_classes=True)
 if ctx is None:
     st.stop()
 settings = ctx.settings

@@ -8,7 +8,7 @@ import streamlit as st
 from attnviz import ablation, compare, ui
 from attnviz.ui import compute
 
-ctx = ui.setup("Compare variants")
+ctx = ui.setup("Compare variants", book_classes=True)
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.trace.config

@@ -11,7 +11,7 @@ if ctx is None:
 trace, config = ctx.trace, ctx.trace.config
 
 st.title("Attention heads")
-st.caption(f"{ui.variant_label(config)} · {'causal mask' if config.causal else 'no mask'} · {trace.n} tokens · "
+st.caption(f"{ui.weights_caption(ctx)} · {'causal mask' if config.causal else 'no mask'} · {trace.n} tokens · "
            f"device {trace.device}")
 
 stage = st.segmented_control(
@@ -34,3 +34,7 @@ st.caption("Computed from the attention weights of every head; each bar spans th
 picked = st.dataframe(ui.head_stats_table(ctx), on_select="rerun", selection_mode="single-row", key="heads_stats",
                       column_config=ui.stats_column_config(trace.n), hide_index=True, height="content")
 ui.focus_from_row(picked, trace.num_heads)
+
+if ctx.checkpoint:
+    ui.next_token_panel(ctx)
+    ui.layers_overview(ctx)

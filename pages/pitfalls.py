@@ -8,7 +8,7 @@ from attnviz.pitfalls import catalogue, detectors, workbench
 from attnviz.pitfalls import figures as pitfall_figures
 from attnviz.pitfalls.catalogue import PITFALLS
 
-ctx = ui.setup("Pitfall lab")
+ctx = ui.setup("Pitfall lab", book_classes=True)
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.config

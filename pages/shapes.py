@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from attnviz import diagram, ui
+from attnviz import checkpoint_view, diagram, ui
 
 ctx = ui.setup("Shapes")
 if ctx is None:
@@ -11,7 +11,14 @@ if ctx is None:
 trace, config = ctx.trace, ctx.trace.config
 
 st.title("Tensor shapes through the pipeline")
-st.caption(f"{ui.variant_label(config)} · {trace.n} tokens — shapes are read from the tensors of this run.")
+st.caption(f"{ui.weights_caption(ctx)} · {trace.n} tokens — shapes are read from the tensors of this run.")
+if ctx.checkpoint:
+    st.subheader("The whole model: tokens → logits")
+    st.caption(f"Block {trace.model.layer} is expanded; its attention (highlighted) is drawn in detail below.")
+    whole, table = st.columns([1, 1])
+    whole.graphviz_chart(checkpoint_view.model_path_dot(trace))
+    table.dataframe(pd.DataFrame(checkpoint_view.model_path_rows(trace)), hide_index=True, height=600)
+    st.subheader(f"Block {trace.model.layer}'s attention")
 st.markdown(f"**{diagram.head_dim_equation(config)}**")
 st.graphviz_chart(diagram.shape_dot(trace.shapes, config, rankdir="TB"))  # top to bottom: readable at page width
 rows = diagram.shape_rows(trace.shapes, config)

@@ -11,6 +11,8 @@ if ctx is None:
 trace, config = ctx.trace, ctx.trace.config
 
 st.title("Attention step by step")
+st.caption(ui.weights_caption(ctx) + (" · the attention reads norm1(the block's input), the LayerNorm'd residual stream"
+                                      if ctx.checkpoint else ""))
 stage = st.segmented_control(
     "Stage", list(steps.STEP_LABELS), format_func=steps.STEP_LABELS.get, **ui.page_bind("steps_stage", "masked")
 ) or "masked"

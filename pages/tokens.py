@@ -24,6 +24,9 @@ with st.expander("Token table"):
     }), hide_index=True)
 
 st.subheader("Embeddings: token + position = input")
+if ctx.checkpoint:
+    st.caption(f"The checkpoint's own rows: tok_emb (wte) for each token id and pos_emb (wpe) for each position "
+               f"({ui.weights_caption(ctx).split(' · ')[0]}).")
 if config.embedding == "book" and trace.embeddings["position"].any() == 0:
     st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
 bound = max(float(abs(array).max()) for array in trace.embeddings.values()) or 1.0
@@ -32,3 +35,6 @@ for name, label in (("token", "token embedding"), ("position", "positional embed
     matrix = trace.embeddings[name]
     st.plotly_chart(figures.embedding_heatmap(matrix, trace.tokens, title=f"{label} {tuple(matrix.shape)}", bound=bound),
                     config=ui.plotly_config(f"attnviz-embedding-{name}"))
+
+if ctx.checkpoint:
+    ui.next_token_panel(ctx, key="tokens_next_position")

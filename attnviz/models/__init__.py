@@ -4,12 +4,19 @@
 recorded path of one layer), ``discovery`` (checkpoints on this machine, listed by name).
 """
 
+from pathlib import Path
+
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
 from attnviz.models.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, PathRecorder, TransformerBlock
 from attnviz.models.loading import CheckpointError, assign, load_checkpoint
 from attnviz.models.trace import LayerTrace, attention_maps, iter_layer_maps, layer_maps, switch_layer, trace_layer
 
+# The model attnviz ships (a GPT-2 folder trained by ``python -m attnviz.train``), offered as a weights option
+# when its files are present.
+BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
+
 __all__ = [
+    "BUNDLED",
     "Checkpoint",
     "Checkpoints",
     "checkpoint_args",

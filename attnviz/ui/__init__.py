@@ -17,11 +17,14 @@ One module per job:
 * ``share``    — "Share & export": the link, the figure format, downloads computed on click;
 * ``frame``    — ``setup()`` and the view helpers every page uses;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
+* ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
+* ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``pages``    — the Compare and Benchmark pages' cached computations.
 """
 
 from attnviz.ui.cache import TRACE_CACHE_MB, cached_trace, trace_key, trace_of, tune_memory
-from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, setup, variant_label
+from attnviz.ui.checkpoint import layers_overview, next_token_panel
+from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, setup, variant_label, weights_caption
 from attnviz.ui.heads import (
     WINDOW,
     focus_from_click,
@@ -48,6 +51,7 @@ from attnviz.ui.urlstate import (
     settings_from_query,
     share_query,
 )
+from attnviz.ui.weights import register_trained_model, session_id
 
 __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
@@ -55,5 +59,6 @@ __all__ = [
     "focus_from_click", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure",
     "markdown_escape", "page_bind", "plotly_config", "settings_from_query", "setup", "share_and_export",
     "share_query", "sidebar", "stats_column_config", "trace_key", "trace_of", "tune_memory", "variant_label",
-    "window_selector",
+    "window_selector", "layers_overview", "next_token_panel", "weights_caption", "register_trained_model",
+    "session_id",
 ]

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from attnviz.models import CheckpointError
 from attnviz.pipeline import AttentionConfig, InputError, Trace
+from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, trace_key, tune_memory
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import sidebar
@@ -23,6 +25,12 @@ class Context:
     config: AttentionConfig
     trace: Trace
     stale: bool  # True when showing the last valid view because the current input is invalid
+    weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
+
+    @property
+    def checkpoint(self) -> bool:
+        """True when this view draws a checkpoint's layer (``trace.model`` is set)."""
+        return self.trace.model is not None
 
     @property
     def key(self) -> tuple:
@@ -35,28 +43,41 @@ def _last_valid_trace() -> Trace | None:
     return None if last is None else cached_trace(*last)
 
 
-def setup(page_title: str) -> Context | None:
-    """Sidebar + cached run.  On invalid input: a plain message and the last valid view."""
+def setup(page_title: str, book_classes: bool = False) -> Context | None:
+    """Sidebar + cached run.  On invalid input or an unreadable checkpoint: a plain message and the last valid view.
+
+    ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
+    and runs them with seeded random weights at the checkpoint's sizes."""
     tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
     st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
     values = sidebar()
+    choice = ui_weights.current()
     try:
-        config = config_from_settings(values).validate()
+        if choice.error is not None:
+            raise CheckpointError(f"{choice.option.name} could not be loaded: {choice.error}")
+        checkpoint = None
+        if choice.checkpoint and not book_classes:
+            checkpoint = (choice.option.ref, choice.sizes)
+        elif choice.checkpoint:
+            st.info(f"This page runs the book's Chapter 3 classes with seeded random weights (at the sizes of "
+                    f"{markdown_escape(choice.option.name)}), not the checkpoint's weights: those are on the Heads, "
+                    "Steps, Shapes and Tokens pages.", icon=":material/info:")
+        config = config_from_settings(values, checkpoint).validate()
         with st.spinner("Running attention…"):
             trace = cached_trace(values["text"], dataclasses.astuple(config))
-    except InputError as exc:
+    except (InputError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         last = _last_valid_trace()
         share_and_export(last)
         if last is None:
             return None
         st.caption("Showing the last valid view.")
-        return Context(settings=values, config=last.config, trace=last, stale=True)
+        return Context(settings=values, config=last.config, trace=last, stale=True, weights=choice)
     ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
     share_and_export(trace)
     for note in trace.notes:
         st.info(markdown_escape(note), icon="ℹ️")
-    return Context(settings=values, config=config, trace=trace, stale=False)
+    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice)
 
 
 def beside_shape_diagram(trace: Trace, highlight: str):
@@ -75,6 +96,17 @@ def beside_shape_diagram(trace: Trace, highlight: str):
 def variant_label(config: AttentionConfig) -> str:
     heads = f", {config.heads} heads × {config.head_dim}" if config.heads > 1 else ""
     return f"{config.spec.label}{heads}"
+
+
+def weights_caption(ctx: Context) -> str:
+    """Which weights drew this view: the checkpoint's name and layer, or the book's classes."""
+    trace = ctx.trace
+    if trace.model is None:
+        return f"{variant_label(trace.config)} · seeded random weights"
+    name = next((o.name for o in ui_weights.options() if o.ref == trace.config.checkpoint), "checkpoint")
+    mask = "" if trace.config.causal else " · causal mask OFF (the model was trained with it)"
+    return (f"{name} · layer {trace.model.layer} of {trace.model.n_layers} (0…{trace.model.n_layers - 1}) · "
+            f"{trace.config.heads} heads × {trace.config.head_dim}{mask}")
 
 
 def plotly_config(filename: str) -> dict:

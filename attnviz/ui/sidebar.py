@@ -6,9 +6,10 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from attnviz import pipeline, variants
+from attnviz import pipeline, variants, weights
+from attnviz.ui import weights as ui_weights
 from attnviz.ui.state import bind, init_session, restore_widgets, set_setting, ss
-from attnviz.ui.urlstate import PRESETS, SETTING_KEYS, markdown_escape, share_query
+from attnviz.ui.urlstate import PRESET_DIMS, PRESETS, SETTING_KEYS, markdown_escape, share_query
 
 PAGES = (
     ("app.py", "Heads", ":material/grid_view:"),
@@ -25,7 +26,11 @@ def sidebar() -> dict:
     """Draw the shared sidebar; returns the current settings."""
     init_session()
     restore_widgets()
-    spec = variants.get(ss["variant"])
+    listed = ui_weights.options()
+    names = [option.name for option in listed]
+    if ss["weights"] not in names:  # e.g. a trained model this server no longer holds
+        ss["_weights_notice"] = f"The weights {ss['weights'][:60]!r} are no longer listed; showing the book's classes."
+        set_setting("weights", weights.BOOK)
     with st.sidebar:
         st.markdown("### attnviz")
         for path, label, icon in PAGES:
@@ -34,7 +39,28 @@ def sidebar() -> dict:
             except StreamlitAPIException:  # a page script run on its own (no app.py): no links
                 break
         st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
-        st.selectbox("Attention variant", list(variants.LABELS), format_func=variants.LABELS.get, **bind("variant"))
+        labels = {option.name: option.label for option in listed}
+        st.selectbox("Weights", names, format_func=labels.get, **bind("weights"),
+                     help="The book's classes with seeded random weights, or a GPT-2 checkpoint found on this "
+                     "machine (ATTNVIZ_CHECKPOINTS, the Hugging Face cache, --checkpoint).")
+        choice = ui_weights.choose(listed, ss["weights"])
+        ss["_weights_choice"] = choice
+        spec = variants.CHECKPOINT if choice.checkpoint else variants.get(ss["variant"])
+        if choice.sizes is not None:
+            _follow_checkpoint(choice.sizes)
+        n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
+        if not 0 <= ss["layer"] < n_layers:
+            if choice.sizes is not None:
+                ss["_weights_notice"] = (
+                    f"Layer {ss['layer']} does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1}); "
+                    "showing layer 0.")
+            set_setting("layer", 0)
+        st.selectbox("Layer", list(range(n_layers)), disabled=choice.sizes is None, **bind("layer"),
+                     help="Which transformer block's attention to show (0 = the first)." if choice.sizes is not None
+                     else "The book's classes are one attention layer; pick a checkpoint under Weights for layers.")
+        reason = spec.not_applicable("variant")
+        st.selectbox("Attention variant", list(variants.LABELS), format_func=variants.LABELS.get,
+                     disabled=reason is not None, help=reason, **bind("variant"))
         reason = spec.not_applicable("preset")
         st.selectbox("Model size", list(PRESETS), format_func=PRESETS.get, disabled=reason is not None, help=reason,
                      **bind("preset"))
@@ -58,19 +84,39 @@ def sidebar() -> dict:
         if dims_notice:
             st.caption(f"ℹ️ {dims_notice}")
         reason = spec.not_applicable("causal")
-        st.toggle("Causal mask", disabled=reason is not None,
-                  help=reason or "Hide future tokens (−∞ above the diagonal before softmax).", **bind("causal"))
+        causal_help = "Hide future tokens (−∞ above the diagonal before softmax)."
+        if choice.checkpoint:
+            causal_help += (" GPT-2 was trained with it: turned off, every layer sees the future, which shows what "
+                            "the heads do then, not what the model does.")
+        st.toggle("Causal mask", disabled=reason is not None, help=reason or causal_help, **bind("causal"))
         reason = spec.not_applicable("dropout")
         st.slider("Dropout p", 0.0, 0.9, step=0.05, disabled=reason is not None, help=reason, **bind("dropout"))
         reason = spec.not_applicable("train")
         st.toggle("Dropout active (training mode)", disabled=reason is not None, help=reason, **bind("train"))
-        st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, **bind("seed"))
+        reason = spec.not_applicable("seed")
+        st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, disabled=reason is not None,
+                        help=reason, **bind("seed"))
         devices = pipeline.available_devices()
         if ss["device"] not in devices:
             set_setting("device", "auto")
-        st.selectbox("Device", devices, help="auto = CUDA, then MPS, then CPU.", **bind("device"))
+        reason = spec.not_applicable("device")
+        st.selectbox("Device", devices, disabled=reason is not None, help=reason or "auto = CUDA, then MPS, then CPU.",
+                     **bind("device"))
+        if weights_notice := ss.pop("_weights_notice", None):
+            st.warning(markdown_escape(weights_notice), icon="🔗")
         for notice in ss.get("_url_notices", []):
             st.warning(markdown_escape(notice), icon="🔗")
     values = {key: ss[key] for key in SETTING_KEYS}
     st.query_params.from_dict(share_query(values))
     return values
+
+
+def _follow_checkpoint(sizes) -> None:
+    """The size widgets show the checkpoint's sizes (disabled): its width, heads and matching preset."""
+    dims = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads)
+    for name, value in zip(("d_in", "d_out", "num_heads"), dims):
+        if ss[name] != value:
+            set_setting(name, value)
+    preset = next((name for name, preset_dims in PRESET_DIMS.items() if preset_dims == dims), "custom")
+    if ss["preset"] != preset:
+        set_setting("preset", preset)

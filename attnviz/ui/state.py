@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz import pipeline, variants
+from attnviz import pipeline, variants, weights
+from attnviz.ui import weights as ui_weights
 from attnviz.ui.urlstate import PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
 
 ss = st.session_state
@@ -16,7 +17,8 @@ def init_session() -> None:
     """First run of a session: defaults, overlaid with valid URL parameters."""
     if "_keep_text" in ss:
         return
-    values, notices = settings_from_query(dict(st.query_params))
+    names = [option.name for option in ui_weights.options()]
+    values, notices = settings_from_query(dict(st.query_params), weights_names=names)
     for key, value in values.items():
         ss[f"_keep_{key}"] = value
     ss["_url_notices"] = notices
@@ -36,6 +38,8 @@ def set_setting(key: str, value) -> None:
 def _changed(key: str) -> None:
     """on_change of every sidebar widget: keep its value, and keep the sizes consistent."""
     set_setting(key, ss[key])
+    if key == "weights" and ss["weights"] != weights.BOOK:
+        set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
     if key == "preset" and ss["preset"] in PRESET_DIMS:
         for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[ss["preset"]]):
             set_setting(name, value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from attnviz import pipeline, variants
+from attnviz import pipeline, variants, weights
 from attnviz.pipeline import AttentionConfig
 
 DEFAULT_TEXT = "Your journey starts with one step"
@@ -13,6 +13,8 @@ PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
 PRESET_DIMS = {name: preset.dims for name, preset in variants.PRESETS.items()}
 DEFAULTS = {
     "text": DEFAULT_TEXT,
+    "weights": weights.BOOK,  # an option's listed name (attnviz.weights), never a path
+    "layer": 0,
     "variant": variants.DEFAULT,
     "preset": "gpt2-small",
     "d_in": 768,
@@ -64,6 +66,8 @@ def _parse_dropout(raw: str) -> float:
 def _parsers() -> dict:
     return {
         "text": str,
+        "weights": str,  # checked against the listed names by settings_from_query
+        "layer": _parse_int(0, pipeline.MAX_LAYERS - 1),
         "variant": _parse_choice(list(variants.VARIANTS)),
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, pipeline.MAX_DIM),
@@ -77,13 +81,21 @@ def _parsers() -> dict:
     }
 
 
-def settings_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
-    """Settings from URL parameters (same names as the widget keys): (valid values, notices)."""
+def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dict, list[str]]:
+    """Settings from URL parameters (same names as the widget keys): (valid values, notices).
+
+    ``weights_names``: the weights options listed for this session; a ``weights`` value not among them is
+    ignored with a notice (it is compared with the names, never used as a path)."""
     values, notices = dict(DEFAULTS), []
+    listed = set(weights_names) if weights_names is not None else {weights.BOOK}
     parsers = _parsers()
     for key, raw in params.items():
         if key not in parsers:
             notices.append(f"Ignored unknown URL parameter {key!r}.")
+            continue
+        if key == "weights" and raw not in listed:
+            notices.append(f"Ignored URL parameter weights={raw[:60]!r}: no weights of that name are listed "
+                           "here (this server lists the book's classes and the checkpoints it found).")
             continue
         try:
             values[key] = parsers[key](raw)
@@ -103,8 +115,19 @@ def settings_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
 
 
 
-def config_from_settings(values: dict) -> AttentionConfig:
-    """The run's config; settings that don't apply to the variant are normalised (one cache entry)."""
+def config_from_settings(values: dict, checkpoint: tuple[str, weights.ModelSizes] | None = None) -> AttentionConfig:
+    """The run's config; settings that don't apply to the variant are normalised (one cache entry).
+
+    ``checkpoint`` = (weights ref, its model's sizes): layer ``values["layer"]`` of that model; everything the
+    checkpoint decides comes from its sizes, the rest is normalised, so a run has one cache key."""
+    if checkpoint is not None:
+        ref, sizes = checkpoint
+        return AttentionConfig(
+            variant=variants.MHA, d_in=sizes.emb_dim, d_out=sizes.emb_dim, num_heads=sizes.num_heads,
+            context_length=min(sizes.context_length, pipeline.MAX_CONTEXT_LENGTH), dropout=0.0, train=False,
+            causal=bool(values["causal"]), qkv_bias=sizes.qkv_bias, seed=DEFAULTS["seed"], device="cpu",
+            checkpoint=ref, layer=int(values["layer"]),
+        )
     spec = variants.get(values["variant"])
     return AttentionConfig(
         variant=spec.name,

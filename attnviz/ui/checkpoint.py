@@ -1,0 +1,57 @@
+"""Panels only a checkpoint's view has: the model's next-token predictions and the layers × heads overview
+(computed layer by layer, pooled, cached per text, checkpoint and mask)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz import checkpoint_view, weights
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.state import page_bind, ss
+
+
+def next_token_panel(ctx: Context, key: str = "next_position") -> None:
+    """Top-5 next tokens at a chosen position (default: the last), and every position's top-1 in an expander."""
+    trace = ctx.trace
+    if trace.model is None:
+        return
+    st.subheader("Next-token predictions")
+    n = trace.n
+    position = st.select_slider(
+        "After position", list(range(n)), format_func=lambda p: f"{p}: {trace.tokens[p]}",
+        **page_bind(key, n - 1, lambda p: isinstance(p, int) and 0 <= p < n),
+    ) if n > 1 else 0
+    st.caption(f"What the model predicts after “{trace.tokens[position]}” (position {position}): its top 5 "
+               "of 50,257 tokens, softmax of the logits.")
+    st.dataframe(checkpoint_view.next_tokens(trace, position), hide_index=True, column_config={
+        "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0, max_value=1.0),
+    })
+    with st.expander("Every position's most likely next token"):
+        st.dataframe(checkpoint_view.predictions(trace), hide_index=True, column_config={
+            "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0,
+                                                           max_value=1.0),
+        })
+
+
+@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
+def _overview(checkpoint: str, causal: bool, token_ids: tuple[int, ...]):
+    return checkpoint_view.layers_overview(weights.load(checkpoint), list(token_ids), causal=causal)
+
+
+def layers_overview(ctx: Context) -> None:
+    """The layers × heads overview (BertViz's model view), computed when asked for: every layer's maps once."""
+    trace = ctx.trace
+    if trace.model is None:
+        return
+    st.subheader("Every layer and head")
+    show = st.toggle(f"Show all {trace.model.n_layers} layers × {trace.num_heads} heads",
+                     help="Runs every block once more, one layer at a time, and keeps only pooled thumbnails.",
+                     **page_bind("heads_overview", False))
+    if not show:
+        st.caption("Off: turn it on to compute every layer's heads (one more pass through the model).")
+        return
+    with st.spinner("Running every layer…"):
+        pooled = _overview(trace.config.checkpoint, trace.config.causal, trace.token_ids)
+    focus = (trace.model.layer, ss.get("_keep_heads_focus", 0))
+    st.plotly_chart(checkpoint_view.overview_figure(pooled, trace.n, focus=focus),
+                    config=plotly_config("attnviz-layers-heads"))

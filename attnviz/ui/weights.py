@@ -1,0 +1,78 @@
+"""The ``weights`` and ``layer`` settings: which weights this session may pick, the model behind the choice
+(loaded once per server), and the checkpoint panels pages share (next-token predictions, layers × heads).
+
+A name from the URL or a widget is only looked up in :func:`attnviz.weights.options` (a dictionary lookup):
+no string from the browser reaches the file system.  Models trained in a session are offered to that
+session only: :func:`register_trained_model` (for the Train page) stores one server-side under an opaque id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from attnviz import weights
+from attnviz.models import CheckpointError, GPTModel
+
+ss = st.session_state
+
+
+def session_id() -> str:
+    """This browser session's id (Streamlit's), the key of its trained models."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else "no-session"
+
+
+def options() -> list[weights.Option]:
+    """The weights this session may pick: the book's classes, the bundled model, checkpoints, its trained models."""
+    return weights.options(session_id())
+
+
+def register_trained_model(name: str, model: GPTModel, select: bool = False) -> weights.Option:
+    """Offer a model trained in this session as a ``weights`` option (this session only); with ``select``,
+    pick it now (the sidebar shows it on the next run).  Returns the option (``.name`` is what the sidebar lists)."""
+    option = weights.register_session_model(session_id(), name, model)
+    if select:
+        ss["_keep_weights"] = option.name
+        ss["_keep_layer"] = 0
+        ss["_keep_causal"] = True
+    return option
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The current weights: the option, the sizes of its model (None for the book's classes or on error), the
+    loader's message when the file could not be loaded."""
+
+    option: weights.Option
+    sizes: weights.ModelSizes | None = None
+    error: str | None = None
+
+    @property
+    def checkpoint(self) -> bool:
+        return self.option.is_checkpoint
+
+
+def choose(listed: list[weights.Option], name: str) -> Choice:
+    """Load the model behind ``name`` (one of ``listed``); a CheckpointError becomes ``Choice.error``."""
+    option = next((o for o in listed if o.name == name), weights.BOOK_OPTION)
+    if not option.is_checkpoint:
+        return Choice(option)
+    try:
+        with st.spinner(f"Loading {option.name}…"):
+            model = weights.load(option.ref)
+    except CheckpointError as exc:
+        return Choice(option, error=str(exc))
+    return Choice(option, sizes=weights.sizes(model))
+
+
+def current() -> Choice:
+    """The choice the sidebar made in this run."""
+    return ss.get("_weights_choice") or Choice(weights.BOOK_OPTION)
+
+
+def model_of(choice: Choice) -> GPTModel:
+    return weights.load(choice.option.ref)

@@ -1,0 +1,307 @@
+"""pipeline.run() with a checkpoint, and the weights options (attnviz.weights), against Hugging Face transformers.
+
+Small GPT-2s are written by the tests in real formats (``save_pretrained``: config.json + model.safetensors;
+``torch.save`` of the book's GPTModel), with every LayerNorm and bias randomised so a mapping error shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz import checkpoint_view, pipeline, tokens, variants, weights
+from attnviz.attention import STAGES
+from attnviz.models import discover
+
+transformers = pytest.importorskip("transformers")
+
+TEXT = "The cat sat on the mat. The cat sat on the"
+SIZES = {"n_layer": 3, "n_head": 4, "n_embd": 64, "n_positions": 96}
+
+
+def make_hf(seed: int = 0, **sizes):
+    """A GPT2LMHeadModel with eager attention and every LayerNorm and bias randomised (HF sets them to 1/0)."""
+    config = transformers.GPT2Config(**{**SIZES, **sizes}, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     attn_implementation="eager")
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".ln_" in name or name.startswith("transformer.ln_f"):
+                param.uniform_(-1.5, 1.5) if name.endswith("bias") else param.uniform_(0.5, 1.5)
+            elif name.endswith("bias"):
+                param.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    return make_hf(seed=3)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(hf_model, tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("ckpt") / "tiny-gpt2"
+    hf_model.save_pretrained(path)
+    assert (path / "model.safetensors").is_file()
+    return str(path)
+
+
+def config_for(path: str, layer: int = 0, causal: bool = True) -> pipeline.AttentionConfig:
+    """What the sidebar builds for a checkpoint (ui.urlstate.config_from_settings)."""
+    from attnviz.ui.urlstate import DEFAULTS, config_from_settings
+
+    sizes = weights.sizes(weights.load(path))
+    return config_from_settings({**DEFAULTS, "layer": layer, "causal": causal}, (path, sizes)).validate()
+
+
+def reference(hf, token_ids):
+    with torch.no_grad():
+        out = hf(torch.tensor([token_ids]), output_attentions=True)
+    return out.logits[0], torch.stack(out.attentions)[:, 0]  # (n, vocab), (L, h, n, n)
+
+
+@pytest.fixture(autouse=True)
+def fresh_layer_runs():
+    pipeline._layer_runs.clear()
+    yield
+    pipeline._layer_runs.clear()
+
+
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_checkpoint_trace_matches_hugging_face(checkpoint_dir, hf_model, layer):
+    trace = pipeline.run(TEXT, config_for(checkpoint_dir, layer))
+    logits, attentions = reference(hf_model, list(trace.token_ids))
+    assert trace.token_ids == tuple(tokens.encode(TEXT))
+    assert np.abs(trace.steps["weights"][0] - attentions[layer].numpy()).max() <= 1e-5
+    probs, ids = torch.topk(torch.softmax(logits, dim=-1), 5, dim=-1)  # (n, 5) each
+    assert np.array_equal(trace.model.top_ids, ids.numpy())
+    assert np.allclose(trace.model.top_probs, probs.numpy(), atol=1e-5)
+    assert trace.model.layer == layer and trace.model.n_layers == 3
+    assert set(STAGES) <= set(trace.steps)
+
+
+def test_trace_has_the_named_steps_from_the_layernormed_input(checkpoint_dir, hf_model):
+    trace = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
+    n = trace.n
+    assert trace.num_heads == 4
+    assert trace.steps["scores"].shape == (1, 4, n, n)
+    assert trace.steps["norm1"].shape == (1, n, 64)
+    assert np.isneginf(trace.steps["masked"][0][:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]]).all()
+    assert np.allclose(trace.steps["weights"].sum(-1), 1.0, atol=1e-5)
+    assert np.allclose(trace.steps["scaled"], trace.steps["scores"] / np.sqrt(16), atol=1e-5)
+    # the diagram's "input" is what the attention reads: norm1 of the block input
+    assert trace.shapes[0] == ("input", (1, n, 64))
+    assert [name for name, _ in trace.shapes][1:] == list(variants.CHECKPOINT.shape_path[1:])
+    # the whole path: tokens -> embeddings -> blocks (block 1 expanded) -> logits
+    names = [name for name, _ in trace.model.path]
+    assert names[:5] == ["tokens", "tok_emb", "pos_emb", "input", "block 0"]
+    assert names[5] == "norm1" and names[-3:] == ["block 2", "final_norm", "logits"]
+    assert dict(trace.model.path)["logits"] == (1, n, 50257)
+    # the embeddings are the checkpoint's real wte / wpe rows
+    wte, wpe = hf_model.transformer.wte.weight.detach().numpy(), hf_model.transformer.wpe.weight.detach().numpy()
+    assert np.array_equal(trace.embeddings["token"], wte[list(trace.token_ids)])
+    assert np.array_equal(trace.embeddings["position"], wpe[:n])
+    assert np.allclose(trace.embeddings["input"], wte[list(trace.token_ids)] + wpe[:n])
+    assert trace.output.shape == (1, n, 64)
+
+
+def test_layer_switch_reuses_block_inputs_and_equals_a_fresh_run(checkpoint_dir, monkeypatch):
+    from attnviz import models
+
+    first = pipeline.run(TEXT, config_for(checkpoint_dir, 0))
+    calls = []
+    monkeypatch.setattr(models, "trace_layer", lambda *a, **k: calls.append(a) or pytest.fail("full forward rerun"))
+    switched = pipeline.run(TEXT, config_for(checkpoint_dir, 2))  # from the kept block inputs
+    monkeypatch.undo()
+    pipeline._layer_runs.clear()
+    fresh = pipeline.run(TEXT, config_for(checkpoint_dir, 2))
+    assert not calls
+    for name in STAGES:
+        assert np.allclose(switched.steps[name], fresh.steps[name], atol=1e-6, equal_nan=True), name
+    assert switched.model.path == fresh.model.path
+    assert np.array_equal(switched.model.top_ids, first.model.top_ids)
+
+
+def test_causal_off_is_allowed_and_sees_the_future(checkpoint_dir):
+    trace = pipeline.run(TEXT, config_for(checkpoint_dir, 1, causal=False))
+    n = trace.n
+    upper = trace.steps["weights"][0][:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]]
+    assert (upper > 0).all()
+    causal = pipeline.run(TEXT, config_for(checkpoint_dir, 1, causal=True))
+    assert not np.allclose(causal.steps["weights"], trace.steps["weights"])
+
+
+def test_book_pth_checkpoint_gives_the_same_trace(checkpoint_dir, tmp_path):
+    model = weights.load(checkpoint_dir)
+    path = tmp_path / "book-gpt.pth"
+    torch.save(model.state_dict(), path)
+    # head_dim 16, not GPT-2's 64: the book's cfg beside the file says how many heads (as the loader documents)
+    cfg = {"vocab_size": 50257, "context_length": 96, "emb_dim": 64, "n_heads": 4, "n_layers": 3, "drop_rate": 0.0,
+           "qkv_bias": True}
+    path.with_suffix(".json").write_text(json.dumps(cfg))
+    from_pth = pipeline.run(TEXT, config_for(str(path), 1))
+    from_hf = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
+    assert np.allclose(from_pth.steps["weights"], from_hf.steps["weights"], atol=1e-6)
+    assert np.array_equal(from_pth.model.top_ids, from_hf.model.top_ids)
+
+
+def test_settings_that_disagree_with_the_checkpoint_are_refused(checkpoint_dir):
+    config = config_for(checkpoint_dir, 0)
+    with pytest.raises(pipeline.ConfigError, match="3 layers"):
+        pipeline.run(TEXT, dataclasses.replace(config, layer=3))
+    with pytest.raises(pipeline.ConfigError, match="width 64"):
+        pipeline.run(TEXT, dataclasses.replace(config, num_heads=8))
+    with pytest.raises(pipeline.ConfigError, match="layer"):
+        dataclasses.replace(config, layer=-1).validate()
+
+
+def test_checkpoint_fixes_the_settings_it_decides():
+    spec = variants.CHECKPOINT
+    for setting in ("variant", "preset", "d_in", "d_out", "num_heads", "dropout", "train", "seed"):
+        assert spec.not_applicable(setting)
+    assert spec.not_applicable("causal") is None  # turning the mask off stays allowed
+    assert spec.cls.__name__ == "MultiHeadAttention"
+    assert variants.CHECKPOINT.name not in variants.VARIANTS or variants.VARIANTS[spec.name] is not spec
+
+
+def test_a_long_text_is_truncated_to_the_models_context(checkpoint_dir):
+    trace = pipeline.run("word " * 500, config_for(checkpoint_dir, 0))
+    assert trace.n == 96
+    assert any("96" in note for note in trace.notes)
+
+
+def test_trace_cache_key_is_consistent(checkpoint_dir):
+    cache = pipeline.TraceCache(256 * 2**20)
+    config = config_for(checkpoint_dir, 1)
+    trace = cache.get(TEXT, config)
+    assert cache.get(trace.text, trace.config) is trace
+    assert cache.misses == 1
+    cache.get(TEXT, dataclasses.replace(config, layer=2))
+    assert cache.misses == 2
+
+
+def test_bad_checkpoint_raises_the_loaders_message(tmp_path):
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x00" * 10)
+    with pytest.raises(ValueError, match="not a valid safetensors file"):
+        weights.load(str(broken))
+    with pytest.raises(ValueError, match="no longer in memory"):
+        weights.load(weights.SESSION_PREFIX + "0" * 32)
+
+
+# ============================== the weights options ==============================
+
+
+def test_options_list_the_books_classes_first_then_checkpoints(checkpoint_dir, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", str(pathlib.Path(checkpoint_dir).parent))
+    monkeypatch.setenv("HF_HUB_CACHE", str(pathlib.Path(checkpoint_dir).parent / "no-cache"))
+    listed = weights.options("session-a")
+    assert listed[0] == weights.BOOK_OPTION and listed[0].ref is None
+    names = [option.name for option in listed]
+    assert "tiny-gpt2" in names
+    assert weights.resolve("tiny-gpt2", "session-a").ref == checkpoint_dir
+
+
+def test_bundled_model_is_an_option_when_present(monkeypatch, tmp_path, checkpoint_dir):
+    from attnviz import models
+
+    monkeypatch.setattr(models, "BUNDLED", tmp_path / "absent")
+    assert all(option.source != "bundled" for option in weights.options(None, discover([], environ={})))
+    monkeypatch.setattr(models, "BUNDLED", pathlib.Path(checkpoint_dir))
+    listed = weights.options(None, discover([checkpoint_dir], environ={}))
+    bundled = [option for option in listed if option.source == "bundled"]
+    assert len(bundled) == 1 and "bundled" in bundled[0].label.lower() and "bundled" in bundled[0].name
+    assert listed[1] is not None and listed[1].source == "bundled"
+    assert sum(option.ref == checkpoint_dir for option in listed) == 1  # not listed twice
+
+
+def test_resolve_never_touches_the_file_system(checkpoint_dir, monkeypatch):
+    checkpoints = discover([checkpoint_dir], environ={})
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a browser string reached the file system")
+
+    for name in ("stat", "lstat", "open", "listdir", "scandir"):
+        monkeypatch.setattr(os, name, forbidden)
+    monkeypatch.setattr(pathlib.Path, "exists", forbidden)
+    monkeypatch.setattr(pathlib.Path, "is_file", forbidden)
+    monkeypatch.setattr(weights, "bundled_option", lambda: None)
+    for tampered in ("/etc/passwd", "../../secret.pth", checkpoint_dir, "tiny-gpt2/../x", "", None, 3, ["a"]):
+        assert weights.resolve(tampered, "s", checkpoints) is None
+    assert weights.resolve("tiny-gpt2", "s", checkpoints).ref == checkpoint_dir
+
+
+def test_session_models_are_listed_for_their_session_only(checkpoint_dir):
+    model = weights.load(checkpoint_dir)
+    try:
+        option = weights.register_session_model("session-a", "my model", model)
+        again = weights.register_session_model("session-a", "my model", model)
+        assert option.name == "trained: my model" and again.name == "trained: my model (2)"
+        assert option.ref.startswith(weights.SESSION_PREFIX) and "my model" not in option.ref
+        empty = discover([], environ={})
+        assert option.name in [o.name for o in weights.options("session-a", empty)]
+        assert option.name not in [o.name for o in weights.options("session-b", empty)]
+        assert weights.resolve(option.name, "session-b", empty) is None
+        assert weights.load(option.ref) is model
+        trace = pipeline.run(TEXT, config_for(option.ref, 2))
+        assert trace.model.layer == 2
+    finally:
+        weights.forget_session_models("session-a")
+    assert weights.session_options("session-a") == []
+    with pytest.raises(TypeError):
+        weights.register_session_model("s", "x", torch.nn.Linear(2, 2))
+
+
+def test_model_cache_is_bounded_and_keeps_the_model_in_use(checkpoint_dir, tmp_path, hf_model):
+    other = tmp_path / "other"
+    make_hf(seed=4).save_pretrained(other)
+    cache = weights.ModelCache(max_bytes=1)  # smaller than any model: only the last one stays
+    first = cache.get(checkpoint_dir)
+    assert cache.get(checkpoint_dir) is first and cache.loads == 1
+    cache.get(str(other))
+    assert cache.loads == 2 and len(cache._models) == 1
+    cache.get(checkpoint_dir)
+    assert cache.loads == 3
+
+
+# ============================== what the app draws of the whole model ==============================
+
+
+def test_overview_is_every_layers_pooled_maps(checkpoint_dir):
+    from attnviz.models import attention_maps
+
+    model = weights.load(checkpoint_dir)
+    ids = tokens.encode(TEXT)
+    pooled = checkpoint_view.layers_overview(model, ids, size=64)  # n < 64: no pooling
+    maps = attention_maps(model, ids)
+    lower = np.tril(np.ones((len(ids), len(ids)), dtype=bool))
+    assert pooled.shape == maps.shape
+    assert np.allclose(pooled[..., lower], maps[..., lower], atol=1e-6)
+    assert np.isnan(pooled[..., ~lower]).all()
+    small = checkpoint_view.layers_overview(model, ids, size=4)
+    assert small.shape[:2] == (3, 4) and small.shape[2] <= 4
+    fig = checkpoint_view.overview_figure(small, len(ids), focus=(1, 2))
+    assert list(fig.layout.yaxis.ticktext) == ["L0", "L1", "L2"]
+    assert list(fig.layout.xaxis.ticktext) == ["H0", "H1", "H2", "H3"]
+
+
+def test_next_token_table_and_model_path(checkpoint_dir):
+    trace = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
+    table = checkpoint_view.next_tokens(trace, trace.n - 1)
+    assert list(table["id"]) == [int(i) for i in trace.model.top_ids[-1]]
+    assert list(table["next token"]) == [tokens.pieces([int(i)])[0].piece for i in trace.model.top_ids[-1]]
+    assert table["probability"].is_monotonic_decreasing
+    every = checkpoint_view.predictions(trace)
+    assert len(every) == trace.n and every["actual next in top 5"].iloc[-1] is None
+    rows = checkpoint_view.model_path_rows(trace)
+    assert [row["stage"] for row in rows] == [name for name, _ in trace.model.path]
+    assert {row["where"] for row in rows if row["stage"] in STAGES} == {"block 1"}
+    dot = checkpoint_view.model_path_dot(trace)
+    assert "cluster_layer" in dot and "logits" in dot and "block 0" in dot and "block 2" in dot
