@@ -743,3 +743,32 @@ def test_app_dropped_stage_follows_the_books_dropout():
         [0.7599, 0.6194, 0.6206, 0.0000, 0.0000, 0.0000], [0.0000, 0.4921, 0.4925, 0.0000, 0.0000, 0.0000],
         [0.0000, 0.3966, 0.0000, 0.3775, 0.0000, 0.0000], [0.0000, 0.3327, 0.3331, 0.3084, 0.3331, 0.0000],
     ], atol=ATOL)
+
+
+def test_training_runs_never_switch_dropout_on_in_concurrent_eval_runs():
+    """Eval-mode forwards take no RNG lock, so a module shared by sessions must never be switched between train
+    and eval per run: a training run in one thread and eval runs in another each get their own bitwise result."""
+    import threading
+
+    text = "Your journey starts with one step, and then another one, and one more."
+    evaluating = AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=4, context_length=64, dropout=0.5, seed=11)
+    training = replace(evaluating, train=True)
+    eval_reference, train_reference = run(text, evaluating), run(text, training)
+    assert not np.array_equal(eval_reference.steps["dropped"], train_reference.steps["dropped"])
+    stop, wrong = threading.Event(), []
+
+    def trainer():
+        while not stop.is_set():
+            if not np.array_equal(run(text, training).steps["dropped"], train_reference.steps["dropped"]):
+                wrong.append("train")
+
+    thread = threading.Thread(target=trainer)
+    thread.start()
+    try:
+        for _ in range(300):
+            if not np.array_equal(run(text, evaluating).steps["dropped"], eval_reference.steps["dropped"]):
+                wrong.append("eval")
+    finally:
+        stop.set()
+        thread.join()
+    assert wrong == []
