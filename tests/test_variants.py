@@ -52,7 +52,7 @@ def test_presets_live_once():
     assert variants.PRESETS["gpt2-small"].dims == (768, 768, 12)
     assert all(p.d_out % p.num_heads == 0 and p.d_out // p.num_heads == 64
                for name, p in variants.PRESETS.items() if name.startswith("gpt2"))
-    assert urlstate.PRESET_DIMS == {name: p.dims for name, p in variants.PRESETS.items()}
+    assert {name: p.dims for name, p in variants.PRESETS.items()} == urlstate.PRESET_DIMS
     assert list(urlstate.PRESETS) == [*variants.PRESETS, variants.CUSTOM]
 
 
