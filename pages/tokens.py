@@ -26,7 +26,7 @@ with st.expander("Token table"):
 st.subheader("Embeddings: token + position = input")
 if ctx.checkpoint:
     st.caption(f"The checkpoint's own rows: tok_emb (wte) for each token id and pos_emb (wpe) for each position "
-               f"({ui.weights_caption(ctx).split(' · ')[0]}).")
+               f"({ui.weights_caption(ctx)}).")
 if config.embedding == "book" and trace.embeddings["position"].any() == 0:
     st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
 bound = max(float(abs(array).max()) for array in trace.embeddings.values()) or 1.0
