@@ -1,0 +1,210 @@
+"""The Train page's glue: the server's job board, this session's training job (start, stop, the live view
+polled by a fragment), the before/after snapshots, the trained model as a ``weights`` option and its download.
+
+At most one training per session (``JobBoard``'s owner is an id kept in this session's state) and
+``jobs.MAX_RUNNING`` per server; each runs in its own thread with one torch thread
+(``attnviz.live_train``).  The live view is a fragment that reruns every ``POLL_SECONDS`` while the job
+runs and touches it; while the browser tab stays connected the worker touches it too (other pages may
+be open), and a closed tab stops it within ``jobs.IDLE_TIMEOUT`` seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+
+import streamlit as st
+
+from attnviz import head_figures, live_train
+from attnviz.head_types import LABEL_THRESHOLD
+from attnviz.jobs import JobBoard, JobRefusedError
+from attnviz.ui.frame import plotly_config
+from attnviz.ui.state import page_bind, ss
+
+POLL_SECONDS = 1.0
+MAX_CURVE_POINTS = 1500  # loss points drawn (the mean is computed over every step)
+
+
+@st.cache_resource(show_spinner=False)
+def job_board() -> JobBoard:
+    """The server's one board: its bound on concurrent trainings is per server."""
+    return JobBoard()
+
+
+def owner() -> str:
+    """This session's job owner (an id in its state: unique per browser session, also under AppTest)."""
+    if "_train_owner" not in ss:
+        ss["_train_owner"] = secrets.token_hex(8)
+    return ss["_train_owner"]
+
+
+def session_id() -> str | None:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return None if ctx is None else ctx.session_id
+
+
+def _alive_check():
+    """A thread-safe ``alive()`` for the worker: is this session's browser tab still connected?"""
+    from streamlit.runtime import Runtime
+
+    sid = session_id()
+    if sid is None or not Runtime.exists():  # AppTest: no runtime; the page's own touches keep the job
+        return None
+    runtime = Runtime.instance()
+    return lambda: runtime.is_active_session(sid)
+
+
+def _publisher():
+    """``publish(run)``: offer the trained model as a weights option of this session (from the worker)."""
+    from attnviz import weights
+
+    sid = session_id()
+
+    def publish(run: live_train.TrainedRun):
+        return weights.register_session_model(sid, live_train.run_name(run), run.model)
+
+    return publish
+
+
+def current_job():
+    return job_board().get(owner())
+
+
+# ------------------------------------------------------------------ settings, start, stop
+
+def controls() -> None:
+    """Steps and seed, Start and Stop; a refused start says why."""
+    recommended = int(live_train.RECOMMENDED["steps"])
+    job = current_job()
+    running = job is not None and job.running
+    steps_col, seed_col, start_col, stop_col = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
+    in_steps = lambda v: isinstance(v, int) and live_train.MIN_STEPS <= v <= live_train.MAX_STEPS  # noqa: E731
+    steps = steps_col.number_input(
+        "Training steps", min_value=live_train.MIN_STEPS, max_value=live_train.MAX_STEPS, step=100,
+        help=f"Each step trains on one batch. {recommended} (the default) is enough for the induction head to "
+             "form; fewer steps stop before or during the phase change.",
+        **page_bind("train_steps", recommended, in_steps))
+    seed = seed_col.number_input(
+        "Seed", min_value=0, max_value=live_train.MAX_SEED, step=1,
+        help="Decides the initial weights and the order of the data: the same seed gives the same run.",
+        **page_bind("train_seed", 0, lambda v: isinstance(v, int) and 0 <= v <= live_train.MAX_SEED))
+    start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:")
+    stop_col.button("Stop", key="train_stop", disabled=not running, icon=":material/stop:",
+                    on_click=_stop, help="Stops after the current step; the model trained so far is kept.")
+    if start:
+        _start(int(steps), int(seed))
+
+
+def _start(steps: int, seed: int) -> None:
+    cfg = live_train.page_config(steps, seed)
+    try:
+        job_board().start(owner(), live_train.training_work(cfg, _alive_check(), _publisher()), name="attnviz-train")
+    except JobRefusedError as exc:
+        st.warning(str(exc), icon="✋")
+        return
+    ss["_train_total"] = cfg.steps
+    st.rerun()  # draw the page again as it is now: Stop enabled, the live view polling
+
+
+def _stop() -> None:
+    job = current_job()
+    if job is not None:
+        job.stop()
+
+
+# ------------------------------------------------------------------ the live view
+
+def live() -> None:
+    """Progress, loss and head-score curves: a fragment that polls the job while it runs."""
+    job = current_job()
+    running = job is not None and job.running
+    st.fragment(_live, run_every=POLL_SECONDS if running else None)()
+
+
+def _live() -> None:
+    job = current_job()
+    if job is None:
+        st.info("Nothing trained in this session yet: choose the steps and press **Start training**.",
+                icon=":material/model_training:")
+        return
+    job.touch()  # the page is looking: the job keeps running
+    total = int(ss.get("_train_total", 0)) or None
+    view = live_train.progress_view(job.progress)
+    done = view.last_step + 1
+    status = job.status
+    if job.running:
+        ss["_train_seen_running"] = True
+    elif ss.pop("_train_seen_running", False):
+        st.rerun()  # it just ended: redraw the page (results, the stop button) and the sidebar (the new weights)
+    text = _status_text(job, status, done, total, view)
+    st.progress(min(1.0, done / total) if total else 0.0, text=text)
+    if job.error is not None:
+        st.error(f"The training failed: {job.error}", icon="🚨")
+    if view.steps.size:
+        stride = max(1, view.steps.size // MAX_CURVE_POINTS)
+        st.plotly_chart(head_figures.loss_curve(view.steps, view.loss, total_steps=total, stride=stride),
+                        config=plotly_config("attnviz-training-loss"), key="train_loss")
+    if view.probe_steps.size:
+        st.plotly_chart(head_figures.score_curves(view.probe_steps, view.induction, view.previous_token,
+                                                  total_steps=total, threshold=LABEL_THRESHOLD),
+                        config=plotly_config("attnviz-training-heads"), key="train_scores")
+        st.caption(f"Dotted line: {LABEL_THRESHOLD}, the score at which the Heads page names a head's type. "
+                   "Induction: on 4 × 3 fixed repeated random sequences (T = 25, 40, 55) the model never trains "
+                   "on; previous-token: on 8 windows of held-out English and code.")
+    if job.running and view.before is not None:
+        st.plotly_chart(head_figures.stripe_grid(view.before, live_train.SNAPSHOT_T,
+                                                 title="before training: every head on a repeated random sequence"),
+                        config=plotly_config("attnviz-heads-before"), key="train_before_live")
+
+
+def _status_text(job, status: str, done: int, total: int | None, view) -> str:
+    of = f"{done} of {total}" if total else str(done)
+    parts = [f"step {of}"]
+    if view.loss.size:
+        parts.append(f"loss {head_figures.smooth(view.loss)[-1]:.2f}")
+    if view.probe_steps.size:
+        layer, head = divmod(int(view.induction[-1].argmax()), view.induction.shape[-1])
+        parts.append(f"best induction {view.induction[-1].max():.2f} ({head_figures.head_name(layer, head)})")
+    parts.append(f"{view.seconds:.0f} s")
+    if status == "running" and total and done > 5:
+        left = view.seconds / done * (total - done)
+        parts.append(f"about {left:.0f} s left")
+    lead = {"running": "Training", "stopping": "Stopping", "finished": "Finished", "stopped": "Stopped",
+            "tab closed": "Stopped (tab closed)", "failed": "Failed"}.get(status, status)
+    return f"{lead}: " + " · ".join(parts)
+
+
+# ------------------------------------------------------------------ after training
+
+def results() -> None:
+    """The ended run: before/after snapshots, the final scores, the weights option and the download."""
+    job = current_job()
+    if job is None or job.running or job.result is None:
+        return
+    run: live_train.TrainedRun = job.result
+    st.subheader("The heads before and after")
+    st.caption(f"Every head on the same repeated random sequence ([BOS] + {live_train.SNAPSHOT_T} random tokens, "
+               "twice), which the model never trained on. The red line is the induction stripe A[i, i−T+1]: "
+               "an induction head lights it up on the second copy. Tile titles: the head's induction score "
+               "at the last probe.")
+    scores = run.final_scores.get("induction")
+    before_col, after_col = st.columns(2)
+    before_col.plotly_chart(head_figures.stripe_grid(run.before, live_train.SNAPSHOT_T, title="before (step 0)"),
+                            config=plotly_config("attnviz-heads-before"), key="train_before")
+    after_col.plotly_chart(head_figures.stripe_grid(run.after, live_train.SNAPSHOT_T, scores=scores,
+                                                    title=f"after {run.steps_run} steps"),
+                           config=plotly_config("attnviz-heads-after"), key="train_after")
+    if run.final_scores:
+        st.plotly_chart(head_figures.score_grid(run.final_scores, title="final scores (last probe)"),
+                        config=plotly_config("attnviz-training-scores"), key="train_final_scores")
+    if run.option is not None:
+        st.success(f"Pick **{run.option.name}** as *Weights* in the sidebar to see this model's heads on every "
+                   "page (for this session only).", icon=":material/check_circle:")
+    st.download_button(
+        "Download the trained model (zip)", functools.partial(live_train.checkpoint_zip, run),
+        file_name=f"attnviz-trained-seed{run.cfg.seed}-{run.steps_run}steps.zip", mime="application/zip",
+        on_click="ignore", icon=":material/download:", key="train_download",
+        help="model.safetensors + config.json + training.json, the folder `python -m attnviz.train --out` writes: "
+             "unzip it and pass the folder to `streamlit run app.py -- --checkpoint FOLDER`.")
