@@ -1,0 +1,138 @@
+"""A GPT-2 checkpoint in a real Chromium: the server lists a checkpoint from ATTNVIZ_CHECKPOINTS (written here
+with transformers' save_pretrained: config.json + model.safetensors, random weights), every page renders with
+it, the layer selectbox switches layers, a tampered name is ignored, and a deep link naming it works as the
+first request to a fresh server.  ``ATTNVIZ_UPDATE_SCREENSHOTS=1`` writes docs/screenshots/checkpoint.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from unittest import mock
+
+import pytest
+
+from .conftest import assert_no_exception, expect, runs, save_screenshot, start_server, wait_idle
+
+pytestmark = pytest.mark.browser
+
+NAME = "small-gpt2"
+TITLES = {
+    "": "Attention heads",
+    "steps": "Attention step by step",
+    "shapes": "Tensor shapes through the pipeline",
+    "tokens": "Tokens and embeddings",
+    "compare": "Compare variants",
+    "pitfalls": "Pitfall lab",
+    "benchmark": "Implementations benchmark",
+}
+TEXT = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, browser_available):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    folder = tmp_path_factory.mktemp("checkpoints")
+    config = transformers.GPT2Config(n_layer=4, n_head=12, n_embd=384, n_positions=1024)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder / NAME)
+    env = {"ATTNVIZ_CHECKPOINTS": str(folder), "HF_HUB_CACHE": str(folder / "no-hf-cache")}
+    with mock.patch.dict(os.environ, env):  # the servers started in this module inherit it
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def server(checkpoints):
+    with start_server() as running:
+        yield running
+
+
+def main_title(page):
+    return page.locator("[data-testid=stMain] h1")
+
+
+def main_captions(page):
+    return page.get_by_test_id("stMain").get_by_test_id("stCaptionContainer")
+
+
+def sidebar(page):
+    return page.get_by_test_id("stSidebar")
+
+
+def visit(page, url: str) -> None:
+    page.goto(url)
+    wait_idle(page)
+    assert_no_exception(page)
+
+
+def pick(page, label: str, option: str) -> None:
+    before = runs(page)
+    sidebar(page).get_by_role("combobox", name=label).click()
+    page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=option, exact=True).click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+
+
+@pytest.mark.parametrize("route", list(TITLES), ids=lambda route: f"/{route}")
+def test_every_page_renders_with_the_checkpoint(page, server, route):
+    visit(page, f"{server.url}/{route}?weights={NAME}&layer=2&text=Hello%20world%2C%20hello%20world")
+    expect(main_title(page)).to_contain_text(TITLES[route])
+    expect(sidebar(page).get_by_role("combobox", name="Weights")).to_have_value(NAME)
+    if route in ("compare", "pitfalls", "benchmark"):
+        expect(page.get_by_test_id("stMain").get_by_text("runs the book's Chapter 3 classes")).to_be_visible()
+        return
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 2 of 4").first).to_be_visible()
+    if route == "":
+        expect(page.get_by_test_id("stMain").get_by_text("Next-token predictions")).to_be_visible()
+        flow = page.locator("[data-testid=stMain] .attnviz-flow")
+        expect(flow).to_contain_text("(1, 12, 5, 5)")
+        expect(flow).to_contain_text("(1, 5, 384)")
+    elif route == "shapes":
+        graphs = page.get_by_test_id("stGraphVizChart").locator("svg")
+        expect(graphs).to_have_count(2)
+        expect(graphs.first).to_contain_text("logits")
+        expect(graphs.first).to_contain_text("(1, 5, 50257)")
+    elif route == "tokens":
+        expect(page.get_by_test_id("stMain").get_by_text("The checkpoint's own rows")).to_be_visible()
+
+
+def test_layer_switch_and_overview_and_screenshot(page, server):
+    visit(page, f"{server.url}/?weights={NAME}&text={TEXT.replace(' ', '%20')}")
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 0 of 4").first).to_be_visible()
+    for key in ("d_in", "d_out"):
+        expect(sidebar(page).get_by_role("spinbutton", name=key)).to_be_disabled()
+    expect(sidebar(page).get_by_role("combobox", name="Attention variant")).to_be_disabled()
+    pick(page, "Layer", "3")
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 3 of 4").first).to_be_visible()
+    assert "layer=3" in page.url and f"weights={NAME}" in page.url
+
+    before = runs(page)
+    page.get_by_test_id("stMain").get_by_test_id("stCheckbox").filter(has_text="Show all 4 layers").locator(
+        "label").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    overview = page.locator("[data-testid=stPlotlyChart]").filter(has_text="Every layer × head")
+    expect(overview).to_have_count(1)
+    expect(overview.locator("g.ytick text")).to_have_count(4)
+    page.evaluate("document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
+    path = save_screenshot(page, "checkpoint", max_height=3400)
+    assert path.stat().st_size > 20_000
+
+
+def test_tampered_name_is_ignored_with_a_notice(page, server):
+    visit(page, f"{server.url}/?weights=%2Fetc%2Fpasswd&text=Hello")
+    expect(sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="Ignored URL parameter weights")
+           ).to_have_count(1)
+    expect(sidebar(page).get_by_role("combobox", name="Weights")).to_have_value(re.compile("Book's classes"))
+    expect(main_captions(page).filter(has_text="seeded random weights").first).to_be_visible()
+
+
+def test_deep_link_naming_the_checkpoint_is_a_fresh_servers_first_request(page, checkpoints):
+    with start_server() as fresh:
+        visit(page, f"{fresh.url}/steps?weights={NAME}&layer=1&text=Hello%20world%20hello")
+        expect(main_title(page)).to_contain_text("Attention step by step")
+        expect(sidebar(page).get_by_role("combobox", name="Weights")).to_have_value(NAME)
+        expect(main_captions(page).filter(has_text=f"{NAME} · layer 1 of 4").first).to_be_visible()
+        expect(page.locator("[data-testid=stMain] [data-testid=stPlotlyChart]").first).to_be_visible()
