@@ -4,6 +4,7 @@ import streamlit as st
 
 from attnviz import figures, ui
 from attnviz.attention import MAP_STAGES
+from attnviz.ui import head_labels
 
 ctx = ui.setup("Heads")
 if ctx is None:
@@ -34,6 +35,7 @@ st.caption("Computed from the attention weights of every head; each bar spans th
 picked = st.dataframe(ui.head_stats_table(ctx), on_select="rerun", selection_mode="single-row", key="heads_stats",
                       column_config=ui.stats_column_config(trace.n), hide_index=True, height="content")
 ui.focus_from_row(picked, trace.num_heads)
+head_labels.section(ctx)  # each head's type, its first-token mass; every layer's scores for a checkpoint
 
 if ctx.checkpoint:
     ui.next_token_panel(ctx)

@@ -1,0 +1,94 @@
+"""Head types on the Heads page: each head's type where its score passes ``head_types.LABEL_THRESHOLD``
+("previous-token 0.93"), the first-token (sink) mass beside it — never a type — and, for a checkpoint, a
+layers × heads grid of every score on this text, computed one layer at a time (cached)."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from attnviz import head_figures, head_types
+from attnviz.ui.cache import cached_trace
+from attnviz.ui.frame import Context, plotly_config
+
+TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")
+
+
+def describe(scores: dict, index=()) -> str:
+    """The head's type and score ("previous-token 0.93"), or "—" when no score passes the threshold."""
+    one = {name: np.asarray(values)[index] for name, values in scores.items()}
+    label = head_types.head_label(one)
+    if label is None:
+        return "—"
+    name = next(key for key, text in head_types.LABELS.items() if text == label)
+    return f"{label} {float(one[name]):.2f}"
+
+
+def label_table(scores: dict):
+    """One row per head: its type, its first-token mass beside it, then each type's score."""
+    import pandas as pd
+
+    heads = np.asarray(scores["first_token"]).shape[0]
+    return pd.DataFrame({
+        "head": range(heads),
+        "type": [describe(scores, (h,)) for h in range(heads)],
+        "first-token mass": np.asarray(scores["first_token"], dtype=float),
+        **{head_figures.SCORE_TITLES[name]: np.asarray(scores[name], dtype=float) for name in TYPE_COLUMNS},
+    })
+
+
+@st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
+def _trace_scores(text: str, config_values: tuple) -> dict:
+    trace = cached_trace(text, config_values)
+    return head_types.score_heads(trace.steps["weights"][0], trace.token_ids)  # {name: (heads,)}
+
+
+@st.cache_data(max_entries=16, ttl=3600, show_spinner=False)
+def _model_scores(ref: str, token_ids: tuple, causal: bool) -> dict:
+    """Every score of every layer's heads: {name: (layers, heads)}, one layer's maps at a time."""
+    from attnviz import models, weights
+
+    model = weights.load(ref)
+    rows: dict[str, list] = {name: [] for name in head_types.SCORE_NAMES}
+    for _, maps in models.iter_layer_maps(model, token_ids, causal=causal):  # (heads, n, n)
+        for name, values in head_types.score_heads(maps, token_ids).items():
+            rows[name].append(values)
+    return {name: np.stack(values) for name, values in rows.items()}  # (layers, heads)
+
+
+def section(ctx: Context) -> None:
+    """The Heads page's "Head types" section."""
+    trace, config = ctx.trace, ctx.trace.config
+    st.subheader("Head types")
+    scores = _trace_scores(*ctx.key)
+    where = f" of layer {config.layer}" if config.checkpoint is not None else ""
+    named = [f"head {h}: {describe(scores, (h,))}" for h in range(trace.num_heads) if describe(scores, (h,)) != "—"]
+    st.caption(
+        f"A head is named by a type when at least {head_types.LABEL_THRESHOLD:g} of its attention lands where that "
+        "type looks (TransformerLens' head-detector score on this text): previous-token = the token before, "
+        "duplicate-token = an earlier copy of the same token, induction = the token after an earlier copy. "
+        "The first-token mass (where a head parks unused attention, a 'sink') is shown beside it and is never "
+        "a type. Duplicate-token and induction need repeated tokens: paste a text twice, or open the Induction lab."
+    )
+    st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else "none on this text."))
+    st.dataframe(label_table(scores), hide_index=True, key="heads_types", column_config={
+        name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, width="small")
+        for name in ("first-token mass", *(head_figures.SCORE_TITLES[k] for k in TYPE_COLUMNS))
+    })
+    if config.checkpoint is None:
+        return
+    try:
+        with st.spinner("Scoring every layer…"):
+            grid = _model_scores(config.checkpoint, trace.token_ids, bool(config.causal))
+    except ValueError as exc:
+        st.warning(str(exc), icon="✋")
+        return
+    layers, heads = grid["first_token"].shape
+    typed = [(layer, head, describe(grid, (layer, head))) for layer in range(layers) for head in range(heads)]
+    typed = [(layer, head, text) for layer, head, text in typed if text != "—"]
+    st.markdown(f"**Every layer** ({layers} × {heads} heads, this text): "
+                + ("; ".join(f"{head_figures.head_name(layer, head)} {text}" for layer, head, text in typed)
+                   if typed else "no head passes the threshold on this text."))
+    st.plotly_chart(head_figures.score_grid(grid, names=(*TYPE_COLUMNS, "first_token"),
+                                            title="every layer's heads on this text"),
+                    config=plotly_config("attnviz-head-types"), key="heads_type_grid")
