@@ -38,18 +38,13 @@ def owner() -> str:
     return ss["_train_owner"]
 
 
-def session_id() -> str | None:
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    return None if ctx is None else ctx.session_id
-
-
 def _alive_check():
     """A thread-safe ``alive()`` for the worker: is this session's browser tab still connected?"""
     from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    sid = session_id()
+    ctx = get_script_run_ctx()
+    sid = None if ctx is None else ctx.session_id
     if sid is None or not Runtime.exists():  # AppTest: no runtime; the page's own touches keep the job
         return None
     runtime = Runtime.instance()
@@ -59,8 +54,9 @@ def _alive_check():
 def _publisher():
     """``publish(run)``: offer the trained model as a weights option of this session (from the worker)."""
     from attnviz import weights
+    from attnviz.ui.weights import session_id
 
-    sid = session_id()
+    sid = session_id()  # the id the sidebar lists this session's models under (read on the script thread)
 
     def publish(run: live_train.TrainedRun):
         return weights.register_session_model(sid, live_train.run_name(run), run.model)

@@ -1,0 +1,91 @@
+"""The Train page in a real Chromium: a training starts, its progress and curves update while it runs (the page
+polls; nothing is clicked), Stop stops it, and the model trained so far is offered as weights in the sidebar
+and draws on the Heads page.  Waits poll the page, never fixed sleeps.  ``ATTNVIZ_UPDATE_SCREENSHOTS=1``
+writes docs/screenshots/train.png."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
+
+pytestmark = pytest.mark.browser
+
+STEPS = 400
+TRAINING_TIMEOUT_MS = 180_000  # the first steps tokenize the training text (a few seconds on a busy CPU)
+
+# the step number in the progress text ("Training: step 12 of 400 · …"), -1 before it shows
+_STEP = """() => {
+  const bar = document.querySelector('[data-testid=stMain] [data-testid=stProgress]');
+  const match = bar && bar.innerText.match(/step (\\d+) of/);
+  return match ? Number(match[1]) : -1;
+}"""
+# the loss curve's drawn line (its SVG path) — changes when new steps are drawn
+_LOSS_PATH = """() => {
+  const charts = [...document.querySelectorAll('[data-testid=stMain] [data-testid=stPlotlyChart]')];
+  const loss = charts.find((chart) => (chart.querySelector('.gtitle')?.textContent || '') === 'training loss');
+  const line = loss && loss.querySelector('g.scatterlayer g.trace path.js-line');
+  return line ? line.getAttribute('d') : '';
+}"""
+
+
+def step_shown(page) -> int:
+    return page.evaluate(_STEP)
+
+
+def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, base_url):
+    page.goto(f"{base_url}/train")
+    wait_idle(page)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.locator("h1")).to_contain_text("Train a model, watch its heads form")
+    expect(main.get_by_text("Nothing trained in this session yet", exact=False)).to_be_visible()
+
+    steps = main.get_by_role("spinbutton", name="Training steps")
+    before = runs(page)
+    steps.fill(str(STEPS))
+    steps.press("Enter")
+    wait_idle(page, after=before)
+    main.get_by_role("button", name=re.compile("Start training")).click()
+
+    # the live view polls the job: the step count and the loss curve move without any click
+    page.wait_for_function(f"({_STEP})() >= 3", timeout=TRAINING_TIMEOUT_MS)
+    first_step, first_path = step_shown(page), page.evaluate(_LOSS_PATH)
+    page.wait_for_function(f"(() => {{ const s = ({_STEP})(); const d = ({_LOSS_PATH})();"
+                           f" return s > {first_step} + 2 && d && d !== {first_path!r}; }})()",
+                           timeout=TRAINING_TIMEOUT_MS)
+    expect(main.get_by_test_id("stProgress")).to_contain_text(re.compile(rf"Training: step \d+ of {STEPS}"))
+    # the head-score curves (one line per head), after the first probe
+    scores = main.get_by_test_id("stPlotlyChart").filter(has_text="induction: mean A")
+    expect(scores.locator("g.scatterlayer g.trace path.js-line").first).to_be_attached(timeout=TRAINING_TIMEOUT_MS)
+    assert_no_exception(page)
+
+    # stop: the run ends early, keeps its model, and offers it as weights
+    stopped_at = step_shown(page)
+    main.get_by_role("button", name=re.compile("Stop")).click()
+    expect(main.get_by_test_id("stProgress")).to_contain_text(re.compile(r"Stopped: step \d+ of " + str(STEPS)),
+                                                              timeout=TRAINING_TIMEOUT_MS)
+    wait_idle(page)
+    assert_no_exception(page)
+    final = step_shown(page)
+    assert stopped_at <= final < STEPS
+    expect(main.get_by_text("The heads before and after")).to_be_visible()
+    option = f"trained: stopped at step {final} of {STEPS}, seed 0"
+    expect(main.get_by_test_id("stAlert").filter(has_text=option)).to_be_visible()
+    expect(main.get_by_role("button", name=re.compile("Download the trained model"))).to_be_visible()
+    save_screenshot(page, "train_stopped")
+
+    # the sidebar lists it; picking it draws the trained model's heads with their types
+    sidebar = page.get_by_test_id("stSidebar")
+    before = runs(page)
+    sidebar.get_by_role("combobox", name="Weights").click()
+    page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=option, exact=True).click()
+    wait_idle(page, after=before)
+    sidebar.get_by_role("link", name="Heads").click()
+    wait_idle(page)
+    assert_no_exception(page)
+    expect(main.locator("h1")).to_contain_text("Attention heads")
+    expect(main.get_by_text("Head types", exact=True)).to_be_visible()
+    expect(main.get_by_test_id("stPlotlyChart").filter(has_text="every layer's heads on this text")).to_be_attached()
