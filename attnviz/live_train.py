@@ -173,6 +173,17 @@ def progress_view(progress: list[dict]) -> ProgressView:
     )
 
 
+def history_view(run: TrainedRun) -> ProgressView:
+    """The same arrays as ``progress_view`` from an ended run's history (when its job's reports are gone)."""
+    history = run.history
+    return ProgressView(
+        steps=np.asarray(history.steps, dtype=np.int64), loss=np.asarray(history.loss, dtype=np.float64),
+        probe_steps=np.asarray(history.probe_steps, dtype=np.int64),
+        induction=np.asarray(history.induction), previous_token=np.asarray(history.previous_token),
+        before=run.before, seconds=float(history.seconds),
+    )
+
+
 def checkpoint_zip(run: TrainedRun) -> bytes:
     """The trained model as a zip of the folder ``python -m attnviz.train --out`` writes (model.safetensors,
     config.json, training.json; fp16), built in memory: unzip it and pass the folder to ``--checkpoint``."""

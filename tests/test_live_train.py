@@ -63,6 +63,9 @@ def test_the_job_reports_before_every_step_and_probes_then_returns_the_run(tiny)
     assert published == [run] and run.option == "option"
     assert run.steps_run == 12 and live_train.run_name(run) == "12 steps, seed 0"
     np.testing.assert_array_equal(run.final_scores["induction"], view.induction[-1])
+    kept = live_train.history_view(run)  # what the page draws once the job's reports are gone
+    for name in ("steps", "loss", "probe_steps", "induction", "previous_token", "before"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(view, name))
 
 
 def test_stopping_keeps_the_model_so_far_and_a_closed_tab_publishes_nothing(tiny):

@@ -73,6 +73,12 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     weights = at.selectbox(key="weights")
     assert option.label in weights.options
     assert at.get("download_button")  # the trained model's zip (built when clicked)
+    # the board drops ended jobs of tabs that looked away (reap): the session keeps what it has shown
+    train_ui.job_board().forget(at.session_state["_train_owner"])
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert progress_text(at).startswith("Finished: step 12 of 12")
+    assert len(plotly_figures(at)) == len(figures)
     # picking it shows the trained model on the other pages
     weights.select(option.label).run()
     at.switch_page("pages/heads.py").run()

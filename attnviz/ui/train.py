@@ -68,12 +68,26 @@ def current_job():
     return job_board().get(owner())
 
 
+def ended_run() -> live_train.TrainedRun | None:
+    """This session's last ended run: its job's result, kept in the session once seen (the board may reap an
+    ended job whose tab looked elsewhere for a while; the session keeps what it has shown)."""
+    job = current_job()
+    if job is not None and not job.running and job.result is not None:
+        ss["_train_run"] = job.result
+    elif job is not None and job.running:
+        return None
+    return ss.get("_train_run")
+
+
 # ------------------------------------------------------------------ settings, start, stop
 
 def controls() -> None:
     """Steps and seed, Start and Stop; a refused start says why."""
     recommended = int(live_train.RECOMMENDED["steps"])
     job = current_job()
+    if job is not None:
+        job.touch()  # this tab is looking (also keeps its ended job, and the run it holds, from the reaping)
+    job_board().reap()  # ended jobs of closed tabs (and the models they hold) are dropped
     running = job is not None and job.running
     steps_col, seed_col, start_col, stop_col = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
     in_steps = lambda v: isinstance(v, int) and live_train.MIN_STEPS <= v <= live_train.MAX_STEPS  # noqa: E731
@@ -121,22 +135,25 @@ def live() -> None:
 
 def _live() -> None:
     job = current_job()
-    if job is None:
+    run = ss.get("_train_run") if job is None else None  # the board reaped this tab's ended job: what it kept
+    if job is None and run is None:
         st.info("Nothing trained in this session yet: choose the steps and press **Start training**.",
                 icon=":material/model_training:")
         return
-    job.touch()  # the page is looking: the job keeps running
-    total = int(ss.get("_train_total", 0)) or None
-    view = live_train.progress_view(job.progress)
+    if job is not None:
+        job.touch()  # the page is looking: the job keeps running
+        view, status = live_train.progress_view(job.progress), job.status
+        total = int(ss.get("_train_total", 0)) or None
+        if job.running:
+            ss["_train_seen_running"] = True
+        elif ss.pop("_train_seen_running", False):
+            st.rerun()  # it just ended: redraw the page (results, the stop button) and the sidebar (new weights)
+    else:
+        view, total = live_train.history_view(run), run.cfg.steps
+        status = "finished" if run.steps_run >= total else "stopped"
     done = view.last_step + 1
-    status = job.status
-    if job.running:
-        ss["_train_seen_running"] = True
-    elif ss.pop("_train_seen_running", False):
-        st.rerun()  # it just ended: redraw the page (results, the stop button) and the sidebar (the new weights)
-    text = _status_text(job, status, done, total, view)
-    st.progress(min(1.0, done / total) if total else 0.0, text=text)
-    if job.error is not None:
+    st.progress(min(1.0, done / total) if total else 0.0, text=_status_text(status, done, total, view))
+    if job is not None and job.error is not None:
         st.error(f"The training failed: {job.error}", icon="🚨")
     if view.steps.size:
         stride = max(1, view.steps.size // MAX_CURVE_POINTS)
@@ -146,16 +163,16 @@ def _live() -> None:
         st.plotly_chart(head_figures.score_curves(view.probe_steps, view.induction, view.previous_token,
                                                   total_steps=total, threshold=LABEL_THRESHOLD),
                         config=plotly_config("attnviz-training-heads"), key="train_scores")
-        st.caption(f"Dotted line: {LABEL_THRESHOLD}, the score at which the Heads page names a head's type. "
-                   "Induction: on 4 × 3 fixed repeated random sequences (T = 25, 40, 55) the model never trains "
-                   "on; previous-token: on 8 windows of held-out English and code.")
-    if job.running and view.before is not None:
+        st.caption(f"Dotted line: {LABEL_THRESHOLD:g}, the score at which the Heads page names a head's type. "
+                   "Induction: on fixed repeated random sequences the model never trains on; previous-token: on "
+                   "windows of held-out English and code.")
+    if status in ("running", "stopping") and view.before is not None:
         st.plotly_chart(head_figures.stripe_grid(view.before, live_train.SNAPSHOT_T,
                                                  title="before training: every head on a repeated random sequence"),
                         config=plotly_config("attnviz-heads-before"), key="train_before_live")
 
 
-def _status_text(job, status: str, done: int, total: int | None, view) -> str:
+def _status_text(status: str, done: int, total: int | None, view) -> str:
     of = f"{done} of {total}" if total else str(done)
     parts = [f"step {of}"]
     if view.loss.size:
@@ -176,10 +193,9 @@ def _status_text(job, status: str, done: int, total: int | None, view) -> str:
 
 def results() -> None:
     """The ended run: before/after snapshots, the final scores, the weights option and the download."""
-    job = current_job()
-    if job is None or job.running or job.result is None:
+    run = ended_run()
+    if run is None:
         return
-    run: live_train.TrainedRun = job.result
     st.subheader("The heads before and after")
     st.caption(f"Every head on the same repeated random sequence ([BOS] + {live_train.SNAPSHOT_T} random tokens, "
                "twice), which the model never trained on. The red line is the induction stripe A[i, i−T+1]: "
