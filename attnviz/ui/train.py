@@ -2,7 +2,7 @@
 polled by a fragment), the before/after snapshots, the trained model as a ``weights`` option and its download.
 
 At most one training per session (``JobBoard``'s owner is an id kept in this session's state) and
-``jobs.MAX_RUNNING`` per server; each runs in its own thread with one torch thread
+``max_trainings()`` per server; each runs in its own thread with one torch thread
 (``attnviz.live_train``).  The live view is a fragment that reruns every ``POLL_SECONDS`` while the job
 runs and touches it; while the browser tab stays connected the worker touches it too (other pages may
 be open), and a closed tab stops it within ``jobs.IDLE_TIMEOUT`` seconds.
@@ -11,6 +11,7 @@ be open), and a closed tab stops it within ``jobs.IDLE_TIMEOUT`` seconds.
 from __future__ import annotations
 
 import functools
+import os
 import secrets
 
 import streamlit as st
@@ -22,13 +23,25 @@ from attnviz.ui.frame import plotly_config
 from attnviz.ui.state import page_bind, ss
 
 POLL_SECONDS = 1.0
+MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
 MAX_CURVE_POINTS = 1500  # loss points drawn (the mean is computed over every step)
+
+
+def max_trainings() -> int:
+    """Trainings one server runs at once: ``ATTNVIZ_MAX_TRAININGS``, by default one core fewer than the machine
+    has (at least 1), so pages keep a core: on this 2-core machine one training at a time (measured: a page's
+    work takes 1.4–1.7× as long beside one training, 2.2–2.5× beside two; benchmarks/README.md)."""
+    default = max(1, (os.cpu_count() or 2) - 1)
+    try:
+        return max(1, int(os.environ.get(MAX_TRAININGS_ENV, default)))
+    except ValueError:
+        return default
 
 
 @st.cache_resource(show_spinner=False)
 def job_board() -> JobBoard:
     """The server's one board: its bound on concurrent trainings is per server."""
-    return JobBoard()
+    return JobBoard(max_running=max_trainings())
 
 
 def owner() -> str:
