@@ -28,24 +28,34 @@ def tile_size(n_heads: int) -> int:
     return 24 if n_heads <= 16 else 16
 
 
-def layers_overview(model: GPTModel, token_ids, causal: bool = True, size: int | None = None) -> np.ndarray:
+def layers_overview(model: GPTModel, token_ids, causal: bool = True, size: int | None = None,
+                    scores: bool = False):
     """Softmax weights of every layer and head, each max-pooled to ``size`` × ``size``: ``(layers, heads, s, s)``.
 
     Runs the model's blocks one at a time (:func:`attnviz.models.iter_layer_maps`): one layer's
-    ``(heads, n, n)`` maps exist at a time.  Masked cells are NaN."""
+    ``(heads, n, n)`` maps exist at a time.  Masked cells are NaN.  With ``scores``, the same pass also
+    scores every head (:func:`attnviz.head_types.score_heads`) and returns ``(pooled, {score: (layers, heads)})``.
+    """
+    from attnviz import head_types
     from attnviz.models import iter_layer_maps
 
     n_layers, n_heads = len(model.trf_blocks), model.trf_blocks[0].att.num_heads
     size = size or tile_size(n_heads)
     pooled = None
+    rows: dict[str, list] = {name: [] for name in head_types.SCORE_NAMES}
     for layer, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
         for head in range(n_heads):
             small, _ = figures.max_pool(figures.display_values(maps[head], "weights", causal), size)  # (s, s)
             if pooled is None:
                 pooled = np.full((n_layers, n_heads, *small.shape), np.nan, dtype=np.float32)  # (L, h, s, s)
             pooled[layer, head] = small
+        if scores:
+            for name, values in head_types.score_heads(maps, list(token_ids)).items():  # (h,) each
+                rows[name].append(values)
         del maps
-    return pooled
+    if not scores:
+        return pooled
+    return pooled, {name: np.stack(values) for name, values in rows.items()}  # (L, h) each
 
 
 def overview_figure(pooled: np.ndarray, n_tokens: int, focus: tuple[int, int] | None = None) -> go.Figure:

@@ -39,4 +39,6 @@ head_labels.section(ctx)  # each head's type, its first-token mass; every layer'
 
 if ctx.checkpoint:
     ui.next_token_panel(ctx)
-    ui.layers_overview(ctx)
+    every_layer_scores = ui.layers_overview(ctx)  # opt-in: one more pass, one layer's maps at a time
+    if every_layer_scores is not None:
+        head_labels.every_layer(every_layer_scores)

@@ -110,9 +110,9 @@ def test_choosing_a_checkpoint_draws_its_layer_with_its_sizes(checkpoints):
     assert len([a for a in grid(at)["layout"]["annotations"] if "head" in a["text"]]) == 4
     assert at.query_params["weights"] in ([NAME], NAME)
     # the next-token panel: top 5 after the last position
-    table = at.dataframe[1].value if len(at.dataframe) > 1 else None
-    assert table is not None and list(table.columns) == ["rank", "next token", "id", "probability"]
-    assert len(table) == 5
+    tables = [frame.value for frame in at.dataframe if "next token" in frame.value.columns]
+    assert len(tables) == 1 and list(tables[0].columns) == ["rank", "next token", "id", "probability"]
+    assert len(tables[0]) == 5
 
 
 def test_layer_switch_shows_that_layers_maps(checkpoints):

@@ -113,6 +113,9 @@ def test_a_checkpoint_shows_its_labels_and_a_layers_by_heads_grid_of_every_score
     assert table["type"].tolist()[1] == "—"
     markdown = " ".join(m.value for m in at.markdown)
     assert "head 0: previous-token 0.86" in markdown
+    assert "every layer's heads on this text" not in repr(figures(at))  # every layer: opt-in (one more pass)
+    at.toggle(key="heads_overview").set_value(True).run()
+    markdown = " ".join(m.value for m in at.markdown)
     assert "L0H0 previous-token 0.86" in markdown and "L1H" not in markdown
     grid = next(f for f in figures(at) if f["layout"].get("title", {}).get("text") == "every layer's heads on this text")
     panels = [a["text"] for a in grid["layout"]["annotations"]][:4]

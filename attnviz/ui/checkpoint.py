@@ -34,24 +34,30 @@ def next_token_panel(ctx: Context, key: str = "next_position") -> None:
 
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
-def _overview(checkpoint: str, causal: bool, token_ids: tuple[int, ...]):
-    return checkpoint_view.layers_overview(weights.load(checkpoint), list(token_ids), causal=causal)
+def every_layer(checkpoint: str, causal: bool, token_ids: tuple[int, ...]):
+    """(pooled maps (L, h, s, s), head-type scores {name: (L, h)}) of every layer: one pass, one layer at a time."""
+    return checkpoint_view.layers_overview(weights.load(checkpoint), list(token_ids), causal=causal, scores=True)
 
 
-def layers_overview(ctx: Context) -> None:
-    """The layers × heads overview (BertViz's model view), computed when asked for: every layer's maps once."""
+def layers_overview(ctx: Context):
+    """The layers × heads overview (BertViz's model view), computed when asked for: every layer's maps once.
+
+    Returns every layer's head-type scores ({name: (layers, heads)}) when shown, else None: the Heads page's
+    head types use them (the same pass)."""
     trace = ctx.trace
     if trace.model is None:
-        return
+        return None
     st.subheader("Every layer and head")
     show = st.toggle(f"Show all {trace.model.n_layers} layers × {trace.num_heads} heads",
-                     help="Runs every block once more, one layer at a time, and keeps only pooled thumbnails.",
-                     **page_bind("heads_overview", False))
+                     help="Runs every block once more, one layer at a time, keeping only pooled thumbnails and "
+                     "each head's type scores.", **page_bind("heads_overview", False))
     if not show:
-        st.caption("Off: turn it on to compute every layer's heads (one more pass through the model).")
-        return
+        st.caption("Off: turn it on to see every layer's heads and their types (one more pass through the model; "
+                   "this layer's heads are above).")
+        return None
     with st.spinner("Running every layer…"):
-        pooled = _overview(trace.config.checkpoint, trace.config.causal, trace.token_ids)
+        pooled, scores = every_layer(trace.config.checkpoint, trace.config.causal, trace.token_ids)
     focus = (trace.model.layer, ss.get("_keep_heads_focus", 0))
     st.plotly_chart(checkpoint_view.overview_figure(pooled, trace.n, focus=focus),
                     config=plotly_config("attnviz-layers-heads"))
+    return scores

@@ -1,6 +1,7 @@
 """Head types on the Heads page: each head's type where its score passes ``head_types.LABEL_THRESHOLD``
 ("previous-token 0.93"), the first-token (sink) mass beside it — never a type — and, for a checkpoint, a
-layers × heads grid of every score on this text, computed one layer at a time (cached)."""
+layers × heads grid of every score on this text, from the page's every-layer pass (opt-in: it runs every block
+once more)."""
 
 from __future__ import annotations
 
@@ -43,19 +44,6 @@ def _trace_scores(text: str, config_values: tuple) -> dict:
     return head_types.score_heads(trace.steps["weights"][0], trace.token_ids)  # {name: (heads,)}
 
 
-@st.cache_data(max_entries=16, ttl=3600, show_spinner=False)
-def _model_scores(ref: str, token_ids: tuple, causal: bool) -> dict:
-    """Every score of every layer's heads: {name: (layers, heads)}, one layer's maps at a time."""
-    from attnviz import models, weights
-
-    model = weights.load(ref)
-    rows: dict[str, list] = {name: [] for name in head_types.SCORE_NAMES}
-    for _, maps in models.iter_layer_maps(model, token_ids, causal=causal):  # (heads, n, n)
-        for name, values in head_types.score_heads(maps, token_ids).items():
-            rows[name].append(values)
-    return {name: np.stack(values) for name, values in rows.items()}  # (layers, heads)
-
-
 def section(ctx: Context) -> None:
     """The Heads page's "Head types" section."""
     trace, config = ctx.trace, ctx.trace.config
@@ -75,20 +63,17 @@ def section(ctx: Context) -> None:
         name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, width="small")
         for name in ("first-token mass", *(head_figures.SCORE_TITLES[k] for k in TYPE_COLUMNS))
     })
-    if config.checkpoint is None:
-        return
-    try:
-        with st.spinner("Scoring every layer…"):
-            grid = _model_scores(config.checkpoint, trace.token_ids, bool(config.causal))
-    except ValueError as exc:
-        st.warning(str(exc), icon="✋")
-        return
-    layers, heads = grid["first_token"].shape
-    typed = [(layer, head, describe(grid, (layer, head))) for layer in range(layers) for head in range(heads)]
+
+
+def every_layer(scores: dict) -> None:
+    """Every layer's head types on this text (``{name: (layers, heads)}``, from the Heads page's every-layer
+    pass, :func:`attnviz.ui.checkpoint.layers_overview`): the typed heads, and a layers × heads grid per score."""
+    layers, heads = scores["first_token"].shape
+    typed = [(layer, head, describe(scores, (layer, head))) for layer in range(layers) for head in range(heads)]
     typed = [(layer, head, text) for layer, head, text in typed if text != "—"]
     st.markdown(f"**Every layer** ({layers} × {heads} heads, this text): "
                 + ("; ".join(f"{head_figures.head_name(layer, head)} {text}" for layer, head, text in typed)
                    if typed else "no head passes the threshold on this text."))
-    st.plotly_chart(head_figures.score_grid(grid, names=(*TYPE_COLUMNS, "first_token"),
+    st.plotly_chart(head_figures.score_grid(scores, names=(*TYPE_COLUMNS, "first_token"),
                                             title="every layer's heads on this text"),
                     config=plotly_config("attnviz-head-types"), key="heads_type_grid")

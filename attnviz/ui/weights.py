@@ -36,10 +36,15 @@ def register_trained_model(name: str, model: GPTModel, select: bool = False) -> 
     pick it now (the sidebar shows it on the next run).  Returns the option (``.name`` is what the sidebar lists)."""
     option = weights.register_session_model(session_id(), name, model)
     if select:
-        ss["_keep_weights"] = option.name
-        ss["_keep_layer"] = 0
-        ss["_keep_causal"] = True
+        select_weights(option.name)
     return option
+
+
+def select_weights(name: str) -> None:
+    """Make the listed option ``name`` this session's weights from the next run on (layer 0, causal on)."""
+    ss["_keep_weights"] = name
+    ss["_keep_layer"] = 0
+    ss["_keep_causal"] = True
 
 
 @dataclass(frozen=True)

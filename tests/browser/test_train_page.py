@@ -88,4 +88,7 @@ def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, bas
     assert_no_exception(page)
     expect(main.locator("h1")).to_contain_text("Attention heads")
     expect(main.get_by_text("Head types", exact=True)).to_be_visible()
+    before = runs(page)  # every layer's types: the opt-in every-layer pass
+    main.get_by_test_id("stCheckbox").filter(has_text=re.compile(r"Show all \d+ layers")).locator("label").click()
+    wait_idle(page, after=before)
     expect(main.get_by_test_id("stPlotlyChart").filter(has_text="every layer's heads on this text")).to_be_attached()
