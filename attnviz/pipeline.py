@@ -304,6 +304,25 @@ def run(text: str, config: AttentionConfig) -> Trace:
     if config.checkpoint is not None:
         return _run_checkpoint(text, config)
     text, token_ids, notes = prepare_text(text, config.context_length)
+    return _run_tokens(text, token_ids, notes, config)
+
+
+def run_ids(token_ids, config: AttentionConfig) -> Trace:
+    """``run()`` on token ids instead of text (the induction lab's repeated random tokens): the same seeded
+    embedding and module as every page shows for ``config``.  The book's classes only (a checkpoint's
+    layer runs on text); raises InputError for ids outside GPT-2's vocabulary or the context length."""
+    config.validate()
+    if config.checkpoint is not None:
+        raise ConfigError("run_ids runs the book's classes; a checkpoint's layer runs from text (run()).")
+    token_ids = [int(token) for token in token_ids]
+    if not 1 <= len(token_ids) <= config.context_length:
+        raise InputError(f"Expected 1 to {config.context_length} token ids, got {len(token_ids)}.")
+    if min(token_ids) < 0 or max(token_ids) >= tokens.N_VOCAB:
+        raise InputError(f"Token ids must be in 0…{tokens.N_VOCAB - 1}.")
+    return _run_tokens(tokens.decode(token_ids), token_ids, [], config)
+
+
+def _run_tokens(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:
     device, device_notes = resolve_device(config.device)
     notes += device_notes
 
