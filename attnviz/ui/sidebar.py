@@ -18,6 +18,7 @@ PAGES = (
     ("pages/tokens.py", "Tokens", ":material/text_fields:"),
     ("pages/compare.py", "Compare variants", ":material/compare:"),
     ("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
+    ("pages/induction.py", "Induction lab", ":material/repeat:"),
     ("pages/train.py", "Train", ":material/model_training:"),
     ("pages/benchmark.py", "Benchmark", ":material/speed:"),
 )

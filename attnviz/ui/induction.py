@@ -1,0 +1,109 @@
+"""The induction lab's glue: T and seed, the cached lab run for the sidebar's weights, and its views
+(the score grid, one head's map with the stripe, the per-position loss or why there is none)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from attnviz import head_figures, induction
+from attnviz.head_types import LABEL_THRESHOLD
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.state import page_bind
+from attnviz.ui.urlstate import markdown_escape
+
+NO_LOSS = ("The book's classes are one attention layer on seeded random embeddings, with no language-model "
+           "head: they predict no tokens, so there is no loss to show. Pick a trained model under *Weights* "
+           "in the sidebar (the bundled model, or one trained on the Train page) to see the loss drop on the "
+           "second copy.")
+
+
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def _model_run(ref: str, T: int, seed: int, layer: int) -> induction.InductionRun:
+    from attnviz import weights
+
+    return induction.run_model(weights.load(ref), T, seed, layer=layer)
+
+
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def _book_run(config_values: tuple, T: int, seed: int) -> induction.InductionRun:
+    from attnviz import pipeline
+
+    config = pipeline.AttentionConfig(*config_values)
+    token_ids = induction.lab_tokens(T, seed)
+    trace = pipeline.run_ids(token_ids.tolist(), dataclasses.replace(config, train=False))  # eval: no dropout
+    return induction.run_maps(trace.steps["weights"][0], token_ids, T, seed)
+
+
+def max_repeat(ctx: Context) -> int:
+    """The longest T whose sequence ([BOS] + x + x) fits the model's context."""
+    return min(induction.MAX_T, (ctx.config.context_length - 1) // 2)
+
+
+def lab_run(ctx: Context) -> induction.InductionRun | None:
+    """T and seed inputs, then the lab run for the sidebar's weights (cached)."""
+    longest = max_repeat(ctx)
+    t_col, seed_col = st.columns(2)
+    in_t = lambda v: isinstance(v, int) and induction.MIN_T <= v <= longest  # noqa: E731
+    T = t_col.number_input(
+        "Repeat length T", min_value=induction.MIN_T, max_value=longest, step=1,
+        help=f"x is T random tokens (ids 1,000–30,000); the sequence is [BOS] + x + x, 2T + 1 tokens "
+             f"(at most {longest} here: the model's context).",
+        **page_bind("induction_T", min(induction.DEFAULT_T, longest), in_t))
+    seed = seed_col.number_input("Seed of the random tokens", min_value=0, max_value=2**31 - 1, step=1,
+                                 **page_bind("induction_seed", induction.DEFAULT_SEED,
+                                             lambda v: isinstance(v, int) and 0 <= v < 2**31))
+    config = ctx.config
+    try:
+        with st.spinner("Running the model on the repeated tokens…"):
+            if config.checkpoint is not None:
+                return _model_run(config.checkpoint, int(T), int(seed), int(config.layer))
+            return _book_run(dataclasses.astuple(config), int(T), int(seed))
+    except ValueError as exc:  # a checkpoint that cannot be loaded, a setting out of range: say so
+        st.warning(markdown_escape(str(exc)), icon="✋")
+        return None
+
+
+def show(run: induction.InductionRun, ctx: Context) -> None:
+    """Scores of every head, the chosen head's map with the stripe, the per-position loss."""
+    from attnviz.tokens import pieces
+
+    best_layer, best_head = run.best
+    best = run.scores[best_layer, best_head]
+    layered = run.scores.shape[0] > 1 or ctx.config.checkpoint is not None
+    where = head_figures.head_name(best_layer, best_head) if layered else f"head {best_head}"
+    score_col, loss_col = st.columns(2)
+    score_col.metric("Best induction score", f"{best:.2f}", help="Mean of A[i, i−T+1] over the second copy "
+                     f"({where}). {LABEL_THRESHOLD} or more: the Heads page names it an induction head.")
+    score_col.caption(f"{where}: " + ("an induction head" if best >= LABEL_THRESHOLD else "no induction head here"))
+    if run.halves is not None:
+        first, second = run.halves
+        loss_col.metric("Loss on the second copy", f"{second:.2f} nats", delta=f"{second - first:+.2f} vs before",
+                        delta_color="inverse", help="Mean next-token loss where the repeat can be copied, "
+                        "against the mean before it.")
+    st.plotly_chart(head_figures.score_grid({"induction": run.scores, "previous_token": run.previous},
+                                            title=f"every head on [BOS] + x + x, T = {run.T}"),
+                    config=plotly_config("attnviz-induction-scores"), key="induction_scores")
+    if ctx.config.checkpoint is not None and run.scores.shape[0] > 1:
+        st.caption(f"The maps below are layer {run.layer} (the sidebar's *Layer*).")
+
+    heads = run.maps.shape[0]
+    default = best_head if best_layer == run.layer else int(run.scores[run.layer].argmax())
+    head = st.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {run.scores[run.layer, h]:.2f}",
+                        **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads))
+    tokens = [t.piece for t in pieces(run.token_ids.tolist())]
+    name = head_figures.head_name(run.layer, head) if layered else f"head {head}"
+    st.plotly_chart(
+        head_figures.stripe_heatmap(run.maps[head], tokens, run.T, score=float(run.scores[run.layer, head]),
+                                    title=f"{name}: weights on [BOS] + x + x (T = {run.T}), stripe A[i, i−{run.T - 1}]"),
+        config=plotly_config(f"attnviz-induction-{name}"), key="induction_map")
+    st.subheader("Loss at each position")
+    if run.loss is None:
+        st.info(NO_LOSS, icon="ℹ️")
+    else:
+        st.plotly_chart(head_figures.position_loss(run.loss, run.T), config=plotly_config("attnviz-induction-loss"),
+                        key="induction_loss")
+        st.caption("Before the repeat the next token is random: the loss is high (ln 50,257 ≈ 10.8 for a uniform "
+                   "guess). On the second copy a model with an induction head copies what followed the earlier "
+                   "occurrence, and the loss drops.")
