@@ -79,12 +79,12 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     assert not at.exception, [e.value for e in at.exception]
     assert progress_text(at).startswith("Finished: step 12 of 12")
     assert len(plotly_figures(at)) == len(figures)
-    # picking it shows the trained model on the other pages
-    weights.select(option.label).run()
-    at.switch_page("pages/heads.py").run()
+    # "See its heads" makes it this session's weights and opens the Heads page with it
+    at.button(key="train_see_heads").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.selectbox(key="layer").options == ["0", "1"]
+    assert at.title[0].value == "Attention heads"
     assert at.session_state["weights"] == option.name
+    assert at.selectbox(key="layer").options == ["0", "1"]
 
 
 def test_stop_ends_the_training_and_keeps_the_model_so_far():

@@ -131,6 +131,14 @@ def _start(steps: int, seed: int) -> None:
     st.rerun()  # draw the page again as it is now: Stop enabled, the live view polling
 
 
+def _open_with(option_name: str, page: str) -> None:
+    """Make the trained model this session's weights and open ``page`` with it."""
+    from attnviz.ui.weights import select_weights
+
+    select_weights(option_name)
+    st.switch_page(page)
+
+
 def _stop() -> None:
     job = current_job()
     if job is not None:
@@ -227,6 +235,11 @@ def results() -> None:
     if run.option is not None:
         st.success(f"Pick **{run.option.name}** as *Weights* in the sidebar to see this model's heads on every "
                    "page (for this session only).", icon=":material/check_circle:")
+        heads_col, lab_col = st.columns(2)
+        for col, page, label, key in ((heads_col, "app.py", "See its heads", "train_see_heads"),
+                                      (lab_col, "pages/induction.py", "Test it in the Induction lab", "train_see_lab")):
+            if col.button(label, key=key, icon=":material/arrow_forward:", width="stretch"):
+                _open_with(run.option.name, page)
     st.download_button(
         "Download the trained model (zip)", functools.partial(live_train.checkpoint_zip, run),
         file_name=f"attnviz-trained-seed{run.cfg.seed}-{run.steps_run}steps.zip", mime="application/zip",
