@@ -59,6 +59,8 @@ def lab_run(ctx: Context) -> induction.InductionRun | None:
         with st.spinner("Running the model on the repeated tokens…"):
             if config.checkpoint is not None:
                 return _model_run(config.checkpoint, int(T), int(seed), int(config.layer))
+            if config.dropout_runs:
+                st.caption("The lab runs the attention in eval mode: dropout is off here.")
             return _book_run(dataclasses.astuple(config), int(T), int(seed))
     except ValueError as exc:  # a checkpoint that cannot be loaded, a setting out of range: say so
         st.warning(markdown_escape(str(exc)), icon="✋")
