@@ -103,6 +103,10 @@ def run_model(model, T: int, seed: int, *, layer: int | None = None) -> Inductio
         elif index == layer:
             kept = {index: maps}
     (shown, maps), = kept.items()
-    loss = per_position_loss(model, token_ids)  # (n−1,)
+    # the model may be shared with other sessions' runs, which switch its causal flags under this lock
+    from attnviz.models.trace import _running  # TODO(models): a public ``running``/logits helper
+
+    with _running(model, True):
+        loss = per_position_loss(model, token_ids)  # (n−1,), with the causal mask the model was trained with
     return InductionRun(T=T, seed=seed, token_ids=token_ids, layer=shown, maps=maps, scores=scores,
                         previous=previous, loss=loss)
