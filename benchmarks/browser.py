@@ -2,6 +2,8 @@
 
     python benchmarks/browser.py                    # 3 cold + 5 warm runs per app, 5 settings changes
     python benchmarks/browser.py --warm 7 --changes 9
+    python benchmarks/browser.py --first-paint 5      # only: a fresh server's first page vs the floor app
+    python benchmarks/browser.py --app-root DIR       # time another checkout's app.py (e.g. a `git archive`)
 
 One run starts two Streamlit servers on free ports: the project's ``app.py`` and
 ``benchmarks/naive_heads_app.py`` (same ``pipeline.run`` and cache, then 12 × ``go.Heatmap(z=float64
@@ -41,6 +43,13 @@ the new setting in the page's caption ("no mask ·" / "causal mask ·", "4 heads
 
 **Websocket bytes.**  CDP ``Network.webSocketFrameReceived``: the decoded payload of every frame the page
 receives from the key press (or click) to drawn, plus 300 ms.
+
+**First paint of a fresh server** (``--first-paint N``, also part of the full run).  A new server for every
+sample (``streamlit run``, waited for ``/_stcore/health``), then a new tab opens ``/``: the time runs from the
+navigation's start (``performance.timeOrigin``) to the first animation frame at which the page is drawn
+(conditions 1-4 above, with no key press, and the page's marker: "6 tokens" for attnviz's default sentence,
+"one chart" for the floor).  The floor, ``benchmarks/floor_app.py``, is a Streamlit page that imports torch
+and Plotly and draws one chart; samples of the two alternate, so both see the same machine.
 
 **Peak RSS** of each server process: ``VmHWM`` from ``/proc/<pid>/status`` at the end (peak over the run).
 """
@@ -206,6 +215,9 @@ DRAWN_JS = """
   for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
     if (!graph.querySelector('svg g.node')) return false;
   }
+  for (const table of main.querySelectorAll('[data-testid=stDataFrame]')) {
+    if (!table.querySelector('canvas')) return false;
+  }
   b.t1 = performance.now();
   b.armed = false;
   return true;
@@ -334,6 +346,68 @@ def change_settings(browser, server: Server, changes: int) -> dict[str, list[dic
     return results
 
 
+# Drawn, for a tab that just opened: as DRAWN_JS without an action (every chart is new), from navigation start.
+FIRST_PAINT_JS = """
+(marker) => {
+  const app = document.querySelector('[data-testid=stApp]');
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+  if (!window.__bench || window.__bench.runs < 1) return false;
+  if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
+  const main = document.querySelector('[data-testid=stMain]');
+  if (!main || main.querySelector('[data-stale=true]') || !main.innerText.includes(marker)) return false;
+  const charts = main.querySelectorAll('.js-plotly-plot');
+  if (!charts.length) return false;
+  for (const gd of charts) {
+    if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
+    const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
+    if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < heatmaps) return false;
+  }
+  for (const table of main.querySelectorAll('[data-testid=stDataFrame]')) {
+    if (!table.querySelector('canvas')) return false;
+  }
+  window.__bench.t1 = performance.now();
+  return true;
+}
+"""
+
+FIRST_PAINT_MARKERS = {"attnviz": "6 tokens", "floor": "one chart"}
+
+
+def first_paint(browser, name: str, script: str, cwd: Path) -> dict:
+    """A fresh server (``script`` in ``cwd``), then a new tab at ``/``: ms from navigation start to drawn."""
+    with streamlit_server(f"first-{name}", script, cwd=cwd) as server:
+        context = browser.new_context(viewport=VIEWPORT)
+        context.set_default_timeout(TIMEOUT_MS)
+        try:
+            page = context.new_page()
+            page.add_init_script(INIT_JS)
+            page.goto(server.url + "/")
+            page.wait_for_function(FIRST_PAINT_JS, arg=FIRST_PAINT_MARKERS[name], polling="raf", timeout=TIMEOUT_MS)
+            return {"ms": page.evaluate("window.__bench.t1")}
+        finally:
+            context.close()
+
+
+def first_paints(browser, repeats: int, app_root: Path) -> dict[str, list[dict]]:
+    """``repeats`` fresh-server first paints of attnviz and of the floor app, alternating."""
+    results: dict[str, list[dict]] = {"attnviz": [], "floor": []}
+    for index in range(repeats):
+        for name, script, cwd in (("attnviz", "app.py", app_root), ("floor", "benchmarks/floor_app.py", ROOT)):
+            time.sleep(SETTLE_S)
+            results[name].append(first_paint(browser, name, script, cwd))
+            print(f"first paint {index} {name}: {results[name][-1]['ms']:,.0f} ms", flush=True)
+    return results
+
+
+def report_first_paint(results: dict[str, list[dict]]) -> None:
+    app, floor = median(results["attnviz"]), median(results["floor"])
+    ratios = [a["ms"] / f["ms"] for a, f in zip(results["attnviz"], results["floor"])]
+    print("\n| fresh server, first page → drawn | median ms | runs ms |\n|---|---:|---|")
+    for name in results:
+        print(f"| {name} | {median(results[name]):,.0f} | " + ", ".join(f"{r['ms']:,.0f}" for r in results[name]) + " |")
+    print(f"first paint / floor: {app / floor:.2f}× (medians); per pair " + ", ".join(f"{r:.2f}×" for r in ratios))
+
+
 # --------------------------------------------------------------------------- ablation
 
 # Where does the browser's time go?  Copies of the app with parts of pages/heads.py left out.
@@ -454,7 +528,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="only time copies of the app with parts of the Heads page left out")
     parser.add_argument("--only", nargs="*", default=None, help="with --ablation: variants whose name has a word")
     parser.add_argument("--toggles-only", action="store_true", help="with --ablation: skip the 1024-token commits")
+    parser.add_argument("--first-paint", type=int, default=3, metavar="N",
+                        help="fresh-server first paints per app (attnviz, floor); alone with --only-first-paint")
+    parser.add_argument("--only-first-paint", action="store_true", help="measure only the fresh-server first paint")
+    parser.add_argument("--app-root", type=Path, default=ROOT,
+                        help="folder whose app.py is timed (default: this checkout), e.g. a `git archive` of a commit")
+    parser.add_argument("--out", type=Path, default=RESULTS / "browser.json", help="where the samples are written")
     args = parser.parse_args(argv)
+    app_root = args.app_root.resolve()
     if args.ablation:
         from playwright.sync_api import sync_playwright
 
@@ -469,7 +550,18 @@ def main(argv: list[str] | None = None) -> int:
     from attnviz import tokens
 
     info = machine()
+    info["app_root"] = str(app_root)
     print(json.dumps(info), flush=True)
+    if args.only_first_paint:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            paints = first_paints(browser, args.first_paint, app_root)
+            browser.close()
+        report_first_paint(paints)
+        info["load_after"] = os.getloadavg()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"machine": info, "first_paint": paints}, indent=1))
+        return 0
     warm_text = text_of_tokens(N)
     cold_texts = [text_of_tokens(N, variant=i + 1) for i in range(args.cold)]
     for text in [warm_text, *cold_texts]:
@@ -478,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     scripts = {"attnviz": "app.py", "naive": "benchmarks/naive_heads_app.py"}
     samples: dict[str, dict[str, list]] = {name: {"cold": [], "warm": []} for name in names}
     with contextlib.ExitStack() as stack:
-        servers = {name: stack.enter_context(streamlit_server(name, scripts[name])) for name in names}
+        servers = {name: stack.enter_context(streamlit_server(name, scripts[name], cwd=app_root if name == "attnviz"
+                                                                else ROOT)) for name in names}
         playwright = stack.enter_context(sync_playwright())
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         stack.callback(browser.close)
@@ -499,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind}: " + "; ".join(show(value) for value in values), flush=True)
         peaks = {name: {"VmHWM": server.status("VmHWM"), "VmRSS": server.status("VmRSS")}
                  for name, server in servers.items()}
+        paints = first_paints(browser, args.first_paint, app_root) if args.first_paint else {}
     info["load_after"] = os.getloadavg()
 
     print("\n1024-token text committed (Ctrl+Enter) → drawn; medians; phases = to script start + script run + "
@@ -519,10 +613,12 @@ def main(argv: list[str] | None = None) -> int:
     for kind, values in changes.items():
         print(f"| {kind} | {median(values):,.0f} | {phases(values)} | "
               + ", ".join(f"{value['ms']:,.0f}" for value in values) + f" | {median(values, 'bytes') / 1e3:,.0f} |")
+    if paints:
+        report_first_paint(paints)
     print(f"\nload average after: {', '.join(f'{v:.2f}' for v in info['load_after'])}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "browser.json").write_text(json.dumps(
-        {"machine": info, "samples": samples, "settings_changes": changes, "rss": peaks}, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(
+        {"machine": info, "samples": samples, "settings_changes": changes, "rss": peaks, "first_paint": paints}, indent=1))
     return 0
 
 

@@ -103,3 +103,16 @@ def test_every_statistic_stays_in_the_range_its_bar_is_drawn_on_and_reaches_its_
         assert result["mean distance"][-1] == pytest.approx(stats.stat_range("mean distance", n)[1])
     with pytest.raises(KeyError):
         stats.stat_range("attention", n)
+
+
+def test_head_statistics_of_float32_maps_match_float64():
+    """A Trace's float32 maps are worked on in float32 (with float64 sums): the same numbers to ~1e-6."""
+    rng = np.random.default_rng(7)
+    n = 300
+    logits = np.where(np.tril(np.ones((n, n), dtype=bool)), rng.normal(size=(4, n, n)) * 3, -np.inf)
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    single = stats.head_statistics(weights.astype(np.float32))
+    double = stats.head_statistics(weights)
+    for name in stats.STATS:
+        np.testing.assert_allclose(single[name], double[name], rtol=1e-5, atol=1e-6, err_msg=name)

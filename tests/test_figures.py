@@ -102,3 +102,60 @@ def test_a_single_head_grid():
     fig = figures.mark_focus(figures.heads_grid(trace.steps["weights"][0], "weights"), 0)
     assert head_titles(fig) == ["▶ head 0"]
     assert "1 head" in fig.layout.title.text
+
+
+def _reference_pool(matrix: np.ndarray, max_size: int, signed: bool) -> np.ndarray:
+    """The plain definition: pad with NaN, NaN-aware max (or largest |value| with its sign) of every block."""
+    block = max(1, -(-max(matrix.shape) // max_size))
+    rows, cols = matrix.shape
+    padded = np.full((-(-rows // block) * block, -(-cols // block) * block), np.nan, dtype=np.float32)
+    padded[:rows, :cols] = matrix
+    out = np.full((padded.shape[0] // block, padded.shape[1] // block), np.nan, dtype=np.float32)
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            cells = padded[i * block : (i + 1) * block, j * block : (j + 1) * block]
+            cells = cells[~np.isnan(cells)]
+            if cells.size:
+                out[i, j] = cells[np.abs(cells).argmax()] if signed else cells.max()
+    return out
+
+
+@pytest.mark.parametrize("n", [5, 64, 65, 130, 200])
+@pytest.mark.parametrize("stage", ["scores", "scaled", "masked", "weights", "dropped"])
+def test_the_pooled_grid_equals_pooling_the_displayed_maps(n, stage):
+    """pooled_display pools the raw maps and blanks whole masked blocks; it must equal pooling the displayed
+    (NaN-masked) maps cell for cell, for every stage, with and without padding."""
+    rng = np.random.default_rng(n)
+    scores = rng.normal(size=(3, n, n)).astype(np.float32) * 4
+    masked = np.where(np.triu(np.ones((n, n), dtype=bool), k=1), -np.inf, scores).astype(np.float32)
+    weights = np.exp(masked - masked.max(axis=-1, keepdims=True))
+    weights = (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float32)
+    maps = {"scores": scores, "scaled": scores / 8, "masked": masked, "weights": weights,
+            "dropped": weights * (rng.random(weights.shape) > 0.3) / 0.7}[stage].astype(np.float32)
+    pooled, block = figures.pooled_display(maps, stage, True, 64)
+    signed = stage not in figures.PROBABILITY_STAGES
+    for head in range(3):
+        shown = figures.display_values(maps[head], stage, causal=True)
+        expected, expected_block = figures.max_pool(shown, 64, signed=signed)
+        assert block == expected_block
+        np.testing.assert_array_equal(pooled[head], expected)
+        np.testing.assert_array_equal(expected, _reference_pool(shown, 64, signed))
+
+
+def test_the_grid_built_without_validation_is_what_plotly_validates():
+    """heads_grid and mark_focus skip Plotly's per-property validation; validating their dicts changes nothing."""
+    import json
+
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    maps = np.random.default_rng(0).random((5, 100, 100)).astype(np.float32)
+    for fig in (figures.heads_grid(maps, "weights"), figures.mark_focus(figures.heads_grid(maps, "scores"), 2)):
+        validated = go.Figure(fig.to_dict())  # raises on an invalid property
+        assert json.loads(pio.to_json(fig, validate=False)) == json.loads(pio.to_json(validated, validate=False))
+
+
+def test_the_causal_mask_is_built_once_and_read_only():
+    mask = figures.causal_mask(1024)
+    assert figures.causal_mask(1024) is mask and not mask.flags.writeable
+    assert mask[0, 1] and not mask[1, 0] and not mask[5, 5]
