@@ -58,8 +58,12 @@ def section(ctx: Context) -> None:
         "The first-token mass (where a head parks unused attention, a 'sink') is shown beside it and is never "
         "a type. Duplicate-token and induction need repeated tokens: paste a text twice, or open the Induction lab."
     )
-    st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else "none on this text."))
-    st.dataframe(label_table(scores), hide_index=True, key="heads_types", column_config={
+    none = "none on this text."
+    if not named and config.checkpoint is None:
+        none += (" The book's classes have random weights: their heads have no types yet. Choose the bundled model "
+                 "(or train one on the Train page) under *Weights* to see heads that learned one.")
+    st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else none))
+    st.dataframe(label_table(scores), hide_index=True, key="heads_types", height="content", column_config={
         name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, width="small")
         for name in ("first-token mass", *(head_figures.SCORE_TITLES[k] for k in TYPE_COLUMNS))
     })
