@@ -78,7 +78,7 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, scores: np.ndarray | No
     upper = np.triu(np.ones((n, n), dtype=bool), k=1)
     for layer in range(layers):
         for head in range(heads):
-            values = np.where(upper, np.nan, maps[layer, head])  # (n, n), the masked cells as gaps
+            values = np.where(upper, np.nan, maps[layer, head]).astype(np.float32)  # (n, n), masked cells as gaps
             fig.add_trace(go.Heatmap(z=values, zmin=0, zmax=1, colorscale=WEIGHT_SCALE, showscale=False,
                                      hoverongaps=False, name=head_name(layer, head),
                                      hovertemplate=head_name(layer, head)
@@ -135,10 +135,10 @@ def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
     mean = smooth(loss)
     keep = np.unique(np.r_[np.arange(0, steps.size, max(1, stride)), steps.size - 1]) if steps.size else []
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=steps[keep], y=loss[keep], mode="lines", name="loss",
+    fig.add_trace(go.Scatter(x=steps[keep], y=loss[keep].astype(np.float32), mode="lines", name="loss",
                              line={"color": "#9ecae1", "width": 1},
                              hovertemplate="step %{x}<br>loss %{y:.3f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=steps[keep], y=mean[keep], mode="lines", name="mean of the last 25 steps",
+    fig.add_trace(go.Scatter(x=steps[keep], y=mean[keep].astype(np.float32), mode="lines", name="mean of the last 25 steps",
                              line={"color": "#08519c", "width": 2},
                              hovertemplate="step %{x}<br>mean loss %{y:.3f}<extra></extra>"))
     if total_steps:

@@ -24,7 +24,7 @@ from attnviz.ui.state import page_bind, ss
 
 POLL_SECONDS = 1.0
 MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
-MAX_CURVE_POINTS = 1500  # loss points drawn (the mean is computed over every step)
+MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every step)
 
 
 def max_trainings() -> int:
