@@ -136,17 +136,6 @@ def shared_range(matrices) -> tuple[float, float]:
     return -bound, bound
 
 
-def _masked_legend(fig: go.Figure) -> None:
-    """A legend entry for the grey masked cells (a square marker outside the data)."""
-    fig.add_trace(
-        go.Scatter(
-            x=[None], y=[None], mode="markers", name="masked",
-            marker={"symbol": "square", "size": 12, "color": MASKED_COLOR},
-            showlegend=True, hoverinfo="skip",
-        )
-    )
-
-
 def attention_heatmap(
     matrix: np.ndarray,
     tokens: list[str] | tuple[str, ...],
@@ -159,11 +148,14 @@ def attention_heatmap(
     col_offset: int = 0,
     height: int = 520,
     zrange: tuple[float, float] | None = None,
+    validate: bool = True,
 ) -> go.Figure:
     """Full-resolution heatmap of one head's (rows × cols) map, hover = query, key, value.
 
     ``matrix`` may be a window of a larger map: ``row_offset``/``col_offset`` say where it starts
-    and ``tokens`` are the tokens of the whole sequence.
+    and ``tokens`` are the tokens of the whole sequence.  ``validate=False`` skips Plotly's per-property
+    validation (the same figure, ~5× faster to build at 256 × 256; ``tests/test_figures.py`` validates these
+    dicts): for a figure that is drawn as it is, not changed afterwards.
     """
     rows, cols = matrix.shape
     values = display_values(matrix, stage, causal=False)
@@ -177,37 +169,50 @@ def attention_heatmap(
     zmin, zmax, scale = color_range(stage, values, dropout)
     if zrange is not None:  # a before/after pair shares one scale, so equal values look equal
         zmin, zmax = zrange
-    fig = go.Figure(
-        go.Heatmap(
-            z=values, x=x_labels, y=y_labels, zmin=zmin, zmax=zmax, colorscale=scale,
-            colorbar={"title": {"text": stage}, "thickness": 12},
-            hovertemplate="query %{y}<br>key %{x}<br>" + stage + " %{z:.4f}<extra></extra>",
-            hoverongaps=False, xgap=0, ygap=0,
-        )
-    )
-    has_masked = bool(np.isnan(values).any())
-    if has_masked:
-        _masked_legend(fig)
-    _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset)
-    fig.update_layout(
-        title={"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
+    data = [{
+        "type": "heatmap", "z": values, "x": x_labels, "y": y_labels, "zmin": zmin, "zmax": zmax,
+        "colorscale": _colorscale(scale), "colorbar": {"title": {"text": stage}, "thickness": 12},
+        "hovertemplate": "query %{y}<br>key %{x}<br>" + stage + " %{z:.4f}<extra></extra>",
+        "hoverongaps": False, "xgap": 0, "ygap": 0,
+    }]
+    if np.isnan(values).any():
+        data.append(_MASKED_LEGEND)
+    x_axis, y_axis = _axes(tokens, x_labels, y_labels, row_offset, col_offset)
+    layout = {
+        "xaxis": x_axis, "yaxis": y_axis,
+        "title": {"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
         # t: room for the title above the key ticks; b: room for the "masked" legend whether or not there is
         # one, so a before/after pair (only one of them masked) has plots of the same size
-        height=height, margin={"l": 10, "r": 10, "t": 110, "b": 36},
-        plot_bgcolor=MASKED_COLOR, legend={"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right", "yanchor": "top"},
-    )
-    return fig
+        "height": height, "margin": {"l": 10, "r": 10, "t": 110, "b": 36},
+        "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
+                                                 "yanchor": "top"},
+    }
+    return go.Figure(data=data, layout=layout, _validate=validate)
 
 
-def _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset, max_ticks: int = 40) -> None:
+# a legend entry for the grey masked cells (a square marker outside the data)
+_MASKED_LEGEND = {"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": "masked",
+                  "marker": {"symbol": "square", "size": 12, "color": MASKED_COLOR}, "showlegend": True,
+                  "hoverinfo": "skip"}
+
+
+def _axes(tokens, x_labels, y_labels, row_offset, col_offset, max_ticks: int = 40) -> tuple[dict, dict]:
+    """(xaxis, yaxis) of a token heatmap: categorical, key tokens on top, at most ``max_ticks`` ticks."""
     def ticks(labels, offset):
         step = max(1, math.ceil(len(labels) / max_ticks))
         vals = labels[::step]
         text = [safe_label(tokens[offset + i]) for i in range(0, len(labels), step)]
         return {"tickmode": "array", "tickvals": vals, "ticktext": text, "type": "category"}
 
-    fig.update_xaxes(title="key token", side="top", tickangle=-60, showgrid=False, **ticks(x_labels, col_offset))
-    fig.update_yaxes(title="query token", autorange="reversed", showgrid=False, **ticks(y_labels, row_offset))
+    return ({"title": {"text": "key token"}, "side": "top", "tickangle": -60, "showgrid": False,
+             **ticks(x_labels, col_offset)},
+            {"title": {"text": "query token"}, "autorange": "reversed", "showgrid": False,
+             **ticks(y_labels, row_offset)})
+
+
+def _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset, max_ticks: int = 40) -> None:
+    x_axis, y_axis = _axes(tokens, x_labels, y_labels, row_offset, col_offset, max_ticks)
+    fig.update_layout(xaxis=x_axis, yaxis=y_axis)
 
 
 def heads_grid(
@@ -310,24 +315,27 @@ def mark_focus(grid: go.Figure, head: int) -> go.Figure:
 
 
 def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: float = 0.0, max_cells: int = 128,
-                     window: tuple[int, int, int] | None = None) -> go.Figure:
-    """A max-pooled picture of a large map, with the focused window outlined (row0, col0, size)."""
-    values = display_values(matrix, stage, causal)
-    small, block = max_pool(values, max_cells, signed=stage not in PROBABILITY_STAGES)
-    zmin, zmax, scale = color_range(stage, values, dropout)
-    fig = go.Figure(go.Heatmap(z=small, zmin=zmin, zmax=zmax, colorscale=scale, showscale=False, hoverongaps=False,
-                               hovertemplate=f"positions ≈ %{{y}}×{block} … (max of block) %{{z:.4f}}<extra></extra>"))
+                     window: tuple[int, int, int] | None = None, validate: bool = True) -> go.Figure:
+    """A max-pooled picture of a large map, with the focused window outlined (row0, col0, size).
+    ``validate=False``: as in :func:`attention_heatmap`."""
+    pooled, block = pooled_display(np.asarray(matrix)[None], stage, causal, max_cells)
+    small = pooled[0]
+    zmin, zmax, scale = color_range(stage, small, dropout)  # signed pooling keeps the largest |value|: same bound
+    layout = {
+        "yaxis": {"autorange": "reversed", "showticklabels": False, "scaleanchor": "x"},
+        "xaxis": {"showticklabels": False},
+        "title": {"text": f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)", "font": {"size": 12}},
+        "height": 300, "margin": {"l": 5, "r": 5, "t": 40, "b": 5}, "plot_bgcolor": MASKED_COLOR,
+    }
     if window is not None:
         row0, col0, size = window
-        fig.add_shape(type="rect", x0=col0 / block - 0.5, x1=(col0 + size) / block - 0.5,
-                      y0=row0 / block - 0.5, y1=(row0 + size) / block - 0.5, line={"color": "red", "width": 2})
-    fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor="x")
-    fig.update_xaxes(showticklabels=False)
-    fig.update_layout(
-        title={"text": f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)", "font": {"size": 12}},
-        height=300, margin={"l": 5, "r": 5, "t": 40, "b": 5}, plot_bgcolor=MASKED_COLOR,
-    )
-    return fig
+        layout["shapes"] = [{"type": "rect", "x0": col0 / block - 0.5, "x1": (col0 + size) / block - 0.5,
+                             "y0": row0 / block - 0.5, "y1": (row0 + size) / block - 0.5,
+                             "line": {"color": "red", "width": 2}}]
+    data = [{"type": "heatmap", "z": small, "zmin": zmin, "zmax": zmax, "colorscale": _colorscale(scale),
+             "showscale": False, "hoverongaps": False,
+             "hovertemplate": f"positions ≈ %{{y}}×{block} … (max of block) %{{z:.4f}}<extra></extra>"}]
+    return go.Figure(data=data, layout=layout, _validate=validate)
 
 
 def softmax(matrix: np.ndarray) -> np.ndarray:

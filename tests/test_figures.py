@@ -142,17 +142,32 @@ def test_the_pooled_grid_equals_pooling_the_displayed_maps(n, stage):
         np.testing.assert_array_equal(expected, _reference_pool(shown, 64, signed))
 
 
-def test_the_grid_built_without_validation_is_what_plotly_validates():
-    """heads_grid and mark_focus skip Plotly's per-property validation; validating their dicts changes nothing."""
+def test_figures_built_without_validation_are_what_plotly_validates():
+    """heads_grid, mark_focus and (validate=False) the focused head's heatmap and overview skip Plotly's
+    per-property validation; validating their dicts changes nothing, and validate=True builds the same figure."""
     import json
 
     import plotly.graph_objects as go
     import plotly.io as pio
 
-    maps = np.random.default_rng(0).random((5, 100, 100)).astype(np.float32)
-    for fig in (figures.heads_grid(maps, "weights"), figures.mark_focus(figures.heads_grid(maps, "scores"), 2)):
+    def as_json(fig):
+        return json.loads(pio.to_json(fig, validate=False))
+
+    rng = np.random.default_rng(0)
+    maps = rng.random((5, 100, 100)).astype(np.float32)
+    big = rng.normal(size=(300, 300)).astype(np.float32)
+    masked = np.where(np.triu(np.ones((300, 300), dtype=bool), k=1), -np.inf, big).astype(np.float32)
+    tokens = [f"<t{i}>&" for i in range(300)]
+    fast = [figures.heads_grid(maps, "weights"), figures.mark_focus(figures.heads_grid(maps, "scores"), 2)]
+    for stage, matrix in (("weights", np.tril(np.abs(big))), ("scores", big), ("masked", masked)):
+        for validate in (False, True):
+            fast.append(figures.attention_heatmap(matrix[20:276, 10:266], tokens, stage, row_offset=20, col_offset=10,
+                                                  title="t", validate=validate))
+            fast.append(figures.overview_heatmap(matrix, stage, causal=True, window=(20, 10, 256), validate=validate))
+    for fig in fast:
         validated = go.Figure(fig.to_dict())  # raises on an invalid property
-        assert json.loads(pio.to_json(fig, validate=False)) == json.loads(pio.to_json(validated, validate=False))
+        assert as_json(fig) == as_json(validated)
+    assert as_json(fast[2]) == as_json(fast[4]) and as_json(fast[3]) == as_json(fast[5])  # validate=False == True
 
 
 def test_the_causal_mask_is_built_once_and_read_only():

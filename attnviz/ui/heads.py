@@ -129,13 +129,13 @@ def focused_head(key: tuple, stage: str) -> None:
     window = matrix[row0 : row0 + size, col0 : col0 + size]
     fig = figures.attention_heatmap(
         window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
-        title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
+        title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0, validate=False,
     )
     if size < trace.n:
         overview_col, window_col = st.columns([1, 2])
         overview_col.plotly_chart(
             figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.effective_dropout,
-                                     window=(row0, col0, size)),
+                                     window=(row0, col0, size), validate=False),
             config=plotly_config(f"attnviz-head{head}-overview"),
         )
         window_col.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
