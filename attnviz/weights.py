@@ -173,12 +173,14 @@ def _nbytes(model: GPTModel) -> int:
 class ModelCache:
     """Loaded models by ref, least recently used dropped first, bounded by bytes (the last one always kept).
 
-    One load at a time: two sessions asking for the same file load it once."""
+    A load runs outside the lock (an XL takes most of a minute: other sessions keep reading cached models);
+    two sessions asking for the same file while it loads wait for the one load."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self._models: collections.OrderedDict[tuple, tuple[GPTModel, int]] = collections.OrderedDict()
-        self._lock = threading.RLock()
+        self._loading: dict[tuple, threading.Event] = {}
+        self._lock = threading.Lock()
         self.loads = 0
 
     def get(self, path: str) -> GPTModel:
@@ -187,22 +189,33 @@ class ModelCache:
             key = (path, stat.st_mtime_ns, stat.st_size)
         except OSError:
             key = (path, None, None)
-        with self._lock:
-            if key in self._models:
-                self._models.move_to_end(key)
-                return self._models[key][0]
-            for old in [k for k in self._models if k[0] == path]:
-                del self._models[old]
-            # make room before loading: the new model and the cache must fit together
-            while self._models and sum(size for _, size in self._models.values()) > self.max_bytes // 2:
-                self._models.popitem(last=False)
+        while True:
+            with self._lock:
+                if key in self._models:
+                    self._models.move_to_end(key)
+                    return self._models[key][0]
+                loading = self._loading.get(key)
+                if loading is None:
+                    loading = self._loading[key] = threading.Event()
+                    for old in [k for k in self._models if k[0] == path]:
+                        del self._models[old]
+                    # make room before loading: the new model and the cache must fit together
+                    while self._models and sum(size for _, size in self._models.values()) > self.max_bytes // 2:
+                        self._models.popitem(last=False)
+                    break
+            loading.wait()  # another session is loading it: use its model (or load it again if that failed)
+        try:
             model = models.load_checkpoint(path)
-            self.loads += 1
-            size = _nbytes(model)
-            self._models[key] = (model, size)
-            while len(self._models) > 1 and sum(s for _, s in self._models.values()) > self.max_bytes:
-                self._models.popitem(last=False)
+            with self._lock:
+                self.loads += 1
+                self._models[key] = (model, _nbytes(model))
+                while len(self._models) > 1 and sum(s for _, s in self._models.values()) > self.max_bytes:
+                    self._models.popitem(last=False)
             return model
+        finally:
+            with self._lock:
+                self._loading.pop(key, None)
+            loading.set()
 
     def clear(self) -> None:
         with self._lock:

@@ -305,3 +305,28 @@ def test_next_token_table_and_model_path(checkpoint_dir):
     assert {row["where"] for row in rows if row["stage"] in STAGES} == {"block 1"}
     dot = checkpoint_view.model_path_dot(trace)
     assert "cluster_layer" in dot and "logits" in dot and "block 0" in dot and "block 2" in dot
+
+
+def test_two_sessions_loading_the_same_file_load_it_once(checkpoint_dir, monkeypatch):
+    import threading
+    import time
+
+    from attnviz import models
+
+    real, calls = models.load_checkpoint, []
+
+    def slow_load(path):
+        calls.append(path)
+        time.sleep(0.3)
+        return real(path)
+
+    monkeypatch.setattr(models, "load_checkpoint", slow_load)
+    cache = weights.ModelCache(max_bytes=2**34)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get(checkpoint_dir))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and cache.loads == 1
+    assert len(got) == 3 and got[0] is got[1] is got[2]
