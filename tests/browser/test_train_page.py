@@ -5,6 +5,7 @@ writes docs/screenshots/train.png."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -14,7 +15,8 @@ from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_i
 pytestmark = pytest.mark.browser
 
 STEPS = 400
-TRAINING_TIMEOUT_MS = 180_000  # the first steps tokenize the training text (a few seconds on a busy CPU)
+TRAINING_TIMEOUT_MS = 180_000
+FULL_RUN_TIMEOUT_MS = 30 * 60_000  # the default run, on a busy machine  # the first steps tokenize the training text (a few seconds on a busy CPU)
 
 # the step number in the progress text ("Training: step 12 of 400 · …"), -1 before it shows
 _STEP = """() => {
@@ -92,3 +94,20 @@ def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, bas
     main.get_by_test_id("stCheckbox").filter(has_text=re.compile(r"Show all \d+ layers")).locator("label").click()
     wait_idle(page, after=before)
     expect(main.get_by_test_id("stPlotlyChart").filter(has_text="every layer's heads on this text")).to_be_attached()
+
+
+@pytest.mark.skipif(os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") != "1",
+                    reason="the whole default run takes minutes: it runs to refresh docs/screenshots/train.png "
+                           "(ATTNVIZ_UPDATE_SCREENSHOTS=1)")
+def test_the_default_run_to_the_end_for_the_readme(page, base_url):
+    page.goto(f"{base_url}/train")
+    wait_idle(page)
+    main = page.get_by_test_id("stMain")
+    main.get_by_role("button", name=re.compile("Start training")).click()
+    expect(main.get_by_test_id("stProgress")).to_contain_text(re.compile(r"Finished: step (\d+) of \1"),
+                                                              timeout=FULL_RUN_TIMEOUT_MS)
+    wait_idle(page)
+    assert_no_exception(page)
+    expect(main.get_by_text("The heads before and after")).to_be_visible()
+    path = save_screenshot(page, "train", max_height=3200)
+    assert path.stat().st_size > 20_000, f"{path} looks empty"
