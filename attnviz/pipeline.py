@@ -246,13 +246,56 @@ def seeded(seed: int | None = None, rng_state: torch.Tensor | None = None) -> It
         yield
 
 
-@functools.lru_cache(maxsize=1)  # 50257 × d_in floats: 154 MB at 768, 322 MB at 1600
+def _built_once(maxsize: int):
+    """A bounded cache for builders that draw from the seeded RNG (like ``functools.lru_cache``, with
+    ``cache_clear``).  A hit takes no lock; a miss builds under ``RNG_LOCK`` — which the builders take
+    anyway — and looks again first, so threads that miss on the same key at once (a page's first run beside
+    the server's warm-up, :func:`prepare`) build it once.  Evicts the oldest entry."""
+    def wrap(build):
+        built: collections.OrderedDict = collections.OrderedDict()
+
+        @functools.wraps(build)
+        def get(*args):
+            found = built.get(args)
+            if found is not None:
+                return found
+            with RNG_LOCK:
+                if args not in built:
+                    built[args] = build(*args)
+                    while len(built) > maxsize:
+                        built.popitem(last=False)
+                return built[args]
+
+        get.cache_clear = built.clear
+        return get
+
+    return wrap
+
+
+@_built_once(maxsize=1)  # 50257 × d_in floats: 154 MB at 768, 322 MB at 1600
 def _embedding_layer(d_in: int, context_length: int, seed: int) -> embedding.InputEmbedding:
     with seeded(seed):
         return embedding.InputEmbedding(d_in, context_length)
 
 
-@functools.lru_cache(maxsize=4)
+def _module_config(config: AttentionConfig) -> AttentionConfig:
+    """What the module depends on: a training-mode module (dropout runs) and an eval-mode one are cached apart."""
+    return replace(config, train=config.dropout_runs, device="auto", embedding="seeded")
+
+
+def prepare(config: AttentionConfig) -> None:
+    """Build what the first run of ``config`` needs — the tokenizer, the seeded embedding table and module —
+    so that run finds them built (the server's warm-up calls this in a thread while the first page is still
+    importing; ~0.2 s at GPT-2 small, mostly the 50257 × d_in table)."""
+    tokens.get_encoding()
+    config.validate()
+    if config.checkpoint is None:
+        device, _ = resolve_device(config.device)
+        _embedding_layer(config.d_in, config.context_length, config.seed)
+        _seeded_module(_module_config(config), device)
+
+
+@_built_once(maxsize=4)
 def _seeded_module(module_config: AttentionConfig, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
     """(module on ``device``, RNG state right after its creation, so dropout replays the book's draws).
 
@@ -370,9 +413,7 @@ def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
 
 
 def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: str):
-    # what the module depends on: a training-mode module (dropout runs) and an eval-mode one are cached apart
-    module_config = replace(config, train=config.dropout_runs, device="auto", embedding="seeded")
-    module, rng_state = _seeded_module(module_config, device)
+    module, rng_state = _seeded_module(_module_config(config), device)
     recorder = attention.Recorder()
     # only a forward whose dropout runs draws random numbers: only that one holds the RNG (from the seed's state)
     rng = seeded(rng_state=rng_state) if config.dropout_runs else contextlib.nullcontext()

@@ -22,7 +22,7 @@ One module per job:
 * ``pages``    — the Compare and Benchmark pages' cached computations.
 """
 
-from attnviz.ui.cache import TRACE_CACHE_MB, cached_trace, trace_key, trace_of, tune_memory
+from attnviz.ui.cache import TRACE_CACHE_MB, cached_trace, trace_key, trace_of, tune_memory, warm_up
 from attnviz.ui.checkpoint import layers_overview, next_token_panel
 from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, setup, variant_label, weights_caption
 from attnviz.ui.heads import (
@@ -52,6 +52,10 @@ from attnviz.ui.urlstate import (
     share_query,
 )
 from attnviz.ui.weights import register_trained_model, session_id
+
+# A fresh server: the default view's tokenizer, embedding table and module are built in a thread while the
+# first page sets up its sidebar (ui.cache.warm_up; only in a running Streamlit server).
+warm_up(config_from_settings(DEFAULTS))
 
 __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",

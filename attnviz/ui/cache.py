@@ -3,11 +3,13 @@ sessions keep instead of Traces, and the glibc malloc tuning that hands freed te
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
 import os
 import sys
+import threading
 
 import streamlit as st
 
@@ -85,3 +87,25 @@ def trace_of(key: tuple) -> Trace:
     return cached_trace(*key)
 
 
+
+
+_warm_up_started = threading.Event()
+
+
+def warm_up(config: AttentionConfig) -> bool:
+    """In a Streamlit server (not under AppTest or in tests), build what the first run of ``config`` (the
+    default view) needs in a background thread, once per process: a fresh server's first page is still
+    importing while the tokenizer, the 154 MB seeded embedding table and the module are built (torch draws
+    the table without holding the GIL).  True when this call started it."""
+    from streamlit import runtime
+
+    if _warm_up_started.is_set() or not runtime.exists():
+        return False
+    _warm_up_started.set()
+    threading.Thread(target=_prepare_quietly, args=(config,), name="attnviz-warm-up", daemon=True).start()
+    return True
+
+
+def _prepare_quietly(config: AttentionConfig) -> None:
+    with contextlib.suppress(Exception):  # a warm-up only saves time; the page's own run reports any problem
+        pipeline.prepare(config)

@@ -1,0 +1,72 @@
+"""What a fresh server's first page and a new input need, built once: the warm-up, and builders that two
+threads missing at once run once (benchmarks/README.md, "Fast first paint")."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from attnviz import embedding, pipeline, ui
+from attnviz.ui import cache
+
+
+@pytest.fixture
+def counted_builds(monkeypatch):
+    """Count seeded embedding tables and modules built (the caches start empty and are emptied after)."""
+    built = {"embedding": 0, "module": 0}
+    real_embedding, real_build = embedding.InputEmbedding, pipeline.build_module
+
+    def slow_embedding(*args):
+        built["embedding"] += 1
+        threading.Event().wait(0.05)  # widen the window in which a second thread misses too
+        return real_embedding(*args)
+
+    def build_module(config):
+        built["module"] += 1
+        return real_build(config)
+
+    monkeypatch.setattr(embedding, "InputEmbedding", slow_embedding)
+    monkeypatch.setattr(pipeline, "build_module", build_module)
+    pipeline._embedding_layer.cache_clear()
+    pipeline._seeded_module.cache_clear()
+    yield built
+    pipeline._embedding_layer.cache_clear()
+    pipeline._seeded_module.cache_clear()
+
+
+def test_threads_missing_at_once_build_the_embedding_and_module_once(counted_builds):
+    config = pipeline.AttentionConfig(d_in=64, d_out=64, num_heads=4, seed=5)
+    barrier = threading.Barrier(4)
+    layers = []
+
+    def first_run():
+        barrier.wait()
+        layers.append(pipeline._embedding_layer(config.d_in, config.context_length, config.seed))
+        pipeline._seeded_module(pipeline._module_config(config), "cpu")
+
+    threads = [threading.Thread(target=first_run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counted_builds == {"embedding": 1, "module": 1}
+    assert all(layer is layers[0] for layer in layers)
+
+
+def test_a_run_after_prepare_builds_nothing_and_gives_the_same_numbers(counted_builds):
+    config = pipeline.AttentionConfig(d_in=64, d_out=64, num_heads=4, seed=5)
+    pipeline.prepare(config)
+    assert counted_builds == {"embedding": 1, "module": 1}
+    trace = pipeline.run("Your journey starts with one step", config)
+    assert counted_builds == {"embedding": 1, "module": 1}
+    pipeline._embedding_layer.cache_clear()
+    pipeline._seeded_module.cache_clear()
+    fresh = pipeline.run("Your journey starts with one step", config)  # built by the run itself
+    assert (trace.steps["weights"] == fresh.steps["weights"]).all() and (trace.output == fresh.output).all()
+
+
+def test_the_warm_up_runs_only_in_a_streamlit_server():
+    """Importing attnviz.ui in tests or AppTest starts no thread (no Streamlit runtime)."""
+    assert not cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
+    assert not any(thread.name == "attnviz-warm-up" for thread in threading.enumerate())
