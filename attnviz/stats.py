@@ -27,7 +27,7 @@ def row_entropy(weights: np.ndarray, dtype=np.float64) -> np.ndarray:
     terms = np.zeros(p.shape, dtype=dtype)
     np.log(p, out=terms, where=p > 0)  # log p where p > 0, else 0 (0 log 0 = 0)
     terms *= p  # p log p
-    return 0.0 - terms.sum(axis=-1, dtype=np.float64)  # (..., n) -> (...); 0.0 - …: never −0.0
+    return 0.0 - terms.sum(axis=-1).astype(np.float64)  # (..., n) -> (...); 0.0 - …: never −0.0
 
 
 @functools.lru_cache(maxsize=4)
@@ -44,7 +44,7 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
 
     One head at a time: the temporaries stay (n, n).  All heads at once needed about eight float64
     copies of the (heads, n, n) maps — 0.5 GB for GPT-2 medium at 1024 tokens, the server's peak.
-    float32 maps (a Trace's) are worked on in float32 with float64 sums (≈ 4× faster than float64
+    float32 maps (a Trace's) are worked on in float32 (row sums pairwise, means in float64) (≈ 4× faster than float64
     copies: 0.35 → 0.08 s for 12 heads at 1024 tokens); float64 input stays float64."""
     weights = np.asarray(weights)
     heads, n, _ = weights.shape
@@ -56,7 +56,7 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
         result["entropy"][head] = row_entropy(w, dtype=work).mean()  # (n, n) -> (n,) -> mean
         result["max weight"][head] = w.max(axis=-1).mean(dtype=np.float64)
         result["first-token mass"][head] = w[:, 0].mean(dtype=np.float64)
-        result["mean distance"][head] = (w * distance).sum(axis=-1, dtype=np.float64).mean()
+        result["mean distance"][head] = (w * distance).sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
         result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else 0.0
         result["diagonal"][head] = np.diagonal(w).mean(dtype=np.float64)
     return result

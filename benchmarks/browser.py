@@ -159,9 +159,11 @@ INIT_JS = """
       const state = r.target.getAttribute('data-test-script-state'), b = window.__bench;
       if (state === 'running' && r.oldValue !== 'running') {
         b.runs += 1;
+        if (b.firstRunStart === undefined) b.firstRunStart = performance.now();
         if (b.t0 !== null && b.runStart === null) b.runStart = performance.now();
       }
       if (state === 'notRunning' && r.oldValue === 'running' && b.runStart !== null) b.runEnd = performance.now();
+      if (state === 'notRunning' && r.oldValue === 'running') b.lastRunEnd = performance.now();
     }
   }).observe(document, {subtree: true, attributes: true, attributeOldValue: true,
                         attributeFilter: ['data-test-script-state']});
@@ -383,7 +385,9 @@ def first_paint(browser, name: str, script: str, cwd: Path) -> dict:
             page.add_init_script(INIT_JS)
             page.goto(server.url + "/")
             page.wait_for_function(FIRST_PAINT_JS, arg=FIRST_PAINT_MARKERS[name], polling="raf", timeout=TIMEOUT_MS)
-            return {"ms": page.evaluate("window.__bench.t1")}
+            b = page.evaluate("window.__bench")
+            # phases: navigation → the script starts (page load, websocket) → it ends (server) → drawn (browser)
+            return {"ms": b["t1"], "to_script": b.get("firstRunStart"), "script_end": b.get("lastRunEnd")}
         finally:
             context.close()
 
@@ -395,7 +399,9 @@ def first_paints(browser, repeats: int, app_root: Path) -> dict[str, list[dict]]
         for name, script, cwd in (("attnviz", "app.py", app_root), ("floor", "benchmarks/floor_app.py", ROOT)):
             time.sleep(SETTLE_S)
             results[name].append(first_paint(browser, name, script, cwd))
-            print(f"first paint {index} {name}: {results[name][-1]['ms']:,.0f} ms", flush=True)
+            r = results[name][-1]
+            print(f"first paint {index} {name}: {r['ms']:,.0f} ms (script starts {r['to_script'] or 0:,.0f}, "
+                  f"ends {r['script_end'] or 0:,.0f})", flush=True)
     return results
 
 
@@ -580,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = commit_text(browser, servers[name], text)
                 samples[name]["cold"].append(result)
                 print(f"cold {index} {name}: {show(result)}", flush=True)
-        for name in names:  # make the warm text warm
+        for name in names if args.warm else ():  # make the warm text warm
             commit_text(browser, servers[name], warm_text)
         for index in range(args.warm):
             for name in names:
