@@ -117,7 +117,7 @@ def test_layer_switch_and_overview_and_screenshot(page, server):
     expect(overview).to_have_count(1)
     expect(overview.locator("g.ytick text")).to_have_count(4)
     page.evaluate("document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
-    path = save_screenshot(page, "checkpoint", max_height=3400)
+    path = save_screenshot(page, "checkpoint", max_height=4400)
     assert path.stat().st_size > 20_000
 
 
