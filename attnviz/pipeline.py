@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from attnviz import attention, embedding, tokens, variants
+from attnviz import attention, embedding, models, tokens, variants, weights
 
 # Compatibility views of the registry (attnviz.variants is the one place a variant or preset is defined; core
 # code reads the registry, these names stay for older callers)
@@ -431,8 +431,6 @@ _layer_runs: collections.OrderedDict[tuple, tuple[object, int]] = collections.Or
 
 
 def _run_checkpoint(text: str, config: AttentionConfig) -> Trace:
-    from attnviz import weights
-
     model = weights.load(config.checkpoint)  # CheckpointError (a ValueError) says what is wrong with the file
     sizes = weights.sizes(model)
     expected = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads, min(sizes.context_length, MAX_CONTEXT_LENGTH))
@@ -477,9 +475,6 @@ def _run_checkpoint(text: str, config: AttentionConfig) -> Trace:
 
 def _layer_trace(model, config: AttentionConfig, token_ids: list[int]):
     """``models.trace_layer``, or ``models.switch_layer`` from the block inputs kept for these tokens."""
-    from attnviz import models
-    from attnviz.attention import Recorder
-
     key = (config.checkpoint, config.causal, tuple(token_ids))
     with _layer_runs_lock:
         kept = _layer_runs.get(key)
@@ -488,7 +483,7 @@ def _layer_trace(model, config: AttentionConfig, token_ids: list[int]):
     if kept is not None:
         return models.switch_layer(model, kept[0], config.layer)
     layer_trace = models.trace_layer(model, token_ids, config.layer, causal=config.causal)
-    shapes_only = Recorder()
+    shapes_only = attention.Recorder()
     shapes_only.shapes = list(layer_trace.recorder.shapes)
     light = replace(layer_trace, recorder=shapes_only)  # block inputs, predictions, path: not the maps
     size = light.block_inputs.numel() * light.block_inputs.element_size()
