@@ -238,3 +238,12 @@ def test_a_session_trained_model_is_an_option_for_that_session_only(checkpoints,
         assert other.sidebar.selectbox(key="weights").value == weights.BOOK
     finally:
         weights.forget_session_models("session-one")
+
+
+def test_a_checkpoint_path_that_holds_nothing_is_noted_in_the_sidebar(checkpoints, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", f"{checkpoints}:{checkpoints / 'missing-folder'}")
+    at = app()
+    no_exception(at)
+    notes = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
+    assert "missing-folder does not exist" in notes
+    assert NAME in at.sidebar.selectbox(key="weights").options

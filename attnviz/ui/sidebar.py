@@ -45,6 +45,8 @@ def sidebar() -> dict:
         st.selectbox("Weights", names, format_func=labels.get, **bind("weights"),
                      help="The book's classes with seeded random weights, or a GPT-2 checkpoint found on this "
                      "machine (ATTNVIZ_CHECKPOINTS, the Hugging Face cache, --checkpoint).")
+        for note in weights.discovered().notes:  # a path given on the command line or in ATTNVIZ_CHECKPOINTS
+            st.caption(f"ℹ️ {markdown_escape(note)}")
         choice = ui_weights.choose(listed, ss["weights"])
         ss["_weights_choice"] = choice
         spec = variants.CHECKPOINT if choice.checkpoint else variants.get(ss["variant"])
