@@ -7,6 +7,7 @@ the captions, the Plotly JSON of the heads.
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -241,7 +242,7 @@ def test_a_session_trained_model_is_an_option_for_that_session_only(checkpoints,
 
 
 def test_a_checkpoint_path_that_holds_nothing_is_noted_in_the_sidebar(checkpoints, monkeypatch):
-    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", f"{checkpoints}:{checkpoints / 'missing-folder'}")
+    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", f"{checkpoints}{os.pathsep}{checkpoints / 'missing-folder'}")
     at = app()
     no_exception(at)
     notes = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
