@@ -2,18 +2,20 @@
 real JobBoard.  Waits are joins on the job (events), never fixed sleeps."""
 
 import io
+import json
 import threading
 import zipfile
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load as safetensors_load
 
 from attnviz import head_figures, live_train
 from attnviz.head_types import induction_stripe
 from attnviz.jobs import JobBoard
 from attnviz.models import GPTModel, attention_maps, load_checkpoint
-from attnviz.train import build_model
+from attnviz.train import build_model, save
 
 TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_len": 48, "batch_size": 4,
         "negatives": 32, "min_repeat": 4, "max_repeat": 20}
@@ -144,6 +146,23 @@ def test_checkpoint_zip_is_the_cli_folder_and_loads(tiny, tmp_path):
         np.testing.assert_allclose(loaded(ids).numpy(), run.model(ids).numpy(), atol=0.05)  # fp16 weights
     meta = run.metadata()
     assert meta["config"]["seed"] == 0 and meta["steps_run"] == 10
+    # the same files as the command line's writer (attnviz.train.save): JSON byte for byte, the same tensors and
+    # metadata in model.safetensors (its header's key order may differ)
+    save(run.model, tmp_path / "saved", meta)
+    files = live_train.checkpoint_files(run.model, meta)
+    assert sorted(files) == sorted(p.name for p in (tmp_path / "saved").iterdir())
+    for name in ("config.json", "training.json"):
+        assert (tmp_path / "saved" / name).read_bytes() == files[name], name
+    saved = (tmp_path / "saved" / "model.safetensors").read_bytes()
+    assert safetensors_header(saved)["__metadata__"] == safetensors_header(files["model.safetensors"])["__metadata__"]
+    ours, theirs = safetensors_load(files["model.safetensors"]), safetensors_load(saved)
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[key], theirs[key]) and ours[key].dtype == torch.float16 for key in ours)
+
+
+def safetensors_header(data: bytes) -> dict:
+    size = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + size])
 
 
 def test_progress_view_of_an_empty_or_early_job():
