@@ -66,7 +66,25 @@ def test_a_run_after_prepare_builds_nothing_and_gives_the_same_numbers(counted_b
     assert (trace.steps["weights"] == fresh.steps["weights"]).all() and (trace.output == fresh.output).all()
 
 
-def test_the_warm_up_runs_only_in_a_streamlit_server():
-    """Importing attnviz.ui in tests or AppTest starts no thread (no Streamlit runtime)."""
+def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
+    """Importing attnviz.ui outside a Streamlit runtime (tests, scripts) starts no thread."""
+    from streamlit import runtime
+
+    assert not runtime.exists()
+    monkeypatch.setattr(cache, "_warm_up_started", threading.Event())
+    started = []
+
+    class Thread:
+        def __init__(self, **kwargs):
+            started.append(kwargs)
+
+        def start(self):
+            pass
+
+    monkeypatch.setattr(cache.threading, "Thread", Thread)
     assert not cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
-    assert not any(thread.name == "attnviz-warm-up" for thread in threading.enumerate())
+    assert started == [] and not cache._warm_up_started.is_set()
+    monkeypatch.setattr(runtime, "exists", lambda: True)  # as in a server: one thread, once
+    assert cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
+    assert not cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
+    assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up"

@@ -54,7 +54,7 @@ from attnviz.ui.urlstate import (
 from attnviz.ui.weights import register_trained_model, session_id
 
 # A fresh server: the default view's tokenizer, embedding table and module are built in a thread while the
-# first page sets up its sidebar (ui.cache.warm_up; only in a running Streamlit server).
+# first page sets up its sidebar (ui.cache.warm_up; only in a Streamlit runtime).
 warm_up(config_from_settings(DEFAULTS))
 
 __all__ = [

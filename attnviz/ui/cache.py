@@ -93,10 +93,10 @@ _warm_up_started = threading.Event()
 
 
 def warm_up(config: AttentionConfig) -> bool:
-    """In a Streamlit server (not under AppTest or in tests), build what the first run of ``config`` (the
-    default view) needs in a background thread, once per process: a fresh server's first page is still
-    importing while the tokenizer, the 154 MB seeded embedding table and the module are built (torch draws
-    the table without holding the GIL).  True when this call started it."""
+    """In a Streamlit runtime (a server, or AppTest), build what the first run of ``config`` (the default view)
+    needs in a background thread, once per process: a fresh server's first page sets up its sidebar while
+    the tokenizer, the 154 MB seeded embedding table and the module are built (torch draws the table without
+    holding the GIL).  Plain imports (tests, scripts) start nothing.  True when this call started it."""
     from streamlit import runtime
 
     if _warm_up_started.is_set() or not runtime.exists():
