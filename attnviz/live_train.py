@@ -173,6 +173,24 @@ def progress_view(progress: list[dict]) -> ProgressView:
     )
 
 
+def crossings(view: ProgressView, threshold: float) -> list[tuple[str, str, int, float]]:
+    """When each head's score first reached ``threshold``: ``(kind, head name, probe step, latest score)`` for
+    kind "induction" / "previous-token", in step order — the moments the page points out ("L1H2 became an
+    induction head at step 1250")."""
+    from attnviz.head_figures import head_name
+
+    found = []
+    for kind, scores in (("induction", view.induction), ("previous-token", view.previous_token)):
+        if not scores.size:
+            continue
+        above = scores >= threshold  # (probes, layers, heads)
+        for layer, head in zip(*np.nonzero(above.any(axis=0))):
+            first = int(np.argmax(above[:, layer, head]))
+            found.append((kind, head_name(int(layer), int(head)), int(view.probe_steps[first]),
+                          float(scores[-1, layer, head])))
+    return sorted(found, key=lambda item: (item[2], item[0], item[1]))
+
+
 def history_view(run: TrainedRun) -> ProgressView:
     """The same arrays as ``progress_view`` from an ended run's history (when its job's reports are gone)."""
     history = run.history

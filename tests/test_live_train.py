@@ -165,6 +165,17 @@ def safetensors_header(data: bytes) -> dict:
     return json.loads(data[8:8 + size])
 
 
+def test_crossings_name_each_head_when_its_score_first_reaches_the_threshold():
+    induction = np.zeros((4, 2, 2))
+    induction[2:, 1, 0] = [0.5, 0.9]  # L1H0 crosses at the third probe
+    previous = np.zeros((4, 2, 2))
+    previous[1:, 0, 1] = [0.45, 0.3, 0.8]  # L0H1 crosses at the second probe (and dips: still its first time)
+    view = live_train.ProgressView(steps=np.arange(31), loss=np.zeros(31), probe_steps=np.array([0, 10, 20, 30]),
+                                   induction=induction, previous_token=previous, before=None, seconds=1.0)
+    assert live_train.crossings(view, 0.4) == [("previous-token", "L0H1", 10, 0.8), ("induction", "L1H0", 20, 0.9)]
+    assert live_train.crossings(view, 0.95) == []
+
+
 def test_progress_view_of_an_empty_or_early_job():
     view = live_train.progress_view([])
     assert view.steps.size == 0 and view.before is None and view.last_step == -1

@@ -184,6 +184,11 @@ def _live() -> None:
         st.plotly_chart(head_figures.score_curves(view.probe_steps, view.induction, view.previous_token,
                                                   total_steps=total, threshold=LABEL_THRESHOLD),
                         config=plotly_config("attnviz-training-heads"), key="train_scores")
+        formed = live_train.crossings(view, LABEL_THRESHOLD)
+        if formed:
+            st.markdown("**Heads that formed:** " + "; ".join(
+                f"{name} became a{'n' if kind == 'induction' else ''} {kind} head at step {step} (now {score:.2f})"
+                for kind, name, step, score in formed))
         st.caption(f"Dotted line: {LABEL_THRESHOLD:g}, the score at which the Heads page names a head's type. "
                    "Induction: on fixed repeated random sequences the model never trains on; previous-token: on "
                    "windows of held-out English and code.")
