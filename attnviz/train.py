@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from attnviz.head_types import BOS_ID, induction_stripe, previous_token_stripe, repeated_random_tokens
 
 VOCAB_SIZE = 50257
+EVAL_SEED = 12_345  # the seed of the scores a checkpoint's metadata records (tests draw fresh ones)
 RANDOM_LOW, RANDOM_HIGH = 1000, 30000  # id range of the random tokens (TransformerLens' induction demo)
 
 # Held-out code for the previous-token test: modules never used in training.
@@ -60,21 +61,26 @@ class TrainConfig:
     context_length: int = 256
     drop_rate: float = 0.0
     qkv_bias: bool = True
-    tie_embeddings: bool = True  # out_head shares tok_emb's weights (as GPT-2): half the file
+    tie_embeddings: bool = True  # out_head shares tok_emb's weights (as GPT-2): copying a rare token needs it
+    embedding_std: float = 0.1  # tok_emb and pos_emb start N(0, std²); never weight-decayed
     sinusoidal_init: bool = False  # pos_emb starts as the original Transformer's sinusoids (still learned)
     # data
     seq_len: int = 128  # tokens per training sequence (BOS included)
     batch_size: int = 16
-    text_fraction: float = 0.5  # share of each batch that is English/code; the rest is repeated random tokens
+    text_fraction: float = 0.25  # share of each batch that is English/code
+    skip_fraction: float = 0.5  # share that is skip_batch (copy the token two back); the rest: repeat_batch
+    repeat_lengths: tuple[int, ...] = (32, 64, 128)  # each step's repeats have one of these lengths (as many tokens)
+    skip_first: int = 600  # curriculum: the first steps have no repeats (only skip + text): previous-token heads first
     min_repeat: int = 8
     max_repeat: int = 60
-    max_copies: int = 2  # x is repeated up to this many times (more copies: more to predict per sequence)
+    max_copies: int = 4  # x is repeated up to this many times (more copies: more to predict per sequence)
     bos: bool = True  # every sequence starts with <|endoftext|> (50256)
     # optimisation
-    lr: float = 2e-3
+    lr: float = 5e-3
     warmup_steps: int = 100
     weight_decay: float = 0.1
     negatives: int = 512  # uniformly sampled vocabulary ids added to each step's logits
+    predictable_only: bool = True  # random data: count only tokens that earlier ones determine (no noise)
     probe_every: int = 50  # measure the heads every k steps (and at the first and last step)
 
     def book_cfg(self) -> dict:
@@ -172,22 +178,51 @@ def text_windows(split: str, n: int, count: int, rng: np.random.Generator, *, bo
 
 
 def repeat_batch(n: int, count: int, rng: np.random.Generator, *, min_repeat: int, max_repeat: int,
-                 bos: bool = True, max_copies: int = 2) -> np.ndarray:
+                 bos: bool = True, max_copies: int = 2, with_mask: bool = False):
     """``count`` sequences of n tokens: [BOS] + random prefix + x repeated k times: (count, n).
 
-    |x| = T random in [min_repeat, max_repeat] per sequence, k = min(max_copies, body // T) ≥ 2, and the
-    prefix fills the rest, so both where the repeat starts and its period vary.
+    With ``with_mask``, also the (count, n) booleans "this token can be predicted from earlier ones"
+    (the tokens of every copy after the first).
+
+    |x| = T log-uniform in [min_repeat, max_repeat] per sequence (short periods are common: T = 2 is
+    "copy the token before the previous one", which a previous-token head solves directly), k =
+    min(max_copies, body // T) ≥ 2, and the prefix fills the rest, so where the repeat starts varies.
     """
     body = n - int(bos)
     rows = rng.integers(RANDOM_LOW, RANDOM_HIGH, size=(count, body))  # (count, body) random tokens
-    for row in rows:
-        T = int(rng.integers(min_repeat, min(max_repeat, body // 2) + 1))
+    longest = min(max_repeat, body // 2)
+    known = np.zeros((count, body), dtype=bool)  # (count, body)
+    for row, row_known in zip(rows, known):
+        T = min(longest, int(np.exp(rng.uniform(np.log(min_repeat), np.log(longest + 1)))))
         copies = max(2, min(max_copies, body // T))
         start = body - copies * T
         row[start + T:] = np.tile(row[start:start + T], copies - 1)  # x x … x at the end
+        row_known[start + T:] = True
     if bos:
         rows = np.concatenate([np.full((count, 1), BOS_ID), rows], axis=1)  # (count, n)
-    return rows
+        known = np.concatenate([np.zeros((count, 1), dtype=bool), known], axis=1)  # (count, n)
+    return (rows, known) if with_mask else rows
+
+
+def skip_batch(n: int, count: int, rng: np.random.Generator, *, bos: bool = True, p: float = 0.5,
+               with_mask: bool = False):
+    """``count`` sequences of n random tokens where each token is, with probability ``p``, a copy of the
+    token two places before it (… a b a c d c …): (count, n).
+
+    Predicting such a copy needs the token right before the current one: a head that attends to i-1
+    (by position: the other tokens are random, so no content trick finds it).  With ``with_mask``, also
+    the (count, n) booleans "this token is such a copy".
+    """
+    body = n - int(bos)
+    rows = rng.integers(RANDOM_LOW, RANDOM_HIGH, size=(count, body))  # (count, body) random tokens
+    copy = rng.random((count, body)) < p  # (count, body): which tokens copy the one two back
+    for i in range(2, body):
+        rows[copy[:, i], i] = rows[copy[:, i], i - 2]
+    copy[:, :2] = False
+    if bos:
+        rows = np.concatenate([np.full((count, 1), BOS_ID), rows], axis=1)  # (count, n)
+        copy = np.concatenate([np.zeros((count, 1), dtype=bool), copy], axis=1)  # (count, n)
+    return (rows, copy) if with_mask else rows
 
 
 def probe_batches(cfg: TrainConfig) -> dict:
@@ -210,11 +245,13 @@ def build_model(cfg: TrainConfig) -> torch.nn.Module:
     GPTModel, _ = _book()
     with seeded(cfg.seed):  # the one owner of torch's global RNG (other sessions may be creating modules)
         model = GPTModel(cfg.book_cfg())
-        for module in model.modules():  # GPT-2's initialisation (PyTorch's N(0, 1) embeddings start at loss ~37)
-            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+        for module in model.modules():  # linear layers: GPT-2's N(0, 0.02)
+            if isinstance(module, torch.nn.Linear):
                 torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if isinstance(module, torch.nn.Linear) and module.bias is not None:
-                torch.nn.init.zeros_(module.bias)
+                if module.bias is not None:
+                    torch.nn.init.zeros_(module.bias)
+            if isinstance(module, torch.nn.Embedding):  # louder than GPT-2's 0.02: a rare random token's identity
+                torch.nn.init.normal_(module.weight, mean=0.0, std=cfg.embedding_std)  # must survive in the residual
         if cfg.sinusoidal_init:
             with torch.no_grad():
                 model.pos_emb.weight.copy_(sinusoids(cfg.context_length, cfg.emb_dim) * 0.02 * 2**0.5)
@@ -242,15 +279,27 @@ def _hidden(model, ids: torch.Tensor) -> torch.Tensor:
     return model.final_norm(x)  # (b, n, d)
 
 
-def sampled_loss(model, ids: torch.Tensor, negatives: int, generator: torch.Generator) -> torch.Tensor:
-    """Next-token cross-entropy over the batch's targets + ``negatives`` random ids (not the full vocabulary)."""
-    hidden = _hidden(model, ids[:, :-1])  # (b, n-1, d)
-    targets = ids[:, 1:]  # (b, n-1)
+def sampled_loss(model, ids: torch.Tensor, negatives: int, generator: torch.Generator,
+                 mask: torch.Tensor | None = None, more: tuple = ()) -> torch.Tensor:
+    """Next-token cross-entropy over the batch's targets + ``negatives`` random ids (not the full vocabulary).
+
+    ``mask`` (b, n) bool: only tokens marked True count as targets (None: all).  ``more``: further
+    ``(ids, mask)`` batches of other lengths, pooled into the same loss.
+    """
+    hiddens, targets = [], []
+    for part_ids, part_mask in ((ids, mask), *more):
+        hidden = _hidden(model, part_ids[:, :-1])  # (b, n-1, d)
+        target = part_ids[:, 1:]  # (b, n-1)
+        if part_mask is not None:
+            hidden, target = hidden[part_mask[:, 1:]], target[part_mask[:, 1:]]  # (m, d), (m,): counted targets
+        hiddens.append(hidden.reshape(-1, hidden.shape[-1]))  # (m, d)
+        targets.append(target.reshape(-1))  # (m,)
+    hidden, target = torch.cat(hiddens), torch.cat(targets)  # (M, d), (M,)
     extra = torch.randint(0, VOCAB_SIZE, (negatives,), generator=generator)
-    candidates = torch.unique(torch.cat([targets.reshape(-1), extra]))  # (c,) sorted
-    logits = hidden @ model.out_head.weight[candidates].T  # (b, n-1, d) @ (d, c) -> (b, n-1, c)
-    target_index = torch.searchsorted(candidates, targets.contiguous())  # (b, n-1) positions in candidates
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target_index.reshape(-1))
+    candidates = torch.unique(torch.cat([target, extra]))  # (c,) sorted
+    logits = hidden @ model.out_head.weight[candidates].T  # (M, d) @ (d, c) -> (M, c)
+    target_index = torch.searchsorted(candidates, target.contiguous())  # (M,) positions in candidates
+    return F.cross_entropy(logits, target_index)
 
 
 @torch.no_grad()
@@ -334,12 +383,14 @@ def train(cfg: TrainConfig, on_step: Callable | None = None, should_stop: Callab
     rng = np.random.default_rng(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     probes = probe_batches(cfg)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    embeddings = {id(model.tok_emb.weight), id(model.pos_emb.weight)}  # no decay: rare random ids keep their identity
+    decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embeddings]
+    no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     history = History()
     n_text = round(cfg.batch_size * cfg.text_fraction)
+    n_skip = round(cfg.batch_size * cfg.skip_fraction)
     start = time.perf_counter()
     for step in range(cfg.steps):
         if should_stop is not None and should_stop():
@@ -347,14 +398,26 @@ def train(cfg: TrainConfig, on_step: Callable | None = None, should_stop: Callab
             break
         parts = []
         if n_text:
-            parts.append(text_windows("train", cfg.seq_len, n_text, rng, bos=cfg.bos))
-        if cfg.batch_size - n_text:
-            parts.append(repeat_batch(cfg.seq_len, cfg.batch_size - n_text, rng, min_repeat=cfg.min_repeat,
-                                      max_repeat=cfg.max_repeat, bos=cfg.bos, max_copies=cfg.max_copies))
-        ids = torch.as_tensor(np.concatenate(parts))  # (batch, seq_len)
+            windows = text_windows("train", cfg.seq_len, n_text, rng, bos=cfg.bos)
+            parts.append((windows, np.ones(windows.shape, dtype=bool)))
+        skips = cfg.batch_size - n_text if step < cfg.skip_first else n_skip
+        if skips:
+            parts.append(skip_batch(cfg.seq_len, skips, rng, bos=cfg.bos, with_mask=True))
+        more = ()
+        if cfg.batch_size - n_text - skips > 0:
+            length = int(rng.choice(cfg.repeat_lengths))
+            count = (cfg.batch_size - n_text - skips) * cfg.seq_len // length  # shorter: more rows, same tokens
+            rows, known = repeat_batch(length, count, rng, min_repeat=cfg.min_repeat,
+                                       max_repeat=cfg.max_repeat, bos=cfg.bos, max_copies=cfg.max_copies, with_mask=True)
+            if length == cfg.seq_len:
+                parts.append((rows, known))
+            else:  # another length: its own forward pass, pooled into the same loss
+                more = ((torch.as_tensor(rows), torch.as_tensor(known) if cfg.predictable_only else None),)
+        ids = torch.as_tensor(np.concatenate([part[0] for part in parts]))  # (batch, seq_len)
+        mask = torch.as_tensor(np.concatenate([part[1] for part in parts])) if cfg.predictable_only else None
         for group in optimizer.param_groups:
             group["lr"] = _lr(cfg, step)
-        loss = sampled_loss(model, ids, cfg.negatives, generator)
+        loss = sampled_loss(model, ids, cfg.negatives, generator, mask, more)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -417,11 +480,24 @@ def save(model, path, metadata: dict, *, dtype: torch.dtype = torch.float16) -> 
     return path
 
 
+def data_description(cfg: TrainConfig) -> str:
+    """What the run trained on, in words (stored in the checkpoint's metadata)."""
+    share = round(cfg.batch_size * cfg.text_fraction)
+    parts = [f"{share}/{cfg.batch_size} of each batch English/code (pydoc_data.topics, every 5th topic held out; "
+             f"stdlib source of {', '.join(TRAIN_CODE_MODULES)})",
+             f"the rest skip sequences (random ids {RANDOM_LOW}-{RANDOM_HIGH - 1}, each token w.p. 1/2 a copy of the "
+             "one two back; only the copies are targets)"]
+    if cfg.steps > cfg.skip_first:
+        parts.append(f"after step {cfg.skip_first}: {round(cfg.batch_size * cfg.skip_fraction)} rows skip sequences and "
+                     f"the rest repeated random tokens ([BOS] + random prefix + x repeated, |x| {cfg.min_repeat}-"
+                     f"{cfg.max_repeat}, lengths {list(cfg.repeat_lengths)}; only the repeats are targets)")
+    return "; ".join(parts) + ("; every sequence starts with BOS 50256" if cfg.bos else "")
+
+
 def run_metadata(cfg: TrainConfig, history: History, scores: dict | None = None) -> dict:
     """What ``save`` records: config (seed, data, steps), timing, final loss and head scores."""
     return {"trained_by": "python -m attnviz.train", "config": asdict(cfg) | {"cfg": cfg.book_cfg()},
-            "data": "repeated random tokens (ids 1000-30000, [BOS] + random prefix + x + x) and English/code "
-                    "(pydoc_data.topics, every 5th topic held out; stdlib source of " + ", ".join(TRAIN_CODE_MODULES) + ")",
+            "data": data_description(cfg),
             "steps_run": len(history.steps), "seconds": round(history.seconds, 1),
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "final_loss": history.loss[-1] if history.loss else None,
@@ -447,8 +523,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"previous-token {scores['previous_token'].max():.2f}", flush=True)
 
     model, history = train(cfg, on_step=report)
-    final = {"induction": history.induction[-1].round(4).tolist(),
-             "previous_token": history.previous_token[-1].round(4).tolist()}
+    scores = evaluate(model, seed=EVAL_SEED)  # held-out text and fresh repeats, every head
+    final = {name: value.round(4).tolist() for name, value in scores.items()}
+    final["evaluation"] = f"attnviz.train.evaluate(model, seed={EVAL_SEED})"
     out = save(model, args.out, run_metadata(cfg, history, final))
     print(f"wrote {out} ({len(history.steps)} steps, {history.seconds:.0f} s)")
     return 0

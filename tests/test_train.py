@@ -20,13 +20,14 @@ from attnviz.train import (
     run_metadata,
     sampled_loss,
     save,
+    skip_batch,
     text_tokens,
     text_windows,
     train,
 )
 
 TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_len": 48, "batch_size": 4,
-        "negatives": 32, "probe_every": 3, "min_repeat": 4, "max_repeat": 20}
+        "negatives": 32, "probe_every": 3, "min_repeat": 4, "max_repeat": 20, "repeat_lengths": (24, 48), "skip_first": 2}
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +63,7 @@ def test_should_stop_ends_early_with_the_model_so_far():
 
 
 def test_training_reduces_the_loss_and_is_reproducible():
-    cfg = TrainConfig(steps=30, lr=1e-2, warmup_steps=5, **(TINY | {"probe_every": 100}))
+    cfg = TrainConfig(steps=30, lr=1e-2, warmup_steps=5, **(TINY | {"probe_every": 100, "text_fraction": 1.0}))
     _, first = train(cfg)
     _, again = train(cfg)
     assert first.loss == again.loss  # same seed, same run
@@ -81,6 +82,28 @@ def test_repeat_batch_ends_in_a_repeat():
         T = max(t for t in range(1, 21) if (body[-t:] == body[-2 * t:-t]).all())
         lengths.add(T)
     assert len(lengths) > 3  # the repeat length varies, so the repeat's position does too
+
+
+def test_masks_mark_exactly_the_predictable_tokens():
+    rows, known = repeat_batch(60, 10, np.random.default_rng(4), min_repeat=3, max_repeat=12, max_copies=3, with_mask=True)
+    for row, row_known in zip(rows, known):
+        first = int(np.argmax(row_known))  # the first token that repeats an earlier one at period T
+        assert row_known[first:].all() and not row_known[:first].any()
+        T = next(t for t in range(1, 13) if (row[first:] == row[first - t:len(row) - t]).all())
+        assert row[first] == row[first - T]
+    rows, copies = skip_batch(50, 6, np.random.default_rng(5), with_mask=True)
+    assert (rows[:, 2:][copies[:, 2:]] == rows[:, :-2][copies[:, 2:]]).all()
+    assert not copies[:, :3].any()  # BOS and the first two tokens copy nothing
+
+
+def test_skip_batch_copies_the_token_two_back():
+    batch = skip_batch(201, 8, np.random.default_rng(0), p=0.5)
+    assert batch.shape == (8, 201)
+    assert (batch[:, 0] == BOS_ID).all()
+    body = batch[:, 1:]
+    copies = body[:, 2:] == body[:, :-2]  # (8, 198)
+    assert 0.4 < copies.mean() < 0.6
+    assert (body[:, 1:] == body[:, :-1]).mean() < 0.05  # the token right before is not the pattern
 
 
 def test_text_splits_are_disjoint_and_windows_have_bos():
