@@ -301,3 +301,22 @@ def save_screenshot(page: Page, name: str, max_height: int = 2400) -> Path:
     page.screenshot(path=str(path), animations="disabled", caret="hide")
     page.set_viewport_size(VIEWPORT)
     return path
+
+
+def choose_option(page: Page, combobox: Locator, option: str, attempts: int = 3) -> None:
+    """Open a ``st.selectbox`` and click ``option``.  The dropdown closes when its container scrolls, and
+    Playwright scrolls a combobox low in the sidebar into view just before clicking it: scroll first, and
+    open it again if the list did not stay open (polled, no fixed sleep)."""
+    combobox.scroll_into_view_if_needed()
+    item = page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=option, exact=True)
+    for attempt in range(attempts):
+        combobox.click()
+        try:
+            item.wait_for(state="visible", timeout=3_000)
+        except PlaywrightError:
+            if attempt == attempts - 1:
+                raise
+            page.keyboard.press("Escape")
+            continue
+        item.click()
+        return

@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from .conftest import assert_no_exception, expect, runs, save_screenshot, start_server, wait_idle
+from .conftest import assert_no_exception, choose_option, expect, runs, save_screenshot, start_server, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -69,8 +69,7 @@ def visit(page, url: str) -> None:
 
 def pick(page, label: str, option: str) -> None:
     before = runs(page)
-    sidebar(page).get_by_role("combobox", name=label).click()
-    page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=option, exact=True).click()
+    choose_option(page, sidebar(page).get_by_role("combobox", name=label), option)
     wait_idle(page, after=before)
     assert_no_exception(page)
 

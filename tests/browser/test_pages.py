@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_expanded, wait_idle
+from .conftest import assert_no_exception, choose_option, expect, runs, save_screenshot, wait_expanded, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -162,9 +162,7 @@ def test_heads_selectbox_and_causal_toggle_change_grid_and_url(page, base_url):
     expect(focused_chart(page).locator("g.legend")).to_contain_text("masked")
 
     before = runs(page)
-    sidebar(page).get_by_role("combobox", name="Heads").click()
-    dropdown = page.get_by_test_id("stSelectboxVirtualDropdown")
-    dropdown.get_by_role("option", name="4", exact=True).click()
+    choose_option(page, sidebar(page).get_by_role("combobox", name="Heads"), "4")
     wait_idle(page, after=before)
     assert_no_exception(page)
     assert grid_titles(page) == ["▶ head 0", "head 1", "head 2", "head 3"]
