@@ -343,19 +343,22 @@ def evaluate(model, seed: int, *, sequences: int = 8, bos: bool = True) -> dict[
     ``induction``: mean ``A[i, i-T+1]`` over the repeat of ``sequences`` × ([BOS] + x + x), x random ids in
     1,000–30,000, T uniform in 25–60 (TransformerLens' induction data).  ``previous_english`` /
     ``previous_code``: mean ``A[i, i-1]`` on ``sequences`` 100-token windows of held-out pydoc topics /
-    held-out stdlib source.
+    held-out stdlib source.  (A model with a context under 121 tokens gets shorter T and windows.)
     """
     rng = np.random.default_rng(seed)
+    context = model.pos_emb.weight.shape[0]  # a smaller model gets the longest data it can read
+    longest = min(60, (context - int(bos)) // 2)
+    window = min(100, context)
     induction = []
     for k in range(sequences):
-        T = int(rng.integers(25, 61))
+        T = int(rng.integers(min(25, longest), longest + 1))
         ids = repeated_random_tokens(T, seed=int(rng.integers(2**31)) + k, batch=1, bos=bos)  # (1, 2T + bos)
         maps = _attention_maps(model, torch.as_tensor(ids))  # (1, layers, heads, n, n)
         induction.append(induction_stripe(maps[0].numpy(), T))  # (layers, heads)
     scores = {"induction": np.mean(induction, axis=0)}
     for name, split in (("previous_english", "heldout_english"), ("previous_code", "heldout_code")):
-        ids = text_windows(split, 100, sequences, rng, bos=bos)  # (sequences, 100)
-        maps = _attention_maps(model, torch.as_tensor(ids))  # (sequences, layers, heads, 100, 100)
+        ids = text_windows(split, window, sequences, rng, bos=bos)  # (sequences, window)
+        maps = _attention_maps(model, torch.as_tensor(ids))  # (sequences, layers, heads, window, window)
         scores[name] = previous_token_stripe(maps.numpy()).mean(axis=0)  # (layers, heads)
     return scores
 
@@ -510,12 +513,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="directory to write (model.safetensors, config.json, training.json)")
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a TrainConfig field (JSON value), e.g. --set batch_size=32 --set lr=0.003")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    overrides = {}
+    fields = TrainConfig.__dataclass_fields__
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in fields or name in ("steps", "seed"):
+            parser.error(f"--set {item!r}: unknown field (one of {', '.join(f for f in fields if f not in ('steps', 'seed'))})")
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--set {item!r}: the value must be JSON (numbers, true/false, [lists])")
     torch.set_num_threads(args.threads)
-    cfg = TrainConfig(steps=args.steps, seed=args.seed)
+    cfg = TrainConfig(steps=args.steps, seed=args.seed, **overrides)
 
     def report(step, loss, scores):
         if scores is not None and not args.quiet:

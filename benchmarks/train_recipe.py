@@ -6,7 +6,7 @@ Each run trains ``attnviz.train.train`` with the recipe's ``TrainConfig`` overri
 (step, seconds, loss, best induction / previous-token stripe on the fixed probe batch), then scores the
 final model with ``attnviz.train.evaluate`` on fresh seeds (repeated random tokens T 25–60; held-out
 English and code), with and without a BOS token.  One JSON line per run is appended to
-``benchmarks/results/train_recipe.jsonl``; ``--table`` rewrites ``benchmarks/results/train_recipe.md``
+``benchmarks/results/train_recipe.jsonl``; ``--table`` rewrites ``benchmarks/results/train_recipe_runs.md``
 from it.  Loss alone is not the criterion: a model can copy a repeat without the textbook heads.
 """
 
@@ -29,12 +29,13 @@ from attnviz.train import TrainConfig, evaluate, train  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 LOG = RESULTS / "train_recipe.jsonl"
-TABLE = RESULTS / "train_recipe.md"
+TABLE = RESULTS / "train_recipe_runs.md"  # train_recipe.md is the written summary (exploration + bundled)
 
 RECIPES = {
     # TrainConfig overrides (see attnviz.train.TrainConfig for the defaults: the curriculum recipe)
     "default": {},
     "skip-quarter": {"skip_fraction": 0.25},  # more repeats after the curriculum
+    "skip-quarter-b32": {"skip_fraction": 0.25, "batch_size": 32, "skip_first": 400},  # twice the repeats per step
     "loss-only": {"skip_fraction": 0.0, "skip_first": 0, "text_fraction": 0.5, "predictable_only": False,
                   "embedding_std": 0.02, "repeat_lengths": (128,), "max_copies": 2, "lr": 2e-3},  # ~run A
 }

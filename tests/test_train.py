@@ -168,3 +168,14 @@ def test_command_line_writes_a_loadable_half_precision_checkpoint(tmp_path, caps
     assert json.loads((tmp_path / "cli" / "training.json").read_text())["config"]["seed"] == 5
     with pytest.raises(SystemExit):
         main(["--steps", "0", "--out", str(tmp_path / "bad")])
+    with pytest.raises(SystemExit):
+        main(["--steps", "1", "--out", str(tmp_path / "bad"), "--set", "no_such_field=1"])
+
+
+def test_command_line_overrides_are_recorded(tmp_path):
+    out = tmp_path / "tiny"
+    sets = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    assert main(["--steps", "1", "--out", str(out), "--threads", "1", "--quiet", *sets]) == 0
+    config = json.loads((out / "training.json").read_text())["config"]
+    assert config["emb_dim"] == 16 and config["repeat_lengths"] == [24, 48]
+    assert load_checkpoint(out).trf_blocks[0].att.num_heads == 2
