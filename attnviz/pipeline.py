@@ -451,7 +451,7 @@ def _run_checkpoint(text: str, config: AttentionConfig) -> Trace:
     block = [(name, shape) for name, shape in layer_trace.recorder.shapes]
     names = [name for name, _ in block]
     attention_shapes = block[names.index("queries") : names.index("output") + 1]  # what att records
-    details = tokens.pieces(token_ids)
+    details = _pieces(tuple(token_ids))  # the same for every layer of these tokens
     top_ids = layer_trace.top_ids.copy()
     top_probs = layer_trace.top_probs.copy()
     top_ids.setflags(write=False)
@@ -471,6 +471,11 @@ def _run_checkpoint(text: str, config: AttentionConfig) -> Trace:
         model=ModelRun(layer=config.layer, n_layers=sizes.n_layers, path=tuple(layer_trace.path), top_ids=top_ids,
                        top_probs=top_probs),
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _pieces(token_ids: tuple[int, ...]) -> tuple[tokens.Token, ...]:
+    return tuple(tokens.pieces(list(token_ids)))
 
 
 def _layer_trace(model, config: AttentionConfig, token_ids: list[int]):

@@ -27,10 +27,17 @@ def next_token_panel(ctx: Context, key: str = "next_position") -> None:
         "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0, max_value=1.0),
     })
     with st.expander("Every position's most likely next token"):
-        st.dataframe(checkpoint_view.predictions(trace), hide_index=True, column_config={
+        st.dataframe(_predictions(trace.config.checkpoint, trace.config.causal, trace.token_ids, trace),
+                     hide_index=True, column_config={
             "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0,
                                                            max_value=1.0),
         })
+
+
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def _predictions(checkpoint: str, causal: bool, token_ids: tuple[int, ...], _trace):
+    """Every position's top-1 table: the same for every layer of a run (the model's output), so computed once."""
+    return checkpoint_view.predictions(_trace)
 
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
