@@ -24,10 +24,20 @@ def weights_csv(trace: Trace, head: int, stage: str = "weights") -> bytes:
     return buffer.getvalue().encode("utf-8")
 
 
+def _public_config(trace: Trace) -> dict:
+    """The config as a downloaded file may show it: a checkpoint by its file or folder name only (the server's
+    directories and a session model's private reference never leave the server)."""
+    config = dataclasses.asdict(trace.config)
+    if config.get("checkpoint"):
+        ref = str(config["checkpoint"])
+        config["checkpoint"] = "session model" if ref.startswith("session:") else ref.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return config
+
+
 def manifest(trace: Trace) -> dict:
     return {
         "format": "attnviz trace v1",
-        "config": dataclasses.asdict(trace.config),
+        "config": _public_config(trace),
         "text": trace.text,
         "tokens": list(trace.tokens),
         "token_ids": list(trace.token_ids),

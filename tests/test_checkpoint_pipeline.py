@@ -7,6 +7,7 @@ Small GPT-2s are written by the tests in real formats (``save_pretrained``: conf
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import pathlib
@@ -330,3 +331,15 @@ def test_two_sessions_loading_the_same_file_load_it_once(checkpoint_dir, monkeyp
         thread.join()
     assert len(calls) == 1 and cache.loads == 1
     assert len(got) == 3 and got[0] is got[1] is got[2]
+
+
+def test_downloaded_trace_names_the_checkpoint_without_the_servers_directories(checkpoint_dir):
+    """The NPZ manifest a browser downloads shows the checkpoint's folder name, never the server's path."""
+    from attnviz import export
+
+    trace = pipeline.run("The cat sat on the mat.", config_for(checkpoint_dir))
+    data = np.load(io.BytesIO(export.trace_npz(trace)))
+    manifest = json.loads(bytes(data["manifest.json"]))
+    parent = str(pathlib.Path(checkpoint_dir).parent)
+    assert manifest["config"]["checkpoint"] == pathlib.Path(checkpoint_dir).name
+    assert parent not in json.dumps(manifest)
