@@ -63,14 +63,14 @@ def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: fl
     return fig
 
 
-def stripe_grid(maps: np.ndarray, T: int, *, title: str, scores: np.ndarray | None = None) -> go.Figure:
+def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figure:
     """Every head's weights (layers, heads, n, n) as small maps in a layers × heads grid, each with its
-    induction stripe; ``scores`` (layers, heads) go into the tile titles."""
+    induction stripe; ``notes`` (layers × heads strings, e.g. the head's type) go into the tile titles."""
     layers, heads, n, _ = maps.shape
     names = []
     for layer in range(layers):
         for head in range(heads):
-            extra = f" · {scores[layer, head]:.2f}" if scores is not None else ""
+            extra = f" · {notes[layer][head]}" if notes is not None else ""
             names.append(head_name(layer, head) + extra)
     fig = make_subplots(rows=layers, cols=heads, subplot_titles=names, horizontal_spacing=0.02,
                         vertical_spacing=0.08 if layers > 1 else 0.0)

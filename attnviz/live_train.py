@@ -87,6 +87,25 @@ class TrainedRun:
             return {}
         return {"induction": self.history.induction[-1], "previous_token": self.history.previous_token[-1]}
 
+    def type_notes(self) -> list[list[str]]:
+        """Each head's type at the last probe ("previous-token 0.92", or "—"): layers × heads strings."""
+        from attnviz.head_types import LABELS, head_label
+
+        scores = self.final_scores
+        if not scores:
+            return []
+        layers, heads = scores["induction"].shape
+        notes = []
+        for layer in range(layers):
+            row = []
+            for head in range(heads):
+                one = {name: scores[name][layer, head] for name in ("induction", "previous_token")}
+                label = head_label(one | {"duplicate_token": np.nan})  # not probed while training
+                key = next((k for k, text in LABELS.items() if text == label), None)
+                row.append("—" if key is None else f"{label} {one[key]:.2f}")
+            notes.append(row)
+        return notes
+
     def metadata(self) -> dict:
         from attnviz.train import run_metadata
 

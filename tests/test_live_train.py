@@ -65,6 +65,12 @@ def test_the_job_reports_before_every_step_and_probes_then_returns_the_run(tiny)
     assert published == [run] and run.option == "option"
     assert run.steps_run == 12 and live_train.run_name(run) == "12 steps, seed 0"
     np.testing.assert_array_equal(run.final_scores["induction"], view.induction[-1])
+    notes = run.type_notes()  # each head's type at the last probe, as the Heads page names it
+    assert len(notes) == 2 and all(len(row) == 2 for row in notes)
+    for layer in range(2):
+        for head in range(2):
+            best = max(view.induction[-1, layer, head], view.previous_token[-1, layer, head])
+            assert (notes[layer][head] == "—") == (best < 0.4)
     kept = live_train.history_view(run)  # what the page draws once the job's reports are gone
     for name in ("steps", "loss", "probe_steps", "induction", "previous_token", "before"):
         np.testing.assert_array_equal(getattr(kept, name), getattr(view, name))
@@ -220,13 +226,13 @@ def test_score_curves_one_line_per_head_in_both_panels_with_one_colour():
 def test_stripe_grid_outlines_the_stripe_of_every_head():
     T, n = 4, 9
     maps = np.random.default_rng(0).random((2, 3, n, n))
-    fig = head_figures.stripe_grid(maps, T, title="t", scores=np.full((2, 3), 0.5))
+    fig = head_figures.stripe_grid(maps, T, title="t", notes=[["previous-token 0.50", "—", "—"], ["—"] * 3])
     heatmaps = [t for t in fig.data if t.type == "heatmap"]
     lines = [t for t in fig.data if t.type == "scatter"]
     assert len(heatmaps) == len(lines) == 6
     assert list(lines[0].y) == list(range(n - T, n)) and list(lines[0].x) == [r - T + 1 for r in range(n - T, n)]
     assert np.isnan(np.array(heatmaps[0].z, dtype=float)[0, 1])  # the masked upper triangle is a gap
-    assert [a.text for a in fig.layout.annotations][:2] == ["L0H0 · 0.50", "L0H1 · 0.50"]
+    assert [a.text for a in fig.layout.annotations][:2] == ["L0H0 · previous-token 0.50", "L0H1 · —"]
     # the stripe cells are those induction_stripe averages
     z = np.array(heatmaps[4].z, dtype=float)
     assert z[lines[4].y, lines[4].x].mean() == pytest.approx(induction_stripe(maps[1, 1], T))

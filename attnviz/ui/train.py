@@ -226,13 +226,12 @@ def results() -> None:
     st.subheader("The heads before and after")
     st.caption(f"Every head on the same repeated random sequence ([BOS] + {live_train.SNAPSHOT_T} random tokens, "
                "twice), which the model never trained on. The red line is the induction stripe A[i, i−T+1]: "
-               "an induction head lights it up on the second copy. Tile titles: the head's induction score "
-               "at the last probe.")
-    scores = run.final_scores.get("induction")
+               "an induction head lights it up on the second copy; a previous-token head lights up the "
+               "diagonal just below the main one. Tile titles: the head's type at the last probe (— for none).")
     before_col, after_col = st.columns(2)
     before_col.plotly_chart(head_figures.stripe_grid(run.before, live_train.SNAPSHOT_T, title="before (step 0)"),
                             config=plotly_config("attnviz-heads-before"), key="train_before")
-    after_col.plotly_chart(head_figures.stripe_grid(run.after, live_train.SNAPSHOT_T, scores=scores,
+    after_col.plotly_chart(head_figures.stripe_grid(run.after, live_train.SNAPSHOT_T, notes=run.type_notes() or None,
                                                     title=f"after {run.steps_run} steps"),
                            config=plotly_config("attnviz-heads-after"), key="train_after")
     if run.final_scores:
