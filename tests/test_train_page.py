@@ -134,3 +134,13 @@ def test_a_full_server_refuses_a_training_with_a_message():
         for job in others:
             job.stop()
             assert job.join(TIMEOUT)
+
+
+def test_a_deep_link_to_the_train_page_is_a_sessions_first_request():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params["text"] = "Hello world"
+    at.switch_page("pages/train.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Train a model, watch its heads form"
+    assert at.sidebar.text_area(key="text").value == "Hello world"
+    assert at.number_input(key="train_steps").value == live_train.RECOMMENDED["steps"]
