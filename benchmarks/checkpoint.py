@@ -32,6 +32,16 @@ written, then the child loads it (``load_checkpoint``), runs ``trace_layer`` on 
 every step + the whole path + top-5) and ``switch_layer``; it reports the load time, the run times and its
 peak RSS.  The files are deleted afterwards.  Check ``free -g`` first: writing needs one tensor's memory (plus
 the file's pages in the page cache), loading peaks near 2× the model (6.2 GB) while the file is mapped.
+
+**Layer switch in a real browser** (``--checkpoint-browser N``): the same small checkpoint, a real
+``streamlit run app.py`` with ``ATTNVIZ_CHECKPOINTS``, Debian's Chromium via Playwright, helpers from
+``benchmarks/browser.py``.  A tab opens the Heads page at ``?weights=<name>&text=<1024 tokens>`` and waits until
+it is drawn; then N times: open the sidebar's Layer selectbox (scrolled into view first, as
+``tests/browser/conftest.choose_option``), arm, click a layer not shown before (1, 2, …), and time from the
+option's ``pointerdown`` to the first animation frame at which every chart and table of the main area is drawn
+again and the caption says ``layer L of 12`` (``browser.DRAWN_JS``, polled every frame; no fixed sleep).  Phases:
+to the script's start, the script run (server), drawing after it (browser).  Results:
+``results/checkpoint_browser.json``.
 """
 
 from __future__ import annotations
@@ -249,6 +259,97 @@ def small(repeats: int) -> dict:
         shutil.rmtree(folder.parent, ignore_errors=True)
 
 
+# ============================== small: a layer switch in a real browser ==============================
+
+
+def _drawn_js(bb) -> str:
+    """``browser.DRAWN_JS``, except that a table must have its canvas only when it is visible: a table in a
+    collapsed expander of the checkpoint's Heads page is never drawn by the browser (glide-data-grid)."""
+    old = "for (const table of main.querySelectorAll('[data-testid=stDataFrame]')) {\n    if (!table.querySelector('canvas'))"
+    assert old in bb.DRAWN_JS
+    return bb.DRAWN_JS.replace(old, old[:-1] + " && table.checkVisibility())")
+
+
+def browser_switch(switches: int) -> dict:
+    """Layer selectbox → the Heads page drawn again, in Chromium, ``switches`` times (see the docstring)."""
+    import urllib.parse
+
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import browser as bb  # benchmarks/browser.py
+
+    drawn_js = _drawn_js(bb)
+    folder = Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "gpt2-small-random"
+    try:
+        write_checkpoint(folder, SMALL)
+        env = {"ATTNVIZ_CHECKPOINTS": str(folder.parent), "HF_HUB_CACHE": str(folder.parent / "no-hf-cache")}
+        text = text_of_tokens(1024, 0)
+        query = urllib.parse.urlencode({"weights": folder.name, "text": text})
+        samples: list[dict] = []
+        with bb.streamlit_server("checkpoint", "app.py", env=env) as server, sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
+            context = chromium.new_context(viewport=bb.VIEWPORT)
+            context.set_default_timeout(bb.TIMEOUT_MS)
+            page = context.new_page()
+            page.add_init_script(bb.INIT_JS)
+            frames = bb.FrameCounter(page)
+            started = time.perf_counter()
+            page.goto(f"{server.url}/?{query}")
+            page.wait_for_function(bb.IDLE_JS, polling="raf")
+            page.wait_for_function("() => document.querySelector('[data-testid=stMain]').innerText"
+                                   ".includes('1024 tokens')", polling="raf")
+            print(f"first page (load + 1024-token paint): {time.perf_counter() - started:.1f} s", flush=True)
+            sidebar = page.locator("[data-testid=stSidebar]")
+            for index in range(switches):
+                layer = index + 1  # a layer this text has not shown yet
+                time.sleep(1.0)  # settle before the action (outside the timed interval)
+                combobox = sidebar.locator("[data-testid=stSelectbox]", has_text="Layer")
+                combobox.scroll_into_view_if_needed()
+                item = page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=str(layer),
+                                                                                     exact=True)
+                for attempt in range(3):  # as tests/browser/conftest.choose_option
+                    combobox.click()
+                    try:
+                        item.wait_for(state="visible", timeout=3_000)
+                        break
+                    except PlaywrightError:
+                        if attempt == 2:
+                            raise
+                        page.keyboard.press("Escape")
+                page.evaluate(bb.ARM_JS)
+                frames.reset()
+                item.click()
+                page.wait_for_function(drawn_js, arg=f"layer {layer} of 12", polling="raf", timeout=bb.TIMEOUT_MS)
+                page.wait_for_timeout(300)  # websocket frames after drawn (outside the timed interval)
+                b = page.evaluate("window.__bench")
+                start = (b["runStart"] or b["t1"]) - b["t0"]
+                run = (b["runEnd"] or b["t1"]) - (b["runStart"] or b["t1"])
+                sample = {"ms": b["t1"] - b["t0"], "start": start, "run": run, "draw": b["t1"] - b["t0"] - start - run,
+                          "bytes": frames.bytes, **frames.busy_since_reset()}
+                sample["layer"] = layer
+                sample["server_rss_mb"] = round(server.status("VmRSS") / 2**20)
+                samples.append(sample)
+                print(f"  switch to layer {layer}: {bb.show(sample)}, load {os.getloadavg()[0]:.1f}", flush=True)
+            peak = round(server.status("VmHWM") / 2**20)
+            context.close()
+            chromium.close()
+        return {
+            "checkpoint": "GPT-2-small-shaped, random weights, fp32 safetensors, " + json.dumps(SMALL),
+            "tokens": 1024, "method": "Layer option pointerdown -> every chart/table of the main area drawn again "
+                                      "(benchmarks/browser.py DRAWN_JS, polled per animation frame)",
+            "switches": samples,
+            "median_ms": round(statistics.median(s["ms"] for s in samples)),
+            "median_phases_ms": {k: round(statistics.median(s[k] for s in samples)) for k in ("start", "run", "draw")},
+            "median_browser_busy_ms": round(statistics.median(s["busy"] for s in samples)),
+            "median_bytes": round(statistics.median(s["bytes"] for s in samples)),
+            "server_peak_rss_mb": peak,
+        }
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
 # ============================== XL: load and run ==============================
 
 _XL_CHILD = r"""
@@ -305,8 +406,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--xl", action="store_true", help="also the GPT-2-XL-shaped checkpoint")
     parser.add_argument("--xl-only", action="store_true")
+    parser.add_argument("--checkpoint-browser", type=int, default=0, metavar="N",
+                        help="only: N layer switches timed in Chromium (results/checkpoint_browser.json)")
     args = parser.parse_args(argv)
     results: dict = {"machine": machine()}
+    if args.checkpoint_browser:
+        results["browser_layer_switch"] = browser_switch(args.checkpoint_browser)
+        results["machine"]["load_after"] = os.getloadavg()
+        print(json.dumps({k: v for k, v in results["browser_layer_switch"].items() if k != "switches"}, indent=1))
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "checkpoint_browser.json").write_text(json.dumps(results, indent=1) + "\n")
+        print(f"wrote {RESULTS / 'checkpoint_browser.json'}")
+        return 0
     if not args.xl_only:
         results["small"] = small(args.repeats)
         print(json.dumps(results["small"], indent=1), flush=True)
