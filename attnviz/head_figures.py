@@ -70,10 +70,10 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
     names = []
     for layer in range(layers):
         for head in range(heads):
-            extra = f" · {notes[layer][head]}" if notes is not None else ""
+            extra = f"<br>{notes[layer][head]}" if notes is not None else ""  # second line: fits a narrow tile
             names.append(head_name(layer, head) + extra)
     fig = make_subplots(rows=layers, cols=heads, subplot_titles=names, horizontal_spacing=0.02,
-                        vertical_spacing=0.08 if layers > 1 else 0.0)
+                        vertical_spacing=(0.14 if notes is not None else 0.08) if layers > 1 else 0.0)
     rows, cols = stripe_cells(n, T)
     upper = np.triu(np.ones((n, n), dtype=bool), k=1)
     for layer in range(layers):
@@ -88,8 +88,9 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
                                      opacity=0.5, showlegend=False, hoverinfo="skip"), row=layer + 1, col=head + 1)
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=60 + 190 * layers,
-                      margin={"l": 10, "r": 10, "t": 70, "b": 10}, plot_bgcolor="#e8e8e8")
+    fig.update_annotations(font={"size": 11})
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=(80 if notes is not None else 60) + 190 * layers,
+                      margin={"l": 10, "r": 10, "t": 90 if notes is not None else 70, "b": 10}, plot_bgcolor="#e8e8e8")
     return fig
 
 

@@ -232,7 +232,7 @@ def test_stripe_grid_outlines_the_stripe_of_every_head():
     assert len(heatmaps) == len(lines) == 6
     assert list(lines[0].y) == list(range(n - T, n)) and list(lines[0].x) == [r - T + 1 for r in range(n - T, n)]
     assert np.isnan(np.array(heatmaps[0].z, dtype=float)[0, 1])  # the masked upper triangle is a gap
-    assert [a.text for a in fig.layout.annotations][:2] == ["L0H0 · previous-token 0.50", "L0H1 · —"]
+    assert [a.text for a in fig.layout.annotations][:2] == ["L0H0<br>previous-token 0.50", "L0H1<br>—"]
     # the stripe cells are those induction_stripe averages
     z = np.array(heatmaps[4].z, dtype=float)
     assert z[lines[4].y, lines[4].x].mean() == pytest.approx(induction_stripe(maps[1, 1], T))
