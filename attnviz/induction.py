@@ -83,7 +83,7 @@ def run_maps(maps: np.ndarray, token_ids, T: int, seed: int, *, layer: int = 0) 
 def run_model(model, T: int, seed: int, *, layer: int | None = None) -> InductionRun:
     """Every layer of a GPTModel on the lab's tokens, layer by layer; keeps the maps of ``layer`` (default:
     the layer of the best induction head) and the model's full-vocabulary per-position loss."""
-    from attnviz.models import iter_layer_maps
+    from attnviz.models import iter_layer_maps, running
     from attnviz.train import per_position_loss
 
     token_ids = lab_tokens(T, seed)  # (n,)
@@ -104,9 +104,7 @@ def run_model(model, T: int, seed: int, *, layer: int | None = None) -> Inductio
             kept = {index: maps}
     (shown, maps), = kept.items()
     # the model may be shared with other sessions' runs, which switch its causal flags under this lock
-    from attnviz.models.trace import _running  # TODO(models): a public ``running``/logits helper
-
-    with _running(model, True):
+    with running(model, True):
         loss = per_position_loss(model, token_ids)  # (n−1,), with the causal mask the model was trained with
     return InductionRun(T=T, seed=seed, token_ids=token_ids, layer=shown, maps=maps, scores=scores,
                         previous=previous, loss=loss)

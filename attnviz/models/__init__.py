@@ -9,7 +9,15 @@ from pathlib import Path
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
 from attnviz.models.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, PathRecorder, TransformerBlock
 from attnviz.models.loading import CheckpointError, assign, load_checkpoint
-from attnviz.models.trace import LayerTrace, attention_maps, iter_layer_maps, layer_maps, switch_layer, trace_layer
+from attnviz.models.trace import (
+    LayerTrace,
+    attention_maps,
+    iter_layer_maps,
+    layer_maps,
+    running,
+    switch_layer,
+    trace_layer,
+)
 
 # The model attnviz ships (a GPT-2 folder trained by ``python -m attnviz.train``), offered as a weights option
 # when its files are present.
@@ -36,6 +44,7 @@ __all__ = [
     "iter_layer_maps",
     "layer_maps",
     "load_checkpoint",
+    "running",
     "switch_layer",
     "trace_layer",
 ]

@@ -25,7 +25,7 @@ _RUN_LOCK = threading.RLock()  # one run at a time sets the causal flags of a mo
 
 
 @contextmanager
-def _running(model: GPTModel, causal: bool):
+def running(model: GPTModel, causal: bool):
     """Eval mode, no grad, every block's ``att.causal`` = ``causal``; all restored on exit."""
     with _RUN_LOCK, torch.no_grad():
         was_training = model.training
@@ -118,7 +118,7 @@ def attention_maps(model: GPTModel, token_ids, causal: bool = True) -> np.ndarra
     n_layers, n_heads = len(model.trf_blocks), model.trf_blocks[0].att.num_heads
     maps = np.empty((n_layers, n_heads, n, n), dtype=np.float32)  # (L, h, n, n)
     recorder = _UpTo(n_layers - 1, layers=range(n_layers), recorder_factory=lambda layer: _WeightsInto(maps, layer))
-    with _running(model, causal):
+    with running(model, causal):
         _run_up_to(model, idx, recorder)
     return maps
 
@@ -130,7 +130,7 @@ def layer_maps(model: GPTModel, token_ids, layer: int, causal: bool = True) -> n
     n, n_heads = idx.shape[1], model.trf_blocks[layer].att.num_heads
     maps = np.empty((1, n_heads, n, n), dtype=np.float32)  # (1, h, n, n)
     recorder = _UpTo(layer, layers=[layer], recorder_factory=lambda _: _WeightsInto(maps, 0))
-    with _running(model, causal):
+    with running(model, causal):
         _run_up_to(model, idx, recorder)
     return maps[0]
 
@@ -149,7 +149,7 @@ def iter_layer_maps(model: GPTModel, token_ids, causal: bool = True) -> Iterator
 def _block_inputs(model: GPTModel, idx: torch.Tensor, causal: bool) -> torch.Tensor:
     n_layers = len(model.trf_blocks)
     recorder = _UpTo(n_layers - 1, keep_block_inputs=True)
-    with _running(model, causal):
+    with running(model, causal):
         _run_up_to(model, idx, recorder)
     return torch.cat(recorder.block_inputs)  # L × (1, n, d) -> (L, n, d)
 
@@ -157,7 +157,7 @@ def _block_inputs(model: GPTModel, idx: torch.Tensor, causal: bool) -> torch.Ten
 def _block_maps(model: GPTModel, block_input: torch.Tensor, layer: int, causal: bool) -> np.ndarray:
     n = block_input.shape[0]
     maps = np.empty((1, model.trf_blocks[layer].att.num_heads, n, n), dtype=np.float32)  # (1, h, n, n)
-    with _running(model, causal):
+    with running(model, causal):
         model.trf_blocks[layer](block_input.unsqueeze(0), _WeightsInto(maps, 0))  # (1, n, d) -> (1, n, d)
     return maps[0]
 
@@ -216,7 +216,7 @@ def trace_layer(model: GPTModel, token_ids, layer: int, causal: bool = True, top
     layer = _check_layer(model, layer)
     idx = _token_batch(model, token_ids)  # (1, n)
     recorder = PathRecorder(layers=[layer], keep_block_inputs=True)
-    with _running(model, causal):
+    with running(model, causal):
         logits = model(idx, recorder)  # (1, n, vocab)
         top_ids, top_probs = _top_k(logits[0], top_k)
     del logits
@@ -243,7 +243,7 @@ def switch_layer(model: GPTModel, trace: LayerTrace, layer: int) -> LayerTrace:
     if trace.block_inputs.shape[0] != len(model.trf_blocks):
         raise ValueError("This trace was made by another model.")
     block, recorder = model.trf_blocks[layer], Recorder()
-    with _running(model, trace.causal):
+    with running(model, trace.causal):
         # the first half of TransformerBlock.forward: all a layer switch draws (the feed-forward half is skipped)
         x = block.norm1(trace.block_inputs[layer].unsqueeze(0))  # (n, d) -> (1, n, d)
         record(recorder, "norm1", x)
