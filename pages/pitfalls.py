@@ -7,23 +7,13 @@ from attnviz import ui
 from attnviz.pitfalls import catalogue, detectors, workbench
 from attnviz.pitfalls import figures as pitfall_figures
 from attnviz.pitfalls.catalogue import PITFALLS
+from attnviz.ui import compute
 
 ctx = ui.setup("Pitfall lab", book_classes=True)
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.config
 wanted_heads = int(ctx.settings["num_heads"])  # the sidebar's Heads, used when the variant is single-head
-
-
-# Streamlit caches of the core's results (one line each; the trace is not hashed: ctx.key names it)
-@st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
-def lab(key: tuple, wanted_heads: int, bug: str, _trace) -> catalogue.PitfallResult:
-    return catalogue.run_on_trace(_trace, wanted_heads, bug)
-
-
-@st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
-def leak(key: tuple, wanted_heads: int, bug: str | None, j: int, _trace) -> dict:
-    return catalogue.leak_on_trace(_trace, wanted_heads, bug, j)
 
 
 def verdict_box(version: detectors.Version, buggy: bool) -> None:
@@ -59,7 +49,7 @@ else:
         st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); the sidebar's causal toggle "
                    "applies to the leak detector below.")
     with st.spinner("Running both versions…"):
-        result = lab(ctx.key, wanted_heads, bug, trace)
+        result = compute.pitfall(ctx.key, wanted_heads, bug, trace)
     st.subheader(pitfall.title)
     st.code(catalogue.diff_text(bug), language="diff")
     st.markdown(pitfall.explanation)
@@ -87,7 +77,7 @@ else:
     j = st.select_slider("Perturbed token j", list(range(n)), format_func=lambda p: f"{p}: {tokens[p]}",
                          **ui.page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n))
     with st.spinner("Perturbing…"):
-        report = leak(ctx.key, wanted_heads, None if bug == "none" else bug, j, trace)
+        report = compute.leak(ctx.key, wanted_heads, None if bug == "none" else bug, j, trace)
     if "error" in report:
         st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
                    "there is nothing to compare.", icon=":material/error:")

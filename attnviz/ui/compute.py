@@ -1,5 +1,6 @@
-"""Cached computations of the Compare page (every variant on the same tokens, the ÷√dₖ ablation), looked up by
-the trace's key so a session never holds the arrays."""
+"""Cached computations of the Compare page (every variant on the same tokens, the ÷√dₖ ablation) and the Pitfall
+lab (one bug on the trace's tokens, the causality leak report), keyed by the trace's key so a session never holds
+the arrays."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import streamlit as st
 
 from attnviz import ablation, compare
 from attnviz.pipeline import AttentionConfig
+from attnviz.pitfalls import catalogue
 from attnviz.ui.cache import trace_of
 
 
@@ -24,3 +26,16 @@ def scaling(key: tuple) -> tuple[dict, dict]:
     causal, seed = trace.config.causal, trace.config.seed
     random_qk = ablation.scaling_ablation(num_tokens=len(queries), seed=seed, causal=causal)
     return random_qk, ablation.run_point(queries, keys, causal=causal, head=0)
+
+
+# The Pitfall lab's results are small; the Trace is passed unhashed (``_trace``): ``key`` names it.
+@st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
+def pitfall(key: tuple, wanted_heads: int, bug: str, _trace) -> catalogue.PitfallResult:
+    """:func:`attnviz.pitfalls.catalogue.run_on_trace`: the correct and the buggy module on the trace's tokens."""
+    return catalogue.run_on_trace(_trace, wanted_heads, bug)
+
+
+@st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
+def leak(key: tuple, wanted_heads: int, bug: str | None, j: int, _trace) -> dict:
+    """:func:`attnviz.pitfalls.catalogue.leak_on_trace`: perturb token ``j``, see which positions move."""
+    return catalogue.leak_on_trace(_trace, wanted_heads, bug, j)
