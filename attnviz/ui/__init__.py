@@ -19,7 +19,10 @@ One module per job:
 * ``heads``    — the Heads page's grid, statistics table and focused head;
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
-* ``pages``    — the Compare and Benchmark pages' cached computations.
+* ``compute``  — the Compare page's and the Pitfall lab's cached computations;
+* ``head_labels`` — the Heads page's head types (label, score, first-token mass beside it);
+* ``induction`` — the Induction lab's cached run and its widgets;
+* ``train``    — the Train page: the background training job, its live view, the trained model as weights.
 """
 
 from attnviz.ui.cache import TRACE_CACHE_MB, cached_trace, trace_key, trace_of, tune_memory, warm_up
