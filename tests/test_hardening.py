@@ -103,10 +103,27 @@ def _app() -> AppTest:
     return AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
 
 
-@pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py"])
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py",
+                                  "pages/compare.py", "pages/pitfalls.py", "pages/induction.py", "pages/train.py",
+                                  "pages/benchmark.py"])
 def test_every_page_survives_hostile_text_and_keeps_it(page):
     at = _app().run()
     at.switch_page(page).run()
+    for name, text in HOSTILE_TEXTS.items():
+        at.sidebar.text_area(key="text").set_value(text).run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        assert at.sidebar.text_area(key="text").value == text, name
+
+
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/tokens.py", "pages/induction.py"])
+def test_pages_with_the_bundled_model_survive_hostile_text_and_keep_it(page):
+    """The same hostile texts through a trained GPTModel (the bundled model): a view or a plain message."""
+    from attnviz import weights
+
+    at = _app().run()
+    at.sidebar.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()
+    at.switch_page(page).run()
+    assert at.sidebar.selectbox(key="weights").value == weights.BUNDLED_NAME
     for name, text in HOSTILE_TEXTS.items():
         at.sidebar.text_area(key="text").set_value(text).run()
         assert not at.exception, (name, [e.value for e in at.exception])
