@@ -377,20 +377,20 @@ def _run_tokens(text: str, token_ids: list[int], notes: list[str], config: Atten
         device = "cpu"
         recorder, output = _forward(input_embeddings, config, device)
 
-    details = tokens.pieces(token_ids)
-    return Trace(
-        config=config,
-        text=text,
-        tokens=tuple(t.piece for t in details),
-        token_ids=tuple(token_ids),
-        token_details=tuple(details),
-        embeddings=embeddings,
-        steps={name: _to_numpy(value) for name, value in recorder.steps.items()},
-        output=_to_numpy(output),
-        shapes=(("input", tuple(input_embeddings.shape)), *recorder.shapes),
-        device=device,
-        notes=tuple(notes),
-    )
+    return _trace(config, text, token_ids, embeddings,
+                  steps={name: _to_numpy(value) for name, value in recorder.steps.items()},
+                  output=_to_numpy(output),
+                  shapes=(("input", tuple(input_embeddings.shape)), *recorder.shapes),
+                  device=device, notes=notes)
+
+
+def _trace(config: AttentionConfig, text: str, token_ids: list[int], embeddings: dict, *, steps: dict,
+           output: np.ndarray, shapes: tuple, device: str, notes: list[str], model: ModelRun | None = None) -> Trace:
+    """A Trace of these tokens: the display pieces are derived here, the same for every run of the same ids."""
+    details = _pieces(tuple(token_ids))
+    return Trace(config=config, text=text, tokens=tuple(t.piece for t in details), token_ids=tuple(token_ids),
+                 token_details=details, embeddings=embeddings, steps=steps, output=output, shapes=shapes,
+                 device=device, notes=tuple(notes), model=model)
 
 
 def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
@@ -451,26 +451,15 @@ def _run_checkpoint(text: str, config: AttentionConfig) -> Trace:
     block = [(name, shape) for name, shape in layer_trace.recorder.shapes]
     names = [name for name, _ in block]
     attention_shapes = block[names.index("queries") : names.index("output") + 1]  # what att records
-    details = _pieces(tuple(token_ids))  # the same for every layer of these tokens
     top_ids = layer_trace.top_ids.copy()
     top_probs = layer_trace.top_probs.copy()
     top_ids.setflags(write=False)
     top_probs.setflags(write=False)
-    return Trace(
-        config=config,
-        text=text,
-        tokens=tuple(t.piece for t in details),
-        token_ids=tuple(token_ids),
-        token_details=tuple(details),
-        embeddings=embeddings,
-        steps=steps,
-        output=steps["output"],
-        shapes=(("input", dict(block)["norm1"]), *attention_shapes),  # the attention reads norm1(block input)
-        device="cpu",
-        notes=tuple(notes),
-        model=ModelRun(layer=config.layer, n_layers=sizes.n_layers, path=tuple(layer_trace.path), top_ids=top_ids,
-                       top_probs=top_probs),
-    )
+    return _trace(config, text, token_ids, embeddings, steps=steps, output=steps["output"],
+                  shapes=(("input", dict(block)["norm1"]), *attention_shapes),  # the attention reads norm1(block input)
+                  device="cpu", notes=notes,
+                  model=ModelRun(layer=config.layer, n_layers=sizes.n_layers, path=tuple(layer_trace.path),
+                                 top_ids=top_ids, top_probs=top_probs))
 
 
 @functools.lru_cache(maxsize=8)
