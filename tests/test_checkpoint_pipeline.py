@@ -15,6 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 import torch
+from conftest import random_gpt2
 
 from attnviz import checkpoint_view, pipeline, tokens, variants, weights
 from attnviz.attention import STAGES
@@ -27,18 +28,8 @@ SIZES = {"n_layer": 3, "n_head": 4, "n_embd": 64, "n_positions": 96}
 
 
 def make_hf(seed: int = 0, **sizes):
-    """A GPT2LMHeadModel with eager attention and every LayerNorm and bias randomised (HF sets them to 1/0)."""
-    config = transformers.GPT2Config(**{**SIZES, **sizes}, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                     attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if ".ln_" in name or name.startswith("transformer.ln_f"):
-                param.uniform_(-1.5, 1.5) if name.endswith("bias") else param.uniform_(0.5, 1.5)
-            elif name.endswith("bias"):
-                param.normal_(0.0, 0.3)
-    return model
+    """A GPT2LMHeadModel with eager attention and every LayerNorm and bias randomised (conftest.random_gpt2)."""
+    return random_gpt2(seed, **{**SIZES, **sizes})
 
 
 @pytest.fixture(scope="module")

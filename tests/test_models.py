@@ -10,6 +10,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from conftest import random_gpt2
 
 from attnviz.attention import STAGES
 from attnviz.models import GPT_CONFIG_124M, GPTModel, PathRecorder
@@ -129,20 +130,8 @@ TOKENS = [464, 3290, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 383, 3290, 7
 
 
 def make_hf(seed: int = 0, vocab_size: int = 50257, **sizes):
-    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised (HF sets them to 1/0)."""
-    config = transformers.GPT2Config(
-        **{**SMALL, **sizes}, vocab_size=vocab_size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        attn_implementation="eager",
-    )
-    torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if ".ln_" in name or name.startswith("transformer.ln_f"):
-                param.uniform_(-1.5, 1.5) if name.endswith("bias") else param.uniform_(0.5, 1.5)
-            elif name.endswith("bias"):
-                param.normal_(0.0, 0.3)
-    return model
+    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised (conftest.random_gpt2)."""
+    return random_gpt2(seed, vocab_size=vocab_size, **{**SMALL, **sizes})
 
 
 def reference(hf, tokens=TOKENS):
