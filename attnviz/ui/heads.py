@@ -40,10 +40,8 @@ def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
     head = points[0].get("customdata")
     if isinstance(head, list):
         head = head[0]
-    if isinstance(head, int | float) and 0 <= int(head) < num_heads:
-        ss[key] = int(head)
-        ss[f"_keep_{key}"] = int(head)
-        st.rerun()
+    if isinstance(head, int | float):
+        _focus(key, int(head), num_heads)
 
 
 def focus_from_row(event, num_heads: int, key: str = "heads_focus") -> None:
@@ -53,8 +51,13 @@ def focus_from_row(event, num_heads: int, key: str = "heads_focus") -> None:
     if not rows or ss.get("_last_row_pick") == signature:
         return
     ss["_last_row_pick"] = signature
-    if 0 <= rows[0] < num_heads:
-        ss[key] = ss[f"_keep_{key}"] = int(rows[0])
+    _focus(key, int(rows[0]), num_heads)
+
+
+def _focus(key: str, head: int, num_heads: int) -> None:
+    """Focus ``head`` (kept across page switches) and redraw, if it is one of this run's heads."""
+    if 0 <= head < num_heads:
+        ss[key] = ss[f"_keep_{key}"] = head
         st.rerun()
 
 
