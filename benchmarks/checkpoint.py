@@ -4,6 +4,8 @@ and a GPT-2-XL-shaped checkpoint loaded and run on this machine.
     python benchmarks/checkpoint.py               # GPT-2-small-shaped checkpoint (written to a temp folder)
     python benchmarks/checkpoint.py --xl          # also GPT-2-XL-shaped (6.2 GB fp32 in /tmp, deleted after)
     python benchmarks/checkpoint.py --xl-only
+    python benchmarks/checkpoint.py --checkpoint-browser 4   # a layer switch in Chromium
+    python benchmarks/checkpoint.py --floor-browser 3        # ... against Streamlit's floor for it
 
 **The checkpoints** are written by this script, one tensor at a time: random weights (normal, std 0.02;
 LayerNorm scales near 1) in Hugging Face's GPT-2 layout — ``model.safetensors`` (``transformer.h.{i}.attn.c_attn.weight`` as Conv1D
@@ -42,6 +44,13 @@ option's ``pointerdown`` to the first animation frame at which every chart and t
 again and the caption says ``layer L of 12`` (``browser.DRAWN_JS``, polled every frame; no fixed sleep).  Phases:
 to the script's start, the script run (server), drawing after it (browser).  Results:
 ``results/checkpoint_browser.json``.
+
+**The browser's floor for a layer switch** (``--floor-browser R``): R rounds; each round times 2 switches of the
+app (as above), then 2 of ``benchmarks/floor_switch_app.py`` with its two charts (the Heads page's thumbnail
+grid and 256 × 256 focused window, built by the same figure builders from maps computed when the page first
+loads: no model, no attention run, no tables, no other widget) and 2 of the same page with its caption only
+(``ATTNVIZ_FLOOR=bare``: what any Streamlit rerun costs here).  Same clicks, same timing, same machine.
+Results: ``results/checkpoint_browser_floor.json``.
 """
 
 from __future__ import annotations
@@ -270,8 +279,11 @@ def _drawn_js(bb) -> str:
     return bb.DRAWN_JS.replace(old, old[:-1] + " && table.checkVisibility())")
 
 
-def browser_switch(switches: int) -> dict:
-    """Layer selectbox → the Heads page drawn again, in Chromium, ``switches`` times (see the docstring)."""
+def browser_switch(switches: int, floor: str | None = None) -> dict:
+    """Layer selectbox → the Heads page drawn again, in Chromium, ``switches`` times (see the docstring).
+
+    ``floor``: the same clicks and timing on ``benchmarks/floor_switch_app.py`` instead (``"charts"``: its two
+    charts of precomputed maps; ``"bare"``: its caption only)."""
     import urllib.parse
 
     from playwright.sync_api import Error as PlaywrightError
@@ -281,6 +293,10 @@ def browser_switch(switches: int) -> dict:
     import browser as bb  # benchmarks/browser.py
 
     drawn_js = _drawn_js(bb)
+    if floor == "bare":  # no chart, and a run too fast for React to paint "running": the marker proves the new run
+        old = "  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] .js-plotly-plot')) return false;\n"
+        assert old in drawn_js
+        drawn_js = drawn_js.replace(old, "")
     folder = Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "gpt2-small-random"
     try:
         write_checkpoint(folder, SMALL)
@@ -288,7 +304,11 @@ def browser_switch(switches: int) -> dict:
         text = text_of_tokens(1024, 0)
         query = urllib.parse.urlencode({"weights": folder.name, "text": text})
         samples: list[dict] = []
-        with bb.streamlit_server("checkpoint", "app.py", env=env) as server, sync_playwright() as playwright:
+        script, marker = "app.py", "1024 tokens"
+        if floor is not None:
+            script, query = "benchmarks/floor_switch_app.py", ""
+            env = {"ATTNVIZ_FLOOR": floor}
+        with bb.streamlit_server("checkpoint", script, env=env) as server, sync_playwright() as playwright:
             chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
             context = chromium.new_context(viewport=bb.VIEWPORT)
             context.set_default_timeout(bb.TIMEOUT_MS)
@@ -298,8 +318,8 @@ def browser_switch(switches: int) -> dict:
             started = time.perf_counter()
             page.goto(f"{server.url}/?{query}")
             page.wait_for_function(bb.IDLE_JS, polling="raf")
-            page.wait_for_function("() => document.querySelector('[data-testid=stMain]').innerText"
-                                   ".includes('1024 tokens')", polling="raf")
+            page.wait_for_function("(marker) => document.querySelector('[data-testid=stMain]').innerText"
+                                   ".includes(marker)", arg=marker, polling="raf")
             print(f"first page (load + 1024-token paint): {time.perf_counter() - started:.1f} s", flush=True)
             sidebar = page.locator("[data-testid=stSidebar]")
             for index in range(switches):
@@ -336,6 +356,7 @@ def browser_switch(switches: int) -> dict:
             context.close()
             chromium.close()
         return {
+            "app": script + (f" (ATTNVIZ_FLOOR={floor})" if floor else ""),
             "checkpoint": "GPT-2-small-shaped, random weights, fp32 safetensors, " + json.dumps(SMALL),
             "tokens": 1024, "method": "Layer option pointerdown -> every chart/table of the main area drawn again "
                                       "(benchmarks/browser.py DRAWN_JS, polled per animation frame)",
@@ -408,8 +429,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--xl-only", action="store_true")
     parser.add_argument("--checkpoint-browser", type=int, default=0, metavar="N",
                         help="only: N layer switches timed in Chromium (results/checkpoint_browser.json)")
+    parser.add_argument("--floor-browser", type=int, default=0, metavar="N",
+                        help="only: N layer switches in Chromium of the app, the floor app with its charts and the bare "
+                        "floor app, interleaved per round (results/checkpoint_browser_floor.json)")
     args = parser.parse_args(argv)
     results: dict = {"machine": machine()}
+    if args.floor_browser:
+        runs = {name: [] for name in ("app", "charts", "bare")}
+        for _ in range(args.floor_browser):  # rounds of 2 switches per app, so all three see the same machine
+            for name in runs:
+                runs[name].append(browser_switch(2, floor=None if name == "app" else name))
+        results["floor"] = {name: {"app": got[0]["app"], "switches_ms": [round(s["ms"]) for r in got for s in r["switches"]],
+                                   "busy_ms": [round(s["busy"]) for r in got for s in r["switches"]],
+                                   "bytes": got[0]["median_bytes"]} for name, got in runs.items()}
+        for name, got in results["floor"].items():
+            got["median_ms"] = round(statistics.median(got["switches_ms"]))
+            print(f"{name}: median {got['median_ms']} ms, {got['switches_ms']}, busy {got['busy_ms']}", flush=True)
+        results["machine"]["load_after"] = os.getloadavg()
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "checkpoint_browser_floor.json").write_text(json.dumps(results, indent=1) + "\n")
+        return 0
     if args.checkpoint_browser:
         results["browser_layer_switch"] = browser_switch(args.checkpoint_browser)
         results["machine"]["load_after"] = os.getloadavg()
