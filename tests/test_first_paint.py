@@ -88,3 +88,51 @@ def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
     assert cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
     assert not cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
     assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up"
+
+
+# --- app.py: a session's first run asks the browser for the chart and table code before the page's work ---
+
+PRELOAD_Z = [[0.0]]
+
+
+def _preload_charts(at) -> list:
+    import json
+
+    return [chart for chart in at.get("plotly_chart") if json.loads(chart.proto.spec)["data"][0].get("z") == PRELOAD_Z]
+
+
+def _is_preload_table(table) -> bool:
+    return list(table.value.columns) == [""] and table.value.empty
+
+
+def _app_test():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    return AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+
+
+def test_a_first_run_shows_a_chart_and_a_table_before_the_page_runs_and_later_runs_do_not(monkeypatch):
+    import runpy
+
+    import streamlit as st
+
+    # the page itself stops at once: what app.py put on screen before it is what the browser has got so far
+    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: st.stop())
+    at = _app_test().run()
+    assert not at.exception
+    assert len(_preload_charts(at)) == 1, "the first run sends a chart before the page's imports and work"
+    assert len(at.dataframe) == 1, "... and a table, so the browser loads the data grid's code too"
+    assert _is_preload_table(at.dataframe[0])
+    at.run()
+    assert not _preload_charts(at) and not at.dataframe, "later runs of the session send neither"
+
+
+def test_the_drawn_first_page_has_no_preload_chart_or_table_left():
+    at = _app_test().run()
+    assert not at.exception
+    assert at.session_state["_code_preloaded"] is True
+    assert not _preload_charts(at)
+    assert at.get("plotly_chart"), "the page's own charts are there"
+    assert at.dataframe and not any(_is_preload_table(table) for table in at.dataframe)
