@@ -4,7 +4,7 @@ A session's first run here first asks the browser for the code that draws a char
 one-pixel-high chart and table that are removed when the page is drawn: the browser then fetches and compiles
 Plotly's and the data grid's JavaScript (5 MB) while the server imports torch and runs attention, instead of
 after.  This runs before `import attnviz` (which imports torch), so it cannot live in `attnviz.ui`.
-A fresh server's first page went from 1.59× to 1.18× a one-chart Streamlit page (benchmarks/README.md).
+A fresh server's first page went from 1.59× to 1.18–1.22× a one-chart Streamlit page (benchmarks/README.md).
 """
 
 import runpy
@@ -13,16 +13,15 @@ from pathlib import Path
 import pandas  # noqa: F401  (imported first, under the import lock, as attnviz/__init__.py explains)
 import streamlit as st
 
-preload = []
+preload = None
 if not st.session_state.get("_code_preloaded"):
     st.session_state["_code_preloaded"] = True
-    with st.container(height=1, border=False):
-        preload = [st.empty(), st.empty()]
-    preload[0].plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}},
-                            key="_preload_chart")
-    preload[1].dataframe({"": []}, key="_preload_table")
+    preload = st.empty()  # one slot, so that the whole container goes when the page is drawn
+    with preload.container(height=1, border=False):
+        st.plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}}, key="_preload_chart")
+        st.dataframe({"": []}, key="_preload_table")
 
 runpy.run_path(str(Path(__file__).parent / "pages" / "heads.py"), run_name="__main__")
 
-for placeholder in preload:  # the page is drawn: the placeholders go (a page that stops early keeps them, unseen)
-    placeholder.empty()
+if preload is not None:  # the page is drawn: the placeholders go (a page that stops early keeps them, unseen)
+    preload.empty()
