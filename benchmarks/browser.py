@@ -21,7 +21,8 @@ which the page is **drawn**:
 2. no element in the main area is ``data-stale="true"``, no spinner or status widget is shown;
 3. every Plotly chart in the main area (``.js-plotly-plot``) is *fresh* — created after the key press, or
    an existing chart that fired ``plotly_afterplot`` after it — and *drawn*: it has ``_fullLayout``, one
-   ``g.heatmaplayer g.hm image`` per heatmap trace of its ``_fullData`` and, for bar traces, bar paths;
+   ``g.heatmaplayer g.hm image`` per heatmap trace of its ``_fullData``, one ``g.imagelayer g.im image``
+   with its ``href`` set per image trace and, for bar traces, bar paths;
 4. every Graphviz chart has an ``svg g.node``;
 5. the main area shows the text's token count (``1024 tokens``) — so the charts are the new run's.
 
@@ -211,6 +212,8 @@ DRAWN_JS = """
     if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
     const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
     if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < heatmaps) return false;
+    const images = gd._fullData.filter((t) => t.type === 'image' && t.visible === true).length;
+    if ([...gd.querySelectorAll('g.imagelayer g.im image')].filter((i) => i.getAttribute('href')).length < images) return false;
     const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
     if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
   }
