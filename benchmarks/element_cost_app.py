@@ -27,7 +27,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attnviz import figures, stats  # noqa: E402
+from attnviz import figures, stats, variants  # noqa: E402
 
 N, HEADS, WINDOW = 1024, 12, 256
 ELEMENTS = set(filter(None, os.environ.get("ATTNVIZ_ELEMENTS", "").split(",")))
@@ -108,7 +108,7 @@ if "sidebar" in ELEMENTS:  # the shared sidebar's settings (attnviz/ui/sidebar.p
         st.markdown("### attnviz")
         st.text_area("Text", "Your journey starts with one step", height=110)
         st.selectbox("Weights", ["book", "bundled"])
-        st.selectbox("Attention variant", ["mha", "wrapper", "causal", "v2", "v1", "simplified"])
+        st.selectbox("Attention variant", list(variants.LABELS), format_func=variants.LABELS.get)
         st.selectbox("Model size", ["small", "medium", "large", "xl", "custom"])
         left, right = st.columns(2)
         left.number_input("d_in", 1, 4096, 768)
