@@ -279,6 +279,36 @@ def _drawn_js(bb) -> str:
     return bb.DRAWN_JS.replace(old, old[:-1] + " && table.checkVisibility())")
 
 
+def switch_layer_in_browser(page, frames, layer: int, drawn_js: str, after_ms: int = 300) -> dict:
+    """Settle 1 s, open the sidebar's Layer selectbox, arm the page's timer (``browser.ARM_JS``) and the frame
+    counter, click ``layer`` and wait until ``drawn_js`` holds for the caption ``layer L of 12``, then ``after_ms``
+    more (websocket frames after drawn); returns the page's ``window.__bench`` (t0 = the option's pointerdown,
+    t1 = drawn; no sleep inside that interval)."""
+    import browser as bb  # benchmarks/browser.py
+    from playwright.sync_api import Error as PlaywrightError
+
+    time.sleep(1.0)  # settle before the action (outside the timed interval)
+    combobox = page.locator("[data-testid=stSidebar] [data-testid=stSelectbox]", has_text="Layer")
+    combobox.scroll_into_view_if_needed()
+    item = page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=str(layer), exact=True)
+    for attempt in range(3):  # as tests/browser/conftest.choose_option
+        combobox.click()
+        try:
+            item.wait_for(state="visible", timeout=3_000)
+            break
+        except PlaywrightError:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+    page.evaluate(bb.ARM_JS)
+    frames.reset()
+    item.click()
+    page.wait_for_function(drawn_js, arg=f"layer {layer} of 12", polling="raf", timeout=bb.TIMEOUT_MS)
+    if after_ms:
+        page.wait_for_timeout(after_ms)  # websocket frames after drawn (outside the timed interval)
+    return page.evaluate("window.__bench")
+
+
 def browser_switch(switches: int, floor: str | None = None) -> dict:
     """Layer selectbox → the Heads page drawn again, in Chromium, ``switches`` times (see the docstring).
 
@@ -286,7 +316,6 @@ def browser_switch(switches: int, floor: str | None = None) -> dict:
     charts of precomputed maps; ``"bare"``: its caption only)."""
     import urllib.parse
 
-    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -321,29 +350,9 @@ def browser_switch(switches: int, floor: str | None = None) -> dict:
             page.wait_for_function("(marker) => document.querySelector('[data-testid=stMain]').innerText"
                                    ".includes(marker)", arg=marker, polling="raf")
             print(f"first page (load + 1024-token paint): {time.perf_counter() - started:.1f} s", flush=True)
-            sidebar = page.locator("[data-testid=stSidebar]")
             for index in range(switches):
                 layer = index + 1  # a layer this text has not shown yet
-                time.sleep(1.0)  # settle before the action (outside the timed interval)
-                combobox = sidebar.locator("[data-testid=stSelectbox]", has_text="Layer")
-                combobox.scroll_into_view_if_needed()
-                item = page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=str(layer),
-                                                                                     exact=True)
-                for attempt in range(3):  # as tests/browser/conftest.choose_option
-                    combobox.click()
-                    try:
-                        item.wait_for(state="visible", timeout=3_000)
-                        break
-                    except PlaywrightError:
-                        if attempt == 2:
-                            raise
-                        page.keyboard.press("Escape")
-                page.evaluate(bb.ARM_JS)
-                frames.reset()
-                item.click()
-                page.wait_for_function(drawn_js, arg=f"layer {layer} of 12", polling="raf", timeout=bb.TIMEOUT_MS)
-                page.wait_for_timeout(300)  # websocket frames after drawn (outside the timed interval)
-                b = page.evaluate("window.__bench")
+                b = switch_layer_in_browser(page, frames, layer, drawn_js)
                 start = (b["runStart"] or b["t1"]) - b["t0"]
                 run = (b["runEnd"] or b["t1"]) - (b["runStart"] or b["t1"])
                 sample = {"ms": b["t1"] - b["t0"], "start": start, "run": run, "draw": b["t1"] - b["t0"] - start - run,

@@ -19,14 +19,13 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import browser as bb  # noqa: E402  benchmarks/browser.py
-from checkpoint import _drawn_js, machine  # noqa: E402
+from checkpoint import _drawn_js, machine, switch_layer_in_browser  # noqa: E402
 
 VARIANTS = ["", "sidebar", "share", "links", "grid", "grid_image", "window", "window_plain", "overview", "table", "select_slider", "sliders",
             "grid,window,overview", "merged"]
@@ -43,8 +42,6 @@ def drawn_js() -> str:
 
 def switches(chromium, elements: str, count: int) -> list[dict]:
     """``count`` layer switches of the element-cost app showing ``elements``: ms and browser busy ms each."""
-    from playwright.sync_api import Error as PlaywrightError
-
     js = drawn_js()
     with bb.streamlit_server("elements", "benchmarks/element_cost_app.py",
                              env={"ATTNVIZ_ELEMENTS": elements}) as server:
@@ -60,28 +57,9 @@ def switches(chromium, elements: str, count: int) -> list[dict]:
                                    ".getAttribute('data-test-script-state') === 'notRunning'", polling="raf")
             if page.locator("[data-testid=stException]").count():
                 raise RuntimeError(f"{elements}: the app raised: {page.locator('[data-testid=stException]').inner_text()}")
-            sidebar = page.locator("[data-testid=stSidebar]")
             samples = []
             for index in range(count):
-                layer = index % 11 + 1
-                time.sleep(1.0)  # settle before the action (outside the timed interval)
-                combobox = sidebar.locator("[data-testid=stSelectbox]", has_text="Layer")
-                item = page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=str(layer),
-                                                                                     exact=True)
-                for attempt in range(3):  # as tests/browser/conftest.choose_option
-                    combobox.click()
-                    try:
-                        item.wait_for(state="visible", timeout=3_000)
-                        break
-                    except PlaywrightError:
-                        if attempt == 2:
-                            raise
-                        page.keyboard.press("Escape")
-                page.evaluate(bb.ARM_JS)
-                frames.reset()
-                item.click()
-                page.wait_for_function(js, arg=f"layer {layer} of 12", polling="raf", timeout=bb.TIMEOUT_MS)
-                b = page.evaluate("window.__bench")
+                b = switch_layer_in_browser(page, frames, index % 11 + 1, js, after_ms=0)  # busy: to drawn
                 samples.append({"ms": round(b["t1"] - b["t0"]), "busy": round(frames.busy_since_reset()["busy"])})
             return samples
         finally:
