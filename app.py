@@ -1,10 +1,10 @@
 """attnviz — `streamlit run app.py`.  The Heads view is what `/` shows (same script as /heads).
 
-A session's first run here first asks the browser for the code that draws a chart and a table, with a
-one-pixel-high chart and table that are removed when the page is drawn: the browser then fetches and compiles
-Plotly's and the data grid's JavaScript (5 MB) while the server imports torch and runs attention, instead of
-after.  This runs before `import attnviz` (which imports torch), so it cannot live in `attnviz.ui`.
-A fresh server's first page went from 1.59× to 1.18–1.22× a one-chart Streamlit page (benchmarks/README.md).
+A session's first run here first sends an empty chart and an empty table in a one-pixel-high box, removed when the
+page is drawn: the browser then fetches and compiles Plotly's and the data grid's JavaScript (5 MB) while the
+server imports torch and runs attention, instead of after.  This runs before `import attnviz` (which imports
+torch), so it cannot live in `attnviz.ui`.  A fresh server's first page went from 1.59× to about 1.2× a one-chart
+Streamlit page (benchmarks/README.md).
 """
 
 import runpy
@@ -23,5 +23,5 @@ if not st.session_state.get("_code_preloaded"):
 
 runpy.run_path(str(Path(__file__).parent / "pages" / "heads.py"), run_name="__main__")
 
-if preload is not None:  # the page is drawn: the placeholders go (a page that stops early keeps them, unseen)
+if preload is not None:  # the page is drawn: the box goes (after st.stop(), e.g. on empty text, it stays till the next run)
     preload.empty()

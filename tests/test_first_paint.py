@@ -113,20 +113,33 @@ def _app_test():
     return AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
 
 
-def test_a_first_run_shows_a_chart_and_a_table_before_the_page_runs_and_later_runs_do_not(monkeypatch):
+def test_a_first_run_sends_a_chart_and_a_table_before_the_page_and_later_runs_do_not(monkeypatch):
     import runpy
 
     import streamlit as st
 
-    # the page itself stops at once: what app.py put on screen before it is what the browser has got so far
-    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: st.stop())
+    sent = []  # what app.py sends, in order, and when the page starts
+    real_chart, real_table = st.plotly_chart, st.dataframe
+
+    def chart(figure, *args, **kwargs):
+        sent.append(("chart", figure))
+        return real_chart(figure, *args, **kwargs)
+
+    def table(data, *args, **kwargs):
+        sent.append(("table", data))
+        return real_table(data, *args, **kwargs)
+
+    monkeypatch.setattr(st, "plotly_chart", chart)
+    monkeypatch.setattr(st, "dataframe", table)
+    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: sent.append(("page", None)))
     at = _app_test().run()
     assert not at.exception
-    assert len(_preload_charts(at)) == 1, "the first run sends a chart before the page's imports and work"
-    assert len(at.dataframe) == 1, "... and a table, so the browser loads the data grid's code too"
-    assert _is_preload_table(at.dataframe[0])
+    assert [kind for kind, _ in sent] == ["chart", "table", "page"], "chart and table first, then the page"
+    assert sent[0][1]["data"][0]["z"] == PRELOAD_Z
+    assert not _preload_charts(at) and not at.dataframe, "the box is emptied when the page is done"
+    sent.clear()
     at.run()
-    assert not _preload_charts(at) and not at.dataframe, "later runs of the session send neither"
+    assert [kind for kind, _ in sent] == ["page"], "later runs of the session send neither"
 
 
 def test_the_drawn_first_page_has_no_preload_chart_or_table_left():
