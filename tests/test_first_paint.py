@@ -136,10 +136,21 @@ def test_a_first_run_sends_a_chart_and_a_table_before_the_page_and_later_runs_do
     assert not at.exception
     assert [kind for kind, _ in sent] == ["chart", "table", "page"], "chart and table first, then the page"
     assert sent[0][1]["data"][0]["z"] == PRELOAD_Z
-    assert not _preload_charts(at) and not at.dataframe, "the box is emptied when the page is done"
+    assert not _preload_charts(at) and not at.dataframe, "the box is emptied before the page runs"
     sent.clear()
     at.run()
     assert [kind for kind, _ in sent] == ["page"], "later runs of the session send neither"
+
+
+def test_a_page_that_stops_early_leaves_no_preload_box(monkeypatch):
+    import runpy
+
+    import streamlit as st
+
+    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: st.stop())  # as the page does on empty text
+    at = _app_test().run()
+    assert not at.exception
+    assert not _preload_charts(at) and not at.dataframe
 
 
 def test_the_drawn_first_page_has_no_preload_chart_or_table_left():
