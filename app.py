@@ -3,8 +3,8 @@
 A session's first run here first sends an empty chart and an empty table in a one-pixel-high box, removed once
 the server has imported attnviz: the browser fetches and compiles Plotly's and the data grid's JavaScript (5 MB)
 while the server imports torch (~1.6 s), instead of after the page's first chart arrives.  This runs before
-`import attnviz` (which imports torch), so it cannot live in `attnviz.ui`.  A fresh server's first page went from 1.59× to about 1.2× a one-chart
-Streamlit page (benchmarks/README.md).
+`import attnviz` (which imports torch), so it cannot live in `attnviz.ui`.  A fresh server's first page went from
+1.59× to about 1.2× a one-chart Streamlit page (benchmarks/README.md).
 """
 
 import runpy

@@ -271,12 +271,20 @@ def small(repeats: int) -> dict:
 # ============================== small: a layer switch in a real browser ==============================
 
 
-def _drawn_js(bb) -> str:
+def _drawn_js(bb, marker_proves_run: bool = False) -> str:
     """``browser.DRAWN_JS``, except that a table must have its canvas only when it is visible: a table in a
-    collapsed expander of the checkpoint's Heads page is never drawn by the browser (glide-data-grid)."""
+    collapsed expander of the checkpoint's Heads page is never drawn by the browser (glide-data-grid).
+
+    ``marker_proves_run``: without DRAWN_JS's "a run started" condition, for pages with no chart whose run can be
+    too fast for React to paint "running" (the caption's new layer proves the new run)."""
     old = "for (const table of main.querySelectorAll('[data-testid=stDataFrame]')) {\n    if (!table.querySelector('canvas'))"
     assert old in bb.DRAWN_JS
-    return bb.DRAWN_JS.replace(old, old[:-1] + " && table.checkVisibility())")
+    js = bb.DRAWN_JS.replace(old, old[:-1] + " && table.checkVisibility())")
+    if marker_proves_run:
+        run = "  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] .js-plotly-plot')) return false;\n"
+        assert run in js
+        js = js.replace(run, "")
+    return js
 
 
 def switch_layer_in_browser(page, frames, layer: int, drawn_js: str, after_ms: int = 300) -> dict:
@@ -321,11 +329,7 @@ def browser_switch(switches: int, floor: str | None = None) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import browser as bb  # benchmarks/browser.py
 
-    drawn_js = _drawn_js(bb)
-    if floor == "bare":  # no chart, and a run too fast for React to paint "running": the marker proves the new run
-        old = "  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] .js-plotly-plot')) return false;\n"
-        assert old in drawn_js
-        drawn_js = drawn_js.replace(old, "")
+    drawn_js = _drawn_js(bb, marker_proves_run=floor == "bare")  # the bare floor has no chart
     folder = Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "gpt2-small-random"
     try:
         write_checkpoint(folder, SMALL)

@@ -27,22 +27,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import browser as bb  # noqa: E402  benchmarks/browser.py
 from checkpoint import _drawn_js, machine, switch_layer_in_browser  # noqa: E402
 
-VARIANTS = ["", "sidebar", "share", "links", "grid", "grid_image", "window", "window_plain", "overview", "table", "select_slider", "sliders",
-            "grid,window,overview", "merged"]
-
-
-def drawn_js() -> str:
-    """``checkpoint._drawn_js`` without the "a run started" condition: the caption-only variant has no chart, and
-    its run can be too fast for React to paint "running"; the caption's new layer proves the new run."""
-    old = "  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] .js-plotly-plot')) return false;\n"
-    js = _drawn_js(bb)
-    assert old in js
-    return js.replace(old, "")
+VARIANTS = ["", "sidebar", "share", "links", "grid", "grid_image", "window", "window_plain", "overview", "table",
+            "select_slider", "sliders", "grid,window,overview", "merged"]
 
 
 def switches(chromium, elements: str, count: int) -> list[dict]:
     """``count`` layer switches of the element-cost app showing ``elements``: ms and browser busy ms each."""
-    js = drawn_js()
+    js = _drawn_js(bb, marker_proves_run=True)  # the caption-only variant has no chart
     with bb.streamlit_server("elements", "benchmarks/element_cost_app.py",
                              env={"ATTNVIZ_ELEMENTS": elements}) as server:
         context = chromium.new_context(viewport=bb.VIEWPORT)
