@@ -88,3 +88,36 @@ def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
     assert cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
     assert not cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
     assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up"
+
+
+# --- setup(): the objects the server imported are frozen once, out of the collection after every script run ---
+
+
+def test_setup_freezes_the_imported_objects_once_and_later_garbage_is_still_collected():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import gc, weakref
+from streamlit.testing.v1 import AppTest
+from attnviz.ui import cache
+assert gc.get_freeze_count() == 0
+at = AppTest.from_file("app.py", default_timeout=120).run()
+assert not at.exception, at.exception
+frozen = gc.get_freeze_count()
+assert frozen > 100_000, frozen  # torch, pandas, Plotly, Streamlit, attnviz
+at.run()
+assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per process: later runs freeze nothing"
+
+class Node:
+    pass
+
+node = Node(); node.self = node; alive = weakref.ref(node)  # a reference cycle made after the freeze
+del node
+gc.collect(2)
+assert alive() is None, "garbage made after the freeze is collected as before"
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -13,7 +13,7 @@ One module per job:
 * ``urlstate`` — settings ↔ URL parameters ↔ AttentionConfig (no Streamlit calls);
 * ``state``    — widget values kept across page switches (``_keep_*``), ``page_bind`` for page widgets;
 * ``sidebar``  — the shared sidebar;
-* ``cache``    — the server's byte-bounded trace cache, trace keys, the glibc memory tuning;
+* ``cache``    — the server's byte-bounded trace cache, trace keys, the glibc memory tuning, the gc freeze;
 * ``share``    — "Share & export": the link, the figure format, downloads computed on click;
 * ``frame``    — ``setup()`` and the view helpers every page uses;
 * ``heads``    — the Heads page's grid, statistics table and focused head;

@@ -1,5 +1,6 @@
 """Caching and memory: one byte-bounded TraceCache per server (shared, read-only Traces), looked up by keys that
-sessions keep instead of Traces, and the glibc malloc tuning that hands freed tensor memory back to the OS."""
+sessions keep instead of Traces, the glibc malloc tuning that hands freed tensor memory back to the OS, and the
+garbage collector's freeze of what the server imported."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
+import gc
 import os
 import sys
 import threading
@@ -25,6 +27,25 @@ def _no_trim(pad: int) -> int:
 
 
 _malloc_trim = _no_trim  # tune_memory() replaces it with glibc's malloc_trim
+
+
+_frozen = threading.Lock()  # held once freeze_imports() has frozen
+
+
+def freeze_imports() -> bool:
+    """Once per process: move every object alive now — the modules, classes and functions that importing torch,
+    pandas, Plotly, Streamlit and attnviz made (~250,000) — out of the garbage collector's view (``gc.freeze``).
+    True on the call that froze them.
+
+    Streamlit collects all generations after every script run (``runner.postScriptGC``), and walked all of them
+    each time: 40-50 ms holding the GIL, while the server was sending the messages that end the run — a settings
+    change on the default sentence was drawn 60-90 ms later for it (benchmarks/README.md).  Only these import-time
+    objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
+    """
+    if not _frozen.acquire(blocking=False):
+        return False
+    gc.freeze()
+    return True
 
 
 def tune_memory() -> bool:

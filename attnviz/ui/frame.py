@@ -12,7 +12,7 @@ import streamlit as st
 from attnviz.models import CheckpointError
 from attnviz.pipeline import AttentionConfig, InputError, Trace
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.cache import cached_trace, trace_key, tune_memory
+from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import sidebar
 from attnviz.ui.state import ss
@@ -49,6 +49,7 @@ def setup(page_title: str, book_classes: bool = False) -> Context | None:
     ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
     and runs them with seeded random weights at the checkpoint's sizes."""
     tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
+    freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
     st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
     values = sidebar()
     choice = ui_weights.current()
