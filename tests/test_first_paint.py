@@ -90,6 +90,116 @@ def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
     assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up"
 
 
+# --- app.py: a fresh server's first run asks the browser for the chart and table code before the page's work ---
+
+PRELOAD_Z = [[0.0]]
+
+
+@pytest.fixture
+def fresh_process(monkeypatch):
+    """This test process as a fresh server: torch still to import, nobody has claimed the first run."""
+    from attnviz import first_run
+
+    monkeypatch.setattr(first_run, "torch_to_import", lambda: True)
+    monkeypatch.setattr(first_run, "_claimed", threading.Lock())
+    return first_run
+
+
+def test_one_thread_of_many_claims_a_fresh_process_first_run(fresh_process):
+    start, claims = threading.Barrier(8), []
+
+    def claim():
+        start.wait()
+        claims.append(fresh_process.claim())
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claims) == [False] * 7 + [True]
+    assert not fresh_process.claim(), "and no later run"
+
+
+def test_no_run_claims_once_torch_is_imported(monkeypatch):
+    from attnviz import first_run
+
+    monkeypatch.setattr(first_run, "_claimed", threading.Lock())
+    assert not first_run.torch_to_import(), "this test process has imported torch"
+    assert not first_run.claim()
+
+
+def _preload_charts(at) -> list:
+    import json
+
+    return [chart for chart in at.get("plotly_chart") if json.loads(chart.proto.spec)["data"][0].get("z") == PRELOAD_Z]
+
+
+def _is_preload_table(table) -> bool:
+    return list(table.value.columns) == [""] and table.value.empty
+
+
+def _app_test():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    return AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+
+
+def test_a_fresh_server_first_run_sends_a_chart_and_a_table_before_the_page_and_no_later_run_does(
+        fresh_process, monkeypatch):
+    import runpy
+
+    import streamlit as st
+
+    sent = []  # what app.py sends, in order, and when the page starts
+    real_chart, real_table = st.plotly_chart, st.dataframe
+
+    def chart(figure, *args, **kwargs):
+        sent.append(("chart", figure))
+        return real_chart(figure, *args, **kwargs)
+
+    def table(data, *args, **kwargs):
+        sent.append(("table", data))
+        return real_table(data, *args, **kwargs)
+
+    monkeypatch.setattr(st, "plotly_chart", chart)
+    monkeypatch.setattr(st, "dataframe", table)
+    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: sent.append(("page", None)))
+    at = _app_test().run()
+    assert not at.exception
+    assert [kind for kind, _ in sent] == ["chart", "table", "page"], "chart and table first, then the page"
+    assert sent[0][1]["data"][0]["z"] == PRELOAD_Z
+    assert not _preload_charts(at) and not at.dataframe, "the box is emptied before the page runs"
+    sent.clear()
+    at.run()
+    assert [kind for kind, _ in sent] == ["page"], "the session's later runs send neither"
+    sent.clear()
+    _app_test().run()
+    assert [kind for kind, _ in sent] == ["page"], "nor does another session's first run"
+
+
+def test_a_page_that_stops_early_leaves_no_preload_box(fresh_process, monkeypatch):
+    import runpy
+
+    import streamlit as st
+
+    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: st.stop())  # as the page does on empty text
+    at = _app_test().run()
+    assert not at.exception
+    assert not _preload_charts(at) and not at.dataframe
+
+
+def test_the_drawn_first_page_has_no_preload_chart_or_table_left(fresh_process):
+    at = _app_test().run()
+    assert not at.exception
+    assert not fresh_process.claim(), "this run was the process's first"
+    assert not _preload_charts(at)
+    assert at.get("plotly_chart"), "the page's own charts are there"
+    assert at.dataframe and not any(_is_preload_table(table) for table in at.dataframe)
+
+
 # --- setup(): the objects the server imported are frozen once, out of the collection after every script run ---
 
 
