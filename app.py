@@ -1,26 +1,30 @@
 """attnviz — `streamlit run app.py`.  The Heads view is what `/` shows (same script as /heads).
 
-A fresh server's first run here first sends an empty chart and an empty table in a one-pixel-high box, removed
-once the server has imported attnviz: the browser fetches and compiles Plotly's and the data grid's JavaScript
-(5 MB) while the server imports torch (~1.6 s), instead of after the page's first chart arrives.  This runs
-before `import attnviz.ui` (which imports torch), so it cannot live there; `attnviz.first_run` lets one run per
-process do it (see its docstring for why not every session).  A fresh server's first page went from 1.59× to
-about 1.2× a one-chart Streamlit page (benchmarks/README.md).
+A fresh server's first run here first sends an empty chart in a one-pixel-high box, removed once the server has
+imported attnviz: the browser fetches and compiles Plotly's JavaScript (4.7 MB) while the server imports torch
+(~1 s), instead of after the page's first chart arrives.  This runs before `import attnviz.ui` (which imports
+torch), so it cannot live there; `attnviz.first_run` lets one run per process do it (see its docstring for why not
+every session).  Plotly's check of even this chart reads numpy and pandas from sys.modules, where another session
+importing them sits half-initialised (the race attnviz/ui/__init__.py explains): numpy is imported first here (an
+`import` waits for another thread's), and pandas, which this run imports later, beside the warm-up (see
+attnviz/ui/__init__.py), only half-there makes the chart raise: then the page goes on without the preload.
+A fresh server's first page went from 1.60× to ~1.05× a one-chart Streamlit page (benchmarks/README.md).
 """
 
+import contextlib
 import runpy
 from pathlib import Path
 
+import numpy  # noqa: F401  (torch imports it anyway; whole before Plotly reads it, as the docstring says)
 import streamlit as st
 
-from attnviz import first_run  # imports pandas first, under the import lock, as attnviz/__init__.py explains
+from attnviz import first_run  # imports nothing else
 
 preload = None
 if first_run.claim():
     preload = st.empty()  # one slot, so that the whole box goes at once
-    with preload.container(height=1, border=False):
+    with preload.container(height=1, border=False), contextlib.suppress(AttributeError):  # half-imported pandas
         st.plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}}, key="_preload_chart")
-        st.dataframe({"": []}, key="_preload_table")
 
 import attnviz.ui  # noqa: E402, F401  (torch and the rest: the browser fetches and compiles meanwhile)
 

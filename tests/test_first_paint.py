@@ -90,7 +90,7 @@ def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
     assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up"
 
 
-# --- app.py: a fresh server's first run asks the browser for the chart and table code before the page's work ---
+# --- app.py: a fresh server's first run asks the browser for the chart code before the page's work ---
 
 PRELOAD_Z = [[0.0]]
 
@@ -135,10 +135,6 @@ def _preload_charts(at) -> list:
     return [chart for chart in at.get("plotly_chart") if json.loads(chart.proto.spec)["data"][0].get("z") == PRELOAD_Z]
 
 
-def _is_preload_table(table) -> bool:
-    return list(table.value.columns) == [""] and table.value.empty
-
-
 def _app_test():
     from pathlib import Path
 
@@ -147,37 +143,62 @@ def _app_test():
     return AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
 
 
-def test_a_fresh_server_first_run_sends_a_chart_and_a_table_before_the_page_and_no_later_run_does(
+def test_a_fresh_server_first_run_sends_a_chart_before_the_page_and_no_later_run_does(
         fresh_process, monkeypatch):
     import runpy
 
     import streamlit as st
 
     sent = []  # what app.py sends, in order, and when the page starts
-    real_chart, real_table = st.plotly_chart, st.dataframe
+    real_chart = st.plotly_chart
 
     def chart(figure, *args, **kwargs):
         sent.append(("chart", figure))
         return real_chart(figure, *args, **kwargs)
 
-    def table(data, *args, **kwargs):
-        sent.append(("table", data))
-        return real_table(data, *args, **kwargs)
-
     monkeypatch.setattr(st, "plotly_chart", chart)
-    monkeypatch.setattr(st, "dataframe", table)
     monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: sent.append(("page", None)))
     at = _app_test().run()
     assert not at.exception
-    assert [kind for kind, _ in sent] == ["chart", "table", "page"], "chart and table first, then the page"
+    assert [kind for kind, _ in sent] == ["chart", "page"], "the chart first, then the page"
     assert sent[0][1]["data"][0]["z"] == PRELOAD_Z
-    assert not _preload_charts(at) and not at.dataframe, "the box is emptied before the page runs"
+    assert not _preload_charts(at), "the box is emptied before the page runs"
     sent.clear()
     at.run()
     assert [kind for kind, _ in sent] == ["page"], "the session's later runs send neither"
     sent.clear()
     _app_test().run()
     assert [kind for kind, _ in sent] == ["page"], "nor does another session's first run"
+
+
+def test_a_preload_that_meets_a_half_imported_pandas_is_skipped_and_the_page_is_drawn(fresh_process, monkeypatch):
+    """Another session importing pandas while this run sends its preload chart: Plotly's check of the chart reads
+    the half-initialised module from sys.modules and raises; the run goes on without the preload."""
+    import sys
+    import types
+
+    import streamlit as st
+
+    real_chart, raised = st.plotly_chart, []
+
+    def chart(figure, *args, **kwargs):
+        if kwargs.get("key") != "_preload_chart":
+            return real_chart(figure, *args, **kwargs)
+        pandas = sys.modules["pandas"]
+        sys.modules["pandas"] = types.ModuleType("pandas")  # half-initialised: no attributes yet
+        try:
+            return real_chart(figure, *args, **kwargs)
+        except AttributeError:
+            raised.append(True)
+            raise
+        finally:
+            sys.modules["pandas"] = pandas
+
+    monkeypatch.setattr(st, "plotly_chart", chart)
+    at = _app_test().run()
+    assert raised, "Plotly did read the half-imported module"
+    assert not at.exception
+    assert not _preload_charts(at) and at.get("plotly_chart") and at.dataframe, "the page, drawn, without the box"
 
 
 def test_a_page_that_stops_early_leaves_no_preload_box(fresh_process, monkeypatch):
@@ -188,19 +209,53 @@ def test_a_page_that_stops_early_leaves_no_preload_box(fresh_process, monkeypatc
     monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: st.stop())  # as the page does on empty text
     at = _app_test().run()
     assert not at.exception
-    assert not _preload_charts(at) and not at.dataframe
+    assert not _preload_charts(at)
 
 
-def test_the_drawn_first_page_has_no_preload_chart_or_table_left(fresh_process):
+def test_the_drawn_first_page_has_no_preload_chart_left(fresh_process):
     at = _app_test().run()
     assert not at.exception
     assert not fresh_process.claim(), "this run was the process's first"
     assert not _preload_charts(at)
     assert at.get("plotly_chart"), "the page's own charts are there"
-    assert at.dataframe and not any(_is_preload_table(table) for table in at.dataframe)
+    assert at.dataframe, "and its tables"
 
 
 # --- setup(): the objects the server imported are frozen once, out of the collection after every script run ---
+
+
+def test_importing_attnviz_ui_starts_the_warm_up_before_it_imports_pandas():
+    """The seeded table is drawn (without the GIL) while pandas and the rest of attnviz.ui import: a fresh
+    process, with Streamlit's runtime said to exist, records whether pandas was imported when the thread started."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import sys, threading
+import streamlit.runtime
+streamlit.runtime.exists = lambda: True  # as in a server: warm_up() starts its thread
+pandas_when_started = []
+real_start = threading.Thread.start
+
+def start(self):
+    if self.name == "attnviz-warm-up":
+        pandas_when_started.append("pandas" in sys.modules)
+    return real_start(self)
+
+threading.Thread.start = start
+import attnviz, attnviz.first_run
+assert "pandas" not in sys.modules and "torch" not in sys.modules, "attnviz and first_run import nothing heavy"
+import attnviz.ui
+assert pandas_when_started == [False], pandas_when_started
+assert "pandas" in sys.modules, "attnviz.ui imports pandas itself, before any figure is built"
+for thread in threading.enumerate():
+    if thread.name == "attnviz-warm-up":
+        thread.join()  # before the interpreter exits under it
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_setup_freezes_the_imported_objects_once_and_later_garbage_is_still_collected():

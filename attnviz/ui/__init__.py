@@ -25,7 +25,23 @@ One module per job:
 * ``train``    — the Train page: the background training job, its live view, the trained model as weights.
 """
 
+# ruff: noqa: E402  (the warm-up starts between the imports, as soon as torch is imported)
 from attnviz.ui.cache import TRACE_CACHE_MB, cached_trace, trace_key, trace_of, tune_memory, warm_up
+from attnviz.ui.urlstate import DEFAULTS, config_from_settings
+
+# A fresh server: torch is imported now (ui.cache imports it); the default view's tokenizer, 154 MB seeded
+# embedding table and module are built in a thread (torch draws the table without the GIL) while this package
+# imports pandas and the rest and the first page sets up its sidebar (ui.cache.warm_up; only in a runtime).
+warm_up(config_from_settings(DEFAULTS))
+
+# pandas next, once, before any module that builds a figure.  Plotly looks pandas up in sys.modules, where a
+# module that another thread is still importing already sits half-initialised; with several Streamlit sessions
+# starting together, a lazy first `import pandas` in one session made Plotly crash in the others ("partially
+# initialized module 'pandas' has no attribute 'Series'", tests/browser/test_concurrency.py).  Every page builds
+# figures only after importing this package, and Python's import lock holds other threads until this package
+# (and so pandas) is fully imported.
+import pandas  # noqa: F401
+
 from attnviz.ui.checkpoint import layers_overview, next_token_panel
 from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, setup, variant_label, weights_caption
 from attnviz.ui.heads import (
@@ -55,10 +71,6 @@ from attnviz.ui.urlstate import (
     share_query,
 )
 from attnviz.ui.weights import register_trained_model, session_id
-
-# A fresh server: the default view's tokenizer, embedding table and module are built in a thread while the
-# first page sets up its sidebar (ui.cache.warm_up; only in a Streamlit runtime).
-warm_up(config_from_settings(DEFAULTS))
 
 __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
