@@ -1,10 +1,11 @@
 """Which run of ``app.py`` is a server process's first while torch is still to be imported — claimed once.
 
-A fresh server's first page waits ~1.6 s for torch before it can send a chart; ``app.py`` uses that wait to have
-the browser fetch and compile the chart and table code (benchmarks/README.md, "Fast first paint").  Only one run
-per process does: later runs find torch imported (there is no wait to use), and eight simultaneous first sessions
-each compiling 5 MB of JavaScript beside the server on two cores made its health check time out
-(``tests/browser/test_concurrency.py``).  Pure Python: importing this does not import torch or Streamlit.
+A fresh server's first page waits ~1 s for torch before it can send a chart; ``app.py`` uses that wait to have
+the browser fetch and compile Plotly's code (benchmarks/README.md, "Fast first paint").  Only one run per process
+does: later runs find torch imported (there is no wait to use), and eight simultaneous first sessions each
+compiling 5 MB of JavaScript beside the server on two cores made its health check time out
+(``tests/browser/test_concurrency.py``, with an earlier version that preloaded every session's first run).
+Pure Python: importing this imports nothing else (not torch, pandas or Streamlit).
 """
 
 from __future__ import annotations
