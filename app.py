@@ -8,7 +8,7 @@ every session).  Plotly's check of even this chart reads numpy and pandas from s
 importing them sits half-initialised (the race attnviz/ui/__init__.py explains): numpy is imported first here (an
 `import` waits for another thread's), and pandas, which this run imports later, beside the warm-up (see
 attnviz/ui/__init__.py), only half-there makes the chart raise: then the page goes on without the preload.
-A fresh server's first page went from 1.60× to ~1.05× a one-chart Streamlit page (benchmarks/README.md).
+A fresh server's first page went from 1.62× to 1.08× a one-chart Streamlit page (benchmarks/README.md).
 """
 
 import contextlib

@@ -39,7 +39,7 @@ def freeze_imports() -> bool:
 
     Streamlit collects all generations after every script run (``runner.postScriptGC``), and walked all of them
     each time: 40-50 ms holding the GIL, while the server was sending the messages that end the run — a settings
-    change on the default sentence was drawn 60-90 ms later for it (benchmarks/README.md).  Only these import-time
+    change on the default sentence was drawn 40-130 ms later for it (benchmarks/README.md).  Only these import-time
     objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
     """
     if not _frozen.acquire(blocking=False):
