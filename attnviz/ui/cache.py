@@ -41,6 +41,7 @@ def freeze_imports() -> bool:
     each time: 40-50 ms holding the GIL, while the server was sending the messages that end the run — a settings
     change on the default sentence was drawn 40-130 ms later for it (benchmarks/README.md).  Only these import-time
     objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
+    (With Streamlit's file watcher on, each edit of a module leaves its old, frozen copy behind: a developer's cost.)
     """
     if not _frozen.acquire(blocking=False):
         return False
