@@ -4,10 +4,12 @@ A fresh server's first run here first sends an empty chart in a one-pixel-high b
 imported attnviz: the browser fetches and compiles Plotly's JavaScript (4.7 MB) while the server imports torch
 (~1 s), instead of after the page's first chart arrives.  This runs before `import attnviz.ui` (which imports
 torch), so it cannot live there; `attnviz.first_run` lets one run per process do it (see its docstring for why not
-every session).  Plotly's check of even this chart reads numpy and pandas from sys.modules, where another session
-importing them sits half-initialised (the race attnviz/ui/__init__.py explains): numpy is imported first here (an
-`import` waits for another thread's), and pandas, which this run imports later, beside the warm-up (see
-attnviz/ui/__init__.py), only half-there makes the chart raise: then the page goes on without the preload.
+every session).
+
+Plotly checks even this chart against numpy and pandas as it finds them in sys.modules, where a module that another
+session is still importing sits half-initialised (attnviz/ui/__init__.py tells the race).  So numpy is imported
+first here (an `import` waits for another thread's), and if pandas is half-imported the chart raises and the page
+goes on without the preload.  pandas itself is imported later, by attnviz.ui, while the warm-up draws its table.
 A fresh server's first page went from 1.62× to 1.08× a one-chart Streamlit page (benchmarks/README.md).
 """
 

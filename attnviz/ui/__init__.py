@@ -60,12 +60,10 @@ from attnviz.ui.sidebar import PAGES, sidebar
 from attnviz.ui.state import page_bind
 from attnviz.ui.urlstate import (
     DEFAULT_TEXT,
-    DEFAULTS,
     MAX_URL_TEXT,
     PRESET_DIMS,
     PRESETS,
     SETTING_KEYS,
-    config_from_settings,
     markdown_escape,
     settings_from_query,
     share_query,
