@@ -9,7 +9,7 @@ after ``--warmup``; the variants are interleaved round by round so that load fro
 
 * ``plain``    the book's ``MultiHeadAttention`` forward, no recorder, under ``torch.inference_mode``;
 * ``traced``   the same module called with a ``Recorder`` (every intermediate kept), under inference_mode;
-* ``_forward`` ``pipeline._forward``: what ``run()`` does for the attention part (train flag; RNG lock and state only when dropout runs);
+* ``_forward`` ``book._forward``: what ``run()`` does for the attention part (train flag; RNG lock and state only when dropout runs);
 * ``run()``    ``pipeline.run(text, config)`` end to end: tokenize, embed, forward, NumPy, token pieces;
   the module and embedding caches are warm (``cold run()`` is printed once per n, with them cleared);
 * ``sdpa``     attnviz's one SDPA path, ``implementations.fused_from(module, use_sdpa=True)``: the same weights
@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from attnviz import attention, implementations, pipeline, tokens  # noqa: E402
+from attnviz.producers import book  # noqa: E402
 
 TARGET_RATIO = 1.5
 
@@ -54,8 +55,8 @@ def variants(n: int, config: pipeline.AttentionConfig):
     """name -> zero-argument callable, all on the same module, input and weights as ``run()``."""
     text = text_of(n)
     _, token_ids, _ = pipeline.prepare_text(text, config.context_length)
-    x, _ = pipeline._embed(token_ids, config, [])  # (1, n, d_in), the embeddings run() feeds the module
-    module, _ = pipeline._seeded_module(replace(config, train=False, device="auto"), "cpu")  # run()'s cached module
+    x, _ = book._embed(token_ids, config, [])  # (1, n, d_in), the embeddings run() feeds the module
+    module, _ = book._seeded_module(replace(config, train=False, device="auto"), "cpu")  # run()'s cached module
     module.eval()
 
     def plain():
@@ -69,7 +70,7 @@ def variants(n: int, config: pipeline.AttentionConfig):
         return recorder, output  # the intermediates are freed outside the timed call, as for _forward and run()
 
     def forward():
-        return pipeline._forward(x, config, "cpu")
+        return book._forward(x, config, "cpu")
 
     def run():
         return pipeline.run(text, config)
@@ -114,8 +115,8 @@ def time_interleaved(functions: dict, repeats: int, warmup: int, min_seconds: fl
 
 def cold_run_ms(n: int, config: pipeline.AttentionConfig) -> float:
     """run() right after the module and embedding caches were cleared (a new seed/size in the app)."""
-    pipeline._seeded_module.cache_clear()
-    pipeline._embedding_layer.cache_clear()
+    book._seeded_module.cache_clear()
+    book._embedding_layer.cache_clear()
     start = time.perf_counter()
     pipeline.run(text_of(n), config)
     return (time.perf_counter() - start) * 1e3

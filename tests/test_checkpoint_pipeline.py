@@ -20,6 +20,7 @@ from conftest import random_gpt2
 from attnviz import checkpoint_view, pipeline, tokens, variants, weights
 from attnviz.attention import STAGES
 from attnviz.models import discover
+from attnviz.producers import model_layer
 
 transformers = pytest.importorskip("transformers")
 
@@ -49,8 +50,7 @@ def config_for(path: str, layer: int = 0, causal: bool = True) -> pipeline.Atten
     """What the sidebar builds for a checkpoint (ui.urlstate.config_from_settings)."""
     from attnviz.ui.urlstate import DEFAULTS, config_from_settings
 
-    sizes = weights.sizes(weights.load(path))
-    return config_from_settings({**DEFAULTS, "layer": layer, "causal": causal}, (path, sizes)).validate()
+    return config_from_settings({**DEFAULTS, "layer": layer, "causal": causal}, path).validate()
 
 
 def reference(hf, token_ids):
@@ -61,9 +61,9 @@ def reference(hf, token_ids):
 
 @pytest.fixture(autouse=True)
 def fresh_layer_runs():
-    pipeline._layer_runs.clear()
+    model_layer._layer_runs.clear()
     yield
-    pipeline._layer_runs.clear()
+    model_layer._layer_runs.clear()
 
 
 @pytest.mark.parametrize("layer", [0, 1, 2])
@@ -112,7 +112,7 @@ def test_layer_switch_reuses_block_inputs_and_equals_a_fresh_run(checkpoint_dir,
     monkeypatch.setattr(models, "trace_layer", lambda *a, **k: calls.append(a) or pytest.fail("full forward rerun"))
     switched = pipeline.run(TEXT, config_for(checkpoint_dir, 2))  # from the kept block inputs
     monkeypatch.undo()
-    pipeline._layer_runs.clear()
+    model_layer._layer_runs.clear()
     fresh = pipeline.run(TEXT, config_for(checkpoint_dir, 2))
     assert not calls
     for name in STAGES:
@@ -144,14 +144,38 @@ def test_book_pth_checkpoint_gives_the_same_trace(checkpoint_dir, tmp_path):
     assert np.array_equal(from_pth.model.top_ids, from_hf.model.top_ids)
 
 
-def test_settings_that_disagree_with_the_checkpoint_are_refused(checkpoint_dir):
+def test_a_checkpoint_and_a_layer_alone_run_with_the_checkpoints_sizes(checkpoint_dir, hf_model):
+    """AttentionConfig(checkpoint=…, layer=…) alone: width 64, 4 heads and 96 positions come from the file."""
+    trace = pipeline.run(TEXT, pipeline.AttentionConfig(checkpoint=checkpoint_dir, layer=2))
+    assert (trace.config.d_in, trace.config.d_out, trace.config.num_heads) == (64, 64, 4)
+    assert trace.config.context_length == 96 and trace.num_heads == 4
+    _, attentions = reference(hf_model, list(trace.token_ids))
+    assert np.abs(trace.steps["weights"][0] - attentions[2].numpy()).max() <= 1e-5
+    assert trace.config == config_for(checkpoint_dir, 2)  # one cache key, whatever the caller's other settings
+    assert trace.notes == ()  # the defaults are not worth a notice
+
+
+def test_settings_the_checkpoint_decides_are_ignored_with_a_notice(checkpoint_dir):
+    asked = pipeline.AttentionConfig(checkpoint=checkpoint_dir, layer=1, num_heads=8, d_in=32, dropout=0.5,
+                                     train=True, variant="causal", seed=7)
+    trace = pipeline.run(TEXT, asked)
+    expected = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
+    assert np.array_equal(trace.steps["weights"], expected.steps["weights"])
+    assert trace.config == expected.config
+    [note] = [note for note in trace.notes if note.startswith("Ignored")]
+    for named in ("num_heads = 8", "d_in = 32", "dropout = 0.5", "train = True", "variant = causal", "seed = 7"):
+        assert named in note
+    assert "4 heads" in note and "width 64" in note
+
+
+def test_a_layer_the_checkpoint_does_not_have_is_refused(checkpoint_dir):
     config = config_for(checkpoint_dir, 0)
     with pytest.raises(pipeline.ConfigError, match="3 layers"):
         pipeline.run(TEXT, dataclasses.replace(config, layer=3))
-    with pytest.raises(pipeline.ConfigError, match="width 64"):
-        pipeline.run(TEXT, dataclasses.replace(config, num_heads=8))
     with pytest.raises(pipeline.ConfigError, match="layer"):
         dataclasses.replace(config, layer=-1).validate()
+    with pytest.raises(pipeline.ConfigError, match="layer"):
+        pipeline.run(TEXT, pipeline.AttentionConfig(checkpoint=checkpoint_dir, layer=-1))
 
 
 def test_checkpoint_fixes_the_settings_it_decides():

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from attnviz import embedding, pipeline, ui
+from attnviz.producers import book
 from attnviz.ui import cache
 
 
@@ -27,12 +28,12 @@ def counted_builds(monkeypatch):
         return real_build(config)
 
     monkeypatch.setattr(embedding, "InputEmbedding", slow_embedding)
-    monkeypatch.setattr(pipeline, "build_module", build_module)
-    pipeline._embedding_layer.cache_clear()
-    pipeline._seeded_module.cache_clear()
+    monkeypatch.setattr(book, "build_module", build_module)
+    book._embedding_layer.cache_clear()
+    book._seeded_module.cache_clear()
     yield built
-    pipeline._embedding_layer.cache_clear()
-    pipeline._seeded_module.cache_clear()
+    book._embedding_layer.cache_clear()
+    book._seeded_module.cache_clear()
 
 
 def test_threads_missing_at_once_build_the_embedding_and_module_once(counted_builds):
@@ -42,8 +43,8 @@ def test_threads_missing_at_once_build_the_embedding_and_module_once(counted_bui
 
     def first_run():
         barrier.wait()
-        layers.append(pipeline._embedding_layer(config.d_in, config.context_length, config.seed))
-        pipeline._seeded_module(pipeline._module_config(config), "cpu")
+        layers.append(book._embedding_layer(config.d_in, config.context_length, config.seed))
+        book._seeded_module(book._module_config(config), "cpu")
 
     threads = [threading.Thread(target=first_run) for _ in range(4)]
     for thread in threads:
@@ -60,8 +61,8 @@ def test_a_run_after_prepare_builds_nothing_and_gives_the_same_numbers(counted_b
     assert counted_builds == {"embedding": 1, "module": 1}
     trace = pipeline.run("Your journey starts with one step", config)
     assert counted_builds == {"embedding": 1, "module": 1}
-    pipeline._embedding_layer.cache_clear()
-    pipeline._seeded_module.cache_clear()
+    book._embedding_layer.cache_clear()
+    book._seeded_module.cache_clear()
     fresh = pipeline.run("Your journey starts with one step", config)  # built by the run itself
     assert (trace.steps["weights"] == fresh.steps["weights"]).all() and (trace.output == fresh.output).all()
 

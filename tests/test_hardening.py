@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
+from attnviz import config as config_module
 from attnviz import figures, pipeline, tokens, ui
 from attnviz.pipeline import AttentionConfig, InputError
+from attnviz.producers import book
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = AttentionConfig(d_in=8, d_out=8, num_heads=2, context_length=64)
@@ -185,10 +187,10 @@ DETERMINISM_CONFIG = AttentionConfig(d_in=16, d_out=16, num_heads=4, dropout=0.3
 
 def test_dropout_masks_are_reproducible_from_the_seed():
     first = pipeline.run("the same text twice", DETERMINISM_CONFIG)
-    pipeline._seeded_module.cache_clear()
+    book._seeded_module.cache_clear()
     second = pipeline.run("the same text twice", DETERMINISM_CONFIG)
     assert _digest(first) == _digest(second)
-    other = pipeline.run("the same text twice", pipeline.replace(DETERMINISM_CONFIG, seed=8))
+    other = pipeline.run("the same text twice", dataclasses.replace(DETERMINISM_CONFIG, seed=8))
     assert not np.array_equal(first.steps["dropped"] == 0, other.steps["dropped"] == 0)
 
 
@@ -210,14 +212,14 @@ def test_arrays_are_bitwise_identical_across_processes():
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device on this machine")
 def test_cpu_and_cuda_agree():
-    cpu = pipeline.run("Your journey starts with one step", pipeline.replace(DETERMINISM_CONFIG, train=False, device="cpu"))
-    gpu = pipeline.run("Your journey starts with one step", pipeline.replace(DETERMINISM_CONFIG, train=False, device="cuda"))
+    cpu = pipeline.run("Your journey starts with one step", dataclasses.replace(DETERMINISM_CONFIG, train=False, device="cpu"))
+    gpu = pipeline.run("Your journey starts with one step", dataclasses.replace(DETERMINISM_CONFIG, train=False, device="cuda"))
     assert np.allclose(cpu.output, gpu.output, atol=1e-5)
 
 
 def test_missing_device_falls_back_to_cpu_with_a_notice(monkeypatch):
-    monkeypatch.setattr(pipeline, "available_devices", lambda: ["auto", "cpu"])
-    trace = pipeline.run("hello", pipeline.replace(SMALL, device="cuda"))
+    monkeypatch.setattr(config_module, "available_devices", lambda: ["auto", "cpu"])
+    trace = pipeline.run("hello", dataclasses.replace(SMALL, device="cuda"))
     assert trace.device == "cpu"
     assert any("CUDA is not available" in note for note in trace.notes)
 
@@ -225,16 +227,16 @@ def test_missing_device_falls_back_to_cpu_with_a_notice(monkeypatch):
 def test_cuda_out_of_memory_falls_back_to_cpu_with_a_notice(monkeypatch):
     import torch
 
-    monkeypatch.setattr(pipeline, "available_devices", lambda: ["auto", "cpu", "cuda"])
-    real_forward = pipeline._forward
+    monkeypatch.setattr(config_module, "available_devices", lambda: ["auto", "cpu", "cuda"])
+    real_forward = book._forward
 
     def forward(input_embeddings, config, device):
         if device == "cuda":
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 48.00 GiB")
         return real_forward(input_embeddings, config, device)
 
-    monkeypatch.setattr(pipeline, "_forward", forward)
-    trace = pipeline.run("hello", pipeline.replace(SMALL, device="cuda"))
+    monkeypatch.setattr(book, "_forward", forward)
+    trace = pipeline.run("hello", dataclasses.replace(SMALL, device="cuda"))
     assert trace.device == "cpu"
     assert any("out of memory" in note for note in trace.notes)
 

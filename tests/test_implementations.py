@@ -150,15 +150,15 @@ def test_timing_in_one_thread_never_disturbs_seeded_runs_in_another():
 
     import numpy as np
 
-    from attnviz import pipeline
+    from attnviz import pipeline, producers
 
     config = pipeline.AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2, context_length=32,
                                       dropout=0.5, train=True, seed=7)
     text = "Your journey starts with one step, and then another one."
 
     def fresh_run():
-        pipeline._seeded_module.cache_clear()  # build the module (and its seeded weights) again
-        pipeline._embedding_layer.cache_clear()
+        producers.book._seeded_module.cache_clear()  # build the module (and its seeded weights) again
+        producers.book._embedding_layer.cache_clear()
         return pipeline.run(text, config)
 
     reference = fresh_run()

@@ -13,6 +13,7 @@ import torch
 
 from attnviz import attention, embedding, pipeline, tokens
 from attnviz.pipeline import AttentionConfig, ConfigError, EmptyTextError, InputError, preset_config, run
+from attnviz.producers import book
 
 JOURNEY = embedding.JOURNEY_TEXT
 TEXT = "Attention lets every token look back at the tokens before it."
@@ -292,8 +293,8 @@ def test_same_config_and_text_give_bitwise_identical_traces(variant, overrides):
     torch.manual_seed(999)
     torch.rand(100)  # nor must anyone else's use of the global RNG
     second = run(TEXT, config)
-    pipeline._seeded_module.cache_clear()
-    pipeline._embedding_layer.cache_clear()
+    book._seeded_module.cache_clear()
+    book._embedding_layer.cache_clear()
     third = run(TEXT, config)
     assert_traces_equal(first, second)
     assert_traces_equal(first, third)
@@ -499,7 +500,7 @@ def test_auto_picks_mps_when_only_mps_is_present(monkeypatch):
 
 def test_cuda_out_of_memory_falls_back_to_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    real_forward = pipeline._forward
+    real_forward = book._forward
     devices = []
 
     def forward(input_embeddings, config, device):
@@ -508,7 +509,7 @@ def test_cuda_out_of_memory_falls_back_to_cpu(monkeypatch):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 48.00 MiB")
         return real_forward(input_embeddings, config, device)
 
-    monkeypatch.setattr(pipeline, "_forward", forward)
+    monkeypatch.setattr(book, "_forward", forward)
     trace = run(TEXT, small(device="cuda"))
     assert devices == ["cuda", "cpu"]
     assert trace.device == "cpu"

@@ -58,7 +58,7 @@ def setup(page_title: str, book_classes: bool = False) -> Context | None:
             raise CheckpointError(f"{choice.option.name} could not be loaded: {choice.error}")
         checkpoint = None
         if choice.checkpoint and not book_classes:
-            checkpoint = (choice.option.ref, choice.sizes)
+            checkpoint = choice.option.ref
         elif choice.checkpoint:
             st.info(f"This page runs the book's Chapter 3 classes with seeded random weights (at the sizes of "
                     f"{markdown_escape(choice.option.name)}), not the checkpoint's weights: those are on the Heads, "

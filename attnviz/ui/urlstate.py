@@ -115,19 +115,14 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
 
 
 
-def config_from_settings(values: dict, checkpoint: tuple[str, weights.ModelSizes] | None = None) -> AttentionConfig:
+def config_from_settings(values: dict, checkpoint: str | None = None) -> AttentionConfig:
     """The run's config; settings that don't apply to the variant are normalised (one cache entry).
 
-    ``checkpoint`` = (weights ref, its model's sizes): layer ``values["layer"]`` of that model; everything the
-    checkpoint decides comes from its sizes, the rest is normalised, so a run has one cache key."""
+    ``checkpoint`` = a weights ref: layer ``values["layer"]`` of that model, with the sizes the model decides
+    (:func:`attnviz.pipeline.settle`), so a run has one cache key whatever the other settings say."""
     if checkpoint is not None:
-        ref, sizes = checkpoint
-        return AttentionConfig(
-            variant=variants.MHA, d_in=sizes.emb_dim, d_out=sizes.emb_dim, num_heads=sizes.num_heads,
-            context_length=min(sizes.context_length, pipeline.MAX_CONTEXT_LENGTH), dropout=0.0, train=False,
-            causal=bool(values["causal"]), qkv_bias=sizes.qkv_bias, seed=DEFAULTS["seed"], device="cpu",
-            checkpoint=ref, layer=int(values["layer"]),
-        )
+        asked = AttentionConfig(checkpoint=checkpoint, layer=int(values["layer"]), causal=bool(values["causal"]))
+        return pipeline.settle(asked)[0]
     spec = variants.get(values["variant"])
     return AttentionConfig(
         variant=spec.name,

@@ -1,0 +1,172 @@
+"""What a run asks for: ``AttentionConfig`` (variant, sizes, mask, dropout, seed, device, or a checkpoint's
+layer), its limits, the errors a user can fix, and the devices this machine has.
+
+Pure Python + torch: every producer of a Trace (:mod:`attnviz.producers`) reads a config from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnviz import variants
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+MAX_CONTEXT_LENGTH = 1024  # GPT-2's positional embedding has 1024 positions
+MAX_DIM = 4096
+MAX_HEADS = 64  # more heads than this cannot be told apart in a grid (GPT-2 XL has 25)
+MAX_SEED = 2**32 - 1
+MAX_CHARS = 40_000  # text beyond this is not tokenized (1024 tokens never need more in practice)
+MAX_LAYERS = 128  # GPT-2 XL has 48
+
+
+class InputError(ValueError):
+    """Input a user can fix; the message says how."""
+
+
+class ConfigError(InputError):
+    """An invalid AttentionConfig."""
+
+
+class EmptyTextError(InputError):
+    """Nothing to tokenize."""
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    variant: str = variants.DEFAULT
+    d_in: int = 768
+    d_out: int = 768  # total output width; the wrapper gets d_out // num_heads per head
+    num_heads: int = 12
+    context_length: int = MAX_CONTEXT_LENGTH
+    dropout: float = 0.0
+    train: bool = False  # dropout active
+    causal: bool = True
+    qkv_bias: bool = False
+    seed: int = 123
+    device: str = "auto"
+    embedding: str = "seeded"  # "book": the book's hand-set 3-d journey vectors when the text is the journey
+    checkpoint: str | None = None  # a weights ref (attnviz.weights): run layer ``layer`` of that GPT model
+    layer: int = 0  # which transformer block of the checkpoint (0 … layers − 1)
+
+    def validate(self) -> AttentionConfig:
+        """Return self, or raise ConfigError with a message a user can act on."""
+        if self.variant not in variants.VARIANTS:
+            raise ConfigError(f"Unknown variant {self.variant!r}; choose one of {', '.join(variants.VARIANTS)}.")
+        for name, low, high in (("d_in", 1, MAX_DIM), ("d_out", 1, MAX_DIM), ("context_length", 1, MAX_CONTEXT_LENGTH),
+                                ("num_heads", 1, MAX_HEADS), ("seed", 0, MAX_SEED)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be a whole number, got {value!r}.")
+            if not low <= value <= high:
+                raise ConfigError(f"{name} must be between {low} and {high}, got {value}.")
+        dropout = self.dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"dropout is a probability: use a number from 0 up to (not including) 1, got {dropout!r}.")
+        if self.device not in DEVICES:
+            raise ConfigError(f"Unknown device {self.device!r}; choose one of {', '.join(DEVICES)}.")
+        if self.embedding not in ("seeded", "book"):
+            raise ConfigError(f"Unknown embedding {self.embedding!r}; choose 'seeded' or 'book'.")
+        if self.embedding == "book" and self.d_in != 3:
+            raise ConfigError(f"The book's journey vectors are 3-dimensional: set d_in to 3 (got {self.d_in}).")
+        self.validate_checkpoint()
+        if self.spec.multi_head:
+            if self.num_heads > self.d_out:
+                raise ConfigError(f"{self.num_heads} heads need d_out ≥ {self.num_heads}; d_out is {self.d_out}.")
+            if self.d_out % self.num_heads:
+                raise ConfigError(
+                    f"d_out {self.d_out} is not divisible by {self.num_heads} heads; "
+                    f"try {_or_list(nearest_divisors(self.d_out, self.num_heads))}."
+                )
+        return self
+
+    def validate_checkpoint(self) -> AttentionConfig:
+        """Return self, or raise ConfigError when ``checkpoint`` or ``layer`` is not a reference and a layer number."""
+        if self.checkpoint is not None:
+            if not isinstance(self.checkpoint, str) or not self.checkpoint:
+                raise ConfigError(f"checkpoint must be a weights reference, got {self.checkpoint!r}.")
+            if isinstance(self.layer, bool) or not isinstance(self.layer, int) or not 0 <= self.layer < MAX_LAYERS:
+                raise ConfigError(f"layer must be a whole number from 0, got {self.layer!r}.")
+        return self
+
+    @property
+    def spec(self) -> variants.Variant:
+        """This config's record in the variant registry (a checkpoint's layer: ``variants.CHECKPOINT``)."""
+        return variants.CHECKPOINT if self.checkpoint is not None else variants.get(self.variant)
+
+    @property
+    def heads(self) -> int:
+        """Heads in the attention maps (1 for the single-head variants)."""
+        return self.spec.head_count(self.num_heads)
+
+    @property
+    def head_dim(self) -> int:
+        if self.spec.weights is None:
+            return self.d_in
+        return self.d_out // self.heads
+
+    @property
+    def dropout_runs(self) -> bool:
+        return self.train and self.dropout > 0 and self.spec.dropout
+
+    @property
+    def effective_dropout(self) -> float:
+        """p when dropout actually ran in this run, else 0 (kept weights are scaled by 1/(1−p))."""
+        return self.dropout if self.dropout_runs else 0.0
+
+
+def divisors(number: int) -> list[int]:
+    return [d for d in range(1, number + 1) if number % d == 0]
+
+
+def nearest_divisors(number: int, wanted: int, count: int = 3) -> list[int]:
+    """The ``count`` divisors of ``number`` closest to ``wanted``, ascending."""
+    closest = sorted(divisors(number), key=lambda d: (abs(d - wanted), d))[:count]
+    return sorted(closest)
+
+
+def _or_list(values: list[int]) -> str:
+    words = [str(v) for v in values]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def preset_config(preset: str, **overrides) -> AttentionConfig:
+    """AttentionConfig for a size preset of the registry (``gpt2-small`` …, or ``book``, the book's toy example).
+
+    ``overrides`` win over the preset.  The book preset masks only the variants the book masks
+    (causal, wrapper, MHA), so every variant reproduces the book's printed tensors by default.
+    """
+    if preset not in variants.PRESETS:
+        raise ConfigError(f"Unknown preset {preset!r}; choose one of {', '.join(variants.PRESETS)}.")
+    size = variants.PRESETS[preset]
+    values = {"d_in": size.d_in, "d_out": size.d_out, "num_heads": size.num_heads}
+    if size.book:
+        variant = overrides.get("variant", AttentionConfig.variant)
+        values.update(embedding="book", causal=variants.get(variant).book_causal)
+    return AttentionConfig(**{**values, **overrides})
+
+
+
+
+def available_devices() -> list[str]:
+    """Devices present on this machine, ``auto`` first."""
+    found = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(requested: str) -> tuple[str, list[str]]:
+    """(device to use, notes): ``auto`` picks CUDA, then MPS, then CPU; missing devices fall back to CPU."""
+    present = available_devices()
+    if requested == "auto":
+        return next(d for d in ("cuda", "mps", "cpu") if d in present), []
+    if requested not in present:
+        return "cpu", [f"{requested.upper()} is not available on this machine; ran on the CPU instead."]
+    return requested, []
+
+

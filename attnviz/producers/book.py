@@ -1,0 +1,109 @@
+"""The book's classes as a producer: seeded embeddings (Chapter 2) into the seeded Chapter 3 class the config names.
+
+``torch.manual_seed(config.seed)`` right before building gives the book's weights, so the book's printed
+tensors come out of this producer.  The embedding table and modules are built once per key (``built_once``)
+and shared read-only by every session; a forward whose dropout runs holds the RNG from the seed's state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import torch
+
+from attnviz import attention, embedding
+from attnviz.config import AttentionConfig, resolve_device
+from attnviz.rng import built_once, seeded
+from attnviz.trace import Trace, make_trace, to_numpy
+
+
+def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
+    """The config runs as it is: the book's classes take every setting."""
+    return config, []
+
+
+def build_module(config: AttentionConfig) -> torch.nn.Module:
+    """The book class for ``config`` (call right after ``torch.manual_seed`` to get the book's weights)."""
+    return config.spec.build(config)
+
+
+@built_once(maxsize=1)  # 50257 × d_in floats: 154 MB at 768, 322 MB at 1600
+def _embedding_layer(d_in: int, context_length: int, seed: int) -> embedding.InputEmbedding:
+    with seeded(seed):
+        return embedding.InputEmbedding(d_in, context_length)
+
+
+def _module_config(config: AttentionConfig) -> AttentionConfig:
+    """What the module depends on: a training-mode module (dropout runs) and an eval-mode one are cached apart."""
+    return replace(config, train=config.dropout_runs, device="auto", embedding="seeded")
+
+
+def prepare(config: AttentionConfig) -> None:
+    """Build the seeded embedding table and module of ``config`` (a valid book config) before its first run."""
+    device, _ = resolve_device(config.device)
+    _embedding_layer(config.d_in, config.context_length, config.seed)
+    _seeded_module(_module_config(config), device)
+
+
+@built_once(maxsize=4)
+def _seeded_module(module_config: AttentionConfig, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    """(module on ``device``, RNG state right after its creation, so dropout replays the book's draws).
+
+    Its mode is set here, once, from ``module_config.train`` (true only when dropout runs): a module shared by
+    sessions is never switched between train and eval, so an eval-mode forward needs no lock."""
+    with seeded(module_config.seed):
+        module = build_module(module_config)  # created on the CPU: the same weights on every device
+        rng_state = torch.get_rng_state()
+    return module.to(device).train(module_config.train), rng_state
+
+
+def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:
+    """The Trace of the book's class for ``config`` on these tokens: seeded embeddings, the seeded module, every stage."""
+    device, device_notes = resolve_device(config.device)
+    notes += device_notes
+
+    input_embeddings, embeddings = _embed(token_ids, config, notes)
+    try:
+        recorder, output = _forward(input_embeddings, config, device)
+    except torch.cuda.OutOfMemoryError:
+        notes.append(f"{device.upper()} ran out of memory; ran on the CPU instead.")
+        device = "cpu"
+        recorder, output = _forward(input_embeddings, config, device)
+
+    return make_trace(config, text, token_ids, embeddings,
+                  steps={name: to_numpy(value) for name, value in recorder.steps.items()},
+                  output=to_numpy(output),
+                  shapes=(("input", tuple(input_embeddings.shape)), *recorder.shapes),
+                  device=device, notes=notes)
+
+
+def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
+    if config.embedding == "book":
+        if tuple(token_ids) == embedding.JOURNEY_TOKEN_IDS:
+            inputs = embedding.journey_inputs()  # (6, 3)
+            zeros = torch.zeros_like(inputs)  # (6, 3)
+            arrays = {"token": to_numpy(inputs), "position": to_numpy(zeros), "input": to_numpy(inputs)}
+            return inputs.unsqueeze(0), arrays
+        notes.append(
+            f"The book's hand-set 3-d vectors exist only for {embedding.JOURNEY_TEXT!r}; "
+            "this text uses seeded embeddings."
+        )
+    layer = _embedding_layer(config.d_in, config.context_length, config.seed)
+    with torch.no_grad():
+        parts = layer(torch.tensor([token_ids]))  # (1, n) -> (1, n, d_in) each
+    arrays = {"token": to_numpy(parts["token"][0]), "position": to_numpy(parts["position"]),
+              "input": to_numpy(parts["input"][0])}
+    return parts["input"], arrays
+
+
+def _forward(input_embeddings: torch.Tensor, config: AttentionConfig, device: str):
+    module, rng_state = _seeded_module(_module_config(config), device)
+    recorder = attention.Recorder()
+    # only a forward whose dropout runs draws random numbers: only that one holds the RNG (from the seed's state)
+    rng = seeded(rng_state=rng_state) if config.dropout_runs else contextlib.nullcontext()
+    with rng, torch.inference_mode():
+        if config.dropout_runs and device == "cuda":
+            torch.cuda.manual_seed_all(config.seed)
+        output = module(input_embeddings.to(device), recorder)  # (1, n, d_in) -> (1, n, d_out)
+    return recorder, output

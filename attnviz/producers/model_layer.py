@@ -1,0 +1,99 @@
+"""A GPT model's layer as a producer: layer ``layer`` of the checkpoint (or bundled / session-trained model)
+that ``AttentionConfig.checkpoint`` names, with the sizes the model decides.
+
+The Trace holds the same named steps as the book's classes, recorded from the LayerNorm'd block input by the
+model's own forward, plus ``Trace.model``: the whole path and the top-5 next-token predictions.  Each block's
+input of the last few (tokens, checkpoint, causal) runs is kept (``ATTNVIZ_LAYER_RUNS_MB``), so another layer of
+the same text reruns one block (:func:`attnviz.models.switch_layer`).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from dataclasses import fields, replace
+
+import torch
+
+from attnviz import attention, models, variants, weights
+from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, ConfigError
+from attnviz.trace import ModelRun, Trace, make_trace, to_numpy
+
+LAYER_RUNS_MB = int(os.environ.get("ATTNVIZ_LAYER_RUNS_MB", "512"))  # block inputs kept for fast layer switches
+_DECIDED = ("variant", "d_in", "d_out", "num_heads", "context_length", "qkv_bias", "dropout", "train", "seed",
+            "device", "embedding")  # the settings a checkpoint decides
+_DEFAULTS = {f.name: f.default for f in fields(AttentionConfig)}
+
+_layer_runs_lock = threading.Lock()
+_layer_runs: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()  # -> (LayerTrace, bytes)
+
+
+def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
+    """The config this layer runs with: the checkpoint's width, heads and context, eval mode, no seed, the CPU.
+
+    Settings the checkpoint decides are replaced by its values; one the caller set to something else is named
+    in a note (ignored, not an error).  Only a layer the model does not have is an error."""
+    config.validate_checkpoint()
+    model = weights.load(config.checkpoint)  # CheckpointError (a ValueError) says what is wrong with the file
+    sizes = weights.sizes(model)
+    if config.layer >= sizes.n_layers:
+        raise ConfigError(f"This checkpoint has {sizes.n_layers} layers: choose a layer from 0 to {sizes.n_layers - 1}.")
+    settled = replace(config, variant=variants.MHA, d_in=sizes.emb_dim, d_out=sizes.emb_dim, num_heads=sizes.num_heads,
+                      context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH), qkv_bias=sizes.qkv_bias,
+                      dropout=0.0, train=False, seed=AttentionConfig.seed, device="cpu", embedding="seeded")
+    ignored = [f"{name} = {getattr(config, name)}" for name in _DECIDED
+               if getattr(config, name) != getattr(settled, name) and getattr(config, name) != _DEFAULTS[name]]
+    notes = []
+    if ignored:
+        notes.append(f"Ignored {', '.join(ignored)}: this checkpoint decides them (width {sizes.emb_dim}, "
+                     f"{sizes.num_heads} heads, {settled.context_length} positions, eval mode, the CPU).")
+    return settled, notes
+
+
+def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:
+    """The Trace of layer ``config.layer`` (a settled config): its ten stages from the LayerNorm'd block input,
+    the checkpoint's own embedding rows, the whole model's path and its top-5 next tokens at every position."""
+    model = weights.load(config.checkpoint)
+    n_layers = len(model.trf_blocks)
+    layer_trace = _layer_trace(model, config, token_ids)
+    steps = {name: to_numpy(value) for name, value in layer_trace.steps.items()}  # norm1 + the ten stages
+    with torch.no_grad():
+        ids = torch.tensor(token_ids)  # (n,)
+        token_rows = model.tok_emb.weight[ids]  # (vocab, d)[(n,)] -> (n, d): the checkpoint's wte rows
+        position_rows = model.pos_emb.weight[: len(token_ids)]  # (n, d): its wpe rows
+        embeddings = {"token": to_numpy(token_rows), "position": to_numpy(position_rows),
+                      "input": to_numpy(token_rows + position_rows)}  # (n, d) each
+    block = [(name, shape) for name, shape in layer_trace.recorder.shapes]
+    names = [name for name, _ in block]
+    attention_shapes = block[names.index("queries") : names.index("output") + 1]  # what att records
+    top_ids = layer_trace.top_ids.copy()
+    top_probs = layer_trace.top_probs.copy()
+    top_ids.setflags(write=False)
+    top_probs.setflags(write=False)
+    return make_trace(config, text, token_ids, embeddings, steps=steps, output=steps["output"],
+                  shapes=(("input", dict(block)["norm1"]), *attention_shapes),  # the attention reads norm1(block input)
+                  device="cpu", notes=notes,
+                  model=ModelRun(layer=config.layer, n_layers=n_layers, path=tuple(layer_trace.path),
+                                 top_ids=top_ids, top_probs=top_probs))
+
+
+def _layer_trace(model, config: AttentionConfig, token_ids: list[int]):
+    """``models.trace_layer``, or ``models.switch_layer`` from the block inputs kept for these tokens."""
+    key = (config.checkpoint, config.causal, tuple(token_ids))
+    with _layer_runs_lock:
+        kept = _layer_runs.get(key)
+        if kept is not None:
+            _layer_runs.move_to_end(key)
+    if kept is not None:
+        return models.switch_layer(model, kept[0], config.layer)
+    layer_trace = models.trace_layer(model, token_ids, config.layer, causal=config.causal)
+    shapes_only = attention.Recorder()
+    shapes_only.shapes = list(layer_trace.recorder.shapes)
+    light = replace(layer_trace, recorder=shapes_only)  # block inputs, predictions, path: not the maps
+    size = light.block_inputs.numel() * light.block_inputs.element_size()
+    with _layer_runs_lock:
+        _layer_runs[key] = (light, size)
+        while len(_layer_runs) > 1 and sum(s for _, s in _layer_runs.values()) > LAYER_RUNS_MB * 2**20:
+            _layer_runs.popitem(last=False)
+    return layer_trace
