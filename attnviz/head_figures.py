@@ -19,7 +19,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from attnviz.figures import WEIGHT_SCALE, attention_heatmap, position_labels
-from attnviz.induction import repeat_halves
+from attnviz.head_types import repeat_halves
 
 STRIPE_COLOR = "#ff2d55"
 REPEAT_FILL = "rgba(255, 45, 85, 0.08)"

@@ -174,3 +174,13 @@ def repeated_random_tokens(T: int, seed: int, *, batch: int | None = None, bos: 
     parts = [np.full((batch or 1, 1), BOS_ID, dtype=np.int64)] if bos else []
     tokens = np.concatenate([*parts, half, half], axis=1)  # (b, bos + 2T)
     return tokens if batch is not None else tokens[0]
+
+def repeat_halves(loss, T: int) -> tuple[float, float]:
+    """Mean per-position loss (n−1,) of a sequence ending in x + x (|x| = T): before the repeat can be
+    copied (positions 0 … n−T−1: the prefix, the first copy and the first token of the second, which
+    nothing predicts) and on the copyable second copy (positions n−T … n−2 predict tokens n−T+1 … n−1)."""
+    loss = np.asarray(loss, dtype=np.float64)
+    n = loss.size + 1
+    if not 2 <= T <= n // 2:
+        raise ValueError(f"repeat length T={T} must be between 2 and n/2 = {n // 2}")
+    return float(loss[: n - T].mean()), float(loss[n - T:].mean())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.head_types import induction_stripe, previous_token_stripe, repeated_random_tokens
+from attnviz.head_types import induction_stripe, previous_token_stripe, repeat_halves, repeated_random_tokens
 
 MIN_T, MAX_T = 2, 200  # repeat length the lab offers (the sequence is 2T + 1 tokens with BOS)
 DEFAULT_T, DEFAULT_SEED = 25, 0
@@ -59,16 +59,6 @@ def lab_tokens(T: int, seed: int) -> np.ndarray:
         raise ValueError(f"repeat length T must be between {MIN_T} and {MAX_T}; got {T}")
     return repeated_random_tokens(T, seed, bos=True)
 
-
-def repeat_halves(loss, T: int) -> tuple[float, float]:
-    """Mean per-position loss (n−1,) of a sequence ending in x + x (|x| = T): before the repeat can be
-    copied (positions 0 … n−T−1: the prefix, the first copy and the first token of the second, which
-    nothing predicts) and on the copyable second copy (positions n−T … n−2 predict tokens n−T+1 … n−1)."""
-    loss = np.asarray(loss, dtype=np.float64)
-    n = loss.size + 1
-    if not 2 <= T <= n // 2:
-        raise ValueError(f"repeat length T={T} must be between 2 and n/2 = {n // 2}")
-    return float(loss[: n - T].mean()), float(loss[n - T:].mean())
 
 
 def run_maps(maps: np.ndarray, token_ids, T: int, seed: int, *, layer: int = 0) -> InductionRun:
