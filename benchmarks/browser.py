@@ -440,7 +440,7 @@ ABLATIONS = {
     "no shape diagram": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()")],
     "no head statistics": [('st.subheader("Head statistics")', None)],
     "neither": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ('st.subheader("Head statistics")', None)],
-    "diagram in a collapsed st.expander": [("ui.beside_shape_diagram(trace, highlight=stage)", 'st.container()\nst.expander("Shape diagram").graphviz_chart(__import__("attnviz.diagram").diagram.shape_dot(trace.shapes, trace.config, highlight=stage, rankdir="TB"))')],
+    "diagram in a collapsed st.expander": [("ui.beside_shape_diagram(trace, highlight=stage)", 'st.container()\nst.expander("Shape diagram").graphviz_chart(__import__("attnviz.views.diagram").diagram.shape_dot(trace.shapes, trace.config, highlight=stage, rankdir="TB"))')],
     "grid only (no diagram, focused view, statistics)": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ("ui.focused_head(", None)],
     "no heads grid": [("event = st.plotly_chart(", "event = None and st.plotly_chart(")],
     "no focused head": [("ui.focused_head(ctx.key, stage)", "None")],

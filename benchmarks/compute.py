@@ -38,7 +38,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from attnviz import attention, implementations, pipeline, tokens  # noqa: E402
+from attnviz import attention, pipeline, tokens  # noqa: E402
+from attnviz.labs import implementations
 from attnviz.producers import book  # noqa: E402
 
 TARGET_RATIO = 1.5

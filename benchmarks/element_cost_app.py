@@ -27,7 +27,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attnviz import figures, stats, variants  # noqa: E402
+from attnviz import stats, variants  # noqa: E402
+from attnviz.views import figures
 
 N, HEADS, WINDOW = 1024, 12, 256
 ELEMENTS = set(filter(None, os.environ.get("ATTNVIZ_ELEMENTS", "").split(",")))

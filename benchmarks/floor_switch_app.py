@@ -11,7 +11,7 @@ import os
 import numpy as np
 import streamlit as st
 
-from attnviz import figures
+from attnviz.views import figures
 
 N, HEADS, WINDOW = 1024, 12, 256
 

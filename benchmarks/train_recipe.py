@@ -2,9 +2,9 @@
 
     python benchmarks/train_recipe.py --recipe mixed-tiled --steps 3000 [--threads 1]
 
-Each run trains ``attnviz.train.train`` with the recipe's ``TrainConfig`` overrides, logs every probe
+Each run trains ``attnviz.labs.train.train`` with the recipe's ``TrainConfig`` overrides, logs every probe
 (step, seconds, loss, best induction / previous-token stripe on the fixed probe batch), then scores the
-final model with ``attnviz.train.evaluate`` on fresh seeds (repeated random tokens T 25–60; held-out
+final model with ``attnviz.labs.train.evaluate`` on fresh seeds (repeated random tokens T 25–60; held-out
 English and code), with and without a BOS token.  One JSON line per run is appended to
 ``benchmarks/results/train_recipe.jsonl``; ``--table`` rewrites ``benchmarks/results/train_recipe_runs.md``
 from it.  Loss alone is not the criterion: a model can copy a repeat without the textbook heads.
@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnviz.train import TrainConfig, evaluate, train  # noqa: E402
+from attnviz.labs.train import TrainConfig, evaluate, train  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 LOG = RESULTS / "train_recipe.jsonl"
@@ -37,7 +37,7 @@ CURRICULUM = {"n_heads": 4, "emb_dim": 64, "sinusoidal_init": False, "frozen_emb
               "skip_fraction": 0.5, "repeat_lengths": (32, 64, 128), "skip_first": 600, "weight_decay": 0.1}
 
 RECIPES = {
-    # TrainConfig overrides (see attnviz.train.TrainConfig for the defaults: the recipe that forms an
+    # TrainConfig overrides (see attnviz.labs.train.TrainConfig for the defaults: the recipe that forms an
     # induction head above previous-token heads; benchmarks/results/train_recipe.md)
     "default": {},
     "no-random-values": {"random_ov_heads": 0},  # block 0's value maps trained: no induction head (runs A-E)

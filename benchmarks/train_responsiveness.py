@@ -1,5 +1,5 @@
 """Do other sessions stay responsive while the Train page trains?  Time what a page rerun computes with 0, 1
-and 2 trainings running in the same process (the Train page's jobs: attnviz.live_train through a JobBoard,
+and 2 trainings running in the same process (the Train page's jobs: attnviz.labs.live_train through a JobBoard,
 each in its own thread with one torch thread), interleaved, and report the ratios.
 
     python benchmarks/train_responsiveness.py [--rounds 12] [--n 256 1024]
@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnviz import live_train, pipeline  # noqa: E402
-from attnviz.jobs import JobBoard  # noqa: E402
+from attnviz import pipeline  # noqa: E402
+from attnviz.labs import live_train
+from attnviz.labs.jobs import JobBoard  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "train_responsiveness.json"
 

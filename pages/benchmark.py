@@ -1,9 +1,11 @@
 """Benchmark: the book's MultiHeadAttention vs the wrapper, a fused QKV, nn.MultiheadAttention and SDPA,
-all with the same weights (attnviz.implementations), timed on this machine when the button is pressed."""
+all with the same weights (attnviz.labs.implementations), timed on this machine when the button is pressed."""
 
 import streamlit as st
 
-from attnviz import figures, implementations, pipeline, ui
+from attnviz import pipeline, ui
+from attnviz.labs import implementations
+from attnviz.views import figures
 
 ctx = ui.setup("Implementations benchmark", book_classes=True)
 if ctx is None:

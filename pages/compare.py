@@ -5,7 +5,8 @@ import dataclasses
 
 import streamlit as st
 
-from attnviz import ablation, compare, ui
+from attnviz import ablation, ui
+from attnviz.labs import compare
 from attnviz.ui import compute
 
 ctx = ui.setup("Compare variants", book_classes=True)

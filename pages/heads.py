@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from attnviz import figures, ui
+from attnviz import ui
 from attnviz.attention import MAP_STAGES
 from attnviz.ui import head_labels
+from attnviz.views import figures
 
 ctx = ui.setup("Heads")
 if ctx is None:

@@ -4,9 +4,9 @@ import pandas as pd
 import streamlit as st
 
 from attnviz import ui
-from attnviz.pitfalls import catalogue, detectors, workbench
-from attnviz.pitfalls import figures as pitfall_figures
-from attnviz.pitfalls.catalogue import PITFALLS
+from attnviz.labs.pitfalls import catalogue, detectors, workbench
+from attnviz.labs.pitfalls import figures as pitfall_figures
+from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.ui import compute
 
 ctx = ui.setup("Pitfall lab", book_classes=True)

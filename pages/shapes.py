@@ -3,7 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from attnviz import checkpoint_view, diagram, ui
+from attnviz import ui
+from attnviz.views import checkpoint_view, diagram
 
 ctx = ui.setup("Shapes")
 if ctx is None:

@@ -3,7 +3,8 @@ live shape diagram with the viewed stage highlighted."""
 
 import streamlit as st
 
-from attnviz import figures, source, steps, ui
+from attnviz import ui
+from attnviz.views import figures, source, steps
 
 ctx = ui.setup("Steps")
 if ctx is None:

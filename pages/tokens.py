@@ -3,7 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from attnviz import figures, ui
+from attnviz import ui
+from attnviz.views import figures
 
 ctx = ui.setup("Tokens")
 if ctx is None:

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from attnviz import live_train, ui
+from attnviz import ui
+from attnviz.labs import live_train
 from attnviz.ui import train
 
 ui.setup("Train")  # the shared sidebar; the page itself does not draw the sidebar's run

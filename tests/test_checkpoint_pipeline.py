@@ -17,10 +17,11 @@ import pytest
 import torch
 from conftest import random_gpt2
 
-from attnviz import checkpoint_view, pipeline, tokens, variants, weights
+from attnviz import pipeline, tokens, variants, weights
 from attnviz.attention import STAGES
 from attnviz.models import discover
 from attnviz.producers import model_layer
+from attnviz.views import checkpoint_view
 
 transformers = pytest.importorskip("transformers")
 
@@ -350,7 +351,7 @@ def test_two_sessions_loading_the_same_file_load_it_once(checkpoint_dir, monkeyp
 
 def test_downloaded_trace_names_the_checkpoint_without_the_servers_directories(checkpoint_dir):
     """The NPZ manifest a browser downloads shows the checkpoint's folder name, never the server's path."""
-    from attnviz import export
+    from attnviz.views import export
 
     trace = pipeline.run("The cat sat on the mat.", config_for(checkpoint_dir))
     data = np.load(io.BytesIO(export.trace_npz(trace)))

@@ -36,15 +36,14 @@ def core_modules() -> list[str]:
 def streamlit_imports(source: str, module: str = "attnviz.x") -> list[str]:
     """Imports of streamlit (or of attnviz.ui, which imports it) anywhere in ``source``, even in functions."""
     found = []
-    package = module.rsplit(".", 1)[0]
     for node in ast.walk(ast.parse(source)):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:  # relative: from . import ui / from .ui import x
-                base = ".".join(filter(None, [package, base]))
+            if node.level:  # relative: from . import ui / from ..ui import x
+                base = ".".join(filter(None, [module.rsplit(".", node.level)[0], base]))
             names = [base] + [f"{base}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             func = node.func
@@ -64,7 +63,7 @@ def test_there_are_core_modules_to_check():
     )
     assert "attnviz.ui" not in core_modules()
     assert not [name for name in core_modules() if name.startswith("attnviz.ui.")]
-    assert {"attnviz.variants", "attnviz.steps"} <= set(core_modules())  # moved out of the glue, plain tests reach them
+    assert {"attnviz.variants", "attnviz.views.steps"} <= set(core_modules())  # moved out of the glue, plain tests reach them
 
 
 @pytest.mark.parametrize("path", CORE_FILES, ids=lambda path: str(path.relative_to(ROOT)))
@@ -85,10 +84,13 @@ def test_core_source_never_imports_streamlit(path):
         "from attnviz import ui",
         "from . import ui",
         "from .ui import sidebar",
+        "from .. import ui",
+        "from ..ui import sidebar",
     ],
 )
 def test_the_import_checker_catches_streamlit(snippet):
-    assert streamlit_imports(snippet, "attnviz.figures") != []
+    module = "attnviz.views.figures" if snippet.startswith("from ..") else "attnviz.pipeline"
+    assert streamlit_imports(snippet, module) != []
 
 
 def test_the_import_checker_allows_other_imports():
@@ -211,3 +213,85 @@ def test_pyproject_declares_the_runtime_requirements_and_ships_the_assets():
         if asset.is_file():
             relative = asset.relative_to(PACKAGE).as_posix()
             assert any(fnmatch.fnmatch(relative, pattern) for pattern in shipped), relative
+
+
+
+
+# ============================== layers: no upward imports, no cycles ==============================
+
+LAYERS = ("core", "views", "labs", "ui")  # each may import its own layer and the ones before it
+
+
+def layer_of(module: str) -> str:
+    """``attnviz.views.figures`` -> "views"; a top-level module, ``models`` and ``producers`` are the core."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS[1:] else "core"
+
+
+def attnviz_imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported attnviz module, at module level?) for every import in the file, functions included."""
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from . import x / from ..y import z
+                base = ".".join(filter(None, [package.rsplit(".", node.level - 1)[0], base]))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        found += [(name, id(node) in top_level) for name in names if name.split(".")[0] == "attnviz"]
+    return found
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_module_imports_a_later_layer():
+    modules = _modules()
+    upward = []
+    for module, path in modules.items():
+        for imported, _ in attnviz_imports(path):
+            if imported not in modules:
+                continue  # a name imported from a package (attnviz.views.figures.X is checked as its module)
+            if LAYERS.index(layer_of(imported)) > LAYERS.index(layer_of(module)):
+                upward.append(f"{module} imports {imported}")
+    assert upward == []
+
+
+def test_module_level_imports_have_no_cycles():
+    modules = _modules()
+    graph = {module: {name for name, top in attnviz_imports(path) if top and name in modules and name != module}
+             for module, path in modules.items()}
+    # a package's __init__ importing its own submodules is how a package is assembled, not a cycle
+    graph = {module: {name for name in names if not name.startswith(module + ".")} for module, names in graph.items()}
+    state, cycles = {}, []
+
+    def visit(module, stack):
+        state[module] = "open"
+        for name in sorted(graph[module]):
+            if state.get(name) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(name):], name]))
+            elif name not in state:
+                visit(name, [*stack, name])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_layer_checker_sees_layers():
+    assert layer_of("attnviz.views.figures") == "views" and layer_of("attnviz.labs.pitfalls.bugs") == "labs"
+    assert layer_of("attnviz.pipeline") == "core" and layer_of("attnviz.models.gpt") == "core"
+    assert layer_of("attnviz.ui.frame") == "ui"

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from attnviz import config as config_module
-from attnviz import figures, pipeline, tokens, ui
+from attnviz import pipeline, tokens, ui
 from attnviz.pipeline import AttentionConfig, InputError
 from attnviz.producers import book
+from attnviz.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = AttentionConfig(d_in=8, d_out=8, num_heads=2, context_length=64)

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz import attention, compare, diagram, pipeline, source, steps, variants
+from attnviz import attention, pipeline, variants
+from attnviz.labs import compare
 from attnviz.ui import urlstate
+from attnviz.views import diagram, source, steps
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "Your journey starts with one step"

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz import checkpoint_view, weights
+from attnviz import weights
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind, ss
+from attnviz.views import checkpoint_view
 
 
 def next_token_panel(ctx: Context, key: str = "next_position") -> None:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz import ablation, compare
+from attnviz import ablation
+from attnviz.labs import compare
+from attnviz.labs.pitfalls import catalogue
 from attnviz.pipeline import AttentionConfig
-from attnviz.pitfalls import catalogue
 from attnviz.ui.cache import trace_of
 
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
 def comparison(key: tuple, base_values: tuple) -> compare.Comparison:
-    """:func:`attnviz.compare.compare_trace` of the Trace of ``key`` with the base config ``base_values``."""
+    """:func:`attnviz.labs.compare.compare_trace` of the Trace of ``key`` with the base config ``base_values``."""
     return compare.compare_trace(trace_of(key), AttentionConfig(*base_values))
 
 
@@ -31,11 +32,11 @@ def scaling(key: tuple) -> tuple[dict, dict]:
 # The Pitfall lab's results are small; the Trace is passed unhashed (``_trace``): ``key`` names it.
 @st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
 def pitfall(key: tuple, wanted_heads: int, bug: str, _trace) -> catalogue.PitfallResult:
-    """:func:`attnviz.pitfalls.catalogue.run_on_trace`: the correct and the buggy module on the trace's tokens."""
+    """:func:`attnviz.labs.pitfalls.catalogue.run_on_trace`: the correct and the buggy module on the trace's tokens."""
     return catalogue.run_on_trace(_trace, wanted_heads, bug)
 
 
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
 def leak(key: tuple, wanted_heads: int, bug: str | None, j: int, _trace) -> dict:
-    """:func:`attnviz.pitfalls.catalogue.leak_on_trace`: perturb token ``j``, see which positions move."""
+    """:func:`attnviz.labs.pitfalls.catalogue.leak_on_trace`: perturb token ``j``, see which positions move."""
     return catalogue.leak_on_trace(_trace, wanted_heads, bug, j)

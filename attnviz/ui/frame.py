@@ -85,7 +85,7 @@ def beside_shape_diagram(trace: Trace, highlight: str):
     """The compact live shape diagram (``highlight`` = the stage on view) in a narrow left column;
     returns the wide column to its right.  Plain HTML, not a Graphviz chart: the browser lays a
     Graphviz chart out again on every settings change (~0.35 s); the Shapes page has the full one."""
-    from attnviz import diagram
+    from attnviz.views import diagram
 
     diagram_col, view_col = st.columns([1, 3])
     with diagram_col:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from attnviz import head_figures, head_types
+from attnviz import head_types
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, plotly_config
+from attnviz.views import head_figures
 
 TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")
 

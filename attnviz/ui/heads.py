@@ -15,7 +15,7 @@ WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
 def _grid_figure(text: str, config_values: tuple, stage: str):
-    from attnviz import figures
+    from attnviz.views import figures
 
     trace = cached_trace(text, config_values)
     config = trace.config
@@ -24,7 +24,7 @@ def _grid_figure(text: str, config_values: tuple, stage: str):
 
 def heads_grid_figure(ctx: Context, stage: str):
     """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked."""
-    from attnviz import figures
+    from attnviz.views import figures
 
     grid = _grid_figure(*ctx.key, stage)
     return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
@@ -122,7 +122,7 @@ def focused_head(key: tuple, stage: str) -> None:
 
     A fragment, so picking a head or moving the window redraws only this part.  It takes the trace's
     key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime."""
-    from attnviz import figures
+    from attnviz.views import figures
 
     trace = trace_of(key)
     config = trace.config

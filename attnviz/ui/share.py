@@ -26,7 +26,7 @@ def share_and_export(trace: Trace | None) -> None:
         st.radio("Figure download format (camera icon on each chart)", ["png", "svg"], horizontal=True,
                  **page_bind("image_format", "png"))
         if trace is not None:
-            from attnviz import export
+            from attnviz.views import export
 
             st.download_button(
                 "Download this trace (NPZ + JSON manifest)",
@@ -43,7 +43,7 @@ def _export(write, key: tuple, *args) -> bytes:
 
 
 def download_head_csv(trace: Trace, head: int, stage: str) -> None:
-    from attnviz import export
+    from attnviz.views import export
 
     st.download_button(
         f"Download head {head} {stage} (CSV)",

@@ -3,7 +3,7 @@ polled by a fragment), the before/after snapshots, the trained model as a ``weig
 
 At most one training per session (``JobBoard``'s owner is an id kept in this session's state) and
 ``max_trainings()`` per server; each runs in its own thread with one torch thread
-(``attnviz.live_train``).  The live view is a fragment that reruns every ``POLL_SECONDS`` while the job
+(``attnviz.labs.live_train``).  The live view is a fragment that reruns every ``POLL_SECONDS`` while the job
 runs and touches it; while the browser tab stays connected the worker touches it too (other pages may
 be open), and a closed tab stops it within ``jobs.IDLE_TIMEOUT`` seconds.
 """
@@ -16,11 +16,12 @@ import secrets
 
 import streamlit as st
 
-from attnviz import head_figures, live_train
 from attnviz.head_types import LABEL_THRESHOLD
-from attnviz.jobs import JobBoard, JobRefusedError
+from attnviz.labs import live_train
+from attnviz.labs.jobs import JobBoard, JobRefusedError
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.state import page_bind, ss
+from attnviz.views import head_figures
 
 POLL_SECONDS = 1.0
 MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
@@ -248,5 +249,5 @@ def results() -> None:
         "Download the trained model (zip)", functools.partial(live_train.checkpoint_zip, run),
         file_name=f"attnviz-trained-seed{run.cfg.seed}-{run.steps_run}steps.zip", mime="application/zip",
         on_click="ignore", icon=":material/download:", key="train_download",
-        help="model.safetensors + config.json + training.json, the folder `python -m attnviz.train --out` writes: "
+        help="model.safetensors + config.json + training.json, the folder `python -m attnviz.labs.train --out` writes: "
              "unzip it and pass the folder to `streamlit run app.py -- --checkpoint FOLDER`.")

@@ -1,0 +1,308 @@
+"""Compare variants: the same tokens through all six book classes, and equivalences measured live.
+
+Pure compute and figure builders (no Streamlit).  Every variant gets the same input embeddings
+(the Trace's ``embeddings["input"]``) and the same seed, is created with ``torch.manual_seed(seed)``
+right before ``build_module`` (so its weights are the ones the other pages show for that variant)
+and runs in eval mode (dropout off) on the CPU.
+
+The three equivalences are computed, never asserted in text; each reports the max absolute difference:
+
+* ``wrapper_mha`` — a ``MultiHeadAttentionWrapper`` with MHA's weights copied head by head gives
+  exactly MHA's context *before* ``out_proj`` (the concatenated heads);
+* ``mha_sdpa`` — MHA equals ``torch.nn.functional.scaled_dot_product_attention`` with the same
+  projections (``is_causal`` when causal; dropout 0);
+* ``mask_routes`` — the book's two masking routes (3.5.1): −∞ before softmax, or softmax, zero the
+  future, renormalise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from attnviz import attention, pipeline, variants
+from attnviz.labs import implementations
+from attnviz.pipeline import AttentionConfig, Trace
+from attnviz.views import figures
+
+MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
+TOLERANCE = 1e-5  # max |Δ| at or below this counts as equal (float32 round-off)
+MAP_CHOICES = ("head 0", "mean over heads")
+
+
+# --------------------------------------------------------------------------- inputs and modules
+
+def compared_inputs(trace: Trace, max_tokens: int = MAX_TOKENS) -> tuple[torch.Tensor, tuple[str, ...]]:
+    """The Trace's input embeddings (first ``max_tokens`` rows) as (1, n, d_in), and their tokens."""
+    inputs = torch.from_numpy(np.array(trace.embeddings["input"][:max_tokens], dtype=np.float32))  # (n, d_in)
+    return inputs.unsqueeze(0), tuple(trace.tokens[:max_tokens])  # (n, d_in) -> (1, n, d_in)
+
+
+def base_config(config: AttentionConfig, d_out: int, num_heads: int) -> AttentionConfig:
+    """The run's config with the sidebar's d_out and head count (a single-head run's config has 1 head
+    and the simplified one d_out = d_in, but the other variants on this page need the real values)."""
+    return replace(config, d_out=int(d_out), num_heads=int(num_heads), train=False, device="cpu").validate()
+
+
+def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
+    """``base`` normalised for ``variant`` as the sidebar does: 1 head for single-head variants,
+    d_out = d_in for the simplified one (it has no weights)."""
+    spec = variants.get(variant)
+    return replace(base, variant=variant, num_heads=spec.head_count(base.num_heads),
+                   d_out=spec.out_width(base.d_in, base.d_out))
+
+
+def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
+    """``torch.manual_seed(seed)`` then the book class, in eval mode.
+
+    The causal-mask buffer only needs ``num_tokens`` rows (64 wrapper heads × a 1024² mask would be
+    256 MB); the buffer takes no random numbers, so the weights equal the app's for this seed.
+    """
+    small = replace(config, context_length=max(1, min(config.context_length, num_tokens)))
+    with pipeline.seeded(config.seed):  # torch's global RNG is shared by every session's thread
+        module = pipeline.build_module(small)
+    return module.eval()
+
+
+def run_module(module: torch.nn.Module, inputs: torch.Tensor) -> tuple[attention.Recorder, torch.Tensor]:
+    """Forward in inference mode with a Recorder: (recorder, output)."""
+    recorder = attention.Recorder()
+    with torch.inference_mode():
+        output = module(inputs, recorder)  # (1, n, d_in) -> (1, n, d_out)
+    return recorder, output
+
+
+# --------------------------------------------------------------------------- the equivalences
+
+def heads_text(count: int) -> str:
+    return f"{count} head{'' if count == 1 else 's'}"
+
+
+def max_abs_diff(first: torch.Tensor, second: torch.Tensor) -> float:
+    """max |first − second| over all elements (shapes must match)."""
+    if tuple(first.shape) != tuple(second.shape):
+        raise ValueError(f"cannot compare shapes {tuple(first.shape)} and {tuple(second.shape)}")
+    return float((first.detach().double() - second.detach().double()).abs().max())
+
+
+copy_heads_from_mha = implementations.copy_heads_from_mha  # one copy of "wrapper weights from MHA"
+wrapper_like = implementations.wrapper_like
+
+
+def mha_context(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(MHA's concatenated heads = the input of out_proj, MHA's output), from one forward pass."""
+    seen = []
+    hook = mha.out_proj.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
+    try:
+        with torch.inference_mode():
+            output = mha(inputs)  # (1, n, d_in) -> (1, n, d_out)
+    finally:
+        hook.remove()
+    return seen[0], output  # (1, n, d_out) each
+
+
+def sdpa_forward(mha: attention.MultiHeadAttention, inputs: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    """MHA's projections and out_proj around PyTorch's fused ``scaled_dot_product_attention`` (the one SDPA path,
+    :class:`attnviz.labs.implementations.FusedQKVAttention`, in eval mode)."""
+    module = implementations.fused_from(mha, use_sdpa=True, causal=is_causal).eval()
+    with torch.inference_mode():
+        return module(inputs)  # (b, n, d_in) -> (b, n, d_out)
+
+
+def mask_then_softmax(scaled: torch.Tensor) -> torch.Tensor:
+    """Route 1 (the book's 3.5.1, efficient): −∞ above the diagonal, then softmax."""
+    num_tokens = scaled.shape[-1]
+    mask_bool = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)  # (n, n)
+    return torch.softmax(scaled.masked_fill(mask_bool, -torch.inf), dim=-1)  # (..., n, n)
+
+
+def softmax_then_mask(scaled: torch.Tensor) -> torch.Tensor:
+    """Route 2 (the book's 3.5.1, first): softmax, zero the future with tril, renormalise each row."""
+    num_tokens = scaled.shape[-1]
+    attn_weights = torch.softmax(scaled, dim=-1)  # (..., n, n)
+    mask_simple = torch.tril(torch.ones(num_tokens, num_tokens))  # (n, n), 1 on and below the diagonal
+    masked_simple = attn_weights * mask_simple  # (..., n, n) * (n, n) -> (..., n, n)
+    row_sums = masked_simple.sum(dim=-1, keepdim=True)  # (..., n, 1)
+    return masked_simple / row_sums  # (..., n, n) / (..., n, 1) -> (..., n, n)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One measured equivalence: ``max_diff`` between the two sides, plus other measured numbers."""
+
+    key: str
+    title: str
+    max_diff: float
+    detail: dict
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.max_diff) and self.max_diff <= TOLERANCE
+
+    @property
+    def badge(self) -> str:
+        """Badge text: "equal" (max |Δ| ≤ TOLERANCE) or "differ", always with the measured number."""
+        return f"{'equal' if self.ok else 'differ'} · max |Δ| = {self.max_diff:.2e}"
+
+    @property
+    def icon(self) -> str:
+        """A green check or a red cross (Material icons: they render without an emoji font)."""
+        return ":material/check_circle:" if self.ok else ":material/cancel:"
+
+    @property
+    def color(self) -> str:
+        return "green" if self.ok else "red"
+
+
+def check_wrapper_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor,
+                             seeded_wrapper_output: torch.Tensor | None = None) -> Check:
+    """(a) copied wrapper output vs MHA's context before out_proj; also how far the raw outputs are."""
+    wrapper = copy_heads_from_mha(wrapper_like(mha), mha)
+    with torch.inference_mode():
+        wrapper_output = wrapper(inputs)  # (1, n, d_in) -> (1, n, h·hd) = (1, n, d_out)
+    context, mha_output = mha_context(mha, inputs)  # (1, n, d_out) each
+    detail = {"copied_vs_output": max_abs_diff(wrapper_output, mha_output)}
+    if seeded_wrapper_output is not None:
+        detail["seeded_vs_output"] = max_abs_diff(seeded_wrapper_output, mha_output)
+    return Check("wrapper_mha", f"Wrapper ({heads_text(mha.num_heads)}, weights copied) = MHA before out_proj",
+                 max_abs_diff(wrapper_output, context), detail)
+
+
+def check_mha_equals_sdpa(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> Check:
+    """(b) the book's MHA vs the same weights around F.scaled_dot_product_attention."""
+    with torch.inference_mode():
+        book_output = mha(inputs)  # (1, n, d_in) -> (1, n, d_out)
+    fused_output = sdpa_forward(mha, inputs, is_causal=mha.causal)  # (1, n, d_out)
+    flag = "is_causal=True" if mha.causal else "is_causal=False"
+    return Check("mha_sdpa", f"MHA = scaled_dot_product_attention ({flag})",
+                 max_abs_diff(book_output, fused_output), {})
+
+
+def check_masking_routes(scaled: torch.Tensor) -> Check:
+    """(c) −∞ then softmax vs softmax, zero, renormalise — on MHA's scaled scores."""
+    return Check("mask_routes", "Mask with −∞ before softmax = zero after softmax and renormalise",
+                 max_abs_diff(mask_then_softmax(scaled), softmax_then_mask(scaled)), {})
+
+
+CHECK_NOTES = {
+    "wrapper_mha": (
+        "Head h of the wrapper gets rows h·head_dim … (h+1)·head_dim of MHA's W_query, W_key and W_value; "
+        "its concatenated heads are then compared with MHA's context vectors just before `out_proj`."
+    ),
+    "mha_sdpa": (
+        "The same W_query/W_key/W_value and out_proj around PyTorch's fused kernel (eval mode, dropout 0); "
+        "SDPA scales by 1/√head_dim, as the book does."
+    ),
+    "mask_routes": (
+        "On MHA's scaled scores, always with the causal mask: masked_fill(−∞) → softmax, versus "
+        "softmax → × tril(ones) → ÷ row sums. Both give the future weight 0 and the rest the same share."
+    ),
+}
+
+
+def raw_difference_note(check: Check) -> str:
+    """Why the wrapper's own output differs from MHA's output, with the measured numbers."""
+    lines = [
+        "Compared raw, the two outputs differ, for two reasons:",
+        f"* **out_proj** — MHA mixes the concatenated heads with a learned d_out × d_out linear layer; the "
+        f"wrapper has none. Even with copied weights: max |Δ| = {check.detail['copied_vs_output']:.3g}.",
+    ]
+    if "seeded_vs_output" in check.detail:
+        lines.append(
+            "* **independent random init** — built from the seed, the wrapper's heads are separate "
+            "`CausalAttention` modules, each drawing its own (d_in → head_dim) weights in its own order, not "
+            "slices of MHA's (d_in → d_out) matrices. The two variants as shown below: "
+            f"max |Δ| = {check.detail['seeded_vs_output']:.3g}."
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- all variants
+
+@dataclass(frozen=True)
+class VariantResult:
+    variant: str
+    config: AttentionConfig
+    weights: np.ndarray  # (heads, n, n) softmax weights (before dropout; eval mode anyway)
+    output_shape: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return variants.get(self.variant).label
+
+    @property
+    def heads(self) -> int:
+        return self.weights.shape[0]
+
+    def attention_map(self, how: str = "head 0") -> np.ndarray:
+        """(n, n): head 0's weights, or the mean over heads (rows still sum to 1, masked cells stay 0)."""
+        if how == "mean over heads":
+            return self.weights.mean(axis=0)
+        return self.weights[0]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    tokens: tuple[str, ...]  # the compared tokens (at most MAX_TOKENS)
+    total_tokens: int  # tokens in the run
+    variants: tuple[VariantResult, ...]
+    checks: tuple[Check, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total_tokens > self.n
+
+
+def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig,
+            total_tokens: int | None = None) -> Comparison:
+    """Run every variant on ``inputs`` (1, n, d_in) and measure the three equivalences."""
+    num_tokens = inputs.shape[1]
+    results, modules, outputs, recorders = [], {}, {}, {}
+    for variant in variants.VARIANTS:
+        config = variant_config(base, variant)
+        module = seeded_module(config, num_tokens)
+        recorder, output = run_module(module, inputs)
+        modules[variant], outputs[variant], recorders[variant] = module, output, recorder
+        results.append(VariantResult(variant, config, recorder.steps["weights"][0].float().numpy(),
+                                     tuple(output.shape)))
+    mha = modules[variants.MHA]
+    checks = (
+        check_wrapper_equals_mha(mha, inputs, seeded_wrapper_output=outputs[variants.WRAPPER]),
+        check_mha_equals_sdpa(mha, inputs),
+        check_masking_routes(recorders[variants.MHA].steps["scaled"]),
+    )
+    return Comparison(tuple(tokens), total_tokens or num_tokens, tuple(results), checks)
+
+
+def compare_trace(trace: Trace, base: AttentionConfig, max_tokens: int = MAX_TOKENS) -> Comparison:
+    """:func:`compare` on a Trace's input embeddings (its first ``max_tokens`` tokens); ``base`` from
+    :func:`base_config` (it must have the Trace's d_in, seed and embedding)."""
+    inputs, tokens = compared_inputs(trace, max_tokens)
+    return compare(inputs, tokens, base, trace.n)
+
+
+def variant_title(result: VariantResult, how: str, current: str | None = None) -> str:
+    """Heatmap title: the variant, which map is drawn, ▶ for the sidebar's variant."""
+    mark = "▶ " if result.variant == current else ""
+    which = {"head 0": "head 0", "mean over heads": f"mean of {result.heads} heads"}[how]
+    which = "its single head" if result.heads == 1 else which
+    return f"{mark}{result.label}<br><sup>weights, {which}</sup>"
+
+
+def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causal: bool = True,
+                    current: str | None = None, height: int = 420) -> go.Figure:
+    """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title
+    (:func:`variant_title`) placed clear of the key-token ticks."""
+    fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
+                                    title=variant_title(result, how, current), height=height)
+    # Plotly anchors a multi-line title by its first line: move it down and make room under it
+    fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": 135})
+    return fig

@@ -1,0 +1,262 @@
+"""The Train page's work, without Streamlit: one ``attnviz.labs.train`` run as an ``attnviz.labs.jobs`` job.
+
+``training_work(cfg, alive)`` returns the ``work(job)`` a ``JobBoard`` runs off the script thread: it
+limits torch to ``THREADS`` intra-op threads *in that thread* (torch's setting is per thread here: the
+script threads keep theirs), draws the untrained heads' "before" snapshot, trains with
+``job.should_stop`` as the stop signal, reporting every step, and returns a :class:`TrainedRun` (the
+model, its history, the before/after snapshots).  ``alive()`` (optional) says whether the owner's browser
+tab is still connected; while it is, the worker touches the job itself, so a learner may look at other
+pages while the model trains — a closed tab stops touching and the job stops after its idle timeout.
+
+``progress_view(job.progress)`` turns the reports into arrays for the figures; ``checkpoint_zip``
+packs a trained model as the folder ``python -m attnviz.labs.train --out`` writes, in memory.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from attnviz.head_types import repeated_random_tokens
+
+THREADS = 1  # torch threads of a training job: the other core stays free for every session's pages
+MIN_STEPS, MAX_STEPS = 10, 6000
+MAX_SEED = 2**31 - 1
+SNAPSHOT_T, SNAPSHOT_SEED = 16, 1234  # the snapshot sequence: [BOS] + x + x, |x| = 16 (33 tokens)
+ZIP_FOLDER = "attnviz-trained"
+
+# The Train page's default run: the bundled model's recipe (attnviz.labs.train.TrainConfig's defaults) for 1,000
+# steps — its previous-token and induction heads form together in a phase change around steps 450-700
+# (README "Trained heads" has the measured times on one torch thread here).
+RECOMMENDED: dict = {"steps": 1000}
+
+
+def page_config(steps: int | None = None, seed: int = 0, **overrides):
+    """The ``TrainConfig`` of a Train-page run: the recommended recipe with the learner's steps and seed."""
+    from attnviz.labs.train import TrainConfig
+
+    values = {**RECOMMENDED, **overrides}
+    if steps is not None:
+        values["steps"] = steps
+    steps = int(values["steps"])
+    if not MIN_STEPS <= steps <= MAX_STEPS:
+        raise ValueError(f"steps must be between {MIN_STEPS} and {MAX_STEPS}; got {steps}")
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"seed must be between 0 and {MAX_SEED}; got {seed}")
+    cfg = TrainConfig(**{**values, "seed": int(seed)})
+    probe_every = max(1, min(cfg.probe_every, steps // 20 or 1))  # at least ~20 points on the score curves
+    return replace(cfg, probe_every=probe_every)
+
+
+def snapshot_tokens() -> np.ndarray:
+    """The sequence the before/after snapshots show: [BOS] + x + x, |x| = ``SNAPSHOT_T``: (2T + 1,)."""
+    return repeated_random_tokens(SNAPSHOT_T, SNAPSHOT_SEED, bos=True)
+
+
+def snapshot(model) -> np.ndarray:
+    """Every head's weights on ``snapshot_tokens()``: (layers, heads, n, n)."""
+    from attnviz.models import attention_maps
+
+    return attention_maps(model, snapshot_tokens())
+
+
+@dataclass(eq=False)
+class TrainedRun:
+    """What a finished (or stopped) training leaves: the model and what the page draws of it."""
+
+    cfg: object  # attnviz.labs.train.TrainConfig
+    model: object  # attnviz.models.GPTModel, eval mode
+    history: object  # attnviz.labs.train.History
+    before: np.ndarray  # (layers, heads, n, n) on snapshot_tokens(), untrained
+    after: np.ndarray  # (layers, heads, n, n) on snapshot_tokens(), trained
+    option: object = None  # what publish() returned (the glue: the weights option it was offered as)
+
+    @property
+    def steps_run(self) -> int:
+        return len(self.history.steps)
+
+    @property
+    def final_scores(self) -> dict[str, np.ndarray]:
+        """The last probe's stripes: ``{"induction": (layers, heads), "previous_token": (layers, heads)}``."""
+        if not self.history.probe_steps:
+            return {}
+        return {"induction": self.history.induction[-1], "previous_token": self.history.previous_token[-1]}
+
+    def type_notes(self) -> list[list[str]]:
+        """Each head's type at the last probe ("previous-token 0.92", or "—"): layers × heads strings."""
+        from attnviz.head_types import LABELS, head_label
+
+        scores = self.final_scores
+        if not scores:
+            return []
+        layers, heads = scores["induction"].shape
+        notes = []
+        for layer in range(layers):
+            row = []
+            for head in range(heads):
+                one = {name: scores[name][layer, head] for name in ("induction", "previous_token")}
+                label = head_label(one | {"duplicate_token": np.nan})  # not probed while training
+                key = next((k for k, text in LABELS.items() if text == label), None)
+                row.append("—" if key is None else f"{label} {one[key]:.2f}")
+            notes.append(row)
+        return notes
+
+    def metadata(self) -> dict:
+        from attnviz.labs.train import run_metadata
+
+        final = {name: np.round(values, 4).tolist() for name, values in self.final_scores.items()}
+        return run_metadata(self.cfg, self.history, final) | {"trained_by": "the attnviz Train page"}
+
+
+def run_name(run: TrainedRun) -> str:
+    """How the weights option of a trained run is listed ("3000 steps, seed 0", "… stopped at 420")."""
+    planned = run.cfg.steps
+    done = run.steps_run
+    steps = f"{planned} steps" if done >= planned else f"stopped at step {done} of {planned}"
+    return f"{steps}, seed {run.cfg.seed}"
+
+
+def training_work(cfg, alive: Callable[[], bool] | None = None,
+                  publish: Callable[[TrainedRun], object] | None = None) -> Callable:
+    """The ``work(job)`` of one training run (see the module docstring).
+
+    ``publish(run)`` is called in the worker when the run ends with a model its owner can still see (it
+    finished, or the user stopped it; not when the tab closed): the Streamlit glue offers it as a
+    ``weights`` option there, so it is listed on every page even if the Train page is not open.  Its
+    return value is kept as ``run.option``.
+    """
+
+    def work(job) -> TrainedRun:
+        import torch
+
+        from attnviz.labs.train import build_model, train
+
+        torch.set_num_threads(THREADS)  # this thread only
+        start = time.perf_counter()
+        before = snapshot(build_model(cfg))  # the same seeded initial weights train() starts from
+        job.report(step=None, before=before, seconds=time.perf_counter() - start)
+
+        def on_step(step: int, loss: float, scores: dict | None) -> None:
+            if alive is not None and alive():
+                job.touch()
+            entry = {"step": step, "loss": loss, "seconds": time.perf_counter() - start}
+            if scores is not None:
+                entry |= {"induction": scores["induction"], "previous_token": scores["previous_token"]}
+            job.report(**entry)
+
+        model, history = train(cfg, on_step=on_step, should_stop=job.should_stop)
+        run = TrainedRun(cfg=cfg, model=model, history=history, before=before, after=snapshot(model))
+        if publish is not None and history.steps and job.stop_reason != "tab closed":
+            run.option = publish(run)
+        return run
+
+    return work
+
+
+@dataclass(eq=False)
+class ProgressView:
+    """The reports of a running job as arrays: loss per step, stripes (probes, layers, heads) per probe."""
+
+    steps: np.ndarray
+    loss: np.ndarray
+    probe_steps: np.ndarray
+    induction: np.ndarray
+    previous_token: np.ndarray
+    before: np.ndarray | None
+    seconds: float
+
+    @property
+    def last_step(self) -> int:
+        return int(self.steps[-1]) if self.steps.size else -1
+
+
+def progress_view(progress: list[dict]) -> ProgressView:
+    """Arrays from ``job.progress`` (read while the worker appends: a snapshot of the list is taken first)."""
+    entries = list(progress)
+    before = next((e["before"] for e in entries if "before" in e), None)
+    steps = [e for e in entries if e.get("step") is not None]
+    probes = [e for e in steps if "induction" in e]
+    shape = (0, *before.shape[:2]) if before is not None else (0, 0, 0)
+    return ProgressView(
+        steps=np.array([e["step"] for e in steps], dtype=np.int64),
+        loss=np.array([e["loss"] for e in steps], dtype=np.float64),
+        probe_steps=np.array([e["step"] for e in probes], dtype=np.int64),
+        induction=np.array([e["induction"] for e in probes]) if probes else np.zeros(shape),
+        previous_token=np.array([e["previous_token"] for e in probes]) if probes else np.zeros(shape),
+        before=before,
+        seconds=float(entries[-1].get("seconds", 0.0)) if entries else 0.0,
+    )
+
+
+def crossings(view: ProgressView, threshold: float) -> list[tuple[str, str, int, float]]:
+    """When each head's score first reached ``threshold``: ``(kind, head name, probe step, latest score)`` for
+    kind "induction" / "previous-token", in step order — the moments the page points out ("L1H2 became an
+    induction head at step 1250")."""
+    from attnviz.views.head_figures import head_name
+
+    found = []
+    for kind, scores in (("induction", view.induction), ("previous-token", view.previous_token)):
+        if not scores.size:
+            continue
+        above = scores >= threshold  # (probes, layers, heads)
+        for layer, head in zip(*np.nonzero(above.any(axis=0))):
+            first = int(np.argmax(above[:, layer, head]))
+            found.append((kind, head_name(int(layer), int(head)), int(view.probe_steps[first]),
+                          float(scores[-1, layer, head])))
+    return sorted(found, key=lambda item: (item[2], item[0], item[1]))
+
+
+def history_view(run: TrainedRun) -> ProgressView:
+    """The same arrays as ``progress_view`` from an ended run's history (when its job's reports are gone)."""
+    history = run.history
+    return ProgressView(
+        steps=np.asarray(history.steps, dtype=np.int64), loss=np.asarray(history.loss, dtype=np.float64),
+        probe_steps=np.asarray(history.probe_steps, dtype=np.int64),
+        induction=np.asarray(history.induction), previous_token=np.asarray(history.previous_token),
+        before=run.before, seconds=float(history.seconds),
+    )
+
+
+def checkpoint_files(model, metadata: dict) -> dict[str, bytes]:
+    """The files ``attnviz.labs.train.save`` writes for ``model`` (fp16 model.safetensors with GPT-2 names,
+    config.json, training.json), as bytes in memory — a test checks they equal what ``save`` writes."""
+    import torch
+    from safetensors.torch import save as safetensors_bytes
+
+    from attnviz.head_types import BOS_ID
+    from attnviz.labs.train import VOCAB_SIZE, gpt2_state_dict
+
+    dtype = torch.float16
+    cfg = metadata["config"]
+    tied = model.out_head.weight is model.tok_emb.weight
+    tensors = {k: v.detach().to(dtype).contiguous().clone() for k, v in gpt2_state_dict(model, tied).items()}
+    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": VOCAB_SIZE,
+              "n_positions": cfg["context_length"], "n_ctx": cfg["context_length"], "n_embd": cfg["emb_dim"],
+              "n_layer": cfg["n_layers"], "n_head": cfg["n_heads"], "activation_function": "gelu_new",
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": tied, "bos_token_id": BOS_ID,
+              "eos_token_id": BOS_ID, "torch_dtype": str(dtype).removeprefix("torch.")}
+    return {
+        "model.safetensors": safetensors_bytes(tensors, metadata={"format": "pt", "attnviz": json.dumps(metadata)}),
+        "config.json": (json.dumps(config, indent=2) + "\n").encode(),
+        "training.json": (json.dumps(metadata, indent=2) + "\n").encode(),
+    }
+
+
+def checkpoint_zip(run: TrainedRun) -> bytes:
+    """The trained model as a zip of the folder ``python -m attnviz.labs.train --out`` writes (model.safetensors,
+    config.json, training.json; fp16), built in memory: unzip it and pass the folder to ``--checkpoint``."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in checkpoint_files(run.model, run.metadata()).items():
+            archive.writestr(f"{ZIP_FOLDER}/{name}", data)
+    return buffer.getvalue()
+
+
+def metadata_json(run: TrainedRun) -> str:
+    return json.dumps(run.metadata(), indent=2)

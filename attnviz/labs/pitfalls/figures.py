@@ -1,0 +1,105 @@
+"""Pitfall lab, the figures: Plotly builders for the lab's heatmaps, bar charts and the leak detector.
+
+Pure Plotly: they take results and labels, never run a model, never touch Streamlit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+from attnviz.labs.pitfalls.catalogue import PITFALLS, PitfallResult
+from attnviz.labs.pitfalls.detectors import Observation
+from attnviz.views import figures
+
+LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
+
+
+# --------------------------------------------------------------------------- figures
+
+def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: str = "weights",
+                   dropout: float = 0.0) -> go.Figure:
+    """One head's weights; cells whose score really was −∞ (masked) are grey — what is drawn is what the
+    code did, so an ineffective mask shows as coloured cells above the diagonal.  No title (pages say
+    which version it is): at this size a title would collide with the key-token axis on top."""
+    values = observation.maps[stage][head].astype(np.float32).copy()  # (n, n)
+    values[np.isneginf(observation.maps["masked"][head])] = np.nan  # masked by the code -> grey gap
+    fig = figures.attention_heatmap(values, tokens[: values.shape[0]], stage, causal=False, dropout=dropout,
+                                    height=420)
+    nan_rows, nan_cols = np.nonzero(np.isnan(observation.maps[stage][head]))  # computed NaN, not a masked gap
+    if nan_rows.size:
+        labels = figures.position_labels(tokens[: values.shape[0]])
+        fig.add_trace(go.Scatter(x=[labels[c] for c in nan_cols], y=[labels[r] for r in nan_rows], mode="text",
+                                 text=["NaN"] * nan_rows.size, textfont={"color": LEAK_COLOR, "size": 11},
+                                 name="NaN", showlegend=False, hoverinfo="skip"))
+    fig.update_layout(title={"text": ""}, margin={"t": 20})
+    return fig
+
+
+def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title: str,
+          reference: float | None = None) -> go.Figure:
+    labels = figures.position_labels(tokens)
+    fig = go.Figure([go.Bar(x=labels[: len(values)], y=values, name=name, marker_color=color,
+                            text=["0" if value == 0 else "" for value in values], textposition="outside")
+                     for name, values, color in series])  # exact zeros would otherwise be invisible
+    if reference is not None:
+        fig.add_hline(y=reference, line_dash="dot", line_color="black")
+    fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=320,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35},
+                      yaxis_title=y_title)
+    fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels[: len(series[0][1])],
+                     ticktext=[figures.safe_label(t) for t in tokens[: len(series[0][1])]])
+    return fig
+
+
+def row_sums_figure(result: PitfallResult, tokens) -> go.Figure:
+    """(2) Row sums of the weights (mean over heads): 1 for the correct code, not for the bug."""
+    return _bars(tokens, [("correct: row sums", result.correct.details["row_sums"], AFTER_COLOR),
+                          ("bug: row sums", result.buggy.details["row_sums"], LEAK_COLOR),
+                          ("bug: column sums", result.buggy.details["column_sums"], STILL_COLOR)],
+                 "sum of each query's weights (mean over heads); dotted line = 1", "sum", reference=1.0)
+
+
+def entropy_figure(result: PitfallResult, tokens) -> go.Figure:
+    """(3) Entropy of each query's weights (mean over heads), ÷√head_dim vs ÷√d_out."""
+    setup = result.setup
+    return _bars(tokens, [(f"÷√head_dim = ÷√{setup.head_dim}", result.correct.details["entropy"], AFTER_COLOR),
+                          (f"÷√d_out = ÷√{setup.d_out}", result.buggy.details["entropy"], LEAK_COLOR)],
+                 "entropy of each query's weights (nats, mean over heads; higher = flatter)", "nats")
+
+
+def call_difference_figure(result: PitfallResult, tokens) -> go.Figure:
+    """(6) max |output of call 1 − output of call 2| per position."""
+    return _bars(tokens, [("correct (eval mode)", result.correct.details["call_delta"], AFTER_COLOR),
+                          ("bug (training mode)", result.buggy.details["call_delta"], LEAK_COLOR)],
+                 "same input, two calls: max |Δ output| per position (0 = identical)", "max |Δ output|")
+
+
+def leak_figure(report: dict, tokens) -> go.Figure:
+    """|Δ output| per position after perturbing token j: red = moved before j (a leak), grey = exactly 0."""
+    delta, j = report["delta"], report["j"]
+    leaked = set(report["leaked"])
+    labels = figures.position_labels(tokens)[: len(delta)]
+    colors = [PERTURBED_COLOR if p == j else LEAK_COLOR if p in leaked else STILL_COLOR if p < j else AFTER_COLOR
+              for p in range(len(delta))]
+    text = ["NaN" if math.isnan(d) else "0" if d == 0 else f"{d:.2g}" for d in delta]
+    shown = np.where(np.isnan(delta), 0.0, delta)
+    fig = go.Figure(go.Bar(x=labels, y=shown, marker_color=colors, text=text, textposition="outside",
+                           cliponaxis=False, hovertemplate="%{x}<br>max |Δ output| %{text}<extra></extra>"))
+    fig.update_layout(
+        title={"text": f"perturb token {j} (orange): max |Δ output| at every position — before it, grey = exactly 0, "
+                       "red = moved (a leak)", "font": {"size": 13}},
+        height=340, margin={"l": 10, "r": 10, "t": 60, "b": 10}, yaxis_title="max |Δ output|", showlegend=False,
+    )
+    fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels,
+                     ticktext=[figures.safe_label(t) for t in tokens[: len(delta)]])
+    return fig
+
+
+def extra_figure(result: PitfallResult, tokens) -> go.Figure | None:
+    """The pitfall's own chart under the two heatmaps (row sums, entropy or call difference), None if it has none."""
+    builder = {"row_sums": row_sums_figure, "entropy": entropy_figure,
+               "dropout": call_difference_figure}.get(PITFALLS[result.key].figure)
+    return None if builder is None else builder(result, tokens)

@@ -1,0 +1,343 @@
+"""The shape diagram: Graphviz DOT source for one run's pipeline, with the shapes the tensors really had.
+
+Pure functions of ``Trace.shapes`` (the ordered ``(stage, shape)`` pairs recorded from the real
+tensors) and the run's ``AttentionConfig``; nothing here runs a model or imports Streamlit.  The app
+hands :func:`shape_dot`'s string to ``st.graphviz_chart`` and :func:`shape_rows` to a table.
+
+Tensors are nodes, labelled with their stage name (``attention.STAGES`` plus ``input``, ``view``,
+``transpose`` and ``concat``), the operation that produced them, the actual shape and its symbolic
+meaning, e.g. ``(1, 12, 6, 6)`` = ``(b, h, n, n)``.  Weight matrices (``W_query``, ``W_key``,
+``W_value``, ``out_proj``) are separate, parallelogram-shaped nodes.  Stages that do nothing in this
+run (no mask, no scaling in the simplified version, dropout in eval mode) are dashed and grey.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from attnviz import variants
+from attnviz.attention import MAP_STAGES, STAGES
+from attnviz.views.steps import dropout_off_reason
+
+if TYPE_CHECKING:
+    from attnviz.pipeline import AttentionConfig
+
+Shapes = Iterable[tuple[str, Sequence[int]]]
+
+EXTRA_STAGES = ("input", "view", "transpose", "concat")
+KNOWN_STAGES = frozenset(STAGES) | frozenset(EXTRA_STAGES)
+WEIGHTS = ("W_query", "W_key", "W_value")
+QKV = variants.QKV
+
+HIGHLIGHT_FILL = "#ffd54f"  # the stage the user is viewing
+TENSOR_FILL = "#e8f0fe"
+WEIGHT_FILL = "#fff4e0"
+OFF_FILL = "#f4f4f4"
+OFF_COLOR = "#9e9e9e"
+
+# symbolic shapes, as in the code's shape comments: b batch, n tokens, h heads, hd head_dim
+_MEANINGS = {
+    "input": "b n d_in",
+    "view": "b n h hd",
+    "transpose": "b h n hd",
+    "concat": "b n d_out",
+}
+
+
+def _split_name(name: str) -> tuple[str, int | None]:
+    """``"queries ×12"`` -> ``("queries", 12)``; ``"queries"`` -> ``("queries", None)``."""
+    base, sep, count = name.partition(" ×")
+    return (base, int(count)) if sep and count.isdigit() else (name, None)
+
+
+def _meaning(base: str, spec: variants.Variant, rank: int) -> str:
+    """Symbolic shape of stage ``base`` in the variant ``spec``, e.g. ``(b, h, n, n)``; ``rank`` trims ``b``."""
+    symbols = _MEANINGS.get(base) or spec.meaning(base)
+    if not symbols:
+        return ""
+    parts = symbols.split()
+    if 0 < rank < len(parts):
+        parts = parts[len(parts) - rank :]  # unbatched tensors: drop the leading b
+    return "(" + ", ".join(parts) + ")"
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """``(1, 6, 768)``; a 1-d shape keeps its comma like Python's: ``(6,)``."""
+    return str(tuple(int(d) for d in shape))
+
+
+def shape_rows(trace_shapes: Shapes, config: AttentionConfig) -> list[dict[str, str]]:
+    """One row per recorded stage: ``{"stage", "shape", "meaning"}``, in pipeline order.
+
+    ``meaning`` is the symbolic shape (``(b, n, d_out)``, ``(b, h, n, n)`` …) in the run's variant.
+    """
+    pairs = [(str(name), tuple(shape)) for name, shape in trace_shapes]
+    return [
+        {"stage": name, "shape": format_shape(shape), "meaning": _meaning(_split_name(name)[0], config.spec, len(shape))}
+        for name, shape in pairs
+    ]
+
+
+def head_dim_equation(config: AttentionConfig) -> str:
+    """How the widths relate for this variant, with the numbers, e.g. ``d_out = num_heads × head_dim: 768 = 12 × 64``."""
+    c = config
+    spec = c.spec
+    if spec.heads == variants.BATCHED:
+        return f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {c.d_out // c.num_heads}"
+    if spec.heads == variants.PER_HEAD:
+        per_head = c.d_out // c.num_heads
+        return (
+            f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {per_head} "
+            f"(each CausalAttention head has d_out = {per_head}; the heads are concatenated)"
+        )
+    if spec.weights is None:
+        return f"no weights: queries = keys = values = inputs, d = d_in = {c.d_in}"
+    return f"one head: dₖ = d_out = {c.d_out} (d_in = {c.d_in})"
+
+
+def quote(text: str) -> str:
+    """A DOT double-quoted string: backslashes and quotes escaped, newlines as DOT's ``\\n``."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = escaped.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _attrs(**attrs: str | float | None) -> str:
+    return ", ".join(f"{key}={quote(str(value))}" for key, value in attrs.items() if value is not None)
+
+
+def _titles(
+    config: AttentionConfig, shapes: dict[str, tuple[int, ...]], heads: int | None
+) -> dict[str, tuple[str, bool]]:
+    """stage -> (operation line, off?).  ``off`` stages did nothing in this run."""
+    spec = config.spec
+    if spec.heads == variants.BATCHED:
+        d_k = shapes["transpose"][-1]
+        scale = f"÷√dₖ, dₖ = head_dim = {d_k}"
+    elif spec.heads == variants.PER_HEAD:
+        d_k = shapes["keys"][-1]
+        scale = f"÷√dₖ, dₖ = d_out per head = {d_k}"
+    else:
+        d_k = shapes["keys"][-1]
+        scale = f"÷√dₖ, dₖ = d_out = {d_k}"
+    unscaled = not spec.scaled
+
+    def project(weight: str) -> str:
+        if spec.weights is None:
+            return "= inputs"
+        return f"x @ {weight}" if spec.weights == "parameter" else f"{weight}(x)"
+
+    dropout_off = not config.dropout_runs
+    return {
+        "input": ("x: input embeddings", False),
+        **{stage: (project(weight), False) for stage, weight in zip(QKV, WEIGHTS)},
+        "view": (f"split into {shapes['view'][2]} heads" if "view" in shapes else "split heads", False),
+        "transpose": ("transpose(1, 2)", False),
+        "scores": ("Q · Kᵀ", False),
+        "scaled": (("skipped: no ÷√dₖ" if unscaled else scale), unscaled),
+        "masked": (("causal mask: −∞ above diagonal" if config.causal else "mask off"), not config.causal),
+        "weights": ("softmax (rows sum to 1)", False),
+        "dropped": (
+            dropout_off_reason(config, short=True) if dropout_off else f"dropout p = {config.dropout:g} (train)",
+            dropout_off,
+        ),
+        "context": ("weights · V", False),
+        "concat": (f"concatenate {heads or (shapes['transpose'][1] if 'transpose' in shapes else '')} heads", False),
+        "output": (
+            "out_proj(concat)" if spec.out_proj else ("= concat" if spec.multi_head else "= context"),
+            False,
+        ),
+    }
+
+
+def _read_shapes(trace_shapes: Shapes, spec: variants.Variant, highlight: str | None):
+    """(base stage -> shape, base stage -> name as recorded ("queries ×12"), head count or None, the
+    highlighted base stage or None); raises ValueError for another variant's shapes or an unknown stage."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    names: dict[str, str] = {}
+    heads = None
+    for name, shape in trace_shapes:
+        base, count = _split_name(str(name))
+        shapes[base], names[base] = tuple(int(d) for d in shape), str(name)
+        heads = heads or count
+    missing = [stage for stage in spec.shape_path if stage not in shapes]
+    if missing:
+        raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {spec.name!r}: is it from another run?")
+    highlight_base = None
+    if highlight is not None:
+        highlight_base = _split_name(highlight)[0]
+        if highlight_base not in KNOWN_STAGES:
+            raise ValueError(f"Unknown stage {highlight!r}; choose one of {', '.join(sorted(KNOWN_STAGES))}.")
+    return shapes, names, heads, highlight_base
+
+
+def shape_dot(
+    trace_shapes: Shapes,
+    config: AttentionConfig,
+    highlight: str | None = None,
+    rankdir: str | None = None,
+) -> str:
+    """Graphviz DOT source of this run's attention pipeline, with the recorded shapes.
+
+    ``trace_shapes`` is ``Trace.shapes``; ``config`` the run's config (variant, causal, dropout).
+    ``highlight`` names a stage (``"masked"``, ``"masked ×12"``, ``"view"`` …): that node gets
+    :data:`HIGHLIGHT_FILL`; a known stage this variant does not have (``"view"`` for a single head)
+    highlights nothing.  ``rankdir`` overrides the left-to-right layout (``"TB"``: top to bottom).
+    """
+    spec = config.spec
+    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
+    titles = _titles(config, shapes, heads)
+    weighted = spec.weights is not None
+    fontsize = 12
+    graph_attrs = _attrs(
+        rankdir=rankdir or "LR",
+        nodesep=0.3,
+        ranksep=0.35,
+        fontname="Helvetica",
+        fontsize=fontsize,
+        bgcolor="transparent",
+    )
+    node_attrs = _attrs(
+        shape="box",
+        style="rounded,filled",
+        fillcolor=TENSOR_FILL,
+        fontname="Helvetica",
+        fontsize=fontsize,
+    )
+    edge_attrs = _attrs(fontname="Helvetica", fontsize=fontsize - 2, arrowsize=0.8)
+    lines = ["digraph attention {", f"  graph [{graph_attrs}];", f"  node [{node_attrs}];", f"  edge [{edge_attrs}];"]
+
+    def tensor_node(base: str, indent: str = "  ") -> str:
+        operation, off = titles[base]
+        shape = shapes[base]
+        label = f"{names[base]}\n{operation}\n{format_shape(shape)}\n{_meaning(base, spec, len(shape))}"
+        style = "rounded,dashed,filled" if off else None
+        fill = HIGHLIGHT_FILL if base == highlight_base else (OFF_FILL if off else None)
+        color = OFF_COLOR if off else None
+        penwidth = 2.5 if base == highlight_base else None
+        attrs = _attrs(label=label, style=style, fillcolor=fill, color=color, fontcolor=color, penwidth=penwidth)
+        return f"{indent}{quote(base)} [{attrs}];"
+
+    def weight_node(weight: str, width_in: int, width_out: int, bias: bool) -> str:
+        if spec.weights == "parameter":  # the book's first version: a bare (d_in, d_out) matrix
+            kind = f"nn.Parameter {format_shape((width_in, width_out))}"
+        else:
+            kind = f"nn.Linear {width_in} → {width_out}" + (" + bias" if bias else "")
+        label = f"{weight}{' ×' + str(heads) if heads else ''}\n{kind}"
+        attrs = _attrs(label=label, shape="parallelogram", style="filled", fillcolor=WEIGHT_FILL)
+        return f"  {quote(weight)} [{attrs}];"
+
+    def edge(tail: str, head: str, label: str | None = None, off: bool = False) -> str:
+        attrs = _attrs(label=label, style="dashed" if off else None, color=OFF_COLOR if off else None)
+        return f"  {quote(tail)} -> {quote(head)}" + (f" [{attrs}];" if attrs else ";")
+
+    # nodes: tensors in pipeline order; the per-head part of a multi-head run inside a cluster
+    if spec.heads == variants.BATCHED:
+        grouped = ["transpose", *MAP_STAGES, "context"]
+        where = f"{shapes['transpose'][1]} heads at once (batched)"
+    elif spec.heads == variants.PER_HEAD:
+        grouped = [*QKV, *MAP_STAGES, "context"]
+        where = f"each of {heads} CausalAttention heads"
+    else:
+        grouped = []
+    if weighted:
+        d_in = shapes["input"][-1]
+        lines.extend(weight_node(w, d_in, shapes[stage][-1], config.qkv_bias) for w, stage in zip(WEIGHTS, QKV))
+    if spec.out_proj:
+        lines.append(weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1], True))
+    lines.extend(tensor_node(stage) for stage in spec.shape_path if stage not in grouped)
+    if grouped:
+        lines.append("  subgraph cluster_heads {")
+        lines.append(
+            f"    graph [{_attrs(label=where, style='rounded,dashed', color=OFF_COLOR, fontcolor='#555555')}];"
+        )
+        lines.extend(tensor_node(stage, indent="    ") for stage in grouped)
+        lines.append("  }")
+
+    # edges
+    for weight, stage in zip(WEIGHTS, QKV):
+        if not weighted:
+            lines.append(edge("input", stage, "as is"))
+        else:
+            lines.append(edge("input", weight))
+            lines.append(edge(weight, stage))
+    if spec.heads == variants.BATCHED:
+        for stage in QKV:
+            lines.append(edge(stage, "view"))
+        lines.append(edge("view", "transpose"))
+        lines.append(edge("transpose", "scores", "Q, K"))
+        lines.append(edge("transpose", "context", "V"))
+    else:
+        lines.append(edge("queries", "scores", "Q"))
+        lines.append(edge("keys", "scores", "Kᵀ"))
+        lines.append(edge("values", "context", "V"))
+    chain = ["scores", "scaled", "masked", "weights", "dropped", "context"]
+    for tail, head in zip(chain, chain[1:]):
+        lines.append(edge(tail, head, off=titles[head][1]))
+    if spec.out_proj:
+        lines.append(edge("context", "concat"))
+        lines.append(edge("concat", "out_proj"))
+        lines.append(edge("out_proj", "output"))
+    elif spec.multi_head:
+        lines.append(edge("context", "concat", f"×{heads}"))
+        lines.append(edge("concat", "output"))
+    else:
+        lines.append(edge("context", "output"))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _flow_rows(spec: variants.Variant) -> list[tuple[str, ...]]:
+    """The compact flow's rows, top to bottom: Q, K and V side by side, then one stage per row."""
+    return [QKV if stage == QKV[0] else (stage,) for stage in spec.shape_path if stage not in QKV[1:]]
+
+
+def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
+    """The compact shape diagram as plain HTML: one box per recorded tensor, top to bottom, with its
+    shape, the stage on view (``highlight``) filled like :func:`shape_dot`'s, and stages that did
+    nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`;
+    drawn by the browser's layout in a few milliseconds (a Graphviz chart is laid out and animated
+    in the browser on every change, which costs a settings change a third of a second).
+
+    Every string is escaped; the result is safe for ``st.html``."""
+    import html
+
+    spec = config.spec
+    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
+    titles = _titles(config, shapes, heads)
+    weighted = spec.weights is not None
+    arrows = {  # what the arrow into a stage carries, where it is not just "the row above"
+        **{stage: (weight if weighted else "as is") for stage, weight in zip(QKV, WEIGHTS)},
+        "scores": "Q, Kᵀ",
+        "context": "· V (values)",
+        "concat": f"×{heads}" if spec.heads == variants.PER_HEAD else None,
+        "output": "out_proj" if spec.out_proj else None,
+    }
+
+    def box(stage: str) -> str:
+        operation, off = titles[stage]
+        style = "border:1px dashed #9e9e9e;color:#757575;background:#f4f4f4" if off else "border:1px solid #8fa8d6"
+        if stage == highlight_base:
+            style = f"border:2.5px solid #333;background:{HIGHLIGHT_FILL}"
+        elif not off:
+            style += f";background:{TENSOR_FILL}"
+        arrow = arrows.get(stage)
+        into = f'<div style="font-size:0.7em;color:#555">↓ {html.escape(arrow)}</div>' if arrow else ""
+        return (
+            f'<div style="flex:1;min-width:0;text-align:center">{into}'
+            f'<div class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}" '
+            f'style="{style};border-radius:6px;padding:2px 4px;overflow-wrap:anywhere">'
+            f'<b>{html.escape(names[stage])}</b> <code style="font-size:0.85em;background:none;color:inherit">'
+            f'{html.escape(format_shape(shapes[stage]))}</code>'
+            + (f'<br><span style="font-size:0.75em">{html.escape(operation)}</span>' if off else "")
+            + "</div></div>"
+        )
+
+    parts = []
+    for index, row in enumerate(_flow_rows(spec)):
+        if index and not (len(row) == 1 and arrows.get(row[0])) and row != QKV:
+            parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
+        parts.append(f'<div style="display:flex;gap:4px">{"".join(box(stage) for stage in row)}</div>')
+    return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
+            + "".join(parts) + "</div>")

@@ -1,0 +1,212 @@
+"""Pure Plotly figures of head types, the induction lab and live training: arrays in, ``go.Figure`` out.
+
+No model runs here and no Streamlit (as ``attnviz.views.figures``):
+
+* ``stripe_heatmap`` — one head's weights at full resolution with the induction stripe ``A[i, i−T+1]``
+  drawn over the repeat (``attnviz.head_types.induction_stripe``'s cells);
+* ``stripe_grid`` — every head of a model (layers × heads) as small maps, each with its stripe: the
+  Train page's "before" and "after" snapshots;
+* ``score_grid`` — one layers × heads heatmap per score, the value printed in every cell;
+* ``loss_curve`` and ``score_curves`` — what the Train page draws while it trains;
+* ``position_loss`` — the model's loss at every position of the repeated sequence, the repeat shaded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from attnviz.head_types import repeat_halves
+from attnviz.views.figures import WEIGHT_SCALE, attention_heatmap, position_labels
+
+STRIPE_COLOR = "#ff2d55"
+REPEAT_FILL = "rgba(255, 45, 85, 0.08)"
+SCORE_TITLES = {
+    "induction": "induction",
+    "previous_token": "previous-token",
+    "duplicate_token": "duplicate-token",
+    "first_token": "first-token mass",
+}
+
+
+def head_name(layer: int, head: int) -> str:
+    """``L0H3``: layer 0, head 3 (the name every training figure and table uses)."""
+    return f"L{layer}H{head}"
+
+
+def stripe_cells(n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns of the induction stripe of an ``n``-token sequence ending in x + x, |x| = T:
+    rows ``n−T … n−1`` (the repeat), columns ``row − T + 1``."""
+    rows = np.arange(n - T, n)  # (T,)
+    return rows, rows - T + 1
+
+
+def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: float | None = None,
+                   height: int = 560) -> go.Figure:
+    """One head's (n, n) weights with the induction stripe ``A[i, i−T+1]`` outlined over the repeat."""
+    n = weights.shape[-1]
+    fig = attention_heatmap(weights, tokens, "weights", causal=True, title=title, height=height)
+    labels = position_labels(tokens)
+    rows, cols = stripe_cells(n, T)
+    on_stripe = weights[rows, cols]  # (T,)
+    fig.add_trace(go.Scatter(
+        x=[labels[c] for c in cols], y=[labels[r] for r in rows], mode="markers",
+        name=f"induction stripe A[i, i−{T - 1}]" + (f" (mean {score:.2f})" if score is not None else ""),
+        marker={"symbol": "square-open", "size": max(4, min(14, 520 // n)), "color": STRIPE_COLOR,
+                "line": {"width": 2}},
+        customdata=on_stripe, hovertemplate="stripe: query %{y}<br>key %{x}<br>weight %{customdata:.4f}<extra></extra>",
+    ))
+    fig.update_layout(showlegend=True, legend={"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
+                                               "yanchor": "top"})
+    return fig
+
+
+def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figure:
+    """Every head's weights (layers, heads, n, n) as small maps in a layers × heads grid, each with its
+    induction stripe; ``notes`` (layers × heads strings, e.g. the head's type) go into the tile titles."""
+    layers, heads, n, _ = maps.shape
+    names = []
+    for layer in range(layers):
+        for head in range(heads):
+            extra = f"<br>{notes[layer][head]}" if notes is not None else ""  # second line: fits a narrow tile
+            names.append(head_name(layer, head) + extra)
+    fig = make_subplots(rows=layers, cols=heads, subplot_titles=names, horizontal_spacing=0.02,
+                        vertical_spacing=(0.14 if notes is not None else 0.08) if layers > 1 else 0.0)
+    rows, cols = stripe_cells(n, T)
+    upper = np.triu(np.ones((n, n), dtype=bool), k=1)
+    for layer in range(layers):
+        for head in range(heads):
+            values = np.where(upper, np.nan, maps[layer, head]).astype(np.float32)  # (n, n), masked cells as gaps
+            fig.add_trace(go.Heatmap(z=values, zmin=0, zmax=1, colorscale=WEIGHT_SCALE, showscale=False,
+                                     hoverongaps=False, name=head_name(layer, head),
+                                     hovertemplate=head_name(layer, head)
+                                     + ": query %{y}, key %{x}, weight %{z:.3f}<extra></extra>"),
+                          row=layer + 1, col=head + 1)
+            fig.add_trace(go.Scatter(x=cols, y=rows, mode="lines", line={"color": STRIPE_COLOR, "width": 1},
+                                     opacity=0.5, showlegend=False, hoverinfo="skip"), row=layer + 1, col=head + 1)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
+    fig.update_annotations(font={"size": 11})
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=(80 if notes is not None else 60) + 190 * layers,
+                      margin={"l": 10, "r": 10, "t": 90 if notes is not None else 70, "b": 10}, plot_bgcolor="#e8e8e8")
+    return fig
+
+
+def score_grid(scores: dict[str, np.ndarray], *, title: str = "", names=None) -> go.Figure:
+    """One layers × heads heatmap per score (``{name: (layers, heads)}``), 0…1, the value in every cell."""
+    names = list(names or scores)
+    layers, heads = np.asarray(scores[names[0]]).shape
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[SCORE_TITLES.get(k, k) for k in names],
+                        horizontal_spacing=0.06)
+    for index, name in enumerate(names):
+        values = np.asarray(scores[name], dtype=float)  # (layers, heads)
+        fig.add_trace(go.Heatmap(
+            z=values, x=[f"H{h}" for h in range(heads)], y=[f"L{layer}" for layer in range(layers)],
+            zmin=0, zmax=1, colorscale=WEIGHT_SCALE, showscale=index == len(names) - 1,
+            text=np.vectorize(lambda v: "–" if not np.isfinite(v) else f"{v:.2f}")(values),
+            texttemplate="%{text}", textfont={"size": 11 if heads <= 16 else 8}, name=SCORE_TITLES.get(name, name),
+            hovertemplate="layer %{y}, head %{x}<br>" + SCORE_TITLES.get(name, name) + " %{z:.3f}<extra></extra>",
+            colorbar={"thickness": 10},
+        ), row=1, col=index + 1)
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", side="bottom")
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=120 + 26 * max(layers, 3),
+                      margin={"l": 10, "r": 10, "t": 70 if title else 40, "b": 10})
+    return fig
+
+
+def smooth(values, window: int = 25) -> np.ndarray:
+    """Trailing mean over at most ``window`` points (the first points average what exists so far)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return values
+    cumulative = np.cumsum(np.insert(values, 0, 0.0))  # (k+1,)
+    ends = np.arange(1, values.size + 1)
+    starts = np.maximum(0, ends - window)
+    return (cumulative[ends] - cumulative[starts]) / (ends - starts)
+
+
+def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
+               title: str = "training loss") -> go.Figure:
+    """Every ``stride``-th step's loss (faint; the last step always) and the trailing mean over 25 steps
+    (computed on every step)."""
+    steps, loss = np.asarray(steps), np.asarray(loss, dtype=np.float64)
+    mean = smooth(loss)
+    keep = np.unique(np.r_[np.arange(0, steps.size, max(1, stride)), steps.size - 1]) if steps.size else []
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=steps[keep], y=loss[keep].astype(np.float32), mode="lines", name="loss",
+                             line={"color": "#9ecae1", "width": 1},
+                             hovertemplate="step %{x}<br>loss %{y:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=steps[keep], y=mean[keep].astype(np.float32), mode="lines", name="mean of the last 25 steps",
+                             line={"color": "#08519c", "width": 2},
+                             hovertemplate="step %{x}<br>mean loss %{y:.3f}<extra></extra>"))
+    if total_steps:
+        fig.update_xaxes(range=[0, max(1, total_steps - 1)])
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=320,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"})
+    return fig
+
+
+def score_curves(probe_steps, induction, previous_token, *, total_steps: int | None = None,
+                 threshold: float | None = None) -> go.Figure:
+    """Each head's induction and previous-token stripe at every probe: two panels, one line per head.
+
+    ``induction`` and ``previous_token`` are (probes, layers, heads); a head keeps its colour in both.
+    """
+    induction, previous_token = np.asarray(induction), np.asarray(previous_token)
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=("induction: mean A[i, i−T+1] on repeated random tokens",
+                                        "previous-token: mean A[i, i−1] on held-out text"))
+    if induction.size:
+        _, layers, heads = induction.shape
+        palette = qualitative.Plotly + qualitative.D3
+        for layer in range(layers):
+            for head in range(heads):
+                name = head_name(layer, head)
+                color = palette[(layer * heads + head) % len(palette)]
+                for col, values in ((1, induction), (2, previous_token)):
+                    fig.add_trace(go.Scatter(
+                        x=list(probe_steps), y=values[:, layer, head], mode="lines+markers", name=name,
+                        legendgroup=name, showlegend=col == 1, line={"color": color, "width": 2},
+                        marker={"size": 4}, hovertemplate=name + "<br>step %{x}<br>%{y:.3f}<extra></extra>",
+                    ), row=1, col=col)
+    if threshold is not None:
+        for col in (1, 2):
+            fig.add_hline(y=threshold, line={"dash": "dot", "color": "grey", "width": 1}, row=1, col=col)
+    if total_steps:
+        fig.update_xaxes(range=[0, max(1, total_steps - 1)])
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(range=[0, 1.02])
+    fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      legend={"title": {"text": "head"}, "orientation": "v"})
+    fig.update_annotations(font={"size": 12})
+    return fig
+
+
+def position_loss(loss: np.ndarray, T: int, *, title: str = "loss at each position") -> go.Figure:
+    """Per-position next-token loss (n−1,) of a sequence ending in x + x (|x| = T), the second copy shaded.
+
+    Position ``i`` predicts token ``i+1``; the shaded positions ``n−T … n−2`` predict tokens of the second
+    copy that an induction head can copy (the first token of the copy cannot be known yet).
+    """
+    loss = np.asarray(loss, dtype=float)
+    n = loss.size + 1
+    first, second = repeat_halves(loss, T)
+    fig = go.Figure(go.Scatter(x=np.arange(n - 1), y=loss, mode="lines+markers", name="loss",
+                               line={"color": "#08519c"}, marker={"size": 4},
+                               hovertemplate="position %{x} → predicts token %{x}+1<br>loss %{y:.3f}<extra></extra>"))
+    fig.add_vrect(x0=n - T - 0.5, x1=n - 1.5, fillcolor=REPEAT_FILL, line_width=0,
+                  annotation_text=f"second copy: mean {second:.2f}", annotation_position="top left")
+    fig.add_hline(y=first, line={"dash": "dot", "color": "grey"}, annotation_text=f"before: mean {first:.2f}",
+                  annotation_position="top right")
+    fig.update_xaxes(title="position i (predicting token i+1)")
+    fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=320,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, showlegend=False)
+    return fig
+

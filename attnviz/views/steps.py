@@ -1,0 +1,105 @@
+"""What each step of attention does, in words and tables: the Steps page's text, without Streamlit.
+
+Pure functions of a Trace or an AttentionConfig: the sentence that says what a stage does, the line of
+the running source that does it, why dropout did nothing, and the query/key/context tables (pandas).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from attnviz import ablation
+from attnviz.views import figures, source
+
+if TYPE_CHECKING:
+    from attnviz.pipeline import AttentionConfig, Trace
+
+# the Steps page's stages, in order, with their labels (attention.STAGES names every recorded tensor)
+STEP_LABELS = {
+    "scores": "1 · QKᵀ",
+    "scaled": "2 · ÷√dₖ",
+    "masked": "3 · causal mask",
+    "weights": "4 · softmax",
+    "dropped": "5 · dropout",
+    "context": "6 · ·V",
+}
+
+
+def dropout_off_reason(config: AttentionConfig, short: bool = False) -> str:
+    """Why the dropout stage does nothing in this run: the Steps page's sentence, or (``short``) the
+    shape diagram's label."""
+    if config.checkpoint is not None:
+        return "dropout off (eval)" if short else (
+            "A loaded checkpoint runs in eval mode, as at inference: dropout is off, dropped = weights.")
+    if not config.spec.dropout:
+        return "no dropout in this class" if short else "This variant has no dropout in the book: dropped = weights."
+    if not config.train:
+        return "dropout off (eval)" if short else (
+            "Dropout is off (eval mode): dropped = weights. Turn on 'Dropout active' in the sidebar.")
+    return "dropout off (p = 0)" if short else "Dropout p is 0: dropped = weights."
+
+
+STEP_TEXT = {
+    "scores": "Each query is compared with every key: a dot product per (query, key) pair.",
+    "scaled": "Divide by √dₖ so the scores' variance does not grow with the head size.",
+    "masked": "Hide the future: scores above the diagonal become −∞, so softmax gives them weight 0.",
+    "weights": "Softmax turns each query's row of scores into weights that sum to 1.",
+    "dropped": "In training, dropout zeroes a random fraction p of the weights and scales the rest by 1/(1−p).",
+    "context": "Each context vector is the weighted sum of the value vectors.",
+}
+
+
+def step_text(config: AttentionConfig, stage: str) -> dict:
+    """What the stage does, and the line of the running source that does it."""
+    what = STEP_TEXT[stage]
+    code = source.stage_code(config.variant, stage)
+    if code is None:
+        what = {
+            "scaled": "The simplified version (section 3.3) does not scale: scaled = scores.",
+            "dropped": "The simplified version (section 3.3) has no dropout: dropped = weights.",
+        }.get(stage, what)
+        code = "# this variant has no such line"
+    elif stage == "masked" and not config.causal:
+        code += "  # skipped: causal mask off"
+    return {"what": what, "code": code}
+
+
+def shape_of(trace: Trace, stage: str) -> tuple:
+    return tuple(trace.steps[stage].shape)
+
+
+def qk_table(trace: Trace, head: int, max_rows: int = 64):
+    """Query and key vectors of one head (first ``max_rows`` tokens) for the QKᵀ step."""
+    queries, keys = ablation.trace_qk(trace, head)  # head h's slice of the projected features: (n, hd) each
+    rows = min(trace.n, max_rows)
+    return pd.DataFrame({
+        "token": list(trace.tokens[:rows]),
+        "query": [", ".join(f"{v:.3f}" for v in q[:8]) + (" …" if len(q) > 8 else "") for q in queries[:rows]],
+        "key": [", ".join(f"{v:.3f}" for v in k[:8]) + (" …" if len(k) > 8 else "") for k in keys[:rows]],
+    })
+
+
+def _vector_text(vector, digits: int = 4, shown: int = 8) -> str:
+    return ", ".join(f"{value:.{digits}f}" for value in vector[:shown]) + (" …" if len(vector) > shown else "")
+
+
+def vector_table(trace: Trace, vectors, column: str, max_rows: int = 64):
+    """One row per token: its vector (first 8 values, 4 decimals as the book prints them)."""
+    rows = min(trace.n, max_rows)
+    return pd.DataFrame({"token": list(trace.tokens[:rows]), column: [_vector_text(v) for v in vectors[:rows]]})
+
+
+def context_table(trace: Trace, head: int, max_rows: int = 64):
+    context = trace.steps["context"][0]
+    per_head = context[head] if context.ndim == 3 else context
+    return vector_table(trace, per_head, "context vector", max_rows)
+
+
+def softmax_with_and_without_scaling(scores: np.ndarray, masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(softmax of what the model saw, softmax of the same scores without ÷√dₖ): ``scores`` and ``masked``
+    are one head's (rows, cols) crops; cells the mask hid stay hidden in both."""
+    unscaled = np.where(np.isneginf(masked), -np.inf, scores)  # (rows, cols)
+    return figures.softmax(masked), figures.softmax(unscaled)

@@ -1,0 +1,348 @@
+"""Compare page: the equivalences hold (and can fail), every variant runs on the same inputs, the page
+draws a heatmap per variant with live badges (AppTest)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import decode
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from streamlit.testing.v1 import AppTest
+
+from attnviz import attention, pipeline
+from attnviz.labs import compare
+from attnviz.pipeline import AttentionConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+GREEN = ":green-badge[:material/check_circle: equal · max |Δ| = "
+SHAPES = [  # (d_in, d_out, heads, n)
+    (3, 2, 2, 6),  # the book's toy example
+    (16, 16, 4, 9),
+    (32, 48, 6, 17),
+    (64, 64, 1, 5),
+]
+SEEDS = (0, 123, 2024)
+
+
+def book_mha(d_in, d_out, heads, n, seed, causal=True, qkv_bias=False):
+    torch.manual_seed(seed)
+    mha = attention.MultiHeadAttention(d_in, d_out, n, 0.0, heads, qkv_bias, causal=causal).eval()
+    inputs = torch.randn(2, n, d_in)  # batch of 2: the copies must work for b > 1 too
+    return mha, inputs
+
+
+# ============================== (a) wrapper with copied weights = MHA before out_proj
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_wrapper_with_copied_heads_equals_mha_before_out_proj(shape, seed, causal):
+    mha, inputs = book_mha(*shape, seed, causal=causal, qkv_bias=seed == 0)
+    check = compare.check_wrapper_equals_mha(mha, inputs)
+    assert check.max_diff <= compare.TOLERANCE
+    assert check.ok
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_wrapper_equivalence_compares_the_tensor_before_out_proj(seed):
+    mha, inputs = book_mha(16, 16, 4, 9, seed)
+    context, output = compare.mha_context(mha, inputs)
+    with torch.inference_mode():
+        assert torch.allclose(mha.out_proj(context), output, atol=1e-6)
+    trace = attention.Recorder()
+    with torch.inference_mode():
+        expected = mha(inputs, trace)
+    assert torch.equal(expected, output)
+    per_head = trace.steps["context"]  # (b, h, n, hd)
+    assert torch.allclose(per_head.transpose(1, 2).reshape(2, 9, 16), context, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_swapped_heads_break_the_wrapper_equivalence(seed):
+    mha, inputs = book_mha(16, 16, 4, 9, seed)
+    wrapper = compare.copy_heads_from_mha(compare.wrapper_like(mha), mha)
+    wrapper.heads[0], wrapper.heads[1] = wrapper.heads[1], wrapper.heads[0]
+    context, _ = compare.mha_context(mha, inputs)
+    with torch.inference_mode():
+        assert compare.max_abs_diff(wrapper(inputs), context) > 1e-2
+
+
+def test_the_raw_outputs_differ_and_the_check_says_by_how_much():
+    mha, inputs = book_mha(16, 16, 4, 9, 123)
+    torch.manual_seed(123)
+    seeded = attention.MultiHeadAttentionWrapper(16, 4, 9, 0.0, 4).eval()
+    with torch.inference_mode():
+        seeded_output = seeded(inputs)
+    check = compare.check_wrapper_equals_mha(mha, inputs, seeded_wrapper_output=seeded_output)
+    assert check.ok
+    assert check.detail["copied_vs_output"] > 1e-2  # out_proj alone makes them differ
+    assert check.detail["seeded_vs_output"] > 1e-2  # and independent weights
+    note = compare.raw_difference_note(check)
+    assert "out_proj" in note and "random init" in note
+    assert f"{check.detail['copied_vs_output']:.3g}" in note
+
+
+def test_copying_a_head_copies_its_rows_and_biases():
+    mha, _ = book_mha(8, 12, 3, 4, 1, qkv_bias=True)
+    wrapper = compare.copy_heads_from_mha(compare.wrapper_like(mha), mha)
+    assert torch.equal(wrapper.heads[2].W_key.weight, mha.W_key.weight[8:12])
+    assert torch.equal(wrapper.heads[1].W_value.bias, mha.W_value.bias[4:8])
+    assert torch.equal(wrapper.heads[0].W_query.weight, mha.W_query.weight[0:4])
+
+
+# ============================== (b) MHA = scaled_dot_product_attention
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_mha_equals_sdpa_with_the_same_weights(shape, seed, causal):
+    mha, inputs = book_mha(*shape, seed, causal=causal)
+    check = compare.check_mha_equals_sdpa(mha, inputs)
+    assert check.max_diff <= compare.TOLERANCE
+    assert ("is_causal=True" in check.title) == causal
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sdpa_with_the_wrong_causal_flag_differs(seed):
+    mha, inputs = book_mha(16, 16, 4, 9, seed, causal=True)
+    with torch.inference_mode():
+        book_output = mha(inputs)
+    assert compare.max_abs_diff(book_output, compare.sdpa_forward(mha, inputs, is_causal=False)) > 1e-2
+    assert compare.max_abs_diff(book_output, compare.sdpa_forward(mha, inputs, is_causal=True)) <= 1e-5
+
+
+# ============================== (c) −∞ before softmax = zero after softmax and renormalise
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_books_two_masking_routes_agree(seed):
+    generator = torch.Generator().manual_seed(seed)
+    scaled = 3 * torch.randn(2, 4, 11, 11, generator=generator)
+    check = compare.check_masking_routes(scaled)
+    assert check.max_diff <= compare.TOLERANCE
+    weights = compare.mask_then_softmax(scaled)
+    assert torch.all(weights[..., torch.triu_indices(11, 11, 1)[0], torch.triu_indices(11, 11, 1)[1]] == 0)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 11), atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 12), seed=st.integers(0, 2**16), spread=st.floats(0.1, 20.0))
+def test_masking_routes_agree_for_any_scores(n, seed, spread):
+    scaled = spread * torch.randn(n, n, generator=torch.Generator().manual_seed(seed))
+    assert compare.max_abs_diff(compare.mask_then_softmax(scaled), compare.softmax_then_mask(scaled)) <= 1e-5
+
+
+def test_zeroing_without_renormalising_is_not_the_same():
+    scaled = torch.randn(1, 2, 7, 7, generator=torch.Generator().manual_seed(5))
+    zeroed = torch.softmax(scaled, dim=-1) * torch.tril(torch.ones(7, 7))  # the book's step before ÷ row sums
+    assert compare.max_abs_diff(compare.mask_then_softmax(scaled), zeroed) > 1e-2
+
+
+# ============================== badges and helpers
+
+
+def test_badge_says_equal_or_differ_with_the_number():
+    equal = compare.Check("k", "t", 2.4e-7, {})
+    different = compare.Check("k", "t", 0.31, {})
+    broken = compare.Check("k", "t", float("nan"), {})
+    assert equal.ok and equal.color == "green" and equal.icon == ":material/check_circle:"
+    assert equal.badge == "equal · max |Δ| = 2.40e-07"
+    assert not different.ok and different.color == "red" and different.icon == ":material/cancel:"
+    assert different.badge == "differ · max |Δ| = 3.10e-01"
+    assert not broken.ok
+    assert compare.Check("k", "t", compare.TOLERANCE, {}).ok  # "≤ 1e-5" includes the bound
+
+
+def test_max_abs_diff_refuses_different_shapes():
+    with pytest.raises(ValueError, match="cannot compare shapes"):
+        compare.max_abs_diff(torch.zeros(2, 3), torch.zeros(3, 2))
+    assert compare.max_abs_diff(torch.tensor([1.0, -2.0]), torch.tensor([1.5, 1.0])) == pytest.approx(3.0)
+
+
+# ============================== every variant on the same inputs
+
+
+def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> pipeline.Trace:
+    config = AttentionConfig(variant=variant, d_in=16, d_out=16 if variant != "simplified" else 16,
+                             num_heads=4 if variant in pipeline.MULTI_HEAD_VARIANTS else 1, **overrides)
+    return pipeline.run(text, config)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_every_variant_runs_on_the_trace_inputs(causal):
+    trace = small_trace(causal=causal)
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    assert [v.variant for v in result.variants] == list(pipeline.VARIANTS)
+    assert result.n == trace.n == result.total_tokens and not result.truncated
+    assert all(v.output_shape == (1, trace.n, 16) for v in result.variants)
+    assert {v.variant: v.heads for v in result.variants} == {
+        "simplified": 1, "self_attention_v1": 1, "self_attention_v2": 1, "causal": 1, "mha_wrapper": 4, "mha": 4}
+    upper = np.triu_indices(trace.n, k=1)
+    for variant in result.variants:
+        for how in compare.MAP_CHOICES:
+            weights = variant.attention_map(how)
+            assert weights.shape == (trace.n, trace.n)
+            assert np.allclose(weights.sum(axis=1), 1.0, atol=1e-5)
+            assert (weights[upper] == 0).all() == causal
+    assert all(check.ok for check in result.checks)
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+def test_same_seed_same_weights_as_the_app_shows_for_that_variant(variant):
+    """Each variant here is the module the other pages run for it (same seed, same embeddings)."""
+    trace = small_trace(variant=variant, seed=7)
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    shown = next(v for v in result.variants if v.variant == variant)
+    assert np.array_equal(shown.weights, trace.steps["weights"][0])
+    other_seed = compare.compare_trace(trace, replace(compare.base_config(trace.config, 16, 4), seed=8))
+    if variant != "simplified":  # no weights: the seed changes nothing there
+        changed = next(v for v in other_seed.variants if v.variant == variant)
+        assert not np.allclose(changed.weights, shown.weights)
+
+
+def test_a_single_head_run_still_compares_the_multi_head_variants_with_the_sidebar_heads():
+    trace = small_trace(variant="causal")
+    assert trace.config.num_heads == 1
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 8))
+    assert {v.variant: v.heads for v in result.variants}["mha"] == 8
+    assert "8 heads" in result.checks[0].title
+
+
+def test_long_texts_are_compared_on_the_first_256_tokens():
+    trace = small_trace(" ".join(["token"] * 300))
+    assert trace.n > 256
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    assert result.n == compare.MAX_TOKENS == 256
+    assert result.truncated and result.total_tokens == trace.n
+    assert result.variants[-1].weights.shape == (4, 256, 256)
+    assert np.array_equal(result.variants[-1].weights, trace.steps["weights"][0][:, :256, :256])  # causal: a prefix
+    assert all(check.ok for check in result.checks)
+
+
+def test_variant_titles_say_which_map_is_drawn():
+    trace = small_trace()
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    by_name = {v.variant: v for v in result.variants}
+    assert "head 0" in compare.variant_title(by_name["mha"], "head 0")
+    assert "mean of 4 heads" in compare.variant_title(by_name["mha"], "mean over heads")
+    assert "single head" in compare.variant_title(by_name["causal"], "mean over heads")
+    assert compare.variant_title(by_name["mha"], "head 0", current="mha").startswith("▶ ")
+    assert not compare.variant_title(by_name["causal"], "head 0", current="mha").startswith("▶ ")
+
+
+def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
+    trace = small_trace()
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    mha = result.variants[-1]
+    fig = compare.variant_heatmap(mha, result.tokens, "mean over heads", causal=True, current="mha")
+    z = np.asarray(fig.data[0].z, dtype=float)
+    upper = np.triu_indices(result.n, k=1)
+    assert np.isnan(z[upper]).all()
+    assert np.allclose(np.nan_to_num(z), mha.weights.mean(axis=0), atol=1e-6)
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0.0, 1.0)
+    assert fig.layout.title.text == compare.variant_title(mha, "mean over heads", "mha")
+    assert fig.layout.margin.t > 110  # the two-line title has its own room above the key ticks
+    head0 = compare.variant_heatmap(mha, result.tokens, "head 0", causal=True)
+    assert np.allclose(np.nan_to_num(np.asarray(head0.data[0].z, dtype=float)), mha.weights[0], atol=1e-6)
+
+
+# ============================== the page (AppTest)
+
+
+def compare_page(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def heatmap_figures(at: AppTest) -> list[dict]:
+    figures = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return [fig for fig in figures if any(trace["type"] == "heatmap" for trace in fig["data"])]
+
+
+def badges(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if re.search(r":\w+-badge\[", m.value)]
+
+
+def titles(at: AppTest) -> list[str]:
+    return [fig["layout"]["title"]["text"] for fig in heatmap_figures(at)]
+
+
+@pytest.fixture(scope="module")
+def default_page() -> AppTest:
+    return compare_page()
+
+
+def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page):
+    at = default_page
+    assert at.title[0].value == "Compare variants"
+    assert len(heatmap_figures(at)) == 6
+    assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(pipeline.VARIANTS.values())
+    assert sum(t.startswith("▶ ") for t in titles(at)) == 1  # the sidebar's variant is marked
+    found = badges(at)
+    assert len(found) == 3
+    assert all("max |Δ|" in badge and badge.startswith(GREEN) for badge in found)
+    captions = [c.value for c in at.caption]
+    assert sum(c.startswith("output (1, 6, 768)") for c in captions) == 6
+
+
+def test_compare_page_has_the_scaling_ablation(default_page):
+    at = default_page
+    assert "Why ÷√dₖ?" in [h.value for h in at.subheader]
+    figures = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    ablation_fig = next(fig for fig in figures if "saturation" in fig["layout"]["title"]["text"])
+    stars = [t for t in ablation_fig["data"] if t.get("marker", {}).get("symbol") == "star"]
+    assert len(stars) == 6 and all(t["x"] == [64] for t in stars)  # GPT-2 small: head_dim 64
+
+
+@pytest.mark.parametrize("heads", [4, 1, 64])
+def test_changing_the_head_count_keeps_the_badges_green(heads):
+    at = compare_page()
+    at.sidebar.selectbox(key="num_heads").set_value(heads).run()
+    assert not at.exception, [e.value for e in at.exception]
+    found = badges(at)
+    assert len(found) == 3 and all(b.startswith(GREEN) and "max |Δ|" in b for b in found)
+    assert f"{compare.heads_text(heads)} of {768 // heads}" in at.caption[0].value
+    assert any(f"Wrapper ({compare.heads_text(heads)}, weights copied)" in m.value for m in at.markdown)
+    assert len(heatmap_figures(at)) == 6
+
+
+def test_mean_over_heads_is_said_in_the_titles():
+    at = compare_page()
+    at.segmented_control(key="compare_map").set_value("mean over heads").run()
+    assert not at.exception
+    assert sum("mean of 12 heads" in t for t in titles(at)) == 2  # the wrapper and MHA
+    assert sum("single head" in t for t in titles(at)) == 4
+
+
+def test_non_causal_and_single_head_variant_in_the_sidebar():
+    at = compare_page(variant="self_attention_v2", causal="false")
+    assert len(heatmap_figures(at)) == 6
+    assert all(b.startswith(GREEN) for b in badges(at))
+    assert any("is_causal=False" in m.value for m in at.markdown)
+    assert "12 heads of 64" in at.caption[0].value  # the sidebar's heads, though v2 itself has one
+    for fig in heatmap_figures(at):
+        z = decode(fig["data"][0]["z"])
+        assert z.shape == (6, 6) and np.isfinite(z).all()  # nothing masked
+
+
+def test_long_text_page_says_it_compares_the_first_256_tokens():
+    at = compare_page(text=" ".join(["word"] * 300), preset="book")
+    assert any("first 256" in info.value for info in at.info)
+    assert "256 tokens" in at.caption[0].value
+    assert len(heatmap_figures(at)) == 6
+    assert all(b.startswith(GREEN) for b in badges(at))

@@ -1,0 +1,581 @@
+"""Pitfall lab and causality leak detector: every detector fires on its bug and not on the book's code,
+the error texts are PyTorch's own, and the leak detector finds exactly the leaked positions."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import difflib
+import inspect
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import decode, plotly_figures
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from streamlit.testing.v1 import AppTest
+
+from attnviz import pipeline
+from attnviz.attention import MultiHeadAttention, Recorder
+from attnviz.labs.pitfalls import bugs, catalogue, detectors, leak, workbench
+from attnviz.labs.pitfalls import figures as pitfall_figures
+from attnviz.labs.pitfalls.catalogue import PITFALLS
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+TEXT = "Your journey starts with one step and then another one"
+
+
+def small_config(**overrides) -> pipeline.AttentionConfig:
+    values = {"d_in": 32, "d_out": 32, "num_heads": 4, "context_length": 64, "dropout": 0.1, "seed": 123}
+    return pipeline.AttentionConfig(**{**values, **overrides})
+
+
+def lab_for(config: pipeline.AttentionConfig, text: str = TEXT) -> tuple[workbench.LabSetup, torch.Tensor]:
+    trace = pipeline.run(text, config)
+    return workbench.lab_setup(config, trace.n, config.num_heads), workbench.lab_inputs(trace.embeddings["input"])
+
+
+@pytest.fixture(scope="module")
+def lab() -> tuple[workbench.LabSetup, torch.Tensor]:
+    return lab_for(small_config())
+
+
+def mha(causal: bool = True, seed: int = 123, d: int = 32, heads: int = 4, ctx: int = 64) -> MultiHeadAttention:
+    torch.manual_seed(seed)
+    return MultiHeadAttention(d, d, ctx, 0.0, heads, causal=causal).eval()
+
+
+def inputs(n: int, d: int = 32, seed: int = 0) -> torch.Tensor:
+    return torch.randn(1, n, d, generator=torch.Generator().manual_seed(seed))  # (1, n, d)
+
+
+# ============================== the lab's module is the book's module ==============================
+
+
+DIAGONAL_LINE = 'self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))'
+SOFTMAX_LINE = "attn_weights = torch.softmax(attn_scores, dim=-1)"
+
+
+class Rebuilt(MultiHeadAttention):
+    """The bugs' machinery with a no-op change: the book's methods compiled again from their source."""
+
+    __init__ = bugs.one_line_changed(MultiHeadAttention.__init__, DIAGONAL_LINE, DIAGONAL_LINE)
+    forward = bugs.one_line_changed(MultiHeadAttention.forward, SOFTMAX_LINE, SOFTMAX_LINE)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("seed", [0, 123, 2024])
+def test_methods_rebuilt_from_the_books_source_are_bitwise_the_books(causal, seed):
+    book = mha(causal, seed)
+    torch.manual_seed(seed)
+    rebuilt = Rebuilt(32, 32, 64, 0.0, 4, causal=causal).eval()  # super() in the rebuilt __init__ still works
+    for (name, value), (rebuilt_name, rebuilt_value) in zip(book.state_dict().items(), rebuilt.state_dict().items()):
+        assert name == rebuilt_name and torch.equal(value, rebuilt_value), name  # same draws, same order
+    x = inputs(9, seed=seed)
+    book_trace, rebuilt_trace = Recorder(), Recorder()
+    with torch.no_grad():
+        assert torch.equal(book(x, book_trace), rebuilt(x, rebuilt_trace))
+    for stage in ("queries", "keys", "values", "scores", "scaled", "masked", "weights", "dropped", "context", "output"):
+        assert torch.equal(book_trace.steps[stage], rebuilt_trace.steps[stage]), stage
+    assert book_trace.shapes == rebuilt_trace.shapes
+
+
+def test_a_bug_must_replace_a_line_the_book_has_exactly_once():
+    with pytest.raises(ValueError, match="has 0 lines"):
+        bugs.one_line_changed(MultiHeadAttention.forward, "attn_scores = attn_scores / 8", "attn_scores = attn_scores")
+
+
+def test_correct_lab_module_reproduces_the_apps_trace():
+    config = small_config()
+    trace = pipeline.run(TEXT, config)
+    setup = workbench.lab_setup(config, trace.n)
+    with torch.no_grad():
+        output = workbench.build_correct(setup)(workbench.lab_inputs(trace.embeddings["input"]))  # (1, n, d_out)
+    assert torch.equal(output, torch.from_numpy(trace.output.copy()))
+
+
+@pytest.mark.parametrize("key", list(PITFALLS))
+def test_buggy_version_has_the_correct_versions_weights(lab, key):
+    setup, _ = lab
+    correct = workbench.build_correct(setup)
+    buggy = PITFALLS[key].build(correct, setup)
+    assert isinstance(buggy, MultiHeadAttention)
+    for name, value in correct.named_parameters():
+        assert torch.equal(value, dict(buggy.named_parameters())[name]), name
+    assert buggy.training is (key == "forgot_eval")
+
+
+@pytest.mark.parametrize("key", list(PITFALLS))
+def test_each_pitfall_is_a_one_line_difference(key):
+    pitfall = PITFALLS[key]
+    assert pitfall.correct_line != pitfall.buggy_line
+    assert "\n" not in pitfall.correct_line and "\n" not in pitfall.buggy_line
+    assert catalogue.diff_text(key) == f"- {pitfall.correct_line}\n+ {pitfall.buggy_line}"
+
+
+def changed_lines(book_method, bug_method) -> list[str]:
+    """The lines of ``diff(getsource(book), getsource(bug))``: "- …" removed, "+ …" added."""
+    book, bug = (inspect.getsource(method).splitlines() for method in (book_method, bug_method))
+    return [line for line in difflib.ndiff(book, bug) if line.startswith(("- ", "+ "))]
+
+
+@pytest.mark.parametrize("key", [key for key in PITFALLS if key != "forgot_eval"])
+def test_each_bug_class_is_the_books_source_with_the_shown_line_changed(lab, key):
+    """Checked against the code that runs (inspect.getsource of the bug's method), not restated."""
+    setup, _ = lab
+    pitfall = PITFALLS[key]
+    cls = type(pitfall.build(workbench.build_correct(setup), setup))
+    assert cls.__bases__ == (MultiHeadAttention,)
+    methods = [name for name, value in vars(cls).items() if callable(value)]
+    assert len(methods) == 1  # forward or __init__; everything else is the book's class
+    removed, added = changed_lines(getattr(MultiHeadAttention, methods[0]), getattr(cls, methods[0]))
+    assert removed.startswith("- ") and added.startswith("+ ")
+    assert bugs.code_of(removed[2:]) == bugs.code_of(pitfall.correct_line)  # the page's lines, as code
+    assert bugs.code_of(added[2:]) == bugs.code_of(pitfall.buggy_line)
+
+
+def test_forgotten_eval_is_the_books_class_in_training_mode(lab):
+    setup, _ = lab
+    correct = workbench.build_correct(setup)
+    buggy = PITFALLS["forgot_eval"].build(correct, setup)
+    assert type(buggy) is MultiHeadAttention and type(correct) is MultiHeadAttention  # the same source
+    assert (correct.training, buggy.training) == (False, True)  # the one difference: .eval() was not called
+    assert bugs.code_of(PITFALLS["forgot_eval"].correct_line) == "model.eval()"
+    assert bugs.code_of(PITFALLS["forgot_eval"].buggy_line) == ""  # the line is missing (a comment only)
+
+
+# ============================== detectors ==============================
+
+
+@pytest.mark.parametrize("key", list(PITFALLS))
+def test_detector_fires_on_the_bug_and_not_on_the_books_code(lab, key):
+    setup, x = lab
+    result = catalogue.run_pitfall(key, setup, x)
+    assert result.correct.fired is False, result.correct.verdict
+    assert result.buggy.fired is True, result.buggy.verdict
+    assert result.correct.verdict != result.buggy.verdict
+
+
+@pytest.mark.parametrize(("key", "expected"), [
+    ("masked_fill", "the future leaks: perturbing the last token (position 9) moves the outputs at positions "
+                    "0, 1, 2, 3, 4, 5, 6, 7, 8"),
+    ("softmax_dim", "rows do not sum to 1"),
+    ("scale_d_out", "= 1/√32, but head_dim is 8"),
+    ("mask_diagonal", "NaN in the weights of query rows 0 "),
+    ("forgot_eval", "module.training is True"),
+])
+def test_bug_verdicts_say_what_was_measured(lab, key, expected):
+    setup, x = lab
+    assert x.shape[1] == 10
+    assert expected in catalogue.run_pitfall(key, setup, x).buggy.verdict
+
+
+def test_softmax_over_dim_minus_2_makes_columns_sum_to_1(lab):
+    setup, x = lab
+    buggy = catalogue.run_pitfall("softmax_dim", setup, x).buggy
+    weights = buggy.observation.maps["weights"].astype(np.float64)  # (h, n, n)
+    assert np.allclose(weights.sum(axis=-2), 1.0, atol=1e-5)
+    assert not np.allclose(weights.sum(axis=-1), 1.0, atol=1e-2)
+    assert "columns that sum to 1" in buggy.verdict
+
+
+def test_scale_bug_changes_the_ratio_and_the_entropy(lab):
+    setup, x = lab
+    result = catalogue.run_pitfall("scale_d_out", setup, x)
+    assert result.correct.details["ratio"] == pytest.approx(1 / np.sqrt(setup.head_dim), rel=1e-5)
+    assert result.buggy.details["ratio"] == pytest.approx(1 / np.sqrt(setup.d_out), rel=1e-5)
+    assert result.buggy.details["entropy"].mean() > result.correct.details["entropy"].mean()  # flatter softmax
+
+
+def test_mask_with_diagonal_0_gives_nan_in_row_0_only(lab):
+    setup, x = lab
+    buggy = catalogue.run_pitfall("mask_diagonal", setup, x).buggy
+    assert buggy.details == {"nan_rows": [0], "nan_outputs": [0]}
+    assert np.isnan(buggy.observation.maps["weights"][:, 0]).all()
+    assert np.isfinite(buggy.observation.output[1:]).all()
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("view_contiguous", "view size is not compatible with input tensor's size and stride"),
+    ("mask_not_sliced", "The size of tensor a (10) must match the size of tensor b (64) at non-singleton dimension 3"),
+])
+def test_error_texts_are_pytorchs_own(lab, key, message):
+    setup, x = lab
+    buggy = catalogue.run_pitfall(key, setup, x).buggy
+    assert message in buggy.observation.error
+    assert buggy.verdict == f"RuntimeError: {buggy.observation.error}"
+    with pytest.raises(RuntimeError) as raised:  # the same text PyTorch raises when the buggy module is called
+        PITFALLS[key].build(workbench.build_correct(setup), setup)(x)
+    assert str(raised.value) == buggy.observation.error
+
+
+def test_view_bug_is_latent_with_one_head():
+    """With one head the transposed tensor happens to be viewable: the bug survives small tests."""
+    setup, x = lab_for(small_config(num_heads=1))
+    result = catalogue.run_pitfall("view_contiguous", setup, x)
+    assert result.buggy.fired is False and result.buggy.verdict.startswith("runs")
+
+
+def test_unsliced_mask_is_latent_when_the_text_fills_the_context():
+    setup, x = lab_for(small_config(context_length=10))
+    assert x.shape[1] == 10
+    assert catalogue.run_pitfall("mask_not_sliced", setup, x).buggy.fired is False
+
+
+def test_scale_bug_has_no_effect_with_one_head():
+    setup, x = lab_for(small_config(num_heads=1))
+    buggy = catalogue.run_pitfall("scale_d_out", setup, x).buggy
+    assert buggy.fired is False and "no effect here" in buggy.verdict
+
+
+# ============================== the causality leak detector ==============================
+
+
+@pytest.mark.parametrize("seed", [0, 1, 123])
+@pytest.mark.parametrize("j", [1, 4, 7, 11])
+def test_correct_causal_mha_never_leaks(seed, j):
+    module = mha(seed=seed)
+    report = leak.leak_report(module, inputs(12, seed=seed), j, seed=seed)
+    assert report["leaked"] == [] and report["verdict"] == "no leak"
+    assert (report["delta"][:j] == 0).all()  # exactly 0, not approximately
+    assert report["delta"][j] > 0  # the perturbed token itself moves
+
+
+@pytest.mark.parametrize("j", [1, 5, 11])
+def test_masked_fill_without_underscore_leaks_into_every_earlier_position(j):
+    correct = mha()
+    buggy = workbench.copy_weights(correct, bugs.MaskedFillWithoutUnderscore(32, 32, 64, 0.0, 4)).eval()
+    report = leak.leak_report(buggy, inputs(12), j)
+    assert report["leaked"] == list(range(j))
+    assert report["verdict"] == "leaks into positions " + ", ".join(str(p) for p in range(j))
+
+
+def test_no_causal_mask_leaks():
+    report = leak.leak_report(mha(causal=False), inputs(8), 3)
+    assert report["leaked"] == [0, 1, 2]
+    assert report["verdict"] == "leaks into positions 0, 1, 2"
+
+
+def test_softmax_over_the_wrong_dim_also_leaks():
+    """Column sums run over later queries, so a later token changes earlier weights."""
+    buggy = workbench.copy_weights(mha(), bugs.SoftmaxOverWrongDim(32, 32, 64, 0.0, 4)).eval()
+    assert leak.leak_report(buggy, inputs(8), 5)["leaked"] == [0, 1, 2, 3, 4]
+
+
+def test_leak_report_accepts_a_factory_and_2d_inputs():
+    report = leak.leak_report(lambda: mha(causal=False), inputs(6)[0].numpy(), 2)
+    assert report["leaked"] == [0, 1] and report["delta"].shape == (6,)
+
+
+def test_leak_report_at_position_0_and_bad_positions():
+    assert leak.leak_report(mha(), inputs(5), 0)["verdict"].startswith("no leak")
+    with pytest.raises(ValueError, match="j must be a position"):
+        leak.leak_report(mha(), inputs(5), 5)
+
+
+def test_active_dropout_does_not_look_like_a_leak():
+    """Both runs draw the same dropout masks, so only the perturbation differs."""
+    torch.manual_seed(123)
+    module = MultiHeadAttention(32, 32, 64, 0.5, 4).train()
+    assert leak.leak_report(module, inputs(10), 6)["leaked"] == []
+
+
+def test_nan_outputs_are_reported_not_counted_as_leaks():
+    buggy = workbench.copy_weights(mha(), bugs.MaskIncludesDiagonal(32, 32, 64, 0.0, 4)).eval()
+    report = leak.leak_report(buggy, inputs(8), 4)
+    assert report["leaked"] == [] and report["nan_positions"] == [0]
+    assert report["verdict"].startswith("no leak among the positions that can be compared")
+    assert "NaN at positions 0" in report["verdict"]
+
+
+def test_leak_check_on_a_bug_that_raises_gives_the_error(lab):
+    setup, x = lab
+    report = catalogue.leak_check(setup, x, 3, causal=True, bug="view_contiguous")
+    assert "view size is not compatible" in report["error"]
+    assert catalogue.leak_check(setup, x, 3, causal=True)["verdict"] == "no leak"
+    assert catalogue.leak_check(setup, x, 3, causal=False)["leaked"] == [0, 1, 2]
+
+
+@settings(max_examples=25, deadline=None)
+@given(heads=st.sampled_from([1, 2, 4]), head_dim=st.sampled_from([1, 3, 8]), n=st.integers(2, 20),
+       data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_property_causal_mha_never_leaks(heads, head_dim, n, data, seed):
+    j = data.draw(st.integers(0, n - 1))
+    torch.manual_seed(seed)
+    module = MultiHeadAttention(5, heads * head_dim, 32, 0.0, heads).eval()
+    x = torch.randn(1, n, 5, generator=torch.Generator().manual_seed(seed))  # (1, n, 5)
+    report = leak.leak_report(module, x, j, seed=seed)
+    assert report["leaked"] == []
+    assert (report["delta"][:j] == 0).all()
+
+
+def test_seeded_results_are_the_same_while_other_threads_draw_from_torchs_rng(lab):
+    """Module creation and dropout forwards hold pipeline.seeded(): another thread drawing from the global RNG
+    (inside its own seeded section, as the app's code does) cannot change the lab's weights or masks."""
+    setup, x = lab
+    alone = catalogue.run_pitfall("forgot_eval", setup, x)
+    stop = threading.Event()
+
+    def draw() -> None:
+        while not stop.is_set():
+            with pipeline.seeded(7):
+                torch.rand(4096)
+
+    drawer = threading.Thread(target=draw)
+    drawer.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(lambda _: catalogue.run_pitfall("forgot_eval", setup, x), range(6)))
+    finally:
+        stop.set()
+        drawer.join()
+    for result in results:
+        assert np.array_equal(result.buggy.details["call_delta"], alone.buggy.details["call_delta"])
+        assert np.array_equal(result.buggy.observation.output, alone.buggy.observation.output)
+        assert np.array_equal(result.correct.observation.output, alone.correct.observation.output)
+
+
+def test_eval_mode_forwards_do_not_wait_for_torchs_rng(lab):
+    """An eval-mode forward draws nothing: the lab runs it while another session holds pipeline.seeded()."""
+    setup, x = lab
+    correct = workbench.build_correct(setup)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pipeline.seeded():
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        observation = pool.submit(detectors.observe, correct, x).result(timeout=10)
+        report = pool.submit(leak.leak_report, correct, x, 4).result(timeout=10)
+    finally:
+        release.set()
+        holder.join()
+        pool.shutdown()
+    assert observation.error is None and report["verdict"] == "no leak"
+
+
+# ============================== set-up: caps and single-head variants ==============================
+
+
+def test_long_texts_are_capped_at_64_tokens_and_it_is_said():
+    config = small_config(context_length=256)
+    trace = pipeline.run("word " * 100, config)
+    setup = workbench.lab_setup(config, trace.n)
+    assert workbench.lab_inputs(trace.embeddings["input"]).shape == (1, 64, 32)
+    assert any("first 64" in note for note in setup.notes)
+    assert not workbench.lab_setup(config, 10).notes
+
+
+@pytest.mark.parametrize(("d_out", "wanted", "expected"), [(768, 12, 12), (768, 1, 2), (2, 1, 2), (1, 1, 1),
+                                                           (7, 4, 7), (768, 5, 4)])
+def test_lab_heads_picks_a_valid_head_count(d_out, wanted, expected):
+    assert workbench.lab_heads(d_out, wanted) == expected
+
+
+def test_single_head_variant_uses_mha_with_a_valid_head_count_and_says_so():
+    setup = workbench.lab_setup(small_config(variant="causal", num_heads=1), 6, wanted_heads=8)
+    assert (setup.d_out, setup.num_heads, setup.head_dim) == (32, 8, 4)
+    assert any("single head" in note and "8 heads" in note for note in setup.notes)
+
+
+def test_wrapper_keeps_its_heads_and_says_the_lab_uses_mha():
+    setup = workbench.lab_setup(small_config(variant="mha_wrapper", num_heads=2), 6, wanted_heads=8)
+    assert (setup.d_out, setup.num_heads) == (32, 2)  # the wrapper's own heads, not the single-head fallback
+    assert any(note.startswith("The bugs are shown in MultiHeadAttention (3.6.2)") and "2 heads" in note
+               for note in setup.notes)
+    assert not [note for note in workbench.lab_setup(small_config(), 6).notes if "shown in" in note]  # MHA itself
+
+
+def test_dropout_p_0_is_replaced_and_said():
+    setup = workbench.lab_setup(small_config(dropout=0.0), 6)
+    assert setup.dropout == workbench.DEFAULT_DROPOUT
+    assert any("Dropout p" in note for note in setup.notes)
+
+
+# ============================== figures ==============================
+
+
+def test_weights_figure_draws_what_the_code_masked(lab):
+    setup, x = lab
+    result = catalogue.run_pitfall("masked_fill", setup, x)
+    tokens = [f"t{i}" for i in range(10)]
+    upper = np.triu_indices(10, k=1)
+    correct = np.asarray(pitfall_figures.weights_figure(result.correct.observation, tokens).data[0].z, dtype=float)
+    buggy = np.asarray(pitfall_figures.weights_figure(result.buggy.observation, tokens).data[0].z, dtype=float)
+    assert np.isnan(correct[upper]).all()  # masked: grey
+    assert np.isfinite(buggy[upper]).all() and (buggy[upper] > 0).all()  # the mask did nothing
+
+
+def test_weights_figure_writes_nan_on_computed_nan_cells(lab):
+    setup, x = lab
+    buggy = catalogue.run_pitfall("mask_diagonal", setup, x).buggy
+    fig = pitfall_figures.weights_figure(buggy.observation, [f"t{i}" for i in range(10)])
+    nan_text = [trace for trace in fig.data if trace.name == "NaN"]
+    assert len(nan_text) == 1 and set(nan_text[0].y) == {"0: t0"} and len(nan_text[0].x) == 10
+
+
+def test_leak_figure_colours_leaks_and_labels_exact_zeros():
+    report = leak.leak_report(mha(causal=False), inputs(6), 3)
+    fig = pitfall_figures.leak_figure(report, ["a", "b", "a", "c", "d", "e"])
+    bar = fig.data[0]
+    assert len(set(bar.x)) == 6  # repeated tokens keep their own bar
+    assert list(bar.marker.color[:4]) == [pitfall_figures.LEAK_COLOR] * 3 + [pitfall_figures.PERTURBED_COLOR]
+    correct = pitfall_figures.leak_figure(leak.leak_report(mha(), inputs(6), 3), list("abcdef"))
+    assert list(correct.data[0].text[:3]) == ["0", "0", "0"]
+
+
+@pytest.mark.parametrize(("key", "builder"), [("softmax_dim", pitfall_figures.row_sums_figure),
+                                              ("scale_d_out", pitfall_figures.entropy_figure),
+                                              ("forgot_eval", pitfall_figures.call_difference_figure)])
+def test_extra_figures_have_one_bar_per_token(lab, key, builder):
+    setup, x = lab
+    fig = builder(catalogue.run_pitfall(key, setup, x), [f"t{i}" for i in range(10)])
+    assert all(len(trace.y) == 10 for trace in fig.data)
+
+
+def test_extra_figure_is_the_pitfalls_own_chart_or_none(lab):
+    setup, x = lab
+    tokens = [f"t{i}" for i in range(10)]
+    kinds = {key: pitfall_figures.extra_figure(catalogue.run_pitfall(key, setup, x), tokens) for key in PITFALLS}
+    assert {key for key, fig in kinds.items() if fig is not None} == {"softmax_dim", "scale_d_out", "forgot_eval"}
+    assert kinds["scale_d_out"].data[0].name == "÷√head_dim = ÷√8"
+
+
+# ============================== on the app's Trace ==============================
+
+
+def test_run_on_trace_is_run_pitfall_on_the_traces_first_64_tokens():
+    config = small_config(context_length=256)
+    trace = pipeline.run("word " * 100, config)
+    result = catalogue.run_on_trace(trace, 4, "scale_d_out")
+    expected = catalogue.run_pitfall("scale_d_out", workbench.lab_setup(config, trace.n, 4),
+                                     workbench.lab_inputs(trace.embeddings["input"]))
+    assert result.n == 64 and result.setup == expected.setup
+    assert result.buggy.verdict == expected.buggy.verdict
+    assert np.array_equal(result.buggy.details["entropy"], expected.buggy.details["entropy"])
+    assert workbench.lab_tokens(trace.tokens) == trace.tokens[:64]
+
+
+def test_leak_on_trace_follows_the_traces_causal_setting():
+    causal, not_causal = (pipeline.run(TEXT, small_config(causal=c)) for c in (True, False))
+    assert catalogue.leak_on_trace(causal, 4, None, 3)["verdict"] == "no leak"
+    assert catalogue.leak_on_trace(not_causal, 4, None, 3)["leaked"] == [0, 1, 2]
+    assert catalogue.leak_on_trace(causal, 4, "masked_fill", 3)["leaked"] == [0, 1, 2]
+
+
+def test_the_overview_table_lists_every_bug_with_both_lines():
+    table = catalogue.table()
+    assert [len(column) for column in table.values()] == [len(PITFALLS)] * 3
+    assert table["the buggy line"][0] == PITFALLS["masked_fill"].buggy_line
+    assert {key for key, p in PITFALLS.items() if p.in_mask} == {"masked_fill", "mask_diagonal", "mask_not_sliced"}
+
+
+# ============================== the page (AppTest) ==============================
+
+
+def page(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    return at.switch_page("pages/pitfalls.py").run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def leak_verdict(at: AppTest) -> str:
+    return next(box.value for box in [*at.success, *at.error, *at.warning] if box.value.startswith("**Verdict:**"))
+
+
+def lab_verdicts(at: AppTest) -> list[str]:
+    return [box.value for box in [*at.success, *at.error, *at.warning] if not box.value.startswith("**Verdict:**")]
+
+
+def test_page_runs_and_the_books_code_does_not_leak():
+    at = page()
+    no_exception(at)
+    assert at.title[0].value == "Pitfall lab"
+    assert leak_verdict(at) == "**Verdict:** no leak"
+    assert at.select_slider(key="pitfalls_token").value == 3  # the middle of 6 tokens
+    assert len(at.dataframe[0].value) == 7  # the seven bugs, listed
+
+
+def test_choosing_each_pitfall_changes_the_verdict():
+    at = page()
+    seen = {}
+    for key in PITFALLS:
+        at.segmented_control(key="pitfalls_bug").set_value(key).run()
+        no_exception(at)
+        verdicts = lab_verdicts(at)
+        assert any(v.startswith("**Check passed:**") for v in verdicts), key
+        assert any(v.startswith("**Detected:**") for v in verdicts), key
+        assert any(block.value == catalogue.diff_text(key) for block in at.code), key
+        seen[key] = tuple(verdicts)
+    assert len(set(seen.values())) == len(PITFALLS)
+    assert "view size is not compatible" in " ".join(seen["view_contiguous"])
+    assert "must match the size" in " ".join(seen["mask_not_sliced"])
+
+
+def test_masked_fill_bug_shows_unmasked_weights_and_turns_the_leak_verdict():
+    at = page()
+    at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
+    no_exception(at)
+    heatmaps = [fig for fig in plotly_figures(at) if fig["data"][0]["type"] == "heatmap"]
+    assert len(heatmaps) == 2
+    correct, buggy = (decode(fig["data"][0]["z"]) for fig in heatmaps)
+    upper = np.triu_indices(6, k=1)
+    assert np.isnan(correct[upper]).all() and np.isfinite(buggy[upper]).all()
+    assert leak_verdict(at) == "**Verdict:** leaks into positions 0, 1, 2"
+
+
+def test_causal_toggle_off_turns_the_leak_verdict():
+    at = page()
+    assert leak_verdict(at) == "**Verdict:** no leak"
+    at.sidebar.toggle(key="causal").set_value(False).run()
+    no_exception(at)
+    assert leak_verdict(at) == "**Verdict:** leaks into positions 0, 1, 2"
+    at.select_slider(key="pitfalls_token").set_value(5).run()
+    assert leak_verdict(at) == "**Verdict:** leaks into positions 0, 1, 2, 3, 4"
+    bars = next(fig for fig in plotly_figures(at) if fig["data"][0]["type"] == "bar")
+    assert bars["data"][0]["marker"]["color"][:5] == [pitfall_figures.LEAK_COLOR] * 5
+
+
+def test_a_long_paste_is_computed_once_while_the_lab_is_used(monkeypatch):
+    """Beyond MAX_CHARS the trace's text is the bounded text; the lab must not look the trace up again."""
+    runs = []
+    real_run = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *args, **kwargs: runs.append(1) or real_run(*args, **kwargs))
+    at = page(preset="book", variant="mha")
+    runs.clear()
+    at.sidebar.text_area(key="text").set_value("step " * (pipeline.MAX_CHARS // 4)).run()  # > MAX_CHARS characters
+    no_exception(at)
+    assert len(runs) == 1  # the paste, computed once (the counter sees the pipeline)
+    runs.clear()  # from here every lab view reuses it
+    for bug in ("masked_fill", "scale_d_out", "none"):
+        at.segmented_control(key="pitfalls_bug").set_value(bug).run()
+        no_exception(at)
+    at.select_slider(key="pitfalls_token").set_value(5).run()
+    no_exception(at)
+    assert runs == []
+    assert leak_verdict(at) == "**Verdict:** no leak"
+
+
+def test_single_head_variant_says_which_heads_the_lab_uses():
+    at = page(variant="causal")
+    no_exception(at)
+    captions = " ".join(caption.value for caption in at.caption)
+    assert "has a single head; the lab uses MultiHeadAttention (3.6.2) with d_out 768 and 12 heads" in captions
+    at.segmented_control(key="pitfalls_bug").set_value("scale_d_out").run()
+    no_exception(at)
+    assert any("1/√768, but head_dim is 64" in v for v in lab_verdicts(at))

@@ -1,0 +1,320 @@
+"""AppTest (streamlit.testing.v1): every page runs, and each sidebar control changes what is drawn.
+
+Figures are read back from the Plotly JSON the app sends (``json.loads(element.proto.spec)``), so
+these tests check what the user would see: the number of heads drawn, masked cells, tick labels.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import decode
+from conftest import plotly_figures as figures
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py")
+TIMEOUT = 120
+
+
+def app(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def grid(at: AppTest) -> dict:
+    return next(fig for fig in figures(at) if any(t.get("name", "").startswith("select head") for t in fig["data"]))
+
+
+def focused(at: AppTest) -> dict:
+    return next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("head "))
+
+
+def heatmaps(fig: dict) -> list[dict]:
+    return [trace for trace in fig["data"] if trace["type"] == "heatmap"]
+
+
+def grid_heads(fig: dict) -> list[str]:
+    """The heads grid's tile titles ("head 3", the focused one "▶ head 0")."""
+    return [note["text"] for note in fig["layout"]["annotations"] if re.fullmatch(r"(▶ )?head \d+", note["text"])]
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.fixture(scope="module")
+def default_app() -> AppTest:
+    return app()
+
+
+def test_every_page_runs_from_the_app(default_app):
+    no_exception(default_app)
+    assert default_app.title[0].value == "Attention heads"
+    titles = {}
+    for page in PAGES:
+        at = app()
+        at.switch_page(page).run()
+        no_exception(at)
+        titles[page] = at.title[0].value
+    assert titles == {
+        "pages/heads.py": "Attention heads",
+        "pages/steps.py": "Attention step by step",
+        "pages/shapes.py": "Tensor shapes through the pipeline",
+        "pages/tokens.py": "Tokens and embeddings",
+    }
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_each_page_runs_alone_like_a_deep_link(page):
+    """A shared link as the first request of a session runs the page script without app.py."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params["text"] = "Hello world hello"
+    at.query_params["variant"] = "causal"
+    at.switch_page(page).run()
+    no_exception(at)
+    assert at.sidebar.text_area(key="text").value == "Hello world hello"
+    assert at.sidebar.selectbox(key="variant").value == "causal"
+
+
+def test_default_view_is_gpt2_small_mha_with_12_causal_heads(default_app):
+    fig = grid(default_app)
+    assert grid_heads(fig) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
+    z = decode(focused(default_app)["data"][0]["z"])
+    assert z.shape == (6, 6)
+    assert np.isnan(z[np.triu_indices(6, k=1)]).all()  # masked cells drawn as gaps (grey)
+    assert np.allclose(np.nansum(z, axis=1), 1.0, atol=1e-5)
+    assert any(trace.get("name") == "masked" for trace in focused(default_app)["data"])
+
+
+def test_head_count_changes_the_grid():
+    at = app()
+    at.sidebar.selectbox(key="num_heads").set_value(4).run()
+    no_exception(at)
+    assert len(grid_heads(grid(at))) == 4
+    assert "4 heads × 192" in at.caption[0].value
+    flow = at.get("html")[0].proto.body  # the compact shape diagram beside the grid follows
+    assert "(1, 4, 6, 6)" in flow and "(1, 6, 4, 192)" in flow and "(1, 12, 6, 6)" not in flow
+
+
+def test_variant_changes_the_view():
+    at = app()
+    at.sidebar.selectbox(key="variant").set_value("causal").run()
+    no_exception(at)
+    assert len(grid_heads(grid(at))) == 1  # a single head
+    at.sidebar.selectbox(key="variant").set_value("simplified").run()
+    no_exception(at)
+    z = decode(focused(at)["data"][0]["z"])
+    assert np.isnan(z[np.triu_indices(6, k=1)]).all()  # the causal toggle applies to every variant
+    assert at.sidebar.number_input(key="d_out").disabled  # no weights: d_out does not apply
+
+
+def test_causal_toggle_unmasks_the_upper_triangle():
+    at = app()
+    at.sidebar.toggle(key="causal").set_value(False).run()
+    no_exception(at)
+    z = decode(focused(at)["data"][0]["z"])
+    upper = z[np.triu_indices(6, k=1)]
+    assert np.isfinite(upper).all() and (upper > 0).all()
+    assert not any(trace.get("name") == "masked" for trace in focused(at)["data"])
+
+
+def test_dropout_in_training_mode_zeroes_and_rescales():
+    at = app()
+    at.sidebar.slider(key="dropout").set_value(0.5)
+    at.sidebar.toggle(key="train").set_value(True).run()
+    at.segmented_control(key="heads_stage").set_value("dropped").run()
+    no_exception(at)
+    z = decode(focused(at)["data"][0]["z"])
+    kept = z[np.isfinite(z)]
+    assert (kept == 0).any()  # dropped cells
+    assert kept.max() > 1.0  # kept cells scaled by 1/(1-p) = 2
+    assert focused(at)["data"][0]["zmax"] == pytest.approx(2.0)
+
+
+def test_text_changes_the_tick_labels_and_repeated_tokens_do_not_collapse():
+    at = app()
+    at.sidebar.text_area(key="text").set_value("the cat and the hat").run()
+    no_exception(at)
+    fig = focused(at)
+    x = fig["data"][0]["x"]
+    assert len(x) == len(set(x)) == 5
+    assert fig["layout"]["xaxis"]["ticktext"] == ["the", "·cat", "·and", "·the", "·hat"]
+
+
+def test_stage_toggle_shows_scores_with_minus_infinity_as_gaps():
+    at = app()
+    at.segmented_control(key="heads_stage").set_value("masked").run()
+    no_exception(at)
+    z = decode(focused(at)["data"][0]["z"])
+    assert np.isnan(z[np.triu_indices(6, k=1)]).all()
+    assert np.isfinite(z[np.tril_indices(6)]).all()
+
+
+def test_settings_survive_page_switches():
+    at = app()
+    at.sidebar.selectbox(key="variant").set_value("mha_wrapper")
+    at.sidebar.selectbox(key="num_heads").set_value(6).run()
+    at.switch_page("pages/steps.py").run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="variant").value == "mha_wrapper"
+    assert at.sidebar.selectbox(key="num_heads").value == 6
+    at.switch_page("pages/heads.py").run()
+    assert len(grid_heads(grid(at))) == 6
+
+
+def test_empty_text_keeps_the_text_box_and_the_last_view():
+    at = app()
+    at.sidebar.text_area(key="text").set_value("   ").run()
+    no_exception(at)
+    assert any("Type some text" in w.value for w in at.warning)
+    assert at.sidebar.text_area(key="text").value == "   "  # the user's input is not replaced
+    assert len(grid_heads(grid(at))) == 12  # the last valid view stays
+
+
+def test_url_parameters_set_the_view_and_bad_ones_are_ignored_with_a_notice():
+    at = app(num_heads="4", causal="false", variant="mha", text="one two three")
+    no_exception(at)
+    assert len(grid_heads(grid(at))) == 4
+    assert at.sidebar.toggle(key="causal").value is False
+    bad = app(num_heads="7", dropout="5", variant="nope", seed="-3", bogus="1")
+    no_exception(bad)
+    notices = " ".join(w.value for w in bad.sidebar.warning).replace("\\", "")  # Markdown-escaped
+    for name in ("num_heads", "dropout", "variant", "seed", "bogus"):
+        assert name in notices
+    assert len(grid_heads(grid(bad))) == 12  # defaults used instead
+
+
+def test_settings_are_written_to_the_url():
+    at = app()
+    at.sidebar.selectbox(key="num_heads").set_value(3).run()
+    assert at.query_params["num_heads"] == ["3"] or at.query_params["num_heads"] == "3"
+
+
+def test_steps_page_shows_before_after_and_code_for_each_stage():
+    at = app()
+    at.switch_page("pages/steps.py").run()
+    for stage, code in (("scaled", "keys.shape[-1] ** 0.5"), ("masked", "masked_fill_"),
+                        ("weights", "softmax"), ("dropped", "self.dropout"), ("scores", "keys.transpose")):
+        at.segmented_control(key="steps_stage").set_value(stage).run()
+        no_exception(at)
+        assert any(code in block.value for block in at.code), stage
+    at.segmented_control(key="steps_stage").set_value("dropped").run()
+    assert any("eval mode" in info.value for info in at.info)
+
+
+def test_shapes_page_reflects_head_count():
+    at = app()
+    at.switch_page("pages/shapes.py").run()
+    no_exception(at)
+    dot = at.get("graphviz_chart")[0].proto.spec
+    assert "(1, 12, 6, 64)" in dot
+    at.sidebar.selectbox(key="num_heads").set_value(4).run()
+    dot = at.get("graphviz_chart")[0].proto.spec
+    assert "(1, 4, 6, 192)" in dot
+    assert any("768 = 4 × 192" in md.value for md in at.markdown)
+
+
+def test_tokens_page_escapes_html_and_marks_special_tokens():
+    at = app(text="<img src=x onerror=alert(1)> <|endoftext|> hi")
+    at.switch_page("pages/tokens.py").run()
+    no_exception(at)
+    body = at.get("html")[0].proto.body
+    assert "<img" not in body and "&lt;" in body  # "<img" is two tokens: "<" and "img"
+    assert "★special" in body
+
+
+def test_book_preset_shows_the_books_numbers():
+    at = app(preset="book", variant="causal", seed="123")
+    no_exception(at)
+    assert at.sidebar.number_input(key="d_in").value == 3
+    at.switch_page("pages/steps.py").run()
+    at.segmented_control(key="steps_stage").set_value("context").run()
+    no_exception(at)
+    table = at.dataframe[0].value
+    # CausalAttention(3, 2, 6, 0.0) after torch.manual_seed(123) on the book's journey vectors
+    assert table["context vector"].tolist()[:2] == ["-0.4519, 0.2216", "-0.5874, 0.0058"]
+
+
+def test_choosing_the_book_preset_sets_the_books_mask_for_the_variant():
+    at = app(variant="self_attention_v1")
+    at.sidebar.selectbox(key="preset").set_value("book").run()
+    no_exception(at)
+    assert at.sidebar.toggle(key="causal").value is False  # section 3.4 has no mask
+    z = decode(focused(at)["data"][0]["z"])
+    assert np.isfinite(z).all()
+    at.sidebar.selectbox(key="variant").set_value("causal").run()
+    assert at.sidebar.toggle(key="causal").value is True
+    assert (at.sidebar.number_input(key="d_in").value, at.sidebar.selectbox(key="preset").value) == (3, "book")
+
+
+def test_before_and_after_panels_share_one_colour_scale():
+    at = app()
+    at.switch_page("pages/steps.py").run()
+    for stage in ("scaled", "masked"):
+        at.segmented_control(key="steps_stage").set_value(stage).run()
+        pair = [fig["data"][0] for fig in figures(at)[:2]]
+        assert pair[0]["zmin"] == pair[1]["zmin"] and pair[0]["zmax"] == pair[1]["zmax"], stage
+    before = decode(figures(at)[0]["data"][0]["z"])  # masked stage: before = scaled scores
+    assert figures(at)[0]["data"][0]["zmax"] == pytest.approx(float(np.abs(before).max()))
+
+
+def test_dropout_scale_is_0_to_1_when_dropout_did_not_run():
+    at = app(dropout="0.5", train="false")
+    at.segmented_control(key="heads_stage").set_value("dropped").run()
+    assert focused(at)["data"][0]["zmax"] == pytest.approx(1.0)
+
+
+def test_book_preset_steps_show_the_books_mha_output():
+    at = app(preset="book", variant="mha", seed="123")
+    at.switch_page("pages/steps.py").run()
+    at.segmented_control(key="steps_stage").set_value("context").run()
+    no_exception(at)
+    output = at.dataframe[1].value["output vector"].tolist()
+    assert output[:2] == ["0.3190, 0.4858", "0.2943, 0.3897"]  # MultiHeadAttention(3, 2, 6, 0.0, num_heads=2)
+
+
+def test_head_statistics_table_draws_each_statistic_as_a_bar_on_its_range(default_app):
+    table = default_app.dataframe[0]
+    assert table.value["head"].tolist() == list(range(12))
+    columns = json.loads(table.proto.columns)
+    entropy = columns["entropy"]
+    assert entropy["type_config"]["type"] == "progress"
+    assert entropy["type_config"]["min_value"] == 0 and entropy["type_config"]["max_value"] == pytest.approx(np.log(6))
+    assert columns["mean distance"]["type_config"]["max_value"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
+    assert (table.value["entropy"] <= np.log(6) + 1e-9).all()
+
+
+def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
+    """A 50,000-character paste is bounded before tokenizing; every lookup (page, grid, statistics, focused
+    head, downloads) must find the one Trace: Steps -> Heads -> Tokens -> Heads and two reruns run it once."""
+    from attnviz import pipeline
+
+    calls, real_run = [], pipeline.run
+
+    def counting_run(text, config):
+        if len(text) > 1000:
+            calls.append(len(text))
+        return real_run(text, config)
+
+    monkeypatch.setattr(pipeline, "run", counting_run)
+    words = " ".join(f"paste{i}" for i in range(9000))  # unique to this test: nothing cached yet
+    paste = (words + " ") * (50_000 // len(words) + 1)
+    paste = paste[:50_000]
+    at = app(preset="custom", d_in="16", d_out="16", num_heads="2")
+    at.text_area(key="text").input(paste).run()
+    no_exception(at)
+    for page in ("pages/steps.py", "pages/heads.py", "pages/tokens.py", "pages/heads.py"):
+        at.switch_page(page).run()
+        no_exception(at)
+    at.run()
+    at.run()
+    no_exception(at)
+    assert any("40,000 characters" in info.value for info in at.info)  # the paste was bounded, and said so
+    assert len(calls) == 1, calls

@@ -1,0 +1,250 @@
+"""AppTest: the ``weights`` and ``layer`` settings with checkpoints listed from ATTNVIZ_CHECKPOINTS.
+
+The checkpoints are small GPT-2s written here (``save_pretrained``; a truncated file; a pickle that would
+run code).  What the user sees is read back from the app: the sidebar's options and disabled widgets,
+the captions, the Plotly JSON of the heads.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import decode
+from conftest import plotly_figures as figures
+from streamlit.testing.v1 import AppTest
+
+from attnviz import models, pipeline, weights
+
+transformers = pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+NAME = "tiny-gpt2"
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("this pickle ran code",))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("checkpoints")
+    config = transformers.GPT2Config(n_layer=3, n_head=4, n_embd=64, n_positions=96, attn_implementation="eager")
+    torch.manual_seed(5)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, param in hf.named_parameters():
+            if name.endswith("bias") or ".ln_" in name:
+                param.normal_(0.0, 0.3)
+    hf.save_pretrained(folder / NAME)
+    good = (folder / NAME / "model.safetensors").read_bytes()
+    (folder / "truncated.safetensors").write_bytes(good[: len(good) // 3])
+    (folder / "evil.pth").write_bytes(pickle.dumps({"x": _RunsCode()}))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def environment(checkpoints, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", str(checkpoints))
+    monkeypatch.setenv("HF_HUB_CACHE", str(checkpoints / "no-hf-cache"))
+    monkeypatch.setattr(weights, "_discovered", None)
+
+
+def app(page: str | None = None, **query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    if page is not None:
+        at.switch_page(page)
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def grid(at: AppTest) -> dict:
+    return next(fig for fig in figures(at) if any(t.get("name", "").startswith("select head") for t in fig["data"]))
+
+
+def focused(at: AppTest) -> dict:
+    return next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("head "))
+
+
+def captions(at: AppTest) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def test_weights_lists_the_books_classes_first_then_the_checkpoints(checkpoints):
+    at = app()
+    no_exception(at)
+    box = at.sidebar.selectbox(key="weights")
+    assert box.value == weights.BOOK
+    assert box.options[0] == weights.BOOK_LABEL
+    assert {NAME, "truncated.safetensors", "evil.pth"} <= set(box.options)
+    assert at.sidebar.selectbox(key="layer").disabled  # the book's classes: one layer
+    assert "seeded random weights" in captions(at)
+
+
+def test_choosing_a_checkpoint_draws_its_layer_with_its_sizes(checkpoints):
+    at = app()
+    at.sidebar.selectbox(key="weights").set_value(NAME).run()
+    no_exception(at)
+    assert f"{NAME} · layer 0 of 3" in at.caption[0].value
+    assert "4 heads × 16" in at.caption[0].value
+    for key in ("d_in", "d_out"):
+        assert at.sidebar.number_input(key=key).disabled and at.sidebar.number_input(key=key).value == 64
+    for key in ("variant", "preset", "num_heads"):
+        assert at.sidebar.selectbox(key=key).disabled
+    assert at.sidebar.slider(key="dropout").disabled and at.sidebar.toggle(key="train").disabled
+    assert at.sidebar.number_input(key="seed").disabled
+    assert "sizes are read from the file" in at.sidebar.number_input(key="d_in").help
+    causal = at.sidebar.toggle(key="causal")
+    assert causal.value is True and not causal.disabled and "trained with it" in causal.help
+    assert [str(o) for o in at.sidebar.selectbox(key="layer").options] == ["0", "1", "2"]
+    assert len([a for a in grid(at)["layout"]["annotations"] if "head" in a["text"]]) == 4
+    assert at.query_params["weights"] in ([NAME], NAME)
+    # the next-token panel: top 5 after the last position
+    tables = [frame.value for frame in at.dataframe if "next token" in frame.value.columns]
+    assert len(tables) == 1 and list(tables[0].columns) == ["rank", "next token", "id", "probability"]
+    assert len(tables[0]) == 5
+
+
+def test_layer_switch_shows_that_layers_maps(checkpoints):
+    at = app()
+    at.sidebar.selectbox(key="weights").set_value(NAME).run()
+    at.sidebar.selectbox(key="layer").set_value(2).run()
+    no_exception(at)
+    assert f"{NAME} · layer 2 of 3" in at.caption[0].value
+    z = decode(focused(at)["data"][0]["z"])
+    ids = models.load_checkpoint(checkpoints / NAME)
+    expected = models.layer_maps(ids, pipeline.tokens.encode(at.sidebar.text_area(key="text").value), 2)[0]
+    lower = np.tril_indices(z.shape[0])
+    assert np.allclose(z[lower], expected[lower], atol=1e-5)
+    assert np.isnan(z[np.triu_indices(z.shape[0], 1)]).all()
+
+
+def test_causal_off_is_allowed_and_said(checkpoints):
+    at = app()
+    at.sidebar.selectbox(key="weights").set_value(NAME).run()
+    at.sidebar.toggle(key="causal").set_value(False).run()
+    no_exception(at)
+    assert "causal mask OFF (the model was trained with it)" in at.caption[0].value
+    z = decode(focused(at)["data"][0]["z"])
+    assert not np.isnan(z).any()
+
+
+def test_deep_link_with_a_listed_name_and_layer(checkpoints):
+    at = app("pages/steps.py", weights=NAME, layer="1", text="Hello world hello")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="weights").value == NAME
+    assert at.sidebar.selectbox(key="layer").value == 1
+    assert f"{NAME} · layer 1 of 3" in captions(at)
+
+
+def test_deep_link_with_a_layer_the_model_lacks(checkpoints):
+    at = app(weights=NAME, layer="7")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="layer").value == 0
+    assert any("this checkpoint has 3 layers" in w.value for w in at.sidebar.warning)
+
+
+@pytest.mark.parametrize("tampered", ["/etc/passwd", "../tiny-gpt2", "tiny-gpt2/model.safetensors", "book2",
+                                      "C:\\Windows\\win.ini", "session:" + "0" * 32, "trained: x"])
+def test_tampered_weights_name_is_ignored_and_never_reaches_the_file_system(checkpoints, tampered, monkeypatch):
+    opened = []
+    real_load = models.load_checkpoint
+    monkeypatch.setattr(models, "load_checkpoint", lambda path: opened.append(str(path)) or real_load(path))
+    at = app(weights=tampered, text="Hello world")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="weights").value == weights.BOOK
+    assert any("Ignored URL parameter weights" in w.value for w in at.sidebar.warning)
+    assert opened == []
+    assert at.sidebar.text_area(key="text").value == "Hello world"
+
+
+@pytest.mark.parametrize("name, message", [("truncated.safetensors", "truncated"), ("evil.pth", "Refused to load")])
+def test_bad_checkpoint_shows_the_loaders_message_and_keeps_the_text(checkpoints, name, message, capsys):
+    at = app(text="My own words here")
+    at.sidebar.selectbox(key="weights").set_value(name).run()
+    no_exception(at)
+    warnings = " ".join(w.value for w in at.warning)
+    assert "could not be loaded" in warnings and message in warnings.replace("\\", "")
+    assert at.sidebar.text_area(key="text").value == "My own words here"
+    assert "this pickle ran code" not in capsys.readouterr().out
+    at.switch_page("pages/steps.py").run()
+    no_exception(at)
+
+
+@pytest.mark.parametrize("page, title", [
+    ("pages/steps.py", "Attention step by step"),
+    ("pages/shapes.py", "Tensor shapes through the pipeline"),
+    ("pages/tokens.py", "Tokens and embeddings"),
+    ("pages/compare.py", "Compare variants"),
+    ("pages/pitfalls.py", "Pitfall lab"),
+    ("pages/benchmark.py", "Implementations benchmark"),
+])
+def test_every_page_works_with_a_checkpoint(checkpoints, page, title):
+    at = app(page, weights=NAME, layer="2")
+    no_exception(at)
+    assert at.title[0].value == title
+    infos = " ".join(i.value for i in at.info)
+    if page in ("pages/compare.py", "pages/pitfalls.py", "pages/benchmark.py"):
+        assert "runs the book's Chapter 3 classes with seeded random weights" in infos
+    else:
+        assert f"{NAME} · layer 2 of 3" in captions(at)
+    if page == "pages/shapes.py":
+        assert len(at.get("graphviz_chart")) == 2  # the whole model and the layer's attention
+        stages = list(at.dataframe[0].value["stage"])
+        assert stages[0] == "tokens" and stages[-1] == "logits" and "block 1" in stages
+    if page == "pages/tokens.py":
+        token_fig = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("token embedding"))
+        wte = models.load_checkpoint(checkpoints / NAME).tok_emb.weight.detach().numpy()
+        ids = pipeline.tokens.encode(at.sidebar.text_area(key="text").value)
+        shown = decode(token_fig["data"][0]["z"])
+        assert np.allclose(shown.reshape(len(ids), -1) if shown.shape[0] == len(ids) else shown.T, wte[ids],
+                           atol=1e-6)
+
+
+def test_layers_by_heads_overview(checkpoints):
+    at = app(weights=NAME)
+    at.toggle(key="heads_overview").set_value(True).run()
+    no_exception(at)
+    overview = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("Every layer × head"))
+    assert overview["layout"]["yaxis"]["ticktext"] == ["L0", "L1", "L2"]
+    assert overview["layout"]["xaxis"]["ticktext"] == ["H0", "H1", "H2", "H3"]
+
+
+def test_a_session_trained_model_is_an_option_for_that_session_only(checkpoints, monkeypatch):
+    from attnviz.ui import weights as ui_weights
+
+    model = models.load_checkpoint(checkpoints / NAME)
+    option = weights.register_session_model("session-one", "mine", model)
+    try:
+        monkeypatch.setattr(ui_weights, "session_id", lambda: "session-one")
+        at = app(weights=option.name)
+        no_exception(at)
+        assert at.sidebar.selectbox(key="weights").value == option.name
+        assert f"{option.name} · layer 0 of 3" in at.caption[0].value
+        monkeypatch.setattr(ui_weights, "session_id", lambda: "session-two")
+        other = app(weights=option.name)
+        no_exception(other)
+        assert option.name not in other.sidebar.selectbox(key="weights").options
+        assert other.sidebar.selectbox(key="weights").value == weights.BOOK
+    finally:
+        weights.forget_session_models("session-one")
+
+
+def test_a_checkpoint_path_that_holds_nothing_is_noted_in_the_sidebar(checkpoints, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", f"{checkpoints}{os.pathsep}{checkpoints / 'missing-folder'}")
+    at = app()
+    no_exception(at)
+    notes = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
+    assert "missing-folder does not exist" in notes
+    assert NAME in at.sidebar.selectbox(key="weights").options

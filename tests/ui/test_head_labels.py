@@ -1,0 +1,136 @@
+"""Head types on the Heads page: a head is named where its score passes head_types.LABEL_THRESHOLD, the
+first-token mass stands beside it and never names a head, and a checkpoint gets a layers × heads grid of
+every score computed layer by layer.  A GPTModel built by hand with a known previous-token head checks
+that the label the learner reads is the one the definition gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import decode
+from conftest import plotly_figures as figures
+from streamlit.testing.v1 import AppTest
+
+from attnviz import head_types, models, weights
+from attnviz.ui import head_labels
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+SESSION = "head-labels-session"
+TEXT = "one two three four five six seven"  # 7 GPT-2 tokens
+
+
+def previous_token_model() -> models.GPTModel:
+    """2 layers × 2 heads, width 32, 16 positions.  Layer 0 head 0 attends to the previous token (its query at
+    position p is the key of position p − 1, scaled up); every other head's scores are 0 (uniform attention).
+    Token embeddings are 0 and position p's embedding is the unit vector e_p, so only positions matter."""
+    cfg = {"vocab_size": 50257, "context_length": 16, "emb_dim": 32, "n_heads": 2, "n_layers": 2,
+           "drop_rate": 0.0, "qkv_bias": False}
+    torch.manual_seed(0)
+    model = models.GPTModel(cfg).eval()
+    with torch.no_grad():
+        model.tok_emb.weight.zero_()
+        model.pos_emb.weight.copy_(torch.eye(16, 32))  # position p -> e_p
+        for block in model.trf_blocks:
+            for linear in (block.att.W_query, block.att.W_key):
+                linear.weight.zero_()
+        shift = torch.diag(torch.ones(15), diagonal=-1)  # (16, 16): shift @ e_p = e_{p+1}
+        att = model.trf_blocks[0].att
+        att.W_query.weight[:16, :16] = 60.0 * shift.T  # query of p points at p − 1 (head 0 = outputs 0…15)
+        att.W_key.weight[:16, :16] = torch.eye(16)
+    return model
+
+
+def test_describe_names_the_best_type_above_the_threshold_and_never_a_sink():
+    scores = {"previous_token": np.array([0.93, 0.1, 0.39]), "induction": np.array([0.5, 0.0, 0.0]),
+              "duplicate_token": np.array([0.0, 0.0, 0.0]), "first_token": np.array([0.0, 0.99, 0.6])}
+    assert [head_labels.describe(scores, (h,)) for h in range(3)] == ["previous-token 0.93", "—", "—"]
+    table = head_labels.label_table(scores)
+    assert list(table.columns) == ["head", "type", "first-token mass", "previous-token", "induction",
+                                   "duplicate-token"]
+    assert table["first-token mass"].tolist() == [0.0, 0.99, 0.6]  # shown beside, not as a type
+    assert table["type"].tolist() == ["previous-token 0.93", "—", "—"]
+
+
+def test_the_hand_built_model_has_the_previous_token_head_it_was_built_with():
+    model = previous_token_model()
+    tokens = head_types.repeated_random_tokens(5, 0)  # 11 tokens
+    maps = models.attention_maps(model, tokens)  # (2, 2, 11, 11)
+    scores = head_types.score_heads(maps, tokens)
+    assert scores["previous_token"][0, 0] == pytest.approx(10 / 11, abs=1e-3)  # rows 1…10 all on i − 1
+    assert scores["previous_token"][1].max() < head_types.LABEL_THRESHOLD
+
+
+def app(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def type_table(at: AppTest):
+    return next(frame.value for frame in at.dataframe if "type" in frame.value.columns)
+
+
+def test_heads_page_labels_the_book_classes_heads_from_the_trace():
+    at = app(text="the cat sat on the mat and the cat sat on the mat")
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Head types" in [h.value for h in at.subheader]
+    table = type_table(at)
+    assert len(table) == 12
+    # the same numbers as score_heads on the weights the page draws (the focused head 0)
+    grid_maps = None
+    for fig in figures(at):
+        if fig["layout"].get("title", {}).get("text", "").startswith("head 0"):
+            grid_maps = decode(fig["data"][0]["z"])
+    assert grid_maps is not None
+    first = table.iloc[0]
+    assert first["first-token mass"] == pytest.approx(np.nanmean(grid_maps[1:, 0]), abs=1e-4)
+    for _, row in table.iterrows():
+        scores = {name: row[head_labels.head_figures.SCORE_TITLES[name]] for name in head_labels.TYPE_COLUMNS}
+        label = head_types.head_label(scores)
+        assert (row["type"] == "—") == (label is None)
+
+
+@pytest.fixture
+def session_model(monkeypatch):
+    from attnviz.ui import weights as ui_weights
+
+    monkeypatch.setattr(ui_weights, "session_id", lambda: SESSION)
+    option = weights.register_session_model(SESSION, "hand-built", previous_token_model())
+    yield option
+    weights.forget_session_models(SESSION)
+
+
+def test_a_checkpoint_shows_its_labels_and_a_layers_by_heads_grid_of_every_score(session_model):
+    at = app(text=TEXT, weights=session_model.name)
+    assert not at.exception, [e.value for e in at.exception]
+    table = type_table(at)
+    assert table["type"].tolist()[0].startswith("previous-token 0.8")  # 6 of 7 rows on i − 1: 6/7 = 0.857
+    assert table["type"].tolist()[1] == "—"
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "head 0: previous-token 0.86" in markdown
+    assert "every layer's heads on this text" not in repr(figures(at))  # every layer: opt-in (one more pass)
+    at.toggle(key="heads_overview").set_value(True).run()
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "L0H0 previous-token 0.86" in markdown and "L1H" not in markdown
+    grid = next(f for f in figures(at) if f["layout"].get("title", {}).get("text") == "every layer's heads on this text")
+    panels = [a["text"] for a in grid["layout"]["annotations"]][:4]
+    assert panels == ["previous-token", "induction", "duplicate-token", "first-token mass"]
+    previous = decode(grid["data"][0]["z"])
+    model = weights.load(session_model.ref)
+    reference = head_types.score_heads(models.attention_maps(model, _ids(TEXT)), _ids(TEXT))
+    np.testing.assert_allclose(previous, reference["previous_token"], atol=1e-6)
+    # layer 1 in the sidebar: the table follows the layer, the grid stays the whole model
+    at.selectbox(key="layer").select_index(1).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert set(type_table(at)["type"]) == {"—"}
+
+
+def _ids(text: str) -> list[int]:
+    from attnviz.tokens import encode
+
+    return encode(text)

@@ -1,0 +1,146 @@
+"""AppTest of the Train page: a tiny training runs off the script thread, its curves and snapshots are drawn,
+Stop stops it, a second start in the same session is refused with a message, and the trained model becomes
+a ``weights`` option of that session.  Waits are joins on the job, never fixed sleeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import decode, plotly_figures
+from streamlit.testing.v1 import AppTest
+
+from attnviz.labs import live_train
+from attnviz.ui import train as train_ui
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_len": 48, "batch_size": 4,
+        "negatives": 32, "min_repeat": 4, "max_repeat": 20}
+
+
+@pytest.fixture(autouse=True)
+def tiny(monkeypatch):
+    """The page's recipe, made tiny (the page reads live_train.RECOMMENDED on every run)."""
+    monkeypatch.setattr(live_train, "RECOMMENDED", {"steps": 12, **TINY})
+
+
+def train_page() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    at.switch_page("pages/train.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def job_of(at: AppTest):
+    return train_ui.job_board().get(at.session_state["_train_owner"])
+
+
+def progress_text(at: AppTest) -> str:
+    return at.get("progress")[0].proto.text
+
+
+def wait_for_steps(job, count: int) -> None:
+    while sum(entry.get("step") is not None for entry in list(job.progress)) < count:
+        assert job.running, f"the job ended early: {job.status} {job.error!r}"
+        job._done.wait(0.05)
+
+
+def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option():
+    at = train_page()
+    assert at.title[0].value == "Train a model, watch its heads form"
+    assert any("Nothing trained in this session yet" in info.value for info in at.info)
+    at.number_input(key="train_steps").set_value(12)
+    at.button(key="train_start").click().run()
+    job = job_of(at)
+    assert job is not None
+    assert job.join(TIMEOUT), "the tiny training did not finish"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert progress_text(at).startswith("Finished: step 12 of 12")
+    figures = plotly_figures(at)
+    loss = next(f for f in figures if f["layout"].get("title", {}).get("text") == "training loss")
+    assert decode(loss["data"][0]["x"]).tolist() == list(range(12))
+    curves = next(f for f in figures if any("induction: mean A" in a["text"] for a in f["layout"].get("annotations", [])))
+    assert {t["name"] for t in curves["data"]} == {"L0H0", "L0H1", "L1H0", "L1H1"}
+    assert len(decode(curves["data"][0]["x"])) == len(job.result.history.probe_steps) > 2
+    titles = [f["layout"].get("title", {}).get("text") for f in figures]
+    assert "before (step 0)" in titles and "after 12 steps" in titles
+    # offered as weights to this session, and the page says how to pick it
+    option = job.result.option
+    assert option.name == "trained: 12 steps, seed 0"
+    assert any(option.name in s.value for s in at.success)
+    weights = at.selectbox(key="weights")
+    assert option.label in weights.options
+    assert at.get("download_button")  # the trained model's zip (built when clicked)
+    # the board drops ended jobs of tabs that looked away (reap): the session keeps what it has shown
+    train_ui.job_board().forget(at.session_state["_train_owner"])
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert progress_text(at).startswith("Finished: step 12 of 12")
+    assert len(plotly_figures(at)) == len(figures)
+    # "See its heads" makes it this session's weights and opens the Heads page with it
+    at.button(key="train_see_heads").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Attention heads"
+    assert at.session_state["weights"] == option.name
+    assert at.selectbox(key="layer").options == ["0", "1"]
+
+
+def test_stop_ends_the_training_and_keeps_the_model_so_far():
+    at = train_page()
+    at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
+    at.button(key="train_start").click().run()
+    job = job_of(at)
+    wait_for_steps(job, 3)
+    assert not at.button(key="train_stop").disabled
+    at.button(key="train_stop").click().run()
+    assert job.join(TIMEOUT)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert job.status == "stopped"
+    assert progress_text(at).startswith(f"Stopped: step {job.result.steps_run} of {live_train.MAX_STEPS}")
+    assert at.button(key="train_stop").disabled
+    assert job.result.option.name.startswith("trained: stopped at step")
+
+
+def test_a_second_start_in_the_same_session_is_refused_with_a_message():
+    at = train_page()
+    at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
+    at.button(key="train_start").click().run()
+    job = job_of(at)
+    try:
+        wait_for_steps(job, 1)
+        at.button(key="train_start").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("already running in this tab" in w.value for w in at.warning)
+        assert job_of(at) is job and job.running  # the first training goes on
+    finally:
+        job.stop()
+        assert job.join(TIMEOUT)
+
+
+def test_a_full_server_refuses_a_training_with_a_message():
+    board = train_ui.job_board()
+    others = [board.start(f"other-tab-{k}", lambda job: job._stop.wait(TIMEOUT))
+              for k in range(board.max_running - board.running())]
+    try:
+        at = train_page()
+        at.button(key="train_start").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert any(f"at most {board.max_running} at once" in w.value for w in at.warning)
+        assert job_of(at) is None
+    finally:
+        for job in others:
+            job.stop()
+            assert job.join(TIMEOUT)
+
+
+def test_a_deep_link_to_the_train_page_is_a_sessions_first_request():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params["text"] = "Hello world"
+    at.switch_page("pages/train.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Train a model, watch its heads form"
+    assert at.sidebar.text_area(key="text").value == "Hello world"
+    assert at.number_input(key="train_steps").value == live_train.RECOMMENDED["steps"]

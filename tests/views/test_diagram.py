@@ -1,0 +1,456 @@
+"""The shape diagram tells the story of the run it was drawn from: its shapes, its variant's path."""
+
+from __future__ import annotations
+
+import html.parser
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from attnviz import pipeline
+from attnviz.attention import MAP_STAGES, STAGES
+from attnviz.views import diagram
+
+JOURNEY = "Your journey starts with one step"  # 6 tokens
+LONGER = "Your journey starts with one step, and then another, and another."
+
+
+def small(variant: str = "mha", **overrides) -> pipeline.AttentionConfig:
+    values = {"variant": variant, "d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 32}
+    return pipeline.AttentionConfig(**{**values, **overrides})
+
+
+def traced(config: pipeline.AttentionConfig, text: str = JOURNEY) -> pipeline.Trace:
+    return pipeline.run(text, config)
+
+
+# --- a tiny DOT reader: enough to check structure without the graphviz binary -------------------
+
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NODE = re.compile(r'^\s*("(?:[^"\\]|\\.)*")\s*\[(.*)\];\s*$')
+_EDGE = re.compile(r'^\s*("(?:[^"\\]|\\.)*")\s*->\s*("(?:[^"\\]|\\.)*")\s*(?:\[(.*)\])?;\s*$')
+_ATTR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*")')
+
+
+def _unquote(token: str) -> str:
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), token[1:-1])
+
+
+def parse(dot: str) -> tuple[dict[str, dict[str, str]], list[tuple[str, str, dict[str, str]]]]:
+    """(nodes: id -> attrs, edges: (tail, head, attrs)); asserts every line is something DOT allows."""
+    nodes: dict[str, dict[str, str]] = {}
+    edges: list[tuple[str, str, dict[str, str]]] = []
+    for line in dot.splitlines():
+        if edge := _EDGE.match(line):
+            attrs = {k: _unquote(v) for k, v in _ATTR.findall(edge.group(3) or "")}
+            edges.append((_unquote(edge.group(1)), _unquote(edge.group(2)), attrs))
+        elif (node := _NODE.match(line)) and node.group(1) != '"graph"':
+            nodes[_unquote(node.group(1))] = {k: _unquote(v) for k, v in _ATTR.findall(node.group(2))}
+        else:
+            bare = _QUOTED.sub('""', line).strip()
+            assert re.fullmatch(r"digraph \w+ \{|subgraph cluster_\w+ \{|\}|(graph|node|edge) \[.*\];|", bare), line
+    return nodes, edges
+
+
+def assert_plausible_dot(dot: str) -> None:
+    bare = _QUOTED.sub('""', dot)  # braces inside labels do not count
+    assert bare.count('"') % 2 == 0
+    depth = 0
+    for char in bare:
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        assert depth >= 0
+    assert depth == 0
+    assert bare.count("[") == bare.count("]")
+    assert dot.lstrip().startswith("digraph ")
+    nodes, edges = parse(dot)
+    for tail, head, _ in edges:
+        assert tail in nodes, f"edge from undeclared node {tail!r}"
+        assert head in nodes, f"edge to undeclared node {head!r}"
+    linked = {name for tail, head, _ in edges for name in (tail, head)}
+    assert set(nodes) == linked, f"nodes without edges: {set(nodes) - linked}"
+
+
+def labels(dot: str) -> dict[str, str]:
+    return {name: attrs.get("label", "") for name, attrs in parse(dot)[0].items()}
+
+
+# --- every variant, every mode: valid DOT ------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rankdir", [None, "TB"])
+def test_dot_is_plausible_for_every_variant(variant, causal, rankdir):
+    config = small(variant, causal=causal)
+    dot = diagram.shape_dot(traced(config).shapes, config, highlight="weights", rankdir=rankdir)
+    assert_plausible_dot(dot)
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="the graphviz binary is not installed")
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+def test_graphviz_accepts_the_dot(variant):
+    config = small(variant)
+    dot = diagram.shape_dot(traced(config).shapes, config, highlight="masked")
+    result = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+# --- the shapes come from the trace ------------------------------------------------------------
+
+
+def test_every_recorded_shape_is_on_the_diagram():
+    config = small("mha")
+    trace = traced(config)
+    node_labels = labels(diagram.shape_dot(trace.shapes, config))
+    for name, shape in trace.shapes:
+        node = diagram._split_name(name)[0]
+        assert diagram.format_shape(shape) in node_labels[node].splitlines()
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+def test_text_length_changes_the_shapes(variant):
+    config = small(variant)
+    short, long = traced(config, JOURNEY), traced(config, LONGER)
+    assert short.n == 6 and long.n > 6
+    short_labels = labels(diagram.shape_dot(short.shapes, config))
+    long_labels = labels(diagram.shape_dot(long.shapes, config))
+    assert "6, 6)" in short_labels["weights"]
+    assert f"{long.n}, {long.n})" in long_labels["weights"]
+    assert f"(1, {long.n}, 8)" in long_labels["input"]
+    assert short_labels != long_labels
+
+
+@pytest.mark.parametrize("heads, head_dim", [(2, 4), (4, 2)])
+def test_num_heads_changes_the_mha_shapes(heads, head_dim):
+    config = small("mha", num_heads=heads)
+    node_labels = labels(diagram.shape_dot(traced(config).shapes, config))
+    assert f"(1, 6, {heads}, {head_dim})" in node_labels["view"]
+    assert f"(1, {heads}, 6, {head_dim})" in node_labels["transpose"]
+    assert f"(1, {heads}, 6, 6)" in node_labels["scores"]
+    assert f"dₖ = head_dim = {head_dim}" in node_labels["scaled"]
+    assert f"(1, {heads}, 6, {head_dim})" in node_labels["context"]
+    assert "(1, 6, 8)" in node_labels["concat"]
+
+
+@pytest.mark.parametrize("heads", [2, 4])
+def test_num_heads_changes_the_wrapper_labels(heads):
+    config = small("mha_wrapper", num_heads=heads)
+    dot = diagram.shape_dot(traced(config).shapes, config)
+    node_labels = labels(dot)
+    assert node_labels["queries"].startswith(f"queries ×{heads}\n")
+    assert f"(1, 6, {8 // heads})" in node_labels["queries"]
+    assert f"W_query ×{heads}" in node_labels["W_query"]
+    assert f"×{heads}" in [attrs.get("label") for tail, head, attrs in parse(dot)[1] if head == "concat"]
+
+
+def test_d_out_changes_the_shapes():
+    narrow, wide = small("mha", d_out=8), small("mha", d_out=16)
+    narrow_labels = labels(diagram.shape_dot(traced(narrow).shapes, narrow))
+    wide_labels = labels(diagram.shape_dot(traced(wide).shapes, wide))
+    assert "(1, 6, 8)" in narrow_labels["queries"] and "(1, 6, 16)" in wide_labels["queries"]
+    assert "(1, 6, 2, 8)" in wide_labels["view"]
+    assert "nn.Linear 8 → 16" in wide_labels["W_query"]
+    assert "nn.Linear 16 → 16 + bias" in wide_labels["out_proj"]
+
+
+def test_v1_shows_parameters_and_v2_linear_layers():
+    v1, v2 = small("self_attention_v1", d_out=6), small("self_attention_v2", d_out=6, qkv_bias=True)
+    v1_labels, v2_labels = (
+        labels(diagram.shape_dot(traced(v1).shapes, v1)),
+        labels(diagram.shape_dot(traced(v2).shapes, v2)),
+    )
+    assert "nn.Parameter (8, 6)" in v1_labels["W_key"] and "x @ W_key" in v1_labels["keys"]
+    assert "nn.Linear 8 → 6 + bias" in v2_labels["W_key"] and "W_key(x)" in v2_labels["keys"]
+
+
+def test_variant_changes_the_diagram():
+    dots = {v: diagram.shape_dot(traced(small(v)).shapes, small(v)) for v in pipeline.VARIANTS}
+    assert len(set(dots.values())) == len(dots)
+
+
+def test_a_trace_from_another_variant_is_rejected():
+    mha_shapes = traced(small("mha")).shapes
+    with pytest.raises(ValueError, match="concat"):
+        diagram.shape_dot(traced(small("causal")).shapes, small("mha"))
+    with pytest.raises(ValueError, match="lacks"):
+        diagram.shape_dot(mha_shapes[:5], small("mha"))
+
+
+# --- each variant has its own path -------------------------------------------------------------
+
+
+def test_mha_path():
+    config = small("mha")
+    nodes, edges = parse(diagram.shape_dot(traced(config).shapes, config))
+    pairs = {(tail, head) for tail, head, _ in edges}
+    assert {"view", "transpose", "out_proj", "concat", "W_query", "W_key", "W_value"} <= set(nodes)
+    assert {("queries", "view"), ("view", "transpose"), ("transpose", "scores"), ("context", "concat")} <= pairs
+    assert {("concat", "out_proj"), ("out_proj", "output"), ("transpose", "context")} <= pairs
+    assert not any("×" in attrs["label"] for name, attrs in nodes.items())
+
+
+def test_wrapper_path():
+    config = small("mha_wrapper")
+    dot = diagram.shape_dot(traced(config).shapes, config)
+    nodes, edges = parse(dot)
+    pairs = {(tail, head) for tail, head, _ in edges}
+    assert "concat" in nodes and "view" not in nodes and "transpose" not in nodes and "out_proj" not in nodes
+    for stage in ("queries", "keys", "values", *MAP_STAGES, "context"):
+        assert nodes[stage]["label"].startswith(f"{stage} ×2")
+    assert {("context", "concat"), ("concat", "output"), ("W_query", "queries")} <= pairs
+    assert "subgraph cluster_heads" in dot
+
+
+@pytest.mark.parametrize("variant", ["self_attention_v1", "self_attention_v2", "causal"])
+def test_single_head_path(variant):
+    config = small(variant, d_out=6)
+    nodes, edges = parse(diagram.shape_dot(traced(config).shapes, config))
+    pairs = {(tail, head) for tail, head, _ in edges}
+    assert {"W_query", "W_key", "W_value"} <= set(nodes)
+    assert not {"view", "transpose", "concat", "out_proj"} & set(nodes)
+    assert "dₖ = d_out = 6" in nodes["scaled"]["label"]
+    assert "(1, 6, 6)" in nodes["queries"]["label"]
+    assert {("queries", "scores"), ("keys", "scores"), ("values", "context"), ("context", "output")} <= pairs
+
+
+def test_simplified_path_has_no_weights_and_skips_scaling():
+    config = small("simplified")
+    nodes, edges = parse(diagram.shape_dot(traced(config).shapes, config))
+    assert not {"W_query", "W_key", "W_value", "out_proj", "view", "concat"} & set(nodes)
+    assert ("input", "queries") in {(tail, head) for tail, head, _ in edges}
+    assert "skipped" in nodes["scaled"]["label"] and "√" in nodes["scaled"]["label"]
+    assert "dashed" in nodes["scaled"]["style"]
+    assert "= inputs" in nodes["queries"]["label"]
+
+
+# --- mask, dropout, highlight ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["causal", "mha", "mha_wrapper", "self_attention_v2"])
+def test_mask_off_is_dashed_and_grey(variant):
+    on = small(variant, causal=True)
+    off = small(variant, causal=False)
+    on_nodes = parse(diagram.shape_dot(traced(on).shapes, on))[0]
+    off_nodes, off_edges = parse(diagram.shape_dot(traced(off).shapes, off))
+    assert "mask off" not in on_nodes["masked"]["label"] and "dashed" not in on_nodes["masked"].get("style", "")
+    assert "mask off" in off_nodes["masked"]["label"]
+    assert "dashed" in off_nodes["masked"]["style"] and off_nodes["masked"]["color"] == diagram.OFF_COLOR
+    assert any(head == "masked" and attrs.get("style") == "dashed" for _, head, attrs in off_edges)
+
+
+@pytest.mark.parametrize("variant", ["causal", "mha", "mha_wrapper"])
+def test_dropout_off_in_eval_and_on_in_training(variant):
+    evaluating = small(variant, dropout=0.1, train=False)
+    training = small(variant, dropout=0.1, train=True)
+    assert training.dropout_runs and not evaluating.dropout_runs
+    eval_node = parse(diagram.shape_dot(traced(evaluating).shapes, evaluating))[0]["dropped"]
+    train_node = parse(diagram.shape_dot(traced(training).shapes, training))[0]["dropped"]
+    assert "off (eval)" in eval_node["label"] and "dashed" in eval_node["style"]
+    assert "p = 0.1" in train_node["label"] and "style" not in train_node
+
+
+def test_dropout_absent_from_the_class_is_off():
+    config = small("self_attention_v1", dropout=0.5, train=True)
+    node = parse(diagram.shape_dot(traced(config).shapes, config))[0]["dropped"]
+    assert "no dropout" in node["label"] and "dashed" in node["style"]
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("rankdir", [None, "TB"])
+def test_highlight_marks_exactly_one_node(variant, rankdir):
+    config = small(variant)
+    shapes = traced(config).shapes
+    assert diagram.HIGHLIGHT_FILL not in diagram.shape_dot(shapes, config, rankdir=rankdir)
+    for name, _ in shapes:
+        nodes = parse(diagram.shape_dot(shapes, config, highlight=name, rankdir=rankdir))[0]
+        lit = [node for node, attrs in nodes.items() if attrs.get("fillcolor") == diagram.HIGHLIGHT_FILL]
+        assert lit == [diagram._split_name(name)[0]]
+
+
+def test_highlight_accepts_base_names_and_ignores_stages_the_variant_lacks():
+    config = small("mha_wrapper")
+    shapes = traced(config).shapes
+    assert diagram.shape_dot(shapes, config, highlight="masked") == diagram.shape_dot(
+        shapes, config, highlight="masked ×2"
+    )
+    assert diagram.HIGHLIGHT_FILL not in diagram.shape_dot(shapes, config, highlight="view")
+    with pytest.raises(ValueError, match="Unknown stage"):
+        diagram.shape_dot(shapes, config, highlight="attention")
+
+
+def test_every_book_stage_can_be_highlighted():
+    config = small("mha")
+    shapes = traced(config).shapes
+    for stage in STAGES:
+        assert diagram.shape_dot(shapes, config, highlight=stage).count(diagram.HIGHLIGHT_FILL) == 1
+
+
+# --- layout ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+def test_top_to_bottom_layout_has_the_same_shapes(variant):
+    config = small(variant)
+    shapes = traced(config).shapes
+    wide, tall = diagram.shape_dot(shapes, config), diagram.shape_dot(shapes, config, rankdir="TB")
+    assert 'rankdir="TB"' in tall and 'rankdir="LR"' in wide
+    tall_labels = labels(tall)
+    for name, shape in shapes:
+        assert diagram.format_shape(shape) in tall_labels[diagram._split_name(name)[0]]
+
+
+# --- escaping, rows, equation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ['say "hi"', "back\\slash", "two\nlines", "braces {x} [y]", 'end\\"'])
+def test_quote_makes_one_valid_dot_string(text):
+    quoted = diagram.quote(text)
+    assert _QUOTED.fullmatch(quoted)
+    assert _unquote(quoted) == text.replace("\r", "")
+
+
+def test_shape_rows_follow_the_trace():
+    config = small("mha")
+    trace = traced(config)
+    rows = diagram.shape_rows(trace.shapes, config)
+    assert [row["stage"] for row in rows] == [name for name, _ in trace.shapes]
+    by_stage = {row["stage"]: row for row in rows}
+    assert by_stage["input"] == {"stage": "input", "shape": "(1, 6, 8)", "meaning": "(b, n, d_in)"}
+    assert by_stage["view"]["meaning"] == "(b, n, h, hd)"
+    assert by_stage["transpose"]["meaning"] == "(b, h, n, hd)"
+    assert by_stage["weights"] == {"stage": "weights", "shape": "(1, 2, 6, 6)", "meaning": "(b, h, n, n)"}
+    assert by_stage["output"]["meaning"] == "(b, n, d_out)"
+    for row in rows:  # the symbols have as many entries as the shape has dimensions
+        assert row["meaning"].count(",") == row["shape"].count(",")
+
+
+def test_shape_rows_follow_the_variant_path():
+    wrapper = diagram.shape_rows(traced(small("mha_wrapper")).shapes, small("mha_wrapper"))
+    assert {row["stage"]: row["meaning"] for row in wrapper}["scores ×2"] == "(b, n, n)"
+    single = diagram.shape_rows(traced(small("causal", d_out=6)).shapes, small("causal", d_out=6))
+    assert {row["stage"]: row["meaning"] for row in single}["queries"] == "(b, n, d_out)"
+    simplified = diagram.shape_rows(traced(small("simplified")).shapes, small("simplified"))
+    assert {row["stage"]: row["meaning"] for row in simplified}["queries"] == "(b, n, d_in)"
+
+
+def test_shape_rows_drop_the_batch_symbol_for_unbatched_shapes():
+    rows = diagram.shape_rows([("input", (6, 3)), ("queries", (6, 2)), ("weights", (6, 6))], small("causal"))
+    assert [row["meaning"] for row in rows] == ["(n, d_in)", "(n, d_out)", "(n, n)"]
+
+
+def test_head_dim_equation():
+    assert diagram.head_dim_equation(pipeline.preset_config("gpt2-small")) == (
+        "d_out = num_heads × head_dim: 768 = 12 × 64"
+    )
+    assert diagram.head_dim_equation(pipeline.preset_config("gpt2-xl")).endswith("1600 = 25 × 64")
+    assert "8 = 2 × 4" in diagram.head_dim_equation(small("mha_wrapper"))
+    assert "dₖ = d_out = 8" in diagram.head_dim_equation(small("causal"))
+    assert "d_in = 8" in diagram.head_dim_equation(small("simplified"))
+
+
+def test_book_preset_mha_example():
+    config = pipeline.preset_config("book", variant="mha")
+    trace = traced(config)
+    node_labels = labels(diagram.shape_dot(trace.shapes, config, highlight="weights"))
+    assert "(1, 6, 3)" in node_labels["input"]
+    assert "(1, 6, 2, 1)" in node_labels["view"]
+    assert "(1, 2, 6, 6)" in node_labels["weights"]
+    assert diagram.head_dim_equation(config) == "d_out = num_heads × head_dim: 2 = 2 × 1"
+
+
+# --- the compact flow (HTML) beside the Heads and Steps views ------------------------------------
+
+
+class _Boxes(html.parser.HTMLParser):
+    """The flow's stage boxes in document order: {stage, style, title, text}; checks tags balance."""
+
+    def __init__(self):
+        super().__init__()
+        self.boxes: list[dict[str, str]] = []
+        self.open: list[str] = []
+        self.depth_of_box: int | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "br":
+            return
+        self.open.append(tag)
+        attrs = dict(attrs)
+        if "attnviz-stage" in (attrs.get("class") or ""):
+            self.boxes.append({"stage": attrs["data-stage"], "style": attrs["style"], "title": attrs["title"], "text": ""})
+            self.depth_of_box = len(self.open)
+
+    def handle_endtag(self, tag):
+        assert self.open.pop() == tag
+        if self.depth_of_box is not None and len(self.open) < self.depth_of_box:
+            self.depth_of_box = None
+
+    def handle_data(self, data):
+        if self.depth_of_box is not None:
+            self.boxes[-1]["text"] += data
+
+
+def flow_boxes(markup: str) -> list[dict[str, str]]:
+    parser = _Boxes()
+    parser.feed(markup)
+    parser.close()
+    assert parser.open == [], "unclosed tags"
+    return parser.boxes
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("causal", [True, False])
+def test_flow_shows_every_recorded_tensor_in_pipeline_order_with_its_shape(variant, causal):
+    config = small(variant, causal=causal)
+    trace = traced(config, LONGER)
+    boxes = flow_boxes(diagram.shape_flow_html(trace.shapes, config, highlight="weights"))
+    assert [box["stage"] for box in boxes] == list(config.spec.shape_path)
+    recorded = {diagram._split_name(name)[0]: (name, shape) for name, shape in trace.shapes}
+    for box in boxes:
+        name, shape = recorded[box["stage"]]
+        assert box["text"].startswith(f"{name} {diagram.format_shape(shape)}"), box
+    # the same shapes as the Graphviz diagram of the Shapes page
+    dot_labels = labels(diagram.shape_dot(trace.shapes, config))
+    for box in boxes:
+        assert diagram.format_shape(recorded[box["stage"]][1]) in dot_labels[box["stage"]]
+
+
+@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+def test_flow_highlights_exactly_the_stage_on_view(variant):
+    config = small(variant)
+    shapes = traced(config).shapes
+    assert diagram.HIGHLIGHT_FILL not in diagram.shape_flow_html(shapes, config)
+    for name, _ in shapes:
+        boxes = flow_boxes(diagram.shape_flow_html(shapes, config, highlight=name))
+        lit = [box["stage"] for box in boxes if diagram.HIGHLIGHT_FILL in box["style"]]
+        assert lit == [diagram._split_name(name)[0]]
+    with pytest.raises(ValueError, match="Unknown stage"):
+        diagram.shape_flow_html(shapes, config, highlight="attention")
+
+
+def test_flow_marks_what_did_nothing_in_this_run():
+    config = small("causal", causal=False, dropout=0.5)  # eval mode: dropout off too
+    boxes = {box["stage"]: box for box in flow_boxes(diagram.shape_flow_html(traced(config).shapes, config))}
+    for stage, reason in (("masked", "mask off"), ("dropped", "dropout off (eval)")):
+        assert "dashed" in boxes[stage]["style"] and reason in boxes[stage]["text"], boxes[stage]
+    assert "dashed" not in boxes["weights"]["style"]
+    trained = small("causal", causal=True, dropout=0.5, train=True)
+    boxes = {box["stage"]: box for box in flow_boxes(diagram.shape_flow_html(traced(trained).shapes, trained))}
+    assert "dashed" not in boxes["masked"]["style"] and "dashed" not in boxes["dropped"]["style"]
+    assert boxes["dropped"]["title"] == "dropout p = 0.5 (train)"
+
+
+def test_flow_arrows_name_the_weights_and_the_value_path():
+    config = small("self_attention_v1")
+    markup = diagram.shape_flow_html(traced(config).shapes, config)
+    for arrow in ("↓ W_query", "↓ W_key", "↓ W_value", "↓ Q, Kᵀ", "↓ · V (values)"):
+        assert arrow in markup
+    mha = small("mha")
+    assert "↓ out_proj" in diagram.shape_flow_html(traced(mha).shapes, mha)
+
+
+def test_flow_rejects_a_trace_from_another_variant():
+    shapes = traced(small("causal")).shapes
+    with pytest.raises(ValueError, match="lacks"):
+        diagram.shape_flow_html(shapes, small("mha"))

@@ -1,0 +1,119 @@
+"""Downloads (CSV, NPZ + manifest), head statistics, and the source panel read from the running code."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from attnviz import attention, pipeline, stats
+from attnviz.pipeline import AttentionConfig
+from attnviz.views import export, source
+
+CONFIG = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=32, seed=5)
+TEXT = "the cat and the hat"
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return pipeline.run(TEXT, CONFIG)
+
+
+def test_weights_csv_is_the_focused_heads_map_with_token_labels(trace):
+    rows = list(csv.reader(io.StringIO(export.weights_csv(trace, 2).decode("utf-8"))))
+    assert rows[0][1:] == ["0: the", "1: ·cat", "2: ·and", "3: ·the", "4: ·hat"]
+    assert [row[0] for row in rows[1:]] == rows[0][1:]
+    values = np.array([[float(v) for v in row[1:]] for row in rows[1:]])
+    assert np.allclose(values, trace.attention_map("weights", 2), atol=1e-6)
+    assert np.allclose(values.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_trace_npz_round_trips_every_array_and_the_manifest(trace):
+    data = np.load(io.BytesIO(export.trace_npz(trace)))
+    manifest = json.loads(bytes(data["manifest.json"]).decode("utf-8"))
+    assert manifest["config"]["num_heads"] == 4 and manifest["tokens"] == list(trace.tokens)
+    assert [tuple(shape) for _, shape in manifest["shapes"]] == [shape for _, shape in trace.shapes]
+    for name, array in trace.steps.items():
+        assert np.array_equal(data[f"steps/{name}"], array), name
+    assert np.array_equal(data["output"], trace.output)
+    assert data["token_ids"].tolist() == list(trace.token_ids)
+
+
+def test_head_statistics_on_known_maps():
+    n = 4
+    identity = np.eye(n)[None]  # every token attends to itself
+    previous = np.eye(n, k=-1)[None]
+    previous[0, 0, 0] = 1.0  # the first token can only see itself
+    uniform_causal = np.tril(np.ones((n, n)))
+    uniform_causal = (uniform_causal / uniform_causal.sum(axis=1, keepdims=True))[None]
+    result = stats.head_statistics(np.concatenate([identity, previous, uniform_causal]))
+    assert result["diagonal"].tolist()[:2] == [1.0, 0.25]
+    assert result["previous-token"][1] == 1.0 and result["previous-token"][0] == 0.0
+    assert result["entropy"][0] == 0.0 and result["max weight"][0] == 1.0
+    assert result["mean distance"][0] == 0.0 and result["mean distance"][1] == pytest.approx(0.75)
+    assert result["entropy"][2] == pytest.approx(np.mean([np.log(k) for k in range(1, n + 1)]))
+    assert result["first-token mass"][2] == pytest.approx(np.mean([1 / k for k in range(1, n + 1)]))
+
+
+def test_head_statistics_of_a_real_trace_are_in_range(trace):
+    result = stats.head_statistics(trace.steps["weights"][0])
+    assert set(result) == set(stats.STATS)
+    assert all(values.shape == (4,) for values in result.values())
+    assert ((result["max weight"] >= 0) & (result["max weight"] <= 1)).all()
+    assert (result["entropy"] <= np.log(trace.n) + 1e-9).all()
+
+
+@pytest.mark.parametrize("variant", list(source.CLASSES))
+def test_source_panel_marks_the_line_that_computes_each_stage(variant):
+    text = source.variant_source(variant)
+    assert f"class {source.CLASSES[variant].__name__}" in text
+    for stage, needle in (("scores", "@"), ("weights", "softmax"), ("context", "@")):
+        marked, line = source.marked_source(variant, stage)
+        assert line is not None and marked.splitlines()[line - 1].endswith(source.MARK), (variant, stage)
+        assert needle in marked.splitlines()[line - 1]
+    masked_line = source.stage_code(variant, "masked")
+    assert masked_line is not None and "masked_fill" in masked_line
+
+
+def test_source_panel_reads_the_running_module():
+    """If the class changed, the panel would show the change: it is read with inspect, not copied."""
+    assert source.variant_source("mha").startswith("class MultiHeadAttention")
+    assert "self.out_proj(context_vec)" in source.variant_source("mha")
+    assert source.stage_code("simplified", "scaled") is None  # section 3.3 does not scale
+    assert source.CLASSES["mha"] is attention.MultiHeadAttention
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64])
+def test_every_statistic_stays_in_the_range_its_bar_is_drawn_on_and_reaches_its_ends(n):
+    rng = np.random.default_rng(n)
+    logits = rng.normal(size=(64, n, n)) * rng.uniform(0.1, 20, size=(64, 1, 1))
+    random_weights = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    uniform = np.full((1, n, n), 1.0 / n)  # largest entropy
+    farthest = np.zeros((1, n, n))
+    farthest[0, np.arange(n), np.where(np.arange(n) < n / 2, n - 1, 0)] = 1.0  # each query on its farthest key
+    result = stats.head_statistics(np.concatenate([random_weights, uniform, farthest]))
+    for name, values in result.items():
+        low, high = stats.stat_range(name, n)
+        assert low == 0.0 and high > low
+        assert (values >= low - 1e-9).all() and (values <= high + 1e-9).all(), name
+    if n > 1:
+        assert result["entropy"][-2] == pytest.approx(stats.stat_range("entropy", n)[1])
+        assert result["mean distance"][-1] == pytest.approx(stats.stat_range("mean distance", n)[1])
+    with pytest.raises(KeyError):
+        stats.stat_range("attention", n)
+
+
+def test_head_statistics_of_float32_maps_match_float64():
+    """A Trace's float32 maps are worked on in float32 (with float64 sums): the same numbers to ~1e-6."""
+    rng = np.random.default_rng(7)
+    n = 300
+    logits = np.where(np.tril(np.ones((n, n), dtype=bool)), rng.normal(size=(4, n, n)) * 3, -np.inf)
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    single = stats.head_statistics(weights.astype(np.float32))
+    double = stats.head_statistics(weights)
+    for name in stats.STATS:
+        np.testing.assert_allclose(single[name], double[name], rtol=1e-5, atol=1e-6, err_msg=name)

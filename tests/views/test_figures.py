@@ -1,0 +1,177 @@
+"""The heads grid: one heatmap of tiles that are exactly the pooled maps of their heads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnviz import pipeline
+from attnviz.views import figures
+
+JOURNEY = "Your journey starts with one step"
+
+
+@pytest.fixture(scope="module")
+def default_trace() -> pipeline.Trace:
+    return pipeline.run(JOURNEY, pipeline.AttentionConfig())  # GPT-2 small, 12 causal heads
+
+
+def tiles_of(fig) -> tuple[np.ndarray, list[list[int]], int]:
+    (mosaic,) = [trace for trace in fig.data if trace.type == "heatmap"]
+    meta = fig.layout.meta
+    return np.asarray(mosaic.z, dtype=np.float32), meta["tiles"], meta["size"]
+
+
+def head_titles(fig) -> list[str]:
+    return [note.text for note in fig.layout.annotations if note.text.removeprefix("▶ ").startswith("head ")]
+
+
+def test_max_pool_keeps_every_peak_and_knows_all_masked_blocks():
+    matrix = np.zeros((10, 10), dtype=np.float32)
+    matrix[3, 7] = 0.9
+    matrix[:, 9] = np.nan
+    pooled, block = figures.max_pool(matrix, 4)
+    assert block == 3 and pooled.shape == (4, 4)
+    assert pooled[1, 2] == pytest.approx(0.9)  # (3, 7) falls in block (1, 2)
+    assert np.isnan(pooled[:, 3]).all()  # column 9 alone (padded) is all masked
+    signed, _ = figures.max_pool(np.array([[-5.0, 1.0], [2.0, 3.0]]), 1, signed=True)
+    assert signed[0, 0] == -5.0  # scores keep the largest |value| with its sign
+
+
+@pytest.mark.parametrize("stage", ["scores", "weights"])
+def test_each_tile_is_its_heads_map_and_the_gaps_are_empty(default_trace, stage):
+    maps = default_trace.steps[stage][0]  # (12, 6, 6)
+    fig = figures.heads_grid(maps, stage, causal=True)
+    mosaic, tiles, size = tiles_of(fig)
+    assert len(tiles) == 12 and size == 6
+    inside = np.zeros(mosaic.shape, dtype=bool)
+    for head, (x0, y0) in enumerate(tiles):
+        tile = mosaic[y0 : y0 + size, x0 : x0 + size]
+        expected = figures.display_values(maps[head], stage, causal=True)
+        np.testing.assert_array_equal(tile, expected)  # NaN where masked, exactly the values elsewhere
+        inside[y0 : y0 + size, x0 : x0 + size] = True
+    assert np.isnan(mosaic[~inside]).all()
+    assert len({x0 for x0, _ in tiles}) == 6 and len({y0 for _, y0 in tiles}) == 2  # 6 columns × 2 rows
+    assert head_titles(fig) == [f"head {h}" for h in range(12)]
+    assert "downsampled" not in fig.layout.title.text
+
+
+def test_masked_cells_are_grey_and_the_gaps_white(default_trace):
+    fig = figures.heads_grid(default_trace.steps["weights"][0], "weights", causal=True)
+    _, tiles, size = tiles_of(fig)
+    assert fig.layout.plot_bgcolor == "white"
+    grey = [shape for shape in fig.layout.shapes if shape.fillcolor == figures.MASKED_COLOR]
+    assert len(grey) == 12 and all(shape.layer == "below" for shape in grey)
+    assert sorted((shape.x0 + 0.5, shape.y0 + 0.5) for shape in grey) == sorted(map(tuple, tiles))
+
+
+def test_a_click_anywhere_on_a_tile_reports_its_head(default_trace):
+    fig = figures.heads_grid(default_trace.steps["weights"][0], "weights")
+    _, tiles, size = tiles_of(fig)
+    (overlay,) = [trace for trace in fig.data if trace.type == "scatter"]
+    assert overlay.marker.opacity == 0
+    for x, y, head in zip(overlay.x, overlay.y, overlay.customdata):
+        x0, y0 = tiles[head]
+        assert x0 <= x <= x0 + size - 1 and y0 <= y <= y0 + size - 1
+    assert set(overlay.customdata) == set(range(12))
+
+
+def test_a_long_input_is_pooled_and_says_so():
+    trace = pipeline.run(" the" * 300, pipeline.AttentionConfig(num_heads=4))
+    fig = figures.heads_grid(trace.steps["weights"][0], "weights", max_cells=64)
+    mosaic, tiles, size = tiles_of(fig)
+    assert size == 60 and fig.layout.meta["block"] == 5  # ceil(300 / 64) = 5 positions per cell
+    assert "downsampled 300→60 per side (max-pooling keeps peaks" in fig.layout.title.text
+    for head, (x0, y0) in enumerate(tiles):
+        expected, _ = figures.max_pool(figures.display_values(trace.steps["weights"][0][head], "weights", True), 64)
+        np.testing.assert_array_equal(mosaic[y0 : y0 + size, x0 : x0 + size], expected)
+
+
+def test_mark_focus_moves_the_marker_and_the_outline(default_trace):
+    grid = figures.heads_grid(default_trace.steps["weights"][0], "weights")
+    marked = figures.mark_focus(figures.mark_focus(grid, 3), 7)
+    assert [t for t in head_titles(marked) if t.startswith("▶")] == ["▶ head 7"]
+    (outline,) = [shape for shape in marked.layout.shapes if shape.name == "focus"]
+    x0, y0 = marked.layout.meta["tiles"][7]
+    assert (outline.x0 + 0.5, outline.y0 + 0.5) == (x0, y0)
+    assert not [shape for shape in grid.layout.shapes if shape.name == "focus"]  # the cached figure is untouched
+    assert head_titles(grid) == [f"head {h}" for h in range(12)]
+
+
+def test_a_single_head_grid():
+    trace = pipeline.run(JOURNEY, pipeline.AttentionConfig(variant="causal"))
+    fig = figures.mark_focus(figures.heads_grid(trace.steps["weights"][0], "weights"), 0)
+    assert head_titles(fig) == ["▶ head 0"]
+    assert "1 head" in fig.layout.title.text
+
+
+def _reference_pool(matrix: np.ndarray, max_size: int, signed: bool) -> np.ndarray:
+    """The plain definition: pad with NaN, NaN-aware max (or largest |value| with its sign) of every block."""
+    block = max(1, -(-max(matrix.shape) // max_size))
+    rows, cols = matrix.shape
+    padded = np.full((-(-rows // block) * block, -(-cols // block) * block), np.nan, dtype=np.float32)
+    padded[:rows, :cols] = matrix
+    out = np.full((padded.shape[0] // block, padded.shape[1] // block), np.nan, dtype=np.float32)
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            cells = padded[i * block : (i + 1) * block, j * block : (j + 1) * block]
+            cells = cells[~np.isnan(cells)]
+            if cells.size:
+                out[i, j] = cells[np.abs(cells).argmax()] if signed else cells.max()
+    return out
+
+
+@pytest.mark.parametrize("n", [5, 64, 65, 130, 200])
+@pytest.mark.parametrize("stage", ["scores", "scaled", "masked", "weights", "dropped"])
+def test_the_pooled_grid_equals_pooling_the_displayed_maps(n, stage):
+    """pooled_display pools the raw maps and blanks whole masked blocks; it must equal pooling the displayed
+    (NaN-masked) maps cell for cell, for every stage, with and without padding."""
+    rng = np.random.default_rng(n)
+    scores = rng.normal(size=(3, n, n)).astype(np.float32) * 4
+    masked = np.where(np.triu(np.ones((n, n), dtype=bool), k=1), -np.inf, scores).astype(np.float32)
+    weights = np.exp(masked - masked.max(axis=-1, keepdims=True))
+    weights = (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float32)
+    maps = {"scores": scores, "scaled": scores / 8, "masked": masked, "weights": weights,
+            "dropped": weights * (rng.random(weights.shape) > 0.3) / 0.7}[stage].astype(np.float32)
+    pooled, block = figures.pooled_display(maps, stage, True, 64)
+    signed = stage not in figures.PROBABILITY_STAGES
+    for head in range(3):
+        shown = figures.display_values(maps[head], stage, causal=True)
+        expected, expected_block = figures.max_pool(shown, 64, signed=signed)
+        assert block == expected_block
+        np.testing.assert_array_equal(pooled[head], expected)
+        np.testing.assert_array_equal(expected, _reference_pool(shown, 64, signed))
+
+
+def test_figures_built_without_validation_are_what_plotly_validates():
+    """heads_grid, mark_focus and (validate=False) the focused head's heatmap and overview skip Plotly's
+    per-property validation; validating their dicts changes nothing, and validate=True builds the same figure."""
+    import json
+
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    def as_json(fig):
+        return json.loads(pio.to_json(fig, validate=False))
+
+    rng = np.random.default_rng(0)
+    maps = rng.random((5, 100, 100)).astype(np.float32)
+    big = rng.normal(size=(300, 300)).astype(np.float32)
+    masked = np.where(np.triu(np.ones((300, 300), dtype=bool), k=1), -np.inf, big).astype(np.float32)
+    tokens = [f"<t{i}>&" for i in range(300)]
+    fast = [figures.heads_grid(maps, "weights"), figures.mark_focus(figures.heads_grid(maps, "scores"), 2)]
+    for stage, matrix in (("weights", np.tril(np.abs(big))), ("scores", big), ("masked", masked)):
+        for validate in (False, True):
+            fast.append(figures.attention_heatmap(matrix[20:276, 10:266], tokens, stage, row_offset=20, col_offset=10,
+                                                  title="t", validate=validate))
+            fast.append(figures.overview_heatmap(matrix, stage, causal=True, window=(20, 10, 256), validate=validate))
+    for fig in fast:
+        validated = go.Figure(fig.to_dict())  # raises on an invalid property
+        assert as_json(fig) == as_json(validated)
+    assert as_json(fast[2]) == as_json(fast[4]) and as_json(fast[3]) == as_json(fast[5])  # validate=False == True
+
+
+def test_the_causal_mask_is_built_once_and_read_only():
+    mask = figures.causal_mask(1024)
+    assert figures.causal_mask(1024) is mask and not mask.flags.writeable
+    assert mask[0, 1] and not mask[1, 0] and not mask[5, 5]

@@ -1,0 +1,85 @@
+"""attnviz.views.steps: the Steps page's text and tables, tested without Streamlit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnviz import pipeline, variants
+from attnviz.pipeline import AttentionConfig, run
+from attnviz.views import source, steps
+
+TEXT = "Your journey starts with one step"
+
+
+def small(variant: str = "mha", **overrides) -> AttentionConfig:
+    values = {"variant": variant, "d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 32}
+    return AttentionConfig(**{**values, **overrides})
+
+
+@pytest.mark.parametrize("variant", list(variants.VARIANTS))
+@pytest.mark.parametrize("stage", list(steps.STEP_LABELS))
+def test_step_text_quotes_the_running_source_line(variant, stage):
+    step = steps.step_text(small(variant), stage)
+    line = source.stage_code(variant, stage)
+    if line is None:
+        assert step["code"] == "# this variant has no such line"
+    else:
+        assert step["code"] == line and line in source.variant_source(variant)
+    assert step["what"]
+
+
+def test_step_text_says_the_mask_was_skipped():
+    assert steps.step_text(small(causal=False), "masked")["code"].endswith("# skipped: causal mask off")
+    assert "skipped" not in steps.step_text(small(causal=True), "masked")["code"]
+
+
+def test_the_simplified_variant_says_it_does_not_scale():
+    step = steps.step_text(pipeline.preset_config("book", variant="simplified"), "scaled")
+    assert step["what"].startswith("The simplified version (section 3.3) does not scale")
+
+
+def test_dropout_off_reason_one_decision_two_wordings():
+    no_dropout = small("self_attention_v2")
+    eval_mode = small("mha", dropout=0.1, train=False)
+    p_zero = small("mha", dropout=0.0, train=True)
+    assert steps.dropout_off_reason(no_dropout) == "This variant has no dropout in the book: dropped = weights."
+    assert steps.dropout_off_reason(no_dropout, short=True) == "no dropout in this class"
+    assert steps.dropout_off_reason(eval_mode).startswith("Dropout is off (eval mode)")
+    assert steps.dropout_off_reason(eval_mode, short=True) == "dropout off (eval)"
+    assert steps.dropout_off_reason(p_zero) == "Dropout p is 0: dropped = weights."
+    assert steps.dropout_off_reason(p_zero, short=True) == "dropout off (p = 0)"
+
+
+def test_qk_table_shows_the_focused_heads_slice():
+    trace = run(TEXT, small("mha"))
+    table = steps.qk_table(trace, head=1)
+    head_dim = trace.config.head_dim
+    expected = ", ".join(f"{v:.3f}" for v in trace.steps["queries"][0, 0, head_dim : 2 * head_dim])
+    assert list(table["token"]) == list(trace.tokens)
+    assert table["query"][0] == expected
+
+
+def test_vector_table_prints_four_decimals_like_the_book():
+    trace = run(TEXT, pipeline.preset_config("book", variant="causal"))
+    table = steps.vector_table(trace, trace.output[0], "output vector")
+    assert len(table) == trace.n
+    assert all(len(value.split(", ")) == 2 for value in table["output vector"])
+    assert table["output vector"][0] == ", ".join(f"{v:.4f}" for v in trace.output[0, 0])
+
+
+def test_context_table_per_head_and_shape_of():
+    trace = run(TEXT, small("mha"))
+    assert steps.shape_of(trace, "context") == (1, 2, trace.n, 4)
+    table = steps.context_table(trace, head=1)
+    assert table["context vector"][0] == ", ".join(f"{v:.4f}" for v in trace.steps["context"][0, 1, 0])
+
+
+def test_softmax_without_scaling_is_sharper_and_keeps_the_mask():
+    trace = run(TEXT, small("mha", d_in=64, d_out=64))
+    scores, masked = trace.attention_map("scores", 0), trace.attention_map("masked", 0)
+    with_scale, without_scale = steps.softmax_with_and_without_scaling(scores, masked)
+    assert np.allclose(with_scale, trace.attention_map("weights", 0), atol=1e-6)
+    upper = np.triu(np.ones_like(scores, dtype=bool), k=1)
+    assert (without_scale[upper] == 0).all() and np.allclose(without_scale.sum(axis=-1), 1, atol=1e-6)
+    assert without_scale.max(axis=-1).mean() >= with_scale.max(axis=-1).mean()
