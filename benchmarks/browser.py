@@ -32,7 +32,7 @@ page, whose images are 1024×1024).
 
 Before each key press the script waits ``SETTLE_S`` (3 s): runs of the two apps alternate, and the
 naive page leaves its server and Chromium busy for seconds (146 MB of messages to free) — without the
-pause that spilled into the next attnviz run (``results/browser_interleaved_no_settle.log``).
+pause that spilled into the next attnviz run (benchmarks/README.md, "Heads page at 1024 tokens").
 
 *Warm* runs commit a text the server has already run (pipeline and figure caches hold it), so they
 measure serialising, sending and drawing.  *Cold* runs commit a 1024-token text the server has never seen

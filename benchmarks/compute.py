@@ -15,7 +15,7 @@ after ``--warmup``; the variants are interleaved round by round so that load fro
 * ``sdpa``     attnviz's one SDPA path, ``implementations.fused_from(module, use_sdpa=True)``: the same weights
   (W_query/W_key/W_value fused into one Linear) around ``F.scaled_dot_product_attention(is_causal=True)``.
 
-Ratios are medians of per-round ratios (each round times every variant once).  The target (issue 4):
+Ratios are medians of per-round ratios (each round times every variant once).  The target:
 ``run()`` / ``plain`` ≤ 1.5 at n = 1024.
 """
 
