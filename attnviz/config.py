@@ -50,10 +50,13 @@ class AttentionConfig:
     embedding: str = "seeded"  # "book": the book's hand-set 3-d journey vectors when the text is the journey
     checkpoint: str | None = None  # a weights ref (attnviz.weights): run layer ``layer`` of that GPT model
     layer: int = 0  # which transformer block of the checkpoint (0 … layers − 1)
+    module: str | None = None  # a user's own attention module, by the label it was listed under (attnviz.user_code)
 
     def validate(self) -> AttentionConfig:
         """Return self, or raise ConfigError with a message a user can act on."""
-        if self.variant not in variants.VARIANTS:
+        if self.module is not None and (not isinstance(self.module, str) or not self.module):
+            raise ConfigError(f"module must be the label of a listed module, got {self.module!r}.")
+        if self.module is None and self.variant not in variants.VARIANTS:
             raise ConfigError(f"Unknown variant {self.variant!r}; choose one of {', '.join(variants.VARIANTS)}.")
         for name, low, high in (("d_in", 1, MAX_DIM), ("d_out", 1, MAX_DIM), ("context_length", 1, MAX_CONTEXT_LENGTH),
                                 ("num_heads", 1, MAX_HEADS), ("seed", 0, MAX_SEED)):
@@ -72,7 +75,7 @@ class AttentionConfig:
         if self.embedding == "book" and self.d_in != 3:
             raise ConfigError(f"The book's journey vectors are 3-dimensional: set d_in to 3 (got {self.d_in}).")
         self.validate_checkpoint()
-        if self.spec.multi_head:
+        if self.spec.multi_head and self.module is None:
             if self.num_heads > self.d_out:
                 raise ConfigError(f"{self.num_heads} heads need d_out ≥ {self.num_heads}; d_out is {self.d_out}.")
             if self.d_out % self.num_heads:
@@ -93,7 +96,10 @@ class AttentionConfig:
 
     @property
     def spec(self) -> variants.Variant:
-        """This config's record in the variant registry (a checkpoint's layer: ``variants.CHECKPOINT``)."""
+        """This config's record in the variant registry (a checkpoint's layer: ``variants.CHECKPOINT``; a user's
+        module: ``variants.USER_MODULE``)."""
+        if self.module is not None:
+            return variants.USER_MODULE
         return variants.CHECKPOINT if self.checkpoint is not None else variants.get(self.variant)
 
     @property

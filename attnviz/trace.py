@@ -29,6 +29,17 @@ class ModelRun:
 
 
 @dataclass(frozen=True)
+class ModuleRun:
+    """What a user module's run adds to its Trace: its class, its file and the line of each stage it computed."""
+
+    class_name: str
+    filename: str | None
+    stage_lines: dict[str, int]  # stage -> line in ``filename`` that produced it
+    ops: tuple[tuple[str, tuple[int, ...], int | None], ...]  # (call, output shape, line) of every recorded op
+    kind: str  # how its attention was found: "softmax", "sdpa" or "nn.MultiheadAttention"
+
+
+@dataclass(frozen=True)
 class Trace:
     """One run, ready to draw.  Arrays are float32 NumPy on the CPU; treat them as read-only."""
 
@@ -44,6 +55,7 @@ class Trace:
     device: str  # the device that actually ran
     notes: tuple[str, ...] = field(default=())  # things the user should know (truncation, fallback)
     model: ModelRun | None = None  # set when the run used a checkpoint
+    module_run: ModuleRun | None = None  # set when the run traced a user's module
 
     @property
     def n(self) -> int:
@@ -61,12 +73,13 @@ class Trace:
 
 
 def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddings: dict, *, steps: dict,
-           output: np.ndarray, shapes: tuple, device: str, notes: list[str], model: ModelRun | None = None) -> Trace:
+           output: np.ndarray, shapes: tuple, device: str, notes: list[str], model: ModelRun | None = None,
+           module_run: ModuleRun | None = None) -> Trace:
     """A Trace of these tokens: the display pieces are derived here, the same for every run of the same ids."""
     details = pieces(tuple(token_ids))
     return Trace(config=config, text=text, tokens=tuple(t.piece for t in details), token_ids=tuple(token_ids),
                  token_details=details, embeddings=embeddings, steps=steps, output=output, shapes=shapes,
-                 device=device, notes=tuple(notes), model=model)
+                 device=device, notes=tuple(notes), model=model, module_run=module_run)
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,0 +1,592 @@
+"""Records any PyTorch attention module's forward and turns it into a ``Trace``: the user's own code, unchanged.
+
+``record(module, x)`` runs ``module(x)`` once under a ``torch.overrides.TorchFunctionMode`` that sees every
+tensor call (``@``, ``/``, ``masked_fill``, ``softmax``, ``view``, ``transpose``, ``F.linear``, ``F.dropout``,
+``F.scaled_dot_product_attention``, ``F.multi_head_attention_forward`` …), keeps each call's name, output shape
+and the line of the user's file that made it, and links every output tensor to the tensors it came from.  An
+attention is
+
+* a softmax over the last dimension of a ``(…, n_query, n_key)`` tensor: walking back from its input through
+  the mask (``masked_fill``, ``where``, an added mask) and the scale (a multiply or divide by a number) reaches
+  the ``Q @ Kᵀ`` matmul; walking forward through a dropout reaches the ``weights @ V`` matmul;
+* a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
+  call): they never materialise their weights, so the weights are computed explicitly from the call's own
+  q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``); the module still gets the call's real result.
+
+``trace_module(module, x)`` returns a ``Trace`` like the book's producer's: maps ``(batch, heads, n, n)``,
+``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``, and ``shapes`` listing
+every recorded op in order with its real shape, so the diagram draws the user's own pipeline.  The module
+is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
+from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
+
+
+class TraceError(ValueError):
+    """The module cannot be traced; the message is one line naming the cause."""
+
+
+@dataclass
+class Op:
+    """One recorded tensor call."""
+
+    name: str  # "linear", "matmul", "view", "transpose", "softmax", "masked_fill_", "scaled_dot_product_attention" …
+    shape: tuple[int, ...]  # the shape of its (first) tensor output
+    line: int | None  # the line of the user's file that made the call
+    filename: str | None
+    stage: str | None = None  # the attnviz stage it produced (attention.STAGES), once known
+
+
+@dataclass
+class Attention:
+    """One attention computation found in the forward; tensors are (batch, heads, n_query, n_key|head_dim)."""
+
+    kind: str  # "softmax", "sdpa" or "nn.MultiheadAttention"
+    weights: torch.Tensor
+    masked: torch.Tensor  # the softmax input: scores after scale and mask (-inf, or very negative, where hidden)
+    scores: torch.Tensor | None = None  # Q·Kᵀ before any scale
+    scaled: torch.Tensor | None = None  # scores × scale, before the mask
+    dropped: torch.Tensor | None = None  # what multiplied V
+    queries: torch.Tensor | None = None
+    keys: torch.Tensor | None = None  # as used (after a grouped-query repeat)
+    values: torch.Tensor | None = None
+    context: torch.Tensor | None = None  # dropped @ values
+    scale: float | None = None  # what the scores were multiplied by (1/√head_dim expected)
+    hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see hidden_cells)
+    is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
+    dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
+    dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
+    op_index: int = -1  # the op that produced the weights (Recording.ops)
+
+    def hidden_cells(self) -> torch.Tensor:
+        """bool (b, h, nq, nk): True where the mask hid the cell (−∞, or pushed down by more than 10⁴)."""
+        if self.hidden is not None:
+            return self.hidden.expand(self.masked.shape)
+        if self.scaled is None:
+            return torch.isneginf(self.masked)
+        return torch.isneginf(self.masked) | ((self.masked - self.scaled) < -1e4)
+
+
+@dataclass
+class Recording:
+    """One recorded forward: every op, the attentions found, the module's output and its input."""
+
+    ops: list[Op]
+    attentions: list[Attention]
+    output: torch.Tensor
+    inputs: torch.Tensor
+    dropout_calls: list[tuple[int, bool, float]] = field(default_factory=list)  # (op index, training, p)
+
+
+# -------------------------------------------------------------------- recording
+
+_HERE = os.path.abspath(__file__)
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_MATMULS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
+_SCALES = {"div", "__truediv__", "div_", "mul", "__mul__", "__rmul__", "mul_", "true_divide", "__itruediv__",
+           "__imul__"}
+_MASKS = {"masked_fill", "masked_fill_", "where", "add", "__add__", "__radd__", "add_", "__iadd__", "sub",
+          "__sub__", "sub_"}
+_PASS = {"contiguous", "float", "to", "type_as", "clone", "detach"}  # value-preserving steps between stages
+_DROPOUTS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout"}
+_SOFTMAXES = {"softmax", "_softmax", "softmax_"}
+
+
+class _Node:
+    """An output tensor, the call that made it and the nodes of its tensor arguments."""
+
+    __slots__ = ("name", "out", "parents", "args", "kwargs", "children", "index")
+
+    def __init__(self, name, out, parents, args, kwargs, index):
+        self.name, self.out, self.parents, self.args, self.kwargs, self.index = name, out, parents, args, kwargs, index
+        self.children: list[_Node] = []
+
+
+def _name(func) -> str:
+    name = getattr(func, "__name__", "") or ""
+    if name == "__get__":  # a property: Tensor.T, Tensor.mT, Tensor.shape …
+        name = getattr(getattr(func, "__self__", None), "__name__", name)
+    return name
+
+
+def _user_line() -> tuple[str | None, int | None]:
+    """(file, line) of the innermost frame outside torch and this module: the user's code that made the call."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_TORCH_DIR) and os.path.abspath(filename) != _HERE and "<frozen" not in filename:
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return None, None
+
+
+def _first_tensor(value):
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, tuple | list):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+class _Recorder(TorchFunctionMode):
+    """Records every tensor call of a forward (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[Op] = []
+        self.nodes: dict[int, _Node] = {}  # id(tensor) -> the node that made it (tensors are kept alive by nodes)
+        self.softmaxes: list[_Node] = []
+        self.explicit: list[Attention] = []  # SDPA / MultiheadAttention calls, computed explicitly
+        self.dropout_calls: list[tuple[int, bool, float]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _name(func)
+        if name in ("scaled_dot_product_attention", "multi_head_attention_forward"):
+            return self._explicit(name, func, args, kwargs)
+        inplace = name.endswith("_") and not name.startswith("_") and args and isinstance(args[0], torch.Tensor)
+        before = self.nodes.get(id(args[0])) if inplace else None
+        if before is not None:
+            before.out = args[0].clone()  # the stage before an in-place op keeps its own values
+        out = func(*args, **kwargs)
+        tensor = _first_tensor(out)
+        if tensor is None or name in ("__get__", "shape", "dtype", "device", "grad_fn", "is_nested", "requires_grad"):
+            return out
+        filename, line = _user_line()
+        index = len(self.ops)
+        self.ops.append(Op(name, tuple(tensor.shape), line, filename))
+        parents = [self.nodes.get(id(a)) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if before is not None and before not in parents:
+            parents.insert(0, before)
+        node = _Node(name, tensor, parents, args, kwargs, index)
+        for parent in parents:
+            if parent is not None:
+                parent.children.append(node)
+        if isinstance(out, tuple | list):  # split / chunk / unbind: every piece comes from the same input
+            for piece in out:
+                if isinstance(piece, torch.Tensor):
+                    self.nodes[id(piece)] = _Node(name, piece, parents, args, kwargs, index)
+        self.nodes[id(tensor)] = node
+        if name in _DROPOUTS:
+            training = _arg(func, args, kwargs, "training", True)
+            self.dropout_calls.append((index, bool(training), float(_arg(func, args, kwargs, "p", 0.5))))
+        if name in _SOFTMAXES and tensor.dim() >= 2 and _softmax_dim(func, args, kwargs, tensor.dim()) == tensor.dim() - 1:
+            self.softmaxes.append(node)
+        return out
+
+    def _explicit(self, name, func, args, kwargs):
+        out = func(*args, **kwargs)
+        tensor = _first_tensor(out)
+        filename, line = _user_line()
+        index = len(self.ops)
+        self.ops.append(Op(name, tuple(tensor.shape), line, filename, stage="context"))
+        attention = _sdpa(args, kwargs) if name == "scaled_dot_product_attention" else _mha(func, args, kwargs)
+        attention.op_index = index
+        self.explicit.append(attention)
+        parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
+        node = _Node(name, tensor, parents, args, kwargs, index)
+        self.nodes[id(tensor)] = node
+        if isinstance(out, tuple):
+            for piece in out:
+                if isinstance(piece, torch.Tensor):
+                    self.nodes[id(piece)] = node
+        return out
+
+
+def _arg(func, args, kwargs, name, default):
+    """A call's argument by name, positional or keyword (for torch functions with a Python signature)."""
+    if name in kwargs:
+        return kwargs[name]
+    try:
+        parameters = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        parameters = {"dropout": ["input", "p", "training", "inplace"]}.get(_name(func), [])
+    if name in parameters and parameters.index(name) < len(args):
+        return args[parameters.index(name)]
+    return default
+
+
+def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if not isinstance(dim, int):
+        return None
+    return dim % ndim
+
+
+def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
+    """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises or
+    computes no attention."""
+    recorder = _Recorder()
+    try:
+        with torch.no_grad(), recorder:
+            output = module(x, **forward_kwargs)
+    except Exception as error:  # the user's forward: any exception is theirs, reported in one line
+        raise TraceError(f"the forward raised {type(error).__name__}: {_one_line(error)}") from error
+    output = _first_tensor(output)
+    if output is None:
+        raise TraceError("the forward returned no tensor")
+    attentions = sorted([*(_from_softmax(node, recorder) for node in recorder.softmaxes), *recorder.explicit],
+                        key=lambda a: a.op_index)
+    if not attentions:
+        raise TraceError("no attention found: the forward computed no softmax over the last dimension and called no "
+                         "scaled_dot_product_attention or nn.MultiheadAttention")
+    return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(), inputs=x,
+                     dropout_calls=recorder.dropout_calls)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text[:300] or type(error).__name__
+
+
+# -------------------------------------------------------------------- a softmax's stages
+
+def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
+    weights = node.out  # (…, nq, nk)
+    masked_node = node.parents[0] if node.parents else None
+    masked = masked_node.out if masked_node is not None else node.args[0]
+    chain, matmul, current = [], None, masked_node
+    while current is not None:  # back through the mask and the scale to Q @ Kᵀ
+        if current.name in _MATMULS:
+            matmul = current
+            break
+        if current.name in _SCALES and _scalar(current) is None or current.name not in _SCALES | _MASKS | _PASS | _DROPOUTS:
+            break
+        chain.append(current)
+        current = _tensor_parent(current)
+    attention = Attention(kind="softmax", weights=_heads(weights), masked=_heads(masked), op_index=node.index,
+                          dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
+    recorder.ops[node.index].stage = "weights"
+    if matmul is not None:
+        queries, keys, query_scale = _matmul_operands(matmul)
+        scale = query_scale
+        for link in chain:
+            if link.name in _SCALES:
+                scale *= _scalar(link)
+        attention.scores = _heads(matmul.out)
+        attention.scale = scale
+        attention.queries, attention.keys = _heads(queries), _heads(keys)
+        recorder.ops[matmul.index].stage = "scores"
+        attention.scaled = _scaled(chain, attention.scores, scale, recorder)
+        if any(link.name in _MASKS for link in chain):
+            recorder.ops[chain[0].index].stage = "masked"
+    dropped, context_node = _forward_to_values(node)
+    attention.dropped = _heads(dropped.out) if dropped is not None else attention.weights
+    if dropped is not None:
+        recorder.ops[dropped.index].stage = "dropped"
+    if context_node is not None:
+        values = context_node.args[1] if len(context_node.args) > 1 else None
+        if isinstance(values, torch.Tensor):
+            attention.values = _heads(values)
+            attention.context = _heads(context_node.out)
+            recorder.ops[context_node.index].stage = "context"
+    return attention
+
+
+def _scaled(chain: list[_Node], scores: torch.Tensor, scale: float, recorder: _Recorder) -> torch.Tensor:
+    """The scores after the scale and before the mask: the module's own tensor when it scales before masking
+    (the usual order), else computed (scores × scale)."""
+    from_scores = list(reversed(chain))  # matmul side first
+    prefix = []
+    for link in from_scores:
+        if link.name in _MASKS or link.name in _DROPOUTS:
+            break
+        prefix.append(link)
+    if not any(link.name in _SCALES for link in chain):
+        return scores
+    if all(link in prefix for link in chain if link.name in _SCALES):
+        last = [link for link in prefix if link.name in _SCALES][-1]
+        recorder.ops[last.index].stage = "scaled"
+        return _heads(last.out)
+    return scores * scale  # (b, h, nq, nk)
+
+
+def _tensor_parent(node: _Node) -> _Node | None:
+    """The parent that carries the scores (the first tensor argument that is at least 2-d and map-shaped)."""
+    for parent, arg in zip(node.parents, [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.Tensor)]):
+        if parent is not None and arg.dim() >= 2 and arg.shape[-2:] == node.out.shape[-2:]:
+            return parent
+    return next((p for p in node.parents if p is not None), None)
+
+
+def _scalar(node: _Node) -> float | None:
+    """The number a multiply/divide applies (``x / 8``, ``x * 0.125``, ``8 ** -0.5 * x``), as a multiplier."""
+    numbers = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, int | float) and not isinstance(a, bool)]
+    numbers += [a.item() for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.Tensor) and a.numel() == 1]
+    if len(numbers) != 1:
+        return None
+    value = float(numbers[0])
+    divide = node.name in ("div", "__truediv__", "div_", "true_divide", "__itruediv__")
+    return (1.0 / value if value else None) if divide else value
+
+
+def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(queries (…, nq, d), keys (…, nk, d), a scale already applied to the queries or keys) of ``Q @ Kᵀ``."""
+    tensors = [a for a in matmul.args if isinstance(a, torch.Tensor)]
+    if matmul.name == "baddbmm":
+        tensors = tensors[1:]
+    first, second = tensors[0], tensors[1]
+    if matmul.name == "einsum":
+        keys = second if second.shape[-2] == matmul.out.shape[-1] else second.transpose(-2, -1)
+    else:
+        keys = second.transpose(-2, -1)  # (…, d, nk) -> (…, nk, d)
+    scale = 1.0
+    for operand in (first, second):
+        node = matmul.parents[[id(t) for t in tensors].index(id(operand))] if matmul.parents else None
+        while node is not None and node.name in _PASS | {"transpose", "mT", "permute", "T"}:
+            node = _tensor_parent(node) if node.parents else None
+        if node is not None and node.name in _SCALES:
+            factor = _scalar(node)
+            scale *= factor if factor is not None else 1.0
+            if operand is first and factor:
+                first = first / factor  # the queries before the scale
+    return first, keys, scale
+
+
+def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None]:
+    """(the dropout after the softmax, the ``weights @ V`` matmul) reached from the softmax's output."""
+    dropped, current = None, node
+    for _ in range(8):
+        following = [child for child in current.children if child.args and child.args[0] is current.out]
+        if not following:
+            return dropped, None
+        child = following[0]
+        if child.name in _MATMULS:
+            return dropped, child
+        if child.name in _DROPOUTS:
+            dropped = child
+        elif child.name not in _PASS:
+            return dropped, None
+        current = child
+    return dropped, None
+
+
+def _heads(tensor: torch.Tensor) -> torch.Tensor:
+    """(n, m) -> (1, 1, n, m); (b, n, m) -> (b, 1, n, m); (b, h, n, m) as is; more dims fold into heads."""
+    tensor = tensor.detach()
+    if tensor.dim() == 2:
+        return tensor[None, None]
+    if tensor.dim() == 3:
+        return tensor[:, None]
+    return tensor.reshape(tensor.shape[0], -1, *tensor.shape[-2:])
+
+
+# -------------------------------------------------------------------- calls that hide their weights
+
+def _explicit_attention(kind, queries, keys, values, hidden, additive, scale, *, is_causal, dropout_p) -> Attention:
+    """The stages of softmax(mask(Q·Kᵀ·scale))·V computed explicitly (tensors (b, h, n, d))."""
+    scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
+    scaled = scores * scale  # (b, h, nq, nk)
+    masked = scaled if additive is None else scaled + additive  # (b, h, nq, nk)
+    if hidden is not None:
+        masked = masked.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)
+    weights = torch.softmax(masked, dim=-1)  # (b, h, nq, nk)
+    context = weights @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
+    if hidden is not None and additive is not None:
+        hidden = hidden | (additive < -1e4)
+    elif additive is not None:
+        hidden = additive < -1e4
+    return Attention(kind=kind, weights=weights, masked=masked, scores=scores, scaled=scaled, dropped=weights,
+                     queries=queries, keys=keys, values=values, context=context, scale=scale, hidden=hidden,
+                     is_causal=is_causal, dropout_p=dropout_p)
+
+
+def _sdpa(args, kwargs) -> Attention:
+    bound = inspect.signature(_SDPA_SIGNATURE).bind(*args, **kwargs).arguments
+    query, key, value = bound["query"], bound["key"], bound["value"]
+    lead = query.shape[:-2]
+    queries, keys, values = (t.reshape(-1 if t.dim() > 2 else 1, *t.shape[-3:-2] or (1,), *t.shape[-2:])
+                             for t in (query, key, value))
+    if bound.get("enable_gqa") and keys.shape[1] != queries.shape[1]:
+        repeat = queries.shape[1] // keys.shape[1]
+        keys = keys.repeat_interleave(repeat, dim=1)  # (b, hkv, nk, d) -> (b, h, nk, d)
+        values = values.repeat_interleave(repeat, dim=1)
+    nq, nk = queries.shape[-2], keys.shape[-2]
+    scale = bound.get("scale")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    hidden, additive = None, None
+    is_causal = bool(bound.get("is_causal", False))
+    if is_causal:
+        hidden = torch.ones(nq, nk, dtype=torch.bool, device=query.device).tril().logical_not()  # (nq, nk)
+    mask = bound.get("attn_mask")
+    if mask is not None:
+        mask = mask.reshape(*(mask.shape if mask.dim() <= 2 else (-1, *mask.shape[-3:])))
+        if mask.dtype == torch.bool:  # SDPA: True = takes part
+            hidden = ~mask if hidden is None else hidden | ~mask
+        else:
+            additive = mask
+    del lead
+    return _explicit_attention("sdpa", queries, keys, values, hidden, additive, scale, is_causal=is_causal,
+                               dropout_p=float(bound.get("dropout_p", 0.0)))
+
+
+def _SDPA_SIGNATURE(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """The documented signature of ``F.scaled_dot_product_attention`` (the builtin has none to inspect)."""
+
+
+def _mha(func, args, kwargs) -> Attention:
+    bound = inspect.signature(func).bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    query, key, value, heads = a["query"], a["key"], a["value"], a["num_heads"]
+    batched = query.dim() == 3
+    if not batched:  # (L, E) -> (L, 1, E)
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    if a["use_separate_proj_weight"]:
+        weights = (a["q_proj_weight"], a["k_proj_weight"], a["v_proj_weight"])
+    else:
+        weights = a["in_proj_weight"].chunk(3)
+    biases = a["in_proj_bias"].chunk(3) if a["in_proj_bias"] is not None else (None, None, None)
+    projected = [F.linear(t, w, b) for t, w, b in zip((query, key, value), weights, biases)]  # (L, N, E) each
+    length, batch, embed = projected[0].shape
+    head_dim = embed // heads
+    queries, keys, values = (t.reshape(t.shape[0], batch, heads, head_dim).permute(1, 2, 0, 3) for t in projected)
+    nq, nk = queries.shape[-2], keys.shape[-2]
+    hidden, additive = None, None
+    mask = a["attn_mask"]
+    if mask is not None:
+        mask = mask.reshape(batch, heads, nq, nk) if mask.dim() == 3 else mask  # (N·h, L, S) -> (N, h, L, S)
+        if mask.dtype == torch.bool:  # nn.MultiheadAttention: True = may NOT attend
+            hidden = mask
+        else:
+            additive = mask
+    elif a["is_causal"]:
+        hidden = torch.ones(nq, nk, dtype=torch.bool).triu(1)
+    padding = a["key_padding_mask"]
+    if padding is not None:
+        pad = padding.bool() if padding.dtype == torch.bool else padding < -1e4
+        pad = pad[:, None, None, :]  # (N, S) -> (N, 1, 1, S)
+        hidden = pad if hidden is None else hidden | pad
+    return _explicit_attention("nn.MultiheadAttention", queries, keys, values, hidden, additive,
+                               1.0 / math.sqrt(head_dim), is_causal=bool(a["is_causal"]),
+                               dropout_p=float(a["dropout_p"]) if a["training"] else 0.0)
+
+
+# -------------------------------------------------------------------- a Trace
+
+def infer_d_in(module: nn.Module) -> int | None:
+    """The input width a module expects: a named attribute, else the first Linear's or MultiheadAttention's."""
+    for name in ("d_in", "embed_dim", "n_embd", "d_model", "hidden_size", "dim"):
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    for child in module.modules():
+        if isinstance(child, nn.MultiheadAttention):
+            return child.embed_dim
+        if isinstance(child, nn.Linear):
+            return child.in_features
+    return None
+
+
+def embed_text(text: str, d_in: int, *, seed: int = 123) -> tuple[str, list[int], torch.Tensor, dict]:
+    """(text, token ids, (1, n, d_in) input, embedding arrays) as the app embeds text: seeded GPT-2-sized tables."""
+    from attnviz import pipeline  # the facade that cleans and bounds text (imported late: pipeline imports producers)
+    from attnviz.producers import book
+
+    config = AttentionConfig(d_in=d_in, d_out=d_in, num_heads=1, seed=seed)
+    text, token_ids, notes = pipeline.prepare_text(text, MAX_CONTEXT_LENGTH)
+    inputs, arrays = book._embed(token_ids, config, notes)  # (1, n, d_in)
+    return text, token_ids, inputs, arrays
+
+
+def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
+    """One attention for the Trace: per-head softmaxes of one shape stack into heads; otherwise the first
+    (with a note naming how many there were)."""
+    first = attentions[0]
+    same = [a for a in attentions if a.weights.shape == first.weights.shape and a.kind == first.kind]
+    if len(attentions) > 1 and len(same) == len(attentions) and first.weights.shape[1] == 1:
+        stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
+                            masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
+                            scale=first.scale, is_causal=first.is_causal, dropout_p=first.dropout_p)
+        for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):
+            parts = [getattr(a, stage) for a in same]
+            if all(p is not None for p in parts):
+                setattr(stacked, stage, torch.cat(parts, dim=1))
+        return stacked, None
+    note = None if len(attentions) == 1 else (
+        f"The forward computed {len(attentions)} attentions; this shows the first.")
+    return first, note
+
+
+def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str | None = None,
+                 seed: int = 123) -> Trace:
+    """The Trace of ``module`` on ``x``: a (batch, n, d_in) tensor, or text embedded as the app embeds it at the
+    module's input width.  Raises TraceError (one line) when it cannot."""
+    notes: list[str] = []
+    if isinstance(x, str):
+        d_in = infer_d_in(module)
+        if d_in is None:
+            raise TraceError("cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
+        text, token_ids, inputs, arrays = embed_text(x, d_in, seed=seed)
+    else:
+        inputs = torch.as_tensor(x)
+        if inputs.dim() != 3:
+            raise TraceError(f"x must be (batch, n, d_in) or text; got shape {tuple(inputs.shape)}")
+        text, token_ids = "", list(range(inputs.shape[1]))
+        arrays = {"token": to_numpy(inputs[0]), "position": to_numpy(torch.zeros_like(inputs[0])),
+                  "input": to_numpy(inputs[0])}
+    if inputs.shape[1] > MAX_CONTEXT_LENGTH:
+        raise TraceError(f"{inputs.shape[1]} tokens is more than {MAX_CONTEXT_LENGTH}")
+    recording = record(module, inputs)
+    attention, note = combine(recording.attentions)
+    if note:
+        notes.append(note)
+    heads = attention.weights.shape[1]
+    if causal is None:
+        causal = infer_causal(recording, attention)
+    d_out = recording.output.shape[-1]
+    config = AttentionConfig(d_in=inputs.shape[-1], d_out=d_out, num_heads=heads,
+                             context_length=max(1, inputs.shape[1]), causal=bool(causal), dropout=0.0,
+                             train=module.training, module=label or type(module).__name__)
+    steps = {"weights": attention.weights, "masked": attention.masked}
+    for stage in ("queries", "keys", "values", "scores", "scaled", "dropped", "context"):
+        value = getattr(attention, stage)
+        if value is not None:
+            steps[stage] = value
+    steps["output"] = recording.output
+    shapes = (("input", tuple(inputs.shape)), *((op.name, op.shape) for op in recording.ops))
+    return make_trace(config, text, token_ids, arrays,
+                      steps={name: to_numpy(value[:1]) for name, value in steps.items()},
+                      output=to_numpy(recording.output[:1]), shapes=shapes, device=str(inputs.device.type),
+                      notes=notes, module_run=module_run(module, recording, attention))
+
+
+def module_run(module: nn.Module, recording: Recording, attention: Attention) -> ModuleRun:
+    """The module's class, its file and the line of each stage (for the source panel and the op diagram)."""
+    try:
+        filename = inspect.getsourcefile(type(module))
+    except (TypeError, OSError):
+        filename = None
+    lines = {}
+    for op in recording.ops:
+        if op.stage and op.stage not in lines and op.line is not None and op.filename == filename:
+            lines[op.stage] = op.line
+    ops = tuple((op.name, op.shape, op.line if op.filename == filename else None) for op in recording.ops)
+    return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
+                     kind=attention.kind)
+
+
+def infer_causal(recording: Recording, attention: Attention) -> bool:
+    """Whether the module masks the future: an ``is_causal`` flag, or a mask that hides the cells above the diagonal."""
+    if attention.is_causal:
+        return True
+    hidden = attention.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
+    future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
+    return bool(future.any() and hidden[future].float().mean() > 0.5)

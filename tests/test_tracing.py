@@ -1,0 +1,161 @@
+"""attnviz.tracing on modules written as users write them: traced weights equal an explicit computation."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import user_modules as um
+
+from attnviz import attention, tracing
+
+
+def explicit_weights(q, k, causal=True, scale=None):
+    """softmax(mask(q·kᵀ·scale)) for (b, h, n, d) tensors, written out."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # (b, h, n, n)
+    if causal:
+        n = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def heads(t, b, n, h):
+    return t.view(b, n, h, -1).transpose(1, 2)  # (b, n, h·d) -> (b, h, n, d)
+
+
+@pytest.fixture
+def x():
+    torch.manual_seed(0)
+    return torch.randn(2, 7, 32)
+
+
+def assert_weights(trace, expected):
+    expected = expected.detach().numpy()[:1]
+    assert trace.steps["weights"].shape == expected.shape
+    np.testing.assert_allclose(trace.steps["weights"], expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_nanogpt_attention_sdpa_and_manual(x, flash):
+    torch.manual_seed(1)
+    module = um.CausalSelfAttention(n_embd=32, n_head=4, block_size=16, flash=flash).eval()
+    trace = tracing.trace_module(module, x)
+    q, k, v = module.c_attn(x).split(32, dim=2)
+    weights = explicit_weights(heads(q, 2, 7, 4), heads(k, 2, 7, 4))
+    assert_weights(trace, weights)
+    assert trace.config.causal and trace.num_heads == 4
+    names = [name for name, _ in trace.shapes]
+    assert "split" in names and ("scaled_dot_product_attention" in names) == flash
+    np.testing.assert_allclose(trace.output, module(x)[:1].detach().numpy(), atol=1e-6)
+    context = weights @ heads(v, 2, 7, 4)  # (b, h, n, hd)
+    np.testing.assert_allclose(trace.steps["context"], context[:1].detach().numpy(), atol=1e-5)
+
+
+def test_nn_multihead_attention_matches_its_own_weights(x):
+    torch.manual_seed(2)
+    module = um.TorchMHA(32, 4).eval()
+    trace = tracing.trace_module(module, x)
+    mask = torch.ones(7, 7, dtype=torch.bool).triu(1)
+    _, own = module.attn(x, x, x, attn_mask=mask, need_weights=True, average_attn_weights=False)  # (b, h, n, n)
+    assert_weights(trace, own)
+    assert [name for name, _ in trace.shapes].count("multi_head_attention_forward") == 1
+    assert trace.config.causal
+
+
+def test_nn_multihead_attention_without_a_mask_is_not_causal(x):
+    module = um.TorchMHA(32, 4, causal=False).eval()
+    trace = tracing.trace_module(module, x)
+    _, own = module.attn(x, x, x, need_weights=True, average_attn_weights=False)
+    assert_weights(trace, own)
+    assert not trace.config.causal
+
+
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_sdpa_with_a_boolean_or_a_float_mask(x, float_mask):
+    torch.manual_seed(3)
+    module = um.SDPAWithMask(32, 4, float_mask=float_mask).eval()
+    trace = tracing.trace_module(module, x)
+    q, k = heads(module.q(x), 2, 7, 4), heads(module.k(x), 2, 7, 4)
+    assert_weights(trace, explicit_weights(q, k))
+    assert trace.config.causal
+
+
+@pytest.mark.parametrize("cls", [um.GroupedQueryAttention, um.GQAWithSDPA])
+def test_grouped_query_attention(x, cls):
+    torch.manual_seed(4)
+    module = cls(32, 4, 2).eval()
+    trace = tracing.trace_module(module, x)
+    q = heads(module.wq(x), 2, 7, 4)
+    if cls is um.GroupedQueryAttention:
+        k = module.wk(x).view(2, 7, 2, 8).transpose(1, 2)
+    else:
+        k = module.wkv(x).view(2, 7, 2, 2, 8)[:, :, 0].transpose(1, 2)
+    k = k.repeat_interleave(2, dim=1)  # (b, 2, n, d) -> (b, 4, n, d)
+    assert_weights(trace, explicit_weights(q, k))
+    if cls is um.GroupedQueryAttention:
+        assert "repeat_interleave" in [name for name, _ in trace.shapes]
+
+
+def test_a_forward_returning_a_tuple(x):
+    torch.manual_seed(5)
+    module = um.ReturnsTuple(32, 16)
+    trace = tracing.trace_module(module, x)
+    expected = explicit_weights(module.W_query(x)[:, None], module.W_key(x)[:, None])
+    assert_weights(trace, expected)
+    assert trace.num_heads == 1 and trace.output.shape == (1, 7, 16)
+
+
+@pytest.mark.parametrize("variant", ["simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha"])
+def test_the_books_classes_trace_as_their_own_recorder_records(variant):
+    from attnviz import variants
+    from attnviz.config import AttentionConfig
+
+    torch.manual_seed(123)
+    config = AttentionConfig(variant=variant, d_in=8, d_out=8, num_heads=2, context_length=16)
+    module = variants.get(variant).build(config).eval()
+    x = torch.randn(1, 5, 8)
+    recorder = attention.Recorder()
+    with torch.no_grad():
+        module(x, recorder)
+    trace = tracing.trace_module(module, x)
+    np.testing.assert_allclose(trace.steps["weights"], recorder.steps["weights"].numpy(), atol=1e-6)
+    np.testing.assert_allclose(trace.output, recorder.steps["output"].numpy(), atol=1e-6)
+    assert trace.config.causal == getattr(module, "causal", False) or variant == "mha_wrapper"
+
+
+def test_the_stage_lines_point_into_the_users_file(x):
+    module = um.CausalSelfAttention(flash=False).eval()
+    trace = tracing.trace_module(module, x)
+    run = trace.module_run
+    assert run.filename.endswith("user_modules.py") and run.class_name == "CausalSelfAttention"
+    source = Path(run.filename).read_text().splitlines()
+    assert "softmax" in source[run.stage_lines["weights"] - 1]
+    assert "masked_fill" in source[run.stage_lines["masked"] - 1]
+    assert "@ v" in source[run.stage_lines["context"] - 1]
+
+
+def test_text_is_embedded_at_the_modules_width():
+    module = um.CausalSelfAttention(n_embd=32, n_head=4, block_size=64).eval()
+    trace = tracing.trace_module(module, "Your journey starts with one step")
+    assert trace.tokens[:2] == ("Your", "·journey") and trace.steps["weights"].shape == (1, 4, 6, 6)
+
+
+@pytest.mark.parametrize(("module", "message"), [
+    (um.NoSoftmax(), "no attention found"),
+    (um.Raises(), "the forward raised RuntimeError"),
+])
+def test_bad_modules_get_one_line(x, module, message):
+    with pytest.raises(tracing.TraceError, match=message) as caught:
+        tracing.trace_module(module, x)
+    assert "\n" not in str(caught.value)
+
+
+def test_tracing_leaves_the_module_and_its_output_unchanged(x):
+    module = um.CausalSelfAttention(flash=False).eval()
+    before = module(x)
+    state = {k: v.clone() for k, v in module.state_dict().items()}
+    recording = tracing.record(module, x)
+    torch.testing.assert_close(recording.output, before.detach())
+    assert all(torch.equal(state[k], v) for k, v in module.state_dict().items())

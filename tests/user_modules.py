@@ -1,0 +1,166 @@
+"""Attention modules written the way users write them: plain ``nn.Module``s, nothing from attnviz.
+
+The tests trace and check these as a learner's or an engineer's own code.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention (model.py): fused c_attn, SDPA with is_causal, or the manual masked_fill path."""
+
+    def __init__(self, n_embd=32, n_head=4, block_size=16, dropout=0.0, bias=True, flash=True):
+        super().__init__()
+        assert n_embd % n_head == 0
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.n_head = n_head
+        self.n_embd = n_embd
+        self.dropout = dropout
+        self.flash = flash
+        if not self.flash:
+            self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None,
+                                               dropout_p=self.dropout if self.training else 0, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            att = self.attn_dropout(att)
+            y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class TorchMHA(nn.Module):
+    """nn.MultiheadAttention, batch_first, with a causal attn_mask (True = may not attend)."""
+
+    def __init__(self, embed_dim=32, num_heads=4, causal=True):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)
+        self.causal = causal
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1) if self.causal else None
+        out, _ = self.attn(x, x, x, attn_mask=mask, need_weights=False)
+        return out
+
+
+class SDPAWithMask(nn.Module):
+    """Separate projections; SDPA with an explicit boolean (True = takes part) or float (0 / -inf) causal mask."""
+
+    def __init__(self, d_model=32, nhead=4, float_mask=False):
+        super().__init__()
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.o = nn.Linear(d_model, d_model)
+        self.nhead = nhead
+        self.float_mask = float_mask
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = (proj(x).view(b, n, self.nhead, d // self.nhead).transpose(1, 2) for proj in (self.q, self.k, self.v))
+        keep = torch.ones(n, n, dtype=torch.bool).tril()
+        mask = torch.zeros(n, n).masked_fill(~keep, float("-inf")) if self.float_mask else keep
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o(y.transpose(1, 2).reshape(b, n, d))
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query attention: 4 query heads share 2 key/value heads (keys repeated), manual softmax."""
+
+    def __init__(self, d_model=32, n_heads=4, n_kv_heads=2):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.wq = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+        v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        out = (weights @ v).transpose(1, 2).reshape(b, n, -1)
+        return self.wo(out)
+
+
+class GQAWithSDPA(nn.Module):
+    """Grouped-query attention through SDPA's enable_gqa."""
+
+    def __init__(self, d_model=32, n_heads=4, n_kv_heads=2):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
+        self.wq = nn.Linear(d_model, d_model, bias=False)
+        self.wkv = nn.Linear(d_model, 2 * n_kv_heads * self.head_dim, bias=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k, v = self.wkv(x).view(b, n, 2, self.n_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return y.transpose(1, 2).reshape(b, n, -1)
+
+
+class ReturnsTuple(nn.Module):
+    """One head; returns (output, weights) like many attention layers do."""
+
+    def __init__(self, d_in=32, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        n = x.shape[1]
+        scores = scores.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), -torch.inf)
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        return weights @ values, weights
+
+
+class NoSoftmax(nn.Module):
+    """A linear layer: no attention at all."""
+
+    def __init__(self, d_in=32):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_in)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class Raises(nn.Module):
+    """A forward with a shape bug."""
+
+    def __init__(self, d_in=32):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_in)
+
+    def forward(self, x):
+        return self.proj(x).view(-1, 7, 5)
