@@ -115,7 +115,7 @@ def build(cls: type[nn.Module], **given) -> nn.Module:
     else:
         for p in params:
             found, value = _lookup(p.name, values)
-            if found and (p.name != "bias" or "qkv_bias" in given or p.default is p.empty):
+            if found and (p.name in given or p.default is p.empty or p.name not in ("bias",)):
                 kwargs[p.name] = value
             elif p.default is p.empty:
                 raise UserCodeError(f"{name} needs an argument {p.name!r} that attnviz cannot fill")

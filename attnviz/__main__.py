@@ -1,7 +1,0 @@
-"""``python -m attnviz``: the command line (see attnviz.cli)."""
-
-import sys
-
-from attnviz.cli import main
-
-sys.exit(main())
