@@ -283,8 +283,9 @@ def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str)
         return Check(rule, "pass", f"{what} equals softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V "
                                    f"(largest difference {worst:.1g})")
     index = tuple(int(i) for i in (difference.nan_to_num(nan=math.inf) == worst).nonzero()[0])
-    return Check(rule, "fail", f"{what} differs from softmax(mask(QKᵀ/√d_head))·V by {worst:.3g} at index {index} "
-                               f"(module {actual[index].item():.4g}, reference {expected[index].item():.4g})")
+    return Check(rule, "fail", f"{what} ≠ softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V: off by {worst:.3g} "
+                               f"at index {index} (module {actual[index].item():.4g}, reference "
+                               f"{expected[index].item():.4g})")
 
 
 def _weightless(module: nn.Module) -> bool:

@@ -579,6 +579,13 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
         text, token_ids = "", list(range(inputs.shape[1]))
         arrays = {"token": to_numpy(inputs[0]), "position": to_numpy(torch.zeros_like(inputs[0])),
                   "input": to_numpy(inputs[0])}
+    return trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=arrays, notes=notes,
+                        causal=causal, label=label)
+
+
+def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_ids: list[int], embeddings: dict,
+                 notes: list[str], causal: bool | None = None, label: str | None = None, seed: int = 123) -> Trace:
+    """The Trace of ``module`` on embedded tokens ``inputs`` (batch, n, d_in) (the producer of a listed module)."""
     if inputs.shape[1] > MAX_CONTEXT_LENGTH:
         raise TraceError(f"{inputs.shape[1]} tokens is more than {MAX_CONTEXT_LENGTH}")
     recording = record(module, inputs)
@@ -591,7 +598,7 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
     d_out = recording.output.shape[-1]
     config = AttentionConfig(d_in=inputs.shape[-1], d_out=d_out, num_heads=heads,
                              context_length=max(1, inputs.shape[1]), causal=bool(causal), dropout=0.0,
-                             train=module.training, module=label or type(module).__name__)
+                             train=module.training, seed=seed, module=label or type(module).__name__)
     steps = {"weights": attention.weights, "masked": attention.masked}
     for stage in ("queries", "keys", "values", "scores", "scaled", "dropped", "context"):
         value = getattr(attention, stage)
@@ -599,7 +606,7 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
             steps[stage] = value
     steps["output"] = recording.output
     shapes = (("input", tuple(inputs.shape)), *((op.name, op.shape) for op in recording.ops))
-    return make_trace(config, text, token_ids, arrays,
+    return make_trace(config, text, token_ids, embeddings,
                       steps={name: to_numpy(value[:1]) for name, value in steps.items()},
                       output=to_numpy(recording.output[:1]), shapes=shapes, device=str(inputs.device.type),
                       notes=notes, module_run=module_run(module, recording, attention))
