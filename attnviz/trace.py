@@ -37,6 +37,8 @@ class ModuleRun:
     stage_lines: dict[str, int]  # stage -> line in ``filename`` that produced it
     ops: tuple[tuple[str, tuple[int, ...], int | None], ...]  # (call, output shape, line) of every recorded op
     kind: str  # how its attention was found: "softmax", "sdpa" or "nn.MultiheadAttention"
+    source: str = ""  # the class's source text
+    first_line: int = 1  # the line of ``filename`` where ``source`` starts
 
 
 @dataclass(frozen=True)

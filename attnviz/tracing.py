@@ -584,8 +584,10 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
 
 
 def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_ids: list[int], embeddings: dict,
-                 notes: list[str], causal: bool | None = None, label: str | None = None, seed: int = 123) -> Trace:
-    """The Trace of ``module`` on embedded tokens ``inputs`` (batch, n, d_in) (the producer of a listed module)."""
+                 notes: list[str], causal: bool | None = None, label: str | None = None, seed: int = 123,
+                 config: AttentionConfig | None = None) -> Trace:
+    """The Trace of ``module`` on embedded tokens ``inputs`` (batch, n, d_in); ``config``: the Trace's config
+    (the producer of a listed module passes its settled one), else one is made from what the run showed."""
     if inputs.shape[1] > MAX_CONTEXT_LENGTH:
         raise TraceError(f"{inputs.shape[1]} tokens is more than {MAX_CONTEXT_LENGTH}")
     recording = record(module, inputs)
@@ -596,9 +598,10 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
     if causal is None:
         causal = infer_causal(recording, attention, module)
     d_out = recording.output.shape[-1]
-    config = AttentionConfig(d_in=inputs.shape[-1], d_out=d_out, num_heads=heads,
-                             context_length=max(1, inputs.shape[1]), causal=bool(causal), dropout=0.0,
-                             train=module.training, seed=seed, module=label or type(module).__name__)
+    if config is None:
+        config = AttentionConfig(d_in=inputs.shape[-1], d_out=d_out, num_heads=heads,
+                                 context_length=max(1, inputs.shape[1]), causal=bool(causal), dropout=0.0,
+                                 train=module.training, seed=seed, module=label or type(module).__name__)
     steps = {"weights": attention.weights, "masked": attention.masked}
     for stage in ("queries", "keys", "values", "scores", "scaled", "dropped", "context"):
         value = getattr(attention, stage)
@@ -622,9 +625,16 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
     for op in recording.ops:
         if op.stage and op.stage not in lines and op.line is not None and op.filename == filename:
             lines[op.stage] = op.line
+    if attention.kind != "softmax" and "context" in lines:  # one SDPA / MultiheadAttention call computes them all
+        for stage in ("scores", "scaled", "masked", "weights", "dropped"):
+            lines.setdefault(stage, lines["context"])
     ops = tuple((op.name, op.shape, op.line if op.filename == filename else None) for op in recording.ops)
+    try:
+        source_lines, first_line = inspect.getsourcelines(type(module))
+    except (TypeError, OSError):
+        source_lines, first_line = [], 1
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
-                     kind=attention.kind)
+                     kind=attention.kind, source="".join(source_lines), first_line=first_line)
 
 
 def infer_causal(recording: Recording, attention: Attention, module: nn.Module | None = None) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from attnviz import pipeline, variants, weights
+from attnviz import pipeline, user_code, variants, weights
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.state import bind, init_session, restore_widgets, set_setting, ss
 from attnviz.ui.urlstate import PRESET_DIMS, PRESETS, SETTING_KEYS, markdown_escape, share_query
@@ -49,7 +49,11 @@ def sidebar() -> dict:
             st.caption(f"ℹ️ {markdown_escape(note)}")
         choice = ui_weights.choose(listed, ss["weights"])
         ss["_weights_choice"] = choice
-        spec = variants.CHECKPOINT if choice.checkpoint else variants.get(ss["variant"])
+        modules = user_code.listed()  # the user's own modules named on the command line, by label
+        if ss["variant"] not in variants.VARIANTS and ss["variant"] not in modules:
+            set_setting("variant", variants.DEFAULT)
+        spec = variants.CHECKPOINT if choice.checkpoint else (
+            variants.USER_MODULE if ss["variant"] in modules else variants.get(ss["variant"]))
         if choice.sizes is not None:
             _follow_checkpoint(choice.sizes)
         n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
@@ -63,8 +67,12 @@ def sidebar() -> dict:
                      help="Which transformer block's attention to show (0 = the first)." if choice.sizes is not None
                      else "The book's classes are one attention layer; pick a checkpoint under Weights for layers.")
         reason = spec.not_applicable("variant")
-        st.selectbox("Attention variant", list(variants.LABELS), format_func=variants.LABELS.get,
-                     disabled=reason is not None, help=reason, **bind("variant"))
+        st.selectbox("Attention variant", [*variants.LABELS, *modules], format_func=lambda v: variants.LABELS.get(v, v),
+                     disabled=reason is not None, help=reason or ("Your own modules are the ones named with "
+                                                                  "--module on the command line." if modules else None),
+                     **bind("variant"))
+        for spec_text, reason_text in user_code.errors().items():
+            st.caption(f"⚠️ {markdown_escape(spec_text)} is not listed: {markdown_escape(reason_text)}")
         reason = spec.not_applicable("preset")
         st.selectbox("Model size", list(PRESETS), format_func=PRESETS.get, disabled=reason is not None, help=reason,
                      **bind("preset"))

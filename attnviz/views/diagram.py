@@ -341,3 +341,61 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
         parts.append(f'<div style="display:flex;gap:4px">{"".join(box(stage) for stage in row)}</div>')
     return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
             + "".join(parts) + "</div>")
+
+
+# -------------------------------------------------------------------- a user's module: its own op path
+
+_OP_STAGE_WORDS = {"queries": "Q", "keys": "K", "values": "V", "scores": "scores = Q·Kᵀ", "scaled": "÷√dₖ",
+                   "masked": "mask", "weights": "softmax → weights", "dropped": "dropout", "context": "· V → context"}
+
+
+def op_rows(trace) -> list[dict[str, str]]:
+    """One row per op the user's module ran: ``{"op", "shape", "stage", "line"}`` (``trace.module_run``)."""
+    run = trace.module_run
+    rows = [{"op": "input", "shape": format_shape(trace.shapes[0][1]), "stage": "", "line": ""}]
+    stage_of = {line: stage for stage, line in run.stage_lines.items()}
+    for name, shape, line in run.ops:
+        stage = stage_of.get(line, "") if line is not None else ""
+        rows.append({"op": name, "shape": format_shape(shape), "stage": stage, "line": "" if line is None else str(line)})
+    return rows
+
+
+def op_flow_html(trace, highlight: str | None = None) -> str:
+    """A traced module's own path as plain HTML: one box per op it ran (the call, its output shape, its line), the
+    op that made the stage on view (``highlight``) filled.  Every string is escaped; safe for ``st.html``."""
+    import html
+
+    rows = op_rows(trace)
+    parts = []
+    for index, row in enumerate(rows):
+        on_view = bool(row["stage"]) and row["stage"] == highlight
+        style = (f"border:2.5px solid #333;background:{HIGHLIGHT_FILL}" if on_view
+                 else f"border:1px solid #8fa8d6;background:{TENSOR_FILL}")
+        stage = _OP_STAGE_WORDS.get(row["stage"], row["stage"])
+        note = " · ".join(filter(None, [stage, f"line {row['line']}" if row["line"] else ""]))
+        if index:
+            parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
+        parts.append(
+            f'<div class="attnviz-op" data-stage="{html.escape(row["stage"])}" style="{style};border-radius:6px;'
+            f'padding:2px 4px;text-align:center;overflow-wrap:anywhere"><b>{html.escape(row["op"])}</b> '
+            f'<code style="font-size:0.85em;background:none;color:inherit">{html.escape(row["shape"])}</code>'
+            + (f'<br><span style="font-size:0.75em">{html.escape(note)}</span>' if note else "") + "</div>")
+    return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
+            + "".join(parts) + "</div>")
+
+
+def op_dot(trace, rankdir: str = "TB") -> str:
+    """A traced module's own path as Graphviz DOT: one node per op, in the order it ran."""
+    rows = op_rows(trace)
+    lines = [f"digraph ops {{ rankdir={rankdir}; node [shape=box, style=\"rounded,filled\", fillcolor=\"{TENSOR_FILL}\", "
+             "fontname=\"sans-serif\", fontsize=11];"]
+    for index, row in enumerate(rows):
+        stage = _OP_STAGE_WORDS.get(row["stage"], row["stage"])
+        label = "\n".join(filter(None, [f"{row['op']}  {row['shape']}", stage,
+                                        f"line {row['line']}" if row["line"] else ""]))
+        fill = f', fillcolor="{HIGHLIGHT_FILL}", penwidth=2' if row["stage"] in ("weights", "context") else ""
+        lines.append(f"  op{index} [label={quote(label)}{fill}];")
+        if index:
+            lines.append(f"  op{index - 1} -> op{index};")
+    lines.append("}")
+    return "\n".join(lines)
