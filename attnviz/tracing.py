@@ -214,6 +214,8 @@ class _Recorder(TorchFunctionMode):
         attention.op_index = index
         attention.returned = _heads(tensor) if name == "scaled_dot_product_attention" else (
             tensor.transpose(0, 1) if tensor.dim() == 3 else tensor.unsqueeze(0))  # (L, N, E) -> (N, L, E)
+        if attention.context is None:  # SDPA's own result is the context (b, h, nq, dv)
+            attention.context = attention.returned
         self.explicit.append(attention)
         parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
         node = _Node(name, tensor, parents, args, kwargs, index)
@@ -430,7 +432,7 @@ def _explicit_attention(kind, queries, keys, values, hidden, additive, scale, *,
     if hidden is not None:
         masked = masked.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)
     weights = torch.softmax(masked, dim=-1)  # (b, h, nq, nk)
-    context = weights @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
+    context = None if kind == "sdpa" else weights @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
     if hidden is not None and additive is not None:
         hidden = hidden | (additive < -1e4)
     elif additive is not None:
@@ -638,16 +640,19 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
 
 
 def infer_causal(recording: Recording, attention: Attention, module: nn.Module | None = None) -> bool:
-    """Whether the module means to mask the future: an ``is_causal`` flag, hidden cells above the diagonal, a
-    ``causal`` attribute, a triangular mask applied, or a triangular mask buffer."""
+    """Whether the module means to mask the future: an ``is_causal`` flag, a ``causal`` attribute, hidden cells
+    above the diagonal, a triangular mask applied, or a triangular mask buffer."""
     if attention.is_causal:
-        return True
-    hidden = attention.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
-    future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
-    if future.any() and hidden[future].float().mean() > 0.5:
         return True
     if module is not None and isinstance(getattr(module, "causal", None), bool):
         return module.causal
+    first = Attention(kind=attention.kind, weights=attention.weights[:1, :1], masked=attention.masked[:1, :1],
+                      scaled=None if attention.scaled is None else attention.scaled[:1, :1],
+                      hidden=None if attention.hidden is None else attention.hidden.expand(attention.masked.shape)[:1, :1])
+    hidden = first.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
+    future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
+    if future.any() and hidden[future].float().mean() > 0.5:
+        return True
     if recording.triangular_mask:
         return True
     buffers = module.buffers() if module is not None else ()
