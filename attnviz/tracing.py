@@ -630,7 +630,7 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
     if attention.kind != "softmax" and "context" in lines:  # one SDPA / MultiheadAttention call computes them all
         for stage in ("scores", "scaled", "masked", "weights", "dropped"):
             lines.setdefault(stage, lines["context"])
-    ops = tuple((op.name, op.shape, op.line if op.filename == filename else None) for op in recording.ops)
+    ops = tuple((op.name, op.shape, op.line if op.filename == filename else None, op.stage) for op in recording.ops)
     try:
         source_lines, first_line = inspect.getsourcelines(type(module))
     except (TypeError, OSError):

@@ -347,15 +347,19 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
 
 _OP_STAGE_WORDS = {"queries": "Q", "keys": "K", "values": "V", "scores": "scores = Q·Kᵀ", "scaled": "÷√dₖ",
                    "masked": "mask", "weights": "softmax → weights", "dropped": "dropout", "context": "· V → context"}
+# a call that computes every stage inside (its weights are computed by attnviz from its arguments)
+_WHOLE_CALLS = {"scaled_dot_product_attention": "Q·Kᵀ, scale, mask, softmax, · V inside",
+                "multi_head_attention_forward": "projections, Q·Kᵀ, mask, softmax, · V, out_proj inside"}
 
 
 def op_rows(trace) -> list[dict[str, str]]:
     """One row per op the user's module ran: ``{"op", "shape", "stage", "line"}`` (``trace.module_run``)."""
     run = trace.module_run
     rows = [{"op": "input", "shape": format_shape(trace.shapes[0][1]), "stage": "", "line": ""}]
-    stage_of = {line: stage for stage, line in run.stage_lines.items()}
-    for name, shape, line in run.ops:
-        stage = stage_of.get(line, "") if line is not None else ""
+    for name, shape, line, stage in run.ops:
+        stage = stage or ""
+        if name in ("scaled_dot_product_attention", "multi_head_attention_forward"):
+            stage = "context"  # one call: scores, mask, softmax and · V inside
         rows.append({"op": name, "shape": format_shape(shape), "stage": stage, "line": "" if line is None else str(line)})
     return rows
 
@@ -371,7 +375,7 @@ def op_flow_html(trace, highlight: str | None = None) -> str:
         on_view = bool(row["stage"]) and row["stage"] == highlight
         style = (f"border:2.5px solid #333;background:{HIGHLIGHT_FILL}" if on_view
                  else f"border:1px solid #8fa8d6;background:{TENSOR_FILL}")
-        stage = _OP_STAGE_WORDS.get(row["stage"], row["stage"])
+        stage = _WHOLE_CALLS.get(row["op"]) or _OP_STAGE_WORDS.get(row["stage"], row["stage"])
         note = " · ".join(filter(None, [stage, f"line {row['line']}" if row["line"] else ""]))
         if index:
             parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
@@ -387,15 +391,15 @@ def op_flow_html(trace, highlight: str | None = None) -> str:
 def op_dot(trace, rankdir: str = "TB") -> str:
     """A traced module's own path as Graphviz DOT: one node per op, in the order it ran."""
     rows = op_rows(trace)
-    lines = [f"digraph ops {{ rankdir={rankdir}; node [shape=box, style=\"rounded,filled\", fillcolor=\"{TENSOR_FILL}\", "
-             "fontname=\"sans-serif\", fontsize=11];"]
+    lines = ["digraph ops {", f"  graph [rankdir={rankdir}];",
+             f'  node [shape=box, style="rounded,filled", fillcolor="{TENSOR_FILL}", fontname="sans-serif", fontsize=11];']
     for index, row in enumerate(rows):
-        stage = _OP_STAGE_WORDS.get(row["stage"], row["stage"])
+        stage = _WHOLE_CALLS.get(row["op"]) or _OP_STAGE_WORDS.get(row["stage"], row["stage"])
         label = "\n".join(filter(None, [f"{row['op']}  {row['shape']}", stage,
                                         f"line {row['line']}" if row["line"] else ""]))
         fill = f', fillcolor="{HIGHLIGHT_FILL}", penwidth=2' if row["stage"] in ("weights", "context") else ""
-        lines.append(f"  op{index} [label={quote(label)}{fill}];")
+        lines.append(f'  "op{index}" [label={quote(label)}{fill}];')
         if index:
-            lines.append(f"  op{index - 1} -> op{index};")
+            lines.append(f'  "op{index - 1}" -> "op{index}";')
     lines.append("}")
     return "\n".join(lines)
