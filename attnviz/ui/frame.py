@@ -14,7 +14,7 @@ from attnviz.pipeline import AttentionConfig, InputError, Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import sidebar
+from attnviz.ui.sidebar import links_only, sidebar
 from attnviz.ui.state import ss
 from attnviz.ui.urlstate import config_from_settings, markdown_escape
 
@@ -35,6 +35,15 @@ class Context:
     @property
     def key(self) -> tuple:
         return trace_key(self.trace)
+
+
+def page_setup(page_title: str, note: str) -> dict:
+    """A page the sidebar's attention settings do not apply to: page config and a sidebar of page links with
+    ``note``; the settings are kept for the other pages.  Returns them."""
+    tune_memory()
+    freeze_imports()
+    st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
+    return links_only(note)
 
 
 def _last_valid_trace() -> Trace | None:

@@ -34,12 +34,7 @@ def sidebar() -> dict:
         ss["_weights_notice"] = f"The weights {ss['weights'][:60]!r} are no longer listed; showing the book's classes."
         set_setting("weights", weights.BOOK)
     with st.sidebar:
-        st.markdown("### attnviz")
-        for path, label, icon in PAGES:
-            try:
-                st.page_link(path, label=label, icon=icon)
-            except StreamlitAPIException:  # a page script run on its own (no app.py): no links
-                break
+        page_links()
         st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
         labels = {option.name: option.label for option in listed}
         st.selectbox("Weights", names, format_func=labels.get, **bind("weights"),
@@ -119,6 +114,28 @@ def sidebar() -> dict:
         for notice in ss.get("_url_notices", []):
             st.warning(markdown_escape(notice), icon="🔗")
     values = {key: ss[key] for key in SETTING_KEYS}
+    st.query_params.from_dict(share_query(values))
+    return values
+
+
+def page_links() -> None:
+    """The app's name and a link to every page."""
+    st.markdown("### attnviz")
+    for path, label, icon in PAGES:
+        try:
+            st.page_link(path, label=label, icon=icon)
+        except StreamlitAPIException:  # a page script run on its own (no app.py): no links
+            break
+
+
+def links_only(note: str) -> dict:
+    """The sidebar of a page the attention settings do not apply to: the page links and ``note``.  The settings
+    stay as they were (kept in the session and in the URL) for the pages they apply to; returns them."""
+    init_session()
+    with st.sidebar:
+        page_links()
+        st.caption(note)
+    values = {key: ss[f"_keep_{key}"] for key in SETTING_KEYS}
     st.query_params.from_dict(share_query(values))
     return values
 

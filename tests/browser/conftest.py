@@ -33,7 +33,7 @@ except ImportError:  # reported by _missing()
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes the README's docs/screenshots.
+# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes docs/screenshots (docs/pages.md shows them).
 SCREENSHOTS = REPO / "docs" / "screenshots" if os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") == "1" else ARTIFACTS
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
