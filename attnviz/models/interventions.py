@@ -98,7 +98,7 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     model.eval()
     ids = _ids(token_ids)  # (1, n)
     n = ids.shape[1]
-    second = slice(n - T - 1, n - 1)  # positions n−T−1 … n−2 predict the second copy's tokens after its first
+    second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
     x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
     inputs = []
     for block in model.trf_blocks:

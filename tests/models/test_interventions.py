@@ -83,7 +83,7 @@ def test_the_batched_grid_equals_one_ablation_at_a_time(pair):
     _, model = pair
     ids = repeated_random_tokens(8, 5, bos=True)  # (17,)
     delta, intact = interventions.ablation_grid(model, ids, 8)
-    second = slice(len(ids) - 9, len(ids) - 1)
+    second = slice(len(ids) - 8, len(ids) - 1)
     assert intact == pytest.approx(interventions.position_loss(interventions.ablate(model, ids, []), ids)[second].mean(), abs=1e-5)
     for layer, head in [(0, 0), (1, 3), (2, 2)]:
         loss = interventions.position_loss(interventions.ablate(model, ids, [(layer, head)]), ids)
@@ -156,6 +156,6 @@ def test_on_the_bundled_model_the_induction_circuit_is_causal():
     delta, intact = interventions.ablation_grid(model, ids, 40)
     assert intact < 2.0
     assert (delta[0] > 3.0).all()  # every layer-0 head alone: the loss on the repeat rises by several nats
-    second = slice(len(ids) - 41, len(ids) - 1)
+    second = slice(len(ids) - 40, len(ids) - 1)
     both = interventions.position_loss(interventions.ablate(model, ids, [(1, 0), (1, 1)]), ids)[second].mean()
     assert both - intact > 5.0
