@@ -90,7 +90,7 @@ def position_loss(logits: torch.Tensor, token_ids) -> np.ndarray:
     return F.cross_entropy(logits[:-1], ids[1:], reduction="none").numpy()  # (n-1, vocab) -> (n-1,)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
                   progress: Callable[[float], None] | None = None) -> tuple[np.ndarray, float]:
     """(Δ loss (layers, heads): the second copy's mean loss with that head alone knocked out minus intact, the intact
@@ -104,7 +104,7 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     for block in model.trf_blocks:
         inputs.append(x)
         x = block(x)  # (1, n, d)
-    intact = _loss_after(model, x, ids)[0, second].mean().item()
+    intact = _loss_after(model, x, ids, second)[0].mean().item()
     layers = len(model.trf_blocks)
     heads = model.trf_blocks[0].att.num_heads
     delta = np.zeros((layers, heads))
@@ -114,17 +114,18 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
             y = batch
             for block in model.trf_blocks[layer:]:
                 y = block(y)  # (heads, n, d)
-        delta[layer] = _loss_after(model, y, ids)[:, second].mean(dim=1).numpy() - intact
+        delta[layer] = _loss_after(model, y, ids, second).mean(dim=1).numpy() - intact
         if progress is not None:
             progress((layer + 1) / layers)
     return delta, intact
 
 
-def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Per-position loss (b, n−1) from the last block's output x (b, n, d)."""
-    logits = model.out_head(model.final_norm(x))  # (b, n, vocab)
-    targets = ids[:, 1:].expand(x.shape[0], -1)  # (b, n-1)
-    return F.cross_entropy(logits[:, :-1].transpose(1, 2), targets, reduction="none")  # (b, n-1)
+def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor, positions: slice) -> torch.Tensor:
+    """Loss (b, p) at ``positions`` (predicting the token after each) from the last block's output x (b, n, d);
+    only those positions go through the output head (its 50,257-wide matmul is most of the cost)."""
+    logits = model.out_head(model.final_norm(x[:, positions]))  # (b, p, d) -> (b, p, vocab)
+    targets = ids[0, 1:][positions].expand(x.shape[0], -1)  # (b, p)
+    return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (b, p)
 
 
 # -------------------------------------------------------------------- value-weighted attention
