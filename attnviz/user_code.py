@@ -24,6 +24,8 @@ from pathlib import Path
 
 from torch import nn
 
+from attnviz.script_args import flag_values
+
 CLI_FLAG = "--module"
 ENV = "ATTNVIZ_MODULES"
 
@@ -150,16 +152,7 @@ _read: tuple | None = None
 
 def module_args(argv: Sequence[str] | None = None) -> list[str]:
     """``--module SPEC`` / ``--module=SPEC`` values (repeatable) after ``--`` in ``argv`` (default sys.argv)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--" in args:
-        args = args[args.index("--") + 1:]
-    specs = []
-    for position, arg in enumerate(args):
-        if arg == CLI_FLAG and position + 1 < len(args) and not args[position + 1].startswith("--"):
-            specs.append(args[position + 1])
-        elif arg.startswith(CLI_FLAG + "=") and len(arg) > len(CLI_FLAG) + 1:
-            specs.append(arg[len(CLI_FLAG) + 1:])
-    return specs
+    return flag_values(CLI_FLAG, argv)
 
 
 def requested(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
