@@ -37,7 +37,7 @@ def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: 
     fig.add_vrect(x0=n - T - 0.5, x1=n - 1.5, fillcolor="rgba(255, 200, 0, 0.12)", line_width=0)
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    fig.update_layout(title={"text": "loss at each position, intact and knocked out", "font": {"size": 14}},
+    fig.update_layout(title={"text": "knocked out vs intact: the loss per position", "font": {"size": 14}},
                       height=340, margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.25})
     return fig
 

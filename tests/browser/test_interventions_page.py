@@ -21,9 +21,9 @@ def test_the_induction_lab_grid_and_a_knock_out_of_two_heads(page, base_url):
     main = page.get_by_test_id("stMain")
     expect(main).to_contain_text("Knock heads out: which ones does the model need?")
     expect(main.get_by_test_id("stPlotlyChart").filter(has_text="knock out one head")).to_be_attached()
-    expect(main.get_by_test_id("stPlotlyChart").filter(has_text="intact and knocked out")).to_be_attached()
+    expect(main.get_by_test_id("stPlotlyChart").filter(has_text="knocked out vs intact")).to_be_attached()
     save_screenshot(page, "ablation-grid")
-    for name, text in (("ablation-grid-chart", "knock out one head"), ("ablation-loss-chart", "intact and knocked out")):
+    for name, text in (("ablation-grid-chart", "knock out one head"), ("ablation-loss-chart", "knocked out vs intact")):
         chart = main.get_by_test_id("stPlotlyChart").filter(has_text=text)
         chart.scroll_into_view_if_needed()
         chart.screenshot(path=str(ARTIFACTS / f"{name}.png"))

@@ -43,10 +43,10 @@ def test_the_induction_lab_knocks_out_each_head_and_any_heads_together():
                                        at.number_input(key="induction_T").value)
     np.testing.assert_allclose(delta, expected, atol=1e-4)
     assert (delta[0] > 1.0).all()  # the previous-token heads are needed
-    curves = figure(at, "loss at each position, intact and knocked out")
+    curves = figure(at, "knocked out vs intact: the loss per position")
     assert [t["name"].split(" (")[0] for t in curves["data"]] == ["intact", "without L0H0"] or len(curves["data"]) == 2
     at.multiselect(key="induction_knockout").set_value(["L1H0", "L1H1"]).run()
-    curves = figure(at, "loss at each position, intact and knocked out")
+    curves = figure(at, "knocked out vs intact: the loss per position")
     assert curves["data"][1]["name"].startswith("without L1H0, L1H1")
 
 
