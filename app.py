@@ -1,23 +1,14 @@
-"""attnviz — `streamlit run app.py`.  The Heads view is what `/` shows (same script as /heads).
+"""attnviz — ``streamlit run app.py``: the entry point; ``/`` shows the Heads page (``pages/heads.py``).
 
-A fresh server's first run here first sends an empty chart in a one-pixel-high box, removed once the server has
-imported attnviz: the browser fetches and compiles Plotly's JavaScript (4.7 MB) while the server imports torch
-(~1 s), instead of after the page's first chart arrives.  This runs before `import attnviz.ui` (which imports
-torch), so it cannot live there; `attnviz.first_run` lets one run per process do it (see its docstring for why not
-every session).
-
-Plotly checks even this chart against numpy and pandas as it finds them in sys.modules, where a module that another
-session is still importing sits half-initialised (attnviz/ui/__init__.py tells the race).  So numpy is imported
-first here (an `import` waits for another thread's), and if pandas is half-imported the chart raises and the page
-goes on without the preload.  pandas itself is imported later, by attnviz.ui, while the warm-up draws its table.
-A fresh server's first page went from 1.62× to 1.08× a one-chart Streamlit page (benchmarks/README.md).
+Before importing attnviz's UI (and torch), a server's first run has the browser start on Plotly's code
+(:mod:`attnviz.first_run` says how and why); then it runs the Heads page.
 """
 
 import contextlib
 import runpy
 from pathlib import Path
 
-import numpy  # noqa: F401  (torch imports it anyway; whole before Plotly reads it, as the docstring says)
+import numpy  # noqa: F401  (torch imports it anyway; whole before Plotly reads it: attnviz.first_run says why)
 import streamlit as st
 
 from attnviz import first_run  # imports nothing else

@@ -118,7 +118,7 @@ def prepare(config: AttentionConfig) -> None:
     """Build what the first run of ``config`` needs (the tokenizer, and for the book's classes the seeded
     embedding table and module), so that run finds them built: the server's warm-up calls this in a thread."""
     tokens.get_encoding()
-    if config.checkpoint is None:
+    if config.checkpoint is None and config.module is None:
         book.prepare(config.validate())
 
 

@@ -35,8 +35,10 @@ class ModuleRun:
     class_name: str
     filename: str | None
     stage_lines: dict[str, int]  # stage -> line in ``filename`` that produced it
-    ops: tuple[tuple[str, tuple[int, ...], int | None], ...]  # (call, output shape, line) of every recorded op
+    ops: tuple[tuple[str, tuple[int, ...], int | None, str | None], ...]  # (call, output shape, line, stage) per op
     kind: str  # how its attention was found: "softmax", "sdpa" or "nn.MultiheadAttention"
+    source: str = ""  # the class's source text
+    first_line: int = 1  # the line of ``filename`` where ``source`` starts
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,9 @@ class Attention:
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
+    softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
+    returned: torch.Tensor | None = None  # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
+    out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
     op_index: int = -1  # the op that produced the weights (Recording.ops)
 
     def hidden_cells(self) -> torch.Tensor:
@@ -90,6 +93,8 @@ class Recording:
     output: torch.Tensor
     inputs: torch.Tensor
     dropout_calls: list[tuple[int, bool, float]] = field(default_factory=list)  # (op index, training, p)
+    linear_inputs: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (op index, input) of every F.linear
+    triangular_mask: bool = False  # a masked_fill / where used a triangular boolean mask
 
 
 # -------------------------------------------------------------------- recording
@@ -134,12 +139,12 @@ def _user_line() -> tuple[str | None, int | None]:
     return None, None
 
 
-def _first_tensor(value):
+def first_tensor(value):
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, tuple | list):
         for item in value:
-            found = _first_tensor(item)
+            found = first_tensor(item)
             if found is not None:
                 return found
     return None
@@ -152,7 +157,9 @@ class _Recorder(TorchFunctionMode):
         super().__init__()
         self.ops: list[Op] = []
         self.nodes: dict[int, _Node] = {}  # id(tensor) -> the node that made it (tensors are kept alive by nodes)
-        self.softmaxes: list[_Node] = []
+        self.softmaxes: list[tuple[_Node, int]] = []  # (node, the dimension it normalised, negative)
+        self.linear_inputs: list[tuple[int, torch.Tensor]] = []
+        self.triangular_mask = False
         self.explicit: list[Attention] = []  # SDPA / MultiheadAttention calls, computed explicitly
         self.dropout_calls: list[tuple[int, bool, float]] = []
 
@@ -166,7 +173,7 @@ class _Recorder(TorchFunctionMode):
         if before is not None:
             before.out = args[0].clone()  # the stage before an in-place op keeps its own values
         out = func(*args, **kwargs)
-        tensor = _first_tensor(out)
+        tensor = first_tensor(out)
         if tensor is None or name in ("__get__", "shape", "dtype", "device", "grad_fn", "is_nested", "requires_grad"):
             return out
         filename, line = _user_line()
@@ -187,18 +194,28 @@ class _Recorder(TorchFunctionMode):
         if name in _DROPOUTS:
             training = _arg(func, args, kwargs, "training", True)
             self.dropout_calls.append((index, bool(training), float(_arg(func, args, kwargs, "p", 0.5))))
-        if name in _SOFTMAXES and tensor.dim() >= 2 and _softmax_dim(func, args, kwargs, tensor.dim()) == tensor.dim() - 1:
-            self.softmaxes.append(node)
+        if name in _SOFTMAXES and tensor.dim() >= 2:
+            dim = _softmax_dim(func, args, kwargs, tensor.dim())
+            if dim is not None and dim >= tensor.dim() - 2:
+                self.softmaxes.append((node, dim - tensor.dim()))
+        if name == "linear":
+            self.linear_inputs.append((index, args[0]))
+        if name in ("masked_fill", "masked_fill_", "where") and not self.triangular_mask:
+            self.triangular_mask = any(_triangular(a) for a in args[:2] if isinstance(a, torch.Tensor))
         return out
 
     def _explicit(self, name, func, args, kwargs):
         out = func(*args, **kwargs)
-        tensor = _first_tensor(out)
+        tensor = first_tensor(out)
         filename, line = _user_line()
         index = len(self.ops)
         self.ops.append(Op(name, tuple(tensor.shape), line, filename, stage="context"))
         attention = _sdpa(args, kwargs) if name == "scaled_dot_product_attention" else _mha(func, args, kwargs)
         attention.op_index = index
+        attention.returned = _heads(tensor) if name == "scaled_dot_product_attention" else (
+            tensor.transpose(0, 1) if tensor.dim() == 3 else tensor.unsqueeze(0))  # (L, N, E) -> (N, L, E)
+        if attention.context is None:  # SDPA's own result is the context (b, h, nq, dv)
+            attention.context = attention.returned
         self.explicit.append(attention)
         parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
         node = _Node(name, tensor, parents, args, kwargs, index)
@@ -239,16 +256,33 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
             output = module(x, **forward_kwargs)
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
         raise TraceError(f"the forward raised {type(error).__name__}: {_one_line(error)}") from error
-    output = _first_tensor(output)
+    output = first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
-    attentions = sorted([*(_from_softmax(node, recorder) for node in recorder.softmaxes), *recorder.explicit],
-                        key=lambda a: a.op_index)
+    over_keys = [node for node, dim in recorder.softmaxes if dim == -1]
+    if not over_keys:  # a softmax over the queries (dim=-2) of an (n, n) map is attention gone wrong: keep it
+        over_keys = [node for node, dim in recorder.softmaxes if node.out.shape[-1] == node.out.shape[-2]]
+    dims = {id(node): dim for node, dim in recorder.softmaxes}
+    found = [_from_softmax(node, recorder) for node in over_keys]
+    for attention, node in zip(found, over_keys):
+        attention.softmax_dim = dims[id(node)]
+    attentions = sorted([*found, *recorder.explicit], key=lambda a: a.op_index)
     if not attentions:
         raise TraceError("no attention found: the forward computed no softmax over the last dimension and called no "
                          "scaled_dot_product_attention or nn.MultiheadAttention")
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(), inputs=x,
-                     dropout_calls=recorder.dropout_calls)
+                     dropout_calls=recorder.dropout_calls, linear_inputs=recorder.linear_inputs,
+                     triangular_mask=recorder.triangular_mask)
+
+
+def _triangular(tensor: torch.Tensor) -> bool:
+    """A boolean (…, n, n) mask that is strictly upper (hide the future) or lower triangular (keep the past)."""
+    if tensor.dtype != torch.bool or tensor.dim() < 2 or tensor.shape[-1] != tensor.shape[-2] or tensor.shape[-1] < 2:
+        return False
+    square = tensor.reshape(-1, *tensor.shape[-2:])[0]  # (n, n)
+    n = square.shape[-1]
+    ones = torch.ones(n, n, dtype=torch.bool, device=square.device)
+    return any(torch.equal(square, ones.triu(k)) or torch.equal(square, ones.tril(-k)) for k in (0, 1, 2))
 
 
 def _one_line(error: BaseException) -> str:
@@ -398,7 +432,7 @@ def _explicit_attention(kind, queries, keys, values, hidden, additive, scale, *,
     if hidden is not None:
         masked = masked.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)
     weights = torch.softmax(masked, dim=-1)  # (b, h, nq, nk)
-    context = weights @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
+    context = None if kind == "sdpa" else weights @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
     if hidden is not None and additive is not None:
         hidden = hidden | (additive < -1e4)
     elif additive is not None:
@@ -474,9 +508,11 @@ def _mha(func, args, kwargs) -> Attention:
         pad = padding.bool() if padding.dtype == torch.bool else padding < -1e4
         pad = pad[:, None, None, :]  # (N, S) -> (N, 1, 1, S)
         hidden = pad if hidden is None else hidden | pad
-    return _explicit_attention("nn.MultiheadAttention", queries, keys, values, hidden, additive,
-                               1.0 / math.sqrt(head_dim), is_causal=bool(a["is_causal"]),
-                               dropout_p=float(a["dropout_p"]) if a["training"] else 0.0)
+    attention = _explicit_attention("nn.MultiheadAttention", queries, keys, values, hidden, additive,
+                                    1.0 / math.sqrt(head_dim), is_causal=bool(a["is_causal"]),
+                                    dropout_p=float(a["dropout_p"]) if a["training"] else 0.0)
+    attention.out_proj = (a["out_proj_weight"], a["out_proj_bias"])
+    return attention
 
 
 # -------------------------------------------------------------------- a Trace
@@ -492,6 +528,9 @@ def infer_d_in(module: nn.Module) -> int | None:
             return child.embed_dim
         if isinstance(child, nn.Linear):
             return child.in_features
+    for name, parameter in module.named_parameters():  # the book's SelfAttention_v1: W_query is (d_in, d_out)
+        if parameter.dim() == 2 and "q" in name.rsplit(".", 1)[-1].lower():
+            return parameter.shape[0]
     return None
 
 
@@ -542,6 +581,15 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
         text, token_ids = "", list(range(inputs.shape[1]))
         arrays = {"token": to_numpy(inputs[0]), "position": to_numpy(torch.zeros_like(inputs[0])),
                   "input": to_numpy(inputs[0])}
+    return trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=arrays, notes=notes,
+                        causal=causal, label=label)
+
+
+def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_ids: list[int], embeddings: dict,
+                 notes: list[str], causal: bool | None = None, label: str | None = None, seed: int = 123,
+                 config: AttentionConfig | None = None) -> Trace:
+    """The Trace of ``module`` on embedded tokens ``inputs`` (batch, n, d_in); ``config``: the Trace's config
+    (the producer of a listed module passes its settled one), else one is made from what the run showed."""
     if inputs.shape[1] > MAX_CONTEXT_LENGTH:
         raise TraceError(f"{inputs.shape[1]} tokens is more than {MAX_CONTEXT_LENGTH}")
     recording = record(module, inputs)
@@ -550,11 +598,12 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
         notes.append(note)
     heads = attention.weights.shape[1]
     if causal is None:
-        causal = infer_causal(recording, attention)
+        causal = infer_causal(recording, attention, module)
     d_out = recording.output.shape[-1]
-    config = AttentionConfig(d_in=inputs.shape[-1], d_out=d_out, num_heads=heads,
-                             context_length=max(1, inputs.shape[1]), causal=bool(causal), dropout=0.0,
-                             train=module.training, module=label or type(module).__name__)
+    if config is None:
+        config = AttentionConfig(d_in=inputs.shape[-1], d_out=d_out, num_heads=heads,
+                                 context_length=max(1, inputs.shape[1]), causal=bool(causal), dropout=0.0,
+                                 train=module.training, seed=seed, module=label or type(module).__name__)
     steps = {"weights": attention.weights, "masked": attention.masked}
     for stage in ("queries", "keys", "values", "scores", "scaled", "dropped", "context"):
         value = getattr(attention, stage)
@@ -562,7 +611,7 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
             steps[stage] = value
     steps["output"] = recording.output
     shapes = (("input", tuple(inputs.shape)), *((op.name, op.shape) for op in recording.ops))
-    return make_trace(config, text, token_ids, arrays,
+    return make_trace(config, text, token_ids, embeddings,
                       steps={name: to_numpy(value[:1]) for name, value in steps.items()},
                       output=to_numpy(recording.output[:1]), shapes=shapes, device=str(inputs.device.type),
                       notes=notes, module_run=module_run(module, recording, attention))
@@ -578,15 +627,33 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
     for op in recording.ops:
         if op.stage and op.stage not in lines and op.line is not None and op.filename == filename:
             lines[op.stage] = op.line
-    ops = tuple((op.name, op.shape, op.line if op.filename == filename else None) for op in recording.ops)
+    if attention.kind != "softmax" and "context" in lines:  # one SDPA / MultiheadAttention call computes them all
+        for stage in ("scores", "scaled", "masked", "weights", "dropped"):
+            lines.setdefault(stage, lines["context"])
+    ops = tuple((op.name, op.shape, op.line if op.filename == filename else None, op.stage) for op in recording.ops)
+    try:
+        source_lines, first_line = inspect.getsourcelines(type(module))
+    except (TypeError, OSError):
+        source_lines, first_line = [], 1
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
-                     kind=attention.kind)
+                     kind=attention.kind, source="".join(source_lines), first_line=first_line)
 
 
-def infer_causal(recording: Recording, attention: Attention) -> bool:
-    """Whether the module masks the future: an ``is_causal`` flag, or a mask that hides the cells above the diagonal."""
+def infer_causal(recording: Recording, attention: Attention, module: nn.Module | None = None) -> bool:
+    """Whether the module means to mask the future: an ``is_causal`` flag, a ``causal`` attribute, hidden cells
+    above the diagonal, a triangular mask applied, or a triangular mask buffer."""
     if attention.is_causal:
         return True
-    hidden = attention.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
+    if module is not None and isinstance(getattr(module, "causal", None), bool):
+        return module.causal
+    first = Attention(kind=attention.kind, weights=attention.weights[:1, :1], masked=attention.masked[:1, :1],
+                      scaled=None if attention.scaled is None else attention.scaled[:1, :1],
+                      hidden=None if attention.hidden is None else attention.hidden.expand(attention.masked.shape)[:1, :1])
+    hidden = first.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
     future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
-    return bool(future.any() and hidden[future].float().mean() > 0.5)
+    if future.any() and hidden[future].float().mean() > 0.5:
+        return True
+    if recording.triangular_mask:
+        return True
+    buffers = module.buffers() if module is not None else ()
+    return any(_triangular(buffer.bool()) for buffer in buffers if buffer.dim() >= 2)

@@ -184,16 +184,14 @@ def _listed_module(c) -> nn.Module:
     return user_code.build_listed(c.module, c)
 
 
-_FROM_MODULE = "Your module decides this: its sizes are read from the module."
 # A user's own attention module, listed on the command line (attnviz.user_code).  Not listed in VARIANTS:
 # AttentionConfig.spec returns it when ``module`` is set; its Trace comes from attnviz.tracing.
 USER_MODULE = Variant(
     "module", "Your own attention module", "", nn.Module, _listed_module, weights="linear", heads=BATCHED,
     dropout=True, out_proj=False, book_causal=True,
     fixed_settings={
-        "variant": "Your module's own code runs.",
-        "preset": _FROM_MODULE, "d_in": _FROM_MODULE, "d_out": _FROM_MODULE, "num_heads": _FROM_MODULE,
-        "qkv_bias": _FROM_MODULE, "embedding": "Text is embedded with seeded tables at your module's input width.",
+        "causal": "Your module decides whether it masks the future.", "device": "Your module runs on the CPU.",
+        "embedding": "Text is embedded with seeded tables at your module's input width.",
     },
 )
 

@@ -5,7 +5,7 @@ import dataclasses
 
 import streamlit as st
 
-from attnviz import ablation, ui
+from attnviz import ablation, ui, variants
 from attnviz.labs import compare
 from attnviz.ui import compute
 
@@ -36,6 +36,19 @@ for column, check in zip(st.columns(3), result.checks):
         if check.key == "wrapper_mha":
             with st.expander("Why the raw outputs differ"):
                 st.markdown(compare.raw_difference_note(check))
+
+if trace.module_run is not None:  # the user's module beside the book's MultiHeadAttention on the same embeddings
+    st.subheader(f"{trace.module_run.class_name} beside the book's MultiHeadAttention")
+    st.caption("The same tokens and input embeddings; each with its own seeded weights, so the maps differ in "
+               "values — compare the mask, how peaked the rows are, the shapes.")
+    mine, book = st.columns(2)
+    with mine:
+        st.plotly_chart(compare.module_heatmap(trace, how="head 0"), config=ui.plotly_config("attnviz-compare-module"))
+    with book:
+        mha = next(v for v in result.variants if v.variant == variants.MHA)
+        st.plotly_chart(compare.variant_heatmap(mha, result.tokens, "head 0", causal=base.causal),
+                        config=ui.plotly_config("attnviz-compare-mha"))
+    st.dataframe(compare.module_vs_mha_rows(trace, mha), hide_index=True)
 
 st.subheader("Every variant on the same tokens")
 how = st.segmented_control("Heatmap shows", compare.MAP_CHOICES, **ui.page_bind("compare_map", "head 0")) or "head 0"

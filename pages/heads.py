@@ -4,7 +4,7 @@ import streamlit as st
 
 from attnviz import ui
 from attnviz.attention import MAP_STAGES
-from attnviz.ui import head_labels
+from attnviz.ui import head_labels, interventions, module_check
 from attnviz.views import figures
 
 ctx = ui.setup("Heads")
@@ -28,6 +28,7 @@ with grid_col:
 
 
 ui.focused_head(ctx.key, stage)  # a fragment: moving the focus redraws only this part
+module_check.check_panel(ctx)  # a user's module: the rules on its code
 
 st.subheader("Head statistics")
 st.caption("Computed from the attention weights of every head; each bar spans the range the statistic can "
@@ -43,3 +44,4 @@ if ctx.checkpoint:
     every_layer_scores = ui.layers_overview(ctx)  # opt-in: one more pass, one layer's maps at a time
     if every_layer_scores is not None:
         head_labels.every_layer(every_layer_scores)
+    interventions.heads_section(ctx, int(st.session_state.get("_keep_heads_focus", 0)))

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from attnviz import ui
-from attnviz.ui import induction
+from attnviz.ui import induction, interventions
 
 ctx = ui.setup("Induction lab")
 if ctx is None:
@@ -20,3 +20,4 @@ st.markdown(
 run = induction.lab_run(ctx)
 if run is not None:
     induction.show(run, ctx)
+    interventions.induction_section(ctx, run)

@@ -20,7 +20,12 @@ if ctx.checkpoint:
     whole.graphviz_chart(checkpoint_view.model_path_dot(trace))
     table.dataframe(pd.DataFrame(checkpoint_view.model_path_rows(trace)), hide_index=True, height=600)
     st.subheader(f"Block {trace.model.layer}'s attention")
-st.markdown(f"**{diagram.head_dim_equation(config)}**")
-st.graphviz_chart(diagram.shape_dot(trace.shapes, config, rankdir="TB"))  # top to bottom: readable at page width
-rows = diagram.shape_rows(trace.shapes, config)
+if trace.module_run is not None:  # the user's module: its own ops, as it ran them
+    st.markdown(f"**{trace.module_run.class_name}: every tensor op of its forward, in order, with its line**")
+    st.graphviz_chart(diagram.op_dot(trace))
+    rows = diagram.op_rows(trace)
+else:
+    st.markdown(f"**{diagram.head_dim_equation(config)}**")
+    st.graphviz_chart(diagram.shape_dot(trace.shapes, config, rankdir="TB"))  # top to bottom: readable at page width
+    rows = diagram.shape_rows(trace.shapes, config)
 st.dataframe(pd.DataFrame(rows), hide_index=True, height=36 * (len(rows) + 1) + 3)  # every stage, no scrolling

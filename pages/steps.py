@@ -23,7 +23,7 @@ view_col = ui.beside_shape_diagram(trace, highlight=stage)
 with view_col:
     head = ui.head_selector("steps_focus", trace.num_heads)
     row0, col0, size = ui.window_selector("steps", trace.n, overview=False)
-    step = steps.step_text(config, stage)
+    step = steps.step_text(config, stage, trace.module_run)
     st.markdown(f"**{step['what']}**")
     st.code(step["code"], language="python")
 
@@ -105,7 +105,9 @@ with view_col:
                     + (" (after `out_proj`)" if config.spec.out_proj else ""))
         st.dataframe(steps.vector_table(trace, trace.output[0], "output vector"), height=300)
 
-with st.expander(f"Source of {source.CLASSES[config.variant].__name__} — read from the running module"):
-    code, line = source.marked_source(config.variant, stage)
+run = trace.module_run  # a user's module: its own source
+with st.expander(f"Source of {run.class_name if run else source.CLASSES[config.variant].__name__} — read from the "
+                 "running module", expanded=run is not None):
+    code, line = source.module_marked_source(run, stage) if run else source.marked_source(config.variant, stage)
     st.caption(f"Line {line} (marked ◀) computes this stage." if line else "This variant has no line for this stage.")
     st.code(code, language="python", line_numbers=True)

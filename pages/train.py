@@ -6,7 +6,8 @@ from attnviz import ui
 from attnviz.labs import live_train
 from attnviz.ui import train
 
-ui.setup("Train")  # the shared sidebar; the page itself does not draw the sidebar's run
+ui.page_setup("Train", "Training has its own settings, on this page. The attention settings (text, weights, "
+                       "variant, sizes …) are kept for the other pages.")
 
 st.title("Train a model, watch its heads form")
 cfg = live_train.page_config()

@@ -164,3 +164,84 @@ class Raises(nn.Module):
 
     def forward(self, x):
         return self.proj(x).view(-1, 7, 5)
+
+
+class MyMultiHeadAttention(nn.Module):
+    """The book's MultiHeadAttention as a learner types it into a notebook, with one classic bug switched on by
+    ``bug`` (None: the correct code).  The bugs are the Pitfall lab's, plus a few more a checker must name."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4, qkv_bias=False, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        diagonal = {"diagonal-hidden": 0, "one-future-visible": 2}.get(bug, 1)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=diagonal))
+        self.bug = bug
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        if self.bug == "inverted-sdpa-mask":  # the book's mask (True = hide) handed to SDPA (True = take part)
+            mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
+            context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask_bool)
+            context_vec = context_vec.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+            return self.out_proj(context_vec)
+        attn_scores = queries @ keys.transpose(2, 3)
+        if self.bug == "dropout-before-softmax":
+            attn_scores = self.dropout(attn_scores)
+        if self.bug == "no-scale":
+            pass
+        elif self.bug == "scale-by-d-out":
+            attn_scores = attn_scores / self.d_out ** 0.5
+        elif self.bug == "scale-without-root":
+            attn_scores = attn_scores / keys.shape[-1]
+        else:
+            attn_scores = attn_scores / keys.shape[-1] ** 0.5
+        mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
+        if self.bug == "masked-fill-copy":
+            attn_scores.masked_fill(mask_bool, -torch.inf)
+        else:
+            attn_scores.masked_fill_(mask_bool, -torch.inf)
+        attn_weights = torch.softmax(attn_scores, dim=-2 if self.bug == "softmax-dim" else -1)
+        if self.bug == "dropout-in-eval":
+            attn_weights = F.dropout(attn_weights, p=0.5)
+        elif self.bug != "dropout-before-softmax":
+            attn_weights = self.dropout(attn_weights)
+        context_vec = attn_weights @ values
+        if self.bug == "no-transpose-back":
+            context_vec = context_vec.reshape(b, num_tokens, self.d_out)
+        else:
+            context_vec = context_vec.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+        if self.bug == "batch-mixing":
+            context_vec = context_vec - context_vec.mean(dim=0, keepdim=True)
+        return self.out_proj(context_vec)
+
+
+class ViewWithoutContiguous(MyMultiHeadAttention):
+    """The Pitfall lab's (5): ``.view`` on the transposed context raises."""
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                   for w in (self.W_query, self.W_key, self.W_value))
+        attn_scores = (q @ k.transpose(2, 3) / k.shape[-1] ** 0.5).masked_fill(self.mask.bool()[:n, :n], -torch.inf)
+        context_vec = (torch.softmax(attn_scores, dim=-1) @ v).transpose(1, 2)
+        return self.out_proj(context_vec.view(b, n, self.d_out))
+
+
+class MaskNotSliced(MyMultiHeadAttention):
+    """The Pitfall lab's (7): the whole (context_length, context_length) mask on an (n, n) score matrix."""
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                   for w in (self.W_query, self.W_key, self.W_value))
+        attn_scores = (q @ k.transpose(2, 3) / k.shape[-1] ** 0.5).masked_fill(self.mask.bool(), -torch.inf)
+        context_vec = (torch.softmax(attn_scores, dim=-1) @ v).transpose(1, 2).reshape(b, n, self.d_out)
+        return self.out_proj(context_vec)

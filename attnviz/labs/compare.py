@@ -45,7 +45,8 @@ def compared_inputs(trace: Trace, max_tokens: int = MAX_TOKENS) -> tuple[torch.T
 def base_config(config: AttentionConfig, d_out: int, num_heads: int) -> AttentionConfig:
     """The run's config with the sidebar's d_out and head count (a single-head run's config has 1 head
     and the simplified one d_out = d_in, but the other variants on this page need the real values)."""
-    return replace(config, d_out=int(d_out), num_heads=int(num_heads), train=False, device="cpu").validate()
+    return replace(config, d_out=int(d_out), num_heads=int(num_heads), train=False, device="cpu",
+                   module=None).validate()  # a user's module is compared with the book's classes at its sizes
 
 
 def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
@@ -306,3 +307,30 @@ def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causa
     # Plotly anchors a multi-line title by its first line: move it down and make room under it
     fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": 135})
     return fig
+
+
+def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS, height: int = 420) -> go.Figure:
+    """A user module's weights (head 0 of its Trace, first ``max_tokens`` tokens) titled like the variants."""
+    weights = trace.steps["weights"][0][:, :max_tokens, :max_tokens]  # (heads, n, n)
+    result = VariantResult(variants.MHA, trace.config, weights, tuple(trace.output.shape))
+    title = f"{trace.module_run.class_name} (your code)<br><sup>weights, head 0 of {weights.shape[0]}</sup>"
+    fig = figures.attention_heatmap(result.attention_map(how), trace.tokens[:max_tokens], "weights",
+                                    causal=trace.config.causal, title=title, height=height)
+    fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": 135})
+    return fig
+
+
+def module_vs_mha_rows(trace: Trace, mha: VariantResult) -> list[dict[str, str]]:
+    """The user's module and the book's MHA side by side: heads, head width, output shape, hidden cells."""
+    def hidden(weights: np.ndarray) -> str:
+        return f"{float((weights[0] == 0).mean()):.0%}"
+
+    weights = trace.steps["weights"][0]  # (heads, n, n)
+    queries = trace.steps.get("queries")
+    head_dim = str(queries.shape[-1]) if queries is not None else "?"
+    return [
+        {"": "heads", "your module": str(weights.shape[0]), "book's MHA": str(mha.heads)},
+        {"": "head_dim", "your module": head_dim, "book's MHA": str(mha.config.d_out // mha.config.num_heads)},
+        {"": "output", "your module": str(tuple(trace.output.shape)), "book's MHA": str(mha.output_shape)},
+        {"": "zero weights in head 0 (masked)", "your module": hidden(weights), "book's MHA": hidden(mha.weights)},
+    ]

@@ -33,7 +33,7 @@ ZIP_FOLDER = "attnviz-trained"
 
 # The Train page's default run: the bundled model's recipe (attnviz.labs.train.TrainConfig's defaults) for 1,000
 # steps — its previous-token and induction heads form together in a phase change around steps 450-700
-# (README "Trained heads" has the measured times on one torch thread here).
+# (docs/trained-heads.md has the measured times on one torch thread).
 RECOMMENDED: dict = {"steps": 1000}
 
 

@@ -453,44 +453,14 @@ def train(cfg: TrainConfig, on_step: Callable | None = None, should_stop: Callab
     rng = np.random.default_rng(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     probes = probe_batches(cfg)
-    undecayed = {id(model.tok_emb.weight), id(model.pos_emb.weight)}  # embeddings: rare random ids keep their identity
-    if cfg.random_ov_heads:  # nor for the slices of random heads (their gradient is zero, decay would shrink them)
-        att = model.trf_blocks[0].att
-        undecayed |= {id(att.W_value.weight), id(att.out_proj.weight)}
-    trained = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trained if p.dim() >= 2 and id(p) not in undecayed]
-    no_decay = [p for p in trained if p.dim() < 2 or id(p) in undecayed]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    optimizer, trained = _optimizer(model, cfg)
     history = History()
-    n_text = round(cfg.batch_size * cfg.text_fraction)
-    n_skip = round(cfg.batch_size * cfg.skip_fraction)
     start = time.perf_counter()
     for step in range(cfg.steps):
         if should_stop is not None and should_stop():
             history.stopped = True
             break
-        parts = []
-        if n_text:
-            windows = text_windows("train", cfg.seq_len, n_text, rng, bos=cfg.bos)
-            parts.append((windows, np.ones(windows.shape, dtype=bool)))
-        skips = cfg.batch_size - n_text if step < cfg.skip_first else n_skip
-        if skips:
-            parts.append(skip_batch(cfg.seq_len, skips, rng, bos=cfg.bos, with_mask=True))
-        more = ()
-        if cfg.batch_size - n_text - skips > 0:
-            length = int(rng.choice(cfg.repeat_lengths)) if cfg.repeat_lengths else cfg.seq_len
-            count = (cfg.batch_size - n_text - skips) * cfg.seq_len // length  # shorter: more rows, same tokens
-            rows, known = repeat_batch(length, count, rng, min_repeat=cfg.min_repeat,
-                                       max_repeat=cfg.max_repeat, bos=cfg.bos, max_copies=cfg.max_copies, with_mask=True)
-            if length == cfg.seq_len:
-                parts.append((rows, known))
-            else:  # another length: its own forward pass, pooled into the same loss
-                more = ((torch.as_tensor(rows), torch.as_tensor(known) if cfg.predictable_only else None),)
-        if not parts:  # repeats only, of another length: they are the batch
-            parts, more = [(rows, known)], ()
-        ids = torch.as_tensor(np.concatenate([part[0] for part in parts]))  # (batch, seq_len)
-        mask = torch.as_tensor(np.concatenate([part[1] for part in parts])) if cfg.predictable_only else None
+        ids, mask, more = _batch(cfg, step, rng)
         for group in optimizer.param_groups:
             group["lr"] = _lr(cfg, step)
         loss = sampled_loss(model, ids, cfg.negatives, generator, mask, more, cfg.attention_only)
@@ -511,6 +481,49 @@ def train(cfg: TrainConfig, on_step: Callable | None = None, should_stop: Callab
     history.seconds = time.perf_counter() - start
     model.eval()
     return model, history
+
+
+def _optimizer(model, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, list]:
+    """AdamW with weight decay on the matrices only — not on the embeddings (rare random ids keep their identity)
+    nor on the random heads' frozen slices (their gradient is zero: decay would shrink them)."""
+    undecayed = {id(model.tok_emb.weight), id(model.pos_emb.weight)}
+    if cfg.random_ov_heads:
+        att = model.trf_blocks[0].att
+        undecayed |= {id(att.W_value.weight), id(att.out_proj.weight)}
+    trained = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trained if p.dim() >= 2 and id(p) not in undecayed]
+    no_decay = [p for p in trained if p.dim() < 2 or id(p) in undecayed]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    return optimizer, trained
+
+
+def _batch(cfg: TrainConfig, step: int, rng: np.random.Generator):
+    """One step's batch: (ids (batch, seq_len), the predictable-position mask or None, more batches of another
+    length pooled into the same loss) — text windows, skip sequences and repeats in the recipe's shares."""
+    n_text = round(cfg.batch_size * cfg.text_fraction)
+    parts = []
+    if n_text:
+        windows = text_windows("train", cfg.seq_len, n_text, rng, bos=cfg.bos)
+        parts.append((windows, np.ones(windows.shape, dtype=bool)))
+    skips = cfg.batch_size - n_text if step < cfg.skip_first else round(cfg.batch_size * cfg.skip_fraction)
+    if skips:
+        parts.append(skip_batch(cfg.seq_len, skips, rng, bos=cfg.bos, with_mask=True))
+    more = ()
+    if cfg.batch_size - n_text - skips > 0:
+        length = int(rng.choice(cfg.repeat_lengths)) if cfg.repeat_lengths else cfg.seq_len
+        count = (cfg.batch_size - n_text - skips) * cfg.seq_len // length  # shorter: more rows, same tokens
+        rows, known = repeat_batch(length, count, rng, min_repeat=cfg.min_repeat,
+                                   max_repeat=cfg.max_repeat, bos=cfg.bos, max_copies=cfg.max_copies, with_mask=True)
+        if length == cfg.seq_len:
+            parts.append((rows, known))
+        else:  # another length: its own forward pass, pooled into the same loss
+            more = ((torch.as_tensor(rows), torch.as_tensor(known) if cfg.predictable_only else None),)
+    if not parts:  # repeats only, of another length: they are the batch
+        parts, more = [(rows, known)], ()
+    ids = torch.as_tensor(np.concatenate([part[0] for part in parts]))  # (batch, seq_len)
+    mask = torch.as_tensor(np.concatenate([part[1] for part in parts])) if cfg.predictable_only else None
+    return ids, mask, more
 
 
 # ---------------------------------------------------------------- saving

@@ -1,13 +1,24 @@
 """Real GPT models: the book's Chapter 4 ``GPTModel``, checkpoints loaded into it, and what it attends to.
 
 ``gpt`` (the model), ``loading`` (checkpoint files -> GPTModel), ``trace`` (attention maps and the
-recorded path of one layer), ``discovery`` (checkpoints on this machine, listed by name).
+recorded path of one layer), ``discovery`` (checkpoints on this machine, listed by name), ``interventions``
+(head ablation, value-weighted attention, rollout, logit lens).
 """
 
 from pathlib import Path
 
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
 from attnviz.models.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, PathRecorder, TransformerBlock
+from attnviz.models.interventions import (
+    ablate,
+    ablation_grid,
+    knocked_out,
+    logit_lens,
+    position_loss,
+    rollout,
+    value_weighted,
+    value_weighted_module,
+)
 from attnviz.models.loading import CheckpointError, assign, load_checkpoint
 from attnviz.models.trace import (
     LayerTrace,
@@ -24,6 +35,14 @@ from attnviz.models.trace import (
 BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
 
 __all__ = [
+    "ablate",
+    "ablation_grid",
+    "knocked_out",
+    "logit_lens",
+    "position_loss",
+    "rollout",
+    "value_weighted",
+    "value_weighted_module",
     "BUNDLED",
     "Checkpoint",
     "Checkpoints",

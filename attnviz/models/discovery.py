@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnviz.models.loading import WEIGHT_SUFFIXES
+from attnviz.script_args import flag_values
 
 ENV_VAR = "ATTNVIZ_CHECKPOINTS"
 CLI_FLAG = "--checkpoint"
@@ -79,21 +79,9 @@ class Checkpoints:
 
 
 def checkpoint_args(argv: Sequence[str] | None = None) -> list[str]:
-    """``--checkpoint PATH`` / ``--checkpoint=PATH`` values (repeatable) from ``argv`` (default ``sys.argv[1:]``).
-
-    With a ``--`` in ``argv`` only what follows it counts (``streamlit run app.py -- --checkpoint PATH``
-    hands the script what follows ``--``).  Other arguments are ignored; a flag without a value is skipped.
-    """
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--" in args:
-        args = args[args.index("--") + 1 :]
-    paths = []
-    for position, arg in enumerate(args):
-        if arg == CLI_FLAG and position + 1 < len(args) and not args[position + 1].startswith("--"):
-            paths.append(args[position + 1])
-        elif arg.startswith(CLI_FLAG + "=") and len(arg) > len(CLI_FLAG) + 1:
-            paths.append(arg[len(CLI_FLAG) + 1 :])
-    return paths
+    """``--checkpoint PATH`` / ``--checkpoint=PATH`` values (repeatable) after ``--`` in ``argv`` (default
+    ``sys.argv[1:]``); see :func:`attnviz.script_args.flag_values`."""
+    return flag_values(CLI_FLAG, argv)
 
 
 def hf_cache_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -366,16 +366,7 @@ def gpt2_config(origin: str, wte_shape: tuple, wpe_shape: tuple, keys: set[str],
 def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
     """Hugging Face GPT-2 -> GPTModel, as the book's ``load_weights_into_gpt`` maps OpenAI's weights."""
     origin = tensors.origin
-    if config.get("model_type", "gpt2") != "gpt2":
-        raise CheckpointError(f"{origin}: config.json says model_type {config['model_type']!r}; attnviz reads GPT-2.")
-    if config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise CheckpointError(
-            f"{origin}: activation {config['activation_function']!r}; the book's GPT-2 uses GELU (tanh), 'gelu_new'."
-        )
-    if config.get("scale_attn_by_inverse_layer_idx") or config.get("add_cross_attention"):
-        raise CheckpointError(f"{origin}: a GPT-2 variant (scaled-by-layer or cross attention) the book's model lacks.")
-    if config.get("n_inner") not in (None, 4 * config.get("n_embd", 0)):
-        raise CheckpointError(f"{origin}: feed-forward width n_inner={config['n_inner']}; the book's model uses 4·d.")
+    _check_gpt2_config(origin, config)
     prefix = "transformer." if "transformer.wte.weight" in tensors.names() else ""
 
     def take(key: str) -> torch.Tensor:
@@ -385,45 +376,12 @@ def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
     wpe = take("wpe.weight")  # (ctx, d)
     keys = {key.removeprefix(prefix) for key in tensors.names()}
     cfg = gpt2_config(origin, tuple(wte.shape), tuple(wpe.shape), keys, config)
-    emb_dim, n_layers = cfg["emb_dim"], cfg["n_layers"]
     model = _meta_model(cfg)
     model.pos_emb.weight = assign("wpe.weight -> pos_emb.weight", model.pos_emb.weight, wpe)
     model.tok_emb.weight = assign("wte.weight -> tok_emb.weight", model.tok_emb.weight, wte)
-
     for b, block in enumerate(model.trf_blocks):
-        h = f"h.{b}."
-        att, ff = block.att, block.ff
-        c_attn_w = take(h + "attn.c_attn.weight")  # Conv1D (in, out) = (d, 3d)
-        c_attn_w = assign(h + "attn.c_attn.weight", torch.empty(emb_dim, 3 * emb_dim, device="meta"), c_attn_w)
-        q_w, k_w, v_w = torch.split(c_attn_w.data, emb_dim, dim=-1)  # (d, 3d) -> 3 × (d, d)
-        att.W_query.weight = assign(h + "attn.c_attn.weight[q] -> att.W_query.weight", att.W_query.weight, q_w.T)
-        att.W_key.weight = assign(h + "attn.c_attn.weight[k] -> att.W_key.weight", att.W_key.weight, k_w.T)
-        att.W_value.weight = assign(h + "attn.c_attn.weight[v] -> att.W_value.weight", att.W_value.weight, v_w.T)
-        del c_attn_w, q_w, k_w, v_w
-        c_attn_b = take(h + "attn.c_attn.bias")  # (3d,)
-        c_attn_b = assign(h + "attn.c_attn.bias", torch.empty(3 * emb_dim, device="meta"), c_attn_b)
-        q_b, k_b, v_b = torch.split(c_attn_b.data, emb_dim, dim=-1)  # (3d,) -> 3 × (d,)
-        att.W_query.bias = assign(h + "attn.c_attn.bias[q] -> att.W_query.bias", att.W_query.bias, q_b)
-        att.W_key.bias = assign(h + "attn.c_attn.bias[k] -> att.W_key.bias", att.W_key.bias, k_b)
-        att.W_value.bias = assign(h + "attn.c_attn.bias[v] -> att.W_value.bias", att.W_value.bias, v_b)
-
-        att.out_proj.weight = assign(
-            h + "attn.c_proj.weight -> att.out_proj.weight", att.out_proj.weight, take(h + "attn.c_proj.weight").T
-        )
-        att.out_proj.bias = assign(h + "attn.c_proj.bias -> att.out_proj.bias", att.out_proj.bias, take(h + "attn.c_proj.bias"))
-        ff.layers[0].weight = assign(
-            h + "mlp.c_fc.weight -> ff.layers.0.weight", ff.layers[0].weight, take(h + "mlp.c_fc.weight").T
-        )
-        ff.layers[0].bias = assign(h + "mlp.c_fc.bias -> ff.layers.0.bias", ff.layers[0].bias, take(h + "mlp.c_fc.bias"))
-        ff.layers[2].weight = assign(
-            h + "mlp.c_proj.weight -> ff.layers.2.weight", ff.layers[2].weight, take(h + "mlp.c_proj.weight").T
-        )
-        ff.layers[2].bias = assign(h + "mlp.c_proj.bias -> ff.layers.2.bias", ff.layers[2].bias, take(h + "mlp.c_proj.bias"))
-        block.norm1.scale = assign(h + "ln_1.weight -> norm1.scale", block.norm1.scale, take(h + "ln_1.weight"))
-        block.norm1.shift = assign(h + "ln_1.bias -> norm1.shift", block.norm1.shift, take(h + "ln_1.bias"))
-        block.norm2.scale = assign(h + "ln_2.weight -> norm2.scale", block.norm2.scale, take(h + "ln_2.weight"))
-        block.norm2.shift = assign(h + "ln_2.bias -> norm2.shift", block.norm2.shift, take(h + "ln_2.bias"))
-
+        _load_gpt2_attention(block.att, f"h.{b}.", take, cfg["emb_dim"])
+        _load_gpt2_block_rest(block, f"h.{b}.", take)
     model.final_norm.scale = assign("ln_f.weight -> final_norm.scale", model.final_norm.scale, take("ln_f.weight"))
     model.final_norm.shift = assign("ln_f.bias -> final_norm.shift", model.final_norm.shift, take("ln_f.bias"))
     if "lm_head.weight" in tensors.names():
@@ -436,8 +394,60 @@ def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
         if re.match(r"(transformer\.)?(h\.|wte|wpe|ln_f)", key) and not key.endswith(HF_SKIPPED)
     )
     if unexpected:
-        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for a {n_layers}-layer GPT-2.")
+        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for a {cfg['n_layers']}-layer GPT-2.")
     return _finish(model, cfg, origin)
+
+
+def _check_gpt2_config(origin: str, config: dict) -> None:
+    """CheckpointError for a config.json that describes something other than the book's GPT-2."""
+    if config.get("model_type", "gpt2") != "gpt2":
+        raise CheckpointError(f"{origin}: config.json says model_type {config['model_type']!r}; attnviz reads GPT-2.")
+    if config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(
+            f"{origin}: activation {config['activation_function']!r}; the book's GPT-2 uses GELU (tanh), 'gelu_new'."
+        )
+    if config.get("scale_attn_by_inverse_layer_idx") or config.get("add_cross_attention"):
+        raise CheckpointError(f"{origin}: a GPT-2 variant (scaled-by-layer or cross attention) the book's model lacks.")
+    if config.get("n_inner") not in (None, 4 * config.get("n_embd", 0)):
+        raise CheckpointError(f"{origin}: feed-forward width n_inner={config['n_inner']}; the book's model uses 4·d.")
+
+
+def _load_gpt2_attention(att, h: str, take, emb_dim: int) -> None:
+    """One block's fused ``c_attn`` (a Conv1D, weight (in, out)) split into W_query/W_key/W_value, and c_proj."""
+    c_attn_w = take(h + "attn.c_attn.weight")  # Conv1D (in, out) = (d, 3d)
+    c_attn_w = assign(h + "attn.c_attn.weight", torch.empty(emb_dim, 3 * emb_dim, device="meta"), c_attn_w)
+    q_w, k_w, v_w = torch.split(c_attn_w.data, emb_dim, dim=-1)  # (d, 3d) -> 3 × (d, d)
+    att.W_query.weight = assign(h + "attn.c_attn.weight[q] -> att.W_query.weight", att.W_query.weight, q_w.T)
+    att.W_key.weight = assign(h + "attn.c_attn.weight[k] -> att.W_key.weight", att.W_key.weight, k_w.T)
+    att.W_value.weight = assign(h + "attn.c_attn.weight[v] -> att.W_value.weight", att.W_value.weight, v_w.T)
+    del c_attn_w, q_w, k_w, v_w
+    c_attn_b = take(h + "attn.c_attn.bias")  # (3d,)
+    c_attn_b = assign(h + "attn.c_attn.bias", torch.empty(3 * emb_dim, device="meta"), c_attn_b)
+    q_b, k_b, v_b = torch.split(c_attn_b.data, emb_dim, dim=-1)  # (3d,) -> 3 × (d,)
+    att.W_query.bias = assign(h + "attn.c_attn.bias[q] -> att.W_query.bias", att.W_query.bias, q_b)
+    att.W_key.bias = assign(h + "attn.c_attn.bias[k] -> att.W_key.bias", att.W_key.bias, k_b)
+    att.W_value.bias = assign(h + "attn.c_attn.bias[v] -> att.W_value.bias", att.W_value.bias, v_b)
+    att.out_proj.weight = assign(
+        h + "attn.c_proj.weight -> att.out_proj.weight", att.out_proj.weight, take(h + "attn.c_proj.weight").T
+    )
+    att.out_proj.bias = assign(h + "attn.c_proj.bias -> att.out_proj.bias", att.out_proj.bias, take(h + "attn.c_proj.bias"))
+
+
+def _load_gpt2_block_rest(block, h: str, take) -> None:
+    """One block's feed-forward (Conv1D weights transposed) and its two LayerNorms."""
+    ff = block.ff
+    ff.layers[0].weight = assign(
+        h + "mlp.c_fc.weight -> ff.layers.0.weight", ff.layers[0].weight, take(h + "mlp.c_fc.weight").T
+    )
+    ff.layers[0].bias = assign(h + "mlp.c_fc.bias -> ff.layers.0.bias", ff.layers[0].bias, take(h + "mlp.c_fc.bias"))
+    ff.layers[2].weight = assign(
+        h + "mlp.c_proj.weight -> ff.layers.2.weight", ff.layers[2].weight, take(h + "mlp.c_proj.weight").T
+    )
+    ff.layers[2].bias = assign(h + "mlp.c_proj.bias -> ff.layers.2.bias", ff.layers[2].bias, take(h + "mlp.c_proj.bias"))
+    block.norm1.scale = assign(h + "ln_1.weight -> norm1.scale", block.norm1.scale, take(h + "ln_1.weight"))
+    block.norm1.shift = assign(h + "ln_1.bias -> norm1.shift", block.norm1.shift, take(h + "ln_1.bias"))
+    block.norm2.scale = assign(h + "ln_2.weight -> norm2.scale", block.norm2.scale, take(h + "ln_2.weight"))
+    block.norm2.shift = assign(h + "ln_2.bias -> norm2.shift", block.norm2.shift, take(h + "ln_2.bias"))
 
 
 def _load_book(tensors: _Tensors, config: dict) -> GPTModel:

@@ -7,8 +7,9 @@
 
 :mod:`attnviz.pipeline` picks the producer with :func:`for_config` and does the rest (text, caching) the same way
 for every kind, so pages, figures, the diagram, caching and URL state read a Trace without asking who made it.
-Kinds: :mod:`~attnviz.producers.book` (the book's seeded Chapter 3 classes) and
-:mod:`~attnviz.producers.model_layer` (a layer of a GPT model: checkpoint, bundled or trained in the session).
+Kinds: :mod:`~attnviz.producers.book` (the book's seeded Chapter 3 classes),
+:mod:`~attnviz.producers.model_layer` (a layer of a GPT model: checkpoint, bundled or trained in the session) and
+:mod:`~attnviz.producers.user_module` (a user's own attention module, listed on the command line).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Producer(Protocol):
 
 def for_config(config: AttentionConfig) -> Producer:
     """The producer of ``config``'s kind of run."""
-    from attnviz.producers import book, model_layer
+    from attnviz.producers import book, model_layer, user_module
 
+    if config.module is not None:
+        return user_module
     return model_layer if config.checkpoint is not None else book

@@ -1,7 +1,8 @@
 """Streamlit glue — the only attnviz package that imports Streamlit; pages import it as ``ui``.
 
-Every page calls :func:`setup` first.  It draws the shared sidebar (the same on every page), keeps
-the settings across page switches and in the URL, and returns the cached Trace of this run.
+Every page calls :func:`setup` first.  It draws the shared sidebar, keeps the settings across page switches
+and in the URL, and returns the cached Trace of this run.  A page the attention settings do not apply to (Train)
+calls :func:`page_setup` instead: its sidebar has the page links only, and the settings are kept as they were.
 
 Routing: attnviz uses the ``pages/`` folder's own routing (``app.py`` is the Heads view at ``/``),
 so a shared link to any page works as the very first request to a fresh server: each page runs
@@ -43,7 +44,15 @@ warm_up(config_from_settings(DEFAULTS))
 import pandas  # noqa: F401
 
 from attnviz.ui.checkpoint import layers_overview, next_token_panel
-from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, setup, variant_label, weights_caption
+from attnviz.ui.frame import (
+    Context,
+    beside_shape_diagram,
+    page_setup,
+    plotly_config,
+    setup,
+    variant_label,
+    weights_caption,
+)
 from attnviz.ui.heads import (
     WINDOW,
     focus_from_click,
@@ -74,7 +83,7 @@ __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
     "WINDOW", "Context", "beside_shape_diagram", "cached_trace", "config_from_settings", "download_head_csv",
     "focus_from_click", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure",
-    "markdown_escape", "page_bind", "plotly_config", "settings_from_query", "setup", "share_and_export",
+    "markdown_escape", "page_bind", "page_setup", "plotly_config", "settings_from_query", "setup", "share_and_export",
     "share_query", "sidebar", "stats_column_config", "trace_key", "trace_of", "tune_memory", "variant_label",
     "window_selector", "layers_overview", "next_token_panel", "weights_caption", "register_trained_model",
     "session_id",

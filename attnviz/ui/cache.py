@@ -37,9 +37,9 @@ def freeze_imports() -> bool:
     pandas, Plotly, Streamlit and attnviz made (~250,000) — out of the garbage collector's view (``gc.freeze``).
     True on the call that froze them.
 
-    Streamlit collects all generations after every script run (``runner.postScriptGC``), and walked all of them
-    each time: 40-50 ms holding the GIL, while the server was sending the messages that end the run — a settings
-    change on the default sentence was drawn 40-130 ms later for it (benchmarks/README.md).  Only these import-time
+    Streamlit collects all generations after every script run (``runner.postScriptGC``); walking all of them
+    takes 40-50 ms holding the GIL while the server sends the messages that end the run, which draws a settings
+    change 40-130 ms later (benchmarks/README.md).  Only these import-time
     objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
     (With Streamlit's file watcher on, each edit of a module leaves its old, frozen copy behind: a developer's cost.)
     """

@@ -14,7 +14,7 @@ from attnviz.pipeline import AttentionConfig, InputError, Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import sidebar
+from attnviz.ui.sidebar import links_only, sidebar
 from attnviz.ui.state import ss
 from attnviz.ui.urlstate import config_from_settings, markdown_escape
 
@@ -35,6 +35,15 @@ class Context:
     @property
     def key(self) -> tuple:
         return trace_key(self.trace)
+
+
+def page_setup(page_title: str, note: str) -> dict:
+    """A page the sidebar's attention settings do not apply to: page config and a sidebar of page links with
+    ``note``; the settings are kept for the other pages.  Returns them."""
+    tune_memory()
+    freeze_imports()
+    st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
+    return links_only(note)
 
 
 def _last_valid_trace() -> Trace | None:
@@ -89,19 +98,25 @@ def beside_shape_diagram(trace: Trace, highlight: str):
 
     diagram_col, view_col = st.columns([1, 3])
     with diagram_col:
-        st.html(diagram.shape_flow_html(trace.shapes, trace.config, highlight=highlight))
-        st.caption(diagram.head_dim_equation(trace.config) + " · full diagram: the Shapes page")
+        if trace.module_run is not None:  # the user's module: every op it ran, in order
+            st.html(diagram.op_flow_html(trace, highlight=highlight))
+            st.caption(f"{trace.module_run.class_name}'s own ops, read from this run · full diagram: the Shapes page")
+        else:
+            st.html(diagram.shape_flow_html(trace.shapes, trace.config, highlight=highlight))
+            st.caption(diagram.head_dim_equation(trace.config) + " · full diagram: the Shapes page")
     return view_col
 
 
 def variant_label(config: AttentionConfig) -> str:
     heads = f", {config.heads} heads × {config.head_dim}" if config.heads > 1 else ""
-    return f"{config.spec.label}{heads}"
+    return f"{config.module or config.spec.label}{heads}"
 
 
 def weights_caption(ctx: Context) -> str:
     """Which weights drew this view: the checkpoint's name and layer, or the book's classes."""
     trace = ctx.trace
+    if trace.module_run is not None:
+        return f"{variant_label(trace.config)} · your code, traced · seeded random weights"
     if trace.model is None:
         return f"{variant_label(trace.config)} · seeded random weights"
     name = next((o.name for o in ui_weights.options() if o.ref == trace.config.checkpoint), "checkpoint")

@@ -61,7 +61,8 @@ def section(ctx: Context) -> None:
     )
     none = "none on this text."
     if not named and config.checkpoint is None:
-        none += (" The book's classes have random weights: their heads have no types yet. Choose the bundled model "
+        whose = "Your module has" if config.module is not None else "The book's classes have"
+        none += (f" {whose} random weights: their heads have no types yet. Choose the bundled model "
                  "(or train one on the Train page) under *Weights* to see heads that learned one.")
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else none))
     st.dataframe(label_table(scores), hide_index=True, key="heads_types", height="content", column_config={

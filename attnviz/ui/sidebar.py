@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from attnviz import pipeline, variants, weights
+from attnviz import pipeline, user_code, variants, weights
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.state import bind, init_session, restore_widgets, set_setting, ss
 from attnviz.ui.urlstate import PRESET_DIMS, PRESETS, SETTING_KEYS, markdown_escape, share_query
@@ -29,88 +29,139 @@ def sidebar() -> dict:
     init_session()
     restore_widgets()
     listed = ui_weights.options()
-    names = [option.name for option in listed]
-    if ss["weights"] not in names:  # e.g. a trained model this server no longer holds
+    if ss["weights"] not in [option.name for option in listed]:  # e.g. a trained model this server no longer holds
         ss["_weights_notice"] = f"The weights {ss['weights'][:60]!r} are no longer listed; showing the book's classes."
         set_setting("weights", weights.BOOK)
     with st.sidebar:
-        st.markdown("### attnviz")
-        for path, label, icon in PAGES:
-            try:
-                st.page_link(path, label=label, icon=icon)
-            except StreamlitAPIException:  # a page script run on its own (no app.py): no links
-                break
+        page_links()
         st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
-        labels = {option.name: option.label for option in listed}
-        st.selectbox("Weights", names, format_func=labels.get, **bind("weights"),
-                     help="The book's classes with seeded random weights, or a GPT-2 checkpoint found on this "
-                     "machine (ATTNVIZ_CHECKPOINTS, the Hugging Face cache, --checkpoint).")
-        for note in weights.discovered().notes:  # a path given on the command line or in ATTNVIZ_CHECKPOINTS
-            st.caption(f"ℹ️ {markdown_escape(note)}")
-        choice = ui_weights.choose(listed, ss["weights"])
-        ss["_weights_choice"] = choice
-        spec = variants.CHECKPOINT if choice.checkpoint else variants.get(ss["variant"])
-        if choice.sizes is not None:
-            _follow_checkpoint(choice.sizes)
-        n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
-        if not 0 <= ss["layer"] < n_layers:
-            if choice.sizes is not None:
-                ss["_weights_notice"] = (
-                    f"Layer {ss['layer']} does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1}); "
-                    "showing layer 0.")
-            set_setting("layer", 0)
-        st.selectbox("Layer", list(range(n_layers)), disabled=choice.sizes is None, **bind("layer"),
-                     help="Which transformer block's attention to show (0 = the first)." if choice.sizes is not None
-                     else "The book's classes are one attention layer; pick a checkpoint under Weights for layers.")
-        reason = spec.not_applicable("variant")
-        st.selectbox("Attention variant", list(variants.LABELS), format_func=variants.LABELS.get,
-                     disabled=reason is not None, help=reason, **bind("variant"))
-        reason = spec.not_applicable("preset")
-        st.selectbox("Model size", list(PRESETS), format_func=PRESETS.get, disabled=reason is not None, help=reason,
-                     **bind("preset"))
-        col_in, col_out = st.columns(2)
-        reason = spec.not_applicable("d_in")
-        col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=reason is not None,
-                            help=reason, **bind("d_in"))
-        col_out.number_input(
-            "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
-            help=spec.not_applicable("d_out"), **bind("d_out"),
-        )
-        head_options = [h for h in pipeline.divisors(int(ss["d_out"])) if h <= pipeline.MAX_HEADS]
-        if ss["num_heads"] not in head_options:
-            set_setting("num_heads", pipeline.nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0])
-        st.selectbox(
-            "Heads", head_options, disabled=spec.not_applicable("num_heads") is not None,
-            help=spec.not_applicable("num_heads") or "Only divisors of d_out are offered (head_dim = d_out / heads).",
-            **bind("num_heads"),
-        )
-        dims_notice = ss.pop("_dims_notice", None)
-        if dims_notice:
-            st.caption(f"ℹ️ {dims_notice}")
-        reason = spec.not_applicable("causal")
-        causal_help = "Hide future tokens (−∞ above the diagonal before softmax)."
-        if choice.checkpoint:
-            causal_help += (" GPT-2 was trained with it: turned off, every layer sees the future, which shows what "
-                            "the heads do then, not what the model does.")
-        st.toggle("Causal mask", disabled=reason is not None, help=reason or causal_help, **bind("causal"))
-        reason = spec.not_applicable("dropout")
-        st.slider("Dropout p", 0.0, 0.9, step=0.05, disabled=reason is not None, help=reason, **bind("dropout"))
-        reason = spec.not_applicable("train")
-        st.toggle("Dropout active (training mode)", disabled=reason is not None, help=reason, **bind("train"))
-        reason = spec.not_applicable("seed")
-        st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, disabled=reason is not None,
-                        help=reason, **bind("seed"))
-        devices = pipeline.available_devices()
-        if ss["device"] not in devices:
-            set_setting("device", "auto")
-        reason = spec.not_applicable("device")
-        st.selectbox("Device", devices, disabled=reason is not None, help=reason or "auto = CUDA, then MPS, then CPU.",
-                     **bind("device"))
-        if weights_notice := ss.pop("_weights_notice", None):
-            st.warning(markdown_escape(weights_notice), icon="🔗")
-        for notice in ss.get("_url_notices", []):
-            st.warning(markdown_escape(notice), icon="🔗")
+        choice = _weights_and_layer(listed)
+        spec = _variant(choice)
+        _sizes(spec)
+        _mask_dropout_seed_device(spec, choice)
+        _notices()
     values = {key: ss[key] for key in SETTING_KEYS}
+    st.query_params.from_dict(share_query(values))
+    return values
+
+
+def _weights_and_layer(listed) -> ui_weights.Choice:
+    """The Weights option (the book's classes or a checkpoint) and, for a checkpoint, its layer."""
+    labels = {option.name: option.label for option in listed}
+    st.selectbox("Weights", list(labels), format_func=labels.get, **bind("weights"),
+                 help="The book's classes with seeded random weights, or a GPT-2 checkpoint found on this "
+                 "machine (ATTNVIZ_CHECKPOINTS, the Hugging Face cache, --checkpoint).")
+    for note in weights.discovered().notes:  # a path given on the command line or in ATTNVIZ_CHECKPOINTS
+        st.caption(f"ℹ️ {markdown_escape(note)}")
+    choice = ui_weights.choose(listed, ss["weights"])
+    ss["_weights_choice"] = choice
+    if choice.sizes is not None:
+        _follow_checkpoint(choice.sizes)
+    n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
+    if not 0 <= ss["layer"] < n_layers:
+        if choice.sizes is not None:
+            ss["_weights_notice"] = (
+                f"Layer {ss['layer']} does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1}); "
+                "showing layer 0.")
+        set_setting("layer", 0)
+    st.selectbox("Layer", list(range(n_layers)), disabled=choice.sizes is None, **bind("layer"),
+                 help="Which transformer block's attention to show (0 = the first)." if choice.sizes is not None
+                 else "The book's classes are one attention layer; pick a checkpoint under Weights for layers.")
+    return choice
+
+
+def _variant(choice) -> variants.Variant:
+    """The attention variant: the book's six, and the user's own modules listed on the command line (by label).
+    Returns the record whose ``not_applicable`` decides which settings below apply."""
+    modules = user_code.listed()
+    if ss["variant"] not in variants.VARIANTS and ss["variant"] not in modules:
+        set_setting("variant", variants.DEFAULT)
+    spec = variants.CHECKPOINT if choice.checkpoint else (
+        variants.USER_MODULE if ss["variant"] in modules else variants.get(ss["variant"]))
+    reason = spec.not_applicable("variant")
+    st.selectbox("Attention variant", [*variants.LABELS, *modules], format_func=lambda v: variants.LABELS.get(v, v),
+                 disabled=reason is not None, help=reason or ("Your own modules are the ones named with "
+                                                              "--module on the command line." if modules else None),
+                 **bind("variant"))
+    for spec_text, reason_text in user_code.errors().items():
+        st.caption(f"⚠️ {markdown_escape(spec_text)} is not listed: {markdown_escape(reason_text)}")
+    return spec
+
+
+def _sizes(spec) -> None:
+    """Model size preset, d_in, d_out and the heads (only divisors of d_out)."""
+    reason = spec.not_applicable("preset")
+    st.selectbox("Model size", list(PRESETS), format_func=PRESETS.get, disabled=reason is not None, help=reason,
+                 **bind("preset"))
+    col_in, col_out = st.columns(2)
+    reason = spec.not_applicable("d_in")
+    col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=reason is not None,
+                        help=reason, **bind("d_in"))
+    col_out.number_input(
+        "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
+        help=spec.not_applicable("d_out"), **bind("d_out"),
+    )
+    head_options = [h for h in pipeline.divisors(int(ss["d_out"])) if h <= pipeline.MAX_HEADS]
+    if ss["num_heads"] not in head_options:
+        set_setting("num_heads", pipeline.nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0])
+    st.selectbox(
+        "Heads", head_options, disabled=spec.not_applicable("num_heads") is not None,
+        help=spec.not_applicable("num_heads") or "Only divisors of d_out are offered (head_dim = d_out / heads).",
+        **bind("num_heads"),
+    )
+    dims_notice = ss.pop("_dims_notice", None)
+    if dims_notice:
+        st.caption(f"ℹ️ {dims_notice}")
+
+
+def _mask_dropout_seed_device(spec, choice) -> None:
+    reason = spec.not_applicable("causal")
+    causal_help = "Hide future tokens (−∞ above the diagonal before softmax)."
+    if choice.checkpoint:
+        causal_help += (" GPT-2 was trained with it: turned off, every layer sees the future, which shows what "
+                        "the heads do then, not what the model does.")
+    st.toggle("Causal mask", disabled=reason is not None, help=reason or causal_help, **bind("causal"))
+    reason = spec.not_applicable("dropout")
+    st.slider("Dropout p", 0.0, 0.9, step=0.05, disabled=reason is not None, help=reason, **bind("dropout"))
+    reason = spec.not_applicable("train")
+    st.toggle("Dropout active (training mode)", disabled=reason is not None, help=reason, **bind("train"))
+    reason = spec.not_applicable("seed")
+    st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, disabled=reason is not None,
+                    help=reason, **bind("seed"))
+    devices = pipeline.available_devices()
+    if ss["device"] not in devices:
+        set_setting("device", "auto")
+    reason = spec.not_applicable("device")
+    st.selectbox("Device", devices, disabled=reason is not None, help=reason or "auto = CUDA, then MPS, then CPU.",
+                 **bind("device"))
+
+
+def _notices() -> None:
+    """A weights option that went away, and URL parameters that were ignored."""
+    if weights_notice := ss.pop("_weights_notice", None):
+        st.warning(markdown_escape(weights_notice), icon="🔗")
+    for notice in ss.get("_url_notices", []):
+        st.warning(markdown_escape(notice), icon="🔗")
+
+
+def page_links() -> None:
+    """The app's name and a link to every page."""
+    st.markdown("### attnviz")
+    for path, label, icon in PAGES:
+        try:
+            st.page_link(path, label=label, icon=icon)
+        except StreamlitAPIException:  # a page script run on its own (no app.py): no links
+            break
+
+
+def links_only(note: str) -> dict:
+    """The sidebar of a page the attention settings do not apply to: the page links and ``note``.  The settings
+    stay as they were (kept in the session and in the URL) for the pages they apply to; returns them."""
+    init_session()
+    with st.sidebar:
+        page_links()
+        st.caption(note)
+    values = {key: ss[f"_keep_{key}"] for key in SETTING_KEYS}
     st.query_params.from_dict(share_query(values))
     return values
 

@@ -46,7 +46,7 @@ def _changed(key: str) -> None:
     elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(ss["preset"]) != (
             ss["d_in"], ss["d_out"], ss["num_heads"]):
         set_setting("preset", "custom")
-    if key in ("preset", "variant") and is_book(ss["preset"]):
+    if key in ("preset", "variant") and is_book(ss["preset"]) and ss["variant"] in variants.VARIANTS:
         # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6)
         set_setting("causal", variants.get(ss["variant"]).book_causal)
     if key == "d_out" and ss["d_out"] % ss["num_heads"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from attnviz import pipeline, variants, weights
+from attnviz import pipeline, user_code, variants, weights
 from attnviz.pipeline import AttentionConfig
 
 DEFAULT_TEXT = "Your journey starts with one step"
@@ -68,7 +68,7 @@ def _parsers() -> dict:
         "text": str,
         "weights": str,  # checked against the listed names by settings_from_query
         "layer": _parse_int(0, pipeline.MAX_LAYERS - 1),
-        "variant": _parse_choice(list(variants.VARIANTS)),
+        "variant": _parse_choice([*variants.VARIANTS, *user_code.listed()]),  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, pipeline.MAX_DIM),
         "d_out": _parse_int(1, pipeline.MAX_DIM),
@@ -103,7 +103,7 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
             notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
     if "preset" in params and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
         values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
-    if is_book(values["preset"]) and "causal" not in params:
+    if is_book(values["preset"]) and "causal" not in params and values["variant"] in variants.VARIANTS:
         values["causal"] = variants.get(values["variant"]).book_causal
     if values["d_out"] % values["num_heads"]:
         notices.append(
@@ -122,6 +122,11 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
     (:func:`attnviz.pipeline.settle`), so a run has one cache key whatever the other settings say."""
     if checkpoint is not None:
         asked = AttentionConfig(checkpoint=checkpoint, layer=int(values["layer"]), causal=bool(values["causal"]))
+        return pipeline.settle(asked)[0]
+    if values["variant"] in user_code.listed():  # a user's module, by its listed label; it is built with these sizes
+        asked = AttentionConfig(module=values["variant"], d_in=int(values["d_in"]), d_out=int(values["d_out"]),
+                                num_heads=int(values["num_heads"]), dropout=float(values["dropout"]),
+                                train=bool(values["train"]), causal=bool(values["causal"]), seed=int(values["seed"]))
         return pipeline.settle(asked)[0]
     spec = variants.get(values["variant"])
     return AttentionConfig(

@@ -188,104 +188,105 @@ def shape_dot(
     spec = config.spec
     shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
     titles = _titles(config, shapes, heads)
-    weighted = spec.weights is not None
-    fontsize = 12
-    graph_attrs = _attrs(
-        rankdir=rankdir or "LR",
-        nodesep=0.3,
-        ranksep=0.35,
-        fontname="Helvetica",
-        fontsize=fontsize,
-        bgcolor="transparent",
-    )
-    node_attrs = _attrs(
-        shape="box",
-        style="rounded,filled",
-        fillcolor=TENSOR_FILL,
-        fontname="Helvetica",
-        fontsize=fontsize,
-    )
-    edge_attrs = _attrs(fontname="Helvetica", fontsize=fontsize - 2, arrowsize=0.8)
-    lines = ["digraph attention {", f"  graph [{graph_attrs}];", f"  node [{node_attrs}];", f"  edge [{edge_attrs}];"]
+    graph = _DotGraph(spec, shapes, names, titles, heads, highlight_base)
+    lines = [*_dot_header(rankdir or "LR"), *graph.nodes(config.qkv_bias), *graph.edges(), "}"]
+    return "\n".join(lines) + "\n"
 
-    def tensor_node(base: str, indent: str = "  ") -> str:
-        operation, off = titles[base]
-        shape = shapes[base]
-        label = f"{names[base]}\n{operation}\n{format_shape(shape)}\n{_meaning(base, spec, len(shape))}"
+
+_FONTSIZE = 12
+
+
+def _dot_header(rankdir: str) -> list[str]:
+    """The graph, node and edge defaults."""
+    graph_attrs = _attrs(rankdir=rankdir, nodesep=0.3, ranksep=0.35, fontname="Helvetica", fontsize=_FONTSIZE,
+                         bgcolor="transparent")
+    node_attrs = _attrs(shape="box", style="rounded,filled", fillcolor=TENSOR_FILL, fontname="Helvetica",
+                        fontsize=_FONTSIZE)
+    edge_attrs = _attrs(fontname="Helvetica", fontsize=_FONTSIZE - 2, arrowsize=0.8)
+    return ["digraph attention {", f"  graph [{graph_attrs}];", f"  node [{node_attrs}];", f"  edge [{edge_attrs}];"]
+
+
+class _DotGraph:
+    """The nodes and edges of one run's pipeline diagram (see :func:`shape_dot`)."""
+
+    def __init__(self, spec, shapes, names, titles, heads, highlight_base):
+        self.spec, self.shapes, self.names, self.titles = spec, shapes, names, titles
+        self.heads, self.highlight_base = heads, highlight_base
+
+    def tensor_node(self, base: str, indent: str = "  ") -> str:
+        operation, off = self.titles[base]
+        shape = self.shapes[base]
+        label = f"{self.names[base]}\n{operation}\n{format_shape(shape)}\n{_meaning(base, self.spec, len(shape))}"
         style = "rounded,dashed,filled" if off else None
-        fill = HIGHLIGHT_FILL if base == highlight_base else (OFF_FILL if off else None)
+        fill = HIGHLIGHT_FILL if base == self.highlight_base else (OFF_FILL if off else None)
         color = OFF_COLOR if off else None
-        penwidth = 2.5 if base == highlight_base else None
+        penwidth = 2.5 if base == self.highlight_base else None
         attrs = _attrs(label=label, style=style, fillcolor=fill, color=color, fontcolor=color, penwidth=penwidth)
         return f"{indent}{quote(base)} [{attrs}];"
 
-    def weight_node(weight: str, width_in: int, width_out: int, bias: bool) -> str:
-        if spec.weights == "parameter":  # the book's first version: a bare (d_in, d_out) matrix
+    def weight_node(self, weight: str, width_in: int, width_out: int, bias: bool) -> str:
+        if self.spec.weights == "parameter":  # the book's first version: a bare (d_in, d_out) matrix
             kind = f"nn.Parameter {format_shape((width_in, width_out))}"
         else:
             kind = f"nn.Linear {width_in} → {width_out}" + (" + bias" if bias else "")
-        label = f"{weight}{' ×' + str(heads) if heads else ''}\n{kind}"
+        label = f"{weight}{' ×' + str(self.heads) if self.heads else ''}\n{kind}"
         attrs = _attrs(label=label, shape="parallelogram", style="filled", fillcolor=WEIGHT_FILL)
         return f"  {quote(weight)} [{attrs}];"
 
-    def edge(tail: str, head: str, label: str | None = None, off: bool = False) -> str:
-        attrs = _attrs(label=label, style="dashed" if off else None, color=OFF_COLOR if off else None)
-        return f"  {quote(tail)} -> {quote(head)}" + (f" [{attrs}];" if attrs else ";")
+    def nodes(self, qkv_bias: bool) -> list[str]:
+        """Tensors in pipeline order, the weights beside them; a multi-head run's per-head part in a cluster."""
+        spec, shapes = self.spec, self.shapes
+        grouped, where = [], ""
+        if spec.heads == variants.BATCHED:
+            grouped = ["transpose", *MAP_STAGES, "context"]
+            where = f"{shapes['transpose'][1]} heads at once (batched)"
+        elif spec.heads == variants.PER_HEAD:
+            grouped = [*QKV, *MAP_STAGES, "context"]
+            where = f"each of {self.heads} CausalAttention heads"
+        lines = []
+        if spec.weights is not None:
+            d_in = shapes["input"][-1]
+            lines.extend(self.weight_node(w, d_in, shapes[stage][-1], qkv_bias) for w, stage in zip(WEIGHTS, QKV))
+        if spec.out_proj:
+            lines.append(self.weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1], True))
+        lines.extend(self.tensor_node(stage) for stage in spec.shape_path if stage not in grouped)
+        if grouped:
+            lines.append("  subgraph cluster_heads {")
+            lines.append(
+                f"    graph [{_attrs(label=where, style='rounded,dashed', color=OFF_COLOR, fontcolor='#555555')}];"
+            )
+            lines.extend(self.tensor_node(stage, indent="    ") for stage in grouped)
+            lines.append("  }")
+        return lines
 
-    # nodes: tensors in pipeline order; the per-head part of a multi-head run inside a cluster
-    if spec.heads == variants.BATCHED:
-        grouped = ["transpose", *MAP_STAGES, "context"]
-        where = f"{shapes['transpose'][1]} heads at once (batched)"
-    elif spec.heads == variants.PER_HEAD:
-        grouped = [*QKV, *MAP_STAGES, "context"]
-        where = f"each of {heads} CausalAttention heads"
-    else:
-        grouped = []
-    if weighted:
-        d_in = shapes["input"][-1]
-        lines.extend(weight_node(w, d_in, shapes[stage][-1], config.qkv_bias) for w, stage in zip(WEIGHTS, QKV))
-    if spec.out_proj:
-        lines.append(weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1], True))
-    lines.extend(tensor_node(stage) for stage in spec.shape_path if stage not in grouped)
-    if grouped:
-        lines.append("  subgraph cluster_heads {")
-        lines.append(
-            f"    graph [{_attrs(label=where, style='rounded,dashed', color=OFF_COLOR, fontcolor='#555555')}];"
-        )
-        lines.extend(tensor_node(stage, indent="    ") for stage in grouped)
-        lines.append("  }")
-
-    # edges
-    for weight, stage in zip(WEIGHTS, QKV):
-        if not weighted:
-            lines.append(edge("input", stage, "as is"))
+    def edges(self) -> list[str]:
+        """Input → Q, K, V (through the weights) → scores → … → context → output."""
+        spec = self.spec
+        lines = []
+        for weight, stage in zip(WEIGHTS, QKV):
+            if spec.weights is None:
+                lines.append(_edge("input", stage, "as is"))
+            else:
+                lines += [_edge("input", weight), _edge(weight, stage)]
+        if spec.heads == variants.BATCHED:
+            lines += [_edge(stage, "view") for stage in QKV]
+            lines += [_edge("view", "transpose"), _edge("transpose", "scores", "Q, K"), _edge("transpose", "context", "V")]
         else:
-            lines.append(edge("input", weight))
-            lines.append(edge(weight, stage))
-    if spec.heads == variants.BATCHED:
-        for stage in QKV:
-            lines.append(edge(stage, "view"))
-        lines.append(edge("view", "transpose"))
-        lines.append(edge("transpose", "scores", "Q, K"))
-        lines.append(edge("transpose", "context", "V"))
-    else:
-        lines.append(edge("queries", "scores", "Q"))
-        lines.append(edge("keys", "scores", "Kᵀ"))
-        lines.append(edge("values", "context", "V"))
-    chain = ["scores", "scaled", "masked", "weights", "dropped", "context"]
-    for tail, head in zip(chain, chain[1:]):
-        lines.append(edge(tail, head, off=titles[head][1]))
-    if spec.out_proj:
-        lines.append(edge("context", "concat"))
-        lines.append(edge("concat", "out_proj"))
-        lines.append(edge("out_proj", "output"))
-    elif spec.multi_head:
-        lines.append(edge("context", "concat", f"×{heads}"))
-        lines.append(edge("concat", "output"))
-    else:
-        lines.append(edge("context", "output"))
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            lines += [_edge("queries", "scores", "Q"), _edge("keys", "scores", "Kᵀ"), _edge("values", "context", "V")]
+        chain = ["scores", "scaled", "masked", "weights", "dropped", "context"]
+        lines += [_edge(tail, head, off=self.titles[head][1]) for tail, head in zip(chain, chain[1:])]
+        if spec.out_proj:
+            lines += [_edge("context", "concat"), _edge("concat", "out_proj"), _edge("out_proj", "output")]
+        elif spec.multi_head:
+            lines += [_edge("context", "concat", f"×{self.heads}"), _edge("concat", "output")]
+        else:
+            lines.append(_edge("context", "output"))
+        return lines
+
+
+def _edge(tail: str, head: str, label: str | None = None, off: bool = False) -> str:
+    attrs = _attrs(label=label, style="dashed" if off else None, color=OFF_COLOR if off else None)
+    return f"  {quote(tail)} -> {quote(head)}" + (f" [{attrs}];" if attrs else ";")
 
 
 def _flow_rows(spec: variants.Variant) -> list[tuple[str, ...]]:
@@ -341,3 +342,65 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
         parts.append(f'<div style="display:flex;gap:4px">{"".join(box(stage) for stage in row)}</div>')
     return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
             + "".join(parts) + "</div>")
+
+
+# -------------------------------------------------------------------- a user's module: its own op path
+
+_OP_STAGE_WORDS = {"queries": "Q", "keys": "K", "values": "V", "scores": "scores = Q·Kᵀ", "scaled": "÷√dₖ",
+                   "masked": "mask", "weights": "softmax → weights", "dropped": "dropout", "context": "· V → context"}
+# a call that computes every stage inside (its weights are computed by attnviz from its arguments)
+_WHOLE_CALLS = {"scaled_dot_product_attention": "Q·Kᵀ, scale, mask, softmax, · V inside",
+                "multi_head_attention_forward": "projections, Q·Kᵀ, mask, softmax, · V, out_proj inside"}
+
+
+def op_rows(trace) -> list[dict[str, str]]:
+    """One row per op the user's module ran: ``{"op", "shape", "stage", "line"}`` (``trace.module_run``)."""
+    run = trace.module_run
+    rows = [{"op": "input", "shape": format_shape(trace.shapes[0][1]), "stage": "", "line": ""}]
+    for name, shape, line, stage in run.ops:
+        stage = stage or ""
+        if name in ("scaled_dot_product_attention", "multi_head_attention_forward"):
+            stage = "context"  # one call: scores, mask, softmax and · V inside
+        rows.append({"op": name, "shape": format_shape(shape), "stage": stage, "line": "" if line is None else str(line)})
+    return rows
+
+
+def op_flow_html(trace, highlight: str | None = None) -> str:
+    """A traced module's own path as plain HTML: one box per op it ran (the call, its output shape, its line), the
+    op that made the stage on view (``highlight``) filled.  Every string is escaped; safe for ``st.html``."""
+    import html
+
+    rows = op_rows(trace)
+    parts = []
+    for index, row in enumerate(rows):
+        on_view = bool(row["stage"]) and row["stage"] == highlight
+        style = (f"border:2.5px solid #333;background:{HIGHLIGHT_FILL}" if on_view
+                 else f"border:1px solid #8fa8d6;background:{TENSOR_FILL}")
+        stage = _WHOLE_CALLS.get(row["op"]) or _OP_STAGE_WORDS.get(row["stage"], row["stage"])
+        note = " · ".join(filter(None, [stage, f"line {row['line']}" if row["line"] else ""]))
+        if index:
+            parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
+        parts.append(
+            f'<div class="attnviz-op" data-stage="{html.escape(row["stage"])}" style="{style};border-radius:6px;'
+            f'padding:2px 4px;text-align:center;overflow-wrap:anywhere"><b>{html.escape(row["op"])}</b> '
+            f'<code style="font-size:0.85em;background:none;color:inherit">{html.escape(row["shape"])}</code>'
+            + (f'<br><span style="font-size:0.75em">{html.escape(note)}</span>' if note else "") + "</div>")
+    return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
+            + "".join(parts) + "</div>")
+
+
+def op_dot(trace, rankdir: str = "TB") -> str:
+    """A traced module's own path as Graphviz DOT: one node per op, in the order it ran."""
+    rows = op_rows(trace)
+    lines = ["digraph ops {", f"  graph [rankdir={rankdir}];",
+             f'  node [shape=box, style="rounded,filled", fillcolor="{TENSOR_FILL}", fontname="sans-serif", fontsize=11];']
+    for index, row in enumerate(rows):
+        stage = _WHOLE_CALLS.get(row["op"]) or _OP_STAGE_WORDS.get(row["stage"], row["stage"])
+        label = "\n".join(filter(None, [f"{row['op']}  {row['shape']}", stage,
+                                        f"line {row['line']}" if row["line"] else ""]))
+        fill = f', fillcolor="{HIGHLIGHT_FILL}", penwidth=2' if row["stage"] in ("weights", "context") else ""
+        lines.append(f'  "op{index}" [label={quote(label)}{fill}];')
+        if index:
+            lines.append(f'  "op{index - 1}" -> "op{index}";')
+    lines.append("}")
+    return "\n".join(lines)

@@ -57,3 +57,22 @@ def marked_source(variant: str, stage: str) -> tuple[str, int | None]:
     lines = source.splitlines()
     lines[index] += MARK
     return "\n".join(lines), index + 1
+
+
+def module_stage_code(run, stage: str) -> str | None:
+    """The line of a traced user module (``trace.module_run``) that computed ``stage``, or None."""
+    line = run.stage_lines.get(stage)
+    lines = run.source.splitlines()
+    index = None if line is None else line - run.first_line
+    return lines[index].strip() if index is not None and 0 <= index < len(lines) else None
+
+
+def module_marked_source(run, stage: str) -> tuple[str, int | None]:
+    """(the user's class source with the stage's line marked, 1-based line within it or None)."""
+    lines = run.source.splitlines()
+    line = run.stage_lines.get(stage)
+    index = None if line is None else line - run.first_line
+    if index is None or not 0 <= index < len(lines):
+        return run.source, None
+    lines[index] += MARK
+    return "\n".join(lines), index + 1

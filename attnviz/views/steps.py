@@ -52,9 +52,14 @@ STEP_TEXT = {
 }
 
 
-def step_text(config: AttentionConfig, stage: str) -> dict:
-    """What the stage does, and the line of the running source that does it."""
+def step_text(config: AttentionConfig, stage: str, run=None) -> dict:
+    """What the stage does, and the line of the running source that does it (``run``: a traced user module's
+    ``trace.module_run``, whose own line is shown)."""
     what = STEP_TEXT[stage]
+    if run is not None:
+        code = source.module_stage_code(run, stage)
+        return {"what": what, "code": code or f"# {run.class_name} has no separate line for this stage "
+                                               f"(its {run.kind} computes it)"}
     code = source.stage_code(config.variant, stage)
     if code is None:
         what = {

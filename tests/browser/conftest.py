@@ -33,7 +33,7 @@ except ImportError:  # reported by _missing()
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes the README's docs/screenshots.
+# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes docs/screenshots (docs/pages.md shows them).
 SCREENSHOTS = REPO / "docs" / "screenshots" if os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") == "1" else ARTIFACTS
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -100,8 +100,8 @@ class Server:
 
 
 @contextlib.contextmanager
-def start_server() -> Iterator[Server]:
-    """A fresh ``streamlit run app.py`` on a free port; yields once /_stcore/health answers 200."""
+def start_server(script_args: tuple[str, ...] = ()) -> Iterator[Server]:
+    """A fresh ``streamlit run app.py [-- script_args]`` on a free port; yields once /_stcore/health answers 200."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log_dir = Path(tempfile.mkdtemp(prefix="attnviz-server-"))
@@ -111,6 +111,8 @@ def start_server() -> Iterator[Server]:
         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
         "--server.fileWatcherType", "none",
     ]
+    if script_args:
+        command += ["--", *script_args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log, "wb") as out:
         process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)

@@ -1,4 +1,4 @@
-"""Eight simultaneous sessions on one fresh server stay isolated (issue 6.3).
+"""Eight simultaneous sessions on one fresh server stay isolated.
 
 Eight browser contexts in one Chromium are eight Streamlit sessions.  Each opens the Heads page
 from a shared link with its own short text (words no other session uses, each a single GPT-2

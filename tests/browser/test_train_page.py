@@ -79,14 +79,16 @@ def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, bas
     expect(main.get_by_role("button", name=re.compile("Download the trained model"))).to_be_visible()
     save_screenshot(page, "train_stopped")
 
-    # the sidebar lists it; picking it draws the trained model's heads with their types
+    # the Train page's sidebar has only the page links; on the Heads page the sidebar lists the trained model,
+    # and picking it draws its heads with their types
     sidebar = page.get_by_test_id("stSidebar")
+    expect(sidebar.get_by_role("combobox", name="Weights")).to_have_count(0)
+    sidebar.get_by_role("link", name="Heads").click()
+    wait_idle(page)
     before = runs(page)
     sidebar.get_by_role("combobox", name="Weights").click()
     page.get_by_test_id("stSelectboxVirtualDropdown").get_by_role("option", name=option, exact=True).click()
     wait_idle(page, after=before)
-    sidebar.get_by_role("link", name="Heads").click()
-    wait_idle(page)
     assert_no_exception(page)
     expect(main.locator("h1")).to_contain_text("Attention heads")
     expect(main.get_by_text("Head types", exact=True)).to_be_visible()

@@ -70,8 +70,6 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     option = job.result.option
     assert option.name == "trained: 12 steps, seed 0"
     assert any(option.name in s.value for s in at.success)
-    weights = at.selectbox(key="weights")
-    assert option.label in weights.options
     assert at.get("download_button")  # the trained model's zip (built when clicked)
     # the board drops ended jobs of tabs that looked away (reap): the session keeps what it has shown
     train_ui.job_board().forget(at.session_state["_train_owner"])
@@ -84,6 +82,7 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Attention heads"
     assert at.session_state["weights"] == option.name
+    assert option.label in at.selectbox(key="weights").options
     assert at.selectbox(key="layer").options == ["0", "1"]
 
 
@@ -142,5 +141,28 @@ def test_a_deep_link_to_the_train_page_is_a_sessions_first_request():
     at.switch_page("pages/train.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Train a model, watch its heads form"
-    assert at.sidebar.text_area(key="text").value == "Hello world"
+    assert at.query_params["text"] in ("Hello world", ["Hello world"])  # the URL's settings are kept
     assert at.number_input(key="train_steps").value == live_train.RECOMMENDED["steps"]
+    at.switch_page("pages/heads.py").run()
+    assert at.sidebar.text_area(key="text").value == "Hello world"
+
+
+def test_the_train_page_sidebar_has_no_attention_settings():
+    at = train_page()
+    assert [w.label for w in at.sidebar.text_area] == []
+    assert [w.label for w in at.sidebar.selectbox] == [] and [w.label for w in at.sidebar.toggle] == []
+    assert [w.label for w in at.sidebar.number_input] == [] and [w.label for w in at.sidebar.slider] == []
+    assert "attention settings" in " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_settings_survive_a_visit_to_the_train_page():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    at.sidebar.text_area(key="text").set_value("Kept across pages").run()
+    at.sidebar.selectbox(key="variant").set_value("causal").run()
+    at.switch_page("pages/train.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.query_params["variant"] == ["causal"] or at.query_params["variant"] == "causal"
+    at.switch_page("pages/heads.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.sidebar.text_area(key="text").value == "Kept across pages"
+    assert at.sidebar.selectbox(key="variant").value == "causal"

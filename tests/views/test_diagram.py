@@ -454,3 +454,24 @@ def test_flow_rejects_a_trace_from_another_variant():
     shapes = traced(small("causal")).shapes
     with pytest.raises(ValueError, match="lacks"):
         diagram.shape_flow_html(shapes, small("mha"))
+
+
+# --- a user's module: its own op path ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_a_traced_modules_op_path_is_valid_dot_in_the_order_it_ran(flash):
+    import user_modules as um
+
+    from attnviz import tracing
+
+    trace = tracing.trace_module(um.CausalSelfAttention(flash=flash).eval(), "a <b> & \"c\"")
+    dot = diagram.op_dot(trace)
+    assert_plausible_dot(dot)
+    ops = [row["op"] for row in diagram.op_rows(trace)]
+    assert ops[:3] == ["input", "linear", "split"] and ops[-2:] == ["linear", "dropout"]
+    assert ("scaled_dot_product_attention" in ops) == flash and ("softmax" in ops) != flash
+    if shutil.which("dot"):
+        assert subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True).returncode == 0
+    html = diagram.op_flow_html(trace, highlight="weights")
+    assert html.count('class="attnviz-op"') == len(ops) and "<b>" in html
+    assert ("2.5px solid" in html) != flash  # the softmax op is the one on view; SDPA hides it

@@ -1,0 +1,302 @@
+"""Checks any attention module by rule: the Pitfall lab's knowledge turned on the user's own code.
+
+``check_module(module, x)`` traces the module (:mod:`attnviz.tracing`) and runs seven rules, each with a stable
+id, a status (``pass``, ``fail``, or ``skip`` when it does not apply) and evidence in a learner's words —
+which cell, which value, what it should be:
+
+* ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1 (a softmax over the wrong
+  dimension normalises columns);
+* ``causal`` — changing the tokens from position j on changes no output before j;
+* ``mask-convention`` — the hidden cells are exactly the future: not inverted, not a shifted diagonal;
+* ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
+* ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode;
+* ``batch-independence`` — one item's output does not move when another item of the batch changes;
+* ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
+  the module's own recorded Q, K, V (float32, ≤ 1e-5).
+
+Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
+A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attnviz import tracing
+
+RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
+         "matches-reference")
+TOLERANCE = 1e-5
+
+
+@dataclass(frozen=True)
+class Check:
+    """One rule's verdict on a module."""
+
+    rule: str
+    status: str  # "pass", "fail" or "skip"
+    evidence: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status != "fail"
+
+
+def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) -> torch.Tensor:
+    """A seeded (batch, n, d_in) input at the module's input width."""
+    d_in = tracing.infer_d_in(module)
+    if d_in is None:
+        if any(True for _ in module.parameters()):
+            raise tracing.TraceError("cannot tell the module's input width: give it a d_in attribute or pass x")
+        d_in = 16  # no weights: any width works
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, n, d_in, generator=generator)  # (b, n, d_in)
+
+
+def check_module(module: nn.Module, x: torch.Tensor | None = None, *, causal: bool | None = None) -> list[Check]:
+    """The seven rules' verdicts on ``module`` (``x``: (batch ≥ 2, n, d_in); None: a seeded (2, 8, d_in))."""
+    x = default_input(module) if x is None else x
+    if x.shape[0] < 2:
+        x = torch.cat([x, torch.roll(x, 1, dims=1)])  # batch-independence needs a second item
+    was_training = module.training
+    try:
+        module.eval()
+        recording = tracing.record(module, x)
+        attention, _ = tracing.combine(recording.attentions)
+        if causal is None:
+            causal = tracing.infer_causal(recording, attention, module)
+        checks = [
+            rows_sum_to_one(attention),
+            causal_rule(module, x, recording.output, causal),
+            mask_convention(attention, causal),
+            scaling(attention, weightless=_weightless(module)),
+            None,
+            batch_independence(module, x, recording.output),
+            matches_reference(recording, attention, causal, scaled=not _weightless(module)),
+        ]
+        module.train(was_training)
+        checks[4] = dropout_placement(module, x, attention)
+    finally:
+        module.train(was_training)
+    return checks
+
+
+# -------------------------------------------------------------------- the rules
+
+def _where(attention: tracing.Attention, index) -> str:
+    item, head, row, col = (int(i) for i in index)
+    heads = attention.weights.shape[1]
+    place = f"row {row} (query {row}), key {col}"
+    return (f"item {item}, " if item else "") + (f"head {head}, " if heads > 1 else "") + place
+
+
+def rows_sum_to_one(attention: tracing.Attention) -> Check:
+    rule = "rows-sum-to-one"
+    weights = attention.weights.float()  # (b, h, nq, nk)
+    visible = ~attention.hidden_cells()  # (b, h, nq, nk)
+    rows = visible.any(-1)  # (b, h, nq): rows with at least one visible key
+    sums = weights.sum(-1)  # (b, h, nq)
+    bad = rows & ~(torch.abs(sums - 1) <= 1e-4)  # NaN counts as bad
+    if not bad.any():
+        return Check(rule, "pass", f"all {int(rows.sum())} rows with a visible key sum to 1")
+    item, head, row = (int(i) for i in bad.nonzero()[0])
+    where = (f"item {item}, " if item else "") + (f"head {head}, " if weights.shape[1] > 1 else "")
+    value = sums[item, head, row].item()
+    hint = (" — the softmax ran over dim=-2 (the queries), so columns sum to 1: use dim=-1 (the keys)"
+            if attention.softmax_dim != -1 else "")
+    return Check(rule, "fail", f"{where}row {row} sums to {value:.4g}, should be 1{hint}")
+
+
+def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool) -> Check:
+    rule = "causal"
+    if not causal:
+        return Check(rule, "skip", "the module is not causal (no mask hides the future)")
+    n = x.shape[1]
+    generator = torch.Generator().manual_seed(1)
+    for j in range(1, n):
+        changed = x.clone()  # (b, n, d_in)
+        changed[:, j:] = torch.randn(changed[:, j:].shape, generator=generator)
+        with torch.no_grad():
+            moved = (_output(module, changed)[:, :j] - output[:, :j]).abs()  # (b, j, d_out)
+        if moved.max() > TOLERANCE:
+            position = int(moved.amax(dim=(0, 2)).argmax())
+            return Check(rule, "fail", f"changing tokens {j}… changed the output at position {position} by "
+                                       f"{moved.max().item():.3g}: position {position} sees the future")
+    return Check(rule, "pass", f"changing tokens j… moves no output before j (j = 1 … {n - 1})")
+
+
+def mask_convention(attention: tracing.Attention, causal: bool) -> Check:
+    rule = "mask-convention"
+    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    nq, nk = hidden.shape[-2:]
+    future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk): the cells after each query
+    if not causal:
+        if not hidden.any():
+            return Check(rule, "skip", "the module is not causal and hides no cell")
+        where = _where(attention, hidden.nonzero()[0])
+        return Check(rule, "fail", f"the module is not causal but hides {int(hidden[0, 0].sum())} cells, e.g. {where}")
+    if torch.equal(hidden, future.expand_as(hidden)):
+        return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
+    first = hidden[0, 0]  # (nq, nk)
+    if not hidden.any():
+        return Check(rule, "fail", "no cell is hidden: the causal mask never reached the scores "
+                                   "(masked_fill returns a copy: keep it, or use masked_fill_)")
+    if torch.equal(first, ~future):
+        return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
+                                   "future. masked_fill hides where the mask is True; SDPA's boolean attn_mask "
+                                   "keeps where it is True; nn.MultiheadAttention's hides where it is True")
+    for shift, words in ((0, "the diagonal is hidden too: each token hides itself (triu(…, diagonal=0); use 1)"),
+                         (2, "one future token is visible: row i sees key i + 1 (triu(…, diagonal=2); use 1)")):
+        if torch.equal(first, torch.ones(nq, nk, dtype=torch.bool).triu(shift + nk - nq)):
+            return Check(rule, "fail", words)
+    wrong = (hidden != future.expand_as(hidden)).nonzero()[0]
+    state = "hidden" if hidden[tuple(wrong)] else "visible"
+    should = "visible" if state == "hidden" else "hidden"
+    return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
+
+
+def scaling(attention: tracing.Attention, *, weightless: bool = False) -> Check:
+    rule = "scaling"
+    if weightless:
+        return Check(rule, "skip", "a module without weights (the book's simplified self-attention, 3.3) "
+                                   "does not scale its scores")
+    if attention.scale is None or attention.queries is None:
+        return Check(rule, "skip", "the scale of the scores could not be identified")
+    head_dim = attention.queries.shape[-1]
+    heads = attention.weights.shape[1]
+    expected = 1 / math.sqrt(head_dim)
+    scale = attention.scale
+    if math.isclose(scale, expected, rel_tol=1e-4):
+        return Check(rule, "pass", f"the scores are divided by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}")
+    want = f"divide by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
+    if math.isclose(scale, 1.0, rel_tol=1e-6):
+        return Check(rule, "fail", f"the scores are not scaled: {want}")
+    if heads > 1 and math.isclose(scale, 1 / math.sqrt(head_dim * heads), rel_tol=1e-4):
+        return Check(rule, "fail", f"the scores are divided by √d_out = √{head_dim * heads} (the whole width): {want}")
+    if math.isclose(scale, 1 / head_dim, rel_tol=1e-4):
+        return Check(rule, "fail", f"the scores are divided by head_dim = {head_dim} without the square root: {want}")
+    return Check(rule, "fail", f"the scores are multiplied by {scale:.4g}, i.e. divided by {1 / scale:.4g}: {want}")
+
+
+def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracing.Attention) -> Check:
+    """In eval mode no dropout acts; in training mode dropout acts on the weights after the softmax (the module
+    as handed over in training mode with dropout acting is the "forgot model.eval()" bug)."""
+    rule = "dropout-placement"
+    if not _same(eval_attention.dropped, eval_attention.weights) or eval_attention.dropout_p > 0:
+        return Check(rule, "fail", "in eval mode dropout still changes the attention weights: pass "
+                                   "training=self.training to F.dropout (or use nn.Dropout)")
+    if module.training:
+        attention, _ = tracing.combine(tracing.record(module, x).attentions)
+        if not _same(attention.dropped, attention.weights) or attention.dropout_p > 0:
+            zeroed = ((attention.dropped == 0) & (attention.weights != 0)).sum() / (attention.weights != 0).sum()
+            share = zeroed.item() if attention.dropout_p == 0 else attention.dropout_p
+            return Check(rule, "fail", f"the module is in training mode: dropout zeroes about {share:.0%} of the "
+                                       "attention weights, so two runs of the same text differ — call "
+                                       "module.eval() before looking at attention")
+    was_training = module.training
+    try:
+        module.train()
+        attention, _ = tracing.combine(tracing.record(module, x).attentions)
+    finally:
+        module.train(was_training)
+    if attention.dropout_ops:
+        return Check(rule, "fail", "dropout acts on the scores before the softmax: the weights no longer sum to 1 "
+                                   "in a predictable way; apply it to the weights after the softmax")
+    acts = not _same(attention.dropped, attention.weights) or attention.dropout_p > 0
+    if acts:
+        return Check(rule, "pass", "in training mode dropout acts on the weights after the softmax; in eval mode not at all")
+    return Check(rule, "pass", "no dropout acts on the attention weights (in either mode)")
+
+
+def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor) -> Check:
+    rule = "batch-independence"
+    generator = torch.Generator().manual_seed(2)
+    for item in range(x.shape[0]):
+        changed = x.clone()  # (b, n, d_in)
+        others = [i for i in range(x.shape[0]) if i != item]
+        changed[others] = torch.randn(changed[others].shape, generator=generator)
+        with torch.no_grad():
+            moved = (_output(module, changed)[item] - output[item]).abs()  # (n, d_out)
+        if moved.max() > TOLERANCE:
+            position = int(moved.amax(dim=-1).argmax())
+            return Check(rule, "fail", f"item {item}'s output at position {position} changed by "
+                                       f"{moved.max().item():.3g} when only the other items changed: something mixes "
+                                       "the batch (a view or reshape across the batch dimension?)")
+    return Check(rule, "pass", "no item's output moves when the other items change")
+
+
+def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
+                      scaled: bool = True) -> Check:
+    rule = "matches-reference"
+    if attention.queries is None or attention.keys is None or attention.values is None:
+        return Check(rule, "skip", "the module's Q, K and V could not all be identified")
+    queries, keys, values = attention.queries, attention.keys, attention.values  # (b, h, n, d)
+    reference = reference_context(queries, keys, values, causal, scaled=scaled)  # (b, h, nq, dv)
+    b, h, nq, dv = reference.shape
+    concat = reference.transpose(1, 2).reshape(b, nq, h * dv)  # (b, h, nq, dv) -> (b, nq, h·dv)
+    if attention.out_proj is not None:  # nn.MultiheadAttention: compare its output after out_proj
+        weight, bias = attention.out_proj
+        expected = torch.nn.functional.linear(concat, weight, bias)  # (b, nq, E)
+        return _compare(rule, attention.returned, expected, "the output")
+    module_concat = _concat_fed_onwards(recording, attention, concat.shape)
+    if module_concat is None:
+        context = attention.returned if attention.returned is not None else attention.context
+        if context is None:
+            return Check(rule, "skip", "the module's context (weights · V) could not be identified")
+        return _compare(rule, context, reference, "the context")
+    return _compare(rule, module_concat, concat, "the concatenated heads")
+
+
+def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True) -> torch.Tensor:
+    """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module)."""
+    queries, keys, values = queries.float(), keys.float(), values.float()
+    scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
+    if scaled:
+        scores = scores / math.sqrt(queries.shape[-1])  # (b, h, nq, nk)
+    if causal:
+        nq, nk = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq), -torch.inf)
+    return torch.softmax(scores, dim=-1) @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
+
+
+def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:
+    """The heads' concatenated context as the module passed it on: the input of the first Linear after the
+    attention whose input has the concatenation's shape, or the module's output when no Linear follows."""
+    last = max(a.op_index for a in recording.attentions)
+    for index, tensor in recording.linear_inputs:
+        if index > last and tuple(tensor.shape) == tuple(shape):
+            return tensor
+    if tuple(recording.output.shape) == tuple(shape) and not any(i > last for i, _ in recording.linear_inputs):
+        return recording.output
+    return None
+
+
+def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str) -> Check:
+    actual = actual.float().reshape(expected.shape)
+    difference = (actual - expected).abs()  # NaN stays NaN
+    worst = difference.nan_to_num(nan=math.inf).max().item()
+    if worst <= TOLERANCE:
+        return Check(rule, "pass", f"{what} equals softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V "
+                                   f"(largest difference {worst:.1g})")
+    index = tuple(int(i) for i in (difference.nan_to_num(nan=math.inf) == worst).nonzero()[0])
+    return Check(rule, "fail", f"{what} ≠ softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V: off by {worst:.3g} "
+                               f"at index {index} (module {actual[index].item():.4g}, reference "
+                               f"{expected[index].item():.4g})")
+
+
+def _weightless(module: nn.Module) -> bool:
+    return not any(True for _ in module.parameters())
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal, NaN included (a fully masked row is NaN in both)."""
+    return a is b or (a.shape == b.shape and torch.equal(a.nan_to_num(), b.nan_to_num()))
+
+
+def _output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    output = module(x)
+    return tracing.first_tensor(output).detach()

@@ -1,0 +1,207 @@
+"""What attention does, measured: knock heads out, weigh attention by what it moves, follow it through the layers.
+
+* ``ablate(model, token_ids, heads, how)`` — the logits with each ``(layer, head)`` knocked out: its slice of the
+  concatenated context, just before ``out_proj``, set to 0 (``"zero"``) or to its mean over this input's positions
+  (``"mean"``).  A forward pre-hook on ``out_proj`` does it; the model is not changed.
+* ``ablation_grid(model, token_ids, T)`` — Δ loss on the second copy of ``[BOS] + x + x`` when each head alone is
+  knocked out, every head of a layer in one batched pass from that layer's cached input.
+* ``value_weighted(model, token_ids)`` — Kobayashi et al. (2020), "Attention is not only a weight":
+  ‖α_ij · f^h(x_j)‖ with f^h(x) = (x W_V + b_V) W_O^h, head h's rows of ``out_proj``; ``value_weighted_module``
+  does the same for the book's MultiHeadAttention on its input.
+* ``rollout(maps)`` — Abnar & Zuidema (2020): A_l = 0.5·mean_h(W_l) + 0.5·I, rows renormalised, Ã_l = A_l·Ã_{l−1}.
+* ``logit_lens(model, token_ids, position, k)`` — the top-k next tokens read out after every block
+  (``final_norm`` then ``out_head`` on that block's output).
+
+Everything runs the book's ``GPTModel`` in eval mode, without gradients, on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attnviz.models.gpt import GPTModel
+
+HOW = ("zero", "mean")
+
+
+def _ids(token_ids) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(token_ids), dtype=torch.long).reshape(1, -1)  # (1, n)
+
+
+@contextlib.contextmanager
+def knocked_out(model: GPTModel, heads: Iterable[tuple[int, int]], how: str = "zero", items=None):
+    """Within the block: each ``(layer, head)`` knocked out (see the module docstring).  ``items``: for a batch,
+    {batch row: heads} instead, so each row knocks out its own heads (the batched ablation grid)."""
+    if how not in HOW:
+        raise ValueError(f"how must be one of {', '.join(HOW)}; got {how!r}")
+    per_layer: dict[int, list] = {}
+    if items is None:
+        for layer, head in heads:
+            per_layer.setdefault(int(layer), []).append((None, int(head)))
+    else:
+        for row, row_heads in items.items():
+            for layer, head in row_heads:
+                per_layer.setdefault(int(layer), []).append((int(row), int(head)))
+    handles = []
+    try:
+        for layer, targets in per_layer.items():
+            if not 0 <= layer < len(model.trf_blocks):
+                raise ValueError(f"layer {layer} does not exist: the model has {len(model.trf_blocks)} layers")
+            att = model.trf_blocks[layer].att
+            for _, head in targets:
+                if not 0 <= head < att.num_heads:
+                    raise ValueError(f"head {head} does not exist: layer {layer} has {att.num_heads} heads")
+            handles.append(att.out_proj.register_forward_pre_hook(_hook(att.head_dim, targets, how)))
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _hook(head_dim: int, targets: list, how: str) -> Callable:
+    def pre_hook(module, args):
+        (context,) = args  # (b, n, h·hd): the heads' concatenated context, before out_proj
+        context = context.clone()
+        for row, head in targets:
+            rows = slice(None) if row is None else slice(row, row + 1)
+            cols = slice(head * head_dim, (head + 1) * head_dim)
+            part = context[rows, :, cols]  # (b', n, hd)
+            context[rows, :, cols] = 0.0 if how == "zero" else part.mean(dim=1, keepdim=True).expand_as(part)
+        return (context,)
+    return pre_hook
+
+
+@torch.no_grad()
+def ablate(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], how: str = "zero") -> torch.Tensor:
+    """Logits (n, vocab) of ``token_ids`` with every ``(layer, head)`` in ``heads`` knocked out."""
+    model.eval()
+    with knocked_out(model, heads, how):
+        return model(_ids(token_ids))[0]  # (1, n) -> (n, vocab)
+
+
+def position_loss(logits: torch.Tensor, token_ids) -> np.ndarray:
+    """Cross-entropy of predicting token i+1 at each position i: (n−1,)."""
+    ids = _ids(token_ids)[0]  # (n,)
+    return F.cross_entropy(logits[:-1], ids[1:], reduction="none").numpy()  # (n-1, vocab) -> (n-1,)
+
+
+@torch.inference_mode()
+def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
+                  progress: Callable[[float], None] | None = None) -> tuple[np.ndarray, float]:
+    """(Δ loss (layers, heads): the second copy's mean loss with that head alone knocked out minus intact, the intact
+    loss).  Each layer runs once from its cached input, with one batch row per head."""
+    model.eval()
+    ids = _ids(token_ids)  # (1, n)
+    n = ids.shape[1]
+    second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
+    x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
+    inputs = []
+    for block in model.trf_blocks:
+        inputs.append(x)
+        x = block(x)  # (1, n, d)
+    intact = _loss_after(model, x, ids, second)[0].mean().item()
+    layers = len(model.trf_blocks)
+    heads = model.trf_blocks[0].att.num_heads
+    delta = np.zeros((layers, heads))
+    for layer in range(layers):
+        batch = inputs[layer].expand(heads, -1, -1)  # (heads, n, d): one row per knocked-out head
+        with knocked_out(model, (), how, items={h: [(layer, h)] for h in range(heads)}):
+            y = batch
+            for block in model.trf_blocks[layer:]:
+                y = block(y)  # (heads, n, d)
+        delta[layer] = _loss_after(model, y, ids, second).mean(dim=1).numpy() - intact
+        if progress is not None:
+            progress((layer + 1) / layers)
+    return delta, intact
+
+
+def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor, positions: slice) -> torch.Tensor:
+    """Loss (b, p) at ``positions`` (predicting the token after each) from the last block's output x (b, n, d);
+    only those positions go through the output head (its 50,257-wide matmul is most of the cost)."""
+    logits = model.out_head(model.final_norm(x[:, positions]))  # (b, p, d) -> (b, p, vocab)
+    targets = ids[0, 1:][positions].expand(x.shape[0], -1)  # (b, p)
+    return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (b, p)
+
+
+# -------------------------------------------------------------------- value-weighted attention
+
+def _value_weighted(att, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(‖α_ij f^h(x_j)‖ (heads, n, n), f (heads, n, d_out)) of the book's MultiHeadAttention ``att`` on x (1, n, d_in)."""
+    from attnviz.attention import Recorder
+
+    recorder = Recorder()
+    att(x, recorder)
+    weights = recorder.steps["weights"][0]  # (h, n, n)
+    h, hd = att.num_heads, att.head_dim
+    values = att.W_value(x)[0].view(-1, h, hd).transpose(0, 1)  # (n, h·hd) -> (h, n, hd)
+    w_o = att.out_proj.weight.T.reshape(h, hd, -1)  # (h·hd, d_out) -> (h, hd, d_out): head h's rows of out_proj
+    f = values @ w_o  # (h, n, hd) @ (h, hd, d_out) -> (h, n, d_out)
+    return weights * f.norm(dim=-1)[:, None, :], f  # (h, n, n) · (h, 1, n) -> (h, n, n)
+
+
+@torch.no_grad()
+def value_weighted_module(att, x: torch.Tensor) -> np.ndarray:
+    """‖α_ij · f^h(x_j)‖ (heads, n, n) of the book's MultiHeadAttention on x (1, n, d_in).  The other Chapter 3
+    classes have no out_proj: there f^h(x) is the head's value vector itself (not computed here)."""
+    was_training = att.training
+    att.eval()
+    try:
+        return _value_weighted(att, x)[0].numpy()
+    finally:
+        att.train(was_training)
+
+
+@torch.no_grad()
+def value_weighted(model: GPTModel, token_ids) -> np.ndarray:
+    """‖α_ij · f^h(x_j)‖ for every layer and head: (layers, heads, n, n)."""
+    model.eval()
+    ids = _ids(token_ids)
+    n = ids.shape[1]
+    x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
+    maps = []
+    for block in model.trf_blocks:
+        maps.append(_value_weighted(block.att, block.norm1(x))[0])
+        x = block(x)  # (1, n, d)
+    return torch.stack(maps).numpy()
+
+
+# -------------------------------------------------------------------- rollout and logit lens
+
+def rollout(maps) -> np.ndarray:
+    """Attention rollout (layers, n, n) of maps (layers, heads, n, n): Ã_l = A_l · Ã_{l−1}, A_l = 0.5·mean_h + 0.5·I."""
+    maps = np.asarray(maps, dtype=np.float64)
+    if maps.ndim != 4 or maps.shape[-1] != maps.shape[-2]:
+        raise ValueError(f"maps must be (layers, heads, n, n); got {maps.shape}")
+    n = maps.shape[-1]
+    rolled, out = np.eye(n), []
+    for layer in maps:
+        a = 0.5 * layer.mean(axis=0) + 0.5 * np.eye(n)  # (n, n)
+        a = a / a.sum(axis=-1, keepdims=True)
+        rolled = a @ rolled  # (n, n)
+        out.append(rolled)
+    return np.stack(out)
+
+
+@torch.no_grad()
+def logit_lens(model: GPTModel, token_ids, position: int, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """(ids (layers, k), probabilities (layers, k)): the top-k next tokens at ``position`` read out after every
+    block with the model's own final_norm and out_head."""
+    model.eval()
+    ids = _ids(token_ids)
+    n = ids.shape[1]
+    if not 0 <= position < n:
+        raise ValueError(f"position {position} is outside the {n} tokens")
+    x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
+    top_ids, top_probs = [], []
+    for block in model.trf_blocks:
+        x = block(x)  # (1, n, d)
+        probs = torch.softmax(model.out_head(model.final_norm(x[:, position])), dim=-1)[0]  # (vocab,)
+        values, indices = probs.topk(k)
+        top_ids.append(indices.numpy())
+        top_probs.append(values.numpy())
+    return np.stack(top_ids), np.stack(top_probs)

@@ -1,0 +1,86 @@
+"""A user's own attention module as a producer: the class listed on the command line, built from the settings
+and traced (:mod:`attnviz.tracing`) on seeded embeddings at its input width.
+
+``torch.manual_seed(config.seed)`` right before building gives the same weights on every run; a built module is
+kept per (label, sizes, dropout, seed) and runs in eval mode unless dropout is asked to run.  A module that
+cannot be built, raises, or computes no attention is a ConfigError with the one-line reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import torch
+
+from attnviz import tracing
+from attnviz.config import AttentionConfig, ConfigError
+from attnviz.producers import book
+from attnviz.rng import built_once, seeded
+from attnviz.trace import Trace
+
+
+def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
+    """The config the module runs: what the module decides itself — its input and output width, its heads,
+    whether it masks the future — replaces the settings (a note names each setting it ignores)."""
+    config = replace(config, embedding="seeded", device="cpu", variant=AttentionConfig.variant)
+    module = _built(_module_key(config))
+    d_in, d_out, heads, causal = _probe(_module_key(config))
+    notes = []
+    decided = {"d_in": d_in, "d_out": d_out, "num_heads": heads}
+    ignored = [f"{name} = {getattr(config, name)}" for name, value in decided.items() if value != getattr(config, name)]
+    if ignored:
+        notes.append(f"Ignored {', '.join(ignored)}: {type(module).__name__} decides them "
+                     f"(inputs {d_in} wide, {heads} heads, output {d_out} wide).")
+    return replace(config, d_in=d_in, d_out=d_out, num_heads=heads, causal=causal), notes
+
+
+@built_once(maxsize=8)
+def _probe(key: AttentionConfig) -> tuple[int, int, int, bool]:
+    """(input width, output width, heads, causal) of the built module, from a 4-token seeded run."""
+    module = _built(key)
+    d_in = tracing.infer_d_in(module) or key.d_in
+    x = torch.randn(1, min(4, key.context_length), d_in, generator=torch.Generator().manual_seed(0))  # (1, 4, d_in)
+    try:
+        recording = tracing.record(module, x)
+    except tracing.TraceError as error:
+        raise ConfigError(f"{key.module}: {error}") from None
+    attention, _ = tracing.combine(recording.attentions)
+    causal = tracing.infer_causal(recording, attention, module)
+    return d_in, int(recording.output.shape[-1]), int(attention.weights.shape[1]), causal
+
+
+def _module_key(config: AttentionConfig) -> AttentionConfig:
+    """What the built module depends on (not the text, the causal switch or the device)."""
+    return AttentionConfig(variant=config.variant, d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads,
+                           context_length=config.context_length, dropout=config.dropout, seed=config.seed,
+                           module=config.module, train=config.train and config.dropout > 0)
+
+
+@built_once(maxsize=4)
+def _built(key: AttentionConfig) -> torch.nn.Module:
+    from attnviz import user_code  # the modules listed on the command line
+
+    try:
+        with seeded(key.seed):
+            module = user_code.build_listed(key.module, key)
+    except user_code.UserCodeError as error:
+        raise ConfigError(str(error)) from None
+    return module.train(key.train)
+
+
+def module_for(config: AttentionConfig) -> torch.nn.Module:
+    """The built module a settled ``config`` runs (shared: do not change its mode or weights)."""
+    return _built(_module_key(config))
+
+
+def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:
+    """The Trace of the listed module on these tokens."""
+    module = _built(_module_key(config))
+    inputs, embeddings = book._embed(token_ids, config, notes)  # (1, n, d_in)
+    try:
+        with seeded(config.seed) if module.training else contextlib.nullcontext():  # dropout draws: replayable
+            return tracing.trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=embeddings,
+                                        notes=notes, label=config.module, seed=config.seed, config=config)
+    except tracing.TraceError as error:
+        raise ConfigError(f"{config.module}: {error}") from None

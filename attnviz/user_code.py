@@ -1,0 +1,221 @@
+"""Loads a user's attention class from ``path/to/file.py:ClassName`` and builds it from attnviz's settings.
+
+Constructor arguments are matched by name to the class's signature, in the spellings attention code uses
+(``d_in``/``embed_dim``/``n_embd``/``d_model`` …, ``num_heads``/``n_head``/``nhead`` …, ``context_length``/
+``block_size`` …); a single ``config``/``cfg`` parameter gets an object with nanoGPT's names.  A required argument
+nobody can fill is named in the error.  Every failure is a ``UserCodeError`` with one line.
+
+The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
+repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a label ("Your module:
+ClassName") to its spec, and a browser can only pick a label — never a path or a class name.  Loading a file
+runs its code: it is the user's own code, named on their own command line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import threading
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torch import nn
+
+from attnviz.script_args import flag_values
+
+CLI_FLAG = "--module"
+ENV = "ATTNVIZ_MODULES"
+
+# attnviz's setting -> the names a constructor may call it
+SPELLINGS = {
+    "d_in": ("d_in", "embed_dim", "n_embd", "d_model", "hidden_size", "dim", "emb_dim", "in_features", "input_dim"),
+    "d_out": ("d_out", "out_dim", "output_dim", "out_features"),
+    "num_heads": ("num_heads", "n_head", "n_heads", "nhead", "heads", "num_attention_heads"),
+    "context_length": ("context_length", "block_size", "max_seq_len", "n_positions", "max_len", "seq_len",
+                       "max_position_embeddings"),
+    "dropout": ("dropout", "attn_pdrop", "p_drop", "dropout_p", "attn_dropout", "drop"),
+    "qkv_bias": ("qkv_bias", "bias"),
+    "batch_first": ("batch_first",),
+}
+CONFIG_NAMES = ("config", "cfg", "args", "conf")
+DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "dropout": 0.0, "qkv_bias": False,
+            "batch_first": True}
+
+
+class UserCodeError(ValueError):
+    """The user's file or class cannot be loaded or built; the message is one line naming the cause."""
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300] or type(error).__name__
+
+
+def load(spec: str) -> type[nn.Module]:
+    """The class named by ``path/to/file.py:ClassName``."""
+    path_text, _, class_name = spec.rpartition(":")
+    if not path_text or not class_name or not class_name.isidentifier():
+        raise UserCodeError(f"{spec!r}: name a class as path/to/file.py:ClassName")
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise UserCodeError(f"{path_text}: no such file")
+    name = f"attnviz_user_{abs(hash(str(path.resolve())))}"
+    try:
+        source = path.read_text(encoding="utf-8")
+        compile(source, str(path), "exec")
+    except SyntaxError as error:
+        raise UserCodeError(f"{path_text}, line {error.lineno}: syntax error: {error.msg}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserCodeError(f"{path_text}: cannot be read: {_one_line(error)}") from None
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:  # the user's file: anything it raises is theirs, in one line
+        sys.modules.pop(name, None)
+        raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: {_one_line(error)}") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
+                   and v.__module__ == name]
+        found = f"; it defines {', '.join(classes)}" if classes else "; it defines no nn.Module"
+        raise UserCodeError(f"{path_text} has no class {class_name}{found}")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise UserCodeError(f"{class_name} in {path_text} is not a torch.nn.Module class")
+    return cls
+
+
+def constructor_arguments(cls: type[nn.Module], **settings) -> dict:
+    """The keyword arguments for ``cls(...)`` from attnviz's settings (``d_in``, ``d_out``, ``num_heads``,
+    ``context_length``, ``dropout``, ``qkv_bias``); UserCodeError names a required one nobody can fill."""
+    values = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
+    if "d_out" not in settings or settings.get("d_out") is None:
+        values["d_out"] = values["d_in"]
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+    except (TypeError, ValueError):
+        return {}
+    by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
+    arguments, missing = {}, []
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if parameter.name in by_name:
+            arguments[parameter.name] = values[by_name[parameter.name]]
+        elif parameter.name in CONFIG_NAMES and len(parameters) == 1:
+            arguments[parameter.name] = _config_object(values)
+        elif parameter.default is parameter.empty:
+            missing.append(parameter.name)
+    if missing:
+        raise UserCodeError(f"{cls.__name__}() needs {', '.join(missing)}, which attnviz cannot fill (it fills "
+                            "d_in/embed_dim/n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, "
+                            "bias): give them defaults")
+    return arguments
+
+
+def _config_object(values: dict) -> types.SimpleNamespace:
+    """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object."""
+    return types.SimpleNamespace(
+        n_embd=values["d_in"], n_head=values["num_heads"], block_size=values["context_length"],
+        dropout=values["dropout"], bias=values["qkv_bias"], d_in=values["d_in"], d_out=values["d_out"],
+        emb_dim=values["d_in"], n_heads=values["num_heads"], context_length=values["context_length"],
+        drop_rate=values["dropout"], qkv_bias=values["qkv_bias"], num_heads=values["num_heads"],
+    )
+
+
+def build(cls: type[nn.Module], **settings) -> nn.Module:
+    """``cls`` built from attnviz's settings (see :func:`constructor_arguments`)."""
+    arguments = constructor_arguments(cls, **settings)
+    try:
+        return cls(**arguments)
+    except Exception as error:  # the user's constructor
+        raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) raised {type(error).__name__}: "
+                            f"{_one_line(error)}") from None
+
+
+def _call_text(arguments: dict) -> str:
+    return ", ".join(f"{k}={v!r}" if not isinstance(v, types.SimpleNamespace) else f"{k}=<config>"
+                     for k, v in arguments.items())
+
+
+# -------------------------------------------------------------------- the modules listed on the command line
+
+_lock = threading.Lock()
+_registered: dict[str, str] = {}  # label -> spec
+_classes: dict[str, type[nn.Module]] = {}  # label -> class
+_errors: dict[str, str] = {}  # spec -> why it could not be listed
+_read: tuple | None = None
+
+
+def module_args(argv: Sequence[str] | None = None) -> list[str]:
+    """``--module SPEC`` / ``--module=SPEC`` values (repeatable) after ``--`` in ``argv`` (default sys.argv)."""
+    return flag_values(CLI_FLAG, argv)
+
+
+def requested(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every spec named on the command line, then in ATTNVIZ_MODULES (comma-separated: a spec has a colon)."""
+    env = os.environ if environ is None else environ
+    from_env = [spec.strip() for spec in env.get(ENV, "").split(",") if spec.strip()]
+    return [*module_args(argv), *from_env]
+
+
+def label_of(cls: type[nn.Module]) -> str:
+    return f"Your module: {cls.__name__}"
+
+
+def register(spec: str) -> str:
+    """Load ``spec`` and list it; returns its label (UserCodeError when it cannot be loaded)."""
+    cls = load(spec)
+    label = label_of(cls)
+    with _lock:
+        if label in _registered and _registered[label] != spec:
+            label = f"{label} ({Path(spec.rpartition(':')[0]).name})"
+        _registered[label] = spec
+        _classes[label] = cls
+    return label
+
+
+def listed() -> dict[str, str]:
+    """label -> spec of every module listed on the command line or in ATTNVIZ_MODULES (read once per change)."""
+    global _read
+    key = tuple(requested())
+    if key != _read:
+        with _lock:
+            _read = key
+        for spec in key:
+            if spec in _registered.values() or spec in _errors:
+                continue
+            try:
+                register(spec)
+            except UserCodeError as error:
+                _errors[spec] = str(error)
+    return dict(_registered)
+
+
+def errors() -> dict[str, str]:
+    """spec -> the one-line reason a requested module is not listed."""
+    listed()
+    return {spec: reason for spec, reason in _errors.items() if spec in requested()}
+
+
+def build_listed(label: str, config) -> nn.Module:
+    """The listed module ``label`` built from ``config``'s sizes (call inside ``seeded`` for fixed weights)."""
+    if label not in listed():
+        raise UserCodeError(f"no module {label!r} is listed (only the command line lists modules)")
+    return build(_classes[label], d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads,
+                 context_length=config.context_length, dropout=config.dropout, qkv_bias=config.qkv_bias)
+
+
+def source_of(label: str) -> tuple[str, str] | None:
+    """(file name, source text) of a listed module's file."""
+    spec = listed().get(label)
+    if spec is None:
+        return None
+    path = Path(spec.rpartition(":")[0]).expanduser()
+    try:
+        return str(path), path.read_text(encoding="utf-8")
+    except OSError:
+        return None

@@ -1,0 +1,48 @@
+"""Figures for what attention does: the knock-out grid, the loss with heads knocked out, the logit lens table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from attnviz.head_types import repeat_halves
+
+
+def ablation_grid_figure(delta: np.ndarray, intact: float, *, title: str = "") -> go.Figure:
+    """Δ loss on the second copy (layers, heads) when each head alone is knocked out; red = the model needs it."""
+    layers, heads = delta.shape
+    limit = max(float(np.abs(delta).max()), 1e-6)
+    fig = go.Figure(go.Heatmap(
+        z=delta, x=[f"head {h}" for h in range(heads)], y=[f"layer {layer}" for layer in range(layers)],
+        colorscale="RdBu_r", zmin=-limit, zmax=limit, text=np.round(delta, 2), texttemplate="%{text:+.2f}",
+        colorbar={"title": "Δ loss"},
+        hovertemplate="%{y}, %{x} knocked out<br>loss on the repeat %{z:+.3f} nats<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title={"text": title or f"knock out one head: change in the loss on the second copy "
+                                              f"(intact {intact:.2f} nats)", "font": {"size": 14}},
+                      height=120 + 40 * layers, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: str) -> go.Figure:
+    """The per-position loss (n−1,) intact and with ``label``'s heads knocked out, the second copy shaded."""
+    n = len(intact) + 1
+    fig = go.Figure()
+    for loss, name, color in ((intact, "intact", "#08519c"), (ablated, f"without {label}", "#cb181d")):
+        second = repeat_halves(loss, T)[1]
+        fig.add_trace(go.Scatter(x=np.arange(n - 1), y=loss, mode="lines+markers", marker={"size": 4},
+                                 line={"color": color}, name=f"{name} (second copy {second:.2f})",
+                                 hovertemplate="position %{x}<br>loss %{y:.3f}<extra>" + name + "</extra>"))
+    fig.add_vrect(x0=n - T - 0.5, x1=n - 1.5, fillcolor="rgba(255, 200, 0, 0.12)", line_width=0)
+    fig.update_xaxes(title="position i (predicting token i+1)")
+    fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
+    fig.update_layout(title={"text": "knocked out vs intact: the loss per position", "font": {"size": 14}},
+                      height=340, margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def top_tokens_table(pieces: list[list[str]], probs: np.ndarray, rows: list[str]) -> pd.DataFrame:
+    """One row per ``rows`` label, one column per rank: "token (probability)"."""
+    return pd.DataFrame({f"#{rank + 1}": [f"{pieces[row][rank]} ({probs[row, rank]:.1%})" for row in range(len(rows))]
+                         for rank in range(probs.shape[1])}, index=rows)

@@ -1,0 +1,43 @@
+"""The Heads view inline in Jupyter: the head grid, one head in full and the shape flow, with no Streamlit server.
+
+``show(trace)`` (or ``show(module, text)``) displays Plotly figures and HTML through ``IPython.display``, the
+same pure builders the app's Heads page draws from.
+"""
+
+from __future__ import annotations
+
+from attnviz.views import diagram, figures
+
+
+def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
+    """{"grid": the head grid, "head": head ``head`` in full, "flow": the shape flow's HTML} of a Trace."""
+    config = trace.config
+    maps = trace.steps[stage][0]  # (heads, n, n)
+    grid = figures.mark_focus(figures.heads_grid(maps, stage, causal=config.causal, dropout=config.effective_dropout),
+                              head)
+    focused = figures.attention_heatmap(maps[head], trace.tokens, stage, causal=config.causal,
+                                        dropout=config.effective_dropout,
+                                        title=f"head {head}: {figures.MAP_TITLES[stage]}")
+    flow = (diagram.op_flow_html(trace, highlight=stage) if trace.module_run is not None
+            else diagram.shape_flow_html(trace.shapes, config, highlight=stage))
+    return {"grid": grid, "head": focused, "flow": flow}
+
+
+def show(trace_or_module, text: str | None = None, *, stage: str = "weights", head: int = 0):
+    """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (attnviz.trace_module); returns the Trace."""
+    from IPython.display import HTML, display
+
+    from attnviz import tracing
+
+    trace = trace_or_module
+    if not hasattr(trace, "steps"):
+        if text is None:
+            raise ValueError("show(module, text): give the text to trace the module on")
+        trace = tracing.trace_module(trace_or_module, text)
+    parts = figures_of(trace, stage, head)
+    title = trace.module_run.class_name if trace.module_run is not None else trace.config.spec.label
+    display(HTML(f"<h4>{title}: {trace.num_heads} heads · {trace.n} tokens</h4>"))
+    display(parts["grid"])
+    display(parts["head"])
+    display(HTML(parts["flow"]))
+    return trace

@@ -1,0 +1,161 @@
+"""Head ablation, value-weighted attention, rollout and the logit lens: against Hugging Face's GPT-2, hand-computed
+cases and the invariants each formula must keep."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_gpt2
+
+from attnviz import attention, models
+from attnviz.head_types import repeated_random_tokens
+from attnviz.models import interventions
+
+TOKENS = [464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 464, 2068]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(Hugging Face GPT2LMHeadModel, the same weights loaded by attnviz from save_pretrained)."""
+    hf = random_gpt2(seed=3, n_layer=3, n_head=4, n_embd=32, n_positions=64)
+    folder = tmp_path_factory.mktemp("gpt2")
+    hf.save_pretrained(folder)
+    return hf, models.load_checkpoint(str(folder))
+
+
+def hf_ablated_logits(hf, heads) -> torch.Tensor:
+    """transformers' GPT-2 (eager) with a forward pre-hook on attn.c_proj zeroing each head's input columns."""
+    head_dim = hf.config.n_embd // hf.config.n_head
+    handles = []
+    for layer, head in heads:
+        def hook(module, args, head=head):
+            (x,) = args
+            x = x.clone()
+            x[..., head * head_dim:(head + 1) * head_dim] = 0
+            return (x,)
+        handles.append(hf.transformer.h[layer].attn.c_proj.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            return hf(torch.tensor([TOKENS])).logits[0]
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("heads", [[], [(0, 0)], [(1, 3)], [(2, 1), (0, 2)], [(0, 0), (0, 1), (0, 2), (0, 3)]])
+def test_ablate_equals_hugging_face_with_c_proj_columns_zeroed(pair, heads):
+    hf, model = pair
+    ours = interventions.ablate(model, TOKENS, heads)
+    torch.testing.assert_close(ours, hf_ablated_logits(hf, heads), atol=1e-4, rtol=0)
+    if heads:
+        assert (ours - interventions.ablate(model, TOKENS, [])).abs().max() > 1e-3  # it did something
+
+
+def test_mean_ablation_replaces_the_slice_by_its_mean_over_positions(pair):
+    _, model = pair
+    att = model.trf_blocks[1].att
+    seen = {}
+    handle = att.out_proj.register_forward_pre_hook(lambda m, a: seen.setdefault("x", a[0].clone()))
+    with interventions.knocked_out(model, [(1, 2)], "mean"), torch.no_grad():
+        model(torch.tensor([TOKENS]))
+    handle.remove()
+    part = seen["x"][0, :, 2 * att.head_dim:3 * att.head_dim]  # (n, hd): the hook order keeps the pre-ablation copy
+    with interventions.knocked_out(model, [(1, 2)], "mean"):
+        after = {}
+        h2 = att.out_proj.register_forward_hook(lambda m, a, o: after.setdefault("x", a[0].clone()))
+        with torch.no_grad():
+            model(torch.tensor([TOKENS]))
+        h2.remove()
+    ablated = after["x"][0, :, 2 * att.head_dim:3 * att.head_dim]
+    torch.testing.assert_close(ablated, part.mean(dim=0, keepdim=True).expand_as(part))
+
+
+def test_a_head_that_does_not_exist_is_refused(pair):
+    _, model = pair
+    with pytest.raises(ValueError, match="head 4 does not exist"):
+        interventions.ablate(model, TOKENS, [(0, 4)])
+    with pytest.raises(ValueError, match="layer 3 does not exist"):
+        interventions.ablate(model, TOKENS, [(3, 0)])
+
+
+def test_the_batched_grid_equals_one_ablation_at_a_time(pair):
+    _, model = pair
+    ids = repeated_random_tokens(8, 5, bos=True)  # (17,)
+    delta, intact = interventions.ablation_grid(model, ids, 8)
+    second = slice(len(ids) - 8, len(ids) - 1)
+    assert intact == pytest.approx(interventions.position_loss(interventions.ablate(model, ids, []), ids)[second].mean(), abs=1e-5)
+    for layer, head in [(0, 0), (1, 3), (2, 2)]:
+        loss = interventions.position_loss(interventions.ablate(model, ids, [(layer, head)]), ids)
+        assert delta[layer, head] == pytest.approx(loss[second].mean() - intact, abs=1e-4)
+
+
+def test_value_weighted_attention_sums_to_the_attention_output(pair):
+    """Σ_h Σ_j α_ij f^h(x_j) + b_O equals the attention's output (Kobayashi et al.'s decomposition)."""
+    _, model = pair
+    att = model.trf_blocks[1].att
+    x = torch.randn(1, 7, 32)
+    with torch.no_grad():
+        norms, f = interventions._value_weighted(att, x)  # (h, n, n), (h, n, d)
+        recorder = attention.Recorder()
+        output = att(x, recorder)[0]  # (n, d)
+        weights = recorder.steps["weights"][0]  # (h, n, n)
+        rebuilt = torch.einsum("hij,hjd->id", weights, f) + att.out_proj.bias  # (n, d)
+    torch.testing.assert_close(rebuilt, output, atol=1e-5, rtol=0)
+    torch.testing.assert_close(norms, weights * f.norm(dim=-1)[:, None, :])
+
+
+def test_value_weighted_maps_for_every_layer_and_a_tiny_value_carries_nothing(pair):
+    _, model = pair
+    maps = interventions.value_weighted(model, TOKENS)
+    assert maps.shape == (3, 4, len(TOKENS), len(TOKENS)) and (maps >= 0).all()
+    assert np.allclose(np.triu(maps[0, 0], 1), 0)  # causal: nothing from the future
+    block = model.trf_blocks[0]
+    x = torch.randn(1, 4, 32)
+    with torch.no_grad():
+        saved = block.att.W_value.weight.clone(), block.att.W_value.bias.clone()
+        x[0, 0] = 0  # x_0 = 0 …
+        block.att.W_value.bias.zero_()  # … and no bias: f(x_0) = 0
+        try:
+            vw = interventions.value_weighted_module(block.att, x)
+        finally:
+            block.att.W_value.weight.copy_(saved[0])
+            block.att.W_value.bias.copy_(saved[1])
+    assert np.allclose(vw[:, :, 0], 0)  # however much weight token 0 gets, it carries nothing
+
+
+def test_rollout_hand_computed_and_invariants():
+    maps = np.array([[[[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]]])  # (1 layer, 1 head, 3, 3)
+    expected = 0.5 * maps[0, 0] + 0.5 * np.eye(3)  # rows already sum to 1
+    np.testing.assert_allclose(interventions.rollout(maps)[0], expected)
+    two = np.concatenate([maps, maps])  # (2, 1, 3, 3)
+    np.testing.assert_allclose(interventions.rollout(two)[1], expected @ expected)
+    rng = np.random.default_rng(0)
+    random_maps = np.tril(rng.random((4, 3, 6, 6)))
+    random_maps /= random_maps.sum(-1, keepdims=True)
+    rolled = interventions.rollout(random_maps)
+    np.testing.assert_allclose(rolled.sum(-1), 1)
+    assert np.allclose(np.triu(rolled, 1), 0)  # causal in, causal out
+
+
+def test_logit_lens_last_layer_is_the_models_prediction(pair):
+    hf, model = pair
+    top_ids, top_probs = interventions.logit_lens(model, TOKENS, position=5, k=5)
+    assert top_ids.shape == top_probs.shape == (3, 5)
+    assert (np.diff(top_probs, axis=1) <= 0).all()
+    with torch.no_grad():
+        probs = torch.softmax(hf(torch.tensor([TOKENS])).logits[0, 5], dim=-1)
+    np.testing.assert_array_equal(top_ids[-1], probs.topk(5).indices.numpy())
+    np.testing.assert_allclose(top_probs[-1], probs.topk(5).values.numpy(), atol=1e-5)
+
+
+def test_on_the_bundled_model_the_induction_circuit_is_causal():
+    """Each layer-0 previous-token head, and layer 1's heads together, are each necessary for the repeat."""
+    model = models.load_checkpoint(str(models.BUNDLED))
+    ids = repeated_random_tokens(40, 7, bos=True)
+    delta, intact = interventions.ablation_grid(model, ids, 40)
+    assert intact < 2.0
+    assert (delta[0] > 3.0).all()  # every layer-0 head alone: the loss on the repeat rises by several nats
+    second = slice(len(ids) - 40, len(ids) - 1)
+    both = interventions.position_loss(interventions.ablate(model, ids, [(1, 0), (1, 1)]), ids)[second].mean()
+    assert both - intact > 5.0

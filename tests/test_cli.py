@@ -1,0 +1,111 @@
+"""``python -m attnviz check``: a table of the rules and an exit status a learner's CI can use."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODULES = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+
+    class Attention(nn.Module):
+        def __init__(self, d_in, d_out, num_heads, context_length, dropout=0.0, scale=True):
+            super().__init__()
+            self.num_heads, self.head_dim, self.scale = num_heads, d_out // num_heads, scale
+            self.qkv = nn.Linear(d_in, 3 * d_out, bias=False)
+            self.proj = nn.Linear(d_out, d_out)
+            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            scores = q @ k.transpose(-2, -1)
+            if self.scale:
+                scores = scores / self.head_dim ** 0.5
+            scores = scores.masked_fill(self.mask.bool()[:n, :n], float("-inf"))
+            weights = torch.softmax(scores, dim=-1)
+            return self.proj((weights @ v).transpose(1, 2).reshape(b, n, -1))
+
+
+    class Unscaled(Attention):
+        def __init__(self, d_in, d_out, num_heads, context_length):
+            super().__init__(d_in, d_out, num_heads, context_length, scale=False)
+
+
+    class NeedsVocab(nn.Module):
+        def __init__(self, d_in, vocab_size):
+            super().__init__()
+
+
+    class Raises(Attention):
+        def forward(self, x):
+            return x.view(3, -1, 7)
+
+
+    class NoSoftmax(nn.Module):
+        def __init__(self, d_in):
+            super().__init__()
+            self.proj = nn.Linear(d_in, d_in)
+
+        def forward(self, x):
+            return self.proj(x)
+''')
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    path = tmp_path_factory.mktemp("user") / "attention.py"
+    path.write_text(MODULES)
+    return path
+
+
+def check(*args):
+    return subprocess.run([sys.executable, "-m", "attnviz", "check", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_a_correct_module_exits_0_with_every_rule_in_the_table(modules):
+    result = check(f"{modules}:Attention", "--d-in", 32, "--num-heads", 4)
+    assert result.returncode == 0, result.stderr
+    for rule in ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement",
+                 "batch-independence", "matches-reference"):
+        assert rule in result.stdout
+    assert "FAIL" not in result.stdout
+
+
+def test_a_buggy_module_exits_1_naming_the_rule(modules):
+    result = check(f"{modules}:Unscaled", "--d-in", 32, "--num-heads", 4)
+    assert result.returncode == 1
+    assert "scaling             FAIL  the scores are not scaled: divide by √head_dim = √8" in result.stdout
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("{dir}/nope.py:Attention", "no such file"),
+    ("{path}:NeedsVocab", "needs vocab_size"),
+    ("{path}:Raises", "the forward raised RuntimeError"),
+    ("{path}:NoSoftmax", "no attention found"),
+])
+def test_what_cannot_run_exits_2_with_one_line(modules, spec, message):
+    result = check(spec.format(dir=modules.parent, path=modules))
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_syntax_error_exits_2_naming_the_line(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("class A(\n")
+    result = check(f"{path}:A")
+    assert result.returncode == 2 and "line 1" in result.stderr and "syntax error" in result.stderr
+
+
+def test_causal_can_be_stated(modules):
+    result = check(f"{modules}:Attention", "--d-in", 32, "--no-causal")
+    assert result.returncode == 1  # it masks, but was said not to be causal
+    assert "mask-convention     FAIL  the module is not causal but hides" in result.stdout

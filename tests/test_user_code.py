@@ -1,0 +1,99 @@
+"""Loading and building a user's class from path/to/file.py:ClassName, and the modules the command line lists."""
+
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+from attnviz import user_code
+
+GOOD = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+
+    class MyAttention(nn.Module):
+        def __init__(self, embed_dim, n_head, block_size=32, attn_pdrop=0.0):
+            super().__init__()
+            self.sizes = (embed_dim, n_head, block_size, attn_pdrop)
+            self.q = nn.Linear(embed_dim, embed_dim)
+
+        def forward(self, x):
+            return torch.softmax(self.q(x) @ x.transpose(1, 2), dim=-1) @ x
+
+
+    class FromConfig(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+
+
+    class NeedsVocab(nn.Module):
+        def __init__(self, d_in, vocab_size):
+            super().__init__()
+''')
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text(GOOD)
+    return path
+
+
+def test_a_class_is_loaded_and_built_with_its_own_spellings(good):
+    cls = user_code.load(f"{good}:MyAttention")
+    module = user_code.build(cls, d_in=48, num_heads=6, context_length=16, dropout=0.1)
+    assert module.sizes == (48, 6, 16, 0.1)
+
+
+def test_a_single_config_parameter_gets_nanogpts_names(good):
+    module = user_code.build(user_code.load(f"{good}:FromConfig"), d_in=32, num_heads=4, context_length=8)
+    assert isinstance(module.config, SimpleNamespace)
+    assert (module.config.n_embd, module.config.n_head, module.config.block_size) == (32, 4, 8)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("{dir}/missing.py:X", "no such file"),
+    ("{good}", "path/to/file.py:ClassName"),
+    ("{good}:Nope", "has no class Nope; it defines MyAttention, FromConfig, NeedsVocab"),
+    ("{good}:torch", "is not a torch.nn.Module class"),
+])
+def test_what_cannot_be_loaded_is_one_line(good, spec, message):
+    with pytest.raises(user_code.UserCodeError, match=message) as caught:
+        user_code.load(spec.format(dir=good.parent, good=good))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_syntax_error_names_its_line(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("import torch\n\nclass A(torch.nn.Module)\n    pass\n")
+    with pytest.raises(user_code.UserCodeError, match="line 3: syntax error"):
+        user_code.load(f"{path}:A")
+
+
+def test_a_file_that_raises_on_import(tmp_path):
+    path = tmp_path / "raises.py"
+    path.write_text("raise RuntimeError('no GPU here')\n")
+    with pytest.raises(user_code.UserCodeError, match="raised RuntimeError on import: no GPU here"):
+        user_code.load(f"{path}:A")
+
+
+def test_an_argument_nobody_can_fill_is_named(good):
+    with pytest.raises(user_code.UserCodeError, match="needs vocab_size"):
+        user_code.build(user_code.load(f"{good}:NeedsVocab"))
+
+
+def test_the_command_line_and_the_environment_list_modules(good, monkeypatch):
+    argv = ["--", "--checkpoint", "x.pth", "--module", f"{good}:MyAttention", f"--module={good}:FromConfig"]
+    assert user_code.module_args(argv) == [f"{good}:MyAttention", f"{good}:FromConfig"]
+    monkeypatch.setattr("sys.argv", ["app.py", "--module", f"{good}:MyAttention"])
+    monkeypatch.setenv(user_code.ENV, f"{good}:NeedsVocab")
+    listed = user_code.listed()
+    assert listed["Your module: MyAttention"] == f"{good}:MyAttention"
+    assert listed["Your module: NeedsVocab"] == f"{good}:NeedsVocab"
+
+
+def test_only_listed_labels_are_built(good):
+    with pytest.raises(user_code.UserCodeError, match="only the command line lists modules"):
+        user_code.build_listed(f"{good}:MyAttention", SimpleNamespace())

@@ -1,0 +1,86 @@
+"""The app with the user's own module listed on the command line (ATTNVIZ_MODULES here): every page draws it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import plotly_figures as figures
+from streamlit.testing.v1 import AppTest
+
+from attnviz import user_code
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ROOT / "tests" / "user_modules.py"
+LABEL = "Your module: CausalSelfAttention"
+PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py", "pages/compare.py")
+TIMEOUT = 120
+
+
+@pytest.fixture(autouse=True)
+def listed(monkeypatch):
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:CausalSelfAttention,{MODULES}:Raises,{MODULES}:NoSoftmax")
+
+
+def app(page: str | None = None, **query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in {"variant": LABEL, "d_in": "64", "d_out": "64", "num_heads": "4", **query}.items():
+        at.query_params[key] = value
+    if page:
+        at.switch_page(page)
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_the_sidebar_lists_the_module_beside_the_books_variants():
+    at = app()
+    no_exception(at)
+    options = at.sidebar.selectbox(key="variant").options
+    assert LABEL in options and "Your module: Raises" in options and "Multi-head attention (3.6.2)" in options
+    assert at.sidebar.selectbox(key="variant").value == LABEL
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_draws_the_module(page):
+    at = app(page)
+    no_exception(at)
+    assert not at.warning, [w.value for w in at.warning]
+    if page != "pages/tokens.py":  # the tokens page draws the embeddings, the same for any attention
+        assert "CausalSelfAttention" in " ".join(c.value for c in at.caption) + " ".join(m.value for m in at.markdown)
+
+
+def test_the_heads_grid_has_the_modules_heads_and_the_check_panel_its_rules():
+    at = app()
+    grid = next(fig for fig in figures(at) if any(t.get("name", "").startswith("select head") for t in fig["data"]))
+    tiles = [note["text"] for note in grid["layout"]["annotations"] if re.fullmatch(r"(▶ )?head \d+", note["text"])]
+    assert len(tiles) == 4
+    table = next(frame.value for frame in at.dataframe if "rule" in frame.value.columns)
+    assert list(table["rule"]) == ["rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement",
+                                   "batch-independence", "matches-reference"]
+    assert set(table["result"]) == {"pass"}
+
+
+def test_the_steps_source_panel_shows_the_users_code_with_the_stage_marked():
+    at = app("pages/steps.py")
+    code = "\n".join(c.value for c in at.code)
+    assert "class CausalSelfAttention(nn.Module):" in code and "◀" in code
+
+
+@pytest.mark.parametrize(("label", "words"), [("Your module: Raises", "the forward raised RuntimeError"),
+                                              ("Your module: NoSoftmax", "no attention found")])
+def test_a_module_that_cannot_run_says_why_and_keeps_the_text(label, words):
+    at = app(variant=label, text="My own text stays")
+    no_exception(at)
+    assert any(words in w.value for w in at.warning)
+    assert at.sidebar.text_area(key="text").value == "My own text stays"
+
+
+def test_a_url_cannot_name_a_module_that_is_not_listed(tmp_path):
+    at = app(variant=f"{tmp_path}/evil.py:Evil")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="variant").value == "mha"
+    assert any("Ignored URL parameter variant" in w.value for w in at.sidebar.warning)

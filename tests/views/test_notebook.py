@@ -1,0 +1,37 @@
+"""attnviz in Jupyter: the notebook in docs/ runs in a real kernel (nbclient) and shows the Heads view."""
+
+from pathlib import Path
+
+import pytest
+
+from attnviz import tracing
+from attnviz.views import notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "docs" / "notebooks" / "your_module.ipynb"
+
+
+def test_the_heads_view_is_built_from_a_trace():
+    import user_modules as um
+
+    trace = tracing.trace_module(um.CausalSelfAttention(flash=False).eval(), "Hello there, general Kenobi")
+    parts = notebook.figures_of(trace, head=2)
+    assert parts["head"].layout.title.text.startswith("head 2")
+    assert "masked_fill" in parts["flow"] and "softmax" in parts["flow"]
+
+
+def test_the_notebook_traces_checks_and_shows_a_module_without_errors():
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("ipykernel")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = [output for cell in nb.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "(1, 4, 6, 6) causal: True" in text
+    assert text.count(" pass ") + text.count(" skip ") == 7  # every rule passes or does not apply
+    plotly = [o for o in outputs if o.output_type == "display_data" and "application/vnd.plotly.v1+json" in o.data]
+    assert len(plotly) == 2  # the head grid and the focused head
+    html = [o for o in outputs if o.output_type == "display_data" and "text/html" in o.data]
+    assert any("attnviz-flow" in o.data["text/html"] for o in html)
