@@ -109,3 +109,24 @@ def test_causal_can_be_stated(modules):
     result = check(f"{modules}:Attention", "--d-in", 32, "--no-causal")
     assert result.returncode == 1  # it masks, but was said not to be causal
     assert "mask-convention     FAIL  the module is not causal but hides" in result.stdout
+
+
+@pytest.mark.parametrize(("source", "spec", "message"), [
+    ("import torch\nraise RuntimeError('no GPU here')\n", "A", "raised RuntimeError on import: no GPU here"),
+    ("from torch import nn\n\n\nclass Bad(nn.Module):\n    def __init__(self, d_in):\n"
+     "        super().__init__()\n        assert d_in % 3 == 0, 'd_in must be a multiple of 3'\n",
+     "Bad", "raised AssertionError: d_in must be a multiple of 3"),
+    ("from torch import nn\n\n\nclass Mine(nn.Module):\n    pass\n", "Other", "it defines Mine"),
+])
+def test_an_import_or_constructor_failure_exits_2_with_one_line(tmp_path, source, spec, message):
+    path = tmp_path / "user.py"
+    path.write_text(source)
+    result = check(f"{path}:{spec}")
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_help_names_the_check_command():
+    result = subprocess.run([sys.executable, "-m", "attnviz", "--help"], capture_output=True, text=True, cwd=ROOT,
+                            timeout=60)
+    assert result.returncode == 0 and "check" in result.stdout
