@@ -130,3 +130,9 @@ def test_help_names_the_check_command():
     result = subprocess.run([sys.executable, "-m", "attnviz", "--help"], capture_output=True, text=True, cwd=ROOT,
                             timeout=60)
     assert result.returncode == 0 and "check" in result.stdout
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(modules):
+    command = f"{sys.executable} -m attnviz check {modules}:Attention --d-in 32 | head -1"
+    result = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "Traceback" not in result.stderr and result.stdout.count("\n") == 1
