@@ -28,6 +28,14 @@ from attnviz import models  # noqa: E402
 from attnviz.head_types import repeated_random_tokens  # noqa: E402
 
 
+def cpu_name() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def timed(model, T: int, repeats: int) -> float:
     ids = repeated_random_tokens(T, 0, bos=True)
     models.ablation_grid(model, ids, T)  # warm-up
@@ -43,7 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"# {datetime.date.today()} · {platform.processor() or platform.machine()} · {os.cpu_count()} cores · "
+    print(f"# {datetime.date.today()} · {cpu_name()} · {os.cpu_count()} cores · "
           f"torch {torch.__version__} · {torch.get_num_threads()} threads · median of {args.repeats}")
     bundled = models.load_checkpoint(str(models.BUNDLED))
     print(f"bundled model (2 layers × 2 heads), T = 40: {timed(bundled, 40, args.repeats):.3f} s (target 1 s)")

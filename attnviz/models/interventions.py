@@ -4,7 +4,7 @@
   concatenated context, just before ``out_proj``, set to 0 (``"zero"``) or to its mean over this input's positions
   (``"mean"``).  A forward pre-hook on ``out_proj`` does it; the model is not changed.
 * ``ablation_grid(model, token_ids, T)`` — Δ loss on the second copy of ``[BOS] + x + x`` when each head alone is
-  knocked out, every head of a layer in one batched pass from that layer's cached input.
+  knocked out, every head of a layer in one batched pass from what the intact pass kept of that layer.
 * ``value_weighted(model, token_ids)`` — Kobayashi et al. (2020), "Attention is not only a weight":
   ‖α_ij · f^h(x_j)‖ with f^h(x) = (x W_V + b_V) W_O^h, head h's rows of ``out_proj``; ``value_weighted_module``
   does the same for the book's MultiHeadAttention on its input.
@@ -90,42 +90,82 @@ def position_loss(logits: torch.Tensor, token_ids) -> np.ndarray:
     return F.cross_entropy(logits[:-1], ids[1:], reduction="none").numpy()  # (n-1, vocab) -> (n-1,)
 
 
+class _AttentionParts:
+    """A Recorder-like sink that keeps one block's attention ``context`` (b, h, n, hd) and ``output`` (b, n, d)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, torch.Tensor] = {}
+        self.shapes: list = []
+
+    def record(self, name, tensor, copy=False, keep=True) -> None:
+        if name in ("context", "output"):
+            self.steps[name] = tensor
+
+
+def _feed_forward_half(block, mid: torch.Tensor) -> torch.Tensor:
+    """The second half of ``TransformerBlock.forward`` in eval mode: mid + ff(norm2(mid)), (b, p, d)."""
+    return mid + block.ff(block.norm2(mid))  # (b, p, d)
+
+
+def _block_at(block, x: torch.Tensor, positions: slice) -> torch.Tensor:
+    """``block(x)[:, positions]`` in eval mode (b, p, d): the attention reads every position, the feed-forward half
+    runs only where it is asked for."""
+    mid = x + block.att(block.norm1(x))  # (b, n, d): the first half, every position (the keys need them all)
+    return _feed_forward_half(block, mid[:, positions])  # (b, p, d)
+
+
 @torch.inference_mode()
 def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
                   progress: Callable[[float], None] | None = None) -> tuple[np.ndarray, float]:
     """(Δ loss (layers, heads): the second copy's mean loss with that head alone knocked out minus intact, the intact
-    loss).  Each layer runs once from its cached input, with one batch row per head."""
+    loss).
+
+    Exactly what ``ablate`` computes, one head at a time, with the work no knock-out changes done once: one intact
+    pass keeps every block's input, its attention output and its heads' context; a head of layer l knocked out
+    removes that head's own term, context_h · W_O^h, from layer l's attention output (the same sum out_proj makes,
+    without that head), so only layer l's feed-forward half and the blocks after it run again, one batch row per
+    head; the last block's feed-forward half and the 50,257-wide output head see only the second copy's positions.
+    """
+    if how not in HOW:
+        raise ValueError(f"how must be one of {', '.join(HOW)}; got {how!r}")
     model.eval()
     ids = _ids(token_ids)  # (1, n)
     n = ids.shape[1]
     second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
     x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
-    inputs = []
+    kept = []
     for block in model.trf_blocks:
-        inputs.append(x)
-        x = block(x)  # (1, n, d)
-    intact = _loss_after(model, x, ids, second)[0].mean().item()
-    layers = len(model.trf_blocks)
-    heads = model.trf_blocks[0].att.num_heads
-    delta = np.zeros((layers, heads))
-    for layer in range(layers):
-        batch = inputs[layer].expand(heads, -1, -1)  # (heads, n, d): one row per knocked-out head
-        with knocked_out(model, (), how, items={h: [(layer, h)] for h in range(heads)}):
-            y = batch
-            for block in model.trf_blocks[layer:]:
-                y = block(y)  # (heads, n, d)
+        parts = _AttentionParts()
+        kept.append((x, parts))
+        x = block(x, parts)  # (1, n, d)
+    intact = _loss_after(model, x[:, second], ids, second)[0].mean().item()
+    blocks = list(model.trf_blocks)
+    delta = np.zeros((len(blocks), blocks[0].att.num_heads))
+    for layer, (block_input, parts) in enumerate(kept):
+        att = blocks[layer].att
+        context = parts.steps["context"][0]  # (h, n, hd)
+        if how == "mean":
+            context = context - context.mean(dim=1, keepdim=True)  # what replacing it by its mean takes away
+        w_o = att.out_proj.weight.T.reshape(att.num_heads, att.head_dim, -1)  # (h·hd, d) -> (h, hd, d): W_O^h
+        mid = block_input + parts.steps["output"] - context @ w_o  # (1, n, d) + (1, n, d) - (h, n, d) -> (h, n, d)
+        last = layer == len(blocks) - 1
+        y = _feed_forward_half(blocks[layer], mid[:, second] if last else mid)  # (h, n or p, d)
+        for index in range(layer + 1, len(blocks)):
+            y = _block_at(blocks[index], y, second) if index == len(blocks) - 1 else blocks[index](y)  # (h, n or p, d)
         delta[layer] = _loss_after(model, y, ids, second).mean(dim=1).numpy() - intact
         if progress is not None:
-            progress((layer + 1) / layers)
+            progress((layer + 1) / len(blocks))
     return delta, intact
 
 
 def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor, positions: slice) -> torch.Tensor:
-    """Loss (b, p) at ``positions`` (predicting the token after each) from the last block's output x (b, n, d);
-    only those positions go through the output head (its 50,257-wide matmul is most of the cost)."""
-    logits = model.out_head(model.final_norm(x[:, positions]))  # (b, p, d) -> (b, p, vocab)
+    """Loss (b, p) of predicting the token after each of ``positions`` from the last block's output there, x (b, p, d).
+    Only these positions go through the output head (its 50,257-wide matmul is most of the cost); the log-softmax
+    runs over the contiguous vocabulary dimension (over a transposed one it was ten times slower)."""
+    logits = model.out_head(model.final_norm(x))  # (b, p, d) -> (b, p, vocab)
     targets = ids[0, 1:][positions].expand(x.shape[0], -1)  # (b, p)
-    return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (b, p)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (b·p, vocab) -> (b·p,)
+    return loss.view(x.shape[0], -1)  # (b, p)
 
 
 # -------------------------------------------------------------------- value-weighted attention

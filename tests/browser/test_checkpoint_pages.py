@@ -135,3 +135,16 @@ def test_deep_link_naming_the_checkpoint_is_a_fresh_servers_first_request(page, 
         expect(sidebar(page).get_by_role("combobox", name="Weights")).to_have_value(NAME)
         expect(main_captions(page).filter(has_text=f"{NAME} · layer 1 of 4").first).to_be_visible()
         expect(page.locator("[data-testid=stMain] [data-testid=stPlotlyChart]").first).to_be_visible()
+
+
+def test_knock_outs_with_the_checkpoint(page, server):
+    visit(page, f"{server.url}/induction?weights={NAME}")
+    main = page.get_by_test_id("stMain")
+    expect(main).to_contain_text("Knock heads out: which ones does the model need?")
+    grid = main.get_by_test_id("stPlotlyChart").filter(has_text="knock out one head")
+    expect(grid).to_be_attached()
+    expect(grid.locator("g.ytick text")).to_have_count(4)  # the checkpoint's 4 layers
+    expect(main.get_by_test_id("stPlotlyChart").filter(has_text="knocked out vs intact")).to_be_attached()
+    visit(page, f"{server.url}/?weights={NAME}&layer=3&text={TEXT.replace(' ', '%20')}")
+    expect(main).to_contain_text("What this attention does")
+    expect(main).to_contain_text("without L3H0")

@@ -19,6 +19,7 @@ from conftest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import models, pipeline, weights
+from attnviz.head_types import repeated_random_tokens
 
 transformers = pytest.importorskip("transformers")
 
@@ -248,3 +249,29 @@ def test_a_checkpoint_path_that_holds_nothing_is_noted_in_the_sidebar(checkpoint
     notes = " ".join(c.value for c in at.sidebar.caption).replace("\\", "")
     assert "missing-folder does not exist" in notes
     assert NAME in at.sidebar.selectbox(key="weights").options
+
+
+def test_the_induction_lab_knocks_out_every_head_of_a_checkpoint(checkpoints):
+    at = app("pages/induction.py", weights=NAME)
+    no_exception(at)
+    knockout = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("knock out one head"))
+    delta = np.array(decode(knockout["data"][0]["z"]), dtype=float)
+    assert delta.shape == (3, 4)  # the checkpoint's layers × heads
+    T = at.number_input(key="induction_T").value
+    ids = repeated_random_tokens(T, at.number_input(key="induction_seed").value, bos=True)
+    expected, _ = models.ablation_grid(models.load_checkpoint(checkpoints / NAME), ids, T)
+    np.testing.assert_allclose(delta, expected, atol=1e-4)
+    at.multiselect(key="induction_knockout").set_value(["L2H3", "L0H1"]).run()
+    no_exception(at)
+    curves = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("knocked out vs intact"))
+    assert curves["data"][1]["name"].startswith("without L2H3, L0H1") or curves["data"][1]["name"].startswith(
+        "without L0H1, L2H3")
+
+
+def test_the_heads_page_knocks_out_a_checkpoints_focused_head(checkpoints):
+    at = app(weights=NAME, layer="2", text="The cat sat on the mat. The cat sat on the")
+    no_exception(at)
+    table = next(d.value for d in at.dataframe if "intact" in list(d.value.index))
+    assert list(table.index) == ["intact", "without L2H0"] and table.shape == (2, 5)
+    lens = next(d.value for d in at.dataframe if "after block 0" in list(d.value.index))
+    assert list(lens.index) == ["after block 0", "after block 1", "after block 2"]
