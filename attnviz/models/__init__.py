@@ -11,11 +11,13 @@ from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, d
 from attnviz.models.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, PathRecorder, TransformerBlock
 from attnviz.models.interventions import (
     ablate,
+    ablate_next,
     ablation_grid,
     knocked_out,
     logit_lens,
     position_loss,
     rollout,
+    value_norms,
     value_weighted,
     value_weighted_module,
 )
@@ -36,11 +38,13 @@ BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
 
 __all__ = [
     "ablate",
+    "ablate_next",
     "ablation_grid",
     "knocked_out",
     "logit_lens",
     "position_loss",
     "rollout",
+    "value_norms",
     "value_weighted",
     "value_weighted_module",
     "BUNDLED",

@@ -2,12 +2,16 @@
 
 * ``ablate(model, token_ids, heads, how)`` — the logits with each ``(layer, head)`` knocked out: its slice of the
   concatenated context, just before ``out_proj``, set to 0 (``"zero"``) or to its mean over this input's positions
-  (``"mean"``).  A forward pre-hook on ``out_proj`` does it; the model is not changed.
+  (``"mean"``): in that layer, those heads' own terms context_h · W_O^h are taken out of the attention output — the
+  sum ``out_proj`` makes, without them.  The model itself is never changed (it may be shared by other sessions);
+  ``knocked_out`` is the same as forward pre-hooks on ``out_proj``, for a model of your own.
+* ``ablate_next(model, token_ids, heads, position)`` — the same for the one prediction after ``position``, computed
+  on the tokens up to it.
 * ``ablation_grid(model, token_ids, T)`` — Δ loss on the second copy of ``[BOS] + x + x`` when each head alone is
   knocked out, every head of a layer in one batched pass from what the intact pass kept of that layer.
 * ``value_weighted(model, token_ids)`` — Kobayashi et al. (2020), "Attention is not only a weight":
   ‖α_ij · f^h(x_j)‖ with f^h(x) = (x W_V + b_V) W_O^h, head h's rows of ``out_proj``; ``value_weighted_module``
-  does the same for the book's MultiHeadAttention on its input.
+  does the same for the book's MultiHeadAttention on its input, ``value_norms`` gives the ‖f^h(x_j)‖ alone.
 * ``rollout(maps)`` — Abnar & Zuidema (2020): A_l = 0.5·mean_h(W_l) + 0.5·I, rows renormalised, Ã_l = A_l·Ã_{l−1}.
 * ``logit_lens(model, token_ids, position, k)`` — the top-k next tokens read out after every block
   (``final_norm`` then ``out_head`` on that block's output).
@@ -33,61 +37,51 @@ def _ids(token_ids) -> torch.Tensor:
     return torch.as_tensor(np.asarray(token_ids), dtype=torch.long).reshape(1, -1)  # (1, n)
 
 
-@contextlib.contextmanager
-def knocked_out(model: GPTModel, heads: Iterable[tuple[int, int]], how: str = "zero", items=None):
-    """Within the block: each ``(layer, head)`` knocked out (see the module docstring).  ``items``: for a batch,
-    {batch row: heads} instead, so each row knocks out its own heads (the batched ablation grid)."""
+def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
+    """{layer: its heads} of ``heads``, each checked against the model."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        layer, head = int(layer), int(head)
+        if not 0 <= layer < len(model.trf_blocks):
+            raise ValueError(f"layer {layer} does not exist: the model has {len(model.trf_blocks)} layers")
+        if not 0 <= head < model.trf_blocks[layer].att.num_heads:
+            raise ValueError(f"head {head} does not exist: layer {layer} has {model.trf_blocks[layer].att.num_heads} heads")
+        by_layer.setdefault(layer, []).append(head)
+    return by_layer
+
+
+def _check_how(how: str) -> None:
     if how not in HOW:
         raise ValueError(f"how must be one of {', '.join(HOW)}; got {how!r}")
-    per_layer: dict[int, list] = {}
-    if items is None:
-        for layer, head in heads:
-            per_layer.setdefault(int(layer), []).append((None, int(head)))
-    else:
-        for row, row_heads in items.items():
-            for layer, head in row_heads:
-                per_layer.setdefault(int(layer), []).append((int(row), int(head)))
+
+
+@contextlib.contextmanager
+def knocked_out(model: GPTModel, heads: Iterable[tuple[int, int]], how: str = "zero"):
+    """Within the block, ``model`` itself runs with each ``(layer, head)`` knocked out (see the module docstring): a
+    forward pre-hook on each such layer's ``out_proj``.  It changes the model for every thread that uses it
+    meanwhile; ``ablate`` and the rest of this module compute the same without touching the model."""
+    _check_how(how)
     handles = []
     try:
-        for layer, targets in per_layer.items():
-            if not 0 <= layer < len(model.trf_blocks):
-                raise ValueError(f"layer {layer} does not exist: the model has {len(model.trf_blocks)} layers")
+        for layer, layer_heads in _heads_by_layer(model, heads).items():
             att = model.trf_blocks[layer].att
-            for _, head in targets:
-                if not 0 <= head < att.num_heads:
-                    raise ValueError(f"head {head} does not exist: layer {layer} has {att.num_heads} heads")
-            handles.append(att.out_proj.register_forward_pre_hook(_hook(att.head_dim, targets, how)))
+            handles.append(att.out_proj.register_forward_pre_hook(_hook(att.head_dim, layer_heads, how)))
         yield model
     finally:
         for handle in handles:
             handle.remove()
 
 
-def _hook(head_dim: int, targets: list, how: str) -> Callable:
+def _hook(head_dim: int, heads: list[int], how: str) -> Callable:
     def pre_hook(module, args):
         (context,) = args  # (b, n, h·hd): the heads' concatenated context, before out_proj
         context = context.clone()
-        for row, head in targets:
-            rows = slice(None) if row is None else slice(row, row + 1)
+        for head in heads:
             cols = slice(head * head_dim, (head + 1) * head_dim)
-            part = context[rows, :, cols]  # (b', n, hd)
-            context[rows, :, cols] = 0.0 if how == "zero" else part.mean(dim=1, keepdim=True).expand_as(part)
+            part = context[:, :, cols]  # (b, n, hd)
+            context[:, :, cols] = 0.0 if how == "zero" else part.mean(dim=1, keepdim=True).expand_as(part)
         return (context,)
     return pre_hook
-
-
-@torch.no_grad()
-def ablate(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], how: str = "zero") -> torch.Tensor:
-    """Logits (n, vocab) of ``token_ids`` with every ``(layer, head)`` in ``heads`` knocked out."""
-    model.eval()
-    with knocked_out(model, heads, how):
-        return model(_ids(token_ids))[0]  # (1, n) -> (n, vocab)
-
-
-def position_loss(logits: torch.Tensor, token_ids) -> np.ndarray:
-    """Cross-entropy of predicting token i+1 at each position i: (n−1,)."""
-    ids = _ids(token_ids)[0]  # (n,)
-    return F.cross_entropy(logits[:-1], ids[1:], reduction="none").numpy()  # (n-1, vocab) -> (n-1,)
 
 
 class _AttentionParts:
@@ -102,6 +96,15 @@ class _AttentionParts:
             self.steps[name] = tensor
 
 
+def _head_terms(att, context: torch.Tensor, how: str) -> torch.Tensor:
+    """What each head adds to ``att``'s output, context_h · W_O^h (b, h, n, d) for context (b, h, n, hd); with
+    ``how="mean"``, what replacing its context by the mean over positions takes away."""
+    if how == "mean":
+        context = context - context.mean(dim=2, keepdim=True)  # (b, h, n, hd)
+    w_o = att.out_proj.weight.T.reshape(att.num_heads, att.head_dim, -1)  # (h·hd, d) -> (h, hd, d): W_O^h
+    return context @ w_o  # (b, h, n, hd) @ (h, hd, d) -> (b, h, n, d)
+
+
 def _feed_forward_half(block, mid: torch.Tensor) -> torch.Tensor:
     """The second half of ``TransformerBlock.forward`` in eval mode: mid + ff(norm2(mid)), (b, p, d)."""
     return mid + block.ff(block.norm2(mid))  # (b, p, d)
@@ -112,6 +115,55 @@ def _block_at(block, x: torch.Tensor, positions: slice) -> torch.Tensor:
     runs only where it is asked for."""
     mid = x + block.att(block.norm1(x))  # (b, n, d): the first half, every position (the keys need them all)
     return _feed_forward_half(block, mid[:, positions])  # (b, p, d)
+
+
+def _embed(model: GPTModel, ids: torch.Tensor) -> torch.Tensor:
+    return model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(ids.shape[1])))  # (1, n, d)
+
+
+def _knocked_forward(model: GPTModel, ids: torch.Tensor, heads: Iterable[tuple[int, int]], how: str) -> torch.Tensor:
+    """The last block's output (1, n, d) with each ``(layer, head)`` knocked out, in eval mode, the model untouched:
+    in such a layer the heads' own terms are taken out of the attention output (the sum out_proj makes, without
+    them) before the feed-forward half."""
+    _check_how(how)
+    by_layer = _heads_by_layer(model, heads)
+    x = _embed(model, ids)  # (1, n, d)
+    for index, block in enumerate(model.trf_blocks):
+        if index not in by_layer:
+            x = block(x)  # (1, n, d)
+            continue
+        parts = _AttentionParts()
+        output = block.att(block.norm1(x), parts)  # (1, n, d), keeping the heads' context (1, h, n, hd)
+        removed = _head_terms(block.att, parts.steps["context"], how)[:, by_layer[index]].sum(dim=1)  # (1, n, d)
+        x = _feed_forward_half(block, x + output - removed)  # (1, n, d)
+    return x
+
+
+@torch.no_grad()
+def ablate(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], how: str = "zero") -> torch.Tensor:
+    """Logits (n, vocab) of ``token_ids`` with every ``(layer, head)`` in ``heads`` knocked out."""
+    model.eval()
+    x = _knocked_forward(model, _ids(token_ids), heads, how)  # (1, n, d)
+    return model.out_head(model.final_norm(x))[0]  # (1, n, d) -> (n, vocab)
+
+
+@torch.no_grad()
+def ablate_next(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], position: int) -> torch.Tensor:
+    """Logits (vocab,) predicting the token after ``position`` with every ``(layer, head)`` in ``heads`` zeroed:
+    ``ablate(model, token_ids, heads)[position]``, computed on the tokens up to ``position`` only (in a causal model
+    later tokens cannot change it) and with one row through the output head."""
+    model.eval()
+    ids = _ids(token_ids)  # (1, n)
+    if not 0 <= position < ids.shape[1]:
+        raise ValueError(f"position {position} is outside the {ids.shape[1]} tokens")
+    x = _knocked_forward(model, ids[:, : position + 1], heads, "zero")  # (1, position + 1, d)
+    return model.out_head(model.final_norm(x[:, -1]))[0]  # (1, d) -> (vocab,)
+
+
+def position_loss(logits: torch.Tensor, token_ids) -> np.ndarray:
+    """Cross-entropy of predicting token i+1 at each position i: (n−1,)."""
+    ids = _ids(token_ids)[0]  # (n,)
+    return F.cross_entropy(logits[:-1], ids[1:], reduction="none").numpy()  # (n-1, vocab) -> (n-1,)
 
 
 @torch.inference_mode()
@@ -126,13 +178,12 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     without that head), so only layer l's feed-forward half and the blocks after it run again, one batch row per
     head; the last block's feed-forward half and the 50,257-wide output head see only the second copy's positions.
     """
-    if how not in HOW:
-        raise ValueError(f"how must be one of {', '.join(HOW)}; got {how!r}")
+    _check_how(how)
     model.eval()
     ids = _ids(token_ids)  # (1, n)
     n = ids.shape[1]
     second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
-    x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
+    x = _embed(model, ids)  # (1, n, d)
     kept = []
     for block in model.trf_blocks:
         parts = _AttentionParts()
@@ -142,12 +193,8 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     blocks = list(model.trf_blocks)
     delta = np.zeros((len(blocks), blocks[0].att.num_heads))
     for layer, (block_input, parts) in enumerate(kept):
-        att = blocks[layer].att
-        context = parts.steps["context"][0]  # (h, n, hd)
-        if how == "mean":
-            context = context - context.mean(dim=1, keepdim=True)  # what replacing it by its mean takes away
-        w_o = att.out_proj.weight.T.reshape(att.num_heads, att.head_dim, -1)  # (h·hd, d) -> (h, hd, d): W_O^h
-        mid = block_input + parts.steps["output"] - context @ w_o  # (1, n, d) + (1, n, d) - (h, n, d) -> (h, n, d)
+        removed = _head_terms(blocks[layer].att, parts.steps["context"], how)[0]  # (h, n, d): one row per head
+        mid = block_input + parts.steps["output"] - removed  # (1, n, d) + (1, n, d) - (h, n, d) -> (h, n, d)
         last = layer == len(blocks) - 1
         y = _feed_forward_half(blocks[layer], mid[:, second] if last else mid)  # (h, n or p, d)
         for index in range(layer + 1, len(blocks)):
@@ -170,6 +217,20 @@ def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor, positions: 
 
 # -------------------------------------------------------------------- value-weighted attention
 
+def value_norms(att, x: torch.Tensor) -> torch.Tensor:
+    """‖f^h(x_j)‖ (heads, n), f^h(x) = (x W_V + b_V) W_O^h, of the book's MultiHeadAttention ``att`` on x (1, n, d_in):
+    the length of what head h moves from token j, whatever weight it gets."""
+    return _head_values(att, x).norm(dim=-1)  # (h, n, d_out) -> (h, n)
+
+
+def _head_values(att, x: torch.Tensor) -> torch.Tensor:
+    """f^h(x_j) (heads, n, d_out): each head's value vectors through its own rows of out_proj."""
+    h, hd = att.num_heads, att.head_dim
+    values = att.W_value(x)[0].view(-1, h, hd).transpose(0, 1)  # (n, h·hd) -> (h, n, hd)
+    w_o = att.out_proj.weight.T.reshape(h, hd, -1)  # (h·hd, d_out) -> (h, hd, d_out): head h's rows of out_proj
+    return values @ w_o  # (h, n, hd) @ (h, hd, d_out) -> (h, n, d_out)
+
+
 def _value_weighted(att, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(‖α_ij f^h(x_j)‖ (heads, n, n), f (heads, n, d_out)) of the book's MultiHeadAttention ``att`` on x (1, n, d_in)."""
     from attnviz.attention import Recorder
@@ -177,10 +238,7 @@ def _value_weighted(att, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     recorder = Recorder()
     att(x, recorder)
     weights = recorder.steps["weights"][0]  # (h, n, n)
-    h, hd = att.num_heads, att.head_dim
-    values = att.W_value(x)[0].view(-1, h, hd).transpose(0, 1)  # (n, h·hd) -> (h, n, hd)
-    w_o = att.out_proj.weight.T.reshape(h, hd, -1)  # (h·hd, d_out) -> (h, hd, d_out): head h's rows of out_proj
-    f = values @ w_o  # (h, n, hd) @ (h, hd, d_out) -> (h, n, d_out)
+    f = _head_values(att, x)  # (h, n, d_out)
     return weights * f.norm(dim=-1)[:, None, :], f  # (h, n, n) · (h, 1, n) -> (h, n, n)
 
 
@@ -200,9 +258,7 @@ def value_weighted_module(att, x: torch.Tensor) -> np.ndarray:
 def value_weighted(model: GPTModel, token_ids) -> np.ndarray:
     """‖α_ij · f^h(x_j)‖ for every layer and head: (layers, heads, n, n)."""
     model.eval()
-    ids = _ids(token_ids)
-    n = ids.shape[1]
-    x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
+    x = _embed(model, _ids(token_ids))  # (1, n, d)
     maps = []
     for block in model.trf_blocks:
         maps.append(_value_weighted(block.att, block.norm1(x))[0])
@@ -230,17 +286,18 @@ def rollout(maps) -> np.ndarray:
 @torch.no_grad()
 def logit_lens(model: GPTModel, token_ids, position: int, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """(ids (layers, k), probabilities (layers, k)): the top-k next tokens at ``position`` read out after every
-    block with the model's own final_norm and out_head."""
+    block with the model's own final_norm and out_head (on the tokens up to ``position``: later ones cannot change
+    it in a causal model)."""
     model.eval()
     ids = _ids(token_ids)
     n = ids.shape[1]
     if not 0 <= position < n:
         raise ValueError(f"position {position} is outside the {n} tokens")
-    x = model.drop_emb(model.tok_emb(ids) + model.pos_emb(torch.arange(n)))  # (1, n, d)
+    x = _embed(model, ids[:, : position + 1])  # (1, position + 1, d)
     top_ids, top_probs = [], []
     for block in model.trf_blocks:
-        x = block(x)  # (1, n, d)
-        probs = torch.softmax(model.out_head(model.final_norm(x[:, position])), dim=-1)[0]  # (vocab,)
+        x = block(x)  # (1, position + 1, d)
+        probs = torch.softmax(model.out_head(model.final_norm(x[:, -1])), dim=-1)[0]  # (vocab,)
         values, indices = probs.topk(k)
         top_ids.append(indices.numpy())
         top_probs.append(values.numpy())

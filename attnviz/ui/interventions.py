@@ -83,78 +83,131 @@ def induction_section(ctx: Context, run) -> None:
                         key="induction_knockout_loss", config=plotly_config("attnviz-knockout-loss"))
 
 
-@st.cache_data(max_entries=16, ttl=3600, show_spinner=False)
-def _knockout_top(ref: str, token_ids: tuple[int, ...], layer: int, head: int, position: int):
-    model = _model(ref)
-    intact = models.ablate(model, token_ids, ())[position]  # (vocab,)
-    without = models.ablate(model, token_ids, [(layer, head)])[position]
-    log_intact, log_without = intact.log_softmax(-1), without.log_softmax(-1)
-    top = int(log_intact.argmax())
-    rows = []
-    for logp in (log_intact, log_without):
-        values, indices = logp.exp().topk(5)
-        rows.append((indices.numpy(), values.numpy()))
-    return rows, top, float(log_without[top] - log_intact[top])
+@st.cache_data(max_entries=32, ttl=3600, show_spinner="Knocking the head out…")
+def _knocked_out_probs(ref: str, token_ids: tuple[int, ...], layer: int, head: int, position: int) -> np.ndarray:
+    """Next-token probabilities (vocab,) after ``position`` with that head knocked out: the tokens up to it only."""
+    return models.ablate_next(_model(ref), token_ids, [(layer, head)], position).softmax(-1).numpy()
 
 
-@st.cache_data(max_entries=8, ttl=3600, show_spinner=False)
-def _value_weighted(ref: str, token_ids: tuple[int, ...]) -> np.ndarray:
-    return models.value_weighted(_model(ref), token_ids)
+def _value_norms(trace) -> np.ndarray:
+    """‖f^h(x_j)‖ (heads, n) of the trace's layer, from the LayerNorm'd block input it kept (milliseconds)."""
+    import torch
+
+    att = _model(trace.config.checkpoint).trf_blocks[trace.model.layer].att
+    with torch.no_grad():
+        return models.value_norms(att, torch.tensor(trace.steps["norm1"])).numpy()  # (1, n, d) -> (h, n)
 
 
-@st.cache_data(max_entries=8, ttl=3600, show_spinner=False)
+@st.cache_resource(max_entries=4, ttl=3600, show_spinner="Rolling attention out through the layers…")
 def _rollout(ref: str, token_ids: tuple[int, ...]) -> np.ndarray:
-    return models.rollout(models.attention_maps(_model(ref), list(token_ids)))
+    """Rollout (layers, n, n) float32; only each layer's mean over heads enters it, so one layer's maps are held at
+    a time."""
+    means = [maps.mean(axis=0, keepdims=True) for _, maps in models.iter_layer_maps(_model(ref), list(token_ids))]
+    return models.rollout(np.stack(means)).astype(np.float32)  # layers × (1, n, n) -> (layers, n, n)
 
 
-@st.cache_data(max_entries=16, ttl=3600, show_spinner=False)
+@st.cache_data(max_entries=16, ttl=3600, show_spinner="Reading the prediction after every block…")
 def _lens(ref: str, token_ids: tuple[int, ...], position: int):
     return models.logit_lens(_model(ref), token_ids, position)
 
 
-def heads_section(ctx: Context, head: int) -> None:
-    """The Heads page with a model: knock out the focused head, its ‖weight × value‖ map, rollout, logit lens."""
-    from attnviz.tokens import pieces
+WHAT_TABS = ("Knock out this head", "‖weight × value‖", "Rollout, logit lens")
 
+
+def heads_section(ctx: Context, head: int) -> None:
+    """The Heads page with a model: knock out the focused head, its ‖weight × value‖ map, rollout, logit lens.
+
+    All of it sits in an expander that runs only while it is open, and each tab only while it is shown: a layer
+    switch or a new text pays for none of it until asked (each is a forward pass of the model, seconds at 1,024
+    tokens on a CPU)."""
     trace = ctx.trace
     if trace.model is None or ctx.stale:
         return
+    section = st.expander("What this attention does: knock out this head, ‖weight × value‖, rollout, logit lens",
+                          key="heads_what", on_change="rerun", icon=":material/science:")
+    if not section.open:
+        return
+    with section:
+        position = st.slider("At position", 0, trace.n - 1, **page_bind(
+            "heads_knockout_position", trace.n - 1, lambda v: isinstance(v, int) and 0 <= v < trace.n))
+        st.caption(f"Predicting the token after {trace.tokens[position]!r} (position {position}).")
+        knock, weigh, through = st.tabs(WHAT_TABS, key="heads_what_tab", on_change="rerun")
+        if knock.open:
+            with knock:
+                _knock_out(trace, head, position)
+        if weigh.open:
+            with weigh:
+                _weigh(trace, head)
+        if through.open:
+            with through:
+                _through_the_layers(trace, position)
+
+
+def _knock_out(trace, head: int, position: int) -> None:
+    """Top-5 next tokens with and without the head; the change in the intact top token's log-probability."""
+    from attnviz.tokens import pieces
+
     ref, ids, layer = trace.config.checkpoint, tuple(trace.token_ids), trace.model.layer
-    st.subheader("What this attention does")
-    position = st.slider("At position", 0, trace.n - 1, **page_bind(
-        "heads_knockout_position", trace.n - 1, lambda v: isinstance(v, int) and 0 <= v < trace.n))
-    st.caption(f"Predicting the token after {trace.tokens[position]!r} (position {position}).")
-    knock, weigh = st.tabs([f"Knock out layer {layer} head {head}", "‖weight × value‖, rollout, logit lens"])
-    with knock:
-        rows, top, change = _knockout_top(ref, ids, layer, head, position)
-        labels = [[t.piece for t in pieces([int(i) for i in row_ids])] for row_ids, _ in rows]
-        table = intervention_figures.top_tokens_table(labels, np.stack([p for _, p in rows]),
-                                                      ["intact", f"without L{layer}H{head}"])
-        st.dataframe(table, key="heads_knockout_table")
-        top_piece = pieces([top])[0].piece
-        st.metric(f"log-probability of {top_piece!r} (the intact top token)", f"{change:+.3f}",
-                  help="Its log-probability with the head knocked out minus intact: negative = the head helped predict it.")
-    with weigh:
-        st.markdown(VALUE_WEIGHTED)
-        vw = _value_weighted(ref, ids)[layer, head]  # (n, n)
-        left, right = st.columns(2)
-        left.plotly_chart(figures.attention_heatmap(trace.attention_map("weights", head), trace.tokens, "weights",
-                                                    title=f"head {head}: weights", height=420),
-                          config=plotly_config("attnviz-weights"), key="heads_vw_weights")
-        right.plotly_chart(figures.attention_heatmap(vw, trace.tokens, "scores", title=f"head {head}: ‖weight × value‖",
-                                                     zrange=(0.0, float(vw.max()) or 1.0), height=420),
-                           config=plotly_config("attnviz-value-weighted"), key="heads_vw_map")
-        st.markdown(f"**Attention rollout up to layer {layer}** (Abnar & Zuidema 2020): each layer's mean map "
-                    "mixed half-and-half with the identity (the residual), multiplied through the layers — how much "
-                    "each input token can reach each position so far.")
-        rolled = _rollout(ref, ids)[layer]
-        st.plotly_chart(figures.attention_heatmap(rolled.astype(np.float32), trace.tokens, "weights",
-                                                  title=f"rollout through layers 0…{layer}", height=420),
-                        config=plotly_config("attnviz-rollout"), key="heads_rollout")
-        st.markdown(f"**Logit lens at position {position}**: the model's own final norm and output head read after "
-                    "every block — where in the depth the prediction forms.")
-        lens_ids, lens_probs = _lens(ref, ids, position)
-        labels = [[t.piece for t in pieces([int(i) for i in row])] for row in lens_ids]
-        st.dataframe(intervention_figures.top_tokens_table(labels, lens_probs,
-                                                           [f"after block {b}" for b in range(len(lens_ids))]),
-                     key="heads_logit_lens")
+    intact_ids, intact_probs = trace.model.top_ids[position], trace.model.top_probs[position]  # (5,) each
+    without = _knocked_out_probs(ref, ids, layer, head, position)  # (vocab,)
+    without_ids = np.argsort(-without)[:5]
+    labels = [[t.piece for t in pieces([int(i) for i in row])] for row in (intact_ids, without_ids)]
+    table = intervention_figures.top_tokens_table(labels, np.stack([intact_probs, without[without_ids]]),
+                                                  ["intact", f"without L{layer}H{head}"])
+    st.dataframe(table, key="heads_knockout_table")
+    top = int(intact_ids[0])
+    change = float(np.log(max(float(without[top]), 1e-45)) - np.log(float(intact_probs[0])))
+    st.metric(f"log-probability of {pieces([top])[0].piece!r} (the intact top token)", f"{change:+.3f}",
+              help="Its log-probability with the head knocked out minus intact: negative = the head helped predict it.")
+
+
+def _window(trace) -> tuple[int, int, int]:
+    """The focused view's window (its sliders' values): the same cells side by side."""
+    from attnviz.ui.heads import WINDOW
+
+    size = min(WINDOW, trace.n)
+    last = trace.n - size
+    row0, col0 = (min(max(int(st.session_state.get(f"heads_{k}", 0) or 0), 0), last) for k in ("row0", "col0"))
+    return row0, col0, size
+
+
+def _weigh(trace, head: int) -> None:
+    """The focused head's weights beside ‖weight × value‖, on the focused view's window."""
+    st.markdown(VALUE_WEIGHTED)
+    norms = _value_norms(trace)[head]  # (n,)
+    weights = trace.attention_map("weights", head)  # (n, n)
+    row0, col0, size = _window(trace)
+    window = np.s_[row0:row0 + size, col0:col0 + size]
+    vw = (weights * norms[None, :])[window]  # α_ij · ‖f(x_j)‖ = ‖α_ij f(x_j)‖ -> (size, size)
+    if size < trace.n:
+        st.caption(f"The focused view's window: query rows {row0}…{row0 + size - 1}, key columns {col0}…{col0 + size - 1}.")
+    left, right = st.columns(2)
+    common = {"causal": trace.config.causal, "row_offset": row0, "col_offset": col0, "height": 420, "validate": False}
+    left.plotly_chart(figures.attention_heatmap(weights[window], trace.tokens, "weights", title=f"head {head}: weights",
+                                                **common),
+                      config=plotly_config("attnviz-weights"), key="heads_vw_weights")
+    right.plotly_chart(figures.attention_heatmap(vw, trace.tokens, "scores", title=f"head {head}: ‖weight × value‖",
+                                                 zrange=(0.0, float(np.nanmax(vw)) or 1.0), **common),
+                       config=plotly_config("attnviz-value-weighted"), key="heads_vw_map")
+
+
+def _through_the_layers(trace, position: int) -> None:
+    """Attention rollout up to this layer (the focused view's window) and the logit lens at the position."""
+    from attnviz.tokens import pieces
+
+    ref, ids, layer = trace.config.checkpoint, tuple(trace.token_ids), trace.model.layer
+    st.markdown(f"**Attention rollout up to layer {layer}** (Abnar & Zuidema 2020): each layer's mean map "
+                "mixed half-and-half with the identity (the residual), multiplied through the layers — how much "
+                "each input token can reach each position so far.")
+    row0, col0, size = _window(trace)
+    rolled = _rollout(ref, ids)[layer][row0:row0 + size, col0:col0 + size]
+    st.plotly_chart(figures.attention_heatmap(rolled, trace.tokens, "weights", title=f"rollout through layers 0…{layer}",
+                                              row_offset=row0, col_offset=col0, height=420, validate=False),
+                    config=plotly_config("attnviz-rollout"), key="heads_rollout")
+    st.markdown(f"**Logit lens at position {position}**: the model's own final norm and output head read after "
+                "every block — where in the depth the prediction forms.")
+    lens_ids, lens_probs = _lens(ref, ids, position)
+    labels = [[t.piece for t in pieces([int(i) for i in row])] for row in lens_ids]
+    st.dataframe(intervention_figures.top_tokens_table(labels, lens_probs,
+                                                       [f"after block {b}" for b in range(len(lens_ids))]),
+                 key="heads_logit_lens")

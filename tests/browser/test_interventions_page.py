@@ -29,6 +29,15 @@ def test_the_induction_lab_grid_and_a_knock_out_of_two_heads(page, base_url):
         chart.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
+def open_what_it_does(page) -> None:
+    """Open the Heads page's "What this attention does" expander (it computes nothing until then)."""
+    main = page.get_by_test_id("stMain")
+    before = runs(page)
+    main.get_by_test_id("stExpander").filter(has_text="What this attention does").locator("summary").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+
+
 def test_the_heads_page_knocks_out_the_focused_head_and_weighs_by_values(page, base_url):
     query = {"weights": BUNDLED, "text": "The cat sat on the mat. The cat sat on the"}
     page.goto(f"{base_url}/?{urllib.parse.urlencode(query)}")
@@ -36,12 +45,20 @@ def test_the_heads_page_knocks_out_the_focused_head_and_weighs_by_values(page, b
     assert_no_exception(page)
     main = page.get_by_test_id("stMain")
     expect(main).to_contain_text("What this attention does")
+    expect(main).not_to_contain_text("log-probability of")  # collapsed: nothing computed
+    open_what_it_does(page)
     expect(main).to_contain_text("log-probability of")
     before = runs(page)
-    main.get_by_role("tab", name="‖weight × value‖, rollout, logit lens").click()
+    main.get_by_role("tab", name="‖weight × value‖").click()
     wait_idle(page, after=before)
+    assert_no_exception(page)
     expect(main.get_by_test_id("stPlotlyChart").filter(has_text="‖weight × value‖")).to_be_visible()
     pair = main.get_by_test_id("stHorizontalBlock").filter(has=page.get_by_test_id("stPlotlyChart").filter(
         has_text="‖weight × value‖"))
     pair.last.scroll_into_view_if_needed()
     pair.last.screenshot(path=str(ARTIFACTS / "value-weighted-pair.png"))
+    before = runs(page)
+    main.get_by_role("tab", name="Rollout, logit lens").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_test_id("stPlotlyChart").filter(has_text="rollout through layers")).to_be_visible()

@@ -52,6 +52,34 @@ def test_ablate_equals_hugging_face_with_c_proj_columns_zeroed(pair, heads):
         assert (ours - interventions.ablate(model, TOKENS, [])).abs().max() > 1e-3  # it did something
 
 
+@pytest.mark.parametrize("how", interventions.HOW)
+def test_ablate_equals_the_same_model_with_out_proj_hooks_and_leaves_the_model_alone(pair, how):
+    """``ablate`` computes without hooks (a shared model is never changed): equal to ``knocked_out``'s hooks."""
+    _, model = pair
+    heads = [(0, 1), (2, 3), (2, 0)]
+    seen = []
+    watch = model.trf_blocks[2].att.out_proj.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
+    try:
+        ours = interventions.ablate(model, TOKENS, heads, how)
+    finally:
+        watch.remove()
+    assert seen and seen[0][0, :, 3 * 8:4 * 8].abs().max() > 0  # out_proj saw every head: the model was not changed
+    with interventions.knocked_out(model, heads, how), torch.no_grad():
+        hooked = model(torch.tensor([TOKENS]))[0]
+    torch.testing.assert_close(ours, hooked, atol=1e-5, rtol=0)
+
+
+def test_ablate_next_is_ablate_at_that_position(pair):
+    hf, model = pair
+    for heads, position in (([], 0), ([(1, 2)], 5), ([(0, 0), (2, 3)], len(TOKENS) - 1)):
+        full = interventions.ablate(model, TOKENS, heads)[position]
+        torch.testing.assert_close(interventions.ablate_next(model, TOKENS, heads, position), full, atol=1e-5, rtol=0)
+    torch.testing.assert_close(interventions.ablate_next(model, TOKENS, [(1, 3)], 4),
+                               hf_ablated_logits(hf, [(1, 3)])[4], atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="position 12 is outside"):
+        interventions.ablate_next(model, TOKENS, [], len(TOKENS))
+
+
 def test_mean_ablation_replaces_the_slice_by_its_mean_over_positions(pair):
     _, model = pair
     att = model.trf_blocks[1].att
@@ -120,6 +148,20 @@ def test_value_weighted_attention_sums_to_the_attention_output(pair):
         rebuilt = torch.einsum("hij,hjd->id", weights, f) + att.out_proj.bias  # (n, d)
     torch.testing.assert_close(rebuilt, output, atol=1e-5, rtol=0)
     torch.testing.assert_close(norms, weights * f.norm(dim=-1)[:, None, :])
+
+
+def test_value_norms_are_the_lengths_of_what_each_head_moves(pair):
+    _, model = pair
+    att = model.trf_blocks[2].att
+    x = torch.randn(1, 6, 32)
+    with torch.no_grad():
+        norms = interventions.value_norms(att, x)  # (h, n)
+        _, f = interventions._value_weighted(att, x)
+        values = att.W_value(x)[0]  # (n, h·hd)
+        head = 1
+        by_hand = values[:, head * 8:(head + 1) * 8] @ att.out_proj.weight[:, head * 8:(head + 1) * 8].T  # (n, d)
+    torch.testing.assert_close(norms, f.norm(dim=-1))
+    torch.testing.assert_close(norms[head], by_hand.norm(dim=-1), atol=1e-6, rtol=1e-5)
 
 
 def test_value_weighted_maps_for_every_layer_and_a_tiny_value_carries_nothing(pair):

@@ -271,7 +271,13 @@ def test_the_induction_lab_knocks_out_every_head_of_a_checkpoint(checkpoints):
 def test_the_heads_page_knocks_out_a_checkpoints_focused_head(checkpoints):
     at = app(weights=NAME, layer="2", text="The cat sat on the mat. The cat sat on the")
     no_exception(at)
+    at.session_state["heads_what"] = True  # "What this attention does", opened
+    at.run()
+    no_exception(at)
     table = next(d.value for d in at.dataframe if "intact" in list(d.value.index))
     assert list(table.index) == ["intact", "without L2H0"] and table.shape == (2, 5)
+    at.session_state["heads_what_tab"] = "Rollout, logit lens"
+    at.run()
+    no_exception(at)
     lens = next(d.value for d in at.dataframe if "after block 0" in list(d.value.index))
     assert list(lens.index) == ["after block 0", "after block 1", "after block 2"]

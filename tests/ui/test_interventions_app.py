@@ -6,15 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import decode
 from conftest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import models, weights
 from attnviz.head_types import repeated_random_tokens
+from attnviz.tokens import encode
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
+TEXT = "The cat sat on the mat. The cat sat on the"
 
 
 def app(page: str, **query) -> AppTest:
@@ -56,12 +59,45 @@ def test_the_induction_lab_says_why_the_books_classes_have_no_knockouts():
 
 
 def test_the_heads_page_knocks_out_the_focused_head_and_shows_what_attention_moves():
-    at = app("pages/heads.py", weights=weights.BUNDLED_NAME, text="The cat sat on the mat. The cat sat on the")
+    at = app("pages/heads.py", weights=weights.BUNDLED_NAME, text=TEXT)
+    assert any(e.label.startswith("What this attention does") for e in at.expander)
+    assert not any("intact" in list(d.value.index) for d in at.dataframe)  # collapsed: nothing computed yet
+    at.session_state["heads_what"] = True  # the learner opens it
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
     table = next(d.value for d in at.dataframe if "intact" in list(d.value.index))
     assert list(table.index) == ["intact", "without L0H0"] and table.shape == (2, 5)
-    assert any("log-probability of" in m.label for m in at.metric)
+    model = models.load_checkpoint(str(models.BUNDLED))
+    ids = encode(TEXT)
+    # the metric: the intact top token's log-probability without L0H0 minus intact, at the last position, as the
+    # whole sequence through the model with the head zeroed gives it
+    intact, without = (models.ablate(model, ids, heads)[-1].log_softmax(-1) for heads in ([], [(0, 0)]))
+    top = int(intact.argmax())
+    change = next(m.value for m in at.metric if "log-probability of" in m.label)
+    assert float(change) == pytest.approx(float(without[top] - intact[top]), abs=2e-3)
+
+    at.session_state["heads_what_tab"] = "‖weight × value‖"
+    at.run()
     vw = figure(at, "head 0: ‖weight × value‖")
-    assert np.asarray(decode(vw["data"][0]["z"]), dtype=float).shape[0] > 0
+    z = np.asarray(decode(vw["data"][0]["z"]), dtype=float)
+    expected = models.value_weighted(model, ids)[0, 0]  # (n, n)
+    lower = np.tril_indices(len(ids))
+    np.testing.assert_allclose(z[lower], expected[lower], atol=1e-4)
+
+    at.session_state["heads_what_tab"] = "Rollout, logit lens"
+    at.run()
     figure(at, "rollout through layers 0…0")
     lens = next(d.value for d in at.dataframe if "after block 0" in list(d.value.index))
     assert list(lens.index) == ["after block 0", "after block 1"]
+
+
+def test_the_heads_page_computes_no_knock_out_until_asked(monkeypatch):
+    """A layer switch or a new text must not pay for a forward pass of the model the learner did not ask for."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("computed while collapsed")
+
+    for name in ("ablate", "ablate_next", "logit_lens", "iter_layer_maps", "value_norms"):
+        monkeypatch.setattr(models, name, refuse)
+    at = app("pages/heads.py", weights=weights.BUNDLED_NAME, text="The cat sat on the mat.")
+    at.sidebar.selectbox(key="layer").set_value(1).run()
+    assert not at.exception, [e.value for e in at.exception]
