@@ -140,6 +140,24 @@ def test_pages_with_the_bundled_model_survive_hostile_text_and_keep_it(page):
         assert at.sidebar.text_area(key="text").value == text, name
 
 
+@pytest.mark.parametrize("tab", ["Knock out this head", "‖weight × value‖", "Rollout, logit lens"])
+def test_what_this_attention_does_survives_hostile_text_and_a_single_token(tab):
+    """The Heads page's knock-out section, opened on each tab, through the bundled model: one token (no position to
+    choose) and the hostile texts."""
+    from attnviz import weights
+
+    at = _app().run()
+    at.sidebar.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()
+    at.session_state["heads_what"] = True
+    at.session_state["heads_what_tab"] = tab
+    for name, text in {"one token": "x", **HOSTILE_TEXTS}.items():
+        at.sidebar.text_area(key="text").set_value(text).run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        assert at.sidebar.text_area(key="text").value == text, name
+        if name == "one token":
+            assert any("(position 0)" in c.value for c in at.caption)  # the section ran, with no slider
+
+
 TAMPERED = {
     "num_heads": ["7", "abc", "0", "100000", "-4", "1e3"],
     "d_in": ["-1", "0", "99999", "3.5", "nan"],

@@ -128,7 +128,7 @@ def heads_section(ctx: Context, head: int) -> None:
     if not section.open:
         return
     with section:
-        position = st.slider("At position", 0, trace.n - 1, **page_bind(
+        position = 0 if trace.n == 1 else st.slider("At position", 0, trace.n - 1, **page_bind(
             "heads_knockout_position", trace.n - 1, lambda v: isinstance(v, int) and 0 <= v < trace.n))
         st.caption(f"Predicting the token after {trace.tokens[position]!r} (position {position}).")
         knock, weigh, through = st.tabs(WHAT_TABS, key="heads_what_tab", on_change="rerun")
