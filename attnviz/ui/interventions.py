@@ -84,9 +84,9 @@ def induction_section(ctx: Context, run) -> None:
 
 
 @st.cache_data(max_entries=32, ttl=3600, show_spinner="Knocking the head out…")
-def _knocked_out_probs(ref: str, token_ids: tuple[int, ...], layer: int, head: int, position: int) -> np.ndarray:
-    """Next-token probabilities (vocab,) after ``position`` with that head knocked out: the tokens up to it only."""
-    return models.ablate_next(_model(ref), token_ids, [(layer, head)], position).softmax(-1).numpy()
+def _next_probs(ref: str, token_ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], position: int) -> np.ndarray:
+    """Next-token probabilities (vocab,) after ``position`` with ``heads`` knocked out (the model as trained, causal)."""
+    return models.ablate_next(_model(ref), token_ids, heads, position).softmax(-1).numpy()
 
 
 def _value_norms(trace) -> np.ndarray:
@@ -103,7 +103,9 @@ def _rollout(ref: str, token_ids: tuple[int, ...]) -> np.ndarray:
     """Rollout (layers, n, n) float32; only each layer's mean over heads enters it, so one layer's maps are held at
     a time."""
     means = [maps.mean(axis=0, keepdims=True) for _, maps in models.iter_layer_maps(_model(ref), list(token_ids))]
-    return models.rollout(np.stack(means)).astype(np.float32)  # layers × (1, n, n) -> (layers, n, n)
+    rolled = models.rollout(np.stack(means)).astype(np.float32)  # layers × (1, n, n) -> (layers, n, n)
+    rolled.setflags(write=False)  # shared by every session that asks for it
+    return rolled
 
 
 @st.cache_data(max_entries=16, ttl=3600, show_spinner="Reading the prediction after every block…")
@@ -148,8 +150,14 @@ def _knock_out(trace, head: int, position: int) -> None:
     from attnviz.tokens import pieces
 
     ref, ids, layer = trace.config.checkpoint, tuple(trace.token_ids), trace.model.layer
-    intact_ids, intact_probs = trace.model.top_ids[position], trace.model.top_probs[position]  # (5,) each
-    without = _knocked_out_probs(ref, ids, layer, head, position)  # (vocab,)
+    if trace.config.causal:  # the run's own top-5 is the model's, as trained
+        intact_ids, intact_probs = trace.model.top_ids[position], trace.model.top_probs[position]  # (5,) each
+    else:  # the run was unmasked: the knock-out compares with the model as trained
+        st.caption("The causal mask is off for the maps above; the knock-out runs the model as it was trained, with it.")
+        intact = _next_probs(ref, ids, (), position)  # (vocab,)
+        intact_ids = np.argsort(-intact)[:5]
+        intact_probs = intact[intact_ids]
+    without = _next_probs(ref, ids, ((layer, head),), position)  # (vocab,)
     without_ids = np.argsort(-without)[:5]
     labels = [[t.piece for t in pieces([int(i) for i in row])] for row in (intact_ids, without_ids)]
     table = intervention_figures.top_tokens_table(labels, np.stack([intact_probs, without[without_ids]]),

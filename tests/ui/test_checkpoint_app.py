@@ -281,3 +281,19 @@ def test_the_heads_page_knocks_out_a_checkpoints_focused_head(checkpoints):
     no_exception(at)
     lens = next(d.value for d in at.dataframe if "after block 0" in list(d.value.index))
     assert list(lens.index) == ["after block 0", "after block 1", "after block 2"]
+
+
+def test_the_knock_out_compares_with_the_model_as_trained_when_the_mask_is_off(checkpoints):
+    at = app(weights=NAME, layer="1", causal="false", text="The cat sat on the mat. The cat sat on the")
+    no_exception(at)
+    assert "causal mask OFF" in at.caption[0].value
+    at.session_state["heads_what"] = True
+    at.run()
+    no_exception(at)
+    assert any("runs the model as it was trained" in c.value for c in at.caption)
+    model = models.load_checkpoint(checkpoints / NAME)
+    ids = pipeline.tokens.encode("The cat sat on the mat. The cat sat on the")
+    intact, without = (models.ablate(model, ids, heads)[-1].log_softmax(-1) for heads in ([], [(1, 0)]))
+    top = int(intact.argmax())
+    change = next(m.value for m in at.metric if "log-probability of" in m.label)
+    assert float(change) == pytest.approx(float(without[top] - intact[top]), abs=2e-3)
