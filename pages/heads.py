@@ -4,7 +4,7 @@ import streamlit as st
 
 from attnviz import ui
 from attnviz.attention import MAP_STAGES
-from attnviz.ui import head_labels, interventions, module_check
+from attnviz.ui import head_labels, module_check
 from attnviz.views import figures
 
 ctx = ui.setup("Heads")
@@ -27,7 +27,7 @@ with grid_col:
     ui.focus_from_click(event, trace.num_heads)
 
 
-ui.focused_head(ctx.key, stage)  # a fragment: moving the focus redraws only this part
+ui.focused_head(ctx.key, stage)  # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
 module_check.check_panel(ctx)  # a user's module: the rules on its code
 
 st.subheader("Head statistics")
@@ -44,4 +44,3 @@ if ctx.checkpoint:
     every_layer_scores = ui.layers_overview(ctx)  # opt-in: one more pass, one layer's maps at a time
     if every_layer_scores is not None:
         head_labels.every_layer(every_layer_scores)
-    interventions.heads_section(ctx, int(st.session_state.get("_keep_heads_focus", 0)))

@@ -116,14 +116,15 @@ def _lens(ref: str, token_ids: tuple[int, ...], position: int):
 WHAT_TABS = ("Knock out this head", "‖weight × value‖", "Rollout, logit lens")
 
 
-def heads_section(ctx: Context, head: int) -> None:
-    """The Heads page with a model: knock out the focused head, its ‖weight × value‖ map, rollout, logit lens.
+def heads_section(trace, head: int, window: tuple[int, int, int]) -> None:
+    """The Heads page with a model, right below the focused head (inside its fragment, so a new focus or window
+    redraws it too): knock out that head, its ‖weight × value‖ map and the rollout on the same ``window`` (row0,
+    col0, size), the logit lens.
 
     All of it sits in an expander that runs only while it is open, and each tab only while it is shown: a layer
     switch or a new text pays for none of it until asked (each is a forward pass of the model, seconds at 1,024
     tokens on a CPU)."""
-    trace = ctx.trace
-    if trace.model is None or ctx.stale:
+    if trace.model is None:
         return
     section = st.expander("What this attention does: knock out this head, ‖weight × value‖, rollout, logit lens",
                           key="heads_what", on_change="rerun", icon=":material/science:")
@@ -139,10 +140,10 @@ def heads_section(ctx: Context, head: int) -> None:
                 _knock_out(trace, head, position)
         if weigh.open:
             with weigh:
-                _weigh(trace, head)
+                _weigh(trace, head, window)
         if through.open:
             with through:
-                _through_the_layers(trace, position)
+                _through_the_layers(trace, position, window)
 
 
 def _knock_out(trace, head: int, position: int) -> None:
@@ -169,29 +170,19 @@ def _knock_out(trace, head: int, position: int) -> None:
               help="Its log-probability with the head knocked out minus intact: negative = the head helped predict it.")
 
 
-def _window(trace) -> tuple[int, int, int]:
-    """The focused view's window (its sliders' values): the same cells side by side."""
-    from attnviz.ui.heads import WINDOW
-
-    size = min(WINDOW, trace.n)
-    last = trace.n - size
-    row0, col0 = (min(max(int(st.session_state.get(f"heads_{k}", 0) or 0), 0), last) for k in ("row0", "col0"))
-    return row0, col0, size
-
-
-def _weigh(trace, head: int) -> None:
+def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
     """The focused head's weights beside ‖weight × value‖, on the focused view's window."""
     st.markdown(VALUE_WEIGHTED)
     norms = _value_norms(trace)[head]  # (n,)
     weights = trace.attention_map("weights", head)  # (n, n)
-    row0, col0, size = _window(trace)
-    window = np.s_[row0:row0 + size, col0:col0 + size]
-    vw = (weights * norms[None, :])[window]  # α_ij · ‖f(x_j)‖ = ‖α_ij f(x_j)‖ -> (size, size)
+    row0, col0, size = window
+    cells = np.s_[row0:row0 + size, col0:col0 + size]
+    vw = (weights * norms[None, :])[cells]  # α_ij · ‖f(x_j)‖ = ‖α_ij f(x_j)‖ -> (size, size)
     if size < trace.n:
         st.caption(f"The focused view's window: query rows {row0}…{row0 + size - 1}, key columns {col0}…{col0 + size - 1}.")
     left, right = st.columns(2)
     common = {"causal": trace.config.causal, "row_offset": row0, "col_offset": col0, "height": 420, "validate": False}
-    left.plotly_chart(figures.attention_heatmap(weights[window], trace.tokens, "weights", title=f"head {head}: weights",
+    left.plotly_chart(figures.attention_heatmap(weights[cells], trace.tokens, "weights", title=f"head {head}: weights",
                                                 **common),
                       config=plotly_config("attnviz-weights"), key="heads_vw_weights")
     right.plotly_chart(figures.attention_heatmap(vw, trace.tokens, "scores", title=f"head {head}: ‖weight × value‖",
@@ -199,7 +190,7 @@ def _weigh(trace, head: int) -> None:
                        config=plotly_config("attnviz-value-weighted"), key="heads_vw_map")
 
 
-def _through_the_layers(trace, position: int) -> None:
+def _through_the_layers(trace, position: int, window: tuple[int, int, int]) -> None:
     """Attention rollout up to this layer (the focused view's window) and the logit lens at the position."""
     from attnviz.tokens import pieces
 
@@ -207,7 +198,7 @@ def _through_the_layers(trace, position: int) -> None:
     st.markdown(f"**Attention rollout up to layer {layer}** (Abnar & Zuidema 2020): each layer's mean map "
                 "mixed half-and-half with the identity (the residual), multiplied through the layers — how much "
                 "each input token can reach each position so far.")
-    row0, col0, size = _window(trace)
+    row0, col0, size = window
     rolled = _rollout(ref, ids)[layer][row0:row0 + size, col0:col0 + size]
     st.plotly_chart(figures.attention_heatmap(rolled, trace.tokens, "weights", title=f"rollout through layers 0…{layer}",
                                               row_offset=row0, col_offset=col0, height=420, validate=False),

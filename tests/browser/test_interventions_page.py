@@ -7,7 +7,7 @@ import urllib.parse
 
 import pytest
 
-from .conftest import ARTIFACTS, assert_no_exception, expect, runs, save_screenshot, wait_idle
+from .conftest import ARTIFACTS, assert_no_exception, choose_option, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -48,11 +48,17 @@ def test_the_heads_page_knocks_out_the_focused_head_and_weighs_by_values(page, b
     expect(main).not_to_contain_text("log-probability of")  # collapsed: nothing computed
     open_what_it_does(page)
     expect(main).to_contain_text("log-probability of")
+    expect(main).to_contain_text("without L0H0")
+    before = runs(page)
+    choose_option(page, main.get_by_role("combobox", name="Focused head"), "head 1")  # reruns the fragment only
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main).to_contain_text("without L0H1")  # the knock-out follows the focus
     before = runs(page)
     main.get_by_role("tab", name="‖weight × value‖").click()
     wait_idle(page, after=before)
     assert_no_exception(page)
-    expect(main.get_by_test_id("stPlotlyChart").filter(has_text="‖weight × value‖")).to_be_visible()
+    expect(main.get_by_test_id("stPlotlyChart").filter(has_text="head 1: ‖weight × value‖")).to_be_visible()
     pair = main.get_by_test_id("stHorizontalBlock").filter(has=page.get_by_test_id("stPlotlyChart").filter(
         has_text="‖weight × value‖"))
     pair.last.scroll_into_view_if_needed()
