@@ -38,7 +38,8 @@ def _ids(token_ids) -> torch.Tensor:
 
 
 def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
-    """{layer: its heads} of ``heads``, each checked against the model."""
+    """{layer: its heads} of ``heads``, each checked against the model, each once (a head named twice is knocked
+    out once)."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         layer, head = int(layer), int(head)
@@ -46,7 +47,8 @@ def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[i
             raise ValueError(f"layer {layer} does not exist: the model has {len(model.trf_blocks)} layers")
         if not 0 <= head < model.trf_blocks[layer].att.num_heads:
             raise ValueError(f"head {head} does not exist: layer {layer} has {model.trf_blocks[layer].att.num_heads} heads")
-        by_layer.setdefault(layer, []).append(head)
+        if head not in by_layer.setdefault(layer, []):
+            by_layer[layer].append(head)
     return by_layer
 
 

@@ -67,6 +67,7 @@ def test_ablate_equals_the_same_model_with_out_proj_hooks_and_leaves_the_model_a
     with interventions.knocked_out(model, heads, how), torch.no_grad():
         hooked = model(torch.tensor([TOKENS]))[0]
     torch.testing.assert_close(ours, hooked, atol=1e-5, rtol=0)
+    torch.testing.assert_close(interventions.ablate(model, TOKENS, [*heads, (2, 3)], how), ours)  # a head named twice
 
 
 def test_ablate_next_is_ablate_at_that_position(pair):
