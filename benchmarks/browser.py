@@ -308,6 +308,27 @@ def wait_drawn(page, marker: str | None, frames: FrameCounter) -> dict:
 SETTLE_S = 3.0  # before each measured commit: the other server and tab finish their work (GC, teardown)
 
 
+def bare_forward_ms(repeats: int = 5) -> float:
+    """The book's MultiHeadAttention forward at n = 1024 (GPT-2 small's shape: 768 wide, 12 heads, causal, eval, no
+    recorder, inference mode) in this process: median of ``repeats`` calls after a warm-up, milliseconds.  What a new
+    1024-token text is compared with (cold commit / bare forward, measured right after each commit)."""
+    import torch
+
+    from attnviz.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    module = MultiHeadAttention(768, 768, context_length=N, dropout=0.0, num_heads=12).eval()
+    x = torch.randn(1, N, 768)
+    times = []
+    with torch.inference_mode():
+        module(x)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            module(x)
+            times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
 def commit_text(browser, server: Server, text: str) -> dict:
     """Ctrl+Enter → drawn (see wait_drawn) for one text in a fresh session."""
     context, page, frames = open_tab(browser, server)
@@ -605,8 +626,12 @@ def main(argv: list[str] | None = None) -> int:
         for index, text in enumerate(cold_texts):  # never seen by either server
             for name in names:
                 result = commit_text(browser, servers[name], text)
+                if name == "attnviz":  # the bare forward right after, on the same machine state
+                    result["bare_forward_ms"] = bare_forward_ms()
                 samples[name]["cold"].append(result)
-                print(f"cold {index} {name}: {show(result)}", flush=True)
+                print(f"cold {index} {name}: {show(result)}"
+                      + (f" · bare forward {result['bare_forward_ms']:.0f} ms, ratio {result['ms'] / result['bare_forward_ms']:.1f}×"
+                         if "bare_forward_ms" in result else ""), flush=True)
         for name in names if args.warm else ():  # make the warm text warm
             commit_text(browser, servers[name], warm_text)
         for index in range(args.warm):
@@ -631,6 +656,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {median(samples[name]['cold']):,.0f} | {median(warm):,.0f} | {phases(warm)} | "
               + ", ".join(f"{sample['ms']:,.0f}" for sample in warm)
               + f" | {median(warm, 'bytes') / 1e6:.2f} | {peaks[name]['VmHWM'] / 2**20:,.0f} |")
+    ratios = [sample["ms"] / sample["bare_forward_ms"] for sample in samples["attnviz"]["cold"]]
+    if ratios:
+        print(f"\nnew 1024-token text (cold) / bare book MHA forward at n = 1024, each right after its commit: "
+              f"median {statistics.median(ratios):.1f}× ({', '.join(f'{r:.1f}' for r in ratios)}); target ≤ 5×")
     if "naive" in names:
         for kind in ("cold", "warm"):
             speedup = median(samples["naive"][kind]) / median(samples["attnviz"][kind])
