@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import plotly_figures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
@@ -156,6 +157,12 @@ def test_what_this_attention_does_survives_hostile_text_and_a_single_token(tab):
         assert at.sidebar.text_area(key="text").value == text, name
         if name == "one token":
             assert any("(position 0)" in c.value for c in at.caption)  # the section ran, with no slider
+        if tab == "Knock out this head":  # the open tab drew what it shows
+            assert any("log-probability of" in m.label for m in at.metric), name
+        elif tab == "‖weight × value‖":
+            assert any(f["layout"]["title"]["text"].endswith("‖weight × value‖") for f in plotly_figures(at)), name
+        else:
+            assert any("after block 0" in list(d.value.index) for d in at.dataframe), name
 
 
 TAMPERED = {

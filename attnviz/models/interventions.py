@@ -16,7 +16,8 @@
 * ``logit_lens(model, token_ids, position, k)`` — the top-k next tokens read out after every block
   (``final_norm`` then ``out_head`` on that block's output).
 
-Everything runs the book's ``GPTModel`` in eval mode, without gradients, on the CPU.
+Everything runs the book's ``GPTModel`` in eval mode, without gradients, on the CPU, with its causal mask (as trained):
+each pass holds ``models.running``'s lock, which an unmasked view in another session takes to switch the mask off.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.models.gpt import GPTModel
+from attnviz.models.trace import running
 
 HOW = ("zero", "mean")
 
@@ -129,15 +131,16 @@ def _knocked_forward(model: GPTModel, ids: torch.Tensor, heads: Iterable[tuple[i
     them) before the feed-forward half."""
     _check_how(how)
     by_layer = _heads_by_layer(model, heads)
-    x = _embed(model, ids)  # (1, n, d)
-    for index, block in enumerate(model.trf_blocks):
-        if index not in by_layer:
-            x = block(x)  # (1, n, d)
-            continue
-        parts = _AttentionParts()
-        output = block.att(block.norm1(x), parts)  # (1, n, d), keeping the heads' context (1, h, n, hd)
-        removed = _head_terms(block.att, parts.steps["context"], how)[:, by_layer[index]].sum(dim=1)  # (1, n, d)
-        x = _feed_forward_half(block, x + output - removed)  # (1, n, d)
+    with running(model, causal=True):  # the model as trained, whatever another session's unmasked view has set
+        x = _embed(model, ids)  # (1, n, d)
+        for index, block in enumerate(model.trf_blocks):
+            if index not in by_layer:
+                x = block(x)  # (1, n, d)
+                continue
+            parts = _AttentionParts()
+            output = block.att(block.norm1(x), parts)  # (1, n, d), keeping the heads' context (1, h, n, hd)
+            removed = _head_terms(block.att, parts.steps["context"], how)[:, by_layer[index]].sum(dim=1)  # (1, n, d)
+            x = _feed_forward_half(block, x + output - removed)  # (1, n, d)
     return x
 
 
@@ -185,23 +188,25 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     ids = _ids(token_ids)  # (1, n)
     n = ids.shape[1]
     second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
-    x = _embed(model, ids)  # (1, n, d)
     kept = []
-    for block in model.trf_blocks:
-        parts = _AttentionParts()
-        kept.append((x, parts))
-        x = block(x, parts)  # (1, n, d)
-    intact = _loss_after(model, x[:, second], ids, second)[0].mean().item()
+    with running(model, causal=True):  # the model as trained (the lock is taken per pass, never for the whole grid)
+        x = _embed(model, ids)  # (1, n, d)
+        for block in model.trf_blocks:
+            parts = _AttentionParts()
+            kept.append((x, parts))
+            x = block(x, parts)  # (1, n, d)
+        intact = _loss_after(model, x[:, second], ids, second)[0].mean().item()
     blocks = list(model.trf_blocks)
     delta = np.zeros((len(blocks), blocks[0].att.num_heads))
     for layer, (block_input, parts) in enumerate(kept):
         removed = _head_terms(blocks[layer].att, parts.steps["context"], how)[0]  # (h, n, d): one row per head
         mid = block_input + parts.steps["output"] - removed  # (1, n, d) + (1, n, d) - (h, n, d) -> (h, n, d)
         last = layer == len(blocks) - 1
-        y = _feed_forward_half(blocks[layer], mid[:, second] if last else mid)  # (h, n or p, d)
-        for index in range(layer + 1, len(blocks)):
-            y = _block_at(blocks[index], y, second) if index == len(blocks) - 1 else blocks[index](y)  # (h, n or p, d)
-        delta[layer] = _loss_after(model, y, ids, second).mean(dim=1).numpy() - intact
+        with running(model, causal=True):
+            y = _feed_forward_half(blocks[layer], mid[:, second] if last else mid)  # (h, n or p, d)
+            for index in range(layer + 1, len(blocks)):
+                y = _block_at(blocks[index], y, second) if index == len(blocks) - 1 else blocks[index](y)  # (h, n or p, d)
+            delta[layer] = _loss_after(model, y, ids, second).mean(dim=1).numpy() - intact
         if progress is not None:
             progress((layer + 1) / len(blocks))
     return delta, intact
@@ -260,11 +265,12 @@ def value_weighted_module(att, x: torch.Tensor) -> np.ndarray:
 def value_weighted(model: GPTModel, token_ids) -> np.ndarray:
     """‖α_ij · f^h(x_j)‖ for every layer and head: (layers, heads, n, n)."""
     model.eval()
-    x = _embed(model, _ids(token_ids))  # (1, n, d)
     maps = []
-    for block in model.trf_blocks:
-        maps.append(_value_weighted(block.att, block.norm1(x))[0])
-        x = block(x)  # (1, n, d)
+    with running(model, causal=True):  # the model as trained
+        x = _embed(model, _ids(token_ids))  # (1, n, d)
+        for block in model.trf_blocks:
+            maps.append(_value_weighted(block.att, block.norm1(x))[0])
+            x = block(x)  # (1, n, d)
     return torch.stack(maps).numpy()
 
 
@@ -295,12 +301,13 @@ def logit_lens(model: GPTModel, token_ids, position: int, k: int = 5) -> tuple[n
     n = ids.shape[1]
     if not 0 <= position < n:
         raise ValueError(f"position {position} is outside the {n} tokens")
-    x = _embed(model, ids[:, : position + 1])  # (1, position + 1, d)
     top_ids, top_probs = [], []
-    for block in model.trf_blocks:
-        x = block(x)  # (1, position + 1, d)
-        probs = torch.softmax(model.out_head(model.final_norm(x[:, -1])), dim=-1)[0]  # (vocab,)
-        values, indices = probs.topk(k)
-        top_ids.append(indices.numpy())
-        top_probs.append(values.numpy())
+    with running(model, causal=True):  # the model as trained
+        x = _embed(model, ids[:, : position + 1])  # (1, position + 1, d)
+        for block in model.trf_blocks:
+            x = block(x)  # (1, position + 1, d)
+            probs = torch.softmax(model.out_head(model.final_norm(x[:, -1])), dim=-1)[0]  # (vocab,)
+            values, indices = probs.topk(k)
+            top_ids.append(indices.numpy())
+            top_probs.append(values.numpy())
     return np.stack(top_ids), np.stack(top_probs)

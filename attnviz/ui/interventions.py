@@ -114,6 +114,7 @@ def _lens(ref: str, token_ids: tuple[int, ...], position: int):
 
 
 WHAT_TABS = ("Knock out this head", "‖weight × value‖", "Rollout, logit lens")
+AS_TRAINED = "The causal mask is off for the maps above; this runs the model as it was trained, with it."
 
 
 def heads_section(trace, head: int, window: tuple[int, int, int]) -> None:
@@ -154,7 +155,7 @@ def _knock_out(trace, head: int, position: int) -> None:
     if trace.config.causal:  # the run's own top-5 is the model's, as trained
         intact_ids, intact_probs = trace.model.top_ids[position], trace.model.top_probs[position]  # (5,) each
     else:  # the run was unmasked: the knock-out compares with the model as trained
-        st.caption("The causal mask is off for the maps above; the knock-out runs the model as it was trained, with it.")
+        st.caption(AS_TRAINED)
         intact = _next_probs(ref, ids, (), position)  # (vocab,)
         intact_ids = np.argsort(-intact)[:5]
         intact_probs = intact[intact_ids]
@@ -195,6 +196,8 @@ def _through_the_layers(trace, position: int, window: tuple[int, int, int]) -> N
     from attnviz.tokens import pieces
 
     ref, ids, layer = trace.config.checkpoint, tuple(trace.token_ids), trace.model.layer
+    if not trace.config.causal:
+        st.caption(AS_TRAINED)
     st.markdown(f"**Attention rollout up to layer {layer}** (Abnar & Zuidema 2020): each layer's mean map "
                 "mixed half-and-half with the identity (the residual), multiplied through the layers — how much "
                 "each input token can reach each position so far.")

@@ -57,13 +57,15 @@ def test_ablate_equals_the_same_model_with_out_proj_hooks_and_leaves_the_model_a
     """``ablate`` computes without hooks (a shared model is never changed): equal to ``knocked_out``'s hooks."""
     _, model = pair
     heads = [(0, 1), (2, 3), (2, 0)]
-    seen = []
-    watch = model.trf_blocks[2].att.out_proj.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
+    seen = []  # (how many pre-hooks out_proj had during the call, what it was given)
+    watch = model.trf_blocks[2].att.out_proj.register_forward_pre_hook(
+        lambda m, a: seen.append((len(m._forward_pre_hooks), a[0].clone())))
     try:
         ours = interventions.ablate(model, TOKENS, heads, how)
     finally:
         watch.remove()
-    assert seen and seen[0][0, :, 3 * 8:4 * 8].abs().max() > 0  # out_proj saw every head: the model was not changed
+    hooks, given = seen[0]
+    assert hooks == 1 and given[0, :, 3 * 8:4 * 8].abs().max() > 0  # only our watch: the model was not changed
     with interventions.knocked_out(model, heads, how), torch.no_grad():
         hooked = model(torch.tensor([TOKENS]))[0]
     torch.testing.assert_close(ours, hooked, atol=1e-5, rtol=0)
@@ -79,6 +81,27 @@ def test_ablate_next_is_ablate_at_that_position(pair):
                                hf_ablated_logits(hf, [(1, 3)])[4], atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="position 12 is outside"):
         interventions.ablate_next(model, TOKENS, [], len(TOKENS))
+
+
+def test_knock_outs_run_the_model_as_trained_whatever_mask_another_view_left_set(pair):
+    """Another session's unmasked view switches the shared model's mask off (models.running); every knock-out runs
+    the model as trained, with it, and leaves the flags as it found them."""
+    _, model = pair
+    ids = repeated_random_tokens(8, 5, bos=True)
+    expected = (interventions.ablate_next(model, TOKENS, [(1, 2)], 6), interventions.ablation_grid(model, ids, 8)[0],
+                interventions.logit_lens(model, TOKENS, 6)[1])
+    for block in model.trf_blocks:
+        block.att.causal = False
+    try:
+        got = (interventions.ablate_next(model, TOKENS, [(1, 2)], 6), interventions.ablation_grid(model, ids, 8)[0],
+               interventions.logit_lens(model, TOKENS, 6)[1])
+        assert [block.att.causal for block in model.trf_blocks] == [False] * 3
+    finally:
+        for block in model.trf_blocks:
+            block.att.causal = True
+    torch.testing.assert_close(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], atol=1e-6)
+    np.testing.assert_allclose(got[2], expected[2], atol=1e-6)
 
 
 def test_mean_ablation_replaces_the_slice_by_its_mean_over_positions(pair):

@@ -291,6 +291,12 @@ def test_the_knock_out_compares_with_the_model_as_trained_when_the_mask_is_off(c
     at.run()
     no_exception(at)
     assert any("runs the model as it was trained" in c.value for c in at.caption)
+    at.session_state["heads_what_tab"] = "Rollout, logit lens"
+    at.run()
+    no_exception(at)
+    assert any("runs the model as it was trained" in c.value for c in at.caption)
+    at.session_state["heads_what_tab"] = "Knock out this head"
+    at.run()
     model = models.load_checkpoint(checkpoints / NAME)
     ids = pipeline.tokens.encode("The cat sat on the mat. The cat sat on the")
     intact, without = (models.ablate(model, ids, heads)[-1].log_softmax(-1) for heads in ([], [(1, 0)]))

@@ -101,3 +101,5 @@ def test_the_heads_page_computes_no_knock_out_until_asked(monkeypatch):
     at = app("pages/heads.py", weights=weights.BUNDLED_NAME, text="The cat sat on the mat.")
     at.sidebar.selectbox(key="layer").set_value(1).run()
     assert not at.exception, [e.value for e in at.exception]
+    assert not any("intact" in list(d.value.index) for d in at.dataframe)  # nothing drawn from a cache either
+    assert not any("log-probability of" in m.label for m in at.metric)
