@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.ui import interventions
 from attnviz.ui.cache import cached_trace, trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
@@ -146,4 +145,7 @@ def focused_head(key: tuple, stage: str) -> None:
     else:
         st.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
     download_head_csv(trace, head, stage)
-    interventions.heads_section(trace, head, (row0, col0, size))  # a model's: knock this head out, … (collapsed)
+    if trace.model is not None:  # a model's: knock this head out, … (collapsed; imported here, as the pages do)
+        from attnviz.ui import interventions
+
+        interventions.heads_section(trace, head, (row0, col0, size))
