@@ -17,7 +17,8 @@
   (``final_norm`` then ``out_head`` on that block's output).
 
 Everything runs the book's ``GPTModel`` in eval mode, without gradients, on the CPU, with its causal mask (as trained):
-each pass holds ``models.running``'s lock, which an unmasked view in another session takes to switch the mask off.
+each pass holds ``models.running``'s lock, which an unmasked view in another session takes to switch the mask off, and
+which restores the model's mode and mask flags afterwards.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.models.gpt import GPTModel
-from attnviz.models.trace import running
+from attnviz.models.trace import _Keep, running
 
 HOW = ("zero", "mean")
 
@@ -88,18 +89,6 @@ def _hook(head_dim: int, heads: list[int], how: str) -> Callable:
     return pre_hook
 
 
-class _AttentionParts:
-    """A Recorder-like sink that keeps one block's attention ``context`` (b, h, n, hd) and ``output`` (b, n, d)."""
-
-    def __init__(self) -> None:
-        self.steps: dict[str, torch.Tensor] = {}
-        self.shapes: list = []
-
-    def record(self, name, tensor, copy=False, keep=True) -> None:
-        if name in ("context", "output"):
-            self.steps[name] = tensor
-
-
 def _head_terms(att, context: torch.Tensor, how: str) -> torch.Tensor:
     """What each head adds to ``att``'s output, context_h · W_O^h (b, h, n, d) for context (b, h, n, hd); with
     ``how="mean"``, what replacing its context by the mean over positions takes away."""
@@ -137,7 +126,7 @@ def _knocked_forward(model: GPTModel, ids: torch.Tensor, heads: Iterable[tuple[i
             if index not in by_layer:
                 x = block(x)  # (1, n, d)
                 continue
-            parts = _AttentionParts()
+            parts = _Keep(("context", "output"))
             output = block.att(block.norm1(x), parts)  # (1, n, d), keeping the heads' context (1, h, n, hd)
             removed = _head_terms(block.att, parts.steps["context"], how)[:, by_layer[index]].sum(dim=1)  # (1, n, d)
             x = _feed_forward_half(block, x + output - removed)  # (1, n, d)
@@ -147,7 +136,6 @@ def _knocked_forward(model: GPTModel, ids: torch.Tensor, heads: Iterable[tuple[i
 @torch.no_grad()
 def ablate(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], how: str = "zero") -> torch.Tensor:
     """Logits (n, vocab) of ``token_ids`` with every ``(layer, head)`` in ``heads`` knocked out."""
-    model.eval()
     x = _knocked_forward(model, _ids(token_ids), heads, how)  # (1, n, d)
     return model.out_head(model.final_norm(x))[0]  # (1, n, d) -> (n, vocab)
 
@@ -157,7 +145,6 @@ def ablate_next(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], po
     """Logits (vocab,) predicting the token after ``position`` with every ``(layer, head)`` in ``heads`` zeroed:
     ``ablate(model, token_ids, heads)[position]``, computed on the tokens up to ``position`` only (in a causal model
     later tokens cannot change it) and with one row through the output head."""
-    model.eval()
     ids = _ids(token_ids)  # (1, n)
     if not 0 <= position < ids.shape[1]:
         raise ValueError(f"position {position} is outside the {ids.shape[1]} tokens")
@@ -184,7 +171,6 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     head; the last block's feed-forward half and the 50,257-wide output head see only the second copy's positions.
     """
     _check_how(how)
-    model.eval()
     ids = _ids(token_ids)  # (1, n)
     n = ids.shape[1]
     second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
@@ -192,7 +178,7 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     with running(model, causal=True):  # the model as trained (the lock is taken per pass, never for the whole grid)
         x = _embed(model, ids)  # (1, n, d)
         for block in model.trf_blocks:
-            parts = _AttentionParts()
+            parts = _Keep(("context", "output"))
             kept.append((x, parts))
             x = block(x, parts)  # (1, n, d)
         intact = _loss_after(model, x[:, second], ids, second)[0].mean().item()
@@ -264,7 +250,6 @@ def value_weighted_module(att, x: torch.Tensor) -> np.ndarray:
 @torch.no_grad()
 def value_weighted(model: GPTModel, token_ids) -> np.ndarray:
     """‖α_ij · f^h(x_j)‖ for every layer and head: (layers, heads, n, n)."""
-    model.eval()
     maps = []
     with running(model, causal=True):  # the model as trained
         x = _embed(model, _ids(token_ids))  # (1, n, d)
@@ -296,7 +281,6 @@ def logit_lens(model: GPTModel, token_ids, position: int, k: int = 5) -> tuple[n
     """(ids (layers, k), probabilities (layers, k)): the top-k next tokens at ``position`` read out after every
     block with the model's own final_norm and out_head (on the tokens up to ``position``: later ones cannot change
     it in a causal model)."""
-    model.eval()
     ids = _ids(token_ids)
     n = ids.shape[1]
     if not 0 <= position < n:
