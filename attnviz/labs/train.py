@@ -332,18 +332,40 @@ def _hidden(model, ids: torch.Tensor, attention_only: bool = False) -> torch.Ten
     """The book's GPTModel.forward up to final_norm (the out_head is applied by the caller).
 
     ``attention_only``: the blocks' feed-forward halves are skipped — for a model whose ff output layers are
-    zero (``TrainConfig.attention_only``) they add exactly 0, and skipping them halves a training step's time
-    (``tests/test_train.py`` checks both forwards agree).
+    zero (``TrainConfig.attention_only``) they add exactly 0 — and, without dropout, each block runs as fused
+    kernels (``_fused_attention_half``): the same sums as the book's classes in a third of a step's time
+    (``tests/labs/test_train.py`` checks both forwards and their gradients agree).
     """
     n = ids.shape[1]
     x = model.tok_emb(ids) + model.pos_emb(torch.arange(n, device=ids.device))  # (b, n, d)
     x = model.drop_emb(x)  # (b, n, d)
     if attention_only:
+        fused = model.drop_emb.p == 0 and all(block.att.dropout.p == 0 and block.drop_shortcut.p == 0
+                                              for block in model.trf_blocks)
+        half = _fused_attention_half if fused else lambda block, x: block.drop_shortcut(block.att(block.norm1(x)))
         for block in model.trf_blocks:  # the book's TransformerBlock.forward without its (zero) second half
-            x = x + block.drop_shortcut(block.att(block.norm1(x)))  # (b, n, d)
-    else:
-        x = model.trf_blocks(x)  # (b, n, d)
+            x = x + half(block, x)  # (b, n, d)
+        return F.layer_norm(x, x.shape[-1:], model.final_norm.scale, model.final_norm.shift,
+                            model.final_norm.eps) if fused else model.final_norm(x)  # (b, n, d)
+    x = model.trf_blocks(x)  # (b, n, d)
     return model.final_norm(x)  # (b, n, d)
+
+
+def _fused_attention_half(block, x: torch.Tensor) -> torch.Tensor:
+    """``block.att(block.norm1(x))`` of the book's TransformerBlock (causal, no dropout) in fused kernels:
+    ``F.layer_norm`` (the book's LayerNorm: biased variance, ``eps``), one (d, 3·d_out) projection for the
+    queries, keys and values, and ``F.scaled_dot_product_attention`` (QKᵀ ÷ √head_dim, causal mask, softmax, ·V)."""
+    norm, att = block.norm1, block.att
+    b, n, _ = x.shape
+    h, hd = att.num_heads, att.head_dim
+    x = F.layer_norm(x, x.shape[-1:], norm.scale, norm.shift, norm.eps)  # (b, n, d)
+    weight = torch.cat([att.W_query.weight, att.W_key.weight, att.W_value.weight])  # (3·d_out, d)
+    bias = None if att.W_query.bias is None else torch.cat([att.W_query.bias, att.W_key.bias, att.W_value.bias])
+    qkv = F.linear(x, weight, bias)  # (b, n, d) -> (b, n, 3·d_out)
+    queries, keys, values = qkv.view(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)  # 3 × (b, h, n, hd)
+    context = F.scaled_dot_product_attention(queries, keys, values, is_causal=att.causal)  # (b, h, n, hd)
+    context = context.transpose(1, 2).reshape(b, n, att.d_out)  # (b, h, n, hd) -> (b, n, d_out)
+    return att.out_proj(context)  # (b, n, d_out)
 
 
 def sampled_loss(model, ids: torch.Tensor, negatives: int, generator: torch.Generator,

@@ -206,10 +206,39 @@ def test_the_induction_recipes_frozen_parts_never_move():
 
 
 def test_the_attention_only_forward_is_the_books_forward():
-    """Training an attention-only model skips the blocks' feed-forward halves: they add exactly zero."""
+    """Training an attention-only model skips the blocks' feed-forward halves (they add exactly zero) and runs
+    each block's attention as fused kernels: the same forward and the same gradients as the book's classes."""
     from attnviz.labs.train import _hidden
 
-    model = build_model(TrainConfig(**(TINY | {"attention_only": True})))
-    ids = torch.as_tensor(repeat_batch(40, 3, np.random.default_rng(4), min_repeat=4, max_repeat=10))
-    with torch.no_grad():
-        assert torch.equal(_hidden(model, ids, attention_only=True), _hidden(model, ids))
+    for heads in (2, 4):
+        model = build_model(TrainConfig(**(TINY | {"attention_only": True, "n_heads": heads,
+                                                    "random_ov_heads": min(heads, 2)})))
+        with torch.no_grad():  # the random-frozen heads' slices are random but small: make every term count
+            for block in model.trf_blocks:
+                block.norm1.scale.normal_(1.0, 0.3)
+                block.norm1.shift.normal_(0.0, 0.3)
+                block.att.W_query.weight.normal_(0.0, 0.5)
+                block.att.W_key.weight.normal_(0.0, 0.5)
+        ids = torch.as_tensor(repeat_batch(40, 3, np.random.default_rng(4), min_repeat=4, max_repeat=10))
+        target = torch.randn(3, 40, TINY["emb_dim"])
+        grads = []
+        for attention_only in (True, False):
+            model.zero_grad(set_to_none=True)
+            hidden = _hidden(model, ids, attention_only=attention_only)  # (3, 40, d)
+            (hidden * target).sum().backward()
+            grads.append((hidden.detach(), {name: p.grad.clone() for name, p in model.named_parameters()
+                                            if p.grad is not None}))
+        (fused, fused_grads), (book, book_grads) = grads
+        torch.testing.assert_close(fused, book, rtol=1e-5, atol=1e-5)
+        skipped = {k for k in book_grads if ".ff." in k or ".norm2." in k}  # the zero second half: not run
+        assert fused_grads.keys() == book_grads.keys() - skipped
+        assert all(not book_grads[k].any() for k in skipped)  # … and the book's gradient through it is zero
+        scale = max(grad.norm() for grad in book_grads.values())  # fp32 in other kernels: rounding at this scale
+        for name, grad in fused_grads.items():  # (W_key's bias: exactly zero in theory, rounding in both)
+            assert (grad - book_grads[name]).norm() <= 1e-5 * scale + 1e-4 * book_grads[name].norm(), name
+        with torch.no_grad():  # with dropout the fused path is not taken: the book's modules run as they are
+            model.trf_blocks[0].att.dropout.p = 0.5
+            model.eval()
+            torch.testing.assert_close(_hidden(model, ids, attention_only=True), _hidden(model, ids))
+
+
