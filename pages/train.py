@@ -13,11 +13,12 @@ st.title("Train a model, watch its heads form")
 cfg = live_train.page_config()
 st.markdown(
     f"Train the book's `GPTModel` from scratch ({cfg.n_layers} layer{'s' if cfg.n_layers != 1 else ''} × "
-    f"{cfg.n_heads} heads, {cfg.emb_dim}-dimensional, GPT-2's tokenizer) — the recipe of the bundled model — on "
+    f"{cfg.n_heads} heads, {cfg.emb_dim}-dimensional, GPT-2's tokenizer) — the bundled model's recipe, quickened "
+    f"(sequences of {cfg.seq_len} tokens, {cfg.n_heads} heads a layer) — on "
     "random token sequences that repeat. Every few steps each head is measured: its **induction** score (on a "
     "sequence that repeats, does it look at the token *after* the earlier copy of the current token?) and its "
     "**previous-token** score (on English and code it never trains on, does it look at the token right "
-    "before?). For a few hundred steps nothing happens; then, suddenly, layer 0's heads turn into "
+    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly, layer 0's heads turn into "
     "previous-token heads and a layer-1 head into an induction head, together — the two halves of an "
     "induction circuit — and the loss on the repeats collapses."
 )
