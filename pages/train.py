@@ -19,7 +19,7 @@ st.markdown(
     "sequence that repeats, does it look at the token *after* the earlier copy of the current token?) and its "
     "**previous-token** score (on English and code it never trains on, does it look at the token right "
     "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly, layer 0's heads turn into "
-    "previous-token heads and a layer-1 head into an induction head, together — the two halves of an "
+    "previous-token heads and layer 1's into induction heads, together — the two halves of an "
     "induction circuit — and the loss on the repeats collapses."
 )
 with st.expander("What makes this recipe form the textbook circuit"):
