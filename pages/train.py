@@ -14,7 +14,7 @@ cfg = live_train.page_config()
 st.markdown(
     f"Train the book's `GPTModel` from scratch ({cfg.n_layers} layer{'s' if cfg.n_layers != 1 else ''} × "
     f"{cfg.n_heads} heads, {cfg.emb_dim}-dimensional, GPT-2's tokenizer) — the bundled model's recipe, quickened "
-    f"(sequences of {cfg.seq_len} tokens, {cfg.n_heads} heads a layer) — on "
+    f"(sequences of {cfg.seq_len} tokens, twice the heads) — on "
     "random token sequences that repeat. Every few steps each head is measured: its **induction** score (on a "
     "sequence that repeats, does it look at the token *after* the earlier copy of the current token?) and its "
     "**previous-token** score (on English and code it never trains on, does it look at the token right "

@@ -34,7 +34,7 @@ ZIP_FOLDER = "attnviz-trained"
 
 # The Train page's default run: the bundled model's recipe (attnviz.labs.train.TrainConfig's defaults) made
 # quicker to its phase change — 64-token sequences, 64 per batch, 4 heads per layer (layer 0's all random-frozen
-# value/output maps), lr 7e-3 — for 1,000 steps: its induction head forms around steps 300–450 for seeds 0–9
+# value/output maps), lr 7e-3 — for 1,000 steps: its induction head forms around steps 300–425 for seeds 0–9
 # (benchmarks/README.md, "Speed where users wait", has the sweep and the times in Chromium).
 RECOMMENDED: dict = {"steps": 1000, "seq_len": 64, "batch_size": 64, "lr": 7e-3, "n_heads": 4, "random_ov_heads": 4,
                      "probe_every": 25}
@@ -127,15 +127,19 @@ def run_name(run: TrainedRun) -> str:
 
 def _lower_priority() -> None:
     """Make this thread (a job's own, never reused) yield the CPU to the pages' threads when both want it: on
-    Linux a thread is a task with its own nice value (``NICENESS``); elsewhere, or if refused, nothing changes."""
+    Linux a thread is a task with its own nice value (``NICENESS``); elsewhere, or if refused, nothing changes
+    (on other systems a thread id is not a process id that ``setpriority`` could take)."""
     import os
+    import sys
     import threading
 
+    if not sys.platform.startswith("linux"):
+        return
     try:
         thread = threading.get_native_id()
         if os.getpriority(os.PRIO_PROCESS, thread) < NICENESS:  # never raise a thread already nicer
             os.setpriority(os.PRIO_PROCESS, thread, NICENESS)
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, OverflowError):
         pass
 
 

@@ -56,7 +56,7 @@ class TrainConfig:
     train_recipe.md): 2 layers × 2 heads, 128 wide, attention-only, the token embedding frozen at random,
     block 0's value/output maps random and frozen (its heads can only learn *where* to look), trained on
     repeated random tokens alone.  Layer 0's heads become previous-token heads and layer 1's an induction
-    head in the same sudden phase change (~steps 450-700).
+    head in the same sudden phase change (~steps 550-800; for some seeds, e.g. 2, not within 1,000 steps).
     """
 
     steps: int = 4000
@@ -333,7 +333,7 @@ def _hidden(model, ids: torch.Tensor, attention_only: bool = False) -> torch.Ten
 
     ``attention_only``: the blocks' feed-forward halves are skipped — for a model whose ff output layers are
     zero (``TrainConfig.attention_only``) they add exactly 0 — and, without dropout, each block runs as fused
-    kernels (``_fused_attention_half``): the same sums as the book's classes in a third of a step's time
+    kernels (``_fused_attention_half``): the same sums as the book's classes, a step ~25 % quicker (101 → 75 ms)
     (``tests/labs/test_train.py`` checks both forwards and their gradients agree).
     """
     n = ids.shape[1]

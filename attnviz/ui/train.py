@@ -30,8 +30,8 @@ MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every ste
 
 def max_trainings() -> int:
     """Trainings one server runs at once: ``ATTNVIZ_MAX_TRAININGS``, by default one core fewer than the machine
-    has (at least 1), so pages keep a core: on this 2-core machine one training at a time (measured: a page's
-    work takes 1.4–1.7× as long beside one training, 2.2–2.5× beside two; benchmarks/README.md)."""
+    has (at least 1), so pages keep a core: on this 2-core machine one training at a time (measured, with the training
+    thread at nice 10: a page's work takes 1.1–1.6× as long beside one training, 1.3–9.8× beside two; benchmarks/README.md)."""
     default = max(1, (os.cpu_count() or 2) - 1)
     try:
         return max(1, int(os.environ.get(MAX_TRAININGS_ENV, default)))
@@ -109,7 +109,7 @@ def controls() -> None:
     steps = steps_col.number_input(
         "Training steps", min_value=live_train.MIN_STEPS, max_value=live_train.MAX_STEPS, step=100,
         help=f"Each step trains on one batch of {cfg.batch_size} repeated random sequences of {cfg.seq_len} tokens. "
-             f"{recommended} (the default): the induction head forms around steps 300–450 for seeds 0–9, about "
+             f"{recommended} (the default): the induction head forms around steps 300–425 for seeds 0–9, about "
              "40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token heads.",
         **page_bind("train_steps", recommended, in_steps))
     seed = seed_col.number_input(
