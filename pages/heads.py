@@ -44,3 +44,4 @@ if ctx.checkpoint:
     every_layer_scores = ui.layers_overview(ctx)  # opt-in: one more pass, one layer's maps at a time
     if every_layer_scores is not None:
         head_labels.every_layer(every_layer_scores)
+    ui.prefetch_next_layer(ctx, stage)  # stepping to the next layer: what it draws is computed while this one is read

@@ -61,6 +61,7 @@ from attnviz.ui.heads import (
     head_selector,
     head_stats_table,
     heads_grid_figure,
+    prefetch_next_layer,
     stats_column_config,
     window_selector,
 )
@@ -82,7 +83,7 @@ from attnviz.ui.weights import register_trained_model, session_id
 __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
     "WINDOW", "Context", "beside_shape_diagram", "cached_trace", "config_from_settings", "download_head_csv",
-    "focus_from_click", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure",
+    "focus_from_click", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure", "prefetch_next_layer",
     "markdown_escape", "page_bind", "page_setup", "plotly_config", "settings_from_query", "setup", "share_and_export",
     "share_query", "sidebar", "stats_column_config", "trace_key", "trace_of", "tune_memory", "variant_label",
     "window_selector", "layers_overview", "next_token_panel", "weights_caption", "register_trained_model",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.ui.cache import cached_trace, trace_of
+from attnviz.ui.cache import cached_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
 from attnviz.ui.state import page_bind, ss
@@ -89,6 +89,38 @@ def stats_column_config(n: int) -> dict:
             name, help=f"{text}. Bar: {low:g} … {high:.4g}", format="%.4f", min_value=low, max_value=high,
             width=128)  # all six fit beside the head column in the main area of a 1400-px window
     return config
+
+
+def prefetch_next_layer(ctx: Context, stage: str) -> bool:
+    """With a checkpoint, compute what the Heads page draws of the next layer — its trace, thumbnail grid, head
+    statistics and head types — in a background thread, once this page is drawn: stepping to it is then cache hits.
+    True when a thread started (not for the last layer, nor when that layer is cached already)."""
+    import dataclasses
+    import threading
+
+    from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+
+    from attnviz.ui import head_labels
+
+    trace = ctx.trace
+    if trace.model is None or ctx.stale or trace.model.layer + 1 >= trace.model.n_layers:
+        return False
+    text = ctx.settings["text"]  # what setup() looks the next layer up by: the sidebar's text and config
+    wanted = dataclasses.astuple(dataclasses.replace(ctx.config, layer=trace.model.layer + 1))
+
+    def work() -> None:
+        try:
+            key = trace_key(cached_trace(text, wanted))  # and what the page's caches are keyed by
+            _grid_figure(*key, stage)
+            _head_stats(*key)
+            head_labels._trace_scores(*key)
+        except Exception:  # noqa: BLE001 — only saves time: the page's own run reports any problem
+            pass
+
+    thread = threading.Thread(target=work, name="attnviz-prefetch", daemon=True)
+    add_script_run_ctx(thread, get_script_run_ctx())
+    thread.start()
+    return True
 
 
 def head_selector(key: str, num_heads: int) -> int:

@@ -303,3 +303,39 @@ def test_the_knock_out_compares_with_the_model_as_trained_when_the_mask_is_off(c
     top = int(intact.argmax())
     change = next(m.value for m in at.metric if "log-probability of" in m.label)
     assert float(change) == pytest.approx(float(without[top] - intact[top]), abs=2e-3)
+
+
+def _prefetches_done() -> None:
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "attnviz-prefetch":
+            thread.join(timeout=TIMEOUT)
+
+
+def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoints, monkeypatch):
+    """Stepping to the next layer of a checkpoint finds its trace, grid, statistics and types computed (by a
+    thread the page started once drawn), and draws that layer's own maps; the last layer starts nothing."""
+    from attnviz.producers import model_layer
+
+    at = app()
+    at.sidebar.selectbox(key="weights").set_value(NAME).run()  # layer 0 drawn: layer 1 is computed meanwhile
+    _prefetches_done()
+    calls = []
+    real = model_layer._layer_trace
+    monkeypatch.setattr(model_layer, "_layer_trace", lambda *args: calls.append(args[1].layer) or real(*args))
+    at.sidebar.selectbox(key="layer").set_value(1).run()
+    no_exception(at)
+    assert f"{NAME} · layer 1 of 3" in at.caption[0].value
+    assert 1 not in calls  # layer 1 came from the cache …
+    _prefetches_done()
+    assert calls == [2]  # … and layer 2 was computed after the page was drawn
+    z = decode(focused(at)["data"][0]["z"])
+    ids = models.load_checkpoint(checkpoints / NAME)
+    expected = models.layer_maps(ids, pipeline.tokens.encode(at.sidebar.text_area(key="text").value), 1)[0]
+    lower = np.tril_indices(z.shape[0])
+    assert np.allclose(z[lower], expected[lower], atol=1e-5)  # the prefetched trace is layer 1's
+    at.sidebar.selectbox(key="layer").set_value(2).run()
+    _prefetches_done()
+    no_exception(at)
+    assert calls == [2]  # the last layer: nothing more to compute
