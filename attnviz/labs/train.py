@@ -426,16 +426,17 @@ def head_stripes(model, probes: dict) -> dict[str, np.ndarray]:
     return {"induction": np.mean(induction, axis=0), "previous_token": previous}
 
 
-def evaluate(model, seed: int, *, sequences: int = 8, bos: bool = True) -> dict[str, np.ndarray]:
+def evaluate(model, seed: int, *, sequences: int = 8, bos: bool = True, positions: int | None = None) -> dict[str, np.ndarray]:
     """Every head's stripes on data drawn fresh from ``seed`` (never trained on): ``{name: (layers, heads)}``.
 
     ``induction``: mean ``A[i, i-T+1]`` over the repeat of ``sequences`` × ([BOS] + x + x), x random ids in
     1,000–30,000, T uniform in 25–60 (TransformerLens' induction data).  ``previous_english`` /
     ``previous_code``: mean ``A[i, i-1]`` on ``sequences`` 100-token windows of held-out pydoc topics /
     held-out stdlib source.  (A model with a context under 121 tokens gets shorter T and windows.)
+    ``positions``: draw nothing longer than that many tokens (a model trained on shorter sequences than its context).
     """
     rng = np.random.default_rng(seed)
-    context = model.pos_emb.weight.shape[0]  # a smaller model gets the longest data it can read
+    context = min(model.pos_emb.weight.shape[0], positions or model.pos_emb.weight.shape[0])  # the longest it reads
     longest = min(60, (context - int(bos)) // 2)
     window = min(100, context)
     induction = []
