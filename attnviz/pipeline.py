@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 
 from attnviz import producers, tokens, variants
 from attnviz.config import (
@@ -198,6 +199,26 @@ class TraceCache:
             with self._lock:
                 self._running.pop(key, None)
             flight.done.set()
+
+    def prefetch(self, text: str, config: AttentionConfig, evictable: Callable[[str, AttentionConfig], bool]) -> bool:
+        """``get(text, config)`` ahead of need, only if it fits: evicting, least recently used first, nothing but
+        the traces ``evictable(text, config)`` allows (a session's other layers of the same input — never another
+        input's trace, which its session is about to read again).  True when the trace is cached afterwards."""
+        key = (clean_text(text)[0], config)
+        need = estimate_nbytes(text, config)
+        with self._lock:
+            if key in self._traces or key in self._running:
+                return key in self._traces
+            size = sum(size for _, size in self._traces.values())
+            for other in list(self._traces):  # oldest first
+                if size + need <= self.max_bytes:
+                    break
+                if other != key and evictable(*other):
+                    size -= self._traces.pop(other)[1]
+            if size + need > self.max_bytes:
+                return False
+        self.get(text, config)
+        return True
 
     def _evict(self, reserve: int, keep: int = 0) -> None:
         """Drop least recently used traces until they and ``reserve`` bytes fit (always keep ``keep``)."""

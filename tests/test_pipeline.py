@@ -613,6 +613,28 @@ def test_trace_cache_makes_room_before_a_run_so_cache_plus_new_trace_stay_in_bou
     assert len(cache) == 2  # after the run the cache fills up to its bound again
 
 
+def test_trace_cache_prefetch_only_evicts_what_it_is_allowed_to():
+    """A prefetch runs only if its trace fits after evicting the traces ``evictable`` allows (a session's other
+    layers of one input), oldest first; another input's trace is never evicted for it."""
+    from attnviz.pipeline import TraceCache, trace_nbytes
+
+    config = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=256)
+    long_text = "word " * 300  # 256 tokens after truncation
+    one = trace_nbytes(run(long_text, config))
+    cache = TraceCache(max_bytes=int(2.5 * one))
+    mine = lambda text, cfg: cfg.seed in (0, 1, 2)  # noqa: E731 — "this session's": seeds 0-2 stand for its layers
+    other = cache.get(long_text, replace(config, seed=9))  # another session's input
+    cache.get(long_text, replace(config, seed=0))
+    assert cache.prefetch(long_text, replace(config, seed=1), mine)  # fits after evicting seed 0 (oldest of mine)
+    assert len(cache) == 2 and cache.get(long_text, replace(config, seed=9)) is other
+    misses = cache.misses
+    assert cache.prefetch(long_text, replace(config, seed=1), mine) and cache.misses == misses  # cached: no run
+    assert not cache.prefetch(long_text, replace(config, seed=5), lambda text, cfg: False)  # no room: no run
+    assert cache.misses == misses and cache.get(long_text, replace(config, seed=9)) is other
+    assert cache.prefetch(long_text, replace(config, seed=2), mine)  # evicts seed 1, never seed 9
+    assert {key[1].seed for key in cache._traces} == {9, 2}
+
+
 # ============================== trace cache: shared storage, in-flight runs ==============================
 
 

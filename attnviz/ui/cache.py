@@ -95,6 +95,24 @@ def cached_trace(text: str, config_values: tuple) -> Trace:
     return trace
 
 
+def prefetch_trace(text: str, config_values: tuple) -> Trace | None:
+    """``cached_trace`` ahead of need, if it fits in the cache without evicting another input's trace — only this
+    input's other layers may make room (``TraceCache.prefetch``); None when it does not fit."""
+    config = AttentionConfig(*config_values)
+    cleaned = pipeline.clean_text(text)[0]
+
+    def same_input(other_text: str, other: AttentionConfig) -> bool:
+        return other_text == cleaned and dataclasses.replace(other, layer=0) == dataclasses.replace(config, layer=0)
+
+    cache = _trace_cache()
+    misses = cache.misses
+    if not cache.prefetch(text, config, same_input):
+        return None
+    if cache.misses != misses:
+        _malloc_trim(0)
+    return cached_trace(text, config_values)
+
+
 def trace_key(trace: Trace) -> tuple:
     """What a view that outlives its script run keeps instead of the Trace: (text, config values)."""
     return (trace.text, dataclasses.astuple(trace.config))

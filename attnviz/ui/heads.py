@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.ui.cache import cached_trace, trace_key, trace_of
+from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
 from attnviz.ui.state import page_bind, ss
@@ -94,7 +94,8 @@ def stats_column_config(n: int) -> dict:
 def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     """With a checkpoint, compute what the Heads page draws of the next layer — its trace, thumbnail grid, head
     statistics and head types — in a background thread, once this page is drawn: stepping to it is then cache hits.
-    True when a thread started (not for the last layer, nor when that layer is cached already)."""
+    Only if that trace fits in the trace cache beside every other input's (``cache.prefetch_trace``).  True when a
+    thread started (not for the last layer)."""
     import dataclasses
     import threading
 
@@ -110,7 +111,10 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
 
     def work() -> None:
         try:
-            key = trace_key(cached_trace(text, wanted))  # and what the page's caches are keyed by
+            trace = prefetch_trace(text, wanted)  # None: it would evict another input's trace
+            if trace is None:
+                return
+            key = trace_key(trace)  # what the page's caches are keyed by
             _grid_figure(*key, stage)
             _head_stats(*key)
             head_labels._trace_scores(*key)

@@ -319,6 +319,7 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
     from attnviz.producers import model_layer
 
     at = app()
+    at.sidebar.text_area(key="text").set_value("A sentence no other test reads, so no layer of it is cached.").run()
     at.sidebar.selectbox(key="weights").set_value(NAME).run()  # layer 0 drawn: layer 1 is computed meanwhile
     _prefetches_done()
     calls = []
