@@ -200,24 +200,54 @@ class TraceCache:
                 self._running.pop(key, None)
             flight.done.set()
 
-    def prefetch(self, text: str, config: AttentionConfig, evictable: Callable[[str, AttentionConfig], bool]) -> bool:
-        """``get(text, config)`` ahead of need, only if it fits: evicting, least recently used first, nothing but
-        the traces ``evictable(text, config)`` allows (a session's other layers of the same input — never another
-        input's trace, which its session is about to read again).  True when the trace is cached afterwards."""
+    def prefetch(self, text: str, config: AttentionConfig, nbytes: int,
+                 evictable: Callable[[str, AttentionConfig], bool]) -> Trace | None:
+        """Run and cache ``(text, config)`` ahead of need, only if its ``nbytes`` fit after evicting — least recently
+        used first — traces ``evictable(cleaned text, config)`` allows, and no other (the caller's rule: a session's
+        other layers of the input it reads, never the one on screen nor another input's).  Nothing is evicted unless
+        the plan makes room; after the run the trace's real size is made room for the same way, or it is not
+        cached.  Returns the cached Trace (also when it was cached already), or None."""
         key = (clean_text(text)[0], config)
-        need = estimate_nbytes(text, config)
         with self._lock:
-            if key in self._traces or key in self._running:
-                return key in self._traces
-            size = sum(size for _, size in self._traces.values())
-            for other in list(self._traces):  # oldest first
-                if size + need <= self.max_bytes:
-                    break
-                if other != key and evictable(*other):
-                    size -= self._traces.pop(other)[1]
-            if size + need > self.max_bytes:
-                return False
-        self.get(text, config)
+            if key in self._traces:
+                return self._traces[key][0]
+            if key in self._running or not self._make_room(nbytes, evictable):
+                return None
+            flight = self._running[key] = _InFlight()
+        try:
+            trace = run(text, config)
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        else:
+            flight.trace = trace  # a session asking for it meanwhile gets it, cached or not
+            with self._lock:
+                size = trace_nbytes(trace)
+                if not self._make_room(size, evictable):
+                    return None
+                self.misses += 1
+                self._traces[key] = (trace, size)
+            return trace
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+            flight.done.set()
+
+    def _make_room(self, nbytes: int, evictable: Callable[[str, AttentionConfig], bool]) -> bool:
+        """With the lock held: evict evictable traces, oldest first, until ``nbytes`` more fit — or, if they cannot,
+        evict nothing and return False."""
+        size = sum(entry_size for _, entry_size in self._traces.values())
+        plan = []
+        for other in self._traces:  # oldest first
+            if size + nbytes <= self.max_bytes:
+                break
+            if evictable(*other):
+                plan.append(other)
+                size -= self._traces[other][1]
+        if size + nbytes > self.max_bytes:
+            return False
+        for other in plan:
+            del self._traces[other]
         return True
 
     def _evict(self, reserve: int, keep: int = 0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
@@ -614,8 +614,8 @@ def test_trace_cache_makes_room_before_a_run_so_cache_plus_new_trace_stay_in_bou
 
 
 def test_trace_cache_prefetch_only_evicts_what_it_is_allowed_to():
-    """A prefetch runs only if its trace fits after evicting the traces ``evictable`` allows (a session's other
-    layers of one input), oldest first; another input's trace is never evicted for it."""
+    """A prefetch runs only if its trace fits after evicting the traces ``evictable`` allows, oldest first; a plan
+    that cannot make room evicts nothing; after the run the real size must fit the same way, or it is not cached."""
     from attnviz.pipeline import TraceCache, trace_nbytes
 
     config = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=256)
@@ -623,16 +623,47 @@ def test_trace_cache_prefetch_only_evicts_what_it_is_allowed_to():
     one = trace_nbytes(run(long_text, config))
     cache = TraceCache(max_bytes=int(2.5 * one))
     mine = lambda text, cfg: cfg.seed in (0, 1, 2)  # noqa: E731 — "this session's": seeds 0-2 stand for its layers
+    seeds = lambda: [key[1].seed for key in cache._traces]  # noqa: E731 — oldest first
     other = cache.get(long_text, replace(config, seed=9))  # another session's input
     cache.get(long_text, replace(config, seed=0))
-    assert cache.prefetch(long_text, replace(config, seed=1), mine)  # fits after evicting seed 0 (oldest of mine)
-    assert len(cache) == 2 and cache.get(long_text, replace(config, seed=9)) is other
+    first = cache.prefetch(long_text, replace(config, seed=1), one, mine)  # fits after evicting seed 0
+    assert first.config.seed == 1 and seeds() == [9, 1] and cache.get(long_text, replace(config, seed=9)) is other
     misses = cache.misses
-    assert cache.prefetch(long_text, replace(config, seed=1), mine) and cache.misses == misses  # cached: no run
-    assert not cache.prefetch(long_text, replace(config, seed=5), lambda text, cfg: False)  # no room: no run
-    assert cache.misses == misses and cache.get(long_text, replace(config, seed=9)) is other
-    assert cache.prefetch(long_text, replace(config, seed=2), mine)  # evicts seed 1, never seed 9
-    assert {key[1].seed for key in cache._traces} == {9, 2}
+    assert cache.prefetch(long_text, replace(config, seed=1), one, mine) is first and cache.misses == misses
+    assert cache.prefetch(long_text, replace(config, seed=5), one, lambda text, cfg: False) is None  # no room
+    assert cache.misses == misses and seeds() == [1, 9]  # … and no run, nothing evicted (9 was read above)
+    assert cache.prefetch(long_text, replace(config, seed=2), 1, lambda text, cfg: False) is None  # under-estimated:
+    assert seeds() == [1, 9] and cache.misses == misses  # it ran, did not fit, was not cached; nothing evicted
+    assert cache.prefetch(long_text, replace(config, seed=2), one, mine).config.seed == 2  # evicts 1, never 9
+    assert seeds() == [9, 2]
+
+
+def test_prefetching_a_layer_keeps_the_one_on_screen_and_every_other_inputs_trace(monkeypatch):
+    """The Heads page's rule (``ui.cache.prefetch_trace``): to make room for the next layer only other layers of the
+    same text and checkpoint are evicted — never the layer on screen nor another text's trace."""
+    from attnviz import models
+    from attnviz.pipeline import TraceCache, trace_nbytes
+    from attnviz.ui import cache as ui_cache
+
+    text, other_text = "The cat sat on the mat. " * 8, "A dog ran in the park. " * 8
+    from attnviz.pipeline import settle
+
+    layer = [settle(AttentionConfig(checkpoint=str(models.BUNDLED), layer=k))[0] for k in (0, 1)]  # as the page asks
+    one = trace_nbytes(run(text, layer[0]))
+    cache = TraceCache(max_bytes=int(2.5 * one))
+    monkeypatch.setattr(ui_cache, "_trace_cache", lambda: cache)
+    theirs = cache.get(other_text, layer[1])
+    shown = cache.get(text, layer[0])
+    held = lambda: [trace for trace, _ in cache._traces.values()]  # noqa: E731 — oldest first
+    assert ui_cache.prefetch_trace(text, astuple(layer[1]), shown) is None  # room only by evicting shown or theirs
+    assert held() == [theirs, shown]
+    cache.max_bytes = int(3.5 * one)
+    unmasked = cache.get(text, replace(layer[1], causal=False))  # this text and model, another view: not evictable
+    assert ui_cache.prefetch_trace(text, astuple(layer[1]), shown) is None
+    assert held() == [theirs, shown, unmasked]
+    cache.max_bytes = int(4.5 * one)
+    prefetched = ui_cache.prefetch_trace(text, astuple(layer[1]), shown)
+    assert prefetched.config.layer == 1 and held() == [theirs, shown, unmasked, prefetched]
 
 
 # ============================== trace cache: shared storage, in-flight runs ==============================

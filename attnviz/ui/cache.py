@@ -95,22 +95,22 @@ def cached_trace(text: str, config_values: tuple) -> Trace:
     return trace
 
 
-def prefetch_trace(text: str, config_values: tuple) -> Trace | None:
-    """``cached_trace`` ahead of need, if it fits in the cache without evicting another input's trace — only this
-    input's other layers may make room (``TraceCache.prefetch``); None when it does not fit."""
+def prefetch_trace(text: str, config_values: tuple, shown: Trace) -> Trace | None:
+    """``cached_trace(text, config_values)`` ahead of need, if it fits in the cache by evicting only other layers of
+    the input ``shown`` is of — never ``shown`` itself nor another input's trace (``TraceCache.prefetch``; its size
+    is taken to be ``shown``'s: another layer has the same shapes).  None when it does not fit."""
     config = AttentionConfig(*config_values)
     cleaned = pipeline.clean_text(text)[0]
 
-    def same_input(other_text: str, other: AttentionConfig) -> bool:
-        return other_text == cleaned and dataclasses.replace(other, layer=0) == dataclasses.replace(config, layer=0)
+    def other_layer_of_this_input(other_text: str, other: AttentionConfig) -> bool:
+        return (other_text == cleaned and other.layer not in (shown.config.layer, config.layer)
+                and dataclasses.replace(other, layer=0) == dataclasses.replace(config, layer=0))
 
     cache = _trace_cache()
-    misses = cache.misses
-    if not cache.prefetch(text, config, same_input):
-        return None
-    if cache.misses != misses:
+    trace = cache.prefetch(text, config, pipeline.trace_nbytes(shown), other_layer_of_this_input)
+    if trace is not None:
         _malloc_trim(0)
-    return cached_trace(text, config_values)
+    return trace
 
 
 def trace_key(trace: Trace) -> tuple:

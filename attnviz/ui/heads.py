@@ -97,29 +97,31 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     Only if that trace fits in the trace cache beside every other input's (``cache.prefetch_trace``).  True when a
     thread started (not for the last layer)."""
     import dataclasses
+    import logging
     import threading
 
     from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+    from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
     from attnviz.ui import head_labels
 
     trace = ctx.trace
     if trace.model is None or ctx.stale or trace.model.layer + 1 >= trace.model.n_layers:
         return False
-    text = ctx.settings["text"]  # what setup() looks the next layer up by: the sidebar's text and config
+    text, shown = ctx.settings["text"], trace  # what setup() looks the next layer up by: the sidebar's text and config
     wanted = dataclasses.astuple(dataclasses.replace(ctx.config, layer=trace.model.layer + 1))
 
     def work() -> None:
         try:
-            trace = prefetch_trace(text, wanted)  # None: it would evict another input's trace
+            trace = prefetch_trace(text, wanted, shown)  # None: it would evict another input's trace (or this one)
             if trace is None:
                 return
             key = trace_key(trace)  # what the page's caches are keyed by
             _grid_figure(*key, stage)
             _head_stats(*key)
             head_labels._trace_scores(*key)
-        except Exception:  # noqa: BLE001 — only saves time: the page's own run reports any problem
-            pass
+        except (Exception, ScriptControlException):  # only saves time: the page's own run reports any problem
+            logging.getLogger(__name__).debug("prefetching layer %s failed", wanted, exc_info=True)
 
     thread = threading.Thread(target=work, name="attnviz-prefetch", daemon=True)
     add_script_run_ctx(thread, get_script_run_ctx())

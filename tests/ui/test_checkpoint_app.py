@@ -322,15 +322,24 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
     at.sidebar.text_area(key="text").set_value("A sentence no other test reads, so no layer of it is cached.").run()
     at.sidebar.selectbox(key="weights").set_value(NAME).run()  # layer 0 drawn: layer 1 is computed meanwhile
     _prefetches_done()
-    calls = []
+    from attnviz import head_types, stats
+    from attnviz.views import figures as view_figures
+
+    calls, drawn = [], []
     real = model_layer._layer_trace
     monkeypatch.setattr(model_layer, "_layer_trace", lambda *args: calls.append(args[1].layer) or real(*args))
+
+    def spy(name, real_function):
+        return lambda *args, **kwargs: drawn.append(name) or real_function(*args, **kwargs)
+
+    for module, name in ((view_figures, "heads_grid"), (stats, "head_statistics"), (head_types, "score_heads")):
+        monkeypatch.setattr(module, name, spy(name, getattr(module, name)))
     at.sidebar.selectbox(key="layer").set_value(1).run()
     no_exception(at)
     assert f"{NAME} · layer 1 of 3" in at.caption[0].value
-    assert 1 not in calls  # layer 1 came from the cache …
+    assert 1 not in calls and drawn == []  # layer 1's trace, grid, statistics and types came from the caches …
     _prefetches_done()
-    assert calls == [2]  # … and layer 2 was computed after the page was drawn
+    assert calls == [2] and sorted(drawn) == ["head_statistics", "heads_grid", "score_heads"]  # … layer 2's after
     z = decode(focused(at)["data"][0]["z"])
     ids = models.load_checkpoint(checkpoints / NAME)
     expected = models.layer_maps(ids, pipeline.tokens.encode(at.sidebar.text_area(key="text").value), 1)[0]
