@@ -179,26 +179,12 @@ class TraceCache:
             if flight.error is not None:
                 raise flight.error
             return flight.trace
-        try:
-            # Make room *before* running: the run's own tensors plus the cache must stay within the bound, or
-            # the server's peak holds a full cache and a large new trace at once.
-            self._evict(reserve=estimate_nbytes(text, config))
-            trace = run(text, config)  # outside the lock: other sessions keep reading
-        except BaseException as exc:
-            flight.error = exc
-            raise
-        else:
-            flight.trace = trace
-            with self._lock:
-                self.misses += 1
-                self._traces[key] = (trace, trace_nbytes(trace))
-                self._traces.move_to_end(key)
-            self._evict(reserve=0, keep=1)
-            return trace
-        finally:
-            with self._lock:
-                self._running.pop(key, None)
-            flight.done.set()
+        # Make room *before* running: the run's own tensors plus the cache must stay within the bound, or the
+        # server's peak holds a full cache and a large new trace at once.
+        trace, _ = self._run(key, text, config, flight, admit=lambda size: True,
+                             before=lambda: self._evict(reserve=estimate_nbytes(text, config)))
+        self._evict(reserve=0, keep=1)
+        return trace
 
     def prefetch(self, text: str, config: AttentionConfig, nbytes: int,
                  evictable: Callable[[str, AttentionConfig], bool]) -> Trace | None:
@@ -214,7 +200,16 @@ class TraceCache:
             if key in self._running or not self._make_room(nbytes, evictable):
                 return None
             flight = self._running[key] = _InFlight()
+        trace, stored = self._run(key, text, config, flight, admit=lambda size: self._make_room(size, evictable))
+        return trace if stored else None
+
+    def _run(self, key: tuple, text: str, config: AttentionConfig, flight: _InFlight,
+             admit: Callable[[int], bool], before: Callable[[], object] = lambda: None) -> tuple[Trace, bool]:
+        """Run ``key`` as the owner of its ``flight`` (after ``before()``; outside the lock: other sessions keep
+        reading), hand the trace — or the error — to whoever waits on it, and cache it if ``admit(its size)``
+        (called with the lock held).  Returns (the trace, whether it is cached)."""
         try:
+            before()
             trace = run(text, config)
         except BaseException as exc:
             flight.error = exc
@@ -223,11 +218,12 @@ class TraceCache:
             flight.trace = trace  # a session asking for it meanwhile gets it, cached or not
             with self._lock:
                 size = trace_nbytes(trace)
-                if not self._make_room(size, evictable):
-                    return None
-                self.misses += 1
-                self._traces[key] = (trace, size)
-            return trace
+                stored = admit(size)
+                if stored:
+                    self.misses += 1
+                    self._traces[key] = (trace, size)
+                    self._traces.move_to_end(key)
+            return trace, stored
         finally:
             with self._lock:
                 self._running.pop(key, None)

@@ -58,23 +58,38 @@ class FusedQKVAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, n, d_in)
         qkv = self.qkv(x)  # (b, n, d_in) -> (b, n, 3·d_out)
-        qkv = qkv.view(b, num_tokens, 3, self.num_heads, self.head_dim)  # (b, n, 3, h, hd)
-        queries, keys, values = qkv.permute(2, 0, 3, 1, 4)  # 3 × (b, h, n, hd)
         if self.use_sdpa:
-            context_vec = functional.scaled_dot_product_attention(
-                queries, keys, values, dropout_p=self.dropout.p if self.training else 0.0, is_causal=self.causal,
-            )  # (b, h, n, hd)
-        else:
-            attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
-            attn_scores = attn_scores / keys.shape[-1] ** 0.5  # (b, h, n, n)
-            if self.causal:
-                mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (n, n)
-                attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, n, n)
-            attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, h, n, n)
-            attn_weights = self.dropout(attn_weights)  # (b, h, n, n)
-            context_vec = attn_weights @ values  # (b, h, n, n) @ (b, h, n, hd) -> (b, h, n, hd)
+            dropout_p = self.dropout.p if self.training else 0.0
+            return self.out_proj(sdpa_context(qkv, self.num_heads, causal=self.causal, dropout_p=dropout_p))
+        queries, keys, values = split_qkv(qkv, self.num_heads)  # 3 × (b, h, n, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        attn_scores = attn_scores / keys.shape[-1] ** 0.5  # (b, h, n, n)
+        if self.causal:
+            mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (n, n)
+            attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, n, n)
+        attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, h, n, n)
+        attn_weights = self.dropout(attn_weights)  # (b, h, n, n)
+        context_vec = attn_weights @ values  # (b, h, n, n) @ (b, h, n, hd) -> (b, h, n, hd)
         context_vec = context_vec.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)  # -> (b, n, d_out)
         return self.out_proj(context_vec)  # (b, n, d_out)
+
+
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused projection's output (b, n, 3·d_out), rows W_query, W_key, W_value, as queries, keys and values
+    split into heads: 3 × (b, h, n, hd)."""
+    b, n, three_d = qkv.shape
+    qkv = qkv.view(b, n, 3, num_heads, three_d // (3 * num_heads))  # (b, n, 3, h, hd)
+    return tuple(qkv.permute(2, 0, 3, 1, 4))  # 3 × (b, h, n, hd)
+
+
+def sdpa_context(qkv: torch.Tensor, num_heads: int, *, causal: bool = True, dropout_p: float = 0.0) -> torch.Tensor:
+    """QKᵀ ÷ √head_dim, causal mask, softmax, dropout and ·V of the fused projection's output (b, n, 3·d_out) in one
+    ``F.scaled_dot_product_attention`` call, the heads concatenated again: (b, n, d_out) — what goes into out_proj."""
+    queries, keys, values = split_qkv(qkv, num_heads)  # 3 × (b, h, n, hd)
+    context = functional.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p,
+                                                      is_causal=causal)  # (b, h, n, hd)
+    b, h, n, hd = context.shape
+    return context.transpose(1, 2).reshape(b, n, h * hd)  # (b, h, n, hd) -> (b, n, d_out)
 
 
 class TorchMultiheadAttention(nn.Module):

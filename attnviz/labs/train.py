@@ -355,17 +355,14 @@ def _fused_attention_half(block, x: torch.Tensor) -> torch.Tensor:
     """``block.att(block.norm1(x))`` of the book's TransformerBlock (causal, no dropout) in fused kernels:
     ``F.layer_norm`` (the book's LayerNorm: biased variance, ``eps``), one (d, 3·d_out) projection for the
     queries, keys and values, and ``F.scaled_dot_product_attention`` (QKᵀ ÷ √head_dim, causal mask, softmax, ·V)."""
+    from attnviz.labs.implementations import sdpa_context
+
     norm, att = block.norm1, block.att
-    b, n, _ = x.shape
-    h, hd = att.num_heads, att.head_dim
     x = F.layer_norm(x, x.shape[-1:], norm.scale, norm.shift, norm.eps)  # (b, n, d)
     weight = torch.cat([att.W_query.weight, att.W_key.weight, att.W_value.weight])  # (3·d_out, d)
     bias = None if att.W_query.bias is None else torch.cat([att.W_query.bias, att.W_key.bias, att.W_value.bias])
     qkv = F.linear(x, weight, bias)  # (b, n, d) -> (b, n, 3·d_out)
-    queries, keys, values = qkv.view(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)  # 3 × (b, h, n, hd)
-    context = F.scaled_dot_product_attention(queries, keys, values, is_causal=att.causal)  # (b, h, n, hd)
-    context = context.transpose(1, 2).reshape(b, n, att.d_out)  # (b, h, n, hd) -> (b, n, d_out)
-    return att.out_proj(context)  # (b, n, d_out)
+    return att.out_proj(sdpa_context(qkv, att.num_heads, causal=att.causal))  # (b, n, d_out)
 
 
 def sampled_loss(model, ids: torch.Tensor, negatives: int, generator: torch.Generator,

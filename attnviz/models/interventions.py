@@ -94,8 +94,12 @@ def _head_terms(att, context: torch.Tensor, how: str) -> torch.Tensor:
     ``how="mean"``, what replacing its context by the mean over positions takes away."""
     if how == "mean":
         context = context - context.mean(dim=2, keepdim=True)  # (b, h, n, hd)
-    w_o = att.out_proj.weight.T.reshape(att.num_heads, att.head_dim, -1)  # (h·hd, d) -> (h, hd, d): W_O^h
-    return context @ w_o  # (b, h, n, hd) @ (h, hd, d) -> (b, h, n, d)
+    return context @ _w_o(att)  # (b, h, n, hd) @ (h, hd, d) -> (b, h, n, d)
+
+
+def _w_o(att) -> torch.Tensor:
+    """Each head's rows of ``att.out_proj``, W_O^h: (h·hd, d_out) -> (h, hd, d_out)."""
+    return att.out_proj.weight.T.reshape(att.num_heads, att.head_dim, -1)  # (h, hd, d_out)
 
 
 def _feed_forward_half(block, mid: torch.Tensor) -> torch.Tensor:
@@ -220,8 +224,7 @@ def _head_values(att, x: torch.Tensor) -> torch.Tensor:
     """f^h(x_j) (heads, n, d_out): each head's value vectors through its own rows of out_proj."""
     h, hd = att.num_heads, att.head_dim
     values = att.W_value(x)[0].view(-1, h, hd).transpose(0, 1)  # (n, h·hd) -> (h, n, hd)
-    w_o = att.out_proj.weight.T.reshape(h, hd, -1)  # (h·hd, d_out) -> (h, hd, d_out): head h's rows of out_proj
-    return values @ w_o  # (h, n, hd) @ (h, hd, d_out) -> (h, n, d_out)
+    return values @ _w_o(att)  # (h, n, hd) @ (h, hd, d_out) -> (h, n, d_out)
 
 
 def _value_weighted(att, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

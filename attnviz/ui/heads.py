@@ -108,15 +108,15 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     trace = ctx.trace
     if trace.model is None or ctx.stale or trace.model.layer + 1 >= trace.model.n_layers:
         return False
-    text, shown = ctx.settings["text"], trace  # what setup() looks the next layer up by: the sidebar's text and config
+    text = ctx.settings["text"]  # what setup() looks the next layer up by: the sidebar's text and config
     wanted = dataclasses.astuple(dataclasses.replace(ctx.config, layer=trace.model.layer + 1))
 
     def work() -> None:
         try:
-            trace = prefetch_trace(text, wanted, shown)  # None: it would evict another input's trace (or this one)
-            if trace is None:
+            upcoming = prefetch_trace(text, wanted, trace)  # None: it would evict another input's trace (or this one)
+            if upcoming is None:
                 return
-            key = trace_key(trace)  # what the page's caches are keyed by
+            key = trace_key(upcoming)  # what the page's caches are keyed by
             _grid_figure(*key, stage)
             _head_stats(*key)
             head_labels._trace_scores(*key)
