@@ -20,9 +20,11 @@ which the page is **drawn**:
    painted "running" counts when the page has charts, as condition 3 then proves a new run's data);
 2. no element in the main area is ``data-stale="true"``, no spinner or status widget is shown;
 3. every Plotly chart in the main area (``.js-plotly-plot``) is *fresh* — created after the key press, or
-   an existing chart that fired ``plotly_afterplot`` after it — and *drawn*: it has ``_fullLayout``, one
+   an existing chart that fired ``plotly_afterplot`` after it (attnviz.ui.chart's charts stay on the page and
+   redraw with ``Plotly.react``) — and *drawn*: it has ``_fullLayout``, one
    ``g.heatmaplayer g.hm image`` per heatmap trace of its ``_fullData``, one ``g.imagelayer g.im image``
-   with its ``href`` set per image trace and, for bar traces, bar paths;
+   with its ``href`` set per image trace and, for bar traces, bar paths; every component holds a chart that
+   has drawn its newest figure (``data-drawn="true"``);
 4. every Graphviz chart has an ``svg g.node``;
 5. the main area shows the text's token count (``1024 tokens``) — so the charts are the new run's.
 
@@ -217,6 +219,9 @@ DRAWN_JS = """
     const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
     if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
   }
+  for (const component of main.querySelectorAll('[data-testid=stBidiComponentRegular]')) {
+    if (!component.querySelector('[data-testid=attnvizChart][data-drawn=true]')) return false;
+  }
   for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
     if (!graph.querySelector('svg g.node')) return false;
   }
@@ -236,6 +241,8 @@ IDLE_JS = """
   const main = document.querySelector('[data-testid=stMain]');
   if (!main || main.querySelector('[data-stale=true]')) return false;
   if (!main.querySelector('.js-plotly-plot, [data-testid=stHeading]')) return false;
+  if (![...main.querySelectorAll('[data-testid=stBidiComponentRegular]')].every(
+      (c) => c.querySelector('[data-testid=attnvizChart][data-drawn=true]'))) return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   return [...main.querySelectorAll('.js-plotly-plot')].every((gd) => gd._fullLayout && gd._fullData
       && gd.querySelectorAll('g.heatmaplayer g.hm image').length
@@ -383,6 +390,9 @@ FIRST_PAINT_JS = """
   if (!main || main.querySelector('[data-stale=true]') || !main.innerText.includes(marker)) return false;
   const charts = main.querySelectorAll('.js-plotly-plot');
   if (!charts.length) return false;
+  for (const component of main.querySelectorAll('[data-testid=stBidiComponentRegular]')) {
+    if (!component.querySelector('[data-testid=attnvizChart][data-drawn=true]')) return false;
+  }
   for (const gd of charts) {
     if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
     const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;

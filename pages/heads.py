@@ -22,9 +22,9 @@ stage = st.segmented_control(
 
 grid_col = ui.beside_shape_diagram(trace, highlight=stage)
 with grid_col:
-    event = st.plotly_chart(ui.heads_grid_figure(ctx, stage), key="heads_grid", on_select="rerun",
-                            selection_mode="points", config=ui.plotly_config("attnviz-heads"))
-    ui.focus_from_click(event, trace.num_heads)
+    click = ui.chart(ui.heads_grid_figure(ctx, stage), key="heads_grid", clicks=True,
+                     config=ui.plotly_config("attnviz-heads"))  # kept on the page: a new layer or text updates it
+    ui.focus_from_click(click, trace.num_heads)
 
 
 ui.focused_head(ctx.key, stage)  # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)

@@ -22,8 +22,20 @@ def decode(array) -> np.ndarray:
 
 
 def plotly_figures(at) -> list[dict]:
-    """Every Plotly figure an AppTest run drew, as the JSON the browser would get."""
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    """Every Plotly figure an AppTest run drew (``st.plotly_chart`` and attnviz's kept chart, ``ui.chart``), in page
+    order, as the JSON the browser would get."""
+    found: list[dict] = []
+
+    def walk(node) -> None:
+        if getattr(node, "type", None) == "plotly_chart":
+            found.append(json.loads(node.proto.spec))
+        elif getattr(node, "type", None) == "bidi_component" and node.proto.component_name == "attnviz_chart":
+            found.append(json.loads(json.loads(node.proto.json)["spec"]))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    return found
 
 
 def random_gpt2(seed: int = 0, *, vocab_size: int = 50257, **sizes):

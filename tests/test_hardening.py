@@ -196,7 +196,7 @@ def test_tampered_url_renders_the_default_view_with_notices():
     at.run()
     assert not at.exception
     assert len(at.sidebar.warning) >= len(TAMPERED) - 1
-    assert at.get("plotly_chart")
+    assert plotly_figures(at)
 
 
 def test_empty_text_in_the_url_is_a_plain_message():

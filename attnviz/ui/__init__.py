@@ -18,6 +18,7 @@ One module per job:
 * ``share``    — "Share & export": the link, the figure format, downloads computed on click;
 * ``frame``    — ``setup()`` and the view helpers every page uses;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
+* ``chart``    — a Plotly chart kept on the page between runs (updated in place; clicks reported);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
@@ -43,6 +44,7 @@ warm_up(config_from_settings(DEFAULTS))
 # (and so pandas) is fully imported.
 import pandas  # noqa: F401
 
+from attnviz.ui.chart import chart
 from attnviz.ui.checkpoint import layers_overview, next_token_panel
 from attnviz.ui.frame import (
     Context,
@@ -81,7 +83,7 @@ from attnviz.ui.urlstate import (
 from attnviz.ui.weights import register_trained_model, session_id
 
 __all__ = [
-    "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
+    "DEFAULTS", "DEFAULT_TEXT", "chart", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
     "WINDOW", "Context", "beside_shape_diagram", "cached_trace", "config_from_settings", "download_head_csv",
     "focus_from_click", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure", "prefetch_next_layer",
     "markdown_escape", "page_bind", "page_setup", "plotly_config", "settings_from_query", "setup", "share_and_export",

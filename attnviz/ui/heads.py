@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
+from attnviz.ui.chart import chart
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
 from attnviz.ui.state import page_bind, ss
@@ -31,13 +32,17 @@ def heads_grid_figure(ctx: Context, stage: str):
 
 
 def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
-    """A click on a thumbnail (its invisible scatter overlay) focuses that head."""
-    points = (event or {}).get("selection", {}).get("points", []) if event else []
-    signature = repr(points)
-    if not points or ss.get("_last_click") == signature:
-        return
-    ss["_last_click"] = signature
-    head = points[0].get("customdata")
+    """A click on a thumbnail (its invisible scatter overlay) focuses that head: ``event`` is ``chart.chart``'s
+    click (``{"customdata": head}``, only in the run the click started) or ``st.plotly_chart``'s selection."""
+    if isinstance(event, dict) and "customdata" in event:
+        head = event["customdata"]
+    else:
+        points = (event or {}).get("selection", {}).get("points", []) if event else []
+        signature = repr(points)  # a selection stays in the widget's state: act on a new one only
+        if not points or ss.get("_last_click") == signature:
+            return
+        ss["_last_click"] = signature
+        head = points[0].get("customdata")
     if isinstance(head, list):
         head = head[0]
     if isinstance(head, int | float):
@@ -174,14 +179,14 @@ def focused_head(key: tuple, stage: str) -> None:
     )
     if size < trace.n:
         overview_col, window_col = st.columns([1, 2])
-        overview_col.plotly_chart(
-            figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.effective_dropout,
-                                     window=(row0, col0, size), validate=False),
-            config=plotly_config(f"attnviz-head{head}-overview"),
-        )
-        window_col.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
+        with overview_col:
+            chart(figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.effective_dropout,
+                                           window=(row0, col0, size), validate=False),
+                  key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
+        with window_col:
+            chart(fig, key="heads_map_window", config=plotly_config(f"attnviz-head{head}-{stage}"))
     else:
-        st.plotly_chart(fig, config=plotly_config(f"attnviz-head{head}-{stage}"))
+        chart(fig, key="heads_map_window", config=plotly_config(f"attnviz-head{head}-{stage}"))
     download_head_csv(trace, head, stage)
     if trace.model is not None:  # a model's: knock this head out, … (collapsed; imported here, as the pages do)
         from attnviz.ui import interventions

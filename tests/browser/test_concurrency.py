@@ -147,7 +147,7 @@ class HealthPoller(threading.Thread):
 _SNAPSHOT = """
 () => {
   const main = document.querySelector('[data-testid=stMain]');
-  const charts = [...main.querySelectorAll('[data-testid=stPlotlyChart]')];
+  const charts = [...main.querySelectorAll('[data-testid=stPlotlyChart], [data-testid=attnvizChart]')];
   const headTitle = /^(▶ )?head \\d+$/;
   const titles = (chart) => [...chart.querySelectorAll('text.annotation-text')].map((t) => t.textContent.trim())
       .filter((t) => headTitle.test(t));

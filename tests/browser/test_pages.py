@@ -41,7 +41,8 @@ def text_box(page):
 
 
 def charts(page):
-    return page.locator("[data-testid=stMain] [data-testid=stPlotlyChart]")
+    """Every Plotly chart of the main area: ``st.plotly_chart``'s and attnviz.ui.chart's (the Heads page's maps)."""
+    return page.locator("[data-testid=stMain] :is([data-testid=stPlotlyChart], [data-testid=attnvizChart])")
 
 
 def heatmap_charts(page):
@@ -202,7 +203,7 @@ _INJECTED = """
 # The page position of the centre of head h's tile in the heads grid (one heatmap; tiles in layout.meta).
 _TILE_CENTRE = """
 ([chart, head]) => {
-  const gd = chart.querySelector('.js-plotly-plot');
+  const gd = chart.matches('.js-plotly-plot') ? chart : chart.querySelector('.js-plotly-plot');
   const layout = gd._fullLayout, [x0, y0] = layout.meta.tiles[head], size = layout.meta.size;
   const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
   return {x: area.left + layout.xaxis.d2p(x0 + (size - 1) / 2), y: area.top + layout.yaxis.d2p(y0 + (size - 1) / 2)};
@@ -223,6 +224,45 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     expect(focus).to_have_value("head 5")
     expect(focused_chart(page).locator("text.gtitle")).to_contain_text("head 5")
     assert "▶ head 5" in grid_titles(page)
+
+
+# The page position of the centre of cell (row, col) of a token heatmap (categorical axes, one heatmap).
+_CELL_CENTRE = """
+([chart, row, col]) => {
+  const gd = chart.matches('.js-plotly-plot') ? chart : chart.querySelector('.js-plotly-plot');
+  const layout = gd._fullLayout, area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  return {x: area.left + layout.xaxis.l2p(col), y: area.top + layout.yaxis.l2p(row)};
+}
+"""
+
+
+def test_the_kept_maps_hover_their_values_and_export_png_and_svg(page, base_url, tmp_path):
+    """The Heads page's maps (attnviz.ui.chart, redrawn in place): hovering a cell of the focused head shows its
+    query, key and weight; the modebar's camera downloads the figure in the sidebar's format."""
+    visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}")
+    chart = focused_chart(page)
+    chart.scroll_into_view_if_needed()
+    centre = page.evaluate(_CELL_CENTRE, [chart.element_handle(), 3, 1])  # query "·warm", key "·cat"
+    page.mouse.move(centre["x"], centre["y"])
+    hover = chart.locator("g.hovertext")
+    expect(hover).to_contain_text("query 3: ·warm")
+    expect(hover).to_contain_text("key 1: ·cat")
+    assert re.search(r"weights 0\.\d{4}", hover.text_content())
+    for image_format in ("png", "svg"):
+        if image_format == "svg":
+            before = runs(page)
+            sidebar(page).get_by_text("Share & export").click()
+            sidebar(page).get_by_text("svg", exact=True).click()
+            wait_idle(page, after=before)
+        chart = focused_chart(page)
+        chart.hover()
+        with page.expect_download() as download:
+            chart.locator(".modebar-btn[data-title^='Download plot']").click()
+        saved = tmp_path / download.value.suggested_filename
+        download.value.save_as(saved)
+        assert saved.name == f"attnviz-head0-weights.{image_format}", saved.name
+        head = saved.read_bytes()[:200]
+        assert head.startswith(b"\x89PNG") if image_format == "png" else b"<svg" in head
 
 
 def assert_nothing_injected(page) -> None:

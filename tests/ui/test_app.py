@@ -318,3 +318,33 @@ def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
     no_exception(at)
     assert any("40,000 characters" in info.value for info in at.info)  # the paste was bounded, and said so
     assert len(calls) == 1, calls
+
+
+def test_heads_page_maps_are_kept_charts_with_stable_keys_and_a_click_focuses():
+    """The grid, the overview and the focused window are attnviz.ui.chart components under fixed keys (so the
+    browser redraws them in place with Plotly.react on a new layer or text); the grid's clicks come back."""
+    from attnviz.ui import heads as ui_heads
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params["text"] = " ".join(["the cat sat on the mat"] * 60)  # > 256 tokens: overview and window
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    charts = [c for c in at.get("bidi_component") if c.proto.component_name == "attnviz_chart"]
+    keys = [c.proto.id.rsplit("-", 1)[-1] for c in charts]
+    assert keys == ["heads_grid", "heads_map_overview", "heads_map_window"]
+    data = [json.loads(c.proto.json) for c in charts]
+    assert [d["clicks"] for d in data] == [True, False, False]  # only the grid reports clicks
+    assert all(d["plotly"].endswith("/plotly.min.js") and not d["plotly"].startswith(("http", "//")) for d in data)
+    assert json.loads(data[2]["config"])["toImageButtonOptions"]["format"] == "png"  # export as before
+    assert not at.get("plotly_chart")  # none of them is a remounting st.plotly_chart
+
+    focused: list[tuple[str, int]] = []
+    real_focus = ui_heads._focus
+    try:
+        ui_heads._focus = lambda key, head, num_heads: focused.append((key, head))
+        ui_heads.focus_from_click({"customdata": 5}, 12)
+        ui_heads.focus_from_click({"customdata": [7]}, 12)
+        ui_heads.focus_from_click(None, 12)
+    finally:
+        ui_heads._focus = real_focus
+    assert focused == [("heads_focus", 5), ("heads_focus", 7)]
