@@ -12,7 +12,8 @@ from attnviz.views import checkpoint_view
 
 
 def next_token_panel(ctx: Context, key: str = "next_position") -> None:
-    """Top-5 next tokens at a chosen position (default: the last), and every position's top-1 in an expander."""
+    """Top-5 next tokens at a chosen position (default: the last), and every position's top-1 in an expander that
+    runs only while it is open."""
     trace = ctx.trace
     if trace.model is None:
         return
@@ -27,12 +28,14 @@ def next_token_panel(ctx: Context, key: str = "next_position") -> None:
     st.dataframe(checkpoint_view.next_tokens(trace, position), hide_index=True, column_config={
         "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0, max_value=1.0),
     })
-    with st.expander("Every position's most likely next token"):
-        st.dataframe(_predictions(trace.config.checkpoint, trace.config.causal, trace.token_ids, trace),
-                     hide_index=True, column_config={
-            "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0,
-                                                           max_value=1.0),
-        })
+    every = st.expander("Every position's most likely next token", key=f"{key}_every", on_change="rerun")
+    if every.open:  # collapsed, its table (a row per token) is neither computed nor sent: a layer switch skips it
+        with every:
+            st.dataframe(_predictions(trace.config.checkpoint, trace.config.causal, trace.token_ids, trace),
+                         hide_index=True, column_config={
+                "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0,
+                                                               max_value=1.0),
+            })
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)

@@ -117,6 +117,29 @@ def test_choosing_a_checkpoint_draws_its_layer_with_its_sizes(checkpoints):
     assert len(tables[0]) == 5
 
 
+def test_every_positions_next_token_table_is_computed_only_when_opened(checkpoints, monkeypatch):
+    """Collapsed, the expander's table (a row per token) is neither computed nor sent: a layer switch or a new
+    text pays nothing for it; opened, it lists every position's most likely next token."""
+    from attnviz.views import checkpoint_view
+
+    calls = []
+    real = checkpoint_view.predictions
+    monkeypatch.setattr(checkpoint_view, "predictions", lambda trace: calls.append(trace.n) or real(trace))
+    at = app()
+    at.sidebar.selectbox(key="weights").set_value(NAME).run()
+    at.sidebar.text_area(key="text").set_value("one two three four five six seven eight nine").run()
+    no_exception(at)
+    every = lambda: [f.value for f in at.dataframe if "position" in f.value.columns and len(f.value) > 5]  # noqa: E731
+    assert not every() and not calls
+    at.sidebar.selectbox(key="layer").set_value(1).run()
+    assert not every() and not calls  # a layer switch: still nothing
+    at.session_state["next_position_every"] = True  # the learner opens it
+    at.run()
+    no_exception(at)
+    (table,) = every()
+    assert len(table) == calls[-1] == 9
+
+
 def test_layer_switch_shows_that_layers_maps(checkpoints):
     at = app()
     at.sidebar.selectbox(key="weights").set_value(NAME).run()
