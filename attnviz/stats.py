@@ -17,15 +17,18 @@ STATS = {
 }
 
 
-def row_entropy(weights: np.ndarray, dtype=np.float64) -> np.ndarray:
+def row_entropy(weights: np.ndarray, dtype=np.float64, out: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Entropy (nats) of each row of attention weights (..., n) -> (...): −Σ p log p with 0 log 0 = 0;
     0 = all weight on one key, ln n = uniform.  attnviz's one entropy (Steps, head statistics, ablation, lab).
 
     ``dtype``: the precision of the work (the head statistics pass float32 for float32 maps: half the memory
-    traffic, and each row's sum of n terms stays within ~1e-6 of float64)."""
+    traffic, and each row's sum of n terms stays within ~1e-6 of float64).  ``out``: (terms, positive) buffers of
+    ``weights``' shape, ``dtype`` and bool, to work in (overwritten) instead of allocating two."""
     p = np.asarray(weights, dtype=dtype)
-    terms = np.zeros(p.shape, dtype=dtype)
-    np.log(p, out=terms, where=p > 0)  # log p where p > 0, else 0 (0 log 0 = 0)
+    terms, positive = out if out is not None else (np.empty(p.shape, dtype=dtype), np.empty(p.shape, dtype=bool))
+    np.greater(p, 0, out=positive)
+    terms.fill(0)
+    np.log(p, out=terms, where=positive)  # log p where p > 0, else 0 (0 log 0 = 0)
     terms *= p  # p log p
     return 0.0 - terms.sum(axis=-1).astype(np.float64)  # (..., n) -> (...); 0.0 - …: never −0.0
 
@@ -51,12 +54,15 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
     work = np.float32 if weights.dtype == np.float32 else np.float64
     distance = _distances(n, work)
     result = {name: np.zeros(heads) for name in STATS}
+    terms = np.empty((n, n), dtype=work)  # one (n, n) buffer for every head: a new one each time cost a page
+    positive = np.empty((n, n), dtype=bool)  # fault per 4 kB (the server hands freed memory back: ui.cache)
     for head in range(heads):
         w = np.asarray(weights[head], dtype=work)  # (n, n), a view when already float32
-        result["entropy"][head] = row_entropy(w, dtype=work).mean()  # (n, n) -> (n,) -> mean
+        result["entropy"][head] = row_entropy(w, dtype=work, out=(terms, positive)).mean()  # (n, n) -> (n,) -> mean
         result["max weight"][head] = w.max(axis=-1).mean(dtype=np.float64)
         result["first-token mass"][head] = w[:, 0].mean(dtype=np.float64)
-        result["mean distance"][head] = (w * distance).sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
+        np.multiply(w, distance, out=terms)  # (n, n): weight × |query − key|
+        result["mean distance"][head] = terms.sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
         result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else 0.0
         result["diagonal"][head] = np.diagonal(w).mean(dtype=np.float64)
     return result
