@@ -20,7 +20,7 @@ which the page is **drawn**:
    painted "running" counts when the page has charts, as condition 3 then proves a new run's data);
 2. no element in the main area is ``data-stale="true"``, no spinner or status widget is shown;
 3. every Plotly chart in the main area (``.js-plotly-plot``) is *fresh* — created after the key press, or
-   an existing chart that fired ``plotly_afterplot`` after it (attnviz.ui.chart's charts stay on the page and
+   an existing chart that fired ``plotly_afterplot`` after it (attnviz.ui.charts's charts stay on the page and
    redraw with ``Plotly.react``) — and *drawn*: it has ``_fullLayout``, one
    ``g.heatmaplayer g.hm image`` per heatmap trace of its ``_fullData``, one ``g.imagelayer g.im image``
    with its ``href`` set per image trace and, for bar traces, bar paths; every component holds a chart that

@@ -71,7 +71,7 @@ def text_of_tokens(n: int, variant: int = 0) -> str:
 
 
 def element_sizes(at) -> dict:
-    """Walk an AppTest tree: Plotly spec bytes (``st.plotly_chart`` and ``attnviz.ui.chart``), Graphviz spec bytes,
+    """Walk an AppTest tree: Plotly spec bytes (``st.plotly_chart`` and ``attnviz.ui.charts``), Graphviz spec bytes,
     other proto bytes, total."""
     sizes = {"plotly_charts": 0, "plotly_bytes": 0, "graphviz_bytes": 0, "other_bytes": 0, "total_bytes": 0,
              "plotly_specs": []}
@@ -85,7 +85,7 @@ def element_sizes(at) -> dict:
                 sizes["plotly_charts"] += 1
                 sizes["plotly_bytes"] += len(proto.spec)
                 sizes["plotly_specs"].append(proto.spec)
-            elif kind == "bidi_component" and proto.component_name == "attnviz_chart":  # attnviz.ui.chart
+            elif kind == "bidi_component" and proto.component_name == "attnviz_chart":  # attnviz.ui.charts
                 spec = json.loads(proto.json)["spec"]
                 sizes["plotly_charts"] += 1
                 sizes["plotly_bytes"] += len(spec)

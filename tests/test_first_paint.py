@@ -137,7 +137,7 @@ def _preload_charts(at) -> list:
 
 
 def _page_charts(at) -> list:
-    """The Heads page's own charts (the grid and the focused head, drawn by attnviz.ui.chart)."""
+    """The Heads page's own charts (the grid and the focused head, drawn by attnviz.ui.charts)."""
     return [c for c in at.get("bidi_component") if c.proto.component_name == "attnviz_chart"]
 
 

@@ -18,7 +18,7 @@ One module per job:
 * ``share``    — "Share & export": the link, the figure format, downloads computed on click;
 * ``frame``    — ``setup()`` and the view helpers every page uses;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
-* ``chart``    — a Plotly chart kept on the page between runs (updated in place; clicks reported);
+* ``charts``   — a Plotly chart kept on the page between runs (updated in place; clicks reported);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
@@ -44,7 +44,7 @@ warm_up(config_from_settings(DEFAULTS))
 # (and so pandas) is fully imported.
 import pandas  # noqa: F401
 
-from attnviz.ui.chart import chart
+from attnviz.ui.charts import chart
 from attnviz.ui.checkpoint import layers_overview, next_token_panel
 from attnviz.ui.frame import (
     Context,

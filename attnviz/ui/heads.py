@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
-from attnviz.ui.chart import chart
+from attnviz.ui.charts import chart
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
 from attnviz.ui.state import page_bind, ss

@@ -230,7 +230,7 @@ _IDLE = """
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner], [data-testid=stSkeleton]')) return false;
   if (!document.querySelector('[data-testid=stMain] [data-testid=stElementContainer]')) return false;
   if (document.querySelector('[data-testid=stMain] [data-stale=true]')) return false;
-  // st.plotly_chart's charts, and attnviz.ui.chart's (data-drawn is "false" until Plotly.react has drawn its figure)
+  // st.plotly_chart's charts, and attnviz.ui.charts's (data-drawn is "false" until Plotly.react has drawn its figure)
   const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart], [data-testid=attnvizChart]')];
   const components = [...document.querySelectorAll('[data-testid=stBidiComponentRegular]')];
   if (!components.every((c) => c.querySelector('[data-testid=attnvizChart][data-drawn=true]'))) return false;

@@ -7,6 +7,7 @@ Each test opens its own browser context, i.e. its own Streamlit session.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
@@ -41,7 +42,7 @@ def text_box(page):
 
 
 def charts(page):
-    """Every Plotly chart of the main area: ``st.plotly_chart``'s and attnviz.ui.chart's (the Heads page's maps)."""
+    """Every Plotly chart of the main area: ``st.plotly_chart``'s and attnviz.ui.charts's (the Heads page's maps)."""
     return page.locator("[data-testid=stMain] :is([data-testid=stPlotlyChart], [data-testid=attnvizChart])")
 
 
@@ -237,7 +238,7 @@ _CELL_CENTRE = """
 
 
 def test_the_kept_maps_hover_their_values_and_export_png_and_svg(page, base_url, tmp_path):
-    """The Heads page's maps (attnviz.ui.chart, redrawn in place): hovering a cell of the focused head shows its
+    """The Heads page's maps (attnviz.ui.charts, redrawn in place): hovering a cell of the focused head shows its
     query, key and weight; the modebar's camera downloads the figure in the sidebar's format."""
     visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}")
     chart = focused_chart(page)
@@ -263,6 +264,24 @@ def test_the_kept_maps_hover_their_values_and_export_png_and_svg(page, base_url,
         assert saved.name == f"attnviz-head0-weights.{image_format}", saved.name
         head = saved.read_bytes()[:200]
         assert head.startswith(b"\x89PNG") if image_format == "png" else b"<svg" in head
+
+
+def test_the_kept_maps_draw_with_the_plotly_packages_bundle_when_streamlits_is_missing(page, base_url):
+    """attnviz.ui.charts takes Streamlit's own Plotly.js module; a Streamlit without one by that name (here: its
+    request refused) gets the plotly package's bundle, served by the app, and the maps are drawn all the same."""
+    import plotly
+
+    requested: list[str] = []
+    page.route(re.compile(r"/static/js/PlotlyChart\.[^/]*\.js$"), lambda route: route.abort())
+    page.on("request", lambda request: requested.append(request.url))
+    visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}")
+    assert_no_exception(page)
+    assert len(grid_titles(page)) == 12
+    assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
+    bundle = [url for url in requested if url.endswith("/component/attnviz.ui.charts.plotly_js/plotly.min.js")]
+    assert bundle and all(url.startswith(base_url) for url in bundle)  # this app's server, no CDN
+    bundled = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+    assert bundled.startswith(f"/**\n* plotly.js v{page.evaluate('window.Plotly.version')}\n")  # that bundle's
 
 
 def assert_nothing_injected(page) -> None:

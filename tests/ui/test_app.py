@@ -321,7 +321,7 @@ def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
 
 
 def test_heads_page_maps_are_kept_charts_with_stable_keys_and_a_click_focuses():
-    """The grid, the overview and the focused window are attnviz.ui.chart components under fixed keys (so the
+    """The grid, the overview and the focused window are attnviz.ui.charts components under fixed keys (so the
     browser redraws them in place with Plotly.react on a new layer or text); the grid's clicks come back."""
     from attnviz.ui import heads as ui_heads
 

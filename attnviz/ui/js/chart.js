@@ -1,17 +1,33 @@
 // attnviz's chart component: a Plotly figure that stays on the page between script runs.  A new figure for the
 // same key is drawn into the same <div> with Plotly.react (the axes, modebar and listeners are kept), instead of
-// Streamlit unmounting the chart and building it again.  Plotly.js is the plotly Python package's own bundle,
-// served by this Streamlit server (data.plotly), loaded once per tab.  Clicks on points with customdata are sent
+// Streamlit unmounting the chart and building it again.  Plotly.js is Streamlit's own (data.streamlit_plotly),
+// else the plotly Python package's bundle served by this Streamlit server (data.plotly): loaded once per tab.  Clicks on points with customdata are sent
 // to Python as the trigger value "click".
-function loadPlotly(url) {
+function loadPlotly(streamlitChunk, bundle) {
+  // Streamlit's own Plotly.js first (the module its st.plotly_chart loads, cached by the browser and compiled
+  // once; importing it again, or while it loads, costs nothing more), else the plotly package's bundle.
   if (window.Plotly) return Promise.resolve(window.Plotly);
   if (!window.__attnvizPlotly) {
-    window.__attnvizPlotly = new Promise((resolve, reject) => {
-      const script = document.createElement("script");
-      script.src = new URL(url, document.baseURI).href;
-      script.onload = () => resolve(window.Plotly);
-      script.onerror = () => { window.__attnvizPlotly = null; reject(new Error("Plotly.js did not load")); };
-      document.head.appendChild(script);
+    window.__attnvizPlotly = (async () => {
+      if (streamlitChunk) {
+        try {
+          await import(new URL(streamlitChunk, document.baseURI).href);
+        } catch (error) {
+          // another Streamlit version's chunk: the bundle below
+        }
+      }
+      if (window.Plotly) return window.Plotly;
+      await new Promise((resolve, reject) => {
+        const script = document.createElement("script");
+        script.src = new URL(bundle, document.baseURI).href;
+        script.onload = resolve;
+        script.onerror = () => reject(new Error("Plotly.js did not load"));
+        document.head.appendChild(script);
+      });
+      return window.Plotly;
+    })().catch((error) => {
+      window.__attnvizPlotly = null;
+      throw error;
     });
   }
   return window.__attnvizPlotly;
@@ -51,7 +67,7 @@ export default function (component) {
   const drawing = (gd.__attnvizDrawing || 0) + 1;
   gd.__attnvizDrawing = drawing;
   gd.dataset.drawn = "false";
-  loadPlotly(data.plotly).then((Plotly) => {
+  loadPlotly(data.streamlit_plotly, data.plotly).then((Plotly) => {
     if (gd.__attnvizDrawing !== drawing) return null;  // a newer figure arrived meanwhile
     const figure = JSON.parse(data.spec);
     const config = {displaylogo: false, responsive: true, ...JSON.parse(data.config)};
