@@ -48,8 +48,9 @@ to the script's start, the script run (server), drawing after it (browser).  Res
 **The browser's floor for a layer switch** (``--floor-browser R``): R rounds; each round times 2 switches of the
 app (as above), then 2 of ``benchmarks/floor_switch_app.py`` with its two charts (the Heads page's thumbnail
 grid and 256 × 256 focused window, built by the same figure builders from maps computed when the page first
-loads: no model, no attention run, no tables, no other widget) and 2 of the same page with its caption only
-(``ATTNVIZ_FLOOR=bare``: what any Streamlit rerun costs here).  Same clicks, same timing, same machine.
+loads: no model, no attention run, no tables, no other widget) drawn by ``st.plotly_chart`` (``charts``), 2 with
+the same two charts drawn as the Heads page draws them (``kept``: ``attnviz.ui.charts``, redrawn in place) and 2
+of the same page with its caption only (``ATTNVIZ_FLOOR=bare``: what any Streamlit rerun costs here).  Same clicks, same timing, same machine.
 Results: ``results/checkpoint_browser_floor.json``.
 """
 
@@ -321,7 +322,8 @@ def browser_switch(switches: int, floor: str | None = None) -> dict:
     """Layer selectbox → the Heads page drawn again, in Chromium, ``switches`` times (see the docstring).
 
     ``floor``: the same clicks and timing on ``benchmarks/floor_switch_app.py`` instead (``"charts"``: its two
-    charts of precomputed maps; ``"bare"``: its caption only)."""
+    charts of precomputed maps by ``st.plotly_chart``; ``"kept"``: the same by ``attnviz.ui.charts``; ``"bare"``: its
+    caption only)."""
     import urllib.parse
 
     from playwright.sync_api import sync_playwright
@@ -448,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: dict = {"machine": machine()}
     if args.floor_browser:
-        runs = {name: [] for name in ("app", "charts", "bare")}
+        runs = {name: [] for name in ("app", "charts", "kept", "bare")}
         for _ in range(args.floor_browser):  # rounds of 2 switches per app, so all three see the same machine
             for name in runs:
                 runs[name].append(browser_switch(2, floor=None if name == "app" else name))
