@@ -32,7 +32,7 @@ def heads_grid_figure(ctx: Context, stage: str):
 
 
 def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
-    """A click on a thumbnail (its invisible scatter overlay) focuses that head: ``event`` is ``chart.chart``'s
+    """A click on a thumbnail (its invisible scatter overlay) focuses that head: ``event`` is ``charts.chart``'s
     click (``{"customdata": head}``, only in the run the click started) or ``st.plotly_chart``'s selection."""
     if isinstance(event, dict) and "customdata" in event:
         head = event["customdata"]

@@ -1,8 +1,8 @@
-// attnviz's chart component: a Plotly figure that stays on the page between script runs.  A new figure for the
-// same key is drawn into the same <div> with Plotly.react (the axes, modebar and listeners are kept), instead of
-// Streamlit unmounting the chart and building it again.  Plotly.js is Streamlit's own (data.streamlit_plotly),
-// else the plotly Python package's bundle served by this Streamlit server (data.plotly): loaded once per tab.  Clicks on points with customdata are sent
-// to Python as the trigger value "click".
+// attnviz's chart component (attnviz/ui/charts.py): a Plotly figure that stays on the page between script runs.
+// A new figure for the same key is drawn into the same <div> with Plotly.react (the axes, modebar and listeners
+// are kept), instead of Streamlit unmounting the chart and building it again.  Plotly.js is Streamlit's own
+// (data.streamlit_plotly), else the plotly Python package's bundle served by this Streamlit server (data.plotly):
+// loaded once per tab.  Clicks on points with customdata are sent to Python as the trigger value "click".
 function loadPlotly(streamlitChunk, bundle) {
   // Streamlit's own Plotly.js first (the module its st.plotly_chart loads, cached by the browser and compiled
   // once; importing it again, or while it loads, costs nothing more), else the plotly package's bundle.
