@@ -31,18 +31,10 @@ def heads_grid_figure(ctx: Context, stage: str):
     return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
 
 
-def focus_from_click(event, num_heads: int, key: str = "heads_focus") -> None:
-    """A click on a thumbnail (its invisible scatter overlay) focuses that head: ``event`` is ``charts.chart``'s
-    click (``{"customdata": head}``, only in the run the click started) or ``st.plotly_chart``'s selection."""
-    if isinstance(event, dict) and "customdata" in event:
-        head = event["customdata"]
-    else:
-        points = (event or {}).get("selection", {}).get("points", []) if event else []
-        signature = repr(points)  # a selection stays in the widget's state: act on a new one only
-        if not points or ss.get("_last_click") == signature:
-            return
-        ss["_last_click"] = signature
-        head = points[0].get("customdata")
+def focus_from_click(click: dict | None, num_heads: int, key: str = "heads_focus") -> None:
+    """A click on a thumbnail (its invisible scatter overlay) focuses that head: ``click`` is ``charts.chart``'s
+    (``{"customdata": head}``, only in the run the click started; None otherwise)."""
+    head = (click or {}).get("customdata")
     if isinstance(head, list):
         head = head[0]
     if isinstance(head, int | float):
