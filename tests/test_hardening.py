@@ -302,3 +302,36 @@ def test_importing_ui_does_not_tune_malloc():
             "import attnviz.ui\nprint(sum('libc.' in str(a[0]) for a in calls))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip().splitlines()[-1] == "0"
+
+
+def test_the_training_heap_raises_the_mmap_threshold_while_any_training_runs(monkeypatch):
+    from attnviz.ui import cache
+
+    calls = []
+    monkeypatch.setattr(cache, "_mallopt", lambda param, value: calls.append((param, value)) or 1)
+    monkeypatch.setattr(cache, "_malloc_trim", lambda pad: calls.append("trim") or 1)
+    monkeypatch.setattr(cache, "_mmap_threshold", cache.MMAP_THRESHOLD)
+    monkeypatch.setattr(cache, "_trainings", 0)
+    first, second = cache.training_heap(), cache.training_heap()
+    first.__enter__()
+    assert cache.mmap_threshold() == cache.TRAINING_MMAP_THRESHOLD
+    second.__enter__()  # a second training, overlapping
+    first.__exit__(None, None, None)
+    assert cache.mmap_threshold() == cache.TRAINING_MMAP_THRESHOLD and "trim" not in calls  # one still runs
+    with pytest.raises(RuntimeError), cache.training_heap():  # a failing training ends its heap too
+        raise RuntimeError("the training failed")
+    second.__exit__(None, None, None)
+    assert cache.mmap_threshold() == cache.MMAP_THRESHOLD
+    assert calls == [(cache.M_MMAP_THRESHOLD, cache.TRAINING_MMAP_THRESHOLD),
+                     (cache.M_MMAP_THRESHOLD, cache.MMAP_THRESHOLD), "trim"]
+
+
+def test_without_the_malloc_tuning_the_training_heap_changes_nothing(monkeypatch):
+    from attnviz.ui import cache
+
+    monkeypatch.setattr(cache, "_mallopt", cache._no_mallopt)
+    monkeypatch.setattr(cache, "_mmap_threshold", None)
+    monkeypatch.setattr(cache, "_trainings", 0)
+    with cache.training_heap():
+        assert cache.mmap_threshold() is None
+    assert cache.mmap_threshold() is None

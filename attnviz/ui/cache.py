@@ -22,11 +22,24 @@ TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "512"))
 NO_MALLOC_TUNING = "ATTNVIZ_NO_MALLOC_TUNING"  # set to 1 to leave glibc's malloc as it is
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 1 << 20  # while pages only: every block of 1 MiB or more is mmap'd, and unmapped when freed
+TRAINING_MMAP_THRESHOLD = 64 << 20  # while a training runs: its step's 2-13 MB tensors come from the heap
+
+
 def _no_trim(pad: int) -> int:
     return 0
 
 
+def _no_mallopt(param: int, value: int) -> int:
+    return 0
+
+
 _malloc_trim = _no_trim  # tune_memory() replaces it with glibc's malloc_trim
+_mallopt = _no_mallopt  # … and this with glibc's mallopt
+_mmap_threshold: int | None = None  # the threshold set last (None: glibc's own, dynamic)
+_trainings = 0  # trainings running in training_heap()
+_heap_lock = threading.Lock()
 
 
 _frozen = threading.Lock()  # held once freeze_imports() has frozen
@@ -57,9 +70,10 @@ def tune_memory() -> bool:
     glibc raises its mmap threshold after each freed mmap'd block, so after a few runs the 3-4 MB
     per-head arrays come from per-thread heaps that Streamlit's many script threads fragment and never
     shrink.  A fixed threshold keeps every block ≥ 1 MB in mmap (unmapped when freed), and
-    ``malloc_trim`` after each new run hands back what the heaps freed.
+    ``malloc_trim`` after each new run hands back what the heaps freed.  While a training runs the threshold is
+    higher (``training_heap``).
     """
-    global _malloc_trim
+    global _malloc_trim, _mallopt
     if _malloc_trim is not _no_trim:
         return True
     if os.environ.get(NO_MALLOC_TUNING, "").strip() not in ("", "0") or not sys.platform.startswith("linux"):
@@ -72,9 +86,47 @@ def tune_memory() -> bool:
         mallopt, malloc_trim = libc.mallopt, libc.malloc_trim  # glibc only (musl has neither)
     except (OSError, AttributeError):
         return False
-    mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD = 1 MiB (also turns off the dynamic threshold)
-    _malloc_trim = malloc_trim
+    _mallopt, _malloc_trim = mallopt, malloc_trim
+    with _heap_lock:
+        _set_mmap_threshold(TRAINING_MMAP_THRESHOLD if _trainings else MMAP_THRESHOLD)  # also turns off the dynamic one
     return True
+
+
+def _set_mmap_threshold(size: int) -> None:
+    global _mmap_threshold
+    if _mallopt is not _no_mallopt:
+        _mallopt(M_MMAP_THRESHOLD, size)
+        _mmap_threshold = size
+
+
+def mmap_threshold() -> int | None:
+    """The mmap threshold ``tune_memory`` / ``training_heap`` set last: None while malloc is not tuned."""
+    return _mmap_threshold
+
+
+@contextlib.contextmanager
+def training_heap():
+    """Around a training job's work: while any training runs, malloc's mmap threshold is
+    ``TRAINING_MMAP_THRESHOLD``; when the last one ends, ``MMAP_THRESHOLD`` again and ``malloc_trim``.
+
+    A training step allocates and frees the same few 2-13 MB tensors (activations, logits, gradients) ~10 times
+    a second.  Under the pages' 1 MiB threshold each of them is a fresh mmap whose pages fault in and are
+    zeroed again every step: a step of the Train page's recipe took 173 ms instead of 108 on one core
+    (benchmarks/README.md).  From the heap, the freed blocks are reused by the next step.
+    """
+    global _trainings
+    with _heap_lock:
+        _trainings += 1
+        if _trainings == 1:
+            _set_mmap_threshold(TRAINING_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        with _heap_lock:
+            _trainings -= 1
+            if _trainings == 0:
+                _set_mmap_threshold(MMAP_THRESHOLD)
+                _malloc_trim(0)  # what the training's heap freed goes back to the system
 
 
 @st.cache_resource(show_spinner=False)
