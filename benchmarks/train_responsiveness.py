@@ -2,7 +2,11 @@
 and 2 trainings running in the same process (the Train page's jobs: attnviz.labs.live_train through a JobBoard,
 each in its own thread with one torch thread), interleaved, and report the ratios.
 
-    python benchmarks/train_responsiveness.py [--rounds 12] [--n 256 1024]
+    python benchmarks/train_responsiveness.py [--rounds 12] [--n 256 1024] [--no-training-heap]
+
+Memory as in the server: malloc tuned (``attnviz.ui.cache.tune_memory``) and each training inside
+``cache.training_heap()`` as the Train page starts it (``--no-training-heap``: without it, as before 2026-11-25's
+fourth session).
 
 The page work is ``pipeline.run(text, config)`` for GPT-2 small's shape (768/12 heads, causal MHA) on n
 tokens — what a Heads page rerun computes when its trace is not cached — timed on the main thread like a
@@ -41,11 +45,23 @@ def steps_of(job) -> int:
     return sum(entry.get("step") is not None for entry in list(job.progress))
 
 
+def work(cfg, heap: bool):
+    """A training job's work, inside ``cache.training_heap()`` as the Train page runs it (``heap``)."""
+    from attnviz.ui import cache
+
+    plain = live_train.training_work(cfg)
+    return cache.in_training_heap(plain) if heap else plain
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--n", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--no-training-heap", action="store_true", help="trainings without cache.training_heap()")
     args = parser.parse_args()
+    from attnviz.ui import cache
+
+    tuned = cache.tune_memory()  # as every page of the server does
     config = pipeline.preset_config("gpt2-small")
     texts = {n: " the" * n for n in args.n}  # exactly n tokens
     for n in args.n:
@@ -58,7 +74,7 @@ def main() -> int:
     rates: dict[int, list[float]] = {1: [], 2: []}
     for _ in range(args.rounds):
         for trainings in (0, 1, 2):
-            jobs = [board.start(f"bench-{k}", live_train.training_work(cfg)) for k in range(trainings)]
+            jobs = [board.start(f"bench-{k}", work(cfg, heap=not args.no_training_heap)) for k in range(trainings)]
             for job in jobs:  # past the start-up (snapshot, tokenizing the corpus): training steps
                 while steps_of(job) < 3:
                     job._done.wait(0.05)
@@ -77,7 +93,7 @@ def main() -> int:
     result = {
         "date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "load_average": os.getloadavg(), "rounds": args.rounds,
-        "threads_per_training": live_train.THREADS, "recipe": {k: v for k, v in vars(cfg).items() if k != "steps"},
+        "threads_per_training": live_train.THREADS, "malloc_tuned": tuned, "training_heap": not args.no_training_heap, "recipe": {k: v for k, v in vars(cfg).items() if k != "steps"},
         "page_ms": {n: {k: round(1000 * statistics.median(v), 1) for k, v in by.items()} for n, by in times.items()},
         "ratio_vs_alone": {n: {k: round(statistics.median(v) / statistics.median(by[0]), 2) for k, v in by.items()}
                            for n, by in times.items()},

@@ -92,6 +92,16 @@ def tune_memory() -> bool:
     return True
 
 
+def in_training_heap(work):
+    """A training job's ``work(job)``, run inside ``training_heap()``."""
+
+    def in_heap(job):
+        with training_heap():
+            return work(job)
+
+    return in_heap
+
+
 def _set_mmap_threshold(size: int) -> None:
     global _mmap_threshold
     if _mallopt is not _no_mallopt:

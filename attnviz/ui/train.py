@@ -3,9 +3,10 @@ polled by a fragment), the before/after snapshots, the trained model as a ``weig
 
 At most one training per session (``JobBoard``'s owner is an id kept in this session's state) and
 ``max_trainings()`` per server; each runs in its own thread with one torch thread
-(``attnviz.labs.live_train``), inside ``cache.training_heap()``.  The live view is a fragment that reruns
-every ``POLL_SECONDS`` while the job runs and touches it; while the browser tab stays connected the worker
-touches it too (other pages may be open), and a closed tab stops it within ``jobs.IDLE_TIMEOUT`` seconds.
+(``attnviz.labs.live_train``), inside ``cache.training_heap()`` (its steps' tensors reuse the heap).  The live
+view is a fragment that reruns every ``POLL_SECONDS`` while the job runs and touches it; while the browser tab
+stays connected the worker touches it too (other pages may be open), and a closed tab stops it within
+``jobs.IDLE_TIMEOUT`` seconds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import streamlit as st
 from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard, JobRefusedError
-from attnviz.ui.cache import training_heap
+from attnviz.ui.cache import in_training_heap
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.state import page_bind, ss
 from attnviz.views import head_figures
@@ -127,23 +128,13 @@ def controls() -> None:
 def _start(steps: int, seed: int) -> None:
     cfg = live_train.page_config(steps, seed)
     try:
-        job_board().start(owner(), _in_training_heap(live_train.training_work(cfg, _alive_check(), _publisher())),
+        job_board().start(owner(), in_training_heap(live_train.training_work(cfg, _alive_check(), _publisher())),
                           name="attnviz-train")
     except JobRefusedError as exc:
         st.warning(str(exc), icon="✋")
         return
     ss["_train_total"] = cfg.steps
     st.rerun()  # draw the page again as it is now: Stop enabled, the live view polling
-
-
-def _in_training_heap(work):
-    """``work(job)`` run inside ``cache.training_heap()``: its step's tensors reuse the heap instead of fresh mmaps."""
-
-    def in_heap(job):
-        with training_heap():
-            return work(job)
-
-    return in_heap
 
 
 def _open_with(option_name: str, page: str) -> None:
