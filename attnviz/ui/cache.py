@@ -24,7 +24,7 @@ NO_MALLOC_TUNING = "ATTNVIZ_NO_MALLOC_TUNING"  # set to 1 to leave glibc's mallo
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD = 1 << 20  # while pages only: every block of 1 MiB or more is mmap'd, and unmapped when freed
-TRAINING_MMAP_THRESHOLD = 64 << 20  # while a training runs: its step's 2-13 MB tensors come from the heap
+TRAINING_MMAP_THRESHOLD = 32 << 20  # while a training runs: its steps' 2-17 MB tensors come from the heap (not 48 MiB maps)
 
 
 def _no_trim(pad: int) -> int:
