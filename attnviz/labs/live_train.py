@@ -34,9 +34,9 @@ ZIP_FOLDER = "attnviz-trained"
 
 # The Train page's default run: the bundled model's recipe (attnviz.labs.train.TrainConfig's defaults) made
 # quicker to its phase change — 64-token sequences, 64 per batch, 4 heads per layer (layer 0's all random-frozen
-# value/output maps), lr 7e-3 — for 1,000 steps: its induction head forms around steps 300–425 for seeds 0–9
+# value/output maps), lr 1.3e-2 — for 1,000 steps: its induction head forms around steps 250–300 for seeds 0–9
 # (benchmarks/README.md, "Speed where users wait", has the sweep and the times in Chromium).
-RECOMMENDED: dict = {"steps": 1000, "seq_len": 64, "batch_size": 64, "lr": 7e-3, "n_heads": 4, "random_ov_heads": 4,
+RECOMMENDED: dict = {"steps": 1000, "seq_len": 64, "batch_size": 64, "lr": 1.3e-2, "n_heads": 4, "random_ov_heads": 4,
                      "probe_every": 25}
 
 

@@ -111,8 +111,8 @@ def controls() -> None:
     steps = steps_col.number_input(
         "Training steps", min_value=live_train.MIN_STEPS, max_value=live_train.MAX_STEPS, step=100,
         help=f"Each step trains on one batch of {cfg.batch_size} repeated random sequences of {cfg.seq_len} tokens. "
-             f"{recommended} (the default): the induction head forms around steps 300–425 for seeds 0–9, about "
-             "40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token heads.",
+             f"{recommended} (the default): the induction head forms around steps 250–300 for seeds 0–9, about "
+             "35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token heads.",
         **page_bind("train_steps", recommended, in_steps))
     seed = seed_col.number_input(
         "Seed", min_value=0, max_value=live_train.MAX_SEED, step=1,
