@@ -3,11 +3,13 @@
     python benchmarks/train_page_recipes.py NAME MAX_STEPS '{"seq_len": 64, "batch_size": 64}' [0,1,2,3,4]
 
 Each seed trains ``live_train.page_config(seed=…, **overrides)`` on one torch thread (two seeds at a time, one per
-core, as the Train page's training beside a browser) and stops at the first probe (every 25 steps) whose best
-induction score on the page's probe reaches 0.5, or after MAX_STEPS.  Appends one JSON line per recipe to
+core, as the Train page's training beside a browser) and stops at the first probe (every ``probe_every`` steps
+of the recipe; an override like any other field) whose best induction score on the page's probe reaches 0.5, or
+after MAX_STEPS.  Appends one JSON line per recipe to
 ``results/train_page_recipes.jsonl``: for each seed the step (None: not within MAX_STEPS), seconds, and the last
 best score.  The overrides apply on top of the page's recipe (``live_train.RECOMMENDED``) of the day: the lines
-written on 2026-11-25 overrode the bundle's recipe (``RECOMMENDED`` was ``{"steps": 1000}`` then).
+written on 2026-11-25 overrode the bundle's recipe (``RECOMMENDED`` was ``{"steps": 1000}`` then), and every line up
+to those named ``lr13-…`` (the page's recipe with lr 1.3e-2) probed every 25 steps, whatever the recipe said.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def one_seed(args: tuple) -> tuple[int, dict]:
     from attnviz.labs.train import train
 
     torch.set_num_threads(1)
-    cfg = replace(live_train.page_config(seed=seed, **overrides), probe_every=25)
+    cfg = live_train.page_config(seed=seed, **overrides)
     result: dict = {"step": None}
     stop = {"now": False}
     start = time.perf_counter()
