@@ -1,6 +1,6 @@
 """Caching and memory: one byte-bounded TraceCache per server (shared, read-only Traces), looked up by keys that
-sessions keep instead of Traces, the glibc malloc tuning that hands freed tensor memory back to the OS, and the
-garbage collector's freeze of what the server imported."""
+sessions keep instead of Traces, the glibc malloc tuning that hands freed tensor memory back to the OS (and keeps a
+training's in the heap while it runs), and the garbage collector's freeze of what the server imported."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ NO_MALLOC_TUNING = "ATTNVIZ_NO_MALLOC_TUNING"  # set to 1 to leave glibc's mallo
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD = 1 << 20  # while pages only: every block of 1 MiB or more is mmap'd, and unmapped when freed
-TRAINING_MMAP_THRESHOLD = 32 << 20  # while a training runs: its steps' 2-17 MB tensors come from the heap (not 48 MiB maps)
+TRAINING_MMAP_THRESHOLD = 32 << 20  # while a training runs: its steps' 2-17 MB tensors come from the heap
 
 
 def _no_trim(pad: int) -> int:
@@ -92,16 +92,6 @@ def tune_memory() -> bool:
     return True
 
 
-def in_training_heap(work):
-    """A training job's ``work(job)``, run inside ``training_heap()``."""
-
-    def in_heap(job):
-        with training_heap():
-            return work(job)
-
-    return in_heap
-
-
 def _set_mmap_threshold(size: int) -> None:
     global _mmap_threshold
     if _mallopt is not _no_mallopt:
@@ -119,10 +109,11 @@ def training_heap():
     """Around a training job's work: while any training runs, malloc's mmap threshold is
     ``TRAINING_MMAP_THRESHOLD``; when the last one ends, ``MMAP_THRESHOLD`` again and ``malloc_trim``.
 
-    A training step allocates and frees the same few 2-13 MB tensors (activations, logits, gradients) ~10 times
+    A training step allocates and frees the same few 2-17 MB tensors (activations, logits, gradients) ~8 times
     a second.  Under the pages' 1 MiB threshold each of them is a fresh mmap whose pages fault in and are
     zeroed again every step: a step of the Train page's recipe took 173 ms instead of 108 on one core
-    (benchmarks/README.md).  From the heap, the freed blocks are reused by the next step.
+    (benchmarks/README.md).  From the heap, the freed blocks are reused by the next step.  A page's 48 MiB map
+    (GPT-2 at 1,024 tokens) is still an mmap of its own.
     """
     global _trainings
     with _heap_lock:
@@ -137,6 +128,16 @@ def training_heap():
             if _trainings == 0:
                 _set_mmap_threshold(MMAP_THRESHOLD)
                 _malloc_trim(0)  # what the training's heap freed goes back to the system
+
+
+def in_training_heap(work):
+    """A training job's ``work(job)``, run inside ``training_heap()``."""
+
+    def in_heap(job):
+        with training_heap():
+            return work(job)
+
+    return in_heap
 
 
 @st.cache_resource(show_spinner=False)
