@@ -195,6 +195,10 @@ ARM_JS = """
 }
 """
 
+# Every attnviz.ui.charts chart of the main area has drawn its newest figure (a JS expression; ``main`` in scope).
+_KEPT_CHARTS_DRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
+                      ".every((c) => c.querySelector('[data-testid=attnvizChart][data-drawn=true]'))")
+
 # Returns true (and stamps t1) once the page is drawn; see the module docstring, conditions 1-5.
 DRAWN_JS = """
 (marker) => {
@@ -219,9 +223,7 @@ DRAWN_JS = """
     const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
     if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
   }
-  for (const component of main.querySelectorAll('[data-testid=stBidiComponentRegular]')) {
-    if (!component.querySelector('[data-testid=attnvizChart][data-drawn=true]')) return false;
-  }
+  if (!KEPT_CHARTS_DRAWN) return false;
   for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
     if (!graph.querySelector('svg g.node')) return false;
   }
@@ -232,7 +234,7 @@ DRAWN_JS = """
   b.armed = false;
   return true;
 }
-"""
+""".replace("KEPT_CHARTS_DRAWN", _KEPT_CHARTS_DRAWN)
 
 IDLE_JS = """
 () => {
@@ -241,14 +243,13 @@ IDLE_JS = """
   const main = document.querySelector('[data-testid=stMain]');
   if (!main || main.querySelector('[data-stale=true]')) return false;
   if (!main.querySelector('.js-plotly-plot, [data-testid=stHeading]')) return false;
-  if (![...main.querySelectorAll('[data-testid=stBidiComponentRegular]')].every(
-      (c) => c.querySelector('[data-testid=attnvizChart][data-drawn=true]'))) return false;
+  if (!KEPT_CHARTS_DRAWN) return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   return [...main.querySelectorAll('.js-plotly-plot')].every((gd) => gd._fullLayout && gd._fullData
       && gd.querySelectorAll('g.heatmaplayer g.hm image').length
          >= gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length);
 }
-"""
+""".replace("KEPT_CHARTS_DRAWN", _KEPT_CHARTS_DRAWN)
 
 
 class FrameCounter:
@@ -390,9 +391,7 @@ FIRST_PAINT_JS = """
   if (!main || main.querySelector('[data-stale=true]') || !main.innerText.includes(marker)) return false;
   const charts = main.querySelectorAll('.js-plotly-plot');
   if (!charts.length) return false;
-  for (const component of main.querySelectorAll('[data-testid=stBidiComponentRegular]')) {
-    if (!component.querySelector('[data-testid=attnvizChart][data-drawn=true]')) return false;
-  }
+  if (!KEPT_CHARTS_DRAWN) return false;
   for (const gd of charts) {
     if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
     const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
@@ -404,7 +403,7 @@ FIRST_PAINT_JS = """
   window.__bench.t1 = performance.now();
   return true;
 }
-"""
+""".replace("KEPT_CHARTS_DRAWN", _KEPT_CHARTS_DRAWN)
 
 FIRST_PAINT_MARKERS = {"attnviz": "6 tokens", "floor": "one chart"}
 
