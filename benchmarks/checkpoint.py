@@ -50,7 +50,8 @@ app (as above), then 2 of ``benchmarks/floor_switch_app.py`` with its two charts
 grid and 256 × 256 focused window, built by the same figure builders from maps computed when the page first
 loads: no model, no attention run, no tables, no other widget) drawn by ``st.plotly_chart`` (``charts``), 2 with
 the same two charts drawn as the Heads page draws them (``kept``: ``attnviz.ui.charts``, redrawn in place) and 2
-of the same page with its caption only (``ATTNVIZ_FLOOR=bare``: what any Streamlit rerun costs here).  Same clicks, same timing, same machine.
+of the same page with its caption only (``ATTNVIZ_FLOOR=bare``: what any Streamlit rerun costs here).  Same clicks,
+same timing, same machine.
 Results: ``results/checkpoint_browser_floor.json``.
 """
 

@@ -93,7 +93,8 @@ def main() -> int:
     result = {
         "date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "load_average": os.getloadavg(), "rounds": args.rounds,
-        "threads_per_training": live_train.THREADS, "malloc_tuned": tuned, "training_heap": not args.no_training_heap, "recipe": {k: v for k, v in vars(cfg).items() if k != "steps"},
+        "threads_per_training": live_train.THREADS, "malloc_tuned": tuned, "training_heap": not args.no_training_heap,
+        "recipe": {k: v for k, v in vars(cfg).items() if k != "steps"},
         "page_ms": {n: {k: round(1000 * statistics.median(v), 1) for k, v in by.items()} for n, by in times.items()},
         "ratio_vs_alone": {n: {k: round(statistics.median(v) / statistics.median(by[0]), 2) for k, v in by.items()}
                            for n, by in times.items()},
