@@ -1,8 +1,8 @@
 """The Train page's work, without Streamlit: one ``attnviz.labs.train`` run as an ``attnviz.labs.jobs`` job.
 
 ``training_work(cfg, alive)`` returns the ``work(job)`` a ``JobBoard`` runs off the script thread: it
-limits torch to ``THREADS`` intra-op threads *in that thread* (torch's setting is per thread here: the
-script threads keep theirs), draws the untrained heads' "before" snapshot, trains with
+yields to the pages (``attnviz.background``: ``THREADS`` torch intra-op threads *in that thread*, the
+script threads keep theirs, at nice ``NICENESS``), draws the untrained heads' "before" snapshot, trains with
 ``job.should_stop`` as the stop signal, reporting every step, and returns a :class:`TrainedRun` (the
 model, its history, the before/after snapshots).  ``alive()`` (optional) says whether the owner's browser
 tab is still connected; while it is, the worker touches the job itself, so a learner may look at other
@@ -23,10 +23,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from attnviz.background import NICENESS, THREADS, yield_to_pages  # noqa: F401  (a training's threads and nice value)
 from attnviz.head_types import repeated_random_tokens
 
-THREADS = 1  # torch threads of a training job: the other core stays free for every session's pages
-NICENESS = 10  # a training thread's nice value: other sessions' pages come first
 MIN_STEPS, MAX_STEPS = 10, 6000
 MAX_SEED = 2**31 - 1
 SNAPSHOT_T, SNAPSHOT_SEED = 16, 1234  # the snapshot sequence: [BOS] + x + x, |x| = 16 (33 tokens)
@@ -125,24 +124,6 @@ def run_name(run: TrainedRun) -> str:
     return f"{steps}, seed {run.cfg.seed}"
 
 
-def _lower_priority() -> None:
-    """Make this thread (a job's own, never reused) yield the CPU to the pages' threads when both want it: on
-    Linux a thread is a task with its own nice value (``NICENESS``); elsewhere, or if refused, nothing changes
-    (on other systems a thread id is not a process id that ``setpriority`` could take)."""
-    import os
-    import sys
-    import threading
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        thread = threading.get_native_id()
-        if os.getpriority(os.PRIO_PROCESS, thread) < NICENESS:  # never raise a thread already nicer
-            os.setpriority(os.PRIO_PROCESS, thread, NICENESS)
-    except (AttributeError, OSError, OverflowError):
-        pass
-
-
 def training_work(cfg, alive: Callable[[], bool] | None = None,
                   publish: Callable[[TrainedRun], object] | None = None) -> Callable:
     """The ``work(job)`` of one training run (see the module docstring).
@@ -154,12 +135,9 @@ def training_work(cfg, alive: Callable[[], bool] | None = None,
     """
 
     def work(job) -> TrainedRun:
-        import torch
-
         from attnviz.labs.train import build_model, train
 
-        torch.set_num_threads(THREADS)  # this thread only
-        _lower_priority()
+        yield_to_pages()  # THREADS torch threads in this thread only, at nice NICENESS
         start = time.perf_counter()
         before = snapshot(build_model(cfg))  # the same seeded initial weights train() starts from
         job.report(step=None, before=before, seconds=time.perf_counter() - start)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from attnviz.background import yield_to_pages
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.charts import chart
 from attnviz.ui.frame import Context, plotly_config
@@ -109,6 +110,7 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     wanted = dataclasses.astuple(dataclasses.replace(ctx.config, layer=trace.model.layer + 1))
 
     def work() -> None:
+        yield_to_pages()  # the browser and the script threads draw this layer meanwhile: they come first
         try:
             upcoming = prefetch_trace(text, wanted, trace)  # None: it would evict another input's trace (or this one)
             if upcoming is None:

@@ -1,0 +1,35 @@
+"""How the server's background threads — a training, the next layer computed ahead — yield the CPU to the pages'
+script threads: one torch intra-op thread in that thread (torch's setting is per thread: the script threads keep
+theirs) and, on Linux, a higher nice value for that thread alone."""
+
+from __future__ import annotations
+
+THREADS = 1  # torch threads of a background thread: the other core stays free for every session's pages
+NICENESS = 10  # its nice value: the pages' threads come first when both want a core
+
+
+def yield_to_pages() -> None:
+    """Call at the start of a background thread (one of its own, never reused): ``THREADS`` torch threads and
+    ``NICENESS`` for it, so that a page being drawn beside it — its script thread, the browser on the same
+    machine — is not slowed down by it."""
+    import torch
+
+    torch.set_num_threads(THREADS)  # this thread only
+    _lower_priority()
+
+
+def _lower_priority() -> None:
+    """On Linux a thread is a task with its own nice value; elsewhere, or if refused, nothing changes (on other
+    systems a thread id is not a process id that ``setpriority`` could take)."""
+    import os
+    import sys
+    import threading
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        thread = threading.get_native_id()
+        if os.getpriority(os.PRIO_PROCESS, thread) < NICENESS:  # never raise a thread already nicer
+            os.setpriority(os.PRIO_PROCESS, thread, NICENESS)
+    except (AttributeError, OSError, OverflowError):
+        pass
