@@ -17,6 +17,7 @@ One module per job:
 * ``cache``    — the server's byte-bounded trace cache, trace keys, the glibc memory tuning, the gc freeze;
 * ``share``    — "Share & export": the link, the figure format, downloads computed on click;
 * ``frame``    — ``setup()`` and the view helpers every page uses;
+* ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
 * ``charts``   — a Plotly chart kept on the page between runs (updated in place; clicks reported);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
@@ -67,6 +68,7 @@ from attnviz.ui.heads import (
     stats_column_config,
     window_selector,
 )
+from attnviz.ui.layer_views import by_layer
 from attnviz.ui.share import download_head_csv, share_and_export
 from attnviz.ui.sidebar import PAGES, sidebar
 from attnviz.ui.state import page_bind
@@ -84,7 +86,7 @@ from attnviz.ui.weights import register_trained_model, session_id
 
 __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
-    "WINDOW", "Context", "beside_shape_diagram", "cached_trace", "chart", "config_from_settings", "download_head_csv",
+    "WINDOW", "Context", "beside_shape_diagram", "by_layer", "cached_trace", "chart", "config_from_settings", "download_head_csv",
     "focus_from_click", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure", "prefetch_next_layer",
     "markdown_escape", "page_bind", "page_setup", "plotly_config", "settings_from_query", "setup", "share_and_export",
     "share_query", "sidebar", "stats_column_config", "trace_key", "trace_of", "tune_memory", "variant_label",

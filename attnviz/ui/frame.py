@@ -8,13 +8,14 @@ import dataclasses
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from attnviz.models import CheckpointError
 from attnviz.pipeline import AttentionConfig, InputError, Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import links_only, sidebar
+from attnviz.ui.sidebar import layer_selectbox, links_only, sidebar
 from attnviz.ui.state import ss
 from attnviz.ui.urlstate import config_from_settings, markdown_escape
 
@@ -26,6 +27,7 @@ class Context:
     trace: Trace
     stale: bool  # True when showing the last valid view because the current input is invalid
     weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
+    layer_slot: DeltaGenerator | None = None  # setup(layer_views=True): the sidebar's slot for the Layer selectbox
 
     @property
     def checkpoint(self) -> bool:
@@ -52,15 +54,19 @@ def _last_valid_trace() -> Trace | None:
     return None if last is None else cached_trace(*last)
 
 
-def setup(page_title: str, book_classes: bool = False) -> Context | None:
+def setup(page_title: str, book_classes: bool = False, layer_views: bool = False) -> Context | None:
     """Sidebar + cached run.  On invalid input or an unreadable checkpoint: a plain message and the last valid view.
 
     ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
-    and runs them with seeded random weights at the checkpoint's sizes."""
+    and runs them with seeded random weights at the checkpoint's sizes.
+
+    ``layer_views``: the page draws its views with :func:`attnviz.ui.layer_views.by_layer`, which also draws the
+    sidebar's Layer selectbox and Share & export (the context's ``layer_slot``), so that a layer switch reruns
+    only them.  With a stale view (invalid input) they are drawn here and a switch reruns the page."""
     tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
     freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
     st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
-    values = sidebar()
+    values, layer_slot = sidebar(layer_slot=layer_views)
     choice = ui_weights.current()
     try:
         if choice.error is not None:
@@ -77,6 +83,9 @@ def setup(page_title: str, book_classes: bool = False) -> Context | None:
             trace = cached_trace(values["text"], dataclasses.astuple(config))
     except (InputError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
+        if layer_slot is not None:
+            with layer_slot:
+                layer_selectbox(choice)
         last = _last_valid_trace()
         share_and_export(last)
         if last is None:
@@ -85,10 +94,11 @@ def setup(page_title: str, book_classes: bool = False) -> Context | None:
         return Context(settings=values, config=last.config, trace=last, stale=True, weights=choice)
     ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
     freeze_imports()  # a checkpoint's first load imports torch's compiler stack: frozen now, not walked every run
-    share_and_export(trace)
+    if layer_slot is None:
+        share_and_export(trace)
     for note in trace.notes:
         st.info(markdown_escape(note), icon="ℹ️")
-    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice)
+    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, layer_slot=layer_slot)
 
 
 def beside_shape_diagram(trace: Trace, highlight: str):

@@ -4,6 +4,7 @@ Settings that don't apply to the chosen variant are disabled with the registry's
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitAPIException
 
 from attnviz import pipeline, user_code, variants, weights
@@ -24,8 +25,10 @@ PAGES = (
 )
 
 
-def sidebar() -> dict:
-    """Draw the shared sidebar; returns the current settings."""
+def sidebar(layer_slot: bool = False) -> tuple[dict, DeltaGenerator | None]:
+    """Draw the shared sidebar; returns the current settings and, with ``layer_slot``, the empty sidebar slot where
+    the Layer selectbox goes: the page draws it there (:mod:`attnviz.ui.layer_views`, a fragment), else it is drawn
+    here."""
     init_session()
     restore_widgets()
     listed = ui_weights.options()
@@ -35,18 +38,22 @@ def sidebar() -> dict:
     with st.sidebar:
         page_links()
         st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
-        choice = _weights_and_layer(listed)
+        choice = _weights(listed)
+        slot = st.container()
+        if not layer_slot:
+            with slot:
+                layer_selectbox(choice)
         spec = _variant(choice)
         _sizes(spec)
         _mask_dropout_seed_device(spec, choice)
         _notices()
     values = {key: ss[key] for key in SETTING_KEYS}
     st.query_params.from_dict(share_query(values))
-    return values
+    return values, (slot if layer_slot else None)
 
 
-def _weights_and_layer(listed) -> ui_weights.Choice:
-    """The Weights option (the book's classes or a checkpoint) and, for a checkpoint, its layer."""
+def _weights(listed) -> ui_weights.Choice:
+    """The Weights option (the book's classes or a checkpoint); for a checkpoint, the layer kept within its layers."""
     labels = {option.name: option.label for option in listed}
     st.selectbox("Weights", list(labels), format_func=labels.get, **bind("weights"),
                  help="The book's classes with seeded random weights, or a GPT-2 checkpoint found on this "
@@ -64,10 +71,16 @@ def _weights_and_layer(listed) -> ui_weights.Choice:
                 f"Layer {ss['layer']} does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1}); "
                 "showing layer 0.")
         set_setting("layer", 0)
-    st.selectbox("Layer", list(range(n_layers)), disabled=choice.sizes is None, **bind("layer"),
-                 help="Which transformer block's attention to show (0 = the first)." if choice.sizes is not None
-                 else "The book's classes are one attention layer; pick a checkpoint under Weights for layers.")
     return choice
+
+
+def layer_selectbox(choice: ui_weights.Choice) -> int:
+    """The Layer selectbox: the checkpoint's layers, disabled for the book's classes (one layer)."""
+    n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
+    return st.selectbox("Layer", list(range(n_layers)), disabled=choice.sizes is None, **bind("layer"),
+                        help="Which transformer block's attention to show (0 = the first)." if choice.sizes
+                        is not None else "The book's classes are one attention layer; pick a checkpoint under "
+                        "Weights for layers.")
 
 
 def _variant(choice) -> variants.Variant:

@@ -120,6 +120,41 @@ def test_layer_switch_and_overview_and_screenshot(page, server):
     assert path.stat().st_size > 20_000
 
 
+def test_a_layer_switch_sends_the_layers_views_and_nothing_else(page, server):
+    """The Heads page's layer is a fragment: a new layer sends that layer's views, the sidebar's Layer selectbox
+    and Share & export — not the rest of the sidebar, nor the model's next-token panel — and the URL, the link
+    and every view follow it; a sidebar setting changed afterwards reruns the whole page at that layer."""
+    received: list[bytes] = []
+    page.on("websocket", lambda socket: socket.on(
+        "framereceived", lambda payload: received.append(payload if isinstance(payload, bytes) else payload.encode())))
+    visit(page, f"{server.url}/?weights={NAME}&text={TEXT.replace(' ', '%20')}")
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text("Next-token predictions", exact=True)).to_have_count(1)
+    received.clear()
+    pick(page, "Layer", "2")
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 2 of 4").first).to_be_visible()
+    sent = b"".join(received)
+    assert f"{NAME} · layer 2 of 4".encode() in sent and b"Head statistics" in sent  # the layer's views
+    assert b"Next-token predictions" not in sent, "the model's output is the same for every layer: not sent again"
+    assert b"GPT-2 tokens beyond 1024 are truncated" not in sent, "the sidebar's Text area is not sent again"
+    expect(main.get_by_text("Next-token predictions", exact=True)).to_have_count(1)
+    expect(sidebar(page).get_by_role("combobox", name="Layer")).to_have_count(1)
+    assert "layer=2" in page.url and f"weights={NAME}" in page.url
+    share = sidebar(page).get_by_test_id("stExpander").filter(has_text="Share & export")
+    share.locator("summary").click()
+    expect(share.get_by_test_id("stCode")).to_contain_text("layer=2")
+
+    before = runs(page)
+    sidebar(page).get_by_test_id("stCheckbox").filter(has_text="Causal mask").locator("label").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 2 of 4").filter(
+        has_text="causal mask OFF").first).to_be_visible()
+    expect(sidebar(page).get_by_role("combobox", name="Layer")).to_have_count(1)
+    expect(main.get_by_text("Next-token predictions", exact=True)).to_have_count(1)
+    assert "layer=2" in page.url and "causal=false" in page.url
+
+
 def test_tampered_name_is_ignored_with_a_notice(page, server):
     visit(page, f"{server.url}/?weights=%2Fetc%2Fpasswd&text=Hello")
     expect(sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="Ignored URL parameter weights")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from conftest import decode
 from conftest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
-from attnviz import models, pipeline, weights
+from attnviz import background, models, pipeline, weights
 from attnviz.head_types import repeated_random_tokens
 
 transformers = pytest.importorskip("transformers")
@@ -348,21 +350,29 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
     from attnviz import head_types, stats
     from attnviz.views import figures as view_figures
 
-    calls, drawn = [], []
+    calls, drawn = [], []  # (layer or work, the thread that did it: the page's, or the prefetch's)
     real = model_layer._layer_trace
-    monkeypatch.setattr(model_layer, "_layer_trace", lambda *args: calls.append(args[1].layer) or real(*args))
+
+    def where() -> str:
+        if threading.current_thread().name != "attnviz-prefetch":
+            return "page"
+        if sys.platform.startswith("linux"):  # it yields to the pages drawing meanwhile: one torch thread, nice 10
+            assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) >= background.NICENESS
+        return "prefetch" if torch.get_num_threads() == background.THREADS else "prefetch on all cores"
+
+    monkeypatch.setattr(model_layer, "_layer_trace", lambda *args: calls.append((args[1].layer, where())) or real(*args))
 
     def spy(name, real_function):
-        return lambda *args, **kwargs: drawn.append(name) or real_function(*args, **kwargs)
+        return lambda *args, **kwargs: drawn.append((name, where())) or real_function(*args, **kwargs)
 
     for module, name in ((view_figures, "heads_grid"), (stats, "head_statistics"), (head_types, "score_heads")):
         monkeypatch.setattr(module, name, spy(name, getattr(module, name)))
     at.sidebar.selectbox(key="layer").set_value(1).run()
     no_exception(at)
     assert f"{NAME} · layer 1 of 3" in at.caption[0].value
-    assert 1 not in calls and drawn == []  # layer 1's trace, grid, statistics and types came from the caches …
     _prefetches_done()
-    assert calls == [2] and sorted(drawn) == ["head_statistics", "heads_grid", "score_heads"]  # … layer 2's after
+    assert calls == [(2, "prefetch")]  # layer 1's trace came from the cache; layer 2's was computed ahead …
+    assert sorted(drawn) == [("head_statistics", "prefetch"), ("heads_grid", "prefetch"), ("score_heads", "prefetch")]
     z = decode(focused(at)["data"][0]["z"])
     ids = models.load_checkpoint(checkpoints / NAME)
     expected = models.layer_maps(ids, pipeline.tokens.encode(at.sidebar.text_area(key="text").value), 1)[0]
@@ -371,4 +381,35 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
     at.sidebar.selectbox(key="layer").set_value(2).run()
     _prefetches_done()
     no_exception(at)
-    assert calls == [2]  # the last layer: nothing more to compute
+    assert calls == [(2, "prefetch")]  # the last layer: nothing more to compute
+
+
+def test_the_heads_pages_layer_selectbox_is_drawn_once_and_the_link_follows_the_layer(checkpoints):
+    """On the Heads page the Layer selectbox and Share & export are drawn by the layer's fragment into the
+    sidebar: one Layer selectbox, where it always is (below Weights); the link, the URL and the views follow it."""
+    at = app(weights=NAME, text="Hello world, hello world")
+    at.sidebar.selectbox(key="layer").set_value(2).run()
+    no_exception(at)
+    labels = [widget.label for widget in at.sidebar.selectbox]
+    assert labels[:3] == ["Weights", "Layer", "Attention variant"] and labels.count("Layer") == 1
+    assert at.query_params["layer"] == "2"
+    link = next(code.value for code in at.sidebar.code if "?" in code.value)
+    assert "layer=2" in link and f"weights={NAME}" in link
+    assert f"{NAME} · layer 2 of 3" in at.caption[0].value
+    assert focused(at)["layout"]["title"]["text"].startswith("head 0")
+    assert [s.value for s in at.subheader].count("Next-token predictions") == 1  # drawn outside the fragment, once
+
+
+def test_invalid_text_with_a_checkpoint_keeps_the_layer_selectbox_and_the_last_view(checkpoints):
+    """Invalid input: setup draws the Layer selectbox itself and the page shows the last valid view; switching
+    the layer still works (a whole-page run) and says the text is still invalid."""
+    at = app(weights=NAME, text="Hello world, hello world")
+    at.sidebar.text_area(key="text").set_value("").run()
+    no_exception(at)
+    assert any("last valid view" in c.value for c in at.caption)
+    assert [widget.label for widget in at.sidebar.selectbox].count("Layer") == 1
+    at.sidebar.selectbox(key="layer").set_value(1).run()
+    no_exception(at)
+    assert [widget.label for widget in at.sidebar.selectbox].count("Layer") == 1
+    assert at.sidebar.text_area(key="text").value == ""
+    assert at.warning, "the empty text is still said to be invalid"
