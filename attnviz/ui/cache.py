@@ -42,34 +42,23 @@ _trainings = 0  # trainings running in training_heap()
 _heap_lock = threading.Lock()
 
 
-_freeze_lock = threading.Lock()
-_modules_frozen = 0  # len(sys.modules) when freeze_imports() last froze (0: never)
-REFREEZE_MODULES = 200  # a later import of this many modules is frozen too
+_frozen = threading.Lock()  # held once freeze_imports() has frozen
 
 
 def freeze_imports() -> bool:
-    """Move every object alive now — the modules, classes and functions that importing torch, pandas, Plotly,
-    Streamlit and attnviz made (~250,000) — out of the garbage collector's view (``gc.freeze``): once per process,
-    and again after an import of at least ``REFREEZE_MODULES`` more modules.  True on a call that froze.
+    """Once per process: move every object alive now — the modules, classes and functions that importing torch,
+    pandas, Plotly, Streamlit and attnviz made (~250,000) — out of the garbage collector's view (``gc.freeze``).
+    True on the call that froze them.
 
     Streamlit collects all generations after every script run (``runner.postScriptGC``); walking all of them
     takes 40-50 ms holding the GIL while the server sends the messages that end the run, which draws a settings
-    change 40-130 ms later (benchmarks/README.md).  A checkpoint's first load imports torch's compiler stack
-    (``torch._dynamo`` and sympy: ~800 modules, ~120,000 objects, for the skeleton built on the ``meta`` device),
-    which would cost every later run ~55 ms again: ``setup()`` calls this after the run too, and that import is
-    frozen then, after a full collection so that no garbage is frozen with it.  What runs make is collected as
-    before; only the objects alive at a freeze (a few per open session, besides the imports) are left to their
-    reference counts for good.
+    change 40-130 ms later (benchmarks/README.md).  Only these import-time
+    objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
     (With Streamlit's file watcher on, each edit of a module leaves its old, frozen copy behind: a developer's cost.)
     """
-    global _modules_frozen
-    with _freeze_lock:
-        if len(sys.modules) - _modules_frozen < REFREEZE_MODULES:
-            return False
-        if _modules_frozen:
-            gc.collect()  # a later import: the garbage of earlier runs is collected, not frozen
-        gc.freeze()
-        _modules_frozen = len(sys.modules)
+    if not _frozen.acquire(blocking=False):
+        return False
+    gc.freeze()
     return True
 
 

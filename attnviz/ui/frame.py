@@ -93,7 +93,6 @@ def setup(page_title: str, book_classes: bool = False, layer_views: bool = False
         st.caption("Showing the last valid view.")
         return Context(settings=values, config=last.config, trace=last, stale=True, weights=choice)
     ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
-    freeze_imports()  # a checkpoint's first load imports torch's compiler stack: frozen now, not walked every run
     if layer_slot is None:
         share_and_export(trace)
     for note in trace.notes:
