@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from attnviz.models.gpt import GPTModel
 
@@ -321,9 +322,26 @@ def _layer_count(origin: str, keys: set[str], pattern: str, config_layers) -> in
     return n_layers
 
 
+class _Skeleton(TorchFunctionMode):
+    """Building a skeleton on ``meta``, skip the two ops whose meta kernels are torch's Python decompositions: the
+    embeddings' ``normal_`` init and the causal mask's ``triu``.  The first call of either imports torch's compiler
+    stack (``torch._dynamo``, sympy: ~1.4 s, ~800 modules and ~120,000 objects that every later garbage collection
+    of the server walks).  A skeleton's values are never read: every parameter is assigned from the checkpoint
+    and the masks are replaced (``_finish``); only the shapes count, and both ops keep their input's shape."""
+
+    SKIPPED = (nn.init.normal_, torch.Tensor.normal_, torch.triu)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensor = args[0] if args else kwargs.get("tensor", kwargs.get("input"))  # init.normal_(tensor=…)
+        if func in self.SKIPPED and isinstance(tensor, torch.Tensor) and tensor.is_meta:
+            return tensor
+        return func(*args, **kwargs)
+
+
 def _meta_model(cfg: dict) -> GPTModel:
     """The GPTModel skeleton: every tensor on ``meta`` (no memory, no random init) until assigned."""
-    with torch.device("meta"):
+    with torch.device("meta"), _Skeleton():
         return GPTModel(cfg)
 
 
