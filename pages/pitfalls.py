@@ -35,7 +35,7 @@ for note in setup.notes:
     st.caption(f":material/info: {note}")
 
 bug = st.segmented_control(
-    "Switch on a bug", ["none", *PITFALLS], format_func=lambda key: PITFALLS[key].label if key in PITFALLS else "no bug",
+    "Switch on a bug", ["none", *PITFALLS], format_func=catalogue.label,
     **ui.page_bind("pitfalls_bug", "none", lambda key: key == "none" or key in PITFALLS),
 ) or "none"
 
@@ -74,7 +74,7 @@ if n < 2:
     st.info("One token: nothing comes before it, so there is nothing to leak into. Type more text.",
             icon=":material/info:")
 else:
-    j = st.select_slider("Perturbed token j", list(range(n)), format_func=lambda p: f"{p}: {tokens[p]}",
+    j = st.select_slider("Perturbed token j", list(range(n)), format_func=ui.position_label(tuple(tokens)),
                          **ui.page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n))
     with st.spinner("Perturbing…"):
         report = compute.leak(ctx.key, wanted_heads, None if bug == "none" else bug, j, trace)

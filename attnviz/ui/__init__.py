@@ -19,6 +19,7 @@ One module per job:
 * ``frame``    — ``setup()`` and the view helpers every page uses;
 * ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
+* ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.by_layer``);
 * ``charts``   — a Plotly chart kept on the page between runs (updated in place; clicks reported);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
@@ -46,7 +47,7 @@ warm_up(config_from_settings(DEFAULTS))
 import pandas  # noqa: F401
 
 from attnviz.ui.charts import chart
-from attnviz.ui.checkpoint import layers_overview, next_token_panel
+from attnviz.ui.checkpoint import layers_overview, next_token_panel, position_label
 from attnviz.ui.frame import (
     Context,
     beside_shape_diagram,
@@ -90,6 +91,6 @@ __all__ = [
     "focus_from_click", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure", "prefetch_next_layer",
     "markdown_escape", "page_bind", "page_setup", "plotly_config", "settings_from_query", "setup", "share_and_export",
     "share_query", "sidebar", "stats_column_config", "trace_key", "trace_of", "tune_memory", "variant_label",
-    "window_selector", "layers_overview", "next_token_panel", "weights_caption", "register_trained_model",
+    "window_selector", "layers_overview", "next_token_panel", "position_label", "weights_caption", "register_trained_model",
     "session_id",
 ]

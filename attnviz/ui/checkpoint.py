@@ -20,7 +20,7 @@ def next_token_panel(ctx: Context, key: str = "next_position") -> None:
     st.subheader("Next-token predictions")
     n = trace.n
     position = st.select_slider(
-        "After position", list(range(n)), format_func=lambda p: f"{p}: {trace.tokens[p]}",
+        "After position", list(range(n)), format_func=position_label(trace.tokens),
         **page_bind(key, n - 1, lambda p: isinstance(p, int) and 0 <= p < n),
     ) if n > 1 else 0
     st.caption(f"What the model predicts after “{trace.tokens[position]}” (position {position}): its top 5 "
@@ -36,6 +36,12 @@ def next_token_panel(ctx: Context, key: str = "next_position") -> None:
                 "probability": st.column_config.ProgressColumn("probability", format="%.4f", min_value=0.0,
                                                                max_value=1.0),
             })
+
+
+def position_label(tokens: tuple[str, ...]):
+    """A widget's ``format_func`` for token positions ("3: ·cat").  Streamlit keeps a widget's ``format_func`` in the
+    session: this one holds the token pieces only, never a Trace or a page's globals (which hold its Context)."""
+    return lambda position: f"{position}: {tokens[position]}"
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)

@@ -93,7 +93,8 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
 
     heads = run.maps.shape[0]
     default = best_head if best_layer == run.layer else int(run.scores[run.layer].argmax())
-    head = st.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {run.scores[run.layer, h]:.2f}",
+    scores = tuple(float(score) for score in run.scores[run.layer])  # the widget keeps its format_func: not the run
+    head = st.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",
                         **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads))
     tokens = [t.piece for t in pieces(run.token_ids.tolist())]
     name = head_figures.head_name(run.layer, head) if layered else f"head {head}"

@@ -23,7 +23,13 @@ def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
     """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with the sidebar's Layer selectbox
     (``ui.setup(..., layer_views=True)`` left its slot): a new layer reruns the fragment with that layer's trace.
 
-    A stale view (setup drew the Layer selectbox and the last valid view) is drawn as it is, outside a fragment."""
+    A stale view (setup drew the Layer selectbox and the last valid view) is drawn as it is, outside a fragment.
+
+    ``draw`` must be a module's function, not one a page script defines: Streamlit keeps a fragment's arguments for
+    the session's lifetime, and a page's function holds the page's globals — its Context, and so its Trace."""
+    if getattr(draw, "__module__", None) == "__main__":
+        raise TypeError(f"ui.by_layer needs a module's function, not the page script's {draw.__qualname__!r}: "
+                        "it would keep the page's Trace for the session's lifetime.")
     if ctx.layer_slot is None:
         draw(ctx)
         return

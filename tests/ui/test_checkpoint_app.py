@@ -413,3 +413,55 @@ def test_invalid_text_with_a_checkpoint_keeps_the_layer_selectbox_and_the_last_v
     assert [widget.label for widget in at.sidebar.selectbox].count("Layer") == 1
     assert at.sidebar.text_area(key="text").value == ""
     assert at.warning, "the empty text is still said to be invalid"
+
+
+def test_a_session_keeps_no_trace_once_the_heads_page_is_drawn(checkpoints):
+    """Streamlit keeps a fragment's arguments (and so what they reach) for the session's lifetime, a closed tab's
+    for minutes: the Heads page's fragments must reach the Trace through the cache only, or every session would
+    pin ~210 MB per 1024-token input beyond the cache's bound."""
+    import gc
+    import weakref
+
+    from attnviz.ui import cache
+
+    at = app(weights=NAME, text="Another text first.")  # (a server's first run freezes what is alive then)
+    text = "A text of its own, so that its traces are this test's to watch."
+    at.sidebar.text_area(key="text").set_value(text).run()
+    at.sidebar.selectbox(key="layer").set_value(1).run()
+    no_exception(at)
+    _prefetches_done()
+    traces = cache._trace_cache()._traces
+    watched = [weakref.ref(trace) for trace, _ in traces.values() if trace.text == text]
+    assert len(watched) == 3  # layers 0 and 1, and layer 2 computed ahead
+    traces.clear()  # as an eviction would
+    gc.collect()
+    assert all(ref() is None for ref in watched), "a Trace outlived the cache: the session pins it"
+
+
+@pytest.mark.parametrize("page", ["pages/pitfalls.py", "pages/induction.py", "pages/steps.py"])
+def test_other_pages_keep_no_trace_either(checkpoints, page):
+    """The same for pages whose widgets format positions or heads: a ``format_func`` is kept with the widget."""
+    import gc
+    import weakref
+
+    from attnviz.ui import cache
+
+    at = app(page, text="Another text first, for this page.")
+    text = f"A text of its own for {page}, so that its traces are this test's to watch."
+    at.sidebar.text_area(key="text").set_value(text).run()
+    no_exception(at)
+    traces = cache._trace_cache()._traces
+    watched = [weakref.ref(trace) for trace, _ in traces.values() if trace.text == text]
+    assert watched
+    traces.clear()
+    gc.collect()
+    assert all(ref() is None for ref in watched), "a Trace outlived the cache: the session pins it"
+
+
+def test_the_layers_fragment_refuses_a_page_scripts_function():
+    from attnviz import ui
+
+    page = {"__name__": "__main__"}
+    exec("def views(ctx):\n    pass", page)
+    with pytest.raises(TypeError, match="module's function"):
+        ui.by_layer(None, page["views"])

@@ -168,6 +168,11 @@ def leak_check(setup: LabSetup, inputs: torch.Tensor, j: int, *, causal: bool, b
         return {"j": j, "error": str(exc), "verdict": f"cannot run: RuntimeError: {exc}"}
 
 
+def label(key: str) -> str:
+    """A pitfall's label, "no bug" for ``"none"`` (the Pitfall lab's switch)."""
+    return PITFALLS[key].label if key in PITFALLS else "no bug"
+
+
 def diff_text(key: str) -> str:
     """The one-line difference as a unified-diff snippet."""
     pitfall = PITFALLS[key]

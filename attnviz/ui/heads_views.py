@@ -1,0 +1,60 @@
+"""The Heads page's views of one layer: the caption, the stage, the thumbnail grid beside the shape diagram, the
+focused head, a user module's Check panel, the head statistics and types and, for a checkpoint, every layer's
+heads and the next layer computed ahead.  ``pages/heads.py`` draws them with ``ui.by_layer`` (a fragment)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz.attention import MAP_STAGES
+from attnviz.ui import head_labels, module_check
+from attnviz.ui.charts import chart
+from attnviz.ui.checkpoint import layers_overview
+from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
+from attnviz.ui.heads import (
+    focus_from_click,
+    focus_from_row,
+    focused_head,
+    head_stats_table,
+    heads_grid_figure,
+    prefetch_next_layer,
+    stats_column_config,
+)
+from attnviz.ui.state import page_bind
+
+
+def draw(ctx: Context) -> None:
+    """Everything on the Heads page that depends on the layer: a new layer reruns only this."""
+    from attnviz.views import figures
+
+    trace, config = ctx.trace, ctx.trace.config
+    st.caption(f"{weights_caption(ctx)} · {'causal mask' if config.causal else 'no mask'} · {trace.n} tokens · "
+               f"device {trace.device}")
+
+    stage = st.segmented_control(
+        "Show", MAP_STAGES, format_func=figures.MAP_TITLES.get, **page_bind("heads_stage", "weights")
+    ) or "weights"
+
+    grid_col = beside_shape_diagram(trace, highlight=stage)
+    with grid_col:
+        click = chart(heads_grid_figure(ctx, stage), key="heads_grid", clicks=True,
+                      config=plotly_config("attnviz-heads"))  # kept on the page: a new layer or text updates it
+        focus_from_click(click, trace.num_heads)
+
+    focused_head(ctx.key, stage)  # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
+    module_check.check_panel(ctx)  # a user's module: the rules on its code
+
+    st.subheader("Head statistics")
+    st.caption("Computed from the attention weights of every head; each bar spans the range the statistic can "
+               "take for this many tokens (hover a header for it). Click a row to focus that head; click a column "
+               "header to sort.")
+    picked = st.dataframe(head_stats_table(ctx), on_select="rerun", selection_mode="single-row", key="heads_stats",
+                          column_config=stats_column_config(trace.n), hide_index=True, height="content")
+    focus_from_row(picked, trace.num_heads)
+    head_labels.section(ctx)  # each head's type, its first-token mass; every layer's scores for a checkpoint
+
+    if ctx.checkpoint:
+        every_layer_scores = layers_overview(ctx)  # opt-in: one more pass, one layer's maps at a time
+        if every_layer_scores is not None:
+            head_labels.every_layer(every_layer_scores)
+        prefetch_next_layer(ctx, stage)  # stepping to the next layer: what it draws is computed while this one is read
