@@ -272,15 +272,51 @@ def test_setup_freezes_the_imported_objects_once_and_later_runs_freeze_nothing()
 
     code = """
 import gc
+import threading
 from streamlit.testing.v1 import AppTest
 from attnviz.ui import cache
 assert gc.get_freeze_count() == 0
 at = AppTest.from_file("app.py", default_timeout=120).run()
 assert not at.exception, at.exception
+for thread in threading.enumerate():
+    if thread.name == "attnviz-refreeze":
+        thread.join(60)  # frozen again once the first run's thread ended
 frozen = gc.get_freeze_count()
 assert frozen > 100_000, frozen  # torch, pandas, Plotly, Streamlit, attnviz
 at.run()
 assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per process: later runs freeze nothing"
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_first_runs_trace_is_not_frozen_with_its_page():
+    """The freeze happens inside a server's first run; that run's page globals (its Context, a cycle when the page
+    defines functions, as the Steps page does) are collected before the freeze is taken again, so its Trace goes
+    when the cache lets it go."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import gc, threading, weakref
+from streamlit.testing.v1 import AppTest
+from attnviz.ui import cache
+at = AppTest.from_file("app.py", default_timeout=120)
+at.query_params["text"] = "The very first text this server runs."
+at.switch_page("pages/steps.py").run()
+assert not at.exception, at.exception
+at.sidebar.text_area(key="text").set_value("A second text.").run()
+for thread in threading.enumerate():
+    if thread.name in ("attnviz-refreeze", "attnviz-warm-up"):
+        thread.join(60)
+traces = cache._trace_cache()._traces
+first = [weakref.ref(trace) for trace, _ in traces.values() if trace.text.startswith("The very first")]
+assert first
+traces.clear()
+gc.collect()
+assert all(ref() is None for ref in first), "the first run's Trace is kept by its frozen page globals"
 """
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)

@@ -55,11 +55,28 @@ def freeze_imports() -> bool:
     change 40-130 ms later (benchmarks/README.md).  Only these import-time
     objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
     (With Streamlit's file watcher on, each edit of a module leaves its old, frozen copy behind: a developer's cost.)
+
+    The freeze happens inside the first run, so it also holds that run's page globals, which the page then fills
+    (its Context, and so its Trace); a page that defines functions makes them a cycle, which a frozen object keeps
+    from ever being collected.  So once that run's script thread has ended, a thread thaws everything, collects
+    and freezes again (``_refreeze_after``): the first page's Trace goes when the cache lets it go.
     """
     if not _frozen.acquire(blocking=False):
         return False
     gc.freeze()
+    script = threading.current_thread()
+    if script is not threading.main_thread():  # a script thread (a test calling this directly: nothing to wait for)
+        threading.Thread(target=_refreeze_after, args=(script,), name="attnviz-refreeze", daemon=True).start()
     return True
+
+
+def _refreeze_after(script: threading.Thread) -> None:
+    """Once ``script`` (the first run's thread) has ended: thaw, collect what that run left (its page globals), and
+    freeze what is alive then.  Another session's run going on at that moment would have its globals frozen too."""
+    script.join()
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def tune_memory() -> bool:
