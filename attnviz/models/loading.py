@@ -329,7 +329,7 @@ class _Skeleton(TorchFunctionMode):
     of the server walks).  A skeleton's values are never read: every parameter is assigned from the checkpoint
     and the masks are replaced (``_finish``); only the shapes count, and both ops keep their input's shape."""
 
-    SKIPPED = (nn.init.normal_, torch.Tensor.normal_, torch.triu)
+    SKIPPED = (nn.init.normal_, torch.triu)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
