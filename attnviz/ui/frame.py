@@ -54,6 +54,16 @@ def _last_valid_trace() -> Trace | None:
     return None if last is None else cached_trace(*last)
 
 
+def run_settings(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Trace]:
+    """The run of these settings (``checkpoint``: a weights ref, or None for the book's classes), from the cache
+    or computed under a spinner, kept as this session's last valid view.  Raises InputError or CheckpointError."""
+    config = config_from_settings(values, checkpoint).validate()
+    with st.spinner("Running attention…"):
+        trace = cached_trace(values["text"], dataclasses.astuple(config))
+    ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
+    return config, trace
+
+
 def setup(page_title: str, book_classes: bool = False, layer_views: bool = False) -> Context | None:
     """Sidebar + cached run.  On invalid input or an unreadable checkpoint: a plain message and the last valid view.
 
@@ -78,9 +88,7 @@ def setup(page_title: str, book_classes: bool = False, layer_views: bool = False
             st.info(f"This page runs the book's Chapter 3 classes with seeded random weights (at the sizes of "
                     f"{markdown_escape(choice.option.name)}), not the checkpoint's weights: those are on the Heads, "
                     "Steps, Shapes and Tokens pages.", icon=":material/info:")
-        config = config_from_settings(values, checkpoint).validate()
-        with st.spinner("Running attention…"):
-            trace = cached_trace(values["text"], dataclasses.astuple(config))
+        config, trace = run_settings(values, checkpoint)
     except (InputError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         if layer_slot is not None:
@@ -92,7 +100,6 @@ def setup(page_title: str, book_classes: bool = False, layer_views: bool = False
             return None
         st.caption("Showing the last valid view.")
         return Context(settings=values, config=last.config, trace=last, stale=True, weights=choice)
-    ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
     if layer_slot is None:
         share_and_export(trace)
     for note in trace.notes:

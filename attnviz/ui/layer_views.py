@@ -12,11 +12,9 @@ import streamlit as st
 from attnviz.models import CheckpointError
 from attnviz.pipeline import InputError
 from attnviz.ui.cache import cached_trace
-from attnviz.ui.frame import Context
+from attnviz.ui.frame import Context, run_settings
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import layer_selectbox
-from attnviz.ui.state import ss
-from attnviz.ui.urlstate import config_from_settings, share_query
+from attnviz.ui.sidebar import current_settings, layer_selectbox
 
 
 def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
@@ -44,14 +42,11 @@ def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None])
         layer = layer_selectbox(shell.weights)
     settings, config = shell.settings, shell.config
     if config.checkpoint is not None and layer != config.layer:  # a fragment rerun: the Layer selectbox changed
-        settings = {**settings, "layer": layer}
+        settings = current_settings()
         try:
-            config = config_from_settings(settings, config.checkpoint).validate()
-            trace = cached_trace(settings["text"], dataclasses.astuple(config))
+            config, trace = run_settings(settings, config.checkpoint)
         except (InputError, CheckpointError):
             st.rerun()  # the whole page: setup says what went wrong and shows the last valid view
-        ss["_last_valid"] = (settings["text"], dataclasses.astuple(config))
-        st.query_params.from_dict(share_query(settings))
     else:
         trace = cached_trace(*key)
     share_and_export(trace)

@@ -47,9 +47,14 @@ def sidebar(layer_slot: bool = False) -> tuple[dict, DeltaGenerator | None]:
         _sizes(spec)
         _mask_dropout_seed_device(spec, choice)
         _notices()
+    return current_settings(), (slot if layer_slot else None)
+
+
+def current_settings() -> dict:
+    """The settings the widgets hold now, also written to the URL (a shared link, a reload)."""
     values = {key: ss[key] for key in SETTING_KEYS}
     st.query_params.from_dict(share_query(values))
-    return values, (slot if layer_slot else None)
+    return values
 
 
 def _weights(listed) -> ui_weights.Choice:
