@@ -35,6 +35,8 @@ LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-toke
 # attention-pattern detectors (ARENA 1.2: ``score > 0.4``).  At most one type wins (the highest).
 LABEL_THRESHOLD = 0.4
 
+_SPARSE = 16  # a pattern with at most 1 cell in 16 set is summed over its cells' indices (else: masked)
+
 
 def _as_array(weights) -> np.ndarray:
     """A numpy view of ``weights`` (numpy array or CPU torch tensor; no copy when already float)."""
@@ -106,12 +108,19 @@ def score_heads(weights, token_ids, *, exclude_bos: bool = False, exclude_curren
             pattern[:, 0] = False
         if exclude_current:
             np.fill_diagonal(pattern, False)
+    # a sparse pattern (the previous token's n − 1 cells; a text's repeats) is read at its cells, a dense one
+    # (a text of one token repeated) through a mask: both without a copy of the map
+    cells = {name: np.nonzero(pattern) if np.count_nonzero(pattern) * _SPARSE <= pattern.size else None
+             for name, pattern in patterns.items()}
     scores = {name: np.empty(lead, dtype=np.float64) for name in SCORE_NAMES}
     for index in np.ndindex(*lead):
         attn = weights[index]  # (n, n) view
         total = _excluded_sum(attn, exclude_bos, exclude_current)
         for name, pattern in patterns.items():
-            hit = attn.sum(where=pattern, dtype=np.float64)  # sum(A′ ⊙ P) without a copy
+            if cells[name] is not None:
+                hit = attn[cells[name]].sum(dtype=np.float64)  # sum(A′ ⊙ P): the pattern's cells, (k,)
+            else:
+                hit = attn.sum(where=pattern, dtype=np.float64)  # sum(A′ ⊙ P) without a copy
             scores[name][index] = hit / total if total != 0 else np.nan
         scores["first_token"][index] = attn[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
     return scores
