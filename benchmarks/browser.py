@@ -20,11 +20,10 @@ which the page is **drawn**:
    painted "running" counts when the page has charts, as condition 3 then proves a new run's data);
 2. no element in the main area is ``data-stale="true"``, no spinner or status widget is shown;
 3. every Plotly chart in the main area (``.js-plotly-plot``) is *fresh* — created after the key press, or
-   an existing chart that fired ``plotly_afterplot`` after it (attnviz.ui.charts's charts stay on the page and
-   redraw with ``Plotly.react``) — and *drawn*: it has ``_fullLayout``, one
+   an existing chart that fired ``plotly_afterplot`` after it — and *drawn*: it has ``_fullLayout``, one
    ``g.heatmaplayer g.hm image`` per heatmap trace of its ``_fullData``, one ``g.imagelayer g.im image``
-   with its ``href`` set per image trace and, for bar traces, bar paths; every component holds a chart that
-   has drawn its newest figure (``data-drawn="true"``);
+   with its ``href`` set per image trace and, for bar traces, bar paths; every attnviz.ui.charts canvas chart
+   (they stay on the page) has drawn a new figure since the key press (``data-draws`` went up, ``data-drawn="true"``);
 4. every Graphviz chart has an ``svg g.node``;
 5. the main area shows the text's token count (``1024 tokens``) — so the charts are the new run's.
 
@@ -185,6 +184,7 @@ ARM_JS = """
 () => {
   const b = window.__bench;
   b.t0 = null; b.t1 = null; b.runStart = null; b.runEnd = null; b.armed = true; b.runsBefore = b.runs;
+  for (const chart of document.querySelectorAll('[data-testid=attnvizChart]')) chart.__benchDraws = Number(chart.dataset.draws);
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     gd.__benchOld = true; gd.__benchRedraws = 0;
     if (!gd.__benchListening && gd.on) {
@@ -195,9 +195,14 @@ ARM_JS = """
 }
 """
 
-# Every attnviz.ui.charts chart of the main area has drawn its newest figure (a JS expression; ``main`` in scope).
+# Every attnviz.ui.charts chart of the main area has drawn a figure (a JS expression, ``main`` in scope) ...
 _KEPT_CHARTS_DRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
                       ".every((c) => c.querySelector('[data-testid=attnvizChart][data-drawn=true]'))")
+# ... and, after an action, each one present at arm() a new figure since (``data-draws`` counts its figures)
+_KEPT_CHARTS_REDRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
+                        ".every((c) => { const chart = c.querySelector('[data-testid=attnvizChart][data-drawn=true]');"
+                        " return chart && (chart.__benchDraws === undefined"
+                        " || Number(chart.dataset.draws) > chart.__benchDraws); })")
 
 # Returns true (and stamps t1) once the page is drawn; see the module docstring, conditions 1-5.
 DRAWN_JS = """
@@ -223,7 +228,7 @@ DRAWN_JS = """
     const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
     if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
   }
-  if (!KEPT_CHARTS_DRAWN) return false;
+  if (!KEPT_CHARTS_REDRAWN) return false;
   for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
     if (!graph.querySelector('svg g.node')) return false;
   }
@@ -234,7 +239,7 @@ DRAWN_JS = """
   b.armed = false;
   return true;
 }
-""".replace("KEPT_CHARTS_DRAWN", _KEPT_CHARTS_DRAWN)
+""".replace("KEPT_CHARTS_REDRAWN", _KEPT_CHARTS_REDRAWN)
 
 IDLE_JS = """
 () => {

@@ -21,16 +21,42 @@ def decode(array) -> np.ndarray:
     return np.asarray(array, dtype=float)
 
 
+def canvas_figure(payload: bytes) -> dict:
+    """What a canvas chart (``ui.chart``) draws, read back from its bytes (``views.canvas.unpack``) in the shape of
+    the Plotly figure it was packed from: the heatmap (z, x, y, zmin, zmax), the title's lines joined by
+    ``<br>``, the annotations' text, the "masked" legend entry and, for the thumbnail grid, its tiles (``meta``) and
+    click regions (a "select head" trace)."""
+    from attnviz.views import canvas
+
+    header, values = canvas.unpack(payload)
+    heatmap = {"type": "heatmap", "z": values, "x": header["x"], "y": header["y"], "zmin": header["zmin"],
+               "zmax": header["zmax"], "hovertemplate": header["hover"]}
+    layout = {"title": {"text": "<br>".join(header["title"])}, "height": header["height"],
+              "annotations": [{"text": note["text"]} for note in header["annotations"]]}
+    for axis, labels in (("xaxis", header["x"]), ("yaxis", header["y"])):  # the ticks the chart draws
+        ticks = header[axis]["ticks"]
+        layout[axis] = {"title": {"text": header[axis]["title"]}, "ticktext": [text for _, text in ticks],
+                        "tickvals": [labels[at] if labels else at for at, _ in ticks]}
+    data = [heatmap]
+    if header["masked"]:  # the legend's "masked" entry
+        data.append({"type": "scatter", "name": "masked", "marker": {"color": header["masked"]}})
+    if header["regions"]:  # the grid's click regions, one per tile
+        layout["meta"] = {"tiles": [[x0, y0] for x0, y0, *_ in header["regions"]], "size": header["regions"][0][2]}
+        data.append({"type": "scatter", "name": "select head", "customdata": [r[4] for r in header["regions"]],
+                     "hovertemplate": header["region_hover"]})
+    return {"data": data, "layout": layout}
+
+
 def plotly_figures(at) -> list[dict]:
-    """Every Plotly figure an AppTest run drew (``st.plotly_chart`` and attnviz's kept chart, ``ui.chart``), in page
-    order, as the JSON the browser would get."""
+    """Every figure an AppTest run drew (``st.plotly_chart``'s, as the JSON the browser gets, and attnviz's canvas
+    charts, ``ui.chart``, as ``canvas_figure`` reads them back), in page order."""
     found: list[dict] = []
 
     def walk(node) -> None:
         if getattr(node, "type", None) == "plotly_chart":
             found.append(json.loads(node.proto.spec))
         elif getattr(node, "type", None) == "bidi_component" and node.proto.component_name == "attnviz_chart":
-            found.append(json.loads(json.loads(node.proto.json)["spec"]))
+            found.append(canvas_figure(node.proto.bytes))
         for child in getattr(node, "children", {}).values():
             walk(child)
 

@@ -20,7 +20,7 @@ One module per job:
 * ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
 * ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.by_layer``);
-* ``charts``   — a Plotly chart kept on the page between runs (updated in place; clicks reported);
+* ``charts``   — a heatmap drawn on a canvas, kept on the page between runs (updated in place; clicks reported);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;

@@ -1,41 +1,39 @@
-"""A Plotly chart that stays on the page between script runs: ``chart(fig, key=…)`` draws a figure, and the next
-run's figure under the same key is drawn into the same chart with ``Plotly.react`` (a Streamlit component,
-``js/chart.js``), so a new layer or text updates the heatmaps in place instead of mounting every chart again.
+"""A heatmap that stays on the page between script runs: ``chart(fig, key=…)`` draws one of ``attnviz.views.figures``'
+heatmaps with a canvas (a Streamlit component, ``js/heatmap.js``), and the next run's figure under the same key is
+drawn into the same chart, so a new layer or text updates the maps in place.
 
-``st.plotly_chart`` gives each figure an identity that hashes the figure itself, so the browser unmounts the old
-chart and builds a new one whenever its data changes, and passes the spec through three JSON round trips to theme
-it.  Hover, the tick labels, the modebar's PNG/SVG export (``plotly_config``) and a fullscreen button work as they
-do there; a click on a point with ``customdata`` is returned to the script (the Heads page's thumbnails).
-
-Plotly.js is Streamlit's own copy (the module ``st.plotly_chart`` loads), else the bundle inside the installed
-``plotly`` package, served by this Streamlit server from that package's data folder; no CDN, loaded once per tab."""
+``views.canvas`` packs the figure as a JSON header and float32 values (4 bytes a cell); the browser colours them
+into a canvas of one pixel a cell, drawn with its ticks, colour bar and titles as SVG around it — no Plotly.js, whose
+redraw of a 256 × 256 heatmap with 256 token categories took 30–100 ms.  Hover shows the figure's hover template
+(query, key, value), a modebar downloads PNG or SVG (``plotly_config``'s ``toImageButtonOptions``) or goes
+fullscreen, and a click on a region of the thumbnail grid is returned to the script."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import plotly
-import plotly.io
 import streamlit as st
-import streamlit.components.v1 as components_v1
 
-_PLOTLY_FOLDER = Path(plotly.__file__).parent / "package_data"  # plotly.min.js: the bundle Plotly's to_html inlines
-_served = components_v1.declare_component("plotly_js", path=str(_PLOTLY_FOLDER))  # serves the folder; never drawn
-PLOTLY_JS = f"component/{_served.name}/plotly.min.js"  # relative to the app's base URL
+from attnviz.views import canvas
 
-
-def _streamlit_plotly_chunk() -> str:
-    """The module in which Streamlit's frontend ships Plotly.js (``static/js/PlotlyChart.<hash>.js``, relative to
-    the app's base URL), or "" if this Streamlit version has none by that name.  It is the copy ``st.plotly_chart``
-    loads (and ``app.py`` preloads while the server starts): using it, a tab compiles one Plotly.js, not two."""
-    found = sorted((Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js"))
-    return f"static/js/{found[0].name}" if len(found) == 1 else ""
-
-
-STREAMLIT_PLOTLY = _streamlit_plotly_chunk()
+_JS = Path(__file__).parent / "js"
+_CSS = """
+.attnviz-chart { position: relative; width: 100%; overflow: hidden; }
+.attnviz-chart:fullscreen { background: var(--st-background-color, white); }
+.attnviz-chart > svg { position: absolute; left: 0; top: 0; pointer-events: none; }
+.attnviz-chart > .attnviz-plot { position: absolute; }
+.attnviz-chart canvas.attnviz-map { display: block; width: 100%; height: 100%; image-rendering: pixelated; }
+.attnviz-chart > .hovertext { position: absolute; display: none; pointer-events: none; z-index: 2;
+  padding: 4px 8px; border-radius: 4px; font-size: 12px; line-height: 1.4; white-space: pre;
+  background: rgba(38, 39, 48, 0.92); color: white; }
+.attnviz-chart > .modebar { position: absolute; top: 2px; right: 2px; display: flex; gap: 2px; opacity: 0;
+  transition: opacity 0.2s; z-index: 3; }
+.attnviz-chart:hover > .modebar, .attnviz-chart:focus-within > .modebar { opacity: 1; }
+.attnviz-chart .modebar-btn { display: inline-flex; padding: 3px; cursor: pointer; color: #7f7f7f; border-radius: 3px; }
+.attnviz-chart .modebar-btn:hover { color: #444; background: rgba(127, 127, 127, 0.15); }
+"""
 _component = st.components.v2.component(
-    "attnviz_chart", js=(Path(__file__).parent / "js" / "chart.js").read_text(encoding="utf-8"), isolate_styles=False)
+    "attnviz_chart", js=(_JS / "heatmap.js").read_text(encoding="utf-8"), css=_CSS, isolate_styles=False)
 
 
 def _no_op() -> None:
@@ -43,10 +41,9 @@ def _no_op() -> None:
 
 
 def chart(fig, *, key: str, config: dict | None = None, clicks: bool = False) -> dict | None:
-    """Draw ``fig`` (a ``go.Figure`` or its dict) under ``key``; with ``clicks``, the clicked point's
-    ``{"customdata": …}`` in the run the click started, else None."""
-    data = {"spec": plotly.io.to_json(fig, validate=False), "config": json.dumps(config or {}), "plotly": PLOTLY_JS,
-            "streamlit_plotly": STREAMLIT_PLOTLY, "clicks": clicks}
+    """Draw ``fig`` (a heatmap ``go.Figure`` of ``views.figures``, or its dict) under ``key``; with ``clicks``, the
+    clicked region's ``{"customdata": …}`` (the grid's head) in the run the click started, else None."""
+    data = canvas.pack(fig, config=config, clicks=clicks)
     if not clicks:
         _component(data=data, key=key)
         return None

@@ -230,11 +230,11 @@ _IDLE = """
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner], [data-testid=stSkeleton]')) return false;
   if (!document.querySelector('[data-testid=stMain] [data-testid=stElementContainer]')) return false;
   if (document.querySelector('[data-testid=stMain] [data-stale=true]')) return false;
-  // st.plotly_chart's charts, and attnviz.ui.charts's (data-drawn is "false" until Plotly.react has drawn its figure)
-  const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart], [data-testid=attnvizChart]')];
+  // st.plotly_chart's charts, and attnviz.ui.charts's canvas charts (data-drawn="true" once a figure is drawn)
+  const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart]')];
   const components = [...document.querySelectorAll('[data-testid=stBidiComponentRegular]')];
   if (!components.every((c) => c.querySelector('[data-testid=attnvizChart][data-drawn=true]'))) return false;
-  const drawn = charts.every((chart) => chart.dataset.drawn !== 'false' && chart.querySelector('.main-svg')
+  const drawn = charts.every((chart) => chart.querySelector('.main-svg')
       && chart.querySelector('g.heatmaplayer g.hm image, g.barlayer g.trace.bars path, g.scatterlayer g.trace path.js-line'));
   const graphs = [...document.querySelectorAll('[data-testid=stGraphVizChart]')];
   return drawn && graphs.every((graph) => graph.querySelector('svg g.node'));

@@ -7,7 +7,6 @@ Each test opens its own browser context, i.e. its own Streamlit session.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
@@ -42,12 +41,12 @@ def text_box(page):
 
 
 def charts(page):
-    """Every Plotly chart of the main area: ``st.plotly_chart``'s and attnviz.ui.charts's (the Heads page's maps)."""
+    """Every chart of the main area: ``st.plotly_chart``'s and attnviz.ui.charts's canvas charts (the Heads page's maps)."""
     return page.locator("[data-testid=stMain] :is([data-testid=stPlotlyChart], [data-testid=attnvizChart])")
 
 
 def heatmap_charts(page):
-    return charts(page).filter(has=page.locator("g.heatmaplayer g.hm image"))
+    return charts(page).filter(has=page.locator("g.heatmaplayer g.hm image, canvas.attnviz-map"))
 
 
 def grid_chart(page):
@@ -112,7 +111,7 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
 
     if route in ("", "heads"):
         assert grid_titles(page) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
-        expect(grid_chart(page).locator("g.hm image")).to_have_count(1)  # 12 tiles, one heatmap
+        expect(grid_chart(page).locator("canvas.attnviz-map")).to_have_count(1)  # 12 tiles, one heatmap
         assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
         flow = page.locator("[data-testid=stMain] .attnviz-flow")  # the compact shape diagram (HTML)
         expect(flow).to_contain_text("(1, 12, 6, 6)")
@@ -201,20 +200,21 @@ _INJECTED = """
 """
 
 
-# The page position of the centre of head h's tile in the heads grid (one heatmap; tiles in layout.meta).
+# The page position of the centre of head h's tile in the heads grid (one canvas of cells; its tiles are the
+# regions the chart was sent, each [x0, y0, width, height, head] in cells).
 _TILE_CENTRE = """
 ([chart, head]) => {
-  const gd = chart.matches('.js-plotly-plot') ? chart : chart.querySelector('.js-plotly-plot');
-  const layout = gd._fullLayout, [x0, y0] = layout.meta.tiles[head], size = layout.meta.size;
-  const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
-  return {x: area.left + layout.xaxis.d2p(x0 + (size - 1) / 2), y: area.top + layout.yaxis.d2p(y0 + (size - 1) / 2)};
+  const gd = chart.matches('.attnviz-chart') ? chart : chart.querySelector('.attnviz-chart');
+  const {header} = gd.__attnviz, [x0, y0, w, h] = header.regions.find((r) => r[4] === head);
+  const area = gd.querySelector('canvas.attnviz-map').getBoundingClientRect();
+  return {x: area.left + (x0 + w / 2) * area.width / header.cols, y: area.top + (y0 + h / 2) * area.height / header.rows};
 }
 """
 
 
 def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     visit(page, f"{base_url}/")
-    expect(grid_chart(page).locator("g.heatmaplayer g.hm image")).to_have_count(1)  # all 12 tiles in one heatmap
+    expect(grid_chart(page).locator("canvas.attnviz-map")).to_have_count(1)  # all 12 tiles in one canvas
     assert len(grid_titles(page)) == 12
     centre = page.evaluate(_TILE_CENTRE, [grid_chart(page).element_handle(), 5])
     before = runs(page)
@@ -227,12 +227,13 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     assert "▶ head 5" in grid_titles(page)
 
 
-# The page position of the centre of cell (row, col) of a token heatmap (categorical axes, one heatmap).
+# The page position of the centre of cell (row, col) of a token heatmap (a canvas chart, one pixel a cell, query
+# 0 at the top).
 _CELL_CENTRE = """
 ([chart, row, col]) => {
-  const gd = chart.matches('.js-plotly-plot') ? chart : chart.querySelector('.js-plotly-plot');
-  const layout = gd._fullLayout, area = gd.querySelector('.nsewdrag').getBoundingClientRect();
-  return {x: area.left + layout.xaxis.l2p(col), y: area.top + layout.yaxis.l2p(row)};
+  const gd = chart.matches('.attnviz-chart') ? chart : chart.querySelector('.attnviz-chart');
+  const {header} = gd.__attnviz, area = gd.querySelector('canvas.attnviz-map').getBoundingClientRect();
+  return {x: area.left + (col + 0.5) * area.width / header.cols, y: area.top + (row + 0.5) * area.height / header.rows};
 }
 """
 
@@ -245,7 +246,7 @@ def test_the_kept_maps_hover_their_values_and_export_png_and_svg(page, base_url,
     chart.scroll_into_view_if_needed()
     centre = page.evaluate(_CELL_CENTRE, [chart.element_handle(), 3, 1])  # query "·warm", key "·cat"
     page.mouse.move(centre["x"], centre["y"])
-    hover = chart.locator("g.hovertext")
+    hover = chart.locator(".hovertext")
     expect(hover).to_contain_text("query 3: ·warm")
     expect(hover).to_contain_text("key 1: ·cat")
     assert re.search(r"weights 0\.\d{4}", hover.text_content())
@@ -266,22 +267,24 @@ def test_the_kept_maps_hover_their_values_and_export_png_and_svg(page, base_url,
         assert head.startswith(b"\x89PNG") if image_format == "png" else b"<svg" in head
 
 
-def test_the_kept_maps_draw_with_the_plotly_packages_bundle_when_streamlits_is_missing(page, base_url):
-    """attnviz.ui.charts takes Streamlit's own Plotly.js module; a Streamlit without one by that name (here: its
-    request refused) gets the plotly package's bundle, served by the app, and the maps are drawn all the same."""
-    import plotly
-
+def test_the_kept_maps_draw_without_plotly_js(page, base_url):
+    """attnviz.ui.charts draws the Heads page's maps itself (a canvas and SVG): with every Plotly.js request
+    refused — Streamlit's chunk and the plotly package's bundle — the grid and the focused head are drawn all the
+    same, with their titles and token ticks, and every script the tab asked for came from this app's server."""
     requested: list[str] = []
-    page.route(re.compile(r"/static/js/PlotlyChart\.[^/]*\.js$"), lambda route: route.abort())
+    page.route(re.compile(r"(PlotlyChart\.[^/]*|plotly(\.min)?)\.js$"), lambda route: route.abort())
     page.on("request", lambda request: requested.append(request.url))
     visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}")
     assert_no_exception(page)
     assert len(grid_titles(page)) == 12
     assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
-    bundle = [url for url in requested if url.endswith("/component/attnviz.ui.charts.plotly_js/plotly.min.js")]
-    assert bundle and all(url.startswith(base_url) for url in bundle)  # this app's server, no CDN
-    bundled = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
-    assert bundled.startswith(f"/**\n* plotly.js v{page.evaluate('window.Plotly.version')}\n")  # that bundle's
+    for chart in (grid_chart(page), focused_chart(page)):
+        expect(chart.locator("canvas.attnviz-map")).to_have_count(1)
+        drawn = chart.locator("canvas.attnviz-map").evaluate(
+            "(c) => c.width * c.height > 0 && c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some((v) => v)")
+        assert drawn, "the canvas holds the map's colours"
+    scripts = [url for url in requested if urlsplit(url).path.endswith(".js")]
+    assert scripts and all(url.startswith(base_url) for url in scripts), scripts  # no CDN
 
 
 def assert_nothing_injected(page) -> None:
@@ -312,7 +315,7 @@ def test_html_in_the_text_is_shown_literally_and_never_runs(page, base_url):
 
     go_to(page, "Heads")
     assert_no_exception(page)
-    assert x_tick_labels(focused_chart(page)) == pieces  # Plotly labels are literal too
+    assert x_tick_labels(focused_chart(page)) == pieces  # the canvas chart's labels are literal too
     assert_nothing_injected(page)
     page.wait_for_timeout(500)  # a late onerror/script would fire by now
     assert dialogs == [], f"the payload opened dialogs: {dialogs}"

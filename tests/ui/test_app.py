@@ -321,9 +321,10 @@ def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
 
 
 def test_heads_page_maps_are_kept_charts_with_stable_keys_and_a_click_focuses():
-    """The grid, the overview and the focused window are attnviz.ui.charts components under fixed keys (so the
-    browser redraws them in place with Plotly.react on a new layer or text); the grid's clicks come back."""
+    """The grid, the overview and the focused window are attnviz.ui.charts' canvas charts under fixed keys (so the
+    browser redraws them in place on a new layer or text); the grid's clicks come back."""
     from attnviz.ui import heads as ui_heads
+    from attnviz.views import canvas
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     at.query_params["text"] = " ".join(["the cat sat on the mat"] * 60)  # > 256 tokens: overview and window
@@ -332,10 +333,11 @@ def test_heads_page_maps_are_kept_charts_with_stable_keys_and_a_click_focuses():
     charts = [c for c in at.get("bidi_component") if c.proto.component_name == "attnviz_chart"]
     keys = [c.proto.id.rsplit("-", 1)[-1] for c in charts]
     assert keys == ["heads_grid", "heads_map_overview", "heads_map_window"]
-    data = [json.loads(c.proto.json) for c in charts]
-    assert [d["clicks"] for d in data] == [True, False, False]  # only the grid reports clicks
-    assert all(d["plotly"].endswith("/plotly.min.js") and not d["plotly"].startswith(("http", "//")) for d in data)
-    assert json.loads(data[2]["config"])["toImageButtonOptions"]["format"] == "png"  # export as before
+    headers = [canvas.unpack(c.proto.bytes)[0] for c in charts]
+    assert [h["clicks"] for h in headers] == [True, False, False]  # only the grid reports clicks
+    assert [len(h["regions"]) for h in headers] == [12, 0, 0]  # the grid's 12 tiles are its click regions
+    assert headers[2]["config"]["toImageButtonOptions"]["format"] == "png"  # export as before
+    assert headers[2]["config"]["toImageButtonOptions"]["filename"] == "attnviz-head0-weights"
     assert not at.get("plotly_chart")  # none of them is a remounting st.plotly_chart
 
     focused: list[tuple[str, int]] = []

@@ -75,6 +75,8 @@ def heads_app(text: str) -> AppTest:
 
 def z_shape(trace: dict) -> tuple[int, ...]:
     z = trace["z"]
+    if hasattr(z, "shape"):  # a canvas chart's values (tests/conftest.canvas_figure)
+        return tuple(z.shape)
     if isinstance(z, dict):  # NumPy array sent as {"dtype", "bdata", "shape"}
         return tuple(int(s) for s in str(z["shape"]).split(","))
     return (len(z), len(z[0]) if z else 0)
