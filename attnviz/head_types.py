@@ -79,6 +79,35 @@ def detection_pattern(name: str, token_ids) -> np.ndarray:
     raise ValueError(f"unknown head type {name!r}; expected one of {HEAD_TYPES}")
 
 
+def pattern_cells(name: str, token_ids) -> tuple[np.ndarray, np.ndarray] | None:
+    """The set cells ``(rows, cols)`` of ``detection_pattern(name, token_ids)``, found without building the (n, n)
+    pattern, or ``None`` when more than 1 cell in ``_SPARSE`` is set (a text of few distinct tokens: use the pattern).
+
+    previous: ``(i, i − 1)``; duplicate: ``(i, j)`` for each earlier ``j`` with the same token; induction: the
+    duplicate cells moved one column right, ``(i, j + 1)`` (``j < i``, so they stay in the lower triangle and off
+    column 0)."""
+    tokens = np.asarray(token_ids).reshape(-1)
+    n = tokens.shape[0]
+    if name == "previous_token":
+        return np.arange(1, n), np.arange(n - 1)
+    if name not in HEAD_TYPES:
+        raise ValueError(f"unknown head type {name!r}; expected one of {HEAD_TYPES}")
+    order = np.argsort(tokens, kind="stable")  # positions grouped by token, in text order within a group
+    bounds = np.flatnonzero(np.diff(tokens[order])) + 1  # where each group after the first starts
+    starts, counts = np.r_[0, bounds], np.diff(np.r_[0, bounds, n])  # (groups,), (groups,)
+    if int((counts * (counts - 1) // 2).sum()) * _SPARSE > n * n:
+        return None
+    later, earlier = [], []
+    for start, count in zip(starts[counts > 1], counts[counts > 1], strict=True):
+        first, second = np.triu_indices(count, k=1)  # every pair of the group's positions, first < second
+        group = order[start : start + count]
+        later.append(group[second])
+        earlier.append(group[first])
+    rows = np.concatenate(later) if later else np.zeros(0, dtype=np.intp)  # (k,)
+    cols = np.concatenate(earlier) if earlier else np.zeros(0, dtype=np.intp)  # (k,)
+    return (rows, cols) if name == "duplicate_token" else (rows, cols + 1)
+
+
 def _excluded_sum(attn: np.ndarray, exclude_bos: bool, exclude_current: bool) -> float:
     """sum(A′) for one (n, n) map, without copying it."""
     total = attn.sum(dtype=np.float64)
@@ -101,26 +130,34 @@ def score_heads(weights, token_ids, *, exclude_bos: bool = False, exclude_curren
     n = weights.shape[-1]
     tokens = _as_tokens(token_ids, n)
     lead = weights.shape[:-2]
-    patterns = {name: detection_pattern(name, tokens) for name in HEAD_TYPES}  # each (n, n) bool
+    # a sparse pattern (the previous token's n − 1 cells; a text's repeats) is read at its cells, a dense one
+    # (a text of one token repeated) through an (n, n) mask: both without a copy of the map
+    cells = {name: pattern_cells(name, tokens) for name in HEAD_TYPES}  # (rows, cols) or None
+    patterns = {name: detection_pattern(name, tokens) for name, found in cells.items() if found is None}  # (n, n)
     # sum(A′ ⊙ P) = sum(A ⊙ P′) with P′ = P less the entries A′ zeroed (column 0, the diagonal)
+    for name, found in cells.items():
+        if found is not None:
+            rows, cols = found
+            keep = np.ones(rows.shape, dtype=bool)
+            if exclude_bos:
+                keep &= cols != 0
+            if exclude_current:
+                keep &= rows != cols
+            cells[name] = (rows[keep], cols[keep])
     for pattern in patterns.values():
         if exclude_bos:
             pattern[:, 0] = False
         if exclude_current:
             np.fill_diagonal(pattern, False)
-    # a sparse pattern (the previous token's n − 1 cells; a text's repeats) is read at its cells, a dense one
-    # (a text of one token repeated) through a mask: both without a copy of the map
-    cells = {name: np.nonzero(pattern) if np.count_nonzero(pattern) * _SPARSE <= pattern.size else None
-             for name, pattern in patterns.items()}
     scores = {name: np.empty(lead, dtype=np.float64) for name in SCORE_NAMES}
     for index in np.ndindex(*lead):
         attn = weights[index]  # (n, n) view
         total = _excluded_sum(attn, exclude_bos, exclude_current)
-        for name, pattern in patterns.items():
-            if cells[name] is not None:
-                hit = attn[cells[name]].sum(dtype=np.float64)  # sum(A′ ⊙ P): the pattern's cells, (k,)
+        for name, found in cells.items():
+            if found is not None:
+                hit = attn[found].sum(dtype=np.float64)  # sum(A′ ⊙ P): the pattern's cells, (k,)
             else:
-                hit = attn.sum(where=pattern, dtype=np.float64)  # sum(A′ ⊙ P) without a copy
+                hit = attn.sum(where=patterns[name], dtype=np.float64)  # sum(A′ ⊙ P) without a copy
             scores[name][index] = hit / total if total != 0 else np.nan
         scores["first_token"][index] = attn[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
     return scores

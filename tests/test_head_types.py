@@ -12,6 +12,7 @@ from attnviz.head_types import (
     detection_pattern,
     head_label,
     induction_stripe,
+    pattern_cells,
     previous_token_stripe,
     repeated_random_tokens,
     score_heads,
@@ -82,7 +83,12 @@ def _transformer_lens_reference(attention, tokens, name, exclude_bos, exclude_cu
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("exclude_bos", [False, True])
 @pytest.mark.parametrize("exclude_current", [False, True])
-def test_matches_transformer_lens_on_random_maps(seed, exclude_bos, exclude_current):
+@pytest.mark.parametrize("read", ["cells", "mask"])
+def test_matches_transformer_lens_on_random_maps(seed, exclude_bos, exclude_current, read, monkeypatch):
+    from attnviz import head_types
+
+    # every pattern read at its cells' indices, or every one that can be through its (n, n) mask
+    monkeypatch.setattr(head_types, "_SPARSE", 1 if read == "cells" else 10**9)
     rng = np.random.default_rng(seed)
     n = 24
     tokens = rng.integers(0, 6, size=n)  # few distinct ids: many duplicates and adjacent repeats
@@ -94,6 +100,26 @@ def test_matches_transformer_lens_on_random_maps(seed, exclude_bos, exclude_curr
     for name in ("previous_token", "duplicate_token", "induction"):
         reference = [_transformer_lens_reference(m, tokens, name, exclude_bos, exclude_current) for m in maps]
         np.testing.assert_allclose(scores[name], reference, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("name", ["previous_token", "duplicate_token", "induction"])
+@pytest.mark.parametrize("vocabulary", [1, 2, 5, 50, 5000])
+def test_pattern_cells_are_the_patterns_set_cells(name, vocabulary, monkeypatch):
+    from attnviz import head_types
+
+    monkeypatch.setattr(head_types, "_SPARSE", 1)  # cells however dense
+    for seed in range(4):
+        tokens = np.random.default_rng(seed).integers(0, vocabulary, size=[1, 2, 17, 64][seed])
+        rows, cols = pattern_cells(name, tokens)
+        expected = set(zip(*np.nonzero(detection_pattern(name, tokens)), strict=True))
+        assert len(rows) == len(expected) and set(zip(rows.tolist(), cols.tolist(), strict=True)) == expected
+
+
+def test_a_dense_pattern_is_left_to_its_mask():
+    assert pattern_cells("duplicate_token", [7] * 64) is None  # 2016 of 4096 cells: summed through the mask
+    rows, cols = pattern_cells("induction", list(range(64)))  # no repeat, no cell
+    assert rows.size == cols.size == 0
+    assert len(pattern_cells("previous_token", [7] * 64)[0]) == 63  # always n − 1 cells
 
 
 def test_shapes_and_inputs():
