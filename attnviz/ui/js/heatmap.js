@@ -69,6 +69,13 @@ function textWidth(text, size, font) {
   return measurer.measureText(text).width;
 }
 
+const TICK_CHARACTERS = 14;  // a longer token's tick is cut with "…" (the hover shows it whole)
+
+function tickText(text) {
+  const characters = Array.from(text);  // code points: an emoji is never cut in half
+  return characters.length > TICK_CHARACTERS ? characters.slice(0, TICK_CHARACTERS - 1).join("") + "…" : text;
+}
+
 function niceTicks(low, high, count = 5) {
   const span = high - low;
   if (!(span > 0)) return [low];
@@ -86,20 +93,20 @@ function geometry(header, width, height, font) {
   const xa = header.xaxis, ya = header.yaxis;
   let top = titleBand, left = 4, right = 4;
   if (xa.visible && xa.ticks.length) {
-    const longest = Math.max(...xa.ticks.map(([, t]) => textWidth(t, size, font)));
+    const longest = Math.max(...xa.ticks.map(([, t]) => textWidth(tickText(t), size, font)));
     const angle = Math.abs(xa.angle || 0) * Math.PI / 180;
     top += longest * Math.sin(angle) + size * Math.cos(angle) + 6;
   }
   if (xa.visible && xa.title) top += 18;
-  if (ya.visible && ya.ticks.length) left += Math.max(...ya.ticks.map(([, t]) => textWidth(t, size, font))) + 6;
+  if (ya.visible && ya.ticks.length) left += Math.max(...ya.ticks.map(([, t]) => textWidth(tickText(t), size, font))) + 6;
   if (ya.visible && ya.title) left += 18;
   if (header.colorbar) {
     const labels = niceTicks(header.zmin, header.zmax).map((v) => textWidth(formatNumber(v), size, font));
     const title = header.colorbar.title ? textWidth(header.colorbar.title, size, font) : 0;
     right += Math.max(header.colorbar.thickness + 8 + Math.max(...labels, 0), title + 4) + 6;
   }
-  top = Math.max(top, m.t);
-  left = Math.max(left, m.l);
+  top = Math.max(Math.min(top, 0.45 * height), m.t);  // the map keeps most of the room, whatever the labels
+  left = Math.max(Math.min(left, 0.3 * width), m.l);
   right = Math.max(right, m.r);
   const bottom = Math.max(m.b, header.masked ? 24 : 0);
   let plotWidth = Math.max(10, width - left - right), plotHeight = Math.max(10, height - top - bottom);
@@ -158,7 +165,7 @@ function decorations(header, g, colors) {
       const x = px(at), y = g.top - 4;
       const tick = element("g", {class: "xtick"});
       tick.appendChild(element("text", {...text, x, y, "font-size": 11, "text-anchor": angle ? "start" : "middle",
-                                        transform: angle ? `rotate(${angle} ${x} ${y})` : ""}, label));
+                                        transform: angle ? `rotate(${angle} ${x} ${y})` : ""}, tickText(label)));
       ticks.appendChild(tick);
     }
     if (xa.title) ticks.appendChild(element("text", {...text, class: "xtitle", x: g.left + g.width / 2,
@@ -171,7 +178,7 @@ function decorations(header, g, colors) {
     for (const [at, label] of ya.ticks) {
       const tick = element("g", {class: "ytick"});
       tick.appendChild(element("text", {...text, x: g.left - 4, y: py(at) + 4, "font-size": 11, "text-anchor": "end"},
-                               label));
+                               tickText(label)));
       ticks.appendChild(tick);
     }
     if (ya.title) {
@@ -290,6 +297,14 @@ function button(title, path, onClick) {
   link.dataset.title = title;
   link.title = title;
   link.setAttribute("role", "button");
+  link.setAttribute("aria-label", title);
+  link.tabIndex = 0;  // reachable with the keyboard: Enter or Space presses it
+  link.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      onClick();
+    }
+  });
   const icon = element("svg", {viewBox: "0 0 24 24", width: 16, height: 16});
   icon.appendChild(element("path", {d: path, fill: "currentColor"}));
   link.appendChild(icon);
@@ -385,6 +400,7 @@ function layout(gd) {
   state.below.replaceWith(below);
   state.above.replaceWith(above);
   Object.assign(state, {below, above, g, width});
+  gd.setAttribute("aria-label", header.title.join(" — "));  // role="figure": a screen reader reads the title
   Object.assign(state.area.style, {left: `${g.left}px`, top: `${g.top}px`, width: `${g.width}px`,
                                    height: `${g.height}px`});
 }
@@ -397,6 +413,7 @@ export default function (component) {
     gd.className = "attnviz-chart";
     gd.dataset.testid = "attnvizChart";
     gd.dataset.draws = "0";
+    gd.setAttribute("role", "figure");
     parentElement.appendChild(gd);
     build(gd);
   }
