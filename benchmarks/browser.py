@@ -212,7 +212,7 @@ DRAWN_JS = """
   const app = document.querySelector('[data-testid=stApp]');
   // a run started after the action: seen as a script-state change, or (a fast run whose "running" state
   // React never painted) as every chart redrawn with new data, checked below
-  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] .js-plotly-plot')) return false;
+  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] :is(.js-plotly-plot, [data-testid=attnvizChart])')) return false;
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   const main = document.querySelector('[data-testid=stMain]');
@@ -394,10 +394,9 @@ FIRST_PAINT_JS = """
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   const main = document.querySelector('[data-testid=stMain]');
   if (!main || main.querySelector('[data-stale=true]') || !main.innerText.includes(marker)) return false;
-  const charts = main.querySelectorAll('.js-plotly-plot');
-  if (!charts.length) return false;
+  if (!main.querySelector('.js-plotly-plot, [data-testid=attnvizChart]')) return false;  // a chart, of either kind
   if (!KEPT_CHARTS_DRAWN) return false;
-  for (const gd of charts) {
+  for (const gd of main.querySelectorAll('.js-plotly-plot')) {
     if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
     const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
     if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < heatmaps) return false;
