@@ -383,9 +383,11 @@ function build(gd) {
     const region = regionAt(state.header, cell);
     if (region) gd.__attnvizTrigger("click", {customdata: region[4]});
   });
-  new ResizeObserver(() => {
+  const observer = new ResizeObserver(() => {
+    if (!gd.isConnected) return observer.disconnect();  // the chart left the page (its size went to 0)
     if (gd.__attnviz.header && gd.clientWidth !== gd.__attnviz.width) layout(gd);
-  }).observe(gd);
+  });
+  observer.observe(gd);
 }
 
 function layout(gd) {
