@@ -61,6 +61,11 @@ def _axis(axis: dict, labels: list[str] | None) -> dict:
             "visible": axis.get("visible", True) is not False}
 
 
+def _descending(axis_range) -> bool:
+    """An explicit axis range that runs from high to low (the grid's y axis: row 0 on top)."""
+    return axis_range is not None and len(axis_range) == 2 and axis_range[0] > axis_range[1]
+
+
 def _shape(shape: dict) -> dict:
     line = shape.get("line") or {}
     return {"x0": float(shape["x0"]), "x1": float(shape["x1"]), "y0": float(shape["y0"]), "y1": float(shape["y1"]),
@@ -110,7 +115,7 @@ def header_and_values(figure: dict) -> tuple[dict, np.ndarray]:
         "colorscale": [[float(at), str(color)] for at, color in heat["colorscale"]], "colorbar": colorbar,
         "hover": hover, "hoverongaps": heat.get("hoverongaps", True) is not False, "x": x, "y": y,
         "xaxis": _axis(x_axis, raw_x), "yaxis": _axis(y_axis, raw_y),
-        "reversed": y_axis.get("autorange") == "reversed" or list(y_axis.get("range") or [0, 1])[0] > 0,
+        "reversed": y_axis.get("autorange") == "reversed" or _descending(y_axis.get("range")),  # row 0 on top
         "square": y_axis.get("scaleanchor") == "x",
         "title": _title(layout.get("title")), "height": int(layout.get("height") or 450),
         "margin": {side: int((layout.get("margin") or {}).get(side, 40)) for side in "lrtb"},

@@ -113,6 +113,15 @@ def test_values_start_on_a_four_byte_boundary():
         assert (8 + length) % 4 == 0 and len(payload) == 8 + length + 4 * n * n
 
 
+def test_an_axis_runs_down_only_when_the_figure_says_so():
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)  # (2, 3)
+    heat = {"type": "heatmap", "z": values, "zmin": 0.0, "zmax": 5.0, "colorscale": [[0, "#000000"], [1, "#ffffff"]]}
+    for yaxis, down in (({"autorange": "reversed"}, True), ({"range": [1.5, -0.5]}, True),
+                        ({"range": [0.5, 2.5]}, False), ({}, False)):
+        header, _ = canvas.header_and_values({"data": [heat], "layout": {"yaxis": yaxis}})
+        assert header["reversed"] is down, yaxis
+
+
 @pytest.mark.parametrize("fig", [
     go.Figure(go.Bar(x=[1, 2], y=[3, 4])),
     go.Figure([go.Heatmap(z=[[1.0]]), go.Heatmap(z=[[2.0]])]),
