@@ -350,3 +350,52 @@ def test_heads_page_maps_are_kept_charts_with_stable_keys_and_a_click_focuses():
     finally:
         ui_heads._focus = real_focus
     assert focused == [("heads_focus", 5), ("heads_focus", 7)]
+
+
+def test_a_new_text_is_run_before_the_sidebar_is_drawn_and_only_a_new_text(monkeypatch):
+    """A committed text with every other setting unchanged is traced before the sidebar's elements go out (so the
+    forward pass runs while the browser is idle), once; any other change is settled by the sidebar first."""
+    import uuid
+
+    from attnviz import pipeline
+    from attnviz.ui import frame
+
+    events: list[str] = []
+    real_run, real_sidebar = pipeline.run, frame.sidebar
+
+    def run(*args, **kwargs):
+        events.append("run")
+        return real_run(*args, **kwargs)
+
+    def sidebar(*args, **kwargs):
+        events.append("sidebar")
+        return real_sidebar(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run", run)
+    monkeypatch.setattr(frame, "sidebar", sidebar)
+    at = app()
+    no_exception(at)
+    fresh = uuid.uuid4().hex[:8]  # texts no other test has run (the trace cache is the process's)
+
+    events.clear()
+    at.sidebar.text_area(key="text").set_value(f"A new text {fresh} about cats").run()
+    no_exception(at)
+    assert events == ["run", "sidebar"], events  # ahead of the sidebar, and the sidebar's run is a cache hit
+    assert focused(at)["layout"]["xaxis"]["ticktext"][-1] == "·cats"  # and the page draws that text
+
+    events.clear()
+    at.sidebar.toggle(key="causal").set_value(False).run()  # another setting: the sidebar settles it first
+    no_exception(at)
+    assert events == ["sidebar", "run"], events
+
+    events.clear()
+    at.sidebar.text_area(key="text").set_value(f"Another text {fresh} about dogs")
+    at.sidebar.selectbox(key="num_heads").set_value(4).run()  # a new text and another setting at once
+    no_exception(at)
+    assert events == ["sidebar", "run"], events
+
+    events.clear()
+    at.sidebar.text_area(key="text").set_value("   ").run()  # an invalid text: nothing ahead, the sidebar's run says so
+    no_exception(at)
+    assert events == ["sidebar"], events
+    assert at.warning and at.sidebar.text_area(key="text").value == "   "  # the text is kept
