@@ -58,11 +58,16 @@ def _last_valid_trace() -> Trace | None:
 def run_settings(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Trace]:
     """The run of these settings (``checkpoint``: a weights ref, or None for the book's classes), from the cache
     or computed under a spinner, kept as this session's last valid view.  Raises InputError or CheckpointError."""
-    config = config_from_settings(values, checkpoint).validate()
     with st.spinner("Running attention…"):
-        trace = cached_trace(values["text"], dataclasses.astuple(config))
+        config, trace = _trace_of(values, checkpoint)
     ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
     return config, trace
+
+
+def _trace_of(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Trace]:
+    """The validated config of these settings and its trace, from the cache or computed."""
+    config = config_from_settings(values, checkpoint).validate()
+    return config, cached_trace(values["text"], dataclasses.astuple(config))
 
 
 def _new_text_ahead() -> None:
@@ -78,8 +83,7 @@ def _new_text_ahead() -> None:
     if values["text"] == drawn["text"] or {**values, "text": None} != {**drawn, "text": None}:
         return
     try:
-        config = config_from_settings(values, None).validate()
-        cached_trace(values["text"], dataclasses.astuple(config))
+        _trace_of(values, None)
     except Exception:  # noqa: BLE001  (Streamlit's rerun and stop are BaseExceptions: they pass)
         return
 
