@@ -92,6 +92,20 @@ def pattern_cells(name: str, token_ids) -> tuple[np.ndarray, np.ndarray] | None:
         return np.arange(1, n), np.arange(n - 1)
     if name not in HEAD_TYPES:
         raise ValueError(f"unknown head type {name!r}; expected one of {HEAD_TYPES}")
+    return _cells_of(name, _duplicate_cells(tokens))
+
+
+def _cells_of(name: str, duplicate: tuple[np.ndarray, np.ndarray] | None):
+    """``name``'s cells from the duplicate-token cells (None stays None): induction's are one column right."""
+    if duplicate is None or name == "duplicate_token":
+        return duplicate
+    rows, cols = duplicate
+    return rows, cols + 1
+
+
+def _duplicate_cells(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows, cols) of every (i, j < i) with the same token, or None when more than 1 cell in ``_SPARSE`` is."""
+    n = tokens.shape[0]
     order = np.argsort(tokens, kind="stable")  # positions grouped by token, in text order within a group
     bounds = np.flatnonzero(np.diff(tokens[order])) + 1  # where each group after the first starts
     starts, counts = np.r_[0, bounds], np.diff(np.r_[0, bounds, n])  # (groups,), (groups,)
@@ -105,7 +119,7 @@ def pattern_cells(name: str, token_ids) -> tuple[np.ndarray, np.ndarray] | None:
         earlier.append(group[first])
     rows = np.concatenate(later) if later else np.zeros(0, dtype=np.intp)  # (k,)
     cols = np.concatenate(earlier) if earlier else np.zeros(0, dtype=np.intp)  # (k,)
-    return (rows, cols) if name == "duplicate_token" else (rows, cols + 1)
+    return rows, cols
 
 
 def _excluded_sum(attn: np.ndarray, exclude_bos: bool, exclude_current: bool) -> float:
@@ -132,7 +146,9 @@ def score_heads(weights, token_ids, *, exclude_bos: bool = False, exclude_curren
     lead = weights.shape[:-2]
     # a sparse pattern (the previous token's n − 1 cells; a text's repeats) is read at its cells, a dense one
     # (a text of one token repeated) through an (n, n) mask: both without a copy of the map
-    cells = {name: pattern_cells(name, tokens) for name in HEAD_TYPES}  # (rows, cols) or None
+    duplicate = _duplicate_cells(tokens)  # the duplicate and induction cells from one grouping of the tokens
+    cells = {name: pattern_cells(name, tokens) if name == "previous_token" else _cells_of(name, duplicate)
+             for name in HEAD_TYPES}  # (rows, cols) or None
     patterns = {name: detection_pattern(name, tokens) for name, found in cells.items() if found is None}  # (n, n)
     # sum(A′ ⊙ P) = sum(A ⊙ P′) with P′ = P less the entries A′ zeroed (column 0, the diagonal)
     for name, found in cells.items():
