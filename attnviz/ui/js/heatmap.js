@@ -117,7 +117,7 @@ function geometry(header, width, height, font) {
     plotWidth = w;
     plotHeight = h;
   }
-  return {left, top, width: plotWidth, height: plotHeight, right, titleBand, full: width, fullHeight: height};
+  return {left, top, width: plotWidth, height: plotHeight, titleBand, full: width, fullHeight: height};
 }
 
 function formatNumber(v) {
@@ -316,12 +316,12 @@ function button(title, path, onClick) {
 }
 
 function cellAt(gd, event) {
-  const {g, header} = gd.__attnviz;
+  const {header} = gd.__attnviz;
   const box = gd.__attnviz.area.getBoundingClientRect();
   const col = Math.floor(((event.clientX - box.left) / box.width) * header.cols);
   const row = Math.floor(((event.clientY - box.top) / box.height) * header.rows);
   if (col < 0 || row < 0 || col >= header.cols || row >= header.rows) return null;
-  return {col, row: header.reversed ? row : header.rows - 1 - row, g};
+  return {col, row: header.reversed ? row : header.rows - 1 - row};
 }
 
 function regionAt(header, cell) {
