@@ -264,7 +264,7 @@ def test_the_default_run_forms_an_induction_head_and_its_previous_token_heads():
     assert 200 <= formed <= 900, formed  # a sudden change in the middle of the run, not a slow drift
     cfg = live_train.page_config()
     scores = evaluate(model, seed=secrets.randbelow(2**31), positions=cfg.seq_len)  # fresh, as long as it trained on
-    assert scores["induction"][1].max() >= 0.7  # layer 1: it needs layer 0's output (40 draws: min 0.82, mean 0.85)
+    assert scores["induction"][1].max() >= 0.7  # layer 1: it needs layer 0's output (40 draws: min 0.81, mean 0.85)
     longer = evaluate(model, seed=secrets.randbelow(2**31), sequences=24)  # repeats of 25-60 tokens: never this long
-    assert longer["induction"][1].max() >= 0.45  # it still finds most of them (40 draws: min 0.55, mean 0.63)
+    assert longer["induction"][1].max() >= 0.45  # it still finds most of them (40 draws: min 0.59, mean 0.67)
     assert scores["previous_english"][0].max() > 5 * scores["previous_english"][1].max()
