@@ -182,14 +182,19 @@ def _live() -> None:
     st.progress(min(1.0, done / total) if total else 0.0, text=_status_text(status, done, total, view))
     if job is not None and job.error is not None:
         st.error(f"The training failed: {job.error}", icon="🚨")
+    source = job if job is not None else run
     if view.steps.size:
         stride = max(1, view.steps.size // MAX_CURVE_POINTS)
-        st.plotly_chart(head_figures.loss_curve(view.steps, view.loss, total_steps=total, stride=stride),
-                        config=plotly_config("attnviz-training-loss"), key="train_loss")
+        loss = _kept("loss", source, (total,), (view.last_step, stride),
+                     lambda: head_figures.loss_curve(view.steps, view.loss, total_steps=total, stride=stride),
+                     lambda fig: head_figures.set_loss_curve(fig, view.steps, view.loss, stride=stride))
+        st.plotly_chart(loss, config=plotly_config("attnviz-training-loss"), key="train_loss")
     if view.probe_steps.size:
-        curves = _built("scores", job if job is not None else run, (int(view.probe_steps[-1]), total),
-                        lambda: head_figures.score_curves(view.probe_steps, view.induction, view.previous_token,
-                                                          total_steps=total, threshold=LABEL_THRESHOLD))
+        curves = _kept("scores", source, (total, view.induction.shape[1:]), int(view.probe_steps[-1]),
+                       lambda: head_figures.score_curves(view.probe_steps, view.induction, view.previous_token,
+                                                         total_steps=total, threshold=LABEL_THRESHOLD),
+                       lambda fig: head_figures.set_score_curves(fig, view.probe_steps, view.induction,
+                                                                 view.previous_token))
         st.plotly_chart(curves, config=plotly_config("attnviz-training-heads"), key="train_scores")
         formed = live_train.crossings(view, LABEL_THRESHOLD)
         if formed:
@@ -200,19 +205,23 @@ def _live() -> None:
                    "Induction: on fixed repeated random sequences the model never trains on; previous-token: on "
                    "windows of held-out English and code.")
     if status in ("running", "stopping") and view.before is not None:
-        before = _built("before", view.before, (), lambda: head_figures.stripe_grid(
+        before = _kept("before", view.before, (), None, lambda: head_figures.stripe_grid(
             view.before, live_train.SNAPSHOT_T, title="before training: every head on a repeated random sequence"))
         st.plotly_chart(before, config=plotly_config("attnviz-heads-before"), key="train_before_live")
 
 
-def _built(name: str, source: object, signature: tuple, build):
-    """The figure ``build()`` made last time this session polled, if it was of this ``source`` (the same object:
-    this job or run, this array) and ``signature``; else a new one. The live view polls every second, and rebuilding
-    figures that did not change took ~65 ms of the GIL the training thread needs."""
+def _kept(name: str, source: object, shape: tuple, data: object, build, fill=None):
+    """The figure this session drew last time under ``name``, if it was of this ``source`` (the same object: this
+    job or run, this array) and ``shape`` — with ``fill(fig)`` putting the new ``data`` into it in place when that
+    changed —, else ``build()``'s new one. The live view polls every second while the training thread needs the
+    GIL: building the score curves anew took ~80 ms of it, filling them takes a few."""
     kept = ss.get(f"_train_fig_{name}")
-    if kept is None or kept[0] is not source or kept[1] != signature:
-        kept = ss[f"_train_fig_{name}"] = (source, signature, build())
-    return kept[2]
+    if kept is None or kept[0] is not source or kept[1] != shape:
+        kept = ss[f"_train_fig_{name}"] = [source, shape, data, build()]
+    elif kept[2] != data:
+        fill(kept[3])
+        kept[2] = data
+    return kept[3]
 
 
 def _status_text(status: str, done: int, total: int | None, view) -> str:

@@ -230,6 +230,26 @@ def test_score_curves_one_line_per_head_in_both_panels_with_one_colour():
     assert left.line.color == right.line.color
 
 
+def test_filling_a_curve_figure_with_new_data_draws_what_building_it_from_that_data_draws():
+    """The live view fills the figures it drew at the last poll (set_loss_curve, set_score_curves) instead of
+    building them again: the filled figure is the one built from the new data, and a figure of other heads refuses."""
+    rng = np.random.default_rng(0)
+    loss = rng.random(130)
+    filled = head_figures.set_loss_curve(head_figures.loss_curve(np.arange(40), loss[:40], total_steps=500),
+                                         np.arange(130), loss, stride=3)
+    assert filled.to_plotly_json() == head_figures.loss_curve(np.arange(130), loss, total_steps=500,
+                                                              stride=3).to_plotly_json()
+    induction, previous = rng.random((9, 2, 3)), rng.random((9, 2, 3))
+    steps = np.arange(9) * 10
+    filled = head_figures.set_score_curves(head_figures.score_curves(steps[:2], induction[:2], previous[:2],
+                                                                     total_steps=90, threshold=0.4),
+                                           steps, induction, previous)
+    assert filled.to_plotly_json() == head_figures.score_curves(steps, induction, previous, total_steps=90,
+                                                                threshold=0.4).to_plotly_json()
+    with pytest.raises(ValueError, match="12 lines; these scores need 16"):
+        head_figures.set_score_curves(filled, steps, rng.random((9, 2, 4)), rng.random((9, 2, 4)))
+
+
 def test_stripe_grid_outlines_the_stripe_of_every_head():
     T, n = 4, 9
     maps = np.random.default_rng(0).random((2, 3, n, n))
