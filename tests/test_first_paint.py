@@ -291,6 +291,39 @@ assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def test_a_servers_first_training_freezes_what_its_first_step_imported_and_no_later_one_does():
+    """The optimiser's first step imports torch._dynamo, sympy and mpmath (~120,000 objects) after setup() froze
+    the imports: the first training freezes them too, so the collection after each run does not walk them again."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import gc, sys
+from streamlit.testing.v1 import AppTest
+from attnviz.labs import live_train
+from attnviz.ui import cache, train as train_ui
+live_train.RECOMMENDED = {"steps": 10, "n_layers": 1, "n_heads": 2, "emb_dim": 16, "context_length": 64,
+                          "seq_len": 24, "batch_size": 2, "negatives": 8, "min_repeat": 4, "max_repeat": 10}
+at = AppTest.from_file("app.py", default_timeout=120).run()
+at.switch_page("pages/train.py").run()
+assert not at.exception, at.exception
+assert "torch._dynamo" not in sys.modules and "sympy" not in sys.modules
+gc.collect()
+unfrozen = len(gc.get_objects())
+at.button(key="train_start").click().run()
+job = train_ui.job_board().get(at.session_state["_train_owner"])
+assert job.join(120) and job.error is None, job.error
+assert "torch._dynamo" in sys.modules and "sympy" in sys.modules  # what the optimiser's first step imported
+gc.collect()
+assert len(gc.get_objects()) < unfrozen + 20_000, (unfrozen, len(gc.get_objects()))  # not ~120,000 more
+assert not cache.freeze_training_imports(), "once per process"
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_the_first_runs_trace_is_not_frozen_with_its_page():
     """The freeze happens inside a server's first run; that run's page globals (its Context, a cycle when the page
     defines functions, as the Steps page does) are collected before the freeze is taken again, so its Trace goes

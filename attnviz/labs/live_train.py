@@ -126,13 +126,15 @@ def run_name(run: TrainedRun) -> str:
 
 
 def training_work(cfg, alive: Callable[[], bool] | None = None,
-                  publish: Callable[[TrainedRun], object] | None = None) -> Callable:
+                  publish: Callable[[TrainedRun], object] | None = None,
+                  first_step: Callable[[], object] | None = None) -> Callable:
     """The ``work(job)`` of one training run (see the module docstring).
 
     ``publish(run)`` is called in the worker when the run ends with a model its owner can still see (it
     finished, or the user stopped it; not when the tab closed): the Streamlit glue offers it as a
     ``weights`` option there, so it is listed on every page even if the Train page is not open.  Its
-    return value is kept as ``run.option``.
+    return value is kept as ``run.option``.  ``first_step()`` is called in the worker once the first step is
+    done (and with it whatever the optimiser's first step imports).
     """
 
     def work(job) -> TrainedRun:
@@ -150,6 +152,8 @@ def training_work(cfg, alive: Callable[[], bool] | None = None,
             if scores is not None:
                 entry |= {"induction": scores["induction"], "previous_token": scores["previous_token"]}
             job.report(**entry)
+            if step == 0 and first_step is not None:
+                first_step()
 
         model, history = train(cfg, on_step=on_step, should_stop=job.should_stop)
         run = TrainedRun(cfg=cfg, model=model, history=history, before=before, after=snapshot(model))

@@ -79,6 +79,27 @@ def _refreeze_after(script: threading.Thread) -> None:
     gc.freeze()
 
 
+_trained = threading.Lock()  # held once freeze_training_imports() has frozen
+
+
+def freeze_training_imports() -> bool:
+    """Once per process, after a training's first step: thaw, collect and freeze again, so that what that step
+    imported — ``torch.optim``'s first step imports ``torch._dynamo`` and with it sympy and mpmath, ~120,000 objects —
+    leaves the collector's view as ``freeze_imports``' modules did.  True on the call that froze them.
+
+    Unfrozen, the collection Streamlit runs after every script run walked them each time: 75–130 ms holding the GIL
+    after every poll of the Train page's live view (the training thread waits for the GIL between its ops) and after
+    every run of every page on that server from then on.  Like ``freeze_imports``' second freeze, this also freezes
+    what the sessions hold at that moment (their cycles are never collected once they end): once per process.
+    """
+    if not _trained.acquire(blocking=False):
+        return False
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    return True
+
+
 def tune_memory() -> bool:
     """Return freed tensor memory to the OS: on Linux with glibc, fix malloc's mmap threshold at 1 MiB and
     call ``malloc_trim`` after each new run; elsewhere, or with ``ATTNVIZ_NO_MALLOC_TUNING=1``, do nothing.

@@ -20,7 +20,7 @@ import streamlit as st
 from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard, JobRefusedError
-from attnviz.ui.cache import in_training_heap
+from attnviz.ui.cache import freeze_training_imports, in_training_heap
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.state import page_bind, ss
 from attnviz.views import head_figures
@@ -128,8 +128,8 @@ def controls() -> None:
 def _start(steps: int, seed: int) -> None:
     cfg = live_train.page_config(steps, seed)
     try:
-        job_board().start(owner(), in_training_heap(live_train.training_work(cfg, _alive_check(), _publisher())),
-                          name="attnviz-train")
+        work = live_train.training_work(cfg, _alive_check(), _publisher(), first_step=freeze_training_imports)
+        job_board().start(owner(), in_training_heap(work), name="attnviz-train")
     except JobRefusedError as exc:
         st.warning(str(exc), icon="✋")
         return
