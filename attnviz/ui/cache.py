@@ -74,6 +74,11 @@ def _refreeze_after(script: threading.Thread) -> None:
     """Once ``script`` (the first run's thread) has ended: thaw, collect what that run left (its page globals), and
     freeze what is alive then.  Another session's run going on at that moment would have its globals frozen too."""
     script.join()
+    _refreeze()
+
+
+def _refreeze() -> None:
+    """Thaw everything, collect what is garbage now, and freeze what is alive."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()
@@ -94,9 +99,7 @@ def freeze_training_imports() -> bool:
     """
     if not _trained.acquire(blocking=False):
         return False
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    _refreeze()
     return True
 
 
