@@ -172,16 +172,13 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     if induction.size:
         _, layers, heads = induction.shape
         palette = qualitative.Plotly + qualitative.D3
-        for layer in range(layers):
-            for head in range(heads):
-                name = head_name(layer, head)
-                color = palette[(layer * heads + head) % len(palette)]
-                for col in (1, 2):
-                    fig.add_trace(go.Scatter(
-                        mode="lines+markers", name=name, legendgroup=name, showlegend=col == 1,
-                        line={"color": color, "width": 2}, marker={"size": 4},
-                        hovertemplate=name + "<br>step %{x}<br>%{y:.3f}<extra></extra>",
-                    ), row=1, col=col)
+        for layer, head, col in _score_lines(layers, heads):
+            name = head_name(layer, head)
+            fig.add_trace(go.Scatter(
+                mode="lines+markers", name=name, legendgroup=name, showlegend=col == 1,
+                line={"color": palette[(layer * heads + head) % len(palette)], "width": 2}, marker={"size": 4},
+                hovertemplate=name + "<br>step %{x}<br>%{y:.3f}<extra></extra>",
+            ), row=1, col=col)
         set_score_curves(fig, probe_steps, induction, previous_token)
     if threshold is not None:
         for col in (1, 2):
@@ -196,13 +193,19 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     return fig
 
 
+def _score_lines(layers: int, heads: int) -> list[tuple[int, int, int]]:
+    """The score curves' lines in their traces' order, as (layer, head, panel): each head's induction line (panel 1),
+    then its previous-token line (panel 2)."""
+    return [(layer, head, col) for layer in range(layers) for head in range(heads) for col in (1, 2)]
+
+
 def set_score_curves(fig: go.Figure, probe_steps, induction, previous_token) -> go.Figure:
     """Put these probes into a ``score_curves`` figure of as many layers and heads, in place (the Train page's live
     view: setting the traces' data takes a few ms of the GIL its training thread needs, building the figure ~80)."""
     induction, previous_token = np.asarray(induction), np.asarray(previous_token)
     _, layers, heads = induction.shape
-    columns = [values[:, layer, head] for layer in range(layers) for head in range(heads)
-               for values in (induction, previous_token)]  # the traces' order: each head's two panels
+    columns = [(induction if col == 1 else previous_token)[:, layer, head]
+               for layer, head, col in _score_lines(layers, heads)]
     if len(columns) != len(fig.data):
         raise ValueError(f"the figure has {len(fig.data)} lines; these scores need {len(columns)}")
     with fig.batch_update():
