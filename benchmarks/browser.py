@@ -184,7 +184,7 @@ ARM_JS = """
 () => {
   const b = window.__bench;
   b.t0 = null; b.t1 = null; b.runStart = null; b.runEnd = null; b.armed = true; b.runsBefore = b.runs;
-  for (const chart of document.querySelectorAll('[data-testid=attnvizChart]')) chart.__benchDraws = Number(chart.dataset.draws);
+  for (const chart of document.querySelectorAll('[data-testid=attnvizChart], [data-testid=attnvizTable]')) chart.__benchDraws = Number(chart.dataset.draws);
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     gd.__benchOld = true; gd.__benchRedraws = 0;
     if (!gd.__benchListening && gd.on) {
@@ -195,12 +195,14 @@ ARM_JS = """
 }
 """
 
-# Every attnviz.ui.charts chart of the main area has drawn a figure (a JS expression, ``main`` in scope) ...
+# Every attnviz.ui.charts chart and attnviz.ui.tables table of the main area has drawn its data (a JS expression,
+# ``main`` in scope) ...
+_KEPT = "[data-testid=attnvizChart][data-drawn=true], [data-testid=attnvizTable][data-drawn=true]"
 _KEPT_CHARTS_DRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
-                      ".every((c) => c.querySelector('[data-testid=attnvizChart][data-drawn=true]'))")
-# ... and, after an action, each one present at arm() a new figure since (``data-draws`` counts its figures)
+                      f".every((c) => c.querySelector('{_KEPT}'))")
+# ... and, after an action, each one present at arm() new data since (``data-draws`` counts what it drew)
 _KEPT_CHARTS_REDRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
-                        ".every((c) => { const chart = c.querySelector('[data-testid=attnvizChart][data-drawn=true]');"
+                        f".every((c) => {{ const chart = c.querySelector('{_KEPT}');"
                         " return chart && (chart.__benchDraws === undefined"
                         " || Number(chart.dataset.draws) > chart.__benchDraws); })")
 

@@ -64,6 +64,25 @@ def plotly_figures(at) -> list[dict]:
     return found
 
 
+def attnviz_tables(at) -> list[dict]:
+    """Every table an AppTest run drew with ``attnviz.ui.tables.table`` (the JSON the browser gets: ``columns``,
+    ``rows``, ``clicks``, ``csv_name``), each with its rows as a pandas DataFrame under ``"frame"``, in page order."""
+    import pandas as pd
+
+    found: list[dict] = []
+
+    def walk(node) -> None:
+        if getattr(node, "type", None) == "bidi_component" and node.proto.component_name == "attnviz_table":
+            data = json.loads(node.proto.json)
+            data["frame"] = pd.DataFrame(data["rows"], columns=[column["name"] for column in data["columns"]])
+            found.append(data)
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    return found
+
+
 def random_gpt2(seed: int = 0, *, vocab_size: int = 50257, **sizes):
     """A Hugging Face ``GPT2LMHeadModel`` (eager attention, no dropout) with EVERY LayerNorm and bias randomised:
     Hugging Face initialises them to 1 and 0, which would hide a mapping error (a swapped or untransposed

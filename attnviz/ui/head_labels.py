@@ -11,6 +11,7 @@ import streamlit as st
 from attnviz import head_types
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.tables import Column, table
 from attnviz.views import head_figures
 
 TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")
@@ -65,8 +66,8 @@ def section(ctx: Context) -> None:
         none += (f" {whose} random weights: their heads have no types yet. Choose the bundled model "
                  "(or train one on the Train page) under *Weights* to see heads that learned one.")
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else none))
-    st.dataframe(label_table(scores), hide_index=True, key="heads_types", height="content", column_config={
-        name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, width="small")
+    table(label_table(scores), key="heads_types", csv_name="attnviz-head-types.csv", columns={
+        name: Column(digits=2, bar=(0.0, 1.0))
         for name in ("first-token mass", *(head_figures.SCORE_TITLES[k] for k in TYPE_COLUMNS))
     })
 

@@ -1,7 +1,10 @@
 """The Heads page's widgets: the thumbnail grid (pooled once per input), picking a head by click or table row,
-the head statistics table with a bar per cell, the focused head (a fragment) with its window sliders."""
+the head statistics table's columns (a bar per cell), the focused head (a fragment) with its window sliders."""
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import streamlit as st
 
@@ -42,20 +45,23 @@ def focus_from_click(click: dict | None, num_heads: int, key: str = "heads_focus
         _focus(key, int(head), num_heads)
 
 
-def focus_from_row(event, num_heads: int, key: str = "heads_focus") -> None:
-    """A row picked in the head statistics table focuses that head."""
-    rows = (event or {}).get("selection", {}).get("rows", []) if event else []
-    signature = repr(rows)
-    if not rows or ss.get("_last_row_pick") == signature:
-        return
-    ss["_last_row_pick"] = signature
-    _focus(key, int(rows[0]), num_heads)
+def focus_on_row(num_heads: int, key: str = "heads_focus") -> Callable[[int], bool]:
+    """The head statistics table's row callback (``tables.table``'s ``on_row``): the clicked row's head is focused
+    before the rerun draws the focused head's selectbox.  A row's position in that table is its head."""
+    return functools.partial(_set_focus, key, num_heads=num_heads)
+
+
+def _set_focus(key: str, head: int, num_heads: int) -> bool:
+    """Focus ``head`` (kept across page switches) if it is one of this run's heads; True if it is."""
+    if not 0 <= head < num_heads:
+        return False
+    ss[key] = ss[f"_keep_{key}"] = head
+    return True
 
 
 def _focus(key: str, head: int, num_heads: int) -> None:
-    """Focus ``head`` (kept across page switches) and redraw, if it is one of this run's heads."""
-    if 0 <= head < num_heads:
-        ss[key] = ss[f"_keep_{key}"] = head
+    """Focus ``head`` and redraw, if it is one of this run's heads."""
+    if _set_focus(key, head, num_heads):
         st.rerun()
 
 
@@ -76,17 +82,16 @@ def head_stats_table(ctx: Context):
     return _head_stats(*ctx.key)
 
 
-def stats_column_config(n: int) -> dict:
+def stats_columns(n: int) -> dict:
     """Each statistic as a bar in its cell, on the range it can take for ``n`` tokens (stats.stat_range)."""
     from attnviz import stats
+    from attnviz.ui.tables import Column
 
-    config = {"head": st.column_config.NumberColumn("head", format="%d", width="small")}
+    columns = {}
     for name, text in stats.STATS.items():
         low, high = stats.stat_range(name, n)
-        config[name] = st.column_config.ProgressColumn(
-            name, help=f"{text}. Bar: {low:g} … {high:.4g}", format="%.4f", min_value=low, max_value=high,
-            width=128)  # all six fit beside the head column in the main area of a 1400-px window
-    return config
+        columns[name] = Column(digits=4, bar=(low, high), help=f"{text}. Bar: {low:g} … {high:.4g}")
+    return columns
 
 
 def prefetch_next_layer(ctx: Context, stage: str) -> bool:

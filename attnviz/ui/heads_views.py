@@ -13,14 +13,15 @@ from attnviz.ui.checkpoint import layers_overview
 from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
 from attnviz.ui.heads import (
     focus_from_click,
-    focus_from_row,
+    focus_on_row,
     focused_head,
     head_stats_table,
     heads_grid_figure,
     prefetch_next_layer,
-    stats_column_config,
+    stats_columns,
 )
 from attnviz.ui.state import page_bind
+from attnviz.ui.tables import table
 
 
 def draw(ctx: Context) -> None:
@@ -48,9 +49,8 @@ def draw(ctx: Context) -> None:
     st.caption("Computed from the attention weights of every head; each bar spans the range the statistic can "
                "take for this many tokens (hover a header for it). Click a row to focus that head; click a column "
                "header to sort.")
-    picked = st.dataframe(head_stats_table(ctx), on_select="rerun", selection_mode="single-row", key="heads_stats",
-                          column_config=stats_column_config(trace.n), hide_index=True, height="content")
-    focus_from_row(picked, trace.num_heads)
+    table(head_stats_table(ctx), key="heads_stats", columns=stats_columns(trace.n), on_row=focus_on_row(trace.num_heads),
+          csv_name="attnviz-head-statistics.csv")  # kept on the page: a new layer or text updates it
     head_labels.section(ctx)  # each head's type, its first-token mass; every layer's scores for a checkpoint
 
     if ctx.checkpoint:

@@ -227,6 +227,66 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     assert "▶ head 5" in grid_titles(page)
 
 
+def statistics_table(page):
+    """The Heads page's head statistics table (attnviz.ui.tables: a plain HTML table)."""
+    return page.get_by_test_id("stMain").get_by_test_id("attnvizTable").filter(has_text="entropy")
+
+
+def test_the_head_statistics_table_sorts_searches_downloads_and_focuses_a_clicked_row(page, base_url, tmp_path):
+    """The head statistics table: a header click sorts by that column (again: the other way), each statistic is a bar
+    on its range, the toolbar's search keeps the matching rows and its CSV holds the rows as shown, and a click on a
+    row focuses that row's head (not the head at that position on screen)."""
+    import csv
+
+    visit(page, f"{base_url}/")
+    table = statistics_table(page)
+    expect(table.locator("tbody tr")).to_have_count(12)
+    assert table.locator("tbody tr td:first-child").all_text_contents() == [str(h) for h in range(12)]
+    expect(table.locator("tbody tr").first.locator(".attnviz-bar-fill")).to_have_count(6)  # a bar per statistic
+    assert table.get_by_role("columnheader", name="entropy").get_attribute("title").startswith("mean entropy")
+
+    def column(name: str) -> list[float]:
+        index = table.locator("th").all_text_contents().index(next(
+            t for t in table.locator("th").all_text_contents() if t.startswith(name)))
+        return [float(row.locator("td").nth(index).text_content()) for row in table.locator("tbody tr").all()]
+
+    table.get_by_role("columnheader", name="max weight").click()
+    assert column("max weight") == sorted(column("max weight"))
+    expect(table.get_by_role("columnheader", name="max weight")).to_have_attribute("aria-sort", "ascending")
+    table.get_by_role("columnheader", name="max weight").click()
+    descending = column("max weight")
+    assert descending == sorted(descending, reverse=True)
+    heads = [int(h) for h in table.locator("tbody tr td:first-child").all_text_contents()]
+
+    table.hover()
+    with page.expect_download() as download:
+        table.get_by_role("button", name="CSV").click()
+    assert download.value.suggested_filename == "attnviz-head-statistics.csv"
+    saved = tmp_path / download.value.suggested_filename
+    download.value.save_as(saved)
+    rows = list(csv.reader(saved.open(encoding="utf-8")))
+    assert rows[0][:3] == ["head", "entropy", "max weight"]
+    assert [int(row[0]) for row in rows[1:]] == heads  # as shown: sorted
+    assert [float(row[2]) for row in rows[1:]] == sorted((float(row[2]) for row in rows[1:]), reverse=True)
+
+    table.get_by_role("searchbox").fill(rows[3][1][:6])  # the third row's entropy, to four places
+    expect(table.locator("tbody tr")).to_have_count(1)
+    table.get_by_role("searchbox").fill("")
+    expect(table.locator("tbody tr")).to_have_count(12)
+
+    picked = heads[1]  # the second row on screen, sorted: a head other than 1 unless it happens to be
+    before = runs(page)
+    table.locator("tbody tr").nth(1).click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    expect(focus).to_have_value(f"head {picked}")
+    expect(focused_chart(page).locator("text.gtitle")).to_contain_text(f"head {picked}")
+    assert f"▶ head {picked}" in grid_titles(page)
+    expect(statistics_table(page).get_by_role("columnheader", name="max weight")).to_have_attribute(
+        "aria-sort", "descending")  # the table stayed as it was: the order is kept
+
+
 # The page position of the centre of cell (row, col) of a token heatmap (a canvas chart, one pixel a cell, query
 # 0 at the top).
 _CELL_CENTRE = """

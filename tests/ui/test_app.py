@@ -6,13 +6,12 @@ these tests check what the user would see: the number of heads drawn, masked cel
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import decode
+from conftest import attnviz_tables, decode
 from conftest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -281,14 +280,16 @@ def test_book_preset_steps_show_the_books_mha_output():
 
 
 def test_head_statistics_table_draws_each_statistic_as_a_bar_on_its_range(default_app):
-    table = default_app.dataframe[0]
-    assert table.value["head"].tolist() == list(range(12))
-    columns = json.loads(table.proto.columns)
+    table = attnviz_tables(default_app)[0]
+    assert table["frame"]["head"].tolist() == list(range(12))
+    assert table["clicks"] and table["csv_name"] == "attnviz-head-statistics.csv"  # a row click focuses its head
+    columns = {column["name"]: column for column in table["columns"]}
+    assert columns["head"]["kind"] == "number" and columns["head"]["digits"] is None
     entropy = columns["entropy"]
-    assert entropy["type_config"]["type"] == "progress"
-    assert entropy["type_config"]["min_value"] == 0 and entropy["type_config"]["max_value"] == pytest.approx(np.log(6))
-    assert columns["mean distance"]["type_config"]["max_value"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
-    assert (table.value["entropy"] <= np.log(6) + 1e-9).all()
+    assert entropy["kind"] == "bar" and entropy["digits"] == 4
+    assert entropy["low"] == 0 and entropy["high"] == pytest.approx(np.log(6))
+    assert columns["mean distance"]["high"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
+    assert (table["frame"]["entropy"] <= np.log(6) + 1e-9).all()
 
 
 def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
