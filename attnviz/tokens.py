@@ -88,6 +88,7 @@ def _visible_char(char: str) -> str:
     return char
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a 1024-token text repeats its tokens: each piece is made once
 def display_piece(token_bytes: bytes) -> str:
     """What a learner should see for one token: spaces as ``·``, ``\\n``/``\\t`` and other
     invisible characters escaped, and bytes that are not valid UTF-8 on their own as ``<0xE2>``."""
@@ -121,12 +122,18 @@ def pieces(token_ids: list[int]) -> list[Token]:
     return _tokens_from_bytes(token_ids, token_bytes, None)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _characters(chunk: bytes) -> int:
+    """Characters a token's bytes start (every byte but a UTF-8 continuation byte)."""
+    return sum(1 for byte in chunk if not 0x80 <= byte < 0xC0)
+
+
 def _tokens_from_bytes(token_ids, token_bytes, text_len) -> list[Token]:
     starts, position = [], 0
     for chunk in token_bytes:
         # a token that starts inside a multi-byte character belongs to that character
         starts.append(max(0, position - (bool(chunk) and 0x80 <= chunk[0] < 0xC0)))
-        position += sum(1 for byte in chunk if not 0x80 <= byte < 0xC0)
+        position += _characters(chunk)
     total = position if text_len is None else text_len
     ends = [max(start, nxt) for start, nxt in zip(starts, starts[1:] + [total])]
     return [
