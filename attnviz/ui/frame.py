@@ -8,7 +8,6 @@ import dataclasses
 from dataclasses import dataclass
 
 import streamlit as st
-from streamlit.delta_generator import DeltaGenerator
 
 from attnviz import weights as core_weights
 from attnviz.models import CheckpointError
@@ -16,7 +15,7 @@ from attnviz.pipeline import AttentionConfig, InputError, Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import layer_selectbox, links_only, sidebar
+from attnviz.ui.sidebar import ViewSlots, fill_view_slots, links_only, sidebar
 from attnviz.ui.state import ss
 from attnviz.ui.urlstate import config_from_settings, markdown_escape
 
@@ -28,7 +27,7 @@ class Context:
     trace: Trace
     stale: bool  # True when showing the last valid view because the current input is invalid
     weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
-    layer_slot: DeltaGenerator | None = None  # setup(layer_views=True): the sidebar's slot for the Layer selectbox
+    slots: ViewSlots | None = None  # setup(layer_views=True): what the page's layer views draw in the sidebar
 
     @property
     def checkpoint(self) -> bool:
@@ -95,13 +94,14 @@ def setup(page_title: str, book_classes: bool = False, layer_views: bool = False
     and runs them with seeded random weights at the checkpoint's sizes.
 
     ``layer_views``: the page draws its views with :func:`attnviz.ui.layer_views.by_layer`, which also draws the
-    sidebar's Layer selectbox and Share & export (the context's ``layer_slot``), so that a layer switch reruns
-    only them.  With a stale view (invalid input) they are drawn here and a switch reruns the page."""
+    sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the context's ``slots``),
+    so that a layer switch or a new text reruns only them.  With a stale view (invalid input) they are drawn here
+    and a change reruns the page."""
     tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
     freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
     st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
     _new_text_ahead()
-    values, layer_slot = sidebar(layer_slot=layer_views)
+    values, slots = sidebar(view_slots=layer_views)
     ss["_settings_drawn"] = dict(values)  # what the next run's _new_text_ahead compares with
     choice = ui_weights.current()
     try:
@@ -117,20 +117,19 @@ def setup(page_title: str, book_classes: bool = False, layer_views: bool = False
         config, trace = run_settings(values, checkpoint)
     except (InputError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
-        if layer_slot is not None:
-            with layer_slot:
-                layer_selectbox(choice)
+        if slots is not None:
+            fill_view_slots(slots, choice)
         last = _last_valid_trace()
         share_and_export(last)
         if last is None:
             return None
         st.caption("Showing the last valid view.")
         return Context(settings=values, config=last.config, trace=last, stale=True, weights=choice)
-    if layer_slot is None:
+    if slots is None:
         share_and_export(trace)
     for note in trace.notes:
         st.info(markdown_escape(note), icon="ℹ️")
-    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, layer_slot=layer_slot)
+    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, slots=slots)
 
 
 def beside_shape_diagram(trace: Trace, highlight: str):

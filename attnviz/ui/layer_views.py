@@ -1,6 +1,7 @@
-"""A page's views of one layer as a fragment: the Layer selectbox in the sidebar, the layer's trace, the views and
-the sidebar's Share & export are drawn by one fragment, so that switching the layer reruns them and nothing else
-(not the sidebar's other settings, nor what the page draws outside it, such as the model's next-token panel)."""
+"""A page's views of one layer as a fragment: the views, the sidebar's Layer selectbox, its Share & export and — with
+the book's classes or a user's module — its Text area are drawn by one fragment, so that switching the layer or
+committing a new text reruns them and nothing else (not the sidebar's other settings, nor what the page draws
+outside it, such as a model's next-token panel)."""
 
 from __future__ import annotations
 
@@ -10,25 +11,27 @@ from collections.abc import Callable
 import streamlit as st
 
 from attnviz.models import CheckpointError
-from attnviz.pipeline import InputError
+from attnviz.pipeline import AttentionConfig, InputError, Trace
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, run_settings
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import current_settings, layer_selectbox
+from attnviz.ui.sidebar import current_settings, fill_view_slots
+from attnviz.ui.state import ss
 
 
 def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
-    """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with the sidebar's Layer selectbox
-    (``ui.setup(..., layer_views=True)`` left its slot): a new layer reruns the fragment with that layer's trace.
+    """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with what the sidebar left to it
+    (``ui.setup(..., layer_views=True)``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
+    or a new text reruns the fragment with that trace.
 
-    A stale view (setup drew the Layer selectbox and the last valid view) is drawn as it is, outside a fragment.
+    A stale view (setup drew the sidebar's slots and the last valid view) is drawn as it is, outside a fragment.
 
     ``draw`` must be a module's function, not one a page script defines: Streamlit keeps a fragment's arguments for
     the session's lifetime, and a page's function holds the page's globals — its Context, and so its Trace."""
     if getattr(draw, "__module__", None) == "__main__":
         raise TypeError(f"ui.by_layer needs a module's function, not the page script's {draw.__qualname__!r}: "
                         "it would keep the page's Trace for the session's lifetime.")
-    if ctx.layer_slot is None:
+    if ctx.slots is None:
         draw(ctx)
         return
     _layer_fragment(dataclasses.replace(ctx, trace=None), ctx.key, draw)
@@ -38,16 +41,25 @@ def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
 def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None]) -> None:
     """The fragment.  Streamlit keeps a fragment's arguments for the session's lifetime: it holds the context
     without its Trace (``shell``) and the trace's key, and looks the Trace up in the cache on every run."""
-    with shell.layer_slot:
-        layer = layer_selectbox(shell.weights)
-    settings, config = shell.settings, shell.config
-    if config.checkpoint is not None and layer != config.layer:  # a fragment rerun: the Layer selectbox changed
-        settings = current_settings()
-        try:
-            config, trace = run_settings(settings, config.checkpoint)
-        except (InputError, CheckpointError):
-            st.rerun()  # the whole page: setup says what went wrong and shows the last valid view
-    else:
+    settings, config, trace = shell.settings, shell.config, None
+    if shell.slots.text is not None and ss["text"] != settings["text"]:  # a fragment rerun: a new text
+        settings, config, trace = _rerun(config)  # before anything is sent: the browser is idle while it computes
+    layer = fill_view_slots(shell.slots, shell.weights)
+    if trace is None and config.checkpoint is not None and layer != config.layer:  # the Layer selectbox changed
+        settings, config, trace = _rerun(config)
+    elif trace is None:
         trace = cached_trace(*key)
     share_and_export(trace)
     draw(dataclasses.replace(shell, settings=settings, config=config, trace=trace))
+
+
+def _rerun(config: AttentionConfig) -> tuple[dict, AttentionConfig, Trace]:
+    """The settings the widgets hold now and their run, for a fragment rerun that changed them; on invalid input the
+    whole page reruns instead (setup says what went wrong and shows the last valid view)."""
+    settings = current_settings()
+    try:
+        config, trace = run_settings(settings, config.checkpoint)
+    except (InputError, CheckpointError):
+        st.rerun()
+    ss["_settings_drawn"] = dict(settings)  # what a whole-page run's frame._new_text_ahead compares with
+    return settings, config, trace

@@ -3,6 +3,8 @@ Settings that don't apply to the chosen variant are disabled with the registry's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitAPIException
@@ -25,10 +27,20 @@ PAGES = (
 )
 
 
-def sidebar(layer_slot: bool = False) -> tuple[dict, DeltaGenerator | None]:
-    """Draw the shared sidebar; returns the current settings and, with ``layer_slot``, the empty sidebar slot where
-    the Layer selectbox goes: the page draws it there (:mod:`attnviz.ui.layer_views`, a fragment), else it is drawn
-    here."""
+@dataclass(frozen=True)
+class ViewSlots:
+    """Places in the sidebar that a page's layer views fill (:mod:`attnviz.ui.layer_views`, a fragment): the Layer
+    selectbox's and, with the book's classes or a user's module, the Text area's — so that a new layer, or a new
+    text, reruns only the fragment.  ``text`` is None with a checkpoint: its next-token panel, outside the fragment,
+    reads the text too, so the sidebar draws the Text area and a new text reruns the whole page."""
+
+    layer: DeltaGenerator
+    text: DeltaGenerator | None
+
+
+def sidebar(view_slots: bool = False) -> tuple[dict, ViewSlots | None]:
+    """Draw the shared sidebar; returns the current settings and, with ``view_slots``, the empty places the page's
+    layer views fill (:class:`ViewSlots`), else everything is drawn here."""
     init_session()
     restore_widgets()
     listed = ui_weights.options()
@@ -37,17 +49,36 @@ def sidebar(layer_slot: bool = False) -> tuple[dict, DeltaGenerator | None]:
         set_setting("weights", weights.BOOK)
     with st.sidebar:
         page_links()
-        st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
+        text_slot = st.container()  # the Text area sits above Weights, which decides who draws it
         choice = _weights(listed)
-        slot = st.container()
-        if not layer_slot:
-            with slot:
+        layer_slot = st.container()
+        slots = ViewSlots(layer=layer_slot, text=None if choice.checkpoint else text_slot) if view_slots else None
+        if slots is None or slots.text is None:
+            with text_slot:
+                text_area()
+        if slots is None:
+            with layer_slot:
                 layer_selectbox(choice)
         spec = _variant(choice)
         _sizes(spec)
         _mask_dropout_seed_device(spec, choice)
         _notices()
-    return current_settings(), (slot if layer_slot else None)
+    return current_settings(), slots
+
+
+def text_area() -> None:
+    """The Text area, drawn by the sidebar or into its slot by a page's layer views."""
+    st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
+
+
+def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> int:
+    """Draw what the sidebar left to the page's layer views (the Text area, if its slot is there, and the Layer
+    selectbox) into its slots; returns the layer."""
+    if slots.text is not None:
+        with slots.text:
+            text_area()
+    with slots.layer:
+        return layer_selectbox(choice)
 
 
 def current_settings() -> dict:

@@ -155,6 +155,22 @@ def test_a_layer_switch_sends_the_layers_views_and_nothing_else(page, server):
     assert "layer=2" in page.url and "causal=false" in page.url
 
 
+def test_a_new_text_with_a_checkpoint_reruns_the_whole_page(page, server):
+    """With a checkpoint the Text area is the sidebar's (the model's next-token panel, outside the layer's fragment,
+    reads the text too): a new text redraws the panel for it."""
+    visit(page, f"{server.url}/?weights={NAME}&text={TEXT.replace(' ', '%20')}")
+    main = page.get_by_test_id("stMain")
+    before = runs(page)
+    box = sidebar(page).get_by_role("textbox", name="Text", exact=True)
+    box.fill("Hello world")
+    box.press("Control+Enter")
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text(re.compile(r"What the model predicts after “·world” \(position 1\)"))).to_be_visible()
+    expect(main_captions(page).filter(has_text="2 tokens").first).to_be_visible()
+    expect(sidebar(page).get_by_role("textbox", name="Text", exact=True)).to_have_count(1)
+
+
 def test_tampered_name_is_ignored_with_a_notice(page, server):
     visit(page, f"{server.url}/?weights=%2Fetc%2Fpasswd&text=Hello")
     expect(sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="Ignored URL parameter weights")

@@ -155,6 +155,46 @@ def test_typed_sentence_reaches_tokens_and_heads(page, base_url):
     assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
 
 
+def test_a_new_text_sends_the_views_and_nothing_else_of_the_sidebar(page, base_url):
+    """With the book's classes a new text reruns the Heads page's layer fragment only: it sends the views, the Text
+    area, the Layer selectbox and Share & export — not the page links nor the sidebar's other settings — and the
+    views, the URL and the link follow the text; a setting changed afterwards reruns the whole page with that
+    text; an empty text shows the message and the last valid view."""
+    received: list[bytes] = []
+    page.on("websocket", lambda socket: socket.on(
+        "framereceived", lambda payload: received.append(payload if isinstance(payload, bytes) else payload.encode())))
+    visit(page, f"{base_url}/")
+    received.clear()
+    commit_text(page, "Every cat loves warm milk")
+    assert_no_exception(page)
+    sent = b"".join(received)
+    assert b"Head statistics" in sent and b"Every cat loves warm milk" in sent  # the views and the Text area
+    for label in (b"Attention variant", b"Compare variants", b"Dropout p"):
+        assert label not in sent, f"{label!r}: the rest of the sidebar is not sent again"
+    assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
+    expect(page.get_by_test_id("stMain").get_by_text(re.compile(r"· 5 tokens ·")).first).to_be_visible()
+    assert query(page)["text"] == "Every cat loves warm milk"
+    sidebar(page).get_by_text("Share & export").click()
+    wait_expanded(sidebar(page).locator("details").filter(has_text="Share & export"))
+    expect(sidebar(page).get_by_test_id("stCode")).to_contain_text("text=Every+cat+loves+warm+milk")
+    expect(text_box(page)).to_have_count(1)
+
+    before = runs(page)
+    sidebar(page).get_by_test_id("stCheckbox").filter(has_text="Causal mask").locator("label").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(page.get_by_test_id("stMain").get_by_text(re.compile(r"no mask · 5 tokens")).first).to_be_visible()
+    expect(text_box(page)).to_have_value("Every cat loves warm milk")
+
+    commit_text(page, "")
+    expect(page.get_by_test_id("stMain").get_by_text("Showing the last valid view.")).to_be_visible()
+    assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
+    expect(text_box(page)).to_have_count(1)
+    commit_text(page, "one two three")
+    assert_no_exception(page)
+    assert x_tick_labels(focused_chart(page)) == ["one", "·two", "·three"]
+
+
 # --------------------------------------------------------------------------- 3. heads and causal
 
 def test_heads_selectbox_and_causal_toggle_change_grid_and_url(page, base_url):
