@@ -10,10 +10,13 @@ after a new text that was not a map (benchmarks/README.md).  A dozen rows need n
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 _JS = Path(__file__).parent / "js"
@@ -53,13 +56,16 @@ class Column:
 
 
 def _value(value):
-    """A cell as JSON: numbers as numbers (NaN and ±inf empty), anything else as its text."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int | float) or hasattr(value, "item"):  # numpy scalars too
-        number = value.item() if hasattr(value, "item") else value
-        if isinstance(number, int | float) and not isinstance(number, bool):
-            return number if math.isfinite(number) else None
+    """A cell as JSON: integers and finite floats as numbers, a missing or infinite number empty, a flag as its
+    word, anything else as its text."""
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value) if math.isfinite(value) else None
+    if value is None or value is pd.NA:
+        return None
     return str(value)
 
 

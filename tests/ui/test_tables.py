@@ -33,7 +33,8 @@ def test_payload_sends_a_missing_or_infinite_number_as_an_empty_cell_and_keeps_p
     rows = tables.payload(frame)["rows"]
     assert [row[0] for row in rows] == [None, None, None, 2.5]
     assert [row[1] for row in rows] == ["True", "False", "True", "False"]  # a flag is shown as its word
-    assert all(type(row[0]) in (float, type(None)) and type(row[2]) is not np.int64 for row in rows)
+    assert [row[2] for row in rows] == [1, None, 3, 4]  # pandas' missing integer too
+    assert all(type(row[0]) in (float, type(None)) and type(row[2]) in (int, type(None)) for row in rows)
     json.dumps(rows, allow_nan=False)
 
 
