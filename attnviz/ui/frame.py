@@ -125,11 +125,16 @@ def setup(page_title: str, book_classes: bool = False, layer_views: bool = False
             return None
         st.caption("Showing the last valid view.")
         return Context(settings=values, config=last.config, trace=last, stale=True, weights=choice)
-    if slots is None:
+    if slots is None:  # else the page's layer views draw them, for the trace they draw
         share_and_export(trace)
+        run_notes(trace)
+    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, slots=slots)
+
+
+def run_notes(trace: Trace) -> None:
+    """What the run of this trace says about it (a text cut at the context length, a device it fell back from)."""
     for note in trace.notes:
         st.info(markdown_escape(note), icon="ℹ️")
-    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, slots=slots)
 
 
 def beside_shape_diagram(trace: Trace, highlight: str):

@@ -13,7 +13,7 @@ import streamlit as st
 from attnviz.models import CheckpointError
 from attnviz.pipeline import AttentionConfig, InputError, Trace
 from attnviz.ui.cache import cached_trace
-from attnviz.ui.frame import Context, run_settings
+from attnviz.ui.frame import Context, run_notes, run_settings
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import current_settings, fill_view_slots
 from attnviz.ui.state import ss
@@ -50,6 +50,7 @@ def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None])
     elif trace is None:
         trace = cached_trace(*key)
     share_and_export(trace)
+    run_notes(trace)  # in the fragment: a new text's notes replace the last one's
     draw(dataclasses.replace(shell, settings=settings, config=config, trace=trace))
 
 

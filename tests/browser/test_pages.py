@@ -178,6 +178,11 @@ def test_a_new_text_sends_the_views_and_nothing_else_of_the_sidebar(page, base_u
     wait_expanded(sidebar(page).locator("details").filter(has_text="Share & export"))
     expect(sidebar(page).get_by_test_id("stCode")).to_contain_text("text=Every+cat+loves+warm+milk")
     expect(text_box(page)).to_have_count(1)
+    commit_text(page, "word " * 1500)  # what the run says about its text is the new text's, in the fragment
+    cut = page.get_by_test_id("stMain").get_by_test_id("stAlertContainer").filter(has_text="only the first 1,024")
+    expect(cut).to_have_count(1)
+    commit_text(page, "Every cat loves warm milk")
+    expect(cut).to_have_count(0)
 
     before = runs(page)
     sidebar(page).get_by_test_id("stCheckbox").filter(has_text="Causal mask").locator("label").click()
