@@ -42,8 +42,10 @@ def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None])
     """The fragment.  Streamlit keeps a fragment's arguments for the session's lifetime: it holds the context
     without its Trace (``shell``) and the trace's key, and looks the Trace up in the cache on every run."""
     settings, config, trace = shell.settings, shell.config, None
-    if shell.slots.text is not None and ss["text"] != settings["text"]:  # a fragment rerun: a new text
-        settings, config, trace = _rerun(config)  # before anything is sent: the browser is idle while it computes
+    if shell.slots.text is not None and not ss["text"] == settings["text"] == ss["_settings_drawn"]["text"]:
+        # a fragment rerun after a new text (or back to the page's own text after another): that text's trace, URL
+        # and link, computed before anything is sent, while the browser is idle
+        settings, config, trace = _rerun(config)
     layer = fill_view_slots(shell.slots, shell.weights)
     if trace is None and config.checkpoint is not None and layer != config.layer:  # the Layer selectbox changed
         settings, config, trace = _rerun(config)

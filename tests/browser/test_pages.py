@@ -190,6 +190,10 @@ def test_a_new_text_sends_the_views_and_nothing_else_of_the_sidebar(page, base_u
     assert_no_exception(page)
     expect(page.get_by_test_id("stMain").get_by_text(re.compile(r"no mask · 5 tokens")).first).to_be_visible()
     expect(text_box(page)).to_have_value("Every cat loves warm milk")
+    commit_text(page, "one two")
+    commit_text(page, "Every cat loves warm milk")  # back to the text the page's last whole run drew
+    assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
+    assert query(page)["text"] == "Every cat loves warm milk"
 
     commit_text(page, "")
     expect(page.get_by_test_id("stMain").get_by_text("Showing the last valid view.")).to_be_visible()
