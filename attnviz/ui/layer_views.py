@@ -47,8 +47,8 @@ def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None])
         # and link, computed before anything is sent, while the browser is idle
         settings, config, trace = _rerun(config)
     layer = fill_view_slots(shell.slots, shell.weights)
-    if trace is None and config.checkpoint is not None and layer != config.layer:  # the Layer selectbox changed
-        settings, config, trace = _rerun(config)
+    if trace is None and config.checkpoint is not None and not layer == config.layer == ss["_settings_drawn"]["layer"]:
+        settings, config, trace = _rerun(config)  # a new layer (or back to the page's own): its trace, URL and link
     elif trace is None:
         trace = cached_trace(*key)
     share_and_export(trace)

@@ -143,6 +143,11 @@ def test_a_layer_switch_sends_the_layers_views_and_nothing_else(page, server):
     share = sidebar(page).get_by_test_id("stExpander").filter(has_text="Share & export")
     share.locator("summary").click()
     expect(share.get_by_test_id("stCode")).to_contain_text("layer=2")
+    pick(page, "Layer", "0")  # back to the layer the page's whole run drew: the URL follows it too
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 0 of 4").first).to_be_visible()
+    assert "layer=2" not in page.url
+    pick(page, "Layer", "2")
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 2 of 4").first).to_be_visible()
 
     before = runs(page)
     sidebar(page).get_by_test_id("stCheckbox").filter(has_text="Causal mask").locator("label").click()
