@@ -198,10 +198,10 @@ ARM_JS = """
 # Every attnviz.ui.charts chart and attnviz.ui.tables table of the main area has drawn its data (a JS expression,
 # ``main`` in scope) ...
 _KEPT = "[data-testid=attnvizChart][data-drawn=true], [data-testid=attnvizTable][data-drawn=true]"
-_KEPT_CHARTS_DRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
+_KEPT_DRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
                       f".every((c) => c.querySelector('{_KEPT}'))")
 # ... and, after an action, each one present at arm() new data since (``data-draws`` counts what it drew)
-_KEPT_CHARTS_REDRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
+_KEPT_REDRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
                         f".every((c) => {{ const chart = c.querySelector('{_KEPT}');"
                         " return chart && (chart.__benchDraws === undefined"
                         " || Number(chart.dataset.draws) > chart.__benchDraws); })")
@@ -230,7 +230,7 @@ DRAWN_JS = """
     const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
     if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
   }
-  if (!KEPT_CHARTS_REDRAWN) return false;
+  if (!KEPT_REDRAWN) return false;
   for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
     if (!graph.querySelector('svg g.node')) return false;
   }
@@ -241,7 +241,7 @@ DRAWN_JS = """
   b.armed = false;
   return true;
 }
-""".replace("KEPT_CHARTS_REDRAWN", _KEPT_CHARTS_REDRAWN)
+""".replace("KEPT_REDRAWN", _KEPT_REDRAWN)
 
 IDLE_JS = """
 () => {
@@ -250,13 +250,13 @@ IDLE_JS = """
   const main = document.querySelector('[data-testid=stMain]');
   if (!main || main.querySelector('[data-stale=true]')) return false;
   if (!main.querySelector('.js-plotly-plot, [data-testid=stHeading]')) return false;
-  if (!KEPT_CHARTS_DRAWN) return false;
+  if (!KEPT_DRAWN) return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   return [...main.querySelectorAll('.js-plotly-plot')].every((gd) => gd._fullLayout && gd._fullData
       && gd.querySelectorAll('g.heatmaplayer g.hm image').length
          >= gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length);
 }
-""".replace("KEPT_CHARTS_DRAWN", _KEPT_CHARTS_DRAWN)
+""".replace("KEPT_DRAWN", _KEPT_DRAWN)
 
 
 class FrameCounter:
@@ -397,7 +397,7 @@ FIRST_PAINT_JS = """
   const main = document.querySelector('[data-testid=stMain]');
   if (!main || main.querySelector('[data-stale=true]') || !main.innerText.includes(marker)) return false;
   if (!main.querySelector('.js-plotly-plot, [data-testid=attnvizChart]')) return false;  // a chart, of either kind
-  if (!KEPT_CHARTS_DRAWN) return false;
+  if (!KEPT_DRAWN) return false;
   for (const gd of main.querySelectorAll('.js-plotly-plot')) {
     if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
     const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
@@ -409,7 +409,7 @@ FIRST_PAINT_JS = """
   window.__bench.t1 = performance.now();
   return true;
 }
-""".replace("KEPT_CHARTS_DRAWN", _KEPT_CHARTS_DRAWN)
+""".replace("KEPT_DRAWN", _KEPT_DRAWN)
 
 FIRST_PAINT_MARKERS = {"attnviz": "6 tokens", "floor": "one chart"}
 

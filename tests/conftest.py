@@ -47,20 +47,24 @@ def canvas_figure(payload: bytes) -> dict:
     return {"data": data, "layout": layout}
 
 
+def page_elements(at):
+    """Every element of an AppTest run's tree, in page order."""
+    stack = [at._tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(list(getattr(node, "children", {}).values())))
+
+
 def plotly_figures(at) -> list[dict]:
     """Every figure an AppTest run drew (``st.plotly_chart``'s, as the JSON the browser gets, and attnviz's canvas
     charts, ``ui.chart``, as ``canvas_figure`` reads them back), in page order."""
     found: list[dict] = []
-
-    def walk(node) -> None:
+    for node in page_elements(at):
         if getattr(node, "type", None) == "plotly_chart":
             found.append(json.loads(node.proto.spec))
         elif getattr(node, "type", None) == "bidi_component" and node.proto.component_name == "attnviz_chart":
             found.append(canvas_figure(node.proto.bytes))
-        for child in getattr(node, "children", {}).values():
-            walk(child)
-
-    walk(at._tree)
     return found
 
 
@@ -70,16 +74,11 @@ def attnviz_tables(at) -> list[dict]:
     import pandas as pd
 
     found: list[dict] = []
-
-    def walk(node) -> None:
+    for node in page_elements(at):
         if getattr(node, "type", None) == "bidi_component" and node.proto.component_name == "attnviz_table":
             data = json.loads(node.proto.json)
             data["frame"] = pd.DataFrame(data["rows"], columns=[column["name"] for column in data["columns"]])
             found.append(data)
-        for child in getattr(node, "children", {}).values():
-            walk(child)
-
-    walk(at._tree)
     return found
 
 

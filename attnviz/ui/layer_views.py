@@ -42,18 +42,23 @@ def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None])
     """The fragment.  Streamlit keeps a fragment's arguments for the session's lifetime: it holds the context
     without its Trace (``shell``) and the trace's key, and looks the Trace up in the cache on every run."""
     settings, config, trace = shell.settings, shell.config, None
-    if shell.slots.text is not None and not ss["text"] == settings["text"] == ss["_settings_drawn"]["text"]:
-        # a fragment rerun after a new text (or back to the page's own text after another): that text's trace, URL
-        # and link, computed before anything is sent, while the browser is idle
+    if shell.slots.text is not None and _moved("text", settings["text"]):
+        settings, config, trace = _rerun(config)  # before anything is sent: the browser is idle while it computes
+    fill_view_slots(shell.slots, shell.weights)
+    if trace is None and config.checkpoint is not None and _moved("layer", config.layer):
         settings, config, trace = _rerun(config)
-    layer = fill_view_slots(shell.slots, shell.weights)
-    if trace is None and config.checkpoint is not None and not layer == config.layer == ss["_settings_drawn"]["layer"]:
-        settings, config, trace = _rerun(config)  # a new layer (or back to the page's own): its trace, URL and link
     elif trace is None:
         trace = cached_trace(*key)
     share_and_export(trace)
     run_notes(trace)  # in the fragment: a new text's notes replace the last one's
     draw(dataclasses.replace(shell, settings=settings, config=config, trace=trace))
+
+
+def _moved(key: str, run_value) -> bool:
+    """Whether the widget ``key`` (the Text area, the Layer selectbox) holds another value than the page's whole run
+    drew (``run_value``) or than this fragment last drew: a new one, or back to the whole run's after another —
+    either way its trace, the URL and the link must follow it."""
+    return not ss[key] == run_value == ss["_settings_drawn"][key]
 
 
 def _rerun(config: AttentionConfig) -> tuple[dict, AttentionConfig, Trace]:

@@ -71,14 +71,14 @@ def text_area() -> None:
     st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
 
 
-def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> int:
+def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
     """Draw what the sidebar left to the page's layer views (the Text area, if its slot is there, and the Layer
-    selectbox) into its slots; returns the layer."""
+    selectbox) into its slots."""
     if slots.text is not None:
         with slots.text:
             text_area()
     with slots.layer:
-        return layer_selectbox(choice)
+        layer_selectbox(choice)
 
 
 def current_settings() -> dict:
