@@ -18,8 +18,6 @@ if first_run.claim():
     preload = st.empty()  # one slot, so that the whole box goes at once
     with preload.container(height=1, border=False), contextlib.suppress(AttributeError):  # half-imported pandas
         st.plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}}, key="_preload_chart")
-        # and the code of Streamlit's components, which draws the Heads page's maps (attnviz.ui.charts)
-        st.components.v2.component("attnviz_preload", js="export default function () {}")(key="_preload_component")
 
 import attnviz.ui  # noqa: E402, F401  (torch and the rest: the browser fetches and compiles meanwhile)
 

@@ -20,8 +20,7 @@ One module per job:
 * ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
 * ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.by_layer``);
-* ``charts``   — a heatmap drawn on a canvas, kept on the page between runs (updated in place; clicks reported);
-* ``tables``   — a small sortable table kept on the page between runs (bars, row clicks, search, CSV);
+* ``why``      — what a selection on the focused map explains (one cell's weight, several cells summed);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
@@ -47,7 +46,6 @@ warm_up(config_from_settings(DEFAULTS))
 # (and so pandas) is fully imported.
 import pandas  # noqa: F401
 
-from attnviz.ui.charts import chart
 from attnviz.ui.checkpoint import layers_overview, next_token_panel, position_label
 from attnviz.ui.frame import (
     Context,
@@ -60,8 +58,8 @@ from attnviz.ui.frame import (
 )
 from attnviz.ui.heads import (
     WINDOW,
-    focus_from_click,
-    focus_on_row,
+    focus_from_grid,
+    focus_from_row,
     focused_head,
     head_selector,
     head_stats_table,
@@ -88,8 +86,8 @@ from attnviz.ui.weights import register_trained_model, session_id
 
 __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
-    "WINDOW", "Context", "beside_shape_diagram", "by_layer", "cached_trace", "chart", "config_from_settings", "download_head_csv",
-    "focus_from_click", "focus_on_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure", "prefetch_next_layer",
+    "WINDOW", "Context", "beside_shape_diagram", "by_layer", "cached_trace", "config_from_settings", "download_head_csv",
+    "focus_from_grid", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure", "prefetch_next_layer",
     "markdown_escape", "page_bind", "page_setup", "plotly_config", "settings_from_query", "setup", "share_and_export",
     "share_query", "sidebar", "stats_columns", "trace_key", "trace_of", "tune_memory", "variant_label",
     "window_selector", "layers_overview", "next_token_panel", "position_label", "weights_caption", "register_trained_model",

@@ -5,16 +5,23 @@ once more)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import streamlit as st
 
 from attnviz import head_types
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.tables import Column, table
+from attnviz.ui.heads import focus_from_row
 from attnviz.views import head_figures
 
 TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")
+SCORE_HELP = {
+    "first-token mass": "The mean weight on the first token (a 'sink'): shown beside the type, never a type.",
+    **{head_figures.SCORE_TITLES[name]: f"TransformerLens' head-detector score on this text (0 … 1); a head is "
+       f"typed at ≥ {head_types.LABEL_THRESHOLD:g}." for name in TYPE_COLUMNS},
+}
 
 
 def describe(scores: dict, index=()) -> str:
@@ -66,8 +73,10 @@ def section(ctx: Context) -> None:
         none += (f" {whose} random weights: their heads have no types yet. Choose the bundled model "
                  "(or train one on the Train page) under *Weights* to see heads that learned one.")
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else none))
-    table(label_table(scores), key="heads_types", csv_name="attnviz-head-types.csv", columns={
-        name: Column(digits=2, bar=(0.0, 1.0))
+    types = label_table(scores)
+    st.dataframe(types, key="heads_types", hide_index=True, selection_mode="single-row",
+                 on_select=functools.partial(focus_from_row, "heads_types", list(types["head"])), column_config={
+        name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, help=SCORE_HELP[name])
         for name in ("first-token mass", *(head_figures.SCORE_TITLES[k] for k in TYPE_COLUMNS))
     })
 

@@ -1,16 +1,13 @@
-"""The Heads page's widgets: the thumbnail grid (pooled once per input), picking a head by click or table row,
-the head statistics table's columns (a bar per cell), the focused head (a fragment) with its window sliders."""
+"""The Heads page's widgets: the thumbnail grid (pooled once per input), picking a head by a click on the grid or a
+selected table row, the head statistics table's columns (a bar per cell), the focused head (a fragment) with its
+window sliders, its map's cell selections and what they explain."""
 
 from __future__ import annotations
-
-import functools
-from collections.abc import Callable
 
 import streamlit as st
 
 from attnviz.background import yield_to_pages
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
-from attnviz.ui.charts import chart
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
 from attnviz.ui.state import page_bind, ss
@@ -35,20 +32,24 @@ def heads_grid_figure(ctx: Context, stage: str):
     return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
 
 
-def focus_from_click(click: dict | None, num_heads: int, key: str = "heads_focus") -> None:
-    """A click on a thumbnail (its invisible scatter overlay) focuses that head: ``click`` is ``charts.chart``'s
-    (``{"customdata": head}``, only in the run the click started; None otherwise)."""
-    head = (click or {}).get("customdata")
+def focus_from_grid(num_heads: int, chart_key: str = "heads_grid", key: str = "heads_focus") -> None:
+    """``on_select`` of the thumbnail grid: the clicked tile's head (its invisible overlay's ``customdata``) is
+    focused before the rerun draws the focused head's selectbox."""
+    points = ss[chart_key].selection.get("points", []) if chart_key in ss else []
+    head = points[0].get("customdata") if points else None
     if isinstance(head, list):
-        head = head[0]
-    if isinstance(head, int | float):
-        _focus(key, int(head), num_heads)
+        head = head[0] if head else None
+    if isinstance(head, int | float) and not isinstance(head, bool):
+        _set_focus(key, int(head), num_heads)
 
 
-def focus_on_row(num_heads: int, key: str = "heads_focus") -> Callable[[int], bool]:
-    """The head statistics table's row callback (``tables.table``'s ``on_row``): the clicked row's head is focused
-    before the rerun draws the focused head's selectbox.  A row's position in that table is its head."""
-    return functools.partial(_set_focus, key, num_heads=num_heads)
+def focus_from_row(table_key: str, heads: list[int], key: str = "heads_focus") -> None:
+    """``on_select`` of a table with a row per head: the selected row's head is focused before the rerun draws the
+    focused head's selectbox (``heads``: each row's head; Streamlit reports a row by its position in the data,
+    whatever order the user sorted it into)."""
+    rows = ss[table_key].selection.get("rows", []) if table_key in ss else []
+    if rows and isinstance(rows[0], int) and 0 <= rows[0] < len(heads):
+        _set_focus(key, heads[rows[0]], len(heads))
 
 
 def _set_focus(key: str, head: int, num_heads: int) -> bool:
@@ -57,12 +58,6 @@ def _set_focus(key: str, head: int, num_heads: int) -> bool:
         return False
     ss[key] = ss[f"_keep_{key}"] = head
     return True
-
-
-def _focus(key: str, head: int, num_heads: int) -> None:
-    """Focus ``head`` and redraw, if it is one of this run's heads."""
-    if _set_focus(key, head, num_heads):
-        st.rerun()
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
@@ -83,14 +78,15 @@ def head_stats_table(ctx: Context):
 
 
 def stats_columns(n: int) -> dict:
-    """Each statistic as a bar in its cell, on the range it can take for ``n`` tokens (stats.stat_range)."""
+    """``st.dataframe`` column config: each statistic as a bar on the range it can take for ``n`` tokens
+    (``stats.stat_range``), its meaning and range in the header's help."""
     from attnviz import stats
-    from attnviz.ui.tables import Column
 
-    columns = {}
+    columns = {"head": st.column_config.NumberColumn("head", help="Select a row to focus that head.", width="small")}
     for name, text in stats.STATS.items():
         low, high = stats.stat_range(name, n)
-        columns[name] = Column(digits=4, bar=(low, high), help=f"{text}. Bar: {low:g} … {high:.4g}")
+        columns[name] = st.column_config.ProgressColumn(name, help=f"{text}. Bar: {low:g} … {high:.4g}",
+                                                        format="%.4f", min_value=float(low), max_value=float(high))
     return columns
 
 
@@ -160,10 +156,12 @@ def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, in
 
 @st.fragment
 def focused_head(key: tuple, stage: str) -> None:
-    """The Heads page's focused head at full resolution (a window of it when n > WINDOW), with its CSV.
+    """The Heads page's focused head at full resolution (a window of it when n > WINDOW), with its CSV, and beside
+    it what a selection of its cells explains: a clicked cell's weight, the sums over a box or lasso.
 
-    A fragment, so picking a head or moving the window redraws only this part.  It takes the trace's
-    key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime."""
+    A fragment, so picking a head, moving the window or selecting cells redraws only this part.  It takes the
+    trace's key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime."""
+    from attnviz.ui import why
     from attnviz.views import figures
 
     trace = trace_of(key)
@@ -175,18 +173,22 @@ def focused_head(key: tuple, stage: str) -> None:
     fig = figures.attention_heatmap(
         window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
         title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0, validate=False,
+        uirevision=f"{head}-{stage}-{row0}-{col0}",
     )
-    if size < trace.n:
-        overview_col, window_col = st.columns([1, 2])
-        with overview_col:
-            chart(figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.effective_dropout,
-                                           window=(row0, col0, size), validate=False),
-                  key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
-        with window_col:
-            chart(fig, key="heads_map_window", config=plotly_config(f"attnviz-head{head}-{stage}"))
-    else:
-        chart(fig, key="heads_map_window", config=plotly_config(f"attnviz-head{head}-{stage}"))
-    download_head_csv(trace, head, stage)
+    map_col, why_col = st.columns([3, 2])
+    with map_col:
+        if size < trace.n:
+            st.plotly_chart(figures.overview_heatmap(matrix, stage, causal=config.causal,
+                                                     dropout=config.effective_dropout, window=(row0, col0, size),
+                                                     validate=False),
+                            key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
+        event = st.plotly_chart(fig, key="heads_map", on_select="rerun", selection_mode=("points", "box", "lasso"),
+                                config=plotly_config(f"attnviz-head{head}-{stage}"))
+        st.caption("Drag to zoom (double-click resets); click a cell to see why it has its weight; "
+                   "the modebar's box or lasso selects several cells to sum their attention.")
+        download_head_csv(trace, head, stage)
+    with why_col:
+        why.selection_panel(trace, head, why.selected_cells(event, trace.n))
     if trace.model is not None:  # a model's: knock this head out, … (collapsed; imported here, as the pages do)
         from attnviz.ui import interventions
 

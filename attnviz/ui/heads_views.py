@@ -4,16 +4,17 @@ heads and the next layer computed ahead.  ``pages/heads.py`` draws them with ``u
 
 from __future__ import annotations
 
+import functools
+
 import streamlit as st
 
 from attnviz.attention import MAP_STAGES
 from attnviz.ui import head_labels, module_check
-from attnviz.ui.charts import chart
 from attnviz.ui.checkpoint import layers_overview
 from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
 from attnviz.ui.heads import (
-    focus_from_click,
-    focus_on_row,
+    focus_from_grid,
+    focus_from_row,
     focused_head,
     head_stats_table,
     heads_grid_figure,
@@ -21,7 +22,6 @@ from attnviz.ui.heads import (
     stats_columns,
 )
 from attnviz.ui.state import page_bind
-from attnviz.ui.tables import table
 
 
 def draw(ctx: Context) -> None:
@@ -38,19 +38,21 @@ def draw(ctx: Context) -> None:
 
     grid_col = beside_shape_diagram(trace, highlight=stage)
     with grid_col:
-        click = chart(heads_grid_figure(ctx, stage), key="heads_grid", clicks=True,
-                      config=plotly_config("attnviz-heads"))  # kept on the page: a new layer or text updates it
-        focus_from_click(click, trace.num_heads)
+        st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid", selection_mode="points",
+                        on_select=functools.partial(focus_from_grid, trace.num_heads),
+                        config=plotly_config("attnviz-heads"))
 
     focused_head(ctx.key, stage)  # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
     module_check.check_panel(ctx)  # a user's module: the rules on its code
 
     st.subheader("Head statistics")
     st.caption("Computed from the attention weights of every head; each bar spans the range the statistic can "
-               "take for this many tokens (hover a header for it). Click a row to focus that head; click a column "
-               "header to sort.")
-    table(head_stats_table(ctx), key="heads_stats", columns=stats_columns(trace.n), on_row=focus_on_row(trace.num_heads),
-          csv_name="attnviz-head-statistics.csv")  # kept on the page: a new layer or text updates it
+               "take for this many tokens (hover a header for it). Select a row to focus that head; click a column "
+               "header to sort; search and CSV download are in the table's toolbar.")
+    stats = head_stats_table(ctx)
+    st.dataframe(stats, key="heads_stats", column_config=stats_columns(trace.n), hide_index=True,
+                 on_select=functools.partial(focus_from_row, "heads_stats", list(stats["head"])),
+                 selection_mode="single-row")
     head_labels.section(ctx)  # each head's type, its first-token mass; every layer's scores for a checkpoint
 
     if ctx.checkpoint:

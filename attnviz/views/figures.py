@@ -3,9 +3,13 @@ no Streamlit: pages hand slices of a Trace to these functions.
 
 Conventions shared by every attention heatmap:
 
-* rows are query tokens, columns are key tokens; axes are categorical with one *unique* label
-  per position (``"3: ·starts"``), so repeated tokens ("the") never collapse, and the tick text
-  shows the display piece only;
+* rows are query tokens, columns are key tokens; axes are numeric (one unit a position, so a
+  1,024-token map is two arrays of positions, not 1,024 categories) with the token pieces as tick
+  labels, and repeated tokens ("the") never collapse;
+* a token heatmap carries a transparent scatter over its cells (one point a cell, on a second pair of
+  axes that match the first and carry every position's token as its tick text): it shows the hover
+  (query token, key token, value) and makes cells clickable and box/lasso-selectable in
+  ``st.plotly_chart(on_select=…)`` — a heatmap trace itself emits no selection;
 * masked cells (−∞ before softmax, exactly 0 after) are drawn as gaps over a grey background
   and labelled "masked", so they are never confused with small weights;
 * weights use a fixed 0…1 colour scale (dropout's kept cells go up to 1/(1−p));
@@ -149,13 +153,16 @@ def attention_heatmap(
     height: int = 520,
     zrange: tuple[float, float] | None = None,
     validate: bool = True,
+    uirevision: str | None = None,
 ) -> go.Figure:
-    """Full-resolution heatmap of one head's (rows × cols) map, hover = query, key, value.
+    """Full-resolution heatmap of one head's (rows × cols) map, hover = query token, key token, value.
 
     ``matrix`` may be a window of a larger map: ``row_offset``/``col_offset`` say where it starts
-    and ``tokens`` are the tokens of the whole sequence.  ``validate=False`` skips Plotly's per-property
-    validation (the same figure, ~5× faster to build at 256 × 256; ``tests/test_figures.py`` validates these
-    dicts): for a figure that is drawn as it is, not changed afterwards.
+    and ``tokens`` are the tokens of the whole sequence.  The map is a heatmap on numeric axes (x = key
+    position, y = query position) under a transparent cell overlay (:func:`cell_overlay`), whose points
+    (x, y) are the cells a click or a box selection reports.  ``validate=False`` skips Plotly's
+    per-property validation (``tests/views/test_figures.py`` validates these dicts): for a figure that is
+    drawn as it is, not changed afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.
     """
     rows, cols = matrix.shape
     values = display_values(matrix, stage, causal=False)
@@ -163,31 +170,59 @@ def attention_heatmap(
         query_pos = np.arange(row_offset, row_offset + rows)[:, None]
         key_pos = np.arange(col_offset, col_offset + cols)[None, :]
         values[key_pos > query_pos] = np.nan
-    labels = position_labels(tokens)
-    y_labels = labels[row_offset : row_offset + rows]
-    x_labels = labels[col_offset : col_offset + cols]
     zmin, zmax, scale = color_range(stage, values, dropout)
     if zrange is not None:  # a before/after pair shares one scale, so equal values look equal
         zmin, zmax = zrange
     data = [{
-        "type": "heatmap", "z": values, "x": x_labels, "y": y_labels, "zmin": zmin, "zmax": zmax,
-        "colorscale": _colorscale(scale), "colorbar": {"title": {"text": stage}, "thickness": 12},
-        "hovertemplate": "query %{y}<br>key %{x}<br>" + stage + " %{z:.4f}<extra></extra>",
-        "hoverongaps": False, "xgap": 0, "ygap": 0,
+        "type": "heatmap", "z": values, "name": stage,
+        "x": np.arange(col_offset, col_offset + cols, dtype=np.int32),
+        "y": np.arange(row_offset, row_offset + rows, dtype=np.int32),
+        "zmin": zmin, "zmax": zmax, "colorscale": colorscale(scale),
+        "colorbar": {"title": {"text": stage}, "thickness": 12}, "hoverinfo": "skip",
     }]
+    data += cell_overlay(values, stage, row_offset, col_offset)
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
-    x_axis, y_axis = _axes(tokens, x_labels, y_labels, row_offset, col_offset)
     layout = {
-        "xaxis": x_axis, "yaxis": y_axis,
+        **token_axes(tokens, (row_offset, rows), (col_offset, cols)),
         "title": {"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
         # t: room for the title above the key ticks; b: room for the "masked" legend whether or not there is
         # one, so a before/after pair (only one of them masked) has plots of the same size
         "height": height, "margin": {"l": 10, "r": 10, "t": 110, "b": 36},
         "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
                                                  "yanchor": "top"},
+        "dragmode": "zoom", "hovermode": "closest",
     }
+    if uirevision is not None:
+        layout["uirevision"] = uirevision
     return go.Figure(data=data, layout=layout, _validate=validate)
+
+
+OVERLAY_GL_CELLS = 64 * 64  # a larger overlay is drawn with WebGL (scattergl): SVG draws one node a point
+
+
+def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset: int = 0) -> list[dict]:
+    """The transparent scatter over a token heatmap's cells: one point a cell at (key, query), on the axes
+    ``x2``/``y2`` whose tick text names every position's token, so its hover reads "query ·cat / key ·the /
+    weights 0.1234".  Visible cells carry their value (``customdata``); masked ones (NaN) are a second trace
+    whose hover says the mask hides them.  Both report clicks and box/lasso selections as points (x = key
+    position, y = query position)."""
+    rows, cols = values.shape
+    keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int32), rows)  # (rows·cols,)
+    queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int32), cols)  # (rows·cols,)
+    flat = values.reshape(-1)
+    hidden = np.isnan(flat)
+    kind = "scattergl" if flat.size > OVERLAY_GL_CELLS else "scatter"
+    common = {"type": kind, "mode": "markers", "marker": {"opacity": 0, "size": 6, "color": "#000000"},
+              "xaxis": "x2", "yaxis": "y2", "showlegend": False}
+    overlay = [{**common, "name": "cells", "x": keys[~hidden], "y": queries[~hidden],
+                "customdata": flat[~hidden].astype(np.float32, copy=False),
+                "hovertemplate": "query %{y}<br>key %{x}<br>" + stage + " %{customdata:.4f}<extra></extra>"}]
+    if hidden.any():
+        why = "−∞ (masked)" if stage == "masked" else "masked: weight 0"
+        overlay.append({**common, "name": "masked cells", "x": keys[hidden], "y": queries[hidden],
+                        "hovertemplate": "query %{y}<br>key %{x}<br>" + why + "<extra></extra>"})
+    return overlay
 
 
 # a legend entry for the grey masked cells (a square marker outside the data)
@@ -196,23 +231,34 @@ _MASKED_LEGEND = {"type": "scatter", "x": [None], "y": [None], "mode": "markers"
                   "hoverinfo": "skip"}
 
 
-def _axes(tokens, x_labels, y_labels, row_offset, col_offset, max_ticks: int = 40) -> tuple[dict, dict]:
-    """(xaxis, yaxis) of a token heatmap: categorical, key tokens on top, at most ``max_ticks`` ticks."""
-    def ticks(labels, offset):
-        step = max(1, math.ceil(len(labels) / max_ticks))
-        vals = labels[::step]
-        text = [safe_label(tokens[offset + i]) for i in range(0, len(labels), step)]
-        return {"tickmode": "array", "tickvals": vals, "ticktext": text, "type": "category"}
-
-    return ({"title": {"text": "key token"}, "side": "top", "tickangle": -60, "showgrid": False,
-             **ticks(x_labels, col_offset)},
-            {"title": {"text": "query token"}, "autorange": "reversed", "showgrid": False,
-             **ticks(y_labels, row_offset)})
+def tick_positions(first: int, count: int, max_ticks: int = 40) -> np.ndarray:
+    """At most ``max_ticks`` evenly spaced positions of ``first … first + count − 1``."""
+    step = max(1, math.ceil(count / max_ticks))
+    return np.arange(first, first + count, step, dtype=np.int32)
 
 
-def _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset, max_ticks: int = 40) -> None:
-    x_axis, y_axis = _axes(tokens, x_labels, y_labels, row_offset, col_offset, max_ticks)
-    fig.update_layout(xaxis=x_axis, yaxis=y_axis)
+def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: int = 40) -> dict:
+    """The four axes of a token heatmap of query rows ``rows`` = (first, count) and key columns ``cols``.
+
+    ``xaxis``/``yaxis`` hold the heatmap: numeric, keys on top and queries down, at most ``max_ticks``
+    token labels each.  ``xaxis2``/``yaxis2`` overlay and match them (a zoom moves all four) and hold the
+    cell overlay: every position of the window is a tick whose text is its token, labels hidden — Plotly's
+    hover writes a position on an axis with array ticks as that tick's text."""
+    layout = {}
+    for name, (first, count), side, title in (("x", cols, "top", "key token"), ("y", rows, None, "query token")):
+        every = np.arange(first, first + count, dtype=np.int32)
+        shown = tick_positions(first, count, max_ticks)
+        span = [first - 0.5, first + count - 0.5]
+        visible = {"title": {"text": title}, "tickmode": "array", "tickvals": shown,
+                   "ticktext": [safe_label(tokens[i]) for i in shown], "showgrid": False, "zeroline": False,
+                   "range": span if name == "x" else span[::-1]}
+        if side:
+            visible.update(side=side, tickangle=-60)
+        layout[f"{name}axis"] = visible
+        layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
+                                  "ticktext": [safe_label(tokens[i]) for i in every], "showticklabels": False,
+                                  "ticks": "", "showgrid": False, "zeroline": False, **({"side": side} if side else {})}
+    return layout
 
 
 def heads_grid(
@@ -223,19 +269,21 @@ def heads_grid(
     dropout: float = 0.0,
     max_cells: int = 64,
     columns: int = 6,
+    labels: list[str] | None = None,
 ) -> go.Figure:
-    """All heads as small heatmaps, max-pooled to at most ``max_cells`` per side, tiled into **one**
-    heatmap on one pair of axes (12 subplots with 24 axes took the browser ~0.3 s to redraw).
+    """All heads as small heatmaps, max-pooled to at most ``max_cells`` per side: one heatmap trace per head
+    (named "head h"), tiled on **one** pair of axes by each trace's ``x0``/``y0`` (subplots with an axis pair
+    per head redraw far slower).
 
     ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns``; its
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
-    ``meta["size"]``.  Gaps between tiles are NaN over a white background; a grey rectangle under each
-    tile shows its masked cells grey, as in every attention heatmap.  The titles ("head 3") are
-    annotations (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay
+    ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
+    masked cells grey, as in every attention heatmap.  The titles ("head 3", or ``labels``) are annotations
+    (:func:`mark_focus` marks the focused one ▶ and outlines it).  A transparent scatter overlay
     (customdata = head index) reports clicks: heatmap cells do not.
 
-    Built from plain dicts without Plotly's per-property validation (``tests/test_figures.py`` validates
-    the same dicts): at 1024 tokens validating 24 shapes and annotations one by one cost more than the data.
+    Built from plain dicts without Plotly's per-property validation (``tests/views/test_figures.py``
+    validates the same dicts).
     """
     num_heads, n, _ = maps.shape
     columns = max(1, min(columns, num_heads))
@@ -246,50 +294,51 @@ def heads_grid(
     gap = max(1, math.ceil(size * 0.06))  # between columns, ≈ 8 px
     title = max(1, math.ceil(size * 0.16))  # above each row of tiles, room for "head 3"
     height_cells, width_cells = rows * (title + size), columns * size + (columns - 1) * gap
-    mosaic = np.full((height_cells, width_cells), np.nan, dtype=np.float32)
     tiles = []
-    for head, small in enumerate(pooled):
+    for head in range(num_heads):
         row, col = divmod(head, columns)
-        x0, y0 = col * (size + gap), row * (title + size) + title
-        mosaic[y0 : y0 + size, x0 : x0 + size] = small
-        tiles.append([x0, y0])
+        tiles.append([col * (size + gap), row * (title + size) + title])
+    names = labels or [f"head {head}" for head in range(num_heads)]
+    first = block if block > 1 else 1
+    data = [
+        {"type": "heatmap", "z": small, "x0": x0, "dx": 1, "y0": y0, "dy": 1, "zmin": zmin, "zmax": zmax,
+         "colorscale": colorscale(scale), "name": f"head {head}", "showscale": head == 0,
+         "colorbar": {"title": {"text": stage}, "thickness": 10, "len": 0.9}, "hoverinfo": "skip"}
+        for head, (small, (x0, y0)) in enumerate(zip(pooled, tiles))
+    ]  # the overlay below takes hover and clicks; exact values: the focused view
     marks = (np.arange(min(size, 4)) + 0.5) * size / min(size, 4) - 0.5  # 4 × 4 click targets per tile
     mark_x, mark_y = (a.ravel() for a in np.meshgrid(marks, marks))
-    data = [
-        {"type": "heatmap", "z": mosaic, "zmin": zmin, "zmax": zmax, "colorscale": _colorscale(scale),
-         "hoverongaps": False, "name": "all heads", "colorbar": {"title": {"text": stage}, "thickness": 10, "len": 0.9},
-         "hoverinfo": "skip"},  # the overlay below takes hover and clicks; exact values: the focused view
-        {"type": "scatter", "x": np.concatenate([mark_x + x0 for x0, _ in tiles]),
-         "y": np.concatenate([mark_y + y0 for _, y0 in tiles]),
-         "customdata": np.repeat(np.arange(num_heads), mark_x.size), "mode": "markers", "name": "select head",
-         "marker": {"size": 30, "opacity": 0}, "showlegend": False,
-         "hovertemplate": "head %{customdata}: click to focus<extra></extra>"},
-    ]
+    data.append({"type": "scatter", "x": np.concatenate([mark_x + x0 for x0, _ in tiles]),
+                 "y": np.concatenate([mark_y + y0 for _, y0 in tiles]),
+                 "customdata": np.repeat(np.arange(num_heads), mark_x.size), "mode": "markers",
+                 "name": "select head", "marker": {"size": 30, "opacity": 0}, "showlegend": False,
+                 "hovertemplate": "head %{customdata}: click to focus<extra></extra>"})
     shapes = [{"type": "rect", "x0": x0 - 0.5, "x1": x0 + size - 0.5, "y0": y0 - 0.5, "y1": y0 + size - 0.5,
                "fillcolor": MASKED_COLOR, "line": {"width": 0}, "layer": "below"} for x0, y0 in tiles]
     annotations = [{"x": x0 + (size - 1) / 2, "y": y0 - 0.5, "yanchor": "bottom", "showarrow": False,
-                    "text": f"head {head}", "font": {"size": 11}} for head, (x0, y0) in enumerate(tiles)]
+                    "text": names[head], "font": {"size": 11}} for head, (x0, y0) in enumerate(tiles)]
     pooling = "max-pooling keeps peaks" if stage in PROBABILITY_STAGES else "each cell keeps its block's largest |score|"
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
+    heads_text = f"all {num_heads} heads" if num_heads > 1 else "1 head"
     layout = {
-        "title": {"text": f"{MAP_TITLES.get(stage, stage)}, " + (f"all {num_heads} heads" if num_heads > 1 else "1 head")
-                  + (f"<br><sup>{note}</sup>" if note else ""), "font": {"size": 13}},
+        "title": {"text": f"{MAP_TITLES.get(stage, stage)}, {heads_text}" + (f"<br><sup>{note}</sup>" if note else ""),
+                  "font": {"size": 13}},
         "height": max(180, 150 * rows + 60), "margin": {"l": 10, "r": 10, "t": 70, "b": 10},
-        "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False,
-        "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5]},
-        "yaxis": {"visible": False, "range": [height_cells - 0.5, -0.5]},
+        "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
+        "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5], "fixedrange": True},
+        "yaxis": {"visible": False, "range": [height_cells - 0.5, -0.5], "fixedrange": True},
         "shapes": shapes, "annotations": annotations,
-        "meta": {"tiles": tiles, "size": size, "block": block},
+        "meta": {"tiles": tiles, "size": size, "block": first, "labels": names},
     }
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
 @functools.lru_cache(maxsize=8)
-def _colorscale(name: str) -> tuple:
-    """A named colour scale as Plotly's (position, colour) pairs — what validation would turn the name into."""
-    from _plotly_utils.basevalidators import ColorscaleValidator
+def colorscale(name: str) -> tuple:
+    """A named colour scale (``"Viridis"``, ``"RdBu_r"``) as Plotly's (position, colour) pairs."""
+    from plotly.colors import get_colorscale
 
-    return tuple(tuple(pair) for pair in ColorscaleValidator("colorscale", "heatmap").validate_coerce(name))
+    return tuple(tuple(pair) for pair in get_colorscale(name))
 
 
 def _focus_outline(tile, size: int) -> dict:
@@ -303,11 +352,12 @@ def mark_focus(grid: go.Figure, head: int) -> go.Figure:
     untouched: it is cached).  Copies the layout's small lists only; the data (the mosaic) is shared."""
     layout = grid.layout.to_plotly_json()
     annotations = []
-    for annotation in layout.get("annotations", ()):
-        title = annotation["text"].removeprefix("▶ ")
-        annotations.append({**annotation, "text": ("▶ " if title == f"head {head}" else "") + title})
-    shapes = [shape for shape in layout.get("shapes", ()) if shape.get("name") != "focus"]
     meta = layout["meta"]
+    names = meta.get("labels") or []
+    for index, annotation in enumerate(layout.get("annotations", ())):
+        title = annotation["text"].removeprefix("▶ ")
+        annotations.append({**annotation, "text": ("▶ " if index == head and index < len(names) else "") + title})
+    shapes = [shape for shape in layout.get("shapes", ()) if shape.get("name") != "focus"]
     if 0 <= head < len(meta["tiles"]):
         shapes.append(_focus_outline(meta["tiles"][head], meta["size"]))
     return go.Figure(data=[trace.to_plotly_json() for trace in grid.data],
@@ -332,7 +382,7 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
         layout["shapes"] = [{"type": "rect", "x0": col0 / block - 0.5, "x1": (col0 + size) / block - 0.5,
                              "y0": row0 / block - 0.5, "y1": (row0 + size) / block - 0.5,
                              "line": {"color": "red", "width": 2}}]
-    data = [{"type": "heatmap", "z": small, "zmin": zmin, "zmax": zmax, "colorscale": _colorscale(scale),
+    data = [{"type": "heatmap", "z": small, "zmin": zmin, "zmax": zmax, "colorscale": colorscale(scale),
              "showscale": False, "hoverongaps": False,
              "hovertemplate": f"positions ≈ %{{y}}×{block} … (max of block) %{{z:.4f}}<extra></extra>"}]
     return go.Figure(data=data, layout=layout, _validate=validate)
@@ -364,23 +414,13 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
 
 def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: str, row_offset: int = 0,
                        col_offset: int = 0, height: int = 420) -> go.Figure:
-    """after − before (finite cells only), diverging colours around 0."""
+    """after − before (finite cells only), diverging colours around 0, on a token heatmap's axes and overlay."""
     with np.errstate(invalid="ignore"):
         diff = np.asarray(after, np.float32) - np.asarray(before, np.float32)
     diff[~np.isfinite(diff)] = np.nan
     bound = float(np.nanmax(np.abs(diff))) if np.isfinite(diff).any() else 1.0
-    labels = position_labels(tokens)
-    x_labels = labels[col_offset : col_offset + diff.shape[1]]
-    y_labels = labels[row_offset : row_offset + diff.shape[0]]
-    fig = go.Figure(go.Heatmap(
-        z=diff, x=x_labels, y=y_labels, zmin=-(bound or 1.0), zmax=bound or 1.0, colorscale=SCORE_SCALE,
-        hovertemplate="query %{y}<br>key %{x}<br>Δ %{z:.4f}<extra></extra>", hoverongaps=False,
-        colorbar={"title": {"text": "Δ"}, "thickness": 12},
-    ))
-    _style_axes(fig, tokens, x_labels, y_labels, row_offset, col_offset)
-    fig.update_layout(title={"text": title}, height=height, margin={"l": 10, "r": 10, "t": 60, "b": 10},
-                      plot_bgcolor=MASKED_COLOR)
-    return fig
+    return attention_heatmap(diff, tokens, "Δ", causal=False, title=title, row_offset=row_offset,
+                             col_offset=col_offset, height=height, zrange=(-(bound or 1.0), bound or 1.0))
 
 
 def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int = 256, height: int = 360,

@@ -1,0 +1,83 @@
+"""What a selection on the focused head's map explains: one clicked cell's weight taken apart (q_i · k_j per
+dimension, ÷ the scale, the softmax over its row; ``attnviz.explain_weight``), or several cells — a box or lasso
+on the map, or tokens picked by name — summed (the selected queries' attention per key, what each query gives the
+selected keys; ``attnviz.explain.attention_sums``)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz.explain import ExplainError, attention_sums, explain_weight
+from attnviz.trace import Trace
+from attnviz.ui.frame import plotly_config
+from attnviz.ui.urlstate import markdown_escape
+from attnviz.views import explain_figures
+
+
+def selected_cells(event, n: int) -> list[tuple[int, int]]:
+    """The (query, key) cells of a map selection (``st.plotly_chart``'s event: its overlay's points, x = key and
+    y = query), in order, without repeats; points outside an n-token map (a stale selection) are dropped."""
+    cells: dict[tuple[int, int], None] = {}
+    for point in (event or {}).get("selection", {}).get("points", []):
+        x, y = point.get("x"), point.get("y")
+        if isinstance(x, int | float) and isinstance(y, int | float) and 0 <= y < n and 0 <= x < n:
+            cells[(int(y), int(x))] = None
+    return list(cells)
+
+
+def _position(tokens: tuple[str, ...]):
+    return lambda position: f"{position}: {tokens[position]}"
+
+
+def selection_panel(trace: Trace, head: int, cells: list[tuple[int, int]]) -> None:
+    """Beside the map: one cell explained, several summed, or how to select; below that, tokens to pick by name."""
+    with st.expander("Sum attention over tokens picked by name", key="heads_pick", on_change="rerun") as picker:
+        if picker.open:
+            queries = st.multiselect("Query tokens", range(trace.n), format_func=_position(trace.tokens),
+                                     key="heads_pick_queries", max_selections=trace.n)
+            keys = st.multiselect("Key tokens", range(trace.n), format_func=_position(trace.tokens),
+                                  key="heads_pick_keys", max_selections=trace.n)
+            if queries or keys:
+                cells = []
+                _sums(trace, head, queries, keys)
+    if len(cells) == 1:
+        _one_cell(trace, head, *cells[0])
+    elif len(cells) > 1:
+        _sums(trace, head, sorted({q for q, _ in cells}), sorted({k for _, k in cells}))
+    elif not (picker.open and (st.session_state.get("heads_pick_queries") or st.session_state.get("heads_pick_keys"))):
+        st.markdown("**Why this weight?**")
+        st.caption("Click a cell of the map: its query · key product is taken apart dimension by dimension, "
+                   "scaled, and pushed through the softmax of its row. Select several cells with the box or lasso "
+                   "(modebar) to sum the attention of those queries and keys.")
+
+
+def _one_cell(trace: Trace, head: int, query: int, key: int) -> None:
+    try:
+        why = explain_weight(trace, head, query, key)
+    except ExplainError as exc:
+        st.info(markdown_escape(str(exc)), icon=":material/info:")
+        return
+    st.markdown(f"**Why head {head} gives “{markdown_escape(why.query_token)}” → “{markdown_escape(why.key_token)}”"
+                f" (query {query}, key {key}) its weight**")
+    if why.masked:
+        st.warning(markdown_escape(why.reason or "The mask hides this key."), icon=":material/block:")
+    st.markdown(f"score q·k = Σ products = **{why.score:.4f}** · {markdown_escape(why.scaling)} → scaled "
+                f"**{why.scaled:.4f}** · softmax over row {query} → weight **{why.weight:.4f}**")
+    for note in (why.stand_in, *why.notes):
+        if note:
+            st.caption(markdown_escape(note))
+    st.plotly_chart(explain_figures.products_figure(why), key="heads_why_products",
+                    config=plotly_config(f"attnviz-head{head}-q{query}-k{key}-products"))
+    st.plotly_chart(explain_figures.row_softmax_figure(why, trace.tokens), key="heads_why_row",
+                    config=plotly_config(f"attnviz-head{head}-row{query}"))
+
+
+def _sums(trace: Trace, head: int, queries: list[int], keys: list[int]) -> None:
+    try:
+        sums = attention_sums(trace, head, queries=queries or None, keys=keys or None)
+    except ExplainError as exc:
+        st.info(markdown_escape(str(exc)), icon=":material/info:")
+        return
+    st.markdown(f"**{len(sums.queries)} queries, {len(sums.keys)} keys selected** (head {head})")
+    st.plotly_chart(explain_figures.summed_attention_figure(sums, trace.tokens), key="heads_sums",
+                    config=plotly_config(f"attnviz-head{head}-sums"))
