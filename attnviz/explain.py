@@ -216,16 +216,16 @@ def _ratio(scores: np.ndarray, scaled: np.ndarray) -> float | None:
 
 def _mask_reason(query: int, key: int, hidden: np.ndarray, value: float) -> str:
     """Why ``key`` is hidden from ``query``, from the row's hidden keys: a causal mask, a sliding window or other."""
-    before = "−∞" if math.isinf(value) else f"{value:.3g}"
-    softmax = f"({before} before the softmax), so its weight is 0"
+    before = f"({'−∞' if math.isinf(value) else f'{value:.3g}'} before the softmax)"
     visible = np.flatnonzero(~hidden)
     if key > query and hidden[query + 1 :].all():
-        return f"key {key} comes after query {query}: the causal mask hides it {softmax}"
+        return f"key {key} comes after query {query}: the causal mask hides it {before}, so its weight is 0"
     window = visible.size > 0 and np.array_equal(visible, np.arange(visible[0], query + 1))  # keys lo … query
     if key < query and window:
         return (f"key {key} is {query - key} tokens before query {query}: the sliding window keeps only the "
-                f"{visible.size} most recent keys ({visible[0]} to {query}), so the mask hides it {softmax}")
-    return f"the mask hides key {key} from query {query} {softmax}"
+                f"{visible.size} most recent keys ({visible[0]} to {query}), so the mask hides it {before} and its "
+                "weight is 0")
+    return f"the mask hides key {key} from query {query} {before}, so its weight is 0"
 
 
 def _stand_in(trace: Trace, query_vector, key_vector, query: int, key: int, divisor: float) -> str | None:
