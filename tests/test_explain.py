@@ -40,6 +40,9 @@ def assert_adds_up(trace, cells=None):
         assert not np.isnan(explanation.products).any()
         assert np.isclose(explanation.row_weights.sum(), 1.0, atol=1e-5)
         assert explanation.row_weights[key] == explanation.weight
+        logits = explanation.row_masked.astype(np.float64)  # (n,) the softmax over row i makes the weights
+        softmax = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()  # (n,)
+        assert np.allclose(softmax, explanation.row_weights, atol=1e-5)
         assert explanation.masked == (explanation.reason is not None)
         if explanation.masked:
             assert explanation.weight == 0.0 and np.isneginf(explanation.row_masked[key])
