@@ -13,7 +13,12 @@ from attnviz import pipeline
 from attnviz.config import AttentionConfig
 from attnviz.explain import attention_sums, explain_weight
 from attnviz.views import explain_figures
-from attnviz.views.explain_figures import HIGHLIGHT, products_figure, row_softmax_figure, summed_attention_figure
+from attnviz.views.explain_figures import (
+    HIGHLIGHT_CODE,
+    products_figure,
+    row_softmax_figure,
+    summed_attention_figure,
+)
 
 HOSTILE = "<script>alert(1)</script> <b>bold</b> & <img src=x onerror=alert(2)> the end"
 
@@ -42,6 +47,20 @@ def test_products_figure_has_one_bar_per_dimension_that_add_up_to_the_score(vari
     assert f"score {explanation.score:.4g}" in title and f"scaled {explanation.scaled:.4g}" in title
     assert f"÷ √{explanation.head_dim}" in title and f"weight {explanation.weight:.4f}" in title
     assert np.array_equal(np.asarray(bars.customdata)[:, 0], explanation.query_vector)
+
+
+def test_every_figure_is_valid_plotly(hostile_trace):
+    """The builders skip Plotly's validation for speed: the same dicts must pass it."""
+    import plotly.graph_objects as go
+
+    explanation = explain_weight(hostile_trace, 1, 9, 9)
+    masked = explain_weight(hostile_trace, 1, 2, 9)
+    figures = [products_figure(explanation), products_figure(masked), row_softmax_figure(masked, hostile_trace.tokens),
+               summed_attention_figure(attention_sums(hostile_trace, 1, queries=[1, 2], keys=[0]),
+                                       hostile_trace.tokens),
+               summed_attention_figure(attention_sums(hostile_trace, 1, keys=[0]), hostile_trace.tokens)]
+    for fig in figures:
+        assert go.Figure(fig.to_dict()).to_dict()["data"]  # raises on an invalid property
 
 
 def test_products_figure_names_the_largest_products():
@@ -94,8 +113,9 @@ def test_row_softmax_figure_is_row_i_with_key_j_highlighted(hostile_trace):
     assert np.array_equal(weights.y, hostile_trace.steps["weights"][0, 1, 6])
     assert np.array_equal(np.asarray(scaled.y)[:7], hostile_trace.steps["scaled"][0, 1, 6, :7])
     assert np.isclose(np.sum(weights.y), 1.0, atol=1e-5)
-    colors = list(weights.marker.color)
-    assert colors[4] == HIGHLIGHT and colors.count(HIGHLIGHT) == 1
+    for bars in (scaled, weights):
+        assert np.flatnonzero(np.asarray(bars.marker.color) == HIGHLIGHT_CODE).tolist() == [4]
+    assert [shape.x0 for shape in fig.layout.shapes] == [4, 4]
 
 
 def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
@@ -121,8 +141,8 @@ def test_summed_attention_figure_draws_both_selections(hostile_trace):
     assert np.array_equal(by_key.y, sums.per_key_mean)
     assert np.allclose(np.asarray(by_key.customdata)[:, 1].astype(float), sums.per_key_sum)
     assert np.array_equal(by_query.y, sums.per_query_total)
-    assert [i for i, c in enumerate(by_query.marker.color) if c == HIGHLIGHT] == [5, 7]
-    assert [i for i, c in enumerate(by_key.marker.color) if c == HIGHLIGHT] == [1]
+    assert np.flatnonzero(np.asarray(by_query.marker.color) == HIGHLIGHT_CODE).tolist() == [5, 7]
+    assert np.flatnonzero(np.asarray(by_key.marker.color) == HIGHLIGHT_CODE).tolist() == [1]
     assert "2 selected queries" in fig.layout.annotations[0].text
     assert "1 selected keys" in fig.layout.annotations[1].text
 
