@@ -355,3 +355,30 @@ def test_attention_sums_reject_bad_selections(mha_trace, kwargs, message):
 def test_explain_weight_is_exported():
     assert attnviz.explain_weight is explain_weight
     assert "explain_weight" in dir(attnviz)
+
+
+def test_queries_changed_after_recording_are_named_not_hidden():
+    """A module that rotates its queries after the recorded step (rotary positions): the products still come from
+    what was recorded, and a note says they do not give the run's score."""
+    import dataclasses
+
+    trace = pipeline.run(TEXT, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
+    steps = dict(trace.steps, queries=trace.steps["queries"] * 1.5)
+    explanation = explain_weight(dataclasses.replace(trace, steps=steps), 0, 6, 2)
+    assert explanation.scaled == trace.steps["scaled"][0, 0, 6, 2]
+    assert any("the run's score is" in note for note in explanation.notes)
+
+
+def test_a_row_whose_every_key_is_hidden_gives_zeros_not_nan():
+    import dataclasses
+
+    trace = pipeline.run(TEXT, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
+    masked, weights = trace.steps["masked"].copy(), trace.steps["weights"].copy()
+    masked[0, 1, 4] = -np.inf  # padding hides every key of query 4: softmax of all −∞ is NaN
+    weights[0, 1, 4] = np.nan
+    broken = dataclasses.replace(trace, steps=dict(trace.steps, masked=masked, weights=weights, dropped=weights))
+    explanation = explain_weight(broken, 1, 4, 2)
+    assert explanation.masked and explanation.weight == 0.0 and explanation.dropped == 0.0
+    assert not np.isnan(explanation.row_weights).any()
+    assert explanation.reason.startswith("the mask hides key 2 from query 4")
+    assert any("Every key is hidden" in note for note in explanation.notes)
