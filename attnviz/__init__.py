@@ -5,13 +5,16 @@ module) → ``Trace`` → ``views`` (Plotly, the shape diagram) → Streamlit pa
 only place here that imports Streamlit).
 
 From code or a notebook: ``attnviz.trace_module(module, text_or_x)`` traces any attention module,
-``attnviz.check_module(module)`` checks it by rule and ``attnviz.show(trace)`` draws its heads inline.
+``attnviz.check_module(module)`` checks it by rule, ``attnviz.show(trace)`` draws its heads inline and
+``attnviz.explain_weight(trace, head, query, key)`` splits one weight into q_i[d]·k_j[d] products, score,
+scaled score and softmax row.
 
-Importing this package imports nothing else (those three load on first use): ``attnviz.ui`` imports pandas
+Importing this package imports nothing else (those four load on first use): ``attnviz.ui`` imports pandas
 before any figure can be built (its docstring says why).
 """
 
-_LAZY = {"trace_module": "attnviz.tracing", "check_module": "attnviz.checks", "show": "attnviz.views.notebook"}
+_LAZY = {"trace_module": "attnviz.tracing", "check_module": "attnviz.checks", "show": "attnviz.views.notebook",
+         "explain_weight": "attnviz.explain"}
 
 
 def __getattr__(name: str):

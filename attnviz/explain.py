@@ -1,0 +1,292 @@
+"""Explains one attention weight by decomposing it: q_i and k_j, their per-dimension products q_i[d]·k_j[d] (whose
+sum is the score), the divisor that makes the scaled score, and the softmax over row i that makes the weight; and
+sums the attention of several selected queries or keys.
+
+Reads only a :class:`~attnviz.trace.Trace`, so it works for every producer that records queries and keys: the
+book's classes (single-head ``(b, n, d_out)``; the wrapper's heads concatenated along the last dimension; the
+``MultiHeadAttention``'s ``(b, n, d_out)`` before its per-head view), a GPT model's layer (the same
+``MultiHeadAttention``) and a user's module (``(batch, heads, n, head_dim)``, keys with fewer heads under
+grouped-query attention).  The divisor is measured from the run's own ``scores`` and ``scaled`` stages, so a
+module that scales differently (or not at all) is explained as it ran; which keys are hidden is read from the
+recorded ``masked`` stage (−∞, or pushed down by more than 10⁴), so a causal mask, a sliding window or a padding
+mask each get their own reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.config import InputError
+from attnviz.trace import Trace
+
+SUM_STAGES = ("weights", "dropped", "scores", "scaled")  # maps whose sums mean something (masked holds −∞)
+_HIDDEN_BELOW = -1e4  # an additive mask that pushes a score down by more than this hides the key
+
+
+class ExplainError(InputError):
+    """A head, position or selection the Trace does not have, or a run that recorded no queries and keys."""
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays
+class WeightExplanation:
+    """Why query ``query`` gives key ``key`` its weight in head ``head``: every number adds up to the next."""
+
+    head: int
+    query: int
+    key: int
+    query_token: str  # display pieces (user text: escape before drawing)
+    key_token: str
+    query_vector: np.ndarray  # (head_dim,) q_i of this head (float32)
+    key_vector: np.ndarray  # (head_dim,) k_j of this head
+    products: np.ndarray  # (head_dim,) q_i[d]·k_j[d]
+    score: float  # products.sum() == scores[0, head, query, key] (float tolerance)
+    divisor: float  # scores ÷ divisor = scaled: √head_dim for the book's classes, 1 where nothing scales
+    scaling: str  # the divisor in words ("÷ √8 = 2.828 (√d_head)", "no scaling (÷ 1)", "÷ 8 (not √d_head = 2.828)")
+    scaled: float  # trace.steps["scaled"][0, head, query, key]
+    weight: float  # trace.steps["weights"][0, head, query, key]; 0 where the mask hides the key
+    dropped: float  # the weight after dropout (== weight when no dropout ran)
+    masked: bool  # the mask hides this key from this query
+    reason: str | None  # why a masked cell's weight is 0, in plain English; None when not masked
+    row_scaled: np.ndarray  # (n,) scaled scores of row ``query`` over every key
+    row_masked: np.ndarray  # (n,) the softmax's input: row_scaled with −∞ (or a large negative) where hidden
+    row_weights: np.ndarray  # (n,) softmax(row_masked): the row of weights, sums to 1
+    row_hidden: np.ndarray  # (n,) bool: the keys the mask hides from this query
+    stand_in: str | None  # what stands in for q and k where the run has no query/key projections
+    notes: tuple[str, ...] = ()  # anything else the numbers need (dropout ran, Q/K transformed after recording)
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.products.shape[0])
+
+    def largest(self, count: int = 5) -> np.ndarray:
+        """Indices of the ``count`` products of largest magnitude, largest first."""
+        order = np.argsort(-np.abs(self.products), kind="stable")
+        return order[: max(0, int(count))]
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays
+class AttentionSums:
+    """The attention of several selected queries (per key) and to several selected keys (per query), one head."""
+
+    head: int
+    stage: str
+    queries: tuple[int, ...]  # the selected query positions (sorted, unique; empty when none were selected)
+    keys: tuple[int, ...]  # the selected key positions
+    per_key_sum: np.ndarray | None  # (n,) Σ over the selected queries of map[q, j], for every key j
+    per_key_mean: np.ndarray | None  # (n,) per_key_sum ÷ the number of selected queries
+    per_query_total: np.ndarray | None  # (n,) Σ over the selected keys of map[i, k]: what each query gives them
+
+
+# -------------------------------------------------------------------- one weight
+
+def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExplanation:
+    """Decompose ``trace``'s weight at (``head``, ``query``, ``key``); raises ExplainError (an InputError) for a
+    head or position the Trace does not have, or a run that recorded no queries and keys."""
+    heads, n = trace.num_heads, trace.steps["weights"].shape[-1]
+    head = _index(head, heads, "head")
+    query = _index(query, trace.steps["weights"].shape[-2], "query")
+    key = _index(key, n, "key")
+    missing = [stage for stage in ("queries", "keys", "scores", "scaled", "masked") if stage not in trace.steps]
+    if missing:
+        raise ExplainError(f"This run recorded no {' or '.join(missing)}: its scores are not a Q·Kᵀ attnviz could "
+                           "find, so this weight cannot be split into per-dimension products.")
+    query_vector, key_vector = _head_vectors(trace, head, query, key)
+    products = query_vector * key_vector  # (hd,) * (hd,) -> (hd,)
+    score = float(products.sum())
+
+    scores_row = trace.steps["scores"][0, head, query]  # (n,)
+    row_scaled = trace.steps["scaled"][0, head, query]  # (n,)
+    row_masked = trace.steps["masked"][0, head, query]  # (n,)
+    weights_row = trace.steps["weights"][0, head, query]  # (n,)
+    row_hidden = _hidden(row_masked, row_scaled)  # (n,) bool
+    notes = []
+    if not np.isfinite(weights_row).all():  # every key hidden: the softmax had nothing to normalise
+        notes.append(f"Every key is hidden from query {query}: the softmax has nothing to normalise, so this row's "
+                     "weights are shown as 0.")
+        weights_row = np.nan_to_num(weights_row, nan=0.0, posinf=0.0, neginf=0.0)
+    row_weights = np.array(weights_row, dtype=np.float32)  # (n,) a copy the explanation owns
+    masked = bool(row_hidden[key])
+    weight = 0.0 if masked else float(row_weights[key])
+    dropped = float(np.nan_to_num(trace.steps.get("dropped", trace.steps["weights"])[0, head, query, key]))
+    if masked:
+        dropped = 0.0
+    elif dropped != weight:
+        notes.append(f"Dropout ran: this weight, {weight:.4g}, went on to V as {dropped:.4g}.")
+
+    head_dim = int(products.shape[0])
+    divisor, scaling = _divisor(scores_row, row_scaled, trace.steps["scores"][0, head], trace.steps["scaled"][0, head],
+                                head_dim)
+    recorded = float(scores_row[key])
+    if not math.isclose(score, recorded, rel_tol=1e-4, abs_tol=1e-4 * (float(np.abs(products).sum()) + 1e-6)):
+        notes.append(f"The recorded q_i and k_j give {score:.6g}, but the run's score is {recorded:.6g}: the module "
+                     "changes its queries or keys after the step attnviz records (e.g. rotary positions).")
+    return WeightExplanation(
+        head=head, query=query, key=key, query_token=_token(trace, query), key_token=_token(trace, key),
+        query_vector=_frozen(query_vector), key_vector=_frozen(key_vector), products=_frozen(products),
+        score=score, divisor=divisor, scaling=scaling, scaled=float(row_scaled[key]), weight=weight, dropped=dropped,
+        masked=masked, reason=_mask_reason(query, key, row_hidden, float(row_masked[key])) if masked else None,
+        row_scaled=_frozen(row_scaled), row_masked=_frozen(row_masked), row_weights=_frozen(row_weights),
+        row_hidden=_frozen(row_hidden), stand_in=_stand_in(trace, query_vector, key_vector, query, key, divisor),
+        notes=tuple(notes))
+
+
+def _index(value, size: int, what: str) -> int:
+    """``value`` as a position in 0 … size − 1, or ExplainError naming the valid range."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ExplainError(f"{what} must be a whole number from 0 to {size - 1}, got {value!r}.")
+    if not 0 <= int(value) < size:
+        raise ExplainError(f"{what} {int(value)} is out of range: this run has {size} "
+                           f"{'heads' if what == 'head' else 'positions'}, choose {what} from 0 to {size - 1}.")
+    return int(value)
+
+
+def _head_vectors(trace: Trace, head: int, query: int, key: int) -> tuple[np.ndarray, np.ndarray]:
+    """(q_query, k_key) of ``head``, (head_dim,) float32 each, from the recorded ``queries`` and ``keys``."""
+    heads = trace.num_heads
+    queries, keys = trace.steps["queries"], trace.steps["keys"]
+    if queries.ndim == 4:  # (b, h, n, hd): a user's module
+        head_dim = queries.shape[-1]
+        query_vector = queries[0, _head_of(queries.shape[1], heads, head, "queries", queries.shape), query]  # (hd,)
+    else:  # (b, n, h·hd): the book's classes and GPT layers, heads side by side along the last dimension
+        if queries.shape[-1] % heads:
+            raise ExplainError(f"Cannot tell which part of the recorded queries {tuple(queries.shape)} belongs to "
+                               f"head {head} of {heads}.")
+        head_dim = queries.shape[-1] // heads
+        query_vector = queries[0, query, head * head_dim : (head + 1) * head_dim]  # (n, h·hd) -> (hd,)
+    if keys.ndim == 4:  # (b, h_kv, n, hd)
+        key_vector = keys[0, _head_of(keys.shape[1], heads, head, "keys", keys.shape), key]  # (hd,)
+    else:  # (b, n, h_kv·hd)
+        if keys.shape[-1] % head_dim:
+            raise ExplainError(f"Cannot tell which part of the recorded keys {tuple(keys.shape)} belongs to head "
+                               f"{head}: their width is not a multiple of head_dim {head_dim}.")
+        kv_head = _head_of(keys.shape[-1] // head_dim, heads, head, "keys", keys.shape)
+        key_vector = keys[0, key, kv_head * head_dim : (kv_head + 1) * head_dim]  # (n, h_kv·hd) -> (hd,)
+    if key_vector.shape != query_vector.shape:
+        raise ExplainError(f"The recorded queries {tuple(queries.shape)} and keys {tuple(keys.shape)} have different "
+                           "head sizes: q·k is not defined.")
+    return np.asarray(query_vector, dtype=np.float32), np.asarray(key_vector, dtype=np.float32)
+
+
+def _head_of(recorded: int, heads: int, head: int, stage: str, shape) -> int:
+    """The recorded head of ``stage`` that map head ``head`` uses: the same one, or its group's under
+    grouped-query attention (``heads // recorded`` query heads share each key head)."""
+    if recorded == heads:
+        return head
+    if recorded and heads % recorded == 0:
+        return head // (heads // recorded)
+    raise ExplainError(f"The recorded {stage} {tuple(shape)} have {recorded} heads; the maps have {heads}: "
+                       f"cannot tell which belongs to head {head}.")
+
+
+def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray) -> np.ndarray:
+    """(n,) bool: keys the mask hides (−∞ in the softmax's input, or pushed down by more than 10⁴)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        pushed = (row_masked.astype(np.float64) - row_scaled.astype(np.float64)) < _HIDDEN_BELOW
+    return np.isneginf(row_masked) | pushed
+
+
+def _divisor(scores_row, scaled_row, scores_map, scaled_map, head_dim: int) -> tuple[float, str]:
+    """(divisor, in words): scores ÷ divisor = scaled, measured on this row (or this head) of the run."""
+    root = math.sqrt(head_dim)
+    measured = _ratio(scores_row, scaled_row)
+    if measured is None:
+        measured = _ratio(scores_map.ravel(), scaled_map.ravel())
+    if measured is None:
+        return 1.0, "no scaling can be measured: every score of this head is 0"
+    if math.isclose(measured, root, rel_tol=1e-3):
+        return root, f"÷ √d_head = √{head_dim} = {root:.4g}"
+    if math.isclose(measured, 1.0, rel_tol=1e-4):
+        return 1.0, "no scaling (÷ 1): the scores go to the softmax as they are"
+    return measured, f"÷ {measured:.4g}: this run's own scale, not √d_head = √{head_dim} = {root:.4g}"
+
+
+def _ratio(scores: np.ndarray, scaled: np.ndarray) -> float | None:
+    """scores ÷ scaled at the entry of largest |scaled| (finite, non-zero), or None."""
+    usable = np.isfinite(scores) & np.isfinite(scaled) & (scaled != 0)
+    if not usable.any():
+        return None
+    where = np.flatnonzero(usable)
+    best = where[np.argmax(np.abs(scaled[where]))]
+    return float(scores[best]) / float(scaled[best])
+
+
+def _mask_reason(query: int, key: int, hidden: np.ndarray, value: float) -> str:
+    """Why ``key`` is hidden from ``query``, from the row's hidden keys: a causal mask, a sliding window or other."""
+    before = f"({'−∞' if math.isinf(value) else f'{value:.3g}'} before the softmax)"
+    visible = np.flatnonzero(~hidden)
+    if key > query and hidden[query + 1 :].all():
+        return f"key {key} comes after query {query}: the causal mask hides it {before}, so its weight is 0"
+    window = visible.size > 0 and np.array_equal(visible, np.arange(visible[0], query + 1))  # keys lo … query
+    if key < query and window:
+        return (f"key {key} is {query - key} tokens before query {query}: the sliding window keeps only the "
+                f"{visible.size} most recent keys ({visible[0]} to {query}), so the mask hides it {before} and its "
+                "weight is 0")
+    return f"the mask hides key {key} from query {query} {before}, so its weight is 0"
+
+
+def _stand_in(trace: Trace, query_vector, key_vector, query: int, key: int, divisor: float) -> str | None:
+    """What stands in for q and k in a run without query/key projections (the simplified class of 3.3)."""
+    inputs = trace.embeddings.get("input")
+    if inputs is None or inputs.shape[-1] != query_vector.shape[0] or max(query, key) >= inputs.shape[0]:
+        return None
+    if not (np.array_equal(inputs[query], query_vector) and np.array_equal(inputs[key], key_vector)):
+        return None
+    scaling = " and nothing scales its scores (÷ 1)" if divisor == 1.0 else ""
+    return (f"This run has no W_query or W_key: the input embeddings themselves stand in for the query and the key "
+            f"(q_{query} = x_{query}, k_{key} = x_{key}){scaling}.")
+
+
+def _token(trace: Trace, position: int) -> str:
+    return trace.tokens[position] if position < len(trace.tokens) else str(position)
+
+
+def _frozen(array) -> np.ndarray:
+    array = np.array(array)  # a copy: the explanation does not hold views into a cached Trace
+    if array.dtype != bool:
+        array = array.astype(np.float32)
+    array.setflags(write=False)
+    return array
+
+
+# -------------------------------------------------------------------- several tokens at once
+
+def attention_sums(trace: Trace, head: int, *, queries: Iterable[int] | None = None, keys: Iterable[int] | None = None,
+                   stage: str = "weights") -> AttentionSums:
+    """The attention of the selected ``queries`` summed (and averaged) per key, and what each query gives the
+    selected ``keys`` in total, in ``head``'s ``stage`` map; raises ExplainError for a head, position or stage the
+    Trace does not have, or an empty selection."""
+    if stage not in SUM_STAGES or stage not in trace.steps:
+        usable = [name for name in SUM_STAGES if name in trace.steps]
+        raise ExplainError(f"Cannot sum the {stage!r} map: choose one of {', '.join(usable)}.")
+    head = _index(head, trace.num_heads, "head")
+    attention_map = trace.steps[stage][0, head]  # (n, n)
+    if queries is None and keys is None:
+        raise ExplainError("Select at least one query or key token to sum attention over.")
+    query_positions = _selection(queries, attention_map.shape[0], "query")
+    key_positions = _selection(keys, attention_map.shape[1], "key")
+    per_key_sum = per_key_mean = per_query_total = None
+    if query_positions:
+        rows = attention_map[list(query_positions)].astype(np.float64)  # (q, n)
+        per_key_sum = _frozen(rows.sum(axis=0))  # (q, n) -> (n,)
+        per_key_mean = _frozen(rows.sum(axis=0) / len(query_positions))  # (n,)
+    if key_positions:
+        columns = attention_map[:, list(key_positions)].astype(np.float64)  # (n, k)
+        per_query_total = _frozen(columns.sum(axis=1))  # (n, k) -> (n,)
+    return AttentionSums(head=head, stage=stage, queries=query_positions, keys=key_positions,
+                         per_key_sum=per_key_sum, per_key_mean=per_key_mean, per_query_total=per_query_total)
+
+
+def _selection(positions, size: int, what: str) -> tuple[int, ...]:
+    """Sorted unique positions, each checked; ``None`` → (); an empty selection is an ExplainError."""
+    if positions is None:
+        return ()
+    if isinstance(positions, int | np.integer | bool | str | float):
+        positions = [positions]
+    chosen = tuple(sorted({_index(position, size, what) for position in list(positions)}))
+    if not chosen:
+        raise ExplainError(f"The {what} selection is empty: select one or more {what} positions from 0 to {size - 1}.")
+    return chosen

@@ -1,0 +1,205 @@
+"""Pure Plotly figures of why a cell has its weight and of several tokens' summed attention: an explanation or
+sums in (:mod:`attnviz.explain`), ``go.Figure`` out.
+
+No model runs here and no Streamlit (as :mod:`attnviz.views.figures`):
+
+* ``products_figure`` — the head_dim products q_i[d]·k_j[d] as bars, the largest named, the title adding them up:
+  Σ = score, ÷ divisor = scaled, and the weight (or why the mask hides the key);
+* ``row_softmax_figure`` — row i's scaled scores over every key and the softmax of that row, key j highlighted;
+* ``summed_attention_figure`` — the selected queries' attention per key (mean, sum in the hover) and what every
+  query gives the selected keys.
+
+Positions are numeric x values with token tick labels (at most ``MAX_TICKS``), arrays are float32 (Plotly sends
+them as binary), bar colours are numeric codes on a discrete colour scale, and every piece of token text is escaped
+(:func:`~attnviz.views.figures.safe_label`).  The figures are built from dicts without Plotly's per-property
+validation (``tests/views/test_explain_figures.py`` validates them): a 1,024-bar row is drawn on every click.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+from attnviz.explain import AttentionSums, WeightExplanation
+from attnviz.views.figures import MASKED_COLOR, safe_label
+
+POSITIVE = "#d6604d"  # a product that raises the score
+NEGATIVE = "#4393c3"  # a product that lowers it
+HIGHLIGHT = "#ff7f0e"  # key j in the row, the selected positions
+PLAIN = "#7f7f7f"
+PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0.0, 1.0, 2.0  # a position bar's colour code
+POSITION_COLORS = [[0.0, PLAIN], [0.5, MASKED_COLOR], [1.0, HIGHLIGHT]]  # codes 0, 1, 2 on cmin 0 … cmax 2
+MAX_TICKS = 40
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _divisor_text(explanation: WeightExplanation) -> str:
+    """``÷ √8``, ``÷ 1 (no scaling)`` or ``÷ 5`` (a run's own scale)."""
+    if math.isclose(explanation.divisor, math.sqrt(explanation.head_dim), rel_tol=1e-6):
+        return f"÷ √{explanation.head_dim}"
+    if explanation.divisor == 1.0:
+        return "÷ 1 (no scaling)"
+    return f"÷ {_number(explanation.divisor)}"
+
+
+def _cell_name(explanation: WeightExplanation) -> str:
+    return (f"query {explanation.query} “{safe_label(explanation.query_token)}” → key {explanation.key} "
+            f"“{safe_label(explanation.key_token)}”, head {explanation.head}")
+
+
+def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int = 360) -> go.Figure:
+    """Bars of q_i[d]·k_j[d] for every dimension d of the head; the ``top`` largest by magnitude are named on
+    their bars; the title adds them up to the score, the scaled score and the weight (or the mask's reason)."""
+    products = np.asarray(explanation.products, dtype=np.float32)  # (hd,)
+    largest = [int(d) for d in explanation.largest(top)]
+    text = np.full(explanation.head_dim, "", dtype=object)
+    text[largest] = [f"d{d}" for d in largest]
+    bars = {
+        "type": "bar", "x": np.arange(explanation.head_dim, dtype=np.float32), "y": products, "name": "q[d]·k[d]",
+        "text": text, "textposition": "outside", "cliponaxis": False,
+        "customdata": np.stack([explanation.query_vector, explanation.key_vector], axis=1).astype(np.float32),
+        "marker": {"color": (products >= 0).astype(np.float32), "colorscale": [[0.0, NEGATIVE], [1.0, POSITIVE]],
+                   "cmin": 0.0, "cmax": 1.0},
+        "hovertemplate": ("dimension %{x}<br>q[d] = %{customdata[0]:.4f}<br>k[d] = %{customdata[1]:.4f}"
+                          "<br>q[d]·k[d] = %{y:.4f}<extra></extra>"),
+    }
+    sums = (f"Σ q[d]·k[d] = score {_number(explanation.score)}   {_divisor_text(explanation)} = scaled "
+            f"{_number(explanation.scaled)}   ")
+    if explanation.masked:
+        sums += "→ masked: weight 0"
+        subtitle = safe_label(explanation.reason or "")
+    else:
+        sums += f"→ softmax over row {explanation.query}: weight {explanation.weight:.4f}"
+        subtitle = ""
+    if explanation.stand_in:
+        subtitle = " ".join(filter(None, [subtitle, safe_label(explanation.stand_in)]))
+    layout = {
+        "title": {"text": f"{_cell_name(explanation)}<br>{sums}", "font": {"size": 13},
+                  "subtitle": {"text": subtitle, "font": {"size": 11}}},
+        "height": height, "margin": {"l": 10, "r": 10, "t": 100, "b": 40}, "showlegend": False, "bargap": 0.1,
+        "uniformtext": {"minsize": 10, "mode": "show"},
+        "xaxis": {"title": {"text": f"dimension d of the head (0 … {explanation.head_dim - 1})"}, "zeroline": False},
+        "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True},
+        "meta": {"largest": largest, "score": explanation.score, "divisor": explanation.divisor},
+    }
+    return go.Figure(data=[bars], layout=layout, _validate=False)
+
+
+def _token_axis(tokens, n: int, max_ticks: int = MAX_TICKS) -> dict:
+    """A numeric position axis with at most ``max_ticks`` token tick labels (escaped)."""
+    step = max(1, math.ceil(n / max_ticks))
+    positions = list(range(0, n, step))
+    return {"tickmode": "array", "tickvals": positions, "ticktext": [safe_label(tokens[p]) for p in positions],
+            "tickangle": -60, "range": [-0.5, n - 0.5], "type": "linear"}
+
+
+def _hover_names(tokens, n: int) -> np.ndarray:
+    """``"j: piece"`` for every position, escaped (Plotly renders HTML in hover text)."""
+    return np.array([f"{p}: {safe_label(tokens[p])}" for p in range(n)], dtype=object)
+
+
+def _position_bars(values: np.ndarray, codes: np.ndarray, panel: int, customdata, hovertemplate: str,
+                   name: str) -> dict:
+    """One panel's bars over positions 0 … n − 1, coloured by code (plain, hidden, highlighted)."""
+    suffix = "" if panel == 1 else str(panel)
+    return {"type": "bar", "x": np.arange(values.shape[0], dtype=np.float32), "y": values.astype(np.float32),
+            "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "name": name, "customdata": customdata,
+            "hovertemplate": hovertemplate,
+            "marker": {"color": codes.astype(np.float32), "colorscale": POSITION_COLORS, "cmin": 0.0, "cmax": 2.0}}
+
+
+def _panels(titles: list[str], axes: list[dict], gap: float) -> dict:
+    """Layout of panels stacked top to bottom, each with its own x axis (``axes``) and a title above it."""
+    count = len(titles)
+    height = (1.0 - gap * (count - 1)) / count
+    layout, annotations = {}, []
+    for index, (title, axis) in enumerate(zip(titles, axes)):
+        suffix = "" if index == 0 else str(index + 1)
+        top = 1.0 - index * (height + gap)
+        layout[f"xaxis{suffix}"] = {**axis, "anchor": f"y{suffix}", "domain": [0.0, 1.0]}
+        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [max(0.0, round(top - height, 6)), round(top, 6)]}
+        annotations.append({"text": title, "x": 0.5, "xref": "paper", "xanchor": "center", "y": top, "yref": "paper",
+                            "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
+    return {**layout, "annotations": annotations}
+
+
+def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 420) -> go.Figure:
+    """Row ``query``'s scaled scores over every key (the softmax's input; hidden keys grey at 0) above the softmax
+    of that row (the weights), key ``key`` highlighted in both."""
+    n = explanation.row_weights.shape[0]
+    hidden = np.asarray(explanation.row_hidden, dtype=bool)  # (n,)
+    scaled = np.where(hidden, 0.0, explanation.row_scaled).astype(np.float32)  # (n,) hidden keys drawn at 0
+    codes = np.where(hidden, HIDDEN_CODE, PLAIN_CODE)  # (n,)
+    codes[explanation.key] = HIGHLIGHT_CODE
+    names = _hover_names(tokens, n)
+    shown = np.array([f"−∞ (the mask hides this key; its scaled score is {value:.4f})" if hide else f"{value:.4f}"
+                      for value, hide in zip(explanation.row_scaled.tolist(), hidden.tolist())], dtype=object)
+    data = [
+        _position_bars(scaled, codes, 1, np.stack([names, shown], axis=1),
+                       "key %{customdata[0]}<br>softmax input %{customdata[1]}<extra></extra>", "scaled"),
+        _position_bars(np.asarray(explanation.row_weights), codes, 2, names,
+                       "key %{customdata}<br>weight %{y:.4f}<extra></extra>", "weight"),
+    ]
+    axis = _token_axis(tokens, n)
+    layout = _panels([f"row {explanation.query}: scaled scores (the softmax's input)",
+                      f"softmax over row {explanation.query}: the weights (sum to 1)"],
+                     [{**axis, "showticklabels": False}, {**axis, "matches": "x", "title": {"text": "key token"}}],
+                     gap=0.12)
+    if explanation.masked:
+        how = f"key {explanation.key} is hidden: exp(−∞) = 0, so its weight is 0"
+    else:
+        how = (f"weight = exp({_number(explanation.scaled)}) ÷ Σ over the row's visible keys of exp(scaled) = "
+               f"{explanation.weight:.4f}")
+    layout.update(
+        title={"text": f"{_cell_name(explanation)}<br>{how}", "font": {"size": 13}}, height=height, showlegend=False,
+        bargap=0.1, margin={"l": 10, "r": 10, "t": 90, "b": 40},
+        shapes=[{"type": "line", "x0": explanation.key, "x1": explanation.key, "xref": xref, "y0": 0, "y1": 1,
+                 "yref": f"{yref} domain", "line": {"color": HIGHLIGHT, "width": 1, "dash": "dot"}}
+                for xref, yref in (("x", "y"), ("x2", "y2"))])
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def _selection_text(positions: tuple[int, ...], tokens, shown: int = 8) -> str:
+    words = [f"{p} “{safe_label(tokens[p])}”" for p in positions[:shown]]
+    more = f" … and {len(positions) - shown} more" if len(positions) > shown else ""
+    return ", ".join(words) + more
+
+
+def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None = None) -> go.Figure:
+    """Bar charts of a several-token selection: the selected queries' attention per key (mean; the sum in the
+    hover) and what each query gives the selected keys in total; the selected positions highlighted."""
+    if sums.per_key_sum is None and sums.per_query_total is None:
+        raise ValueError("sums hold no selection to draw")
+    n = len(tokens)
+    names = _hover_names(tokens, n)
+    axis = _token_axis(tokens, n)
+    data, titles, axes = [], [], []
+    if sums.per_key_sum is not None:
+        codes = np.full(n, PLAIN_CODE)
+        codes[list(sums.keys)] = HIGHLIGHT_CODE  # the keys selected below, if any
+        customdata = np.stack([names, np.asarray(sums.per_key_sum, dtype=np.float32).astype(object)], axis=1)
+        data.append(_position_bars(np.asarray(sums.per_key_mean), codes, len(data) + 1, customdata,
+                                   "key %{customdata[0]}<br>mean %{y:.4f}<br>sum %{customdata[1]:.4f}<extra></extra>",
+                                   "mean over the selected queries"))
+        titles.append(f"{sums.stage} of the {len(sums.queries)} selected queries, averaged, per key: "
+                      f"{_selection_text(sums.queries, tokens)}")
+        axes.append({**axis, "title": {"text": "key token"}})
+    if sums.per_query_total is not None:
+        codes = np.full(n, PLAIN_CODE)
+        codes[list(sums.queries)] = HIGHLIGHT_CODE  # the queries selected above, if any
+        data.append(_position_bars(np.asarray(sums.per_query_total), codes, len(data) + 1, names,
+                                   "query %{customdata}<br>to the selected keys %{y:.4f}<extra></extra>",
+                                   "total to the selected keys"))
+        titles.append(f"{sums.stage} each query gives the {len(sums.keys)} selected keys in total: "
+                      f"{_selection_text(sums.keys, tokens)}")
+        axes.append({**axis, "title": {"text": "query token"}})
+    layout = _panels(titles, axes, gap=0.25)
+    layout.update(height=height or 300 * len(data), showlegend=False, bargap=0.1,
+                  title={"text": f"head {sums.head}: several tokens at once", "font": {"size": 13}},
+                  margin={"l": 10, "r": 10, "t": 80, "b": 40})
+    return go.Figure(data=data, layout=layout, _validate=False)

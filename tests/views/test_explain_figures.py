@@ -1,0 +1,153 @@
+"""The figures of why a cell has its weight and of several tokens' summed attention: what they draw adds up to
+the explanation, token text is escaped, long sequences get numeric axes with few ticks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import plotly.io as pio
+import pytest
+
+from attnviz import pipeline
+from attnviz.config import AttentionConfig
+from attnviz.explain import attention_sums, explain_weight
+from attnviz.views import explain_figures
+from attnviz.views.explain_figures import (
+    HIGHLIGHT_CODE,
+    products_figure,
+    row_softmax_figure,
+    summed_attention_figure,
+)
+
+HOSTILE = "<script>alert(1)</script> <b>bold</b> & <img src=x onerror=alert(2)> the end"
+
+
+@pytest.fixture(scope="module")
+def hostile_trace():
+    return pipeline.run(HOSTILE, AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=4, seed=3))
+
+
+def all_text(fig) -> str:
+    return json.dumps(json.loads(pio.to_json(fig)))
+
+
+@pytest.mark.parametrize(("variant", "heads"), [("mha", 4), ("mha_wrapper", 2), ("causal", 1)])
+def test_products_figure_has_one_bar_per_dimension_that_add_up_to_the_score(variant, heads):
+    trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant=variant, d_in=24, d_out=24,
+                                                                     num_heads=heads))
+    explanation = explain_weight(trace, heads - 1, 5, 2)
+    fig = products_figure(explanation)
+    (bars,) = fig.data
+    assert bars.type == "bar" and len(bars.y) == explanation.head_dim == 24 // heads
+    assert np.asarray(bars.y).dtype == np.float32 and np.asarray(bars.x).dtype == np.float32
+    assert np.array_equal(bars.y, explanation.products)
+    assert np.isclose(np.sum(bars.y), explanation.score, rtol=1e-5)
+    title = fig.layout.title.text
+    assert f"score {explanation.score:.4g}" in title and f"scaled {explanation.scaled:.4g}" in title
+    assert f"÷ √{explanation.head_dim}" in title and f"weight {explanation.weight:.4f}" in title
+    assert np.array_equal(np.asarray(bars.customdata)[:, 0], explanation.query_vector)
+
+
+def test_every_figure_is_valid_plotly(hostile_trace):
+    """The builders skip Plotly's validation for speed: the same dicts must pass it."""
+    import plotly.graph_objects as go
+
+    explanation = explain_weight(hostile_trace, 1, 9, 9)
+    masked = explain_weight(hostile_trace, 1, 2, 9)
+    figures = [products_figure(explanation), products_figure(masked), row_softmax_figure(masked, hostile_trace.tokens),
+               summed_attention_figure(attention_sums(hostile_trace, 1, queries=[1, 2], keys=[0]),
+                                       hostile_trace.tokens),
+               summed_attention_figure(attention_sums(hostile_trace, 1, keys=[0]), hostile_trace.tokens)]
+    for fig in figures:
+        assert go.Figure(fig.to_dict()).to_dict()["data"]  # raises on an invalid property
+
+
+def test_products_figure_names_the_largest_products():
+    trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=64, d_out=64, num_heads=2))
+    explanation = explain_weight(trace, 0, 4, 1)
+    fig = products_figure(explanation, top=3)
+    named = [d for d, text in enumerate(fig.data[0].text) if text]
+    magnitudes = np.abs(explanation.products)
+    assert len(named) == 3 and sorted(named) == sorted(fig.layout.meta["largest"])
+    assert magnitudes[named].min() >= np.delete(magnitudes, named).max()
+    assert all(fig.data[0].text[d] == f"d{d}" for d in named)
+
+
+def test_masked_cell_title_says_why_and_never_nan():
+    trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
+    explanation = explain_weight(trace, 1, 2, 4)
+    fig = products_figure(explanation)
+    assert "masked: weight 0" in fig.layout.title.text
+    assert "causal mask hides it" in fig.layout.title.subtitle.text
+    assert np.isfinite(np.asarray(fig.data[0].y)).all()
+    row = row_softmax_figure(explanation, trace.tokens)
+    assert all(np.isfinite(np.asarray(bar.y)).all() for bar in row.data)
+    assert np.asarray(row.data[0].y)[3:].tolist() == [0.0] * (trace.n - 3)  # hidden keys drawn at 0, not −∞
+    assert "−∞" in np.asarray(row.data[0].customdata)[4, 1]
+
+
+def test_simplified_class_says_what_stands_in_and_that_nothing_scales():
+    trace = pipeline.run("The cat sat", AttentionConfig(variant="simplified", d_in=8, causal=False))
+    fig = products_figure(explain_weight(trace, 0, 2, 0))
+    assert "÷ 1 (no scaling)" in fig.layout.title.text
+    assert "stand in for the query and the key" in fig.layout.title.subtitle.text
+
+
+def test_hostile_token_text_is_escaped_everywhere(hostile_trace):
+    angled = [p for p, piece in enumerate(hostile_trace.tokens) if "<" in piece or "&" in piece]
+    assert len(angled) >= 2
+    explanation = explain_weight(hostile_trace, 2, angled[-1], angled[0])
+    sums = attention_sums(hostile_trace, 2, queries=range(hostile_trace.n), keys=[0, 1, 2])
+    for fig in (products_figure(explanation), row_softmax_figure(explanation, hostile_trace.tokens),
+                summed_attention_figure(sums, hostile_trace.tokens)):
+        text = all_text(fig)
+        assert "<script" not in text and "<img" not in text and "<b>" not in text
+        assert "&lt;" in text
+
+
+def test_row_softmax_figure_is_row_i_with_key_j_highlighted(hostile_trace):
+    explanation = explain_weight(hostile_trace, 1, 6, 4)
+    fig = row_softmax_figure(explanation, hostile_trace.tokens)
+    scaled, weights = fig.data
+    assert np.array_equal(weights.y, hostile_trace.steps["weights"][0, 1, 6])
+    assert np.array_equal(np.asarray(scaled.y)[:7], hostile_trace.steps["scaled"][0, 1, 6, :7])
+    assert np.isclose(np.sum(weights.y), 1.0, atol=1e-5)
+    for bars in (scaled, weights):
+        assert np.flatnonzero(np.asarray(bars.marker.color) == HIGHLIGHT_CODE).tolist() == [4]
+    assert [shape.x0 for shape in fig.layout.shapes] == [4, 4]
+
+
+def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
+    text = " ".join(["token"] * 1100)
+    trace = pipeline.run(text, AttentionConfig(variant="mha", d_in=8, d_out=8, num_heads=2))
+    assert trace.n == 1024
+    explanation = explain_weight(trace, 1, 1000, 999)
+    fig = row_softmax_figure(explanation, trace.tokens)
+    for bar in fig.data:
+        assert np.asarray(bar.x).dtype == np.float32 and len(bar.x) == 1024
+    assert len(fig.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
+    assert fig.layout.xaxis.type != "category"
+    sums = attention_sums(trace, 0, queries=range(500, 1024))
+    summed = summed_attention_figure(sums, trace.tokens)
+    assert len(summed.data) == 1 and len(summed.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
+    assert "and 516 more" in summed.layout.annotations[0].text
+
+
+def test_summed_attention_figure_draws_both_selections(hostile_trace):
+    sums = attention_sums(hostile_trace, 3, queries=[5, 7], keys=[1])
+    fig = summed_attention_figure(sums, hostile_trace.tokens)
+    by_key, by_query = fig.data
+    assert np.array_equal(by_key.y, sums.per_key_mean)
+    assert np.allclose(np.asarray(by_key.customdata)[:, 1].astype(float), sums.per_key_sum)
+    assert np.array_equal(by_query.y, sums.per_query_total)
+    assert np.flatnonzero(np.asarray(by_query.marker.color) == HIGHLIGHT_CODE).tolist() == [5, 7]
+    assert np.flatnonzero(np.asarray(by_key.marker.color) == HIGHLIGHT_CODE).tolist() == [1]
+    assert "2 selected queries" in fig.layout.annotations[0].text
+    assert "1 selected keys" in fig.layout.annotations[1].text
+
+
+def test_summed_attention_figure_of_keys_only(hostile_trace):
+    sums = attention_sums(hostile_trace, 0, keys=[2])
+    fig = summed_attention_figure(sums, hostile_trace.tokens)
+    assert len(fig.data) == 1 and np.array_equal(fig.data[0].y, sums.per_query_total)
