@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 from attnviz.stats import row_entropy  # noqa: F401  (the one entropy; re-exported for the pages)
 
 MASKED_COLOR = "#c8c8c8"
+SELECTED_COLOR = "#d62728"  # a selected cell's dot on a token heatmap
 WEIGHT_SCALE = "Viridis"
 SCORE_SCALE = "RdBu_r"
 MAP_TITLES = {
@@ -206,14 +207,15 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
     ``x2``/``y2`` whose tick text names every position's token, so its hover reads "query ·cat / key ·the /
     weights 0.1234".  Visible cells carry their value (``customdata``); masked ones (NaN) are a second trace
     whose hover says the mask hides them.  Both report clicks and box/lasso selections as points (x = key
-    position, y = query position)."""
+    position, y = query position); a selected cell shows a dot."""
     rows, cols = values.shape
     keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int32), rows)  # (rows·cols,)
     queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int32), cols)  # (rows·cols,)
     flat = values.reshape(-1)
     hidden = np.isnan(flat)
     kind = "scattergl" if flat.size > OVERLAY_GL_CELLS else "scatter"
-    common = {"type": kind, "mode": "markers", "marker": {"opacity": 0, "size": 6, "color": "#000000"},
+    common = {"type": kind, "mode": "markers", "marker": {"opacity": 0, "size": 6, "color": SELECTED_COLOR},
+              "selected": {"marker": {"opacity": 1}}, "unselected": {"marker": {"opacity": 0}},
               "xaxis": "x2", "yaxis": "y2", "showlegend": False}
     overlay = [{**common, "name": "cells", "x": keys[~hidden], "y": queries[~hidden],
                 "customdata": flat[~hidden].astype(np.float32, copy=False),

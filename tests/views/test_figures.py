@@ -1,4 +1,5 @@
-"""The heads grid: one heatmap of tiles that are exactly the pooled maps of their heads."""
+"""The heads grid: one heatmap a head, tiled on one pair of axes, each exactly its head's pooled map; the token
+heatmap: numeric axes, token ticks, and a cell overlay whose hover and selections name the cells."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ def default_trace() -> pipeline.Trace:
     return pipeline.run(JOURNEY, pipeline.AttentionConfig())  # GPT-2 small, 12 causal heads
 
 
-def tiles_of(fig) -> tuple[np.ndarray, list[list[int]], int]:
-    (mosaic,) = [trace for trace in fig.data if trace.type == "heatmap"]
+def tiles_of(fig) -> tuple[list[np.ndarray], list[list[int]], int]:
+    """Each head's heatmap (z), where the layout says its tile is, and the tile side; asserts each heatmap is
+    placed at its tile."""
+    heatmaps = [trace for trace in fig.data if trace.type == "heatmap"]
     meta = fig.layout.meta
-    return np.asarray(mosaic.z, dtype=np.float32), meta["tiles"], meta["size"]
+    for head, (trace, (x0, y0)) in enumerate(zip(heatmaps, meta["tiles"])):
+        assert trace.name == f"head {head}" and (trace.x0, trace.y0, trace.dx, trace.dy) == (x0, y0, 1, 1)
+    return [np.asarray(trace.z, dtype=np.float32) for trace in heatmaps], meta["tiles"], meta["size"]
 
 
 def head_titles(fig) -> list[str]:
@@ -39,18 +44,18 @@ def test_max_pool_keeps_every_peak_and_knows_all_masked_blocks():
 
 
 @pytest.mark.parametrize("stage", ["scores", "weights"])
-def test_each_tile_is_its_heads_map_and_the_gaps_are_empty(default_trace, stage):
+def test_each_head_is_a_heatmap_of_its_map_and_the_tiles_do_not_overlap(default_trace, stage):
     maps = default_trace.steps[stage][0]  # (12, 6, 6)
     fig = figures.heads_grid(maps, stage, causal=True)
-    mosaic, tiles, size = tiles_of(fig)
-    assert len(tiles) == 12 and size == 6
-    inside = np.zeros(mosaic.shape, dtype=bool)
+    heatmaps, tiles, size = tiles_of(fig)
+    assert len(heatmaps) == len(tiles) == 12 and size == 6
+    covered = set()
     for head, (x0, y0) in enumerate(tiles):
-        tile = mosaic[y0 : y0 + size, x0 : x0 + size]
         expected = figures.display_values(maps[head], stage, causal=True)
-        np.testing.assert_array_equal(tile, expected)  # NaN where masked, exactly the values elsewhere
-        inside[y0 : y0 + size, x0 : x0 + size] = True
-    assert np.isnan(mosaic[~inside]).all()
+        np.testing.assert_array_equal(heatmaps[head], expected)  # NaN where masked, exactly the values elsewhere
+        cells = {(x0 + i, y0 + j) for i in range(size) for j in range(size)}
+        assert not cells & covered
+        covered |= cells
     assert len({x0 for x0, _ in tiles}) == 6 and len({y0 for _, y0 in tiles}) == 2  # 6 columns × 2 rows
     assert head_titles(fig) == [f"head {h}" for h in range(12)]
     assert "downsampled" not in fig.layout.title.text
@@ -79,12 +84,12 @@ def test_a_click_anywhere_on_a_tile_reports_its_head(default_trace):
 def test_a_long_input_is_pooled_and_says_so():
     trace = pipeline.run(" the" * 300, pipeline.AttentionConfig(num_heads=4))
     fig = figures.heads_grid(trace.steps["weights"][0], "weights", max_cells=64)
-    mosaic, tiles, size = tiles_of(fig)
+    heatmaps, tiles, size = tiles_of(fig)
     assert size == 60 and fig.layout.meta["block"] == 5  # ceil(300 / 64) = 5 positions per cell
     assert "downsampled 300→60 per side (max-pooling keeps peaks" in fig.layout.title.text
-    for head, (x0, y0) in enumerate(tiles):
+    for head in range(len(tiles)):
         expected, _ = figures.max_pool(figures.display_values(trace.steps["weights"][0][head], "weights", True), 64)
-        np.testing.assert_array_equal(mosaic[y0 : y0 + size, x0 : x0 + size], expected)
+        np.testing.assert_array_equal(heatmaps[head], expected)
 
 
 def test_mark_focus_moves_the_marker_and_the_outline(default_trace):
@@ -175,3 +180,37 @@ def test_the_causal_mask_is_built_once_and_read_only():
     mask = figures.causal_mask(1024)
     assert figures.causal_mask(1024) is mask and not mask.flags.writeable
     assert mask[0, 1] and not mask[1, 0] and not mask[5, 5]
+
+
+def test_a_token_heatmap_has_numeric_axes_token_ticks_and_a_cell_for_every_overlay_point():
+    rng = np.random.default_rng(1)
+    n = 300
+    tokens = [f"<t{i}>" for i in range(n)]
+    weights = np.tril(rng.random((n, n))).astype(np.float32)
+    fig = figures.attention_heatmap(weights[20:120, 10:110], tokens, "weights", row_offset=20, col_offset=10)
+    heatmap = fig.data[0]
+    assert heatmap.type == "heatmap" and heatmap.hoverinfo == "skip"
+    assert list(heatmap.x) == list(range(10, 110)) and list(heatmap.y) == list(range(20, 120))
+    assert np.asarray(heatmap.z).dtype == np.float32
+    layout = fig.layout
+    assert len(layout.xaxis.tickvals) <= 40 and list(layout.xaxis.ticktext) == [
+        f"&lt;t{i}&gt;" for i in layout.xaxis.tickvals]  # escaped token pieces at their positions
+    assert list(layout.xaxis2.tickvals) == list(range(10, 110))  # the overlay's axis names every position
+    assert layout.xaxis2.matches == "x" and layout.yaxis2.matches == "y" and not layout.xaxis2.showticklabels
+    assert list(layout.yaxis.range) == [119.5, 19.5]  # queries run down
+    cells, masked = (trace for trace in fig.data if trace.name in ("cells", "masked cells"))
+    assert cells.marker.opacity == 0 and masked.marker.opacity == 0 and cells.hoverinfo != "skip"
+    shown = {(int(y), int(x)) for x, y in zip(cells.x, cells.y)}
+    hidden = {(int(y), int(x)) for x, y in zip(masked.x, masked.y)}
+    assert len(shown) + len(hidden) == 100 * 100 and not shown & hidden
+    assert hidden == {(q, k) for q in range(20, 120) for k in range(10, 110) if k > q}  # the causal mask
+    values = dict(zip(zip(cells.y, cells.x), cells.customdata))
+    assert values[(50, 30)] == pytest.approx(weights[50, 30])  # the hover's value is the cell's
+    assert "query %{y}" in cells.hovertemplate and "key %{x}" in cells.hovertemplate
+
+
+def test_a_large_overlay_is_drawn_with_webgl():
+    small = figures.attention_heatmap(np.zeros((8, 8), np.float32), ["a"] * 8, "scores", causal=False)
+    big = figures.attention_heatmap(np.zeros((100, 100), np.float32), ["a"] * 100, "scores", causal=False)
+    assert {t.type for t in small.data if t.name == "cells"} == {"scatter"}
+    assert {t.type for t in big.data if t.name == "cells"} == {"scattergl"}
