@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import attnviz_tables
 
 from attnviz import embedding, pipeline, ui
 from attnviz.producers import book
@@ -138,8 +137,8 @@ def _preload_charts(at) -> list:
 
 
 def _page_charts(at) -> list:
-    """The Heads page's own charts (the grid and the focused head, drawn by attnviz.ui.charts)."""
-    return [c for c in at.get("bidi_component") if c.proto.component_name == "attnviz_chart"]
+    """The Heads page's own charts (the grid and the focused head)."""
+    return [chart for chart in at.get("plotly_chart") if chart not in _preload_charts(at)]
 
 
 def _app_test():
@@ -206,7 +205,7 @@ def test_a_preload_that_meets_a_half_imported_pandas_is_skipped_and_the_page_is_
     at = _app_test().run()
     assert raised, "Plotly did read the half-imported module"
     assert not at.exception
-    assert not _preload_charts(at) and _page_charts(at) and attnviz_tables(at), "the page, drawn, without the box"
+    assert not _preload_charts(at) and _page_charts(at) and at.dataframe, "the page, drawn, without the box"
 
 
 def test_a_page_that_stops_early_leaves_no_preload_box(fresh_process, monkeypatch):
@@ -226,7 +225,7 @@ def test_the_drawn_first_page_has_no_preload_chart_left(fresh_process):
     assert not fresh_process.claim(), "this run was the process's first"
     assert not _preload_charts(at)
     assert _page_charts(at), "the page's own charts are there"
-    assert attnviz_tables(at), "and its tables"
+    assert at.dataframe, "and its tables"
 
 
 # --- setup(): the objects the server imported are frozen once, out of the collection after every script run ---

@@ -209,8 +209,8 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
     whose hover says the mask hides them.  Both report clicks and box/lasso selections as points (x = key
     position, y = query position); a selected cell shows a dot."""
     rows, cols = values.shape
-    keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int32), rows)  # (rows·cols,)
-    queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int32), cols)  # (rows·cols,)
+    keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int16), rows)  # (rows·cols,) positions < 2¹⁵
+    queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int16), cols)  # (rows·cols,)
     flat = values.reshape(-1)
     hidden = np.isnan(flat)
     kind = "scattergl" if flat.size > OVERLAY_GL_CELLS else "scatter"

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import attnviz_tables, decode
+from conftest import decode
 from conftest import plotly_figures as figures
+from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
+from streamlit.proto.PlotlyChart_pb2 import PlotlyChart as PlotlyChartProto
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,9 +144,10 @@ def test_text_changes_the_tick_labels_and_repeated_tokens_do_not_collapse():
     at.sidebar.text_area(key="text").set_value("the cat and the hat").run()
     no_exception(at)
     fig = focused(at)
-    x = fig["data"][0]["x"]
-    assert len(x) == len(set(x)) == 5
+    x = decode(fig["data"][0]["x"]).tolist()
+    assert x == [0, 1, 2, 3, 4]  # one column a position: the two "the"s keep their own
     assert fig["layout"]["xaxis"]["ticktext"] == ["the", "·cat", "·and", "·the", "·hat"]
+    assert fig["layout"]["xaxis2"]["ticktext"] == ["the", "·cat", "·and", "·the", "·hat"]  # the hover's names
 
 
 def test_stage_toggle_shows_scores_with_minus_infinity_as_gaps():
@@ -279,17 +282,24 @@ def test_book_preset_steps_show_the_books_mha_output():
     assert output[:2] == ["0.3190, 0.4858", "0.2943, 0.3897"]  # MultiHeadAttention(3, 2, 6, 0.0, num_heads=2)
 
 
+def stats_frame(at: AppTest):
+    """The head statistics st.dataframe: its rows and its column config (the JSON the browser gets)."""
+    import json
+
+    table = next(t for t in at.dataframe if "entropy" in t.value.columns)
+    return table, json.loads(table.proto.columns)
+
+
 def test_head_statistics_table_draws_each_statistic_as_a_bar_on_its_range(default_app):
-    table = attnviz_tables(default_app)[0]
-    assert table["frame"]["head"].tolist() == list(range(12))
-    assert table["clicks"] and table["csv_name"] == "attnviz-head-statistics.csv"  # a row click focuses its head
-    columns = {column["name"]: column for column in table["columns"]}
-    assert columns["head"]["kind"] == "number" and columns["head"]["digits"] is None
+    table, columns = stats_frame(default_app)
+    frame = table.value
+    assert frame["head"].tolist() == list(range(12))
     entropy = columns["entropy"]
-    assert entropy["kind"] == "bar" and entropy["digits"] == 4
-    assert entropy["low"] == 0 and entropy["high"] == pytest.approx(np.log(6))
-    assert columns["mean distance"]["high"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
-    assert (table["frame"]["entropy"] <= np.log(6) + 1e-9).all()
+    assert entropy["type_config"]["type"] == "progress"
+    assert entropy["type_config"]["min_value"] == 0 and entropy["type_config"]["max_value"] == pytest.approx(np.log(6))
+    assert columns["mean distance"]["type_config"]["max_value"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
+    assert (frame["entropy"] <= np.log(6) + 1e-9).all()
+    assert list(table.proto.selection_mode) == [DataframeProto.SelectionMode.SINGLE_ROW]  # a row focuses its head
 
 
 def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
@@ -321,36 +331,59 @@ def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
     assert len(calls) == 1, calls
 
 
-def test_heads_page_maps_are_kept_charts_with_stable_keys_and_a_click_focuses():
-    """The grid, the overview and the focused window are attnviz.ui.charts' canvas charts under fixed keys (so the
-    browser redraws them in place on a new layer or text); the grid's clicks come back."""
-    from attnviz.ui import heads as ui_heads
-    from attnviz.views import canvas
+def test_heads_page_maps_are_plotly_charts_a_heatmap_per_head_and_selectable():
+    """The grid has a heatmap per head and reports a click; the focused map (a window of a long text, beside the
+    overview) reports clicks, boxes and lassos of its cells; every map is st.plotly_chart's."""
+    import json
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     at.query_params["text"] = " ".join(["the cat sat on the mat"] * 60)  # > 256 tokens: overview and window
+    at.query_params["num_heads"] = "4"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    charts = [c for c in at.get("bidi_component") if c.proto.component_name == "attnviz_chart"]
-    keys = [c.proto.id.rsplit("-", 1)[-1] for c in charts]
-    assert keys == ["heads_grid", "heads_map_overview", "heads_map_window"]
-    headers = [canvas.unpack(c.proto.bytes)[0] for c in charts]
-    assert [h["clicks"] for h in headers] == [True, False, False]  # only the grid reports clicks
-    assert [len(h["regions"]) for h in headers] == [12, 0, 0]  # the grid's 12 tiles are its click regions
-    assert headers[2]["config"]["toImageButtonOptions"]["format"] == "png"  # export as before
-    assert headers[2]["config"]["toImageButtonOptions"]["filename"] == "attnviz-head0-weights"
-    assert not at.get("plotly_chart")  # none of them is a remounting st.plotly_chart
+    assert not at.get("bidi_component")  # no component of ours
+    charts = {chart.proto.id.rsplit("-", 1)[-1]: chart for chart in at.get("plotly_chart")}
+    grid, overview, focused_map = (json.loads(charts[key].proto.spec)
+                                   for key in ("heads_grid", "heads_map_overview", "heads_map"))
+    assert [t["name"] for t in grid["data"] if t["type"] == "heatmap"] == [f"head {h}" for h in range(4)]
+    modes = PlotlyChartProto.SelectionMode
+    assert list(charts["heads_grid"].proto.selection_mode) == [modes.POINTS]
+    assert set(charts["heads_map"].proto.selection_mode) == {modes.POINTS, modes.BOX, modes.LASSO}
+    assert not charts["heads_map_overview"].proto.selection_mode
+    heatmap = focused_map["data"][0]
+    assert heatmap["type"] == "heatmap" and decode(heatmap["z"]).shape == (256, 256)
+    assert focused_map["layout"]["dragmode"] == "zoom"  # a drag zooms; the modebar has box and lasso
+    assert {t["name"] for t in focused_map["data"]} >= {"cells", "masked cells"}
+    config = json.loads(charts["heads_map"].proto.config)
+    assert config["toImageButtonOptions"] == {"format": "png", "filename": "attnviz-head0-weights", "scale": 2}
+    assert overview["data"][0]["type"] == "heatmap"
 
-    focused: list[tuple[str, int]] = []
-    real_focus = ui_heads._focus
-    try:
-        ui_heads._focus = lambda key, head, num_heads: focused.append((key, head))
-        ui_heads.focus_from_click({"customdata": 5}, 12)
-        ui_heads.focus_from_click({"customdata": [7]}, 12)
-        ui_heads.focus_from_click(None, 12)
-    finally:
-        ui_heads._focus = real_focus
-    assert focused == [("heads_focus", 5), ("heads_focus", 7)]
+
+def test_a_click_on_a_tile_or_a_selected_row_focuses_that_head(monkeypatch):
+    """The grid's and the tables' on_select callbacks set the focused head before the rerun draws its selectbox;
+    anything that is not one of this run's heads is ignored."""
+    from types import SimpleNamespace
+
+    from attnviz.ui import heads as ui_heads
+
+    state: dict = {}
+    monkeypatch.setattr(ui_heads, "ss", state)
+
+    def click(points):
+        state["heads_grid"] = SimpleNamespace(selection={"points": points})
+        ui_heads.focus_from_grid(12)
+        return state.get("heads_focus")
+
+    assert click([{"customdata": 5, "x": 1.0, "y": 2.0}]) == 5
+    assert click([{"customdata": [7]}]) == 7
+    assert click([{"customdata": 40}]) == 7 and click([]) == 7 and click([{"customdata": "3"}]) == 7
+    state["heads_stats"] = SimpleNamespace(selection={"rows": [0], "columns": []})
+    ui_heads.focus_from_row("heads_stats", [2, 0, 1])  # the row's head, not its position
+    assert state["heads_focus"] == state["_keep_heads_focus"] == 2
+    for rows in ([], [3], ["1"]):
+        state["heads_stats"] = SimpleNamespace(selection={"rows": rows, "columns": []})
+        ui_heads.focus_from_row("heads_stats", [2, 0, 1])
+        assert state["heads_focus"] == 2
 
 
 def test_a_new_text_is_run_before_the_sidebar_is_drawn_and_only_a_new_text(monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import attnviz_tables, decode
+from conftest import decode
 from conftest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -72,7 +72,7 @@ def app(**query) -> AppTest:
 
 
 def type_table(at: AppTest):
-    return next(table["frame"] for table in attnviz_tables(at) if "type" in table["frame"].columns)
+    return next(table.value for table in at.dataframe if "type" in table.value.columns)
 
 
 def test_heads_page_labels_the_book_classes_heads_from_the_trace():
