@@ -69,7 +69,7 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
                           "<br>q[d]·k[d] = %{y:.4f}<extra></extra>"),
     }
     sums = (f"Σ q[d]·k[d] = score {_number(explanation.score)}   {_divisor_text(explanation)} = scaled "
-            f"{_number(explanation.scaled)}   ")
+            f"{_number(explanation.scaled)}<br>")
     if explanation.masked:
         sums += "→ masked: weight 0"
         subtitle = safe_label(explanation.reason or "")
@@ -81,7 +81,7 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     layout = {
         "title": {"text": f"{_cell_name(explanation)}<br>{sums}", "font": {"size": 13},
                   "subtitle": {"text": subtitle, "font": {"size": 11}}},
-        "height": height, "margin": {"l": 10, "r": 10, "t": 100, "b": 40}, "showlegend": False, "bargap": 0.1,
+        "height": height, "margin": {"l": 10, "r": 10, "t": 120, "b": 40}, "showlegend": False, "bargap": 0.1,
         "uniformtext": {"minsize": 10, "mode": "show"},
         "xaxis": {"title": {"text": f"dimension d of the head (0 … {explanation.head_dim - 1})"}, "zeroline": False},
         "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True},

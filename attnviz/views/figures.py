@@ -204,8 +204,8 @@ OVERLAY_GL_CELLS = 64 * 64  # a larger overlay is drawn with WebGL (scattergl): 
 
 def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset: int = 0) -> list[dict]:
     """The transparent scatter over a token heatmap's cells: one point a cell at (key, query), on the axes
-    ``x2``/``y2`` whose tick text names every position's token, so its hover reads "query ·cat / key ·the /
-    weights 0.1234".  Visible cells carry their value (``customdata``); masked ones (NaN) are a second trace
+    ``x2``/``y2`` whose tick text names every position and its token, so its hover reads "query 3: ·cat / key
+    1: ·the / weights 0.1234".  Visible cells carry their value (``customdata``); masked ones (NaN) are a second trace
     whose hover says the mask hides them.  Both report clicks and box/lasso selections as points (x = key
     position, y = query position); a selected cell shows a dot."""
     rows, cols = values.shape
@@ -244,7 +244,7 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
 
     ``xaxis``/``yaxis`` hold the heatmap: numeric, keys on top and queries down, at most ``max_ticks``
     token labels each.  ``xaxis2``/``yaxis2`` overlay and match them (a zoom moves all four) and hold the
-    cell overlay: every position of the window is a tick whose text is its token, labels hidden — Plotly's
+    cell overlay: every position of the window is a tick whose text is ``"i: piece"``, labels hidden — Plotly's
     hover writes a position on an axis with array ticks as that tick's text."""
     layout = {}
     for name, (first, count), side, title in (("x", cols, "top", "key token"), ("y", rows, None, "query token")):
@@ -258,7 +258,7 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
             visible.update(side=side, tickangle=-60)
         layout[f"{name}axis"] = visible
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
-                                  "ticktext": [safe_label(tokens[i]) for i in every], "showticklabels": False,
+                                  "ticktext": [f"{i}: {safe_label(tokens[i])}" for i in every], "showticklabels": False,
                                   "ticks": "", "showgrid": False, "zeroline": False, **({"side": side} if side else {})}
     return layout
 

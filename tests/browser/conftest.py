@@ -230,12 +230,8 @@ _IDLE = """
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner], [data-testid=stSkeleton]')) return false;
   if (!document.querySelector('[data-testid=stMain] [data-testid=stElementContainer]')) return false;
   if (document.querySelector('[data-testid=stMain] [data-stale=true]')) return false;
-  // st.plotly_chart's charts, attnviz.ui.charts's canvas charts and attnviz.ui.tables's tables (data-drawn="true"
-  // once they have drawn their data)
+  // every st.plotly_chart has drawn its data
   const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart]')];
-  const components = [...document.querySelectorAll('[data-testid=stBidiComponentRegular]')];
-  const kept = '[data-testid=attnvizChart][data-drawn=true], [data-testid=attnvizTable][data-drawn=true]';
-  if (!components.every((c) => c.querySelector(kept))) return false;
   const drawn = charts.every((chart) => chart.querySelector('.main-svg')
       && chart.querySelector('g.heatmaplayer g.hm image, g.barlayer g.trace.bars path, g.scatterlayer g.trace path.js-line'));
   const graphs = [...document.querySelectorAll('[data-testid=stGraphVizChart]')];

@@ -147,7 +147,7 @@ class HealthPoller(threading.Thread):
 _SNAPSHOT = """
 () => {
   const main = document.querySelector('[data-testid=stMain]');
-  const charts = [...main.querySelectorAll('[data-testid=stPlotlyChart], [data-testid=attnvizChart]')];
+  const charts = [...main.querySelectorAll('[data-testid=stPlotlyChart]')];
   const headTitle = /^(▶ )?head \\d+$/;
   const titles = (chart) => [...chart.querySelectorAll('text.annotation-text')].map((t) => t.textContent.trim())
       .filter((t) => headTitle.test(t));
@@ -158,7 +158,7 @@ _SNAPSHOT = """
   return {
     grids: grids.length,
     gridTitles: grids.length ? titles(grids[0]) : [],
-    thumbnails: grids.length ? grids[0].querySelectorAll('g.heatmaplayer g.hm image, canvas.attnviz-map').length : 0,
+    thumbnails: grids.length ? grids[0].querySelectorAll('g.heatmaplayer g.hm image').length : 0,
     xTicks: last ? [...last.querySelectorAll('g.xtick text')].map((t) => t.textContent) : [],
     yTicks: last ? [...last.querySelectorAll('g.ytick text')].map((t) => t.textContent) : [],
     legend: last ? [...last.querySelectorAll('g.legend')].map((g) => g.textContent).join(' ') : '',
@@ -195,7 +195,7 @@ def query(page) -> dict[str, str]:
 def expected_view(session: Session) -> dict:
     n = len(session.pieces)
     return {"grids": 1, "gridTitles": ["▶ head 0"] + [f"head {h}" for h in range(1, session.heads)],
-            "thumbnails": 1, "xTicks": session.pieces, "yTicks": session.pieces,  # 1: every tile in one heatmap
+            "thumbnails": session.heads, "xTicks": session.pieces, "yTicks": session.pieces,  # a heatmap a head
             "textArea": session.text, "n": n}
 
 

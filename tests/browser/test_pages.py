@@ -41,12 +41,12 @@ def text_box(page):
 
 
 def charts(page):
-    """Every chart of the main area: ``st.plotly_chart``'s and attnviz.ui.charts's canvas charts (the Heads page's maps)."""
-    return page.locator("[data-testid=stMain] :is([data-testid=stPlotlyChart], [data-testid=attnvizChart])")
+    """Every chart of the main area (``st.plotly_chart``'s)."""
+    return page.locator("[data-testid=stMain] [data-testid=stPlotlyChart]")
 
 
 def heatmap_charts(page):
-    return charts(page).filter(has=page.locator("g.heatmaplayer g.hm image, canvas.attnviz-map"))
+    return charts(page).filter(has=page.locator("g.heatmaplayer g.hm image"))
 
 
 def grid_chart(page):
@@ -111,7 +111,7 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
 
     if route in ("", "heads"):
         assert grid_titles(page) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
-        expect(grid_chart(page).locator("canvas.attnviz-map")).to_have_count(1)  # 12 tiles, one heatmap
+        expect(grid_chart(page).locator("g.heatmaplayer g.hm")).to_have_count(12)  # a heatmap a head
         assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
         flow = page.locator("[data-testid=stMain] .attnviz-flow")  # the compact shape diagram (HTML)
         expect(flow).to_contain_text("(1, 12, 6, 6)")
@@ -249,23 +249,35 @@ _INJECTED = """
 """
 
 
-# The page position of the centre of head h's tile in the heads grid (one canvas of cells; its tiles are the
-# regions the chart was sent, each [x0, y0, width, height, head] in cells).
-_TILE_CENTRE = """
-([chart, head]) => {
-  const gd = chart.matches('.attnviz-chart') ? chart : chart.querySelector('.attnviz-chart');
-  const {header} = gd.__attnviz, [x0, y0, w, h] = header.regions.find((r) => r[4] === head);
-  const area = gd.querySelector('canvas.attnviz-map').getBoundingClientRect();
-  return {x: area.left + (x0 + w / 2) * area.width / header.cols, y: area.top + (y0 + h / 2) * area.height / header.rows};
+# The page position of a point (x, y) in data coordinates of a Plotly chart's first pair of axes.
+_DATA_TO_PAGE = """
+([chart, x, y]) => {
+  const gd = chart.querySelector('.js-plotly-plot'), full = gd._fullLayout;
+  const area = gd.querySelector('.main-svg').getBoundingClientRect();
+  return {x: area.left + full.xaxis._offset + full.xaxis.l2p(x), y: area.top + full.yaxis._offset + full.yaxis.l2p(y)};
 }
 """
 
 
+def tile_centre(page, head: int) -> dict:
+    """The page position of the centre of head ``head``'s tile in the heads grid (its layout's ``meta.tiles``)."""
+    chart = grid_chart(page)
+    meta = chart.locator(".js-plotly-plot").evaluate("(gd) => gd.layout.meta")
+    x0, y0 = meta["tiles"][head]
+    return page.evaluate(_DATA_TO_PAGE, [chart.element_handle(), x0 + meta["size"] / 2 - 0.5,
+                                         y0 + meta["size"] / 2 - 0.5])
+
+
+def cell_centre(page, chart, row: int, col: int) -> dict:
+    """The page position of the centre of cell (query ``row``, key ``col``) of a token heatmap."""
+    return page.evaluate(_DATA_TO_PAGE, [chart.element_handle(), col, row])
+
+
 def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     visit(page, f"{base_url}/")
-    expect(grid_chart(page).locator("canvas.attnviz-map")).to_have_count(1)  # all 12 tiles in one canvas
+    expect(grid_chart(page).locator("g.heatmaplayer g.hm")).to_have_count(12)  # one heatmap a head
     assert len(grid_titles(page)) == 12
-    centre = page.evaluate(_TILE_CENTRE, [grid_chart(page).element_handle(), 5])
+    centre = tile_centre(page, 5)
     before = runs(page)
     page.mouse.click(centre["x"], centre["y"])
     wait_idle(page, after=before)
@@ -276,84 +288,30 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     assert "▶ head 5" in grid_titles(page)
 
 
-def statistics_table(page):
-    """The Heads page's head statistics table (attnviz.ui.tables: a plain HTML table)."""
-    return page.get_by_test_id("stMain").get_by_test_id("attnvizTable").filter(has_text="entropy")
-
-
-def test_the_head_statistics_table_sorts_searches_downloads_and_focuses_a_clicked_row(page, base_url, tmp_path):
-    """The head statistics table: a header click sorts by that column (again: the other way), each statistic is a bar
-    on its range, the toolbar's search keeps the matching rows and its CSV holds the rows as shown, and a click on a
-    row focuses that row's head (not the head at that position on screen)."""
-    import csv
-
+def test_selecting_a_row_of_the_head_statistics_table_focuses_its_head(page, base_url):
+    """st.dataframe draws the statistics (a bar per statistic); selecting a row (its checkbox) focuses that head."""
     visit(page, f"{base_url}/")
-    table = statistics_table(page)
-    expect(table.locator("tbody tr")).to_have_count(12)
-    assert table.locator("tbody tr td:first-child").all_text_contents() == [str(h) for h in range(12)]
-    expect(table.locator("tbody tr").first.locator(".attnviz-bar-fill")).to_have_count(6)  # a bar per statistic
-    assert table.get_by_role("columnheader", name="entropy").get_attribute("title").startswith("mean entropy")
-
-    def column(name: str) -> list[float]:
-        index = table.locator("th").all_text_contents().index(next(
-            t for t in table.locator("th").all_text_contents() if t.startswith(name)))
-        return [float(row.locator("td").nth(index).text_content()) for row in table.locator("tbody tr").all()]
-
-    table.get_by_role("columnheader", name="max weight").click()
-    assert column("max weight") == sorted(column("max weight"))
-    expect(table.get_by_role("columnheader", name="max weight")).to_have_attribute("aria-sort", "ascending")
-    table.get_by_role("columnheader", name="max weight").click()
-    descending = column("max weight")
-    assert descending == sorted(descending, reverse=True)
-    heads = [int(h) for h in table.locator("tbody tr td:first-child").all_text_contents()]
-
-    table.hover()
-    with page.expect_download() as download:
-        table.get_by_role("button", name="CSV").click()
-    assert download.value.suggested_filename == "attnviz-head-statistics.csv"
-    saved = tmp_path / download.value.suggested_filename
-    download.value.save_as(saved)
-    rows = list(csv.reader(saved.open(encoding="utf-8")))
-    assert rows[0][:3] == ["head", "entropy", "max weight"]
-    assert [int(row[0]) for row in rows[1:]] == heads  # as shown: sorted
-    assert [float(row[2]) for row in rows[1:]] == sorted((float(row[2]) for row in rows[1:]), reverse=True)
-
-    table.get_by_role("searchbox").fill(rows[3][1][:6])  # the third row's entropy, to four places
-    expect(table.locator("tbody tr")).to_have_count(1)
-    table.get_by_role("searchbox").fill("")
-    expect(table.locator("tbody tr")).to_have_count(12)
-
-    picked = heads[1]  # the second row on screen, sorted: a head other than 1 unless it happens to be
+    table = page.get_by_test_id("stMain").get_by_test_id("stDataFrame").first
+    table.scroll_into_view_if_needed()
+    expect(table).to_be_visible()
+    box = table.locator("canvas").first.bounding_box()
+    row_height, header = 35, 35  # the data grid's default row and header heights
     before = runs(page)
-    table.locator("tbody tr").nth(1).click()
+    page.mouse.click(box["x"] + 16, box["y"] + header + 3 * row_height + row_height / 2)  # row 3's checkbox
     wait_idle(page, after=before)
     assert_no_exception(page)
     focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
-    expect(focus).to_have_value(f"head {picked}")
-    expect(focused_chart(page).locator("text.gtitle")).to_contain_text(f"head {picked}")
-    assert f"▶ head {picked}" in grid_titles(page)
-    expect(statistics_table(page).get_by_role("columnheader", name="max weight")).to_have_attribute(
-        "aria-sort", "descending")  # the table stayed as it was: the order is kept
+    expect(focus).to_have_value("head 3")
+    assert "▶ head 3" in grid_titles(page)
 
 
-# The page position of the centre of cell (row, col) of a token heatmap (a canvas chart, one pixel a cell, query
-# 0 at the top).
-_CELL_CENTRE = """
-([chart, row, col]) => {
-  const gd = chart.matches('.attnviz-chart') ? chart : chart.querySelector('.attnviz-chart');
-  const {header} = gd.__attnviz, area = gd.querySelector('canvas.attnviz-map').getBoundingClientRect();
-  return {x: area.left + (col + 0.5) * area.width / header.cols, y: area.top + (row + 0.5) * area.height / header.rows};
-}
-"""
-
-
-def test_the_kept_maps_hover_their_values_and_export_png_and_svg(page, base_url, tmp_path):
-    """The Heads page's maps (attnviz.ui.charts, redrawn in place): hovering a cell of the focused head shows its
-    query, key and weight; the modebar's camera downloads the figure in the sidebar's format."""
+def test_the_maps_hover_their_values_and_export_png_and_svg(page, base_url, tmp_path):
+    """Hovering a cell of the focused head shows its query, key and weight; the modebar's camera downloads the
+    figure in the sidebar's format."""
     visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}")
     chart = focused_chart(page)
     chart.scroll_into_view_if_needed()
-    centre = page.evaluate(_CELL_CENTRE, [chart.element_handle(), 3, 1])  # query "·warm", key "·cat"
+    centre = cell_centre(page, chart, 3, 1)  # query "·warm", key "·cat"
     page.mouse.move(centre["x"], centre["y"])
     hover = chart.locator(".hovertext")
     expect(hover).to_contain_text("query 3: ·warm")
@@ -376,24 +334,79 @@ def test_the_kept_maps_hover_their_values_and_export_png_and_svg(page, base_url,
         assert head.startswith(b"\x89PNG") if image_format == "png" else b"<svg" in head
 
 
-def test_the_kept_maps_draw_without_plotly_js(page, base_url):
-    """attnviz.ui.charts draws the Heads page's maps itself (a canvas and SVG): with every Plotly.js request
-    refused — Streamlit's chunk and the plotly package's bundle — the grid and the focused head are drawn all the
-    same, with their titles and token ticks, and every script the tab asked for came from this app's server."""
-    requested: list[str] = []
-    page.route(re.compile(r"(PlotlyChart\.[^/]*|plotly(\.min)?)\.js$"), lambda route: route.abort())
-    page.on("request", lambda request: requested.append(request.url))
-    visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}")
+def test_a_drag_on_the_focused_map_zooms_it(page, base_url):
+    visit(page, f"{base_url}/?text={quote('one two three four five six seven eight nine ten')}")
+    chart = focused_chart(page)
+    chart.scroll_into_view_if_needed()
+    ranges = "(gd) => [gd._fullLayout.xaxis.range.slice(), gd._fullLayout.yaxis.range.slice()]"
+    plot = chart.locator(".js-plotly-plot")
+    (x_before, y_before) = plot.evaluate(ranges)
+    start, end = cell_centre(page, chart, 2, 1), cell_centre(page, chart, 6, 5)
+    page.mouse.move(start["x"], start["y"])
+    page.mouse.down()
+    page.mouse.move(end["x"], end["y"], steps=10)
+    page.mouse.up()
+    page.wait_for_function("([gd, x]) => gd._fullLayout.xaxis.range[1] !== x", arg=[plot.element_handle(), x_before[1]])
+    (x_after, y_after) = plot.evaluate(ranges)
+    assert x_before == [-0.5, 9.5] and 0.5 < x_after[0] < 1.5 and 4.5 < x_after[1] < 5.5, x_after
+    assert 5.5 < y_after[0] < 6.5 and 1.5 < y_after[1] < 2.5, y_after  # queries still run down
     assert_no_exception(page)
-    assert len(grid_titles(page)) == 12
-    assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
-    for chart in (grid_chart(page), focused_chart(page)):
-        expect(chart.locator("canvas.attnviz-map")).to_have_count(1)
-        drawn = chart.locator("canvas.attnviz-map").evaluate(
-            "(c) => c.width * c.height > 0 && c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some((v) => v)")
-        assert drawn, "the canvas holds the map's colours"
-    scripts = [url for url in requested if urlsplit(url).path.endswith(".js")]
-    assert scripts and all(url.startswith(base_url) for url in scripts), scripts  # no CDN
+
+
+def products_sum(page) -> tuple[float, int]:
+    """The products chart's bars: their sum and count."""
+    chart = charts(page).filter(has=page.locator("text", has_text="q[d]·k[d]")).first
+    return chart.locator(".js-plotly-plot").evaluate(
+        "(gd) => { const y = Array.from(gd.data[0].y); return [y.reduce((a, b) => a + b, 0), y.length]; }")
+
+
+def test_a_click_on_a_cell_explains_its_weight(page, base_url):
+    """A click on a cell draws q_i[d]·k_j[d] for every dimension; the bars add up to the score, and the score ÷ √d_head
+    is the scaled score the page shows (and a masked cell says why its weight is 0)."""
+    visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}&num_heads=4")
+    chart = focused_chart(page)
+    chart.scroll_into_view_if_needed()
+    centre = cell_centre(page, chart, 3, 1)
+    before = runs(page)
+    page.mouse.click(centre["x"], centre["y"])
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+    summary = main.get_by_text(re.compile(r"^score q·k")).text_content()
+    score = float(re.search(r"Σ products = (-?\d+\.\d+)", summary)[1])
+    scaled = float(re.search(r"scaled (-?\d+\.\d+)", summary)[1])
+    total, bars = products_sum(page)
+    assert bars == 192  # head_dim = 768 / 4
+    assert total == pytest.approx(score, abs=1e-3)
+    assert total / 192 ** 0.5 == pytest.approx(scaled, abs=1e-3)
+
+    centre = cell_centre(page, focused_chart(page), 1, 3)  # key 3 comes after query 1
+    before = runs(page)
+    page.mouse.click(centre["x"], centre["y"])
+    wait_idle(page, after=before)
+    expect(main.get_by_text(re.compile("causal mask"))).to_be_visible()
+    expect(main.get_by_text(re.compile(r"weight \*?\*?0\.0000|weight 0\.0000"))).to_have_count(1)
+
+
+def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_url):
+    visit(page, f"{base_url}/?text={quote('one two three four five six seven eight')}")
+    chart = focused_chart(page)
+    chart.scroll_into_view_if_needed()
+    chart.hover()
+    chart.locator(".modebar-btn[data-title='Box Select']").click()
+    start, end = cell_centre(page, chart, 2, -0.4), cell_centre(page, chart, 4, 7.4)  # rows 2–4, every key
+    before = runs(page)
+    page.mouse.move(start["x"], start["y"] - 8)
+    page.mouse.down()
+    page.mouse.move(end["x"], end["y"] + 8, steps=10)
+    page.mouse.up()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text(re.compile(r"3 queries, 8 keys selected"))).to_be_visible()
+    summed = charts(page).filter(has=page.locator("text", has_text=re.compile("selected queries"))).first
+    expect(summed).to_be_visible()
 
 
 def assert_nothing_injected(page) -> None:
@@ -424,7 +437,7 @@ def test_html_in_the_text_is_shown_literally_and_never_runs(page, base_url):
 
     go_to(page, "Heads")
     assert_no_exception(page)
-    assert x_tick_labels(focused_chart(page)) == pieces  # the canvas chart's labels are literal too
+    assert x_tick_labels(focused_chart(page)) == pieces  # the map's labels are literal too
     assert_nothing_injected(page)
     page.wait_for_timeout(500)  # a late onerror/script would fire by now
     assert dialogs == [], f"the payload opened dialogs: {dialogs}"

@@ -147,7 +147,7 @@ def test_text_changes_the_tick_labels_and_repeated_tokens_do_not_collapse():
     x = decode(fig["data"][0]["x"]).tolist()
     assert x == [0, 1, 2, 3, 4]  # one column a position: the two "the"s keep their own
     assert fig["layout"]["xaxis"]["ticktext"] == ["the", "·cat", "·and", "·the", "·hat"]
-    assert fig["layout"]["xaxis2"]["ticktext"] == ["the", "·cat", "·and", "·the", "·hat"]  # the hover's names
+    assert fig["layout"]["xaxis2"]["ticktext"] == ["0: the", "1: ·cat", "2: ·and", "3: ·the", "4: ·hat"]  # hover's
 
 
 def test_stage_toggle_shows_scores_with_minus_infinity_as_gaps():

@@ -196,6 +196,7 @@ def test_a_token_heatmap_has_numeric_axes_token_ticks_and_a_cell_for_every_overl
     assert len(layout.xaxis.tickvals) <= 40 and list(layout.xaxis.ticktext) == [
         f"&lt;t{i}&gt;" for i in layout.xaxis.tickvals]  # escaped token pieces at their positions
     assert list(layout.xaxis2.tickvals) == list(range(10, 110))  # the overlay's axis names every position
+    assert layout.xaxis2.ticktext[0] == "10: &lt;t10&gt;"
     assert layout.xaxis2.matches == "x" and layout.yaxis2.matches == "y" and not layout.xaxis2.showticklabels
     assert list(layout.yaxis.range) == [119.5, 19.5]  # queries run down
     cells, masked = (trace for trace in fig.data if trace.name in ("cells", "masked cells"))
