@@ -14,12 +14,12 @@ ROPE_BASES = (10_000, 500_000)  # GPT-NeoX/Llama 2 and Llama 3
 
 
 def compute_rope_params(head_dim: int, theta_base: float = 10_000, context_length: int = 4096,
-                        device=None) -> tuple[torch.Tensor, torch.Tensor]:
+                        device=None, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin), each (context_length, head_dim): row p holds the angles p·θ_d twice (both halves)."""
     if head_dim % 2:
         raise ValueError(f"Rotary positions rotate pairs of dimensions: head_dim must be even, got {head_dim}.")
-    inv_freq = 1.0 / theta_base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)  # (hd/2,)
-    positions = torch.arange(context_length, dtype=torch.float32, device=device)  # (ctx,)
+    inv_freq = 1.0 / theta_base ** (torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim)  # (hd/2,)
+    positions = torch.arange(context_length, dtype=dtype, device=device)  # (ctx,)
     angles = positions.unsqueeze(1) * inv_freq.unsqueeze(0)  # (ctx, 1) * (1, hd/2) -> (ctx, hd/2)
     angles = torch.cat([angles, angles], dim=1)  # (ctx, hd/2) -> (ctx, hd): the same angle for both halves
     return torch.cos(angles), torch.sin(angles)  # (ctx, hd) each
