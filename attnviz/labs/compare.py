@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import plotly.graph_objects as go
 import torch
+import torch.nn.functional as F
 
 from attnviz import attention, modern_attention, pipeline, rope, variants
 from attnviz.labs import implementations
@@ -238,9 +239,12 @@ def check_swa_equals_causal_mha(mha: attention.MultiHeadAttention, inputs: torch
 def check_rope_shift(mha: attention.MultiHeadAttention, inputs: torch.Tensor, rope_base: int) -> Check:
     """Rotary scores of head 0's query/key vectors at positions (i, j) and at (i + s, j + s), s = n: equal."""
     num_tokens, head_dim, shift = inputs.shape[1], mha.head_dim, inputs.shape[1]
+    pad = head_dim % 2  # an odd head_dim gets one zero dimension: rotations turn pairs
     with torch.inference_mode():
         queries = mha.W_query(inputs)[..., :head_dim].double().unsqueeze(1)  # (1, n, d_out) -> (1, 1, n, hd)
         keys = mha.W_key(inputs)[..., :head_dim].double().unsqueeze(1)  # (1, 1, n, hd)
+    queries, keys = F.pad(queries, (0, pad)), F.pad(keys, (0, pad))  # (1, 1, n, hd + pad) each
+    head_dim += pad
     cos, sin = rope.compute_rope_params(head_dim, rope_base, num_tokens + shift, dtype=torch.float64)  # (2n, hd)
     scores = rope.apply_rope(queries, cos, sin) @ rope.apply_rope(keys, cos, sin).transpose(2, 3)  # (1, 1, n, n)
     shifted_cos, shifted_sin = cos[shift:], sin[shift:]  # positions s … s + n − 1
