@@ -27,15 +27,15 @@ from attnviz.config import AttentionConfig
 from attnviz.ui.urlstate import DEFAULTS
 
 SIZES = {"d_in": 768, "d_out": 768, "num_heads": 12, "dropout": 0.1}
+NEW_SETTINGS = {key: DEFAULTS[key] for key in ("num_kv_groups", "latent_dim", "sliding_window_size")}  # the sidebar's
 RUNS = {
-    "mha": AttentionConfig(variant=variants.MHA, **SIZES),
-    "gqa": AttentionConfig(variant="gqa", num_kv_groups=DEFAULTS["num_kv_groups"], **SIZES),
-    "mqa": AttentionConfig(variant="mqa", **SIZES),
-    "mla": AttentionConfig(variant="mla", latent_dim=DEFAULTS["latent_dim"], **SIZES),
-    "swa": AttentionConfig(variant="swa", sliding_window_size=DEFAULTS["sliding_window_size"], **SIZES),
-    "mha + rotary": AttentionConfig(variant=variants.MHA, positions="rotary", **SIZES),
-    "gqa + rotary": AttentionConfig(variant="gqa", num_kv_groups=DEFAULTS["num_kv_groups"], positions="rotary",
-                                    **SIZES),
+    variants.MHA: AttentionConfig(variant=variants.MHA, **SIZES),
+    **{name: AttentionConfig(variant=name, **SIZES, **{key: value for key, value in NEW_SETTINGS.items()
+                                                       if key in variants.get(name).settings})
+       for name in variants.MODERN},
+    f"{variants.MHA} + rotary": AttentionConfig(variant=variants.MHA, positions="rotary", **SIZES),
+    f"{variants.GQA} + rotary": AttentionConfig(variant=variants.GQA, num_kv_groups=DEFAULTS["num_kv_groups"],
+                                                positions="rotary", **SIZES),
 }
 WORDS = ("attention", "query", "key", "value", "head", "token", "layer", "model", "window", "group", "latent",
          "rotary", "the", "a", "of", "and", "to", "in", "is", "sees", "every", "step", "journey", "one")
@@ -77,7 +77,7 @@ def main() -> None:
             times[name].append(time.perf_counter() - start)
             assert trace.n == 1024
     load_after = os.getloadavg()
-    mha = statistics.median(times["mha"])
+    mha = statistics.median(times[variants.MHA])
     lines = [
         "# A new 1,024-token text per variant (`python benchmarks/variants.py`)",
         "",

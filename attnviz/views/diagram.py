@@ -144,8 +144,9 @@ def _titles(
     dropout_off = not config.dropout_runs
     weight_of = {stage: weight for weight, _, stage in _projections(spec)}
     masked = "causal mask: −∞ above diagonal" if config.causal else "mask off"
-    if config.window is not None:
-        masked = f"sliding window W = {config.window}: −∞ where j > i or i − j ≥ {config.window} (a band)"
+    if "sliding_window_size" in spec.settings:
+        masked = (f"sliding window W = {config.window}: −∞ where j > i or i − j ≥ {config.window} (a band)"
+                  if config.window is not None else "sliding window W = None: −∞ above diagonal (no band)")
     g = shapes["kv_groups"][1] if "kv_groups" in shapes else None
     rotation = f"rotate by position (RoPE, base {config.rope_base:,})"
     return {
