@@ -162,6 +162,18 @@ class AttentionConfig:
         return tuple(self.kv_group(head) for head in range(self.heads))
 
     @property
+    def group_heads(self) -> tuple[tuple[int, ...], ...]:
+        """The query heads of each K/V group, group by group (``((0, 1, 2), (3, 4, 5), …)``): heads that share keys
+        are neighbours, so drawing heads in order keeps each group side by side."""
+        return tuple(tuple(range(g * self.group_size, (g + 1) * self.group_size)) for g in range(self.kv_groups))
+
+    def head_label(self, head: int) -> str:
+        """``"head 5 · K/V group 1"`` where heads share K/V heads (GQA, MQA), else ``"head 5"``."""
+        if self.kv_groups == self.heads:
+            return f"head {int(head)}"
+        return f"head {int(head)} · K/V group {self.kv_group(head)}"
+
+    @property
     def latent_width(self) -> int | None:
         """MLA's latent width (the book's default ``max(16, d_out // 8)``, at most d_out); None for the others."""
         if "latent_dim" not in self.spec.settings:

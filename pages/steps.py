@@ -47,6 +47,8 @@ with view_col:
     if stage == "latent":
         st.caption(f"latent: `{steps.shape_of(trace, 'latent')}` — {config.latent_width} numbers per token, where "
                    f"multi-head attention caches keys and values: 2 × d_out = {2 * config.d_out}.")
+        st.code("\n".join(filter(None, (source.stage_code(config.variant, name) for name in ("keys", "values")))),
+                language="python")  # the up-projections from the latent
         st.dataframe(steps.latent_table(trace), height=300)
     elif stage == "rotated_queries":
         q_table, k_table = steps.rotation_tables(trace, head)

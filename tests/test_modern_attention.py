@@ -307,3 +307,32 @@ def test_registry_lists_the_bonus_variants_with_their_settings():
     assert variants.get("mha").not_applicable("rope_base") is None
     for name in ("mha", "gqa", "mqa", "swa"):
         assert variants.get(name).not_applicable("positions") is None
+
+
+def test_head_labels_and_groups_for_the_heads_page():
+    config = AttentionConfig(variant="gqa", num_heads=12, num_kv_groups=4)
+    assert config.group_heads == ((0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11))
+    assert config.head_label(5) == "head 5 · K/V group 1"
+    assert AttentionConfig(variant="mha").head_label(5) == "head 5"
+    assert AttentionConfig(variant="mqa").group_heads == (tuple(range(12)),)
+
+
+def test_the_diagram_draws_groups_latent_and_rotation():
+    from attnviz.views import diagram, steps
+
+    gqa = pipeline.run(TEXT, APP_CONFIGS["gqa_rotary"])
+    dot = diagram.shape_dot(gqa.shapes, gqa.config)
+    for edge in ('"view" -> "kv_groups"', '"kv_groups" -> "rotated_keys"', '"rotated_keys" -> "kv_repeat"',
+                 '"kv_repeat" -> "scores"', '"rotated_queries" -> "scores"', '"kv_repeat" -> "context"'):
+        assert edge in dot
+    assert f"(1, 4, {gqa.n}, 8)" in dot and "repeat_interleave(2, dim=1): 4 → 8 heads" in dot
+    assert list(steps.stage_labels(gqa))[:2] == ["rotated_queries", "kv_repeat"]
+    mla = pipeline.run(TEXT, APP_CONFIGS["mla"])
+    dot = diagram.shape_dot(mla.shapes, mla.config)
+    for edge in ('"input" -> "W_DKV"', '"W_DKV" -> "latent"', '"latent" -> "W_UK"', '"W_UV" -> "values"'):
+        assert edge in dot
+    assert f"(1, {mla.n}, 12)" in dot and "(b, n, latent_dim)" in dot
+    assert list(steps.stage_labels(mla))[0] == "latent"
+    swa = pipeline.run(TEXT, APP_CONFIGS["swa"])
+    assert "sliding window W = 3" in diagram.shape_dot(swa.shapes, swa.config)
+    assert steps.stage_labels(swa)["masked"] == "3 · window mask"
