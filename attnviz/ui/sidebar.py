@@ -189,9 +189,9 @@ def _modern(spec) -> None:
         st.number_input("Window W (sliding_window_size)", min_value=1, max_value=pipeline.MAX_CONTEXT_LENGTH, step=1,
                         help="Query i sees keys i−W+1 … i (W = 1: only itself).", **bind("sliding_window_size"))
     if "positions" in applies:
-        st.radio("Positions", list(configs.POSITIONS), horizontal=True, help="learned: the chapter 2 positional "
-                             "embedding added to the input; rotary: queries and keys rotated by position (RoPE).",
-                             **bind("positions"))
+        st.radio("Positions", list(configs.POSITIONS), horizontal=True,
+                 help="learned: the chapter 2 positional embedding added to the input; rotary: queries and keys "
+                 "rotated by position (RoPE).", **bind("positions"))
         if ss["positions"] == "rotary":
             st.selectbox("RoPE base (rope_base)", list(ROPE_BASES), format_func=lambda base: f"{base:,}",
                          help="θ base of the rotation: 10,000 (Llama 2) or 500,000 (Llama 3).", **bind("rope_base"))
