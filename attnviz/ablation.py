@@ -110,12 +110,19 @@ def scaling_ablation(dks=DK_VALUES, num_tokens: int = 64, seed: int = 123, causa
 
 
 def trace_qk(trace: Trace, head: int = 0, max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """One head's queries and keys from a Trace: (n, dₖ) each (MHA/wrapper: that head's columns)."""
-    queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]  # (n, d_out) each
+    """One head's queries and keys from a Trace, as they enter QKᵀ: (n, dₖ) each (MHA/wrapper: that head's
+    columns; grouped K/V: the columns of the head's K/V group; rotary: the rotated vectors)."""
     config = trace.config
+    if "rotated_queries" in trace.steps:  # rotary: (1, h, n, hd) and (1, g, n, hd)
+        queries = trace.steps["rotated_queries"][0, head]  # (n, hd)
+        keys = trace.steps["rotated_keys"][0, config.kv_group(head)]  # (n, hd)
+        return queries[:max_tokens], keys[:max_tokens]
+    queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]  # (n, d_out) and (n, g·hd)
     if config.spec.multi_head:
         span = slice(head * config.head_dim, (head + 1) * config.head_dim)
-        queries, keys = queries[:, span], keys[:, span]  # (n, d_out) -> (n, hd)
+        group = config.kv_group(head) if trace.config.module is None and trace.config.checkpoint is None else head
+        key_span = slice(group * config.head_dim, (group + 1) * config.head_dim)
+        queries, keys = queries[:, span], keys[:, key_span]  # (n, d_out) -> (n, hd)
     return queries[:max_tokens], keys[:max_tokens]
 
 

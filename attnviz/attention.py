@@ -5,6 +5,8 @@ so after ``torch.manual_seed(s)`` the weights (and outputs) equal the book's pri
 Two additions, neither of which changes a result:
 
 * every class takes ``causal`` (default: what the book does) so the app can toggle the mask;
+* ``MultiHeadAttention`` takes ``rope_base`` (default None: the book's class) to rotate its queries and keys
+  by position (:mod:`attnviz.rope`), as the book's Llama code does, for the app's rotary setting;
 * ``forward(x, recorder=None)`` accepts a :class:`Recorder` that captures named intermediates
   (``queries``, ``keys``, ``values``, ``scores``, ``scaled``, ``masked``, ``weights``,
   ``dropped``, ``context``, ``output``).  Attention maps are recorded as (b, heads, n, n).
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from attnviz import rope
 
 MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")
 STAGES = ("queries", "keys", "values", "scores", "scaled", "masked", "weights", "dropped", "context", "output")
@@ -207,7 +211,8 @@ class MultiHeadAttentionWrapper(nn.Module):
 class MultiHeadAttention(nn.Module):
     """Section 3.6.2: one set of projections split into ``num_heads`` heads, then ``out_proj``."""
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, causal: bool = True):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, causal: bool = True,
+                 rope_base: float | None = None):
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -220,6 +225,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))  # (ctx, ctx)
         self.causal = causal
+        self.rope_base = rope_base  # None: the book's class; a base: rotary positions (see attnviz.rope)
 
     def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, n, d_in)
@@ -239,6 +245,13 @@ class MultiHeadAttention(nn.Module):
         queries = queries.transpose(1, 2)  # (b, h, n, hd)
         values = values.transpose(1, 2)  # (b, h, n, hd)
         record(recorder, "transpose", queries, keep=False)
+
+        if self.rope_base is not None:  # rotary positions: turn q and k by their token's position
+            cos, sin = rope.compute_rope_params(self.head_dim, self.rope_base, num_tokens, x.device)  # (n, hd) each
+            queries = rope.apply_rope(queries, cos, sin)  # (b, h, n, hd)
+            keys = rope.apply_rope(keys, cos, sin)  # (b, h, n, hd)
+            record(recorder, "rotated_queries", queries)
+            record(recorder, "rotated_keys", keys)
 
         attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
         record(recorder, "scores", attn_scores)

@@ -1,5 +1,5 @@
-"""What a run asks for: ``AttentionConfig`` (variant, sizes, mask, dropout, seed, device, or a checkpoint's
-layer), its limits, the errors a user can fix, and the devices this machine has.
+"""What a run asks for: ``AttentionConfig`` (variant, sizes, mask, dropout, seed, device, the modern variants'
+K/V groups, latent width, window and positions, or a checkpoint's layer), its limits, the errors a user can fix, and the devices this machine has.
 
 Pure Python + torch: every producer of a Trace (:mod:`attnviz.producers`) reads a config from here.
 """
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from attnviz import variants
+from attnviz.rope import ROPE_BASES
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -20,6 +21,7 @@ MAX_HEADS = 64  # more heads than this cannot be told apart in a grid (GPT-2 XL 
 MAX_SEED = 2**32 - 1
 MAX_CHARS = 40_000  # text beyond this is not tokenized (1024 tokens never need more in practice)
 MAX_LAYERS = 128  # GPT-2 XL has 48
+POSITIONS = ("learned", "rotary")  # the book's chapter 2 positional embedding, or rotary q/k (attnviz.rope)
 
 
 class InputError(ValueError):
@@ -51,6 +53,11 @@ class AttentionConfig:
     checkpoint: str | None = None  # a weights ref (attnviz.weights): run layer ``layer`` of that GPT model
     layer: int = 0  # which transformer block of the checkpoint (0 … layers − 1)
     module: str | None = None  # a user's own attention module, by the label it was listed under (attnviz.user_code)
+    num_kv_groups: int | None = None  # gqa: the NUMBER of K/V heads (None: the divisor of num_heads nearest 4)
+    latent_dim: int | None = None  # mla: the latent's width (None: the book's max(16, d_out // 8), at most d_out)
+    sliding_window_size: int | None = None  # swa: W, query i sees keys i−W+1 … i (None: every earlier key)
+    positions: str = "learned"  # "rotary": q and k rotated, no learned positional embedding (mha, gqa, mqa, swa)
+    rope_base: int = 10_000  # rotary's θ base: 10,000 (Llama 2) or 500,000 (Llama 3)
 
     def validate(self) -> AttentionConfig:
         """Return self, or raise ConfigError with a message a user can act on."""
@@ -75,6 +82,7 @@ class AttentionConfig:
         if self.embedding == "book" and self.d_in != 3:
             raise ConfigError(f"The book's journey vectors are 3-dimensional: set d_in to 3 (got {self.d_in}).")
         self.validate_checkpoint()
+        self.validate_modern()
         if self.spec.multi_head and self.module is None:
             if self.num_heads > self.d_out:
                 raise ConfigError(f"{self.num_heads} heads need d_out ≥ {self.num_heads}; d_out is {self.d_out}.")
@@ -93,6 +101,98 @@ class AttentionConfig:
             if isinstance(self.layer, bool) or not isinstance(self.layer, int) or not 0 <= self.layer < MAX_LAYERS:
                 raise ConfigError(f"layer must be a whole number from 0, got {self.layer!r}.")
         return self
+
+    def validate_modern(self) -> AttentionConfig:
+        """Return self, or raise ConfigError when K/V groups, latent width, window or positions cannot work."""
+        for name, high in (("num_kv_groups", MAX_HEADS), ("latent_dim", MAX_DIM),
+                           ("sliding_window_size", MAX_CONTEXT_LENGTH)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be a whole number, got {value!r}.")
+            if not 1 <= value <= high:
+                raise ConfigError(f"{name} must be between 1 and {high}, got {value}.")
+        if self.positions not in POSITIONS:
+            raise ConfigError(f"Unknown positions {self.positions!r}; choose one of {', '.join(POSITIONS)}.")
+        if self.rope_base not in ROPE_BASES:
+            raise ConfigError(f"rope_base must be one of {', '.join(map(str, ROPE_BASES))}, got {self.rope_base!r}.")
+        if self.module is not None or self.checkpoint is not None:
+            return self
+        spec = self.spec
+        if self.rotary:
+            if spec.not_applicable("positions"):
+                raise ConfigError(f"{spec.label} has no rotary positions: {spec.not_applicable('positions')}")
+            if self.num_heads <= self.d_out and self.d_out % self.num_heads == 0 and self.head_dim % 2:
+                raise ConfigError(f"Rotary positions turn pairs of dimensions: head_dim must be even, got {self.head_dim}.")
+        if "num_kv_groups" in spec.settings and self.num_kv_groups is not None and self.num_heads % self.num_kv_groups:
+            raise ConfigError(f"num_kv_groups {self.num_kv_groups} does not divide {self.num_heads} heads; "
+                              f"try {_or_list(nearest_divisors(self.num_heads, self.num_kv_groups))}.")
+        if "latent_dim" in spec.settings and self.latent_dim is not None and self.latent_dim > self.d_out:
+            raise ConfigError(f"latent_dim {self.latent_dim} is wider than d_out {self.d_out}: a latent saves memory "
+                              f"only when it is narrower; use at most {self.d_out}.")
+        return self
+
+    @property
+    def kv_groups(self) -> int:
+        """How many K/V heads the run's heads share: ``num_kv_groups`` for GQA, 1 for MQA and single-head
+        variants, one per head for the others (MHA, MLA, SWA)."""
+        spec = self.spec
+        if spec.kv_groups is not None:
+            return spec.kv_groups
+        if "num_kv_groups" in spec.settings:
+            return self.num_kv_groups or default_kv_groups(self.num_heads)
+        return self.heads
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per K/V head (1 without groups)."""
+        return max(1, self.heads // self.kv_groups)
+
+    def kv_group(self, head: int) -> int:
+        """The K/V head (group) that query head ``head`` uses: heads 0 … group_size−1 use group 0, and so on
+        (``repeat_interleave``).  IndexError outside 0 … heads−1."""
+        if not 0 <= int(head) < self.heads:
+            raise IndexError(f"head {head} out of range: this run has {self.heads} heads.")
+        return int(head) // self.group_size
+
+    @property
+    def head_groups(self) -> tuple[int, ...]:
+        """The K/V group of each head, in head order (``(0, 0, 0, 1, 1, 1, …)`` for 12 heads in 4 groups)."""
+        return tuple(self.kv_group(head) for head in range(self.heads))
+
+    @property
+    def group_heads(self) -> tuple[tuple[int, ...], ...]:
+        """The query heads of each K/V group, group by group (``((0, 1, 2), (3, 4, 5), …)``): heads that share keys
+        are neighbours, so drawing heads in order keeps each group side by side."""
+        return tuple(tuple(range(g * self.group_size, (g + 1) * self.group_size)) for g in range(self.kv_groups))
+
+    def head_label(self, head: int) -> str:
+        """``"head 5 · K/V group 1"`` where heads share K/V heads (GQA, MQA), else ``"head 5"``."""
+        if self.kv_groups == self.heads:
+            return f"head {int(head)}"
+        return f"head {int(head)} · K/V group {self.kv_group(head)}"
+
+    @property
+    def latent_width(self) -> int | None:
+        """MLA's latent width (the book's default ``max(16, d_out // 8)``, at most d_out); None for the others."""
+        if "latent_dim" not in self.spec.settings:
+            return None
+        return self.latent_dim or default_latent_dim(self.d_out)
+
+    @property
+    def window(self) -> int | None:
+        """SWA's window W (None: no window); None for the other variants."""
+        return self.sliding_window_size if "sliding_window_size" in self.spec.settings else None
+
+    @property
+    def rotary(self) -> bool:
+        return self.positions == "rotary"
+
+    @property
+    def rotary_base(self) -> int | None:
+        """The θ base queries and keys are rotated with, or None (learned positions)."""
+        return self.rope_base if self.rotary else None
 
     @property
     def spec(self) -> variants.Variant:
@@ -121,6 +221,16 @@ class AttentionConfig:
     def effective_dropout(self) -> float:
         """p when dropout actually ran in this run, else 0 (kept weights are scaled by 1/(1−p))."""
         return self.dropout if self.dropout_runs else 0.0
+
+
+def default_kv_groups(num_heads: int) -> int:
+    """GQA's K/V heads when none are asked for: the divisor of ``num_heads`` nearest 4 (12 heads: 4 groups of 3)."""
+    return nearest_divisors(num_heads, 4, 1)[0]
+
+
+def default_latent_dim(d_out: int) -> int:
+    """The book's MLA default ``max(16, d_out // 8)``, kept at most d_out (a latent wider than d_out saves nothing)."""
+    return min(d_out, max(16, d_out // 8))
 
 
 def divisors(number: int) -> list[int]:

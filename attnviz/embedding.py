@@ -1,4 +1,8 @@
-"""Chapter 2 input embeddings: token embedding + absolute positional embedding, seeded."""
+"""Chapter 2 input embeddings: token embedding + absolute positional embedding, seeded.
+
+With rotary positions (:mod:`attnviz.rope`) the attention rotates queries and keys by position instead, so the
+input is the token embedding alone; the positional table is still created, so the token embeddings (and every
+seeded weight after them) are the same for both settings."""
 
 from __future__ import annotations
 
@@ -26,15 +30,18 @@ def journey_inputs() -> torch.Tensor:
 
 
 class InputEmbedding(nn.Module):
-    """``token_emb(ids) + pos_emb(arange(n))`` as in Ch. 2.8."""
+    """``token_emb(ids) + pos_emb(arange(n))`` as in Ch. 2.8; ``learned_positions=False``: ``token_emb(ids)``."""
 
     def __init__(self, d_in: int, context_length: int, vocab_size: int = N_VOCAB):
         super().__init__()
         self.token_emb = nn.Embedding(vocab_size, d_in)
         self.pos_emb = nn.Embedding(context_length, d_in)
 
-    def forward(self, token_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, token_ids: torch.Tensor, learned_positions: bool = True) -> dict[str, torch.Tensor]:
         token_embeddings = self.token_emb(token_ids)  # (b, n) -> (b, n, d_in)
-        pos_embeddings = self.pos_emb(torch.arange(token_ids.shape[-1]))  # (n, d_in)
+        if learned_positions:
+            pos_embeddings = self.pos_emb(torch.arange(token_ids.shape[-1]))  # (n, d_in)
+        else:  # rotary: positions enter inside the attention
+            pos_embeddings = torch.zeros(token_ids.shape[-1], token_embeddings.shape[-1])  # (n, d_in)
         input_embeddings = token_embeddings + pos_embeddings  # (b, n, d_in) + (n, d_in) -> (b, n, d_in)
         return {"token": token_embeddings, "position": pos_embeddings, "input": input_embeddings}

@@ -20,6 +20,7 @@ from typing import Any
 from torch import nn
 
 from attnviz import attention
+from attnviz import modern_attention as modern
 
 # head layouts
 ONE_HEAD = "one"  # a single head: maps are (b, n, n), recorded as (b, 1, n, n)
@@ -27,6 +28,16 @@ PER_HEAD = "per_head"  # num_heads separate modules, outputs concatenated (the w
 BATCHED = "batched"  # one set of projections viewed as (b, h, n, hd) (MultiHeadAttention)
 
 QKV = ("queries", "keys", "values")  # the three projections, in the book's order
+# settings only some variants have (``Variant.settings`` lists the ones that apply); rope_base goes with positions
+MODERN_SETTINGS = ("num_kv_groups", "latent_dim", "sliding_window_size", "positions", "rope_base")
+_NOT_APPLICABLE = {
+    "num_kv_groups": "Only grouped-query attention shares K/V heads in groups you choose (MQA has one K/V head; "
+                     "the other variants one per head).",
+    "latent_dim": "Only multi-head latent attention compresses keys and values into a latent.",
+    "sliding_window_size": "Only sliding-window attention limits how far back a query sees.",
+    "positions": "This class uses the learned positional embedding of chapter 2 (rotary positions: MHA, GQA, MQA "
+                 "and SWA).",
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,8 @@ class Variant:
     book_causal: bool = False  # the book's listing masks the future (the "book" preset sets causal to this)
     source_parts: tuple[Callable, ...] = ()  # more code the class runs (shown after the class in the source panel)
     fixed_settings: dict[str, str] = field(default_factory=dict)  # setting -> why it does not apply
+    settings: tuple[str, ...] = ()  # the MODERN_SETTINGS that apply ("positions" brings "rope_base")
+    kv_groups: int | None = None  # a fixed number of K/V heads (MQA: 1); None: num_kv_groups or one per head
 
     @property
     def multi_head(self) -> bool:
@@ -73,14 +86,27 @@ class Variant:
             return "Single-head variant: it has one head."
         if setting in ("dropout", "train") and not self.dropout:
             return "This variant has no dropout in the book."
+        if setting in MODERN_SETTINGS:
+            wanted = "positions" if setting == "rope_base" else setting
+            if wanted not in self.settings:
+                return _NOT_APPLICABLE[wanted]
         return None
+
+    @property
+    def grouped(self) -> bool:
+        """Its query heads share K/V heads (GQA, MQA): keys are split into groups, then repeated."""
+        return "num_kv_groups" in self.settings or self.kv_groups is not None
 
     @property
     def shape_path(self) -> tuple[str, ...]:
         """The tensors this variant records, in pipeline order (the shape diagram's nodes)."""
         stages = ["input", *QKV]
+        if "latent_dim" in self.settings:
+            stages.insert(1, "latent")  # MLA: the latent between the input and the keys/values
         if self.heads == BATCHED:
             stages += ["view", "transpose"]
+        if self.grouped:
+            stages += ["kv_groups", "kv_repeat"]
         stages += [*attention.MAP_STAGES, "context"]
         if self.multi_head:
             stages.append("concat")
@@ -89,6 +115,13 @@ class Variant:
     def meaning(self, stage: str) -> str:
         """Symbolic shape of ``stage`` in this variant, as in the code's shape comments (``"b h n n"``)."""
         width = "d_in" if self.weights is None else ("hd" if self.heads == PER_HEAD else "d_out")
+        kv_heads = "g" if self.grouped else "h"
+        if stage in ("keys", "values") and self.grouped:
+            return "b n g·hd"
+        modern_meanings = {"latent": "b n latent_dim", "kv_groups": "b g n hd", "kv_repeat": "b h n hd",
+                           "rotated_queries": "b h n hd", "rotated_keys": f"b {kv_heads} n hd"}
+        if stage in modern_meanings:
+            return modern_meanings[stage]
         if stage in attention.MAP_STAGES:
             return "b h n n" if self.heads == BATCHED else "b n n"
         if stage in QKV:
@@ -125,7 +158,26 @@ def _wrapper(c) -> nn.Module:
 
 def _mha(c) -> nn.Module:
     return attention.MultiHeadAttention(c.d_in, c.d_out, c.context_length, c.dropout, c.num_heads, c.qkv_bias,
-                                        causal=c.causal)
+                                        causal=c.causal, rope_base=c.rotary_base)
+
+
+def _gqa(c) -> nn.Module:  # also MQA: its record fixes kv_groups to 1
+    return modern.GroupedQueryAttention(c.d_in, c.d_out, c.dropout, c.num_heads, c.kv_groups, qkv_bias=c.qkv_bias,
+                                        causal=c.causal, rope_base=c.rotary_base)
+
+
+def _mla(c) -> nn.Module:
+    return modern.MultiHeadLatentAttention(c.d_in, c.d_out, c.dropout, c.num_heads, qkv_bias=c.qkv_bias,
+                                           latent_dim=c.latent_width, causal=c.causal)
+
+
+def _swa(c) -> nn.Module:
+    return modern.MultiHeadAttentionWithSWA(c.d_in, c.d_out, c.dropout, c.num_heads, qkv_bias=c.qkv_bias,
+                                            sliding_window_size=c.window, rope_base=c.rotary_base)
+
+
+_MODERN_SOURCE = (modern.scaled_dot_product,)
+_WINDOW_CAUSAL = "Sliding-window attention always hides the future; its window also hides keys W or more behind."
 
 
 _SINGLE_HEAD_SOURCE = (attention._single_head,)
@@ -144,7 +196,22 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             weights="linear", heads=PER_HEAD, dropout=True, book_causal=True,
             source_parts=(attention.CausalAttention, *_SINGLE_HEAD_SOURCE)),
     Variant("mha", "Multi-head attention (3.6.2)", "3.6.2", attention.MultiHeadAttention, _mha, weights="linear",
-            heads=BATCHED, dropout=True, out_proj=True, book_causal=True),
+            heads=BATCHED, dropout=True, out_proj=True, book_causal=True, settings=("positions",)),
+    Variant("gqa", "Grouped-query attention (bonus: Llama 3, Qwen3)", "bonus ch04/04_gqa",
+            modern.GroupedQueryAttention, _gqa, weights="linear", heads=BATCHED, dropout=True, out_proj=True,
+            book_causal=True, source_parts=_MODERN_SOURCE, settings=("num_kv_groups", "positions")),
+    Variant("mqa", "Multi-query attention (bonus: one K/V head)", "bonus ch04/04_gqa", modern.GroupedQueryAttention,
+            _gqa, weights="linear", heads=BATCHED, dropout=True, out_proj=True, book_causal=True,
+            source_parts=_MODERN_SOURCE, settings=("positions",), kv_groups=1,
+            fixed_settings={"num_kv_groups": "Multi-query attention: all heads share one K/V head "
+                                             "(GroupedQueryAttention with num_kv_groups = 1)."}),
+    Variant("mla", "Multi-head latent attention (bonus: DeepSeek V3)", "bonus ch04/05_mla",
+            modern.MultiHeadLatentAttention, _mla, weights="linear", heads=BATCHED, dropout=True, out_proj=True,
+            book_causal=True, source_parts=_MODERN_SOURCE, settings=("latent_dim",)),
+    Variant("swa", "Sliding-window attention (bonus: Gemma 3, Mistral)", "bonus ch04/06_swa",
+            modern.MultiHeadAttentionWithSWA, _swa, weights="linear", heads=BATCHED, dropout=True, out_proj=True,
+            book_causal=True, source_parts=_MODERN_SOURCE, settings=("sliding_window_size", "positions"),
+            fixed_settings={"causal": _WINDOW_CAUSAL}),
 )}
 LABELS = {name: v.label for name, v in VARIANTS.items()}  # name -> label, for selectboxes
 
@@ -152,6 +219,9 @@ LABELS = {name: v.label for name, v in VARIANTS.items()}  # name -> label, for s
 DEFAULT = "mha"  # the sidebar's default
 MHA = "mha"  # the book's MultiHeadAttention: the reference of the Compare page and the benchmark
 WRAPPER = "mha_wrapper"  # the book's wrapper: compared with MHA head by head
+GQA = "gqa"  # grouped-query: equals MHA on the same weights when num_kv_groups = num_heads
+SWA = "swa"  # sliding window: equals causal MHA on the same weights when W ≥ n
+MODERN = ("gqa", "mqa", "mla", "swa")  # the bonus material's variants (the benchmark times each against MHA)
 
 
 def _checkpoint_attention(c) -> nn.Module:

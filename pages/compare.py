@@ -1,4 +1,4 @@
-"""Compare: the same tokens through all six variants side by side, equivalences measured live, and
+"""Compare: the same tokens through every variant side by side (the book's six and the bonus GQA, MQA, MLA, SWA), equivalences measured live, and
 why the scores are divided by √dₖ."""
 
 import dataclasses
@@ -28,8 +28,10 @@ if result.truncated:
             "to keep the cost down.", icon="✂️")
 
 st.subheader("Equivalences, computed now")
-for column, check in zip(st.columns(3), result.checks):
-    with column.container(border=True):
+for index, check in enumerate(result.checks):
+    if index % 3 == 0:
+        columns = st.columns(3)
+    with columns[index % 3].container(border=True):
         st.markdown(f"**{check.title}**")
         st.badge(check.badge, icon=check.icon, color=check.color)
         st.caption(compare.CHECK_NOTES[check.key])
@@ -50,6 +52,9 @@ if trace.module_run is not None:  # the user's module beside the book's MultiHea
                         config=ui.plotly_config("attnviz-compare-mha"))
     st.dataframe(compare.module_vs_mha_rows(trace, mha), hide_index=True)
 
+if config.rotary:
+    st.caption("Rotary positions: the input embeddings have no learned positions, so the classes without rotation "
+               "(3.3–3.6.1, MLA) see no position information here.")
 st.subheader("Every variant on the same tokens")
 how = st.segmented_control("Heatmap shows", compare.MAP_CHOICES, **ui.page_bind("compare_map", "head 0")) or "head 0"
 columns = st.columns(3)

@@ -1,5 +1,5 @@
 """Steps: one head through QKᵀ → ÷√dₖ → mask → softmax → dropout → ·V, before/after, next to the
-live shape diagram with the viewed stage highlighted."""
+live shape diagram with the viewed stage highlighted; the bonus variants' latent, rotation and K/V repeat first."""
 
 import streamlit as st
 
@@ -14,8 +14,9 @@ trace, config = ctx.trace, ctx.trace.config
 st.title("Attention step by step")
 st.caption(ui.weights_caption(ctx) + (" · the attention reads norm1(the block's input), the LayerNorm'd residual stream"
                                       if ctx.checkpoint else ""))
+labels = steps.stage_labels(trace)
 stage = st.segmented_control(
-    "Stage", list(steps.STEP_LABELS), format_func=steps.STEP_LABELS.get, **ui.page_bind("steps_stage", "masked")
+    "Stage", list(labels), format_func=labels.get, **ui.page_bind("steps_stage", "masked", lambda s: s in labels)
 ) or "masked"
 
 view_col = ui.beside_shape_diagram(trace, highlight=stage)
@@ -43,7 +44,24 @@ with view_col:
         st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{title.split()[0]}"))
 
     before, after = st.columns(2)
-    if stage == "scores":
+    if stage == "latent":
+        st.caption(f"latent: `{steps.shape_of(trace, 'latent')}` — {config.latent_width} numbers per token, where "
+                   f"multi-head attention caches keys and values: 2 × d_out = {2 * config.d_out}.")
+        st.code("\n".join(filter(None, (source.stage_code(config.variant, name) for name in ("keys", "values")))),
+                language="python")  # the up-projections from the latent
+        st.dataframe(steps.latent_table(trace), height=300)
+    elif stage == "rotated_queries":
+        q_table, k_table = steps.rotation_tables(trace, head)
+        st.caption(f"RoPE base {config.rope_base:,}; head {head} uses K/V head {config.kv_group(head)}. Position 0 "
+                   "is not turned; later positions turn further.")
+        with before:
+            st.dataframe(q_table, height=300)
+        with after:
+            st.dataframe(k_table, height=300)
+    elif stage == "kv_repeat":
+        st.caption(f"{config.kv_groups} K/V heads for {config.heads} query heads: groups of {config.group_size}.")
+        st.dataframe(steps.group_table(config), hide_index=True, height=300)
+    elif stage == "scores":
         with before:
             st.dataframe(steps.qk_table(trace, head), height=430)
         with after:
@@ -72,7 +90,8 @@ with view_col:
         with before:
             heatmap("scaled", "before: scaled scores", zrange=shared("scaled"))
         with after:
-            heatmap("masked", "after: masked (grey = −∞)", zrange=shared("scaled"))
+            heatmap("masked", "after: masked (grey = −∞)" if config.window is None
+                    else f"after: window W = {config.window} (grey = −∞)", zrange=shared("scaled"))
     elif stage == "weights":
         with before:
             heatmap("masked", "before: masked scores")

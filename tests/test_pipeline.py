@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attnviz import attention, embedding, pipeline, tokens
+from attnviz.modern_attention import MODERN_STAGES
 from attnviz.pipeline import AttentionConfig, ConfigError, EmptyTextError, InputError, preset_config, run
 from attnviz.producers import book
 
@@ -61,7 +62,7 @@ def test_run_every_variant_gives_a_complete_trace(variant):
     assert trace.num_heads == heads == config.heads
     assert trace.device == "cpu"
     assert trace.notes == ()
-    assert set(trace.steps) == set(attention.STAGES)
+    assert set(attention.STAGES) <= set(trace.steps) <= {*attention.STAGES, *MODERN_STAGES}  # MLA's latent too
     for name, array in trace.steps.items():
         assert isinstance(array, np.ndarray), name
         assert array.dtype == np.float32, name
@@ -374,7 +375,7 @@ def test_non_string_text_is_an_input_error():
 # ============================== config validation ==============================
 
 CONFIG_ERRORS = [
-    ({"variant": "gpt5"}, r"Unknown variant 'gpt5'; choose one of simplified, .*mha\."),
+    ({"variant": "gpt5"}, r"Unknown variant 'gpt5'; choose one of simplified, .*mha, .*swa\."),
     ({"d_in": 1.5}, r"d_in must be a whole number, got 1\.5\."),
     ({"d_in": "3"}, r"d_in must be a whole number, got '3'\."),
     ({"d_in": True}, r"d_in must be a whole number, got True\."),

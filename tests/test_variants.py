@@ -33,8 +33,11 @@ def test_every_record_builds_its_class_and_records_its_shape_path():
 def test_the_book_names_and_sections():
     assert [spec.cls.__name__ for spec in variants.VARIANTS.values()] == [
         "SimplifiedSelfAttention", "SelfAttention_v1", "SelfAttention_v2", "CausalAttention",
-        "MultiHeadAttentionWrapper", "MultiHeadAttention"]
-    assert [spec.section for spec in variants.VARIANTS.values()] == ["3.3", "3.4.2", "3.4.2", "3.5.3", "3.6.1", "3.6.2"]
+        "MultiHeadAttentionWrapper", "MultiHeadAttention",  # chapter 3
+        "GroupedQueryAttention", "GroupedQueryAttention", "MultiHeadLatentAttention", "MultiHeadAttentionWithSWA"]
+    assert [spec.section for spec in variants.VARIANTS.values()] == [
+        "3.3", "3.4.2", "3.4.2", "3.5.3", "3.6.1", "3.6.2",
+        "bonus ch04/04_gqa", "bonus ch04/04_gqa", "bonus ch04/05_mla", "bonus ch04/06_swa"]
     assert variants.get(variants.MHA).out_proj and variants.get(variants.WRAPPER).heads == variants.PER_HEAD
     with pytest.raises(KeyError, match="Unknown variant 'nope'"):
         variants.get("nope")

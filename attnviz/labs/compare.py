@@ -1,4 +1,4 @@
-"""Compare variants: the same tokens through all six book classes, and equivalences measured live.
+"""Compare variants: the same tokens through every registered class, and equivalences measured live.
 
 Pure compute and figure builders (no Streamlit).  Every variant gets the same input embeddings
 (the Trace's ``embeddings["input"]``) and the same seed, is created with ``torch.manual_seed(seed)``
@@ -12,19 +12,26 @@ The three equivalences are computed, never asserted in text; each reports the ma
 * ``mha_sdpa`` — MHA equals ``torch.nn.functional.scaled_dot_product_attention`` with the same
   projections (``is_causal`` when causal; dropout 0);
 * ``mask_routes`` — the book's two masking routes (3.5.1): −∞ before softmax, or softmax, zero the
-  future, renormalise.
+  future, renormalise;
+* ``gqa_mha`` — ``GroupedQueryAttention`` with ``num_kv_groups = num_heads`` and MHA's weights copied gives
+  MHA's output (less MHA's ``out_proj`` bias: the book's GQA has none);
+* ``swa_mha`` — ``MultiHeadAttentionWithSWA`` with W ≥ n and MHA's weights gives causal MHA's output;
+* ``rope_shift`` — with rotary positions, a query/key pair scores the same at positions (i, j) and
+  (i + s, j + s): head 0's vectors, every pair, shifted by s = n (in float64).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 import plotly.graph_objects as go
 import torch
+import torch.nn.functional as F
 
-from attnviz import attention, pipeline, variants
+from attnviz import attention, modern_attention, pipeline, rope, variants
 from attnviz.labs import implementations
 from attnviz.pipeline import AttentionConfig, Trace
 from attnviz.views import figures
@@ -53,8 +60,12 @@ def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
     """``base`` normalised for ``variant`` as the sidebar does: 1 head for single-head variants,
     d_out = d_in for the simplified one (it has no weights)."""
     spec = variants.get(variant)
-    return replace(base, variant=variant, num_heads=spec.head_count(base.num_heads),
-                   d_out=spec.out_width(base.d_in, base.d_out))
+    num_heads, d_out = spec.head_count(base.num_heads), spec.out_width(base.d_in, base.d_out)
+    rotary = base.rotary and spec.not_applicable("positions") is None and (d_out // num_heads) % 2 == 0
+    kv_groups = base.num_kv_groups if base.num_kv_groups and num_heads % base.num_kv_groups == 0 else None
+    latent = base.latent_dim if base.latent_dim and base.latent_dim <= d_out else None
+    return replace(base, variant=variant, num_heads=num_heads, d_out=d_out, num_kv_groups=kv_groups,
+                   latent_dim=latent, positions="rotary" if rotary else "learned")
 
 
 def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
@@ -189,6 +200,60 @@ def check_masking_routes(scaled: torch.Tensor) -> Check:
                  max_abs_diff(mask_then_softmax(scaled), softmax_then_mask(scaled)), {})
 
 
+def _mha_weights(mha: attention.MultiHeadAttention) -> dict[str, torch.Tensor]:
+    """MHA's parameters by name (its mask buffer left out)."""
+    return {name: tensor for name, tensor in mha.state_dict().items() if name != "mask"}
+
+
+def check_gqa_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> Check:
+    """GQA with one K/V head per query head and MHA's weights vs MHA (GQA's out_proj has no bias: MHA's is added)."""
+    gqa = modern_attention.GroupedQueryAttention(
+        mha.W_query.in_features, mha.d_out, 0.0, mha.num_heads, mha.num_heads, qkv_bias=mha.W_query.bias is not None,
+        causal=mha.causal, rope_base=mha.rope_base).eval()
+    weights = _mha_weights(mha)
+    out_bias = weights.pop("out_proj.bias")
+    gqa.load_state_dict(weights)
+    with torch.inference_mode():
+        gqa_output = gqa(inputs) + out_bias  # (1, n, d_out) + (d_out,)
+        mha_output = mha(inputs)  # (1, n, d_out)
+    return Check("gqa_mha", f"GQA with num_kv_groups = num_heads = {mha.num_heads} (weights copied) = MHA",
+                 max_abs_diff(gqa_output, mha_output), {})
+
+
+def check_swa_equals_causal_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> Check:
+    """SWA with W = n (every earlier key) and MHA's weights vs causal MHA."""
+    num_tokens = inputs.shape[1]
+    causal_mha = attention.MultiHeadAttention(mha.W_query.in_features, mha.d_out, num_tokens, 0.0, mha.num_heads,
+                                              mha.W_query.bias is not None, causal=True, rope_base=mha.rope_base)
+    swa = modern_attention.MultiHeadAttentionWithSWA(
+        mha.W_query.in_features, mha.d_out, 0.0, mha.num_heads, mha.W_query.bias is not None,
+        sliding_window_size=num_tokens, rope_base=mha.rope_base)
+    weights = _mha_weights(mha)
+    causal_mha.load_state_dict(weights, strict=False)  # its own mask buffer
+    swa.load_state_dict(weights)
+    with torch.inference_mode():
+        difference = max_abs_diff(swa.eval()(inputs), causal_mha.eval()(inputs))  # (1, n, d_out) each
+    return Check("swa_mha", f"SWA with W = n = {num_tokens} (weights copied) = causal MHA", difference, {})
+
+
+def check_rope_shift(mha: attention.MultiHeadAttention, inputs: torch.Tensor, rope_base: int) -> Check:
+    """Rotary scores of head 0's query/key vectors at positions (i, j) and at (i + s, j + s), s = n: equal."""
+    num_tokens, head_dim, shift = inputs.shape[1], mha.head_dim, inputs.shape[1]
+    pad = head_dim % 2  # an odd head_dim gets one zero dimension: rotations turn pairs
+    with torch.inference_mode():
+        queries = mha.W_query(inputs)[..., :head_dim].double().unsqueeze(1)  # (1, n, d_out) -> (1, 1, n, hd)
+        keys = mha.W_key(inputs)[..., :head_dim].double().unsqueeze(1)  # (1, 1, n, hd)
+    queries, keys = F.pad(queries, (0, pad)), F.pad(keys, (0, pad))  # (1, 1, n, hd + pad) each
+    head_dim += pad
+    cos, sin = rope.compute_rope_params(head_dim, rope_base, num_tokens + shift, dtype=torch.float64)  # (2n, hd)
+    scores = rope.apply_rope(queries, cos, sin) @ rope.apply_rope(keys, cos, sin).transpose(2, 3)  # (1, 1, n, n)
+    shifted_cos, shifted_sin = cos[shift:], sin[shift:]  # positions s … s + n − 1
+    shifted = (rope.apply_rope(queries, shifted_cos, shifted_sin)
+               @ rope.apply_rope(keys, shifted_cos, shifted_sin).transpose(2, 3))  # (1, 1, n, n)
+    return Check("rope_shift", f"Rotary: score at (i, j) = score at (i + {shift}, j + {shift})",
+                 max_abs_diff(scores, shifted), {"shift": shift, "base": rope_base})
+
+
 CHECK_NOTES = {
     "wrapper_mha": (
         "Head h of the wrapper gets rows h·head_dim … (h+1)·head_dim of MHA's W_query, W_key and W_value; "
@@ -201,6 +266,19 @@ CHECK_NOTES = {
     "mask_routes": (
         "On MHA's scaled scores, always with the causal mask: masked_fill(−∞) → softmax, versus "
         "softmax → × tril(ones) → ÷ row sums. Both give the future weight 0 and the rest the same share."
+    ),
+    "gqa_mha": (
+        "GroupedQueryAttention with as many K/V heads as query heads: repeat_interleave(1) repeats nothing, so "
+        "with MHA's W_query/W_key/W_value/out_proj weights it is MHA (the book's GQA has no out_proj bias: MHA's "
+        "is added to its output)."
+    ),
+    "swa_mha": (
+        "A window at least as long as the text hides only the future: MultiHeadAttentionWithSWA with MHA's "
+        "weights (same names and shapes) gives causal MHA's output."
+    ),
+    "rope_shift": (
+        "Head 0's query and key vectors, rotated at positions i and j, then at i + s and j + s: rotating both by "
+        "the same extra angle leaves their dot product unchanged — the score sees only i − j."
     ),
 }
 
@@ -275,10 +353,17 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
         results.append(VariantResult(variant, config, recorder.steps["weights"][0].float().numpy(),
                                      tuple(output.shape)))
     mha = modules[variants.MHA]
+    plain_mha = mha  # the wrapper and SDPA have no rotation: they are compared with MHA's learned-position path
+    if mha.rope_base is not None:
+        plain_mha = copy.deepcopy(mha)
+        plain_mha.rope_base = None
     checks = (
-        check_wrapper_equals_mha(mha, inputs, seeded_wrapper_output=outputs[variants.WRAPPER]),
-        check_mha_equals_sdpa(mha, inputs),
+        check_wrapper_equals_mha(plain_mha, inputs, seeded_wrapper_output=outputs[variants.WRAPPER]),
+        check_mha_equals_sdpa(plain_mha, inputs),
         check_masking_routes(recorders[variants.MHA].steps["scaled"]),
+        check_gqa_equals_mha(mha, inputs),
+        check_swa_equals_causal_mha(mha, inputs),
+        check_rope_shift(mha, inputs, base.rope_base),
     )
     return Comparison(tuple(tokens), total_tokens or num_tokens, tuple(results), checks)
 

@@ -1,4 +1,5 @@
-"""The book's classes as a producer: seeded embeddings (Chapter 2) into the seeded Chapter 3 class the config names.
+"""The book's classes as a producer: seeded embeddings (Chapter 2) into the seeded Chapter 3 class the config names
+(or the bonus material's class: GQA, MQA, MLA, SWA).  With rotary positions the embedding adds no learned positions.
 
 ``torch.manual_seed(config.seed)`` right before building gives the book's weights, so the book's printed
 tensors come out of this producer.  The embedding table and modules are built once per key (``built_once``)
@@ -91,7 +92,7 @@ def _embed(token_ids: list[int], config: AttentionConfig, notes: list[str]):
         )
     layer = _embedding_layer(config.d_in, config.context_length, config.seed)
     with torch.no_grad():
-        parts = layer(torch.tensor([token_ids]))  # (1, n) -> (1, n, d_in) each
+        parts = layer(torch.tensor([token_ids]), learned_positions=not config.rotary)  # (1, n) -> (1, n, d_in) each
     arrays = {"token": to_numpy(parts["token"][0]), "position": to_numpy(parts["position"]),
               "input": to_numpy(parts["input"][0])}
     return parts["input"], arrays

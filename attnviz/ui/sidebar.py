@@ -1,5 +1,6 @@
 """The shared sidebar, the same on every page: page links, text, variant, sizes, mask, dropout, seed, device.
-Settings that don't apply to the chosen variant are disabled with the registry's reason as their help."""
+Settings that don't apply to the chosen variant are disabled with the registry's reason as their help; the
+settings only some variants have (K/V groups, latent width, window, positions) are drawn only where they apply."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitAPIException
 
+from attnviz import config as configs
 from attnviz import pipeline, user_code, variants, weights
+from attnviz.rope import ROPE_BASES
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.state import bind, init_session, restore_widgets, set_setting, ss
-from attnviz.ui.urlstate import PRESET_DIMS, PRESETS, SETTING_KEYS, markdown_escape, share_query
+from attnviz.ui.urlstate import PRESET_DIMS, PRESETS, SETTING_KEYS, fit_modern, markdown_escape, share_query
 
 PAGES = (
     ("app.py", "Heads", ":material/grid_view:"),
@@ -61,6 +64,7 @@ def sidebar(view_slots: bool = False) -> tuple[dict, ViewSlots | None]:
                 layer_selectbox(choice)
         spec = _variant(choice)
         _sizes(spec)
+        _modern(spec)
         _mask_dropout_seed_device(spec, choice)
         _notices()
     return current_settings(), slots
@@ -161,6 +165,38 @@ def _sizes(spec) -> None:
     dims_notice = ss.pop("_dims_notice", None)
     if dims_notice:
         st.caption(f"ℹ️ {dims_notice}")
+
+
+def _modern(spec) -> None:
+    """K/V groups (divisors of the heads), latent width (at most d_out), window, positions and rope_base: each only
+    when the variant has it; a kept value that no longer fits the sizes is replaced, with a notice."""
+    fitted, notices = fit_modern({key: ss[key] for key in SETTING_KEYS})
+    for key in ("num_kv_groups", "latent_dim", "positions"):
+        if fitted[key] != ss[key]:
+            set_setting(key, fitted[key])
+    applies = [key for key in variants.MODERN_SETTINGS if spec.not_applicable(key) is None]
+    if "num_kv_groups" in applies:
+        num_heads = int(ss["num_heads"])
+        st.selectbox("K/V groups (num_kv_groups)", configs.divisors(num_heads),
+                     help=f"How many key/value heads the {num_heads} query heads share (divisors of the heads): "
+                     f"{num_heads} = multi-head attention, 1 = multi-query.", **bind("num_kv_groups"))
+    if "latent_dim" in applies:
+        st.number_input("Latent width (latent_dim)", min_value=1, max_value=int(ss["d_out"]), step=1,
+                        help="Keys and values are up-projected from one latent vector per token this wide "
+                        f"(the book's default: max(16, d_out // 8) = {configs.default_latent_dim(int(ss['d_out']))}).",
+                        **bind("latent_dim"))
+    if "sliding_window_size" in applies:
+        st.number_input("Window W (sliding_window_size)", min_value=1, max_value=pipeline.MAX_CONTEXT_LENGTH, step=1,
+                        help="Query i sees keys i−W+1 … i (W = 1: only itself).", **bind("sliding_window_size"))
+    if "positions" in applies:
+        st.radio("Positions", list(configs.POSITIONS), horizontal=True,
+                 help="learned: the chapter 2 positional embedding added to the input; rotary: queries and keys "
+                 "rotated by position (RoPE).", **bind("positions"))
+        if ss["positions"] == "rotary":
+            st.selectbox("RoPE base (rope_base)", list(ROPE_BASES), format_func=lambda base: f"{base:,}",
+                         help="θ base of the rotation: 10,000 (Llama 2) or 500,000 (Llama 3).", **bind("rope_base"))
+    for notice in notices:
+        st.caption(f"ℹ️ {markdown_escape(notice)}")
 
 
 def _mask_dropout_seed_device(spec, choice) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 
+from attnviz import config as configs
 from attnviz import pipeline, user_code, variants, weights
 from attnviz.pipeline import AttentionConfig
+from attnviz.rope import ROPE_BASES
 
 DEFAULT_TEXT = "Your journey starts with one step"
 PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
@@ -25,6 +27,11 @@ DEFAULTS = {
     "train": False,
     "seed": 123,
     "device": "auto",
+    "num_kv_groups": 4,  # gqa: K/V heads (12 heads in 4 groups of 3)
+    "latent_dim": 96,  # mla: the book's max(16, d_out // 8) at d_out 768
+    "sliding_window_size": 4,  # swa: a window a short text shows as a band
+    "positions": "learned",
+    "rope_base": 10_000,
 }
 SETTING_KEYS = tuple(DEFAULTS)
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL
@@ -78,7 +85,40 @@ def _parsers() -> dict:
         "train": _parse_bool,
         "seed": _parse_int(0, pipeline.MAX_SEED),
         "device": _parse_choice(pipeline.available_devices()),
+        "num_kv_groups": _parse_int(1, pipeline.MAX_HEADS),
+        "latent_dim": _parse_int(1, pipeline.MAX_DIM),
+        "sliding_window_size": _parse_int(1, pipeline.MAX_CONTEXT_LENGTH),
+        "positions": _parse_choice(configs.POSITIONS),
+        "rope_base": _parse_rope_base,
     }
+
+
+def _parse_rope_base(raw: str) -> int:
+    value = int(raw)
+    if value not in ROPE_BASES:
+        raise ValueError(f"choose {' or '.join(map(str, ROPE_BASES))}")
+    return value
+
+
+def fit_modern(values: dict) -> tuple[dict, list[str]]:
+    """``values`` with K/V groups, latent width and positions that work with its heads and d_out, and a notice
+    for each value replaced: groups that do not divide the heads, a latent wider than d_out, rotary positions
+    with an odd head_dim (each rotation turns a pair of dimensions)."""
+    values, notices = dict(values), []
+    num_heads, d_out = int(values["num_heads"]), int(values["d_out"])
+    if num_heads % int(values["num_kv_groups"]):
+        new = configs.default_kv_groups(num_heads)
+        notices.append(f"num_kv_groups={values['num_kv_groups']} does not divide {num_heads} heads; "
+                       f"using {new} K/V groups.")
+        values["num_kv_groups"] = new
+    if int(values["latent_dim"]) > d_out:
+        new = configs.default_latent_dim(d_out)
+        notices.append(f"latent_dim={values['latent_dim']} is wider than d_out {d_out}; using {new}.")
+        values["latent_dim"] = new
+    if values["positions"] == "rotary" and d_out % num_heads == 0 and (d_out // num_heads) % 2:
+        notices.append(f"Rotary positions need an even head_dim (it is {d_out // num_heads}); using learned positions.")
+        values["positions"] = "learned"
+    return values, notices
 
 
 def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dict, list[str]]:
@@ -110,6 +150,9 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
             f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide d_out {values['d_out']}."
         )
         values["num_heads"] = pipeline.nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
+    values, fitted = fit_modern(values)
+    # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
+    notices += [note for note in fitted if note.split("=", 1)[0] in params or note.startswith("Rotary")]
     return values, notices
 
 
@@ -129,6 +172,9 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
                                 train=bool(values["train"]), causal=bool(values["causal"]), seed=int(values["seed"]))
         return pipeline.settle(asked)[0]
     spec = variants.get(values["variant"])
+    values = fit_modern(values)[0]
+    applies = spec.settings
+    rotary = "positions" in applies and values["positions"] == "rotary"
     return AttentionConfig(
         variant=spec.name,
         d_in=int(values["d_in"]),
@@ -136,10 +182,15 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
         num_heads=spec.head_count(values["num_heads"]),
         dropout=float(values["dropout"]) if spec.dropout else 0.0,
         train=bool(values["train"]) and spec.dropout,
-        causal=bool(values["causal"]),
+        causal=bool(values["causal"]) if spec.not_applicable("causal") is None else spec.book_causal,
         seed=int(values["seed"]),
         device=values["device"],
         embedding="book" if is_book(values["preset"]) and int(values["d_in"]) == 3 else "seeded",
+        num_kv_groups=int(values["num_kv_groups"]) if "num_kv_groups" in applies else None,
+        latent_dim=int(values["latent_dim"]) if "latent_dim" in applies else None,
+        sliding_window_size=int(values["sliding_window_size"]) if "sliding_window_size" in applies else None,
+        positions="rotary" if rotary else "learned",
+        rope_base=int(values["rope_base"]) if rotary else DEFAULTS["rope_base"],
     )
 
 

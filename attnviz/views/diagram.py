@@ -8,7 +8,10 @@ Tensors are nodes, labelled with their stage name (``attention.STAGES`` plus ``i
 ``transpose`` and ``concat``), the operation that produced them, the actual shape and its symbolic
 meaning, e.g. ``(1, 12, 6, 6)`` = ``(b, h, n, n)``.  Weight matrices (``W_query``, ``W_key``,
 ``W_value``, ``out_proj``) are separate, parallelogram-shaped nodes.  Stages that do nothing in this
-run (no mask, no scaling in the simplified version, dropout in eval mode) are dashed and grey.
+run (no mask, no scaling in the simplified version, dropout in eval mode) are dashed and grey.  The bonus
+material's variants add their own nodes: MLA's ``latent`` (b, n, latent_dim) between ``W_DKV`` and
+``W_UK``/``W_UV``; GQA's and MQA's ``kv_groups`` (b, g, n, hd) becoming ``kv_repeat`` (b, h, n, hd); rotary's
+``rotated_queries``/``rotated_keys``; SWA's mask names its band.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ if TYPE_CHECKING:
 
 Shapes = Iterable[tuple[str, Sequence[int]]]
 
-EXTRA_STAGES = ("input", "view", "transpose", "concat")
+EXTRA_STAGES = ("input", "view", "transpose", "concat", "kv_groups", "kv_repeat", "latent", "rotated_queries",
+                "rotated_keys")
 KNOWN_STAGES = frozenset(STAGES) | frozenset(EXTRA_STAGES)
 WEIGHTS = ("W_query", "W_key", "W_value")
 QKV = variants.QKV
@@ -43,6 +47,15 @@ _MEANINGS = {
     "transpose": "b h n hd",
     "concat": "b n d_out",
 }
+
+
+def _projections(spec: variants.Variant) -> tuple[tuple[str, str, str], ...]:
+    """(weight, from stage, to stage) of each learned projection before the heads: Q, K, V from the input, or
+    (MLA) keys and values up-projected from the latent."""
+    if "latent" in spec.shape_path:
+        return (("W_query", "input", "queries"), ("W_DKV", "input", "latent"), ("W_UK", "latent", "keys"),
+                ("W_UV", "latent", "values"))
+    return tuple((weight, "input", stage) for weight, stage in zip(WEIGHTS, QKV))
 
 
 def _split_name(name: str) -> tuple[str, int | None]:
@@ -129,14 +142,26 @@ def _titles(
         return f"x @ {weight}" if spec.weights == "parameter" else f"{weight}(x)"
 
     dropout_off = not config.dropout_runs
+    weight_of = {stage: weight for weight, _, stage in _projections(spec)}
+    masked = "causal mask: −∞ above diagonal" if config.causal else "mask off"
+    if "sliding_window_size" in spec.settings:
+        masked = (f"sliding window W = {config.window}: −∞ where j > i or i − j ≥ {config.window} (a band)"
+                  if config.window is not None else "sliding window W = None: −∞ above diagonal (no band)")
+    g = shapes["kv_groups"][1] if "kv_groups" in shapes else None
+    rotation = f"rotate by position (RoPE, base {config.rope_base:,})"
     return {
         "input": ("x: input embeddings", False),
-        **{stage: (project(weight), False) for stage, weight in zip(QKV, WEIGHTS)},
+        **{stage: (project(weight), False) for stage, weight in weight_of.items()},
+        "latent": ("W_DKV(x): down to the latent", False),
+        "kv_groups": (f"split K, V into {g} K/V heads", False),
+        "kv_repeat": (f"repeat_interleave({config.group_size}, dim=1): {g} → {config.heads} heads", False),
+        "rotated_queries": (rotation, False),
+        "rotated_keys": (rotation, False),
         "view": (f"split into {shapes['view'][2]} heads" if "view" in shapes else "split heads", False),
         "transpose": ("transpose(1, 2)", False),
         "scores": ("Q · Kᵀ", False),
         "scaled": (("skipped: no ÷√dₖ" if unscaled else scale), unscaled),
-        "masked": (("causal mask: −∞ above diagonal" if config.causal else "mask off"), not config.causal),
+        "masked": (masked, not config.causal),
         "weights": ("softmax (rows sum to 1)", False),
         "dropped": (
             dropout_off_reason(config, short=True) if dropout_off else f"dropout p = {config.dropout:g} (train)",
@@ -244,11 +269,13 @@ class _DotGraph:
             grouped = [*QKV, *MAP_STAGES, "context"]
             where = f"each of {self.heads} CausalAttention heads"
         lines = []
+        grouped += [stage for stage in ("kv_groups", "rotated_queries", "rotated_keys", "kv_repeat") if stage in shapes]
         if spec.weights is not None:
-            d_in = shapes["input"][-1]
-            lines.extend(self.weight_node(w, d_in, shapes[stage][-1], qkv_bias) for w, stage in zip(WEIGHTS, QKV))
+            lines.extend(self.weight_node(w, shapes[source][-1], shapes[stage][-1], qkv_bias)
+                         for w, source, stage in _projections(spec))
         if spec.out_proj:
-            lines.append(self.weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1], True))
+            lines.append(self.weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1],
+                                          not spec.grouped))  # the book's GQA has no out_proj bias
         lines.extend(self.tensor_node(stage) for stage in spec.shape_path if stage not in grouped)
         if grouped:
             lines.append("  subgraph cluster_heads {")
@@ -261,16 +288,31 @@ class _DotGraph:
 
     def edges(self) -> list[str]:
         """Input → Q, K, V (through the weights) → scores → … → context → output."""
-        spec = self.spec
+        spec, shapes = self.spec, self.shapes
         lines = []
-        for weight, stage in zip(WEIGHTS, QKV):
+        for weight, source, stage in _projections(spec):
             if spec.weights is None:
                 lines.append(_edge("input", stage, "as is"))
             else:
-                lines += [_edge("input", weight), _edge(weight, stage)]
+                lines += [_edge(source, weight), _edge(weight, stage)]
         if spec.heads == variants.BATCHED:
             lines += [_edge(stage, "view") for stage in QKV]
-            lines += [_edge("view", "transpose"), _edge("transpose", "scores", "Q, K"), _edge("transpose", "context", "V")]
+            lines.append(_edge("view", "transpose"))
+            q_from = k_from = v_from = "transpose"
+            if "kv_groups" in shapes:  # grouped K/V: their own, fewer heads
+                lines.append(_edge("view", "kv_groups", "K, V"))
+                k_from = v_from = "kv_groups"
+            if "rotated_queries" in shapes:
+                lines += [_edge(q_from, "rotated_queries", "Q"), _edge(k_from, "rotated_keys", "K")]
+                q_from, k_from = "rotated_queries", "rotated_keys"
+            if "kv_repeat" in shapes:
+                lines += [_edge(k_from, "kv_repeat", "K"), _edge(v_from, "kv_repeat", "V")]
+                k_from = v_from = "kv_repeat"
+            if q_from == k_from:
+                lines.append(_edge(q_from, "scores", "Q, K"))
+            else:
+                lines += [_edge(q_from, "scores", "Q"), _edge(k_from, "scores", "Kᵀ")]
+            lines.append(_edge(v_from, "context", "V"))
         else:
             lines += [_edge("queries", "scores", "Q"), _edge("keys", "scores", "Kᵀ"), _edge("values", "context", "V")]
         chain = ["scores", "scaled", "masked", "weights", "dropped", "context"]
@@ -309,7 +351,7 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
     titles = _titles(config, shapes, heads)
     weighted = spec.weights is not None
     arrows = {  # what the arrow into a stage carries, where it is not just "the row above"
-        **{stage: (weight if weighted else "as is") for stage, weight in zip(QKV, WEIGHTS)},
+        **{stage: (weight if weighted else "as is") for weight, _, stage in _projections(spec)},
         "scores": "Q, Kᵀ",
         "context": "· V (values)",
         "concat": f"×{heads}" if spec.heads == variants.PER_HEAD else None,

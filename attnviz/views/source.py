@@ -15,7 +15,10 @@ STAGE_PATTERNS = {
     "values": r"values = ",
     "scores": r"attn_scores = .*@",
     "scaled": r"\*\* ?0\.5",
-    "masked": r"masked_fill",
+    "masked": r"mask_bool = \(diff|masked_fill",  # a sliding window's band, else the fill
+    "latent": r"latent = self\.W_DKV",
+    "rotated_queries": r"apply_rope\(queries",
+    "kv_repeat": r"repeat_interleave\(",
     "weights": r"softmax\(",
     "dropped": r"dropout\(attn_weights\)",
     "context": r"context_vecs? = .*@",

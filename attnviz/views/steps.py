@@ -17,6 +17,12 @@ from attnviz.views import figures, source
 if TYPE_CHECKING:
     from attnviz.pipeline import AttentionConfig, Trace
 
+# the stages the bonus material's variants add before QKᵀ, with their labels (shown only where a run has them)
+EXTRA_STEP_LABELS = {
+    "latent": "0 · latent",
+    "rotated_queries": "0 · rotate q, k",
+    "kv_repeat": "0 · K/V groups → heads",
+}
 # the Steps page's stages, in order, with their labels (attention.STAGES names every recorded tensor)
 STEP_LABELS = {
     "scores": "1 · QKᵀ",
@@ -26,6 +32,17 @@ STEP_LABELS = {
     "dropped": "5 · dropout",
     "context": "6 · ·V",
 }
+
+
+def stage_labels(trace: Trace) -> dict[str, str]:
+    """The Steps page's stages for this run, in order, with their labels: the bonus variants' own stages (the
+    latent, the rotation, the K/V repeat) first where the run recorded them, then QKᵀ … ·V."""
+    recorded = {name for name, _ in trace.shapes}
+    extra = {stage: label for stage, label in EXTRA_STEP_LABELS.items() if stage in recorded}
+    labels = {**extra, **STEP_LABELS}
+    if trace.config.module is None and trace.config.window is not None:
+        labels["masked"] = "3 · window mask"
+    return labels
 
 
 def dropout_off_reason(config: AttentionConfig, short: bool = False) -> str:
@@ -49,13 +66,23 @@ STEP_TEXT = {
     "weights": "Softmax turns each query's row of scores into weights that sum to 1.",
     "dropped": "In training, dropout zeroes a random fraction p of the weights and scales the rest by 1/(1−p).",
     "context": "Each context vector is the weighted sum of the value vectors.",
+    "latent": "Keys and values come from one small latent vector per token (W_DKV down, then W_UK and W_UV up): "
+              "a KV cache keeps only the latent.",
+    "rotated_queries": "Rotary positions: each pair of dimensions (d, d + hd/2) of q and k turns by position × θ_d, "
+                       "so q_i · k_j depends only on the distance i − j.",
+    "kv_repeat": "Each K/V head serves a group of neighbouring query heads: repeat_interleave copies it to every "
+                 "head of its group ([K1, K2] → [K1, K1, K2, K2]).",
 }
+WINDOW_TEXT = ("Hide the future and the distant past: query i sees key j only when 0 ≤ i − j < W; the rest become "
+               "−∞, so softmax gives them weight 0.")
 
 
 def step_text(config: AttentionConfig, stage: str, run=None) -> dict:
     """What the stage does, and the line of the running source that does it (``run``: a traced user module's
     ``trace.module_run``, whose own line is shown)."""
     what = STEP_TEXT[stage]
+    if stage == "masked" and run is None and config.window is not None:
+        what = WINDOW_TEXT.replace("W;", f"W (W = {config.window});")
     if run is not None:
         code = source.module_stage_code(run, stage)
         return {"what": what, "code": code or f"# {run.class_name} has no separate line for this stage "
@@ -70,6 +97,35 @@ def step_text(config: AttentionConfig, stage: str, run=None) -> dict:
     elif stage == "masked" and not config.causal:
         code += "  # skipped: causal mask off"
     return {"what": what, "code": code}
+
+
+def group_table(config: AttentionConfig) -> pd.DataFrame:
+    """One row per query head: the K/V group (head) whose keys and values it uses."""
+    return pd.DataFrame({"query head": list(range(config.heads)), "K/V group": list(config.head_groups)})
+
+
+def rotation_tables(trace: Trace, head: int, max_rows: int = 64) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(queries, keys) of one head before and after the rotation, one row per token (first 8 values each)."""
+    config = trace.config
+    rows = min(trace.n, max_rows)
+    group = config.kv_group(head)
+    span = slice(head * config.head_dim, (head + 1) * config.head_dim)
+    key_span = slice(group * config.head_dim, (group + 1) * config.head_dim)
+    before_q = trace.steps["queries"][0][:, span]  # (n, hd): this head's columns
+    before_k = trace.steps["keys"][0][:, key_span]  # (n, hd): its K/V group's columns
+    after_q = trace.steps["rotated_queries"][0, head]  # (n, hd)
+    after_k = trace.steps["rotated_keys"][0, group]  # (n, hd)
+
+    def table(name, before, after):
+        return pd.DataFrame({"position": list(range(rows)), "token": list(trace.tokens[:rows]),
+                             f"{name} before": [_vector_text(v) for v in before[:rows]],
+                             f"{name} rotated": [_vector_text(v) for v in after[:rows]]})
+
+    return table("q", before_q, after_q), table("k", before_k, after_k)
+
+
+def latent_table(trace: Trace, max_rows: int = 64) -> pd.DataFrame:
+    return vector_table(trace, trace.steps["latent"][0], "latent vector", max_rows)
 
 
 def shape_of(trace: Trace, stage: str) -> tuple:

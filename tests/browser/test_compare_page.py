@@ -1,4 +1,4 @@
-"""The Compare page in a real Chromium: six variant heatmaps drawn, live badges, no exception; saves
+"""The Compare page in a real Chromium: a heatmap per variant drawn, live badges, no exception; saves
 docs/screenshots/compare.png."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ def test_compare_page_draws_every_variant_with_green_badges(page, base_url):
     main = page.get_by_test_id("stMain")
     expect(main.locator("h1")).to_contain_text("Compare variants")
     heatmaps = main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator("g.heatmaplayer g.hm image"))
-    expect(heatmaps).to_have_count(6)
+    expect(heatmaps).to_have_count(10)
     for title in ("Simplified self-attention", "Self-attention v1", "Self-attention v2", "Causal attention",
-                  "Multi-head wrapper", "Multi-head attention"):
+                  "Multi-head wrapper", "Multi-head attention", "Grouped-query attention", "Multi-query attention",
+                  "Multi-head latent attention", "Sliding-window attention"):
         expect(heatmaps.filter(has_text=title)).to_have_count(1)
     badges = main.locator(".stMarkdownBadge", has_text="max |Δ| = ")
-    expect(badges).to_have_count(3)
+    expect(badges).to_have_count(6)  # wrapper, SDPA, masking routes, GQA, SWA, rotary shift
     for badge in badges.all():
         expect(badge).to_contain_text("equal · max |Δ| = ")
         expect(badge.get_by_role("img", name="check_circle icon")).to_have_count(1)  # the green check

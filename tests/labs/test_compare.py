@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from attnviz import attention, pipeline
+from attnviz import attention, pipeline, variants
 from attnviz.labs import compare
 from attnviz.pipeline import AttentionConfig
 
@@ -186,14 +186,15 @@ def test_every_variant_runs_on_the_trace_inputs(causal):
     assert result.n == trace.n == result.total_tokens and not result.truncated
     assert all(v.output_shape == (1, trace.n, 16) for v in result.variants)
     assert {v.variant: v.heads for v in result.variants} == {
-        "simplified": 1, "self_attention_v1": 1, "self_attention_v2": 1, "causal": 1, "mha_wrapper": 4, "mha": 4}
+        "simplified": 1, "self_attention_v1": 1, "self_attention_v2": 1, "causal": 1, "mha_wrapper": 4, "mha": 4,
+        "gqa": 4, "mqa": 4, "mla": 4, "swa": 4}
     upper = np.triu_indices(trace.n, k=1)
     for variant in result.variants:
         for how in compare.MAP_CHOICES:
             weights = variant.attention_map(how)
             assert weights.shape == (trace.n, trace.n)
             assert np.allclose(weights.sum(axis=1), 1.0, atol=1e-5)
-            assert (weights[upper] == 0).all() == causal
+            assert (weights[upper] == 0).all() == (causal or variant.variant == variants.SWA)  # a window always masks
     assert all(check.ok for check in result.checks)
 
 
@@ -224,8 +225,9 @@ def test_long_texts_are_compared_on_the_first_256_tokens():
     result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
     assert result.n == compare.MAX_TOKENS == 256
     assert result.truncated and result.total_tokens == trace.n
-    assert result.variants[-1].weights.shape == (4, 256, 256)
-    assert np.array_equal(result.variants[-1].weights, trace.steps["weights"][0][:, :256, :256])  # causal: a prefix
+    mha = next(v for v in result.variants if v.variant == variants.MHA)
+    assert mha.weights.shape == (4, 256, 256)
+    assert np.array_equal(mha.weights, trace.steps["weights"][0][:, :256, :256])  # causal: a prefix
     assert all(check.ok for check in result.checks)
 
 
@@ -259,6 +261,9 @@ def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
 # ============================== the page (AppTest)
 
 
+CHECKS = 6  # wrapper = MHA, MHA = SDPA, the masking routes, GQA = MHA, SWA = causal MHA, the rotary shift
+
+
 def compare_page(**query) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     for key, value in query.items():
@@ -290,14 +295,14 @@ def default_page() -> AppTest:
 def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page):
     at = default_page
     assert at.title[0].value == "Compare variants"
-    assert len(heatmap_figures(at)) == 6
+    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
     assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(pipeline.VARIANTS.values())
     assert sum(t.startswith("▶ ") for t in titles(at)) == 1  # the sidebar's variant is marked
     found = badges(at)
-    assert len(found) == 3
+    assert len(found) == CHECKS
     assert all("max |Δ|" in badge and badge.startswith(GREEN) for badge in found)
     captions = [c.value for c in at.caption]
-    assert sum(c.startswith("output (1, 6, 768)") for c in captions) == 6
+    assert sum(c.startswith("output (1, 6, 768)") for c in captions) == len(pipeline.VARIANTS)
 
 
 def test_compare_page_has_the_scaling_ablation(default_page):
@@ -315,34 +320,37 @@ def test_changing_the_head_count_keeps_the_badges_green(heads):
     at.sidebar.selectbox(key="num_heads").set_value(heads).run()
     assert not at.exception, [e.value for e in at.exception]
     found = badges(at)
-    assert len(found) == 3 and all(b.startswith(GREEN) and "max |Δ|" in b for b in found)
+    assert len(found) == CHECKS and all(b.startswith(GREEN) and "max |Δ|" in b for b in found)
     assert f"{compare.heads_text(heads)} of {768 // heads}" in at.caption[0].value
     assert any(f"Wrapper ({compare.heads_text(heads)}, weights copied)" in m.value for m in at.markdown)
-    assert len(heatmap_figures(at)) == 6
+    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
 
 
 def test_mean_over_heads_is_said_in_the_titles():
     at = compare_page()
     at.segmented_control(key="compare_map").set_value("mean over heads").run()
     assert not at.exception
-    assert sum("mean of 12 heads" in t for t in titles(at)) == 2  # the wrapper and MHA
-    assert sum("single head" in t for t in titles(at)) == 4
+    multi = len(pipeline.MULTI_HEAD_VARIANTS)  # the wrapper, MHA and the bonus variants
+    assert sum("mean of 12 heads" in t for t in titles(at)) == multi
+    assert sum("single head" in t for t in titles(at)) == len(pipeline.VARIANTS) - multi
 
 
 def test_non_causal_and_single_head_variant_in_the_sidebar():
     at = compare_page(variant="self_attention_v2", causal="false")
-    assert len(heatmap_figures(at)) == 6
+    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
     assert all(b.startswith(GREEN) for b in badges(at))
     assert any("is_causal=False" in m.value for m in at.markdown)
     assert "12 heads of 64" in at.caption[0].value  # the sidebar's heads, though v2 itself has one
+    window = variants.get(variants.SWA).label  # a sliding window masks whatever the causal setting
     for fig in heatmap_figures(at):
         z = decode(fig["data"][0]["z"])
-        assert z.shape == (6, 6) and np.isfinite(z).all()  # nothing masked
+        assert z.shape == (6, 6)
+        assert np.isfinite(z).all() or window in fig["layout"]["title"]["text"]  # nothing masked
 
 
 def test_long_text_page_says_it_compares_the_first_256_tokens():
     at = compare_page(text=" ".join(["word"] * 300), preset="book")
     assert any("first 256" in info.value for info in at.info)
     assert "256 tokens" in at.caption[0].value
-    assert len(heatmap_figures(at)) == 6
+    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
     assert all(b.startswith(GREEN) for b in badges(at))

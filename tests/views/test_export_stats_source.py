@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from attnviz import attention, pipeline, stats
+from attnviz import attention, pipeline, stats, variants
 from attnviz.pipeline import AttentionConfig
 from attnviz.views import export, source
 
@@ -75,7 +75,8 @@ def test_source_panel_marks_the_line_that_computes_each_stage(variant):
         assert line is not None and marked.splitlines()[line - 1].endswith(source.MARK), (variant, stage)
         assert needle in marked.splitlines()[line - 1]
     masked_line = source.stage_code(variant, "masked")
-    assert masked_line is not None and "masked_fill" in masked_line
+    window = "sliding_window_size" in variants.get(variant).settings  # its mask is the band it builds
+    assert masked_line is not None and ("(diff >= window)" if window else "masked_fill") in masked_line
 
 
 def test_source_panel_reads_the_running_module():

@@ -1,0 +1,49 @@
+"""The bonus variants in a real Chromium: the Heads and Steps pages with grouped-query attention and rotary
+positions, and with a sliding window — drawn, no exception, the added stages reachable; saves
+docs/images/modern.png (the README's image) when ATTNVIZ_UPDATE_SCREENSHOTS=1."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from .conftest import REPO, SCREENSHOTS, assert_no_exception, expect, runs, save_screenshot, wait_idle
+
+pytestmark = pytest.mark.browser
+
+FIRST_RUN_MS = 120_000  # a fresh server builds the GPT-2-size embedding table first, on a shared machine
+TEXT = "Your journey starts with one step and then another step"
+
+
+def test_heads_page_draws_every_head_of_gqa_with_rotary(page, base_url):
+    page.goto(f"{base_url}/?text={TEXT}&variant=gqa&num_kv_groups=4&positions=rotary&rope_base=500000")
+    wait_idle(page, timeout=FIRST_RUN_MS)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.locator("h1")).to_contain_text("Attention heads")
+    sidebar = page.get_by_test_id("stSidebar")
+    expect(sidebar.get_by_text("K/V groups (num_kv_groups)")).to_have_count(1)
+    expect(sidebar.get_by_text("RoPE base (rope_base)")).to_have_count(1)
+    expect(main.locator(".attnviz-stage[data-stage=kv_repeat]")).to_have_count(1)  # the compact shape flow
+
+
+def test_steps_page_shows_the_window_and_the_rotation(page, base_url):
+    page.goto(f"{base_url}/steps?text={TEXT}&variant=swa&sliding_window_size=3&positions=rotary")
+    wait_idle(page, timeout=FIRST_RUN_MS)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.locator("h1")).to_contain_text("Attention step by step")
+    expect(main.get_by_text("0 ≤ i − j < W").first).to_be_visible()  # the default stage: the window mask
+    expect(main.get_by_text("mask_bool = (diff < 0) | (diff >= window)").first).to_be_visible()
+    before = runs(page)
+    main.get_by_text("0 · rotate q, k", exact=True).click()
+    wait_idle(page, after=before, timeout=FIRST_RUN_MS)
+    assert_no_exception(page)
+    expect(main.get_by_text("apply_rope(queries").first).to_be_visible()
+    page.goto(f"{base_url}/steps?text={TEXT}&variant=swa&sliding_window_size=3")
+    wait_idle(page, timeout=FIRST_RUN_MS)
+    path = save_screenshot(page, "modern")
+    assert path.stat().st_size > 20_000, f"{path} looks empty"
+    if SCREENSHOTS.parent.name == "docs":  # ATTNVIZ_UPDATE_SCREENSHOTS=1: the README's image too
+        shutil.copy(path, REPO / "docs" / "images" / "modern.png")

@@ -1,0 +1,150 @@
+"""AppTest: the bonus variants (GQA, MQA, MLA, SWA) and rotary positions on the Heads, Steps, Shapes and Compare
+pages, their sidebar settings, and hostile URL values (a notice, never an exception, the text kept)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 180
+TEXT = "Your journey starts with one step"
+RUNS = {  # URL parameters of each run
+    "gqa": {"variant": "gqa", "num_kv_groups": "4"},
+    "mqa": {"variant": "mqa"},
+    "mla": {"variant": "mla", "latent_dim": "48"},
+    "swa": {"variant": "swa", "sliding_window_size": "2"},
+    "gqa_rotary": {"variant": "gqa", "num_kv_groups": "3", "positions": "rotary", "rope_base": "500000"},
+    "mha_rotary": {"variant": "mha", "positions": "rotary"},
+}
+
+
+def app(page: str | None = None, **query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in {"text": TEXT, **query}.items():
+        at.query_params[key] = value
+    if page is not None:
+        at.switch_page(page)
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def sidebar_notices(at: AppTest) -> str:
+    return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_heads_page_runs(run):
+    at = app(**RUNS[run])
+    no_exception(at)
+    assert at.title[0].value == "Attention heads"
+    assert at.sidebar.text_area(key="text").value == TEXT
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_shapes_page_draws_the_variants_own_nodes(run):
+    at = app("pages/shapes.py", **RUNS[run])
+    no_exception(at)
+    dot = at.get("graphviz_chart")[0].proto.spec
+    if run.startswith("gqa"):
+        groups = int(RUNS[run]["num_kv_groups"])
+        assert f"(1, {groups}, 6, 64)" in dot and "kv_repeat" in dot and f"{groups} → 12 heads" in dot
+        assert f"nn.Linear 768 → {groups * 64}" in dot  # W_key, W_value: d_in -> g·hd
+    if run == "mqa":
+        assert "(1, 1, 6, 64)" in dot and "1 → 12 heads" in dot
+    if run == "mla":
+        assert "latent" in dot and "(1, 6, 48)" in dot and "W_DKV" in dot and "W_UK" in dot
+    if run == "swa":
+        assert "sliding window W = 2" in dot
+    if "rotary" in run:
+        assert "rotated_queries" in dot and "rotated_keys" in dot and "RoPE" in dot
+    rows = at.dataframe[0].value
+    assert "(1, 12, 6, 6)" in set(rows["shape"])
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_steps_page_shows_the_added_stages_with_their_source_lines(run):
+    at = app("pages/steps.py", **RUNS[run])
+    no_exception(at)
+    stage_control = at.segmented_control(key="steps_stage")
+    options = list(stage_control.options)
+    expected = {"gqa": ("kv_repeat", "repeat_interleave"), "mqa": ("kv_repeat", "repeat_interleave"),
+                "mla": ("latent", "self.W_DKV(x)"), "gqa_rotary": ("rotated_queries", "apply_rope(queries"),
+                "mha_rotary": ("rotated_queries", "apply_rope(queries")}
+    if run in expected:
+        stage, code = expected[run]
+        assert any(stage in str(option) or "0 ·" in str(option) for option in options)
+        stage_control.set_value(stage).run()
+        no_exception(at)
+        assert any(code in block.value for block in at.code), [b.value for b in at.code]
+        assert at.dataframe  # the latent, the rotation's before/after, the head → group table
+    if run == "swa":
+        stage_control.set_value("masked").run()
+        no_exception(at)
+        assert any("(diff < 0) | (diff >= window)" in block.value for block in at.code)
+        assert any("0 ≤ i − j < W" in md.value for md in at.markdown)
+    for stage in ("scores", "weights", "context"):
+        at.segmented_control(key="steps_stage").set_value(stage).run()
+        no_exception(at)
+
+
+@pytest.mark.parametrize("run", ["gqa", "mla", "swa", "gqa_rotary"])
+def test_compare_page_shows_green_equivalence_badges(run):
+    at = app("pages/compare.py", **RUNS[run])
+    no_exception(at)
+    badges = [m.value for m in at.markdown if re.search(r":\w+-badge\[", m.value)]
+    assert len(badges) == 6 and all(badge.startswith(":green-badge[") for badge in badges), badges
+    text = " ".join(m.value for m in at.markdown)
+    assert "GQA with num_kv_groups = num_heads" in text and "SWA with W = n" in text and "Rotary" in text
+
+
+def test_sidebar_shows_only_the_settings_that_apply():
+    at = app(variant="mha")
+    keys = {widget.key for widget in at.sidebar.selectbox} | {widget.key for widget in at.sidebar.number_input}
+    assert "num_kv_groups" not in keys and "latent_dim" not in keys and "sliding_window_size" not in keys
+    assert at.sidebar.radio(key="positions").value == "learned"
+    at.sidebar.selectbox(key="variant").set_value("gqa").run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="num_kv_groups").options == ["1", "2", "3", "4", "6", "12"]
+    at.sidebar.selectbox(key="variant").set_value("mla").run()
+    no_exception(at)
+    assert at.sidebar.number_input(key="latent_dim").value == 96
+    assert not [w for w in at.sidebar.radio if w.key == "positions"]  # the book's MLA has no rotary positions
+    at.sidebar.selectbox(key="variant").set_value("swa").run()
+    assert at.sidebar.toggle(key="causal").disabled
+    at.sidebar.radio(key="positions").set_value("rotary").run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="rope_base").value == 10_000
+
+
+def test_fewer_heads_replace_groups_that_no_longer_divide_them_with_a_notice():
+    at = app(variant="gqa", num_kv_groups="6")
+    at.sidebar.selectbox(key="num_heads").set_value(8).run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="num_kv_groups").value == 4
+    assert any("does not divide 8 heads" in c.value for c in at.sidebar.caption)
+
+
+@pytest.mark.parametrize("query, name", [
+    ({"variant": "gqa", "num_kv_groups": "5"}, "num_kv_groups"),
+    ({"variant": "gqa", "num_kv_groups": "-1"}, "num_kv_groups"),
+    ({"variant": "swa", "sliding_window_size": "0"}, "sliding_window_size"),
+    ({"variant": "mla", "latent_dim": "100000"}, "latent_dim"),
+    ({"variant": "mla", "latent_dim": "1000"}, "latent_dim"),
+    ({"variant": "mha", "positions": "spiral"}, "positions"),
+    ({"variant": "mha", "positions": "rotary", "rope_base": "nan"}, "rope_base"),
+    ({"variant": "mha", "positions": "rotary", "preset": "book"}, "Rotary"),
+])
+@pytest.mark.parametrize("page", [None, "pages/steps.py"])
+def test_hostile_url_values_give_a_notice_and_keep_the_text(query, name, page):
+    at = app(page, **query)
+    no_exception(at)
+    assert name in sidebar_notices(at)
+    assert at.sidebar.text_area(key="text").value == TEXT
+    assert at.title
