@@ -255,7 +255,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
         with torch.no_grad(), recorder:
             output = module(x, **forward_kwargs)
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
-        raise TraceError(f"the forward raised {type(error).__name__}: {_one_line(error)}") from error
+        raise TraceError(f"the forward raised {type(error).__name__}: {one_line(error)}") from error
     output = first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
@@ -285,7 +285,8 @@ def _triangular(tensor: torch.Tensor) -> bool:
     return any(torch.equal(square, ones.triu(k)) or torch.equal(square, ones.tril(-k)) for k in (0, 1, 2))
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (at most 300 characters)."""
     text = " ".join(str(error).split())
     return text[:300] or type(error).__name__
 
