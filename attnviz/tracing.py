@@ -34,6 +34,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
+from attnviz.producers import book
+from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
 
 
@@ -537,11 +539,8 @@ def infer_d_in(module: nn.Module) -> int | None:
 
 def embed_text(text: str, d_in: int, *, seed: int = 123) -> tuple[str, list[int], torch.Tensor, dict]:
     """(text, token ids, (1, n, d_in) input, embedding arrays) as the app embeds text: seeded GPT-2-sized tables."""
-    from attnviz import pipeline  # the facade that cleans and bounds text (imported late: pipeline imports producers)
-    from attnviz.producers import book
-
     config = AttentionConfig(d_in=d_in, d_out=d_in, num_heads=1, seed=seed)
-    text, token_ids, notes = pipeline.prepare_text(text, MAX_CONTEXT_LENGTH)
+    text, token_ids, notes = prepare_text(text, MAX_CONTEXT_LENGTH)
     inputs, arrays = book._embed(token_ids, config, notes)  # (1, n, d_in)
     return text, token_ids, inputs, arrays
 
