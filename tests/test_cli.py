@@ -1,4 +1,5 @@
-"""``python -m attnviz check``: a table of the rules and an exit status a learner's CI can use."""
+"""The ``attnviz`` command line: one parser whose ``check`` prints a table of the rules with an exit status a
+learner's CI can use, and whose ``train`` writes a checkpoint (its runs are tested in tests/labs/test_train.py)."""
 
 import subprocess
 import sys
@@ -126,10 +127,52 @@ def test_an_import_or_constructor_failure_exits_2_with_one_line(tmp_path, source
     assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_help_names_the_check_command():
-    result = subprocess.run([sys.executable, "-m", "attnviz", "--help"], capture_output=True, text=True, cwd=ROOT,
-                            timeout=60)
-    assert result.returncode == 0 and "check" in result.stdout
+def run_attnviz(*args):
+    return subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+
+
+def test_help_names_both_commands():
+    result = run_attnviz("--help")
+    assert result.returncode == 0 and "check" in result.stdout and "train" in result.stdout
+
+
+@pytest.mark.parametrize(("command", "options"), [("check", ["--d-in", "--num-heads", "--no-causal"]),
+                                                  ("train", ["--out", "--steps", "--seed", "--set", "--quiet"])])
+def test_each_command_has_help(command, options):
+    result = run_attnviz(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: attnviz {command}")
+    assert all(option in result.stdout for option in options)
+
+
+def test_help_does_not_import_torch():
+    code = "import sys\nfrom attnviz.cli import parser\nparser().format_help()\nprint('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "required: {check,train}"),
+    (["train"], "the following arguments are required: --out"),
+    (["train", "--out", "x", "--steps", "0"], "--steps must be at least 1"),
+    (["train", "--out", "x", "--set", "no_such_field=1"], "unknown field"),
+    (["train", "--out", "x", "--set", "lr=fast"], "must be JSON"),
+    (["check"], "the following arguments are required: path/to/file.py:ClassName"),
+])
+def test_a_bad_command_line_exits_2_with_its_usage(args, message):
+    result = run_attnviz(*args)
+    assert result.returncode == 2 and message in result.stderr and "usage: attnviz" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_console_script_is_declared():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    module, _, function = project["project"]["scripts"]["attnviz"].partition(":")
+    import importlib
+
+    assert callable(getattr(importlib.import_module(module), function))
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(modules):
