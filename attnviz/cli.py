@@ -35,7 +35,9 @@ def add_check_command(commands) -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check", help="check an attention class by rule",
         description="Build the class with these sizes (constructor arguments matched by name: d_in/embed_dim/"
-                    "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout) and run every rule. "
+                    "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
+                    "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
+                    "any other with --set) and run every rule. "
                     "Exit status: 0 every rule passes, 1 a rule fails, 2 the class cannot be loaded, built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
     check.add_argument("--d-in", type=int, default=64)
@@ -43,6 +45,14 @@ def add_check_command(commands) -> argparse.ArgumentParser:
     check.add_argument("--num-heads", type=int, default=4)
     check.add_argument("--context-length", type=int, default=64)
     check.add_argument("--dropout", type=float, default=0.0)
+    check.add_argument("--num-kv-groups", type=int, default=None,
+                       help="grouped-query attention: the number of K/V heads (1: multi-query)")
+    check.add_argument("--latent-dim", type=int, default=None, help="multi-head latent attention: the latent's width")
+    check.add_argument("--window", type=int, default=None, dest="sliding_window_size", metavar="W",
+                       help="sliding-window attention: W, the keys each query sees (itself included)")
+    check.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
+                       help="any constructor argument by its own name (a JSON value, else text), e.g. "
+                            "--set rope_base=500000 --set qk_norm=true; repeatable")
     check.add_argument("--tokens", type=int, default=8, help="tokens in the checked input (default 8)")
     causal = check.add_mutually_exclusive_group()
     causal.add_argument("--causal", dest="causal", action="store_const", const=True, default=None,
@@ -87,12 +97,19 @@ def table(checks, width: int | None = None) -> str:
 
 def run_check(args, parser: argparse.ArgumentParser) -> int:
     """Load, build and check the class; print the table; 0 pass, 1 a rule fails, 2 cannot run."""
+    overrides = constructor_overrides(args.overrides, parser)
+    for flag, value in (("--num-kv-groups", args.num_kv_groups), ("--latent-dim", args.latent_dim),
+                        ("--window", args.sliding_window_size)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be at least 1")
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
 
     try:
         cls = user_code.load(args.spec)
-        module = user_code.build(cls, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
-                                 context_length=args.context_length, dropout=args.dropout).eval()
+        module = user_code.build(cls, overrides, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
+                                 context_length=args.context_length, dropout=args.dropout,
+                                 num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
+                                 sliding_window_size=args.sliding_window_size).eval()
         d_in = tracing.infer_d_in(module) or args.d_in
         x = checks.default_input(module, n=min(args.tokens, args.context_length)) if d_in else None
         results = checks.check_module(module, x, causal=args.causal)
@@ -102,6 +119,21 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
     print(f"{cls.__name__} from {args.spec.rpartition(':')[0]}\n")
     print(table(results))
     return 1 if any(c.status == "fail" for c in results) else 0
+
+
+def constructor_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict:
+    """``--set NAME=VALUE`` items -> {NAME: VALUE}: a JSON value (500000, true, null, "text", [1, 2]), else the
+    text as it is."""
+    overrides = {}
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals or not name.isidentifier():
+            parser.error(f"--set {item!r}: write NAME=VALUE, NAME a constructor argument")
+        try:
+            overrides[name] = json.loads(value)
+        except ValueError:
+            overrides[name] = value
+    return overrides
 
 
 def run_train(args, parser: argparse.ArgumentParser) -> int:
