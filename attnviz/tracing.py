@@ -13,6 +13,10 @@ attention is
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``); the module still gets the call's real result.
 
+Today's attention needs nothing special: a grouped-query module's ``Q @ Kᵀ`` operands are the per-head keys
+after its ``repeat_interleave`` (SDPA's ``enable_gqa`` is repeated the same way), a latent module's keys are its
+up-projection's output, rotary's are q and k after the rotation, and a sliding window is the mask's band.
+
 ``trace_module(module, x)`` returns a ``Trace`` like the book's producer's, for every item of the batch: maps
 ``(batch, heads, n, n)``, ``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``,
 the output ``(batch, n, d_out)``, and ``shapes`` listing every recorded op in order with its real shape, so the

@@ -427,3 +427,16 @@ class LearnerCachedMHA(nn.Module):
         self.cache_k, self.cache_v = None, None
         if self.bug != "reset-forgets-position":
             self.ptr_current_pos = 0
+
+
+class LearnerSWAWithSDPA(LearnerSWA):
+    """LearnerSWA through SDPA with a boolean band (True = takes part)."""
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))
+        diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+        band = (diff >= 0) & (diff < self.sliding_window_size)
+        context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=band)
+        return self.out_proj(context_vec.transpose(1, 2).reshape(b, n, self.d_out))
