@@ -313,34 +313,40 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
     if "use_cache" not in inspect.signature(module.forward).parameters:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
     reset_name = next((name for name in ("reset_cache", "reset_kv_cache") if callable(getattr(module, name, None))), None)
-    reset = getattr(module, reset_name or "", None)
-    if reset is None:
+    if reset_name is None:
         return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
-    sequences = [x[:1], x[1:2]]  # two different sequences, one after the other
+    reset = getattr(module, reset_name)
     n = x.shape[1]
     prefill = max(1, min(n - 1, n // 2))
-    with torch.no_grad():
-        expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
     try:
-        for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
-            reset()
-            for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
-                position = _position(module)
-                with torch.no_grad():
-                    got = tracing.first_tensor(module(sequence[:, start:stop], use_cache=True)).detach()
-                worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
-                if worst > TOLERANCE:
-                    step = f"tokens 0 … {stop - 1} (the prefill)" if start == 0 else f"token {start}"
-                    return Check(rule, "fail", f"sequence {number}, {step}: the cached output differs from the "
-                                               f"uncached one by {worst:.3g} — "
-                                               + _cache_cause(module, reset, sequence, number, start, stop, position))
+        difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
     except Exception as error:  # the user's cached forward
         return Check(rule, "fail", f"a cached forward raised {type(error).__name__}: {tracing.one_line(error)}")
     finally:
         reset()
+    if difference is not None:
+        return Check(rule, "fail", difference)
     return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {prefill} tokens, then "
                                f"{n - prefill} tokens one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+
+
+def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int) -> str | None:
+    """The first cached forward whose output differs from the uncached one, with its likely cause (None: none)."""
+    with torch.no_grad():
+        expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
+        for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
+            reset()
+            n = sequence.shape[1]
+            for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
+                position = _position(module)
+                got = tracing.first_tensor(module(sequence[:, start:stop], use_cache=True)).detach()  # (1, q, d_out)
+                worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
+                if worst > TOLERANCE:
+                    step = f"tokens 0 … {stop - 1} (the prefill)" if start == 0 else f"token {start}"
+                    return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
+                            f"{worst:.3g} — " + _cache_cause(module, reset, sequence, number, start, stop, position))
+    return None
 
 
 POSITION_NAMES = ("ptr_current_pos", "ptr_cur", "current_pos", "cache_pos", "pos", "offset", "start_pos")

@@ -252,3 +252,11 @@ def test_kv_cache_uses_reset_kv_cache_when_that_is_the_modules_name():
     torch.manual_seed(0)
     check = verdict(Renamed(16, 32, 16, 0.0, 4).eval(), "kv-cache")
     assert check.status == "pass" and "reset_kv_cache()" in check.evidence
+
+
+def test_a_cached_forward_that_raises_fails_the_rule_in_one_line():
+    torch.manual_seed(0)  # a context of 10: the second prefill asks the mask for rows 8 … 11
+    module = um.LearnerCachedMHA(16, 32, 10, 0.0, 4, bug="reset-forgets-position").eval()
+    check = verdict(module, "kv-cache")
+    assert check.status == "fail" and check.evidence.startswith("a cached forward raised RuntimeError")
+    assert "\n" not in check.evidence
