@@ -260,3 +260,12 @@ def test_a_cached_forward_that_raises_fails_the_rule_in_one_line():
     check = verdict(module, "kv-cache")
     assert check.status == "fail" and check.evidence.startswith("a cached forward raised RuntimeError")
     assert "\n" not in check.evidence
+
+
+def test_kv_cache_passes_a_sliding_window_cache_that_keeps_only_w_tokens():
+    module = learner(um.LearnerCachedSWA, 3)
+    results = {c.rule: c for c in checks.check_module(module)}
+    assert results["kv-cache"].status == "pass" and "sliding window W = 3" in results["mask-convention"].evidence
+    assert [c for c in results.values() if c.status == "fail"] == []
+    module(torch.randn(1, 6, 16), use_cache=True)
+    assert module.cache_k.shape[2] == 3  # it really keeps only the window

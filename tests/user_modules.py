@@ -440,3 +440,34 @@ class LearnerSWAWithSDPA(LearnerSWA):
         band = (diff >= 0) & (diff < self.sliding_window_size)
         context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=band)
         return self.out_proj(context_vec.transpose(1, 2).reshape(b, n, self.d_out))
+
+
+class LearnerCachedSWA(LearnerSWA):
+    """LearnerSWA with a KV cache that keeps only the last W tokens' keys and values: all a window needs."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, sliding_window_size)
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))
+        start = self.ptr_current_pos if use_cache else 0
+        if use_cache:
+            if self.cache_k is not None:
+                keys, values = torch.cat([self.cache_k, keys], dim=2), torch.cat([self.cache_v, values], dim=2)
+            self.cache_k, self.cache_v = keys[:, :, -self.sliding_window_size:], values[:, :, -self.sliding_window_size:]
+            self.ptr_current_pos += n
+        q_positions = torch.arange(start, start + n)
+        k_positions = torch.arange(start + n - keys.shape[2], start + n)
+        diff = q_positions[:, None] - k_positions[None, :]
+        attn_scores = queries @ keys.transpose(2, 3)
+        attn_scores.masked_fill_((diff < 0) | (diff >= self.sliding_window_size), -torch.inf)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)
+        return self.out_proj((attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out))
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
