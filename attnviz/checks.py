@@ -1,18 +1,24 @@
 """Checks any attention module by rule: the Pitfall lab's knowledge turned on the user's own code.
 
-``check_module(module, x)`` traces the module (:mod:`attnviz.tracing`) and runs seven rules, each with a stable
+``check_module(module, x)`` traces the module (:mod:`attnviz.tracing`) and runs eight rules, each with a stable
 id, a status (``pass``, ``fail``, or ``skip`` when it does not apply) and evidence in a learner's words —
 which cell, which value, what it should be:
 
 * ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1 (a softmax over the wrong
   dimension normalises columns);
 * ``causal`` — changing the tokens from position j on changes no output before j;
-* ``mask-convention`` — the hidden cells are exactly the future: not inverted, not a shifted diagonal;
+* ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
+  sliding window of W, as wide as the module's own ``sliding_window_size`` says): not inverted, not a shifted
+  diagonal;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode;
 * ``batch-independence`` — one item's output does not move when another item of the batch changes;
 * ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
-  the module's own recorded Q, K, V (float32, ≤ 1e-5).
+  the module's own recorded Q, K, V (float32, ≤ 1e-5) — K and V as the module used them (after a grouped-query
+  repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window);
+* ``kv-cache`` — for a forward that takes ``use_cache``: two different sequences, each after the module's own
+  ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, give the
+  uncached outputs (≤ 1e-5).
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -20,6 +26,7 @@ A forward that raises, or computes no attention, raises ``tracing.TraceError`` w
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -29,7 +36,7 @@ from torch import nn
 from attnviz import tracing
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
-         "matches-reference")
+         "matches-reference", "kv-cache")
 TOLERANCE = 1e-5
 
 
@@ -58,7 +65,7 @@ def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) 
 
 
 def check_module(module: nn.Module, x: torch.Tensor | None = None, *, causal: bool | None = None) -> list[Check]:
-    """The seven rules' verdicts on ``module`` (``x``: (batch ≥ 2, n, d_in); None: a seeded (2, 8, d_in))."""
+    """The eight rules' verdicts on ``module`` (``x``: (batch ≥ 2, n, d_in); None: a seeded (2, 8, d_in))."""
     x = default_input(module) if x is None else x
     if x.shape[0] < 2:
         x = torch.cat([x, torch.roll(x, 1, dims=1)])  # batch-independence needs a second item
@@ -69,14 +76,16 @@ def check_module(module: nn.Module, x: torch.Tensor | None = None, *, causal: bo
         attention, _ = tracing.combine(recording.attentions)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
+        window = sliding_window(attention) if causal else None
         checks = [
             rows_sum_to_one(attention),
             causal_rule(module, x, recording.output, causal),
-            mask_convention(attention, causal),
+            mask_convention(attention, causal, declared_window(module)),
             scaling(attention, weightless=_weightless(module)),
             None,
             batch_independence(module, x, recording.output),
-            matches_reference(recording, attention, causal, scaled=not _weightless(module)),
+            matches_reference(recording, attention, causal, scaled=not _weightless(module), window=window),
+            kv_cache(module, x),
         ]
         module.train(was_training)
         checks[4] = dropout_placement(module, x, attention)
@@ -129,11 +138,20 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
     return Check(rule, "pass", f"changing tokens j… moves no output before j (j = 1 … {n - 1})")
 
 
-def mask_convention(attention: tracing.Attention, causal: bool) -> Check:
+def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None) -> Check:
     rule = "mask-convention"
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk): the cells after each query
+    window = sliding_window(attention) if causal else None
+    if window is not None and declared not in (None, window):
+        return Check(rule, "fail", f"the hidden cells are the future and the keys {window} or more behind (a window "
+                                   f"of {window}), but the module's window is {declared}: "
+                                   + ("hide diff >= W, not diff > W" if window == declared + 1 else
+                                      f"query i should see keys i - {declared - 1} … i"))
+    if window is not None:
+        return Check(rule, "pass", f"sliding window W = {window}: the hidden cells are the future and the keys "
+                                   f"{window} or more behind (query i sees keys i - {window - 1} … i)")
     if not causal:
         if not hidden.any():
             return Check(rule, "skip", "the module is not causal and hides no cell")
@@ -157,6 +175,27 @@ def mask_convention(attention: tracing.Attention, causal: bool) -> Check:
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
+
+
+def sliding_window(attention: tracing.Attention) -> int | None:
+    """W when the hidden cells are exactly the future and the keys W or more behind each query (1 ≤ W < n_key),
+    the same in every item and head; None otherwise (a plain causal mask is no window)."""
+    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    nq, nk = hidden.shape[-2:]
+    diff = (torch.arange(nq)[:, None] + nk - nq) - torch.arange(nk)[None, :]  # (nq, nk): how far back each key is
+    for window in range(1, nk):
+        if torch.equal(hidden, ((diff < 0) | (diff >= window)).expand_as(hidden)):
+            return window
+    return None
+
+
+def declared_window(module: nn.Module) -> int | None:
+    """The sliding window a module says it has, in the spellings attention code uses (None: it says none)."""
+    for name in ("sliding_window_size", "sliding_window", "window_size", "attention_window"):
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def scaling(attention: tracing.Attention, *, weightless: bool = False) -> Check:
@@ -230,12 +269,12 @@ def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor)
 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                      scaled: bool = True) -> Check:
+                      scaled: bool = True, window: int | None = None) -> Check:
     rule = "matches-reference"
     if attention.queries is None or attention.keys is None or attention.values is None:
         return Check(rule, "skip", "the module's Q, K and V could not all be identified")
     queries, keys, values = attention.queries, attention.keys, attention.values  # (b, h, n, d)
-    reference = reference_context(queries, keys, values, causal, scaled=scaled)  # (b, h, nq, dv)
+    reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window)  # (b, h, nq, dv)
     b, h, nq, dv = reference.shape
     concat = reference.transpose(1, 2).reshape(b, nq, h * dv)  # (b, h, nq, dv) -> (b, nq, h·dv)
     if attention.out_proj is not None:  # nn.MultiheadAttention: compare its output after out_proj
@@ -251,16 +290,104 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
     return _compare(rule, module_concat, concat, "the concatenated heads")
 
 
-def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True) -> torch.Tensor:
-    """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module)."""
+def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
+                      window: int | None = None) -> torch.Tensor:
+    """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
+    ``window``: the causal mask also hides the keys ``window`` or more behind)."""
     queries, keys, values = queries.float(), keys.float(), values.float()
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     if scaled:
         scores = scores / math.sqrt(queries.shape[-1])  # (b, h, nq, nk)
     if causal:
         nq, nk = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq), -torch.inf)
+        diff = (torch.arange(nq)[:, None] + nk - nq) - torch.arange(nk)[None, :]  # (nq, nk): how far back
+        hidden = (diff < 0) | (diff >= window) if window else diff < 0  # (nq, nk)
+        scores = scores.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)
     return torch.softmax(scores, dim=-1) @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
+
+
+def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
+    """Two sequences in a row, each after the module's reset, fed as a prefill then token by token with
+    ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache`` skips."""
+    rule = "kv-cache"
+    if "use_cache" not in inspect.signature(module.forward).parameters:
+        return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
+    reset_name = next((name for name in ("reset_cache", "reset_kv_cache") if callable(getattr(module, name, None))), None)
+    if reset_name is None:
+        return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
+                                   "reset_kv_cache(): a second sequence would attend to the first one's cache")
+    reset = getattr(module, reset_name)
+    n = x.shape[1]
+    prefill = max(1, min(n - 1, n // 2))
+    try:
+        difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
+    except Exception as error:  # the user's cached forward
+        return Check(rule, "fail", f"a cached forward raised {type(error).__name__}: {tracing.one_line(error)}")
+    finally:
+        reset()
+    if difference is not None:
+        return Check(rule, "fail", difference)
+    return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {prefill} tokens, then "
+                               f"{n - prefill} tokens one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+
+
+def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int) -> str | None:
+    """The first cached forward whose output differs from the uncached one, with its likely cause (None: none)."""
+    with torch.no_grad():
+        expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
+        for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
+            reset()
+            n = sequence.shape[1]
+            for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
+                position = _position(module)
+                got = tracing.first_tensor(module(sequence[:, start:stop], use_cache=True)).detach()  # (1, q, d_out)
+                worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
+                if worst > TOLERANCE:
+                    step = f"tokens 0 … {stop - 1} (the prefill)" if start == 0 else f"token {start}"
+                    return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
+                            f"{worst:.3g} — " + _cache_cause(module, reset, sequence, number, start, stop, position))
+    return None
+
+
+POSITION_NAMES = ("ptr_current_pos", "ptr_cur", "current_pos", "cache_pos", "pos", "offset", "start_pos")
+
+
+def _position(module: nn.Module) -> tuple[str, int] | None:
+    """(name, value) of the module's own position counter, if it keeps one under a usual name."""
+    for name in POSITION_NAMES:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return name, value
+    return None
+
+
+def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, number: int, start: int, stop: int,
+                 before: tuple[str, int] | None) -> str:
+    """The likely cause of a cached step that differs: the module's position counter, else how many tokens its
+    cache holds (its size now ÷ its size after one token)."""
+    after = _position(module)
+    if before is not None and after is not None and after[1] == before[1] and start > 0:
+        return (f"the position never advances: {after[0]} is still {after[1]} after {stop} tokens, so the mask (or "
+                f"the rotary angles) treat a later token as position {after[1]}; add the new tokens' count after "
+                "each cached forward")
+    if number == 2 and start == 0 and before is not None and before[1] != 0:
+        return (f"the reset forgets the position: after the reset the second sequence starts at {before[0]} = "
+                f"{before[1]}, not 0 — set it back to 0 in the reset too")
+    held = _cache_sizes(module)
+    reset()
+    with torch.no_grad():
+        module(sequence[:, :1], use_cache=True)
+    for name, size in _cache_sizes(module).items():
+        if size and name in held and held[name] // size < stop:
+            return (f"the cache keeps too little: {name} holds {held[name] // size} tokens after {stop} — every "
+                    "earlier token's keys and values must stay (or as many as the window needs)")
+    return "the cached step does not compute what the whole sequence computes at that position"
+
+
+def _cache_sizes(module: nn.Module) -> dict[str, int]:
+    """name -> number of elements of every tensor the module keeps under a name with "cache" in it."""
+    tensors = {**{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}, **dict(module.named_buffers())}
+    return {name: value.numel() for name, value in tensors.items() if "cache" in name}
 
 
 def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:

@@ -1,36 +1,82 @@
-"""``python -m attnviz check path/to/file.py:ClassName``: check_module's rules on a user's class, as a table.
+"""The ``attnviz`` command line: one parser, one subcommand per job.
 
-Exit status: 0 every rule passes (or does not apply), 1 a rule fails, 2 the file or class cannot be loaded,
-built or run (one line on stderr, no traceback) — so a learner can put it in their own CI.
+* ``attnviz check path/to/file.py:ClassName`` runs check_module's rules on a user's class and prints a table.
+  Exit status: 0 every rule passes (or does not apply), 1 a rule fails, 2 the file or class cannot be loaded,
+  built or run (one line on stderr, no traceback) — so a learner can put it in their own CI.
+* ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`) and writes a checkpoint
+  that ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
+
+``python -m attnviz …`` is the same command.  Arguments are parsed before torch is imported, so ``--help`` and
+a mistyped option answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import textwrap
 
+PROG = "attnviz"
+
 
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="python -m attnviz", description="See and check attention modules.")
-    commands = main.add_subparsers(dest="command", required=True)
+    """The whole command line: ``check`` and ``train`` as subcommands of one parser."""
+    main = argparse.ArgumentParser(prog=PROG, description="See, check and train attention modules.")
+    commands = main.add_subparsers(dest="command", required=True, metavar="{check,train}")
+    add_check_command(commands)
+    add_train_command(commands)
+    return main
+
+
+def add_check_command(commands) -> argparse.ArgumentParser:
+    """``attnviz check``: build a user's class with these sizes and run every rule."""
     check = commands.add_parser(
         "check", help="check an attention class by rule",
         description="Build the class with these sizes (constructor arguments matched by name: d_in/embed_dim/"
-                    "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout) and run every rule.")
+                    "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
+                    "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
+                    "any other with --set) and run every rule. "
+                    "Exit status: 0 every rule passes, 1 a rule fails, 2 the class cannot be loaded, built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
     check.add_argument("--d-in", type=int, default=64)
     check.add_argument("--d-out", type=int, default=None, help="default: d_in")
     check.add_argument("--num-heads", type=int, default=4)
     check.add_argument("--context-length", type=int, default=64)
     check.add_argument("--dropout", type=float, default=0.0)
+    check.add_argument("--num-kv-groups", type=int, default=None,
+                       help="grouped-query attention: the number of K/V heads (1: multi-query)")
+    check.add_argument("--latent-dim", type=int, default=None, help="multi-head latent attention: the latent's width")
+    check.add_argument("--window", type=int, default=None, dest="sliding_window_size", metavar="W",
+                       help="sliding-window attention: W, the keys each query sees (itself included)")
+    check.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
+                       help="any constructor argument by its own name (a JSON value, else text), e.g. "
+                            "--set rope_base=500000 --set qk_norm=true; repeatable")
     check.add_argument("--tokens", type=int, default=8, help="tokens in the checked input (default 8)")
     causal = check.add_mutually_exclusive_group()
     causal.add_argument("--causal", dest="causal", action="store_const", const=True, default=None,
                         help="the module should mask the future (default: inferred)")
     causal.add_argument("--no-causal", dest="causal", action="store_const", const=False)
-    return main
+    check.set_defaults(run=run_check, command_parser=check)
+    return check
+
+
+def add_train_command(commands) -> argparse.ArgumentParser:
+    """``attnviz train``: train a small GPTModel with the bundled model's recipe and save it."""
+    train = commands.add_parser(
+        "train", help="train a small GPTModel and save a checkpoint",
+        description="Train the book's GPTModel with the recipe that forms an induction head "
+                    "(attnviz.labs.train.TrainConfig), then write model.safetensors, config.json and training.json.")
+    train.add_argument("--out", required=True, help="directory to write (model.safetensors, config.json, training.json)")
+    train.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
+    train.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
+    train.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a TrainConfig field (JSON value), e.g. --set batch_size=32 --set lr=0.003")
+    train.add_argument("--quiet", action="store_true", help="print only the final line")
+    train.set_defaults(run=run_train, command_parser=train)
+    return train
 
 
 def table(checks, width: int | None = None) -> str:
@@ -49,20 +95,100 @@ def table(checks, width: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+def run_check(args, parser: argparse.ArgumentParser) -> int:
+    """Load, build and check the class; print the table; 0 pass, 1 a rule fails, 2 cannot run."""
+    overrides = constructor_overrides(args.overrides, parser)
+    for flag, value in (("--num-kv-groups", args.num_kv_groups), ("--latent-dim", args.latent_dim),
+                        ("--window", args.sliding_window_size)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be at least 1")
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
 
     try:
         cls = user_code.load(args.spec)
-        module = user_code.build(cls, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
-                                 context_length=args.context_length, dropout=args.dropout).eval()
+        module = user_code.build(cls, overrides, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
+                                 context_length=args.context_length, dropout=args.dropout,
+                                 num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
+                                 sliding_window_size=args.sliding_window_size).eval()
         d_in = tracing.infer_d_in(module) or args.d_in
         x = checks.default_input(module, n=min(args.tokens, args.context_length)) if d_in else None
         results = checks.check_module(module, x, causal=args.causal)
     except (user_code.UserCodeError, tracing.TraceError) as error:
-        print(f"attnviz check: {error}", file=sys.stderr)
+        print(f"{PROG} check: {error}", file=sys.stderr)
         return 2
     print(f"{cls.__name__} from {args.spec.rpartition(':')[0]}\n")
     print(table(results))
     return 1 if any(c.status == "fail" for c in results) else 0
+
+
+def constructor_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict:
+    """``--set NAME=VALUE`` items -> {NAME: VALUE}: a JSON value (500000, true, null, "text", [1, 2]), else the
+    text as it is."""
+    overrides = {}
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals or not name.isidentifier():
+            parser.error(f"--set {item!r}: write NAME=VALUE, NAME a constructor argument")
+        try:
+            overrides[name] = json.loads(value)
+        except ValueError:
+            overrides[name] = value
+    return overrides
+
+
+def run_train(args, parser: argparse.ArgumentParser) -> int:
+    """Train with the recipe and the overrides, evaluate every head on held-out data, save; 0 when written."""
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be at least 1")
+    import torch
+
+    from attnviz.labs import train as training  # torch: only once the arguments are good
+
+    fields = training.TrainConfig.__dataclass_fields__
+    settable = [name for name in fields if name not in ("steps", "seed")]
+    overrides = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in settable:
+            parser.error(f"--set {item!r}: unknown field (one of {', '.join(settable)})")
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--set {item!r}: the value must be JSON (numbers, true/false, [lists])")
+    for name in ("steps", "seed"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    torch.set_num_threads(args.threads)
+    cfg = training.TrainConfig(**overrides)
+
+    def report(step, loss, scores):
+        if scores is not None and not args.quiet:
+            print(f"step {step:5d}  loss {loss:.3f}  induction {scores['induction'].max():.2f}  "
+                  f"previous-token {scores['previous_token'].max():.2f}", flush=True)
+
+    model, history = training.train(cfg, on_step=report)
+    scores = training.evaluate(model, seed=training.EVAL_SEED)  # held-out text and fresh repeats, every head
+    final = {name: value.round(4).tolist() for name, value in scores.items()}
+    final["evaluation"] = f"attnviz.labs.train.evaluate(model, seed={training.EVAL_SEED})"
+    out = training.save(model, args.out, training.run_metadata(cfg, history, final))
+    print(f"wrote {out} ({len(history.steps)} steps, {history.seconds:.0f} s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's arguments) and run the subcommand; its exit status."""
+    args = parser().parse_args(argv)
+    return args.run(args, args.command_parser)  # the subcommand's parser: its errors print its own usage
+
+
+def console() -> None:
+    """The ``attnviz`` console script: ``main`` with a quiet exit when the reader stops early (``| head``)."""
+    import os
+
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early: no traceback, quiet exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 0
+    sys.exit(status)

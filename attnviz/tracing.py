@@ -13,9 +13,14 @@ attention is
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``); the module still gets the call's real result.
 
-``trace_module(module, x)`` returns a ``Trace`` like the book's producer's: maps ``(batch, heads, n, n)``,
-``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``, and ``shapes`` listing
-every recorded op in order with its real shape, so the diagram draws the user's own pipeline.  The module
+Today's attention needs nothing special: a grouped-query module's ``Q @ Kᵀ`` operands are the per-head keys
+after its ``repeat_interleave`` (SDPA's ``enable_gqa`` is repeated the same way), a latent module's keys are its
+up-projection's output, rotary's are q and k after the rotation, and a sliding window is the mask's band.
+
+``trace_module(module, x)`` returns a ``Trace`` like the book's producer's, for every item of the batch: maps
+``(batch, heads, n, n)``, ``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``,
+the output ``(batch, n, d_out)``, and ``shapes`` listing every recorded op in order with its real shape, so the
+diagram draws the user's own pipeline.  The views (the app, ``attnviz.show``) draw item 0.  The module
 is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.
 """
 
@@ -33,6 +38,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
+from attnviz.producers import book
+from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
 
 
@@ -255,7 +262,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
         with torch.no_grad(), recorder:
             output = module(x, **forward_kwargs)
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
-        raise TraceError(f"the forward raised {type(error).__name__}: {_one_line(error)}") from error
+        raise TraceError(f"the forward raised {type(error).__name__}: {one_line(error)}") from error
     output = first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
@@ -285,7 +292,8 @@ def _triangular(tensor: torch.Tensor) -> bool:
     return any(torch.equal(square, ones.triu(k)) or torch.equal(square, ones.tril(-k)) for k in (0, 1, 2))
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (at most 300 characters)."""
     text = " ".join(str(error).split())
     return text[:300] or type(error).__name__
 
@@ -536,11 +544,8 @@ def infer_d_in(module: nn.Module) -> int | None:
 
 def embed_text(text: str, d_in: int, *, seed: int = 123) -> tuple[str, list[int], torch.Tensor, dict]:
     """(text, token ids, (1, n, d_in) input, embedding arrays) as the app embeds text: seeded GPT-2-sized tables."""
-    from attnviz import pipeline  # the facade that cleans and bounds text (imported late: pipeline imports producers)
-    from attnviz.producers import book
-
     config = AttentionConfig(d_in=d_in, d_out=d_in, num_heads=1, seed=seed)
-    text, token_ids, notes = pipeline.prepare_text(text, MAX_CONTEXT_LENGTH)
+    text, token_ids, notes = prepare_text(text, MAX_CONTEXT_LENGTH)
     inputs, arrays = book._embed(token_ids, config, notes)  # (1, n, d_in)
     return text, token_ids, inputs, arrays
 
@@ -567,7 +572,8 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
 def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str | None = None,
                  seed: int = 123) -> Trace:
     """The Trace of ``module`` on ``x``: a (batch, n, d_in) tensor, or text embedded as the app embeds it at the
-    module's input width.  Raises TraceError (one line) when it cannot."""
+    module's input width (a batch of one).  Every step keeps the whole batch (maps ``(batch, heads, n, n)``); the
+    embedding arrays are item 0's, the one the views draw.  Raises TraceError (one line) when it cannot."""
     notes: list[str] = []
     if isinstance(x, str):
         d_in = infer_d_in(module)
@@ -612,8 +618,8 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
     steps["output"] = recording.output
     shapes = (("input", tuple(inputs.shape)), *((op.name, op.shape) for op in recording.ops))
     return make_trace(config, text, token_ids, embeddings,
-                      steps={name: to_numpy(value[:1]) for name, value in steps.items()},
-                      output=to_numpy(recording.output[:1]), shapes=shapes, device=str(inputs.device.type),
+                      steps={name: to_numpy(value) for name, value in steps.items()},
+                      output=to_numpy(recording.output), shapes=shapes, device=str(inputs.device.type),
                       notes=notes, module_run=module_run(module, recording, attention))
 
 

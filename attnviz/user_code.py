@@ -2,8 +2,13 @@
 
 Constructor arguments are matched by name to the class's signature, in the spellings attention code uses
 (``d_in``/``embed_dim``/``n_embd``/``d_model`` …, ``num_heads``/``n_head``/``nhead`` …, ``context_length``/
-``block_size`` …); a single ``config``/``cfg`` parameter gets an object with nanoGPT's names.  A required argument
-nobody can fill is named in the error.  Every failure is a ``UserCodeError`` with one line.
+``block_size`` …); a single ``config``/``cfg`` parameter gets an object with nanoGPT's names.  Today's variants'
+sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class and its model configs' ``n_kv_groups``
+mean it; also ``num_key_value_heads``, ``n_kv_heads``), ``latent_dim`` (``kv_lora_rank``) and
+``sliding_window_size`` (``sliding_window``, ``window_size``) — go to a class that takes them when they are given,
+or when its constructor requires them (then a default: half the heads' K/V groups, the book's latent size, a
+window of 4).  ``overrides`` (the CLI's ``--set NAME=VALUE``) set any constructor argument by its own name.  A
+required argument nobody can fill is named in the error.  Every failure is a ``UserCodeError`` with one line.
 
 The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
 repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a label ("Your module:
@@ -39,7 +44,11 @@ SPELLINGS = {
     "dropout": ("dropout", "attn_pdrop", "p_drop", "dropout_p", "attn_dropout", "drop"),
     "qkv_bias": ("qkv_bias", "bias"),
     "batch_first": ("batch_first",),
+    "num_kv_groups": ("num_kv_groups", "n_kv_groups", "num_key_value_heads", "n_kv_heads", "num_kv_heads"),
+    "latent_dim": ("latent_dim", "kv_lora_rank", "kv_latent_dim"),
+    "sliding_window_size": ("sliding_window_size", "sliding_window", "window_size", "attention_window"),
 }
+VARIANT_SETTINGS = ("num_kv_groups", "latent_dim", "sliding_window_size")  # filled when given or required
 CONFIG_NAMES = ("config", "cfg", "args", "conf")
 DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "dropout": 0.0, "qkv_bias": False,
             "batch_first": True}
@@ -88,23 +97,49 @@ def load(spec: str) -> type[nn.Module]:
     return cls
 
 
-def constructor_arguments(cls: type[nn.Module], **settings) -> dict:
+def variant_default(setting: str, values: dict) -> int:
+    """The value of a variant's size a constructor requires and nobody gave."""
+    heads = values["num_heads"]
+    if setting == "num_kv_groups":  # two query heads per K/V head where the heads allow it
+        return heads // 2 if heads % 2 == 0 else 1
+    if setting == "latent_dim":
+        return max(16, values["d_out"] // 8)  # the book's MLA default
+    return min(4, values["context_length"])
+
+
+def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> dict:
     """The keyword arguments for ``cls(...)`` from attnviz's settings (``d_in``, ``d_out``, ``num_heads``,
-    ``context_length``, ``dropout``, ``qkv_bias``); UserCodeError names a required one nobody can fill."""
-    values = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
-    if "d_out" not in settings or settings.get("d_out") is None:
+    ``context_length``, ``dropout``, ``qkv_bias``, and the variants' ``num_kv_groups``, ``latent_dim``,
+    ``sliding_window_size``) and ``overrides`` (argument name -> value); UserCodeError names a required
+    argument nobody can fill, or an override the constructor does not take."""
+    given = {k: v for k, v in settings.items() if v is not None}
+    values = {**DEFAULTS, **given}
+    if "d_out" not in given:
         values["d_out"] = values["d_in"]
     try:
         parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
     except (TypeError, ValueError):
         return {}
     by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
+    overrides = dict(overrides or {})
+    names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unknown = [name for name in overrides if name not in names]
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        raise UserCodeError(f"{cls.__name__}() takes no argument {', '.join(unknown)} (it takes {', '.join(names)})")
     arguments, missing = {}, []
     for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
-        if parameter.name in by_name:
-            arguments[parameter.name] = values[by_name[parameter.name]]
+        setting = by_name.get(parameter.name)
+        if parameter.name in overrides:
+            arguments[parameter.name] = overrides.pop(parameter.name)
+        elif setting in VARIANT_SETTINGS:
+            if setting in given:
+                arguments[parameter.name] = given[setting]
+            elif parameter.default is parameter.empty:
+                arguments[parameter.name] = variant_default(setting, values)
+        elif setting is not None:
+            arguments[parameter.name] = values[setting]
         elif parameter.name in CONFIG_NAMES and len(parameters) == 1:
             arguments[parameter.name] = _config_object(values)
         elif parameter.default is parameter.empty:
@@ -112,7 +147,9 @@ def constructor_arguments(cls: type[nn.Module], **settings) -> dict:
     if missing:
         raise UserCodeError(f"{cls.__name__}() needs {', '.join(missing)}, which attnviz cannot fill (it fills "
                             "d_in/embed_dim/n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, "
-                            "bias): give them defaults")
+                            "bias, num_kv_groups, latent_dim, sliding_window_size): give them defaults, or set them "
+                            "with --set NAME=VALUE")
+    arguments.update(overrides)  # a **kwargs constructor takes the rest by name
     return arguments
 
 
@@ -126,9 +163,9 @@ def _config_object(values: dict) -> types.SimpleNamespace:
     )
 
 
-def build(cls: type[nn.Module], **settings) -> nn.Module:
-    """``cls`` built from attnviz's settings (see :func:`constructor_arguments`)."""
-    arguments = constructor_arguments(cls, **settings)
+def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> nn.Module:
+    """``cls`` built from attnviz's settings and ``overrides`` (see :func:`constructor_arguments`)."""
+    arguments = constructor_arguments(cls, overrides, **settings)
     try:
         return cls(**arguments)
     except Exception as error:  # the user's constructor
@@ -206,7 +243,8 @@ def build_listed(label: str, config) -> nn.Module:
     if label not in listed():
         raise UserCodeError(f"no module {label!r} is listed (only the command line lists modules)")
     return build(_classes[label], d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads,
-                 context_length=config.context_length, dropout=config.dropout, qkv_bias=config.qkv_bias)
+                 context_length=config.context_length, dropout=config.dropout, qkv_bias=config.qkv_bias,
+                 **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
 
 
 def source_of(label: str) -> tuple[str, str] | None:

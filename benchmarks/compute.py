@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from attnviz import attention, pipeline, tokens  # noqa: E402
 from attnviz.labs import implementations
 from attnviz.producers import book  # noqa: E402
+from attnviz.text import prepare_text  # noqa: E402
 
 TARGET_RATIO = 1.5
 
@@ -55,7 +56,7 @@ def text_of(n: int) -> str:
 def variants(n: int, config: pipeline.AttentionConfig):
     """name -> zero-argument callable, all on the same module, input and weights as ``run()``."""
     text = text_of(n)
-    _, token_ids, _ = pipeline.prepare_text(text, config.context_length)
+    _, token_ids, _ = prepare_text(text, config.context_length)
     x, _ = book._embed(token_ids, config, [])  # (1, n, d_in), the embeddings run() feeds the module
     module, _ = book._seeded_module(replace(config, train=False, device="auto"), "cpu")  # run()'s cached module
     module.eval()

@@ -54,13 +54,17 @@ else:
     st.code(catalogue.diff_text(bug), language="diff")
     st.markdown(pitfall.explanation)
     stage = pitfall.stage
-    for column, version, name in zip(st.columns(2), (result.correct, result.buggy), ("the book's code", "with the bug")):
+    correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
+    head = min(pitfall.head, setup.num_heads - 1)
+    for column, version, name in zip(st.columns(2), (result.correct, result.buggy), (correct_name, "with the bug")):
         with column:
             st.markdown(f"**{name.capitalize()}**")
             verdict_box(version, buggy=version is result.buggy)
             if version.observation.error is None and pitfall.draws_weights:
-                st.caption(f"head 0 of {setup.num_heads}: {stage}, {name}" + (", call 1" if stage == "dropped" else ""))
-                fig = pitfall_figures.weights_figure(version.observation, tokens, stage=stage, dropout=setup.dropout)
+                st.caption(f"head {head} of {setup.num_heads}: {stage}, {name}"
+                           + (", call 1" if stage == "dropped" else ""))
+                fig = pitfall_figures.weights_figure(version.observation, tokens, head=head, stage=stage,
+                                                     dropout=setup.dropout)
                 st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
     if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
         st.plotly_chart(extra, config=ui.plotly_config(f"attnviz-pitfall-{bug}"))

@@ -23,7 +23,7 @@ def mha(bug=None, dropout=0.0):
 
 def test_the_rules_have_stable_ids_in_order():
     assert checks.RULES == ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement",
-                            "batch-independence", "matches-reference")
+                            "batch-independence", "matches-reference", "kv-cache")
     assert [check.rule for check in checks.check_module(mha())] == list(checks.RULES)
 
 
@@ -35,7 +35,7 @@ def test_the_books_classes_pass_every_rule_that_applies(variant):
     results = checks.check_module(module)
     assert [c for c in results if c.status == "fail"] == []
     skipped = {c.rule for c in results if c.status == "skip"}
-    assert skipped == ({"scaling"} if variant == "simplified" else
+    assert skipped - {"kv-cache"} == ({"scaling"} if variant == "simplified" else
                        {"causal", "mask-convention"} if not getattr(module, "causal", True) else set())
 
 
@@ -145,3 +145,127 @@ def test_an_explicit_input_and_a_single_item_batch():
 def test_a_module_without_attention_is_one_line():
     with pytest.raises(tracing.TraceError, match="no attention found"):
         checks.check_module(um.NoSoftmax())
+
+
+# ---------------------------------------------------------------- today's attention: GQA, MQA, MLA, SWA, rotary
+
+def learner(cls, *args, **kwargs):
+    torch.manual_seed(0)
+    return cls(16, 32, 16, 0.0, 4, *args, **kwargs).eval()  # head_dim 8
+
+
+@pytest.mark.parametrize(("cls", "args"), [
+    (um.LearnerGQA, (2,)),  # 4 query heads, 2 K/V heads
+    (um.LearnerGQA, (1,)),  # multi-query
+    (um.LearnerRotaryGQA, (2,)),
+    (um.LearnerGQAWithSDPA, (2,)),
+    (um.LearnerMLA, ()),
+    (um.LearnerSWA, ()),
+], ids=["gqa", "mqa", "gqa-rotary", "gqa-sdpa", "mla", "swa"])
+def test_todays_attention_written_by_a_learner_passes(cls, args):
+    results = checks.check_module(learner(cls, *args))
+    assert [c for c in results if c.status == "fail"] == []
+    assert {c.rule for c in results if c.status == "skip"} == {"kv-cache"}  # no use_cache
+
+
+def test_matches_reference_compares_a_gqa_modules_repeated_keys_and_catches_a_wrong_context():
+    module = learner(um.LearnerGQA, 2)
+    recording = tracing.record(module, checks.default_input(module))
+    attention, _ = tracing.combine(recording.attentions)
+    assert attention.keys.shape[1] == 4  # per query head, after repeat_interleave
+    assert checks.matches_reference(recording, attention, True).status == "pass"
+    attention.values = attention.values.flip(1)  # heads paired with the wrong K/V group
+    assert checks.matches_reference(recording, attention, True).status == "fail"
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5])
+def test_mask_convention_recognises_a_sliding_window_and_reports_w(window):
+    module = learner(um.LearnerSWA, window)
+    check = verdict(module, "mask-convention")
+    assert check.status == "pass" and f"sliding window W = {window}" in check.evidence
+    assert verdict(module, "causal").status == "pass"
+    assert verdict(module, "matches-reference").status == "pass"
+
+
+def test_a_window_off_by_one_fails_mask_convention_naming_diff_ge_w():
+    module = learner(um.LearnerSWA, 3, bug="window-off-by-one")
+    check = verdict(module, "mask-convention")
+    assert check.status == "fail" and "a window of 4" in check.evidence and "diff >= W" in check.evidence
+    assert failing(module) == {"mask-convention"}
+
+
+def test_a_plain_causal_mask_is_no_window():
+    assert "exactly the future" in verdict(mha(), "mask-convention").evidence
+
+
+# ---------------------------------------------------------------- the KV cache
+
+def cached(bug=None):
+    torch.manual_seed(0)
+    return um.LearnerCachedMHA(16, 32, 16, 0.0, 4, bug=bug).eval()
+
+
+def test_kv_cache_passes_a_correct_cached_module_and_leaves_it_reset():
+    module = cached()
+    check = verdict(module, "kv-cache")
+    assert check.status == "pass" and "reset_cache()" in check.evidence and "prefill of 4 tokens" in check.evidence
+    assert failing(module) == set()
+    assert module.cache_k is None and module.ptr_current_pos == 0
+
+
+@pytest.mark.parametrize(("bug", "words"), [
+    ("position-never-advances", "sequence 1, token 4: the cached output differs"),
+    ("position-never-advances", "the position never advances: ptr_current_pos is still 0"),
+    ("reset-forgets-position", "sequence 2, tokens 0 … 3 (the prefill)"),
+    ("reset-forgets-position", "the reset forgets the position"),
+    ("keeps-too-little", "the cache keeps too little: cache_k holds 3 tokens after 4"),
+])
+def test_kv_cache_fails_each_cache_bug_naming_the_step_and_the_cause(bug, words):
+    module = cached(bug)
+    check = verdict(module, "kv-cache")
+    assert check.status == "fail" and words in check.evidence
+    assert failing(module) == {"kv-cache"}  # uncached, the module is right
+
+
+def test_a_reset_that_forgets_the_position_only_shows_after_an_earlier_sequence():
+    module = cached("reset-forgets-position")
+    x = checks.default_input(module)
+    assert "sequence 2" in checks.kv_cache(module, x).evidence  # the first sequence starts at 0 and passes
+
+
+def test_kv_cache_skips_a_module_without_use_cache_and_fails_one_without_a_reset():
+    assert "takes no use_cache" in verdict(mha(), "kv-cache").evidence
+
+    class NoReset(um.LearnerCachedMHA):
+        reset_cache = None
+
+    torch.manual_seed(0)
+    check = verdict(NoReset(16, 32, 16, 0.0, 4).eval(), "kv-cache")
+    assert check.status == "fail" and "no reset_cache() or reset_kv_cache()" in check.evidence
+
+
+def test_kv_cache_uses_reset_kv_cache_when_that_is_the_modules_name():
+    class Renamed(um.LearnerCachedMHA):
+        reset_kv_cache = um.LearnerCachedMHA.reset_cache
+        reset_cache = None
+
+    torch.manual_seed(0)
+    check = verdict(Renamed(16, 32, 16, 0.0, 4).eval(), "kv-cache")
+    assert check.status == "pass" and "reset_kv_cache()" in check.evidence
+
+
+def test_a_cached_forward_that_raises_fails_the_rule_in_one_line():
+    torch.manual_seed(0)  # a context of 10: the second prefill asks the mask for rows 8 … 11
+    module = um.LearnerCachedMHA(16, 32, 10, 0.0, 4, bug="reset-forgets-position").eval()
+    check = verdict(module, "kv-cache")
+    assert check.status == "fail" and check.evidence.startswith("a cached forward raised RuntimeError")
+    assert "\n" not in check.evidence
+
+
+def test_kv_cache_passes_a_sliding_window_cache_that_keeps_only_w_tokens():
+    module = learner(um.LearnerCachedSWA, 3)
+    results = {c.rule: c for c in checks.check_module(module)}
+    assert results["kv-cache"].status == "pass" and "sliding window W = 3" in results["mask-convention"].evidence
+    assert [c for c in results.values() if c.status == "fail"] == []
+    module(torch.randn(1, 6, 16), use_cache=True)
+    assert module.cache_k.shape[2] == 3  # it really keeps only the window

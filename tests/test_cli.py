@@ -1,4 +1,5 @@
-"""``python -m attnviz check``: a table of the rules and an exit status a learner's CI can use."""
+"""The ``attnviz`` command line: one parser whose ``check`` prints a table of the rules with an exit status a
+learner's CI can use, and whose ``train`` writes a checkpoint (its runs are tested in tests/labs/test_train.py)."""
 
 import subprocess
 import sys
@@ -126,13 +127,108 @@ def test_an_import_or_constructor_failure_exits_2_with_one_line(tmp_path, source
     assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_help_names_the_check_command():
-    result = subprocess.run([sys.executable, "-m", "attnviz", "--help"], capture_output=True, text=True, cwd=ROOT,
-                            timeout=60)
-    assert result.returncode == 0 and "check" in result.stdout
+def run_attnviz(*args):
+    return subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+
+
+def test_help_names_both_commands():
+    result = run_attnviz("--help")
+    assert result.returncode == 0 and "check" in result.stdout and "train" in result.stdout
+
+
+@pytest.mark.parametrize(("command", "options"), [("check", ["--d-in", "--num-heads", "--no-causal"]),
+                                                  ("train", ["--out", "--steps", "--seed", "--set", "--quiet"])])
+def test_each_command_has_help(command, options):
+    result = run_attnviz(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: attnviz {command}")
+    assert all(option in result.stdout for option in options)
+
+
+def test_help_does_not_import_torch():
+    code = "import sys\nfrom attnviz.cli import parser\nparser().format_help()\nprint('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "required: {check,train}"),
+    (["train"], "the following arguments are required: --out"),
+    (["train", "--out", "x", "--steps", "0"], "--steps must be at least 1"),
+    (["train", "--out", "x", "--set", "no_such_field=1"], "unknown field"),
+    (["train", "--out", "x", "--set", "lr=fast"], "must be JSON"),
+    (["check"], "the following arguments are required: path/to/file.py:ClassName"),
+])
+def test_a_bad_command_line_exits_2_with_its_usage(args, message):
+    result = run_attnviz(*args)
+    assert result.returncode == 2 and message in result.stderr and "usage: attnviz" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_console_script_is_declared():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    module, _, function = project["project"]["scripts"]["attnviz"].partition(":")
+    import importlib
+
+    assert callable(getattr(importlib.import_module(module), function))
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(modules):
     command = f"{sys.executable} -m attnviz check {modules}:Attention --d-in 32 | head -1"
     result = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "Traceback" not in result.stderr and result.stdout.count("\n") == 1
+
+
+# ---------------------------------------------------------------- today's attention and the KV cache
+
+USER_MODULES = ROOT / "tests" / "user_modules.py"  # plain nn.Modules, written as a learner writes them
+
+
+@pytest.mark.parametrize(("cls", "flags", "words"), [
+    ("LearnerGQA", ["--num-kv-groups", 2], "the hidden cells are exactly the future"),
+    ("LearnerGQA", ["--num-kv-groups", 1], "the hidden cells are exactly the future"),  # multi-query
+    ("LearnerMLA", ["--latent-dim", 8], "the hidden cells are exactly the future"),
+    ("LearnerSWA", ["--window", 3], "sliding window W = 3"),
+    ("LearnerRotaryGQA", ["--num-kv-groups", 2, "--set", "rope_base=500000"], "the hidden cells are exactly"),
+    ("LearnerGQAWithSDPA", ["--num-kv-groups", 2, "--set", "rotary=true"], "the hidden cells are exactly"),
+    ("LearnerCachedMHA", [], "kv-cache PASS two sequences, each after reset_cache()"),
+], ids=["gqa", "mqa", "mla", "swa", "gqa-rotary", "gqa-sdpa-rotary", "cached"])
+def test_todays_attention_written_by_a_learner_passes(cls, flags, words):
+    result = check(f"{USER_MODULES}:{cls}", "--d-in", 32, "--num-heads", 4, *flags)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "All 8 rules pass or do not apply." in result.stdout and words in " ".join(result.stdout.split())
+
+
+def test_the_flags_reach_the_constructor():
+    """A window of 2 is what the table reports, and a window the module does not have is not."""
+    result = check(f"{USER_MODULES}:LearnerSWA", "--d-in", 32, "--window", 2)
+    assert result.returncode == 0 and "sliding window W = 2" in result.stdout
+
+
+@pytest.mark.parametrize(("bug", "words"), [
+    ("position-never-advances", "the position never advances"),
+    ("reset-forgets-position", "the reset forgets the position"),
+    ("keeps-too-little", "the cache keeps too little"),
+])
+def test_each_cache_bug_fails_the_kv_cache_rule(bug, words):
+    result = check(f"{USER_MODULES}:LearnerCachedMHA", "--d-in", 32, "--set", f"bug={bug}")
+    assert result.returncode == 1
+    assert "kv-cache            FAIL" in result.stdout and words in " ".join(result.stdout.split())
+
+
+def test_a_window_off_by_one_fails_mask_convention():
+    result = check(f"{USER_MODULES}:LearnerSWA", "--d-in", 32, "--window", 3, "--set", "bug=window-off-by-one")
+    assert result.returncode == 1 and "mask-convention     FAIL" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "message", "status"), [
+    (["--set", "vocab=3"], "LearnerGQA() takes no argument vocab", 2),
+    (["--set", "vocab"], "write NAME=VALUE", 2),
+    (["--num-kv-groups", 0], "--num-kv-groups must be at least 1", 2),
+    (["--num-kv-groups", 3], "raised AssertionError", 2),  # 4 heads cannot share 3 groups
+])
+def test_bad_variant_settings_exit_2_with_one_line(args, message, status):
+    result = check(f"{USER_MODULES}:LearnerGQA", "--d-in", 32, *args)
+    assert result.returncode == status and message in result.stderr and "Traceback" not in result.stderr

@@ -219,32 +219,61 @@ def test_pyproject_declares_the_runtime_requirements_and_ships_the_assets():
 
 # ============================== layers: no upward imports, no cycles ==============================
 
-LAYERS = ("core", "views", "labs", "ui")  # each may import its own layer and the ones before it
+LAYERS = ("core", "views", "labs", "ui", "entry")  # each may import its own layer and the ones before it
+ENTRY = ("attnviz.cli", "attnviz.__main__")  # the command line: it runs the labs (training) and the checks
 
 
 def layer_of(module: str) -> str:
     """``attnviz.views.figures`` -> "views"; a top-level module, ``models`` and ``producers`` are the core."""
+    if module in ENTRY:
+        return "entry"
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS[1:] else "core"
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS[1:-1] else "core"
 
 
 def attnviz_imports(path: Path) -> list[tuple[str, bool]]:
-    """(imported attnviz module, at module level?) for every import in the file, functions included."""
+    """(imported attnviz name, at module level?) for every import in the file, functions included.
+
+    ``from attnviz.producers import book`` yields ``attnviz.producers.book`` and ``attnviz.producers`` (either may
+    be the module: ``imported_modules`` picks)."""
+    return [(name, top) for names, top in _import_statements(path) for name in names]
+
+
+def _import_statements(path: Path) -> list[tuple[list[str], bool]]:
+    """For every import statement naming attnviz: (its candidate names, at module level?)."""
     module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return _statements(path.read_text(encoding="utf-8"), module, is_package=path.name == "__init__.py")
+
+
+def _statements(source: str, module: str, *, is_package: bool = False) -> list[tuple[list[str], bool]]:
+    package = module if is_package else module.rsplit(".", 1)[0]
+    tree = ast.parse(source)
     top_level = {id(node) for node in tree.body}
     found = []
     for node in ast.walk(tree):
-        names = []
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            for alias in node.names:
+                if alias.name.split(".")[0] == "attnviz":
+                    found.append(([alias.name], id(node) in top_level))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # from . import x / from ..y import z
                 base = ".".join(filter(None, [package.rsplit(".", node.level - 1)[0], base]))
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        found += [(name, id(node) in top_level) for name in names if name.split(".")[0] == "attnviz"]
+            if base.split(".")[0] == "attnviz":
+                for alias in node.names:
+                    found.append(([f"{base}.{alias.name}", base], id(node) in top_level))
+    return found
+
+
+def imported_modules(statements: list[tuple[list[str], bool]], modules) -> list[tuple[str, bool]]:
+    """(module, at module level?) each import statement loads: ``from package import submodule`` counts as the
+    submodule (Python loads the package first, but the package does not need the importer), ``from module
+    import name`` as the module."""
+    found = []
+    for names, top in statements:
+        module = next((name for name in names if name in modules), None)
+        if module is not None:
+            found.append((module, top))
     return found
 
 
@@ -256,29 +285,26 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def test_no_module_imports_a_later_layer():
-    modules = _modules()
-    upward = []
-    for module, path in modules.items():
-        for imported, _ in attnviz_imports(path):
-            if imported not in modules:
-                continue  # a name imported from a package (attnviz.views.figures.X is checked as its module)
-            if LAYERS.index(layer_of(imported)) > LAYERS.index(layer_of(module)):
-                upward.append(f"{module} imports {imported}")
-    assert upward == []
+def upward_imports(modules: dict[str, list[tuple[str, bool]]]) -> list[str]:
+    """"A imports B (in a function)" for every import, at module level or inside a function, of a later layer."""
+    return [f"{module} imports {imported}{'' if top else ' (in a function)'}"
+            for module, imports in modules.items() for imported, top in imports
+            if LAYERS.index(layer_of(imported)) > LAYERS.index(layer_of(module))]
 
 
-def test_module_level_imports_have_no_cycles():
-    modules = _modules()
-    graph = {module: {name for name, top in attnviz_imports(path) if top and name in modules and name != module}
-             for module, path in modules.items()}
-    # a package's __init__ importing its own submodules is how a package is assembled, not a cycle
-    graph = {module: {name for name in names if not name.startswith(module + ".")} for module, names in graph.items()}
+def import_cycles(modules: dict[str, list[tuple[str, bool]]], *, functions: bool) -> list[str]:
+    """Every cycle "a -> b -> a" of imports: at module level only, or with imports inside functions too.
+
+    A package's ``__init__`` importing its own submodules at module level is how a package is assembled, not a
+    cycle; inside a function (a registry picking a submodule) it is an edge like any other."""
+    graph = {module: {name for name, top in imports
+                      if name != module and (top or functions) and not (top and name.startswith(module + "."))}
+             for module, imports in modules.items()}
     state, cycles = {}, []
 
     def visit(module, stack):
         state[module] = "open"
-        for name in sorted(graph[module]):
+        for name in sorted(graph.get(module, ())):
             if state.get(name) == "open":
                 cycles.append(" -> ".join([*stack[stack.index(name):], name]))
             elif name not in state:
@@ -288,10 +314,62 @@ def test_module_level_imports_have_no_cycles():
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
-    assert cycles == []
+    return cycles
+
+
+def package_imports() -> dict[str, list[tuple[str, bool]]]:
+    modules = _modules()
+    return {module: imported_modules(_import_statements(path), modules) for module, path in modules.items()}
+
+
+def test_no_module_imports_a_later_layer_even_inside_a_function():
+    assert upward_imports(package_imports()) == []
+
+
+def test_module_level_imports_have_no_cycles():
+    assert import_cycles(package_imports(), functions=False) == []
+
+
+def test_imports_inside_functions_close_no_cycles():
+    """An import deferred into a function still ties the two modules together: no cycle may run through one."""
+    assert import_cycles(package_imports(), functions=True) == []
+
+
+FAKE = {"attnviz.config", "attnviz.producers", "attnviz.producers.book", "attnviz.tracing", "attnviz.pipeline",
+        "attnviz.views.figures", "attnviz.ui.heads"}
+
+
+def _fake_imports(sources: dict[str, str]) -> dict[str, list[tuple[str, bool]]]:
+    return {module: imported_modules(_statements(source, module, is_package=module == "attnviz.producers"), FAKE)
+            for module, source in sources.items()}
+
+
+def test_the_checkers_catch_a_function_level_upward_import_and_cycle():
+    sources = {
+        "attnviz.config": "",
+        "attnviz.tracing": "def embed():\n    from attnviz import pipeline\n",
+        "attnviz.pipeline": "from attnviz import producers\n",
+        "attnviz.producers": "def for_config():\n    from attnviz.producers import book\n",
+        "attnviz.producers.book": "from attnviz import tracing\n",
+        "attnviz.views.figures": "def f():\n    from attnviz.ui import heads\n",
+        "attnviz.ui.heads": "from attnviz.views import figures\n",
+    }
+    imports = _fake_imports(sources)
+    assert upward_imports(imports) == ["attnviz.views.figures imports attnviz.ui.heads (in a function)"]
+    assert import_cycles(imports, functions=False) == []
+    assert import_cycles(imports, functions=True) == [
+        "attnviz.pipeline -> attnviz.producers -> attnviz.producers.book -> attnviz.tracing -> attnviz.pipeline",
+        "attnviz.ui.heads -> attnviz.views.figures -> attnviz.ui.heads"]
+
+
+def test_the_cycle_checker_lets_a_package_assemble_itself():
+    imports = _fake_imports({"attnviz.producers": "from attnviz.producers import book\n",
+                             "attnviz.producers.book": "from attnviz.config import X\nfrom attnviz import producers\n",
+                             "attnviz.config": ""})
+    assert import_cycles(imports, functions=True) == []
 
 
 def test_the_layer_checker_sees_layers():
     assert layer_of("attnviz.views.figures") == "views" and layer_of("attnviz.labs.pitfalls.bugs") == "labs"
     assert layer_of("attnviz.pipeline") == "core" and layer_of("attnviz.models.gpt") == "core"
-    assert layer_of("attnviz.ui.frame") == "ui"
+    assert layer_of("attnviz.ui.frame") == "ui" and layer_of("attnviz.cli") == "entry"

@@ -32,7 +32,7 @@ def x():
 
 
 def assert_weights(trace, expected):
-    expected = expected.detach().numpy()[:1]
+    expected = expected.detach().numpy()
     assert trace.steps["weights"].shape == expected.shape
     np.testing.assert_allclose(trace.steps["weights"], expected, atol=1e-6)
 
@@ -48,9 +48,9 @@ def test_nanogpt_attention_sdpa_and_manual(x, flash):
     assert trace.config.causal and trace.num_heads == 4
     names = [name for name, _ in trace.shapes]
     assert "split" in names and ("scaled_dot_product_attention" in names) == flash
-    np.testing.assert_allclose(trace.output, module(x)[:1].detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(trace.output, module(x).detach().numpy(), atol=1e-6)
     context = weights @ heads(v, 2, 7, 4)  # (b, h, n, hd)
-    np.testing.assert_allclose(trace.steps["context"], context[:1].detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(trace.steps["context"], context.detach().numpy(), atol=1e-5)
 
 
 def test_nn_multihead_attention_matches_its_own_weights(x):
@@ -104,7 +104,25 @@ def test_a_forward_returning_a_tuple(x):
     trace = tracing.trace_module(module, x)
     expected = explicit_weights(module.W_query(x)[:, None], module.W_key(x)[:, None])
     assert_weights(trace, expected)
-    assert trace.num_heads == 1 and trace.output.shape == (1, 7, 16)
+    assert trace.num_heads == 1 and trace.output.shape == (2, 7, 16)
+
+
+@pytest.mark.parametrize("make", [lambda: um.CausalSelfAttention(n_embd=32, n_head=4, block_size=16, flash=False),
+                                  lambda: um.CausalSelfAttention(n_embd=32, n_head=4, block_size=16, flash=True),
+                                  lambda: um.TorchMHA(32, 4), lambda: um.GroupedQueryAttention(32, 4, 2)],
+                         ids=["manual", "sdpa", "nn.MultiheadAttention", "gqa"])
+def test_a_batch_keeps_every_item_each_as_if_run_alone(make):
+    torch.manual_seed(6)
+    module = make().eval()
+    x = torch.randn(4, 7, 32)
+    trace = tracing.trace_module(module, x)
+    assert trace.steps["weights"].shape == (4, 4, 7, 7) and trace.output.shape == (4, 7, 32)
+    for item in range(4):
+        alone = tracing.trace_module(module, x[item:item + 1])
+        for stage in ("weights", "scaled", "masked", "context"):
+            np.testing.assert_allclose(trace.steps[stage][item], alone.steps[stage][0], atol=1e-6, err_msg=stage)
+        np.testing.assert_allclose(trace.output[item], alone.output[0], atol=1e-6)
+    assert not np.allclose(trace.steps["weights"][0], trace.steps["weights"][1])  # the items really differ
 
 
 @pytest.mark.parametrize("variant", ["simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha"])

@@ -245,3 +245,229 @@ class MaskNotSliced(MyMultiHeadAttention):
         attn_scores = (q @ k.transpose(2, 3) / k.shape[-1] ** 0.5).masked_fill(self.mask.bool(), -torch.inf)
         context_vec = (torch.softmax(attn_scores, dim=-1) @ v).transpose(1, 2).reshape(b, n, self.d_out)
         return self.out_proj(context_vec)
+
+
+# ---------------------------------------------------------------- today's attention, as a learner writes it
+
+def rope_angles(head_dim, context_length, theta_base=10_000.0):
+    """cos and sin (context_length, head_dim) of rotary embeddings, halves rotated together (Llama's layout)."""
+    inv_freq = 1.0 / theta_base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    angles = torch.arange(context_length).float()[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return torch.cos(angles), torch.sin(angles)
+
+
+def rotate(x, cos, sin, start=0):
+    """x (b, h, n, hd) rotated by the angles of positions start … start + n - 1."""
+    n, half = x.shape[-2], x.shape[-1] // 2
+    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[start:start + n] + rotated_half * sin[start:start + n]
+
+
+class LearnerGQA(nn.Module):
+    """Grouped-query attention like the book's bonus class: num_kv_groups K/V heads, each shared by
+    num_heads // num_kv_groups query heads (repeat_interleave); num_kv_groups=1 is multi-query attention.
+    ``rotary``: q and k rotated before QKᵀ (Llama)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups=2, qkv_bias=False,
+                 rotary=False, rope_base=10_000.0):
+        super().__init__()
+        assert d_out % num_heads == 0 and num_heads % num_kv_groups == 0
+        self.d_out, self.num_heads, self.num_kv_groups = d_out, num_heads, num_kv_groups
+        self.head_dim = d_out // num_heads
+        self.group_size = num_heads // num_kv_groups
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.rotary = rotary
+        cos, sin = rope_angles(self.head_dim, context_length, rope_base)
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+
+    def forward(self, x):
+        b, num_tokens, _ = x.shape
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        keys = self.W_key(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)
+        values = self.W_value(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)
+        if self.rotary:
+            queries, keys = rotate(queries, self.cos, self.sin), rotate(keys, self.cos, self.sin)
+        keys = keys.repeat_interleave(self.group_size, dim=1)
+        values = values.repeat_interleave(self.group_size, dim=1)
+        attn_scores = queries @ keys.transpose(2, 3)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1))
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)
+        return self.out_proj(context_vec)
+
+
+class LearnerRotaryGQA(LearnerGQA):
+    """LearnerGQA with rotary position embeddings on q and k."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups=2, rope_base=10_000.0):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, num_kv_groups, rotary=True,
+                         rope_base=rope_base)
+
+
+class LearnerGQAWithSDPA(LearnerGQA):
+    """LearnerGQA through SDPA's enable_gqa (rotary: q and k rotated first)."""
+
+    def forward(self, x):
+        b, num_tokens, _ = x.shape
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        keys = self.W_key(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)
+        values = self.W_value(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)
+        if self.rotary:
+            queries, keys = rotate(queries, self.cos, self.sin), rotate(keys, self.cos, self.sin)
+        context_vec = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=True)
+        return self.out_proj(context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out))
+
+
+class LearnerMLA(nn.Module):
+    """Multi-head latent attention like the book's bonus class: K and V come up from one small latent."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, latent_dim=8, qkv_bias=False):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_DKV = nn.Linear(d_in, latent_dim, bias=qkv_bias)
+        self.W_UK = nn.Linear(latent_dim, d_out, bias=qkv_bias)
+        self.W_UV = nn.Linear(latent_dim, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        latent = self.W_DKV(x)
+        queries = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        keys = self.W_UK(latent).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        values = self.W_UV(latent).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        attn_scores = queries @ keys.transpose(-2, -1)
+        attn_scores = attn_scores.masked_fill(self.mask.bool()[:n, :n], -torch.inf)
+        attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1))
+        return self.out_proj((attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out))
+
+
+class LearnerSWA(nn.Module):
+    """Sliding-window attention like the book's bonus class: query i sees keys i - W + 1 … i.
+    ``bug="window-off-by-one"``: ``diff > W`` hides one key too few."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3, qkv_bias=False,
+                 bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.sliding_window_size, self.bug = sliding_window_size, bug
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))
+        attn_scores = queries @ keys.transpose(2, 3)
+        diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+        too_far = diff > self.sliding_window_size if self.bug == "window-off-by-one" else diff >= self.sliding_window_size
+        attn_scores.masked_fill_((diff < 0) | too_far, -torch.inf)
+        attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
+        return self.out_proj((attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out))
+
+
+class LearnerCachedMHA(nn.Module):
+    """The book's MultiHeadAttention with a KV cache (use_cache, cache_k/cache_v, ptr_current_pos, reset_cache),
+    as a learner types it; ``bug`` switches on one of the three classic cache bugs."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.cache_k, self.cache_v, self.ptr_current_pos = None, None, 0
+        self.bug = bug
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys_new, values_new = (w(x).view(b, n, self.num_heads, self.head_dim)
+                                         for w in (self.W_query, self.W_key, self.W_value))
+        if use_cache:
+            if self.cache_k is None:
+                self.cache_k, self.cache_v = keys_new, values_new
+            else:
+                self.cache_k = torch.cat([self.cache_k, keys_new], dim=1)
+                self.cache_v = torch.cat([self.cache_v, values_new], dim=1)
+            if self.bug == "keeps-too-little":  # a cache bounded to the last 3 tokens on full attention
+                self.cache_k, self.cache_v = self.cache_k[:, -3:], self.cache_v[:, -3:]
+            keys, values = self.cache_k, self.cache_v
+        else:
+            keys, values = keys_new, values_new
+        queries, keys, values = queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
+        attn_scores = queries @ keys.transpose(2, 3)
+        num_tokens_Q, num_tokens_K = queries.shape[-2], keys.shape[-2]
+        if use_cache:
+            mask_bool = self.mask.bool()[self.ptr_current_pos:self.ptr_current_pos + num_tokens_Q, :num_tokens_K]
+            if self.bug != "position-never-advances":
+                self.ptr_current_pos += num_tokens_Q
+        else:
+            mask_bool = self.mask.bool()[:num_tokens_Q, :num_tokens_K]
+        attn_scores.masked_fill_(mask_bool, -torch.inf)
+        attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
+        context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out)
+        return self.out_proj(context_vec)
+
+    def reset_cache(self):
+        self.cache_k, self.cache_v = None, None
+        if self.bug != "reset-forgets-position":
+            self.ptr_current_pos = 0
+
+
+class LearnerSWAWithSDPA(LearnerSWA):
+    """LearnerSWA through SDPA with a boolean band (True = takes part)."""
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))
+        diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+        band = (diff >= 0) & (diff < self.sliding_window_size)
+        context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=band)
+        return self.out_proj(context_vec.transpose(1, 2).reshape(b, n, self.d_out))
+
+
+class LearnerCachedSWA(LearnerSWA):
+    """LearnerSWA with a KV cache that keeps only the last W tokens' keys and values: all a window needs."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, sliding_window_size)
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))
+        start = self.ptr_current_pos if use_cache else 0
+        if use_cache:
+            if self.cache_k is not None:
+                keys, values = torch.cat([self.cache_k, keys], dim=2), torch.cat([self.cache_v, values], dim=2)
+            self.cache_k, self.cache_v = keys[:, :, -self.sliding_window_size:], values[:, :, -self.sliding_window_size:]
+            self.ptr_current_pos += n
+        q_positions = torch.arange(start, start + n)
+        k_positions = torch.arange(start + n - keys.shape[2], start + n)
+        diff = q_positions[:, None] - k_positions[None, :]
+        attn_scores = queries @ keys.transpose(2, 3)
+        attn_scores.masked_fill_((diff < 0) | (diff >= self.sliding_window_size), -torch.inf)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)
+        return self.out_proj((attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out))
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0

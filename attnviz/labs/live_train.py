@@ -9,7 +9,7 @@ tab is still connected; while it is, the worker touches the job itself, so a lea
 pages while the model trains — a closed tab stops touching and the job stops after its idle timeout.
 
 ``progress_view(job.progress)`` turns the reports into arrays for the figures; ``checkpoint_zip``
-packs a trained model as the folder ``python -m attnviz.labs.train --out`` writes, in memory.
+packs a trained model as the folder ``attnviz train --out`` writes, in memory.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def checkpoint_files(model, metadata: dict) -> dict[str, bytes]:
 
 
 def checkpoint_zip(run: TrainedRun) -> bytes:
-    """The trained model as a zip of the folder ``python -m attnviz.labs.train --out`` writes (model.safetensors,
+    """The trained model as a zip of the folder ``attnviz train --out`` writes (model.safetensors,
     config.json, training.json; fp16), built in memory: unzip it and pass the folder to ``--checkpoint``."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:

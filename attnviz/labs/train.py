@@ -1,4 +1,4 @@
-"""Train a small model of the book's ``GPTModel`` and watch its heads form; ``python -m attnviz.labs.train``.
+"""Train a small model of the book's ``GPTModel`` and watch its heads form; ``attnviz train`` runs it.
 
 Data is made here or ships with Python — nothing is downloaded:
 
@@ -20,12 +20,10 @@ step on a CPU and is not what forms the heads.  ``per_position_loss`` always use
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import json
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -624,52 +622,9 @@ def data_description(cfg: TrainConfig) -> str:
 
 def run_metadata(cfg: TrainConfig, history: History, scores: dict | None = None) -> dict:
     """What ``save`` records: config (seed, data, steps), timing, final loss and head scores."""
-    return {"trained_by": "python -m attnviz.labs.train", "config": asdict(cfg) | {"cfg": cfg.book_cfg()},
+    return {"trained_by": "attnviz train", "config": asdict(cfg) | {"cfg": cfg.book_cfg()},
             "data": data_description(cfg),
             "steps_run": len(history.steps), "seconds": round(history.seconds, 1),
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "final_loss": history.loss[-1] if history.loss else None,
             "scores": scores or {}}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnviz.labs.train", description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
-    parser.add_argument("--out", required=True, help="directory to write (model.safetensors, config.json, training.json)")
-    parser.add_argument("--seed", type=int, default=TrainConfig.seed)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a TrainConfig field (JSON value), e.g. --set batch_size=32 --set lr=0.003")
-    parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error("--steps must be at least 1")
-    overrides = {}
-    fields = TrainConfig.__dataclass_fields__
-    for item in args.set:
-        name, _, value = item.partition("=")
-        if name not in fields or name in ("steps", "seed"):
-            parser.error(f"--set {item!r}: unknown field (one of {', '.join(f for f in fields if f not in ('steps', 'seed'))})")
-        try:
-            overrides[name] = json.loads(value)
-        except json.JSONDecodeError:
-            parser.error(f"--set {item!r}: the value must be JSON (numbers, true/false, [lists])")
-    torch.set_num_threads(args.threads)
-    cfg = TrainConfig(steps=args.steps, seed=args.seed, **overrides)
-
-    def report(step, loss, scores):
-        if scores is not None and not args.quiet:
-            print(f"step {step:5d}  loss {loss:.3f}  induction {scores['induction'].max():.2f}  "
-                  f"previous-token {scores['previous_token'].max():.2f}", flush=True)
-
-    model, history = train(cfg, on_step=report)
-    scores = evaluate(model, seed=EVAL_SEED)  # held-out text and fresh repeats, every head
-    final = {name: value.round(4).tolist() for name, value in scores.items()}
-    final["evaluation"] = f"attnviz.labs.train.evaluate(model, seed={EVAL_SEED})"
-    out = save(model, args.out, run_metadata(cfg, history, final))
-    print(f"wrote {out} ({len(history.steps)} steps, {history.seconds:.0f} s)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

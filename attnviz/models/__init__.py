@@ -32,7 +32,7 @@ from attnviz.models.trace import (
     trace_layer,
 )
 
-# The model attnviz ships (a GPT-2 folder trained by ``python -m attnviz.labs.train``), offered as a weights option
+# The model attnviz ships (a GPT-2 folder trained by ``attnviz train``), offered as a weights option
 # when its files are present.
 BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
 

@@ -17,6 +17,7 @@ import streamlit as st
 
 from attnviz import pipeline
 from attnviz.pipeline import AttentionConfig, Trace
+from attnviz.text import clean_text
 
 TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "512"))
 NO_MALLOC_TUNING = "ATTNVIZ_NO_MALLOC_TUNING"  # set to 1 to leave glibc's malloc as it is
@@ -204,7 +205,7 @@ def prefetch_trace(text: str, config_values: tuple, shown: Trace) -> Trace | Non
     the input ``shown`` is of — never ``shown`` itself nor another input's trace (``TraceCache.prefetch``; its size
     is taken to be ``shown``'s: another layer has the same shapes).  None when it does not fit."""
     config = AttentionConfig(*config_values)
-    cleaned = pipeline.clean_text(text)[0]
+    cleaned = clean_text(text)[0]
 
     def other_layer_of_this_input(other_text: str, other: AttentionConfig) -> bool:
         return (other_text == cleaned and other.layer not in (shown.config.layer, config.layer)

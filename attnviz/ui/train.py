@@ -274,5 +274,5 @@ def results() -> None:
         "Download the trained model (zip)", functools.partial(live_train.checkpoint_zip, run),
         file_name=f"attnviz-trained-seed{run.cfg.seed}-{run.steps_run}steps.zip", mime="application/zip",
         on_click="ignore", icon=":material/download:", key="train_download",
-        help="model.safetensors + config.json + training.json, the folder `python -m attnviz.labs.train --out` writes: "
+        help="model.safetensors + config.json + training.json, the folder `attnviz train --out` writes: "
              "unzip it and pass the folder to `streamlit run app.py -- --checkpoint FOLDER`.")

@@ -1,5 +1,5 @@
 """Head types in a real Chromium with the bundled model (attnviz/assets/bundled, trained by
-``python -m attnviz.labs.train``): the Heads page names its previous-token and induction heads on a text that
+``attnviz train``): the Heads page names its previous-token and induction heads on a text that
 repeats, with the first-token mass beside them, and draws the layers × heads grid of every score; the
 Induction lab shows its induction head on repeated random tokens.  ``ATTNVIZ_UPDATE_SCREENSHOTS=1``
 writes docs/screenshots/heads_bundled.png and induction.png."""

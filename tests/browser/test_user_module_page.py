@@ -35,7 +35,7 @@ def test_the_first_request_draws_the_module_and_its_checks(page, server):
     expect(main.locator("h1")).to_contain_text("Attention heads")
     expect(main).to_contain_text("CausalSelfAttention, 4 heads × 16 · your code, traced")
     expect(main).to_contain_text("Check CausalSelfAttention")
-    expect(main).to_contain_text("All 7 rules pass or do not apply.")
+    expect(main).to_contain_text("All 8 rules pass or do not apply.")
     expect(main.locator(".attnviz-op").first).to_be_visible()  # its own op path beside the grid
     assert main.locator("[data-testid=attnvizChart]").count() >= 2  # the grid and the focused head
     assert (REPO / "docs").is_dir()

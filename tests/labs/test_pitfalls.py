@@ -100,9 +100,9 @@ def test_correct_lab_module_reproduces_the_apps_trace():
 @pytest.mark.parametrize("key", list(PITFALLS))
 def test_buggy_version_has_the_correct_versions_weights(lab, key):
     setup, _ = lab
-    correct = workbench.build_correct(setup)
+    correct = PITFALLS[key].correct(setup)
     buggy = PITFALLS[key].build(correct, setup)
-    assert isinstance(buggy, MultiHeadAttention)
+    assert isinstance(buggy, type(correct))
     for name, value in correct.named_parameters():
         assert torch.equal(value, dict(buggy.named_parameters())[name]), name
     assert buggy.training is (key == "forgot_eval")
@@ -127,11 +127,12 @@ def test_each_bug_class_is_the_books_source_with_the_shown_line_changed(lab, key
     """Checked against the code that runs (inspect.getsource of the bug's method), not restated."""
     setup, _ = lab
     pitfall = PITFALLS[key]
-    cls = type(pitfall.build(workbench.build_correct(setup), setup))
-    assert cls.__bases__ == (MultiHeadAttention,)
+    correct = pitfall.correct(setup)
+    cls = type(pitfall.build(correct, setup))
+    assert cls.__bases__ == (type(correct),)
     methods = [name for name, value in vars(cls).items() if callable(value)]
-    assert len(methods) == 1  # forward or __init__; everything else is the book's class
-    removed, added = changed_lines(getattr(MultiHeadAttention, methods[0]), getattr(cls, methods[0]))
+    assert len(methods) == 1  # forward, __init__ or reset_cache; everything else is the correct class
+    removed, added = changed_lines(getattr(type(correct), methods[0]), getattr(cls, methods[0]))
     assert removed.startswith("- ") and added.startswith("+ ")
     assert bugs.code_of(removed[2:]) == bugs.code_of(pitfall.correct_line)  # the page's lines, as code
     assert bugs.code_of(added[2:]) == bugs.code_of(pitfall.buggy_line)
@@ -229,6 +230,89 @@ def test_scale_bug_has_no_effect_with_one_head():
     setup, x = lab_for(small_config(num_heads=1))
     buggy = catalogue.run_pitfall("scale_d_out", setup, x).buggy
     assert buggy.fired is False and "no effect here" in buggy.verdict
+
+
+# ============================== today's attention and the KV cache ==============================
+
+
+@pytest.mark.parametrize(("key", "expected"), [
+    ("gqa_repeat", "query head 1 attends with K/V group 1, not 0 (head // group_size): heads → groups 0→0, 1→1, 2→0, "
+                   "3→1"),
+    ("window_off_by_one", "a window of 4, but sliding_window_size is 3"),
+    ("rope_queries_only", "the keys are not rotated"),
+    ("rope_values", "the values carry a position"),
+    ("cache_position", "sequence 1, token 5: the cached output differs"),
+    ("cache_reset", "sequence 2, tokens 0 … 4 (the prefill)"),
+    ("cache_too_little", "the cache keeps too little: cache_k holds 4 tokens after 5"),
+])
+def test_todays_bug_verdicts_say_what_was_measured(lab, key, expected):
+    setup, x = lab
+    result = catalogue.run_pitfall(key, setup, x)
+    assert expected in result.buggy.verdict
+    assert result.correct.fired is False
+
+
+def test_the_correct_gqa_pairs_head_h_with_group_h_over_group_size(lab):
+    """Written independently: per-head K/V weights expanded from the groups, then the book's MHA formula."""
+    setup, x = lab
+    module = PITFALLS["gqa_repeat"].correct(setup)
+    h, hd, g = setup.num_heads, setup.head_dim, setup.num_kv_groups
+    with torch.no_grad():
+        q = module.W_query(x).view(1, -1, h, hd).transpose(1, 2)  # (1, h, n, hd)
+        groups = torch.arange(h) // (h // g)  # head -> its group
+        k = module.W_key(x).view(1, -1, g, hd).transpose(1, 2)[:, groups]  # (1, h, n, hd)
+        v = module.W_value(x).view(1, -1, g, hd).transpose(1, 2)[:, groups]  # (1, h, n, hd)
+        n = x.shape[1]
+        scores = (q @ k.transpose(2, 3) / hd**0.5).masked_fill(torch.ones(n, n).triu(1).bool(), -torch.inf)
+        context = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(1, n, -1)  # (1, n, d_out)
+        assert torch.allclose(module(x), module.out_proj(context), atol=1e-6)
+        buggy = PITFALLS["gqa_repeat"].build(module, setup)
+        assert not torch.allclose(buggy(x), module(x), atol=1e-3)
+
+
+def test_the_correct_window_keeps_exactly_w_keys_per_row(lab):
+    setup, x = lab
+    weights = catalogue.run_pitfall("window_off_by_one", setup, x).correct.observation.maps["weights"]  # (h, n, n)
+    n, window = weights.shape[-1], setup.sliding_window_size
+    diff = np.arange(n)[:, None] - np.arange(n)[None, :]
+    assert ((weights > 0) == ((diff >= 0) & (diff < window))).all()  # > 0 exactly inside the band
+
+
+def test_the_lab_gets_a_kv_grouping_and_a_window_from_the_settings():
+    assert [workbench.lab_kv_groups(h, None) for h in (1, 2, 4, 12)] == [1, 1, 2, 6]
+    assert workbench.lab_kv_groups(12, 3) == 3 and workbench.lab_kv_groups(12, 5) == 6
+    assert workbench.lab_setup(small_config(), 6).sliding_window_size == workbench.DEFAULT_WINDOW
+
+
+def test_repeat_is_harmless_with_one_kv_group():
+    setup, x = lab_for(small_config(num_heads=2))
+    result = catalogue.run_pitfall("gqa_repeat", setup, x)
+    assert result.buggy.fired is False and "no effect here" in result.buggy.verdict
+
+
+@pytest.mark.parametrize("key", ["gqa_repeat", "window_off_by_one", "rope_queries_only", "rope_values",
+                                 "cache_position", "cache_reset", "cache_too_little"])
+def test_check_module_passes_the_labs_correct_code_and_names_the_bug(lab, key):
+    from attnviz import checks
+
+    setup, _ = lab
+    pitfall = PITFALLS[key]
+    correct = pitfall.correct(setup)
+    assert [c.rule for c in checks.check_module(correct) if c.status == "fail"] == []
+    failed = {c.rule for c in checks.check_module(pitfall.build(correct, setup)) if c.status == "fail"}
+    expected = {"window_off_by_one": {"mask-convention"}, "cache_position": {"kv-cache"},
+                "cache_reset": {"kv-cache"}, "cache_too_little": {"kv-cache"}}
+    assert failed == expected.get(key, set())  # a tiled pairing or rotary on the wrong tensor is still attention
+
+
+def test_the_cache_figure_has_a_bar_per_cached_forward(lab):
+    setup, x = lab
+    result = catalogue.run_pitfall("cache_reset", setup, x)
+    fig = pitfall_figures.extra_figure(result, [f"t{i}" for i in range(10)])
+    correct, buggy = fig.data
+    assert list(correct.x) == ["A: 0…4", "A: 5", "A: 6", "A: 7", "A: 8", "A: 9", "B: 0…4", "B: 5", "B: 6", "B: 7",
+                               "B: 8", "B: 9"]
+    assert max(correct.y) <= 1e-5 and max(buggy.y[:6]) <= 1e-5 and buggy.y[6] > 1e-3  # only B's prefill
 
 
 # ============================== the causality leak detector ==============================
@@ -446,7 +530,9 @@ def test_extra_figure_is_the_pitfalls_own_chart_or_none(lab):
     setup, x = lab
     tokens = [f"t{i}" for i in range(10)]
     kinds = {key: pitfall_figures.extra_figure(catalogue.run_pitfall(key, setup, x), tokens) for key in PITFALLS}
-    assert {key for key, fig in kinds.items() if fig is not None} == {"softmax_dim", "scale_d_out", "forgot_eval"}
+    assert {key for key, fig in kinds.items() if fig is not None} == {
+        "softmax_dim", "scale_d_out", "forgot_eval", "rope_queries_only", "rope_values", "cache_position",
+        "cache_reset", "cache_too_little"}
     assert kinds["scale_d_out"].data[0].name == "÷√head_dim = ÷√8"
 
 
@@ -476,7 +562,8 @@ def test_the_overview_table_lists_every_bug_with_both_lines():
     table = catalogue.table()
     assert [len(column) for column in table.values()] == [len(PITFALLS)] * 3
     assert table["the buggy line"][0] == PITFALLS["masked_fill"].buggy_line
-    assert {key for key, p in PITFALLS.items() if p.in_mask} == {"masked_fill", "mask_diagonal", "mask_not_sliced"}
+    assert {key for key, p in PITFALLS.items() if p.in_mask} == {"masked_fill", "mask_diagonal", "mask_not_sliced",
+                                                                  "window_off_by_one"}
 
 
 # ============================== the page (AppTest) ==============================
@@ -508,7 +595,7 @@ def test_page_runs_and_the_books_code_does_not_leak():
     assert at.title[0].value == "Pitfall lab"
     assert leak_verdict(at) == "**Verdict:** no leak"
     assert at.select_slider(key="pitfalls_token").value == 3  # the middle of 6 tokens
-    assert len(at.dataframe[0].value) == 7  # the seven bugs, listed
+    assert len(at.dataframe[0].value) == len(PITFALLS) == 14  # every bug, listed
 
 
 def test_choosing_each_pitfall_changes_the_verdict():

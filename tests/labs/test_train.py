@@ -7,13 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnviz.cli import main as command_line
 from attnviz.head_types import BOS_ID
 from attnviz.labs.train import (
     RANDOM_HIGH,
     RANDOM_LOW,
     TrainConfig,
     build_model,
-    main,
     per_position_loss,
     repeat_batch,
     run_metadata,
@@ -161,21 +161,22 @@ def test_saved_checkpoint_loads_with_load_checkpoint(tmp_path):
 
 
 def test_command_line_writes_a_loadable_half_precision_checkpoint(tmp_path, capsys):
-    assert main(["--steps", "2", "--out", str(tmp_path / "cli"), "--seed", "5", "--threads", "1", "--quiet"]) == 0
+    assert command_line(["train", "--steps", "2", "--out", str(tmp_path / "cli"), "--seed", "5", "--threads", "1", "--quiet"]) == 0
     assert "wrote" in capsys.readouterr().out
     model = load_checkpoint(tmp_path / "cli")
     assert model.tok_emb.weight.dtype == torch.float32
-    assert json.loads((tmp_path / "cli" / "training.json").read_text())["config"]["seed"] == 5
+    meta = json.loads((tmp_path / "cli" / "training.json").read_text())
+    assert meta["config"]["seed"] == 5 and meta["trained_by"] == "attnviz train"
     with pytest.raises(SystemExit):
-        main(["--steps", "0", "--out", str(tmp_path / "bad")])
+        command_line(["train", "--steps", "0", "--out", str(tmp_path / "bad")])
     with pytest.raises(SystemExit):
-        main(["--steps", "1", "--out", str(tmp_path / "bad"), "--set", "no_such_field=1"])
+        command_line(["train", "--steps", "1", "--out", str(tmp_path / "bad"), "--set", "no_such_field=1"])
 
 
 def test_command_line_overrides_are_recorded(tmp_path):
     out = tmp_path / "tiny"
     sets = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
-    assert main(["--steps", "1", "--out", str(out), "--threads", "1", "--quiet", *sets]) == 0
+    assert command_line(["train", "--steps", "1", "--out", str(out), "--threads", "1", "--quiet", *sets]) == 0
     config = json.loads((out / "training.json").read_text())["config"]
     assert config["emb_dim"] == 16 and config["repeat_lengths"] == [24, 48]
     assert load_checkpoint(out).trf_blocks[0].att.num_heads == 2

@@ -1,5 +1,7 @@
-"""Pitfall lab, the catalogue: the seven pitfalls (texts, how to build the bug, which detector and figure),
-and running one of them, or the leak detector, on the correct and the buggy module (of an app's Trace).
+"""Pitfall lab, the catalogue: the pitfalls (texts, the correct module, how to build the bug, which detector and
+figure) — seven in the book's MultiHeadAttention, four in today's attention (grouped-query, sliding-window,
+rotary) and three in a KV cache — and running one of them, or the leak detector, on the correct and the buggy
+module (of an app's Trace).
 
 Pure torch: no figures, no Streamlit.
 """
@@ -14,6 +16,7 @@ from torch import nn
 
 from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention
+from attnviz.labs.pitfalls import modern
 from attnviz.labs.pitfalls.bugs import (
     MaskedFillWithoutUnderscore,
     MaskIncludesDiagonal,
@@ -25,12 +28,16 @@ from attnviz.labs.pitfalls.bugs import (
 )
 from attnviz.labs.pitfalls.detectors import (
     Version,
+    detect_cache,
     detect_error,
+    detect_kv_groups,
     detect_leak,
     detect_nan,
     detect_nondeterminism,
+    detect_rotary,
     detect_row_sums,
     detect_scale,
+    detect_window,
 )
 from attnviz.labs.pitfalls.leak import leak_report
 from attnviz.labs.pitfalls.workbench import LabSetup, build_correct, copy_weights, lab_inputs, lab_setup
@@ -46,10 +53,12 @@ class Pitfall:
     correct_line: str
     buggy_line: str
     explanation: str
-    build: Callable[[MultiHeadAttention, LabSetup], nn.Module]  # correct module -> buggy module
+    build: Callable[[nn.Module, LabSetup], nn.Module]  # correct module -> buggy module
     detect: Callable[[nn.Module, torch.Tensor, LabSetup], Version]
-    figure: str  # "weights", "row_sums", "entropy", "dropout", "error"
+    figure: str  # "weights", "row_sums", "entropy", "dropout", "error", "rotary", "cache"
     in_mask: bool = False  # the bug lives in the causal mask (the lab keeps the mask on for it)
+    correct: Callable[[LabSetup], nn.Module] = build_correct  # the correct module (the book's MHA unless said)
+    head: int = 0  # the head the page draws (the grouped-query bug shows from head 1 on)
 
     @property
     def stage(self) -> str:
@@ -59,7 +68,7 @@ class Pitfall:
     @property
     def draws_weights(self) -> bool:
         """False when the bug raises: there are no weights to draw, only PyTorch's error."""
-        return self.figure != "error"
+        return self.figure not in ("error", "cache")
 
 
 def _subclass(cls: type[MultiHeadAttention]) -> Callable[[MultiHeadAttention, LabSetup], nn.Module]:
@@ -74,6 +83,24 @@ def _subclass(cls: type[MultiHeadAttention]) -> Callable[[MultiHeadAttention, La
 def _forgotten_eval(correct: MultiHeadAttention, setup: LabSetup) -> nn.Module:
     buggy = _subclass(MultiHeadAttention)(correct, setup)  # the book's class itself, same weights
     return forgot_eval(buggy)  # ... and nobody calls .eval()
+
+
+def _lab_module(cls: type[nn.Module], setup: LabSetup) -> nn.Module:
+    """One of the lab's own classes (:mod:`~attnviz.labs.pitfalls.modern`) at the setup's sizes, seeded, eval mode."""
+    sizes = {"num_kv_groups": setup.num_kv_groups} if issubclass(cls, modern.GroupedQueryAttention) else {
+        "sliding_window_size": setup.sliding_window_size} if issubclass(cls, modern.SlidingWindowAttention) else {}
+    with pipeline.seeded(setup.seed):
+        module = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads, **sizes)
+    return module.eval()
+
+
+def _modern(correct_cls: type[nn.Module], buggy_cls: type[nn.Module]) -> dict:
+    """``correct`` and ``build`` for a bug in one of the lab's own classes: the same weights, one line changed."""
+    def build(correct: nn.Module, setup: LabSetup) -> nn.Module:
+        buggy = _lab_module(buggy_cls, setup)
+        buggy.load_state_dict(correct.state_dict())  # the buffers are the class's own (not persistent)
+        return buggy
+    return {"correct": lambda setup: _lab_module(correct_cls, setup), "build": build}
 
 
 PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
@@ -136,6 +163,67 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         "than the context needs its top-left (n, n) corner. Unsliced, it cannot broadcast against (b, h, n, n).",
         _subclass(MaskNotSliced), detect_error, "error", in_mask=True,
     ),
+    Pitfall(
+        "gqa_repeat", "repeat, not _interleave", "8 · grouped-query: repeat where repeat_interleave belongs",
+        modern.GQA_LINE, modern.GQA_BUG,
+        "With num_kv_groups K/V heads, query heads 0 … group_size − 1 share group 0, the next ones group 1 … — "
+        "`repeat_interleave` copies each group next to itself (0, 0, 1, 1). `repeat` tiles the whole stack "
+        "(0, 1, 0, 1), so a head attends with another group's keys. Shapes match and nothing errors; a trained "
+        "checkpoint's heads just read the wrong keys. The map shows head 1, the first head the pairing changes.",
+        detect=detect_kv_groups, figure="weights", head=1, **_modern(modern.GroupedQueryAttention,
+                                                                      modern.RepeatNotInterleave),
+    ),
+    Pitfall(
+        "window_off_by_one", "window diff > W", "9 · sliding window: diff > W instead of diff >= W",
+        modern.WINDOW_LINE, modern.WINDOW_BUG,
+        "A window of W means query i sees W keys: i − W + 1 … i. Key i − W is W behind, so `diff >= W` must hide "
+        "it; `diff > W` lets it through and the window is W + 1 wide. The map's band is one cell too wide.",
+        detect=detect_window, figure="weights", in_mask=True, **_modern(modern.SlidingWindowAttention,
+                                                                          modern.WindowOffByOne),
+    ),
+    Pitfall(
+        "rope_queries_only", "rotary on q only", "10 · rotary applied to the queries only",
+        modern.ROPE_LINE, modern.ROPE_QUERIES_BUG,
+        "Rotary turns q and k by their positions so that q_i·k_j depends on i − j only. Turn only q and the score "
+        "depends on where the query is. The lab feeds the first token at every position: with q and k rotated, "
+        "each diagonal of the scores is constant; the maps show that input.",
+        detect=detect_rotary, figure="rotary", **_modern(modern.RotaryAttention, modern.RopeOnQueriesOnly),
+    ),
+    Pitfall(
+        "rope_values", "rotary on values", "11 · rotary applied to the values too",
+        modern.ROPE_LINE, modern.ROPE_VALUES_BUG,
+        "Rotary is for the scores: the values should say what a token is, not where. Rotated values give the "
+        "same token a different output at every position. The lab feeds the first token at every position: "
+        "correct code gives every position the same output.",
+        detect=detect_rotary, figure="rotary", **_modern(modern.RotaryAttention, modern.RopeOnValues),
+    ),
+    Pitfall(
+        "cache_position", "position never advances", "12 · KV cache: the position never advances",
+        modern.ADVANCE_LINE, modern.ADVANCE_BUG,
+        "`ptr_current_pos` says where the new tokens sit, so the mask (or the rotary angles) treats them as "
+        "positions p, p + 1 …. Never moved on, every cached token is masked as position 0: it sees only the "
+        "first key. The prefill is right; the first token after it is not.",
+        detect=detect_cache, figure="cache", **_modern(modern.CachedMultiHeadAttention,
+                                                        modern.PositionNeverAdvances),
+    ),
+    Pitfall(
+        "cache_reset", "reset forgets position", "13 · KV cache: the reset forgets the position",
+        modern.RESET_LINE, modern.RESET_BUG,
+        "`reset_cache()` must start a new sequence at position 0. Emptying the cache but keeping "
+        "`ptr_current_pos` makes the next prefill use the mask's rows for positions after the first sequence, "
+        "where nothing is hidden: the prompt sees its own future. The first sequence is right, so it only shows "
+        "in a second one.",
+        detect=detect_cache, figure="cache", **_modern(modern.CachedMultiHeadAttention,
+                                                        modern.ResetForgetsPosition),
+    ),
+    Pitfall(
+        "cache_too_little", "cache keeps too little", "14 · KV cache: the cache keeps too little",
+        modern.KEEP_LINE, modern.KEEP_BUG,
+        "A cache cut to the last 4 tokens (a window, to save memory) under attention that looks at every earlier "
+        "token: from the fifth token on, the cached step attends to fewer keys than the whole sequence does. "
+        "Sliding-window attention may drop keys — only those its window no longer sees.",
+        detect=detect_cache, figure="cache", **_modern(modern.CachedMultiHeadAttention, modern.CacheKeepsTooLittle),
+    ),
 )}
 
 
@@ -151,7 +239,7 @@ class PitfallResult:
 def run_pitfall(key: str, setup: LabSetup, inputs: torch.Tensor) -> PitfallResult:
     """Build the correct module and the buggy one (same weights), run the pitfall's detector on both."""
     pitfall = PITFALLS[key]
-    correct = build_correct(setup)
+    correct = pitfall.correct(setup)
     buggy = pitfall.build(correct, setup)
     return PitfallResult(key, setup, inputs.shape[1], pitfall.detect(correct, inputs, setup),
                          pitfall.detect(buggy, inputs, setup))
@@ -160,8 +248,10 @@ def run_pitfall(key: str, setup: LabSetup, inputs: torch.Tensor) -> PitfallResul
 def leak_check(setup: LabSetup, inputs: torch.Tensor, j: int, *, causal: bool, bug: str | None = None) -> dict:
     """:func:`leak_report` on the correct module or the ``bug`` version, with the sidebar's causal setting.
     A version that raises gives ``{"error": text}`` instead."""
-    correct = build_correct(setup, causal=causal)
-    module = correct if bug is None else PITFALLS[bug].build(correct, setup)
+    pitfall = PITFALLS.get(bug)
+    own = pitfall is not None and pitfall.correct is not build_correct  # the lab's own class: no causal switch
+    correct = pitfall.correct(setup) if own else build_correct(setup, causal=causal)
+    module = correct if bug is None else pitfall.build(correct, setup)
     try:
         return leak_report(module, inputs, j, seed=setup.seed)
     except RuntimeError as exc:
@@ -180,7 +270,7 @@ def diff_text(key: str) -> str:
 
 
 def table() -> dict[str, list[str]]:
-    """The seven bugs with the book's line and the buggy line (the page's overview when no bug is on)."""
+    """The bugs with the correct line and the buggy line (the page's overview when no bug is on)."""
     return {"bug": [p.title for p in PITFALLS.values()],
             "the book's line": [p.correct_line for p in PITFALLS.values()],
             "the buggy line": [p.buggy_line for p in PITFALLS.values()]}

@@ -5,6 +5,8 @@ Pure torch + NumPy: no figures, no Streamlit.
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
 from dataclasses import dataclass, field
 
@@ -12,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnviz import stats
+from attnviz import checks, stats, tracing
 from attnviz.attention import MAP_STAGES, Recorder
 from attnviz.labs.pitfalls.leak import leak_report, positions_text
 from attnviz.labs.pitfalls.workbench import LabSetup, forward_rng
@@ -32,8 +34,12 @@ class Observation:
 
 
 def observe(module: nn.Module, inputs: torch.Tensor, seed: int | None = 0) -> Observation:
-    """Run ``module`` once with a Recorder; catch a RuntimeError's text.  Dropout draws from ``seed``, or
-    with ``seed=None`` continues the current RNG stream (inside a seeded section)."""
+    """Run ``module`` once with a Recorder (the book's classes) or traced from the outside (a plain module,
+    :func:`attnviz.tracing.record`); catch a RuntimeError's text.  Dropout draws from ``seed``, or with
+    ``seed=None`` continues the current RNG stream (inside a seeded section)."""
+    parameters = inspect.signature(module.forward).parameters
+    if len(parameters) < 2 or "use_cache" in parameters:  # no recorder argument: a plain module
+        return observe_traced(module, inputs, seed)
     recorder = Recorder()
     try:
         with forward_rng(module, seed), torch.no_grad():
@@ -42,6 +48,21 @@ def observe(module: nn.Module, inputs: torch.Tensor, seed: int | None = 0) -> Ob
         return Observation(maps={}, output=None, error=str(exc))
     maps = {name: recorder.steps[name][0].float().numpy().copy() for name in MAP_STAGES}  # (h, n, n) each
     return Observation(maps=maps, output=output[0].float().numpy().copy(), error=None)
+
+
+def observe_traced(module: nn.Module, inputs: torch.Tensor, seed: int | None = 0) -> Observation:
+    """:func:`observe` for a plain module: its stages as :mod:`attnviz.tracing` finds them."""
+    try:
+        with forward_rng(module, seed):
+            recording = tracing.record(module, inputs)
+    except tracing.TraceError as exc:
+        return Observation(maps={}, output=None, error=str(exc))
+    attention, _ = tracing.combine(recording.attentions)
+    found = {name: getattr(attention, name) for name in MAP_STAGES}
+    found["scaled"] = found["scaled"] if found["scaled"] is not None else found["masked"]
+    found["scores"] = found["scores"] if found["scores"] is not None else found["scaled"]
+    maps = {name: value[0].float().numpy().copy() for name, value in found.items()}  # (h, n, n) each
+    return Observation(maps=maps, output=recording.output[0].float().numpy().copy(), error=None)
 
 
 # --------------------------------------------------------------------------- detectors
@@ -164,3 +185,109 @@ def detect_nondeterminism(module, inputs, setup: LabSetup) -> Version:
     else:
         verdict = f"two calls on the same input are identical ({mode})"
     return Version(fired, verdict, first, {"call_delta": call_delta, "second": second})
+
+
+def detect_kv_groups(module, inputs, setup: LabSetup) -> Version:
+    """(8) Which K/V group each query head attends with: head h must use group h // group_size."""
+    observation = observe(module, inputs)
+    if (failed := _needs_output(observation)) is not None:
+        return failed
+    with torch.no_grad():
+        recording = tracing.record(module, inputs)
+        used = tracing.combine(recording.attentions)[0].keys[0]  # (h, n, hd): each head's keys, as used
+        b, n, _ = inputs.shape
+        own = module.W_key(inputs).view(b, n, module.num_kv_groups, module.head_dim).transpose(1, 2)[0]  # (g, n, hd)
+    groups = [int((own - head).abs().amax(dim=(-2, -1)).argmin()) for head in used]  # the group each head uses
+    wrong = [h for h, g in enumerate(groups) if g != h // module.group_size]
+    pairing = ", ".join(f"{h}→{g}" for h, g in enumerate(groups))
+    if wrong:
+        h = wrong[0]
+        verdict = (f"query head {h} attends with K/V group {groups[h]}, not {h // module.group_size} "
+                   f"(head // group_size): heads → groups {pairing} — tiled, not grouped")
+    elif module.num_kv_groups in (1, module.num_heads):
+        verdict = (f"heads → groups {pairing}: with {module.num_kv_groups} K/V group(s) for {module.num_heads} heads, "
+                   "repeat and repeat_interleave give the same pairing — no effect here")
+    else:
+        verdict = f"heads → groups {pairing}: each group serves {module.group_size} neighbouring heads, as it should"
+    return Version(bool(wrong), verdict, observation, {"groups": groups})
+
+
+def detect_window(module, inputs, setup: LabSetup) -> Version:
+    """(9) The hidden cells must be the future and the keys W or more behind: a window of exactly W."""
+    observation = observe(module, inputs)
+    if (failed := _needs_output(observation)) is not None:
+        return failed
+    window, n = module.sliding_window_size, inputs.shape[1]
+    attention = tracing.combine(tracing.record(module, inputs).attentions)[0]
+    found = checks.sliding_window(attention)
+    if found is None:  # no key far enough behind to hide: every visible cell is in the window
+        verdict = f"{n} tokens: no key is {window} or more behind a query, so a window of {window} hides nothing here"
+        return Version(False, verdict, observation, {"window": None})
+    if found != window:
+        verdict = (f"query i sees keys i − {found - 1} … i: a window of {found}, but sliding_window_size is {window} "
+                   f"(key i − {found - 1} should be hidden: diff >= W, not diff > W)")
+    else:
+        verdict = f"query i sees keys i − {window - 1} … i: a window of exactly {window}"
+    return Version(found != window, verdict, observation, {"window": found})
+
+
+def detect_rotary(module, inputs, setup: LabSetup) -> Version:
+    """(10), (11) One token repeated at every position: with rotary on q and k, a score depends only on the
+    offset i − j, and every output is the same (the values carry no position)."""
+    repeated = inputs[:, :1].expand(inputs.shape).contiguous()  # (1, n, d_in): token 0 everywhere
+    observation = observe(module, repeated)
+    if (failed := _needs_output(observation)) is not None:
+        return failed
+    scores = observation.maps["scores"].astype(np.float64)  # (h, n, n)
+    n = scores.shape[-1]
+    rows, cols = np.tril_indices(n)  # the visible cells (j ≤ i)
+    departure = np.abs(scores[:, rows, cols] - scores[:, rows - cols, 0]).max(axis=0)  # vs the diagonal's first cell
+    score_spread = np.zeros(n)  # (n,): each row's largest departure from its diagonals
+    np.maximum.at(score_spread, rows, departure)
+    output_spread = np.abs(observation.output - observation.output[:1]).max(axis=-1)  # (n,)
+    scale = max(1.0, float(np.abs(scores).max()))
+    if score_spread.max() > 1e-4 * scale:
+        verdict = (f"one token repeated: the score of offset i − j changes along its diagonal by up to "
+                   f"{score_spread.max():.3g}, so it depends on where the query is — the keys are not rotated")
+    elif output_spread.max() > 1e-4:
+        verdict = (f"one token repeated: the outputs differ between positions by up to {output_spread.max():.3g} — "
+                   "the values carry a position (rotary belongs on q and k only)")
+    else:
+        verdict = ("one token repeated: every score depends only on the offset i − j, and every output is the same "
+                   "(the values carry no position)")
+    fired = bool(score_spread.max() > 1e-4 * scale or output_spread.max() > 1e-4)
+    return Version(fired, verdict, observation, {"score_spread": score_spread, "output_spread": output_spread})
+
+
+def detect_cache(module, inputs, setup: LabSetup) -> Version:
+    """(12)–(14) :func:`attnviz.checks.kv_cache` on two sequences (the text, then the text backwards), and the
+    largest |cached − uncached| output of every cached forward."""
+    observation = observe(module, inputs)
+    if (failed := _needs_output(observation)) is not None:
+        return failed
+    sequences = torch.cat([inputs, inputs.flip(1)])  # (2, n, d_in): two different sequences
+    steps = cache_steps(copy.deepcopy(module), sequences)  # from the module as it is: a buggy reset keeps state
+    check = checks.kv_cache(module, sequences)
+    return Version(check.status == "fail", check.evidence, observation, {"steps": steps})
+
+
+def cache_steps(module, sequences: torch.Tensor) -> list[tuple[str, float]]:
+    """(step label, largest |cached − uncached| output) for each sequence's prefill and following tokens, up to
+    a cached forward that raises (its step is NaN)."""
+    n = sequences.shape[1]
+    prefill = max(1, min(n - 1, n // 2))
+    steps = []
+    with torch.no_grad():
+        expected = [module(sequence[None]) for sequence in sequences]  # (1, n, d_out) each, uncached
+        try:
+            for name, sequence, wanted in zip("AB", sequences, expected):
+                module.reset_cache()
+                for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
+                    steps.append((f"{name}: 0…{stop - 1}" if start == 0 else f"{name}: {start}", math.nan))
+                    got = module(sequence[None, start:stop], use_cache=True)  # (1, stop - start, d_out)
+                    steps[-1] = (steps[-1][0], float((got - wanted[:, start:stop]).abs().max()))
+        except RuntimeError:
+            pass  # the step that raised stays NaN
+        finally:
+            module.reset_cache()
+    return steps

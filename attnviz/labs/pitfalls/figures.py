@@ -98,8 +98,37 @@ def leak_figure(report: dict, tokens) -> go.Figure:
     return fig
 
 
+def rotary_figure(result: PitfallResult, tokens) -> go.Figure:
+    """(10), (11) One token repeated at every position: each row's largest departure of a score from its
+    diagonal (i − j), and each output's distance from position 0's — both 0 for rotary on q and k."""
+    return _bars(tokens, [("correct: score off its diagonal", result.correct.details["score_spread"], AFTER_COLOR),
+                          ("bug: score off its diagonal", result.buggy.details["score_spread"], LEAK_COLOR),
+                          ("bug: |output − output 0|", result.buggy.details["output_spread"], STILL_COLOR)],
+                 "the first token at every position: 0 = the score depends on i − j only / the output on no "
+                 "position", "largest difference")
+
+
+def cache_figure(result: PitfallResult) -> go.Figure:
+    """(12)–(14) Largest |cached − uncached| output of every cached forward: sequence A's prefill and tokens,
+    then sequence B's after the reset (0 everywhere for a correct cache; a missing bar: the step raised)."""
+    labels = [label for label, _ in result.correct.details["steps"]]
+    fig = go.Figure([go.Bar(x=[label for label, _ in version.details["steps"]],
+                            y=[value for _, value in version.details["steps"]], name=name, marker_color=color)
+                     for name, version, color in (("correct", result.correct, AFTER_COLOR),
+                                                  ("bug", result.buggy, LEAK_COLOR))])
+    fig.update_layout(title={"text": "cached vs uncached: max |Δ output| of each cached forward (A, then B after "
+                                     "the reset)", "font": {"size": 13}}, barmode="group", height=320,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35},
+                      yaxis_title="max |Δ output|")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels)
+    return fig
+
+
 def extra_figure(result: PitfallResult, tokens) -> go.Figure | None:
-    """The pitfall's own chart under the two heatmaps (row sums, entropy or call difference), None if it has none."""
-    builder = {"row_sums": row_sums_figure, "entropy": entropy_figure,
-               "dropout": call_difference_figure}.get(PITFALLS[result.key].figure)
+    """The pitfall's own chart under the two heatmaps (row sums, entropy, call difference, rotary's repeated
+    token, the cached steps), None if it has none."""
+    if PITFALLS[result.key].figure == "cache":
+        return cache_figure(result)
+    builder = {"row_sums": row_sums_figure, "entropy": entropy_figure, "dropout": call_difference_figure,
+               "rotary": rotary_figure}.get(PITFALLS[result.key].figure)
     return None if builder is None else builder(result, tokens)

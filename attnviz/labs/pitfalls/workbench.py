@@ -20,6 +20,7 @@ from attnviz.pipeline import AttentionConfig
 BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class every bug changes
 MAX_TOKENS = 64  # the lab runs on the first 64 tokens at most (every pitfall runs two modules)
 DEFAULT_DROPOUT = 0.1  # GPT_CONFIG_124M's drop_rate, used when the sidebar's p is 0 or does not apply
+DEFAULT_WINDOW = 3  # the sliding-window bug's W when the sidebar sets none: a short text already shows it
 
 
 # --------------------------------------------------------------------------- the lab's set-up
@@ -35,6 +36,8 @@ class LabSetup:
     dropout: float
     seed: int
     notes: tuple[str, ...] = field(default=())
+    num_kv_groups: int = 1  # the grouped-query bug's K/V heads
+    sliding_window_size: int = DEFAULT_WINDOW  # the sliding-window bug's W
 
     @property
     def head_dim(self) -> int:
@@ -83,7 +86,21 @@ def lab_setup(config: AttentionConfig, n_tokens: int, wanted_heads: int | None =
         notes.append(f"Dropout p is {DEFAULT_DROPOUT} (GPT-2's drop_rate): with p = 0, forgetting eval() would be "
                      "harmless.")
     return LabSetup(d_in=config.d_in, d_out=config.d_out, num_heads=num_heads, context_length=config.context_length,
-                    dropout=float(dropout), seed=config.seed, notes=tuple(notes))
+                    dropout=float(dropout), seed=config.seed, notes=tuple(notes),
+                    num_kv_groups=lab_kv_groups(num_heads, getattr(config, "num_kv_groups", None)),
+                    sliding_window_size=_positive(getattr(config, "sliding_window_size", None)) or DEFAULT_WINDOW)
+
+
+def lab_kv_groups(num_heads: int, wanted: int | None) -> int:
+    """K/V groups for the grouped-query bug: ``wanted`` when it groups the heads (1 < groups < heads, dividing
+    them), else half the heads (two query heads per group), else 1 (too few heads to group)."""
+    if isinstance(wanted, int) and 1 < wanted < num_heads and num_heads % wanted == 0:
+        return wanted
+    return num_heads // 2 if num_heads >= 4 and num_heads % 2 == 0 else 1
+
+
+def _positive(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def lab_inputs(input_embeddings: np.ndarray) -> torch.Tensor:

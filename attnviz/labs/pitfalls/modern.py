@@ -1,0 +1,214 @@
+"""Pitfall lab, today's attention as a learner writes it: grouped-query, sliding-window, rotary and KV-cached
+attention, each a plain ``nn.Module`` in the book's style (its bonus material's names: ``num_kv_groups``,
+``group_size``, ``sliding_window_size``, ``use_cache``, ``cache_k``/``cache_v``, ``ptr_current_pos``,
+``reset_cache()``), and their classic bugs, each one line away (:func:`~attnviz.labs.pitfalls.bugs.one_line_changed`).
+
+These are the lab's own classes, not the app's variants: short enough to read on the page, with the line a bug
+changes written once.  Pure torch: no figures, no Streamlit.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attnviz.labs.pitfalls.bugs import one_line_changed
+
+
+def rope_angles(head_dim: int, context_length: int, theta_base: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles, (context_length, head_dim): position p turns feature pair i by p·θ_i."""
+    inv_freq = 1.0 / theta_base ** (torch.arange(0, head_dim, 2).float() / head_dim)  # (head_dim / 2,)
+    angles = torch.arange(context_length).float()[:, None] * inv_freq[None, :]  # (ctx, head_dim / 2)
+    angles = torch.cat([angles, angles], dim=-1)  # (ctx, head_dim): both halves of a pair turn together
+    return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (b, h, n, head_dim) with the features of position p rotated by p's angles (the first n positions)."""
+    n, half = x.shape[-2], x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (b, h, n, head_dim)
+    return x * cos[:n] + rotated * sin[:n]  # (b, h, n, head_dim) * (n, head_dim) -> (b, h, n, head_dim)
+
+
+class _Projections(nn.Module):
+    """The book's W_query, W_key, W_value, out_proj, dropout and causal mask (keys and values ``kv_out`` wide)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, kv_out=None, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, kv_out or d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, kv_out or d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1),
+                             persistent=False)
+
+
+class GroupedQueryAttention(_Projections):
+    """num_kv_groups K/V heads, each shared by group_size = num_heads // num_kv_groups neighbouring query heads."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups, qkv_bias=False):
+        assert num_heads % num_kv_groups == 0, "num_heads must be divisible by num_kv_groups"
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, num_kv_groups * (d_out // num_heads),
+                         qkv_bias)
+        self.num_kv_groups = num_kv_groups
+        self.group_size = num_heads // num_kv_groups
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = self.W_key(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        values = self.W_value(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        keys, values = keys.repeat_interleave(self.group_size, dim=1), values.repeat_interleave(self.group_size, dim=1)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)  # (b, h, n, n)
+        attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim**0.5, dim=-1))  # (b, h, n, n)
+        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, n, n) @ (b, h, n, hd) -> (b, n, h, hd)
+        return self.out_proj(context_vec.contiguous().view(b, num_tokens, self.d_out))  # (b, n, d_out)
+
+
+class SlidingWindowAttention(_Projections):
+    """Query i sees keys i − sliding_window_size + 1 … i: the future and the keys W or more behind are hidden."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias=qkv_bias)
+        self.sliding_window_size = sliding_window_size
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        queries, keys, values = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        positions = torch.arange(num_tokens, device=x.device)  # (n,)
+        diff = positions[:, None] - positions[None, :]  # (n, n): how far key j is behind query i
+        mask_bool = (diff < 0) | (diff >= self.sliding_window_size)  # (n, n): the future, and keys W or more behind
+        attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, n, n)
+        attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim**0.5, dim=-1))  # (b, h, n, n)
+        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, n, n) @ (b, h, n, hd) -> (b, n, h, hd)
+        return self.out_proj(context_vec.contiguous().view(b, num_tokens, self.d_out))  # (b, n, d_out)
+
+
+class RotaryAttention(_Projections):
+    """MultiHeadAttention with rotary position embeddings: q and k rotated by their positions before QKᵀ, so a
+    score depends on how far apart two tokens are, not where they are; the values carry no position."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, theta_base=10_000.0):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias=qkv_bias)
+        cos, sin = rope_angles(self.head_dim, context_length, theta_base)  # (ctx, hd) each
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        queries, keys, values = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        queries, keys = apply_rope(queries, self.cos, self.sin), apply_rope(keys, self.cos, self.sin)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)  # (b, h, n, n)
+        attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim**0.5, dim=-1))  # (b, h, n, n)
+        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, n, n) @ (b, h, n, hd) -> (b, n, h, hd)
+        return self.out_proj(context_vec.contiguous().view(b, num_tokens, self.d_out))  # (b, n, d_out)
+
+
+class CachedMultiHeadAttention(_Projections):
+    """The book's MultiHeadAttention with a KV cache: with ``use_cache=True`` the new tokens' keys and values join
+    ``cache_k``/``cache_v``, and ``ptr_current_pos`` (the position of the first new token) picks the mask's rows;
+    ``reset_cache()`` starts a new sequence."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias=qkv_bias)
+        self.register_buffer("cache_k", None, persistent=False)
+        self.register_buffer("cache_v", None, persistent=False)
+        self.ptr_current_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens, d_in = x.shape
+        queries, keys_new, values_new = (w(x).view(b, num_tokens, self.num_heads, self.head_dim)
+                                         for w in (self.W_query, self.W_key, self.W_value))  # (b, n, h, hd) each
+        if use_cache:
+            if self.cache_k is None:
+                self.cache_k, self.cache_v = keys_new, values_new  # (b, n, h, hd)
+            else:
+                self.cache_k = torch.cat([self.cache_k, keys_new], dim=1)  # (b, n_cached + n, h, hd)
+                self.cache_v = torch.cat([self.cache_v, values_new], dim=1)  # (b, n_cached + n, h, hd)
+            keys, values = self.cache_k, self.cache_v
+        else:
+            keys, values = keys_new, values_new
+        queries, keys, values = queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)  # (b, h, ·, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n_q, hd) @ (b, h, hd, n_k) -> (b, h, n_q, n_k)
+        num_tokens_Q, num_tokens_K = queries.shape[-2], keys.shape[-2]
+        if use_cache:
+            mask_bool = self.mask.bool()[self.ptr_current_pos:self.ptr_current_pos + num_tokens_Q, :num_tokens_K]
+            self.ptr_current_pos += num_tokens_Q
+        else:
+            mask_bool = self.mask.bool()[:num_tokens_Q, :num_tokens_K]  # (n_q, n_k)
+        attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, n_q, n_k)
+        attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1))  # (b, h, n_q, n_k)
+        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, n_q, n_k) @ (b, h, n_k, hd) -> (b, n_q, h, hd)
+        return self.out_proj(context_vec.contiguous().view(b, num_tokens, self.d_out))  # (b, n_q, d_out)
+
+    def reset_cache(self):
+        self.cache_k, self.cache_v, self.ptr_current_pos = None, None, 0
+
+
+# --------------------------------------------------------------------------- the bugs, one line each
+
+GQA_LINE = ("keys, values = keys.repeat_interleave(self.group_size, dim=1), "
+            "values.repeat_interleave(self.group_size, dim=1)")
+GQA_BUG = "keys, values = keys.repeat(1, self.group_size, 1, 1), values.repeat(1, self.group_size, 1, 1)"
+WINDOW_LINE = "mask_bool = (diff < 0) | (diff >= self.sliding_window_size)"
+WINDOW_BUG = "mask_bool = (diff < 0) | (diff > self.sliding_window_size)"
+ROPE_LINE = "queries, keys = apply_rope(queries, self.cos, self.sin), apply_rope(keys, self.cos, self.sin)"
+ROPE_QUERIES_BUG = "queries = apply_rope(queries, self.cos, self.sin)"
+ROPE_VALUES_BUG = "queries, keys, values = (apply_rope(t, self.cos, self.sin) for t in (queries, keys, values))"
+ADVANCE_LINE = "self.ptr_current_pos += num_tokens_Q"
+ADVANCE_BUG = "pass  # the position is never moved on"
+RESET_LINE = "self.cache_k, self.cache_v, self.ptr_current_pos = None, None, 0"
+RESET_BUG = "self.cache_k, self.cache_v = None, None"
+KEEP_LINE = "keys, values = self.cache_k, self.cache_v"
+KEEP_BUG = "keys, values = self.cache_k, self.cache_v = self.cache_k[:, -4:], self.cache_v[:, -4:]"
+
+
+class RepeatNotInterleave(GroupedQueryAttention):
+    """``repeat`` tiles the groups (0, 1, 0, 1): query head h gets group h % num_kv_groups, not h // group_size."""
+
+    forward = one_line_changed(GroupedQueryAttention.forward, GQA_LINE, GQA_BUG + "  # BUG: (b, h, n, hd), tiled")
+
+
+class WindowOffByOne(SlidingWindowAttention):
+    """``diff > W``: query i also sees key i − W, a window of W + 1."""
+
+    forward = one_line_changed(SlidingWindowAttention.forward, WINDOW_LINE, WINDOW_BUG + "  # BUG: (n, n), W + 1 wide")
+
+
+class RopeOnQueriesOnly(RotaryAttention):
+    """Only the queries are rotated: a score depends on the query's position, not on the distance."""
+
+    forward = one_line_changed(RotaryAttention.forward, ROPE_LINE, ROPE_QUERIES_BUG + "  # BUG: keys not rotated")
+
+
+class RopeOnValues(RotaryAttention):
+    """The values are rotated too: the context carries each key's absolute position."""
+
+    forward = one_line_changed(RotaryAttention.forward, ROPE_LINE, ROPE_VALUES_BUG + "  # BUG: values rotated")
+
+
+class PositionNeverAdvances(CachedMultiHeadAttention):
+    """ptr_current_pos stays 0: every cached token is masked as if it were the first."""
+
+    forward = one_line_changed(CachedMultiHeadAttention.forward, ADVANCE_LINE, ADVANCE_BUG)
+
+
+class ResetForgetsPosition(CachedMultiHeadAttention):
+    """reset_cache() empties the cache but keeps ptr_current_pos: the next sequence starts mid-way."""
+
+    reset_cache = one_line_changed(CachedMultiHeadAttention.reset_cache, RESET_LINE,
+                                   RESET_BUG + "  # BUG: ptr_current_pos kept")
+
+
+class CacheKeepsTooLittle(CachedMultiHeadAttention):
+    """The cache is cut to the last 4 tokens (a window) though every query attends to all earlier ones."""
+
+    forward = one_line_changed(CachedMultiHeadAttention.forward, KEEP_LINE, KEEP_BUG + "  # BUG: keeps 4 tokens")
