@@ -11,9 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz import attention, embedding, pipeline, tokens
-from attnviz.pipeline import AttentionConfig, ConfigError, EmptyTextError, InputError, preset_config, run
+from attnviz import attention, embedding, pipeline, tokens, variants
+from attnviz.config import (
+    MAX_CHARS,
+    AttentionConfig,
+    ConfigError,
+    EmptyTextError,
+    InputError,
+    available_devices,
+    preset_config,
+    resolve_device,
+)
+from attnviz.pipeline import run
 from attnviz.producers import book
+from attnviz.producers.book import build_module
+from attnviz.trace import Trace
 
 JOURNEY = embedding.JOURNEY_TEXT
 TEXT = "Attention lets every token look back at the tokens before it."
@@ -30,7 +42,7 @@ def upper_mask(n: int) -> np.ndarray:
     return np.triu(np.ones((n, n), dtype=bool), k=1)
 
 
-def assert_traces_equal(first: pipeline.Trace, second: pipeline.Trace) -> None:
+def assert_traces_equal(first: Trace, second: Trace) -> None:
     assert first.token_ids == second.token_ids
     assert first.steps.keys() == second.steps.keys()
     for name in first.steps:
@@ -43,13 +55,13 @@ def assert_traces_equal(first: pipeline.Trace, second: pipeline.Trace) -> None:
 # ============================== the Trace ==============================
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_run_every_variant_gives_a_complete_trace(variant):
     config = small(variant)
     trace = run(TEXT, config)
     ids = tokens.encode(TEXT)
     n = len(ids)
-    heads = 2 if variant in pipeline.MULTI_HEAD_VARIANTS else 1
+    heads = 2 if variant in tuple(name for name, v in variants.VARIANTS.items() if v.multi_head) else 1
     width = 8
     assert trace.config == config
     assert trace.text == TEXT
@@ -146,7 +158,7 @@ def test_wrapper_shapes_show_one_head_times_h_then_concat():
     )
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 @pytest.mark.parametrize("seed", [0, 123, 2**32 - 1])
 def test_run_equals_seeding_the_book_classes_by_hand(variant, seed):
     config = small(variant, seed=seed)
@@ -154,7 +166,7 @@ def test_run_equals_seeding_the_book_classes_by_hand(variant, seed):
     torch.manual_seed(seed)
     layer = embedding.InputEmbedding(8, 64)
     torch.manual_seed(seed)
-    module = pipeline.build_module(config).eval()
+    module = build_module(config).eval()
     with torch.no_grad():
         x = layer(torch.tensor([ids]))["input"]
         expected = module(x)
@@ -285,7 +297,7 @@ def test_gpt2_small_on_1024_tokens():
 @pytest.mark.parametrize(
     "overrides", [{}, {"train": True, "dropout": 0.3}, {"train": True, "dropout": 0.5, "causal": False}]
 )
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_same_config_and_text_give_bitwise_identical_traces(variant, overrides):
     config = small(variant, **overrides)
     first = run(TEXT, config)
@@ -302,7 +314,7 @@ def test_same_config_and_text_give_bitwise_identical_traces(variant, overrides):
         assert not np.array_equal(first.steps["dropped"], first.steps["weights"])
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_different_seeds_give_different_arrays(variant):
     first = run(TEXT, small(variant, seed=1))
     second = run(TEXT, small(variant, seed=2))
@@ -311,7 +323,7 @@ def test_different_seeds_give_different_arrays(variant):
     assert not np.array_equal(first.embeddings["input"], second.embeddings["input"])
 
 
-@pytest.mark.parametrize("variant", pipeline.DROPOUT_VARIANTS)
+@pytest.mark.parametrize("variant", tuple(name for name, v in variants.VARIANTS.items() if v.dropout))
 def test_train_mode_dropout_differs_from_eval(variant):
     eval_trace = run(TEXT, small(variant, dropout=0.5))
     train_trace = run(TEXT, small(variant, dropout=0.5, train=True))
@@ -345,10 +357,10 @@ def test_context_length_bounds_the_tokens():
 
 
 def test_more_than_max_chars_gives_a_note():
-    text = "ab " * (pipeline.MAX_CHARS // 3 + 10)
-    assert len(text) > pipeline.MAX_CHARS
+    text = "ab " * (MAX_CHARS // 3 + 10)
+    assert len(text) > MAX_CHARS
     trace = run(text, small(context_length=16))
-    assert trace.text == text[: pipeline.MAX_CHARS]
+    assert trace.text == text[: MAX_CHARS]
     assert trace.n == 16
     assert any(re.search(r"40,?000 characters", note) for note in trace.notes)
 
@@ -418,7 +430,7 @@ def test_config_error_messages(overrides, message):
     ("d_out", "heads", "suggested"),
     [(768, 7, [4, 6, 8]), (1024, 24, [8, 16, 32]), (1280, 36, [32, 40, 20]), (10, 3, [1, 2, 5]), (7, 2, [1, 7])],
 )
-@pytest.mark.parametrize("variant", pipeline.MULTI_HEAD_VARIANTS)
+@pytest.mark.parametrize("variant", tuple(name for name, v in variants.VARIANTS.items() if v.multi_head))
 def test_non_divisible_heads_message_suggests_real_divisors(variant, d_out, heads, suggested):
     with pytest.raises(ConfigError) as info:
         small(variant, d_out=d_out, num_heads=heads).validate()
@@ -459,7 +471,7 @@ def test_valid_configs_validate_to_themselves():
 
 def test_cuda_on_a_gpu_less_machine_falls_back_to_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    device, notes = pipeline.resolve_device("cuda")
+    device, notes = resolve_device("cuda")
     assert device == "cpu"
     assert len(notes) == 1
     assert "CUDA" in notes[0]
@@ -477,25 +489,25 @@ def test_run_with_cuda_here_runs_on_cpu_with_a_note():
 def test_auto_without_accelerators_is_cpu_without_notes(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    assert pipeline.resolve_device("auto") == ("cpu", [])
-    assert pipeline.resolve_device("cpu") == ("cpu", [])
-    device, notes = pipeline.resolve_device("mps")
+    assert resolve_device("auto") == ("cpu", [])
+    assert resolve_device("cpu") == ("cpu", [])
+    device, notes = resolve_device("mps")
     assert device == "cpu"
     assert "MPS" in notes[0]
-    assert pipeline.available_devices() == ["auto", "cpu"]
+    assert available_devices() == ["auto", "cpu"]
 
 
 def test_auto_picks_cuda_when_present(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert pipeline.resolve_device("auto") == ("cuda", [])
-    assert pipeline.resolve_device("cuda") == ("cuda", [])
-    assert "cuda" in pipeline.available_devices()
+    assert resolve_device("auto") == ("cuda", [])
+    assert resolve_device("cuda") == ("cuda", [])
+    assert "cuda" in available_devices()
 
 
 def test_auto_picks_mps_when_only_mps_is_present(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    assert pipeline.resolve_device("auto") == ("mps", [])
+    assert resolve_device("auto") == ("mps", [])
 
 
 def test_cuda_out_of_memory_falls_back_to_cpu(monkeypatch):
@@ -569,7 +581,8 @@ def test_lone_surrogates_run_with_a_note(text):
 
 
 def test_trace_cache_is_bounded_by_bytes_and_reuses_traces():
-    from attnviz.pipeline import TraceCache, trace_nbytes
+    from attnviz.pipeline import TraceCache
+    from attnviz.trace import trace_nbytes
 
     config = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=256)
     long_text = "word " * 300  # 256 tokens after truncation
@@ -586,7 +599,8 @@ def test_trace_cache_is_bounded_by_bytes_and_reuses_traces():
 
 def test_trace_cache_makes_room_before_a_run_so_cache_plus_new_trace_stay_in_bounds(monkeypatch):
     from attnviz import pipeline
-    from attnviz.pipeline import TraceCache, estimate_nbytes, trace_nbytes
+    from attnviz.pipeline import TraceCache, estimate_nbytes
+    from attnviz.trace import trace_nbytes
 
     config = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=256)
     long_text = "word " * 300  # 256 tokens after truncation
@@ -616,7 +630,8 @@ def test_trace_cache_makes_room_before_a_run_so_cache_plus_new_trace_stay_in_bou
 def test_trace_cache_prefetch_only_evicts_what_it_is_allowed_to():
     """A prefetch runs only if its trace fits after evicting the traces ``evictable`` allows, oldest first; a plan
     that cannot make room evicts nothing; after the run the real size must fit the same way, or it is not cached."""
-    from attnviz.pipeline import TraceCache, trace_nbytes
+    from attnviz.pipeline import TraceCache
+    from attnviz.trace import trace_nbytes
 
     config = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=256)
     long_text = "word " * 300  # 256 tokens after truncation
@@ -642,7 +657,8 @@ def test_prefetching_a_layer_keeps_the_one_on_screen_and_every_other_inputs_trac
     """The Heads page's rule (``ui.cache.prefetch_trace``): to make room for the next layer only other layers of the
     same text and checkpoint are evicted — never the layer on screen nor another text's trace."""
     from attnviz import models
-    from attnviz.pipeline import TraceCache, trace_nbytes
+    from attnviz.pipeline import TraceCache
+    from attnviz.trace import trace_nbytes
     from attnviz.ui import cache as ui_cache
 
     text, other_text = "The cat sat on the mat. " * 8, "A dog ran in the park. " * 8
@@ -671,7 +687,7 @@ def test_prefetching_a_layer_keeps_the_one_on_screen_and_every_other_inputs_trac
 
 def test_trace_nbytes_counts_shared_storage_once():
     """In eval mode ``dropped`` is ``weights`` (the same tensor): its bytes count once."""
-    from attnviz.pipeline import trace_nbytes
+    from attnviz.trace import trace_nbytes
 
     trace = run(TEXT, small("mha"))
     arrays = [*trace.steps.values(), *trace.embeddings.values(), trace.output]
@@ -682,7 +698,7 @@ def test_trace_nbytes_counts_shared_storage_once():
 
 
 def test_trace_nbytes_counts_separate_storage_fully():
-    from attnviz.pipeline import trace_nbytes
+    from attnviz.trace import trace_nbytes
 
     trace = run(TEXT, small("mha", dropout=0.5, train=True))  # dropout ran: dropped is a new tensor
     arrays = [*trace.steps.values(), *trace.embeddings.values(), trace.output]
@@ -750,7 +766,8 @@ def test_a_failed_run_is_not_cached_and_every_waiter_sees_the_error(monkeypatch)
 def test_cache_key_is_the_prepared_text():
     """A paste longer than MAX_CHARS is stored under the text that was tokenized, so looking the Trace up
     again by its own text (what fragments and downloads keep) hits."""
-    from attnviz.pipeline import MAX_CHARS, TraceCache
+    from attnviz.config import MAX_CHARS
+    from attnviz.pipeline import TraceCache
 
     long_text = "word " * (MAX_CHARS // 5 + 2000)
     cache = TraceCache(max_bytes=2**30)
@@ -787,7 +804,7 @@ def test_app_dropped_stage_follows_the_books_dropout():
         [0.2175, 0.1983, 0.1984, 0.1888, 0.1971, 0.0000], [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
     ], atol=ATOL)
     torch.manual_seed(789)
-    pipeline.build_module(config)  # the draws the module's creation took
+    build_module(config)  # the draws the module's creation took
     expected = torch.nn.Dropout(0.5)(weights.unsqueeze(0))[0]  # the book's dropout(attn_weights), same state
     assert torch.equal(torch.from_numpy(trace.steps["dropped"][0, 0].copy()), expected)
     # and with the book's own re-seed, that call prints the book's dropout printout

@@ -15,7 +15,8 @@ from attnviz import ablation
 from attnviz.views import figures, source
 
 if TYPE_CHECKING:
-    from attnviz.pipeline import AttentionConfig, Trace
+    from attnviz.config import AttentionConfig
+    from attnviz.trace import Trace
 
 # the Steps page's stages, in order, with their labels (attention.STAGES names every recorded tensor)
 STEP_LABELS = {

@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from attnviz import attention, pipeline
+from attnviz import attention, pipeline, variants
+from attnviz.config import AttentionConfig
 from attnviz.labs import compare
-from attnviz.pipeline import AttentionConfig
+from attnviz.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -172,9 +173,9 @@ def test_max_abs_diff_refuses_different_shapes():
 # ============================== every variant on the same inputs
 
 
-def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> pipeline.Trace:
+def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> Trace:
     config = AttentionConfig(variant=variant, d_in=16, d_out=16 if variant != "simplified" else 16,
-                             num_heads=4 if variant in pipeline.MULTI_HEAD_VARIANTS else 1, **overrides)
+                             num_heads=4 if variant in tuple(name for name, v in variants.VARIANTS.items() if v.multi_head) else 1, **overrides)
     return pipeline.run(text, config)
 
 
@@ -182,7 +183,7 @@ def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> pi
 def test_every_variant_runs_on_the_trace_inputs(causal):
     trace = small_trace(causal=causal)
     result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
-    assert [v.variant for v in result.variants] == list(pipeline.VARIANTS)
+    assert [v.variant for v in result.variants] == list(variants.LABELS)
     assert result.n == trace.n == result.total_tokens and not result.truncated
     assert all(v.output_shape == (1, trace.n, 16) for v in result.variants)
     assert {v.variant: v.heads for v in result.variants} == {
@@ -197,7 +198,7 @@ def test_every_variant_runs_on_the_trace_inputs(causal):
     assert all(check.ok for check in result.checks)
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_same_seed_same_weights_as_the_app_shows_for_that_variant(variant):
     """Each variant here is the module the other pages run for it (same seed, same embeddings)."""
     trace = small_trace(variant=variant, seed=7)
@@ -291,7 +292,7 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     at = default_page
     assert at.title[0].value == "Compare variants"
     assert len(heatmap_figures(at)) == 6
-    assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(pipeline.VARIANTS.values())
+    assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(variants.LABELS.values())
     assert sum(t.startswith("▶ ") for t in titles(at)) == 1  # the sidebar's variant is marked
     found = badges(at)
     assert len(found) == 3

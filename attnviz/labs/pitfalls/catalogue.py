@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention
 from attnviz.labs.pitfalls.bugs import (
     MaskedFillWithoutUnderscore,
@@ -34,7 +33,8 @@ from attnviz.labs.pitfalls.detectors import (
 )
 from attnviz.labs.pitfalls.leak import leak_report
 from attnviz.labs.pitfalls.workbench import LabSetup, build_correct, copy_weights, lab_inputs, lab_setup
-from attnviz.pipeline import Trace
+from attnviz.rng import seeded
+from attnviz.trace import Trace
 
 # --------------------------------------------------------------------------- the catalogue
 
@@ -64,7 +64,7 @@ class Pitfall:
 
 def _subclass(cls: type[MultiHeadAttention]) -> Callable[[MultiHeadAttention, LabSetup], nn.Module]:
     def build(correct: MultiHeadAttention, setup: LabSetup) -> nn.Module:
-        with pipeline.seeded(setup.seed):  # the constructor draws weights (replaced right after): hold the RNG
+        with seeded(setup.seed):  # the constructor draws weights (replaced right after): hold the RNG
             buggy = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads,
                         causal=correct.causal)
         return copy_weights(correct, buggy).eval()
