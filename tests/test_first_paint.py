@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import attnviz_tables
+from helpers.apptest import attnviz_tables
 
 from attnviz import embedding, pipeline, ui
 from attnviz.config import AttentionConfig

@@ -462,7 +462,7 @@ def test_flow_rejects_a_trace_from_another_variant():
 
 @pytest.mark.parametrize("flash", [True, False])
 def test_a_traced_modules_op_path_is_valid_dot_in_the_order_it_ran(flash):
-    import user_modules as um
+    from helpers import user_modules as um
 
     from attnviz import tracing
 

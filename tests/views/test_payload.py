@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-from conftest import plotly_figures
+from helpers.apptest import plotly_figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import pipeline, tokens
@@ -75,7 +75,7 @@ def heads_app(text: str) -> AppTest:
 
 def z_shape(trace: dict) -> tuple[int, ...]:
     z = trace["z"]
-    if hasattr(z, "shape"):  # a canvas chart's values (tests/conftest.canvas_figure)
+    if hasattr(z, "shape"):  # a canvas chart's values (helpers.apptest.canvas_figure)
         return tuple(z.shape)
     if isinstance(z, dict):  # NumPy array sent as {"dtype", "bdata", "shape"}
         return tuple(int(s) for s in str(z["shape"]).split(","))
