@@ -293,6 +293,7 @@ assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow  # trains a model in a fresh process
 def test_a_servers_first_training_freezes_what_its_first_step_imported_and_no_later_one_does():
     """The optimiser's first step imports torch._dynamo, sympy and mpmath (~120,000 objects) after setup() froze
     the imports: the first training freezes them too, so the collection after each run does not walk them again."""

@@ -231,6 +231,7 @@ def test_arrays_are_bitwise_identical_across_processes():
     script = (
         "import json,hashlib,numpy as np\n"
         "from attnviz import pipeline\n"
+        "from attnviz.config import AttentionConfig\n"
         f"cfg = AttentionConfig(**{dataclasses.asdict(DETERMINISM_CONFIG)!r})\n"
         "t = pipeline.run('the same text twice', cfg)\n"
         "d = hashlib.sha256()\n"
