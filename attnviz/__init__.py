@@ -1,29 +1,63 @@
 """attnviz — see how GPT-style attention works (Raschka, *Build a LLM From Scratch*, Ch. 3).
 
+What a user calls (docs/api.md):
+
+* ``run(text, AttentionConfig(...))`` -> ``Trace``: a text through the book's classes or a GPT model's layer,
+  every step and every head (``trace.steps["weights"]`` is ``(1, heads, n, n)``);
+* ``AttentionConfig``: the settings of a run (variant, sizes, seed, weights, layer …), validated;
+* ``Trace``: what every run returns — tokens, the named steps as float32 arrays, shapes, notes;
+* ``trace_module(module, text_or_x)`` -> ``Trace``: any attention ``nn.Module``, unchanged, traced;
+* ``check_module(module)`` -> the rules of attention with evidence, one result per rule;
+* ``show(trace)``: the Heads view inline in Jupyter;
+* ``explain_weight(trace, head, query, key)``: why one weight is what it is — q_i[d]·k_j[d] per dimension, their
+  sum (the score), the scaled score and the softmax over the query's row;
+* ``models``: the book's ``GPTModel``, checkpoints, knock-outs, rollout and the logit lens.
+
+Everything else is internal and may change.  Importing this package imports nothing else: each name loads its
+module on first use, so ``import attnviz`` (and the ``attnviz`` command's ``--help``) stays free of torch.
+
 Data flows one way: text or token ids → a producer (the book's classes, a GPT model's layer, or your own
 module) → ``Trace`` → ``views`` (Plotly, the shape diagram) → Streamlit pages (glue in ``attnviz.ui``, the
 only place here that imports Streamlit).
-
-From code or a notebook: ``attnviz.trace_module(module, text_or_x)`` traces any attention module,
-``attnviz.check_module(module)`` checks it by rule, ``attnviz.show(trace)`` draws its heads inline and
-``attnviz.explain_weight(trace, head, query, key)`` splits one weight into q_i[d]·k_j[d] products, score,
-scaled score and softmax row.
-
-Importing this package imports nothing else (those four load on first use): ``attnviz.ui`` imports pandas
-before any figure can be built (its docstring says why).
 """
 
-_LAZY = {"trace_module": "attnviz.tracing", "check_module": "attnviz.checks", "show": "attnviz.views.notebook",
-         "explain_weight": "attnviz.explain"}
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# name -> (module, attribute; None: the module itself)
+_PUBLIC = {
+    "run": ("attnviz.pipeline", "run"),
+    "AttentionConfig": ("attnviz.config", "AttentionConfig"),
+    "Trace": ("attnviz.trace", "Trace"),
+    "trace_module": ("attnviz.tracing", "trace_module"),
+    "check_module": ("attnviz.checks", "check_module"),
+    "show": ("attnviz.views.notebook", "show"),
+    "explain_weight": ("attnviz.explain", "explain_weight"),
+    "models": ("attnviz.models", None),
+}
+__all__ = ["AttentionConfig", "Trace", "check_module", "explain_weight", "models", "run", "show", "trace_module"]
+
+if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run time __getattr__ loads them
+    from attnviz import models
+    from attnviz.checks import check_module
+    from attnviz.config import AttentionConfig
+    from attnviz.explain import explain_weight
+    from attnviz.pipeline import run
+    from attnviz.trace import Trace
+    from attnviz.tracing import trace_module
+    from attnviz.views.notebook import show
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
+    """Load a public name's module on first use (``attnviz.run``, ``attnviz.models`` …)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
+    module_name, attribute = _PUBLIC[name]
+    module = importlib.import_module(module_name)
+    return module if attribute is None else getattr(module, attribute)
 
 
 def __dir__():
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *__all__])

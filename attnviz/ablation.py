@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from attnviz.pipeline import Trace
 from attnviz.stats import row_entropy
+from attnviz.trace import Trace
 
 DK_VALUES = tuple(2**i for i in range(11))  # 1, 2, 4, …, 1024
 ROWS_PER_DK = 4096  # query rows drawn per dₖ (in batches of n tokens), enough for ~5 % variance estimates

@@ -2,8 +2,8 @@
 
 ``run`` bounds and tokenizes the text, asks the config's producer (:mod:`attnviz.producers`: the book's classes
 or a GPT model's layer) which config it really runs, and returns that producer's Trace.  ``TraceCache`` keeps
-Traces by bytes for every session.  The names a run needs (``AttentionConfig``, ``Trace``, the errors, the
-limits, ``seeded``) are importable from here too.
+Traces by bytes for every session.  ``AttentionConfig`` and the errors live in :mod:`attnviz.config`, ``Trace`` in
+:mod:`attnviz.trace`, text cleaning in :mod:`attnviz.text`.
 """
 
 from __future__ import annotations
@@ -12,42 +12,13 @@ import collections
 import threading
 from collections.abc import Callable
 
-from attnviz import producers, tokens, variants
-from attnviz.config import (
-    DEVICES,
-    MAX_CHARS,
-    MAX_CONTEXT_LENGTH,
-    MAX_DIM,
-    MAX_HEADS,
-    MAX_LAYERS,
-    MAX_SEED,
-    AttentionConfig,
-    ConfigError,
-    EmptyTextError,
-    InputError,
-    available_devices,
-    divisors,
-    nearest_divisors,
-    preset_config,
-    resolve_device,
-)
+from attnviz import producers, tokens
+from attnviz.config import AttentionConfig, InputError
 from attnviz.producers import book
-from attnviz.producers.book import build_module
-from attnviz.rng import RNG_LOCK, seeded
 from attnviz.text import clean_text, prepare_text
-from attnviz.trace import ModelRun, Trace, trace_nbytes
+from attnviz.trace import Trace, trace_nbytes
 
-__all__ = [
-    "DEVICES", "MAX_CHARS", "MAX_CONTEXT_LENGTH", "MAX_DIM", "MAX_HEADS", "MAX_LAYERS", "MAX_SEED", "RNG_LOCK",
-    "AttentionConfig", "ConfigError", "EmptyTextError", "InputError", "ModelRun", "Trace", "TraceCache",
-    "available_devices", "build_module", "clean_text", "divisors", "estimate_nbytes", "nearest_divisors", "prepare",
-    "prepare_text", "preset_config", "resolve_device", "run", "run_ids", "seeded", "settle", "trace_nbytes",
-]
-
-# Compatibility views of the registry (attnviz.variants is the one place a variant or preset is defined)
-VARIANTS = variants.LABELS  # name -> label (the same dict: variants.register() updates it)
-MULTI_HEAD_VARIANTS = tuple(name for name, v in variants.VARIANTS.items() if v.multi_head)
-DROPOUT_VARIANTS = tuple(name for name, v in variants.VARIANTS.items() if v.dropout)
+__all__ = ["TraceCache", "estimate_nbytes", "prepare", "run", "run_ids", "settle"]
 
 
 def run(text: str, config: AttentionConfig) -> Trace:

@@ -51,8 +51,8 @@ class Trace:
     token_ids: tuple[int, ...]
     token_details: tuple[tokens.Token, ...]  # pieces with character offsets and special flags
     embeddings: dict[str, np.ndarray]  # "token", "position", "input": (n, d_in) each
-    steps: dict[str, np.ndarray]  # named intermediates (attention.STAGES); maps are (1, heads, n, n)
-    output: np.ndarray  # (1, n, d_out)
+    steps: dict[str, np.ndarray]  # named intermediates (attention.STAGES); maps are (batch, heads, n, n), batch 1 but
+    output: np.ndarray  # (batch, n, d_out)                          for trace_module on a batch; views draw item 0
     shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (stage, shape) in pipeline order, from real tensors
     device: str  # the device that actually ran
     notes: tuple[str, ...] = field(default=())  # things the user should know (truncation, fallback)

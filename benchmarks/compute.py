@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from attnviz import attention, pipeline, tokens  # noqa: E402
+from attnviz.config import AttentionConfig, preset_config  # noqa: E402
 from attnviz.labs import implementations
 from attnviz.producers import book  # noqa: E402
 from attnviz.text import prepare_text  # noqa: E402
@@ -53,7 +54,7 @@ def text_of(n: int) -> str:
     return text
 
 
-def variants(n: int, config: pipeline.AttentionConfig):
+def variants(n: int, config: AttentionConfig):
     """name -> zero-argument callable, all on the same module, input and weights as ``run()``."""
     text = text_of(n)
     _, token_ids, _ = prepare_text(text, config.context_length)
@@ -115,7 +116,7 @@ def time_interleaved(functions: dict, repeats: int, warmup: int, min_seconds: fl
     return times
 
 
-def cold_run_ms(n: int, config: pipeline.AttentionConfig) -> float:
+def cold_run_ms(n: int, config: AttentionConfig) -> float:
     """run() right after the module and embedding caches were cleared (a new seed/size in the app)."""
     book._seeded_module.cache_clear()
     book._embedding_layer.cache_clear()
@@ -143,7 +144,7 @@ def machine() -> str:
     )
 
 
-def profile(n: int, config: pipeline.AttentionConfig) -> None:
+def profile(n: int, config: AttentionConfig) -> None:
     """Where the time goes: torch.profiler op tables (plain vs traced) and cProfile of run()."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    config = pipeline.preset_config("gpt2-small", device="cpu")  # d = 768, 12 heads, causal, dropout 0, eval
+    config = preset_config("gpt2-small", device="cpu")  # d = 768, 12 heads, causal, dropout 0, eval
     print(f"Machine: {machine()}")
     print(f"Load average before: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, VIEWPORT, app_copy, machine, streamlit_server  # noqa: E402
 from payload import text_of_tokens  # noqa: E402
 
-from attnviz import pipeline  # noqa: E402
+from attnviz import variants  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 TARGET_BYTES = 1.5 * 2**30
@@ -63,7 +63,7 @@ def inputs(count: int, seed: int) -> list[dict]:
         d_model = 1024 if rng.random() < 0.15 else 768
         settings = {
             "text": text,
-            "variant": rng.choice(list(pipeline.VARIANTS)),
+            "variant": rng.choice(list(variants.LABELS)),
             "preset": "gpt2-medium" if d_model == 1024 else "gpt2-small",
             "num_heads": str(rng.choice(HEADS[d_model])),
             "causal": rng.choice(["true", "false"]),

@@ -18,14 +18,16 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # attnviz from this checkout
 
 from attnviz import pipeline, variants  # noqa: E402
+from attnviz.config import AttentionConfig  # noqa: E402
+from attnviz.trace import Trace  # noqa: E402
 
 DEFAULT_TEXT = "Your journey starts with one step"
-CONFIG = pipeline.AttentionConfig(variant=variants.MHA, d_in=768, d_out=768, num_heads=12, dropout=0.1, train=False,
+CONFIG = AttentionConfig(variant=variants.MHA, d_in=768, d_out=768, num_heads=12, dropout=0.1, train=False,
                                   causal=True, seed=123, device="auto")  # = the app's default settings
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def cached_run(text: str) -> pipeline.Trace:
+def cached_run(text: str) -> Trace:
     return pipeline.run(text, CONFIG)
 
 

@@ -3,7 +3,7 @@
     python benchmarks/tracing.py                       # n = 1024, d = 768, 12 heads, 15 rounds
     python benchmarks/tracing.py --n 256 --repeats 30
 
-Modules (written as users write them, in tests/user_modules.py and attnviz.attention):
+Modules (written as users write them, in tests/helpers/user_modules.py and attnviz.attention):
 
 * ``book MHA``      the book's MultiHeadAttention (manual softmax, in-place masked_fill_);
 * ``nanoGPT manual`` nanoGPT's CausalSelfAttention, manual path (fused c_attn, masked_fill(bias == 0), softmax);
@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import user_modules as um  # noqa: E402
+from helpers import user_modules as um  # noqa: E402
 
 from attnviz import attention, tracing  # noqa: E402
 

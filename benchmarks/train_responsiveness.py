@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnviz import pipeline  # noqa: E402
+from attnviz import pipeline, tokens  # noqa: E402
+from attnviz.config import preset_config  # noqa: E402
 from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard  # noqa: E402
 
@@ -62,10 +63,10 @@ def main() -> int:
     from attnviz.ui import cache
 
     tuned = cache.tune_memory()  # as every page of the server does
-    config = pipeline.preset_config("gpt2-small")
+    config = preset_config("gpt2-small")
     texts = {n: " the" * n for n in args.n}  # exactly n tokens
     for n in args.n:
-        assert len(pipeline.tokens.encode(texts[n])) == n
+        assert len(tokens.encode(texts[n])) == n
         page_work(texts[n], config)  # warm the module and embedding caches
 
     board = JobBoard(max_running=2, idle_timeout=1e9)

@@ -3,7 +3,8 @@ all with the same weights (attnviz.labs.implementations), timed on this machine 
 
 import streamlit as st
 
-from attnviz import pipeline, ui
+from attnviz import ui
+from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
 from attnviz.labs import implementations
 from attnviz.views import figures
 
@@ -12,7 +13,7 @@ if ctx is None:
     st.stop()
 settings = ctx.settings
 d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
-device, _ = pipeline.resolve_device(settings["device"])
+device, _ = resolve_device(settings["device"])
 
 st.title("Implementations benchmark")
 st.markdown(
@@ -20,13 +21,13 @@ st.markdown(
     f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
     f"(1, n, {d_in}) input. Device: **{device}**."
 )
-if pipeline.available_devices() == ["auto", "cpu"]:
+if available_devices() == ["auto", "cpu"]:
     st.caption("CPU only on this machine (no CUDA or MPS): GPU timings would differ a lot.")
 if d_in != d_out:
     st.caption("nn.MultiheadAttention is left out: it needs d_in == d_out.")
 
 n_col, repeats_col = st.columns(2)
-n = n_col.number_input("Tokens n", min_value=1, max_value=pipeline.MAX_CONTEXT_LENGTH, value=256, step=1,
+n = n_col.number_input("Tokens n", min_value=1, max_value=MAX_CONTEXT_LENGTH, value=256, step=1,
                        key="benchmark_n")
 repeats = repeats_col.number_input("Timed repeats", min_value=1, max_value=100, value=5, step=1,
                                    key="benchmark_repeats")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnviz import ablation, pipeline
-from attnviz.pipeline import AttentionConfig
+from attnviz.config import AttentionConfig
 
 SEEDS = (0, 123, 999)
 

@@ -15,10 +15,11 @@ import pathlib
 import numpy as np
 import pytest
 import torch
-from conftest import random_gpt2
+from helpers.checkpoints import random_gpt2
 
 from attnviz import pipeline, tokens, variants, weights
 from attnviz.attention import STAGES
+from attnviz.config import AttentionConfig, ConfigError
 from attnviz.models import discover
 from attnviz.producers import model_layer
 from attnviz.views import checkpoint_view
@@ -30,7 +31,7 @@ SIZES = {"n_layer": 3, "n_head": 4, "n_embd": 64, "n_positions": 96}
 
 
 def make_hf(seed: int = 0, **sizes):
-    """A GPT2LMHeadModel with eager attention and every LayerNorm and bias randomised (conftest.random_gpt2)."""
+    """A GPT2LMHeadModel with eager attention and every LayerNorm and bias randomised (helpers.checkpoints.random_gpt2)."""
     return random_gpt2(seed, **{**SIZES, **sizes})
 
 
@@ -47,7 +48,7 @@ def checkpoint_dir(hf_model, tmp_path_factory) -> str:
     return str(path)
 
 
-def config_for(path: str, layer: int = 0, causal: bool = True) -> pipeline.AttentionConfig:
+def config_for(path: str, layer: int = 0, causal: bool = True) -> AttentionConfig:
     """What the sidebar builds for a checkpoint (ui.urlstate.config_from_settings)."""
     from attnviz.ui.urlstate import DEFAULTS, config_from_settings
 
@@ -147,7 +148,7 @@ def test_book_pth_checkpoint_gives_the_same_trace(checkpoint_dir, tmp_path):
 
 def test_a_checkpoint_and_a_layer_alone_run_with_the_checkpoints_sizes(checkpoint_dir, hf_model):
     """AttentionConfig(checkpoint=…, layer=…) alone: width 64, 4 heads and 96 positions come from the file."""
-    trace = pipeline.run(TEXT, pipeline.AttentionConfig(checkpoint=checkpoint_dir, layer=2))
+    trace = pipeline.run(TEXT, AttentionConfig(checkpoint=checkpoint_dir, layer=2))
     assert (trace.config.d_in, trace.config.d_out, trace.config.num_heads) == (64, 64, 4)
     assert trace.config.context_length == 96 and trace.num_heads == 4
     _, attentions = reference(hf_model, list(trace.token_ids))
@@ -157,7 +158,7 @@ def test_a_checkpoint_and_a_layer_alone_run_with_the_checkpoints_sizes(checkpoin
 
 
 def test_settings_the_checkpoint_decides_are_ignored_with_a_notice(checkpoint_dir):
-    asked = pipeline.AttentionConfig(checkpoint=checkpoint_dir, layer=1, num_heads=8, d_in=32, dropout=0.5,
+    asked = AttentionConfig(checkpoint=checkpoint_dir, layer=1, num_heads=8, d_in=32, dropout=0.5,
                                      train=True, variant="causal", seed=7)
     trace = pipeline.run(TEXT, asked)
     expected = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
@@ -171,12 +172,12 @@ def test_settings_the_checkpoint_decides_are_ignored_with_a_notice(checkpoint_di
 
 def test_a_layer_the_checkpoint_does_not_have_is_refused(checkpoint_dir):
     config = config_for(checkpoint_dir, 0)
-    with pytest.raises(pipeline.ConfigError, match="3 layers"):
+    with pytest.raises(ConfigError, match="3 layers"):
         pipeline.run(TEXT, dataclasses.replace(config, layer=3))
-    with pytest.raises(pipeline.ConfigError, match="layer"):
+    with pytest.raises(ConfigError, match="layer"):
         dataclasses.replace(config, layer=-1).validate()
-    with pytest.raises(pipeline.ConfigError, match="layer"):
-        pipeline.run(TEXT, pipeline.AttentionConfig(checkpoint=checkpoint_dir, layer=-1))
+    with pytest.raises(ConfigError, match="layer"):
+        pipeline.run(TEXT, AttentionConfig(checkpoint=checkpoint_dir, layer=-1))
 
 
 def test_checkpoint_fixes_the_settings_it_decides():

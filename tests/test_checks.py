@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-import user_modules as um
+from helpers import user_modules as um
 
 from attnviz import checks, tracing, variants
 from attnviz.config import AttentionConfig

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from attnviz import cli
+
 ROOT = Path(__file__).resolve().parents[1]
 
 MODULES = textwrap.dedent('''
@@ -67,6 +69,18 @@ def modules(tmp_path_factory):
 
 
 def check(*args):
+    """``attnviz check ARGS`` in this process (``main`` is what the console script and ``python -m attnviz`` run;
+    the tests at the end run real processes): its exit status, stdout and stderr."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        returncode = cli.main(["check", *map(str, args)])
+    return subprocess.CompletedProcess(args, returncode, out.getvalue(), err.getvalue())
+
+
+def check_in_a_process(*args):
     return subprocess.run([sys.executable, "-m", "attnviz", "check", *map(str, args)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
 
@@ -160,10 +174,11 @@ def test_help_does_not_import_torch():
     (["train", "--out", "x", "--set", "lr=fast"], "must be JSON"),
     (["check"], "the following arguments are required: path/to/file.py:ClassName"),
 ])
-def test_a_bad_command_line_exits_2_with_its_usage(args, message):
-    result = run_attnviz(*args)
-    assert result.returncode == 2 and message in result.stderr and "usage: attnviz" in result.stderr
-    assert "Traceback" not in result.stderr
+def test_a_bad_command_line_exits_2_with_its_usage(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(args)
+    stderr = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in stderr and "usage: attnviz" in stderr
 
 
 def test_the_console_script_is_declared():
@@ -173,6 +188,12 @@ def test_the_console_script_is_declared():
     import importlib
 
     assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_python_m_attnviz_check_runs_in_its_own_process(modules):
+    passing, failing = (check_in_a_process(f"{modules}:{name}", "--d-in", 32) for name in ("Attention", "Unscaled"))
+    assert passing.returncode == 0 and "All 7 rules pass" in passing.stdout, passing.stderr
+    assert failing.returncode == 1 and "scaling             FAIL" in failing.stdout
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(modules):

@@ -220,7 +220,7 @@ def test_pyproject_declares_the_runtime_requirements_and_ships_the_assets():
 # ============================== layers: no upward imports, no cycles ==============================
 
 LAYERS = ("core", "views", "labs", "ui", "entry")  # each may import its own layer and the ones before it
-ENTRY = ("attnviz.cli", "attnviz.__main__")  # the command line: it runs the labs (training) and the checks
+ENTRY = ("attnviz", "attnviz.cli", "attnviz.__main__")  # the public API and the command line: they reach every layer
 
 
 def layer_of(module: str) -> str:
@@ -372,4 +372,4 @@ def test_the_cycle_checker_lets_a_package_assemble_itself():
 def test_the_layer_checker_sees_layers():
     assert layer_of("attnviz.views.figures") == "views" and layer_of("attnviz.labs.pitfalls.bugs") == "labs"
     assert layer_of("attnviz.pipeline") == "core" and layer_of("attnviz.models.gpt") == "core"
-    assert layer_of("attnviz.ui.frame") == "ui" and layer_of("attnviz.cli") == "entry"
+    assert layer_of("attnviz.ui.frame") == "ui" and layer_of("attnviz.cli") == "entry" and layer_of("attnviz") == "entry"

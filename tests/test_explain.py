@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import random_gpt2
+from helpers.checkpoints import random_gpt2
 from torch import nn
 
 import attnviz
@@ -244,7 +244,7 @@ def user_trace(module, n=8, d_in=16, seed=0):
 
 @pytest.mark.parametrize("bug", [None, "no-scale", "scale-without-root"])
 def test_user_multi_head_attention_adds_up_and_names_its_own_scale(bug):
-    from user_modules import MyMultiHeadAttention
+    from helpers.user_modules import MyMultiHeadAttention
 
     torch.manual_seed(1)
     module = MyMultiHeadAttention(d_in=16, d_out=16, num_heads=4, bug=bug)
@@ -264,7 +264,7 @@ def test_user_multi_head_attention_adds_up_and_names_its_own_scale(bug):
 @pytest.mark.parametrize("name", ["CausalSelfAttention", "TorchMHA", "SDPAWithMask", "GroupedQueryAttention",
                                   "GQAWithSDPA"])
 def test_users_sdpa_mha_and_gqa_modules_add_up(name):
-    import user_modules
+    from helpers import user_modules
 
     torch.manual_seed(2)
     module = getattr(user_modules, name)()

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from attnviz import embedding, pipeline, ui
+from attnviz.config import AttentionConfig
 from attnviz.producers import book
 from attnviz.ui import cache
 
@@ -16,7 +17,7 @@ from attnviz.ui import cache
 def counted_builds(monkeypatch):
     """Count seeded embedding tables and modules built (the caches start empty and are emptied after)."""
     built = {"embedding": 0, "module": 0}
-    real_embedding, real_build = embedding.InputEmbedding, pipeline.build_module
+    real_embedding, real_build = embedding.InputEmbedding, book.build_module
 
     def slow_embedding(*args):
         built["embedding"] += 1
@@ -37,7 +38,7 @@ def counted_builds(monkeypatch):
 
 
 def test_threads_missing_at_once_build_the_embedding_and_module_once(counted_builds):
-    config = pipeline.AttentionConfig(d_in=64, d_out=64, num_heads=4, seed=5)
+    config = AttentionConfig(d_in=64, d_out=64, num_heads=4, seed=5)
     barrier = threading.Barrier(4)
     layers = []
 
@@ -56,7 +57,7 @@ def test_threads_missing_at_once_build_the_embedding_and_module_once(counted_bui
 
 
 def test_a_run_after_prepare_builds_nothing_and_gives_the_same_numbers(counted_builds):
-    config = pipeline.AttentionConfig(d_in=64, d_out=64, num_heads=4, seed=5)
+    config = AttentionConfig(d_in=64, d_out=64, num_heads=4, seed=5)
     pipeline.prepare(config)
     assert counted_builds == {"embedding": 1, "module": 1}
     trace = pipeline.run("Your journey starts with one step", config)
@@ -291,6 +292,7 @@ assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow  # trains a model in a fresh process
 def test_a_servers_first_training_freezes_what_its_first_step_imported_and_no_later_one_does():
     """The optimiser's first step imports torch._dynamo, sympy and mpmath (~120,000 objects) after setup() froze
     the imports: the first training freezes them too, so the collection after each run does not walk them again."""
@@ -336,6 +338,8 @@ def test_the_first_runs_trace_is_not_frozen_with_its_page():
 import gc, threading, weakref
 from streamlit.testing.v1 import AppTest
 from attnviz.ui import cache
+from attnviz.config import AttentionConfig
+from attnviz.producers.book import build_module
 at = AppTest.from_file("app.py", default_timeout=120)
 at.query_params["text"] = "The very first text this server runs."
 at.switch_page("pages/steps.py").run()

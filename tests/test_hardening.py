@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import plotly_figures
+from helpers.apptest import plotly_figures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from attnviz import config as config_module
 from attnviz import pipeline, tokens, ui
-from attnviz.pipeline import AttentionConfig, InputError
+from attnviz.config import MAX_CHARS, AttentionConfig, InputError, available_devices
 from attnviz.producers import book
 from attnviz.views import figures
 
@@ -76,7 +76,7 @@ def test_lone_surrogates_are_replaced_with_a_note():
 def test_huge_paste_is_bounded_before_tokenizing_with_a_notice():
     text = "x" * 100_000
     trace = pipeline.run(text, SMALL)
-    assert len(trace.text) == pipeline.MAX_CHARS
+    assert len(trace.text) == MAX_CHARS
     assert any("40,000 characters" in note for note in trace.notes)
 
 
@@ -182,7 +182,7 @@ TAMPERED = {
 @pytest.mark.parametrize(("key", "raw"), [(k, v) for k, values in TAMPERED.items() for v in values])
 def test_tampered_url_values_are_ignored_with_a_notice(key, raw):
     values, notices = ui.settings_from_query({key: raw})
-    if key == "device" and raw in pipeline.available_devices():
+    if key == "device" and raw in available_devices():
         pytest.skip("device present on this machine")
     assert any(key in notice for notice in notices)
     assert values[key] == ui.DEFAULTS[key]
@@ -231,7 +231,8 @@ def test_arrays_are_bitwise_identical_across_processes():
     script = (
         "import json,hashlib,numpy as np\n"
         "from attnviz import pipeline\n"
-        f"cfg = pipeline.AttentionConfig(**{dataclasses.asdict(DETERMINISM_CONFIG)!r})\n"
+        "from attnviz.config import AttentionConfig\n"
+        f"cfg = AttentionConfig(**{dataclasses.asdict(DETERMINISM_CONFIG)!r})\n"
         "t = pipeline.run('the same text twice', cfg)\n"
         "d = hashlib.sha256()\n"
         "[d.update(np.ascontiguousarray(t.steps[k]).tobytes()) for k in sorted(t.steps)]\n"

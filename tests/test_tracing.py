@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import user_modules as um
+from helpers import user_modules as um
 
 from attnviz import attention, tracing
 

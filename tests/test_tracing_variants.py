@@ -3,7 +3,7 @@ formulas give (written here independently of the modules), for GQA, MQA, MLA, SW
 
 import pytest
 import torch
-import user_modules as um
+from helpers import user_modules as um
 
 from attnviz import checks, tracing
 

@@ -2,7 +2,7 @@
 their usual spellings, only when given or required, and ``overrides`` set any constructor argument by name."""
 
 import pytest
-import user_modules as um
+from helpers import user_modules as um
 from torch import nn
 
 from attnviz import user_code

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnviz import attention, pipeline, variants
+from attnviz.config import AttentionConfig
 from attnviz.labs import compare
 from attnviz.ui import urlstate
 from attnviz.views import diagram, source, steps
@@ -20,7 +21,7 @@ TEXT = "Your journey starts with one step"
 
 def test_every_record_builds_its_class_and_records_its_shape_path():
     for name, spec in variants.VARIANTS.items():
-        config = pipeline.AttentionConfig(variant=name, d_in=8, d_out=8, num_heads=2 if spec.multi_head else 1,
+        config = AttentionConfig(variant=name, d_in=8, d_out=8, num_heads=2 if spec.multi_head else 1,
                                           context_length=16)
         torch.manual_seed(0)
         assert type(spec.build(config)) is spec.cls
@@ -73,7 +74,7 @@ def test_a_new_variant_is_one_record():
     )
     variants.register(spec)
     try:
-        config = pipeline.AttentionConfig(variant="mha_bias_test", d_in=8, d_out=8, num_heads=2, context_length=16)
+        config = AttentionConfig(variant="mha_bias_test", d_in=8, d_out=8, num_heads=2, context_length=16)
         trace = pipeline.run(TEXT, config.validate())
         assert trace.num_heads == 2 and spec.not_applicable("d_in") == "The checkpoint decides d_in."
         values, notices = urlstate.settings_from_query({"variant": "mha_bias_test"})
@@ -87,7 +88,7 @@ def test_a_new_variant_is_one_record():
         assert np.isfinite(result.checks[0].max_diff)
     finally:
         variants.unregister("mha_bias_test")
-    assert "mha_bias_test" not in pipeline.VARIANTS
+    assert "mha_bias_test" not in variants.LABELS
 
 
 def test_variant_names_are_spelled_in_the_registry_only():

@@ -31,9 +31,12 @@ import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
 
-from attnviz import attention, modern_attention, pipeline, rope, variants
+from attnviz import attention, modern_attention, rope, variants
+from attnviz.config import AttentionConfig
 from attnviz.labs import implementations
-from attnviz.pipeline import AttentionConfig, Trace
+from attnviz.producers.book import build_module
+from attnviz.rng import seeded
+from attnviz.trace import Trace
 from attnviz.views import figures
 
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
@@ -75,8 +78,8 @@ def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
     256 MB); the buffer takes no random numbers, so the weights equal the app's for this seed.
     """
     small = replace(config, context_length=max(1, min(config.context_length, num_tokens)))
-    with pipeline.seeded(config.seed):  # torch's global RNG is shared by every session's thread
-        module = pipeline.build_module(small)
+    with seeded(config.seed):  # torch's global RNG is shared by every session's thread
+        module = build_module(small)
     return module.eval()
 
 

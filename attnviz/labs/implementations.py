@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attnviz import attention, pipeline
+from attnviz import attention
+from attnviz.rng import seeded
 
 BOOK_MHA = "MultiHeadAttention (book)"
 WRAPPER = "MultiHeadAttentionWrapper + out_proj (book)"
@@ -124,7 +125,7 @@ class Wrapped(nn.Module):
 def book_mha(d_in: int, d_out: int, num_heads: int, *, context_length: int = 1024, dropout: float = 0.0,
              qkv_bias: bool = False, causal: bool = True, seed: int = 123) -> attention.MultiHeadAttention:
     """The reference: the book's MultiHeadAttention right after ``torch.manual_seed(seed)`` (under the RNG lock)."""
-    with pipeline.seeded(seed):
+    with seeded(seed):
         return attention.MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias, causal=causal)
 
 
@@ -136,7 +137,7 @@ def wrapper_like(mha: attention.MultiHeadAttention) -> attention.MultiHeadAttent
     """A book wrapper (eval mode) with MHA's heads, head size, mask, dropout and bias setting; its weights are
     drawn under the RNG lock and meant to be overwritten by :func:`copy_heads_from_mha`."""
     d_in, context_length = mha.W_query.in_features, mha.mask.shape[0]
-    with pipeline.seeded():  # creating it draws random numbers
+    with seeded():  # creating it draws random numbers
         wrapper = attention.MultiHeadAttentionWrapper(d_in, mha.head_dim, context_length, mha.dropout.p,
                                                       mha.num_heads, mha.W_query.bias is not None, causal=mha.causal)
     return wrapper.eval()
@@ -162,7 +163,7 @@ def copy_heads_from_mha(wrapper: attention.MultiHeadAttentionWrapper,
 def wrapper_from(mha: attention.MultiHeadAttention) -> Wrapped:
     """The wrapper whose head h uses rows h·hd … (h+1)·hd of the MHA's W_query, W_key, W_value, then MHA's out_proj."""
     wrapper = copy_heads_from_mha(wrapper_like(mha), mha)
-    with pipeline.seeded():
+    with seeded():
         out_proj = nn.Linear(mha.d_out, mha.d_out)
     out_proj.load_state_dict(mha.out_proj.state_dict())
     return Wrapped(wrapper, out_proj)
@@ -175,7 +176,7 @@ def fused_from(mha: attention.MultiHeadAttention, use_sdpa: bool = False,
     ``use_sdpa``: attnviz's one ``F.scaled_dot_product_attention`` path; ``causal`` overrides MHA's mask flag."""
     d_in = mha.W_query.in_features
     has_bias = mha.W_query.bias is not None
-    with pipeline.seeded():  # creating it draws random numbers (overwritten below)
+    with seeded():  # creating it draws random numbers (overwritten below)
         fused = FusedQKVAttention(d_in, mha.d_out, mha.mask.shape[0], mha.dropout.p, mha.num_heads, has_bias,
                                   causal=mha.causal if causal is None else causal, use_sdpa=use_sdpa)
     with torch.no_grad():
@@ -194,7 +195,7 @@ def torch_mha_from(mha: attention.MultiHeadAttention) -> TorchMultiheadAttention
     d_in = mha.W_query.in_features
     if d_in != mha.d_out:
         raise ValueError(f"nn.MultiheadAttention needs d_in == d_out (got {d_in} and {mha.d_out}).")
-    with pipeline.seeded():  # creating it draws random numbers (overwritten below)
+    with seeded():  # creating it draws random numbers (overwritten below)
         module = TorchMultiheadAttention(mha.d_out, mha.mask.shape[0], mha.dropout.p, mha.num_heads,
                                          causal=mha.causal)
     with torch.no_grad():
@@ -214,7 +215,7 @@ def build_all(d_in: int, d_out: int, num_heads: int, *, causal: bool = True, see
 
     ``nn.MultiheadAttention`` is left out when ``d_in != d_out`` (it cannot project a wider input).
     """
-    with pipeline.seeded(seed):  # creating the copies draws random numbers too (overwritten, but drawn)
+    with seeded(seed):  # creating the copies draws random numbers too (overwritten, but drawn)
         mha = book_mha(d_in, d_out, num_heads, context_length=context_length, causal=causal, seed=seed)
         modules = {BOOK_MHA: mha, WRAPPER: wrapper_from(mha), FUSED: fused_from(mha)}
         if d_in == d_out:

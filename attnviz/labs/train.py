@@ -248,7 +248,7 @@ def probe_batches(cfg: TrainConfig) -> dict:
 
 def build_model(cfg: TrainConfig) -> torch.nn.Module:
     """A fresh book GPTModel for ``cfg`` (seeded by ``cfg.seed``), out_head tied to tok_emb if asked."""
-    from attnviz.pipeline import seeded
+    from attnviz.rng import seeded
 
     GPTModel, _ = _book()
     with seeded(cfg.seed):  # the one owner of torch's global RNG (other sessions may be creating modules)
@@ -286,7 +286,7 @@ def _random_values(att, heads: int, seed: int) -> None:
     head looks there, lands in a subspace of its own — what a later head's keys can match the current
     token against (K-composition), without competing with the token's own embedding.
     """
-    from attnviz.pipeline import seeded
+    from attnviz.rng import seeded
 
     d, head_dim = att.out_proj.in_features, att.head_dim
     rows = slice(0, heads * head_dim)  # W_value's outputs and out_proj's inputs of those heads

@@ -16,8 +16,9 @@ import threading
 import streamlit as st
 
 from attnviz import pipeline
-from attnviz.pipeline import AttentionConfig, Trace
+from attnviz.config import AttentionConfig
 from attnviz.text import clean_text
+from attnviz.trace import Trace, trace_nbytes
 
 TRACE_CACHE_MB = int(os.environ.get("ATTNVIZ_TRACE_CACHE_MB", "512"))
 NO_MALLOC_TUNING = "ATTNVIZ_NO_MALLOC_TUNING"  # set to 1 to leave glibc's malloc as it is
@@ -212,7 +213,7 @@ def prefetch_trace(text: str, config_values: tuple, shown: Trace) -> Trace | Non
                 and dataclasses.replace(other, layer=0) == dataclasses.replace(config, layer=0))
 
     cache = _trace_cache()
-    trace = cache.prefetch(text, config, pipeline.trace_nbytes(shown), other_layer_of_this_input)
+    trace = cache.prefetch(text, config, trace_nbytes(shown), other_layer_of_this_input)
     if trace is not None:
         _malloc_trim(0)
     return trace

@@ -7,9 +7,9 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz import ablation
+from attnviz.config import AttentionConfig
 from attnviz.labs import compare
 from attnviz.labs.pitfalls import catalogue
-from attnviz.pipeline import AttentionConfig
 from attnviz.ui.cache import trace_of
 
 

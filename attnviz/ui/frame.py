@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import streamlit as st
 
 from attnviz import weights as core_weights
+from attnviz.config import AttentionConfig, InputError
 from attnviz.models import CheckpointError
-from attnviz.pipeline import AttentionConfig, InputError, Trace
+from attnviz.trace import Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.share import share_and_export

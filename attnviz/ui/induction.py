@@ -7,6 +7,7 @@ import dataclasses
 
 import streamlit as st
 
+from attnviz.config import AttentionConfig
 from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
@@ -31,7 +32,7 @@ def _model_run(ref: str, T: int, seed: int, layer: int) -> induction.InductionRu
 def _book_run(config_values: tuple, T: int, seed: int) -> induction.InductionRun:
     from attnviz import pipeline
 
-    config = pipeline.AttentionConfig(*config_values)
+    config = AttentionConfig(*config_values)
     token_ids = induction.lab_tokens(T, seed)
     trace = pipeline.run_ids(token_ids.tolist(), dataclasses.replace(config, train=False))  # eval: no dropout
     return induction.run_maps(trace.steps["weights"][0], token_ids, T, seed)

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from attnviz.config import AttentionConfig, InputError
 from attnviz.models import CheckpointError
-from attnviz.pipeline import AttentionConfig, InputError, Trace
+from attnviz.trace import Trace
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, run_notes, run_settings
 from attnviz.ui.share import share_and_export

@@ -8,7 +8,7 @@ import urllib.parse
 
 import streamlit as st
 
-from attnviz.pipeline import Trace
+from attnviz.trace import Trace
 from attnviz.ui.cache import trace_key, trace_of
 from attnviz.ui.state import page_bind, ss
 from attnviz.ui.urlstate import MAX_URL_TEXT, SETTING_KEYS, share_query

@@ -11,7 +11,16 @@ from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitAPIException
 
 from attnviz import config as configs
-from attnviz import pipeline, user_code, variants, weights
+from attnviz import user_code, variants, weights
+from attnviz.config import (
+    MAX_CONTEXT_LENGTH,
+    MAX_DIM,
+    MAX_HEADS,
+    MAX_SEED,
+    available_devices,
+    divisors,
+    nearest_divisors,
+)
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.state import bind, init_session, restore_widgets, set_setting, ss
@@ -148,15 +157,15 @@ def _sizes(spec) -> None:
                  **bind("preset"))
     col_in, col_out = st.columns(2)
     reason = spec.not_applicable("d_in")
-    col_in.number_input("d_in", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=reason is not None,
+    col_in.number_input("d_in", min_value=1, max_value=MAX_DIM, step=1, disabled=reason is not None,
                         help=reason, **bind("d_in"))
     col_out.number_input(
-        "d_out", min_value=1, max_value=pipeline.MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
+        "d_out", min_value=1, max_value=MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
         help=spec.not_applicable("d_out"), **bind("d_out"),
     )
-    head_options = [h for h in pipeline.divisors(int(ss["d_out"])) if h <= pipeline.MAX_HEADS]
+    head_options = [h for h in divisors(int(ss["d_out"])) if h <= MAX_HEADS]
     if ss["num_heads"] not in head_options:
-        set_setting("num_heads", pipeline.nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0])
+        set_setting("num_heads", nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0])
     st.selectbox(
         "Heads", head_options, disabled=spec.not_applicable("num_heads") is not None,
         help=spec.not_applicable("num_heads") or "Only divisors of d_out are offered (head_dim = d_out / heads).",
@@ -186,7 +195,7 @@ def _modern(spec) -> None:
                         f"(the book's default: max(16, d_out // 8) = {configs.default_latent_dim(int(ss['d_out']))}).",
                         **bind("latent_dim"))
     if "sliding_window_size" in applies:
-        st.number_input("Window W (sliding_window_size)", min_value=1, max_value=pipeline.MAX_CONTEXT_LENGTH, step=1,
+        st.number_input("Window W (sliding_window_size)", min_value=1, max_value=MAX_CONTEXT_LENGTH, step=1,
                         help="Query i sees keys i−W+1 … i (W = 1: only itself).", **bind("sliding_window_size"))
     if "positions" in applies:
         st.radio("Positions", list(configs.POSITIONS), horizontal=True,
@@ -211,9 +220,9 @@ def _mask_dropout_seed_device(spec, choice) -> None:
     reason = spec.not_applicable("train")
     st.toggle("Dropout active (training mode)", disabled=reason is not None, help=reason, **bind("train"))
     reason = spec.not_applicable("seed")
-    st.number_input("Seed", min_value=0, max_value=pipeline.MAX_SEED, step=1, disabled=reason is not None,
+    st.number_input("Seed", min_value=0, max_value=MAX_SEED, step=1, disabled=reason is not None,
                     help=reason, **bind("seed"))
-    devices = pipeline.available_devices()
+    devices = available_devices()
     if ss["device"] not in devices:
         set_setting("device", "auto")
     reason = spec.not_applicable("device")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz import pipeline, variants, weights
+from attnviz import variants, weights
+from attnviz.config import nearest_divisors
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.urlstate import PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
 
@@ -50,7 +51,7 @@ def _changed(key: str) -> None:
         # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6)
         set_setting("causal", variants.get(ss["variant"]).book_causal)
     if key == "d_out" and ss["d_out"] % ss["num_heads"]:
-        new = pipeline.nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
+        new = nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
         ss["_dims_notice"] = f"{ss['num_heads']} heads do not divide d_out {ss['d_out']}; using {new} heads."
         set_setting("num_heads", new)
 

@@ -7,7 +7,16 @@ import re
 
 from attnviz import config as configs
 from attnviz import pipeline, user_code, variants, weights
-from attnviz.pipeline import AttentionConfig
+from attnviz.config import (
+    MAX_CONTEXT_LENGTH,
+    MAX_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_SEED,
+    AttentionConfig,
+    available_devices,
+    nearest_divisors,
+)
 from attnviz.rope import ROPE_BASES
 
 DEFAULT_TEXT = "Your journey starts with one step"
@@ -74,20 +83,20 @@ def _parsers() -> dict:
     return {
         "text": str,
         "weights": str,  # checked against the listed names by settings_from_query
-        "layer": _parse_int(0, pipeline.MAX_LAYERS - 1),
+        "layer": _parse_int(0, MAX_LAYERS - 1),
         "variant": _parse_choice([*variants.VARIANTS, *user_code.listed()]),  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
-        "d_in": _parse_int(1, pipeline.MAX_DIM),
-        "d_out": _parse_int(1, pipeline.MAX_DIM),
-        "num_heads": _parse_int(1, pipeline.MAX_HEADS),
+        "d_in": _parse_int(1, MAX_DIM),
+        "d_out": _parse_int(1, MAX_DIM),
+        "num_heads": _parse_int(1, MAX_HEADS),
         "causal": _parse_bool,
         "dropout": _parse_dropout,
         "train": _parse_bool,
-        "seed": _parse_int(0, pipeline.MAX_SEED),
-        "device": _parse_choice(pipeline.available_devices()),
-        "num_kv_groups": _parse_int(1, pipeline.MAX_HEADS),
-        "latent_dim": _parse_int(1, pipeline.MAX_DIM),
-        "sliding_window_size": _parse_int(1, pipeline.MAX_CONTEXT_LENGTH),
+        "seed": _parse_int(0, MAX_SEED),
+        "device": _parse_choice(available_devices()),
+        "num_kv_groups": _parse_int(1, MAX_HEADS),
+        "latent_dim": _parse_int(1, MAX_DIM),
+        "sliding_window_size": _parse_int(1, MAX_CONTEXT_LENGTH),
         "positions": _parse_choice(configs.POSITIONS),
         "rope_base": _parse_rope_base,
     }
@@ -149,7 +158,7 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
         notices.append(
             f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide d_out {values['d_out']}."
         )
-        values["num_heads"] = pipeline.nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
+        values["num_heads"] = nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
     values, fitted = fit_modern(values)
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
     notices += [note for note in fitted if note.split("=", 1)[0] in params or note.startswith("Rotary")]

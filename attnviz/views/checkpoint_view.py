@@ -21,7 +21,7 @@ from attnviz.views import diagram, figures
 
 if TYPE_CHECKING:
     from attnviz.models import GPTModel
-    from attnviz.pipeline import Trace
+    from attnviz.trace import Trace
 
 
 def tile_size(n_heads: int) -> int:

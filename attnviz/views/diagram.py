@@ -24,7 +24,7 @@ from attnviz.attention import MAP_STAGES, STAGES
 from attnviz.views.steps import dropout_off_reason
 
 if TYPE_CHECKING:
-    from attnviz.pipeline import AttentionConfig
+    from attnviz.config import AttentionConfig
 
 Shapes = Iterable[tuple[str, Sequence[int]]]
 

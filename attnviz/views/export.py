@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from attnviz.pipeline import Trace
+from attnviz.trace import Trace
 
 
 def weights_csv(trace: Trace, head: int, stage: str = "weights") -> bytes:

@@ -15,7 +15,8 @@ from attnviz import ablation
 from attnviz.views import figures, source
 
 if TYPE_CHECKING:
-    from attnviz.pipeline import AttentionConfig, Trace
+    from attnviz.config import AttentionConfig
+    from attnviz.trace import Trace
 
 # the stages the bonus material's variants add before QKᵀ, with their labels (shown only where a run has them)
 EXTRA_STEP_LABELS = {

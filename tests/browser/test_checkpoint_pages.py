@@ -11,8 +11,7 @@ import re
 from unittest import mock
 
 import pytest
-
-from .conftest import assert_no_exception, choose_option, expect, runs, save_screenshot, start_server, wait_idle
+from helpers.browser import assert_no_exception, choose_option, expect, runs, save_screenshot, start_server, wait_idle
 
 pytestmark = pytest.mark.browser
 

@@ -4,8 +4,7 @@ docs/screenshots/compare.png."""
 from __future__ import annotations
 
 import pytest
-
-from .conftest import assert_no_exception, expect, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 

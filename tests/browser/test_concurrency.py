@@ -27,8 +27,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
-
-from .conftest import _RUN_COUNTER, ARTIFACTS, VIEWPORT, PlaywrightError, exception_text, runs, wait_idle
+from helpers.browser import ARTIFACTS, RUN_COUNTER, VIEWPORT, PlaywrightError, exception_text, runs, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -280,7 +279,7 @@ def tabs(browser, request):
         context = browser.new_context(viewport=VIEWPORT)
         context.set_default_timeout(LOAD_TIMEOUT_MS)
         tab = context.new_page()
-        tab.add_init_script(_RUN_COUNTER)
+        tab.add_init_script(RUN_COUNTER)
         console: list[str] = []
         tab.on("console", lambda message, log=console: log.append(f"{message.type}: {message.text}"))
         tab.on("pageerror", lambda error, log=console: log.append(f"pageerror: {error}"))

@@ -10,8 +10,7 @@ import re
 import urllib.parse
 
 import pytest
-
-from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 

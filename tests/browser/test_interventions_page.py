@@ -6,8 +6,7 @@ from __future__ import annotations
 import urllib.parse
 
 import pytest
-
-from .conftest import ARTIFACTS, assert_no_exception, choose_option, expect, runs, save_screenshot, wait_idle
+from helpers.browser import ARTIFACTS, assert_no_exception, choose_option, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 

@@ -10,8 +10,7 @@ import re
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
-
-from .conftest import assert_no_exception, choose_option, expect, runs, save_screenshot, wait_expanded, wait_idle
+from helpers.browser import assert_no_exception, choose_option, expect, runs, save_screenshot, wait_expanded, wait_idle
 
 pytestmark = pytest.mark.browser
 

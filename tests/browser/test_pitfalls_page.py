@@ -4,8 +4,7 @@ book's code, and the screenshot for the README is saved."""
 from __future__ import annotations
 
 import pytest
-
-from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 

@@ -9,8 +9,7 @@ import os
 import re
 
 import pytest
-
-from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 

@@ -6,18 +6,17 @@ from __future__ import annotations
 import urllib.parse
 
 import pytest
-
-from .conftest import REPO, assert_no_exception, expect, save_screenshot, start_server, wait_idle
+from helpers.browser import REPO, assert_no_exception, expect, save_screenshot, start_server, wait_idle
 
 pytestmark = pytest.mark.browser
 
-SPEC = "tests/user_modules.py:CausalSelfAttention"
+SPEC = "tests/helpers/user_modules.py:CausalSelfAttention"
 LABEL = "Your module: CausalSelfAttention"
 
 
 @pytest.fixture(scope="module")
 def server(browser_available):
-    with start_server(("--module", SPEC, "--module", "tests/user_modules.py:Raises")) as running:
+    with start_server(("--module", SPEC, "--module", "tests/helpers/user_modules.py:Raises")) as running:
         yield running
 
 

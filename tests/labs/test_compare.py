@@ -11,14 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import decode
+from helpers.apptest import decode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from attnviz import attention, pipeline, variants
+from attnviz.config import AttentionConfig
 from attnviz.labs import compare
-from attnviz.pipeline import AttentionConfig
+from attnviz.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -172,9 +173,9 @@ def test_max_abs_diff_refuses_different_shapes():
 # ============================== every variant on the same inputs
 
 
-def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> pipeline.Trace:
+def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> Trace:
     config = AttentionConfig(variant=variant, d_in=16, d_out=16 if variant != "simplified" else 16,
-                             num_heads=4 if variant in pipeline.MULTI_HEAD_VARIANTS else 1, **overrides)
+                             num_heads=4 if variant in tuple(name for name, v in variants.VARIANTS.items() if v.multi_head) else 1, **overrides)
     return pipeline.run(text, config)
 
 
@@ -182,7 +183,7 @@ def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> pi
 def test_every_variant_runs_on_the_trace_inputs(causal):
     trace = small_trace(causal=causal)
     result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
-    assert [v.variant for v in result.variants] == list(pipeline.VARIANTS)
+    assert [v.variant for v in result.variants] == list(variants.LABELS)
     assert result.n == trace.n == result.total_tokens and not result.truncated
     assert all(v.output_shape == (1, trace.n, 16) for v in result.variants)
     assert {v.variant: v.heads for v in result.variants} == {
@@ -198,7 +199,7 @@ def test_every_variant_runs_on_the_trace_inputs(causal):
     assert all(check.ok for check in result.checks)
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_same_seed_same_weights_as_the_app_shows_for_that_variant(variant):
     """Each variant here is the module the other pages run for it (same seed, same embeddings)."""
     trace = small_trace(variant=variant, seed=7)
@@ -295,14 +296,14 @@ def default_page() -> AppTest:
 def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page):
     at = default_page
     assert at.title[0].value == "Compare variants"
-    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
-    assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(pipeline.VARIANTS.values())
+    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
+    assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(variants.LABELS.values())
     assert sum(t.startswith("▶ ") for t in titles(at)) == 1  # the sidebar's variant is marked
     found = badges(at)
     assert len(found) == CHECKS
     assert all("max |Δ|" in badge and badge.startswith(GREEN) for badge in found)
     captions = [c.value for c in at.caption]
-    assert sum(c.startswith("output (1, 6, 768)") for c in captions) == len(pipeline.VARIANTS)
+    assert sum(c.startswith("output (1, 6, 768)") for c in captions) == len(variants.VARIANTS)
 
 
 def test_compare_page_has_the_scaling_ablation(default_page):
@@ -323,7 +324,7 @@ def test_changing_the_head_count_keeps_the_badges_green(heads):
     assert len(found) == CHECKS and all(b.startswith(GREEN) and "max |Δ|" in b for b in found)
     assert f"{compare.heads_text(heads)} of {768 // heads}" in at.caption[0].value
     assert any(f"Wrapper ({compare.heads_text(heads)}, weights copied)" in m.value for m in at.markdown)
-    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
+    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
 
 
 def test_mean_over_heads_is_said_in_the_titles():
@@ -332,12 +333,12 @@ def test_mean_over_heads_is_said_in_the_titles():
     assert not at.exception
     multi = len(pipeline.MULTI_HEAD_VARIANTS)  # the wrapper, MHA and the bonus variants
     assert sum("mean of 12 heads" in t for t in titles(at)) == multi
-    assert sum("single head" in t for t in titles(at)) == len(pipeline.VARIANTS) - multi
+    assert sum("single head" in t for t in titles(at)) == len(variants.VARIANTS) - multi
 
 
 def test_non_causal_and_single_head_variant_in_the_sidebar():
     at = compare_page(variant="self_attention_v2", causal="false")
-    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
+    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
     assert all(b.startswith(GREEN) for b in badges(at))
     assert any("is_causal=False" in m.value for m in at.markdown)
     assert "12 heads of 64" in at.caption[0].value  # the sidebar's heads, though v2 itself has one
@@ -352,5 +353,5 @@ def test_long_text_page_says_it_compares_the_first_256_tokens():
     at = compare_page(text=" ".join(["word"] * 300), preset="book")
     assert any("first 256" in info.value for info in at.info)
     assert "256 tokens" in at.caption[0].value
-    assert len(heatmap_figures(at)) == len(pipeline.VARIANTS)
+    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
     assert all(b.startswith(GREEN) for b in badges(at))

@@ -10,6 +10,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from attnviz import attention
+from attnviz.config import AttentionConfig
 from attnviz.labs import implementations as impl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +153,7 @@ def test_timing_in_one_thread_never_disturbs_seeded_runs_in_another():
 
     from attnviz import pipeline, producers
 
-    config = pipeline.AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2, context_length=32,
+    config = AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2, context_length=32,
                                       dropout=0.5, train=True, seed=7)
     text = "Your journey starts with one step, and then another one."
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnviz.config import AttentionConfig, InputError
 from attnviz.head_types import BOS_ID, induction_stripe, previous_token_stripe
 from attnviz.labs import induction
 from attnviz.labs.train import TrainConfig, build_model, per_position_loss
@@ -112,7 +113,7 @@ def test_run_ids_is_run_without_tokenizing(variant):
     from attnviz import pipeline
     from attnviz.tokens import encode
 
-    config = pipeline.AttentionConfig(variant=variant, d_in=16, d_out=16, num_heads=1 if variant == "causal" else 4)
+    config = AttentionConfig(variant=variant, d_in=16, d_out=16, num_heads=1 if variant == "causal" else 4)
     text = "Your journey starts with one step, and the journey goes on."
     by_text, by_ids = pipeline.run(text, config), pipeline.run_ids(encode(text), config)
     assert by_ids.token_ids == by_text.token_ids and by_ids.tokens == by_text.tokens
@@ -126,5 +127,5 @@ def test_run_ids_is_run_without_tokenizing(variant):
 def test_run_ids_refuses_ids_it_cannot_run(bad):
     from attnviz import pipeline
 
-    with pytest.raises(pipeline.InputError):
-        pipeline.run_ids(bad, pipeline.AttentionConfig(variant="causal", d_in=8, d_out=8))
+    with pytest.raises(InputError):
+        pipeline.run_ids(bad, AttentionConfig(variant="causal", d_in=8, d_out=8))

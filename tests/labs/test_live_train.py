@@ -21,6 +21,8 @@ from attnviz.labs.train import build_model, save
 from attnviz.models import GPTModel, attention_maps, load_checkpoint
 from attnviz.views import head_figures
 
+pytestmark = pytest.mark.slow  # trains models in background jobs: the quick tier leaves it out
+
 TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_len": 48, "batch_size": 4,
         "negatives": 32, "min_repeat": 4, "max_repeat": 20}
 

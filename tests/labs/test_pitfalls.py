@@ -12,28 +12,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import decode, plotly_figures
+from helpers.apptest import decode, plotly_figures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention, Recorder
+from attnviz.config import MAX_CHARS, AttentionConfig
 from attnviz.labs.pitfalls import bugs, catalogue, detectors, leak, workbench
 from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
+from attnviz.rng import seeded
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 TEXT = "Your journey starts with one step and then another one"
 
 
-def small_config(**overrides) -> pipeline.AttentionConfig:
+def small_config(**overrides) -> AttentionConfig:
     values = {"d_in": 32, "d_out": 32, "num_heads": 4, "context_length": 64, "dropout": 0.1, "seed": 123}
-    return pipeline.AttentionConfig(**{**values, **overrides})
+    return AttentionConfig(**{**values, **overrides})
 
 
-def lab_for(config: pipeline.AttentionConfig, text: str = TEXT) -> tuple[workbench.LabSetup, torch.Tensor]:
+def lab_for(config: AttentionConfig, text: str = TEXT) -> tuple[workbench.LabSetup, torch.Tensor]:
     trace = pipeline.run(text, config)
     return workbench.lab_setup(config, trace.n, config.num_heads), workbench.lab_inputs(trace.embeddings["input"])
 
@@ -397,7 +399,7 @@ def test_property_causal_mha_never_leaks(heads, head_dim, n, data, seed):
 
 
 def test_seeded_results_are_the_same_while_other_threads_draw_from_torchs_rng(lab):
-    """Module creation and dropout forwards hold pipeline.seeded(): another thread drawing from the global RNG
+    """Module creation and dropout forwards hold seeded(): another thread drawing from the global RNG
     (inside its own seeded section, as the app's code does) cannot change the lab's weights or masks."""
     setup, x = lab
     alone = catalogue.run_pitfall("forgot_eval", setup, x)
@@ -405,7 +407,7 @@ def test_seeded_results_are_the_same_while_other_threads_draw_from_torchs_rng(la
 
     def draw() -> None:
         while not stop.is_set():
-            with pipeline.seeded(7):
+            with seeded(7):
                 torch.rand(4096)
 
     drawer = threading.Thread(target=draw)
@@ -423,13 +425,13 @@ def test_seeded_results_are_the_same_while_other_threads_draw_from_torchs_rng(la
 
 
 def test_eval_mode_forwards_do_not_wait_for_torchs_rng(lab):
-    """An eval-mode forward draws nothing: the lab runs it while another session holds pipeline.seeded()."""
+    """An eval-mode forward draws nothing: the lab runs it while another session holds seeded()."""
     setup, x = lab
     correct = workbench.build_correct(setup)
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with pipeline.seeded():
+        with seeded():
             held.set()
             release.wait(30)
 
@@ -645,7 +647,7 @@ def test_a_long_paste_is_computed_once_while_the_lab_is_used(monkeypatch):
     monkeypatch.setattr(pipeline, "run", lambda *args, **kwargs: runs.append(1) or real_run(*args, **kwargs))
     at = page(preset="book", variant="mha")
     runs.clear()
-    at.sidebar.text_area(key="text").set_value("step " * (pipeline.MAX_CHARS // 4)).run()  # > MAX_CHARS characters
+    at.sidebar.text_area(key="text").set_value("step " * (MAX_CHARS // 4)).run()  # > MAX_CHARS characters
     no_exception(at)
     assert len(runs) == 1  # the paste, computed once (the counter sees the pipeline)
     runs.clear()  # from here every lab view reuses it

@@ -26,6 +26,8 @@ from attnviz.labs.train import (
 )
 from attnviz.models import load_checkpoint
 
+pytestmark = pytest.mark.slow  # trains models: the quick tier (-m "not slow") leaves it out
+
 TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_len": 48, "batch_size": 4,
         "negatives": 32, "probe_every": 3, "min_repeat": 4, "max_repeat": 20, "repeat_lengths": (24, 48), "skip_first": 2}
 

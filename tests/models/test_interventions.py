@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import random_gpt2
+from helpers.checkpoints import random_gpt2
 
 from attnviz import attention, models
 from attnviz.head_types import repeated_random_tokens

@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from conftest import random_gpt2
+from helpers.checkpoints import random_gpt2
 
 from attnviz.attention import STAGES
 from attnviz.models import GPT_CONFIG_124M, GPTModel, PathRecorder
@@ -130,7 +130,7 @@ TOKENS = [464, 3290, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 383, 3290, 7
 
 
 def make_hf(seed: int = 0, vocab_size: int = 50257, **sizes):
-    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised (conftest.random_gpt2)."""
+    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised (helpers.checkpoints.random_gpt2)."""
     return random_gpt2(seed, vocab_size=vocab_size, **{**SMALL, **sizes})
 
 

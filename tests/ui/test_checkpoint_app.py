@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import decode
-from conftest import plotly_figures as figures
+from helpers.apptest import decode
+from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
-from attnviz import background, models, pipeline, weights
+from attnviz import background, models, tokens, weights
 from attnviz.head_types import repeated_random_tokens
 
 transformers = pytest.importorskip("transformers")
@@ -150,7 +150,7 @@ def test_layer_switch_shows_that_layers_maps(checkpoints):
     assert f"{NAME} · layer 2 of 3" in at.caption[0].value
     z = decode(focused(at)["data"][0]["z"])
     ids = models.load_checkpoint(checkpoints / NAME)
-    expected = models.layer_maps(ids, pipeline.tokens.encode(at.sidebar.text_area(key="text").value), 2)[0]
+    expected = models.layer_maps(ids, tokens.encode(at.sidebar.text_area(key="text").value), 2)[0]
     lower = np.tril_indices(z.shape[0])
     assert np.allclose(z[lower], expected[lower], atol=1e-5)
     assert np.isnan(z[np.triu_indices(z.shape[0], 1)]).all()
@@ -232,7 +232,7 @@ def test_every_page_works_with_a_checkpoint(checkpoints, page, title):
     if page == "pages/tokens.py":
         token_fig = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("token embedding"))
         wte = models.load_checkpoint(checkpoints / NAME).tok_emb.weight.detach().numpy()
-        ids = pipeline.tokens.encode(at.sidebar.text_area(key="text").value)
+        ids = tokens.encode(at.sidebar.text_area(key="text").value)
         shown = decode(token_fig["data"][0]["z"])
         assert np.allclose(shown.reshape(len(ids), -1) if shown.shape[0] == len(ids) else shown.T, wte[ids],
                            atol=1e-6)
@@ -323,7 +323,7 @@ def test_the_knock_out_compares_with_the_model_as_trained_when_the_mask_is_off(c
     at.session_state["heads_what_tab"] = "Knock out this head"
     at.run()
     model = models.load_checkpoint(checkpoints / NAME)
-    ids = pipeline.tokens.encode("The cat sat on the mat. The cat sat on the")
+    ids = tokens.encode("The cat sat on the mat. The cat sat on the")
     intact, without = (models.ablate(model, ids, heads)[-1].log_softmax(-1) for heads in ([], [(1, 0)]))
     top = int(intact.argmax())
     change = next(m.value for m in at.metric if "log-probability of" in m.label)
@@ -375,7 +375,7 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
     assert sorted(drawn) == [("head_statistics", "prefetch"), ("heads_grid", "prefetch"), ("score_heads", "prefetch")]
     z = decode(focused(at)["data"][0]["z"])
     ids = models.load_checkpoint(checkpoints / NAME)
-    expected = models.layer_maps(ids, pipeline.tokens.encode(at.sidebar.text_area(key="text").value), 1)[0]
+    expected = models.layer_maps(ids, tokens.encode(at.sidebar.text_area(key="text").value), 1)[0]
     lower = np.tril_indices(z.shape[0])
     assert np.allclose(z[lower], expected[lower], atol=1e-5)  # the prefetched trace is layer 1's
     at.sidebar.selectbox(key="layer").set_value(2).run()

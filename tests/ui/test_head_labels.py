@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import decode
-from conftest import plotly_figures as figures
+from helpers.apptest import decode
+from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import head_types, models, weights

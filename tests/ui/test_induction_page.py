@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import decode
-from conftest import plotly_figures as figures
+from helpers.apptest import decode
+from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import head_types, pipeline, weights
+from attnviz.config import AttentionConfig
 from attnviz.labs import induction
 from attnviz.labs.train import TrainConfig, build_model
 from attnviz.ui.induction import NO_LOSS
@@ -51,7 +52,7 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     n = 2 * T + 1
     # the page's map is the pipeline's weights for these tokens: its stripe mean is the score it prints
     ids = induction.lab_tokens(T, induction.DEFAULT_SEED)
-    config = pipeline.AttentionConfig(variant="causal", d_in=8, d_out=8, num_heads=1)
+    config = AttentionConfig(variant="causal", d_in=8, d_out=8, num_heads=1)
     expected = pipeline.run_ids(ids.tolist(), config).steps["weights"][0]  # (1, n, n)
     shown = decode(heat["data"][0]["z"])
     assert shown.shape == (n, n)

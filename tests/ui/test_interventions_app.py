@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import decode
-from conftest import plotly_figures as figures
+from helpers.apptest import decode
+from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import models, weights

@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import decode, plotly_figures
+from helpers.apptest import decode, plotly_figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz.labs import live_train
 from attnviz.ui import train as train_ui
+
+pytestmark = pytest.mark.slow  # trains a model behind the Train page: the quick tier leaves it out
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120

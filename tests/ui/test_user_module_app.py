@@ -6,13 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import plotly_figures as figures
+from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import user_code
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ROOT / "tests" / "user_modules.py"
+MODULES = ROOT / "tests" / "helpers" / "user_modules.py"
 LABEL = "Your module: CausalSelfAttention"
 PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py", "pages/compare.py")
 TIMEOUT = 120

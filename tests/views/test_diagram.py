@@ -9,20 +9,22 @@ import subprocess
 
 import pytest
 
-from attnviz import pipeline
+from attnviz import pipeline, variants
 from attnviz.attention import MAP_STAGES, STAGES
+from attnviz.config import AttentionConfig, preset_config
+from attnviz.trace import Trace
 from attnviz.views import diagram
 
 JOURNEY = "Your journey starts with one step"  # 6 tokens
 LONGER = "Your journey starts with one step, and then another, and another."
 
 
-def small(variant: str = "mha", **overrides) -> pipeline.AttentionConfig:
+def small(variant: str = "mha", **overrides) -> AttentionConfig:
     values = {"variant": variant, "d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 32}
-    return pipeline.AttentionConfig(**{**values, **overrides})
+    return AttentionConfig(**{**values, **overrides})
 
 
-def traced(config: pipeline.AttentionConfig, text: str = JOURNEY) -> pipeline.Trace:
+def traced(config: AttentionConfig, text: str = JOURNEY) -> Trace:
     return pipeline.run(text, config)
 
 
@@ -79,7 +81,7 @@ def labels(dot: str) -> dict[str, str]:
 # --- every variant, every mode: valid DOT ------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("rankdir", [None, "TB"])
 def test_dot_is_plausible_for_every_variant(variant, causal, rankdir):
@@ -89,7 +91,7 @@ def test_dot_is_plausible_for_every_variant(variant, causal, rankdir):
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="the graphviz binary is not installed")
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_graphviz_accepts_the_dot(variant):
     config = small(variant)
     dot = diagram.shape_dot(traced(config).shapes, config, highlight="masked")
@@ -109,7 +111,7 @@ def test_every_recorded_shape_is_on_the_diagram():
         assert diagram.format_shape(shape) in node_labels[node].splitlines()
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_text_length_changes_the_shapes(variant):
     config = small(variant)
     short, long = traced(config, JOURNEY), traced(config, LONGER)
@@ -166,7 +168,7 @@ def test_v1_shows_parameters_and_v2_linear_layers():
 
 
 def test_variant_changes_the_diagram():
-    dots = {v: diagram.shape_dot(traced(small(v)).shapes, small(v)) for v in pipeline.VARIANTS}
+    dots = {v: diagram.shape_dot(traced(small(v)).shapes, small(v)) for v in variants.LABELS}
     assert len(set(dots.values())) == len(dots)
 
 
@@ -257,7 +259,7 @@ def test_dropout_absent_from_the_class_is_off():
     assert "no dropout" in node["label"] and "dashed" in node["style"]
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 @pytest.mark.parametrize("rankdir", [None, "TB"])
 def test_highlight_marks_exactly_one_node(variant, rankdir):
     config = small(variant)
@@ -290,7 +292,7 @@ def test_every_book_stage_can_be_highlighted():
 # --- layout ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_top_to_bottom_layout_has_the_same_shapes(variant):
     config = small(variant)
     shapes = traced(config).shapes
@@ -341,17 +343,17 @@ def test_shape_rows_drop_the_batch_symbol_for_unbatched_shapes():
 
 
 def test_head_dim_equation():
-    assert diagram.head_dim_equation(pipeline.preset_config("gpt2-small")) == (
+    assert diagram.head_dim_equation(preset_config("gpt2-small")) == (
         "d_out = num_heads × head_dim: 768 = 12 × 64"
     )
-    assert diagram.head_dim_equation(pipeline.preset_config("gpt2-xl")).endswith("1600 = 25 × 64")
+    assert diagram.head_dim_equation(preset_config("gpt2-xl")).endswith("1600 = 25 × 64")
     assert "8 = 2 × 4" in diagram.head_dim_equation(small("mha_wrapper"))
     assert "dₖ = d_out = 8" in diagram.head_dim_equation(small("causal"))
     assert "d_in = 8" in diagram.head_dim_equation(small("simplified"))
 
 
 def test_book_preset_mha_example():
-    config = pipeline.preset_config("book", variant="mha")
+    config = preset_config("book", variant="mha")
     trace = traced(config)
     node_labels = labels(diagram.shape_dot(trace.shapes, config, highlight="weights"))
     assert "(1, 6, 3)" in node_labels["input"]
@@ -399,7 +401,7 @@ def flow_boxes(markup: str) -> list[dict[str, str]]:
     return parser.boxes
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 @pytest.mark.parametrize("causal", [True, False])
 def test_flow_shows_every_recorded_tensor_in_pipeline_order_with_its_shape(variant, causal):
     config = small(variant, causal=causal)
@@ -416,7 +418,7 @@ def test_flow_shows_every_recorded_tensor_in_pipeline_order_with_its_shape(varia
         assert diagram.format_shape(recorded[box["stage"]][1]) in dot_labels[box["stage"]]
 
 
-@pytest.mark.parametrize("variant", list(pipeline.VARIANTS))
+@pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_flow_highlights_exactly_the_stage_on_view(variant):
     config = small(variant)
     shapes = traced(config).shapes
@@ -460,7 +462,7 @@ def test_flow_rejects_a_trace_from_another_variant():
 
 @pytest.mark.parametrize("flash", [True, False])
 def test_a_traced_modules_op_path_is_valid_dot_in_the_order_it_ran(flash):
-    import user_modules as um
+    from helpers import user_modules as um
 
     from attnviz import tracing
 

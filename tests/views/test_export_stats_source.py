@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnviz import attention, pipeline, stats, variants
-from attnviz.pipeline import AttentionConfig
+from attnviz.config import AttentionConfig
 from attnviz.views import export, source
 
 CONFIG = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=32, seed=5)

@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 
 from attnviz import pipeline
+from attnviz.config import AttentionConfig
+from attnviz.trace import Trace
 from attnviz.views import figures
 
 JOURNEY = "Your journey starts with one step"
 
 
 @pytest.fixture(scope="module")
-def default_trace() -> pipeline.Trace:
-    return pipeline.run(JOURNEY, pipeline.AttentionConfig())  # GPT-2 small, 12 causal heads
+def default_trace() -> Trace:
+    return pipeline.run(JOURNEY, AttentionConfig())  # GPT-2 small, 12 causal heads
 
 
 def tiles_of(fig) -> tuple[list[np.ndarray], list[list[int]], int]:
@@ -82,7 +84,7 @@ def test_a_click_anywhere_on_a_tile_reports_its_head(default_trace):
 
 
 def test_a_long_input_is_pooled_and_says_so():
-    trace = pipeline.run(" the" * 300, pipeline.AttentionConfig(num_heads=4))
+    trace = pipeline.run(" the" * 300, AttentionConfig(num_heads=4))
     fig = figures.heads_grid(trace.steps["weights"][0], "weights", max_cells=64)
     heatmaps, tiles, size = tiles_of(fig)
     assert size == 60 and fig.layout.meta["block"] == 5  # ceil(300 / 64) = 5 positions per cell
@@ -104,7 +106,7 @@ def test_mark_focus_moves_the_marker_and_the_outline(default_trace):
 
 
 def test_a_single_head_grid():
-    trace = pipeline.run(JOURNEY, pipeline.AttentionConfig(variant="causal"))
+    trace = pipeline.run(JOURNEY, AttentionConfig(variant="causal"))
     fig = figures.mark_focus(figures.heads_grid(trace.steps["weights"][0], "weights"), 0)
     assert head_titles(fig) == ["▶ head 0"]
     assert "1 head" in fig.layout.title.text

@@ -12,7 +12,7 @@ NOTEBOOK = ROOT / "docs" / "notebooks" / "your_module.ipynb"
 
 
 def test_the_heads_view_is_built_from_a_trace():
-    import user_modules as um
+    from helpers import user_modules as um
 
     trace = tracing.trace_module(um.CausalSelfAttention(flash=False).eval(), "Hello there, general Kenobi")
     parts = notebook.figures_of(trace, head=2)
@@ -20,6 +20,7 @@ def test_the_heads_view_is_built_from_a_trace():
     assert "masked_fill" in parts["flow"] and "softmax" in parts["flow"]
 
 
+@pytest.mark.slow  # starts a Jupyter kernel and runs the notebook
 def test_the_notebook_traces_checks_and_shows_a_module_without_errors():
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")

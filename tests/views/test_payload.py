@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-from conftest import plotly_figures
+from helpers.apptest import plotly_figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import pipeline, tokens

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz import pipeline, variants
-from attnviz.pipeline import AttentionConfig, run
+from attnviz import variants
+from attnviz.config import AttentionConfig, preset_config
+from attnviz.pipeline import run
 from attnviz.views import source, steps
 
 TEXT = "Your journey starts with one step"
@@ -35,7 +36,7 @@ def test_step_text_says_the_mask_was_skipped():
 
 
 def test_the_simplified_variant_says_it_does_not_scale():
-    step = steps.step_text(pipeline.preset_config("book", variant="simplified"), "scaled")
+    step = steps.step_text(preset_config("book", variant="simplified"), "scaled")
     assert step["what"].startswith("The simplified version (section 3.3) does not scale")
 
 
@@ -61,7 +62,7 @@ def test_qk_table_shows_the_focused_heads_slice():
 
 
 def test_vector_table_prints_four_decimals_like_the_book():
-    trace = run(TEXT, pipeline.preset_config("book", variant="causal"))
+    trace = run(TEXT, preset_config("book", variant="causal"))
     table = steps.vector_table(trace, trace.output[0], "output vector")
     assert len(table) == trace.n
     assert all(len(value.split(", ")) == 2 for value in table["output vector"])

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention
 from attnviz.labs.pitfalls import modern
 from attnviz.labs.pitfalls.bugs import (
@@ -41,7 +40,8 @@ from attnviz.labs.pitfalls.detectors import (
 )
 from attnviz.labs.pitfalls.leak import leak_report
 from attnviz.labs.pitfalls.workbench import LabSetup, build_correct, copy_weights, lab_inputs, lab_setup
-from attnviz.pipeline import Trace
+from attnviz.rng import seeded
+from attnviz.trace import Trace
 
 # --------------------------------------------------------------------------- the catalogue
 
@@ -73,7 +73,7 @@ class Pitfall:
 
 def _subclass(cls: type[MultiHeadAttention]) -> Callable[[MultiHeadAttention, LabSetup], nn.Module]:
     def build(correct: MultiHeadAttention, setup: LabSetup) -> nn.Module:
-        with pipeline.seeded(setup.seed):  # the constructor draws weights (replaced right after): hold the RNG
+        with seeded(setup.seed):  # the constructor draws weights (replaced right after): hold the RNG
             buggy = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads,
                         causal=correct.causal)
         return copy_weights(correct, buggy).eval()
@@ -89,7 +89,7 @@ def _lab_module(cls: type[nn.Module], setup: LabSetup) -> nn.Module:
     """One of the lab's own classes (:mod:`~attnviz.labs.pitfalls.modern`) at the setup's sizes, seeded, eval mode."""
     sizes = {"num_kv_groups": setup.num_kv_groups} if issubclass(cls, modern.GroupedQueryAttention) else {
         "sliding_window_size": setup.sliding_window_size} if issubclass(cls, modern.SlidingWindowAttention) else {}
-    with pipeline.seeded(setup.seed):
+    with seeded(setup.seed):
         module = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads, **sizes)
     return module.eval()
 

@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnviz import pipeline, variants
+from attnviz import variants
 from attnviz.attention import MultiHeadAttention
-from attnviz.pipeline import AttentionConfig
+from attnviz.config import MAX_HEADS, AttentionConfig, divisors
+from attnviz.rng import seeded
 
 BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class every bug changes
 MAX_TOKENS = 64  # the lab runs on the first 64 tokens at most (every pitfall runs two modules)
@@ -52,9 +53,9 @@ class LabSetup:
 def lab_heads(d_out: int, wanted: int) -> int:
     """A head count for a single-head variant: ``wanted`` if it divides d_out and is > 1, else the
     divisor > 1 of d_out nearest to it (1 only when d_out is 1) — several heads let bugs 3 and 5 show."""
-    if wanted > 1 and d_out % wanted == 0 and wanted <= pipeline.MAX_HEADS:
+    if wanted > 1 and d_out % wanted == 0 and wanted <= MAX_HEADS:
         return wanted
-    options = [d for d in pipeline.divisors(d_out) if 1 < d <= pipeline.MAX_HEADS]
+    options = [d for d in divisors(d_out) if 1 < d <= MAX_HEADS]
     if not options:
         return 1
     return min(options, key=lambda d: (abs(d - wanted), d))
@@ -115,15 +116,15 @@ def lab_tokens(tokens) -> tuple[str, ...]:
 
 
 def forward_rng(module: nn.Module, seed: int | None) -> contextlib.AbstractContextManager:
-    """The RNG section a forward of ``module`` needs: :func:`pipeline.seeded` (``seed``, or ``None`` to continue
+    """The RNG section a forward of ``module`` needs: :func:`seeded` (``seed``, or ``None`` to continue
     the stream) when its dropout draws (training mode); none in eval mode, which draws nothing and must not
     serialise the sessions."""
-    return pipeline.seeded(seed) if module.training else contextlib.nullcontext()
+    return seeded(seed) if module.training else contextlib.nullcontext()
 
 
 def build_correct(setup: LabSetup, causal: bool = True) -> MultiHeadAttention:
     """The book's MultiHeadAttention, seeded like the pipeline (same weights as the trace's ``mha``), eval mode."""
-    with pipeline.seeded(setup.seed):  # the book's parameter-creation order needs the global seed
+    with seeded(setup.seed):  # the book's parameter-creation order needs the global seed
         module = MultiHeadAttention(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads,
                                     causal=causal)
     return module.eval()

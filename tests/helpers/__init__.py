@@ -1,0 +1,7 @@
+"""Helpers the test modules share: ``from helpers.apptest import plotly_figures``, ``from helpers import user_modules``.
+
+* ``apptest`` — what an AppTest run drew (Plotly figures as the browser gets them, attnviz's tables), through
+  AppTest's public API;
+* ``checkpoints`` — Hugging Face GPT-2 models with every LayerNorm and bias randomised, to save as checkpoints;
+* ``user_modules`` — attention modules written as users write them (plain ``nn.Module``s), correct and buggy.
+"""

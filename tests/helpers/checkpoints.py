@@ -1,0 +1,23 @@
+"""GPT-2 checkpoints the tests write themselves (no weights are downloaded)."""
+
+from __future__ import annotations
+
+
+def random_gpt2(seed: int = 0, *, vocab_size: int = 50257, **sizes):
+    """A Hugging Face ``GPT2LMHeadModel`` (eager attention, no dropout) with EVERY LayerNorm and bias randomised:
+    Hugging Face initialises them to 1 and 0, which would hide a mapping error (a swapped or untransposed
+    tensor).  ``sizes``: GPT2Config's n_layer, n_head, n_embd, n_positions."""
+    import torch
+    import transformers
+
+    config = transformers.GPT2Config(**sizes, vocab_size=vocab_size, resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0, attn_implementation="eager")
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".ln_" in name or name.startswith("transformer.ln_f"):
+                param.uniform_(-1.5, 1.5) if name.endswith("bias") else param.uniform_(0.5, 1.5)
+            elif name.endswith("bias"):
+                param.normal_(0.0, 0.3)
+    return model

@@ -1,0 +1,33 @@
+"""Small configs and Trace comparisons the run tests share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz import embedding
+from attnviz.config import AttentionConfig
+from attnviz.trace import Trace
+
+JOURNEY = embedding.JOURNEY_TEXT
+TEXT = "Attention lets every token look back at the tokens before it."
+ATOL = 1e-4
+
+
+def small(variant: str = "mha", **overrides) -> AttentionConfig:
+    """A small config for invariants: d 8, 2 heads."""
+    values = {"variant": variant, "d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 64, "device": "cpu"}
+    return AttentionConfig(**{**values, **overrides})
+
+
+def upper_mask(n: int) -> np.ndarray:
+    return np.triu(np.ones((n, n), dtype=bool), k=1)
+
+
+def assert_traces_equal(first: Trace, second: Trace) -> None:
+    assert first.token_ids == second.token_ids
+    assert first.steps.keys() == second.steps.keys()
+    for name in first.steps:
+        assert np.array_equal(first.steps[name], second.steps[name]), name
+    assert np.array_equal(first.output, second.output)
+    for name in first.embeddings:
+        assert np.array_equal(first.embeddings[name], second.embeddings[name]), name

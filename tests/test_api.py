@@ -1,0 +1,78 @@
+"""The public API: ``attnviz``'s own names are what docs/api.md documents, load on first use, and work."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import attnviz
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC = {"run", "AttentionConfig", "Trace", "trace_module", "check_module", "show", "models"}
+
+
+def test_the_public_names_are_the_documented_ones():
+    assert set(attnviz.__all__) == PUBLIC
+    assert set(dir(attnviz)) >= PUBLIC
+    documented = set(re.findall(r"^## `attnviz\.(\w+)", (ROOT / "docs" / "api.md").read_text(), re.M))
+    assert documented == PUBLIC
+
+
+def test_importing_attnviz_imports_nothing_else():
+    code = "import sys, attnviz\nprint(sorted(m for m in sys.modules if m.startswith(('attnviz.', 'torch'))))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_each_name_is_the_object_of_its_home_module():
+    from attnviz import checks, config, pipeline, trace, tracing
+    from attnviz.views import notebook
+
+    assert attnviz.run is pipeline.run and attnviz.AttentionConfig is config.AttentionConfig
+    assert attnviz.Trace is trace.Trace and attnviz.trace_module is tracing.trace_module
+    assert attnviz.check_module is checks.check_module and attnviz.show is notebook.show
+    assert attnviz.models.GPTModel.__module__ == "attnviz.models.gpt"
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'pipeline_run'"):
+        attnviz.pipeline_run  # noqa: B018
+
+
+def test_run_gives_every_head_of_the_books_class():
+    trace = attnviz.run("Your journey starts with one step", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
+    assert isinstance(trace, attnviz.Trace)
+    weights = trace.steps["weights"]  # (1, heads, n, n)
+    assert weights.shape == (1, 2, trace.n, trace.n)
+    np.testing.assert_allclose(weights.sum(-1), 1, atol=1e-6)
+    assert np.all(np.triu(weights[0, 0], 1) == 0)  # causal: the future gets no weight
+
+
+class TwoHeads(nn.Module):
+    """A user's own causal attention, written as users write it."""
+
+    def __init__(self, d_in=16, num_heads=2):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-2, -1) / (d // self.num_heads) ** 0.5
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, n, d)
+
+
+def test_trace_module_and_check_module_on_a_users_module():
+    torch.manual_seed(0)
+    module = TwoHeads().eval()
+    trace = attnviz.trace_module(module, torch.randn(3, 5, 16))
+    assert trace.steps["weights"].shape == (3, 2, 5, 5)
+    results = attnviz.check_module(module)
+    assert results and all(result.status != "fail" for result in results)

@@ -1,0 +1,98 @@
+"""AttentionConfig.validate: every bad setting gives a message a user can act on (divisors suggested, the
+single-head variants ignore num_heads); valid configs validate to themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+import pytest
+from helpers.runs import TEXT, small
+
+from attnviz import variants
+from attnviz.config import AttentionConfig, ConfigError
+from attnviz.pipeline import run
+
+# ============================== config validation ==============================
+
+CONFIG_ERRORS = [
+    ({"variant": "gpt5"}, r"Unknown variant 'gpt5'; choose one of simplified, .*mha, .*swa\."),
+    ({"d_in": 1.5}, r"d_in must be a whole number, got 1\.5\."),
+    ({"d_in": "3"}, r"d_in must be a whole number, got '3'\."),
+    ({"d_in": True}, r"d_in must be a whole number, got True\."),
+    ({"d_in": 0}, r"d_in must be between 1 and 4096, got 0\."),
+    ({"d_in": 4097}, r"d_in must be between 1 and 4096, got 4097\."),
+    ({"d_out": 2.0}, r"d_out must be a whole number, got 2\.0\."),
+    ({"d_out": -8}, r"d_out must be between 1 and 4096, got -8\."),
+    ({"context_length": None}, r"context_length must be a whole number, got None\."),
+    ({"context_length": 0}, r"context_length must be between 1 and 1024, got 0\."),
+    ({"context_length": 1025}, r"context_length must be between 1 and 1024, got 1025\."),
+    ({"num_heads": 2.5}, r"num_heads must be a whole number, got 2\.5\."),
+    ({"num_heads": 0}, r"num_heads must be between 1 and \d+, got 0\."),
+    ({"num_heads": 10**6, "d_out": 8}, r"num_heads must be between 1 and \d+, got 1000000\."),
+    ({"seed": "123"}, r"seed must be a whole number, got '123'\."),
+    ({"seed": -1}, r"seed must be between 0 and 4294967295, got -1\."),
+    ({"seed": 2**32}, r"seed must be between 0 and 4294967295, got 4294967296\."),
+    ({"dropout": 5}, r"dropout is a probability: .*from 0 up to \(not including\) 1, got 5\."),
+    ({"dropout": -0.1}, r"dropout is a probability: .* got -0\.1\."),
+    ({"dropout": True}, r"dropout is a probability: .* got True\."),
+    ({"dropout": 1.0}, r"dropout is a probability: .* got 1\.0\."),
+    ({"dropout": "0.1"}, r"dropout is a probability: .* got '0\.1'\."),
+    ({"dropout": math.nan}, r"dropout is a probability: .* got nan\."),
+    ({"device": "tpu"}, r"Unknown device 'tpu'; choose one of auto, cpu, cuda, mps\."),
+    ({"embedding": "glove"}, r"Unknown embedding 'glove'; choose 'seeded' or 'book'\."),
+    ({"embedding": "book", "d_in": 768}, r"journey vectors are 3-dimensional: set d_in to 3 \(got 768\)\."),
+    ({"num_heads": 16, "d_out": 8}, r"16 heads need d_out ≥ 16; d_out is 8\."),
+    ({"variant": "mha_wrapper", "num_heads": 9, "d_out": 4}, r"9 heads need d_out ≥ 9; d_out is 4\."),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CONFIG_ERRORS)
+def test_config_error_messages(overrides, message):
+    config = small(**overrides)
+    with pytest.raises(ConfigError, match=message):
+        config.validate()
+    with pytest.raises(ConfigError, match=message):  # run() validates before anything else
+        run(TEXT, config)
+
+
+@pytest.mark.parametrize(
+    ("d_out", "heads", "suggested"),
+    [(768, 7, [4, 6, 8]), (1024, 24, [8, 16, 32]), (1280, 36, [32, 40, 20]), (10, 3, [1, 2, 5]), (7, 2, [1, 7])],
+)
+@pytest.mark.parametrize("variant", tuple(name for name, v in variants.VARIANTS.items() if v.multi_head))
+def test_non_divisible_heads_message_suggests_real_divisors(variant, d_out, heads, suggested):
+    with pytest.raises(ConfigError) as info:
+        small(variant, d_out=d_out, num_heads=heads).validate()
+    message = str(info.value)
+    assert message.startswith(f"d_out {d_out} is not divisible by {heads} heads; try ")
+    tried = [int(v) for v in re.findall(r"\d+", message.split("try", 1)[1])]
+    assert sorted(tried) == sorted(suggested)
+    assert all(d_out % value == 0 for value in tried)
+    assert " or " in message
+
+
+def test_the_exact_768_by_7_message():
+    with pytest.raises(ConfigError) as info:
+        AttentionConfig(num_heads=7).validate()
+    assert str(info.value) == "d_out 768 is not divisible by 7 heads; try 4, 6 or 8."
+
+
+@pytest.mark.parametrize("variant", ["simplified", "self_attention_v1", "self_attention_v2", "causal"])
+def test_single_head_variants_ignore_num_heads(variant):
+    config = small(variant, d_out=10, num_heads=3).validate()
+    trace = run(TEXT, config)
+    assert config.heads == 1
+    assert trace.num_heads == 1
+
+
+def test_valid_configs_validate_to_themselves():
+    config = small()
+    assert config.validate() is config
+    assert AttentionConfig().validate() == AttentionConfig()
+    assert small(dropout=0).validate().dropout == 0
+    assert small(dropout=np.float64(0.25)).validate().dropout == 0.25
+    assert {f.name for f in dataclasses.fields(AttentionConfig)} >= {
+        "variant", "d_in", "d_out", "num_heads", "dropout", "seed", "device"}
