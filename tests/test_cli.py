@@ -204,7 +204,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(modules):
 
 # ---------------------------------------------------------------- today's attention and the KV cache
 
-USER_MODULES = ROOT / "tests" / "user_modules.py"  # plain nn.Modules, written as a learner writes them
+USER_MODULES = ROOT / "tests" / "helpers" / "user_modules.py"  # plain nn.Modules, written as a learner writes them
 
 
 @pytest.mark.parametrize(("cls", "flags", "words"), [
