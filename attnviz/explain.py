@@ -145,9 +145,11 @@ def _index(value, size: int, what: str) -> int:
 
 
 def _head_vectors(trace: Trace, head: int, query: int, key: int) -> tuple[np.ndarray, np.ndarray]:
-    """(q_query, k_key) of ``head``, (head_dim,) float32 each, from the recorded ``queries`` and ``keys``."""
+    """(q_query, k_key) of ``head``, (head_dim,) float32 each, from the recorded ``queries`` and ``keys`` — or, where
+    the run rotates them (rotary positions), ``rotated_queries`` and ``rotated_keys``, the q and k that meet in QKᵀ."""
     heads = trace.num_heads
-    queries, keys = trace.steps["queries"], trace.steps["keys"]
+    queries = trace.steps.get("rotated_queries", trace.steps["queries"])
+    keys = trace.steps.get("rotated_keys", trace.steps["keys"])
     if queries.ndim == 4:  # (b, h, n, hd): a user's module
         head_dim = queries.shape[-1]
         query_vector = queries[0, _head_of(queries.shape[1], heads, head, "queries", queries.shape), query]  # (hd,)

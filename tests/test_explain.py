@@ -382,3 +382,32 @@ def test_a_row_whose_every_key_is_hidden_gives_zeros_not_nan():
     assert not np.isnan(explanation.row_weights).any()
     assert explanation.reason.startswith("the mask hides key 2 from query 4")
     assert any("Every key is hidden" in note for note in explanation.notes)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"variant": "gqa", "num_heads": 12, "num_kv_groups": 4},
+    {"variant": "mqa"},
+    {"variant": "mla"},
+    {"variant": "swa", "sliding_window_size": 3},
+    {"variant": "mha", "positions": "rotary"},
+    {"variant": "gqa", "num_kv_groups": 3, "positions": "rotary"},
+], ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_todays_attention_explains_every_cell_with_the_q_and_k_that_meet_in_qkt(overrides):
+    """Grouped K/V heads, the latent's up-projected keys, a window and rotated q and k: the products still add up to
+    the recorded score, ÷ √head_dim to the scaled score, and a key the window hides says so."""
+    from attnviz.config import AttentionConfig
+    from attnviz.explain import explain_weight
+    from attnviz.pipeline import run
+
+    trace = run("one two three four five six seven", AttentionConfig(d_in=48, d_out=48, **overrides))
+    for head in range(trace.num_heads):
+        for query in range(trace.n):
+            for key in range(trace.n):
+                why = explain_weight(trace, head, query, key)
+                assert why.products.sum() == pytest.approx(trace.steps["scores"][0, head, query, key], abs=1e-4)
+                assert why.scaled == pytest.approx(why.score / why.divisor, abs=1e-4)
+                assert why.weight == trace.steps["weights"][0, head, query, key]
+                assert not why.notes, why.notes
+    if overrides["variant"] == "swa":
+        far = explain_weight(trace, 0, 5, 1)  # 5 − 1 = 4 ≥ W = 3: outside the window
+        assert far.masked and far.weight == 0 and "window" in far.reason

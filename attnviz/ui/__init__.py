@@ -20,6 +20,7 @@ One module per job:
 * ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
 * ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.by_layer``);
+* ``focus``    — the focused head, set by a click on the grid or a selected table row;
 * ``why``      — what a selection on the focused map explains (one cell's weight, several cells summed);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
@@ -47,6 +48,7 @@ warm_up(config_from_settings(DEFAULTS))
 import pandas  # noqa: F401
 
 from attnviz.ui.checkpoint import layers_overview, next_token_panel, position_label
+from attnviz.ui.focus import focus_from_grid, focus_from_row
 from attnviz.ui.frame import (
     Context,
     beside_shape_diagram,
@@ -58,8 +60,6 @@ from attnviz.ui.frame import (
 )
 from attnviz.ui.heads import (
     WINDOW,
-    focus_from_grid,
-    focus_from_row,
     focused_head,
     head_selector,
     head_stats_table,

@@ -12,8 +12,8 @@ import streamlit as st
 
 from attnviz import head_types
 from attnviz.ui.cache import cached_trace
+from attnviz.ui.focus import focus_from_row
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.heads import focus_from_row
 from attnviz.views import head_figures
 
 TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")

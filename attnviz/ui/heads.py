@@ -4,6 +4,9 @@ window sliders, its map's cell selections and what they explain."""
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import streamlit as st
 
 from attnviz.background import yield_to_pages
@@ -21,7 +24,24 @@ def _grid_figure(text: str, config_values: tuple, stage: str):
 
     trace = cached_trace(text, config_values)
     config = trace.config
-    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout)
+    group = config.group_size  # heads that share K/V heads sit side by side, a group never split across rows
+    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout,
+                              columns=group * max(1, 6 // group) if group > 1 else 6, hidden=window_hidden(trace),
+                              labels=[grid_label(config, head) for head in range(trace.num_heads)])
+
+
+def grid_label(config, head: int) -> str:
+    """A thumbnail's title: ``head 5``, with its K/V group where heads share K/V heads (``head 5 · K/V 1``)."""
+    return f"head {head}" if config.kv_groups == config.heads else f"head {head} · K/V {config.kv_group(head)}"
+
+
+def window_hidden(trace, head: int | None = None):
+    """The cells a sliding window hides beyond the causal mask ((heads, n, n) bool, or one head's (n, n)); None for a
+    run without a window, whose hidden cells are the causal mask's."""
+    if "sliding_window_size" not in trace.config.spec.settings:
+        return None
+    masked = trace.steps["masked"][0] if head is None else trace.attention_map("masked", head)
+    return ~np.isfinite(masked)
 
 
 def heads_grid_figure(ctx: Context, stage: str):
@@ -30,34 +50,6 @@ def heads_grid_figure(ctx: Context, stage: str):
 
     grid = _grid_figure(*ctx.key, stage)
     return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
-
-
-def focus_from_grid(num_heads: int, chart_key: str = "heads_grid", key: str = "heads_focus") -> None:
-    """``on_select`` of the thumbnail grid: the clicked tile's head (its invisible overlay's ``customdata``) is
-    focused before the rerun draws the focused head's selectbox."""
-    points = ss[chart_key].selection.get("points", []) if chart_key in ss else []
-    head = points[0].get("customdata") if points else None
-    if isinstance(head, list):
-        head = head[0] if head else None
-    if isinstance(head, int | float) and not isinstance(head, bool):
-        _set_focus(key, int(head), num_heads)
-
-
-def focus_from_row(table_key: str, heads: list[int], key: str = "heads_focus") -> None:
-    """``on_select`` of a table with a row per head: the selected row's head is focused before the rerun draws the
-    focused head's selectbox (``heads``: each row's head; Streamlit reports a row by its position in the data,
-    whatever order the user sorted it into)."""
-    rows = ss[table_key].selection.get("rows", []) if table_key in ss else []
-    if rows and isinstance(rows[0], int) and 0 <= rows[0] < len(heads):
-        _set_focus(key, heads[rows[0]], len(heads))
-
-
-def _set_focus(key: str, head: int, num_heads: int) -> bool:
-    """Focus ``head`` (kept across page switches) if it is one of this run's heads; True if it is."""
-    if not 0 <= head < num_heads:
-        return False
-    ss[key] = ss[f"_keep_{key}"] = head
-    return True
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
@@ -129,13 +121,17 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     return True
 
 
-def head_selector(key: str, num_heads: int) -> int:
+def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}") -> int:
     """Focused-head selector (persisted); falls back to head 0 when the head count shrinks."""
     bind = page_bind(key, 0, lambda head: isinstance(head, int) and 0 <= head < num_heads)
     if num_heads == 1:
         st.caption("One head.")
         return 0
-    return st.selectbox("Focused head", list(range(num_heads)), format_func=lambda h: f"head {h}", **bind)
+    return st.selectbox("Focused head", list(range(num_heads)), format_func=label, **bind)
+
+
+def _head_name(config, head: int) -> str:
+    return config.head_label(head)
 
 
 def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, int, int]:
@@ -166,14 +162,16 @@ def focused_head(key: tuple, stage: str) -> None:
 
     trace = trace_of(key)
     config = trace.config
-    head = head_selector("heads_focus", trace.num_heads)
+    head = head_selector("heads_focus", trace.num_heads, functools.partial(_head_name, config))
     row0, col0, size = window_selector("heads", trace.n)
     matrix = trace.attention_map(stage, head)
     window = matrix[row0 : row0 + size, col0 : col0 + size]
+    hidden = window_hidden(trace, head)
     fig = figures.attention_heatmap(
         window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
-        title=f"head {head}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0, validate=False,
-        uirevision=f"{head}-{stage}-{row0}-{col0}",
+        title=f"{config.head_label(head)}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
+        validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",
+        hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
     )
     map_col, why_col = st.columns([3, 2])
     with map_col:

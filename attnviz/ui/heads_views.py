@@ -11,10 +11,9 @@ import streamlit as st
 from attnviz.attention import MAP_STAGES
 from attnviz.ui import head_labels, module_check
 from attnviz.ui.checkpoint import layers_overview
+from attnviz.ui.focus import focus_from_grid, focus_from_row
 from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
 from attnviz.ui.heads import (
-    focus_from_grid,
-    focus_from_row,
     focused_head,
     head_stats_table,
     heads_grid_figure,

@@ -96,11 +96,13 @@ def _all_masked_blocks(n_rows: int, n_cols: int, block: int) -> np.ndarray:
     return first_col[None, :] > last_row[:, None]  # (R, C)
 
 
-def pooled_display(maps: np.ndarray, stage: str, causal: bool, max_cells: int) -> tuple[np.ndarray, int]:
+def pooled_display(maps: np.ndarray, stage: str, causal: bool, max_cells: int,
+                   hidden: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """``max_pool(display_values(m, stage, causal), max_cells)`` of every (n, n) map in ``maps`` (heads, n, n),
     without the full-size float copies: masked cells of the probability stages are exactly 0 and the kept
     ones ≥ 0, so pooling the raw maps and then blanking the blocks that lie wholly above the diagonal gives
-    the same values.  Returns ((heads, s, s) float32, block size)."""
+    the same values.  ``hidden`` (heads, n, n) bool: the cells a mask other than the causal one hides (a
+    sliding window); blocks it hides wholly are blanked too.  Returns ((heads, s, s) float32, block size)."""
     heads, rows, cols = maps.shape
     block = max(1, math.ceil(max(rows, cols) / max_cells))
     signed = stage not in PROBABILITY_STAGES
@@ -110,6 +112,9 @@ def pooled_display(maps: np.ndarray, stage: str, causal: bool, max_cells: int) -
     pooled = np.array(values, dtype=np.float32) if block == 1 else _block_extremes(values, block, signed)
     if causal and stage in PROBABILITY_STAGES:
         pooled[:, _all_masked_blocks(rows, cols, block)] = np.nan
+    if hidden is not None and stage in PROBABILITY_STAGES:
+        seen = np.asarray(~hidden, dtype=np.float32)  # 1 where a key is visible
+        pooled[(seen if block == 1 else _block_extremes(seen, block, signed=False)) == 0] = np.nan
     return pooled, block
 
 
@@ -155,6 +160,7 @@ def attention_heatmap(
     zrange: tuple[float, float] | None = None,
     validate: bool = True,
     uirevision: str | None = None,
+    hidden: np.ndarray | None = None,
 ) -> go.Figure:
     """Full-resolution heatmap of one head's (rows × cols) map, hover = query token, key token, value.
 
@@ -164,6 +170,8 @@ def attention_heatmap(
     (x, y) are the cells a click or a box selection reports.  ``validate=False`` skips Plotly's
     per-property validation (``tests/views/test_figures.py`` validates these dicts): for a figure that is
     drawn as it is, not changed afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.
+    ``hidden`` (rows × cols bool): cells a mask other than the causal one hides (a sliding window), grey in
+    the probability stages like the causal mask's.
     """
     rows, cols = matrix.shape
     values = display_values(matrix, stage, causal=False)
@@ -171,6 +179,8 @@ def attention_heatmap(
         query_pos = np.arange(row_offset, row_offset + rows)[:, None]
         key_pos = np.arange(col_offset, col_offset + cols)[None, :]
         values[key_pos > query_pos] = np.nan
+    if hidden is not None and stage in PROBABILITY_STAGES:
+        values[hidden] = np.nan
     zmin, zmax, scale = color_range(stage, values, dropout)
     if zrange is not None:  # a before/after pair shares one scale, so equal values look equal
         zmin, zmax = zrange
@@ -272,6 +282,7 @@ def heads_grid(
     max_cells: int = 64,
     columns: int = 6,
     labels: list[str] | None = None,
+    hidden: np.ndarray | None = None,
 ) -> go.Figure:
     """All heads as small heatmaps, max-pooled to at most ``max_cells`` per side: one heatmap trace per head
     (named "head h"), tiled on **one** pair of axes by each trace's ``x0``/``y0`` (subplots with an axis pair
@@ -280,7 +291,8 @@ def heads_grid(
     ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns``; its
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
     ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
-    masked cells grey, as in every attention heatmap.  The titles ("head 3", or ``labels``) are annotations
+    masked cells grey, as in every attention heatmap (``hidden``: what a sliding window hides, as in
+    :func:`pooled_display`).  The titles ("head 3", or ``labels``) are annotations
     (:func:`mark_focus` marks the focused one ▶ and outlines it).  A transparent scatter overlay
     (customdata = head index) reports clicks: heatmap cells do not.
 
@@ -290,7 +302,7 @@ def heads_grid(
     num_heads, n, _ = maps.shape
     columns = max(1, min(columns, num_heads))
     rows = math.ceil(num_heads / columns)
-    pooled, block = pooled_display(maps, stage, causal, max_cells)  # (heads, size, size)
+    pooled, block = pooled_display(maps, stage, causal, max_cells, hidden)  # (heads, size, size)
     zmin, zmax, scale = color_range(stage, pooled, dropout)
     size = pooled.shape[1]
     gap = max(1, math.ceil(size * 0.06))  # between columns, ≈ 8 px

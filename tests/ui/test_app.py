@@ -364,7 +364,7 @@ def test_a_click_on_a_tile_or_a_selected_row_focuses_that_head(monkeypatch):
     anything that is not one of this run's heads is ignored."""
     from types import SimpleNamespace
 
-    from attnviz.ui import heads as ui_heads
+    from attnviz.ui import focus as ui_heads
 
     state: dict = {}
     monkeypatch.setattr(ui_heads, "ss", state)
