@@ -2,8 +2,9 @@
 
     python benchmarks/browser.py                    # 3 cold + 5 warm runs per app, 5 settings changes
     python benchmarks/browser.py --warm 7 --changes 9
-    python benchmarks/browser.py --first-paint 5      # only: a fresh server's first page vs the floor app
+    python benchmarks/browser.py --only-first-paint --first-paint 5   # only: a fresh server's first page vs the floor app
     python benchmarks/browser.py --app-root DIR       # time another checkout's app.py (e.g. a `git archive`)
+    python benchmarks/browser.py --click 9            # only: a click on a cell of the focused map → its products
 
 One run starts two Streamlit servers on free ports: the project's ``app.py`` and
 ``benchmarks/naive_heads_app.py`` (same ``pipeline.run`` and cache, then 12 × ``go.Heatmap(z=float64
@@ -19,12 +20,14 @@ which the page is **drawn**:
    key press (a MutationObserver counts transitions to ``running``; a run so fast that React never
    painted "running" counts when the page has charts, as condition 3 then proves a new run's data);
 2. no element in the main area is ``data-stale="true"``, no spinner or status widget is shown;
-3. every Plotly chart in the main area (``.js-plotly-plot``) is *fresh* — created after the key press, or
-   an existing chart that fired ``plotly_afterplot`` after it — and *drawn*: it has ``_fullLayout``, one
-   ``g.heatmaplayer g.hm image`` per heatmap trace of its ``_fullData``, one ``g.imagelayer g.im image``
-   with its ``href`` set per image trace and, for bar traces, bar paths; every attnviz.ui.charts canvas chart
-   (they stay on the page) has drawn a new figure since the key press (``data-draws`` went up, ``data-drawn="true"``);
-4. every Graphviz chart has an ``svg g.node``;
+3. every Plotly chart in the main area (``st.plotly_chart``: ``.js-plotly-plot``) is *fresh* — created after the
+   key press, or an existing chart that fired ``plotly_afterplot`` after it — and *drawn* (``PLOTLY_DRAWN``): it
+   has ``_fullLayout`` and its ``.main-svg``, one ``g.heatmaplayer g.hm image`` per heatmap trace of its
+   ``_fullData``, one ``g.imagelayer g.im image`` with its ``href`` set per image trace, bar paths if it has bar
+   traces, a ``g.scatterlayer g.trace`` if it has SVG scatter traces and a WebGL canvas if it has ``scattergl``
+   traces (the focused map's cell overlay above 4,096 cells);
+4. every Graphviz chart has an ``svg g.node``; every visible ``st.dataframe`` (``stDataFrame``, drawn by Glide
+   data grid) shows its ``canvas`` (a table in a collapsed expander is never drawn by the browser);
 5. the main area shows the text's token count (``1024 tokens``) — so the charts are the new run's.
 
 Plotly renders a heatmap into a canvas and sets the resulting PNG as the ``<image>``'s href; the time
@@ -50,8 +53,26 @@ receives from the key press (or click) to drawn, plus 300 ms.
 sample (``streamlit run``, waited for ``/_stcore/health``), then a new tab opens ``/``: the time runs from the
 navigation's start (``performance.timeOrigin``) to the first animation frame at which the page is drawn
 (conditions 1-4 above, with no key press, and the page's marker: "6 tokens" for attnviz's default sentence,
-"one chart" for the floor).  The floor, ``benchmarks/floor_app.py``, is a Streamlit page that imports torch
-and Plotly and draws one chart; samples of the two alternate, so both see the same machine.
+"one chart" for the floor).  The floor, ``benchmarks/floor_app.py``, is the smallest Streamlit page that draws what
+the first page's focused map draws: it imports torch and Plotly and draws one 6 × 6 Plotly heatmap (the default
+sentence's 6 tokens) with ``st.plotly_chart``; samples of the two alternate, so both see the same machine.  The
+issue's target: attnviz ≤ 1.2 × the floor.
+
+**A click on a cell → its products drawn** (``--click N``, alone).  A server of the project's ``app.py`` and a tab at
+``/?text=<1024 tokens>`` (the default settings: the book's MultiHeadAttention, GPT-2 small's shape, 12 heads of
+64 dimensions); once drawn, the focused head's map (the chart whose axis is titled "key token": a 256 × 256 window
+of the 1,024-token map, its cell overlay a ``scattergl``) is scrolled into view and clicked N times, each on
+another unmasked cell (key ≤ query).  The cell's page position is computed from Plotly's axes:
+``.main-svg``'s bounding rectangle + ``gd._fullLayout.xaxis._offset + xaxis.l2p(key)`` (and ``yaxis`` for the
+query).  A cell is ~1.3 px wide at this size, and Plotly's click picks the point it hovers, so the mouse first
+moves onto the cell, as a user's does, and the script waits until Plotly hovers it or a neighbour (≤ 2 positions
+away; ``gd._hoverdata``): that hovered cell is the one clicked and reported.  After a 1 s settle and the hover (both
+outside the interval) the time runs from the button's ``pointerdown`` (capture) to the first animation frame at
+which the column beside the map shows the markdown line ``score q·k = Σ products = …`` under the title naming
+"(query i, key j)" and the products chart (y axis title ``q[d]·k[d]``) names the same cell in its title and has
+drawn one bar path per dimension (``ms``: the target).  Reported too: ``complete_ms``, the frame at which the
+fragment's run has ended and every chart of the main area is drawn (the row's softmax charts too); and whether the
+bars add up to the score the page shows (checked after the interval).  Results: ``results/click.json``.
 
 **Peak RSS** of each server process: ``VmHWM`` from ``/proc/<pid>/status`` at the end (peak over the run).
 """
@@ -184,7 +205,6 @@ ARM_JS = """
 () => {
   const b = window.__bench;
   b.t0 = null; b.t1 = null; b.runStart = null; b.runEnd = null; b.armed = true; b.runsBefore = b.runs;
-  for (const chart of document.querySelectorAll('[data-testid=attnvizChart], [data-testid=attnvizTable]')) chart.__benchDraws = Number(chart.dataset.draws);
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     gd.__benchOld = true; gd.__benchRedraws = 0;
     if (!gd.__benchListening && gd.on) {
@@ -195,16 +215,33 @@ ARM_JS = """
 }
 """
 
-# Every attnviz.ui.charts chart and attnviz.ui.tables table of the main area has drawn its data (a JS expression,
-# ``main`` in scope) ...
-_KEPT = "[data-testid=attnvizChart][data-drawn=true], [data-testid=attnvizTable][data-drawn=true]"
-_KEPT_DRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
-                      f".every((c) => c.querySelector('{_KEPT}'))")
-# ... and, after an action, each one present at arm() new data since (``data-draws`` counts what it drew)
-_KEPT_REDRAWN = ("[...main.querySelectorAll('[data-testid=stBidiComponentRegular]')]"
-                        f".every((c) => {{ const chart = c.querySelector('{_KEPT}');"
-                        " return chart && (chart.__benchDraws === undefined"
-                        " || Number(chart.dataset.draws) > chart.__benchDraws); })")
+# A JS function (gd) => bool: a Plotly chart has drawn its data (module docstring, condition 3)
+PLOTLY_DRAWN = """
+(gd) => {
+  if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
+  const count = (type) => gd._fullData.filter((t) => t.type === type && t.visible === true).length;
+  if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < count('heatmap')) return false;
+  if ([...gd.querySelectorAll('g.imagelayer g.im image')].filter((i) => i.getAttribute('href')).length < count('image')) return false;
+  if (count('bar') && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
+  if (count('scatter') && !gd.querySelector('g.scatterlayer g.trace')) return false;
+  if (count('scattergl') && !gd.querySelector('.gl-container canvas')) return false;
+  return true;
+}
+"""
+
+# A JS function (main) => bool: every Graphviz chart and every visible data grid of the main area is drawn
+# (condition 4)
+OTHERS_DRAWN = """
+(main) => {
+  for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
+    if (!graph.querySelector('svg g.node')) return false;
+  }
+  for (const table of main.querySelectorAll('[data-testid=stDataFrame]')) {
+    if (table.checkVisibility() && !table.querySelector('canvas')) return false;
+  }
+  return true;
+}
+"""
 
 # Returns true (and stamps t1) once the page is drawn; see the module docstring, conditions 1-5.
 DRAWN_JS = """
@@ -214,7 +251,7 @@ DRAWN_JS = """
   const app = document.querySelector('[data-testid=stApp]');
   // a run started after the action: seen as a script-state change, or (a fast run whose "running" state
   // React never painted) as every chart redrawn with new data, checked below
-  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] :is(.js-plotly-plot, [data-testid=attnvizChart])')) return false;
+  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] .js-plotly-plot')) return false;
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   const main = document.querySelector('[data-testid=stMain]');
@@ -222,26 +259,14 @@ DRAWN_JS = """
   if (marker && !main.innerText.includes(marker)) return false;
   for (const gd of main.querySelectorAll('.js-plotly-plot')) {
     if (gd.__benchOld && !gd.__benchRedraws) return false;
-    if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
-    const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
-    if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < heatmaps) return false;
-    const images = gd._fullData.filter((t) => t.type === 'image' && t.visible === true).length;
-    if ([...gd.querySelectorAll('g.imagelayer g.im image')].filter((i) => i.getAttribute('href')).length < images) return false;
-    const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
-    if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
+    if (!(PLOTLY_DRAWN)(gd)) return false;
   }
-  if (!KEPT_REDRAWN) return false;
-  for (const graph of main.querySelectorAll('[data-testid=stGraphVizChart]')) {
-    if (!graph.querySelector('svg g.node')) return false;
-  }
-  for (const table of main.querySelectorAll('[data-testid=stDataFrame]')) {
-    if (!table.querySelector('canvas')) return false;
-  }
+  if (!(OTHERS_DRAWN)(main)) return false;
   b.t1 = performance.now();
   b.armed = false;
   return true;
 }
-""".replace("KEPT_REDRAWN", _KEPT_REDRAWN)
+""".replace("PLOTLY_DRAWN", PLOTLY_DRAWN.strip()).replace("OTHERS_DRAWN", OTHERS_DRAWN.strip())
 
 IDLE_JS = """
 () => {
@@ -250,13 +275,10 @@ IDLE_JS = """
   const main = document.querySelector('[data-testid=stMain]');
   if (!main || main.querySelector('[data-stale=true]')) return false;
   if (!main.querySelector('.js-plotly-plot, [data-testid=stHeading]')) return false;
-  if (!KEPT_DRAWN) return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
-  return [...main.querySelectorAll('.js-plotly-plot')].every((gd) => gd._fullLayout && gd._fullData
-      && gd.querySelectorAll('g.heatmaplayer g.hm image').length
-         >= gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length);
+  return [...main.querySelectorAll('.js-plotly-plot')].every(PLOTLY_DRAWN) && (OTHERS_DRAWN)(main);
 }
-""".replace("KEPT_DRAWN", _KEPT_DRAWN)
+""".replace("PLOTLY_DRAWN", PLOTLY_DRAWN.strip()).replace("OTHERS_DRAWN", OTHERS_DRAWN.strip())
 
 
 class FrameCounter:
@@ -396,20 +418,12 @@ FIRST_PAINT_JS = """
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   const main = document.querySelector('[data-testid=stMain]');
   if (!main || main.querySelector('[data-stale=true]') || !main.innerText.includes(marker)) return false;
-  if (!main.querySelector('.js-plotly-plot, [data-testid=attnvizChart]')) return false;  // a chart, of either kind
-  if (!KEPT_DRAWN) return false;
-  for (const gd of main.querySelectorAll('.js-plotly-plot')) {
-    if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
-    const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
-    if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < heatmaps) return false;
-  }
-  for (const table of main.querySelectorAll('[data-testid=stDataFrame]')) {
-    if (!table.querySelector('canvas')) return false;
-  }
+  if (!main.querySelector('.js-plotly-plot')) return false;  // at least one chart
+  if (![...main.querySelectorAll('.js-plotly-plot')].every(PLOTLY_DRAWN) || !(OTHERS_DRAWN)(main)) return false;
   window.__bench.t1 = performance.now();
   return true;
 }
-""".replace("KEPT_DRAWN", _KEPT_DRAWN)
+""".replace("PLOTLY_DRAWN", PLOTLY_DRAWN.strip()).replace("OTHERS_DRAWN", OTHERS_DRAWN.strip())
 
 FIRST_PAINT_MARKERS = {"attnviz": "6 tokens", "floor": "one chart"}
 
@@ -463,32 +477,212 @@ def report_first_paint(results: dict[str, list[dict]]) -> None:
     print("\n| fresh server, first page → drawn | median ms | runs ms |\n|---|---:|---|")
     for name in results:
         print(f"| {name} | {median(results[name]):,.0f} | " + ", ".join(f"{r['ms']:,.0f}" for r in results[name]) + " |")
-    print(f"first paint / floor: {app / floor:.2f}× (medians); per pair " + ", ".join(f"{r:.2f}×" for r in ratios))
+    print(f"first paint / floor: {app / floor:.2f}× (medians; target ≤ 1.2×); per pair " + ", ".join(f"{r:.2f}×" for r in ratios))
     print(f"no skeleton left (the sidebar's widgets drawn too), median ms: attnviz {median(results['attnviz'], 'complete'):,.0f}, "
           f"floor {median(results['floor'], 'complete'):,.0f}")
 
 
+# --------------------------------------------------------------------------- a click on a cell → its products
+
+# The page position of (x, y) in data coordinates of a Plotly chart's first pair of axes (the heatmap's).
+DATA_TO_PAGE_JS = """
+([gd, x, y]) => {
+  const full = gd._fullLayout, area = gd.querySelector('.main-svg').getBoundingClientRect();
+  return {x: area.left + full.xaxis._offset + full.xaxis.l2p(x), y: area.top + full.yaxis._offset + full.yaxis.l2p(y)};
+}
+"""
+
+# Returns the cell [query, key] the page explains once the products of a cell near the clicked one are drawn (and
+# stamps t1): the markdown lines name it and give the score; the products chart names it and has drawn its bars.
+PRODUCTS_DRAWN_JS = """
+([query, key, previous, slack]) => {
+  const b = window.__bench;
+  if (b.t0 === null) return false;
+  const main = document.querySelector('[data-testid=stMain]');
+  if (!main) return false;
+  const near = (q, k) => Math.abs(q - query) <= slack && Math.abs(k - key) <= slack && !(q === previous[0] && k === previous[1]);
+  let cell = null;
+  for (const block of main.querySelectorAll('[data-testid=stMarkdownContainer]')) {
+    const m = block.innerText.match(/\\(query (\\d+), key (\\d+)\\)/);
+    if (m && near(Number(m[1]), Number(m[2]))) { cell = [Number(m[1]), Number(m[2])]; break; }
+  }
+  if (cell === null) return false;
+  const score = [...main.querySelectorAll('[data-testid=stMarkdownContainer]')].find(
+      (block) => block.innerText.trim().startsWith('score q·k = Σ products ='));
+  if (!score || score.closest('[data-stale=true]')) return false;
+  for (const gd of main.querySelectorAll('.js-plotly-plot')) {
+    const full = gd._fullLayout;
+    if (!full || !gd._fullData || full.yaxis?.title?.text !== 'q[d]·k[d]') continue;
+    const title = (full.title?.text || '').replace(/<[^>]*>/g, '');  // Streamlit's theme wraps it in <b>
+    if (!title.startsWith(`query ${cell[0]} `) || !title.includes(`→ key ${cell[1]} `)) return false;
+    const bars = gd._fullData[0]._length ?? gd._fullData[0].y.length;
+    if (gd.querySelectorAll('g.barlayer g.trace.bars g.point path').length < bars) return false;
+    b.t1 = performance.now();
+    return cell;
+  }
+  return false;
+}
+"""
+
+# After the products: the fragment's run has ended and every chart of the main area is drawn (stamps t2).
+CLICK_COMPLETE_JS = """
+() => {
+  const app = document.querySelector('[data-testid=stApp]'), main = document.querySelector('[data-testid=stMain]');
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+  if (!main || main.querySelector('[data-stale=true]')) return false;
+  if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
+  if (![...main.querySelectorAll('.js-plotly-plot')].every(PLOTLY_DRAWN)) return false;
+  window.__bench.t2 = performance.now();
+  return true;
+}
+""".replace("PLOTLY_DRAWN", PLOTLY_DRAWN.strip())
+
+# The products chart's bars summed, and the score the markdown line shows (checked after the interval).
+PRODUCTS_SUM_JS = """
+() => {
+  const main = document.querySelector('[data-testid=stMain]');
+  const gd = [...main.querySelectorAll('.js-plotly-plot')].find((g) => g._fullLayout?.yaxis?.title?.text === 'q[d]·k[d]');
+  const line = [...main.querySelectorAll('[data-testid=stMarkdownContainer]')].find(
+      (block) => block.innerText.trim().startsWith('score q·k = Σ products ='));
+  const m = line && line.innerText.match(/Σ products = (-?\\d+\\.\\d+)/);
+  const y = Array.from(gd._fullData[0].y);  // decoded (gd.data keeps the binary array as Streamlit sent it)
+  return {sum: y.reduce((a, c) => a + c, 0), bars: y.length, score: m ? Number(m[1]) : null};
+}
+"""
+
+# The cell [query, key] Plotly hovers (and so a click picks) once it is within ``slack`` positions of the target.
+HOVERED_JS = """
+([gd, query, key, slack]) => {
+  const point = (gd._hoverdata || []).find((p) => ((p.fullData || p.data || {}).name) === 'cells');
+  if (!point || Math.abs(point.y - query) > slack || Math.abs(point.x - key) > slack) return false;
+  return [Math.round(point.y), Math.round(point.x)];
+}
+"""
+
+CLICK_SLACK = 2  # a cell is ~1.3 px wide in the 256 × 256 window: Plotly may hover a neighbour of the aimed-at cell
+
+
+def click_cells(count: int, size: int = 256) -> list[tuple[int, int]]:
+    """``count`` different unmasked cells (query, key ≤ query) spread over the focused window, none within
+    ``2 · CLICK_SLACK + 1`` positions of the one before (so a picked neighbour is never the previous cell)."""
+    cells = []
+    for index in range(count):
+        query = 24 + (index * 61) % (size - 48)  # 24 … size − 25: away from the window's edges
+        key = (index * 37) % (query - 8) + 4
+        cells.append((query, key))
+    return cells
+
+
+# The Heads page's focused map: the Plotly chart with the "cells" overlay and a y axis titled "query token" (the
+# row-softmax chart beside it also has an axis titled "key token").
+FOCUSED_MAP_JS = """
+() => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot')].find(
+    (gd) => (gd._fullData || []).some((t) => t.name === 'cells') && gd._fullLayout?.yaxis?.title?.text === 'query token')
+"""
+
+
+def focused_map(page):
+    """The focused map's Plotly element (``gd``), as an element handle."""
+    return page.wait_for_function(FOCUSED_MAP_JS, polling="raf", timeout=60_000).as_element()
+
+
+def clicks(browser, app_root: Path, count: int) -> dict:
+    """``count`` clicks on cells of the focused map at 1024 tokens → the products drawn (module docstring)."""
+    import urllib.parse
+
+    text = text_of_tokens(N)
+    cells = click_cells(count)
+    samples: list[dict] = []
+    with streamlit_server("click", "app.py", cwd=app_root) as server:
+        context = browser.new_context(viewport=VIEWPORT)
+        context.set_default_timeout(TIMEOUT_MS)
+        try:
+            page = context.new_page()
+            page.add_init_script(INIT_JS)
+            frames = FrameCounter(page)
+            started = time.perf_counter()
+            page.goto(f"{server.url}/?{urllib.parse.urlencode({'text': text})}")
+            page.wait_for_function(IDLE_JS, polling="raf")
+            page.wait_for_function("(marker) => document.querySelector('[data-testid=stMain]').innerText"
+                                   ".includes(marker)", arg=f"{N} tokens", polling="raf")
+            page.wait_for_function(IDLE_JS, polling="raf")
+            print(f"first page (load + 1024-token paint): {time.perf_counter() - started:.1f} s", flush=True)
+            gd = focused_map(page)
+            gd.scroll_into_view_if_needed()
+            overlay = gd.evaluate("(gd) => gd._fullData.map((t) => t.type + ' ' + t.name)")
+            previous = [-1, -1]
+            for index, (query, key) in enumerate(cells):
+                time.sleep(1.0)  # settle (outside the interval)
+                gd = focused_map(page)
+                gd.scroll_into_view_if_needed()
+                where = page.evaluate(DATA_TO_PAGE_JS, [gd, key, query])
+                # hover first, as a user does (outside the interval): Plotly's click picks the point it hovers
+                page.mouse.move(where["x"] - 3, where["y"] - 3)
+                page.mouse.move(where["x"], where["y"], steps=3)
+                hovered = page.wait_for_function(HOVERED_JS, arg=[gd, query, key, CLICK_SLACK], polling="raf",
+                                                 timeout=30_000).json_value()
+                page.evaluate(ARM_JS)
+                frames.reset()
+                page.mouse.down()
+                page.mouse.up()
+                shown = page.wait_for_function(PRODUCTS_DRAWN_JS, arg=[*hovered, previous, 0],
+                                               polling="raf", timeout=60_000).json_value()
+                page.wait_for_function(CLICK_COMPLETE_JS, polling="raf", timeout=TIMEOUT_MS)
+                b = page.evaluate("window.__bench")
+                check = page.evaluate(PRODUCTS_SUM_JS)
+                previous = shown
+                sample = {"ms": b["t1"] - b["t0"], "complete_ms": b["t2"] - b["t0"],
+                          "run_start_ms": (b["runStart"] - b["t0"]) if b["runStart"] else None,
+                          "run_end_ms": (b["runEnd"] - b["t0"]) if b["runEnd"] else None,
+                          "aimed_at": [query, key], "hovered": hovered, "shown": shown, "bars": check["bars"],
+                          "bars_sum": check["sum"], "score": check["score"],
+                          "sum_matches": check["score"] is not None and abs(check["sum"] - check["score"]) < 1e-3,
+                          "bytes": frames.bytes, **frames.busy_since_reset()}
+                samples.append(sample)
+                print(f"click {index} aimed at (query {query}, key {key}), hovered {tuple(hovered)} → shown {tuple(shown)}: products {sample['ms']:,.0f} ms, "
+                      f"complete {sample['complete_ms']:,.0f} ms, {check['bars']} bars, Σ {check['sum']:.4f} vs score "
+                      f"{check['score']} (browser main thread busy {sample['busy']:,.0f} ms), "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+        finally:
+            context.close()
+    return {"tokens": N, "settings": "app defaults: the book's MultiHeadAttention, d 768, 12 heads (head_dim 64), "
+                                     "causal; focused head 0, its 256 × 256 window at (0, 0)",
+            "focused_map_traces": overlay,
+            "method": "pointerdown on the cell's page position (Plotly axes l2p) -> the markdown line and the products "
+                      "chart name the cell and its bars are drawn (polled per animation frame); complete = the "
+                      "fragment's run ended and every chart drawn",
+            "clicks": samples, "median_ms": statistics.median(s["ms"] for s in samples),
+            "median_complete_ms": statistics.median(s["complete_ms"] for s in samples),
+            "all_ms": [round(s["ms"]) for s in samples], "target_ms": 300}
+
+
 # --------------------------------------------------------------------------- ablation
 
-# Where does the browser's time go?  Copies of the app with parts of pages/heads.py left out.
+# Where does the browser's time go?  Copies of the app with parts of the Heads page's layer views
+# (attnviz/ui/heads_views.py's draw) left out: (old, new) replaces the first ``old``; (old, None) cuts draw() there.
+ABLATION_FILE = "attnviz/ui/heads_views.py"
+_NO_DIAGRAM = ("grid_col = beside_shape_diagram(trace, highlight=stage)", "grid_col = st.container()")
+_NO_GRID = ('st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid"',
+            'None and st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid"')
+_NO_STATS_TABLE = ('st.dataframe(stats, key="heads_stats"', 'None and st.dataframe(stats, key="heads_stats"')
+_NO_TYPES = ("head_labels.section(ctx)", "None")
 ABLATIONS = {
     "as is": [],
-    "no shape diagram": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()")],
+    "no shape diagram": [_NO_DIAGRAM],
     "no head statistics": [('st.subheader("Head statistics")', None)],
-    "neither": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ('st.subheader("Head statistics")', None)],
-    "diagram in a collapsed st.expander": [("ui.beside_shape_diagram(trace, highlight=stage)", 'st.container()\nst.expander("Shape diagram").graphviz_chart(__import__("attnviz.views.diagram").diagram.shape_dot(trace.shapes, trace.config, highlight=stage, rankdir="TB"))')],
-    "grid only (no diagram, focused view, statistics)": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ("ui.focused_head(", None)],
-    "no heads grid": [("event = st.plotly_chart(", "event = None and st.plotly_chart(")],
-    "no focused head": [("ui.focused_head(ctx.key, stage)", "None")],
-    "no statistics table": [("picked = st.dataframe(", "picked = None and st.dataframe(")],
+    "neither": [_NO_DIAGRAM, ('st.subheader("Head statistics")', None)],
+    "grid only (no diagram, focused view, statistics)": [_NO_DIAGRAM, ("focused_head(ctx.key, stage)", None)],
+    "no heads grid": [_NO_GRID],
+    "no focused head": [("focused_head(ctx.key, stage)", "None")],
+    "no statistics table": [_NO_STATS_TABLE],
     "sidebar and caption only": [("stage = st.segmented_control(", None)],
-    "no head-types table": [("head_labels.section(ctx)", "None")],
-    "no tables": [("picked = st.dataframe(", "picked = None and st.dataframe("), ("head_labels.section(ctx)", "None")],
+    "no head-types table": [_NO_TYPES],
+    "no tables": [_NO_STATS_TABLE, _NO_TYPES],
 }
 
 
 @contextlib.contextmanager
-def app_copy(patches: list[tuple[str, str | None]], path: str = "pages/heads.py") -> Iterator[Path]:
+def app_copy(patches: list[tuple[str, str | None]], path: str = ABLATION_FILE) -> Iterator[Path]:
     """app.py, pages/ and attnviz/ copied to a temporary folder, with the file ``path`` patched
     (``(old, new)``: replace the first ``old``; ``(old, None)``: cut the file from ``old`` on)."""
     import shutil
@@ -596,9 +790,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-first-paint", action="store_true", help="measure only the fresh-server first paint")
     parser.add_argument("--app-root", type=Path, default=ROOT,
                         help="folder whose app.py is timed (default: this checkout), e.g. a `git archive` of a commit")
-    parser.add_argument("--out", type=Path, default=RESULTS / "browser.json", help="where the samples are written")
+    parser.add_argument("--click", type=int, default=0, metavar="N",
+                        help="only: N clicks on cells of the focused map at 1024 tokens → the products drawn "
+                        "(results/click.json, or --out)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the samples are written (default results/browser.json; --click: results/click.json)")
     args = parser.parse_args(argv)
     app_root = args.app_root.resolve()
+    if args.out is None:
+        args.out = RESULTS / ("click.json" if args.click else "browser.json")
+    if args.click:
+        from playwright.sync_api import sync_playwright
+
+        info = machine()
+        info["app_root"] = str(app_root)
+        print(json.dumps(info), flush=True)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            result = clicks(browser, app_root, args.click)
+            browser.close()
+        info["load_after"] = os.getloadavg()
+        print(f"\nclick on a cell → products drawn at {N} tokens: median {result['median_ms']:,.0f} ms "
+              f"(target ≤ 300 ms); all: {', '.join(str(ms) for ms in result['all_ms'])} ms; whole fragment drawn: "
+              f"median {result['median_complete_ms']:,.0f} ms")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"machine": info, "click": result}, indent=1) + "\n")
+        print(f"wrote {args.out}")
+        return 0
     if args.ablation:
         from playwright.sync_api import sync_playwright
 
@@ -674,7 +892,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [sample["ms"] / sample["bare_forward_ms"] for sample in samples["attnviz"]["cold"]]
     if ratios:
         print(f"\nnew 1024-token text (cold) / bare book MHA forward at n = 1024, each right after its commit: "
-              f"median {statistics.median(ratios):.1f}× ({', '.join(f'{r:.1f}' for r in ratios)}); target ≤ 5×")
+              f"median {statistics.median(ratios):.1f}× ({', '.join(f'{r:.1f}' for r in ratios)}); target ≤ 6×")
     if "naive" in names:
         for kind in ("cold", "warm"):
             speedup = median(samples["naive"][kind]) / median(samples["attnviz"][kind])

@@ -5,8 +5,9 @@ attention run).  Driven by ``benchmarks/element_costs.py``.
 
     ATTNVIZ_ELEMENTS=grid,window streamlit run benchmarks/element_cost_app.py
 
-Elements: ``grid`` (the 12-head thumbnail grid), ``grid_image`` (the same grid drawn from one PNG instead of a
-heatmap), ``window`` (the focused head's 256 × 256 window), ``window_plain`` (the same heatmap without labels,
+Elements: ``grid`` (the 12-head thumbnail grid: a heatmap a head), ``grid_image`` (the same grid drawn from one PNG
+mosaic instead of 12 heatmaps), ``window`` (the focused head's 256 × 256 window with its cell overlay, as
+``st.plotly_chart(on_select="rerun")`` draws it on the Heads page), ``window_plain`` (the same heatmap without labels,
 colour bar, legend or title), ``overview`` (the focused head's pooled 128² overview), ``merged`` (grid, window and
 overview as one figure on three pairs of axes), ``sidebar`` (the shared sidebar's 14 settings widgets, without
 its page links), ``share`` (the sidebar's collapsed "Share & export" expander: the link to the view as a code
@@ -66,16 +67,26 @@ def png(values: np.ndarray, zmin: float, zmax: float, colorscale) -> str:
 
 
 def grid_image(weights: np.ndarray) -> go.Figure:
-    """``figures.heads_grid`` with its heatmap drawn as one PNG (same tiles, overlay, titles and colour bar)."""
+    """``figures.heads_grid`` with its per-head heatmaps drawn as one PNG mosaic (same tiles, "select head" overlay,
+    titles and colour bar)."""
     figure = figures.heads_grid(weights, "weights")
     grid = figure.to_plotly_json()
-    heatmap, overlay = grid["data"]
+    heatmaps = [trace for trace in figure.data if trace.type == "heatmap"]
+    others = [trace.to_plotly_json() for trace in figure.data if trace.type != "heatmap"]
+    x = grid["layout"]["xaxis"]["range"]
+    y = grid["layout"]["yaxis"]["range"]
+    mosaic = np.full((round(y[0] - y[1]), round(x[1] - x[0])), np.nan, np.float32)  # (height cells, width cells)
+    for trace in heatmaps:  # each head's tile at its (x0, y0)
+        z = np.asarray(trace.z, np.float32)  # (size, size)
+        x0, y0 = int(trace.x0), int(trace.y0)
+        mosaic[y0 : y0 + z.shape[0], x0 : x0 + z.shape[1]] = z
+    scale = grid["data"][0]["colorscale"]
     colorbar = {"type": "scatter", "x": [None], "y": [None], "mode": "markers", "showlegend": False,
-                "hoverinfo": "skip", "marker": {"color": [0, 1], "colorscale": heatmap["colorscale"], "cmin": 0,
-                                                "cmax": 1, "showscale": True, "colorbar": heatmap["colorbar"]}}
-    image = {"type": "image", "source": png(np.asarray(figure.data[0].z, np.float32), 0.0, 1.0, heatmap["colorscale"]),
-             "x0": 0, "y0": 0, "dx": 1, "dy": 1, "hoverinfo": "skip"}
-    return go.Figure(data=[image, overlay, colorbar], layout=grid["layout"], _validate=False)
+                "hoverinfo": "skip", "marker": {"color": [0, 1], "colorscale": scale, "cmin": 0,
+                                                "cmax": 1, "showscale": True, "colorbar": grid["data"][0]["colorbar"]}}
+    image = {"type": "image", "source": png(mosaic, 0.0, 1.0, scale), "x0": 0, "y0": 0, "dx": 1, "dy": 1,
+             "hoverinfo": "skip"}
+    return go.Figure(data=[image, *others, colorbar], layout=grid["layout"], _validate=False)
 
 
 def merged(weights: np.ndarray, tokens: list[str]) -> go.Figure:
@@ -85,10 +96,11 @@ def merged(weights: np.ndarray, tokens: list[str]) -> go.Figure:
     overview = figures.overview_heatmap(weights[0], "weights", causal=True, window=(0, 0, WINDOW),
                                         validate=False).to_plotly_json()
     data = [{**t, "xaxis": "x", "yaxis": "y"} for t in grid["data"]]
+    first_window = len(data)  # the window's heatmap; its cell overlay follows on the same axes
     data += [{**t, "xaxis": "x2", "yaxis": "y2"} for t in window["data"]]
     data += [{**t, "xaxis": "x3", "yaxis": "y3"} for t in overview["data"]]
     data[0]["colorbar"] = {**data[0]["colorbar"], "len": 0.3, "y": 0.85}
-    data[2]["colorbar"] = {**data[2]["colorbar"], "len": 0.6, "y": 0.3}
+    data[first_window]["colorbar"] = {**data[first_window]["colorbar"], "len": 0.6, "y": 0.3}
     layout = {"height": 1000, "margin": {"l": 10, "r": 10, "t": 70, "b": 36}, "plot_bgcolor": "white",
               "xaxis": {**grid["layout"]["xaxis"], "domain": [0, 1]},
               "yaxis": {**grid["layout"]["yaxis"], "domain": [0.72, 1.0]},
@@ -141,7 +153,7 @@ if "grid_image" in ELEMENTS:
     st.plotly_chart(grid_image(weights), key="grid_image")
 if "window" in ELEMENTS:
     st.plotly_chart(figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False),
-                    key="window")
+                    key="window", on_select="rerun", selection_mode=("points", "box", "lasso"))
 if "window_plain" in ELEMENTS:
     st.plotly_chart(go.Figure([{"type": "heatmap", "z": np.asarray(weights[0, :WINDOW, :WINDOW]), "zmin": 0,
                                 "zmax": 1, "showscale": False}],
@@ -155,7 +167,7 @@ if "merged" in ELEMENTS:
 if "table" in ELEMENTS:
     table = pd.DataFrame(stats.head_statistics(weights))
     table.insert(0, "head", range(len(table)))
-    st.dataframe(table, hide_index=True)
+    st.dataframe(table, hide_index=True, on_select="rerun", selection_mode="single-row")  # as the Heads page
 if "select_slider" in ELEMENTS:
     st.select_slider("After position", list(range(N)), format_func=lambda p: f"{p}: {tokens[p]}", value=N - 1)
 if "sliders" in ELEMENTS:

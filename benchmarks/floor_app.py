@@ -1,5 +1,6 @@
 """The floor for benchmarks/browser.py's first-paint measurement: the least a Streamlit page with attnviz's
-stack can do — import torch and Plotly and draw one chart.
+stack can do — import torch and Plotly and draw one Plotly heatmap of the size the first page's focused map has
+(the default sentence's 6 × 6) with ``st.plotly_chart``.
 
     streamlit run benchmarks/floor_app.py
 

@@ -1,11 +1,11 @@
 """The floor for benchmarks/checkpoint.py's layer switch in Chromium: a Streamlit page whose sidebar Layer
 selectbox redraws a caption ("layer L of 12") and, unless ``ATTNVIZ_FLOOR=bare``, the Heads page's two main
 charts for 1024 tokens — the 12-head thumbnail grid and the focused head's 256 × 256 window — built by the
-same figure builders from maps precomputed at start-up (no model, no attention run, no tables): drawn by
-``st.plotly_chart`` (``ATTNVIZ_FLOOR=charts``), or by ``attnviz.ui.charts`` as the Heads page draws them now
-(``ATTNVIZ_FLOOR=kept``: kept on the page, redrawn in place).
+same figure builders from maps precomputed at start-up (no model, no attention run, no tables, no selection
+events), drawn by ``st.plotly_chart`` as the Heads page draws them (``ATTNVIZ_FLOOR=charts``, the default).
 
     streamlit run benchmarks/floor_switch_app.py
+    ATTNVIZ_FLOOR=bare streamlit run benchmarks/floor_switch_app.py
 """
 
 import os
@@ -38,11 +38,5 @@ if os.environ.get("ATTNVIZ_FLOOR") != "bare":
     tokens = [f"t{i}" for i in range(N)]
     grid = figures.heads_grid(weights, "weights")
     window = figures.attention_heatmap(weights[0, :WINDOW, :WINDOW], tokens, "weights", validate=False)
-    if os.environ.get("ATTNVIZ_FLOOR") == "kept":  # drawn as the Heads page draws them: kept, redrawn in place
-        from attnviz.ui.charts import chart
-
-        chart(grid, key="floor_grid", clicks=True)
-        chart(window, key="floor_window")
-    else:
-        st.plotly_chart(grid, key="floor_grid")
-        st.plotly_chart(window, key="floor_window")
+    st.plotly_chart(grid, key="floor_grid")
+    st.plotly_chart(window, key="floor_window")

@@ -8,8 +8,10 @@ tree it produced is walked.  Per page:
 
 * ``plotly``: number of Plotly charts and the sum of ``len(proto.spec)`` (the figure JSON; NumPy
   arrays travel inside it as base64 ``bdata``);
+* ``dataframe``: number of ``st.dataframe`` tables (the head statistics and types) and their protos'
+  ``ByteSize()`` (the table as Arrow bytes and its column config);
 * ``graphviz``: the sum of ``len(proto.spec)`` of Graphviz charts (DOT source);
-* ``other``: ``ByteSize()`` of every other element proto (widgets, markdown, dataframes (Arrow), …);
+* ``other``: ``ByteSize()`` of every other element proto (widgets, markdown, …);
 * ``total``: ``ByteSize()`` of every element proto — close to the websocket payload of one full
   rerun (the ForwardMsg envelopes and deltas add a little; see benchmarks/browser.py for the real one).
 
@@ -70,10 +72,10 @@ def text_of_tokens(n: int, variant: int = 0) -> str:
 
 
 def element_sizes(at) -> dict:
-    """Walk an AppTest tree: the charts' bytes (``st.plotly_chart``'s Plotly spec, ``attnviz.ui.charts``' canvas
-    payload), Graphviz spec bytes, other proto bytes, total."""
-    sizes = {"plotly_charts": 0, "plotly_bytes": 0, "graphviz_bytes": 0, "other_bytes": 0, "total_bytes": 0,
-             "plotly_specs": []}
+    """Walk an AppTest tree: the Plotly charts' bytes (``st.plotly_chart``'s figure JSON), the ``st.dataframe``s'
+    bytes (Arrow), Graphviz spec bytes, other proto bytes, total."""
+    sizes = {"plotly_charts": 0, "plotly_bytes": 0, "dataframes": 0, "dataframe_bytes": 0, "graphviz_bytes": 0,
+             "other_bytes": 0, "total_bytes": 0, "plotly_specs": []}
 
     def walk(node):
         proto = getattr(node, "proto", None)
@@ -84,10 +86,9 @@ def element_sizes(at) -> dict:
                 sizes["plotly_charts"] += 1
                 sizes["plotly_bytes"] += len(proto.spec)
                 sizes["plotly_specs"].append(proto.spec)
-            elif kind == "bidi_component" and proto.component_name == "attnviz_chart":  # attnviz.ui.charts
-                sizes["plotly_charts"] += 1  # a canvas chart's bytes: views.canvas's header and float32 values
-                sizes["plotly_bytes"] += len(proto.bytes)
-                sizes["plotly_specs"].append(proto.bytes)
+            elif kind == "dataframe":  # st.dataframe: the table as Arrow IPC bytes, plus its column config
+                sizes["dataframes"] += 1
+                sizes["dataframe_bytes"] += size
             elif kind == "graphviz_chart":
                 sizes["graphviz_bytes"] += len(proto.spec)
             elif not getattr(node, "children", None):
@@ -133,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
 
     text = text_of_tokens(args.tokens)
     print(f"GPT-2 small (768, 12 heads), causal, n = {args.tokens} tokens; streamlit {streamlit.__version__}\n")
-    print("| page | plotly charts | plotly KiB | graphviz KiB | other KiB | total KiB | script s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| page | plotly charts | plotly KiB | dataframes | dataframe KiB | graphviz KiB | other KiB | total KiB "
+          "| script s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.pages:
         sizes, seconds = measure(PAGES[name], text)
-        print(f"| {name} | {sizes['plotly_charts']} | {kib(sizes['plotly_bytes'])} | {kib(sizes['graphviz_bytes'])} "
+        print(f"| {name} | {sizes['plotly_charts']} | {kib(sizes['plotly_bytes'])} | {sizes['dataframes']} "
+              f"| {kib(sizes['dataframe_bytes'])} | {kib(sizes['graphviz_bytes'])} "
               f"| {kib(sizes['other_bytes'])} | {kib(sizes['total_bytes'])} | {seconds:.1f} |", flush=True)
     return 0
 

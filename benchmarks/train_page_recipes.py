@@ -14,6 +14,7 @@ to those named ``lr13-…`` (the page's recipe with lr 1.3e-2) probed every 25 s
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -53,9 +54,15 @@ def one_seed(args: tuple) -> tuple[int, dict]:
     return seed, result
 
 
-def main() -> int:
-    name, max_steps, overrides = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-    seeds = [int(s) for s in sys.argv[4].split(",")] if len(sys.argv) > 4 else [0, 1, 2, 3, 4]
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", help="the recipe's name in the results file")
+    parser.add_argument("max_steps", type=int, help="stop a seed after this many steps")
+    parser.add_argument("overrides", type=json.loads, help='JSON overrides of the page\'s recipe, e.g. \'{"seq_len": 64}\'')
+    parser.add_argument("seeds", nargs="?", default="0,1,2,3,4", help="comma-separated seeds (default 0,1,2,3,4)")
+    args = parser.parse_args(argv)
+    name, max_steps, overrides = args.name, args.max_steps, args.overrides
+    seeds = [int(s) for s in args.seeds.strip("[]").split(",")]
     with ProcessPoolExecutor(2) as pool:
         found = dict(pool.map(one_seed, [(max_steps, overrides, seed) for seed in seeds]))
     line = {"name": name, "over": overrides, "res": {str(k): v for k, v in sorted(found.items())}}
