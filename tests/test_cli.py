@@ -76,7 +76,10 @@ def check(*args):
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        returncode = cli.main(["check", *map(str, args)])
+        try:
+            returncode = cli.main(["check", *map(str, args)])
+        except SystemExit as stop:  # argparse's error(): a bad command line, exit 2
+            returncode = stop.code
     return subprocess.CompletedProcess(args, returncode, out.getvalue(), err.getvalue())
 
 
