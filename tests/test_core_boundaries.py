@@ -122,6 +122,7 @@ def test_importing_the_core_does_not_load_streamlit():
     assert loaded is False
 
 
+@pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
 def test_importing_ui_does_load_streamlit():
     """The subprocess check can fail: importing attnviz.ui really loads streamlit."""
     pytest.importorskip("streamlit")

@@ -232,6 +232,7 @@ def test_the_drawn_first_page_has_no_preload_chart_left(fresh_process):
 # --- setup(): the objects the server imported are frozen once, out of the collection after every script run ---
 
 
+@pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
 def test_importing_attnviz_ui_starts_the_warm_up_before_it_imports_pandas():
     """The seeded table is drawn (without the GIL) while pandas and the rest of attnviz.ui import: a fresh
     process, with Streamlit's runtime said to exist, records whether pandas was imported when the thread started."""
@@ -266,6 +267,7 @@ for thread in threading.enumerate():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
 def test_setup_freezes_the_imported_objects_once_and_later_runs_freeze_nothing():
     import subprocess
     import sys
@@ -326,6 +328,7 @@ assert not cache.freeze_training_imports(), "once per process"
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
 def test_the_first_runs_trace_is_not_frozen_with_its_page():
     """The freeze happens inside a server's first run; that run's page globals (its Context, a cycle when the page
     defines functions, as the Steps page does) are collected before the freeze is taken again, so its Trace goes

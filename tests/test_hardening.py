@@ -294,6 +294,7 @@ def test_malloc_tuning_is_explicit_and_can_be_switched_off(monkeypatch):
     assert cache._malloc_trim is cache._no_trim
 
 
+@pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
 def test_importing_ui_does_not_tune_malloc():
     import subprocess
     import sys
