@@ -433,3 +433,21 @@ def test_a_new_text_is_run_before_the_sidebar_is_drawn_and_only_a_new_text(monke
     no_exception(at)
     assert events == ["sidebar"], events
     assert at.warning and at.sidebar.text_area(key="text").value == "   "  # the text is kept
+
+
+def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_what_it_hides():
+    at = app(variant="gqa", num_kv_groups="4", text="the cat sat on the mat")
+    no_exception(at)
+    grid = next(fig for fig in figures(at) if "all 12 heads" in fig["layout"]["title"]["text"])
+    titles = [note["text"] for note in grid["layout"]["annotations"]]
+    assert titles[:4] == ["▶ head 0 · K/V 0", "head 1 · K/V 0", "head 2 · K/V 0", "head 3 · K/V 1"]
+    tiles = grid["layout"]["meta"]["tiles"]
+    assert len({y0 for _, y0 in tiles[:6]}) == 1  # groups of 3 in rows of 6: no group split across rows
+    assert focused(at)["layout"]["title"]["text"].startswith("head 0 · K/V group 0")
+
+    at = app(variant="swa", sliding_window_size="2", num_heads="4", text="the cat sat on the mat")
+    no_exception(at)
+    z = decode(focused(at)["data"][0]["z"])  # (6, 6) weights
+    inside = np.array([[0 <= i - j < 2 for j in range(6)] for i in range(6)])
+    assert np.isfinite(z[inside]).all() and (z[inside] > 0).all()
+    assert np.isnan(z[~inside]).all()  # the future and the keys 2 or more behind are grey, not 0
