@@ -1,7 +1,7 @@
 """Real GPT models: the book's Chapter 4 ``GPTModel``, checkpoints loaded into it, and what it attends to.
 
 ``gpt`` (the model, with the book's KV cache), ``loading`` (checkpoint files -> GPTModel), ``trace`` (attention
-maps and the recorded path of one layer), ``generate`` (greedy generation with the cache, step by step),
+maps and the recorded path of one layer), ``generation`` (greedy generation with the cache, step by step),
 ``discovery`` (checkpoints on this machine, listed by name), ``interventions``
 (head ablation, value-weighted attention, rollout, logit lens).
 """
@@ -9,7 +9,7 @@ maps and the recorded path of one layer), ``generate`` (greedy generation with t
 from pathlib import Path
 
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
-from attnviz.models.generate import Generation, Step, StepCheck, check_step, generate
+from attnviz.models.generation import Generation, Step, StepCheck, check_step, generate
 from attnviz.models.gpt import (
     GELU,
     GPT_CONFIG_124M,
