@@ -3,6 +3,8 @@ from, and the cache's bytes against the context length.  Pure Plotly: arrays and
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -25,7 +27,10 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
                 title: str) -> go.Figure:
     """The generated tokens' query rows ``z`` (steps, keys) over every cached key; a line where the prompt ends.
 
-    Numeric axes with token tick labels (a category axis of hundreds of tokens is slow); square cells."""
+    Numeric axes with token tick labels (a category axis of hundreds of tokens is slow); square cells.  Labels are
+    escaped: Plotly renders a subset of HTML in them, and tokens come from the user's text."""
+    query_labels = [html.escape(label, quote=True) for label in query_labels]
+    key_labels = [html.escape(label, quote=True) for label in key_labels]
     steps, n_keys = z.shape
     key_ticks = list(range(n_keys)) if n_keys <= 40 else list(range(0, n_keys, max(1, n_keys // 20)))
     hover = np.array([[f"{query_labels[i]} → {key_labels[j]}" for j in range(n_keys)] for i in range(steps)])
@@ -44,7 +49,9 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
 
 
 def top_k_figure(labels: list[str], probs: list[float], chosen: str) -> go.Figure:
-    """The next-token probabilities of the top k, most likely at the top; the greedy choice marked."""
+    """The next-token probabilities of the top k, most likely at the top; the greedy choice marked (labels escaped)."""
+    labels = [html.escape(label, quote=True) for label in labels]
+    chosen = html.escape(chosen, quote=True)
     colors = ["#e6550d" if i == 0 else "#9ecae1" for i in range(len(labels))]
     fig = go.Figure(go.Bar(x=probs, y=labels, orientation="h", marker={"color": colors},
                            text=[f"{p:.1%}" for p in probs], textposition="auto",
