@@ -51,7 +51,7 @@ def url_new_tokens() -> None:
     ss["_keep_generate_new"] = value
 
 
-@st.cache_resource(max_entries=6, ttl=3600, show_spinner=False)
+@st.cache_resource(max_entries=3, ttl=3600, show_spinner=False)  # a prefill's weights can be (12, 12, 1024, 1024)
 def _generation(ref: str, prompt: tuple[int, ...], max_new: int) -> generation.Generation:
     return generation.generate(core_weights.load(ref), list(prompt), max_new)
 
@@ -169,6 +169,9 @@ def _step_views(ref: str, key: tuple, result: generation.Generation, index: int)
     map_col, cache_col = st.columns([3, 2])
     with map_col:
         layer_col, head_col = st.columns(2)
+        for key, count in (("generate_layer", n_layers), ("generate_head", n_heads)):
+            if ss.get(key) not in range(count):  # another model, with fewer layers or heads
+                ss[key] = 0
         layer = layer_col.selectbox("Layer", range(n_layers), key="generate_layer")
         head = head_col.selectbox("Head", range(n_heads), key="generate_head")
         if index == 0:
