@@ -164,3 +164,14 @@ def test_play_advances_and_stops_at_the_end():
     assert at.button(key="generate_stop")  # playing: Stop is offered, Step is not available
     at.button(key="generate_stop").click().run()
     assert at.button(key="generate_play") and not at.exception
+
+
+def test_a_head_the_next_model_lacks_falls_back_to_head_0():
+    at = page(weights=NAME, text=TEXT)  # 3 layers × 4 heads
+    at.selectbox(key="generate_layer").set_value(2).run()
+    at.selectbox(key="generate_head").set_value(3).run()
+    assert not at.exception
+    at.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()  # 2 layers × 2 heads
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="generate_layer").value == 0 and at.selectbox(key="generate_head").value == 0
+    assert at.text_area[0].value == TEXT
