@@ -11,7 +11,9 @@ What a user calls (docs/api.md):
 * ``show(trace)``: the Heads view inline in Jupyter;
 * ``explain_weight(trace, head, query, key)``: why one weight is what it is — q_i[d]·k_j[d] per dimension, their
   sum (the score), the scaled score and the softmax over the query's row;
-* ``models``: the book's ``GPTModel``, checkpoints, knock-outs, rollout and the logit lens.
+* ``kv_cache_bytes(...)``: what a model's KV cache holds in bytes (MHA, GQA, MQA, MLA, sliding windows);
+* ``models``: the book's ``GPTModel``, checkpoints, knock-outs, rollout, the logit lens and ``generate`` (greedy,
+  with the KV cache, step by step).
 
 Everything else is internal and may change.  Importing this package imports nothing else: each name loads its
 module on first use, so ``import attnviz`` (and the ``attnviz`` command's ``--help``) stays free of torch.
@@ -35,15 +37,17 @@ _PUBLIC = {
     "check_module": ("attnviz.checks", "check_module"),
     "show": ("attnviz.views.notebook", "show"),
     "explain_weight": ("attnviz.explain", "explain_weight"),
+    "kv_cache_bytes": ("attnviz.kv_cache", "kv_cache_bytes"),
     "models": ("attnviz.models", None),
 }
-__all__ = ["AttentionConfig", "Trace", "check_module", "explain_weight", "models", "run", "show", "trace_module"]
+__all__ = ["AttentionConfig", "Trace", "check_module", "explain_weight", "kv_cache_bytes", "models", "run", "show", "trace_module"]
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run time __getattr__ loads them
     from attnviz import models
     from attnviz.checks import check_module
     from attnviz.config import AttentionConfig
     from attnviz.explain import explain_weight
+    from attnviz.kv_cache import kv_cache_bytes
     from attnviz.pipeline import run
     from attnviz.trace import Trace
     from attnviz.tracing import trace_module

@@ -1,14 +1,25 @@
 """Real GPT models: the book's Chapter 4 ``GPTModel``, checkpoints loaded into it, and what it attends to.
 
-``gpt`` (the model), ``loading`` (checkpoint files -> GPTModel), ``trace`` (attention maps and the
-recorded path of one layer), ``discovery`` (checkpoints on this machine, listed by name), ``interventions``
+``gpt`` (the model, with the book's KV cache), ``loading`` (checkpoint files -> GPTModel), ``trace`` (attention
+maps and the recorded path of one layer), ``generation`` (greedy generation with the cache, step by step),
+``discovery`` (checkpoints on this machine, listed by name), ``interventions``
 (head ablation, value-weighted attention, rollout, logit lens).
 """
 
 from pathlib import Path
 
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
-from attnviz.models.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, PathRecorder, TransformerBlock
+from attnviz.models.generation import Generation, Step, StepCheck, check_step, generate
+from attnviz.models.gpt import (
+    GELU,
+    GPT_CONFIG_124M,
+    CachedMultiHeadAttention,
+    FeedForward,
+    GPTModel,
+    LayerNorm,
+    PathRecorder,
+    TransformerBlock,
+)
 from attnviz.models.interventions import (
     ablate,
     ablate_next,
@@ -54,6 +65,12 @@ __all__ = [
     "discover",
     "hf_cache_dir",
     "GELU",
+    "CachedMultiHeadAttention",
+    "Generation",
+    "Step",
+    "StepCheck",
+    "check_step",
+    "generate",
     "GPT_CONFIG_124M",
     "CheckpointError",
     "FeedForward",

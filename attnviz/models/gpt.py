@@ -2,14 +2,19 @@
 
 Class names, attribute names, constructor arguments (the book's ``cfg`` dict) and parameter-creation
 order are the book's (``ch04/01_main-chapter-code/gpt.py``), so the book's ch05 ``state_dict`` loads
-unchanged.  Two additions, neither of which changes a result:
+unchanged.  Three additions, none of which changes a result:
 
 * ``cfg`` may carry ``ln_eps`` (default 1e-5, the book's ``LayerNorm.eps``; GPT-2 configs say
   ``layer_norm_epsilon``);
 * ``forward`` takes an optional :class:`PathRecorder`.  Without one, the forward pass is the book's;
   with one, the *same* code also records the (stage, shape) path of the whole model, the residual
   stream entering every block, and a full :class:`~attnviz.attention.Recorder` of the blocks asked for
-  (``norm1``, then ``att``'s named steps, then the rest of the block).
+  (``norm1``, then ``att``'s named steps, then the rest of the block);
+* a KV cache as the book's bonus code builds one (``ch04/03_kv-cache``): ``forward(..., use_cache=True)``
+  feeds only the new tokens, each block's :class:`CachedMultiHeadAttention` appends their keys and values
+  to ``cache_k``/``cache_v`` and masks from ``ptr_current_pos``, the model's position embedding starts at
+  ``current_pos``; ``reset_kv_cache()`` empties every cache and both positions.  ``use_cache=False`` (the
+  default) is the book's plain forward, unchanged.
 """
 
 from __future__ import annotations
@@ -73,17 +78,95 @@ class FeedForward(nn.Module):
         return self.layers(x)  # (b, n, d) -> (b, n, 4d) -> (b, n, d)
 
 
+class CachedMultiHeadAttention(MultiHeadAttention):
+    """The book's ``MultiHeadAttention`` with its bonus KV cache (``ch04/03_kv-cache``).
+
+    ``forward(x, recorder=None, use_cache=False)``: without the cache it is the plain class's forward.  With
+    it, ``x`` holds only the tokens not seen yet; their keys and values are appended to ``cache_k`` and
+    ``cache_v`` and the queries attend over everything cached, masked from ``ptr_current_pos`` (the position
+    of ``x``'s first token), which then advances by the number of new tokens.  ``reset_cache()`` empties the
+    cache and sets the position back to 0.
+
+    The cache is kept after the heads are split, ``(b, num_heads, n, head_dim)`` (the book keeps it before the
+    transpose, ``(b, n, num_heads, head_dim)``: the same numbers), because that is the shape the app draws.
+    :meth:`cache_tensors` names what the cache holds, so a variant that keeps something else (a latent per
+    token, at most a window of keys) reports its own tensors the same way.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("cache_k", None, persistent=False)
+        self.register_buffer("cache_v", None, persistent=False)
+        self.ptr_current_pos = 0
+
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None, use_cache: bool = False) -> torch.Tensor:
+        if not use_cache:
+            return super().forward(x, recorder)
+        b, num_tokens, d_in = x.shape  # (b, q, d_in): only the new tokens
+        keys_new = self.W_key(x)  # (b, q, d_in) -> (b, q, d_out)
+        queries = self.W_query(x)  # (b, q, d_out)
+        values_new = self.W_value(x)  # (b, q, d_out)
+        record(recorder, "queries", queries)
+
+        keys_new = keys_new.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # -> (b, h, q, hd)
+        values_new = values_new.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, q, hd)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, q, hd)
+
+        if self.cache_k is None:
+            self.cache_k, self.cache_v = keys_new, values_new  # (b, h, q, hd) each
+        else:
+            self.cache_k = torch.cat([self.cache_k, keys_new], dim=2)  # (b, h, k, hd) + (b, h, q, hd) -> (b, h, k+q, hd)
+            self.cache_v = torch.cat([self.cache_v, values_new], dim=2)  # (b, h, k+q, hd)
+        keys, values = self.cache_k, self.cache_v  # (b, h, k, hd): every token so far, the new ones last
+        record(recorder, "keys", keys)
+        record(recorder, "values", values)
+
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, q, hd) @ (b, h, hd, k) -> (b, h, q, k)
+        record(recorder, "scores", attn_scores)
+        attn_scores = attn_scores / keys.shape[-1] ** 0.5  # ÷√head_dim -> (b, h, q, k)
+        record(recorder, "scaled", attn_scores, copy=self.causal)
+        num_tokens_Q, num_tokens_K = queries.shape[-2], keys.shape[-2]
+        if self.causal:
+            mask_bool = self.mask.bool()[
+                self.ptr_current_pos:self.ptr_current_pos + num_tokens_Q, :num_tokens_K
+            ]  # (ctx, ctx) -> (q, k): the rows of the new tokens' positions
+            attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, q, k)
+        self.ptr_current_pos += num_tokens_Q
+        record(recorder, "masked", attn_scores)
+        attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, h, q, k), each row sums to 1
+        record(recorder, "weights", attn_weights)
+        attn_weights = self.dropout(attn_weights)  # (b, h, q, k)
+        record(recorder, "dropped", attn_weights)
+
+        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, h, q, k) @ (b, h, k, hd) -> (b, q, h, hd)
+        record(recorder, "context", context_vec.transpose(1, 2))  # per head: (b, h, q, hd)
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)  # (b, q, h, hd) -> (b, q, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, q, d_out) -> (b, q, d_out)
+        record(recorder, "output", context_vec)
+        return context_vec
+
+    def reset_cache(self) -> None:
+        self.cache_k, self.cache_v = None, None
+        self.ptr_current_pos = 0
+
+    def cache_tensors(self) -> dict[str, torch.Tensor]:
+        """What the cache holds now, by attribute name: ``{"cache_k": (b, h, n, hd), "cache_v": …}``, or {}."""
+        if self.cache_k is None:
+            return {}
+        return {"cache_k": self.cache_k, "cache_v": self.cache_v}
+
+
 class TransformerBlock(nn.Module):
     """Section 4.5: pre-LayerNorm attention and feed-forward, each with a shortcut connection.
 
     ``forward(x, recorder=None)``: with a :class:`Recorder`, records ``norm1`` (the LayerNorm'd block input,
     kept: it is what the attention sees), ``att``'s named steps, then the shapes of ``shortcut1``,
-    ``norm2``, ``ff`` and ``shortcut2``.
+    ``norm2``, ``ff`` and ``shortcut2``.  ``use_cache`` is passed to ``att``.
     """
 
     def __init__(self, cfg: dict):
         super().__init__()
-        self.att = MultiHeadAttention(
+        self.att = CachedMultiHeadAttention(
             d_in=cfg["emb_dim"],
             d_out=cfg["emb_dim"],
             context_length=cfg["context_length"],
@@ -96,12 +179,13 @@ class TransformerBlock(nn.Module):
         self.norm2 = LayerNorm(cfg["emb_dim"], eps=cfg.get("ln_eps", 1e-5))
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
 
-    def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, recorder: Recorder | None = None, use_cache: bool = False) -> torch.Tensor:
         # Shortcut connection for the attention block
         shortcut = x  # (b, n, d)
         x = self.norm1(x)  # (b, n, d)
         record(recorder, "norm1", x)
-        x = self.att(x, recorder)  # (b, n, d) -> (b, n, d), att records its named steps
+        # (b, n, d) -> (b, n, d), att records its named steps; with the cache n = the new tokens only
+        x = self.att(x, recorder, use_cache=True) if use_cache else self.att(x, recorder)
         x = self.drop_shortcut(x)  # (b, n, d)
         x = x + shortcut  # add the original input back -> (b, n, d)
         record(recorder, "shortcut1", x, keep=False)
@@ -160,7 +244,11 @@ class PathRecorder:
 
 
 class GPTModel(nn.Module):
-    """Section 4.6: token + position embeddings, ``n_layers`` transformer blocks, final norm, output head."""
+    """Section 4.6: token + position embeddings, ``n_layers`` transformer blocks, final norm, output head.
+
+    ``forward(in_idx, recorder=None, use_cache=False)``; with ``use_cache`` the tokens sit at positions
+    ``current_pos``… (the book's bonus KV cache), after a ``reset_kv_cache()`` that starts a new sequence.
+    """
 
     def __init__(self, cfg: dict):
         super().__init__()
@@ -172,11 +260,17 @@ class GPTModel(nn.Module):
 
         self.final_norm = LayerNorm(cfg["emb_dim"], eps=cfg.get("ln_eps", 1e-5))
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+        self.current_pos = 0  # the position of the next token fed with use_cache=True
 
-    def forward(self, in_idx: torch.Tensor, recorder: PathRecorder | None = None) -> torch.Tensor:
+    def forward(self, in_idx: torch.Tensor, recorder: PathRecorder | None = None, use_cache: bool = False) -> torch.Tensor:
         batch_size, seq_len = in_idx.shape  # (b, n) token ids
         tok_embeds = self.tok_emb(in_idx)  # (b, n) -> (b, n, d)
-        pos_embeds = self.pos_emb(torch.arange(seq_len, device=in_idx.device))  # (n,) -> (n, d)
+        if use_cache:
+            pos_ids = torch.arange(self.current_pos, self.current_pos + seq_len, device=in_idx.device)  # (n,)
+            self.current_pos += seq_len
+        else:
+            pos_ids = torch.arange(seq_len, device=in_idx.device)  # (n,): 0 … n-1
+        pos_embeds = self.pos_emb(pos_ids)  # (n,) -> (n, d)
         x = tok_embeds + pos_embeds  # (b, n, d) + (n, d) -> (b, n, d)
         x = self.drop_emb(x)  # (b, n, d)
         if recorder is not None:
@@ -184,7 +278,7 @@ class GPTModel(nn.Module):
                 recorder.add(name, tensor)
         for index, block in enumerate(self.trf_blocks):  # = the book's self.trf_blocks(x), one block at a time
             block_recorder = recorder.enter_block(index, x) if recorder is not None else None
-            x = block(x, block_recorder)  # (b, n, d) -> (b, n, d)
+            x = block(x, block_recorder, use_cache=use_cache)  # (b, n, d) -> (b, n, d)
             if recorder is not None:
                 recorder.leave_block(index, x)
         x = self.final_norm(x)  # (b, n, d)
@@ -193,3 +287,9 @@ class GPTModel(nn.Module):
             recorder.add("final_norm", x)
             recorder.add("logits", logits)
         return logits
+
+    def reset_kv_cache(self) -> None:
+        """Empty every block's KV cache and set the positions back to 0 (a new sequence starts)."""
+        for block in self.trf_blocks:
+            block.att.reset_cache()
+        self.current_pos = 0

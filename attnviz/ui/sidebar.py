@@ -34,6 +34,7 @@ PAGES = (
     ("pages/compare.py", "Compare variants", ":material/compare:"),
     ("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
     ("pages/induction.py", "Induction lab", ":material/repeat:"),
+    ("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:"),
     ("pages/train.py", "Train", ":material/model_training:"),
     ("pages/benchmark.py", "Benchmark", ":material/speed:"),
 )

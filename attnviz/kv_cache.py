@@ -1,0 +1,201 @@
+"""What a KV cache costs: bytes for a whole model (:func:`kv_cache_bytes`), the attention variants side by side,
+and presets of real models from their published configs.
+
+The formulas are the book's memory estimators (rasbt/LLMs-from-scratch ``ch04/04_gqa``, ``05_mla``, ``06_swa``):
+
+* a layer with K/V heads caches ``batch × tokens × head_dim × kv_heads × 2 (K and V) × bytes per element``;
+* a layer with multi-head latent attention caches one latent per token: ``batch × tokens × latent_dim × bytes``;
+* a sliding-window layer caches at most ``W`` tokens (``min(context_length, W)``); ``swa_ratio "a:b"`` puts
+  ``a`` sliding-window layers before every ``b`` full ones, block after block, and a last partial block gets its
+  sliding-window layers first (``n_layers=18, "5:1"`` -> 15 SWA + 3 full, Gemma 3's pattern);
+* ``head_dim`` defaults to ⌈emb_dim / n_heads⌉.
+
+The book's estimator scripts take ``n_kv_groups``, the GROUP SIZE (kv heads = n_heads // n_kv_groups), while its
+GQA class's ``num_kv_groups`` is the NUMBER of K/V heads.  Here the argument is ``n_kv_heads``: the number of K/V
+heads, no ambiguity.  MLA with a window is allowed too (the latent cached for at most W tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+def _whole(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be a whole number ≥ {minimum}, got {value!r}.")
+    return value
+
+
+def parse_ratio(swa_ratio: str) -> tuple[int, int]:
+    """``"a:b"`` -> (a, b): a sliding-window layers for every b full ones (a, b ≥ 0, a + b > 0)."""
+    try:
+        a_text, b_text = str(swa_ratio).split(":")
+        a, b = int(a_text), int(b_text)
+    except ValueError:
+        raise ValueError(f"swa_ratio must look like 'a:b' (e.g. '5:1'), got {swa_ratio!r}.") from None
+    if a < 0 or b < 0 or a + b == 0:
+        raise ValueError(f"swa_ratio 'a:b' needs a, b ≥ 0 and a + b > 0, got {swa_ratio!r}.")
+    return a, b
+
+
+def layer_split(n_layers: int, swa_ratio: str) -> tuple[int, int]:
+    """(sliding-window layers, full layers) for ``swa_ratio``: whole blocks of a + b, then the rest, SWA first."""
+    a, b = parse_ratio(swa_ratio)
+    blocks, rest = divmod(n_layers, a + b)
+    n_swa = blocks * a + min(a, rest)
+    return n_swa, n_layers - n_swa
+
+
+def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers: int, n_kv_heads: int | None = None,
+                   head_dim: int | None = None, latent_dim: int | None = None, sliding_window_size: int | None = None,
+                   swa_ratio: str = "1:0", batch_size: int = 1, dtype: str = "bf16") -> int:
+    """Bytes the KV cache of a whole model holds at ``context_length`` tokens (see the module's formulas).
+
+    ``n_kv_heads``: K/V heads per layer (default ``n_heads``: MHA; 1: MQA; must divide ``n_heads``).
+    ``latent_dim``: MLA's cached latent per token and layer (replaces the K/V heads).
+    ``sliding_window_size``: the window W of the sliding-window layers; without it every layer is full and
+    ``swa_ratio`` is not used.  ``dtype``: one of ``DTYPE_BYTES``.  Raises ValueError on a bad value."""
+    context_length = _whole("context_length", context_length)
+    emb_dim, n_heads = _whole("emb_dim", emb_dim), _whole("n_heads", n_heads)
+    n_layers, batch_size = _whole("n_layers", n_layers), _whole("batch_size", batch_size)
+    n_kv_heads = n_heads if n_kv_heads is None else _whole("n_kv_heads", n_kv_heads)
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads}): each K/V head serves a "
+                         "whole group of query heads.")
+    head_dim = math.ceil(emb_dim / n_heads) if head_dim is None else _whole("head_dim", head_dim)
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}.")
+    bytes_per_elem = DTYPE_BYTES[dtype]
+    if latent_dim is None:
+        per_token = head_dim * n_kv_heads * 2 * bytes_per_elem  # K and V of every K/V head
+    else:
+        per_token = _whole("latent_dim", latent_dim) * bytes_per_elem  # one latent
+    if sliding_window_size is None:
+        n_swa, n_full, window = 0, n_layers, context_length
+    else:
+        n_swa, n_full = layer_split(n_layers, swa_ratio)
+        window = min(context_length, _whole("sliding_window_size", sliding_window_size))
+    per_full_layer = batch_size * context_length * per_token
+    per_swa_layer = batch_size * window * per_token
+    return n_full * per_full_layer + n_swa * per_swa_layer
+
+
+@dataclass(frozen=True)
+class ModelKV:
+    """The sizes of one real model that decide its KV cache, and where they come from."""
+
+    name: str
+    source: str  # the Hugging Face repo whose config.json the numbers are from
+    context_length: int  # max_position_embeddings (n_positions for GPT-2)
+    emb_dim: int  # hidden_size (n_embd)
+    n_heads: int  # num_attention_heads
+    n_layers: int  # num_hidden_layers
+    n_kv_heads: int | None = None  # num_key_value_heads
+    head_dim: int | None = None  # head_dim, when the config sets it apart from hidden_size / heads
+    latent_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim
+    sliding_window_size: int | None = None  # sliding_window
+    swa_ratio: str = "1:0"  # sliding : full layers (layer_types)
+    dtype: str = "bf16"  # torch_dtype
+
+    @property
+    def attention(self) -> str:
+        kind = "MLA" if self.latent_dim else (
+            "MHA" if self.n_kv_heads in (None, self.n_heads) else "MQA" if self.n_kv_heads == 1 else "GQA")
+        return f"{kind} + SWA {self.swa_ratio}" if self.sliding_window_size else kind
+
+    def kwargs(self) -> dict:
+        return {"emb_dim": self.emb_dim, "n_heads": self.n_heads, "n_layers": self.n_layers,
+                "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "latent_dim": self.latent_dim,
+                "sliding_window_size": self.sliding_window_size, "swa_ratio": self.swa_ratio}
+
+    def bytes(self, context_length: int | None = None, batch_size: int = 1, dtype: str | None = None) -> int:
+        """The cache's bytes at ``context_length`` (default: the model's full context), in the model's dtype."""
+        return kv_cache_bytes(context_length=context_length or self.context_length, batch_size=batch_size,
+                              dtype=dtype or self.dtype, **self.kwargs())
+
+
+PRESETS = (
+    ModelKV("GPT-2 124M", "openai-community/gpt2", 1024, 768, 12, 12, dtype="fp32"),
+    ModelKV("GPT-2 1.5B", "openai-community/gpt2-xl", 1024, 1600, 25, 48, dtype="fp32"),
+    ModelKV("Llama 3.2 1B", "meta-llama/Llama-3.2-1B", 131072, 2048, 32, 16, n_kv_heads=8, head_dim=64),
+    ModelKV("Qwen3 0.6B", "Qwen/Qwen3-0.6B", 40960, 1024, 16, 28, n_kv_heads=8, head_dim=128),
+    ModelKV("Gemma 3 270M", "google/gemma-3-270m", 32768, 640, 4, 18, n_kv_heads=1, head_dim=256,
+            sliding_window_size=512, swa_ratio="5:1"),
+    ModelKV("DeepSeek-V3 671B", "deepseek-ai/DeepSeek-V3", 163840, 7168, 128, 61, latent_dim=512 + 64),
+)
+
+
+def preset(name: str) -> ModelKV:
+    """The preset called ``name``, or a ValueError listing them."""
+    for model in PRESETS:
+        if model.name == name:
+            return model
+    raise ValueError(f"No preset {name!r}; presets: {', '.join(m.name for m in PRESETS)}.")
+
+
+VARIANTS = ("MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA")
+
+
+def _gqa_heads(n_heads: int) -> int:
+    """The largest divisor of n_heads that is at most n_heads / 4 (at least 1)."""
+    return max(d for d in range(1, n_heads + 1) if n_heads % d == 0 and d <= max(1, n_heads // 4))
+
+
+def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int | None = None,
+                     n_kv_heads: int | None = None, latent_dim: int | None = None,
+                     sliding_window_size: int | None = None, swa_ratio: str | None = None) -> dict[str, dict]:
+    """kv_cache_bytes arguments of MHA, GQA, MQA, MLA, SWA and SWA+GQA at one model's sizes.
+
+    What the sizes leave open is filled in and said by the keys: GQA's K/V heads (given, else the largest divisor of
+    n_heads ≤ n_heads / 4, Llama 3's 32 -> 8), MLA's latent (given, else 4 × head_dim: DeepSeek-V3's 512 for
+    128-wide heads), the window (given, else 1,024) and SWA's ratio (given, else Gemma 3's "5:1")."""
+    head_dim = head_dim or math.ceil(emb_dim / n_heads)
+    gqa = n_kv_heads if n_kv_heads is not None and n_kv_heads < n_heads else _gqa_heads(n_heads)
+    base = {"emb_dim": emb_dim, "n_heads": n_heads, "n_layers": n_layers, "head_dim": head_dim}
+    window = {"sliding_window_size": sliding_window_size or 1024, "swa_ratio": swa_ratio or "5:1"}
+    return {
+        "MHA": dict(base),
+        "GQA": {**base, "n_kv_heads": gqa},
+        "MQA": {**base, "n_kv_heads": 1},
+        "MLA": {**base, "latent_dim": latent_dim or 4 * head_dim},
+        "SWA": {**base, **window},
+        "SWA+GQA": {**base, "n_kv_heads": gqa, **window},
+    }
+
+
+def context_lengths(longest: int = 131072, shortest: int = 256) -> list[int]:
+    """Powers of two from ``shortest`` up to ``longest`` (and ``longest`` itself): the chart's x values."""
+    lengths, n = [], shortest
+    while n < longest:
+        lengths.append(n)
+        n *= 2
+    return [*lengths, longest]
+
+
+def curves(settings: dict[str, dict], lengths: list[int], *, batch_size: int = 1,
+           dtype: str = "bf16") -> dict[str, list[int]]:
+    """{variant: bytes at each of ``lengths``} for :func:`variant_settings`' (or any) kv_cache_bytes arguments."""
+    return {name: [kv_cache_bytes(context_length=n, batch_size=batch_size, dtype=dtype, **kwargs) for n in lengths]
+            for name, kwargs in settings.items()}
+
+
+def describe(name: str, kwargs: dict) -> str:
+    """A short label of one variant's settings: its K/V heads, latent or window."""
+    if kwargs.get("latent_dim"):
+        what = f"latent {kwargs['latent_dim']}"
+    else:
+        what = f"{kwargs.get('n_kv_heads') or kwargs['n_heads']} K/V heads × {kwargs['head_dim']}"
+    if kwargs.get("sliding_window_size"):
+        what += f", window {kwargs['sliding_window_size']:,} on {kwargs['swa_ratio']} SWA:full layers"
+    return f"{name} ({what})"
+
+
+def format_bytes(n: float) -> str:
+    """Bytes in decimal units, as the book's estimators print them (GB = 1000³ bytes)."""
+    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{int(n):,} B"

@@ -1,0 +1,222 @@
+"""Greedy generation with the KV cache, one recorded step per forward pass, and a step's check against a full forward.
+
+:func:`generate` is the book's ``generate_text_simple_cached`` (``ch04/03_kv-cache``) for attnviz's
+``GPTModel``: ``reset_kv_cache()``, one forward of the whole prompt (the prefill), then one forward per new
+token that feeds only that token; each next token is the argmax of the last position's logits.  Every
+forward is a :class:`Step`: the attention weights of every layer and head for the rows it computed
+``(layers, heads, q, k)`` (q = the prompt's length, then 1), what each layer's cache holds afterwards and its
+bytes, and the last position's logits with their top 5.  ``use_cache=False`` recomputes the whole sequence at
+every step (the book's ``generate_text_simple``) and keeps the last row of each, so both give comparable steps.
+
+The model may be shared (a loaded checkpoint serves every session): generation runs under
+:func:`attnviz.models.trace.running` (one run at a time, eval mode, causal), starts with a reset and always
+ends with one, so no cache outlives the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attnviz.attention import Recorder
+from attnviz.models.gpt import GPTModel, PathRecorder
+from attnviz.models.trace import running
+
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward pass of a generation."""
+
+    position: int  # the position of the first token this forward fed (0 for the prefill)
+    fed: list[int]  # the token ids it fed: the prompt, then the one new token (all tokens so far without the cache)
+    weights: np.ndarray | None  # float32 (layers, heads, q, k): the rows this step adds; None when not kept
+    cache_shapes: list[dict[str, tuple[int, ...]]]  # per layer, what the cache holds after it ({} without a cache)
+    cache_bytes: int  # bytes the cache holds after it, every layer
+    logits: np.ndarray  # float32 (vocab,): the last position's logits
+    top_ids: list[int]  # the TOP_K most likely next tokens, most likely first
+    top_probs: list[float]  # their softmax probabilities
+
+    @property
+    def next_token(self) -> int:
+        """The greedy choice this step makes: the argmax of its logits."""
+        return self.top_ids[0]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A greedy generation: ``token_ids`` (prompt + new), ``steps`` (``steps[0]`` the prefill, then one per new
+    token), the notices the input earned (a prompt cut to the context, new tokens clipped)."""
+
+    token_ids: list[int]
+    prompt_length: int
+    steps: list[Step]
+    use_cache: bool
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.token_ids[self.prompt_length:]
+
+
+class _WeightsOnly(Recorder):
+    """Keeps the softmax weights only (nothing else is cloned or held)."""
+
+    def record(self, name: str, tensor: torch.Tensor, copy: bool = False, keep: bool = True) -> None:
+        super().record(name, tensor, copy=False, keep=keep and name == "weights")
+
+
+def _check_ids(model: GPTModel, token_ids) -> list[int]:
+    try:
+        ids = [int(token) for token in token_ids]
+    except (TypeError, ValueError):
+        raise ValueError("token_ids must be a sequence of whole numbers (token ids).") from None
+    if not ids:
+        raise ValueError("The prompt is empty: there is nothing to continue. Give at least one token.")
+    vocab_size = model.tok_emb.weight.shape[0]
+    if min(ids) < 0 or max(ids) >= vocab_size:
+        raise ValueError(f"Token ids must be in 0…{vocab_size - 1}.")
+    return ids
+
+
+def clip(model: GPTModel, prompt_length: int, max_new_tokens) -> tuple[int, int, list[str]]:
+    """(prompt tokens kept, new tokens, notices): every position fed must fit the model's context.
+
+    A prompt longer than the context keeps its last ``context_length`` tokens (as the book's
+    ``idx[:, -ctx_len:]``); ``max_new_tokens`` is cut so that prompt + new ≤ the context length."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be a whole number ≥ 0, got {max_new_tokens!r}.")
+    context_length = model.pos_emb.weight.shape[0]
+    notices = []
+    kept = prompt_length
+    if prompt_length > context_length:
+        kept = context_length
+        notices.append(f"The prompt has {prompt_length:,} tokens; the model reads at most {context_length:,}: "
+                       f"generation continues its last {context_length:,}.")
+    room = context_length - kept
+    new = int(max_new_tokens)
+    if new > room:
+        notices.append(f"{new:,} new tokens would pass the model's context of {context_length:,} tokens "
+                       f"({kept:,} in the prompt): generating {room:,}.")
+        new = room
+    return kept, new, notices
+
+
+def _cache_state(model: GPTModel) -> tuple[list[dict[str, tuple[int, ...]]], int]:
+    shapes, nbytes = [], 0
+    for block in model.trf_blocks:
+        tensors = block.att.cache_tensors()
+        shapes.append({name: tuple(tensor.shape) for name, tensor in tensors.items()})
+        nbytes += sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+    return shapes, nbytes
+
+
+def _forward(model: GPTModel, idx: torch.Tensor, use_cache: bool, keep_weights: bool, last_row: bool):
+    """Logits of the last position (vocab,) and, if kept, the weights (layers, heads, q, k) of this forward."""
+    n_layers = len(model.trf_blocks)
+    recorder = PathRecorder(layers=range(n_layers) if keep_weights else (),
+                            recorder_factory=lambda index: _WeightsOnly())
+    logits = model(idx, recorder, use_cache=use_cache)  # (1, q, vocab)
+    weights = None
+    if keep_weights:
+        weights = torch.stack([recorder.blocks[i].steps["weights"][0] for i in range(n_layers)])  # (L, h, q, k)
+        if last_row:
+            weights = weights[:, :, -1:, :]  # (L, h, n, n) -> (L, h, 1, n)
+        weights = weights.float().cpu().numpy()
+    return logits[0, -1].float(), weights  # (1, q, vocab) -> (vocab,)
+
+
+def _step(position: int, fed: list[int], last_logits: torch.Tensor, weights, model: GPTModel, use_cache: bool) -> Step:
+    probs = torch.softmax(last_logits, dim=-1)  # (vocab,)
+    argmax = int(torch.argmax(last_logits))  # the greedy choice (the first of equal maxima, as the book's argmax)
+    top_ids = torch.topk(probs, TOP_K).indices  # (k,)
+    top_ids_list = [argmax, *[int(i) for i in top_ids if int(i) != argmax]][:TOP_K]
+    top_probs = probs[top_ids_list]  # (k,)
+    shapes, nbytes = _cache_state(model) if use_cache else ([{} for _ in model.trf_blocks], 0)
+    return Step(position=position, fed=fed, weights=weights, cache_shapes=shapes, cache_bytes=nbytes,
+                logits=last_logits.cpu().numpy(), top_ids=top_ids_list, top_probs=[float(p) for p in top_probs])
+
+
+def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool = True,
+             keep_weights: bool = True) -> Generation:
+    """Greedy generation (the book's ``generate_text_simple_cached``), one :class:`Step` per forward.
+
+    ``token_ids``: the prompt (a non-empty sequence of ids).  ``max_new_tokens`` is clipped so that every
+    position fits the context (a notice says so).  ``keep_weights=False`` keeps no attention weights (a
+    benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary or a negative count."""
+    ids = _check_ids(model, token_ids)
+    kept, new, notices = clip(model, len(ids), max_new_tokens)
+    ids = ids[len(ids) - kept:]
+    device = model.pos_emb.weight.device
+    steps: list[Step] = []
+    with running(model, causal=True):
+        model.reset_kv_cache()
+        try:
+            idx = torch.tensor([ids], device=device)  # (1, n)
+            logits, weights = _forward(model, idx, use_cache, keep_weights, last_row=False)  # prefill
+            steps.append(_step(0, list(ids), logits, weights, model, use_cache))
+            for _ in range(new):
+                next_id = steps[-1].next_token  # a) the greedy choice
+                ids.append(next_id)  # b) appended to the running sequence
+                position = len(ids) - 1
+                if use_cache:  # c) fed alone: its keys and values join the cache
+                    idx = torch.tensor([[next_id]], device=device)  # (1, 1)
+                    logits, weights = _forward(model, idx, True, keep_weights, last_row=False)
+                    fed = [next_id]
+                else:  # c') the whole sequence again; only its last row is new
+                    idx = torch.tensor([ids], device=device)  # (1, n)
+                    logits, weights = _forward(model, idx, False, keep_weights, last_row=True)
+                    fed = list(ids)
+                steps.append(_step(position, fed, logits, weights, model, use_cache))
+        finally:
+            model.reset_kv_cache()
+    return Generation(token_ids=ids, prompt_length=kept, steps=steps, use_cache=use_cache, notices=notices)
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """A step against the uncached forward of the same tokens: the largest differences of its weights and logits.
+
+    Weights lie in [0, 1]: they must agree to ``tolerance``.  Logits are tens in size and float32 keeps about 7
+    digits, so a single new row and a full forward (different matrix shapes, so different summation orders)
+    differ by ~1e-5 in absolute terms: they must agree to ``tolerance`` relative to the largest logit."""
+
+    weights_diff: float
+    logits_diff: float
+    logits_scale: float = 1.0  # max |logit| of the uncached forward
+    tolerance: float = 1e-5
+
+    @property
+    def logits_relative_diff(self) -> float:
+        return self.logits_diff / max(1.0, self.logits_scale)
+
+    @property
+    def ok(self) -> bool:
+        return self.weights_diff <= self.tolerance and self.logits_relative_diff <= self.tolerance
+
+
+def rows_of(generation: Generation, index: int) -> tuple[int, int]:
+    """(first, end): the positions whose query rows step ``index`` computed."""
+    step = generation.steps[index]
+    if index == 0:
+        return 0, generation.prompt_length
+    return step.position, step.position + 1
+
+
+def check_step(model: GPTModel, generation: Generation, index: int) -> StepCheck:
+    """Run the model without the cache on every token up to step ``index``'s last one and compare: its weights
+    rows (every layer and head) and its last logits."""
+    step = generation.steps[index]
+    if step.weights is None:
+        raise ValueError("This generation kept no attention weights (keep_weights=False).")
+    first, end = rows_of(generation, index)
+    idx = torch.tensor([generation.token_ids[:end]], device=model.pos_emb.weight.device)  # (1, end)
+    with running(model, causal=True):
+        logits, weights = _forward(model, idx, False, True, last_row=False)  # (vocab,), (L, h, end, end)
+    weights = weights[:, :, first:end, :end]  # (L, h, q, end): the rows this step computed
+    return StepCheck(weights_diff=float(np.abs(weights - step.weights).max()),
+                     logits_diff=float((logits.cpu() - torch.from_numpy(step.logits)).abs().max()),
+                     logits_scale=float(logits.abs().max()))

@@ -1,0 +1,277 @@
+"""The Generate page's glue: the number of new tokens, the cached greedy generation of the sidebar's model, the
+stepper (Step, Play/Stop in a fragment that reruns itself while playing), each step's views, and what a KV cache
+costs (the variants' chart, the real models' table).
+
+Greedy generation is deterministic, so the page generates once (cached per model, prompt and count) and the
+stepper shows one forward pass at a time: what the model computed at that step, never a replay of something else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from attnviz import kv_cache, tokens
+from attnviz import weights as core_weights
+from attnviz.models import CheckpointError, generation
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.state import page_bind, ss
+from attnviz.ui.urlstate import markdown_escape
+from attnviz.views import generation_figures
+
+DEFAULT_NEW = 20
+MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
+PLAY_INTERVAL = 0.6  # seconds between two steps while playing
+URL_KEY = "new_tokens"  # the page's one URL parameter, read on a session's first visit
+NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are one attention layer with no "
+            "output head, so they predict no tokens. Pick a model under **Weights** in the sidebar — the "
+            "**bundled model** is always there (a small GPT-2 trained by attnviz); checkpoints you pass with "
+            "`--checkpoint` or `ATTNVIZ_CHECKPOINTS`, and models trained on the Train page, are listed too.")
+
+
+def url_new_tokens() -> None:
+    """A session's first visit: take ``new_tokens`` from the URL when it is a whole number in 1…MAX_NEW; anything
+    else is refused with a notice (the page then uses the default).  Call before ``ui.setup`` (which rewrites the
+    URL from the settings)."""
+    if "_generate_url_read" in ss:
+        return
+    ss["_generate_url_read"] = True
+    raw = st.query_params.get(URL_KEY)
+    if raw is None:
+        return
+    try:
+        value = int(str(raw))
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_NEW:
+        ss["_generate_url_notice"] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole number from 1 to "
+                                      f"{MAX_NEW:,}: using {DEFAULT_NEW}.")
+        return
+    ss["_keep_generate_new"] = value
+
+
+@st.cache_resource(max_entries=3, ttl=3600, show_spinner=False)  # a prefill's weights can be (12, 12, 1024, 1024)
+def _generation(ref: str, prompt: tuple[int, ...], max_new: int) -> generation.Generation:
+    return generation.generate(core_weights.load(ref), list(prompt), max_new)
+
+
+@st.cache_data(max_entries=1024, ttl=3600, show_spinner=False)
+def _check(ref: str, prompt: tuple[int, ...], max_new: int, index: int) -> generation.StepCheck:
+    return generation.check_step(core_weights.load(ref), _generation(ref, prompt, max_new), index)
+
+
+def show(ctx: Context) -> None:
+    """The page below its title: generation for a model under Weights (or how to pick one), then the costs."""
+    if "_generate_url_notice" in ss:
+        st.warning(markdown_escape(ss["_generate_url_notice"]), icon="✋")
+    ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None
+    sizes = None
+    if ref is None:
+        st.info(NO_MODEL, icon=":material/info:")
+    else:
+        try:
+            model = core_weights.load(ref)
+            sizes = core_weights.sizes(model)
+            _generate_section(ctx, ref)
+        except (ValueError, CheckpointError) as exc:
+            st.warning(markdown_escape(str(exc)), icon="✋")
+    st.divider()
+    cost_section(ctx, sizes)
+
+
+def _generate_section(ctx: Context, ref: str) -> None:
+    prompt = tokens.encode(ctx.settings["text"]) if isinstance(ctx.settings.get("text"), str) else []
+    if not prompt or not ctx.settings["text"].strip():
+        st.warning("The prompt is empty: type a text in the sidebar's **Text** box, and the model continues it.",
+                   icon="✋")
+        return
+    max_new = st.number_input(
+        "New tokens", min_value=1, max_value=MAX_NEW, step=1,
+        help="How many tokens to generate, greedily (the most likely each time). Prompt + new tokens must fit the "
+             "model's context: more are clipped, with a notice.",
+        **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW))
+    with st.spinner("Generating with the KV cache…"):
+        result = _generation(ref, tuple(prompt), int(max_new))
+    for notice in result.notices:
+        st.info(markdown_escape(notice), icon="ℹ️")
+    key = (ref, tuple(prompt), int(max_new))
+    if ss.get("_generate_key") != key:  # a new generation starts at its prefill
+        ss["_generate_key"] = key
+        ss["_generate_step"] = 0
+        ss["_generate_playing"] = False
+    ss["_generate_page_run"] = True  # the fragment's first run in this page run does not advance
+    playing = bool(ss.get("_generate_playing"))
+    st.fragment(_stepper, run_every=PLAY_INTERVAL if playing else None)(ref, key, result)
+
+
+def _stepper(ref: str, key: tuple, result: generation.Generation) -> None:
+    """Step, Play/Stop, Back and the views of the current step; while playing, each timed rerun shows the next."""
+    last = len(result.steps) - 1
+    if ss.get("_generate_playing") and not ss.pop("_generate_page_run", False):
+        ss["_generate_step"] = min(ss.get("_generate_step", 0) + 1, last)
+    ss.pop("_generate_page_run", None)
+    index = min(max(int(ss.get("_generate_step", 0)), 0), last)
+    playing = bool(ss.get("_generate_playing"))
+    step_col, play_col, back_col, where_col = st.columns([1, 1, 1, 4])
+    if step_col.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
+                       help="Generate the next token: one forward pass that feeds only the new token."):
+        ss["_generate_step"] = index = index + 1
+    if playing:
+        if play_col.button("Stop", icon=":material/stop:", key="generate_stop"):
+            ss["_generate_playing"] = False
+            st.rerun()
+    elif play_col.button("Play", icon=":material/play_arrow:", disabled=index >= last, key="generate_play"):
+        ss["_generate_playing"] = True
+        st.rerun()
+    if back_col.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
+                       help="Back to step 0: the prompt, fed at once."):
+        ss["_generate_step"] = index = 0
+    if playing and index >= last:
+        ss["_generate_playing"] = False
+        st.rerun()
+    where_col.markdown(f"**Step {index} of {last}** · " + (
+        f"prefill: the {result.prompt_length} prompt tokens in one forward pass" if index == 0 else
+        f"one new token fed at position {result.steps[index].position}"))
+    _step_views(ref, key, result, index)
+
+
+def _pieces(token_ids: list[int]) -> list[str]:
+    """Display pieces ("·cat", "\\n"): a space or a newline stays visible."""
+    return [token.piece for token in tokens.pieces(list(token_ids))]
+
+
+def _step_views(ref: str, key: tuple, result: generation.Generation, index: int) -> None:
+    step = result.steps[index]
+    labels = [f"{i}:{piece}" for i, piece in enumerate(_pieces(result.token_ids))]
+    text_col, top_col = st.columns([3, 2])
+    with text_col:
+        shown = result.token_ids[: result.prompt_length + index]
+        prompt_text = tokens.decode(shown[: result.prompt_length])
+        new_text = tokens.decode(shown[result.prompt_length:])
+        st.markdown(f"{markdown_escape(prompt_text)}**:orange[{markdown_escape(new_text)}]**")
+        if index == 0:
+            st.metric("New token", "—", help="The prefill computes the prompt's keys and values and the first "
+                                             "prediction; Step feeds the first new token.")
+        else:
+            st.metric("New token", _pieces([step.fed[-1]])[0],
+                      help="Chosen by the previous step (the top 5 beside), fed alone in this step.")
+        _badge(ref, key, index)
+    with top_col:
+        chooser = result.steps[index - 1] if index else step
+        what = "chosen from" if index else "next, from"
+        fig = generation_figures.top_k_figure(_pieces(chooser.top_ids), chooser.top_probs,
+                                              _pieces([chooser.next_token])[0])
+        fig.update_layout(title={"text": f"{'the new token, ' if index else ''}{what} the top 5"})
+        st.plotly_chart(fig, config=plotly_config("top5"), key="generate_top5")
+
+    n_layers, n_heads = step.weights.shape[:2] if step.weights is not None else (0, 0)
+    map_col, cache_col = st.columns([3, 2])
+    with map_col:
+        layer_col, head_col = st.columns(2)
+        for key, count in (("generate_layer", n_layers), ("generate_head", n_heads)):
+            if ss.get(key) not in range(count):  # another model, with fewer layers or heads
+                ss[key] = 0
+        layer = layer_col.selectbox("Layer", range(n_layers), key="generate_layer")
+        head = head_col.selectbox("Head", range(n_heads), key="generate_head")
+        if index == 0:
+            rows = [step.weights[layer, head, -1]]  # the prompt's last row: it chose the first new token
+            row_labels = [f"{labels[result.prompt_length - 1]} (prompt)"]
+        else:
+            rows = [result.steps[j].weights[layer, head, 0] for j in range(1, index + 1)]
+            row_labels = [labels[result.steps[j].position] for j in range(1, index + 1)]
+        n_keys = result.prompt_length + index
+        z = generation_figures.new_rows(rows, n_keys)
+        st.plotly_chart(generation_figures.rows_figure(
+            z, row_labels, labels[:n_keys], prompt_length=result.prompt_length,
+            title=f"layer {layer}, head {head}: each new token's query row over the cached keys"),
+            config=plotly_config(f"generate_L{layer}_H{head}"), key="generate_map")
+    with cache_col:
+        st.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
+                  help="Every layer's cache_k and cache_v after this step (float32).")
+        st.dataframe(_cache_table(step), hide_index=True, key="generate_cache_table")
+        first = step.cache_shapes[0].get("cache_k") if step.cache_shapes else None
+        if first is not None:
+            b, h, n, hd = first
+            formula = kv_cache.kv_cache_bytes(context_length=n, emb_dim=h * hd, n_heads=h, n_layers=n_layers,
+                                              head_dim=hd, batch_size=b, dtype="fp32")
+            st.caption(f"= kv_cache_bytes(context_length={n}, n_heads={h}, head_dim={hd}, n_layers={n_layers}, "
+                       f"dtype='fp32') = {formula:,} bytes: b × n × head_dim × kv_heads × 2 × 4 per layer.")
+
+
+def _cache_table(step: generation.Step) -> pd.DataFrame:
+    rows = []
+    for layer, shapes in enumerate(step.cache_shapes):
+        row = {"layer": layer}
+        for name, shape in shapes.items():
+            row[name] = "(" + ", ".join(str(s) for s in shape) + ")"
+        row["bytes"] = sum(4 * int(np.prod(shape)) for shape in shapes.values())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _badge(ref: str, key: tuple, index: int) -> None:
+    try:
+        check = _check(ref, key[1], key[2], index)
+    except (ValueError, CheckpointError) as exc:
+        st.warning(markdown_escape(str(exc)), icon="✋")
+        return
+    numbers = (f"weights rows max |Δ| = {check.weights_diff:.1e}, logits max |Δ| = {check.logits_diff:.1e} "
+               f"({check.logits_relative_diff:.1e} of the largest)")
+    if check.ok:
+        st.success(f"Equals the uncached forward: {numbers}", icon=":material/check_circle:")
+    else:
+        st.error(f"Differs from the uncached forward: {numbers}", icon=":material/error:")
+
+
+def cost_section(ctx: Context, sizes) -> None:
+    """KV-cache bytes against the context length for MHA, GQA, MQA, MLA, SWA and SWA+GQA at the chosen sizes, and
+    the real models' caches at their full context."""
+    st.subheader("What the cache costs")
+    if sizes is not None:
+        own = ("this model", {"emb_dim": sizes.emb_dim, "n_heads": sizes.num_heads, "n_layers": sizes.n_layers},
+               sizes.context_length)
+    else:
+        config = ctx.config
+        own = ("the sidebar's sizes", {"emb_dim": config.d_out, "n_heads": config.num_heads, "n_layers": 1},
+               config.context_length)
+    names = [own[0], *[m.name for m in kv_cache.PRESETS]]
+    pick_col, dtype_col = st.columns([3, 1])
+    picked = pick_col.selectbox("Sizes", names, key="generate_sizes",
+                                help="The MHA line is the model as it is; the others change its attention only.")
+    dtype = dtype_col.selectbox("dtype", list(kv_cache.DTYPE_BYTES), key="generate_dtype")
+    if picked == own[0]:
+        base, context = dict(own[1]), own[2]
+        settings = kv_cache.variant_settings(**base)
+    else:
+        model = kv_cache.preset(picked)
+        context = model.context_length
+        settings = kv_cache.variant_settings(
+            emb_dim=model.emb_dim, n_heads=model.n_heads, n_layers=model.n_layers, head_dim=model.head_dim,
+            n_kv_heads=model.n_kv_heads, latent_dim=model.latent_dim,
+            sliding_window_size=model.sliding_window_size,
+            swa_ratio=model.swa_ratio if model.sliding_window_size else None)
+    lengths = kv_cache.context_lengths(max(131072, context))
+    curves = kv_cache.curves(settings, lengths, dtype=dtype)
+    labels = {name: kv_cache.describe(name, kwargs) for name, kwargs in settings.items()}
+    st.plotly_chart(generation_figures.kv_bytes_figure(
+        lengths, curves, labels, marker_at=context,
+        title=f"KV cache of {picked} with each attention ({dtype}, batch 1); dotted: its context length"),
+        config=plotly_config("kv_cache_bytes"), key="generate_cost_chart")
+    st.caption("The book's estimator formulas (bonus material ch04/04_gqa, 05_mla, 06_swa), computed by "
+               "`attnviz.kv_cache_bytes`.")
+    st.dataframe(presets_table(), hide_index=True, key="generate_presets", column_config={
+        "KV cache at full context": st.column_config.NumberColumn(format="%d", help="bytes, batch 1, in the dtype"),
+        "source": st.column_config.TextColumn(help="the Hugging Face repo whose config.json the sizes are from")})
+
+
+def presets_table() -> pd.DataFrame:
+    rows = []
+    for model in kv_cache.PRESETS:
+        rows.append({"model": model.name, "attention": model.attention, "context": model.context_length,
+                     "layers": model.n_layers, "heads": model.n_heads, "K/V heads": model.n_kv_heads or model.n_heads,
+                     "head_dim": model.head_dim or -(-model.emb_dim // model.n_heads),
+                     "latent": model.latent_dim, "window": model.sliding_window_size, "dtype": model.dtype,
+                     "KV cache at full context": model.bytes(), "size": kv_cache.format_bytes(model.bytes()),
+                     "source": model.source})
+    return pd.DataFrame(rows)

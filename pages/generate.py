@@ -1,0 +1,21 @@
+"""Generate: the sidebar's model continues the text token by token with a KV cache; what the cache holds and costs."""
+
+import streamlit as st
+
+from attnviz import ui
+from attnviz.ui import generate
+
+generate.url_new_tokens()
+ctx = ui.setup("Generate")
+if ctx is None:
+    st.stop()
+
+st.title("Generate, token by token, with a KV cache")
+st.markdown(
+    "A GPT generates one token at a time: it runs the prompt once (the **prefill**), picks the most likely next "
+    "token, appends it and runs again. Without a cache every run recomputes every token's keys and values; "
+    "**with a KV cache** each layer keeps them (`cache_k`, `cache_v`, shape `(b, kv_heads, n, head_dim)`), so a "
+    "new step feeds only the new token: **one query row** over all the cached keys. Press **Step** to watch the "
+    "cache grow; the badge checks each step against a full forward without the cache."
+)
+generate.show(ctx)

@@ -1,0 +1,59 @@
+"""The Generate page in a real Chromium: the bundled model's prefill, then Step draws the new token (the one a greedy
+loop computed here chooses), its top 5, the rows map and the cache growing by one token; the time from the click to
+the drawn step is printed (benchmarks/README.md keeps the numbers)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from attnviz import models, tokens
+
+from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
+
+pytestmark = pytest.mark.browser
+
+TEXT = "Once upon a time, the cat"
+
+
+def expected_tokens(new: int) -> list[int]:
+    model = models.load_checkpoint(str(models.BUNDLED)).eval()
+    ids = tokens.encode(TEXT)
+    with torch.no_grad():
+        for _ in range(new):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[-new:]
+
+
+def new_token_metric(page):
+    return page.get_by_test_id("stMetric").filter(has_text="New token").get_by_test_id("stMetricValue")
+
+
+def test_step_draws_the_new_token_and_the_growing_cache(page, server):
+    page.goto(f"{server.url}/generate?weights=bundled%20model&text={TEXT.replace(' ', '%20').replace(',', '%2C')}")
+    wait_idle(page, timeout=120_000)  # a fresh server's first page: torch, the model, the generation
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.locator("h1")).to_contain_text("Generate")
+    n = len(tokens.encode(TEXT))
+    expect(main.get_by_text("Step 0 of 20")).to_be_visible()
+    expect(new_token_metric(page)).to_have_text("—")
+    expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
+    first, second = expected_tokens(2)
+
+    for k, token in ((1, first), (2, second)):
+        before = runs(page)
+        start = time.perf_counter()
+        main.get_by_role("button", name="Step").click()
+        wait_idle(page, after=before)
+        expect(main.get_by_text(f"Step {k} of 20")).to_be_visible()
+        print(f"step {k}: drawn {time.perf_counter() - start:.3f} s after the click")
+        assert_no_exception(page)
+        expect(new_token_metric(page)).to_have_text(tokens.pieces([token])[0].piece)
+        expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
+        expect(main.locator(".js-plotly-plot").filter(has_text="query row over the cached keys")).to_have_count(1)
+        expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
+            f"{2 * 2 * (n + k) * 2 * 64 * 4 / 1000:,.2f} kB")  # 2 layers × K, V × n tokens × 2 heads × 64 × fp32
+    save_screenshot(page, "generate")

@@ -1,0 +1,127 @@
+"""attnviz.kv_cache_bytes against the book's memory estimators (ch04/04_gqa, 05_mla, 06_swa), whose formulas are
+written again here, layer by layer, from their description — and against numbers worked out by hand for real
+models.  Note the estimators' ``n_kv_groups`` is a GROUP SIZE: kv heads = n_heads // n_kv_groups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import attnviz
+from attnviz import kv_cache
+from attnviz.views import generation_figures
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+def book_estimate(*, context_length, emb_dim, n_heads, n_layers, n_kv_groups=1, latent_dim=None,
+                  sliding_window_size=None, swa_ratio="1:0", batch_size=1, dtype="fp16") -> int:
+    """The estimators' totals, one layer at a time: the layer pattern is a blocks of SWA then b full, repeated,
+    a last partial block starting with its SWA layers."""
+    size = BYTES[dtype]
+    head_dim = math.ceil(emb_dim / n_heads)
+    kv_heads = n_heads // n_kv_groups
+    pattern = ["full"] * n_layers
+    if sliding_window_size is not None:
+        a, b = (int(part) for part in swa_ratio.split(":"))
+        block = ["swa"] * a + ["full"] * b
+        pattern = [block[i % len(block)] for i in range(n_layers)]
+    total = 0
+    for kind in pattern:
+        tokens = min(context_length, sliding_window_size) if kind == "swa" else context_length
+        if latent_dim is not None:
+            total += batch_size * tokens * latent_dim * size
+        else:
+            total += batch_size * tokens * head_dim * kv_heads * 2 * size
+    return total
+
+
+CASES = [  # (book estimator arguments, attnviz arguments): kv heads = heads // group size
+    (dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12),  # GPT-2 small, MHA
+     dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)),
+    (dict(context_length=32768, emb_dim=4096, n_heads=32, n_layers=32, n_kv_groups=4, dtype="bf16"),  # GQA
+     dict(context_length=32768, emb_dim=4096, n_heads=32, n_layers=32, n_kv_heads=8, dtype="bf16")),
+    (dict(context_length=8192, emb_dim=2048, n_heads=16, n_layers=24, n_kv_groups=16, batch_size=4, dtype="fp32"),
+     dict(context_length=8192, emb_dim=2048, n_heads=16, n_layers=24, n_kv_heads=1, batch_size=4, dtype="fp32")),
+    (dict(context_length=131072, emb_dim=7168, n_heads=128, n_layers=61, latent_dim=576, dtype="bf16"),  # MLA
+     dict(context_length=131072, emb_dim=7168, n_heads=128, n_layers=61, latent_dim=576, dtype="bf16")),
+    (dict(context_length=32768, emb_dim=4096, n_heads=32, n_layers=32, n_kv_groups=4, sliding_window_size=1024,
+          swa_ratio="5:1", dtype="bf16"),  # SWA + GQA, 5:1 (32 layers: 5 blocks and 2 SWA)
+     dict(context_length=32768, emb_dim=4096, n_heads=32, n_layers=32, n_kv_heads=8, sliding_window_size=1024,
+          swa_ratio="5:1", dtype="bf16")),
+    (dict(context_length=4096, emb_dim=768, n_heads=12, n_layers=7, sliding_window_size=512, swa_ratio="2:3"),
+     dict(context_length=4096, emb_dim=768, n_heads=12, n_layers=7, sliding_window_size=512, swa_ratio="2:3",
+          dtype="fp16")),  # 7 layers of 2:3: SWA SWA full full full SWA SWA
+    (dict(context_length=300, emb_dim=768, n_heads=12, n_layers=12, sliding_window_size=512),  # W > context
+     dict(context_length=300, emb_dim=768, n_heads=12, n_layers=12, sliding_window_size=512, dtype="fp16")),
+    (dict(context_length=65536, emb_dim=1000, n_heads=12, n_layers=10, sliding_window_size=4096, swa_ratio="1:5",
+          dtype="int8"),  # head_dim = ⌈1000/12⌉ = 84; 10 layers of 1:5 = 2 SWA + 8 full
+     dict(context_length=65536, emb_dim=1000, n_heads=12, n_layers=10, sliding_window_size=4096, swa_ratio="1:5",
+          dtype="int8")),
+    (dict(context_length=16384, emb_dim=2048, n_heads=16, n_layers=12, latent_dim=256, sliding_window_size=2048,
+          swa_ratio="3:1", dtype="bf16"),  # MLA with a window
+     dict(context_length=16384, emb_dim=2048, n_heads=16, n_layers=12, latent_dim=256, sliding_window_size=2048,
+          swa_ratio="3:1", dtype="bf16")),
+]
+
+
+@pytest.mark.parametrize(("book", "ours"), CASES)
+def test_kv_cache_bytes_equals_the_books_estimators(book, ours):
+    assert attnviz.kv_cache_bytes(**ours) == book_estimate(**book)
+
+
+def test_hand_worked_numbers():
+    # GPT-2 small, fp32, 1024 tokens: 12 layers × 1024 × 64 × 12 heads × 2 × 4 bytes
+    assert kv_cache.preset("GPT-2 124M").bytes() == 12 * 1024 * 64 * 12 * 2 * 4 == 75_497_472
+    # Llama 3.2 1B at 128k, bf16: 16 layers × 131072 × 64 × 8 kv heads × 2 × 2 = 4 GiB
+    assert kv_cache.preset("Llama 3.2 1B").bytes() == 4 * 2**30
+    # Gemma 3 270M: 18 layers at 5:1 -> 15 sliding (512 tokens) + 3 full (32768), 1 kv head × 256 × 2 × 2 bytes
+    assert kv_cache.preset("Gemma 3 270M").bytes() == (15 * 512 + 3 * 32768) * 1024
+    # Qwen3 0.6B: head_dim 128 set apart from 1024 / 16 = 64
+    assert kv_cache.preset("Qwen3 0.6B").bytes() == 28 * 40960 * 128 * 8 * 2 * 2
+    assert kv_cache.preset("DeepSeek-V3 671B").bytes() == 61 * 163840 * 576 * 2
+    assert kv_cache.layer_split(18, "5:1") == (15, 3) and kv_cache.layer_split(7, "2:3") == (4, 3)
+
+
+def test_presets_name_their_source_and_cover_the_models_asked_for():
+    names = {m.name for m in kv_cache.PRESETS}
+    assert {"GPT-2 124M", "GPT-2 1.5B", "Llama 3.2 1B", "Qwen3 0.6B", "Gemma 3 270M"} <= names
+    assert all("/" in m.source for m in kv_cache.PRESETS)
+    assert {m.attention for m in kv_cache.PRESETS} >= {"MHA", "GQA", "MLA", "MQA + SWA 5:1"}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(n_kv_heads=5), "must divide n_heads"),
+    (dict(n_kv_heads=0), "n_kv_heads must be a whole number"),
+    (dict(context_length=-1), "context_length must be"),
+    (dict(sliding_window_size=0), "sliding_window_size must be"),
+    (dict(sliding_window_size=16, swa_ratio="0:0"), "a \\+ b > 0"),
+    (dict(sliding_window_size=16, swa_ratio="five"), "must look like"),
+    (dict(dtype="fp64"), "dtype must be one of"),
+    (dict(latent_dim=2.5), "latent_dim must be"),
+])
+def test_bad_values_are_refused_with_a_message(kwargs, message):
+    base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
+    with pytest.raises(ValueError, match=message):
+        kv_cache.kv_cache_bytes(**{**base, **kwargs})
+
+
+def test_variant_curves_and_their_figure():
+    settings = kv_cache.variant_settings(emb_dim=2048, n_heads=32, n_layers=16)
+    assert list(settings) == list(kv_cache.VARIANTS)
+    assert settings["GQA"]["n_kv_heads"] == 8 and settings["MQA"]["n_kv_heads"] == 1
+    lengths = kv_cache.context_lengths(131072)
+    assert lengths[0] == 256 and lengths[-1] == 131072
+    curves = kv_cache.curves(settings, lengths)
+    at = lengths.index(32768)
+    mha = book_estimate(context_length=32768, emb_dim=2048, n_heads=32, n_layers=16, dtype="bf16")
+    assert curves["MHA"][at] == mha and curves["GQA"][at] == mha // 4 and curves["MQA"][at] == mha // 32
+    assert curves["MLA"][at] == 16 * 32768 * 256 * 2  # latent 4 × head_dim 64
+    swa = book_estimate(context_length=32768, emb_dim=2048, n_heads=32, n_layers=16, sliding_window_size=1024,
+                        swa_ratio="5:1", dtype="bf16")
+    assert curves["SWA"][at] == swa
+    fig = generation_figures.kv_bytes_figure(lengths, curves, title="t", marker_at=4096)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert [trace.name for trace in fig.data] == list(kv_cache.VARIANTS)
+    assert list(fig.data[0].y) == curves["MHA"] and list(fig.data[0].x) == lengths

@@ -1,0 +1,177 @@
+"""AppTest of the Generate page: the bundled model and a checkpoint from ATTNVIZ_CHECKPOINTS generate step by step
+(the new token, its top 5, the rows over the cached keys, the cache's shapes and bytes, the badge), checked against
+attnviz.models.generate and a plain greedy loop computed here; without a model the page says how to pick one; hostile
+input gives a message, never an exception, and keeps the text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import decode, random_gpt2
+from conftest import plotly_figures as figures
+from streamlit.testing.v1 import AppTest
+
+from attnviz import models, tokens, weights
+from attnviz.ui.generate import NO_MODEL
+
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 180
+NAME = "tiny-gpt2"
+TEXT = "The cat sat on the mat. The cat"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("generate-checkpoints")
+    random_gpt2(11, n_layer=3, n_head=4, n_embd=64, n_positions=48).save_pretrained(folder / NAME)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def environment(checkpoints, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", str(checkpoints))
+    monkeypatch.setenv("HF_HUB_CACHE", str(checkpoints / "no-hf-cache"))
+    monkeypatch.setattr(weights, "_discovered", None)
+
+
+def page(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page("pages/generate.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def step(at: AppTest) -> AppTest:
+    at.button(key="generate_next").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def figure(at: AppTest, title_part: str) -> dict:
+    return next(f for f in figures(at) if title_part in f["layout"].get("title", {}).get("text", ""))
+
+
+def greedy(model, ids: list[int], new: int) -> list[int]:
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(new):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids
+
+
+@pytest.mark.parametrize("choice", ["bundled", "checkpoint"])
+def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpoints):
+    name = weights.BUNDLED_NAME if choice == "bundled" else NAME
+    path = str(models.BUNDLED) if choice == "bundled" else str(checkpoints / NAME)
+    model = models.load_checkpoint(path)
+    n_layers, n_heads = len(model.trf_blocks), model.trf_blocks[0].att.num_heads
+    head_dim = model.trf_blocks[0].att.head_dim
+    prompt = tokens.encode(TEXT)
+    expected = greedy(model, prompt, 3)
+
+    at = page(weights=name, text=TEXT)
+    assert at.title[0].value.startswith("Generate")
+    assert at.metric[0].value == "—"  # the prefill: no new token yet
+    held = lambda n: n_layers * 2 * n * n_heads * head_dim * 4  # noqa: E731
+    assert at.dataframe[0].value["cache_k"].tolist() == [f"(1, {n_heads}, {len(prompt)}, {head_dim})"] * n_layers
+    assert at.dataframe[0].value["bytes"].sum() == held(len(prompt))
+    assert at.success[0].value.startswith("Equals the uncached forward")
+
+    for k in (1, 2):
+        step(at)
+        new_token = expected[len(prompt) + k - 1]
+        assert at.metric[0].value == tokens.pieces([new_token])[0].piece
+        top5 = figure(at, "the top 5")
+        assert top5["data"][0]["y"][0] == tokens.pieces([new_token])[0].piece  # chosen: the most likely
+        n = len(prompt) + k
+        assert at.dataframe[0].value["cache_v"].tolist() == [f"(1, {n_heads}, {n}, {head_dim})"] * n_layers
+        assert at.dataframe[0].value["bytes"].sum() == held(n)
+        assert at.success[0].value.startswith("Equals the uncached forward")
+        # the map's rows: each new token's query row over the cached keys, from a full forward computed here
+        rows = decode(figure(at, "query row over the cached keys")["data"][0]["z"])
+        assert rows.shape == (k, n)
+        with torch.no_grad():
+            from attnviz.models import attention_maps
+
+            full = attention_maps(model, expected[:n])  # (L, h, n, n)
+        np.testing.assert_allclose(rows[k - 1], full[0, 0, n - 1], atol=1e-5)
+        if k == 2:
+            assert np.isnan(rows[0, n - 1])  # a key the first new row could not see yet: drawn empty, not 0
+    assert at.text_area[0].value == TEXT
+
+
+def test_without_a_model_the_page_says_how_to_pick_one_and_shows_the_costs():
+    at = page(weights=weights.BOOK)
+    assert any(info.value == NO_MODEL for info in at.info)
+    cost = figure(at, "KV cache of the sidebar's sizes")
+    assert [trace["name"].split(" ")[0] for trace in cost["data"]] == ["MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA"]
+    table = at.dataframe[0].value
+    assert {"GPT-2 124M", "Llama 3.2 1B", "Qwen3 0.6B", "Gemma 3 270M"} <= set(table["model"])
+    assert table.set_index("model").loc["Llama 3.2 1B", "KV cache at full context"] == 4 * 2**30
+    at.selectbox(key="generate_sizes").set_value("Gemma 3 270M").run()
+    assert not at.exception
+    assert figure(at, "KV cache of Gemma 3 270M")
+
+
+def test_new_tokens_past_the_context_are_clipped_with_a_notice():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="1000")
+    assert at.number_input(key="generate_new").value == 1000
+    assert any("would pass the model's context of 256 tokens" in info.value for info in at.info)
+    room = 256 - len(tokens.encode(TEXT))
+    assert any(m.value.startswith(f"**Step 0 of {room}**") for m in at.markdown)
+
+
+@pytest.mark.parametrize("raw", ["99999", "-3", "abc", "0"])
+def test_a_url_value_out_of_range_gives_a_notice_and_the_default(raw):
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens=raw)
+    assert any("is not a whole number from 1 to" in w.value for w in at.warning)
+    assert at.number_input(key="generate_new").value == 20
+    assert at.success  # it still generates
+
+
+def test_an_empty_prompt_gives_a_message_and_keeps_the_text():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT)
+    at.text_area[0].set_value("   ").run()
+    assert not at.exception
+    assert at.warning and at.text_area[0].value == "   "
+    assert not [b for b in at.button if b.key == "generate_next"]  # nothing to step through
+
+
+def test_an_endoftext_prompt_generates():
+    at = page(weights=weights.BUNDLED_NAME, text=tokens.ENDOFTEXT)
+    assert at.dataframe[0].value["cache_k"].iloc[0] == "(1, 2, 1, 64)"
+    step(at)
+    assert at.success[0].value.startswith("Equals the uncached forward")
+
+
+def test_a_layer_out_of_range_in_the_url_is_refused_with_a_notice():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, layer="99")
+    assert any(w.value.startswith("Layer 99 does not exist") for w in at.warning)
+    assert at.success and at.dataframe and at.text_area[0].value == TEXT
+
+
+def test_play_advances_and_stops_at_the_end():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="2")
+    at.button(key="generate_play").click().run()
+    assert not at.exception
+    assert at.button(key="generate_stop")  # playing: Stop is offered, Step is not available
+    at.button(key="generate_stop").click().run()
+    assert at.button(key="generate_play") and not at.exception
+
+
+def test_a_head_the_next_model_lacks_falls_back_to_head_0():
+    at = page(weights=NAME, text=TEXT)  # 3 layers × 4 heads
+    at.selectbox(key="generate_layer").set_value(2).run()
+    at.selectbox(key="generate_head").set_value(3).run()
+    assert not at.exception
+    at.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()  # 2 layers × 2 heads
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="generate_layer").value == 0 and at.selectbox(key="generate_head").value == 0
+    assert at.text_area[0].value == TEXT
