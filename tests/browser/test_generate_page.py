@@ -8,10 +8,9 @@ import time
 
 import pytest
 import torch
+from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 from attnviz import models, tokens
-
-from .conftest import assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 

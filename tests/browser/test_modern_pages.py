@@ -7,8 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
-from .conftest import REPO, SCREENSHOTS, assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import REPO, SCREENSHOTS, assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import random_gpt2
+from helpers.checkpoints import random_gpt2
 
 from attnviz import models, tokens
 from attnviz.models import CachedMultiHeadAttention, check_step, generate, load_checkpoint

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import decode, random_gpt2
-from conftest import plotly_figures as figures
+from helpers.apptest import decode
+from helpers.apptest import plotly_figures as figures
+from helpers.checkpoints import random_gpt2
 from streamlit.testing.v1 import AppTest
 
 from attnviz import models, tokens, weights
