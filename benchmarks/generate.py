@@ -41,6 +41,7 @@ def timed(model, ids: list[int], new: int, repeats: int, **kwargs) -> tuple[floa
         start = time.perf_counter()
         result = models.generate(model, ids, new, **kwargs)
         times.append(time.perf_counter() - start)
+        print(f"  {kwargs}: {times[-1]:.2f} s", flush=True)
     return statistics.median(times), result.token_ids
 
 
