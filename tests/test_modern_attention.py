@@ -15,6 +15,7 @@ from torch import nn
 from attnviz import attention, pipeline, variants
 from attnviz.config import AttentionConfig, ConfigError
 from attnviz.modern_attention import GroupedQueryAttention, MultiHeadAttentionWithSWA, MultiHeadLatentAttention
+from attnviz.producers.book import build_module
 
 TEXT = "Your journey starts with one step and then another one"
 
@@ -221,7 +222,7 @@ def test_the_apps_maps_are_softmax_on_its_own_input(name):
     config = APP_CONFIGS[name]
     trace = pipeline.run(TEXT, config)
     torch.manual_seed(config.seed)
-    module = pipeline.build_module(config)
+    module = build_module(config)
     x = torch.from_numpy(np.array(trace.embeddings["input"]))
     hidden = window(config.sliding_window_size) if config.sliding_window_size else causal
     num_kv = {"gqa": config.num_kv_groups, "mqa": 1}.get(config.variant, config.num_heads)
