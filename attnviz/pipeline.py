@@ -187,5 +187,6 @@ class TraceCache:
     def _evict(self, reserve: int, keep: int = 0) -> None:
         """Drop least recently used traces until they and ``reserve`` bytes fit (always keep ``keep``)."""
         with self._lock:
-            while len(self._traces) > keep and sum(size for _, size in self._traces.values()) + reserve > self.max_bytes:
+            while (len(self._traces) > keep
+                   and sum(size for _, size in self._traces.values()) + reserve > self.max_bytes):
                 self._traces.popitem(last=False)

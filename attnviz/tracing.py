@@ -78,7 +78,8 @@ class Attention:
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
-    returned: torch.Tensor | None = None  # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
+    # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
+    returned: torch.Tensor | None = None
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
     op_index: int = -1  # the op that produced the weights (Recording.ops)
 
@@ -309,7 +310,8 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         if current.name in _MATMULS:
             matmul = current
             break
-        if current.name in _SCALES and _scalar(current) is None or current.name not in _SCALES | _MASKS | _PASS | _DROPOUTS:
+        unscaled = current.name in _SCALES and _scalar(current) is None
+        if unscaled or current.name not in _SCALES | _MASKS | _PASS | _DROPOUTS:
             break
         chain.append(current)
         current = _tensor_parent(current)
@@ -362,7 +364,8 @@ def _scaled(chain: list[_Node], scores: torch.Tensor, scale: float, recorder: _R
 
 def _tensor_parent(node: _Node) -> _Node | None:
     """The parent that carries the scores (the first tensor argument that is at least 2-d and map-shaped)."""
-    for parent, arg in zip(node.parents, [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.Tensor)]):
+    tensor_args = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.Tensor)]
+    for parent, arg in zip(node.parents, tensor_args):
         if parent is not None and arg.dim() >= 2 and arg.shape[-2:] == node.out.shape[-2:]:
             return parent
     return next((p for p in node.parents if p is not None), None)
@@ -578,7 +581,8 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
     if isinstance(x, str):
         d_in = infer_d_in(module)
         if d_in is None:
-            raise TraceError("cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
+            raise TraceError(
+                "cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
         text, token_ids, inputs, arrays = embed_text(x, d_in, seed=seed)
     else:
         inputs = torch.as_tensor(x)
@@ -652,9 +656,10 @@ def infer_causal(recording: Recording, attention: Attention, module: nn.Module |
         return True
     if module is not None and isinstance(getattr(module, "causal", None), bool):
         return module.causal
+    hidden_all = None if attention.hidden is None else attention.hidden.expand(attention.masked.shape)  # (b, h, nq, nk)
     first = Attention(kind=attention.kind, weights=attention.weights[:1, :1], masked=attention.masked[:1, :1],
                       scaled=None if attention.scaled is None else attention.scaled[:1, :1],
-                      hidden=None if attention.hidden is None else attention.hidden.expand(attention.masked.shape)[:1, :1])
+                      hidden=None if hidden_all is None else hidden_all[:1, :1])
     hidden = first.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
     future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
     if future.any() and hidden[future].float().mean() > 0.5:

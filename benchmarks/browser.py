@@ -184,7 +184,9 @@ ARM_JS = """
 () => {
   const b = window.__bench;
   b.t0 = null; b.t1 = null; b.runStart = null; b.runEnd = null; b.armed = true; b.runsBefore = b.runs;
-  for (const chart of document.querySelectorAll('[data-testid=attnvizChart], [data-testid=attnvizTable]')) chart.__benchDraws = Number(chart.dataset.draws);
+  for (const chart of document.querySelectorAll('[data-testid=attnvizChart], [data-testid=attnvizTable]')) {
+    chart.__benchDraws = Number(chart.dataset.draws);
+  }
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     gd.__benchOld = true; gd.__benchRedraws = 0;
     if (!gd.__benchListening && gd.on) {
@@ -214,7 +216,8 @@ DRAWN_JS = """
   const app = document.querySelector('[data-testid=stApp]');
   // a run started after the action: seen as a script-state change, or (a fast run whose "running" state
   // React never painted) as every chart redrawn with new data, checked below
-  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] :is(.js-plotly-plot, [data-testid=attnvizChart])')) return false;
+  const charted = document.querySelector('[data-testid=stMain] :is(.js-plotly-plot, [data-testid=attnvizChart])');
+  if (b.runs <= b.runsBefore && !charted) return false;
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]')) return false;
   const main = document.querySelector('[data-testid=stMain]');
@@ -226,7 +229,8 @@ DRAWN_JS = """
     const heatmaps = gd._fullData.filter((t) => t.type === 'heatmap' && t.visible === true).length;
     if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < heatmaps) return false;
     const images = gd._fullData.filter((t) => t.type === 'image' && t.visible === true).length;
-    if ([...gd.querySelectorAll('g.imagelayer g.im image')].filter((i) => i.getAttribute('href')).length < images) return false;
+    const loaded = [...gd.querySelectorAll('g.imagelayer g.im image')].filter((i) => i.getAttribute('href'));
+    if (loaded.length < images) return false;
     const bars = gd._fullData.some((t) => t.type === 'bar' && t.visible === true);
     if (bars && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
   }
@@ -462,9 +466,11 @@ def report_first_paint(results: dict[str, list[dict]]) -> None:
     ratios = [a["ms"] / f["ms"] for a, f in zip(results["attnviz"], results["floor"])]
     print("\n| fresh server, first page → drawn | median ms | runs ms |\n|---|---:|---|")
     for name in results:
-        print(f"| {name} | {median(results[name]):,.0f} | " + ", ".join(f"{r['ms']:,.0f}" for r in results[name]) + " |")
+        runs = ", ".join(f"{r['ms']:,.0f}" for r in results[name])
+        print(f"| {name} | {median(results[name]):,.0f} | {runs} |")
     print(f"first paint / floor: {app / floor:.2f}× (medians); per pair " + ", ".join(f"{r:.2f}×" for r in ratios))
-    print(f"no skeleton left (the sidebar's widgets drawn too), median ms: attnviz {median(results['attnviz'], 'complete'):,.0f}, "
+    print(f"no skeleton left (the sidebar's widgets drawn too), median ms: "
+          f"attnviz {median(results['attnviz'], 'complete'):,.0f}, "
           f"floor {median(results['floor'], 'complete'):,.0f}")
 
 
@@ -475,9 +481,14 @@ ABLATIONS = {
     "as is": [],
     "no shape diagram": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()")],
     "no head statistics": [('st.subheader("Head statistics")', None)],
-    "neither": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ('st.subheader("Head statistics")', None)],
-    "diagram in a collapsed st.expander": [("ui.beside_shape_diagram(trace, highlight=stage)", 'st.container()\nst.expander("Shape diagram").graphviz_chart(__import__("attnviz.views.diagram").diagram.shape_dot(trace.shapes, trace.config, highlight=stage, rankdir="TB"))')],
-    "grid only (no diagram, focused view, statistics)": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ("ui.focused_head(", None)],
+    "neither": [("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"),
+                ('st.subheader("Head statistics")', None)],
+    "diagram in a collapsed st.expander": [
+        ("ui.beside_shape_diagram(trace, highlight=stage)",
+         'st.container()\nst.expander("Shape diagram").graphviz_chart(__import__("attnviz.views.diagram").diagram'
+         '.shape_dot(trace.shapes, trace.config, highlight=stage, rankdir="TB"))')],
+    "grid only (no diagram, focused view, statistics)": [
+        ("ui.beside_shape_diagram(trace, highlight=stage)", "st.container()"), ("ui.focused_head(", None)],
     "no heads grid": [("event = st.plotly_chart(", "event = None and st.plotly_chart(")],
     "no focused head": [("ui.focused_head(ctx.key, stage)", "None")],
     "no statistics table": [("picked = st.dataframe(", "picked = None and st.dataframe(")],
@@ -563,7 +574,8 @@ def machine() -> dict:
         "cpu": model, "cores": os.cpu_count(), "ram_gib": round(mem / 1024**2, 1),
         "date": datetime.datetime.now().isoformat(timespec="minutes"),
         "python": platform.python_version(), "torch": torch.__version__, "streamlit": streamlit.__version__,
-        "plotly": plotly.__version__, "playwright": version("playwright"), "chromium": chromium, "load_before": os.getloadavg(),
+        "plotly": plotly.__version__, "playwright": version("playwright"), "chromium": chromium,
+        "load_before": os.getloadavg(),
     }
 
 
@@ -644,9 +656,9 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "attnviz":  # the bare forward right after, on the same machine state
                     result["bare_forward_ms"] = bare_forward_ms()
                 samples[name]["cold"].append(result)
-                print(f"cold {index} {name}: {show(result)}"
-                      + (f" · bare forward {result['bare_forward_ms']:.0f} ms, ratio {result['ms'] / result['bare_forward_ms']:.1f}×"
-                         if "bare_forward_ms" in result else ""), flush=True)
+                bare = (f" · bare forward {result['bare_forward_ms']:.0f} ms, "
+                        f"ratio {result['ms'] / result['bare_forward_ms']:.1f}×" if "bare_forward_ms" in result else "")
+                print(f"cold {index} {name}: {show(result)}" + bare, flush=True)
         for name in names if args.warm else ():  # make the warm text warm
             commit_text(browser, servers[name], warm_text)
         for index in range(args.warm):
@@ -689,7 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nload average after: {', '.join(f'{v:.2f}' for v in info['load_after'])}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(
-        {"machine": info, "samples": samples, "settings_changes": changes, "rss": peaks, "first_paint": paints}, indent=1))
+        {"machine": info, "samples": samples, "settings_changes": changes, "rss": peaks, "first_paint": paints},
+        indent=1))
     return 0
 
 

@@ -421,7 +421,9 @@ def head_stripes(model, probes: dict) -> dict[str, np.ndarray]:
     return {"induction": np.mean(induction, axis=0), "previous_token": previous}
 
 
-def evaluate(model, seed: int, *, sequences: int = 8, bos: bool = True, positions: int | None = None) -> dict[str, np.ndarray]:
+def evaluate(
+    model, seed: int, *, sequences: int = 8, bos: bool = True, positions: int | None = None
+) -> dict[str, np.ndarray]:
     """Every head's stripes on data drawn fresh from ``seed`` (never trained on): ``{name: (layers, heads)}``.
 
     ``induction``: mean ``A[i, i-T+1]`` over the repeat of ``sequences`` × ([BOS] + x + x), x random ids in
@@ -553,7 +555,8 @@ def gpt2_state_dict(model, tied: bool) -> dict[str, torch.Tensor]:
         h = f"transformer.h.{i}."
         att = block.att
         sd[h + "ln_1.weight"], sd[h + "ln_1.bias"] = block.norm1.scale, block.norm1.shift
-        sd[h + "attn.c_attn.weight"] = torch.cat([att.W_query.weight.T, att.W_key.weight.T, att.W_value.weight.T], dim=1)  # (d, 3d)
+        sd[h + "attn.c_attn.weight"] = torch.cat(  # 3 × (d, d) -> (d, 3d)
+            [att.W_query.weight.T, att.W_key.weight.T, att.W_value.weight.T], dim=1)
         if att.W_query.bias is not None:
             sd[h + "attn.c_attn.bias"] = torch.cat([att.W_query.bias, att.W_key.bias, att.W_value.bias])  # (3d,)
         sd[h + "attn.c_proj.weight"], sd[h + "attn.c_proj.bias"] = att.out_proj.weight.T, att.out_proj.bias  # (d, d)
@@ -595,7 +598,8 @@ def data_description(cfg: TrainConfig) -> str:
     skip = (f"skip sequences (random ids {RANDOM_LOW}-{RANDOM_HIGH - 1}, each token w.p. 1/2 a copy of the one two "
             "back; only the copies are targets)")
     repeats = (f"repeated random tokens ([BOS] + random prefix + x repeated, ids {RANDOM_LOW}-{RANDOM_HIGH - 1}, "
-               f"|x| {cfg.min_repeat}-{cfg.max_repeat}, lengths {list(cfg.repeat_lengths or [cfg.seq_len])}; only the repeats are targets)")
+               f"|x| {cfg.min_repeat}-{cfg.max_repeat}, lengths {list(cfg.repeat_lengths or [cfg.seq_len])}; "
+               "only the repeats are targets)")
     parts = []
     if cfg.skip_first > 0:
         first = [f"{share}/{cfg.batch_size} rows {english}"] if share else []

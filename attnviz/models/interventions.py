@@ -49,7 +49,8 @@ def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[i
         if not 0 <= layer < len(model.trf_blocks):
             raise ValueError(f"layer {layer} does not exist: the model has {len(model.trf_blocks)} layers")
         if not 0 <= head < model.trf_blocks[layer].att.num_heads:
-            raise ValueError(f"head {head} does not exist: layer {layer} has {model.trf_blocks[layer].att.num_heads} heads")
+            raise ValueError(
+                f"head {head} does not exist: layer {layer} has {model.trf_blocks[layer].att.num_heads} heads")
         if head not in by_layer.setdefault(layer, []):
             by_layer[layer].append(head)
     return by_layer
@@ -195,7 +196,8 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
         with running(model, causal=True):
             y = _feed_forward_half(blocks[layer], mid[:, second] if last else mid)  # (h, n or p, d)
             for index in range(layer + 1, len(blocks)):
-                y = _block_at(blocks[index], y, second) if index == len(blocks) - 1 else blocks[index](y)  # (h, n or p, d)
+                last_block = index == len(blocks) - 1
+                y = _block_at(blocks[index], y, second) if last_block else blocks[index](y)  # (h, n or p, d)
             delta[layer] = _loss_after(model, y, ids, second).mean(dim=1).numpy() - intact
         if progress is not None:
             progress((layer + 1) / len(blocks))
@@ -228,7 +230,8 @@ def _head_values(att, x: torch.Tensor) -> torch.Tensor:
 
 
 def _value_weighted(att, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(‖α_ij f^h(x_j)‖ (heads, n, n), f (heads, n, d_out)) of the book's MultiHeadAttention ``att`` on x (1, n, d_in)."""
+    """(‖α_ij f^h(x_j)‖ (heads, n, n), f (heads, n, d_out)) of the book's MultiHeadAttention ``att``
+    on x (1, n, d_in)."""
     from attnviz.attention import Recorder
 
     recorder = Recorder()

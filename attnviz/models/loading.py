@@ -403,9 +403,11 @@ def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
     model.final_norm.scale = assign("ln_f.weight -> final_norm.scale", model.final_norm.scale, take("ln_f.weight"))
     model.final_norm.shift = assign("ln_f.bias -> final_norm.shift", model.final_norm.shift, take("ln_f.bias"))
     if "lm_head.weight" in tensors.names():
-        model.out_head.weight = assign("lm_head.weight -> out_head.weight", model.out_head.weight, take("lm_head.weight"))
+        model.out_head.weight = assign(
+            "lm_head.weight -> out_head.weight", model.out_head.weight, take("lm_head.weight"))
     else:  # GPT-2 ties the output head to the token embedding (the book: out_head.weight = wte)
-        model.out_head.weight = assign("wte.weight -> out_head.weight (tied)", model.out_head.weight, model.tok_emb.weight.data)
+        model.out_head.weight = assign(
+            "wte.weight -> out_head.weight (tied)", model.out_head.weight, model.tok_emb.weight.data)
 
     unexpected = sorted(
         key for key in tensors.names()
@@ -448,7 +450,8 @@ def _load_gpt2_attention(att, h: str, take, emb_dim: int) -> None:
     att.out_proj.weight = assign(
         h + "attn.c_proj.weight -> att.out_proj.weight", att.out_proj.weight, take(h + "attn.c_proj.weight").T
     )
-    att.out_proj.bias = assign(h + "attn.c_proj.bias -> att.out_proj.bias", att.out_proj.bias, take(h + "attn.c_proj.bias"))
+    att.out_proj.bias = assign(
+        h + "attn.c_proj.bias -> att.out_proj.bias", att.out_proj.bias, take(h + "attn.c_proj.bias"))
 
 
 def _load_gpt2_block_rest(block, h: str, take) -> None:
@@ -461,7 +464,8 @@ def _load_gpt2_block_rest(block, h: str, take) -> None:
     ff.layers[2].weight = assign(
         h + "mlp.c_proj.weight -> ff.layers.2.weight", ff.layers[2].weight, take(h + "mlp.c_proj.weight").T
     )
-    ff.layers[2].bias = assign(h + "mlp.c_proj.bias -> ff.layers.2.bias", ff.layers[2].bias, take(h + "mlp.c_proj.bias"))
+    ff.layers[2].bias = assign(
+        h + "mlp.c_proj.bias -> ff.layers.2.bias", ff.layers[2].bias, take(h + "mlp.c_proj.bias"))
     block.norm1.scale = assign(h + "ln_1.weight -> norm1.scale", block.norm1.scale, take(h + "ln_1.weight"))
     block.norm1.shift = assign(h + "ln_1.bias -> norm1.shift", block.norm1.shift, take(h + "ln_1.bias"))
     block.norm2.scale = assign(h + "ln_2.weight -> norm2.scale", block.norm2.scale, take(h + "ln_2.weight"))
@@ -503,5 +507,6 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
                 setattr(module, param_name, assign(full, param, tensors.take(full)))
     unexpected = sorted(key for key in tensors.names() if not re.fullmatch(r"trf_blocks\.\d+\.att\.mask", key))
     if unexpected:
-        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
+        raise CheckpointError(
+            f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
     return _finish(model, cfg, origin)

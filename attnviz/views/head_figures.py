@@ -89,7 +89,8 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
     fig.update_annotations(font={"size": 11})
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=(80 if notes is not None else 60) + 190 * layers,
+    fig.update_layout(title={"text": title, "font": {"size": 14}},
+                      height=(80 if notes is not None else 60) + 190 * layers,
                       margin={"l": 10, "r": 10, "t": 90 if notes is not None else 70, "b": 10}, plot_bgcolor="#e8e8e8")
     return fig
 

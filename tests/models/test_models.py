@@ -130,7 +130,8 @@ TOKENS = [464, 3290, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 383, 3290, 7
 
 
 def make_hf(seed: int = 0, vocab_size: int = 50257, **sizes):
-    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised (helpers.checkpoints.random_gpt2)."""
+    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised
+    (helpers.checkpoints.random_gpt2)."""
     return random_gpt2(seed, vocab_size=vocab_size, **{**SMALL, **sizes})
 
 
