@@ -80,8 +80,8 @@ class _InFlight:
 
 
 class TraceCache:
-    """A thread-safe LRU cache of Traces bounded by bytes, not entries: at n = 1024 one GPT-2-small
-    Trace holds ~210 MB and one XL Trace ~430 MB, while a six-token Trace holds kilobytes.
+    """A thread-safe LRU cache of Traces bounded by bytes, not entries: at n = 1024 a GPT-2 Trace holds
+    hundreds of megabytes, while a six-token Trace holds kilobytes.
 
     Keyed by the text that is tokenized (:func:`clean_text`), so a 50,000-character paste and its
     40,000-character ``Trace.text`` are one entry.  Sessions that miss on a key another session is

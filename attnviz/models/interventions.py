@@ -207,7 +207,7 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
 def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor, positions: slice) -> torch.Tensor:
     """Loss (b, p) of predicting the token after each of ``positions`` from the last block's output there, x (b, p, d).
     Only these positions go through the output head (its 50,257-wide matmul is most of the cost); the log-softmax
-    runs over the contiguous vocabulary dimension (over a transposed one it was ten times slower)."""
+    runs over the contiguous vocabulary dimension (over a transposed, strided one it is much slower)."""
     logits = model.out_head(model.final_norm(x))  # (b, p, d) -> (b, p, vocab)
     targets = ids[0, 1:][positions].expand(x.shape[0], -1)  # (b, p)
     loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (b·p, vocab) -> (b·p,)

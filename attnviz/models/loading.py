@@ -19,8 +19,8 @@ Everything else raises :class:`CheckpointError` (a ``ValueError``) saying what t
 Memory: the model is built on the ``meta`` device (no random init, no allocation) and each parameter
 is one float32 copy of a tensor read from a memory-mapped file (safetensors, or ``torch.load(mmap=True)``),
 one tensor at a time.  Peak RSS is the model plus the file's pages mapped while reading (page cache,
-reclaimable, released when the file closes): measured 1.94x the model for a GPT-2-small-shaped file,
-so GPT-2 XL (6 GB fp32) peaks near 12 GB on a 24 GB machine and settles at one copy.
+reclaimable, released when the file closes) — at most about two copies of the model — and it settles at one
+copy once the file is closed.
 """
 
 from __future__ import annotations
@@ -325,7 +325,7 @@ def _layer_count(origin: str, keys: set[str], pattern: str, config_layers) -> in
 class _Skeleton(TorchFunctionMode):
     """Building a skeleton on ``meta``, skip the two ops whose meta kernels are torch's Python decompositions: the
     embeddings' ``normal_`` init and the causal mask's ``triu``.  The first call of either imports torch's compiler
-    stack (``torch._dynamo``, sympy: ~1.4 s, ~800 modules and ~120,000 objects that every later garbage collection
+    stack (``torch._dynamo`` and sympy: a slow import of many modules, whose objects every later garbage collection
     of the server walks).  A skeleton's values are never read: every parameter is assigned from the checkpoint
     and the masks are replaced (``_finish``); only the shapes count, and both ops keep their input's shape."""
 

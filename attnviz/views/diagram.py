@@ -343,9 +343,9 @@ def _flow_rows(spec: variants.Variant) -> list[tuple[str, ...]]:
 def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
     """The compact shape diagram as plain HTML: one box per recorded tensor, top to bottom, with its
     shape, the stage on view (``highlight``) filled like :func:`shape_dot`'s, and stages that did
-    nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`;
-    drawn by the browser's layout in a few milliseconds (a Graphviz chart is laid out and animated
-    in the browser on every change, which costs a settings change a third of a second).
+    nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`, but
+    laid out by the browser's own HTML layout: a Graphviz chart is laid out and animated in the browser
+    on every change, which makes each settings change wait for it.
 
     Every string is escaped; the result is safe for ``st.html``."""
     import html

@@ -716,7 +716,7 @@ def test_non_causal_trace_and_switch(loaded):
 
 def test_loading_a_checkpoint_imports_no_compiler_stack(hf_small, tmp_path):
     """The skeleton is built on the meta device without the two ops whose meta kernels import torch._dynamo and
-    sympy (~1.4 s and ~120,000 objects that every later garbage collection of the server walks)."""
+    sympy (a slow import, whose objects every later garbage collection of the server walks)."""
     import subprocess
     import sys
 
