@@ -43,7 +43,7 @@ def _ids(token_ids) -> torch.Tensor:
 def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     """{layer: its heads} of ``heads``, each checked against the model, each once (a head named twice is knocked
     out once)."""
-    by_layer: dict[int, list[int]] = {}
+    heads_in_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         layer, head = int(layer), int(head)
         if not 0 <= layer < len(model.trf_blocks):
@@ -51,9 +51,9 @@ def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[i
         if not 0 <= head < model.trf_blocks[layer].att.num_heads:
             raise ValueError(
                 f"head {head} does not exist: layer {layer} has {model.trf_blocks[layer].att.num_heads} heads")
-        if head not in by_layer.setdefault(layer, []):
-            by_layer[layer].append(head)
-    return by_layer
+        if head not in heads_in_layer.setdefault(layer, []):
+            heads_in_layer[layer].append(head)
+    return heads_in_layer
 
 
 def _check_how(how: str) -> None:
@@ -71,14 +71,16 @@ def knocked_out(model: GPTModel, heads: Iterable[tuple[int, int]], how: str = "z
     try:
         for layer, layer_heads in _heads_by_layer(model, heads).items():
             att = model.trf_blocks[layer].att
-            handles.append(att.out_proj.register_forward_pre_hook(_hook(att.head_dim, layer_heads, how)))
+            handles.append(att.out_proj.register_forward_pre_hook(_knock_out_pre_hook(att.head_dim, layer_heads, how)))
         yield model
     finally:
         for handle in handles:
             handle.remove()
 
 
-def _hook(head_dim: int, heads: list[int], how: str) -> Callable:
+def _knock_out_pre_hook(head_dim: int, heads: list[int], how: str) -> Callable:
+    """A forward pre-hook for ``out_proj`` that zeroes (or, with ``how="mean"``, mean-ablates) ``heads``' columns of
+    its input, the heads' concatenated context."""
     def pre_hook(module, args):
         (context,) = args  # (b, n, h·hd): the heads' concatenated context, before out_proj
         context = context.clone()
@@ -124,16 +126,16 @@ def _knocked_forward(model: GPTModel, ids: torch.Tensor, heads: Iterable[tuple[i
     in such a layer the heads' own terms are taken out of the attention output (the sum out_proj makes, without
     them) before the feed-forward half."""
     _check_how(how)
-    by_layer = _heads_by_layer(model, heads)
+    knocked_out = _heads_by_layer(model, heads)
     with running(model, causal=True):  # the model as trained, whatever another session's unmasked view has set
         x = _embed(model, ids)  # (1, n, d)
         for index, block in enumerate(model.trf_blocks):
-            if index not in by_layer:
+            if index not in knocked_out:
                 x = block(x)  # (1, n, d)
                 continue
             parts = _Keep(("context", "output"))
             output = block.att(block.norm1(x), parts)  # (1, n, d), keeping the heads' context (1, h, n, hd)
-            removed = _head_terms(block.att, parts.steps["context"], how)[:, by_layer[index]].sum(dim=1)  # (1, n, d)
+            removed = _head_terms(block.att, parts.steps["context"], how)[:, knocked_out[index]].sum(dim=1)  # (1, n, d)
             x = _feed_forward_half(block, x + output - removed)  # (1, n, d)
     return x
 

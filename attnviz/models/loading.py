@@ -301,7 +301,7 @@ def _check_vocab(origin: str, vocab_size: int) -> None:
         )
 
 
-def _heads(origin: str, emb_dim: int, config: dict, key: str) -> int:
+def _head_count(origin: str, emb_dim: int, config: dict, key: str) -> int:
     if isinstance(config.get(key), int):
         return config[key]
     if emb_dim % HEAD_DIM:
@@ -370,7 +370,7 @@ def gpt2_config(origin: str, wte_shape: tuple, wpe_shape: tuple, keys: set[str],
         "vocab_size": wte_shape[0],
         "context_length": config.get("n_positions", config.get("n_ctx", wpe_shape[0])),
         "emb_dim": emb_dim,
-        "n_heads": _heads(origin, emb_dim, config, "n_head"),
+        "n_heads": _head_count(origin, emb_dim, config, "n_head"),
         "n_layers": _layer_count(origin, keys, r"h\.(\d+)\.", config.get("n_layer")),
         "drop_rate": 0.0,
         "qkv_bias": True,
@@ -485,7 +485,7 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
         "vocab_size": tok.shape[0],
         "context_length": config.get("context_length", config.get("n_positions")),
         "emb_dim": emb_dim,
-        "n_heads": _heads(origin, emb_dim, config, "n_heads" if "n_heads" in config else "n_head"),
+        "n_heads": _head_count(origin, emb_dim, config, "n_heads" if "n_heads" in config else "n_head"),
         "n_layers": _layer_count(origin, keys, r"trf_blocks\.(\d+)\.", config.get("n_layers", config.get("n_layer"))),
         "drop_rate": 0.0,
         "qkv_bias": "trf_blocks.0.att.W_query.bias" in keys,
