@@ -288,8 +288,7 @@ def _drawn_js(bb, marker_proves_run: bool = False) -> str:
     assert old in bb.DRAWN_JS
     js = bb.DRAWN_JS.replace(old, old[:-1] + " && table.checkVisibility())")
     if marker_proves_run:
-        run = ("  if (b.runs <= b.runsBefore && !document.querySelector('[data-testid=stMain] "
-               ":is(.js-plotly-plot, [data-testid=attnvizChart])')) return false;\n")
+        run = "  if (b.runs <= b.runsBefore && !charted) return false;\n"
         assert run in js
         js = js.replace(run, "")
     return js
