@@ -190,7 +190,9 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     def forward(self, x: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         head_recorders = [Recorder() if recorder is not None else None for _ in self.heads]
-        context_vecs = [head(x, head_recorder) for head, head_recorder in zip(self.heads, head_recorders)]  # h × (b, n, d_out)
+        context_vecs = [  # h × (b, n, d_out)
+            head(x, head_recorder) for head, head_recorder in zip(self.heads, head_recorders)
+        ]
         context_vec = torch.cat(context_vecs, dim=-1)  # h × (b, n, d_out) -> (b, n, h·d_out)
         if recorder is not None:
             # each head ran the CausalAttention pipeline; show one head's path, marked "× h"
@@ -200,7 +202,8 @@ class MultiHeadAttentionWrapper(nn.Module):
             recorder.shapes.append(("concat", tuple(context_vec.shape)))
             # pop each head's copy as it is stacked, so at most one stage is held twice
             for name in ("queries", "keys", "values"):
-                recorder.steps[name] = torch.cat([t.steps.pop(name) for t in head_recorders], dim=-1)  # -> (b, n, h·d_out)
+                per_head = [t.steps.pop(name) for t in head_recorders]  # h × (b, n, d_out)
+                recorder.steps[name] = torch.cat(per_head, dim=-1)  # -> (b, n, h·d_out)
             for name in ("scores", "scaled", "masked", "weights", "dropped"):
                 recorder.steps[name] = torch.cat([t.steps.pop(name) for t in head_recorders], dim=1)  # -> (b, h, n, n)
             recorder.steps["context"] = torch.stack(context_vecs, dim=1).detach()  # -> (b, h, n, d_out)

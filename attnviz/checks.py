@@ -247,7 +247,8 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
                                    "in a predictable way; apply it to the weights after the softmax")
     acts = not _same(attention.dropped, attention.weights) or attention.dropout_p > 0
     if acts:
-        return Check(rule, "pass", "in training mode dropout acts on the weights after the softmax; in eval mode not at all")
+        return Check(rule, "pass",
+                     "in training mode dropout acts on the weights after the softmax; in eval mode not at all")
     return Check(rule, "pass", "no dropout acts on the attention weights (in either mode)")
 
 
@@ -312,7 +313,8 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
     rule = "kv-cache"
     if "use_cache" not in inspect.signature(module.forward).parameters:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
-    reset_name = next((name for name in ("reset_cache", "reset_kv_cache") if callable(getattr(module, name, None))), None)
+    reset_names = ("reset_cache", "reset_kv_cache")
+    reset_name = next((name for name in reset_names if callable(getattr(module, name, None))), None)
     if reset_name is None:
         return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")

@@ -68,7 +68,8 @@ def add_train_command(commands) -> argparse.ArgumentParser:
         "train", help="train a small GPTModel and save a checkpoint",
         description="Train the book's GPTModel with the recipe that forms an induction head "
                     "(attnviz.labs.train.TrainConfig), then write model.safetensors, config.json and training.json.")
-    train.add_argument("--out", required=True, help="directory to write (model.safetensors, config.json, training.json)")
+    train.add_argument("--out", required=True,
+                       help="directory to write (model.safetensors, config.json, training.json)")
     train.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     train.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
     train.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
@@ -91,7 +92,8 @@ def table(checks, width: int | None = None) -> str:
         lines.append(f"{check.rule:<{rule_width}}  {status}  {wrapped[0]}")
         lines += [" " * indent + more for more in wrapped[1:]]
     failed = sum(c.status == "fail" for c in checks)
-    lines.append(f"\n{failed} of {len(checks)} rules fail." if failed else f"\nAll {len(checks)} rules pass or do not apply.")
+    total = len(checks)
+    lines.append(f"\n{failed} of {total} rules fail." if failed else f"\nAll {total} rules pass or do not apply.")
     return "\n".join(lines)
 
 

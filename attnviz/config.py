@@ -1,5 +1,6 @@
 """What a run asks for: ``AttentionConfig`` (variant, sizes, mask, dropout, seed, device, the modern variants'
-K/V groups, latent width, window and positions, or a checkpoint's layer), its limits, the errors a user can fix, and the devices this machine has.
+K/V groups, latent width, window and positions, or a checkpoint's layer), its limits, the errors a user can fix,
+and the devices this machine has.
 
 Pure Python + torch: every producer of a Trace (:mod:`attnviz.producers`) reads a config from here.
 """
@@ -74,7 +75,8 @@ class AttentionConfig:
                 raise ConfigError(f"{name} must be between {low} and {high}, got {value}.")
         dropout = self.dropout
         if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"dropout is a probability: use a number from 0 up to (not including) 1, got {dropout!r}.")
+            raise ConfigError(
+                f"dropout is a probability: use a number from 0 up to (not including) 1, got {dropout!r}.")
         if self.device not in DEVICES:
             raise ConfigError(f"Unknown device {self.device!r}; choose one of {', '.join(DEVICES)}.")
         if self.embedding not in ("seeded", "book"):
@@ -124,7 +126,8 @@ class AttentionConfig:
             if spec.not_applicable("positions"):
                 raise ConfigError(f"{spec.label} has no rotary positions: {spec.not_applicable('positions')}")
             if self.num_heads <= self.d_out and self.d_out % self.num_heads == 0 and self.head_dim % 2:
-                raise ConfigError(f"Rotary positions turn pairs of dimensions: head_dim must be even, got {self.head_dim}.")
+                raise ConfigError(
+                    f"Rotary positions turn pairs of dimensions: head_dim must be even, got {self.head_dim}.")
         if "num_kv_groups" in spec.settings and self.num_kv_groups is not None and self.num_heads % self.num_kv_groups:
             raise ConfigError(f"num_kv_groups {self.num_kv_groups} does not divide {self.num_heads} heads; "
                               f"try {_or_list(nearest_divisors(self.num_heads, self.num_kv_groups))}.")

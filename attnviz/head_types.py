@@ -134,7 +134,9 @@ def _excluded_sum(attn: np.ndarray, exclude_bos: bool, exclude_current: bool) ->
     return total
 
 
-def score_heads(weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False) -> dict[str, np.ndarray]:
+def score_heads(
+    weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False
+) -> dict[str, np.ndarray]:
     """Scores of every map in ``weights`` (…, n, n) for the tokens ``token_ids`` (n,): ``{name: (…)}``.
 
     Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores) and

@@ -80,8 +80,8 @@ class _InFlight:
 
 
 class TraceCache:
-    """A thread-safe LRU cache of Traces bounded by bytes, not entries: at n = 1024 one GPT-2-small
-    Trace holds ~210 MB and one XL Trace ~430 MB, while a six-token Trace holds kilobytes.
+    """A thread-safe LRU cache of Traces bounded by bytes, not entries: at n = 1024 a GPT-2 Trace holds
+    hundreds of megabytes, while a six-token Trace holds kilobytes.
 
     Keyed by the text that is tokenized (:func:`clean_text`), so a 50,000-character paste and its
     40,000-character ``Trace.text`` are one entry.  Sessions that miss on a key another session is
@@ -187,5 +187,6 @@ class TraceCache:
     def _evict(self, reserve: int, keep: int = 0) -> None:
         """Drop least recently used traces until they and ``reserve`` bytes fit (always keep ``keep``)."""
         with self._lock:
-            while len(self._traces) > keep and sum(size for _, size in self._traces.values()) + reserve > self.max_bytes:
+            while (len(self._traces) > keep
+                   and sum(size for _, size in self._traces.values()) + reserve > self.max_bytes):
                 self._traces.popitem(last=False)

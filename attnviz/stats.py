@@ -45,16 +45,15 @@ def _distances(n: int, dtype: type) -> np.ndarray:
 def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
     """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,).
 
-    One head at a time: the temporaries stay (n, n).  All heads at once needed about eight float64
-    copies of the (heads, n, n) maps — 0.5 GB for GPT-2 medium at 1024 tokens, the server's peak.
-    float32 maps (a Trace's) are worked on in float32 (row sums pairwise, means in float64) (≈ 4× faster than float64
-    copies: 0.35 → 0.08 s for 12 heads at 1024 tokens); float64 input stays float64."""
+    One head at a time, so the temporaries stay (n, n) instead of several float64 copies of all the
+    (heads, n, n) maps.  float32 maps (a Trace's) are worked on in float32 (row sums pairwise, means in float64):
+    no float64 copy to make, and the statistics stay as exact as their display needs; float64 input stays float64."""
     weights = np.asarray(weights)
     heads, n, _ = weights.shape
     work = np.float32 if weights.dtype == np.float32 else np.float64
     distance = _distances(n, work)
     result = {name: np.zeros(heads) for name in STATS}
-    terms = np.empty((n, n), dtype=work)  # one (n, n) buffer for every head: a new one each time cost a page
+    terms = np.empty((n, n), dtype=work)  # one (n, n) buffer for every head: a new one per head costs a page
     positive = np.empty((n, n), dtype=bool)  # fault per 4 kB (the server hands freed memory back: ui.cache)
     for head in range(heads):
         w = np.asarray(weights[head], dtype=work)  # (n, n), a view when already float32

@@ -78,7 +78,8 @@ class Attention:
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
-    returned: torch.Tensor | None = None  # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
+    # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
+    returned: torch.Tensor | None = None
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
     op_index: int = -1  # the op that produced the weights (Recording.ops)
 
@@ -167,14 +168,14 @@ class _Recorder(TorchFunctionMode):
         self.softmaxes: list[tuple[_Node, int]] = []  # (node, the dimension it normalised, negative)
         self.linear_inputs: list[tuple[int, torch.Tensor]] = []
         self.triangular_mask = False
-        self.explicit: list[Attention] = []  # SDPA / MultiheadAttention calls, computed explicitly
+        self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
         self.dropout_calls: list[tuple[int, bool, float]] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
         if name in ("scaled_dot_product_attention", "multi_head_attention_forward"):
-            return self._explicit(name, func, args, kwargs)
+            return self._record_fused_call(name, func, args, kwargs)
         inplace = name.endswith("_") and not name.startswith("_") and args and isinstance(args[0], torch.Tensor)
         before = self.nodes.get(id(args[0])) if inplace else None
         if before is not None:
@@ -211,7 +212,9 @@ class _Recorder(TorchFunctionMode):
             self.triangular_mask = any(_triangular(a) for a in args[:2] if isinstance(a, torch.Tensor))
         return out
 
-    def _explicit(self, name, func, args, kwargs):
+    def _record_fused_call(self, name, func, args, kwargs):
+        """Run an SDPA / MultiheadAttention call, which computes the whole attention in one call and hides its
+        weights, and record it as one op with its stages recomputed from the call's own arguments."""
         out = func(*args, **kwargs)
         tensor = first_tensor(out)
         filename, line = _user_line()
@@ -219,11 +222,11 @@ class _Recorder(TorchFunctionMode):
         self.ops.append(Op(name, tuple(tensor.shape), line, filename, stage="context"))
         attention = _sdpa(args, kwargs) if name == "scaled_dot_product_attention" else _mha(func, args, kwargs)
         attention.op_index = index
-        attention.returned = _heads(tensor) if name == "scaled_dot_product_attention" else (
+        attention.returned = _as_head_maps(tensor) if name == "scaled_dot_product_attention" else (
             tensor.transpose(0, 1) if tensor.dim() == 3 else tensor.unsqueeze(0))  # (L, N, E) -> (N, L, E)
         if attention.context is None:  # SDPA's own result is the context (b, h, nq, dv)
             attention.context = attention.returned
-        self.explicit.append(attention)
+        self.fused_calls.append(attention)
         parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
         node = _Node(name, tensor, parents, args, kwargs, index)
         self.nodes[id(tensor)] = node
@@ -273,7 +276,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     found = [_from_softmax(node, recorder) for node in over_keys]
     for attention, node in zip(found, over_keys):
         attention.softmax_dim = dims[id(node)]
-    attentions = sorted([*found, *recorder.explicit], key=lambda a: a.op_index)
+    attentions = sorted([*found, *recorder.fused_calls], key=lambda a: a.op_index)
     if not attentions:
         raise TraceError("no attention found: the forward computed no softmax over the last dimension and called no "
                          "scaled_dot_product_attention or nn.MultiheadAttention")
@@ -309,12 +312,13 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         if current.name in _MATMULS:
             matmul = current
             break
-        if current.name in _SCALES and _scalar(current) is None or current.name not in _SCALES | _MASKS | _PASS | _DROPOUTS:
+        unscaled = current.name in _SCALES and _scalar(current) is None
+        if unscaled or current.name not in _SCALES | _MASKS | _PASS | _DROPOUTS:
             break
         chain.append(current)
         current = _tensor_parent(current)
-    attention = Attention(kind="softmax", weights=_heads(weights), masked=_heads(masked), op_index=node.index,
-                          dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
+    attention = Attention(kind="softmax", weights=_as_head_maps(weights), masked=_as_head_maps(masked),
+                          op_index=node.index, dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
     recorder.ops[node.index].stage = "weights"
     if matmul is not None:
         queries, keys, query_scale = _matmul_operands(matmul)
@@ -322,22 +326,22 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         for link in chain:
             if link.name in _SCALES:
                 scale *= _scalar(link)
-        attention.scores = _heads(matmul.out)
+        attention.scores = _as_head_maps(matmul.out)
         attention.scale = scale
-        attention.queries, attention.keys = _heads(queries), _heads(keys)
+        attention.queries, attention.keys = _as_head_maps(queries), _as_head_maps(keys)
         recorder.ops[matmul.index].stage = "scores"
         attention.scaled = _scaled(chain, attention.scores, scale, recorder)
         if any(link.name in _MASKS for link in chain):
             recorder.ops[chain[0].index].stage = "masked"
     dropped, context_node = _forward_to_values(node)
-    attention.dropped = _heads(dropped.out) if dropped is not None else attention.weights
+    attention.dropped = _as_head_maps(dropped.out) if dropped is not None else attention.weights
     if dropped is not None:
         recorder.ops[dropped.index].stage = "dropped"
     if context_node is not None:
         values = context_node.args[1] if len(context_node.args) > 1 else None
         if isinstance(values, torch.Tensor):
-            attention.values = _heads(values)
-            attention.context = _heads(context_node.out)
+            attention.values = _as_head_maps(values)
+            attention.context = _as_head_maps(context_node.out)
             recorder.ops[context_node.index].stage = "context"
     return attention
 
@@ -356,13 +360,14 @@ def _scaled(chain: list[_Node], scores: torch.Tensor, scale: float, recorder: _R
     if all(link in prefix for link in chain if link.name in _SCALES):
         last = [link for link in prefix if link.name in _SCALES][-1]
         recorder.ops[last.index].stage = "scaled"
-        return _heads(last.out)
+        return _as_head_maps(last.out)
     return scores * scale  # (b, h, nq, nk)
 
 
 def _tensor_parent(node: _Node) -> _Node | None:
     """The parent that carries the scores (the first tensor argument that is at least 2-d and map-shaped)."""
-    for parent, arg in zip(node.parents, [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.Tensor)]):
+    tensor_args = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.Tensor)]
+    for parent, arg in zip(node.parents, tensor_args):
         if parent is not None and arg.dim() >= 2 and arg.shape[-2:] == node.out.shape[-2:]:
             return parent
     return next((p for p in node.parents if p is not None), None)
@@ -420,8 +425,9 @@ def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None]:
     return dropped, None
 
 
-def _heads(tensor: torch.Tensor) -> torch.Tensor:
-    """(n, m) -> (1, 1, n, m); (b, n, m) -> (b, 1, n, m); (b, h, n, m) as is; more dims fold into heads."""
+def _as_head_maps(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` detached, as (b, h, n, m) maps: (n, m) -> (1, 1, n, m); (b, n, m) -> (b, 1, n, m);
+    (b, h, n, m) as is; more dims fold into heads."""
     tensor = tensor.detach()
     if tensor.dim() == 2:
         return tensor[None, None]
@@ -432,7 +438,7 @@ def _heads(tensor: torch.Tensor) -> torch.Tensor:
 
 # -------------------------------------------------------------------- calls that hide their weights
 
-def _explicit_attention(kind, queries, keys, values, hidden, additive, scale, *, is_causal, dropout_p) -> Attention:
+def _recomputed_attention(kind, queries, keys, values, hidden, additive, scale, *, is_causal, dropout_p) -> Attention:
     """The stages of softmax(mask(Q·Kᵀ·scale))·V computed explicitly (tensors (b, h, n, d))."""
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     scaled = scores * scale  # (b, h, nq, nk)
@@ -475,7 +481,7 @@ def _sdpa(args, kwargs) -> Attention:
         else:
             additive = mask
     del lead
-    return _explicit_attention("sdpa", queries, keys, values, hidden, additive, scale, is_causal=is_causal,
+    return _recomputed_attention("sdpa", queries, keys, values, hidden, additive, scale, is_causal=is_causal,
                                dropout_p=float(bound.get("dropout_p", 0.0)))
 
 
@@ -516,7 +522,7 @@ def _mha(func, args, kwargs) -> Attention:
         pad = padding.bool() if padding.dtype == torch.bool else padding < -1e4
         pad = pad[:, None, None, :]  # (N, S) -> (N, 1, 1, S)
         hidden = pad if hidden is None else hidden | pad
-    attention = _explicit_attention("nn.MultiheadAttention", queries, keys, values, hidden, additive,
+    attention = _recomputed_attention("nn.MultiheadAttention", queries, keys, values, hidden, additive,
                                     1.0 / math.sqrt(head_dim), is_causal=bool(a["is_causal"]),
                                     dropout_p=float(a["dropout_p"]) if a["training"] else 0.0)
     attention.out_proj = (a["out_proj_weight"], a["out_proj_bias"])
@@ -578,7 +584,8 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
     if isinstance(x, str):
         d_in = infer_d_in(module)
         if d_in is None:
-            raise TraceError("cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
+            raise TraceError(
+                "cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
         text, token_ids, inputs, arrays = embed_text(x, d_in, seed=seed)
     else:
         inputs = torch.as_tensor(x)
@@ -652,9 +659,10 @@ def infer_causal(recording: Recording, attention: Attention, module: nn.Module |
         return True
     if module is not None and isinstance(getattr(module, "causal", None), bool):
         return module.causal
+    hidden_all = None if attention.hidden is None else attention.hidden.expand(attention.masked.shape)  # (b, h, nq, nk)
     first = Attention(kind=attention.kind, weights=attention.weights[:1, :1], masked=attention.masked[:1, :1],
                       scaled=None if attention.scaled is None else attention.scaled[:1, :1],
-                      hidden=None if attention.hidden is None else attention.hidden.expand(attention.masked.shape)[:1, :1])
+                      hidden=None if hidden_all is None else hidden_all[:1, :1])
     hidden = first.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
     future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
     if future.any() and hidden[future].float().mean() > 0.5:

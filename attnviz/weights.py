@@ -156,7 +156,9 @@ def options(session_id: str | None = None, checkpoints: models.Checkpoints | Non
     return unique
 
 
-def resolve(name: object, session_id: str | None = None, checkpoints: models.Checkpoints | None = None) -> Option | None:
+def resolve(
+    name: object, session_id: str | None = None, checkpoints: models.Checkpoints | None = None
+) -> Option | None:
     """The option listed under ``name`` for this session, or None.  A dictionary lookup: never touches files."""
     if not isinstance(name, str):
         return None

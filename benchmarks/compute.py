@@ -9,7 +9,8 @@ after ``--warmup``; the variants are interleaved round by round so that load fro
 
 * ``plain``    the book's ``MultiHeadAttention`` forward, no recorder, under ``torch.inference_mode``;
 * ``traced``   the same module called with a ``Recorder`` (every intermediate kept), under inference_mode;
-* ``_forward`` ``book._forward``: what ``run()`` does for the attention part (train flag; RNG lock and state only when dropout runs);
+* ``_forward`` ``book._forward``: what ``run()`` does for the attention part (train flag; RNG lock and state only
+  when dropout runs);
 * ``run()``    ``pipeline.run(text, config)`` end to end: tokenize, embed, forward, NumPy, token pieces;
   the module and embedding caches are warm (``cold run()`` is printed once per n, with them cleared);
 * ``sdpa``     attnviz's one SDPA path, ``implementations.fused_from(module, use_sdpa=True)``: the same weights
@@ -183,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Machine: {machine()}")
     print(f"Load average before: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(
-        f"Config: d_in = d_out = {config.d_out}, {config.num_heads} heads, causal, CPU; median of ≥ {args.repeats} rounds\n"
+        f"Config: d_in = d_out = {config.d_out}, {config.num_heads} heads, causal, CPU; "
+        f"median of ≥ {args.repeats} rounds\n"
     )
     columns = ("plain", "traced", "_forward", "run()", "sdpa")
     print(

@@ -11,8 +11,9 @@ mosaic instead of 12 heatmaps), ``window`` (the focused head's 256 × 256 window
 colour bar, legend or title), ``overview`` (the focused head's pooled 128² overview), ``merged`` (grid, window and
 overview as one figure on three pairs of axes), ``sidebar`` (the shared sidebar's 14 settings widgets, without
 its page links), ``share`` (the sidebar's collapsed "Share & export" expander: the link to the view as a code
-block, which changes with every setting, a radio and a download button), ``links`` (nine page links), ``table`` (the head statistics table), ``select_slider`` (the
-next-token panel's 1024-option slider), ``sliders`` (the window's two sliders).  None: the caption only.
+block, which changes with every setting, a radio and a download button), ``links`` (nine page links), ``table``
+(the head statistics table), ``select_slider`` (the next-token panel's 1024-option slider), ``sliders`` (the
+window's two sliders).  None: the caption only.
 """
 
 import base64

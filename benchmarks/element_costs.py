@@ -47,7 +47,8 @@ def switches(chromium, elements: str, count: int) -> list[dict]:
                                    ".includes('layer 0 of 12') && document.querySelector('[data-testid=stApp]')"
                                    ".getAttribute('data-test-script-state') === 'notRunning'", polling="raf")
             if page.locator("[data-testid=stException]").count():
-                raise RuntimeError(f"{elements}: the app raised: {page.locator('[data-testid=stException]').inner_text()}")
+                raised = page.locator("[data-testid=stException]").inner_text()
+                raise RuntimeError(f"{elements}: the app raised: {raised}")
             samples = []
             for index in range(count):
                 b = switch_layer_in_browser(page, frames, index % 11 + 1, js, after_ms=0)  # busy: to drawn

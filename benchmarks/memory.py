@@ -210,7 +210,8 @@ def summarize(rows: list[dict], baseline_mb: float | None, elapsed: float | None
     print(f"RSS: {before}after input 1 {rss[0] / 2**20:.0f} MB, max {max(rss) / 2**20:.0f} MB, "
           f"final {rss[-1] / 2**20:.0f} MB; peak (VmHWM) {peak / 2**20:.0f} MB — "
           f"{'meets' if peak <= TARGET_BYTES else 'misses'} the ≤ 1.5 GB target")
-    print(f"slope over the last half: {slope:+.1f} MB per 100 inputs; max of 2nd quarter {second_quarter / 2**20:.0f} MB, "
+    print(f"slope over the last half: {slope:+.1f} MB per 100 inputs; "
+          f"max of 2nd quarter {second_quarter / 2**20:.0f} MB, "
           f"max of last quarter {last_quarter / 2**20:.0f} MB")
     jumps = sorted(range(1, len(rows)), key=lambda i: rss[i] - rss[i - 1], reverse=True)[:6]
     print("largest RSS increases (input: +MB, page, variant, preset, heads, tokens):")

@@ -7,9 +7,8 @@ core, as the Train page's training beside a browser) and stops at the first prob
 of the recipe; an override like any other field) whose best induction score on the page's probe reaches 0.5, or
 after MAX_STEPS.  Appends one JSON line per recipe to
 ``results/train_page_recipes.jsonl``: for each seed the step (None: not within MAX_STEPS), seconds, and the last
-best score.  The overrides apply on top of the page's recipe (``live_train.RECOMMENDED``) of the day: the lines
-written on 2026-11-25 overrode the bundle's recipe (``RECOMMENDED`` was ``{"steps": 1000}`` then), and every line up
-to those named ``lr13-…`` (the page's recipe with lr 1.3e-2) probed every 25 steps, whatever the recipe said.
+best score.  The overrides apply on top of the page's recipe (``live_train.RECOMMENDED``) at the time of the run;
+benchmarks/README.md ("Numbers moved out of the code") says which recipe and probe interval the older lines ran with.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ def run(name: str, steps: int, seed: int, threads: int) -> dict:
             "seconds": round(history.seconds, 1), "steps_per_s": round(len(history.steps) / history.seconds, 2),
             "induction_reached": first, "final_loss": round(float(np.mean(history.loss[-50:])), 3),
             "fresh": final, "probes": probes,
-            "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads, torch {torch.__version__}",
+            "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads, "
+                       f"torch {torch.__version__}",
             "date": datetime.date.today().isoformat()}
 
 
@@ -88,15 +89,18 @@ def table() -> str:
              "Scores are the best head's mean stripe on data drawn fresh (seed 12345): induction = mean A[i, i−T+1] "
              "over the repeat of [BOS] + x + x (x random ids 1,000–30,000, T 25–60); previous = mean A[i, i−1] on "
              "held-out English (pydoc topics) / held-out stdlib code. Targets: ≥ 0.7 each.", "",
-             "| recipe | overrides | steps | seed | time (s) | steps/s | induction ≥ 0.3 / ≥ 0.7 at step | induction | prev. English | prev. code | no BOS: ind. / Eng. / code | loss |",
+             "| recipe | overrides | steps | seed | time (s) | steps/s | induction ≥ 0.3 / ≥ 0.7 at step | induction "
+             "| prev. English | prev. code | no BOS: ind. / Eng. / code | loss |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f, nb = r["fresh"]["bos"], r["fresh"]["no_bos"]
         lines.append(
-            f"| {r['recipe']} | `{json.dumps(r['overrides'])}` | {r['steps']} | {r['seed']} | {r['seconds']} | {r['steps_per_s']} | "
+            f"| {r['recipe']} | `{json.dumps(r['overrides'])}` | {r['steps']} | {r['seed']} | {r['seconds']} | "
+            f"{r['steps_per_s']} | "
             f"{r['induction_reached']['0.3']} / {r['induction_reached']['0.7']} | "
             f"{f['induction']['best']} (L{f['induction']['head'][0]}H{f['induction']['head'][1]}) | "
-            f"{f['previous_english']['best']} (L{f['previous_english']['head'][0]}H{f['previous_english']['head'][1]}) | "
+            f"{f['previous_english']['best']} "
+            f"(L{f['previous_english']['head'][0]}H{f['previous_english']['head'][1]}) | "
             f"{f['previous_code']['best']} | {nb['induction']['best']} / {nb['previous_english']['best']} / "
             f"{nb['previous_code']['best']} | {r['final_loss']} |")
     machines = sorted({f"{r['date']}: {r['machine']}" for r in rows})

@@ -5,8 +5,7 @@ each in its own thread with one torch thread), interleaved, and report the ratio
     python benchmarks/train_responsiveness.py [--rounds 12] [--n 256 1024] [--no-training-heap]
 
 Memory as in the server: malloc tuned (``attnviz.ui.cache.tune_memory``) and each training inside
-``cache.training_heap()`` as the Train page starts it (``--no-training-heap``: without it, as before 2026-11-25's
-fourth session).
+``cache.training_heap()`` as the Train page starts it (``--no-training-heap``: without it).
 
 The page work is ``pipeline.run(text, config)`` for GPT-2 small's shape (768/12 heads, causal MHA) on n
 tokens — what a Heads page rerun computes when its trace is not cached — timed on the main thread like a

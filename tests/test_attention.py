@@ -355,7 +355,8 @@ def sdpa_reference(mha: MultiHeadAttention, x: torch.Tensor, causal: bool) -> to
     queries = mha.W_query(x).view(b, n, h, hd).transpose(1, 2)  # (b, h, n, hd)
     keys = mha.W_key(x).view(b, n, h, hd).transpose(1, 2)  # (b, h, n, hd)
     values = mha.W_value(x).view(b, n, h, hd).transpose(1, 2)  # (b, h, n, hd)
-    context = torch.nn.functional.scaled_dot_product_attention(queries, keys, values, dropout_p=0.0, is_causal=causal)  # (b, h, n, hd)
+    context = torch.nn.functional.scaled_dot_product_attention(  # (b, h, n, hd)
+        queries, keys, values, dropout_p=0.0, is_causal=causal)
     return mha.out_proj(context.transpose(1, 2).reshape(b, n, h * hd))  # (b, n, d_out)
 
 

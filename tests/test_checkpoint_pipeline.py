@@ -31,7 +31,8 @@ SIZES = {"n_layer": 3, "n_head": 4, "n_embd": 64, "n_positions": 96}
 
 
 def make_hf(seed: int = 0, **sizes):
-    """A GPT2LMHeadModel with eager attention and every LayerNorm and bias randomised (helpers.checkpoints.random_gpt2)."""
+    """A GPT2LMHeadModel with eager attention and every LayerNorm and bias randomised
+    (helpers.checkpoints.random_gpt2)."""
     return random_gpt2(seed, **{**SIZES, **sizes})
 
 

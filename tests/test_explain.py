@@ -81,7 +81,8 @@ def test_book_causal_cell_is_masked_with_a_reason():
     trace = pipeline.run(TEXT, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
     explanation = explain_weight(trace, 1, 3, 5)
     assert explanation.masked and explanation.weight == 0.0
-    assert explanation.reason == "key 5 comes after query 3: the causal mask hides it (−∞ before the softmax), so its weight is 0"
+    assert explanation.reason == (
+        "key 5 comes after query 3: the causal mask hides it (−∞ before the softmax), so its weight is 0")
     assert np.isfinite([explanation.score, explanation.scaled]).all()
     assert explanation.row_hidden.tolist() == [j > 3 for j in range(trace.n)]
     assert not explain_weight(trace, 1, 3, 3).masked

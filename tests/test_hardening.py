@@ -246,8 +246,9 @@ def test_arrays_are_bitwise_identical_across_processes():
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device on this machine")
 def test_cpu_and_cuda_agree():
-    cpu = pipeline.run("Your journey starts with one step", dataclasses.replace(DETERMINISM_CONFIG, train=False, device="cpu"))
-    gpu = pipeline.run("Your journey starts with one step", dataclasses.replace(DETERMINISM_CONFIG, train=False, device="cuda"))
+    text = "Your journey starts with one step"
+    cpu = pipeline.run(text, dataclasses.replace(DETERMINISM_CONFIG, train=False, device="cpu"))
+    gpu = pipeline.run(text, dataclasses.replace(DETERMINISM_CONFIG, train=False, device="cuda"))
     assert np.allclose(cpu.output, gpu.output, atol=1e-5)
 
 

@@ -29,12 +29,14 @@ TOKENS = [5, 7, 5, 7]
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        # previous: A[1,0]+A[2,1]+A[3,2] = 1.1; duplicate: A[2,0]+A[3,1] = 0.4; induction: A[2,1]+A[3,2] = 0.6; sum(A) = 4
+        # previous: A[1,0]+A[2,1]+A[3,2] = 1.1; duplicate: A[2,0]+A[3,1] = 0.4;
+        # induction: A[2,1]+A[3,2] = 0.6; sum(A) = 4
         ({}, {"previous_token": 1.1 / 4, "duplicate_token": 0.4 / 4, "induction": 0.6 / 4}),
         # column 0 zeroed: sum 2.2, previous loses A[1,0] = 0.5, duplicate loses A[2,0] = 0.2
         ({"exclude_bos": True}, {"previous_token": 0.6 / 2.2, "duplicate_token": 0.2 / 2.2, "induction": 0.6 / 2.2}),
         # diagonal zeroed: sum 4 - 2.4 = 1.6
-        ({"exclude_current": True}, {"previous_token": 1.1 / 1.6, "duplicate_token": 0.4 / 1.6, "induction": 0.6 / 1.6}),
+        ({"exclude_current": True},
+         {"previous_token": 1.1 / 1.6, "duplicate_token": 0.4 / 1.6, "induction": 0.6 / 1.6}),
         # both: only A[2,1], A[3,1], A[3,2] remain (sum 0.8)
         ({"exclude_bos": True, "exclude_current": True},
          {"previous_token": 0.6 / 0.8, "duplicate_token": 0.2 / 0.8, "induction": 0.6 / 0.8}),
@@ -176,9 +178,11 @@ def test_labels_never_name_a_sink():
     assert head_label(sink) is None
     previous = score_heads(_one_hot_rows(n, np.maximum(np.arange(n) - 1, 0)), tokens)
     assert head_label(previous) == "previous-token"
-    assert head_label({"previous_token": 0.2, "duplicate_token": 0.5, "induction": 0.45, "first_token": 0.9}) == "duplicate-token"
+    duplicate = {"previous_token": 0.2, "duplicate_token": 0.5, "induction": 0.45, "first_token": 0.9}
+    assert head_label(duplicate) == "duplicate-token"
     below = LABEL_THRESHOLD - 0.01
-    assert head_label({"previous_token": below, "duplicate_token": below, "induction": below, "first_token": 1.0}) is None
+    assert head_label({"previous_token": below, "duplicate_token": below, "induction": below,
+                       "first_token": 1.0}) is None
     assert head_label({"previous_token": np.nan, "duplicate_token": 0.0, "induction": LABEL_THRESHOLD}) == "induction"
 
 

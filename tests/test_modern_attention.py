@@ -198,7 +198,8 @@ def test_state_dicts_move_between_gqa_and_llama3_style_names():
     torch.manual_seed(3)
     ours = GroupedQueryAttention(32, 32, 0.0, 4, 2, rope_base=500_000)
     llama_like = nn.Module()
-    for name, (out_f, in_f) in {"W_key": (16, 32), "W_value": (16, 32), "W_query": (32, 32), "out_proj": (32, 32)}.items():
+    shapes = {"W_key": (16, 32), "W_value": (16, 32), "W_query": (32, 32), "out_proj": (32, 32)}
+    for name, (out_f, in_f) in shapes.items():
         setattr(llama_like, name, nn.Linear(in_f, out_f, bias=False))
     llama_like.load_state_dict(ours.state_dict(), strict=True)
     ours.load_state_dict(llama_like.state_dict(), strict=True)

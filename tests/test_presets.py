@@ -52,7 +52,8 @@ BOOK_V2 = [[-0.0739, 0.0713], [-0.0748, 0.0703], [-0.0749, 0.0702], [-0.0760, 0.
            [-0.0754, 0.0693]]
 BOOK_SIMPLE = [[0.4421, 0.5931, 0.5790], [0.4419, 0.6515, 0.5683], [0.4431, 0.6496, 0.5671],
                [0.4304, 0.6298, 0.5510], [0.4671, 0.5910, 0.5266], [0.4177, 0.6503, 0.5645]]
-BOOK_NON_CAUSAL = [("self_attention_v1", 123, BOOK_V1), ("self_attention_v2", 789, BOOK_V2), ("simplified", 123, BOOK_SIMPLE)]
+BOOK_NON_CAUSAL = [("self_attention_v1", 123, BOOK_V1), ("self_attention_v2", 789, BOOK_V2),
+                   ("simplified", 123, BOOK_SIMPLE)]
 
 
 @pytest.mark.parametrize(("variant", "seed", "expected"), BOOK_NON_CAUSAL)

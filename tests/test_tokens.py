@@ -12,7 +12,8 @@ from attnviz import tokens
 
 # Chapter 2 (2.5, byte pair encoding) prints these ids for this text.
 BOOK_CH2_TEXT = "Hello, do you like tea? <|endoftext|> In the sunlit terraces of someunknownPlace."
-BOOK_CH2_IDS = [15496, 11, 466, 345, 588, 8887, 30, 220, 50256, 554, 262, 4252, 18250, 8812, 2114, 286, 617, 34680, 27271, 13]
+BOOK_CH2_IDS = [15496, 11, 466, 345, 588, 8887, 30, 220, 50256, 554,
+                262, 4252, 18250, 8812, 2114, 286, 617, 34680, 27271, 13]
 JOURNEY_TEXT = "Your journey starts with one step"
 JOURNEY_IDS = [7120, 7002, 4940, 351, 530, 2239]
 

@@ -125,7 +125,8 @@ def test_a_batch_keeps_every_item_each_as_if_run_alone(make):
     assert not np.allclose(trace.steps["weights"][0], trace.steps["weights"][1])  # the items really differ
 
 
-@pytest.mark.parametrize("variant", ["simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha"])
+@pytest.mark.parametrize("variant",
+                         ["simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha"])
 def test_the_books_classes_trace_as_their_own_recorder_records(variant):
     from attnviz import variants
     from attnviz.config import AttentionConfig

@@ -14,8 +14,8 @@ what the Train page draws live.  ``save`` writes a checkpoint ``attnviz.models.l
 (a GPT-2 style directory: ``model.safetensors`` + ``config.json`` + ``training.json``).
 
 The logits of a training step are computed over a sampled part of the vocabulary (every target in the
-batch plus ``cfg.negatives`` uniformly drawn ids): the full 50,257-way softmax would cost ~20× more per
-step on a CPU and is not what forms the heads.  ``per_position_loss`` always uses the full vocabulary.
+batch plus ``cfg.negatives`` uniformly drawn ids): the full 50,257-way softmax would dominate a step's
+cost on a CPU and is not what forms the heads.  ``per_position_loss`` always uses the full vocabulary.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ class TrainConfig:
     train_recipe.md): 2 layers × 2 heads, 128 wide, attention-only, the token embedding frozen at random,
     block 0's value/output maps random and frozen (its heads can only learn *where* to look), trained on
     repeated random tokens alone.  Layer 0's heads become previous-token heads and layer 1's an induction
-    head in the same sudden phase change (~steps 550-800; for some seeds, e.g. 2, not within 1,000 steps).
+    head in the same sudden phase change (benchmarks/README.md, "Numbers moved out of the code": the steps at
+    which it came, per seed).
     """
 
     steps: int = 4000
@@ -331,8 +332,8 @@ def _hidden(model, ids: torch.Tensor, attention_only: bool = False) -> torch.Ten
 
     ``attention_only``: the blocks' feed-forward halves are skipped — for a model whose ff output layers are
     zero (``TrainConfig.attention_only``) they add exactly 0 — and, without dropout, each block runs as fused
-    kernels (``_fused_attention_half``): the same sums as the book's classes, a step ~25 % quicker (101 → 75 ms)
-    (``tests/labs/test_train.py`` checks both forwards and their gradients agree).
+    kernels (``_fused_attention_half``): the same sums as the book's classes in fewer, larger kernels, so a step
+    is quicker (``tests/labs/test_train.py`` checks both forwards and their gradients agree).
     """
     n = ids.shape[1]
     x = model.tok_emb(ids) + model.pos_emb(torch.arange(n, device=ids.device))  # (b, n, d)
@@ -421,7 +422,9 @@ def head_stripes(model, probes: dict) -> dict[str, np.ndarray]:
     return {"induction": np.mean(induction, axis=0), "previous_token": previous}
 
 
-def evaluate(model, seed: int, *, sequences: int = 8, bos: bool = True, positions: int | None = None) -> dict[str, np.ndarray]:
+def evaluate(
+    model, seed: int, *, sequences: int = 8, bos: bool = True, positions: int | None = None
+) -> dict[str, np.ndarray]:
     """Every head's stripes on data drawn fresh from ``seed`` (never trained on): ``{name: (layers, heads)}``.
 
     ``induction``: mean ``A[i, i-T+1]`` over the repeat of ``sequences`` × ([BOS] + x + x), x random ids in
@@ -553,7 +556,8 @@ def gpt2_state_dict(model, tied: bool) -> dict[str, torch.Tensor]:
         h = f"transformer.h.{i}."
         att = block.att
         sd[h + "ln_1.weight"], sd[h + "ln_1.bias"] = block.norm1.scale, block.norm1.shift
-        sd[h + "attn.c_attn.weight"] = torch.cat([att.W_query.weight.T, att.W_key.weight.T, att.W_value.weight.T], dim=1)  # (d, 3d)
+        sd[h + "attn.c_attn.weight"] = torch.cat(  # 3 × (d, d) -> (d, 3d)
+            [att.W_query.weight.T, att.W_key.weight.T, att.W_value.weight.T], dim=1)
         if att.W_query.bias is not None:
             sd[h + "attn.c_attn.bias"] = torch.cat([att.W_query.bias, att.W_key.bias, att.W_value.bias])  # (3d,)
         sd[h + "attn.c_proj.weight"], sd[h + "attn.c_proj.bias"] = att.out_proj.weight.T, att.out_proj.bias  # (d, d)
@@ -595,7 +599,8 @@ def data_description(cfg: TrainConfig) -> str:
     skip = (f"skip sequences (random ids {RANDOM_LOW}-{RANDOM_HIGH - 1}, each token w.p. 1/2 a copy of the one two "
             "back; only the copies are targets)")
     repeats = (f"repeated random tokens ([BOS] + random prefix + x repeated, ids {RANDOM_LOW}-{RANDOM_HIGH - 1}, "
-               f"|x| {cfg.min_repeat}-{cfg.max_repeat}, lengths {list(cfg.repeat_lengths or [cfg.seq_len])}; only the repeats are targets)")
+               f"|x| {cfg.min_repeat}-{cfg.max_repeat}, lengths {list(cfg.repeat_lengths or [cfg.seq_len])}; "
+               "only the repeats are targets)")
     parts = []
     if cfg.skip_first > 0:
         first = [f"{share}/{cfg.batch_size} rows {english}"] if share else []

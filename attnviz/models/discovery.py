@@ -30,7 +30,8 @@ from attnviz.script_args import flag_values
 
 ENV_VAR = "ATTNVIZ_CHECKPOINTS"
 CLI_FLAG = "--checkpoint"
-HF_MODEL_DIRS = re.compile(r"models--(gpt2(-[\w.]+)?|openai-community--gpt2(-[\w.]+)?|distilgpt2|distilbert--distilgpt2)")
+HF_MODEL_DIRS = re.compile(
+    r"models--(gpt2(-[\w.]+)?|openai-community--gpt2(-[\w.]+)?|distilgpt2|distilbert--distilgpt2)")
 MODEL_DIR_WEIGHTS = (
     "model.safetensors",
     "model.safetensors.index.json",
@@ -101,7 +102,8 @@ def discover(extra_paths: Iterable[str | os.PathLike] = (), environ: Mapping[str
     env = os.environ if environ is None else environ
     found: list[tuple[str, Path, str]] = []  # (preferred name, path, source)
     notes: list[str] = []
-    for source, paths in (("cli", list(extra_paths)), ("env", [p for p in env.get(ENV_VAR, "").split(os.pathsep) if p])):
+    env_paths = [p for p in env.get(ENV_VAR, "").split(os.pathsep) if p]
+    for source, paths in (("cli", list(extra_paths)), ("env", env_paths)):
         for raw in paths:
             path = Path(raw).expanduser()
             items = _scan(path)

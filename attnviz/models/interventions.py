@@ -43,16 +43,17 @@ def _ids(token_ids) -> torch.Tensor:
 def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     """{layer: its heads} of ``heads``, each checked against the model, each once (a head named twice is knocked
     out once)."""
-    by_layer: dict[int, list[int]] = {}
+    heads_in_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         layer, head = int(layer), int(head)
         if not 0 <= layer < len(model.trf_blocks):
             raise ValueError(f"layer {layer} does not exist: the model has {len(model.trf_blocks)} layers")
         if not 0 <= head < model.trf_blocks[layer].att.num_heads:
-            raise ValueError(f"head {head} does not exist: layer {layer} has {model.trf_blocks[layer].att.num_heads} heads")
-        if head not in by_layer.setdefault(layer, []):
-            by_layer[layer].append(head)
-    return by_layer
+            raise ValueError(
+                f"head {head} does not exist: layer {layer} has {model.trf_blocks[layer].att.num_heads} heads")
+        if head not in heads_in_layer.setdefault(layer, []):
+            heads_in_layer[layer].append(head)
+    return heads_in_layer
 
 
 def _check_how(how: str) -> None:
@@ -70,14 +71,16 @@ def knocked_out(model: GPTModel, heads: Iterable[tuple[int, int]], how: str = "z
     try:
         for layer, layer_heads in _heads_by_layer(model, heads).items():
             att = model.trf_blocks[layer].att
-            handles.append(att.out_proj.register_forward_pre_hook(_hook(att.head_dim, layer_heads, how)))
+            handles.append(att.out_proj.register_forward_pre_hook(_knock_out_pre_hook(att.head_dim, layer_heads, how)))
         yield model
     finally:
         for handle in handles:
             handle.remove()
 
 
-def _hook(head_dim: int, heads: list[int], how: str) -> Callable:
+def _knock_out_pre_hook(head_dim: int, heads: list[int], how: str) -> Callable:
+    """A forward pre-hook for ``out_proj`` that zeroes (or, with ``how="mean"``, mean-ablates) ``heads``' columns of
+    its input, the heads' concatenated context."""
     def pre_hook(module, args):
         (context,) = args  # (b, n, h·hd): the heads' concatenated context, before out_proj
         context = context.clone()
@@ -123,16 +126,16 @@ def _knocked_forward(model: GPTModel, ids: torch.Tensor, heads: Iterable[tuple[i
     in such a layer the heads' own terms are taken out of the attention output (the sum out_proj makes, without
     them) before the feed-forward half."""
     _check_how(how)
-    by_layer = _heads_by_layer(model, heads)
+    knocked_out = _heads_by_layer(model, heads)
     with running(model, causal=True):  # the model as trained, whatever another session's unmasked view has set
         x = _embed(model, ids)  # (1, n, d)
         for index, block in enumerate(model.trf_blocks):
-            if index not in by_layer:
+            if index not in knocked_out:
                 x = block(x)  # (1, n, d)
                 continue
             parts = _Keep(("context", "output"))
             output = block.att(block.norm1(x), parts)  # (1, n, d), keeping the heads' context (1, h, n, hd)
-            removed = _head_terms(block.att, parts.steps["context"], how)[:, by_layer[index]].sum(dim=1)  # (1, n, d)
+            removed = _head_terms(block.att, parts.steps["context"], how)[:, knocked_out[index]].sum(dim=1)  # (1, n, d)
             x = _feed_forward_half(block, x + output - removed)  # (1, n, d)
     return x
 
@@ -195,7 +198,8 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
         with running(model, causal=True):
             y = _feed_forward_half(blocks[layer], mid[:, second] if last else mid)  # (h, n or p, d)
             for index in range(layer + 1, len(blocks)):
-                y = _block_at(blocks[index], y, second) if index == len(blocks) - 1 else blocks[index](y)  # (h, n or p, d)
+                last_block = index == len(blocks) - 1
+                y = _block_at(blocks[index], y, second) if last_block else blocks[index](y)  # (h, n or p, d)
             delta[layer] = _loss_after(model, y, ids, second).mean(dim=1).numpy() - intact
         if progress is not None:
             progress((layer + 1) / len(blocks))
@@ -205,7 +209,7 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
 def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor, positions: slice) -> torch.Tensor:
     """Loss (b, p) of predicting the token after each of ``positions`` from the last block's output there, x (b, p, d).
     Only these positions go through the output head (its 50,257-wide matmul is most of the cost); the log-softmax
-    runs over the contiguous vocabulary dimension (over a transposed one it was ten times slower)."""
+    runs over the contiguous vocabulary dimension (over a transposed, strided one it is much slower)."""
     logits = model.out_head(model.final_norm(x))  # (b, p, d) -> (b, p, vocab)
     targets = ids[0, 1:][positions].expand(x.shape[0], -1)  # (b, p)
     loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (b·p, vocab) -> (b·p,)
@@ -228,7 +232,8 @@ def _head_values(att, x: torch.Tensor) -> torch.Tensor:
 
 
 def _value_weighted(att, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(‖α_ij f^h(x_j)‖ (heads, n, n), f (heads, n, d_out)) of the book's MultiHeadAttention ``att`` on x (1, n, d_in)."""
+    """(‖α_ij f^h(x_j)‖ (heads, n, n), f (heads, n, d_out)) of the book's MultiHeadAttention ``att``
+    on x (1, n, d_in)."""
     from attnviz.attention import Recorder
 
     recorder = Recorder()

@@ -19,8 +19,8 @@ Everything else raises :class:`CheckpointError` (a ``ValueError``) saying what t
 Memory: the model is built on the ``meta`` device (no random init, no allocation) and each parameter
 is one float32 copy of a tensor read from a memory-mapped file (safetensors, or ``torch.load(mmap=True)``),
 one tensor at a time.  Peak RSS is the model plus the file's pages mapped while reading (page cache,
-reclaimable, released when the file closes): measured 1.94x the model for a GPT-2-small-shaped file,
-so GPT-2 XL (6 GB fp32) peaks near 12 GB on a 24 GB machine and settles at one copy.
+reclaimable, released when the file closes) — at most about two copies of the model — and it settles at one
+copy once the file is closed.
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ def _check_vocab(origin: str, vocab_size: int) -> None:
         )
 
 
-def _heads(origin: str, emb_dim: int, config: dict, key: str) -> int:
+def _head_count(origin: str, emb_dim: int, config: dict, key: str) -> int:
     if isinstance(config.get(key), int):
         return config[key]
     if emb_dim % HEAD_DIM:
@@ -325,7 +325,7 @@ def _layer_count(origin: str, keys: set[str], pattern: str, config_layers) -> in
 class _Skeleton(TorchFunctionMode):
     """Building a skeleton on ``meta``, skip the two ops whose meta kernels are torch's Python decompositions: the
     embeddings' ``normal_`` init and the causal mask's ``triu``.  The first call of either imports torch's compiler
-    stack (``torch._dynamo``, sympy: ~1.4 s, ~800 modules and ~120,000 objects that every later garbage collection
+    stack (``torch._dynamo`` and sympy: a slow import of many modules, whose objects every later garbage collection
     of the server walks).  A skeleton's values are never read: every parameter is assigned from the checkpoint
     and the masks are replaced (``_finish``); only the shapes count, and both ops keep their input's shape."""
 
@@ -370,7 +370,7 @@ def gpt2_config(origin: str, wte_shape: tuple, wpe_shape: tuple, keys: set[str],
         "vocab_size": wte_shape[0],
         "context_length": config.get("n_positions", config.get("n_ctx", wpe_shape[0])),
         "emb_dim": emb_dim,
-        "n_heads": _heads(origin, emb_dim, config, "n_head"),
+        "n_heads": _head_count(origin, emb_dim, config, "n_head"),
         "n_layers": _layer_count(origin, keys, r"h\.(\d+)\.", config.get("n_layer")),
         "drop_rate": 0.0,
         "qkv_bias": True,
@@ -403,9 +403,11 @@ def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
     model.final_norm.scale = assign("ln_f.weight -> final_norm.scale", model.final_norm.scale, take("ln_f.weight"))
     model.final_norm.shift = assign("ln_f.bias -> final_norm.shift", model.final_norm.shift, take("ln_f.bias"))
     if "lm_head.weight" in tensors.names():
-        model.out_head.weight = assign("lm_head.weight -> out_head.weight", model.out_head.weight, take("lm_head.weight"))
+        model.out_head.weight = assign(
+            "lm_head.weight -> out_head.weight", model.out_head.weight, take("lm_head.weight"))
     else:  # GPT-2 ties the output head to the token embedding (the book: out_head.weight = wte)
-        model.out_head.weight = assign("wte.weight -> out_head.weight (tied)", model.out_head.weight, model.tok_emb.weight.data)
+        model.out_head.weight = assign(
+            "wte.weight -> out_head.weight (tied)", model.out_head.weight, model.tok_emb.weight.data)
 
     unexpected = sorted(
         key for key in tensors.names()
@@ -448,7 +450,8 @@ def _load_gpt2_attention(att, h: str, take, emb_dim: int) -> None:
     att.out_proj.weight = assign(
         h + "attn.c_proj.weight -> att.out_proj.weight", att.out_proj.weight, take(h + "attn.c_proj.weight").T
     )
-    att.out_proj.bias = assign(h + "attn.c_proj.bias -> att.out_proj.bias", att.out_proj.bias, take(h + "attn.c_proj.bias"))
+    att.out_proj.bias = assign(
+        h + "attn.c_proj.bias -> att.out_proj.bias", att.out_proj.bias, take(h + "attn.c_proj.bias"))
 
 
 def _load_gpt2_block_rest(block, h: str, take) -> None:
@@ -461,7 +464,8 @@ def _load_gpt2_block_rest(block, h: str, take) -> None:
     ff.layers[2].weight = assign(
         h + "mlp.c_proj.weight -> ff.layers.2.weight", ff.layers[2].weight, take(h + "mlp.c_proj.weight").T
     )
-    ff.layers[2].bias = assign(h + "mlp.c_proj.bias -> ff.layers.2.bias", ff.layers[2].bias, take(h + "mlp.c_proj.bias"))
+    ff.layers[2].bias = assign(
+        h + "mlp.c_proj.bias -> ff.layers.2.bias", ff.layers[2].bias, take(h + "mlp.c_proj.bias"))
     block.norm1.scale = assign(h + "ln_1.weight -> norm1.scale", block.norm1.scale, take(h + "ln_1.weight"))
     block.norm1.shift = assign(h + "ln_1.bias -> norm1.shift", block.norm1.shift, take(h + "ln_1.bias"))
     block.norm2.scale = assign(h + "ln_2.weight -> norm2.scale", block.norm2.scale, take(h + "ln_2.weight"))
@@ -481,7 +485,7 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
         "vocab_size": tok.shape[0],
         "context_length": config.get("context_length", config.get("n_positions")),
         "emb_dim": emb_dim,
-        "n_heads": _heads(origin, emb_dim, config, "n_heads" if "n_heads" in config else "n_head"),
+        "n_heads": _head_count(origin, emb_dim, config, "n_heads" if "n_heads" in config else "n_head"),
         "n_layers": _layer_count(origin, keys, r"trf_blocks\.(\d+)\.", config.get("n_layers", config.get("n_layer"))),
         "drop_rate": 0.0,
         "qkv_bias": "trf_blocks.0.att.W_query.bias" in keys,
@@ -503,5 +507,6 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
                 setattr(module, param_name, assign(full, param, tensors.take(full)))
     unexpected = sorted(key for key in tensors.names() if not re.fullmatch(r"trf_blocks\.\d+\.att\.mask", key))
     if unexpected:
-        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
+        raise CheckpointError(
+            f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
     return _finish(model, cfg, origin)

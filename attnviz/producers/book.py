@@ -60,7 +60,10 @@ def _seeded_module(module_config: AttentionConfig, device: str) -> tuple[torch.n
 
 
 def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:
-    """The Trace of the book's class for ``config`` on these tokens: seeded embeddings, the seeded module, every stage."""
+    """The Trace of the book's class for ``config`` on these tokens.
+
+    Seeded embeddings, the seeded module, every stage.
+    """
     device, device_notes = resolve_device(config.device)
     notes += device_notes
 

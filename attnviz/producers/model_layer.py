@@ -38,7 +38,8 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     model = weights.load(config.checkpoint)  # CheckpointError (a ValueError) says what is wrong with the file
     sizes = weights.sizes(model)
     if config.layer >= sizes.n_layers:
-        raise ConfigError(f"This checkpoint has {sizes.n_layers} layers: choose a layer from 0 to {sizes.n_layers - 1}.")
+        raise ConfigError(
+            f"This checkpoint has {sizes.n_layers} layers: choose a layer from 0 to {sizes.n_layers - 1}.")
     settled = replace(config, variant=variants.MHA, d_in=sizes.emb_dim, d_out=sizes.emb_dim, num_heads=sizes.num_heads,
                       context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH), qkv_bias=sizes.qkv_bias,
                       dropout=0.0, train=False, seed=AttentionConfig.seed, device="cpu", embedding="seeded")

@@ -24,8 +24,8 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     """The config the module runs: what the module decides itself — its input and output width, its heads,
     whether it masks the future — replaces the settings (a note names each setting it ignores)."""
     config = replace(config, embedding="seeded", device="cpu", variant=AttentionConfig.variant)
-    module = _built(_module_key(config))
-    d_in, d_out, heads, causal = _probe(_module_key(config))
+    module = _built_module(_module_key(config))
+    d_in, d_out, heads, causal = _probed_sizes(_module_key(config))
     notes = []
     decided = {"d_in": d_in, "d_out": d_out, "num_heads": heads}
     ignored = [f"{name} = {getattr(config, name)}" for name, value in decided.items() if value != getattr(config, name)]
@@ -36,9 +36,9 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
 
 
 @built_once(maxsize=8)
-def _probe(key: AttentionConfig) -> tuple[int, int, int, bool]:
+def _probed_sizes(key: AttentionConfig) -> tuple[int, int, int, bool]:
     """(input width, output width, heads, causal) of the built module, from a 4-token seeded run."""
-    module = _built(key)
+    module = _built_module(key)
     d_in = tracing.infer_d_in(module) or key.d_in
     x = torch.randn(1, min(4, key.context_length), d_in, generator=torch.Generator().manual_seed(0))  # (1, 4, d_in)
     try:
@@ -58,7 +58,7 @@ def _module_key(config: AttentionConfig) -> AttentionConfig:
 
 
 @built_once(maxsize=4)
-def _built(key: AttentionConfig) -> torch.nn.Module:
+def _built_module(key: AttentionConfig) -> torch.nn.Module:
     from attnviz import user_code  # the modules listed on the command line
 
     try:
@@ -71,12 +71,12 @@ def _built(key: AttentionConfig) -> torch.nn.Module:
 
 def module_for(config: AttentionConfig) -> torch.nn.Module:
     """The built module a settled ``config`` runs (shared: do not change its mode or weights)."""
-    return _built(_module_key(config))
+    return _built_module(_module_key(config))
 
 
 def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:
     """The Trace of the listed module on these tokens."""
-    module = _built(_module_key(config))
+    module = _built_module(_module_key(config))
     inputs, embeddings = book._embed(token_ids, config, notes)  # (1, n, d_in)
     try:
         with seeded(config.seed) if module.training else contextlib.nullcontext():  # dropout draws: replayable

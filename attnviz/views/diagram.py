@@ -87,13 +87,17 @@ def shape_rows(trace_shapes: Shapes, config: AttentionConfig) -> list[dict[str, 
     """
     pairs = [(str(name), tuple(shape)) for name, shape in trace_shapes]
     return [
-        {"stage": name, "shape": format_shape(shape), "meaning": _meaning(_split_name(name)[0], config.spec, len(shape))}
+        {"stage": name, "shape": format_shape(shape),
+         "meaning": _meaning(_split_name(name)[0], config.spec, len(shape))}
         for name, shape in pairs
     ]
 
 
 def head_dim_equation(config: AttentionConfig) -> str:
-    """How the widths relate for this variant, with the numbers, e.g. ``d_out = num_heads × head_dim: 768 = 12 × 64``."""
+    """How the widths relate for this variant, with the numbers.
+
+    E.g. ``d_out = num_heads × head_dim: 768 = 12 × 64``.
+    """
     c = config
     spec = c.spec
     if spec.heads == variants.BATCHED:
@@ -339,9 +343,9 @@ def _flow_rows(spec: variants.Variant) -> list[tuple[str, ...]]:
 def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
     """The compact shape diagram as plain HTML: one box per recorded tensor, top to bottom, with its
     shape, the stage on view (``highlight``) filled like :func:`shape_dot`'s, and stages that did
-    nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`;
-    drawn by the browser's layout in a few milliseconds (a Graphviz chart is laid out and animated
-    in the browser on every change, which costs a settings change a third of a second).
+    nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`, but
+    laid out by the browser's own HTML layout: a Graphviz chart is laid out and animated in the browser
+    on every change, which makes each settings change wait for it.
 
     Every string is escaped; the result is safe for ``st.html``."""
     import html
@@ -403,7 +407,8 @@ def op_rows(trace) -> list[dict[str, str]]:
         stage = stage or ""
         if name in ("scaled_dot_product_attention", "multi_head_attention_forward"):
             stage = "context"  # one call: scores, mask, softmax and · V inside
-        rows.append({"op": name, "shape": format_shape(shape), "stage": stage, "line": "" if line is None else str(line)})
+        rows.append({"op": name, "shape": format_shape(shape), "stage": stage,
+                     "line": "" if line is None else str(line)})
     return rows
 
 
@@ -435,7 +440,8 @@ def op_dot(trace, rankdir: str = "TB") -> str:
     """A traced module's own path as Graphviz DOT: one node per op, in the order it ran."""
     rows = op_rows(trace)
     lines = ["digraph ops {", f"  graph [rankdir={rankdir}];",
-             f'  node [shape=box, style="rounded,filled", fillcolor="{TENSOR_FILL}", fontname="sans-serif", fontsize=11];']
+             f'  node [shape=box, style="rounded,filled", fillcolor="{TENSOR_FILL}", '
+             'fontname="sans-serif", fontsize=11];']
     for index, row in enumerate(rows):
         stage = _WHOLE_CALLS.get(row["op"]) or _OP_STAGE_WORDS.get(row["stage"], row["stage"])
         label = "\n".join(filter(None, [f"{row['op']}  {row['shape']}", stage,

@@ -30,7 +30,10 @@ def _public_config(trace: Trace) -> dict:
     config = dataclasses.asdict(trace.config)
     if config.get("checkpoint"):
         ref = str(config["checkpoint"])
-        config["checkpoint"] = "session model" if ref.startswith("session:") else ref.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        if ref.startswith("session:"):
+            config["checkpoint"] = "session model"
+        else:
+            config["checkpoint"] = ref.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
     return config
 
 

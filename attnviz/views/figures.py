@@ -331,7 +331,8 @@ def heads_grid(
                "fillcolor": MASKED_COLOR, "line": {"width": 0}, "layer": "below"} for x0, y0 in tiles]
     annotations = [{"x": x0 + (size - 1) / 2, "y": y0 - 0.5, "yanchor": "bottom", "showarrow": False,
                     "text": names[head], "font": {"size": 11}} for head, (x0, y0) in enumerate(tiles)]
-    pooling = "max-pooling keeps peaks" if stage in PROBABILITY_STAGES else "each cell keeps its block's largest |score|"
+    pooling = ("max-pooling keeps peaks" if stage in PROBABILITY_STAGES
+               else "each cell keeps its block's largest |score|")
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
     heads_text = f"all {num_heads} heads" if num_heads > 1 else "1 head"
     layout = {
@@ -388,7 +389,8 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
     layout = {
         "yaxis": {"autorange": "reversed", "showticklabels": False, "scaleanchor": "x"},
         "xaxis": {"showticklabels": False},
-        "title": {"text": f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)", "font": {"size": 12}},
+        "title": {"text": f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)",
+                  "font": {"size": 12}},
         "height": 300, "margin": {"l": 5, "r": 5, "t": 40, "b": 5}, "plot_bgcolor": MASKED_COLOR,
     }
     if window is not None:
@@ -457,7 +459,8 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
         colorbar={"thickness": 10},
     ))
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + (f", mean of {col_block} per cell" if col_block > 1 else ""))
+    pooled = f", mean of {col_block} per cell" if col_block > 1 else ""
+    fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + pooled)
     fig.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig

@@ -89,7 +89,8 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
     fig.update_annotations(font={"size": 11})
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=(80 if notes is not None else 60) + 190 * layers,
+    fig.update_layout(title={"text": title, "font": {"size": 14}},
+                      height=(80 if notes is not None else 60) + 190 * layers,
                       margin={"l": 10, "r": 10, "t": 90 if notes is not None else 70, "b": 10}, plot_bgcolor="#e8e8e8")
     return fig
 
@@ -149,7 +150,7 @@ def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
 
 def set_loss_curve(fig: go.Figure, steps, loss, *, stride: int = 1) -> go.Figure:
     """Put these steps' loss into a ``loss_curve`` figure, in place (the Train page's live view: setting two
-    traces' data takes ~1 ms of the GIL its training thread needs, building the figure ~20 ms)."""
+    traces' data holds the GIL its training thread needs for far less time than building the figure again)."""
     steps, loss = np.asarray(steps), np.asarray(loss, dtype=np.float64)
     mean = smooth(loss)
     keep = np.unique(np.r_[np.arange(0, steps.size, max(1, stride)), steps.size - 1]) if steps.size else []
@@ -201,7 +202,8 @@ def _score_lines(layers: int, heads: int) -> list[tuple[int, int, int]]:
 
 def set_score_curves(fig: go.Figure, probe_steps, induction, previous_token) -> go.Figure:
     """Put these probes into a ``score_curves`` figure of as many layers and heads, in place (the Train page's live
-    view: setting the traces' data takes a few ms of the GIL its training thread needs, building the figure ~80)."""
+    view: setting the traces' data holds the GIL its training thread needs for far less time than building the
+    figure again)."""
     induction, previous_token = np.asarray(induction), np.asarray(previous_token)
     _, layers, heads = induction.shape
     columns = [(induction if col == 1 else previous_token)[:, layer, head]

@@ -24,7 +24,10 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
 
 
 def show(trace_or_module, text: str | None = None, *, stage: str = "weights", head: int = 0):
-    """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (attnviz.trace_module); returns the Trace."""
+    """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (attnviz.trace_module).
+
+    Returns the Trace.
+    """
     from IPython.display import HTML, display
 
     from attnviz import tracing

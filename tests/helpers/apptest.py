@@ -30,4 +30,5 @@ def page_elements(at):
 
 def plotly_figures(at) -> list[dict]:
     """Every figure an AppTest run drew with ``st.plotly_chart``, as the JSON the browser gets, in page order."""
-    return [json.loads(chart.proto.spec) for chart in page_elements(at) if getattr(chart, "type", None) == "plotly_chart"]
+    charts = [element for element in page_elements(at) if getattr(element, "type", None) == "plotly_chart"]
+    return [json.loads(chart.proto.spec) for chart in charts]

@@ -30,7 +30,8 @@ except ImportError:  # reported by _missing()
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "tests" / "browser" / "artifacts"
-# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes docs/screenshots (docs/pages.md shows them).
+# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes docs/screenshots
+# (docs/pages.md shows them).
 SCREENSHOTS = REPO / "docs" / "screenshots" if os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") == "1" else ARTIFACTS
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -140,13 +141,15 @@ _IDLE = """
 () => {
   const app = document.querySelector('[data-testid=stApp]');
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
-  if (document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner], [data-testid=stSkeleton]')) return false;
+  const busy = '[data-testid=stStatusWidget], [data-testid=stSpinner], [data-testid=stSkeleton]';
+  if (document.querySelector(busy)) return false;
   if (!document.querySelector('[data-testid=stMain] [data-testid=stElementContainer]')) return false;
   if (document.querySelector('[data-testid=stMain] [data-stale=true]')) return false;
   // every st.plotly_chart has drawn its data
   const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart]')];
   const drawn = charts.every((chart) => chart.querySelector('.main-svg')
-      && chart.querySelector('g.heatmaplayer g.hm image, g.barlayer g.trace.bars path, g.scatterlayer g.trace path.js-line'));
+      && chart.querySelector(
+        'g.heatmaplayer g.hm image, g.barlayer g.trace.bars path, g.scatterlayer g.trace path.js-line'));
   const graphs = [...document.querySelectorAll('[data-testid=stGraphVizChart]')];
   return drawn && graphs.every((graph) => graph.querySelector('svg g.node'));
 }

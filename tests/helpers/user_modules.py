@@ -25,7 +25,8 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.flash = flash
         if not self.flash:
-            self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+            causal = torch.tril(torch.ones(block_size, block_size))  # (block_size, block_size)
+            self.register_buffer("bias", causal.view(1, 1, block_size, block_size))
 
     def forward(self, x):
         B, T, C = x.size()
@@ -372,7 +373,8 @@ class LearnerSWA(nn.Module):
                                  for w in (self.W_query, self.W_key, self.W_value))
         attn_scores = queries @ keys.transpose(2, 3)
         diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]
-        too_far = diff > self.sliding_window_size if self.bug == "window-off-by-one" else diff >= self.sliding_window_size
+        window = self.sliding_window_size
+        too_far = diff > window if self.bug == "window-off-by-one" else diff >= window
         attn_scores.masked_fill_((diff < 0) | too_far, -torch.inf)
         attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
         return self.out_proj((attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out))
@@ -458,7 +460,8 @@ class LearnerCachedSWA(LearnerSWA):
         if use_cache:
             if self.cache_k is not None:
                 keys, values = torch.cat([self.cache_k, keys], dim=2), torch.cat([self.cache_v, values], dim=2)
-            self.cache_k, self.cache_v = keys[:, :, -self.sliding_window_size:], values[:, :, -self.sliding_window_size:]
+            window = self.sliding_window_size
+            self.cache_k, self.cache_v = keys[:, :, -window:], values[:, :, -window:]
             self.ptr_current_pos += n
         q_positions = torch.arange(start, start + n)
         k_positions = torch.arange(start + n - keys.shape[2], start + n)

@@ -174,8 +174,9 @@ def test_max_abs_diff_refuses_different_shapes():
 
 
 def small_trace(text="the cat sat on the mat", variant="mha", **overrides) -> Trace:
+    multi_head = {name for name, v in variants.VARIANTS.items() if v.multi_head}
     config = AttentionConfig(variant=variant, d_in=16, d_out=16 if variant != "simplified" else 16,
-                             num_heads=4 if variant in tuple(name for name, v in variants.VARIANTS.items() if v.multi_head) else 1, **overrides)
+                             num_heads=4 if variant in multi_head else 1, **overrides)
     return pipeline.run(text, config)
 
 

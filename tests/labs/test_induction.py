@@ -1,5 +1,5 @@
-"""The induction lab's core (attnviz.labs.induction) and figures (attnviz.views.head_figures): hand-built maps with known
-stripes, a tiny GPTModel scored layer by layer against all of its maps at once, the halves of the loss."""
+"""The induction lab's core (attnviz.labs.induction) and figures (attnviz.views.head_figures): hand-built maps with
+known stripes, a tiny GPTModel scored layer by layer against all of its maps at once, the halves of the loss."""
 
 import numpy as np
 import pytest

@@ -29,7 +29,8 @@ from attnviz.models import load_checkpoint
 pytestmark = pytest.mark.slow  # trains models: the quick tier (-m "not slow") leaves it out
 
 TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_len": 48, "batch_size": 4,
-        "negatives": 32, "probe_every": 3, "min_repeat": 4, "max_repeat": 20, "repeat_lengths": (24, 48), "skip_first": 2}
+        "negatives": 32, "probe_every": 3, "min_repeat": 4, "max_repeat": 20, "repeat_lengths": (24, 48),
+        "skip_first": 2}
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +88,8 @@ def test_repeat_batch_ends_in_a_repeat():
 
 
 def test_masks_mark_exactly_the_predictable_tokens():
-    rows, known = repeat_batch(60, 10, np.random.default_rng(4), min_repeat=3, max_repeat=12, max_copies=3, with_mask=True)
+    rows, known = repeat_batch(60, 10, np.random.default_rng(4), min_repeat=3, max_repeat=12, max_copies=3,
+                               with_mask=True)
     for row, row_known in zip(rows, known):
         first = int(np.argmax(row_known))  # the first token that repeats an earlier one at period T
         assert row_known[first:].all() and not row_known[:first].any()
@@ -163,7 +165,8 @@ def test_saved_checkpoint_loads_with_load_checkpoint(tmp_path):
 
 
 def test_command_line_writes_a_loadable_half_precision_checkpoint(tmp_path, capsys):
-    assert command_line(["train", "--steps", "2", "--out", str(tmp_path / "cli"), "--seed", "5", "--threads", "1", "--quiet"]) == 0
+    args = ["train", "--steps", "2", "--out", str(tmp_path / "cli"), "--seed", "5", "--threads", "1", "--quiet"]
+    assert command_line(args) == 0
     assert "wrote" in capsys.readouterr().out
     model = load_checkpoint(tmp_path / "cli")
     assert model.tok_emb.weight.dtype == torch.float32

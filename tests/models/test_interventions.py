@@ -135,7 +135,8 @@ def test_a_head_that_does_not_exist_is_refused(pair):
 def test_the_batched_grid_equals_one_ablation_at_a_time(pair, how):
     """Every head of every layer, the last included (whose knock-out reruns only its feed-forward half), on the random
     checkpoint (knock-outs move its loss by ~1e-3) and on the bundled model (by nats)."""
-    for model, T, tolerance, moved in ((pair[1], 8, 1e-5, 1e-7), (models.load_checkpoint(str(models.BUNDLED)), 20, 1e-4, 0.1)):
+    bundled = models.load_checkpoint(str(models.BUNDLED))
+    for model, T, tolerance, moved in ((pair[1], 8, 1e-5, 1e-7), (bundled, 20, 1e-4, 0.1)):
         ids = repeated_random_tokens(T, 5, bos=True)  # (2T + 1,)
         delta, intact = interventions.ablation_grid(model, ids, T, how=how)
         second = slice(len(ids) - T, len(ids) - 1)

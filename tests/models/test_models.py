@@ -130,7 +130,8 @@ TOKENS = [464, 3290, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 383, 3290, 7
 
 
 def make_hf(seed: int = 0, vocab_size: int = 50257, **sizes):
-    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised (helpers.checkpoints.random_gpt2)."""
+    """A GPT2LMHeadModel with eager attention and EVERY LayerNorm and bias randomised
+    (helpers.checkpoints.random_gpt2)."""
     return random_gpt2(seed, vocab_size=vocab_size, **{**SMALL, **sizes})
 
 
@@ -715,7 +716,7 @@ def test_non_causal_trace_and_switch(loaded):
 
 def test_loading_a_checkpoint_imports_no_compiler_stack(hf_small, tmp_path):
     """The skeleton is built on the meta device without the two ops whose meta kernels import torch._dynamo and
-    sympy (~1.4 s and ~120,000 objects that every later garbage collection of the server walks)."""
+    sympy (a slow import, whose objects every later garbage collection of the server walks)."""
     import subprocess
     import sys
 

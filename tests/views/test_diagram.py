@@ -380,7 +380,8 @@ class _Boxes(html.parser.HTMLParser):
         self.open.append(tag)
         attrs = dict(attrs)
         if "attnviz-stage" in (attrs.get("class") or ""):
-            self.boxes.append({"stage": attrs["data-stage"], "style": attrs["style"], "title": attrs["title"], "text": ""})
+            self.boxes.append({"stage": attrs["data-stage"], "style": attrs["style"], "title": attrs["title"],
+                               "text": ""})
             self.depth_of_box = len(self.open)
 
     def handle_endtag(self, tag):

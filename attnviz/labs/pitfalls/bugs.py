@@ -55,7 +55,8 @@ def one_line_changed(method: Callable, book_line: str, buggy_line: str) -> Calla
     filename = f"<attnviz.labs.pitfalls.bugs: {method.__qualname__} with {buggy_line.split('  #')[0]!r}>"
     linecache.cache[filename] = (len("".join(source)), None, source, filename)  # mtime None: never evicted
     namespace: dict = {}
-    exec(compile("".join(source), filename, "exec"), method.__globals__, namespace)  # the book's own source, one line changed
+    # the book's own source, one line changed
+    exec(compile("".join(source), filename, "exec"), method.__globals__, namespace)
     compiled = vars(namespace[owner])[method.__name__]
     if compiled.__code__.co_freevars != method.__code__.co_freevars:
         raise ValueError(f"{buggy_line!r} changes which names {method.__qualname__} closes over.")

@@ -97,7 +97,8 @@ def detect_leak(module, inputs, setup: LabSetup) -> Version:
         verdict = (f"the future leaks: perturbing the last token (position {n - 1}) moves the outputs at positions "
                    f"{positions_text(report['leaked'])}")
     else:
-        verdict = f"no leak: perturbing the last token (position {n - 1}) leaves positions 0 … {n - 2} exactly unchanged"
+        verdict = (f"no leak: perturbing the last token (position {n - 1}) "
+                   f"leaves positions 0 … {n - 2} exactly unchanged")
     return Version(bool(report["leaked"]), verdict, observation, {"leak": report})
 
 
