@@ -36,7 +36,7 @@ def test_the_first_request_draws_the_module_and_its_checks(page, server):
     expect(main).to_contain_text("Check CausalSelfAttention")
     expect(main).to_contain_text("All 8 rules pass or do not apply.")
     expect(main.locator(".attnviz-op").first).to_be_visible()  # its own op path beside the grid
-    assert main.locator("[data-testid=attnvizChart]").count() >= 2  # the grid and the focused head
+    assert main.locator("[data-testid=stPlotlyChart]").count() >= 2  # the grid and the focused head
     assert (REPO / "docs").is_dir()
     save_screenshot(page, "user-module")
 
