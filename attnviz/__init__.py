@@ -40,7 +40,10 @@ _PUBLIC = {
     "kv_cache_bytes": ("attnviz.kv_cache", "kv_cache_bytes"),
     "models": ("attnviz.models", None),
 }
-__all__ = ["AttentionConfig", "Trace", "check_module", "explain_weight", "kv_cache_bytes", "models", "run", "show", "trace_module"]
+__all__ = [
+    "AttentionConfig", "Trace", "check_module", "explain_weight", "kv_cache_bytes", "models", "run", "show",
+    "trace_module",
+]
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run time __getattr__ loads them
     from attnviz import models

@@ -2,7 +2,8 @@
 
     python benchmarks/browser.py                    # 3 cold + 5 warm runs per app, 5 settings changes
     python benchmarks/browser.py --warm 7 --changes 9
-    python benchmarks/browser.py --only-first-paint --first-paint 5   # only: a fresh server's first page vs the floor app
+    # only: a fresh server's first page vs the floor app
+    python benchmarks/browser.py --only-first-paint --first-paint 5
     python benchmarks/browser.py --app-root DIR       # time another checkout's app.py (e.g. a `git archive`)
     python benchmarks/browser.py --click 9            # only: a click on a cell of the focused map → its products
 
@@ -221,7 +222,8 @@ PLOTLY_DRAWN = """
   if (!gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return false;
   const count = (type) => gd._fullData.filter((t) => t.type === type && t.visible === true).length;
   if (gd.querySelectorAll('g.heatmaplayer g.hm image').length < count('heatmap')) return false;
-  if ([...gd.querySelectorAll('g.imagelayer g.im image')].filter((i) => i.getAttribute('href')).length < count('image')) return false;
+  if ([...gd.querySelectorAll('g.imagelayer g.im image')].filter((i) => i.getAttribute('href')).length
+      < count('image')) return false;
   if (count('bar') && !gd.querySelector('g.barlayer g.trace.bars path')) return false;
   if (count('scatter') && !gd.querySelector('g.scatterlayer g.trace')) return false;
   if (count('scattergl') && !gd.querySelector('.gl-container canvas')) return false;
@@ -476,9 +478,12 @@ def report_first_paint(results: dict[str, list[dict]]) -> None:
     ratios = [a["ms"] / f["ms"] for a, f in zip(results["attnviz"], results["floor"])]
     print("\n| fresh server, first page → drawn | median ms | runs ms |\n|---|---:|---|")
     for name in results:
-        print(f"| {name} | {median(results[name]):,.0f} | " + ", ".join(f"{r['ms']:,.0f}" for r in results[name]) + " |")
-    print(f"first paint / floor: {app / floor:.2f}× (medians; target ≤ 1.2×); per pair " + ", ".join(f"{r:.2f}×" for r in ratios))
-    print(f"no skeleton left (the sidebar's widgets drawn too), median ms: attnviz {median(results['attnviz'], 'complete'):,.0f}, "
+        runs_ms = ", ".join(f"{r['ms']:,.0f}" for r in results[name])
+        print(f"| {name} | {median(results[name]):,.0f} | " + runs_ms + " |")
+    print(f"first paint / floor: {app / floor:.2f}× (medians; target ≤ 1.2×); per pair "
+          + ", ".join(f"{r:.2f}×" for r in ratios))
+    print(f"no skeleton left (the sidebar's widgets drawn too), median ms: "
+          f"attnviz {median(results['attnviz'], 'complete'):,.0f}, "
           f"floor {median(results['floor'], 'complete'):,.0f}")
 
 
@@ -500,7 +505,8 @@ PRODUCTS_DRAWN_JS = """
   if (b.t0 === null) return false;
   const main = document.querySelector('[data-testid=stMain]');
   if (!main) return false;
-  const near = (q, k) => Math.abs(q - query) <= slack && Math.abs(k - key) <= slack && !(q === previous[0] && k === previous[1]);
+  const near = (q, k) => Math.abs(q - query) <= slack && Math.abs(k - key) <= slack
+      && !(q === previous[0] && k === previous[1]);
   let cell = null;
   for (const block of main.querySelectorAll('[data-testid=stMarkdownContainer]')) {
     const m = block.innerText.match(/\\(query (\\d+), key (\\d+)\\)/);
@@ -541,7 +547,8 @@ CLICK_COMPLETE_JS = """
 PRODUCTS_SUM_JS = """
 () => {
   const main = document.querySelector('[data-testid=stMain]');
-  const gd = [...main.querySelectorAll('.js-plotly-plot')].find((g) => g._fullLayout?.yaxis?.title?.text === 'q[d]·k[d]');
+  const gd = [...main.querySelectorAll('.js-plotly-plot')].find(
+      (g) => g._fullLayout?.yaxis?.title?.text === 'q[d]·k[d]');
   const line = [...main.querySelectorAll('[data-testid=stMarkdownContainer]')].find(
       (block) => block.innerText.trim().startsWith('score q·k = Σ products ='));
   const m = line && line.innerText.match(/Σ products = (-?\\d+\\.\\d+)/);
@@ -577,7 +584,8 @@ def click_cells(count: int, size: int = 256) -> list[tuple[int, int]]:
 # row-softmax chart beside it also has an axis titled "key token").
 FOCUSED_MAP_JS = """
 () => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot')].find(
-    (gd) => (gd._fullData || []).some((t) => t.name === 'cells') && gd._fullLayout?.yaxis?.title?.text === 'query token')
+    (gd) => (gd._fullData || []).some((t) => t.name === 'cells')
+        && gd._fullLayout?.yaxis?.title?.text === 'query token')
 """
 
 
@@ -639,7 +647,8 @@ def clicks(browser, app_root: Path, count: int) -> dict:
                           "sum_matches": check["score"] is not None and abs(check["sum"] - check["score"]) < 1e-3,
                           "bytes": frames.bytes, **frames.busy_since_reset()}
                 samples.append(sample)
-                print(f"click {index} aimed at (query {query}, key {key}), hovered {tuple(hovered)} → shown {tuple(shown)}: products {sample['ms']:,.0f} ms, "
+                print(f"click {index} aimed at (query {query}, key {key}), hovered {tuple(hovered)} → "
+                      f"shown {tuple(shown)}: products {sample['ms']:,.0f} ms, "
                       f"complete {sample['complete_ms']:,.0f} ms, {check['bars']} bars, Σ {check['sum']:.4f} vs score "
                       f"{check['score']} (browser main thread busy {sample['busy']:,.0f} ms), "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
@@ -757,7 +766,8 @@ def machine() -> dict:
         "cpu": model, "cores": os.cpu_count(), "ram_gib": round(mem / 1024**2, 1),
         "date": datetime.datetime.now().isoformat(timespec="minutes"),
         "python": platform.python_version(), "torch": torch.__version__, "streamlit": streamlit.__version__,
-        "plotly": plotly.__version__, "playwright": version("playwright"), "chromium": chromium, "load_before": os.getloadavg(),
+        "plotly": plotly.__version__, "playwright": version("playwright"), "chromium": chromium,
+        "load_before": os.getloadavg(),
     }
 
 
@@ -794,7 +804,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only: N clicks on cells of the focused map at 1024 tokens → the products drawn "
                         "(results/click.json, or --out)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="where the samples are written (default results/browser.json; --click: results/click.json)")
+                        help="where the samples are written "
+                        "(default results/browser.json; --click: results/click.json)")
     args = parser.parse_args(argv)
     app_root = args.app_root.resolve()
     if args.out is None:
@@ -863,7 +874,8 @@ def main(argv: list[str] | None = None) -> int:
                     result["bare_forward_ms"] = bare_forward_ms()
                 samples[name]["cold"].append(result)
                 print(f"cold {index} {name}: {show(result)}"
-                      + (f" · bare forward {result['bare_forward_ms']:.0f} ms, ratio {result['ms'] / result['bare_forward_ms']:.1f}×"
+                      + (f" · bare forward {result['bare_forward_ms']:.0f} ms, "
+                         f"ratio {result['ms'] / result['bare_forward_ms']:.1f}×"
                          if "bare_forward_ms" in result else ""), flush=True)
         for name in names if args.warm else ():  # make the warm text warm
             commit_text(browser, servers[name], warm_text)
@@ -907,7 +919,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nload average after: {', '.join(f'{v:.2f}' for v in info['load_after'])}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(
-        {"machine": info, "samples": samples, "settings_changes": changes, "rss": peaks, "first_paint": paints}, indent=1))
+        {"machine": info, "samples": samples, "settings_changes": changes, "rss": peaks, "first_paint": paints},
+        indent=1))
     return 0
 
 

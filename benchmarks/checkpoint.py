@@ -8,7 +8,8 @@ and a GPT-2-XL-shaped checkpoint loaded and run on this machine.
     python benchmarks/checkpoint.py --floor-browser 3        # ... against Streamlit's floor for it
 
 **The checkpoints** are written by this script, one tensor at a time: random weights (normal, std 0.02;
-LayerNorm scales near 1) in Hugging Face's GPT-2 layout — ``model.safetensors`` (``transformer.h.{i}.attn.c_attn.weight`` as Conv1D
+LayerNorm scales near 1) in Hugging Face's GPT-2 layout — ``model.safetensors``
+(``transformer.h.{i}.attn.c_attn.weight`` as Conv1D
 ``(d, 3d)`` …, no ``lm_head``: tied to ``wte``) + ``config.json`` — the same files ``hf download
 openai-community/gpt2`` puts on disk, read by ``attnviz.models.load_checkpoint``.  No download.
 
@@ -98,12 +99,14 @@ def rss_mb() -> float:
 def _gpt2_tensors(sizes: dict) -> list[tuple[str, tuple[int, ...], float, float]]:
     """(Hugging Face name, shape, std, mean) of every tensor of a GPT-2 (no lm_head: tied to wte)."""
     d = sizes["n_embd"]
-    specs = [("transformer.wte.weight", (VOCAB, d), 0.02, 0.0), ("transformer.wpe.weight", (sizes["n_positions"], d), 0.02, 0.0)]
+    specs = [("transformer.wte.weight", (VOCAB, d), 0.02, 0.0),
+             ("transformer.wpe.weight", (sizes["n_positions"], d), 0.02, 0.0)]
     for i in range(sizes["n_layer"]):
         h = f"transformer.h.{i}."
         specs += [
             (h + "ln_1.weight", (d,), 0.1, 1.0), (h + "ln_1.bias", (d,), 0.02, 0.0),
-            (h + "attn.c_attn.weight", (d, 3 * d), 0.02, 0.0), (h + "attn.c_attn.bias", (3 * d,), 0.02, 0.0),  # Conv1D (in, out)
+            # Conv1D (in, out)
+            (h + "attn.c_attn.weight", (d, 3 * d), 0.02, 0.0), (h + "attn.c_attn.bias", (3 * d,), 0.02, 0.0),
             (h + "attn.c_proj.weight", (d, d), 0.02, 0.0), (h + "attn.c_proj.bias", (d,), 0.02, 0.0),
             (h + "ln_2.weight", (d,), 0.1, 1.0), (h + "ln_2.bias", (d,), 0.02, 0.0),
             (h + "mlp.c_fc.weight", (d, 4 * d), 0.02, 0.0), (h + "mlp.c_fc.bias", (4 * d,), 0.02, 0.0),
@@ -446,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-browser", type=int, default=0, metavar="N",
                         help="only: N layer switches timed in Chromium (results/checkpoint_browser.json)")
     parser.add_argument("--floor-browser", type=int, default=0, metavar="N",
-                        help="only: N rounds of 2 layer switches in Chromium each of the app, the floor app with its two "
+                        help="only: N rounds of 2 layer switches in Chromium each of the app, "
+                        "the floor app with its two "
                         "Plotly charts and the bare floor app (results/checkpoint_browser_floor.json)")
     args = parser.parse_args(argv)
     results: dict = {"machine": machine()}
@@ -455,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.floor_browser):  # rounds of 2 switches per app, so all three see the same machine
             for name in runs:
                 runs[name].append(browser_switch(2, floor=None if name == "app" else name))
-        results["floor"] = {name: {"app": got[0]["app"], "switches_ms": [round(s["ms"]) for r in got for s in r["switches"]],
+        results["floor"] = {name: {"app": got[0]["app"],
+                                   "switches_ms": [round(s["ms"]) for r in got for s in r["switches"]],
                                    "busy_ms": [round(s["busy"]) for r in got for s in r["switches"]],
                                    "bytes": got[0]["median_bytes"]} for name, got in runs.items()}
         for name, got in results["floor"].items():
@@ -473,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         results["browser_layer_switch"] = browser_switch(args.checkpoint_browser)
         results["machine"]["load_after"] = os.getloadavg()
         print(json.dumps({k: v for k, v in results["browser_layer_switch"].items() if k != "switches"}, indent=1))
-        print(f"layer switch at 1024 tokens: median {results['browser_layer_switch']['median_ms']} ms (target ≤ 600 ms)")
+        print(f"layer switch at 1024 tokens: median {results['browser_layer_switch']['median_ms']} ms "
+              "(target ≤ 600 ms)")
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "checkpoint_browser.json").write_text(json.dumps(results, indent=1) + "\n")
         print(f"wrote {RESULTS / 'checkpoint_browser.json'}")

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help="the recipe's name in the results file")
     parser.add_argument("max_steps", type=int, help="stop a seed after this many steps")
-    parser.add_argument("overrides", type=json.loads, help='JSON overrides of the page\'s recipe, e.g. \'{"seq_len": 64}\'')
+    parser.add_argument("overrides", type=json.loads,
+                        help='JSON overrides of the page\'s recipe, e.g. \'{"seq_len": 64}\'')
     parser.add_argument("seeds", nargs="?", default="0,1,2,3,4", help="comma-separated seeds (default 0,1,2,3,4)")
     args = parser.parse_args(argv)
     name, max_steps, overrides = args.name, args.max_steps, args.overrides

@@ -1,4 +1,5 @@
-"""Compare: the same tokens through every variant side by side (the book's six and the bonus GQA, MQA, MLA, SWA), equivalences measured live, and
+"""Compare: the same tokens through every variant side by side (the book's six and the bonus GQA, MQA, MLA, SWA),
+equivalences measured live, and
 why the scores are divided by √dₖ."""
 
 import dataclasses
@@ -22,7 +23,8 @@ with st.spinner("Running every variant…"):
 
 st.title("Compare variants")
 st.caption(f"{result.n} tokens · the same input embeddings and seed {base.seed} for every variant · eval mode "
-           f"(dropout off) · CPU · {compare.heads_text(base.num_heads)} of {base.d_out // base.num_heads} for the multi-head ones")
+           f"(dropout off) · CPU · {compare.heads_text(base.num_heads)} of {base.d_out // base.num_heads} "
+           "for the multi-head ones")
 if result.truncated:
     st.info(f"This run has {result.total_tokens:,} tokens; this page compares the first {result.n} "
             "to keep the cost down.", icon="✂️")

@@ -46,8 +46,8 @@ if bug == "none":
 else:
     pitfall = PITFALLS[bug]
     if not config.causal and pitfall.in_mask:
-        st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); the sidebar's causal toggle "
-                   "applies to the leak detector below.")
+        st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); "
+                   "the sidebar's causal toggle applies to the leak detector below.")
     with st.spinner("Running both versions…"):
         result = compute.pitfall(ctx.key, wanted_heads, bug, trace)
     st.subheader(pitfall.title)

@@ -31,10 +31,13 @@ if ctx.checkpoint:
 if config.embedding == "book" and trace.embeddings["position"].any() == 0:
     st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
 bound = max(float(abs(array).max()) for array in trace.embeddings.values()) or 1.0
-st.caption(f"All three use the same colour scale (±{bound:.2f}), so token + position = input can be compared cell by cell.")
-for name, label in (("token", "token embedding"), ("position", "positional embedding"), ("input", "input = token + position")):
+st.caption(f"All three use the same colour scale (±{bound:.2f}), "
+           "so token + position = input can be compared cell by cell.")
+for name, label in (("token", "token embedding"), ("position", "positional embedding"),
+                    ("input", "input = token + position")):
     matrix = trace.embeddings[name]
-    st.plotly_chart(figures.embedding_heatmap(matrix, trace.tokens, title=f"{label} {tuple(matrix.shape)}", bound=bound),
+    st.plotly_chart(figures.embedding_heatmap(matrix, trace.tokens, title=f"{label} {tuple(matrix.shape)}",
+                                              bound=bound),
                     config=ui.plotly_config(f"attnviz-embedding-{name}"))
 
 if ctx.checkpoint:

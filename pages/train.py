@@ -18,7 +18,8 @@ st.markdown(
     "random token sequences that repeat. Every few steps each head is measured: its **induction** score (on a "
     "sequence that repeats, does it look at the token *after* the earlier copy of the current token?) and its "
     "**previous-token** score (on English and code it never trains on, does it look at the token right "
-    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly, layer 0's heads turn into "
+    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly, "
+    "layer 0's heads turn into "
     "previous-token heads and layer 1's into induction heads, together — the two halves of an "
     "induction circuit — and the loss on the repeats collapses."
 )

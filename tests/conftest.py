@@ -1,7 +1,8 @@
 """The test tiers: ``python -m pytest -m "not slow"`` is the quick tier; ``python -m pytest`` runs everything.
 
 Browser tests (everything under tests/browser/) are marked ``slow`` here; training and notebook tests, and the
-few that start a fresh Python importing the whole app (Streamlit, torch, pandas), carry the mark themselves.  Shared helpers live in the ``helpers`` package (tests/helpers/).
+few that start a fresh Python importing the whole app (Streamlit, torch, pandas), carry the mark themselves.
+Shared helpers live in the ``helpers`` package (tests/helpers/).
 """
 
 from __future__ import annotations

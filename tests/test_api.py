@@ -13,7 +13,10 @@ from torch import nn
 import attnviz
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = {"run", "AttentionConfig", "Trace", "trace_module", "check_module", "show", "explain_weight", "kv_cache_bytes", "models"}
+PUBLIC = {
+    "run", "AttentionConfig", "Trace", "trace_module", "check_module", "show", "explain_weight", "kv_cache_bytes",
+    "models",
+}
 
 
 def test_the_public_names_are_the_documented_ones():

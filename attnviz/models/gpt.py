@@ -115,7 +115,8 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         if self.cache_k is None:
             self.cache_k, self.cache_v = keys_new, values_new  # (b, h, q, hd) each
         else:
-            self.cache_k = torch.cat([self.cache_k, keys_new], dim=2)  # (b, h, k, hd) + (b, h, q, hd) -> (b, h, k+q, hd)
+            # (b, h, k, hd) + (b, h, q, hd) -> (b, h, k+q, hd)
+            self.cache_k = torch.cat([self.cache_k, keys_new], dim=2)
             self.cache_v = torch.cat([self.cache_v, values_new], dim=2)  # (b, h, k+q, hd)
         keys, values = self.cache_k, self.cache_v  # (b, h, k, hd): every token so far, the new ones last
         record(recorder, "keys", keys)
@@ -262,7 +263,9 @@ class GPTModel(nn.Module):
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
         self.current_pos = 0  # the position of the next token fed with use_cache=True
 
-    def forward(self, in_idx: torch.Tensor, recorder: PathRecorder | None = None, use_cache: bool = False) -> torch.Tensor:
+    def forward(
+        self, in_idx: torch.Tensor, recorder: PathRecorder | None = None, use_cache: bool = False
+    ) -> torch.Tensor:
         batch_size, seq_len = in_idx.shape  # (b, n) token ids
         tok_embeds = self.tok_emb(in_idx)  # (b, n) -> (b, n, d)
         if use_cache:

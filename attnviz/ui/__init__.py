@@ -86,10 +86,12 @@ from attnviz.ui.weights import register_trained_model, session_id
 
 __all__ = [
     "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PAGES", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
-    "WINDOW", "Context", "beside_shape_diagram", "by_layer", "cached_trace", "config_from_settings", "download_head_csv",
-    "focus_from_grid", "focus_from_row", "focused_head", "head_selector", "head_stats_table", "heads_grid_figure", "prefetch_next_layer",
+    "WINDOW", "Context", "beside_shape_diagram", "by_layer", "cached_trace", "config_from_settings",
+    "download_head_csv", "focus_from_grid", "focus_from_row", "focused_head", "head_selector", "head_stats_table",
+    "heads_grid_figure", "prefetch_next_layer",
     "markdown_escape", "page_bind", "page_setup", "plotly_config", "settings_from_query", "setup", "share_and_export",
     "share_query", "sidebar", "stats_columns", "trace_key", "trace_of", "tune_memory", "variant_label",
-    "window_selector", "layers_overview", "next_token_panel", "position_label", "weights_caption", "register_trained_model",
+    "window_selector", "layers_overview", "next_token_panel", "position_label", "weights_caption",
+    "register_trained_model",
     "session_id",
 ]

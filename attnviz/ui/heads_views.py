@@ -41,7 +41,8 @@ def draw(ctx: Context) -> None:
                         on_select=functools.partial(focus_from_grid, trace.num_heads),
                         config=plotly_config("attnviz-heads"))
 
-    focused_head(ctx.key, stage)  # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
+    # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
+    focused_head(ctx.key, stage)
     module_check.check_panel(ctx)  # a user's module: the rules on its code
 
     st.subheader("Head statistics")

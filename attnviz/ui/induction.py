@@ -101,7 +101,8 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     name = head_figures.head_name(run.layer, head) if layered else f"head {head}"
     st.plotly_chart(
         head_figures.stripe_heatmap(run.maps[head], tokens, run.T, score=float(run.scores[run.layer, head]),
-                                    title=f"{name}: weights on [BOS] + x + x (T = {run.T}), stripe A[i, i−{run.T - 1}]"),
+                                    title=f"{name}: weights on [BOS] + x + x (T = {run.T}), "
+                                          f"stripe A[i, i−{run.T - 1}]"),
         config=plotly_config(f"attnviz-induction-{name}"), key="induction_map")
     st.subheader("Loss at each position")
     if run.loss is None:

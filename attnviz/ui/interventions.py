@@ -85,7 +85,8 @@ def induction_section(ctx: Context, run) -> None:
 
 @st.cache_data(max_entries=32, ttl=3600, show_spinner="Knocking the head out…")
 def _next_probs(ref: str, token_ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], position: int) -> np.ndarray:
-    """Next-token probabilities (vocab,) after ``position`` with ``heads`` knocked out (the model as trained, causal)."""
+    """Next-token probabilities (vocab,) after ``position`` with ``heads`` knocked out
+    (the model as trained, causal)."""
     return models.ablate_next(_model(ref), token_ids, heads, position).softmax(-1).numpy()
 
 
@@ -180,7 +181,8 @@ def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
     cells = np.s_[row0:row0 + size, col0:col0 + size]
     vw = (weights * norms[None, :])[cells]  # α_ij · ‖f(x_j)‖ = ‖α_ij f(x_j)‖ -> (size, size)
     if size < trace.n:
-        st.caption(f"The focused view's window: query rows {row0}…{row0 + size - 1}, key columns {col0}…{col0 + size - 1}.")
+        st.caption(f"The focused view's window: query rows {row0}…{row0 + size - 1}, "
+                   f"key columns {col0}…{col0 + size - 1}.")
     left, right = st.columns(2)
     common = {"causal": trace.config.causal, "row_offset": row0, "col_offset": col0, "height": 420, "validate": False}
     left.plotly_chart(figures.attention_heatmap(weights[cells], trace.tokens, "weights", title=f"head {head}: weights",
@@ -203,7 +205,8 @@ def _through_the_layers(trace, position: int, window: tuple[int, int, int]) -> N
                 "each input token can reach each position so far.")
     row0, col0, size = window
     rolled = _rollout(ref, ids)[layer][row0:row0 + size, col0:col0 + size]
-    st.plotly_chart(figures.attention_heatmap(rolled, trace.tokens, "weights", title=f"rollout through layers 0…{layer}",
+    st.plotly_chart(figures.attention_heatmap(rolled, trace.tokens, "weights",
+                                              title=f"rollout through layers 0…{layer}",
                                               row_offset=row0, col_offset=col0, height=420, validate=False),
                     config=plotly_config("attnviz-rollout"), key="heads_rollout")
     st.markdown(f"**Logit lens at position {position}**: the model's own final norm and output head read after "

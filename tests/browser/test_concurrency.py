@@ -151,7 +151,8 @@ _SNAPSHOT = """
   const titles = (chart) => [...chart.querySelectorAll('text.annotation-text')].map((t) => t.textContent.trim())
       .filter((t) => headTitle.test(t));
   const grids = charts.filter((chart) => titles(chart).length > 0);
-  const focused = charts.filter((chart) => [...chart.querySelectorAll('text')].some((t) => t.textContent === 'key token'));
+  const focused = charts.filter(
+      (chart) => [...chart.querySelectorAll('text')].some((t) => t.textContent === 'key token'));
   const last = focused[focused.length - 1];
   const caption = main.querySelector('[data-testid=stCaptionContainer]');
   return {

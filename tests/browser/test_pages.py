@@ -61,7 +61,8 @@ def grid_titles(page) -> list[str]:
 def focused_chart(page):
     """The Heads page's focused head (titled "head 3: …", or "head 3 · K/V group 1: …"), or the last chart whose axes
     are titled "key token" on a page without one (Steps)."""
-    titled = charts(page).filter(has=page.locator("text.gtitle", has_text=re.compile(r"^head \d+( · K/V group \d+)?: ")))
+    head_title = re.compile(r"^head \d+( · K/V group \d+)?: ")
+    titled = charts(page).filter(has=page.locator("text.gtitle", has_text=head_title))
     if titled.count():
         return titled.first
     return charts(page).filter(has=page.locator("text", has_text="key token")).last

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.browser
 
 STEPS = 400
 TRAINING_TIMEOUT_MS = 180_000
-FULL_RUN_TIMEOUT_MS = 30 * 60_000  # the default run, on a busy machine  # the first steps tokenize the training text (a few seconds on a busy CPU)
+# the first steps tokenize the training text (a few seconds on a busy CPU)
+FULL_RUN_TIMEOUT_MS = 30 * 60_000  # the default run, on a busy machine
 
 # the step number in the progress text ("Training: step 12 of 400 · …"), -1 before it shows
 _STEP = """() => {

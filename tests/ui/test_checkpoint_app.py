@@ -360,7 +360,8 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
             assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) >= background.NICENESS
         return "prefetch" if torch.get_num_threads() == background.THREADS else "prefetch on all cores"
 
-    monkeypatch.setattr(model_layer, "_layer_trace", lambda *args: calls.append((args[1].layer, where())) or real(*args))
+    monkeypatch.setattr(model_layer, "_layer_trace",
+                        lambda *args: calls.append((args[1].layer, where())) or real(*args))
 
     def spy(name, real_function):
         return lambda *args, **kwargs: drawn.append((name, where())) or real_function(*args, **kwargs)

@@ -117,7 +117,8 @@ def test_a_checkpoint_shows_its_labels_and_a_layers_by_heads_grid_of_every_score
     at.toggle(key="heads_overview").set_value(True).run()
     markdown = " ".join(m.value for m in at.markdown)
     assert "L0H0 previous-token 0.86" in markdown and "L1H" not in markdown
-    grid = next(f for f in figures(at) if f["layout"].get("title", {}).get("text") == "every layer's heads on this text")
+    grid = next(f for f in figures(at)
+                if f["layout"].get("title", {}).get("text") == "every layer's heads on this text")
     panels = [a["text"] for a in grid["layout"]["annotations"]][:4]
     assert panels == ["previous-token", "induction", "duplicate-token", "first-token mass"]
     previous = decode(grid["data"][0]["z"])

@@ -63,7 +63,8 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     figures = plotly_figures(at)
     loss = next(f for f in figures if f["layout"].get("title", {}).get("text") == "training loss")
     assert decode(loss["data"][0]["x"]).tolist() == list(range(12))
-    curves = next(f for f in figures if any("induction: mean A" in a["text"] for a in f["layout"].get("annotations", [])))
+    curves = next(f for f in figures
+                  if any("induction: mean A" in a["text"] for a in f["layout"].get("annotations", [])))
     assert {t["name"] for t in curves["data"]} == {"L0H0", "L0H1", "L1H0", "L1H1"}
     assert len(decode(curves["data"][0]["x"])) == len(job.result.history.probe_steps) > 2
     titles = [f["layout"].get("title", {}).get("text") for f in figures]
