@@ -103,14 +103,28 @@ def _hover_names(tokens, n: int) -> np.ndarray:
     return np.array([f"{p}: {safe_label(tokens[p])}" for p in range(n)], dtype=object)
 
 
+BARS_UP_TO = 64  # positions drawn as bars; a longer row is a step line (one SVG path, not a path a bar)
+
+
 def _position_bars(values: np.ndarray, codes: np.ndarray, panel: int, customdata, hovertemplate: str,
-                   name: str) -> dict:
-    """One panel's bars over positions 0 … n − 1, coloured by code (plain, hidden, highlighted)."""
+                   name: str) -> list[dict]:
+    """One panel's values over positions 0 … n − 1, coloured by code (plain, hidden, highlighted): bars up to
+    ``BARS_UP_TO`` positions; beyond, a filled step line with the highlighted positions as dots (a browser draws a
+    bar chart of 1,024 positions far slower than one line)."""
     suffix = "" if panel == 1 else str(panel)
-    return {"type": "bar", "x": np.arange(values.shape[0], dtype=np.float32), "y": values.astype(np.float32),
-            "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "name": name, "customdata": customdata,
-            "hovertemplate": hovertemplate,
-            "marker": {"color": codes.astype(np.float32), "colorscale": POSITION_COLORS, "cmin": 0.0, "cmax": 2.0}}
+    positions = np.arange(values.shape[0], dtype=np.float32)
+    axes = {"xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
+    if values.shape[0] <= BARS_UP_TO:
+        return [{"type": "bar", "x": positions, "y": values.astype(np.float32), **axes, "name": name,
+                 "customdata": customdata, "hovertemplate": hovertemplate,
+                 "marker": {"color": codes.astype(np.float32), "colorscale": POSITION_COLORS, "cmin": 0.0,
+                            "cmax": 2.0}}]
+    picked = np.flatnonzero(codes == HIGHLIGHT_CODE)
+    return [{"type": "scatter", "mode": "lines", "x": positions, "y": values.astype(np.float32), **axes,
+             "name": name, "customdata": customdata, "hovertemplate": hovertemplate,
+             "line": {"shape": "hvh", "width": 1, "color": PLAIN}, "fill": "tozeroy"},
+            {"type": "scatter", "mode": "markers", "x": positions[picked], "y": values[picked].astype(np.float32),
+             **axes, "name": f"{name} (selected)", "hoverinfo": "skip", "marker": {"color": HIGHLIGHT, "size": 7}}]
 
 
 def _panels(titles: list[str], axes: list[dict], gap: float) -> dict:
@@ -140,10 +154,10 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
     shown = np.array([f"−∞ (the mask hides this key; its scaled score is {value:.4f})" if hide else f"{value:.4f}"
                       for value, hide in zip(explanation.row_scaled.tolist(), hidden.tolist())], dtype=object)
     data = [
-        _position_bars(scaled, codes, 1, np.stack([names, shown], axis=1),
-                       "key %{customdata[0]}<br>softmax input %{customdata[1]}<extra></extra>", "scaled"),
-        _position_bars(np.asarray(explanation.row_weights), codes, 2, names,
-                       "key %{customdata}<br>weight %{y:.4f}<extra></extra>", "weight"),
+        *_position_bars(scaled, codes, 1, np.stack([names, shown], axis=1),
+                        "key %{customdata[0]}<br>softmax input %{customdata[1]}<extra></extra>", "scaled"),
+        *_position_bars(np.asarray(explanation.row_weights), codes, 2, names,
+                        "key %{customdata}<br>weight %{y:.4f}<extra></extra>", "weight"),
     ]
     axis = _token_axis(tokens, n)
     layout = _panels([f"row {explanation.query}: scaled scores (the softmax's input)",
@@ -183,7 +197,7 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         codes = np.full(n, PLAIN_CODE)
         codes[list(sums.keys)] = HIGHLIGHT_CODE  # the keys selected below, if any
         customdata = np.stack([names, np.asarray(sums.per_key_sum, dtype=np.float32).astype(object)], axis=1)
-        data.append(_position_bars(np.asarray(sums.per_key_mean), codes, len(data) + 1, customdata,
+        data.extend(_position_bars(np.asarray(sums.per_key_mean), codes, len(titles) + 1, customdata,
                                    "key %{customdata[0]}<br>mean %{y:.4f}<br>sum %{customdata[1]:.4f}<extra></extra>",
                                    "mean over the selected queries"))
         titles.append(f"{sums.stage} of the {len(sums.queries)} selected queries, averaged, per key: "
@@ -192,14 +206,14 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
     if sums.per_query_total is not None:
         codes = np.full(n, PLAIN_CODE)
         codes[list(sums.queries)] = HIGHLIGHT_CODE  # the queries selected above, if any
-        data.append(_position_bars(np.asarray(sums.per_query_total), codes, len(data) + 1, names,
+        data.extend(_position_bars(np.asarray(sums.per_query_total), codes, len(titles) + 1, names,
                                    "query %{customdata}<br>to the selected keys %{y:.4f}<extra></extra>",
                                    "total to the selected keys"))
         titles.append(f"{sums.stage} each query gives the {len(sums.keys)} selected keys in total: "
                       f"{_selection_text(sums.keys, tokens)}")
         axes.append({**axis, "title": {"text": "query token"}})
     layout = _panels(titles, axes, gap=0.25)
-    layout.update(height=height or 300 * len(data), showlegend=False, bargap=0.1,
+    layout.update(height=height or 300 * len(titles), showlegend=False, bargap=0.1,
                   title={"text": f"head {sums.head}: several tokens at once", "font": {"size": 13}},
                   margin={"l": 10, "r": 10, "t": 80, "b": 40})
     return go.Figure(data=data, layout=layout, _validate=False)

@@ -124,13 +124,18 @@ def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
     assert trace.n == 1024
     explanation = explain_weight(trace, 1, 1000, 999)
     fig = row_softmax_figure(explanation, trace.tokens)
-    for bar in fig.data:
-        assert np.asarray(bar.x).dtype == np.float32 and len(bar.x) == 1024
+    lines = [trace for trace in fig.data if trace.mode == "lines"]  # a row this long is a step line, not 1,024 bars
+    assert len(lines) == 2 and not [trace for trace in fig.data if trace.type == "bar"]
+    for line in lines:
+        assert np.asarray(line.x).dtype == np.float32 and len(line.x) == 1024
+    assert [list(dots.x) for dots in fig.data if dots.mode == "markers"] == [[999.0], [999.0]]  # key j marked
+    np.testing.assert_allclose(lines[1].y, explanation.row_weights, atol=1e-6)
     assert len(fig.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
     assert fig.layout.xaxis.type != "category"
     sums = attention_sums(trace, 0, queries=range(500, 1024))
     summed = summed_attention_figure(sums, trace.tokens)
-    assert len(summed.data) == 1 and len(summed.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
+    assert len([t for t in summed.data if t.mode == "lines"]) == 1
+    assert len(summed.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
     assert "and 516 more" in summed.layout.annotations[0].text
 
 
