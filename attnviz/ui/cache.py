@@ -53,8 +53,8 @@ def freeze_imports() -> bool:
     True on the call that froze them.
 
     Streamlit collects all generations after every script run (``runner.postScriptGC``); walking all of them
-    takes 40-50 ms holding the GIL while the server sends the messages that end the run, which draws a settings
-    change 40-130 ms later (benchmarks/README.md).  Only these import-time
+    holds the GIL while the server sends the messages that end the run, which delays what the browser draws
+    (measured in benchmarks/README.md).  Only these import-time
     objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
     (With Streamlit's file watcher on, each edit of a module leaves its old, frozen copy behind: a developer's cost.)
 
@@ -94,7 +94,7 @@ def freeze_training_imports() -> bool:
     imported — ``torch.optim``'s first step imports ``torch._dynamo`` and with it sympy and mpmath, ~120,000 objects —
     leaves the collector's view as ``freeze_imports``' modules did.  True on the call that froze them.
 
-    Unfrozen, the collection Streamlit runs after every script run walked them each time: 75–130 ms holding the GIL
+    Unfrozen, the collection Streamlit runs after every script run walks them each time, holding the GIL
     after every poll of the Train page's live view (the training thread waits for the GIL between its ops) and after
     every run of every page on that server from then on.  Like ``freeze_imports``' second freeze, this also freezes
     what the sessions hold at that moment (their cycles are never collected once they end): once per process.
@@ -154,7 +154,7 @@ def training_heap():
 
     A training step allocates and frees the same few 2-17 MB tensors (activations, logits, gradients) ~8 times
     a second.  Under the pages' 1 MiB threshold each of them is a fresh mmap whose pages fault in and are
-    zeroed again every step: a step of the Train page's recipe took 173 ms instead of 108 on one core
+    zeroed again every step, which makes a step of the Train page's recipe markedly slower
     (benchmarks/README.md).  From the heap, the freed blocks are reused by the next step.  A page's 48 MiB map
     (GPT-2 at 1,024 tokens) is still an mmap of its own.
     """
@@ -191,7 +191,7 @@ def _trace_cache() -> pipeline.TraceCache:
 
 def cached_trace(text: str, config_values: tuple) -> Trace:
     """Traces are shared, not copied: at n = 1024 a GPT-2-small Trace holds ~210 MB of maps, and
-    ``st.cache_data`` would unpickle a copy on every rerun (~130 ms).  The cache is bounded by
+    ``st.cache_data`` would unpickle a copy on every rerun.  The cache is bounded by
     bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 512), not by entries."""
     cache = _trace_cache()
     misses = cache.misses

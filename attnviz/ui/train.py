@@ -215,7 +215,7 @@ def _kept(name: str, source: object, shape: tuple, data: object, build, fill=Non
     """The figure this session drew last time under ``name``, if it was of this ``source`` (the same object: this
     job or run, this array) and ``shape`` — with ``fill(fig)`` putting the new ``data`` into it in place when that
     changed —, else ``build()``'s new one. The live view polls every second while the training thread needs the
-    GIL: building the score curves anew took ~80 ms of it, filling them takes a few."""
+    GIL: filling the kept score curves costs it far less than building them anew."""
     kept = ss.get(f"_train_fig_{name}")
     if kept is None or kept[0] is not source or kept[1] != shape:
         kept = ss[f"_train_fig_{name}"] = [source, shape, data, build()]
