@@ -26,13 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from attnviz import models, tokens  # noqa: E402
 
-
-def cpu_name() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from ablation import cpu_name  # noqa: E402  (the machine's CPU, as the ablation benchmark reports it)
 
 
 def timed(model, ids: list[int], new: int, repeats: int, **kwargs) -> tuple[float, list[int]]:
