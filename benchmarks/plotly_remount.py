@@ -26,17 +26,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 256
+MODES = (("new", 256), ("plain", 256), ("same", 256), ("new", 128), ("plain", 128))
 
 
 def app() -> None:
     import streamlit as st
 
     mode = st.query_params.get("mode", "new")
+    size = int(st.query_params.get("size", SIZE))
     count = int(st.number_input("rerun", value=0))
     seed = 0 if mode == "same" else count
-    z = np.random.default_rng(seed).random((SIZE, SIZE), dtype=np.float32)  # (256, 256)
-    keys = np.tile(np.arange(SIZE, dtype=np.int16), SIZE)  # (65536,)
-    queries = np.repeat(np.arange(SIZE, dtype=np.int16), SIZE)  # (65536,)
+    z = np.random.default_rng(seed).random((size, size), dtype=np.float32)  # (size, size)
+    keys = np.tile(np.arange(size, dtype=np.int16), size)  # (size²,)
+    queries = np.repeat(np.arange(size, dtype=np.int16), size)  # (size²,)
     figure = {"data": [{"type": "heatmap", "z": z, "hoverinfo": "skip"},
                        {"type": "scattergl", "x": keys, "y": queries, "mode": "markers", "marker": {"opacity": 0},
                         "hoverinfo": "none"}],
@@ -73,9 +75,9 @@ def drive(reruns: int) -> dict:
     result = {"machine": machine(), "size": SIZE, "reruns": reruns}
     with bb.streamlit_server("remount", "benchmarks/plotly_remount.py") as server, sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
-        for mode in ("new", "plain", "same"):
+        for mode, size in MODES:
             page = chromium.new_page(viewport=bb.VIEWPORT)
-            page.goto(f"{server.url}/?mode={mode}")
+            page.goto(f"{server.url}/?mode={mode}&size={size}")
             page.wait_for_function(DRAWN_JS, arg="run 0", polling="raf", timeout=bb.TIMEOUT_MS)
             samples = []
             for count in range(1, reruns + 1):
@@ -92,6 +94,7 @@ def drive(reruns: int) -> dict:
                 samples.append({"ms": round(ms), "same_node": page.evaluate(
                     "(mark) => document.querySelector('.js-plotly-plot').__mark === mark", mark),
                     "webgl_contexts_created": page.evaluate("() => window.__gl") - before})
+            mode = f"{mode} {size}"
             result[mode] = {"samples": samples, "median_ms": round(statistics.median(s["ms"] for s in samples)),
                             "node_kept": sum(s["same_node"] for s in samples)}
             print(f"{mode} figure: median {result[mode]['median_ms']} ms, node kept {result[mode]['node_kept']} of "
