@@ -479,6 +479,32 @@ def test_deep_links_are_the_first_request_to_a_fresh_server(page, fresh_server):
     assert (params.get("variant"), params.get("seed"), params.get("num_heads")) == ("mha", "123", "12"), page.url
 
 
+def test_a_deep_link_first_on_a_fresh_server_draws_the_shared_sidebar_whose_values_stay_on_the_next_page(
+        page, fresh_server):
+    """Streamlit routes a fresh server's first request by the pages/ folder: the Steps page runs, is sent through
+    app.py, and shows the link's text with the shared sidebar; its settings are the Heads page's after a switch."""
+    server = fresh_server()
+    visit(page, f"{server.url}/steps?text=The%20cat%20sat&num_heads=4&seed=7")
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention step by step")
+    assert urlsplit(page.url).path == "/steps"
+    expect(text_box(page)).to_have_value("The cat sat")
+    expect(sidebar(page).get_by_role("combobox", name="Heads")).to_have_value("4")
+    for label in ("Heads", "Steps", "Shapes", "Tokens", "Train"):
+        expect(sidebar(page).get_by_test_id("stPageLink-NavLink").filter(has_text=label)).to_be_visible()
+    assert [x_tick_labels(chart) for chart in heatmap_charts(page).all()][0] == ["The", "·cat", "·sat"]
+
+    go_to(page, "Heads")
+    assert_no_exception(page)
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention heads")
+    expect(text_box(page)).to_have_value("The cat sat")
+    expect(sidebar(page).get_by_role("combobox", name="Heads")).to_have_value("4")
+    expect(sidebar(page).get_by_role("spinbutton", name="Seed")).to_have_value("7")
+    assert len(grid_titles(page)) == 4
+    assert x_tick_labels(focused_chart(page)) == ["The", "·cat", "·sat"]
+    params = query(page)
+    assert (params.get("text"), params.get("num_heads"), params.get("seed")) == ("The cat sat", "4", "7"), page.url
+
+
 # --------------------------------------------------------------------------- 6. empty text
 
 def test_empty_text_warns_and_keeps_the_last_view(page, base_url):
