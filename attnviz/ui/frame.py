@@ -20,9 +20,9 @@ from attnviz.models import CheckpointError
 from attnviz.trace import Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
-from attnviz.ui.navigation import entry, route_through_app
+from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import ViewSlots, drawn, fill_view_slots, sidebar, text_area
+from attnviz.ui.sidebar import ViewSlots, drawn, fill_view_slots, sidebar
 from attnviz.ui.state import keep_widgets, ss
 from attnviz.ui.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
 
@@ -34,7 +34,7 @@ class Context:
     trace: Trace
     stale: bool  # True when showing the last valid view because the current input is invalid
     weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
-    slots: ViewSlots | None = None  # setup(layer_views=True): what the page's layer views draw in the sidebar
+    slots: ViewSlots | None = None  # a page with layer views (PageEntry.layer_views): what they draw in the sidebar
 
     @property
     def checkpoint(self) -> bool:
@@ -60,27 +60,38 @@ _this_run = threading.local()  # .frame: set while app.py runs the page (a sessi
 @contextlib.contextmanager
 def app_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Iterator[Frame]:
     """``app.py`` around ``page.run()``: the page config and the shared sidebar (a link to each of ``pages``), drawn
-    before the page runs; the page's ``setup()`` reads them.  The settings are folded away on a page whose work
-    ignores them (:class:`attnviz.ui.navigation.PageEntry`)."""
-    tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
-    freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
-    st.set_page_config(page_title=f"attnviz · {page.title}", page_icon=":material/visibility:", layout="wide")
-    keep_widgets()
-    settings_apply = entry(page).settings_apply
-    if settings_apply:
-        _new_text_ahead()
-    _this_run.frame = Frame(*sidebar(pages, settings_apply))
+    before the page runs; the page's ``setup()`` reads them."""
+    _this_run.frame = _draw_frame(page, pages)
     try:
         yield _this_run.frame
     finally:
         _this_run.frame = None
 
 
+def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
+    """The page config and the shared sidebar of ``page``: the settings are folded away on a page whose work ignores
+    them, and left to the page's layer views where it has them (:class:`attnviz.ui.navigation.PageEntry`)."""
+    tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
+    freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
+    st.set_page_config(page_title=f"attnviz · {page.title}", page_icon=":material/visibility:", layout="wide")
+    keep_widgets()
+    shown = entry(page)
+    if shown.settings_apply:
+        _new_text_ahead()
+    return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views))
+
+
 def _frame() -> Frame:
-    """This run's frame; a page script that runs without ``app.py`` is rerun through it (it does not return)."""
+    """This run's frame, drawn by ``app.py``.  A page script that runs without ``app.py`` (a fresh server's first
+    request for the page's path) is run here as ``app.py`` runs it — the app's pages handed to ``st.navigation``
+    (:func:`attnviz.ui.navigation.take_over_routing`), the frame, the page — and this run stops when it is done.
+    One run, with the widget events it came with, and the same widgets as every later run draws."""
     frame = getattr(_this_run, "frame", None)
     if frame is None:
-        route_through_app()
+        page = take_over_routing()
+        with app_frame(page, pages()):
+            page.run()
+        st.stop()
     return frame
 
 
@@ -127,28 +138,20 @@ def _new_text_ahead() -> None:
         return
 
 
-def setup(book_classes: bool = False, layer_views: bool = False) -> Context | None:
+def setup(book_classes: bool = False) -> Context | None:
     """The settings of the sidebar ``app.py`` drew, and their cached run.  On invalid input or an unreadable
     checkpoint: a plain message and the last valid view (None if there is none yet).
 
     ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
     and runs them with seeded random weights at the checkpoint's sizes.
 
-    ``layer_views``: the page draws its views with :func:`attnviz.ui.layer_views.by_layer`, which also draws the
-    sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the context's ``slots``),
-    so that a layer switch or a new text reruns only them.  With a stale view (invalid input) they are drawn here
-    and a change reruns the page.  Otherwise they are drawn here."""
+    A page with layer views (``PageEntry.layer_views``) draws them with :func:`attnviz.ui.layer_views.by_layer`,
+    which also draws the sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the
+    context's ``slots``), so that a layer switch or a new text reruns only them.  With a stale view (invalid input)
+    they are drawn here and a change reruns the page."""
     frame = _frame()
-    values = frame.settings
+    values, slots = frame.settings, frame.slots
     choice = ui_weights.current()
-    slots = None
-    if layer_views:
-        slots = ViewSlots(layer=frame.slots.layer, text=None if choice.checkpoint else frame.slots.text)
-        if slots.text is None:
-            with frame.slots.text:
-                text_area()
-    else:
-        fill_view_slots(frame.slots, choice)
     try:
         if choice.error is not None:
             raise CheckpointError(f"{choice.option.name} could not be loaded: {choice.error}")

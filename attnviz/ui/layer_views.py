@@ -22,7 +22,7 @@ from attnviz.ui.state import ss
 
 def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
     """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with what the sidebar left to it
-    (``ui.setup(..., layer_views=True)``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
+    (``PageEntry.layer_views``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
     or a new text reruns the fragment with that trace.
 
     A stale view (setup drew the sidebar's slots and the last valid view) is drawn as it is, outside a fragment.

@@ -39,20 +39,21 @@ from attnviz.ui.urlstate import (
 
 @dataclass(frozen=True)
 class ViewSlots:
-    """Places in the sidebar that the page fills: the Text area's and the Layer selectbox's.  ``ui.setup`` fills
-    them, or leaves them to the page's layer views (:mod:`attnviz.ui.layer_views`, a fragment), so that a new
-    layer, or a new text, reruns only the fragment.  ``text`` is None when the Text area is not the fragment's (a
-    checkpoint's next-token panel, outside the fragment, reads the text too)."""
+    """Places in the sidebar that a page's layer views fill (:mod:`attnviz.ui.layer_views`, a fragment): the Layer
+    selectbox's and, with the book's classes or a user's module, the Text area's — so that a new layer, or a new
+    text, reruns only the fragment.  ``text`` is None with a checkpoint: its next-token panel, outside the fragment,
+    reads the text too, so the sidebar draws the Text area and a new text reruns the whole page."""
 
     layer: DeltaGenerator
     text: DeltaGenerator | None
 
 
-def sidebar(pages: list[StreamlitPage], settings_apply: bool = True) -> tuple[dict, ViewSlots | None]:
+def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
+            layer_views: bool = False) -> tuple[dict, ViewSlots | None]:
     """Draw the shared sidebar (``app.py``, on every page): a link to each of ``pages`` and the settings; returns the
-    current settings and the empty places the page fills (:class:`ViewSlots`).  ``settings_apply`` False: the page's
-    work ignores the settings; they are drawn whole, folded away in an expander (so they keep their values), and
-    there are no places to fill."""
+    current settings and, with ``layer_views``, the empty places the page's layer views fill (:class:`ViewSlots`),
+    else everything is drawn here.  ``settings_apply`` False: the page's work ignores the settings; they are drawn
+    folded away in an expander (so that they keep their values)."""
     settings_from_url()
     listed = ui_weights.options()
     if ss["weights"] not in [option.name for option in listed]:  # e.g. a trained model this server no longer holds
@@ -68,8 +69,13 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True) -> tuple[di
             text_slot = st.container()  # the Text area sits above Weights, which decides who draws it
             choice = _weights(listed)
             layer_slot = st.container()
-            if not settings_apply:
-                fill_view_slots(ViewSlots(layer=layer_slot, text=text_slot), choice)
+            slots = ViewSlots(layer=layer_slot, text=None if choice.checkpoint else text_slot) if layer_views else None
+            if slots is None or slots.text is None:
+                with text_slot:
+                    text_area()
+            if slots is None:
+                with layer_slot:
+                    layer_selectbox(choice)
             spec = _variant(choice)
             _sizes(spec)
             _modern(spec)
@@ -78,16 +84,17 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True) -> tuple[di
     values = current_settings()
     with links:
         page_links(pages, values)
-    return values, ViewSlots(layer=layer_slot, text=text_slot) if settings_apply else None
+    return values, slots
 
 
 def text_area() -> None:
-    """The Text area, drawn into its slot by ``ui.setup`` or by a page's layer views."""
+    """The Text area, drawn by the sidebar or into its slot by a page's layer views."""
     st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
 
 
 def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
-    """Draw the Text area (if its slot is there) and the Layer selectbox into their slots."""
+    """Draw what the sidebar left to the page's layer views (the Text area, if its slot is there, and the Layer
+    selectbox) into its slots."""
     if slots.text is not None:
         with slots.text:
             text_area()

@@ -481,8 +481,8 @@ def test_deep_links_are_the_first_request_to_a_fresh_server(page, fresh_server):
 
 def test_a_deep_link_first_on_a_fresh_server_draws_the_shared_sidebar_whose_values_stay_on_the_next_page(
         page, fresh_server):
-    """Streamlit routes a fresh server's first request by the pages/ folder: the Steps page runs, is sent through
-    app.py, and shows the link's text with the shared sidebar; its settings are the Heads page's after a switch."""
+    """Streamlit routes a fresh server's first request by the pages/ folder: the Steps page script runs alone, runs
+    itself as app.py does, and shows the link's text with the shared sidebar, whose values the Heads page keeps."""
     server = fresh_server()
     visit(page, f"{server.url}/steps?text=The%20cat%20sat&num_heads=4&seed=7")
     expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention step by step")

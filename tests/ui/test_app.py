@@ -75,8 +75,8 @@ def test_every_page_runs_from_the_app(default_app):
 @pytest.mark.parametrize("page", PAGES)
 def test_each_page_runs_alone_like_a_deep_link(page):
     """A fresh server's first request for a page's path runs the page script without app.py (Streamlit routes by
-    the pages/ folder until st.navigation is first called): the page is rerun through app.py, which draws the
-    shared sidebar with the link's settings."""
+    the pages/ folder until st.navigation is first called): the page is run as app.py runs it, with the shared
+    sidebar showing the link's settings."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     at.query_params["text"] = "Hello world hello"
     at.query_params["variant"] = "causal"
