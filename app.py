@@ -1,26 +1,24 @@
-"""attnviz — ``streamlit run app.py``: the entry point; ``/`` shows the Heads page (``pages/heads.py``).
+"""attnviz — ``streamlit run app.py``: declares the pages, draws the sidebar they share, runs the chosen one.
 
-Before importing attnviz's UI (and torch), a server's first run has the browser start on Plotly's code
-(:mod:`attnviz.first_run` says how and why); then it runs the Heads page.
+Streamlit's own multipage model: every run goes through this script.  ``st.navigation`` picks the page from the URL
+(the pages are the scripts in ``pages/``, listed in :mod:`attnviz.ui.navigation`; Heads at ``/``), and
+``ui.app_frame`` draws the page config and the shared sidebar around ``page.run()``, so the sidebar's widgets keep
+their values across page switches by themselves.  The page then reads its settings with ``ui.setup()``.
 """
 
-import contextlib
-import runpy
-from pathlib import Path
-
-import numpy  # noqa: F401  (torch imports it anyway; whole before Plotly reads it: attnviz.first_run says why)
 import streamlit as st
 
-from attnviz import first_run  # imports nothing else
+from attnviz import ui
 
-preload = None
-if first_run.claim():
-    preload = st.empty()  # one slot, so that the whole box goes at once
-    with preload.container(height=1, border=False), contextlib.suppress(AttributeError):  # half-imported pandas
-        st.plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}}, key="_preload_chart")
 
-import attnviz.ui  # noqa: E402, F401  (torch and the rest: the browser fetches and compiles meanwhile)
+def start_warm_up() -> None:
+    """Once per server process: build the default view's tokenizer, seeded embedding table and module in a thread,
+    while this first run draws the sidebar (later calls do nothing; ``ui.warm_up`` says more)."""
+    ui.warm_up(ui.config_from_settings(ui.DEFAULTS))
 
-if preload is not None:  # the browser has the code, or is still fetching it (that goes on): the box goes now,
-    preload.empty()  # before the page draws anything, so nothing moves and nothing is left if the page stops
-runpy.run_path(str(Path(__file__).parent / "pages" / "heads.py"), run_name="__main__")
+
+start_warm_up()
+pages = ui.pages()
+page = st.navigation(pages, position="hidden")  # the sidebar draws the page links itself, above the settings
+with ui.app_frame(page, pages):
+    page.run()

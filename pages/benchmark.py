@@ -8,7 +8,7 @@ from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
 from attnviz.labs import implementations
 from attnviz.views import figures
 
-ctx = ui.setup("Implementations benchmark", book_classes=True)
+ctx = ui.setup(book_classes=True)
 if ctx is None:
     st.stop()
 settings = ctx.settings

@@ -10,7 +10,7 @@ from attnviz import ablation, ui, variants
 from attnviz.labs import compare
 from attnviz.ui import compute
 
-ctx = ui.setup("Compare variants", book_classes=True)
+ctx = ui.setup(book_classes=True)
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.trace.config

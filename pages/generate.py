@@ -6,7 +6,7 @@ from attnviz import ui
 from attnviz.ui import generate
 
 generate.url_new_tokens()
-ctx = ui.setup("Generate")
+ctx = ui.setup()
 if ctx is None:
     st.stop()
 

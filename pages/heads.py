@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import heads_views
 
-ctx = ui.setup("Heads", layer_views=True)
+ctx = ui.setup()
 if ctx is None:
     st.stop()
 

@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import induction, interventions
 
-ctx = ui.setup("Induction lab")
+ctx = ui.setup()
 if ctx is None:
     st.stop()
 

@@ -9,7 +9,7 @@ from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.ui import compute
 
-ctx = ui.setup("Pitfall lab", book_classes=True)
+ctx = ui.setup(book_classes=True)
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.config

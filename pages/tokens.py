@@ -6,7 +6,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.views import figures
 
-ctx = ui.setup("Tokens")
+ctx = ui.setup()
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.trace.config

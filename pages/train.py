@@ -6,8 +6,7 @@ from attnviz import ui
 from attnviz.labs import live_train
 from attnviz.ui import train
 
-ui.page_setup("Train", "Training has its own settings, on this page. The attention settings (text, weights, "
-                       "variant, sizes …) are kept for the other pages.")
+ui.page_setup()  # training has its own settings, on this page
 
 st.title("Train a model, watch its heads form")
 cfg = live_train.page_config()

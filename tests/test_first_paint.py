@@ -92,179 +92,30 @@ def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
     assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up"
 
 
-# --- app.py: a fresh server's first run asks the browser for the chart code before the page's work ---
-
-PRELOAD_Z = [[0.0]]
+# --- app.py starts the warm-up; importing attnviz.ui starts nothing ---
 
 
-@pytest.fixture
-def fresh_process(monkeypatch):
-    """This test process as a fresh server: torch still to import, nobody has claimed the first run."""
-    from attnviz import first_run
-
-    monkeypatch.setattr(first_run, "torch_to_import", lambda: True)
-    monkeypatch.setattr(first_run, "_claimed", threading.Lock())
-    return first_run
-
-
-def test_one_thread_of_many_claims_a_fresh_process_first_run(fresh_process):
-    start, claims = threading.Barrier(8), []
-
-    def claim():
-        start.wait()
-        claims.append(fresh_process.claim())
-
-    threads = [threading.Thread(target=claim) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert sorted(claims) == [False] * 7 + [True]
-    assert not fresh_process.claim(), "and no later run"
-
-
-def test_no_run_claims_once_torch_is_imported(monkeypatch):
-    from attnviz import first_run
-
-    monkeypatch.setattr(first_run, "_claimed", threading.Lock())
-    assert not first_run.torch_to_import(), "this test process has imported torch"
-    assert not first_run.claim()
-
-
-def _preload_charts(at) -> list:
-    import json
-
-    return [chart for chart in at.get("plotly_chart") if json.loads(chart.proto.spec)["data"][0].get("z") == PRELOAD_Z]
-
-
-def _page_charts(at) -> list:
-    """The Heads page's own charts (the grid and the focused head)."""
-    return [chart for chart in at.get("plotly_chart") if chart not in _preload_charts(at)]
-
-
-def _app_test():
+def test_app_starts_the_warm_up_once_and_importing_the_ui_does_not(monkeypatch):
+    import importlib
     from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
 
-    return AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
-
-
-def test_a_fresh_server_first_run_sends_a_chart_before_the_page_and_no_later_run_does(
-        fresh_process, monkeypatch):
-    import runpy
-
-    import streamlit as st
-
-    sent = []  # what app.py sends, in order, and when the page starts
-    real_chart = st.plotly_chart
-
-    def chart(figure, *args, **kwargs):
-        shown = real_chart(figure, *args, **kwargs)
-        sent.append(("chart", figure))  # only a chart Streamlit took (the preload swallows an AttributeError)
-        return shown
-
-    monkeypatch.setattr(st, "plotly_chart", chart)
-    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: sent.append(("page", None)))
-    at = _app_test().run()
-    assert not at.exception
-    assert [kind for kind, _ in sent] == ["chart", "page"], "the chart first, then the page"
-    assert sent[0][1]["data"][0]["z"] == PRELOAD_Z
-    assert not _preload_charts(at), "the box is emptied before the page runs"
-    sent.clear()
+    monkeypatch.setattr(cache, "_warm_up_started", threading.Event())
+    prepared = []
+    monkeypatch.setattr(cache, "_prepare_quietly", lambda config: prepared.append(threading.current_thread().name))
+    importlib.reload(ui)  # an import of the package starts nothing
+    assert not cache._warm_up_started.is_set()
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120).run()
+    assert not at.exception, at.exception
     at.run()
-    assert [kind for kind, _ in sent] == ["page"], "the session's later runs send neither"
-    sent.clear()
-    _app_test().run()
-    assert [kind for kind, _ in sent] == ["page"], "nor does another session's first run"
-
-
-def test_a_preload_that_meets_a_half_imported_pandas_is_skipped_and_the_page_is_drawn(fresh_process, monkeypatch):
-    """Another session importing pandas while this run sends its preload chart: Plotly's check of the chart reads
-    the half-initialised module from sys.modules and raises; the run goes on without the preload."""
-    import sys
-    import types
-
-    import streamlit as st
-
-    real_chart, raised = st.plotly_chart, []
-
-    def chart(figure, *args, **kwargs):
-        if kwargs.get("key") != "_preload_chart":
-            return real_chart(figure, *args, **kwargs)
-        pandas = sys.modules["pandas"]
-        sys.modules["pandas"] = types.ModuleType("pandas")  # half-initialised: no attributes yet
-        try:
-            return real_chart(figure, *args, **kwargs)
-        except AttributeError:
-            raised.append(True)
-            raise
-        finally:
-            sys.modules["pandas"] = pandas
-
-    monkeypatch.setattr(st, "plotly_chart", chart)
-    at = _app_test().run()
-    assert raised, "Plotly did read the half-imported module"
-    assert not at.exception
-    assert not _preload_charts(at) and _page_charts(at) and at.dataframe, "the page, drawn, without the box"
-
-
-def test_a_page_that_stops_early_leaves_no_preload_box(fresh_process, monkeypatch):
-    import runpy
-
-    import streamlit as st
-
-    monkeypatch.setattr(runpy, "run_path", lambda *args, **kwargs: st.stop())  # as the page does on empty text
-    at = _app_test().run()
-    assert not at.exception
-    assert not _preload_charts(at)
-
-
-def test_the_drawn_first_page_has_no_preload_chart_left(fresh_process):
-    at = _app_test().run()
-    assert not at.exception
-    assert not fresh_process.claim(), "this run was the process's first"
-    assert not _preload_charts(at)
-    assert _page_charts(at), "the page's own charts are there"
-    assert at.dataframe, "and its tables"
+    for thread in threading.enumerate():
+        if thread.name == "attnviz-warm-up":
+            thread.join(10)
+    assert prepared == ["attnviz-warm-up"], "app.py starts it, once per process"
 
 
 # --- setup(): the objects the server imported are frozen once, out of the collection after every script run ---
-
-
-@pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
-def test_importing_attnviz_ui_starts_the_warm_up_before_it_imports_pandas():
-    """The seeded table is drawn (without the GIL) while pandas and the rest of attnviz.ui import: a fresh
-    process, with Streamlit's runtime said to exist, records whether pandas was imported when the thread started."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    code = """
-import sys, threading
-import streamlit.runtime
-streamlit.runtime.exists = lambda: True  # as in a server: warm_up() starts its thread
-pandas_when_started = []
-real_start = threading.Thread.start
-
-def start(self):
-    if self.name == "attnviz-warm-up":
-        pandas_when_started.append("pandas" in sys.modules)
-    return real_start(self)
-
-threading.Thread.start = start
-import attnviz, attnviz.first_run
-assert "pandas" not in sys.modules and "torch" not in sys.modules, "attnviz and first_run import nothing heavy"
-import attnviz.ui
-assert pandas_when_started == [False], pandas_when_started
-assert "pandas" in sys.modules, "attnviz.ui imports pandas itself, before any figure is built"
-for thread in threading.enumerate():
-    if thread.name == "attnviz-warm-up":
-        thread.join()  # before the interpreter exits under it
-"""
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)

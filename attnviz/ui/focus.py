@@ -28,8 +28,8 @@ def focus_from_row(table_key: str, heads: list[int], key: str = "heads_focus") -
 
 
 def _set_focus(key: str, head: int, num_heads: int) -> bool:
-    """Focus ``head`` (kept across page switches) if it is one of this run's heads; True if it is."""
+    """Focus ``head`` if it is one of this run's heads; True if it is."""
     if not 0 <= head < num_heads:
         return False
-    ss[key] = ss[f"_keep_{key}"] = head
+    ss[key] = head
     return True

@@ -1,13 +1,18 @@
-"""The frame every page shares: ``setup()`` (page config, sidebar, the cached run, a plain message and the
-last valid view on bad input) and the small view helpers every page uses (modebar config, the compact shape
-diagram beside a view, the variant's label)."""
+"""The frame every page shares: :func:`app_frame` (``app.py`` around the page: page config, the shared sidebar),
+``setup()`` (a page's settings and their cached run, a plain message and the last valid view on bad input) and the
+small view helpers every page uses (modebar config, the compact shape diagram beside a view, the variant's label).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.navigation.page import StreamlitPage
 
 from attnviz import weights as core_weights
 from attnviz.config import AttentionConfig, InputError
@@ -15,10 +20,11 @@ from attnviz.models import CheckpointError
 from attnviz.trace import Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
+from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import ViewSlots, fill_view_slots, links_only, sidebar
-from attnviz.ui.state import ss
-from attnviz.ui.urlstate import config_from_settings, markdown_escape
+from attnviz.ui.sidebar import ViewSlots, drawn, fill_view_slots, sidebar
+from attnviz.ui.state import keep_widgets, ss
+from attnviz.ui.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,7 @@ class Context:
     trace: Trace
     stale: bool  # True when showing the last valid view because the current input is invalid
     weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
-    slots: ViewSlots | None = None  # setup(layer_views=True): what the page's layer views draw in the sidebar
+    slots: ViewSlots | None = None  # a page with layer views (PageEntry.layer_views): what they draw in the sidebar
 
     @property
     def checkpoint(self) -> bool:
@@ -40,13 +46,58 @@ class Context:
         return trace_key(self.trace)
 
 
-def page_setup(page_title: str, note: str) -> dict:
-    """A page the sidebar's attention settings do not apply to: page config and a sidebar of page links with
-    ``note``; the settings are kept for the other pages.  Returns them."""
-    tune_memory()
-    freeze_imports()
-    st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
-    return links_only(note)
+@dataclass(frozen=True)
+class Frame:
+    """What ``app.py`` drew before the page runs: the settings, and the sidebar's places the page fills."""
+
+    settings: dict
+    slots: ViewSlots | None
+
+
+_this_run = threading.local()  # .frame: set while app.py runs the page (a session's script runs on one thread)
+
+
+@contextlib.contextmanager
+def app_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Iterator[Frame]:
+    """``app.py`` around ``page.run()``: the page config and the shared sidebar (a link to each of ``pages``), drawn
+    before the page runs; the page's ``setup()`` reads them."""
+    _this_run.frame = _draw_frame(page, pages)
+    try:
+        yield _this_run.frame
+    finally:
+        _this_run.frame = None
+
+
+def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
+    """The page config and the shared sidebar of ``page``: the settings are folded away on a page whose work ignores
+    them, and left to the page's layer views where it has them (:class:`attnviz.ui.navigation.PageEntry`)."""
+    tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
+    freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
+    st.set_page_config(page_title=f"attnviz · {page.title}", page_icon=":material/visibility:", layout="wide")
+    keep_widgets()
+    shown = entry(page)
+    if shown.settings_apply:
+        _new_text_ahead()
+    return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views))
+
+
+def _frame() -> Frame:
+    """This run's frame, drawn by ``app.py``.  A page script that runs without ``app.py`` (a fresh server's first
+    request for the page's path) is run here as ``app.py`` runs it — the app's pages handed to ``st.navigation``
+    (:func:`attnviz.ui.navigation.take_over_routing`), the frame, the page — and this run stops when it is done.
+    One run, with the widget events it came with, and the same widgets as every later run draws."""
+    frame = getattr(_this_run, "frame", None)
+    if frame is None:
+        page = take_over_routing()
+        with app_frame(page, pages()):
+            page.run()
+        st.stop()
+    return frame
+
+
+def page_setup() -> dict:
+    """A page the sidebar's attention settings do not apply to (Train): the settings, kept for the other pages."""
+    return _frame().settings
 
 
 def _last_valid_trace() -> Trace | None:
@@ -71,16 +122,15 @@ def _trace_of(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Tr
 
 
 def _new_text_ahead() -> None:
-    """A new text with every other setting as the last run drew it: compute its trace before the sidebar's elements
-    are sent.  Drawn first, they kept the browser busy on the same two cores while the forward pass ran (~1.5× its
-    time at 1024 tokens); now the forward runs while the browser is idle, and the sidebar's run finds the trace in
-    the cache.  Only then: any other change is settled by the sidebar (a checkpoint's sizes, a variant's heads), and
-    a run ahead of it could compute a trace nobody draws.  Silent: a problem is for the sidebar's run to report."""
-    drawn = ss.get("_settings_drawn")
-    if drawn is None or drawn.get("weights") != core_weights.BOOK:
-        return
-    values = {key: ss.get(key) for key in drawn}
-    if values["text"] == drawn["text"] or {**values, "text": None} != {**drawn, "text": None}:
+    """A new text with every other setting as the last run drew it (the URL): compute its trace before the sidebar's
+    elements are sent, so that the forward pass runs while the browser is idle rather than busy drawing them on the
+    same cores; the page's run then finds the trace in the cache.  Only then: any other change is settled by the
+    sidebar (a checkpoint's sizes, a variant's heads), and a run ahead of it could compute a trace nobody draws.
+    Silent: a problem is for the page's run to report."""
+    if any(key not in ss for key in SETTING_KEYS) or ss["weights"] != core_weights.BOOK:
+        return  # a session's first run (its settings come from the URL), or a model's sizes to settle
+    values = {key: ss[key] for key in SETTING_KEYS}
+    if drawn("text", values["text"]) or not all(drawn(key, values[key]) for key in SETTING_KEYS if key != "text"):
         return
     try:
         _trace_of(values, None)
@@ -88,22 +138,19 @@ def _new_text_ahead() -> None:
         return
 
 
-def setup(page_title: str, book_classes: bool = False, layer_views: bool = False) -> Context | None:
-    """Sidebar + cached run.  On invalid input or an unreadable checkpoint: a plain message and the last valid view.
+def setup(book_classes: bool = False) -> Context | None:
+    """The settings of the sidebar ``app.py`` drew, and their cached run.  On invalid input or an unreadable
+    checkpoint: a plain message and the last valid view (None if there is none yet).
 
     ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
     and runs them with seeded random weights at the checkpoint's sizes.
 
-    ``layer_views``: the page draws its views with :func:`attnviz.ui.layer_views.by_layer`, which also draws the
-    sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the context's ``slots``),
-    so that a layer switch or a new text reruns only them.  With a stale view (invalid input) they are drawn here
-    and a change reruns the page."""
-    tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
-    freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
-    st.set_page_config(page_title=f"attnviz · {page_title}", page_icon=":material/visibility:", layout="wide")
-    _new_text_ahead()
-    values, slots = sidebar(view_slots=layer_views)
-    ss["_settings_drawn"] = dict(values)  # what the next run's _new_text_ahead compares with
+    A page with layer views (``PageEntry.layer_views``) draws them with :func:`attnviz.ui.layer_views.by_layer`,
+    which also draws the sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the
+    context's ``slots``), so that a layer switch or a new text reruns only them.  With a stale view (invalid input)
+    they are drawn here and a change reruns the page."""
+    frame = _frame()
+    values, slots = frame.settings, frame.slots
     choice = ui_weights.current()
     try:
         if choice.error is not None:
@@ -177,5 +224,5 @@ def plotly_config(filename: str) -> dict:
     """Modebar whose camera button downloads PNG or SVG (the sidebar's choice) under ``filename``."""
     return {
         "displaylogo": False,
-        "toImageButtonOptions": {"format": ss.get("_keep_image_format", "png"), "filename": filename, "scale": 2},
+        "toImageButtonOptions": {"format": ss.get("image_format", "png"), "filename": filename, "scale": 2},
     }

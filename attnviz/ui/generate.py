@@ -48,7 +48,7 @@ def url_new_tokens() -> None:
         ss["_generate_url_notice"] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole number from 1 to "
                                       f"{MAX_NEW:,}: using {DEFAULT_NEW}.")
         return
-    ss["_keep_generate_new"] = value
+    ss["generate_new"] = value
 
 
 @st.cache_resource(max_entries=3, ttl=3600, show_spinner=False)  # a prefill's weights can be (12, 12, 1024, 1024)

@@ -49,7 +49,7 @@ def heads_grid_figure(ctx: Context, stage: str):
     from attnviz.views import figures
 
     grid = _grid_figure(*ctx.key, stage)
-    return figures.mark_focus(grid, ss.get("_keep_heads_focus", 0))
+    return figures.mark_focus(grid, ss.get("heads_focus", 0))
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)

@@ -16,13 +16,13 @@ from attnviz.trace import Trace
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, run_notes, run_settings
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import current_settings, fill_view_slots
+from attnviz.ui.sidebar import current_settings, drawn, fill_view_slots
 from attnviz.ui.state import ss
 
 
 def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
     """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with what the sidebar left to it
-    (``ui.setup(..., layer_views=True)``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
+    (``PageEntry.layer_views``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
     or a new text reruns the fragment with that trace.
 
     A stale view (setup drew the sidebar's slots and the last valid view) is drawn as it is, outside a fragment.
@@ -57,9 +57,9 @@ def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None])
 
 def _moved(key: str, run_value) -> bool:
     """Whether the widget ``key`` (the Text area, the Layer selectbox) holds another value than the page's whole run
-    drew (``run_value``) or than this fragment last drew: a new one, or back to the whole run's after another —
-    either way its trace, the URL and the link must follow it."""
-    return not ss[key] == run_value == ss["_settings_drawn"][key]
+    drew (``run_value``) or than this fragment last drew (the URL holds that): a new one, or back to the whole
+    run's after another — either way its trace, the URL and the link must follow it."""
+    return not (ss[key] == run_value and drawn(key, run_value))
 
 
 def _rerun(config: AttentionConfig) -> tuple[dict, AttentionConfig, Trace]:
@@ -70,5 +70,4 @@ def _rerun(config: AttentionConfig) -> tuple[dict, AttentionConfig, Trace]:
         config, trace = run_settings(settings, config.checkpoint)
     except (InputError, CheckpointError):
         st.rerun()
-    ss["_settings_drawn"] = dict(settings)  # what a whole-page run's frame._new_text_ahead compares with
     return settings, config, trace

@@ -1,4 +1,5 @@
-"""The shared sidebar, the same on every page: page links, text, variant, sizes, mask, dropout, seed, device.
+"""The shared sidebar, drawn once by ``app.py`` on every page: page links, text, variant, sizes, mask, dropout, seed,
+device (folded away on a page whose work ignores them).
 Settings that don't apply to the chosen variant are disabled with the registry's reason as their help; the
 settings only some variants have (K/V groups, latent width, window, positions) are drawn only where they apply."""
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
-from streamlit.errors import StreamlitAPIException
+from streamlit.navigation.page import StreamlitPage
 
 from attnviz import config as configs
 from attnviz import user_code, variants, weights
@@ -23,20 +24,16 @@ from attnviz.config import (
 )
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.state import bind, init_session, restore_widgets, set_setting, ss
-from attnviz.ui.urlstate import PRESET_DIMS, PRESETS, SETTING_KEYS, fit_modern, markdown_escape, share_query
-
-PAGES = (
-    ("app.py", "Heads", ":material/grid_view:"),
-    ("pages/steps.py", "Steps", ":material/footprint:"),
-    ("pages/shapes.py", "Shapes", ":material/account_tree:"),
-    ("pages/tokens.py", "Tokens", ":material/text_fields:"),
-    ("pages/compare.py", "Compare variants", ":material/compare:"),
-    ("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
-    ("pages/induction.py", "Induction lab", ":material/repeat:"),
-    ("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:"),
-    ("pages/train.py", "Train", ":material/model_training:"),
-    ("pages/benchmark.py", "Benchmark", ":material/speed:"),
+from attnviz.ui.state import URL_NOTICES, bind, set_setting, settings_from_url, ss
+from attnviz.ui.urlstate import (
+    PAGE_PARAMS,
+    PRESET_DIMS,
+    PRESETS,
+    SETTING_KEYS,
+    fit_modern,
+    markdown_escape,
+    share_query,
+    url_value,
 )
 
 
@@ -51,33 +48,43 @@ class ViewSlots:
     text: DeltaGenerator | None
 
 
-def sidebar(view_slots: bool = False) -> tuple[dict, ViewSlots | None]:
-    """Draw the shared sidebar; returns the current settings and, with ``view_slots``, the empty places the page's
-    layer views fill (:class:`ViewSlots`), else everything is drawn here."""
-    init_session()
-    restore_widgets()
+def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
+            layer_views: bool = False) -> tuple[dict, ViewSlots | None]:
+    """Draw the shared sidebar (``app.py``, on every page): a link to each of ``pages`` and the settings; returns the
+    current settings and, with ``layer_views``, the empty places the page's layer views fill (:class:`ViewSlots`),
+    else everything is drawn here.  ``settings_apply`` False: the page's work ignores the settings; they are drawn
+    folded away in an expander (so that they keep their values)."""
+    settings_from_url()
     listed = ui_weights.options()
     if ss["weights"] not in [option.name for option in listed]:  # e.g. a trained model this server no longer holds
         ss["_weights_notice"] = f"The weights {ss['weights'][:60]!r} are no longer listed; showing the book's classes."
         set_setting("weights", weights.BOOK)
     with st.sidebar:
-        page_links()
-        text_slot = st.container()  # the Text area sits above Weights, which decides who draws it
-        choice = _weights(listed)
-        layer_slot = st.container()
-        slots = ViewSlots(layer=layer_slot, text=None if choice.checkpoint else text_slot) if view_slots else None
-        if slots is None or slots.text is None:
-            with text_slot:
-                text_area()
-        if slots is None:
-            with layer_slot:
-                layer_selectbox(choice)
-        spec = _variant(choice)
-        _sizes(spec)
-        _modern(spec)
-        _mask_dropout_seed_device(spec, choice)
+        st.markdown("### attnviz")
+        links = st.container()  # filled last, with the settings as they end up (the links carry them)
+        if not settings_apply:
+            st.caption("The attention settings do not apply to this page: they are kept, folded away, for the "
+                       "other pages.")
+        with st.container() if settings_apply else st.expander("Attention settings", expanded=False):
+            text_slot = st.container()  # the Text area sits above Weights, which decides who draws it
+            choice = _weights(listed)
+            layer_slot = st.container()
+            slots = ViewSlots(layer=layer_slot, text=None if choice.checkpoint else text_slot) if layer_views else None
+            if slots is None or slots.text is None:
+                with text_slot:
+                    text_area()
+            if slots is None:
+                with layer_slot:
+                    layer_selectbox(choice)
+            spec = _variant(choice)
+            _sizes(spec)
+            _modern(spec)
+            _mask_dropout_seed_device(spec, choice)
         _notices()
-    return current_settings(), slots
+    values = current_settings()
+    with links:
+        page_links(pages, values)
+    return values, slots
 
 
 def text_area() -> None:
@@ -96,10 +103,18 @@ def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
 
 
 def current_settings() -> dict:
-    """The settings the widgets hold now, also written to the URL (a shared link, a reload)."""
+    """The settings the widgets hold now, also written to the URL (a shared link, a reload): the URL shows what the
+    last run drew (:func:`drawn`).  A page's own parameters (``PAGE_PARAMS``) stay; anything else goes."""
     values = {key: ss[key] for key in SETTING_KEYS}
-    st.query_params.from_dict(share_query(values))
+    kept = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}
+    st.query_params.from_dict({**share_query(values), **kept})
     return values
+
+
+def drawn(key: str, value) -> bool:
+    """Whether the last run that drew the settings drew ``value`` for the setting ``key``: the URL says so (a text
+    too long for the URL counts as not drawn)."""
+    return st.query_params.get(key) == url_value(key, value)
 
 
 def _weights(listed) -> ui_weights.Choice:
@@ -235,30 +250,16 @@ def _notices() -> None:
     """A weights option that went away, and URL parameters that were ignored."""
     if weights_notice := ss.pop("_weights_notice", None):
         st.warning(markdown_escape(weights_notice), icon="🔗")
-    for notice in ss.get("_url_notices", []):
+    for notice in ss.get(URL_NOTICES, []):
         st.warning(markdown_escape(notice), icon="🔗")
 
 
-def page_links() -> None:
-    """The app's name and a link to every page."""
-    st.markdown("### attnviz")
-    for path, label, icon in PAGES:
-        try:
-            st.page_link(path, label=label, icon=icon)
-        except StreamlitAPIException:  # a page script run on its own (no app.py): no links
-            break
-
-
-def links_only(note: str) -> dict:
-    """The sidebar of a page the attention settings do not apply to: the page links and ``note``.  The settings
-    stay as they were (kept in the session and in the URL) for the pages they apply to; returns them."""
-    init_session()
-    with st.sidebar:
-        page_links()
-        st.caption(note)
-    values = {key: ss[f"_keep_{key}"] for key in SETTING_KEYS}
-    st.query_params.from_dict(share_query(values))
-    return values
+def page_links(pages: list[StreamlitPage], values: dict) -> None:
+    """A link to every listed page, carrying the settings (a page opened in a new tab shows the same view)."""
+    query = share_query(values)
+    for page in pages:
+        if page.visibility == "visible":
+            st.page_link(page, query_params=query)
 
 
 def _follow_checkpoint(sizes) -> None:

@@ -1,6 +1,16 @@
-"""Widget state that survives page switches: sidebar values are copied to non-widget ``_keep_*`` keys by
-the widgets' on_change callbacks and written back before the widgets are drawn (the ``pages/`` routing
-drops widget state when the page changes); the first run of a session reads the URL."""
+"""Widget state: the sidebar's settings bound to the URL, and the page widgets kept across page switches.
+
+The sidebar is drawn by ``app.py`` on every page, so Streamlit keeps its widgets' values itself.  A setting takes
+the URL's value when its widget has none yet (a session's first run); the sidebar writes every setting back to
+the URL on every run (``attnviz.ui.sidebar.current_settings``), so the URL follows the settings.  The sizes are
+kept consistent by the widgets' ``on_change`` callbacks.
+
+A page's own widgets (the focused head, a stage, a window) are drawn only on their page, and Streamlit drops the
+value of a widget that a run does not draw.  :func:`keep_widgets` — run by ``app.py`` before anything is
+drawn — assigns each declared page widget's value to itself, which makes it a value of the session that the
+clean-up leaves alone (Streamlit's docs, "Working with widgets in multipage apps": interrupt the widget clean-up
+process), so a page shows them as the user left them.
+"""
 
 from __future__ import annotations
 
@@ -10,35 +20,52 @@ from attnviz import variants, weights
 from attnviz.config import nearest_divisors
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.urlstate import PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
+from attnviz.ui.weights import WEIGHTS_REQUEST
 
 ss = st.session_state
+URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
+
+PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
+    "heads_stage", "heads_focus", "heads_row0", "heads_col0", "heads_overview", "heads_knockout_position",
+    "next_position", "tokens_next_position", "image_format",
+    "steps_stage", "steps_focus", "steps_row0", "steps_col0",
+    "compare_map", "pitfalls_bug", "pitfalls_token",
+    "induction_T", "induction_seed", "induction_head", "induction_knockout",
+    "generate_new", "train_steps", "train_seed",
+)
 
 
-def init_session() -> None:
-    """First run of a session: defaults, overlaid with valid URL parameters."""
-    if "_keep_text" in ss:
-        return
-    names = [option.name for option in ui_weights.options()]
-    values, notices = settings_from_query(dict(st.query_params), weights_names=names)
-    for key, value in values.items():
-        ss[f"_keep_{key}"] = value
-    ss["_url_notices"] = notices
+def settings_from_url() -> None:
+    """Every setting whose widget has no value yet takes the URL's (the default where the URL has none or a bad
+    one); the notices of a session's first run are kept to show.  A weights option a page asked for on the last
+    run (:func:`attnviz.ui.weights.select_weights`) is applied."""
+    missing = [key for key in SETTING_KEYS if key not in ss]
+    if missing:
+        names = [option.name for option in ui_weights.options()]
+        values, notices = settings_from_query(dict(st.query_params), weights_names=names)
+        for key in missing:
+            ss[key] = values[key]
+        ss.setdefault(URL_NOTICES, notices)
+    if (name := ss.pop(WEIGHTS_REQUEST, None)) is not None:
+        ss["weights"], ss["layer"], ss["causal"] = name, 0, True
 
 
-def restore_widgets() -> None:
-    """Give every widget its kept value before it is drawn (Streamlit drops widget state on page
-    switches; the ``_keep_*`` copies are updated by the widgets' on_change callbacks)."""
-    for key in SETTING_KEYS:
-        ss[key] = ss[f"_keep_{key}"]
+def keep_widgets() -> None:
+    """Before anything is drawn: every setting and page widget that has a value keeps it through this run, drawn or
+    not.  The settings need it too: K/V groups, latent width, window, positions and RoPE base are drawn only for
+    the variants that have them, and the Heads page's fragment draws the Text area and the Layer selectbox."""
+    for key in (*SETTING_KEYS, *PAGE_WIDGETS):
+        if key in ss:
+            ss[key] = ss[key]
 
 
 def set_setting(key: str, value) -> None:
-    ss[key] = ss[f"_keep_{key}"] = value
+    """A setting's new value, before its widget is drawn (or in a callback)."""
+    ss[key] = value
 
 
 def _changed(key: str) -> None:
-    """on_change of every sidebar widget: keep its value, and keep the sizes consistent."""
-    set_setting(key, ss[key])
+    """on_change of every sidebar widget: keep the sizes consistent."""
     if key == "weights" and ss["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
     if key == "preset" and ss["preset"] in PRESET_DIMS:
@@ -57,16 +84,15 @@ def _changed(key: str) -> None:
 
 
 def bind(key: str) -> dict:
-    """Widget keyword arguments: its key, and the callback that keeps its value."""
+    """A sidebar widget's keyword arguments: its key, and the callback that keeps the sizes consistent."""
     return {"key": key, "on_change": _changed, "args": (key,)}
 
 
-def _keep_page_value(key: str) -> None:
-    ss[f"_keep_{key}"] = ss[key]
-
-
 def page_bind(key: str, default, valid=lambda value: True) -> dict:
-    """Widget keyword arguments for a page-only widget whose value survives page switches."""
-    kept = ss.get(f"_keep_{key}", default)
-    ss[key] = kept if valid(kept) else default
-    return {"key": key, "on_change": _keep_page_value, "args": (key,)}
+    """A page widget's keyword arguments: its key (one of :data:`PAGE_WIDGETS`), with the value ``default`` where it
+    has none or one ``valid`` refuses (a head that the new settings no longer have)."""
+    if key not in PAGE_WIDGETS:
+        raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
+    if key not in ss or not valid(ss[key]):
+        ss[key] = default
+    return {"key": key}

@@ -267,7 +267,7 @@ def results() -> None:
         st.success(f"Pick **{run.option.name}** as *Weights* in the sidebar to see this model's heads on every "
                    "page (for this session only).", icon=":material/check_circle:")
         heads_col, lab_col = st.columns(2)
-        for col, page, label, key in ((heads_col, "app.py", "See its heads", "train_see_heads"),
+        for col, page, label, key in ((heads_col, "pages/heads.py", "See its heads", "train_see_heads"),
                                       (lab_col, "pages/induction.py", "Test it in the Induction lab", "train_see_lab")):
             if col.button(label, key=key, icon=":material/arrow_forward:", width="stretch"):
                 _open_with(run.option.name, page)

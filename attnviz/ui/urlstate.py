@@ -43,6 +43,7 @@ DEFAULTS = {
     "rope_base": 10_000,
 }
 SETTING_KEYS = tuple(DEFAULTS)
+PAGE_PARAMS = ("new_tokens",)  # a page's own URL parameters (the Generate page's): not settings, kept in the URL
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL
 
 
@@ -139,6 +140,8 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
     listed = set(weights_names) if weights_names is not None else {weights.BOOK}
     parsers = _parsers()
     for key, raw in params.items():
+        if key in PAGE_PARAMS:
+            continue
         if key not in parsers:
             notices.append(f"Ignored unknown URL parameter {key!r}.")
             continue
@@ -203,15 +206,17 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
     )
 
 
+def url_value(key: str, value) -> str | None:
+    """The URL parameter of the setting ``key`` (None: a text too long for a URL)."""
+    if key == "text" and len(value) > MAX_URL_TEXT:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def share_query(values: dict) -> dict[str, str]:
     """URL parameters for the current settings (text left out when very long)."""
-    params = {}
-    for key in SETTING_KEYS:
-        value = values[key]
-        if key == "text" and len(value) > MAX_URL_TEXT:
-            continue
-        params[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    return params
+    params = {key: url_value(key, values[key]) for key in SETTING_KEYS}
+    return {key: value for key, value in params.items() if value is not None}
 
 
 def is_book(preset: str) -> bool:

@@ -16,6 +16,7 @@ from attnviz import weights
 from attnviz.models import CheckpointError, GPTModel
 
 ss = st.session_state
+WEIGHTS_REQUEST = "_weights_request"  # an option a page picked (select_weights), applied before the sidebar is drawn
 
 
 def session_id() -> str:
@@ -41,10 +42,10 @@ def register_trained_model(name: str, model: GPTModel, select: bool = False) -> 
 
 
 def select_weights(name: str) -> None:
-    """Make the listed option ``name`` this session's weights from the next run on (layer 0, causal on)."""
-    ss["_keep_weights"] = name
-    ss["_keep_layer"] = 0
-    ss["_keep_causal"] = True
+    """Make the listed option ``name`` this session's weights from the next run on (layer 0, causal on;
+    :func:`attnviz.ui.state.settings_from_url` applies it): the sidebar's widgets are drawn before a page runs, so
+    a page cannot set their values in its own run."""
+    ss[WEIGHTS_REQUEST] = name
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,15 @@ def test_typed_sentence_reaches_tokens_and_heads(page, base_url):
     assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
 
 
+def _is_new_session(frame: bytes) -> bool:
+    """Whether a websocket frame is the ``new_session`` message Streamlit sends at the start of every run."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    msg = ForwardMsg()
+    msg.ParseFromString(frame)
+    return msg.WhichOneof("type") == "new_session"
+
+
 def test_a_new_text_sends_the_views_and_nothing_else_of_the_sidebar(page, base_url):
     """With the book's classes a new text reruns the Heads page's layer fragment only: it sends the views, the Text
     area, the Layer selectbox and Share & export — not the page links nor the sidebar's other settings — and the
@@ -171,8 +180,9 @@ def test_a_new_text_sends_the_views_and_nothing_else_of_the_sidebar(page, base_u
     received.clear()
     commit_text(page, "Every cat loves warm milk")
     assert_no_exception(page)
-    sent = b"".join(received)
-    assert b"Head statistics" in sent and b"Every cat loves warm milk" in sent  # the views and the Text area
+    sent = b"".join(frame for frame in received if not _is_new_session(frame))  # each run's, which lists the pages
+    assert b"Head statistics" in sent and b"Share & export" in sent  # the views and the sidebar's slots
+    expect(text_box(page)).to_have_value("Every cat loves warm milk")  # redrawn, holding what was typed
     for label in (b"Attention variant", b"Compare variants", b"Dropout p"):
         assert label not in sent, f"{label!r}: the rest of the sidebar is not sent again"
     assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
@@ -477,6 +487,32 @@ def test_deep_links_are_the_first_request_to_a_fresh_server(page, fresh_server):
     assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
     params = query(page)
     assert (params.get("variant"), params.get("seed"), params.get("num_heads")) == ("mha", "123", "12"), page.url
+
+
+def test_a_deep_link_first_on_a_fresh_server_draws_the_shared_sidebar_whose_values_stay_on_the_next_page(
+        page, fresh_server):
+    """Streamlit routes a fresh server's first request by the pages/ folder: the Steps page script runs alone, runs
+    itself as app.py does, and shows the link's text with the shared sidebar, whose values the Heads page keeps."""
+    server = fresh_server()
+    visit(page, f"{server.url}/steps?text=The%20cat%20sat&num_heads=4&seed=7")
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention step by step")
+    assert urlsplit(page.url).path == "/steps"
+    expect(text_box(page)).to_have_value("The cat sat")
+    expect(sidebar(page).get_by_role("combobox", name="Heads")).to_have_value("4")
+    for label in ("Heads", "Steps", "Shapes", "Tokens", "Train"):
+        expect(sidebar(page).get_by_test_id("stPageLink-NavLink").filter(has_text=label)).to_be_visible()
+    assert [x_tick_labels(chart) for chart in heatmap_charts(page).all()][0] == ["The", "·cat", "·sat"]
+
+    go_to(page, "Heads")
+    assert_no_exception(page)
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention heads")
+    expect(text_box(page)).to_have_value("The cat sat")
+    expect(sidebar(page).get_by_role("combobox", name="Heads")).to_have_value("4")
+    expect(sidebar(page).get_by_role("spinbutton", name="Seed")).to_have_value("7")
+    assert len(grid_titles(page)) == 4
+    assert x_tick_labels(focused_chart(page)) == ["The", "·cat", "·sat"]
+    params = query(page)
+    assert (params.get("text"), params.get("num_heads"), params.get("seed")) == ("The cat sat", "4", "7"), page.url
 
 
 # --------------------------------------------------------------------------- 6. empty text

@@ -74,7 +74,9 @@ def test_every_page_runs_from_the_app(default_app):
 
 @pytest.mark.parametrize("page", PAGES)
 def test_each_page_runs_alone_like_a_deep_link(page):
-    """A shared link as the first request of a session runs the page script without app.py."""
+    """A fresh server's first request for a page's path runs the page script without app.py (Streamlit routes by
+    the pages/ folder until st.navigation is first called): the page is run as app.py runs it, with the shared
+    sidebar showing the link's settings."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     at.query_params["text"] = "Hello world hello"
     at.query_params["variant"] = "causal"
@@ -82,6 +84,8 @@ def test_each_page_runs_alone_like_a_deep_link(page):
     no_exception(at)
     assert at.sidebar.text_area(key="text").value == "Hello world hello"
     assert at.sidebar.selectbox(key="variant").value == "causal"
+    assert [link.proto.label for link in at.sidebar.get("page_link")][:4] == ["Heads", "Steps", "Shapes", "Tokens"]
+    assert at.query_params["text"] == "Hello world hello"  # the URL keeps the link's text
 
 
 def test_default_view_is_gpt2_small_mha_with_12_causal_heads(default_app):
@@ -169,6 +173,46 @@ def test_settings_survive_page_switches():
     assert at.sidebar.selectbox(key="num_heads").value == 6
     at.switch_page("pages/heads.py").run()
     assert len(grid_heads(grid(at))) == 6
+
+
+def test_a_setting_survives_pages_that_do_not_draw_it():
+    """The Train page folds the settings away; K/V groups are drawn only for the variants that have them."""
+    at = app(variant="gqa", num_kv_groups="2", text="Hello world hello")
+    at.switch_page("pages/train.py").run()
+    no_exception(at)
+    assert [e.label for e in at.sidebar.expander] == ["Attention settings"]
+    assert at.sidebar.text_area(key="text").value == "Hello world hello"
+    at.switch_page("pages/steps.py").run()
+    at.sidebar.selectbox(key="variant").set_value("mha").run()  # no K/V groups drawn
+    at.switch_page("pages/heads.py").run()
+    at.sidebar.selectbox(key="variant").set_value("gqa").run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="num_kv_groups").value == 2
+    assert at.sidebar.text_area(key="text").value == "Hello world hello"
+
+
+def test_page_widgets_are_as_the_user_left_them_when_they_come_back():
+    """The focused head and the stage of the Heads page, the Steps page's stage and head: kept while another page
+    is shown (Streamlit drops a widget's value when a run does not draw it; the frame keeps these)."""
+    at = app()
+    at.selectbox(key="heads_focus").set_value(3).run()
+    at.segmented_control(key="heads_stage").set_value("masked").run()
+    at.switch_page("pages/steps.py").run()
+    at.selectbox(key="steps_focus").set_value(5).run()
+    at.segmented_control(key="steps_stage").set_value("weights").run()
+    at.switch_page("pages/train.py").run()
+    at.switch_page("pages/heads.py").run()
+    no_exception(at)
+    assert at.selectbox(key="heads_focus").value == 3
+    assert at.segmented_control(key="heads_stage").value == "masked"
+    assert focused(at)["layout"]["title"]["text"].startswith("head 3")
+    assert grid_heads(grid(at))[3] == "▶ head 3"
+    at.switch_page("pages/steps.py").run()
+    no_exception(at)
+    assert at.selectbox(key="steps_focus").value == 5
+    assert at.segmented_control(key="steps_stage").value == "weights"
+    at.sidebar.selectbox(key="num_heads").set_value(4).run()  # head 5 is gone: head 0
+    assert at.selectbox(key="steps_focus").value == 0
 
 
 def test_empty_text_keeps_the_text_box_and_the_last_view():
@@ -379,7 +423,7 @@ def test_a_click_on_a_tile_or_a_selected_row_focuses_that_head(monkeypatch):
     assert click([{"customdata": 40}]) == 7 and click([]) == 7 and click([{"customdata": "3"}]) == 7
     state["heads_stats"] = SimpleNamespace(selection={"rows": [0], "columns": []})
     ui_heads.focus_from_row("heads_stats", [2, 0, 1])  # the row's head, not its position
-    assert state["heads_focus"] == state["_keep_heads_focus"] == 2
+    assert state["heads_focus"] == 2
     for rows in ([], [3], ["1"]):
         state["heads_stats"] = SimpleNamespace(selection={"rows": rows, "columns": []})
         ui_heads.focus_from_row("heads_stats", [2, 0, 1])

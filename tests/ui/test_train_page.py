@@ -169,12 +169,15 @@ def test_a_deep_link_to_the_train_page_is_a_sessions_first_request():
     assert at.sidebar.text_area(key="text").value == "Hello world"
 
 
-def test_the_train_page_sidebar_has_no_attention_settings():
+def test_the_train_page_sidebar_folds_the_attention_settings_away():
+    """The training ignores them: they are drawn in a collapsed expander (so they keep their values), said so."""
     at = train_page()
-    assert [w.label for w in at.sidebar.text_area] == []
-    assert [w.label for w in at.sidebar.selectbox] == [] and [w.label for w in at.sidebar.toggle] == []
-    assert [w.label for w in at.sidebar.number_input] == [] and [w.label for w in at.sidebar.slider] == []
-    assert "attention settings" in " ".join(c.value for c in at.sidebar.caption)
+    (folded,) = at.sidebar.expander
+    assert folded.label == "Attention settings"
+    assert [w.label for w in folded.text_area] == ["Text"]
+    assert {"Weights", "Attention variant", "Heads"} <= {w.label for w in folded.selectbox}
+    assert [w.label for w in at.sidebar.selectbox] == [w.label for w in folded.selectbox]  # none outside it
+    assert "attention settings do not apply to this page" in " ".join(c.value for c in at.sidebar.caption)
 
 
 def test_settings_survive_a_visit_to_the_train_page():

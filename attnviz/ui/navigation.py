@@ -1,0 +1,71 @@
+"""The app's pages, as ``app.py`` hands them to ``st.navigation``, and what a page script that runs without
+``app.py`` does.
+
+The page scripts live in ``pages/`` beside ``app.py``.  Streamlit routes by that folder (its first multipage
+model: each request runs the requested script alone) until the first ``st.navigation`` call in the server
+process; ``app.py`` makes that call, so from then on every run goes through ``app.py``.  A fresh server's first
+request for a page's own path (a shared link such as ``/steps?text=…``) still runs the page script alone:
+:func:`take_over_routing` is that run's ``st.navigation`` call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+from streamlit.navigation.page import StreamlitPage
+
+
+@dataclass(frozen=True)
+class PageEntry:
+    """One page: its script in ``pages/``, its title and icon in the sidebar, where it is (``url_path``; the
+    default page is at ``/``), whether the sidebar's attention settings apply to its work, and whether its views of
+    one layer fill the sidebar's Text area and Layer selectbox (:mod:`attnviz.ui.layer_views`)."""
+
+    script: str
+    title: str
+    icon: str
+    url_path: str | None = None  # None: the script's name
+    default: bool = False
+    hidden: bool = False  # reachable by its URL, not listed
+    settings_apply: bool = True
+    layer_views: bool = False
+
+
+PAGES = (
+    PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="", default=True, layer_views=True),
+    PageEntry("pages/steps.py", "Steps", ":material/footprint:"),
+    PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
+    PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
+    PageEntry("pages/compare.py", "Compare variants", ":material/compare:"),
+    PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
+    PageEntry("pages/induction.py", "Induction lab", ":material/repeat:"),
+    PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:"),
+    PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False),
+    PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:"),
+    PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
+              layer_views=True),
+)
+
+
+def pages() -> list[StreamlitPage]:
+    """The ``st.Page`` of every entry of :data:`PAGES`, in order (the sidebar lists the visible ones)."""
+    return [st.Page(entry.script, title=entry.title, icon=entry.icon, url_path=entry.url_path, default=entry.default,
+                    visibility="hidden" if entry.hidden else "visible") for entry in PAGES]
+
+
+def entry(page: StreamlitPage) -> PageEntry:
+    """The entry of the page ``st.navigation`` chose."""
+    return next(entry for entry in PAGES if (entry.url_path if entry.url_path is not None
+                                             else entry.script.rsplit("/", 1)[-1][:-3]) == page.url_path)
+
+
+def take_over_routing() -> StreamlitPage:
+    """For a page script that runs without ``app.py``: ``st.navigation`` with ``app.py``'s pages, which returns the
+    page this run is for (the same script).
+
+    That happens once per server process at most: its first request is for a page's own path (``/steps?…``), and
+    Streamlit's ``pages/``-folder routing runs the page script alone.  This call — the public one that switches that
+    routing off for the process — makes the app's pages the ones the browser knows, and every later run goes
+    through ``app.py``.  The caller then runs the page as ``app.py`` does (``attnviz.ui.frame``)."""
+    return st.navigation(pages(), position="hidden")
