@@ -19,6 +19,7 @@ from attnviz.models.gpt import (
     LayerNorm,
     PathRecorder,
     TransformerBlock,
+    random_gpt,
 )
 from attnviz.models.interventions import (
     ablate,
@@ -48,6 +49,7 @@ from attnviz.models.trace import (
 BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
 
 __all__ = [
+    "random_gpt",
     "ablate",
     "ablate_next",
     "ablation_grid",

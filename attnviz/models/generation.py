@@ -5,8 +5,10 @@
 token that feeds only that token; each next token is the argmax of the last position's logits.  Every
 forward is a :class:`Step`: the attention weights of every layer and head for the rows it computed
 ``(layers, heads, q, k)`` (q = the prompt's length, then 1), what each layer's cache holds afterwards and its
-bytes, and the last position's logits with their top 5.  ``use_cache=False`` recomputes the whole sequence at
-every step (the book's ``generate_text_simple``) and keeps the last row of each, so both give comparable steps.
+bytes, and the last position's logits with their top 5.  A cache that keeps only the latest keys (a sliding
+window) attends over fewer: its rows are widened to every position so far with the weight 0 those keys get.
+``use_cache=False`` recomputes the whole sequence at every step (the book's ``generate_text_simple``) and
+keeps the last row of each, so both give comparable steps.
 
 The model may be shared (a loaded checkpoint serves every session): generation runs under
 :func:`attnviz.models.trace.running` (one run at a time, eval mode, causal), starts with a reset and always
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from attnviz.attention import Recorder
 from attnviz.models.gpt import GPTModel, PathRecorder
@@ -122,7 +125,10 @@ def _forward(model: GPTModel, idx: torch.Tensor, use_cache: bool, keep_weights: 
     logits = model(idx, recorder, use_cache=use_cache)  # (1, q, vocab)
     weights = None
     if keep_weights:
-        weights = torch.stack([recorder.blocks[i].steps["weights"][0] for i in range(n_layers)])  # (L, h, q, k)
+        n_keys = model.current_pos if use_cache else idx.shape[1]  # every position so far
+        # a cache holds the latest keys; one that dropped older ones (a sliding window) gave them weight 0
+        rows = [recorder.blocks[i].steps["weights"][0] for i in range(n_layers)]  # L × (h, q, k_held)
+        weights = torch.stack([F.pad(row, (n_keys - row.shape[-1], 0)) for row in rows])  # (L, h, q, n_keys)
         if last_row:
             weights = weights[:, :, -1:, :]  # (L, h, n, n) -> (L, h, 1, n)
         weights = weights.float().cpu().numpy()
