@@ -117,6 +117,18 @@ def _cache_state(model: GPTModel) -> tuple[list[dict[str, tuple[int, ...]]], int
     return shapes, nbytes
 
 
+def cache_settings(model: GPTModel) -> dict:
+    """The model's sizes as :func:`attnviz.kv_cache_bytes` takes them (``emb_dim``, ``n_heads``, ``n_layers``,
+    ``n_kv_heads``, ``head_dim``, ``latent_dim``, ``sliding_window_size``): with ``context_length`` = the
+    positions fed and ``dtype="fp32"``, it gives the bytes :func:`generate`'s steps report."""
+    att = model.trf_blocks[0].att
+    latent_dim = getattr(att, "latent_dim", None)
+    return {"emb_dim": int(model.tok_emb.weight.shape[1]), "n_heads": int(att.num_heads),
+            "n_layers": len(model.trf_blocks), "n_kv_heads": int(getattr(att, "num_kv_groups", att.num_heads)),
+            "head_dim": int(att.head_dim), "latent_dim": None if latent_dim is None else int(latent_dim),
+            "sliding_window_size": getattr(att, "sliding_window_size", None)}
+
+
 def _forward(model: GPTModel, idx: torch.Tensor, use_cache: bool, keep_weights: bool, last_row: bool):
     """Logits of the last position (vocab,) and, if kept, the weights (layers, heads, q, k) of this forward."""
     n_layers = len(model.trf_blocks)

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from attnviz.models import check_step, generate, random_gpt
+from attnviz import kv_cache_bytes
+from attnviz.models import cache_settings, check_step, generate, random_gpt
 from attnviz.models.gpt import RANDOM_GPT_CONFIG
 
 PROMPT = [464, 3797, 3332, 319, 262, 2603, 13, 383, 3797, 3332, 319]  # 11 tokens
@@ -128,6 +129,7 @@ def test_the_cache_holds_the_variants_real_shapes(model):
         }[attention]
         assert step.cache_shapes == [expected] * cfg["n_layers"]
         assert step.cache_bytes == cfg["n_layers"] * sum(4 * math.prod(shape) for shape in expected.values())
+        assert step.cache_bytes == kv_cache_bytes(context_length=n, dtype="fp32", **cache_settings(model))
 
 
 def test_a_reset_starts_a_new_sequence_and_the_plain_forward_is_unchanged(model):

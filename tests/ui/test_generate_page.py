@@ -15,7 +15,7 @@ from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import random_gpt2
 from streamlit.testing.v1 import AppTest
 
-from attnviz import models, tokens, weights
+from attnviz import kv_cache_bytes, models, tokens, weights
 from attnviz.ui.generate import NO_MODEL
 
 pytest.importorskip("transformers")
@@ -175,4 +175,64 @@ def test_a_head_the_next_model_lacks_falls_back_to_head_0():
     at.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()  # 2 layers × 2 heads
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="generate_layer").value == 0 and at.selectbox(key="generate_head").value == 0
+    assert at.text_area[0].value == TEXT
+
+
+# ============================== a small random GPT with a bonus attention ==============================
+
+
+def random_page(**query) -> AppTest:
+    return page(weights=weights.BOOK, text=TEXT, **query)
+
+
+@pytest.mark.parametrize("query, attention, settings, cache", [
+    ({"variant": "gqa", "num_kv_groups": "4"}, "gqa", {"num_kv_groups": 4},
+     lambda n: {"cache_k": f"(1, 4, {n}, 16)", "cache_v": f"(1, 4, {n}, 16)"}),
+    ({"variant": "mqa"}, "mqa", {}, lambda n: {"cache_k": f"(1, 1, {n}, 16)"}),
+    ({"variant": "mla", "latent_dim": "48"}, "mla", {"latent_dim": 48}, lambda n: {"cache_c_kv": f"(1, {n}, 48)"}),
+    ({"variant": "swa", "sliding_window_size": "3"}, "swa", {"sliding_window_size": 3},
+     lambda n: {"cache_k": f"(1, 8, {min(n, 3)}, 16)"}),
+])
+def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cache(query, attention, settings, cache):
+    model = models.random_gpt(attention, **settings)
+    prompt = tokens.encode(TEXT)
+    expected = greedy(model, prompt, 2)
+    at = random_page(**query)
+    assert any(info.value == NO_MODEL for info in at.info)
+    assert at.selectbox(key="generate_random").value == attention  # preselected: the sidebar's attention
+    assert any("Its weights are random: its text is noise" in w.value for w in at.warning)
+    for k in (0, 1, 2):
+        if k:
+            step(at)
+            assert at.metric[0].value == tokens.pieces([expected[len(prompt) + k - 1]])[0].piece
+        n = len(prompt) + k
+        table = at.dataframe[0].value
+        for column, shape in cache(n).items():
+            assert table[column].tolist() == [shape, shape]  # 2 layers
+        held = models.cache_settings(model)
+        assert table["bytes"].sum() == kv_cache_bytes(context_length=n, dtype="fp32", **held)
+        assert any(c.value.endswith(f"= {table['bytes'].sum():,} bytes: " + c.value.split("bytes: ")[-1])
+                   for c in at.caption if c.value.startswith("= kv_cache_bytes("))
+        assert at.success[0].value.startswith("Equals the uncached forward")
+    assert at.text_area[0].value == TEXT
+
+
+def test_sidebar_settings_that_do_not_fit_the_random_gpt_are_said_and_the_preset_used():
+    at = random_page(variant="gqa", num_kv_groups="6")  # 6 divides the sidebar's 12 heads, not the model's 8
+    assert not at.exception
+    assert any("num_kv_groups = 6 does not fit" in c.value.replace("\\", "") for c in at.caption)
+    assert at.dataframe[0].value["cache_k"].iloc[0] == f"(1, 2, {len(tokens.encode(TEXT))}, 16)"
+    at = random_page(variant="mla", latent_dim="512")
+    assert any("latent_dim = 512 does not fit" in c.value.replace("\\", "") for c in at.caption)
+    assert at.dataframe[0].value["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
+
+
+def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
+    at = random_page()  # the book's MHA in the sidebar: nothing preselected
+    assert at.selectbox(key="generate_random").value == "none"
+    assert not [b for b in at.button if b.key == "generate_next"]
+    at.selectbox(key="generate_random").set_value("mha").run()
+    assert not at.exception and at.dataframe[0].value["cache_k"].iloc[0].startswith("(1, 8, ")
+    at.selectbox(key="generate_random").set_value("none").run()
+    assert not at.exception and not [b for b in at.button if b.key == "generate_next"]
     assert at.text_area[0].value == TEXT
