@@ -9,7 +9,7 @@ maps and the recorded path of one layer), ``generation`` (greedy generation with
 from pathlib import Path
 
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
-from attnviz.models.generation import Generation, Step, StepCheck, cache_settings, check_step, generate
+from attnviz.models.generation import Generation, Step, StepCheck, cache_settings, check_step, check_steps, generate
 from attnviz.models.gpt import (
     GELU,
     GPT_CONFIG_124M,
@@ -51,6 +51,7 @@ BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
 __all__ = [
     "random_gpt",
     "cache_settings",
+    "check_steps",
     "ablate",
     "ablate_next",
     "ablation_grid",

@@ -224,6 +224,32 @@ def rows_of(generation: Generation, index: int) -> tuple[int, int]:
     return step.position, step.position + 1
 
 
+def check_steps(model: GPTModel, generation: Generation) -> list[StepCheck]:
+    """Every step against one uncached forward of the whole generated sequence.
+
+    Attention is causal, so that forward's rows and logits at positions < end are those of a forward of the first
+    ``end`` tokens alone (what :func:`check_step` runs): one forward checks every step."""
+    if any(step.weights is None for step in generation.steps):
+        raise ValueError("This generation kept no attention weights (keep_weights=False).")
+    fed = generation.token_ids[: rows_of(generation, len(generation.steps) - 1)[1]]  # every position a step fed
+    idx = torch.tensor([fed], device=model.pos_emb.weight.device)  # (1, n)
+    n_layers = len(model.trf_blocks)
+    recorder = PathRecorder(layers=range(n_layers), recorder_factory=lambda index: _WeightsOnly())
+    with running(model, causal=True):
+        all_logits = model(idx, recorder)[0].float().cpu()  # (1, n, vocab) -> (n, vocab)
+    weights = torch.stack([recorder.blocks[i].steps["weights"][0] for i in range(n_layers)])  # (L, h, n, n)
+    weights = weights.float().cpu().numpy()
+    checks = []
+    for index, step in enumerate(generation.steps):
+        first, end = rows_of(generation, index)
+        logits = all_logits[end - 1]  # (vocab,): the logits this step's last position gives
+        checks.append(StepCheck(
+            weights_diff=float(np.abs(weights[:, :, first:end, :end] - step.weights).max()),
+            logits_diff=float((logits - torch.from_numpy(step.logits)).abs().max()),
+            logits_scale=float(logits.abs().max())))
+    return checks
+
+
 def check_step(model: GPTModel, generation: Generation, index: int) -> StepCheck:
     """Run the model without the cache on every token up to step ``index``'s last one and compare: its weights
     rows (every layer and head) and its last logits."""

@@ -76,9 +76,9 @@ def _generation(ref, prompt: tuple[int, ...], max_new: int) -> generation.Genera
     return generation.generate(_load(ref), list(prompt), max_new)
 
 
-@st.cache_data(max_entries=1024, ttl=3600, show_spinner=False)
-def _check(ref, prompt: tuple[int, ...], max_new: int, index: int) -> generation.StepCheck:
-    return generation.check_step(_load(ref), _generation(ref, prompt, max_new), index)
+@st.cache_resource(max_entries=3, ttl=3600, show_spinner=False)  # frozen StepChecks, one per step
+def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepCheck]:
+    return generation.check_steps(_load(ref), _generation(ref, prompt, max_new))
 
 
 def show(ctx: Context) -> None:
@@ -183,9 +183,11 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
     index = min(max(int(ss.get("_generate_step", 0)), 0), last)
     playing = bool(ss.get("_generate_playing"))
     step_col, play_col, back_col, where_col = st.columns([1, 1, 1, 4])
-    if step_col.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
-                       help="Generate the next token: one forward pass that feeds only the new token."):
-        ss["_generate_step"] = index = index + 1
+    # Step and Prefill change the step in a callback, before this rerun draws anything: every button below is
+    # drawn for the step shown (a click handled after them left Step disabled after Prefill)
+    step_col.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
+                    help="Generate the next token: one forward pass that feeds only the new token.",
+                    on_click=_go_to, args=(index + 1,))
     if playing:
         if play_col.button("Stop", icon=":material/stop:", key="generate_stop"):
             ss["_generate_playing"] = False
@@ -193,9 +195,8 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
     elif play_col.button("Play", icon=":material/play_arrow:", disabled=index >= last, key="generate_play"):
         ss["_generate_playing"] = True
         st.rerun()
-    if back_col.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
-                       help="Back to step 0: the prompt, fed at once."):
-        ss["_generate_step"] = index = 0
+    back_col.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
+                    help="Back to step 0: the prompt, fed at once.", on_click=_go_to, args=(0,))
     if playing and index >= last:
         ss["_generate_playing"] = False
         st.rerun()
@@ -203,6 +204,10 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
         f"prefill: the {result.prompt_length} prompt tokens in one forward pass" if index == 0 else
         f"one new token fed at position {result.steps[index].position}"))
     _step_views(ref, key, result, index)
+
+
+def _go_to(index: int) -> None:
+    ss["_generate_step"] = index
 
 
 def _pieces(token_ids: list[int]) -> list[str]:
@@ -230,8 +235,8 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         chooser = result.steps[index - 1] if index else step
         what = "chosen from" if index else "next, from"
         fig = generation_figures.top_k_figure(_pieces(chooser.top_ids), chooser.top_probs,
-                                              _pieces([chooser.next_token])[0])
-        fig.update_layout(title={"text": f"{'the new token, ' if index else ''}{what} the top 5"})
+                                              _pieces([chooser.next_token])[0],
+                                              title=f"{'the new token, ' if index else ''}{what} the top 5")
         st.plotly_chart(fig, config=plotly_config("top5"), key="generate_top5")
 
     n_layers, n_heads = step.weights.shape[:2] if step.weights is not None else (0, 0)
@@ -293,7 +298,7 @@ def _cache_table(step: generation.Step) -> pd.DataFrame:
 
 def _badge(ref, key: tuple, index: int) -> None:
     try:
-        check = _check(ref, key[1], key[2], index)
+        check = _checks(ref, key[1], key[2])[index]
     except (ValueError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         return

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnviz import kv_cache_bytes
-from attnviz.models import cache_settings, check_step, generate, random_gpt
+from attnviz.models import cache_settings, check_step, check_steps, generate, random_gpt
 from attnviz.models.gpt import RANDOM_GPT_CONFIG
 
 PROMPT = [464, 3797, 3332, 319, 262, 2603, 13, 383, 3797, 3332, 319]  # 11 tokens
@@ -106,7 +106,7 @@ def test_every_cached_step_equals_the_full_forward_written_here(model):
         assert torch.allclose(torch.from_numpy(step.weights), rows, atol=1e-5), index
         assert torch.allclose(torch.from_numpy(step.logits), logits[-1], atol=1e-5 * logits.abs().max()), index
         assert step.next_token == int(logits[-1].argmax())
-        assert check_step(model, result, index).ok
+        assert check_step(model, result, index).ok and check_steps(model, result)[index].ok
         if index:
             ids.append(step.fed[0])
     assert ids == result.token_ids  # each step fed the token the step before chose

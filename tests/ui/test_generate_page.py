@@ -236,3 +236,15 @@ def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
     at.selectbox(key="generate_random").set_value("none").run()
     assert not at.exception and not [b for b in at.button if b.key == "generate_next"]
     assert at.text_area[0].value == TEXT
+
+
+def test_prefill_then_step_again_every_button_drawn_for_the_step_shown():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="2")
+    step(step(at))
+    assert at.button(key="generate_next").disabled and not at.button(key="generate_back").disabled
+    at.button(key="generate_back").click().run()
+    assert not at.exception and any(m.value.startswith("**Step 0 of 2**") for m in at.markdown)
+    assert not at.button(key="generate_next").disabled and at.button(key="generate_back").disabled
+    step(at)
+    assert any(m.value.startswith("**Step 1 of 2**") for m in at.markdown)
+    assert not at.button(key="generate_back").disabled
