@@ -107,13 +107,11 @@ GENERATE = "attnviz/ui/generate.py"
 FIGURES = "attnviz/views/generation_figures.py"
 ABLATIONS = {  # name -> (file, patches): (old, new) replaces the first old in that file
     "as is": (GENERATE, []),
-    "no top-5 chart": (GENERATE, [('st.plotly_chart(fig, config=plotly_config("top5"), key="generate_top5")',
-                                   "pass")]),
-    "cache table as st.table": (GENERATE, [
-        ('st.dataframe(_cache_table(step), hide_index=True, key="generate_cache_table")',
-         "st.table(_cache_table(step))")]),
+    "the whole prompt above each step": (GENERATE, [("PROMPT_SHOWN = 40", "PROMPT_SHOWN = 1024")]),
     "no cost section": (GENERATE, [("    st.divider()\n    cost_section(ctx, sizes)", "    pass")]),
-    "no hover text": (FIGURES, [("customdata=hover, ", "")]),
+    "no cache table": (GENERATE, [('st.dataframe(_cache_table(step), hide_index=True, key="generate_cache_table")',
+                                   "pass")]),
+    "no hover text on the map": (FIGURES, [("customdata=hover, ", "")]),
 }
 
 

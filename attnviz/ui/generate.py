@@ -25,6 +25,7 @@ from attnviz.views import generation_figures
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
+PROMPT_SHOWN = 40  # the prompt's last tokens shown above each step
 PLAY_INTERVAL = 0.6  # seconds between two steps while playing
 URL_KEY = "new_tokens"  # the page's one URL parameter, read on a session's first visit
 NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are one attention layer with no "
@@ -206,6 +207,16 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
     _step_views(ref, key, result, index)
 
 
+def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
+    """The top k as a small Markdown table, most likely first and in bold (the greedy choice); pieces escaped.  A
+    table, not a chart: it is redrawn at every step, and a second Plotly chart doubled the browser's work."""
+    lines = [f"**{title}**", "", "| | token | probability |", "|---:|---|---:|"]
+    for rank, (piece, prob) in enumerate(zip(pieces, probs), start=1):
+        cell = f"{markdown_escape(piece)} ← chosen" if rank == 1 else markdown_escape(piece)
+        lines.append(f"| {rank} | {cell} | {prob:.1%} |")
+    return "\n".join(lines)
+
+
 def _go_to(index: int) -> None:
     ss["_generate_step"] = index
 
@@ -221,7 +232,8 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
     text_col, top_col = st.columns([3, 2])
     with text_col:
         shown = result.token_ids[: result.prompt_length + index]
-        prompt_text = tokens.decode(shown[: result.prompt_length])
+        tail = max(0, result.prompt_length - PROMPT_SHOWN)  # a long prompt: its end (the sidebar has all of it)
+        prompt_text = ("…" if tail else "") + tokens.decode(shown[tail: result.prompt_length])
         new_text = tokens.decode(shown[result.prompt_length:])
         st.markdown(f"{markdown_escape(prompt_text)}**:orange[{markdown_escape(new_text)}]**")
         if index == 0:
@@ -233,11 +245,8 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         _badge(ref, key, index)
     with top_col:
         chooser = result.steps[index - 1] if index else step
-        what = "chosen from" if index else "next, from"
-        fig = generation_figures.top_k_figure(_pieces(chooser.top_ids), chooser.top_probs,
-                                              _pieces([chooser.next_token])[0],
-                                              title=f"{'the new token, ' if index else ''}{what} the top 5")
-        st.plotly_chart(fig, config=plotly_config("top5"), key="generate_top5")
+        title = "The new token, chosen from the top 5" if index else "The next token, from the top 5"
+        st.markdown(top_k_table(_pieces(chooser.top_ids), chooser.top_probs, title))
 
     n_layers, n_heads = step.weights.shape[:2] if step.weights is not None else (0, 0)
     map_col, cache_col = st.columns([3, 2])

@@ -1,5 +1,5 @@
-"""Figures of generation with a KV cache: the new query rows over the cached keys, the top 5 a token was chosen
-from, and the cache's bytes against the context length.  Pure Plotly: arrays and labels in, a ``go.Figure`` out."""
+"""Figures of generation with a KV cache: the new query rows over the cached keys and the cache's bytes against the
+context length.  Pure Plotly: arrays and labels in, a ``go.Figure`` out."""
 
 from __future__ import annotations
 
@@ -52,23 +52,6 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
                         "x1": prompt_length - 0.5, "y0": 0, "y1": 1,
                         "line": {"color": "#e6550d", "width": 1, "dash": "dot"}}],
         })
-
-
-def top_k_figure(labels: list[str], probs: list[float], chosen: str, title: str | None = None) -> go.Figure:
-    """The next-token probabilities of the top k, most likely at the top; the greedy choice marked (labels escaped).
-    ``title``: what the chart says above it (default: the choice)."""
-    labels = [html.escape(label, quote=True) for label in labels]
-    chosen = html.escape(chosen, quote=True)
-    colors = ["#e6550d" if i == 0 else "#9ecae1" for i in range(len(labels))]
-    return go.Figure(
-        data=[go.Bar(x=probs, y=labels, orientation="h", marker={"color": colors},
-                     text=[f"{p:.1%}" for p in probs], textposition="auto",
-                     hovertemplate="%{y}: p = %{x:.4f}<extra></extra>")],
-        layout={"title": {"text": title or f"chose {chosen} (greedy: the most likely)", "font": {"size": 14}},
-                "height": 240,
-                "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
-                "yaxis": {"autorange": "reversed", "type": "category"},
-                "xaxis": {"title": {"text": "probability"}, "range": [0, max(1e-9, max(probs, default=1.0)) * 1.1]}})
 
 
 def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: dict[str, str] | None = None, *,

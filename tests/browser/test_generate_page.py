@@ -52,6 +52,8 @@ def test_step_draws_the_new_token_and_the_growing_cache(page, server):
         print(f"step {k}: drawn {time.perf_counter() - start:.3f} s after the click")
         assert_no_exception(page)
         expect(new_token_metric(page)).to_have_text(tokens.pieces([token])[0].piece)
+        expect(main.get_by_text("The new token, chosen from the top 5")).to_be_visible()
+        expect(main.locator("table").filter(has_text="← chosen").first).to_contain_text(tokens.pieces([token])[0].piece)
         expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
         expect(main.locator(".js-plotly-plot").filter(has_text="query row over the cached keys")).to_have_count(1)
         expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(

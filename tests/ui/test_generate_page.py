@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnviz import kv_cache_bytes, models, tokens, weights
 from attnviz.ui.generate import NO_MODEL
+from attnviz.ui.urlstate import markdown_escape
 
 pytest.importorskip("transformers")
 
@@ -89,8 +90,11 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
         step(at)
         new_token = expected[len(prompt) + k - 1]
         assert at.metric[0].value == tokens.pieces([new_token])[0].piece
-        top5 = figure(at, "the top 5")
-        assert top5["data"][0]["y"][0] == tokens.pieces([new_token])[0].piece  # chosen: the most likely
+        top5 = next(m.value for m in at.markdown if m.value.startswith("**The new token, chosen from the top 5**"))
+        rows = [line.split(" | ") for line in top5.splitlines()[4:]]
+        assert len(rows) == 5 and rows[0][1] == markdown_escape(tokens.pieces([new_token])[0].piece) + " ← chosen"
+        probs = [float(row[2].rstrip(" |%")) for row in rows]
+        assert probs == sorted(probs, reverse=True)  # the chosen one is the most likely
         n = len(prompt) + k
         assert at.dataframe[0].value["cache_v"].tolist() == [f"(1, {n_heads}, {n}, {head_dim})"] * n_layers
         assert at.dataframe[0].value["bytes"].sum() == held(n)
@@ -248,3 +252,13 @@ def test_prefill_then_step_again_every_button_drawn_for_the_step_shown():
     step(at)
     assert any(m.value.startswith("**Step 1 of 2**") for m in at.markdown)
     assert not at.button(key="generate_back").disabled
+
+
+def test_a_long_prompt_shows_its_end_and_the_top_5_escapes_its_tokens():
+    text = "word " * 60 + "| *not bold* |"
+    at = page(weights=weights.BUNDLED_NAME, text=text, new_tokens="1")
+    shown = next(m.value for m in at.markdown if m.value.startswith("…"))
+    assert "word " * 50 not in shown.replace("\\", "") and "not bold" in shown
+    top5 = next(m.value for m in at.markdown if m.value.startswith("**The next token, from the top 5**"))
+    assert len(top5.splitlines()) == 4 + 5 and all(line.count(" | ") == 2 for line in top5.splitlines()[4:])
+    assert at.text_area[0].value == text
