@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
-from helpers.checkpoints import random_gpt2
+from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
 from attnviz import kv_cache_bytes, models, tokens, weights
@@ -29,16 +29,13 @@ TEXT = "The cat sat on the mat. The cat"
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("generate-checkpoints")
-    random_gpt2(11, n_layer=3, n_head=4, n_embd=64, n_positions=48).save_pretrained(folder / NAME)
-    return folder
+    model = random_gpt2(11, n_layer=3, n_head=4, n_embd=64, n_positions=48)
+    return write_checkpoints(tmp_path_factory.mktemp("generate-checkpoints"), NAME, model)
 
 
 @pytest.fixture(autouse=True)
 def environment(checkpoints, monkeypatch):
-    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", str(checkpoints))
-    monkeypatch.setenv("HF_HUB_CACHE", str(checkpoints / "no-hf-cache"))
-    monkeypatch.setattr(weights, "_discovered", None)
+    use_checkpoints(monkeypatch, checkpoints)
 
 
 def page(**query) -> AppTest:
