@@ -2,6 +2,7 @@
 
     python benchmarks/generate_browser.py                 # 3 rounds of 20 steps, the bundled model
     python benchmarks/generate_browser.py --rounds 5 --steps 10 --label after
+    python benchmarks/generate_browser.py --app-root /tmp/before --label before   # another checkout
 
 The bundled model (2 layers × 2 heads, context 256).  The prompt is a text of exactly ``256 − steps`` GPT-2 tokens
 (``payload.text_of_tokens``) and ``new_tokens`` = ``steps``, so step k has ``256 − steps + k`` tokens cached and the
@@ -27,7 +28,8 @@ each step drawn ≤ 0.3 s with 256 tokens cached.
 
 ``--ablation R``: instead, copies of the app with parts of the Generate page's step left out or replaced
 (:data:`ABLATIONS`, ``browser.app_copy``), each on its own server, R rounds each, the copies taking turns — what
-each part of a step costs in the browser.
+each part of a step costs in the browser.  ``--floor``: the same timing on ``benchmarks/generate_floor_app.py``
+(a fragment redrawing one heatmap of the step's rows: the least a Streamlit page can do per step).
 """
 
 from __future__ import annotations
@@ -137,13 +139,13 @@ def step_once(page, frames: FrameCounter, server, marker: str) -> dict:
             "server_cpu_ms": (cpu_after - cpu_before) * 1e3, **frames.busy_since_reset()}
 
 
-def open_generate(browser, url: str, query: str, steps: int):
+def open_generate(browser, url: str, query: str, steps: int, path: str = "/generate"):
     context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
     page.add_init_script(INIT_JS)
     frames = FrameCounter(page)
-    page.goto(f"{url}/generate?{query}")
+    page.goto(f"{url}{path}?{query}")
     page.wait_for_function(IDLE_AT_JS, arg=f"Step 0 of {steps}", polling="raf", timeout=TIMEOUT_MS)
     return context, page, frames
 
@@ -182,13 +184,28 @@ def ablation(browser, query: str, steps: int, rounds: int) -> dict[str, list[dic
     return results
 
 
+def _commit(root: Path) -> str:
+    import subprocess
+
+    marker = root / "COMMIT"  # a `git archive` copy: write the commit there
+    if marker.exists():
+        return marker.read_text().strip()
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --steps steps (Prefill between them)")
     parser.add_argument("--steps", type=int, default=20, help="new tokens: the last step has 256 tokens cached")
     parser.add_argument("--label", default="", help="a suffix for the results file (e.g. before, after)")
+    parser.add_argument("--app-root", type=Path, default=ROOT,
+                        help="time another checkout's app.py (e.g. a `git archive` of an earlier commit)")
+    parser.add_argument("--floor", action="store_true", help="time benchmarks/generate_floor_app.py instead")
     parser.add_argument("--ablation", type=int, default=0, metavar="ROUNDS", help="time the ABLATIONS copies instead")
     args = parser.parse_args(argv)
+    args.app_root = args.app_root.resolve()
+    os.chdir(args.app_root)  # payload and attnviz are imported from ROOT; the server runs app_root's app.py
 
     from playwright.sync_api import sync_playwright
 
@@ -198,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     assert len(tokens.encode(prompt)) == CONTEXT - args.steps
     query = urllib.parse.urlencode({"weights": "bundled model", "text": prompt, "new_tokens": args.steps},
                                    quote_via=urllib.parse.quote)
-    info = machine()
+    info = {**machine(), "commit": _commit(args.app_root)}
+    settings = {**vars(args), "app_root": str(args.app_root)}
     if args.ablation:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -211,14 +229,16 @@ def main(argv: list[str] | None = None) -> int:
                    for name, samples in results.items()}
         print(json.dumps({**summary, "load_before": info["load_before"], "load_after": info["load_after"]}, indent=1))
         name = f"generate_browser_ablation_{args.label}.json" if args.label else "generate_browser_ablation.json"
-        RESULTS.joinpath(name).write_text(json.dumps({"machine": info, "args": vars(args), "summary": summary,
+        RESULTS.joinpath(name).write_text(json.dumps({"machine": info, "args": settings, "summary": summary,
                                                       "samples": results}, indent=1) + "\n")
         print(f"wrote {RESULTS / name}")
         return 0
     samples: list[dict] = []
-    with streamlit_server("attnviz", "app.py") as server, sync_playwright() as playwright:
+    script = "benchmarks/generate_floor_app.py" if args.floor else "app.py"
+    with streamlit_server("attnviz", script, cwd=args.app_root) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        context, page, frames = open_generate(browser, server.url, query, args.steps)
+        context, page, frames = open_generate(browser, server.url, query, args.steps,
+                                              path="/" if args.floor else "/generate")
         for round_ in range(args.rounds):
             for sample in steps_round(page, frames, server, args.steps, first=round_ == 0):
                 sample["round"] = round_
@@ -241,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps({**summary, "load_before": info["load_before"], "load_after": info["load_after"]}, indent=1))
     name = f"generate_browser_{args.label}.json" if args.label else "generate_browser.json"
-    RESULTS.joinpath(name).write_text(json.dumps({"machine": info, "args": vars(args), "summary": summary,
+    RESULTS.joinpath(name).write_text(json.dumps({"machine": info, "args": settings, "summary": summary,
                                                   "samples": samples}, indent=1) + "\n")
     print(f"wrote {RESULTS / name}")
     return 0
