@@ -9,7 +9,7 @@ maps and the recorded path of one layer), ``generation`` (greedy generation with
 from pathlib import Path
 
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
-from attnviz.models.generation import Generation, Step, StepCheck, check_step, generate
+from attnviz.models.generation import Generation, Step, StepCheck, cache_settings, check_step, check_steps, generate
 from attnviz.models.gpt import (
     GELU,
     GPT_CONFIG_124M,
@@ -19,6 +19,7 @@ from attnviz.models.gpt import (
     LayerNorm,
     PathRecorder,
     TransformerBlock,
+    random_gpt,
 )
 from attnviz.models.interventions import (
     ablate,
@@ -48,6 +49,9 @@ from attnviz.models.trace import (
 BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
 
 __all__ = [
+    "random_gpt",
+    "cache_settings",
+    "check_steps",
     "ablate",
     "ablate_next",
     "ablation_grid",

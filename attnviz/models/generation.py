@@ -5,8 +5,10 @@
 token that feeds only that token; each next token is the argmax of the last position's logits.  Every
 forward is a :class:`Step`: the attention weights of every layer and head for the rows it computed
 ``(layers, heads, q, k)`` (q = the prompt's length, then 1), what each layer's cache holds afterwards and its
-bytes, and the last position's logits with their top 5.  ``use_cache=False`` recomputes the whole sequence at
-every step (the book's ``generate_text_simple``) and keeps the last row of each, so both give comparable steps.
+bytes, and the last position's logits with their top 5.  A cache that keeps only the latest keys (a sliding
+window) attends over fewer: its rows are widened to every position so far with the weight 0 those keys get.
+``use_cache=False`` recomputes the whole sequence at every step (the book's ``generate_text_simple``) and
+keeps the last row of each, so both give comparable steps.
 
 The model may be shared (a loaded checkpoint serves every session): generation runs under
 :func:`attnviz.models.trace.running` (one run at a time, eval mode, causal), starts with a reset and always
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from attnviz.attention import Recorder
 from attnviz.models.gpt import GPTModel, PathRecorder
@@ -114,6 +117,18 @@ def _cache_state(model: GPTModel) -> tuple[list[dict[str, tuple[int, ...]]], int
     return shapes, nbytes
 
 
+def cache_settings(model: GPTModel) -> dict:
+    """The model's sizes as :func:`attnviz.kv_cache_bytes` takes them (``emb_dim``, ``n_heads``, ``n_layers``,
+    ``n_kv_heads``, ``head_dim``, ``latent_dim``, ``sliding_window_size``): with ``context_length`` = the
+    positions fed and ``dtype="fp32"``, it gives the bytes :func:`generate`'s steps report."""
+    att = model.trf_blocks[0].att
+    latent_dim = getattr(att, "latent_dim", None)
+    return {"emb_dim": int(model.tok_emb.weight.shape[1]), "n_heads": int(att.num_heads),
+            "n_layers": len(model.trf_blocks), "n_kv_heads": int(getattr(att, "num_kv_groups", att.num_heads)),
+            "head_dim": int(att.head_dim), "latent_dim": None if latent_dim is None else int(latent_dim),
+            "sliding_window_size": getattr(att, "sliding_window_size", None)}
+
+
 def _forward(model: GPTModel, idx: torch.Tensor, use_cache: bool, keep_weights: bool, last_row: bool):
     """Logits of the last position (vocab,) and, if kept, the weights (layers, heads, q, k) of this forward."""
     n_layers = len(model.trf_blocks)
@@ -122,7 +137,10 @@ def _forward(model: GPTModel, idx: torch.Tensor, use_cache: bool, keep_weights: 
     logits = model(idx, recorder, use_cache=use_cache)  # (1, q, vocab)
     weights = None
     if keep_weights:
-        weights = torch.stack([recorder.blocks[i].steps["weights"][0] for i in range(n_layers)])  # (L, h, q, k)
+        n_keys = model.current_pos if use_cache else idx.shape[1]  # every position so far
+        # a cache holds the latest keys; one that dropped older ones (a sliding window) gave them weight 0
+        rows = [recorder.blocks[i].steps["weights"][0] for i in range(n_layers)]  # L × (h, q, k_held)
+        weights = torch.stack([F.pad(row, (n_keys - row.shape[-1], 0)) for row in rows])  # (L, h, q, n_keys)
         if last_row:
             weights = weights[:, :, -1:, :]  # (L, h, n, n) -> (L, h, 1, n)
         weights = weights.float().cpu().numpy()
@@ -204,6 +222,32 @@ def rows_of(generation: Generation, index: int) -> tuple[int, int]:
     if index == 0:
         return 0, generation.prompt_length
     return step.position, step.position + 1
+
+
+def check_steps(model: GPTModel, generation: Generation) -> list[StepCheck]:
+    """Every step against one uncached forward of the whole generated sequence.
+
+    Attention is causal, so that forward's rows and logits at positions < end are those of a forward of the first
+    ``end`` tokens alone (what :func:`check_step` runs): one forward checks every step."""
+    if any(step.weights is None for step in generation.steps):
+        raise ValueError("This generation kept no attention weights (keep_weights=False).")
+    fed = generation.token_ids[: rows_of(generation, len(generation.steps) - 1)[1]]  # every position a step fed
+    idx = torch.tensor([fed], device=model.pos_emb.weight.device)  # (1, n)
+    n_layers = len(model.trf_blocks)
+    recorder = PathRecorder(layers=range(n_layers), recorder_factory=lambda index: _WeightsOnly())
+    with running(model, causal=True):
+        all_logits = model(idx, recorder)[0].float().cpu()  # (1, n, vocab) -> (n, vocab)
+    weights = torch.stack([recorder.blocks[i].steps["weights"][0] for i in range(n_layers)])  # (L, h, n, n)
+    weights = weights.float().cpu().numpy()
+    checks = []
+    for index, step in enumerate(generation.steps):
+        first, end = rows_of(generation, index)
+        logits = all_logits[end - 1]  # (vocab,): the logits this step's last position gives
+        checks.append(StepCheck(
+            weights_diff=float(np.abs(weights[:, :, first:end, :end] - step.weights).max()),
+            logits_diff=float((logits - torch.from_numpy(step.logits)).abs().max()),
+            logits_scale=float(logits.abs().max())))
+    return checks
 
 
 def check_step(model: GPTModel, generation: Generation, index: int) -> StepCheck:

@@ -14,7 +14,12 @@ unchanged.  Three additions, none of which changes a result:
   feeds only the new tokens, each block's :class:`CachedMultiHeadAttention` appends their keys and values
   to ``cache_k``/``cache_v`` and masks from ``ptr_current_pos``, the model's position embedding starts at
   ``current_pos``; ``reset_kv_cache()`` empties every cache and both positions.  ``use_cache=False`` (the
-  default) is the book's plain forward, unchanged.
+  default) is the book's plain forward, unchanged;
+* ``cfg["attention"]`` (default ``"mha"``, the book's) may name a bonus variant, as the book's
+  ``gpt_with_kv_gqa.py`` / ``_mla.py`` / ``_swa.py`` swap the block's attention: ``"gqa"`` (``cfg["num_kv_groups"]``
+  K/V heads), ``"mqa"`` (one), ``"mla"`` (``cfg["latent_dim"]``) or ``"swa"`` (``cfg["sliding_window_size"]``),
+  each with the cache it really keeps (:mod:`attnviz.models.cached_attention`).  :func:`random_gpt` builds a
+  small one with random weights: its text is noise, its cache has the variant's real shapes.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from attnviz import rng
 from attnviz.attention import MultiHeadAttention, Recorder, record
+from attnviz.models.cached_attention import (
+    CachedGroupedQueryAttention,
+    CachedMultiHeadAttentionWithSWA,
+    CachedMultiHeadLatentAttention,
+)
 
 # The book's GPT_CONFIG_124M (Chapter 4): GPT-2 small.
 GPT_CONFIG_124M = {
@@ -157,6 +168,26 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         return {"cache_k": self.cache_k, "cache_v": self.cache_v}
 
 
+ATTENTIONS = ("mha", "gqa", "mqa", "mla", "swa")  # what cfg["attention"] may name
+
+
+def build_attention(cfg: dict) -> nn.Module:
+    """The block's attention for ``cfg["attention"]`` (default "mha"), every one with its KV cache."""
+    attention = cfg.get("attention", "mha")
+    common = {"d_in": cfg["emb_dim"], "d_out": cfg["emb_dim"], "num_heads": cfg["n_heads"],
+              "dropout": cfg["drop_rate"], "qkv_bias": cfg["qkv_bias"]}
+    if attention == "mha":
+        return CachedMultiHeadAttention(context_length=cfg["context_length"], **common)
+    if attention in ("gqa", "mqa"):
+        groups = 1 if attention == "mqa" else cfg["num_kv_groups"]  # the NUMBER of K/V heads
+        return CachedGroupedQueryAttention(num_kv_groups=groups, **common)
+    if attention == "mla":
+        return CachedMultiHeadLatentAttention(latent_dim=cfg.get("latent_dim"), **common)
+    if attention == "swa":
+        return CachedMultiHeadAttentionWithSWA(sliding_window_size=cfg.get("sliding_window_size"), **common)
+    raise ValueError(f"Unknown attention {attention!r}; choose one of {', '.join(ATTENTIONS)}.")
+
+
 class TransformerBlock(nn.Module):
     """Section 4.5: pre-LayerNorm attention and feed-forward, each with a shortcut connection.
 
@@ -167,14 +198,7 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, cfg: dict):
         super().__init__()
-        self.att = CachedMultiHeadAttention(
-            d_in=cfg["emb_dim"],
-            d_out=cfg["emb_dim"],
-            context_length=cfg["context_length"],
-            num_heads=cfg["n_heads"],
-            dropout=cfg["drop_rate"],
-            qkv_bias=cfg["qkv_bias"],
-        )
+        self.att = build_attention(cfg)  # the book's CachedMultiHeadAttention, or the variant cfg names
         self.ff = FeedForward(cfg)
         self.norm1 = LayerNorm(cfg["emb_dim"], eps=cfg.get("ln_eps", 1e-5))
         self.norm2 = LayerNorm(cfg["emb_dim"], eps=cfg.get("ln_eps", 1e-5))
@@ -296,3 +320,39 @@ class GPTModel(nn.Module):
         for block in self.trf_blocks:
             block.att.reset_cache()
         self.current_pos = 0
+
+
+# A small GPT for showing a variant's cache: GPT-2's vocabulary (the page's tokens), the bundled model's context.
+RANDOM_GPT_CONFIG = {
+    "vocab_size": 50257,
+    "context_length": 256,
+    "emb_dim": 128,
+    "n_heads": 8,  # head_dim 16
+    "n_layers": 2,
+    "drop_rate": 0.0,
+    "qkv_bias": False,
+    "num_kv_groups": 2,  # gqa: 2 K/V heads, each shared by 4 query heads
+    "latent_dim": 32,  # mla: a 32-wide latent instead of 2 × 128 keys and values per token
+    "sliding_window_size": 16,  # swa: each query sees itself and the 15 tokens before it
+}
+
+
+def random_gpt(attention: str, seed: int = 123, **settings) -> GPTModel:
+    """A :data:`RANDOM_GPT_CONFIG` GPTModel with ``attention`` ("mha", "gqa", "mqa", "mla", "swa") and random
+    weights (``torch.manual_seed(seed)``), in eval mode.  ``settings`` override the config (``num_kv_groups``,
+    ``latent_dim``, ``sliding_window_size``, …).  Its text is noise: it exists to show the cache's real shapes."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"Unknown attention {attention!r}; choose one of {', '.join(ATTENTIONS)}.")
+    cfg = {**RANDOM_GPT_CONFIG, **settings, "attention": attention}
+    heads, width = cfg["n_heads"], cfg["emb_dim"]
+    for name, value in (("num_kv_groups", cfg["num_kv_groups"]), ("latent_dim", cfg["latent_dim"]),
+                        ("sliding_window_size", cfg["sliding_window_size"])):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}.")
+    if attention == "gqa" and heads % cfg["num_kv_groups"]:
+        raise ValueError(f"num_kv_groups {cfg['num_kv_groups']} does not divide the {heads} heads.")
+    if cfg["latent_dim"] > width:
+        raise ValueError(f"latent_dim {cfg['latent_dim']} is wider than the model's {width}.")
+    with rng.seeded(seed):
+        model = GPTModel(cfg)
+    return model.eval()

@@ -1,6 +1,8 @@
 """The Generate page's glue: the number of new tokens, the cached greedy generation of the sidebar's model, the
 stepper (Step, Play/Stop in a fragment that reruns itself while playing), each step's views, and what a KV cache
-costs (the variants' chart, the real models' table).
+costs (the variants' chart, the real models' table).  Without a language model under Weights the page offers a
+small random GPT with a chosen attention (MHA, GQA, MQA, MLA, SWA), labelled as noise: it shows the cache's real
+shapes (K/V heads, the latent, at most W keys).
 
 Greedy generation is deterministic, so the page generates once (cached per model, prompt and count) and the
 stepper shows one forward pass at a time: what the model computed at that step, never a replay of something else.
@@ -12,9 +14,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnviz import kv_cache, tokens
+from attnviz import kv_cache, tokens, variants
 from attnviz import weights as core_weights
 from attnviz.models import CheckpointError, generation
+from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind, ss
 from attnviz.ui.urlstate import markdown_escape
@@ -22,12 +25,18 @@ from attnviz.views import generation_figures
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
+PROMPT_SHOWN = 40  # the prompt's last tokens shown above each step
 PLAY_INTERVAL = 0.6  # seconds between two steps while playing
 URL_KEY = "new_tokens"  # the page's one URL parameter, read on a session's first visit
 NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are one attention layer with no "
             "output head, so they predict no tokens. Pick a model under **Weights** in the sidebar — the "
             "**bundled model** is always there (a small GPT-2 trained by attnviz); checkpoints you pass with "
             "`--checkpoint` or `ATTNVIZ_CHECKPOINTS`, and models trained on the Train page, are listed too.")
+RANDOM_NONE = "none"
+RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
+RANDOM_SETTING = {"gqa": "num_kv_groups", "mla": "latent_dim", "swa": "sliding_window_size"}  # the one each takes
+RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are random: its text is noise. "
+                "It is here to show what this attention's KV cache really holds, step by step.")
 
 
 def url_new_tokens() -> None:
@@ -51,14 +60,26 @@ def url_new_tokens() -> None:
     ss["generate_new"] = value
 
 
+@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128, GPT-2's vocabulary: ~52 MB
+def _random_model(attention: str, settings: tuple) -> gpt_model.GPTModel:
+    return gpt_model.random_gpt(attention, **dict(settings))
+
+
+def _load(ref) -> gpt_model.GPTModel:
+    """The model behind a Weights ref, or a random GPT's ref ``(RANDOM_KIND, attention, settings)``."""
+    if isinstance(ref, tuple) and ref[0] == RANDOM_KIND:
+        return _random_model(ref[1], ref[2])
+    return core_weights.load(ref)
+
+
 @st.cache_resource(max_entries=3, ttl=3600, show_spinner=False)  # a prefill's weights can be (12, 12, 1024, 1024)
-def _generation(ref: str, prompt: tuple[int, ...], max_new: int) -> generation.Generation:
-    return generation.generate(core_weights.load(ref), list(prompt), max_new)
+def _generation(ref, prompt: tuple[int, ...], max_new: int) -> generation.Generation:
+    return generation.generate(_load(ref), list(prompt), max_new)
 
 
-@st.cache_data(max_entries=1024, ttl=3600, show_spinner=False)
-def _check(ref: str, prompt: tuple[int, ...], max_new: int, index: int) -> generation.StepCheck:
-    return generation.check_step(core_weights.load(ref), _generation(ref, prompt, max_new), index)
+@st.cache_resource(max_entries=3, ttl=3600, show_spinner=False)  # frozen StepChecks, one per step
+def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepCheck]:
+    return generation.check_steps(_load(ref), _generation(ref, prompt, max_new))
 
 
 def show(ctx: Context) -> None:
@@ -69,9 +90,10 @@ def show(ctx: Context) -> None:
     sizes = None
     if ref is None:
         st.info(NO_MODEL, icon=":material/info:")
-    else:
+        ref = _random_choice(ctx)
+    if ref is not None:
         try:
-            model = core_weights.load(ref)
+            model = _load(ref)
             sizes = core_weights.sizes(model)
             _generate_section(ctx, ref)
         except (ValueError, CheckpointError) as exc:
@@ -80,7 +102,55 @@ def show(ctx: Context) -> None:
     cost_section(ctx, sizes)
 
 
-def _generate_section(ctx: Context, ref: str) -> None:
+def _random_choice(ctx: Context) -> tuple | None:
+    """Offer a small random GPT with one of the block attentions; preselect the sidebar's variant when it is one of
+    the bonus ones.  Returns its ref ``(RANDOM_KIND, attention, settings)``, or None."""
+    names = [RANDOM_NONE, *gpt_model.ATTENTIONS]
+    bonus = gpt_model.ATTENTIONS[1:]  # the first is the book's multi-head attention
+    default = ctx.config.variant if ctx.config.variant in bonus else RANDOM_NONE
+    if ss.get("generate_random") not in names:
+        ss["generate_random"] = default
+    attention = st.selectbox(
+        "Or generate with a small random GPT", names, key="generate_random",
+        format_func=lambda name: "no, thanks" if name == RANDOM_NONE else
+        f"a small random GPT with {variants.LABELS[name].split(' (')[0].lower()}",
+        help="A 2-layer GPT with GPT-2's vocabulary and random weights: its text is noise, but its KV cache has "
+             "the real shapes of that attention — K/V heads for GQA and MQA, one latent per token for MLA, at "
+             "most W keys for a sliding window. The sidebar's K/V groups, latent width or window are used when "
+             "the sidebar shows the same attention and they fit this model.")
+    if attention == RANDOM_NONE:
+        return None
+    settings, notes = random_settings(ctx.config, attention)
+    cfg = {**gpt_model.RANDOM_GPT_CONFIG, **settings}
+    sizes = [f"{cfg['n_layers']} layers", f"{cfg['n_heads']} heads of {cfg['emb_dim'] // cfg['n_heads']}",
+             f"emb_dim {cfg['emb_dim']}", f"context {cfg['context_length']}"]
+    sizes += {"gqa": [f"{cfg['num_kv_groups']} K/V heads"], "mqa": ["1 K/V head"],
+              "mla": [f"latent_dim {cfg['latent_dim']}"], "swa": [f"window W = {cfg['sliding_window_size']}"]
+              }.get(attention, [])
+    label = variants.LABELS[attention].split(" (")[0].lower()
+    st.warning(RANDOM_NOISE.format(label=label, sizes=", ".join(sizes)), icon=":material/casino:")
+    for note in notes:
+        st.caption(markdown_escape(note))
+    return (RANDOM_KIND, attention, tuple(sorted(settings.items())))
+
+
+def random_settings(config, attention: str) -> tuple[dict, list[str]]:
+    """The random GPT's setting for ``attention``: the sidebar's (K/V groups, latent width, window) when the sidebar
+    shows that attention, sets it and it fits; else the preset.  Returns (overrides, notes on what was not used)."""
+    name = RANDOM_SETTING.get(attention)
+    if name is None or config.variant != attention or getattr(config, name) is None:
+        return {}, []
+    value = int(getattr(config, name))
+    preset = gpt_model.RANDOM_GPT_CONFIG
+    fits = {"num_kv_groups": preset["n_heads"] % value == 0, "latent_dim": value <= preset["emb_dim"],
+            "sliding_window_size": value >= 1}[name]
+    if not fits:
+        return {}, [f"The sidebar's {name} = {value} does not fit this {preset['n_heads']}-head, "
+                    f"{preset['emb_dim']}-wide model: it uses {preset[name]}."]
+    return {name: value}, []
+
+
+def _generate_section(ctx: Context, ref) -> None:
     prompt = tokens.encode(ctx.settings["text"]) if isinstance(ctx.settings.get("text"), str) else []
     if not prompt or not ctx.settings["text"].strip():
         st.warning("The prompt is empty: type a text in the sidebar's **Text** box, and the model continues it.",
@@ -105,7 +175,7 @@ def _generate_section(ctx: Context, ref: str) -> None:
     st.fragment(_stepper, run_every=PLAY_INTERVAL if playing else None)(ref, key, result)
 
 
-def _stepper(ref: str, key: tuple, result: generation.Generation) -> None:
+def _stepper(ref, key: tuple, result: generation.Generation) -> None:
     """Step, Play/Stop, Back and the views of the current step; while playing, each timed rerun shows the next."""
     last = len(result.steps) - 1
     if ss.get("_generate_playing") and not ss.pop("_generate_page_run", False):
@@ -114,9 +184,11 @@ def _stepper(ref: str, key: tuple, result: generation.Generation) -> None:
     index = min(max(int(ss.get("_generate_step", 0)), 0), last)
     playing = bool(ss.get("_generate_playing"))
     step_col, play_col, back_col, where_col = st.columns([1, 1, 1, 4])
-    if step_col.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
-                       help="Generate the next token: one forward pass that feeds only the new token."):
-        ss["_generate_step"] = index = index + 1
+    # Step and Prefill change the step in a callback, before this rerun draws anything: every button below is
+    # drawn for the step shown (a click handled after them left Step disabled after Prefill)
+    step_col.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
+                    help="Generate the next token: one forward pass that feeds only the new token.",
+                    on_click=_go_to, args=(index + 1,))
     if playing:
         if play_col.button("Stop", icon=":material/stop:", key="generate_stop"):
             ss["_generate_playing"] = False
@@ -124,9 +196,8 @@ def _stepper(ref: str, key: tuple, result: generation.Generation) -> None:
     elif play_col.button("Play", icon=":material/play_arrow:", disabled=index >= last, key="generate_play"):
         ss["_generate_playing"] = True
         st.rerun()
-    if back_col.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
-                       help="Back to step 0: the prompt, fed at once."):
-        ss["_generate_step"] = index = 0
+    back_col.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
+                    help="Back to step 0: the prompt, fed at once.", on_click=_go_to, args=(0,))
     if playing and index >= last:
         ss["_generate_playing"] = False
         st.rerun()
@@ -136,18 +207,33 @@ def _stepper(ref: str, key: tuple, result: generation.Generation) -> None:
     _step_views(ref, key, result, index)
 
 
+def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
+    """The top k as a small Markdown table, most likely first and in bold (the greedy choice); pieces escaped.  A
+    table, not a chart: it is redrawn at every step, and a second Plotly chart doubled the browser's work."""
+    lines = [f"**{title}**", "", "| | token | probability |", "|---:|---|---:|"]
+    for rank, (piece, prob) in enumerate(zip(pieces, probs), start=1):
+        cell = f"{markdown_escape(piece)} ← chosen" if rank == 1 else markdown_escape(piece)
+        lines.append(f"| {rank} | {cell} | {prob:.1%} |")
+    return "\n".join(lines)
+
+
+def _go_to(index: int) -> None:
+    ss["_generate_step"] = index
+
+
 def _pieces(token_ids: list[int]) -> list[str]:
     """Display pieces ("·cat", "\\n"): a space or a newline stays visible."""
     return [token.piece for token in tokens.pieces(list(token_ids))]
 
 
-def _step_views(ref: str, key: tuple, result: generation.Generation, index: int) -> None:
+def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> None:
     step = result.steps[index]
     labels = [f"{i}:{piece}" for i, piece in enumerate(_pieces(result.token_ids))]
     text_col, top_col = st.columns([3, 2])
     with text_col:
         shown = result.token_ids[: result.prompt_length + index]
-        prompt_text = tokens.decode(shown[: result.prompt_length])
+        tail = max(0, result.prompt_length - PROMPT_SHOWN)  # a long prompt: its end (the sidebar has all of it)
+        prompt_text = ("…" if tail else "") + tokens.decode(shown[tail: result.prompt_length])
         new_text = tokens.decode(shown[result.prompt_length:])
         st.markdown(f"{markdown_escape(prompt_text)}**:orange[{markdown_escape(new_text)}]**")
         if index == 0:
@@ -159,11 +245,8 @@ def _step_views(ref: str, key: tuple, result: generation.Generation, index: int)
         _badge(ref, key, index)
     with top_col:
         chooser = result.steps[index - 1] if index else step
-        what = "chosen from" if index else "next, from"
-        fig = generation_figures.top_k_figure(_pieces(chooser.top_ids), chooser.top_probs,
-                                              _pieces([chooser.next_token])[0])
-        fig.update_layout(title={"text": f"{'the new token, ' if index else ''}{what} the top 5"})
-        st.plotly_chart(fig, config=plotly_config("top5"), key="generate_top5")
+        title = "The new token, chosen from the top 5" if index else "The next token, from the top 5"
+        st.markdown(top_k_table(_pieces(chooser.top_ids), chooser.top_probs, title))
 
     n_layers, n_heads = step.weights.shape[:2] if step.weights is not None else (0, 0)
     map_col, cache_col = st.columns([3, 2])
@@ -188,15 +271,27 @@ def _step_views(ref: str, key: tuple, result: generation.Generation, index: int)
             config=plotly_config(f"generate_L{layer}_H{head}"), key="generate_map")
     with cache_col:
         st.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
-                  help="Every layer's cache_k and cache_v after this step (float32).")
+                  help="What every layer's cache holds after this step (float32): cache_k and cache_v, or MLA's "
+                       "latent cache_c_kv.")
         st.dataframe(_cache_table(step), hide_index=True, key="generate_cache_table")
-        first = step.cache_shapes[0].get("cache_k") if step.cache_shapes else None
-        if first is not None:
-            b, h, n, hd = first
-            formula = kv_cache.kv_cache_bytes(context_length=n, emb_dim=h * hd, n_heads=h, n_layers=n_layers,
-                                              head_dim=hd, batch_size=b, dtype="fp32")
-            st.caption(f"= kv_cache_bytes(context_length={n}, n_heads={h}, head_dim={hd}, n_layers={n_layers}, "
-                       f"dtype='fp32') = {formula:,} bytes: b × n × head_dim × kv_heads × 2 × 4 per layer.")
+        st.caption(_cache_formula(generation.cache_settings(_load(ref)), result.prompt_length + index))
+
+
+def _cache_formula(settings: dict, n_tokens: int) -> str:
+    """The held bytes again, from ``kv_cache_bytes`` and the model's sizes, with the formula in words."""
+    formula = kv_cache.kv_cache_bytes(context_length=n_tokens, dtype="fp32", **settings)
+    shown = {"context_length": n_tokens, **{name: value for name, value in settings.items()
+                                            if value is not None and name != "emb_dim"}}
+    if settings["latent_dim"] is not None:
+        shown.pop("n_kv_heads", None)
+        shown.pop("head_dim", None)
+        words = "b × n × latent_dim × 4 per layer"
+    else:
+        words = "b × n × head_dim × kv_heads × 2 (K and V) × 4 per layer"
+    if settings["sliding_window_size"] is not None:
+        words += ", with n at most the window W"
+    args = ", ".join(f"{name}={value}" for name, value in shown.items())
+    return f"= kv_cache_bytes({args}, dtype='fp32') = {formula:,} bytes: {words}."
 
 
 def _cache_table(step: generation.Step) -> pd.DataFrame:
@@ -210,9 +305,9 @@ def _cache_table(step: generation.Step) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _badge(ref: str, key: tuple, index: int) -> None:
+def _badge(ref, key: tuple, index: int) -> None:
     try:
-        check = _check(ref, key[1], key[2], index)
+        check = _checks(ref, key[1], key[2])[index]
     except (ValueError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         return

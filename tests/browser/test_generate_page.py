@@ -1,6 +1,7 @@
 """The Generate page in a real Chromium: the bundled model's prefill, then Step draws the new token (the one a greedy
 loop computed here chooses), its top 5, the rows map and the cache growing by one token; the time from the click to
-the drawn step is printed (benchmarks/README.md keeps the numbers)."""
+the drawn step is printed (benchmarks/README.md keeps the numbers).  With the sidebar on multi-head latent attention
+and no model, the page's small random GPT (labelled as noise) caches the latent, (1, n, latent_dim), growing."""
 
 from __future__ import annotations
 
@@ -51,8 +52,35 @@ def test_step_draws_the_new_token_and_the_growing_cache(page, server):
         print(f"step {k}: drawn {time.perf_counter() - start:.3f} s after the click")
         assert_no_exception(page)
         expect(new_token_metric(page)).to_have_text(tokens.pieces([token])[0].piece)
+        expect(main.get_by_text("The new token, chosen from the top 5")).to_be_visible()
+        expect(main.locator("table").filter(has_text="← chosen").first).to_contain_text(tokens.pieces([token])[0].piece)
         expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
         expect(main.locator(".js-plotly-plot").filter(has_text="query row over the cached keys")).to_have_count(1)
         expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
             f"{2 * 2 * (n + k) * 2 * 64 * 4 / 1000:,.2f} kB")  # 2 layers × K, V × n tokens × 2 heads × 64 × fp32
     save_screenshot(page, "generate")
+
+
+def test_a_random_gpt_with_latent_attention_caches_the_latent(page, server):
+    text = "The cat sat on the mat"
+    n = len(tokens.encode(text))
+    page.goto(f"{server.url}/generate?weights=book&variant=mla&latent_dim=48&text={text.replace(' ', '%20')}")
+    wait_idle(page, timeout=120_000)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text("Its weights are random: its text is noise")).to_be_visible()
+    expect(main.get_by_text("Step 0 of 20")).to_be_visible()
+    table = main.get_by_test_id("stDataFrame").first
+    expect(table).to_contain_text("cache_c_kv")
+    expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
+        f"{2 * n * 48 * 4 / 1000:,.2f} kB")  # 2 layers × n tokens × a 48-wide latent × fp32
+    before = runs(page)
+    main.get_by_role("button", name="Step").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text("Step 1 of 20")).to_be_visible()
+    expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
+    expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
+        f"{2 * (n + 1) * 48 * 4 / 1000:,.2f} kB")
+    expect(main.get_by_text(f"kv_cache_bytes(context_length={n + 1}, n_heads=8, n_layers=2, latent_dim=48")
+           ).to_be_visible()

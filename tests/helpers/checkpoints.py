@@ -21,3 +21,31 @@ def random_gpt2(seed: int = 0, *, vocab_size: int = 50257, **sizes):
             elif name.endswith("bias"):
                 param.normal_(0.0, 0.3)
     return model
+
+
+def write_checkpoints(folder, name: str, model, *, broken: bool = False):
+    """``model.save_pretrained(folder / name)``; with ``broken``, beside it a truncated ``truncated.safetensors``
+    and ``evil.pth``, a pickle that would run code if it were unpickled.  Returns ``folder``."""
+    import pickle
+
+    model.save_pretrained(folder / name)
+    if broken:
+        good = (folder / name / "model.safetensors").read_bytes()
+        (folder / "truncated.safetensors").write_bytes(good[: len(good) // 3])
+        (folder / "evil.pth").write_bytes(pickle.dumps({"x": _RunsCode()}))
+    return folder
+
+
+def use_checkpoints(monkeypatch, folder) -> None:
+    """The app lists the checkpoints in ``folder`` (``ATTNVIZ_CHECKPOINTS``) and nothing from a Hugging Face cache;
+    the discovery the app keeps for a few seconds is forgotten, so the next run looks again."""
+    from attnviz import weights
+
+    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", str(folder))
+    monkeypatch.setenv("HF_HUB_CACHE", str(folder / "no-hf-cache"))
+    monkeypatch.setattr(weights, "_discovered", None)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("this pickle ran code",))

@@ -10,7 +10,7 @@ import torch
 from helpers.checkpoints import random_gpt2
 
 from attnviz import models, tokens
-from attnviz.models import CachedMultiHeadAttention, check_step, generate, load_checkpoint
+from attnviz.models import CachedMultiHeadAttention, check_step, check_steps, generate, load_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
@@ -103,6 +103,7 @@ def test_check_step_passes_every_step_and_catches_a_position_that_never_advances
     prompt = tokens.encode(PROMPT)
     result = generate(model, prompt, 4)
     assert all(check_step(model, result, i).ok for i in range(len(result.steps)))
+    assert all(check.ok for check in check_steps(model, result))  # one forward of the whole sequence checks them all
 
     forward = CachedMultiHeadAttention.forward
 
@@ -116,6 +117,10 @@ def test_check_step_passes_every_step_and_catches_a_position_that_never_advances
     checks = [check_step(model, broken, i) for i in range(len(broken.steps))]
     assert checks[0].ok and not any(c.ok for c in checks[1:])
     assert checks[1].weights_diff > 1e-3
+    at_once = check_steps(model, broken)
+    assert [c.ok for c in at_once] == [c.ok for c in checks]
+    for one, every in zip(checks, at_once):
+        assert abs(one.weights_diff - every.weights_diff) < 1e-5 and abs(one.logits_diff - every.logits_diff) < 1e-3
 
 
 def test_generation_leaves_no_cache_and_the_plain_forward_unchanged(pair):

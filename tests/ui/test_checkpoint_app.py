@@ -1,14 +1,13 @@
 """AppTest: the ``weights`` and ``layer`` settings with checkpoints listed from ATTNVIZ_CHECKPOINTS.
 
-The checkpoints are small GPT-2s written here (``save_pretrained``; a truncated file; a pickle that would
-run code).  What the user sees is read back from the app: the sidebar's options and disabled widgets,
+The checkpoints are small GPT-2s written here with helpers.checkpoints (``save_pretrained``; a truncated file; a
+pickle that would run code).  What the user sees is read back from the app: the sidebar's options and disabled widgets,
 the captions, the Plotly JSON of the heads.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import threading
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import torch
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
+from helpers.checkpoints import use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
 from attnviz import background, models, tokens, weights
@@ -30,14 +30,8 @@ TIMEOUT = 120
 NAME = "tiny-gpt2"
 
 
-class _RunsCode:
-    def __reduce__(self):
-        return (print, ("this pickle ran code",))
-
-
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("checkpoints")
     config = transformers.GPT2Config(n_layer=3, n_head=4, n_embd=64, n_positions=96, attn_implementation="eager")
     torch.manual_seed(5)
     hf = transformers.GPT2LMHeadModel(config).eval()
@@ -45,18 +39,12 @@ def checkpoints(tmp_path_factory) -> Path:
         for name, param in hf.named_parameters():
             if name.endswith("bias") or ".ln_" in name:
                 param.normal_(0.0, 0.3)
-    hf.save_pretrained(folder / NAME)
-    good = (folder / NAME / "model.safetensors").read_bytes()
-    (folder / "truncated.safetensors").write_bytes(good[: len(good) // 3])
-    (folder / "evil.pth").write_bytes(pickle.dumps({"x": _RunsCode()}))
-    return folder
+    return write_checkpoints(tmp_path_factory.mktemp("checkpoints"), NAME, hf, broken=True)
 
 
 @pytest.fixture(autouse=True)
 def environment(checkpoints, monkeypatch):
-    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", str(checkpoints))
-    monkeypatch.setenv("HF_HUB_CACHE", str(checkpoints / "no-hf-cache"))
-    monkeypatch.setattr(weights, "_discovered", None)
+    use_checkpoints(monkeypatch, checkpoints)
 
 
 def app(page: str | None = None, **query) -> AppTest:

@@ -12,11 +12,12 @@ import pytest
 import torch
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
-from helpers.checkpoints import random_gpt2
+from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
-from attnviz import models, tokens, weights
+from attnviz import kv_cache_bytes, models, tokens, weights
 from attnviz.ui.generate import NO_MODEL
+from attnviz.ui.urlstate import markdown_escape
 
 pytest.importorskip("transformers")
 
@@ -28,16 +29,13 @@ TEXT = "The cat sat on the mat. The cat"
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("generate-checkpoints")
-    random_gpt2(11, n_layer=3, n_head=4, n_embd=64, n_positions=48).save_pretrained(folder / NAME)
-    return folder
+    model = random_gpt2(11, n_layer=3, n_head=4, n_embd=64, n_positions=48)
+    return write_checkpoints(tmp_path_factory.mktemp("generate-checkpoints"), NAME, model)
 
 
 @pytest.fixture(autouse=True)
 def environment(checkpoints, monkeypatch):
-    monkeypatch.setenv("ATTNVIZ_CHECKPOINTS", str(checkpoints))
-    monkeypatch.setenv("HF_HUB_CACHE", str(checkpoints / "no-hf-cache"))
-    monkeypatch.setattr(weights, "_discovered", None)
+    use_checkpoints(monkeypatch, checkpoints)
 
 
 def page(**query) -> AppTest:
@@ -89,8 +87,11 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
         step(at)
         new_token = expected[len(prompt) + k - 1]
         assert at.metric[0].value == tokens.pieces([new_token])[0].piece
-        top5 = figure(at, "the top 5")
-        assert top5["data"][0]["y"][0] == tokens.pieces([new_token])[0].piece  # chosen: the most likely
+        top5 = next(m.value for m in at.markdown if m.value.startswith("**The new token, chosen from the top 5**"))
+        rows = [line.split(" | ") for line in top5.splitlines()[4:]]
+        assert len(rows) == 5 and rows[0][1] == markdown_escape(tokens.pieces([new_token])[0].piece) + " ← chosen"
+        probs = [float(row[2].rstrip(" |%")) for row in rows]
+        assert probs == sorted(probs, reverse=True)  # the chosen one is the most likely
         n = len(prompt) + k
         assert at.dataframe[0].value["cache_v"].tolist() == [f"(1, {n_heads}, {n}, {head_dim})"] * n_layers
         assert at.dataframe[0].value["bytes"].sum() == held(n)
@@ -176,3 +177,85 @@ def test_a_head_the_next_model_lacks_falls_back_to_head_0():
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="generate_layer").value == 0 and at.selectbox(key="generate_head").value == 0
     assert at.text_area[0].value == TEXT
+
+
+# ============================== a small random GPT with a bonus attention ==============================
+
+
+def random_page(**query) -> AppTest:
+    return page(weights=weights.BOOK, text=TEXT, **query)
+
+
+@pytest.mark.parametrize("query, attention, settings, cache", [
+    ({"variant": "gqa", "num_kv_groups": "4"}, "gqa", {"num_kv_groups": 4},
+     lambda n: {"cache_k": f"(1, 4, {n}, 16)", "cache_v": f"(1, 4, {n}, 16)"}),
+    ({"variant": "mqa"}, "mqa", {}, lambda n: {"cache_k": f"(1, 1, {n}, 16)"}),
+    ({"variant": "mla", "latent_dim": "48"}, "mla", {"latent_dim": 48}, lambda n: {"cache_c_kv": f"(1, {n}, 48)"}),
+    ({"variant": "swa", "sliding_window_size": "3"}, "swa", {"sliding_window_size": 3},
+     lambda n: {"cache_k": f"(1, 8, {min(n, 3)}, 16)"}),
+])
+def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cache(query, attention, settings, cache):
+    model = models.random_gpt(attention, **settings)
+    prompt = tokens.encode(TEXT)
+    expected = greedy(model, prompt, 2)
+    at = random_page(**query)
+    assert any(info.value == NO_MODEL for info in at.info)
+    assert at.selectbox(key="generate_random").value == attention  # preselected: the sidebar's attention
+    assert any("Its weights are random: its text is noise" in w.value for w in at.warning)
+    for k in (0, 1, 2):
+        if k:
+            step(at)
+            assert at.metric[0].value == tokens.pieces([expected[len(prompt) + k - 1]])[0].piece
+        n = len(prompt) + k
+        table = at.dataframe[0].value
+        for column, shape in cache(n).items():
+            assert table[column].tolist() == [shape, shape]  # 2 layers
+        held = models.cache_settings(model)
+        assert table["bytes"].sum() == kv_cache_bytes(context_length=n, dtype="fp32", **held)
+        assert any(c.value.endswith(f"= {table['bytes'].sum():,} bytes: " + c.value.split("bytes: ")[-1])
+                   for c in at.caption if c.value.startswith("= kv_cache_bytes("))
+        assert at.success[0].value.startswith("Equals the uncached forward")
+    assert at.text_area[0].value == TEXT
+
+
+def test_sidebar_settings_that_do_not_fit_the_random_gpt_are_said_and_the_preset_used():
+    at = random_page(variant="gqa", num_kv_groups="6")  # 6 divides the sidebar's 12 heads, not the model's 8
+    assert not at.exception
+    assert any("num_kv_groups = 6 does not fit" in c.value.replace("\\", "") for c in at.caption)
+    assert at.dataframe[0].value["cache_k"].iloc[0] == f"(1, 2, {len(tokens.encode(TEXT))}, 16)"
+    at = random_page(variant="mla", latent_dim="512")
+    assert any("latent_dim = 512 does not fit" in c.value.replace("\\", "") for c in at.caption)
+    assert at.dataframe[0].value["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
+
+
+def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
+    at = random_page()  # the book's MHA in the sidebar: nothing preselected
+    assert at.selectbox(key="generate_random").value == "none"
+    assert not [b for b in at.button if b.key == "generate_next"]
+    at.selectbox(key="generate_random").set_value("mha").run()
+    assert not at.exception and at.dataframe[0].value["cache_k"].iloc[0].startswith("(1, 8, ")
+    at.selectbox(key="generate_random").set_value("none").run()
+    assert not at.exception and not [b for b in at.button if b.key == "generate_next"]
+    assert at.text_area[0].value == TEXT
+
+
+def test_prefill_then_step_again_every_button_drawn_for_the_step_shown():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="2")
+    step(step(at))
+    assert at.button(key="generate_next").disabled and not at.button(key="generate_back").disabled
+    at.button(key="generate_back").click().run()
+    assert not at.exception and any(m.value.startswith("**Step 0 of 2**") for m in at.markdown)
+    assert not at.button(key="generate_next").disabled and at.button(key="generate_back").disabled
+    step(at)
+    assert any(m.value.startswith("**Step 1 of 2**") for m in at.markdown)
+    assert not at.button(key="generate_back").disabled
+
+
+def test_a_long_prompt_shows_its_end_and_the_top_5_escapes_its_tokens():
+    text = "word " * 60 + "| *not bold* |"
+    at = page(weights=weights.BUNDLED_NAME, text=text, new_tokens="1")
+    shown = next(m.value for m in at.markdown if m.value.startswith("…"))
+    assert "word " * 50 not in shown.replace("\\", "") and "not bold" in shown
+    top5 = next(m.value for m in at.markdown if m.value.startswith("**The next token, from the top 5**"))
+    assert len(top5.splitlines()) == 4 + 5 and all(line.count(" | ") == 2 for line in top5.splitlines()[4:])
+    assert at.text_area[0].value == text

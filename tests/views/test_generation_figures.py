@@ -1,5 +1,4 @@
-"""The generation figures: rows of different lengths stacked with NaN for keys not cached yet, escaped token labels,
-the greedy choice first in the top 5."""
+"""The generation figures: rows of different lengths stacked with NaN for keys not cached yet, escaped token labels."""
 
 from __future__ import annotations
 
@@ -25,9 +24,3 @@ def test_rows_figure_draws_rows_with_escaped_token_labels():
     ticks = " ".join([*fig.layout.xaxis.ticktext, *fig.layout.yaxis.ticktext, *np.asarray(heat.customdata).ravel()])
     assert "<img" not in ticks and "<b>" not in ticks and "&lt;img" in ticks
     assert fig.layout.yaxis.scaleanchor == "x"  # square cells
-
-
-def test_top_k_figure_puts_the_choice_first():
-    fig = generation_figures.top_k_figure(["·cat", "<i>", "·dog"], [0.5, 0.3, 0.2], "·cat")
-    assert list(fig.data[0].y) == ["·cat", "&lt;i&gt;", "·dog"] and list(fig.data[0].x) == [0.5, 0.3, 0.2]
-    assert "chose ·cat" in fig.layout.title.text

@@ -1,0 +1,164 @@
+"""Generation with the KV cache in a GPT whose blocks use a bonus attention (GQA, MQA, MLA, SWA): every cached step
+against a full forward written here from the parameters alone (the variants' formulas, not attnviz's classes), the
+cache's real shapes (K/V heads, the latent, at most W keys), and random_gpt's refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnviz import kv_cache_bytes
+from attnviz.models import cache_settings, check_step, check_steps, generate, random_gpt
+from attnviz.models.gpt import RANDOM_GPT_CONFIG
+
+PROMPT = [464, 3797, 3332, 319, 262, 2603, 13, 383, 3797, 3332, 319]  # 11 tokens
+NEW = 9
+SETTINGS = {  # (attention, overrides): small windows so the cache drops keys during the prompt and the steps
+    "mha": ("mha", {}),
+    "gqa": ("gqa", {"num_kv_groups": 2}),
+    "mqa": ("mqa", {}),
+    "mla": ("mla", {"latent_dim": 24}),
+    "swa3": ("swa", {"sliding_window_size": 3}),
+    "swa16": ("swa", {"sliding_window_size": 16}),  # wider than the prompt: the window fills during the steps
+}
+
+
+@pytest.fixture(scope="module", params=list(SETTINGS))
+def model(request):
+    attention, overrides = SETTINGS[request.param]
+    model = random_gpt(attention, seed=3, **overrides)
+    torch.manual_seed(4)
+    with torch.no_grad():  # LayerNorms default to 1 and 0: randomised, so a skipped or swapped one shows
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5) if name.endswith("scale") else param.normal_(0.0, 0.3)
+    model.variant = (attention, {**RANDOM_GPT_CONFIG, **overrides})
+    return model
+
+
+def layer_norm(x, p, prefix):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return p[prefix + ".scale"] * (x - mean) / torch.sqrt(var + 1e-5) + p[prefix + ".shift"]
+
+
+def linear(x, p, prefix):
+    out = x @ p[prefix + ".weight"].T
+    return out + p[prefix + ".bias"] if prefix + ".bias" in p else out
+
+
+def reference_attention(x, p, prefix, attention, cfg):
+    """One attention layer over the whole sequence x (n, d): returns (weights (h, n, n), output (n, d))."""
+    n, d = x.shape
+    h = cfg["n_heads"]
+    hd = d // h
+    q = linear(x, p, prefix + ".W_query").reshape(n, h, hd).permute(1, 0, 2)  # (h, n, hd)
+    if attention == "mla":
+        c = linear(x, p, prefix + ".W_DKV")  # (n, latent)
+        k = linear(c, p, prefix + ".W_UK").reshape(n, h, hd).permute(1, 0, 2)
+        v = linear(c, p, prefix + ".W_UV").reshape(n, h, hd).permute(1, 0, 2)
+    else:
+        groups = {"gqa": cfg["num_kv_groups"], "mqa": 1}.get(attention, h)
+        k = linear(x, p, prefix + ".W_key").reshape(n, groups, hd).permute(1, 0, 2)  # (g, n, hd)
+        v = linear(x, p, prefix + ".W_value").reshape(n, groups, hd).permute(1, 0, 2)
+        head_group = torch.arange(h) // (h // groups)  # query head i reads K/V head i // group_size
+        k, v = k[head_group], v[head_group]  # (h, n, hd)
+    i = torch.arange(n).unsqueeze(1)
+    j = torch.arange(n).unsqueeze(0)
+    hidden = j > i
+    if attention == "swa":
+        hidden = hidden | (i - j >= cfg["sliding_window_size"])
+    scores = (q @ k.transpose(1, 2)) / math.sqrt(hd)  # (h, n, n)
+    weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+    context = (weights @ v).permute(1, 0, 2).reshape(n, d)
+    return weights, linear(context, p, prefix + ".out_proj")
+
+
+def reference_forward(model, ids):
+    """Weights (L, h, n, n) and logits (n, vocab) of a full forward, from the state dict."""
+    attention, cfg = model.variant
+    p = {name: tensor.detach() for name, tensor in model.state_dict().items()}
+    ids = torch.tensor(ids)
+    x = p["tok_emb.weight"][ids] + p["pos_emb.weight"][: len(ids)]
+    all_weights = []
+    with torch.no_grad():
+        for layer in range(cfg["n_layers"]):
+            prefix = f"trf_blocks.{layer}"
+            weights, out = reference_attention(layer_norm(x, p, prefix + ".norm1"), p, prefix + ".att", attention, cfg)
+            all_weights.append(weights)
+            x = x + out
+            hidden = linear(layer_norm(x, p, prefix + ".norm2"), p, prefix + ".ff.layers.0")
+            hidden = 0.5 * hidden * (1 + torch.tanh(math.sqrt(2 / math.pi) * (hidden + 0.044715 * hidden ** 3)))
+            x = x + linear(hidden, p, prefix + ".ff.layers.2")
+        logits = layer_norm(x, p, "final_norm") @ p["out_head.weight"].T
+    return torch.stack(all_weights), logits
+
+
+def test_every_cached_step_equals_the_full_forward_written_here(model):
+    result = generate(model, PROMPT, NEW)
+    ids = list(PROMPT)
+    for index, step in enumerate(result.steps):
+        weights, logits = reference_forward(model, result.token_ids[: len(PROMPT) + index])
+        rows = weights if index == 0 else weights[:, :, -1:]  # the prefill's rows, then the new token's row
+        assert step.weights.shape == tuple(rows.shape)
+        assert torch.allclose(torch.from_numpy(step.weights), rows, atol=1e-5), index
+        assert torch.allclose(torch.from_numpy(step.logits), logits[-1], atol=1e-5 * logits.abs().max()), index
+        assert step.next_token == int(logits[-1].argmax())
+        assert check_step(model, result, index).ok and check_steps(model, result)[index].ok
+        if index:
+            ids.append(step.fed[0])
+    assert ids == result.token_ids  # each step fed the token the step before chose
+    assert result.token_ids == generate(model, PROMPT, NEW, use_cache=False).token_ids
+
+
+def test_the_cache_holds_the_variants_real_shapes(model):
+    attention, cfg = model.variant
+    h, hd = cfg["n_heads"], cfg["emb_dim"] // cfg["n_heads"]
+    result = generate(model, PROMPT, NEW)
+    for index, step in enumerate(result.steps):
+        n = len(PROMPT) + index
+        expected = {
+            "mha": {"cache_k": (1, h, n, hd), "cache_v": (1, h, n, hd)},
+            "gqa": {"cache_k": (1, cfg["num_kv_groups"], n, hd), "cache_v": (1, cfg["num_kv_groups"], n, hd)},
+            "mqa": {"cache_k": (1, 1, n, hd), "cache_v": (1, 1, n, hd)},
+            "mla": {"cache_c_kv": (1, n, cfg["latent_dim"])},
+            "swa": {"cache_k": (1, h, min(n, cfg["sliding_window_size"]), hd),
+                    "cache_v": (1, h, min(n, cfg["sliding_window_size"]), hd)},
+        }[attention]
+        assert step.cache_shapes == [expected] * cfg["n_layers"]
+        assert step.cache_bytes == cfg["n_layers"] * sum(4 * math.prod(shape) for shape in expected.values())
+        assert step.cache_bytes == kv_cache_bytes(context_length=n, dtype="fp32", **cache_settings(model))
+
+
+def test_a_reset_starts_a_new_sequence_and_the_plain_forward_is_unchanged(model):
+    other = [50, 60, 70, 80, 90, 100, 110]
+    first = generate(model, other, 4)
+    again = generate(model, PROMPT, NEW)  # the second sequence after the first one's cache was reset
+    assert again.token_ids == generate(model, PROMPT, NEW).token_ids and first.token_ids[:7] == other
+    for block in model.trf_blocks:
+        assert block.att.cache_tensors() == {} and block.att.ptr_current_pos == 0
+    weights, logits = reference_forward(model, PROMPT)
+    with torch.no_grad():
+        assert torch.allclose(model(torch.tensor([PROMPT]))[0], logits, atol=1e-5 * float(logits.abs().max()))
+
+
+def test_a_sliding_window_of_one_attends_to_the_token_itself_only():
+    model = random_gpt("swa", sliding_window_size=1)
+    result = generate(model, PROMPT, 3)
+    for step in result.steps[1:]:
+        assert step.weights[:, :, 0, -1].min() == 1.0 and step.weights[:, :, 0, :-1].max() == 0.0
+        assert step.cache_shapes[0]["cache_k"][2] == 1
+
+
+@pytest.mark.parametrize("attention, settings, message", [
+    ("gqa", {"num_kv_groups": 3}, "does not divide"),
+    ("mla", {"latent_dim": 999}, "wider than"),
+    ("swa", {"sliding_window_size": 0}, "whole number ≥ 1"),
+    ("swa", {"sliding_window_size": "4"}, "whole number ≥ 1"),
+    ("rnn", {}, "Unknown attention"),
+])
+def test_random_gpt_refuses_settings_that_cannot_work(attention, settings, message):
+    with pytest.raises(ValueError, match=message):
+        random_gpt(attention, **settings)
