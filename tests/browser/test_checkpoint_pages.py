@@ -13,6 +13,8 @@ from unittest import mock
 import pytest
 from helpers.browser import assert_no_exception, choose_option, expect, runs, save_screenshot, start_server, wait_idle
 
+from attnviz import tokens
+
 pytestmark = pytest.mark.browser
 
 NAME = "small-gpt2"
@@ -206,3 +208,22 @@ def test_knock_outs_with_the_checkpoint(page, server):
     wait_idle(page, after=before)
     assert_no_exception(page)
     expect(main).to_contain_text("log-probability of")
+
+
+def test_generate_with_the_checkpoint_steps_with_its_cache(page, server):
+    """The Generate page with a GPT-2 checkpoint: Step draws a new token whose step equals the uncached forward, and
+    the cache holds 4 layers × K and V × (prompt + 1) tokens × 12 heads × 32 dims in fp32."""
+    prompt = "Hello world, hello world"
+    visit(page, f"{server.url}/generate?weights={NAME}&text={prompt.replace(' ', '%20').replace(',', '%2C')}")
+    main = page.get_by_test_id("stMain")
+    expect(main_title(page)).to_contain_text("Generate")
+    expect(main.get_by_text("Step 0 of 20")).to_be_visible()
+    before = runs(page)
+    main.get_by_role("button", name="Step").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text("Step 1 of 20")).to_be_visible()
+    expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
+    n = len(tokens.encode(prompt))
+    expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
+        f"{4 * 2 * (n + 1) * 12 * 32 * 4 / 1000:,.2f} kB")
