@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnviz import weights
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.state import page_bind, ss
+from attnviz.ui.state import page_bind
 from attnviz.views import checkpoint_view
 
 
@@ -74,7 +74,7 @@ def layers_overview(ctx: Context):
         return None
     with st.spinner("Running every layer…"):
         pooled, scores = every_layer(trace.config.checkpoint, trace.config.causal, trace.token_ids)
-    focus = (trace.model.layer, ss.get("heads_focus", 0))
+    focus = (trace.model.layer, st.session_state.get("heads_focus", 0))
     st.plotly_chart(checkpoint_view.overview_figure(pooled, trace.n, focus=focus),
                     config=plotly_config("attnviz-layers-heads"))
     return scores

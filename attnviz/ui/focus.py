@@ -4,13 +4,13 @@ selectbox."""
 
 from __future__ import annotations
 
-from attnviz.ui.state import ss
+import streamlit as st
 
 
 def focus_from_grid(num_heads: int, chart_key: str = "heads_grid", key: str = "heads_focus") -> None:
     """``on_select`` of the thumbnail grid: the clicked tile's head (its invisible overlay's ``customdata``) is
     focused before the rerun draws the focused head's selectbox."""
-    points = ss[chart_key].selection.get("points", []) if chart_key in ss else []
+    points = st.session_state[chart_key].selection.get("points", []) if chart_key in st.session_state else []
     head = points[0].get("customdata") if points else None
     if isinstance(head, list):
         head = head[0] if head else None
@@ -22,7 +22,7 @@ def focus_from_row(table_key: str, heads: list[int], key: str = "heads_focus") -
     """``on_select`` of a table with a row per head: the selected row's head is focused before the rerun draws the
     focused head's selectbox (``heads``: each row's head; Streamlit reports a row by its position in the data,
     whatever order the user sorted it into)."""
-    rows = ss[table_key].selection.get("rows", []) if table_key in ss else []
+    rows = st.session_state[table_key].selection.get("rows", []) if table_key in st.session_state else []
     if rows and isinstance(rows[0], int) and 0 <= rows[0] < len(heads):
         _set_focus(key, heads[rows[0]], len(heads))
 
@@ -31,5 +31,5 @@ def _set_focus(key: str, head: int, num_heads: int) -> bool:
     """Focus ``head`` if it is one of this run's heads; True if it is."""
     if not 0 <= head < num_heads:
         return False
-    ss[key] = head
+    st.session_state[key] = head
     return True

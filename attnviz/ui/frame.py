@@ -23,7 +23,7 @@ from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memor
 from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import ViewSlots, drawn, fill_view_slots, sidebar
-from attnviz.ui.state import keep_widgets, ss
+from attnviz.ui.state import keep_widgets
 from attnviz.ui.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
 
 
@@ -102,7 +102,7 @@ def page_setup() -> dict:
 
 def _last_valid_trace() -> Trace | None:
     """The last valid view of this session (recomputed if the cache evicted it)."""
-    last = ss.get("_last_valid")
+    last = st.session_state.get("_last_valid")
     return None if last is None else cached_trace(*last)
 
 
@@ -111,7 +111,7 @@ def run_settings(values: dict, checkpoint: str | None) -> tuple[AttentionConfig,
     or computed under a spinner, kept as this session's last valid view.  Raises InputError or CheckpointError."""
     with st.spinner("Running attention…"):
         config, trace = _trace_of(values, checkpoint)
-    ss["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
+    st.session_state["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
     return config, trace
 
 
@@ -127,9 +127,9 @@ def _new_text_ahead() -> None:
     same cores; the page's run then finds the trace in the cache.  Only then: any other change is settled by the
     sidebar (a checkpoint's sizes, a variant's heads), and a run ahead of it could compute a trace nobody draws.
     Silent: a problem is for the page's run to report."""
-    if any(key not in ss for key in SETTING_KEYS) or ss["weights"] != core_weights.BOOK:
+    if any(key not in st.session_state for key in SETTING_KEYS) or st.session_state["weights"] != core_weights.BOOK:
         return  # a session's first run (its settings come from the URL), or a model's sizes to settle
-    values = {key: ss[key] for key in SETTING_KEYS}
+    values = {key: st.session_state[key] for key in SETTING_KEYS}
     if drawn("text", values["text"]) or not all(drawn(key, values[key]) for key in SETTING_KEYS if key != "text"):
         return
     try:
@@ -188,7 +188,7 @@ def run_notes(trace: Trace) -> None:
 def beside_shape_diagram(trace: Trace, highlight: str):
     """The compact live shape diagram (``highlight`` = the stage on view) in a narrow left column;
     returns the wide column to its right.  Plain HTML, not a Graphviz chart: the browser lays a
-    Graphviz chart out again on every settings change (~0.35 s); the Shapes page has the full one."""
+    Graphviz chart out again on every settings change (benchmarks/README.md); the Shapes page has the full one."""
     from attnviz.views import diagram
 
     diagram_col, view_col = st.columns([1, 3])
@@ -224,5 +224,6 @@ def plotly_config(filename: str) -> dict:
     """Modebar whose camera button downloads PNG or SVG (the sidebar's choice) under ``filename``."""
     return {
         "displaylogo": False,
-        "toImageButtonOptions": {"format": ss.get("image_format", "png"), "filename": filename, "scale": 2},
+        "toImageButtonOptions": {"format": st.session_state.get("image_format", "png"), "filename": filename,
+                                 "scale": 2},
     }

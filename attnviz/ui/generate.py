@@ -19,7 +19,7 @@ from attnviz import weights as core_weights
 from attnviz.models import CheckpointError, generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.state import page_bind, ss
+from attnviz.ui.state import page_bind
 from attnviz.ui.urlstate import markdown_escape
 from attnviz.views import generation_figures
 
@@ -43,9 +43,9 @@ def url_new_tokens() -> None:
     """A session's first visit: take ``new_tokens`` from the URL when it is a whole number in 1…MAX_NEW; anything
     else is refused with a notice (the page then uses the default).  Call before ``ui.setup`` (which rewrites the
     URL from the settings)."""
-    if "_generate_url_read" in ss:
+    if "_generate_url_read" in st.session_state:
         return
-    ss["_generate_url_read"] = True
+    st.session_state["_generate_url_read"] = True
     raw = st.query_params.get(URL_KEY)
     if raw is None:
         return
@@ -54,10 +54,11 @@ def url_new_tokens() -> None:
     except ValueError:
         value = None
     if value is None or not 1 <= value <= MAX_NEW:
-        ss["_generate_url_notice"] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole number from 1 to "
+        st.session_state["_generate_url_notice"] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole number "
+                                                    "from 1 to "
                                       f"{MAX_NEW:,}: using {DEFAULT_NEW}.")
         return
-    ss["generate_new"] = value
+    st.session_state["generate_new"] = value
 
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128, GPT-2's vocabulary: ~52 MB
@@ -84,8 +85,8 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 
 def show(ctx: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs."""
-    if "_generate_url_notice" in ss:
-        st.warning(markdown_escape(ss["_generate_url_notice"]), icon="✋")
+    if "_generate_url_notice" in st.session_state:
+        st.warning(markdown_escape(st.session_state["_generate_url_notice"]), icon="✋")
     ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None
     sizes = None
     if ref is None:
@@ -108,8 +109,8 @@ def _random_choice(ctx: Context) -> tuple | None:
     names = [RANDOM_NONE, *gpt_model.ATTENTIONS]
     bonus = gpt_model.ATTENTIONS[1:]  # the first is the book's multi-head attention
     default = ctx.config.variant if ctx.config.variant in bonus else RANDOM_NONE
-    if ss.get("generate_random") not in names:
-        ss["generate_random"] = default
+    if st.session_state.get("generate_random") not in names:
+        st.session_state["generate_random"] = default
     attention = st.selectbox(
         "Or generate with a small random GPT", names, key="generate_random",
         format_func=lambda name: "no, thanks" if name == RANDOM_NONE else
@@ -166,23 +167,23 @@ def _generate_section(ctx: Context, ref) -> None:
     for notice in result.notices:
         st.info(markdown_escape(notice), icon="ℹ️")
     key = (ref, tuple(prompt), int(max_new))
-    if ss.get("_generate_key") != key:  # a new generation starts at its prefill
-        ss["_generate_key"] = key
-        ss["_generate_step"] = 0
-        ss["_generate_playing"] = False
-    ss["_generate_page_run"] = True  # the fragment's first run in this page run does not advance
-    playing = bool(ss.get("_generate_playing"))
+    if st.session_state.get("_generate_key") != key:  # a new generation starts at its prefill
+        st.session_state["_generate_key"] = key
+        st.session_state["_generate_step"] = 0
+        st.session_state["_generate_playing"] = False
+    st.session_state["_generate_page_run"] = True  # the fragment's first run in this page run does not advance
+    playing = bool(st.session_state.get("_generate_playing"))
     st.fragment(_stepper, run_every=PLAY_INTERVAL if playing else None)(ref, key, result)
 
 
 def _stepper(ref, key: tuple, result: generation.Generation) -> None:
     """Step, Play/Stop, Back and the views of the current step; while playing, each timed rerun shows the next."""
     last = len(result.steps) - 1
-    if ss.get("_generate_playing") and not ss.pop("_generate_page_run", False):
-        ss["_generate_step"] = min(ss.get("_generate_step", 0) + 1, last)
-    ss.pop("_generate_page_run", None)
-    index = min(max(int(ss.get("_generate_step", 0)), 0), last)
-    playing = bool(ss.get("_generate_playing"))
+    if st.session_state.get("_generate_playing") and not st.session_state.pop("_generate_page_run", False):
+        st.session_state["_generate_step"] = min(st.session_state.get("_generate_step", 0) + 1, last)
+    st.session_state.pop("_generate_page_run", None)
+    index = min(max(int(st.session_state.get("_generate_step", 0)), 0), last)
+    playing = bool(st.session_state.get("_generate_playing"))
     step_col, play_col, back_col, where_col = st.columns([1, 1, 1, 4])
     # Step and Prefill change the step in a callback, before this rerun draws anything: every button below is
     # drawn for the step shown (a click handled after them left Step disabled after Prefill)
@@ -191,15 +192,15 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
                     on_click=_go_to, args=(index + 1,))
     if playing:
         if play_col.button("Stop", icon=":material/stop:", key="generate_stop"):
-            ss["_generate_playing"] = False
+            st.session_state["_generate_playing"] = False
             st.rerun()
     elif play_col.button("Play", icon=":material/play_arrow:", disabled=index >= last, key="generate_play"):
-        ss["_generate_playing"] = True
+        st.session_state["_generate_playing"] = True
         st.rerun()
     back_col.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
                     help="Back to step 0: the prompt, fed at once.", on_click=_go_to, args=(0,))
     if playing and index >= last:
-        ss["_generate_playing"] = False
+        st.session_state["_generate_playing"] = False
         st.rerun()
     where_col.markdown(f"**Step {index} of {last}** · " + (
         f"prefill: the {result.prompt_length} prompt tokens in one forward pass" if index == 0 else
@@ -218,7 +219,7 @@ def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
 
 
 def _go_to(index: int) -> None:
-    ss["_generate_step"] = index
+    st.session_state["_generate_step"] = index
 
 
 def _pieces(token_ids: list[int]) -> list[str]:
@@ -253,8 +254,8 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
     with map_col:
         layer_col, head_col = st.columns(2)
         for key, count in (("generate_layer", n_layers), ("generate_head", n_heads)):
-            if ss.get(key) not in range(count):  # another model, with fewer layers or heads
-                ss[key] = 0
+            if st.session_state.get(key) not in range(count):  # another model, with fewer layers or heads
+                st.session_state[key] = 0
         layer = layer_col.selectbox("Layer", range(n_layers), key="generate_layer")
         head = head_col.selectbox("Head", range(n_heads), key="generate_head")
         if index == 0:

@@ -13,7 +13,7 @@ from attnviz.background import yield_to_pages
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
-from attnviz.ui.state import page_bind, ss
+from attnviz.ui.state import page_bind
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
@@ -49,7 +49,7 @@ def heads_grid_figure(ctx: Context, stage: str):
     from attnviz.views import figures
 
     grid = _grid_figure(*ctx.key, stage)
-    return figures.mark_focus(grid, ss.get("heads_focus", 0))
+    return figures.mark_focus(grid, st.session_state.get("heads_focus", 0))
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)

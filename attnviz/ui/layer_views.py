@@ -17,7 +17,6 @@ from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, run_notes, run_settings
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import current_settings, drawn, fill_view_slots
-from attnviz.ui.state import ss
 
 
 def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
@@ -39,27 +38,27 @@ def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
 
 
 @st.fragment
-def _layer_fragment(shell: Context, key: tuple, draw: Callable[[Context], None]) -> None:
+def _layer_fragment(context: Context, key: tuple, draw: Callable[[Context], None]) -> None:
     """The fragment.  Streamlit keeps a fragment's arguments for the session's lifetime: it holds the context
-    without its Trace (``shell``) and the trace's key, and looks the Trace up in the cache on every run."""
-    settings, config, trace = shell.settings, shell.config, None
-    if shell.slots.text is not None and _moved("text", settings["text"]):
+    without its Trace (``context``) and the trace's key, and looks the Trace up in the cache on every run."""
+    settings, config, trace = context.settings, context.config, None
+    if context.slots.text is not None and _moved("text", settings["text"]):
         settings, config, trace = _rerun(config)  # before anything is sent: the browser is idle while it computes
-    fill_view_slots(shell.slots, shell.weights)
+    fill_view_slots(context.slots, context.weights)
     if trace is None and config.checkpoint is not None and _moved("layer", config.layer):
         settings, config, trace = _rerun(config)
     elif trace is None:
         trace = cached_trace(*key)
     share_and_export(trace)
     run_notes(trace)  # in the fragment: a new text's notes replace the last one's
-    draw(dataclasses.replace(shell, settings=settings, config=config, trace=trace))
+    draw(dataclasses.replace(context, settings=settings, config=config, trace=trace))
 
 
 def _moved(key: str, run_value) -> bool:
     """Whether the widget ``key`` (the Text area, the Layer selectbox) holds another value than the page's whole run
     drew (``run_value``) or than this fragment last drew (the URL holds that): a new one, or back to the whole
     run's after another — either way its trace, the URL and the link must follow it."""
-    return not (ss[key] == run_value and drawn(key, run_value))
+    return not (st.session_state[key] == run_value and drawn(key, run_value))
 
 
 def _rerun(config: AttentionConfig) -> tuple[dict, AttentionConfig, Trace]:

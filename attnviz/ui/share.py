@@ -10,13 +10,13 @@ import streamlit as st
 
 from attnviz.trace import Trace
 from attnviz.ui.cache import trace_key, trace_of
-from attnviz.ui.state import page_bind, ss
+from attnviz.ui.state import page_bind
 from attnviz.ui.urlstate import MAX_URL_TEXT, SETTING_KEYS, share_query
 
 
 def share_and_export(trace: Trace | None) -> None:
     with st.sidebar, st.expander("Share & export", icon=":material/share:"):
-        values = {key: ss[key] for key in SETTING_KEYS}
+        values = {key: st.session_state[key] for key in SETTING_KEYS}
         base = (st.context.url or "").split("?", 1)[0]
         link = base + "?" + urllib.parse.urlencode(share_query(values))
         st.caption("Link to this view (copy with the icon on the right):")

@@ -24,7 +24,7 @@ from attnviz.config import (
 )
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.state import URL_NOTICES, bind, set_setting, settings_from_url, ss
+from attnviz.ui.state import URL_NOTICES, bind, set_setting, settings_from_url
 from attnviz.ui.urlstate import (
     PAGE_PARAMS,
     PRESET_DIMS,
@@ -56,8 +56,9 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
     folded away in an expander (so that they keep their values)."""
     settings_from_url()
     listed = ui_weights.options()
-    if ss["weights"] not in [option.name for option in listed]:  # e.g. a trained model this server no longer holds
-        ss["_weights_notice"] = f"The weights {ss['weights'][:60]!r} are no longer listed; showing the book's classes."
+    if st.session_state["weights"] not in [option.name for option in listed]:  # a trained model gone
+        gone = st.session_state["weights"][:60]
+        st.session_state["_weights_notice"] = f"The weights {gone!r} are no longer listed; showing the book's classes."
         set_setting("weights", weights.BOOK)
     with st.sidebar:
         st.markdown("### attnviz")
@@ -105,7 +106,7 @@ def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
 def current_settings() -> dict:
     """The settings the widgets hold now, also written to the URL (a shared link, a reload): the URL shows what the
     last run drew (:func:`drawn`).  A page's own parameters (``PAGE_PARAMS``) stay; anything else goes."""
-    values = {key: ss[key] for key in SETTING_KEYS}
+    values = {key: st.session_state[key] for key in SETTING_KEYS}
     kept = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}
     st.query_params.from_dict({**share_query(values), **kept})
     return values
@@ -125,15 +126,16 @@ def _weights(listed) -> ui_weights.Choice:
                  "machine (ATTNVIZ_CHECKPOINTS, the Hugging Face cache, --checkpoint).")
     for note in weights.discovered().notes:  # a path given on the command line or in ATTNVIZ_CHECKPOINTS
         st.caption(f"ℹ️ {markdown_escape(note)}")
-    choice = ui_weights.choose(listed, ss["weights"])
-    ss["_weights_choice"] = choice
+    choice = ui_weights.choose(listed, st.session_state["weights"])
+    st.session_state["_weights_choice"] = choice
     if choice.sizes is not None:
         _follow_checkpoint(choice.sizes)
     n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
-    if not 0 <= ss["layer"] < n_layers:
+    if not 0 <= st.session_state["layer"] < n_layers:
         if choice.sizes is not None:
-            ss["_weights_notice"] = (
-                f"Layer {ss['layer']} does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1}); "
+            st.session_state["_weights_notice"] = (
+                f"Layer {st.session_state['layer']} does not exist: this checkpoint has {n_layers} layers "
+                f"(0…{n_layers - 1}); "
                 "showing layer 0.")
         set_setting("layer", 0)
     return choice
@@ -152,10 +154,10 @@ def _variant(choice) -> variants.Variant:
     """The attention variant: the book's six, and the user's own modules listed on the command line (by label).
     Returns the record whose ``not_applicable`` decides which settings below apply."""
     modules = user_code.listed()
-    if ss["variant"] not in variants.VARIANTS and ss["variant"] not in modules:
+    if st.session_state["variant"] not in variants.VARIANTS and st.session_state["variant"] not in modules:
         set_setting("variant", variants.DEFAULT)
     spec = variants.CHECKPOINT if choice.checkpoint else (
-        variants.USER_MODULE if ss["variant"] in modules else variants.get(ss["variant"]))
+        variants.USER_MODULE if st.session_state["variant"] in modules else variants.get(st.session_state["variant"]))
     reason = spec.not_applicable("variant")
     st.selectbox("Attention variant", [*variants.LABELS, *modules], format_func=lambda v: variants.LABELS.get(v, v),
                  disabled=reason is not None, help=reason or ("Your own modules are the ones named with "
@@ -179,15 +181,16 @@ def _sizes(spec) -> None:
         "d_out", min_value=1, max_value=MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
         help=spec.not_applicable("d_out"), **bind("d_out"),
     )
-    head_options = [h for h in divisors(int(ss["d_out"])) if h <= MAX_HEADS]
-    if ss["num_heads"] not in head_options:
-        set_setting("num_heads", nearest_divisors(int(ss["d_out"]), int(ss["num_heads"]), 1)[0])
+    head_options = [h for h in divisors(int(st.session_state["d_out"])) if h <= MAX_HEADS]
+    if st.session_state["num_heads"] not in head_options:
+        d_out, num_heads = int(st.session_state["d_out"]), int(st.session_state["num_heads"])
+        set_setting("num_heads", nearest_divisors(d_out, num_heads, 1)[0])
     st.selectbox(
         "Heads", head_options, disabled=spec.not_applicable("num_heads") is not None,
         help=spec.not_applicable("num_heads") or "Only divisors of d_out are offered (head_dim = d_out / heads).",
         **bind("num_heads"),
     )
-    dims_notice = ss.pop("_dims_notice", None)
+    dims_notice = st.session_state.pop("_dims_notice", None)
     if dims_notice:
         st.caption(f"ℹ️ {dims_notice}")
 
@@ -195,20 +198,21 @@ def _sizes(spec) -> None:
 def _modern(spec) -> None:
     """K/V groups (divisors of the heads), latent width (at most d_out), window, positions and rope_base: each only
     when the variant has it; a kept value that no longer fits the sizes is replaced, with a notice."""
-    fitted, notices = fit_modern({key: ss[key] for key in SETTING_KEYS})
+    fitted, notices = fit_modern({key: st.session_state[key] for key in SETTING_KEYS})
     for key in ("num_kv_groups", "latent_dim", "positions"):
-        if fitted[key] != ss[key]:
+        if fitted[key] != st.session_state[key]:
             set_setting(key, fitted[key])
     applies = [key for key in variants.MODERN_SETTINGS if spec.not_applicable(key) is None]
     if "num_kv_groups" in applies:
-        num_heads = int(ss["num_heads"])
+        num_heads = int(st.session_state["num_heads"])
         st.selectbox("K/V groups (num_kv_groups)", configs.divisors(num_heads),
                      help=f"How many key/value heads the {num_heads} query heads share (divisors of the heads): "
                      f"{num_heads} = multi-head attention, 1 = multi-query.", **bind("num_kv_groups"))
     if "latent_dim" in applies:
-        st.number_input("Latent width (latent_dim)", min_value=1, max_value=int(ss["d_out"]), step=1,
+        st.number_input("Latent width (latent_dim)", min_value=1, max_value=int(st.session_state["d_out"]), step=1,
                         help="Keys and values are up-projected from one latent vector per token this wide "
-                        f"(the book's default: max(16, d_out // 8) = {configs.default_latent_dim(int(ss['d_out']))}).",
+                        "(the book's default: max(16, d_out // 8) = "
+                        f"{configs.default_latent_dim(int(st.session_state['d_out']))}).",
                         **bind("latent_dim"))
     if "sliding_window_size" in applies:
         st.number_input("Window W (sliding_window_size)", min_value=1, max_value=MAX_CONTEXT_LENGTH, step=1,
@@ -217,7 +221,7 @@ def _modern(spec) -> None:
         st.radio("Positions", list(configs.POSITIONS), horizontal=True,
                  help="learned: the chapter 2 positional embedding added to the input; rotary: queries and keys "
                  "rotated by position (RoPE).", **bind("positions"))
-        if ss["positions"] == "rotary":
+        if st.session_state["positions"] == "rotary":
             st.selectbox("RoPE base (rope_base)", list(ROPE_BASES), format_func=lambda base: f"{base:,}",
                          help="θ base of the rotation: 10,000 (Llama 2) or 500,000 (Llama 3).", **bind("rope_base"))
     for notice in notices:
@@ -239,7 +243,7 @@ def _mask_dropout_seed_device(spec, choice) -> None:
     st.number_input("Seed", min_value=0, max_value=MAX_SEED, step=1, disabled=reason is not None,
                     help=reason, **bind("seed"))
     devices = available_devices()
-    if ss["device"] not in devices:
+    if st.session_state["device"] not in devices:
         set_setting("device", "auto")
     reason = spec.not_applicable("device")
     st.selectbox("Device", devices, disabled=reason is not None, help=reason or "auto = CUDA, then MPS, then CPU.",
@@ -248,9 +252,9 @@ def _mask_dropout_seed_device(spec, choice) -> None:
 
 def _notices() -> None:
     """A weights option that went away, and URL parameters that were ignored."""
-    if weights_notice := ss.pop("_weights_notice", None):
+    if weights_notice := st.session_state.pop("_weights_notice", None):
         st.warning(markdown_escape(weights_notice), icon="🔗")
-    for notice in ss.get(URL_NOTICES, []):
+    for notice in st.session_state.get(URL_NOTICES, []):
         st.warning(markdown_escape(notice), icon="🔗")
 
 
@@ -266,8 +270,8 @@ def _follow_checkpoint(sizes) -> None:
     """The size widgets show the checkpoint's sizes (disabled): its width, heads and matching preset."""
     dims = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads)
     for name, value in zip(("d_in", "d_out", "num_heads"), dims):
-        if ss[name] != value:
+        if st.session_state[name] != value:
             set_setting(name, value)
     preset = next((name for name, preset_dims in PRESET_DIMS.items() if preset_dims == dims), "custom")
-    if ss["preset"] != preset:
+    if st.session_state["preset"] != preset:
         set_setting("preset", preset)

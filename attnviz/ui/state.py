@@ -22,7 +22,6 @@ from attnviz.ui import weights as ui_weights
 from attnviz.ui.urlstate import PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
 from attnviz.ui.weights import WEIGHTS_REQUEST
 
-ss = st.session_state
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
@@ -39,15 +38,15 @@ def settings_from_url() -> None:
     """Every setting whose widget has no value yet takes the URL's (the default where the URL has none or a bad
     one); the notices of a session's first run are kept to show.  A weights option a page asked for on the last
     run (:func:`attnviz.ui.weights.select_weights`) is applied."""
-    missing = [key for key in SETTING_KEYS if key not in ss]
+    missing = [key for key in SETTING_KEYS if key not in st.session_state]
     if missing:
         names = [option.name for option in ui_weights.options()]
         values, notices = settings_from_query(dict(st.query_params), weights_names=names)
         for key in missing:
-            ss[key] = values[key]
-        ss.setdefault(URL_NOTICES, notices)
-    if (name := ss.pop(WEIGHTS_REQUEST, None)) is not None:
-        ss["weights"], ss["layer"], ss["causal"] = name, 0, True
+            st.session_state[key] = values[key]
+        st.session_state.setdefault(URL_NOTICES, notices)
+    if (name := st.session_state.pop(WEIGHTS_REQUEST, None)) is not None:
+        st.session_state["weights"], st.session_state["layer"], st.session_state["causal"] = name, 0, True
 
 
 def keep_widgets() -> None:
@@ -55,31 +54,33 @@ def keep_widgets() -> None:
     not.  The settings need it too: K/V groups, latent width, window, positions and RoPE base are drawn only for
     the variants that have them, and the Heads page's fragment draws the Text area and the Layer selectbox."""
     for key in (*SETTING_KEYS, *PAGE_WIDGETS):
-        if key in ss:
-            ss[key] = ss[key]
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
 
 
 def set_setting(key: str, value) -> None:
     """A setting's new value, before its widget is drawn (or in a callback)."""
-    ss[key] = value
+    st.session_state[key] = value
 
 
 def _changed(key: str) -> None:
     """on_change of every sidebar widget: keep the sizes consistent."""
-    if key == "weights" and ss["weights"] != weights.BOOK:
+    if key == "weights" and st.session_state["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
-    if key == "preset" and ss["preset"] in PRESET_DIMS:
-        for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[ss["preset"]]):
+    if key == "preset" and st.session_state["preset"] in PRESET_DIMS:
+        for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[st.session_state["preset"]]):
             set_setting(name, value)
-    elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(ss["preset"]) != (
-            ss["d_in"], ss["d_out"], ss["num_heads"]):
+    elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(st.session_state["preset"]) != (
+            st.session_state["d_in"], st.session_state["d_out"], st.session_state["num_heads"]):
         set_setting("preset", "custom")
-    if key in ("preset", "variant") and is_book(ss["preset"]) and ss["variant"] in variants.VARIANTS:
+    state = st.session_state
+    if key in ("preset", "variant") and is_book(state["preset"]) and state["variant"] in variants.VARIANTS:
         # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6)
-        set_setting("causal", variants.get(ss["variant"]).book_causal)
-    if key == "d_out" and ss["d_out"] % ss["num_heads"]:
-        new = nearest_divisors(ss["d_out"], ss["num_heads"], 1)[0]
-        ss["_dims_notice"] = f"{ss['num_heads']} heads do not divide d_out {ss['d_out']}; using {new} heads."
+        set_setting("causal", variants.get(st.session_state["variant"]).book_causal)
+    if key == "d_out" and st.session_state["d_out"] % st.session_state["num_heads"]:
+        new = nearest_divisors(st.session_state["d_out"], st.session_state["num_heads"], 1)[0]
+        st.session_state["_dims_notice"] = (f"{st.session_state['num_heads']} heads do not divide d_out "
+                                            f"{st.session_state['d_out']}; using {new} heads.")
         set_setting("num_heads", new)
 
 
@@ -93,6 +94,6 @@ def page_bind(key: str, default, valid=lambda value: True) -> dict:
     has none or one ``valid`` refuses (a head that the new settings no longer have)."""
     if key not in PAGE_WIDGETS:
         raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
-    if key not in ss or not valid(ss[key]):
-        ss[key] = default
+    if key not in st.session_state or not valid(st.session_state[key]):
+        st.session_state[key] = default
     return {"key": key}

@@ -22,7 +22,7 @@ from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard, JobRefusedError
 from attnviz.ui.cache import freeze_training_imports, in_training_heap
 from attnviz.ui.frame import plotly_config
-from attnviz.ui.state import page_bind, ss
+from attnviz.ui.state import page_bind
 from attnviz.views import head_figures
 
 POLL_SECONDS = 1.0
@@ -50,9 +50,9 @@ def job_board() -> JobBoard:
 
 def owner() -> str:
     """This session's job owner (an id in its state: unique per browser session, also under AppTest)."""
-    if "_train_owner" not in ss:
-        ss["_train_owner"] = secrets.token_hex(8)
-    return ss["_train_owner"]
+    if "_train_owner" not in st.session_state:
+        st.session_state["_train_owner"] = secrets.token_hex(8)
+    return st.session_state["_train_owner"]
 
 
 def _alive_check():
@@ -90,10 +90,10 @@ def ended_run() -> live_train.TrainedRun | None:
     ended job whose tab looked elsewhere for a while; the session keeps what it has shown)."""
     job = current_job()
     if job is not None and not job.running and job.result is not None:
-        ss["_train_run"] = job.result
+        st.session_state["_train_run"] = job.result
     elif job is not None and job.running:
         return None
-    return ss.get("_train_run")
+    return st.session_state.get("_train_run")
 
 
 # ------------------------------------------------------------------ settings, start, stop
@@ -134,7 +134,7 @@ def _start(steps: int, seed: int) -> None:
     except JobRefusedError as exc:
         st.warning(str(exc), icon="✋")
         return
-    ss["_train_total"] = cfg.steps
+    st.session_state["_train_total"] = cfg.steps
     st.rerun()  # draw the page again as it is now: Stop enabled, the live view polling
 
 
@@ -163,7 +163,7 @@ def live() -> None:
 
 def _live() -> None:
     job = current_job()
-    run = ss.get("_train_run") if job is None else None  # the board reaped this tab's ended job: what it kept
+    run = st.session_state.get("_train_run") if job is None else None  # the board reaped this tab's ended job
     if job is None and run is None:
         st.info("Nothing trained in this session yet: choose the steps and press **Start training**.",
                 icon=":material/model_training:")
@@ -171,10 +171,10 @@ def _live() -> None:
     if job is not None:
         job.touch()  # the page is looking: the job keeps running
         view, status = live_train.progress_view(job.progress), job.status
-        total = int(ss.get("_train_total", 0)) or None
+        total = int(st.session_state.get("_train_total", 0)) or None
         if job.running:
-            ss["_train_seen_running"] = True
-        elif ss.pop("_train_seen_running", False):
+            st.session_state["_train_seen_running"] = True
+        elif st.session_state.pop("_train_seen_running", False):
             st.rerun()  # it just ended: redraw the page (results, the stop button) and the sidebar (new weights)
     else:
         view, total = live_train.history_view(run), run.cfg.steps
@@ -216,9 +216,9 @@ def _kept(name: str, source: object, shape: tuple, data: object, build, fill=Non
     job or run, this array) and ``shape`` — with ``fill(fig)`` putting the new ``data`` into it in place when that
     changed —, else ``build()``'s new one. The live view polls every second while the training thread needs the
     GIL: filling the kept score curves costs it far less than building them anew."""
-    kept = ss.get(f"_train_fig_{name}")
+    kept = st.session_state.get(f"_train_fig_{name}")
     if kept is None or kept[0] is not source or kept[1] != shape:
-        kept = ss[f"_train_fig_{name}"] = [source, shape, data, build()]
+        kept = st.session_state[f"_train_fig_{name}"] = [source, shape, data, build()]
     elif kept[2] != data:
         fill(kept[3])
         kept[2] = data

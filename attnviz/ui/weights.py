@@ -15,7 +15,6 @@ import streamlit as st
 from attnviz import weights
 from attnviz.models import CheckpointError, GPTModel
 
-ss = st.session_state
 WEIGHTS_REQUEST = "_weights_request"  # an option a page picked (select_weights), applied before the sidebar is drawn
 
 
@@ -45,7 +44,7 @@ def select_weights(name: str) -> None:
     """Make the listed option ``name`` this session's weights from the next run on (layer 0, causal on;
     :func:`attnviz.ui.state.settings_from_url` applies it): the sidebar's widgets are drawn before a page runs, so
     a page cannot set their values in its own run."""
-    ss[WEIGHTS_REQUEST] = name
+    st.session_state[WEIGHTS_REQUEST] = name
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def choose(listed: list[weights.Option], name: str) -> Choice:
 
 def current() -> Choice:
     """The choice the sidebar made in this run."""
-    return ss.get("_weights_choice") or Choice(weights.BOOK_OPTION)
+    return st.session_state.get("_weights_choice") or Choice(weights.BOOK_OPTION)
 
 
 def model_of(choice: Choice) -> GPTModel:

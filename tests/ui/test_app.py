@@ -411,7 +411,7 @@ def test_a_click_on_a_tile_or_a_selected_row_focuses_that_head(monkeypatch):
     from attnviz.ui import focus as ui_heads
 
     state: dict = {}
-    monkeypatch.setattr(ui_heads, "ss", state)
+    monkeypatch.setattr(ui_heads.st, "session_state", state)
 
     def click(points):
         state["heads_grid"] = SimpleNamespace(selection={"points": points})
