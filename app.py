@@ -4,11 +4,48 @@ Streamlit's own multipage model: every run goes through this script.  ``st.navig
 (the pages are the scripts in ``pages/``, listed in :mod:`attnviz.ui.navigation`; Heads at ``/``), and
 ``ui.app_frame`` draws the page config and the shared sidebar around ``page.run()``, so the sidebar's widgets keep
 their values across page switches by themselves.  The page then reads its settings with ``ui.setup()``.
+
+A fresh server's first run warms up twice, explicitly, below: the browser starts on Plotly's code while the server
+imports torch (:func:`warm_up_browser`), and the default view is built in a thread (:func:`start_warm_up`).
 """
+
+import contextlib
+import sys
+import threading
 
 import streamlit as st
 
-from attnviz import ui
+
+@st.cache_resource(show_spinner=False)
+def _browser_warm_up_claim() -> threading.Lock:
+    """One lock per server process (Streamlit keeps a cached resource for the process): acquired once, never
+    released, so exactly one run warms the browser up."""
+    return threading.Lock()
+
+
+def warm_up_browser():
+    """A server process's first run, before it imports torch: an empty Plotly chart in a one-pixel box, so the
+    browser fetches and compiles Plotly's JavaScript (several MB) while the server imports torch; the caller empties
+    the box before the page draws anything.  Returns the box, or None on any later run (torch is imported, or
+    another run claimed the warm-up: several first sessions compiling that code at once beside the server would
+    slow them all).  benchmarks/README.md ("The house on Streamlit's multipage model") has what it saves."""
+    if "torch" in sys.modules or not _browser_warm_up_claim().acquire(blocking=False):
+        return None
+    import numpy  # noqa: F401  (whole before Plotly looks it up; an import waits for another thread's)
+
+    box = st.empty()
+    with box.container(height=1, border=False), contextlib.suppress(AttributeError):  # pandas half-imported elsewhere
+        st.plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}},
+                        key="_warm_up_chart")
+    return box
+
+
+warm_up_box = warm_up_browser()
+
+from attnviz import ui  # noqa: E402  (torch and the rest: the browser fetches Plotly's code meanwhile)
+
+if warm_up_box is not None:
+    warm_up_box.empty()
 
 
 def start_warm_up() -> None:

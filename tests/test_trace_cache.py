@@ -4,7 +4,7 @@ caching a failure."""
 
 from __future__ import annotations
 
-from dataclasses import astuple, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -106,14 +106,14 @@ def test_prefetching_a_layer_keeps_the_one_on_screen_and_every_other_inputs_trac
     theirs = cache.get(other_text, layer[1])
     shown = cache.get(text, layer[0])
     held = lambda: [trace for trace, _ in cache._traces.values()]  # noqa: E731 — oldest first
-    assert ui_cache.prefetch_trace(text, astuple(layer[1]), shown) is None  # room only by evicting shown or theirs
+    assert ui_cache.prefetch_trace(text, layer[1], shown) is None  # room only by evicting shown or theirs
     assert held() == [theirs, shown]
     cache.max_bytes = int(3.5 * one)
     unmasked = cache.get(text, replace(layer[1], causal=False))  # this text and model, another view: not evictable
-    assert ui_cache.prefetch_trace(text, astuple(layer[1]), shown) is None
+    assert ui_cache.prefetch_trace(text, layer[1], shown) is None
     assert held() == [theirs, shown, unmasked]
     cache.max_bytes = int(4.5 * one)
-    prefetched = ui_cache.prefetch_trace(text, astuple(layer[1]), shown)
+    prefetched = ui_cache.prefetch_trace(text, layer[1], shown)
     assert prefetched.config.layer == 1 and held() == [theirs, shown, unmasked, prefetched]
 
 

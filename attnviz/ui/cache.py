@@ -189,23 +189,22 @@ def _trace_cache() -> pipeline.TraceCache:
     return pipeline.TraceCache(TRACE_CACHE_MB * 2**20)
 
 
-def cached_trace(text: str, config_values: tuple) -> Trace:
+def cached_trace(text: str, config: AttentionConfig) -> Trace:
     """Traces are shared, not copied: at n = 1024 a GPT-2-small Trace holds ~210 MB of maps, and
     ``st.cache_data`` would unpickle a copy on every rerun.  The cache is bounded by
     bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 512), not by entries."""
     cache = _trace_cache()
     misses = cache.misses
-    trace = cache.get(text, AttentionConfig(*config_values))
+    trace = cache.get(text, config)
     if cache.misses != misses:
         _malloc_trim(0)  # a new run (and maybe an eviction) freed hundreds of MB
     return trace
 
 
-def prefetch_trace(text: str, config_values: tuple, shown: Trace) -> Trace | None:
-    """``cached_trace(text, config_values)`` ahead of need, if it fits in the cache by evicting only other layers of
+def prefetch_trace(text: str, config: AttentionConfig, shown: Trace) -> Trace | None:
+    """``cached_trace(text, config)`` ahead of need, if it fits in the cache by evicting only other layers of
     the input ``shown`` is of — never ``shown`` itself nor another input's trace (``TraceCache.prefetch``; its size
     is taken to be ``shown``'s: another layer has the same shapes).  None when it does not fit."""
-    config = AttentionConfig(*config_values)
     cleaned = clean_text(text)[0]
 
     def other_layer_of_this_input(other_text: str, other: AttentionConfig) -> bool:
@@ -219,9 +218,10 @@ def prefetch_trace(text: str, config_values: tuple, shown: Trace) -> Trace | Non
     return trace
 
 
-def trace_key(trace: Trace) -> tuple:
-    """What a view that outlives its script run keeps instead of the Trace: (text, config values)."""
-    return (trace.text, dataclasses.astuple(trace.config))
+def trace_key(trace: Trace) -> tuple[str, AttentionConfig]:
+    """What a view that outlives its script run keeps instead of the Trace, and what the caches of views are keyed
+    by: (text, config) — Streamlit hashes the frozen ``AttentionConfig`` by its fields."""
+    return (trace.text, trace.config)
 
 
 def trace_of(key: tuple) -> Trace:

@@ -6,7 +6,6 @@ small view helpers every page uses (modebar config, the compact shape diagram be
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -111,14 +110,14 @@ def run_settings(values: dict, checkpoint: str | None) -> tuple[AttentionConfig,
     or computed under a spinner, kept as this session's last valid view.  Raises InputError or CheckpointError."""
     with st.spinner("Running attention…"):
         config, trace = _trace_of(values, checkpoint)
-    st.session_state["_last_valid"] = (values["text"], dataclasses.astuple(config))  # a key, not the arrays
+    st.session_state["_last_valid"] = (values["text"], config)  # a key, not the arrays
     return config, trace
 
 
 def _trace_of(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Trace]:
     """The validated config of these settings and its trace, from the cache or computed."""
     config = config_from_settings(values, checkpoint).validate()
-    return config, cached_trace(values["text"], dataclasses.astuple(config))
+    return config, cached_trace(values["text"], config)
 
 
 def _new_text_ahead() -> None:

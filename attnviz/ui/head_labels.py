@@ -11,6 +11,7 @@ import numpy as np
 import streamlit as st
 
 from attnviz import head_types
+from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.focus import focus_from_row
 from attnviz.ui.frame import Context, plotly_config
@@ -48,8 +49,8 @@ def label_table(scores: dict):
 
 
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
-def _trace_scores(text: str, config_values: tuple) -> dict:
-    trace = cached_trace(text, config_values)
+def _trace_scores(text: str, config: AttentionConfig) -> dict:
+    trace = cached_trace(text, config)
     return head_types.score_heads(trace.steps["weights"][0], trace.token_ids)  # {name: (heads,)}
 
 

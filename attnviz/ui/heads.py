@@ -10,6 +10,7 @@ import numpy as np
 import streamlit as st
 
 from attnviz.background import yield_to_pages
+from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv
@@ -19,10 +20,10 @@ WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
 
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
-def _grid_figure(text: str, config_values: tuple, stage: str):
+def _grid_figure(text: str, config: AttentionConfig, stage: str):
     from attnviz.views import figures
 
-    trace = cached_trace(text, config_values)
+    trace = cached_trace(text, config)
     config = trace.config
     group = config.group_size  # heads that share K/V heads sit side by side, a group never split across rows
     return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout,
@@ -53,12 +54,12 @@ def heads_grid_figure(ctx: Context, stage: str):
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
-def _head_stats(text: str, config_values: tuple):
+def _head_stats(text: str, config: AttentionConfig):
     import pandas as pd
 
     from attnviz import stats
 
-    trace = cached_trace(text, config_values)
+    trace = cached_trace(text, config)
     table = pd.DataFrame(stats.head_statistics(trace.steps["weights"][0]))
     table.insert(0, "head", range(len(table)))
     return table
@@ -100,7 +101,7 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     if trace.model is None or ctx.stale or trace.model.layer + 1 >= trace.model.n_layers:
         return False
     text = ctx.settings["text"]  # what setup() looks the next layer up by: the sidebar's text and config
-    wanted = dataclasses.astuple(dataclasses.replace(ctx.config, layer=trace.model.layer + 1))
+    wanted = dataclasses.replace(ctx.config, layer=trace.model.layer + 1)
 
     def work() -> None:
         yield_to_pages()  # the browser and the script threads draw this layer meanwhile: they come first

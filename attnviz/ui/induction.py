@@ -29,10 +29,9 @@ def _model_run(ref: str, T: int, seed: int, layer: int) -> induction.InductionRu
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
-def _book_run(config_values: tuple, T: int, seed: int) -> induction.InductionRun:
+def _book_run(config: AttentionConfig, T: int, seed: int) -> induction.InductionRun:
     from attnviz import pipeline
 
-    config = AttentionConfig(*config_values)
     token_ids = induction.lab_tokens(T, seed)
     trace = pipeline.run_ids(token_ids.tolist(), dataclasses.replace(config, train=False))  # eval: no dropout
     return induction.run_maps(trace.steps["weights"][0], token_ids, T, seed)
@@ -63,7 +62,7 @@ def lab_run(ctx: Context) -> induction.InductionRun | None:
                 return _model_run(config.checkpoint, int(T), int(seed), int(config.layer))
             if config.dropout_runs:
                 st.caption("The lab runs the attention in eval mode: dropout is off here.")
-            return _book_run(dataclasses.astuple(config), int(T), int(seed))
+            return _book_run(config, int(T), int(seed))
     except ValueError as exc:  # a checkpoint that cannot be loaded, a setting out of range: say so
         st.warning(markdown_escape(str(exc)), icon="✋")
         return None

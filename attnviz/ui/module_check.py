@@ -9,6 +9,7 @@ import streamlit as st
 import torch
 
 from attnviz import checks, tracing
+from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.urlstate import markdown_escape
@@ -17,8 +18,8 @@ MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the firs
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _checks(text: str, config_values: tuple) -> list[tuple[str, str, str]]:
-    trace = cached_trace(text, config_values)
+def _checks(text: str, config: AttentionConfig) -> list[tuple[str, str, str]]:
+    trace = cached_trace(text, config)
     module = copy.deepcopy(user_module.module_for(trace.config))  # the shared module is never switched
     x = torch.as_tensor(trace.embeddings["input"][:MAX_CHECK_TOKENS].copy())[None]  # (1, n, d_in)
     results = checks.check_module(module, x)
