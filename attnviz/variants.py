@@ -221,7 +221,9 @@ MHA = "mha"  # the book's MultiHeadAttention: the reference of the Compare page 
 WRAPPER = "mha_wrapper"  # the book's wrapper: compared with MHA head by head
 GQA = "gqa"  # grouped-query: equals MHA on the same weights when num_kv_groups = num_heads
 SWA = "swa"  # sliding window: equals causal MHA on the same weights when W ≥ n
-MODERN = ("gqa", "mqa", "mla", "swa")  # the bonus material's variants (the benchmark times each against MHA)
+MQA = "mqa"  # multi-query: grouped-query with one K/V head
+MLA = "mla"  # multi-head latent attention
+MODERN = (GQA, MQA, MLA, SWA)  # the bonus material's variants (the benchmark times each against MHA)
 
 
 def _checkpoint_attention(c) -> nn.Module:

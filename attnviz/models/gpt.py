@@ -15,9 +15,10 @@ unchanged.  Three additions, none of which changes a result:
   to ``cache_k``/``cache_v`` and masks from ``ptr_current_pos``, the model's position embedding starts at
   ``current_pos``; ``reset_kv_cache()`` empties every cache and both positions.  ``use_cache=False`` (the
   default) is the book's plain forward, unchanged;
-* ``cfg["attention"]`` (default ``"mha"``, the book's) may name a bonus variant, as the book's
-  ``gpt_with_kv_gqa.py`` / ``_mla.py`` / ``_swa.py`` swap the block's attention: ``"gqa"`` (``cfg["num_kv_groups"]``
-  K/V heads), ``"mqa"`` (one), ``"mla"`` (``cfg["latent_dim"]``) or ``"swa"`` (``cfg["sliding_window_size"]``),
+* ``cfg["attention"]`` (default multi-head, the book's) may name a bonus attention, as the book's
+  ``gpt_with_kv_gqa.py`` / ``_mla.py`` / ``_swa.py`` swap the block's attention: grouped-query
+  (``cfg["num_kv_groups"]`` K/V heads), multi-query (one), latent (``cfg["latent_dim"]``) or sliding-window
+  (``cfg["sliding_window_size"]``) — :data:`ATTENTIONS`,
   each with the cache it really keeps (:mod:`attnviz.models.cached_attention`).  :func:`random_gpt` builds a
   small one with random weights: its text is noise, its cache has the variant's real shapes.
 """
@@ -168,22 +169,23 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         return {"cache_k": self.cache_k, "cache_v": self.cache_v}
 
 
-ATTENTIONS = ("mha", "gqa", "mqa", "mla", "swa")  # what cfg["attention"] may name
+MULTI_HEAD, GROUPED_QUERY, MULTI_QUERY, LATENT, SLIDING_WINDOW = ATTENTIONS = (
+    "multi-head", "grouped-query", "multi-query", "latent", "sliding-window")  # what cfg["attention"] may name
 
 
 def build_attention(cfg: dict) -> nn.Module:
-    """The block's attention for ``cfg["attention"]`` (default "mha"), every one with its KV cache."""
-    attention = cfg.get("attention", "mha")
+    """The block's attention for ``cfg["attention"]`` (default multi-head), every one with its KV cache."""
+    attention = cfg.get("attention", MULTI_HEAD)
     common = {"d_in": cfg["emb_dim"], "d_out": cfg["emb_dim"], "num_heads": cfg["n_heads"],
               "dropout": cfg["drop_rate"], "qkv_bias": cfg["qkv_bias"]}
-    if attention == "mha":
+    if attention == MULTI_HEAD:
         return CachedMultiHeadAttention(context_length=cfg["context_length"], **common)
-    if attention in ("gqa", "mqa"):
-        groups = 1 if attention == "mqa" else cfg["num_kv_groups"]  # the NUMBER of K/V heads
+    if attention in (GROUPED_QUERY, MULTI_QUERY):
+        groups = 1 if attention == MULTI_QUERY else cfg["num_kv_groups"]  # the NUMBER of K/V heads
         return CachedGroupedQueryAttention(num_kv_groups=groups, **common)
-    if attention == "mla":
+    if attention == LATENT:
         return CachedMultiHeadLatentAttention(latent_dim=cfg.get("latent_dim"), **common)
-    if attention == "swa":
+    if attention == SLIDING_WINDOW:
         return CachedMultiHeadAttentionWithSWA(sliding_window_size=cfg.get("sliding_window_size"), **common)
     raise ValueError(f"Unknown attention {attention!r}; choose one of {', '.join(ATTENTIONS)}.")
 
@@ -338,7 +340,7 @@ RANDOM_GPT_CONFIG = {
 
 
 def random_gpt(attention: str, seed: int = 123, **settings) -> GPTModel:
-    """A :data:`RANDOM_GPT_CONFIG` GPTModel with ``attention`` ("mha", "gqa", "mqa", "mla", "swa") and random
+    """A :data:`RANDOM_GPT_CONFIG` GPTModel with ``attention`` (one of :data:`ATTENTIONS`) and random
     weights (``torch.manual_seed(seed)``), in eval mode.  ``settings`` override the config (``num_kv_groups``,
     ``latent_dim``, ``sliding_window_size``, …).  Its text is noise: it exists to show the cache's real shapes."""
     if attention not in ATTENTIONS:
@@ -349,7 +351,7 @@ def random_gpt(attention: str, seed: int = 123, **settings) -> GPTModel:
                         ("sliding_window_size", cfg["sliding_window_size"])):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}.")
-    if attention == "gqa" and heads % cfg["num_kv_groups"]:
+    if attention == GROUPED_QUERY and heads % cfg["num_kv_groups"]:
         raise ValueError(f"num_kv_groups {cfg['num_kv_groups']} does not divide the {heads} heads.")
     if cfg["latent_dim"] > width:
         raise ValueError(f"latent_dim {cfg['latent_dim']} is wider than the model's {width}.")

@@ -34,7 +34,10 @@ NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are
             "`--checkpoint` or `ATTNVIZ_CHECKPOINTS`, and models trained on the Train page, are listed too.")
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
-RANDOM_SETTING = {"gqa": "num_kv_groups", "mla": "latent_dim", "swa": "sliding_window_size"}  # the one each takes
+RANDOM_SETTING = {variants.GQA: "num_kv_groups", variants.MLA: "latent_dim", variants.SWA: "sliding_window_size"}
+RANDOM_ATTENTION = {  # a variant of the registry -> the random GPT's block attention
+    variants.MHA: gpt_model.MULTI_HEAD, variants.GQA: gpt_model.GROUPED_QUERY, variants.MQA: gpt_model.MULTI_QUERY,
+    variants.MLA: gpt_model.LATENT, variants.SWA: gpt_model.SLIDING_WINDOW}
 RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are random: its text is noise. "
                 "It is here to show what this attention's KV cache really holds, step by step.")
 
@@ -55,15 +58,14 @@ def url_new_tokens() -> None:
         value = None
     if value is None or not 1 <= value <= MAX_NEW:
         st.session_state["_generate_url_notice"] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole number "
-                                                    "from 1 to "
-                                      f"{MAX_NEW:,}: using {DEFAULT_NEW}.")
+                                                    f"from 1 to {MAX_NEW:,}: using {DEFAULT_NEW}.")
         return
     st.session_state["generate_new"] = value
 
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128, GPT-2's vocabulary: ~52 MB
 def _random_model(attention: str, settings: tuple) -> gpt_model.GPTModel:
-    return gpt_model.random_gpt(attention, **dict(settings))
+    return gpt_model.random_gpt(RANDOM_ATTENTION[attention], **dict(settings))
 
 
 def _load(ref) -> gpt_model.GPTModel:
@@ -106,8 +108,8 @@ def show(ctx: Context) -> None:
 def _random_choice(ctx: Context) -> tuple | None:
     """Offer a small random GPT with one of the block attentions; preselect the sidebar's variant when it is one of
     the bonus ones.  Returns its ref ``(RANDOM_KIND, attention, settings)``, or None."""
-    names = [RANDOM_NONE, *gpt_model.ATTENTIONS]
-    bonus = gpt_model.ATTENTIONS[1:]  # the first is the book's multi-head attention
+    names = [RANDOM_NONE, *RANDOM_ATTENTION]
+    bonus = variants.MODERN
     default = ctx.config.variant if ctx.config.variant in bonus else RANDOM_NONE
     if st.session_state.get("generate_random") not in names:
         st.session_state["generate_random"] = default
@@ -125,9 +127,9 @@ def _random_choice(ctx: Context) -> tuple | None:
     cfg = {**gpt_model.RANDOM_GPT_CONFIG, **settings}
     sizes = [f"{cfg['n_layers']} layers", f"{cfg['n_heads']} heads of {cfg['emb_dim'] // cfg['n_heads']}",
              f"emb_dim {cfg['emb_dim']}", f"context {cfg['context_length']}"]
-    sizes += {"gqa": [f"{cfg['num_kv_groups']} K/V heads"], "mqa": ["1 K/V head"],
-              "mla": [f"latent_dim {cfg['latent_dim']}"], "swa": [f"window W = {cfg['sliding_window_size']}"]
-              }.get(attention, [])
+    sizes += {variants.GQA: [f"{cfg['num_kv_groups']} K/V heads"], variants.MQA: ["1 K/V head"],
+              variants.MLA: [f"latent_dim {cfg['latent_dim']}"],
+              variants.SWA: [f"window W = {cfg['sliding_window_size']}"]}.get(attention, [])
     label = variants.LABELS[attention].split(" (")[0].lower()
     st.warning(RANDOM_NOISE.format(label=label, sizes=", ".join(sizes)), icon=":material/casino:")
     for note in notes:

@@ -15,6 +15,7 @@ from attnviz.models.gpt import RANDOM_GPT_CONFIG
 
 PROMPT = [464, 3797, 3332, 319, 262, 2603, 13, 383, 3797, 3332, 319]  # 11 tokens
 NEW = 9
+MODEL = {"mha": "multi-head", "gqa": "grouped-query", "mqa": "multi-query", "mla": "latent", "swa": "sliding-window"}
 SETTINGS = {  # (attention, overrides): small windows so the cache drops keys during the prompt and the steps
     "mha": ("mha", {}),
     "gqa": ("gqa", {"num_kv_groups": 2}),
@@ -28,7 +29,7 @@ SETTINGS = {  # (attention, overrides): small windows so the cache drops keys du
 @pytest.fixture(scope="module", params=list(SETTINGS))
 def model(request):
     attention, overrides = SETTINGS[request.param]
-    model = random_gpt(attention, seed=3, **overrides)
+    model = random_gpt(MODEL[attention], seed=3, **overrides)
     torch.manual_seed(4)
     with torch.no_grad():  # LayerNorms default to 1 and 0: randomised, so a skipped or swapped one shows
         for name, param in model.named_parameters():
@@ -145,7 +146,7 @@ def test_a_reset_starts_a_new_sequence_and_the_plain_forward_is_unchanged(model)
 
 
 def test_a_sliding_window_of_one_attends_to_the_token_itself_only():
-    model = random_gpt("swa", sliding_window_size=1)
+    model = random_gpt("sliding-window", sliding_window_size=1)
     result = generate(model, PROMPT, 3)
     for step in result.steps[1:]:
         assert step.weights[:, :, 0, -1].min() == 1.0 and step.weights[:, :, 0, :-1].max() == 0.0
@@ -161,4 +162,4 @@ def test_a_sliding_window_of_one_attends_to_the_token_itself_only():
 ])
 def test_random_gpt_refuses_settings_that_cannot_work(attention, settings, message):
     with pytest.raises(ValueError, match=message):
-        random_gpt(attention, **settings)
+        random_gpt(MODEL.get(attention, attention), **settings)
