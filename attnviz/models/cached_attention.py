@@ -41,15 +41,33 @@ def _no_rotation(module) -> None:
         raise ValueError("The cached classes have no rotary positions: build them with rope_base=None.")
 
 
-class CachedGroupedQueryAttention(GroupedQueryAttention):
-    """Grouped-query attention whose cache holds the ``num_kv_groups`` K/V heads, not the repeated ones."""
+class KeyValueCache:
+    """The book's KV-cache state for an attention class that keeps keys and values: the ``cache_k``/``cache_v``
+    buffers (not in the state dict) and ``ptr_current_pos``; ``reset_cache()`` empties both and sets the position
+    back to 0, ``cache_tensors()`` names what the cache holds (each class says the shapes)."""
+
+    def init_cache(self) -> None:
+        self.register_buffer("cache_k", None, persistent=False)
+        self.register_buffer("cache_v", None, persistent=False)
+        self.ptr_current_pos = 0
+
+    def reset_cache(self) -> None:
+        self.cache_k, self.cache_v = None, None
+        self.ptr_current_pos = 0
+
+    def cache_tensors(self) -> dict[str, torch.Tensor]:
+        """``{"cache_k": …, "cache_v": …}``, or {} when empty."""
+        return {} if self.cache_k is None else {"cache_k": self.cache_k, "cache_v": self.cache_v}
+
+
+class CachedGroupedQueryAttention(KeyValueCache, GroupedQueryAttention):
+    """Grouped-query attention whose cache holds the ``num_kv_groups`` K/V heads, not the repeated ones:
+    ``cache_k``/``cache_v`` (b, g, n, hd)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _no_rotation(self)
-        self.register_buffer("cache_k", None, persistent=False)
-        self.register_buffer("cache_v", None, persistent=False)
-        self.ptr_current_pos = 0
+        self.init_cache()
 
     def forward(self, x: torch.Tensor, recorder: Recorder | None = None, use_cache: bool = False) -> torch.Tensor:
         if not use_cache:
@@ -84,14 +102,6 @@ class CachedGroupedQueryAttention(GroupedQueryAttention):
         self.ptr_current_pos += num_tokens
         mask_bool = (q_positions.unsqueeze(-1) < k_positions.unsqueeze(0)) if self.causal else None  # (q, k)
         return scaled_dot_product(self, queries, keys, values, mask_bool, recorder)
-
-    def reset_cache(self) -> None:
-        self.cache_k, self.cache_v = None, None
-        self.ptr_current_pos = 0
-
-    def cache_tensors(self) -> dict[str, torch.Tensor]:
-        """``{"cache_k": (b, g, n, hd), "cache_v": (b, g, n, hd)}``, or {} when empty."""
-        return {} if self.cache_k is None else {"cache_k": self.cache_k, "cache_v": self.cache_v}
 
 
 class CachedMultiHeadLatentAttention(MultiHeadLatentAttention):
@@ -140,15 +150,14 @@ class CachedMultiHeadLatentAttention(MultiHeadLatentAttention):
         return {} if self.cache_c_kv is None else {"cache_c_kv": self.cache_c_kv}
 
 
-class CachedMultiHeadAttentionWithSWA(MultiHeadAttentionWithSWA):
-    """Sliding-window attention whose cache keeps at most the last W keys and values (all of them without W)."""
+class CachedMultiHeadAttentionWithSWA(KeyValueCache, MultiHeadAttentionWithSWA):
+    """Sliding-window attention whose cache keeps at most the last W keys and values (all of them without W):
+    ``cache_k``/``cache_v`` (b, h, ≤W, hd)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _no_rotation(self)
-        self.register_buffer("cache_k", None, persistent=False)
-        self.register_buffer("cache_v", None, persistent=False)
-        self.ptr_current_pos = 0
+        self.init_cache()
 
     def forward(self, x: torch.Tensor, recorder: Recorder | None = None, use_cache: bool = False) -> torch.Tensor:
         if not use_cache:
@@ -190,11 +199,3 @@ class CachedMultiHeadAttentionWithSWA(MultiHeadAttentionWithSWA):
         diff = q_positions.unsqueeze(-1) - k_positions.unsqueeze(0)  # (q, 1) - (1, k) -> (q, k): i − j
         mask_bool = (diff < 0) | (diff >= window)  # (q, k): the future, and keys W or more behind
         return scaled_dot_product(self, queries, keys, values, mask_bool, recorder)
-
-    def reset_cache(self) -> None:
-        self.cache_k, self.cache_v = None, None
-        self.ptr_current_pos = 0
-
-    def cache_tensors(self) -> dict[str, torch.Tensor]:
-        """``{"cache_k": (b, h, ≤W, hd), "cache_v": (b, h, ≤W, hd)}``, or {} when empty."""
-        return {} if self.cache_k is None else {"cache_k": self.cache_k, "cache_v": self.cache_v}

@@ -36,6 +36,7 @@ from attnviz.models.cached_attention import (
     CachedGroupedQueryAttention,
     CachedMultiHeadAttentionWithSWA,
     CachedMultiHeadLatentAttention,
+    KeyValueCache,
 )
 
 # The book's GPT_CONFIG_124M (Chapter 4): GPT-2 small.
@@ -90,7 +91,7 @@ class FeedForward(nn.Module):
         return self.layers(x)  # (b, n, d) -> (b, n, 4d) -> (b, n, d)
 
 
-class CachedMultiHeadAttention(MultiHeadAttention):
+class CachedMultiHeadAttention(KeyValueCache, MultiHeadAttention):
     """The book's ``MultiHeadAttention`` with its bonus KV cache (``ch04/03_kv-cache``).
 
     ``forward(x, recorder=None, use_cache=False)``: without the cache it is the plain class's forward.  With
@@ -107,9 +108,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.register_buffer("cache_k", None, persistent=False)
-        self.register_buffer("cache_v", None, persistent=False)
-        self.ptr_current_pos = 0
+        self.init_cache()
 
     def forward(self, x: torch.Tensor, recorder: Recorder | None = None, use_cache: bool = False) -> torch.Tensor:
         if not use_cache:
@@ -157,16 +156,6 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         context_vec = self.out_proj(context_vec)  # (b, q, d_out) -> (b, q, d_out)
         record(recorder, "output", context_vec)
         return context_vec
-
-    def reset_cache(self) -> None:
-        self.cache_k, self.cache_v = None, None
-        self.ptr_current_pos = 0
-
-    def cache_tensors(self) -> dict[str, torch.Tensor]:
-        """What the cache holds now, by attribute name: ``{"cache_k": (b, h, n, hd), "cache_v": …}``, or {}."""
-        if self.cache_k is None:
-            return {}
-        return {"cache_k": self.cache_k, "cache_v": self.cache_v}
 
 
 MULTI_HEAD, GROUPED_QUERY, MULTI_QUERY, LATENT, SLIDING_WINDOW = ATTENTIONS = (
