@@ -238,7 +238,8 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         tail = max(0, result.prompt_length - PROMPT_SHOWN)  # a long prompt: its end (the sidebar has all of it)
         prompt_text = ("…" if tail else "") + tokens.decode(shown[tail: result.prompt_length])
         new_text = tokens.decode(shown[result.prompt_length:])
-        st.markdown(f"{markdown_escape(prompt_text)}**:orange[{markdown_escape(new_text)}]**")
+        # no bold: Markdown leaves "**" literal after a prompt that ends with a letter
+        st.markdown(f"{markdown_escape(prompt_text)}:orange-background[{markdown_escape(new_text)}]")
         if index == 0:
             st.metric("New token", "—", help="The prefill computes the prompt's keys and values and the first "
                                              "prediction; Step feeds the first new token.")

@@ -87,6 +87,9 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
         step(at)
         new_token = expected[len(prompt) + k - 1]
         assert at.metric[0].value == tokens.pieces([new_token])[0].piece
+        continued = next(m.value for m in at.markdown if ":orange-background[" in m.value)
+        new_text = markdown_escape(tokens.decode(expected[len(prompt): len(prompt) + k]))
+        assert continued.endswith(f":orange-background[{new_text}]") and "**" not in continued  # no literal **
         top5 = next(m.value for m in at.markdown if m.value.startswith("**The new token, chosen from the top 5**"))
         rows = [line.split(" | ") for line in top5.splitlines()[4:]]
         assert len(rows) == 5 and rows[0][1] == markdown_escape(tokens.pieces([new_token])[0].piece) + " ← chosen"
