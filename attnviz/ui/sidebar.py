@@ -197,7 +197,8 @@ def _sizes(spec) -> None:
 
 def _modern(spec) -> None:
     """K/V groups (divisors of the heads), latent width (at most d_out), window, positions and rope_base: each only
-    when the variant has it; a kept value that no longer fits the sizes is replaced, with a notice."""
+    when the variant has it; a kept value that no longer fits the sizes is replaced, with a notice when the variant
+    has that setting (a checkpoint's or MHA's run does not use K/V groups: replacing them there says nothing)."""
     fitted, notices = fit_modern({key: st.session_state[key] for key in SETTING_KEYS})
     for key in ("num_kv_groups", "latent_dim", "positions"):
         if fitted[key] != st.session_state[key]:
@@ -224,8 +225,9 @@ def _modern(spec) -> None:
         if st.session_state["positions"] == "rotary":
             st.selectbox("RoPE base (rope_base)", list(ROPE_BASES), format_func=lambda base: f"{base:,}",
                          help="θ base of the rotation: 10,000 (Llama 2) or 500,000 (Llama 3).", **bind("rope_base"))
-    for notice in notices:
-        st.caption(f"ℹ️ {markdown_escape(notice)}")
+    for key in applies:
+        if key in notices:
+            st.caption(f"ℹ️ {markdown_escape(notices[key])}")
 
 
 def _mask_dropout_seed_device(spec, choice) -> None:

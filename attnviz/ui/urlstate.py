@@ -110,23 +110,24 @@ def _parse_rope_base(raw: str) -> int:
     return value
 
 
-def fit_modern(values: dict) -> tuple[dict, list[str]]:
+def fit_modern(values: dict) -> tuple[dict, dict[str, str]]:
     """``values`` with K/V groups, latent width and positions that work with its heads and d_out, and a notice
-    for each value replaced: groups that do not divide the heads, a latent wider than d_out, rotary positions
-    with an odd head_dim (each rotation turns a pair of dimensions)."""
-    values, notices = dict(values), []
+    for each value replaced, keyed by its setting: groups that do not divide the heads, a latent wider than d_out,
+    rotary positions with an odd head_dim (each rotation turns a pair of dimensions)."""
+    values, notices = dict(values), {}
     num_heads, d_out = int(values["num_heads"]), int(values["d_out"])
     if num_heads % int(values["num_kv_groups"]):
         new = configs.default_kv_groups(num_heads)
-        notices.append(f"num_kv_groups={values['num_kv_groups']} does not divide {num_heads} heads; "
-                       f"using {new} K/V groups.")
+        notices["num_kv_groups"] = (f"num_kv_groups={values['num_kv_groups']} does not divide {num_heads} heads; "
+                                    f"using {new} K/V groups.")
         values["num_kv_groups"] = new
     if int(values["latent_dim"]) > d_out:
         new = configs.default_latent_dim(d_out)
-        notices.append(f"latent_dim={values['latent_dim']} is wider than d_out {d_out}; using {new}.")
+        notices["latent_dim"] = f"latent_dim={values['latent_dim']} is wider than d_out {d_out}; using {new}."
         values["latent_dim"] = new
     if values["positions"] == "rotary" and d_out % num_heads == 0 and (d_out // num_heads) % 2:
-        notices.append(f"Rotary positions need an even head_dim (it is {d_out // num_heads}); using learned positions.")
+        notices["positions"] = (f"Rotary positions need an even head_dim (it is {d_out // num_heads}); "
+                                "using learned positions.")
         values["positions"] = "learned"
     return values, notices
 
@@ -164,7 +165,7 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
         values["num_heads"] = nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
     values, fitted = fit_modern(values)
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
-    notices += [note for note in fitted if note.split("=", 1)[0] in params or note.startswith("Rotary")]
+    notices += [note for key, note in fitted.items() if key in params or key == "positions"]
     return values, notices
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attnviz import weights
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
 TEXT = "Your journey starts with one step"
@@ -129,6 +131,23 @@ def test_fewer_heads_replace_groups_that_no_longer_divide_them_with_a_notice():
     no_exception(at)
     assert at.sidebar.selectbox(key="num_kv_groups").value == 4
     assert any("does not divide 8 heads" in c.value for c in at.sidebar.caption)
+
+
+@pytest.mark.parametrize("query", [{"variant": "mha"}, {"weights": weights.BUNDLED_NAME}])
+def test_groups_a_run_does_not_use_are_replaced_without_a_notice(query):
+    """MHA and a model's layer have no K/V groups: fewer heads than the kept groups (the bundled model has 2, the
+    default is 4) replace them silently, and the notice comes back with a variant that has them."""
+    at = app(**query)
+    if "variant" in query:
+        at.sidebar.selectbox(key="num_heads").set_value(3).run()
+    no_exception(at)
+    assert at.session_state["num_kv_groups"] in (1, 3) or "weights" in query
+    assert not any("does not divide" in c.value for c in at.sidebar.caption), [c.value for c in at.sidebar.caption]
+    if "variant" in query:
+        at.session_state["num_kv_groups"] = 4  # a kept value from another page's settings
+        at.sidebar.selectbox(key="variant").set_value("gqa").run()
+        no_exception(at)
+        assert any("does not divide 3 heads" in c.value for c in at.sidebar.caption)
 
 
 @pytest.mark.parametrize("query, name", [
