@@ -19,7 +19,7 @@ base = compare.base_config(config, d_out, num_heads)
 
 
 with st.spinner("Running every variant…"):
-    result = compute.comparison(ctx.key, dataclasses.astuple(base))
+    result = compute.comparison(ctx.trace_key, dataclasses.astuple(base))
 
 st.title("Compare variants")
 st.caption(f"{result.n} tokens · the same input embeddings and seed {base.seed} for every variant · eval mode "
@@ -67,6 +67,6 @@ for index, variant in enumerate(result.variants):
         st.caption(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
 
 st.subheader("Why ÷√dₖ?")
-random_qk, run = compute.scaling(ctx.key)
+random_qk, run = compute.scaling(ctx.trace_key)
 st.markdown(ablation.EXPLANATION.format(dk=run["dk"], head=run["head"], variant=ui.variant_label(config)))
 st.plotly_chart(ablation.scaling_ablation_figure(random_qk, run), config=ui.plotly_config("attnviz-scaling-ablation"))

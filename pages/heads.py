@@ -10,6 +10,6 @@ if ctx is None:
     st.stop()
 
 st.title("Attention heads")
-ui.by_layer(ctx, heads_views.draw)  # the layer's views: a new layer reruns only them (a fragment)
+ui.draw_layer_views(ctx, heads_views.draw)  # the layer's views: a new layer reruns only them (a fragment)
 if ctx.checkpoint:
     ui.next_token_panel(ctx)  # the model's output: the same for every layer, so outside the layer's fragment

@@ -49,7 +49,7 @@ else:
         st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); "
                    "the sidebar's causal toggle applies to the leak detector below.")
     with st.spinner("Running both versions…"):
-        result = compute.pitfall(ctx.key, wanted_heads, bug, trace)
+        result = compute.pitfall(ctx.trace_key, wanted_heads, bug, trace)
     st.subheader(pitfall.title)
     st.code(catalogue.diff_text(bug), language="diff")
     st.markdown(pitfall.explanation)
@@ -81,7 +81,7 @@ else:
     j = st.select_slider("Perturbed token j", list(range(n)), format_func=ui.position_label(tuple(tokens)),
                          **ui.page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n))
     with st.spinner("Perturbing…"):
-        report = compute.leak(ctx.key, wanted_heads, None if bug == "none" else bug, j, trace)
+        report = compute.leak(ctx.trace_key, wanted_heads, None if bug == "none" else bug, j, trace)
     if "error" in report:
         st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
                    "there is nothing to compare.", icon=":material/error:")

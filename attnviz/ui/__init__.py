@@ -21,7 +21,7 @@ One module per job:
 * ``frame``    — ``app_frame()`` (``app.py``), ``setup()`` and the view helpers every page uses;
 * ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
-* ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.by_layer``);
+* ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.draw_layer_views``);
 * ``focus``    — the focused head, set by a click on the grid or a selected table row;
 * ``why``      — what a selection on the focused map explains (one cell's weight, several cells summed);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
@@ -37,11 +37,9 @@ One module per job:
 # (tests/browser/test_concurrency.py: several fresh sessions at once).
 import pandas  # noqa: F401, I001
 
-from attnviz.ui.cache import TRACE_CACHE_MB, cached_trace, trace_key, trace_of, tune_memory, warm_up
-from attnviz.ui.checkpoint import layers_overview, next_token_panel, position_label
-from attnviz.ui.focus import focus_from_grid, focus_from_row
+from attnviz.ui.cache import warm_up
+from attnviz.ui.checkpoint import next_token_panel, position_label
 from attnviz.ui.frame import (
-    Context,
     app_frame,
     beside_shape_diagram,
     page_setup,
@@ -50,41 +48,16 @@ from attnviz.ui.frame import (
     variant_label,
     weights_caption,
 )
-from attnviz.ui.heads import (
-    WINDOW,
-    focused_head,
-    head_selector,
-    head_stats_table,
-    heads_grid_figure,
-    prefetch_next_layer,
-    stats_columns,
-    window_selector,
-)
-from attnviz.ui.layer_views import by_layer
-from attnviz.ui.share import download_head_csv, share_and_export
+from attnviz.ui.heads import focused_head, head_selector, prefetch_next_layer, window_selector
+from attnviz.ui.layer_views import draw_layer_views
 from attnviz.ui.navigation import pages
 from attnviz.ui.sidebar import sidebar
 from attnviz.ui.state import page_bind
-from attnviz.ui.urlstate import (
-    DEFAULT_TEXT,
-    DEFAULTS,
-    MAX_URL_TEXT,
-    PRESET_DIMS,
-    PRESETS,
-    SETTING_KEYS,
-    config_from_settings,
-    markdown_escape,
-    settings_from_query,
-    share_query,
-)
-from attnviz.ui.weights import register_trained_model, session_id
+from attnviz.ui.urlstate import DEFAULTS, config_from_settings, markdown_escape, settings_from_query
 
-__all__ = [
-    "DEFAULTS", "DEFAULT_TEXT", "MAX_URL_TEXT", "PRESETS", "PRESET_DIMS", "SETTING_KEYS", "TRACE_CACHE_MB",
-    "WINDOW", "Context", "app_frame", "beside_shape_diagram", "by_layer", "cached_trace", "config_from_settings",
-    "download_head_csv", "focus_from_grid", "focus_from_row", "focused_head", "head_selector", "head_stats_table",
-    "heads_grid_figure", "prefetch_next_layer", "markdown_escape", "page_bind", "page_setup", "pages",
-    "plotly_config", "settings_from_query", "setup", "share_and_export", "share_query", "sidebar", "stats_columns",
-    "trace_key", "trace_of", "tune_memory", "variant_label", "warm_up", "window_selector", "layers_overview",
-    "next_token_panel", "position_label", "weights_caption", "register_trained_model", "session_id",
+__all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
+    "DEFAULTS", "app_frame", "beside_shape_diagram", "config_from_settings", "draw_layer_views", "focused_head",
+    "head_selector", "markdown_escape", "next_token_panel", "page_bind", "page_setup", "pages", "plotly_config",
+    "position_label", "prefetch_next_layer", "settings_from_query", "setup", "sidebar", "variant_label", "warm_up",
+    "weights_caption", "window_selector",
 ]

@@ -41,7 +41,8 @@ class Context:
         return self.trace.model is not None
 
     @property
-    def key(self) -> tuple:
+    def trace_key(self) -> tuple:
+        """``(text, config)``: what the trace and the views computed from it are cached by."""
         return trace_key(self.trace)
 
 
@@ -144,7 +145,7 @@ def setup(book_classes: bool = False) -> Context | None:
     ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
     and runs them with seeded random weights at the checkpoint's sizes.
 
-    A page with layer views (``PageEntry.layer_views``) draws them with :func:`attnviz.ui.layer_views.by_layer`,
+    A page with layer views (``PageEntry.layer_views``) draws them with :func:`attnviz.ui.layer_views.draw_layer_views`,
     which also draws the sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the
     context's ``slots``), so that a layer switch or a new text reruns only them.  With a stale view (invalid input)
     they are drawn here and a change reruns the page."""

@@ -58,7 +58,7 @@ def section(ctx: Context) -> None:
     """The Heads page's "Head types" section."""
     trace, config = ctx.trace, ctx.trace.config
     st.subheader("Head types")
-    scores = _trace_scores(*ctx.key)
+    scores = _trace_scores(*ctx.trace_key)
     where = f" of layer {config.layer}" if config.checkpoint is not None else ""
     named = [f"head {h}: {describe(scores, (h,))}" for h in range(trace.num_heads) if describe(scores, (h,)) != "—"]
     st.caption(

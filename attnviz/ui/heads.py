@@ -49,7 +49,7 @@ def heads_grid_figure(ctx: Context, stage: str):
     """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked."""
     from attnviz.views import figures
 
-    grid = _grid_figure(*ctx.key, stage)
+    grid = _grid_figure(*ctx.trace_key, stage)
     return figures.mark_focus(grid, st.session_state.get("heads_focus", 0))
 
 
@@ -67,7 +67,7 @@ def _head_stats(text: str, config: AttentionConfig):
 
 def head_stats_table(ctx: Context):
     """Per-head statistics of the weights (cached with the trace)."""
-    return _head_stats(*ctx.key)
+    return _head_stats(*ctx.trace_key)
 
 
 def stats_columns(n: int) -> dict:

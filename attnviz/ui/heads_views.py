@@ -1,6 +1,6 @@
 """The Heads page's views of one layer: the caption, the stage, the thumbnail grid beside the shape diagram, the
 focused head, a user module's Check panel, the head statistics and types and, for a checkpoint, every layer's
-heads and the next layer computed ahead.  ``pages/heads.py`` draws them with ``ui.by_layer`` (a fragment)."""
+heads and the next layer computed ahead.  ``pages/heads.py`` draws them with ``ui.draw_layer_views`` (a fragment)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def draw(ctx: Context) -> None:
                         config=plotly_config("attnviz-heads"))
 
     # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
-    focused_head(ctx.key, stage)
+    focused_head(ctx.trace_key, stage)
     module_check.check_panel(ctx)  # a user's module: the rules on its code
 
     st.subheader("Head statistics")

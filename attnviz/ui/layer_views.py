@@ -19,7 +19,7 @@ from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import current_settings, drawn, fill_view_slots
 
 
-def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
+def draw_layer_views(ctx: Context, draw: Callable[[Context], None]) -> None:
     """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with what the sidebar left to it
     (``PageEntry.layer_views``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
     or a new text reruns the fragment with that trace.
@@ -29,12 +29,12 @@ def by_layer(ctx: Context, draw: Callable[[Context], None]) -> None:
     ``draw`` must be a module's function, not one a page script defines: Streamlit keeps a fragment's arguments for
     the session's lifetime, and a page's function holds the page's globals — its Context, and so its Trace."""
     if getattr(draw, "__module__", None) == "__main__":
-        raise TypeError(f"ui.by_layer needs a module's function, not the page script's {draw.__qualname__!r}: "
+        raise TypeError(f"ui.draw_layer_views needs a module's function, not the page script's {draw.__qualname__!r}: "
                         "it would keep the page's Trace for the session's lifetime.")
     if ctx.slots is None:
         draw(ctx)
         return
-    _layer_fragment(dataclasses.replace(ctx, trace=None), ctx.key, draw)
+    _layer_fragment(dataclasses.replace(ctx, trace=None), ctx.trace_key, draw)
 
 
 @st.fragment

@@ -37,7 +37,7 @@ def check_panel(ctx) -> None:
                "`python -m attnviz check path/to/file.py:ClassName`.")
     try:
         with st.spinner("Checking your module…"):
-            rows = _checks(*ctx.key)
+            rows = _checks(*ctx.trace_key)
     except tracing.TraceError as error:
         st.warning(markdown_escape(str(error)), icon="✋")
         return

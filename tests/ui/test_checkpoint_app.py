@@ -453,4 +453,4 @@ def test_the_layers_fragment_refuses_a_page_scripts_function():
     page = {"__name__": "__main__"}
     exec("def views(ctx):\n    pass", page)
     with pytest.raises(TypeError, match="module's function"):
-        ui.by_layer(None, page["views"])
+        ui.draw_layer_views(None, page["views"])
