@@ -79,8 +79,8 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
     assert at.title[0].value.startswith("Generate")
     assert at.metric[0].value == "—"  # the prefill: no new token yet
     held = lambda n: n_layers * 2 * n * n_heads * head_dim * 4  # noqa: E731
-    assert at.dataframe[0].value["cache_k"].tolist() == [f"(1, {n_heads}, {len(prompt)}, {head_dim})"] * n_layers
-    assert at.dataframe[0].value["bytes"].sum() == held(len(prompt))
+    assert at.table[0].value["cache_k"].tolist() == [f"(1, {n_heads}, {len(prompt)}, {head_dim})"] * n_layers
+    assert at.table[0].value["bytes"].sum() == held(len(prompt))
     assert at.success[0].value.startswith("Equals the uncached forward")
 
     for k in (1, 2):
@@ -96,8 +96,8 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
         probs = [float(row[2].rstrip(" |%")) for row in rows]
         assert probs == sorted(probs, reverse=True)  # the chosen one is the most likely
         n = len(prompt) + k
-        assert at.dataframe[0].value["cache_v"].tolist() == [f"(1, {n_heads}, {n}, {head_dim})"] * n_layers
-        assert at.dataframe[0].value["bytes"].sum() == held(n)
+        assert at.table[0].value["cache_v"].tolist() == [f"(1, {n_heads}, {n}, {head_dim})"] * n_layers
+        assert at.table[0].value["bytes"].sum() == held(n)
         assert at.success[0].value.startswith("Equals the uncached forward")
         # the map's rows: each new token's query row over the cached keys, from a full forward computed here
         rows = decode(figure(at, "query row over the cached keys")["data"][0]["z"])
@@ -151,7 +151,7 @@ def test_an_empty_prompt_gives_a_message_and_keeps_the_text():
 
 def test_an_endoftext_prompt_generates():
     at = page(weights=weights.BUNDLED_NAME, text=tokens.ENDOFTEXT)
-    assert at.dataframe[0].value["cache_k"].iloc[0] == "(1, 2, 1, 64)"
+    assert at.table[0].value["cache_k"].iloc[0] == "(1, 2, 1, 64)"
     step(at)
     assert at.success[0].value.startswith("Equals the uncached forward")
 
@@ -159,7 +159,7 @@ def test_an_endoftext_prompt_generates():
 def test_a_layer_out_of_range_in_the_url_is_refused_with_a_notice():
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, layer="99")
     assert any(w.value.startswith("Layer 99 does not exist") for w in at.warning)
-    assert at.success and at.dataframe and at.text_area[0].value == TEXT
+    assert at.success and at.table and at.text_area[0].value == TEXT
 
 
 def test_play_advances_and_stops_at_the_end():
@@ -210,7 +210,7 @@ def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cach
             step(at)
             assert at.metric[0].value == tokens.pieces([expected[len(prompt) + k - 1]])[0].piece
         n = len(prompt) + k
-        table = at.dataframe[0].value
+        table = at.table[0].value
         for column, shape in cache(n).items():
             assert table[column].tolist() == [shape, shape]  # 2 layers
         held = models.cache_settings(model)
@@ -225,10 +225,10 @@ def test_sidebar_settings_that_do_not_fit_the_random_gpt_are_said_and_the_preset
     at = random_page(variant="gqa", num_kv_groups="6")  # 6 divides the sidebar's 12 heads, not the model's 8
     assert not at.exception
     assert any("num_kv_groups = 6 does not fit" in c.value.replace("\\", "") for c in at.caption)
-    assert at.dataframe[0].value["cache_k"].iloc[0] == f"(1, 2, {len(tokens.encode(TEXT))}, 16)"
+    assert at.table[0].value["cache_k"].iloc[0] == f"(1, 2, {len(tokens.encode(TEXT))}, 16)"
     at = random_page(variant="mla", latent_dim="512")
     assert any("latent_dim = 512 does not fit" in c.value.replace("\\", "") for c in at.caption)
-    assert at.dataframe[0].value["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
+    assert at.table[0].value["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
 
 
 def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
@@ -236,7 +236,7 @@ def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
     assert at.selectbox(key="generate_random").value == "none"
     assert not [b for b in at.button if b.key == "generate_next"]
     at.selectbox(key="generate_random").set_value("mha").run()
-    assert not at.exception and at.dataframe[0].value["cache_k"].iloc[0].startswith("(1, 8, ")
+    assert not at.exception and at.table[0].value["cache_k"].iloc[0].startswith("(1, 8, ")
     at.selectbox(key="generate_random").set_value("none").run()
     assert not at.exception and not [b for b in at.button if b.key == "generate_next"]
     assert at.text_area[0].value == TEXT
