@@ -23,6 +23,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnviz.explain import AttentionSums, WeightExplanation
+from attnviz.views import margins
 from attnviz.views.figures import MASKED_COLOR, safe_label
 
 POSITIVE = "#d6604d"  # a product that raises the score
@@ -81,7 +82,8 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     layout = {
         "title": {"text": f"{_cell_name(explanation)}<br>{sums}", "font": {"size": 13},
                   "subtitle": {"text": subtitle, "font": {"size": 11}}},
-        "height": height, "margin": {"l": 10, "r": 10, "t": 120, "b": 40}, "showlegend": False, "bargap": 0.1,
+        "height": height, "margin": {"l": margins.beside(), "r": 10, "t": 120, "b": margins.across([], angle=0)},
+        "showlegend": False, "bargap": 0.1,
         "uniformtext": {"minsize": 10, "mode": "show"},
         "xaxis": {"title": {"text": f"dimension d of the head (0 … {explanation.head_dim - 1})"}, "zeroline": False},
         "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True},
@@ -171,7 +173,8 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
                f"{explanation.weight:.4f}")
     layout.update(
         title={"text": f"{_cell_name(explanation)}<br>{how}", "font": {"size": 13}}, height=height, showlegend=False,
-        bargap=0.1, margin={"l": 10, "r": 10, "t": 90, "b": 40},
+        bargap=0.1, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 90,
+                            "b": margins.across(axis["ticktext"])},
         shapes=[{"type": "line", "x0": explanation.key, "x1": explanation.key, "xref": xref, "y0": 0, "y1": 1,
                  "yref": f"{yref} domain", "line": {"color": HIGHLIGHT, "width": 1, "dash": "dot"}}
                 for xref, yref in (("x", "y"), ("x2", "y2"))])
@@ -215,5 +218,6 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
     layout = _panels(titles, axes, gap=0.25)
     layout.update(height=height or 300 * len(titles), showlegend=False, bargap=0.1,
                   title={"text": f"head {sums.head}: several tokens at once", "font": {"size": 13}},
-                  margin={"l": 10, "r": 10, "t": 80, "b": 40})
+                  margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 80,
+                          "b": margins.across(axis["ticktext"])})
     return go.Figure(data=data, layout=layout, _validate=False)

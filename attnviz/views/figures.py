@@ -26,6 +26,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnviz.stats import row_entropy  # noqa: F401  (the one entropy; re-exported for the pages)
+from attnviz.views import margins
 
 MASKED_COLOR = "#c8c8c8"
 SELECTED_COLOR = "#d62728"  # a selected cell's dot on a token heatmap
@@ -194,12 +195,16 @@ def attention_heatmap(
     data += cell_overlay(values, stage, row_offset, col_offset)
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
+    axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))
     layout = {
-        **token_axes(tokens, (row_offset, rows), (col_offset, cols)),
+        **axes,
         "title": {"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
-        # t: room for the title above the key ticks; b: room for the "masked" legend whether or not there is
-        # one, so a before/after pair (only one of them masked) has plots of the same size
-        "height": height, "margin": {"l": 10, "r": 10, "t": 110, "b": 36},
+        # margins that hold the labels, so Plotly draws the map once (views/margins.py); t: the title above the
+        # key ticks; b: the "masked" legend whether or not there is one, so a before/after pair (only one of
+        # them masked) has plots of the same size
+        "height": height, "margin": {"l": margins.beside(axes["yaxis"]["ticktext"]), "r": margins.COLORBAR_PX,
+                                     "t": 40 + margins.across(axes["xaxis"]["ticktext"]),
+                                     "b": margins.LEGEND_BELOW_PX},
         "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
                                                  "yanchor": "top"},
         "dragmode": "zoom", "hovermode": "closest",
@@ -338,7 +343,7 @@ def heads_grid(
     layout = {
         "title": {"text": f"{MAP_TITLES.get(stage, stage)}, {heads_text}" + (f"<br><sup>{note}</sup>" if note else ""),
                   "font": {"size": 13}},
-        "height": max(180, 150 * rows + 60), "margin": {"l": 10, "r": 10, "t": 70, "b": 10},
+        "height": max(180, 150 * rows + 60), "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10},
         "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
         "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5], "fixedrange": True},
         "yaxis": {"visible": False, "range": [height_cells - 0.5, -0.5], "fixedrange": True},
@@ -391,7 +396,8 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
         "xaxis": {"showticklabels": False},
         "title": {"text": f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)",
                   "font": {"size": 12}},
-        "height": 300, "margin": {"l": 5, "r": 5, "t": 40, "b": 5}, "plot_bgcolor": MASKED_COLOR,
+        # l, b: what Plotly keeps beside axes without labels (less, and it draws the overview twice)
+        "height": 300, "margin": {"l": 10, "r": 5, "t": 40, "b": 10}, "plot_bgcolor": MASKED_COLOR,
     }
     if window is not None:
         row0, col0, size = window

@@ -4,11 +4,13 @@ context length.  Pure Plotly: arrays and labels in, a ``go.Figure`` out."""
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import plotly.graph_objects as go
 
 from attnviz.kv_cache import format_bytes
+from attnviz.views import margins
 
 VARIANT_COLORS = {"MHA": "#08519c", "GQA": "#31a354", "MQA": "#74c476", "MLA": "#e6550d", "SWA": "#756bb1",
                   "SWA+GQA": "#bcbddc"}
@@ -23,35 +25,54 @@ def new_rows(rows: list[np.ndarray], n_keys: int) -> np.ndarray:
     return out
 
 
+ROWS_HEIGHT = 440  # px
+
+
 def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *, prompt_length: int,
                 title: str) -> go.Figure:
     """The generated tokens' query rows ``z`` (steps, keys) over every cached key; a line where the prompt ends.
 
-    Numeric axes with token tick labels (a category axis of hundreds of tokens is slow); square cells.  Labels are
-    escaped: Plotly renders a subset of HTML in them, and tokens come from the user's text."""
+    Numeric axes with token tick labels (a category axis of hundreds of tokens is slow).  The height is fixed and the
+    rows fill it (square cells left a few rows over hundreds of keys a few pixels tall), so the page below keeps its
+    place as the steps add rows.  The heatmap sits on ``xaxis2``/``yaxis2``, which overlay and match
+    ``xaxis``/``yaxis``: every position is one of their ticks, labels hidden, so the hover names query and key by
+    their tick text (Plotly writes a position on an array-tick axis as its tick's text) without a string per cell,
+    while the visible axes show at most 20 keys and 24 queries.  Labels are escaped: Plotly renders a subset of HTML
+    in them, and tokens come from the user's text."""
     query_labels = [html.escape(label, quote=True) for label in query_labels]
     key_labels = [html.escape(label, quote=True) for label in key_labels]
     steps, n_keys = z.shape
-    key_ticks = list(range(n_keys)) if n_keys <= 40 else list(range(0, n_keys, max(1, n_keys // 20)))
-    hover = np.array([[f"{query_labels[i]} → {key_labels[j]}" for j in range(n_keys)] for i in range(steps)])
+    layout = {
+        "title": {"text": title, "font": {"size": 14}}, "height": ROWS_HEIGHT,
+        # margins that hold the labels, so Plotly draws the map once (views/margins.py)
+        "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 50, "b": 10},
+        # the prompt's end, on the heatmap's own axes: on the visible ones, Chromium took ~0.1 s more to draw it
+        "shapes": [{"type": "line", "xref": "x2", "yref": "y2", "x0": prompt_length - 0.5,
+                    "x1": prompt_length - 0.5, "y0": -0.5, "y1": steps - 0.5,
+                    "line": {"color": "#e6550d", "width": 1, "dash": "dot"}}],
+    }
+    for name, labels, title_text, max_shown, extra in (
+            ("x", key_labels, "key (cached token)", 20, {"tickangle": -60}),
+            ("y", query_labels, "query: the token fed at this step", 24, {})):
+        every = list(range(len(labels)))
+        shown = every[:: max(1, math.ceil(len(labels) / max_shown))]
+        span = [-0.5, len(labels) - 0.5]
+        shown_labels = [labels[i] for i in shown]
+        layout["margin"]["b" if name == "x" else "l"] = (margins.across(shown_labels) if name == "x"
+                                                         else margins.beside(shown_labels))
+        layout[f"{name}axis"] = {"title": {"text": title_text}, "tickmode": "array", "tickvals": shown,
+                                 "ticktext": shown_labels, "range": span if name == "x" else span[::-1],
+                                 **extra}
+        layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
+                                  "ticktext": labels, "showticklabels": False, "ticks": "", "showgrid": False,
+                                  "zeroline": False}
     # one constructor call: each update_* call re-walks Plotly's property paths (3× the time of building it once)
     return go.Figure(
         data=[go.Heatmap(
             z=z.astype(np.float32), x=np.arange(n_keys), y=np.arange(steps), zmin=0.0, zmax=1.0, colorscale="Blues",
-            customdata=hover, colorbar={"title": {"text": "weight"}, "thickness": 12},
-            hovertemplate="%{customdata}<br>weight %{z:.4f}<extra></extra>", hoverongaps=False)],
-        layout={
-            "title": {"text": title, "font": {"size": 14}}, "height": min(220 + 18 * max(steps, 6), 700),
-            "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
-            "xaxis": {"title": {"text": "key (cached token)"}, "tickvals": key_ticks,
-                      "ticktext": [key_labels[j] for j in key_ticks], "tickangle": -60, "constrain": "domain",
-                      "range": [-0.5, n_keys - 0.5]},
-            "yaxis": {"title": {"text": "query: the token fed at this step"}, "tickvals": list(range(steps)),
-                      "ticktext": query_labels, "autorange": "reversed", "scaleanchor": "x", "constrain": "domain"},
-            "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": prompt_length - 0.5,  # the prompt's end
-                        "x1": prompt_length - 0.5, "y0": 0, "y1": 1,
-                        "line": {"color": "#e6550d", "width": 1, "dash": "dot"}}],
-        })
+            xaxis="x2", yaxis="y2", colorbar={"title": {"text": "weight"}, "thickness": 12},
+            hovertemplate="%{y} → %{x}<br>weight %{z:.4f}<extra></extra>", hoverongaps=False)],
+        layout=layout)
 
 
 def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: dict[str, str] | None = None, *,
@@ -73,6 +94,9 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     fig.update_xaxes(type="log", title="context length (tokens)", tickvals=lengths,
                      ticktext=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}" for n in lengths])
     fig.update_yaxes(type="log", title="KV cache (bytes)")
+    names = [labels.get(name, name) for name in curves]
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=420,
-                      legend={"orientation": "v", "x": 1.02, "y": 1}, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+                      legend={"orientation": "v", "x": 1.02, "y": 1},  # margins that hold the legend and labels
+                      margin={"l": margins.beside(), "r": 60 + margins.text_px(names), "t": 50,
+                              "b": margins.across([], angle=0)})
     return fig

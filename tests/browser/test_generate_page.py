@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, grown_margins, runs, save_screenshot, wait_idle
 
 from attnviz import models, tokens
 
@@ -56,6 +56,7 @@ def test_step_draws_the_new_token_and_the_growing_cache(page, server):
         expect(main.locator("table").filter(has_text="← chosen").first).to_contain_text(tokens.pieces([token])[0].piece)
         expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
         expect(main.locator(".js-plotly-plot").filter(has_text="query row over the cached keys")).to_have_count(1)
+        assert grown_margins(page) == []  # the rows map (and the cost chart) drawn in one pass: margins fit
         expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
             f"{2 * 2 * (n + k) * 2 * 64 * 4 / 1000:,.2f} kB")  # 2 layers × K, V × n tokens × 2 heads × 64 × fp32
     save_screenshot(page, "generate")
@@ -70,7 +71,7 @@ def test_a_random_gpt_with_latent_attention_caches_the_latent(page, server):
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text("Its weights are random: its text is noise")).to_be_visible()
     expect(main.get_by_text("Step 0 of 20")).to_be_visible()
-    table = main.get_by_test_id("stDataFrame").first
+    table = main.get_by_test_id("stTable").first
     expect(table).to_contain_text("cache_c_kv")
     expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
         f"{2 * n * 48 * 4 / 1000:,.2f} kB")  # 2 layers × n tokens × a 48-wide latent × fp32

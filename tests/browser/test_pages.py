@@ -10,7 +10,16 @@ import re
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
-from helpers.browser import assert_no_exception, choose_option, expect, runs, save_screenshot, wait_expanded, wait_idle
+from helpers.browser import (
+    assert_no_exception,
+    choose_option,
+    expect,
+    grown_margins,
+    runs,
+    save_screenshot,
+    wait_expanded,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -405,6 +414,27 @@ def test_a_click_on_a_cell_explains_its_weight(page, base_url):
     expect(main.get_by_text(re.compile("query 1, key 3"))).to_be_visible()
     expect(main.get_by_text(re.compile("causal mask hides it")).first).to_be_visible()
     assert main.get_by_text(re.compile(r"^score q·k")).text_content().endswith("weight 0.0000")
+
+
+def test_the_heads_pages_charts_are_drawn_in_one_pass(page, base_url):
+    """The grid, the focused map, its overview and, after a click, the products and the row's softmax are drawn with
+    the margins their figures ask for: Plotly's automargin found no label, colour bar or legend sticking out, so it
+    did not draw them a second time.  Long words make long tick labels."""
+    text = "Unbelievably, extraordinarily long words: internationalization, counterrevolutionaries. " * 20
+    visit(page, f"{base_url}/?text={quote(text)}&num_heads=4")
+    chart = focused_chart(page)
+    chart.scroll_into_view_if_needed()
+    assert charts(page).count() >= 3  # the grid, the overview (more than 256 tokens) and the focused map
+    assert grown_margins(page) == []
+    centre = cell_centre(page, chart, 40, 12)
+    page.mouse.move(centre["x"], centre["y"])  # Plotly clicks the point it hovers: hover it first
+    expect(chart.locator(".hovertext")).to_contain_text("query")
+    before = runs(page)
+    page.mouse.click(centre["x"], centre["y"])
+    wait_idle(page, after=before)
+    expect(page.get_by_test_id("stMain").get_by_text(re.compile(r"query \d+, key \d+"))).to_be_visible()
+    assert charts(page).count() >= 5
+    assert grown_margins(page) == []
 
 
 def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_url):

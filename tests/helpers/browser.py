@@ -239,3 +239,20 @@ def choose_option(page: Page, combobox: Locator, option: str, attempts: int = 3)
             continue
         item.click()
         return
+
+
+# Plotly's automargin draws a figure again when a label, colour bar or legend sticks out of its margins: a chart
+# drawn in one pass has the margins its figure asked for.
+_GROWN_MARGINS = """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap((gd) => {
+  const layout = gd._fullLayout;
+  if (!layout || !layout._size) return [];
+  const grown = ['l', 'r', 't', 'b'].filter((side) => layout._size[side] > layout.margin[side]);
+  const title = ((layout.title && layout.title.text) || '').replace(/<[^>]*>/g, '').slice(0, 60);
+  const sides = grown.map((s) => `${s} ${layout.margin[s]} → ${layout._size[s]}`).join(', ');
+  return grown.length ? [`${title}: ${sides}`] : [];
+})"""
+
+
+def grown_margins(page: Page) -> list[str]:
+    """The page's Plotly charts whose margins Plotly had to widen (so drew twice), with the sides it widened."""
+    return page.evaluate(_GROWN_MARGINS)

@@ -21,6 +21,21 @@ def test_rows_figure_draws_rows_with_escaped_token_labels():
                                          title="rows")
     heat = fig.data[0]
     assert heat.type == "heatmap" and np.asarray(heat.z).shape == (1, 3)
-    ticks = " ".join([*fig.layout.xaxis.ticktext, *fig.layout.yaxis.ticktext, *np.asarray(heat.customdata).ravel()])
+    ticks = " ".join([*fig.layout.xaxis.ticktext, *fig.layout.xaxis2.ticktext, *fig.layout.yaxis2.ticktext])
     assert "<img" not in ticks and "<b>" not in ticks and "&lt;img" in ticks
-    assert fig.layout.yaxis.scaleanchor == "x"  # square cells
+    assert fig.layout.height == generation_figures.ROWS_HEIGHT  # fixed: the page below does not move as rows come
+
+
+def test_rows_figure_hover_names_every_key_by_its_tick_not_by_a_string_per_cell():
+    n_keys = 100
+    z = generation_figures.new_rows([np.full(n_keys - 1, 1 / (n_keys - 1)), np.full(n_keys, 1 / n_keys)], n_keys)
+    labels = [f"{i}:t{i}" for i in range(n_keys)]
+    fig = generation_figures.rows_figure(z, labels[-2:], labels, prompt_length=n_keys - 2, title="rows")
+    heat = fig.data[0]
+    assert heat.customdata is None and "%{x}" in heat.hovertemplate and "%{y}" in heat.hovertemplate
+    # the heatmap's own x axis has every key as a tick named by its label (hidden), matched to the visible one
+    assert heat.xaxis == "x2" and fig.layout.xaxis2.matches == "x" and fig.layout.xaxis2.overlaying == "x"
+    assert list(fig.layout.xaxis2.tickvals) == list(range(n_keys)) and list(fig.layout.xaxis2.ticktext) == labels
+    assert fig.layout.xaxis2.showticklabels is False and len(fig.layout.xaxis.tickvals) <= 21
+    assert heat.yaxis == "y2" and list(fig.layout.yaxis2.ticktext) == labels[-2:]
+    assert fig.layout.yaxis2.matches == "y" and list(fig.layout.yaxis.ticktext) == labels[-2:]  # few rows: all shown
