@@ -106,14 +106,18 @@ IDLE_AT_JS = """
 
 
 GENERATE = "attnviz/ui/generate.py"
-FIGURES = "attnviz/views/generation_figures.py"
+
 ABLATIONS = {  # name -> (file, patches): (old, new) replaces the first old in that file
     "as is": (GENERATE, []),
+    "the map at a fixed height, cells not square": ("attnviz/views/generation_figures.py", [
+        ('"height": min(220 + 18 * max(steps, 6), 700)', '"height": 420'),
+        ('"scaleanchor": "x", "constrain": "domain"', '"constrain": "domain"')]),
     "the whole prompt above each step": (GENERATE, [("PROMPT_SHOWN = 40", "PROMPT_SHOWN = 1024")]),
     "no cost section": (GENERATE, [("    st.divider()\n    cost_section(ctx, sizes)", "    pass")]),
-    "no cache table": (GENERATE, [('st.dataframe(_cache_table(step), hide_index=True, key="generate_cache_table")',
-                                   "pass")]),
-    "no hover text on the map": (FIGURES, [("customdata=hover, ", "")]),
+    "no cache table": (GENERATE, [("st.table(_cache_table(step), hide_index=True)", "pass")]),
+    "no metrics (the new token and the bytes held)": (GENERATE, [
+        ('            st.metric("New token", _pieces', '            (lambda *a, **k: None)("New token", _pieces'),
+        ('        st.metric("KV cache held"', '        (lambda *a, **k: None)("KV cache held"')]),
 }
 
 
