@@ -71,7 +71,9 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
         data=[go.Heatmap(
             z=z.astype(np.float32), x=np.arange(n_keys), y=np.arange(steps), zmin=0.0, zmax=1.0, colorscale="Blues",
             xaxis="x2", yaxis="y2", colorbar={"title": {"text": "weight"}, "thickness": 12},
-            hovertemplate="%{y} → %{x}<br>weight %{z:.4f}<extra></extra>", hoverongaps=False)],
+            hovertemplate="%{y} → %{x}<br>weight %{z:.4f}<extra></extra>", hoverongaps=False),
+            # one transparent point on the visible axes: Streamlit's Plotly draws no axis whose subplot has no trace
+            go.Scatter(x=[0], y=[0], mode="markers", marker={"opacity": 0}, hoverinfo="skip", showlegend=False)],
         layout=layout)
 
 

@@ -57,6 +57,10 @@ def test_step_draws_the_new_token_and_the_growing_cache(page, server):
         expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
         expect(main.locator(".js-plotly-plot").filter(has_text="query row over the cached keys")).to_have_count(1)
         assert grown_margins(page) == []  # the rows map (and the cost chart) drawn in one pass: margins fit
+        rows_map = main.locator(".js-plotly-plot").filter(has_text="query row over the cached keys")
+        expect(rows_map.locator("g.xtick text").first).to_be_visible()  # the key tokens under the map
+        expect(rows_map.locator("g.ytick text")).to_have_count(k)  # one query row a step
+        expect(rows_map.locator("text.xtitle")).to_have_text("key (cached token)")
         expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
             f"{2 * 2 * (n + k) * 2 * 64 * 4 / 1000:,.2f} kB")  # 2 layers × K, V × n tokens × 2 heads × 64 × fp32
     save_screenshot(page, "generate")
