@@ -21,7 +21,7 @@ from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
 from attnviz.ui.urlstate import markdown_escape
-from attnviz.views import generation_figures
+from attnviz.views import diagram, generation_figures
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
@@ -274,6 +274,10 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
             title=f"layer {layer}, head {head}: each new token's query row over the cached keys"),
             config=plotly_config(f"generate_L{layer}_H{head}"), key="generate_map")
     with cache_col:
+        if layer is not None and layer < len(step.cache_shapes) and step.cache_shapes[layer]:
+            # the shape diagram of the selected layer's cache: the fed tokens' slice, concatenated onto it
+            st.html(diagram.cache_flow_html(step.cache_shapes[layer], len(step.fed), step.position + len(step.fed),
+                                            layer))
         st.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
                   help="What every layer's cache holds after this step (float32): cache_k and cache_v, or MLA's "
                        "latent cache_c_kv.")

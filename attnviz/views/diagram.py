@@ -390,6 +390,44 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
             + "".join(parts) + "</div>")
 
 
+# -------------------------------------------------------------------- the KV cache of one generation step
+
+_CACHE_TOKEN_AXIS = {4: 2, 3: 1}  # (b, kv_heads, n, head_dim): n is axis 2; MLA's latent (b, n, latent_dim): axis 1
+_CACHE_NEW = {"cache_k": "keys of the fed tokens", "cache_v": "values of the fed tokens",
+              "cache_c_kv": "latent c_kv of the fed tokens"}
+
+
+def cache_flow_html(cache_shapes: dict[str, tuple[int, ...]], fed: int, seen: int, layer: int) -> str:
+    """One layer's cache in one generation step, as the compact shape diagram: for each cached tensor, the fed
+    tokens' new slice, ``(b, kv_heads, fed, head_dim)`` (MLA: ``(b, fed, latent_dim)``), concatenated along the token
+    axis onto what the cache held, giving ``cache_shapes[name]`` — at most the window's length when the cache drops
+    its oldest tokens (``seen``: the tokens fed so far).  Every string is escaped; safe for ``st.html``."""
+    import html
+
+    def box(name: str, shape: tuple[int, ...], filled: bool) -> str:
+        style = f"border:1px solid #8fa8d6;background:{TENSOR_FILL if filled else '#fff'}"
+        return (f'<div style="{style};border-radius:6px;padding:2px 4px;text-align:center">'
+                f'<b>{html.escape(name)}</b> <code style="font-size:0.85em;background:none;color:inherit">'
+                f'{html.escape(format_shape(shape))}</code></div>')
+
+    columns = []
+    for name, shape in cache_shapes.items():
+        axis = _CACHE_TOKEN_AXIS.get(len(shape))
+        if axis is None:
+            continue
+        new = tuple(fed if i == axis else size for i, size in enumerate(shape))
+        held = shape[axis]
+        how = "↓ concatenated along the tokens" + (f", the oldest dropped: the last {held} kept" if held < seen else "")
+        columns.append(
+            f'<div style="flex:1;min-width:0">{box(_CACHE_NEW.get(name, name), new, False)}'
+            f'<div style="font-size:0.7em;color:#555;text-align:center">{html.escape(how)}</div>'
+            f"{box(name, shape, True)}</div>")
+    title = f"layer {layer}: what this step adds to its cache"
+    return ('<div class="attnviz-cache-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
+            f'<div style="font-size:0.8em;color:#555;margin-bottom:2px">{html.escape(title)}</div>'
+            f'<div style="display:flex;gap:4px">{"".join(columns)}</div></div>')
+
+
 # -------------------------------------------------------------------- a user's module: its own op path
 
 _OP_STAGE_WORDS = {"queries": "Q", "keys": "K", "values": "V", "scores": "scores = Q·Kᵀ", "scaled": "÷√dₖ",

@@ -478,3 +478,14 @@ def test_a_traced_modules_op_path_is_valid_dot_in_the_order_it_ran(flash):
     html = diagram.op_flow_html(trace, highlight="weights")
     assert html.count('class="attnviz-op"') == len(ops) and "<b>" in html
     assert ("2.5px solid" in html) != flash  # the softmax op is the one on view; SDPA hides it
+
+
+def test_the_cache_flow_shows_the_fed_slice_concatenated_onto_the_cache():
+    prefill = diagram.cache_flow_html({"cache_k": (1, 2, 7, 64), "cache_v": (1, 2, 7, 64)}, fed=7, seen=7, layer=1)
+    assert "layer 1" in prefill and prefill.count("(1, 2, 7, 64)") == 4  # the fed slice is the whole cache
+    step = diagram.cache_flow_html({"cache_k": (1, 2, 8, 64), "cache_v": (1, 2, 8, 64)}, fed=1, seen=8, layer=0)
+    assert step.count("(1, 2, 1, 64)") == 2 and step.count("(1, 2, 8, 64)") == 2 and "dropped" not in step
+    latent = diagram.cache_flow_html({"cache_c_kv": (1, 8, 32)}, fed=1, seen=8, layer=0)
+    assert "(1, 1, 32)" in latent and "cache_c_kv" in latent and "(1, 8, 32)" in latent
+    window = diagram.cache_flow_html({"cache_k": (1, 2, 4, 16), "cache_v": (1, 2, 4, 16)}, fed=1, seen=9, layer=0)
+    assert "the last 4 kept" in window  # a sliding window's cache holds at most W tokens
