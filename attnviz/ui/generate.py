@@ -281,7 +281,7 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         st.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
                   help="What every layer's cache holds after this step (float32): cache_k and cache_v, or MLA's "
                        "latent cache_c_kv.")
-        # a static table: redrawn at every step, where a data grid's canvas took ~0.1 s of the browser's time
+        # a static table: it is redrawn at every step, where a data grid draws its canvas anew
         st.table(_cache_table(step), hide_index=True)
         st.caption(_cache_formula(generation.cache_settings(_load(ref)), result.prompt_length + index))
 

@@ -46,7 +46,7 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
         "title": {"text": title, "font": {"size": 14}}, "height": ROWS_HEIGHT,
         # margins that hold the labels, so Plotly draws the map once (views/margins.py)
         "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 50, "b": 10},
-        # the prompt's end, on the heatmap's own axes: on the visible ones, Chromium took ~0.1 s more to draw it
+        # the prompt's end, on the heatmap's own axes
         "shapes": [{"type": "line", "xref": "x2", "yref": "y2", "x0": prompt_length - 0.5,
                     "x1": prompt_length - 0.5, "y0": -0.5, "y1": steps - 0.5,
                     "line": {"color": "#e6550d", "width": 1, "dash": "dot"}}],
