@@ -274,7 +274,7 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
             title=f"layer {layer}, head {head}: each new token's query row over the cached keys"),
             config=plotly_config(f"generate_L{layer}_H{head}"), key="generate_map")
     with cache_col:
-        if layer is not None and layer < len(step.cache_shapes) and step.cache_shapes[layer]:
+        if layer is not None and step.cache_shapes[layer]:  # None: a model without layers; {}: no cache
             # the shape diagram of the selected layer's cache: the fed tokens' slice, concatenated onto it
             st.html(diagram.cache_flow_html(step.cache_shapes[layer], len(step.fed), step.position + len(step.fed),
                                             layer))

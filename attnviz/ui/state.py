@@ -65,22 +65,21 @@ def set_setting(key: str, value) -> None:
 
 def _changed(key: str) -> None:
     """on_change of every sidebar widget: keep the sizes consistent."""
-    if key == "weights" and st.session_state["weights"] != weights.BOOK:
+    state = st.session_state  # read after each set_setting: the branches see the values the ones before set
+    if key == "weights" and state["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
-    if key == "preset" and st.session_state["preset"] in PRESET_DIMS:
-        for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[st.session_state["preset"]]):
+    if key == "preset" and state["preset"] in PRESET_DIMS:
+        for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[state["preset"]]):
             set_setting(name, value)
-    elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(st.session_state["preset"]) != (
-            st.session_state["d_in"], st.session_state["d_out"], st.session_state["num_heads"]):
+    elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(state["preset"]) != (
+            state["d_in"], state["d_out"], state["num_heads"]):
         set_setting("preset", "custom")
-    state = st.session_state
     if key in ("preset", "variant") and is_book(state["preset"]) and state["variant"] in variants.VARIANTS:
         # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6)
-        set_setting("causal", variants.get(st.session_state["variant"]).book_causal)
-    if key == "d_out" and st.session_state["d_out"] % st.session_state["num_heads"]:
-        new = nearest_divisors(st.session_state["d_out"], st.session_state["num_heads"], 1)[0]
-        st.session_state["_dims_notice"] = (f"{st.session_state['num_heads']} heads do not divide d_out "
-                                            f"{st.session_state['d_out']}; using {new} heads.")
+        set_setting("causal", variants.get(state["variant"]).book_causal)
+    if key == "d_out" and state["d_out"] % state["num_heads"]:
+        new = nearest_divisors(state["d_out"], state["num_heads"], 1)[0]
+        state["_dims_notice"] = f"{state['num_heads']} heads do not divide d_out {state['d_out']}; using {new} heads."
         set_setting("num_heads", new)
 
 

@@ -4,13 +4,13 @@ context length.  Pure Plotly: arrays and labels in, a ``go.Figure`` out."""
 from __future__ import annotations
 
 import html
-import math
 
 import numpy as np
 import plotly.graph_objects as go
 
 from attnviz.kv_cache import format_bytes
 from attnviz.views import margins
+from attnviz.views.figures import tick_positions
 
 VARIANT_COLORS = {"MHA": "#08519c", "GQA": "#31a354", "MQA": "#74c476", "MLA": "#e6550d", "SWA": "#756bb1",
                   "SWA+GQA": "#bcbddc"}
@@ -55,7 +55,7 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
             ("x", key_labels, "key (cached token)", 20, {"tickangle": -60}),
             ("y", query_labels, "query: the token fed at this step", 24, {})):
         every = list(range(len(labels)))
-        shown = every[:: max(1, math.ceil(len(labels) / max_shown))]
+        shown = tick_positions(0, len(labels), max_shown).tolist()
         span = [-0.5, len(labels) - 0.5]
         shown_labels = [labels[i] for i in shown]
         layout["margin"]["b" if name == "x" else "l"] = (margins.across(shown_labels) if name == "x"

@@ -11,7 +11,16 @@ import re
 from unittest import mock
 
 import pytest
-from helpers.browser import assert_no_exception, choose_option, expect, runs, save_screenshot, start_server, wait_idle
+from helpers.browser import (
+    assert_no_exception,
+    choose_option,
+    expect,
+    runs,
+    save_screenshot,
+    start_server,
+    step_generation,
+    wait_idle,
+)
 
 from attnviz import tokens
 
@@ -218,12 +227,7 @@ def test_generate_with_the_checkpoint_steps_with_its_cache(page, server):
     main = page.get_by_test_id("stMain")
     expect(main_title(page)).to_contain_text("Generate")
     expect(main.get_by_text("Step 0 of 20")).to_be_visible()
-    before = runs(page)
-    main.get_by_role("button", name="Step").click()
-    wait_idle(page, after=before)
-    assert_no_exception(page)
-    expect(main.get_by_text("Step 1 of 20")).to_be_visible()
-    expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
+    step_generation(page, 1)
     n = len(tokens.encode(prompt))
     expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
         f"{4 * 2 * (n + 1) * 12 * 32 * 4 / 1000:,.2f} kB")

@@ -9,7 +9,15 @@ import time
 
 import pytest
 import torch
-from helpers.browser import assert_no_exception, expect, grown_margins, runs, save_screenshot, wait_idle
+from helpers.browser import (
+    assert_no_exception,
+    expect,
+    grown_margins,
+    runs,
+    save_screenshot,
+    step_generation,
+    wait_idle,
+)
 
 from attnviz import models, tokens
 
@@ -82,12 +90,7 @@ def test_a_random_gpt_with_latent_attention_caches_the_latent(page, server):
     expect(table).to_contain_text("cache_c_kv")
     expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
         f"{2 * n * 48 * 4 / 1000:,.2f} kB")  # 2 layers × n tokens × a 48-wide latent × fp32
-    before = runs(page)
-    main.get_by_role("button", name="Step").click()
-    wait_idle(page, after=before)
-    assert_no_exception(page)
-    expect(main.get_by_text("Step 1 of 20")).to_be_visible()
-    expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
+    step_generation(page, 1)
     expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
         f"{2 * (n + 1) * 48 * 4 / 1000:,.2f} kB")
     expect(main.get_by_text(f"kv_cache_bytes(context_length={n + 1}, n_heads=8, n_layers=2, latent_dim=48")

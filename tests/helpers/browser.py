@@ -256,3 +256,15 @@ _GROWN_MARGINS = """() => [...document.querySelectorAll('.js-plotly-plot')].flat
 def grown_margins(page: Page) -> list[str]:
     """The page's Plotly charts whose margins Plotly had to widen (so drew twice), with the sides it widened."""
     return page.evaluate(_GROWN_MARGINS)
+
+
+def step_generation(page: Page, step: int, steps: int = 20) -> None:
+    """Click the Generate page's Step and wait for its run: step ``step`` of ``steps`` is shown, with no exception,
+    and its badge says it equals the uncached forward."""
+    main = page.get_by_test_id("stMain")
+    before = runs(page)
+    main.get_by_role("button", name="Step").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text(f"Step {step} of {steps}")).to_be_visible()
+    expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
