@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 CHAR_PX = 7  # a 12 px label's average character width, rounded up (Streamlit's Source Sans and Plotly's Open Sans)
 TITLE_PX = 30  # an axis title beside its tick labels, with the space between them
-TICK_PAD_PX = 12  # between the plot and its tick labels, plus a little slack
+TICK_PAD_PX = 16  # between the plot and its tick labels, plus slack for wide glyphs (", <, W)
 NUMBER_PX = 7 * CHAR_PX  # a numeric axis' tick labels ("−0.0025", "1.5k")
 LINE_PX = 26  # a line of tick labels, upright
 COLORBAR_PX = 100  # a vertical colour bar right of the plot: the bar, its tick labels and its title
