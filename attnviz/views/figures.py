@@ -214,23 +214,23 @@ def attention_heatmap(
     return go.Figure(data=data, layout=layout, _validate=validate)
 
 
-OVERLAY_GL_CELLS = 64 * 64  # a larger overlay is drawn with WebGL (scattergl): SVG draws one node a point
-
-
 def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset: int = 0) -> list[dict]:
-    """The transparent scatter over a token heatmap's cells: one point a cell at (key, query), on the axes
+    """The invisible scatter over a token heatmap's cells: one point a cell at (key, query), on the axes
     ``x2``/``y2`` whose tick text names every position and its token, so its hover reads "query 3: ·cat / key
     1: ·the / weights 0.1234".  Visible cells carry their value (``customdata``); masked ones (NaN) are a second trace
     whose hover says the mask hides them.  Both report clicks and box/lasso selections as points (x = key
-    position, y = query position); a selected cell shows a dot."""
+    position, y = query position).
+
+    The points are SVG text without text, of which Plotly draws none (``marker.maxdisplayed``: it draws only markers
+    it subsamples, and a text-only trace has none), while its hover and selection still test every point: the
+    overlay adds no DOM node a cell and no WebGL context.  Text, not markers: Plotly's hover takes any marker within
+    3 px as the closest, a cell or two away where cells are under 3 px; a text point must be within half a pixel."""
     rows, cols = values.shape
     keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int16), rows)  # (rows·cols,) positions < 2¹⁵
     queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int16), cols)  # (rows·cols,)
     flat = values.reshape(-1)
     hidden = np.isnan(flat)
-    kind = "scattergl" if flat.size > OVERLAY_GL_CELLS else "scatter"
-    common = {"type": kind, "mode": "markers", "marker": {"opacity": 0, "size": 6, "color": SELECTED_COLOR},
-              "selected": {"marker": {"opacity": 1}}, "unselected": {"marker": {"opacity": 0}},
+    common = {"type": "scatter", "mode": "text", "marker": {"maxdisplayed": 1, "color": SELECTED_COLOR},
               "xaxis": "x2", "yaxis": "y2", "showlegend": False}
     overlay = [{**common, "name": "cells", "x": keys[~hidden], "y": queries[~hidden],
                 "customdata": flat[~hidden].astype(np.float32, copy=False),

@@ -202,7 +202,7 @@ def test_a_token_heatmap_has_numeric_axes_token_ticks_and_a_cell_for_every_overl
     assert layout.xaxis2.matches == "x" and layout.yaxis2.matches == "y" and not layout.xaxis2.showticklabels
     assert list(layout.yaxis.range) == [119.5, 19.5]  # queries run down
     cells, masked = (trace for trace in fig.data if trace.name in ("cells", "masked cells"))
-    assert cells.marker.opacity == 0 and masked.marker.opacity == 0 and cells.hoverinfo != "skip"
+    assert cells.mode == masked.mode == "text" and cells.hoverinfo != "skip"  # hovered and selected, never drawn
     shown = {(int(y), int(x)) for x, y in zip(cells.x, cells.y)}
     hidden = {(int(y), int(x)) for x, y in zip(masked.x, masked.y)}
     assert len(shown) + len(hidden) == 100 * 100 and not shown & hidden
@@ -212,8 +212,14 @@ def test_a_token_heatmap_has_numeric_axes_token_ticks_and_a_cell_for_every_overl
     assert "query %{y}" in cells.hovertemplate and "key %{x}" in cells.hovertemplate
 
 
-def test_a_large_overlay_is_drawn_with_webgl():
-    small = figures.attention_heatmap(np.zeros((8, 8), np.float32), ["a"] * 8, "scores", causal=False)
-    big = figures.attention_heatmap(np.zeros((100, 100), np.float32), ["a"] * 100, "scores", causal=False)
-    assert {t.type for t in small.data if t.name == "cells"} == {"scatter"}
-    assert {t.type for t in big.data if t.name == "cells"} == {"scattergl"}
+def test_the_overlay_draws_no_point_and_needs_no_webgl():
+    """Plotly draws a scatter's text points only where they have text and its markers only up to maxdisplayed: the
+    overlay's points, however many, are hovered and selected but never drawn; markers would snap to any cell within
+    3 px."""
+    for n in (8, 256):
+        fig = figures.attention_heatmap(np.zeros((n, n), np.float32), ["a"] * n, "weights", causal=True)
+        overlay = [t for t in fig.data if t.name in ("cells", "masked cells")]
+        assert len(overlay) == 2 and sum(len(t.x) for t in overlay) == n * n
+        for trace in overlay:
+            assert trace.type == "scatter" and trace.mode == "text" and trace.text is None
+            assert trace.marker.maxdisplayed == 1
