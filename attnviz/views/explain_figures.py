@@ -97,7 +97,8 @@ def _token_axis(tokens, n: int, max_ticks: int = MAX_TICKS) -> dict:
     step = max(1, math.ceil(n / max_ticks))
     positions = list(range(0, n, step))
     return {"tickmode": "array", "tickvals": positions, "ticktext": [safe_label(tokens[p]) for p in positions],
-            "tickangle": -60, "range": [-0.5, n - 0.5], "type": "linear"}
+            "tickangle": -60, "range": [-0.5, n - 0.5], "type": "linear",
+            **margins.LABELS_HELD}
 
 
 def _hover_names(tokens, n: int) -> np.ndarray:

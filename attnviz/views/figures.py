@@ -268,7 +268,7 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
         span = [first - 0.5, first + count - 0.5]
         visible = {"title": {"text": title}, "tickmode": "array", "tickvals": shown,
                    "ticktext": [safe_label(tokens[i]) for i in shown], "showgrid": False, "zeroline": False,
-                   "range": span if name == "x" else span[::-1]}
+                   "range": span if name == "x" else span[::-1], **margins.LABELS_HELD}
         if side:
             visible.update(side=side, tickangle=-60)
         layout[f"{name}axis"] = visible

@@ -62,7 +62,7 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
                                                          else margins.beside(shown_labels))
         layout[f"{name}axis"] = {"title": {"text": title_text}, "tickmode": "array", "tickvals": shown,
                                  "ticktext": shown_labels, "range": span if name == "x" else span[::-1],
-                                 **extra}
+                                 **margins.LABELS_HELD, **extra}
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
                                   "ticktext": labels, "showticklabels": False, "ticks": "", "showgrid": False,
                                   "zeroline": False}

@@ -21,6 +21,11 @@ COLORBAR_PX = 100  # a vertical colour bar right of the plot: the bar, its tick 
 LEGEND_BELOW_PX = 50  # a one-row horizontal legend under the plot
 TURNED_LABELS_PX = 20  # right of a horizontal axis whose tick labels are turned: the last one leans out
 
+# An axis whose labels these margins hold: Plotly's default for a numeric axis hides any tick label that sticks out of
+# the figure, testing each label's box against the figure once per label it places (quadratic in the labels);
+# "allow" skips that test.
+LABELS_HELD = {"ticklabeloverflow": "allow"}
+
 
 def text_px(labels: Iterable[str]) -> int:
     """The widest of ``labels`` in pixels, at :data:`CHAR_PX` a character (Plotly's HTML escapes unescaped)."""

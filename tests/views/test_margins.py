@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz.views import figures, generation_figures, margins
+from attnviz import pipeline
+from attnviz.config import AttentionConfig
+from attnviz.explain import attention_sums, explain_weight
+from attnviz.views import explain_figures, figures, generation_figures, margins
 
 
 def test_a_longer_label_or_a_title_needs_a_wider_margin():
@@ -37,3 +40,25 @@ def test_the_generation_rows_map_asks_for_room_for_its_labels():
     layout = generation_figures.rows_figure(z, keys[-2:], keys, prompt_length=28, title="rows").layout
     assert layout.margin.l >= margins.text_px(keys[-2:]) and layout.margin.b >= margins.text_px(keys) * 0.8
     assert layout.margin.r == margins.COLORBAR_PX
+
+
+
+def test_axes_whose_labels_the_margins_hold_skip_plotlys_overflow_test():
+    """Plotly tests every numeric axis' tick labels against the figure's edges, once per label it places; an axis whose
+    margin holds its labels turns that test off, on every figure with token tick labels."""
+    trace = pipeline.run("the cat sat on the mat because it was warm", AttentionConfig(variant="mha", d_in=8, d_out=8,
+                                                                                         num_heads=2))
+    keys = [f"{i}:·token{i}" for i in range(30)]
+    z = generation_figures.new_rows([np.full(29, 1 / 29), np.full(30, 1 / 30)], 30)
+    explanation = explain_weight(trace, 1, 6, 4)
+    figures_with_token_labels = [
+        figures.attention_heatmap(trace.attention_map("weights", 0), trace.tokens, "weights"),
+        generation_figures.rows_figure(z, keys[-2:], keys, prompt_length=28, title="rows"),
+        explain_figures.row_softmax_figure(explanation, trace.tokens),
+        explain_figures.summed_attention_figure(attention_sums(trace, 0, queries=[3, 4]), trace.tokens),
+    ]
+    for fig in figures_with_token_labels:
+        labelled = [axis for name, axis in fig.layout.to_plotly_json().items()
+                    if name[1:5] == "axis" and axis.get("ticktext") is not None and axis.get("showticklabels", True)]
+        assert labelled, fig.layout.title.text
+        assert all(axis["ticklabeloverflow"] == "allow" for axis in labelled), fig.layout.title.text
