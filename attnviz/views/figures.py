@@ -214,6 +214,9 @@ def attention_heatmap(
     return go.Figure(data=data, layout=layout, _validate=validate)
 
 
+MARKED_CELLS = 64 * 64  # an overlay of at most this many cells marks a selected cell with a dot
+
+
 def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset: int = 0) -> list[dict]:
     """The invisible scatter over a token heatmap's cells: one point a cell at (key, query), on the axes
     ``x2``/``y2`` whose tick text names every position and its token, so its hover reads "query 3: ·cat / key
@@ -221,17 +224,22 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
     whose hover says the mask hides them.  Both report clicks and box/lasso selections as points (x = key
     position, y = query position).
 
-    The points are SVG text without text, of which Plotly draws none (``marker.maxdisplayed``: it draws only markers
-    it subsamples, and a text-only trace has none), while its hover and selection still test every point: the
-    overlay adds no DOM node a cell and no WebGL context.  Text, not markers: Plotly's hover takes any marker within
-    3 px as the closest, a cell or two away where cells are under 3 px; a text point must be within half a pixel."""
+    Up to :data:`MARKED_CELLS` cells the points are transparent markers, and a selected cell shows a dot.  Above, they
+    are text points without text: Plotly draws none of them (``marker.maxdisplayed`` keeps only markers, and there
+    are none), while its hover and selection still test every point, so the overlay adds no node a cell.  Not
+    markers there: Plotly's hover takes any marker within 3 px of the pointer as the nearest, a cell or two away where
+    cells are that small; a text point must be within half a pixel."""
     rows, cols = values.shape
     keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int16), rows)  # (rows·cols,) positions < 2¹⁵
     queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int16), cols)  # (rows·cols,)
     flat = values.reshape(-1)
     hidden = np.isnan(flat)
-    common = {"type": "scatter", "mode": "text", "marker": {"maxdisplayed": 1, "color": SELECTED_COLOR},
-              "xaxis": "x2", "yaxis": "y2", "showlegend": False}
+    common = {"type": "scatter", "xaxis": "x2", "yaxis": "y2", "showlegend": False}
+    if flat.size <= MARKED_CELLS:
+        common.update(mode="markers", marker={"opacity": 0, "size": 6, "color": SELECTED_COLOR},
+                      selected={"marker": {"opacity": 1}}, unselected={"marker": {"opacity": 0}})
+    else:
+        common.update(mode="text", marker={"maxdisplayed": 1})
     overlay = [{**common, "name": "cells", "x": keys[~hidden], "y": queries[~hidden],
                 "customdata": flat[~hidden].astype(np.float32, copy=False),
                 "hovertemplate": "query %{y}<br>key %{x}<br>" + stage + " %{customdata:.4f}<extra></extra>"}]

@@ -396,6 +396,9 @@ def test_a_click_on_a_cell_explains_its_weight(page, base_url):
     assert_no_exception(page)
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+    shown = ("(gd) => [...gd.querySelectorAll('g.scatterlayer path.point')]"
+             ".filter((p) => p.style.opacity === '1').length")
+    assert chart.locator(".js-plotly-plot").evaluate(shown) == 1  # a small map marks the selected cell with a dot
     summary = main.get_by_text(re.compile(r"^score q·k")).text_content()
     score = float(re.search(r"Σ products = (-?\d+\.\d+)", summary)[1])
     scaled = float(re.search(r"scaled (-?\d+\.\d+)", summary)[1])

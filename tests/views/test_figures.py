@@ -212,14 +212,17 @@ def test_a_token_heatmap_has_numeric_axes_token_ticks_and_a_cell_for_every_overl
     assert "query %{y}" in cells.hovertemplate and "key %{x}" in cells.hovertemplate
 
 
-def test_the_overlay_draws_no_point_and_needs_no_webgl():
-    """Plotly draws a scatter's text points only where they have text and its markers only up to maxdisplayed: the
-    overlay's points, however many, are hovered and selected but never drawn; markers would snap to any cell within
-    3 px."""
-    for n in (8, 256):
+def test_a_small_overlay_marks_a_selected_cell_and_a_large_one_draws_no_point():
+    """Up to 64 × 64 cells the overlay's points are transparent markers, and a selected one is drawn; above, they are
+    text points without text, which Plotly hovers and selects but never draws (markers would snap to any cell within
+    3 px, and a marker a cell is a node a cell)."""
+    for n, marked in ((8, True), (64, True), (65, False), (256, False)):
         fig = figures.attention_heatmap(np.zeros((n, n), np.float32), ["a"] * n, "weights", causal=True)
         overlay = [t for t in fig.data if t.name in ("cells", "masked cells")]
         assert len(overlay) == 2 and sum(len(t.x) for t in overlay) == n * n
         for trace in overlay:
-            assert trace.type == "scatter" and trace.mode == "text" and trace.text is None
-            assert trace.marker.maxdisplayed == 1
+            assert trace.type == "scatter" and trace.text is None
+            if marked:
+                assert trace.mode == "markers" and trace.marker.opacity == 0 and trace.selected.marker.opacity == 1
+            else:
+                assert trace.mode == "text" and trace.marker.maxdisplayed == 1
