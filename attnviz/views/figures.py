@@ -306,8 +306,9 @@ def heads_grid(
     ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
     masked cells grey, as in every attention heatmap (``hidden``: what a sliding window hides, as in
     :func:`pooled_display`).  The titles ("head 3", or ``labels``) are annotations
-    (:func:`mark_focus` marks the focused one ▶ and outlines it).  A transparent scatter overlay
-    (customdata = head index) reports clicks: heatmap cells do not.
+    (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay of 4 × 4 points a
+    tile (customdata = head index, text points Plotly never draws, as in :func:`cell_overlay`) reports clicks:
+    heatmap cells do not.
 
     Built from plain dicts without Plotly's per-property validation (``tests/views/test_figures.py``
     validates the same dicts).
@@ -337,8 +338,8 @@ def heads_grid(
     mark_x, mark_y = (a.ravel() for a in np.meshgrid(marks, marks))
     data.append({"type": "scatter", "x": np.concatenate([mark_x + x0 for x0, _ in tiles]),
                  "y": np.concatenate([mark_y + y0 for _, y0 in tiles]),
-                 "customdata": np.repeat(np.arange(num_heads), mark_x.size), "mode": "markers",
-                 "name": "select head", "marker": {"size": 30, "opacity": 0}, "showlegend": False,
+                 "customdata": np.repeat(np.arange(num_heads), mark_x.size), "name": "select head",
+                 "mode": "text", "marker": {"maxdisplayed": 1}, "showlegend": False,  # never drawn: as cell_overlay's
                  "hovertemplate": "head %{customdata}: click to focus<extra></extra>"})
     shapes = [{"type": "rect", "x0": x0 - 0.5, "x1": x0 + size - 0.5, "y0": y0 - 0.5, "y1": y0 + size - 0.5,
                "fillcolor": MASKED_COLOR, "line": {"width": 0}, "layer": "below"} for x0, y0 in tiles]

@@ -309,6 +309,14 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     expect(focus).to_have_value("head 5")
     expect(focused_chart(page).locator("text.gtitle")).to_contain_text("head 5")
     assert "▶ head 5" in grid_titles(page)
+    chart = grid_chart(page)  # a tile's corner, too, is nearest one of its own click points
+    meta = chart.locator(".js-plotly-plot").evaluate("(gd) => gd.layout.meta")
+    x0, y0 = meta["tiles"][7]
+    corner = page.evaluate(_DATA_TO_PAGE, [chart.element_handle(), x0, y0 + meta["size"] - 1])
+    before = runs(page)
+    page.mouse.click(corner["x"], corner["y"])
+    wait_idle(page, after=before)
+    expect(focus).to_have_value("head 7")
 
 
 def test_selecting_a_row_of_the_head_statistics_table_focuses_its_head(page, base_url):
