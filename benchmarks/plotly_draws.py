@@ -1,0 +1,102 @@
+"""How many times does ``st.plotly_chart`` draw a new figure?
+
+    python benchmarks/plotly_draws.py            # 4 reruns a variant; writes results/plotly_draws.json
+
+A one-chart Streamlit app (this file, run by ``streamlit run``) draws a new 64 × 64 heatmap on every rerun (a
+number input's value seeds it, as a layer switch brings new maps), titled "map", with ``theme="streamlit"`` or
+``theme=None`` and with or without ``on_select="rerun"``. In Chromium, the driver counts the heatmap's draws by
+Plotly's ``canvas.toDataURL`` calls (one a heatmap trace a draw, whenever it happens, so no draw is missed however
+soon it follows the chart's mount) and reads the title the chart shows once the run has ended and the page has
+been idle for a second.
+
+What it shows: Streamlit (1.67) draws every new figure twice, whatever the theme — its ``PlotlyChart`` themes the
+figure again in an effect after its first draw and sets it as new state, and Plotly draws new binary arrays anew —
+and with its theme the title is bolded twice ("<b><b>map").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = (("streamlit", False), ("none", False), ("streamlit", True))
+
+
+def app() -> None:
+    import streamlit as st
+
+    theme = None if st.query_params.get("theme") == "none" else "streamlit"
+    select = st.query_params.get("select") == "1"
+    count = int(st.number_input("rerun", value=0))
+    z = np.random.default_rng(count).random((64, 64), dtype=np.float32)  # (64, 64): new maps every rerun
+    figure = {"data": [{"type": "heatmap", "z": z}], "layout": {"title": {"text": "map"}, "height": 400}}
+    st.plotly_chart(figure, key="map", theme=theme, **({"on_select": "rerun"} if select else {}))
+    st.caption(f"run {count}")
+
+
+COUNT_JS = """() => {
+  if (!window.__draws) {
+    window.__draws = 0;
+    const original = HTMLCanvasElement.prototype.toDataURL;
+    HTMLCanvasElement.prototype.toDataURL = function (...args) { window.__draws++; return original.apply(this, args); };
+  }
+  return window.__draws;
+}"""
+DRAWN_JS = """(marker) => document.body.innerText.includes(marker)
+  && document.querySelector('[data-testid=stApp]').getAttribute('data-test-script-state') === 'notRunning'
+  && !!document.querySelector('.js-plotly-plot g.heatmaplayer image')"""
+
+
+def drive(reruns: int) -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import browser as bb  # benchmarks/browser.py
+    from checkpoint import machine
+    from playwright.sync_api import sync_playwright
+
+    result = {"machine": machine(), "reruns": reruns}
+    with bb.streamlit_server("draws", "benchmarks/plotly_draws.py") as server, sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
+        for theme, select in VARIANTS:
+            page = chromium.new_page(viewport=bb.VIEWPORT)
+            page.add_init_script(f"({COUNT_JS})()")
+            page.goto(f"{server.url}/?theme={theme}&select={int(select)}")
+            page.wait_for_function(DRAWN_JS, arg="run 0", polling="raf", timeout=bb.TIMEOUT_MS)
+            samples = []
+            for count in range(1, reruns + 1):
+                time.sleep(1.0)  # every draw of the last rerun is counted before this one starts
+                before = page.evaluate("() => window.__draws")
+                number = page.locator("input[type=number]")
+                number.fill(str(count))
+                number.press("Enter")
+                page.wait_for_function(DRAWN_JS, arg=f"run {count}", polling="raf", timeout=bb.TIMEOUT_MS)
+                page.wait_for_timeout(1000)  # a later draw, if any (not a timing: the count is what is read)
+                samples.append({"draws": page.evaluate("() => window.__draws") - before,
+                                "title": page.evaluate("() => document.querySelector('.js-plotly-plot')"
+                                                       ".layout.title.text")})
+            name = f"theme={theme}, on_select={'rerun' if select else 'ignore'}"
+            result[name] = samples
+            print(f"{name}: draws a rerun {[s['draws'] for s in samples]}, title {samples[-1]['title']!r}", flush=True)
+            page.close()
+        chromium.close()
+    return result
+
+
+if __name__ == "__main__":
+    from streamlit import runtime
+
+    if runtime.exists():  # run by `streamlit run`: the app
+        app()
+    else:
+        import argparse
+
+        parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+        parser.add_argument("--reruns", type=int, default=4)
+        parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "plotly_draws.json"))
+        args = parser.parse_args()
+        out = drive(args.reruns)
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
