@@ -452,22 +452,25 @@ def test_the_heads_pages_charts_are_drawn_in_one_pass(page, base_url):
     assert grown_margins(page) == []
 
 
-def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_url):
-    visit(page, f"{base_url}/?text={quote('one two three four five six seven eight')}")
+@pytest.mark.parametrize(("words", "rows"), [(8, (2, 4)), (100, (10, 19))])  # 100: more than 64 × 64 cells
+def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_url, words, rows):
+    text = " ".join(["one", "two", "three", "four", "five", "six", "seven", "eight"] * 13)
+    visit(page, f"{base_url}/?text={quote(' '.join(text.split()[:words]))}")
     chart = focused_chart(page)
     chart.scroll_into_view_if_needed()
     chart.hover()
     chart.locator(".modebar-btn[data-title='Box Select']").click()
-    start, end = cell_centre(page, chart, 2, -0.4), cell_centre(page, chart, 4, 7.4)  # rows 2–4, every key
+    first, last = rows  # a box over these query rows and every key, its edges inside the rows' outer cells
+    start, end = cell_centre(page, chart, first - 0.4, -0.4), cell_centre(page, chart, last + 0.4, words - 0.6)
     before = runs(page)
-    page.mouse.move(start["x"], start["y"] - 8)
+    page.mouse.move(start["x"], start["y"])
     page.mouse.down()
-    page.mouse.move(end["x"], end["y"] + 8, steps=10)
+    page.mouse.move(end["x"], end["y"], steps=10)
     page.mouse.up()
     wait_idle(page, after=before)
     assert_no_exception(page)
     main = page.get_by_test_id("stMain")
-    expect(main.get_by_text(re.compile(r"3 queries, 8 keys selected"))).to_be_visible()
+    expect(main.get_by_text(re.compile(rf"{last - first + 1} queries, {words} keys selected"))).to_be_visible()
     summed = charts(page).filter(has=page.locator("text", has_text=re.compile("selected queries"))).first
     expect(summed).to_be_visible()
 
