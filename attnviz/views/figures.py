@@ -477,7 +477,9 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
     pooled = f", mean of {col_block} per cell" if col_block > 1 else ""
     fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + pooled)
     fig.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+                      # margins that hold the token labels, the colour bar and the dimension axis (views/margins.py)
+                      margin={"l": margins.beside(y, title=False), "r": margins.COLORBAR_PX, "t": 50,
+                              "b": margins.across([], angle=0)})
     return fig
 
 

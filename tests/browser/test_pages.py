@@ -144,6 +144,7 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
         assert chip_pieces(page) == DEFAULT_PIECES
         expect(page.get_by_test_id("stMetric")).to_contain_text("6 / 1024")
         expect(heatmap_charts(page)).to_have_count(3)  # token, position, input embeddings
+    assert grown_margins(page) == []  # every chart drawn in one pass: its margins hold its labels
 
     if route:
         path = save_screenshot(page, route)
