@@ -318,6 +318,57 @@ class FrameCounter:
         self.metrics_before = self.metrics()
 
 
+def caption_drawn_js(selector: str) -> str:
+    """JS for ``page.wait_for_function(js, arg=caption)`` in a one-chart benchmark app: the page shows ``caption``,
+    its run has ended and ``selector`` (its chart, drawn) matches."""
+    return ("(marker) => document.body.innerText.includes(marker)\n"
+            "  && document.querySelector('[data-testid=stApp]').getAttribute('data-test-script-state') === 'notRunning'"
+            f"\n  && !!document.querySelector({json.dumps(selector)})")
+
+
+def enter_number(page, value: int, drawn_js: str) -> float:
+    """In a one-chart benchmark app: type ``value`` into its number input, press Enter and wait until ``drawn_js``
+    holds for the caption ``run {value}``; the ms from Enter to drawn (polled per animation frame)."""
+    number = page.locator("input[type=number]")
+    number.fill(str(value))
+    started = time.perf_counter()
+    number.press("Enter")
+    page.wait_for_function(drawn_js, arg=f"run {value}", polling="raf", timeout=TIMEOUT_MS)
+    return (time.perf_counter() - started) * 1000
+
+
+def number_reruns(chromium, url: str, reruns: int, drawn_js: str, measure, init_script: str | None = None) -> list:
+    """Open ``url`` (a one-chart benchmark app) in a new tab and wait for its run 0, then rerun it ``reruns`` times
+    by its number input, a second apart: ``measure(page, count)`` enters the number (:func:`enter_number`) and
+    returns that rerun's sample."""
+    page = chromium.new_page(viewport=VIEWPORT)
+    if init_script:
+        page.add_init_script(init_script)
+    page.goto(url)
+    page.wait_for_function(drawn_js, arg="run 0", polling="raf", timeout=TIMEOUT_MS)
+    samples = []
+    for count in range(1, reruns + 1):
+        time.sleep(1.0)  # settle: the last rerun's work is over (outside any timed interval)
+        samples.append(measure(page, count))
+    page.close()
+    return samples
+
+
+def app_or_driver(app, drive, doc: str, reruns: int, out: Path) -> None:
+    """The ``__main__`` of a one-file benchmark that is its own Streamlit app: run by ``streamlit run``, it draws
+    ``app()``; run by ``python``, it calls ``drive(--reruns)`` and writes the result to ``--out`` (default ``out``)."""
+    from streamlit import runtime
+
+    if runtime.exists():
+        app()
+        return
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--reruns", type=int, default=reruns)
+    parser.add_argument("--out", default=str(out))
+    args = parser.parse_args()
+    Path(args.out).write_text(json.dumps(drive(args.reruns), indent=1) + "\n")
+
+
 def open_tab(browser, server: Server):
     """A new context + tab on the server's default page, drawn; with a websocket frame counter."""
     context = browser.new_context(viewport=VIEWPORT)

@@ -16,14 +16,16 @@ and with its theme the title is bolded twice ("<b><b>map").
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import browser as bb  # noqa: E402  benchmarks/browser.py
+
 VARIANTS = (("streamlit", False), ("none", False), ("streamlit", True))
 
 
@@ -47,14 +49,10 @@ COUNT_JS = """() => {
   }
   return window.__draws;
 }"""
-DRAWN_JS = """(marker) => document.body.innerText.includes(marker)
-  && document.querySelector('[data-testid=stApp]').getAttribute('data-test-script-state') === 'notRunning'
-  && !!document.querySelector('.js-plotly-plot g.heatmaplayer image')"""
+DRAWN_JS = bb.caption_drawn_js(".js-plotly-plot g.heatmaplayer image")
 
 
 def drive(reruns: int) -> dict:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import browser as bb  # benchmarks/browser.py
     from checkpoint import machine
     from playwright.sync_api import sync_playwright
 
@@ -62,41 +60,21 @@ def drive(reruns: int) -> dict:
     with bb.streamlit_server("draws", "benchmarks/plotly_draws.py") as server, sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
         for theme, select in VARIANTS:
-            page = chromium.new_page(viewport=bb.VIEWPORT)
-            page.add_init_script(f"({COUNT_JS})()")
-            page.goto(f"{server.url}/?theme={theme}&select={int(select)}")
-            page.wait_for_function(DRAWN_JS, arg="run 0", polling="raf", timeout=bb.TIMEOUT_MS)
-            samples = []
-            for count in range(1, reruns + 1):
-                time.sleep(1.0)  # every draw of the last rerun is counted before this one starts
+            def measure(page, count):
                 before = page.evaluate("() => window.__draws")
-                number = page.locator("input[type=number]")
-                number.fill(str(count))
-                number.press("Enter")
-                page.wait_for_function(DRAWN_JS, arg=f"run {count}", polling="raf", timeout=bb.TIMEOUT_MS)
+                bb.enter_number(page, count, DRAWN_JS)
                 page.wait_for_timeout(1000)  # a later draw, if any (not a timing: the count is what is read)
-                samples.append({"draws": page.evaluate("() => window.__draws") - before,
-                                "title": page.evaluate("() => document.querySelector('.js-plotly-plot')"
-                                                       ".layout.title.text")})
+                return {"draws": page.evaluate("() => window.__draws") - before,
+                        "title": page.evaluate("() => document.querySelector('.js-plotly-plot').layout.title.text")}
+
+            samples = bb.number_reruns(chromium, f"{server.url}/?theme={theme}&select={int(select)}", reruns,
+                                       DRAWN_JS, measure, init_script=f"({COUNT_JS})()")
             name = f"theme={theme}, on_select={'rerun' if select else 'ignore'}"
             result[name] = samples
             print(f"{name}: draws a rerun {[s['draws'] for s in samples]}, title {samples[-1]['title']!r}", flush=True)
-            page.close()
         chromium.close()
     return result
 
 
 if __name__ == "__main__":
-    from streamlit import runtime
-
-    if runtime.exists():  # run by `streamlit run`: the app
-        app()
-    else:
-        import argparse
-
-        parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-        parser.add_argument("--reruns", type=int, default=4)
-        parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "plotly_draws.json"))
-        args = parser.parse_args()
-        out = drive(args.reruns)
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    bb.app_or_driver(app, drive, __doc__, 4, ROOT / "benchmarks" / "results" / "plotly_draws.json")

@@ -16,15 +16,17 @@ a layer switch is drawn from scratch: that is the floor the Heads page's layer s
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import browser as bb  # noqa: E402  benchmarks/browser.py
+
 SIZE = 256
 MODES = (("new", 256), ("plain", 256), ("same", 256), ("new", 128), ("plain", 128))
 
@@ -61,14 +63,10 @@ MARK_JS = """() => {
   }
   return window.__gl;
 }"""
-DRAWN_JS = """(marker) => document.body.innerText.includes(marker)
-  && document.querySelector('[data-testid=stApp]').getAttribute('data-test-script-state') === 'notRunning'
-  && !!document.querySelector('.js-plotly-plot .main-svg')"""
+DRAWN_JS = bb.caption_drawn_js(".js-plotly-plot .main-svg")
 
 
 def drive(reruns: int) -> dict:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import browser as bb  # benchmarks/browser.py
     from checkpoint import machine
     from playwright.sync_api import sync_playwright
 
@@ -76,45 +74,24 @@ def drive(reruns: int) -> dict:
     with bb.streamlit_server("remount", "benchmarks/plotly_remount.py") as server, sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
         for mode, size in MODES:
-            page = chromium.new_page(viewport=bb.VIEWPORT)
-            page.goto(f"{server.url}/?mode={mode}&size={size}")
-            page.wait_for_function(DRAWN_JS, arg="run 0", polling="raf", timeout=bb.TIMEOUT_MS)
-            samples = []
-            for count in range(1, reruns + 1):
-                time.sleep(1.0)  # settle (outside the timed interval)
+            def measure(page, count):
                 before = page.evaluate(MARK_JS)
                 mark = page.evaluate("() => window.__marks")
-                number = page.locator("input[type=number]")
-                number.fill(str(count))
-                started = time.perf_counter()
-                number.press("Enter")
-                page.wait_for_function(DRAWN_JS, arg=f"run {count}", polling="raf", timeout=bb.TIMEOUT_MS)
-                ms = (time.perf_counter() - started) * 1000
+                ms = bb.enter_number(page, count, DRAWN_JS)
                 page.wait_for_timeout(300)  # a remount's WebGL contexts (outside the timed interval)
-                samples.append({"ms": round(ms), "same_node": page.evaluate(
+                return {"ms": round(ms), "same_node": page.evaluate(
                     "(mark) => document.querySelector('.js-plotly-plot').__mark === mark", mark),
-                    "webgl_contexts_created": page.evaluate("() => window.__gl") - before})
+                    "webgl_contexts_created": page.evaluate("() => window.__gl") - before}
+
+            samples = bb.number_reruns(chromium, f"{server.url}/?mode={mode}&size={size}", reruns, DRAWN_JS, measure)
             mode = f"{mode} {size}"
             result[mode] = {"samples": samples, "median_ms": round(statistics.median(s["ms"] for s in samples)),
                             "node_kept": sum(s["same_node"] for s in samples)}
             print(f"{mode} figure: median {result[mode]['median_ms']} ms, node kept {result[mode]['node_kept']} of "
                   f"{reruns}, WebGL contexts created {[s['webgl_contexts_created'] for s in samples]}", flush=True)
-            page.close()
         chromium.close()
     return result
 
 
 if __name__ == "__main__":
-    from streamlit import runtime
-
-    if runtime.exists():  # run by `streamlit run`: the app
-        app()
-    else:
-        import argparse
-
-        parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-        parser.add_argument("--reruns", type=int, default=6)
-        parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "plotly_remount.json"))
-        args = parser.parse_args()
-        out = drive(args.reruns)
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    bb.app_or_driver(app, drive, __doc__, 6, ROOT / "benchmarks" / "results" / "plotly_remount.json")
