@@ -16,6 +16,7 @@ material's variants add their own nodes: MLA's ``latent`` (b, n, latent_dim) bet
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -340,6 +341,21 @@ def _flow_rows(spec: variants.Variant) -> list[tuple[str, ...]]:
     return [QKV if stage == QKV[0] else (stage,) for stage in spec.shape_path if stage not in QKV[1:]]
 
 
+def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "", attrs: str = "") -> str:
+    """One tensor of an HTML flow diagram: its name in bold and its shape in code, a small ``note`` below; ``style``
+    its border and fill, ``layout`` its alignment and wrapping, ``attrs`` its class and data attributes (already
+    escaped).  Every string is escaped."""
+    return (f'<div{attrs} style="{style};border-radius:6px;padding:2px 4px;{layout}">'
+            f'<b>{html.escape(name)}</b> <code style="font-size:0.85em;background:none;color:inherit">'
+            f'{html.escape(shape)}</code>'
+            + (f'<br><span style="font-size:0.75em">{html.escape(note)}</span>' if note else "") + "</div>")
+
+
+def _flow(css_class: str, body: str) -> str:
+    """An HTML flow diagram's frame: the page's small sans-serif type around ``body``."""
+    return f'<div class="{css_class}" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">{body}</div>'
+
+
 def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
     """The compact shape diagram as plain HTML: one box per recorded tensor, top to bottom, with its
     shape, the stage on view (``highlight``) filled like :func:`shape_dot`'s, and stages that did
@@ -348,8 +364,6 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
     on every change, which makes each settings change wait for it.
 
     Every string is escaped; the result is safe for ``st.html``."""
-    import html
-
     spec = config.spec
     shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
     titles = _titles(config, shapes, heads)
@@ -371,23 +385,17 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
             style += f";background:{TENSOR_FILL}"
         arrow = arrows.get(stage)
         into = f'<div style="font-size:0.7em;color:#555">↓ {html.escape(arrow)}</div>' if arrow else ""
-        return (
-            f'<div style="flex:1;min-width:0;text-align:center">{into}'
-            f'<div class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}" '
-            f'style="{style};border-radius:6px;padding:2px 4px;overflow-wrap:anywhere">'
-            f'<b>{html.escape(names[stage])}</b> <code style="font-size:0.85em;background:none;color:inherit">'
-            f'{html.escape(format_shape(shapes[stage]))}</code>'
-            + (f'<br><span style="font-size:0.75em">{html.escape(operation)}</span>' if off else "")
-            + "</div></div>"
-        )
+        attrs = f' class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}"'
+        tensor = _tensor_box(names[stage], format_shape(shapes[stage]), style, layout="overflow-wrap:anywhere",
+                             note=operation if off else "", attrs=attrs)
+        return f'<div style="flex:1;min-width:0;text-align:center">{into}{tensor}</div>'
 
     parts = []
     for index, row in enumerate(_flow_rows(spec)):
         if index and not (len(row) == 1 and arrows.get(row[0])) and row != QKV:
             parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
         parts.append(f'<div style="display:flex;gap:4px">{"".join(box(stage) for stage in row)}</div>')
-    return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
-            + "".join(parts) + "</div>")
+    return _flow("attnviz-flow", "".join(parts))
 
 
 # -------------------------------------------------------------------- the KV cache of one generation step
@@ -402,13 +410,9 @@ def cache_flow_html(cache_shapes: dict[str, tuple[int, ...]], fed: int, seen: in
     tokens' new slice, ``(b, kv_heads, fed, head_dim)`` (MLA: ``(b, fed, latent_dim)``), concatenated along the token
     axis onto what the cache held, giving ``cache_shapes[name]`` — at most the window's length when the cache drops
     its oldest tokens (``seen``: the tokens fed so far).  Every string is escaped; safe for ``st.html``."""
-    import html
-
     def box(name: str, shape: tuple[int, ...], filled: bool) -> str:
         style = f"border:1px solid #8fa8d6;background:{TENSOR_FILL if filled else '#fff'}"
-        return (f'<div style="{style};border-radius:6px;padding:2px 4px;text-align:center">'
-                f'<b>{html.escape(name)}</b> <code style="font-size:0.85em;background:none;color:inherit">'
-                f'{html.escape(format_shape(shape))}</code></div>')
+        return _tensor_box(name, format_shape(shape), style, layout="text-align:center")
 
     columns = []
     for name, shape in cache_shapes.items():
@@ -423,9 +427,8 @@ def cache_flow_html(cache_shapes: dict[str, tuple[int, ...]], fed: int, seen: in
             f'<div style="font-size:0.7em;color:#555;text-align:center">{html.escape(how)}</div>'
             f"{box(name, shape, True)}</div>")
     title = f"layer {layer}: what this step adds to its cache"
-    return ('<div class="attnviz-cache-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
-            f'<div style="font-size:0.8em;color:#555;margin-bottom:2px">{html.escape(title)}</div>'
-            f'<div style="display:flex;gap:4px">{"".join(columns)}</div></div>')
+    return _flow("attnviz-cache-flow", f'<div style="font-size:0.8em;color:#555;margin-bottom:2px">{html.escape(title)}'
+                 f'</div><div style="display:flex;gap:4px">{"".join(columns)}</div>')
 
 
 # -------------------------------------------------------------------- a user's module: its own op path
@@ -453,8 +456,6 @@ def op_rows(trace) -> list[dict[str, str]]:
 def op_flow_html(trace, highlight: str | None = None) -> str:
     """A traced module's own path as plain HTML: one box per op it ran (the call, its output shape, its line), the
     op that made the stage on view (``highlight``) filled.  Every string is escaped; safe for ``st.html``."""
-    import html
-
     rows = op_rows(trace)
     parts = []
     for index, row in enumerate(rows):
@@ -465,13 +466,9 @@ def op_flow_html(trace, highlight: str | None = None) -> str:
         note = " · ".join(filter(None, [stage, f"line {row['line']}" if row["line"] else ""]))
         if index:
             parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
-        parts.append(
-            f'<div class="attnviz-op" data-stage="{html.escape(row["stage"])}" style="{style};border-radius:6px;'
-            f'padding:2px 4px;text-align:center;overflow-wrap:anywhere"><b>{html.escape(row["op"])}</b> '
-            f'<code style="font-size:0.85em;background:none;color:inherit">{html.escape(row["shape"])}</code>'
-            + (f'<br><span style="font-size:0.75em">{html.escape(note)}</span>' if note else "") + "</div>")
-    return ('<div class="attnviz-flow" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">'
-            + "".join(parts) + "</div>")
+        parts.append(_tensor_box(row["op"], row["shape"], style, layout="text-align:center;overflow-wrap:anywhere",
+                                 note=note, attrs=f' class="attnviz-op" data-stage="{html.escape(row["stage"])}"'))
+    return _flow("attnviz-flow", "".join(parts))
 
 
 def op_dot(trace, rankdir: str = "TB") -> str:
