@@ -217,6 +217,13 @@ def attention_heatmap(
 MARKED_CELLS = 64 * 64  # an overlay of at most this many cells marks a selected cell with a dot
 
 
+def undrawn_points() -> dict:
+    """A scatter's settings for points Plotly hovers and selects but never draws: text points without text (Plotly
+    draws text only where there is some, and of markers only the ``maxdisplayed`` it subsamples; a text-only trace
+    has none).  A new dict each call: a figure may keep and change it."""
+    return {"mode": "text", "marker": {"maxdisplayed": 1}}
+
+
 def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset: int = 0) -> list[dict]:
     """The invisible scatter over a token heatmap's cells: one point a cell at (key, query), on the axes
     ``x2``/``y2`` whose tick text names every position and its token, so its hover reads "query 3: ·cat / key
@@ -225,8 +232,8 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
     position, y = query position).
 
     Up to :data:`MARKED_CELLS` cells the points are transparent markers, and a selected cell shows a dot.  Above, they
-    are text points without text: Plotly draws none of them (``marker.maxdisplayed`` keeps only markers, and there
-    are none), while its hover and selection still test every point, so the overlay adds no node a cell.  Not
+    are :func:`undrawn_points`: Plotly draws none of them, while its hover and selection still test every point, so
+    the overlay adds no node a cell.  Not
     markers there: Plotly's hover takes any marker within 3 px of the pointer as the nearest, a cell or two away where
     cells are that small; a text point must be within half a pixel."""
     rows, cols = values.shape
@@ -239,7 +246,7 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
         common.update(mode="markers", marker={"opacity": 0, "size": 6, "color": SELECTED_COLOR},
                       selected={"marker": {"opacity": 1}}, unselected={"marker": {"opacity": 0}})
     else:
-        common.update(mode="text", marker={"maxdisplayed": 1})
+        common.update(undrawn_points())
     overlay = [{**common, "name": "cells", "x": keys[~hidden], "y": queries[~hidden],
                 "customdata": flat[~hidden].astype(np.float32, copy=False),
                 "hovertemplate": "query %{y}<br>key %{x}<br>" + stage + " %{customdata:.4f}<extra></extra>"}]
@@ -307,7 +314,7 @@ def heads_grid(
     masked cells grey, as in every attention heatmap (``hidden``: what a sliding window hides, as in
     :func:`pooled_display`).  The titles ("head 3", or ``labels``) are annotations
     (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay of 4 × 4 points a
-    tile (customdata = head index, text points Plotly never draws, as in :func:`cell_overlay`) reports clicks:
+    tile (customdata = head index, :func:`undrawn_points`) reports clicks:
     heatmap cells do not.
 
     Built from plain dicts without Plotly's per-property validation (``tests/views/test_figures.py``
@@ -339,7 +346,7 @@ def heads_grid(
     data.append({"type": "scatter", "x": np.concatenate([mark_x + x0 for x0, _ in tiles]),
                  "y": np.concatenate([mark_y + y0 for _, y0 in tiles]),
                  "customdata": np.repeat(np.arange(num_heads), mark_x.size), "name": "select head",
-                 "mode": "text", "marker": {"maxdisplayed": 1}, "showlegend": False,  # never drawn: as cell_overlay's
+                 **undrawn_points(), "showlegend": False,
                  "hovertemplate": "head %{customdata}: click to focus<extra></extra>"})
     shapes = [{"type": "rect", "x0": x0 - 0.5, "x1": x0 + size - 0.5, "y0": y0 - 0.5, "y1": y0 + size - 0.5,
                "fillcolor": MASKED_COLOR, "line": {"width": 0}, "layer": "below"} for x0, y0 in tiles]

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 
 CHAR_PX = 7  # a 12 px label's average character width, rounded up (Streamlit's Source Sans and Plotly's Open Sans)
-TITLE_PX = 34  # an axis title beside its tick labels, with the space between them (30 was 2 px short)
+TITLE_PX = 34  # an axis title beside its tick labels, with the space between them
 TICK_PAD_PX = 16  # between the plot and its tick labels, plus slack for wide glyphs (", <, W)
 NUMBER_PX = 7 * CHAR_PX  # a numeric axis' tick labels ("−0.0025", "1.5k")
 LINE_PX = 26  # a line of tick labels, upright
