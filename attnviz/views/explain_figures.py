@@ -10,7 +10,8 @@ No model runs here and no Streamlit (as :mod:`attnviz.views.figures`):
   query gives the selected keys.
 
 Positions are numeric x values with token tick labels (at most ``MAX_TICKS``), arrays are float32 (Plotly sends
-them as binary), bar colours are numeric codes on a discrete colour scale, and every piece of token text is escaped
+them as binary), bar colours are colour strings (plotly.js warns, with a stack trace, once a bar for a numeric colour
+array on a bar trace), and every piece of token text is escaped
 (:func:`~attnviz.views.figures.safe_label`).  The figures are built from dicts without Plotly's per-property
 validation (``tests/views/test_explain_figures.py`` validates them): a 1,024-bar row is drawn on every click.
 """
@@ -30,8 +31,8 @@ POSITIVE = "#d6604d"  # a product that raises the score
 NEGATIVE = "#4393c3"  # a product that lowers it
 HIGHLIGHT = "#ff7f0e"  # key j in the row, the selected positions
 PLAIN = "#7f7f7f"
-PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0.0, 1.0, 2.0  # a position bar's colour code
-POSITION_COLORS = [[0.0, PLAIN], [0.5, MASKED_COLOR], [1.0, HIGHLIGHT]]  # codes 0, 1, 2 on cmin 0 … cmax 2
+PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0, 1, 2  # a position's kind: its bar's colour is POSITION_COLORS[code]
+POSITION_COLORS = np.array([PLAIN, MASKED_COLOR, HIGHLIGHT], dtype=object)
 MAX_TICKS = 40
 
 
@@ -64,8 +65,7 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
         "type": "bar", "x": np.arange(explanation.head_dim, dtype=np.float32), "y": products, "name": "q[d]·k[d]",
         "text": text, "textposition": "outside", "cliponaxis": False,
         "customdata": np.stack([explanation.query_vector, explanation.key_vector], axis=1).astype(np.float32),
-        "marker": {"color": (products >= 0).astype(np.float32), "colorscale": [[0.0, NEGATIVE], [1.0, POSITIVE]],
-                   "cmin": 0.0, "cmax": 1.0},
+        "marker": {"color": np.where(products >= 0, POSITIVE, NEGATIVE).astype(object)},
         "hovertemplate": ("dimension %{x}<br>q[d] = %{customdata[0]:.4f}<br>k[d] = %{customdata[1]:.4f}"
                           "<br>q[d]·k[d] = %{y:.4f}<extra></extra>"),
     }
@@ -120,8 +120,7 @@ def _position_bars(values: np.ndarray, codes: np.ndarray, panel: int, customdata
     if values.shape[0] <= BARS_UP_TO:
         return [{"type": "bar", "x": positions, "y": values.astype(np.float32), **axes, "name": name,
                  "customdata": customdata, "hovertemplate": hovertemplate,
-                 "marker": {"color": codes.astype(np.float32), "colorscale": POSITION_COLORS, "cmin": 0.0,
-                            "cmax": 2.0}}]
+                 "marker": {"color": POSITION_COLORS[codes]}}]
     picked = np.flatnonzero(codes == HIGHLIGHT_CODE)
     return [{"type": "scatter", "mode": "lines", "x": positions, "y": values.astype(np.float32), **axes,
              "name": name, "customdata": customdata, "hovertemplate": hovertemplate,

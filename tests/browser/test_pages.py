@@ -392,9 +392,18 @@ def products_sum(page) -> tuple[float, int]:
         "(gd) => { const y = Array.from(gd._fullData[0].y); return [y.reduce((a, b) => a + b, 0), y.length]; }")
 
 
+# plotly.js warns through console.trace (a stack trace each, costly by the hundred): keep its warnings in the page
+PLOTLY_WARNINGS_JS = """
+window.__plotlyWarnings = [];
+const trace = console.trace.bind(console);
+console.trace = (...parts) => { window.__plotlyWarnings.push(parts.map(String).join(' ')); trace(...parts); };
+"""
+
+
 def test_a_click_on_a_cell_explains_its_weight(page, base_url):
     """A click on a cell draws q_i[d]·k_j[d] for every dimension; the bars add up to the score, and the score ÷ √d_head
-    is the scaled score the page shows (and a masked cell says why its weight is 0)."""
+    is the scaled score the page shows (and a masked cell says why its weight is 0).  Plotly warns of nothing."""
+    page.add_init_script(PLOTLY_WARNINGS_JS)
     visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}&num_heads=4")
     chart = focused_chart(page)
     chart.scroll_into_view_if_needed()
@@ -415,6 +424,7 @@ def test_a_click_on_a_cell_explains_its_weight(page, base_url):
     assert bars == 192  # head_dim = 768 / 4
     assert total == pytest.approx(score, abs=1e-3)
     assert total / 192 ** 0.5 == pytest.approx(scaled, abs=1e-3)
+    assert page.evaluate("window.__plotlyWarnings") == []
 
     chart = focused_chart(page)
     centre = cell_centre(page, chart, 1, 3)  # key 3 comes after query 1

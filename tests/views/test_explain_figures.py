@@ -14,7 +14,9 @@ from attnviz.config import AttentionConfig
 from attnviz.explain import attention_sums, explain_weight
 from attnviz.views import explain_figures
 from attnviz.views.explain_figures import (
-    HIGHLIGHT_CODE,
+    HIGHLIGHT,
+    NEGATIVE,
+    POSITIVE,
     products_figure,
     row_softmax_figure,
     summed_attention_figure,
@@ -47,6 +49,21 @@ def test_products_figure_has_one_bar_per_dimension_that_add_up_to_the_score(vari
     assert f"score {explanation.score:.4g}" in title and f"scaled {explanation.scaled:.4g}" in title
     assert f"÷ √{explanation.head_dim}" in title and f"weight {explanation.weight:.4f}" in title
     assert np.array_equal(np.asarray(bars.customdata)[:, 0], explanation.query_vector)
+    assert list(bars.marker.color) == [POSITIVE if p >= 0 else NEGATIVE for p in explanation.products]
+
+
+def test_bar_colours_are_colour_strings(hostile_trace):
+    """plotly.js warns, with a stack trace, once a bar for a numeric colour array on a bar trace: a click's products
+    chart printed 64 of them.  Every bar trace's colours are strings."""
+    explanation = explain_weight(hostile_trace, 1, 9, 4)
+    sums = attention_sums(hostile_trace, 3, queries=[5, 7], keys=[1])
+    figures = [products_figure(explanation), row_softmax_figure(explanation, hostile_trace.tokens),
+               summed_attention_figure(sums, hostile_trace.tokens)]
+    bars = [trace for fig in figures for trace in fig.data if trace.type == "bar"]
+    assert len(bars) == 5
+    for trace in bars:
+        assert trace.marker.colorscale is None
+        assert all(isinstance(color, str) and color.startswith("#") for color in trace.marker.color)
 
 
 def test_every_figure_is_valid_plotly(hostile_trace):
@@ -114,7 +131,7 @@ def test_row_softmax_figure_is_row_i_with_key_j_highlighted(hostile_trace):
     assert np.array_equal(np.asarray(scaled.y)[:7], hostile_trace.steps["scaled"][0, 1, 6, :7])
     assert np.isclose(np.sum(weights.y), 1.0, atol=1e-5)
     for bars in (scaled, weights):
-        assert np.flatnonzero(np.asarray(bars.marker.color) == HIGHLIGHT_CODE).tolist() == [4]
+        assert np.flatnonzero(np.asarray(bars.marker.color) == HIGHLIGHT).tolist() == [4]
     assert [shape.x0 for shape in fig.layout.shapes] == [4, 4]
 
 
@@ -146,8 +163,8 @@ def test_summed_attention_figure_draws_both_selections(hostile_trace):
     assert np.array_equal(by_key.y, sums.per_key_mean)
     assert np.allclose(np.asarray(by_key.customdata)[:, 1].astype(float), sums.per_key_sum)
     assert np.array_equal(by_query.y, sums.per_query_total)
-    assert np.flatnonzero(np.asarray(by_query.marker.color) == HIGHLIGHT_CODE).tolist() == [5, 7]
-    assert np.flatnonzero(np.asarray(by_key.marker.color) == HIGHLIGHT_CODE).tolist() == [1]
+    assert np.flatnonzero(np.asarray(by_query.marker.color) == HIGHLIGHT).tolist() == [5, 7]
+    assert np.flatnonzero(np.asarray(by_key.marker.color) == HIGHLIGHT).tolist() == [1]
     assert "2 selected queries" in fig.layout.annotations[0].text
     assert "1 selected keys" in fig.layout.annotations[1].text
 
