@@ -56,6 +56,6 @@ def start_warm_up() -> None:
 
 start_warm_up()
 pages = ui.pages()
-page = st.navigation(pages, position="hidden")  # the sidebar draws the page links itself, above the settings
+page = ui.navigate(pages)  # st.navigation; the sidebar draws the page links itself, above the settings
 with ui.app_frame(page, pages):
     page.run()

@@ -1,6 +1,6 @@
 """Streamlit glue — the only attnviz package that imports Streamlit; ``app.py`` and the pages import it as ``ui``.
 
-How a run flows: ``app.py`` hands the pages (:mod:`~attnviz.ui.navigation`) to ``st.navigation`` and, around
+How a run flows: ``app.py`` hands the pages to ``st.navigation`` (:func:`~attnviz.ui.navigation.navigate`) and, around
 ``page.run()``, :func:`app_frame` draws the page config and the shared sidebar — on every page, so its widgets keep
 their values across page switches by themselves.  The page then calls :func:`setup`: the settings as one run's
 :class:`Context` (the text, the ``AttentionConfig``, the cached Trace).  A page the settings do not apply to
@@ -50,14 +50,14 @@ from attnviz.ui.frame import (
 )
 from attnviz.ui.heads import focused_head, head_selector, prefetch_next_layer, window_selector
 from attnviz.ui.layer_views import draw_layer_views
-from attnviz.ui.navigation import pages
+from attnviz.ui.navigation import navigate, pages
 from attnviz.ui.sidebar import sidebar
 from attnviz.ui.state import page_bind
 from attnviz.ui.urlstate import DEFAULTS, config_from_settings, markdown_escape, settings_from_query
 
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
     "DEFAULTS", "app_frame", "beside_shape_diagram", "config_from_settings", "draw_layer_views", "focused_head",
-    "head_selector", "markdown_escape", "next_token_panel", "page_bind", "page_setup", "pages", "plotly_config",
-    "position_label", "prefetch_next_layer", "settings_from_query", "setup", "sidebar", "variant_label", "warm_up",
-    "weights_caption", "window_selector",
+    "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind", "page_setup", "pages",
+    "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup", "sidebar",
+    "variant_label", "warm_up", "weights_caption", "window_selector",
 ]

@@ -73,7 +73,7 @@ def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
     them, and left to the page's layer views where it has them (:class:`attnviz.ui.navigation.PageEntry`)."""
     tune_memory()  # explicit, once per server: glibc's malloc hands freed tensor memory back (opt-out: env var)
     freeze_imports()  # once per server: the collection Streamlit runs after each script skips the imported modules
-    st.set_page_config(page_title=f"attnviz · {page.title}", page_icon=":material/visibility:", layout="wide")
+    st.set_page_config(page_title=f"attnviz · {page.title}", layout="wide")  # the icon: navigation.navigate
     keep_widgets()
     shown = entry(page)
     if shown.settings_apply:

@@ -11,6 +11,7 @@ request for a page's own path (a shared link such as ``/steps?text=…``) still 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
@@ -48,6 +49,16 @@ PAGES = (
 )
 
 
+FAVICON = Path(__file__).resolve().parents[1] / "assets" / "favicon.png"  # a small causal attention map
+
+
+def navigate(app_pages: list[StreamlitPage]) -> StreamlitPage:
+    """``st.navigation`` over ``app_pages`` (the sidebar draws their links itself), the browser tab's icon set first
+    from a bundled file: otherwise the browser fetches the chosen page's Material icon from fonts.gstatic.com."""
+    st.set_page_config(page_icon=str(FAVICON))
+    return st.navigation(app_pages, position="hidden")
+
+
 def pages() -> list[StreamlitPage]:
     """The ``st.Page`` of every entry of :data:`PAGES`, in order (the sidebar lists the visible ones)."""
     return [st.Page(entry.script, title=entry.title, icon=entry.icon, url_path=entry.url_path, default=entry.default,
@@ -68,4 +79,4 @@ def take_over_routing() -> StreamlitPage:
     Streamlit's ``pages/``-folder routing runs the page script alone.  This call — the public one that switches that
     routing off for the process — makes the app's pages the ones the browser knows, and every later run goes
     through ``app.py``.  The caller then runs the page as ``app.py`` does (``attnviz.ui.frame``)."""
-    return st.navigation(pages(), position="hidden")
+    return navigate(pages())

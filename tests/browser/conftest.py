@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -100,6 +101,11 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def _outside(url: str) -> bool:
+    parsed = urllib.parse.urlsplit(url)
+    return parsed.scheme in ("http", "https", "ws", "wss") and parsed.hostname not in ("127.0.0.1", "localhost")
+
+
 @pytest.fixture
 def page(browser, request) -> Iterator[Page]:
     """A new browser context (= a new Streamlit session).  On failure: screenshot + HTML in artifacts/."""
@@ -110,8 +116,12 @@ def page(browser, request) -> Iterator[Page]:
     console: list[str] = []
     tab.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
     tab.on("pageerror", lambda error: console.append(f"pageerror: {error}"))
+    outside: list[str] = []  # requests the page made to any host but the test's server: the app must work offline
+    tab.on("request", lambda sent: outside.append(sent.url) if _outside(sent.url) else None)
     yield tab
     report = getattr(request.node, "report_call", None)
+    if report is not None and report.passed:
+        assert outside == [], f"the page requested {outside}: nothing may be fetched from the internet"
     if report is not None and report.failed:
         ARTIFACTS.mkdir(exist_ok=True)
         name = re.sub(r"[^\w.-]+", "_", request.node.name)
