@@ -102,30 +102,34 @@ def _token_axis(tokens, n: int, max_ticks: int = MAX_TICKS) -> dict:
 
 
 def _hover_names(tokens, n: int) -> np.ndarray:
-    """``"j: piece"`` for every position, escaped (Plotly renders HTML in hover text)."""
-    return np.array([f"{p}: {safe_label(tokens[p])}" for p in range(n)], dtype=object)
+    """Every position's token, escaped (Plotly renders HTML in hover text); the hover writes ``j: piece``."""
+    return np.array([safe_label(tokens[p]) for p in range(n)], dtype=object)
 
 
 BARS_UP_TO = 64  # positions drawn as bars; a longer row is a step line (one SVG path, not a path a bar)
 
 
 def _position_bars(values: np.ndarray, codes: np.ndarray, panel: int, customdata, hovertemplate: str,
-                   name: str) -> list[dict]:
-    """One panel's values over positions 0 … n − 1, coloured by code (plain, hidden, highlighted): bars up to
-    ``BARS_UP_TO`` positions; beyond, a filled step line with the highlighted positions as dots (a browser draws a
-    bar chart of 1,024 positions far slower than one line)."""
+                   name: str, positions: np.ndarray | None = None, n: int | None = None,
+                   line: str = PLAIN) -> list[dict]:
+    """One panel's ``values`` at ``positions`` (all n positions unless given), coloured by code (plain, hidden,
+    highlighted): bars up to ``BARS_UP_TO`` positions in the row (``n``); beyond, a filled step line (``line``
+    its colour) with the highlighted positions as dots (a browser draws a bar chart of 1,024 positions far slower
+    than one line)."""
     suffix = "" if panel == 1 else str(panel)
-    positions = np.arange(values.shape[0], dtype=np.float32)
+    positions = np.arange(values.shape[0]) if positions is None else positions  # (m,)
+    x = positions.astype(np.float32)  # (m,)
     axes = {"xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
-    if values.shape[0] <= BARS_UP_TO:
-        return [{"type": "bar", "x": positions, "y": values.astype(np.float32), **axes, "name": name,
+    if (n or values.shape[0]) <= BARS_UP_TO:
+        return [{"type": "bar", "x": x, "y": values.astype(np.float32), **axes, "name": name,
                  "customdata": customdata, "hovertemplate": hovertemplate,
                  "marker": {"color": POSITION_COLORS[codes]}}]
     picked = np.flatnonzero(codes == HIGHLIGHT_CODE)
-    return [{"type": "scatter", "mode": "lines", "x": positions, "y": values.astype(np.float32), **axes,
+    return [{"type": "scatter", "mode": "lines", "x": x, "y": values.astype(np.float32), **axes,
              "name": name, "customdata": customdata, "hovertemplate": hovertemplate,
-             "line": {"shape": "hvh", "width": 1, "color": PLAIN}, "fill": "tozeroy"},
-            {"type": "scatter", "mode": "markers", "x": positions[picked], "y": values[picked].astype(np.float32),
+             "line": {"shape": "hvh", "width": 1, "color": line},
+             "fill": "tozeroy"},
+            {"type": "scatter", "mode": "markers", "x": x[picked], "y": values[picked].astype(np.float32),
              **axes, "name": f"{name} (selected)", "hoverinfo": "skip", "marker": {"color": HIGHLIGHT, "size": 7}}]
 
 
@@ -145,21 +149,23 @@ def _panels(titles: list[str], axes: list[dict], gap: float) -> dict:
 
 
 def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 420) -> go.Figure:
-    """Row ``query``'s scaled scores over every key (the softmax's input; hidden keys grey at 0) above the softmax
-    of that row (the weights), key ``key`` highlighted in both."""
+    """Row ``query``'s scaled scores over every key (the softmax's input) above the softmax of that row (the
+    weights), key ``key`` highlighted in both.  The keys the mask hides are a grey trace of their own at 0 in the
+    upper panel, their hover saying the softmax sees −∞ there; each position's token is sent once a panel."""
     n = explanation.row_weights.shape[0]
     hidden = np.asarray(explanation.row_hidden, dtype=bool)  # (n,)
-    scaled = np.where(hidden, 0.0, explanation.row_scaled).astype(np.float32)  # (n,) hidden keys drawn at 0
     codes = np.where(hidden, HIDDEN_CODE, PLAIN_CODE)  # (n,)
     codes[explanation.key] = HIGHLIGHT_CODE
-    names = _hover_names(tokens, n)
-    shown = np.array([f"−∞ (the mask hides this key; its scaled score is {value:.4f})" if hide else f"{value:.4f}"
-                      for value, hide in zip(explanation.row_scaled.tolist(), hidden.tolist())], dtype=object)
+    names = _hover_names(tokens, n)  # (n,)
+    seen, unseen = np.flatnonzero(~hidden), np.flatnonzero(hidden)  # key positions the query sees, the mask hides
     data = [
-        *_position_bars(scaled, codes, 1, np.stack([names, shown], axis=1),
-                        "key %{customdata[0]}<br>softmax input %{customdata[1]}<extra></extra>", "scaled"),
+        *_position_bars(np.asarray(explanation.row_scaled)[seen], codes[seen], 1, names[seen],
+                        "key %{x}: %{customdata}<br>softmax input %{y:.4f}<extra></extra>", "scaled", seen, n),
+        *(_position_bars(np.zeros(unseen.shape[0], dtype=np.float32), codes[unseen], 1, None,
+                         "key %{x}<br>softmax input −∞: the mask hides this key<extra></extra>", "hidden", unseen, n,
+                         line=MASKED_COLOR) if unseen.size else []),
         *_position_bars(np.asarray(explanation.row_weights), codes, 2, names,
-                        "key %{customdata}<br>weight %{y:.4f}<extra></extra>", "weight"),
+                        "key %{x}: %{customdata}<br>weight %{y:.4f}<extra></extra>", "weight"),
     ]
     axis = _token_axis(tokens, n)
     layout = _panels([f"row {explanation.query}: scaled scores (the softmax's input)",
@@ -201,7 +207,8 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         codes[list(sums.keys)] = HIGHLIGHT_CODE  # the keys selected below, if any
         customdata = np.stack([names, np.asarray(sums.per_key_sum, dtype=np.float32).astype(object)], axis=1)
         data.extend(_position_bars(np.asarray(sums.per_key_mean), codes, len(titles) + 1, customdata,
-                                   "key %{customdata[0]}<br>mean %{y:.4f}<br>sum %{customdata[1]:.4f}<extra></extra>",
+                                   "key %{x}: %{customdata[0]}<br>mean %{y:.4f}<br>sum %{customdata[1]:.4f}"
+                                   "<extra></extra>",
                                    "mean over the selected queries"))
         titles.append(f"{sums.stage} of the {len(sums.queries)} selected queries, averaged, per key: "
                       f"{_selection_text(sums.queries, tokens)}")
@@ -210,7 +217,7 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         codes = np.full(n, PLAIN_CODE)
         codes[list(sums.queries)] = HIGHLIGHT_CODE  # the queries selected above, if any
         data.extend(_position_bars(np.asarray(sums.per_query_total), codes, len(titles) + 1, names,
-                                   "query %{customdata}<br>to the selected keys %{y:.4f}<extra></extra>",
+                                   "query %{x}: %{customdata}<br>to the selected keys %{y:.4f}<extra></extra>",
                                    "total to the selected keys"))
         titles.append(f"{sums.stage} each query gives the {len(sums.keys)} selected keys in total: "
                       f"{_selection_text(sums.keys, tokens)}")

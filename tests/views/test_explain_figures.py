@@ -60,7 +60,7 @@ def test_bar_colours_are_colour_strings(hostile_trace):
     figures = [products_figure(explanation), row_softmax_figure(explanation, hostile_trace.tokens),
                summed_attention_figure(sums, hostile_trace.tokens)]
     bars = [trace for fig in figures for trace in fig.data if trace.type == "bar"]
-    assert len(bars) == 5
+    assert len(bars) == 6  # products; the row's seen keys, hidden keys and weights; the two sums
     for trace in bars:
         assert trace.marker.colorscale is None
         assert all(isinstance(color, str) and color.startswith("#") for color in trace.marker.color)
@@ -100,8 +100,11 @@ def test_masked_cell_title_says_why_and_never_nan():
     assert np.isfinite(np.asarray(fig.data[0].y)).all()
     row = row_softmax_figure(explanation, trace.tokens)
     assert all(np.isfinite(np.asarray(bar.y)).all() for bar in row.data)
-    assert np.asarray(row.data[0].y)[3:].tolist() == [0.0] * (trace.n - 3)  # hidden keys drawn at 0, not −∞
-    assert "−∞" in np.asarray(row.data[0].customdata)[4, 1]
+    seen, unseen, weights = row.data  # the keys query 2 sees, the keys the mask hides, the weights
+    assert list(seen.x) == [0, 1, 2] and list(unseen.x) == list(range(3, trace.n))
+    assert np.asarray(unseen.y).tolist() == [0.0] * (trace.n - 3)  # hidden keys drawn at 0, not −∞
+    assert "−∞" in unseen.hovertemplate and "mask hides" in unseen.hovertemplate
+    assert np.flatnonzero(np.asarray(unseen.marker.color) == HIGHLIGHT).tolist() == [1]  # key 4, the clicked one
 
 
 def test_simplified_class_says_what_stands_in_and_that_nothing_scales():
@@ -126,10 +129,12 @@ def test_hostile_token_text_is_escaped_everywhere(hostile_trace):
 def test_row_softmax_figure_is_row_i_with_key_j_highlighted(hostile_trace):
     explanation = explain_weight(hostile_trace, 1, 6, 4)
     fig = row_softmax_figure(explanation, hostile_trace.tokens)
-    scaled, weights = fig.data
+    scaled, hidden, weights = fig.data
     assert np.array_equal(weights.y, hostile_trace.steps["weights"][0, 1, 6])
-    assert np.array_equal(np.asarray(scaled.y)[:7], hostile_trace.steps["scaled"][0, 1, 6, :7])
+    assert np.array_equal(scaled.y, hostile_trace.steps["scaled"][0, 1, 6, :7])
+    assert list(hidden.x) == list(range(7, hostile_trace.n))
     assert np.isclose(np.sum(weights.y), 1.0, atol=1e-5)
+    assert list(weights.customdata) == [explain_figures.safe_label(token) for token in hostile_trace.tokens]
     for bars in (scaled, weights):
         assert np.flatnonzero(np.asarray(bars.marker.color) == HIGHLIGHT).tolist() == [4]
     assert [shape.x0 for shape in fig.layout.shapes] == [4, 4]
@@ -142,11 +147,11 @@ def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
     explanation = explain_weight(trace, 1, 1000, 999)
     fig = row_softmax_figure(explanation, trace.tokens)
     lines = [trace for trace in fig.data if trace.mode == "lines"]  # a row this long is a step line, not 1,024 bars
-    assert len(lines) == 2 and not [trace for trace in fig.data if trace.type == "bar"]
-    for line in lines:
-        assert np.asarray(line.x).dtype == np.float32 and len(line.x) == 1024
-    assert [list(dots.x) for dots in fig.data if dots.mode == "markers"] == [[999.0], [999.0]]  # key j marked
-    np.testing.assert_allclose(lines[1].y, explanation.row_weights, atol=1e-6)
+    assert len(lines) == 3 and not [trace for trace in fig.data if trace.type == "bar"]
+    assert [len(line.x) for line in lines] == [1001, 23, 1024]  # keys 0 … 1000 seen, 1001 … 1023 hidden; weights
+    assert all(np.asarray(line.x).dtype == np.float32 for line in lines)
+    assert [list(dots.x) for dots in fig.data if dots.mode == "markers"] == [[999.0], [], [999.0]]  # key j marked
+    np.testing.assert_allclose(lines[2].y, explanation.row_weights, atol=1e-6)
     assert len(fig.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
     assert fig.layout.xaxis.type != "category"
     sums = attention_sums(trace, 0, queries=range(500, 1024))
