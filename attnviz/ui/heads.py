@@ -151,13 +151,23 @@ def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, in
     return row0, col0, WINDOW
 
 
+def _selected_on(identity: tuple) -> None:
+    """The focused map's ``on_select``: which map (trace, head, stage, window) its selection was made on."""
+    st.session_state["heads_map_selected_on"] = identity
+
+
 @st.fragment
 def focused_head(key: tuple, stage: str) -> None:
     """The Heads page's focused head at full resolution (a window of it when n > WINDOW), with its CSV, and beside
     it what a selection of its cells explains: a clicked cell's weight, the sums over a box or lasso.
 
     A fragment, so picking a head, moving the window or selecting cells redraws only this part.  It takes the
-    trace's key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime."""
+    trace's key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime.
+
+    A click on a cell reruns this fragment with the map unchanged: the explanation is drawn first, from the map's
+    selection in the session state, and the map after it, so the browser draws the products chart while the server
+    writes the map again.  That selection is the one the map returns when it was made on the map drawn now (the
+    same trace, head, stage and window); on another the map's own is drawn in its place."""
     from attnviz.ui import why
     from attnviz.views import figures
 
@@ -165,6 +175,15 @@ def focused_head(key: tuple, stage: str) -> None:
     config = trace.config
     head = head_selector("heads_focus", trace.num_heads, functools.partial(_head_name, config))
     row0, col0, size = window_selector("heads", trace.n)
+    identity = (key, head, stage, row0, col0)
+    same_map = st.session_state.get("heads_map_selected_on") == identity
+    early = why.selected_cells(st.session_state.get("heads_map"), trace.n) if same_map else []
+    map_col, why_col = st.columns([3, 2])
+    with why_col:
+        picked = why.token_picker(trace)
+        slot = st.empty()
+        with slot.container():
+            explained = why.explain(trace, head, early, picked)
     matrix = trace.attention_map(stage, head)
     window = matrix[row0 : row0 + size, col0 : col0 + size]
     hidden = window_hidden(trace, head)
@@ -174,20 +193,24 @@ def focused_head(key: tuple, stage: str) -> None:
         validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",
         hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
     )
-    map_col, why_col = st.columns([3, 2])
     with map_col:
         if size < trace.n:
             st.plotly_chart(figures.overview_heatmap(matrix, stage, causal=config.causal,
                                                      dropout=config.effective_dropout, window=(row0, col0, size),
                                                      validate=False),
                             key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
-        event = st.plotly_chart(fig, key="heads_map", on_select="rerun", selection_mode=("points", "box", "lasso"),
+        event = st.plotly_chart(fig, key="heads_map", on_select=functools.partial(_selected_on, identity),
+                                selection_mode=("points", "box", "lasso"),
                                 config=plotly_config(f"attnviz-head{head}-{stage}"))
         st.caption("Drag to zoom (double-click resets); click a cell to see why it has its weight; "
                    "the modebar's box or lasso selects several cells to sum their attention.")
         download_head_csv(trace, head, stage)
+    cells = why.selected_cells(event, trace.n)
+    if cells != early and picked is None:  # the selection was not made on this map: draw the map's own
+        with slot.container():
+            explained = why.explain(trace, head, cells, picked)
     with why_col:
-        why.selection_panel(trace, head, why.selected_cells(event, trace.n))
+        why.row_chart(trace, explained)
     if trace.model is not None:  # a model's: knock this head out, … (collapsed; imported here, as the pages do)
         from attnviz.ui import interventions
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.explain import ExplainError, attention_sums, explain_weight
+from attnviz.explain import ExplainError, WeightExplanation, attention_sums, explain_weight
 from attnviz.trace import Trace
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.urlstate import markdown_escape
@@ -29,8 +29,8 @@ def _position(tokens: tuple[str, ...]):
     return lambda position: f"{position}: {tokens[position]}"
 
 
-def selection_panel(trace: Trace, head: int, cells: list[tuple[int, int]]) -> None:
-    """Beside the map: one cell explained, several summed, or how to select; below that, tokens to pick by name."""
+def token_picker(trace: Trace) -> tuple[list[int], list[int]] | None:
+    """The expander of tokens picked by name: the query and key positions chosen there while it is open, or None."""
     with st.expander("Sum attention over tokens picked by name", key="heads_pick", on_change="rerun") as picker:
         if picker.open:
             queries = st.multiselect("Query tokens", range(trace.n), format_func=_position(trace.tokens),
@@ -38,25 +38,34 @@ def selection_panel(trace: Trace, head: int, cells: list[tuple[int, int]]) -> No
             keys = st.multiselect("Key tokens", range(trace.n), format_func=_position(trace.tokens),
                                   key="heads_pick_keys", max_selections=trace.n)
             if queries or keys:
-                cells = []
-                _sums(trace, head, queries, keys)
-    if len(cells) == 1:
-        _one_cell(trace, head, *cells[0])
+                return list(queries), list(keys)
+    return None
+
+
+def explain(trace: Trace, head: int, cells: list[tuple[int, int]],
+            picked: tuple[list[int], list[int]] | None) -> WeightExplanation | None:
+    """Tokens picked by name summed, else one selected cell explained (its summary and products chart; the
+    explanation is returned for :func:`row_chart`), several summed, or how to select."""
+    if picked is not None:
+        _sums(trace, head, *picked)
+    elif len(cells) == 1:
+        return _one_cell(trace, head, *cells[0])
     elif len(cells) > 1:
         _sums(trace, head, sorted({q for q, _ in cells}), sorted({k for _, k in cells}))
-    elif not (picker.open and (st.session_state.get("heads_pick_queries") or st.session_state.get("heads_pick_keys"))):
+    else:
         st.markdown("**Why this weight?**")
         st.caption("Click a cell of the map: its query · key product is taken apart dimension by dimension, "
                    "scaled, and pushed through the softmax of its row. Select several cells with the box or lasso "
                    "(modebar) to sum the attention of those queries and keys.")
+    return None
 
 
-def _one_cell(trace: Trace, head: int, query: int, key: int) -> None:
+def _one_cell(trace: Trace, head: int, query: int, key: int) -> WeightExplanation | None:
     try:
         why = explain_weight(trace, head, query, key)
     except ExplainError as exc:
         st.info(markdown_escape(str(exc)), icon=":material/info:")
-        return
+        return None
     st.markdown(f"**Why head {head} gives “{markdown_escape(why.query_token)}” → “{markdown_escape(why.key_token)}”"
                 f" (query {query}, key {key}) its weight**")
     if why.masked:
@@ -66,10 +75,16 @@ def _one_cell(trace: Trace, head: int, query: int, key: int) -> None:
     for note in (why.stand_in, *why.notes):
         if note:
             st.caption(markdown_escape(note))
-    st.plotly_chart(explain_figures.products_figure(why), key="heads_why_products",
+    st.plotly_chart(explain_figures.products_figure(why),
                     config=plotly_config(f"attnviz-head{head}-q{query}-k{key}-products"))
-    st.plotly_chart(explain_figures.row_softmax_figure(why, trace.tokens), key="heads_why_row",
-                    config=plotly_config(f"attnviz-head{head}-row{query}"))
+    return why
+
+
+def row_chart(trace: Trace, why: WeightExplanation | None) -> None:
+    """The explained cell's row: its scaled scores and their softmax (nothing when no one cell is explained)."""
+    if why is not None:
+        st.plotly_chart(explain_figures.row_softmax_figure(why, trace.tokens),
+                        config=plotly_config(f"attnviz-head{why.head}-row{why.query}"))
 
 
 def _sums(trace: Trace, head: int, queries: list[int], keys: list[int]) -> None:
@@ -79,5 +94,5 @@ def _sums(trace: Trace, head: int, queries: list[int], keys: list[int]) -> None:
         st.info(markdown_escape(str(exc)), icon=":material/info:")
         return
     st.markdown(f"**{len(sums.queries)} queries, {len(sums.keys)} keys selected** (head {head})")
-    st.plotly_chart(explain_figures.summed_attention_figure(sums, trace.tokens), key="heads_sums",
+    st.plotly_chart(explain_figures.summed_attention_figure(sums, trace.tokens),
                     config=plotly_config(f"attnviz-head{head}-sums"))

@@ -437,6 +437,12 @@ def test_a_click_on_a_cell_explains_its_weight(page, base_url):
     expect(main.get_by_text(re.compile("causal mask hides it")).first).to_be_visible()
     assert main.get_by_text(re.compile(r"^score q·k")).text_content().endswith("weight 0.0000")
 
+    # the selection belongs to head 0's map: head 1's map has none, and the panel says how to select
+    choose_option(page, main.get_by_role("combobox", name="Focused head"), "head 1")
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    expect(main.get_by_text(re.compile("query 1, key 3"))).to_have_count(0)
+    assert_no_exception(page)
+
 
 def test_the_heads_pages_charts_are_drawn_in_one_pass(page, base_url):
     """The grid, the focused map, its overview and, after a click, the products and the row's softmax are drawn with
