@@ -151,6 +151,29 @@ def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, in
     return row0, col0, WINDOW
 
 
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, row0: int, col0: int, size: int):
+    """The focused head's overview (None when the window is the whole map) and its window's map, built once for a
+    click's rerun, which draws them unchanged."""
+    from attnviz.views import figures
+
+    trace = cached_trace(text, config)
+    config = trace.config
+    matrix = trace.attention_map(stage, head)  # (n, n)
+    window = matrix[row0 : row0 + size, col0 : col0 + size]  # (size, size)
+    hidden = window_hidden(trace, head)
+    fig = figures.attention_heatmap(
+        window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
+        title=f"{config.head_label(head)}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
+        validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",
+        hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
+    )
+    if size == trace.n:
+        return None, fig
+    return figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.effective_dropout,
+                                    window=(row0, col0, size), validate=False), fig
+
+
 def _selected_on(identity: tuple) -> None:
     """The focused map's ``on_select``: which map (trace, head, stage, window) its selection was made on."""
     st.session_state["heads_map_selected_on"] = identity
@@ -169,7 +192,6 @@ def focused_head(key: tuple, stage: str) -> None:
     writes the map again.  That selection is the one the map returns when it was made on the map drawn now (the
     same trace, head, stage and window); on another the map's own is drawn in its place."""
     from attnviz.ui import why
-    from attnviz.views import figures
 
     trace = trace_of(key)
     config = trace.config
@@ -184,21 +206,10 @@ def focused_head(key: tuple, stage: str) -> None:
         slot = st.empty()
         with slot.container():
             explained = why.explain(trace, head, early, picked)
-    matrix = trace.attention_map(stage, head)
-    window = matrix[row0 : row0 + size, col0 : col0 + size]
-    hidden = window_hidden(trace, head)
-    fig = figures.attention_heatmap(
-        window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
-        title=f"{config.head_label(head)}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
-        validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",
-        hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
-    )
+    overview, fig = _focused_figures(*key, stage, head, row0, col0, size)
     with map_col:
-        if size < trace.n:
-            st.plotly_chart(figures.overview_heatmap(matrix, stage, causal=config.causal,
-                                                     dropout=config.effective_dropout, window=(row0, col0, size),
-                                                     validate=False),
-                            key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
+        if overview is not None:
+            st.plotly_chart(overview, key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
         event = st.plotly_chart(fig, key="heads_map", on_select=functools.partial(_selected_on, identity),
                                 selection_mode=("points", "box", "lasso"),
                                 config=plotly_config(f"attnviz-head{head}-{stage}"))
