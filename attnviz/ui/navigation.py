@@ -11,7 +11,6 @@ request for a page's own path (a shared link such as ``/steps?text=…``) still 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
@@ -49,13 +48,13 @@ PAGES = (
 )
 
 
-FAVICON = Path(__file__).resolve().parents[1] / "assets" / "favicon.png"  # a small causal attention map
+FAVICON = "👁️"  # an emoji: the browser draws it (an image file would cost the first run ~0.1 s to encode)
 
 
 def navigate(app_pages: list[StreamlitPage]) -> StreamlitPage:
-    """``st.navigation`` over ``app_pages`` (the sidebar draws their links itself), the browser tab's icon set first
-    from a bundled file: otherwise the browser fetches the chosen page's Material icon from fonts.gstatic.com."""
-    st.set_page_config(page_icon=str(FAVICON))
+    """``st.navigation`` over ``app_pages`` (the sidebar draws their links itself), the browser tab's icon set first:
+    otherwise the browser fetches the chosen page's Material icon from fonts.gstatic.com."""
+    st.set_page_config(page_icon=FAVICON)
     return st.navigation(app_pages, position="hidden")
 
 
