@@ -127,8 +127,7 @@ def _position_bars(values: np.ndarray, codes: np.ndarray, panel: int, customdata
     picked = np.flatnonzero(codes == HIGHLIGHT_CODE)
     return [{"type": "scatter", "mode": "lines", "x": x, "y": values.astype(np.float32), **axes,
              "name": name, "customdata": customdata, "hovertemplate": hovertemplate,
-             "line": {"shape": "hvh", "width": 1, "color": line},
-             "fill": "tozeroy"},
+             "line": {"shape": "hvh", "width": 1, "color": line}, "fill": "tozeroy"},
             {"type": "scatter", "mode": "markers", "x": x[picked], "y": values[picked].astype(np.float32),
              **axes, "name": f"{name} (selected)", "hoverinfo": "skip", "marker": {"color": HIGHLIGHT, "size": 7}}]
 
