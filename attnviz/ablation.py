@@ -51,8 +51,8 @@ def saturation_stats(queries, keys, causal: bool = False) -> dict[str, dict[str,
     change the scores); entropy and max weight are over the keys a query may see (all, or ≤ its position).
     Computed in float64 (torch only for the fast batched matmul).
     """
-    queries = torch.tensor(np.asarray(queries), dtype=torch.float64)  # (..., n, dₖ)
-    keys = torch.tensor(np.asarray(keys), dtype=torch.float64)  # (..., n, dₖ)
+    queries = torch.from_numpy(np.asarray(queries, dtype=np.float64))  # (..., n, dₖ), shared with numpy, not copied
+    keys = torch.from_numpy(np.asarray(keys, dtype=np.float64))  # (..., n, dₖ)
     d_k, num_tokens = queries.shape[-1], queries.shape[-2]
     attn_scores = queries @ keys.transpose(-1, -2)  # (..., n, dₖ) @ (..., dₖ, n) -> (..., n, n)
     stats = {}
