@@ -479,6 +479,21 @@ def test_a_new_text_is_run_before_the_sidebar_is_drawn_and_only_a_new_text(monke
     assert at.warning and at.sidebar.text_area(key="text").value == "   "  # the text is kept
 
 
+def test_tokens_picked_by_name_sum_their_attention():
+    """The expander beside the focused map: query and key tokens picked by name draw their summed attention (the
+    selected queries' mean per key, what each query gives the selected keys), highlighted."""
+    at = app(text="Every cat loves warm milk and every dog loves bones", num_heads="4")
+    at.session_state["heads_pick"] = True  # the expander open
+    at.run()
+    at.multiselect(key="heads_pick_queries").set_value([3, 5])
+    at.multiselect(key="heads_pick_keys").set_value([1]).run()
+    no_exception(at)
+    (summed,) = [fig for fig in figures(at) if fig["layout"].get("title", {}).get("text", "").endswith("at once")]
+    assert [annotation["text"].split(":")[0] for annotation in summed["layout"]["annotations"]] == [
+        "weights of the 2 selected queries, averaged, per key", "weights each query gives the 1 selected keys in total"]
+    assert any("2 queries, 1 keys selected" in block.value for block in at.markdown)
+
+
 def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_what_it_hides():
     at = app(variant="gqa", num_kv_groups="4", text="the cat sat on the mat")
     no_exception(at)
