@@ -9,9 +9,9 @@ Plotly's ``canvas.toDataURL`` calls (one a heatmap trace a draw, whenever it hap
 soon it follows the chart's mount) and reads the title the chart shows once the run has ended and the page has
 been idle for a second.
 
-What it shows: Streamlit (1.67) draws every new figure twice, whatever the theme — its ``PlotlyChart`` themes the
-figure again in an effect after its first draw and sets it as new state, and Plotly draws new binary arrays anew —
-and with its theme the title is bolded twice ("<b><b>map").
+What it shows: Streamlit (1.67) draws every new figure at least twice — its ``PlotlyChart`` themes the figure again
+in an effect after its first draw and sets it as new state, and Plotly draws new binary arrays anew — three times
+with its theme (``results/plotly_draws.json``), where the title ends bolded twice ("<b><b>map").
 """
 
 from __future__ import annotations

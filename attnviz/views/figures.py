@@ -233,9 +233,8 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
 
     Up to :data:`MARKED_CELLS` cells the points are transparent markers, and a selected cell shows a dot.  Above, they
     are :func:`undrawn_points`: Plotly draws none of them, while its hover and selection still test every point, so
-    the overlay adds no node a cell.  Not
-    markers there: Plotly's hover takes any marker within 3 px of the pointer as the nearest, a cell or two away where
-    cells are that small; a text point must be within half a pixel."""
+    the overlay adds no node a cell.  Not markers there: Plotly's hover takes any marker within 3 px of the pointer as
+    the nearest, a cell or two away where cells are that small; a text point must be within half a pixel."""
     rows, cols = values.shape
     keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int16), rows)  # (rows·cols,) positions < 2¹⁵
     queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int16), cols)  # (rows·cols,)
@@ -314,8 +313,7 @@ def heads_grid(
     masked cells grey, as in every attention heatmap (``hidden``: what a sliding window hides, as in
     :func:`pooled_display`).  The titles ("head 3", or ``labels``) are annotations
     (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay of 4 × 4 points a
-    tile (customdata = head index, :func:`undrawn_points`) reports clicks:
-    heatmap cells do not.
+    tile (customdata = head index, :func:`undrawn_points`) reports clicks: heatmap cells do not.
 
     Built from plain dicts without Plotly's per-property validation (``tests/views/test_figures.py``
     validates the same dicts).
