@@ -35,7 +35,7 @@ from attnviz import attention, modern_attention, rope, variants
 from attnviz.config import AttentionConfig
 from attnviz.labs import implementations
 from attnviz.producers.book import build_module
-from attnviz.rng import seeded
+from attnviz.rng import built_once, seeded
 from attnviz.trace import Trace
 from attnviz.views import figures
 
@@ -81,6 +81,14 @@ def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
     with seeded(config.seed):  # torch's global RNG is shared by every session's thread
         module = build_module(small)
     return module.eval()
+
+
+@built_once(maxsize=2)  # seven modules a config, 7 × 2.4 M parameters at GPT-2 small's width
+def variant_modules(base: AttentionConfig, mask_rows: int) -> dict[str, torch.nn.Module]:
+    """Every variant's :func:`seeded_module` for ``base``, built once a config: the weights depend on the config
+    and its seed, not on the text, so a new text compares with the modules the last one built.  ``mask_rows``: the
+    longest input they take (the causal-mask buffers' rows)."""
+    return {variant: seeded_module(variant_config(base, variant), mask_rows) for variant in variants.VARIANTS}
 
 
 def run_module(module: torch.nn.Module, inputs: torch.Tensor) -> tuple[attention.Recorder, torch.Tensor]:
@@ -347,14 +355,13 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
             total_tokens: int | None = None) -> Comparison:
     """Run every variant on ``inputs`` (1, n, d_in) and measure the three equivalences."""
     num_tokens = inputs.shape[1]
-    results, modules, outputs, recorders = [], {}, {}, {}
+    modules = variant_modules(base, max(num_tokens, MAX_TOKENS))  # shared: the checks below copy, never change them
+    results, outputs, recorders = [], {}, {}
     for variant in variants.VARIANTS:
-        config = variant_config(base, variant)
-        module = seeded_module(config, num_tokens)
-        recorder, output = run_module(module, inputs)
-        modules[variant], outputs[variant], recorders[variant] = module, output, recorder
-        results.append(VariantResult(variant, config, recorder.steps["weights"][0].float().numpy(),
-                                     tuple(output.shape)))
+        recorder, output = run_module(modules[variant], inputs)
+        outputs[variant], recorders[variant] = output, recorder
+        weights = recorder.steps["weights"][0].float().numpy()  # (h, n, n)
+        results.append(VariantResult(variant, variant_config(base, variant), weights, tuple(output.shape)))
     mha = modules[variants.MHA]
     plain_mha = mha  # the wrapper and SDPA have no rotation: they are compared with MHA's learned-position path
     if mha.rope_base is not None:

@@ -213,6 +213,23 @@ def test_same_seed_same_weights_as_the_app_shows_for_that_variant(variant):
         assert not np.allclose(changed.weights, shown.weights)
 
 
+def test_a_new_text_compares_with_the_modules_the_last_text_built():
+    """The variants' modules are built once a config; a text compared with them gives what fresh modules give."""
+    first, second = small_trace("the cat sat on the mat"), small_trace("a different text, with more tokens in it")
+    base = compare.base_config(first.config, 16, 4)
+    compare.variant_modules.cache_clear()
+    compare.compare_trace(first, base)
+    built = compare.variant_modules(base, compare.MAX_TOKENS)
+    reused = compare.compare_trace(second, base)
+    assert compare.variant_modules(base, compare.MAX_TOKENS) is built
+    compare.variant_modules.cache_clear()
+    fresh = compare.compare_trace(second, base)
+    assert compare.variant_modules(base, compare.MAX_TOKENS) is not built
+    for shown, expected in zip(reused.variants, fresh.variants, strict=True):
+        assert np.array_equal(shown.weights, expected.weights), shown.variant
+    assert [c.max_diff for c in reused.checks] == [c.max_diff for c in fresh.checks]
+
+
 def test_a_single_head_run_still_compares_the_multi_head_variants_with_the_sidebar_heads():
     trace = small_trace(variant="causal")
     assert trace.config.num_heads == 1
