@@ -83,7 +83,7 @@ def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
     return module.eval()
 
 
-@built_once(maxsize=2)  # seven modules a config, 7 × 2.4 M parameters at GPT-2 small's width
+@built_once(maxsize=2)  # a module a variant, each up to 2.4 M parameters at GPT-2 small's width
 def variant_modules(base: AttentionConfig, mask_rows: int) -> dict[str, torch.nn.Module]:
     """Every variant's :func:`seeded_module` for ``base``, built once a config: the weights depend on the config
     and its seed, not on the text, so a new text compares with the modules the last one built.  ``mask_rows``: the
