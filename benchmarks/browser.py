@@ -369,14 +369,17 @@ def app_or_driver(app, drive, doc: str, reruns: int, out: Path) -> None:
     Path(args.out).write_text(json.dumps(drive(args.reruns), indent=1) + "\n")
 
 
-def open_tab(browser, server: Server):
-    """A new context + tab on the server's default page, drawn; with a websocket frame counter."""
+def open_tab(browser, server: Server, query: str = "", init_script: str | None = None):
+    """A new context + tab on the server's default page (with ``query``, an encoded query string), drawn; with a
+    websocket frame counter.  ``init_script``: more JavaScript to run in the page before its own, after INIT_JS."""
     context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
     page.add_init_script(INIT_JS)
+    if init_script is not None:
+        page.add_init_script(init_script)
     frames = FrameCounter(page)
-    page.goto(server.url + "/")
+    page.goto(f"{server.url}/?{query}" if query else server.url + "/")
     page.wait_for_function(IDLE_JS, polling="raf")
     return context, page, frames
 

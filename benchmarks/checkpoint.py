@@ -348,14 +348,8 @@ def browser_switch(switches: int, floor: str | None = None) -> dict:
             env = {"ATTNVIZ_FLOOR": floor}
         with bb.streamlit_server("checkpoint", script, env=env) as server, sync_playwright() as playwright:
             chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
-            context = chromium.new_context(viewport=bb.VIEWPORT)
-            context.set_default_timeout(bb.TIMEOUT_MS)
-            page = context.new_page()
-            page.add_init_script(bb.INIT_JS)
-            frames = bb.FrameCounter(page)
             started = time.perf_counter()
-            page.goto(f"{server.url}/?{query}")
-            page.wait_for_function(bb.IDLE_JS, polling="raf")
+            context, page, frames = bb.open_tab(chromium, server, query)
             page.wait_for_function("(marker) => document.querySelector('[data-testid=stMain]').innerText"
                                    ".includes(marker)", arg=marker, polling="raf")
             print(f"first page (load + 1024-token paint): {time.perf_counter() - started:.1f} s", flush=True)

@@ -88,14 +88,7 @@ def main(switches: int = 6, rounds: int = 2) -> dict:
             with bb.streamlit_server("draws", "app.py", env=env) as server, sync_playwright() as playwright:
                 chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS,
                                                       headless=True)
-                context = chromium.new_context(viewport=bb.VIEWPORT)
-                context.set_default_timeout(bb.TIMEOUT_MS)
-                page = context.new_page()
-                page.add_init_script(bb.INIT_JS)
-                page.add_init_script(PROBE_JS)
-                frames = bb.FrameCounter(page)
-                page.goto(f"{server.url}/?{query}")
-                page.wait_for_function(bb.IDLE_JS, polling="raf")
+                _, page, frames = bb.open_tab(chromium, server, query, PROBE_JS)
                 page.wait_for_function("(marker) => document.querySelector('[data-testid=stMain]').innerText"
                                        ".includes(marker)", arg="1024 tokens", polling="raf")
                 page.evaluate(f"() => {{ window.__draws.skipSecond = {str(skip).lower()}; }}")
