@@ -48,7 +48,7 @@ PAGES = (
 )
 
 
-FAVICON = "👁️"  # an emoji: the browser draws it (an image file would cost the first run ~0.1 s to encode)
+FAVICON = "👁️"  # an emoji: the browser draws it, where an image file costs the first run its loading and encoding
 
 
 def navigate(app_pages: list[StreamlitPage]) -> StreamlitPage:
