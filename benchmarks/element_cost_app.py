@@ -5,8 +5,8 @@ attention run).  Driven by ``benchmarks/element_costs.py``.
 
     ATTNVIZ_ELEMENTS=grid,window streamlit run benchmarks/element_cost_app.py
 
-Elements: ``grid`` (the 12-head thumbnail grid: a heatmap a head), ``grid_image`` (the same grid drawn from one PNG
-mosaic instead of 12 heatmaps), ``window`` (the focused head's 256 × 256 window with its cell overlay, as
+Elements: ``grid`` (the 12-head thumbnail grid: an image a head), ``grid_image`` (the same grid drawn from one PNG
+mosaic instead of 12 images), ``window`` (the focused head's 256 × 256 window with its cell overlay, as
 ``st.plotly_chart(on_select="rerun")`` draws it on the Heads page), ``window_plain`` (the same heatmap without labels,
 colour bar, legend or title), ``overview`` (the focused head's pooled 128² overview), ``merged`` (grid, window and
 overview as one figure on three pairs of axes), ``sidebar`` (the shared sidebar's 14 settings widgets, without
@@ -16,11 +16,8 @@ block, which changes with every setting, a radio and a download button), ``links
 window's two sliders).  None: the caption only.
 """
 
-import base64
 import os
-import struct
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +27,7 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from attnviz import stats, variants  # noqa: E402
-from attnviz.views import figures
+from attnviz.views import figures, map_image
 
 N, HEADS, WINDOW = 1024, 12, 256
 ELEMENTS = set(filter(None, os.environ.get("ATTNVIZ_ELEMENTS", "").split(",")))
@@ -46,48 +43,20 @@ def maps(layer: int) -> np.ndarray:
     return weights / weights.sum(-1, keepdims=True)
 
 
-def png(values: np.ndarray, zmin: float, zmax: float, colorscale) -> str:
-    """(rows, cols) values as a data-URI PNG in ``colorscale`` (NaN transparent)."""
-    stops = np.array([position for position, _ in colorscale])
-    colors = np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] if c.startswith("#")
-                       else [float(x) for x in c[c.index("(") + 1 : -1].split(",")[:3]] for _, c in colorscale])
-    t = np.nan_to_num(np.clip((values - zmin) / (zmax - zmin), 0, 1))  # (rows, cols)
-    rgba = np.empty((*values.shape, 4), np.uint8)
-    for k in range(3):
-        rgba[..., k] = np.round(np.interp(t, stops, colors[:, k]))
-    rgba[..., 3] = np.where(np.isfinite(values), 255, 0)
-    rows, cols = values.shape
-    raw = b"".join(b"\x00" + rgba[y].tobytes() for y in range(rows))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", cols, rows, 8, 6, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
-    return "data:image/png;base64," + base64.b64encode(data).decode()
-
-
 def grid_image(weights: np.ndarray) -> go.Figure:
-    """``figures.heads_grid`` with its per-head heatmaps drawn as one PNG mosaic (same tiles, "select head" overlay,
+    """``figures.heads_grid`` with its per-head images drawn as one PNG mosaic (same tiles, "select head" overlay,
     titles and colour bar)."""
     figure = figures.heads_grid(weights, "weights")
     grid = figure.to_plotly_json()
-    heatmaps = [trace for trace in figure.data if trace.type == "heatmap"]
-    others = [trace.to_plotly_json() for trace in figure.data if trace.type != "heatmap"]
+    pooled, _ = figures.pooled_display(weights, "weights", True, 64)  # (heads, size, size): the tiles' values
     x = grid["layout"]["xaxis"]["range"]
     y = grid["layout"]["yaxis"]["range"]
     mosaic = np.full((round(y[0] - y[1]), round(x[1] - x[0])), np.nan, np.float32)  # (height cells, width cells)
-    for trace in heatmaps:  # each head's tile at its (x0, y0)
-        z = np.asarray(trace.z, np.float32)  # (size, size)
-        x0, y0 = int(trace.x0), int(trace.y0)
-        mosaic[y0 : y0 + z.shape[0], x0 : x0 + z.shape[1]] = z
-    scale = grid["data"][0]["colorscale"]
-    colorbar = {"type": "scatter", "x": [None], "y": [None], "mode": "markers", "showlegend": False,
-                "hoverinfo": "skip", "marker": {"color": [0, 1], "colorscale": scale, "cmin": 0,
-                                                "cmax": 1, "showscale": True, "colorbar": grid["data"][0]["colorbar"]}}
-    image = {"type": "image", "source": png(mosaic, 0.0, 1.0, scale), "x0": 0, "y0": 0, "dx": 1, "dy": 1,
-             "hoverinfo": "skip"}
-    return go.Figure(data=[image, *others, colorbar], layout=grid["layout"], _validate=False)
+    for tile, (x0, y0) in zip(pooled, grid["layout"]["meta"]["tiles"]):  # each head's tile at its (x0, y0)
+        mosaic[y0 : y0 + tile.shape[0], x0 : x0 + tile.shape[1]] = tile
+    others = [trace for trace in grid["data"] if trace["type"] != "image"]
+    image = map_image.map_image(mosaic, 0.0, 1.0, figures.colorscale(figures.WEIGHT_SCALE))
+    return go.Figure(data=[image, *others], layout=grid["layout"], _validate=False)
 
 
 def merged(weights: np.ndarray, tokens: list[str]) -> go.Figure:
@@ -97,11 +66,12 @@ def merged(weights: np.ndarray, tokens: list[str]) -> go.Figure:
     overview = figures.overview_heatmap(weights[0], "weights", causal=True, window=(0, 0, WINDOW),
                                         validate=False).to_plotly_json()
     data = [{**t, "xaxis": "x", "yaxis": "y"} for t in grid["data"]]
-    first_window = len(data)  # the window's heatmap; its cell overlay follows on the same axes
-    data += [{**t, "xaxis": "x2", "yaxis": "y2"} for t in window["data"]]
+    data += [{**t, "xaxis": "x2", "yaxis": "y2"} for t in window["data"]]  # the window's image, bar and overlay
     data += [{**t, "xaxis": "x3", "yaxis": "y3"} for t in overview["data"]]
-    data[0]["colorbar"] = {**data[0]["colorbar"], "len": 0.3, "y": 0.85}
-    data[first_window]["colorbar"] = {**data[first_window]["colorbar"], "len": 0.6, "y": 0.3}
+    grid_bar, window_bar = (t for t in data if t.get("name") == "colour bar")
+    grid_bar["marker"] = {**grid_bar["marker"], "colorbar": {**grid_bar["marker"]["colorbar"], "len": 0.3, "y": 0.85}}
+    window_bar["marker"] = {**window_bar["marker"],
+                            "colorbar": {**window_bar["marker"]["colorbar"], "len": 0.6, "y": 0.3}}
     layout = {"height": 1000, "margin": {"l": 10, "r": 10, "t": 70, "b": 36}, "plot_bgcolor": "white",
               "xaxis": {**grid["layout"]["xaxis"], "domain": [0, 1]},
               "yaxis": {**grid["layout"]["yaxis"], "domain": [0.72, 1.0]},

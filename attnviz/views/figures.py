@@ -1,15 +1,16 @@
 """Pure Plotly figure builders: arrays + labels in, ``go.Figure`` out.  No model runs here and
 no Streamlit: pages hand slices of a Trace to these functions.
 
-Conventions shared by every attention heatmap:
+Conventions shared by every attention map:
 
 * rows are query tokens, columns are key tokens; axes are numeric (one unit a position, so a
   1,024-token map is two arrays of positions, not 1,024 categories) with the token pieces as tick
   labels, and repeated tokens ("the") never collapse;
-* a token heatmap carries a transparent scatter over its cells (one point a cell, on a second pair of
+* a token map is an image of its cells' colours (``views.map_image``: a PNG Plotly draws as it is) under a
+  transparent scatter over its cells (one point a cell, on a second pair of
   axes that match the first and carry every position's token as its tick text): it shows the hover
   (query token, key token, value) and makes cells clickable and box/lasso-selectable in
-  ``st.plotly_chart(on_select=…)`` — a heatmap trace itself emits no selection;
+  ``st.plotly_chart(on_select=…)`` — an image or heatmap trace itself emits no selection;
 * masked cells (−∞ before softmax, exactly 0 after) are drawn as gaps over a grey background
   and labelled "masked", so they are never confused with small weights;
 * weights use a fixed 0…1 colour scale (dropout's kept cells go up to 1/(1−p));
@@ -27,9 +28,10 @@ import plotly.graph_objects as go
 
 from attnviz.stats import row_entropy  # noqa: F401  (the one entropy; re-exported for the pages)
 from attnviz.views import margins
+from attnviz.views.map_image import NO_SQUARE_PIXELS, colour_bar, map_image
 
 MASKED_COLOR = "#c8c8c8"
-SELECTED_COLOR = "#d62728"  # a selected cell's dot on a token heatmap
+SELECTED_COLOR = "#d62728"  # a selected cell's dot on a token map
 WEIGHT_SCALE = "Viridis"
 SCORE_SCALE = "RdBu_r"
 MAP_TITLES = {
@@ -163,11 +165,11 @@ def attention_heatmap(
     uirevision: str | None = None,
     hidden: np.ndarray | None = None,
 ) -> go.Figure:
-    """Full-resolution heatmap of one head's (rows × cols) map, hover = query token, key token, value.
+    """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
     ``matrix`` may be a window of a larger map: ``row_offset``/``col_offset`` say where it starts
-    and ``tokens`` are the tokens of the whole sequence.  The map is a heatmap on numeric axes (x = key
-    position, y = query position) under a transparent cell overlay (:func:`cell_overlay`), whose points
+    and ``tokens`` are the tokens of the whole sequence.  The map is an image of the cells' colours on numeric
+    axes (x = key position, y = query position) under a transparent cell overlay (:func:`cell_overlay`), whose points
     (x, y) are the cells a click or a box selection reports.  ``validate=False`` skips Plotly's
     per-property validation (``tests/views/test_figures.py`` validates these dicts): for a figure that is
     drawn as it is, not changed afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.
@@ -185,13 +187,8 @@ def attention_heatmap(
     zmin, zmax, scale = color_range(stage, values, dropout)
     if zrange is not None:  # a before/after pair shares one scale, so equal values look equal
         zmin, zmax = zrange
-    data = [{
-        "type": "heatmap", "z": values, "name": stage,
-        "x": np.arange(col_offset, col_offset + cols, dtype=np.int32),
-        "y": np.arange(row_offset, row_offset + rows, dtype=np.int32),
-        "zmin": zmin, "zmax": zmax, "colorscale": colorscale(scale),
-        "colorbar": {"title": {"text": stage}, "thickness": 12}, "hoverinfo": "skip",
-    }]
+    data = [map_image(values, zmin, zmax, colorscale(scale), x0=col_offset, y0=row_offset, name=stage),
+            colour_bar(zmin, zmax, colorscale(scale), {"title": {"text": stage}, "thickness": 12})]
     data += cell_overlay(values, stage, row_offset, col_offset)
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
@@ -225,7 +222,7 @@ def undrawn_points() -> dict:
 
 
 def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset: int = 0) -> list[dict]:
-    """The invisible scatter over a token heatmap's cells: one point a cell at (key, query), on the axes
+    """The invisible scatter over a token map's cells: one point a cell at (key, query), on the axes
     ``x2``/``y2`` whose tick text names every position and its token, so its hover reads "query 3: ·cat / key
     1: ·the / weights 0.1234".  Visible cells carry their value (``customdata``); masked ones (NaN) are a second trace
     whose hover says the mask hides them.  Both report clicks and box/lasso selections as points (x = key
@@ -269,9 +266,9 @@ def tick_positions(first: int, count: int, max_ticks: int = 40) -> np.ndarray:
 
 
 def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: int = 40) -> dict:
-    """The four axes of a token heatmap of query rows ``rows`` = (first, count) and key columns ``cols``.
+    """The four axes of a token map of query rows ``rows`` = (first, count) and key columns ``cols``.
 
-    ``xaxis``/``yaxis`` hold the heatmap: numeric, keys on top and queries down, at most ``max_ticks``
+    ``xaxis``/``yaxis`` hold the map: numeric, keys on top and queries down, at most ``max_ticks``
     token labels each.  ``xaxis2``/``yaxis2`` overlay and match them (a zoom moves all four) and hold the
     cell overlay: every position of the window is a tick whose text is ``"i: piece"``, labels hidden — Plotly's
     hover writes a position on an axis with array ticks as that tick's text."""
@@ -280,11 +277,13 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
         every = np.arange(first, first + count, dtype=np.int32)
         shown = tick_positions(first, count, max_ticks)
         span = [first - 0.5, first + count - 0.5]
-        visible = {"title": {"text": title}, "tickmode": "array", "tickvals": shown,
+        visible = {"title": {"text": title}, "type": "linear", "tickmode": "array", "tickvals": shown,
                    "ticktext": [safe_label(tokens[i]) for i in shown], "showgrid": False, "zeroline": False,
                    "range": span if name == "x" else span[::-1], **margins.LABELS_HELD}
         if side:
             visible.update(side=side, tickangle=-60)
+        else:
+            visible.update(NO_SQUARE_PIXELS)  # the map's cells fill the plot, however wide it is
         layout[f"{name}axis"] = visible
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
                                   "ticktext": [f"{i}: {safe_label(tokens[i])}" for i in every], "showticklabels": False,
@@ -303,17 +302,17 @@ def heads_grid(
     labels: list[str] | None = None,
     hidden: np.ndarray | None = None,
 ) -> go.Figure:
-    """All heads as small heatmaps, max-pooled to at most ``max_cells`` per side: one heatmap trace per head
+    """All heads as small maps, max-pooled to at most ``max_cells`` per side: one image trace per head
     (named "head h"), tiled on **one** pair of axes by each trace's ``x0``/``y0`` (subplots with an axis pair
     per head redraw far slower).
 
     ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns``; its
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
     ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
-    masked cells grey, as in every attention heatmap (``hidden``: what a sliding window hides, as in
+    masked cells grey, as in every attention map (``hidden``: what a sliding window hides, as in
     :func:`pooled_display`).  The titles ("head 3", or ``labels``) are annotations
     (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay of 4 × 4 points a
-    tile (customdata = head index, :func:`undrawn_points`) reports clicks: heatmap cells do not.
+    tile (customdata = head index, :func:`undrawn_points`) reports clicks: an image's pixels do not.
 
     Built from plain dicts without Plotly's per-property validation (``tests/views/test_figures.py``
     validates the same dicts).
@@ -333,12 +332,9 @@ def heads_grid(
         tiles.append([col * (size + gap), row * (title + size) + title])
     names = labels or [f"head {head}" for head in range(num_heads)]
     first = block if block > 1 else 1
-    data = [
-        {"type": "heatmap", "z": small, "x0": x0, "dx": 1, "y0": y0, "dy": 1, "zmin": zmin, "zmax": zmax,
-         "colorscale": colorscale(scale), "name": f"head {head}", "showscale": head == 0,
-         "colorbar": {"title": {"text": stage}, "thickness": 10, "len": 0.9}, "hoverinfo": "skip"}
-        for head, (small, (x0, y0)) in enumerate(zip(pooled, tiles))
-    ]  # the overlay below takes hover and clicks; exact values: the focused view
+    data = [map_image(small, zmin, zmax, colorscale(scale), x0=x0, y0=y0, name=f"head {head}")
+            for head, (small, (x0, y0)) in enumerate(zip(pooled, tiles))]  # hover and clicks: the overlay below
+    data.append(colour_bar(zmin, zmax, colorscale(scale), {"title": {"text": stage}, "thickness": 10, "len": 0.9}))
     marks = (np.arange(min(size, 4)) + 0.5) * size / min(size, 4) - 0.5  # 4 × 4 click targets per tile
     mark_x, mark_y = (a.ravel() for a in np.meshgrid(marks, marks))
     data.append({"type": "scatter", "x": np.concatenate([mark_x + x0 for x0, _ in tiles]),
@@ -360,7 +356,7 @@ def heads_grid(
         "height": max(180, 150 * rows + 60), "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10},
         "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
         "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5], "fixedrange": True},
-        "yaxis": {"visible": False, "range": [height_cells - 0.5, -0.5], "fixedrange": True},
+        "yaxis": {"visible": False, "range": [height_cells - 0.5, -0.5], "fixedrange": True, **NO_SQUARE_PIXELS},
         "shapes": shapes, "annotations": annotations,
         "meta": {"tiles": tiles, "size": size, "block": first, "labels": names},
     }
@@ -450,7 +446,7 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
 
 def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: str, row_offset: int = 0,
                        col_offset: int = 0, height: int = 420) -> go.Figure:
-    """after − before (finite cells only), diverging colours around 0, on a token heatmap's axes and overlay."""
+    """after − before (finite cells only), diverging colours around 0, on a token map's axes and overlay."""
     with np.errstate(invalid="ignore"):
         diff = np.asarray(after, np.float32) - np.asarray(before, np.float32)
     diff[~np.isfinite(diff)] = np.nan

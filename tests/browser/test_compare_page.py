@@ -1,10 +1,10 @@
-"""The Compare page in a real Chromium: a heatmap per variant drawn, live badges, no exception; saves
+"""The Compare page in a real Chromium: a map per variant drawn, live badges, no exception; saves
 docs/screenshots/compare.png."""
 
 from __future__ import annotations
 
 import pytest
-from helpers.browser import assert_no_exception, expect, save_screenshot, wait_idle
+from helpers.browser import MAP_DRAWN, assert_no_exception, expect, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -15,7 +15,7 @@ def test_compare_page_draws_every_variant_with_green_badges(page, base_url):
     assert_no_exception(page)
     main = page.get_by_test_id("stMain")
     expect(main.locator("h1")).to_contain_text("Compare variants")
-    heatmaps = main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator("g.heatmaplayer g.hm image"))
+    heatmaps = main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))
     expect(heatmaps).to_have_count(10)
     for title in ("Simplified self-attention", "Self-attention v1", "Self-attention v2", "Causal attention",
                   "Multi-head wrapper", "Multi-head attention", "Grouped-query attention", "Multi-query attention",

@@ -158,7 +158,7 @@ _SNAPSHOT = """
   return {
     grids: grids.length,
     gridTitles: grids.length ? titles(grids[0]) : [],
-    thumbnails: grids.length ? grids[0].querySelectorAll('g.heatmaplayer g.hm image').length : 0,
+    thumbnails: grids.length ? grids[0].querySelectorAll('g.imagelayer g.im image').length : 0,
     xTicks: last ? [...last.querySelectorAll('g.xtick text')].map((t) => t.textContent) : [],
     yTicks: last ? [...last.querySelectorAll('g.ytick text')].map((t) => t.textContent) : [],
     legend: last ? [...last.querySelectorAll('g.legend')].map((g) => g.textContent).join(' ') : '',

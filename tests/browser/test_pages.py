@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 from helpers.browser import (
+    MAP_DRAWN,
     assert_no_exception,
     choose_option,
     expect,
@@ -53,8 +54,9 @@ def charts(page):
     return page.locator("[data-testid=stMain] [data-testid=stPlotlyChart]")
 
 
-def heatmap_charts(page):
-    return charts(page).filter(has=page.locator("g.heatmaplayer g.hm image"))
+def map_charts(page):
+    """The charts that draw a map (a token map's image, an embedding's heatmap)."""
+    return charts(page).filter(has=page.locator(MAP_DRAWN))
 
 
 def grid_chart(page):
@@ -124,15 +126,15 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
 
     if route in ("", "heads"):
         assert grid_titles(page) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
-        expect(grid_chart(page).locator("g.heatmaplayer g.hm")).to_have_count(12)  # a heatmap a head
+        expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)  # a map a head
         assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
         flow = page.locator("[data-testid=stMain] .attnviz-flow")  # the compact shape diagram (HTML)
         expect(flow).to_contain_text("(1, 12, 6, 6)")
         expect(flow.locator(".attnviz-stage[data-stage=weights]")).to_have_css("background-color", "rgb(255, 213, 79)")
     elif route == "steps":
-        expect(heatmap_charts(page)).to_have_count(2)  # before / after the default stage (the mask)
+        expect(map_charts(page)).to_have_count(2)  # before / after the default stage (the mask)
         expect(page.get_by_test_id("stMain").get_by_text("Hide the future")).to_be_visible()
-        for chart in heatmap_charts(page).all():
+        for chart in map_charts(page).all():
             assert x_tick_labels(chart) == DEFAULT_PIECES
     elif route == "shapes":
         svg = page.get_by_test_id("stGraphVizChart").locator("svg")
@@ -143,7 +145,7 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
     else:
         assert chip_pieces(page) == DEFAULT_PIECES
         expect(page.get_by_test_id("stMetric")).to_contain_text("6 / 1024")
-        expect(heatmap_charts(page)).to_have_count(3)  # token, position, input embeddings
+        expect(map_charts(page)).to_have_count(3)  # token, position, input embeddings
     assert grown_margins(page) == []  # every chart drawn in one pass: its margins hold its labels
 
     if route:
@@ -299,7 +301,7 @@ def cell_centre(page, chart, row: int, col: int) -> dict:
 
 def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     visit(page, f"{base_url}/")
-    expect(grid_chart(page).locator("g.heatmaplayer g.hm")).to_have_count(12)  # one heatmap a head
+    expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)  # one map a head
     assert len(grid_titles(page)) == 12
     centre = tile_centre(page, 5)
     before = runs(page)
@@ -537,8 +539,8 @@ def test_deep_links_are_the_first_request_to_a_fresh_server(page, fresh_server):
     expect(sidebar(page).get_by_role("combobox", name="Attention variant")).to_have_value(
         re.compile(r"causal", re.IGNORECASE))
     expect(page.get_by_test_id("stMain").get_by_text("The causal mask is off")).to_be_visible()
-    expect(heatmap_charts(page)).to_have_count(2)
-    for chart in heatmap_charts(page).all():
+    expect(map_charts(page)).to_have_count(2)
+    for chart in map_charts(page).all():
         assert x_tick_labels(chart) == ["Hello", "·world", "·hello"]
     params = query(page)
     assert (params.get("text"), params.get("variant"), params.get("causal")) == ("Hello world hello", "causal", "false")
@@ -566,7 +568,7 @@ def test_a_deep_link_first_on_a_fresh_server_draws_the_shared_sidebar_whose_valu
     expect(sidebar(page).get_by_role("combobox", name="Heads")).to_have_value("4")
     for label in ("Heads", "Steps", "Shapes", "Tokens", "Train"):
         expect(sidebar(page).get_by_test_id("stPageLink-NavLink").filter(has_text=label)).to_be_visible()
-    assert [x_tick_labels(chart) for chart in heatmap_charts(page).all()][0] == ["The", "·cat", "·sat"]
+    assert [x_tick_labels(chart) for chart in map_charts(page).all()][0] == ["The", "·cat", "·sat"]
 
     go_to(page, "Heads")
     assert_no_exception(page)

@@ -4,7 +4,7 @@ book's code, and the screenshot for the README is saved."""
 from __future__ import annotations
 
 import pytest
-from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import MAP_DRAWN, assert_no_exception, expect, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -26,7 +26,7 @@ def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, bas
     expect(alerts.filter(has_text="Detected:")).to_contain_text("the future leaks")
     expect(alerts.filter(has_text="Check passed:")).to_contain_text("no leak")
     expect(main.get_by_test_id("stCode").first).to_contain_text("attn_scores.masked_fill(mask_bool, -torch.inf)")
-    expect(main.locator("[data-testid=stPlotlyChart] g.heatmaplayer g.hm image")).to_have_count(2)
+    expect(main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))).to_have_count(2)
 
     path = save_screenshot(page, "pitfalls")
     assert path.stat().st_size > 20_000, f"{path} looks empty"

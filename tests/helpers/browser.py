@@ -38,6 +38,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync",
 ]
 VIEWPORT = {"width": 1400, "height": 1000}
+MAP_DRAWN = "g.heatmaplayer g.hm image, g.imagelayer g.im image"  # a map Plotly drew: a heatmap's or an image trace's
 SERVER_START_TIMEOUT = 60.0
 IDLE_TIMEOUT_MS = 30_000  # the first run of a session computes a GPT-2-size embedding
 REQUIRE_BROWSER = os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1"
@@ -149,7 +150,8 @@ _IDLE = """
   const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart]')];
   const drawn = charts.every((chart) => chart.querySelector('.main-svg')
       && chart.querySelector(
-        'g.heatmaplayer g.hm image, g.barlayer g.trace.bars path, g.scatterlayer g.trace path.js-line'));
+        'g.heatmaplayer g.hm image, g.imagelayer g.im image, g.barlayer g.trace.bars path, '
+        + 'g.scatterlayer g.trace path.js-line'));
   const graphs = [...document.querySelectorAll('[data-testid=stGraphVizChart]')];
   return drawn && graphs.every((graph) => graph.querySelector('svg g.node'));
 }

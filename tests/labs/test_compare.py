@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode
+from helpers.maps import cells_shown, colour_range, images
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
@@ -266,15 +266,15 @@ def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
     result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
     mha = result.variants[-1]
     fig = compare.variant_heatmap(mha, result.tokens, "mean over heads", causal=True, current="mha")
-    z = np.asarray(fig.data[0].z, dtype=float)
+    z = cells_shown(fig)
     upper = np.triu_indices(result.n, k=1)
     assert np.isnan(z[upper]).all()
     assert np.allclose(np.nan_to_num(z), mha.weights.mean(axis=0), atol=1e-6)
-    assert (fig.data[0].zmin, fig.data[0].zmax) == (0.0, 1.0)
+    assert colour_range(fig) == (0.0, 1.0)
     assert fig.layout.title.text == compare.variant_title(mha, "mean over heads", "mha")
     assert fig.layout.margin.t > 110  # the two-line title has its own room above the key ticks
     head0 = compare.variant_heatmap(mha, result.tokens, "head 0", causal=True)
-    assert np.allclose(np.nan_to_num(np.asarray(head0.data[0].z, dtype=float)), mha.weights[0], atol=1e-6)
+    assert np.allclose(np.nan_to_num(cells_shown(head0)), mha.weights[0], atol=1e-6)
 
 
 # ============================== the page (AppTest)
@@ -293,9 +293,9 @@ def compare_page(**query) -> AppTest:
     return at
 
 
-def heatmap_figures(at: AppTest) -> list[dict]:
+def map_figures(at: AppTest) -> list[dict]:
     figures = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    return [fig for fig in figures if any(trace["type"] == "heatmap" for trace in fig["data"])]
+    return [fig for fig in figures if images(fig)]
 
 
 def badges(at: AppTest) -> list[str]:
@@ -303,7 +303,7 @@ def badges(at: AppTest) -> list[str]:
 
 
 def titles(at: AppTest) -> list[str]:
-    return [fig["layout"]["title"]["text"] for fig in heatmap_figures(at)]
+    return [fig["layout"]["title"]["text"] for fig in map_figures(at)]
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +314,7 @@ def default_page() -> AppTest:
 def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page):
     at = default_page
     assert at.title[0].value == "Compare variants"
-    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
+    assert len(map_figures(at)) == len(variants.VARIANTS)
     assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(variants.LABELS.values())
     assert sum(t.startswith("▶ ") for t in titles(at)) == 1  # the sidebar's variant is marked
     found = badges(at)
@@ -342,7 +342,7 @@ def test_changing_the_head_count_keeps_the_badges_green(heads):
     assert len(found) == CHECKS and all(b.startswith(GREEN) and "max |Δ|" in b for b in found)
     assert f"{compare.heads_text(heads)} of {768 // heads}" in at.caption[0].value
     assert any(f"Wrapper ({compare.heads_text(heads)}, weights copied)" in m.value for m in at.markdown)
-    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
+    assert len(map_figures(at)) == len(variants.VARIANTS)
 
 
 def test_mean_over_heads_is_said_in_the_titles():
@@ -356,13 +356,13 @@ def test_mean_over_heads_is_said_in_the_titles():
 
 def test_non_causal_and_single_head_variant_in_the_sidebar():
     at = compare_page(variant="self_attention_v2", causal="false")
-    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
+    assert len(map_figures(at)) == len(variants.VARIANTS)
     assert all(b.startswith(GREEN) for b in badges(at))
     assert any("is_causal=False" in m.value for m in at.markdown)
     assert "12 heads of 64" in at.caption[0].value  # the sidebar's heads, though v2 itself has one
     window = variants.get(variants.SWA).label  # a sliding window masks whatever the causal setting
-    for fig in heatmap_figures(at):
-        z = decode(fig["data"][0]["z"])
+    for fig in map_figures(at):
+        z = cells_shown(fig)
         assert z.shape == (6, 6)
         assert np.isfinite(z).all() or window in fig["layout"]["title"]["text"]  # nothing masked
 
@@ -371,5 +371,5 @@ def test_long_text_page_says_it_compares_the_first_256_tokens():
     at = compare_page(text=" ".join(["word"] * 300), preset="book")
     assert any("first 256" in info.value for info in at.info)
     assert "256 tokens" in at.caption[0].value
-    assert len(heatmap_figures(at)) == len(variants.VARIANTS)
+    assert len(map_figures(at)) == len(variants.VARIANTS)
     assert all(b.startswith(GREEN) for b in badges(at))

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode, plotly_figures
+from helpers.apptest import plotly_figures
+from helpers.maps import cells_shown, images
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
@@ -495,8 +496,8 @@ def test_weights_figure_draws_what_the_code_masked(lab):
     result = catalogue.run_pitfall("masked_fill", setup, x)
     tokens = [f"t{i}" for i in range(10)]
     upper = np.triu_indices(10, k=1)
-    correct = np.asarray(pitfall_figures.weights_figure(result.correct.observation, tokens).data[0].z, dtype=float)
-    buggy = np.asarray(pitfall_figures.weights_figure(result.buggy.observation, tokens).data[0].z, dtype=float)
+    correct = cells_shown(pitfall_figures.weights_figure(result.correct.observation, tokens))
+    buggy = cells_shown(pitfall_figures.weights_figure(result.buggy.observation, tokens))
     assert np.isnan(correct[upper]).all()  # masked: grey
     assert np.isfinite(buggy[upper]).all() and (buggy[upper] > 0).all()  # the mask did nothing
 
@@ -620,9 +621,9 @@ def test_masked_fill_bug_shows_unmasked_weights_and_turns_the_leak_verdict():
     at = page()
     at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
     no_exception(at)
-    heatmaps = [fig for fig in plotly_figures(at) if fig["data"][0]["type"] == "heatmap"]
-    assert len(heatmaps) == 2
-    correct, buggy = (decode(fig["data"][0]["z"]) for fig in heatmaps)
+    maps = [fig for fig in plotly_figures(at) if images(fig)]
+    assert len(maps) == 2
+    correct, buggy = (cells_shown(fig) for fig in maps)
     upper = np.triu_indices(6, k=1)
     assert np.isnan(correct[upper]).all() and np.isfinite(buggy[upper]).all()
     assert leak_verdict(at) == "**Verdict:** leaks into positions 0, 1, 2"

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
+from helpers.maps import cells_shown, colour_range, images, pixels
 from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
 from streamlit.proto.PlotlyChart_pb2 import PlotlyChart as PlotlyChartProto
 from streamlit.testing.v1 import AppTest
@@ -35,10 +36,6 @@ def grid(at: AppTest) -> dict:
 
 def focused(at: AppTest) -> dict:
     return next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("head "))
-
-
-def heatmaps(fig: dict) -> list[dict]:
-    return [trace for trace in fig["data"] if trace["type"] == "heatmap"]
 
 
 def grid_heads(fig: dict) -> list[str]:
@@ -91,7 +88,7 @@ def test_each_page_runs_alone_like_a_deep_link(page):
 def test_default_view_is_gpt2_small_mha_with_12_causal_heads(default_app):
     fig = grid(default_app)
     assert grid_heads(fig) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
-    z = decode(focused(default_app)["data"][0]["z"])
+    z = cells_shown(focused(default_app))
     assert z.shape == (6, 6)
     assert np.isnan(z[np.triu_indices(6, k=1)]).all()  # masked cells drawn as gaps (grey)
     assert np.allclose(np.nansum(z, axis=1), 1.0, atol=1e-5)
@@ -115,7 +112,7 @@ def test_variant_changes_the_view():
     assert len(grid_heads(grid(at))) == 1  # a single head
     at.sidebar.selectbox(key="variant").set_value("simplified").run()
     no_exception(at)
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     assert np.isnan(z[np.triu_indices(6, k=1)]).all()  # the causal toggle applies to every variant
     assert at.sidebar.number_input(key="d_out").disabled  # no weights: d_out does not apply
 
@@ -124,7 +121,7 @@ def test_causal_toggle_unmasks_the_upper_triangle():
     at = app()
     at.sidebar.toggle(key="causal").set_value(False).run()
     no_exception(at)
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     upper = z[np.triu_indices(6, k=1)]
     assert np.isfinite(upper).all() and (upper > 0).all()
     assert not any(trace.get("name") == "masked" for trace in focused(at)["data"])
@@ -136,11 +133,11 @@ def test_dropout_in_training_mode_zeroes_and_rescales():
     at.sidebar.toggle(key="train").set_value(True).run()
     at.segmented_control(key="heads_stage").set_value("dropped").run()
     no_exception(at)
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     kept = z[np.isfinite(z)]
     assert (kept == 0).any()  # dropped cells
     assert kept.max() > 1.0  # kept cells scaled by 1/(1-p) = 2
-    assert focused(at)["data"][0]["zmax"] == pytest.approx(2.0)
+    assert colour_range(focused(at))[1] == pytest.approx(2.0)
 
 
 def test_text_changes_the_tick_labels_and_repeated_tokens_do_not_collapse():
@@ -148,8 +145,10 @@ def test_text_changes_the_tick_labels_and_repeated_tokens_do_not_collapse():
     at.sidebar.text_area(key="text").set_value("the cat and the hat").run()
     no_exception(at)
     fig = focused(at)
-    x = decode(fig["data"][0]["x"]).tolist()
-    assert x == [0, 1, 2, 3, 4]  # one column a position: the two "the"s keep their own
+    (image,) = images(fig)
+    assert (image["x0"], image["dx"]) == (0, 1) and pixels(image).shape[:2] == cells_shown(fig).shape == (5, 5)
+    assert decode(next(t for t in fig["data"] if t["name"] == "cells")["x"]).tolist()[:1] == [0]
+    # one column a position: the two "the"s keep their own
     assert fig["layout"]["xaxis"]["ticktext"] == ["the", "·cat", "·and", "·the", "·hat"]
     assert fig["layout"]["xaxis2"]["ticktext"] == ["0: the", "1: ·cat", "2: ·and", "3: ·the", "4: ·hat"]  # hover's
 
@@ -158,7 +157,7 @@ def test_stage_toggle_shows_scores_with_minus_infinity_as_gaps():
     at = app()
     at.segmented_control(key="heads_stage").set_value("masked").run()
     no_exception(at)
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     assert np.isnan(z[np.triu_indices(6, k=1)]).all()
     assert np.isfinite(z[np.tril_indices(6)]).all()
 
@@ -293,7 +292,7 @@ def test_choosing_the_book_preset_sets_the_books_mask_for_the_variant():
     at.sidebar.selectbox(key="preset").set_value("book").run()
     no_exception(at)
     assert at.sidebar.toggle(key="causal").value is False  # section 3.4 has no mask
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     assert np.isfinite(z).all()
     at.sidebar.selectbox(key="variant").set_value("causal").run()
     assert at.sidebar.toggle(key="causal").value is True
@@ -305,16 +304,16 @@ def test_before_and_after_panels_share_one_colour_scale():
     at.switch_page("pages/steps.py").run()
     for stage in ("scaled", "masked"):
         at.segmented_control(key="steps_stage").set_value(stage).run()
-        pair = [fig["data"][0] for fig in figures(at)[:2]]
-        assert pair[0]["zmin"] == pair[1]["zmin"] and pair[0]["zmax"] == pair[1]["zmax"], stage
-    before = decode(figures(at)[0]["data"][0]["z"])  # masked stage: before = scaled scores
-    assert figures(at)[0]["data"][0]["zmax"] == pytest.approx(float(np.abs(before).max()))
+        pair = [colour_range(fig) for fig in figures(at)[:2]]
+        assert pair[0] == pair[1], stage
+    before = cells_shown(figures(at)[0])  # masked stage: before = scaled scores
+    assert colour_range(figures(at)[0])[1] == pytest.approx(float(np.nanmax(np.abs(before))))
 
 
 def test_dropout_scale_is_0_to_1_when_dropout_did_not_run():
     at = app(dropout="0.5", train="false")
     at.segmented_control(key="heads_stage").set_value("dropped").run()
-    assert focused(at)["data"][0]["zmax"] == pytest.approx(1.0)
+    assert colour_range(focused(at))[1] == pytest.approx(1.0)
 
 
 def test_book_preset_steps_show_the_books_mha_output():
@@ -375,8 +374,8 @@ def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
     assert len(calls) == 1, calls
 
 
-def test_heads_page_maps_are_plotly_charts_a_heatmap_per_head_and_selectable():
-    """The grid has a heatmap per head and reports a click; the focused map (a window of a long text, beside the
+def test_heads_page_maps_are_plotly_charts_a_map_per_head_and_selectable():
+    """The grid has a map image per head and reports a click; the focused map (a window of a long text, beside the
     overview) reports clicks, boxes and lassos of its cells; every map is st.plotly_chart's."""
     import json
 
@@ -389,13 +388,13 @@ def test_heads_page_maps_are_plotly_charts_a_heatmap_per_head_and_selectable():
     charts = {chart.proto.id.rsplit("-", 1)[-1]: chart for chart in at.get("plotly_chart")}
     grid, overview, focused_map = (json.loads(charts[key].proto.spec)
                                    for key in ("heads_grid", "heads_map_overview", "heads_map"))
-    assert [t["name"] for t in grid["data"] if t["type"] == "heatmap"] == [f"head {h}" for h in range(4)]
+    assert [t["name"] for t in images(grid)] == [f"head {h}" for h in range(4)]
     modes = PlotlyChartProto.SelectionMode
     assert list(charts["heads_grid"].proto.selection_mode) == [modes.POINTS]
     assert set(charts["heads_map"].proto.selection_mode) == {modes.POINTS, modes.BOX, modes.LASSO}
     assert not charts["heads_map_overview"].proto.selection_mode
-    heatmap = focused_map["data"][0]
-    assert heatmap["type"] == "heatmap" and decode(heatmap["z"]).shape == (256, 256)
+    (image,) = images(focused_map)
+    assert pixels(image).shape == (256, 256, 4) and cells_shown(focused_map).shape == (256, 256)
     assert focused_map["layout"]["dragmode"] == "zoom"  # a drag zooms; the modebar has box and lasso
     assert {t["name"] for t in focused_map["data"]} >= {"cells", "masked cells"}
     config = json.loads(charts["heads_map"].proto.config)
@@ -506,7 +505,7 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
 
     at = app(variant="swa", sliding_window_size="2", num_heads="4", text="the cat sat on the mat")
     no_exception(at)
-    z = decode(focused(at)["data"][0]["z"])  # (6, 6) weights
+    z = cells_shown(focused(at))  # (6, 6) weights
     inside = np.array([[0 <= i - j < 2 for j in range(6)] for i in range(6)])
     assert np.isfinite(z[inside]).all() and (z[inside] > 0).all()
     assert np.isnan(z[~inside]).all()  # the future and the keys 2 or more behind are grey, not 0

@@ -18,6 +18,7 @@ import torch
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import use_checkpoints, write_checkpoints
+from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
 from attnviz import background, models, tokens, weights
@@ -136,7 +137,7 @@ def test_layer_switch_shows_that_layers_maps(checkpoints):
     at.sidebar.selectbox(key="layer").set_value(2).run()
     no_exception(at)
     assert f"{NAME} · layer 2 of 3" in at.caption[0].value
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     ids = models.load_checkpoint(checkpoints / NAME)
     expected = models.layer_maps(ids, tokens.encode(at.sidebar.text_area(key="text").value), 2)[0]
     lower = np.tril_indices(z.shape[0])
@@ -150,7 +151,7 @@ def test_causal_off_is_allowed_and_said(checkpoints):
     at.sidebar.toggle(key="causal").set_value(False).run()
     no_exception(at)
     assert "causal mask OFF (the model was trained with it)" in at.caption[0].value
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     assert not np.isnan(z).any()
 
 
@@ -362,7 +363,7 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
     _prefetches_done()
     assert calls == [(2, "prefetch")]  # layer 1's trace came from the cache; layer 2's was computed ahead …
     assert sorted(drawn) == [("head_statistics", "prefetch"), ("heads_grid", "prefetch"), ("score_heads", "prefetch")]
-    z = decode(focused(at)["data"][0]["z"])
+    z = cells_shown(focused(at))
     ids = models.load_checkpoint(checkpoints / NAME)
     expected = models.layer_maps(ids, tokens.encode(at.sidebar.text_area(key="text").value), 1)[0]
     lower = np.tril_indices(z.shape[0])

@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
+from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
 from attnviz import head_types, models, weights
@@ -85,7 +86,7 @@ def test_heads_page_labels_the_book_classes_heads_from_the_trace():
     grid_maps = None
     for fig in figures(at):
         if fig["layout"].get("title", {}).get("text", "").startswith("head 0"):
-            grid_maps = decode(fig["data"][0]["z"])
+            grid_maps = cells_shown(fig)
     assert grid_maps is not None
     first = table.iloc[0]
     assert first["first-token mass"] == pytest.approx(np.nanmean(grid_maps[1:, 0]), abs=1e-4)

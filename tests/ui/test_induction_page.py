@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
+from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
 from attnviz import head_types, pipeline, weights
@@ -54,7 +55,7 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     ids = induction.lab_tokens(T, induction.DEFAULT_SEED)
     config = AttentionConfig(variant="causal", d_in=8, d_out=8, num_heads=1)
     expected = pipeline.run_ids(ids.tolist(), config).steps["weights"][0]  # (1, n, n)
-    shown = decode(heat["data"][0]["z"])
+    shown = cells_shown(heat)
     assert shown.shape == (n, n)
     np.testing.assert_allclose(np.nan_to_num(shown), expected[0], atol=1e-6)
     assert at.metric[0].value == f"{head_types.induction_stripe(expected, T).max():.2f}"
@@ -88,7 +89,7 @@ def test_a_model_gets_every_layer_scored_the_sidebar_layer_drawn_and_its_loss(se
     np.testing.assert_allclose(decode(grid["data"][1]["z"]), expected.previous, atol=1e-6)
     heat = figure(at, "L1H")  # layer 1, the sidebar's layer
     head = int(heat["layout"]["title"]["text"][3])
-    np.testing.assert_allclose(np.nan_to_num(decode(heat["data"][0]["z"])), expected.maps[head], atol=1e-6)
+    np.testing.assert_allclose(np.nan_to_num(cells_shown(heat)), expected.maps[head], atol=1e-6)
     loss = figure(at, "loss at each position")
     np.testing.assert_allclose(decode(loss["data"][0]["y"]), expected.loss, atol=1e-4)
     first, second = expected.halves

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
+from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
 from attnviz import models, weights
@@ -79,7 +80,7 @@ def test_the_heads_page_knocks_out_the_focused_head_and_shows_what_attention_mov
     at.session_state["heads_what_tab"] = "‖weight × value‖"
     at.run()
     vw = figure(at, "head 0: ‖weight × value‖")
-    z = np.asarray(decode(vw["data"][0]["z"]), dtype=float)
+    z = cells_shown(vw)
     expected = models.value_weighted(model, ids)[0, 0]  # (n, n)
     lower = np.tril_indices(len(ids))
     np.testing.assert_allclose(z[lower], expected[lower], atol=1e-4)

@@ -1,15 +1,16 @@
-"""The heads grid: one heatmap a head, tiled on one pair of axes, each exactly its head's pooled map; the token
-heatmap: numeric axes, token ticks, and a cell overlay whose hover and selections name the cells."""
+"""The heads grid: one map image a head, tiled on one pair of axes, each exactly its head's pooled map's colours; the
+token map: numeric axes, token ticks, and a cell overlay whose hover and selections name the cells."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.maps import colour_range, pixels
 
 from attnviz import pipeline
 from attnviz.config import AttentionConfig
 from attnviz.trace import Trace
-from attnviz.views import figures
+from attnviz.views import figures, map_image
 
 JOURNEY = "Your journey starts with one step"
 
@@ -20,13 +21,20 @@ def default_trace() -> Trace:
 
 
 def tiles_of(fig) -> tuple[list[np.ndarray], list[list[int]], int]:
-    """Each head's heatmap (z), where the layout says its tile is, and the tile side; asserts each heatmap is
+    """Each head's image (RGBA pixels), where the layout says its tile is, and the tile side; asserts each image is
     placed at its tile."""
-    heatmaps = [trace for trace in fig.data if trace.type == "heatmap"]
+    images = [trace for trace in fig.data if trace.type == "image"]
     meta = fig.layout.meta
-    for head, (trace, (x0, y0)) in enumerate(zip(heatmaps, meta["tiles"])):
+    for head, (trace, (x0, y0)) in enumerate(zip(images, meta["tiles"])):
         assert trace.name == f"head {head}" and (trace.x0, trace.y0, trace.dx, trace.dy) == (x0, y0, 1, 1)
-    return [np.asarray(trace.z, dtype=np.float32) for trace in heatmaps], meta["tiles"], meta["size"]
+        assert trace.hoverinfo == "skip"  # the overlay takes hover and clicks
+    return [pixels(trace.to_plotly_json()) for trace in images], meta["tiles"], meta["size"]
+
+
+def colours(fig, values: np.ndarray, stage: str) -> np.ndarray:
+    """The pixels a map of ``values`` shows on the figure's colour bar."""
+    zmin, zmax = colour_range(fig)
+    return map_image.colour(values, zmin, zmax, figures.colorscale(figures.color_range(stage, values)[2]))
 
 
 def head_titles(fig) -> list[str]:
@@ -46,15 +54,16 @@ def test_max_pool_keeps_every_peak_and_knows_all_masked_blocks():
 
 
 @pytest.mark.parametrize("stage", ["scores", "weights"])
-def test_each_head_is_a_heatmap_of_its_map_and_the_tiles_do_not_overlap(default_trace, stage):
+def test_each_head_is_an_image_of_its_map_and_the_tiles_do_not_overlap(default_trace, stage):
     maps = default_trace.steps[stage][0]  # (12, 6, 6)
     fig = figures.heads_grid(maps, stage, causal=True)
-    heatmaps, tiles, size = tiles_of(fig)
-    assert len(heatmaps) == len(tiles) == 12 and size == 6
+    images, tiles, size = tiles_of(fig)
+    assert len(images) == len(tiles) == 12 and size == 6
+    assert colour_range(fig) == figures.color_range(stage, figures.pooled_display(maps, stage, True, 64)[0])[:2]
     covered = set()
     for head, (x0, y0) in enumerate(tiles):
         expected = figures.display_values(maps[head], stage, causal=True)
-        np.testing.assert_array_equal(heatmaps[head], expected)  # NaN where masked, exactly the values elsewhere
+        np.testing.assert_array_equal(images[head], colours(fig, expected, stage))  # transparent where masked
         cells = {(x0 + i, y0 + j) for i in range(size) for j in range(size)}
         assert not cells & covered
         covered |= cells
@@ -75,7 +84,7 @@ def test_masked_cells_are_grey_and_the_gaps_white(default_trace):
 def test_a_click_anywhere_on_a_tile_reports_its_head(default_trace):
     fig = figures.heads_grid(default_trace.steps["weights"][0], "weights")
     _, tiles, size = tiles_of(fig)
-    (overlay,) = [trace for trace in fig.data if trace.type == "scatter"]
+    (overlay,) = [trace for trace in fig.data if trace.name == "select head"]
     assert overlay.mode == "text" and overlay.text is None and overlay.marker.maxdisplayed == 1  # never drawn
     for x, y, head in zip(overlay.x, overlay.y, overlay.customdata):
         x0, y0 = tiles[head]
@@ -86,12 +95,12 @@ def test_a_click_anywhere_on_a_tile_reports_its_head(default_trace):
 def test_a_long_input_is_pooled_and_says_so():
     trace = pipeline.run(" the" * 300, AttentionConfig(num_heads=4))
     fig = figures.heads_grid(trace.steps["weights"][0], "weights", max_cells=64)
-    heatmaps, tiles, size = tiles_of(fig)
+    images, tiles, size = tiles_of(fig)
     assert size == 60 and fig.layout.meta["block"] == 5  # ceil(300 / 64) = 5 positions per cell
     assert "downsampled 300→60 per side (max-pooling keeps peaks" in fig.layout.title.text
     for head in range(len(tiles)):
         expected, _ = figures.max_pool(figures.display_values(trace.steps["weights"][0][head], "weights", True), 64)
-        np.testing.assert_array_equal(heatmaps[head], expected)
+        np.testing.assert_array_equal(images[head], colours(fig, expected, "weights"))
 
 
 def test_mark_focus_moves_the_marker_and_the_outline(default_trace):
@@ -190,10 +199,10 @@ def test_a_token_heatmap_has_numeric_axes_token_ticks_and_a_cell_for_every_overl
     tokens = [f"<t{i}>" for i in range(n)]
     weights = np.tril(rng.random((n, n))).astype(np.float32)
     fig = figures.attention_heatmap(weights[20:120, 10:110], tokens, "weights", row_offset=20, col_offset=10)
-    heatmap = fig.data[0]
-    assert heatmap.type == "heatmap" and heatmap.hoverinfo == "skip"
-    assert list(heatmap.x) == list(range(10, 110)) and list(heatmap.y) == list(range(20, 120))
-    assert np.asarray(heatmap.z).dtype == np.float32
+    image = fig.data[0]
+    assert image.type == "image" and image.hoverinfo == "skip"
+    assert (image.x0, image.y0, image.dx, image.dy) == (10, 20, 1, 1)  # cell (i, j) at key 10 + j, query 20 + i
+    assert pixels(image.to_plotly_json()).shape == (100, 100, 4)
     layout = fig.layout
     assert len(layout.xaxis.tickvals) <= 40 and list(layout.xaxis.ticktext) == [
         f"&lt;t{i}&gt;" for i in layout.xaxis.tickvals]  # escaped token pieces at their positions

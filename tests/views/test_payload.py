@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import streamlit as st
 from helpers.apptest import plotly_figures
+from helpers.maps import images, pixels
 from streamlit.testing.v1 import AppTest
 
 from attnviz import pipeline, tokens
@@ -74,7 +75,10 @@ def heads_app(text: str) -> AppTest:
     return at
 
 
-def z_shape(trace: dict) -> tuple[int, ...]:
+def shape_drawn(trace: dict) -> tuple[int, ...]:
+    """(rows, cols) of a heatmap's z or an image's pixels."""
+    if trace["type"] == "image":
+        return pixels(trace).shape[:2]
     z = trace["z"]
     if isinstance(z, dict):  # NumPy array sent as {"dtype", "bdata", "shape"}
         return tuple(int(s) for s in str(z["shape"]).split(","))
@@ -95,18 +99,18 @@ def test_heads_grid_is_downsampled_and_the_focused_view_is_a_window(long_text, c
     figs = plotly_figures(at)
     grid = next(fig for fig in figs if "all 12 heads" in fig["layout"]["title"]["text"])
     assert "downsampled" in grid["layout"]["title"]["text"]
-    tiles = [trace for trace in grid["data"] if trace["type"] == "heatmap"]  # one heatmap a head
+    tiles = images(grid)  # one map a head
     assert len(tiles) == len(grid["layout"]["meta"]["tiles"]) == 12 and grid["layout"]["meta"]["size"] == 64
-    assert {z_shape(tile) for tile in tiles} == {(64, 64)}
+    assert {shape_drawn(tile) for tile in tiles} == {(64, 64)}
     focused = next(fig for fig in figs if fig["layout"]["title"]["text"].startswith("head "))
-    rows, cols = z_shape(focused["data"][0])
+    rows, cols = shape_drawn(images(focused)[0])
     assert rows <= WINDOW and cols <= WINDOW
-    for fig in figs:  # no heatmap anywhere on the page is drawn at full 1024 × 1024
+    for fig in figs:  # no map anywhere on the page is drawn at full 1024 × 1024
         if fig is grid:
             continue
         for trace in fig["data"]:
-            if trace["type"] == "heatmap":
-                assert max(z_shape(trace)) <= WINDOW, fig["layout"]["title"]["text"]
+            if trace["type"] in ("heatmap", "image"):
+                assert max(shape_drawn(trace)) <= WINDOW, fig["layout"]["title"]["text"]
 
 
 def test_reruns_with_unchanged_inputs_do_no_tensor_work(long_text, counted):
@@ -166,4 +170,4 @@ def test_plotly_serializes_with_orjson(monkeypatch):
     trace = pipeline.run("The cat sat.", AttentionConfig(variant="mha", d_in=8, d_out=8, num_heads=2))
     fig = figures.attention_heatmap(trace.steps["weights"][0, 0], trace.tokens, "weights", validate=False)
     text = pio.to_json(fig, validate=False)
-    assert calls and '"heatmap"' in text
+    assert calls and '"image"' in text
