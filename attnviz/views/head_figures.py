@@ -19,7 +19,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from attnviz.head_types import repeat_halves
-from attnviz.views.figures import WEIGHT_SCALE, attention_heatmap, position_labels
+from attnviz.views.figures import WEIGHT_SCALE, attention_heatmap
 
 STRIPE_COLOR = "#ff2d55"
 REPEAT_FILL = "rgba(255, 45, 85, 0.08)"
@@ -48,11 +48,10 @@ def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: fl
     """One head's (n, n) weights with the induction stripe ``A[i, i−T+1]`` outlined over the repeat."""
     n = weights.shape[-1]
     fig = attention_heatmap(weights, tokens, "weights", causal=True, title=title, height=height)
-    labels = position_labels(tokens)
     rows, cols = stripe_cells(n, T)
     on_stripe = weights[rows, cols]  # (T,)
     fig.add_trace(go.Scatter(
-        x=[labels[c] for c in cols], y=[labels[r] for r in rows], mode="markers",
+        x=cols, y=rows, xaxis="x2", yaxis="y2", mode="markers",  # the overlay's axes name each position's token
         name=f"induction stripe A[i, i−{T - 1}]" + (f" (mean {score:.2f})" if score is not None else ""),
         marker={"symbol": "square-open", "size": max(4, min(14, 520 // n)), "color": STRIPE_COLOR,
                 "line": {"width": 2}},

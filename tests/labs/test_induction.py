@@ -84,8 +84,9 @@ def test_stripe_heatmap_outlines_exactly_the_stripe_cells():
     tokens = [f"t{i}" for i in range(n)]
     fig = head_figures.stripe_heatmap(weights, tokens, T, title="head", score=1.0)
     stripe = next(trace for trace in fig.data if trace.type == "scatter" and trace.name.startswith("induction"))
-    assert list(stripe.y) == [f"{i}: t{i}" for i in range(n - T, n)]
-    assert list(stripe.x) == [f"{i - T + 1}: t{i - T + 1}" for i in range(n - T, n)]
+    assert list(stripe.y) == list(range(n - T, n))  # query positions, on the axes that name each position's token
+    assert list(stripe.x) == [i - T + 1 for i in range(n - T, n)]
+    assert (stripe.xaxis, stripe.yaxis) == ("x2", "y2") and fig.layout.xaxis2.ticktext[0] == "0: t0"
     np.testing.assert_allclose(stripe.customdata, 1.0)
     assert "mean 1.00" in stripe.name
 

@@ -30,8 +30,7 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
                                     height=420)
     nan_rows, nan_cols = np.nonzero(np.isnan(observation.maps[stage][head]))  # computed NaN, not a masked gap
     if nan_rows.size:
-        labels = figures.position_labels(tokens[: values.shape[0]])
-        fig.add_trace(go.Scatter(x=[labels[c] for c in nan_cols], y=[labels[r] for r in nan_rows], mode="text",
+        fig.add_trace(go.Scatter(x=nan_cols, y=nan_rows, mode="text",  # (key, query) positions, as the map's
                                  text=["NaN"] * nan_rows.size, textfont={"color": LEAK_COLOR, "size": 11},
                                  name="NaN", showlegend=False, hoverinfo="skip"))
     fig.update_layout(title={"text": ""}, margin={"t": 20})
