@@ -322,11 +322,12 @@ def switch_layer_in_browser(page, frames, layer: int, drawn_js: str, after_ms: i
     return page.evaluate("window.__bench")
 
 
-def browser_switch(switches: int, floor: str | None = None) -> dict:
+def browser_switch(switches: int, floor: str | None = None, app_root: Path = ROOT) -> dict:
     """Layer selectbox → the Heads page drawn again, in Chromium, ``switches`` times (see the docstring).
 
     ``floor``: the same clicks and timing on ``benchmarks/floor_switch_app.py`` instead (``"charts"``: its two
-    charts of precomputed maps by ``st.plotly_chart``; ``"bare"``: its caption only)."""
+    charts of precomputed maps by ``st.plotly_chart``; ``"bare"``: its caption only).  ``app_root``: the checkout
+    whose ``app.py`` is timed (another commit's worktree, for a comparison in one run)."""
     import urllib.parse
 
     from playwright.sync_api import sync_playwright
@@ -346,7 +347,8 @@ def browser_switch(switches: int, floor: str | None = None) -> dict:
         if floor is not None:
             script, query = "benchmarks/floor_switch_app.py", ""
             env = {"ATTNVIZ_FLOOR": floor}
-        with bb.streamlit_server("checkpoint", script, env=env) as server, sync_playwright() as playwright:
+        cwd = ROOT if floor is not None else app_root
+        with bb.streamlit_server("checkpoint", script, env=env, cwd=cwd) as server, sync_playwright() as playwright:
             chromium = playwright.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS, headless=True)
             started = time.perf_counter()
             context, page, frames = bb.open_tab(chromium, server, query)
@@ -446,8 +448,33 @@ def main(argv: list[str] | None = None) -> int:
                         help="only: N rounds of 2 layer switches in Chromium each of the app, "
                         "the floor app with its two "
                         "Plotly charts and the bare floor app (results/checkpoint_browser_floor.json)")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="with --checkpoint-browser N: rounds of N switches alternating between this checkout's "
+                        "app and DIR's (another commit's worktree); writes results/checkpoint_browser_against.json")
+    parser.add_argument("--rounds", type=int, default=3, help="with --against: rounds per app")
     args = parser.parse_args(argv)
     results: dict = {"machine": machine()}
+    if args.against and args.checkpoint_browser:
+        apps = {"this": ROOT, "against": args.against.resolve()}
+        got: dict[str, list[dict]] = {name: [] for name in apps}
+        for _ in range(args.rounds):  # alternating, so both see the same machine
+            for name, root in apps.items():
+                got[name].append(browser_switch(args.checkpoint_browser, app_root=root))
+                print(f"{name}: round median {got[name][-1]['median_ms']} ms", flush=True)
+        results["against"] = {name: {"app_root": str(apps[name]),
+                                     "round_medians_ms": [r["median_ms"] for r in rounds],
+                                     "switches_ms": [round(s["ms"]) for r in rounds for s in r["switches"]],
+                                     "median_ms": round(statistics.median(s["ms"] for r in rounds
+                                                                          for s in r["switches"])),
+                                     "median_bytes": rounds[0]["median_bytes"]} for name, rounds in got.items()}
+        ratio = results["against"]["this"]["median_ms"] / results["against"]["against"]["median_ms"]
+        results["ratio this / against"] = round(ratio, 2)
+        print(f"this {results['against']['this']['median_ms']} ms, against {results['against']['against']['median_ms']}"
+              f" ms: {ratio:.2f}×", flush=True)
+        results["machine"]["load_after"] = os.getloadavg()
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "checkpoint_browser_against.json").write_text(json.dumps(results, indent=1) + "\n")
+        return 0
     if args.floor_browser:
         runs = {name: [] for name in ("app", "charts", "bare")}
         for _ in range(args.floor_browser):  # rounds of 2 switches per app, so all three see the same machine
