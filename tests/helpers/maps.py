@@ -37,7 +37,7 @@ def pixels(image: dict) -> np.ndarray:
 def cells_shown(fig) -> np.ndarray:
     """(rows, cols) float32 of a token map: each cell's value as its overlay's hover gives it, NaN where the overlay
     says the cell is masked.  Rows and columns start at the map's first query and key positions."""
-    overlay = [trace for trace in as_dict(fig)["data"] if trace.get("xaxis") == "x2"]
+    overlay = [trace for trace in as_dict(fig)["data"] if trace.get("name") in ("cells", "masked cells")]
     keys = [decode(trace["x"]).astype(int) for trace in overlay]
     queries = [decode(trace["y"]).astype(int) for trace in overlay]
     col0, row0 = min(k.min() for k in keys), min(q.min() for q in queries)

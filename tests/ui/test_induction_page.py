@@ -49,8 +49,8 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     assert T == induction.DEFAULT_T
     heat = figure(at, "head 0: weights on [BOS] + x + x")
     stripe = stripe_of(heat)
-    assert len(stripe["y"]) == T
     n = 2 * T + 1
+    assert decode(stripe["y"]).tolist() == list(range(n - T, n))  # the repeat's queries, at their positions
     # the page's map is the pipeline's weights for these tokens: its stripe mean is the score it prints
     ids = induction.lab_tokens(T, induction.DEFAULT_SEED)
     config = AttentionConfig(variant="causal", d_in=8, d_out=8, num_heads=1)
@@ -62,7 +62,7 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     # a new T: a new sequence of 2T + 1 tokens
     at.number_input(key="induction_T").set_value(7).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert len(stripe_of(figure(at, "head 0: weights")) ["y"]) == 7
+    assert decode(stripe_of(figure(at, "head 0: weights"))["y"]).tolist() == list(range(8, 15))  # n = 15
 
 
 @pytest.fixture
