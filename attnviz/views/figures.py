@@ -187,8 +187,9 @@ def attention_heatmap(
     zmin, zmax, scale = color_range(stage, values, dropout)
     if zrange is not None:  # a before/after pair shares one scale, so equal values look equal
         zmin, zmax = zrange
-    data = [map_image(values, zmin, zmax, colorscale(scale), x0=col_offset, y0=row_offset, name=stage),
-            colour_bar(zmin, zmax, colorscale(scale), {"title": {"text": stage}, "thickness": 12})]
+    palette = colorscale(scale)
+    data = [map_image(values, zmin, zmax, palette, x0=col_offset, y0=row_offset, name=stage),
+            colour_bar(zmin, zmax, palette, {"title": {"text": stage}, "thickness": 12})]
     data += cell_overlay(values, stage, row_offset, col_offset)
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
@@ -332,9 +333,10 @@ def heads_grid(
         tiles.append([col * (size + gap), row * (title + size) + title])
     names = labels or [f"head {head}" for head in range(num_heads)]
     first = block if block > 1 else 1
-    data = [map_image(small, zmin, zmax, colorscale(scale), x0=x0, y0=y0, name=f"head {head}")
+    palette = colorscale(scale)
+    data = [map_image(small, zmin, zmax, palette, x0=x0, y0=y0, name=f"head {head}")
             for head, (small, (x0, y0)) in enumerate(zip(pooled, tiles))]  # hover and clicks: the overlay below
-    data.append(colour_bar(zmin, zmax, colorscale(scale), {"title": {"text": stage}, "thickness": 10, "len": 0.9}))
+    data.append(colour_bar(zmin, zmax, palette, {"title": {"text": stage}, "thickness": 10, "len": 0.9}))
     marks = (np.arange(min(size, 4)) + 0.5) * size / min(size, 4) - 0.5  # 4 × 4 click targets per tile
     mark_x, mark_y = (a.ravel() for a in np.meshgrid(marks, marks))
     data.append({"type": "scatter", "x": np.concatenate([mark_x + x0 for x0, _ in tiles]),
