@@ -202,7 +202,7 @@ def attention_heatmap(
         # them masked) has plots of the same size
         "height": height, "margin": {"l": margins.beside(axes["yaxis"]["ticktext"]), "r": margins.COLORBAR_PX,
                                      "t": 40 + margins.across(axes["xaxis"]["ticktext"]),
-                                     "b": margins.LEGEND_BELOW_PX},
+                                     "b": margins.LEGEND_BELOW_PX, "pad": 0},  # no grey band beside the cells
         "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
                                                  "yanchor": "top"},
         "dragmode": "zoom", "hovermode": "closest",
