@@ -1,11 +1,13 @@
-"""How the server's background threads — a training, the next layer computed ahead — yield the CPU to the pages'
-script threads: one torch intra-op thread in that thread (torch's setting is per thread: the script threads keep
-theirs) and, on Linux, a higher nice value for that thread alone."""
+"""How the server's background threads — a training, the next layer computed ahead — yield the CPU to the pages:
+one torch intra-op thread in that thread (torch's setting is per thread: the script threads keep theirs), on Linux a
+higher nice value for that thread alone, and for work a page's run starts ahead of need, a wait while the browser
+draws what that run sent."""
 
 from __future__ import annotations
 
 THREADS = 1  # torch threads of a background thread: the other core stays free for every session's pages
 NICENESS = 10  # its nice value: the pages' threads come first when both want a core
+BROWSER_DRAWS_S = 1.5  # how long work ahead of need waits for the browser to draw the run that started it
 
 
 def yield_to_pages() -> None:
@@ -16,6 +18,16 @@ def yield_to_pages() -> None:
 
     torch.set_num_threads(THREADS)  # this thread only
     _lower_priority()
+
+
+def after_the_browser_draws() -> None:
+    """Call at the start of a thread that a page's run starts for work ahead of need (the next layer): it waits
+    ``BROWSER_DRAWS_S`` while the browser draws what that run sent.  A nice value does not make room for the
+    browser: where the scheduler groups processes by session (Linux's autogroup, on by default on most desktops),
+    the browser is in a session of its own, and a nice value ranks a thread only against its own session's."""
+    import time
+
+    time.sleep(BROWSER_DRAWS_S)
 
 
 def _lower_priority() -> None:

@@ -9,7 +9,7 @@ import functools
 import numpy as np
 import streamlit as st
 
-from attnviz.background import yield_to_pages
+from attnviz.background import after_the_browser_draws, yield_to_pages
 from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, plotly_config
@@ -85,7 +85,8 @@ def stats_columns(n: int) -> dict:
 
 def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     """With a checkpoint, compute what the Heads page draws of the next layer — its trace, thumbnail grid, head
-    statistics and head types — in a background thread, once this page is drawn: stepping to it is then cache hits.
+    statistics and head types — in a background thread, once the browser has drawn this page
+    (``background.after_the_browser_draws``): stepping to it is then cache hits.
     Only if that trace fits in the trace cache beside every other input's (``cache.prefetch_trace``).  True when a
     thread started (not for the last layer)."""
     import dataclasses
@@ -104,7 +105,8 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     wanted = dataclasses.replace(ctx.config, layer=trace.model.layer + 1)
 
     def work() -> None:
-        yield_to_pages()  # the browser and the script threads draw this layer meanwhile: they come first
+        after_the_browser_draws()  # this layer first: the browser draws it while the server is idle
+        yield_to_pages()  # the script threads come first
         try:
             upcoming = prefetch_trace(text, wanted, trace)  # None: it would evict another input's trace (or this one)
             if upcoming is None:
