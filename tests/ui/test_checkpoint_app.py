@@ -46,6 +46,7 @@ def checkpoints(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def environment(checkpoints, monkeypatch):
     use_checkpoints(monkeypatch, checkpoints)
+    monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.1)  # the next layer's wait for a browser: AppTest has none
 
 
 def app(page: str | None = None, **query) -> AppTest:
@@ -329,8 +330,14 @@ def _prefetches_done() -> None:
 
 def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoints, monkeypatch):
     """Stepping to the next layer of a checkpoint finds its trace, grid, statistics and types computed (by a
-    thread the page started once drawn), and draws that layer's own maps; the last layer starts nothing."""
+    thread the page started once drawn, which first leaves the browser ``BROWSER_DRAWS_S`` to draw the page), and
+    draws that layer's own maps; the last layer starts nothing."""
+    import time
+
     from attnviz.producers import model_layer
+    from attnviz.ui import heads_views
+
+    monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.5)
 
     at = app()
     at.sidebar.text_area(key="text").set_value("A sentence no other test reads, so no layer of it is cached.").run()
@@ -349,8 +356,21 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
             assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) >= background.NICENESS
         return "prefetch" if torch.get_num_threads() == background.THREADS else "prefetch on all cores"
 
-    monkeypatch.setattr(model_layer, "_layer_trace",
-                        lambda *args: calls.append((args[1].layer, where())) or real(*args))
+    started = []  # when a layer's trace was computed
+
+    def layer_trace(*args):
+        started.append(time.monotonic())
+        calls.append((args[1].layer, where()))
+        return real(*args)
+
+    monkeypatch.setattr(model_layer, "_layer_trace", layer_trace)
+    asked, real_prefetch = [], heads_views.prefetch_next_layer  # when the page's run asked for the next layer
+
+    def prefetch_next_layer(*args):
+        asked.append(time.monotonic())
+        return real_prefetch(*args)
+
+    monkeypatch.setattr(heads_views, "prefetch_next_layer", prefetch_next_layer)
 
     def spy(name, real_function):
         return lambda *args, **kwargs: drawn.append((name, where())) or real_function(*args, **kwargs)
@@ -362,6 +382,7 @@ def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoin
     assert f"{NAME} · layer 1 of 3" in at.caption[0].value
     _prefetches_done()
     assert calls == [(2, "prefetch")]  # layer 1's trace came from the cache; layer 2's was computed ahead …
+    assert started[0] - asked[0] >= 0.5  # … once the browser had had its time to draw layer 1
     assert sorted(drawn) == [("head_statistics", "prefetch"), ("heads_grid", "prefetch"), ("score_heads", "prefetch")]
     z = cells_shown(focused(at))
     ids = models.load_checkpoint(checkpoints / NAME)
