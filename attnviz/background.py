@@ -1,19 +1,19 @@
 """How the server's background threads — a training, the next layer computed ahead — yield the CPU to the pages:
 one torch intra-op thread in that thread (torch's setting is per thread: the script threads keep theirs), on Linux a
-higher nice value for that thread alone, and for work a page's run starts ahead of need, a wait while the browser
-draws what that run sent."""
+higher nice value for that thread alone, and for work a page's run leaves for later (the next layer, the collection
+after a server's first run), a wait while the browser draws what that run sent."""
 
 from __future__ import annotations
 
 THREADS = 1  # torch threads of a background thread: the other core stays free for every session's pages
 NICENESS = 10  # its nice value: the pages' threads come first when both want a core
-BROWSER_DRAWS_S = 1.5  # how long work ahead of need waits for the browser to draw the run that started it
+BROWSER_DRAWS_S = 1.5  # how long work a run leaves for later waits for the browser to draw what that run sent
 
 
 def yield_to_pages() -> None:
     """Call at the start of a background thread (one of its own, never reused): ``THREADS`` torch threads and
-    ``NICENESS`` for it, so that a page being drawn beside it — its script thread, the browser on the same
-    machine — is not slowed down by it."""
+    ``NICENESS`` for it, so that the pages' script threads come first (the browser, in a session of its own, is
+    another matter: :func:`after_the_browser_draws`)."""
     import torch
 
     torch.set_num_threads(THREADS)  # this thread only
@@ -21,10 +21,11 @@ def yield_to_pages() -> None:
 
 
 def after_the_browser_draws() -> None:
-    """Call at the start of a thread that a page's run starts for work ahead of need (the next layer): it waits
-    ``BROWSER_DRAWS_S`` while the browser draws what that run sent.  A nice value does not make room for the
-    browser: where the scheduler groups processes by session (Linux's autogroup, on by default on most desktops),
-    the browser is in a session of its own, and a nice value ranks a thread only against its own session's."""
+    """Call in a thread a page's run starts, before work that can wait (the next layer, the collection after a
+    server's first run): it waits ``BROWSER_DRAWS_S`` while the browser draws what that run sent.  A nice value does
+    not make room for the browser: where the scheduler groups processes by session (Linux's autogroup, on by default
+    on most desktops), the browser is in a session of its own, and a nice value ranks a thread only against its own
+    session's."""
     import time
 
     time.sleep(BROWSER_DRAWS_S)

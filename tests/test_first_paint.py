@@ -145,6 +145,24 @@ assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def test_the_first_runs_objects_are_collected_once_the_browser_has_had_time_to_draw_its_page(monkeypatch):
+    """The collection that follows a server's first run holds the GIL, so the server sends nothing while it runs: it
+    waits ``BROWSER_DRAWS_S`` after that run's thread has ended, and the first page's messages go out first."""
+    import time
+
+    from attnviz import background
+
+    monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.3)
+    collected = []
+    monkeypatch.setattr(cache, "_refreeze", lambda: collected.append(time.monotonic()))
+    first_run = threading.Thread(target=lambda: None)
+    first_run.start()
+    first_run.join()
+    ended = time.monotonic()
+    cache._refreeze_after(first_run)
+    assert len(collected) == 1 and collected[0] - ended >= 0.3
+
+
 @pytest.mark.slow  # trains a model in a fresh process
 def test_a_servers_first_training_freezes_what_its_first_step_imported_and_no_later_one_does():
     """The optimiser's first step imports torch._dynamo, sympy and mpmath (~120,000 objects) after setup() froze

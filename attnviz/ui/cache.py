@@ -16,6 +16,7 @@ import threading
 import streamlit as st
 
 from attnviz import pipeline
+from attnviz.background import after_the_browser_draws
 from attnviz.config import AttentionConfig
 from attnviz.text import clean_text
 from attnviz.trace import Trace, trace_nbytes
@@ -73,9 +74,12 @@ def freeze_imports() -> bool:
 
 
 def _refreeze_after(script: threading.Thread) -> None:
-    """Once ``script`` (the first run's thread) has ended: thaw, collect what that run left (its page globals), and
-    freeze what is alive then.  Another session's run going on at that moment would have its globals frozen too."""
+    """Once ``script`` (the first run's thread) has ended and the browser has had the time to draw that run's page
+    (``background.after_the_browser_draws``): thaw, collect what that run left (its page globals), and freeze what is
+    alive then.  The collection holds the GIL, so the server sends nothing meanwhile: at once, it would hold back the
+    first page's last messages.  Another session's run going on at that moment would have its globals frozen too."""
     script.join()
+    after_the_browser_draws()
     _refreeze()
 
 
