@@ -386,6 +386,31 @@ def browser_switch(switches: int, floor: str | None = None, app_root: Path = ROO
         shutil.rmtree(folder.parent, ignore_errors=True)
 
 
+def alternating(apps: dict[str, dict], rounds: int, switches: int) -> dict[str, list[dict]]:
+    """``rounds`` rounds of :func:`browser_switch` (``switches`` each) of every app in turn — name → its keyword
+    arguments (``floor``, ``app_root``) — so that all of them see the same machine; each app's results by round."""
+    got: dict[str, list[dict]] = {name: [] for name in apps}
+    for _ in range(rounds):
+        for name, kwargs in apps.items():
+            got[name].append(browser_switch(switches, **kwargs))
+            print(f"{name}: round median {got[name][-1]['median_ms']} ms", flush=True)
+    return got
+
+
+def switch_times(rounds: list[dict], key: str = "ms") -> list[int]:
+    """Every switch's ``key`` (ms, or the browser's busy ms) over ``rounds`` of :func:`browser_switch`."""
+    return [round(switch[key]) for result in rounds for switch in result["switches"]]
+
+
+def write_result(results: dict, name: str, load_after: bool = False) -> None:
+    """``results`` as ``results/<name>`` (with the load average now, ``load_after``)."""
+    if load_after:
+        results["machine"]["load_after"] = os.getloadavg()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / name).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {RESULTS / name}")
+
+
 # ============================== XL: load and run ==============================
 
 _XL_CHILD = r"""
@@ -456,14 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": machine()}
     if args.against and args.checkpoint_browser:
         apps = {"this": ROOT, "against": args.against.resolve()}
-        got: dict[str, list[dict]] = {name: [] for name in apps}
-        for _ in range(args.rounds):  # alternating, so both see the same machine
-            for name, root in apps.items():
-                got[name].append(browser_switch(args.checkpoint_browser, app_root=root))
-                print(f"{name}: round median {got[name][-1]['median_ms']} ms", flush=True)
+        got = alternating({name: {"app_root": root} for name, root in apps.items()}, args.rounds,
+                          args.checkpoint_browser)
         results["against"] = {name: {"app_root": str(apps[name]),
                                      "round_medians_ms": [r["median_ms"] for r in rounds],
-                                     "switches_ms": [round(s["ms"]) for r in rounds for s in r["switches"]],
+                                     "switches_ms": switch_times(rounds),
                                      "median_bytes": rounds[0]["median_bytes"]} for name, rounds in got.items()}
         for timed in results["against"].values():  # as the floor's: the median of the switches kept
             timed["median_ms"] = round(statistics.median(timed["switches_ms"]))
@@ -471,18 +493,12 @@ def main(argv: list[str] | None = None) -> int:
         results["ratio this / against"] = round(ratio, 2)
         print(f"this {results['against']['this']['median_ms']} ms, against {results['against']['against']['median_ms']}"
               f" ms: {ratio:.2f}×", flush=True)
-        results["machine"]["load_after"] = os.getloadavg()
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "checkpoint_browser_against.json").write_text(json.dumps(results, indent=1) + "\n")
+        write_result(results, "checkpoint_browser_against.json", load_after=True)
         return 0
     if args.floor_browser:
-        runs = {name: [] for name in ("app", "charts", "bare")}
-        for _ in range(args.floor_browser):  # rounds of 2 switches per app, so all three see the same machine
-            for name in runs:
-                runs[name].append(browser_switch(2, floor=None if name == "app" else name))
-        results["floor"] = {name: {"app": got[0]["app"],
-                                   "switches_ms": [round(s["ms"]) for r in got for s in r["switches"]],
-                                   "busy_ms": [round(s["busy"]) for r in got for s in r["switches"]],
+        runs = alternating({"app": {}, "charts": {"floor": "charts"}, "bare": {"floor": "bare"}}, args.floor_browser, 2)
+        results["floor"] = {name: {"app": got[0]["app"], "switches_ms": switch_times(got),
+                                   "busy_ms": switch_times(got, "busy"),
                                    "bytes": got[0]["median_bytes"]} for name, got in runs.items()}
         for name, got in results["floor"].items():
             got["median_ms"] = round(statistics.median(got["switches_ms"]))
@@ -491,19 +507,14 @@ def main(argv: list[str] | None = None) -> int:
         results["ratios"] = {f"app / {name}": round(app_ms / results["floor"][name]["median_ms"], 2)
                              for name in ("charts", "bare")}
         print(" · ".join(f"{name} = {ratio}×" for name, ratio in results["ratios"].items()), flush=True)
-        results["machine"]["load_after"] = os.getloadavg()
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "checkpoint_browser_floor.json").write_text(json.dumps(results, indent=1) + "\n")
+        write_result(results, "checkpoint_browser_floor.json", load_after=True)
         return 0
     if args.checkpoint_browser:
         results["browser_layer_switch"] = browser_switch(args.checkpoint_browser)
-        results["machine"]["load_after"] = os.getloadavg()
         print(json.dumps({k: v for k, v in results["browser_layer_switch"].items() if k != "switches"}, indent=1))
         print(f"layer switch at 1024 tokens: median {results['browser_layer_switch']['median_ms']} ms "
               "(target ≤ 600 ms)")
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "checkpoint_browser.json").write_text(json.dumps(results, indent=1) + "\n")
-        print(f"wrote {RESULTS / 'checkpoint_browser.json'}")
+        write_result(results, "checkpoint_browser.json", load_after=True)
         return 0
     if not args.xl_only:
         results["small"] = small(args.repeats)
@@ -511,10 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.xl or args.xl_only:
         results["xl"] = xl()
         print(json.dumps(results["xl"], indent=1), flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "checkpoint_xl.json" if args.xl_only else "checkpoint.json"
-    (RESULTS / name).write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {RESULTS / name}")
+    write_result(results, "checkpoint_xl.json" if args.xl_only else "checkpoint.json")
     return 0
 
 
