@@ -5,6 +5,11 @@ after a server's first run), a wait while the browser draws what that run sent."
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
+
 THREADS = 1  # torch threads of a background thread: the other core stays free for every session's pages
 NICENESS = 10  # its nice value: the pages' threads come first when both want a core
 BROWSER_DRAWS_S = 1.5  # how long work a run leaves for later waits for the browser to draw what that run sent
@@ -26,18 +31,12 @@ def after_the_browser_draws() -> None:
     not make room for the browser: where the scheduler groups processes by session (Linux's autogroup, on by default
     on most desktops), the browser is in a session of its own, and a nice value ranks a thread only against its own
     session's."""
-    import time
-
     time.sleep(BROWSER_DRAWS_S)
 
 
 def _lower_priority() -> None:
     """On Linux a thread is a task with its own nice value; elsewhere, or if refused, nothing changes (on other
     systems a thread id is not a process id that ``setpriority`` could take)."""
-    import os
-    import sys
-    import threading
-
     if not sys.platform.startswith("linux"):
         return
     try:
