@@ -6,9 +6,10 @@ import dataclasses
 
 import streamlit as st
 
-from attnviz import ablation, ui, variants
+from attnviz import ui, variants
 from attnviz.labs import compare
 from attnviz.ui import compute
+from attnviz.views import saturation
 
 ctx = ui.setup(book_classes=True)
 if ctx is None:
@@ -68,5 +69,6 @@ for index, variant in enumerate(result.variants):
 
 st.subheader("Why ÷√dₖ?")
 random_qk, run = compute.scaling(ctx.trace_key)
-st.markdown(ablation.EXPLANATION.format(dk=run["dk"], head=run["head"], variant=ui.variant_label(config)))
-st.plotly_chart(ablation.scaling_ablation_figure(random_qk, run), config=ui.plotly_config("attnviz-scaling-ablation"))
+st.markdown(saturation.EXPLANATION.format(dk=run["dk"], head=run["head"], variant=ui.variant_label(config)))
+st.plotly_chart(saturation.scaling_ablation_figure(random_qk, run),
+                config=ui.plotly_config("attnviz-scaling-ablation"))

@@ -108,22 +108,3 @@ def test_this_runs_point_is_one_head_at_its_own_dk(variant, heads, dk):
     recorded = trace.steps["scores"][0, 1 if heads > 1 else 0]
     assert point["unscaled"]["variance"] == pytest.approx(float(recorded.astype(np.float64).var()), rel=1e-4)
     assert ablation.trace_qk(trace, max_tokens=3)[0].shape == (3, dk)
-
-
-def test_figure_has_both_lines_on_each_panel_and_the_run_as_stars():
-    random_qk = ablation.scaling_ablation(dks=(1, 2, 4, 8), num_tokens=6, seed=1)
-    run = {"dk": 6, "head": 0, "scaled": {m: 0.5 for m in ablation.METRICS},
-           "unscaled": {m: 0.7 for m in ablation.METRICS}}
-    fig = ablation.scaling_ablation_figure(random_qk, run)
-    lines = [t for t in fig.data if t.mode == "lines+markers"]
-    stars = [t for t in fig.data if t.mode == "markers"]
-    assert len(lines) == 6 and len(stars) == 6
-    unscaled_variance = next(t for t in lines if t.xaxis == "x" and "no scaling" in t.name)
-    assert np.array_equal(unscaled_variance.y, random_qk["unscaled"]["variance"])
-    assert all(tuple(s.x) == (6,) for s in stars)
-    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
-    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8]
-    assert any("dₖ = 6" in s.name for s in stars)  # the run's dₖ is named in the legend
-    assert [a.text for a in fig.layout.annotations][:3] == [ablation.METRIC_TITLES[m] for m in ablation.METRICS]
-    without_run = ablation.scaling_ablation_figure(random_qk)
-    assert len(without_run.data) == 6

@@ -98,6 +98,34 @@ def test_the_import_checker_allows_other_imports():
     assert streamlit_imports("import torch\nfrom attnviz import pipeline\nfrom . import tokens\n", "attnviz.x") == []
 
 
+# ============================== no figures in the core ==============================
+
+VIEWS_AND_LATER = ("views", "labs")  # the layers that draw (attnviz/ui is not in CORE_FILES)
+
+
+def plotly_imports(source: str) -> list[str]:
+    """Imports of plotly anywhere in ``source``, even in functions: drawing is the views' job."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "plotly"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "plotly":
+            found.append(node.module)
+    return found
+
+
+@pytest.mark.parametrize("path", [path for path in CORE_FILES if not set(VIEWS_AND_LATER) & set(
+    path.relative_to(PACKAGE).parts[:-1])], ids=lambda path: str(path.relative_to(ROOT)))
+def test_the_core_draws_no_figures(path):
+    assert plotly_imports(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_plotly_checker_sees_imports_in_functions():
+    assert plotly_imports("import plotly.graph_objects as go\n") == ["plotly.graph_objects"]
+    assert plotly_imports("def f():\n    from plotly.subplots import make_subplots\n") == ["plotly.subplots"]
+    assert plotly_imports("import numpy\nfrom attnviz.views import figures\n") == []
+
+
 def _loaded_after_import(modules: list[str]) -> tuple[bool, list[str]]:
     code = textwrap.dedent(
         f"""

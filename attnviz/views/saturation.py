@@ -1,0 +1,65 @@
+"""The Compare page's "Why ÷√dₖ?" chart: softmax saturation against dₖ, with and without the scaling, from the
+statistics :mod:`attnviz.ablation` computes, and the words that go with it."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from attnviz.ablation import METRICS, MODES
+
+MODE_NAMES = {"scaled": "softmax(q·k ÷ √dₖ)", "unscaled": "softmax(q·k) — no scaling"}
+MODE_COLORS = {"scaled": "#1f77b4", "unscaled": "#d62728"}
+METRIC_TITLES = {
+    "variance": "variance of the scores",
+    "entropy": "mean row entropy (nats)",
+    "max_weight": "mean max weight per row",
+}
+EXPLANATION = (
+    "Each score q·k is a sum of dₖ products. With q and k entries of variance 1 its variance is dₖ, so "
+    "without scaling a bigger head spreads the scores further apart and softmax **saturates**: nearly all "
+    "the weight lands on one key (entropy → 0, max weight → 1) and the gradients through softmax vanish. "
+    "Dividing by √dₖ keeps the variance at 1 for every dₖ. Lines: random q, k with N(0, 1) entries, as many "
+    "tokens as this run. ★: this run's head {head} ({variant}) at its own dₖ = {dk}; its q, k entries are not "
+    "N(0, 1) (their spread comes from the embedding and weight initialisation), so the stars need not sit on "
+    "the lines."
+)
+
+
+def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int = 360) -> go.Figure:
+    """Three panels vs dₖ (log₂ x axis): score variance, mean row entropy, mean max weight, each with
+    and without ÷√dₖ; ``run`` (from ``ablation.run_point``) is drawn as highlighted stars (its dₖ is in the
+    legend and the hover; the ticks stay at the ablation's dₖ values so they never collide)."""
+    dks = [int(d) for d in ablation["dk"]]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[METRIC_TITLES[m] for m in METRICS],
+                        horizontal_spacing=0.08)
+    for col, metric in enumerate(METRICS, start=1):
+        for mode in MODES:
+            fig.add_trace(go.Scatter(
+                x=ablation["dk"], y=ablation[mode][metric], mode="lines+markers", name=MODE_NAMES[mode],
+                legendgroup=mode, showlegend=col == 1, line={"color": MODE_COLORS[mode]},
+                hovertemplate=f"dₖ = %{{x}}<br>{METRIC_TITLES[metric]} %{{y:.4g}}<extra>{MODE_NAMES[mode]}</extra>",
+            ), row=1, col=col)
+            if run is not None:
+                fig.add_trace(go.Scatter(
+                    x=[run["dk"]], y=[run[mode][metric]], mode="markers", name=f"this run, {mode} (dₖ = {run['dk']})",
+                    legendgroup=f"run-{mode}", showlegend=col == 1,
+                    marker={"symbol": "star", "size": 16, "color": MODE_COLORS[mode],
+                            "line": {"color": "black", "width": 1.5}},
+                    hovertemplate=f"this run, head {run['head']}<br>dₖ = %{{x}}<br>{METRIC_TITLES[metric]} "
+                                  f"%{{y:.4g}}<extra>{MODE_NAMES[mode]}</extra>",
+                ), row=1, col=col)
+    fig.add_hline(y=ablation["uniform_entropy"], line={"dash": "dot", "color": "grey"}, row=1, col=2,
+                  annotation_text="uniform", annotation_position="bottom left")
+    fig.update_xaxes(type="log", tickvals=dks, ticktext=[str(d) for d in dks], tickangle=0, tickfont={"size": 10},
+                     title={"text": "dₖ (log₂ scale)", "standoff": 4})
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.05], row=1, col=3)
+    mask = "causal rows" if ablation["causal"] else "all keys"
+    fig.update_layout(
+        title={"text": f"Softmax saturation vs dₖ — random q, k ~ N(0, 1), {ablation['num_tokens']} tokens, "
+                       f"{mask}, seed {ablation['seed']}", "font": {"size": 13}},
+        height=height, margin={"l": 10, "r": 10, "t": 70, "b": 10},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig
