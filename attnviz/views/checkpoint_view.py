@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attnviz import tokens
-from attnviz.views import diagram, figures
+from attnviz.views import diagram, figures, margins
 
 if TYPE_CHECKING:
     from attnviz.models import GPTModel
@@ -93,7 +93,8 @@ def overview_figure(pooled: np.ndarray, n_tokens: int, focus: tuple[int, int] | 
     fig.update_layout(
         title={"text": f"Every layer × head: attention weights<br><sup>{pooled_note}; rows = layers, columns = "
                        "heads; the outlined tile is the layer and head in focus</sup>", "font": {"size": 13}},
-        height=min(2400, max(260, 26 * n_layers * size / 16 + 110)), margin={"l": 40, "r": 10, "t": 90, "b": 10},
+        height=min(2400, max(260, 26 * n_layers * size / 16 + 110)),
+        margin={"l": 40, "r": margins.COLORBAR_PX, "t": 90, "b": 10},
         plot_bgcolor="white", dragmode=False,
     )
     return fig

@@ -149,6 +149,9 @@ def shared_range(matrices) -> tuple[float, float]:
     return -bound, bound
 
 
+MAP_TITLE_PX = 40  # a token map's title, above its key tokens
+
+
 def attention_heatmap(
     matrix: np.ndarray,
     tokens: list[str] | tuple[str, ...],
@@ -201,7 +204,7 @@ def attention_heatmap(
         # key ticks; b: the "masked" legend whether or not there is one, so a before/after pair (only one of
         # them masked) has plots of the same size
         "height": height, "margin": {"l": margins.beside(axes["yaxis"]["ticktext"]), "r": margins.COLORBAR_PX,
-                                     "t": 40 + margins.across(axes["xaxis"]["ticktext"]),
+                                     "t": MAP_TITLE_PX + margins.across(axes["xaxis"]["ticktext"]),
                                      "b": margins.LEGEND_BELOW_PX, "pad": 0},  # no grey band beside the cells
         "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
                                                  "yanchor": "top"},
@@ -437,12 +440,15 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
         go.Bar(x=labels, y=entropy_scaled, name="softmax(scores ÷ √dₖ)"),
         go.Bar(x=labels, y=entropy_unscaled, name="softmax(scores) — no scaling"),
     ])
+    below = margins.across(labels, title=False)  # the turned token labels, then the legend at the figure's foot
     fig.update_layout(
         title={"text": "entropy of each query's weights (nats; 0 = saturated on one key)", "font": {"size": 13}},
-        barmode="group", height=300, margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        legend={"orientation": "h", "y": -0.3},
+        barmode="group", height=180 + below + 2 * margins.LEGEND_ROW_PX,
+        margin={"l": margins.beside(title=False), "r": margins.TURNED_LABELS_PX, "t": 50,
+                "b": below + 2 * margins.LEGEND_ROW_PX},
+        legend=margins.LEGEND_AT_FOOT,
     )
-    fig.update_xaxes(type="category", tickangle=-60)
+    fig.update_xaxes(type="category", tickangle=-60, **margins.LABELS_HELD)
     return fig
 
 
@@ -511,5 +517,7 @@ def benchmark_bars(rows, about: str) -> go.Figure:
     ))
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title={"text": f"median forward time ({about})"},
-                      xaxis_title="milliseconds (lower is faster)", height=360, margin={"l": 10, "r": 10, "t": 60})
+                      xaxis_title="milliseconds (lower is faster)", height=360,
+                      margin={"l": margins.beside([row.name for row in rows], title=False), "r": 10, "t": 60,
+                              "b": margins.across([], angle=0)})
     return fig

@@ -19,6 +19,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from attnviz.head_types import repeat_halves
+from attnviz.views import margins
 from attnviz.views.figures import WEIGHT_SCALE, attention_heatmap
 
 STRIPE_COLOR = "#ff2d55"
@@ -85,8 +86,8 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
                           row=layer + 1, col=head + 1)
             fig.add_trace(go.Scatter(x=cols, y=rows, mode="lines", line={"color": STRIPE_COLOR, "width": 1},
                                      opacity=0.5, showlegend=False, hoverinfo="skip"), row=layer + 1, col=head + 1)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
+    fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
+    fig.update_yaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
     fig.update_annotations(font={"size": 11})
     fig.update_layout(title={"text": title, "font": {"size": 14}},
                       height=(80 if notes is not None else 60) + 190 * layers,
@@ -94,8 +95,13 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
     return fig
 
 
+LEGEND_BESIDE_PX = 80  # a vertical legend right of the plot: its line symbols and padding, beside its longest name
+UPRIGHT_HEAD_LABELS = 24  # a score grid's head labels, all panels together, that stand upright across a page
+
+
 def score_grid(scores: dict[str, np.ndarray], *, title: str = "", names=None) -> go.Figure:
-    """One layers × heads heatmap per score (``{name: (layers, heads)}``), 0…1, the value in every cell."""
+    """One layers × heads heatmap per score (``{name: (layers, heads)}``), 0…1, the value in every cell; margins that
+    hold its labels and colour bar."""
     names = list(names or scores)
     layers, heads = np.asarray(scores[names[0]]).shape
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=[SCORE_TITLES.get(k, k) for k in names],
@@ -110,10 +116,14 @@ def score_grid(scores: dict[str, np.ndarray], *, title: str = "", names=None) ->
             hovertemplate="layer %{y}, head %{x}<br>" + SCORE_TITLES.get(name, name) + " %{z:.3f}<extra></extra>",
             colorbar={"thickness": 10},
         ), row=1, col=index + 1)
-    fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(type="category", side="bottom")
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=120 + 26 * max(layers, 3),
-                      margin={"l": 10, "r": 10, "t": 70 if title else 40, "b": 10})
+    head_labels, layer_labels = [f"H{h}" for h in range(heads)], [f"L{layer}" for layer in range(layers)]
+    angle = 0 if heads * len(names) <= UPRIGHT_HEAD_LABELS else -90  # more would overlap: Plotly would turn them
+    fig.update_yaxes(autorange="reversed", type="category", **margins.LABELS_HELD)
+    fig.update_xaxes(type="category", side="bottom", tickangle=angle, **margins.LABELS_HELD)
+    below = margins.across(head_labels, angle=angle, title=False)
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=80 + below + 26 * max(layers, 3),
+                      margin={"l": margins.beside(layer_labels, title=False), "r": margins.COLORBAR_PX,
+                              "t": 70 if title else 40, "b": below, "pad": 0})
     return fig
 
 
@@ -142,7 +152,7 @@ def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=320,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      margin={"l": margins.beside(), "r": 10, "t": 50, "b": margins.across([], angle=0)},
                       legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"})
     return set_loss_curve(fig, steps, loss, stride=stride)
 
@@ -187,7 +197,9 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
         fig.update_xaxes(range=[0, max(1, total_steps - 1)])
     fig.update_xaxes(title="step")
     fig.update_yaxes(range=[0, 1.02])
-    fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    names = [head_name(layer, head) for layer, head, _ in _score_lines(*induction.shape[1:])] if induction.size else []
+    fig.update_layout(height=360, margin={"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names),
+                                          "t": 50, "b": margins.across([], angle=0)},
                       legend={"title": {"text": "head"}, "orientation": "v"})
     fig.update_annotations(font={"size": 12})
     return fig
@@ -234,6 +246,7 @@ def position_loss(loss: np.ndarray, T: int, *, title: str = "loss at each positi
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=320,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, showlegend=False)
+                      margin={"l": margins.beside(), "r": 10, "t": 50, "b": margins.across([], angle=0)},
+                      showlegend=False)
     return fig
 

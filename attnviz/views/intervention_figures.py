@@ -7,21 +7,30 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attnviz.head_types import repeat_halves
+from attnviz.views import margins
+
+UPRIGHT_HEAD_LABELS = 12  # the knock-out grid's head labels ("head 11") stand upright up to this many heads
 
 
 def ablation_grid_figure(delta: np.ndarray, intact: float, *, title: str = "") -> go.Figure:
     """Δ loss on the second copy (layers, heads) when each head alone is knocked out; red = the model needs it."""
     layers, heads = delta.shape
+    head_labels, layer_labels = [f"head {h}" for h in range(heads)], [f"layer {layer}" for layer in range(layers)]
+    angle = 0 if heads <= UPRIGHT_HEAD_LABELS else -90  # more would overlap: Plotly would turn them
     limit = max(float(np.abs(delta).max()), 1e-6)
     fig = go.Figure(go.Heatmap(
-        z=delta, x=[f"head {h}" for h in range(heads)], y=[f"layer {layer}" for layer in range(layers)],
+        z=delta, x=head_labels, y=layer_labels,
         colorscale="RdBu_r", zmin=-limit, zmax=limit, text=np.round(delta, 2), texttemplate="%{text:+.2f}",
-        colorbar={"title": "Δ loss"},
+        colorbar={"title": "Δ loss", "thickness": 12},
         hovertemplate="%{y}, %{x} knocked out<br>loss on the repeat %{z:+.3f} nats<extra></extra>"))
-    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(autorange="reversed", **margins.LABELS_HELD)
+    fig.update_xaxes(tickangle=angle, **margins.LABELS_HELD)
+    below = margins.across(head_labels, angle=angle, title=False)
     fig.update_layout(title={"text": title or f"knock out one head: change in the loss on the second copy "
                                               f"(intact {intact:.2f} nats)", "font": {"size": 14}},
-                      height=120 + 40 * layers, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+                      height=80 + below + 40 * layers,
+                      margin={"l": margins.beside(layer_labels, title=False), "r": margins.COLORBAR_PX, "t": 50,
+                              "b": below, "pad": 0})
     return fig
 
 
@@ -38,7 +47,10 @@ def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: 
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
     fig.update_layout(title={"text": "knocked out vs intact: the loss per position", "font": {"size": 14}},
-                      height=340, margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.25})
+                      height=340 + margins.LEGEND_ROW_PX,
+                      margin={"l": margins.beside(), "r": 10, "t": 50,  # b: the axis, then the legend's one row
+                              "b": margins.across([], angle=0) + margins.LEGEND_ROW_PX},
+                      legend=margins.LEGEND_AT_FOOT)
     return fig
 
 

@@ -14,11 +14,15 @@ from collections.abc import Iterable
 
 CHAR_PX = 7  # a 12 px label's average character width, rounded up (Streamlit's Source Sans and Plotly's Open Sans)
 TITLE_PX = 34  # an axis title beside its tick labels, with the space between them
-TICK_PAD_PX = 16  # between the plot and its tick labels, plus slack for wide glyphs (", <, W)
+TICK_PAD_PX = 24  # between the plot and its tick labels, plus slack for wide glyphs (", <, W) and short labels
 NUMBER_PX = 7 * CHAR_PX  # a numeric axis' tick labels ("−0.0025", "1.5k")
 LINE_PX = 26  # a line of tick labels, upright
 COLORBAR_PX = 100  # a vertical colour bar right of the plot: the bar, its tick labels and its title
 LEGEND_BELOW_PX = 50  # a one-row horizontal legend under the plot
+LEGEND_ROW_PX = 24  # a row of a horizontal legend
+# A horizontal legend at the figure's foot, in the bottom margin (which must hold its rows): Plotly's automargin does
+# not move a legend placed on the container, where one placed under the plot (a paper position) makes it redraw.
+LEGEND_AT_FOOT = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0}
 TURNED_LABELS_PX = 20  # right of a horizontal axis whose tick labels are turned: the last one leans out
 
 # An axis whose labels these margins hold: Plotly's default for a numeric axis hides any tick label that sticks out of

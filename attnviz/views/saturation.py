@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from attnviz.ablation import METRICS, MODES
+from attnviz.views import margins
 
 MODE_NAMES = {"scaled": "softmax(q·k ÷ √dₖ)", "unscaled": "softmax(q·k) — no scaling"}
 MODE_COLORS = {"scaled": "#1f77b4", "unscaled": "#d62728"}
@@ -24,12 +25,15 @@ EXPLANATION = (
     "N(0, 1) (their spread comes from the embedding and weight initialisation), so the stars need not sit on "
     "the lines."
 )
+LEGEND_ROWS = 2  # the legend's four entries: room for them on two rows under the axes, however narrow the page
 
 
 def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int = 360) -> go.Figure:
     """Three panels vs dₖ (log₂ x axis): score variance, mean row entropy, mean max weight, each with
     and without ÷√dₖ; ``run`` (from ``ablation.run_point``) is drawn as highlighted stars (its dₖ is in the
-    legend and the hover; the ticks stay at the ablation's dₖ values so they never collide)."""
+    legend and the hover; the ticks stay at the ablation's dₖ values so they never collide).
+
+    The margins hold the axes' labels and the legend (at the figure's foot), so Plotly draws it once."""
     dks = [int(d) for d in ablation["dk"]]
     fig = make_subplots(rows=1, cols=3, subplot_titles=[METRIC_TITLES[m] for m in METRICS],
                         horizontal_spacing=0.08)
@@ -52,14 +56,16 @@ def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int
     fig.add_hline(y=ablation["uniform_entropy"], line={"dash": "dot", "color": "grey"}, row=1, col=2,
                   annotation_text="uniform", annotation_position="bottom left")
     fig.update_xaxes(type="log", tickvals=dks, ticktext=[str(d) for d in dks], tickangle=0, tickfont={"size": 10},
-                     title={"text": "dₖ (log₂ scale)", "standoff": 4})
+                     title={"text": "dₖ (log₂ scale)", "standoff": 4}, **margins.LABELS_HELD)
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[0, 1.05], row=1, col=3)
     mask = "causal rows" if ablation["causal"] else "all keys"
     fig.update_layout(
         title={"text": f"Softmax saturation vs dₖ — random q, k ~ N(0, 1), {ablation['num_tokens']} tokens, "
                        f"{mask}, seed {ablation['seed']}", "font": {"size": 13}},
-        height=height, margin={"l": 10, "r": 10, "t": 70, "b": 10},
-        legend={"orientation": "h", "y": -0.25},
+        height=height + LEGEND_ROWS * margins.LEGEND_ROW_PX,
+        margin={"l": margins.beside(title=False), "r": 10, "t": 70,
+                "b": margins.across([], angle=0) + LEGEND_ROWS * margins.LEGEND_ROW_PX},
+        legend=margins.LEGEND_AT_FOOT,
     )
     return fig

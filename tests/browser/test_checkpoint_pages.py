@@ -15,6 +15,7 @@ from helpers.browser import (
     assert_no_exception,
     choose_option,
     expect,
+    grown_margins,
     runs,
     save_screenshot,
     start_server,
@@ -125,6 +126,7 @@ def test_layer_switch_and_overview_and_screenshot(page, server):
     overview = page.locator("[data-testid=stPlotlyChart]").filter(has_text="Every layer × head")
     expect(overview).to_have_count(1)
     expect(overview.locator("g.ytick text")).to_have_count(4)
+    assert grown_margins(page) == []  # the overview and every layer's score grids (12 heads) drawn in one pass
     page.evaluate("document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
     path = save_screenshot(page, "checkpoint", max_height=4400)
     assert path.stat().st_size > 20_000

@@ -4,7 +4,7 @@ docs/screenshots/compare.png."""
 from __future__ import annotations
 
 import pytest
-from helpers.browser import MAP_DRAWN, assert_no_exception, expect, save_screenshot, wait_idle
+from helpers.browser import MAP_DRAWN, assert_no_exception, expect, grown_margins, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -29,5 +29,6 @@ def test_compare_page_draws_every_variant_with_green_badges(page, base_url):
     expect(main.get_by_text("differ · max |Δ|")).to_have_count(0)
     ablation = main.locator("[data-testid=stPlotlyChart]").filter(has_text="Softmax saturation")
     expect(ablation.locator("g.scatterlayer g.trace path.js-line")).to_have_count(6)  # 3 panels × with/without
+    assert grown_margins(page) == []  # every chart drawn in one pass: its margins hold its labels and legend
     path = save_screenshot(page, "compare")
     assert path.stat().st_size > 20_000, f"{path} looks empty"

@@ -10,7 +10,7 @@ import re
 import urllib.parse
 
 import pytest
-from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, grown_margins, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -45,6 +45,7 @@ def test_heads_page_names_the_bundled_models_heads(page, base_url):
     expect(every).to_contain_text(re.compile(r"L1H\d+ induction 0\.[4-9]\d"))
     grid = main.get_by_test_id("stPlotlyChart").filter(has_text="every layer's heads on this text")
     expect(grid.locator("g.heatmaplayer g.hm image")).to_have_count(4)  # previous, induction, duplicate, first
+    assert grown_margins(page) == []  # the score grids drawn in one pass: their margins hold their labels
     expect(main.get_by_test_id("stDataFrame").nth(1).locator("canvas").first).to_be_visible()  # statistics, types
     path = save_screenshot(page, "heads_bundled")
     assert path.stat().st_size > 20_000, f"{path} looks empty"

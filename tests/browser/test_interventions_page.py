@@ -6,7 +6,16 @@ from __future__ import annotations
 import urllib.parse
 
 import pytest
-from helpers.browser import ARTIFACTS, assert_no_exception, choose_option, expect, runs, save_screenshot, wait_idle
+from helpers.browser import (
+    ARTIFACTS,
+    assert_no_exception,
+    choose_option,
+    expect,
+    grown_margins,
+    runs,
+    save_screenshot,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -21,6 +30,7 @@ def test_the_induction_lab_grid_and_a_knock_out_of_two_heads(page, base_url):
     expect(main).to_contain_text("Knock heads out: which ones does the model need?")
     expect(main.get_by_test_id("stPlotlyChart").filter(has_text="knock out one head")).to_be_attached()
     expect(main.get_by_test_id("stPlotlyChart").filter(has_text="knocked out vs intact")).to_be_attached()
+    assert grown_margins(page) == []  # the score grid, the loss, the knock-out grid and curves: each drawn once
     save_screenshot(page, "ablation-grid")
     for name, text in (("ablation-grid-chart", "knock out one head"), ("ablation-loss-chart", "knocked out vs intact")):
         chart = main.get_by_test_id("stPlotlyChart").filter(has_text=text)

@@ -4,7 +4,15 @@ book's code, and the screenshot for the README is saved."""
 from __future__ import annotations
 
 import pytest
-from helpers.browser import MAP_DRAWN, assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import (
+    MAP_DRAWN,
+    assert_no_exception,
+    expect,
+    grown_margins,
+    runs,
+    save_screenshot,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -16,6 +24,7 @@ def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, bas
     main = page.get_by_test_id("stMain")
     expect(main.locator("h1")).to_contain_text("Pitfall lab")
     expect(main.get_by_text("Verdict: no leak", exact=True)).to_be_visible()
+    assert grown_margins(page) == []  # the leak chart drawn in one pass: its margins hold its labels
 
     before = runs(page)
     main.get_by_role("radio", name="masked_fill (no _)").click()
@@ -27,6 +36,15 @@ def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, bas
     expect(alerts.filter(has_text="Check passed:")).to_contain_text("no leak")
     expect(main.get_by_test_id("stCode").first).to_contain_text("attn_scores.masked_fill(mask_bool, -torch.inf)")
     expect(main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))).to_have_count(2)
+    assert grown_margins(page) == []
+
 
     path = save_screenshot(page, "pitfalls")
     assert path.stat().st_size > 20_000, f"{path} looks empty"
+
+    before = runs(page)
+    main.get_by_role("radio", name="softmax dim=-2").click()  # two maps and a bar chart of the row sums
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.locator("[data-testid=stPlotlyChart]").filter(has_text="sum of each query's weights")).to_have_count(1)
+    assert grown_margins(page) == []

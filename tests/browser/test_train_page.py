@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from helpers.browser import assert_no_exception, expect, runs, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, grown_margins, runs, save_screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -63,6 +63,7 @@ def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, bas
     scores = main.get_by_test_id("stPlotlyChart").filter(has_text="induction: mean A")
     expect(scores.locator("g.scatterlayer g.trace path.js-line").first).to_be_attached(timeout=TRAINING_TIMEOUT_MS)
     assert_no_exception(page)
+    assert grown_margins(page) == []  # the live charts, redrawn every few steps, each drawn in one pass
 
     # stop: the run ends early, keeps its model, and offers it as weights
     stopped_at = step_shown(page)
@@ -77,6 +78,7 @@ def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, bas
     option = f"trained: stopped at step {final} of {STEPS}, seed 0"
     expect(main.get_by_test_id("stAlert").filter(has_text=option)).to_be_visible()
     expect(main.get_by_role("button", name=re.compile("Download the trained model"))).to_be_visible()
+    assert grown_margins(page) == []  # the results: the maps before and after, the final scores, the loss
     save_screenshot(page, "train_stopped")
 
     # the Train page's sidebar has only the page links; on the Heads page the sidebar lists the trained model,

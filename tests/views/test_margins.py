@@ -62,3 +62,28 @@ def test_axes_whose_labels_the_margins_hold_skip_plotlys_overflow_test():
                     if name[1:5] == "axis" and axis.get("ticktext") is not None and axis.get("showticklabels", True)]
         assert labelled, fig.layout.title.text
         assert all(axis["ticklabeloverflow"] == "allow" for axis in labelled), fig.layout.title.text
+
+
+def test_a_score_grid_turns_its_head_labels_where_upright_ones_would_overlap_and_makes_room_for_them():
+    from attnviz.views import head_figures
+
+    few = head_figures.score_grid({"induction": np.zeros((2, 4)), "previous_token": np.zeros((2, 4))})
+    many = head_figures.score_grid({name: np.zeros((12, 12)) for name in ("induction", "previous_token",
+                                                                           "duplicate_token", "first_token")})
+    assert few.layout.xaxis.tickangle == 0 and many.layout.xaxis.tickangle == -90
+    assert many.layout.margin.b == margins.across(["H11"], angle=90, title=False)
+    assert few.layout.margin.b == margins.across(["H3"], angle=0, title=False)
+    assert many.layout.margin.l == margins.beside(["L11"], title=False) and many.layout.margin.pad == 0
+    assert many.layout.margin.r == margins.COLORBAR_PX
+
+
+def test_bar_and_line_charts_hold_their_numbers_titles_and_a_legend_at_their_foot():
+    from attnviz.views import head_figures, intervention_figures
+
+    loss = np.linspace(3.0, 1.0, 19)
+    knocked = intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label="L0H1").layout
+    assert knocked.margin.l == margins.beside() and knocked.legend.yref == "container"
+    assert knocked.margin.b == margins.across([], angle=0) + margins.LEGEND_ROW_PX
+    bars = figures.entropy_bars(["·a", "·extraordinarily"], np.ones(2), np.ones(2)).layout
+    assert bars.margin.b >= margins.across(["·extraordinarily"], title=False) + margins.LEGEND_ROW_PX
+    assert head_figures.position_loss(loss, 8).layout.margin.l == margins.beside()

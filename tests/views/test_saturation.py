@@ -1,11 +1,12 @@
-"""The "Why ÷√dₖ?" chart: both lines on each of its three panels, this run as stars."""
+"""The "Why ÷√dₖ?" chart: both lines on each of its three panels, this run as stars, and margins that hold its labels
+and legend (Chromium checks that Plotly then finds nothing to widen: tests/browser/test_pages.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from attnviz import ablation
-from attnviz.views import saturation
+from attnviz.views import margins, saturation
 
 
 def _random_qk() -> dict:
@@ -30,3 +31,9 @@ def test_figure_has_both_lines_on_each_panel_and_the_run_as_stars():
     without_run = saturation.scaling_ablation_figure(random_qk)
     assert len(without_run.data) == 6
 
+
+def test_the_margins_hold_the_numbers_the_axis_titles_and_a_two_row_legend_at_the_foot():
+    layout = saturation.scaling_ablation_figure(_random_qk()).layout
+    assert layout.margin.l >= margins.NUMBER_PX
+    assert layout.margin.b >= margins.across([], angle=0) + 2 * margins.LEGEND_ROW_PX
+    assert (layout.legend.yref, layout.legend.y, layout.legend.yanchor) == ("container", 0, "bottom")

@@ -12,9 +12,10 @@ import plotly.graph_objects as go
 
 from attnviz.labs.pitfalls.catalogue import PITFALLS, PitfallResult
 from attnviz.labs.pitfalls.detectors import Observation
-from attnviz.views import figures
+from attnviz.views import figures, margins
 
 LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
+LEGEND_PX = 2 * margins.LEGEND_ROW_PX  # a bar chart's legend of two or three series, on two rows if the page is narrow
 
 
 # --------------------------------------------------------------------------- figures
@@ -33,7 +34,7 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
         fig.add_trace(go.Scatter(x=nan_cols, y=nan_rows, mode="text",  # (key, query) positions, as the map's
                                  text=["NaN"] * nan_rows.size, textfont={"color": LEAK_COLOR, "size": 11},
                                  name="NaN", showlegend=False, hoverinfo="skip"))
-    fig.update_layout(title={"text": ""}, margin={"t": 20})
+    fig.update_layout(title={"text": ""}, margin={"t": fig.layout.margin.t - figures.MAP_TITLE_PX})
     return fig
 
 
@@ -45,11 +46,14 @@ def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title
                      for name, values, color in series])  # exact zeros would otherwise be invisible
     if reference is not None:
         fig.add_hline(y=reference, line_dash="dot", line_color="black")
-    fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=320,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35},
+    ticktext = [figures.safe_label(t) for t in tokens[: len(series[0][1])]]
+    below = margins.across(ticktext, title=False)  # the turned token labels, then the legend at the figure's foot
+    fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=200 + below + LEGEND_PX,
+                      margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 50, "b": below + LEGEND_PX},
+                      legend=margins.LEGEND_AT_FOOT,
                       yaxis_title=y_title)
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels[: len(series[0][1])],
-                     ticktext=[figures.safe_label(t) for t in tokens[: len(series[0][1])]])
+                     ticktext=ticktext)
     return fig
 
 
@@ -85,15 +89,17 @@ def leak_figure(report: dict, tokens) -> go.Figure:
               for p in range(len(delta))]
     text = ["NaN" if math.isnan(d) else "0" if d == 0 else f"{d:.2g}" for d in delta]
     shown = np.where(np.isnan(delta), 0.0, delta)
+    ticktext = [figures.safe_label(t) for t in tokens[: len(delta)]]
+    below = margins.across(ticktext, title=False)
     fig = go.Figure(go.Bar(x=labels, y=shown, marker_color=colors, text=text, textposition="outside",
                            cliponaxis=False, hovertemplate="%{x}<br>max |Δ output| %{text}<extra></extra>"))
     fig.update_layout(
         title={"text": f"perturb token {j} (orange): max |Δ output| at every position — before it, grey = exactly 0, "
                        "red = moved (a leak)", "font": {"size": 13}},
-        height=340, margin={"l": 10, "r": 10, "t": 60, "b": 10}, yaxis_title="max |Δ output|", showlegend=False,
+        height=240 + below, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 60, "b": below},
+        yaxis_title="max |Δ output|", showlegend=False,
     )
-    fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels,
-                     ticktext=[figures.safe_label(t) for t in tokens[: len(delta)]])
+    fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels, ticktext=ticktext)
     return fig
 
 
@@ -115,11 +121,14 @@ def cache_figure(result: PitfallResult) -> go.Figure:
                             y=[value for _, value in version.details["steps"]], name=name, marker_color=color)
                      for name, version, color in (("correct", result.correct, AFTER_COLOR),
                                                   ("bug", result.buggy, LEAK_COLOR))])
+    below = margins.across(labels, title=False)  # the turned step labels, then the legend at the figure's foot
     fig.update_layout(title={"text": "cached vs uncached: max |Δ output| of each cached forward (A, then B after "
-                                     "the reset)", "font": {"size": 13}}, barmode="group", height=320,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35},
+                                     "the reset)", "font": {"size": 13}}, barmode="group",
+                      height=200 + below + LEGEND_PX,
+                      margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 50, "b": below + LEGEND_PX},
+                      legend=margins.LEGEND_AT_FOOT,
                       yaxis_title="max |Δ output|")
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels, tickangle=-60)
     return fig
 
 
