@@ -38,6 +38,15 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
     return fig
 
 
+def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True, top: int = 50) -> dict:
+    """A bar chart's layout: its title, ``labels`` turned under the bars and, with ``legend``, the legend at the
+    figure's foot; margins that hold them all, so Plotly draws the chart once."""
+    below = margins.across(labels, title=False) + (LEGEND_PX if legend else 0)
+    return {"title": {"text": title, "font": {"size": 13}}, "yaxis_title": y_title, "height": 190 + top + below,
+            "margin": {"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": below},
+            **({"legend": margins.LEGEND_AT_FOOT} if legend else {"showlegend": False})}
+
+
 def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title: str,
           reference: float | None = None) -> go.Figure:
     labels = figures.position_labels(tokens)
@@ -47,11 +56,7 @@ def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title
     if reference is not None:
         fig.add_hline(y=reference, line_dash="dot", line_color="black")
     ticktext = [figures.safe_label(t) for t in tokens[: len(series[0][1])]]
-    below = margins.across(ticktext, title=False)  # the turned token labels, then the legend at the figure's foot
-    fig.update_layout(title={"text": title, "font": {"size": 13}}, barmode="group", height=200 + below + LEGEND_PX,
-                      margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 50, "b": below + LEGEND_PX},
-                      legend=margins.LEGEND_AT_FOOT,
-                      yaxis_title=y_title)
+    fig.update_layout(barmode="group", **_bar_layout(title, ticktext, y_title))
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels[: len(series[0][1])],
                      ticktext=ticktext)
     return fig
@@ -90,15 +95,11 @@ def leak_figure(report: dict, tokens) -> go.Figure:
     text = ["NaN" if math.isnan(d) else "0" if d == 0 else f"{d:.2g}" for d in delta]
     shown = np.where(np.isnan(delta), 0.0, delta)
     ticktext = [figures.safe_label(t) for t in tokens[: len(delta)]]
-    below = margins.across(ticktext, title=False)
     fig = go.Figure(go.Bar(x=labels, y=shown, marker_color=colors, text=text, textposition="outside",
                            cliponaxis=False, hovertemplate="%{x}<br>max |Δ output| %{text}<extra></extra>"))
-    fig.update_layout(
-        title={"text": f"perturb token {j} (orange): max |Δ output| at every position — before it, grey = exactly 0, "
-                       "red = moved (a leak)", "font": {"size": 13}},
-        height=240 + below, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 60, "b": below},
-        yaxis_title="max |Δ output|", showlegend=False,
-    )
+    fig.update_layout(**_bar_layout(f"perturb token {j} (orange): max |Δ output| at every position — before it, "
+                                    "grey = exactly 0, red = moved (a leak)", ticktext, "max |Δ output|",
+                                    legend=False, top=60))
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels, ticktext=ticktext)
     return fig
 
@@ -121,13 +122,8 @@ def cache_figure(result: PitfallResult) -> go.Figure:
                             y=[value for _, value in version.details["steps"]], name=name, marker_color=color)
                      for name, version, color in (("correct", result.correct, AFTER_COLOR),
                                                   ("bug", result.buggy, LEAK_COLOR))])
-    below = margins.across(labels, title=False)  # the turned step labels, then the legend at the figure's foot
-    fig.update_layout(title={"text": "cached vs uncached: max |Δ output| of each cached forward (A, then B after "
-                                     "the reset)", "font": {"size": 13}}, barmode="group",
-                      height=200 + below + LEGEND_PX,
-                      margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 50, "b": below + LEGEND_PX},
-                      legend=margins.LEGEND_AT_FOOT,
-                      yaxis_title="max |Δ output|")
+    fig.update_layout(barmode="group", **_bar_layout("cached vs uncached: max |Δ output| of each cached forward (A, "
+                                                     "then B after the reset)", labels, "max |Δ output|"))
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels, tickangle=-60)
     return fig
 
