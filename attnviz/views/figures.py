@@ -197,6 +197,14 @@ def attention_heatmap(
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
     axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))
+    top = MAP_TITLE_PX + margins.across(axes["xaxis"]["ticktext"])
+    # as many labels as the plot holds without overlapping: its height for the rows, and, the map being about as wide
+    # as it is tall in a page's column, the same for the columns
+    plot_px = height - top - margins.LEGEND_BELOW_PX
+    row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_px // COLUMN_LABEL_PX)
+    if row_ticks < len(axes["yaxis"]["tickvals"]) or column_ticks < len(axes["xaxis"]["tickvals"]):
+        axes = token_axes(tokens, (row_offset, rows), (col_offset, cols), max_row_ticks=row_ticks,
+                          max_column_ticks=column_ticks)
     layout = {
         **axes,
         "title": {"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
@@ -204,7 +212,7 @@ def attention_heatmap(
         # key ticks; b: the "masked" legend whether or not there is one, so a before/after pair (only one of
         # them masked) has plots of the same size
         "height": height, "margin": {"l": margins.beside(axes["yaxis"]["ticktext"]), "r": margins.COLORBAR_PX,
-                                     "t": MAP_TITLE_PX + margins.across(axes["xaxis"]["ticktext"]),
+                                     "t": top,
                                      "b": margins.LEGEND_BELOW_PX, "pad": 0},  # no grey band beside the cells
         "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
                                                  "yanchor": "top"},
@@ -269,20 +277,33 @@ def tick_positions(first: int, count: int, max_ticks: int = 40) -> np.ndarray:
     return np.arange(first, first + count, step, dtype=np.int32)
 
 
-def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: int = 40) -> dict:
+TICK_LABEL_CHARS = 16  # a token's tick label, cut with "…" beyond this (its hover names it whole)
+ROW_LABEL_PX = 14  # the height a query token's tick label needs (12 px text)
+COLUMN_LABEL_PX = 17  # the width a key token's label needs, turned 60°
+
+
+def tick_label(piece: str) -> str:
+    """A token's tick label: its piece, cut to :data:`TICK_LABEL_CHARS` characters with "…", escaped."""
+    return safe_label(piece if len(piece) <= TICK_LABEL_CHARS else piece[: TICK_LABEL_CHARS - 1] + "…")
+
+
+def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: int = 40,
+               max_row_ticks: int | None = None, max_column_ticks: int | None = None) -> dict:
     """The four axes of a token map of query rows ``rows`` = (first, count) and key columns ``cols``.
 
-    ``xaxis``/``yaxis`` hold the map: numeric, keys on top and queries down, at most ``max_ticks``
-    token labels each.  ``xaxis2``/``yaxis2`` overlay and match them (a zoom moves all four) and hold the
-    cell overlay: every position of the window is a tick whose text is ``"i: piece"``, labels hidden — Plotly's
-    hover writes a position on an axis with array ticks as that tick's text."""
+    ``xaxis``/``yaxis`` hold the map: numeric, keys on top and queries down, at most ``max_ticks`` token labels
+    each (fewer where ``max_row_ticks`` or ``max_column_ticks`` says), each a :func:`tick_label`.  ``xaxis2``/``yaxis2``
+    overlay and match them (a zoom moves all four) and hold the cell overlay: every position of the window is a tick
+    whose text is ``"i: piece"``, labels hidden — Plotly's hover writes a position on an axis with array ticks as
+    that tick's text."""
     layout = {}
     for name, (first, count), side, title in (("x", cols, "top", "key token"), ("y", rows, None, "query token")):
         every = np.arange(first, first + count, dtype=np.int32)
-        shown = tick_positions(first, count, max_ticks)
+        most = max_column_ticks if name == "x" else max_row_ticks
+        shown = tick_positions(first, count, max_ticks if most is None else min(max_ticks, most))
         span = [first - 0.5, first + count - 0.5]
         visible = {"title": {"text": title}, "type": "linear", "tickmode": "array", "tickvals": shown,
-                   "ticktext": [safe_label(tokens[i]) for i in shown], "showgrid": False, "zeroline": False,
+                   "ticktext": [tick_label(tokens[i]) for i in shown], "showgrid": False, "zeroline": False,
                    "range": span if name == "x" else span[::-1], **margins.LABELS_HELD}
         if side:
             visible.update(side=side, tickangle=-60)
@@ -407,8 +428,10 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
     small = pooled[0]
     zmin, zmax, scale = color_range(stage, small, dropout)  # signed pooling keeps the largest |value|: same bound
     layout = {
-        "yaxis": {"autorange": "reversed", "showticklabels": False, "scaleanchor": "x"},
-        "xaxis": {"showticklabels": False},
+        # square cells, and the plot area shrunk to the square (the grey background is the masked cells, not a band)
+        "yaxis": {"autorange": "reversed", "showticklabels": False, "scaleanchor": "x", "constrain": "domain",
+                  "showgrid": False, "zeroline": False, "ticks": ""},
+        "xaxis": {"showticklabels": False, "constrain": "domain", "showgrid": False, "zeroline": False, "ticks": ""},
         "title": {"text": f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)",
                   "font": {"size": 12}},
         # l, b: what Plotly keeps beside axes without labels (less, and it draws the overview twice)

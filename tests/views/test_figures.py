@@ -235,3 +235,11 @@ def test_a_small_overlay_marks_a_selected_cell_and_a_large_one_draws_no_point():
                 assert trace.mode == "markers" and trace.marker.opacity == 0 and trace.selected.marker.opacity == 1
             else:
                 assert trace.mode == "text" and trace.marker.maxdisplayed == 1
+
+
+def test_the_overview_is_a_square_of_square_cells_with_no_band_or_grid_beside_it():
+    layout = figures.overview_heatmap(np.tril(np.ones((512, 512), dtype=np.float32)), "weights", causal=True,
+                                      window=(0, 0, 256)).layout
+    assert layout.yaxis.scaleanchor == "x"
+    assert layout.xaxis.constrain == layout.yaxis.constrain == "domain"  # the plot area shrinks to the square
+    assert not layout.xaxis.showgrid and not layout.yaxis.showgrid

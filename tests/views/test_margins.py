@@ -87,3 +87,23 @@ def test_bar_and_line_charts_hold_their_numbers_titles_and_a_legend_at_their_foo
     bars = figures.entropy_bars(["·a", "·extraordinarily"], np.ones(2), np.ones(2)).layout
     assert bars.margin.b >= margins.across(["·extraordinarily"], title=False) + margins.LEGEND_ROW_PX
     assert head_figures.position_loss(loss, 8).layout.margin.l == margins.beside()
+
+
+def test_a_long_token_is_cut_in_its_tick_label_and_whole_in_its_hover():
+    piece = "<0x20><0xF0><0x9F><0x91>"
+    layout = figures.attention_heatmap(np.full((2, 2), 0.5, dtype=np.float32), [piece, "·a"], "weights",
+                                       causal=False).layout
+    assert layout.xaxis.ticktext[0] == figures.safe_label(piece[: figures.TICK_LABEL_CHARS - 1] + "…")
+    assert figures.safe_label(piece) in layout.xaxis2.ticktext[0]  # the overlay's hover names the whole piece
+    assert figures.tick_label("·a") == "·a" and figures.tick_label("<b>") == "&lt;b&gt;"
+
+
+def test_a_map_shows_no_more_query_labels_than_its_height_holds():
+    tokens = ["<0xF0><0x9F><0x91><0x8B>"] * 38  # long byte pieces: a tall top margin leaves a short plot
+    layout = figures.attention_heatmap(np.tril(np.full((38, 38), 1 / 38, dtype=np.float32)), tokens, "weights").layout
+    plot_height = layout.height - layout.margin.t - layout.margin.b
+    assert len(layout.yaxis.tickvals) <= plot_height // figures.ROW_LABEL_PX < 38
+    assert len(layout.xaxis.tickvals) <= plot_height // figures.COLUMN_LABEL_PX < 38
+    assert len(layout.xaxis2.tickvals) == len(layout.yaxis2.tickvals) == 38  # every cell still hoverable
+    short = figures.attention_heatmap(np.tril(np.full((6, 6), 1 / 6, dtype=np.float32)), ["·a"] * 6, "weights")
+    assert len(short.layout.yaxis.tickvals) == 6
