@@ -251,14 +251,21 @@ class ModelSizes:
     n_layers: int
     context_length: int
     qkv_bias: bool
+    n_kv_heads: int | None = None  # grouped-query / multi-query attention: its K/V heads
+    latent_dim: int | None = None  # latent attention: the latent it caches per token
+    sliding_window_size: int | None = None  # sliding-window attention: its window (every layer)
 
 
 def sizes(model: GPTModel) -> ModelSizes:
     att = model.trf_blocks[0].att
+    latent = getattr(att, "W_DKV", None)  # the latent's down-projection: (d_in) -> (latent_dim)
     return ModelSizes(
         emb_dim=int(model.tok_emb.weight.shape[1]),
         num_heads=int(att.num_heads),
         n_layers=len(model.trf_blocks),
         context_length=int(model.pos_emb.weight.shape[0]),
         qkv_bias=att.W_query.bias is not None,
+        n_kv_heads=getattr(att, "num_kv_groups", None),
+        latent_dim=None if latent is None else int(latent.out_features),
+        sliding_window_size=getattr(att, "sliding_window_size", None),
     )

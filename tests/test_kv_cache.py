@@ -125,3 +125,37 @@ def test_variant_curves_and_their_figure():
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert [trace.name for trace in fig.data] == list(kv_cache.VARIANTS)
     assert list(fig.data[0].y) == curves["MHA"] and list(fig.data[0].x) == lengths
+
+
+def test_a_curve_that_equals_an_earlier_one_is_drawn_dotted_and_says_so():
+    lengths = [256, 512]
+    curves = {"MHA": [10, 20], "GQA": [5, 10], "MLA": [10, 20]}  # MLA caches what MHA caches: one line under the other
+    fig = generation_figures.kv_bytes_figure(lengths, curves, {"MLA": "MLA (latent 256)"}, title="t")
+    mla = fig.data[2]
+    assert mla.name == "MLA (latent 256) = MHA" and mla.line.dash == "dot"
+    assert fig.data[0].line.dash == fig.data[1].line.dash == "solid" and fig.data[1].name == "GQA"
+
+
+@pytest.mark.parametrize(("attention", "settings", "own"), [
+    ("grouped-query", {"num_kv_groups": 4}, {"n_kv_heads": 4}),
+    ("multi-query", {}, {"n_kv_heads": 1}),
+    ("latent", {"latent_dim": 96}, {"latent_dim": 96}),
+    ("sliding-window", {"sliding_window_size": 4}, {"sliding_window_size": 4}),
+    ("multi-head", {}, {}),
+])
+def test_a_models_sizes_name_its_own_k_v_heads_latent_or_window(attention, settings, own):
+    """The Generate page's cost chart draws a model's own K/V heads, latent and window, not stand-ins."""
+    from attnviz import weights
+    from attnviz.models import gpt
+
+    sizes = weights.sizes(gpt.random_gpt(attention, **settings))
+    found = {key: getattr(sizes, key) for key in ("n_kv_heads", "latent_dim", "sliding_window_size")}
+    assert found == {"n_kv_heads": None, "latent_dim": None, "sliding_window_size": None, **own}
+    curves = kv_cache.variant_settings(emb_dim=sizes.emb_dim, n_heads=sizes.num_heads, n_layers=sizes.n_layers,
+                                       **{key: value for key, value in found.items() if value is not None})
+    if attention == "grouped-query":
+        assert curves["GQA"]["n_kv_heads"] == 4
+    if attention == "latent":
+        assert curves["MLA"]["latent_dim"] == 96
+    if attention == "sliding-window":
+        assert curves["SWA"]["sliding_window_size"] == 4

@@ -332,8 +332,11 @@ def cost_section(ctx: Context, sizes) -> None:
     """KV-cache bytes against the context length for MHA, GQA, MQA, MLA, SWA and SWA+GQA at the chosen sizes, and
     the real models' caches at their full context."""
     st.subheader("What the cache costs")
-    if sizes is not None:
-        own = ("this model", {"emb_dim": sizes.emb_dim, "n_heads": sizes.num_heads, "n_layers": sizes.n_layers},
+    if sizes is not None:  # the model's own K/V heads, latent or window where its attention has one
+        window = {"sliding_window_size": sizes.sliding_window_size, "swa_ratio": "1:0"} if sizes.sliding_window_size \
+            else {}
+        own = ("this model", {"emb_dim": sizes.emb_dim, "n_heads": sizes.num_heads, "n_layers": sizes.n_layers,
+                              "n_kv_heads": sizes.n_kv_heads, "latent_dim": sizes.latent_dim, **window},
                sizes.context_length)
     else:
         config = ctx.config
@@ -342,7 +345,8 @@ def cost_section(ctx: Context, sizes) -> None:
     names = [own[0], *[m.name for m in kv_cache.PRESETS]]
     pick_col, dtype_col = st.columns([3, 1])
     picked = pick_col.selectbox("Sizes", names, key="generate_sizes",
-                                help="The MHA line is the model as it is; the others change its attention only.")
+                                help="Each line is the model with one attention; its own attention's line is the "
+                                     "model as it is.")
     dtype = dtype_col.selectbox("dtype", list(kv_cache.DTYPE_BYTES), key="generate_dtype")
     if picked == own[0]:
         base, context = dict(own[1]), own[2]

@@ -82,13 +82,19 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     """KV-cache bytes against the context length, both axes logarithmic, one line per variant.
 
     ``labels``: a legend label per curve (its settings); ``marker_at``: a context length drawn as a dotted line
-    (the model's own context)."""
-    labels = labels or {}
+    (the model's own context).  A curve equal to an earlier one (the same bytes at every length) is drawn dotted on
+    top of it, and its label says which it equals."""
+    labels = dict(labels or {})
     fig = go.Figure()
+    first_with = {}  # a curve's values -> the first variant with them
     for name, values in curves.items():
+        same = first_with.setdefault(tuple(values), name)
+        if same != name:
+            labels[name] = f"{labels.get(name, name)} = {same}"
+        dash = "dot" if same != name else "dash" if name.startswith("SWA") else "solid"
         fig.add_trace(go.Scatter(
             x=lengths, y=values, mode="lines+markers", name=labels.get(name, name), marker={"size": 5},
-            line={"color": VARIANT_COLORS.get(name), "dash": "dash" if name.startswith("SWA") else "solid"},
+            line={"color": VARIANT_COLORS.get(name), "dash": dash, "width": 3 if same != name else 2},
             customdata=[format_bytes(v) for v in values],
             hovertemplate=f"{name}<br>%{{x:,}} tokens: %{{customdata}}<extra></extra>"))
     if marker_at:
