@@ -95,6 +95,7 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
     return fig
 
 
+LEGEND_ENTRY_PX = 30  # a vertical legend's entry as Streamlit's theme spaces them; beyond the plot's height it scrolls
 LEGEND_BESIDE_PX = 80  # a vertical legend right of the plot: its line symbols and padding, beside its longest name
 UPRIGHT_HEAD_LABELS = 24  # a score grid's head labels, all panels together, that stand upright across a page
 
@@ -198,8 +199,11 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     fig.update_xaxes(title="step")
     fig.update_yaxes(range=[0, 1.02])
     names = [head_name(layer, head) for layer, head, _ in _score_lines(*induction.shape[1:])] if induction.size else []
-    fig.update_layout(height=360, margin={"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names),
-                                          "t": 50, "b": margins.across([], angle=0)},
+    top, bottom = 50, margins.across([], angle=0)
+    entries = int(np.prod(induction.shape[1:])) if induction.size else 0  # a legend entry a head, and its title
+    fig.update_layout(height=max(360, top + bottom + LEGEND_ENTRY_PX * (entries + 1)),  # the plot holds the legend
+                      margin={"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names), "t": top,
+                              "b": bottom},
                       legend={"title": {"text": "head"}, "orientation": "v"})
     fig.update_annotations(font={"size": 12})
     return fig

@@ -230,6 +230,9 @@ def test_score_curves_one_line_per_head_in_both_panels_with_one_colour():
     np.testing.assert_allclose(left.y, induction[:, 1, 2])
     np.testing.assert_allclose(right.y, previous[:, 1, 2])
     assert left.line.color == right.line.color
+    eight = head_figures.score_curves([0, 10], np.zeros((2, 2, 4)), np.zeros((2, 2, 4)))
+    legend_px = head_figures.LEGEND_ENTRY_PX * (8 + 1)  # the Train page's 8 heads and the legend's title
+    assert eight.layout.height - eight.layout.margin.t - eight.layout.margin.b >= legend_px  # no scrolling legend
 
 
 def test_filling_a_curve_figure_with_new_data_draws_what_building_it_from_that_data_draws():
