@@ -42,6 +42,7 @@ from attnviz.views import figures
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
 TOLERANCE = 1e-5  # max |Δ| at or below this counts as equal (float32 round-off)
 MAP_CHOICES = ("head 0", "mean over heads")
+TWO_LINE_TITLE_PX = 15  # a two-line title above a map's key tokens, more than their labels and axis title take
 
 
 # --------------------------------------------------------------------------- inputs and modules
@@ -386,11 +387,14 @@ def compare_trace(trace: Trace, base: AttentionConfig, max_tokens: int = MAX_TOK
 
 
 def variant_title(result: VariantResult, how: str, current: str | None = None) -> str:
-    """Heatmap title: the variant, which map is drawn, ▶ for the sidebar's variant."""
+    """Heatmap title: the variant's name, ▶ for the sidebar's variant; under it, smaller, which map is drawn and the
+    label's note (its book section, or the models that use it), so the first line fits a narrow column."""
     mark = "▶ " if result.variant == current else ""
     which = {"head 0": "head 0", "mean over heads": f"mean of {result.heads} heads"}[how]
     which = "its single head" if result.heads == 1 else which
-    return f"{mark}{result.label}<br><sup>weights, {which}</sup>"
+    name, _, note = result.label.partition(" (")
+    note = f" · {note.removesuffix(')')}" if note else ""
+    return f"{mark}{name}<br><sup>weights, {which}{note}</sup>"
 
 
 def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causal: bool = True,
@@ -399,9 +403,14 @@ def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causa
     (:func:`variant_title`) placed clear of the key-token ticks."""
     fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
                                     title=variant_title(result, how, current), height=height)
-    # Plotly anchors a multi-line title by its first line: move it down and make room under it
-    fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": 135})
-    return fig
+    return _two_line_title(fig, height)
+
+
+def _two_line_title(fig: go.Figure, height: int) -> go.Figure:
+    """Plotly anchors a multi-line title by its first line: move it down, and make room under it above the key
+    tokens' labels (their margin, as the map asked for it, and :data:`TWO_LINE_TITLE_PX` more)."""
+    top = fig.layout.margin.t - figures.MAP_TITLE_PX + TWO_LINE_TITLE_PX
+    return fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": top})
 
 
 def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS, height: int = 420) -> go.Figure:
@@ -411,8 +420,7 @@ def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_T
     title = f"{trace.module_run.class_name} (your code)<br><sup>weights, head 0 of {weights.shape[0]}</sup>"
     fig = figures.attention_heatmap(result.attention_map(how), trace.tokens[:max_tokens], "weights",
                                     causal=trace.config.causal, title=title, height=height)
-    fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": 135})
-    return fig
+    return _two_line_title(fig, height)
 
 
 def module_vs_mha_rows(trace: Trace, mha: VariantResult) -> list[dict[str, str]]:

@@ -315,7 +315,10 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     at = default_page
     assert at.title[0].value == "Compare variants"
     assert len(map_figures(at)) == len(variants.VARIANTS)
-    assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(variants.LABELS.values())
+    assert sorted(t.split("<br>")[0].removeprefix("▶ ") for t in titles(at)) == sorted(  # a name a variant
+        label.partition(" (")[0] for label in variants.LABELS.values())
+    assert all(label.partition(" (")[2].removesuffix(")") in "".join(titles(at))  # its note in the second line
+               for label in variants.LABELS.values())
     assert sum(t.startswith("▶ ") for t in titles(at)) == 1  # the sidebar's variant is marked
     found = badges(at)
     assert len(found) == CHECKS
