@@ -15,6 +15,8 @@ from attnviz.labs.pitfalls.detectors import Observation
 from attnviz.views import figures, margins
 
 LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
+TOO_SMALL_TO_SEE = 1e-4  # a bar of the cache chart below this is labelled with its size
+UPRIGHT_LABELS_PX = 400  # the widest row of upright category labels a bar chart has room for on a page
 LEGEND_PX = 2 * margins.LEGEND_ROW_PX  # a bar chart's legend of two or three series, on two rows if the page is narrow
 
 
@@ -38,10 +40,11 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
     return fig
 
 
-def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True, top: int = 50) -> dict:
-    """A bar chart's layout: its title, ``labels`` turned under the bars and, with ``legend``, the legend at the
-    figure's foot; margins that hold them all, so Plotly draws the chart once."""
-    below = margins.across(labels, title=False) + (LEGEND_PX if legend else 0)
+def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True, top: int = 50,
+                angle: float = 60) -> dict:
+    """A bar chart's layout: its title, ``labels`` under the bars (turned ``angle``°) and, with ``legend``, the legend
+    at the figure's foot; margins that hold them all, so Plotly draws the chart once."""
+    below = margins.across(labels, angle=angle, title=False) + (LEGEND_PX if legend else 0)
     return {"title": {"text": title, "font": {"size": 13}}, "yaxis_title": y_title, "height": 190 + top + below,
             "margin": {"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": below},
             **({"legend": margins.LEGEND_AT_FOOT} if legend else {"showlegend": False})}
@@ -114,17 +117,27 @@ def rotary_figure(result: PitfallResult, tokens) -> go.Figure:
                  "position", "largest difference")
 
 
+def _too_small_to_see(value: float | None) -> str:
+    """A bar's label where the bar is too small to see: "0", or its size (float32 round-off, "1e-07")."""
+    if value is None or not value < TOO_SMALL_TO_SEE:  # none (the step raised), NaN, or a visible bar
+        return ""
+    return "0" if value == 0 else f"{value:.0e}"
+
+
 def cache_figure(result: PitfallResult) -> go.Figure:
     """(12)–(14) Largest |cached − uncached| output of every cached forward: sequence A's prefill and tokens,
     then sequence B's after the reset (0 everywhere for a correct cache; a missing bar: the step raised)."""
     labels = [label for label, _ in result.correct.details["steps"]]
     fig = go.Figure([go.Bar(x=[label for label, _ in version.details["steps"]],
-                            y=[value for _, value in version.details["steps"]], name=name, marker_color=color)
+                            y=[value for _, value in version.details["steps"]], name=name, marker_color=color,
+                            text=[_too_small_to_see(value) for _, value in version.details["steps"]],
+                            textposition="outside")  # a correct cache's bars are round-off: their size is written
                      for name, version, color in (("correct", result.correct, AFTER_COLOR),
                                                   ("bug", result.buggy, LEAK_COLOR))])
+    angle = 0 if margins.text_px(labels) * len(labels) <= UPRIGHT_LABELS_PX else 60  # turned only where crowded
     fig.update_layout(barmode="group", **_bar_layout("cached vs uncached: max |Δ output| of each cached forward (A, "
-                                                     "then B after the reset)", labels, "max |Δ output|"))
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels, tickangle=-60)
+                                                     "then B after the reset)", labels, "max |Δ output|", angle=angle))
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels, tickangle=-angle)
     return fig
 
 
