@@ -402,15 +402,15 @@ def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causa
     """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title
     (:func:`variant_title`) placed clear of the key-token ticks."""
     fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
-                                    title=variant_title(result, how, current), height=height)
+                                    title=variant_title(result, how, current), height=height,
+                                    title_px=TWO_LINE_TITLE_PX)
     return _two_line_title(fig, height)
 
 
 def _two_line_title(fig: go.Figure, height: int) -> go.Figure:
-    """Plotly anchors a multi-line title by its first line: move it down, and make room under it above the key
-    tokens' labels (their margin, as the map asked for it, and :data:`TWO_LINE_TITLE_PX` more)."""
-    top = fig.layout.margin.t - figures.MAP_TITLE_PX + TWO_LINE_TITLE_PX
-    return fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}}, margin={"t": top})
+    """Plotly anchors a multi-line title by its first line: move it down (the map made room for it,
+    :data:`TWO_LINE_TITLE_PX`)."""
+    return fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}})
 
 
 def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS, height: int = 420) -> go.Figure:
@@ -419,7 +419,8 @@ def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_T
     result = VariantResult(variants.MHA, trace.config, weights, tuple(trace.output.shape))
     title = f"{trace.module_run.class_name} (your code)<br><sup>weights, head 0 of {weights.shape[0]}</sup>"
     fig = figures.attention_heatmap(result.attention_map(how), trace.tokens[:max_tokens], "weights",
-                                    causal=trace.config.causal, title=title, height=height)
+                                    causal=trace.config.causal, title=title, height=height,
+                                    title_px=TWO_LINE_TITLE_PX)
     return _two_line_title(fig, height)
 
 

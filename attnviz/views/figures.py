@@ -167,6 +167,7 @@ def attention_heatmap(
     validate: bool = True,
     uirevision: str | None = None,
     hidden: np.ndarray | None = None,
+    title_px: int = MAP_TITLE_PX,
 ) -> go.Figure:
     """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
@@ -177,7 +178,8 @@ def attention_heatmap(
     per-property validation (``tests/views/test_figures.py`` validates these dicts): for a figure that is
     drawn as it is, not changed afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.
     ``hidden`` (rows × cols bool): cells a mask other than the causal one hides (a sliding window), grey in
-    the probability stages like the causal mask's.
+    the probability stages like the causal mask's.  ``title_px``: the room above the key tokens' labels for the
+    title (0 for a map whose caller blanks it).
     """
     rows, cols = matrix.shape
     values = display_values(matrix, stage, causal=False)
@@ -197,7 +199,7 @@ def attention_heatmap(
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
     axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))
-    top = MAP_TITLE_PX + margins.across(axes["xaxis"]["ticktext"])
+    top = title_px + margins.across(axes["xaxis"]["ticktext"])
     # as many labels as the plot holds without overlapping: its height for the rows, and, the map being about as wide
     # as it is tall in a page's column, the same for the columns
     plot_px = height - top - margins.LEGEND_BELOW_PX

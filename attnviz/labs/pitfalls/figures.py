@@ -30,13 +30,13 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
     values = observation.maps[stage][head].astype(np.float32).copy()  # (n, n)
     values[np.isneginf(observation.maps["masked"][head])] = np.nan  # masked by the code -> grey gap
     fig = figures.attention_heatmap(values, tokens[: values.shape[0]], stage, causal=False, dropout=dropout,
-                                    height=420)
+                                    height=420, title_px=0)
     nan_rows, nan_cols = np.nonzero(np.isnan(observation.maps[stage][head]))  # computed NaN, not a masked gap
     if nan_rows.size:
         fig.add_trace(go.Scatter(x=nan_cols, y=nan_rows, mode="text",  # (key, query) positions, as the map's
                                  text=["NaN"] * nan_rows.size, textfont={"color": LEAK_COLOR, "size": 11},
                                  name="NaN", showlegend=False, hoverinfo="skip"))
-    fig.update_layout(title={"text": ""}, margin={"t": fig.layout.margin.t - figures.MAP_TITLE_PX})
+    fig.update_layout(title={"text": ""})
     return fig
 
 
