@@ -119,6 +119,9 @@ def test_a_single_head_grid():
     fig = figures.mark_focus(figures.heads_grid(trace.steps["weights"][0], "weights"), 0)
     assert head_titles(fig) == ["▶ head 0"]
     assert "1 head" in fig.layout.title.text
+    # its tile is square, not stretched across the page: square cells, the plot area shrunk to the tiles
+    assert fig.layout.yaxis.scaleanchor == "x"
+    assert fig.layout.xaxis.constrain == fig.layout.yaxis.constrain == "domain"
 
 
 def _reference_pool(matrix: np.ndarray, max_size: int, signed: bool) -> np.ndarray:
