@@ -166,6 +166,7 @@ def test_what_this_attention_does_survives_hostile_text_and_a_single_token(tab):
 
 
 TAMPERED = {
+    "layer": ["99", "3", "-1", "x"],  # the book's classes (the default weights) are one layer
     "num_heads": ["7", "abc", "0", "100000", "-4", "1e3"],
     "d_in": ["-1", "0", "99999", "3.5", "nan"],
     "d_out": ["0", "x", "5000"],

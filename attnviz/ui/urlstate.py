@@ -154,6 +154,10 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
             values[key] = parsers[key](raw)
         except (ValueError, TypeError) as exc:
             notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
+    if "layer" in params and values["layer"] and values["weights"] == weights.BOOK:
+        notices.append(f"Ignored URL parameter layer={values['layer']}: the book's classes are one attention layer; "
+                       "pick a checkpoint under Weights for its layers.")
+        values["layer"] = 0
     if "preset" in params and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
         values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
     if is_book(values["preset"]) and "causal" not in params and values["variant"] in variants.VARIANTS:
