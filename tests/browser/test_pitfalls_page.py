@@ -48,3 +48,11 @@ def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, bas
     assert_no_exception(page)
     expect(main.locator("[data-testid=stPlotlyChart]").filter(has_text="sum of each query's weights")).to_have_count(1)
     assert grown_margins(page) == []
+
+    before = runs(page)
+    main.get_by_role("radio", name="rotary on q only").click()  # the correct rotary's bars are round-off
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    bars = main.locator("[data-testid=stPlotlyChart]").filter(has_text="the first token at every position")
+    expect(bars.locator("g.legend")).to_contain_text("correct: score off its diagonal (≤ ")
+    assert grown_margins(page) == []  # the longer legend entry still fits the room kept for it

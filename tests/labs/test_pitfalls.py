@@ -321,6 +321,22 @@ def test_the_cache_figure_has_a_bar_per_cached_forward(lab):
     assert buggy.text[6] == ""
 
 
+@pytest.mark.parametrize("key", ["rope_queries_only", "rope_values"])
+def test_a_rotary_series_too_small_to_see_says_its_size_in_the_legend(lab, key):
+    setup, x = lab
+    result = catalogue.run_pitfall(key, setup, x)
+    fig = pitfall_figures.extra_figure(result, [f"t{i}" for i in range(10)])
+    for trace in fig.data:
+        largest = float(np.max(np.abs(trace.y)))
+        if 0 < largest < pitfall_figures.TOO_SMALL_TO_SEE:  # round-off: no bar to see, so the entry says its size
+            assert trace.name.endswith(f" (≤ {largest:.0e})"), trace.name
+        else:
+            assert "≤" not in trace.name, trace.name
+    correct = fig.data[0]  # the correct rotary's score depends on i − j only: round-off, not a bar
+    assert correct.name.startswith("correct: score off its diagonal (≤ ")
+    assert "≤" not in fig.data[1 if key == "rope_queries_only" else 2].name  # the bug's own series is a bar
+
+
 # ============================== the causality leak detector ==============================
 
 

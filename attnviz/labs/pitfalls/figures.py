@@ -15,7 +15,7 @@ from attnviz.labs.pitfalls.detectors import Observation
 from attnviz.views import figures, margins
 
 LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
-TOO_SMALL_TO_SEE = 1e-4  # a bar of the cache chart below this is labelled with its size
+TOO_SMALL_TO_SEE = 1e-4  # a bar below this can't be seen: the cache chart labels it, a bar chart's legend says so
 UPRIGHT_LABELS_PX = 400  # the widest row of upright category labels a bar chart has room for on a page
 LEGEND_PX = 2 * margins.LEGEND_ROW_PX  # a bar chart's legend of two or three series, on two rows if the page is narrow
 
@@ -53,7 +53,7 @@ def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = T
 def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title: str,
           reference: float | None = None) -> go.Figure:
     labels = figures.position_labels(tokens)
-    fig = go.Figure([go.Bar(x=labels[: len(values)], y=values, name=name, marker_color=color,
+    fig = go.Figure([go.Bar(x=labels[: len(values)], y=values, name=name + _invisible_note(values), marker_color=color,
                             text=["0" if value == 0 else "" for value in values], textposition="outside")
                      for name, values, color in series])  # exact zeros would otherwise be invisible
     if reference is not None:
@@ -63,6 +63,16 @@ def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels[: len(series[0][1])],
                      ticktext=ticktext)
     return fig
+
+
+def _invisible_note(values) -> str:
+    """A series' legend note where none of its bars can be seen: its largest value ("≤ 1e-06", float32 round-off of
+    a correct version), so that its entry does not stand for bars that are not there; "" where a bar shows."""
+    finite = np.abs(np.asarray(values, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    if not finite.size or finite.max() >= TOO_SMALL_TO_SEE or finite.max() == 0:  # all 0: each bar says "0"
+        return ""
+    return f" (≤ {finite.max():.0e})"
 
 
 def row_sums_figure(result: PitfallResult, tokens) -> go.Figure:
