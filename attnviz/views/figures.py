@@ -332,7 +332,7 @@ def heads_grid(
     """All heads as small maps, max-pooled to at most ``max_cells`` per side: one image trace per head
     (named "head h"), tiled on **one** pair of axes by each trace's ``x0``/``y0`` (subplots with an axis pair
     per head redraw far slower).  Cells are square, so a tile is square however few heads there are: the plot
-    area keeps the tiles' shape and sits on the left.
+    area keeps the tiles' shape and sits at the top left.
 
     ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns``; its
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
@@ -384,11 +384,11 @@ def heads_grid(
                   "font": {"size": 13}},
         "height": max(180, 150 * rows + 60), "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10},
         "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
-        # square cells: the plot area shrinks to the tiles (from the left) where the page is wider than they need
+        # square cells: the plot area shrinks to the tiles, which sit at its top left under the title
         "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5], "fixedrange": True, "constrain": "domain",
                   "constraintoward": "left"},
         "yaxis": {"visible": False, "range": [height_cells - 0.5, -0.5], "fixedrange": True, "scaleanchor": "x",
-                  "constrain": "domain"},
+                  "constrain": "domain", "constraintoward": "top"},
         "shapes": shapes, "annotations": annotations,
         "meta": {"tiles": tiles, "size": size, "block": first, "labels": names},
     }

@@ -122,6 +122,7 @@ def test_a_single_head_grid():
     # its tile is square, not stretched across the page: square cells, the plot area shrunk to the tiles
     assert fig.layout.yaxis.scaleanchor == "x"
     assert fig.layout.xaxis.constrain == fig.layout.yaxis.constrain == "domain"
+    assert (fig.layout.xaxis.constraintoward, fig.layout.yaxis.constraintoward) == ("left", "top")  # under the title
 
 
 def _reference_pool(matrix: np.ndarray, max_size: int, signed: bool) -> np.ndarray:
