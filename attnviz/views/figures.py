@@ -382,7 +382,8 @@ def heads_grid(
     layout = {
         "title": {"text": f"{MAP_TITLES.get(stage, stage)}, {heads_text}" + (f"<br><sup>{note}</sup>" if note else ""),
                   "font": {"size": 13}},
-        "height": max(180, 150 * rows + 60), "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10},
+        "height": max(180, _grid_row_px(columns) * rows + 60),
+        "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10},
         "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
         # square cells: the plot area shrinks to the tiles, which sit at its top left under the title
         "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5], "fixedrange": True, "constrain": "domain",
@@ -393,6 +394,15 @@ def heads_grid(
         "meta": {"tiles": tiles, "size": size, "block": first, "labels": names},
     }
     return go.Figure(data=data, layout=layout, _validate=False)
+
+
+GRID_ROW_PX = 150  # a row of six square tiles, about the width of the grid's column on a wide page
+
+
+def _grid_row_px(columns: int) -> int:
+    """A grid row's height: fewer columns get taller rows, so their square tiles span about the width six would (at
+    most twice as tall: one head's tile is not made page-sized)."""
+    return round(GRID_ROW_PX * min(2.0, max(1.0, 6 / columns)))
 
 
 @functools.lru_cache(maxsize=8)

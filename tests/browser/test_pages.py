@@ -244,10 +244,14 @@ def test_heads_selectbox_and_causal_toggle_change_grid_and_url(page, base_url):
     assert grid_titles(page) == ["▶ head 0", "head 1", "head 2", "head 3"]
     expect(page.get_by_test_id("stMain").get_by_test_id("stCaptionContainer").first).to_contain_text(
         "4 heads × 192")
-    # four tiles in a row of a page made for six: they stay square (they were 1.5 times as wide as tall)
-    x_px, y_px = grid_chart(page).locator(".js-plotly-plot").evaluate(
-        "(gd) => [gd._fullLayout.xaxis, gd._fullLayout.yaxis].map(a => a._length / Math.abs(a.range[1] - a.range[0]))")
+    # four tiles in a row of a page made for six: they stay square (they were 1.5 times as wide as tall), and taller
+    # rows let them span the width six would (square in rows of six's height, they left a third of it empty)
+    x_px, y_px, spanned = grid_chart(page).locator(".js-plotly-plot").evaluate(
+        "(gd) => { const f = gd._fullLayout, [x, y] = [f.xaxis, f.yaxis];"
+        " return [...[x, y].map(a => a._length / Math.abs(a.range[1] - a.range[0])),"
+        " x._length / (f.width - f.margin.l - f.margin.r)]; }")
     assert x_px == pytest.approx(y_px, rel=0.02)
+    assert spanned > 0.9
 
     switch = sidebar(page).get_by_role("switch", name="Causal mask")
     expect(switch).to_be_checked()

@@ -125,6 +125,13 @@ def test_a_single_head_grid():
     assert (fig.layout.xaxis.constraintoward, fig.layout.yaxis.constraintoward) == ("left", "top")  # under the title
 
 
+@pytest.mark.parametrize(("heads", "row_px"), [(12, 150), (6, 150), (4, 225), (3, 300), (1, 300)])
+def test_fewer_columns_get_taller_rows_up_to_twice(heads, row_px):
+    maps = np.tril(np.ones((heads, 8, 8), dtype=np.float32))  # (heads, n, n)
+    rows = -(-heads // 6)
+    assert figures.heads_grid(maps, "weights").layout.height == max(180, row_px * rows + 60)
+
+
 def _reference_pool(matrix: np.ndarray, max_size: int, signed: bool) -> np.ndarray:
     """The plain definition: pad with NaN, NaN-aware max (or largest |value| with its sign) of every block."""
     block = max(1, -(-max(matrix.shape) // max_size))
