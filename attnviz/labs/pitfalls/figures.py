@@ -67,12 +67,12 @@ def _bars(tokens, series: list[tuple[str, np.ndarray, str]], title: str, y_title
 
 def _invisible_note(values) -> str:
     """A series' legend note where none of its bars can be seen: its largest value ("≤ 1e-06", float32 round-off of
-    a correct version), so that its entry does not stand for bars that are not there; "" where a bar shows."""
+    a correct version; :func:`_too_small_to_see`), so that its entry does not stand for bars that are not there; ""
+    where a bar shows, or where all are 0 (each bar says so)."""
     finite = np.abs(np.asarray(values, dtype=np.float64))
     finite = finite[np.isfinite(finite)]
-    if not finite.size or finite.max() >= TOO_SMALL_TO_SEE or finite.max() == 0:  # all 0: each bar says "0"
-        return ""
-    return f" (≤ {finite.max():.0e})"
+    size = _too_small_to_see(float(finite.max())) if finite.size else ""
+    return f" (≤ {size})" if size not in ("", "0") else ""
 
 
 def row_sums_figure(result: PitfallResult, tokens) -> go.Figure:
