@@ -200,8 +200,8 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     fig.update_yaxes(range=[0, 1.02])
     names = [head_name(layer, head) for layer, head, _ in _score_lines(*induction.shape[1:])] if induction.size else []
     top, bottom = 50, margins.across([], angle=0)
-    entries = int(np.prod(induction.shape[1:])) if induction.size else 0  # a legend entry a head, and its title
-    fig.update_layout(height=max(360, top + bottom + LEGEND_ENTRY_PX * (entries + 1)),  # the plot holds the legend
+    # the plot holds the legend: an entry a head, and its title
+    fig.update_layout(height=max(360, top + bottom + LEGEND_ENTRY_PX * (len(names) + 1)),
                       margin={"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names), "t": top,
                               "b": bottom},
                       legend={"title": {"text": "head"}, "orientation": "v"})
