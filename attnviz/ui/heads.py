@@ -26,8 +26,9 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
     trace = cached_trace(text, config)
     config = trace.config
     group = config.group_size  # heads that share K/V heads sit side by side, a group never split across rows
+    full = figures.GRID_COLUMNS
     return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout,
-                              columns=group * max(1, 6 // group) if group > 1 else 6, hidden=window_hidden(trace),
+                              columns=group * max(1, full // group) if group > 1 else full, hidden=window_hidden(trace),
                               labels=[grid_label(config, head) for head in range(trace.num_heads)])
 
 

@@ -318,6 +318,9 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
     return layout
 
 
+GRID_COLUMNS = 6  # tiles in a full row of the heads grid
+
+
 def heads_grid(
     maps: np.ndarray,
     stage: str = "weights",
@@ -325,7 +328,7 @@ def heads_grid(
     causal: bool = True,
     dropout: float = 0.0,
     max_cells: int = 64,
-    columns: int = 6,
+    columns: int = GRID_COLUMNS,
     labels: list[str] | None = None,
     hidden: np.ndarray | None = None,
 ) -> go.Figure:
@@ -396,13 +399,13 @@ def heads_grid(
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-GRID_ROW_PX = 150  # a row of six square tiles, about the width of the grid's column on a wide page
+GRID_ROW_PX = 150  # a row of GRID_COLUMNS square tiles, about the width of the grid's column on a wide page
 
 
 def _grid_row_px(columns: int) -> int:
-    """A grid row's height: fewer columns get taller rows, so their square tiles span about the width six would (at
-    most twice as tall: one head's tile is not made page-sized)."""
-    return round(GRID_ROW_PX * min(2.0, max(1.0, 6 / columns)))
+    """A grid row's height: fewer columns get taller rows, so their square tiles span about the width a full row
+    would (at most twice as tall: one head's tile is not made page-sized)."""
+    return round(GRID_ROW_PX * min(2.0, max(1.0, GRID_COLUMNS / columns)))
 
 
 @functools.lru_cache(maxsize=8)
