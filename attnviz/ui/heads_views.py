@@ -37,7 +37,7 @@ def draw(ctx: Context) -> None:
 
     grid_col = beside_shape_diagram(trace, highlight=stage)
     with grid_col:
-        st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid", selection_mode="points",
+        st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid", selection_mode="points", width="content",
                         on_select=functools.partial(focus_from_grid, trace.num_heads),
                         config=plotly_config("attnviz-heads"))
 

@@ -335,7 +335,9 @@ def heads_grid(
     """All heads as small maps, max-pooled to at most ``max_cells`` per side: one image trace per head
     (named "head h"), tiled on **one** pair of axes by each trace's ``x0``/``y0`` (subplots with an axis pair
     per head redraw far slower).  Cells are square, so a tile is square however few heads there are: the plot
-    area keeps the tiles' shape and sits at the top left.
+    area keeps the tiles' shape and sits at the top left.  The figure is as wide as its tiles, its colour bar and its
+    title (``layout.width``, for ``st.plotly_chart(width="content")``; a narrower page shrinks it), so the colour bar
+    sits beside the tiles.
 
     ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns``; its
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
@@ -354,7 +356,7 @@ def heads_grid(
     pooled, block = pooled_display(maps, stage, causal, max_cells, hidden)  # (heads, size, size)
     zmin, zmax, scale = color_range(stage, pooled, dropout)
     size = pooled.shape[1]
-    gap = max(1, math.ceil(size * 0.06))  # between columns, ≈ 8 px
+    gap = size * 0.06  # between columns: ≈ 7 px whatever the tile's side in cells
     title = max(1, math.ceil(size * 0.16))  # above each row of tiles, room for "head 3"
     height_cells, width_cells = rows * (title + size), columns * size + (columns - 1) * gap
     tiles = []
@@ -382,11 +384,18 @@ def heads_grid(
                else "each cell keeps its block's largest |score|")
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
     heads_text = f"all {num_heads} heads" if num_heads > 1 else "1 head"
+    heading = f"{MAP_TITLES.get(stage, stage)}, {heads_text}"
+    height = max(180, _grid_row_px(columns) * rows + 60)
+    margin = {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10}
+    # as wide as its tiles and colour bar (and its title): the colour bar sits beside the tiles however few there
+    # are; a page narrower than that shrinks the tiles, which stay square
+    tiles_px = (height - margin["t"] - margin["b"]) * width_cells / height_cells
+    width = margin["l"] + max(math.ceil(tiles_px) + margin["r"], math.ceil(margins.text_px([heading]) * TITLE_SCALE),
+                              math.ceil(margins.text_px([note]) * SUP_SCALE))
     layout = {
-        "title": {"text": f"{MAP_TITLES.get(stage, stage)}, {heads_text}" + (f"<br><sup>{note}</sup>" if note else ""),
-                  "font": {"size": 13}},
-        "height": max(180, _grid_row_px(columns) * rows + 60),
-        "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10},
+        "title": {"text": heading + (f"<br><sup>{note}</sup>" if note else ""), "font": {"size": 13}},
+        "height": height, "width": width,
+        "margin": margin,
         "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
         # square cells: the plot area shrinks to the tiles, which sit at its top left under the title
         "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5], "fixedrange": True, "constrain": "domain",
@@ -399,6 +408,8 @@ def heads_grid(
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
+TITLE_SCALE = 13 / 12  # the grid's 13 px title against the 12 px labels margins.CHAR_PX measures
+SUP_SCALE = 0.7  # a <sup> line's text against its title's (Plotly draws it at 70 % of the font size)
 GRID_ROW_PX = 150  # a row of GRID_COLUMNS square tiles, about the width of the grid's column on a wide page
 
 

@@ -252,6 +252,10 @@ def test_heads_selectbox_and_causal_toggle_change_grid_and_url(page, base_url):
         " x._length / (f.width - f.margin.l - f.margin.r)]; }")
     assert x_px == pytest.approx(y_px, rel=0.02)
     assert spanned > 0.9
+    gap = grid_chart(page).locator(".js-plotly-plot").evaluate(  # from the tiles' right edge to the colour bar
+        "(gd) => gd.querySelector('.colorbar').getBoundingClientRect().left - gd.getBoundingClientRect().left"
+        " - gd._fullLayout.xaxis._offset - gd._fullLayout.xaxis._length")
+    assert 0 <= gap < 40
 
     switch = sidebar(page).get_by_role("switch", name="Causal mask")
     expect(switch).to_be_checked()

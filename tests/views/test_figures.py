@@ -10,7 +10,7 @@ from helpers.maps import colour_range, pixels
 from attnviz import pipeline
 from attnviz.config import AttentionConfig
 from attnviz.trace import Trace
-from attnviz.views import figures, map_image
+from attnviz.views import figures, map_image, margins
 
 JOURNEY = "Your journey starts with one step"
 
@@ -130,6 +130,23 @@ def test_fewer_columns_get_taller_rows_up_to_twice(heads, row_px):
     maps = np.tril(np.ones((heads, 8, 8), dtype=np.float32))  # (heads, n, n)
     rows = -(-heads // 6)
     assert figures.heads_grid(maps, "weights").layout.height == max(180, row_px * rows + 60)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 12])
+def test_the_grid_is_as_wide_as_its_tiles_so_the_colour_bar_sits_beside_them(heads):
+    layout = figures.heads_grid(np.tril(np.ones((heads, 8, 8), dtype=np.float32)), "weights").layout
+    tiles, size = layout.meta["tiles"], layout.meta["size"]
+    cells_wide, cells_tall = max(x0 for x0, _ in tiles) + size, max(y0 for _, y0 in tiles) + size
+    plot_wide = layout.width - layout.margin.l - layout.margin.r
+    plot_tall = layout.height - layout.margin.t - layout.margin.b
+    assert plot_wide == pytest.approx(plot_tall * cells_wide / cells_tall, abs=1)  # square cells fill the plot
+
+
+def test_a_narrow_grid_is_still_as_wide_as_its_title():
+    trace = pipeline.run(" the" * 300, AttentionConfig(variant="causal"))
+    layout = figures.heads_grid(trace.steps["weights"][0], "weights").layout
+    note = layout.title.text.split("<sup>")[1].removesuffix("</sup>")
+    assert layout.width >= margins.text_px([note]) * 0.7 > 300  # the "downsampled" note, at its <sup> size
 
 
 def _reference_pool(matrix: np.ndarray, max_size: int, signed: bool) -> np.ndarray:
