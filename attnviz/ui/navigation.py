@@ -48,7 +48,11 @@ PAGES = (
 )
 
 
-FAVICON = "👁️"  # an emoji: the browser draws it, where an image file costs the first run its loading and encoding
+# The browser tab's icon: an eye drawn as text in an SVG data URL, which the page uses as it is (what Streamlit's
+# frontend makes of an emoji icon, without the check of the emoji against Streamlit's emoji catalogue, which the first
+# run imports for it; an image file would cost it loading and encoding).  Percent-encoded: ASCII, so not an emoji.
+FAVICON = ("data:image/svg+xml,<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 100 100'>"
+           "<text y='.9em' font-size='90'>%F0%9F%91%81%EF%B8%8F</text></svg>")
 
 
 def navigate(app_pages: list[StreamlitPage]) -> StreamlitPage:

@@ -123,6 +123,8 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
     for label in ("Heads", "Steps", "Shapes", "Tokens"):
         expect(sidebar(page).get_by_test_id("stPageLink-NavLink").filter(has_text=label)).to_be_visible()
     assert page.title().startswith("attnviz · "), page.title()
+    icon = page.locator("link[rel='shortcut icon']").get_attribute("href")  # the eye, drawn by the browser
+    assert icon.startswith("data:image/svg+xml,") and "%F0%9F%91%81" in icon, icon
 
     if route in ("", "heads"):
         assert grid_titles(page) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
