@@ -6,7 +6,8 @@ Streamlit's own multipage model: every run goes through this script.  ``st.navig
 their values across page switches by themselves.  The page then reads its settings with ``ui.setup()``.
 
 A fresh server's first run warms up twice, explicitly, below: the browser starts on Plotly's code while the server
-imports torch (:func:`warm_up_browser`), and the default view is built in a thread (:func:`start_warm_up`).
+imports torch (:func:`warm_up_browser`), and the default view is built in a thread while the rest of the app is
+imported (:func:`start_warm_up`).
 """
 
 import contextlib
@@ -42,19 +43,24 @@ def warm_up_browser():
 
 warm_up_box = warm_up_browser()
 
-from attnviz import ui  # noqa: E402  (torch and the rest: the browser fetches Plotly's code meanwhile)
+
+
+def start_warm_up() -> None:
+    """Once per server process, before the rest of the app is imported: build the default view's tokenizer, seeded
+    embedding table and module in a thread while this first run imports pandas and Streamlit's glue and draws the
+    sidebar (later calls do nothing; ``pipeline.prepare_in_background`` says more)."""
+    from attnviz import pipeline, urlstate  # torch: the browser fetches Plotly's code meanwhile
+
+    pipeline.prepare_in_background(urlstate.config_from_settings(urlstate.DEFAULTS))
+
+
+start_warm_up()
+
+from attnviz import ui  # noqa: E402  (pandas and the rest, while the warm-up builds the default view)
 
 if warm_up_box is not None:
     warm_up_box.empty()
 
-
-def start_warm_up() -> None:
-    """Once per server process: build the default view's tokenizer, seeded embedding table and module in a thread,
-    while this first run draws the sidebar (later calls do nothing; ``ui.warm_up`` says more)."""
-    ui.warm_up(ui.config_from_settings(ui.DEFAULTS))
-
-
-start_warm_up()
 pages = ui.pages()
 page = ui.navigate(pages)  # st.navigation; the sidebar draws the page links itself, above the settings
 with ui.app_frame(page, pages):

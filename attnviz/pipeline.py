@@ -9,6 +9,7 @@ Traces by bytes for every session.  ``AttentionConfig`` and the errors live in :
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from attnviz.producers import book
 from attnviz.text import clean_text, prepare_text
 from attnviz.trace import Trace, trace_nbytes
 
-__all__ = ["TraceCache", "estimate_nbytes", "prepare", "run", "run_ids", "settle"]
+__all__ = ["TraceCache", "estimate_nbytes", "prepare", "prepare_in_background", "run", "run_ids", "settle"]
 
 
 def run(text: str, config: AttentionConfig) -> Trace:
@@ -59,6 +60,25 @@ def prepare(config: AttentionConfig) -> None:
     tokens.get_encoding()
     if config.checkpoint is None and config.module is None:
         book.prepare(config.validate())
+
+
+_warm_up_claim = threading.Lock()  # acquired by the process's one warm-up, never released
+
+
+def prepare_in_background(config: AttentionConfig) -> bool:
+    """:func:`prepare` in a thread ("attnviz-warm-up"), once per process; True when this call started it.  A fresh
+    server's first run starts it (``app.py``) before it imports the rest of the app, so the tokenizer, the 154 MB
+    seeded embedding table and the module are built while that run imports pandas and draws the sidebar (torch draws
+    the table without holding the GIL).  It only saves time: the page's own run reports any problem."""
+    if not _warm_up_claim.acquire(blocking=False):
+        return False
+    threading.Thread(target=_prepare_quietly, args=(config,), name="attnviz-warm-up", daemon=True).start()
+    return True
+
+
+def _prepare_quietly(config: AttentionConfig) -> None:
+    with contextlib.suppress(Exception):  # the page's own run builds it again and says what went wrong
+        prepare(config)
 
 
 def estimate_nbytes(text: str, config: AttentionConfig) -> int:

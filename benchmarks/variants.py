@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from attnviz import pipeline, tokens, variants  # noqa: E402
 from attnviz.config import AttentionConfig  # noqa: E402
-from attnviz.ui.urlstate import DEFAULTS  # noqa: E402
+from attnviz.urlstate import DEFAULTS  # noqa: E402
 
 SIZES = {"d_in": 768, "d_out": 768, "num_heads": 12, "dropout": 0.1}
 NEW_SETTINGS = {key: DEFAULTS[key] for key in ("num_kv_groups", "latent_dim", "sliding_window_size")}  # the sidebar's

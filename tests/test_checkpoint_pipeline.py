@@ -50,8 +50,8 @@ def checkpoint_dir(hf_model, tmp_path_factory) -> str:
 
 
 def config_for(path: str, layer: int = 0, causal: bool = True) -> AttentionConfig:
-    """What the sidebar builds for a checkpoint (ui.urlstate.config_from_settings)."""
-    from attnviz.ui.urlstate import DEFAULTS, config_from_settings
+    """What the sidebar builds for a checkpoint (urlstate.config_from_settings)."""
+    from attnviz.urlstate import DEFAULTS, config_from_settings
 
     return config_from_settings({**DEFAULTS, "layer": layer, "causal": causal}, path).validate()
 

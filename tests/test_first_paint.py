@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from attnviz import embedding, pipeline, ui
+from attnviz import embedding, pipeline, ui, urlstate
 from attnviz.config import AttentionConfig
 from attnviz.producers import book
 from attnviz.ui import cache
@@ -68,12 +68,8 @@ def test_a_run_after_prepare_builds_nothing_and_gives_the_same_numbers(counted_b
     assert (trace.steps["weights"] == fresh.steps["weights"]).all() and (trace.output == fresh.output).all()
 
 
-def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
-    """Importing attnviz.ui outside a Streamlit runtime (tests, scripts) starts no thread."""
-    from streamlit import runtime
-
-    assert not runtime.exists()
-    monkeypatch.setattr(cache, "_warm_up_started", threading.Event())
+def test_the_warm_up_starts_one_thread_once_per_process(monkeypatch):
+    monkeypatch.setattr(pipeline, "_warm_up_claim", threading.Lock())
     started = []
 
     class Thread:
@@ -83,16 +79,20 @@ def test_the_warm_up_runs_only_in_a_streamlit_runtime(monkeypatch):
         def start(self):
             pass
 
-    monkeypatch.setattr(cache.threading, "Thread", Thread)
-    assert not cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
-    assert started == [] and not cache._warm_up_started.is_set()
-    monkeypatch.setattr(runtime, "exists", lambda: True)  # as in a server: one thread, once
-    assert cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
-    assert not cache.warm_up(ui.config_from_settings(ui.DEFAULTS))
-    assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up"
+    monkeypatch.setattr(pipeline.threading, "Thread", Thread)
+    config = urlstate.config_from_settings(urlstate.DEFAULTS)
+    assert pipeline.prepare_in_background(config)
+    assert not pipeline.prepare_in_background(config)
+    assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up" and started[0]["args"] == (config,)
 
 
-# --- app.py starts the warm-up; importing attnviz.ui starts nothing ---
+def test_a_failing_warm_up_says_nothing(monkeypatch):
+    """It only saves time: a problem is the page's own run's to report."""
+    monkeypatch.setattr(pipeline, "prepare", lambda config: 1 / 0)
+    pipeline._prepare_quietly(AttentionConfig())
+
+
+# --- app.py starts the warm-up, before it imports attnviz.ui; importing attnviz.ui starts nothing ---
 
 
 def test_app_starts_the_warm_up_once_and_importing_the_ui_does_not(monkeypatch):
@@ -101,18 +101,44 @@ def test_app_starts_the_warm_up_once_and_importing_the_ui_does_not(monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    monkeypatch.setattr(cache, "_warm_up_started", threading.Event())
+    monkeypatch.setattr(pipeline, "_warm_up_claim", threading.Lock())
     prepared = []
-    monkeypatch.setattr(cache, "_prepare_quietly", lambda config: prepared.append(threading.current_thread().name))
+    monkeypatch.setattr(pipeline, "_prepare_quietly", lambda config: prepared.append(
+        (threading.current_thread().name, config)))
     importlib.reload(ui)  # an import of the package starts nothing
-    assert not cache._warm_up_started.is_set()
+    assert not pipeline._warm_up_claim.locked()
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120).run()
     assert not at.exception, at.exception
     at.run()
     for thread in threading.enumerate():
         if thread.name == "attnviz-warm-up":
             thread.join(10)
-    assert prepared == ["attnviz-warm-up"], "app.py starts it, once per process"
+    assert prepared == [("attnviz-warm-up", urlstate.config_from_settings(urlstate.DEFAULTS))], "once per process"
+
+
+@pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
+def test_a_fresh_servers_first_run_starts_the_warm_up_before_it_imports_pandas_and_the_ui():
+    """So the default view is built while that run imports them (benchmarks/README.md has what it saves)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import sys
+from streamlit.testing.v1 import AppTest
+from attnviz import pipeline
+started, real = [], pipeline.prepare_in_background
+def prepare_in_background(config):
+    started.append(("attnviz.ui" in sys.modules, "pandas" in sys.modules))
+    return real(config)
+pipeline.prepare_in_background = prepare_in_background
+at = AppTest.from_file("app.py", default_timeout=120).run()
+assert not at.exception, at.exception
+assert started == [(False, False)], started
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 # --- setup(): the objects the server imported are frozen once, out of the collection after every script run ---

@@ -12,7 +12,7 @@ import torch
 from attnviz import attention, pipeline, variants
 from attnviz.config import AttentionConfig
 from attnviz.labs import compare
-from attnviz.ui import urlstate
+from attnviz import urlstate
 from attnviz.views import diagram, source, steps
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,11 +8,11 @@ their values across page switches by themselves.  The page then calls :func:`set
 ``app.py`` (a fresh server's first request for ``/steps?…``) is rerun through it by ``setup``/``page_setup``.
 
 The settings are bound to the URL in :mod:`~attnviz.ui.state` (read on a session's first run, written on every
-run); page widgets (the focused head, a stage) are kept while their page is not shown by ``state.keep_widgets``.
+run; their defaults, their parsing and their AttentionConfig are :mod:`attnviz.urlstate`'s, below Streamlit); page
+widgets (the focused head, a stage) are kept while their page is not shown by ``state.keep_widgets``.
 
 One module per job:
 
-* ``urlstate`` — settings ↔ URL parameters ↔ AttentionConfig (no Streamlit calls);
 * ``navigation`` — the pages ``app.py`` navigates between; a page script run without ``app.py`` rerun through it;
 * ``state``    — the settings' widget state bound to the URL, page widgets kept across page switches, ``page_bind``;
 * ``sidebar``  — the shared sidebar, drawn by ``app.py``;
@@ -37,7 +37,6 @@ One module per job:
 # (tests/browser/test_concurrency.py: several fresh sessions at once).
 import pandas  # noqa: F401, I001
 
-from attnviz.ui.cache import warm_up
 from attnviz.ui.checkpoint import next_token_panel, position_label
 from attnviz.ui.frame import (
     app_frame,
@@ -53,11 +52,11 @@ from attnviz.ui.layer_views import draw_layer_views
 from attnviz.ui.navigation import navigate, pages
 from attnviz.ui.sidebar import sidebar
 from attnviz.ui.state import page_bind
-from attnviz.ui.urlstate import DEFAULTS, config_from_settings, markdown_escape, settings_from_query
+from attnviz.urlstate import DEFAULTS, config_from_settings, markdown_escape, settings_from_query
 
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
     "DEFAULTS", "app_frame", "beside_shape_diagram", "config_from_settings", "draw_layer_views", "focused_head",
     "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind", "page_setup", "pages",
     "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup", "sidebar",
-    "variant_label", "warm_up", "weights_caption", "window_selector",
+    "variant_label", "weights_caption", "window_selector",
 ]

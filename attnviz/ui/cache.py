@@ -235,27 +235,3 @@ def trace_of(key: tuple) -> Trace:
     session for two minutes: if they held the Trace itself, every session would pin ~210 MB per
     1024-token input past the cache's byte bound.  They hold this key instead."""
     return cached_trace(*key)
-
-
-
-
-_warm_up_started = threading.Event()
-
-
-def warm_up(config: AttentionConfig) -> bool:
-    """In a Streamlit runtime (a server, or AppTest), build what the first run of ``config`` (the default view)
-    needs in a background thread, once per process: a fresh server's first page sets up its sidebar while
-    the tokenizer, the 154 MB seeded embedding table and the module are built (torch draws the table without
-    holding the GIL).  Plain imports (tests, scripts) start nothing.  True when this call started it."""
-    from streamlit import runtime
-
-    if _warm_up_started.is_set() or not runtime.exists():
-        return False
-    _warm_up_started.set()
-    threading.Thread(target=_prepare_quietly, args=(config,), name="attnviz-warm-up", daemon=True).start()
-    return True
-
-
-def _prepare_quietly(config: AttentionConfig) -> None:
-    with contextlib.suppress(Exception):  # a warm-up only saves time; the page's own run reports any problem
-        pipeline.prepare(config)

@@ -23,7 +23,7 @@ from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import ViewSlots, drawn, fill_view_slots, sidebar
 from attnviz.ui.state import keep_widgets
-from attnviz.ui.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
+from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from attnviz.models import CheckpointError, generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
-from attnviz.ui.urlstate import markdown_escape
+from attnviz.urlstate import markdown_escape
 from attnviz.views import diagram, generation_figures
 
 DEFAULT_NEW = 20

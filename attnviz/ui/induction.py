@@ -12,7 +12,7 @@ from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
-from attnviz.ui.urlstate import markdown_escape
+from attnviz.urlstate import markdown_escape
 from attnviz.views import head_figures
 
 NO_LOSS = ("The book's classes are one attention layer on seeded random embeddings, with no language-model "

@@ -12,7 +12,7 @@ from attnviz import checks, tracing
 from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
 from attnviz.ui.cache import cached_trace
-from attnviz.ui.urlstate import markdown_escape
+from attnviz.urlstate import markdown_escape
 
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it
 

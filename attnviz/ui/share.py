@@ -11,7 +11,7 @@ import streamlit as st
 from attnviz.trace import Trace
 from attnviz.ui.cache import trace_key, trace_of
 from attnviz.ui.state import page_bind
-from attnviz.ui.urlstate import MAX_URL_TEXT, SETTING_KEYS, share_query
+from attnviz.urlstate import MAX_URL_TEXT, SETTING_KEYS, share_query
 
 
 def share_and_export(trace: Trace | None) -> None:

@@ -25,7 +25,7 @@ from attnviz.config import (
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.state import URL_NOTICES, bind, set_setting, settings_from_url
-from attnviz.ui.urlstate import (
+from attnviz.urlstate import (
     PAGE_PARAMS,
     PRESET_DIMS,
     PRESETS,

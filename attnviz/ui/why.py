@@ -10,7 +10,7 @@ import streamlit as st
 from attnviz.explain import ExplainError, WeightExplanation, attention_sums, explain_weight
 from attnviz.trace import Trace
 from attnviz.ui.frame import plotly_config
-from attnviz.ui.urlstate import markdown_escape
+from attnviz.urlstate import markdown_escape
 from attnviz.views import explain_figures
 
 

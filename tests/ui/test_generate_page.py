@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnviz import kv_cache_bytes, models, tokens, weights
 from attnviz.ui.generate import NO_MODEL, RANDOM_ATTENTION
-from attnviz.ui.urlstate import markdown_escape
+from attnviz.urlstate import markdown_escape
 
 pytest.importorskip("transformers")
 
