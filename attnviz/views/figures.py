@@ -391,7 +391,7 @@ def heads_grid(
     # are; a page narrower than that shrinks the tiles, which stay square
     tiles_px = (height - margin["t"] - margin["b"]) * width_cells / height_cells
     width = margin["l"] + max(math.ceil(tiles_px) + margin["r"], math.ceil(margins.text_px([heading]) * TITLE_SCALE),
-                              math.ceil(margins.text_px([note]) * SUP_SCALE))
+                              math.ceil(margins.text_px([note]) * TITLE_SCALE * SUP_SCALE))
     layout = {
         "title": {"text": heading + (f"<br><sup>{note}</sup>" if note else ""), "font": {"size": 13}},
         "height": height, "width": width,
