@@ -44,7 +44,6 @@ def warm_up_browser():
 warm_up_box = warm_up_browser()
 
 
-
 def start_warm_up() -> None:
     """Once per server process, before the rest of the app is imported: build the default view's tokenizer, seeded
     embedding table and module in a thread while this first run imports pandas and Streamlit's glue and draws the

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz import attention, pipeline, variants
+from attnviz import attention, pipeline, urlstate, variants
 from attnviz.config import AttentionConfig
 from attnviz.labs import compare
-from attnviz import urlstate
 from attnviz.views import diagram, source, steps
 
 ROOT = Path(__file__).resolve().parents[1]

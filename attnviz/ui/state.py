@@ -19,8 +19,8 @@ import streamlit as st
 from attnviz import variants, weights
 from attnviz.config import nearest_divisors
 from attnviz.ui import weights as ui_weights
-from attnviz.urlstate import PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
 from attnviz.ui.weights import WEIGHTS_REQUEST
+from attnviz.urlstate import PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
 
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
 
