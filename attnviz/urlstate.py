@@ -173,8 +173,6 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
     return values, notices
 
 
-
-
 def config_from_settings(values: dict, checkpoint: str | None = None) -> AttentionConfig:
     """The run's config; settings that don't apply to the variant are normalised (one cache entry).
 
