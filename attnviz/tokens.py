@@ -31,6 +31,11 @@ class RanksFileError(RuntimeError):
     """The shipped GPT-2 ranks file is missing or corrupt."""
 
 
+def counted(n: int) -> str:
+    """``n`` tokens in words: "1 token", "6 tokens"."""
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 def load_ranks(path: Path = RANKS_PATH, expected_sha256: str = RANKS_SHA256) -> dict[bytes, int]:
     """Read a ``.tiktoken`` ranks file (``base64(token) rank`` per line) after checking its hash."""
     try:

@@ -8,6 +8,7 @@ import streamlit as st
 
 from attnviz import ui, variants
 from attnviz.labs import compare
+from attnviz.tokens import counted
 from attnviz.ui import compute
 from attnviz.views import saturation
 
@@ -23,7 +24,7 @@ with st.spinner("Running every variant…"):
     result = compute.comparison(ctx.trace_key, dataclasses.astuple(base))
 
 st.title("Compare variants")
-st.caption(f"{result.n} tokens · the same input embeddings and seed {base.seed} for every variant · eval mode "
+st.caption(f"{counted(result.n)} · the same input embeddings and seed {base.seed} for every variant · eval mode "
            f"(dropout off) · CPU · {compare.heads_text(base.num_heads)} of {base.d_out // base.num_heads} "
            "for the multi-head ones")
 if result.truncated:

@@ -7,6 +7,7 @@ from attnviz import ui
 from attnviz.labs.pitfalls import catalogue, detectors, workbench
 from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
+from attnviz.tokens import counted
 from attnviz.ui import compute
 
 ctx = ui.setup(book_classes=True)
@@ -30,7 +31,7 @@ tokens = workbench.lab_tokens(trace.tokens)
 n = len(tokens)
 
 st.title("Pitfall lab")
-st.caption(f"{setup.describe()} · {n} tokens · eval mode unless a bug says otherwise")
+st.caption(f"{setup.describe()} · {counted(n)} · eval mode unless a bug says otherwise")
 for note in setup.notes:
     st.caption(f":material/info: {note}")
 

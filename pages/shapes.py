@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from attnviz import ui
+from attnviz.tokens import counted
 from attnviz.views import checkpoint_view, diagram
 
 ctx = ui.setup()
@@ -12,7 +13,7 @@ if ctx is None:
 trace, config = ctx.trace, ctx.trace.config
 
 st.title("Tensor shapes through the pipeline")
-st.caption(f"{ui.weights_caption(ctx)} · {trace.n} tokens — shapes are read from the tensors of this run.")
+st.caption(f"{ui.weights_caption(ctx)} · {counted(trace.n)} — shapes are read from the tensors of this run.")
 if ctx.checkpoint:
     st.subheader("The whole model: tokens → logits")
     st.caption(f"Block {trace.model.layer} is expanded; its attention (highlighted) is drawn in detail below.")

@@ -126,6 +126,16 @@ def test_every_page_survives_hostile_text_and_keeps_it(page):
         assert at.sidebar.text_area(key="text").value == text, name
 
 
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/shapes.py", "pages/compare.py", "pages/pitfalls.py"])
+def test_a_single_token_is_one_token_in_the_pages_caption(page):
+    at = _app().run()
+    at.switch_page(page).run()
+    at.sidebar.text_area(key="text").set_value("x").run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = [c.value for c in at.caption]
+    assert any("1 token " in c for c in captions) and not any("1 tokens" in c for c in captions), captions
+
+
 @pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/tokens.py", "pages/induction.py"])
 def test_pages_with_the_bundled_model_survive_hostile_text_and_keep_it(page):
     """The same hostile texts through a trained GPTModel (the bundled model): a view or a plain message."""

@@ -253,3 +253,7 @@ def test_missing_ranks_file_raises(tmp_path):
 
 def test_ranks_file_error_is_runtime_error():
     assert issubclass(tokens.RanksFileError, RuntimeError)
+
+
+def test_counted_says_one_token_and_many_tokens():
+    assert [tokens.counted(n) for n in (0, 1, 2, 1024)] == ["0 tokens", "1 token", "2 tokens", "1024 tokens"]

@@ -9,6 +9,7 @@ import functools
 import streamlit as st
 
 from attnviz.attention import MAP_STAGES
+from attnviz.tokens import counted
 from attnviz.ui import head_labels, module_check
 from attnviz.ui.checkpoint import layers_overview
 from attnviz.ui.focus import focus_from_grid, focus_from_row
@@ -28,7 +29,7 @@ def draw(ctx: Context) -> None:
     from attnviz.views import figures
 
     trace, config = ctx.trace, ctx.trace.config
-    st.caption(f"{weights_caption(ctx)} · {'causal mask' if config.causal else 'no mask'} · {trace.n} tokens · "
+    st.caption(f"{weights_caption(ctx)} · {'causal mask' if config.causal else 'no mask'} · {counted(trace.n)} · "
                f"device {trace.device}")
 
     stage = st.segmented_control(

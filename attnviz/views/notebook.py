@@ -6,6 +6,7 @@ same pure builders the app's Heads page draws from.
 
 from __future__ import annotations
 
+from attnviz.tokens import counted
 from attnviz.views import diagram, figures
 
 
@@ -39,7 +40,7 @@ def show(trace_or_module, text: str | None = None, *, stage: str = "weights", he
         trace = tracing.trace_module(trace_or_module, text)
     parts = figures_of(trace, stage, head)
     title = trace.module_run.class_name if trace.module_run is not None else trace.config.spec.label
-    display(HTML(f"<h4>{title}: {trace.num_heads} heads · {trace.n} tokens</h4>"))
+    display(HTML(f"<h4>{title}: {trace.num_heads} heads · {counted(trace.n)}</h4>"))
     display(parts["grid"])
     display(parts["head"])
     display(HTML(parts["flow"]))
