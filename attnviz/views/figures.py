@@ -357,7 +357,7 @@ def heads_grid(
     zmin, zmax, scale = color_range(stage, pooled, dropout)
     size = pooled.shape[1]
     gap = size * 0.06  # between columns: ≈ 7 px whatever the tile's side in cells
-    title = max(1, math.ceil(size * 0.16))  # above each row of tiles, room for "head 3"
+    title = size * 0.16  # above each row of tiles, room for "head 3" (a share of a tile: one cell is a whole tile of 1)
     height_cells, width_cells = rows * (title + size), columns * size + (columns - 1) * gap
     tiles = []
     for head in range(num_heads):
