@@ -46,35 +46,40 @@ if bug == "none":
     st.dataframe(pd.DataFrame(catalogue.table()), hide_index=True)
 else:
     pitfall = PITFALLS[bug]
+    why_not = pitfall.unavailable(setup)
     if not config.causal and pitfall.in_mask:
         st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); "
-                   "the sidebar's causal toggle applies to the leak detector below.")
-    with st.spinner("Running both versions…"):
-        result = compute.pitfall(ctx.trace_key, wanted_heads, bug, trace)
+                   f"the leak detector below follows {catalogue.causal_source(config)}.")
     st.subheader(pitfall.title)
     st.code(catalogue.diff_text(bug), language="diff")
     st.markdown(pitfall.explanation)
-    stage = pitfall.stage
-    correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
-    head = min(pitfall.head, setup.num_heads - 1)
-    for column, version, name in zip(st.columns(2), (result.correct, result.buggy), (correct_name, "with the bug")):
-        with column:
-            st.markdown(f"**{name.capitalize()}**")
-            verdict_box(version, buggy=version is result.buggy)
-            if version.observation.error is None and pitfall.draws_weights:
-                st.caption(f"head {head} of {setup.num_heads}: {stage}, {name}"
-                           + (", call 1" if stage == "dropped" else ""))
-                fig = pitfall_figures.weights_figure(version.observation, tokens, head=head, stage=stage,
-                                                     dropout=setup.dropout)
-                st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
-    if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
-        st.plotly_chart(extra, config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
+    if why_not is not None:
+        st.info(why_not, icon=":material/info:")
+    else:
+        with st.spinner("Running both versions…"):
+            result = compute.pitfall(ctx.trace_key, wanted_heads, bug, trace)
+        stage = pitfall.stage
+        correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
+        head = min(pitfall.head, setup.num_heads - 1)
+        for column, version, name in zip(st.columns(2), (result.correct, result.buggy),
+                                         (correct_name, "with the bug")):
+            with column:
+                st.markdown(f"**{name.capitalize()}**")
+                verdict_box(version, buggy=version is result.buggy)
+                if version.observation.error is None and pitfall.draws_weights:
+                    st.caption(f"head {head} of {setup.num_heads}: {stage}, {name}"
+                               + (", call 1" if stage == "dropped" else ""))
+                    fig = pitfall_figures.weights_figure(version.observation, tokens, head=head, stage=stage,
+                                                         dropout=setup.dropout)
+                    st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
+        if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
+            st.plotly_chart(extra, config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
 
 st.header("Causality leak detector")
-runs_on = "the book's code" if bug == "none" else f"the code with bug {PITFALLS[bug].title}"
-st.caption(f"Add seeded noise to one token's input embedding, rerun {runs_on} (causal mask "
-           f"{'on' if config.causal else 'off'} in the sidebar) and measure how far every output moves. "
-           "With a causal mask, every position before the perturbed token must stay *exactly* the same (Δ == 0).")
+leak_bug = None if bug == "none" else bug
+st.caption(f"Add seeded noise to one token's input embedding, rerun {catalogue.leak_subject(config, setup, leak_bug)} "
+           "and measure how far every output moves. With a causal mask, every position before the perturbed token must "
+           "stay *exactly* the same (Δ == 0).")
 if n < 2:
     st.info("One token: nothing comes before it, so there is nothing to leak into. Type more text.",
             icon=":material/info:")
@@ -82,7 +87,7 @@ else:
     j = st.select_slider("Perturbed token j", list(range(n)), format_func=ui.position_label(tuple(tokens)),
                          **ui.page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n))
     with st.spinner("Perturbing…"):
-        report = compute.leak(ctx.trace_key, wanted_heads, None if bug == "none" else bug, j, trace)
+        report = compute.leak(ctx.trace_key, wanted_heads, leak_bug, j, trace)
     if "error" in report:
         st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
                    "there is nothing to compare.", icon=":material/error:")

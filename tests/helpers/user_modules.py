@@ -62,6 +62,18 @@ class TorchMHA(nn.Module):
         return out
 
 
+class Bidirectional(nn.Module):
+    """nn.MultiheadAttention with no mask, as an encoder runs it: every token sees every other one."""
+
+    def __init__(self, embed_dim=32, num_heads=4):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)
+
+    def forward(self, x):
+        out, _ = self.attn(x, x, x, need_weights=False)
+        return out
+
+
 class SDPAWithMask(nn.Module):
     """Separate projections; SDPA with an explicit boolean (True = takes part) or float (0 / -inf) causal mask."""
 

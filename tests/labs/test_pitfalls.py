@@ -337,6 +337,33 @@ def test_a_rotary_series_too_small_to_see_says_its_size_in_the_legend(lab, key):
     assert "≤" not in fig.data[1 if key == "rope_queries_only" else 2].name  # the bug's own series is a bar
 
 
+ROTARY = ["rope_queries_only", "rope_values"]
+
+
+@pytest.mark.parametrize(("d_out", "heads"), [(36, 12), (3, 1)])
+def test_rotary_pitfalls_at_an_odd_head_dim_say_why_instead_of_raising(d_out, heads):
+    setup, x = lab_for(small_config(d_in=36, d_out=d_out, num_heads=heads))
+    assert setup.head_dim == 3
+    for key in ROTARY:
+        why = PITFALLS[key].unavailable(setup)
+        assert why is not None and why.startswith("Rotary positions need an even head_dim (it is 3: "), key
+        with pytest.raises(catalogue.PitfallUnavailableError) as raised:
+            catalogue.run_pitfall(key, setup, x)
+        assert str(raised.value) == why  # the message, not PyTorch's shape error from both versions
+    for key in PITFALLS.keys() - set(ROTARY):  # every other pitfall runs at these sizes
+        assert PITFALLS[key].unavailable(setup) is None, key
+    assert catalogue.run_pitfall("masked_fill", setup, x).buggy.fired
+
+
+def test_rotary_pitfalls_run_at_an_even_head_dim(lab):
+    setup, x = lab
+    assert setup.head_dim == 8
+    for key in ROTARY:
+        assert PITFALLS[key].unavailable(setup) is None
+        result = catalogue.run_pitfall(key, setup, x)
+        assert result.buggy.fired and not result.correct.fired
+
+
 # ============================== the causality leak detector ==============================
 
 
@@ -403,6 +430,18 @@ def test_leak_check_on_a_bug_that_raises_gives_the_error(lab):
     assert "view size is not compatible" in report["error"]
     assert catalogue.leak_check(setup, x, 3, causal=True)["verdict"] == "no leak"
     assert catalogue.leak_check(setup, x, 3, causal=False)["leaked"] == [0, 1, 2]
+
+
+
+def test_leak_check_on_a_bug_that_cannot_run_at_these_sizes_runs_the_books_code():
+    setup, x = lab_for(small_config(d_in=36, d_out=36, num_heads=12))  # head_dim 3: no rotary
+    for causal in (True, False):
+        book = catalogue.leak_check(setup, x, 3, causal=causal)
+        for key in ROTARY:
+            report = catalogue.leak_check(setup, x, 3, causal=causal, bug=key)
+            assert "error" not in report and report["bug"] is None
+            assert report["verdict"] == book["verdict"] and np.array_equal(report["delta"], book["delta"])
+    assert catalogue.leak_check(setup, x, 3, causal=True, bug="masked_fill")["bug"] == "masked_fill"
 
 
 @settings(max_examples=25, deadline=None)
@@ -580,6 +619,47 @@ def test_leak_on_trace_follows_the_traces_causal_setting():
     assert catalogue.leak_on_trace(causal, 4, "masked_fill", 3)["leaked"] == [0, 1, 2]
 
 
+def test_the_leak_detector_says_what_it_reruns_and_who_sets_its_mask():
+    config = small_config(causal=False)
+    setup, _ = lab_for(config)
+    assert catalogue.leak_subject(config, setup, None) == (
+        "the book's code (causal mask off, set by the sidebar's causal toggle)")
+    assert catalogue.leak_subject(config, setup, "masked_fill") == (
+        f"the code with bug {PITFALLS['masked_fill'].title} (causal mask off, set by the sidebar's causal toggle)")
+    # the lab's own classes ignore the toggle: the leak check runs them masked
+    assert catalogue.leak_subject(config, setup, "gqa_repeat").endswith(
+        "(causal mask on: the lab's own class always masks the future)")
+    x = workbench.lab_inputs(pipeline.run(TEXT, config).embeddings["input"])
+    assert catalogue.leak_check(setup, x, 3, causal=False, bug="gqa_repeat")["leaked"] == []
+    # a variant that decides its mask: the sidebar's toggle is greyed out
+    window = small_config(variant="swa", causal=True)
+    assert catalogue.leak_subject(window, setup, None) == (
+        "the book's code (causal mask on, set by the variant: Sliding-window attention always hides the future; its "
+        "window also hides keys W or more behind)")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_users_module_sets_the_leak_detectors_mask_not_the_sidebar(causal):
+    """A user's module decides whether it masks the future (config.causal is what attnviz found in it); the lab's
+    book code follows it, and the caption says so, not "in the sidebar" (the sidebar's toggle is greyed out)."""
+    config = small_config(module="Your module: Bidirectional", causal=causal)
+    setup, _ = lab_for(small_config())
+    subject = catalogue.leak_subject(config, setup, None)
+    does = "masks" if causal else "does not mask"
+    assert subject == (f"the book's code (causal mask {'on' if causal else 'off'}, set by Your module: Bidirectional, "
+                       f"which {does} the future; the sidebar's toggle does not apply to it)")
+    assert "in the sidebar" not in subject
+
+
+def test_the_leak_detector_says_a_bug_that_cannot_run_here_is_replaced_by_the_books_code():
+    config = small_config(d_in=36, d_out=36, num_heads=12)
+    setup, _ = lab_for(config)
+    assert catalogue.leak_subject(config, setup, "rope_values") == (
+        "the book's code, as bug rotary on values cannot run at these sizes, (causal mask on, set by the sidebar's "
+        "causal toggle)")
+
+
+
 def test_the_overview_table_lists_every_bug_with_both_lines():
     table = catalogue.table()
     assert [len(column) for column in table.values()] == [len(PITFALLS)] * 3
@@ -688,3 +768,24 @@ def test_single_head_variant_says_which_heads_the_lab_uses():
     at.segmented_control(key="pitfalls_bug").set_value("scale_d_out").run()
     no_exception(at)
     assert any("1/√768, but head_dim is 64" in v for v in lab_verdicts(at))
+
+
+@pytest.mark.parametrize("query", [{"text": "x y", "d_in": "36", "d_out": "36", "num_heads": "12"},
+                                   {"d_out": "3", "num_heads": "1"}])
+def test_rotary_pitfalls_at_an_odd_head_dim_say_why_and_the_rest_of_the_page_works(query):
+    at = page(**query)
+    no_exception(at)
+    for key in ROTARY:
+        at.segmented_control(key="pitfalls_bug").set_value(key).run()
+        no_exception(at)
+        notes = [box.value for box in at.info]
+        assert any(note.startswith("Rotary positions need an even head_dim (it is 3: ") for note in notes), notes
+        assert lab_verdicts(at) == []  # no verdict from a shape error in both versions
+        assert any(block.value == catalogue.diff_text(key) for block in at.code)
+        assert leak_verdict(at) == "**Verdict:** no leak"  # the leak detector runs the book's code, and says so
+        assert any("the book's code, as bug " in caption.value for caption in at.caption)
+        assert [fig["data"][0]["type"] for fig in plotly_figures(at)] == ["bar"]  # the leak chart
+    at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
+    no_exception(at)
+    assert any(v.startswith("**Detected:**") for v in lab_verdicts(at))
+    assert leak_verdict(at).startswith("**Verdict:** leaks into positions 0")

@@ -1,7 +1,8 @@
 """Pitfall lab, the catalogue: the pitfalls (texts, the correct module, how to build the bug, which detector and
 figure) — seven in the book's MultiHeadAttention, four in today's attention (grouped-query, sliding-window,
 rotary) and three in a KV cache — and running one of them, or the leak detector, on the correct and the buggy
-module (of an app's Trace).
+module (of an app's Trace).  A pitfall that cannot run at the lab's sizes (the rotary bugs at an odd head_dim)
+says why (:meth:`Pitfall.unavailable`) instead of raising PyTorch's shape error from both versions.
 
 Pure torch: no figures, no Streamlit.
 """
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from attnviz.attention import MultiHeadAttention
+from attnviz.config import AttentionConfig
 from attnviz.labs.pitfalls import modern
 from attnviz.labs.pitfalls.bugs import (
     MaskedFillWithoutUnderscore,
@@ -45,6 +47,10 @@ from attnviz.trace import Trace
 
 # --------------------------------------------------------------------------- the catalogue
 
+class PitfallUnavailableError(ValueError):
+    """The pitfall cannot run at the lab's sizes; the message says why (:meth:`Pitfall.unavailable`)."""
+
+
 @dataclass(frozen=True)
 class Pitfall:
     key: str
@@ -59,6 +65,11 @@ class Pitfall:
     in_mask: bool = False  # the bug lives in the causal mask (the lab keeps the mask on for it)
     correct: Callable[[LabSetup], nn.Module] = build_correct  # the correct module (the book's MHA unless said)
     head: int = 0  # the head the page draws (the grouped-query bug shows from head 1 on)
+    needs: Callable[[LabSetup], str | None] | None = None  # why the setup's sizes cannot run it, or None
+
+    def unavailable(self, setup: LabSetup) -> str | None:
+        """Why neither version can run at the setup's sizes (a sentence for the page), None when they can."""
+        return None if self.needs is None else self.needs(setup)
 
     @property
     def stage(self) -> str:
@@ -92,6 +103,15 @@ def _lab_module(cls: type[nn.Module], setup: LabSetup) -> nn.Module:
     with seeded(setup.seed):
         module = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads, **sizes)
     return module.eval()
+
+
+def _even_head_dim(setup: LabSetup) -> str | None:
+    """The rotary bugs' requirement: each rotation turns a pair of a head's dimensions, so head_dim must be even."""
+    if setup.head_dim % 2 == 0:
+        return None
+    return (f"Rotary positions need an even head_dim (it is {setup.head_dim}: d_out {setup.d_out} ÷ num_heads "
+            f"{setup.num_heads}): each rotation turns a pair of dimensions, so the rotary bugs cannot run at "
+            "these sizes, in the correct code or the buggy one. Choose a d_out and heads whose head_dim is even.")
 
 
 def _modern(correct_cls: type[nn.Module], buggy_cls: type[nn.Module]) -> dict:
@@ -187,7 +207,8 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         "Rotary turns q and k by their positions so that q_i·k_j depends on i − j only. Turn only q and the score "
         "depends on where the query is. The lab feeds the first token at every position: with q and k rotated, "
         "each diagonal of the scores is constant; the maps show that input.",
-        detect=detect_rotary, figure="rotary", **_modern(modern.RotaryAttention, modern.RopeOnQueriesOnly),
+        detect=detect_rotary, figure="rotary", needs=_even_head_dim,
+        **_modern(modern.RotaryAttention, modern.RopeOnQueriesOnly),
     ),
     Pitfall(
         "rope_values", "rotary on values", "11 · rotary applied to the values too",
@@ -195,7 +216,8 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         "Rotary is for the scores: the values should say what a token is, not where. Rotated values give the "
         "same token a different output at every position. The lab feeds the first token at every position: "
         "correct code gives every position the same output.",
-        detect=detect_rotary, figure="rotary", **_modern(modern.RotaryAttention, modern.RopeOnValues),
+        detect=detect_rotary, figure="rotary", needs=_even_head_dim,
+        **_modern(modern.RotaryAttention, modern.RopeOnValues),
     ),
     Pitfall(
         "cache_position", "position never advances", "12 · KV cache: the position never advances",
@@ -237,25 +259,64 @@ class PitfallResult:
 
 
 def run_pitfall(key: str, setup: LabSetup, inputs: torch.Tensor) -> PitfallResult:
-    """Build the correct module and the buggy one (same weights), run the pitfall's detector on both."""
+    """Build the correct module and the buggy one (same weights), run the pitfall's detector on both.
+    Raises :class:`PitfallUnavailableError` (saying why) when the pitfall cannot run at the setup's sizes."""
     pitfall = PITFALLS[key]
+    if (why := pitfall.unavailable(setup)) is not None:
+        raise PitfallUnavailableError(why)
     correct = pitfall.correct(setup)
     buggy = pitfall.build(correct, setup)
     return PitfallResult(key, setup, inputs.shape[1], pitfall.detect(correct, inputs, setup),
                          pitfall.detect(buggy, inputs, setup))
 
 
+def leak_bug(setup: LabSetup, bug: str | None) -> str | None:
+    """The bug the leak detector runs: ``bug``, or None — the book's code — when there is none or it cannot run at
+    the setup's sizes (:meth:`Pitfall.unavailable`)."""
+    return None if bug not in PITFALLS or PITFALLS[bug].unavailable(setup) is not None else bug
+
+
 def leak_check(setup: LabSetup, inputs: torch.Tensor, j: int, *, causal: bool, bug: str | None = None) -> dict:
-    """:func:`leak_report` on the correct module or the ``bug`` version, with the sidebar's causal setting.
-    A version that raises gives ``{"error": text}`` instead."""
+    """:func:`leak_report` on the correct module or the ``bug`` version, masked as ``causal`` says (the setting of
+    :func:`causal_source`; the lab's own classes always mask the future).  A bug that cannot run at the setup's
+    sizes runs the book's code instead (:func:`leak_bug`; the report's ``bug`` says which ran).  A version that
+    raises gives ``{"error": text}`` instead."""
+    bug = leak_bug(setup, bug)
     pitfall = PITFALLS.get(bug)
     own = pitfall is not None and pitfall.correct is not build_correct  # the lab's own class: no causal switch
     correct = pitfall.correct(setup) if own else build_correct(setup, causal=causal)
     module = correct if bug is None else pitfall.build(correct, setup)
     try:
-        return leak_report(module, inputs, j, seed=setup.seed)
+        return {**leak_report(module, inputs, j, seed=setup.seed), "bug": bug}
     except RuntimeError as exc:
-        return {"j": j, "error": str(exc), "verdict": f"cannot run: RuntimeError: {exc}"}
+        return {"j": j, "bug": bug, "error": str(exc), "verdict": f"cannot run: RuntimeError: {exc}"}
+
+
+def causal_source(config: AttentionConfig) -> str:
+    """Who decides whether the book's code in the leak detector masks the future: the sidebar's causal toggle, or
+    the user's module or the variant that decides it (the sidebar's toggle is greyed out then)."""
+    if config.module is not None:
+        does = "masks" if config.causal else "does not mask"
+        return f"{config.module}, which {does} the future; the sidebar's toggle does not apply to it"
+    if (reason := config.spec.not_applicable("causal")) is not None:
+        return f"the variant: {reason.rstrip('.')}"
+    return "the sidebar's causal toggle"
+
+
+def leak_subject(config: AttentionConfig, setup: LabSetup, bug: str | None) -> str:
+    """What the leak detector reruns for ``bug`` and whether it masks the future, as the page says it: the causal
+    mask of :func:`causal_source`, or on in the lab's own classes, which always mask the future.  A bug that
+    cannot run at these sizes: the book's code (:func:`leak_bug`)."""
+    ran = leak_bug(setup, bug)
+    if ran is not None:
+        code = f"the code with bug {PITFALLS[ran].title}"
+    elif bug in PITFALLS:
+        code = f"the book's code, as bug {PITFALLS[bug].label} cannot run at these sizes,"
+    else:
+        code = "the book's code"
+    if ran is not None and PITFALLS[ran].correct is not build_correct:
+        return f"{code} (causal mask on: the lab's own class always masks the future)"
+    return f"{code} (causal mask {'on' if config.causal else 'off'}, set by {causal_source(config)})"
 
 
 def label(key: str) -> str:
