@@ -6,7 +6,7 @@ tensor call (``@``, ``/``, ``masked_fill``, ``softmax``, ``view``, ``transpose``
 and the line of the user's file that made it, and links every output tensor to the tensors it came from.  An
 attention is
 
-* a softmax over the last dimension of a ``(…, n_query, n_key)`` tensor: walking back from its input through
+* a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
   the mask (``masked_fill``, ``where``, an added mask) and the scale (a multiply or divide by a number) reaches
   the ``Q @ Kᵀ`` matmul; walking forward through a dropout reaches the ``weights @ V`` matmul;
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
@@ -258,8 +258,9 @@ def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
 
 
 def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
-    """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises or
-    computes no attention."""
+    """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises, computes no
+    attention over the n tokens of ``x`` (batch, n, d_in) — no softmax or SDPA call whose weights are (…, n, n) —
+    or returns anything but one vector per token, (batch, n, d_out)."""
     recorder = _Recorder()
     try:
         with torch.no_grad(), recorder:
@@ -269,20 +270,41 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     output = first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
-    over_keys = [node for node, dim in recorder.softmaxes if dim == -1]
+    n = x.shape[-2]  # the tokens given
+    maps = [(node, dim) for node, dim in recorder.softmaxes if tuple(node.out.shape[-2:]) == (n, n)]
+    over_keys = [node for node, dim in maps if dim == -1]
     if not over_keys:  # a softmax over the queries (dim=-2) of an (n, n) map is attention gone wrong: keep it
-        over_keys = [node for node, dim in recorder.softmaxes if node.out.shape[-1] == node.out.shape[-2]]
-    dims = {id(node): dim for node, dim in recorder.softmaxes}
+        over_keys = [node for node, _ in maps]
+    dims = {id(node): dim for node, dim in maps}
     found = [_from_softmax(node, recorder) for node in over_keys]
     for attention, node in zip(found, over_keys):
         attention.softmax_dim = dims[id(node)]
-    attentions = sorted([*found, *recorder.fused_calls], key=lambda a: a.op_index)
+    fused = [a for a in recorder.fused_calls if tuple(a.weights.shape[-2:]) == (n, n)]
+    attentions = sorted([*found, *fused], key=lambda a: a.op_index)
     if not attentions:
-        raise TraceError("no attention found: the forward computed no softmax over the last dimension and called no "
-                         "scaled_dot_product_attention or nn.MultiheadAttention")
+        raise TraceError(_no_attention(recorder, x))
+    if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
+        raise TraceError(f"the forward returned shape {tuple(output.shape)} for an input of shape {tuple(x.shape)}: "
+                         f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)")
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(), inputs=x,
                      dropout_calls=recorder.dropout_calls, linear_inputs=recorder.linear_inputs,
                      triangular_mask=recorder.triangular_mask)
+
+
+def _no_attention(recorder: _Recorder, x: torch.Tensor) -> str:
+    """Why a forward has no attention over the n tokens of ``x`` (batch, n, d_in): no softmax or SDPA call at all,
+    or only ones whose weights are not (…, n, n) — the first named with its shape and line."""
+    n = x.shape[-2]
+    seen = [(node.index, "softmax", tuple(node.out.shape)) for node, _ in recorder.softmaxes]
+    seen += [(a.op_index, a.kind, tuple(a.weights.shape)) for a in recorder.fused_calls]
+    if not seen:
+        return ("no attention found: the forward computed no softmax over the last dimension and called no "
+                "scaled_dot_product_attention or nn.MultiheadAttention")
+    index, kind, shape = min(seen)
+    line = recorder.ops[index].line
+    where = f" on line {line}" if line is not None else ""
+    return (f"attention weights must have shape (..., n, n), one row per query and one column per key: (..., {n}, "
+            f"{n}) for an input of shape {tuple(x.shape)}; the {kind}{where} gives {shape}")
 
 
 def _triangular(tensor: torch.Tensor) -> bool:

@@ -147,6 +147,17 @@ def test_a_module_without_attention_is_one_line():
         checks.check_module(um.NoSoftmax())
 
 
+@pytest.mark.parametrize(("module", "message"), [
+    (um.DropsTheBatch(), r"returned shape \(1, 8, 16\) for an input of shape \(2, 8, 32\)"),
+    (um.ReturnsTransposed(), r"returned shape \(2, 16, 8\) for an input of shape \(2, 8, 32\)"),
+    (um.SoftmaxOverFeatures(), r"attention weights must have shape \(\.\.\., n, n\)"),
+], ids=["drops-the-batch", "returns-transposed", "softmax-over-features"])
+def test_a_module_that_is_not_one_vector_per_token_cannot_be_checked_and_says_why(module, message):
+    with pytest.raises(tracing.TraceError, match=message) as caught:
+        checks.check_module(module)
+    assert "\n" not in str(caught.value)
+
+
 # ---------------------------------------------------------------- today's attention: GQA, MQA, MLA, SWA, rotary
 
 def learner(cls, *args, **kwargs):

@@ -164,11 +164,25 @@ def test_text_is_embedded_at_the_modules_width():
 @pytest.mark.parametrize(("module", "message"), [
     (um.NoSoftmax(), "no attention found"),
     (um.Raises(), "the forward raised RuntimeError"),
-])
+    (um.SoftmaxOverFeatures(), r"attention weights must have shape \(\.\.\., n, n\).*: \(\.\.\., 7, 7\) for an "
+                               r"input of shape \(2, 7, 32\); the softmax on line \d+ gives \(2, 7, 16\)"),
+    (um.DropsTheBatch(), r"the forward returned shape \(1, 7, 16\) for an input of shape \(2, 7, 32\): .*"
+                         r"one vector per token, \(2, 7, d_out\)"),
+    (um.ReturnsTransposed(), r"the forward returned shape \(2, 16, 7\) for an input of shape \(2, 7, 32\)"),
+], ids=["no-softmax", "raises", "softmax-over-features", "drops-the-batch", "returns-transposed"])
 def test_bad_modules_get_one_line(x, module, message):
     with pytest.raises(tracing.TraceError, match=message) as caught:
         tracing.trace_module(module, x)
     assert "\n" not in str(caught.value)
+
+
+def test_a_softmax_that_is_not_n_by_n_is_not_taken_for_the_attention(x):
+    torch.manual_seed(7)
+    module = um.GatedAttention(32, 16)
+    trace = tracing.trace_module(module, x)
+    expected = explicit_weights(module.W_query(x)[:, None], module.W_key(x)[:, None], causal=False)
+    assert_weights(trace, expected)
+    assert trace.notes == ()  # one attention, not "computed 2 attentions; this shows the first"
 
 
 def test_tracing_leaves_the_module_and_its_output_unchanged(x):

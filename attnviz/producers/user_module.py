@@ -3,7 +3,8 @@ and traced (:mod:`attnviz.tracing`) on seeded embeddings at its input width.
 
 ``torch.manual_seed(config.seed)`` right before building gives the same weights on every run; a built module is
 kept per (label, sizes, dropout, seed) and runs in eval mode unless dropout is asked to run.  A module that
-cannot be built, raises, or computes no attention is a ConfigError with the one-line reason, never a traceback.
+cannot be built, raises, computes no attention over its tokens, returns no (batch, n, d_out) output or
+attention weights that are not finite is a ConfigError with the one-line reason, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from attnviz import tracing
@@ -80,7 +82,23 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
     inputs, embeddings = book._embed(token_ids, config, notes)  # (1, n, d_in)
     try:
         with seeded(config.seed) if module.training else contextlib.nullcontext():  # dropout draws: replayable
-            return tracing.trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=embeddings,
-                                        notes=notes, label=config.module, seed=config.seed, config=config)
+            trace = tracing.trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=embeddings,
+                                         notes=notes, label=config.module, seed=config.seed, config=config)
     except tracing.TraceError as error:
         raise ConfigError(f"{config.module}: {error}") from None
+    _check_finite(trace)
+    return trace
+
+
+def _check_finite(trace: Trace) -> None:
+    """ConfigError naming the first row of attention weights that holds NaN or ±∞: the pages draw, score and
+    explain weights, and a row that is not a probability distribution has nothing to show."""
+    weights = trace.steps["weights"]  # (b, h, n, n)
+    bad = ~np.isfinite(weights).all(axis=-1)  # (b, h, n): rows with a NaN or ±∞
+    if not bad.any():
+        return
+    _, head, row = (int(i) for i in np.argwhere(bad)[0])
+    head_text = f"head {head}, " if weights.shape[1] > 1 else ""
+    raise ConfigError(f"{trace.config.module}: {int(bad.sum())} of {bad.size} rows of the attention weights hold NaN "
+                      f"or ∞ (first: {head_text}query {row}): the scores before the softmax hold NaN, or a mask hides "
+                      "every key of a row")

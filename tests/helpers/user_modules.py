@@ -179,6 +179,82 @@ class Raises(nn.Module):
         return self.proj(x).view(-1, 7, 5)
 
 
+class SoftmaxOverFeatures(nn.Module):
+    """A softmax that is not an attention map: over each token's query features, (b, n, d_out)."""
+
+    def __init__(self, d_in=32, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        queries = self.W_query(x)  # (b, n, d_in) -> (b, n, d_out)
+        return torch.softmax(queries, dim=-1)  # (b, n, d_out): a row per token, not per key
+
+
+class DropsTheBatch(nn.Module):
+    """Attention on item 0 only: 2-D weights (n, n), and the output is a batch of one whatever the input's batch."""
+
+    def __init__(self, d_in=32, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        queries = self.W_query(x)[0]  # (b, n, d_in) -> (n, d_out): the batch's first item
+        attn_weights = torch.softmax(queries @ queries.T / queries.shape[-1] ** 0.5, dim=-1)  # (n, n)
+        return (attn_weights @ queries)[None]  # (n, n) @ (n, d_out) -> (1, n, d_out)
+
+
+class NaNScores(nn.Module):
+    """Scores multiplied by NaN (a scale computed from an empty tensor, say): every weight is NaN."""
+
+    def __init__(self, d_in=32, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        attn_scores = queries @ keys.transpose(1, 2) * float("nan")  # (b, n, n), all NaN
+        attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, n, n)
+        return attn_weights @ values  # (b, n, d_out)
+
+
+class ReturnsTransposed(nn.Module):
+    """A valid attention whose forward returns the context transposed: (b, d_out, n), not (b, n, d_out)."""
+
+    def __init__(self, d_in=32, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        attn_scores = queries @ keys.transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, n, n)
+        context_vec = attn_weights @ values  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+        return context_vec.transpose(1, 2)  # (b, d_out, n)
+
+
+class GatedAttention(nn.Module):
+    """One head whose output is gated by a softmax over its features: two softmaxes, one of them attention."""
+
+    def __init__(self, d_in=32, d_out=16):
+        super().__init__()
+        self.W_gate = nn.Linear(d_in, d_out, bias=False)
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        gate = torch.softmax(self.W_gate(x), dim=-1)  # (b, n, d_out): over the features, not attention
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        attn_scores = queries @ keys.transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, n, n)
+        return gate * (attn_weights @ values)  # (b, n, d_out)
+
+
 class MyMultiHeadAttention(nn.Module):
     """The book's MultiHeadAttention as a learner types it into a notebook, with one classic bug switched on by
     ``bug`` (None: the correct code).  The bugs are the Pitfall lab's, plus a few more a checker must name."""

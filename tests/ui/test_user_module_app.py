@@ -15,12 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULES = ROOT / "tests" / "helpers" / "user_modules.py"
 LABEL = "Your module: CausalSelfAttention"
 PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py", "pages/compare.py")
+ALL_PAGES = (*PAGES, "pages/pitfalls.py", "pages/induction.py", "pages/generate.py", "pages/benchmark.py")
+BAD_RUNS = {  # a module whose run cannot be drawn -> what every page says instead
+    "SoftmaxOverFeatures": "attention weights must have shape (..., n, n)",
+    "NaNScores": "rows of the attention weights hold NaN",
+    "ReturnsTransposed": "an attention module returns one vector per token",
+}
 TIMEOUT = 120
 
 
 @pytest.fixture(autouse=True)
 def listed(monkeypatch):
-    monkeypatch.setenv(user_code.ENV, f"{MODULES}:CausalSelfAttention,{MODULES}:Raises,{MODULES}:NoSoftmax")
+    names = ("CausalSelfAttention", "Raises", "NoSoftmax", *BAD_RUNS, "DropsTheBatch")
+    monkeypatch.setenv(user_code.ENV, ",".join(f"{MODULES}:{name}" for name in names))
 
 
 def app(page: str | None = None, **query) -> AppTest:
@@ -34,6 +41,11 @@ def app(page: str | None = None, **query) -> AppTest:
 
 def no_exception(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
+
+
+def warnings(at: AppTest) -> list[str]:
+    """The warnings' text as the user reads it (the app escapes Markdown in the user's messages)."""
+    return [re.sub(r"\\(.)", r"\1", w.value) for w in at.warning]
 
 
 def test_the_sidebar_lists_the_module_beside_the_books_variants():
@@ -105,3 +117,29 @@ def test_the_pitfall_labs_leak_detector_says_a_modules_mask_is_its_own(monkeypat
     note = next(c.value for c in at.caption if "The lab keeps the causal mask on" in c.value)
     assert "follows Your module: Bidirectional, which does not mask the future" in note
     assert "sidebar's causal toggle applies" not in note
+
+
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_every_page_says_why_a_softmax_that_is_not_attention_cannot_be_drawn(page):
+    at = app(page, variant="Your module: SoftmaxOverFeatures", text="My own text stays")
+    no_exception(at)
+    assert any(BAD_RUNS["SoftmaxOverFeatures"] in text for text in warnings(at)), warnings(at)
+    assert at.sidebar.text_area(key="text").value == "My own text stays"
+
+
+@pytest.mark.parametrize(("name", "page"), [("NaNScores", "pages/induction.py"), ("NaNScores", "pages/heads.py"),
+                                            ("ReturnsTransposed", "pages/heads.py"),
+                                            ("ReturnsTransposed", "pages/steps.py")])
+def test_weights_that_are_not_finite_and_an_output_that_is_not_per_token_are_a_message(name, page):
+    at = app(page, variant=f"Your module: {name}", text="My own text stays")
+    no_exception(at)
+    assert any(BAD_RUNS[name] in text for text in warnings(at)), warnings(at)
+    assert at.sidebar.text_area(key="text").value == "My own text stays"
+
+
+def test_the_check_panel_says_why_a_module_that_drops_the_batch_cannot_be_checked():
+    at = app(variant="Your module: DropsTheBatch", d_in="32", d_out="16", num_heads="1")
+    no_exception(at)
+    assert any("returned shape (1, 6, 16) for an input of shape (2, 6, 32)" in text for text in warnings(at)), \
+        warnings(at)
+    assert not any("rules pass" in s.value for s in at.success)

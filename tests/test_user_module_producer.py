@@ -1,0 +1,43 @@
+"""The producer of a listed user module: a module whose run cannot be drawn is one ConfigError, before any page
+draws it — weights that are not (…, n, n), an output that is not (batch, n, d_out), weights that are not finite."""
+
+from pathlib import Path
+
+import pytest
+from helpers import user_modules as um
+
+from attnviz import pipeline, user_code
+from attnviz.config import AttentionConfig, ConfigError, InputError
+
+MODULES = Path(um.__file__)
+TEXT = "Your journey starts with one step"  # 6 tokens
+
+
+def config_of(class_name: str) -> AttentionConfig:
+    label = user_code.register(f"{MODULES}:{class_name}")
+    return AttentionConfig(module=label, d_in=32, d_out=16, num_heads=1, context_length=64)
+
+
+@pytest.mark.parametrize(("class_name", "message"), [
+    ("SoftmaxOverFeatures", r"attention weights must have shape \(\.\.\., n, n\).*: \(\.\.\., 4, 4\) for an input "
+                            r"of shape \(1, 4, 32\); the softmax on line \d+ gives \(1, 4, 16\)"),
+    ("ReturnsTransposed", r"the forward returned shape \(1, 16, 4\) for an input of shape \(1, 4, 32\)"),
+    ("NaNScores", r"6 of 6 rows of the attention weights hold NaN or ∞ \(first: query 0\)"),
+])
+def test_a_module_whose_run_cannot_be_drawn_is_one_config_error(class_name, message):
+    config = config_of(class_name)
+    with pytest.raises(ConfigError, match=message) as caught:
+        pipeline.run(TEXT, config)
+    assert str(caught.value).startswith(f"Your module: {class_name}: ")
+    assert "\n" not in str(caught.value)
+    assert isinstance(caught.value, InputError)  # what every page shows as a message
+
+
+def test_the_induction_labs_token_ids_get_the_same_error():
+    with pytest.raises(ConfigError, match="hold NaN"):
+        pipeline.run_ids(list(range(1000, 1011)), config_of("NaNScores"))
+
+
+def test_a_module_that_drops_the_batch_still_draws_a_batch_of_one():
+    trace = pipeline.run(TEXT, config_of("DropsTheBatch"))
+    assert trace.steps["weights"].shape == (1, 1, 6, 6) and trace.output.shape == (1, 6, 16)
