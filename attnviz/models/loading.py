@@ -25,9 +25,11 @@ copy once the file is closed.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import pickletools
 import re
 import warnings
 import zipfile
@@ -139,6 +141,8 @@ def _torch_load(file: Path) -> tuple[dict[str, torch.Tensor], dict]:
     """A PyTorch checkpoint's tensors (weights_only: plain tensors and containers, never code) and its extras."""
     with open(file, "rb") as stream:
         magic = stream.read(4)
+    if not magic:
+        raise CheckpointError(f"{file} is empty (0 bytes): it holds no weights. Save or copy the checkpoint again.")
     is_zip = zipfile.is_zipfile(file)
     if magic.startswith(b"PK") and not is_zip:
         raise CheckpointError(
@@ -149,16 +153,8 @@ def _torch_load(file: Path) -> tuple[dict[str, torch.Tensor], dict]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. pickle-protocol notices from the weights-only unpickler
             loaded = torch.load(file, map_location="cpu", weights_only=True, mmap=is_zip)
-    except pickle.UnpicklingError as error:
-        if "Weights only load failed" in str(error):
-            raise CheckpointError(
-                f"Refused to load {file}: it contains Python objects, not just tensors, and unpickling them "
-                "could run code. attnviz did not run it. If you trust where it came from, load it in Python and "
-                "re-save only the weights: torch.save(model.state_dict(), 'model.pth')."
-            ) from None
-        raise CheckpointError(f"{file} is not a PyTorch checkpoint or is damaged ({error}).") from None
-    except (RuntimeError, OSError, EOFError) as error:
-        raise CheckpointError(f"{file} could not be read as a PyTorch checkpoint ({error}). Is it complete?") from None
+    except Exception as error:  # the file's bytes decide what the unpickler raises (IndexError, UnicodeDecodeError…)
+        raise CheckpointError(_unreadable(file, error, is_zip)) from None
     if isinstance(loaded, dict):
         for key in ("model_state_dict", "state_dict", "model"):  # the book's model_and_optimizer.pth and friends
             if isinstance(loaded.get(key), dict):
@@ -174,6 +170,53 @@ def _torch_load(file: Path) -> tuple[dict[str, torch.Tensor], dict]:
         f"{file} holds a {type(loaded).__name__}, not a model's state dict. "
         "Save one with torch.save(model.state_dict(), 'model.pth')."
     )
+
+
+def _unreadable(file: Path, error: Exception, is_zip: bool) -> str:
+    """Why ``torch.load(file, weights_only=True)`` failed, in words: not laid out as ``torch.save`` writes, a pickle
+    the weights-only unpickler refused (it would build Python objects), or a checkpoint cut short."""
+    if not _holds_a_pickle(file, is_zip):
+        return (f"{file} is not a PyTorch checkpoint: torch.save writes a zip archive holding a pickle, or a pickle, "
+                "and this file is neither. Is it the right file?")
+    if isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in str(error):
+        return (f"Refused to load {file}: it contains Python objects, not just tensors, and unpickling them "
+                "could run code. attnviz did not run it. If you trust where it came from, load it in Python and "
+                "re-save only the weights: torch.save(model.state_dict(), 'model.pth').")
+    reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else "it ends early"
+    return f"{file} could not be read as a PyTorch checkpoint ({reason}). Is it complete?"
+
+
+PICKLE_PREFIX_BYTES = 1 << 20  # what _holds_a_pickle reads: a pickle's opening opcodes, not its tensors
+
+
+def _holds_a_pickle(file: Path, is_zip: bool) -> bool:
+    """Whether the file (a zip archive: its ``data.pkl``) starts with a well-formed pickle: two or more opcodes up
+    to STOP, or 16 in a row.  :func:`pickletools.genops` parses the opcodes and runs nothing; random bytes fail
+    within a few."""
+    try:
+        if is_zip:
+            with zipfile.ZipFile(file) as archive:
+                name = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+                if name is None:
+                    return False
+                with archive.open(name) as stream:
+                    prefix = stream.read(PICKLE_PREFIX_BYTES)
+        else:
+            with open(file, "rb") as stream:
+                prefix = stream.read(PICKLE_PREFIX_BYTES)
+    except (OSError, zipfile.BadZipFile):
+        return False
+    count = 0
+    try:
+        for opcode, _, _ in pickletools.genops(io.BytesIO(prefix)):  # BytesIO: a length read never allocates it
+            if opcode.name == "STOP":
+                return count >= 1
+            count += 1
+            if count >= 16:
+                return True
+    except Exception:  # any error means "not a pickle": genops raises ValueError, EOFError, …
+        return False
+    return False
 
 
 def _read_json(file: Path) -> dict:

@@ -6,6 +6,7 @@ import builtins
 import json
 import pathlib
 import pickle
+import random
 
 import numpy as np
 import pytest
@@ -489,20 +490,39 @@ class _Marker:
         return (pathlib.Path.touch, (pathlib.Path(self.path),))
 
 
-@pytest.mark.parametrize("how", ["torch.save", "pickle.dump"])
+@pytest.mark.parametrize("how", ["torch.save", "pickle.dump", "pickle protocol 0", "legacy torch.save"])
 def test_pickle_that_would_run_code_is_refused_and_never_run(tmp_path, how):
     marker = tmp_path / "code-ran"
     payload = {"tok_emb.weight": torch.zeros(2, 2), "evil": _Marker(marker)}
     path = tmp_path / "evil.pth"
     if how == "torch.save":
         torch.save(payload, path)
+    elif how == "legacy torch.save":
+        torch.save(payload, path, _use_new_zipfile_serialization=False)
     else:
         with open(path, "wb") as stream:
-            pickle.dump(payload, stream)
+            pickle.dump(payload, stream, protocol=0 if how == "pickle protocol 0" else None)
     message = load_error(path)
     assert "Refused" in message
     assert "did not run it" in message
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("suffix", [".bin", ".pth"])
+def test_random_bytes_are_not_a_checkpoint_and_not_called_a_pickle(tmp_path, seed, suffix):
+    path = tmp_path / f"random{suffix}"
+    path.write_bytes(random.Random(seed).randbytes(5000))
+    message = load_error(path)
+    assert "is not a PyTorch checkpoint" in message
+    assert "Python objects" not in message and "Refused" not in message
+
+
+def test_empty_file_says_it_is_empty(tmp_path):
+    (tmp_path / "empty.pth").write_bytes(b"")
+    message = load_error(tmp_path / "empty.pth")
+    assert "is empty" in message
+    assert "()" not in message
 
 
 def test_the_marker_really_runs_code_when_unpickled(tmp_path):
