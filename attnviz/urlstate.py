@@ -11,7 +11,6 @@ from attnviz.config import (
     MAX_CONTEXT_LENGTH,
     MAX_DIM,
     MAX_HEADS,
-    MAX_LAYERS,
     MAX_SEED,
     AttentionConfig,
     available_devices,
@@ -53,16 +52,32 @@ def _parse_bool(raw: str) -> bool:
         return True
     if lowered in ("false", "0", "no", "off"):
         return False
-    raise ValueError("use true or false")
+    raise ValueError("it is not true or false")
+
+
+def _whole_number(raw: str) -> int:
+    """``raw`` as an int; a ValueError that says so in words (never Python's own text) when it is not one."""
+    try:
+        return int(raw)
+    except ValueError:
+        if raw.strip().lstrip("+-").isdigit():  # more digits than int() reads
+            raise ValueError("it is far too large") from None
+        raise ValueError("it is not a whole number") from None
 
 
 def _parse_int(low: int, high: int):
     def parse(raw: str) -> int:
-        value = int(raw)
+        value = _whole_number(raw)
         if not low <= value <= high:
             raise ValueError(f"must be between {low} and {high}")
         return value
     return parse
+
+
+def _parse_layer(raw: str) -> int:
+    """A whole number: whether the weights have that layer is checked where their layer count is known (the book's
+    classes here, a model's by the sidebar)."""
+    return _whole_number(raw)
 
 
 def _parse_choice(choices):
@@ -74,7 +89,10 @@ def _parse_choice(choices):
 
 
 def _parse_dropout(raw: str) -> float:
-    value = float(raw)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("it is not a number") from None
     if not 0.0 <= value <= 0.9:
         raise ValueError("dropout must be between 0 and 0.9")
     return round(value, 2)
@@ -84,7 +102,7 @@ def _parsers() -> dict:
     return {
         "text": str,
         "weights": str,  # checked against the listed names by settings_from_query
-        "layer": _parse_int(0, MAX_LAYERS - 1),
+        "layer": _parse_layer,
         "variant": _parse_choice([*variants.VARIANTS, *user_code.listed()]),  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, MAX_DIM),
@@ -104,7 +122,7 @@ def _parsers() -> dict:
 
 
 def _parse_rope_base(raw: str) -> int:
-    value = int(raw)
+    value = _whole_number(raw)
     if value not in ROPE_BASES:
         raise ValueError(f"choose {' or '.join(map(str, ROPE_BASES))}")
     return value
@@ -140,11 +158,12 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
     values, notices = dict(DEFAULTS), []
     listed = set(weights_names) if weights_names is not None else {weights.BOOK}
     parsers = _parsers()
+    used, unknown = set(), []  # the settings that took the URL's value; the names that are no setting
     for key, raw in params.items():
         if key in PAGE_PARAMS:
             continue
         if key not in parsers:
-            notices.append(f"Ignored unknown URL parameter {key!r}.")
+            unknown.append(key)
             continue
         if key == "weights" and raw not in listed:
             notices.append(f"Ignored URL parameter weights={raw[:60]!r}: no weights of that name are listed "
@@ -152,25 +171,44 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
             continue
         try:
             values[key] = parsers[key](raw)
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:  # the parsers' own words, never Python's
             notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
-    if "layer" in params and values["layer"] and values["weights"] == weights.BOOK:
+        else:
+            used.add(key)
+    if unknown:
+        notices.insert(0, _unknown_notice(unknown))
+    if "layer" in used and values["layer"] and values["weights"] == weights.BOOK:
         notices.append(f"Ignored URL parameter layer={values['layer']}: the book's classes are one attention layer; "
                        "pick a checkpoint under Weights for its layers.")
         values["layer"] = 0
-    if "preset" in params and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
+    if "preset" in used and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
         values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
-    if is_book(values["preset"]) and "causal" not in params and values["variant"] in variants.VARIANTS:
+    if is_book(values["preset"]) and "causal" not in used and values["variant"] in variants.VARIANTS:
         values["causal"] = variants.get(values["variant"]).book_causal
     if values["d_out"] % values["num_heads"]:
-        notices.append(
-            f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide d_out {values['d_out']}."
-        )
-        values["num_heads"] = nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
+        # d_out wins: a head count must divide it (the sidebar's rule); the heads fall back to the divisor nearest
+        # the default's, and the notice names the URL's value that caused it
+        new = nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
+        if "num_heads" in used:
+            notices.append(f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide "
+                           f"d_out {values['d_out']}; using {new} heads.")
+        else:
+            notices.append(f"URL parameter d_out={values['d_out']}: the default {values['num_heads']} heads do not "
+                           f"divide it; using {new} heads.")
+        values["num_heads"] = new
     values, fitted = fit_modern(values)
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
-    notices += [note for key, note in fitted.items() if key in params or key == "positions"]
+    notices += [note for key, note in fitted.items() if key in used]
     return values, notices
+
+
+def _unknown_notice(names: list[str], shown: int = 5) -> str:
+    """One notice for every URL parameter that is no setting: the first ``shown`` names and how many more."""
+    quoted = [repr(name[:40]) for name in names[:shown]]
+    if len(names) == 1:
+        return f"Ignored unknown URL parameter {quoted[0]}."
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"Ignored {len(names)} unknown URL parameters: {', '.join(quoted)}{more}."
 
 
 def config_from_settings(values: dict, checkpoint: str | None = None) -> AttentionConfig:

@@ -200,13 +200,74 @@ def test_tampered_url_values_are_ignored_with_a_notice(key, raw):
     ui.config_from_settings(values).validate()  # what remains is always a valid view
 
 
-def test_tampered_url_renders_the_default_view_with_notices():
+PYTHON_ERROR_TEXT = re.compile(r"invalid literal|could not convert|base 10|Exceeds the limit|digits")
+
+
+@pytest.mark.parametrize(("key", "raw"), [(k, v) for k, values in TAMPERED.items() for v in values])
+def test_tampered_url_notices_are_plain_words_not_python_errors(key, raw):
+    notices = " ".join(ui.settings_from_query({key: raw})[1])
+    assert not PYTHON_ERROR_TEXT.search(notices), notices
+
+
+@pytest.mark.parametrize(("key", "raw", "says"), [
+    ("num_heads", "abc", "it is not a whole number"),
+    ("seed", "1e3", "it is not a whole number"),
+    ("rope_base", "x", "it is not a whole number"),
+    ("layer", "x", "it is not a whole number"),
+    ("seed", "9" * 5000, "it is far too large"),
+    ("dropout", "one", "it is not a number"),
+    ("causal", "maybe", "it is not true or false"),
+    ("preset", "gpt5", "choose one of"),
+])
+def test_a_value_that_does_not_parse_is_named_in_words(key, raw, says):
+    values, notices = ui.settings_from_query({key: raw})
+    assert len(notices) == 1 and notices[0].startswith(f"Ignored URL parameter {key}={raw[:40]!r}: {says}"), notices
+    assert values[key] == ui.DEFAULTS[key]
+
+
+def test_d_out_the_default_heads_do_not_divide_is_named_with_the_heads_used():
+    values, notices = ui.settings_from_query({"d_out": "5"})
+    assert (values["d_out"], values["num_heads"]) == (5, 5)  # d_out wins; the heads fall back to a divisor
+    assert notices == ["URL parameter d_out=5: the default 12 heads do not divide it; using 5 heads."]
+    assert not any("num_heads" in notice for notice in notices)  # the URL has no num_heads
+
+
+def test_url_heads_that_do_not_divide_d_out_are_ignored_with_the_heads_used():
+    values, notices = ui.settings_from_query({"num_heads": "7"})
+    assert values["num_heads"] == 12
+    assert notices == ["Ignored URL parameter num_heads=7: it does not divide d_out 768; using 12 heads."]
+    values, notices = ui.settings_from_query({"num_heads": "7", "d_out": "10"})
+    assert (values["d_out"], values["num_heads"]) == (10, 10)
+    assert notices == ["Ignored URL parameter num_heads=7: it does not divide d_out 10; using 10 heads."]
+
+
+def test_an_ignored_url_value_earns_no_second_notice_about_the_default_in_its_place():
+    values, notices = ui.settings_from_query({"variant": "mla", "d_out": "13", "latent_dim": "abc"})
+    assert values["latent_dim"] <= 13
+    assert not any("latent_dim=96" in notice for notice in notices), notices
+    assert any("latent_dim='abc'" in notice for notice in notices)
+    values, notices = ui.settings_from_query({"variant": "mla", "d_out": "13", "latent_dim": "96"})
+    assert any("latent_dim=96 is wider than d_out 13" in notice for notice in notices)  # the URL's own value
+
+
+def test_unknown_url_parameters_are_one_notice():
+    values, notices = ui.settings_from_query({f"p{i}": "1" for i in range(50)})
+    assert notices == ["Ignored 50 unknown URL parameters: 'p0', 'p1', 'p2', 'p3', 'p4' and 45 more."]
+    assert ui.settings_from_query({"bogus": "1"})[1] == ["Ignored unknown URL parameter 'bogus'."]
+
+
+def test_tampered_url_renders_the_default_view_with_one_box_of_notices():
     at = _app()
     for key, values in TAMPERED.items():
         at.query_params[key] = values[0]
+    for i in range(50):
+        at.query_params[f"unknown{i}"] = "1"
     at.run()
     assert not at.exception
-    assert len(at.sidebar.warning) >= len(TAMPERED) - 1
+    assert len(at.sidebar.warning) == 1
+    box = at.sidebar.warning[0].value.replace("\\", "")  # Markdown-escaped
+    for key in (*TAMPERED, "50 unknown URL parameters"):
+        assert key in box
     assert plotly_figures(at)
 
 

@@ -253,11 +253,12 @@ def _mask_dropout_seed_device(spec, choice) -> None:
 
 
 def _notices() -> None:
-    """A weights option that went away, and URL parameters that were ignored."""
+    """A weights option that went away, and the URL parameters that were ignored or changed: one box, a line each."""
     if weights_notice := st.session_state.pop("_weights_notice", None):
         st.warning(markdown_escape(weights_notice), icon="🔗")
-    for notice in st.session_state.get(URL_NOTICES, []):
-        st.warning(markdown_escape(notice), icon="🔗")
+    if url_notices := st.session_state.get(URL_NOTICES, []):
+        lines = [markdown_escape(notice) for notice in url_notices]
+        st.warning(lines[0] if len(lines) == 1 else "\n".join(f"- {line}" for line in lines), icon="🔗")
 
 
 def page_links(pages: list[StreamlitPage], values: dict) -> None:

@@ -171,6 +171,16 @@ def test_deep_link_with_a_layer_the_model_lacks(checkpoints):
     assert any("this checkpoint has 3 layers" in w.value for w in at.sidebar.warning)
 
 
+@pytest.mark.parametrize(("name", "n_layers"), [(weights.BUNDLED_NAME, 2), (NAME, 3)])
+def test_a_negative_layer_in_the_url_names_the_models_own_layers(checkpoints, name, n_layers):
+    at = app(weights=name, layer="-1")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="layer").value == 0
+    notices = " ".join(w.value for w in at.sidebar.warning).replace("\\", "")  # Markdown-escaped
+    assert f"Layer -1 does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1})" in notices
+    assert "127" not in notices  # not attnviz's own bound on layers
+
+
 @pytest.mark.parametrize("tampered", ["/etc/passwd", "../tiny-gpt2", "tiny-gpt2/model.safetensors", "book2",
                                       "C:\\Windows\\win.ini", "session:" + "0" * 32, "trained: x"])
 def test_tampered_weights_name_is_ignored_and_never_reaches_the_file_system(checkpoints, tampered, monkeypatch):
