@@ -3,7 +3,8 @@
 How a run flows: ``app.py`` hands the pages to ``st.navigation`` (:func:`~attnviz.ui.navigation.navigate`) and, around
 ``page.run()``, :func:`app_frame` draws the page config and the shared sidebar — on every page, so its widgets keep
 their values across page switches by themselves.  The page then calls :func:`setup`: the settings as one run's
-:class:`Context` (the text, the ``AttentionConfig``, the cached Trace).  A page the settings do not apply to
+:class:`Context` (the text, the ``AttentionConfig``, the cached Trace — none on a page that draws no run of the text,
+``PageEntry.text_run``: Benchmark, the Induction lab, Generate).  A page the settings do not apply to
 (Train) calls :func:`page_setup`; its sidebar shows the settings folded away.  A page script that runs without
 ``app.py`` (a fresh server's first request for ``/steps?…``) is rerun through it by ``setup``/``page_setup``.
 

@@ -30,7 +30,7 @@ from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
 class Context:
     settings: dict
     config: AttentionConfig
-    trace: Trace
+    trace: Trace | None  # None on a page that draws no run of the text (PageEntry.text_run): it reads the config
     stale: bool  # True when showing the last valid view because the current input is invalid
     weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
     slots: ViewSlots | None = None  # a page with layer views (PageEntry.layer_views): what they draw in the sidebar
@@ -38,6 +38,8 @@ class Context:
     @property
     def checkpoint(self) -> bool:
         """True when this view draws a checkpoint's layer (``trace.model`` is set)."""
+        if self.trace is None:
+            return self.config.checkpoint is not None
         return self.trace.model is not None
 
     @property
@@ -48,10 +50,12 @@ class Context:
 
 @dataclass(frozen=True)
 class Frame:
-    """What ``app.py`` drew before the page runs: the settings, and the sidebar's places the page fills."""
+    """What ``app.py`` drew before the page runs: the settings, the sidebar's places the page fills, and whether the
+    page draws the run of the text (:class:`attnviz.ui.navigation.PageEntry`)."""
 
     settings: dict
     slots: ViewSlots | None
+    text_run: bool = True
 
 
 _this_run = threading.local()  # .frame: set while app.py runs the page (a session's script runs on one thread)
@@ -76,9 +80,9 @@ def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
     st.set_page_config(page_title=f"attnviz · {page.title}", layout="wide")  # the icon: navigation.navigate
     keep_widgets()
     shown = entry(page)
-    if shown.settings_apply:
+    if shown.settings_apply and shown.text_run:
         _new_text_ahead()
-    return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views))
+    return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views), text_run=shown.text_run)
 
 
 def _frame() -> Frame:
@@ -145,6 +149,10 @@ def setup(book_classes: bool = False) -> Context | None:
     ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
     and runs them with seeded random weights at the checkpoint's sizes.
 
+    A page that draws no run of the text (``PageEntry.text_run`` False: Benchmark, the Induction lab, Generate) gets
+    the validated config and no trace: the text is not run, so an empty one stops nothing there (it stays in the
+    sidebar, for the pages that run it; Generate reads it as its prompt and says itself when it is empty).
+
     A page with layer views (``PageEntry.layer_views``) draws them with :func:`attnviz.ui.layer_views.draw_layer_views`,
     which also draws the sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the
     context's ``slots``), so that a layer switch or a new text reruns only them.  With a stale view (invalid input)
@@ -152,17 +160,10 @@ def setup(book_classes: bool = False) -> Context | None:
     frame = _frame()
     values, slots = frame.settings, frame.slots
     choice = ui_weights.current()
+    if not frame.text_run:
+        return _settings_only(values, choice, book_classes)
     try:
-        if choice.error is not None:
-            raise CheckpointError(f"{choice.option.name} could not be loaded: {choice.error}")
-        checkpoint = None
-        if choice.checkpoint and not book_classes:
-            checkpoint = choice.option.ref
-        elif choice.checkpoint:
-            st.info(f"This page runs the book's Chapter 3 classes with seeded random weights (at the sizes of "
-                    f"{markdown_escape(choice.option.name)}), not the checkpoint's weights: those are on the Heads, "
-                    "Steps, Shapes and Tokens pages.", icon=":material/info:")
-        config, trace = run_settings(values, checkpoint)
+        config, trace = run_settings(values, _checkpoint(choice, book_classes))
     except (InputError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         if slots is not None:
@@ -177,6 +178,36 @@ def setup(book_classes: bool = False) -> Context | None:
         share_and_export(trace)
         run_notes(trace)
     return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, slots=slots)
+
+
+def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:
+    """The weights ref this page runs (None: the book's classes); says so when a book-classes page sets a chosen
+    checkpoint aside.  Raises CheckpointError for one that could not be loaded."""
+    if choice.error is not None:
+        raise CheckpointError(f"{choice.option.name} could not be loaded: {choice.error}")
+    if choice.checkpoint and not book_classes:
+        return choice.option.ref
+    if choice.checkpoint:
+        st.info(f"This page runs the book's Chapter 3 classes with seeded random weights (at the sizes of "
+                f"{markdown_escape(choice.option.name)}), not the checkpoint's weights: those are on the Heads, "
+                "Steps, Shapes and Tokens pages.", icon=":material/info:")
+    return None
+
+
+def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool) -> Context | None:
+    """:func:`setup` for a page that draws no run of the text: the validated config, no trace.  On invalid settings
+    or an unreadable checkpoint: a plain message and the config of the last valid view (None if there is none)."""
+    share_and_export(None)
+    try:
+        config = config_from_settings(values, _checkpoint(choice, book_classes)).validate()
+    except (InputError, CheckpointError) as exc:
+        st.warning(markdown_escape(str(exc)), icon="✋")
+        last = st.session_state.get("_last_valid")
+        if last is None:
+            return None
+        st.caption("Showing the last valid settings.")
+        return Context(settings=values, config=last[1], trace=None, stale=True, weights=choice)
+    return Context(settings=values, config=config, trace=None, stale=False, weights=choice)
 
 
 def run_notes(trace: Trace) -> None:

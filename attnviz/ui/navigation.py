@@ -19,8 +19,10 @@ from streamlit.navigation.page import StreamlitPage
 @dataclass(frozen=True)
 class PageEntry:
     """One page: its script in ``pages/``, its title and icon in the sidebar, where it is (``url_path``; the
-    default page is at ``/``), whether the sidebar's attention settings apply to its work, and whether its views of
-    one layer fill the sidebar's Text area and Layer selectbox (:mod:`attnviz.ui.layer_views`)."""
+    default page is at ``/``), whether the sidebar's attention settings apply to its work, whether it draws the run
+    of the sidebar's text (``text_run``: a Trace; a page without one reads the settings alone, and an empty text
+    does not stop it), and whether its views of one layer fill the sidebar's Text area and Layer selectbox
+    (:mod:`attnviz.ui.layer_views`)."""
 
     script: str
     title: str
@@ -29,6 +31,7 @@ class PageEntry:
     default: bool = False
     hidden: bool = False  # reachable by its URL, not listed
     settings_apply: bool = True
+    text_run: bool = True
     layer_views: bool = False
 
 
@@ -39,10 +42,11 @@ PAGES = (
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:"),
     PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
-    PageEntry("pages/induction.py", "Induction lab", ":material/repeat:"),
-    PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:"),
-    PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False),
-    PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:"),
+    PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False),  # random tokens
+    PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
+              text_run=False),
+    PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),
+    PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False),  # its own "Tokens n"
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
               layer_views=True),
 )

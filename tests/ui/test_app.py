@@ -223,6 +223,24 @@ def test_empty_text_keeps_the_text_box_and_the_last_view():
     assert len(grid_heads(grid(at))) == 12  # the last valid view stays
 
 
+def test_the_benchmark_ignores_an_empty_text_and_keeps_it():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params["text"] = ""
+    at.switch_page("pages/benchmark.py").run()
+    no_exception(at)
+    assert not any("Type some text" in w.value for w in at.warning)  # its own "Tokens n": the text is not used
+    assert at.title[0].value == "Implementations benchmark"
+    at.number_input(key="benchmark_n").set_value(8)
+    at.number_input(key="benchmark_repeats").set_value(1)
+    at.button(key="benchmark_run").click().run()
+    no_exception(at)
+    assert len(at.dataframe[0].value) >= 4  # every implementation timed
+    assert at.sidebar.text_area(key="text").value == ""
+    at.switch_page("pages/heads.py").run()  # kept for the pages that read it, which say it is empty
+    no_exception(at)
+    assert any("Type some text" in w.value for w in at.warning) and at.sidebar.text_area(key="text").value == ""
+
+
 def test_url_parameters_set_the_view_and_bad_ones_are_ignored_with_a_notice():
     at = app(num_heads="4", causal="false", variant="mha", text="one two three")
     no_exception(at)

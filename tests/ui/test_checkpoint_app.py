@@ -473,6 +473,9 @@ def test_other_pages_keep_no_trace_either(checkpoints, page):
     no_exception(at)
     traces = cache._trace_cache()._traces
     watched = [weakref.ref(trace) for trace, _ in traces.values() if trace.text == text]
+    if page == "pages/induction.py":  # the lab runs random tokens: the sidebar's text is not run at all
+        assert watched == []
+        return
     assert watched
     traces.clear()
     gc.collect()

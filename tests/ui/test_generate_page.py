@@ -145,8 +145,20 @@ def test_an_empty_prompt_gives_a_message_and_keeps_the_text():
     at = page(weights=weights.BUNDLED_NAME, text=TEXT)
     at.text_area[0].set_value("   ").run()
     assert not at.exception
-    assert at.warning and at.text_area[0].value == "   "
+    assert any(w.value.startswith("The prompt is empty") for w in at.warning) and at.text_area[0].value == "   "
     assert not [b for b in at.button if b.key == "generate_next"]  # nothing to step through
+
+
+@pytest.mark.parametrize("text", ["", "  \n "])
+def test_an_empty_text_in_the_link_gets_the_pages_own_message_under_its_title(text):
+    at = page(weights=weights.BUNDLED_NAME, text=text)
+    assert at.title[0].value.startswith("Generate")
+    assert [w.value for w in at.warning] == [
+        "The prompt is empty: type a text in the sidebar's **Text** box, and the model continues it."]
+    assert at.selectbox(key="generate_sizes")  # the page goes on: what the cache costs
+    assert at.text_area[0].value == text
+    at.text_area[0].set_value(TEXT).run()  # typed: it generates
+    assert not at.exception and at.success[0].value.startswith("Equals the uncached forward")
 
 
 def test_an_endoftext_prompt_generates():

@@ -65,6 +65,18 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     assert decode(stripe_of(figure(at, "head 0: weights"))["y"]).tolist() == list(range(8, 15))  # n = 15
 
 
+def test_an_empty_text_does_not_matter_to_the_lab_and_is_kept():
+    at = lab(text="", variant="causal", d_in="8", d_out="8", preset="custom")
+    assert not any("Type some text" in w.value for w in at.warning)  # the lab runs random tokens, not the text
+    assert at.title[0].value == "Induction lab"
+    T = at.number_input(key="induction_T").value
+    assert stripe_of(figure(at, "head 0: weights on [BOS] + x + x"))
+    ids = induction.lab_tokens(T, induction.DEFAULT_SEED)
+    expected = pipeline.run_ids(ids.tolist(), AttentionConfig(variant="causal", d_in=8, d_out=8, num_heads=1))
+    assert at.metric[0].value == f"{head_types.induction_stripe(expected.steps['weights'][0], T).max():.2f}"
+    assert at.sidebar.text_area(key="text").value == ""
+
+
 @pytest.fixture
 def session_model(monkeypatch):
     from attnviz.ui import weights as ui_weights
