@@ -52,7 +52,7 @@ class Step:
 @dataclass(frozen=True)
 class Generation:
     """A greedy generation: ``token_ids`` (prompt + new), ``steps`` (``steps[0]`` the prefill, then one per new
-    token), the notices the input earned (a prompt cut to the context, new tokens clipped)."""
+    token), the notices the input earned (a prompt cut so that the new tokens fit, new tokens clipped)."""
 
     token_ids: list[int]
     prompt_length: int
@@ -88,24 +88,30 @@ def _check_ids(model: GPTModel, token_ids) -> list[int]:
 def clip(model: GPTModel, prompt_length: int, max_new_tokens) -> tuple[int, int, list[str]]:
     """(prompt tokens kept, new tokens, notices): every position fed must fit the model's context.
 
-    A prompt longer than the context keeps its last ``context_length`` tokens (as the book's
-    ``idx[:, -ctx_len:]``); ``max_new_tokens`` is cut so that prompt + new ≤ the context length."""
+    The new tokens asked for come first: a prompt that leaves them no room gives up its beginning and keeps its last
+    ``context_length − max_new_tokens`` tokens (as the book's ``idx[:, -ctx_len:]`` keeps a sequence's end) — but
+    never fewer than half the context (or the whole prompt, if shorter), so that a count past the context does not
+    reduce the prompt to a token or two; the new tokens are then cut to the room left.  At most one notice, saying
+    what was cut."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a whole number ≥ 0, got {max_new_tokens!r}.")
     context_length = model.pos_emb.weight.shape[0]
-    notices = []
-    kept = prompt_length
-    if prompt_length > context_length:
-        kept = context_length
-        notices.append(f"The prompt has {prompt_length:,} tokens; the model reads at most {context_length:,}: "
-                       f"generation continues its last {context_length:,}.")
-    room = context_length - kept
-    new = int(max_new_tokens)
-    if new > room:
-        notices.append(f"{new:,} new tokens would pass the model's context of {context_length:,} tokens "
-                       f"({kept:,} in the prompt): generating {room:,}.")
-        new = room
-    return kept, new, notices
+    asked = int(max_new_tokens)
+    least = min(prompt_length, max(1, context_length // 2))  # what the prompt keeps whatever the count
+    kept = min(prompt_length, max(context_length - asked, least))
+    new = min(asked, context_length - kept)
+    if kept < prompt_length and new == asked:
+        fit = f", so that the {asked:,} new tokens fit" if asked else ""
+        return kept, new, [f"The prompt has {prompt_length:,} tokens and the model's context is {context_length:,}: "
+                           f"generation continues its last {kept:,}{fit}."]
+    if kept < prompt_length:
+        return kept, new, [f"The prompt has {prompt_length:,} tokens and {asked:,} new tokens would pass the model's "
+                           f"context of {context_length:,}: generation continues the prompt's last {kept:,} (half "
+                           f"the context) and generates {new:,}."]
+    if new < asked:
+        return kept, new, [f"{asked:,} new tokens would pass the model's context of {context_length:,} tokens "
+                           f"({kept:,} in the prompt): generating {new:,}."]
+    return kept, new, []
 
 
 def _cache_state(model: GPTModel) -> tuple[list[dict[str, tuple[int, ...]]], int]:
@@ -162,8 +168,8 @@ def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool
              keep_weights: bool = True) -> Generation:
     """Greedy generation (the book's ``generate_text_simple_cached``), one :class:`Step` per forward.
 
-    ``token_ids``: the prompt (a non-empty sequence of ids).  ``max_new_tokens`` is clipped so that every
-    position fits the context (a notice says so).  ``keep_weights=False`` keeps no attention weights (a
+    ``token_ids``: the prompt (a non-empty sequence of ids).  Prompt and ``max_new_tokens`` are cut so that every
+    position fits the context (:func:`clip`; a notice says so).  ``keep_weights=False`` keeps no attention weights (a
     benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary or a negative count."""
     ids = _check_ids(model, token_ids)
     kept, new, notices = clip(model, len(ids), max_new_tokens)

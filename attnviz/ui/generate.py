@@ -162,7 +162,8 @@ def _generate_section(ctx: Context, ref) -> None:
     max_new = st.number_input(
         "New tokens", min_value=1, max_value=MAX_NEW, step=1,
         help="How many tokens to generate, greedily (the most likely each time). Prompt + new tokens must fit the "
-             "model's context: more are clipped, with a notice.",
+             "model's context: a long prompt keeps its end so that they fit (at least half the context); more "
+             "are clipped. A notice says so.",
         **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW))
     with st.spinner("Generating with the KV cache…"):
         result = _generation(ref, tuple(prompt), int(max_new))

@@ -11,6 +11,7 @@ from helpers.checkpoints import random_gpt2
 
 from attnviz import models, tokens
 from attnviz.models import CachedMultiHeadAttention, check_step, check_steps, generate, load_checkpoint
+from attnviz.models.generation import clip
 
 transformers = pytest.importorskip("transformers")
 
@@ -159,9 +160,28 @@ def test_new_tokens_are_clipped_at_the_context_with_a_notice(checkpoint):
     result = generate(model, prompt, 1000)
     assert len(result.token_ids) == 40 and len(result.steps) == 40 - len(prompt) + 1
     assert any("1,000 new tokens would pass the model's context of 40" in n for n in result.notices)
-    long = list(range(100, 150))  # 50 tokens: the last 40 are kept, nothing more fits
+    long = list(range(100, 150))  # 50 tokens: the last 35 are kept, so that the 5 new tokens fit
     result = generate(model, long, 5)
-    assert result.token_ids == long[-40:] and len(result.steps) == 1 and len(result.notices) == 2
+    assert result.token_ids[:35] == long[-35:] and len(result.token_ids) == 40 and len(result.steps) == 6
+    assert result.notices == ["The prompt has 50 tokens and the model's context is 40: generation continues its "
+                              "last 35, so that the 5 new tokens fit."]
+
+
+@pytest.mark.parametrize("prompt_length, asked, kept, new", [
+    (10, 5, 10, 5),  # fits
+    (38, 5, 35, 5),  # the prompt gives up its beginning to the new tokens
+    (40, 5, 35, 5),  # a prompt that fills the context: still 5 new
+    (50, 0, 40, 0),  # nothing new: the prompt keeps the whole context
+    (50, 39, 20, 20),  # more than fits: the prompt keeps half the context
+    (8, 1000, 8, 32),  # a short prompt is kept whole; the new tokens fill the rest
+    (1, 1000, 1, 39),
+])
+def test_every_clip_fits_the_context_and_generates_when_it_can(checkpoint, prompt_length, asked, kept, new):
+    model = load_checkpoint(checkpoint)  # context 40
+    got_kept, got_new, notices = clip(model, prompt_length, asked)
+    assert (got_kept, got_new) == (kept, new)
+    assert got_kept + got_new <= 40 and (got_new > 0 or asked == 0)
+    assert len(notices) == (kept < prompt_length or new < asked)  # one notice, when something was cut
 
 
 @pytest.mark.parametrize("bad", [[], [-1], [50257], ["x"], None])

@@ -133,6 +133,24 @@ def test_new_tokens_past_the_context_are_clipped_with_a_notice():
     assert any(m.value.startswith(f"**Step 0 of {room}**") for m in at.markdown)
 
 
+def test_a_prompt_that_fills_the_context_keeps_its_end_so_the_new_tokens_fit():
+    text = "hello " * 300  # 301 tokens; the bundled model's context is 256
+    prompt = tokens.encode(text)
+    at = page(weights=weights.BUNDLED_NAME, text=text)
+    notices = [info.value.replace("\\", "") for info in at.info]
+    assert notices == ["The prompt has 301 tokens and the model's context is 256: generation continues its last 236, "
+                       "so that the 20 new tokens fit."]
+    assert any(m.value.startswith("**Step 0 of 20**") for m in at.markdown)
+    assert not at.button(key="generate_next").disabled and not at.button(key="generate_play").disabled
+    assert at.table[0].value["cache_k"].iloc[0] == "(1, 2, 236, 64)"
+    model = models.load_checkpoint(models.BUNDLED)
+    expected = greedy(model, prompt[-236:], 1)
+    step(at)
+    assert at.metric[0].value == tokens.pieces([expected[-1]])[0].piece
+    assert at.success[0].value.startswith("Equals the uncached forward")
+    assert at.text_area[0].value == text
+
+
 @pytest.mark.parametrize("raw", ["99999", "-3", "abc", "0"])
 def test_a_url_value_out_of_range_gives_a_notice_and_the_default(raw):
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens=raw)
