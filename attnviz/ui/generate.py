@@ -27,7 +27,7 @@ DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
 PROMPT_SHOWN = 40  # the prompt's last tokens shown above each step
 PLAY_INTERVAL = 0.6  # seconds between two steps while playing
-URL_KEY = "new_tokens"  # the page's one URL parameter, read on a session's first visit
+URL_KEY = "new_tokens"  # the page's one URL parameter: read on a session's first visit, then follows the widget
 NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are one attention layer with no "
             "output head, so they predict no tokens. Pick a model under **Weights** in the sidebar — the "
             "**bundled model** is always there (a small GPT-2 trained by attnviz); checkpoints you pass with "
@@ -164,7 +164,7 @@ def _generate_section(ctx: Context, ref) -> None:
         help="How many tokens to generate, greedily (the most likely each time). Prompt + new tokens must fit the "
              "model's context: a long prompt keeps its end so that they fit (at least half the context); more "
              "are clipped. A notice says so.",
-        **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW))
+        **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW, url=URL_KEY))
     with st.spinner("Generating with the KV cache…"):
         result = _generation(ref, tuple(prompt), int(max_new))
     for notice in result.notices:

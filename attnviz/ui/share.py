@@ -11,14 +11,15 @@ import streamlit as st
 from attnviz.trace import Trace
 from attnviz.ui.cache import trace_key, trace_of
 from attnviz.ui.state import page_bind
-from attnviz.urlstate import MAX_URL_TEXT, SETTING_KEYS, share_query
+from attnviz.urlstate import MAX_URL_TEXT, PAGE_PARAMS, SETTING_KEYS, share_query
 
 
 def share_and_export(trace: Trace | None) -> None:
     with st.sidebar, st.expander("Share & export", icon=":material/share:"):
         values = {key: st.session_state[key] for key in SETTING_KEYS}
         base = (st.context.url or "").split("?", 1)[0]
-        link = base + "?" + urllib.parse.urlencode(share_query(values))
+        page_params = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}  # as the URL
+        link = base + "?" + urllib.parse.urlencode({**share_query(values), **page_params})
         st.caption("Link to this view (copy with the icon on the right):")
         st.code(link, language=None, wrap_lines=True)
         if len(values["text"]) > MAX_URL_TEXT:

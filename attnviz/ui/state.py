@@ -20,7 +20,7 @@ from attnviz import variants, weights
 from attnviz.config import nearest_divisors
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.weights import WEIGHTS_REQUEST
-from attnviz.urlstate import PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
+from attnviz.urlstate import PAGE_PARAMS, PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
 
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
 
@@ -88,11 +88,27 @@ def bind(key: str) -> dict:
     return {"key": key, "on_change": _changed, "args": (key,)}
 
 
-def page_bind(key: str, default, valid=lambda value: True) -> dict:
+def page_bind(key: str, default, valid=lambda value: True, url: str | None = None) -> dict:
     """A page widget's keyword arguments: its key (one of :data:`PAGE_WIDGETS`), with the value ``default`` where it
-    has none or one ``valid`` refuses (a head that the new settings no longer have)."""
+    has none or one ``valid`` refuses (a head that the new settings no longer have).
+
+    ``url``: the page's URL parameter (one of ``PAGE_PARAMS``) that follows the widget, as the settings' parameters
+    follow theirs: written with the value this run draws, and by the widget's ``on_change`` before the run that
+    shows a new value, so that the sidebar's Share link, drawn before the page, carries it too.  The page reads it
+    on a session's first visit."""
     if key not in PAGE_WIDGETS:
         raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
     if key not in st.session_state or not valid(st.session_state[key]):
         st.session_state[key] = default
-    return {"key": key}
+    if url is None:
+        return {"key": key}
+    if url not in PAGE_PARAMS:
+        raise KeyError(f"URL parameter {url!r} is not declared in attnviz.urlstate.PAGE_PARAMS")
+    _page_param_to_url(key, url)
+    return {"key": key, "on_change": _page_param_to_url, "args": (key, url)}
+
+
+def _page_param_to_url(key: str, url: str) -> None:
+    value = str(st.session_state[key])
+    if st.query_params.get(url) != value:
+        st.query_params[url] = value

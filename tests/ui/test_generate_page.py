@@ -151,6 +151,23 @@ def test_a_prompt_that_fills_the_context_keeps_its_end_so_the_new_tokens_fit():
     assert at.text_area[0].value == text
 
 
+def test_the_new_tokens_follow_the_url_and_a_reload_shows_the_same_view():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="30")
+    assert any(m.value.startswith("**Step 0 of 30**") for m in at.markdown)
+    at.number_input(key="generate_new").set_value(7).run()
+    assert not at.exception
+    assert at.query_params["new_tokens"] in ("7", ["7"])
+    share = next(c.value for c in at.sidebar.code if "?" in c.value)
+    assert "new_tokens=7" in share  # the link to this view says so too
+    reloaded = page(**{key: value if isinstance(value, str) else value[0] for key, value in at.query_params.items()})
+    assert reloaded.number_input(key="generate_new").value == 7
+    assert any(m.value.startswith("**Step 0 of 7**") for m in reloaded.markdown)
+
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT)  # no parameter: the widget's change adds it
+    at.number_input(key="generate_new").set_value(5).run()
+    assert at.query_params["new_tokens"] in ("5", ["5"])
+
+
 @pytest.mark.parametrize("raw", ["99999", "-3", "abc", "0"])
 def test_a_url_value_out_of_range_gives_a_notice_and_the_default(raw):
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens=raw)
