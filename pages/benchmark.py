@@ -1,6 +1,8 @@
 """Benchmark: the book's MultiHeadAttention vs the wrapper, a fused QKV, nn.MultiheadAttention and SDPA,
 all with the same weights (attnviz.labs.implementations), timed on this machine when the button is pressed."""
 
+import time
+
 import streamlit as st
 
 from attnviz import ui
@@ -33,17 +35,26 @@ repeats = repeats_col.number_input("Timed repeats", min_value=1, max_value=100, 
                                    key="benchmark_repeats")
 
 if st.button("Run benchmark", key="benchmark_run", type="primary"):
+    # a click on Stop reruns the page, which ends this run at its next progress update (Streamlit's own rerun)
+    stop = st.empty()  # shown while the timing runs
+    stop.button("Stop", key="benchmark_stop", icon=":material/stop:", on_click=st.session_state.update,
+                kwargs={"benchmark_stopped": True}, help="Stops the timing; the results of an earlier run stay.")
     bar = st.progress(0.0, text="Starting…")
+    started = time.perf_counter()
     rows = implementations.time_implementations(
         d_in, d_out, num_heads, int(n), device, int(repeats), causal=bool(settings["causal"]),
         seed=int(settings["seed"]),
-        progress=lambda done, total, name: bar.progress(done / total, text=f"{done}/{total}: {name}"),
+        progress=lambda done, total, name: bar.progress(
+            done / total, text=implementations.progress_text(done, total, name, time.perf_counter() - started)),
     )
     bar.empty()
+    stop.empty()
     st.session_state["benchmark_results"] = {
         "rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {num_heads} heads, {device}",
     }
 
+if st.session_state.pop("benchmark_stopped", False):
+    st.info("Stopped: nothing of that run was kept.", icon=":material/stop:")
 results = st.session_state.get("benchmark_results")
 if results:
     rows = results["rows"]

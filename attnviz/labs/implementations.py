@@ -269,6 +269,16 @@ def time_implementations(d_in: int, d_out: int, num_heads: int, n: int, device: 
     return [Row(name, statistics.median(values), tuple(values)) for name, values in times.items()]
 
 
+def progress_text(done: int, total: int, name: str, elapsed_s: float) -> str:
+    """The benchmark's progress line after ``done`` of ``total`` calls (the last one ``name``) in ``elapsed_s``
+    seconds, with the time left at the pace so far: "12/30: SDPA · about 40 s left"."""
+    text = f"{done}/{total}: {name}"
+    if 0 < done < total:
+        left = elapsed_s / done * (total - done)
+        text += f" · about {left:.0f} s left" if left < 120 else f" · about {left / 60:.0f} min left"
+    return text
+
+
 def results_table(rows: list[Row]):
     """The benchmark's table: implementation, median ms, × the fastest, every timed call (pandas)."""
     import pandas as pd

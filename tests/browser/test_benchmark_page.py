@@ -1,4 +1,5 @@
-"""The Benchmark page in a real Chromium: nothing runs until the button is pressed; then five bars."""
+"""The Benchmark page in a real Chromium: nothing runs until the button is pressed; then five bars; Stop ends a long
+run."""
 
 from __future__ import annotations
 
@@ -26,4 +27,25 @@ def test_benchmark_page_times_five_implementations_on_demand(page, base_url):
     assert_no_exception(page)
     bars = main.locator("[data-testid=stPlotlyChart] g.barlayer g.point")
     expect(bars).to_have_count(5)
+    expect(main.get_by_role("button", name="Stop")).to_have_count(0)  # shown only while the timing runs
     save_screenshot(page, "benchmark")
+
+
+def test_stop_ends_a_long_run_and_keeps_the_earlier_results(page, base_url):
+    page.goto(f"{base_url}/benchmark")
+    wait_idle(page)
+    main = page.get_by_test_id("stMain")
+    for name, value in (("Tokens n", "1024"), ("Timed repeats", "100")):  # 505 calls: minutes on this machine
+        box = main.get_by_role("spinbutton", name=name)
+        box.fill(value)
+        box.press("Enter")
+        wait_idle(page)
+    main.get_by_role("button", name="Run benchmark").click()
+    expect(main.get_by_test_id("stProgress")).to_contain_text("left", timeout=60_000)  # running, with its estimate
+    before = runs(page)
+    main.get_by_role("button", name="Stop").click()
+    wait_idle(page, after=before, timeout=30_000)  # the click reruns the page, which ends the timing
+    assert_no_exception(page)
+    expect(main.get_by_text("Stopped: nothing of that run was kept.")).to_be_visible()
+    expect(main.get_by_test_id("stProgress")).to_have_count(0)
+    expect(main.get_by_text("Nothing is timed until you press Run benchmark.")).to_be_visible()

@@ -95,6 +95,13 @@ def test_timing_returns_a_median_for_every_implementation():
     assert [c[0] for c in calls] == list(range(1, len(calls) + 1))
 
 
+def test_the_progress_line_says_the_time_left_at_the_pace_so_far():
+    assert impl.progress_text(0, 30, "SDPA", 0.0) == "0/30: SDPA"
+    assert impl.progress_text(10, 30, "SDPA", 5.0) == "10/30: SDPA · about 10 s left"  # 0.5 s a call
+    assert impl.progress_text(5, 505, "fused QKV", 15.0) == "5/505: fused QKV · about 25 min left"
+    assert impl.progress_text(30, 30, "SDPA", 15.0) == "30/30: SDPA"  # done: nothing left
+
+
 def test_timing_rejects_nonsense():
     with pytest.raises(ValueError):
         impl.time_implementations(8, 8, 2, n=0)
