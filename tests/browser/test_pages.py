@@ -20,6 +20,7 @@ from helpers.browser import (
     save_screenshot,
     wait_expanded,
     wait_idle,
+    wait_past_double_click,
 )
 
 pytestmark = pytest.mark.browser
@@ -330,6 +331,7 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     meta = chart.locator(".js-plotly-plot").evaluate("(gd) => gd.layout.meta")
     x0, y0 = meta["tiles"][7]
     corner = page.evaluate(_DATA_TO_PAGE, [chart.element_handle(), x0, y0 + meta["size"] - 1])
+    wait_past_double_click(chart)
     before = runs(page)
     page.mouse.click(corner["x"], corner["y"])
     wait_idle(page, after=before)
@@ -446,6 +448,7 @@ def test_a_click_on_a_cell_explains_its_weight(page, base_url):
     centre = cell_centre(page, chart, 1, 3)  # key 3 comes after query 1
     page.mouse.move(centre["x"], centre["y"])  # Plotly clicks the point it hovers: hover it first
     expect(chart.locator(".hovertext")).to_contain_text("query 1: ·cat")
+    wait_past_double_click(chart)  # a second click soon after the first is Plotly's double click: no selection
     before = runs(page)
     page.mouse.click(centre["x"], centre["y"])
     wait_idle(page, after=before)

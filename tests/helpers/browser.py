@@ -179,6 +179,15 @@ def wait_idle(page: Page, *, after: int | None = None, timeout: float = IDLE_TIM
                              f"{timeout / 1000:.0f} s: {exc}\n{exception_text(page)}") from None
 
 
+def wait_past_double_click(chart: Locator) -> None:
+    """Wait until a click on the Plotly chart in ``chart`` (an ``st.plotly_chart``) is a click of its own: Plotly counts
+    a mousedown within ``doubleClickDelay`` (300 ms) of the one before on the same plot as a double click, wherever on
+    the plot it is, and a double click resets the axes and clears the selection."""
+    chart.locator(".js-plotly-plot").evaluate(
+        "(gd) => new Promise((resolve) => { const wait = () => Date.now() - (gd._mouseDownTime || 0)"
+        " > gd._context.doubleClickDelay ? resolve() : requestAnimationFrame(wait); wait(); })")
+
+
 _SETTLED = """(el) => new Promise((resolve) => {
     // the expander is open, runs no animation or transition, and its height held for two frames
     let last = -1, same = 0;
