@@ -74,12 +74,6 @@ def _parse_int(low: int, high: int):
     return parse
 
 
-def _parse_layer(raw: str) -> int:
-    """A whole number: whether the weights have that layer is checked where their layer count is known (the book's
-    classes here, a model's by the sidebar)."""
-    return _whole_number(raw)
-
-
 def _parse_choice(choices):
     def parse(raw: str) -> str:
         if raw not in choices:
@@ -102,7 +96,7 @@ def _parsers() -> dict:
     return {
         "text": str,
         "weights": str,  # checked against the listed names by settings_from_query
-        "layer": _parse_layer,
+        "layer": _whole_number,  # whether the weights have it: below for the book's classes, by the sidebar for a model
         "variant": _parse_choice([*variants.VARIANTS, *user_code.listed()]),  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, MAX_DIM),
