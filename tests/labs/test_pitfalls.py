@@ -655,7 +655,7 @@ def test_the_leak_detector_says_a_bug_that_cannot_run_here_is_replaced_by_the_bo
     config = small_config(d_in=36, d_out=36, num_heads=12)
     setup, _ = lab_for(config)
     assert catalogue.leak_subject(config, setup, "rope_values") == (
-        "the book's code, as bug rotary on values cannot run at these sizes, (causal mask on, set by the sidebar's "
+        "the book's code (bug rotary on values cannot run at these sizes; causal mask on, set by the sidebar's "
         "causal toggle)")
 
 
@@ -783,7 +783,7 @@ def test_rotary_pitfalls_at_an_odd_head_dim_say_why_and_the_rest_of_the_page_wor
         assert lab_verdicts(at) == []  # no verdict from a shape error in both versions
         assert any(block.value == catalogue.diff_text(key) for block in at.code)
         assert leak_verdict(at) == "**Verdict:** no leak"  # the leak detector runs the book's code, and says so
-        assert any("the book's code, as bug " in caption.value for caption in at.caption)
+        assert any("rerun the book's code (bug " in caption.value for caption in at.caption)
         assert [fig["data"][0]["type"] for fig in plotly_figures(at)] == ["bar"]  # the leak chart
     at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
     no_exception(at)

@@ -308,15 +308,11 @@ def leak_subject(config: AttentionConfig, setup: LabSetup, bug: str | None) -> s
     mask of :func:`causal_source`, or on in the lab's own classes, which always mask the future.  A bug that
     cannot run at these sizes: the book's code (:func:`leak_bug`)."""
     ran = leak_bug(setup, bug)
-    if ran is not None:
-        code = f"the code with bug {PITFALLS[ran].title}"
-    elif bug in PITFALLS:
-        code = f"the book's code, as bug {PITFALLS[bug].label} cannot run at these sizes,"
-    else:
-        code = "the book's code"
     if ran is not None and PITFALLS[ran].correct is not build_correct:
-        return f"{code} (causal mask on: the lab's own class always masks the future)"
-    return f"{code} (causal mask {'on' if config.causal else 'off'}, set by {causal_source(config)})"
+        return f"the code with bug {PITFALLS[ran].title} (causal mask on: the lab's own class always masks the future)"
+    code = "the book's code" if ran is None else f"the code with bug {PITFALLS[ran].title}"
+    instead = f"bug {PITFALLS[bug].label} cannot run at these sizes; " if ran is None and bug in PITFALLS else ""
+    return f"{code} ({instead}causal mask {'on' if config.causal else 'off'}, set by {causal_source(config)})"
 
 
 def label(key: str) -> str:
