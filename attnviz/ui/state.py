@@ -64,8 +64,10 @@ def set_setting(key: str, value) -> None:
 
 
 def _changed(key: str) -> None:
-    """on_change of every sidebar widget: keep the sizes consistent."""
+    """on_change of every sidebar widget: keep the sizes consistent.  The notices about the URL a session opened with
+    go: they said which of its values were not used, and a setting the user changes since replaces that answer."""
     state = st.session_state  # read after each set_setting: the branches see the values the ones before set
+    state.pop(URL_NOTICES, None)
     if key == "weights" and state["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
     if key == "preset" and state["preset"] in PRESET_DIMS:

@@ -254,6 +254,16 @@ def test_url_parameters_set_the_view_and_bad_ones_are_ignored_with_a_notice():
     assert len(grid_heads(grid(bad))) == 12  # defaults used instead
 
 
+def test_the_urls_notices_stay_until_a_setting_is_changed():
+    at = app(num_heads="7", bogus="1")
+    assert len(at.sidebar.warning) == 1
+    at.run()  # another run of the page (a click on a map, a page switch) keeps them
+    assert len(at.sidebar.warning) == 1 and "bogus" in at.sidebar.warning[0].value
+    at.sidebar.toggle(key="causal").set_value(False).run()
+    no_exception(at)
+    assert len(at.sidebar.warning) == 0
+
+
 def test_settings_are_written_to_the_url():
     at = app()
     at.sidebar.selectbox(key="num_heads").set_value(3).run()
