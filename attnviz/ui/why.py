@@ -29,14 +29,25 @@ def _position(tokens: tuple[str, ...]):
     return lambda position: f"{position}: {tokens[position]}"
 
 
+PICKS = ("heads_pick_queries", "heads_pick_keys")  # the pickers' widget keys
+PICKED_ON = "heads_pick_tokens"  # the tokens the picks were made on
+
+
 def token_picker(trace: Trace) -> tuple[list[int], list[int]] | None:
-    """The expander of tokens picked by name: the query and key positions chosen there while it is open, or None."""
+    """The expander of tokens picked by name: the query and key positions chosen there while it is open, or None.
+
+    Picks belong to the tokens they were made on: a new text empties both pickers before they are drawn, so that a
+    picker never shows (nor sums) a position by a piece the text no longer has."""
+    if st.session_state.get(PICKED_ON) != trace.tokens:
+        for key in PICKS:
+            st.session_state[key] = []
+        st.session_state[PICKED_ON] = trace.tokens
     with st.expander("Sum attention over tokens picked by name", key="heads_pick", on_change="rerun") as picker:
         if picker.open:
             queries = st.multiselect("Query tokens", range(trace.n), format_func=_position(trace.tokens),
-                                     key="heads_pick_queries", max_selections=trace.n)
+                                     key=PICKS[0], max_selections=trace.n)
             keys = st.multiselect("Key tokens", range(trace.n), format_func=_position(trace.tokens),
-                                  key="heads_pick_keys", max_selections=trace.n)
+                                  key=PICKS[1], max_selections=trace.n)
             if queries or keys:
                 return list(queries), list(keys)
     return None

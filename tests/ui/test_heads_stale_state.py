@@ -1,0 +1,51 @@
+"""The Heads page after the text or the settings change under a selection made on the last view: what the focused
+head's pickers, map selection, window and statistics table kept from that view never shows or sums what the new
+view does not have."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+
+
+def app(**query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def summed(at: AppTest) -> list[str]:
+    return [block.value for block in at.markdown if "keys selected" in block.value]
+
+
+def test_tokens_picked_by_name_are_dropped_when_the_text_changes():
+    """Picks are positions named by the pieces of the text they were picked on: another text of the same length keeps
+    no pick (a picker showed "5: ·step" over a text without "step", and summed position 5 of the new one)."""
+    at = app(text="Your journey starts with one step", num_heads="4")
+    at.session_state["heads_pick"] = True  # the expander open
+    at.run()
+    at.multiselect(key="heads_pick_queries").set_value([5])
+    at.multiselect(key="heads_pick_keys").set_value([4]).run()
+    no_exception(at)
+    assert summed(at) == ["**1 queries, 1 keys selected** (head 0)"]
+
+    at.sidebar.text_area(key="text").set_value("one two three four five six").run()  # six tokens too
+    no_exception(at)
+    assert at.multiselect(key="heads_pick_queries").value == []
+    assert at.multiselect(key="heads_pick_keys").value == []
+    assert summed(at) == []
+
+    at.multiselect(key="heads_pick_queries").set_value([2]).run()  # the new text's picks work as before
+    assert summed(at) == ["**1 queries, 0 keys selected** (head 0)"]
+    at.sidebar.selectbox(key="num_heads").set_value(2).run()  # other heads, the same tokens: the picks stay
+    no_exception(at)
+    assert at.multiselect(key="heads_pick_queries").value == [2]
