@@ -47,11 +47,13 @@ def window_hidden(trace, head: int | None = None):
 
 
 def heads_grid_figure(ctx: Context, stage: str):
-    """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked."""
+    """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked (head 0 when the
+    session's focused head is not one of this run's heads: fewer heads than when it was picked)."""
     from attnviz.views import figures
 
     grid = _grid_figure(*ctx.trace_key, stage)
-    return figures.mark_focus(grid, st.session_state.get("heads_focus", 0))
+    focus = st.session_state.get("heads_focus", 0)  # the focused head's selectbox, below, falls back to head 0 too
+    return figures.mark_focus(grid, focus if isinstance(focus, int) and 0 <= focus < ctx.trace.num_heads else 0)
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)

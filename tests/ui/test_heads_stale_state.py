@@ -4,8 +4,10 @@ view does not have."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,3 +51,20 @@ def test_tokens_picked_by_name_are_dropped_when_the_text_changes():
     at.sidebar.selectbox(key="num_heads").set_value(2).run()  # other heads, the same tokens: the picks stay
     no_exception(at)
     assert at.multiselect(key="heads_pick_queries").value == [2]
+
+
+def grid_titles(at: AppTest) -> list[str]:
+    grid = next(fig for fig in figures(at) if any(t.get("name", "").startswith("select head") for t in fig["data"]))
+    return [note["text"] for note in grid["layout"]["annotations"] if re.fullmatch(r"(▶ )?head \d+", note["text"])]
+
+
+def test_fewer_heads_than_the_focused_one_mark_head_0_in_the_grid():
+    """Head 9 focused (a grid tile, a statistics row or the selectbox), then 4 heads: the focused head falls back to
+    head 0 and the grid marks head 0 too (it marked none: the mark went to a head the run does not have)."""
+    at = app(num_heads="12")
+    at.selectbox(key="heads_focus").set_value(9).run()
+    assert "▶ head 9" in grid_titles(at)
+    at.sidebar.selectbox(key="num_heads").set_value(4).run()
+    no_exception(at)
+    assert at.selectbox(key="heads_focus").value == 0
+    assert grid_titles(at) == ["▶ head 0", "head 1", "head 2", "head 3"]
