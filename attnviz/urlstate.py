@@ -190,6 +190,8 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
             notices.append(f"URL parameter d_out={values['d_out']}: the default {values['num_heads']} heads do not "
                            f"divide it; using {new} heads.")
         values["num_heads"] = new
+    if PRESET_DIMS.get(values["preset"]) not in (None, (values["d_in"], values["d_out"], values["num_heads"])):
+        values["preset"] = "custom"  # as the sidebar does when a size is edited: the size box names no other sizes
     values, fitted = fit_modern(values)
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
     notices += [note for key, note in fitted.items() if key in used]

@@ -241,6 +241,17 @@ def test_url_heads_that_do_not_divide_d_out_are_ignored_with_the_heads_used():
     assert notices == ["Ignored URL parameter num_heads=7: it does not divide d_out 10; using 10 heads."]
 
 
+def test_url_sizes_that_are_no_presets_show_the_custom_size():
+    """A link with its own sizes (``?d_in=1&d_out=1&num_heads=1``) named no preset, yet the sidebar's Model size said
+    "GPT-2 small (768, 12 heads)" above d_in 1: the size is custom, as when the sizes are edited in the sidebar."""
+    assert ui.settings_from_query({"d_in": "1", "d_out": "1", "num_heads": "1"})[0]["preset"] == "custom"
+    assert ui.settings_from_query({"d_out": "10"})[0]["preset"] == "custom"  # the heads fall back to 10 too
+    assert ui.settings_from_query({"preset": "gpt2-medium", "num_heads": "8"})[0]["preset"] == "custom"
+    assert ui.settings_from_query({"preset": "gpt2-medium"})[0]["preset"] == "gpt2-medium"  # its own sizes
+    assert ui.settings_from_query({"preset": "book", "variant": "self_attention_v1"})[0]["preset"] == "book"
+    assert ui.settings_from_query({"d_in": "768", "num_heads": "12"})[0]["preset"] == "gpt2-small"
+
+
 def test_an_ignored_url_value_earns_no_second_notice_about_the_default_in_its_place():
     values, notices = ui.settings_from_query({"variant": "mla", "d_out": "13", "latent_dim": "abc"})
     assert values["latent_dim"] <= 13
