@@ -88,6 +88,20 @@ def test_book_causal_cell_is_masked_with_a_reason():
     assert not explain_weight(trace, 1, 3, 3).masked
 
 
+def test_hidden_cells_are_the_cells_explain_weight_calls_masked():
+    """A box selection's cells, told apart as explain_weight tells one: the causal mask's, a sliding window's."""
+    causal = pipeline.run(TEXT, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
+    window = pipeline.run(TEXT, AttentionConfig(variant="swa", d_in=16, d_out=16, num_heads=2, sliding_window_size=2))
+    cells = [(q, k) for q in range(causal.n) for k in range(causal.n)]
+    for trace in (causal, window):
+        expected = [explain_weight(trace, 1, q, k).masked for q, k in cells]
+        assert attnviz.explain.hidden_cells(trace, 1, cells).tolist() == expected
+    assert attnviz.explain.hidden_cells(causal, 0, [(0, 1), (2, 1), (1, 3)]).tolist() == [True, False, True]
+    assert attnviz.explain.hidden_cells(window, 0, [(4, 1), (4, 3)]).tolist() == [True, False]  # outside the window
+    unmasked = pipeline.run(TEXT, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2, causal=False))
+    assert not attnviz.explain.hidden_cells(unmasked, 0, cells).any()
+
+
 def test_mha_products_are_q_times_k_from_the_modules_own_weights():
     config = AttentionConfig(variant="mha", d_in=12, d_out=12, num_heads=3, seed=5, qkv_bias=True)
     trace = pipeline.run(TEXT, config)

@@ -521,6 +521,26 @@ def test_tokens_picked_by_name_sum_their_attention():
     assert any("2 queries, 1 keys selected" in block.value for block in at.markdown)
 
 
+def _explained(cells):
+    from attnviz import pipeline
+    from attnviz.config import AttentionConfig
+    from attnviz.ui import why
+
+    trace = pipeline.run("one two three four", AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
+    why.explain(trace, 0, [tuple(cell) for cell in cells], None)
+
+
+@pytest.mark.parametrize(("cells", "says"), [([(0, 1), (1, 2), (0, 3)], True), ([(0, 1), (1, 0), (0, 3)], False)])
+def test_a_box_over_masked_cells_only_says_their_weights_are_0(cells, says):
+    at = AppTest.from_function(_explained, args=(cells,), default_timeout=TIMEOUT).run()
+    no_exception(at)
+    assert any("2 queries, 3 keys selected" in block.value for block in at.markdown)
+    captions = [caption.value for caption in at.caption if "selected cells is masked" in caption.value]
+    assert captions == (["Every one of the 3 selected cells is masked — a key hidden from its query — so each has "
+                         "weight 0: what these queries give these keys is 0. The bars above show where the selected "
+                         "queries look instead."] if says else [])
+
+
 def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_what_it_hides():
     at = app(variant="gqa", num_kv_groups="4", text="the cat sat on the mat")
     no_exception(at)
