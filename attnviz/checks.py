@@ -61,12 +61,24 @@ def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) 
             raise tracing.TraceError("cannot tell the module's input width: give it a d_in attribute or pass x")
         d_in = 16  # no weights: any width works
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, n, d_in, generator=generator)  # (b, n, d_in)
+    inputs = torch.randn(batch, n, d_in, generator=generator)  # (b, n, d_in)
+    return inputs.to(tracing.module_dtype(module))  # a float64 (or bfloat16) module gets its own dtype
 
 
-def check_module(module: nn.Module, x: torch.Tensor | None = None, *, causal: bool | None = None) -> list[Check]:
-    """The eight rules' verdicts on ``module`` (``x``: (batch ≥ 2, n, d_in); None: a seeded (2, 8, d_in))."""
-    x = default_input(module) if x is None else x
+def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
+                 causal: bool | None = None) -> list[Check]:
+    """The eight rules' verdicts on ``module`` (``x``: (batch, n, d_in), or text embedded as ``trace_module``
+    embeds it; None: a seeded (2, 8, d_in))."""
+    module = tracing.as_module(module)
+    if x is None:
+        x = default_input(module)
+    elif isinstance(x, str):
+        d_in = tracing.infer_d_in(module)
+        if d_in is None:
+            raise tracing.TraceError("cannot tell the module's input width: give it a d_in attribute or pass x")
+        x = tracing.embed_text(x, d_in)[2].to(tracing.module_dtype(module))  # (1, n, d_in)
+    else:
+        x = tracing.input_tensor(module, x)
     if x.shape[0] < 2:
         x = torch.cat([x, torch.roll(x, 1, dims=1)])  # batch-independence needs a second item
     was_training = module.training
@@ -74,6 +86,7 @@ def check_module(module: nn.Module, x: torch.Tensor | None = None, *, causal: bo
         module.eval()
         recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
+        _require_finite_output(recording.output, attention)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
         window = sliding_window(attention) if causal else None
@@ -128,7 +141,7 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
     generator = torch.Generator().manual_seed(1)
     for j in range(1, n):
         changed = x.clone()  # (b, n, d_in)
-        changed[:, j:] = torch.randn(changed[:, j:].shape, generator=generator)
+        changed[:, j:] = torch.randn(changed[:, j:].shape, generator=generator).to(x.dtype)
         with torch.no_grad():
             moved = (_output(module, changed)[:, :j] - output[:, :j]).abs()  # (b, j, d_out)
         if moved.max() > TOLERANCE:
@@ -258,7 +271,7 @@ def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor)
     for item in range(x.shape[0]):
         changed = x.clone()  # (b, n, d_in)
         others = [i for i in range(x.shape[0]) if i != item]
-        changed[others] = torch.randn(changed[others].shape, generator=generator)
+        changed[others] = torch.randn(changed[others].shape, generator=generator).to(x.dtype)
         with torch.no_grad():
             moved = (_output(module, changed)[item] - output[item]).abs()  # (n, d_out)
         if moved.max() > TOLERANCE:
@@ -415,6 +428,23 @@ def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str)
     return Check(rule, "fail", f"{what} ≠ softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V: off by {worst:.3g} "
                                f"at index {index} (module {actual[index].item():.4g}, reference "
                                f"{expected[index].item():.4g})")
+
+
+def _require_finite_output(output: torch.Tensor, attention: tracing.Attention) -> None:
+    """TraceError when the output holds NaN or ±∞ at a query whose attention weights are all finite: the rules
+    compare outputs, and NaN hides every change, so a NaN made after the attention would pass them all.  (NaN
+    weights — a row whose every key is hidden — are the rules' to name.)"""
+    weights_finite = torch.isfinite(attention.weights).all(-1).all(1)  # (b, nq): every head's row finite
+    output_bad = ~torch.isfinite(output).all(-1)  # (b, n)
+    if output_bad.shape != weights_finite.shape:
+        return
+    bad = output_bad & weights_finite
+    if bad.any():
+        item, position = (int(i) for i in bad.nonzero()[0])
+        raise tracing.TraceError(
+            f"the output holds NaN or ∞ at {int(bad.sum())} of {bad.numel()} positions (first: item {item}, position "
+            f"{position}) while the attention weights there are finite: the NaN comes after the attention (the output "
+            "projection, or what follows it), and the rules cannot compare NaN outputs")
 
 
 def _weightless(module: nn.Module) -> bool:

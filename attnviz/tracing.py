@@ -267,6 +267,9 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
             output = module(x, **forward_kwargs)
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
         raise TraceError(f"the forward raised {type(error).__name__}: {one_line(error)}") from error
+    except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
+        raise TraceError(f"the forward called sys.exit({stop.code!r}): an attention forward returns its output, "
+                         "it does not end the program") from None
     output = first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
@@ -570,6 +573,50 @@ def infer_d_in(module: nn.Module) -> int | None:
     return None
 
 
+def as_module(module) -> nn.Module:
+    """``module`` when it is an ``nn.Module`` instance; TraceError naming what it is otherwise."""
+    if isinstance(module, nn.Module):
+        return module
+    if isinstance(module, type) and issubclass(module, nn.Module):
+        raise TraceError(f"module is the class {module.__name__}, not a module: build it first, e.g. "
+                         f"{module.__name__}(d_in, d_out, ...)")
+    raise TraceError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+
+
+def module_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype of the module's first floating-point parameter or buffer (float32 when it has none)."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.float32
+
+
+def input_tensor(module: nn.Module, x) -> torch.Tensor:
+    """``x`` as the (batch, n, d_in) floating-point tensor the module runs on: a NumPy array or nested lists become
+    a tensor at the module's dtype; TraceError names an input that is not a tensor, holds integers, has another
+    number of dimensions, is empty, or is a tensor of another floating dtype than the module's weights."""
+    dtype = module_dtype(module)
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x)
+        except (TypeError, ValueError, RuntimeError):
+            raise TraceError(f"x must be a (batch, n, d_in) tensor or text, got {type(x).__name__}") from None
+        if x.is_floating_point():
+            x = x.to(dtype)  # NumPy's float64 is its default, not the user's choice
+    if not x.is_floating_point():
+        raise TraceError(f"x holds {str(x.dtype).removeprefix('torch.')} values: pass floating-point embeddings "
+                         "(batch, n, d_in), or text")
+    if x.dim() != 3:
+        raise TraceError(f"x must be (batch, n, d_in) or text; got shape {tuple(x.shape)}")
+    if 0 in x.shape:
+        raise TraceError(f"x has shape {tuple(x.shape)}: it needs at least one item, one token and one feature")
+    if x.dtype != dtype:
+        name, wanted = str(x.dtype).removeprefix("torch."), str(dtype).removeprefix("torch.")
+        raise TraceError(f"x is {name} but the module's weights are {wanted}: pass x.to(torch.{wanted}) "
+                         f"(or convert the module with module.to(torch.{name}))")
+    return x
+
+
 def embed_text(text: str, d_in: int, *, seed: int = 123) -> tuple[str, list[int], torch.Tensor, dict]:
     """(text, token ids, (1, n, d_in) input, embedding arrays) as the app embeds text: seeded GPT-2-sized tables."""
     config = AttentionConfig(d_in=d_in, d_out=d_in, num_heads=1, seed=seed)
@@ -603,16 +650,16 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
     module's input width (a batch of one).  Every step keeps the whole batch (maps ``(batch, heads, n, n)``); the
     embedding arrays are item 0's, the one the views draw.  Raises TraceError (one line) when it cannot."""
     notes: list[str] = []
+    module = as_module(module)
     if isinstance(x, str):
         d_in = infer_d_in(module)
         if d_in is None:
             raise TraceError(
                 "cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
         text, token_ids, inputs, arrays = embed_text(x, d_in, seed=seed)
+        inputs = inputs.to(module_dtype(module))  # the seeded tables are float32; a float64 module gets float64
     else:
-        inputs = torch.as_tensor(x)
-        if inputs.dim() != 3:
-            raise TraceError(f"x must be (batch, n, d_in) or text; got shape {tuple(inputs.shape)}")
+        inputs = input_tensor(module, x)
         text, token_ids = "", list(range(inputs.shape[1]))
         arrays = {"token": to_numpy(inputs[0]), "position": to_numpy(torch.zeros_like(inputs[0])),
                   "input": to_numpy(inputs[0])}

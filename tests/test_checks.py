@@ -280,3 +280,33 @@ def test_kv_cache_passes_a_sliding_window_cache_that_keeps_only_w_tokens():
     assert [c for c in results.values() if c.status == "fail"] == []
     module(torch.randn(1, 6, 16), use_cache=True)
     assert module.cache_k.shape[2] == 3  # it really keeps only the window
+
+
+def test_a_float64_module_is_checked_on_its_own_dtype():
+    module = um.CausalSelfAttention(n_embd=16, n_head=4, flash=False).double()
+    assert all(check.passed for check in checks.check_module(module))
+
+
+def test_check_module_takes_text_and_numpy_as_trace_module_does():
+    import numpy as np
+
+    module = um.CausalSelfAttention(n_embd=16, n_head=4, flash=False)
+    assert all(check.passed for check in checks.check_module(module, "Your journey starts with one step"))
+    x = np.random.default_rng(0).standard_normal((2, 6, 16))
+    assert all(check.passed for check in checks.check_module(module, x))
+
+
+@pytest.mark.parametrize(("module", "x", "message"), [
+    (um.CausalSelfAttention(n_embd=16, n_head=4), torch.randn(6, 16), r"x must be \(batch, n, d_in\)"),
+    (um.CausalSelfAttention(n_embd=16, n_head=4), torch.randn(2, 0, 16), "at least one item, one token"),
+    ("module", None, "module must be a torch.nn.Module, got str"),
+])
+def test_check_module_names_bad_input(module, x, message):
+    with pytest.raises(tracing.TraceError, match=message):
+        checks.check_module(module, x)
+
+
+def test_nan_after_the_attention_is_named_not_passed():
+    """Every rule compares outputs; NaN outputs compare as unchanged, so they passed every rule (exit 0)."""
+    with pytest.raises(tracing.TraceError, match="the NaN comes after the attention"):
+        checks.check_module(um.NaNAfterAttention(d_in=16, d_out=16))

@@ -192,3 +192,36 @@ def test_tracing_leaves_the_module_and_its_output_unchanged(x):
     recording = tracing.record(module, x)
     torch.testing.assert_close(recording.output, before.detach())
     assert all(torch.equal(state[k], v) for k, v in module.state_dict().items())
+
+
+# -------------------------------------------------------------------- what a notebook may pass in
+
+MHA = attention.MultiHeadAttention(16, 16, 32, 0.0, 4)
+
+
+@pytest.mark.parametrize(("module", "x", "message"), [
+    (MHA, torch.randn(1, 0, 16), "at least one item, one token and one feature"),
+    (MHA, torch.randn(0, 5, 16), "at least one item, one token and one feature"),
+    (MHA, None, "x must be a (batch, n, d_in) tensor or text, got NoneType"),
+    (MHA, torch.ones(1, 5, 16, dtype=torch.long), "x holds int64 values"),
+    (MHA, torch.randn(1, 5, 16, dtype=torch.float64), "pass x.to(torch.float32)"),
+    ("MHA", torch.randn(1, 5, 16), "module must be a torch.nn.Module, got str"),
+    (attention.MultiHeadAttention, torch.randn(1, 5, 16), "build it first"),
+    (um.ExitsInForward(16), torch.randn(1, 5, 16), "the forward called sys.exit(1)"),
+])
+def test_bad_input_raises_a_trace_error_naming_it(module, x, message):
+    with pytest.raises(tracing.TraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        tracing.trace_module(module, x)
+
+
+def test_a_numpy_array_runs_at_the_modules_dtype():
+    x = np.random.default_rng(0).standard_normal((1, 5, 16))  # float64, NumPy's default
+    trace = tracing.trace_module(MHA, x)
+    expected = tracing.trace_module(MHA, torch.as_tensor(x, dtype=torch.float32))
+    assert np.array_equal(trace.steps["weights"], expected.steps["weights"])
+
+
+def test_a_float64_module_traces_text_and_its_own_dtype():
+    module = attention.MultiHeadAttention(16, 16, 32, 0.0, 4).double()
+    assert tracing.trace_module(module, "Your journey starts").steps["weights"].shape == (1, 4, 3, 3)
+    assert tracing.trace_module(module, torch.randn(2, 5, 16, dtype=torch.float64)).steps["weights"].shape[0] == 2

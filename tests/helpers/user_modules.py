@@ -562,3 +562,39 @@ class LearnerCachedSWA(LearnerSWA):
     def reset_cache(self):
         self.cache_k = self.cache_v = None
         self.ptr_current_pos = 0
+
+
+class NaNAfterAttention(nn.Module):
+    """Correct causal attention whose output projection's weights were never initialised: NaN after the attention."""
+
+    def __init__(self, d_in=32, d_out=32, num_heads=4, context_length=16):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        nn.init.constant_(self.out_proj.weight, float("nan"))
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))
+        attn_scores = queries @ keys.transpose(2, 3) / self.head_dim ** 0.5
+        attn_scores = attn_scores.masked_fill(self.mask.bool()[:n, :n], -torch.inf)
+        attn_weights = torch.softmax(attn_scores, dim=-1)
+        return self.out_proj((attn_weights @ values).transpose(1, 2).reshape(b, n, -1))
+
+
+class ExitsInForward(nn.Module):
+    """A forward that ends the program (a debugging ``sys.exit`` left in)."""
+
+    def __init__(self, d_in=32):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_in)
+
+    def forward(self, x):
+        import sys
+
+        sys.exit(1)
