@@ -100,10 +100,14 @@ def table(checks, width: int | None = None) -> str:
 def run_check(args, parser: argparse.ArgumentParser) -> int:
     """Load, build and check the class; print the table; 0 pass, 1 a rule fails, 2 cannot run."""
     overrides = constructor_overrides(args.overrides, parser)
-    for flag, value in (("--num-kv-groups", args.num_kv_groups), ("--latent-dim", args.latent_dim),
+    for flag, value in (("--d-in", args.d_in), ("--d-out", args.d_out), ("--num-heads", args.num_heads),
+                        ("--context-length", args.context_length), ("--tokens", args.tokens),
+                        ("--num-kv-groups", args.num_kv_groups), ("--latent-dim", args.latent_dim),
                         ("--window", args.sliding_window_size)):
         if value is not None and value < 1:
-            parser.error(f"{flag} must be at least 1")
+            parser.error(f"{flag} must be at least 1, got {value}")
+    if not 0 <= args.dropout < 1:  # NaN fails too
+        parser.error(f"--dropout is a probability: a number from 0 up to (not including) 1, got {args.dropout}")
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
 
     try:
@@ -193,4 +197,7 @@ def console() -> None:
     except BrokenPipeError:  # the reader stopped early: no traceback, quiet exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = 0
+    except KeyboardInterrupt:  # Ctrl-C (a forward that never returns): one line, the shell's status for SIGINT
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        status = 130
     sys.exit(status)

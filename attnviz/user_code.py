@@ -68,6 +68,8 @@ def load(spec: str) -> type[nn.Module]:
     if not path_text or not class_name or not class_name.isidentifier():
         raise UserCodeError(f"{spec!r}: name a class as path/to/file.py:ClassName")
     path = Path(path_text).expanduser()
+    if path.is_dir():
+        raise UserCodeError(f"{path_text} is a folder: name the .py file that defines the class")
     if not path.is_file():
         raise UserCodeError(f"{path_text}: no such file")
     name = f"attnviz_user_{abs(hash(str(path.resolve())))}"
@@ -86,6 +88,10 @@ def load(spec: str) -> type[nn.Module]:
     except Exception as error:  # the user's file: anything it raises is theirs, in one line
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: {_one_line(error)}") from None
+    except SystemExit as stop:  # a script's sys.exit() would end attnviz with the script's status
+        sys.modules.pop(name, None)
+        raise UserCodeError(f"{path_text} called sys.exit({stop.code!r}) on import: put its script part under "
+                            "if __name__ == \"__main__\":") from None
     cls = getattr(module, class_name, None)
     if cls is None:
         classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
@@ -171,6 +177,8 @@ def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) ->
     except Exception as error:  # the user's constructor
         raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) raised {type(error).__name__}: "
                             f"{_one_line(error)}") from None
+    except SystemExit as stop:
+        raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) called sys.exit({stop.code!r})") from None
 
 
 def _call_text(arguments: dict) -> str:

@@ -256,3 +256,67 @@ def test_a_window_off_by_one_fails_mask_convention():
 def test_bad_variant_settings_exit_2_with_one_line(args, message, status):
     result = check(f"{USER_MODULES}:LearnerGQA", "--d-in", 32, *args)
     assert result.returncode == status and message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--d-in", "0"], "--d-in must be at least 1, got 0"),  # was a traceback from inside the tracer, exit 1
+    (["--d-out", "0"], "--d-out must be at least 1, got 0"),
+    (["--num-heads", "-1"], "--num-heads must be at least 1, got -1"),
+    (["--context-length", "0"], "--context-length must be at least 1, got 0"),
+    (["--tokens", "-1"], "--tokens must be at least 1, got -1"),  # was a traceback, exit 1
+    (["--tokens", "0"], "--tokens must be at least 1, got 0"),
+    (["--dropout", "2"], "--dropout is a probability"),  # was accepted silently
+    (["--dropout", "nan"], "--dropout is a probability"),
+])
+def test_a_bad_size_exits_2_with_its_usage(modules, options, message):
+    result = check(f"{modules}:Attention", *options)
+    assert result.returncode == 2 and message in result.stderr and "usage: attnviz check" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("source", "spec", "message"), [
+    ("import sys\nsys.exit(3)\n", "A", "called sys.exit(3) on import"),  # was a silent exit 3
+    ("import sys\nsys.exit('bye')\n", "A", "called sys.exit('bye') on import"),  # was "bye", exit 1: "a rule fails"
+    ("from torch import nn\n\n\nclass Quits(nn.Module):\n    def __init__(self, d_in):\n"
+     "        super().__init__()\n        raise SystemExit(0)\n", "Quits", "Quits(d_in=64) called sys.exit(0)"),
+])
+def test_sys_exit_in_the_users_file_exits_2_naming_it(tmp_path, source, spec, message):
+    path = tmp_path / "user.py"
+    path.write_text(source)
+    result = check(f"{path}:{spec}")
+    assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_sys_exit_in_the_forward_exits_2_naming_it():
+    result = check(f"{ROOT / 'tests/helpers/user_modules.py'}:ExitsInForward", "--d-in", 16)
+    assert result.returncode == 2, result
+    assert "the forward called sys.exit(1)" in result.stderr and result.stdout == ""
+
+
+def test_nan_after_the_attention_exits_2_instead_of_passing():
+    result = check(f"{ROOT / 'tests/helpers/user_modules.py'}:NaNAfterAttention", "--d-in", 16, "--context-length", 16)
+    assert result.returncode == 2 and "the NaN comes after the attention" in result.stderr
+
+
+def test_a_float64_module_is_checked_on_its_dtype(tmp_path):
+    """A class that converts itself to float64: was exit 2, "expected m1 and m2 to have the same dtype"."""
+    path = tmp_path / "double.py"
+    path.write_text(MODULES + "\n\nclass Double(Attention):\n"
+                    "    def __init__(self, d_in, d_out, num_heads, context_length):\n"
+                    "        super().__init__(d_in, d_out, num_heads, context_length)\n        self.double()\n")
+    result = check(f"{path}:Double", "--d-in", 32)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_folder_is_named_as_a_folder(tmp_path):
+    (tmp_path / "attention.py").mkdir()
+    result = check(f"{tmp_path / 'attention.py'}:A")
+    assert result.returncode == 2 and "is a folder: name the .py file" in result.stderr
+
+
+def test_an_interrupt_is_one_line_with_status_130(tmp_path):
+    """Ctrl-C in the user's code (here raised by the file itself) prints no traceback."""
+    path = tmp_path / "slow.py"
+    path.write_text("raise KeyboardInterrupt\n")
+    result = run_attnviz("check", f"{path}:A")
+    assert result.returncode == 130 and "attnviz: interrupted" in result.stderr and "Traceback" not in result.stderr
