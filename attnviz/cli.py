@@ -146,6 +146,10 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
     """Train with the recipe and the overrides, evaluate every head on held-out data, save; 0 when written."""
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.seed is not None and args.seed < 0:
+        parser.error(f"--seed must be at least 0, got {args.seed}")
+    if args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
     import torch
 
     from attnviz.labs import train as training  # torch: only once the arguments are good
@@ -165,20 +169,48 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     torch.set_num_threads(args.threads)
-    cfg = training.TrainConfig(**overrides)
+    try:
+        cfg = training.TrainConfig(**overrides).validate()
+    except ValueError as error:
+        parser.error(f"--set: {error}")
+    out = output_folder(args.out, parser)  # before training, so a bad folder costs no run
 
     def report(step, loss, scores):
         if scores is not None and not args.quiet:
             print(f"step {step:5d}  loss {loss:.3f}  induction {scores['induction'].max():.2f}  "
                   f"previous-token {scores['previous_token'].max():.2f}", flush=True)
 
-    model, history = training.train(cfg, on_step=report)
+    try:
+        model, history = training.train(cfg, on_step=report)
+    except MemoryError:
+        print(f"{PROG} train: out of memory: make batch_size, seq_len or emb_dim smaller (--set)", file=sys.stderr)
+        return 2
     scores = training.evaluate(model, seed=training.EVAL_SEED)  # held-out text and fresh repeats, every head
     final = {name: value.round(4).tolist() for name, value in scores.items()}
     final["evaluation"] = f"attnviz.labs.train.evaluate(model, seed={training.EVAL_SEED})"
-    out = training.save(model, args.out, training.run_metadata(cfg, history, final))
+    out = training.save(model, out, training.run_metadata(cfg, history, final))
     print(f"wrote {out} ({len(history.steps)} steps, {history.seconds:.0f} s)")
     return 0
+
+
+def output_folder(text: str, parser: argparse.ArgumentParser):
+    """``--out`` as a folder that exists and can be written, made before training so a bad one costs no run;
+    parser.error for an empty name, a file, or a folder that cannot be made or written."""
+    import os
+    from pathlib import Path
+
+    if not text.strip():
+        parser.error("--out must name a folder to write the checkpoint to")
+    out = Path(text).expanduser()
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {text}: a file is there; name a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--out {text}: cannot make the folder: {error.strerror or error}")
+    if not os.access(out, os.W_OK | os.X_OK):
+        parser.error(f"--out {text}: the folder cannot be written")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -320,3 +320,41 @@ def test_an_interrupt_is_one_line_with_status_130(tmp_path):
     path.write_text("raise KeyboardInterrupt\n")
     result = run_attnviz("check", f"{path}:A")
     assert result.returncode == 130 and "attnviz: interrupted" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--threads", "0"], "--threads must be at least 1, got 0"),  # was a RuntimeError traceback from torch
+    (["--seed", "-1"], "--seed must be at least 0, got -1"),  # was a ValueError traceback from numpy
+    (["--set", "batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),  # was UnboundLocalError
+    (["--set", "lr=-1"], "lr must be a number of at least 0"),  # was torch's "Invalid learning rate" traceback
+    (["--set", "n_heads=3"], "emb_dim (128) must be a multiple of n_heads (3)"),
+])
+def test_a_bad_train_option_exits_2_before_training(tmp_path, options, message, capsys):
+    out = tmp_path / "model"
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--out", str(out), "--steps", "2", *options])
+    stderr = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in stderr and "usage: attnviz train" in stderr
+    assert not out.exists()  # nothing written
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    ("", "--out must name a folder"),  # was a checkpoint written into the current folder
+    ("{file}", "a file is there; name a folder"),  # was FileExistsError after the whole training
+    ("{file}/sub", "cannot make the folder"),
+])
+def test_a_bad_out_exits_2_before_training(tmp_path, out, message, capsys):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--out", out.format(file=file), "--steps", "2"])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert file.read_text() == "mine"
+
+
+def test_train_config_validate_accepts_the_recipe():
+    from attnviz.labs.train import TrainConfig
+
+    assert TrainConfig().validate() == TrainConfig()
+    with pytest.raises(ValueError, match="seq_len"):
+        TrainConfig(seq_len=300).validate()

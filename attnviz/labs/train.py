@@ -92,6 +92,36 @@ class TrainConfig:
     predictable_only: bool = True  # random data: count only tokens that earlier ones determine (no noise)
     probe_every: int = 50  # measure the heads every k steps (and at the first and last step)
 
+    def validate(self) -> TrainConfig:
+        """This config, or ValueError naming the first field that cannot train (a size below 1, a negative count,
+        a rate ≤ 0, a fraction outside [0, 1], heads that do not divide emb_dim, sequences longer than the
+        context)."""
+        for name in ("steps", "n_layers", "n_heads", "emb_dim", "context_length", "seq_len", "batch_size",
+                     "min_repeat", "max_repeat", "max_copies", "probe_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        for name in ("seed", "warmup_steps", "skip_first", "random_ov_heads", "negatives"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a whole number of at least 0, got {value!r}")
+        for name in ("drop_rate", "text_fraction", "skip_fraction", "embedding_std", "weight_decay", "lr"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+                raise ValueError(f"{name} must be a number of at least 0, got {value!r}")
+        for name in ("drop_rate", "text_fraction", "skip_fraction"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"{name} is a fraction from 0 to 1, got {getattr(self, name)!r}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be above 0, got {self.lr!r}")
+        if self.emb_dim % self.n_heads:
+            raise ValueError(f"emb_dim ({self.emb_dim}) must be a multiple of n_heads ({self.n_heads})")
+        if self.seq_len > self.context_length:
+            raise ValueError(f"seq_len ({self.seq_len}) must be at most context_length ({self.context_length})")
+        if self.min_repeat > self.max_repeat:
+            raise ValueError(f"min_repeat ({self.min_repeat}) must be at most max_repeat ({self.max_repeat})")
+        return self
+
     def book_cfg(self) -> dict:
         return {"vocab_size": VOCAB_SIZE, "context_length": self.context_length, "emb_dim": self.emb_dim,
                 "n_heads": self.n_heads, "n_layers": self.n_layers, "drop_rate": self.drop_rate,
