@@ -86,6 +86,9 @@ class AttentionSums:
 def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExplanation:
     """Decompose ``trace``'s weight at (``head``, ``query``, ``key``); raises ExplainError (an InputError) for a
     head or position the Trace does not have, or a run that recorded no queries and keys."""
+    if not isinstance(trace, Trace):
+        raise ExplainError(f"trace must be a Trace (from attnviz.run or attnviz.trace_module), got "
+                           f"{type(trace).__name__}.")
     heads, n = trace.num_heads, trace.steps["weights"].shape[-1]
     head = _index(head, heads, "head")
     query = _index(query, trace.steps["weights"].shape[-2], "query")

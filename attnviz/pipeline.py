@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from attnviz import producers, tokens
-from attnviz.config import AttentionConfig, InputError
+from attnviz.config import AttentionConfig, ConfigError, InputError
 from attnviz.producers import book
 from attnviz.text import clean_text, prepare_text
 from attnviz.trace import Trace, trace_nbytes
@@ -49,6 +49,9 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
 
 
 def _settled(config: AttentionConfig) -> tuple[producers.Producer, AttentionConfig, list[str]]:
+    if not isinstance(config, AttentionConfig):  # a dict or keyword settings would fail deep in a producer
+        raise ConfigError(f"config must be an attnviz.AttentionConfig, got {type(config).__name__}: write "
+                          "attnviz.AttentionConfig(num_heads=4, ...)")
     producer = producers.for_config(config)
     config, notes = producer.settle(config)
     return producer, config.validate(), notes

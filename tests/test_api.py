@@ -81,3 +81,11 @@ def test_trace_module_and_check_module_on_a_users_module():
     assert trace.steps["weights"].shape == (3, 2, 5, 5)
     results = attnviz.check_module(module)
     assert results and all(result.status != "fail" for result in results)
+
+
+def test_run_names_a_config_that_is_not_an_attention_config():
+    """A dict of settings was an AttributeError from inside the producers."""
+    from attnviz.config import ConfigError
+
+    with pytest.raises(ConfigError, match="config must be an attnviz.AttentionConfig, got dict"):
+        attnviz.run("Hello", {"num_heads": 2})

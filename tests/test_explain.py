@@ -426,3 +426,9 @@ def test_todays_attention_explains_every_cell_with_the_q_and_k_that_meet_in_qkt(
     if overrides["variant"] == "swa":
         far = explain_weight(trace, 0, 5, 1)  # 5 − 1 = 4 ≥ W = 3: outside the window
         assert far.masked and far.weight == 0 and "window" in far.reason
+
+
+def test_explain_weight_names_something_that_is_not_a_trace():
+    """A string (or a module) in place of the Trace was an AttributeError."""
+    with pytest.raises(ExplainError, match="trace must be a Trace"):
+        explain_weight("trace", 0, 0, 0)

@@ -6,13 +6,24 @@ same pure builders the app's Heads page draws from.
 
 from __future__ import annotations
 
+import numpy as np
+
+from attnviz.config import InputError
 from attnviz.tokens import counted
+from attnviz.trace import Trace
 from attnviz.views import diagram, figures
 
 
 def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     """{"grid": the head grid, "head": head ``head`` in full, "flow": the shape flow's HTML} of a Trace."""
     config = trace.config
+    maps_stages = [name for name in figures.MAP_TITLES if name in trace.steps]
+    if stage not in maps_stages:
+        raise InputError(f"stage must be one of {', '.join(maps_stages)} (the maps this run recorded), got {stage!r}")
+    heads = trace.steps[stage].shape[1]
+    if isinstance(head, bool) or not isinstance(head, int | np.integer) or not 0 <= head < heads:
+        raise InputError(f"head must be a whole number from 0 to {heads - 1} (this run has {heads} heads), "
+                         f"got {head!r}")
     maps = trace.steps[stage][0]  # (heads, n, n)
     grid = figures.mark_focus(figures.heads_grid(maps, stage, causal=config.causal, dropout=config.effective_dropout),
                               head)
@@ -29,14 +40,18 @@ def show(trace_or_module, text: str | None = None, *, stage: str = "weights", he
 
     Returns the Trace.
     """
+    import torch
     from IPython.display import HTML, display
 
     from attnviz import tracing
 
     trace = trace_or_module
-    if not hasattr(trace, "steps"):
+    if not isinstance(trace, Trace):
+        if not isinstance(trace_or_module, torch.nn.Module):
+            raise InputError(f"show takes a Trace (attnviz.run, attnviz.trace_module) or a module and a text, got "
+                             f"{type(trace_or_module).__name__}")
         if text is None:
-            raise ValueError("show(module, text): give the text to trace the module on")
+            raise InputError("show(module, text): give the text to trace the module on")
         trace = tracing.trace_module(trace_or_module, text)
     parts = figures_of(trace, stage, head)
     title = trace.module_run.class_name if trace.module_run is not None else trace.config.spec.label

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
+import attnviz
 from attnviz import tracing
+from attnviz.config import InputError
 from attnviz.views import notebook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,3 +40,20 @@ def test_the_notebook_traces_checks_and_shows_a_module_without_errors():
     assert len(plotly) == 2  # the head grid and the focused head
     html = [o for o in outputs if o.output_type == "display_data" and "text/html" in o.data]
     assert any("attnviz-flow" in o.data["text/html"] for o in html)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"stage": "nope"}, "stage must be one of"),  # was KeyError: 'nope'
+    ({"head": 99}, "head must be a whole number from 0 to"),  # was an IndexError from NumPy
+    ({"head": -1}, "head must be a whole number from 0 to"),  # was the last head, titled "head -1"
+])
+def test_show_names_a_bad_stage_or_head(kwargs, message):
+    trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
+    with pytest.raises(InputError, match=message):
+        notebook.figures_of(trace, **kwargs)
+
+
+@pytest.mark.parametrize("value", ["Your journey starts", None])
+def test_show_names_what_it_takes(value):
+    with pytest.raises(InputError, match="show takes a Trace"):  # was "give the text to trace the module on"
+        attnviz.show(value)
