@@ -594,7 +594,8 @@ def module_dtype(module: nn.Module) -> torch.dtype:
 def input_tensor(module: nn.Module, x) -> torch.Tensor:
     """``x`` as the (batch, n, d_in) floating-point tensor the module runs on: a NumPy array or nested lists become
     a tensor at the module's dtype; TraceError names an input that is not a tensor, holds integers, has another
-    number of dimensions, is empty, or is a tensor of another floating dtype than the module's weights."""
+    number of dimensions, is empty, or is a tensor of another floating dtype than the module's weights (a module
+    without weights takes any)."""
     dtype = module_dtype(module)
     if not isinstance(x, torch.Tensor):
         try:
@@ -610,7 +611,8 @@ def input_tensor(module: nn.Module, x) -> torch.Tensor:
         raise TraceError(f"x must be (batch, n, d_in) or text; got shape {tuple(x.shape)}")
     if 0 in x.shape:
         raise TraceError(f"x has shape {tuple(x.shape)}: it needs at least one item, one token and one feature")
-    if x.dtype != dtype:
+    weighted = any(tensor.is_floating_point() for tensor in (*module.parameters(), *module.buffers()))
+    if x.dtype != dtype and weighted:  # a module without weights runs on any floating dtype
         name, wanted = str(x.dtype).removeprefix("torch."), str(dtype).removeprefix("torch.")
         raise TraceError(f"x is {name} but the module's weights are {wanted}: pass x.to(torch.{wanted}) "
                          f"(or convert the module with module.to(torch.{name}))")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import user_modules as um
+from torch import nn
 
 from attnviz import attention, tracing
 
@@ -225,3 +226,15 @@ def test_a_float64_module_traces_text_and_its_own_dtype():
     module = attention.MultiHeadAttention(16, 16, 32, 0.0, 4).double()
     assert tracing.trace_module(module, "Your journey starts").steps["weights"].shape == (1, 4, 3, 3)
     assert tracing.trace_module(module, torch.randn(2, 5, 16, dtype=torch.float64)).steps["weights"].shape[0] == 2
+
+
+def test_a_module_without_weights_runs_on_any_floating_dtype():
+    """No weights, no dtype to match: the book's simplified attention (3.3) on float64 input runs as it is."""
+
+    class Simplified(nn.Module):
+        def forward(self, x):
+            scores = x @ x.transpose(1, 2)  # (b, n, n)
+            return torch.softmax(scores, dim=-1) @ x  # (b, n, d)
+
+    trace = tracing.trace_module(Simplified(), torch.randn(1, 4, 3, dtype=torch.float64))
+    assert trace.steps["weights"].shape == (1, 1, 4, 4)
