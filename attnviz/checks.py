@@ -68,8 +68,16 @@ def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) 
 def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
                  causal: bool | None = None) -> list[Check]:
     """The eight rules' verdicts on ``module`` (``x``: (batch, n, d_in), or text embedded as ``trace_module``
-    embeds it; None: a seeded (2, 8, d_in))."""
+    embeds it; None: a seeded (2, 8, d_in)).  A float16 or bfloat16 module is a TraceError: the rules' tolerances are
+    float32's."""
     module = tracing.as_module(module)
+    dtype = tracing.module_dtype(module)
+    if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:  # float16, bfloat16: eps 1e-3, 8e-3
+        name = str(dtype).removeprefix("torch.")
+        raise tracing.TraceError(
+            f"the module's weights are {name}, which holds about {-math.log10(torch.finfo(dtype).eps):.0f} digits: "
+            f"the rules compare outputs to {TOLERANCE:g} and would fail a correct module; check a float32 copy, "
+            "copy.deepcopy(module).float()")
     if x is None:
         x = default_input(module)
     elif isinstance(x, str):

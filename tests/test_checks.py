@@ -1,5 +1,7 @@
 """check_module's rules on modules written as users write them: each rule passes the correct code and fails its bug."""
 
+import copy
+
 import pytest
 import torch
 from helpers import user_modules as um
@@ -285,6 +287,16 @@ def test_kv_cache_passes_a_sliding_window_cache_that_keeps_only_w_tokens():
 def test_a_float64_module_is_checked_on_its_own_dtype():
     module = um.CausalSelfAttention(n_embd=16, n_head=4, flash=False).double()
     assert all(check.passed for check in checks.check_module(module))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_module_is_refused_not_failed(dtype):
+    """The rules compare to 1e-5: a correct bfloat16 module failed rows-sum-to-one and matches-reference."""
+    module = um.CausalSelfAttention(n_embd=16, n_head=4, flash=False).to(dtype)
+    name = str(dtype).removeprefix("torch.")
+    with pytest.raises(tracing.TraceError, match=rf"weights are {name}.*copy.deepcopy\(module\).float\(\)"):
+        checks.check_module(module)
+    assert all(check.passed for check in checks.check_module(copy.deepcopy(module).float()))
 
 
 def test_check_module_takes_text_and_numpy_as_trace_module_does():
