@@ -25,11 +25,14 @@ One module per job:
 * ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.draw_layer_views``);
 * ``focus``    — the focused head, set by a click on the grid or a selected table row;
 * ``why``      — what a selection on the focused map explains (one cell's weight, several cells summed);
+* ``interventions`` — knock-outs, ‖weight × value‖, rollout and the logit lens (the Heads page, the Induction lab);
+* ``module_check`` — the Check panel of a user's module (the rules on this run's tokens);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
 * ``head_labels`` — the Heads page's head types (label, score, first-token mass beside it);
 * ``induction`` — the Induction lab's cached run and its widgets;
+* ``generate`` — the Generate page: the cached generation, its stepper, what a KV cache costs;
 * ``train``    — the Train page: the background training job, its live view, the trained model as weights.
 """
 

@@ -50,13 +50,13 @@ _frozen = threading.Lock()  # held once freeze_imports() has frozen
 
 def freeze_imports() -> bool:
     """Once per process: move every object alive now — the modules, classes and functions that importing torch,
-    pandas, Plotly, Streamlit and attnviz made (~250,000) — out of the garbage collector's view (``gc.freeze``).
+    pandas, Plotly, Streamlit and attnviz made — out of the garbage collector's view (``gc.freeze``).
     True on the call that froze them.
 
     Streamlit collects all generations after every script run (``runner.postScriptGC``); walking all of them
     holds the GIL while the server sends the messages that end the run, which delays what the browser draws
-    (measured in benchmarks/README.md).  Only these import-time
-    objects are frozen: everything a run makes later (traces, figures, session state) is collected as before.
+    (benchmarks/README.md, "2026-11-24, second session", item 1).  Only these import-time
+    objects are frozen: everything a run makes later (traces, figures, session state) is still collected.
     (With Streamlit's file watcher on, each edit of a module leaves its old, frozen copy behind: a developer's cost.)
 
     The freeze happens inside the first run, so it also holds that run's page globals, which the page then fills
@@ -95,7 +95,7 @@ _trained = threading.Lock()  # held once freeze_training_imports() has frozen
 
 def freeze_training_imports() -> bool:
     """Once per process, after a training's first step: thaw, collect and freeze again, so that what that step
-    imported — ``torch.optim``'s first step imports ``torch._dynamo`` and with it sympy and mpmath, ~120,000 objects —
+    imported — ``torch.optim``'s first step imports ``torch._dynamo`` and with it sympy and mpmath —
     leaves the collector's view as ``freeze_imports``' modules did.  True on the call that froze them.
 
     Unfrozen, the collection Streamlit runs after every script run walks them each time, holding the GIL
@@ -156,11 +156,11 @@ def training_heap():
     """Around a training job's work: while any training runs, malloc's mmap threshold is
     ``TRAINING_MMAP_THRESHOLD``; when the last one ends, ``MMAP_THRESHOLD`` again and ``malloc_trim``.
 
-    A training step allocates and frees the same few 2-17 MB tensors (activations, logits, gradients) ~8 times
-    a second.  Under the pages' 1 MiB threshold each of them is a fresh mmap whose pages fault in and are
-    zeroed again every step, which makes a step of the Train page's recipe markedly slower
-    (benchmarks/README.md).  From the heap, the freed blocks are reused by the next step.  A page's 48 MiB map
-    (GPT-2 at 1,024 tokens) is still an mmap of its own.
+    A training step allocates and frees the same few 2-17 MB tensors (activations, logits, gradients).
+    Under the pages' 1 MiB threshold each of them is a fresh mmap whose pages fault in and are zeroed again every
+    step, which makes a step of the Train page's recipe markedly slower (benchmarks/README.md, "Fourth session",
+    item 1).  From the heap, the freed blocks are reused by the next step.  A page's 48 MiB map (GPT-2 at 1,024
+    tokens) is still an mmap of its own.
     """
     global _trainings
     with _heap_lock:
@@ -194,9 +194,10 @@ def _trace_cache() -> pipeline.TraceCache:
 
 
 def cached_trace(text: str, config: AttentionConfig) -> Trace:
-    """Traces are shared, not copied: at n = 1024 a GPT-2-small Trace holds ~210 MB of maps, and
-    ``st.cache_data`` would unpickle a copy on every rerun.  The cache is bounded by
-    bytes (``ATTNVIZ_TRACE_CACHE_MB``, default 512), not by entries."""
+    """The Trace of ``text`` and ``config``, from the server's one cache or computed into it.  Traces are shared,
+    not copied: a 1024-token GPT-2-small Trace holds hundreds of MB of maps (benchmarks/README.md, "Numbers moved
+    out of the code"), and ``st.cache_data`` would unpickle a copy on every rerun.  The cache is bounded by bytes
+    (``ATTNVIZ_TRACE_CACHE_MB``, default 512), not by entries."""
     cache = _trace_cache()
     misses = cache.misses
     trace = cache.get(text, config)
@@ -232,6 +233,6 @@ def trace_of(key: tuple) -> Trace:
     """The Trace of ``trace_key``: shared from the cache, recomputed if it was evicted.
 
     Fragments and download callbacks outlive their script run, and Streamlit keeps a closed tab's
-    session for two minutes: if they held the Trace itself, every session would pin ~210 MB per
-    1024-token input past the cache's byte bound.  They hold this key instead."""
+    session for two minutes: if they held the Trace itself, every session would pin a 1024-token GPT-2-small
+    input's hundreds of MB past the cache's byte bound.  They hold this key instead."""
     return cached_trace(*key)

@@ -219,7 +219,8 @@ def run_notes(trace: Trace) -> None:
 def beside_shape_diagram(trace: Trace, highlight: str):
     """The compact live shape diagram (``highlight`` = the stage on view) in a narrow left column;
     returns the wide column to its right.  Plain HTML, not a Graphviz chart: the browser lays a
-    Graphviz chart out again on every settings change (benchmarks/README.md); the Shapes page has the full one."""
+    Graphviz chart out again on every settings change (benchmarks/README.md, "Repaint after a settings change");
+    the Shapes page has the full one."""
     from attnviz.views import diagram
 
     diagram_col, view_col = st.columns([1, 3])

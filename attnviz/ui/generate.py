@@ -189,7 +189,7 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
     playing = bool(st.session_state.get("_generate_playing"))
     step_col, play_col, back_col, where_col = st.columns([1, 1, 1, 4])
     # Step and Prefill change the step in a callback, before this rerun draws anything: every button below is
-    # drawn for the step shown (a click handled after them left Step disabled after Prefill)
+    # drawn for the step shown (a click handled after them would leave Step disabled after Prefill)
     step_col.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
                     help="Generate the next token: one forward pass that feeds only the new token.",
                     on_click=_go_to, args=(index + 1,))
@@ -213,7 +213,8 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
 
 def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
     """The top k as a small Markdown table, most likely first and in bold (the greedy choice); pieces escaped.  A
-    table, not a chart: it is redrawn at every step, and a second Plotly chart doubled the browser's work."""
+    table, not a chart: it is redrawn at every step, where a second Plotly chart adds most of a chart's drawing to
+    each step (benchmarks/README.md, "A step of the Generate page in Chromium")."""
     lines = [f"**{title}**", "", "| | token | probability |", "|---:|---|---:|"]
     for rank, (piece, prob) in enumerate(zip(pieces, probs), start=1):
         cell = f"{markdown_escape(piece)} ← chosen" if rank == 1 else markdown_escape(piece)

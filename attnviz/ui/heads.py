@@ -1,6 +1,7 @@
-"""The Heads page's widgets: the thumbnail grid (pooled once per input), picking a head by a click on the grid or a
-selected table row, the head statistics table's columns (a bar per cell), the focused head (a fragment) with its
-window sliders, its map's cell selections and what they explain."""
+"""The Heads page's widgets: the thumbnail grid (pooled once per input) with the focused head marked, the head
+statistics table and its columns (a bar per cell), the focused head (a fragment) with its window sliders, its map's
+cell selections and what they explain, and the next layer computed ahead.  A click on the grid or a table row sets
+the focused head in :mod:`attnviz.ui.focus`."""
 
 from __future__ import annotations
 

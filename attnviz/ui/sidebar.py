@@ -1,5 +1,5 @@
-"""The shared sidebar, drawn once by ``app.py`` on every page: page links, text, variant, sizes, mask, dropout, seed,
-device (folded away on a page whose work ignores them).
+"""The shared sidebar, drawn once by ``app.py`` on every page: page links, text, weights, layer, variant, sizes, mask,
+dropout, seed, device (folded away on a page whose work ignores them).
 Settings that don't apply to the chosen variant are disabled with the registry's reason as their help; the
 settings only some variants have (K/V groups, latent width, window, positions) are drawn only where they apply."""
 
@@ -151,7 +151,8 @@ def layer_selectbox(choice: ui_weights.Choice) -> int:
 
 
 def _variant(choice) -> variants.Variant:
-    """The attention variant: the book's six, and the user's own modules listed on the command line (by label).
+    """The attention variant: the registry's (the book's six and the bonus GQA, MQA, MLA, SWA), and the user's own
+    modules listed on the command line (by label).
     Returns the record whose ``not_applicable`` decides which settings below apply."""
     modules = user_code.listed()
     if st.session_state["variant"] not in variants.VARIANTS and st.session_state["variant"] not in modules:

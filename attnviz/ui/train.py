@@ -32,9 +32,9 @@ MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every ste
 
 def max_trainings() -> int:
     """Trainings one server runs at once: ``ATTNVIZ_MAX_TRAININGS``, by default one core fewer than the machine
-    has (at least 1), so pages keep a core: on this 2-core machine one training at a time (measured, with the training
-    thread at nice 10: a page's work takes 1.1–1.6× as long beside one training, 1.3–9.8× beside two;
-    benchmarks/README.md)."""
+    has (at least 1), so pages keep a core: on a 2-core machine one training at a time.  A second training leaves
+    the pages no core of their own, and short page work then waits (benchmarks/README.md, "Speed where users
+    wait", the third session's "Other sessions while a training runs")."""
     default = max(1, (os.cpu_count() or 2) - 1)
     try:
         return max(1, int(os.environ.get(MAX_TRAININGS_ENV, default)))

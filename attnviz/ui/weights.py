@@ -1,9 +1,10 @@
 """The ``weights`` and ``layer`` settings: which weights this session may pick, the model behind the choice
-(loaded once per server), and the checkpoint panels pages share (next-token predictions, layers × heads).
+(loaded once per server), and a page's request to switch to another option (:func:`select_weights`).
 
 A name from the URL or a widget is only looked up in :func:`attnviz.weights.options` (a dictionary lookup):
 no string from the browser reaches the file system.  Models trained in a session are offered to that
-session only: :func:`register_trained_model` (for the Train page) stores one server-side under an opaque id.
+session only, stored server-side under an opaque id (:func:`attnviz.weights.register_session_model`, which the
+Train page's worker calls with :func:`session_id`; :func:`register_trained_model` from a script run).
 """
 
 from __future__ import annotations
