@@ -3,7 +3,8 @@
 * :func:`layers_overview` — every layer's heads max-pooled to small tiles, computed one layer at a time
   (never all maps at once: GPT-2 small at 1024 tokens would hold 600 MB of them), and
   :func:`overview_figure` draws them as one layers × heads mosaic (BertViz's model view, as a heatmap);
-* :func:`next_tokens` — the model's top-5 next tokens after one position, as a table;
+* :func:`next_tokens` — the model's top-5 next tokens after one position, as a table; :func:`predictions` —
+  every position's most likely next token;
 * :func:`model_path_rows` / :func:`model_path_dot` — the shapes of the whole path, tokens → logits.
 """
 

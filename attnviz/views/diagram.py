@@ -1,8 +1,11 @@
-"""The shape diagram: Graphviz DOT source for one run's pipeline, with the shapes the tensors really had.
+"""The shape diagram: Graphviz DOT source for one run's pipeline, with the shapes the tensors really had, and
+compact HTML flows of the same (:func:`shape_flow_html`), of a KV cache's step (:func:`cache_flow_html`) and of a
+user module's own ops (:func:`op_flow_html`, :func:`op_dot`).
 
 Pure functions of ``Trace.shapes`` (the ordered ``(stage, shape)`` pairs recorded from the real
-tensors) and the run's ``AttentionConfig``; nothing here runs a model or imports Streamlit.  The app
-hands :func:`shape_dot`'s string to ``st.graphviz_chart`` and :func:`shape_rows` to a table.
+tensors) and the run's ``AttentionConfig``; nothing here runs a model or imports Streamlit.  The Shapes page
+hands :func:`shape_dot`'s string to ``st.graphviz_chart`` and :func:`shape_rows` to a table; the other pages draw
+the HTML flows with ``st.html``.
 
 Tensors are nodes, labelled with their stage name (``attention.STAGES`` plus ``input``, ``view``,
 ``transpose`` and ``concat``), the operation that produced them, the actual shape and its symbolic

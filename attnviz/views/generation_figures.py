@@ -33,8 +33,8 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
     """The generated tokens' query rows ``z`` (steps, keys) over every cached key; a line where the prompt ends.
 
     Numeric axes with token tick labels (a category axis of hundreds of tokens is slow).  The height is fixed and the
-    rows fill it (square cells left a few rows over hundreds of keys a few pixels tall), so the page below keeps its
-    place as the steps add rows.  The heatmap sits on ``xaxis2``/``yaxis2``, which overlay and match
+    rows fill it (square cells would leave a few rows over hundreds of keys a few pixels tall), so the page below
+    keeps its place as the steps add rows.  The heatmap sits on ``xaxis2``/``yaxis2``, which overlay and match
     ``xaxis``/``yaxis``: every position is one of their ticks, labels hidden, so the hover names query and key by
     their tick text (Plotly writes a position on an array-tick axis as its tick's text) without a string per cell,
     while the visible axes show at most 20 keys and 24 queries.  Labels are escaped: Plotly renders a subset of HTML
@@ -66,7 +66,8 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
                                   "ticktext": labels, "showticklabels": False, "ticks": "", "showgrid": False,
                                   "zeroline": False}
-    # one constructor call: each update_* call re-walks Plotly's property paths (3× the time of building it once)
+    # one constructor call: each update_* call re-walks Plotly's property paths (benchmarks/README.md, "A step of the
+    # Generate page in Chromium", item 1)
     return go.Figure(
         data=[go.Heatmap(
             z=z.astype(np.float32), x=np.arange(n_keys), y=np.arange(steps), zmin=0.0, zmax=1.0, colorscale="Blues",

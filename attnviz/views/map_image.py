@@ -41,8 +41,8 @@ def colour(values: np.ndarray, zmin: float, zmax: float, scale: tuple) -> np.nda
 
 
 def png_source(rgba: np.ndarray) -> str:
-    """A ``data:image/png;base64,…`` URL of an (rows, cols, 4) uint8 image (fast compression: a 256 × 256 map
-    takes milliseconds and a few tens of kB)."""
+    """A ``data:image/png;base64,…`` URL of an (rows, cols, 4) uint8 image, at Pillow's fastest compression: the
+    maps are encoded on every draw (sizes and times: benchmarks/README.md, "Maps as images")."""
     from PIL import Image
 
     buffer = io.BytesIO()

@@ -3,7 +3,7 @@
 Plotly's automargin (on in Plotly's and Streamlit's templates) draws a figure, measures what sticks out of the
 margins — tick labels, a colour bar, a legend — and, if anything does, draws the whole figure again with wider
 margins.  A figure whose margins already hold them is drawn once.  These estimates err wide; where a label is
-wider still, automargin widens the margin as before: the figure is right either way, only slower.
+wider still, automargin widens the margin and draws the figure again: it is right either way, only slower.
 """
 
 from __future__ import annotations

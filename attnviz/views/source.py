@@ -28,7 +28,8 @@ MARK = "  # ◀ this stage"
 
 
 def variant_source(variant: str) -> str:
-    """Source of the variant's class, plus the shared single-head pipeline it calls, if any."""
+    """Source of the variant's class, then the code it runs beside it (``spec.source_parts``: the wrapper's
+    ``CausalAttention``, the shared single-head pipeline, the bonus classes' helpers), if any."""
     spec = variants.get(variant)
     parts = [inspect.getsource(part) for part in (spec.cls, *spec.source_parts)]  # e.g. each head, _single_head
     return "\n\n".join(parts)
