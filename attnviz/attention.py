@@ -2,7 +2,7 @@
 
 Class names, constructor arguments, attribute names and parameter-creation order are the book's,
 so after ``torch.manual_seed(s)`` the weights (and outputs) equal the book's printed tensors.
-Two additions, neither of which changes a result:
+Three additions, none of which changes a result:
 
 * every class takes ``causal`` (default: what the book does) so the app can toggle the mask;
 * ``MultiHeadAttention`` takes ``rope_base`` (default None: the book's class) to rotate its queries and keys

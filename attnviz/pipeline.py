@@ -1,9 +1,9 @@
 """text + AttentionConfig -> Trace: everything the app draws comes from one ``run()``.
 
-``run`` bounds and tokenizes the text, asks the config's producer (:mod:`attnviz.producers`: the book's classes
-or a GPT model's layer) which config it really runs, and returns that producer's Trace.  ``TraceCache`` keeps
-Traces by bytes for every session.  ``AttentionConfig`` and the errors live in :mod:`attnviz.config`, ``Trace`` in
-:mod:`attnviz.trace`, text cleaning in :mod:`attnviz.text`.
+``run`` bounds and tokenizes the text, asks the config's producer (:mod:`attnviz.producers`: the book's classes,
+a GPT model's layer or a user's module) which config it really runs, and returns that producer's Trace.
+``TraceCache`` keeps Traces by bytes for every session.  ``AttentionConfig`` and the errors live in
+:mod:`attnviz.config`, ``Trace`` in :mod:`attnviz.trace`, text cleaning in :mod:`attnviz.text`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Pure compute and figure builders (no Streamlit).  Every variant gets the same in
 right before ``build_module`` (so its weights are the ones the other pages show for that variant)
 and runs in eval mode (dropout off) on the CPU.
 
-The three equivalences are computed, never asserted in text; each reports the max absolute difference:
+The equivalences are computed, never asserted in text; each reports the max absolute difference:
 
 * ``wrapper_mha`` — a ``MultiHeadAttentionWrapper`` with MHA's weights copied head by head gives
   exactly MHA's context *before* ``out_proj`` (the concatenated heads);

@@ -50,12 +50,12 @@ HELDOUT_CODE_MODULES = ("fractions", "heapq", "colorsys", "statistics", "graphli
 class TrainConfig:
     """Everything that decides a run (stored in the checkpoint's metadata).
 
-    The defaults are the recipe that forms a textbook induction circuit on this CPU (benchmarks/results/
+    The defaults are the recipe that forms a textbook induction circuit on a CPU (benchmarks/results/
     train_recipe.md): 2 layers × 2 heads, 128 wide, attention-only, the token embedding frozen at random,
     block 0's value/output maps random and frozen (its heads can only learn *where* to look), trained on
     repeated random tokens alone.  Layer 0's heads become previous-token heads and layer 1's an induction
     head in the same sudden phase change (benchmarks/README.md, "Numbers moved out of the code": the steps at
-    which it came, per seed).
+    which it comes, per seed).
     """
 
     steps: int = 4000

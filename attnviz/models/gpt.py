@@ -2,7 +2,7 @@
 
 Class names, attribute names, constructor arguments (the book's ``cfg`` dict) and parameter-creation
 order are the book's (``ch04/01_main-chapter-code/gpt.py``), so the book's ch05 ``state_dict`` loads
-unchanged.  Three additions, none of which changes a result:
+unchanged.  Four additions, none of which changes a result:
 
 * ``cfg`` may carry ``ln_eps`` (default 1e-5, the book's ``LayerNorm.eps``; GPT-2 configs say
   ``layer_norm_epsilon``);
