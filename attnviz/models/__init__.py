@@ -1,9 +1,9 @@
 """Real GPT models: the book's Chapter 4 ``GPTModel``, checkpoints loaded into it, and what it attends to.
 
-``gpt`` (the model, with the book's KV cache), ``loading`` (checkpoint files -> GPTModel), ``trace`` (attention
-maps and the recorded path of one layer), ``generation`` (greedy generation with the cache, step by step),
-``discovery`` (checkpoints on this machine, listed by name), ``interventions``
-(head ablation, value-weighted attention, rollout, logit lens).
+``gpt`` (the model, with the book's KV cache), ``cached_attention`` (the bonus attentions with their caches),
+``loading`` (checkpoint files -> GPTModel), ``trace`` (attention maps and the recorded path of one layer),
+``generation`` (greedy generation with the cache, step by step), ``discovery`` (checkpoints on this machine, listed
+by name), ``interventions`` (head ablation, value-weighted attention, rollout, logit lens).
 """
 
 from pathlib import Path
