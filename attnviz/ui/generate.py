@@ -212,9 +212,9 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
 
 
 def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
-    """The top k as a small Markdown table, most likely first and in bold (the greedy choice); pieces escaped.  A
-    table, not a chart: it is redrawn at every step, and the browser draws a table far quicker than a second Plotly
-    chart (benchmarks/README.md, "A step of the Generate page in Chromium", item 2)."""
+    """The top k as a small Markdown table, most likely first and marked "← chosen" (the greedy choice); pieces
+    escaped, the title in bold.  A table, not a chart: it is redrawn at every step, and the browser draws a table
+    far quicker than a second Plotly chart (benchmarks/README.md, "A step of the Generate page in Chromium", item 2)."""
     lines = [f"**{title}**", "", "| | token | probability |", "|---:|---|---:|"]
     for rank, (piece, prob) in enumerate(zip(pieces, probs), start=1):
         cell = f"{markdown_escape(piece)} ← chosen" if rank == 1 else markdown_escape(piece)
