@@ -400,6 +400,18 @@ def _finish(model: GPTModel, cfg: dict, origin: str) -> GPTModel:
     return model
 
 
+def _context_length(name: str, pos_shape: tuple, emb_dim: int, configured: int | None) -> int:
+    """The context length: the config's when it matches the position table's rows, else a CheckpointError as
+    :func:`assign` words it — before any skeleton is built, whose (ctx, ctx) mask a config's absurd n_positions
+    (10¹²) would overflow."""
+    if configured is not None and configured != pos_shape[0]:
+        raise CheckpointError(
+            f"{name}: the model expects shape {(configured, emb_dim)}, the checkpoint has {tuple(pos_shape)}. "
+            "The file does not match its config (or is not GPT-2)."
+        )
+    return pos_shape[0]
+
+
 def gpt2_config(origin: str, wte_shape: tuple, wpe_shape: tuple, keys: set[str], config: dict) -> dict:
     """The book's cfg for a GPT-2 checkpoint: from ``config.json`` where it says, else from the tensors.
 
@@ -411,7 +423,8 @@ def gpt2_config(origin: str, wte_shape: tuple, wpe_shape: tuple, keys: set[str],
     emb_dim = wte_shape[1]
     cfg = {
         "vocab_size": wte_shape[0],
-        "context_length": config.get("n_positions", config.get("n_ctx", wpe_shape[0])),
+        "context_length": _context_length("wpe.weight -> pos_emb.weight", wpe_shape, emb_dim,
+                                          config.get("n_positions", config.get("n_ctx"))),
         "emb_dim": emb_dim,
         "n_heads": _head_count(origin, emb_dim, config, "n_head"),
         "n_layers": _layer_count(origin, keys, r"h\.(\d+)\.", config.get("n_layer")),
@@ -535,8 +548,7 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
         "ln_eps": float(config.get("ln_eps", config.get("layer_norm_epsilon", 1e-5))),
     }
     pos = tensors.take("pos_emb.weight")  # (ctx, d)
-    if cfg["context_length"] is None:
-        cfg["context_length"] = pos.shape[0]
+    cfg["context_length"] = _context_length("pos_emb.weight", tuple(pos.shape), emb_dim, cfg["context_length"])
     if emb_dim % cfg["n_heads"]:
         raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {cfg['n_heads']} heads.")
     model = _meta_model(cfg)

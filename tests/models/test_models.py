@@ -420,6 +420,20 @@ def test_config_that_disagrees_with_the_weights_names_key_and_shapes(hf_small, t
     assert "(128, 128)" in message
 
 
+
+@pytest.mark.parametrize("kind", ["hf-dir", "book-pth"])
+@pytest.mark.parametrize("context", [10**12, 100_000])
+def test_config_with_an_absurd_context_is_refused_before_anything_is_built(hf_small, tmp_path, kind, context):
+    """n_positions 10¹² made the skeleton's (ctx, ctx) mask overflow: a RuntimeError, a traceback in the app."""
+    path = write(kind, hf_small, tmp_path)
+    config = {"n_positions": context} if kind == "hf-dir" else {"context_length": context, "n_heads": 2}
+    file = tmp_path / ("config.json" if kind == "hf-dir" else "gpt2-small.json")
+    existing = json.loads(file.read_text()) if file.is_file() else {}
+    file.write_text(json.dumps({**existing, **config}))
+    message = load_error(path)
+    assert f"({context}, 128)" in message
+    assert "(128, 128)" in message
+
 def test_config_with_other_layer_count(hf_small, tmp_path):
     path = write("bare-with-config", hf_small, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
