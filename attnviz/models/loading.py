@@ -66,14 +66,21 @@ def assign(name: str, left: torch.Tensor, right: torch.Tensor) -> nn.Parameter:
     """The book's ``assign``, checked: ``right`` as a float32 parameter of ``left``'s shape, or a ValueError.
 
     ``name`` says which checkpoint key went where; ``right`` is always copied (contiguous, float32), so
-    the parameter never keeps a memory-mapped file alive.
+    the parameter never keeps a memory-mapped file alive.  A NaN or an infinity is refused too: one would make
+    every map and prediction after it NaN (blank maps, a traceback where a page takes a maximum).
     """
     if tuple(left.shape) != tuple(right.shape):
         raise CheckpointError(
             f"{name}: the model expects shape {tuple(left.shape)}, the checkpoint has {tuple(right.shape)}. "
             "The file does not match its config (or is not GPT-2)."
         )
-    return nn.Parameter(right.to(dtype=torch.float32, memory_format=torch.contiguous_format, copy=True))
+    parameter = nn.Parameter(right.to(dtype=torch.float32, memory_format=torch.contiguous_format, copy=True))
+    if not torch.isfinite(parameter.data).all():
+        raise CheckpointError(
+            f"{name}: the checkpoint holds NaN or infinite values there, so every output of the model would be "
+            "NaN. Was it saved after a training diverged (or in float16 past its range)? Use an earlier checkpoint."
+        )
+    return parameter
 
 
 # ============================== reading files ==============================

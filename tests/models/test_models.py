@@ -434,6 +434,18 @@ def test_config_with_an_absurd_context_is_refused_before_anything_is_built(hf_sm
     assert f"({context}, 128)" in message
     assert "(128, 128)" in message
 
+
+@pytest.mark.parametrize("kind", ["hf-dir", "book-pth"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_with_nan_or_inf_are_refused_naming_the_key(tmp_path, kind, value):
+    """A NaN LayerNorm loaded: the Heads page drew blank grey maps and the Induction lab raised 'All-NaN slice'."""
+    hf = make_hf(seed=1)  # not the module's hf_small: it is changed here
+    with torch.no_grad():
+        hf.transformer.h[1].ln_1.weight[3] = value
+    message = load_error(write(kind, hf, tmp_path))
+    assert ("h.1.ln_1.weight" if kind == "hf-dir" else "trf_blocks.1.norm1.scale") in message
+    assert "NaN or infinite" in message
+
 def test_config_with_other_layer_count(hf_small, tmp_path):
     path = write("bare-with-config", hf_small, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
