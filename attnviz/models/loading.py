@@ -410,7 +410,10 @@ def _finish(model: GPTModel, cfg: dict, origin: str) -> GPTModel:
 def _context_length(name: str, pos_shape: tuple, emb_dim: int, configured: int | None) -> int:
     """The context length: the config's when it matches the position table's rows, else a CheckpointError as
     :func:`assign` words it — before any skeleton is built, whose (ctx, ctx) mask a config's absurd n_positions
-    (10¹²) would overflow."""
+    (10¹²) would overflow.  A table without rows has no position for a token."""
+    if pos_shape[0] < 1:
+        raise CheckpointError(f"{name}: the position table {tuple(pos_shape)} has no rows, so the model has no "
+                              "position for a single token. The file is incomplete (or is not GPT-2).")
     if configured is not None and configured != pos_shape[0]:
         raise CheckpointError(
             f"{name}: the model expects shape {(configured, emb_dim)}, the checkpoint has {tuple(pos_shape)}. "

@@ -446,6 +446,15 @@ def test_weights_with_nan_or_inf_are_refused_naming_the_key(tmp_path, kind, valu
     assert ("h.1.ln_1.weight" if kind == "hf-dir" else "trf_blocks.1.norm1.scale") in message
     assert "NaN or infinite" in message
 
+
+def test_a_position_table_without_rows_is_refused(hf_small, tmp_path):
+    """A wpe of shape (0, d) loaded with context 0: every page said 'context_length must be between 1 and 1024'."""
+    state = hf_state(hf_small, prefix=False, lm_head=False)
+    state["wpe.weight"] = torch.zeros(0, state["wpe.weight"].shape[1])
+    safetensors_torch.save_file(state, tmp_path / "no-positions.safetensors")
+    assert "wpe.weight -> pos_emb.weight: the position table (0, 128) has no rows" in load_error(
+        tmp_path / "no-positions.safetensors")
+
 def test_config_with_other_layer_count(hf_small, tmp_path):
     path = write("bare-with-config", hf_small, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
