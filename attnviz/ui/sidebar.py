@@ -132,7 +132,9 @@ def _weights(listed) -> ui_weights.Choice:
         _follow_checkpoint(choice.sizes)
     n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
     if not 0 <= st.session_state["layer"] < n_layers:
-        if choice.sizes is not None:
+        # a layer the link asked for is refused with a notice; after the learner picked other weights in the
+        # sidebar, the layer simply starts again at 0 (the notice's 🔗 would blame a link nobody followed)
+        if choice.sizes is not None and drawn("weights", st.session_state["weights"]):
             st.session_state["_weights_notice"] = (
                 f"Layer {st.session_state['layer']} does not exist: this checkpoint has {n_layers} layers "
                 f"(0…{n_layers - 1}); "

@@ -171,6 +171,18 @@ def test_deep_link_with_a_layer_the_model_lacks(checkpoints):
     assert any("this checkpoint has 3 layers" in w.value for w in at.sidebar.warning)
 
 
+
+def test_weights_with_fewer_layers_picked_in_the_sidebar_start_at_layer_0_without_a_link_notice(checkpoints):
+    """Layer 2 of a 3-layer checkpoint, then the 2-layer bundled model picked in the sidebar: the sidebar said
+    "🔗 Layer 2 does not exist …", a notice about a link the learner never followed."""
+    at = app(weights=NAME, layer="2", text="Hello world")
+    no_exception(at)
+    at.sidebar.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="layer").value == 0
+    assert not any("does not exist" in w.value for w in at.sidebar.warning)
+    assert "bundled model · layer 0 of 2" in captions(at)
+
 @pytest.mark.parametrize(("name", "n_layers"), [(weights.BUNDLED_NAME, 2), (NAME, 3)])
 def test_a_negative_layer_in_the_url_names_the_models_own_layers(checkpoints, name, n_layers):
     at = app(weights=name, layer="-1")
