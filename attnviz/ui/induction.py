@@ -45,6 +45,11 @@ def max_repeat(ctx: Context) -> int:
 def lab_run(ctx: Context) -> induction.InductionRun | None:
     """T and seed inputs, then the lab run for the sidebar's weights (cached)."""
     longest = max_repeat(ctx)
+    if longest < induction.MIN_T:  # a model with a context of a few tokens: not even T = 2 fits
+        st.info(f"This model's context is {ctx.config.context_length} tokens: the lab's shortest sequence, "
+                f"[BOS] + x + x with T = {induction.MIN_T}, needs {2 * induction.MIN_T + 1}. Pick a model with a "
+                "longer context under *Weights*.", icon="ℹ️")
+        return None
     t_col, seed_col = st.columns(2)
     in_t = lambda v: isinstance(v, int) and induction.MIN_T <= v <= longest  # noqa: E731
     T = t_col.number_input(

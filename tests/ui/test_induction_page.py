@@ -109,3 +109,18 @@ def test_a_model_gets_every_layer_scored_the_sidebar_layer_drawn_and_its_loss(se
     assert not any(info.value == NO_LOSS for info in at.info)
     # a T longer than the model's context allows is not offered: 2T + 1 ≤ 64
     assert at.number_input(key="induction_T").max == 31
+
+
+@pytest.mark.parametrize("context", [1, 4])
+def test_a_model_whose_context_cannot_hold_the_shortest_repeat_says_so(tmp_path, monkeypatch, context):
+    """A checkpoint with n_positions 4: the lab offered T from 2 to 1 and showed StreamlitInvalidMinMaxError."""
+    pytest.importorskip("transformers")
+    from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
+
+    write_checkpoints(tmp_path, "short-context", random_gpt2(0, n_layer=1, n_head=2, n_embd=64, n_positions=context))
+    use_checkpoints(monkeypatch, tmp_path)
+    at = lab(weights="short-context", text="Kept as typed")
+    assert any(f"This model's context is {context} tokens" in info.value and "needs 5" in info.value
+               for info in at.info)
+    assert not at.main.number_input  # no T to pick
+    assert at.sidebar.text_area(key="text").value == "Kept as typed"
