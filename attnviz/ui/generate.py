@@ -165,7 +165,9 @@ def _generate_section(ctx: Context, ref) -> None:
              "model's context: a long prompt keeps its end so that they fit (at least half the context); more "
              "are clipped. A notice says so.",
         **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW, url=URL_KEY))
-    with st.spinner("Generating with the KV cache…"):
+    # a forward pass per token: hundreds of tokens of a GPT-2 take minutes on a CPU, so the spinner counts the time
+    with st.spinner(f"Generating up to {int(max_new):,} new tokens with the KV cache, one forward pass each…",
+                    show_time=True):
         result = _generation(ref, tuple(prompt), int(max_new))
     for notice in result.notices:
         st.info(markdown_escape(notice), icon="ℹ️")
