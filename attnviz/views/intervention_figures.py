@@ -18,8 +18,8 @@ GRID_MIN_NATS = 0.1
 def ablation_grid_figure(delta: np.ndarray, intact: float, *, title: str = "") -> go.Figure:
     """Δ loss on the second copy (layers, heads) when each head alone is knocked out; red = the model needs it.
 
-    The colours span ±the largest |Δ|, and at least ±``GRID_MIN_NATS``: scaled to the largest alone, a change of
-    0.004 nats was the deepest red."""
+    The colours span ±the largest |Δ|, and at least ±``GRID_MIN_NATS``, so that a change of a few thousandths of a
+    nat is drawn pale, not in the deepest red."""
     layers, heads = delta.shape
     head_labels, layer_labels = [f"head {h}" for h in range(heads)], [f"layer {layer}" for layer in range(layers)]
     angle = 0 if heads <= UPRIGHT_HEAD_LABELS else -90  # more would overlap: Plotly would turn them
