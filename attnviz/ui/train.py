@@ -155,7 +155,17 @@ def _stop() -> None:
 # ------------------------------------------------------------------ the live view
 
 def live() -> None:
-    """Progress, loss and head-score curves: a fragment that polls the job while it runs."""
+    """Progress, loss and head-score curves: a fragment that polls the job while it runs.
+
+    Its layout is fixed: seven slots, each its element or an ``st.empty()``, in the same order on every run.  A
+    poll that comes while a run is still drawing ends that run (``FINISHED_EARLY_FOR_RERUN``; on a loaded machine
+    35–40 % of the runs), and Streamlit 1.67 then drops the run's deltas not yet sent but keeps its references to
+    messages the browser has cached (``ref_hash``: a chart identical to one it was sent before, such as the
+    "before training" map).  Such a reference can sit behind a dropped delta; if the layout grew from the last
+    run it lands past the fragment's last element in the browser, which throws "Bad delta path index" and blanks
+    the page.  With a fixed layout the browser already holds every slot from the run before, so the reference only
+    fills a slot that the next run draws again.
+    """
     job = current_job()
     running = job is not None and job.running
     st.fragment(_live, run_every=POLL_SECONDS if running else None)()
@@ -180,9 +190,12 @@ def _live() -> None:
         view, total = live_train.history_view(run), run.cfg.steps
         status = "finished" if run.steps_run >= total else "stopped"
     done = view.last_step + 1
+    # the same seven slots on every run, each its element or st.empty(): the delta paths never move (see live())
     st.progress(min(1.0, done / total) if total else 0.0, text=_status_text(status, done, total, view))
     if job is not None and job.error is not None:
         st.error(f"The training failed: {job.error}", icon="🚨")
+    else:
+        st.empty()
     source = job if job is not None else run
     if view.steps.size:
         stride = max(1, view.steps.size // MAX_CURVE_POINTS)
@@ -190,6 +203,9 @@ def _live() -> None:
                      lambda: head_figures.loss_curve(view.steps, view.loss, total_steps=total, stride=stride),
                      lambda fig: head_figures.set_loss_curve(fig, view.steps, view.loss, stride=stride))
         st.plotly_chart(loss, config=plotly_config("attnviz-training-loss"), key="train_loss")
+    else:
+        st.empty()
+    formed = []
     if view.probe_steps.size:
         curves = _kept("scores", source, (total, view.induction.shape[1:]), int(view.probe_steps[-1]),
                        lambda: head_figures.score_curves(view.probe_steps, view.induction, view.previous_token,
@@ -198,17 +214,26 @@ def _live() -> None:
                                                                  view.previous_token))
         st.plotly_chart(curves, config=plotly_config("attnviz-training-heads"), key="train_scores")
         formed = live_train.crossings(view, LABEL_THRESHOLD)
-        if formed:
-            st.markdown("**Heads that formed:** " + "; ".join(
-                f"{name} became a{'n' if kind == 'induction' else ''} {kind} head at step {step} (now {score:.2f})"
-                for kind, name, step, score in formed))
+    else:
+        st.empty()
+    if formed:
+        st.markdown("**Heads that formed:** " + "; ".join(
+            f"{name} became a{'n' if kind == 'induction' else ''} {kind} head at step {step} (now {score:.2f})"
+            for kind, name, step, score in formed))
+    else:
+        st.empty()
+    if view.probe_steps.size:
         st.caption(f"Dotted line: {LABEL_THRESHOLD:g}, the score at which the Heads page names a head's type. "
                    "Induction: on fixed repeated random sequences the model never trains on; previous-token: on "
                    "windows of held-out English and code.")
+    else:
+        st.empty()
     if status in ("running", "stopping") and view.before is not None:
         before = _kept("before", view.before, (), None, lambda: head_figures.stripe_grid(
             view.before, live_train.SNAPSHOT_T, title="before training: every head on a repeated random sequence"))
         st.plotly_chart(before, config=plotly_config("attnviz-heads-before"), key="train_before_live")
+    else:
+        st.empty()
 
 
 def _kept(name: str, source: object, shape: tuple, data: object, build, fill=None):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers.apptest import decode, plotly_figures
 from streamlit.testing.v1 import AppTest
@@ -191,3 +192,57 @@ def test_settings_survive_a_visit_to_the_train_page():
     assert not at.exception, [e.value for e in at.exception]
     assert at.sidebar.text_area(key="text").value == "Kept across pages"
     assert at.sidebar.selectbox(key="variant").value == "causal"
+
+
+class _Job:
+    """A stand-in for a running job: its reports are set by the test."""
+
+    running, status, error = True, "running", None
+
+    def __init__(self, progress):
+        self.progress = progress
+
+    def touch(self):
+        pass
+
+
+def _live_view_script():
+    from attnviz.ui import train
+
+    train.live()
+
+
+def test_the_live_view_draws_the_same_slots_in_the_same_order_at_every_stage(monkeypatch):
+    """Its delta paths never move (a run cut short by the next poll can then not blank the page: see live()):
+    seven slots at every stage of a training — each its element, or an empty placeholder where there is none."""
+    rng = np.random.default_rng(0)
+    layers, heads, n = 2, 2, 2 * live_train.SNAPSHOT_T + 1
+    before = rng.random((layers, heads, n, n))
+    probe = lambda step, score: {"step": step, "loss": 5.0 - step / 10, "seconds": step / 10,  # noqa: E731
+                                 "induction": np.full((layers, heads), score),
+                                 "previous_token": np.full((layers, heads), score / 2)}
+    stages = {
+        "before the first step": [{"step": None, "before": before, "seconds": 1.0}],
+        "steps, no probe yet": [{"step": None, "before": before, "seconds": 1.0},
+                                *({"step": s, "loss": 5.0, "seconds": 2.0} for s in range(3))],
+        "a probe": [{"step": None, "before": before, "seconds": 1.0}, probe(0, 0.1), probe(1, 0.1)],
+        "heads formed": [{"step": None, "before": before, "seconds": 1.0}, probe(0, 0.1), probe(1, 0.9)],
+        "failed": [{"step": None, "before": before, "seconds": 1.0}, probe(0, 0.1)],
+    }
+    job = _Job([])
+    monkeypatch.setattr(train_ui, "current_job", lambda: job)
+    at = AppTest.from_function(_live_view_script, default_timeout=TIMEOUT)
+    layouts = {}
+    for stage, progress in stages.items():
+        job.progress = progress
+        job.error = RuntimeError("out of memory") if stage == "failed" else None
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        (fragment,) = at.main.children.values()  # the fragment's container
+        layouts[stage] = [node.type for node in fragment.children.values()]
+    assert layouts["before the first step"] == ["progress", "empty", "empty", "empty", "empty", "empty",
+                                                "plotly_chart"]
+    assert layouts["heads formed"] == ["progress", "empty", "plotly_chart", "plotly_chart", "markdown", "caption",
+                                       "plotly_chart"]
+    assert layouts["failed"][:2] == ["progress", "error"]
+    assert {len(layout) for layout in layouts.values()} == {7}, layouts
