@@ -158,8 +158,8 @@ def live() -> None:
     """Progress, loss and head-score curves: a fragment that polls the job while it runs.
 
     Its layout is fixed: seven slots, each its element or an ``st.empty()``, in the same order on every run.  A
-    poll that comes while a run is still drawing ends that run (``FINISHED_EARLY_FOR_RERUN``; on a loaded machine
-    35–40 % of the runs), and Streamlit 1.67 then drops the run's deltas not yet sent but keeps its references to
+    poll that comes while a run is still drawing ends that run (``FINISHED_EARLY_FOR_RERUN``: often, on a loaded
+    machine), and Streamlit 1.67 then drops the run's deltas not yet sent but keeps its references to
     messages the browser has cached (``ref_hash``: a chart identical to one it was sent before, such as the
     "before training" map).  Such a reference can sit behind a dropped delta; if the layout grew from the last
     run it lands past the fragment's last element in the browser, which throws "Bad delta path index" and blanks
