@@ -1,4 +1,5 @@
-"""What an AppTest run drew, read through AppTest's public API (``at.main``, ``at.sidebar``, ``at.get``).
+"""The app under AppTest — opened with URL parameters (:func:`open_app`) — and what a run drew, read through
+AppTest's public API (``at.main``, ``at.sidebar``, ``at.get``).
 
 Plotly figures reach the browser as JSON; AppTest hands that JSON back (``chart.proto.spec``).  NumPy arrays
 in it are base64 blobs (``{"dtype", "bdata", "shape"}``), lists otherwise: :func:`decode` reads both.
@@ -8,8 +9,27 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+TIMEOUT = 120  # seconds a run may take: a session's first run builds a GPT-2-size embedding
+
+
+def open_app(**query):
+    """``app.py`` in AppTest, run once with these URL parameters (``num_heads="4"``, ``text="…"``)."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def no_exception(at) -> None:
+    """The run raised nothing (no exception element on the page)."""
+    assert not at.exception, [e.value for e in at.exception]
 
 
 def decode(array) -> np.ndarray:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.apptest import decode
+from helpers.apptest import decode, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from helpers.maps import cells_shown, colour_range, images, pixels
 from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
@@ -23,11 +23,7 @@ PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py
 TIMEOUT = 120
 
 
-def app(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    return at.run()
+app = open_app
 
 
 def grid(at: AppTest) -> dict:
@@ -41,10 +37,6 @@ def focused(at: AppTest) -> dict:
 def grid_heads(fig: dict) -> list[str]:
     """The heads grid's tile titles ("head 3", the focused one "▶ head 0")."""
     return [note["text"] for note in fig["layout"]["annotations"] if re.fullmatch(r"(▶ )?head \d+", note["text"])]
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 @pytest.fixture(scope="module")

@@ -5,24 +5,12 @@ view does not have."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+from helpers.apptest import no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 120
-
-
-def app(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    return at.run()
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
+app = open_app
 
 
 def summed(at: AppTest) -> list[str]:
