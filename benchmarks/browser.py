@@ -170,6 +170,18 @@ def streamlit_server(name: str, script: str, timeout: float = 90.0, cwd: Path = 
                 process.wait(timeout=15)
 
 
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """``count`` busy Python processes (``while True: pass``) for the block: a machine whose cores are taken."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 # --------------------------------------------------------------------------- in-page instrumentation
 
 # Installed in every tab before any script: counts script runs; arm() marks the charts present now,

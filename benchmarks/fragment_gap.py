@@ -13,14 +13,13 @@ index") or its title is gone.  Debian's Chromium through Playwright; hogs, serve
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, streamlit_server  # noqa: E402
+from browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, cpu_hogs, streamlit_server  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -50,23 +49,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--hogs", type=int, default=2)
     args = parser.parse_args()
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                for fixed in ("0", "1"):
-                    with streamlit_server("fragment-gap", "fragment_gap_app.py", cwd=HERE,
-                                          env={"FIXED": fixed}) as server:
-                        print(f"FIXED={fixed}", flush=True)
-                        failed = failures(browser, server.url, args.runs, args.seconds)
-                        print(f"FIXED={fixed}: {failed} of {args.runs} runs failed", flush=True)
-            finally:
-                browser.close()
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+    with cpu_hogs(args.hogs), sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            for fixed in ("0", "1"):
+                with streamlit_server("fragment-gap", "fragment_gap_app.py", cwd=HERE,
+                                      env={"FIXED": fixed}) as server:
+                    print(f"FIXED={fixed}", flush=True)
+                    failed = failures(browser, server.url, args.runs, args.seconds)
+                    print(f"FIXED={fixed}: {failed} of {args.runs} runs failed", flush=True)
+        finally:
+            browser.close()
 
 
 if __name__ == "__main__":

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, streamlit_server  # noqa: E402
+from browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, cpu_hogs, streamlit_server  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: E402
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
@@ -155,22 +154,16 @@ def main() -> None:
     parser.add_argument("--log", type=Path, default=Path("/tmp/attnviz-train-live"))
     args = parser.parse_args()
     args.log.mkdir(parents=True, exist_ok=True)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     results = []
-    try:
-        with streamlit_server("attnviz", "app.py") as server, sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            try:
-                for index in range(args.runs):
-                    result = one_run(browser, server.url, index, args.seconds, args.steps, args.log)
-                    results.append(result)
-                    print(json.dumps(result), flush=True)
-            finally:
-                browser.close()
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+    with cpu_hogs(args.hogs), streamlit_server("attnviz", "app.py") as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            for index in range(args.runs):
+                result = one_run(browser, server.url, index, args.seconds, args.steps, args.log)
+                results.append(result)
+                print(json.dumps(result), flush=True)
+        finally:
+            browser.close()
     failed = sum(r["failed"] for r in results)
     print(f"{failed} of {len(results)} runs failed (hogs: {args.hogs}, steps: {args.steps}, {args.seconds:.0f} s each)")
 
