@@ -511,6 +511,26 @@ def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_u
     expect(summed).to_be_visible()
 
 
+def test_a_box_over_masked_cells_only_says_their_weights_are_0(page, base_url):
+    """Queries 0–1 × keys 3–5 of a causal map: every cell a key after its query, so every weight is 0."""
+    visit(page, f"{base_url}/?text={quote('one two three four five six')}")
+    chart = focused_chart(page)
+    chart.scroll_into_view_if_needed()
+    chart.hover()
+    chart.locator(".modebar-btn[data-title='Box Select']").click()
+    start, end = cell_centre(page, chart, -0.4, 2.6), cell_centre(page, chart, 1.4, 5.4)
+    before = runs(page)
+    page.mouse.move(start["x"], start["y"])
+    page.mouse.down()
+    page.mouse.move(end["x"], end["y"], steps=10)
+    page.mouse.up()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text(re.compile(r"2 queries, 3 keys selected"))).to_be_visible()
+    expect(main.get_by_text("Every one of the 6 selected cells is masked", exact=False)).to_be_visible()
+
+
 def assert_nothing_injected(page) -> None:
     for frame in page.frames:
         found = frame.evaluate(_INJECTED)

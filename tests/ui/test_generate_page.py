@@ -309,3 +309,21 @@ def test_a_long_prompt_shows_its_end_and_the_top_5_escapes_its_tokens():
     top5 = next(m.value for m in at.markdown if m.value.startswith("**The next token, from the top 5**"))
     assert len(top5.splitlines()) == 4 + 5 and all(line.count(" | ") == 2 for line in top5.splitlines()[4:])
     assert at.text_area[0].value == text
+
+
+def test_the_generation_spinner_names_the_count_and_shows_the_time(monkeypatch):
+    """Hundreds of new tokens are as many forward passes (minutes for a GPT-2 on a CPU): the spinner says how many
+    and counts the seconds (Streamlit's show_time), so a long generation does not look stuck."""
+    import streamlit
+
+    spinners = []
+    real = streamlit.spinner
+
+    def spinner(text="", *args, **kwargs):
+        spinners.append((text, kwargs.get("show_time", False)))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "spinner", spinner)
+    page(weights=NAME, text=TEXT, new_tokens="20")
+    generating = [(text, timed) for text, timed in spinners if text.startswith("Generating")]
+    assert generating == [("Generating up to 20 new tokens with the KV cache, one forward pass each…", True)]
