@@ -81,10 +81,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
     if x is None:
         x = default_input(module)
     elif isinstance(x, str):
-        d_in = tracing.infer_d_in(module)
-        if d_in is None:
-            raise tracing.TraceError("cannot tell the module's input width: give it a d_in attribute or pass x")
-        x = tracing.embed_text(x, d_in)[2].to(tracing.module_dtype(module))  # (1, n, d_in)
+        x = tracing.embed_for(module, x)[2]  # (1, n, d_in)
     else:
         x = tracing.input_tensor(module, x)
     if x.shape[0] < 2:

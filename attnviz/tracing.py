@@ -583,12 +583,24 @@ def as_module(module) -> nn.Module:
     raise TraceError(f"module must be a torch.nn.Module, got {type(module).__name__}")
 
 
+def _weights_dtype(module: nn.Module) -> torch.dtype | None:
+    """The dtype of the module's first floating-point parameter or buffer; None when it has none."""
+    return next((t.dtype for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()), None)
+
+
 def module_dtype(module: nn.Module) -> torch.dtype:
-    """The dtype of the module's first floating-point parameter or buffer (float32 when it has none)."""
-    for tensor in (*module.parameters(), *module.buffers()):
-        if tensor.is_floating_point():
-            return tensor.dtype
-    return torch.float32
+    """The dtype the module runs on: its weights' (float32 when it has none)."""
+    return _weights_dtype(module) or torch.float32
+
+
+def embed_for(module: nn.Module, text: str, *, seed: int = 123) -> tuple[str, list[int], torch.Tensor, dict]:
+    """:func:`embed_text` at the module's input width and dtype (the seeded tables are float32; a float64 module
+    gets float64); TraceError when the module does not say its input width."""
+    d_in = infer_d_in(module)
+    if d_in is None:
+        raise TraceError("cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
+    text, token_ids, inputs, arrays = embed_text(text, d_in, seed=seed)
+    return text, token_ids, inputs.to(module_dtype(module)), arrays  # inputs (1, n, d_in)
 
 
 def input_tensor(module: nn.Module, x) -> torch.Tensor:
@@ -596,7 +608,8 @@ def input_tensor(module: nn.Module, x) -> torch.Tensor:
     a tensor at the module's dtype; TraceError names an input that is not a tensor, holds integers, has another
     number of dimensions, is empty, or is a tensor of another floating dtype than the module's weights (a module
     without weights takes any)."""
-    dtype = module_dtype(module)
+    weights = _weights_dtype(module)
+    dtype = weights or torch.float32
     if not isinstance(x, torch.Tensor):
         try:
             x = torch.as_tensor(x)
@@ -611,8 +624,7 @@ def input_tensor(module: nn.Module, x) -> torch.Tensor:
         raise TraceError(f"x must be (batch, n, d_in) or text; got shape {tuple(x.shape)}")
     if 0 in x.shape:
         raise TraceError(f"x has shape {tuple(x.shape)}: it needs at least one item, one token and one feature")
-    weighted = any(tensor.is_floating_point() for tensor in (*module.parameters(), *module.buffers()))
-    if x.dtype != dtype and weighted:  # a module without weights runs on any floating dtype
+    if weights is not None and x.dtype != weights:  # a module without weights runs on any floating dtype
         name, wanted = str(x.dtype).removeprefix("torch."), str(dtype).removeprefix("torch.")
         raise TraceError(f"x is {name} but the module's weights are {wanted}: pass x.to(torch.{wanted}) "
                          f"(or convert the module with module.to(torch.{name}))")
@@ -654,12 +666,7 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
     notes: list[str] = []
     module = as_module(module)
     if isinstance(x, str):
-        d_in = infer_d_in(module)
-        if d_in is None:
-            raise TraceError(
-                "cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
-        text, token_ids, inputs, arrays = embed_text(x, d_in, seed=seed)
-        inputs = inputs.to(module_dtype(module))  # the seeded tables are float32; a float64 module gets float64
+        text, token_ids, inputs, arrays = embed_for(module, x, seed=seed)
     else:
         inputs = input_tensor(module, x)
         text, token_ids = "", list(range(inputs.shape[1]))
