@@ -53,8 +53,8 @@ def heads_grid_figure(ctx: Context, stage: str):
     from attnviz.views import figures
 
     grid = _grid_figure(*ctx.trace_key, stage)
-    focus = st.session_state.get("heads_focus", 0)  # the focused head's selectbox, below, falls back to head 0 too
-    return figures.mark_focus(grid, focus if isinstance(focus, int) and 0 <= focus < ctx.trace.num_heads else 0)
+    page_bind("heads_focus", 0, _is_head(ctx.trace.num_heads))  # the selectbox's fallback, applied before the grid
+    return figures.mark_focus(grid, st.session_state["heads_focus"])
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
@@ -128,9 +128,14 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
     return True
 
 
+def _is_head(num_heads: int):
+    """Whether a kept focused head is one of ``num_heads`` (the head count may have shrunk since)."""
+    return lambda head: isinstance(head, int) and 0 <= head < num_heads
+
+
 def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}") -> int:
     """Focused-head selector (persisted); falls back to head 0 when the head count shrinks."""
-    bind = page_bind(key, 0, lambda head: isinstance(head, int) and 0 <= head < num_heads)
+    bind = page_bind(key, 0, _is_head(num_heads))
     if num_heads == 1:
         st.caption("One head.")
         return 0
