@@ -488,22 +488,28 @@ def test_the_heads_pages_charts_are_drawn_in_one_pass(page, base_url):
     assert grown_margins(page) == []
 
 
-@pytest.mark.parametrize(("words", "rows"), [(8, (2, 4)), (100, (10, 19))])  # 100: more than 64 × 64 cells
-def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_url, words, rows):
-    text = " ".join(["one", "two", "three", "four", "five", "six", "seven", "eight"] * 13)
-    visit(page, f"{base_url}/?text={quote(' '.join(text.split()[:words]))}")
+def box_select(page, corner: tuple[float, float], opposite: tuple[float, float]) -> None:
+    """A drag with the modebar's Box Select on the focused map from cell (row, col) ``corner`` to ``opposite``
+    (fractions reach into a cell), then the rerun it starts drawn."""
     chart = focused_chart(page)
     chart.scroll_into_view_if_needed()
     chart.hover()
     chart.locator(".modebar-btn[data-title='Box Select']").click()
-    first, last = rows  # a box over these query rows and every key, its edges inside the rows' outer cells
-    start, end = cell_centre(page, chart, first - 0.4, -0.4), cell_centre(page, chart, last + 0.4, words - 0.6)
+    start, end = cell_centre(page, chart, *corner), cell_centre(page, chart, *opposite)
     before = runs(page)
     page.mouse.move(start["x"], start["y"])
     page.mouse.down()
     page.mouse.move(end["x"], end["y"], steps=10)
     page.mouse.up()
     wait_idle(page, after=before)
+
+
+@pytest.mark.parametrize(("words", "rows"), [(8, (2, 4)), (100, (10, 19))])  # 100: more than 64 × 64 cells
+def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_url, words, rows):
+    text = " ".join(["one", "two", "three", "four", "five", "six", "seven", "eight"] * 13)
+    visit(page, f"{base_url}/?text={quote(' '.join(text.split()[:words]))}")
+    first, last = rows  # a box over these query rows and every key, its edges inside the rows' outer cells
+    box_select(page, (first - 0.4, -0.4), (last + 0.4, words - 0.6))
     assert_no_exception(page)
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text(re.compile(rf"{last - first + 1} queries, {words} keys selected"))).to_be_visible()
@@ -514,17 +520,7 @@ def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_u
 def test_a_box_over_masked_cells_only_says_their_weights_are_0(page, base_url):
     """Queries 0–1 × keys 3–5 of a causal map: every cell a key after its query, so every weight is 0."""
     visit(page, f"{base_url}/?text={quote('one two three four five six')}")
-    chart = focused_chart(page)
-    chart.scroll_into_view_if_needed()
-    chart.hover()
-    chart.locator(".modebar-btn[data-title='Box Select']").click()
-    start, end = cell_centre(page, chart, -0.4, 2.6), cell_centre(page, chart, 1.4, 5.4)
-    before = runs(page)
-    page.mouse.move(start["x"], start["y"])
-    page.mouse.down()
-    page.mouse.move(end["x"], end["y"], steps=10)
-    page.mouse.up()
-    wait_idle(page, after=before)
+    box_select(page, (-0.4, 2.6), (1.4, 5.4))
     assert_no_exception(page)
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text(re.compile(r"2 queries, 3 keys selected"))).to_be_visible()
