@@ -26,6 +26,27 @@ def verdict_box(version: detectors.Version, buggy: bool) -> None:
         st.success(f"**Check passed:** {version.verdict}", icon=":material/check_circle:")
 
 
+def both_versions(pitfall, bug: str) -> None:
+    """The correct code and the buggy one side by side: each one's verdict and map, then the bug's own figure."""
+    with st.spinner("Running both versions…"):
+        result = compute.pitfall(ctx.trace_key, wanted_heads, bug, trace)
+    stage = pitfall.stage
+    correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
+    head = min(pitfall.head, setup.num_heads - 1)
+    for column, version, name in zip(st.columns(2), (result.correct, result.buggy), (correct_name, "with the bug")):
+        with column:
+            st.markdown(f"**{name.capitalize()}**")
+            verdict_box(version, buggy=version is result.buggy)
+            if version.observation.error is None and pitfall.draws_weights:
+                st.caption(f"head {head} of {setup.num_heads}: {stage}, {name}"
+                           + (", call 1" if stage == "dropped" else ""))
+                fig = pitfall_figures.weights_figure(version.observation, tokens, head=head, stage=stage,
+                                                     dropout=setup.dropout)
+                st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
+    if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
+        st.plotly_chart(extra, config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
+
+
 setup = workbench.lab_setup(config, trace.n, wanted_heads)
 tokens = workbench.lab_tokens(trace.tokens)
 n = len(tokens)
@@ -56,24 +77,7 @@ else:
     if why_not is not None:
         st.info(why_not, icon=":material/info:")
     else:
-        with st.spinner("Running both versions…"):
-            result = compute.pitfall(ctx.trace_key, wanted_heads, bug, trace)
-        stage = pitfall.stage
-        correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
-        head = min(pitfall.head, setup.num_heads - 1)
-        for column, version, name in zip(st.columns(2), (result.correct, result.buggy),
-                                         (correct_name, "with the bug")):
-            with column:
-                st.markdown(f"**{name.capitalize()}**")
-                verdict_box(version, buggy=version is result.buggy)
-                if version.observation.error is None and pitfall.draws_weights:
-                    st.caption(f"head {head} of {setup.num_heads}: {stage}, {name}"
-                               + (", call 1" if stage == "dropped" else ""))
-                    fig = pitfall_figures.weights_figure(version.observation, tokens, head=head, stage=stage,
-                                                         dropout=setup.dropout)
-                    st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
-        if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
-            st.plotly_chart(extra, config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
+        both_versions(pitfall, bug)
 
 st.header("Causality leak detector")
 leak_bug = None if bug == "none" else bug
