@@ -143,3 +143,24 @@ def test_the_check_panel_says_why_a_module_that_drops_the_batch_cannot_be_checke
     assert any("returned shape (1, 6, 16) for an input of shape (2, 6, 32)" in text for text in warnings(at)), \
         warnings(at)
     assert not any("rules pass" in s.value for s in at.success)
+
+
+def test_the_spinner_names_the_users_module_and_counts_the_seconds(monkeypatch):
+    """A user's forward can be slow or never return: while it runs, the spinner says whose module runs and for how
+    long (Streamlit's show_time), not an anonymous "Running attention…"."""
+    import streamlit
+
+    spinners = []
+    real = streamlit.spinner
+
+    def spinner(text="", *args, **kwargs):
+        spinners.append((text, kwargs.get("show_time", False)))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "spinner", spinner)
+    no_exception(app())
+    assert ("Running your module, CausalSelfAttention…", True) in spinners
+    assert not any(text == "Running attention…" for text, _ in spinners)
+    spinners.clear()
+    no_exception(app(variant="mha"))
+    assert ("Running attention…", True) in spinners
