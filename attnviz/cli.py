@@ -1,6 +1,7 @@
 """The ``attnviz`` command line: one parser, one subcommand per job.
 
-* ``attnviz check path/to/file.py:ClassName`` runs check_module's rules on a user's class and prints a table.
+* ``attnviz check path/to/file.py:ClassName`` runs check_module's rules on a user's class and prints a table; the
+  class is built after ``torch.manual_seed(123)`` (the app's default seed), so the table is the same on every run.
   Exit status: 0 every rule passes (or does not apply), 1 a rule fails, 2 the file or class cannot be loaded,
   built or run (one line on stderr, no traceback) — so a learner can put it in their own CI.
 * ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`) and writes a checkpoint
@@ -37,7 +38,7 @@ def add_check_command(commands) -> argparse.ArgumentParser:
         description="Build the class with these sizes (constructor arguments matched by name: d_in/embed_dim/"
                     "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
                     "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
-                    "any other with --set) and run every rule. "
+                    "any other with --set) after torch.manual_seed(123), and run every rule on a seeded input. "
                     "Exit status: 0 every rule passes, 1 a rule fails, 2 the class cannot be loaded, built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
     check.add_argument("--d-in", type=int, default=64)
@@ -109,16 +110,20 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
     if not 0 <= args.dropout < 1:  # NaN fails too
         parser.error(f"--dropout is a probability: a number from 0 up to (not including) 1, got {args.dropout}")
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
+    from attnviz.config import AttentionConfig
+    from attnviz.rng import seeded
 
     try:
         cls = user_code.load(args.spec)
-        module = user_code.build(cls, overrides, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
-                                 context_length=args.context_length, dropout=args.dropout,
-                                 num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
-                                 sliding_window_size=args.sliding_window_size).eval()
-        d_in = tracing.infer_d_in(module) or args.d_in
-        x = checks.default_input(module, n=min(args.tokens, args.context_length)) if d_in else None
-        results = checks.check_module(module, x, causal=args.causal)
+        # the weights drawn after torch.manual_seed(123), the app's default seed: the same table on every run
+        with seeded(AttentionConfig.seed):
+            module = user_code.build(cls, overrides, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
+                                     context_length=args.context_length, dropout=args.dropout,
+                                     num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
+                                     sliding_window_size=args.sliding_window_size).eval()
+            d_in = tracing.infer_d_in(module) or args.d_in
+            x = checks.default_input(module, n=min(args.tokens, args.context_length)) if d_in else None
+            results = checks.check_module(module, x, causal=args.causal)
     except (user_code.UserCodeError, tracing.TraceError) as error:
         print(f"{PROG} check: {error}", file=sys.stderr)
         return 2

@@ -103,6 +103,19 @@ def test_a_buggy_module_exits_1_naming_the_rule(modules):
     assert "scaling             FAIL  the scores are not scaled: divide by √head_dim = √8" in result.stdout
 
 
+def test_the_table_is_the_same_on_every_run(modules):
+    """The module's weights are seeded, so the evidence (the numbers of matches-reference) is what the docs print,
+    whatever torch's global RNG held before."""
+    import torch
+
+    tables = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        tables.append(check(f"{modules}:Unscaled", "--d-in", 32, "--num-heads", 4).stdout)
+    assert "matches-reference   FAIL" in tables[0]
+    assert tables[0] == tables[1]
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     ("{dir}/nope.py:Attention", "no such file"),
     ("{path}:NeedsVocab", "needs vocab_size"),
