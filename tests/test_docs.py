@@ -1,0 +1,182 @@
+"""What the README and docs/ show works as written: every Python block runs and prints the values its comments
+show, every ``$ attnviz check`` session prints its table and exit status, and every link between the files resolves.
+
+A comment that starts with a Python literal is a claim about the expression on its line (or on the line above, for a
+comment on a line of its own): ``trace.steps["weights"].shape  # (1, 12, 6, 6): …`` must evaluate to ``(1, 12, 6,
+6)``.  A table's lines must appear in the command's output in order; a line ``…`` skips lines.  The notebook in
+docs/notebooks runs in tests/views/test_notebook.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from attnviz import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLE = ROOT / "docs" / "examples" / "my_attention.py"
+
+
+def fenced_blocks(path: Path) -> list[tuple[str, int, str]]:
+    """(language, line number of the opening fence, text) of every fenced block in a Markdown file."""
+    blocks, lines, i = [], path.read_text(encoding="utf-8").splitlines(), 0
+    while i < len(lines):
+        opening = re.match(r"\s*```(\w*)", lines[i])
+        if opening:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```"))
+            blocks.append((opening.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n"))
+            i = end
+        i += 1
+    return blocks
+
+
+def blocks_of(language: str, keep=lambda text: True):
+    return [pytest.param(path, text, id=f"{path.relative_to(ROOT)}:{line}")
+            for path in DOCS for lang, line, text in fenced_blocks(path) if lang == language and keep(text)]
+
+
+def is_excerpt(text: str) -> bool:
+    return text.startswith(" ")
+
+
+# --------------------------------------------------------------------------- Python blocks
+
+def claim(comment: str):
+    """The literal a comment starts with (followed by nothing or a colon), or None."""
+    comment = comment.strip()
+    for end in range(len(comment), 0, -1):
+        if end < len(comment) and comment[end] != ":":
+            continue
+        try:
+            return (ast.literal_eval(comment[:end]),)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    return None
+
+
+def claims(source: str) -> dict[int, object]:
+    """line number of an expression statement's last line -> the value its comment claims."""
+    lines = source.splitlines()
+    found = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Expr):
+            continue
+        last = node.end_lineno
+        trailing = lines[last - 1][node.end_col_offset:].strip()
+        following = lines[last].strip() if last < len(lines) else ""
+        comment = trailing if trailing.startswith("#") else following if following.startswith("#") else None
+        if comment is not None and (value := claim(comment[1:])) is not None:
+            found[last] = value[0]
+    return found
+
+
+@pytest.mark.parametrize(("path", "source"), blocks_of("python", lambda text: not is_excerpt(text)))
+def test_a_python_block_runs_and_prints_what_its_comments_say(path, source, monkeypatch):
+    if "attnviz.show(" in source:
+        pytest.importorskip("IPython")  # show displays in Jupyter
+    monkeypatch.chdir(ROOT)
+    expected = claims(source)
+    namespace: dict = {"__name__": "__docs__"}
+    checked = 0
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Expr):
+            with contextlib.redirect_stdout(io.StringIO()):
+                value = eval(compile(ast.Expression(node.value), str(path), "eval"), namespace)
+            if node.end_lineno in expected:
+                assert value == expected[node.end_lineno], ast.get_source_segment(source, node)
+                checked += 1
+        else:
+            exec(compile(ast.Module([node], type_ignores=[]), str(path), "exec"), namespace)
+    assert checked == len(expected)
+
+
+def test_the_literal_claims_are_found():
+    source = 'x = (1, 2)\nx  # (1, 2): a pair\nlen(x)  # the number of items\nsum(x)\n# 3: the sum\n'
+    assert claims(source) == {2: (1, 2), 4: 3}
+    assert claim(" 2 K/V heads") is None
+
+
+def test_the_buggy_module_excerpt_is_the_example_file():
+    (excerpt,) = [text for path in DOCS for lang, _, text in fenced_blocks(path) if lang == "python"
+                  and is_excerpt(text)]
+    assert excerpt in EXAMPLE.read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- attnviz check sessions
+
+def sessions(text: str) -> list[tuple[str, list[str], int | None]]:
+    """(command, its output lines, the exit status an ``echo $?`` shows) of each ``$ `` command in a text block."""
+    found, status_next = [], False
+    for line in text.splitlines():
+        if line.startswith("$ echo $?"):
+            status_next = True
+        elif status_next:
+            found[-1][2], status_next = int(line), False
+        elif line.startswith("$ "):
+            found.append([line[2:], [], None])
+        elif found:
+            found[-1][1].append(line)
+    return [tuple(session) for session in found]
+
+
+@pytest.mark.parametrize(("path", "text"), blocks_of("text", lambda text: "$ " in text and "attnviz check" in text))
+def test_an_attnviz_check_session_prints_its_table(path, text, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "100")  # the width the docs' tables are wrapped at
+    for command, expected, status in sessions(text):
+        words = shlex.split(command)
+        words = words[words.index("attnviz") + 1:]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            returncode = cli.main(words)
+        actual = out.getvalue().splitlines()
+        parts = [[]]  # the expected lines, cut at each line "…"
+        for line in expected:
+            if line == "…":
+                parts.append([])
+            else:
+                parts[-1].append(line)
+        position = 0
+        for lines in filter(None, parts):
+            starts = [i for i in range(position, len(actual) - len(lines) + 1) if actual[i:i + len(lines)] == lines]
+            assert starts, f"{command}: not in its output:\n" + "\n".join(lines) + "\n--- output:\n" + out.getvalue()
+            position = starts[0] + len(lines)
+        if status is not None:
+            assert returncode == status, command
+
+
+def test_the_sessions_are_read_with_their_status():
+    text = "$ attnviz check a.py:A\nA from a.py\n\n1 of 8 rules fail.\n$ echo $?\n1\n$ attnviz check b.py:B\n…\n"
+    assert sessions(text) == [("attnviz check a.py:A", ["A from a.py", "", "1 of 8 rules fail."], 1),
+                              ("attnviz check b.py:B", ["…"], None)]
+
+
+# --------------------------------------------------------------------------- links
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    headings = re.findall(r"^#+\s+(.*)$", path.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+@pytest.mark.parametrize("path", [*DOCS, ROOT / "benchmarks" / "README.md"],
+                         ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_link_and_image_resolves(path):
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8")):
+        if re.match(r"\w+:", target):
+            continue  # http(s): no network here
+        file, _, anchor = target.partition("#")
+        destination = (path.parent / file) if file else path
+        missing_anchor = anchor and destination.suffix == ".md" and anchor not in anchors(destination)
+        if not destination.exists() or missing_anchor:
+            broken.append(target)
+    assert not broken
