@@ -488,20 +488,54 @@ def test_the_heads_pages_charts_are_drawn_in_one_pass(page, base_url):
     assert grown_margins(page) == []
 
 
-def box_select(page, corner: tuple[float, float], opposite: tuple[float, float]) -> None:
-    """A drag with the modebar's Box Select on the focused map from cell (row, col) ``corner`` to ``opposite``
-    (fractions reach into a cell), then the rerun it starts drawn."""
+def drag_on_map(page, tool: str, cells: list[tuple[float, float]]) -> None:
+    """Pick the focused map's modebar tool ``tool`` (Plotly's ``dragmode`` value: "select" is Box Select, "lasso"
+    Lasso Select), drag the mouse through the page positions of cells (row, col) ``cells`` (fractions reach into a
+    cell), and wait for the rerun the selection starts to be drawn."""
     chart = focused_chart(page)
     chart.scroll_into_view_if_needed()
     chart.hover()
-    chart.locator(".modebar-btn[data-title='Box Select']").click()
-    start, end = cell_centre(page, chart, *corner), cell_centre(page, chart, *opposite)
+    chart.locator(f".modebar-btn[data-attr=dragmode][data-val={tool}]").click()
+    path = [cell_centre(page, chart, *cell) for cell in cells]
     before = runs(page)
-    page.mouse.move(start["x"], start["y"])
+    page.mouse.move(path[0]["x"], path[0]["y"])
     page.mouse.down()
-    page.mouse.move(end["x"], end["y"], steps=10)
+    for point in path[1:]:
+        page.mouse.move(point["x"], point["y"], steps=10)
     page.mouse.up()
     wait_idle(page, after=before)
+
+
+def box_select(page, corner: tuple[float, float], opposite: tuple[float, float]) -> None:
+    """A drag with the modebar's Box Select on the focused map from cell (row, col) ``corner`` to ``opposite``
+    (fractions reach into a cell), then the rerun it starts drawn."""
+    drag_on_map(page, "select", [corner, opposite])
+
+
+def lasso_select(page, vertices: list[tuple[float, float]]) -> None:
+    """A closed lasso drawn with the modebar's Lasso Select on the focused map through cells (row, col) ``vertices``,
+    back to the first, then the rerun it starts drawn."""
+    drag_on_map(page, "lasso", [*vertices, vertices[0]])
+
+
+# The cells (query, key) the focused map's overlay marks selected: Plotly's own record of what a box or lasso enclosed.
+_SELECTED_CELLS = """(gd) => gd._fullData.filter((trace) => trace.xaxis === 'x2' && trace.selectedpoints)
+    .flatMap((trace) => Array.from(trace.selectedpoints, (i) => [trace.y[i], trace.x[i]]))"""
+
+
+def map_selection(page) -> set[tuple[int, int]]:
+    """The (query, key) cells selected on the focused map, as the browser shows them."""
+    cells = focused_chart(page).locator(".js-plotly-plot").evaluate(_SELECTED_CELLS)
+    return {(int(query), int(key)) for query, key in cells}
+
+
+def summed_chart_data(page) -> dict[str, dict]:
+    """The summed-attention chart's traces by name: their x, y and customdata as drawn."""
+    chart = charts(page).filter(has=page.locator("text", has_text=re.compile("selected queries"))).first
+    expect(chart).to_be_visible()
+    return chart.locator(".js-plotly-plot").evaluate(
+        "(gd) => Object.fromEntries(gd._fullData.map((t) => [t.name, {x: Array.from(t.x), y: Array.from(t.y),"
+        " customdata: t.customdata ? Array.from(t.customdata, (row) => Array.from(row)) : null}]))")
 
 
 @pytest.mark.parametrize(("words", "rows"), [(8, (2, 4)), (100, (10, 19))])  # 100: more than 64 × 64 cells
@@ -525,6 +559,61 @@ def test_a_box_over_masked_cells_only_says_their_weights_are_0(page, base_url):
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text(re.compile(r"2 queries, 3 keys selected"))).to_be_visible()
     expect(main.get_by_text("Every one of the 6 selected cells is masked", exact=False)).to_be_visible()
+
+
+STAIRCASE = [(2.6, 0.6), (2.6, 1.4), (3.6, 1.4), (3.6, 2.4), (4.6, 2.4), (4.6, 3.4), (5.4, 3.4), (5.4, 0.6)]
+STAIRCASE_CELLS = {(3, 1), (4, 1), (4, 2), (5, 1), (5, 2), (5, 3)}  # what it encloses: every key at or before its query
+
+
+def test_a_lasso_sums_the_attention_of_exactly_the_query_rows_it_encloses(page, base_url):
+    """A staircase lasso on head 2 of a causal map encloses six unmasked cells of queries 3–5 and keys 1–3: the page
+    sums those queries' weights per key (mean drawn, sum in the hover) and what every query gives those keys, the
+    numbers of the run's own weights (computed here with attnviz.run from the same settings)."""
+    import numpy as np
+
+    import attnviz
+    from attnviz.config import AttentionConfig
+
+    text = "one two three four five six seven eight"
+    visit(page, f"{base_url}/?text={quote(text)}&num_heads=4")
+    main = page.get_by_test_id("stMain")
+    before = runs(page)
+    choose_option(page, main.get_by_role("combobox", name="Focused head"), "head 2")
+    wait_idle(page, after=before)
+    lasso_select(page, STAIRCASE)
+    assert_no_exception(page)
+    assert map_selection(page) == STAIRCASE_CELLS  # the lasso, not a box: (3, 2), (3, 3) and (4, 3) are outside
+    expect(main.get_by_text("3 queries, 3 keys selected")).to_be_visible()
+    expect(main.get_by_text("(head 2)")).to_be_visible()
+
+    weights = attnviz.run(text, AttentionConfig(num_heads=4)).steps["weights"][0, 2].astype(np.float64)  # (8, 8)
+    queries, keys = [3, 4, 5], [1, 2, 3]
+    drawn = summed_chart_data(page)
+    per_key = drawn["mean over the selected queries"]
+    assert per_key["x"] == list(range(8))
+    np.testing.assert_allclose(per_key["y"], weights[queries].mean(axis=0), atol=1e-6)
+    np.testing.assert_allclose([float(row[1]) for row in per_key["customdata"]], weights[queries].sum(axis=0),
+                               atol=1e-6)
+    per_query = drawn["total to the selected keys"]
+    np.testing.assert_allclose(per_query["y"], weights[:, keys].sum(axis=1), atol=1e-6)
+    assert per_query["y"][:1] == [0.0]  # query 0 sees only key 0, which is not selected
+
+
+def test_a_lasso_over_masked_cells_only_says_their_weights_are_0(page, base_url):
+    """A lasso over five cells above the diagonal (keys after their query) sums, and says every weight there is 0, as
+    the box does; the page shows no NaN."""
+    import math
+
+    visit(page, f"{base_url}/?text={quote('one two three four five six')}")
+    lasso_select(page, [(-0.4, 2.6), (-0.4, 5.4), (1.4, 5.4), (1.4, 3.6), (0.6, 3.6), (0.6, 2.6)])
+    assert_no_exception(page)
+    assert map_selection(page) == {(0, 3), (0, 4), (0, 5), (1, 4), (1, 5)}
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text("2 queries, 3 keys selected")).to_be_visible()
+    expect(main.get_by_text("Every one of the 5 selected cells is masked", exact=False)).to_be_visible()
+    drawn = summed_chart_data(page)
+    assert all(math.isfinite(value) for trace in drawn.values() for value in trace["y"]), drawn
+    assert "nan" not in main.inner_text().lower()
 
 
 def assert_nothing_injected(page) -> None:
