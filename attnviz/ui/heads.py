@@ -185,9 +185,18 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
                                     window=(row0, col0, size), validate=False), fig
 
 
-def _selected_on(identity: tuple) -> None:
-    """The focused map's ``on_select``: which map (trace, head, stage, window) its selection was made on."""
-    st.session_state["heads_map_selected_on"] = identity
+def _map_key(identity: tuple) -> str:
+    """The focused map's widget key: the same while the map drawn is the same map (``identity``: trace, head, stage,
+    window) run after run, a new one whenever another map is drawn in its place.
+
+    The browser draws a map that comes back (the weights map after the scores map, a text after another) without the
+    selection made on it before, so its widget must hold none either: under its old key it would, since Streamlit
+    keeps the state of a widget in this fragment when only the layer's fragment around it reruns."""
+    drawn = st.session_state.get("heads_map_drawn")  # (identity, generation) of the map drawn last
+    if drawn is None or drawn[0] != identity:
+        drawn = (identity, 0 if drawn is None else drawn[1] + 1)
+        st.session_state["heads_map_drawn"] = drawn
+    return f"heads_map_{drawn[1]}"
 
 
 @st.fragment
@@ -200,17 +209,17 @@ def focused_head(key: tuple, stage: str) -> None:
 
     A click on a cell reruns this fragment with the map unchanged: the explanation is drawn first, from the map's
     selection in the session state, and the map after it, so the browser draws the products chart while the server
-    writes the map again.  That selection is the one the map returns when it was made on the map drawn now (the
-    same trace, head, stage and window); on another the map's own is drawn in its place."""
+    writes the map again.  A selection belongs to the map it was made on: the map's widget key is new whenever
+    another map is drawn (:func:`_map_key`), and where the map returns another selection than the session state
+    held (its figure changed), the map's own is explained in its place."""
     from attnviz.ui import why
 
     trace = trace_of(key)
     config = trace.config
     head = head_selector("heads_focus", trace.num_heads, functools.partial(_head_name, config))
     row0, col0, size = window_selector("heads", trace.n)
-    identity = (key, head, stage, row0, col0)
-    same_map = st.session_state.get("heads_map_selected_on") == identity
-    early = why.selected_cells(st.session_state.get("heads_map"), trace.n) if same_map else []
+    map_key = _map_key((key, head, stage, row0, col0))
+    early = why.selected_cells(st.session_state.get(map_key), trace.n)
     map_col, why_col = st.columns([3, 2])
     with why_col:
         picked = why.token_picker(trace)
@@ -221,14 +230,14 @@ def focused_head(key: tuple, stage: str) -> None:
     with map_col:
         if overview is not None:
             st.plotly_chart(overview, key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
-        event = st.plotly_chart(fig, key="heads_map", on_select=functools.partial(_selected_on, identity),
+        event = st.plotly_chart(fig, key=map_key, on_select="rerun",
                                 selection_mode=("points", "box", "lasso"),
                                 config=plotly_config(f"attnviz-head{head}-{stage}"))
         st.caption("Drag to zoom (double-click resets); click a cell to see why it has its weight; "
                    "the modebar's box or lasso selects several cells to sum their attention.")
         download_head_csv(trace, head, stage)
     cells = why.selected_cells(event, trace.n)
-    if cells != early and picked is None:  # the selection was not made on this map: draw the map's own
+    if cells != early and picked is None:  # the session state's was not the map's: draw the map's own
         with slot.container():
             explained = why.explain(trace, head, cells, picked)
     with why_col:

@@ -616,6 +616,59 @@ def test_a_lasso_over_masked_cells_only_says_their_weights_are_0(page, base_url)
     assert "nan" not in main.inner_text().lower()
 
 
+def click_cell(page, row: int, col: int) -> None:
+    """A click on cell (``row``, ``col``) of the focused map, hovered first (Plotly clicks the point it hovers) and
+    past the double-click delay of the last press on it, then the rerun it starts drawn."""
+    chart = focused_chart(page)
+    chart.scroll_into_view_if_needed()
+    centre = cell_centre(page, chart, row, col)
+    page.mouse.move(centre["x"], centre["y"])
+    expect(chart.locator(".hovertext")).to_contain_text(f"query {row}:")
+    wait_past_double_click(chart)
+    before = runs(page)
+    page.mouse.click(centre["x"], centre["y"])
+    wait_idle(page, after=before)
+
+
+def show_stage(page, title: str) -> None:
+    """Pick the Heads page's stage (the "Show" segmented control) by the start of its title."""
+    before = runs(page)
+    page.get_by_test_id("stMain").get_by_test_id("stButtonGroup").get_by_text(title).first.click()
+    wait_idle(page, after=before)
+
+
+def test_a_map_drawn_again_has_no_selection_and_the_panel_explains_none(page, base_url):
+    """The weights map, then the scores map, then the weights map again (or another text, then this one again): the
+    browser draws the map again without the selection made on it before, and the panel beside it says how to select
+    — it summed the old lasso, or explained the old click, that the map no longer showed.  A click on the cell
+    clicked before explains it again."""
+    text = "one two three four five six seven eight"
+    visit(page, f"{base_url}/?text={quote(text)}&num_heads=4")
+    main = page.get_by_test_id("stMain")
+    lasso_select(page, STAIRCASE)
+    expect(main.get_by_text("3 queries, 3 keys selected")).to_be_visible()
+    show_stage(page, "scores =")
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    show_stage(page, "weights =")
+    assert_no_exception(page)
+    assert map_selection(page) == set()
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    expect(main.get_by_text(re.compile("keys selected"))).to_have_count(0)
+
+    click_cell(page, 3, 1)
+    expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+    commit_text(page, "eight seven six five four three two one")
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    commit_text(page, text)
+    assert_no_exception(page)
+    assert map_selection(page) == set()
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    expect(main.get_by_text(re.compile("query 3, key 1"))).to_have_count(0)
+    click_cell(page, 3, 1)
+    expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+    assert map_selection(page) == {(3, 1)}
+
+
 def assert_nothing_injected(page) -> None:
     for frame in page.frames:
         found = frame.evaluate(_INJECTED)

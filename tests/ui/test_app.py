@@ -405,7 +405,7 @@ def test_heads_page_maps_are_plotly_charts_a_map_per_head_and_selectable():
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.get("bidi_component")  # no component of ours
-    charts = {chart.proto.id.rsplit("-", 1)[-1]: chart for chart in at.get("plotly_chart")}
+    charts = {re.sub(r"_\d+$", "", chart.proto.id.rsplit("-", 1)[-1]): chart for chart in at.get("plotly_chart")}
     grid, overview, focused_map = (json.loads(charts[key].proto.spec)
                                    for key in ("heads_grid", "heads_map_overview", "heads_map"))
     assert [t["name"] for t in images(grid)] == [f"head {h}" for h in range(4)]

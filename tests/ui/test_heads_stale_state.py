@@ -56,3 +56,29 @@ def test_fewer_heads_than_the_focused_one_mark_head_0_in_the_grid():
     no_exception(at)
     assert at.selectbox(key="heads_focus").value == 0
     assert grid_titles(at) == ["▶ head 0", "head 1", "head 2", "head 3"]
+
+
+def focused_map_id(at: AppTest) -> str:
+    """The element id of the focused head's map (its widget: the selection made on it is kept under this id)."""
+    from streamlit.proto.PlotlyChart_pb2 import PlotlyChart
+
+    lasso = PlotlyChart.SelectionMode.LASSO
+    (chart,) = [chart for chart in at.get("plotly_chart") if lasso in chart.proto.selection_mode]
+    return chart.proto.id
+
+
+def test_a_focused_map_drawn_again_is_a_new_widget_that_holds_no_old_selection():
+    """The weights map, the scores map, the weights map again: the third is another widget than the first, so a
+    selection made on the first (which the browser no longer shows) is not explained beside it; a rerun that draws the
+    same map keeps its widget, and so its selection."""
+    at = app(text="one two three four", num_heads="2")
+    first = focused_map_id(at)
+    at.run()
+    assert focused_map_id(at) == first
+    at.session_state["heads_stage"] = "scores"
+    at.run()
+    at.session_state["heads_stage"] = "weights"
+    at.run()
+    no_exception(at)
+    assert any(fig["layout"]["title"]["text"].startswith("head 0: weights") for fig in figures(at))
+    assert focused_map_id(at) != first
