@@ -616,6 +616,48 @@ def test_a_lasso_over_masked_cells_only_says_their_weights_are_0(page, base_url)
     assert "nan" not in main.inner_text().lower()
 
 
+def expected_sums(weights, cells: set[tuple[int, int]]) -> tuple:
+    """(per key mean, per key sum, per query total) of the selected cells' queries and keys, from a head's weights."""
+    queries, keys = sorted({query for query, _ in cells}), sorted({key for _, key in cells})
+    rows = weights[queries]  # (q, n)
+    return rows.mean(axis=0), rows.sum(axis=0), weights[:, keys].sum(axis=1)
+
+
+def test_a_lasso_on_a_moved_window_of_a_long_text_sums_the_rows_it_encloses(page, base_url):
+    """320 tokens: the focused map is a 256 × 256 window, here moved down to query rows 64–319.  A lasso on it
+    selects cells by their positions in the text (Plotly's own record of them), and the page sums exactly those
+    queries and keys, the numbers of the run's weights."""
+    import numpy as np
+
+    import attnviz
+    from attnviz.config import AttentionConfig
+
+    text = " ".join(["one", "two", "three", "four", "five", "six", "seven", "eight"] * 40)
+    visit(page, f"{base_url}/?text={quote(text)}&num_heads=4")
+    main = page.get_by_test_id("stMain")
+    slider = main.get_by_role("slider", name="First query row")
+    slider.scroll_into_view_if_needed()
+    before = runs(page)
+    slider.press("End")
+    wait_idle(page, after=before)
+    window = focused_chart(page).locator(".js-plotly-plot").evaluate("(gd) => gd._fullLayout.yaxis.range.slice()")
+    assert window == [319.5, 63.5]  # query rows 64 … 319, down
+    lasso_select(page, [(100, 10), (100, 30), (130, 30), (130, 10), (115, 4)])  # a pentagon of about 600 cells
+    assert_no_exception(page)
+    cells = map_selection(page)
+    queries, keys = {query for query, _ in cells}, {key for _, key in cells}
+    assert 500 < len(cells) < 700 and min(queries) >= 99 and max(queries) <= 131, (len(cells), queries)
+    expect(main.get_by_text(f"{len(queries)} queries, {len(keys)} keys selected")).to_be_visible()
+
+    weights = attnviz.run(text, AttentionConfig(num_heads=4)).steps["weights"][0, 0].astype(np.float64)
+    mean, total, given = expected_sums(weights, cells)
+    drawn = summed_chart_data(page)
+    per_key, per_query = drawn["mean over the selected queries"], drawn["total to the selected keys"]
+    np.testing.assert_allclose(per_key["y"], mean, atol=1e-6)
+    np.testing.assert_allclose([float(row[1]) for row in per_key["customdata"]], total, atol=1e-5)
+    np.testing.assert_allclose(per_query["y"], given, atol=1e-5)
+
+
 def click_cell(page, row: int, col: int) -> None:
     """A click on cell (``row``, ``col``) of the focused map, hovered first (Plotly clicks the point it hovers) and
     past the double-click delay of the last press on it, then the rerun it starts drawn."""
