@@ -711,6 +711,45 @@ def test_a_map_drawn_again_has_no_selection_and_the_panel_explains_none(page, ba
     assert map_selection(page) == {(3, 1)}
 
 
+def _is_rerun_request(frame: bytes | str) -> bool:
+    """Whether a websocket frame the browser sent asks the server for a run (a widget's new value does)."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    msg = BackMsg()
+    msg.ParseFromString(frame if isinstance(frame, bytes) else frame.encode())
+    return msg.WhichOneof("type") == "rerun_script"
+
+
+def test_with_the_lasso_picked_a_click_selects_nothing_as_the_caption_under_the_map_says(page, base_url):
+    """Streamlit's chart lets a click select a point only while neither box nor lasso select is picked: with the lasso
+    picked a click on a cell asks for no run and keeps the lasso's selection, and the caption under the map says so;
+    with the modebar's zoom picked again a click explains the cell."""
+    reruns: list[int] = []
+    page.on("websocket", lambda socket: socket.on(
+        "framesent", lambda payload: reruns.append(1) if _is_rerun_request(payload) else None))
+    visit(page, f"{base_url}/?text={quote('one two three four five six seven eight')}&num_heads=4")
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text(re.compile("while the box or lasso is picked, a click selects nothing"))).to_be_visible()
+    lasso_select(page, STAIRCASE)
+    expect(main.get_by_text("3 queries, 3 keys selected")).to_be_visible()
+    chart = focused_chart(page)
+    plot = chart.locator(".js-plotly-plot")
+    plot.evaluate("(gd) => { window.__attnvizClicks = 0; gd.on('plotly_click', () => window.__attnvizClicks++); }")
+    centre = cell_centre(page, chart, 7, 2)
+    page.mouse.move(centre["x"], centre["y"])
+    expect(chart.locator(".hovertext")).to_contain_text("query 7:")
+    wait_past_double_click(chart)
+    asked = len(reruns)
+    page.mouse.click(centre["x"], centre["y"])
+    page.wait_for_function("window.__attnvizClicks === 1")  # Plotly saw the click
+    chart.hover()
+    chart.locator(".modebar-btn[data-attr=dragmode][data-val=zoom]").click()
+    click_cell(page, 6, 1)
+    expect(main.get_by_text(re.compile("query 6, key 1"))).to_be_visible()
+    assert len(reruns) == asked + 1  # the click with the lasso picked asked for no run; the one with zoom did
+    assert map_selection(page) == {(6, 1)}
+
+
 def assert_nothing_injected(page) -> None:
     for frame in page.frames:
         found = frame.evaluate(_INJECTED)
