@@ -95,21 +95,42 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
         window = sliding_window(attention) if causal else None
-        checks = [
-            rows_sum_to_one(attention),
-            causal_rule(module, x, recording.output, causal),
-            mask_convention(attention, causal, declared_window(module)),
-            scaling(attention, weightless=_weightless(module)),
-            None,
-            batch_independence(module, x, recording.output),
-            matches_reference(recording, attention, causal, scaled=not _weightless(module), window=window),
-            kv_cache(module, x),
-        ]
-        module.train(was_training)
-        checks[4] = dropout_placement(module, x, attention)
+        weightless = _weightless(module)
+        rules = {
+            "rows-sum-to-one": lambda: rows_sum_to_one(attention),
+            "causal": lambda: causal_rule(module, x, recording.output, causal),
+            "mask-convention": lambda: mask_convention(attention, causal, declared_window(module)),
+            "scaling": lambda: scaling(attention, weightless=weightless),
+            "dropout-placement": lambda: _as_handed_over(module, was_training, dropout_placement, module, x, attention),
+            "batch-independence": lambda: batch_independence(module, x, recording.output),
+            "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
+                                                           window=window),
+            "kv-cache": lambda: kv_cache(module, x),
+        }
+        checks = []
+        for rule in RULES:
+            try:
+                checks.append(rules[rule]())
+            except tracing.TraceError as error:  # a forward of the rule's own raised: the rules before it stand
+                raise tracing.TraceError(f"{error} (while checking {rule})") from error
     finally:
         module.train(was_training)
     return checks
+
+
+def _as_handed_over(module: nn.Module, was_training: bool, rule, *args) -> Check:
+    """``rule(*args)`` with the module in the mode it was handed over in (eval mode again after), and its buffers
+    as they were before (a training-mode forward may update running statistics that later rules' outputs read)."""
+    buffers = {name: buffer.clone() for name, buffer in module.named_buffers()}
+    module.train(was_training)
+    try:
+        return rule(*args)
+    finally:
+        module.eval()
+        with torch.no_grad():
+            for name, buffer in module.named_buffers():
+                if name in buffers and buffer.shape == buffers[name].shape:
+                    buffer.copy_(buffers[name])
 
 
 # -------------------------------------------------------------------- the rules
@@ -342,6 +363,8 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
     try:
         difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
     except Exception as error:  # the user's cached forward
+        if isinstance(error, tracing.TraceError) and error.__cause__ is not None:  # from _output: the user's own
+            error = error.__cause__
         return Check(rule, "fail", f"a cached forward raised {type(error).__name__}: {tracing.one_line(error)}")
     finally:
         reset()
@@ -462,5 +485,6 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    output = module(x)
+    """The module's output for ``x`` (a forward that raises is a TraceError)."""
+    output = tracing.run_forward(module, x)
     return tracing.first_tensor(output).detach()

@@ -262,14 +262,8 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     attention over the n tokens of ``x`` (batch, n, d_in) — no softmax or SDPA call whose weights are (…, n, n) —
     or returns anything but one vector per token, (batch, n, d_out)."""
     recorder = _Recorder()
-    try:
-        with torch.no_grad(), recorder:
-            output = module(x, **forward_kwargs)
-    except Exception as error:  # the user's forward: any exception is theirs, reported in one line
-        raise TraceError(f"the forward raised {type(error).__name__}: {one_line(error)}") from error
-    except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
-        raise TraceError(f"the forward called sys.exit({stop.code!r}): an attention forward returns its output, "
-                         "it does not end the program") from None
+    with torch.no_grad(), recorder:
+        output = run_forward(module, x, **forward_kwargs)
     output = first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
@@ -292,6 +286,18 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(), inputs=x,
                      dropout_calls=recorder.dropout_calls, linear_inputs=recorder.linear_inputs,
                      triangular_mask=recorder.triangular_mask)
+
+
+def run_forward(module: nn.Module, x: torch.Tensor, **forward_kwargs):
+    """``module(x, **forward_kwargs)``: the user's forward, whose exception (or ``sys.exit``) is a TraceError in one
+    line."""
+    try:
+        return module(x, **forward_kwargs)
+    except Exception as error:  # the user's forward: any exception is theirs, reported in one line
+        raise TraceError(f"the forward raised {type(error).__name__}: {one_line(error)}") from error
+    except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
+        raise TraceError(f"the forward called sys.exit({stop.code!r}): an attention forward returns its output, "
+                         "it does not end the program") from None
 
 
 def _no_attention(recorder: _Recorder, x: torch.Tensor) -> str:

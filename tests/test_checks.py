@@ -75,6 +75,16 @@ def test_bugs_that_make_the_forward_raise_say_so_in_one_line(cls, message):  # (
     assert "\n" not in str(caught.value)
 
 
+def test_a_forward_that_raises_inside_a_rule_is_one_line_naming_the_rule():
+    """A hand-rolled dropout whose mask has the wrong shape raises in training mode only: in dropout-placement."""
+    module = mha("dropout-mask-shape", dropout=0.1)
+    with pytest.raises(tracing.TraceError, match=r"^the forward raised RuntimeError: .* \(while checking "
+                                                 r"dropout-placement\)$") as caught:
+        checks.check_module(module)
+    assert "\n" not in str(caught.value)
+    assert not module.training  # handed over in eval mode, given back in eval mode
+
+
 def test_rows_sum_to_one_names_the_row_and_the_dimension():
     evidence = verdict(mha("softmax-dim"), "rows-sum-to-one").evidence
     assert "row 0" in evidence and "should be 1" in evidence and "dim=-1" in evidence

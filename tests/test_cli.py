@@ -255,6 +255,14 @@ def test_each_cache_bug_fails_the_kv_cache_rule(bug, words):
     assert "kv-cache            FAIL" in result.stdout and words in " ".join(result.stdout.split())
 
 
+def test_a_forward_that_raises_inside_a_rule_exits_2_naming_the_rule():
+    result = check(f"{USER_MODULES}:MyMultiHeadAttention", "--d-in", 32, "--dropout", 0.1,
+                   "--set", "bug=dropout-mask-shape")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("attnviz check: the forward raised RuntimeError: ")
+    assert result.stderr.rstrip().endswith("(while checking dropout-placement)")
+
+
 def test_a_window_off_by_one_fails_mask_convention():
     result = check(f"{USER_MODULES}:LearnerSWA", "--d-in", 32, "--window", 3, "--set", "bug=window-off-by-one")
     assert result.returncode == 1 and "mask-convention     FAIL" in result.stdout
