@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +40,7 @@ from attnviz import tracing
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
          "matches-reference", "kv-cache")
 TOLERANCE = 1e-5
+SLOW_CHECK_SECONDS = 5.0  # a check expected to take longer says so early (the CLI on stderr, the app in its status)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,28 @@ class Check:
         return self.status != "fail"
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far a running check is.  ``check_module(..., progress=callback)`` calls ``callback(Progress)`` before
+    every forward of the module and when each rule is done (then ``check`` holds its verdict); an exception the
+    callback raises stops the check there, the rules reported so far standing."""
+
+    rule: str | None  # the rule running or just done; None during the traced forward every rule reads
+    rules_done: int  # rules finished so far
+    rules_total: int  # rules this check runs
+    forwards: int  # the module's forwards finished so far (the traced one included)
+    forwards_planned: int  # at most this many in all (a rule that fails early runs fewer)
+    seconds: float  # since the check started
+    check: Check | None = None  # the rule's verdict, when it is done
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Roughly: the planned forwards still to run at the pace so far (None before the first forward ends)."""
+        if self.forwards == 0:
+            return None
+        return (self.forwards_planned - self.forwards) * self.seconds / self.forwards
+
+
 def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) -> torch.Tensor:
     """A seeded (batch, n, d_in) input at the module's input width."""
     d_in = tracing.infer_d_in(module)
@@ -65,11 +90,13 @@ def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) 
     return inputs.to(tracing.module_dtype(module))  # a float64 (or bfloat16) module gets its own dtype
 
 
-def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
-                 causal: bool | None = None) -> list[Check]:
+def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, causal: bool | None = None,
+                 rules: Iterable[str] | None = None, progress: Callable[[Progress], None] | None = None) -> list[Check]:
     """The eight rules' verdicts on ``module`` (``x``: (batch, n, d_in), or text embedded as ``trace_module``
     embeds it; None: a seeded (2, 8, d_in)).  A float16 or bfloat16 module is a TraceError: the rules' tolerances are
-    float32's."""
+    float32's.  ``rules``: only these rule ids (in ``RULES`` order); ``progress``: called as the check runs
+    (:class:`Progress`)."""
+    selected = _selected(rules)
     module = tracing.as_module(module)
     dtype = tracing.module_dtype(module)
     if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:  # float16, bfloat16: eps 1e-3, 8e-3
@@ -87,6 +114,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
     if x.shape[0] < 2:
         x = torch.cat([x, torch.roll(x, 1, dims=1)])  # batch-independence needs a second item
     was_training = module.training
+    meter = _Meter(progress, len(selected), _planned_forwards(module, x, selected, causal is not False))
+    hook = module.register_forward_pre_hook(meter.before_forward)
     try:
         module.eval()
         recording = tracing.record(module, x)
@@ -94,9 +123,10 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
         _require_finite_output(recording.output, attention)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
+        meter.planned = _planned_forwards(module, x, selected, causal)
         window = sliding_window(attention) if causal else None
         weightless = _weightless(module)
-        rules = {
+        run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
             "causal": lambda: causal_rule(module, x, recording.output, causal),
             "mask-convention": lambda: mask_convention(attention, causal, declared_window(module)),
@@ -108,14 +138,62 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *,
             "kv-cache": lambda: kv_cache(module, x),
         }
         checks = []
-        for rule in RULES:
+        for rule in selected:
+            meter.rule = rule
             try:
-                checks.append(rules[rule]())
+                checks.append(run[rule]())
             except tracing.TraceError as error:  # a forward of the rule's own raised: the rules before it stand
                 raise tracing.TraceError(f"{error} (while checking {rule})") from error
+            meter.done(checks[-1])
     finally:
+        hook.remove()
         module.train(was_training)
     return checks
+
+
+def _selected(rules: Iterable[str] | None) -> list[str]:
+    """The rule ids to run, in RULES order; ValueError naming an unknown one."""
+    if rules is None:
+        return list(RULES)
+    wanted = [rules] if isinstance(rules, str) else list(rules)
+    unknown = [rule for rule in wanted if rule not in RULES]
+    if unknown:
+        raise ValueError(f"no rule {unknown[0]!r}: the rules are {', '.join(RULES)}")
+    return [rule for rule in RULES if rule in wanted]
+
+
+def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], causal: bool) -> int:
+    """How many forwards of the module a check of ``rules`` on ``x`` runs at most: the traced one, then causal's one
+    per position after the first, dropout-placement's one in training mode, batch-independence's one per item, and
+    kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it."""
+    batch, n = x.shape[:2]
+    takes_cache = "use_cache" in inspect.signature(module.forward).parameters
+    per_rule = {"causal": n - 1 if causal else 0, "dropout-placement": 1, "batch-independence": batch,
+                "kv-cache": 2 * (2 + n - _prefill(n)) if takes_cache else 0}
+    return 1 + sum(per_rule.get(rule, 0) for rule in rules)
+
+
+class _Meter:
+    """Counts the module's forwards (a forward pre-hook) and hands the progress callback a ``Progress``."""
+
+    def __init__(self, callback: Callable[[Progress], None] | None, rules_total: int, planned: int):
+        self.callback, self.rules_total, self.planned = callback, rules_total, planned
+        self.rule: str | None = None
+        self.rules_done = self.forwards = 0
+        self.started = time.perf_counter()
+
+    def report(self, check: Check | None = None) -> None:
+        if self.callback is not None:
+            self.callback(Progress(self.rule, self.rules_done, self.rules_total, self.forwards,
+                                   max(self.planned, self.forwards), time.perf_counter() - self.started, check))
+
+    def before_forward(self, module, args) -> None:
+        self.report()
+        self.forwards += 1
+
+    def done(self, check: Check) -> None:
+        self.rules_done += 1
+        self.report(check)
 
 
 def _as_handed_over(module: nn.Module, was_training: bool, rule, *args) -> Check:
@@ -267,20 +345,18 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
     if not _same(eval_attention.dropped, eval_attention.weights) or eval_attention.dropout_p > 0:
         return Check(rule, "fail", "in eval mode dropout still changes the attention weights: pass "
                                    "training=self.training to F.dropout (or use nn.Dropout)")
-    if module.training:
-        attention, _ = tracing.combine(tracing.record(module, x).attentions)
-        if not _same(attention.dropped, attention.weights) or attention.dropout_p > 0:
-            zeroed = ((attention.dropped == 0) & (attention.weights != 0)).sum() / (attention.weights != 0).sum()
-            share = zeroed.item() if attention.dropout_p == 0 else attention.dropout_p
-            return Check(rule, "fail", f"the module is in training mode: dropout zeroes about {share:.0%} of the "
-                                       "attention weights, so two runs of the same text differ — call "
-                                       "module.eval() before looking at attention")
     was_training = module.training
     try:
-        module.train()
+        module.train()  # one training-mode forward serves both questions
         attention, _ = tracing.combine(tracing.record(module, x).attentions)
     finally:
         module.train(was_training)
+    if was_training and (not _same(attention.dropped, attention.weights) or attention.dropout_p > 0):
+        zeroed = ((attention.dropped == 0) & (attention.weights != 0)).sum() / (attention.weights != 0).sum()
+        share = zeroed.item() if attention.dropout_p == 0 else attention.dropout_p
+        return Check(rule, "fail", f"the module is in training mode: dropout zeroes about {share:.0%} of the "
+                                   "attention weights, so two runs of the same text differ — call "
+                                   "module.eval() before looking at attention")
     if attention.dropout_ops:
         return Check(rule, "fail", "dropout acts on the scores before the softmax: the weights no longer sum to 1 "
                                    "in a predictable way; apply it to the weights after the softmax")
@@ -359,7 +435,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
     reset = getattr(module, reset_name)
     n = x.shape[1]
-    prefill = max(1, min(n - 1, n // 2))
+    prefill = _prefill(n)
     try:
         difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
     except Exception as error:  # the user's cached forward
@@ -372,6 +448,11 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
         return Check(rule, "fail", difference)
     return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {prefill} tokens, then "
                                f"{n - prefill} tokens one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+
+
+def _prefill(n: int) -> int:
+    """How many tokens kv-cache's prefill feeds at once (the rest go one by one)."""
+    return max(1, min(n - 1, n // 2))
 
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int) -> str | None:

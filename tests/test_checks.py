@@ -1,6 +1,7 @@
 """check_module's rules on modules written as users write them: each rule passes the correct code and fails its bug."""
 
 import copy
+import time
 
 import pytest
 import torch
@@ -332,3 +333,84 @@ def test_nan_after_the_attention_is_named_not_passed():
     """Every rule compares outputs; NaN outputs compare as unchanged, so they passed every rule (exit 0)."""
     with pytest.raises(tracing.TraceError, match="the NaN comes after the attention"):
         checks.check_module(um.NaNAfterAttention(d_in=16, d_out=16))
+
+
+# ---------------------------------------------------------------- progress: a slow module's check says how far it is
+
+def forwards_of(module, **kwargs) -> tuple[list, list, int]:
+    """The check's verdicts, its progress reports and how many forwards the module really ran."""
+    reports, ran = [], []
+    hook = module.register_forward_pre_hook(lambda *args: ran.append(1))
+    try:
+        results = checks.check_module(module, progress=reports.append, **kwargs)
+    finally:
+        hook.remove()
+    return results, reports, len(ran)
+
+
+@pytest.mark.parametrize(("module", "forwards"), [
+    (mha(), 1 + 7 + 1 + 2),  # the trace, causal (one per position after the first), dropout-placement, batch
+    (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 4)),  # kv-cache: 2 uncached,
+], ids=["mha", "cached"])                                    # then per sequence a prefill of 4 and 4 tokens one by one
+def test_progress_reports_each_rule_as_it_is_done_and_counts_every_forward(module, forwards):
+    results, reports, ran = forwards_of(module)
+    done = [report for report in reports if report.check is not None]
+    assert [report.check for report in done] == results  # each verdict as its rule finishes, in order
+    assert [report.rules_done for report in done] == list(range(1, 9)) and {r.rules_total for r in reports} == {8}
+    assert ran == forwards == reports[-1].forwards  # every forward counted, none missed
+    assert {report.forwards_planned for report in reports[1:]} == {forwards}  # the plan was right from the trace on
+    assert reports[0].rule is None and reports[0].forwards == 0  # the traced forward, before any rule
+    running = [report.rule for report in reports if report.check is None and report.rule is not None]
+    assert set(running) == {"causal", "dropout-placement", "batch-independence"} | (
+        {"kv-cache"} if isinstance(module, um.LearnerCachedMHA) else set())
+
+
+def test_the_first_forward_says_roughly_how_long_the_check_takes():
+    """A module that sleeps 20 ms a forward: after the traced forward the estimate is the whole check, roughly."""
+    module = um.SleepyAttention(pause=0.02).eval()
+    started = time.perf_counter()
+    _, reports, ran = forwards_of(module)
+    took = time.perf_counter() - started
+    first = next(report for report in reports if report.forwards == 1)
+    estimate = first.seconds + first.seconds_left
+    assert reports[0].seconds_left is None  # nothing to go by before the first forward
+    assert first.forwards_planned == ran == 11 and 0.3 * took < estimate < 3 * took
+    assert reports[-1].seconds_left == 0
+
+
+def test_rules_runs_only_those_rules_and_their_forwards():
+    module = um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval()
+    results, reports, ran = forwards_of(module, rules=["kv-cache", "causal"])
+    assert [check.rule for check in results] == ["causal", "kv-cache"]  # in RULES order
+    assert [check.status for check in results] == ["pass", "pass"]
+    assert ran == 1 + 7 + 12 and reports[-1].rules_total == 2
+    assert [c.rule for c in checks.check_module(module, rules="scaling")] == ["scaling"]
+    with pytest.raises(ValueError, match="no rule 'causality': the rules are rows-sum-to-one, causal"):
+        checks.check_module(module, rules=["causality"])
+
+
+def test_a_progress_callback_that_raises_stops_the_check_after_the_rules_reported():
+    module = um.MyMultiHeadAttention(16, 16, 16, 0.1, 4).train()
+    reports, ran = [], []
+    module.register_forward_hook(lambda *args: ran.append(1))  # forwards that ran to the end
+
+    def stop_at_batch_independence(report):
+        reports.append(report)
+        if report.rule == "batch-independence":
+            raise KeyboardInterrupt  # Ctrl-C, or Streamlit stopping the script run at its next element
+
+    with pytest.raises(KeyboardInterrupt):
+        checks.check_module(module, progress=stop_at_batch_independence)
+    assert [r.check.rule for r in reports if r.check is not None] == ["rows-sum-to-one", "causal", "mask-convention",
+                                                                     "scaling", "dropout-placement"]
+    assert module.training and not module._forward_pre_hooks  # its mode, and no hook of the check's left on it
+    assert len(ran) == 1 + 7 + 1  # stopped before batch-independence's first forward
+
+
+def test_a_module_in_training_mode_is_traced_in_training_mode_once():
+    """dropout-placement asks "does dropout act when handed over?" and "where does it act?" of one training forward."""
+    module = um.MyMultiHeadAttention(16, 16, 16, 0.0, 4).train()  # training mode, but no dropout acts
+    ran = []
+    module.register_forward_pre_hook(lambda *args: ran.append(module.training))
+    assert failing(module) == set()
+    assert ran.count(True) == 1 and len(ran) == 1 + 7 + 1 + 2  # one training forward; the trace, causal, batch
