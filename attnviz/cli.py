@@ -1,9 +1,11 @@
 """The ``attnviz`` command line: one parser, one subcommand per job.
 
-* ``attnviz check path/to/file.py:ClassName`` runs check_module's rules on a user's class and prints a table; the
-  class is built after ``torch.manual_seed(123)`` (the app's default seed), so the table is the same on every run.
-  Exit status: 0 every rule passes (or does not apply), 1 a rule fails, 2 the file or class cannot be loaded,
-  built or run (one line on stderr, no traceback) — so a learner can put it in their own CI.
+* ``attnviz check path/to/file.py:ClassName`` runs check_module's rules on a user's class and prints a table, a
+  rule's line as soon as the rule is done (a check that will take long says so on stderr first; on a terminal a
+  status line on stderr names the rule running).  The class is built after ``torch.manual_seed(123)`` (the app's
+  default seed), so the table is the same on every run.  Exit status: 0 every rule passes (or does not apply), 1 a
+  rule fails, 2 the file or class cannot be loaded, built or run (one line on stderr, no traceback) — so a learner
+  can put it in their own CI.
 * ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`) and writes a checkpoint
   that ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
 
@@ -83,19 +85,77 @@ def add_train_command(commands) -> argparse.ArgumentParser:
 
 def table(checks, width: int | None = None) -> str:
     """The rules as rows: rule, PASS/FAIL/skip, evidence wrapped to the terminal."""
-    width = width or shutil.get_terminal_size((100, 20)).columns
     rule_width = max(len(c.rule) for c in checks)
+    lines = [line for check in checks for line in rule_lines(check, rule_width, width)]
+    return "\n".join([*lines, summary(checks)])
+
+
+def rule_lines(check, rule_width: int, width: int | None = None) -> list[str]:
+    """One rule's row: its id, PASS/FAIL/skip and the evidence wrapped to ``width`` (default: the terminal's)."""
+    width = width or shutil.get_terminal_size((100, 20)).columns
     indent = rule_width + 2 + 4 + 2
-    lines = []
-    for check in checks:
-        status = {"pass": "PASS", "fail": "FAIL", "skip": "skip"}[check.status]
-        wrapped = textwrap.wrap(check.evidence, max(30, width - indent)) or [""]
-        lines.append(f"{check.rule:<{rule_width}}  {status}  {wrapped[0]}")
-        lines += [" " * indent + more for more in wrapped[1:]]
+    status = {"pass": "PASS", "fail": "FAIL", "skip": "skip"}[check.status]
+    wrapped = textwrap.wrap(check.evidence, max(30, width - indent)) or [""]
+    return [f"{check.rule:<{rule_width}}  {status}  {wrapped[0]}", *(" " * indent + more for more in wrapped[1:])]
+
+
+def summary(checks) -> str:
     failed = sum(c.status == "fail" for c in checks)
     total = len(checks)
-    lines.append(f"\n{failed} of {total} rules fail." if failed else f"\nAll {total} rules pass or do not apply.")
-    return "\n".join(lines)
+    return f"\n{failed} of {total} rules fail." if failed else f"\nAll {total} rules pass or do not apply."
+
+
+class CheckReport:
+    """``check_module``'s progress callback for the terminal: the title, then each rule's line as the rule is done
+    (stdout, flushed); a check expected to take ``SLOW_CHECK_SECONDS`` or more says so once on stderr as soon as the
+    traced forward is timed; with ``live`` (stderr is a terminal) a status line on stderr names the rule running,
+    rewritten in place and cleared before each rule's line."""
+
+    def __init__(self, title: str, rule_width: int, slow_seconds: float, *, out=None, err=None,
+                 live: bool | None = None):
+        self.title, self.rule_width, self.slow_seconds = title, rule_width, slow_seconds
+        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.live = self.err.isatty() if live is None else live
+        self.started = self.warned = self.status_shown = False
+
+    def __call__(self, progress) -> None:
+        left = progress.seconds_left
+        if left is not None and not self.warned:
+            self.warned = True
+            if progress.seconds + left >= self.slow_seconds:
+                self.clear()
+                print(f"{PROG} check: one forward takes {progress.seconds / progress.forwards:.2g} s and the rules run "
+                      f"up to {progress.forwards_planned} forwards: about {_duration(progress.seconds + left)} "
+                      "(Ctrl-C stops it)", file=self.err, flush=True)
+        if progress.check is not None:
+            self.clear()
+            if not self.started:
+                print(f"{self.title}\n", file=self.out)
+                self.started = True
+            print("\n".join(rule_lines(progress.check, self.rule_width)), file=self.out, flush=True)
+        elif self.live:
+            where = (f"{progress.rule} ({progress.rules_done + 1} of {progress.rules_total})" if progress.rule
+                     else "tracing the forward")
+            when = f", about {_duration(left)} left" if left is not None else ""
+            self.err.write(f"\r\033[K{where}: forward {progress.forwards + 1} of {progress.forwards_planned}{when}")
+            self.err.flush()
+            self.status_shown = True
+
+    def clear(self) -> None:
+        """Erase the status line (before anything else is printed)."""
+        if self.status_shown:
+            self.err.write("\r\033[K")
+            self.err.flush()
+            self.status_shown = False
+
+    def finish(self, checks) -> None:
+        self.clear()
+        print(summary(checks), file=self.out, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as a person says it: "3 s", "2 min"."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def run_check(args, parser: argparse.ArgumentParser) -> int:
@@ -123,12 +183,16 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                                      sliding_window_size=args.sliding_window_size).eval()
             d_in = tracing.infer_d_in(module) or args.d_in
             x = checks.default_input(module, n=min(args.tokens, args.context_length)) if d_in else None
-            results = checks.check_module(module, x, causal=args.causal)
+            report = CheckReport(f"{cls.__name__} from {args.spec.rpartition(':')[0]}",
+                                 max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS)
+            try:
+                results = checks.check_module(module, x, causal=args.causal, progress=report)
+            finally:
+                report.clear()  # the status line, before an error or an interrupt is printed
     except (user_code.UserCodeError, tracing.TraceError) as error:
         print(f"{PROG} check: {error}", file=sys.stderr)
         return 2
-    print(f"{cls.__name__} from {args.spec.rpartition(':')[0]}\n")
-    print(table(results))
+    report.finish(results)
     return 1 if any(c.status == "fail" for c in results) else 0
 
 

@@ -1,18 +1,27 @@
 """The ``attnviz`` command line: one parser whose ``check`` prints a table of the rules with an exit status a
 learner's CI can use, and whose ``train`` writes a checkpoint (its runs are tested in tests/labs/test_train.py)."""
 
+import io
+import queue
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from helpers import user_modules as um
 
-from attnviz import cli
+from attnviz import checks, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 MODULES = textwrap.dedent('''
+    import time
+
     import torch
     from torch import nn
 
@@ -49,6 +58,16 @@ MODULES = textwrap.dedent('''
     class Raises(Attention):
         def forward(self, x):
             return x.view(3, -1, 7)
+
+
+    class PausesInTheCache(Attention):
+        def forward(self, x, use_cache=False):
+            if use_cache:
+                time.sleep(60)  # a debugging pause left in the cached path
+            return super().forward(x)
+
+        def reset_cache(self):
+            pass
 
 
     class NoSoftmax(nn.Module):
@@ -379,3 +398,57 @@ def test_train_config_validate_accepts_the_recipe():
     assert TrainConfig().validate() == TrainConfig()
     with pytest.raises(ValueError, match="seq_len"):
         TrainConfig(seq_len=300).validate()
+
+
+# ---------------------------------------------------------------- a slow module: how far the check is
+
+def test_each_rules_line_is_printed_as_soon_as_the_rule_is_done_and_ctrl_c_keeps_them(modules):
+    """The kv-cache rule's cached forward pauses for a minute: the seven lines before it are on the screen while it
+    runs, and Ctrl-C stops it in one line."""
+    command = [sys.executable, "-m", "attnviz", "check", f"{modules}:PausesInTheCache", "--d-in", "32"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in iter(process.stdout.readline, "")],
+                     daemon=True).start()
+    seen = []
+    try:
+        deadline = time.monotonic() + 45
+        while not any(line.startswith("matches-reference") for line in seen):
+            seen.append(lines.get(timeout=max(0.1, deadline - time.monotonic())))  # queue.Empty: nothing came
+        assert process.poll() is None  # still in kv-cache's first cached forward
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+    finally:
+        process.kill()
+        process.wait()
+    stderr = process.stderr.read()
+    assert "attnviz: interrupted" in stderr and "Traceback" not in stderr
+    rules = [line.split()[0] for line in seen if line[:1].isalpha()]
+    assert rules == ["PausesInTheCache", *checks.RULES[:-1]]  # the title, then every rule before kv-cache
+    assert all(" PASS " in line for line in seen if line.split()[:1] and line.split()[0] in checks.RULES)
+
+
+def test_a_slow_check_says_how_long_it_will_take_before_the_rules(monkeypatch):
+    """A module that sleeps 50 ms a forward, with the notice's threshold at 0.1 s: it comes right after the first
+    forward, before the first rule's line; a fast module's check says nothing of the kind."""
+    monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 0.1)
+    result = check(f"{USER_MODULES}:SleepyAttention", "--d-in", 16, "--set", "pause=0.05")
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(r"attnviz check: one forward takes 0\.\d+ s and the rules run up to 11 forwards: about \d s "
+                        r"\(Ctrl-C stops it\)\n", result.stderr), result.stderr
+    monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 5.0)
+    fast = check(f"{USER_MODULES}:SleepyAttention", "--d-in", 16, "--set", "pause=0")
+    assert fast.returncode == 0 and fast.stderr == ""
+
+
+def test_on_a_terminal_a_status_line_names_the_rule_running_and_is_cleared_for_each_result():
+    out, err = io.StringIO(), io.StringIO()
+    report = cli.CheckReport("MyMultiHeadAttention from my_attention.py", 18, 5.0, out=out, err=err, live=True)
+    module = um.MyMultiHeadAttention().eval()
+    results = checks.check_module(module, progress=report)
+    report.finish(results)
+    assert out.getvalue() == f"MyMultiHeadAttention from my_attention.py\n\n{cli.table(results)}\n"
+    status = err.getvalue()
+    assert "\r\x1b[Ktracing the forward: forward 1 of 11" in status
+    assert re.search(r"\r\x1b\[Kcausal \(2 of 8\): forward 2 of 11, about \d+ s left", status)
+    assert "batch-independence (6 of 8): forward 11 of 11" in status and status.endswith("\r\x1b[K")  # cleared
