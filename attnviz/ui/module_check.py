@@ -1,4 +1,14 @@
-"""The Check panel for a user's module: ``check_module``'s rules on this run's own tokens, with evidence."""
+"""The Check panel for a user's module: ``check_module``'s rules on this run's own tokens, each rule's row shown as
+soon as it is done.
+
+A slow module's check is long (one forward per token for ``causal``, more for ``kv-cache``), so the panel shows it
+running with Streamlit's own ``st.status`` and ``st.progress``: the rule running, its forward of how many, the time
+left, and — when the traced first forward shows the whole check takes ``checks.SLOW_CHECK_SECONDS`` or more — how
+long, before the rules run.  Each finished rule's row is kept in the session's state as it is done: a run that stops
+half-way (the user changed a setting, opened another page or pressed Stop, which stop the script run at its next
+element) keeps the rows done, and the panel shows them with a button that checks the other rules, rather than
+starting again by itself.  A forward that raises inside a rule keeps the rows before it too, with the reason.
+"""
 
 from __future__ import annotations
 
@@ -15,37 +25,140 @@ from attnviz.ui.cache import cached_trace
 from attnviz.urlstate import markdown_escape
 
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it
+STATE = "module_checks"  # session_state: trace key -> the check's rows so far, its error, its forwards and time
+# (a finished check is shared by every session: _finished)
+KEPT_CHECKS = 8  # the checks a session keeps (the last texts and settings looked at)
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _checks(text: str, config: AttentionConfig) -> list[tuple[str, str, str]]:
-    trace = cached_trace(text, config)
-    module = copy.deepcopy(user_module.module_for(trace.config))  # the shared module is never switched
-    x = torch.as_tensor(trace.embeddings["input"][:MAX_CHECK_TOKENS].copy())[None]  # (1, n, d_in)
-    results = checks.check_module(module, x)
-    return [(check.rule, check.status, check.evidence) for check in results]
-
-
-def check_panel(ctx) -> None:
-    """The rules as a table (rule, result, evidence) under the heads; nothing for the book's classes."""
+def check_panel(ctx, where=None) -> None:
+    """The rules as a table (rule, result, evidence) in ``where`` (default: here); nothing for the book's classes."""
     trace = ctx.trace
     if trace.module_run is None:
         return
-    st.subheader(f"Check {trace.module_run.class_name}")
-    st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
-               "(in eval mode; dropout checked in both modes). The same table: "
-               "`python -m attnviz check path/to/file.py:ClassName`.")
-    try:
-        with st.spinner("Checking your module…"):
-            rows = _checks(*ctx.trace_key)
-    except tracing.TraceError as error:
-        st.warning(markdown_escape(str(error)), icon="✋")
+    with where if where is not None else st.container():
+        st.subheader(f"Check {trace.module_run.class_name}")
+        st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
+                   "(in eval mode; dropout checked in both modes). The same table: "
+                   "`python -m attnviz check path/to/file.py:ClassName`.")
+        finished = _finished(*ctx.trace_key)
+        if finished:  # this run's check, done in this session or another
+            _results(finished)
+            return
+        record = _record(ctx.trace_key)
+        left = [rule for rule in checks.RULES if rule not in {row[0] for row in record["rows"]}]
+        if record["started"] and left and record["error"] is None:  # a run stopped half-way: go on only when asked
+            notice = st.empty()
+            with notice.container():
+                st.info(f"The check stopped after {len(record['rows'])} of {len(checks.RULES)} rules (a setting "
+                        "changed, another page opened or Stop pressed); the rules done are below.",
+                        icon=":material/pause:")
+                resume = st.button(f"Check the other {len(left)} rules", key="module_check_resume",
+                                   icon=":material/play_arrow:")
+            if not resume:
+                _table(record["rows"])
+                return
+            notice.empty()
+        if left and record["error"] is None:
+            _run(ctx.trace_key, trace.module_run.class_name, record, left)
+        finished.update(copy.deepcopy(record))  # done: every rule, or a forward that raised
+        _results(record)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _finished(text: str, config: AttentionConfig) -> dict:
+    """The finished check of the run (text, config), shared by every session: empty until one finishes it."""
+    return {}
+
+
+def _record(key: tuple) -> dict:
+    """This session's check of the run ``key``: its rows so far (rule, result, evidence), its error, whether it
+    started, its forwards and seconds (the oldest of more than ``KEPT_CHECKS`` is dropped)."""
+    records = st.session_state.setdefault(STATE, {})
+    if key not in records:
+        records[key] = {"rows": [], "error": None, "started": False, "forwards": 0, "seconds": 0.0}
+        for old in list(records)[:-KEPT_CHECKS]:
+            del records[old]
+    return records[key]
+
+
+def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
+    """Check ``rules`` with a status box that follows the check; each rule's row goes into ``record`` when done."""
+    record["started"] = True
+    forwards, seconds = record["forwards"], record["seconds"]  # a check that goes on adds to what it ran before
+    module, x = _module_and_input(*key)
+    slot = st.empty()
+    with slot.container(), st.status(f"Checking {class_name}…", expanded=True) as status:
+        bar = st.progress(0.0, text="Running your module once, traced: every rule reads this run")
+        estimate = st.empty()
+        rows = st.empty()
+        _table(record["rows"], rows)
+        told = []
+
+        def report(progress: checks.Progress) -> None:
+            if progress.check is not None:
+                check = progress.check
+                record["rows"].append((check.rule, check.status, check.evidence))
+                _table(record["rows"], rows)
+            record["forwards"], record["seconds"] = forwards + progress.forwards, seconds + progress.seconds
+            left = progress.seconds_left
+            if left is not None and not told:  # right after the traced forward: the first estimate
+                told.append(True)
+                if progress.seconds + left >= checks.SLOW_CHECK_SECONDS:
+                    estimate.warning(
+                        f"One forward of {class_name} takes {progress.seconds / progress.forwards:.2g} s and the rules "
+                        f"run up to {progress.forwards_planned} forwards: about {_duration(progress.seconds + left)}. "
+                        "The rules done stay if you leave; Stop (top right) stops the check.",
+                        icon=":material/hourglass_top:")
+            if progress.rule is None:
+                doing = "Running your module once, traced: every rule reads this run"
+            elif progress.check is None:
+                doing = f"{progress.rule}: rule {progress.rules_done + 1} of {progress.rules_total}"
+            else:
+                doing = f"{progress.rule} done: {progress.rules_done} of {progress.rules_total} rules"
+            when = f", about {_duration(left)} left" if left is not None else ""
+            bar.progress(min(1.0, progress.forwards / progress.forwards_planned),
+                         text=f"{doing} · {progress.forwards} of {progress.forwards_planned} forwards done{when}")
+
+        try:
+            checks.check_module(module, x, rules=rules, progress=report)
+        except tracing.TraceError as error:
+            record["error"] = str(error)
+        status.update(state="complete")
+    slot.empty()
+
+
+def _module_and_input(text: str, config: AttentionConfig) -> tuple[torch.nn.Module, torch.Tensor]:
+    """A copy of the run's module (the shared one is never switched) and the text's first tokens, (1, n, d_in)."""
+    trace = cached_trace(text, config)
+    module = copy.deepcopy(user_module.module_for(trace.config))
+    x = torch.as_tensor(trace.embeddings["input"][:MAX_CHECK_TOKENS].copy())[None]  # (1, n, d_in)
+    return module, x
+
+
+def _results(record: dict) -> None:
+    """The check's verdict, its rows and what it cost; the rows done and the reason when a forward raised."""
+    rows = record["rows"]
+    if record["error"] is not None:
+        done = f" The rules done before it: {len(rows)} of {len(checks.RULES)}." if rows else ""
+        st.warning(markdown_escape(record["error"]) + done, icon="✋")
+        if rows:
+            _table(rows)
         return
-    table = pd.DataFrame(rows, columns=["rule", "result", "evidence"])
-    failed = int((table["result"] == "fail").sum())
+    failed = sum(status == "fail" for _, status, _ in rows)
     if failed:
-        st.error(f"{failed} of {len(table)} rules fail.", icon=":material/bug_report:")
+        st.error(f"{failed} of {len(rows)} rules fail.", icon=":material/bug_report:")
     else:
-        st.success(f"All {len(table)} rules pass or do not apply.", icon=":material/check_circle:")
-    st.dataframe(table, key="module_checks", hide_index=True, width="stretch",
-                 column_config={"evidence": st.column_config.TextColumn(width="large")})
+        st.success(f"All {len(rows)} rules pass or do not apply.", icon=":material/check_circle:")
+    _table(rows)
+    if record["forwards"]:
+        st.caption(f"{record['forwards']} forwards of your module, {_duration(record['seconds'])}.")
+
+
+def _table(rows: list[tuple[str, str, str]], where=None) -> None:
+    table = pd.DataFrame(rows, columns=["rule", "result", "evidence"])
+    (where or st).dataframe(table, key=None if where is not None else "module_checks", hide_index=True,
+                            width="stretch", column_config={"evidence": st.column_config.TextColumn(width="large")})
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

@@ -343,6 +343,14 @@ class SleepyAttention(nn.Module):
         return self.out_proj(context_vec)
 
 
+class HandRolledDropout(MyMultiHeadAttention):
+    """MyMultiHeadAttention with a hand-rolled dropout whose mask forgets the key dimension: it raises in training
+    mode only."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias, bug="dropout-mask-shape")
+
+
 class ViewWithoutContiguous(MyMultiHeadAttention):
     """The Pitfall lab's (5): ``.view`` on the transposed context raises."""
 

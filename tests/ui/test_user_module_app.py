@@ -6,10 +6,11 @@ import re
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
-from attnviz import user_code
+from attnviz import checks, user_code
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ROOT / "tests" / "helpers" / "user_modules.py"
@@ -26,7 +27,8 @@ TIMEOUT = 120
 
 @pytest.fixture(autouse=True)
 def listed(monkeypatch):
-    names = ("CausalSelfAttention", "Raises", "NoSoftmax", *BAD_RUNS, "DropsTheBatch")
+    names = ("CausalSelfAttention", "Raises", "NoSoftmax", *BAD_RUNS, "DropsTheBatch", "HandRolledDropout",
+             "SleepyAttention")
     monkeypatch.setenv(user_code.ENV, ",".join(f"{MODULES}:{name}" for name in names))
 
 
@@ -164,3 +166,75 @@ def test_the_spinner_names_the_users_module_and_counts_the_seconds(monkeypatch):
     spinners.clear()
     no_exception(app(variant="mha"))
     assert ("Running attention…", True) in spinners
+
+
+# ---------------------------------------------------------------- a slow check: how far it is, and what stays
+
+def stopping_check(monkeypatch, when) -> list[list[str]]:
+    """check_module as the app calls it, but the first check stops its script run (``st.stop()``, what Streamlit
+    does at the next element when the user presses Stop) at the first progress report ``when`` accepts; the rules each
+    call was asked for."""
+    real, calls = checks.check_module, []
+
+    def check_module(module, x=None, *, rules=None, progress=None, **kwargs):
+        calls.append(list(rules or checks.RULES))
+
+        def report(progress_now):
+            progress(progress_now)
+            if len(calls) == 1 and when(progress_now):
+                st.stop()
+
+        return real(module, x, rules=rules, progress=report, **kwargs)
+
+    monkeypatch.setattr(checks, "check_module", check_module)
+    return calls
+
+
+def rule_tables(at: AppTest) -> list:
+    return [frame.value for frame in at.dataframe if "rule" in frame.value.columns]
+
+
+def test_a_check_stopped_half_way_keeps_its_rules_and_checks_the_others_when_asked(monkeypatch):
+    calls = stopping_check(monkeypatch, lambda progress: progress.rules_done == 3)
+    at = app(text="A check stopped after three rules", seed="11")
+    no_exception(at)
+    assert [list(table["rule"]) for table in rule_tables(at)] == [list(checks.RULES[:3])]  # the rows done, shown
+    assert "Head statistics" in [header.value for header in at.subheader]  # the rest of the page is drawn first
+
+    at.run()  # the next run (any click): the rows done and a button, not a new check
+    no_exception(at)
+    assert any("The check stopped after 3 of 8 rules" in box.value for box in at.info)
+    assert [list(table["rule"]) for table in rule_tables(at)] == [list(checks.RULES[:3])]
+    assert len(calls) == 1
+
+    at.button(key="module_check_resume").click().run()
+    no_exception(at)
+    assert calls[1] == list(checks.RULES[3:])  # only the rules left
+    assert list(rule_tables(at)[0]["rule"]) == list(checks.RULES)
+    assert any("All 8 rules pass or do not apply" in box.value for box in at.success)
+    assert not at.info
+
+
+def test_a_slow_module_says_how_long_the_check_will_take_before_the_rules_run(monkeypatch):
+    """The estimate comes from the traced forward, before causal's first forward (where this check is stopped)."""
+    monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 0.0)
+    stopping_check(monkeypatch, lambda progress: progress.rule == "causal")
+    at = app(variant="Your module: SleepyAttention", text="Your journey starts with one step", seed="12")
+    no_exception(at)
+    forwards = 1 + 5 + 1 + 2  # 6 tokens: the trace, causal's n - 1, dropout-placement's 1, batch-independence's 2
+    expected = (rf"One forward of SleepyAttention takes 0\.\d+ s and the rules run up to {forwards} forwards: about "
+                r"\d+\.\d s\. The rules done stay if you leave; Stop \(top right\) stops the check\.")
+    assert any(re.fullmatch(expected, box.value) for box in at.warning), [box.value for box in at.warning]
+
+
+def test_a_finished_check_says_what_it_cost():
+    at = app(text="Your journey starts with one step", seed="13")
+    assert any(re.fullmatch(r"9 forwards of your module, \d+\.\d s\.", caption.value) for caption in at.caption)
+
+
+def test_a_forward_that_raises_in_a_later_rule_keeps_the_rules_before_it():
+    at = app(variant="Your module: HandRolledDropout")
+    no_exception(at)
+    assert any(text.startswith("the forward raised RuntimeError: ") and "(while checking dropout-placement)" in text
+               and text.endswith("The rules done before it: 4 of 8.") for text in warnings(at)), warnings(at)
+    assert [list(table["rule"]) for table in rule_tables(at)] == [list(checks.RULES[:4])]
