@@ -5,9 +5,13 @@ A slow module's check is long (one forward per token for ``causal``, more for ``
 running with Streamlit's own ``st.status`` and ``st.progress``: the rule running, its forward of how many, the time
 left, and — when the traced first forward shows the whole check takes ``checks.SLOW_CHECK_SECONDS`` or more — how
 long, before the rules run.  Each finished rule's row is kept in the session's state as it is done: a run that stops
-half-way (the user changed a setting, opened another page or pressed Stop, which stop the script run at its next
-element) keeps the rows done, and the panel shows them with a button that checks the other rules, rather than
+half-way keeps the rows done, and the panel shows them with a button that checks the other rules, rather than
 starting again by itself.  A forward that raises inside a rule keeps the rows before it too, with the reason.
+
+Stopping uses Streamlit's own rule: a whole-app rerun stops the running script at its next element (here: the next
+forward's progress report).  The panel runs inside the Heads page's layer fragment, whose widgets rerun only the
+fragment — a rerun that waits for the running script instead of stopping it — so *Stop the check* is a
+``st.page_link`` to this page with the current settings (what the sidebar's Heads link does), not a button.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from attnviz import checks, tracing
 from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
 from attnviz.ui.cache import cached_trace
-from attnviz.urlstate import markdown_escape
+from attnviz.ui.sidebar import current_settings
+from attnviz.urlstate import markdown_escape, share_query
 
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it
 STATE = "module_checks"  # session_state: trace key -> the check's rows so far, its error, its forwards and time
@@ -49,11 +54,11 @@ def check_panel(ctx, where=None) -> None:
         if record["started"] and left and record["error"] is None:  # a run stopped half-way: go on only when asked
             notice = st.empty()
             with notice.container():
-                st.info(f"The check stopped after {len(record['rows'])} of {len(checks.RULES)} rules (a setting "
-                        "changed, another page opened or Stop pressed); the rules done are below.",
+                st.info(f"The check stopped after {len(record['rows'])} of {len(checks.RULES)} rules (stopped, a "
+                        "setting changed or another page opened); the rules done are below.",
                         icon=":material/pause:")
-                resume = st.button(f"Check the other {len(left)} rules", key="module_check_resume",
-                                   icon=":material/play_arrow:")
+                others = f"the other {len(left)} rules" if len(left) > 1 else f"the last rule, {left[0]}"
+                resume = st.button(f"Check {others}", key="module_check_resume", icon=":material/play_arrow:")
             if not resume:
                 _table(record["rows"])
                 return
@@ -89,6 +94,9 @@ def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
     slot = st.empty()
     with slot.container(), st.status(f"Checking {class_name}…", expanded=True) as status:
         bar = st.progress(0.0, text="Running your module once, traced: every rule reads this run")
+        st.page_link("pages/heads.py", label="Stop the check", icon=":material/stop_circle:",
+                     query_params=share_query(current_settings()),
+                     help="Stops this page's run after the current forward: the rules done stay.")
         estimate = st.empty()
         rows = st.empty()
         _table(record["rows"], rows)
@@ -107,7 +115,7 @@ def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
                     estimate.warning(
                         f"One forward of {class_name} takes {progress.seconds / progress.forwards:.2g} s and the rules "
                         f"run up to {progress.forwards_planned} forwards: about {_duration(progress.seconds + left)}. "
-                        "The rules done stay if you leave; Stop (top right) stops the check.",
+                        "Stop the check (above) keeps the rules done; so does leaving the page.",
                         icon=":material/hourglass_top:")
             if progress.rule is None:
                 doing = "Running your module once, traced: every rule reads this run"

@@ -56,3 +56,49 @@ def test_a_module_that_raises_says_why_and_keeps_the_text(page, server):
     assert_no_exception(page)
     expect(page.get_by_test_id("stMain")).to_contain_text("the forward raised RuntimeError")
     expect(page.get_by_test_id("stSidebar").locator("textarea")).to_have_value("my own words")
+
+
+SLOW_MODULE = '''
+import time
+
+import torch
+from torch import nn
+
+
+class SlowAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        time.sleep(0.4)  # left in from debugging
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-2, -1) / self.head_dim ** 0.5).masked_fill(self.mask.bool()[:n, :n], -torch.inf)
+        return self.out_proj((torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, n, -1))
+'''
+
+
+def test_stop_the_check_keeps_the_rules_done_and_the_others_run_when_asked(page, browser_available, tmp_path):
+    """A module that sleeps 0.4 s a forward (18 forwards on 15 tokens): Stop the check stops the run within a
+    forward, the rows done stay, and Check the other rules finishes it."""
+    path = tmp_path / "slow_attention.py"
+    path.write_text(SLOW_MODULE)
+    with start_server(("--module", f"{path}:SlowAttention")) as slow_server:
+        text = "Your journey starts with one step and then another step and then one more step"
+        page.goto(url(slow_server, variant="Your module: SlowAttention", text=text))
+        main = page.get_by_test_id("stMain")
+        expect(main.get_by_text("forwards done")).to_be_visible(timeout=120_000)
+        expect(main.get_by_text("the rules run up to 18 forwards")).to_be_visible()  # said before the rules run
+        main.get_by_role("link", name="Stop the check").click()
+        expect(main.get_by_text("The check stopped after")).to_be_visible(timeout=10_000)
+        wait_idle(page)
+        assert_no_exception(page)
+        assert "All 8 rules" not in main.inner_text()
+        main.get_by_role("button", name="Check the other").click()
+        expect(main.get_by_text("All 8 rules pass or do not apply.")).to_be_visible(timeout=120_000)
+        expect(main.get_by_text("The check stopped after")).to_have_count(0)
+        save_screenshot(page, "user-module-check-resumed")

@@ -223,8 +223,12 @@ def test_a_slow_module_says_how_long_the_check_will_take_before_the_rules_run(mo
     no_exception(at)
     forwards = 1 + 5 + 1 + 2  # 6 tokens: the trace, causal's n - 1, dropout-placement's 1, batch-independence's 2
     expected = (rf"One forward of SleepyAttention takes 0\.\d+ s and the rules run up to {forwards} forwards: about "
-                r"\d+\.\d s\. The rules done stay if you leave; Stop \(top right\) stops the check\.")
+                r"\d+\.\d s\. Stop the check \(above\) keeps the rules done; so does leaving the page\.")
     assert any(re.fullmatch(expected, box.value) for box in at.warning), [box.value for box in at.warning]
+    stop = [link.proto for link in at.get("page_link") if link.proto.label == "Stop the check"]
+    assert len(stop) == 1  # a link (a whole-app rerun stops the script; a button in the fragment would wait for it)
+    heads = next(link.proto for link in at.sidebar.get("page_link") if link.proto.label == "Heads")
+    assert (stop[0].page_script_hash, stop[0].query_string) == (heads.page_script_hash, heads.query_string)
 
 
 def test_a_finished_check_says_what_it_cost():
