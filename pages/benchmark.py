@@ -29,10 +29,10 @@ if d_in != d_out:
     st.caption("nn.MultiheadAttention is left out: it needs d_in == d_out.")
 
 n_col, repeats_col = st.columns(2)
-n = n_col.number_input("Tokens n", min_value=1, max_value=MAX_CONTEXT_LENGTH, value=256, step=1,
-                       key="benchmark_n")
-repeats = repeats_col.number_input("Timed repeats", min_value=1, max_value=100, value=5, step=1,
-                                   key="benchmark_repeats")
+n = n_col.number_input("Tokens n", min_value=1, max_value=MAX_CONTEXT_LENGTH, step=1,
+                       **ui.page_bind("benchmark_n", 256))
+repeats = repeats_col.number_input("Timed repeats", min_value=1, max_value=100, step=1,
+                                   **ui.page_bind("benchmark_repeats", 5))
 
 if st.button("Run benchmark", key="benchmark_run", type="primary"):
     # a click on Stop reruns the page, which ends this run at its next progress update (Streamlit's own rerun)

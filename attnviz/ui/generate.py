@@ -111,10 +111,8 @@ def _random_choice(ctx: Context) -> tuple | None:
     names = [RANDOM_NONE, *RANDOM_ATTENTION]
     bonus = variants.MODERN
     default = ctx.config.variant if ctx.config.variant in bonus else RANDOM_NONE
-    if st.session_state.get("generate_random") not in names:
-        st.session_state["generate_random"] = default
     attention = st.selectbox(
-        "Or generate with a small random GPT", names, key="generate_random",
+        "Or generate with a small random GPT", names, **page_bind("generate_random", default, names.__contains__),
         format_func=lambda name: "no, thanks" if name == RANDOM_NONE else
         f"a small random GPT with {variants.LABELS[name].split(' (')[0].lower()}",
         help="A 2-layer GPT with GPT-2's vocabulary and random weights: its text is noise, but its KV cache has "
@@ -260,11 +258,10 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
     map_col, cache_col = st.columns([3, 2])
     with map_col:
         layer_col, head_col = st.columns(2)
-        for key, count in (("generate_layer", n_layers), ("generate_head", n_heads)):
-            if st.session_state.get(key) not in range(count):  # another model, with fewer layers or heads
-                st.session_state[key] = 0
-        layer = layer_col.selectbox("Layer", range(n_layers), key="generate_layer")
-        head = head_col.selectbox("Head", range(n_heads), key="generate_head")
+        # kept across page switches; another model, with fewer layers or heads, starts at 0
+        layer = layer_col.selectbox("Layer", range(n_layers),
+                                    **page_bind("generate_layer", 0, range(n_layers).__contains__))
+        head = head_col.selectbox("Head", range(n_heads), **page_bind("generate_head", 0, range(n_heads).__contains__))
         if index == 0:
             rows = [step.weights[layer, head, -1]]  # the prompt's last row: it chose the first new token
             row_labels = [f"{labels[result.prompt_length - 1]} (prompt)"]
@@ -348,10 +345,11 @@ def cost_section(ctx: Context, sizes) -> None:
                config.context_length)
     names = [own[0], *[m.name for m in kv_cache.PRESETS]]
     pick_col, dtype_col = st.columns([3, 1])
-    picked = pick_col.selectbox("Sizes", names, key="generate_sizes",
+    picked = pick_col.selectbox("Sizes", names, **page_bind("generate_sizes", names[0], names.__contains__),
                                 help="Each line is the model with one attention; its own attention's line is the "
                                      "model as it is.")
-    dtype = dtype_col.selectbox("dtype", list(kv_cache.DTYPE_BYTES), key="generate_dtype")
+    dtype = dtype_col.selectbox("dtype", list(kv_cache.DTYPE_BYTES),
+                                **page_bind("generate_dtype", "fp32", kv_cache.DTYPE_BYTES.__contains__))
     if picked == own[0]:
         base, context = dict(own[1]), own[2]
         settings = kv_cache.variant_settings(**base)

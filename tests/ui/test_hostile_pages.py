@@ -1,0 +1,53 @@
+"""AppTest of every page but Heads against careless and hostile use: a page's own widgets keep what the user set
+when they visit another page and come back, and a link that gives a parameter twice says which value it used."""
+
+from __future__ import annotations
+
+from helpers.apptest import no_exception, open_app
+
+from attnviz import weights
+
+
+def visit(at, page: str):
+    at.switch_page(page).run()
+    no_exception(at)
+    return at
+
+
+def away_and_back(at, page: str):
+    """To the Steps page and back to ``page``, through the app's navigation (the same session)."""
+    visit(at, "pages/steps.py")
+    return visit(at, page)
+
+
+def test_the_benchmarks_tokens_and_repeats_survive_a_visit_to_another_page():
+    at = visit(open_app(), "pages/benchmark.py")
+    at.number_input(key="benchmark_n").set_value(1024).run()
+    at.number_input(key="benchmark_repeats").set_value(100).run()
+    away_and_back(at, "pages/benchmark.py")
+    assert at.number_input(key="benchmark_n").value == 1024
+    assert at.number_input(key="benchmark_repeats").value == 100
+
+
+def test_the_generate_pages_choices_survive_a_visit_to_another_page():
+    at = visit(open_app(text="The cat sat on the mat. The cat"), "pages/generate.py")
+    at.selectbox(key="generate_random").set_value("gqa").run()  # a small random GPT with grouped-query attention
+    at.selectbox(key="generate_layer").set_value(1).run()
+    at.selectbox(key="generate_head").set_value(5).run()
+    at.selectbox(key="generate_sizes").set_value("Gemma 3 270M").run()
+    at.selectbox(key="generate_dtype").set_value("bf16").run()
+    away_and_back(at, "pages/generate.py")
+    assert at.selectbox(key="generate_random").value == "gqa"
+    assert at.success and at.success[0].value.startswith("Equals the uncached forward")  # it still generates
+    assert (at.selectbox(key="generate_layer").value, at.selectbox(key="generate_head").value) == (1, 5)
+    assert at.selectbox(key="generate_sizes").value == "Gemma 3 270M"
+    assert at.selectbox(key="generate_dtype").value == "bf16"
+
+
+def test_a_generate_layer_the_next_model_lacks_still_falls_back_to_0():
+    at = visit(open_app(text="The cat sat on the mat. The cat", weights=weights.BUNDLED_NAME), "pages/generate.py")
+    at.selectbox(key="generate_head").set_value(1).run()
+    at.sidebar.selectbox(key="weights").set_value(weights.BOOK).run()
+    at.selectbox(key="generate_random").set_value("mqa").run()  # 8 heads: head 1 is still there
+    no_exception(at)
+    assert at.selectbox(key="generate_head").value == 1
