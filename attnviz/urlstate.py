@@ -144,9 +144,25 @@ def fit_modern(values: dict) -> tuple[dict, dict[str, str]]:
     return values, notices
 
 
-def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dict, list[str]]:
+def last_of(key: str, raw: str | list[str]) -> tuple[str, str | None]:
+    """A URL parameter's value — the last, where the link gives it several times (``?text=a&text=b``: a parameter
+    appended to a link overrides it) — and a notice naming the values set aside (None when they all agree)."""
+    if isinstance(raw, str):
+        return raw, None
+    if not raw:
+        return "", None
+    last, others = raw[-1], [value for value in raw[:-1] if value != raw[-1]]
+    if not others:
+        return last, None
+    return last, (f"URL parameter {key[:40]} is given {len(raw)} times: using the last, {last[:40]!r}; "
+                  f"ignored {', '.join(repr(value[:40]) for value in others[:3])}"
+                  + (f" and {len(others) - 3} more" if len(others) > 3 else "") + ".")
+
+
+def settings_from_query(params: dict[str, str | list[str]], weights_names=None) -> tuple[dict, list[str]]:
     """Settings from URL parameters (same names as the widget keys): (valid values, notices).
 
+    A parameter's value is a string, or the list of its values where the link repeats it (:func:`last_of`).
     ``weights_names``: the weights options listed for this session; a ``weights`` value not among them is
     ignored with a notice (it is compared with the names, never used as a path)."""
     values, notices = dict(DEFAULTS), []
@@ -154,10 +170,13 @@ def settings_from_query(params: dict[str, str], weights_names=None) -> tuple[dic
     parsers = _parsers()
     used, unknown = set(), []  # the settings that took the URL's value; the names that are no setting
     for key, raw in params.items():
-        if key in PAGE_PARAMS:
-            continue
-        if key not in parsers:
+        if key not in parsers and key not in PAGE_PARAMS:
             unknown.append(key)
+            continue
+        raw, repeated = last_of(key, raw)
+        if repeated:  # a page's own parameter too: its page reads the last
+            notices.append(repeated)
+        if key in PAGE_PARAMS:
             continue
         if key == "weights" and raw not in listed:
             notices.append(f"Ignored URL parameter weights={raw[:60]!r}: no weights of that name are listed "

@@ -42,7 +42,8 @@ def settings_from_url() -> None:
     missing = [key for key in SETTING_KEYS if key not in st.session_state]
     if missing:
         names = [option.name for option in ui_weights.options()]
-        values, notices = settings_from_query(dict(st.query_params), weights_names=names)
+        query = {key: st.query_params.get_all(key) for key in st.query_params}  # every value of a repeated one
+        values, notices = settings_from_query(query, weights_names=names)
         for key in missing:
             st.session_state[key] = values[key]
         st.session_state.setdefault(URL_NOTICES, notices)

@@ -3,7 +3,9 @@ when they visit another page and come back, and a link that gives a parameter tw
 
 from __future__ import annotations
 
-from helpers.apptest import no_exception, open_app
+import pytest
+from helpers.apptest import APP, TIMEOUT, no_exception, open_app
+from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
 
@@ -51,3 +53,30 @@ def test_a_generate_layer_the_next_model_lacks_still_falls_back_to_0():
     at.selectbox(key="generate_random").set_value("mqa").run()  # 8 heads: head 1 is still there
     no_exception(at)
     assert at.selectbox(key="generate_head").value == 1
+
+
+def sidebar_notices(at) -> str:
+    return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")  # Markdown-escaped
+
+
+@pytest.mark.parametrize("page", ["pages/steps.py", "pages/compare.py", "pages/tokens.py"])
+def test_a_parameter_given_twice_uses_the_last_and_says_so(page):
+    """``?text=a&text=b``: the value appended last wins (as a parameter added to a link overrides it), and the
+    notice names the value set aside, so that nobody wonders where their first text went."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["text"] = ["first words", "second words"]
+    at.query_params["num_heads"] = ["4", "4"]  # the same value twice: nothing to say
+    visit(at, page)
+    assert at.sidebar.text_area(key="text").value == "second words"
+    notices = sidebar_notices(at)
+    assert "text is given 2 times" in notices and "'second words'" in notices and "'first words'" in notices
+    assert "num_heads" not in notices and at.sidebar.selectbox(key="num_heads").value == 4
+
+
+def test_the_generate_pages_own_parameter_given_twice_says_so_too():
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["weights"] = weights.BUNDLED_NAME
+    at.query_params["new_tokens"] = ["3", "5"]
+    visit(at, "pages/generate.py")
+    assert at.number_input(key="generate_new").value == 5
+    assert "new_tokens is given 2 times: using the last, '5'; ignored '3'" in sidebar_notices(at)
