@@ -198,6 +198,10 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
     if is_book(values["preset"]) and "causal" not in used and values["variant"] in variants.VARIANTS:
         values["causal"] = variants.get(values["variant"]).book_causal
+    if values["weights"] != weights.BOOK:
+        # the weights decide their own sizes (the sidebar shows them and says which of the link's it set aside):
+        # fitting the link's sizes to each other here would announce sizes no page draws
+        return values, notices
     if values["d_out"] % values["num_heads"]:
         # d_out wins: a head count must divide it (the sidebar's rule); the heads fall back to the divisor nearest
         # the default's, and the notice names the URL's value that caused it

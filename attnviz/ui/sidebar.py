@@ -129,7 +129,7 @@ def _weights(listed) -> ui_weights.Choice:
     choice = ui_weights.choose(listed, st.session_state["weights"])
     st.session_state["_weights_choice"] = choice
     if choice.sizes is not None:
-        _follow_checkpoint(choice.sizes)
+        _follow_checkpoint(choice.sizes, choice.option.name)
     n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
     if not 0 <= st.session_state["layer"] < n_layers:
         # a layer the link asked for is refused with a notice; after the learner picked other weights in the
@@ -272,12 +272,20 @@ def page_links(pages: list[StreamlitPage], values: dict) -> None:
             st.page_link(page, query_params=query)
 
 
-def _follow_checkpoint(sizes) -> None:
-    """The size widgets show the checkpoint's sizes (disabled): its width, heads and matching preset."""
+def _follow_checkpoint(sizes, weights_name: str) -> None:
+    """The size widgets show the checkpoint's sizes (disabled): its width, heads and matching preset.  Sizes a link
+    gave with these weights (the URL has both) are set aside with a notice naming them and the checkpoint's."""
     dims = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads)
-    for name, value in zip(("d_in", "d_out", "num_heads"), dims):
-        if st.session_state[name] != value:
-            set_setting(name, value)
     preset = next((name for name, preset_dims in PRESET_DIMS.items() if preset_dims == dims), "custom")
-    if st.session_state["preset"] != preset:
-        set_setting("preset", preset)
+    own = {"d_in": dims[0], "d_out": dims[1], "num_heads": dims[2], "preset": preset}
+    from_link = drawn("weights", st.session_state["weights"])
+    set_aside = []
+    for name, value in own.items():
+        if st.session_state[name] != value:
+            if from_link and drawn(name, st.session_state[name]):
+                set_aside.append(f"{name}={st.session_state[name]}")
+            set_setting(name, value)
+    if set_aside:
+        notice = (f"Ignored URL parameter{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)}: "
+                  f"{weights_name} has its own sizes (d_in {dims[0]}, d_out {dims[1]}, {dims[2]} heads).")
+        st.session_state[URL_NOTICES] = [*st.session_state.get(URL_NOTICES, []), notice]

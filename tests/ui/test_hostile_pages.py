@@ -80,3 +80,20 @@ def test_the_generate_pages_own_parameter_given_twice_says_so_too():
     visit(at, "pages/generate.py")
     assert at.number_input(key="generate_new").value == 5
     assert "new_tokens is given 2 times: using the last, '5'; ignored '3'" in sidebar_notices(at)
+
+
+@pytest.mark.parametrize("page", ["pages/steps.py", "pages/shapes.py"])
+def test_sizes_in_a_link_with_a_checkpoint_are_named_as_the_checkpoints_not_replaced_by_others(page):
+    """The weights decide their own sizes: a link's num_heads=5&d_out=7 with the bundled model (128 wide, 2 heads)
+    said 'using 7 heads' above a page that draws 2.  The notice says what the page shows."""
+    at = visit(open_app(weights=weights.BUNDLED_NAME, num_heads="5", d_out="7", num_kv_groups="3"), page)
+    notices = sidebar_notices(at)
+    assert "7 heads" not in notices and "K/V groups" not in notices, notices
+    assert "d_out=7" in notices and "num_heads=5" in notices and "d_out 128, 2 heads" in notices, notices
+    assert at.sidebar.selectbox(key="num_heads").value == 2 and at.sidebar.number_input(key="d_out").value == 128
+
+
+def test_a_link_with_a_checkpoint_and_its_own_sizes_says_nothing():
+    at = visit(open_app(weights=weights.BUNDLED_NAME, d_in="128", d_out="128", num_heads="2", preset="custom"),
+               "pages/steps.py")
+    assert not at.sidebar.warning
