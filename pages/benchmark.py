@@ -34,8 +34,12 @@ n = n_col.number_input("Tokens n", min_value=1, max_value=MAX_CONTEXT_LENGTH, st
 repeats = repeats_col.number_input("Timed repeats", min_value=1, max_value=100, step=1,
                                    **ui.page_bind("benchmark_repeats", 5))
 
+unfinished = st.session_state.pop("benchmark_started", False)  # set while a timing runs: a rerun cut it short
 if st.button("Run benchmark", key="benchmark_run", type="primary"):
-    # a click on Stop reruns the page, which ends this run at its next progress update (Streamlit's own rerun)
+    # a click on Stop reruns the page, which ends this run at its next progress update (Streamlit's own rerun);
+    # so does any other rerun — a setting changed, another page opened — which the next run then says
+    unfinished = False
+    st.session_state["benchmark_started"] = True
     stop = st.empty()  # shown while the timing runs
     stop.button("Stop", key="benchmark_stop", icon=":material/stop:", on_click=st.session_state.update,
                 kwargs={"benchmark_stopped": True}, help="Stops the timing; the results of an earlier run stay.")
@@ -47,6 +51,7 @@ if st.button("Run benchmark", key="benchmark_run", type="primary"):
         progress=lambda done, total, name: bar.progress(
             done / total, text=implementations.progress_text(done, total, name, time.perf_counter() - started)),
     )
+    del st.session_state["benchmark_started"]
     bar.empty()
     stop.empty()
     st.session_state["benchmark_results"] = {
@@ -55,6 +60,9 @@ if st.button("Run benchmark", key="benchmark_run", type="primary"):
 
 if st.session_state.pop("benchmark_stopped", False):
     st.info("Stopped: nothing of that run was kept.", icon=":material/stop:")
+elif unfinished:
+    st.info("The benchmark you started did not finish: a setting changed or another page was opened while it ran, "
+            "which ends the timing. Nothing of it was kept; press Run benchmark to time again.", icon=":material/info:")
 results = st.session_state.get("benchmark_results")
 if results:
     rows = results["rows"]

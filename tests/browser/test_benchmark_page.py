@@ -49,3 +49,42 @@ def test_stop_ends_a_long_run_and_keeps_the_earlier_results(page, base_url):
     expect(main.get_by_text("Stopped: nothing of that run was kept.")).to_be_visible()
     expect(main.get_by_test_id("stProgress")).to_have_count(0)
     expect(main.get_by_text("Nothing is timed until you press Run benchmark.")).to_be_visible()
+
+
+def start_long_run(page, main) -> None:
+    for name, value in (("Tokens n", "1024"), ("Timed repeats", "100")):  # 505 calls: minutes on this machine
+        box = main.get_by_role("spinbutton", name=name)
+        box.fill(value)
+        box.press("Enter")
+        wait_idle(page)
+    main.get_by_role("button", name="Run benchmark").click()
+    expect(main.get_by_test_id("stProgress")).to_contain_text("left", timeout=60_000)  # running, with its estimate
+
+
+@pytest.mark.parametrize("how", ["a setting", "another page"])
+def test_a_run_cut_short_by_a_setting_or_a_page_switch_says_so(page, base_url, how):
+    """A sidebar change (or another page) reruns the script, which ends the timing: the page said "Nothing is timed
+    until you press Run benchmark." to someone who had pressed it."""
+    page.goto(f"{base_url}/benchmark")
+    wait_idle(page)
+    main = page.get_by_test_id("stMain")
+    start_long_run(page, main)
+    before = runs(page)
+    sidebar = page.get_by_test_id("stSidebar")
+    if how == "a setting":
+        sidebar.get_by_text("Causal mask").click()
+    else:
+        sidebar.get_by_test_id("stPageLink-NavLink").filter(has_text="Compare variants").click()
+        wait_idle(page, after=before, timeout=60_000)
+        before = runs(page)
+        sidebar.get_by_test_id("stPageLink-NavLink").filter(has_text="Benchmark").click()
+    wait_idle(page, after=before, timeout=60_000)
+    assert_no_exception(page)
+    expect(main.get_by_text("The benchmark you started did not finish")).to_be_visible()
+    expect(main.get_by_test_id("stProgress")).to_have_count(0)
+    expect(main.get_by_role("spinbutton", name="Tokens n")).to_have_value("1024")  # the page's inputs are kept
+    before = runs(page)
+    main.get_by_role("spinbutton", name="Tokens n").fill("8")
+    main.get_by_role("spinbutton", name="Tokens n").press("Enter")
+    wait_idle(page, after=before)
+    expect(main.get_by_text("The benchmark you started did not finish")).to_have_count(0)  # said once
