@@ -87,6 +87,8 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 
 def show(ctx: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs."""
+    if st.session_state.get("generate_new", DEFAULT_NEW) != DEFAULT_NEW:  # set on the page since: the notice's
+        st.session_state.pop("_generate_url_notice", None)  # "using 20" no longer says what the page does
     if "_generate_url_notice" in st.session_state:
         st.warning(markdown_escape(st.session_state["_generate_url_notice"]), icon="✋")
     ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None

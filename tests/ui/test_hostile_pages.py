@@ -55,6 +55,10 @@ def test_a_generate_layer_the_next_model_lacks_still_falls_back_to_0():
     assert at.selectbox(key="generate_head").value == 1
 
 
+def main_warnings(at) -> str:
+    return " ".join(w.value for w in at.main.warning).replace("\\", "")  # Markdown-escaped
+
+
 def sidebar_notices(at) -> str:
     return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")  # Markdown-escaped
 
@@ -97,3 +101,15 @@ def test_a_link_with_a_checkpoint_and_its_own_sizes_says_nothing():
     at = visit(open_app(weights=weights.BUNDLED_NAME, d_in="128", d_out="128", num_heads="2", preset="custom"),
                "pages/steps.py")
     assert not at.sidebar.warning
+
+
+def test_the_links_bad_new_tokens_notice_goes_once_new_tokens_is_set_on_the_page():
+    """It said 'using 20' for the rest of the session, above a page generating the 5 the user had typed."""
+    at = visit(open_app(weights=weights.BUNDLED_NAME, new_tokens="abc"), "pages/generate.py")
+    assert "The link's new_tokens='abc' is not a whole number" in main_warnings(at) and "using 20" in main_warnings(at)
+    at.number_input(key="generate_new").set_value(5).run()
+    no_exception(at)
+    assert "new_tokens" not in main_warnings(at)
+    away_and_back(at, "pages/generate.py")
+    assert "new_tokens" not in main_warnings(at)
+    assert at.number_input(key="generate_new").value == 5
