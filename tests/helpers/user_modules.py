@@ -4,6 +4,7 @@ The tests trace and check these as a learner's or an engineer's own code.
 """
 
 import math
+import time
 
 import torch
 import torch.nn.functional as F
@@ -315,32 +316,16 @@ class MyMultiHeadAttention(nn.Module):
         return self.out_proj(context_vec)
 
 
-class SleepyAttention(nn.Module):
+class SleepyAttention(MyMultiHeadAttention):
     """The book's MultiHeadAttention with a ``time.sleep`` left in the forward from debugging: a slow module."""
 
     def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4, qkv_bias=False, pause=0.01):
-        super().__init__()
-        self.d_out, self.num_heads, self.head_dim, self.pause = d_out, num_heads, d_out // num_heads, pause
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.pause = pause
 
     def forward(self, x):
-        import time
-
         time.sleep(self.pause)  # left in from debugging
-        b, num_tokens, d_in = x.shape
-        keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
-        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-        attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
-        context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
-        return self.out_proj(context_vec)
+        return super().forward(x)
 
 
 class HandRolledDropout(MyMultiHeadAttention):
