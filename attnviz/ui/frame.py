@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from attnviz import user_code
+from attnviz import user_code, variants
 from attnviz import weights as core_weights
 from attnviz.config import AttentionConfig, InputError
 from attnviz.models import CheckpointError
@@ -118,8 +118,8 @@ def run_settings(values: dict, checkpoint: str | None) -> tuple[AttentionConfig,
     The spinner counts the seconds and names the user's own module when it runs one: a forward that is slow, or
     never returns, shows whose it is and for how long it has run."""
     variant = values.get("variant")
-    running = (f"Running your module, {markdown_escape(variant.split(': ', 1)[-1])}…"
-               if variant in user_code.listed() else "Running attention…")
+    own = variant not in variants.VARIANTS and variant in user_code.listed()  # the book's classes: one dict lookup
+    running = f"Running your module, {markdown_escape(variant.split(': ', 1)[-1])}…" if own else "Running attention…"
     with st.spinner(running, show_time=True):
         config, trace = _trace_of(values, checkpoint)
     st.session_state["_last_valid"] = (values["text"], config)  # a key, not the arrays
