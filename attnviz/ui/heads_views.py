@@ -44,7 +44,8 @@ def draw(ctx: Context) -> None:
 
     # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
     focused_head(ctx.trace_key, stage)
-    check_slot = st.container()  # a user's module: the rules on its code, drawn here after the rest (it can be slow)
+    # a user's module: the rules on its code, drawn here after the rest (it can be slow); the book's classes: nothing
+    check_slot = st.container() if trace.module_run is not None else None
 
     st.subheader("Head statistics")
     st.caption("Computed from the attention weights of every head; each bar spans the range the statistic can "
@@ -61,4 +62,5 @@ def draw(ctx: Context) -> None:
         if every_layer_scores is not None:
             head_labels.every_layer(every_layer_scores)
         prefetch_next_layer(ctx, stage)  # stepping to the next layer: what it draws is computed while this one is read
-    module_check.check_panel(ctx, check_slot)
+    if check_slot is not None:
+        module_check.check_panel(ctx, check_slot)

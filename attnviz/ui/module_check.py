@@ -35,12 +35,10 @@ STATE = "module_checks"  # session_state: trace key -> the check's rows so far, 
 KEPT_CHECKS = 8  # the checks a session keeps (the last texts and settings looked at)
 
 
-def check_panel(ctx, where=None) -> None:
-    """The rules as a table (rule, result, evidence) in ``where`` (default: here); nothing for the book's classes."""
+def check_panel(ctx, where) -> None:
+    """The rules on the user's module of ``ctx.trace`` as a table (rule, result, evidence), in ``where``."""
     trace = ctx.trace
-    if trace.module_run is None:
-        return
-    with where if where is not None else st.container():
+    with where:
         st.subheader(f"Check {trace.module_run.class_name}")
         st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
                    "(in eval mode; dropout checked in both modes). The same table: "
