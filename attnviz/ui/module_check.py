@@ -30,7 +30,7 @@ from attnviz.ui.sidebar import current_settings
 from attnviz.urlstate import markdown_escape, share_query
 
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it
-STATE = "module_checks"  # session_state: trace key -> the check's rows so far, its error, its forwards and time
+STATE = "module_check_runs"  # session_state: trace key -> the check's rows so far, its error, its forwards and time
 # (a finished check is shared by every session: _finished)
 KEPT_CHECKS = 8  # the checks a session keeps (the last texts and settings looked at)
 
