@@ -31,26 +31,6 @@ def test_benchmark_page_times_five_implementations_on_demand(page, base_url):
     save_screenshot(page, "benchmark")
 
 
-def test_stop_ends_a_long_run_and_keeps_the_earlier_results(page, base_url):
-    page.goto(f"{base_url}/benchmark")
-    wait_idle(page)
-    main = page.get_by_test_id("stMain")
-    for name, value in (("Tokens n", "1024"), ("Timed repeats", "100")):  # 505 calls: minutes on this machine
-        box = main.get_by_role("spinbutton", name=name)
-        box.fill(value)
-        box.press("Enter")
-        wait_idle(page)
-    main.get_by_role("button", name="Run benchmark").click()
-    expect(main.get_by_test_id("stProgress")).to_contain_text("left", timeout=60_000)  # running, with its estimate
-    before = runs(page)
-    main.get_by_role("button", name="Stop").click()
-    wait_idle(page, after=before, timeout=30_000)  # the click reruns the page, which ends the timing
-    assert_no_exception(page)
-    expect(main.get_by_text("Stopped: nothing of that run was kept.")).to_be_visible()
-    expect(main.get_by_test_id("stProgress")).to_have_count(0)
-    expect(main.get_by_text("Nothing is timed until you press Run benchmark.")).to_be_visible()
-
-
 def start_long_run(page, main) -> None:
     for name, value in (("Tokens n", "1024"), ("Timed repeats", "100")):  # 505 calls: minutes on this machine
         box = main.get_by_role("spinbutton", name=name)
@@ -59,6 +39,20 @@ def start_long_run(page, main) -> None:
         wait_idle(page)
     main.get_by_role("button", name="Run benchmark").click()
     expect(main.get_by_test_id("stProgress")).to_contain_text("left", timeout=60_000)  # running, with its estimate
+
+
+def test_stop_ends_a_long_run_and_keeps_the_earlier_results(page, base_url):
+    page.goto(f"{base_url}/benchmark")
+    wait_idle(page)
+    main = page.get_by_test_id("stMain")
+    start_long_run(page, main)
+    before = runs(page)
+    main.get_by_role("button", name="Stop").click()
+    wait_idle(page, after=before, timeout=30_000)  # the click reruns the page, which ends the timing
+    assert_no_exception(page)
+    expect(main.get_by_text("Stopped: nothing of that run was kept.")).to_be_visible()
+    expect(main.get_by_test_id("stProgress")).to_have_count(0)
+    expect(main.get_by_text("Nothing is timed until you press Run benchmark.")).to_be_visible()
 
 
 @pytest.mark.parametrize("how", ["a setting", "another page"])
