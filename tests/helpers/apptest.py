@@ -52,3 +52,17 @@ def plotly_figures(at) -> list[dict]:
     """Every figure an AppTest run drew with ``st.plotly_chart``, as the JSON the browser gets, in page order."""
     charts = [element for element in page_elements(at) if getattr(element, "type", None) == "plotly_chart"]
     return [json.loads(chart.proto.spec) for chart in charts]
+
+
+def recorded_spinners(monkeypatch) -> list[tuple[str, bool]]:
+    """The (text, show_time) of every ``st.spinner`` the app opens from now on (AppTest does not keep spinners)."""
+    import streamlit
+
+    spinners, real = [], streamlit.spinner
+
+    def spinner(text="", *args, **kwargs):
+        spinners.append((text, kwargs.get("show_time", False)))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "spinner", spinner)
+    return spinners

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode
+from helpers.apptest import decode, recorded_spinners
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
@@ -314,16 +314,7 @@ def test_a_long_prompt_shows_its_end_and_the_top_5_escapes_its_tokens():
 def test_the_generation_spinner_names_the_count_and_shows_the_time(monkeypatch):
     """Hundreds of new tokens are as many forward passes (minutes for a GPT-2 on a CPU): the spinner says how many
     and counts the seconds (Streamlit's show_time), so a long generation does not look stuck."""
-    import streamlit
-
-    spinners = []
-    real = streamlit.spinner
-
-    def spinner(text="", *args, **kwargs):
-        spinners.append((text, kwargs.get("show_time", False)))
-        return real(text, *args, **kwargs)
-
-    monkeypatch.setattr(streamlit, "spinner", spinner)
+    spinners = recorded_spinners(monkeypatch)
     page(weights=NAME, text=TEXT, new_tokens="20")
     generating = [(text, timed) for text, timed in spinners if text.startswith("Generating")]
     assert generating == [("Generating up to 20 new tokens with the KV cache, one forward pass each…", True)]

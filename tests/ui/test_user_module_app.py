@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import streamlit as st
 from helpers.apptest import plotly_figures as figures
+from helpers.apptest import recorded_spinners
 from streamlit.testing.v1 import AppTest
 
 from attnviz import checks, user_code
@@ -150,16 +151,7 @@ def test_the_check_panel_says_why_a_module_that_drops_the_batch_cannot_be_checke
 def test_the_spinner_names_the_users_module_and_counts_the_seconds(monkeypatch):
     """A user's forward can be slow or never return: while it runs, the spinner says whose module runs and for how
     long (Streamlit's show_time), not an anonymous "Running attention…"."""
-    import streamlit
-
-    spinners = []
-    real = streamlit.spinner
-
-    def spinner(text="", *args, **kwargs):
-        spinners.append((text, kwargs.get("show_time", False)))
-        return real(text, *args, **kwargs)
-
-    monkeypatch.setattr(streamlit, "spinner", spinner)
+    spinners = recorded_spinners(monkeypatch)
     no_exception(app())
     assert ("Running your module, CausalSelfAttention…", True) in spinners
     assert not any(text == "Running attention…" for text, _ in spinners)
