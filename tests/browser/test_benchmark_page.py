@@ -57,8 +57,8 @@ def test_stop_ends_a_long_run_and_keeps_the_earlier_results(page, base_url):
 
 @pytest.mark.parametrize("how", ["a setting", "another page"])
 def test_a_run_cut_short_by_a_setting_or_a_page_switch_says_so(page, base_url, how):
-    """A sidebar change (or another page) reruns the script, which ends the timing: the page said "Nothing is timed
-    until you press Run benchmark." to someone who had pressed it."""
+    """A sidebar change (or another page) reruns the script, which ends the timing: the page says the run it started
+    did not finish, not "Nothing is timed until you press Run benchmark.", and says it once."""
     page.goto(f"{base_url}/benchmark")
     wait_idle(page)
     main = page.get_by_test_id("stMain")

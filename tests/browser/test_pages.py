@@ -682,8 +682,8 @@ def show_stage(page, title: str) -> None:
 def test_a_map_drawn_again_has_no_selection_and_the_panel_explains_none(page, base_url):
     """The weights map, then the scores map, then the weights map again (or another text, then this one again): the
     browser draws the map again without the selection made on it before, and the panel beside it says how to select
-    — it summed the old lasso, or explained the old click, that the map no longer showed.  A click on the cell
-    clicked before explains it again."""
+    — it sums no old lasso and explains no old click that the map does not show.  A click on the cell clicked
+    before explains it again."""
     text = "one two three four five six seven eight"
     visit(page, f"{base_url}/?text={quote(text)}&num_heads=4")
     main = page.get_by_test_id("stMain")

@@ -89,7 +89,7 @@ def test_the_generate_pages_own_parameter_given_twice_says_so_too():
 @pytest.mark.parametrize("page", ["pages/steps.py", "pages/shapes.py"])
 def test_sizes_in_a_link_with_a_checkpoint_are_named_as_the_checkpoints_not_replaced_by_others(page):
     """The weights decide their own sizes: a link's num_heads=5&d_out=7 with the bundled model (128 wide, 2 heads)
-    said 'using 7 heads' above a page that draws 2.  The notice says what the page shows."""
+    is named as set aside for the model's own, never as 'using 7 heads' above a page that draws 2."""
     at = visit(open_app(weights=weights.BUNDLED_NAME, num_heads="5", d_out="7", num_kv_groups="3"), page)
     notices = sidebar_notices(at)
     assert "7 heads" not in notices and "K/V groups" not in notices, notices
@@ -104,7 +104,8 @@ def test_a_link_with_a_checkpoint_and_its_own_sizes_says_nothing():
 
 
 def test_the_links_bad_new_tokens_notice_goes_once_new_tokens_is_set_on_the_page():
-    """It said 'using 20' for the rest of the session, above a page generating the 5 the user had typed."""
+    """The notice's 'using 20' stops once the user types another count: it never stands above a page generating
+    the 5 the user typed."""
     at = visit(open_app(weights=weights.BUNDLED_NAME, new_tokens="abc"), "pages/generate.py")
     assert "The link's new_tokens='abc' is not a whole number" in main_warnings(at) and "using 20" in main_warnings(at)
     at.number_input(key="generate_new").set_value(5).run()
