@@ -98,17 +98,18 @@ def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
         estimate = st.empty()
         rows = st.empty()
         _table(record["rows"], rows)
-        told = []
+        estimated = False
 
         def report(progress: checks.Progress) -> None:
+            nonlocal estimated
             if progress.check is not None:
                 check = progress.check
                 record["rows"].append((check.rule, check.status, check.evidence))
                 _table(record["rows"], rows)
             record["forwards"], record["seconds"] = forwards + progress.forwards, seconds + progress.seconds
             left = progress.seconds_left
-            if left is not None and not told:  # right after the traced forward: the first estimate
-                told.append(True)
+            if left is not None and not estimated:  # right after the traced forward: the first estimate
+                estimated = True
                 if progress.seconds + left >= checks.SLOW_CHECK_SECONDS:
                     estimate.warning(
                         f"One forward of {class_name} takes {progress.seconds / progress.forwards:.2g} s and the rules "
