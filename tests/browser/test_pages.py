@@ -565,6 +565,13 @@ STAIRCASE = [(2.6, 0.6), (2.6, 1.4), (3.6, 1.4), (3.6, 2.4), (4.6, 2.4), (4.6, 3
 STAIRCASE_CELLS = {(3, 1), (4, 1), (4, 2), (5, 1), (5, 2), (5, 3)}  # what it encloses: every key at or before its query
 
 
+def expected_sums(weights, cells: set[tuple[int, int]]) -> tuple:
+    """(per key mean, per key sum, per query total) of the selected cells' queries and keys, from a head's weights."""
+    queries, keys = sorted({query for query, _ in cells}), sorted({key for _, key in cells})
+    rows = weights[queries]  # (q, n)
+    return rows.mean(axis=0), rows.sum(axis=0), weights[:, keys].sum(axis=1)
+
+
 def test_a_lasso_sums_the_attention_of_exactly_the_query_rows_it_encloses(page, base_url):
     """A staircase lasso on head 2 of a causal map encloses six unmasked cells of queries 3–5 and keys 1–3: the page
     sums those queries' weights per key (mean drawn, sum in the hover) and what every query gives those keys, the
@@ -587,15 +594,14 @@ def test_a_lasso_sums_the_attention_of_exactly_the_query_rows_it_encloses(page, 
     expect(main.get_by_text("(head 2)")).to_be_visible()
 
     weights = attnviz.run(text, AttentionConfig(num_heads=4)).steps["weights"][0, 2].astype(np.float64)  # (8, 8)
-    queries, keys = [3, 4, 5], [1, 2, 3]
+    mean, total, given = expected_sums(weights, STAIRCASE_CELLS)  # queries 3, 4, 5; keys 1, 2, 3
     drawn = summed_chart_data(page)
     per_key = drawn["mean over the selected queries"]
     assert per_key["x"] == list(range(8))
-    np.testing.assert_allclose(per_key["y"], weights[queries].mean(axis=0), atol=1e-6)
-    np.testing.assert_allclose([float(row[1]) for row in per_key["customdata"]], weights[queries].sum(axis=0),
-                               atol=1e-6)
+    np.testing.assert_allclose(per_key["y"], mean, atol=1e-6)
+    np.testing.assert_allclose([float(row[1]) for row in per_key["customdata"]], total, atol=1e-6)
     per_query = drawn["total to the selected keys"]
-    np.testing.assert_allclose(per_query["y"], weights[:, keys].sum(axis=1), atol=1e-6)
+    np.testing.assert_allclose(per_query["y"], given, atol=1e-6)
     assert per_query["y"][:1] == [0.0]  # query 0 sees only key 0, which is not selected
 
 
@@ -614,13 +620,6 @@ def test_a_lasso_over_masked_cells_only_says_their_weights_are_0(page, base_url)
     drawn = summed_chart_data(page)
     assert all(math.isfinite(value) for trace in drawn.values() for value in trace["y"]), drawn
     assert "nan" not in main.inner_text().lower()
-
-
-def expected_sums(weights, cells: set[tuple[int, int]]) -> tuple:
-    """(per key mean, per key sum, per query total) of the selected cells' queries and keys, from a head's weights."""
-    queries, keys = sorted({query for query, _ in cells}), sorted({key for _, key in cells})
-    rows = weights[queries]  # (q, n)
-    return rows.mean(axis=0), rows.sum(axis=0), weights[:, keys].sum(axis=1)
 
 
 def test_a_lasso_on_a_moved_window_of_a_long_text_sums_the_rows_it_encloses(page, base_url):
