@@ -438,10 +438,6 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
     prefill = _prefill(n)
     try:
         difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
-    except Exception as error:  # the user's cached forward
-        if isinstance(error, tracing.TraceError) and error.__cause__ is not None:  # from _output: the user's own
-            error = error.__cause__
-        return Check(rule, "fail", f"a cached forward raised {type(error).__name__}: {tracing.one_line(error)}")
     finally:
         reset()
     if difference is not None:
@@ -456,7 +452,8 @@ def _prefill(n: int) -> int:
 
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int) -> str | None:
-    """The first cached forward whose output differs from the uncached one, with its likely cause (None: none)."""
+    """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
+    (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too."""
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
         for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
@@ -464,7 +461,12 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
             n = sequence.shape[1]
             for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
                 position = _position(module)
-                got = tracing.first_tensor(module(sequence[:, start:stop], use_cache=True)).detach()  # (1, q, d_out)
+                try:
+                    output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
+                                                 use_cache=True)
+                except tracing.TraceError as error:  # the cache's code raised (or called sys.exit): the rule fails
+                    return str(error)
+                got = tracing.first_tensor(output).detach()  # (1, q, d_out)
                 worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
                 if worst > TOLERANCE:
                     step = f"tokens 0 … {stop - 1} (the prefill)" if start == 0 else f"token {start}"
@@ -500,7 +502,10 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, number: int, 
     held = _cache_sizes(module)
     reset()
     with torch.no_grad():
-        module(sequence[:, :1], use_cache=True)
+        try:
+            tracing.run_forward(module, sequence[:, :1], use_cache=True)  # one token's cache: its size per token
+        except tracing.TraceError:  # this forward ran before without raising; the cause stays unnamed
+            return "the cached step does not compute what the whole sequence computes at that position"
     for name, size in _cache_sizes(module).items():
         if size and name in held and held[name] // size < stop:
             return (f"the cache keeps too little: {name} holds {held[name] // size} tokens after {stop} — every "

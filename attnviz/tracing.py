@@ -288,15 +288,15 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
                      triangular_mask=recorder.triangular_mask)
 
 
-def run_forward(module: nn.Module, x: torch.Tensor, **forward_kwargs):
+def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward", **forward_kwargs):
     """``module(x, **forward_kwargs)``: the user's forward, whose exception (or ``sys.exit``) is a TraceError in one
-    line."""
+    line that begins with ``what`` ("the forward raised …")."""
     try:
         return module(x, **forward_kwargs)
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
-        raise TraceError(f"the forward raised {type(error).__name__}: {one_line(error)}") from error
+        raise TraceError(f"{what} raised {type(error).__name__}: {one_line(error)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
-        raise TraceError(f"the forward called sys.exit({stop.code!r}): an attention forward returns its output, "
+        raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
                          "it does not end the program") from None
 
 

@@ -1,6 +1,7 @@
 """check_module's rules on modules written as users write them: each rule passes the correct code and fails its bug."""
 
 import copy
+import sys
 import time
 
 import pytest
@@ -414,3 +415,21 @@ def test_a_module_in_training_mode_is_traced_in_training_mode_once():
     module.register_forward_pre_hook(lambda *args: ran.append(module.training))
     assert failing(module) == set()
     assert ran.count(True) == 1 and len(ran) == 1 + 7 + 1 + 2  # one training forward; the trace, causal, batch
+
+
+class ExitsWhenCached(um.LearnerCachedMHA):
+    """A learner's cached module with a debugging ``sys.exit`` left in its cached branch."""
+
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            sys.exit("stop here")
+        return super().forward(x)
+
+
+def test_a_cached_forward_that_calls_sys_exit_fails_the_rule_in_words():
+    """kv-cache runs the cached forwards as every rule runs a forward: a ``sys.exit`` there is the rule's failure in
+    one line, not the end of the notebook's kernel or of ``attnviz check``."""
+    torch.manual_seed(0)
+    check = verdict(ExitsWhenCached(16, 32, 16, 0.0, 4).eval(), "kv-cache")
+    assert check.status == "fail"
+    assert check.evidence.startswith("a cached forward called sys.exit('stop here')"), check.evidence
