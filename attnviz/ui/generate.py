@@ -19,7 +19,7 @@ from attnviz import weights as core_weights
 from attnviz.models import CheckpointError, generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.state import page_bind
+from attnviz.ui.state import page_bind, page_param_notice
 from attnviz.urlstate import markdown_escape
 from attnviz.views import diagram, generation_figures
 
@@ -57,8 +57,8 @@ def url_new_tokens() -> None:
     except ValueError:
         value = None
     if value is None or not 1 <= value <= MAX_NEW:
-        st.session_state["_generate_url_notice"] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole number "
-                                                    f"from 1 to {MAX_NEW:,}: using {DEFAULT_NEW}.")
+        st.session_state[page_param_notice(URL_KEY)] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole "
+                                                        f"number from 1 to {MAX_NEW:,}: using {DEFAULT_NEW}.")
         return
     st.session_state["generate_new"] = value
 
@@ -87,10 +87,9 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 
 def show(ctx: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs."""
-    if st.session_state.get("generate_new", DEFAULT_NEW) != DEFAULT_NEW:  # set on the page since: the notice's
-        st.session_state.pop("_generate_url_notice", None)  # "using 20" no longer says what the page does
-    if "_generate_url_notice" in st.session_state:
-        st.warning(markdown_escape(st.session_state["_generate_url_notice"]), icon="✋")
+    notice = st.session_state.get(page_param_notice(URL_KEY))  # until New tokens is set on the page
+    if notice is not None:
+        st.warning(markdown_escape(notice), icon="✋")
     ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None
     sizes = None
     if ref is None:

@@ -109,7 +109,18 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     if url not in PAGE_PARAMS:
         raise KeyError(f"URL parameter {url!r} is not declared in attnviz.urlstate.PAGE_PARAMS")
     _page_param_to_url(key, url)
-    return {"key": key, "on_change": _page_param_to_url, "args": (key, url)}
+    return {"key": key, "on_change": _page_widget_changed, "args": (key, url)}
+
+
+def page_param_notice(url: str) -> str:
+    """The session key of a page's notice about its URL parameter ``url`` (a value the link gave that the page could
+    not use): shown by the page until the user sets that widget (:func:`page_bind`'s ``on_change``)."""
+    return f"_url_notice_{url}"
+
+
+def _page_widget_changed(key: str, url: str) -> None:
+    st.session_state.pop(page_param_notice(url), None)  # the user's own value: the link's refused one is moot
+    _page_param_to_url(key, url)
 
 
 def _page_param_to_url(key: str, url: str) -> None:
