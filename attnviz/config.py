@@ -189,6 +189,14 @@ class AttentionConfig:
         return self.sliding_window_size if "sliding_window_size" in self.spec.settings else None
 
     @property
+    def hides_future(self) -> bool:
+        """Whether the run keeps every query from later keys: the causal mask is on, or the variant always masks
+        (sliding window).  A user module's ``causal`` is what its probe run showed (``tracing.infer_causal``)."""
+        if self.causal:
+            return True
+        return self.module is None and self.checkpoint is None and self.spec.not_applicable("causal") is not None
+
+    @property
     def rotary(self) -> bool:
         return self.positions == "rotary"
 

@@ -11,13 +11,20 @@
   lands where that head type would look.  A′ that sums to 0 gives ``nan`` (TransformerLens: 0/0).
 * ``first_token`` — the attention-sink mass: mean over rows ``i ≥ 1`` of ``A[i, 0]`` (``nan`` if n = 1).
   It describes where a head parks unused attention; it is shown beside a head's type, never as one.
+* ``future`` — the mean weight a query gives to keys after it (``future_mass``): 0 for a head that cannot see
+  the future (a causal mask, a sliding window), above 0 for one that can (the mask off, a module that does not
+  mask).  The three detectors assume the former: their patterns sit in the lower triangle, so a head that may
+  read the token after its query can land on them for another reason (on ``[BOS] + x + x``, the key after an
+  earlier copy, ``i − T + 1``, holds the same token as ``i + 1``, which such a head can read directly).
 
 ``head_label`` turns scores into a name ("previous-token", "induction", "duplicate-token") or ``None``
-(see ``LABEL_THRESHOLD``).  ``induction_stripe`` and ``previous_token_stripe`` are the two offset
-stripes of the induction lab and the training criteria; ``repeated_random_tokens`` makes the lab's data.
+(see ``LABEL_THRESHOLD``; never for a head that sees the future, or any head of a run without the mask).
+``induction_stripe`` and ``previous_token_stripe`` are the two offset stripes of the induction lab and the
+training criteria; ``repeated_random_tokens`` makes the lab's data.
 
 Memory: maps are read in place (views and per-map reductions); no float64 copy of the whole input is
-made, so a ``(layers, heads, 1024, 1024)`` float32 array costs at most one extra n × n boolean pattern.
+made, so a ``(layers, heads, 1024, 1024)`` float32 array costs at most two extra n × n boolean patterns
+(a dense detection pattern and the later-keys mask of ``future``).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 HEAD_TYPES = ("previous_token", "duplicate_token", "induction")
-SCORE_NAMES = (*HEAD_TYPES, "first_token")
+SCORE_NAMES = (*HEAD_TYPES, "first_token", "future")
 LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction"}
 
 # A head is named by a type when at least this share of its attention lands on that type's pattern.
@@ -34,6 +41,11 @@ LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-toke
 # heads score 0.64-0.93 on held-out text), and it is the cut TransformerLens-based tutorials use for their
 # attention-pattern detectors (ARENA 1.2: ``score > 0.4``).  At most one type wins (the highest).
 LABEL_THRESHOLD = 0.4
+
+# A head "sees the future" when its queries give later keys more than this mean weight.  A mask gives exactly 0
+# (softmax of −∞, or of a large negative fill, underflows to 0 in float32); a softmax over unmasked keys never does
+# (random or trained heads with the mask off put 0.2–0.95 there), so the cut only absorbs rounding.
+FUTURE_TOLERANCE = 1e-6
 
 _SPARSE = 16  # a pattern with at most 1 cell in 16 set is summed over its cells' indices (else: masked)
 
@@ -139,8 +151,9 @@ def score_heads(
 ) -> dict[str, np.ndarray]:
     """Scores of every map in ``weights`` (…, n, n) for the tokens ``token_ids`` (n,): ``{name: (…)}``.
 
-    Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores) and
-    ``first_token`` (mean of ``A[i, 0]`` over rows ``i ≥ 1``; not affected by the exclusion flags).
+    Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores),
+    ``first_token`` (mean of ``A[i, 0]`` over rows ``i ≥ 1``) and ``future`` (``future_mass``); the exclusion
+    flags change neither of the last two.
     """
     weights = _as_array(weights)
     n = weights.shape[-1]
@@ -168,6 +181,7 @@ def score_heads(
         if exclude_current:
             np.fill_diagonal(pattern, False)
     scores = {name: np.empty(lead, dtype=np.float64) for name in SCORE_NAMES}
+    later = _later_keys(n)  # (n, n) bool: key after query
     for index in np.ndindex(*lead):
         attn = weights[index]  # (n, n) view
         total = _excluded_sum(attn, exclude_bos, exclude_current)
@@ -178,16 +192,48 @@ def score_heads(
                 hit = attn.sum(where=patterns[name], dtype=np.float64)  # sum(A′ ⊙ P) without a copy
             scores[name][index] = hit / total if total != 0 else np.nan
         scores["first_token"][index] = attn[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
+        scores["future"][index] = attn.sum(where=later, dtype=np.float64) / n  # mean over queries of Σ_{j>i} A[i, j]
     return scores
 
 
-def head_label(scores: dict) -> str | None:
+def _later_keys(n: int) -> np.ndarray:
+    """(n, n) booleans, True where the key comes after the query (j > i): the cells a causal mask hides."""
+    return np.triu(np.ones((n, n), dtype=bool), k=1)
+
+
+def future_mass(weights) -> np.ndarray:
+    """Mean over queries of the weight on keys after the query, ``Σ_{j>i} A[i, j] / n``, for maps (…, n, n): (…).
+
+    0 where a mask hides the future; above ``FUTURE_TOLERANCE`` where a head can see it (``sees_future``)."""
+    weights = _as_array(weights)
+    n = weights.shape[-1]
+    later = _later_keys(n)
+    lead = weights.shape[:-2]
+    mass = np.empty(lead, dtype=np.float64)
+    for index in np.ndindex(*lead):
+        mass[index] = weights[index].sum(where=later, dtype=np.float64) / n  # one (n, n) map, no copy
+    return mass
+
+
+def sees_future(future) -> np.ndarray | bool:
+    """Whether a head with this ``future_mass`` (a number or an array) puts weight on later tokens."""
+    return np.asarray(future) > FUTURE_TOLERANCE
+
+
+def head_label(scores: dict, *, causal: bool = True) -> str | None:
     """The head's type for one head's scores (``score_heads`` of one map), or ``None``.
 
     The type with the highest score among previous-token, induction and duplicate-token, if that score
     is ≥ ``LABEL_THRESHOLD``.  ``first_token`` is never a type: a sink head is "no type" (show its
     first-token mass beside it).  NaN scores never label.
+
+    The detectors assume a head that cannot see the future, so none is named when ``causal`` is False (the
+    run's mask was off: in a model, a later layer then reads what earlier layers saw ahead, even where its own
+    map has no weight on later keys) or its ``future`` score says it gave later tokens weight (``sees_future``).
+    Scores without a ``future`` entry (a training probe's, of a causal model) are taken as causal.
     """
+    if not causal or ("future" in scores and sees_future(float(np.asarray(scores["future"])))):
+        return None
     candidates = []
     for name in ("previous_token", "induction", "duplicate_token"):
         score = float(np.asarray(scores[name]))

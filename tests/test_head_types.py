@@ -6,16 +6,20 @@ import numpy as np
 import pytest
 import torch
 
+from attnviz.config import AttentionConfig
 from attnviz.head_types import (
     BOS_ID,
+    FUTURE_TOLERANCE,
     LABEL_THRESHOLD,
     detection_pattern,
+    future_mass,
     head_label,
     induction_stripe,
     pattern_cells,
     previous_token_stripe,
     repeated_random_tokens,
     score_heads,
+    sees_future,
 )
 
 # A hand-checkable 4-token map for tokens [5, 7, 5, 7] (rows sum to 1, causal).
@@ -47,6 +51,7 @@ def test_hand_computed_scores(flags, expected):
     for name, value in expected.items():
         assert scores[name] == pytest.approx(value, abs=1e-6), name
     assert scores["first_token"] == pytest.approx((0.5 + 0.2 + 0.1) / 3, abs=1e-6)  # flags never change it
+    assert scores["future"] == 0.0  # A is causal: nothing above the diagonal
 
 
 def test_patterns_are_transformer_lens_patterns():
@@ -184,6 +189,57 @@ def test_labels_never_name_a_sink():
     assert head_label({"previous_token": below, "duplicate_token": below, "induction": below,
                        "first_token": 1.0}) is None
     assert head_label({"previous_token": np.nan, "duplicate_token": 0.0, "induction": LABEL_THRESHOLD}) == "induction"
+
+
+# The 4-token map with the future in view: rows 0–2 give some weight to later keys (rows sum to 1).
+A_AHEAD = np.array([[0.4, 0.6, 0.0, 0.0],
+                    [0.5, 0.3, 0.2, 0.0],
+                    [0.1, 0.3, 0.2, 0.4],
+                    [0.1, 0.2, 0.3, 0.4]], dtype=np.float32)
+
+
+def test_future_mass_is_the_mean_weight_on_later_keys():
+    # rows: 0.6, 0.2, 0.4 and 0 (the last query has no later key) -> mean 1.2 / 4
+    assert future_mass(A_AHEAD) == pytest.approx(1.2 / 4, abs=1e-6)
+    assert future_mass(A) == 0.0
+    np.testing.assert_allclose(future_mass(np.stack([[A, A_AHEAD]])), [[0.0, 0.3]], atol=1e-6)  # (1, 2)
+    assert score_heads(np.stack([A, A_AHEAD]), TOKENS)["future"] == pytest.approx([0.0, 0.3], abs=1e-6)
+    assert not sees_future(0.0) and not sees_future(FUTURE_TOLERANCE) and sees_future(1e-4)
+
+
+def test_a_head_that_sees_the_future_keeps_its_scores_but_gets_no_type():
+    # TransformerLens' formula is unchanged: previous = (0.5 + 0.3 + 0.3) / 4 on A_AHEAD (A[1,0], A[2,1], A[3,2])
+    ahead = score_heads(A_AHEAD, TOKENS)
+    assert ahead["previous_token"] == pytest.approx(1.1 / 4, abs=1e-6)
+    # a previous-token head (0.9 of each row on i − 1) that puts the rest on the next token: named only when causal
+    n = 12
+    tokens = np.arange(n)
+    causal = _one_hot_rows(n, np.maximum(np.arange(n) - 1, 0))
+    peeking = 0.9 * causal
+    peeking[np.arange(n - 1), np.arange(1, n)] += 0.1
+    peeking[n - 1, n - 2] += 0.1  # the last row has no next token: all on i − 1
+    scores = score_heads(peeking, tokens)
+    assert scores["previous_token"] >= LABEL_THRESHOLD and scores["future"] == pytest.approx(0.1 * 11 / 12)
+    assert head_label(scores) is None
+    assert head_label(score_heads(causal, tokens)) == "previous-token"
+    # scores without a "future" entry (a training probe of a causal model) are named as before
+    assert head_label({name: value for name, value in scores.items() if name != "future"}) == "previous-token"
+    # a run without the mask names no head, even one whose own map has no weight on later keys (a model's later
+    # layer reads what earlier layers saw ahead)
+    assert head_label(score_heads(causal, tokens), causal=False) is None
+
+
+@pytest.mark.parametrize(("config", "hides"), [
+    (AttentionConfig(variant="mha"), True),
+    (AttentionConfig(variant="mha", causal=False), False),
+    (AttentionConfig(variant="simplified", causal=False), False),
+    (AttentionConfig(variant="swa", causal=False), True),  # the window always hides the future
+    (AttentionConfig(checkpoint="some-model", causal=False), False),  # the sidebar's mask, in every layer
+    (AttentionConfig(module="my-module", causal=False), False),  # what the module's probe run showed
+    (AttentionConfig(module="my-module", causal=True), True),
+])
+def test_which_runs_hide_the_future(config, hides):
+    assert config.hides_future is hides
 
 
 def test_induction_head_on_repeated_tokens():
