@@ -1,7 +1,8 @@
 """Head types on the Heads page: each head's type where its score passes ``head_types.LABEL_THRESHOLD``
 ("previous-token 0.93"), the first-token (sink) mass beside it — never a type — and, for a checkpoint, a
 layers × heads grid of every score on this text, from the page's every-layer pass (opt-in: it runs every block
-once more)."""
+once more).  Heads that see the future (the mask off, a module that does not mask) keep their scores but get no
+type, and the section says why (``future_caption``, also the Induction lab's)."""
 
 from __future__ import annotations
 
@@ -18,33 +19,69 @@ from attnviz.ui.frame import Context, plotly_config
 from attnviz.views import head_figures
 
 TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")
+FUTURE_COLUMN = "weight on later tokens"
 SCORE_HELP = {
     "first-token mass": "The mean weight on the first token (a 'sink'): shown beside the type, never a type.",
+    FUTURE_COLUMN: "The mean weight a query gives to tokens after it: 0 under a causal mask. A head with any is "
+                   "not named a type.",
     **{head_figures.SCORE_TITLES[name]: f"TransformerLens' head-detector score on this text (0 … 1); a head is "
        f"typed at ≥ {head_types.LABEL_THRESHOLD:g}." for name in TYPE_COLUMNS},
 }
 
 
-def describe(scores: dict, index=()) -> str:
-    """The head's type and score ("previous-token 0.93"), or "—" when no score passes the threshold."""
+def describe(scores: dict, index=(), causal: bool = True) -> str:
+    """The head's type and score ("previous-token 0.93"), or "—" when no score passes the threshold or the head
+    can see the future (``causal`` False: the run's mask was off; see ``head_types.head_label``)."""
     one = {name: np.asarray(values)[index] for name, values in scores.items()}
-    label = head_types.head_label(one)
+    label = head_types.head_label(one, causal=causal)
     if label is None:
         return "—"
     name = next(key for key, text in head_types.LABELS.items() if text == label)
     return f"{label} {float(one[name]):.2f}"
 
 
-def label_table(scores: dict):
-    """One row per head: its type, its first-token mass beside it, then each type's score."""
+def future_reason(config: AttentionConfig) -> str:
+    """Why this run's heads can see the future, in the sidebar's words."""
+    if config.module is not None:
+        return "your module does not mask the future" if not config.causal else "your module gives later tokens weight"
+    if config.checkpoint is not None:
+        return "the sidebar's *Causal mask* is off, and the model was trained with it on"
+    return "the sidebar's *Causal mask* is off"
+
+
+def sees_future(config: AttentionConfig, future) -> bool:
+    """Whether a run's heads may see the future: its mask was off (``AttentionConfig.hides_future``), or a head gave
+    later tokens weight (``future``: the heads' ``head_types.future_mass``; a module that masks only some)."""
+    return not config.hides_future or bool(np.any(head_types.sees_future(future)))
+
+
+def future_caption(config: AttentionConfig, future) -> str:
+    """Why no head is named a type: what the detectors assume, and what a head that sees the future does instead.
+    ``future``: the heads' ``head_types.future_mass``."""
+    mean = float(np.mean(future))
+    weight = f"{mean:.2f}" if mean >= 0.005 else "almost none"
+    return ("**No head is named a type here: these heads see the future** "
+            f"({future_reason(config)}; a query gives later tokens {weight} of its weight on average). The "
+            "detectors assume a head that cannot: they count weight on earlier tokens only. A head that can read "
+            "ahead may land there for another reason — in a repeated text the token after an earlier copy "
+            "(i−T+1) is the same token as the next one (i+1), so a head that reads the next token lands on the "
+            "induction stripe too — and its weight on later tokens is counted nowhere. The scores are still "
+            "shown: the same formulas, on this run's weights.")
+
+
+def label_table(scores: dict, causal: bool = True):
+    """One row per head: its type, its first-token mass beside it, then each type's score (and, when the heads may
+    see the future, the weight they give later tokens)."""
     import pandas as pd
 
     heads = np.asarray(scores["first_token"]).shape[0]
+    future = np.asarray(scores.get("future", np.zeros(heads)), dtype=float)
     return pd.DataFrame({
         "head": range(heads),
-        "type": [describe(scores, (h,)) for h in range(heads)],
+        "type": [describe(scores, (h,), causal) for h in range(heads)],
         "first-token mass": np.asarray(scores["first_token"], dtype=float),
         **{head_figures.SCORE_TITLES[name]: np.asarray(scores[name], dtype=float) for name in TYPE_COLUMNS},
+        **({FUTURE_COLUMN: future} if not causal or np.any(head_types.sees_future(future)) else {}),
     })
 
 
@@ -60,7 +97,10 @@ def section(ctx: Context) -> None:
     st.subheader("Head types")
     scores = _trace_scores(*ctx.trace_key)
     where = f" of layer {config.layer}" if config.checkpoint is not None else ""
-    named = [f"head {h}: {describe(scores, (h,))}" for h in range(trace.num_heads) if describe(scores, (h,)) != "—"]
+    future = np.asarray(scores["future"])
+    seeing = sees_future(config, future)
+    named = [f"head {h}: {describe(scores, (h,), not seeing)}" for h in range(trace.num_heads)
+             if describe(scores, (h,), not seeing) != "—"]
     st.caption(
         f"A head is named by a type when at least {head_types.LABEL_THRESHOLD:g} of its attention lands where that "
         "type looks (TransformerLens' head-detector score on this text): previous-token = the token before, "
@@ -69,28 +109,38 @@ def section(ctx: Context) -> None:
         "a type. Duplicate-token and induction need repeated tokens: paste a text twice, or open the Induction lab."
     )
     none = "none on this text."
-    if not named and config.checkpoint is None:
+    if seeing:
+        none = "none: these heads see the future (below)."
+    elif not named and config.checkpoint is None:
         whose = "Your module has" if config.module is not None else "The book's classes have"
         none += (f" {whose} random weights: their heads have no types yet. Choose the bundled model "
                  "(or train one on the Train page) under *Weights* to see heads that learned one.")
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else none))
-    types = label_table(scores)
+    if seeing:
+        st.info(future_caption(config, future), icon="ℹ️")
+    types = label_table(scores, causal=not seeing)
     st.dataframe(types, key="heads_types", hide_index=True, selection_mode="single-row",
                  on_select=functools.partial(focus_from_row, "heads_types", list(types["head"])), column_config={
         name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, help=SCORE_HELP[name])
-        for name in ("first-token mass", *(head_figures.SCORE_TITLES[k] for k in TYPE_COLUMNS))
+        for name in ("first-token mass", *(head_figures.SCORE_TITLES[k] for k in TYPE_COLUMNS), FUTURE_COLUMN)
+        if name in types.columns
     })
 
 
-def every_layer(scores: dict) -> None:
+def every_layer(scores: dict, config: AttentionConfig) -> None:
     """Every layer's head types on this text (``{name: (layers, heads)}``, from the Heads page's every-layer
-    pass, :func:`attnviz.ui.checkpoint.layers_overview`): the typed heads, and a layers × heads grid per score."""
+    pass, :func:`attnviz.ui.checkpoint.layers_overview`, run with ``config``'s mask): the typed heads, and a
+    layers × heads grid per score."""
     layers, heads = scores["first_token"].shape
-    typed = [(layer, head, describe(scores, (layer, head))) for layer in range(layers) for head in range(heads)]
+    seeing = sees_future(config, scores["future"])
+    typed = [(layer, head, describe(scores, (layer, head), not seeing))
+             for layer in range(layers) for head in range(heads)]
     typed = [(layer, head, text) for layer, head, text in typed if text != "—"]
+    none = ("no head is named: they see the future (above)." if seeing
+            else "no head passes the threshold on this text.")
     st.markdown(f"**Every layer** ({layers} × {heads} heads, this text): "
                 + ("; ".join(f"{head_figures.head_name(layer, head)} {text}" for layer, head, text in typed)
-                   if typed else "no head passes the threshold on this text."))
+                   if typed else none))
     st.plotly_chart(head_figures.score_grid(scores, names=(*TYPE_COLUMNS, "first_token"),
                                             title="every layer's heads on this text"),
                     config=plotly_config("attnviz-head-types"), key="heads_type_grid")

@@ -60,7 +60,7 @@ def draw(ctx: Context) -> None:
     if ctx.checkpoint:
         every_layer_scores = layers_overview(ctx)  # opt-in: one more pass, one layer's maps at a time
         if every_layer_scores is not None:
-            head_labels.every_layer(every_layer_scores)
+            head_labels.every_layer(every_layer_scores, ctx.trace.config)
         prefetch_next_layer(ctx, stage)  # stepping to the next layer: what it draws is computed while this one is read
     if check_slot is not None:
         module_check.check_panel(ctx, check_slot)

@@ -132,6 +132,46 @@ def test_a_checkpoint_shows_its_labels_and_a_layers_by_heads_grid_of_every_score
     assert set(type_table(at)["type"]) == {"—"}
 
 
+NOT_NAMED = "No head is named a type here: these heads see the future"
+
+
+def test_with_the_mask_off_a_checkpoint_keeps_its_scores_but_names_no_head(session_model):
+    """The hand-built previous-token head with the sidebar's mask off: 0.86 of its attention is still on i − 1 (row
+    0, with no token before it, spreads over all 7), but it can see the future, so it is not named; the page says
+    why and shows the weight on later tokens."""
+    at = app(text=TEXT, weights=session_model.name, causal="false")
+    assert not at.exception, [e.value for e in at.exception]
+    table = type_table(at)
+    assert set(table["type"]) == {"—"}
+    model = weights.load(session_model.ref)
+    reference = head_types.score_heads(models.attention_maps(model, _ids(TEXT), causal=False)[0], _ids(TEXT))
+    assert table["previous-token"].tolist() == pytest.approx(reference["previous_token"].tolist(), abs=1e-6)
+    assert table["previous-token"][0] == pytest.approx(6 / 7, abs=1e-3)  # above the threshold: no longer a name
+    assert table[head_labels.FUTURE_COLUMN].tolist() == pytest.approx(reference["future"].tolist(), abs=1e-6)
+    assert table[head_labels.FUTURE_COLUMN][0] == pytest.approx(6 / 7 / 7, abs=1e-3)  # row 0's 6/7 on later keys
+    info = " ".join(i.value for i in at.info)
+    assert NOT_NAMED in info and "*Causal mask* is off, and the model was trained with it on" in info
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "with a type:** none: these heads see the future" in markdown and "previous-token 0.86" not in markdown
+    at.toggle(key="heads_overview").set_value(True).run()
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "no head is named: they see the future" in markdown and "L0H0 previous-token" not in markdown
+
+
+def test_the_book_classes_with_the_mask_off_name_no_head_and_say_why():
+    text = "the cat sat on the mat and the cat sat on the mat"
+    masked = app(text=text)
+    assert not any(NOT_NAMED in i.value for i in masked.info)
+    assert head_labels.FUTURE_COLUMN not in type_table(masked).columns  # a causal run: no column of zeros
+    at = app(text=text, causal="false")
+    assert not at.exception, [e.value for e in at.exception]
+    info = [i.value for i in at.info if NOT_NAMED in i.value]
+    assert len(info) == 1 and "the sidebar's *Causal mask* is off;" in info[0]
+    table = type_table(at)
+    assert set(table["type"]) == {"—"}
+    assert (table[head_labels.FUTURE_COLUMN] > 0.2).all()  # random heads give later tokens ~half their weight
+
+
 def _ids(text: str) -> list[int]:
     from attnviz.tokens import encode
 
