@@ -1,5 +1,6 @@
 """The induction lab's glue: T and seed, the cached lab run for the sidebar's weights, and its views
-(the score grid, one head's map with the stripe, the per-position loss or why there is none)."""
+(the score grid, one head's map with the stripe, the per-position loss or why there is none; heads that see the
+future are scored but not named, with the Heads page's reason)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from attnviz.config import AttentionConfig
 from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.head_labels import future_caption
 from attnviz.ui.state import page_bind
 from attnviz.urlstate import markdown_escape
 from attnviz.views import head_figures
 
+CHECKPOINT_CAUSAL = ("The lab runs the model with its causal mask, as it was trained: the sidebar's *Causal mask* "
+                     "(off) applies to the other pages.")
 NO_LOSS = ("The book's classes are one attention layer on seeded random embeddings, with no language-model "
            "head: they predict no tokens, so there is no loss to show. Pick a trained model under *Weights* "
            "in the sidebar (the bundled model, or one trained on the Train page) to see the loss drop on the "
@@ -34,7 +38,16 @@ def _book_run(config: AttentionConfig, T: int, seed: int) -> induction.Induction
 
     token_ids = induction.lab_tokens(T, seed)
     trace = pipeline.run_ids(token_ids.tolist(), dataclasses.replace(config, train=False))  # eval: no dropout
-    return induction.run_maps(trace.steps["weights"][0], token_ids, T, seed)
+    return induction.run_maps(trace.steps["weights"][0], token_ids, T, seed, causal=trace.config.hides_future)
+
+
+def window_caption(window: int, T: int) -> str:
+    """Why a sliding window scores 0 when the stripe lies outside it (T > W)."""
+    return (f"The sliding window (W = {window}) shows a query only the keys up to {window - 1} behind it: the stripe, "
+            f"T − 1 = {T - 1} back, is outside it, so every head scores 0 by construction. "
+            + (f"Set T to {window} or less, or widen the window in the sidebar, to test these heads."
+               if window >= induction.MIN_T else f"Widen the window in the sidebar to {induction.MIN_T} or more to "
+               "test these heads."))
 
 
 def max_repeat(ctx: Context) -> int:
@@ -64,6 +77,8 @@ def lab_run(ctx: Context) -> induction.InductionRun | None:
     try:
         with st.spinner("Running the model on the repeated tokens…"):
             if config.checkpoint is not None:
+                if not config.causal:
+                    st.caption(CHECKPOINT_CAUSAL)
                 return _model_run(config.checkpoint, int(T), int(seed), int(config.layer))
             if config.dropout_runs:
                 st.caption("The lab runs the attention in eval mode: dropout is off here.")
@@ -83,8 +98,15 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     where = head_figures.head_name(best_layer, best_head) if layered else f"head {best_head}"
     score_col, loss_col = st.columns(2)
     score_col.metric("Best induction score", f"{best:.2f}", help="Mean of A[i, i−T+1] over the second copy "
-                     f"({where}). {LABEL_THRESHOLD} or more: the Heads page names it an induction head.")
-    score_col.caption(f"{where}: " + ("an induction head" if best >= LABEL_THRESHOLD else "no induction head here"))
+                     f"({where}). {LABEL_THRESHOLD} or more, in a head that cannot see the future: the Heads page "
+                     "names it an induction head.")
+    if run.named(best_layer, best_head):
+        verdict = "an induction head"
+    elif run.sees_future:
+        verdict = "not named: this attention sees the future"
+    else:
+        verdict = "no induction head here"
+    score_col.caption(f"{where}: {verdict}")
     if run.halves is not None:
         first, second = run.halves
         loss_col.metric("Loss on the second copy", f"{second:.2f} nats", delta=f"{second - first:+.2f} vs before",
@@ -93,6 +115,11 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     st.plotly_chart(head_figures.score_grid({"induction": run.scores, "previous_token": run.previous},
                                             title=f"every head on [BOS] + x + x, T = {run.T}"),
                     config=plotly_config("attnviz-induction-scores"), key="induction_scores")
+    if run.sees_future:
+        st.info(future_caption(ctx.config, run.future), icon="ℹ️")
+    window = ctx.config.window if ctx.config.checkpoint is None else None
+    if window is not None and window < run.T:
+        st.info(window_caption(window, run.T), icon="ℹ️")
     if ctx.config.checkpoint is not None and run.scores.shape[0] > 1:
         st.caption(f"The maps below are layer {run.layer} (the sidebar's *Layer*).")
 

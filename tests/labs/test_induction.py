@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnviz.config import AttentionConfig, InputError
-from attnviz.head_types import BOS_ID, induction_stripe, previous_token_stripe
+from attnviz.head_types import BOS_ID, LABEL_THRESHOLD, future_mass, induction_stripe, previous_token_stripe
 from attnviz.labs import induction
 from attnviz.labs.train import TrainConfig, build_model, per_position_loss
 from attnviz.models import attention_maps
@@ -58,6 +58,52 @@ def test_run_maps_scores_a_perfect_induction_head_1_and_a_previous_token_head_0(
     assert run.best == (0, 0) and run.loss is None and run.halves is None
 
 
+def next_token_map(n: int) -> np.ndarray:
+    """A head with no mask that reads the next token: each row splits its weight between key i + 1 and every
+    earlier key holding that same token (the last row: itself).  On [BOS] + x + x the earlier key with the next
+    token is i − T + 1 — the induction stripe — without any look-up of an earlier copy."""
+    weights = np.zeros((n, n), dtype=np.float32)
+    for row in range(n - 1):
+        weights[row, row + 1] = 1.0
+    weights[n - 1, n - 1] = 1.0
+    return weights
+
+
+def test_a_head_that_reads_the_next_token_hits_the_stripe_but_is_not_named():
+    T = 5
+    n = 2 * T + 1
+    ids = induction.lab_tokens(T, 0)
+    reader = next_token_map(n)
+    for row in range(n - T, n - 1):  # the second copy: half on i + 1, half on i − T + 1 (the same token)
+        reader[row, row + 1], reader[row, row - T + 1] = 0.5, 0.5
+    # x repeats: on the second copy, the key after the earlier copy holds the next token
+    assert all(ids[row + 1] == ids[row - T + 1] for row in range(n - T, n - 1))
+    perfect = perfect_induction_map(n, T)
+    run = induction.run_maps(np.stack([reader, perfect]), ids, T, 0)
+    assert run.scores[0, 0] >= LABEL_THRESHOLD  # the stripe says induction head ((4 × 0.5 + 1 × 0) / 5 = 0.4)
+    np.testing.assert_allclose(run.future, [[future_mass(reader), 0.0]])
+    assert run.future[0, 0] > 0.4 and run.sees_future
+    assert not run.named(0, 0)  # it reads ahead: no name, whatever its score
+    assert not run.named(0, 1)  # nor its layer-mate: the run's attention sees the future
+    alone = induction.run_maps(perfect[None], ids, T, 0)
+    assert not alone.sees_future and alone.named(0, 0)  # the causal induction head keeps its name
+    masked_off = induction.run_maps(perfect[None], ids, T, 0, causal=False)  # the same map from a run with no mask
+    assert masked_off.sees_future and not masked_off.named(0, 0)
+
+
+def test_a_book_class_with_the_mask_off_sees_the_future_and_names_no_head():
+    from attnviz import pipeline
+
+    T = 6
+    ids = induction.lab_tokens(T, 0)
+    runs = {causal: induction.run_maps(pipeline.run_ids(ids.tolist(), AttentionConfig(
+        variant="mha", d_in=16, d_out=16, num_heads=4, causal=causal)).steps["weights"][0], ids, T, 0)
+        for causal in (True, False)}
+    assert not runs[True].sees_future and np.all(runs[True].future == 0.0)
+    assert runs[False].sees_future and np.all(runs[False].future > 0.2)  # random weights: ~half on later keys
+    assert not any(runs[False].named(0, head) for head in range(4))
+
+
 @pytest.mark.parametrize("layer", [None, 0, 2])
 def test_run_model_scores_every_layer_like_all_maps_at_once(layer):
     torch.set_num_threads(1)
@@ -67,6 +113,7 @@ def test_run_model_scores_every_layer_like_all_maps_at_once(layer):
     every = attention_maps(model, run.token_ids)  # (layers, heads, n, n): the reference, all at once
     np.testing.assert_allclose(run.scores, induction_stripe(every, T), atol=1e-6)
     np.testing.assert_allclose(run.previous, previous_token_stripe(every), atol=1e-6)
+    assert np.all(run.future == 0.0)  # a checkpoint runs with the causal mask it was trained with
     shown = int(np.argmax(run.scores.max(axis=1))) if layer is None else layer
     assert run.layer == shown
     np.testing.assert_allclose(run.maps, every[shown], atol=1e-6)

@@ -17,7 +17,9 @@ from attnviz import head_types, pipeline, weights
 from attnviz.config import AttentionConfig
 from attnviz.labs import induction
 from attnviz.labs.train import TrainConfig, build_model
-from attnviz.ui.induction import NO_LOSS
+from attnviz.ui.induction import CHECKPOINT_CAUSAL, NO_LOSS, window_caption
+
+NOT_NAMED = "No head is named a type here: these heads see the future"
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -77,6 +79,33 @@ def test_an_empty_text_does_not_matter_to_the_lab_and_is_kept():
     assert at.sidebar.text_area(key="text").value == ""
 
 
+def test_with_the_mask_off_the_book_classes_are_scored_but_no_head_is_named():
+    """T = 2 on 4 random heads with the mask off: head 1's stripe holds 0.44 of the repeat's weight — past the 0.4 the
+    lab called 'an induction head' — yet every head gives later tokens weight, so it names none and says why."""
+    at = lab(variant="mha", d_in="16", d_out="16", num_heads="4", preset="custom", causal="false")
+    assert any(NOT_NAMED in info.value for info in at.info)  # at the default T = 25 too (best score 0.02 there)
+    at.number_input(key="induction_T").set_value(2).run()
+    assert not at.exception, [e.value for e in at.exception]
+    ids = induction.lab_tokens(2, induction.DEFAULT_SEED)
+    config = AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=4, causal=False)
+    expected = induction.run_maps(pipeline.run_ids(ids.tolist(), config).steps["weights"][0], ids, 2, 0, causal=False)
+    grid = figure(at, "every head on [BOS] + x + x, T = 2")
+    np.testing.assert_allclose(decode(grid["data"][0]["z"]), expected.scores, atol=1e-6)  # the scores are shown
+    assert at.metric[0].value == f"{expected.scores.max():.2f}" == "0.44"
+    assert any(c.value == "head 1: not named: this attention sees the future" for c in at.caption)
+    assert any(NOT_NAMED in info.value and "*Causal mask* is off" in info.value for info in at.info)
+
+
+def test_a_sliding_window_narrower_than_the_stripe_says_why_every_score_is_0():
+    at = lab(variant="swa", sliding_window_size="4")  # T = 25: the stripe is 24 keys back, the window shows 3
+    assert any(info.value == window_caption(4, induction.DEFAULT_T) for info in at.info)
+    assert not decode(figure(at, "every head on [BOS] + x + x")["data"][0]["z"]).any()
+    assert not any(NOT_NAMED in info.value for info in at.info)  # the window hides the future too
+    at.number_input(key="induction_T").set_value(4).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("sliding window" in info.value for info in at.info)  # T ≤ W: the stripe is inside the window
+
+
 @pytest.fixture
 def session_model(monkeypatch):
     from attnviz.ui import weights as ui_weights
@@ -107,8 +136,20 @@ def test_a_model_gets_every_layer_scored_the_sidebar_layer_drawn_and_its_loss(se
     first, second = expected.halves
     assert at.metric[1].value == f"{second:.2f} nats"
     assert not any(info.value == NO_LOSS for info in at.info)
+    assert CHECKPOINT_CAUSAL not in [c.value for c in at.caption] and not any(NOT_NAMED in i.value for i in at.info)
     # a T longer than the model's context allows is not offered: 2T + 1 ≤ 64
     assert at.number_input(key="induction_T").max == 31
+
+
+def test_a_model_runs_with_its_causal_mask_and_says_so_when_the_sidebar_mask_is_off(session_model):
+    option, model = session_model
+    at = lab(weights=option.name, causal="false")
+    assert CHECKPOINT_CAUSAL in [c.value for c in at.caption]
+    T = at.number_input(key="induction_T").value
+    expected = induction.run_model(model, T, induction.DEFAULT_SEED)  # causal, as trained
+    grid = figure(at, f"every head on [BOS] + x + x, T = {T}")
+    np.testing.assert_allclose(decode(grid["data"][0]["z"]), expected.scores, atol=1e-6)
+    assert not any(NOT_NAMED in info.value for info in at.info)
 
 
 @pytest.mark.parametrize("context", [1, 4])
