@@ -30,7 +30,8 @@ One module per job:
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
-* ``head_labels`` — the Heads page's head types (label, score, first-token mass beside it);
+* ``head_labels`` — the Heads page's head types (label, score, first-token mass beside it; no type for heads that
+  see the future);
 * ``induction`` — the Induction lab's cached run and its widgets;
 * ``generate`` — the Generate page: the cached generation, its stepper, what a KV cache costs;
 * ``train``    — the Train page: the background training job, its live view, the trained model as weights.

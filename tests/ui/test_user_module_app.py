@@ -122,6 +122,26 @@ def test_the_pitfall_labs_leak_detector_says_a_modules_mask_is_its_own(monkeypat
     assert "sidebar's causal toggle applies" not in note
 
 
+NOT_NAMED = "these heads see the future** (your module does not mask the future;"
+
+
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/induction.py"])
+def test_a_module_that_does_not_mask_gets_scores_but_no_head_types(monkeypatch, page):
+    """Head types and the Induction lab assume heads that cannot see the future: an encoder's attention (no mask)
+    is scored but no head is named, and the page says the module is why; nanoGPT's causal attention is named as
+    usual (no such note)."""
+    causal = app(page)
+    no_exception(causal)
+    assert not any(NOT_NAMED in box.value for box in causal.info)
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:Bidirectional")
+    at = app(page, variant="Your module: Bidirectional")
+    no_exception(at)
+    assert any(NOT_NAMED in box.value for box in at.info)
+    if page == "pages/heads.py":
+        table = next(t.value for t in at.dataframe if "type" in t.value.columns)
+        assert set(table["type"]) == {"—"} and (table["weight on later tokens"] > 0.2).all()
+
+
 @pytest.mark.parametrize("page", ALL_PAGES)
 def test_every_page_says_why_a_softmax_that_is_not_attention_cannot_be_drawn(page):
     at = app(page, variant="Your module: SoftmaxOverFeatures", text="My own text stays")
