@@ -100,7 +100,10 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     score_col.metric("Best induction score", f"{best:.2f}", help="Mean of A[i, i−T+1] over the second copy "
                      f"({where}). {LABEL_THRESHOLD} or more, in a head that cannot see the future: the Heads page "
                      "names it an induction head.")
-    if run.named(best_layer, best_head):
+    if run.named(best_layer, best_head) and run.T == induction.MIN_T:  # the stripe A[i, i−1]: the token before
+        verdict = ("an induction head or a previous-token head: at T = 2 the stripe is the token before, so the "
+                   "score cannot tell them apart (try T ≥ 3)")
+    elif run.named(best_layer, best_head):
         verdict = "an induction head"
     elif run.sees_future:
         verdict = "not named: this attention sees the future"

@@ -96,6 +96,19 @@ def test_with_the_mask_off_the_book_classes_are_scored_but_no_head_is_named():
     assert any(NOT_NAMED in info.value and "*Causal mask* is off" in info.value for info in at.info)
 
 
+def test_at_t_2_the_lab_does_not_tell_an_induction_head_from_a_previous_token_head():
+    """At T = 2 the stripe A[i, i−1] is the previous-token stripe over rows of 4 and 5 keys: random heads reach
+    0.45–0.5 there with the mask on, and the lab called the best 'an induction head'."""
+    at = lab(variant="mha", d_in="16", d_out="16", num_heads="4", preset="custom")
+    at.number_input(key="induction_T").set_value(2).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert float(at.metric[0].value) >= 0.4
+    verdict = next(c.value for c in at.caption if c.value.startswith("head "))
+    assert "an induction head or a previous-token head: at T = 2 the stripe is the token before" in verdict
+    at.number_input(key="induction_T").set_value(3).run()
+    assert not any("previous-token head" in c.value for c in at.caption)
+
+
 def test_a_sliding_window_narrower_than_the_stripe_says_why_every_score_is_0():
     at = lab(variant="swa", sliding_window_size="4")  # T = 25: the stripe is 24 keys back, the window shows 3
     assert any(info.value == window_caption(4, induction.DEFAULT_T) for info in at.info)
