@@ -147,13 +147,14 @@ def _excluded_sum(attn: np.ndarray, exclude_bos: bool, exclude_current: bool) ->
 
 
 def score_heads(
-    weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False
+    weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False, masked: bool = False
 ) -> dict[str, np.ndarray]:
     """Scores of every map in ``weights`` (…, n, n) for the tokens ``token_ids`` (n,): ``{name: (…)}``.
 
     Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores),
     ``first_token`` (mean of ``A[i, 0]`` over rows ``i ≥ 1``) and ``future`` (``future_mass``); the exclusion
-    flags change neither of the last two.
+    flags change neither of the last two.  ``masked``: the caller's run hid the future (a causal mask), so ``future``
+    is 0 without summing the maps' upper triangles.
     """
     weights = _as_array(weights)
     n = weights.shape[-1]
@@ -181,7 +182,7 @@ def score_heads(
         if exclude_current:
             np.fill_diagonal(pattern, False)
     scores = {name: np.empty(lead, dtype=np.float64) for name in SCORE_NAMES}
-    later = _later_keys(n)  # (n, n) bool: key after query
+    later = None if masked else _later_keys(n)  # (n, n) bool: key after query
     for index in np.ndindex(*lead):
         attn = weights[index]  # (n, n) view
         total = _excluded_sum(attn, exclude_bos, exclude_current)
@@ -192,7 +193,8 @@ def score_heads(
                 hit = attn.sum(where=patterns[name], dtype=np.float64)  # sum(A′ ⊙ P) without a copy
             scores[name][index] = hit / total if total != 0 else np.nan
         scores["first_token"][index] = attn[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
-        scores["future"][index] = attn.sum(where=later, dtype=np.float64) / n  # mean over queries of Σ_{j>i} A[i, j]
+        # mean over queries of Σ_{j>i} A[i, j]: 0 where the mask hid those keys
+        scores["future"][index] = 0.0 if masked else attn.sum(where=later, dtype=np.float64) / n
     return scores
 
 

@@ -270,3 +270,17 @@ def test_repeated_random_tokens():
     batch = repeated_random_tokens(5, seed=0, batch=3, bos=False)
     assert batch.shape == (3, 10)
     assert (batch[:, :5] == batch[:, 5:]).all()
+
+
+def test_scores_of_a_masked_run_are_the_same_with_or_without_summing_the_future():
+    """``masked=True`` (the caller's run hid the future) skips summing the upper triangles: every score is what the
+    full sum gives for causal maps, ``future`` 0 included."""
+    rng = np.random.default_rng(0)
+    scores = rng.random((3, 12, 12)) * np.tril(np.ones((12, 12)))  # (heads, n, n), zero above the diagonal
+    maps = scores / scores.sum(-1, keepdims=True)  # (heads, n, n): causal rows summing to 1
+    tokens = rng.integers(0, 5, 12)  # repeats, so the duplicate and induction patterns have cells
+    summed, masked = score_heads(maps, tokens), score_heads(maps, tokens, masked=True)
+    assert summed.keys() == masked.keys()
+    for name in summed:
+        np.testing.assert_array_equal(masked[name], summed[name], err_msg=name)
+    assert not masked["future"].any()

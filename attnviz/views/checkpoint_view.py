@@ -52,7 +52,7 @@ def layers_overview(model: GPTModel, token_ids, causal: bool = True, size: int |
                 pooled = np.full((n_layers, n_heads, *small.shape), np.nan, dtype=np.float32)  # (L, h, s, s)
             pooled[layer, head] = small
         if scores:
-            for name, values in head_types.score_heads(maps, list(token_ids)).items():  # (h,) each
+            for name, values in head_types.score_heads(maps, list(token_ids), masked=causal).items():  # (h,) each
                 rows[name].append(values)
         del maps
     if not scores:
