@@ -88,8 +88,9 @@ def label_table(scores: dict, causal: bool = True):
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
 def _trace_scores(text: str, config: AttentionConfig) -> dict:
     trace = cached_trace(text, config)
-    return head_types.score_heads(trace.steps["weights"][0], trace.token_ids,
-                                  masked=trace.config.hides_future)  # {name: (heads,)}
+    # our mask hid the future: its weight there is 0 without summing; a user's module masks (or not) in its own code
+    masked = trace.config.hides_future and trace.config.module is None
+    return head_types.score_heads(trace.steps["weights"][0], trace.token_ids, masked=masked)  # {name: (heads,)}
 
 
 def section(ctx: Context) -> None:
