@@ -34,6 +34,7 @@ One module per job:
   see the future);
 * ``induction`` — the Induction lab's cached run and its widgets;
 * ``generate`` — the Generate page: the cached generation, its stepper, what a KV cache costs;
+* ``benchmark`` — the Benchmark page: the implementations timed on Run, with Stop, the last results kept;
 * ``train``    — the Train page: the background training job, its live view, the trained model as weights.
 """
 

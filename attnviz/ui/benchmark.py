@@ -1,0 +1,87 @@
+"""The Benchmark page: the five implementations timed on this machine when the user presses Run, with a Stop, the
+last results kept in the session, and a word when a run was stopped or cut short by a rerun."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
+from attnviz.labs import implementations
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.state import page_bind
+from attnviz.views import figures
+
+STARTED = "benchmark_started"  # session_state: set while a timing runs, so the next run knows a rerun cut it short
+STOPPED = "benchmark_stopped"  # session_state: the Stop button's click
+RESULTS = "benchmark_results"  # session_state: the last finished run's rows and what they timed
+
+
+def show(ctx: Context) -> None:
+    """The page below its title: what is timed, the two inputs, Run (and Stop while it runs), the results."""
+    settings = ctx.settings
+    d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
+    device, _ = resolve_device(settings["device"])
+    st.markdown(
+        f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, {num_heads} heads, "
+        f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
+        f"(1, n, {d_in}) input. Device: **{device}**."
+    )
+    if available_devices() == ["auto", "cpu"]:
+        st.caption("CPU only on this machine (no CUDA or MPS): GPU timings would differ a lot.")
+    if d_in != d_out:
+        st.caption("nn.MultiheadAttention is left out: it needs d_in == d_out.")
+
+    n_col, repeats_col = st.columns(2)
+    n = n_col.number_input("Tokens n", min_value=1, max_value=MAX_CONTEXT_LENGTH, step=1,
+                           **page_bind("benchmark_n", 256))
+    repeats = repeats_col.number_input("Timed repeats", min_value=1, max_value=100, step=1,
+                                       **page_bind("benchmark_repeats", 5))
+
+    cut_short = st.session_state.pop(STARTED, False)  # still set: a rerun ended the timing before it finished
+    if st.button("Run benchmark", key="benchmark_run", type="primary"):
+        cut_short = False
+        st.session_state[RESULTS] = _time(settings, device, int(n), int(repeats))
+
+    if st.session_state.pop(STOPPED, False):
+        st.info("Stopped: nothing of that run was kept.", icon=":material/stop:")
+    elif cut_short:
+        st.info("The benchmark you started did not finish: a setting changed or another page was opened while it "
+                "ran, which ends the timing. Nothing of it was kept; press Run benchmark to time again.",
+                icon=":material/info:")
+    _results(st.session_state.get(RESULTS))
+
+
+def _time(settings: dict, device: str, n: int, repeats: int) -> dict:
+    """Time the implementations under a progress bar with a Stop button; the rows and what they timed.
+
+    A click on Stop reruns the page, which ends this run at its next progress update (Streamlit's own rerun); so
+    does any other rerun — a setting changed, another page opened — which the next run then reports (``STARTED``)."""
+    d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
+    st.session_state[STARTED] = True
+    stop = st.empty()  # shown while the timing runs
+    stop.button("Stop", key="benchmark_stop", icon=":material/stop:", on_click=st.session_state.update,
+                kwargs={STOPPED: True}, help="Stops the timing; the results of an earlier run stay.")
+    bar = st.progress(0.0, text="Starting…")
+    started = time.perf_counter()
+    rows = implementations.time_implementations(
+        d_in, d_out, num_heads, n, device, repeats, causal=bool(settings["causal"]), seed=int(settings["seed"]),
+        progress=lambda done, total, name: bar.progress(
+            done / total, text=implementations.progress_text(done, total, name, time.perf_counter() - started)),
+    )
+    del st.session_state[STARTED]
+    bar.empty()
+    stop.empty()
+    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {num_heads} heads, "
+                                   f"{device}"}
+
+
+def _results(results: dict | None) -> None:
+    """The last finished run's bars and table, or what to press."""
+    if not results:
+        st.caption("Nothing is timed until you press Run benchmark.")
+        return
+    rows = results["rows"]
+    st.plotly_chart(figures.benchmark_bars(rows, results["about"]), config=plotly_config("attnviz-benchmark"))
+    st.dataframe(implementations.results_table(rows), hide_index=True)
