@@ -131,7 +131,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "causal": lambda: causal_rule(module, x, recording.output, causal),
             "mask-convention": lambda: mask_convention(attention, causal, declared_window(module)),
             "scaling": lambda: scaling(attention, weightless=weightless),
-            "dropout-placement": lambda: _as_handed_over(module, was_training, dropout_placement, module, x, attention),
+            "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
+                                                              lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
                                                            window=window),
@@ -196,13 +197,13 @@ class _Meter:
         self.report(check)
 
 
-def _as_handed_over(module: nn.Module, was_training: bool, rule, *args) -> Check:
-    """``rule(*args)`` with the module in the mode it was handed over in (eval mode again after), and its buffers
-    as they were before (a training-mode forward may update running statistics that later rules' outputs read)."""
+def _in_mode_handed_over(module: nn.Module, was_training: bool, rule: Callable[[], Check]) -> Check:
+    """``rule()`` with the module in the mode it was handed over in (eval mode again after), and its buffers as
+    they were before (a training-mode forward may update running statistics that later rules' outputs read)."""
     buffers = {name: buffer.clone() for name, buffer in module.named_buffers()}
     module.train(was_training)
     try:
-        return rule(*args)
+        return rule()
     finally:
         module.eval()
         with torch.no_grad():

@@ -69,7 +69,10 @@ def check_panel(ctx, where) -> None:
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def _finished(text: str, config: AttentionConfig) -> dict:
-    """The finished check of the run (text, config), shared by every session: empty until one finishes it."""
+    """The finished check of the run (text, config), shared by every session: empty until one finishes it.
+
+    A cached resource used as a store the panel writes into: Streamlit keeps one object per key for the server
+    (bounded by ``max_entries``), which is what a check shared between tabs needs."""
     return {}
 
 
