@@ -10,7 +10,7 @@
 
 Everything starts from one book ``MultiHeadAttention`` created after ``torch.manual_seed(seed)``; the other
 four copy its weights, so their outputs agree with it to float rounding (tests/test_implementations.py).
-Pure PyTorch: no Streamlit here (pages/benchmark.py draws the results).
+Pure PyTorch: no Streamlit here (attnviz/ui/benchmark.py draws the results).
 """
 
 from __future__ import annotations
