@@ -77,6 +77,24 @@ class Progress:
             return None
         return (self.forwards_planned - self.forwards) * self.seconds / self.forwards
 
+    def slow_notice(self, forward: str = "one forward", *, threshold: float | None = None,
+                    tenths_below: float = 0.0) -> str | None:
+        """Once the pace is known, when the whole check will take ``threshold`` seconds or more (default
+        ``SLOW_CHECK_SECONDS``): "<forward> takes 1.1 s and the rules run up to 11 forwards: about 12 s"; else None.
+        ``tenths_below``: see :func:`duration`."""
+        left = self.seconds_left
+        if left is None or self.seconds + left < (SLOW_CHECK_SECONDS if threshold is None else threshold):
+            return None
+        return (f"{forward} takes {self.seconds / self.forwards:.2g} s and the rules run up to "
+                f"{self.forwards_planned} forwards: about {duration(self.seconds + left, tenths_below=tenths_below)}")
+
+
+def duration(seconds: float, *, tenths_below: float = 0.0) -> str:
+    """``seconds`` as a person says it: "3 s", "2 min"; with tenths below ``tenths_below`` seconds ("4.2 s")."""
+    if seconds < tenths_below:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
 
 def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) -> torch.Tensor:
     """A seeded (batch, n, d_in) input at the module's input width."""

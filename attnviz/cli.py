@@ -122,11 +122,10 @@ class CheckReport:
         left = progress.seconds_left
         if left is not None and not self.warned:
             self.warned = True
-            if progress.seconds + left >= self.slow_seconds:
+            notice = progress.slow_notice(threshold=self.slow_seconds)
+            if notice is not None:
                 self.clear()
-                print(f"{PROG} check: one forward takes {progress.seconds / progress.forwards:.2g} s and the rules run "
-                      f"up to {progress.forwards_planned} forwards: about {_duration(progress.seconds + left)} "
-                      "(Ctrl-C stops it)", file=self.err, flush=True)
+                print(f"{PROG} check: {notice} (Ctrl-C stops it)", file=self.err, flush=True)
         if progress.check is not None:
             self.clear()
             if not self.started:
@@ -136,7 +135,9 @@ class CheckReport:
         elif self.live:
             where = (f"{progress.rule} ({progress.rules_done + 1} of {progress.rules_total})" if progress.rule
                      else "tracing the forward")
-            when = f", about {_duration(left)} left" if left is not None else ""
+            from attnviz.checks import duration  # imported already: check_module is calling
+
+            when = f", about {duration(left)} left" if left is not None else ""
             self.err.write(f"\r\033[K{where}: forward {progress.forwards + 1} of {progress.forwards_planned}{when}")
             self.err.flush()
             self.status_shown = True
@@ -151,11 +152,6 @@ class CheckReport:
     def finish(self, checks) -> None:
         self.clear()
         print(summary(checks), file=self.out, flush=True)
-
-
-def _duration(seconds: float) -> str:
-    """``seconds`` as a person says it: "3 s", "2 min"."""
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def run_check(args, parser: argparse.ArgumentParser) -> int:

@@ -32,6 +32,7 @@ from attnviz.urlstate import markdown_escape, share_query
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it
 STATE = "module_check_runs"  # session_state: trace key -> the check's rows so far, its error, its forwards and time
 # (a finished check is shared by every session: _finished)
+TENTHS_BELOW = 10  # the panel's durations show tenths of a second below this many seconds ("4.2 s")
 KEPT_CHECKS = 8  # the checks a session keeps (the last texts and settings looked at)
 
 
@@ -113,12 +114,10 @@ def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
             left = progress.seconds_left
             if left is not None and not estimated:  # right after the traced forward: the first estimate
                 estimated = True
-                if progress.seconds + left >= checks.SLOW_CHECK_SECONDS:
-                    estimate.warning(
-                        f"One forward of {class_name} takes {progress.seconds / progress.forwards:.2g} s and the rules "
-                        f"run up to {progress.forwards_planned} forwards: about {_duration(progress.seconds + left)}. "
-                        "Stop the check (above) keeps the rules done; so does leaving the page.",
-                        icon=":material/hourglass_top:")
+                notice = progress.slow_notice(f"One forward of {class_name}", tenths_below=TENTHS_BELOW)
+                if notice is not None:
+                    estimate.warning(f"{notice}. Stop the check (above) keeps the rules done; so does leaving the "
+                                     "page.", icon=":material/hourglass_top:")
             if progress.rule is None:
                 doing = "Running your module once, traced: every rule reads this run"
             elif progress.check is None:
@@ -171,4 +170,4 @@ def _table(rows: list[tuple[str, str, str]], where=None) -> None:
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    return checks.duration(seconds, tenths_below=TENTHS_BELOW)
