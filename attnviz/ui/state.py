@@ -6,10 +6,16 @@ the URL on every run (``attnviz.ui.sidebar.current_settings``), so the URL follo
 kept consistent by the widgets' ``on_change`` callbacks.
 
 A page's own widgets (the focused head, a stage, a window) are drawn only on their page, and Streamlit drops the
-value of a widget that a run does not draw.  :func:`keep_widgets` — run by ``app.py`` before anything is
-drawn — assigns each declared page widget's value to itself, which makes it a value of the session that the
-clean-up leaves alone (Streamlit's docs, "Working with widgets in multipage apps": interrupt the widget clean-up
-process), so a page shows them as the user left them.
+value of a widget that a run does not draw unless the widget asks to keep it: every page widget
+(:func:`page_bind`) has ``persist_state="session"``, so a page shows its widgets as the user left it, also when
+the user left while a fragment of the page reran itself (Generate's Play).
+
+The settings are kept another way.  Some are drawn only for the variants that have them, and the Text area and
+the Layer selectbox are drawn by the Heads page's fragment on that page and by ``app.py``'s sidebar on the others:
+two widgets to Streamlit (a widget's id includes the script that draws it), where ``persist_state`` would hand
+the value over one run late, after the widget was drawn empty.  :func:`keep_widgets`, run by ``app.py`` before
+anything is drawn, assigns each setting's value to itself, which makes it a value of the session under its key
+(Streamlit's docs, "Working with widgets in multipage apps": interrupt the widget clean-up process).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from attnviz.ui import weights as ui_weights
 from attnviz.ui.weights import WEIGHTS_REQUEST
 from attnviz.urlstate import PAGE_PARAMS, PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
 
+KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
@@ -52,10 +59,9 @@ def settings_from_url() -> None:
 
 
 def keep_widgets() -> None:
-    """Before anything is drawn: every setting and page widget that has a value keeps it through this run, drawn or
-    not.  The settings need it too: K/V groups, latent width, window, positions and RoPE base are drawn only for
-    the variants that have them, and the Heads page's fragment draws the Text area and the Layer selectbox."""
-    for key in (*SETTING_KEYS, *PAGE_WIDGETS):
+    """Before anything is drawn: every setting that has a value keeps it through this run, drawn or not, and a
+    setting drawn by another script than last run's starts with it (the module's docstring says why)."""
+    for key in SETTING_KEYS:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
 
@@ -105,11 +111,11 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     if key not in st.session_state or not valid(st.session_state[key]):
         st.session_state[key] = default
     if url is None:
-        return {"key": key}
+        return {"key": key, **KEPT}
     if url not in PAGE_PARAMS:
         raise KeyError(f"URL parameter {url!r} is not declared in attnviz.urlstate.PAGE_PARAMS")
     _page_param_to_url(key, url)
-    return {"key": key, "on_change": _page_widget_changed, "args": (key, url)}
+    return {"key": key, "on_change": _page_widget_changed, "args": (key, url), **KEPT}
 
 
 def page_param_notice(url: str) -> str:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers.browser import (
     assert_no_exception,
+    choose_option,
     expect,
     grown_margins,
     runs,
@@ -95,3 +96,34 @@ def test_a_random_gpt_with_latent_attention_caches_the_latent(page, server):
         f"{2 * (n + 1) * 48 * 4 / 1000:,.2f} kB")
     expect(main.get_by_text(f"kv_cache_bytes(context_length={n + 1}, n_heads=8, n_layers=2, latent_dim=48")
            ).to_be_visible()
+
+
+def test_a_page_switch_while_playing_keeps_the_pages_settings(page, server):
+    """Leaving Generate while Play steps on, and coming back: New tokens and the random GPT chosen are as the user
+    left them (the page's widgets keep their values for the session, whichever run the page switch interrupts)."""
+    page.goto(f"{server.url}/generate?weights=book&text=The%20cat%20sat%20on%20the%20mat")
+    wait_idle(page, timeout=120_000)
+    main, sidebar = page.get_by_test_id("stMain"), page.get_by_test_id("stSidebar")
+    choose_option(page, main.get_by_role("combobox", name="Or generate with a small random GPT"),
+                  "a small random GPT with grouped-query attention")
+    wait_idle(page)
+    new_tokens = main.get_by_role("spinbutton", name="New tokens")
+    before = runs(page)
+    new_tokens.fill("30")
+    new_tokens.press("Enter")
+    wait_idle(page, after=before)
+    expect(main.get_by_text("Step 0 of 30")).to_be_visible()
+    main.get_by_role("button", name="Play").click()
+    expect(main.get_by_text("Step 2 of 30")).to_be_visible()  # playing: the fragment reruns itself
+    before = runs(page)
+    sidebar.get_by_test_id("stPageLink-NavLink").filter(has_text="Steps").click()
+    wait_idle(page, after=before)
+    expect(main.locator("h1").first).to_contain_text("step by step")
+    before = runs(page)
+    sidebar.get_by_test_id("stPageLink-NavLink").filter(has_text="Generate").click()
+    wait_idle(page, after=before, timeout=120_000)
+    assert_no_exception(page)
+    expect(new_tokens).to_have_value("30")
+    expect(main.get_by_role("combobox", name="Or generate with a small random GPT")).to_have_value(
+        "a small random GPT with grouped-query attention")
+    expect(main.get_by_text(" of 30", exact=False).first).to_be_visible()
