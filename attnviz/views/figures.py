@@ -397,6 +397,7 @@ def heads_grid(
         "height": height, "width": width,
         "margin": margin,
         "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
+        "hoverdistance": -1,  # the click target nearest the pointer, however far: anywhere on a tile is its head's
         # square cells: the plot area shrinks to the tiles, which sit at its top left under the title
         "xaxis": {"visible": False, "range": [-0.5, width_cells - 0.5], "fixedrange": True, "constrain": "domain",
                   "constraintoward": "left"},

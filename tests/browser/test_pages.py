@@ -338,6 +338,25 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     expect(focus).to_have_value("head 7")
 
 
+def test_a_click_anywhere_on_a_large_tile_focuses_its_head(page, base_url):
+    """Four heads draw tiles of about 140 px: a click on a tile's centre, or beside one of its click points, is that
+    tile's (the centre was further than Plotly's 20 px hover distance from all of them, and focused nothing)."""
+    visit(page, f"{base_url}/?num_heads=4")
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    chart = grid_chart(page)
+    meta = chart.locator(".js-plotly-plot").evaluate("(gd) => gd.layout.meta")
+    for head, (fx, fy) in ((2, (0.5, 0.5)), (1, (0.5, 0.02)), (3, (0.98, 0.5))):
+        x0, y0 = meta["tiles"][head]
+        point = page.evaluate(_DATA_TO_PAGE, [chart.element_handle(), x0 - 0.5 + fx * meta["size"],
+                                              y0 - 0.5 + fy * meta["size"]])
+        wait_past_double_click(chart)
+        before = runs(page)
+        page.mouse.click(point["x"], point["y"])
+        wait_idle(page, after=before)
+        assert_no_exception(page)
+        expect(focus).to_have_value(f"head {head}")
+
+
 def test_selecting_a_row_of_the_head_statistics_table_focuses_its_head(page, base_url):
     """st.dataframe draws the statistics (a bar per statistic); selecting a row (its checkbox) focuses that head."""
     visit(page, f"{base_url}/")
