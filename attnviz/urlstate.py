@@ -42,7 +42,8 @@ DEFAULTS = {
     "rope_base": 10_000,
 }
 SETTING_KEYS = tuple(DEFAULTS)
-PAGE_PARAMS = ("new_tokens",)  # a page's own URL parameters (the Generate page's): not settings, kept in the URL
+HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pages' focused head, stage and window
+PAGE_PARAMS = ("new_tokens", HEAD, STAGE, ROW, COL)  # pages' own URL parameters: not settings; the shown page's kept
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL
 
 
@@ -228,6 +229,42 @@ def _unknown_notice(names: list[str], shown: int = 5) -> str:
         return f"Ignored unknown URL parameter {quoted[0]}."
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return f"Ignored {len(names)} unknown URL parameters: {', '.join(quoted)}{more}."
+
+
+def parse_head(raw: str, num_heads: int) -> int:
+    """A page's ``head`` parameter: one of ``num_heads`` heads; a ValueError that says why in words when it is not."""
+    try:
+        value = _whole_number(raw)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < num_heads:
+        raise ValueError(f"is not a head of this layer, which has {num_heads} ({_span(0, num_heads - 1)})")
+    return value
+
+
+def parse_stage(raw: str, stages) -> str:
+    """A page's ``stage`` parameter: one of ``stages`` (the page's, for this run)."""
+    if raw not in stages:
+        raise ValueError(f"is not a stage this page shows ({', '.join(stages)})")
+    return raw
+
+
+def parse_window_start(raw: str, n: int, window: int) -> int:
+    """A page's ``row`` or ``col`` parameter: the first row or column of a ``window``-wide window on an ``n``-token
+    map, 0 … n − window; a map of at most ``window`` tokens is drawn whole, so only 0 (nothing to move) is taken."""
+    last = max(0, n - window)
+    try:
+        value = _whole_number(raw)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= last:
+        raise ValueError(f"is not a window position for {n:,} tokens ({_span(0, last)})" if last else
+                         f"moves no window: {n:,} tokens are drawn whole (up to {window} are)")
+    return value
+
+
+def _span(low: int, high: int) -> str:
+    return f"{low}" if low == high else f"{low} … {high:,}"
 
 
 def config_from_settings(values: dict, checkpoint: str | None = None) -> AttentionConfig:

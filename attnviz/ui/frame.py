@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.navigation.page import StreamlitPage
 
 from attnviz import user_code, variants
@@ -23,7 +24,7 @@ from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memor
 from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import ViewSlots, drawn, fill_view_slots, sidebar
-from attnviz.ui.state import keep_widgets
+from attnviz.ui.state import keep_page_params, keep_widgets
 from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
 
 
@@ -35,6 +36,7 @@ class Context:
     stale: bool  # True when showing the last valid view because the current input is invalid
     weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
     slots: ViewSlots | None = None  # a page with layer views (PageEntry.layer_views): what they draw in the sidebar
+    link: DeltaGenerator | None = None  # layer views: the Share link's place, theirs to fill (share.share_link)
 
     @property
     def checkpoint(self) -> bool:
@@ -81,6 +83,7 @@ def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
     st.set_page_config(page_title=f"attnviz · {page.title}", layout="wide")  # the icon: navigation.navigate
     keep_widgets()
     shown = entry(page)
+    keep_page_params(shown.script, shown.url_params)  # before the sidebar writes the URL: the shown page's only
     if shown.settings_apply and shown.text_run:
         _new_text_ahead()
     return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views), text_run=shown.text_run)

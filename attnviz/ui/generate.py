@@ -19,7 +19,7 @@ from attnviz import weights as core_weights
 from attnviz.models import CheckpointError, generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.state import page_bind, page_param_notice
+from attnviz.ui.state import page_bind, page_param_notice, page_widgets_from_url
 from attnviz.urlstate import markdown_escape
 from attnviz.views import diagram, generation_figures
 
@@ -44,23 +44,18 @@ RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are 
 
 def url_new_tokens() -> None:
     """A session's first visit: take ``new_tokens`` from the URL when it is a whole number in 1…MAX_NEW; anything
-    else is refused with a notice (the page then uses the default).  Call before ``ui.setup`` (which rewrites the
-    URL from the settings)."""
-    if "_generate_url_read" in st.session_state:
-        return
-    st.session_state["_generate_url_read"] = True
-    raw = st.query_params.get(URL_KEY)
-    if raw is None:
-        return
+    else is refused with a notice (the page then uses the default)."""
+    page_widgets_from_url("generate", {"generate_new": (URL_KEY, _parse_new_tokens, f"using {DEFAULT_NEW}")})
+
+
+def _parse_new_tokens(raw: str) -> int:
     try:
-        value = int(str(raw))
+        value = int(raw)
     except ValueError:
         value = None
     if value is None or not 1 <= value <= MAX_NEW:
-        st.session_state[page_param_notice(URL_KEY)] = (f"The link's {URL_KEY}={str(raw)[:40]!r} is not a whole "
-                                                        f"number from 1 to {MAX_NEW:,}: using {DEFAULT_NEW}.")
-        return
-    st.session_state["generate_new"] = value
+        raise ValueError(f"is not a whole number from 1 to {MAX_NEW:,}")
+    return value
 
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128, GPT-2's vocabulary: ~52 MB
@@ -87,7 +82,7 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 
 def show(ctx: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs."""
-    notice = st.session_state.get(page_param_notice(URL_KEY))  # until New tokens is set on the page
+    notice = st.session_state.get(page_param_notice("generate_new"))  # until New tokens is set on the page
     if notice is not None:
         st.warning(markdown_escape(notice), icon="✋")
     ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None

@@ -15,14 +15,17 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
+from attnviz.urlstate import COL, HEAD, ROW, STAGE
+
 
 @dataclass(frozen=True)
 class PageEntry:
     """One page: its script in ``pages/``, its title and icon in the sidebar, where it is (``url_path``; the
     default page is at ``/``), whether the sidebar's attention settings apply to its work, whether it draws the run
     of the sidebar's text (``text_run``: a Trace; a page without one reads the settings alone, and an empty text
-    does not stop it), and whether its views of one layer fill the sidebar's Text area and Layer selectbox
-    (:mod:`attnviz.ui.layer_views`)."""
+    does not stop it), whether its views of one layer fill the sidebar's Text area and Layer selectbox
+    (:mod:`attnviz.ui.layer_views`), and its own URL parameters (``url_params``, of ``urlstate.PAGE_PARAMS``: the
+    URL keeps them while the page is shown, ``state.keep_page_params``)."""
 
     script: str
     title: str
@@ -33,22 +36,25 @@ class PageEntry:
     settings_apply: bool = True
     text_run: bool = True
     layer_views: bool = False
+    url_params: tuple[str, ...] = ()
 
 
+WITHIN_A_LAYER = (HEAD, STAGE, ROW, COL)  # the focused head, the stage, the window: the Heads and Steps pages'
 PAGES = (
-    PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="", default=True, layer_views=True),
-    PageEntry("pages/steps.py", "Steps", ":material/footprint:"),
+    PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="", default=True, layer_views=True,
+              url_params=WITHIN_A_LAYER),
+    PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER),
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:"),
     PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
     PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False),  # random tokens
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
-              text_run=False),
+              text_run=False, url_params=("new_tokens",)),
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),
     PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False),  # its own "Tokens n"
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
-              layer_views=True),
+              layer_views=True, url_params=WITHIN_A_LAYER),
 )
 
 

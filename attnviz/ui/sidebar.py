@@ -105,7 +105,8 @@ def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
 
 def current_settings() -> dict:
     """The settings the widgets hold now, also written to the URL (a shared link, a reload): the URL shows what the
-    last run drew (:func:`drawn`).  A page's own parameters (``PAGE_PARAMS``) stay; anything else goes."""
+    last run drew (:func:`drawn`).  The page's own parameters stay (the URL holds the shown page's only:
+    ``state.keep_page_params``); anything else goes."""
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     kept = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}
     st.query_params.from_dict({**share_query(values), **kept})

@@ -8,7 +8,10 @@ kept consistent by the widgets' ``on_change`` callbacks.
 A page's own widgets (the focused head, a stage, a window) are drawn only on their page, and Streamlit drops the
 value of a widget that a run does not draw unless the widget asks to keep it: every page widget
 (:func:`page_bind`) has ``persist_state="session"``, so a page shows its widgets as the user left it, also when
-the user left while a fragment of the page reran itself (Generate's Play).
+the user left while a fragment of the page reran itself (Generate's Play).  Some follow the URL too, as the
+settings do (:func:`page_bind`'s ``url``: the Heads and Steps pages' focused head, stage and window, Generate's new
+tokens): the page reads them on a session's first visit (:func:`page_widgets_from_url`), and the URL holds the
+parameters of the page shown only (:func:`keep_page_params`).
 
 The settings are kept another way.  Some are drawn only for the variants that have them, and the Text area and
 the Layer selectbox are drawn by the Heads page's fragment on that page and by ``app.py``'s sidebar on the others:
@@ -20,6 +23,8 @@ anything is drawn, assigns each setting's value to itself, which makes it a valu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from attnviz import variants, weights
@@ -30,6 +35,7 @@ from attnviz.urlstate import PAGE_PARAMS, PRESET_DIMS, SETTING_KEYS, is_book, se
 
 KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
+_URL_PAGE = "_url_page"  # the page whose parameters the URL holds (keep_page_params)
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
     "heads_stage", "heads_focus", "heads_row0", "heads_col0", "heads_overview", "heads_knockout_position",
@@ -105,7 +111,7 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     ``url``: the page's URL parameter (one of ``PAGE_PARAMS``) that follows the widget, as the settings' parameters
     follow theirs: written with the value this run draws, and by the widget's ``on_change`` before the run that
     shows a new value, so that the sidebar's Share link, drawn before the page, carries it too.  The page reads it
-    on a session's first visit."""
+    on a session's first visit (:func:`page_widgets_from_url`)."""
     if key not in PAGE_WIDGETS:
         raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
     if key not in st.session_state or not valid(st.session_state[key]):
@@ -118,18 +124,69 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     return {"key": key, "on_change": _page_widget_changed, "args": (key, url), **KEPT}
 
 
-def page_param_notice(url: str) -> str:
-    """The session key of a page's notice about its URL parameter ``url`` (a value the link gave that the page could
-    not use): shown by the page until the user sets that widget (:func:`page_bind`'s ``on_change``)."""
-    return f"_url_notice_{url}"
+def page_param_notice(key: str) -> str:
+    """The session key of a page's notice about the URL parameter of its widget ``key`` (a value the link gave that
+    the page could not use): shown by the page until the user sets that widget (:func:`page_bind`'s ``on_change``,
+    :func:`set_page_widget`)."""
+    return f"_url_notice_{key}"
+
+
+def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str], object], str]]) -> None:
+    """A session's first visit of ``page``: each page widget in ``widgets`` — its key -> (its URL parameter, the
+    parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's value.  A value
+    the parser refuses (a ValueError, whose text says why in words) leaves the widget as it is, and the page's
+    notice (:func:`page_param_notice`) says so: ``The link's head='9' is not a head of this layer, …: showing
+    head 0.``  A parameter the link repeats gives its last value (the sidebar names the others)."""
+    flag = f"_url_read_{page}"
+    if flag in st.session_state:
+        return
+    st.session_state[flag] = True
+    for key, (url, parse, instead) in widgets.items():
+        raw = st.query_params.get(url)
+        if raw is None:
+            continue
+        try:
+            st.session_state[key] = parse(str(raw))
+        except ValueError as exc:
+            st.session_state[page_param_notice(key)] = f"The link's {url}={str(raw)[:40]!r} {exc}: {instead}."
+
+
+def set_page_widget(key: str, value, url: str) -> None:
+    """A page widget's new value set by a callback other than its own (a click on the heads grid): as the widget's
+    ``on_change`` does, the URL follows it before the rerun, and the link's refused value is moot."""
+    st.session_state[key] = value
+    _page_widget_changed(key, url)
+
+
+def keep_page_params(page: str, names: tuple[str, ...]) -> None:
+    """The URL keeps the page parameters of the page shown (``page``, whose own are ``names``), and only those: any
+    other page's go, and after a page switch all of them (a page reads its own on its first visit: a value left by
+    another page, or by a visit before, is not a link's).  A page link's URL has none (it carries the settings);
+    this keeps it so where a URL outlives its page (the browser's history, a test's)."""
+    last = st.session_state.get(_URL_PAGE)
+    st.session_state[_URL_PAGE] = page
+    kept = names if last in (None, page) else ()
+    for name in PAGE_PARAMS:
+        if name not in kept and name in st.query_params:
+            del st.query_params[name]
+
+
+def forget_page_params(*urls: str) -> None:
+    """Page parameters this run draws no widget for (a map drawn whole has no window to place) leave the URL."""
+    for url in urls:
+        if url in st.query_params:
+            del st.query_params[url]
 
 
 def _page_widget_changed(key: str, url: str) -> None:
-    st.session_state.pop(page_param_notice(url), None)  # the user's own value: the link's refused one is moot
+    st.session_state.pop(page_param_notice(key), None)  # the user's own value: the link's refused one is moot
     _page_param_to_url(key, url)
 
 
 def _page_param_to_url(key: str, url: str) -> None:
-    value = str(st.session_state[key])
-    if st.query_params.get(url) != value:
-        st.query_params[url] = value
+    """The URL holds the widget's value; a widget without one (a stage deselected: the page draws its default) none."""
+    value = st.session_state[key]
+    if value is None:
+        forget_page_params(url)
+    elif st.query_params.get(url) != str(value):
+        st.query_params[url] = str(value)

@@ -106,7 +106,10 @@ def test_a_link_with_a_checkpoint_and_its_own_sizes_says_nothing():
 def test_the_links_bad_new_tokens_notice_goes_once_new_tokens_is_set_on_the_page():
     """The notice's 'using 20' stops once the user types another count: it never stands above a page generating
     the 5 the user typed."""
-    at = visit(open_app(weights=weights.BUNDLED_NAME, new_tokens="abc"), "pages/generate.py")
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)  # the link opens the Generate page
+    at.query_params["weights"] = weights.BUNDLED_NAME
+    at.query_params["new_tokens"] = "abc"
+    visit(at, "pages/generate.py")
     assert "The link's new_tokens='abc' is not a whole number" in main_warnings(at) and "using 20" in main_warnings(at)
     at.number_input(key="generate_new").set_value(5).run()
     no_exception(at)
