@@ -15,13 +15,17 @@ st.title("Attention step by step")
 st.caption(ui.weights_caption(ctx) + (" · the attention reads norm1(the block's input), the LayerNorm'd residual stream"
                                       if ctx.checkpoint else ""))
 labels = steps.stage_labels(trace)
+ui.within_layer_from_url("steps", trace, labels, "masked")  # a session's first visit: the link's head, stage, window
 stage = st.segmented_control(
-    "Stage", list(labels), format_func=labels.get, **ui.page_bind("steps_stage", "masked", lambda s: s in labels)
+    "Stage", list(labels), format_func=labels.get,
+    **ui.page_bind("steps_stage", "masked", lambda s: s in labels, url=ui.STAGE)
 ) or "masked"
+ui.url_notices("steps_stage")
 
 view_col = ui.beside_shape_diagram(trace, highlight=stage)
 
 with view_col:
+    ui.url_notices("steps_focus", "steps_row0", "steps_col0")
     head = ui.head_selector("steps_focus", trace.num_heads)
     row0, col0, size = ui.window_selector("steps", trace.n, overview=False)
     step = steps.step_text(config, stage, trace.module_run)

@@ -53,16 +53,23 @@ from attnviz.ui.frame import (
     variant_label,
     weights_caption,
 )
-from attnviz.ui.heads import focused_head, head_selector, prefetch_next_layer, window_selector
+from attnviz.ui.heads import (
+    focused_head,
+    head_selector,
+    prefetch_next_layer,
+    url_notices,
+    window_selector,
+    within_layer_from_url,
+)
 from attnviz.ui.layer_views import draw_layer_views
 from attnviz.ui.navigation import navigate, pages
 from attnviz.ui.sidebar import sidebar
 from attnviz.ui.state import page_bind
-from attnviz.urlstate import DEFAULTS, config_from_settings, markdown_escape, settings_from_query
+from attnviz.urlstate import DEFAULTS, STAGE, config_from_settings, markdown_escape, settings_from_query
 
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
-    "DEFAULTS", "app_frame", "beside_shape_diagram", "config_from_settings", "draw_layer_views", "focused_head",
-    "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind", "page_setup", "pages",
-    "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup", "sidebar",
-    "variant_label", "weights_caption", "window_selector",
+    "DEFAULTS", "STAGE", "app_frame", "beside_shape_diagram", "config_from_settings", "draw_layer_views",
+    "focused_head", "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind", "page_setup",
+    "pages", "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup", "sidebar",
+    "url_notices", "variant_label", "weights_caption", "window_selector", "within_layer_from_url",
 ]

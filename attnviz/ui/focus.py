@@ -1,10 +1,13 @@
 """The focused head, set by a selection: a click on a tile of the thumbnail grid or a selected row of a table with a
 row per head.  Both are ``on_select`` callbacks, so the head is set before the rerun draws the focused head's
-selectbox."""
+selectbox, and the URL's ``head`` follows it as it follows the selectbox (the Share link drawn by that rerun too)."""
 
 from __future__ import annotations
 
 import streamlit as st
+
+from attnviz.ui.state import set_page_widget
+from attnviz.urlstate import HEAD
 
 
 def focus_from_grid(num_heads: int, chart_key: str = "heads_grid", key: str = "heads_focus") -> None:
@@ -28,8 +31,8 @@ def focus_from_row(table_key: str, heads: list[int], key: str = "heads_focus") -
 
 
 def _set_focus(key: str, head: int, num_heads: int) -> bool:
-    """Focus ``head`` if it is one of this run's heads; True if it is."""
+    """Focus ``head`` if it is one of this run's heads, with the URL's ``head``; True if it is."""
     if not 0 <= head < num_heads:
         return False
-    st.session_state[key] = head
+    set_page_widget(key, head, HEAD)
     return True

@@ -9,13 +9,15 @@ import functools
 
 import numpy as np
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from attnviz.background import after_the_browser_draws, yield_to_pages
 from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.share import download_head_csv
-from attnviz.ui.state import page_bind
+from attnviz.ui.share import download_head_csv, share_link
+from attnviz.ui.state import forget_page_params, page_bind, page_param_notice, page_widgets_from_url
+from attnviz.urlstate import COL, HEAD, ROW, STAGE, markdown_escape, parse_head, parse_stage, parse_window_start
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
@@ -134,8 +136,9 @@ def _is_head(num_heads: int):
 
 
 def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}") -> int:
-    """Focused-head selector (persisted); falls back to head 0 when the head count shrinks."""
-    bind = page_bind(key, 0, _is_head(num_heads))
+    """Focused-head selector (persisted, followed by the URL's ``head``); falls back to head 0 when the head count
+    shrinks."""
+    bind = page_bind(key, 0, _is_head(num_heads), url=HEAD)
     if num_heads == 1:
         st.caption("One head.")
         return 0
@@ -147,8 +150,10 @@ def _head_name(config, head: int) -> str:
 
 
 def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, int, int]:
-    """(row0, col0, size) of the full-resolution window; the whole map when n ≤ WINDOW."""
+    """(row0, col0, size) of the full-resolution window, its sliders followed by the URL's ``row`` and ``col``; the
+    whole map when n ≤ WINDOW (the URL then has neither)."""
     if n <= WINDOW:
+        forget_page_params(ROW, COL)
         return 0, 0, n
     last = n - WINDOW
     st.caption(
@@ -157,9 +162,32 @@ def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, in
     )
     cols = st.columns(2)
     in_range = lambda value: isinstance(value, int) and 0 <= value <= last  # noqa: E731
-    row0 = cols[0].slider("First query row", 0, last, **page_bind(f"{prefix}_row0", 0, in_range))
-    col0 = cols[1].slider("First key column", 0, last, **page_bind(f"{prefix}_col0", 0, in_range))
+    row0 = cols[0].slider("First query row", 0, last, **page_bind(f"{prefix}_row0", 0, in_range, url=ROW))
+    col0 = cols[1].slider("First key column", 0, last, **page_bind(f"{prefix}_col0", 0, in_range, url=COL))
     return row0, col0, WINDOW
+
+
+def within_layer_from_url(prefix: str, trace, stages, default_stage: str) -> None:
+    """A session's first visit of the Heads (``prefix`` "heads") or Steps ("steps") page: its focused head, stage
+    and window take the URL's ``head``, ``stage``, ``row`` and ``col`` where this run has them (a head of its layer,
+    one of the page's ``stages``, a window position on its map); a value it has not is refused with the page's
+    notice (:func:`url_notices`), and the page shows its default."""
+    window = functools.partial(parse_window_start, n=trace.n, window=WINDOW)
+    page_widgets_from_url(prefix, {
+        f"{prefix}_focus": (HEAD, functools.partial(parse_head, num_heads=trace.num_heads), "showing head 0"),
+        f"{prefix}_stage": (STAGE, functools.partial(parse_stage, stages=tuple(stages)), f"showing {default_stage}"),
+        f"{prefix}_row0": (ROW, window, "the window starts at row 0"),
+        f"{prefix}_col0": (COL, window, "the window starts at column 0"),
+    })
+
+
+def url_notices(*keys: str) -> None:
+    """The page's notices about values its link gave these page widgets that it could not use: each until the user
+    sets that widget (``state.page_param_notice``)."""
+    for key in keys:
+        notice = st.session_state.get(page_param_notice(key))
+        if notice is not None:
+            st.warning(markdown_escape(notice), icon="✋")
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
@@ -200,7 +228,7 @@ def _map_key(identity: tuple) -> str:
 
 
 @st.fragment
-def focused_head(key: tuple, stage: str) -> None:
+def focused_head(key: tuple, stage: str, link: DeltaGenerator | None = None) -> None:
     """The Heads page's focused head at full resolution (a window of it when n > WINDOW), with its CSV, and beside
     it what a selection of its cells explains: a clicked cell's weight, the sums over a box or lasso.
 
@@ -211,13 +239,19 @@ def focused_head(key: tuple, stage: str) -> None:
     selection in the session state, and the map after it, so the browser draws the products chart while the server
     writes the map again.  A selection belongs to the map it was made on: the map's widget key is new whenever
     another map is drawn (:func:`_map_key`), and where the map returns another selection than the session state
-    held (its figure changed), the map's own is explained in its place."""
+    held (its figure changed), the map's own is explained in its place.
+
+    ``link``: the sidebar's Share link, drawn again here once the head and window are bound (the URL holds them), so
+    that the link a rerun of this fragment alone leaves in the sidebar carries them."""
     from attnviz.ui import why
 
     trace = trace_of(key)
     config = trace.config
+    url_notices("heads_focus", "heads_row0", "heads_col0")
     head = head_selector("heads_focus", trace.num_heads, functools.partial(_head_name, config))
     row0, col0, size = window_selector("heads", trace.n)
+    if link is not None:
+        share_link(link)
     map_key = _map_key((key, head, stage, row0, col0))
     early = why.selected_cells(st.session_state.get(map_key), trace.n)
     map_col, why_col = st.columns([3, 2])

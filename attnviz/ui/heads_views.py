@@ -20,8 +20,11 @@ from attnviz.ui.heads import (
     heads_grid_figure,
     prefetch_next_layer,
     stats_columns,
+    url_notices,
+    within_layer_from_url,
 )
 from attnviz.ui.state import page_bind
+from attnviz.urlstate import STAGE
 
 
 def draw(ctx: Context) -> None:
@@ -32,9 +35,11 @@ def draw(ctx: Context) -> None:
     st.caption(f"{weights_caption(ctx)} · {'causal mask' if config.causal else 'no mask'} · {counted(trace.n)} · "
                f"device {trace.device}")
 
+    within_layer_from_url("heads", trace, MAP_STAGES, "weights")  # a session's first visit: the link's
     stage = st.segmented_control(
-        "Show", MAP_STAGES, format_func=figures.MAP_TITLES.get, **page_bind("heads_stage", "weights")
+        "Show", MAP_STAGES, format_func=figures.MAP_TITLES.get, **page_bind("heads_stage", "weights", url=STAGE)
     ) or "weights"
+    url_notices("heads_stage")
 
     grid_col = beside_shape_diagram(trace, highlight=stage)
     with grid_col:
@@ -43,7 +48,7 @@ def draw(ctx: Context) -> None:
                         config=plotly_config("attnviz-heads"))
 
     # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
-    focused_head(ctx.trace_key, stage)
+    focused_head(ctx.trace_key, stage, ctx.link)
     # a user's module: the rules on its code, drawn here after the rest (it can be slow); the book's classes: nothing
     check_slot = st.container() if trace.module_run is not None else None
 

@@ -22,7 +22,8 @@ from attnviz.ui.sidebar import current_settings, drawn, fill_view_slots
 def draw_layer_views(ctx: Context, draw: Callable[[Context], None]) -> None:
     """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with what the sidebar left to it
     (``PageEntry.layer_views``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
-    or a new text reruns the fragment with that trace.
+    or a new text reruns the fragment with that trace.  ``draw`` fills the Share link's place (``ctx.link``, with
+    ``share.share_link``) once it has bound the page's own URL parameters, in whichever fragment binds them last.
 
     A stale view (setup drew the sidebar's slots and the last valid view) is drawn as it is, outside a fragment.
 
@@ -49,9 +50,9 @@ def _layer_fragment(context: Context, key: tuple, draw: Callable[[Context], None
         settings, config, trace = _rerun(config)
     elif trace is None:
         trace = cached_trace(*key)
-    share_and_export(trace)
+    link = share_and_export(trace, link=False)  # filled by draw once the page's URL parameters are bound
     run_notes(trace)  # in the fragment: a new text's notes replace the last one's
-    draw(dataclasses.replace(context, settings=settings, config=config, trace=trace))
+    draw(dataclasses.replace(context, settings=settings, config=config, trace=trace, link=link))
 
 
 def _moved(key: str, run_value) -> bool:

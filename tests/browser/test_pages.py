@@ -357,6 +357,64 @@ def test_a_click_anywhere_on_a_large_tile_focuses_its_head(page, base_url):
         expect(focus).to_have_value(f"head {head}")
 
 
+def share_link(page) -> str:
+    """The sidebar's "Link to this view" (Share & export opened first if it is closed)."""
+    details = sidebar(page).locator("details").filter(has_text="Share & export")
+    if details.get_attribute("open") is None:
+        sidebar(page).get_by_text("Share & export").click()
+        wait_expanded(details)
+    return sidebar(page).get_by_test_id("stCode").first.inner_text().strip()
+
+
+def test_a_head_focused_on_the_grid_is_in_the_url_and_the_link_and_the_link_opens_it(page, base_url, browser):
+    """A click on head 2's thumbnail puts head=2 in the page's URL and in the Share link drawn by that run, and so
+    does the stage picked next; the link opened in a new session (a new browser context) shows head 2 focused on
+    that stage.  A head picked with the selectbox (a rerun of the focused head's fragment alone) reaches the link too;
+    a page link to Steps carries none of it (Steps shows its own head)."""
+    visit(page, f"{base_url}/")
+    expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)
+    centre = tile_centre(page, 2)
+    before = runs(page)
+    page.mouse.click(centre["x"], centre["y"])
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    expect(focus).to_have_value("head 2")
+    assert query(page)["head"] == "2"
+    assert query_of(share_link(page))["head"] == "2"  # the link drawn by the click's rerun
+    show_stage(page, "scaled =")
+    expect(focused_chart(page).locator("text.gtitle")).to_contain_text("head 2: scaled")
+    assert query(page)["head"] == "2" and query(page)["stage"] == "scaled"
+    link = share_link(page)
+    assert {"head": "2", "stage": "scaled"}.items() <= query_of(link).items(), link
+
+    other = browser.new_context(viewport=page.viewport_size)  # another session, as the link's recipient has
+    try:
+        fresh = other.new_page()
+        visit(fresh, link)
+        expect(fresh.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")).to_have_value("head 2")
+        expect(focused_chart(fresh).locator("text.gtitle")).to_contain_text("head 2: scaled")
+        assert "▶ head 2" in grid_titles(fresh)
+        assert not fresh.get_by_test_id("stMain").get_by_test_id("stAlertContainer").count()  # no notice
+    finally:
+        other.close()
+
+    before = runs(page)
+    choose_option(page, focus, "head 3")  # the focused head's fragment reruns alone
+    wait_idle(page, after=before)
+    expect(focused_chart(page).locator("text.gtitle")).to_contain_text("head 3")
+    assert query(page)["head"] == "3"
+    assert query_of(share_link(page))["head"] == "3"
+    go_to(page, "Steps")
+    assert_no_exception(page)
+    expect(page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")).to_have_value("head 0")
+    assert query(page)["head"] == "0" and query(page)["stage"] == "masked"  # the Steps page's own
+
+
+def query_of(link: str) -> dict[str, str]:
+    return {key: values[-1] for key, values in parse_qs(urlsplit(link).query).items()}
+
+
 def test_selecting_a_row_of_the_head_statistics_table_focuses_its_head(page, base_url):
     """st.dataframe draws the statistics (a bar per statistic); selecting a row (its checkbox) focuses that head."""
     visit(page, f"{base_url}/")

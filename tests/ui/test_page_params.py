@@ -1,0 +1,192 @@
+"""AppTest of the pages' own URL parameters within a layer — ``head``, ``stage``, ``row``, ``col`` on the Heads and
+Steps pages: a link opens that head, stage and window; a value the run has not gets a notice in words and the
+default; the URL and the Share link follow what the user sets (the selectbox, a click on the grid); a reload shows
+the same view; and one page's parameters never reach another page's URL or link."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from helpers.apptest import APP, TIMEOUT, no_exception, open_app
+from helpers.apptest import plotly_figures as figures
+from streamlit.testing.v1 import AppTest
+
+LONG = " ".join(["the cat sat on the mat"] * 60)  # 360 tokens: a 256 × 256 window, first row or column 0 … 104
+
+
+def focused_title(at) -> str:
+    return next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("head "))["layout"]["title"][
+        "text"]
+
+
+def share_link(at) -> str:
+    return next(code.value for code in at.sidebar.code if "?" in code.value)
+
+
+def url(at, key: str):
+    """The URL's value of ``key`` (None when the URL has none)."""
+    value = at.query_params.get(key)
+    return value[-1] if isinstance(value, list) else value
+
+
+def main_warnings(at) -> str:
+    return " ".join(w.value for w in at.main.warning).replace("\\", "")  # Markdown-escaped
+
+
+def reload(at) -> AppTest:
+    """A new session opened with the URL ``at`` shows (F5, or the link sent to someone else), on the same page."""
+    fresh = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in at.query_params.items():
+        fresh.query_params[key] = value
+    return fresh
+
+
+def test_a_link_opens_the_heads_pages_head_stage_and_window():
+    at = open_app(text=LONG, num_heads="4", head="3", stage="scaled", row="100", col="40")
+    no_exception(at)
+    assert at.selectbox(key="heads_focus").value == 3
+    assert at.segmented_control(key="heads_stage").value == "scaled"
+    assert (at.slider(key="heads_row0").value, at.slider(key="heads_col0").value) == (100, 40)
+    assert focused_title(at).startswith("head 3") and "scaled" in focused_title(at)
+    assert not at.main.warning
+    for key, value in {"head": "3", "stage": "scaled", "row": "100", "col": "40"}.items():
+        assert url(at, key) == value and f"{key}={value}" in share_link(at)
+
+
+@pytest.mark.parametrize(("query", "notice"), [
+    ({"head": "9"}, "The link's head='9' is not a head of this layer, which has 4 (0 … 3): showing head 0."),
+    ({"head": "-1"}, "The link's head='-1' is not a head of this layer"),
+    ({"head": "two"}, "The link's head='two' is not a head of this layer"),
+    ({"head": "9" * 400}, "is not a head of this layer"),
+    ({"stage": "softmax"}, "The link's stage='softmax' is not a stage this page shows (scores, scaled, masked, "
+                           "weights, dropped): showing weights."),
+    ({"row": "105"}, "The link's row='105' is not a window position for 360 tokens (0 … 104): the window starts at "
+                     "row 0."),
+    ({"col": "1e3"}, "The link's col='1e3' is not a window position for 360 tokens"),
+])
+def test_a_bad_value_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
+    at = open_app(text=LONG, num_heads="4", **query)
+    no_exception(at)
+    assert notice in main_warnings(at)
+    assert at.selectbox(key="heads_focus").value == 0
+    assert at.segmented_control(key="heads_stage").value == "weights"
+    assert (at.slider(key="heads_row0").value, at.slider(key="heads_col0").value) == (0, 0)
+    for key in query:  # the URL and the link say what the page draws
+        assert url(at, key) == {"head": "0", "stage": "weights", "row": "0", "col": "0"}[key]
+
+
+def test_a_window_position_on_a_text_drawn_whole_is_refused_and_the_notice_goes_when_the_user_picks_a_head():
+    at = open_app(text="Your journey starts with one step", num_heads="4", row="7", head="5")
+    no_exception(at)
+    notices = main_warnings(at)
+    assert "The link's row='7' moves no window: 6 tokens are drawn whole (up to 256 are)" in notices
+    assert "The link's head='5' is not a head of this layer" in notices
+    assert url(at, "row") is None and "row=" not in share_link(at)  # no window: nothing to place
+    at.selectbox(key="heads_focus").set_value(2).run()
+    assert "head=" not in main_warnings(at) and "row='7'" in main_warnings(at)  # the head's goes, the row's stays
+
+
+def test_a_parameter_the_link_repeats_uses_the_last():
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["num_heads"] = "4"
+    at.query_params["head"] = ["1", "2"]
+    at.run()
+    no_exception(at)
+    assert at.selectbox(key="heads_focus").value == 2
+    assert "head is given 2 times: using the last, '2'; ignored '1'" in " ".join(
+        w.value for w in at.sidebar.warning).replace("\\", "")
+
+
+def test_what_the_user_sets_goes_to_the_url_and_the_share_link_and_a_reload_shows_it():
+    at = open_app(text=LONG, num_heads="4")
+    assert url(at, "head") == "0" and "head=0" in share_link(at)  # what the run draws, from the first run
+    at.selectbox(key="heads_focus").set_value(3).run()
+    at.segmented_control(key="heads_stage").set_value("scores").run()
+    at.slider(key="heads_row0").set_value(90).run()
+    at.slider(key="heads_col0").set_value(12).run()
+    no_exception(at)
+    link = share_link(at)
+    for key, value in {"head": "3", "stage": "scores", "row": "90", "col": "12"}.items():
+        assert url(at, key) == value and f"{key}={value}" in link
+    again = reload(at).run()
+    no_exception(again)
+    assert again.selectbox(key="heads_focus").value == 3
+    assert again.segmented_control(key="heads_stage").value == "scores"
+    assert (again.slider(key="heads_row0").value, again.slider(key="heads_col0").value) == (90, 12)
+    assert focused_title(again).startswith("head 3")
+
+
+def test_a_stage_deselected_leaves_the_url_and_the_page_draws_its_default():
+    at = open_app(num_heads="4", stage="scores")
+    assert url(at, "stage") == "scores" and "stage=scores" in share_link(at)
+    at.segmented_control(key="heads_stage").set_value(None).run()
+    no_exception(at)
+    assert url(at, "stage") is None and "stage=" not in share_link(at)
+    assert "weights" in focused_title(at)  # what a link without a stage opens
+
+
+def test_a_click_on_the_grid_or_a_table_row_moves_the_urls_head(monkeypatch):
+    """The grid's and the statistics table's on_select callbacks write the URL's head before the rerun, as the
+    selectbox's on_change does: the Share link that rerun draws carries it (the browser test clicks a tile)."""
+    from attnviz.ui import focus
+
+    state: dict = {"_url_notice_heads_focus": "The link's head='9' …"}
+    query: dict = {"head": "0", "text": "Hello"}
+    monkeypatch.setattr(focus.st, "session_state", state)
+    monkeypatch.setattr(focus.st, "query_params", query)
+    state["heads_grid"] = SimpleNamespace(selection={"points": [{"customdata": 5}]})
+    focus.focus_from_grid(12)
+    assert state["heads_focus"] == 5 and query == {"head": "5", "text": "Hello"}
+    assert "_url_notice_heads_focus" not in state  # the user's own head: the link's refused one is moot
+    state["heads_stats"] = SimpleNamespace(selection={"rows": [0], "columns": []})
+    focus.focus_from_row("heads_stats", [2, 0, 1])
+    assert query["head"] == "2"
+    state["heads_grid"] = SimpleNamespace(selection={"points": [{"customdata": 40}]})  # no head of this run
+    focus.focus_from_grid(12)
+    assert query["head"] == "2"
+
+
+def test_the_steps_page_follows_its_own_head_stage_and_window():
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in {"text": LONG, "num_heads": "4", "head": "2", "stage": "scaled", "row": "30"}.items():
+        at.query_params[key] = value
+    at.switch_page("pages/steps.py").run()
+    no_exception(at)
+    assert at.selectbox(key="steps_focus").value == 2
+    assert at.segmented_control(key="steps_stage").value == "scaled"
+    assert at.slider(key="steps_row0").value == 30
+    at.selectbox(key="steps_focus").set_value(1).run()
+    assert url(at, "head") == "1" and "head=1" in share_link(at)
+    bad = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    bad.query_params["stage"] = "rotated_queries"  # a stage of rotary runs only
+    bad.switch_page("pages/steps.py").run()
+    no_exception(bad)
+    assert "The link's stage='rotated_queries' is not a stage this page shows" in main_warnings(bad)
+    assert "showing masked" in main_warnings(bad) and bad.segmented_control(key="steps_stage").value == "masked"
+
+
+def test_a_pages_parameters_stay_on_their_page():
+    """Heads' head=3 reaches neither the Steps page (its own head stays 0) nor Generate's URL and link; Generate's
+    new_tokens never reaches the Heads page's link; every page keeps its own values when the user comes back."""
+    at = open_app(num_heads="4", head="3", stage="scores")
+    at.switch_page("pages/steps.py").run()  # AppTest keeps the URL across the switch: the app drops it
+    no_exception(at)
+    assert at.selectbox(key="steps_focus").value == 0 and not main_warnings(at)
+    assert url(at, "head") == "0" and url(at, "stage") == "masked"  # the Steps page's own
+    at.switch_page("pages/generate.py").run()
+    no_exception(at)
+    assert all(url(at, key) is None for key in ("head", "stage", "row", "col"))
+    assert "head=" not in share_link(at) and "stage=" not in share_link(at)
+    at.switch_page("pages/heads.py").run()
+    no_exception(at)
+    assert at.selectbox(key="heads_focus").value == 3 and at.segmented_control(key="heads_stage").value == "scores"
+    assert url(at, "head") == "3" and "head=3" in share_link(at)
+
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["new_tokens"] = "7"
+    at.switch_page("pages/generate.py").run()
+    assert url(at, "new_tokens") == "7"
+    at.switch_page("pages/heads.py").run()
+    no_exception(at)
+    assert url(at, "new_tokens") is None and "new_tokens" not in share_link(at)
