@@ -411,6 +411,20 @@ def test_a_head_focused_on_the_grid_is_in_the_url_and_the_link_and_the_link_open
     assert query(page)["head"] == "0" and query(page)["stage"] == "masked"  # the Steps page's own
 
 
+def test_the_window_moved_on_a_long_text_is_in_the_url_and_the_link(page, base_url):
+    """The window's sliders rerun the focused head's fragment alone: the URL's row and the Share link follow them."""
+    visit(page, f"{base_url}/?text={quote(' '.join(['the cat sat on the mat'] * 60))}&row=50")
+    assert query(page)["row"] == "50" and query_of(share_link(page))["row"] == "50"
+    slider = page.get_by_test_id("stMain").get_by_role("slider").first  # First query row
+    before = runs(page)
+    slider.focus()
+    slider.press("ArrowRight")
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(slider).to_have_value("51")
+    assert query(page)["row"] == "51" and query_of(share_link(page))["row"] == "51"
+
+
 def query_of(link: str) -> dict[str, str]:
     return {key: values[-1] for key, values in parse_qs(urlsplit(link).query).items()}
 
