@@ -1,7 +1,9 @@
 """The Heads page's widgets: the thumbnail grid (pooled once per input) with the focused head marked, the head
 statistics table and its columns (a bar per cell), the focused head (a fragment) with its window sliders, its map's
 cell selections and what they explain, and the next layer computed ahead.  A click on the grid or a table row sets
-the focused head in :mod:`attnviz.ui.focus`."""
+the focused head in :mod:`attnviz.ui.focus`.  The focused head, the stage and the window follow the URL (``head``,
+``stage``, ``row``, ``col``; the Steps page's too): read on a session's first visit of the page
+(:func:`within_layer_from_url`), written with the values a run draws."""
 
 from __future__ import annotations
 
@@ -241,8 +243,8 @@ def focused_head(key: tuple, stage: str, link: DeltaGenerator | None = None) -> 
     another map is drawn (:func:`_map_key`), and where the map returns another selection than the session state
     held (its figure changed), the map's own is explained in its place.
 
-    ``link``: the sidebar's Share link, drawn again here once the head and window are bound (the URL holds them), so
-    that the link a rerun of this fragment alone leaves in the sidebar carries them."""
+    ``link``: the place of the sidebar's Share link, which this fragment fills once the head and window are bound
+    (the URL holds them), so that the link a rerun of this fragment alone leaves in the sidebar carries them."""
     from attnviz.ui import why
 
     trace = trace_of(key)

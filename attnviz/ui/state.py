@@ -161,8 +161,9 @@ def set_page_widget(key: str, value, url: str) -> None:
 def keep_page_params(page: str, names: tuple[str, ...]) -> None:
     """The URL keeps the page parameters of the page shown (``page``, whose own are ``names``), and only those: any
     other page's go, and after a page switch all of them (a page reads its own on its first visit: a value left by
-    another page, or by a visit before, is not a link's).  A page link's URL has none (it carries the settings);
-    this keeps it so where a URL outlives its page (the browser's history, a test's)."""
+    another page, or by a visit before, is not a link's).  A page link's URL has none anyway (it carries the
+    settings); a URL that outlives its page (an entry of the browser's history, AppTest's ``switch_page``) loses
+    them here."""
     last = st.session_state.get(_URL_PAGE)
     st.session_state[_URL_PAGE] = page
     kept = names if last in (None, page) else ()
