@@ -6,7 +6,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.views import figures, source, steps
 
-ctx = ui.setup()
+ctx = ui.setup(draws_link=True)  # after its head, stage and window are bound
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.trace.config
@@ -28,6 +28,7 @@ with view_col:
     ui.url_notices("steps_focus", "steps_row0", "steps_col0")
     head = ui.head_selector("steps_focus", trace.num_heads)
     row0, col0, size = ui.window_selector("steps", trace.n, overview=False)
+    ui.share_link(ctx.link)  # now that the URL holds the head, stage and window this run draws
     step = steps.step_text(config, stage, trace.module_run)
     st.markdown(f"**{step['what']}**")
     st.code(step["code"], language="python")

@@ -63,6 +63,7 @@ from attnviz.ui.heads import (
 )
 from attnviz.ui.layer_views import draw_layer_views
 from attnviz.ui.navigation import navigate, pages
+from attnviz.ui.share import share_link
 from attnviz.ui.sidebar import sidebar
 from attnviz.ui.state import page_bind
 from attnviz.urlstate import DEFAULTS, STAGE, config_from_settings, markdown_escape, settings_from_query
@@ -70,6 +71,7 @@ from attnviz.urlstate import DEFAULTS, STAGE, config_from_settings, markdown_esc
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
     "DEFAULTS", "STAGE", "app_frame", "beside_shape_diagram", "config_from_settings", "draw_layer_views",
     "focused_head", "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind", "page_setup",
-    "pages", "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup", "sidebar",
-    "url_notices", "variant_label", "weights_caption", "window_selector", "within_layer_from_url",
+    "pages", "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup",
+    "share_link", "sidebar", "url_notices", "variant_label", "weights_caption", "window_selector",
+    "within_layer_from_url",
 ]

@@ -36,7 +36,7 @@ class Context:
     stale: bool  # True when showing the last valid view because the current input is invalid
     weights: ui_weights.Choice | None = None  # the sidebar's weights (the book's classes or a checkpoint)
     slots: ViewSlots | None = None  # a page with layer views (PageEntry.layer_views): what they draw in the sidebar
-    link: DeltaGenerator | None = None  # layer views: the Share link's place, theirs to fill (share.share_link)
+    link: DeltaGenerator | None = None  # the Share link's place, for the page to fill (share.share_link); see setup
 
     @property
     def checkpoint(self) -> bool:
@@ -152,7 +152,7 @@ def _new_text_ahead() -> None:
         return
 
 
-def setup(book_classes: bool = False) -> Context | None:
+def setup(book_classes: bool = False, draws_link: bool = False) -> Context | None:
     """The settings of the sidebar ``app.py`` drew, and their cached run.  On invalid input or an unreadable
     checkpoint: a plain message and the last valid view (None if there is none yet).
 
@@ -166,7 +166,12 @@ def setup(book_classes: bool = False) -> Context | None:
     A page with layer views (``PageEntry.layer_views``) draws them with :func:`attnviz.ui.layer_views.draw_layer_views`,
     which also draws the sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the
     context's ``slots``), so that a layer switch or a new text reruns only them.  With a stale view (invalid input)
-    they are drawn here and a change reruns the page."""
+    they are drawn here and a change reruns the page.
+
+    ``draws_link``: the page binds its own URL parameters after this and draws the Share link itself once they are
+    bound (``ui.share_link(ctx.link)``), so that the link carries what the run draws — also on the first run after
+    the page comes back, when the page link that brought it carried the settings only.  On a stale view ``ctx.link``
+    is None: the link is drawn here."""
     frame = _frame()
     values, slots = frame.settings, frame.slots
     choice = ui_weights.current()
@@ -184,10 +189,12 @@ def setup(book_classes: bool = False) -> Context | None:
             return None
         st.caption("Showing the last valid view.")
         return Context(settings=values, config=last.config, trace=last, stale=True, weights=choice)
+    link = None
     if slots is None:  # else the page's layer views draw them, for the trace they draw
-        share_and_export(trace)
+        link = share_and_export(trace, link=not draws_link)
         run_notes(trace)
-    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, slots=slots)
+    return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, slots=slots,
+                   link=link if draws_link else None)
 
 
 def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:

@@ -38,9 +38,12 @@ def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:
     return place
 
 
-def share_link(place: DeltaGenerator) -> None:
+def share_link(place: DeltaGenerator | None) -> None:
     """The link to this view into ``place`` (:func:`share_and_export`'s): the settings and the page's own parameters
-    as the URL holds them now."""
+    as the URL holds them now.  None: the link is drawn already (``setup`` drew it: a page without parameters of its
+    own, a stale view)."""
+    if place is None:
+        return
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     base = (st.context.url or "").split("?", 1)[0]
     page_params = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}  # the shown page's

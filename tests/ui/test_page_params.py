@@ -190,3 +190,22 @@ def test_a_pages_parameters_stay_on_their_page():
     at.switch_page("pages/heads.py").run()
     no_exception(at)
     assert url(at, "new_tokens") is None and "new_tokens" not in share_link(at)
+
+
+def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back():
+    """A page link carries the settings only: the page that comes back binds its kept head, stage and window to the
+    URL, and the Share link of that very run (drawn after them) carries them."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["num_heads"] = "4"
+    at.switch_page("pages/steps.py").run()
+    at.selectbox(key="steps_focus").set_value(3).run()
+    at.segmented_control(key="steps_stage").set_value("weights").run()
+    at.switch_page("pages/heads.py").run()
+    at.selectbox(key="heads_focus").set_value(2).run()
+    at.switch_page("pages/steps.py").run()
+    no_exception(at)
+    assert at.selectbox(key="steps_focus").value == 3
+    assert "head=3" in share_link(at) and "stage=weights" in share_link(at)
+    at.switch_page("pages/heads.py").run()
+    no_exception(at)
+    assert "head=2" in share_link(at) and "stage=weights" in share_link(at)
