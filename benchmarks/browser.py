@@ -741,14 +741,15 @@ _NO_GRID = ('st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid"',
             'None and st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid"')
 _NO_STATS_TABLE = ('st.dataframe(stats, key="heads_stats"', 'None and st.dataframe(stats, key="heads_stats"')
 _NO_TYPES = ("head_labels.section(ctx)", "None")
+_FOCUSED = "focused_head(ctx.trace_key, stage, head, ctx.link)"
 ABLATIONS = {
     "as is": [],
     "no shape diagram": [_NO_DIAGRAM],
     "no head statistics": [('st.subheader("Head statistics")', None)],
     "neither": [_NO_DIAGRAM, ('st.subheader("Head statistics")', None)],
-    "grid only (no diagram, focused view, statistics)": [_NO_DIAGRAM, ("focused_head(ctx.trace_key, stage)", None)],
+    "grid only (no diagram, focused view, statistics)": [_NO_DIAGRAM, (_FOCUSED, None)],
     "no heads grid": [_NO_GRID],
-    "no focused head": [("focused_head(ctx.trace_key, stage)", "None")],
+    "no focused head": [(_FOCUSED, "None")],
     "no statistics table": [_NO_STATS_TABLE],
     "sidebar and caption only": [("stage = st.segmented_control(", None)],
     "no head-types table": [_NO_TYPES],

@@ -147,10 +147,6 @@ def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}") -
     return st.selectbox("Focused head", list(range(num_heads)), format_func=label, **bind)
 
 
-def _head_name(config, head: int) -> str:
-    return config.head_label(head)
-
-
 def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, int, int]:
     """(row0, col0, size) of the full-resolution window, its sliders followed by the URL's ``row`` and ``col``; the
     whole map when n ≤ WINDOW (the URL then has neither)."""
@@ -230,12 +226,14 @@ def _map_key(identity: tuple) -> str:
 
 
 @st.fragment
-def focused_head(key: tuple, stage: str, link: DeltaGenerator | None = None) -> None:
+def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None = None) -> None:
     """The Heads page's focused head at full resolution (a window of it when n > WINDOW), with its CSV, and beside
     it what a selection of its cells explains: a clicked cell's weight, the sums over a box or lasso.
 
-    A fragment, so picking a head, moving the window or selecting cells redraws only this part.  It takes the
-    trace's key, not the Trace: Streamlit keeps a fragment (and its arguments) for the session's lifetime.
+    A fragment, so moving the window or selecting cells redraws only this part.  The head is picked outside it
+    (:func:`head_selector`, in the layer's views): the grid marks the focused head, so picking one redraws the grid too,
+    as a click on a tile does.  It takes the trace's key, not the Trace: Streamlit keeps a fragment (and its
+    arguments) for the session's lifetime.
 
     A click on a cell reruns this fragment with the map unchanged: the explanation is drawn first, from the map's
     selection in the session state, and the map after it, so the browser draws the products chart while the server
@@ -243,14 +241,12 @@ def focused_head(key: tuple, stage: str, link: DeltaGenerator | None = None) -> 
     another map is drawn (:func:`_map_key`), and where the map returns another selection than the session state
     held (its figure changed), the map's own is explained in its place.
 
-    ``link``: the place of the sidebar's Share link, which this fragment fills once the head and window are bound
+    ``link``: the place of the sidebar's Share link, which this fragment fills once the window is bound
     (the URL holds them), so that the link a rerun of this fragment alone leaves in the sidebar carries them."""
     from attnviz.ui import why
 
     trace = trace_of(key)
-    config = trace.config
-    url_notices("heads_focus", "heads_row0", "heads_col0")
-    head = head_selector("heads_focus", trace.num_heads, functools.partial(_head_name, config))
+    url_notices("heads_row0", "heads_col0")
     row0, col0, size = window_selector("heads", trace.n)
     if link is not None:
         share_link(link)

@@ -16,6 +16,7 @@ from attnviz.ui.focus import focus_from_grid, focus_from_row
 from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
 from attnviz.ui.heads import (
     focused_head,
+    head_selector,
     head_stats_table,
     heads_grid_figure,
     prefetch_next_layer,
@@ -47,8 +48,10 @@ def draw(ctx: Context) -> None:
                         on_select=functools.partial(focus_from_grid, trace.num_heads),
                         config=plotly_config("attnviz-heads"))
 
-    # a fragment: moving the focus redraws only this part (and, with a model, its knock-out)
-    focused_head(ctx.trace_key, stage, ctx.link)
+    url_notices("heads_focus")
+    head = head_selector("heads_focus", trace.num_heads, config.head_label)  # the grid marks it
+    # a fragment: moving the window or selecting cells redraws only this part (and, with a model, its knock-out)
+    focused_head(ctx.trace_key, stage, head, ctx.link)
     # a user's module: the rules on its code, drawn here after the rest (it can be slow); the book's classes: nothing
     check_slot = st.container() if trace.module_run is not None else None
 

@@ -338,6 +338,19 @@ def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     expect(focus).to_have_value("head 7")
 
 
+def test_a_head_picked_in_the_selectbox_is_the_one_the_grid_marks(page, base_url):
+    """The Focused head selectbox moves the grid's ▶ mark as a click on a tile does (it moved only the map: the mark
+    stayed on the head before)."""
+    visit(page, f"{base_url}/")
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    before = runs(page)
+    choose_option(page, focus, "head 4")
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(focused_chart(page).locator("text.gtitle")).to_contain_text("head 4")
+    expect(grid_chart(page).locator("text.annotation-text", has_text="▶")).to_have_text("▶ head 4")
+
+
 def test_a_click_anywhere_on_a_large_tile_focuses_its_head(page, base_url):
     """Four heads draw tiles of about 140 px: a click on a tile's centre, or beside one of its click points, is that
     tile's (the centre was further than Plotly's 20 px hover distance from all of them, and focused nothing)."""
