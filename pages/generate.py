@@ -6,7 +6,7 @@ from attnviz import ui
 from attnviz.ui import generate
 
 generate.url_new_tokens()
-ctx = ui.setup()
+ctx = ui.setup(draws_link=True)  # after New tokens is bound (generate.show)
 if ctx is None:
     st.stop()
 

@@ -176,7 +176,7 @@ def setup(book_classes: bool = False, draws_link: bool = False) -> Context | Non
     values, slots = frame.settings, frame.slots
     choice = ui_weights.current()
     if not frame.text_run:
-        return _settings_only(values, choice, book_classes)
+        return _settings_only(values, choice, book_classes, draws_link)
     try:
         config, trace = run_settings(values, _checkpoint(choice, book_classes))
     except (InputError, CheckpointError) as exc:
@@ -211,20 +211,24 @@ def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:
     return None
 
 
-def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool) -> Context | None:
+def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
+                   draws_link: bool = False) -> Context | None:
     """:func:`setup` for a page that draws no run of the text: the validated config, no trace.  On invalid settings
-    or an unreadable checkpoint: a plain message and the config of the last valid view (None if there is none)."""
-    share_and_export(None)
+    or an unreadable checkpoint: a plain message and the config of the last valid view (None if there is none), with
+    the Share link drawn here.  ``draws_link``: as :func:`setup`'s."""
     try:
         config = config_from_settings(values, _checkpoint(choice, book_classes)).validate()
     except (InputError, CheckpointError) as exc:
+        share_and_export(None)
         st.warning(markdown_escape(str(exc)), icon="✋")
         last = st.session_state.get("_last_valid")
         if last is None:
             return None
         st.caption("Showing the last valid settings.")
         return Context(settings=values, config=last[1], trace=None, stale=True, weights=choice)
-    return Context(settings=values, config=config, trace=None, stale=False, weights=choice)
+    link = share_and_export(None, link=not draws_link)
+    return Context(settings=values, config=config, trace=None, stale=False, weights=choice,
+                   link=link if draws_link else None)
 
 
 def run_notes(trace: Trace) -> None:

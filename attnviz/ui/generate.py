@@ -19,6 +19,7 @@ from attnviz import weights as core_weights
 from attnviz.models import CheckpointError, generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.share import share_link
 from attnviz.ui.state import page_bind, page_param_notice, page_widgets_from_url
 from attnviz.urlstate import markdown_escape
 from attnviz.views import diagram, generation_figures
@@ -81,7 +82,8 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 
 
 def show(ctx: Context) -> None:
-    """The page below its title: generation for a model under Weights (or how to pick one), then the costs."""
+    """The page below its title: generation for a model under Weights (or how to pick one), then the costs; the
+    sidebar's Share link once New tokens is bound (``ui.setup(draws_link=True)``)."""
     notice = st.session_state.get(page_param_notice("generate_new"))  # until New tokens is set on the page
     if notice is not None:
         st.warning(markdown_escape(notice), icon="✋")
@@ -97,6 +99,7 @@ def show(ctx: Context) -> None:
             _generate_section(ctx, ref)
         except (ValueError, CheckpointError) as exc:
             st.warning(markdown_escape(str(exc)), icon="✋")
+    share_link(ctx.link)  # the URL holds New tokens now, where the page drew it
     st.divider()
     cost_section(ctx, sizes)
 

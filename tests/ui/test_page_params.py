@@ -209,3 +209,19 @@ def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back(
     at.switch_page("pages/heads.py").run()
     no_exception(at)
     assert "head=2" in share_link(at) and "stage=weights" in share_link(at)
+
+
+def test_the_generate_pages_link_carries_new_tokens_on_the_first_run_after_coming_back():
+    """Generate's New tokens, set, then the page left and come back to: that run's Share link has new_tokens (it was
+    drawn before New tokens was bound, and lacked it until the next run)."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["weights"] = "bundled model"
+    at.switch_page("pages/generate.py").run()
+    at.number_input(key="generate_new").set_value(7).run()
+    assert "new_tokens=7" in share_link(at)
+    at.switch_page("pages/tokens.py").run()
+    assert "new_tokens" not in share_link(at)
+    at.switch_page("pages/generate.py").run()
+    no_exception(at)
+    assert at.number_input(key="generate_new").value == 7
+    assert "new_tokens=7" in share_link(at)
