@@ -43,7 +43,11 @@ DEFAULTS = {
 }
 SETTING_KEYS = tuple(DEFAULTS)
 HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pages' focused head, stage and window
-PAGE_PARAMS = ("new_tokens", HEAD, STAGE, ROW, COL)  # pages' own URL parameters: not settings; the shown page's kept
+MAP = "map"  # the Compare page's "Heatmap shows"
+BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token
+REPEAT, TOKEN_SEED = "T", "token_seed"  # the Induction lab's repeat length and the seed of its random tokens (and head)
+PAGE_PARAMS = ("new_tokens", HEAD, STAGE, ROW, COL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED)  # pages' own URL parameters:
+# not settings; the shown page's kept
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL
 
 
@@ -247,6 +251,27 @@ def parse_stage(raw: str, stages) -> str:
     if raw not in stages:
         raise ValueError(f"is not a stage this page shows ({', '.join(stages)})")
     return raw
+
+
+def parse_option(raw: str, options, what: str) -> str:
+    """A page's parameter that names one of ``options`` (compared with them, never used as a name in code): the
+    option; a ValueError that says it is not ``what`` and lists them, when it is none of them."""
+    for option in options:
+        if raw == option:
+            return option
+    raise ValueError(f"is not {what} ({', '.join(options)})")
+
+
+def parse_number(raw: str, low: int, high: int, what: str) -> int:
+    """A page's whole-number parameter from ``low`` to ``high``; a ValueError that says it is not ``what`` and gives
+    the range, when it is not one (no number, out of range, too many digits)."""
+    try:
+        value = _whole_number(raw)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise ValueError(f"is not {what} ({_span(low, high)})")
+    return value
 
 
 def parse_window_start(raw: str, n: int, window: int) -> int:
