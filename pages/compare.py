@@ -9,10 +9,10 @@ import streamlit as st
 from attnviz import ui, variants
 from attnviz.labs import compare
 from attnviz.tokens import counted
-from attnviz.ui import compute
+from attnviz.ui import compute, lab_selectors
 from attnviz.views import saturation
 
-ctx = ui.setup(book_classes=True)
+ctx = ui.setup(book_classes=True, draws_link=True)  # after Heatmap shows is bound
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.trace.config
@@ -60,7 +60,8 @@ if config.rotary:
     st.caption("Rotary positions: the input embeddings have no learned positions, so the classes without rotation "
                "(3.3–3.6.1, MLA) see no position information here.")
 st.subheader("Every variant on the same tokens")
-how = st.segmented_control("Heatmap shows", compare.MAP_CHOICES, **ui.page_bind("compare_map", "head 0")) or "head 0"
+how = lab_selectors.heatmap_choice()
+ui.share_link(ctx.link)  # now that the URL holds the map this run draws
 columns = st.columns(3)
 for index, variant in enumerate(result.variants):
     with columns[index % 3]:

@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import induction, interventions
 
-ctx = ui.setup()
+ctx = ui.setup(draws_link=True)  # after T, the seed and the head are bound (induction.show)
 if ctx is None:
     st.stop()
 
@@ -18,6 +18,8 @@ st.markdown(
     "of that stripe over the second copy. Random tokens mean nothing but the repeat can be predicted."
 )
 run = induction.lab_run(ctx)
-if run is not None:
+if run is None:
+    ui.share_link(ctx.link)  # no head to bind
+else:
     induction.show(run, ctx)
     interventions.induction_section(ctx, run)

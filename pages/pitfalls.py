@@ -8,9 +8,9 @@ from attnviz.labs.pitfalls import catalogue, detectors, workbench
 from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.tokens import counted
-from attnviz.ui import compute
+from attnviz.ui import compute, lab_selectors
 
-ctx = ui.setup(book_classes=True)
+ctx = ui.setup(book_classes=True, draws_link=True)  # after the bug and the perturbed token are bound
 if ctx is None:
     st.stop()
 trace, config = ctx.trace, ctx.config
@@ -56,10 +56,8 @@ st.caption(f"{setup.describe()} · {counted(n)} · eval mode unless a bug says o
 for note in setup.notes:
     st.caption(f":material/info: {note}")
 
-bug = st.segmented_control(
-    "Switch on a bug", ["none", *PITFALLS], format_func=catalogue.label,
-    **ui.page_bind("pitfalls_bug", "none", lambda key: key == "none" or key in PITFALLS),
-) or "none"
+lab_selectors.pitfalls_from_url(n)  # a session's first visit: the link's bug and token
+bug = lab_selectors.bug_choice()
 
 if bug == "none":
     st.info("No bug switched on: this is the book's code. Switch one on to see it next to the correct version, "
@@ -84,12 +82,12 @@ leak_bug = None if bug == "none" else bug
 st.caption(f"Add seeded noise to one token's input embedding, rerun {catalogue.leak_subject(config, setup, leak_bug)} "
            "and measure how far every output moves. With a causal mask, every position before the perturbed token must "
            "stay *exactly* the same (Δ == 0).")
-if n < 2:
+j = lab_selectors.perturbed_token(tokens)
+ui.share_link(ctx.link)  # now that the URL holds the bug and the token this run draws
+if j is None:
     st.info("One token: nothing comes before it, so there is nothing to leak into. Type more text.",
             icon=":material/info:")
 else:
-    j = st.select_slider("Perturbed token j", list(range(n)), format_func=ui.position_label(tuple(tokens)),
-                         **ui.page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n))
     with st.spinner("Perturbing…"):
         report = compute.leak(ctx.trace_key, wanted_heads, leak_bug, j, trace)
     if "error" in report:

@@ -30,6 +30,7 @@ One module per job:
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
+* ``lab_selectors`` — the Compare page's and the Pitfall lab's selectors, bound to the URL;
 * ``head_labels`` — the Heads page's head types (label, score, first-token mass beside it; no type for heads that
   see the future);
 * ``induction`` — the Induction lab's cached run and its widgets;

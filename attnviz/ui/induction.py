@@ -1,10 +1,16 @@
 """The induction lab's glue: T and seed, the cached lab run for the sidebar's weights, and its views
 (the score grid, one head's map with the stripe, the per-position loss or why there is none; heads that see the
-future are scored but not named, with the Heads page's reason)."""
+future are scored but not named, with the Heads page's reason).
+
+T, the seed and the head follow the URL (``T``, ``token_seed``, ``head``): read on a session's first visit of the
+page (a value the lab does not offer — a T longer than the model's context allows, a head the layer lacks, no
+number — is refused with a notice above its widget, which shows its default), written with the value each run
+draws; the Share link is drawn after the head (``ui.setup(draws_link=True)``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import streamlit as st
 
@@ -13,12 +19,15 @@ from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.head_labels import future_caption
-from attnviz.ui.state import page_bind
-from attnviz.urlstate import markdown_escape
+from attnviz.ui.heads import url_notices
+from attnviz.ui.share import share_link
+from attnviz.ui.state import page_bind, page_widgets_from_url
+from attnviz.urlstate import HEAD, REPEAT, TOKEN_SEED, markdown_escape, parse_head, parse_number
 from attnviz.views import head_figures
 
 CHECKPOINT_CAUSAL = ("The lab runs the model with its causal mask, as it was trained: the sidebar's *Causal mask* "
                      "(off) applies to the other pages.")
+MAX_SEED = 2**31 - 1  # the seed input's bound
 NO_LOSS = ("The book's classes are one attention layer on seeded random embeddings, with no language-model "
            "head: they predict no tokens, so there is no loss to show. Pick a trained model under *Weights* "
            "in the sidebar (the bundled model, or one trained on the Train page) to see the loss drop on the "
@@ -55,24 +64,41 @@ def max_repeat(ctx: Context) -> int:
     return min(induction.MAX_T, (ctx.config.context_length - 1) // 2)
 
 
+def from_url(ctx: Context, longest: int) -> None:
+    """A session's first visit of the lab: T, the seed and the head take the link's ``T`` (``MIN_T`` … ``longest``),
+    ``token_seed`` and ``head`` (a head of the sidebar's layer)."""
+    page_widgets_from_url("induction", {
+        "induction_T": (REPEAT, functools.partial(parse_number, low=induction.MIN_T, high=longest,
+                                                  what="a repeat length the lab offers for this model"),
+                        f"using T = {min(induction.DEFAULT_T, longest)}"),
+        "induction_seed": (TOKEN_SEED, functools.partial(parse_number, low=0, high=MAX_SEED, what="a seed"),
+                           f"using seed {induction.DEFAULT_SEED}"),
+        "induction_head": (HEAD, functools.partial(parse_head, num_heads=ctx.config.heads),
+                           "showing the best head"),
+    })
+
+
 def lab_run(ctx: Context) -> induction.InductionRun | None:
-    """T and seed inputs, then the lab run for the sidebar's weights (cached)."""
+    """T and seed inputs (the link's on a session's first visit), then the lab run for the sidebar's weights
+    (cached)."""
     longest = max_repeat(ctx)
     if longest < induction.MIN_T:  # a model with a context of a few tokens: not even T = 2 fits
         st.info(f"This model's context is {ctx.config.context_length} tokens: the lab's shortest sequence, "
                 f"[BOS] + x + x with T = {induction.MIN_T}, needs {2 * induction.MIN_T + 1}. Pick a model with a "
                 "longer context under *Weights*.", icon="ℹ️")
         return None
+    from_url(ctx, longest)
+    url_notices("induction_T", "induction_seed")
     t_col, seed_col = st.columns(2)
     in_t = lambda v: isinstance(v, int) and induction.MIN_T <= v <= longest  # noqa: E731
     T = t_col.number_input(
         "Repeat length T", min_value=induction.MIN_T, max_value=longest, step=1,
         help=f"x is T random tokens (ids 1,000–30,000); the sequence is [BOS] + x + x, 2T + 1 tokens "
              f"(at most {longest} here: the model's context).",
-        **page_bind("induction_T", min(induction.DEFAULT_T, longest), in_t))
-    seed = seed_col.number_input("Seed of the random tokens", min_value=0, max_value=2**31 - 1, step=1,
+        **page_bind("induction_T", min(induction.DEFAULT_T, longest), in_t, url=REPEAT))
+    seed = seed_col.number_input("Seed of the random tokens", min_value=0, max_value=MAX_SEED, step=1,
                                  **page_bind("induction_seed", induction.DEFAULT_SEED,
-                                             lambda v: isinstance(v, int) and 0 <= v < 2**31))
+                                             lambda v: isinstance(v, int) and 0 <= v <= MAX_SEED, url=TOKEN_SEED))
     config = ctx.config
     try:
         with st.spinner("Running the model on the repeated tokens…"):
@@ -89,7 +115,8 @@ def lab_run(ctx: Context) -> induction.InductionRun | None:
 
 
 def show(run: induction.InductionRun, ctx: Context) -> None:
-    """Scores of every head, the chosen head's map with the stripe, the per-position loss."""
+    """Scores of every head, the chosen head's map with the stripe, the per-position loss; the sidebar's Share link
+    once the head is bound."""
     from attnviz.tokens import pieces
 
     best_layer, best_head = run.best
@@ -129,8 +156,11 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     heads = run.maps.shape[0]
     default = best_head if best_layer == run.layer else int(run.scores[run.layer].argmax())
     scores = tuple(float(score) for score in run.scores[run.layer])  # the widget keeps its format_func: not the run
+    url_notices("induction_head")
     head = st.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",
-                        **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads))
+                        **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads,
+                                    url=HEAD))
+    share_link(ctx.link)  # now that the URL holds T, the seed and the head this run draws
     tokens = [t.piece for t in pieces(run.token_ids.tolist())]
     name = head_figures.head_name(run.layer, head) if layered else f"head {head}"
     st.plotly_chart(

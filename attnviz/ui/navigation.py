@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from attnviz.urlstate import COL, HEAD, ROW, STAGE
+from attnviz.urlstate import BUG, COL, HEAD, MAP, REPEAT, ROW, STAGE, TOKEN, TOKEN_SEED
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,10 @@ PAGES = (
     PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER),
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
-    PageEntry("pages/compare.py", "Compare variants", ":material/compare:"),
-    PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:"),
-    PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False),  # random tokens
+    PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,)),
+    PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:", url_params=(BUG, TOKEN)),
+    PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False,  # random tokens
+              url_params=(REPEAT, TOKEN_SEED, HEAD)),
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
               text_run=False, url_params=("new_tokens",)),
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),

@@ -1,7 +1,8 @@
-"""AppTest of the pages' own URL parameters within a layer — ``head``, ``stage``, ``row``, ``col`` on the Heads and
-Steps pages: a link opens that head, stage and window; a value the run has not gets a notice in words and the
-default; the URL and the Share link follow what the user sets (the selectbox, a click on the grid); a reload shows
-the same view; and one page's parameters never reach another page's URL or link."""
+"""AppTest of the pages' own URL parameters — ``head``, ``stage``, ``row``, ``col`` on the Heads and Steps pages,
+Compare's ``map``, the Pitfall lab's ``bug`` and ``token``, the Induction lab's ``T``, ``token_seed`` and ``head``: a
+link opens that view; a value the run has not gets a notice in words and the default; the URL and the Share link
+follow what the user sets (a widget, a click on the grid), also on the first run after coming back to the page; a
+reload shows the same view; and one page's parameters never reach another page's URL or link."""
 
 from __future__ import annotations
 
@@ -225,3 +226,146 @@ def test_the_generate_pages_link_carries_new_tokens_on_the_first_run_after_comin
     no_exception(at)
     assert at.number_input(key="generate_new").value == 7
     assert "new_tokens=7" in share_link(at)
+
+
+# ---------------------------------------------------------------------- Compare, the Pitfall lab, the Induction lab
+
+def open_page(script: str, **query) -> AppTest:
+    """A new session opened with a link to ``script`` with these URL parameters."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.switch_page(script).run()
+
+
+def map_titles(at) -> list[str]:
+    return [fig["layout"]["title"]["text"] for fig in figures(at) if fig["layout"].get("title", {}).get("text")]
+
+
+def test_a_link_opens_the_compare_pages_heatmap_choice():
+    at = open_page("pages/compare.py", map="mean over heads")
+    no_exception(at)
+    assert at.segmented_control(key="compare_map").value == "mean over heads"
+    assert any("weights, mean of 12 heads" in title for title in map_titles(at))
+    assert not at.main.warning
+    assert url(at, "map") == "mean over heads" and "map=mean+over+heads" in share_link(at)
+
+
+def test_a_link_opens_the_pitfall_labs_bug_and_token():
+    at = open_page("pages/pitfalls.py", bug="softmax_dim", token="1")
+    no_exception(at)
+    assert at.segmented_control(key="pitfalls_bug").value == "softmax_dim"
+    assert at.select_slider(key="pitfalls_token").value == 1
+    from attnviz.labs.pitfalls.catalogue import PITFALLS
+
+    assert PITFALLS["softmax_dim"].title in [header.value for header in at.main.subheader]
+    assert not at.main.warning
+    assert "bug=softmax_dim" in share_link(at) and "token=1" in share_link(at)
+
+
+def test_a_link_opens_the_induction_labs_length_seed_and_head():
+    at = open_page("pages/induction.py", weights="bundled model", T="12", token_seed="7", head="1")
+    no_exception(at)
+    assert at.number_input(key="induction_T").value == 12
+    assert at.number_input(key="induction_seed").value == 7
+    assert at.selectbox(key="induction_head").value == 1
+    assert any(title.startswith("L0H1: weights on [BOS] + x + x (T = 12)") for title in map_titles(at))
+    assert not at.main.warning
+    for part in ("T=12", "token_seed=7", "head=1"):
+        assert part in share_link(at)
+
+
+SHOWN = {  # what a lab's widgets show, as its URL parameters write it
+    "pages/compare.py": lambda at: {"map": at.segmented_control(key="compare_map").value},
+    "pages/pitfalls.py": lambda at: {"bug": at.segmented_control(key="pitfalls_bug").value,
+                                     "token": str(at.select_slider(key="pitfalls_token").value)},
+    "pages/induction.py": lambda at: {"T": str(at.number_input(key="induction_T").value),
+                                      "token_seed": str(at.number_input(key="induction_seed").value),
+                                      "head": str(at.selectbox(key="induction_head").value)},
+}
+
+
+@pytest.mark.parametrize(("script", "query", "notice", "defaults"), [
+    ("pages/compare.py", {"map": "softmax"},
+     "The link's map='softmax' is not a map this page draws (head 0, mean over heads): showing head 0.",
+     {"map": "head 0"}),
+    ("pages/compare.py", {"map": "HEAD 0"}, "is not a map this page draws", {"map": "head 0"}),
+    ("pages/pitfalls.py", {"bug": "../../etc/passwd"},
+     "The link's bug='../../etc/passwd' is not a bug this lab has (none, masked_fill, softmax_dim",
+     {"bug": "none", "token": "3"}),
+    ("pages/pitfalls.py", {"bug": "__class__"}, "is not a bug this lab has", {"bug": "none"}),
+    ("pages/pitfalls.py", {"token": "6"},
+     "The link's token='6' is not a token position of this 6-token text (0 … 5): perturbing token 3.",
+     {"bug": "none", "token": "3"}),
+    ("pages/pitfalls.py", {"token": "-1"}, "is not a token position of this 6-token text", {"token": "3"}),
+    ("pages/pitfalls.py", {"token": "two"}, "is not a token position of this 6-token text", {"token": "3"}),
+    ("pages/pitfalls.py", {"token": "9" * 400}, "is not a token position of this 6-token text", {"token": "3"}),
+    ("pages/induction.py", {"T": "1"},
+     "The link's T='1' is not a repeat length the lab offers for this model (2 … 200): using T = 25.",
+     {"T": "25", "token_seed": "0"}),
+    ("pages/induction.py", {"T": "1e3"}, "is not a repeat length the lab offers", {"T": "25"}),
+    ("pages/induction.py", {"token_seed": "-3"},
+     "The link's token_seed='-3' is not a seed (0 … 2,147,483,647): using seed 0.", {"token_seed": "0"}),
+    ("pages/induction.py", {"weights": "bundled model", "head": "2"},
+     "The link's head='2' is not a head of this layer, which has 2 (0 … 1): showing the best head.", {}),
+    ("pages/induction.py", {"head": "one"}, "is not a head of this layer", {}),
+])
+def test_a_bad_value_in_a_labs_link_gives_a_notice_in_words_and_the_default(script, query, notice, defaults):
+    at = open_page(script, **query)
+    no_exception(at)
+    assert notice in main_warnings(at)
+    shown = SHOWN[script](at)
+    assert {key: shown[key] for key in defaults} == defaults
+    for key, value in shown.items():  # the URL and the link say what the page draws
+        assert url(at, key) == value and f"{key}={value}".replace(" ", "+") in share_link(at)
+
+
+def test_a_labs_parameter_the_link_repeats_uses_the_last():
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["bug"] = ["masked_fill", "forgot_eval"]
+    at.switch_page("pages/pitfalls.py").run()
+    no_exception(at)
+    assert at.segmented_control(key="pitfalls_bug").value == "forgot_eval" and "bug=forgot_eval" in share_link(at)
+    assert "bug is given 2 times: using the last, 'forgot_eval'; ignored 'masked_fill'" in " ".join(
+        w.value for w in at.sidebar.warning).replace("\\", "")
+
+
+def test_a_labs_notice_goes_when_the_user_sets_its_widget():
+    at = open_page("pages/pitfalls.py", bug="nonsense", token="40")
+    at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
+    no_exception(at)
+    assert "bug='nonsense'" not in main_warnings(at) and "token='40'" in main_warnings(at)
+
+
+@pytest.mark.parametrize(("script", "change", "expected"), [
+    ("pages/compare.py", lambda at: at.segmented_control(key="compare_map").set_value("mean over heads"),
+     {"map": "mean over heads"}),
+    ("pages/pitfalls.py", lambda at: (at.segmented_control(key="pitfalls_bug").set_value("mask_diagonal"),
+                                      at.select_slider(key="pitfalls_token").set_value(4)),
+     {"bug": "mask_diagonal", "token": "4"}),
+    ("pages/induction.py", lambda at: (at.number_input(key="induction_T").set_value(9),
+                                       at.number_input(key="induction_seed").set_value(5),
+                                       at.selectbox(key="induction_head").set_value(0)),
+     {"T": "9", "token_seed": "5", "head": "0"}),
+])
+def test_a_labs_share_link_follows_the_user_also_on_the_first_run_after_coming_back(script, change, expected):
+    """What the user sets goes to the URL and the Share link of that run; the page left and come back to (its page
+    link carries the settings only) links it on that very run; a new session opened with the link shows it."""
+    at = open_page(script, weights="bundled model")
+    change(at)
+    at.run()
+    no_exception(at)
+    encoded = {key: value.replace(" ", "+") for key, value in expected.items()}
+    for key, value in expected.items():
+        assert url(at, key) == value and f"{key}={encoded[key]}" in share_link(at)
+    at.switch_page("pages/tokens.py").run()
+    assert all(f"{key}=" not in share_link(at) for key in expected)
+    at.switch_page(script).run()
+    no_exception(at)
+    for key in expected:
+        assert f"{key}={encoded[key]}" in share_link(at)
+    again = reload(at).switch_page(script).run()
+    no_exception(again)
+    assert not again.main.warning
+    for key in expected:
+        assert f"{key}={encoded[key]}" in share_link(again)
