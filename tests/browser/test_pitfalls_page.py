@@ -1,7 +1,9 @@
 """The Pitfall lab in a real Chromium: the leak verdict is visible, switching on a bug shows it next to the
-book's code, and the screenshot for the README is saved."""
+book's code, the screenshot for the README is saved, and the Share link opens the bug picked."""
 
 from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from helpers.browser import (
@@ -11,8 +13,11 @@ from helpers.browser import (
     grown_margins,
     runs,
     save_screenshot,
+    wait_expanded,
     wait_idle,
 )
+
+from attnviz.labs.pitfalls.catalogue import PITFALLS, label
 
 pytestmark = pytest.mark.browser
 
@@ -56,3 +61,41 @@ def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, bas
     bars = main.locator("[data-testid=stPlotlyChart]").filter(has_text="the first token at every position")
     expect(bars.locator("g.legend")).to_contain_text("correct: score off its diagonal (≤ ")
     assert grown_margins(page) == []  # the longer legend entry still fits the room kept for it
+
+
+def share_link(page) -> str:
+    """The sidebar's "Link to this view" (Share & export opened first if it is closed)."""
+    sidebar = page.get_by_test_id("stSidebar")
+    details = sidebar.locator("details").filter(has_text="Share & export")
+    if details.get_attribute("open") is None:
+        sidebar.get_by_text("Share & export").click()
+        wait_expanded(details)
+    return sidebar.get_by_test_id("stCode").first.inner_text().strip()
+
+
+def test_the_share_link_opens_the_bug_picked(page, base_url, browser):
+    """A bug picked on the Pitfall lab is in the Share link of that run; the link opened in a new session (a new
+    browser context, as the link's recipient has) shows that bug, with no notice."""
+    page.goto(f"{base_url}/pitfalls")
+    wait_idle(page)
+    main = page.get_by_test_id("stMain")
+    before = runs(page)
+    main.get_by_role("radio", name=label("mask_diagonal")).click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    link = share_link(page)
+    assert {key: values[-1] for key, values in parse_qs(urlsplit(link).query).items()}["bug"] == "mask_diagonal"
+
+    other = browser.new_context(viewport=page.viewport_size)
+    try:
+        fresh = other.new_page()
+        fresh.goto(link)
+        wait_idle(fresh)
+        assert_no_exception(fresh)
+        shown = fresh.get_by_test_id("stMain")
+        expect(shown.get_by_role("radio", name=label("mask_diagonal"))).to_be_checked()
+        expect(shown.get_by_role("radio", name="no bug")).not_to_be_checked()
+        expect(shown.locator("h3").first).to_contain_text(PITFALLS["mask_diagonal"].title)
+        expect(shown.get_by_test_id("stAlert").filter(has_text="The link's")).to_have_count(0)
+    finally:
+        other.close()
