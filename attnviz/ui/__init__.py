@@ -58,7 +58,6 @@ from attnviz.ui.heads import (
     focused_head,
     head_selector,
     prefetch_next_layer,
-    url_notices,
     window_selector,
     within_layer_from_url,
 )
@@ -66,7 +65,7 @@ from attnviz.ui.layer_views import draw_layer_views
 from attnviz.ui.navigation import navigate, pages
 from attnviz.ui.share import share_link
 from attnviz.ui.sidebar import sidebar
-from attnviz.ui.state import page_bind
+from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import DEFAULTS, STAGE, config_from_settings, markdown_escape, settings_from_query
 
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest

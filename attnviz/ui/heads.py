@@ -18,8 +18,8 @@ from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import download_head_csv, share_link
-from attnviz.ui.state import forget_page_params, page_bind, page_param_notice, page_widgets_from_url
-from attnviz.urlstate import COL, HEAD, ROW, STAGE, markdown_escape, parse_head, parse_stage, parse_window_start
+from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
+from attnviz.urlstate import COL, HEAD, ROW, STAGE, parse_head, parse_stage, parse_window_start
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
@@ -177,15 +177,6 @@ def within_layer_from_url(prefix: str, trace, stages, default_stage: str) -> Non
         f"{prefix}_row0": (ROW, window, "the window starts at row 0"),
         f"{prefix}_col0": (COL, window, "the window starts at column 0"),
     })
-
-
-def url_notices(*keys: str) -> None:
-    """The page's notices about values its link gave these page widgets that it could not use: each until the user
-    sets that widget (``state.page_param_notice``)."""
-    for key in keys:
-        notice = st.session_state.get(page_param_notice(key))
-        if notice is not None:
-            st.warning(markdown_escape(notice), icon="✋")
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)

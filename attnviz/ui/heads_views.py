@@ -21,10 +21,9 @@ from attnviz.ui.heads import (
     heads_grid_figure,
     prefetch_next_layer,
     stats_columns,
-    url_notices,
     within_layer_from_url,
 )
-from attnviz.ui.state import page_bind
+from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import STAGE
 
 

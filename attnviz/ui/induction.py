@@ -19,9 +19,8 @@ from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.head_labels import future_caption
-from attnviz.ui.heads import url_notices
 from attnviz.ui.share import share_link
-from attnviz.ui.state import page_bind, page_widgets_from_url
+from attnviz.ui.state import page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import HEAD, REPEAT, TOKEN_SEED, markdown_escape, parse_head, parse_number
 from attnviz.views import head_figures
 

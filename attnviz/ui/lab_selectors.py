@@ -15,8 +15,7 @@ from attnviz.labs import compare
 from attnviz.labs.pitfalls import catalogue
 from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.ui.checkpoint import position_label
-from attnviz.ui.heads import url_notices
-from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url
+from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import BUG, MAP, TOKEN, parse_number, parse_option
 
 DEFAULT_MAP = "head 0"

@@ -32,7 +32,7 @@ from attnviz import variants, weights
 from attnviz.config import nearest_divisors
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.weights import WEIGHTS_REQUEST
-from attnviz.urlstate import PAGE_PARAMS, PRESET_DIMS, SETTING_KEYS, is_book, settings_from_query
+from attnviz.urlstate import PAGE_PARAMS, PRESET_DIMS, SETTING_KEYS, is_book, markdown_escape, settings_from_query
 
 KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
@@ -130,6 +130,15 @@ def page_param_notice(key: str) -> str:
     the page could not use): shown by the page until the user sets that widget (:func:`page_bind`'s ``on_change``,
     :func:`set_page_widget`)."""
     return f"_url_notice_{key}"
+
+
+def url_notices(*keys: str) -> None:
+    """The page's notices about values its link gave these page widgets that it could not use: each until the user
+    sets that widget (``state.page_param_notice``)."""
+    for key in keys:
+        notice = st.session_state.get(page_param_notice(key))
+        if notice is not None:
+            st.warning(markdown_escape(notice), icon="✋")
 
 
 def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str], object], str]]) -> None:
