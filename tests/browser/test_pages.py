@@ -314,17 +314,24 @@ def cell_centre(page, chart, row: int, col: int) -> dict:
     return page.evaluate(_DATA_TO_PAGE, [chart.element_handle(), col, row])
 
 
-def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
-    visit(page, f"{base_url}/")
-    expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)  # one map a head
-    assert len(grid_titles(page)) == 12
-    centre = tile_centre(page, 5)
+def click_tile(page, head: int):
+    """Click the centre of head ``head``'s tile in the heads grid and wait for the rerun: the Focused head selectbox
+    (returned) shows that head."""
+    centre = tile_centre(page, head)
     before = runs(page)
     page.mouse.click(centre["x"], centre["y"])
     wait_idle(page, after=before)
     assert_no_exception(page)
     focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
-    expect(focus).to_have_value("head 5")
+    expect(focus).to_have_value(f"head {head}")
+    return focus
+
+
+def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
+    visit(page, f"{base_url}/")
+    expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)  # one map a head
+    assert len(grid_titles(page)) == 12
+    focus = click_tile(page, 5)
     expect(focused_chart(page).locator("text.gtitle")).to_contain_text("head 5")
     assert "▶ head 5" in grid_titles(page)
     chart = grid_chart(page)  # a tile's corner, too, is nearest one of its own click points
@@ -382,17 +389,11 @@ def share_link(page) -> str:
 def test_a_head_focused_on_the_grid_is_in_the_url_and_the_link_and_the_link_opens_it(page, base_url, browser):
     """A click on head 2's thumbnail puts head=2 in the page's URL and in the Share link drawn by that run, and so
     does the stage picked next; the link opened in a new session (a new browser context) shows head 2 focused on
-    that stage.  A head picked with the selectbox (a rerun of the focused head's fragment alone) reaches the link too;
-    a page link to Steps carries none of it (Steps shows its own head)."""
+    that stage. A head picked with the selectbox reaches the link too; a page link to Steps carries none of it
+    (Steps shows its own head)."""
     visit(page, f"{base_url}/")
     expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)
-    centre = tile_centre(page, 2)
-    before = runs(page)
-    page.mouse.click(centre["x"], centre["y"])
-    wait_idle(page, after=before)
-    assert_no_exception(page)
-    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
-    expect(focus).to_have_value("head 2")
+    focus = click_tile(page, 2)
     assert query(page)["head"] == "2"
     assert query_of(share_link(page))["head"] == "2"  # the link drawn by the click's rerun
     show_stage(page, "scaled =")
