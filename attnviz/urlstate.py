@@ -237,20 +237,12 @@ def _unknown_notice(names: list[str], shown: int = 5) -> str:
 
 def parse_head(raw: str, num_heads: int) -> int:
     """A page's ``head`` parameter: one of ``num_heads`` heads; a ValueError that says why in words when it is not."""
-    try:
-        value = _whole_number(raw)
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value < num_heads:
-        raise ValueError(f"is not a head of this layer, which has {num_heads} ({_span(0, num_heads - 1)})")
-    return value
+    return parse_number(raw, 0, num_heads - 1, what=f"a head of this layer, which has {num_heads}")
 
 
 def parse_stage(raw: str, stages) -> str:
     """A page's ``stage`` parameter: one of ``stages`` (the page's, for this run)."""
-    if raw not in stages:
-        raise ValueError(f"is not a stage this page shows ({', '.join(stages)})")
-    return raw
+    return parse_option(raw, stages, what="a stage this page shows")
 
 
 def parse_option(raw: str, options, what: str) -> str:
@@ -279,13 +271,11 @@ def parse_window_start(raw: str, n: int, window: int) -> int:
     map, 0 … n − window; a map of at most ``window`` tokens is drawn whole, so only 0 (nothing to move) is taken."""
     last = max(0, n - window)
     try:
-        value = _whole_number(raw)
+        return parse_number(raw, 0, last, what=f"a window position for {n:,} tokens")
     except ValueError:
-        value = None
-    if value is None or not 0 <= value <= last:
-        raise ValueError(f"is not a window position for {n:,} tokens ({_span(0, last)})" if last else
-                         f"moves no window: {n:,} tokens are drawn whole (up to {window} are)")
-    return value
+        if last:
+            raise
+        raise ValueError(f"moves no window: {n:,} tokens are drawn whole (up to {window} are)") from None
 
 
 def _span(low: int, high: int) -> str:
