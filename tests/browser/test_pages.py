@@ -783,6 +783,16 @@ def show_stage(page, title: str) -> None:
     wait_idle(page, after=before)
 
 
+def assert_map_explains_nothing_old(page, old: str) -> None:
+    """The focused map came back without a selection, and the panel beside it says how to select, not ``old`` (what
+    it explained before)."""
+    main = page.get_by_test_id("stMain")
+    assert_no_exception(page)
+    assert map_selection(page) == set()
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    expect(main.get_by_text(re.compile(old))).to_have_count(0)
+
+
 def test_a_map_drawn_again_has_no_selection_and_the_panel_explains_none(page, base_url):
     """The weights map, then the scores map, then the weights map again (or another text, then this one again): the
     browser draws the map again without the selection made on it before, and the panel beside it says how to select
@@ -796,20 +806,14 @@ def test_a_map_drawn_again_has_no_selection_and_the_panel_explains_none(page, ba
     show_stage(page, "scores =")
     expect(main.get_by_text("Why this weight?")).to_be_visible()
     show_stage(page, "weights =")
-    assert_no_exception(page)
-    assert map_selection(page) == set()
-    expect(main.get_by_text("Why this weight?")).to_be_visible()
-    expect(main.get_by_text(re.compile("keys selected"))).to_have_count(0)
+    assert_map_explains_nothing_old(page, "keys selected")
 
     click_cell(page, 3, 1)
     expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
     commit_text(page, "eight seven six five four three two one")
     expect(main.get_by_text("Why this weight?")).to_be_visible()
     commit_text(page, text)
-    assert_no_exception(page)
-    assert map_selection(page) == set()
-    expect(main.get_by_text("Why this weight?")).to_be_visible()
-    expect(main.get_by_text(re.compile("query 3, key 1"))).to_have_count(0)
+    assert_map_explains_nothing_old(page, "query 3, key 1")
     click_cell(page, 3, 1)
     expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
     assert map_selection(page) == {(3, 1)}
