@@ -16,8 +16,10 @@ from helpers.browser import (
     choose_option,
     expect,
     grown_margins,
+    query_of,
     runs,
     save_screenshot,
+    share_link,
     wait_expanded,
     wait_idle,
     wait_past_double_click,
@@ -377,15 +379,6 @@ def test_a_click_anywhere_on_a_large_tile_focuses_its_head(page, base_url):
         expect(focus).to_have_value(f"head {head}")
 
 
-def share_link(page) -> str:
-    """The sidebar's "Link to this view" (Share & export opened first if it is closed)."""
-    details = sidebar(page).locator("details").filter(has_text="Share & export")
-    if details.get_attribute("open") is None:
-        sidebar(page).get_by_text("Share & export").click()
-        wait_expanded(details)
-    return sidebar(page).get_by_test_id("stCode").first.inner_text().strip()
-
-
 def test_a_head_focused_on_the_grid_is_in_the_url_and_the_link_and_the_link_opens_it(page, base_url, browser):
     """A click on head 2's thumbnail puts head=2 in the page's URL and in the Share link drawn by that run, and so
     does the stage picked next; the link opened in a new session (a new browser context) shows head 2 focused on
@@ -437,10 +430,6 @@ def test_the_window_moved_on_a_long_text_is_in_the_url_and_the_link(page, base_u
     assert_no_exception(page)
     expect(slider).to_have_value("51")
     assert query(page)["row"] == "51" and query_of(share_link(page))["row"] == "51"
-
-
-def query_of(link: str) -> dict[str, str]:
-    return {key: values[-1] for key, values in parse_qs(urlsplit(link).query).items()}
 
 
 def test_selecting_a_row_of_the_head_statistics_table_focuses_its_head(page, base_url):

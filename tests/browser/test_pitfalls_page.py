@@ -3,17 +3,16 @@ book's code, the screenshot for the README is saved, and the Share link opens th
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
-
 import pytest
 from helpers.browser import (
     MAP_DRAWN,
     assert_no_exception,
     expect,
     grown_margins,
+    query_of,
     runs,
     save_screenshot,
-    wait_expanded,
+    share_link,
     wait_idle,
 )
 
@@ -63,16 +62,6 @@ def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, bas
     assert grown_margins(page) == []  # the longer legend entry still fits the room kept for it
 
 
-def share_link(page) -> str:
-    """The sidebar's "Link to this view" (Share & export opened first if it is closed)."""
-    sidebar = page.get_by_test_id("stSidebar")
-    details = sidebar.locator("details").filter(has_text="Share & export")
-    if details.get_attribute("open") is None:
-        sidebar.get_by_text("Share & export").click()
-        wait_expanded(details)
-    return sidebar.get_by_test_id("stCode").first.inner_text().strip()
-
-
 def test_the_share_link_opens_the_bug_picked(page, base_url, browser):
     """A bug picked on the Pitfall lab is in the Share link of that run; the link opened in a new session (a new
     browser context, as the link's recipient has) shows that bug, with no notice."""
@@ -84,7 +73,7 @@ def test_the_share_link_opens_the_bug_picked(page, base_url, browser):
     wait_idle(page, after=before)
     assert_no_exception(page)
     link = share_link(page)
-    assert {key: values[-1] for key, values in parse_qs(urlsplit(link).query).items()}["bug"] == "mask_diagonal"
+    assert query_of(link)["bug"] == "mask_diagonal"
 
     other = browser.new_context(viewport=page.viewport_size)
     try:

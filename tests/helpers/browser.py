@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -279,3 +280,18 @@ def step_generation(page: Page, step: int, steps: int = 20) -> None:
     assert_no_exception(page)
     expect(main.get_by_text(f"Step {step} of {steps}")).to_be_visible()
     expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
+
+
+def share_link(page: Page) -> str:
+    """The sidebar's "Link to this view" (Share & export opened first if it is closed)."""
+    sidebar = page.get_by_test_id("stSidebar")
+    details = sidebar.locator("details").filter(has_text="Share & export")
+    if details.get_attribute("open") is None:
+        sidebar.get_by_text("Share & export").click()
+        wait_expanded(details)
+    return sidebar.get_by_test_id("stCode").first.inner_text().strip()
+
+
+def query_of(link: str) -> dict[str, str]:
+    """A URL's parameters, each with its last value."""
+    return {key: values[-1] for key, values in urllib.parse.parse_qs(urllib.parse.urlsplit(link).query).items()}
