@@ -46,8 +46,10 @@ HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pag
 MAP = "map"  # the Compare page's "Heatmap shows"
 BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token
 REPEAT, TOKEN_SEED = "T", "token_seed"  # the Induction lab's repeat length and the seed of its random tokens (and head)
-PAGE_PARAMS = ("new_tokens", HEAD, STAGE, ROW, COL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED)  # pages' own URL parameters:
-# not settings; the shown page's kept
+KNOCKOUT = "knockout"  # the Induction lab's heads knocked out together ("L0H1,L1H0")
+NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step"  # Generate's (and head)
+PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM, MAP_LAYER,
+               STEP)  # pages' own URL parameters: not settings; the shown page's kept
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL
 
 
@@ -252,6 +254,20 @@ def parse_option(raw: str, options, what: str) -> str:
         if raw == option:
             return option
     raise ValueError(f"is not {what} ({', '.join(options)})")
+
+
+def parse_options(raw: str, options, what: str) -> list[str]:
+    """A page's parameter that names several of ``options``, comma-separated (``L0H1,L1H0``; empty: none): the
+    options in the link's order, each once; a ValueError that names the first that is none of them."""
+    options = list(options)
+    chosen = []
+    for part in raw.split(",") if raw.strip() else []:
+        if part.strip() not in options:
+            listed = ", ".join(options) if len(options) <= 12 else f"{options[0]} … {options[-1]}"
+            raise ValueError(f"names {part.strip()[:40]!r}, which is not {what} ({listed})")
+        if part.strip() not in chosen:
+            chosen.append(part.strip())
+    return chosen
 
 
 def parse_number(raw: str, low: int, high: int, what: str) -> int:

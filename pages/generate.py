@@ -5,8 +5,8 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import generate
 
-generate.url_new_tokens()
-ctx = ui.setup(draws_link=True)  # after New tokens is bound (generate.show)
+generate.from_url()
+ctx = ui.setup(draws_link=True)  # drawn by the page once New tokens, the step, layer and head are bound
 if ctx is None:
     st.stop()
 

@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import induction, interventions
 
-ctx = ui.setup(draws_link=True)  # after T, the seed and the head are bound (induction.show)
+ctx = ui.setup(draws_link=True)  # drawn below, once T, the seed, the head and the knock-outs are bound
 if ctx is None:
     st.stop()
 
@@ -18,8 +18,7 @@ st.markdown(
     "of that stripe over the second copy. Random tokens mean nothing but the repeat can be predicted."
 )
 run = induction.lab_run(ctx)
-if run is None:
-    ui.share_link(ctx.link)  # no head to bind
-else:
+if run is not None:
     induction.show(run, ctx)
     interventions.induction_section(ctx, run)
+ui.share_link(ctx.link)

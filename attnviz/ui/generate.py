@@ -10,6 +10,8 @@ stepper shows one forward pass at a time: what the model computed at that step, 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -20,15 +22,21 @@ from attnviz.models import CheckpointError, generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import share_link
-from attnviz.ui.state import page_bind, page_param_notice, page_widgets_from_url
-from attnviz.urlstate import markdown_escape
+from attnviz.ui.state import (
+    forget_page_params,
+    page_bind,
+    page_param_notice,
+    page_widgets_from_url,
+    set_page_param,
+    url_notices,
+)
+from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, markdown_escape, parse_number, parse_option
 from attnviz.views import diagram, generation_figures
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
 PROMPT_SHOWN = 40  # the prompt's last tokens shown above each step
 PLAY_INTERVAL = 0.6  # seconds between two steps while playing
-URL_KEY = "new_tokens"  # the page's one URL parameter: read on a session's first visit, then follows the widget
 NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are one attention layer with no "
             "output head, so they predict no tokens. Pick a model under **Weights** in the sidebar — the "
             "**bundled model** is always there (a small GPT-2 trained by attnviz); checkpoints you pass with "
@@ -39,24 +47,22 @@ RANDOM_SETTING = {variants.GQA: "num_kv_groups", variants.MLA: "latent_dim", var
 RANDOM_ATTENTION = {  # a variant of the registry -> the random GPT's block attention
     variants.MHA: gpt_model.MULTI_HEAD, variants.GQA: gpt_model.GROUPED_QUERY, variants.MQA: gpt_model.MULTI_QUERY,
     variants.MLA: gpt_model.LATENT, variants.SWA: gpt_model.SLIDING_WINDOW}
+RANDOM_CHOICES = (RANDOM_NONE, *RANDOM_ATTENTION)  # the random GPT selectbox's options, and the link's ``random``
 RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are random: its text is noise. "
                 "It is here to show what this attention's KV cache really holds, step by step.")
 
 
-def url_new_tokens() -> None:
-    """A session's first visit: take ``new_tokens`` from the URL when it is a whole number in 1…MAX_NEW; anything
-    else is refused with a notice (the page then uses the default)."""
-    page_widgets_from_url("generate", {"generate_new": (URL_KEY, _parse_new_tokens, f"using {DEFAULT_NEW}")})
-
-
-def _parse_new_tokens(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or not 1 <= value <= MAX_NEW:
-        raise ValueError(f"is not a whole number from 1 to {MAX_NEW:,}")
-    return value
+def from_url() -> None:
+    """A session's first visit: New tokens and the random GPT take the link's ``new_tokens`` (a whole number in
+    1 … MAX_NEW) and ``random`` (one of the random GPT's attentions, or ``none``); anything else is refused with a
+    notice (the page then uses its default).  The step, layer and head shown are read where the generation is
+    known (:func:`_stepper`, :func:`_step_views`)."""
+    page_widgets_from_url("generate", {
+        "generate_new": (NEW_TOKENS, functools.partial(parse_number, low=1, high=MAX_NEW, what="a whole number "
+                                                       "of new tokens"), f"using {DEFAULT_NEW}"),
+        "generate_random": (RANDOM, functools.partial(parse_option, options=RANDOM_CHOICES, what="a random GPT "
+                                                      "this page offers"), "following the sidebar's variant"),
+    })
 
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128, GPT-2's vocabulary: ~52 MB
@@ -84,22 +90,24 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 def show(ctx: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs; the
     sidebar's Share link once New tokens is bound (``ui.setup(draws_link=True)``)."""
-    notice = st.session_state.get(page_param_notice("generate_new"))  # until New tokens is set on the page
-    if notice is not None:
-        st.warning(markdown_escape(notice), icon="✋")
+    url_notices("generate_new")  # until New tokens is set on the page
     ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None
     sizes = None
     if ref is None:
         st.info(NO_MODEL, icon=":material/info:")
         ref = _random_choice(ctx)
+    else:
+        forget_page_params(RANDOM)  # a model under Weights: no random GPT offered
+    linked = False
     if ref is not None:
         try:
             model = _load(ref)
             sizes = core_weights.sizes(model)
-            _generate_section(ctx, ref)
+            linked = _generate_section(ctx, ref)
         except (ValueError, CheckpointError) as exc:
             st.warning(markdown_escape(str(exc)), icon="✋")
-    share_link(ctx.link)  # the URL holds New tokens now, where the page drew it
+    if not linked:  # no generation shown: the session's New tokens, step, layer and head wait for one, linked
+        share_link(ctx.link)
     st.divider()
     cost_section(ctx, sizes)
 
@@ -107,11 +115,13 @@ def show(ctx: Context) -> None:
 def _random_choice(ctx: Context) -> tuple | None:
     """Offer a small random GPT with one of the block attentions; preselect the sidebar's variant when it is one of
     the bonus ones.  Returns its ref ``(RANDOM_KIND, attention, settings)``, or None."""
-    names = [RANDOM_NONE, *RANDOM_ATTENTION]
+    names = list(RANDOM_CHOICES)
     bonus = variants.MODERN
     default = ctx.config.variant if ctx.config.variant in bonus else RANDOM_NONE
+    url_notices("generate_random")
     attention = st.selectbox(
-        "Or generate with a small random GPT", names, **page_bind("generate_random", default, names.__contains__),
+        "Or generate with a small random GPT", names,
+        **page_bind("generate_random", default, names.__contains__, url=RANDOM),
         format_func=lambda name: "no, thanks" if name == RANDOM_NONE else
         f"a small random GPT with {variants.LABELS[name].split(' (')[0].lower()}",
         help="A 2-layer GPT with GPT-2's vocabulary and random weights: its text is noise, but its KV cache has "
@@ -150,18 +160,20 @@ def random_settings(config, attention: str) -> tuple[dict, list[str]]:
     return {name: value}, []
 
 
-def _generate_section(ctx: Context, ref) -> None:
+def _generate_section(ctx: Context, ref) -> bool:
+    """New tokens, the cached generation and its stepper; True when the stepper draws the Share link (there is a
+    generation to show)."""
     prompt = tokens.encode(ctx.settings["text"]) if isinstance(ctx.settings.get("text"), str) else []
     if not prompt or not ctx.settings["text"].strip():
         st.warning("The prompt is empty: type a text in the sidebar's **Text** box, and the model continues it.",
                    icon="✋")
-        return
+        return False
     max_new = st.number_input(
         "New tokens", min_value=1, max_value=MAX_NEW, step=1,
         help="How many tokens to generate, greedily (the most likely each time). Prompt + new tokens must fit the "
              "model's context: a long prompt keeps its end so that they fit (at least half the context); more "
              "are clipped. A notice says so.",
-        **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW, url=URL_KEY))
+        **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW, url=NEW_TOKENS))
     # a forward pass per token: hundreds of tokens of a GPT-2 take minutes on a CPU, so the spinner counts the time
     with st.spinner(f"Generating up to {int(max_new):,} new tokens with the KV cache, one forward pass each…",
                     show_time=True):
@@ -175,17 +187,25 @@ def _generate_section(ctx: Context, ref) -> None:
         st.session_state["_generate_playing"] = False
     st.session_state["_generate_page_run"] = True  # the fragment's first run in this page run does not advance
     playing = bool(st.session_state.get("_generate_playing"))
-    st.fragment(_stepper, run_every=PLAY_INTERVAL if playing else None)(ref, key, result)
+    st.fragment(_stepper, run_every=PLAY_INTERVAL if playing else None)(ref, key, result, ctx.link)
+    return True
 
 
-def _stepper(ref, key: tuple, result: generation.Generation) -> None:
-    """Step, Play/Stop, Back and the views of the current step; while playing, each timed rerun shows the next."""
+def _stepper(ref, key: tuple, result: generation.Generation, link) -> None:
+    """Step, Play/Stop, Back and the views of the current step; while playing, each timed rerun shows the next.  The
+    step shown follows the URL (``step``: the link's on a session's first visit), except while playing (every step
+    would be an entry of the browser's history); the Share link (``link``'s place) is drawn here, after the step,
+    layer and head are bound."""
     last = len(result.steps) - 1
+    page_widgets_from_url("generate_step", {"_generate_step": (
+        STEP, functools.partial(parse_number, low=0, high=last, what="a step of this generation"),
+        "showing the prefill")})
     if st.session_state.get("_generate_playing") and not st.session_state.pop("_generate_page_run", False):
         st.session_state["_generate_step"] = min(st.session_state.get("_generate_step", 0) + 1, last)
     st.session_state.pop("_generate_page_run", None)
     index = min(max(int(st.session_state.get("_generate_step", 0)), 0), last)
     playing = bool(st.session_state.get("_generate_playing"))
+    url_notices("_generate_step")
     step_col, play_col, back_col, where_col = st.columns([1, 1, 1, 4])
     # Step and Prefill change the step in a callback, before this rerun draws anything: every button below is
     # drawn for the step shown (a click handled after them would leave Step disabled after Prefill)
@@ -207,7 +227,9 @@ def _stepper(ref, key: tuple, result: generation.Generation) -> None:
     where_col.markdown(f"**Step {index} of {last}** · " + (
         f"prefill: the {result.prompt_length} prompt tokens in one forward pass" if index == 0 else
         f"one new token fed at position {result.steps[index].position}"))
+    set_page_param(STEP, None if playing else index)
     _step_views(ref, key, result, index)
+    share_link(link)  # the URL holds the step, layer and head this run draws
 
 
 def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
@@ -223,6 +245,7 @@ def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
 
 def _go_to(index: int) -> None:
     st.session_state["_generate_step"] = index
+    st.session_state.pop(page_param_notice("_generate_step"), None)  # the user's own step: the link's is moot
 
 
 def _pieces(token_ids: list[int]) -> list[str]:
@@ -258,9 +281,17 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
     with map_col:
         layer_col, head_col = st.columns(2)
         # kept across page switches; another model, with fewer layers or heads, starts at 0
+        page_widgets_from_url("generate_map", {
+            "generate_layer": (MAP_LAYER, functools.partial(parse_number, low=0, high=n_layers - 1,
+                                                            what=f"a layer of this {n_layers}-layer model"),
+                               "showing layer 0"),
+            "generate_head": (HEAD, functools.partial(parse_number, low=0, high=n_heads - 1,
+                                                      what=f"a head of this {n_heads}-head model"), "showing head 0")})
+        url_notices("generate_layer", "generate_head")
         layer = layer_col.selectbox("Layer", range(n_layers),
-                                    **page_bind("generate_layer", 0, range(n_layers).__contains__))
-        head = head_col.selectbox("Head", range(n_heads), **page_bind("generate_head", 0, range(n_heads).__contains__))
+                                    **page_bind("generate_layer", 0, range(n_layers).__contains__, url=MAP_LAYER))
+        head = head_col.selectbox("Head", range(n_heads),
+                                  **page_bind("generate_head", 0, range(n_heads).__contains__, url=HEAD))
         if index == 0:
             rows = [step.weights[layer, head, -1]]  # the prompt's last row: it chose the first new token
             row_labels = [f"{labels[result.prompt_length - 1]} (prompt)"]

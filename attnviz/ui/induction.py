@@ -5,7 +5,7 @@ future are scored but not named, with the Heads page's reason).
 T, the seed and the head follow the URL (``T``, ``token_seed``, ``head``): read on a session's first visit of the
 page (a value the lab does not offer — a T longer than the model's context allows, a head the layer lacks, no
 number — is refused with a notice above its widget, which shows its default), written with the value each run
-draws; the Share link is drawn after the head (``ui.setup(draws_link=True)``)."""
+draws; the page draws the Share link after them and the knock-outs (``ui.setup(draws_link=True)``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.head_labels import future_caption
-from attnviz.ui.share import share_link
 from attnviz.ui.state import page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import HEAD, REPEAT, TOKEN_SEED, markdown_escape, parse_head, parse_number
 from attnviz.views import head_figures
@@ -114,8 +113,7 @@ def lab_run(ctx: Context) -> induction.InductionRun | None:
 
 
 def show(run: induction.InductionRun, ctx: Context) -> None:
-    """Scores of every head, the chosen head's map with the stripe, the per-position loss; the sidebar's Share link
-    once the head is bound."""
+    """Scores of every head, the chosen head's map with the stripe, the per-position loss."""
     from attnviz.tokens import pieces
 
     best_layer, best_head = run.best
@@ -159,7 +157,6 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     head = st.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",
                         **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads,
                                     url=HEAD))
-    share_link(ctx.link)  # now that the URL holds T, the seed and the head this run draws
     tokens = [t.piece for t in pieces(run.token_ids.tolist())]
     name = head_figures.head_name(run.layer, head) if layered else f"head {head}"
     st.plotly_chart(

@@ -3,6 +3,7 @@ map, rollout and the logit lens — for a model (a checkpoint, the bundled model
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -10,7 +11,8 @@ import streamlit as st
 
 from attnviz import models
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.state import page_bind
+from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
+from attnviz.urlstate import KNOCKOUT, parse_options
 from attnviz.views import figures, head_figures, intervention_figures
 
 NEEDS_A_MODEL = ("Knocking out heads needs a model that predicts tokens: pick the bundled model (or a checkpoint, or "
@@ -58,10 +60,12 @@ def _ablated_loss(ref: str, token_ids: tuple[int, ...], heads: tuple[tuple[int, 
 
 
 def induction_section(ctx: Context, run) -> None:
-    """The Induction lab's knock-outs: every head alone (a grid of Δ loss), then any heads together."""
+    """The Induction lab's knock-outs: every head alone (a grid of Δ loss), then any heads together — the link's
+    ``knockout`` on a session's first visit of the lab with a model, and the URL's since."""
     st.subheader("Knock heads out: which ones does the model need?")
     if ctx.config.checkpoint is None:
         st.info(NEEDS_A_MODEL, icon="ℹ️")
+        forget_page_params(KNOCKOUT)  # nothing to knock out: the link says so by leaving it out
         return
     ref, ids = ctx.config.checkpoint, tuple(int(t) for t in run.token_ids)
     st.caption("A map that *looks* like an induction head proves nothing by itself. Knocking a head out — its part "
@@ -73,8 +77,13 @@ def induction_section(ctx: Context, run) -> None:
     layers, heads = delta.shape
     names = [head_figures.head_name(layer, head) for layer in range(layers) for head in range(heads)]
     worst = names[int(np.argmax(delta))]
+    page_widgets_from_url("induction_knockout", {"induction_knockout": (
+        KNOCKOUT, functools.partial(parse_options, options=names, what="a head of this model"),
+        f"knocking out {worst}")})
+    url_notices("induction_knockout")
     chosen = st.multiselect("Knock out together", names, **page_bind(
-        "induction_knockout", [worst], lambda v: isinstance(v, list) and all(name in names for name in v)))
+        "induction_knockout", [worst], lambda v: isinstance(v, list) and all(name in names for name in v),
+        url=KNOCKOUT))
     if chosen:
         pairs = tuple((names.index(name) // heads, names.index(name) % heads) for name in chosen)
         intact_loss = models.position_loss(models.ablate(_model(ref), ids, ()), ids)

@@ -15,7 +15,22 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from attnviz.urlstate import BUG, COL, HEAD, MAP, REPEAT, ROW, STAGE, TOKEN, TOKEN_SEED
+from attnviz.urlstate import (
+    BUG,
+    COL,
+    HEAD,
+    KNOCKOUT,
+    MAP,
+    MAP_LAYER,
+    NEW_TOKENS,
+    RANDOM,
+    REPEAT,
+    ROW,
+    STAGE,
+    STEP,
+    TOKEN,
+    TOKEN_SEED,
+)
 
 
 @dataclass(frozen=True)
@@ -49,9 +64,9 @@ PAGES = (
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,)),
     PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:", url_params=(BUG, TOKEN)),
     PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False,  # random tokens
-              url_params=(REPEAT, TOKEN_SEED, HEAD)),
+              url_params=(REPEAT, TOKEN_SEED, HEAD, KNOCKOUT)),
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
-              text_run=False, url_params=("new_tokens",)),
+              text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD)),
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),
     PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False),  # its own "Tokens n"
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too

@@ -10,7 +10,8 @@ value of a widget that a run does not draw unless the widget asks to keep it: ev
 (:func:`page_bind`) has ``persist_state="session"``, so a page shows its widgets as the user left it, also when
 the user left while a fragment of the page reran itself (Generate's Play).  Some follow the URL too, as the
 settings do (:func:`page_bind`'s ``url``: the Heads and Steps pages' focused head, stage and window, Generate's new
-tokens, Compare's map, the Pitfall lab's bug and token, the Induction lab's T, seed and head): the page reads them on
+tokens, random GPT, layer and head, Compare's map, the Pitfall lab's bug and token, the Induction lab's T, seed, head
+and knock-outs): the page reads them on
 a session's first visit (:func:`page_widgets_from_url`), and the URL holds the parameters of the page shown only
 (:func:`keep_page_params`).
 
@@ -195,9 +196,17 @@ def _page_widget_changed(key: str, url: str) -> None:
 
 
 def _page_param_to_url(key: str, url: str) -> None:
-    """The URL holds the widget's value; a widget without one (a stage deselected: the page draws its default) none."""
-    value = st.session_state[key]
+    """The URL holds the widget's value (a multiselect's comma-separated); a widget without one (a stage deselected:
+    the page draws its default) none."""
+    set_page_param(url, st.session_state[key])
+
+
+def set_page_param(url: str, value) -> None:
+    """The page parameter ``url`` says ``value`` (a list comma-separated; an empty list an empty value); None: the URL
+    has no ``url`` (the page draws its default)."""
     if value is None:
         forget_page_params(url)
-    elif st.query_params.get(url) != str(value):
-        st.query_params[url] = str(value)
+        return
+    text = ",".join(str(item) for item in value) if isinstance(value, list | tuple) else str(value)
+    if st.query_params.get(url) != text:
+        st.query_params[url] = text

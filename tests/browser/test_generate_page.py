@@ -14,8 +14,10 @@ from helpers.browser import (
     choose_option,
     expect,
     grown_margins,
+    query_of,
     runs,
     save_screenshot,
+    share_link,
     step_generation,
     wait_idle,
 )
@@ -127,3 +129,44 @@ def test_a_page_switch_while_playing_keeps_the_pages_settings(page, server):
     expect(main.get_by_role("combobox", name="Or generate with a small random GPT")).to_have_value(
         "a small random GPT with grouped-query attention")
     expect(main.get_by_text(" of 30", exact=False).first).to_be_visible()
+
+
+def test_the_step_layer_and_head_are_in_the_link_and_playing_leaves_no_history_entry_a_step(page, server, browser):
+    """A link's step, layer and head open that view; Step moves the URL's step and the Share link drawn by that
+    fragment's run; Play steps on without an entry of the browser's history per step; the link of the step Stop
+    leaves opens that step in a new session."""
+    text = "The cat sat on the mat"
+    page.goto(f"{server.url}/generate?weights=bundled%20model&text={text.replace(' ', '%20')}&new_tokens=30&step=3"
+              "&map_layer=1&head=1")
+    wait_idle(page, timeout=120_000)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text("Step 3 of 30")).to_be_visible()
+    expect(main.locator(".js-plotly-plot").filter(has_text="layer 1, head 1:")).to_have_count(1)
+    step_generation(page, 4, steps=30)
+    assert query_of(page.url)["step"] == "4" and query_of(share_link(page))["step"] == "4"
+    entries = page.evaluate("history.length")
+    main.get_by_role("button", name="Play").click()
+    expect(main.get_by_text("Step 9 of 30")).to_be_visible(timeout=30_000)
+    assert "step" not in query_of(page.url)
+    before = runs(page)
+    main.get_by_role("button", name="Stop").click()
+    wait_idle(page, after=before)
+    shown = int(main.get_by_text(" of 30", exact=False).first.inner_text().split("Step ")[1].split(" of")[0])
+    assert shown >= 9 and query_of(page.url)["step"] == str(shown)
+    assert page.evaluate("history.length") <= entries + 2  # Play's start and Stop, not one a step
+    link = share_link(page)
+    assert {"step": str(shown), "map_layer": "1", "head": "1", "new_tokens": "30"}.items() <= query_of(link).items()
+
+    other = browser.new_context(viewport=page.viewport_size)  # another session, as the link's recipient has
+    try:
+        fresh = other.new_page()
+        fresh.goto(link)
+        wait_idle(fresh, timeout=120_000)
+        assert_no_exception(fresh)
+        expect(fresh.get_by_test_id("stMain").get_by_text(f"Step {shown} of 30")).to_be_visible()
+        expect(fresh.get_by_test_id("stMain").locator(".js-plotly-plot").filter(has_text="layer 1, head 1:")
+               ).to_have_count(1)
+    finally:
+        other.close()
+

@@ -1,5 +1,6 @@
 """AppTest of the pages' own URL parameters — ``head``, ``stage``, ``row``, ``col`` on the Heads and Steps pages,
-Compare's ``map``, the Pitfall lab's ``bug`` and ``token``, the Induction lab's ``T``, ``token_seed`` and ``head``: a
+Compare's ``map``, the Pitfall lab's ``bug`` and ``token``, the Induction lab's ``T``, ``token_seed``, ``head`` and
+``knockout``, Generate's ``new_tokens``, ``random``, ``step``, ``map_layer`` and ``head``: a
 link opens that view; a value the run has not gets a notice in words and the default; the URL and the Share link
 follow what the user sets (a widget, a click on the grid), also on the first run after coming back to the page; a
 reload shows the same view; and one page's parameters never reach another page's URL or link."""
@@ -369,3 +370,93 @@ def test_a_labs_share_link_follows_the_user_also_on_the_first_run_after_coming_b
     assert not again.main.warning
     for key in expected:
         assert f"{key}={encoded[key]}" in share_link(again)
+
+
+# ---------------------------------------------------------------------- Generate's step, map and random GPT; knock-outs
+
+PROMPT = "The cat sat on the mat. The cat"
+
+
+def test_a_link_opens_the_generate_pages_step_layer_and_head():
+    at = open_page("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", step="3",
+                   map_layer="1", head="1")
+    no_exception(at)
+    assert any(md.value.startswith("**Step 3 of 5**") for md in at.main.markdown)
+    assert (at.selectbox(key="generate_layer").value, at.selectbox(key="generate_head").value) == (1, 1)
+    assert any(title.startswith("layer 1, head 1:") for title in map_titles(at))
+    assert not at.main.warning
+    for part in ("new_tokens=5", "step=3", "map_layer=1", "head=1"):
+        assert part in share_link(at)
+
+
+@pytest.mark.parametrize(("query", "notice"), [
+    ({"step": "6"}, "The link's step='6' is not a step of this generation (0 … 5): showing the prefill."),
+    ({"step": "two"}, "is not a step of this generation"),
+    ({"map_layer": "2"}, "The link's map_layer='2' is not a layer of this 2-layer model (0 … 1): showing layer 0."),
+    ({"head": "-1"}, "The link's head='-1' is not a head of this 2-head model (0 … 1): showing head 0."),
+])
+def test_a_bad_step_layer_or_head_in_generates_link_gives_a_notice_and_the_default(query, notice):
+    at = open_page("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", **query)
+    no_exception(at)
+    assert notice in main_warnings(at)
+    assert any(md.value.startswith("**Step 0 of 5**") for md in at.main.markdown)
+    assert (at.selectbox(key="generate_layer").value, at.selectbox(key="generate_head").value) == (0, 0)
+    for key in query:  # the URL says what the page draws
+        assert url(at, key) == "0"
+
+
+def test_generates_step_follows_step_and_prefill_and_leaves_the_url_while_playing():
+    at = open_page("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", step="9")
+    at.button(key="generate_next").click().run()
+    no_exception(at)
+    assert url(at, "step") == "1" and "step=1" in share_link(at)
+    assert "step='9'" not in main_warnings(at)  # the user's own step: the link's refused one is moot
+    at.button(key="generate_play").click().run()
+    no_exception(at)
+    assert url(at, "step") is None and "step=" not in share_link(at)  # each step would fill the browser's history
+    at.button(key="generate_stop").click().run()
+    assert url(at, "step") is not None and f"step={url(at, 'step')}" in share_link(at)
+    at.button(key="generate_back").click().run()
+    assert url(at, "step") == "0"
+
+
+def test_a_link_opens_generates_random_gpt_and_a_bad_one_gives_a_notice():
+    at = open_page("pages/generate.py", text=PROMPT, new_tokens="3", random="mla", step="2")
+    no_exception(at)
+    assert at.selectbox(key="generate_random").value == "mla"
+    assert any(md.value.startswith("**Step 2 of 3**") for md in at.main.markdown)
+    assert "random=mla" in share_link(at) and "step=2" in share_link(at)
+    bad = open_page("pages/generate.py", text=PROMPT, variant="gqa", random="../gqa")
+    no_exception(bad)
+    assert ("The link's random='../gqa' is not a random GPT this page offers (none, mha, gqa, mqa, mla, swa): "
+            "following the sidebar's variant.") in main_warnings(bad)
+    assert bad.selectbox(key="generate_random").value == "gqa" and url(bad, "random") == "gqa"
+    bad.selectbox(key="generate_random").set_value("none").run()
+    no_exception(bad)
+    assert "random='../gqa'" not in main_warnings(bad) and url(bad, "random") == "none"
+
+
+def test_a_link_opens_the_induction_labs_knockouts():
+    at = open_page("pages/induction.py", weights="bundled model", knockout="L1H1,L0H0,L1H1")
+    no_exception(at)
+    assert at.multiselect(key="induction_knockout").value == ["L1H1", "L0H0"]  # the link's order, each once
+    assert not at.main.warning
+    assert url(at, "knockout") == "L1H1,L0H0" and "knockout=L1H1%2CL0H0" in share_link(at)
+    at.multiselect(key="induction_knockout").set_value([]).run()
+    no_exception(at)
+    assert url(at, "knockout") == ""
+    again = reload(at).switch_page("pages/induction.py").run()
+    no_exception(again)
+    assert again.multiselect(key="induction_knockout").value == [] and not again.main.warning
+
+
+def test_a_bad_knockout_in_the_link_gives_a_notice_and_the_labs_choice():
+    at = open_page("pages/induction.py", weights="bundled model", knockout="L0H0,L9H9")
+    no_exception(at)
+    assert ("The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
+            "L1H1): knocking out L0H") in main_warnings(at)
+    chosen = at.multiselect(key="induction_knockout").value
+    assert len(chosen) == 1 and url(at, "knockout") == chosen[0]
+    book = open_page("pages/induction.py", knockout="L0H0")  # the book's classes: no knock-outs, none linked
+    no_exception(book)
+    assert url(book, "knockout") is None and "knockout" not in share_link(book)
