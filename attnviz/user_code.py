@@ -18,6 +18,7 @@ runs its code: it is the user's own code, named on their own command line.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -80,7 +81,9 @@ def load(spec: str) -> type[nn.Module]:
         raise UserCodeError(f"{path_text}, line {error.lineno}: syntax error: {error.msg}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise UserCodeError(f"{path_text}: cannot be read: {_one_line(error)}") from None
-    module_spec = importlib.util.spec_from_file_location(name, path)
+    # Python's source loader whatever the file's suffix: a class copied from a tutorial into notes.txt loads too
+    module_spec = importlib.util.spec_from_file_location(name, path,
+                                                         loader=importlib.machinery.SourceFileLoader(name, str(path)))
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:

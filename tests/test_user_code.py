@@ -72,6 +72,20 @@ def test_a_syntax_error_names_its_line(tmp_path):
         user_code.load(f"{path}:A")
 
 
+@pytest.mark.parametrize("suffix", [".txt", "", ".PY"])
+def test_a_class_in_a_file_not_named_py_loads_and_other_text_is_a_syntax_error(good, tmp_path, suffix):
+    """A tutorial's class saved as notes.txt is still Python: it loads; a text that is not Python is a one-line
+    syntax error, not an error of the loader."""
+    copy = tmp_path / f"tutorial{suffix}"
+    copy.write_text(good.read_text())
+    assert user_code.load(f"{copy}:MyAttention").__name__ == "MyAttention"
+    notes = tmp_path / f"notes{suffix or '.md'}"
+    notes.write_text("Attention is all you need.\nRead chapter 3 first.\n")
+    with pytest.raises(user_code.UserCodeError, match="line 1: syntax error") as caught:
+        user_code.load(f"{notes}:A")
+    assert "\n" not in str(caught.value)
+
+
 def test_a_file_that_raises_on_import(tmp_path):
     path = tmp_path / "raises.py"
     path.write_text("raise RuntimeError('no GPU here')\n")
