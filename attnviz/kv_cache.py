@@ -124,7 +124,8 @@ PRESETS = (
     ModelKV("Qwen3 0.6B", "Qwen/Qwen3-0.6B", 40960, 1024, 16, 28, n_kv_heads=8, head_dim=128),
     ModelKV("Gemma 3 270M", "google/gemma-3-270m", 32768, 640, 4, 18, n_kv_heads=1, head_dim=256,
             sliding_window_size=512, swa_ratio="5:1"),
-    ModelKV("DeepSeek-V3 671B", "deepseek-ai/DeepSeek-V3", 163840, 7168, 128, 61, latent_dim=512 + 64),
+    ModelKV("DeepSeek-V3 671B", "deepseek-ai/DeepSeek-V3", 163840, 7168, 128, 61, head_dim=128,  # v_head_dim,
+            latent_dim=512 + 64),  # qk_nope_head_dim (its keys' 64-wide rotary part is in the latent, not here)
 )
 
 

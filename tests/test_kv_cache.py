@@ -81,6 +81,10 @@ def test_hand_worked_numbers():
     # Qwen3 0.6B: head_dim 128 set apart from 1024 / 16 = 64
     assert kv_cache.preset("Qwen3 0.6B").bytes() == 28 * 40960 * 128 * 8 * 2 * 2
     assert kv_cache.preset("DeepSeek-V3 671B").bytes() == 61 * 163840 * 576 * 2
+    # DeepSeek-V3 as MHA (the line its MLA is compared with): 128 heads of 128 (v_head_dim), not 7168 / 128 = 56
+    deepseek = kv_cache.preset("DeepSeek-V3 671B")
+    as_mha = kv_cache.variant_settings(**{k: v for k, v in deepseek.kwargs().items() if k != "swa_ratio"})["MHA"]
+    assert attnviz.kv_cache_bytes(context_length=163840, dtype="bf16", **as_mha) == 61 * 163840 * 128 * 128 * 2 * 2
     assert kv_cache.layer_split(18, "5:1") == (15, 3) and kv_cache.layer_split(7, "2:3") == (4, 3)
 
 
