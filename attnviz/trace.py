@@ -76,9 +76,12 @@ class Trace:
 
 def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddings: dict, *, steps: dict,
            output: np.ndarray, shapes: tuple, device: str, notes: list[str], model: ModelRun | None = None,
-           module_run: ModuleRun | None = None) -> Trace:
-    """A Trace of these tokens: the display pieces are derived here, the same for every run of the same ids."""
-    details = pieces(tuple(token_ids))
+           module_run: ModuleRun | None = None, tokenized: bool = True) -> Trace:
+    """A Trace of these tokens: the display pieces are derived here, the same for every run of the same ids.
+    ``tokenized`` False: the inputs were vectors, not tokens (a tensor given to ``trace_module``); ``token_ids`` are
+    their positions, and the pieces say so (``x[3]``), never the GPT-2 tokens those numbers would be."""
+    details = pieces(tuple(token_ids)) if tokenized else tuple(
+        tokens.Token(id=int(i), piece=f"x[{i}]", start=0, end=0, special=False) for i in token_ids)
     return Trace(config=config, text=text, tokens=tuple(t.piece for t in details), token_ids=tuple(token_ids),
                  token_details=details, embeddings=embeddings, steps=steps, output=output, shapes=shapes,
                  device=device, notes=tuple(notes), model=model, module_run=module_run)

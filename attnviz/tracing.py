@@ -679,14 +679,15 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
         arrays = {"token": to_numpy(inputs[0]), "position": to_numpy(torch.zeros_like(inputs[0])),
                   "input": to_numpy(inputs[0])}
     return trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=arrays, notes=notes,
-                        causal=causal, label=label)
+                        causal=causal, label=label, tokenized=isinstance(x, str))
 
 
 def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_ids: list[int], embeddings: dict,
                  notes: list[str], causal: bool | None = None, label: str | None = None, seed: int = 123,
-                 config: AttentionConfig | None = None) -> Trace:
+                 config: AttentionConfig | None = None, tokenized: bool = True) -> Trace:
     """The Trace of ``module`` on embedded tokens ``inputs`` (batch, n, d_in); ``config``: the Trace's config
-    (the producer of a listed module passes its settled one), else one is made from what the run showed."""
+    (the producer of a listed module passes its settled one), else one is made from what the run showed.
+    ``tokenized`` False: ``inputs`` are a caller's vectors, labelled by position (``trace.make_trace``)."""
     if inputs.shape[1] > MAX_CONTEXT_LENGTH:
         raise TraceError(f"{inputs.shape[1]} tokens is more than {MAX_CONTEXT_LENGTH}")
     recording = record(module, inputs)
@@ -711,7 +712,7 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
     return make_trace(config, text, token_ids, embeddings,
                       steps={name: to_numpy(value) for name, value in steps.items()},
                       output=to_numpy(recording.output), shapes=shapes, device=str(inputs.device.type),
-                      notes=notes, module_run=module_run(module, recording, attention))
+                      notes=notes, module_run=module_run(module, recording, attention), tokenized=tokenized)
 
 
 def module_run(module: nn.Module, recording: Recording, attention: Attention) -> ModuleRun:

@@ -83,6 +83,20 @@ def test_trace_module_and_check_module_on_a_users_module():
     assert results and all(result.status != "fail" for result in results)
 
 
+def test_a_tensors_positions_are_labelled_as_positions_not_as_the_gpt2_tokens_of_their_numbers():
+    """A (batch, n, d_in) tensor has no tokens: its rows are x[0], x[1], … on the Trace and on show()'s axes, never
+    the GPT-2 tokens of ids 0, 1, … ('!', '"', …)."""
+    trace = attnviz.trace_module(TwoHeads().eval(), torch.randn(1, 4, 16))
+    assert trace.tokens == ("x[0]", "x[1]", "x[2]", "x[3]")
+    from attnviz.views.notebook import figures_of  # what show() displays
+
+    layout = figures_of(trace)["head"].layout
+    labels = [str(label) for axis in ("xaxis", "xaxis2", "yaxis", "yaxis2") for label in (layout[axis].ticktext or ())
+              if axis in layout]
+    assert labels and all("x[" in label for label in labels), labels
+    assert not any(piece in "".join(labels) for piece in ("!", "&quot;", "#"))
+
+
 def test_run_names_a_config_that_is_not_an_attention_config():
     """A dict of settings was an AttributeError from inside the producers."""
     from attnviz.config import ConfigError
