@@ -164,9 +164,9 @@ def _results(record: dict) -> None:
 
 
 def _table(rows: list[tuple[str, str, str]], where=None) -> None:
-    table = pd.DataFrame(rows, columns=["rule", "result", "evidence"])
-    (where or st).dataframe(table, key=None if where is not None else "module_checks", hide_index=True,
-                            width="stretch", column_config={"evidence": st.column_config.TextColumn(width="large")})
+    """The rules done as a static table: its evidence wraps, so a failing rule's numbers are read whole (a data
+    grid's cell shows one line of them)."""
+    (where or st).table(pd.DataFrame(rows, columns=["rule", "result", "evidence"]), hide_index=True)
 
 
 def _duration(seconds: float) -> str:

@@ -35,6 +35,9 @@ def test_the_first_request_draws_the_module_and_its_checks(page, server):
     expect(main).to_contain_text("CausalSelfAttention, 4 heads × 16 · your code, traced")
     expect(main).to_contain_text("Check CausalSelfAttention")
     expect(main).to_contain_text("All 8 rules pass or do not apply.")
+    rules = main.get_by_test_id("stTable").filter(has_text="evidence")
+    expect(rules).to_contain_text("the hidden cells are exactly the future (above the diagonal)")  # read whole
+    assert rules.evaluate("t => t.scrollWidth <= t.clientWidth + 1")  # wrapped, not cut off or scrolled
     expect(main.locator(".attnviz-op").first).to_be_visible()  # its own op path beside the grid
     assert main.locator("[data-testid=stPlotlyChart]").count() >= 2  # the grid and the focused head
     assert (REPO / "docs").is_dir()

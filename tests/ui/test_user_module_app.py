@@ -73,7 +73,7 @@ def test_the_heads_grid_has_the_modules_heads_and_the_check_panel_its_rules():
     grid = next(fig for fig in figures(at) if any(t.get("name", "").startswith("select head") for t in fig["data"]))
     tiles = [note["text"] for note in grid["layout"]["annotations"] if re.fullmatch(r"(▶ )?head \d+", note["text"])]
     assert len(tiles) == 4
-    table = next(frame.value for frame in at.dataframe if "rule" in frame.value.columns)
+    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
     assert list(table["rule"]) == ["rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement",
                                    "batch-independence", "matches-reference", "kv-cache"]
     assert dict(zip(table["rule"], table["result"])) == {**dict.fromkeys(table["rule"], "pass"), "kv-cache": "skip"}
@@ -203,7 +203,7 @@ def stopping_check(monkeypatch, when) -> list[list[str]]:
 
 
 def rule_tables(at: AppTest) -> list:
-    return [frame.value for frame in at.dataframe if "rule" in frame.value.columns]
+    return [frame.value for frame in at.table if "rule" in frame.value.columns]
 
 
 def test_a_check_stopped_half_way_keeps_its_rules_and_checks_the_others_when_asked(monkeypatch):
