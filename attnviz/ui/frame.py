@@ -23,7 +23,7 @@ from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import ViewSlots, drawn, fill_view_slots, sidebar
+from attnviz.ui.sidebar import ViewSlots, drawn, fill_links, fill_view_slots, sidebar
 from attnviz.ui.state import keep_page_params, keep_widgets
 from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
 
@@ -183,6 +183,7 @@ def setup(book_classes: bool = False, draws_link: bool = False) -> Context | Non
         st.warning(markdown_escape(str(exc)), icon="✋")
         if slots is not None:
             fill_view_slots(slots, choice)
+            fill_links(slots, values)
         last = _last_valid_trace()
         share_and_export(last)
         if last is None:

@@ -16,7 +16,7 @@ from attnviz.trace import Trace
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, run_notes, run_settings
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import current_settings, drawn, fill_view_slots
+from attnviz.ui.sidebar import current_settings, drawn, fill_links, fill_view_slots
 
 
 def draw_layer_views(ctx: Context, draw: Callable[[Context], None]) -> None:
@@ -50,6 +50,7 @@ def _layer_fragment(context: Context, key: tuple, draw: Callable[[Context], None
         settings, config, trace = _rerun(config)
     elif trace is None:
         trace = cached_trace(*key)
+    fill_links(context.slots, settings)  # the page links carry the text and layer this run draws
     link = share_and_export(trace, link=False)  # filled by draw once the page's URL parameters are bound
     run_notes(trace)  # in the fragment: a new text's notes replace the last one's
     draw(dataclasses.replace(context, settings=settings, config=config, trace=trace, link=link))

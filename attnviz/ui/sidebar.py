@@ -41,11 +41,14 @@ from attnviz.urlstate import (
 class ViewSlots:
     """Places in the sidebar that a page's layer views fill (:mod:`attnviz.ui.layer_views`, a fragment): the Layer
     selectbox's and, with the book's classes or a user's module, the Text area's — so that a new layer, or a new
-    text, reruns only the fragment.  ``text`` is None with a checkpoint: its next-token panel, outside the fragment,
-    reads the text too, so the sidebar draws the Text area and a new text reruns the whole page."""
+    text, reruns only the fragment — and the page links', which carry the text and the layer.  ``text`` is None with
+    a checkpoint: its next-token panel, outside the fragment, reads the text too, so the sidebar draws the Text area
+    and a new text reruns the whole page."""
 
     layer: DeltaGenerator
     text: DeltaGenerator | None
+    links: DeltaGenerator  # the page links, which carry the settings: the fragment that runs a new text draws them
+    pages: tuple[StreamlitPage, ...]
 
 
 def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
@@ -70,7 +73,8 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
             text_slot = st.container()  # the Text area sits above Weights, which decides who draws it
             choice = _weights(listed)
             layer_slot = st.container()
-            slots = ViewSlots(layer=layer_slot, text=None if choice.checkpoint else text_slot) if layer_views else None
+            slots = ViewSlots(layer=layer_slot, text=None if choice.checkpoint else text_slot, links=links,
+                              pages=tuple(pages)) if layer_views else None
             if slots is None or slots.text is None:
                 with text_slot:
                     text_area()
@@ -83,8 +87,9 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
             _mask_dropout_seed_device(spec, choice)
         _notices()
     values = current_settings()
-    with links:
-        page_links(pages, values)
+    if slots is None:  # else the page's layer views draw them, with the text and layer they run
+        with links:
+            page_links(pages, values)
     return values, slots
 
 
@@ -95,12 +100,20 @@ def text_area() -> None:
 
 def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
     """Draw what the sidebar left to the page's layer views (the Text area, if its slot is there, and the Layer
-    selectbox) into its slots."""
+    selectbox) into its slots; the page links are drawn once the settings are settled (:func:`fill_links`)."""
     if slots.text is not None:
         with slots.text:
             text_area()
     with slots.layer:
         layer_selectbox(choice)
+
+
+def fill_links(slots: ViewSlots, values: dict) -> None:
+    """The page links into the place the sidebar left for them, carrying ``values``: drawn by the layer views on
+    every run, whole or of their fragment alone (Streamlit keeps a fragment's element outside it only where its
+    whole run drew it too), so that a text or layer committed there reaches the next page."""
+    with slots.links:
+        page_links(list(slots.pages), values)
 
 
 def current_settings() -> dict:

@@ -80,10 +80,16 @@ def set_setting(key: str, value) -> None:
 
 
 def _changed(key: str) -> None:
-    """on_change of every sidebar widget: keep the sizes consistent.  The notices about the URL a session opened with
-    go: they said which of its values were not used, and a setting the user changes since replaces that answer."""
+    """on_change of every sidebar widget: the new value becomes the session's own, and the sizes stay consistent.
+    The notices about the URL a session opened with go: they said which of its values were not used, and a setting
+    the user changes since replaces that answer.
+
+    The session's own value: a Text or Layer committed on the Heads page reruns only its fragment, so no
+    :func:`keep_widgets` runs before the next page switch — whose run gets no widget state from the browser, and
+    would start from the value the last whole run kept (the text before)."""
     state = st.session_state  # read after each set_setting: the branches see the values the ones before set
     state.pop(URL_NOTICES, None)
+    state[key] = state[key]  # the session's own value, as keep_widgets makes it: see _changed's docstring
     if key == "weights" and state["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
     if key == "preset" and state["preset"] in PRESET_DIMS:

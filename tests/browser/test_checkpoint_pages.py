@@ -16,6 +16,7 @@ from helpers.browser import (
     choose_option,
     expect,
     grown_margins,
+    query_of,
     runs,
     save_screenshot,
     start_server,
@@ -130,6 +131,21 @@ def test_layer_switch_and_overview_and_screenshot(page, server):
     page.evaluate("document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
     path = save_screenshot(page, "checkpoint", max_height=4400)
     assert path.stat().st_size > 20_000
+
+
+def test_a_layer_picked_on_the_heads_page_reaches_the_next_page(page, server):
+    """The Heads page runs a new layer in its layer fragment alone: the page links that run draws carry it, and the
+    page switched to shows that layer (not the layer of the page's last whole run)."""
+    visit(page, f"{server.url}/?weights={NAME}&text={TEXT.replace(' ', '%20')}")
+    pick(page, "Layer", "2")
+    links = sidebar(page).get_by_test_id("stPageLink-NavLink")
+    assert {query_of(link.get_attribute("href"))["layer"] for link in links.all()} == {"2"}
+    before = runs(page)
+    links.filter(has_text="Steps").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main_captions(page).filter(has_text=f"{NAME} · layer 2 of 4").first).to_be_visible()
+    assert query_of(page.url)["layer"] == "2"
 
 
 def test_a_layer_switch_sends_the_layers_views_and_nothing_else(page, server):

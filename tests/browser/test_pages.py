@@ -176,6 +176,23 @@ def test_typed_sentence_reaches_tokens_and_heads(page, base_url):
     assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
 
 
+def test_a_text_committed_on_the_heads_page_reaches_the_next_page_and_its_links(page, base_url):
+    """The Heads page runs a new text in its layer fragment alone: the page links drawn by that run carry it, and
+    the page switched to shows it (not the text of the page's last whole run), twice in a row."""
+    visit(page, f"{base_url}/?text=Start")
+    for text, page_name in (("Changed on the heads page", "Steps"), ("Changed again", "Tokens")):
+        commit_text(page, text)
+        assert_no_exception(page)
+        links = sidebar(page).get_by_test_id("stPageLink-NavLink")
+        assert {query_of(link.get_attribute("href"))["text"] for link in links.all()} == {text}
+        go_to(page, page_name)
+        assert_no_exception(page)
+        expect(text_box(page)).to_have_value(text)
+        assert query(page)["text"] == text
+        go_to(page, "Heads")
+        expect(text_box(page)).to_have_value(text)
+
+
 def _is_new_session(frame: bytes) -> bool:
     """Whether a websocket frame is the ``new_session`` message Streamlit sends at the start of every run."""
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
@@ -187,8 +204,9 @@ def _is_new_session(frame: bytes) -> bool:
 
 def test_a_new_text_sends_the_views_and_nothing_else_of_the_sidebar(page, base_url):
     """With the book's classes a new text reruns the Heads page's layer fragment only: it sends the views, the Text
-    area, the Layer selectbox and Share & export — not the page links nor the sidebar's other settings — and the
-    views, the URL and the link follow the text; a setting changed afterwards reruns the whole page with that
+    area, the Layer selectbox, Share & export and the page links (they carry the text) — not the sidebar's other
+    settings — and the views, the URL and the links follow the text; a setting changed afterwards reruns the whole
+    page with that
     text; an empty text shows the message and the last valid view."""
     received: list[bytes] = []
     page.on("websocket", lambda socket: socket.on(
@@ -200,7 +218,8 @@ def test_a_new_text_sends_the_views_and_nothing_else_of_the_sidebar(page, base_u
     sent = b"".join(frame for frame in received if not _is_new_session(frame))  # each run's, which lists the pages
     assert b"Head statistics" in sent and b"Share & export" in sent  # the views and the sidebar's slots
     expect(text_box(page)).to_have_value("Every cat loves warm milk")  # redrawn, holding what was typed
-    for label in (b"Attention variant", b"Compare variants", b"Dropout p"):
+    assert b"Compare variants" in sent  # the page links, with the new text
+    for label in (b"Attention variant", b"Dropout p", b"Model size"):
         assert label not in sent, f"{label!r}: the rest of the sidebar is not sent again"
     assert x_tick_labels(focused_chart(page)) == ["Every", "·cat", "·loves", "·warm", "·milk"]
     expect(page.get_by_test_id("stMain").get_by_text(re.compile(r"· 5 tokens ·")).first).to_be_visible()
