@@ -133,5 +133,5 @@ run = trace.module_run  # a user's module: its own source
 with st.expander(f"Source of {run.class_name if run else source.CLASSES[config.variant].__name__} — read from the "
                  "running module", expanded=run is not None):
     code, line = source.module_marked_source(run, stage) if run else source.marked_source(config.variant, stage)
-    st.caption(f"Line {line} (marked ◀) computes this stage." if line else "This variant has no line for this stage.")
-    st.code(code, language="python", line_numbers=True)
+    st.caption(source.line_caption(line, run))
+    st.code(code, language="python", line_numbers=run is None)  # the gutter counts from 1, not from the file's line

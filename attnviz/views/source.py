@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 
 from attnviz import variants
 
@@ -72,11 +73,21 @@ def module_stage_code(run, stage: str) -> str | None:
 
 
 def module_marked_source(run, stage: str) -> tuple[str, int | None]:
-    """(the user's class source with the stage's line marked, 1-based line within it or None)."""
+    """(the user's class source with the stage's line marked, that line's number in the user's file or None): the
+    number the op path and the user's editor give it, not its place within the class."""
     lines = run.source.splitlines()
     line = run.stage_lines.get(stage)
     index = None if line is None else line - run.first_line
     if index is None or not 0 <= index < len(lines):
         return run.source, None
     lines[index] += MARK
-    return "\n".join(lines), index + 1
+    return "\n".join(lines), line
+
+
+def line_caption(line: int | None, run=None) -> str:
+    """What the source panel says of the stage's line: its number in the variant's class, or in the user's file
+    (``run``: a traced module's ``ModuleRun``), as the op path gives it."""
+    if line is None:
+        return "This variant has no line for this stage."
+    where = f" of {Path(run.filename).name}" if run is not None and run.filename else ""
+    return f"Line {line}{where} (marked ◀) computes this stage."

@@ -85,6 +85,19 @@ def test_the_steps_source_panel_shows_the_users_code_with_the_stage_marked():
     assert "class CausalSelfAttention(nn.Module):" in code and "◀" in code
 
 
+def test_the_marked_line_has_its_number_in_the_users_file_as_the_op_path_gives_it():
+    """The class starts well into its file: the panel's line number is the file's (what the op path and an editor
+    say), and its code has no gutter counting from 1."""
+    at = app("pages/steps.py")
+    panel = next(c for c in at.code if "class CausalSelfAttention(nn.Module):" in c.value)
+    marked = next(line for line in panel.value.splitlines() if "◀" in line).split("  # ◀")[0]
+    number = MODULES.read_text().splitlines().index(marked) + 1
+    assert number > len(panel.value.splitlines())  # not a place within the class
+    assert any(f"Line {number} of {MODULES.name} (marked ◀)" in c.value for c in at.caption)
+    assert f"line {number}" in " ".join(h.value for h in at.html if "attnviz-op" in h.value)  # the op path's
+    assert not panel.proto.show_line_numbers
+
+
 @pytest.mark.parametrize(("label", "words"), [("Your module: Raises", "the forward raised RuntimeError"),
                                               ("Your module: NoSoftmax", "no attention found")])
 def test_a_module_that_cannot_run_says_why_and_keeps_the_text(label, words):
