@@ -137,9 +137,11 @@ def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
 
 
 def _module_and_input(text: str, config: AttentionConfig) -> tuple[torch.nn.Module, torch.Tensor]:
-    """A copy of the run's module (the shared one is never switched) and the text's first tokens, (1, n, d_in)."""
+    """A copy of the run's module (the shared one is never switched) in eval mode, as a user's code hands it over
+    (the sidebar's *Dropout active* is the app's mode, not a fault of the code: the rules check both modes), and
+    the text's first tokens, (1, n, d_in)."""
     trace = cached_trace(text, config)
-    module = copy.deepcopy(user_module.module_for(trace.config))
+    module = copy.deepcopy(user_module.module_for(trace.config)).eval()
     x = torch.as_tensor(trace.embeddings["input"][:MAX_CHECK_TOKENS].copy())[None]  # (1, n, d_in)
     return module, x
 

@@ -256,6 +256,19 @@ def test_a_slow_module_says_how_long_the_check_will_take_before_the_rules_run(mo
     assert (stop[0].page_script_hash, stop[0].query_string) == (heads.page_script_hash, heads.query_string)
 
 
+def test_the_sidebars_dropout_active_is_not_blamed_on_the_users_code():
+    """The sidebar's *Dropout active (training mode)* runs the maps in training mode; the check still hands the rules
+    the module as the code leaves it, so dropout-placement passes as it does with the toggle off."""
+    results = {}
+    for train in ("false", "true"):
+        at = app("pages/heads.py", dropout="0.1", train=train)
+        no_exception(at)
+        table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
+        results[train] = dict(zip(table["rule"], table["result"]))
+    assert results["true"]["dropout-placement"] == results["false"]["dropout-placement"] == "pass"
+    assert results["true"] == results["false"]
+
+
 def test_a_finished_check_says_what_it_cost():
     at = app(text="Your journey starts with one step", seed="13")
     assert any(re.fullmatch(r"9 forwards of your module, \d+\.\d s\.", caption.value) for caption in at.caption)
