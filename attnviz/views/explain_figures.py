@@ -19,6 +19,7 @@ validation (``tests/views/test_explain_figures.py`` validates them): a 1,024-bar
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
@@ -47,6 +48,18 @@ def _divisor_text(explanation: WeightExplanation) -> str:
     if explanation.divisor == 1.0:
         return "÷ 1 (no scaling)"
     return f"÷ {_number(explanation.divisor)}"
+
+
+TITLE_CHARS = 52  # a title line's characters at 13 px: the panel beside the focused map is ~400 px wide
+LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
+
+
+def _wrapped(text: str, width: int = TITLE_CHARS) -> tuple[str, int]:
+    """``text`` with its lines (``<br>``-separated) broken at spaces to at most ``width`` characters, as Plotly
+    titles do not wrap themselves; and how many lines it has then."""
+    lines = [part for line in text.split("<br>") for part in (textwrap.wrap(line, width, break_long_words=False,
+                                                                            break_on_hyphens=False) or [""])]
+    return "<br>".join(lines), len(lines)
 
 
 def _cell_name(explanation: WeightExplanation) -> str:
@@ -79,10 +92,13 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
         subtitle = ""
     if explanation.stand_in:
         subtitle = " ".join(filter(None, [subtitle, safe_label(explanation.stand_in)]))
+    title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{sums}")
+    subtitle, subtitle_lines = _wrapped(subtitle, round(TITLE_CHARS * 13 / 11)) if subtitle else ("", 0)
+    top = 30 + LINE_PX[13] * title_lines + LINE_PX[11] * subtitle_lines  # the title block above the bars' names
     layout = {
-        "title": {"text": f"{_cell_name(explanation)}<br>{sums}", "font": {"size": 13},
-                  "subtitle": {"text": subtitle, "font": {"size": 11}}},
-        "height": height, "margin": {"l": margins.beside(), "r": 10, "t": 120, "b": margins.across([], angle=0)},
+        "title": {"text": title, "font": {"size": 13}, "subtitle": {"text": subtitle, "font": {"size": 11}}},
+        "height": height + top - 120, "margin": {"l": margins.beside(), "r": 10, "t": top,
+                                                "b": margins.across([], angle=0)},
         "showlegend": False, "bargap": 0.1,
         "uniformtext": {"minsize": 10, "mode": "show"},
         "xaxis": {"title": {"text": f"dimension d of the head (0 … {explanation.head_dim - 1})"}, "zeroline": False},
@@ -142,7 +158,8 @@ def _panels(titles: list[str], axes: list[dict], gap: float) -> dict:
         top = 1.0 - index * (height + gap)
         layout[f"xaxis{suffix}"] = {**axis, "anchor": f"y{suffix}", "domain": [0.0, 1.0]}
         layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [max(0.0, round(top - height, 6)), round(top, 6)]}
-        annotations.append({"text": title, "x": 0.5, "xref": "paper", "xanchor": "center", "y": top, "yref": "paper",
+        annotations.append({"text": _wrapped(title, round(TITLE_CHARS * 13 / 12))[0], "x": 0.5, "xref": "paper",
+                            "xanchor": "center", "y": top, "yref": "paper",
                             "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
     return {**layout, "annotations": annotations}
 
@@ -176,9 +193,11 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
     else:
         how = (f"weight = exp({_number(explanation.scaled)}) ÷ Σ over the row's visible keys of exp(scaled) = "
                f"{explanation.weight:.4f}")
+    title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{how}")
+    top = 40 + LINE_PX[13] * title_lines
     layout.update(
-        title={"text": f"{_cell_name(explanation)}<br>{how}", "font": {"size": 13}}, height=height, showlegend=False,
-        bargap=0.1, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 90,
+        title={"text": title, "font": {"size": 13}}, height=height + top - 90, showlegend=False,
+        bargap=0.1, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top,
                             "b": margins.across(axis["ticktext"])},
         shapes=[{"type": "line", "x0": explanation.key, "x1": explanation.key, "xref": xref, "y0": 0, "y1": 1,
                  "yref": f"{yref} domain", "line": {"color": HIGHLIGHT, "width": 1, "dash": "dot"}}

@@ -107,6 +107,33 @@ def test_masked_cell_title_says_why_and_never_nan():
     assert np.flatnonzero(np.asarray(unseen.marker.color) == HIGHLIGHT).tolist() == [1]  # key 4, the clicked one
 
 
+def visible_lines(title: str) -> list[str]:
+    """A Plotly title's lines as the browser shows them (entities as one character)."""
+    import html
+
+    return [html.unescape(line) for line in title.split("<br>")]
+
+
+def test_the_titles_break_into_lines_the_panel_beside_the_map_holds():
+    """Plotly does not wrap a title: the explanation's long lines (the softmax's formula, the mask's reason, the
+    selected tokens) come broken at spaces into lines of at most ~52 characters (the ~400 px panel), all words kept."""
+    text = "Your journey starts with one step and then another step and many more steps on the long road ahead"
+    trace = pipeline.run(text, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
+    masked, seen = explain_weight(trace, 1, 2, 9), explain_weight(trace, 1, 9, 2)
+    sums = attention_sums(trace, 1, queries=range(3, trace.n), keys=range(0, trace.n, 2))
+    figures = [products_figure(masked), products_figure(seen), row_softmax_figure(seen, trace.tokens),
+               row_softmax_figure(masked, trace.tokens), summed_attention_figure(sums, trace.tokens)]
+    titles = [(fig.layout.title.text, 52) for fig in figures]
+    titles += [(fig.layout.title.subtitle.text, 62) for fig in figures[:2] if fig.layout.title.subtitle.text]
+    titles += [(note.text, 57) for fig in figures for note in fig.layout.annotations]
+    assert len(titles) >= 10
+    for title, width in titles:
+        assert all(len(line) <= width for line in visible_lines(title)), title
+    assert "causal mask hides it (−∞ before the softmax), so its weight is 0" in " ".join(
+        visible_lines(figures[0].layout.title.subtitle.text))
+    assert "÷ Σ over the row's visible keys of exp(scaled)" in " ".join(visible_lines(figures[2].layout.title.text))
+
+
 def test_simplified_class_says_what_stands_in_and_that_nothing_scales():
     trace = pipeline.run("The cat sat", AttentionConfig(variant="simplified", d_in=8, causal=False))
     fig = products_figure(explain_weight(trace, 0, 2, 0))
