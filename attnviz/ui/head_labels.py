@@ -111,13 +111,18 @@ def section(ctx: Context) -> None:
         "a type. Duplicate-token and induction need repeated tokens: paste a text twice, or open the Induction lab."
     )
     none = "none on this text."
+    whose = "Your module has" if config.module is not None else "The book's classes have"
+    learned = ("Choose the bundled model (or train one on the Train page) under *Weights* to see heads that learned "
+               "one.")
     if seeing:
         none = "none: these heads see the future (below)."
     elif not named and config.checkpoint is None:
-        whose = "Your module has" if config.module is not None else "The book's classes have"
-        none += (f" {whose} random weights: their heads have no types yet. Choose the bundled model "
-                 "(or train one on the Train page) under *Weights* to see heads that learned one.")
+        none += f" {whose} random weights: their heads learned no type. {learned}"
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else none))
+    if named and config.checkpoint is None:  # random weights: a type is chance, likelier the shorter the text
+        st.caption(f"{whose} random weights, so a type named here is chance: on {trace.n:,} tokens a query has "
+                   f"few keys to spread over, and {head_types.LABEL_THRESHOLD:g} on one of them is easily reached. "
+                   f"{learned}")
     if seeing:
         st.info(future_caption(config, future), icon="ℹ️")
     types = label_table(scores, causal=not seeing)

@@ -96,6 +96,21 @@ def test_heads_page_labels_the_book_classes_heads_from_the_trace():
         assert (row["type"] == "—") == (label is None)
 
 
+def test_random_weights_say_a_type_they_show_is_chance_and_learned_none_when_they_show_none():
+    """On random weights a short text lets a head pass the threshold by chance: the page names it and says so,
+    rather than claim random heads have no types; a text where none passes says they learned none."""
+    named = app(text="The cat sat on the mat")
+    assert not named.exception
+    markdown = " ".join(m.value for m in named.markdown)
+    assert "with a type:** head " in markdown and "have no types" not in markdown
+    assert any("random weights, so a type named here is chance: on 6 tokens" in c.value for c in named.caption)
+    none = app()  # "Your journey starts with one step": no head passes
+    text = " ".join(m.value for m in none.markdown)
+    assert "with a type:** none on this text. The book's classes have random weights: their heads learned no type." \
+        in text
+    assert not any("is chance" in c.value for c in none.caption)
+
+
 @pytest.fixture
 def session_model(monkeypatch):
     from attnviz.ui import weights as ui_weights
