@@ -131,6 +131,17 @@ def test_variant_curves_and_their_figure():
     assert list(fig.data[0].y) == curves["MHA"] and list(fig.data[0].x) == lengths
 
 
+def test_no_tick_label_crowds_the_last_context_length():
+    """DeepSeek-V3's 163,840 tokens follow 131,072 on a log axis: its tick (160k) stands alone, not on 128k's."""
+    lengths = kv_cache.context_lengths(163840)
+    fig = generation_figures.kv_bytes_figure(lengths, {"MHA": lengths}, title="t", marker_at=163840)
+    assert list(fig.layout.xaxis.tickvals)[-2:] == [65536, 163840]
+    assert list(fig.layout.xaxis.ticktext)[-2:] == ["64k", "160k"]
+    assert list(fig.data[0].x) == lengths  # every length still drawn
+    gpt2 = generation_figures.kv_bytes_figure(kv_cache.context_lengths(131072), {"MHA": [1] * 10}, title="t")
+    assert list(gpt2.layout.xaxis.ticktext)[-2:] == ["64k", "128k"]
+
+
 def test_a_curve_that_equals_an_earlier_one_is_drawn_dotted_and_says_so():
     lengths = [256, 512]
     curves = {"MHA": [10, 20], "GQA": [5, 10], "MLA": [10, 20]}  # MLA caches what MHA caches: one line under the other

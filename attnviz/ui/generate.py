@@ -239,8 +239,14 @@ def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
     lines = [f"**{title}**", "", "| | token | probability |", "|---:|---|---:|"]
     for rank, (piece, prob) in enumerate(zip(pieces, probs), start=1):
         cell = f"{markdown_escape(piece)} ← chosen" if rank == 1 else markdown_escape(piece)
-        lines.append(f"| {rank} | {cell} | {prob:.1%} |")
+        lines.append(f"| {rank} | {cell} | {_percent(prob)} |")
     return "\n".join(lines)
+
+
+def _percent(prob: float) -> str:
+    """A probability as a percentage with its first two significant digits where one decimal shows 0.0% (a random
+    GPT spreads its guess over 50,257 tokens: 0.0021%)."""
+    return f"{prob:.1%}" if prob >= 0.001 else f"{prob * 100:.2g}%"
 
 
 def _go_to(index: int) -> None:

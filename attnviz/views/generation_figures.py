@@ -100,8 +100,9 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
             hovertemplate=f"{name}<br>%{{x:,}} tokens: %{{customdata}}<extra></extra>"))
     if marker_at:
         fig.add_vline(x=marker_at, line={"color": "#636363", "width": 1, "dash": "dot"})
-    fig.update_xaxes(type="log", title="context length (tokens)", tickvals=lengths,
-                     ticktext=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}" for n in lengths])
+    ticks = [n for n in lengths if n == lengths[-1] or lengths[-1] / n >= 1.5]  # none crowding the last (160k)
+    fig.update_xaxes(type="log", title="context length (tokens)", tickvals=ticks,
+                     ticktext=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}" for n in ticks])
     fig.update_yaxes(type="log", title="KV cache (bytes)")
     names = [labels.get(name, name) for name in curves]
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=420,

@@ -268,6 +268,17 @@ def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cach
     assert at.text_area[0].value == TEXT
 
 
+def test_the_top_5_of_a_random_gpt_are_not_all_0_percent():
+    """A random GPT spreads its guess over 50,257 tokens: each probability is shown with two significant digits, and
+    the chosen token's is the largest shown."""
+    at = random_page(variant="mqa")
+    table = next(m.value for m in at.markdown if "| probability |" in m.value)
+    shown = [line.rsplit("|", 2)[-2].strip() for line in table.splitlines()[4:]]
+    assert len(shown) == 5 and "0.0%" not in shown, shown
+    values = [float(p.rstrip("%")) for p in shown]
+    assert values == sorted(values, reverse=True) and values[0] > 0
+
+
 def test_sidebar_settings_that_do_not_fit_the_random_gpt_are_said_and_the_preset_used():
     at = random_page(variant="gqa", num_kv_groups="6")  # 6 divides the sidebar's 12 heads, not the model's 8
     assert not at.exception
