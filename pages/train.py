@@ -32,8 +32,7 @@ with st.expander("What makes this recipe form the textbook circuit"):
         "and feed-forward layers, the same model learned to copy the repeat without these heads "
         "(benchmarks/results/train_recipe.md)."
     )
-st.caption("One training per browser tab; the server trains a few at once at most. It runs in the background: "
-           "other pages stay usable (your training continues while this tab is open) and closing the tab stops it.")
+st.caption(train.concurrency_caption())
 
 train.controls()
 train.live()

@@ -24,10 +24,13 @@ def show(ctx: Context) -> None:
     d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
     device, _ = resolve_device(settings["device"])
     st.markdown(
-        f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, {num_heads} heads, "
+        f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, {_heads(num_heads)}, "
         f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
         f"(1, n, {d_in}) input. Device: **{device}**."
     )
+    if settings["variant"] != "mha":
+        st.caption("The sidebar's *Attention variant* does not apply here: these are five ways to write multi-head "
+                   "attention; its sizes, mask and device do.")
     if available_devices() == ["auto", "cpu"]:
         st.caption("CPU only on this machine (no CUDA or MPS): GPU timings would differ a lot.")
     if d_in != d_out:
@@ -73,7 +76,7 @@ def _time(settings: dict, device: str, n: int, repeats: int) -> dict:
     del st.session_state[STARTED]
     bar.empty()
     stop.empty()
-    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {num_heads} heads, "
+    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {_heads(num_heads)}, "
                                    f"{device}"}
 
 
@@ -85,3 +88,7 @@ def _results(results: dict | None) -> None:
     rows = results["rows"]
     st.plotly_chart(figures.benchmark_bars(rows, results["about"]), config=plotly_config("attnviz-benchmark"))
     st.dataframe(implementations.results_table(rows), hide_index=True)
+
+
+def _heads(n: int) -> str:
+    return f"{n} head" if n == 1 else f"{n} heads"

@@ -42,6 +42,15 @@ def max_trainings() -> int:
         return default
 
 
+def concurrency_caption() -> str:
+    """How many trainings run at once here, and what a training leaves usable."""
+    most = job_board().max_running
+    at_once = "one training at a time" if most == 1 else f"at most {most} trainings at once"
+    return (f"One training per browser tab; this server runs {at_once} (one core of the machine's stays for the "
+            "pages). It runs in the background: other pages stay usable (your training continues while this tab is "
+            "open) and closing the tab stops it.")
+
+
 @st.cache_resource(show_spinner=False)
 def job_board() -> JobBoard:
     """The server's one board: its bound on concurrent trainings is per server."""

@@ -215,6 +215,21 @@ def test_empty_text_keeps_the_text_box_and_the_last_view():
     assert len(grid_heads(grid(at))) == 12  # the last valid view stays
 
 
+@pytest.mark.parametrize(("query", "heads", "variant_note"), [
+    ({"preset": "custom", "d_in": "16", "d_out": "16", "num_heads": "1"}, "1 head,", False),
+    ({"variant": "gqa"}, "12 heads,", True),
+])
+def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, heads, variant_note):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page("pages/benchmark.py").run()
+    no_exception(at)
+    intro = next(m.value for m in at.markdown if m.value.startswith("Five implementations"))
+    assert heads in intro and "1 heads" not in intro
+    assert any("*Attention variant* does not apply here" in c.value for c in at.caption) == variant_note
+
+
 def test_the_benchmark_ignores_an_empty_text_and_keeps_it():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     at.query_params["text"] = ""

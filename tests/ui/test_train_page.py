@@ -151,6 +151,9 @@ def test_a_full_server_refuses_a_training_with_a_message():
         at.button(key="train_start").click().run()
         assert not at.exception, [e.value for e in at.exception]
         assert any(f"at most {board.max_running} at once" in w.value for w in at.warning)
+        said = "one training at a time" if board.max_running == 1 else f"at most {board.max_running} trainings"
+        assert any(said in c.value for c in at.caption)  # the page said so before the click
+        assert not any("a few at once" in c.value for c in at.caption)
         assert job_of(at) is None
     finally:
         for job in others:
