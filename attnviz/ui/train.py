@@ -289,9 +289,12 @@ def results() -> None:
                "an induction head lights it up on the second copy; a previous-token head lights up the "
                "diagonal just below the main one. Tile titles: the head's type at the last probe (— for none).")
     before_col, after_col = st.columns(2)
-    before_col.plotly_chart(head_figures.stripe_grid(run.before, live_train.SNAPSHOT_T, title="before (step 0)"),
+    notes = run.type_notes() or None
+    blank = None if notes is None else [["" for _ in row] for row in notes]  # the after grid's title lines: aligned
+    before_col.plotly_chart(head_figures.stripe_grid(run.before, live_train.SNAPSHOT_T, notes=blank,
+                                                     title="before (step 0)"),
                             config=plotly_config("attnviz-heads-before"), key="train_before")
-    after_col.plotly_chart(head_figures.stripe_grid(run.after, live_train.SNAPSHOT_T, notes=run.type_notes() or None,
+    after_col.plotly_chart(head_figures.stripe_grid(run.after, live_train.SNAPSHOT_T, notes=notes,
                                                     title=f"after {run.steps_run} steps"),
                            config=plotly_config("attnviz-heads-after"), key="train_after")
     if run.final_scores:

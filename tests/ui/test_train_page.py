@@ -70,6 +70,10 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     assert len(decode(curves["data"][0]["x"])) == len(job.result.history.probe_steps) > 2
     titles = [f["layout"].get("title", {}).get("text") for f in figures]
     assert "before (step 0)" in titles and "after 12 steps" in titles
+    before, after = (next(f["layout"] for f in figures if f["layout"].get("title", {}).get("text") == title)
+                     for title in ("before (step 0)", "after 12 steps"))
+    assert (before["margin"], before["height"]) == (after["margin"], after["height"])  # side by side: tiles aligned
+    assert all(a["text"].count("<br>") == 1 for a in before["annotations"] + after["annotations"])
     # offered as weights to this session, and the page says how to pick it
     option = job.result.option
     assert option.name == "trained: 12 steps, seed 0"
