@@ -15,7 +15,9 @@ which cell, which value, what it should be:
 * ``batch-independence`` — one item's output does not move when another item of the batch changes;
 * ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
   the module's own recorded Q, K, V (float32, ≤ 1e-5) — K and V as the module used them (after a grouped-query
-  repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window);
+  repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window).  The concatenation is
+  what the module feeds a Linear, or returns, when it computed that from its ``weights @ V`` alone; else (a residual
+  ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
 * ``kv-cache`` — for a forward that takes ``use_cache``: two different sequences, each after the module's own
   ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, give the
   uncached outputs (≤ 1e-5).
@@ -422,7 +424,7 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
         if context is None:
             return Check(rule, "skip", "the module's context (weights · V) could not be identified")
         return _compare(rule, context, reference, "the context")
-    return _compare(rule, module_concat, concat, "the concatenated heads")
+    return _compare(rule, module_concat, concat, "the concatenated heads" if h > 1 else "the context")
 
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
@@ -539,14 +541,14 @@ def _cache_sizes(module: nn.Module) -> dict[str, int]:
 
 
 def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:
-    """The heads' concatenated context as the module passed it on: the input of the first Linear after the
-    attention whose input has the concatenation's shape, or the module's output when no Linear follows."""
-    last = max(a.op_index for a in recording.attentions)
-    for index, tensor in recording.linear_inputs:
-        if index > last and tuple(tensor.shape) == tuple(shape):
+    """The heads' concatenated context as the module passed it on: the first Linear input, else the output, of the
+    concatenation's shape that the module computed from this attention's contexts alone (a reshape, a transpose, a
+    concatenation of the heads — or a mistake made there); None when there is none (a residual x + context, V
+    projected after the softmax: then the rule compares the recorded context itself)."""
+    wanted = frozenset(attention.context_ops)
+    for _, tensor, sources in recording.fed_onwards:
+        if sources == wanted and tuple(tensor.shape) == tuple(shape):
             return tensor
-    if tuple(recording.output.shape) == tuple(shape) and not any(i > last for i, _ in recording.linear_inputs):
-        return recording.output
     return None
 
 

@@ -82,6 +82,8 @@ class Attention:
     returned: torch.Tensor | None = None
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
     op_index: int = -1  # the op that produced the weights (Recording.ops)
+    context_ops: tuple[int, ...] = ()  # the ops that produced the context: weights @ V, or the fused call
+
 
     def hidden_cells(self) -> torch.Tensor:
         """bool (b, h, nq, nk): True where the mask hid the cell (−∞, or pushed down by more than 10⁴)."""
@@ -101,7 +103,9 @@ class Recording:
     output: torch.Tensor
     inputs: torch.Tensor
     dropout_calls: list[tuple[int, bool, float]] = field(default_factory=list)  # (op index, training, p)
-    linear_inputs: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (op index, input) of every F.linear
+    # (op index, tensor, the context ops it is made of) of every F.linear input, then the output (op index len(ops)),
+    # that is computed from attention contexts alone (see contexts_fed_onwards)
+    fed_onwards: list[tuple[int, torch.Tensor, frozenset[int]]] = field(default_factory=list)
     triangular_mask: bool = False  # a masked_fill / where used a triangular boolean mask
 
 
@@ -166,7 +170,7 @@ class _Recorder(TorchFunctionMode):
         self.ops: list[Op] = []
         self.nodes: dict[int, _Node] = {}  # id(tensor) -> the node that made it (tensors are kept alive by nodes)
         self.softmaxes: list[tuple[_Node, int]] = []  # (node, the dimension it normalised, negative)
-        self.linear_inputs: list[tuple[int, torch.Tensor]] = []
+        self.linear_inputs: list[tuple[int, torch.Tensor, _Node | None]] = []  # (op index, input, its node)
         self.triangular_mask = False
         self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
         self.dropout_calls: list[tuple[int, bool, float]] = []
@@ -187,7 +191,7 @@ class _Recorder(TorchFunctionMode):
         filename, line = _user_line()
         index = len(self.ops)
         self.ops.append(Op(name, tuple(tensor.shape), line, filename))
-        parents = [self.nodes.get(id(a)) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        parents = [self.nodes.get(id(a)) for a in _tensor_args(args, kwargs)]
         if before is not None and before not in parents:
             parents.insert(0, before)
         node = _Node(name, tensor, parents, args, kwargs, index)
@@ -207,7 +211,7 @@ class _Recorder(TorchFunctionMode):
             if dim is not None and dim >= tensor.dim() - 2:
                 self.softmaxes.append((node, dim - tensor.dim()))
         if name == "linear":
-            self.linear_inputs.append((index, args[0]))
+            self.linear_inputs.append((index, args[0], parents[0] if parents else None))
         if name in ("masked_fill", "masked_fill_", "where") and not self.triangular_mask:
             self.triangular_mask = any(_triangular(a) for a in args[:2] if isinstance(a, torch.Tensor))
         return out
@@ -222,6 +226,7 @@ class _Recorder(TorchFunctionMode):
         self.ops.append(Op(name, tuple(tensor.shape), line, filename, stage="context"))
         attention = _sdpa(args, kwargs) if name == "scaled_dot_product_attention" else _mha(func, args, kwargs)
         attention.op_index = index
+        attention.context_ops = (index,)
         attention.returned = _as_head_maps(tensor) if name == "scaled_dot_product_attention" else (
             tensor.transpose(0, 1) if tensor.dim() == 3 else tensor.unsqueeze(0))  # (L, N, E) -> (N, L, E)
         if attention.context is None:  # SDPA's own result is the context (b, h, nq, dv)
@@ -283,9 +288,37 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
         raise TraceError(f"the forward returned shape {tuple(output.shape)} for an input of shape {tuple(x.shape)}: "
                          f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)")
+    contexts = {index for a in attentions for index in a.context_ops}
+    fed_onwards = [(index, tensor, sources) for index, tensor, node in
+                   [*recorder.linear_inputs, (len(recorder.ops), output, recorder.nodes.get(id(output)))]
+                   if (sources := _context_sources(node, contexts))]
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(), inputs=x,
-                     dropout_calls=recorder.dropout_calls, linear_inputs=recorder.linear_inputs,
+                     dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
                      triangular_mask=recorder.triangular_mask)
+
+
+def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
+    """The context ops (``weights @ V``, an SDPA call; op indices in ``contexts``) that ``node``'s tensor is computed
+    from, when it is computed from them alone: walking back from it reaches a context on every path and no other
+    tensor (the input x, a weight, a mask buffer) enters on the way — so a reshape, a transpose, a concatenation of
+    the heads or a batch mean of the context counts, and x projected after the softmax, or x + context, does not.
+    Empty when it is not."""
+    sources, seen, stack = set(), set(), [node]
+    while stack:
+        current = stack.pop()
+        if current is None:
+            return frozenset()
+        if current.index in contexts:
+            sources.add(current.index)
+            continue
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        parents = [p for p in current.parents if p is not None] if current.name in _PASS else current.parents
+        if not parents:  # made from no tensor (torch.zeros), or only from tensors it did not record (type_as(x))
+            return frozenset()
+        stack.extend(parents)
+    return frozenset(sources)
 
 
 def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward", **forward_kwargs):
@@ -373,6 +406,7 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         if isinstance(values, torch.Tensor):
             attention.values = _as_head_maps(values)
             attention.context = _as_head_maps(context_node.out)
+            attention.context_ops = (context_node.index,)
             recorder.ops[context_node.index].stage = "context"
     return attention
 
@@ -395,9 +429,20 @@ def _scaled(chain: list[_Node], scores: torch.Tensor, scale: float, recorder: _R
     return scores * scale  # (b, h, nq, nk)
 
 
+def _tensor_args(args, kwargs) -> list[torch.Tensor]:
+    """A call's tensor arguments in order, those inside a list or tuple argument included (``torch.cat([a, b])``)."""
+    found = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, tuple | list):
+            found.extend(item for item in value if isinstance(item, torch.Tensor))
+    return found
+
+
 def _tensor_parent(node: _Node) -> _Node | None:
     """The parent that carries the scores (the first tensor argument that is at least 2-d and map-shaped)."""
-    tensor_args = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.Tensor)]
+    tensor_args = _tensor_args(node.args, node.kwargs)
     for parent, arg in zip(node.parents, tensor_args):
         if parent is not None and arg.dim() >= 2 and arg.shape[-2:] == node.out.shape[-2:]:
             return parent
@@ -653,7 +698,8 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
     if len(attentions) > 1 and len(same) == len(attentions) and first.weights.shape[1] == 1:
         stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
                             masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
-                            scale=first.scale, is_causal=first.is_causal, dropout_p=first.dropout_p)
+                            scale=first.scale, is_causal=first.is_causal, dropout_p=first.dropout_p,
+                            context_ops=tuple(index for a in same for index in a.context_ops))
         for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):
             parts = [getattr(a, stage) for a in same]
             if all(p is not None for p in parts):

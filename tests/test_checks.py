@@ -1,6 +1,7 @@
 """check_module's rules on modules written as users write them: each rule passes the correct code and fails its bug."""
 
 import copy
+import re
 import sys
 import time
 
@@ -149,6 +150,32 @@ def test_matches_reference_catches_heads_concatenated_without_the_transpose():
     assert check.status == "fail" and "concatenated heads" in check.evidence
     assert failing(mha("no-transpose-back")) == {"matches-reference", "causal"}  # rows of later positions mix in
     assert verdict(mha(), "matches-reference").status == "pass"
+
+
+@pytest.mark.parametrize("module", [um.ValuesAfterSoftmax(), um.BlockWithoutOutProj(),
+                                    um.BlockWithoutOutProj(feed_forward=False)],
+                         ids=["values-after-softmax", "block-with-feed-forward", "block-returns-residual"])
+def test_matches_reference_passes_a_correct_module_whose_later_linear_takes_something_else(module):
+    """A Linear after the attention whose input is x (V projected late) or x + context (a residual) is not the
+    context: the rule compared x with the reference and failed correct modules."""
+    torch.manual_seed(0)
+    check = verdict(module.eval(), "matches-reference")
+    assert check.status == "pass", check.evidence
+    assert failing(module) == set()
+
+
+def test_matches_reference_fails_a_wrong_module_with_its_own_context_as_evidence():
+    """The evidence's module value is the module's own context (weights · V) at the index named, not its input."""
+    torch.manual_seed(0)
+    module = um.ValuesAfterSoftmax(diagonal=2).eval()  # one future token visible
+    x = checks.default_input(module)
+    check = verdict(module, "matches-reference", x=x)
+    assert check.status == "fail" and "the context ≠" in check.evidence
+    index = tuple(int(i) for i in re.search(r"at index \(([\d, ]+)\)", check.evidence).group(1).split(","))
+    own = float(re.search(r"\(module (\S+),", check.evidence).group(1))
+    context = module(x).detach()  # (b, n, d_out): the context is what this module returns
+    assert own == pytest.approx(context[index].item(), rel=1e-3)
+    assert own != pytest.approx(x[index].item(), rel=1e-3)  # the rule compared x with the reference
 
 
 def test_an_explicit_input_and_a_single_item_batch():

@@ -622,3 +622,43 @@ class ExitsInForward(nn.Module):
         import sys
 
         sys.exit(1)
+
+
+class ValuesAfterSoftmax(nn.Module):
+    """Correct causal single-head attention that projects V after the softmax (``w @ self.W_value(x)``), as some
+    tutorials do; its ``W_value`` is a Linear met after the attention whose input is x, not the context.
+    ``diagonal=2``: the mask lets each token see one future token (a bug)."""
+
+    def __init__(self, d_in=32, d_out=32, diagonal=1):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.diagonal = diagonal
+
+    def forward(self, x):
+        n = x.shape[1]
+        attn_scores = self.W_query(x) @ self.W_key(x).transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        mask = torch.triu(torch.ones(n, n), diagonal=self.diagonal).bool()  # (n, n)
+        attn_scores = attn_scores.masked_fill(mask, float("-inf"))  # (b, n, n)
+        attn_weights = torch.softmax(attn_scores / self.W_key.out_features ** 0.5, dim=-1)  # (b, n, n)
+        return attn_weights @ self.W_value(x)  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class BlockWithoutOutProj(nn.Module):
+    """A tiny transformer block with no output projection: the context goes into a residual sum, then (with
+    ``feed_forward``) a feed-forward network whose first Linear takes x + context."""
+
+    def __init__(self, d_in=32, feed_forward=True):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d_in, d_in), nn.Linear(d_in, d_in), nn.Linear(d_in, d_in)
+        self.ff = nn.Sequential(nn.Linear(d_in, 4 * d_in), nn.GELU(), nn.Linear(4 * d_in, d_in))
+        self.feed_forward = feed_forward
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.q(x), self.k(x), self.v(x)  # (b, n, d_in) each
+        s = q @ k.transpose(1, 2) / x.shape[-1] ** 0.5  # (b, n, d_in) @ (b, d_in, n) -> (b, n, n)
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))  # (b, n, n)
+        h = x + torch.softmax(s, dim=-1) @ v  # (b, n, d_in)
+        return h + self.ff(h) if self.feed_forward else h  # (b, n, d_in)
