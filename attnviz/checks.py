@@ -6,10 +6,11 @@ which cell, which value, what it should be:
 
 * ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1 (a softmax over the wrong
   dimension normalises columns);
-* ``causal`` — changing the tokens from position j on changes no output before j;
+* ``causal`` — changing the tokens from position j on changes no output before j (skipped for 1 token: nothing
+  comes after it);
 * ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
   sliding window of W, as wide as the module's own ``sliding_window_size`` says): not inverted, not a shifted
-  diagonal;
+  diagonal (skipped for 1 token that hides nothing: there is no future);
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode;
 * ``batch-independence`` — one item's output does not move when another item of the batch changes;
@@ -260,9 +261,11 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
 
 def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool) -> Check:
     rule = "causal"
+    n = x.shape[1]
+    if n == 1:
+        return Check(rule, "skip", "1 token: nothing after it to change — check 2 or more tokens")
     if not causal:
         return Check(rule, "skip", "the module is not causal (no mask hides the future)")
-    n = x.shape[1]
     generator = torch.Generator().manual_seed(1)
     for j in range(1, n):
         changed = x.clone()  # (b, n, d_in)
@@ -281,6 +284,8 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk): the cells after each query
+    if nk == 1 and not hidden.any():  # a hidden 1 × 1 cell is still a token that hides itself
+        return Check(rule, "skip", "1 token: no future to hide, and nothing is hidden — check 2 or more tokens")
     window = sliding_window(attention) if causal else None
     if window is not None and declared not in (None, window):
         return Check(rule, "fail", f"the hidden cells are the future and the keys {window} or more behind (a window "
@@ -301,7 +306,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     if not hidden.any():
         return Check(rule, "fail", "no cell is hidden: the causal mask never reached the scores "
                                    "(masked_fill returns a copy: keep it, or use masked_fill_)")
-    if torch.equal(first, ~future):
+    if nk > 1 and torch.equal(first, ~future):  # one token: hiding it is the hidden diagonal below
         return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
                                    "future. masked_fill hides where the mask is True; SDPA's boolean attn_mask "
                                    "keeps where it is True; nn.MultiheadAttention's hides where it is True")

@@ -178,6 +178,23 @@ def test_matches_reference_fails_a_wrong_module_with_its_own_context_as_evidence
     assert own != pytest.approx(x[index].item(), rel=1e-3)  # the rule compared x with the reference
 
 
+def test_one_token_skips_the_rules_that_need_a_later_token_in_words():
+    """With one token nothing comes after it: causal passed as "j = 1 … 0" and mask-convention as "exactly the
+    future" though no cell could be hidden."""
+    results = {c.rule: c for c in checks.check_module(mha(), torch.randn(2, 1, 16))}
+    for rule in ("causal", "mask-convention"):
+        assert results[rule].status == "skip" and results[rule].evidence.startswith("1 token:"), results[rule]
+    assert "1 … 0" not in results["causal"].evidence
+    assert [c.rule for c in results.values() if c.status == "fail"] == []
+    assert {c.rule for c in results.values() if c.status == "pass"} == {
+        "rows-sum-to-one", "scaling", "dropout-placement", "batch-independence", "matches-reference"}
+
+
+def test_one_token_that_hides_itself_still_fails_mask_convention():
+    check = verdict(mha("diagonal-hidden"), "mask-convention", x=torch.randn(2, 1, 16))
+    assert check.status == "fail" and "each token hides itself" in check.evidence
+
+
 def test_an_explicit_input_and_a_single_item_batch():
     x = torch.randn(1, 5, 16)
     assert failing(mha(), x=x) == set()

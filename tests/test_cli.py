@@ -135,6 +135,14 @@ def test_the_table_is_the_same_on_every_run(modules):
     assert tables[0] == tables[1]
 
 
+def test_one_token_skips_causal_and_mask_convention_in_words(modules):
+    result = check(f"{modules}:Attention", "--d-in", 32, "--num-heads", 4, "--tokens", 1)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^causal +skip +1 token:", result.stdout, re.M), result.stdout
+    assert re.search(r"^mask-convention +skip +1 token:", result.stdout, re.M), result.stdout
+    assert "All 8 rules pass or do not apply." in result.stdout
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     ("{dir}/nope.py:Attention", "no such file"),
     ("{path}:NeedsVocab", "needs vocab_size"),
