@@ -178,7 +178,8 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                                      num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
                                      sliding_window_size=args.sliding_window_size).eval()
             d_in = tracing.infer_d_in(module) or args.d_in
-            x = checks.default_input(module, n=min(args.tokens, args.context_length)) if d_in else None
+            tokens = checked_tokens(args.tokens, args.context_length, tracing.module_context(module))
+            x = checks.default_input(module, n=tokens) if d_in else None
             report = CheckReport(f"{cls.__name__} from {args.spec.rpartition(':')[0]}",
                                  max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS)
             try:
@@ -190,6 +191,18 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
         return 2
     report.finish(results)
     return 1 if any(c.status == "fail" for c in results) else 0
+
+
+def checked_tokens(tokens: int, context_length: int, module_context: tuple[int, str] | None) -> int:
+    """How many tokens the check runs on: ``--tokens``, at most ``--context-length`` and the context the module says
+    it has (``tracing.module_context``); a one-line note on stderr when that is fewer than asked for."""
+    cap, why = context_length, f"--context-length {context_length}"
+    if module_context is not None and module_context[0] < cap:
+        cap, why = module_context[0], f"the module's context, {module_context[0]} ({module_context[1]})"
+    if tokens <= cap:
+        return tokens
+    print(f"{PROG} check: --tokens {tokens} is more than {why}: checking {cap} tokens", file=sys.stderr)
+    return cap
 
 
 def constructor_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict:

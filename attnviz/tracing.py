@@ -263,12 +263,19 @@ def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
 
 
 def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
-    """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises, computes no
+    """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises (in words when x
+    is longer than the context the module says it has, see :func:`module_context`, and runs on that many), computes no
     attention over the n tokens of ``x`` (batch, n, d_in) — no softmax or SDPA call whose weights are (…, n, n) —
     or returns anything but one vector per token, (batch, n, d_out)."""
     recorder = _Recorder()
-    with torch.no_grad(), recorder:
-        output = run_forward(module, x, **forward_kwargs)
+    try:
+        with torch.no_grad(), recorder:
+            output = run_forward(module, x, **forward_kwargs)
+    except TraceError as error:
+        words = None if forward_kwargs else _longer_than_context(module, x)
+        if words is None:
+            raise
+        raise TraceError(words) from error
     output = first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
@@ -319,6 +326,43 @@ def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
             return frozenset()
         stack.extend(parents)
     return frozenset(sources)
+
+
+CONTEXT_NAMES = ("context_length", "block_size", "max_seq_len", "n_positions")  # attributes that say a context
+
+
+def module_context(module: nn.Module) -> tuple[int, str] | None:
+    """(c, how attnviz knows) for a module that says its context: a triangular (…, c, c) mask buffer ("its mask
+    buffer is 16 × 16") or an int attribute ``context_length``/``block_size``/``max_seq_len``/``n_positions`` ("its
+    context_length is 16"), the smallest when there are several; None when it says none."""
+    found = []
+    for name, buffer in module.named_buffers():
+        if buffer is not None and _triangular(buffer.bool()):
+            c = buffer.shape[-1]
+            shape = " × ".join(str(size) for size in buffer.shape)
+            found.append((c, f"its {name.rsplit('.', 1)[-1]} buffer is {shape}"))
+    for name in CONTEXT_NAMES:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            found.append((value, f"its {name} is {value}"))
+    return min(found, key=lambda item: item[0]) if found else None
+
+
+def _longer_than_context(module: nn.Module, x: torch.Tensor) -> str | None:
+    """Why a forward on ``x`` (batch, n, d_in) raised, in words, when n is more than the context the module says it
+    has and the forward runs on that many tokens; None otherwise (then the forward's own error says more)."""
+    context = module_context(module)
+    n = x.shape[-2]
+    if context is None or n <= context[0]:
+        return None
+    c, how = context
+    try:
+        with torch.no_grad():
+            run_forward(module, x[..., :c, :])
+    except TraceError:  # it fails on c tokens too: the length is not the cause
+        return None
+    return (f"the input is {n} tokens; the module's context is {c} ({how}): use a shorter text or build it with a "
+            "larger context_length")
 
 
 def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward", **forward_kwargs):

@@ -143,6 +143,24 @@ def test_one_token_skips_causal_and_mask_convention_in_words(modules):
     assert "All 8 rules pass or do not apply." in result.stdout
 
 
+@pytest.mark.parametrize(("options", "note", "checked"), [
+    (["--context-length", 16, "--tokens", 40], "--tokens 40 is more than --context-length 16: checking 16 tokens", 16),
+    (["--tokens", 12, "--set", "context_length=8"],  # the module's own mask is 8 × 8, --context-length 64
+     "--tokens 12 is more than the module's context, 8 (its mask buffer is 8 × 8): checking 8 tokens", 8),
+], ids=["context-length-flag", "the-modules-own-mask"])
+def test_more_tokens_than_the_context_says_it_capped_in_one_line(modules, options, note, checked):
+    """--tokens 2000 with the default --context-length 64 checked 64 tokens without a word."""
+    result = check(f"{modules}:Attention", "--d-in", 32, "--num-heads", 4, *options)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == f"attnviz check: {note}\n"
+    assert f"(j = 1 … {checked - 1})" in " ".join(result.stdout.split())  # causal ran on that many tokens
+
+
+def test_tokens_within_the_context_print_no_note(modules):
+    result = check(f"{modules}:Attention", "--d-in", 32, "--num-heads", 4, "--context-length", 16, "--tokens", 16)
+    assert result.returncode == 0 and result.stderr == ""
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     ("{dir}/nope.py:Attention", "no such file"),
     ("{path}:NeedsVocab", "needs vocab_size"),

@@ -9,7 +9,7 @@ import torch
 from helpers import user_modules as um
 from torch import nn
 
-from attnviz import attention, tracing
+from attnviz import attention, checks, tracing
 
 
 def explicit_weights(q, k, causal=True, scale=None):
@@ -238,3 +238,32 @@ def test_a_module_without_weights_runs_on_any_floating_dtype():
 
     trace = tracing.trace_module(Simplified(), torch.randn(1, 4, 3, dtype=torch.float64))
     assert trace.steps["weights"].shape == (1, 1, 4, 4)
+
+
+LONG_TEXT = "word " * 40  # 41 tokens
+
+
+@pytest.mark.parametrize("run", [tracing.trace_module, checks.check_module], ids=["trace_module", "check_module"])
+@pytest.mark.parametrize(("module", "how"), [
+    (um.MyMultiHeadAttention(16, 16, 16, 0.0, 4), "its mask buffer is 16 × 16"),
+    (um.LearnedPositions(16, 16, 16), "its context_length is 16"),
+], ids=["mask-buffer", "context-length-attribute"])
+def test_a_text_longer_than_the_modules_context_says_so_in_words(run, module, how):
+    """The module's own shape error ("The size of tensor a (41) must match the size of tensor b (16)") named
+    neither the text's length nor the module's context."""
+    with pytest.raises(tracing.TraceError) as caught:
+        run(module.eval(), LONG_TEXT)
+    message = str(caught.value)
+    assert message.startswith("the input is 41 tokens; the module's context is 16 (" + how + ")"), message
+    assert "use a shorter text or build it with a larger context_length" in message
+    assert "must match" not in message and "\n" not in message
+    assert run(module, "word " * 15) is not None  # 16 tokens fit
+
+
+def test_a_long_text_on_a_module_that_fails_at_any_length_keeps_its_own_error():
+    """The context is named only when the forward runs on that many tokens: a module that raises anyway is not
+    told its text is too long."""
+    module = um.ViewWithoutContiguous(16, 16, 16, 0.0, 4).eval()  # its .view raises on 16 tokens too
+    with pytest.raises(tracing.TraceError, match=r"^the forward raised RuntimeError: The size of tensor a") as caught:
+        tracing.trace_module(module, LONG_TEXT)
+    assert "context" not in str(caught.value)

@@ -662,3 +662,25 @@ class BlockWithoutOutProj(nn.Module):
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))  # (b, n, n)
         h = x + torch.softmax(s, dim=-1) @ v  # (b, n, d_in)
         return h + self.ff(h) if self.feed_forward else h  # (b, n, d_in)
+
+
+class LearnedPositions(nn.Module):
+    """Causal single-head attention that adds its own learned position vectors (``context_length`` of them) to x:
+    no mask buffer, and a text longer than the context makes the addition raise."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16):
+        super().__init__()
+        self.context_length = context_length
+        self.pos_emb = nn.Parameter(torch.randn(context_length, d_in) * 0.02)
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        x = x + self.pos_emb[:n]  # (b, n, d_in) + (n, d_in): raises when n > context_length
+        attn_scores = self.W_query(x) @ self.W_key(x).transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_scores = attn_scores.masked_fill(mask, float("-inf"))  # (b, n, n)
+        attn_weights = torch.softmax(attn_scores / self.W_key.out_features ** 0.5, dim=-1)  # (b, n, n)
+        return attn_weights @ self.W_value(x)  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
