@@ -84,7 +84,6 @@ class Attention:
     op_index: int = -1  # the op that produced the weights (Recording.ops)
     context_ops: tuple[int, ...] = ()  # the ops that produced the context: weights @ V, or the fused call
 
-
     def hidden_cells(self) -> torch.Tensor:
         """bool (b, h, nq, nk): True where the mask hid the cell (−∞, or pushed down by more than 10⁴)."""
         if self.hidden is not None:
@@ -104,7 +103,7 @@ class Recording:
     inputs: torch.Tensor
     dropout_calls: list[tuple[int, bool, float]] = field(default_factory=list)  # (op index, training, p)
     # (op index, tensor, the context ops it is made of) of every F.linear input, then the output (op index len(ops)),
-    # that is computed from attention contexts alone (see contexts_fed_onwards)
+    # that is computed from attention contexts alone (see _context_sources)
     fed_onwards: list[tuple[int, torch.Tensor, frozenset[int]]] = field(default_factory=list)
     triangular_mask: bool = False  # a masked_fill / where used a triangular boolean mask
 
@@ -264,7 +263,7 @@ def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
 
 def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises (in words when x
-    is longer than the context the module says it has, see :func:`module_context`, and runs on that many), computes no
+    is longer than the context the module says it has, see :func:`module_context`, and runs within it), computes no
     attention over the n tokens of ``x`` (batch, n, d_in) — no softmax or SDPA call whose weights are (…, n, n) —
     or returns anything but one vector per token, (batch, n, d_out)."""
     recorder = _Recorder()
@@ -349,8 +348,8 @@ def module_context(module: nn.Module) -> tuple[int, str] | None:
 
 
 def _longer_than_context(module: nn.Module, x: torch.Tensor) -> str | None:
-    """Why a forward on ``x`` (batch, n, d_in) raised, in words, when n is more than the context the module says it
-    has and the forward runs on that many tokens; None otherwise (then the forward's own error says more)."""
+    """Why a forward on ``x`` (batch, n, d_in) raised, in words, when n is more than the context c the module says it
+    has and the forward runs on x's first c tokens; None otherwise (then the forward's own error says more)."""
     context = module_context(module)
     n = x.shape[-2]
     if context is None or n <= context[0]:
