@@ -7,6 +7,7 @@ import time
 
 import streamlit as st
 
+from attnviz import variants
 from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
 from attnviz.labs import implementations
 from attnviz.ui.frame import Context, plotly_config
@@ -28,7 +29,7 @@ def show(ctx: Context) -> None:
         f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
         f"(1, n, {d_in}) input. Device: **{device}**."
     )
-    if settings["variant"] != "mha":
+    if settings["variant"] != variants.MHA:
         st.caption("The sidebar's *Attention variant* does not apply here: these are five ways to write multi-head "
                    "attention; its sizes, mask and device do.")
     if available_devices() == ["auto", "cpu"]:
