@@ -62,12 +62,12 @@ if config.rotary:
 st.subheader("Every variant on the same tokens")
 how = lab_selectors.heatmap_choice()
 ui.share_link(ctx.link)  # now that the URL holds the map this run draws
-columns = st.columns(3)
-for index, variant in enumerate(result.variants):
-    with columns[index % 3]:
-        fig = compare.variant_heatmap(variant, result.tokens, how, causal=base.causal, current=config.variant)
-        st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-compare-{variant.variant}"))
-        st.caption(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
+with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: one on a phone, three or more wide
+    for variant in result.variants:
+        with st.container(width=compare.MAP_WIDTH):
+            fig = compare.variant_heatmap(variant, result.tokens, how, causal=base.causal, current=config.variant)
+            st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-compare-{variant.variant}"))
+            st.caption(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
 
 st.subheader("Why ÷√dₖ?")
 random_qk, run = compute.scaling(ctx.trace_key)

@@ -42,7 +42,8 @@ from attnviz.views import figures
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
 TOLERANCE = 1e-5  # max |Δ| at or below this counts as equal (float32 round-off)
 MAP_CHOICES = ("head 0", "mean over heads")
-TWO_LINE_TITLE_PX = 15  # a two-line title above a map's key tokens, more than their labels and axis title take
+MAP_WIDTH = 290  # px: a variant's map on the Compare page; as many a row as fit (three beside the sidebar at 1,400)
+TWO_LINE_TITLE_PX = 32  # a two-line title above a map's key tokens, more than their labels and axis title take
 
 
 # --------------------------------------------------------------------------- inputs and modules

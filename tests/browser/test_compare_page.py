@@ -32,3 +32,24 @@ def test_compare_page_draws_every_variant_with_green_badges(page, base_url):
     assert grown_margins(page) == []  # every chart drawn in one pass: its margins hold its labels and legend
     path = save_screenshot(page, "compare")
     assert path.stat().st_size > 20_000, f"{path} looks empty"
+
+
+@pytest.mark.parametrize(("width", "per_row"), [(1400, 3), (700, 2)])
+def test_the_maps_keep_a_readable_width_and_as_many_a_row_as_fit(page, base_url, width, per_row):
+    """A narrow window (700 px) gets fewer maps a row, each as wide as on a wide one, not three slivers; the two-line
+    titles stay clear of the key-token axis title."""
+    page.set_viewport_size({"width": width, "height": 1400})
+    page.goto(f"{base_url}/compare?text=The%20cat%20sat%20on%20the%20mat")
+    wait_idle(page)
+    assert_no_exception(page)
+    heatmaps = page.get_by_test_id("stMain").locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))
+    expect(heatmaps).to_have_count(10)
+    boxes = [chart.bounding_box() for chart in heatmaps.all()]
+    assert min(box["width"] for box in boxes) >= 280, [box["width"] for box in boxes]
+    first_row = [box for box in boxes if abs(box["y"] - boxes[0]["y"]) < 5]
+    assert len(first_row) == per_row
+    for chart in heatmaps.all()[:2]:
+        subtitle = chart.locator("text.gtitle").bounding_box()
+        axis_title = chart.locator("text.xtitle").bounding_box()
+        assert subtitle["y"] + subtitle["height"] <= axis_title["y"] + 1, (subtitle, axis_title)
+    assert grown_margins(page) == []
