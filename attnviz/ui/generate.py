@@ -6,6 +6,10 @@ shapes (K/V heads, the latent, at most W keys).
 
 Greedy generation is deterministic, so the page generates once (cached per model, prompt and count) and the
 stepper shows one forward pass at a time: what the model computed at that step, never a replay of something else.
+
+What the page shows follows the URL, so a link reproduces it: ``new_tokens``, ``random`` (the random GPT's
+attention), ``step`` (left out while Play steps on: every step would be an entry of the browser's history),
+``map_layer`` and ``head`` (the rows map's).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import functools
 import numpy as np
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from attnviz import kv_cache, tokens, variants
 from attnviz import weights as core_weights
@@ -89,7 +94,8 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 
 def show(ctx: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs; the
-    sidebar's Share link once New tokens is bound (``ui.setup(draws_link=True)``)."""
+    sidebar's Share link (``ui.setup(draws_link=True)``) drawn by the stepper once the step, layer and head are
+    bound, or here when there is no generation to show."""
     url_notices("generate_new")  # until New tokens is set on the page
     ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None
     sizes = None
@@ -191,7 +197,7 @@ def _generate_section(ctx: Context, ref) -> bool:
     return True
 
 
-def _stepper(ref, key: tuple, result: generation.Generation, link) -> None:
+def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerator | None) -> None:
     """Step, Play/Stop, Back and the views of the current step; while playing, each timed rerun shows the next.  The
     step shown follows the URL (``step``: the link's on a session's first visit), except while playing (every step
     would be an entry of the browser's history); the Share link (``link``'s place) is drawn here, after the step,

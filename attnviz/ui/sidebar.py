@@ -47,7 +47,7 @@ class ViewSlots:
 
     layer: DeltaGenerator
     text: DeltaGenerator | None
-    links: DeltaGenerator  # the page links, which carry the settings: the fragment that runs a new text draws them
+    links: DeltaGenerator  # the page links, which carry the settings: the layer views draw them on each of their runs
     pages: tuple[StreamlitPage, ...]
 
 

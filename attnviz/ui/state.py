@@ -10,10 +10,9 @@ value of a widget that a run does not draw unless the widget asks to keep it: ev
 (:func:`page_bind`) has ``persist_state="session"``, so a page shows its widgets as the user left it, also when
 the user left while a fragment of the page reran itself (Generate's Play).  Some follow the URL too, as the
 settings do (:func:`page_bind`'s ``url``: the Heads and Steps pages' focused head, stage and window, Generate's new
-tokens, random GPT, layer and head, Compare's map, the Pitfall lab's bug and token, the Induction lab's T, seed, head
-and knock-outs): the page reads them on
-a session's first visit (:func:`page_widgets_from_url`), and the URL holds the parameters of the page shown only
-(:func:`keep_page_params`).
+tokens, random GPT, step, layer and head, Compare's map, the Pitfall lab's bug and token, the Induction lab's T,
+seed, head and knock-outs): the page reads them on a session's first visit (:func:`page_widgets_from_url`), and the
+URL holds the parameters of the page shown only (:func:`keep_page_params`).
 
 The settings are kept another way.  Some are drawn only for the variants that have them, and the Text area and
 the Layer selectbox are drawn by the Heads page's fragment on that page and by ``app.py``'s sidebar on the others:
