@@ -100,6 +100,9 @@ def trace_qk(trace: Trace, head: int = 0, max_tokens: int | None = None) -> tupl
         keys = trace.steps["rotated_keys"][0, config.kv_group(head)]  # (n, hd)
         return queries[:max_tokens], keys[:max_tokens]
     queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]  # (n, d_out) and (n, g·hd)
+    if queries.ndim == 3:  # a user's module records them per head: (h, n, hd) and (h_kv, n, hd)
+        group = head * keys.shape[0] // queries.shape[0]  # the K/V head of a query head (grouped-query: shared)
+        return queries[head, :max_tokens], keys[group, :max_tokens]
     if config.spec.multi_head:
         span = slice(head * config.head_dim, (head + 1) * config.head_dim)
         group = config.kv_group(head) if trace.config.module is None and trace.config.checkpoint is None else head

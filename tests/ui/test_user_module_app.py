@@ -85,6 +85,24 @@ def test_the_steps_source_panel_shows_the_users_code_with_the_stage_marked():
     assert "class CausalSelfAttention(nn.Module):" in code and "◀" in code
 
 
+def test_every_stage_of_the_steps_page_draws_the_modules_own_queries_and_keys():
+    """Each stage of Steps on a user's module, head 1: no exception; at QKᵀ the table holds that head's own q and k
+    (the module records them per head, (b, h, n, hd))."""
+    at = app("pages/steps.py")
+    at.selectbox(key="steps_focus").set_value(1).run()
+    for stage in ("scores", "scaled", "masked", "weights", "dropped", "context"):
+        at.segmented_control(key="steps_stage").set_value(stage).run()
+        no_exception(at)
+    at.segmented_control(key="steps_stage").set_value("scores").run()
+    from attnviz.ui.cache import cached_trace
+
+    trace = cached_trace(*at.session_state["_last_valid"])
+    table = next(frame.value for frame in at.dataframe if "query" in frame.value.columns)
+    q, k = trace.steps["queries"][0, 1, 0], trace.steps["keys"][0, 1, 0]  # head 1, token 0: (hd,) each
+    assert table["query"].iloc[0].startswith(", ".join(f"{v:.3f}" for v in q[:3]))
+    assert table["key"].iloc[0].startswith(", ".join(f"{v:.3f}" for v in k[:3]))
+
+
 def test_the_marked_line_has_its_number_in_the_users_file_as_the_op_path_gives_it():
     """The class starts well into its file: the panel's line number is the file's (what the op path and an editor
     say), and its code has no gutter counting from 1."""
