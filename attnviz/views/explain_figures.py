@@ -50,8 +50,11 @@ def _divisor_text(explanation: WeightExplanation) -> str:
     return f"÷ {_number(explanation.divisor)}"
 
 
-TITLE_CHARS = 52  # a title line's characters at 13 px: the panel beside the focused map is ~400 px wide
+TITLE_CHARS = 34  # a title line's characters at 13 px: the panel beside the focused map is ~250 px wide at 1,100 px
+PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px: centred over a plot area of ~150 px at 1,100 px
 LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
+# a title of several lines grows down from the figure's top into the margin made for it (Plotly centres it otherwise)
+TITLE_AT_TOP = {"y": 1, "yref": "container", "yanchor": "top", "pad": {"t": 10}}
 
 
 def _wrapped(text: str, width: int = TITLE_CHARS) -> tuple[str, int]:
@@ -96,12 +99,13 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     subtitle, subtitle_lines = _wrapped(subtitle, round(TITLE_CHARS * 13 / 11)) if subtitle else ("", 0)
     top = 30 + LINE_PX[13] * title_lines + LINE_PX[11] * subtitle_lines  # the title block above the bars' names
     layout = {
-        "title": {"text": title, "font": {"size": 13}, "subtitle": {"text": subtitle, "font": {"size": 11}}},
+        "title": {"text": title, "font": {"size": 13}, "subtitle": {"text": subtitle, "font": {"size": 11}},
+                  **TITLE_AT_TOP},
         "height": height + top - 120, "margin": {"l": margins.beside(), "r": 10, "t": top,
                                                 "b": margins.across([], angle=0)},
         "showlegend": False, "bargap": 0.1,
         "uniformtext": {"minsize": 10, "mode": "show"},
-        "xaxis": {"title": {"text": f"dimension d of the head (0 … {explanation.head_dim - 1})"}, "zeroline": False},
+        "xaxis": {"title": {"text": f"dimension d (0 … {explanation.head_dim - 1})"}, "zeroline": False},
         "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True},
         "meta": {"largest": largest, "score": explanation.score, "divisor": explanation.divisor},
     }
@@ -148,20 +152,25 @@ def _position_bars(values: np.ndarray, codes: np.ndarray, panel: int, customdata
              **axes, "name": f"{name} (selected)", "hoverinfo": "skip", "marker": {"color": HIGHLIGHT, "size": 7}}]
 
 
-def _panels(titles: list[str], axes: list[dict], gap: float) -> dict:
-    """Layout of panels stacked top to bottom, each with its own x axis (``axes``) and a title above it."""
-    count = len(titles)
-    height = (1.0 - gap * (count - 1)) / count
-    layout, annotations = {}, []
-    for index, (title, axis) in enumerate(zip(titles, axes)):
+def _panels(titles: list[str], axes: list[dict], panel_px: int, gap_px: int) -> tuple[dict, int, int]:
+    """Layout of panels stacked top to bottom, each ``panel_px`` high with its own x axis (``axes``) and its title
+    above it, wrapped to the panel's width; between two panels ``gap_px`` (for the upper one's tick labels and axis
+    title) and the lower one's title lines.  Returns the layout, the plot's height in px and the first title's lines
+    (they sit in the top margin)."""
+    wrapped = [_wrapped(title, PANEL_TITLE_CHARS) for title in titles]
+    gaps = [0] + [gap_px + LINE_PX[12] * lines for _, lines in wrapped[1:]]  # px above each panel
+    plot_px = panel_px * len(titles) + sum(gaps)
+    layout, annotations, top = {}, [], plot_px
+    for index, ((title, _), axis) in enumerate(zip(wrapped, axes)):
         suffix = "" if index == 0 else str(index + 1)
-        top = 1.0 - index * (height + gap)
+        top -= gaps[index]
         layout[f"xaxis{suffix}"] = {**axis, "anchor": f"y{suffix}", "domain": [0.0, 1.0]}
-        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [max(0.0, round(top - height, 6)), round(top, 6)]}
-        annotations.append({"text": _wrapped(title, round(TITLE_CHARS * 13 / 12))[0], "x": 0.5, "xref": "paper",
-                            "xanchor": "center", "y": top, "yref": "paper",
-                            "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
-    return {**layout, "annotations": annotations}
+        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [round(max(0, top - panel_px) / plot_px, 6),
+                                                                          round(top / plot_px, 6)]}
+        annotations.append({"text": title, "x": 0.5, "xref": "paper", "xanchor": "center", "y": round(top / plot_px, 6),
+                            "yref": "paper", "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
+        top -= panel_px
+    return {**layout, "annotations": annotations}, plot_px, wrapped[0][1]
 
 
 def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 420) -> go.Figure:
@@ -184,21 +193,22 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
                         "key %{x}: %{customdata}<br>weight %{y:.4f}<extra></extra>", "weight"),
     ]
     axis = _token_axis(tokens, n)
-    layout = _panels([f"row {explanation.query}: scaled scores (the softmax's input)",
-                      f"softmax over row {explanation.query}: the weights (sum to 1)"],
-                     [{**axis, "showticklabels": False}, {**axis, "matches": "x", "title": {"text": "key token"}}],
-                     gap=0.12)
+    layout, plot_px, first_lines = _panels(
+        [f"row {explanation.query}: scaled scores (the softmax's input)",
+         f"softmax over row {explanation.query}: the weights (sum to 1)"],
+        [{**axis, "showticklabels": False}, {**axis, "matches": "x", "title": {"text": "key token"}}],
+        panel_px=max(60, (height - 170) // 2), gap_px=8)
     if explanation.masked:
         how = f"key {explanation.key} is hidden: exp(−∞) = 0, so its weight is 0"
     else:
         how = (f"weight = exp({_number(explanation.scaled)}) ÷ Σ over the row's visible keys of exp(scaled) = "
                f"{explanation.weight:.4f}")
     title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{how}")
-    top = 40 + LINE_PX[13] * title_lines
+    top = 30 + LINE_PX[13] * title_lines + LINE_PX[12] * first_lines  # the title, then the first panel's
+    bottom = margins.across(axis["ticktext"])
     layout.update(
-        title={"text": title, "font": {"size": 13}}, height=height + top - 90, showlegend=False,
-        bargap=0.1, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top,
-                            "b": margins.across(axis["ticktext"])},
+        title={"text": title, "font": {"size": 13}, **TITLE_AT_TOP}, height=top + plot_px + bottom, showlegend=False,
+        bargap=0.1, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": bottom},
         shapes=[{"type": "line", "x0": explanation.key, "x1": explanation.key, "xref": xref, "y0": 0, "y1": 1,
                  "yref": f"{yref} domain", "line": {"color": HIGHLIGHT, "width": 1, "dash": "dot"}}
                 for xref, yref in (("x", "y"), ("x2", "y2"))])
@@ -240,9 +250,10 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         titles.append(f"{sums.stage} each query gives the {len(sums.keys)} selected keys in total: "
                       f"{_selection_text(sums.keys, tokens)}")
         axes.append({**axis, "title": {"text": "query token"}})
-    layout = _panels(titles, axes, gap=0.25)
-    layout.update(height=height or 300 * len(titles), showlegend=False, bargap=0.1,
-                  title={"text": f"head {sums.head}: several tokens at once", "font": {"size": 13}},
-                  margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": 80,
-                          "b": margins.across(axis["ticktext"])})
+    bottom = margins.across(axis["ticktext"])
+    layout, plot_px, first_lines = _panels(titles, axes, panel_px=max(80, (height or 300) - 150), gap_px=bottom + 10)
+    top = 30 + LINE_PX[13] + LINE_PX[12] * first_lines  # the title, then the first panel's
+    layout.update(height=top + plot_px + bottom, showlegend=False, bargap=0.1,
+                  title={"text": f"head {sums.head}: several tokens at once", "font": {"size": 13}, **TITLE_AT_TOP},
+                  margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": bottom})
     return go.Figure(data=data, layout=layout, _validate=False)

@@ -523,7 +523,8 @@ def test_tokens_picked_by_name_sum_their_attention():
     at.multiselect(key="heads_pick_keys").set_value([1]).run()
     no_exception(at)
     (summed,) = [fig for fig in figures(at) if fig["layout"].get("title", {}).get("text", "").endswith("at once")]
-    assert [annotation["text"].split(":")[0] for annotation in summed["layout"]["annotations"]] == [
+    titles = [annotation["text"].replace("<br>", " ") for annotation in summed["layout"]["annotations"]]  # wrapped
+    assert [title.split(":")[0] for title in titles] == [
         "weights of the 2 selected queries, averaged, per key", "weights each query gives the 1 selected keys in total"]
     assert any("2 queries, 1 keys selected" in block.value for block in at.markdown)
 

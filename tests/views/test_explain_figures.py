@@ -30,6 +30,11 @@ def hostile_trace():
     return pipeline.run(HOSTILE, AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=4, seed=3))
 
 
+def flat(title: str) -> str:
+    """A wrapped title as one line (its line breaks as spaces)."""
+    return title.replace("<br>", " ")
+
+
 def all_text(fig) -> str:
     return json.dumps(json.loads(pio.to_json(fig)))
 
@@ -45,7 +50,7 @@ def test_products_figure_has_one_bar_per_dimension_that_add_up_to_the_score(vari
     assert np.asarray(bars.y).dtype == np.float32 and np.asarray(bars.x).dtype == np.float32
     assert np.array_equal(bars.y, explanation.products)
     assert np.isclose(np.sum(bars.y), explanation.score, rtol=1e-5)
-    title = fig.layout.title.text
+    title = flat(fig.layout.title.text)
     assert f"score {explanation.score:.4g}" in title and f"scaled {explanation.scaled:.4g}" in title
     assert f"÷ √{explanation.head_dim}" in title and f"weight {explanation.weight:.4f}" in title
     assert np.array_equal(np.asarray(bars.customdata)[:, 0], explanation.query_vector)
@@ -95,8 +100,8 @@ def test_masked_cell_title_says_why_and_never_nan():
     trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
     explanation = explain_weight(trace, 1, 2, 4)
     fig = products_figure(explanation)
-    assert "masked: weight 0" in fig.layout.title.text
-    assert "causal mask hides it" in fig.layout.title.subtitle.text
+    assert "masked: weight 0" in flat(fig.layout.title.text)
+    assert "causal mask hides it" in flat(fig.layout.title.subtitle.text)
     assert np.isfinite(np.asarray(fig.data[0].y)).all()
     row = row_softmax_figure(explanation, trace.tokens)
     assert all(np.isfinite(np.asarray(bar.y)).all() for bar in row.data)
@@ -116,16 +121,17 @@ def visible_lines(title: str) -> list[str]:
 
 def test_the_titles_break_into_lines_the_panel_beside_the_map_holds():
     """Plotly does not wrap a title: the explanation's long lines (the softmax's formula, the mask's reason, the
-    selected tokens) come broken at spaces into lines of at most ~52 characters (the ~400 px panel), all words kept."""
+    selected tokens) come broken at spaces into lines of at most ~34 characters (the ~250 px panel at 1,100 px), all
+    words kept."""
     text = "Your journey starts with one step and then another step and many more steps on the long road ahead"
     trace = pipeline.run(text, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
     masked, seen = explain_weight(trace, 1, 2, 9), explain_weight(trace, 1, 9, 2)
     sums = attention_sums(trace, 1, queries=range(3, trace.n), keys=range(0, trace.n, 2))
     figures = [products_figure(masked), products_figure(seen), row_softmax_figure(seen, trace.tokens),
                row_softmax_figure(masked, trace.tokens), summed_attention_figure(sums, trace.tokens)]
-    titles = [(fig.layout.title.text, 52) for fig in figures]
-    titles += [(fig.layout.title.subtitle.text, 62) for fig in figures[:2] if fig.layout.title.subtitle.text]
-    titles += [(note.text, 57) for fig in figures for note in fig.layout.annotations]
+    titles = [(fig.layout.title.text, 34) for fig in figures]
+    titles += [(fig.layout.title.subtitle.text, 40) for fig in figures[:2] if fig.layout.title.subtitle.text]
+    titles += [(note.text, 24) for fig in figures for note in fig.layout.annotations]
     assert len(titles) >= 10
     for title, width in titles:
         assert all(len(line) <= width for line in visible_lines(title)), title
@@ -137,8 +143,8 @@ def test_the_titles_break_into_lines_the_panel_beside_the_map_holds():
 def test_simplified_class_says_what_stands_in_and_that_nothing_scales():
     trace = pipeline.run("The cat sat", AttentionConfig(variant="simplified", d_in=8, causal=False))
     fig = products_figure(explain_weight(trace, 0, 2, 0))
-    assert "÷ 1 (no scaling)" in fig.layout.title.text
-    assert "stand in for the query and the key" in fig.layout.title.subtitle.text
+    assert "÷ 1 (no scaling)" in flat(fig.layout.title.text)
+    assert "stand in for the query and the key" in flat(fig.layout.title.subtitle.text)
 
 
 def test_hostile_token_text_is_escaped_everywhere(hostile_trace):
@@ -185,7 +191,7 @@ def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
     summed = summed_attention_figure(sums, trace.tokens)
     assert len([t for t in summed.data if t.mode == "lines"]) == 1
     assert len(summed.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
-    assert "and 516 more" in summed.layout.annotations[0].text
+    assert "and 516 more" in flat(summed.layout.annotations[0].text)
 
 
 def test_summed_attention_figure_draws_both_selections(hostile_trace):
@@ -197,8 +203,8 @@ def test_summed_attention_figure_draws_both_selections(hostile_trace):
     assert np.array_equal(by_query.y, sums.per_query_total)
     assert np.flatnonzero(np.asarray(by_query.marker.color) == HIGHLIGHT).tolist() == [5, 7]
     assert np.flatnonzero(np.asarray(by_key.marker.color) == HIGHLIGHT).tolist() == [1]
-    assert "2 selected queries" in fig.layout.annotations[0].text
-    assert "1 selected keys" in fig.layout.annotations[1].text
+    assert "2 selected queries" in flat(fig.layout.annotations[0].text)
+    assert "1 selected keys" in flat(fig.layout.annotations[1].text)
 
 
 def test_summed_attention_figure_of_keys_only(hostile_trace):
