@@ -66,7 +66,8 @@ def from_url() -> None:
         "generate_new": (NEW_TOKENS, functools.partial(parse_number, low=1, high=MAX_NEW, what="a whole number "
                                                        "of new tokens"), f"using {DEFAULT_NEW}"),
         "generate_random": (RANDOM, functools.partial(parse_option, options=RANDOM_CHOICES, what="a random GPT "
-                                                      "this page offers"), "following the sidebar's variant"),
+                                                      "this page offers"),
+                            "using the sidebar's attention if it is a bonus one, else none"),
     })
 
 

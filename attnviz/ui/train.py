@@ -46,8 +46,8 @@ def concurrency_caption() -> str:
     """How many trainings run at once here, and what a training leaves usable."""
     most = job_board().max_running
     at_once = "one training at a time" if most == 1 else f"at most {most} trainings at once"
-    return (f"One training per browser tab; this server runs {at_once} (one core of the machine's stays for the "
-            "pages). It runs in the background: other pages stay usable (your training continues while this tab is "
+    return (f"One training per browser tab; this server runs {at_once}, so the pages keep a core of their own. "
+            "It runs in the background: other pages stay usable (your training continues while this tab is "
             "open) and closing the tab stops it.")
 
 

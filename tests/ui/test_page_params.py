@@ -429,7 +429,7 @@ def test_a_link_opens_generates_random_gpt_and_a_bad_one_gives_a_notice():
     bad = open_page("pages/generate.py", text=PROMPT, variant="gqa", random="../gqa")
     no_exception(bad)
     assert ("The link's random='../gqa' is not a random GPT this page offers (none, mha, gqa, mqa, mla, swa): "
-            "following the sidebar's variant.") in main_warnings(bad)
+            "using the sidebar's attention if it is a bonus one, else none.") in main_warnings(bad)
     assert bad.selectbox(key="generate_random").value == "gqa" and url(bad, "random") == "gqa"
     bad.selectbox(key="generate_random").set_value("none").run()
     no_exception(bad)
