@@ -81,9 +81,11 @@ def load(spec: str) -> type[nn.Module]:
         raise UserCodeError(f"{path_text}, line {error.lineno}: syntax error: {error.msg}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise UserCodeError(f"{path_text}: cannot be read: {_one_line(error)}") from None
-    # Python's source loader whatever the file's suffix: a class copied from a tutorial into notes.txt loads too
-    module_spec = importlib.util.spec_from_file_location(name, path,
-                                                         loader=importlib.machinery.SourceFileLoader(name, str(path)))
+    # Python's source loader whatever the file's suffix: a class copied from a tutorial into notes.txt loads too.
+    # Given the absolute path, as the spec's origin is: the code's file is then the module's (the op path's lines).
+    location = os.path.abspath(path)
+    module_spec = importlib.util.spec_from_file_location(
+        name, location, loader=importlib.machinery.SourceFileLoader(name, location))
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:

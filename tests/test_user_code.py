@@ -86,6 +86,16 @@ def test_a_class_in_a_file_not_named_py_loads_and_other_text_is_a_syntax_error(g
     assert "\n" not in str(caught.value)
 
 
+def test_a_relative_spec_gives_the_code_the_modules_own_file(good, monkeypatch):
+    """Named relative to the working directory, the class's code and its module name the same (absolute) file: the
+    op path and the source panel match a stage's line by that file."""
+    import inspect
+
+    monkeypatch.chdir(good.parent)
+    cls = user_code.load(f"{good.name}:MyAttention")
+    assert cls.forward.__code__.co_filename == inspect.getsourcefile(cls) == str(good)
+
+
 def test_a_file_that_raises_on_import(tmp_path):
     path = tmp_path / "raises.py"
     path.write_text("raise RuntimeError('no GPU here')\n")
