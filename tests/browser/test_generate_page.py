@@ -151,7 +151,9 @@ def test_the_step_layer_and_head_are_in_the_link_and_playing_leaves_no_history_e
     assert "step" not in query_of(page.url)
     before = runs(page)
     main.get_by_role("button", name="Stop").click()
-    wait_idle(page, after=before)
+    wait_idle(page, after=before)  # Stop's fragment run; the whole run it asks for writes the step back:
+    page.wait_for_function("() => new URLSearchParams(location.search).has('step')", timeout=30_000)
+    wait_idle(page)
     shown = int(main.get_by_text(" of 30", exact=False).first.inner_text().split("Step ")[1].split(" of")[0])
     assert shown >= 9 and query_of(page.url)["step"] == str(shown)
     assert page.evaluate("history.length") <= entries + 2  # Play's start and Stop, not one a step
