@@ -261,12 +261,12 @@ def parse_options(raw: str, options, what: str) -> list[str]:
     options in the link's order, each once; a ValueError that names the first that is none of them."""
     options = list(options)
     chosen = []
-    for part in raw.split(",") if raw.strip() else []:
-        if part.strip() not in options:
+    for name in (part.strip() for part in raw.split(",")) if raw.strip() else ():
+        if name not in options:
             listed = ", ".join(options) if len(options) <= 12 else f"{options[0]} … {options[-1]}"
-            raise ValueError(f"names {part.strip()[:40]!r}, which is not {what} ({listed})")
-        if part.strip() not in chosen:
-            chosen.append(part.strip())
+            raise ValueError(f"names {name[:40]!r}, which is not {what} ({listed})")
+        if name not in chosen:
+            chosen.append(name)
     return chosen
 
 
