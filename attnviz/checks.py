@@ -191,7 +191,7 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     batch, n = x.shape[:2]
     takes_cache = "use_cache" in inspect.signature(module.forward).parameters
     per_rule = {"causal": n - 1 if causal else 0, "dropout-placement": 1, "batch-independence": batch,
-                "kv-cache": 2 * (2 + n - _prefill(n)) if takes_cache else 0}
+                "kv-cache": 2 * (2 + n - _prefill(n)) if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
 
 
@@ -450,7 +450,7 @@ def reference_context(queries, keys, values, causal: bool, *, scaled: bool = Tru
 
 def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
     """Two sequences in a row, each after the module's reset, fed as a prefill then token by token with
-    ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache`` skips."""
+    ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache``, or one token, skips."""
     rule = "kv-cache"
     if "use_cache" not in inspect.signature(module.forward).parameters:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
@@ -461,6 +461,9 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
     reset = getattr(module, reset_name)
     n = x.shape[1]
+    if n == 1:
+        return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
+                                   "tokens")
     prefill = _prefill(n)
     try:
         difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences

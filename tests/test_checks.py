@@ -282,6 +282,14 @@ def test_kv_cache_passes_a_correct_cached_module_and_leaves_it_reset():
     assert module.cache_k is None and module.ptr_current_pos == 0
 
 
+def test_kv_cache_skips_one_token_in_words_and_runs_no_cached_forward():
+    """With one token there is no token to feed from the cache: the rule passed on a prefill alone."""
+    module = cached("position-never-advances")  # would fail on a second token
+    check = verdict(module, "kv-cache", x=torch.randn(2, 1, 16))
+    assert check.status == "skip" and check.evidence.startswith("1 token:"), check
+    assert checks._planned_forwards(module, torch.randn(2, 1, 16), ["kv-cache"], causal=True) == 1
+
+
 @pytest.mark.parametrize(("bug", "words"), [
     ("position-never-advances", "sequence 1, token 4: the cached output differs"),
     ("position-never-advances", "the position never advances: ptr_current_pos is still 0"),
