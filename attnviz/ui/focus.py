@@ -34,5 +34,5 @@ def _set_focus(key: str, head: int, num_heads: int) -> bool:
     """Focus ``head`` if it is one of this run's heads, with the URL's ``head``; True if it is."""
     if not 0 <= head < num_heads:
         return False
-    set_page_widget(key, head, HEAD)
+    set_page_widget(key, head, HEAD, 0)  # head 0: the page's default, as page_bind's
     return True

@@ -234,7 +234,7 @@ def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerato
     where_col.markdown(f"**Step {index} of {last}** · " + (
         f"prefill: the {result.prompt_length} prompt tokens in one forward pass" if index == 0 else
         f"one new token fed at position {result.steps[index].position}"))
-    set_page_param(STEP, None if playing else index)
+    set_page_param(STEP, None if playing or index == 0 else index)  # the prefill: the page's default
     _step_views(ref, key, result, index)
     share_link(link)  # the URL holds the step, layer and head this run draws
 

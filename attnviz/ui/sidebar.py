@@ -23,8 +23,9 @@ from attnviz.config import (
     nearest_divisors,
 )
 from attnviz.rope import ROPE_BASES
+from attnviz.ui import navigation
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.state import URL_NOTICES, bind, set_setting, settings_from_url
+from attnviz.ui.state import URL_NOTICES, bind, page_params_of, set_setting, settings_from_url
 from attnviz.urlstate import (
     PAGE_PARAMS,
     PRESET_DIMS,
@@ -121,8 +122,10 @@ def current_settings() -> dict:
     last run drew (:func:`drawn`).  The page's own parameters stay (the URL holds the shown page's only:
     ``state.keep_page_params``); anything else goes."""
     values = {key: st.session_state[key] for key in SETTING_KEYS}
-    kept = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}
-    st.query_params.from_dict({**share_query(values), **kept})
+    kept = {key: st.query_params[key] for key in st.query_params if key in PAGE_PARAMS}  # in the URL's order
+    query = {**share_query(values), **kept}
+    if [(key, st.query_params.get_all(key)) for key in st.query_params] != [(key, [v]) for key, v in query.items()]:
+        st.query_params.from_dict(query)  # only a change: each one the browser is sent is an entry of its history
     return values
 
 
@@ -279,11 +282,12 @@ def _notices() -> None:
 
 
 def page_links(pages: list[StreamlitPage], values: dict) -> None:
-    """A link to every listed page, carrying the settings (a page opened in a new tab shows the same view)."""
+    """A link to every listed page, carrying the settings (a page opened in a new tab shows the same view) and the
+    page's own parameters as its last run in this session left them (``state.page_params_of``)."""
     query = share_query(values)
     for page in pages:
         if page.visibility == "visible":
-            st.page_link(page, query_params=query)
+            st.page_link(page, query_params={**query, **page_params_of(navigation.entry(page).script)})
 
 
 def _follow_checkpoint(sizes, weights_name: str) -> None:

@@ -37,6 +37,7 @@ from attnviz.urlstate import PAGE_PARAMS, PRESET_DIMS, SETTING_KEYS, is_book, ma
 KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
 _URL_PAGE = "_url_page"  # the page whose parameters the URL holds (keep_page_params)
+_PAGE_URLS = "_page_urls"  # page -> its own URL parameters as its runs left them (page_params_of)
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
     "heads_stage", "heads_focus", "heads_row0", "heads_col0", "heads_overview", "heads_knockout_position",
@@ -117,8 +118,9 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
 
     ``url``: the page's URL parameter (one of ``PAGE_PARAMS``) that follows the widget, as the settings' parameters
     follow theirs: written with the value this run draws, and by the widget's ``on_change`` before the run that
-    shows a new value, so that the sidebar's Share link, drawn before the page, carries it too.  The page reads it
-    on a session's first visit (:func:`page_widgets_from_url`)."""
+    shows a new value, so that the sidebar's Share link, drawn before the page, carries it too; a value equal to
+    ``default`` leaves the URL without it (:func:`set_page_param`).  The page reads it on a session's first visit
+    (:func:`page_widgets_from_url`)."""
     if key not in PAGE_WIDGETS:
         raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
     if key not in st.session_state or not valid(st.session_state[key]):
@@ -127,8 +129,8 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
         return {"key": key, **KEPT}
     if url not in PAGE_PARAMS:
         raise KeyError(f"URL parameter {url!r} is not declared in attnviz.urlstate.PAGE_PARAMS")
-    _page_param_to_url(key, url)
-    return {"key": key, "on_change": _page_widget_changed, "args": (key, url), **KEPT}
+    _page_param_to_url(key, url, default)
+    return {"key": key, "on_change": _page_widget_changed, "args": (key, url, default), **KEPT}
 
 
 def page_param_notice(key: str) -> str:
@@ -167,51 +169,79 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
             st.session_state[page_param_notice(key)] = f"The link's {url}={str(raw)[:40]!r} {exc}: {instead}."
 
 
-def set_page_widget(key: str, value, url: str) -> None:
+def set_page_widget(key: str, value, url: str, default) -> None:
     """A page widget's new value set by a callback other than its own (a click on the heads grid): as the widget's
     ``on_change`` does, the URL follows it before the rerun, and the link's refused value is moot."""
     st.session_state[key] = value
-    _page_widget_changed(key, url)
+    _page_widget_changed(key, url, default)
 
 
 def keep_page_params(page: str, names: tuple[str, ...]) -> None:
     """The URL keeps the page parameters of the page shown (``page``, whose own are ``names``), and only those: any
-    other page's go, and after a page switch all of them (a page reads its own on its first visit: a value left by
-    another page, or by a visit before, is not a link's).  A page link's URL has none anyway (it carries the
-    settings); a URL that outlives its page (an entry of the browser's history, AppTest's ``switch_page``) loses
-    them here."""
+    other page's go, and after a page switch all of them but those equal to the page's own as its last run left
+    them (a page reads its own on its first visit: a value left by another page, or by a visit before, is not a
+    link's).  A page link's URL carries the page's own (:func:`page_params_of`); a URL that outlives its page (an
+    entry of the browser's history, AppTest's ``switch_page``) loses any others here."""
     last = st.session_state.get(_URL_PAGE)
     st.session_state[_URL_PAGE] = page
-    kept = names if last in (None, page) else ()
+    own = page_params_of(page)  # what the page's link carried: the page's own, as its last run left them
+    kept = names if last in (None, page) else tuple(name for name in names
+                                                    if st.query_params.get(name) == own.get(name))
     for name in PAGE_PARAMS:
         if name not in kept and name in st.query_params:
             del st.query_params[name]
 
 
+def page_params_of(page: str) -> dict[str, str]:
+    """The URL parameters of ``page`` (a script in ``pages/``) as its runs in this session left them, in the URL's
+    order: the page's link carries them (``sidebar.page_links``), so that the first run after a switch back to the
+    page writes none of them, and the switch is one entry of the browser's history (:func:`set_page_param`)."""
+    return dict(st.session_state.get(_PAGE_URLS, {}).get(page, {}))
+
+
+def _remember(url: str, text: str | None) -> None:
+    """The shown page's parameter ``url`` is now ``text`` (None: gone), for :func:`page_params_of`."""
+    page = st.session_state.get(_URL_PAGE)
+    if page is not None:
+        own = st.session_state.setdefault(_PAGE_URLS, {}).setdefault(page, {})
+        if text is None:
+            own.pop(url, None)
+        else:
+            own[url] = text
+
+
 def forget_page_params(*urls: str) -> None:
     """Page parameters this run draws no widget for (a map drawn whole has no window to place) leave the URL."""
     for url in urls:
+        _remember(url, None)
         if url in st.query_params:
             del st.query_params[url]
 
 
-def _page_widget_changed(key: str, url: str) -> None:
+def _page_widget_changed(key: str, url: str, default) -> None:
     st.session_state.pop(page_param_notice(key), None)  # the user's own value: the link's refused one is moot
-    _page_param_to_url(key, url)
+    _page_param_to_url(key, url, default)
 
 
-def _page_param_to_url(key: str, url: str) -> None:
-    """The URL holds the widget's value (a multiselect's comma-separated); a widget without one (a stage deselected:
-    the page draws its default) none."""
-    set_page_param(url, st.session_state[key])
+def _page_param_to_url(key: str, url: str, default) -> None:
+    """The URL holds the widget's value (a multiselect's comma-separated) unless it is the page's ``default``; a
+    widget without one (a stage deselected: the page draws its default) none."""
+    value = st.session_state[key]
+    set_page_param(url, None if value == default else value)
 
 
 def set_page_param(url: str, value) -> None:
     """The page parameter ``url`` says ``value`` (a list comma-separated; an empty list an empty value); None: the URL
-    has no ``url`` (the page draws its default)."""
+    has no ``url``, and the page draws its default.
+
+    A page leaves its defaults out of the URL, as Streamlit's own ``bind="query-params"`` does: the first run of a
+    page switched to then writes nothing, and the switch is one entry of the browser's history (Streamlit's frontend
+    pushes an entry for every change of the URL, and one a run sends before the page's path has changed is an entry
+    at the old page's path: the Back button would have to be pressed once for each)."""
     if value is None:
         forget_page_params(url)
         return
     text = ",".join(str(item) for item in value) if isinstance(value, list | tuple) else str(value)
+    _remember(url, text)
     if st.query_params.get(url) != text:
         st.query_params[url] = text

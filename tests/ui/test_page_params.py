@@ -2,12 +2,14 @@
 Compare's ``map``, the Pitfall lab's ``bug`` and ``token``, the Induction lab's ``T``, ``token_seed``, ``head`` and
 ``knockout``, Generate's ``new_tokens``, ``random``, ``step``, ``map_layer`` and ``head``: a
 link opens that view; a value the run has not gets a notice in words and the default; the URL and the Share link
-follow what the user sets (a widget, a click on the grid), also on the first run after coming back to the page; a
-reload shows the same view; and one page's parameters never reach another page's URL or link."""
+follow what the user sets (a widget, a click on the grid), also on the first run after coming back to the page, and
+leave a page's default out (a link without it opens the default); a reload shows the same view; and one page's
+parameters never reach another page's URL or link."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from helpers.apptest import APP, TIMEOUT, no_exception, open_app
@@ -24,6 +26,11 @@ def focused_title(at) -> str:
 
 def share_link(at) -> str:
     return next(code.value for code in at.sidebar.code if "?" in code.value)
+
+
+def link_query(at) -> dict[str, str]:
+    """The Share link's parameters (each one's last value)."""
+    return {key: values[-1] for key, values in parse_qs(urlsplit(share_link(at)).query).items()}
 
 
 def url(at, key: str):
@@ -74,8 +81,8 @@ def test_a_bad_value_in_the_link_gives_a_notice_in_words_and_the_default(query, 
     assert at.selectbox(key="heads_focus").value == 0
     assert at.segmented_control(key="heads_stage").value == "weights"
     assert (at.slider(key="heads_row0").value, at.slider(key="heads_col0").value) == (0, 0)
-    for key in query:  # the URL and the link say what the page draws
-        assert url(at, key) == {"head": "0", "stage": "weights", "row": "0", "col": "0"}[key]
+    for key in query:  # the URL and the link say what the page draws: its default, which they leave out
+        assert url(at, key) is None and key not in link_query(at)
 
 
 def test_a_window_position_on_a_text_drawn_whole_is_refused_and_the_notice_goes_when_the_user_picks_a_head():
@@ -102,7 +109,7 @@ def test_a_parameter_the_link_repeats_uses_the_last():
 
 def test_what_the_user_sets_goes_to_the_url_and_the_share_link_and_a_reload_shows_it():
     at = open_app(text=LONG, num_heads="4")
-    assert url(at, "head") == "0" and "head=0" in share_link(at)  # what the run draws, from the first run
+    assert url(at, "head") is None and "head" not in link_query(at)  # head 0, the page's default: left out
     at.selectbox(key="heads_focus").set_value(3).run()
     at.segmented_control(key="heads_stage").set_value("scores").run()
     at.slider(key="heads_row0").set_value(90).run()
@@ -117,6 +124,8 @@ def test_what_the_user_sets_goes_to_the_url_and_the_share_link_and_a_reload_show
     assert again.segmented_control(key="heads_stage").value == "scores"
     assert (again.slider(key="heads_row0").value, again.slider(key="heads_col0").value) == (90, 12)
     assert focused_title(again).startswith("head 3")
+    at.selectbox(key="heads_focus").set_value(0).run()  # back to the default: it leaves the URL and the link
+    assert url(at, "head") is None and "head" not in link_query(at) and url(at, "row") == "90"
 
 
 def test_a_stage_deselected_leaves_the_url_and_the_page_draws_its_default():
@@ -175,7 +184,7 @@ def test_a_pages_parameters_stay_on_their_page():
     at.switch_page("pages/steps.py").run()  # AppTest keeps the URL across the switch: the app drops it
     no_exception(at)
     assert at.selectbox(key="steps_focus").value == 0 and not main_warnings(at)
-    assert url(at, "head") == "0" and url(at, "stage") == "masked"  # the Steps page's own
+    assert url(at, "head") is None and url(at, "stage") is None  # the Steps page's own: its defaults, left out
     at.switch_page("pages/generate.py").run()
     no_exception(at)
     assert all(url(at, key) is None for key in ("head", "stage", "row", "col"))
@@ -195,8 +204,8 @@ def test_a_pages_parameters_stay_on_their_page():
 
 
 def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back():
-    """A page link carries the settings only: the page that comes back binds its kept head, stage and window to the
-    URL, and the Share link of that very run (drawn after them) carries them."""
+    """The page that comes back binds its kept head, stage and window to the URL, and the Share link of that very
+    run (drawn after them) carries them; its default (the Heads page's stage) stays out."""
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["num_heads"] = "4"
     at.switch_page("pages/steps.py").run()
@@ -210,7 +219,7 @@ def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back(
     assert "head=3" in share_link(at) and "stage=weights" in share_link(at)
     at.switch_page("pages/heads.py").run()
     no_exception(at)
-    assert "head=2" in share_link(at) and "stage=weights" in share_link(at)
+    assert link_query(at).get("head") == "2" and "stage" not in link_query(at)
 
 
 def test_the_generate_pages_link_carries_new_tokens_on_the_first_run_after_coming_back():
@@ -272,8 +281,9 @@ def test_a_link_opens_the_induction_labs_length_seed_and_head():
     assert at.selectbox(key="induction_head").value == 1
     assert any(title.startswith("L0H1: weights on [BOS] + x + x (T = 12)") for title in map_titles(at))
     assert not at.main.warning
-    for part in ("T=12", "token_seed=7", "head=1"):
+    for part in ("T=12", "token_seed=7"):
         assert part in share_link(at)
+    assert "head" not in link_query(at)  # head 1 is the lab's default here, the best head: left out
 
 
 SHOWN = {  # what a lab's widgets show, as its URL parameters write it
@@ -317,8 +327,8 @@ def test_a_bad_value_in_a_labs_link_gives_a_notice_in_words_and_the_default(scri
     assert notice in main_warnings(at)
     shown = SHOWN[script](at)
     assert {key: shown[key] for key in defaults} == defaults
-    for key, value in shown.items():  # the URL and the link say what the page draws
-        assert url(at, key) == value and f"{key}={value}".replace(" ", "+") in share_link(at)
+    for key in shown:  # the URL and the link say what the page draws: its defaults, which they leave out
+        assert url(at, key) is None and key not in link_query(at)
 
 
 def test_a_labs_parameter_the_link_repeats_uses_the_last():
@@ -401,8 +411,8 @@ def test_a_bad_step_layer_or_head_in_generates_link_gives_a_notice_and_the_defau
     assert notice in main_warnings(at)
     assert any(md.value.startswith("**Step 0 of 5**") for md in at.main.markdown)
     assert (at.selectbox(key="generate_layer").value, at.selectbox(key="generate_head").value) == (0, 0)
-    for key in query:  # the URL says what the page draws
-        assert url(at, key) == "0"
+    for key in query:  # the URL says what the page draws: its default, which it leaves out
+        assert url(at, key) is None
 
 
 def test_generates_step_follows_step_and_prefill_and_leaves_the_url_while_playing():
@@ -417,7 +427,7 @@ def test_generates_step_follows_step_and_prefill_and_leaves_the_url_while_playin
     at.button(key="generate_stop").click().run()
     assert url(at, "step") is not None and f"step={url(at, 'step')}" in share_link(at)
     at.button(key="generate_back").click().run()
-    assert url(at, "step") == "0"
+    assert url(at, "step") is None  # the prefill: the page's default
 
 
 def test_a_link_opens_generates_random_gpt_and_a_bad_one_gives_a_notice():
@@ -430,7 +440,7 @@ def test_a_link_opens_generates_random_gpt_and_a_bad_one_gives_a_notice():
     no_exception(bad)
     assert ("The link's random='../gqa' is not a random GPT this page offers (none, mha, gqa, mqa, mla, swa): "
             "using the sidebar's attention if it is a bonus one, else none.") in main_warnings(bad)
-    assert bad.selectbox(key="generate_random").value == "gqa" and url(bad, "random") == "gqa"
+    assert bad.selectbox(key="generate_random").value == "gqa" and url(bad, "random") is None  # the default
     bad.selectbox(key="generate_random").set_value("none").run()
     no_exception(bad)
     assert "random='../gqa'" not in main_warnings(bad) and url(bad, "random") == "none"
@@ -456,7 +466,7 @@ def test_a_bad_knockout_in_the_link_gives_a_notice_and_the_labs_choice():
     assert ("The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
             "L1H1): knocking out L0H") in main_warnings(at)
     chosen = at.multiselect(key="induction_knockout").value
-    assert len(chosen) == 1 and url(at, "knockout") == chosen[0]
+    assert len(chosen) == 1 and url(at, "knockout") is None  # the lab's choice, its default: left out
     book = open_page("pages/induction.py", knockout="L0H0")  # the book's classes: no knock-outs, none linked
     no_exception(book)
     assert url(book, "knockout") is None and "knockout" not in share_link(book)
