@@ -357,7 +357,8 @@ def heads_grid(
     zmin, zmax, scale = color_range(stage, pooled, dropout)
     size = pooled.shape[1]
     gap = size * 0.06  # between columns: ≈ 7 px whatever the tile's side in cells
-    title = size * 0.16  # above each row of tiles, room for "head 3" (a share of a tile: one cell is a whole tile of 1)
+    title = size * 0.3  # above each row of tiles, room for "head 3" (a share of a tile: one cell is a whole tile of 1;
+    # the 11 px title takes 15 px above a tile, and a tile is ~60 px wide on a 700 px page)
     height_cells, width_cells = rows * (title + size), columns * size + (columns - 1) * gap
     tiles = []
     for head in range(num_heads):

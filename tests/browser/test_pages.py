@@ -373,6 +373,23 @@ def click_tile(page, head: int):
     return focus
 
 
+@pytest.mark.parametrize("width", [1400, 700])
+def test_the_grids_head_titles_sit_clear_of_every_tile(page, base_url, width):
+    """On a narrow page the tiles shrink and the titles keep their pixel size: "head 6" … "head 11" were drawn over
+    the first row's tiles at 700 px."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    visit(page, f"{base_url}/?text=The%20cat%20sat%20on%20the%20mat")
+    chart = grid_chart(page)
+    titles = [title.bounding_box() for title in chart.locator("text.annotation-text").all()]
+    tiles = [tile.bounding_box() for tile in chart.locator("g.imagelayer g.im image").all()]
+    assert len(titles) == len(tiles) == 12
+    for title in titles:
+        for tile in tiles:
+            apart = (title["y"] + title["height"] <= tile["y"] + 0.5 or tile["y"] + tile["height"] <= title["y"] + 0.5
+                     or title["x"] + title["width"] <= tile["x"] or tile["x"] + tile["width"] <= title["x"])
+            assert apart, (width, title, tile)
+
+
 def test_clicking_a_thumbnail_focuses_that_head(page, base_url):
     visit(page, f"{base_url}/")
     expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)  # one map a head
