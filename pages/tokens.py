@@ -24,17 +24,23 @@ with st.expander("Token table"):
         "special": [t.special for t in trace.token_details],
     }), hide_index=True)
 
-st.subheader("Embeddings: token + position = input")
+rotary = config.rotary
+st.subheader("Embeddings: token = input (rotary positions)" if rotary else "Embeddings: token + position = input")
+if rotary:
+    st.caption(f"Rotary positions (RoPE, base {config.rope_base:,}) add no position vector to the input: each head "
+               "rotates its queries and keys by their positions inside attention (the Steps page's *rotate q, k* "
+               "stage), so the input is the token embedding alone.")
 if ctx.checkpoint:
     st.caption(f"The checkpoint's own rows: tok_emb (wte) for each token id and pos_emb (wpe) for each position "
                f"({ui.weights_caption(ctx)}).")
 if config.embedding == "book" and trace.embeddings["position"].any() == 0:
     st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
 bound = max(float(abs(array).max()) for array in trace.embeddings.values()) or 1.0
-st.caption(f"All three use the same colour scale (±{bound:.2f}), "
-           "so token + position = input can be compared cell by cell.")
-for name, label in (("token", "token embedding"), ("position", "positional embedding"),
-                    ("input", "input = token + position")):
+shown = ((("token", "token embedding"), ("input", "input = token")) if rotary else
+         (("token", "token embedding"), ("position", "positional embedding"), ("input", "input = token + position")))
+st.caption(f"{'Both' if len(shown) == 2 else 'All three'} use the same colour scale (±{bound:.2f}), so they can be "
+           "compared cell by cell.")
+for name, label in shown:
     matrix = trace.embeddings[name]
     st.plotly_chart(figures.embedding_heatmap(matrix, trace.tokens, title=f"{label} {tuple(matrix.shape)}",
                                               bound=bound),

@@ -41,6 +41,22 @@ def sidebar_notices(at: AppTest) -> str:
     return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")
 
 
+def test_the_tokens_page_with_rotary_positions_draws_no_empty_position_table_and_says_why():
+    """Rotary positions add no vector to the input: the page drew a blank "positional embedding" chart and still
+    said "token + position = input"."""
+    from helpers.apptest import plotly_figures
+
+    at = app("pages/tokens.py", **RUNS["mha_rotary"])
+    no_exception(at)
+    titles = [fig["layout"]["title"]["text"] for fig in plotly_figures(at)]
+    assert not any(title.startswith("positional embedding") for title in titles), titles
+    assert any(title.startswith("input = token (") for title in titles), titles
+    assert at.subheader[0].value == "Embeddings: token = input (rotary positions)"
+    assert any("rotates its queries and keys by their positions" in c.value for c in at.main.caption)
+    learned = app("pages/tokens.py")
+    assert any(fig["layout"]["title"]["text"].startswith("positional embedding") for fig in plotly_figures(learned))
+
+
 @pytest.mark.parametrize("run", list(RUNS))
 def test_heads_page_runs(run):
     at = app(**RUNS[run])
