@@ -6,6 +6,8 @@ import streamlit as st
 from attnviz import ui
 from attnviz.views import figures, source, steps
 
+PAIR_WIDTH = 330  # px: a map with its labels and colour bar; two fit beside the diagram at 1,400 px, one at 1,100
+
 ctx = ui.setup(draws_link=True)  # after its head, stage and window are bound
 if ctx is None:
     st.stop()
@@ -48,7 +50,13 @@ with view_col:
                                         title=title, row_offset=row0, col_offset=col0, height=430, **extra)
         st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-head{head}-{title.split()[0]}"))
 
-    before, after = st.columns(2)
+    def pair():
+        """Two places for a before/after pair: side by side where two maps fit, one above the other on a narrow
+        page (two columns of a narrow page left each map's cells a strip ~15 px wide)."""
+        row = st.container(horizontal=True, gap="medium")
+        return row.container(width=PAIR_WIDTH), row.container(width=PAIR_WIDTH)
+
+    before, after = pair()
     if stage == "latent":
         st.caption(f"latent: `{steps.shape_of(trace, 'latent')}` — {config.latent_width} numbers per token, where "
                    f"multi-head attention caches keys and values: 2 × d_out = {2 * config.d_out}.")
@@ -81,7 +89,7 @@ with view_col:
         with_scale, without_scale = steps.softmax_with_and_without_scaling(crop("scores"), crop("masked"))
         st.markdown("**Softmax with vs without ÷√dₖ** — without it, large dₖ pushes softmax toward one-hot "
                     "(saturation: low entropy, tiny gradients).")
-        left, right = st.columns(2)
+        left, right = pair()
         with left:
             heatmap(with_scale, "softmax(scores ÷ √dₖ)", as_stage="weights")
         with right:
