@@ -30,16 +30,20 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
 
     trace = cached_trace(text, config)
     config = trace.config
-    group = config.group_size  # heads that share K/V heads sit side by side, a group never split across rows
+    # heads that share K/V heads sit side by side, a group never split across rows unless it is longer than a row
+    # (multi-query's one group of all heads: twelve tiles a row left each title wider than its tile)
+    group = config.group_size
     full = figures.GRID_COLUMNS
     return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout,
-                              columns=group * max(1, full // group) if group > 1 else full, hidden=window_hidden(trace),
+                              columns=group * (full // group) if 1 < group <= full else full,
+                              hidden=window_hidden(trace), window=config.window,
                               labels=[grid_label(config, head) for head in range(trace.num_heads)])
 
 
 def grid_label(config, head: int) -> str:
-    """A thumbnail's title: ``head 5``, with its K/V group where heads share K/V heads (``head 5 · K/V 1``)."""
-    return f"head {head}" if config.kv_groups == config.heads else f"head {head} · K/V {config.kv_group(head)}"
+    """A thumbnail's title: ``head 5``, with its K/V group on a second line where heads share K/V heads
+    (``head 5<br>K/V 1``: on one line it is wider than a tile of a page 1,100 px wide)."""
+    return f"head {head}" if config.kv_groups == config.heads else f"head {head}<br>K/V {config.kv_group(head)}"
 
 
 def window_hidden(trace, head: int | None = None):
@@ -192,7 +196,8 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
     hidden = window_hidden(trace, head)
     fig = figures.attention_heatmap(
         window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
-        title=f"{config.head_label(head)}: {figures.MAP_TITLES[stage]}", row_offset=row0, col_offset=col0,
+        title=f"{config.head_label(head)}: {figures.map_title(stage, config.window)}", row_offset=row0,
+        col_offset=col0,
         validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",
         hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
     )

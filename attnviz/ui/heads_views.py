@@ -32,12 +32,14 @@ def draw(ctx: Context) -> None:
     from attnviz.views import figures
 
     trace, config = ctx.trace, ctx.trace.config
-    st.caption(f"{weights_caption(ctx)} · {'causal mask' if config.causal else 'no mask'} · {counted(trace.n)} · "
-               f"device {trace.device}")
+    mask = (f"sliding-window mask (W = {config.window})" if config.window is not None
+            else "causal mask" if config.causal else "no mask")
+    st.caption(f"{weights_caption(ctx)} · {mask} · {counted(trace.n)} · device {trace.device}")
 
     within_layer_from_url("heads", trace, MAP_STAGES, "weights")  # a session's first visit: the link's
     stage = st.segmented_control(
-        "Show", MAP_STAGES, format_func=figures.MAP_TITLES.get, **page_bind("heads_stage", "weights", url=STAGE)
+        "Show", MAP_STAGES, format_func=functools.partial(figures.map_title, window=config.window),
+        **page_bind("heads_stage", "weights", url=STAGE)
     ) or "weights"
     url_notices("heads_stage")
 

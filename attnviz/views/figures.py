@@ -44,6 +44,14 @@ MAP_TITLES = {
 PROBABILITY_STAGES = ("weights", "dropped")
 
 
+def map_title(stage: str, window: int | None = None) -> str:
+    """A stage's title (:data:`MAP_TITLES`); a sliding window of ``window`` tokens also hides the keys that far back
+    or further, so its masked stage is a band, not a triangle."""
+    if stage == "masked" and window is not None:
+        return f"masked (−∞ above the diagonal or ≥ {window} back)"
+    return MAP_TITLES.get(stage, stage)
+
+
 def safe_label(text: str) -> str:
     """Escape user-derived text for Plotly (which renders a subset of HTML in labels)."""
     return html.escape(text, quote=True)
@@ -331,6 +339,7 @@ def heads_grid(
     columns: int = GRID_COLUMNS,
     labels: list[str] | None = None,
     hidden: np.ndarray | None = None,
+    window: int | None = None,
 ) -> go.Figure:
     """All heads as small maps, max-pooled to at most ``max_cells`` per side: one image trace per head
     (named "head h"), tiled on **one** pair of axes by each trace's ``x0``/``y0`` (subplots with an axis pair
@@ -342,8 +351,8 @@ def heads_grid(
     ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns``; its
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
     ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
-    masked cells grey, as in every attention map (``hidden``: what a sliding window hides, as in
-    :func:`pooled_display`).  The titles ("head 3", or ``labels``) are annotations
+    masked cells grey, as in every attention map (``hidden``: what a sliding window of ``window`` tokens hides, as in
+    :func:`pooled_display`; the heading names the window).  The titles ("head 3", or ``labels``) are annotations
     (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay of 4 × 4 points a
     tile (customdata = head index, :func:`undrawn_points`) reports clicks: an image's pixels do not.
 
@@ -357,14 +366,16 @@ def heads_grid(
     zmin, zmax, scale = color_range(stage, pooled, dropout)
     size = pooled.shape[1]
     gap = size * 0.06  # between columns: ≈ 7 px whatever the tile's side in cells
-    title = size * 0.3  # above each row of tiles, room for "head 3" (a share of a tile: one cell is a whole tile of 1;
-    # the 11 px title takes 15 px above a tile, and a tile is ~60 px wide on a 700 px page)
+    names = labels or [f"head {head}" for head in range(num_heads)]
+    lines = max(name.count("<br>") + 1 for name in names)
+    # above each row of tiles, room for its titles' lines (a share of a tile: one cell is a whole tile of 1); an
+    # 11 px line takes 15 px above a tile, and a tile is ~60 px wide on a 700 px page
+    title = size * 0.3 * lines
     height_cells, width_cells = rows * (title + size), columns * size + (columns - 1) * gap
     tiles = []
     for head in range(num_heads):
         row, col = divmod(head, columns)
         tiles.append([col * (size + gap), row * (title + size) + title])
-    names = labels or [f"head {head}" for head in range(num_heads)]
     first = block if block > 1 else 1
     palette = colorscale(scale)
     data = [map_image(small, zmin, zmax, palette, x0=x0, y0=y0, name=f"head {head}")
@@ -385,7 +396,7 @@ def heads_grid(
                else "each cell keeps its block's largest |score|")
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
     heads_text = f"all {num_heads} heads" if num_heads > 1 else "1 head"
-    heading = f"{MAP_TITLES.get(stage, stage)}, {heads_text}"
+    heading = f"{map_title(stage, window)}, {heads_text}"
     height = max(180, _grid_row_px(columns) * rows + 60)
     margin = {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10}
     # as wide as its tiles and colour bar (and its title): the colour bar sits beside the tiles however few there

@@ -62,14 +62,17 @@ def map_charts(page):
     return charts(page).filter(has=page.locator(MAP_DRAWN))
 
 
+GRID_TITLE = re.compile(r"^(▶ )?head \d+(K/V \d+)?$")  # a title's lines run together in its text: "head 3K/V 1"
+
+
 def grid_chart(page):
     """The Heads page's thumbnail grid (the chart whose subplot titles read "head N")."""
-    return charts(page).filter(has=page.locator("text.annotation-text", has_text=re.compile(r"^(▶ )?head \d+$"))).first
+    return charts(page).filter(has=page.locator("text.annotation-text", has_text=GRID_TITLE)).first
 
 
 def grid_titles(page) -> list[str]:
     return [t.strip() for t in grid_chart(page).locator("text.annotation-text").all_text_contents()
-            if re.fullmatch(r"(▶ )?head \d+", t.strip())]
+            if GRID_TITLE.fullmatch(t.strip())]
 
 
 def focused_chart(page):
@@ -373,21 +376,36 @@ def click_tile(page, head: int):
     return focus
 
 
-@pytest.mark.parametrize("width", [1400, 700])
-def test_the_grids_head_titles_sit_clear_of_every_tile(page, base_url, width):
+@pytest.mark.parametrize(("width", "settings"), [(1400, ""), (700, ""), (1100, "&variant=gqa"), (700, "&variant=mqa")])
+def test_the_grids_head_titles_sit_clear_of_every_tile_and_of_each_other(page, base_url, width, settings):
     """On a narrow page the tiles shrink and the titles keep their pixel size: "head 6" … "head 11" were drawn over
-    the first row's tiles at 700 px."""
+    the first row's tiles at 700 px, and a grouped-query head's "head 3 · K/V 1" ran into its neighbours' at 1,100."""
     page.set_viewport_size({"width": width, "height": 1000})
-    visit(page, f"{base_url}/?text=The%20cat%20sat%20on%20the%20mat")
+    visit(page, f"{base_url}/?text=The%20cat%20sat%20on%20the%20mat{settings}")
     chart = grid_chart(page)
     titles = [title.bounding_box() for title in chart.locator("text.annotation-text").all()]
     tiles = [tile.bounding_box() for tile in chart.locator("g.imagelayer g.im image").all()]
     assert len(titles) == len(tiles) == 12
-    for title in titles:
-        for tile in tiles:
-            apart = (title["y"] + title["height"] <= tile["y"] + 0.5 or tile["y"] + tile["height"] <= title["y"] + 0.5
-                     or title["x"] + title["width"] <= tile["x"] or tile["x"] + tile["width"] <= title["x"])
-            assert apart, (width, title, tile)
+
+    def apart(a, b) -> bool:
+        return (a["y"] + a["height"] <= b["y"] + 0.5 or b["y"] + b["height"] <= a["y"] + 0.5
+                or a["x"] + a["width"] <= b["x"] + 0.5 or b["x"] + b["width"] <= a["x"] + 0.5)
+
+    for index, title in enumerate(titles):
+        assert all(apart(title, tile) for tile in tiles), (width, title, tiles)
+        assert all(apart(title, other) for other in titles[index + 1:]), (width, title, titles)
+
+
+@pytest.mark.parametrize("width", [1100, 1400])
+def test_the_steps_pages_before_and_after_maps_keep_a_readable_width(page, base_url, width):
+    """Two columns beside the shape diagram left each map's cells a strip ~15 px wide at 1,100 px: the pair now sits
+    side by side where it fits and one above the other where it does not."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    visit(page, f"{base_url}/steps?text=Your%20journey%20starts%20with%20one%20step")
+    maps = map_charts(page)
+    expect(maps).to_have_count(2)
+    widths = [chart.locator(".js-plotly-plot").evaluate("(gd) => gd._fullLayout.xaxis._length") for chart in maps.all()]
+    assert min(widths) >= 100, widths  # px of cells, 6 tokens: ~17 px a cell
 
 
 def test_clicking_a_thumbnail_focuses_that_head(page, base_url):

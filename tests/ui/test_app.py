@@ -554,7 +554,7 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
     no_exception(at)
     grid = next(fig for fig in figures(at) if "all 12 heads" in fig["layout"]["title"]["text"])
     titles = [note["text"] for note in grid["layout"]["annotations"]]
-    assert titles[:4] == ["▶ head 0 · K/V 0", "head 1 · K/V 0", "head 2 · K/V 0", "head 3 · K/V 1"]
+    assert titles[:4] == ["▶ head 0<br>K/V 0", "head 1<br>K/V 0", "head 2<br>K/V 0", "head 3<br>K/V 1"]
     tiles = grid["layout"]["meta"]["tiles"]
     assert len({y0 for _, y0 in tiles[:6]}) == 1  # groups of 3 in rows of 6: no group split across rows
     assert focused(at)["layout"]["title"]["text"].startswith("head 0 · K/V group 0")
@@ -565,3 +565,17 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
     inside = np.array([[0 <= i - j < 2 for j in range(6)] for i in range(6)])
     assert np.isfinite(z[inside]).all() and (z[inside] > 0).all()
     assert np.isnan(z[~inside]).all()  # the future and the keys 2 or more behind are grey, not 0
+
+
+def test_a_sliding_windows_mask_is_named_as_a_band_not_as_the_causal_triangle():
+    """The Heads page called a window's mask "causal mask" and "−∞ above the diagonal", though its map is a band."""
+    at = app(variant="swa", sliding_window_size="2", num_heads="4", text="the cat sat on the mat", stage="masked")
+    no_exception(at)
+    assert "sliding-window mask (W = 2)" in at.main.caption[0].value and "causal mask" not in at.main.caption[0].value
+    band = "masked (−∞ above the diagonal or ≥ 2 back)"
+    assert grid(at)["layout"]["title"]["text"].startswith(band + ", all 4 heads")
+    assert focused(at)["layout"]["title"]["text"] == f"head 0: {band}"
+    assert band in at.segmented_control(key="heads_stage").options
+    at = app(num_heads="4", stage="masked")  # no window: the triangle
+    assert "causal mask" in at.main.caption[0].value
+    assert focused(at)["layout"]["title"]["text"] == "head 0: masked (−∞ above the diagonal)"
