@@ -4,6 +4,7 @@ the error texts are PyTorch's own, and the leak detector finds exactly the leake
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import difflib
 import inspect
 import threading
@@ -279,6 +280,31 @@ def test_the_correct_window_keeps_exactly_w_keys_per_row(lab):
     n, window = weights.shape[-1], setup.sliding_window_size
     diff = np.arange(n)[:, None] - np.arange(n)[None, :]
     assert ((weights > 0) == ((diff >= 0) & (diff < window))).all()  # > 0 exactly inside the band
+
+
+@pytest.mark.parametrize(("n", "window"), [(6, 5), (7, 6), (2, 1), (6, 4), (6, 1), (10, 3)])
+def test_the_window_bug_is_detected_whenever_the_correct_window_hides_a_key(lab, n, window):
+    """W ≤ n − 1 (W = n − 1 included): the correct window hides key i − W of the last query, the bug shows it."""
+    setup, x = lab
+    setup = dataclasses.replace(setup, sliding_window_size=window)
+    result = catalogue.run_pitfall("window_off_by_one", setup, x[:, :n])
+    correct, buggy = (version.observation.maps["weights"] for version in (result.correct, result.buggy))  # (h, n, n)
+    assert (correct[:, n - 1, n - 1 - window] == 0).all() and (buggy[:, n - 1, n - 1 - window] > 0).all()
+    assert result.correct.fired is False and f"a window of exactly {window}" in result.correct.verdict
+    assert result.buggy.fired is True, result.buggy.verdict
+    assert f"sliding_window_size is {window}" in result.buggy.verdict
+    assert "diff >= W, not diff > W" in result.buggy.verdict and "hides nothing" not in result.buggy.verdict
+
+
+@pytest.mark.parametrize(("n", "window"), [(6, 6), (6, 7), (2, 2), (7, 40)])
+def test_a_window_as_long_as_the_text_hides_nothing_in_either_version_and_says_so(lab, n, window):
+    setup, x = lab
+    setup = dataclasses.replace(setup, sliding_window_size=window)
+    result = catalogue.run_pitfall("window_off_by_one", setup, x[:, :n])
+    said = f"{n} tokens: no key is {window} or more behind a query, so a window of {window} hides nothing here"
+    for version in (result.correct, result.buggy):
+        assert version.fired is False and version.verdict == said
+        assert (version.observation.maps["weights"][:, np.tril_indices(n)[0], np.tril_indices(n)[1]] > 0).all()
 
 
 def test_the_lab_gets_a_kv_grouping_and_a_window_from_the_settings():

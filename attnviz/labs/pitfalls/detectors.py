@@ -214,22 +214,36 @@ def detect_kv_groups(module, inputs, setup: LabSetup) -> Version:
 
 
 def detect_window(module, inputs, setup: LabSetup) -> Version:
-    """(9) The hidden cells must be the future and the keys W or more behind: a window of exactly W."""
+    """(9) The hidden cells must be the future and the keys W or more behind: a window of exactly W.
+
+    The correct window of W hides an earlier key only when the text has more than W tokens (key 0 is n − 1 behind
+    the last query): with n ≤ W neither version hides one, and the bug cannot show.  From n = W + 1 on, the
+    hidden cells are compared with the correct window's, so W = n − 1 (where the bug hides nothing but the
+    future, no window at all) is caught too."""
     observation = observe(module, inputs)
     if (failed := _needs_output(observation)) is not None:
         return failed
     window, n = module.sliding_window_size, inputs.shape[1]
-    attention = tracing.combine(tracing.record(module, inputs).attentions)[0]
-    found = checks.sliding_window(attention)
-    if found is None:  # no key far enough behind to hide: every visible cell is in the window
+    if n - 1 < window:  # the correct window hides no earlier key: key 0 is only n − 1 behind the last query
         verdict = f"{n} tokens: no key is {window} or more behind a query, so a window of {window} hides nothing here"
         return Version(False, verdict, observation, {"window": None})
-    if found != window:
-        verdict = (f"query i sees keys i − {found - 1} … i: a window of {found}, but sliding_window_size is {window} "
-                   f"(key i − {found - 1} should be hidden: diff >= W, not diff > W)")
-    else:
+    attention = tracing.combine(tracing.record(module, inputs).attentions)[0]
+    found = checks.sliding_window(attention)
+    if found == window:
         verdict = f"query i sees keys i − {window - 1} … i: a window of exactly {window}"
-    return Version(found != window, verdict, observation, {"window": found})
+        return Version(False, verdict, observation, {"window": found})
+    should = f"key i − {window} should be hidden: diff >= W, not diff > W"
+    hidden = attention.hidden_cells().reshape(-1, n, n)  # (b·h, n, n)
+    diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): how far key j is behind query i
+    if found is not None:
+        verdict = (f"query i sees keys i − {found - 1} … i: a window of {found}, but sliding_window_size is {window}"
+                   + (f" ({should})" if found == window + 1 else ""))
+    elif torch.equal(hidden, (diff < 0).expand_as(hidden)):  # only the future hidden: W = n − 1 with diff > W
+        verdict = (f"only the future is hidden: query {n - 1} sees key {n - 1 - window}, {window} behind, but "
+                   f"sliding_window_size is {window} ({should})")
+    else:
+        verdict = f"the hidden cells are not a window of {window} (sliding_window_size is {window})"
+    return Version(True, verdict, observation, {"window": found})
 
 
 def detect_rotary(module, inputs, setup: LabSetup) -> Version:
