@@ -471,8 +471,12 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
         reset()
     if difference is not None:
         return Check(rule, "fail", difference)
-    return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {prefill} tokens, then "
-                               f"{n - prefill} tokens one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+    return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {_tokens(prefill)}, then "
+                               f"{_tokens(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+
+
+def _tokens(count: int) -> str:
+    return f"{count} token" if count == 1 else f"{count} tokens"
 
 
 def _prefill(n: int) -> int:

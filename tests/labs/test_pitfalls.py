@@ -390,6 +390,22 @@ def test_rotary_pitfalls_run_at_an_even_head_dim(lab):
         assert result.buggy.fired and not result.correct.fired
 
 
+def test_one_of_a_kind_is_said_in_the_singular(lab):
+    """"1 token", "1 head", "1 K/V group" — not "1 tokens" — in the verdicts the lab computes."""
+    setup, x = lab
+    result = catalogue.run_pitfall("window_off_by_one", setup, x[:, :1])
+    assert result.buggy.verdict.startswith("1 token: no key is 3 or more behind a query")
+    result = catalogue.run_pitfall("cache_position", setup, x[:, :2])
+    assert "a prefill of 1 token, then 1 token one by one" in result.correct.verdict
+    result = catalogue.run_pitfall("cache_position", setup, x[:, :5])
+    assert "a prefill of 2 tokens, then 3 tokens one by one" in result.correct.verdict
+    one_head = dataclasses.replace(setup, num_heads=1, num_kv_groups=1)
+    result = catalogue.run_pitfall("gqa_repeat", one_head, x)
+    assert "with 1 K/V group for 1 head," in result.buggy.verdict
+    result = catalogue.run_pitfall("gqa_repeat", dataclasses.replace(setup, num_kv_groups=4), x)
+    assert "with 4 K/V groups for 4 heads," in result.buggy.verdict
+
+
 # ============================== the causality leak detector ==============================
 
 

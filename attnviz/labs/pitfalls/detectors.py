@@ -16,7 +16,7 @@ from torch import nn
 
 from attnviz import checks, stats, tracing
 from attnviz.attention import MAP_STAGES, Recorder
-from attnviz.labs.pitfalls.leak import leak_report, positions_text
+from attnviz.labs.pitfalls.leak import amount, leak_report, positions_text
 from attnviz.labs.pitfalls.workbench import LabSetup, forward_rng
 
 ROW_SUM_TOLERANCE = 1e-4
@@ -206,8 +206,9 @@ def detect_kv_groups(module, inputs, setup: LabSetup) -> Version:
         verdict = (f"query head {h} attends with K/V group {groups[h]}, not {h // module.group_size} "
                    f"(head // group_size): heads → groups {pairing} — tiled, not grouped")
     elif module.num_kv_groups in (1, module.num_heads):
-        verdict = (f"heads → groups {pairing}: with {module.num_kv_groups} K/V group(s) for {module.num_heads} heads, "
-                   "repeat and repeat_interleave give the same pairing — no effect here")
+        verdict = (f"heads → groups {pairing}: with {amount(module.num_kv_groups, 'K/V group')} for "
+                   f"{amount(module.num_heads, 'head')}, repeat and repeat_interleave give the same pairing — "
+                   "no effect here")
     else:
         verdict = f"heads → groups {pairing}: each group serves {module.group_size} neighbouring heads, as it should"
     return Version(bool(wrong), verdict, observation, {"groups": groups})
@@ -225,7 +226,8 @@ def detect_window(module, inputs, setup: LabSetup) -> Version:
         return failed
     window, n = module.sliding_window_size, inputs.shape[1]
     if n - 1 < window:  # the correct window hides no earlier key: key 0 is only n − 1 behind the last query
-        verdict = f"{n} tokens: no key is {window} or more behind a query, so a window of {window} hides nothing here"
+        verdict = (f"{amount(n, 'token')}: no key is {window} or more behind a query, so a window of {window} "
+                   "hides nothing here")
         return Version(False, verdict, observation, {"window": None})
     attention = tracing.combine(tracing.record(module, inputs).attentions)[0]
     found = checks.sliding_window(attention)
