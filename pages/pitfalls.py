@@ -47,17 +47,19 @@ def both_versions(pitfall, bug: str) -> None:
         st.plotly_chart(extra, config=ui.plotly_config(f"attnviz-pitfall-{bug}"))
 
 
-setup = workbench.lab_setup(config, trace.n, wanted_heads)
 tokens = workbench.lab_tokens(trace.tokens)
 n = len(tokens)
 
 st.title("Pitfall lab")
-st.caption(f"{setup.describe()} · {counted(n)} · eval mode unless a bug says otherwise")
-for note in setup.notes:
-    st.caption(f":material/info: {note}")
+about = st.container()  # the class the chosen bug runs, filled in once the bug is known
 
 lab_selectors.pitfalls_from_url(n)  # a session's first visit: the link's bug and token
 bug = lab_selectors.bug_choice()
+setup = catalogue.setup_for(config, trace.n, wanted_heads, bug)
+with about:
+    st.caption(f"{catalogue.describe(setup, bug)} · {counted(n)} · eval mode unless a bug says otherwise")
+    for note in setup.notes:
+        st.caption(f":material/info: {note}")
 
 if bug == "none":
     st.info("No bug switched on: this is the book's code. Switch one on to see it next to the correct version, "

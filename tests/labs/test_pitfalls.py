@@ -577,9 +577,68 @@ def test_single_head_variant_uses_mha_with_a_valid_head_count_and_says_so():
 def test_wrapper_keeps_its_heads_and_says_the_lab_uses_mha():
     setup = workbench.lab_setup(small_config(variant="mha_wrapper", num_heads=2), 6, wanted_heads=8)
     assert (setup.d_out, setup.num_heads) == (32, 2)  # the wrapper's own heads, not the single-head fallback
-    assert any(note.startswith("The bugs are shown in MultiHeadAttention (3.6.2)") and "2 heads" in note
+    assert any(note.startswith("The lab runs MultiHeadAttention (3.6.2) with the d_out (32)") and "2 heads" in note
                for note in setup.notes)
-    assert not [note for note in workbench.lab_setup(small_config(), 6).notes if "shown in" in note]  # MHA itself
+    assert not [note for note in workbench.lab_setup(small_config(), 6).notes if "The lab runs" in note]  # MHA itself
+
+
+def sized(**overrides) -> AttentionConfig:
+    """36 wide: 1, 2, 3, 4, 6, 9 and 12 heads all divide it."""
+    return small_config(**{"d_in": 36, "d_out": 36, **overrides})
+
+
+@pytest.mark.parametrize(("overrides", "groups", "said"), [
+    ({"variant": "gqa", "num_heads": 12, "num_kv_groups": 4}, 4, None),  # the sidebar's value shows the bug
+    ({"variant": "gqa", "num_heads": 12}, 4, None),  # GQA's default: 4 groups of 3, as the sidebar says
+    ({"variant": "gqa", "num_heads": 12, "num_kv_groups": 12},
+     6, "The grouped-query bug needs K/V groups shared by more than one head: the sidebar's 12 K/V groups give each "
+        "of the 12 heads its own, so repeat and repeat_interleave pair them alike. The lab uses 6 groups of 2."),
+    ({"variant": "gqa", "num_heads": 12, "num_kv_groups": 1},
+     6, "The grouped-query bug needs more than one K/V group: with the sidebar's 1 every head shares it, so repeat "
+        "and repeat_interleave pair them alike. The lab uses 6 groups of 2."),
+    ({"variant": "mqa", "num_heads": 12},
+     6, "Multi-query attention (bonus: one K/V head) shares 1 K/V head among all 12 heads; the grouped-query bug "
+        "needs more than one K/V group (with one, repeat and repeat_interleave pair the heads alike). The lab uses 6 "
+        "groups of 2."),
+    ({"variant": "mha", "num_heads": 12, "num_kv_groups": 4},
+     6, "Multi-head attention (3.6.2) gives each head its own K/V head; the grouped-query bug needs K/V groups "
+        "shared by more than one head. The lab uses 6 groups of 2."),
+    ({"variant": "gqa", "num_heads": 9, "num_kv_groups": 9}, 3, "The lab uses 3 groups of 3."),
+    ({"variant": "gqa", "num_heads": 3, "num_kv_groups": 3},
+     1, "The grouped-query bug needs K/V groups shared by more than one head, and more than one group: 3 heads "
+        "cannot be split so. The lab uses 1 K/V group, where the bug has no effect; choose a head count such as 4, "
+        "6 or 8 to see it."),
+])
+def test_the_gqa_bug_uses_the_sidebars_kv_groups_or_says_which_it_uses(overrides, groups, said):
+    config = sized(**overrides)
+    setup = catalogue.setup_for(config, 6, config.num_heads, "gqa_repeat")
+    assert setup.num_kv_groups == groups
+    notes = [note for note in setup.notes if "K/V" in note and "grouped-query bug" in note]
+    assert notes == [] if said is None else len(notes) == 1 and said in notes[0], notes
+    assert not [note for note in catalogue.setup_for(config, 6, config.num_heads, "masked_fill").notes
+                if "grouped-query bug" in note]  # said only where it matters
+    result = catalogue.run_pitfall("gqa_repeat", setup, inputs(6, d=36))
+    assert result.buggy.fired is (groups > 1)
+
+
+@pytest.mark.parametrize(("bug", "expected"), [
+    ("none", "MultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · head_dim 3"),
+    ("masked_fill", "MultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
+    ("gqa_repeat", "GroupedQueryAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12, "
+                   "num_kv_groups=4) · head_dim 3"),
+    ("window_off_by_one", "SlidingWindowAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12, "
+                          "sliding_window_size=3) · head_dim 3"),
+    ("rope_values", "RotaryAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
+    ("cache_reset", "CachedMultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
+])
+def test_the_caption_names_the_class_the_chosen_bug_runs(bug, expected):
+    config = sized(variant="gqa", num_heads=12, num_kv_groups=4)
+    setup = catalogue.setup_for(config, 6, 12, bug)
+    assert catalogue.describe(setup, bug).startswith(expected)
+    if bug in PITFALLS:
+        assert type(PITFALLS[bug].correct(setup)).__name__ == expected.split("(")[0]  # the class that runs
+    shown = [note for note in setup.notes if "heads of Grouped-query attention" in note]
+    assert len(shown) == 1 and shown[0].startswith(f"The lab runs {expected.split('(')[0]} ")
 
 
 def test_dropout_p_0_is_replaced_and_said():
@@ -831,3 +890,53 @@ def test_rotary_pitfalls_at_an_odd_head_dim_say_why_and_the_rest_of_the_page_wor
     no_exception(at)
     assert any(v.startswith("**Detected:**") for v in lab_verdicts(at))
     assert leak_verdict(at).startswith("**Verdict:** leaks into positions 0")
+
+
+def link(**query) -> AppTest:
+    """A new session opened with a link to the Pitfall lab with these URL parameters."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.switch_page("pages/pitfalls.py").run()
+
+
+def captions(at: AppTest) -> str:
+    return "\n".join(caption.value for caption in at.caption)
+
+
+def test_a_gqa_link_runs_the_sidebars_groups_and_the_caption_names_grouped_query_attention():
+    at = link(bug="gqa_repeat", variant="gqa", num_kv_groups="4")
+    no_exception(at)
+    said = captions(at)
+    assert ("GroupedQueryAttention(d_in=768, d_out=768, context_length=1024, dropout=0.1, num_heads=12, "
+            "num_kv_groups=4) · head_dim 64") in said, said
+    assert "MultiHeadAttention(" not in said and "shown in MultiHeadAttention" not in said
+    assert "The lab runs GroupedQueryAttention (the lab's own class) with the d_out (768)" in said
+    verdicts = lab_verdicts(at)  # 4 groups of 3: head h uses group h // 3, tiled h % 4
+    assert any(v.startswith("**Check passed:** heads → groups 0→0, 1→0, 2→0, 3→1, 4→1") for v in verdicts), verdicts
+    assert any(v.startswith("**Detected:** query head 1 attends with K/V group 1, not 0 (head // group_size): heads → "
+                            "groups 0→0, 1→1, 2→2, 3→3, 4→0") for v in verdicts), verdicts
+
+
+@pytest.mark.parametrize(("query", "said"), [
+    ({"variant": "gqa", "num_kv_groups": "12"}, "the sidebar's 12 K/V groups give each of the 12 heads its own"),
+    ({"variant": "mqa"}, "shares 1 K/V head among all 12 heads"),
+    ({"variant": "mha", "num_kv_groups": "4"}, "Multi-head attention (3.6.2) gives each head its own K/V head"),
+])
+def test_a_gqa_link_whose_groups_hide_the_bug_says_which_groups_the_lab_uses(query, said):
+    at = link(bug="gqa_repeat", **query)
+    no_exception(at)
+    shown = captions(at)
+    assert said in shown and "The lab uses 6 groups of 2." in shown and "num_kv_groups=6)" in shown, shown
+    assert any(v.startswith("**Detected:**") for v in lab_verdicts(at))
+
+
+def test_a_window_link_at_w_n_minus_1_detects_the_bug_and_names_sliding_window_attention():
+    at = link(bug="window_off_by_one", variant="swa", sliding_window_size="5")  # the default text: 6 tokens
+    no_exception(at)
+    assert "SlidingWindowAttention(d_in=768, d_out=768, context_length=1024, dropout=0.1, num_heads=12, " \
+           "sliding_window_size=5)" in captions(at)
+    verdicts = lab_verdicts(at)
+    assert "**Check passed:** query i sees keys i − 4 … i: a window of exactly 5" in verdicts, verdicts
+    assert any(v.startswith("**Detected:** only the future is hidden: query 5 sees key 0") for v in verdicts), verdicts
+

@@ -9,6 +9,7 @@ Pure torch: no figures, no Streamlit.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,7 +42,14 @@ from attnviz.labs.pitfalls.detectors import (
     detect_window,
 )
 from attnviz.labs.pitfalls.leak import leak_report
-from attnviz.labs.pitfalls.workbench import LabSetup, build_correct, copy_weights, lab_inputs, lab_setup
+from attnviz.labs.pitfalls.workbench import (
+    BOOK_CLASS,
+    LabSetup,
+    build_correct,
+    copy_weights,
+    lab_inputs,
+    lab_setup,
+)
 from attnviz.rng import seeded
 from attnviz.trace import Trace
 
@@ -66,6 +74,7 @@ class Pitfall:
     correct: Callable[[LabSetup], nn.Module] = build_correct  # the correct module (the book's MHA unless said)
     head: int = 0  # the head the page draws (the grouped-query bug shows from head 1 on)
     needs: Callable[[LabSetup], str | None] | None = None  # why the setup's sizes cannot run it, or None
+    runs: type[nn.Module] = MultiHeadAttention  # the correct module's class (the bug is its one-line subclass)
 
     def unavailable(self, setup: LabSetup) -> str | None:
         """Why neither version can run at the setup's sizes (a sentence for the page), None when they can."""
@@ -96,12 +105,20 @@ def _forgotten_eval(correct: MultiHeadAttention, setup: LabSetup) -> nn.Module:
     return forgot_eval(buggy)  # ... and nobody calls .eval()
 
 
+def _own_sizes(cls: type[nn.Module], setup: LabSetup) -> dict[str, int]:
+    """The arguments one of the lab's classes takes after the book's five: the K/V groups or the window."""
+    if issubclass(cls, modern.GroupedQueryAttention):
+        return {"num_kv_groups": setup.num_kv_groups}
+    if issubclass(cls, modern.SlidingWindowAttention):
+        return {"sliding_window_size": setup.sliding_window_size}
+    return {}
+
+
 def _lab_module(cls: type[nn.Module], setup: LabSetup) -> nn.Module:
     """One of the lab's own classes (:mod:`~attnviz.labs.pitfalls.modern`) at the setup's sizes, seeded, eval mode."""
-    sizes = {"num_kv_groups": setup.num_kv_groups} if issubclass(cls, modern.GroupedQueryAttention) else {
-        "sliding_window_size": setup.sliding_window_size} if issubclass(cls, modern.SlidingWindowAttention) else {}
     with seeded(setup.seed):
-        module = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads, **sizes)
+        module = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads,
+                     **_own_sizes(cls, setup))
     return module.eval()
 
 
@@ -120,7 +137,7 @@ def _modern(correct_cls: type[nn.Module], buggy_cls: type[nn.Module]) -> dict:
         buggy = _lab_module(buggy_cls, setup)
         buggy.load_state_dict(correct.state_dict())  # the buffers are the class's own (not persistent)
         return buggy
-    return {"correct": lambda setup: _lab_module(correct_cls, setup), "build": build}
+    return {"correct": lambda setup: _lab_module(correct_cls, setup), "build": build, "runs": correct_cls}
 
 
 PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
@@ -331,6 +348,40 @@ def table() -> dict[str, list[str]]:
     return {"bug": [p.title for p in PITFALLS.values()],
             "the book's line": [p.correct_line for p in PITFALLS.values()],
             "the buggy line": [p.buggy_line for p in PITFALLS.values()]}
+
+
+# --------------------------------------------------------------------------- what the page says the lab runs
+
+def runs(bug: str | None) -> type[nn.Module]:
+    """The class ``bug``'s correct code is (its bug is a one-line subclass): the book's MultiHeadAttention for bugs
+    1–7 and for no bug, one of the lab's own classes for bugs 8–14."""
+    return PITFALLS[bug].runs if bug in PITFALLS else MultiHeadAttention
+
+
+def shown_in(bug: str | None) -> str:
+    """The class ``bug`` runs, as the notes name it: "MultiHeadAttention (3.6.2)", or
+    "GroupedQueryAttention (the lab's own class)"."""
+    cls = runs(bug)
+    return BOOK_CLASS if cls is MultiHeadAttention else f"{cls.__name__} (the lab's own class)"
+
+
+def setup_for(config: AttentionConfig, n_tokens: int, wanted_heads: int | None, bug: str | None) -> LabSetup:
+    """:func:`lab_setup` as the page shows it for ``bug``: its notes name the class the bug runs, and say which K/V
+    groups the grouped-query bug uses when they are not the sidebar's."""
+    setup = lab_setup(config, n_tokens, wanted_heads, shown_in=shown_in(bug))
+    if issubclass(runs(bug), modern.GroupedQueryAttention) and setup.kv_groups_note is not None:
+        setup = dataclasses.replace(setup, notes=(*setup.notes, setup.kv_groups_note))
+    return setup
+
+
+def describe(setup: LabSetup, bug: str | None) -> str:
+    """The class ``bug`` runs with its real arguments, its head_dim and seed (the page's caption):
+    "GroupedQueryAttention(d_in=768, …, num_heads=12, num_kv_groups=4) · head_dim 64 · seed 123"."""
+    cls = runs(bug)
+    arguments = {"d_in": setup.d_in, "d_out": setup.d_out, "context_length": setup.context_length,
+                 "dropout": f"{setup.dropout:g}", "num_heads": setup.num_heads, **_own_sizes(cls, setup)}
+    listed = ", ".join(f"{name}={value}" for name, value in arguments.items())
+    return f"{cls.__name__}({listed}) · head_dim {setup.head_dim} · seed {setup.seed}"
 
 
 # --------------------------------------------------------------------------- on an app's Trace

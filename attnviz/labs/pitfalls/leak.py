@@ -27,11 +27,6 @@ def _as_batch(inputs) -> torch.Tensor:
     return tensor if tensor.dim() == 3 else tensor.unsqueeze(0)  # (n, d_in) -> (1, n, d_in)
 
 
-def amount(count: int, noun: str) -> str:
-    """``count`` of ``noun`` in words, singular for one: "1 head", "4 heads", "1 K/V group"."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def positions_text(positions: list[int], limit: int = 24) -> str:
     shown = ", ".join(str(p) for p in positions[:limit])
     return shown + (f", … ({len(positions)} positions)" if len(positions) > limit else "")

@@ -1,5 +1,6 @@
-"""Pitfall lab, the workbench: the MultiHeadAttention the lab builds from the sidebar's config, its inputs,
-seeded construction and weight copying.
+"""Pitfall lab, the workbench: the sizes the lab's modules take from the sidebar's config (and the notes saying
+which the user did not choose), the book's MultiHeadAttention built at them, its inputs, seeded construction and
+weight copying.
 
 Pure torch: no figures, no Streamlit.
 """
@@ -18,7 +19,8 @@ from attnviz.attention import MultiHeadAttention
 from attnviz.config import MAX_HEADS, AttentionConfig, divisors
 from attnviz.rng import seeded
 
-BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class every bug changes
+BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class bugs 1–7 change
+BOOK_CLASS = f"{BOOK_MHA.cls.__name__} ({BOOK_MHA.section})"  # "MultiHeadAttention (3.6.2)", as the notes name it
 MAX_TOKENS = 64  # the lab runs on the first 64 tokens at most (every pitfall runs two modules)
 DEFAULT_DROPOUT = 0.1  # GPT_CONFIG_124M's drop_rate, used when the sidebar's p is 0 or does not apply
 DEFAULT_WINDOW = 3  # the sliding-window bug's W when the sidebar sets none: a short text already shows it
@@ -28,7 +30,7 @@ DEFAULT_WINDOW = 3  # the sliding-window bug's W when the sidebar sets none: a s
 
 @dataclass(frozen=True)
 class LabSetup:
-    """The MultiHeadAttention the lab builds from the sidebar's config (see :func:`lab_setup`)."""
+    """The sizes of the lab's modules, from the sidebar's config (see :func:`lab_setup`)."""
 
     d_in: int
     d_out: int
@@ -39,15 +41,11 @@ class LabSetup:
     notes: tuple[str, ...] = field(default=())
     num_kv_groups: int = 1  # the grouped-query bug's K/V heads
     sliding_window_size: int = DEFAULT_WINDOW  # the sliding-window bug's W
+    kv_groups_note: str | None = None  # why num_kv_groups is not the sidebar's (said with the grouped-query bug)
 
     @property
     def head_dim(self) -> int:
         return self.d_out // self.num_heads
-
-    def describe(self) -> str:
-        return (f"MultiHeadAttention(d_in={self.d_in}, d_out={self.d_out}, context_length={self.context_length}, "
-                f"dropout={self.dropout:g}, num_heads={self.num_heads}) · head_dim {self.head_dim} · "
-                f"seed {self.seed}")
 
 
 def lab_heads(d_out: int, wanted: int) -> int:
@@ -61,43 +59,78 @@ def lab_heads(d_out: int, wanted: int) -> int:
     return min(options, key=lambda d: (abs(d - wanted), d))
 
 
-def lab_setup(config: AttentionConfig, n_tokens: int, wanted_heads: int | None = None) -> LabSetup:
-    """The lab's module for ``config``: the book's MultiHeadAttention with the config's sizes and seed.
+def lab_setup(config: AttentionConfig, n_tokens: int, wanted_heads: int | None = None,
+              shown_in: str = BOOK_CLASS) -> LabSetup:
+    """The lab's sizes for ``config``: the config's d_in, d_out, context length and seed.
 
     Single-head variants get a valid head count (:func:`lab_heads` of ``wanted_heads``, the sidebar's
-    Heads); every choice the user did not make is said in ``notes``.
+    Heads); the grouped-query bug gets the variant's K/V groups when they let it show (:func:`lab_kv_groups`);
+    every choice the user did not make is said in ``notes`` (``shown_in``: the class the notes name, the
+    book's MultiHeadAttention unless a bug runs another), the K/V groups' in ``kv_groups_note``.
     """
     notes = []
     if n_tokens > MAX_TOKENS:
         notes.append(f"The text has {n_tokens} tokens; the lab uses the first {MAX_TOKENS} for speed.")
     spec = config.spec
-    shown_in = f"{BOOK_MHA.cls.__name__} ({BOOK_MHA.section})"  # "MultiHeadAttention (3.6.2)"
     if spec.multi_head:
         num_heads = config.num_heads
-        if spec is not BOOK_MHA:
-            notes.append(f"The bugs are shown in {shown_in}, with the d_out ({config.d_out}) and the {num_heads} heads "
-                         f"of {spec.label}.")
+        if spec is not BOOK_MHA or shown_in != BOOK_CLASS:
+            notes.append(f"The lab runs {shown_in} with the d_out ({config.d_out}) and the "
+                         f"{amount(num_heads, 'head')} of {spec.label}.")
     else:
         num_heads = lab_heads(config.d_out, wanted_heads or 1)
         notes.append(f"{spec.label} has a single head; the lab uses {shown_in} with d_out {config.d_out} and "
-                     f"{num_heads} heads (head_dim {config.d_out // num_heads})"
+                     f"{amount(num_heads, 'head')} (head_dim {config.d_out // num_heads})"
                      + (", the only valid count" if num_heads == 1 else "") + ".")
     dropout = config.dropout if config.dropout > 0 else DEFAULT_DROPOUT
     if config.dropout <= 0:
         notes.append(f"Dropout p is {DEFAULT_DROPOUT} (GPT-2's drop_rate): with p = 0, forgetting eval() would be "
                      "harmless.")
+    sidebar_groups = config.kv_groups if spec.grouped else None  # GQA's num_kv_groups (or its default), MQA's 1
+    num_kv_groups = lab_kv_groups(num_heads, sidebar_groups)
     return LabSetup(d_in=config.d_in, d_out=config.d_out, num_heads=num_heads, context_length=config.context_length,
-                    dropout=float(dropout), seed=config.seed, notes=tuple(notes),
-                    num_kv_groups=lab_kv_groups(num_heads, getattr(config, "num_kv_groups", None)),
-                    sliding_window_size=_positive(getattr(config, "sliding_window_size", None)) or DEFAULT_WINDOW)
+                    dropout=float(dropout), seed=config.seed, notes=tuple(notes), num_kv_groups=num_kv_groups,
+                    sliding_window_size=_positive(getattr(config, "sliding_window_size", None)) or DEFAULT_WINDOW,
+                    kv_groups_note=kv_groups_note(config, num_heads, sidebar_groups, num_kv_groups))
 
 
 def lab_kv_groups(num_heads: int, wanted: int | None) -> int:
     """K/V groups for the grouped-query bug: ``wanted`` when it groups the heads (1 < groups < heads, dividing
-    them), else half the heads (two query heads per group), else 1 (too few heads to group)."""
+    them), else the most groups that still share (groups of 2 for an even count), else 1 (the heads cannot be
+    grouped: fewer than 4, or a prime count)."""
     if isinstance(wanted, int) and 1 < wanted < num_heads and num_heads % wanted == 0:
         return wanted
-    return num_heads // 2 if num_heads >= 4 and num_heads % 2 == 0 else 1
+    return max((g for g in range(2, num_heads) if num_heads % g == 0), default=1)
+
+
+def kv_groups_note(config: AttentionConfig, num_heads: int, sidebar: int | None, groups: int) -> str | None:
+    """Why the grouped-query bug runs with ``groups`` K/V groups rather than the sidebar's (``sidebar``; None when
+    the variant has none to set), in words; None when it runs the sidebar's."""
+    if groups == sidebar:
+        return None
+    heads = amount(num_heads, "head")
+    uses = f"The lab uses {groups} groups of {num_heads // groups}."
+    if groups == 1:
+        return ("The grouped-query bug needs K/V groups shared by more than one head, and more than one group: "
+                f"{heads} cannot be split so. The lab uses 1 K/V group, where the bug has no effect; "
+                "choose a head count such as 4, 6 or 8 to see it.")
+    if sidebar is None:
+        return (f"{config.spec.label} gives each head its own K/V head; the grouped-query bug needs K/V groups shared "
+                f"by more than one head. {uses}")
+    if config.spec.kv_groups is not None:  # a variant whose K/V heads are fixed (MQA: 1)
+        return (f"{config.spec.label} shares {sidebar} K/V head among all {heads}; the grouped-query bug "
+                "needs more than one K/V group (with one, repeat and repeat_interleave pair the heads alike). "
+                f"{uses}")
+    if sidebar == 1:
+        return ("The grouped-query bug needs more than one K/V group: with the sidebar's 1 every head shares it, so "
+                f"repeat and repeat_interleave pair them alike. {uses}")
+    return (f"The grouped-query bug needs K/V groups shared by more than one head: the sidebar's {sidebar} K/V groups "
+            f"give each of the {heads} its own, so repeat and repeat_interleave pair them alike. {uses}")
+
+
+def amount(count: int, noun: str) -> str:
+    """``count`` of ``noun`` in words, singular for one: "1 head", "4 heads", "1 K/V group"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _positive(value) -> int | None:
