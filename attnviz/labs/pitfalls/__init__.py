@@ -15,7 +15,8 @@ One job per module:
 * :mod:`~attnviz.labs.pitfalls.bugs` — the seven bugs, each the book's code with one line changed;
 * :mod:`~attnviz.labs.pitfalls.modern` — grouped-query, sliding-window, rotary and cached attention as a learner
   writes them, and their seven bugs;
-* :mod:`~attnviz.labs.pitfalls.workbench` — the lab's module, inputs and seeded construction from the sidebar's config;
+* :mod:`~attnviz.labs.pitfalls.workbench` — the lab's sizes (and the notes on those the user did not choose),
+  inputs and seeded construction from the sidebar's config;
 * :mod:`~attnviz.labs.pitfalls.leak` — the causality leak detector;
 * :mod:`~attnviz.labs.pitfalls.detectors` — one verdict per bug, computed from the tensors;
 * :mod:`~attnviz.labs.pitfalls.catalogue` — the pitfalls and running one on both versions;
