@@ -13,8 +13,13 @@ meaning, e.g. ``(1, 12, 6, 6)`` = ``(b, h, n, n)``.  Weight matrices (``W_query`
 ``W_value``, ``out_proj``) are separate, parallelogram-shaped nodes.  Stages that do nothing in this
 run (no mask, no scaling in the simplified version, dropout in eval mode) are dashed and grey.  The bonus
 material's variants add their own nodes: MLA's ``latent`` (b, n, latent_dim) between ``W_DKV`` and
-``W_UK``/``W_UV``; GQA's and MQA's ``kv_groups`` (b, g, n, hd) becoming ``kv_repeat`` (b, h, n, hd); rotary's
+``W_UK``/``W_UV``, with the queries made from x beside it; GQA's and MQA's keys and values viewed into their own
+``num_kv_groups`` heads, ``kv_view`` (b, n, g, hd), transposed to ``kv_groups`` (b, g, n, hd) and repeated to
+``kv_repeat`` (b, h, n, hd), beside the queries' ``view`` into ``num_heads``; rotary's
 ``rotated_queries``/``rotated_keys``; SWA's mask names its band.
+
+``kv_view`` is the one node not recorded by name: the run records K after its view and transpose
+(``kv_groups``), and ``kv_view`` is that recorded shape with axes 1 and 2 swapped back, ``(b, n, g, hd)``.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ if TYPE_CHECKING:
 
 Shapes = Iterable[tuple[str, Sequence[int]]]
 
-EXTRA_STAGES = ("input", "view", "transpose", "concat", "kv_groups", "kv_repeat", "latent", "rotated_queries",
-                "rotated_keys")
+EXTRA_STAGES = ("input", "view", "transpose", "concat", "kv_view", "kv_groups", "kv_repeat", "latent",
+                "rotated_queries", "rotated_keys")
+ROTATION = ("rotated_queries", "rotated_keys")  # one step: highlighting either lights both
 KNOWN_STAGES = frozenset(STAGES) | frozenset(EXTRA_STAGES)
 WEIGHTS = ("W_query", "W_key", "W_value")
 QKV = variants.QKV
@@ -50,6 +56,7 @@ _MEANINGS = {
     "view": "b n h hd",
     "transpose": "b h n hd",
     "concat": "b n d_out",
+    "kv_view": "b n g hd",
 }
 
 
@@ -60,6 +67,19 @@ def _projections(spec: variants.Variant) -> tuple[tuple[str, str, str], ...]:
         return (("W_query", "input", "queries"), ("W_DKV", "input", "latent"), ("W_UK", "latent", "keys"),
                 ("W_UV", "latent", "values"))
     return tuple((weight, "input", stage) for weight, stage in zip(WEIGHTS, QKV))
+
+
+def _stages(spec: variants.Variant, shapes: dict[str, tuple[int, ...]]) -> list[str]:
+    """The diagram's tensors in pipeline order: the variant's shape path, K/V's own view after the queries' (GQA,
+    MQA) and the rotation before the K/V repeat or QKᵀ where the run recorded one."""
+    stages = list(spec.shape_path)
+    if "kv_groups" in shapes and "view" in stages:
+        stages.insert(stages.index("view") + 1, "kv_view")
+    rotated = [stage for stage in ROTATION if stage in shapes]
+    if rotated:
+        at = stages.index("kv_repeat" if "kv_repeat" in stages else "scores")
+        stages[at:at] = rotated
+    return stages
 
 
 def _split_name(name: str) -> tuple[str, int | None]:
@@ -144,13 +164,15 @@ def _titles(
         scale = f"÷√dₖ, dₖ = d_out = {d_k}"
     unscaled = not spec.scaled
 
-    def project(weight: str) -> str:
+    def project(weight: str, source: str) -> str:
         if spec.weights is None:
             return "= inputs"
-        return f"x @ {weight}" if spec.weights == "parameter" else f"{weight}(x)"
+        if spec.weights == "parameter":
+            return f"x @ {weight}"
+        return f"{weight}({'x' if source == 'input' else source})"  # MLA: W_UK(latent), W_UV(latent)
 
     dropout_off = not config.dropout_runs
-    weight_of = {stage: weight for weight, _, stage in _projections(spec)}
+    projections = _projections(spec)
     masked = "causal mask: −∞ above diagonal" if config.causal else "mask off"
     if "sliding_window_size" in spec.settings:
         masked = (f"sliding window W = {config.window}: −∞ where j > i or i − j ≥ {config.window} (a band)"
@@ -159,13 +181,15 @@ def _titles(
     rotation = f"rotate by position (RoPE, base {config.rope_base:,})"
     return {
         "input": ("x: input embeddings", False),
-        **{stage: (project(weight), False) for stage, weight in weight_of.items()},
+        **{stage: (project(weight, source), False) for weight, source, stage in projections},
         "latent": ("W_DKV(x): down to the latent", False),
-        "kv_groups": (f"split K, V into {g} K/V heads", False),
+        "kv_view": (f"split K, V into {g} K/V heads", False),
+        "kv_groups": ("transpose(1, 2)", False),
         "kv_repeat": (f"repeat_interleave({config.group_size}, dim=1): {g} → {config.heads} heads", False),
         "rotated_queries": (rotation, False),
         "rotated_keys": (rotation, False),
-        "view": (f"split into {shapes['view'][2]} heads" if "view" in shapes else "split heads", False),
+        "view": (f"split {'Q' if g else 'Q, K, V'} into {shapes['view'][2]} heads" if "view" in shapes
+                 else "split heads", False),
         "transpose": ("transpose(1, 2)", False),
         "scores": ("Q · Kᵀ", False),
         "scaled": (("skipped: no ÷√dₖ" if unscaled else scale), unscaled),
@@ -186,7 +210,8 @@ def _titles(
 
 def _read_shapes(trace_shapes: Shapes, spec: variants.Variant, highlight: str | None):
     """(base stage -> shape, base stage -> name as recorded ("queries ×12"), head count or None, the
-    highlighted base stage or None); raises ValueError for another variant's shapes or an unknown stage."""
+    highlighted base stages: none, one, or both of the rotation's); raises ValueError for another variant's shapes
+    or an unknown stage.  GQA's and MQA's ``kv_view`` is added: the recorded ``kv_groups`` before its transpose."""
     shapes: dict[str, tuple[int, ...]] = {}
     names: dict[str, str] = {}
     heads = None
@@ -197,12 +222,16 @@ def _read_shapes(trace_shapes: Shapes, spec: variants.Variant, highlight: str | 
     missing = [stage for stage in spec.shape_path if stage not in shapes]
     if missing:
         raise ValueError(f"trace_shapes lacks {', '.join(missing)} for variant {spec.name!r}: is it from another run?")
-    highlight_base = None
+    if "kv_groups" in shapes:  # K, V before their transpose: the recorded (b, g, n, hd) as (b, n, g, hd)
+        b, g, n, hd = shapes["kv_groups"]
+        shapes["kv_view"], names["kv_view"] = (b, n, g, hd), "kv_view"
+    lit: frozenset[str] = frozenset()
     if highlight is not None:
-        highlight_base = _split_name(highlight)[0]
-        if highlight_base not in KNOWN_STAGES:
+        base = _split_name(highlight)[0]
+        if base not in KNOWN_STAGES:
             raise ValueError(f"Unknown stage {highlight!r}; choose one of {', '.join(sorted(KNOWN_STAGES))}.")
-    return shapes, names, heads, highlight_base
+        lit = frozenset(ROTATION) if base in ROTATION else frozenset({base})
+    return shapes, names, heads, lit
 
 
 def shape_dot(
@@ -215,13 +244,14 @@ def shape_dot(
 
     ``trace_shapes`` is ``Trace.shapes``; ``config`` the run's config (variant, causal, dropout).
     ``highlight`` names a stage (``"masked"``, ``"masked ×12"``, ``"view"`` …): that node gets
-    :data:`HIGHLIGHT_FILL`; a known stage this variant does not have (``"view"`` for a single head)
-    highlights nothing.  ``rankdir`` overrides the left-to-right layout (``"TB"``: top to bottom).
+    :data:`HIGHLIGHT_FILL` (the rotation's two nodes together); a known stage this variant does not have
+    (``"view"`` for a single head) highlights nothing.  ``rankdir`` overrides the left-to-right layout
+    (``"TB"``: top to bottom).
     """
     spec = config.spec
-    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
+    shapes, names, heads, lit = _read_shapes(trace_shapes, spec, highlight)
     titles = _titles(config, shapes, heads)
-    graph = _DotGraph(spec, shapes, names, titles, heads, highlight_base)
+    graph = _DotGraph(spec, _stages(spec, shapes), shapes, names, titles, heads, lit)
     lines = [*_dot_header(rankdir or "LR"), *graph.nodes(config.qkv_bias), *graph.edges(), "}"]
     return "\n".join(lines) + "\n"
 
@@ -242,18 +272,18 @@ def _dot_header(rankdir: str) -> list[str]:
 class _DotGraph:
     """The nodes and edges of one run's pipeline diagram (see :func:`shape_dot`)."""
 
-    def __init__(self, spec, shapes, names, titles, heads, highlight_base):
-        self.spec, self.shapes, self.names, self.titles = spec, shapes, names, titles
-        self.heads, self.highlight_base = heads, highlight_base
+    def __init__(self, spec, stages, shapes, names, titles, heads, lit):
+        self.spec, self.stages, self.shapes, self.names, self.titles = spec, stages, shapes, names, titles
+        self.heads, self.lit = heads, lit
 
     def tensor_node(self, base: str, indent: str = "  ") -> str:
         operation, off = self.titles[base]
         shape = self.shapes[base]
         label = f"{self.names[base]}\n{operation}\n{format_shape(shape)}\n{_meaning(base, self.spec, len(shape))}"
         style = "rounded,dashed,filled" if off else None
-        fill = HIGHLIGHT_FILL if base == self.highlight_base else (OFF_FILL if off else None)
+        fill = HIGHLIGHT_FILL if base in self.lit else (OFF_FILL if off else None)
         color = OFF_COLOR if off else None
-        penwidth = 2.5 if base == self.highlight_base else None
+        penwidth = 2.5 if base in self.lit else None
         attrs = _attrs(label=label, style=style, fillcolor=fill, color=color, fontcolor=color, penwidth=penwidth)
         return f"{indent}{quote(base)} [{attrs}];"
 
@@ -277,14 +307,14 @@ class _DotGraph:
             grouped = [*QKV, *MAP_STAGES, "context"]
             where = f"each of {self.heads} CausalAttention heads"
         lines = []
-        grouped += [stage for stage in ("kv_groups", "rotated_queries", "rotated_keys", "kv_repeat") if stage in shapes]
+        grouped += [stage for stage in ("kv_groups", *ROTATION, "kv_repeat") if stage in shapes]
         if spec.weights is not None:
             lines.extend(self.weight_node(w, shapes[source][-1], shapes[stage][-1], qkv_bias)
                          for w, source, stage in _projections(spec))
         if spec.out_proj:
             lines.append(self.weight_node("out_proj", shapes["concat"][-1], shapes["output"][-1],
                                           not spec.grouped))  # the book's GQA has no out_proj bias
-        lines.extend(self.tensor_node(stage) for stage in spec.shape_path if stage not in grouped)
+        lines.extend(self.tensor_node(stage) for stage in self.stages if stage not in grouped)
         if grouped:
             lines.append("  subgraph cluster_heads {")
             lines.append(
@@ -304,12 +334,14 @@ class _DotGraph:
             else:
                 lines += [_edge(source, weight), _edge(weight, stage)]
         if spec.heads == variants.BATCHED:
-            lines += [_edge(stage, "view") for stage in QKV]
-            lines.append(_edge("view", "transpose"))
             q_from = k_from = v_from = "transpose"
-            if "kv_groups" in shapes:  # grouped K/V: their own, fewer heads
-                lines.append(_edge("view", "kv_groups", "K, V"))
+            if "kv_groups" in shapes:  # grouped K/V: viewed into their own, fewer heads; the queries into num_heads
+                lines += [_edge("queries", "view"), _edge("keys", "kv_view"), _edge("values", "kv_view")]
+                lines += [_edge("view", "transpose"), _edge("kv_view", "kv_groups")]
                 k_from = v_from = "kv_groups"
+            else:
+                lines += [_edge(stage, "view") for stage in QKV]
+                lines.append(_edge("view", "transpose"))
             if "rotated_queries" in shapes:
                 lines += [_edge(q_from, "rotated_queries", "Q"), _edge(k_from, "rotated_keys", "K")]
                 q_from, k_from = "rotated_queries", "rotated_keys"
@@ -339,9 +371,29 @@ def _edge(tail: str, head: str, label: str | None = None, off: bool = False) -> 
     return f"  {quote(tail)} -> {quote(head)}" + (f" [{attrs}];" if attrs else ";")
 
 
-def _flow_rows(spec: variants.Variant) -> list[tuple[str, ...]]:
-    """The compact flow's rows, top to bottom: Q, K and V side by side, then one stage per row."""
-    return [QKV if stage == QKV[0] else (stage,) for stage in spec.shape_path if stage not in QKV[1:]]
+_FLOW_PAIRS = {"view": "kv_view", "transpose": "kv_groups"}  # the queries' step and K/V's, side by side
+
+
+def _flow_rows(stages: Sequence[str]) -> list[list[tuple[str | None, int]]]:
+    """The compact flow's rows, top to bottom, on three columns (Q, K, V): each row's cells as (stage or None for
+    an empty cell, columns spanned).  MLA's queries sit beside the latent, both made from x, and its keys and
+    values under the latent; GQA's and MQA's K/V view and transpose beside the queries', the rotation's q and k
+    side by side; every other stage spans the three columns."""
+    rows: list[list[tuple[str | None, int]]] = []
+    for stage in stages:
+        if stage == "queries":
+            rows.append([("queries", 1), ("latent", 2)] if "latent" in stages else [(name, 1) for name in QKV])
+            if "latent" in stages:
+                rows.append([(None, 1), ("keys", 1), ("values", 1)])
+        elif stage in _FLOW_PAIRS and _FLOW_PAIRS[stage] in stages:
+            rows.append([(stage, 1), (_FLOW_PAIRS[stage], 2)])
+        elif stage == ROTATION[0]:
+            rows.append([(ROTATION[0], 1), (ROTATION[1], 1), (None, 1)])  # V is not rotated
+        elif stage == "kv_repeat":
+            rows.append([(None, 1), ("kv_repeat", 2)])  # K and V only: the queries have their heads
+        elif stage not in (*QKV, "latent", ROTATION[1], *_FLOW_PAIRS.values()):
+            rows.append([(stage, 3)])
+    return rows
 
 
 def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "", attrs: str = "") -> str:
@@ -368,37 +420,39 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
 
     Every string is escaped; the result is safe for ``st.html``."""
     spec = config.spec
-    shapes, names, heads, highlight_base = _read_shapes(trace_shapes, spec, highlight)
+    shapes, names, heads, lit = _read_shapes(trace_shapes, spec, highlight)
     titles = _titles(config, shapes, heads)
     weighted = spec.weights is not None
     arrows = {  # what the arrow into a stage carries, where it is not just "the row above"
         **{stage: (weight if weighted else "as is") for weight, _, stage in _projections(spec)},
+        "latent": "W_DKV" if "latent" in shapes else None,
         "scores": "Q, Kᵀ",
         "context": "· V (values)",
         "concat": f"×{heads}" if spec.heads == variants.PER_HEAD else None,
         "output": "out_proj" if spec.out_proj else None,
     }
 
-    def box(stage: str) -> str:
+    def box(stage: str | None, span: int) -> str:
+        cell = f"flex:{span} 1 0;min-width:0;text-align:center"
+        if stage is None:  # nothing happens in this column here
+            return f'<div style="{cell}"></div>'
         operation, off = titles[stage]
         style = "border:1px dashed #9e9e9e;color:#757575;background:#f4f4f4" if off else "border:1px solid #8fa8d6"
-        if stage == highlight_base:
+        if stage in lit:
             style = f"border:2.5px solid #333;background:{HIGHLIGHT_FILL}"
         elif not off:
             style += f";background:{TENSOR_FILL}"
         arrow = arrows.get(stage)
-        into = f'<div style="font-size:0.7em;color:#555">↓ {html.escape(arrow)}</div>' if arrow else ""
+        into = "" if stage == "input" else (
+            f'<div style="font-size:0.7em;color:#555">{html.escape("↓ " + arrow if arrow else "↓")}</div>')
         attrs = f' class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}"'
         tensor = _tensor_box(names[stage], format_shape(shapes[stage]), style, layout="overflow-wrap:anywhere",
                              note=operation if off else "", attrs=attrs)
-        return f'<div style="flex:1;min-width:0;text-align:center">{into}{tensor}</div>'
+        return f'<div style="{cell}">{into}{tensor}</div>'
 
-    parts = []
-    for index, row in enumerate(_flow_rows(spec)):
-        if index and not (len(row) == 1 and arrows.get(row[0])) and row != QKV:
-            parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
-        parts.append(f'<div style="display:flex;gap:4px">{"".join(box(stage) for stage in row)}</div>')
-    return _flow("attnviz-flow", "".join(parts))
+    rows = _flow_rows(_stages(spec, shapes))
+    return _flow("attnviz-flow", "".join(
+        f'<div style="display:flex;gap:4px">{"".join(box(stage, span) for stage, span in row)}</div>' for row in rows))
 
 
 # -------------------------------------------------------------------- the KV cache of one generation step

@@ -407,9 +407,14 @@ def flow_boxes(markup: str) -> list[dict[str, str]]:
 def test_flow_shows_every_recorded_tensor_in_pipeline_order_with_its_shape(variant, causal):
     config = small(variant, causal=causal)
     trace = traced(config, LONGER)
-    boxes = flow_boxes(diagram.shape_flow_html(trace.shapes, config, highlight="weights"))
-    assert [box["stage"] for box in boxes] == list(config.spec.shape_path)
+    markup = diagram.shape_flow_html(trace.shapes, config, highlight="weights")
+    boxes = flow_boxes(markup)
     recorded = {diagram._split_name(name)[0]: (name, shape) for name, shape in trace.shapes}
+    assert sorted(box["stage"] for box in boxes) == sorted([*recorded, *(["kv_view"] if "kv_groups" in recorded
+                                                                         else [])])
+    row = flow_rows(markup)
+    assert all(row[tail] <= row[head] for tail, head in zip(recorded, list(recorded)[1:]))  # top to bottom
+    boxes = [box for box in boxes if box["stage"] in recorded]  # kv_view: see the grouped variants' test
     for box in boxes:
         name, shape = recorded[box["stage"]]
         assert box["text"].startswith(f"{name} {diagram.format_shape(shape)}"), box
@@ -489,3 +494,103 @@ def test_the_cache_flow_shows_the_fed_slice_concatenated_onto_the_cache():
     assert "(1, 1, 32)" in latent and "cache_c_kv" in latent and "(1, 8, 32)" in latent
     window = diagram.cache_flow_html({"cache_k": (1, 2, 4, 16), "cache_v": (1, 2, 4, 16)}, fed=1, seen=9, layer=0)
     assert "the last 4 kept" in window  # a sliding window's cache holds at most W tokens
+
+
+# --- the bonus variants' own paths: K/V's view in GQA/MQA, MLA's latent, the rotation ---------------------------
+
+
+class _Rows(html.parser.HTMLParser):
+    """The compact flow's rows, top to bottom: the stages of each row (a direct child of the flow's frame)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.depth = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "br":
+            return
+        self.depth += 1
+        if self.depth == 2:
+            self.rows.append([])
+        stage = dict(attrs).get("data-stage")
+        if stage and "attnviz-stage" in (dict(attrs).get("class") or ""):
+            self.rows[-1].append(stage)
+
+    def handle_endtag(self, tag):
+        self.depth -= 1
+
+
+def flow_rows(markup: str) -> dict[str, int]:
+    """stage -> its row in the compact flow (0: the top row)."""
+    parser = _Rows()
+    parser.feed(markup)
+    rows = [row for row in parser.rows if row]  # a bare "↓" between rows is no row
+    return {stage: index for index, row in enumerate(rows) for stage in row}
+
+
+def grouped(variant: str, positions: str = "learned") -> AttentionConfig:
+    """A small GQA (4 query heads, 2 K/V heads) or MQA (one K/V head) run."""
+    extra = {"num_kv_groups": 2} if variant == "gqa" else {}
+    return small(variant, d_in=8, d_out=16, num_heads=4, positions=positions, **extra)
+
+
+def base_shapes(trace: Trace) -> dict[str, tuple[int, ...]]:
+    return {diagram._split_name(name)[0]: tuple(shape) for name, shape in trace.shapes}
+
+
+@pytest.mark.parametrize("variant", ["gqa", "mqa"])
+@pytest.mark.parametrize("positions", ["learned", "rotary"])
+def test_grouped_keys_and_values_are_viewed_into_their_own_kv_heads(variant, positions):
+    config = grouped(variant, positions)
+    trace = traced(config)
+    shapes = base_shapes(trace)
+    b, g, n, hd = shapes["kv_groups"]  # recorded: K after its view and transpose
+    assert g < shapes["view"][2] and g * hd == shapes["keys"][-1]  # fewer K/V heads than query heads
+    nodes, edges = parse(diagram.shape_dot(trace.shapes, config))
+    into = {head: sorted(tail for tail, h, _ in edges if h == head) for head in nodes}
+    assert into["view"] == ["queries"]  # only the queries are split into num_heads
+    (kv_view,) = {head for tail, head, _ in edges if tail == "keys"}
+    assert into[kv_view] == ["keys", "values"]
+    label = nodes[kv_view]["label"]
+    assert diagram.format_shape((b, n, g, hd)) in label and "(b, n, g, hd)" in label and f"{g} K/V heads" in label
+    assert into["kv_groups"] == [kv_view] and "transpose(1, 2)" in nodes["kv_groups"]["label"]
+    for tensor in (kv_view, "kv_groups"):  # no node on the K/V path claims the queries' head count
+        assert diagram.format_shape(shapes["view"]) not in nodes[tensor]["label"]
+    # the compact flow: the same view beside the queries', with the same shape
+    markup = diagram.shape_flow_html(trace.shapes, config)
+    boxes = {box["stage"]: box for box in flow_boxes(markup)}
+    assert boxes[kv_view]["text"].split(" ", 1)[1].startswith(diagram.format_shape((b, n, g, hd)))
+    row = flow_rows(markup)
+    assert row[kv_view] == row["view"] and row["kv_groups"] == row["transpose"]
+    assert row["view"] < row["transpose"] < row["kv_repeat"] < row["scores"]
+
+
+def test_mla_queries_come_from_the_input_keys_and_values_from_the_latent():
+    config = small("mla")
+    trace = traced(config)
+    node_labels = labels(diagram.shape_dot(trace.shapes, config))
+    assert "W_UK(latent)" in node_labels["keys"] and "W_UV(latent)" in node_labels["values"]
+    assert "W_query(x)" in node_labels["queries"]
+    markup = diagram.shape_flow_html(trace.shapes, config)
+    row = flow_rows(markup)
+    assert row["input"] == 0 and row["queries"] == row["latent"] == 1  # both made from x
+    assert row["keys"] == row["values"] == row["latent"] + 1  # up-projected from the latent
+    assert "↓ W_query" in markup and "↓ W_DKV" in markup and "↓ W_UK" in markup and "↓ W_UV" in markup
+
+
+@pytest.mark.parametrize("variant", ["mha", "gqa", "mqa", "swa"])
+def test_flow_draws_the_rotation_of_a_rotary_run(variant):
+    config = grouped(variant, "rotary") if variant in ("gqa", "mqa") else small(variant, positions="rotary")
+    trace = traced(config)
+    markup = diagram.shape_flow_html(trace.shapes, config, highlight="rotated_queries")
+    boxes = {box["stage"]: box for box in flow_boxes(markup)}
+    shapes = base_shapes(trace)
+    assert set(shapes) <= set(boxes)  # every recorded tensor has its box
+    for stage in ("rotated_queries", "rotated_keys"):
+        assert boxes[stage]["text"].split(" ", 1)[1].startswith(diagram.format_shape(shapes[stage]))
+        assert diagram.HIGHLIGHT_FILL in boxes[stage]["style"]  # the Steps page's "rotate q, k": both lit
+    row = flow_rows(markup)
+    assert row["rotated_queries"] == row["rotated_keys"]
+    assert row["transpose"] < row["rotated_queries"] < row["scores"]
+
