@@ -18,11 +18,12 @@ if TYPE_CHECKING:
     from attnviz.config import AttentionConfig
     from attnviz.trace import Trace
 
-# the stages the bonus material's variants add before QKᵀ, with their labels (shown only where a run has them)
+# the stages the bonus material's variants add before QKᵀ, in pipeline order, with their names (shown only where a
+# run has them, numbered 0, or 0a, 0b … when a run has more than one)
 EXTRA_STEP_LABELS = {
-    "latent": "0 · latent",
-    "rotated_queries": "0 · rotate q, k",
-    "kv_repeat": "0 · K/V groups → heads",
+    "latent": "latent",
+    "rotated_queries": "rotate q, k",
+    "kv_repeat": "K/V groups → heads",
 }
 # the Steps page's stages, in order, with their labels (attention.STAGES names every recorded tensor)
 STEP_LABELS = {
@@ -37,10 +38,13 @@ STEP_LABELS = {
 
 def stage_labels(trace: Trace) -> dict[str, str]:
     """The Steps page's stages for this run, in order, with their labels: the bonus variants' own stages (the
-    latent, the rotation, the K/V repeat) first where the run recorded them, then QKᵀ … ·V."""
+    latent, the rotation, the K/V repeat) first where the run recorded them, numbered "0" when there is one and
+    "0a", "0b" … when there are more (GQA with rotary positions), then QKᵀ … ·V, numbered 1 to 6."""
     recorded = {name for name, _ in trace.shapes}
-    extra = {stage: label for stage, label in EXTRA_STEP_LABELS.items() if stage in recorded}
-    labels = {**extra, **STEP_LABELS}
+    extra = [stage for stage in EXTRA_STEP_LABELS if stage in recorded]
+    letters = "abcdefghijklmnopqrstuvwxyz" if len(extra) > 1 else ""
+    labels = {stage: f"0{letters[i:i + 1]} · {EXTRA_STEP_LABELS[stage]}" for i, stage in enumerate(extra)}
+    labels.update(STEP_LABELS)
     if trace.config.module is None and trace.config.window is not None:
         labels["masked"] = "3 · window mask"
     return labels

@@ -84,3 +84,18 @@ def test_softmax_without_scaling_is_sharper_and_keeps_the_mask():
     upper = np.triu(np.ones_like(scores, dtype=bool), k=1)
     assert (without_scale[upper] == 0).all() and np.allclose(without_scale.sum(axis=-1), 1, atol=1e-6)
     assert without_scale.max(axis=-1).mean() >= with_scale.max(axis=-1).mean()
+
+
+@pytest.mark.parametrize("config", [
+    small("gqa", d_out=16, num_heads=4, num_kv_groups=2, positions="rotary"),
+    small("mqa", d_out=16, num_heads=4, positions="rotary"),
+    small("mla"), small("swa", positions="rotary"), small("gqa", d_out=16, num_heads=4, num_kv_groups=2), small(),
+], ids=["gqa-rotary", "mqa-rotary", "mla", "swa-rotary", "gqa", "mha"])
+def test_stage_labels_number_every_recorded_stage_once_in_pipeline_order(config):
+    trace = run(TEXT, config)
+    labels = steps.stage_labels(trace)
+    numbers = [label.split(" · ")[0] for label in labels.values()]
+    assert len(set(numbers)) == len(numbers), labels  # no two stages share a number
+    assert numbers == sorted(numbers), labels  # "0" < "0a" < "0b" < "1" …: the order the buttons show
+    recorded = [name for name, _ in trace.shapes]
+    assert list(labels) == sorted(labels, key=recorded.index)  # the order the run recorded them
