@@ -396,19 +396,24 @@ def _flow_rows(stages: Sequence[str]) -> list[list[tuple[str | None, int]]]:
     return rows
 
 
-def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "", attrs: str = "") -> str:
+def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "", attrs: str = "",
+                breaks: bool = False) -> str:
     """One tensor of an HTML flow diagram: its name in bold and its shape in code, a small ``note`` below; ``style``
     its border and fill, ``layout`` its alignment and wrapping, ``attrs`` its class and data attributes (already
-    escaped).  Every string is escaped."""
+    escaped); ``breaks``: the name may wrap after its underscores (``rotated_`` / ``queries``).  Every string is
+    escaped."""
+    shown = html.escape(name).replace("_", "_<wbr>") if breaks else html.escape(name)
     return (f'<div{attrs} style="{style};border-radius:6px;padding:2px 4px;{layout}">'
-            f'<b>{html.escape(name)}</b> <code style="font-size:0.85em;background:none;color:inherit">'
+            f'<b>{shown}</b> '
+            '<code style="font-size:0.85em;background:none;color:inherit">'
             f'{html.escape(shape)}</code>'
             + (f'<br><span style="font-size:0.75em">{html.escape(note)}</span>' if note else "") + "</div>")
 
 
-def _flow(css_class: str, body: str) -> str:
-    """An HTML flow diagram's frame: the page's small sans-serif type around ``body``."""
-    return f'<div class="{css_class}" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25">{body}</div>'
+def _flow(css_class: str, body: str, style: str = "") -> str:
+    """An HTML flow diagram's frame: the page's small sans-serif type around ``body``, then ``style``."""
+    return (f'<div class="{css_class}" style="font-family:sans-serif;font-size:0.8rem;line-height:1.25{style}">'
+            f'{body}</div>')
 
 
 def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
@@ -433,7 +438,7 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
     }
 
     def box(stage: str | None, span: int) -> str:
-        cell = f"flex:{span} 1 0;min-width:0;text-align:center"
+        cell = f"flex:{span} 1 0;text-align:center"  # never narrower than its longest word
         if stage is None:  # nothing happens in this column here
             return f'<div style="{cell}"></div>'
         operation, off = titles[stage]
@@ -446,13 +451,18 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
         into = "" if stage == "input" else (
             f'<div style="font-size:0.7em;color:#555">{html.escape("↓ " + arrow if arrow else "↓")}</div>')
         attrs = f' class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}"'
-        tensor = _tensor_box(names[stage], format_shape(shapes[stage]), style, layout="overflow-wrap:anywhere",
-                             note=operation if off else "", attrs=attrs)
+        tensor = _tensor_box(names[stage], format_shape(shapes[stage]), style, layout="overflow-wrap:break-word",
+                             note=operation if off else "", attrs=attrs, breaks=True)
         return f'<div style="{cell}">{into}{tensor}</div>'
 
+    # the frame is a size container: a narrow column (the Heads page at 1,100 px: ~150 px) sets smaller type
+    # (cqi: % of its width), so that three names fit side by side; a row whose words still do not fit puts its last
+    # boxes on a second line rather than break a word
+    row_style = "display:flex;flex-wrap:wrap;gap:4px;font-size:clamp(0.65rem, 6.5cqi, 1em)"
     rows = _flow_rows(_stages(spec, shapes))
     return _flow("attnviz-flow", "".join(
-        f'<div style="display:flex;gap:4px">{"".join(box(stage, span) for stage, span in row)}</div>' for row in rows))
+        f'<div style="{row_style}">{"".join(box(stage, span) for stage, span in row)}</div>' for row in rows),
+        style=";container-type:inline-size")
 
 
 # -------------------------------------------------------------------- the KV cache of one generation step
@@ -523,7 +533,7 @@ def op_flow_html(trace, highlight: str | None = None) -> str:
         note = " · ".join(filter(None, [stage, f"line {row['line']}" if row["line"] else ""]))
         if index:
             parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
-        parts.append(_tensor_box(row["op"], row["shape"], style, layout="text-align:center;overflow-wrap:anywhere",
+        parts.append(_tensor_box(row["op"], row["shape"], style, layout="text-align:center;overflow-wrap:break-word",
                                  note=note, attrs=f' class="attnviz-op" data-stage="{html.escape(row["stage"])}"'))
     return _flow("attnviz-flow", "".join(parts))
 

@@ -375,7 +375,7 @@ class _Boxes(html.parser.HTMLParser):
         self.depth_of_box: int | None = None
 
     def handle_starttag(self, tag, attrs):
-        if tag == "br":
+        if tag in ("br", "wbr"):  # void elements: no end tag
             return
         self.open.append(tag)
         attrs = dict(attrs)
@@ -508,7 +508,7 @@ class _Rows(html.parser.HTMLParser):
         self.depth = 0
 
     def handle_starttag(self, tag, attrs):
-        if tag == "br":
+        if tag in ("br", "wbr"):  # void elements: no end tag
             return
         self.depth += 1
         if self.depth == 2:
@@ -594,3 +594,9 @@ def test_flow_draws_the_rotation_of_a_rotary_run(variant):
     assert row["rotated_queries"] == row["rotated_keys"]
     assert row["transpose"] < row["rotated_queries"] < row["scores"]
 
+
+@pytest.mark.parametrize("variant", list(variants.LABELS))
+def test_flow_breaks_no_word_in_two(variant):
+    config = small(variant)
+    for box in flow_boxes(diagram.shape_flow_html(traced(config).shapes, config)):
+        assert "anywhere" not in box["style"] and "break-all" not in box["style"], box

@@ -1,0 +1,46 @@
+"""The compact shape flow beside the Heads and Steps views, laid out by a real Chromium: at a narrow and a wide
+window no stage name is broken inside a word and no box leaves its column.  Saves a screenshot of the flow at each
+width (artifacts/shape-flow-<variant>-<width>.png)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from helpers.browser import ARTIFACTS, assert_no_exception, wait_idle
+
+pytestmark = pytest.mark.browser
+
+FIRST_RUN_MS = 120_000  # a fresh server builds the GPT-2-size embedding table first, on a shared machine
+TEXT = "Your journey starts with one step"
+# each stage box's name (<b>): how many lines it takes, and how far its box reaches past the flow's column
+_MEASURE = """() => [...document.querySelectorAll('.attnviz-flow')].flatMap(flow => {
+    const column = flow.parentElement.getBoundingClientRect();
+    return [...flow.querySelectorAll('.attnviz-stage')].map(box => {
+        const name = box.querySelector('b');
+        const lines = new Set([...name.getClientRects()].map(rect => Math.round(rect.top))).size;
+        const past = box.getBoundingClientRect().right - column.right;
+        return {stage: box.dataset.stage, name: name.textContent, lines, past};
+    });
+})"""
+
+
+@pytest.mark.parametrize("variant", ["gqa", "mla", "mqa"])
+@pytest.mark.parametrize("width", [1100, 1400])
+def test_flow_names_stay_whole_at_a_narrow_and_a_wide_window(page, base_url, variant, width):
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"{base_url}/?text={TEXT}&variant={variant}&positions=rotary" if variant != "mla"
+              else f"{base_url}/?text={TEXT}&variant={variant}")
+    wait_idle(page, timeout=FIRST_RUN_MS)
+    assert_no_exception(page)
+    flow = page.locator(".attnviz-flow").first
+    flow.wait_for()
+    ARTIFACTS.mkdir(exist_ok=True)
+    flow.screenshot(path=str(ARTIFACTS / f"shape-flow-{variant}-{width}.png"))
+    boxes = page.evaluate(_MEASURE)
+    assert {box["stage"] for box in boxes} >= {"queries", "keys", "values", "scores", "output"}, boxes
+    # a name wraps only between its words ("rotated_" / "queries" at most two lines), never inside one
+    broken = [box for box in boxes if box["lines"] > len(re.split(r"(?<=_)|\s+", box["name"].strip()))]
+    assert not broken, broken
+    outside = [box for box in boxes if box["past"] > 1]
+    assert not outside, outside
