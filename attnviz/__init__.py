@@ -67,4 +67,5 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted([*globals(), *__all__])
+    """The public names only (docs/api.md: ``import attnviz`` gives these and nothing else)."""
+    return sorted(__all__)

@@ -41,7 +41,6 @@ def show(trace_or_module, text: str | None = None, *, stage: str = "weights", he
     Returns the Trace.
     """
     import torch
-    from IPython.display import HTML, display
 
     from attnviz import tracing
 
@@ -54,6 +53,11 @@ def show(trace_or_module, text: str | None = None, *, stage: str = "weights", he
             raise InputError("show(module, text): give the text to trace the module on")
         trace = tracing.trace_module(trace_or_module, text)
     parts = figures_of(trace, stage, head)
+    try:
+        from IPython.display import HTML, display
+    except ImportError:
+        raise InputError("show displays in Jupyter, which needs IPython (pip install ipython, or run it in a "
+                         "notebook); outside one, attnviz.views.notebook.figures_of(trace) gives the figures") from None
     title = trace.module_run.class_name if trace.module_run is not None else trace.config.spec.label
     display(HTML(f"<h4>{title}: {trace.num_heads} heads · {counted(trace.n)}</h4>"))
     display(parts["grid"])

@@ -57,3 +57,17 @@ def test_show_names_a_bad_stage_or_head(kwargs, message):
 def test_show_names_what_it_takes(value):
     with pytest.raises(InputError, match="show takes a Trace"):  # was "give the text to trace the module on"
         attnviz.show(value)
+
+
+def test_show_without_ipython_names_what_it_needs_after_checking_its_arguments(monkeypatch):
+    """Outside Jupyter, with no IPython installed (requirements.txt does not install it), show raised a bare
+    ModuleNotFoundError, also for arguments it refuses."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "IPython", None)  # `import IPython` raises ImportError
+    monkeypatch.setitem(sys.modules, "IPython.display", None)
+    with pytest.raises(InputError, match="show takes a Trace"):
+        attnviz.show(123)
+    trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
+    with pytest.raises(InputError, match="needs IPython"):
+        attnviz.show(trace)
