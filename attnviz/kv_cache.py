@@ -96,6 +96,7 @@ class ModelKV:
     n_kv_heads: int | None = None  # num_key_value_heads
     head_dim: int | None = None  # head_dim, when the config sets it apart from hidden_size / heads
     latent_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim
+    rope_dim: int | None = None  # MLA: qk_rope_head_dim, the rotary key cached beside the latent (part of latent_dim)
     sliding_window_size: int | None = None  # sliding_window
     swa_ratio: str = "1:0"  # sliding : full layers (layer_types)
     dtype: str = "bf16"  # torch_dtype
@@ -105,6 +106,20 @@ class ModelKV:
         kind = "MLA" if self.latent_dim else (
             "MHA" if self.n_kv_heads in (None, self.n_heads) else "MQA" if self.n_kv_heads == 1 else "GQA")
         return f"{kind} + SWA {self.swa_ratio}" if self.sliding_window_size else kind
+
+    @property
+    def kv_heads_text(self) -> str:
+        """The K/V heads a layer caches, in words: "—" for MLA, which caches a latent per token, not per-head K/V."""
+        return "—" if self.latent_dim else str(self.n_kv_heads or self.n_heads)
+
+    @property
+    def latent_text(self) -> str:
+        """MLA's cached width per token and layer, with its rotary key apart ("512 + 64 rope = 576"); "—" without."""
+        if not self.latent_dim:
+            return "—"
+        if self.rope_dim:
+            return f"{self.latent_dim - self.rope_dim} + {self.rope_dim} rope = {self.latent_dim}"
+        return str(self.latent_dim)
 
     def kwargs(self) -> dict:
         return {"emb_dim": self.emb_dim, "n_heads": self.n_heads, "n_layers": self.n_layers,
@@ -124,8 +139,8 @@ PRESETS = (
     ModelKV("Qwen3 0.6B", "Qwen/Qwen3-0.6B", 40960, 1024, 16, 28, n_kv_heads=8, head_dim=128),
     ModelKV("Gemma 3 270M", "google/gemma-3-270m", 32768, 640, 4, 18, n_kv_heads=1, head_dim=256,
             sliding_window_size=512, swa_ratio="5:1"),
-    ModelKV("DeepSeek-V3 671B", "deepseek-ai/DeepSeek-V3", 163840, 7168, 128, 61, head_dim=128,  # v_head_dim,
-            latent_dim=512 + 64),  # qk_nope_head_dim (its keys' 64-wide rotary part is in the latent, not here)
+    ModelKV("DeepSeek-V3 671B", "deepseek-ai/DeepSeek-V3", 163840, 7168, 128, 61, head_dim=128,  # v_head_dim
+            latent_dim=512 + 64, rope_dim=64),  # kv_lora_rank + qk_rope_head_dim: no per-head K/V is cached
 )
 
 
@@ -147,14 +162,19 @@ def _gqa_heads(n_heads: int) -> int:
 
 def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int | None = None,
                      n_kv_heads: int | None = None, latent_dim: int | None = None,
-                     sliding_window_size: int | None = None, swa_ratio: str | None = None) -> dict[str, dict]:
+                     sliding_window_size: int | None = None, swa_ratio: str | None = None,
+                     gqa_kv_heads: int | None = None) -> dict[str, dict]:
     """kv_cache_bytes arguments of MHA, GQA, MQA, MLA, SWA and SWA+GQA at one model's sizes.
 
-    What the sizes leave open is filled in and said by the keys: GQA's K/V heads (given, else the largest divisor of
+    What the sizes leave open is filled in and said by the keys: GQA's K/V heads (``gqa_kv_heads``, the ones chosen
+    for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else the largest divisor of
     n_heads ≤ n_heads / 4, Llama 3's 32 -> 8), MLA's latent (given, else 4 × head_dim: DeepSeek-V3's 512 for
     128-wide heads), the window (given, else 1,024) and SWA's ratio (given, else Gemma 3's "5:1")."""
     head_dim = head_dim or math.ceil(emb_dim / n_heads)
-    gqa = n_kv_heads if n_kv_heads is not None and n_kv_heads < n_heads else _gqa_heads(n_heads)
+    if gqa_kv_heads is not None:
+        gqa = gqa_kv_heads
+    else:
+        gqa = n_kv_heads if n_kv_heads is not None and n_kv_heads < n_heads else _gqa_heads(n_heads)
     base = {"emb_dim": emb_dim, "n_heads": n_heads, "n_layers": n_layers, "head_dim": head_dim}
     window = {"sliding_window_size": sliding_window_size or 1024, "swa_ratio": swa_ratio or "5:1"}
     return {

@@ -174,3 +174,17 @@ def test_a_models_sizes_name_its_own_k_v_heads_latent_or_window(attention, setti
         assert curves["MLA"]["latent_dim"] == 96
     if attention == "sliding-window":
         assert curves["SWA"]["sliding_window_size"] == 4
+
+
+def test_chosen_gqa_kv_heads_are_used_even_when_they_equal_the_heads():
+    """The sidebar's K/V groups are the GQA lines' K/V heads, whatever they are; a model's own K/V heads equal to
+    its heads (an MHA model) leave GQA's to the fill-in."""
+    chosen = kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, gqa_kv_heads=12)
+    assert chosen["GQA"]["n_kv_heads"] == 12 and chosen["SWA+GQA"]["n_kv_heads"] == 12
+    assert kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, n_kv_heads=12)["GQA"]["n_kv_heads"] == 3
+
+
+def test_an_mla_preset_names_its_latent_and_rope_parts():
+    deepseek = kv_cache.preset("DeepSeek-V3 671B")
+    assert deepseek.latent_dim == 576 and deepseek.rope_dim == 64 and deepseek.n_kv_heads is None
+    assert deepseek.latent_text == "512 + 64 rope = 576"

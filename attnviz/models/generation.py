@@ -101,7 +101,8 @@ def clip(model: GPTModel, prompt_length: int, max_new_tokens) -> tuple[int, int,
     kept = min(prompt_length, max(context_length - asked, least))
     new = min(asked, context_length - kept)
     if kept < prompt_length and new == asked:
-        fit = f", so that the {asked:,} new tokens fit" if asked else ""
+        fit = (", so that the 1 new token fits" if asked == 1 else f", so that the {asked:,} new tokens fit") if asked \
+            else ""
         return kept, new, [f"The prompt has {prompt_length:,} tokens and the model's context is {context_length:,}: "
                            f"generation continues its last {kept:,}{fit}."]
     if kept < prompt_length:

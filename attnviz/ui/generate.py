@@ -46,6 +46,7 @@ NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are
             "output head, so they predict no tokens. Pick a model under **Weights** in the sidebar — the "
             "**bundled model** is always there (a small GPT-2 trained by attnviz); checkpoints you pass with "
             "`--checkpoint` or `ATTNVIZ_CHECKPOINTS`, and models trained on the Train page, are listed too.")
+DTYPE_OWN = "own"  # the cost chart's dtype: the chosen model's own (fp32 for attnviz's models and the sidebar's)
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
 RANDOM_SETTING = {variants.GQA: "num_kv_groups", variants.MLA: "latent_dim", variants.SWA: "sliding_window_size"}
@@ -53,6 +54,8 @@ RANDOM_ATTENTION = {  # a variant of the registry -> the random GPT's block atte
     variants.MHA: gpt_model.MULTI_HEAD, variants.GQA: gpt_model.GROUPED_QUERY, variants.MQA: gpt_model.MULTI_QUERY,
     variants.MLA: gpt_model.LATENT, variants.SWA: gpt_model.SLIDING_WINDOW}
 RANDOM_CHOICES = (RANDOM_NONE, *RANDOM_ATTENTION)  # the random GPT selectbox's options, and the link's ``random``
+ROTARY_NOTE = ("The sidebar asks for rotary positions: they are not offered here. This random GPT has GPT-2's "
+               "learned positions, so it runs with learned positions.")
 RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are random: its text is noise. "
                 "It is here to show what this attention's KV cache really holds, step by step.")
 
@@ -146,6 +149,8 @@ def _random_choice(ctx: Context) -> tuple | None:
               variants.SWA: [f"window W = {cfg['sliding_window_size']}"]}.get(attention, [])
     label = variants.LABELS[attention].split(" (")[0].lower()
     st.warning(RANDOM_NOISE.format(label=label, sizes=", ".join(sizes)), icon=":material/casino:")
+    if ctx.config.rotary:
+        notes.append(ROTARY_NOTE)
     for note in notes:
         st.caption(markdown_escape(note))
     return (RANDOM_KIND, attention, tuple(sorted(settings.items())))
@@ -182,8 +187,9 @@ def _generate_section(ctx: Context, ref) -> bool:
              "are clipped. A notice says so.",
         **page_bind("generate_new", DEFAULT_NEW, lambda v: isinstance(v, int) and 1 <= v <= MAX_NEW, url=NEW_TOKENS))
     # a forward pass per token: hundreds of tokens of a GPT-2 take minutes on a CPU, so the spinner counts the time
-    with st.spinner(f"Generating up to {int(max_new):,} new tokens with the KV cache, one forward pass each…",
-                    show_time=True):
+    spinner = ("Generating 1 new token with the KV cache, one forward pass…" if int(max_new) == 1 else
+               f"Generating up to {int(max_new):,} new tokens with the KV cache, one forward pass each…")
+    with st.spinner(spinner, show_time=True):
         result = _generation(ref, tuple(prompt), int(max_new))
     for notice in result.notices:
         st.info(markdown_escape(notice), icon="ℹ️")
@@ -232,11 +238,16 @@ def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerato
         st.session_state["_generate_playing"] = False
         st.rerun()
     where_col.markdown(f"**Step {index} of {last}** · " + (
-        f"prefill: the {result.prompt_length} prompt tokens in one forward pass" if index == 0 else
+        f"prefill: {_the_prompt_tokens(result.prompt_length)} in one forward pass" if index == 0 else
         f"one new token fed at position {result.steps[index].position}"))
     set_page_param(STEP, None if playing or index == 0 else index)  # the prefill: the page's default
     _step_views(ref, key, result, index)
     share_link(link)  # the URL holds the step, layer and head this run draws
+
+
+def _the_prompt_tokens(n: int) -> str:
+    """"the 1 prompt token", "the 12 prompt tokens"."""
+    return "the 1 prompt token" if n == 1 else f"the {n:,} prompt tokens"
 
 
 def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
@@ -384,20 +395,27 @@ def cost_section(ctx: Context, sizes) -> None:
                sizes.context_length)
     else:
         config = ctx.config
-        own = ("the sidebar's sizes", {"emb_dim": config.d_out, "n_heads": config.num_heads, "n_layers": 1},
-               config.context_length)
+        own = ("the sidebar's sizes", {"emb_dim": config.d_out, "n_heads": config.num_heads, "n_layers": 1,
+                                       **sidebar_settings(config)}, config.context_length)
     names = [own[0], *[m.name for m in kv_cache.PRESETS]]
     pick_col, dtype_col = st.columns([3, 1])
     picked = pick_col.selectbox("Sizes", names, **page_bind("generate_sizes", names[0], names.__contains__),
                                 help="Each line is the model with one attention; its own attention's line is the "
                                      "model as it is.")
-    dtype = dtype_col.selectbox("dtype", list(kv_cache.DTYPE_BYTES),
-                                **page_bind("generate_dtype", "fp32", kv_cache.DTYPE_BYTES.__contains__))
-    if picked == own[0]:
+    model = None if picked == own[0] else kv_cache.preset(picked)
+    own_dtype = model.dtype if model is not None else "fp32"  # attnviz runs its models in float32
+    dtype = dtype_col.selectbox(
+        "dtype", [DTYPE_OWN, *kv_cache.DTYPE_BYTES],
+        **page_bind("generate_dtype", DTYPE_OWN, [DTYPE_OWN, *kv_cache.DTYPE_BYTES].__contains__),
+        format_func=lambda name: f"its own ({own_dtype})" if name == DTYPE_OWN else name,
+        help="Bytes per number in the cache. \"Its own\": the dtype the model is published in (its config's "
+             "torch_dtype, as in the table below); fp32 for attnviz's models and the sidebar's sizes.")
+    if dtype == DTYPE_OWN:
+        dtype = own_dtype
+    if model is None:
         base, context = dict(own[1]), own[2]
         settings = kv_cache.variant_settings(**base)
     else:
-        model = kv_cache.preset(picked)
         context = model.context_length
         settings = kv_cache.variant_settings(
             emb_dim=model.emb_dim, n_heads=model.n_heads, n_layers=model.n_layers, head_dim=model.head_dim,
@@ -415,16 +433,36 @@ def cost_section(ctx: Context, sizes) -> None:
                "`attnviz.kv_cache_bytes`.")
     st.dataframe(presets_table(), hide_index=True, key="generate_presets", column_config={
         "KV cache at full context": st.column_config.NumberColumn(format="%d", help="bytes, batch 1, in the dtype"),
+        "K/V heads": st.column_config.TextColumn(alignment="right", help="K/V heads a layer caches; — for MLA, "
+                                                 "which caches one latent per token instead (the latent column)"),
+        "latent": st.column_config.TextColumn(alignment="right", help="MLA's cached width per token and layer: the "
+                                              "compressed K/V latent plus the rotary key shared by the heads"),
         "source": st.column_config.TextColumn(help="the Hugging Face repo whose config.json the sizes are from")})
+
+
+def sidebar_settings(config) -> dict:
+    """The sidebar's own K/V groups, latent width and window, as :func:`kv_cache.variant_settings` takes them: each
+    only where the sidebar's attention has that setting (GQA's K/V groups, MLA's latent, SWA's window, its default
+    included); what the sidebar leaves open is left to the chart's fill-ins."""
+    if config.module is not None or config.variant not in variants.VARIANTS:
+        return {}
+    out = {}
+    if "num_kv_groups" in config.spec.settings:
+        out["gqa_kv_heads"] = config.kv_groups
+    if config.latent_width is not None:
+        out["latent_dim"] = config.latent_width
+    if config.window is not None:
+        out.update(sliding_window_size=config.window, swa_ratio="1:0")  # every layer of the sidebar's slides
+    return out
 
 
 def presets_table() -> pd.DataFrame:
     rows = []
     for model in kv_cache.PRESETS:
         rows.append({"model": model.name, "attention": model.attention, "context": model.context_length,
-                     "layers": model.n_layers, "heads": model.n_heads, "K/V heads": model.n_kv_heads or model.n_heads,
+                     "layers": model.n_layers, "heads": model.n_heads, "K/V heads": model.kv_heads_text,
                      "head_dim": model.head_dim or -(-model.emb_dim // model.n_heads),
-                     "latent": model.latent_dim, "window": model.sliding_window_size, "dtype": model.dtype,
+                     "latent": model.latent_text, "window": model.sliding_window_size, "dtype": model.dtype,
                      "KV cache at full context": model.bytes(), "size": kv_cache.format_bytes(model.bytes()),
                      "source": model.source})
     return pd.DataFrame(rows)

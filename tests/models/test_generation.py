@@ -201,3 +201,9 @@ def test_an_endoftext_prompt_generates(checkpoint):
     result = generate(model, tokens.encode(tokens.ENDOFTEXT), 3)
     assert result.token_ids[0] == tokens.ENDOFTEXT_ID and len(result.token_ids) == 4
     assert result.token_ids == greedy_reference(model, [tokens.ENDOFTEXT_ID], 3)
+
+
+def test_one_new_token_is_counted_in_the_singular(checkpoint):
+    model = load_checkpoint(checkpoint)  # context 40
+    assert clip(model, 50, 1)[2] == ["The prompt has 50 tokens and the model's context is 40: generation continues "
+                                     "its last 39, so that the 1 new token fits."]

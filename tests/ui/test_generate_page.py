@@ -329,3 +329,88 @@ def test_the_generation_spinner_names_the_count_and_shows_the_time(monkeypatch):
     page(weights=NAME, text=TEXT, new_tokens="20")
     generating = [(text, timed) for text, timed in spinners if text.startswith("Generating")]
     assert generating == [("Generating up to 20 new tokens with the KV cache, one forward pass each…", True)]
+
+
+# ============================== what the cache costs: the sidebar's settings, the dtype ==============================
+
+
+def cost_lines(at: AppTest, title_part: str) -> dict[str, dict]:
+    """The cost chart's traces by variant (the legend label's first word): {"GQA": {"label", "y"}, …}."""
+    return {trace["name"].split(" ")[0]: {"label": trace["name"], "y": decode(trace["y"]).tolist()}
+            for trace in figure(at, title_part)["data"]}
+
+
+@pytest.mark.parametrize("query, variant, label", [
+    ({"variant": "gqa", "num_kv_groups": "6"}, "GQA", "GQA (6 K/V heads × 64)"),
+    ({"variant": "gqa"}, "GQA", "GQA (4 K/V heads × 64)"),  # the sidebar's default: 12 heads in 4 groups
+    ({"variant": "gqa", "num_kv_groups": "12"}, "GQA", "GQA (12 K/V heads × 64) = MHA"),
+    ({"variant": "mla", "latent_dim": "64"}, "MLA", "MLA (latent 64)"),
+    ({"variant": "swa", "sliding_window_size": "8"}, "SWA", "SWA (12 K/V heads × 64, window 8"),
+])
+def test_the_cost_chart_uses_the_sidebars_kv_groups_latent_and_window(query, variant, label):
+    at = page(weights=weights.BOOK, random="none", **query)
+    lines = cost_lines(at, "KV cache of the sidebar's sizes")
+    assert lines[variant]["label"].startswith(label), lines[variant]["label"]
+    d_out, heads = 768, 12  # the sidebar's sizes, one layer, fp32
+    expected = kv_cache_bytes(context_length=1024, emb_dim=d_out, n_heads=heads, n_layers=1, dtype="fp32", **{
+        "GQA": {"n_kv_heads": int(query.get("num_kv_groups", 4))},
+        "MLA": {"latent_dim": int(query.get("latent_dim", 0))},
+        "SWA": {"sliding_window_size": int(query.get("sliding_window_size", 0))}}[variant])
+    assert lines[variant]["y"][2] == expected  # 256, 512, 1024: the third length
+
+
+def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
+    at = page(weights=weights.BOOK, random="none")  # the book's MHA: no K/V groups, latent or window in the sidebar
+    lines = cost_lines(at, "KV cache of the sidebar's sizes")
+    assert lines["GQA"]["label"].startswith("GQA (3 K/V heads × 64)")  # the largest divisor of 12 ≤ 12 / 4
+    assert lines["MLA"]["label"].startswith("MLA (latent 256)")  # 4 × head_dim
+    assert lines["SWA"]["label"].startswith("SWA (12 K/V heads × 64, window 1,024")
+
+
+def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_picked():
+    at = page(weights=weights.BOOK, random="none")
+    at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()
+    assert not at.exception
+    title = figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
+    assert "(bf16, batch 1)" in title
+    table = at.dataframe[0].value.set_index("model")
+    assert cost_lines(at, "KV cache of Llama 3.2 1B")["GQA"]["y"][-1] == table.loc["Llama 3.2 1B",
+                                                                                  "KV cache at full context"]
+    at.selectbox(key="generate_sizes").set_value("GPT-2 124M").run()  # a model published in fp32
+    assert "(fp32, batch 1)" in figure(at, "KV cache of GPT-2 124M")["layout"]["title"]["text"]
+    assert cost_lines(at, "KV cache of GPT-2 124M")["MHA"]["y"][2] == table.loc["GPT-2 124M",
+                                                                                "KV cache at full context"]
+    at.selectbox(key="generate_dtype").set_value("fp32").run()  # picked: every model in it
+    at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()
+    assert "(fp32, batch 1)" in figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
+    assert cost_lines(at, "KV cache of Llama 3.2 1B")["GQA"]["y"][-1] == 2 * 4 * 2**30
+
+
+def test_an_mla_model_has_no_kv_heads_in_the_table_and_shows_its_latent():
+    table = at_table = page(weights=weights.BOOK, random="none").dataframe[0].value.set_index("model")
+    deepseek = at_table.loc["DeepSeek-V3 671B"]
+    assert deepseek["K/V heads"] == "—"
+    assert deepseek["latent"] == "512 + 64 rope = 576"
+    assert table.loc["Llama 3.2 1B", "K/V heads"] == "8" and table.loc["Llama 3.2 1B", "latent"] == "—"
+
+
+def test_rotary_in_the_sidebar_is_said_not_to_be_offered_by_the_random_gpt():
+    at = random_page(variant="gqa", positions="rotary")
+    assert at.selectbox(key="generate_random").value == "gqa"
+    said = [element.value for element in [*at.caption, *at.info, *at.warning] if "rotary" in element.value.lower()]
+    assert any("learned positions" in text and "not offered" in text for text in said), said
+    at = random_page(variant="gqa")  # learned positions: nothing to say
+    assert not [c.value for c in at.caption if "rotary" in c.value.lower()]
+
+
+def test_a_one_token_prompt_is_counted_in_the_singular():
+    at = page(weights=weights.BUNDLED_NAME, text=tokens.ENDOFTEXT)
+    assert any(m.value.startswith("**Step 0 of 20** · prefill: the 1 prompt token in one forward pass")
+               for m in at.markdown), [m.value for m in at.markdown if m.value.startswith("**Step")]
+
+
+def test_one_new_token_is_counted_in_the_singular(monkeypatch):
+    spinners = recorded_spinners(monkeypatch)
+    page(weights=NAME, text=TEXT, new_tokens="1")
+    assert [text for text, _ in spinners if text.startswith("Generating")] == [
+        "Generating 1 new token with the KV cache, one forward pass…"]
