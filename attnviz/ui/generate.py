@@ -219,27 +219,28 @@ def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerato
     index = min(max(int(st.session_state.get("_generate_step", 0)), 0), last)
     playing = bool(st.session_state.get("_generate_playing"))
     url_notices("_generate_step")
-    step_col, play_col, back_col, where_col = st.columns([1, 1, 1, 4])
+    # a row as wide as its buttons' labels (a column of a fixed share cut "Prefill" to "Pr…" at 1,100 px)
+    bar = st.container(horizontal=True, vertical_alignment="center")
     # Step and Prefill change the step in a callback, before this rerun draws anything: every button below is
     # drawn for the step shown (a click handled after them would leave Step disabled after Prefill)
-    step_col.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
-                    help="Generate the next token: one forward pass that feeds only the new token.",
-                    on_click=_go_to, args=(index + 1,))
+    bar.button("Step", icon=":material/skip_next:", disabled=index >= last or playing, key="generate_next",
+               help="Generate the next token: one forward pass that feeds only the new token.",
+               on_click=_go_to, args=(index + 1,))
     if playing:
-        if play_col.button("Stop", icon=":material/stop:", key="generate_stop"):
+        if bar.button("Stop", icon=":material/stop:", key="generate_stop"):
             st.session_state["_generate_playing"] = False
             st.rerun()
-    elif play_col.button("Play", icon=":material/play_arrow:", disabled=index >= last, key="generate_play"):
+    elif bar.button("Play", icon=":material/play_arrow:", disabled=index >= last, key="generate_play"):
         st.session_state["_generate_playing"] = True
         st.rerun()
-    back_col.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
-                    help="Back to step 0: the prompt, fed at once.", on_click=_go_to, args=(0,))
+    bar.button("Prefill", icon=":material/first_page:", disabled=index == 0 or playing, key="generate_back",
+               help="Back to step 0: the prompt, fed at once.", on_click=_go_to, args=(0,))
     if playing and index >= last:
         st.session_state["_generate_playing"] = False
         st.rerun()
-    where_col.markdown(f"**Step {index} of {last}** · " + (
-        f"prefill: {_the_prompt_tokens(result.prompt_length)} in one forward pass" if index == 0 else
-        f"one new token fed at position {result.steps[index].position}"))
+    where = (f"prefill: {_the_prompt_tokens(result.prompt_length)} in one forward pass" if index == 0 else
+             f"one new token fed at position {result.steps[index].position}")
+    bar.markdown(f"**Step {index} of {last}** · {where}", width="stretch")
     set_page_param(STEP, None if playing or index == 0 else index)  # the prefill: the page's default
     _step_views(ref, key, result, index)
     share_link(link)  # the URL holds the step, layer and head this run draws
@@ -301,9 +302,10 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         st.markdown(top_k_table(_pieces(chooser.top_ids), chooser.top_probs, title))
 
     n_layers, n_heads = step.weights.shape[:2] if step.weights is not None else (0, 0)
-    map_col, cache_col = st.columns([3, 2])
+    # the map takes the page's width (beside the cache its keys had ~90 px at 1,100 px); the cache comes below it
+    map_col, cache_col = st.container(), st.container()
     with map_col:
-        layer_col, head_col = st.columns(2)
+        layer_col, head_col, _ = st.columns([1, 1, 2])
         # kept across page switches; another model, with fewer layers or heads, starts at 0
         page_widgets_from_url("generate_map", {
             "generate_layer": (MAP_LAYER, functools.partial(parse_number, low=0, high=n_layers - 1,
@@ -329,16 +331,17 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
             title=f"layer {layer}, head {head}: each new token's query row over the cached keys"),
             config=plotly_config(f"generate_L{layer}_H{head}"), key="generate_map")
     with cache_col:
+        flow_col, held_col = st.columns([2, 3])
         if layer is not None and step.cache_shapes[layer]:  # None: a model without layers; {}: no cache
             # the shape diagram of the selected layer's cache: the fed tokens' slice, concatenated onto it
-            st.html(diagram.cache_flow_html(step.cache_shapes[layer], len(step.fed), step.position + len(step.fed),
-                                            layer))
-        st.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
-                  help="What every layer's cache holds after this step (float32): cache_k and cache_v, or MLA's "
-                       "latent cache_c_kv.")
+            flow_col.html(diagram.cache_flow_html(step.cache_shapes[layer], len(step.fed),
+                                                  step.position + len(step.fed), layer))
+        flow_col.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
+                        help="What every layer's cache holds after this step (float32): cache_k and cache_v, or "
+                             "MLA's latent cache_c_kv.")
         # a static table: it is redrawn at every step, where a data grid draws its canvas anew
-        st.table(_cache_table(step), hide_index=True)
-        st.caption(_cache_formula(generation.cache_settings(_load(ref)), result.prompt_length + index))
+        held_col.table(_cache_table(step), hide_index=True)
+        held_col.caption(_cache_formula(generation.cache_settings(_load(ref)), result.prompt_length + index))
 
 
 def _cache_formula(settings: dict, n_tokens: int) -> str:
@@ -435,8 +438,10 @@ def cost_section(ctx: Context, sizes) -> None:
         "KV cache at full context": st.column_config.NumberColumn(format="%d", help="bytes, batch 1, in the dtype"),
         "K/V heads": st.column_config.TextColumn(alignment="right", help="K/V heads a layer caches; — for MLA, "
                                                  "which caches one latent per token instead (the latent column)"),
-        "latent": st.column_config.TextColumn(alignment="right", help="MLA's cached width per token and layer: the "
-                                              "compressed K/V latent plus the rotary key shared by the heads"),
+        "latent": st.column_config.TextColumn(
+            alignment="right", width=140,
+            help="MLA's cached width per token and layer: the compressed K/V latent plus the rotary key its heads "
+                 "share"),
         "source": st.column_config.TextColumn(help="the Hugging Face repo whose config.json the sizes are from")})
 
 

@@ -26,6 +26,11 @@ def new_rows(rows: list[np.ndarray], n_keys: int) -> np.ndarray:
 
 
 ROWS_HEIGHT = 440  # px
+# The narrowest the rows map is drawn: the page's full width beside the sidebar in a 1,100 px window is ~690 px.  Its
+# key labels are chosen to fit this width (a figure cannot ask the browser its width), so a wider map has room to spare.
+ROWS_MIN_WIDTH = 640  # px
+KEY_LABEL_PX = 18  # the width a key label turned upright needs (a 12 px line, and a gap)
+QUERY_LABEL_PX = 16  # the height a query label needs
 
 
 def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *, prompt_length: int,
@@ -37,7 +42,8 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
     keeps its place as the steps add rows.  The heatmap sits on ``xaxis2``/``yaxis2``, which overlay and match
     ``xaxis``/``yaxis``: every position is one of their ticks, labels hidden, so the hover names query and key by
     their tick text (Plotly writes a position on an array-tick axis as its tick's text) without a string per cell,
-    while the visible axes show at most 20 keys and 24 queries.  Labels are escaped: Plotly renders a subset of HTML
+    while the visible axes show at most 20 keys (turned upright, as many as fit a map :data:`ROWS_MIN_WIDTH` wide) and
+    24 queries (as many as fit the plot's height).  Labels are escaped: Plotly renders a subset of HTML
     in them, and tokens come from the user's text."""
     query_labels = [html.escape(label, quote=True) for label in query_labels]
     key_labels = [html.escape(label, quote=True) for label in key_labels]
@@ -51,15 +57,21 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
                     "x1": prompt_length - 0.5, "y0": -0.5, "y1": steps - 0.5,
                     "line": {"color": "#e6550d", "width": 1, "dash": "dot"}}],
     }
-    for name, labels, title_text, max_shown, extra in (
-            ("x", key_labels, "key (cached token)", 20, {"tickangle": -60}),
-            ("y", query_labels, "query: the token fed at this step", 24, {})):
+    # the key labels first: the left margin holds the query labels, and the plot's width what is left of the map's
+    query_shown = [query_labels[i] for i in tick_positions(0, len(query_labels), 24).tolist()]
+    plot_width = ROWS_MIN_WIDTH - margins.beside(query_shown) - margins.COLORBAR_PX
+    key_ticks = tick_positions(0, len(key_labels), max(2, min(20, plot_width // KEY_LABEL_PX))).tolist()
+    layout["margin"]["b"] = margins.across([key_labels[i] for i in key_ticks], angle=90)
+    plot_height = ROWS_HEIGHT - layout["margin"]["t"] - layout["margin"]["b"]
+    query_ticks = tick_positions(0, len(query_labels), max(1, min(24, plot_height // QUERY_LABEL_PX))).tolist()
+    for name, labels, title_text, shown, extra in (
+            ("x", key_labels, "key (cached token)", key_ticks, {"tickangle": -90}),
+            ("y", query_labels, "query: the token fed at this step", query_ticks, {})):
         every = list(range(len(labels)))
-        shown = tick_positions(0, len(labels), max_shown).tolist()
         span = [-0.5, len(labels) - 0.5]
         shown_labels = [labels[i] for i in shown]
-        layout["margin"]["b" if name == "x" else "l"] = (margins.across(shown_labels) if name == "x"
-                                                         else margins.beside(shown_labels))
+        if name == "y":
+            layout["margin"]["l"] = margins.beside(shown_labels)
         layout[f"{name}axis"] = {"title": {"text": title_text}, "tickmode": "array", "tickvals": shown,
                                  "ticktext": shown_labels, "range": span if name == "x" else span[::-1],
                                  **margins.LABELS_HELD, **extra}
@@ -78,13 +90,20 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
         layout=layout)
 
 
+COST_PLOT_HEIGHT = 420  # px: the cost chart above its legend
+COST_LEGEND_ROW_PX = 20  # a row of the cost chart's legend, one entry a row (Plotly draws them 19 px apart)
+MAX_LENGTH_TICKS = 6  # the cost chart's context lengths labelled (256, 1k, 4k, 16k, 64k, 128k)
+
+
 def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: dict[str, str] | None = None, *,
                     title: str, marker_at: int | None = None) -> go.Figure:
     """KV-cache bytes against the context length, both axes logarithmic, one line per variant.
 
     ``labels``: a legend label per curve (its settings); ``marker_at``: a context length drawn as a dotted line
     (the model's own context).  A curve equal to an earlier one (the same bytes at every length) is drawn dotted on
-    top of it, and its label says which it equals."""
+    top of it, and its label says which it equals.  The legend sits under the plot, one entry a row, and at most
+    :data:`MAX_LENGTH_TICKS` lengths are labelled (every other power of two, and the longest): the chart reads at
+    any width."""
     labels = dict(labels or {})
     fig = go.Figure()
     first_with = {}  # a curve's values -> the first variant with them
@@ -100,13 +119,16 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
             hovertemplate=f"{name}<br>%{{x:,}} tokens: %{{customdata}}<extra></extra>"))
     if marker_at:
         fig.add_vline(x=marker_at, line={"color": "#636363", "width": 1, "dash": "dot"})
-    ticks = [n for n in lengths if n == lengths[-1] or lengths[-1] / n >= 1.5]  # none crowding the last (160k)
+    # at most 6 ticks, none crowding the last (160k): upright labels of ~4 characters fit a plot 300 px wide
+    every = max(1, -(-(len(lengths) - 1) // (MAX_LENGTH_TICKS - 1)))
+    ticks = [n for n in [*lengths[:-1][::every], lengths[-1]] if n == lengths[-1] or lengths[-1] / n >= 1.5]
     fig.update_xaxes(type="log", title="context length (tokens)", tickvals=ticks,
                      ticktext=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}" for n in ticks])
     fig.update_yaxes(type="log", title="KV cache (bytes)")
-    names = [labels.get(name, name) for name in curves]
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=420,
-                      legend={"orientation": "v", "x": 1.02, "y": 1},  # margins that hold the legend and labels
-                      margin={"l": margins.beside(), "r": 60 + margins.text_px(names), "t": 50,
-                              "b": margins.across([], angle=0)})
+    # the legend under the plot, one entry a row, so the plot keeps the figure's width whatever the labels' length
+    legend_px = COST_LEGEND_ROW_PX * len(curves) + 10
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=COST_PLOT_HEIGHT + legend_px,
+                      legend={**margins.LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"},
+                      margin={"l": margins.beside(), "r": 30, "t": 50,  # margins that hold the legend and labels
+                              "b": margins.across([], angle=0) + legend_px})
     return fig

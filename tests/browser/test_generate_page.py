@@ -38,6 +38,10 @@ def expected_tokens(new: int) -> list[int]:
     return ids[-new:]
 
 
+PLAYED_PAST = """(least) => [...document.querySelectorAll('[data-testid=stMain] strong')].some(
+    (el) => /^Step (\\d+) of/.test(el.textContent) && Number(el.textContent.match(/^Step (\\d+)/)[1]) >= least)"""
+
+
 def new_token_metric(page):
     return page.get_by_test_id("stMetric").filter(has_text="New token").get_by_test_id("stMetricValue")
 
@@ -147,7 +151,9 @@ def test_the_step_layer_and_head_are_in_the_link_and_playing_leaves_no_history_e
     assert query_of(page.url)["step"] == "4" and query_of(share_link(page))["step"] == "4"
     entries = page.evaluate("history.length")
     main.get_by_role("button", name="Play").click()
-    expect(main.get_by_text("Step 9 of 30")).to_be_visible(timeout=30_000)
+    # each step shows for 0.6 s: polled every frame (expect() polls once a second after its first tries, and can miss
+    # one step's window)
+    page.wait_for_function(PLAYED_PAST, arg=9, timeout=30_000)
     assert "step" not in query_of(page.url)
     before = runs(page)
     main.get_by_role("button", name="Stop").click()
@@ -172,3 +178,84 @@ def test_the_step_layer_and_head_are_in_the_link_and_playing_leaves_no_history_e
     finally:
         other.close()
 
+
+
+# Boxes of a Plotly chart's parts, in page pixels: its SVG, title, legend, tick labels of each axis.
+_CHART_BOXES = """(gd) => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const svg = gd.querySelector('svg.main-svg');
+  const title = gd.querySelector('text.gtitle');
+  const legend = gd.querySelector('g.legend');
+  const ticks = (axis) => [...gd.querySelectorAll(`g.${axis}tick text`)]
+      .filter((t) => t.textContent.trim() && getComputedStyle(t).display !== 'none').map(box);
+  const plot = gd.querySelector('rect.nsewdrag');
+  const xtitle = gd.querySelector('text.xtitle');
+  return {svg: box(svg), title: title ? box(title) : null, legend: legend ? box(legend) : null,
+          plot: box(plot), xtitle: xtitle ? box(xtitle) : null, x: ticks('x'), y: ticks('y')};
+}"""
+
+
+def _overlapping(boxes: list[list[float]], slack: float = 0.5) -> list[tuple[int, int]]:
+    """Pairs of boxes that overlap by more than ``slack`` px both ways. A turned label's box is its bounding box, so
+    for turned labels the test is stricter than the ink."""
+    pairs = []
+    for i, a in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            b = boxes[j]
+            if min(a[2], b[2]) - max(a[0], b[0]) > slack and min(a[3], b[3]) - max(a[1], b[1]) > slack:
+                pairs.append((i, j))
+    return pairs
+
+
+@pytest.mark.parametrize("width", [1100, 1400])
+def test_the_page_is_readable_at_1100_and_1400_px(page, server, width):
+    """The rows map's and the cost chart's tick labels do not overlap, their titles are whole inside the chart, the
+    cost chart's legend leaves the plot at least 60% of the chart's width and sits under its x axis, and the
+    stepper's buttons show their whole labels."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"{server.url}/generate?random=swa&new_tokens=12&step=8")
+    wait_idle(page, timeout=120_000)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_text("Step 8 of 12")).to_be_visible()
+    save_screenshot_at(page, f"generate-layout-{width}")
+    charts = {"map": main.locator(".js-plotly-plot").filter(has_text="query row"),
+              "cost": main.locator(".js-plotly-plot").filter(has_text="KV cache of")}
+    problems = []  # every fault at once
+    for name, chart in charts.items():
+        boxes = chart.evaluate(_CHART_BOXES)
+        svg, title = boxes["svg"], boxes["title"]
+        if not (title and svg[0] - 0.5 <= title[0] and title[2] <= svg[2] + 0.5):
+            problems.append((name, "title cut", title, svg))
+        for axis in ("x", "y"):
+            pairs = _overlapping(boxes[axis])
+            if len(boxes[axis]) < 2 or pairs:
+                problems.append((name, axis, "tick labels overlap or missing", len(boxes[axis]), pairs[:3]))
+        if name == "cost":  # the legend leaves the plot most of the chart's width, and sits under its x labels
+            legend, plot = boxes["legend"], boxes["plot"]
+            if plot[2] - plot[0] < 0.6 * (svg[2] - svg[0]):
+                problems.append((name, "the legend squeezes the plot", plot, svg))
+            below = max(box[3] for box in [*boxes["x"], boxes["xtitle"]])
+            if not (legend[1] >= below - 0.5 and legend[3] <= svg[3] + 0.5):
+                problems.append((name, "legend over the x axis", legend, below))
+    for label in ("Step", "Play", "Prefill"):
+        button = main.get_by_role("button", name=label)
+        expect(button).to_be_visible()
+        cut = button.evaluate("(b) => [...b.querySelectorAll('*')].some((el) => el.scrollWidth > el.clientWidth + 1)"
+                              " || b.scrollWidth > b.clientWidth + 1")
+        if cut:
+            problems.append((label, "button label cut", button.inner_text()))
+    assert problems == [], f"at {width} px: {problems}"
+
+
+def save_screenshot_at(page, name: str) -> None:
+    """The whole page at the viewport's width (save_screenshot uses the default width)."""
+    from helpers.browser import SCREENSHOTS
+
+    width = page.viewport_size["width"]
+    height = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollHeight")
+    page.set_viewport_size({"width": width, "height": max(1000, min(height, 4000))})
+    page.wait_for_timeout(500)  # Plotly redraws on resize
+    wait_idle(page)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled", caret="hide")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz.views import generation_figures
+from attnviz.views import generation_figures, margins
 
 
 def test_new_rows_pads_keys_a_row_could_not_see_with_nan():
@@ -39,3 +39,20 @@ def test_rows_figure_hover_names_every_key_by_its_tick_not_by_a_string_per_cell(
     assert fig.layout.xaxis2.showticklabels is False and len(fig.layout.xaxis.tickvals) <= 21
     assert heat.yaxis == "y2" and list(fig.layout.yaxis2.ticktext) == labels[-2:]
     assert fig.layout.yaxis2.matches == "y" and list(fig.layout.yaxis.ticktext) == labels[-2:]  # few rows: all shown
+
+
+def test_rows_figure_labels_only_as_many_keys_and_queries_as_fit():
+    """A map at its narrowest (640 px: the page's ~690 px beside the sidebar in a 1,100 px window) labels at
+    most as many keys as fit side by side turned upright, and at most as many queries as fit the plot's height: labels
+    a few pixels apart overlapped into a block."""
+    n_keys, steps = 300, 100
+    z = generation_figures.new_rows([np.full(n_keys - steps + j + 1, 0.01) for j in range(steps)], n_keys)
+    keys = [f"{i}:·appointments" for i in range(n_keys)]  # 16 characters and more
+    layout = generation_figures.rows_figure(z, keys[-steps:], keys, prompt_length=n_keys - steps,
+                                            title="rows").layout
+    plot_width = 640 - layout.margin.l - layout.margin.r
+    plot_height = layout.height - layout.margin.t - layout.margin.b
+    assert len(layout.xaxis.tickvals) >= 2 and len(layout.xaxis.tickvals) * 16 <= plot_width
+    assert len(layout.yaxis.tickvals) >= 2 and len(layout.yaxis.tickvals) * 14 <= plot_height
+    assert layout.xaxis.tickangle == -90  # upright: the bottom margin holds their full length
+    assert layout.margin.b >= margins.text_px([keys[i] for i in layout.xaxis.tickvals])
