@@ -410,9 +410,11 @@ def cost_section(ctx: Context, sizes) -> None:
     dtype = dtype_col.selectbox(
         "dtype", [DTYPE_OWN, *kv_cache.DTYPE_BYTES],
         **page_bind("generate_dtype", DTYPE_OWN, [DTYPE_OWN, *kv_cache.DTYPE_BYTES].__contains__),
-        format_func=lambda name: f"its own ({own_dtype})" if name == DTYPE_OWN else name,
-        help="Bytes per number in the cache. \"Its own\": the dtype the model is published in (its config's "
-             "torch_dtype, as in the table below); fp32 for attnviz's models and the sidebar's sizes.")
+        # a fixed label: the browser keeps an option's label when only its text changes (the title names the dtype)
+        format_func=lambda name: "the model's own" if name == DTYPE_OWN else name,
+        help="Bytes per number in the cache. \"The model's own\": the dtype the model is published in (its "
+             "config's torch_dtype, as in the table below); fp32 for attnviz's models and the sidebar's sizes. The "
+             "chart's title names the dtype it uses.")
     if dtype == DTYPE_OWN:
         dtype = own_dtype
     if model is None:

@@ -259,3 +259,19 @@ def save_screenshot_at(page, name: str) -> None:
     wait_idle(page)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled", caret="hide")
+
+
+def test_a_real_models_chart_and_the_dtype_box_agree_on_its_dtype(page, server):
+    """Sizes = Llama 3.2 1B: the chart is in the model's own bf16 (its table row's 4.29 GB), and the dtype box says
+    nothing else (a label that named the dtype kept the previous model's fp32 in the browser)."""
+    page.goto(f"{server.url}/generate?random=none")
+    wait_idle(page, timeout=120_000)
+    main = page.get_by_test_id("stMain")
+    before = runs(page)
+    choose_option(page, main.get_by_role("combobox", name="Sizes"), "Llama 3.2 1B")
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    chart = main.locator(".js-plotly-plot").filter(has_text="KV cache of Llama 3.2 1B")
+    expect(chart.locator("text.gtitle")).to_contain_text("(bf16, batch 1)")
+    dtype_box = main.get_by_test_id("stSelectbox").filter(has_text="dtype")
+    assert "fp32" not in dtype_box.inner_text() and "fp32" not in dtype_box.get_by_role("combobox").input_value()
