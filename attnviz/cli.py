@@ -43,11 +43,11 @@ def add_check_command(commands) -> argparse.ArgumentParser:
                     "any other with --set) after torch.manual_seed(123), and run every rule on a seeded input. "
                     "Exit status: 0 every rule passes, 1 a rule fails, 2 the class cannot be loaded, built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
-    check.add_argument("--d-in", type=int, default=64)
+    check.add_argument("--d-in", type=int, default=64, help="default 64")
     check.add_argument("--d-out", type=int, default=None, help="default: d_in")
-    check.add_argument("--num-heads", type=int, default=4)
-    check.add_argument("--context-length", type=int, default=64)
-    check.add_argument("--dropout", type=float, default=0.0)
+    check.add_argument("--num-heads", type=int, default=4, help="default 4")
+    check.add_argument("--context-length", type=int, default=64, help="default 64")
+    check.add_argument("--dropout", type=float, default=0.0, help="default 0")
     check.add_argument("--num-kv-groups", type=int, default=None,
                        help="grouped-query attention: the number of K/V heads (1: multi-query)")
     check.add_argument("--latent-dim", type=int, default=None, help="multi-head latent attention: the latent's width")

@@ -17,6 +17,7 @@ fragment â€” a rerun that waits for the running script instead of stopping it â€
 from __future__ import annotations
 
 import copy
+import os
 
 import pandas as pd
 import streamlit as st
@@ -42,8 +43,8 @@ def check_panel(ctx, where) -> None:
     with where:
         st.subheader(f"Check {trace.module_run.class_name}")
         st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
-                   "(in eval mode; dropout checked in both modes). The same table: "
-                   "`python -m attnviz check path/to/file.py:ClassName`.")
+                   "(in eval mode; dropout checked in both modes). The same rules in a terminal, on a seeded random "
+                   f"input of these sizes (so other numbers): `{cli_command(trace)}`.")
         finished = _finished(*ctx.trace_key)
         if finished:  # this run's check, done in this session or another
             _results(finished)
@@ -66,6 +67,18 @@ def check_panel(ctx, where) -> None:
             _run(ctx.trace_key, trace.module_run.class_name, record, left)
         finished.update(copy.deepcopy(record))  # done: every rule, or a forward that raised
         _results(record)
+
+
+def cli_command(trace) -> str:
+    """``attnviz check`` of this run's module at the sizes the app built it with (the file by its name only: the
+    page shows no folder of the server's)."""
+    config, run = trace.config, trace.module_run
+    file = os.path.basename(run.filename) if run.filename else "your_file.py"
+    sizes = [f"--d-in {config.d_in}", f"--num-heads {config.num_heads}", f"--context-length {config.context_length}",
+             f"--dropout {config.dropout:g}", f"--tokens {min(trace.n, MAX_CHECK_TOKENS)}"]
+    if config.d_out != config.d_in:
+        sizes.insert(1, f"--d-out {config.d_out}")
+    return f"python -m attnviz check {file}:{run.class_name} " + " ".join(sizes)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)

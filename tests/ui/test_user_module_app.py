@@ -298,3 +298,25 @@ def test_a_forward_that_raises_in_a_later_rule_keeps_the_rules_before_it():
     assert any(text.startswith("the forward raised RuntimeError: ") and "(while checking dropout-placement)" in text
                and text.endswith("The rules done before it: 4 of 8.") for text in warnings(at)), warnings(at)
     assert [list(table["rule"]) for table in rule_tables(at)] == [list(checks.RULES[:4])]
+
+
+def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_same_results(capsys):
+    """The panel said "The same table: `python -m attnviz check path/to/file.py:ClassName`": a placeholder, and the
+    CLI's own sizes (d_in 64, 4 heads, dropout 0) gave other evidence.  It now gives the module's file and class and
+    the sizes the app built it with; run from the file's folder, every rule has the app's result."""
+    from attnviz import cli
+
+    at = app(num_heads="2", dropout="0.1")
+    no_exception(at)
+    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
+    command = re.search(r"`(python -m attnviz check [^`]+)`", caption).group(1)
+    assert command.startswith("python -m attnviz check user_modules.py:CausalSelfAttention --d-in 64 --num-heads 2")
+    assert "--dropout 0.1" in command and "/" not in command  # the file by its name: no folder of the server's
+    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
+    app_results = dict(zip(table["rule"], table["result"]))
+    argv = command.split()[3:]
+    argv[1] = f"{MODULES.parent}/{argv[1]}"
+    cli.main(argv)
+    printed = capsys.readouterr().out
+    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
+    assert cli_results == app_results
