@@ -361,3 +361,19 @@ def test_downloaded_trace_names_the_checkpoint_without_the_servers_directories(c
     parent = str(pathlib.Path(checkpoint_dir).parent)
     assert manifest["config"]["checkpoint"] == pathlib.Path(checkpoint_dir).name
     assert parent not in json.dumps(manifest)
+
+
+def test_a_checkpoint_without_a_config_says_its_head_count_is_assumed(tmp_path):
+    """A bare .safetensors of a 4-head, 64-wide GPT-2 loads as one 64-wide head (GPT-2's head size): the run said
+    nothing, and the page read "1 heads".  With its config.json the same weights have their 4 heads and no note."""
+    from safetensors.torch import save_file
+
+    hf = random_gpt2(0, n_layer=1, n_head=4, n_embd=64, n_positions=32)
+    bare = tmp_path / "bare.safetensors"
+    save_file({k: v.contiguous().clone() for k, v in hf.state_dict().items() if k != "lm_head.weight"}, bare)
+    trace = pipeline.run("Hello there", config_for(str(bare)))
+    assert trace.num_heads == 1
+    assert any("no config giving its head count" in note and "gives 1 head." in note for note in trace.notes)
+    hf.save_pretrained(tmp_path / "folder")
+    trace = pipeline.run("Hello there", config_for(str(tmp_path / "folder")))
+    assert trace.num_heads == 4 and not any("head count" in note for note in trace.notes)

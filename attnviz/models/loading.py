@@ -395,8 +395,10 @@ def _meta_model(cfg: dict) -> GPTModel:
         return GPTModel(cfg)
 
 
-def _finish(model: GPTModel, cfg: dict, origin: str) -> GPTModel:
-    """Real causal-mask buffers (one tensor shared by all blocks); check nothing was left unassigned."""
+def _finish(model: GPTModel, cfg: dict, origin: str, heads_assumed: bool) -> GPTModel:
+    """Real causal-mask buffers (one tensor shared by all blocks); check nothing was left unassigned.
+    ``heads_assumed``: no config gave the head count, so it is the width ÷ 64 (``model.heads_assumed`` says so, for
+    the note a run of the model gives)."""
     ctx = cfg["context_length"]
     mask = torch.triu(torch.ones(ctx, ctx), diagonal=1)  # (ctx, ctx), 1 above the diagonal
     for block in model.trf_blocks:
@@ -404,6 +406,7 @@ def _finish(model: GPTModel, cfg: dict, origin: str) -> GPTModel:
     left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
     if left:
         raise CheckpointError(f"{origin}: no weights for {left[0]}.")
+    model.heads_assumed = heads_assumed
     return model
 
 
@@ -481,7 +484,7 @@ def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
     )
     if unexpected:
         raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for a {cfg['n_layers']}-layer GPT-2.")
-    return _finish(model, cfg, origin)
+    return _finish(model, cfg, origin, heads_assumed=not isinstance(config.get("n_head"), int))
 
 
 def _check_gpt2_config(origin: str, config: dict) -> None:
@@ -574,4 +577,5 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
     if unexpected:
         raise CheckpointError(
             f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
-    return _finish(model, cfg, origin)
+    heads_key = "n_heads" if "n_heads" in config else "n_head"
+    return _finish(model, cfg, origin, heads_assumed=not isinstance(config.get(heads_key), int))

@@ -46,6 +46,11 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     ignored = [f"{name} = {getattr(config, name)}" for name in _DECIDED
                if getattr(config, name) != getattr(settled, name) and getattr(config, name) != _DEFAULTS[name]]
     notes = []
+    if getattr(model, "heads_assumed", False):
+        heads = "1 head" if sizes.num_heads == 1 else f"{sizes.num_heads} heads"
+        notes.append(f"The checkpoint has no config giving its head count: its heads are taken to be 64 wide, as in "
+                     f"every GPT-2 size, so width {sizes.emb_dim} gives {heads}. If they are not, put a config.json "
+                     "(with n_head) beside the file.")
     if ignored:
         notes.append(f"Ignored {', '.join(ignored)}: this checkpoint decides them (width {sizes.emb_dim}, "
                      f"{sizes.num_heads} heads, {settled.context_length} positions, eval mode, the CPU).")

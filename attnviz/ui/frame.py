@@ -271,7 +271,12 @@ def weights_caption(ctx: Context) -> str:
     name = next((o.name for o in ui_weights.options() if o.ref == trace.config.checkpoint), "checkpoint")
     mask = "" if trace.config.causal else " · causal mask OFF (the model was trained with it)"
     return (f"{name} · layer {trace.model.layer} of {trace.model.n_layers} (0…{trace.model.n_layers - 1}) · "
-            f"{trace.config.heads} heads × {trace.config.head_dim}{mask}")
+            f"{counted_heads(trace.config.heads)} × {trace.config.head_dim}{mask}")
+
+
+def counted_heads(heads: int) -> str:
+    """"1 head", "12 heads"."""
+    return "1 head" if heads == 1 else f"{heads} heads"
 
 
 def plotly_config(filename: str) -> dict:
