@@ -308,8 +308,12 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    "(masked_fill returns a copy: keep it, or use masked_fill_)")
     if nk > 1 and torch.equal(first, ~future):  # one token: hiding it is the hidden diagonal below
         return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
-                                   "future. masked_fill hides where the mask is True; SDPA's boolean attn_mask "
-                                   "keeps where it is True; nn.MultiheadAttention's hides where it is True")
+                                   f"future{_no_key_left(attention)}. {INVERTED_FIX.get(attention.kind, '')}"
+                                   "masked_fill hides where the mask is True; SDPA's boolean attn_mask keeps where it "
+                                   "is True; nn.MultiheadAttention's hides where it is True")
+    if nk > 1 and torch.equal(first, future.T):
+        return Check(rule, "fail", "the mask hides the past instead of the future (the triangle below the diagonal, "
+                                   f"not above it): {FLIPPED_FIX.get(attention.kind, FLIPPED_FIX['softmax'])}")
     for shift, words in ((0, "the diagonal is hidden too: each token hides itself (triu(…, diagonal=0); use 1)"),
                          (2, "one future token is visible: row i sees key i + 1 (triu(…, diagonal=2); use 1)")):
         if torch.equal(first, torch.ones(nq, nk, dtype=torch.bool).triu(shift + nk - nq)):
@@ -318,6 +322,35 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
+
+
+INVERTED_FIX = {  # what to pass instead of an inverted mask, by the attention's kind
+    "sdpa": "Pass SDPA the lower triangle, torch.tril(torch.ones(n, n, dtype=torch.bool)), or is_causal=True: ",
+    "nn.MultiheadAttention": "Pass torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), or is_causal=True: ",
+    "softmax": "Hide torch.triu(torch.ones(n, n), diagonal=1).bool() (or ~mask): ",
+}
+FLIPPED_FIX = {  # what to pass instead of a mask that hides the past, by the attention's kind
+    "sdpa": "SDPA's boolean attn_mask keeps where it is True: pass torch.tril(torch.ones(n, n, dtype=torch.bool))",
+    "nn.MultiheadAttention": "nn.MultiheadAttention's boolean attn_mask hides where it is True: pass "
+                             "torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)",
+    "softmax": "hide torch.triu(…, diagonal=1) with masked_fill, not torch.tril(…, diagonal=-1) (or the mask "
+               "transposed)",
+}
+
+
+def _no_key_left(attention: tracing.Attention) -> str:
+    """"; row 7 (query 7) hides every key, …" for the first row of the first map whose keys are all hidden (what the
+    module gave there: NaN weights, or SDPA's own result); "" when every row keeps a key."""
+    empty = attention.hidden_cells()[0, 0].all(-1).nonzero()  # (rows, 1): rows with no visible key
+    if len(empty) == 0:
+        return ""
+    row = int(empty[0])
+    words = f"; row {row} (query {row}) hides every key, so its softmax is 0/0: NaN weights"
+    if attention.kind == "sdpa" and attention.returned is not None:
+        given = attention.returned[0, 0, row]  # (dv,): what SDPA returned for that query
+        if not torch.isnan(given).any():
+            words += " (SDPA returns " + ("zeros" if not given.any() else "finite values") + " there instead)"
+    return words
 
 
 def sliding_window(attention: tracing.Attention) -> int | None:

@@ -105,7 +105,7 @@ class Recording:
     # (op index, tensor, the context ops it is made of) of every F.linear input, then the output (op index len(ops)),
     # that is computed from attention contexts alone (see _context_sources)
     fed_onwards: list[tuple[int, torch.Tensor, frozenset[int]]] = field(default_factory=list)
-    triangular_mask: bool = False  # a masked_fill / where used a triangular boolean mask
+    triangular_mask: bool = False  # a masked_fill / where, or an SDPA / MultiheadAttention call, had a triangular mask
 
 
 # -------------------------------------------------------------------- recording
@@ -231,6 +231,9 @@ class _Recorder(TorchFunctionMode):
         if attention.context is None:  # SDPA's own result is the context (b, h, nq, dv)
             attention.context = attention.returned
         self.fused_calls.append(attention)
+        mask = kwargs.get("attn_mask", args[3] if name == "scaled_dot_product_attention" and len(args) > 3 else None)
+        if isinstance(mask, torch.Tensor) and not self.triangular_mask:
+            self.triangular_mask = _triangular(mask)
         parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
         node = _Node(name, tensor, parents, args, kwargs, index)
         self.nodes[id(tensor)] = node
@@ -828,7 +831,8 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
 
 def infer_causal(recording: Recording, attention: Attention, module: nn.Module | None = None) -> bool:
     """Whether the module means to mask the future: an ``is_causal`` flag, a ``causal`` attribute, hidden cells
-    above the diagonal, a triangular mask applied, or a triangular mask buffer."""
+    above the diagonal, hidden cells that are a causal mask inverted (the past and the diagonal), a triangular mask
+    applied (masked_fill, where, or a call's boolean attn_mask), or a triangular mask buffer."""
     if attention.is_causal:
         return True
     if module is not None and isinstance(getattr(module, "causal", None), bool):
@@ -841,6 +845,8 @@ def infer_causal(recording: Recording, attention: Attention, module: nn.Module |
     future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
     if future.any() and hidden[future].float().mean() > 0.5:
         return True
+    if future.any() and torch.equal(hidden, ~future):
+        return True  # the causal mask inverted (the past and the diagonal hidden): no design means that
     if recording.triangular_mask:
         return True
     buffers = module.buffers() if module is not None else ()

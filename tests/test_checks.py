@@ -195,6 +195,39 @@ def test_one_token_that_hides_itself_still_fails_mask_convention():
     assert check.status == "fail" and "each token hides itself" in check.evidence
 
 
+
+def test_an_inverted_sdpa_mask_built_in_the_forward_is_called_inverted_without_being_told_causal():
+    """A boolean mask made with masked_fill's convention and handed to SDPA (True = keep) hides the past and the
+    diagonal: no buffer or flag says causal, and the rules skipped causal and called it "not causal"."""
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.InvertedSDPAMask().eval())}
+    assert results["causal"].status == "fail" and "position 0 sees the future" in results["causal"].evidence
+    evidence = results["mask-convention"].evidence
+    assert results["mask-convention"].status == "fail" and "the mask is inverted" in evidence
+    assert "SDPA's boolean attn_mask keeps where it is True" in evidence
+    assert "row 7 (query 7) hides every key" in evidence and "NaN" in evidence  # the last query keeps nothing
+
+
+def test_a_mask_that_hides_the_past_instead_of_the_future_says_so():
+    torch.manual_seed(0)
+    check = verdict(um.TrilInsteadOfTriu().eval(), "mask-convention")
+    assert check.status == "fail" and "hides the past instead of the future" in check.evidence
+    assert "triu(…, diagonal=1)" in check.evidence
+
+
+def test_a_scale_after_the_softmax_fails_rows_sum_to_one_and_scaling_in_words():
+    """softmax(s) / √d: the softmax's output sums to 1, but the weights that multiply V sum to 1/√d."""
+    torch.manual_seed(0)
+    module = um.ScaleAfterSoftmax().eval()  # d_out 16: the rows sum to 1/4
+    results = {c.rule: c for c in checks.check_module(module)}
+    assert results["rows-sum-to-one"].status == "fail"
+    assert "sums to 0.25" in results["rows-sum-to-one"].evidence
+    assert "after the softmax" in results["rows-sum-to-one"].evidence
+    assert results["scaling"].status == "fail" and "after the softmax" in results["scaling"].evidence
+    assert "√head_dim = √16" in results["scaling"].evidence
+    assert results["matches-reference"].status == "fail"  # Q, K, V are found: the context is compared
+    assert failing(module) == {"rows-sum-to-one", "scaling", "matches-reference"}
+
 def test_an_explicit_input_and_a_single_item_batch():
     x = torch.randn(1, 5, 16)
     assert failing(mha(), x=x) == set()

@@ -684,3 +684,58 @@ class LearnedPositions(nn.Module):
         attn_scores = attn_scores.masked_fill(mask, float("-inf"))  # (b, n, n)
         attn_weights = torch.softmax(attn_scores / self.W_key.out_features ** 0.5, dim=-1)  # (b, n, n)
         return attn_weights @ self.W_value(x)  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class InvertedSDPAMask(nn.Module):
+    """Bug: the mask built in the forward with masked_fill's convention (True = hide the future) and handed to SDPA,
+    whose boolean attn_mask keeps where it is True: it shows the future and hides the past and the diagonal (the last
+    query keeps no key, so SDPA gives NaN there).  No mask buffer, no causal attribute."""
+
+    def __init__(self, d_in=16, d_out=16, num_heads=4):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_out)
+        self.proj = nn.Linear(d_out, d_out)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # (b, n, d_out) each
+        q, k, v = (t.view(b, n, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # (b, h, n, head_dim)
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n): True above the diagonal
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=future)  # (b, h, n, head_dim)
+        return self.proj(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_out)
+
+
+class TrilInsteadOfTriu(nn.Module):
+    """Bug: the mask built inline with tril(…, -1) where triu(…, 1) belongs: it hides the past and shows the future."""
+
+    def __init__(self, d_in=16, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        mask = torch.tril(torch.ones(n, n), diagonal=-1).bool()  # (n, n): True below the diagonal
+        s = (q @ k.transpose(1, 2)).masked_fill(mask, -torch.inf)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        return torch.softmax(s / k.shape[-1] ** 0.5, dim=-1) @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class ScaleAfterSoftmax(nn.Module):
+    """Bug: the division by √d_out comes after the softmax, so the weights that multiply V sum to 1/√d_out."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        s = (q @ k.transpose(1, 2)).masked_fill(self.mask.bool()[:n, :n], -torch.inf)  # (b, n, n)
+        w = torch.softmax(s, dim=-1) / k.shape[-1] ** 0.5  # (b, n, n): rows sum to 1/√d_out
+        return w @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
