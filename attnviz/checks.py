@@ -244,7 +244,7 @@ def _where(attention: tracing.Attention, index) -> str:
 
 def rows_sum_to_one(attention: tracing.Attention) -> Check:
     rule = "rows-sum-to-one"
-    weights = attention.weights.float()  # (b, h, nq, nk)
+    weights = attention.weights.float() * attention.weights_scale  # (b, h, nq, nk): what multiplies V
     visible = ~attention.hidden_cells()  # (b, h, nq, nk)
     rows = visible.any(-1)  # (b, h, nq): rows with at least one visible key
     sums = weights.sum(-1)  # (b, h, nq)
@@ -256,7 +256,16 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
     value = sums[item, head, row].item()
     hint = (" — the softmax ran over dim=-2 (the queries), so columns sum to 1: use dim=-1 (the keys)"
             if attention.softmax_dim != -1 else "")
+    if not math.isclose(attention.weights_scale, 1.0, rel_tol=1e-6):
+        return Check(rule, "fail", f"{where}row {row} of the weights that multiply V sums to {value:.4g}, should be "
+                                   f"1{hint} — the weights are {_times(attention.weights_scale)} after the softmax: "
+                                   "scale the scores before the softmax, not the weights after it")
     return Check(rule, "fail", f"{where}row {row} sums to {value:.4g}, should be 1{hint}")
+
+
+def _times(factor: float) -> str:
+    """"divided by 4" for 0.25, "multiplied by 3" for 3."""
+    return f"divided by {1 / factor:.4g}" if abs(factor) < 1 else f"multiplied by {factor:.4g}"
 
 
 def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool) -> Check:
@@ -388,6 +397,11 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False) -> Check:
     if math.isclose(scale, expected, rel_tol=1e-4):
         return Check(rule, "pass", f"the scores are divided by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}")
     want = f"divide by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
+    if not math.isclose(attention.weights_scale, 1.0, rel_tol=1e-6):
+        before = "not scaled" if math.isclose(scale, 1.0, rel_tol=1e-6) else f"multiplied by {scale:.4g}"
+        return Check(rule, "fail", f"the scores are {before} before the softmax, and the weights are "
+                                   f"{_times(attention.weights_scale)} after the softmax, which only shrinks every "
+                                   f"row's sum: {want} before the softmax, not after it")
     if math.isclose(scale, 1.0, rel_tol=1e-6):
         return Check(rule, "fail", f"the scores are not scaled: {want}")
     if heads > 1 and math.isclose(scale, 1 / math.sqrt(head_dim * heads), rel_tol=1e-4):

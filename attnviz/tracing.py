@@ -8,7 +8,8 @@ attention is
 
 * a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
   the mask (``masked_fill``, ``where``, an added mask) and the scale (a multiply or divide by a number) reaches
-  the ``Q @ Kᵀ`` matmul; walking forward through a dropout reaches the ``weights @ V`` matmul;
+  the ``Q @ Kᵀ`` matmul; walking forward through a dropout (or a number the weights are multiplied or divided
+  by: a bug that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul;
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``); the module still gets the call's real result.
@@ -78,6 +79,7 @@ class Attention:
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
+    weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
     # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
     returned: torch.Tensor | None = None
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
@@ -443,8 +445,8 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         attention.scaled = _scaled(chain, attention.scores, scale, recorder)
         if any(link.name in _MASKS for link in chain):
             recorder.ops[chain[0].index].stage = "masked"
-    dropped, context_node = _forward_to_values(node)
-    attention.dropped = _as_head_maps(dropped.out) if dropped is not None else attention.weights
+    dropped, context_node, attention.weights_scale, before_dropout = _forward_to_values(node)
+    attention.dropped = _as_head_maps(dropped.out) / before_dropout if dropped is not None else attention.weights
     if dropped is not None:
         recorder.ops[dropped.index].stage = "dropped"
     if context_node is not None:
@@ -529,22 +531,26 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float]:
     return first, keys, scale
 
 
-def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None]:
-    """(the dropout after the softmax, the ``weights @ V`` matmul) reached from the softmax's output."""
-    dropped, current = None, node
+def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None, float, float]:
+    """(the dropout after the softmax, the ``weights @ V`` matmul, what the weights were multiplied by on the way —
+    ``softmax(s) / √d @ v``, a bug —, the part of that applied before the dropout) reached from the softmax's
+    output; no matmul when something else than a dropout or a number acts on the way."""
+    dropped, current, factor, before_dropout = None, node, 1.0, 1.0
     for _ in range(8):
         following = [child for child in current.children if child.args and child.args[0] is current.out]
         if not following:
-            return dropped, None
+            return dropped, None, factor, before_dropout
         child = following[0]
         if child.name in _MATMULS:
-            return dropped, child
+            return dropped, child, factor, before_dropout
         if child.name in _DROPOUTS:
-            dropped = child
+            dropped, before_dropout = child, factor
+        elif child.name in _SCALES and _scalar(child) is not None:
+            factor *= _scalar(child)
         elif child.name not in _PASS:
-            return dropped, None
+            return dropped, None, factor, before_dropout
         current = child
-    return dropped, None
+    return dropped, None, factor, before_dropout
 
 
 def _as_head_maps(tensor: torch.Tensor) -> torch.Tensor:
@@ -745,6 +751,7 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
         stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
                             masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
                             scale=first.scale, is_causal=first.is_causal, dropout_p=first.dropout_p,
+                            weights_scale=first.weights_scale,
                             context_ops=tuple(index for a in same for index in a.context_ops))
         for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):
             parts = [getattr(a, stage) for a in same]

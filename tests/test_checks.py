@@ -228,6 +228,7 @@ def test_a_scale_after_the_softmax_fails_rows_sum_to_one_and_scaling_in_words():
     assert results["matches-reference"].status == "fail"  # Q, K, V are found: the context is compared
     assert failing(module) == {"rows-sum-to-one", "scaling", "matches-reference"}
 
+
 def test_an_explicit_input_and_a_single_item_batch():
     x = torch.randn(1, 5, 16)
     assert failing(mha(), x=x) == set()
