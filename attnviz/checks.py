@@ -461,7 +461,10 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
                       scaled: bool = True, window: int | None = None) -> Check:
     rule = "matches-reference"
     if attention.queries is None or attention.keys is None or attention.values is None:
-        return Check(rule, "skip", "the module's Q, K and V could not all be identified")
+        lost = f" ({attention.lost})" if attention.lost else ""
+        return Check(rule, "skip", f"the module's Q, K and V could not all be identified{lost}: the rule follows the "
+                                   "softmax's input back through a scale and a mask to Q @ Kᵀ, and its output through "
+                                   "dropout and numbers to weights @ V")
     queries, keys, values = attention.queries, attention.keys, attention.values  # (b, h, n, d)
     reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window)  # (b, h, nq, dv)
     b, h, nq, dv = reference.shape

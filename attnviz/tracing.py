@@ -80,6 +80,7 @@ class Attention:
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
     weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
+    lost: str | None = None  # why Q and K, or V, are None: "no Q @ Kᵀ: the exp on line 12 comes before the softmax"
     # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
     returned: torch.Tensor | None = None
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
@@ -429,6 +430,8 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
             break
         chain.append(current)
         current = _tensor_parent(current)
+    lost = None if matmul is not None or current is None else (
+        f"no Q @ Kᵀ before the softmax: the {_call(recorder, current)} comes between them")
     attention = Attention(kind="softmax", weights=_as_head_maps(weights), masked=_as_head_maps(masked),
                           op_index=node.index, dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
     recorder.ops[node.index].stage = "weights"
@@ -445,7 +448,10 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         attention.scaled = _scaled(chain, attention.scores, scale, recorder)
         if any(link.name in _MASKS for link in chain):
             recorder.ops[chain[0].index].stage = "masked"
-    dropped, context_node, attention.weights_scale, before_dropout = _forward_to_values(node)
+    dropped, context_node, attention.weights_scale, before_dropout, stop = _forward_to_values(node)
+    if context_node is None and stop is not None:
+        lost = lost or f"no weights @ V after the softmax: the {_call(recorder, stop)} acts on the weights first"
+    attention.lost = lost
     attention.dropped = _as_head_maps(dropped.out) / before_dropout if dropped is not None else attention.weights
     if dropped is not None:
         recorder.ops[dropped.index].stage = "dropped"
@@ -531,26 +537,36 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float]:
     return first, keys, scale
 
 
-def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None, float, float]:
+def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None, float, float, _Node | None]:
     """(the dropout after the softmax, the ``weights @ V`` matmul, what the weights were multiplied by on the way —
-    ``softmax(s) / √d @ v``, a bug —, the part of that applied before the dropout) reached from the softmax's
-    output; no matmul when something else than a dropout or a number acts on the way."""
+    ``softmax(s) / √d @ v``, a bug —, the part of that applied before the dropout, the call the walk stopped at)
+    reached from the softmax's output; no matmul when something else than a dropout or a number acts on the way."""
     dropped, current, factor, before_dropout = None, node, 1.0, 1.0
     for _ in range(8):
         following = [child for child in current.children if child.args and child.args[0] is current.out]
         if not following:
-            return dropped, None, factor, before_dropout
+            return dropped, None, factor, before_dropout, None
         child = following[0]
         if child.name in _MATMULS:
-            return dropped, child, factor, before_dropout
+            return dropped, child, factor, before_dropout, None
         if child.name in _DROPOUTS:
             dropped, before_dropout = child, factor
         elif child.name in _SCALES and _scalar(child) is not None:
             factor *= _scalar(child)
         elif child.name not in _PASS:
-            return dropped, None, factor, before_dropout
+            return dropped, None, factor, before_dropout, following[-1]  # the last call made from it: w / w.sum()'s /
         current = child
-    return dropped, None, factor, before_dropout
+    return dropped, None, factor, before_dropout, None
+
+
+_OPERATORS = {"__truediv__": "/", "div": "/", "__mul__": "*", "mul": "*", "__rmul__": "*", "__add__": "+",
+              "add": "+", "__radd__": "+", "__sub__": "-", "sub": "-", "__matmul__": "@", "matmul": "@"}
+
+
+def _call(recorder: _Recorder, node: _Node) -> str:
+    """A recorded call as the user wrote it: "/ on line 12" (an operator), "exp on line 12" (a function)."""
+    line = recorder.ops[node.index].line
+    return _OPERATORS.get(node.name, node.name) + ("" if line is None else f" on line {line}")
 
 
 def _as_head_maps(tensor: torch.Tensor) -> torch.Tensor:

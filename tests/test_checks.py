@@ -229,6 +229,15 @@ def test_a_scale_after_the_softmax_fails_rows_sum_to_one_and_scaling_in_words():
     assert failing(module) == {"rows-sum-to-one", "scaling", "matches-reference"}
 
 
+def test_matches_reference_says_where_it_lost_v_when_it_skips():
+    """A tensor acting on the weights before ``@ V`` (here a redundant renormalisation) hides V from the tracer: the
+    skip says which call on which line, not only "could not all be identified"."""
+    torch.manual_seed(0)
+    check = verdict(um.RenormalisedWeights().eval(), "matches-reference")
+    assert check.status == "skip"
+    assert "no weights @ V" in check.evidence and "the / on line" in check.evidence
+
+
 def test_an_explicit_input_and_a_single_item_batch():
     x = torch.randn(1, 5, 16)
     assert failing(mha(), x=x) == set()

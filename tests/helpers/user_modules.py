@@ -739,3 +739,23 @@ class ScaleAfterSoftmax(nn.Module):
         s = (q @ k.transpose(1, 2)).masked_fill(self.mask.bool()[:n, :n], -torch.inf)  # (b, n, n)
         w = torch.softmax(s, dim=-1) / k.shape[-1] ** 0.5  # (b, n, n): rows sum to 1/√d_out
         return w @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class RenormalisedWeights(nn.Module):
+    """Correct causal attention that renormalises the softmax's output by its row sums before ``@ V`` (redundant: a
+    tensor, not a number, acts between the softmax and V)."""
+
+    def __init__(self, d_in=16, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        s = (q @ k.transpose(1, 2)) / k.shape[-1] ** 0.5  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), -torch.inf)  # (b, n, n)
+        w = torch.softmax(s, dim=-1)  # (b, n, n)
+        w = w / w.sum(dim=-1, keepdim=True)  # (b, n, n): the rows already sum to 1
+        return w @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
