@@ -689,7 +689,7 @@ class LearnedPositions(nn.Module):
 class InvertedSDPAMask(nn.Module):
     """Bug: the mask built in the forward with masked_fill's convention (True = hide the future) and handed to SDPA,
     whose boolean attn_mask keeps where it is True: it shows the future and hides the past and the diagonal (the last
-    query keeps no key, so SDPA gives NaN there).  No mask buffer, no causal attribute."""
+    query keeps no key: its softmax is 0/0, NaN; SDPA returns zeros there).  No mask buffer, no causal attribute."""
 
     def __init__(self, d_in=16, d_out=16, num_heads=4):
         super().__init__()
