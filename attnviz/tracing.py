@@ -543,7 +543,7 @@ def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None, float, 
     reached from the softmax's output; no matmul when something else than a dropout or a number acts on the way."""
     dropped, current, factor, before_dropout = None, node, 1.0, 1.0
     for _ in range(8):
-        following = [child for child in current.children if child.args and child.args[0] is current.out]
+        following = [child for child in current.children if child.args and child.parents[:1] == [current]]
         if not following:
             return dropped, None, factor, before_dropout, None
         child = following[0]

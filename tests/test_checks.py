@@ -215,10 +215,11 @@ def test_a_mask_that_hides_the_past_instead_of_the_future_says_so():
     assert "triu(…, diagonal=1)" in check.evidence
 
 
-def test_a_scale_after_the_softmax_fails_rows_sum_to_one_and_scaling_in_words():
+@pytest.mark.parametrize("in_place", [False, True], ids=["w / d", "w /= d"])
+def test_a_scale_after_the_softmax_fails_rows_sum_to_one_and_scaling_in_words(in_place):
     """softmax(s) / √d: the softmax's output sums to 1, but the weights that multiply V sum to 1/√d."""
     torch.manual_seed(0)
-    module = um.ScaleAfterSoftmax().eval()  # d_out 16: the rows sum to 1/4
+    module = um.ScaleAfterSoftmax(in_place=in_place).eval()  # d_out 16: the rows sum to 1/4
     results = {c.rule: c for c in checks.check_module(module)}
     assert results["rows-sum-to-one"].status == "fail"
     assert "sums to 0.25" in results["rows-sum-to-one"].evidence

@@ -724,10 +724,12 @@ class TrilInsteadOfTriu(nn.Module):
 
 
 class ScaleAfterSoftmax(nn.Module):
-    """Bug: the division by √d_out comes after the softmax, so the weights that multiply V sum to 1/√d_out."""
+    """Bug: the division by √d_out comes after the softmax, so the weights that multiply V sum to 1/√d_out
+    (``in_place``: ``w /= …``)."""
 
-    def __init__(self, d_in=16, d_out=16, context_length=16):
+    def __init__(self, d_in=16, d_out=16, context_length=16, in_place=False):
         super().__init__()
+        self.in_place = in_place
         self.W_query = nn.Linear(d_in, d_out, bias=False)
         self.W_key = nn.Linear(d_in, d_out, bias=False)
         self.W_value = nn.Linear(d_in, d_out, bias=False)
@@ -737,7 +739,11 @@ class ScaleAfterSoftmax(nn.Module):
         n = x.shape[1]
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
         s = (q @ k.transpose(1, 2)).masked_fill(self.mask.bool()[:n, :n], -torch.inf)  # (b, n, n)
-        w = torch.softmax(s, dim=-1) / k.shape[-1] ** 0.5  # (b, n, n): rows sum to 1/√d_out
+        w = torch.softmax(s, dim=-1)  # (b, n, n)
+        if self.in_place:
+            w /= k.shape[-1] ** 0.5  # (b, n, n): rows sum to 1/√d_out
+        else:
+            w = w / k.shape[-1] ** 0.5  # (b, n, n): rows sum to 1/√d_out
         return w @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
 
 
