@@ -239,6 +239,13 @@ def test_matches_reference_says_where_it_lost_v_when_it_skips():
     assert "no weights @ V" in check.evidence and "the / on line" in check.evidence
 
 
+def test_matches_reference_says_where_it_lost_q_and_k_when_it_skips():
+    torch.manual_seed(0)
+    check = verdict(um.SoftCappedScores().eval(), "matches-reference")
+    assert check.status == "skip"
+    assert "no Q @ Kᵀ before the softmax" in check.evidence and "the tanh on line" in check.evidence
+
+
 def test_an_explicit_input_and_a_single_item_batch():
     x = torch.randn(1, 5, 16)
     assert failing(mha(), x=x) == set()

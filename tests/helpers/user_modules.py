@@ -765,3 +765,22 @@ class RenormalisedWeights(nn.Module):
         w = torch.softmax(s, dim=-1)  # (b, n, n)
         w = w / w.sum(dim=-1, keepdim=True)  # (b, n, n): the rows already sum to 1
         return w @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class SoftCappedScores(nn.Module):
+    """Causal attention whose scores are soft-capped (``cap · tanh(scores / cap)``, as Gemma 2 does): a tanh comes
+    between Q @ Kᵀ and the softmax."""
+
+    def __init__(self, d_in=16, d_out=16, cap=30.0):
+        super().__init__()
+        self.cap = cap
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        s = self.cap * torch.tanh(q @ k.transpose(1, 2) / self.cap)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), -torch.inf)  # (b, n, n)
+        return torch.softmax(s / k.shape[-1] ** 0.5, dim=-1) @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
