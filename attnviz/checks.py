@@ -4,13 +4,13 @@
 id, a status (``pass``, ``fail``, or ``skip`` when it does not apply) and evidence in a learner's words —
 which cell, which value, what it should be:
 
-* ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1 (a softmax over the wrong
-  dimension normalises columns);
+* ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1, as the weights multiply V (a
+  softmax over the wrong dimension normalises columns; ``softmax(s) / √d`` shrinks every row);
 * ``causal`` — changing the tokens from position j on changes no output before j (skipped for 1 token: nothing
   comes after it);
 * ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
-  sliding window of W, as wide as the module's own ``sliding_window_size`` says): not inverted, not a shifted
-  diagonal (skipped for 1 token that hides nothing: there is no future);
+  sliding window of W, as wide as the module's own ``sliding_window_size`` says): not inverted, not the past instead
+  of the future, not a shifted diagonal (skipped for 1 token that hides nothing: there is no future);
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode;
 * ``batch-independence`` — one item's output does not move when another item of the batch changes;
