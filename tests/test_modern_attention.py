@@ -324,9 +324,11 @@ def test_the_diagram_draws_groups_latent_and_rotation():
 
     gqa = pipeline.run(TEXT, APP_CONFIGS["gqa_rotary"])
     dot = diagram.shape_dot(gqa.shapes, gqa.config)
-    for edge in ('"view" -> "kv_groups"', '"kv_groups" -> "rotated_keys"', '"rotated_keys" -> "kv_repeat"',
-                 '"kv_repeat" -> "scores"', '"rotated_queries" -> "scores"', '"kv_repeat" -> "context"'):
+    for edge in ('"keys" -> "kv_view"', '"kv_view" -> "kv_groups"', '"kv_groups" -> "rotated_keys"',
+                 '"rotated_keys" -> "kv_repeat"', '"kv_repeat" -> "scores"', '"rotated_queries" -> "scores"',
+                 '"kv_repeat" -> "context"'):
         assert edge in dot
+    assert '"keys" -> "view"' not in dot  # K's 4 heads are not split into the queries' 8
     assert f"(1, 4, {gqa.n}, 8)" in dot and "repeat_interleave(2, dim=1): 4 → 8 heads" in dot
     assert list(steps.stage_labels(gqa))[:2] == ["rotated_queries", "kv_repeat"]
     mla = pipeline.run(TEXT, APP_CONFIGS["mla"])
