@@ -67,10 +67,8 @@ with view_col:
         q_table, k_table = steps.rotation_tables(trace, head)
         st.caption(f"RoPE base {config.rope_base:,}; head {head} uses K/V head {config.kv_group(head)}. Position 0 "
                    "is not turned; later positions turn further.")
-        with before:
-            st.dataframe(q_table, height=300)
-        with after:
-            st.dataframe(k_table, height=300)
+        st.dataframe(q_table)  # the page's width: a map's card cut the numbers of its columns
+        st.dataframe(k_table)
     elif stage == "kv_repeat":
         st.caption(f"{config.kv_groups} K/V heads for {config.heads} query heads: groups of {config.group_size}.")
         st.dataframe(steps.group_table(config), hide_index=True, height=300)

@@ -536,3 +536,11 @@ def test_a_cached_forward_that_calls_sys_exit_fails_the_rule_in_words():
     check = verdict(ExitsWhenCached(16, 32, 16, 0.0, 4).eval(), "kv-cache")
     assert check.status == "fail"
     assert check.evidence.startswith("a cached forward called sys.exit('stop here')"), check.evidence
+
+
+def test_one_token_says_matches_reference_compares_only_v_and_the_heads_order():
+    """With one token every weight is 1: a module that does not scale its scores matched the reference at 1 token and
+    failed it at 2, and the pass did not say why."""
+    one = verdict(mha("no-scale"), "matches-reference", x=torch.randn(2, 1, 16))
+    assert one.status == "pass" and "with 1 token the one weight is 1 whatever the scores" in one.evidence
+    assert verdict(mha("no-scale"), "matches-reference", x=torch.randn(2, 2, 16)).status == "fail"

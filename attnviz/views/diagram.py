@@ -183,7 +183,7 @@ def _titles(
         "input": ("x: input embeddings", False),
         **{stage: (project(weight, source), False) for weight, source, stage in projections},
         "latent": ("W_DKV(x): down to the latent", False),
-        "kv_view": (f"split K, V into {g} K/V heads", False),
+        "kv_view": (f"split K, V into {g} K/V head{'' if g == 1 else 's'}", False),
         "kv_groups": ("transpose(1, 2)", False),
         "kv_repeat": (f"repeat_interleave({config.group_size}, dim=1): {g} → {config.heads} heads", False),
         "rotated_queries": (rotation, False),
