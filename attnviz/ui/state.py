@@ -11,8 +11,9 @@ value of a widget that a run does not draw unless the widget asks to keep it: ev
 the user left while a fragment of the page reran itself (Generate's Play).  Some follow the URL too, as the
 settings do (:func:`page_bind`'s ``url``: the Heads and Steps pages' focused head, stage and window, Generate's new
 tokens, random GPT, step, layer and head, Compare's map, the Pitfall lab's bug and token, the Induction lab's T,
-seed, head and knock-outs): the page reads them on a session's first visit (:func:`page_widgets_from_url`), and the
-URL holds the parameters of the page shown only (:func:`keep_page_params`).
+seed, head and knock-outs): the page reads them on a session's first visit and from a URL it did not write (an entry
+of the browser's history: :func:`page_widgets_from_url`), and the URL holds the parameters of the page shown only
+(:func:`keep_page_params`).
 
 The settings are kept another way.  Some are drawn only for the variants that have them, and the Text area and
 the Layer selectbox are drawn by the Heads page's fragment on that page and by ``app.py``'s sidebar on the others:
@@ -38,6 +39,7 @@ KEPT = {"persist_state": "session"}  # a page widget's value stays for the sessi
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
 _URL_PAGE = "_url_page"  # the page whose parameters the URL holds (keep_page_params)
 _PAGE_URLS = "_page_urls"  # page -> its own URL parameters as its runs left them (page_params_of)
+_OUTSIDE = "_url_outside"  # the shown page's parameters whose URL value its runs did not write (keep_page_params)
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
     "heads_stage", "heads_focus", "heads_row0", "heads_col0", "heads_overview", "heads_knockout_position",
@@ -150,18 +152,27 @@ def url_notices(*keys: str) -> None:
 
 
 def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str], object], str]]) -> None:
-    """A session's first visit of ``page``: each page widget in ``widgets`` — its key -> (its URL parameter, the
-    parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's value.  A value
-    the parser refuses (a ValueError, whose text says why in words) leaves the widget as it is, and the page's
-    notice (:func:`page_param_notice`) says so: ``The link's head='9' is not a head of this layer, …: showing
-    head 0.``  A parameter the link repeats gives its last value (the sidebar names the others)."""
+    """A session's first visit of ``page``, and a URL the page did not write (an entry of the browser's history, a
+    link typed into the address bar: :func:`keep_page_params`): each page widget in ``widgets`` — its key -> (its URL
+    parameter, the parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's
+    value, and one the URL leaves out the page's default.  A value the parser refuses (a ValueError, whose text says
+    why in words) leaves the widget as it is, and the page's notice (:func:`page_param_notice`) says so: ``The link's
+    head='9' is not a head of this layer, …: showing head 0.``  A parameter the link repeats gives its last value
+    (the sidebar names the others)."""
     flag = f"_url_read_{page}"
-    if flag in st.session_state:
+    outside = st.session_state.get(_OUTSIDE, set())
+    first = flag not in st.session_state
+    if not first and not outside & {url for url, _, _ in widgets.values()}:
         return
     st.session_state[flag] = True
     for key, (url, parse, instead) in widgets.items():
+        if not first and url not in outside:
+            continue
+        outside.discard(url)
         raw = st.query_params.get(url)
         if raw is None:
+            if not first:  # the entry's page showed its default here: page_bind sets it again
+                st.session_state.pop(key, None)
             continue
         try:
             st.session_state[key] = parse(str(raw))
@@ -178,18 +189,16 @@ def set_page_widget(key: str, value, url: str, default) -> None:
 
 def keep_page_params(page: str, names: tuple[str, ...]) -> None:
     """The URL keeps the page parameters of the page shown (``page``, whose own are ``names``), and only those: any
-    other page's go, and after a page switch all of them but those equal to the page's own as its last run left
-    them (a page reads its own on its first visit: a value left by another page, or by a visit before, is not a
-    link's).  A page link's URL carries the page's own (:func:`page_params_of`); a URL that outlives its page (an
-    entry of the browser's history, AppTest's ``switch_page``) loses any others here."""
-    last = st.session_state.get(_URL_PAGE)
+    other page's go (a URL that outlives its page: AppTest's ``switch_page``).  A page link carries the page's own
+    as its last run left them (:func:`page_params_of`); where the URL's differ from those — an entry of the
+    browser's history, a link typed into the address bar — the page reads them as a link's
+    (:func:`page_widgets_from_url`), so Back shows the view the entry was."""
     st.session_state[_URL_PAGE] = page
-    own = page_params_of(page)  # what the page's link carried: the page's own, as its last run left them
-    kept = names if last in (None, page) else tuple(name for name in names
-                                                    if st.query_params.get(name) == own.get(name))
     for name in PAGE_PARAMS:
-        if name not in kept and name in st.query_params:
+        if name not in names and name in st.query_params:
             del st.query_params[name]
+    own = page_params_of(page)
+    st.session_state[_OUTSIDE] = {name for name in names if st.query_params.get(name) != own.get(name)}
 
 
 def page_params_of(page: str) -> dict[str, str]:

@@ -221,6 +221,25 @@ def test_each_page_switch_is_one_entry_of_the_history_and_back_returns_one_page_
     assert query(page)["head"] == "3" and query(page)["stage"] == "scores"
 
 
+def test_back_after_a_change_on_the_page_shows_the_view_before_it_in_one_press(page, base_url):
+    """A head picked on the page is an entry of the history: Back shows head 0 again (the page reads the entry's URL,
+    where before it kept the session's head 3 and wrote the URL over), Forward head 3."""
+    visit(page, f"{base_url}/?text=Every%20cat%20loves%20warm%20milk")
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    before = runs(page)
+    choose_option(page, focus, "head 3")
+    wait_idle(page, after=before)
+    assert query(page)["head"] == "3"
+    go_back(page)
+    expect(focus).to_have_value("head 0")
+    assert "head" not in query(page)
+    before = runs(page)
+    page.go_forward()
+    wait_idle(page, after=before)
+    expect(focus).to_have_value("head 3")
+    assert query(page)["head"] == "3"
+
+
 def _is_new_session(frame: bytes) -> bool:
     """Whether a websocket frame is the ``new_session`` message Streamlit sends at the start of every run."""
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg

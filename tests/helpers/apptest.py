@@ -66,3 +66,20 @@ def recorded_spinners(monkeypatch) -> list[tuple[str, bool]]:
 
     monkeypatch.setattr(streamlit, "spinner", spinner)
     return spinners
+
+
+def follow_link(at, script: str):
+    """What a click on the sidebar's link to ``script`` does in the browser: the URL becomes the link's (the settings
+    and that page's own parameters as it last left them), then that page runs.  AppTest's ``switch_page`` alone
+    keeps the URL of the page before."""
+    from urllib.parse import parse_qsl
+
+    from attnviz.ui import navigation
+
+    title = next(entry.title for entry in navigation.PAGES if entry.script == script and not entry.hidden)
+    link = next(link.proto for link in at.sidebar.get("page_link") if link.proto.label == title)
+    for key in list(at.query_params):
+        del at.query_params[key]
+    for key, value in parse_qsl(link.query_string, keep_blank_values=True):
+        at.query_params[key] = value
+    return at.switch_page(script).run()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.apptest import decode, no_exception, open_app
+from helpers.apptest import decode, follow_link, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from helpers.maps import cells_shown, colour_range, images, pixels
 from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
@@ -188,17 +188,17 @@ def test_page_widgets_are_as_the_user_left_them_when_they_come_back():
     at = app()
     at.selectbox(key="heads_focus").set_value(3).run()
     at.segmented_control(key="heads_stage").set_value("masked").run()
-    at.switch_page("pages/steps.py").run()
+    follow_link(at, "pages/steps.py")
     at.selectbox(key="steps_focus").set_value(5).run()
     at.segmented_control(key="steps_stage").set_value("weights").run()
-    at.switch_page("pages/train.py").run()
-    at.switch_page("pages/heads.py").run()
+    follow_link(at, "pages/train.py")
+    follow_link(at, "pages/heads.py")
     no_exception(at)
     assert at.selectbox(key="heads_focus").value == 3
     assert at.segmented_control(key="heads_stage").value == "masked"
     assert focused(at)["layout"]["title"]["text"].startswith("head 3")
     assert grid_heads(grid(at))[3] == "▶ head 3"
-    at.switch_page("pages/steps.py").run()
+    follow_link(at, "pages/steps.py")
     no_exception(at)
     assert at.selectbox(key="steps_focus").value == 5
     assert at.segmented_control(key="steps_stage").value == "weights"

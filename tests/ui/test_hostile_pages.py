@@ -4,13 +4,21 @@ when they visit another page and come back, and a link that gives a parameter tw
 from __future__ import annotations
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, no_exception, open_app
+from helpers.apptest import APP, TIMEOUT, follow_link, no_exception, open_app
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
 
 
 def visit(at, page: str):
+    """To ``page`` by its link in the sidebar, as a click does."""
+    follow_link(at, page)
+    no_exception(at)
+    return at
+
+
+def open_link(at, page: str):
+    """A new session opened with a link to ``page`` (its URL parameters set on ``at``)."""
     at.switch_page(page).run()
     no_exception(at)
     return at
@@ -70,7 +78,7 @@ def test_a_parameter_given_twice_uses_the_last_and_says_so(page):
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["text"] = ["first words", "second words"]
     at.query_params["num_heads"] = ["4", "4"]  # the same value twice: nothing to say
-    visit(at, page)
+    open_link(at, page)
     assert at.sidebar.text_area(key="text").value == "second words"
     notices = sidebar_notices(at)
     assert "text is given 2 times" in notices and "'second words'" in notices and "'first words'" in notices
@@ -81,7 +89,7 @@ def test_the_generate_pages_own_parameter_given_twice_says_so_too():
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["weights"] = weights.BUNDLED_NAME
     at.query_params["new_tokens"] = ["3", "5"]
-    visit(at, "pages/generate.py")
+    open_link(at, "pages/generate.py")
     assert at.number_input(key="generate_new").value == 5
     assert "new_tokens is given 2 times: using the last, '5'; ignored '3'" in sidebar_notices(at)
 
@@ -109,7 +117,7 @@ def test_the_links_bad_new_tokens_notice_goes_once_new_tokens_is_set_on_the_page
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)  # the link opens the Generate page
     at.query_params["weights"] = weights.BUNDLED_NAME
     at.query_params["new_tokens"] = "abc"
-    visit(at, "pages/generate.py")
+    open_link(at, "pages/generate.py")
     assert "The link's new_tokens='abc' is not a whole number" in main_warnings(at) and "using 20" in main_warnings(at)
     at.number_input(key="generate_new").set_value(5).run()
     no_exception(at)

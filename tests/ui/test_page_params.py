@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, no_exception, open_app
+from helpers.apptest import APP, TIMEOUT, follow_link, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -181,15 +181,15 @@ def test_a_pages_parameters_stay_on_their_page():
     """Heads' head=3 reaches neither the Steps page (its own head stays 0) nor Generate's URL and link; Generate's
     new_tokens never reaches the Heads page's link; every page keeps its own values when the user comes back."""
     at = open_app(num_heads="4", head="3", stage="scores")
-    at.switch_page("pages/steps.py").run()  # AppTest keeps the URL across the switch: the app drops it
+    follow_link(at, "pages/steps.py")  # the link carries the settings and the Steps page's own, none yet
     no_exception(at)
     assert at.selectbox(key="steps_focus").value == 0 and not main_warnings(at)
     assert url(at, "head") is None and url(at, "stage") is None  # the Steps page's own: its defaults, left out
-    at.switch_page("pages/generate.py").run()
+    follow_link(at, "pages/generate.py")
     no_exception(at)
     assert all(url(at, key) is None for key in ("head", "stage", "row", "col"))
     assert "head=" not in share_link(at) and "stage=" not in share_link(at)
-    at.switch_page("pages/heads.py").run()
+    follow_link(at, "pages/heads.py")
     no_exception(at)
     assert at.selectbox(key="heads_focus").value == 3 and at.segmented_control(key="heads_stage").value == "scores"
     assert url(at, "head") == "3" and "head=3" in share_link(at)
@@ -198,7 +198,7 @@ def test_a_pages_parameters_stay_on_their_page():
     at.query_params["new_tokens"] = "7"
     at.switch_page("pages/generate.py").run()
     assert url(at, "new_tokens") == "7"
-    at.switch_page("pages/heads.py").run()
+    at.switch_page("pages/heads.py").run()  # AppTest keeps the URL across the switch: the app drops Generate's
     no_exception(at)
     assert url(at, "new_tokens") is None and "new_tokens" not in share_link(at)
 
@@ -211,13 +211,13 @@ def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back(
     at.switch_page("pages/steps.py").run()
     at.selectbox(key="steps_focus").set_value(3).run()
     at.segmented_control(key="steps_stage").set_value("weights").run()
-    at.switch_page("pages/heads.py").run()
+    follow_link(at, "pages/heads.py")
     at.selectbox(key="heads_focus").set_value(2).run()
-    at.switch_page("pages/steps.py").run()
+    follow_link(at, "pages/steps.py")
     no_exception(at)
     assert at.selectbox(key="steps_focus").value == 3
     assert "head=3" in share_link(at) and "stage=weights" in share_link(at)
-    at.switch_page("pages/heads.py").run()
+    follow_link(at, "pages/heads.py")
     no_exception(at)
     assert link_query(at).get("head") == "2" and "stage" not in link_query(at)
 
@@ -230,9 +230,9 @@ def test_the_generate_pages_link_carries_new_tokens_on_the_first_run_after_comin
     at.switch_page("pages/generate.py").run()
     at.number_input(key="generate_new").set_value(7).run()
     assert "new_tokens=7" in share_link(at)
-    at.switch_page("pages/tokens.py").run()
+    follow_link(at, "pages/tokens.py")
     assert "new_tokens" not in share_link(at)
-    at.switch_page("pages/generate.py").run()
+    follow_link(at, "pages/generate.py")
     no_exception(at)
     assert at.number_input(key="generate_new").value == 7
     assert "new_tokens=7" in share_link(at)
@@ -369,9 +369,9 @@ def test_a_labs_share_link_follows_the_user_also_on_the_first_run_after_coming_b
     encoded = {key: value.replace(" ", "+") for key, value in expected.items()}
     for key, value in expected.items():
         assert url(at, key) == value and f"{key}={encoded[key]}" in share_link(at)
-    at.switch_page("pages/tokens.py").run()
+    follow_link(at, "pages/tokens.py")
     assert all(f"{key}=" not in share_link(at) for key in expected)
-    at.switch_page(script).run()
+    follow_link(at, script)
     no_exception(at)
     for key in expected:
         assert f"{key}={encoded[key]}" in share_link(at)
@@ -470,3 +470,29 @@ def test_a_bad_knockout_in_the_link_gives_a_notice_and_the_labs_choice():
     book = open_page("pages/induction.py", knockout="L0H0")  # the book's classes: no knock-outs, none linked
     no_exception(book)
     assert url(book, "knockout") is None and "knockout" not in share_link(book)
+
+
+def test_an_entry_of_the_browsers_history_shows_the_view_it_was():
+    """Back to an entry the page wrote before: the URL's own parameters differ from what the page's last run left,
+    so the page reads them as a link's — head 3 back to head 0 (the entry left head out: the default).  Before, the
+    session's head 3 stayed and the URL was written over, so Back seemed to do nothing."""
+    at = open_app(num_heads="4")
+    at.selectbox(key="heads_focus").set_value(3).run()
+    at.segmented_control(key="heads_stage").set_value("scores").run()
+    assert (url(at, "head"), url(at, "stage")) == ("3", "scores")
+    del at.query_params["stage"]  # Back: the entry before Show was set
+    at.run()
+    no_exception(at)
+    assert at.segmented_control(key="heads_stage").value == "weights" and url(at, "stage") is None
+    assert at.selectbox(key="heads_focus").value == 3 and url(at, "head") == "3"
+
+
+def test_an_entry_of_another_page_after_a_reload_shows_that_pages_view():
+    """After a reload (a new session) on the Pitfall lab, Back to the Compare page's entry: its map is read as a
+    link's, not dropped as a value another page left."""
+    at = open_page("pages/pitfalls.py", bug="softmax_dim")
+    at.query_params["map"] = "mean over heads"  # Back: the Compare page's entry
+    del at.query_params["bug"]
+    at.switch_page("pages/compare.py").run()
+    no_exception(at)
+    assert at.segmented_control(key="compare_map").value == "mean over heads" and url(at, "map") == "mean over heads"
