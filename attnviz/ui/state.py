@@ -39,6 +39,7 @@ KEPT = {"persist_state": "session"}  # a page widget's value stays for the sessi
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
 _URL_PAGE = "_url_page"  # the page whose parameters the URL holds (keep_page_params)
 _PAGE_URLS = "_page_urls"  # page -> its own URL parameters as its runs left them (page_params_of)
+_DEFAULTS = "_page_defaults"  # page widget -> the default its last run drew it with (page_bind)
 _OUTSIDE = "_url_outside"  # the shown page's parameters whose URL value its runs did not write (keep_page_params)
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
@@ -116,7 +117,9 @@ def bind(key: str) -> dict:
 
 def page_bind(key: str, default, valid=lambda value: True, url: str | None = None) -> dict:
     """A page widget's keyword arguments: its key (one of :data:`PAGE_WIDGETS`), with the value ``default`` where it
-    has none or one ``valid`` refuses (a head that the new settings no longer have).
+    has none or one ``valid`` refuses (a head that the new settings no longer have), and where it was left at the
+    default of the run before and that default has moved (the Induction lab's best head for a new T or seed, the
+    Pitfall lab's middle token of a new text): the widget follows its default until the user picks another value.
 
     ``url``: the page's URL parameter (one of ``PAGE_PARAMS``) that follows the widget, as the settings' parameters
     follow theirs: written with the value this run draws, and by the widget's ``on_change`` before the run that
@@ -125,8 +128,11 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     (:func:`page_widgets_from_url`)."""
     if key not in PAGE_WIDGETS:
         raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
-    if key not in st.session_state or not valid(st.session_state[key]):
-        st.session_state[key] = default
+    shown_default = st.session_state.setdefault(_DEFAULTS, {})
+    if key not in st.session_state or not valid(st.session_state[key]) or (
+            key in shown_default and st.session_state[key] == shown_default[key] != default):
+        st.session_state[key] = default  # none yet, refused, or left at a default that has moved: it follows
+    shown_default[key] = default
     if url is None:
         return {"key": key, **KEPT}
     if url not in PAGE_PARAMS:

@@ -496,3 +496,23 @@ def test_an_entry_of_another_page_after_a_reload_shows_that_pages_view():
     at.switch_page("pages/compare.py").run()
     no_exception(at)
     assert at.segmented_control(key="compare_map").value == "mean over heads" and url(at, "map") == "mean over heads"
+
+
+def test_a_labs_head_left_at_its_default_follows_the_best_head_of_a_new_t_and_seed():
+    """The Induction lab's head defaults to the run's best head. Left there, a new T wrote the old best head into the
+    URL (another entry of the browser's history) and a new seed then showed another head than the best; it now
+    follows the best head — the one a new session opened with that T and seed shows — out of the URL, until the user
+    picks one."""
+    at = open_page("pages/induction.py", weights="bundled model")
+    for key, value in (("induction_T", 2), ("induction_seed", 7), ("induction_T", 5)):  # best heads: 0, 0, 1
+        at.number_input(key=key).set_value(value).run()
+        no_exception(at)
+        fresh = open_page("pages/induction.py", weights="bundled model",
+                          T=str(at.number_input(key="induction_T").value),
+                          token_seed=str(at.number_input(key="induction_seed").value))
+        assert at.selectbox(key="induction_head").value == fresh.selectbox(key="induction_head").value
+        assert url(at, "head") is None
+    picked = 1 - at.selectbox(key="induction_head").value  # the bundled model has 2 heads
+    at.selectbox(key="induction_head").set_value(picked).run()
+    at.number_input(key="induction_seed").set_value(3).run()
+    assert at.selectbox(key="induction_head").value == picked  # the user's own head stays
