@@ -125,7 +125,7 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     follow theirs: written with the value this run draws, and by the widget's ``on_change`` before the run that
     shows a new value, so that the sidebar's Share link, drawn before the page, carries it too; a value equal to
     ``default`` leaves the URL without it (:func:`set_page_param`).  The page reads it on a session's first visit
-    (:func:`page_widgets_from_url`)."""
+    and from a URL it did not write (:func:`page_widgets_from_url`)."""
     if key not in PAGE_WIDGETS:
         raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
     shown_default = st.session_state.setdefault(_DEFAULTS, {})
