@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-from helpers.apptest import plotly_figures
+from helpers.apptest import follow_link, plotly_figures
 from helpers.maps import images, pixels
 from streamlit.testing.v1 import AppTest
 
@@ -123,17 +123,17 @@ def test_reruns_with_unchanged_inputs_do_no_tensor_work(long_text, counted):
     assert not at.exception
     assert len(counted["run"]) == 1
 
-    at.switch_page("pages/steps.py").run()  # another page, same inputs
+    follow_link(at, "pages/steps.py")  # another page, same inputs
     assert not at.exception
     assert len(counted["run"]) == 1
-    at.switch_page("pages/heads.py").run()  # and back
+    follow_link(at, "pages/heads.py")  # and back
     assert not at.exception
     assert len(counted["run"]) == 1
 
     at.segmented_control(key="heads_stage").set_value("scores").run()  # another stage of the same run
     assert len(counted["run"]) == 1
-    at.switch_page("pages/shapes.py").run()
-    at.switch_page("pages/heads.py").run()
+    follow_link(at, "pages/shapes.py")
+    follow_link(at, "pages/heads.py")
     assert len(counted["run"]) == 1
 
     at.sidebar.toggle(key="causal").set_value(False).run()  # a real change does run (the counter works)
@@ -150,8 +150,8 @@ def test_page_switch_back_reuses_the_grid_and_marks_the_focused_head(counted):
     at.selectbox(key="heads_focus").set_value(3).run()
     assert grid_marker(at) == ["▶ head 3"]
     grids = len(counted["heads_grid"])
-    at.switch_page("pages/shapes.py").run()
-    at.switch_page("pages/heads.py").run()
+    follow_link(at, "pages/shapes.py")
+    follow_link(at, "pages/heads.py")
     assert not at.exception
     assert at.selectbox(key="heads_focus").value == 3
     assert grid_marker(at) == ["▶ head 3"]
