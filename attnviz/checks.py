@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from attnviz import tracing
+from attnviz.tokens import counted
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
          "matches-reference", "kv-cache")
@@ -530,12 +531,8 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
         reset()
     if difference is not None:
         return Check(rule, "fail", difference)
-    return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {_tokens(prefill)}, then "
-                               f"{_tokens(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
-
-
-def _tokens(count: int) -> str:
-    return f"{count} token" if count == 1 else f"{count} tokens"
+    return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then "
+                               f"{counted(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
 
 
 def _prefill(n: int) -> int:
