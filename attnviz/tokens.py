@@ -16,6 +16,8 @@ from pathlib import Path
 
 import tiktoken
 
+from attnviz.words import amount
+
 RANKS_PATH = Path(__file__).parent / "assets" / "gpt2.tiktoken"
 RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 ENDOFTEXT = "<|endoftext|>"
@@ -33,7 +35,7 @@ class RanksFileError(RuntimeError):
 
 def counted(n: int) -> str:
     """``n`` tokens in words: "1 token", "6 tokens"."""
-    return f"{n} token" if n == 1 else f"{n} tokens"
+    return amount(n, "token")
 
 
 def load_ranks(path: Path = RANKS_PATH, expected_sha256: str = RANKS_SHA256) -> dict[bytes, int]:

@@ -19,6 +19,7 @@ import torch
 from attnviz import attention, models, variants, weights
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, ConfigError
 from attnviz.trace import ModelRun, Trace, make_trace, to_numpy
+from attnviz.words import amount
 
 LAYER_RUNS_MB = int(os.environ.get("ATTNVIZ_LAYER_RUNS_MB", "512"))  # block inputs kept for fast layer switches
 _DECIDED = ("variant", "d_in", "d_out", "num_heads", "context_length", "qkv_bias", "dropout", "train", "seed",
@@ -47,7 +48,7 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
                if getattr(config, name) != getattr(settled, name) and getattr(config, name) != _DEFAULTS[name]]
     notes = []
     if getattr(model, "heads_assumed", False):
-        heads = "1 head" if sizes.num_heads == 1 else f"{sizes.num_heads} heads"
+        heads = amount(sizes.num_heads, "head")
         notes.append(f"The checkpoint has no config giving its head count: its heads are taken to be 64 wide, as in "
                      f"every GPT-2 size, so width {sizes.emb_dim} gives {heads}. If they are not, put a config.json "
                      "(with n_head) beside the file.")

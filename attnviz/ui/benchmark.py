@@ -13,6 +13,7 @@ from attnviz.labs import implementations
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
 from attnviz.views import figures
+from attnviz.words import amount
 
 STARTED = "benchmark_started"  # session_state: set while a timing runs, so the next run knows a rerun cut it short
 STOPPED = "benchmark_stopped"  # session_state: the Stop button's click
@@ -25,7 +26,8 @@ def show(ctx: Context) -> None:
     d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
     device, _ = resolve_device(settings["device"])
     st.markdown(
-        f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, {_heads(num_heads)}, "
+        f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, "
+        f"{amount(num_heads, 'head')}, "
         f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
         f"(1, n, {d_in}) input. Device: **{device}**."
     )
@@ -77,8 +79,8 @@ def _time(settings: dict, device: str, n: int, repeats: int) -> dict:
     del st.session_state[STARTED]
     bar.empty()
     stop.empty()
-    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {_heads(num_heads)}, "
-                                   f"{device}"}
+    heads = amount(num_heads, "head")
+    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {heads}, {device}"}
 
 
 def _results(results: dict | None) -> None:
@@ -89,7 +91,3 @@ def _results(results: dict | None) -> None:
     rows = results["rows"]
     st.plotly_chart(figures.benchmark_bars(rows, results["about"]), config=plotly_config("attnviz-benchmark"))
     st.dataframe(implementations.results_table(rows), hide_index=True)
-
-
-def _heads(n: int) -> str:
-    return f"{n} head" if n == 1 else f"{n} heads"

@@ -26,6 +26,7 @@ from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import ViewSlots, drawn, fill_links, fill_view_slots, sidebar
 from attnviz.ui.state import keep_page_params, keep_widgets
 from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
+from attnviz.words import amount
 
 
 @dataclass(frozen=True)
@@ -271,12 +272,7 @@ def weights_caption(ctx: Context) -> str:
     name = next((o.name for o in ui_weights.options() if o.ref == trace.config.checkpoint), "checkpoint")
     mask = "" if trace.config.causal else " · causal mask OFF (the model was trained with it)"
     return (f"{name} · layer {trace.model.layer} of {trace.model.n_layers} (0…{trace.model.n_layers - 1}) · "
-            f"{counted_heads(trace.config.heads)} × {trace.config.head_dim}{mask}")
-
-
-def counted_heads(heads: int) -> str:
-    """"1 head", "12 heads"."""
-    return "1 head" if heads == 1 else f"{heads} heads"
+            f"{amount(trace.config.heads, 'head')} × {trace.config.head_dim}{mask}")
 
 
 def plotly_config(filename: str) -> dict:

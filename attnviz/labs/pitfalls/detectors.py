@@ -17,7 +17,8 @@ from torch import nn
 from attnviz import checks, stats, tracing
 from attnviz.attention import MAP_STAGES, Recorder
 from attnviz.labs.pitfalls.leak import leak_report, positions_text
-from attnviz.labs.pitfalls.workbench import LabSetup, amount, forward_rng
+from attnviz.labs.pitfalls.workbench import LabSetup, forward_rng
+from attnviz.words import amount
 
 ROW_SUM_TOLERANCE = 1e-4
 

@@ -18,6 +18,7 @@ from attnviz import variants
 from attnviz.attention import MultiHeadAttention
 from attnviz.config import MAX_HEADS, AttentionConfig, divisors
 from attnviz.rng import seeded
+from attnviz.words import amount
 
 BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class bugs 1–7 change
 BOOK_CLASS = f"{BOOK_MHA.cls.__name__} ({BOOK_MHA.section})"  # "MultiHeadAttention (3.6.2)", as the notes name it
@@ -126,11 +127,6 @@ def kv_groups_note(config: AttentionConfig, num_heads: int, sidebar: int | None,
                 f"repeat and repeat_interleave pair them alike. {uses}")
     return (f"The grouped-query bug needs K/V groups shared by more than one head: the sidebar's {sidebar} K/V groups "
             f"give each of the {heads} its own, so repeat and repeat_interleave pair them alike. {uses}")
-
-
-def amount(count: int, noun: str) -> str:
-    """``count`` of ``noun`` in words, singular for one: "1 head", "4 heads", "1 K/V group"."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _positive(value) -> int | None:

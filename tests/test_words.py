@@ -1,0 +1,9 @@
+"""Counts in words: singular for one, whatever the noun."""
+
+from attnviz.words import amount
+
+
+def test_amount_is_singular_for_one_only():
+    assert [amount(n, "head") for n in (0, 1, 2, 12)] == ["0 heads", "1 head", "2 heads", "12 heads"]
+    assert amount(1, "K/V group") == "1 K/V group"
+    assert amount(4, "K/V group") == "4 K/V groups"
