@@ -3,11 +3,13 @@ draws it — weights that are not (…, n, n), an output that is not (batch, n, 
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import user_modules as um
 
 from attnviz import pipeline, user_code
 from attnviz.config import AttentionConfig, ConfigError, InputError
+from attnviz.producers import user_module
 
 MODULES = Path(um.__file__)
 TEXT = "Your journey starts with one step"  # 6 tokens
@@ -22,7 +24,7 @@ def config_of(class_name: str) -> AttentionConfig:
     ("SoftmaxOverFeatures", r"attention weights must have shape \(\.\.\., n, n\).*: \(\.\.\., 4, 4\) for an input "
                             r"of shape \(1, 4, 32\); the softmax on line \d+ gives \(1, 4, 16\)"),
     ("ReturnsTransposed", r"the forward returned shape \(1, 16, 4\) for an input of shape \(1, 4, 32\)"),
-    ("NaNScores", r"6 of 6 rows of the attention weights hold NaN or ∞ \(first: query 0\)"),
+    ("NaNScores", r"6 of 6 rows of the attention weights hold NaN or ∞: every query\. .* so they are not drawn$"),
 ])
 def test_a_module_whose_run_cannot_be_drawn_is_one_config_error(class_name, message):
     config = config_of(class_name)
@@ -31,6 +33,17 @@ def test_a_module_whose_run_cannot_be_drawn_is_one_config_error(class_name, mess
     assert str(caught.value).startswith(f"Your module: {class_name}: ")
     assert "\n" not in str(caught.value)
     assert isinstance(caught.value, InputError)  # what every page shows as a message
+
+
+def test_weights_that_are_not_finite_name_their_rows_and_keep_the_run_for_the_check():
+    """SDPA handed masked_fill's mask keeps only later keys: the last query keeps none, in every head."""
+    label = user_code.register(f"{MODULES}:InvertedSDPAMask")
+    config = AttentionConfig(module=label, d_in=16, d_out=16, num_heads=4, context_length=64)
+    message = r": 4 of 24 rows of the attention weights hold NaN or ∞: query 5, in every head\. A mask hides"
+    with pytest.raises(user_module.NonFiniteWeightsError, match=message) as caught:
+        pipeline.run(TEXT, config)
+    weights = caught.value.trace.steps["weights"]  # (1, 4, 6, 6)
+    assert np.isnan(weights[0, :, 5]).all() and np.isfinite(weights[0, :, :5]).all()
 
 
 def test_the_induction_labs_token_ids_get_the_same_error():

@@ -4,7 +4,8 @@ and traced (:mod:`attnviz.tracing`) on seeded embeddings at its input width.
 ``torch.manual_seed(config.seed)`` right before building gives the same weights on every run; a built module is
 kept per (label, sizes, dropout, seed) and runs in eval mode unless dropout is asked to run.  A module that
 cannot be built, raises, computes no attention over its tokens, returns no (batch, n, d_out) output or
-attention weights that are not finite is a ConfigError with the one-line reason, never a traceback.
+attention weights that are not finite is a ConfigError with the one-line reason, never a traceback; the last is a
+:class:`NonFiniteWeightsError` that keeps the run, so that the module can still be checked on it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ from attnviz.config import AttentionConfig, ConfigError
 from attnviz.producers import book
 from attnviz.rng import built_once, seeded
 from attnviz.trace import Trace
+
+SHOWN_QUERIES = 8  # the rows a NaN message names before "…"
+
+
+class NonFiniteWeightsError(ConfigError):
+    """The run's attention weights hold NaN or ±∞ in some rows: nothing draws, scores or explains them, but
+    ``trace`` (that run) still gives the module and its tokens to what checks the code."""
+
+    def __init__(self, message: str, trace: Trace):
+        super().__init__(message)
+        self.trace = trace
 
 
 def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
@@ -91,14 +103,33 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
 
 
 def _check_finite(trace: Trace) -> None:
-    """ConfigError naming the first row of attention weights that holds NaN or ±∞: the pages draw, score and
-    explain weights, and a row that is not a probability distribution has nothing to show."""
+    """NonFiniteWeightsError naming the rows of attention weights that hold NaN or ±∞: the pages draw, score and explain
+    weights, and a row that is not a probability distribution has nothing to show."""
     weights = trace.steps["weights"]  # (b, h, n, n)
     bad = ~np.isfinite(weights).all(axis=-1)  # (b, h, n): rows with a NaN or ±∞
     if not bad.any():
         return
-    _, head, row = (int(i) for i in np.argwhere(bad)[0])
-    head_text = f"head {head}, " if weights.shape[1] > 1 else ""
-    raise ConfigError(f"{trace.config.module}: {int(bad.sum())} of {bad.size} rows of the attention weights hold NaN "
-                      f"or ∞ (first: {head_text}query {row}): the scores before the softmax hold NaN, or a mask hides "
-                      "every key of a row")
+    raise NonFiniteWeightsError(
+        f"{trace.config.module}: {int(bad.sum())} of {bad.size} rows of the attention weights hold NaN or ∞: "
+        f"{_rows_text(bad.any(axis=0))}. A mask hides every key of these rows (a softmax over no key is 0/0), or the "
+        "scores before the softmax hold NaN; the maps, head statistics and explanations read each row as a "
+        "probability distribution, so they are not drawn", trace)
+
+
+def _rows_text(bad: np.ndarray) -> str:
+    """Where the (heads, n) mask ``bad`` is True, in words: "query 5, in every head", "head 0: queries 3, 5"."""
+    heads, n = bad.shape
+    every_head = bad.any(axis=0)  # (n,): rows bad in some head
+    if (bad == every_head).all():  # the same rows in every head
+        return _queries_text(np.flatnonzero(every_head), n) + (", in every head" if heads > 1 else "")
+    per_head = [f"head {head}: {_queries_text(np.flatnonzero(bad[head]), n)}" for head in range(heads)
+                if bad[head].any()]
+    return "; ".join(per_head[:4]) + ("; …" if len(per_head) > 4 else "")
+
+
+def _queries_text(rows: np.ndarray, n: int) -> str:
+    """"every query", "query 5", "queries 3, 5, …"."""
+    if len(rows) == n:
+        return "every query"
+    shown = ", ".join(str(int(row)) for row in rows[:SHOWN_QUERIES]) + (", …" if len(rows) > SHOWN_QUERIES else "")
+    return f"query {shown}" if len(rows) == 1 else f"queries {shown}"
