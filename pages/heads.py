@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import heads_views
 
-ctx = ui.setup()
+ctx = ui.setup(checks_module=True)  # a module no map can draw is still checked here
 if ctx is None:
     st.stop()
 

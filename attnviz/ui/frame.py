@@ -18,14 +18,16 @@ from attnviz import user_code, variants
 from attnviz import weights as core_weights
 from attnviz.config import AttentionConfig, InputError
 from attnviz.models import CheckpointError
+from attnviz.producers import user_module
 from attnviz.trace import Trace
+from attnviz.ui import module_check
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import ViewSlots, drawn, fill_links, fill_view_slots, sidebar
 from attnviz.ui.state import keep_page_params, keep_widgets
-from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape
+from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, share_query
 from attnviz.words import amount
 
 
@@ -153,9 +155,13 @@ def _new_text_ahead() -> None:
         return
 
 
-def setup(book_classes: bool = False, draws_link: bool = False) -> Context | None:
+def setup(book_classes: bool = False, draws_link: bool = False, checks_module: bool = False) -> Context | None:
     """The settings of the sidebar ``app.py`` drew, and their cached run.  On invalid input or an unreadable
     checkpoint: a plain message and the last valid view (None if there is none yet).
+
+    A user's module whose attention weights hold NaN or ∞ is such a message too (no map can draw those rows), but
+    the code can still be checked: ``checks_module`` (the Heads page, whose Check panel runs the rules) draws the
+    panel under the message, on the refused run; another page links to it.
 
     ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
     and runs them with seeded random weights at the checkpoint's sizes.
@@ -182,6 +188,8 @@ def setup(book_classes: bool = False, draws_link: bool = False) -> Context | Non
         config, trace = run_settings(values, _checkpoint(choice, book_classes))
     except (InputError, CheckpointError) as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
+        if isinstance(exc, user_module.NonFiniteWeightsError):
+            _refused_module_check(exc.trace, values, here=checks_module)
         if slots is not None:
             fill_view_slots(slots, choice)
             fill_links(slots, values)
@@ -197,6 +205,15 @@ def setup(book_classes: bool = False, draws_link: bool = False) -> Context | Non
         run_notes(trace)
     return Context(settings=values, config=config, trace=trace, stale=False, weights=choice, slots=slots,
                    link=link if draws_link else None)
+
+
+def _refused_module_check(trace: Trace, values: dict, here: bool) -> None:
+    """The Check panel of a user's module whose run no page draws (``here``), or a link to the page that has it."""
+    if here:
+        module_check.check_panel(trace, st.container())
+    else:
+        st.page_link(module_check.PAGE, label=f"Check {trace.module_run.class_name} on the Heads page: attnviz's rules "
+                     "on your code", icon=":material/bug_report:", query_params=share_query(values))
 
 
 def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:

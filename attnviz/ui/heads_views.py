@@ -72,4 +72,4 @@ def draw(ctx: Context) -> None:
             head_labels.every_layer(every_layer_scores, ctx.trace.config)
         prefetch_next_layer(ctx, stage)  # stepping to the next layer: what it draws is computed while this one is read
     if check_slot is not None:
-        module_check.check_panel(ctx, check_slot)
+        module_check.check_panel(ctx.trace, check_slot)

@@ -12,6 +12,9 @@ Stopping uses Streamlit's own rule: a whole-app rerun stops the running script a
 forward's progress report).  The panel runs inside the Heads page's layer fragment, whose widgets rerun only the
 fragment — a rerun that waits for the running script instead of stopping it — so *Stop the check* is a
 ``st.page_link`` to this page with the current settings (what the sidebar's Heads link does), not a button.
+
+A run whose weights hold NaN or ∞ draws no layer views; the page's setup draws the panel under its message, on that
+run (``ui.setup(checks_module=True)``).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import torch
 from attnviz import checks, tracing
 from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
-from attnviz.ui.cache import cached_trace
+from attnviz.ui.cache import trace_key
 from attnviz.ui.sidebar import current_settings
 from attnviz.urlstate import markdown_escape, share_query
 
+PAGE = "pages/heads.py"  # the page the panel is on
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it
 STATE = "module_check_runs"  # session_state: trace key -> the check's rows so far, its error, its forwards and time
 # (a finished check is shared by every session: _finished)
@@ -37,19 +41,21 @@ TENTHS_BELOW = 10  # the panel's durations show tenths of a second below this ma
 KEPT_CHECKS = 8  # the checks a session keeps (the last texts and settings looked at)
 
 
-def check_panel(ctx, where) -> None:
-    """The rules on the user's module of ``ctx.trace`` as a table (rule, result, evidence), in ``where``."""
-    trace = ctx.trace
+def check_panel(trace, where) -> None:
+    """The rules on the user's module of ``trace`` as a table (rule, result, evidence), in ``where``.  ``trace`` may
+    be a run no page draws (:class:`attnviz.producers.user_module.NonFiniteWeightsError`): the rules run the module
+    again on its tokens."""
+    key = trace_key(trace)
     with where:
         st.subheader(f"Check {trace.module_run.class_name}")
         st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
                    "(in eval mode; dropout checked in both modes). The same rules in a terminal, on a seeded random "
                    f"input of these sizes (so other numbers): `{cli_command(trace)}`.")
-        finished = _finished(*ctx.trace_key)
+        finished = _finished(*key)
         if finished:  # this run's check, done in this session or another
             _results(finished)
             return
-        record = _record(ctx.trace_key)
+        record = _record(key)
         left = [rule for rule in checks.RULES if rule not in {row[0] for row in record["rows"]}]
         if record["started"] and left and record["error"] is None:  # a run stopped half-way: go on only when asked
             notice = st.empty()
@@ -64,7 +70,7 @@ def check_panel(ctx, where) -> None:
                 return
             notice.empty()
         if left and record["error"] is None:
-            _run(ctx.trace_key, trace.module_run.class_name, record, left)
+            _run(trace, record, left)
         finished.update(copy.deepcopy(record))  # done: every rule, or a forward that raised
         _results(record)
 
@@ -101,15 +107,16 @@ def _record(key: tuple) -> dict:
     return records[key]
 
 
-def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
+def _run(trace, record: dict, rules: list[str]) -> None:
     """Check ``rules`` with a status box that follows the check; each rule's row goes into ``record`` when done."""
     record["started"] = True
     forwards, seconds = record["forwards"], record["seconds"]  # a check that goes on adds to what it ran before
-    module, x = _module_and_input(*key)
+    class_name = trace.module_run.class_name
+    module, x = _module_and_input(trace)
     slot = st.empty()
     with slot.container(), st.status(f"Checking {class_name}…", expanded=True) as status:
         bar = st.progress(0.0, text="Running your module once, traced: every rule reads this run")
-        st.page_link("pages/heads.py", label="Stop the check", icon=":material/stop_circle:",
+        st.page_link(PAGE, label="Stop the check", icon=":material/stop_circle:",
                      query_params=share_query(current_settings()),
                      help="Stops this page's run after the current forward: the rules done stay.")
         estimate = st.empty()
@@ -149,11 +156,10 @@ def _run(key: tuple, class_name: str, record: dict, rules: list[str]) -> None:
     slot.empty()
 
 
-def _module_and_input(text: str, config: AttentionConfig) -> tuple[torch.nn.Module, torch.Tensor]:
+def _module_and_input(trace) -> tuple[torch.nn.Module, torch.Tensor]:
     """A copy of the run's module (the shared one is never switched) in eval mode, as a user's code hands it over
     (the sidebar's *Dropout active* is the app's mode, not a fault of the code: the rules check both modes), and
     the text's first tokens, (1, n, d_in)."""
-    trace = cached_trace(text, config)
     module = copy.deepcopy(user_module.module_for(trace.config)).eval()
     x = torch.as_tensor(trace.embeddings["input"][:MAX_CHECK_TOKENS].copy())[None]  # (1, n, d_in)
     return module, x

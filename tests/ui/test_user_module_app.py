@@ -191,6 +191,47 @@ def test_weights_that_are_not_finite_and_an_output_that_is_not_per_token_are_a_m
     assert at.sidebar.text_area(key="text").value == "My own text stays"
 
 
+def test_a_module_whose_weights_hold_nan_still_gets_the_checks_verdict_the_cli_gives(capsys, monkeypatch):
+    """SDPA handed masked_fill's mask (``torch.triu(…, diagonal=1)``: True = hide) keeps only the future keys, and the
+    last query keeps none: its weights are NaN.  The maps are not drawn (the message says which rows and why), but the
+    Check panel runs under it and gives the CLI's verdicts: the mask is inverted, and what to pass SDPA instead."""
+    from attnviz import cli
+
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:InvertedSDPAMask")
+    at = app(variant="Your module: InvertedSDPAMask", text="Your journey starts with one step")  # 6 tokens
+    no_exception(at)
+    table = next((frame.value for frame in at.table if "rule" in frame.value.columns), None)
+    assert table is not None, warnings(at)
+    assert any("4 of 24 rows of the attention weights hold NaN or ∞: query 5, in every head" in text
+               and "not drawn" in text for text in warnings(at)), warnings(at)
+    app_results = dict(zip(table["rule"], table["result"]))
+    assert app_results["causal"] == app_results["mask-convention"] == "fail"
+    evidence = dict(zip(table["rule"], table["evidence"]))["mask-convention"]
+    assert evidence.startswith("the mask is inverted") and "torch.tril(torch.ones(n, n, dtype=torch.bool))" in evidence
+    assert any(re.fullmatch(r"\d of 8 rules fail\.", box.value) for box in at.error), [box.value for box in at.error]
+    assert at.sidebar.text_area(key="text").value == "Your journey starts with one step"
+
+    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
+    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
+    argv[0] = f"{MODULES.parent}/{argv[0]}"
+    cli.main(["check", *argv])
+    printed = capsys.readouterr().out
+    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
+    assert cli_results == app_results
+
+
+def test_another_page_refusing_nan_weights_links_to_the_check_on_the_heads_page(monkeypatch):
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:InvertedSDPAMask")
+    at = app("pages/steps.py", variant="Your module: InvertedSDPAMask")
+    no_exception(at)
+    assert any("rows of the attention weights hold NaN" in text for text in warnings(at)), warnings(at)
+    heads = next(link.proto for link in at.sidebar.get("page_link") if link.proto.label == "Heads")
+    check = [link.proto for link in at.main.get("page_link") if "Check" in link.proto.label]
+    assert [(link.page_script_hash, link.query_string) for link in check] == [(heads.page_script_hash,
+                                                                             heads.query_string)]
+    assert not [frame for frame in at.table if "rule" in frame.value.columns]  # the check runs on the Heads page
+
+
 def test_the_check_panel_says_why_a_module_that_drops_the_batch_cannot_be_checked():
     at = app(variant="Your module: DropsTheBatch", d_in="32", d_out="16", num_heads="1")
     no_exception(at)
