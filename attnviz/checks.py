@@ -286,7 +286,8 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
             position = int(moved.amax(dim=(0, 2)).argmax())
             return Check(rule, "fail", f"changing tokens {j}… changed the output at position {position} by "
                                        f"{moved.max().item():.3g}: position {position} sees the future")
-    return Check(rule, "pass", f"changing tokens j… moves no output before j (j = 1 … {n - 1})")
+    js = "j = 1" if n == 2 else f"j = 1 … {n - 1}"
+    return Check(rule, "pass", f"changing tokens j… moves no output before j ({js})")
 
 
 def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None) -> Check:
@@ -489,7 +490,9 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
         if context is None:
             return Check(rule, "skip", "the module's context (weights · V) could not be identified")
         return _compare(rule, context, reference, "the context")
-    return _compare(rule, module_concat, concat, "the concatenated heads" if h > 1 else "the context")
+    if h > 1:
+        return _compare(rule, module_concat, concat, "the concatenated heads", equals="equal")
+    return _compare(rule, module_concat, concat, "the context")
 
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
@@ -558,10 +561,15 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 got = tracing.first_tensor(output).detach()  # (1, q, d_out)
                 worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
                 if worst > TOLERANCE:
-                    step = f"tokens 0 … {stop - 1} (the prefill)" if start == 0 else f"token {start}"
+                    step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
                     return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
                             f"{worst:.3g} — " + _cache_cause(module, reset, sequence, number, start, stop, position))
     return None
+
+
+def _tokens_up_to(stop: int) -> str:
+    """"token 0" for the first token alone, "tokens 0 … 3" for the first four."""
+    return "token 0" if stop == 1 else f"tokens 0 … {stop - 1}"
 
 
 POSITION_NAMES = ("ptr_current_pos", "ptr_cur", "current_pos", "cache_pos", "pos", "offset", "start_pos")
@@ -620,12 +628,14 @@ def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:
     return None
 
 
-def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str) -> Check:
+def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str, equals: str = "equals") -> Check:
+    """``what`` (its verb ``equals``: "equal" after a plural) passes within TOLERANCE of ``expected``, else fails
+    naming the largest difference and where it is."""
     actual = actual.float().reshape(expected.shape)
     difference = (actual - expected).abs()  # NaN stays NaN
     worst = difference.nan_to_num(nan=math.inf).max().item()
     if worst <= TOLERANCE:
-        return Check(rule, "pass", f"{what} equals softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V "
+        return Check(rule, "pass", f"{what} {equals} softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V "
                                    f"(largest difference {worst:.1g})")
     index = tuple(int(i) for i in (difference.nan_to_num(nan=math.inf) == worst).nonzero()[0])
     return Check(rule, "fail", f"{what} ≠ softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V: off by {worst:.3g} "

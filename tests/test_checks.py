@@ -190,6 +190,31 @@ def test_one_token_skips_the_rules_that_need_a_later_token_in_words():
         "rows-sum-to-one", "scaling", "dropout-placement", "batch-independence", "matches-reference"}
 
 
+def test_matches_reference_says_the_heads_equal_and_the_context_equals():
+    """The evidence read "the concatenated heads equals softmax(…)"."""
+    assert verdict(mha(), "matches-reference").evidence.startswith("the concatenated heads equal softmax(")
+    torch.manual_seed(0)
+    one_head = um.MyMultiHeadAttention(16, 32, 16, 0.0, 1).eval()
+    assert verdict(one_head, "matches-reference").evidence.startswith("the context equals softmax(")
+
+
+def test_two_tokens_name_their_one_j_and_their_one_prefill_token():
+    """At 2 tokens causal read "(j = 1 … 1)" and a cache bug "tokens 0 … 0 (the prefill)"."""
+    x = torch.randn(2, 2, 16)
+    assert verdict(mha(), "causal", x=x).evidence.endswith("moves no output before j (j = 1)")
+    assert verdict(mha(), "causal", x=torch.randn(2, 3, 16)).evidence.endswith("(j = 1 … 2)")
+
+    class CachedOffByOne(um.LearnerCachedMHA):  # every cached forward adds 1
+        def forward(self, x, use_cache=False):
+            return super().forward(x, use_cache) + (1.0 if use_cache else 0.0)  # (b, n, d_out)
+
+    torch.manual_seed(0)
+    check = verdict(CachedOffByOne(16, 32, 16, 0.0, 4).eval(), "kv-cache", x=x)
+    assert check.status == "fail" and check.evidence.startswith("sequence 1, token 0 (the prefill):"), check
+    check = verdict(CachedOffByOne(16, 32, 16, 0.0, 4).eval(), "kv-cache", x=torch.randn(2, 8, 16))
+    assert check.evidence.startswith("sequence 1, tokens 0 … 3 (the prefill):"), check
+
+
 def test_one_token_that_hides_itself_still_fails_mask_convention():
     check = verdict(mha("diagonal-hidden"), "mask-convention", x=torch.randn(2, 1, 16))
     assert check.status == "fail" and "each token hides itself" in check.evidence
