@@ -396,15 +396,13 @@ def _flow_rows(stages: Sequence[str]) -> list[list[tuple[str | None, int]]]:
     return rows
 
 
-def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "", attrs: str = "",
-                breaks: bool = False) -> str:
+def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "", attrs: str = "") -> str:
     """One tensor of an HTML flow diagram: its name in bold and its shape in code, a small ``note`` below; ``style``
     its border and fill, ``layout`` its alignment and wrapping, ``attrs`` its class and data attributes (already
-    escaped); ``breaks``: the name may wrap after its underscores (``rotated_`` / ``queries``).  Every string is
+    escaped).  A name is one word (``rotated_queries``): its box is never narrower than it.  Every string is
     escaped."""
-    shown = html.escape(name).replace("_", "_<wbr>") if breaks else html.escape(name)
     return (f'<div{attrs} style="{style};border-radius:6px;padding:2px 4px;{layout}">'
-            f'<b>{shown}</b> '
+            f'<b>{html.escape(name)}</b> '
             '<code style="font-size:0.85em;background:none;color:inherit">'
             f'{html.escape(shape)}</code>'
             + (f'<br><span style="font-size:0.75em">{html.escape(note)}</span>' if note else "") + "</div>")
@@ -452,7 +450,7 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
             f'<div style="font-size:0.7em;color:#555">{html.escape("↓ " + arrow if arrow else "↓")}</div>')
         attrs = f' class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}"'
         tensor = _tensor_box(names[stage], format_shape(shapes[stage]), style, layout="overflow-wrap:break-word",
-                             note=operation if off else "", attrs=attrs, breaks=True)
+                             note=operation if off else "", attrs=attrs)
         return f'<div style="{cell}">{into}{tensor}</div>'
 
     # the frame is a size container: a narrow column (the Heads page at 1,100 px: ~150 px) sets smaller type

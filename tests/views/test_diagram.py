@@ -601,3 +601,14 @@ def test_flow_breaks_no_word_in_two(variant):
     config = small(variant)
     for box in flow_boxes(diagram.shape_flow_html(traced(config).shapes, config)):
         assert "anywhere" not in box["style"] and "break-all" not in box["style"], box
+
+
+@pytest.mark.parametrize("variant", ["mha", "gqa", "mqa", "swa"])
+def test_flow_offers_no_break_inside_a_rotary_stage_name(variant):
+    """"rotated_queries" and "rotated_keys" carried a break after the underscore (``_<wbr>``), so their boxes shrank to
+    "rotated_" and broke there even where the whole name fits; every other name is one unbreakable word."""
+    config = grouped(variant, "rotary") if variant in ("gqa", "mqa") else small(variant, positions="rotary")
+    markup = diagram.shape_flow_html(traced(config).shapes, config)
+    names = re.findall(r"<b>(.*?)</b>", markup)
+    assert {"rotated_queries", "rotated_keys", "kv_repeat" if variant in ("gqa", "mqa") else "scores"} <= set(names)
+    assert all(re.fullmatch(r"\w+", name) for name in names), names  # no <wbr>, no space: one word each
