@@ -35,16 +35,10 @@ if ctx.checkpoint:
                f"({ui.weights_caption(ctx)}).")
 if config.embedding == "book" and trace.embeddings["position"].any() == 0:
     st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
-bound = max(float(abs(array).max()) for array in trace.embeddings.values()) or 1.0
-shown = ((("token", "token embedding"), ("input", "input = token")) if rotary else
-         (("token", "token embedding"), ("position", "positional embedding"), ("input", "input = token + position")))
-st.caption(f"{'Both' if len(shown) == 2 else 'All three'} use the same colour scale (±{bound:.2f}), so they can be "
-           "compared cell by cell.")
-for name, label in shown:
-    matrix = trace.embeddings[name]
-    st.plotly_chart(figures.embedding_heatmap(matrix, trace.tokens, title=f"{label} {tuple(matrix.shape)}",
-                                              bound=bound),
-                    config=ui.plotly_config(f"attnviz-embedding-{name}"))
+caption, maps = figures.embedding_figures(trace.embeddings, trace.tokens, rotary=rotary)
+st.caption(caption)
+for name, figure in maps:
+    st.plotly_chart(figure, config=ui.plotly_config(f"attnviz-embedding-{name}"))
 
 if ctx.checkpoint:
     ui.next_token_panel(ctx, key="tokens_next_position")

@@ -558,6 +558,23 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
     return fig
 
 
+def embedding_figures(embeddings: dict[str, np.ndarray], tokens, *,
+                      rotary: bool) -> tuple[str, list[tuple[str, go.Figure]]]:
+    """The Tokens page's embedding maps on one colour scale, as (caption, [(name, figure)]): the token embedding,
+    the positional embedding and their sum, the input; with rotary positions, which add no vector, the input alone
+    (it is the token embedding)."""
+    bound = max(float(abs(array).max()) for array in embeddings.values()) or 1.0
+    if rotary:
+        caption = f"The input is the token embedding itself, so one map shows it (colour scale ±{bound:.2f})."
+        shown = (("input", "input = token embedding"),)
+    else:
+        caption = f"All three use the same colour scale (±{bound:.2f}), so they can be compared cell by cell."
+        shown = (("token", "token embedding"), ("position", "positional embedding"),
+                 ("input", "input = token + position"))
+    return caption, [(name, embedding_heatmap(embeddings[name], tokens, title=f"{label} {embeddings[name].shape}",
+                                              bound=bound)) for name, label in shown]
+
+
 def token_chips_html(tokens: list[str] | tuple[str, ...], token_ids, special) -> str:
     """Coloured chips (piece + id) as HTML; every user-derived string is escaped."""
     palette = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1e6", "#e9edc9", "#f0e6ef")

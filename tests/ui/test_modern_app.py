@@ -50,11 +50,29 @@ def test_the_tokens_page_with_rotary_positions_draws_no_empty_position_table_and
     no_exception(at)
     titles = [fig["layout"]["title"]["text"] for fig in plotly_figures(at)]
     assert not any(title.startswith("positional embedding") for title in titles), titles
-    assert any(title.startswith("input = token (") for title in titles), titles
     assert at.subheader[0].value == "Embeddings: token = input (rotary positions)"
     assert any("rotates its queries and keys by their positions" in c.value for c in at.main.caption)
+
+
+def test_the_tokens_page_with_rotary_positions_draws_the_input_once_and_learned_positions_all_three():
+    """With rotary positions the page drew two identical maps, "token embedding" and "input = token", under "Both use
+    the same colour scale, so they can be compared cell by cell"."""
+    from helpers.apptest import plotly_figures
+
+    at = app("pages/tokens.py", **RUNS["mha_rotary"])
+    no_exception(at)
+    titles = [fig["layout"]["title"]["text"].split(" — ")[0] for fig in plotly_figures(at)]  # " — downsampled …"
+    assert titles == ["input = token embedding (6, 768)"], titles
+    captions = " ".join(c.value for c in at.main.caption)
+    assert "The input is the token embedding itself, so one map shows it (colour scale ±" in captions, captions
+    assert "Both use the same colour scale" not in captions and "compared cell by cell" not in captions
+    assert "*rotate q, k*" in captions  # the Steps page's stage, as before
     learned = app("pages/tokens.py")
-    assert any(fig["layout"]["title"]["text"].startswith("positional embedding") for fig in plotly_figures(learned))
+    no_exception(learned)
+    titles = [fig["layout"]["title"]["text"].split(" — ")[0] for fig in plotly_figures(learned)]
+    assert titles == ["token embedding (6, 768)", "positional embedding (6, 768)",
+                      "input = token + position (6, 768)"], titles
+    assert any(c.value.startswith("All three use the same colour scale (±") for c in learned.main.caption)
 
 
 @pytest.mark.parametrize("run", list(RUNS))
