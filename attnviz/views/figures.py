@@ -563,14 +563,13 @@ def embedding_figures(embeddings: dict[str, np.ndarray], tokens, *,
     """The Tokens page's embedding maps on one colour scale, as (caption, [(name, figure)]): the token embedding,
     the positional embedding and their sum, the input; with rotary positions, which add no vector, the input alone
     (it is the token embedding)."""
-    bound = max(float(abs(array).max()) for array in embeddings.values()) or 1.0
-    if rotary:
-        caption = f"The input is the token embedding itself, so one map shows it (colour scale ±{bound:.2f})."
-        shown = (("input", "input = token embedding"),)
-    else:
-        caption = f"All three use the same colour scale (±{bound:.2f}), so they can be compared cell by cell."
-        shown = (("token", "token embedding"), ("position", "positional embedding"),
-                 ("input", "input = token + position"))
+    shown = ((("input", "input = token embedding"),) if rotary else
+             (("token", "token embedding"), ("position", "positional embedding"),
+              ("input", "input = token + position")))
+    bound = max(float(abs(embeddings[name]).max()) for name, _ in shown) or 1.0
+    caption = (f"One map shows both: the token embedding and the input are the same matrix (colour scale ±{bound:.2f})."
+               if rotary else
+               f"All three use the same colour scale (±{bound:.2f}), so they can be compared cell by cell.")
     return caption, [(name, embedding_heatmap(embeddings[name], tokens, title=f"{label} {embeddings[name].shape}",
                                               bound=bound)) for name, label in shown]
 

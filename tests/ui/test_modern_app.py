@@ -64,7 +64,7 @@ def test_the_tokens_page_with_rotary_positions_draws_the_input_once_and_learned_
     titles = [fig["layout"]["title"]["text"].split(" — ")[0] for fig in plotly_figures(at)]  # " — downsampled …"
     assert titles == ["input = token embedding (6, 768)"], titles
     captions = " ".join(c.value for c in at.main.caption)
-    assert "The input is the token embedding itself, so one map shows it (colour scale ±" in captions, captions
+    assert "One map shows both: the token embedding and the input are the same matrix" in captions, captions
     assert "Both use the same colour scale" not in captions and "compared cell by cell" not in captions
     assert "*rotate q, k*" in captions  # the Steps page's stage, as before
     learned = app("pages/tokens.py")
