@@ -563,6 +563,30 @@ def test_a_cached_forward_that_calls_sys_exit_fails_the_rule_in_words():
     assert check.evidence.startswith("a cached forward called sys.exit('stop here')"), check.evidence
 
 
+class LoopsWhenCached(um.LearnerCachedMHA):
+    """A learner's cached module whose cached branch waits in a ``while`` loop for a cache that never fills."""
+
+    def forward(self, x, use_cache=False):
+        while use_cache and self.cache_k is None:  # the cache is filled further down: the loop never ends
+            x = x + 0
+        return super().forward(x, use_cache=use_cache)
+
+
+def test_a_cached_forward_that_never_returns_fails_the_rule_in_words_and_the_check_goes_on(monkeypatch):
+    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    torch.manual_seed(0)
+    results = checks.check_module(LoopsWhenCached(16, 32, 16, 0.0, 4).eval(), rules=["kv-cache", "causal"])
+    assert [(c.rule, c.status) for c in results] == [("causal", "pass"), ("kv-cache", "fail")]
+    assert results[1].evidence == ("LoopsWhenCached.forward(use_cache=True) ran for 0.5 s without returning "
+                                   "(an endless loop?)")
+
+
+def test_a_forward_that_never_returns_is_a_trace_error_for_the_check(monkeypatch):
+    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    with pytest.raises(tracing.TraceError, match=r"^EndlessLoop\.forward ran for 0\.5 s without returning"):
+        checks.check_module(um.EndlessLoop(16, 16, 16, 0.0, 4))
+
+
 def test_one_token_says_matches_reference_compares_only_v_and_the_heads_order():
     """With one token every weight is 1: a module that does not scale its scores matched the reference at 1 token and
     failed it at 2, and the pass did not say why."""

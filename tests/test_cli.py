@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import user_modules as um
 
-from attnviz import checks, cli
+from attnviz import checks, cli, tracing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -357,6 +357,17 @@ def test_sys_exit_in_the_forward_exits_2_naming_it():
     result = check(f"{ROOT / 'tests/helpers/user_modules.py'}:ExitsInForward", "--d-in", 16)
     assert result.returncode == 2, result
     assert "the forward called sys.exit(1)" in result.stderr and result.stdout == ""
+
+
+def test_a_forward_that_never_returns_exits_2_in_one_line(monkeypatch):
+    """A learner's ``while`` loop that never ends: stopped after the limit (lowered here from a minute), one line."""
+    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    result = check(f"{USER_MODULES}:EndlessLoop", "--d-in", 16)
+    assert result.returncode == 2, result
+    assert result.stderr == "attnviz check: EndlessLoop.forward ran for 0.5 s without returning (an endless loop?)\n"
+    assert result.stdout == ""
+    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 60.0)
+    assert check(f"{USER_MODULES}:MyMultiHeadAttention", "--d-in", 16).returncode == 0  # the next check runs
 
 
 def test_nan_after_the_attention_exits_2_instead_of_passing():

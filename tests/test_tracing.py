@@ -1,6 +1,7 @@
 """attnviz.tracing on modules written as users write them: traced weights equal an explicit computation."""
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -267,3 +268,91 @@ def test_a_long_text_on_a_module_that_fails_at_any_length_keeps_its_own_error():
     with pytest.raises(tracing.TraceError, match=r"^the forward raised RuntimeError: The size of tensor a") as caught:
         tracing.trace_module(module, LONG_TEXT)
     assert "context" not in str(caught.value)
+
+
+# ---------------------------------------------------------------- a forward that never returns
+
+ENDLESS = r"EndlessLoop\.forward ran for 0\.5 s without returning \(an endless loop\?\)"
+
+
+@pytest.fixture
+def half_a_second(monkeypatch):
+    """The limit of one forward, lowered from a minute so that a test waits half a second."""
+    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+
+
+def test_a_forward_that_never_returns_is_stopped_with_a_message_and_the_thread_runs_on(half_a_second):
+    module = um.EndlessLoop(16, 16, 4, 0.0, 4)  # its context is 4 tokens: 6 are more, yet it is not run again on 4
+    with pytest.raises(tracing.EndlessForwardError, match=ENDLESS):
+        tracing.trace_module(module, torch.randn(1, 6, 16))
+    assert module.calls == 1
+    trace = tracing.trace_module(MHA, torch.randn(1, 5, 16))  # the same thread, right after: a correct module runs
+    assert trace.steps["weights"].shape == (1, 4, 5, 5)
+    time.sleep(0.7)  # past the limit once more: nothing of the stop is left to land here
+    assert sum(range(100_000)) == 4_999_950_000
+
+
+def test_a_forward_that_finishes_under_the_limit_gets_no_late_exception(monkeypatch):
+    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 2.0)
+    trace = tracing.trace_module(um.BusyFor(16, 16, 16, 0.0, 4, seconds=1.5), torch.randn(1, 5, 16))
+    assert trace.steps["weights"].shape == (1, 4, 5, 5)
+    started = time.perf_counter()
+    while time.perf_counter() - started < 1.0:  # Python code after the limit has passed: no exception lands in it
+        pass
+    time.sleep(0.2)
+
+
+def test_a_blocking_c_call_is_stopped_when_it_returns(half_a_second):
+    """What run_forward's docstring says: the stop lands between bytecodes, so a ``time.sleep`` runs to its end."""
+    started = time.perf_counter()
+    with pytest.raises(tracing.EndlessForwardError, match=r"SleepsForever\.forward ran for 0\.5 s"):
+        tracing.trace_module(um.SleepsForever(16, 16, 16, 0.0, 4, seconds=1.0), torch.randn(1, 5, 16))
+    assert time.perf_counter() - started >= 1.0
+
+
+def test_a_forward_that_catches_exception_is_still_stopped(half_a_second):
+    class Retries(um.MyMultiHeadAttention):
+        def forward(self, x):
+            while True:
+                try:
+                    return super().forward(x.view(-1, 7))  # a shape bug, retried for ever
+                except Exception:  # noqa: BLE001, S112  (a learner's retry)
+                    continue
+
+    with pytest.raises(tracing.EndlessForwardError, match=r"Retries\.forward ran for 0\.5 s"):
+        tracing.trace_module(Retries(16, 16, 16, 0.0, 4), torch.randn(1, 5, 16))
+
+
+def test_a_stop_the_forward_catches_or_that_lands_in_a_del_is_raised_again(half_a_second, monkeypatch):
+    """A learner's bare ``except`` around the loop catches the first stop; a ``__del__`` that the loop's thread runs
+    drops one (Python hands it to ``sys.unraisablehook``): it is raised again, and nothing is printed."""
+    class Slow:
+        def __del__(self):
+            started = time.perf_counter()
+            while time.perf_counter() - started < 0.3:
+                pass
+
+    class CatchesEverything(um.MyMultiHeadAttention):
+        def forward(self, x):
+            try:
+                while True:
+                    x = x + 0
+            except:  # noqa: E722
+                pass
+            Slow()  # dies at once: its __del__ runs 0.3 s, and the next stops land in it
+            while True:
+                x = x + 0
+
+    unraisable = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    with pytest.raises(tracing.EndlessForwardError, match=r"CatchesEverything\.forward ran for 0\.5 s"):
+        tracing.trace_module(CatchesEverything(16, 16, 16, 0.0, 4), torch.randn(1, 5, 16))
+    assert unraisable == []
+
+
+def test_a_forwards_own_exception_and_sys_exit_are_still_trace_errors(half_a_second):
+    with pytest.raises(tracing.TraceError, match="the forward raised RuntimeError") as raised:
+        tracing.trace_module(um.Raises(), torch.randn(1, 5, 32))
+    assert not isinstance(raised.value, tracing.EndlessForwardError)
+    with pytest.raises(tracing.TraceError, match=r"the forward called sys\.exit\(1\)"):
+        tracing.trace_module(um.ExitsInForward(16), torch.randn(1, 5, 16))

@@ -328,6 +328,47 @@ class SleepyAttention(MyMultiHeadAttention):
         return super().forward(x)
 
 
+class EndlessLoop(MyMultiHeadAttention):
+    """The book's MultiHeadAttention with a learner's ``while`` loop whose condition never changes (the counter is
+    never increased): its forward never returns.  ``calls`` counts the forwards begun."""
+
+    calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        steps = 0
+        while steps < 3:  # meant to refine x three times; the steps += 1 is missing
+            x = x + 0
+        return super().forward(x)
+
+
+class BusyFor(MyMultiHeadAttention):
+    """The book's MultiHeadAttention whose forward first spins ``seconds`` in a Python loop of torch ops: slow but
+    finished."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4, qkv_bias=False, seconds=0.1):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.seconds = seconds
+
+    def forward(self, x):
+        end = time.perf_counter() + self.seconds
+        while time.perf_counter() < end:
+            x = x + 0
+        return super().forward(x)
+
+
+class SleepsForever(MyMultiHeadAttention):
+    """A forward blocked in one C call, ``time.sleep(seconds)``: a debugging pause."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4, qkv_bias=False, seconds=1.0):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.seconds = seconds
+
+    def forward(self, x):
+        time.sleep(self.seconds)
+        return super().forward(x)
+
+
 class HandRolledDropout(MyMultiHeadAttention):
     """MyMultiHeadAttention with a hand-rolled dropout whose mask forgets the key dimension: it raises in training
     mode only."""
