@@ -49,6 +49,7 @@ from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
 
 FORWARD_SECONDS = 60.0  # one forward of a user's module that runs longer than this is stopped (run_forward)
+RECORDED_BYTES = 4 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
 
 
 class TraceError(ValueError):
@@ -187,6 +188,7 @@ class _Recorder(TorchFunctionMode):
         self.triangular_mask = False
         self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
         self.dropout_calls: list[tuple[int, bool, float]] = []
+        self.held_bytes = 0  # what the recorded outputs hold, a view counted as a copy
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -201,6 +203,9 @@ class _Recorder(TorchFunctionMode):
         tensor = first_tensor(out)
         if tensor is None or name in ("__get__", "shape", "dtype", "device", "grad_fn", "is_nested", "requires_grad"):
             return out
+        self.held_bytes += tensor.nbytes
+        if self.held_bytes > RECORDED_BYTES:  # before it is kept: what the forward does from here on is not recorded
+            raise _TooMuchRecorded
         filename, line = _user_line()
         index = len(self.ops)
         self.ops.append(Op(name, tuple(tensor.shape), line, filename))
@@ -228,6 +233,13 @@ class _Recorder(TorchFunctionMode):
         if name in ("masked_fill", "masked_fill_", "where") and not self.triangular_mask:
             self.triangular_mask = any(_triangular(a) for a in args[:2] if isinstance(a, torch.Tensor))
         return out
+
+    def forget(self) -> None:
+        """Drop every recorded tensor (the ops' names and shapes stay)."""
+        self.nodes.clear()
+        self.softmaxes.clear()
+        self.linear_inputs.clear()
+        self.fused_calls.clear()
 
     def _record_fused_call(self, name, func, args, kwargs):
         """Run an SDPA / MultiheadAttention call, which computes the whole attention in one call and hides its
@@ -285,10 +297,19 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     or returns anything but one vector per token, (batch, n, d_out)."""
     recorder = _Recorder()
     try:
-        with torch.no_grad(), recorder:
-            output = run_forward(module, x, **forward_kwargs)
+        try:
+            with torch.no_grad(), recorder:
+                output = run_forward(module, x, **forward_kwargs)
+        except BaseException:
+            recorder.forget()  # an error's traceback holds this frame: it must not keep what the forward recorded
+            raise
     except EndlessForwardError:
         raise  # a forward that never returns: running it again on fewer tokens would only wait as long again
+    except _TooMuchRecorded:
+        raise EndlessForwardError(
+            f"{type(module).__name__}.forward made {len(recorder.ops):,} tensor calls whose outputs hold more than "
+            f"{RECORDED_BYTES / 2**30:g} GiB without returning (an endless loop?); if it is one forward, trace fewer "
+            "tokens or a smaller batch") from None
     except TraceError as error:
         words = None if forward_kwargs else _longer_than_context(module, x)
         if words is None:
@@ -413,6 +434,11 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     call = ", ".join(f"{name}={value!r}" for name, value in forward_kwargs.items())
     raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
                               f"{watchdog.seconds:g} s without returning (an endless loop?)")
+
+
+class _TooMuchRecorded(BaseException):
+    """What the recorder raises in a forward whose recorded outputs pass ``RECORDED_BYTES`` (a BaseException: ``except
+    Exception`` passes it)."""
 
 
 class _Stopped(BaseException):

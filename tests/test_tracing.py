@@ -1,5 +1,6 @@
 """attnviz.tracing on modules written as users write them: traced weights equal an explicit computation."""
 
+import gc
 import math
 import time
 from pathlib import Path
@@ -290,6 +291,27 @@ def test_a_forward_that_never_returns_is_stopped_with_a_message_and_the_thread_r
     assert trace.steps["weights"].shape == (1, 4, 5, 5)
     time.sleep(0.7)  # past the limit once more: nothing of the stop is left to land here
     assert sum(range(100_000)) == 4_999_950_000
+
+
+def _live_tensor_bytes() -> int:
+    return sum(o.nbytes for o in gc.get_objects() if isinstance(o, torch.Tensor))
+
+
+def test_an_endless_loop_is_stopped_before_its_recorded_tensors_fill_the_memory(monkeypatch):
+    """Recording keeps every output alive: a loop on 1,024 tokens would hold gigabytes a second, so the recorder stops
+    the forward when its outputs pass RECORDED_BYTES, long before the time limit."""
+    monkeypatch.setattr(tracing, "RECORDED_BYTES", 64 * 2**20)  # 64 MiB: a (1, 64, 768) float32 is 192 KiB
+    started = time.perf_counter()
+    before = _live_tensor_bytes()
+    with pytest.raises(tracing.EndlessForwardError, match=r"^EndlessLoop\.forward made [\d,]+ tensor calls whose "
+                                                        r"outputs hold more than 0\.0625 GiB without returning") as e:
+        tracing.trace_module(um.EndlessLoop(768, 768, 64, 0.0, 12), torch.randn(1, 64, 768))
+    assert time.perf_counter() - started < 10  # the time limit is a minute
+    assert e.value.__traceback__ is not None  # the error is kept, as a page keeps its message: what was recorded is not
+    gc.collect()
+    assert _live_tensor_bytes() - before < 8 * 2**20
+    trace = tracing.trace_module(MHA, torch.randn(1, 5, 16))  # a forward under the limit is recorded whole
+    assert trace.steps["weights"].shape == (1, 4, 5, 5)
 
 
 def test_a_forward_that_finishes_under_the_limit_gets_no_late_exception(monkeypatch):
