@@ -342,9 +342,42 @@ def url_value(key: str, value) -> str | None:
 
 
 def share_query(values: dict) -> dict[str, str]:
-    """URL parameters for the current settings (text left out when very long)."""
+    """URL parameters for every setting (text left out when very long): the Share link's, which names each setting,
+    so that it means the same view whatever a later release's defaults are."""
     params = {key: url_value(key, values[key]) for key in SETTING_KEYS}
     return {key: value for key, value in params.items() if value is not None}
+
+
+def url_query(values: dict) -> dict[str, str]:
+    """URL parameters for the settings ``values``, in :func:`share_query`'s order: a setting at its default is left
+    out, as a page leaves out its own defaults, so that a link without settings is one the app need not rewrite —
+    unless a link without it gives another value (a book preset implies its variant's mask:
+    :func:`settings_from_query`).  The text is left out when very long, too."""
+    named = share_query(values)
+    query = {key: value for key, value in named.items() if value != url_value(key, DEFAULTS[key])}
+    while True:  # a setting the others imply differently goes back in; each pass adds at least one, or ends
+        given = link_settings(query)
+        implied = [key for key in named if key not in query and url_value(key, given[key]) != named[key]]
+        if not implied:
+            return {key: value for key, value in named.items() if key in query}
+        query.update((key, named[key]) for key in implied)
+
+
+def link_settings(params: dict[str, str]) -> dict:
+    """The settings a link with these settings parameters (each given once) gives: each parameter's value, and where
+    it has none, the default or what the others imply.  Its weights are taken as named (whether they are listed is
+    for :func:`settings_from_query`'s caller)."""
+    return settings_from_query(params, weights_names=[params.get("weights", weights.BOOK)])[0]
+
+
+def link_gives(params: dict[str, str], values: dict) -> bool:
+    """Whether a link whose settings parameters are ``params`` (each given once) gives exactly the settings
+    ``values``, each parameter written as :func:`url_value` writes it: :func:`url_query`'s, :func:`share_query`'s or
+    any between (a text too long for a URL: never)."""
+    if any(params[key] != url_value(key, values[key]) for key in params):
+        return False
+    given = link_settings(params)
+    return all(url_value(key, given[key]) == url_value(key, values[key]) for key in SETTING_KEYS)
 
 
 def is_book(preset: str) -> bool:

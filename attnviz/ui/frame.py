@@ -25,9 +25,9 @@ from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
 from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import ViewSlots, drawn, fill_links, fill_view_slots, sidebar
+from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, url_settings
 from attnviz.ui.state import keep_page_params, keep_widgets
-from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, share_query
+from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, url_query, url_value
 from attnviz.words import amount
 
 
@@ -147,7 +147,9 @@ def _new_text_ahead() -> None:
     if any(key not in st.session_state for key in SETTING_KEYS) or st.session_state["weights"] != core_weights.BOOK:
         return  # a session's first run (its settings come from the URL), or a model's sizes to settle
     values = {key: st.session_state[key] for key in SETTING_KEYS}
-    if drawn("text", values["text"]) or not all(drawn(key, values[key]) for key in SETTING_KEYS if key != "text"):
+    given = url_settings()  # what the last run drew
+    if given["text"] == url_value("text", values["text"]) or any(
+            given[key] != url_value(key, values[key]) for key in SETTING_KEYS if key != "text"):
         return
     try:
         _trace_of(values, None)
@@ -213,7 +215,7 @@ def _refused_module_check(trace: Trace, values: dict, here: bool) -> None:
         module_check.check_panel(trace, st.container())
     else:
         st.page_link(module_check.PAGE, label=f"Check {trace.module_run.class_name} on the Heads page: attnviz's rules "
-                     "on your code", icon=":material/bug_report:", query_params=share_query(values))
+                     "on your code", icon=":material/bug_report:", query_params=url_query(values))
 
 
 def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:

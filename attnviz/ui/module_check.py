@@ -31,7 +31,7 @@ from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
 from attnviz.ui.cache import trace_key
 from attnviz.ui.sidebar import current_settings
-from attnviz.urlstate import markdown_escape, share_query
+from attnviz.urlstate import markdown_escape, url_query
 
 PAGE = "pages/heads.py"  # the page the panel is on
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it
@@ -117,7 +117,7 @@ def _run(trace, record: dict, rules: list[str]) -> None:
     with slot.container(), st.status(f"Checking {class_name}…", expanded=True) as status:
         bar = st.progress(0.0, text="Running your module once, traced: every rule reads this run")
         st.page_link(PAGE, label="Stop the check", icon=":material/stop_circle:",
-                     query_params=share_query(current_settings()),
+                     query_params=url_query(current_settings()),
                      help="Stops this page's run after the current forward: the rules done stay.")
         estimate = st.empty()
         rows = st.empty()

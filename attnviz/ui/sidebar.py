@@ -32,8 +32,10 @@ from attnviz.urlstate import (
     PRESETS,
     SETTING_KEYS,
     fit_modern,
+    link_gives,
+    link_settings,
     markdown_escape,
-    share_query,
+    url_query,
     url_value,
 )
 
@@ -118,20 +120,49 @@ def fill_links(slots: ViewSlots, values: dict) -> None:
 
 
 def current_settings() -> dict:
-    """The settings the widgets hold now, also written to the URL (a shared link, a reload): the URL shows what the
-    last run drew (:func:`drawn`).  The page's own parameters stay (the URL holds the shown page's only:
+    """The settings the widgets hold now, also given by the URL (a shared link, a reload): the URL says what the
+    last run drew (:func:`drawn`).  Where it gives other settings, it is written anew with those that differ from
+    what a link without them gives (``urlstate.url_query``: the defaults are left out, as a page leaves out its own);
+    a URL that gives these settings stays as it is, whether it names them all (the Share link) or none (a link to a
+    page, ``/?head=2``).  The page's own parameters stay (the URL holds the shown page's only:
     ``state.keep_page_params``); anything else goes."""
     values = {key: st.session_state[key] for key in SETTING_KEYS}
+    if _url_gives(values):
+        return values
     kept = {key: st.query_params[key] for key in st.query_params if key in PAGE_PARAMS}  # in the URL's order
-    query = {**share_query(values), **kept}
+    query = {**url_query(values), **kept}
     if [(key, st.query_params.get_all(key)) for key in st.query_params] != [(key, [v]) for key, v in query.items()]:
         st.query_params.from_dict(query)  # only a change: each one the browser is sent is an entry of its history
     return values
 
 
+def _url_gives(values: dict) -> bool:
+    """Whether the URL gives exactly the settings ``values`` (``urlstate.link_gives``) and holds nothing else but
+    page parameters, each parameter once."""
+    if any(key not in SETTING_KEYS and key not in PAGE_PARAMS or len(st.query_params.get_all(key)) != 1
+           for key in st.query_params):
+        return False
+    return link_gives({key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}, values)
+
+
+def url_settings() -> dict[str, str]:
+    """Every setting's URL value as the URL gives it: its parameter's value, or where the URL has none, what a link
+    without it gives (the URL leaves those out: :func:`current_settings`)."""
+    params = {key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}  # the last, if repeated
+    given = link_settings(params)
+    return {key: params[key] if key in params else url_value(key, given[key]) for key in SETTING_KEYS}
+
+
 def drawn(key: str, value) -> bool:
-    """Whether the last run that drew the settings drew ``value`` for the setting ``key``: the URL says so (a text
-    too long for the URL counts as not drawn)."""
+    """Whether the last run that drew the settings drew ``value`` for the setting ``key``: the URL gives it
+    (:func:`url_settings`; a text too long for the URL counts as not drawn)."""
+    if key in st.query_params:
+        return st.query_params[key] == url_value(key, value)
+    return url_settings()[key] == url_value(key, value)
+
+
+def _named(key: str, value) -> bool:
+    """Whether the URL names ``value`` for the setting ``key`` itself (a link that leaves it out does not)."""
     return st.query_params.get(key) == url_value(key, value)
 
 
@@ -282,9 +313,10 @@ def _notices() -> None:
 
 
 def page_links(pages: list[StreamlitPage], values: dict) -> None:
-    """A link to every listed page, carrying the settings (a page opened in a new tab shows the same view) and the
-    page's own parameters as its last run in this session left them (``state.page_params_of``)."""
-    query = share_query(values)
+    """A link to every listed page, carrying the settings as the URL does (``urlstate.url_query``: a page opened in a
+    new tab shows the same view) and the page's own parameters as its last run in this session left them
+    (``state.page_params_of``)."""
+    query = url_query(values)
     for page in pages:
         if page.visibility == "visible":
             st.page_link(page, query_params={**query, **page_params_of(navigation.entry(page).script)})
@@ -296,11 +328,11 @@ def _follow_checkpoint(sizes, weights_name: str) -> None:
     dims = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads)
     preset = next((name for name, preset_dims in PRESET_DIMS.items() if preset_dims == dims), "custom")
     own = {"d_in": dims[0], "d_out": dims[1], "num_heads": dims[2], "preset": preset}
-    from_link = drawn("weights", st.session_state["weights"])
+    from_link = _named("weights", st.session_state["weights"])
     set_aside = []
     for name, value in own.items():
         if st.session_state[name] != value:
-            if from_link and drawn(name, st.session_state[name]):
+            if from_link and _named(name, st.session_state[name]):
                 set_aside.append(f"{name}={st.session_state[name]}")
             set_setting(name, value)
     if set_aside:

@@ -1,9 +1,10 @@
 """Widget state: the sidebar's settings bound to the URL, and the page widgets kept across page switches.
 
 The sidebar is drawn by ``app.py`` on every page, so Streamlit keeps its widgets' values itself.  A setting takes
-the URL's value when its widget has none yet (a session's first run); the sidebar writes every setting back to
-the URL on every run (``attnviz.ui.sidebar.current_settings``), so the URL follows the settings.  The sizes are
-kept consistent by the widgets' ``on_change`` callbacks.
+the URL's value when its widget has none yet (a session's first run; one the URL leaves out, its default); the
+sidebar writes the settings to the URL where it gives others (``attnviz.ui.sidebar.current_settings``), leaving out
+those at their defaults, so the URL follows the settings.  The sizes are kept consistent by the widgets'
+``on_change`` callbacks.
 
 A page's own widgets (the focused head, a stage, a window) are drawn only on their page, and Streamlit drops the
 value of a widget that a run does not draw unless the widget asks to keep it: every page widget

@@ -4,7 +4,7 @@ Eight browser contexts in one Chromium are eight Streamlit sessions.  Each opens
 from a shared link with its own short text (words no other session uses, each a single GPT-2
 token after a space) and its own settings (variant, head count, causal mask, seed).  All eight
 are navigated at once; then each page must show no exception, its own tokens on the focused
-heatmap, one thumbnail per head of its own, its own settings in the URL, and none of the other
+heatmap, one thumbnail per head of its own, its own settings given by the URL, and none of the other
 sessions' words anywhere in its DOM (text, SVG, form values, URL).  Then every session changes
 one setting at the same time (half type a new text, half toggle the causal mask) and the checks
 run again.  A background thread polls ``/_stcore/health`` throughout; every poll must succeed.
@@ -28,6 +28,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from helpers.browser import ARTIFACTS, RUN_COUNTER, VIEWPORT, PlaywrightError, exception_text, runs, wait_idle
+
+from attnviz.urlstate import settings_from_query, url_value
 
 pytestmark = pytest.mark.browser
 
@@ -243,10 +245,10 @@ def check_session(page, session: Session, owners: dict[int, set[str]], label: st
                 problems.append(f"caption {seen['caption']!r} does not say {session.heads} heads")
             if f"(1, {session.heads}, {n}, {n})" not in seen["diagram"]:
                 problems.append(f"shape diagram lacks the weights shape (1, {session.heads}, {n}, {n})")
-    params = query(page)
+    given = settings_from_query(query(page))[0]  # a setting at its default may be left out of the URL
     for key, value in session.params().items():
-        if params.get(key) != value:
-            problems.append(f"URL parameter {key}={params.get(key)!r}, expected {value!r} ({page.url})")
+        if url_value(key, given[key]) != value:
+            problems.append(f"the URL gives {key}={url_value(key, given[key])!r}, expected {value!r} ({page.url})")
     everyone = set().union(*owners.values())
     foreign = (everyone - owners[session.index]) & words_on_page(page)
     if foreign:

@@ -1,0 +1,47 @@
+"""The settings in a URL: a link leaves out what it need not give (``url_query``), and a link that gives the settings,
+naming all, some or none of them, is recognised as giving them (``link_gives``), so the app need not rewrite it."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnviz.urlstate import DEFAULTS, fit_modern, link_gives, settings_from_query, share_query, url_query
+
+STATES = {  # name -> the settings that differ from the defaults (the sidebar fits K/V groups and latent to the sizes)
+    "defaults": {},
+    "four heads": {"preset": "custom", "num_heads": 4},
+    "mask off": {"causal": False},
+    "gqa rotary": {"variant": "gqa", "num_kv_groups": 2, "positions": "rotary"},
+    "medium": {"preset": "gpt2-medium", "d_in": 1024, "d_out": 1024, "num_heads": 16},
+    "book preset, mha": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2},
+    "book preset, unmasked variant": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
+                                      "variant": "simplified", "causal": False},
+    "book preset, unmasked variant masked": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
+                                             "variant": "self_attention_v2", "causal": True},
+    "custom at the default sizes": {"preset": "custom"},
+    "a text": {"text": "Every cat loves warm milk", "seed": 7, "dropout": 0.25, "train": True},
+}
+
+
+@pytest.mark.parametrize("changes", STATES.values(), ids=STATES)
+def test_a_link_of_the_needed_settings_gives_them_and_so_do_every_setting_and_any_between(changes):
+    values = fit_modern({**DEFAULTS, **changes})[0]
+    query = url_query(values)
+    assert settings_from_query(query) == (values, [])  # a session opened with it has these settings
+    assert link_gives(query, values) and link_gives(share_query(values), values)
+    some = {key: value for key, value in share_query(values).items() if key in ("variant", "seed", "text")}
+    assert link_gives({**some, **query}, values)
+
+
+def test_a_setting_at_its_default_is_left_out_unless_a_link_without_it_gives_another_value():
+    assert url_query(DEFAULTS) == {}
+    assert url_query({**DEFAULTS, "seed": 7, "causal": False}) == {"causal": "false", "seed": "7"}
+    book = fit_modern({**DEFAULTS, "preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2, "variant": "simplified"})[0]
+    assert url_query({**book, "causal": True})["causal"] == "true"  # the default, but not what the preset implies
+
+
+def test_a_link_that_gives_other_settings_or_writes_one_otherwise_does_not_give_them():
+    assert not link_gives({"num_heads": "4"}, DEFAULTS)
+    assert not link_gives({"causal": "1"}, DEFAULTS)  # the same value, written otherwise: the URL is rewritten
+    assert not link_gives({}, {**DEFAULTS, "num_heads": 4})
+    assert not link_gives({}, {**DEFAULTS, "text": "word " * 1000})  # too long for a URL: no link gives it
