@@ -47,7 +47,8 @@ MAP = "map"  # the Compare page's "Heatmap shows"
 BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token
 REPEAT, TOKEN_SEED = "T", "token_seed"  # the Induction lab's repeat length and the seed of its random tokens (and head)
 KNOCKOUT = "knockout"  # the Induction lab's heads knocked out together ("L0H1,L1H0")
-NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step"  # Generate's (and head)
+# Generate's (and head); map_layer, the layer of a page's own map (not the sidebar's layer), the Induction lab's too
+NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step"
 PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM, MAP_LAYER,
                STEP)  # pages' own URL parameters: not settings; the shown page's kept
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL

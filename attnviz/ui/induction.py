@@ -2,16 +2,19 @@
 (the score grid, one head's map with the stripe, the per-position loss or why there is none; heads that see the
 future are scored but not named, with the Heads page's reason).
 
-T, the seed and the head follow the URL (``T``, ``token_seed``, ``head``): read on a session's first visit of the
-page (a value the lab does not offer — a T longer than the model's context allows, a head the layer lacks, no
-number — is refused with a notice above its widget, which shows its default), written with the value each run
-draws; the page draws the Share link after them and the knock-outs (``ui.setup(draws_link=True)``)."""
+T, the seed, the map's layer and its head follow the URL (``T``, ``token_seed``, ``map_layer``, ``head``): read on a
+session's first visit of the page (a value the lab does not offer — a T longer than the model's context allows, a
+layer the model lacks, no number — is refused with a notice above its widget, which shows its default), written with
+the value each run draws; the page draws the Share link after them and the knock-outs (``ui.setup(draws_link=True)``).
+The map opens on the best induction head, in its layer: the lab's own Layer and Head widgets follow it while left at
+their defaults (the sidebar's *Layer* is the other pages')."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 
+import numpy as np
 import streamlit as st
 
 from attnviz.config import AttentionConfig
@@ -19,8 +22,8 @@ from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.head_labels import future_caption
-from attnviz.ui.state import page_bind, page_widgets_from_url, url_notices
-from attnviz.urlstate import HEAD, REPEAT, TOKEN_SEED, markdown_escape, parse_head, parse_number
+from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
+from attnviz.urlstate import HEAD, MAP_LAYER, REPEAT, TOKEN_SEED, markdown_escape, parse_head, parse_number
 from attnviz.views import head_figures
 
 CHECKPOINT_CAUSAL = ("The lab runs the model with its causal mask, as it was trained: the sidebar's *Causal mask* "
@@ -33,7 +36,8 @@ NO_LOSS = ("The book's classes are one attention layer on seeded random embeddin
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
-def _model_run(ref: str, T: int, seed: int, layer: int) -> induction.InductionRun:
+def _model_run(ref: str, T: int, seed: int, layer: int | None) -> induction.InductionRun:
+    """The lab run of the checkpoint ``ref``, with the maps of ``layer`` (None: the best head's layer)."""
     from attnviz import weights
 
     return induction.run_model(weights.load(ref), T, seed, layer=layer)
@@ -64,7 +68,7 @@ def max_repeat(ctx: Context) -> int:
 
 def from_url(ctx: Context, longest: int) -> None:
     """A session's first visit of the lab: T, the seed and the head take the link's ``T`` (``MIN_T`` … ``longest``),
-    ``token_seed`` and ``head`` (a head of the sidebar's layer)."""
+    ``token_seed`` and ``head`` (a head of the map's layer; its layer: :func:`layer_from_url`)."""
     page_widgets_from_url("induction", {
         "induction_T": (REPEAT, functools.partial(parse_number, low=induction.MIN_T, high=longest,
                                                   what="a repeat length the lab offers for this model"),
@@ -78,7 +82,7 @@ def from_url(ctx: Context, longest: int) -> None:
 
 def lab_run(ctx: Context) -> induction.InductionRun | None:
     """T and seed inputs (the link's on a session's first visit), then the lab run for the sidebar's weights
-    (cached)."""
+    (cached; a checkpoint's with the maps of its best head's layer)."""
     longest = max_repeat(ctx)
     if longest < induction.MIN_T:  # a model with a context of a few tokens: not even T = 2 fits
         st.info(f"This model's context is {ctx.config.context_length} tokens: the lab's shortest sequence, "
@@ -103,13 +107,23 @@ def lab_run(ctx: Context) -> induction.InductionRun | None:
             if config.checkpoint is not None:
                 if not config.causal:
                     st.caption(CHECKPOINT_CAUSAL)
-                return _model_run(config.checkpoint, int(T), int(seed), int(config.layer))
+                return _model_run(config.checkpoint, int(T), int(seed), None)
             if config.dropout_runs:
                 st.caption("The lab runs the attention in eval mode: dropout is off here.")
             return _book_run(config, int(T), int(seed))
     except ValueError as exc:  # a checkpoint that cannot be loaded, a setting out of range: say so
         st.warning(markdown_escape(str(exc)), icon="✋")
         return None
+
+
+def layer_from_url(layers: int) -> None:
+    """A session's first visit of the lab with a model of several layers: the map's layer takes the link's
+    ``map_layer``."""
+    page_widgets_from_url("induction_map", {
+        "induction_layer": (MAP_LAYER, functools.partial(parse_number, low=0, high=layers - 1,
+                                                         what=f"a layer of this {layers}-layer model"),
+                            "showing the best head's layer"),
+    })
 
 
 def show(run: induction.InductionRun, ctx: Context) -> None:
@@ -136,9 +150,12 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     score_col.caption(f"{where}: {verdict}")
     if run.halves is not None:
         first, second = run.halves
-        loss_col.metric("Loss on the second copy", f"{second:.2f} nats", delta=f"{second - first:+.2f} vs before",
-                        delta_color="inverse", help="Mean next-token loss where the repeat can be copied, "
-                        "against the mean before it.")
+        change = round(second - first, 2)
+        # one sign: the arrow (and its colour: a drop is good) says the direction, the text the size
+        loss_col.metric("Loss on the second copy", f"{second:.2f} nats", delta=f"{abs(change):.2f} nats",
+                        delta_description="vs before", delta_arrow="down" if change < 0 else "up" if change else "off",
+                        delta_color="green" if change < 0 else "red" if change else "gray",
+                        help="Mean next-token loss where the repeat can be copied, against the mean before it.")
     st.plotly_chart(head_figures.score_grid({"induction": run.scores, "previous_token": run.previous},
                                             title=f"every head on [BOS] + x + x, T = {run.T}"),
                     config=plotly_config("attnviz-induction-scores"), key="induction_scores")
@@ -147,20 +164,38 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
     window = ctx.config.window if ctx.config.checkpoint is None else None
     if window is not None and window < run.T:
         st.info(window_caption(window, run.T), icon="ℹ️")
-    if ctx.config.checkpoint is not None and run.scores.shape[0] > 1:
-        st.caption(f"The maps below are layer {run.layer} (the sidebar's *Layer*).")
 
-    heads = run.maps.shape[0]
-    default = best_head if best_layer == run.layer else int(run.scores[run.layer].argmax())
-    scores = tuple(float(score) for score in run.scores[run.layer])  # the widget keeps its format_func: not the run
-    url_notices("induction_head")
-    head = st.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",
-                        **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads,
-                                    url=HEAD))
+    layers, heads = run.scores.shape
+    if layers > 1:
+        layer_from_url(layers)
+        st.caption(f"The map below opens on the best head, {where}; pick any layer and head here (the sidebar's "
+                   "*Layer* is the other pages').")
+    url_notices("induction_layer", "induction_head")
+    layer_col, head_col, _ = st.columns([1, 1, 2])
+    layer = run.layer
+    if layers > 1:
+        best_in = tuple(float(np.nanmax(row)) for row in run.scores)  # (layers,): format_func keeps no run
+        layer = layer_col.selectbox(
+            "Layer", list(range(layers)), format_func=lambda i: f"layer {i} · {best_in[i]:.2f}",
+            help="The layer of the map below, with its best induction score: at first the best head's.",
+            **page_bind("induction_layer", best_layer, lambda v: isinstance(v, int) and 0 <= v < layers,
+                        url=MAP_LAYER))
+    else:
+        forget_page_params(MAP_LAYER)  # one layer: nothing to pick, nothing to link
+    if layer == run.layer:
+        shown = run
+    else:
+        with st.spinner(f"Running the model for layer {layer}'s maps…"):
+            shown = _model_run(ctx.config.checkpoint, run.T, run.seed, layer)
+    default = best_head if layer == best_layer else int(run.scores[layer].argmax())
+    scores = tuple(float(score) for score in run.scores[layer])  # the widget keeps its format_func: not the run
+    head = head_col.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",
+                              **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads,
+                                          url=HEAD))
     tokens = [t.piece for t in pieces(run.token_ids.tolist())]
-    name = head_figures.head_name(run.layer, head) if layered else f"head {head}"
+    name = head_figures.head_name(layer, head) if layered else f"head {head}"
     st.plotly_chart(
-        head_figures.stripe_heatmap(run.maps[head], tokens, run.T, score=float(run.scores[run.layer, head]),
+        head_figures.stripe_heatmap(shown.maps[head], tokens, run.T, score=float(run.scores[layer, head]),
                                     title=f"{name}: weights on [BOS] + x + x (T = {run.T}), "
                                           f"stripe A[i, i−{run.T - 1}]"),
         config=plotly_config(f"attnviz-induction-{name}"), key="induction_map")

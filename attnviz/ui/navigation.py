@@ -64,7 +64,7 @@ PAGES = (
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,)),
     PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:", url_params=(BUG, TOKEN)),
     PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False,  # random tokens
-              url_params=(REPEAT, TOKEN_SEED, HEAD, KNOCKOUT)),
+              url_params=(REPEAT, TOKEN_SEED, MAP_LAYER, HEAD, KNOCKOUT)),
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
               text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD)),
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),

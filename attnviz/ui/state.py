@@ -48,7 +48,7 @@ PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept whi
     "next_position", "tokens_next_position", "image_format",
     "steps_stage", "steps_focus", "steps_row0", "steps_col0",
     "compare_map", "pitfalls_bug", "pitfalls_token",
-    "induction_T", "induction_seed", "induction_head", "induction_knockout",
+    "induction_T", "induction_seed", "induction_layer", "induction_head", "induction_knockout",
     "generate_new", "generate_random", "generate_layer", "generate_head", "generate_sizes", "generate_dtype",
     "train_steps", "train_seed", "benchmark_n", "benchmark_repeats",
 )

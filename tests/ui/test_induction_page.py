@@ -1,5 +1,6 @@
 """AppTest of the Induction lab: with the book's classes (one layer, no LM head: it says there is no loss) and
-with a GPTModel chosen as weights (every layer scored, the sidebar's layer drawn, the per-position loss).
+with a GPTModel chosen as weights (every layer scored, the best head's layer drawn or the one picked on the page, the
+per-position loss).
 The numbers on the page are checked against attnviz.labs.induction / head_types computed here."""
 
 from __future__ import annotations
@@ -119,6 +120,58 @@ def test_a_sliding_window_narrower_than_the_stripe_says_why_every_score_is_0():
     assert not any("sliding window" in info.value for info in at.info)  # T ≤ W: the stripe is inside the window
 
 
+def first_map(at: AppTest) -> dict:
+    """The first head map the page draws (the stripe's heatmap)."""
+    return next(f for f in figures(at) if "weights on [BOS] + x + x" in f["layout"].get("title", {}).get("text", ""))
+
+
+def test_the_bundled_model_opens_on_the_head_the_lab_names_and_the_layer_is_picked_beside_it():
+    """The headline named L1H0 (0.74) while the map drawn was layer 0 — the sidebar's Layer — at 0.00: the first map
+    is now the best head, in its layer, and the lab's own Layer widget shows another layer's heads."""
+    at = lab(weights="bundled model")
+    T, seed = induction.DEFAULT_T, induction.DEFAULT_SEED
+    model = weights.load(weights.bundled_option().ref)
+    expected = induction.run_model(model, T, seed)
+    layer, head = expected.best
+    assert (layer, head) == (1, 0)
+    score = expected.scores[layer, head]
+    assert at.metric[0].value == f"{score:.2f}"
+    assert any(c.value == f"L{layer}H{head}: an induction head" for c in at.caption)
+    heat = first_map(at)
+    assert heat["layout"]["title"]["text"].startswith(f"L{layer}H{head}: weights on [BOS] + x + x (T = {T})")
+    assert stripe_of(heat)["name"].endswith(f"(mean {score:.2f})")
+    shown = np.nan_to_num(cells_shown(heat))
+    np.testing.assert_allclose(shown, expected.maps[head], atol=1e-6)
+    assert head_types.induction_stripe(shown[None], T)[0] == pytest.approx(score, abs=1e-6)  # the map's stripe mean
+    assert at.selectbox(key="induction_layer").value == layer and at.selectbox(key="induction_head").value == head
+    assert "map_layer" not in at.query_params and "head" not in at.query_params  # the defaults: left out
+    # layer 0 picked beside the head: its maps, its best head (the head follows its default)
+    at.selectbox(key="induction_layer").set_value(0).run()
+    assert not at.exception, [e.value for e in at.exception]
+    zero = induction.run_model(model, T, seed, layer=0)
+    head0 = int(zero.scores[0].argmax())
+    heat = first_map(at)
+    assert heat["layout"]["title"]["text"].startswith(f"L0H{head0}: weights on [BOS] + x + x")
+    np.testing.assert_allclose(np.nan_to_num(cells_shown(heat)), zero.maps[head0], atol=1e-6)
+    assert at.query_params["map_layer"] in ("0", ["0"])
+    assert at.metric[0].value == f"{score:.2f}"  # the headline still names the best head
+    assert not any("the sidebar's *Layer*)" in c.value for c in at.caption)
+
+
+def test_the_loss_drop_has_one_sign_the_arrow():
+    """The loss metric read "↓ -11.83 vs before": Streamlit's arrow and the text's minus. The text is the size of the
+    change; the arrow, green for a drop, its direction."""
+    at = lab(weights="bundled model")
+    first, second = induction.run_model(weights.load(weights.bundled_option().ref), induction.DEFAULT_T,
+                                        induction.DEFAULT_SEED).halves
+    loss = at.metric[1]
+    assert second < first
+    assert loss.delta == f"{first - second:.2f} nats" and not loss.delta.startswith(("-", "−", "+"))
+    assert loss.proto.delta_description == "vs before"
+    assert loss.proto.direction == loss.proto.MetricDirection.DOWN
+    assert loss.proto.color == loss.proto.MetricColor.GREEN
+
+
 @pytest.fixture
 def session_model(monkeypatch):
     from attnviz.ui import weights as ui_weights
@@ -130,18 +183,19 @@ def session_model(monkeypatch):
     weights.forget_session_models(SESSION)
 
 
-def test_a_model_gets_every_layer_scored_the_sidebar_layer_drawn_and_its_loss(session_model):
+def test_a_model_gets_every_layer_scored_the_labs_layer_drawn_and_its_loss(session_model):
     option, model = session_model
-    at = lab(weights=option.name, layer="1")
+    at = lab(weights=option.name, layer="0")  # the sidebar's Layer: not the lab's
     T = at.number_input(key="induction_T").value
     assert T == induction.DEFAULT_T
     at.number_input(key="induction_seed").set_value(5).run()
+    at.selectbox(key="induction_layer").set_value(1).run()
     assert not at.exception, [e.value for e in at.exception]
     expected = induction.run_model(model, T, 5, layer=1)
     grid = figure(at, f"every head on [BOS] + x + x, T = {T}")
     np.testing.assert_allclose(decode(grid["data"][0]["z"]), expected.scores, atol=1e-6)
     np.testing.assert_allclose(decode(grid["data"][1]["z"]), expected.previous, atol=1e-6)
-    heat = figure(at, "L1H")  # layer 1, the sidebar's layer
+    heat = figure(at, "L1H")  # layer 1, the lab's layer
     head = int(heat["layout"]["title"]["text"][3])
     np.testing.assert_allclose(np.nan_to_num(cells_shown(heat)), expected.maps[head], atol=1e-6)
     loss = figure(at, "loss at each position")

@@ -274,16 +274,26 @@ def test_a_link_opens_the_pitfall_labs_bug_and_token():
 
 
 def test_a_link_opens_the_induction_labs_length_seed_and_head():
-    at = open_page("pages/induction.py", weights="bundled model", T="12", token_seed="7", head="1")
+    at = open_page("pages/induction.py", weights="bundled model", T="12", token_seed="7", map_layer="0", head="1")
     no_exception(at)
     assert at.number_input(key="induction_T").value == 12
     assert at.number_input(key="induction_seed").value == 7
+    assert at.selectbox(key="induction_layer").value == 0
     assert at.selectbox(key="induction_head").value == 1
     assert any(title.startswith("L0H1: weights on [BOS] + x + x (T = 12)") for title in map_titles(at))
     assert not at.main.warning
-    for part in ("T=12", "token_seed=7"):
+    for part in ("T=12", "token_seed=7", "map_layer=0"):  # layer 0 is not the default: the best head's layer 1
         assert part in share_link(at)
-    assert "head" not in link_query(at)  # head 1 is the lab's default here, the best head: left out
+    assert "head" not in link_query(at)  # head 1 is the lab's default here, layer 0's best head: left out
+
+
+def test_a_link_to_a_layer_the_model_lacks_opens_the_induction_labs_best_head():
+    at = open_page("pages/induction.py", weights="bundled model", map_layer="2")
+    no_exception(at)
+    assert ("The link's map_layer='2' is not a layer of this 2-layer model (0 … 1): showing the best head's layer."
+            in main_warnings(at))
+    assert (at.selectbox(key="induction_layer").value, at.selectbox(key="induction_head").value) == (1, 0)  # L1H0
+    assert url(at, "map_layer") is None and "map_layer" not in link_query(at)
 
 
 SHOWN = {  # what a lab's widgets show, as its URL parameters write it
@@ -356,8 +366,9 @@ def test_a_labs_notice_goes_when_the_user_sets_its_widget():
      {"bug": "mask_diagonal", "token": "4"}),
     ("pages/induction.py", lambda at: (at.number_input(key="induction_T").set_value(9),
                                        at.number_input(key="induction_seed").set_value(5),
+                                       at.selectbox(key="induction_layer").set_value(0).run(),  # its head follows
                                        at.selectbox(key="induction_head").set_value(0)),
-     {"T": "9", "token_seed": "5", "head": "0"}),
+     {"T": "9", "token_seed": "5", "map_layer": "0", "head": "0"}),
 ])
 def test_a_labs_share_link_follows_the_user_also_on_the_first_run_after_coming_back(script, change, expected):
     """What the user sets goes to the URL and the Share link of that run; the page left and come back to (its page
