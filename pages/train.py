@@ -3,6 +3,7 @@
 import streamlit as st
 
 from attnviz import ui
+from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import live_train
 from attnviz.ui import train
 
@@ -17,10 +18,11 @@ st.markdown(
     "random token sequences that repeat. Every few steps each head is measured: its **induction** score (on a "
     "sequence that repeats, does it look at the token *after* the earlier copy of the current token?) and its "
     "**previous-token** score (on English and code it never trains on, does it look at the token right "
-    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly, "
-    "layer 0's heads turn into "
-    "previous-token heads and layer 1's into induction heads, together — the two halves of an "
-    "induction circuit — and the loss on the repeats collapses."
+    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly and together, "
+    "layer 1's heads become induction heads and layer 0's turn towards the previous token — the two halves of "
+    "an induction circuit — and the loss on the repeats collapses. Layer 0's previous-token scores rise more "
+    f"slowly: they may stay under the dotted {LABEL_THRESHOLD:g} line, where a head is named, for the whole "
+    "default run."
 )
 with st.expander("What makes this recipe form the textbook circuit"):
     st.markdown(
