@@ -178,8 +178,9 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     """
     induction, previous_token = np.asarray(induction), np.asarray(previous_token)
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=("induction: mean A[i, i−T+1] on repeated random tokens",
-                                        "previous-token: mean A[i, i−1] on held-out text"))
+                        # two short lines each: one line apiece ran into each other on a 700 px screen
+                        subplot_titles=("induction: mean A[i, i−T+1]<br>on repeated random tokens",
+                                        "previous-token: mean A[i, i−1]<br>on held-out text"))
     if induction.size:
         _, layers, heads = induction.shape
         palette = qualitative.Plotly + qualitative.D3

@@ -8,7 +8,7 @@ import numpy as np
 from attnviz import pipeline
 from attnviz.config import AttentionConfig
 from attnviz.explain import attention_sums, explain_weight
-from attnviz.views import explain_figures, figures, generation_figures, margins
+from attnviz.views import explain_figures, figures, generation_figures, head_figures, margins
 
 
 def test_a_longer_label_or_a_title_needs_a_wider_margin():
@@ -107,3 +107,25 @@ def test_a_map_shows_no_more_query_labels_than_its_height_holds():
     assert len(layout.xaxis2.tickvals) == len(layout.yaxis2.tickvals) == 38  # every cell still hoverable
     short = figures.attention_heatmap(np.tril(np.full((6, 6), 1 / 6, dtype=np.float32)), ["·a"] * 6, "weights")
     assert len(short.layout.yaxis.tickvals) == 6
+
+
+def test_the_score_curves_panel_titles_stay_apart_at_700_px():
+    """The Train page's two score panels in a 700 px window (the chart 680 px wide): their one-line titles ran into
+    each other ("…on repeated random tokensprevious-token: mean A[i, i−1] on held-out text"). Each title's widest line,
+    centred over its panel as Plotly places it, now stays inside the figure and clear of the other; the top margin
+    holds its lines."""
+    fig = head_figures.score_curves([0, 10], np.zeros((2, 2, 4)), np.zeros((2, 2, 4)), threshold=0.4)
+    layout, width = fig.layout, 680
+    plot_px = width - layout.margin.l - layout.margin.r
+    titles = sorted((note for note in layout.annotations if note.xref == "paper" and note.yref == "paper"),
+                    key=lambda note: note.x)
+    assert [note.text.split(":")[0] for note in titles] == ["induction", "previous-token"]
+    extents = []
+    for note in titles:
+        lines = [line.strip() for line in note.text.split("<br>")]
+        centre, half = layout.margin.l + note.x * plot_px, margins.text_px(lines) / 2
+        extents.append((centre - half, centre + half))
+        assert layout.margin.t >= len(lines) * 1.3 * note.font.size + 10, note.text  # the lines above the plot
+    (left_start, left_end), (right_start, right_end) = extents
+    assert left_start >= 0 and left_end < right_start and right_end <= width, extents
+    assert "on repeated random tokens" in titles[0].text and "on held-out text" in titles[1].text  # nothing dropped
