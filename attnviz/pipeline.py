@@ -44,7 +44,8 @@ def run_ids(token_ids, config: AttentionConfig) -> Trace:
 
 def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     """(the config ``run`` really runs, notes on the settings it ignores): a checkpoint's layer takes the
-    checkpoint's sizes; ConfigError (or CheckpointError) when the config cannot run."""
+    checkpoint's sizes; ConfigError when the config cannot run (a CheckpointError, which is one, when its checkpoint
+    cannot load)."""
     return _settled(config)[1:]
 
 

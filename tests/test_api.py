@@ -103,3 +103,20 @@ def test_run_names_a_config_that_is_not_an_attention_config():
 
     with pytest.raises(ConfigError, match="config must be an attnviz.AttentionConfig, got dict"):
         attnviz.run("Hello", {"num_heads": 2})
+
+
+@pytest.mark.parametrize(("checkpoint", "message"), [
+    ("../../etc/passwd", "No file or folder at ../../etc/passwd"),
+    ("/etc/passwd", "unknown checkpoint type"),
+    ("/tmp", "Nothing loadable in /tmp"),
+])
+def test_a_checkpoint_that_cannot_load_is_the_documented_config_error(checkpoint, message, monkeypatch):
+    """api.md: run raises ConfigError for settings that cannot run; a bad checkpoint was a CheckpointError that
+    ``except ConfigError`` missed.  It is both now, with its own message."""
+    from attnviz.config import ConfigError
+    from attnviz.models import CheckpointError
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match=message) as error:
+        attnviz.run("Hi", attnviz.AttentionConfig(checkpoint=checkpoint))
+    assert isinstance(error.value, CheckpointError)

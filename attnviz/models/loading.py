@@ -14,7 +14,9 @@ Families (this module is the one place that knows checkpoint names):
 Sizes (layers, width, context, heads, biases, LayerNorm eps) come from ``config.json`` when there is one,
 else from the tensors (heads: head_dim 64, as in every GPT-2 size).  PyTorch files are read with
 ``torch.load(..., weights_only=True)``: a pickle that would run code is refused, never executed.
-Everything else raises :class:`CheckpointError` (a ``ValueError``) saying what to do.
+Everything else raises :class:`CheckpointError` saying what to do: an ``attnviz.config.ConfigError`` (a
+``ValueError``), so ``run(text, AttentionConfig(checkpoint=…))`` raises the error api.md documents for settings that
+cannot run.
 
 Memory: the model is built on the ``meta`` device (no random init, no allocation) and each parameter
 is one float32 copy of a tensor read from a memory-mapped file (safetensors, or ``torch.load(mmap=True)``),
@@ -41,6 +43,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from attnviz.config import ConfigError
 from attnviz.models.gpt import GPTModel
 
 GPT2_VOCAB_SIZE = 50257  # tiktoken's GPT-2 encoding: the only tokenizer attnviz has
@@ -58,8 +61,9 @@ TF_HINT = (
 )
 
 
-class CheckpointError(ValueError):
-    """A checkpoint attnviz cannot load; the message says why and what to do."""
+class CheckpointError(ConfigError):
+    """A checkpoint attnviz cannot load; the message says why and what to do.  A ConfigError (an InputError, a
+    ValueError): a config whose ``checkpoint`` cannot load is a setting that cannot run."""
 
 
 def assign(name: str, left: torch.Tensor, right: torch.Tensor) -> nn.Parameter:
@@ -299,7 +303,7 @@ def _locate(path: Path) -> tuple[list[Path], dict | None]:
 def load_checkpoint(path: str | os.PathLike) -> GPTModel:
     """Load a GPT-2 checkpoint into the book's ``GPTModel``: eval mode, CPU, float32.
 
-    Raises :class:`CheckpointError` (a ``ValueError``) with an actionable message for anything else.
+    Raises :class:`CheckpointError` (a ``ConfigError``) with an actionable message for anything else.
     """
     try:
         return _load(Path(path))

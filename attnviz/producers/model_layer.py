@@ -36,7 +36,7 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     Settings the checkpoint decides are replaced by its values; one the caller set to something else is named
     in a note (ignored, not an error).  Only a layer the model does not have is an error."""
     config.validate_checkpoint()
-    model = weights.load(config.checkpoint)  # CheckpointError (a ValueError) says what is wrong with the file
+    model = weights.load(config.checkpoint)  # CheckpointError (a ConfigError) says what is wrong with the file
     sizes = weights.sizes(model)
     if config.layer >= sizes.n_layers:
         raise ConfigError(
