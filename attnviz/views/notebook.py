@@ -1,7 +1,8 @@
 """The Heads view inline in Jupyter: the head grid, one head in full and the shape flow, with no Streamlit server.
 
 ``show(trace)`` (or ``show(module, text)``) displays Plotly figures and HTML through ``IPython.display``, the
-same pure builders the app's Heads page draws from.
+same pure builders the app's Heads page draws from; where no Jupyter kernel runs (plain Python, IPython in a terminal)
+it raises an InputError naming ``figures_of`` instead of printing every figure's repr.
 """
 
 from __future__ import annotations
@@ -54,10 +55,15 @@ def show(trace_or_module, text: str | None = None, *, stage: str = "weights", he
         trace = tracing.trace_module(trace_or_module, text)
     parts = figures_of(trace, stage, head)
     try:
+        from IPython import get_ipython
         from IPython.display import HTML, display
     except ImportError:
         raise InputError("show displays in Jupyter, which needs IPython (pip install ipython, or run it in a "
                          "notebook); outside one, attnviz.views.notebook.figures_of(trace) gives the figures") from None
+    if getattr(get_ipython(), "kernel", None) is None:  # plain Python, or IPython in a terminal: no notebook to draw in
+        raise InputError("show draws in Jupyter, and no Jupyter kernel is running here: outside a notebook, "
+                         "attnviz.views.notebook.figures_of(trace) gives the figures (a figure's .show() opens it in "
+                         "a browser)")
     title = trace.module_run.class_name if trace.module_run is not None else trace.config.spec.label
     display(HTML(f"<h4>{title}: {trace.num_heads} heads · {counted(trace.n)}</h4>"))
     display(parts["grid"])

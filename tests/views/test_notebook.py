@@ -71,3 +71,41 @@ def test_show_without_ipython_names_what_it_needs_after_checking_its_arguments(m
     trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
     with pytest.raises(InputError, match="needs IPython"):
         attnviz.show(trace)
+
+
+class _Shell:
+    """An IPython shell: a Jupyter kernel's has a ``kernel``; the terminal's (``ipython``) has none."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+
+@pytest.mark.parametrize("shell", [None, _Shell(None)], ids=["plain python", "ipython in a terminal"])
+def test_show_outside_a_kernel_says_it_draws_in_jupyter_in_one_line(shell, monkeypatch):
+    """In plain Python with IPython installed, show printed the HTML object's and every figure's repr (hundreds of
+    lines of base64 and layout)."""
+    pytest.importorskip("IPython")
+    import IPython
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
+    with pytest.raises(InputError, match="draws in Jupyter") as error:
+        attnviz.show(trace)
+    assert "figures_of(trace)" in str(error.value) and "\n" not in str(error.value)
+    assert shown == []
+
+
+def test_show_in_a_kernel_displays_the_title_two_figures_and_the_flow(monkeypatch):
+    pytest.importorskip("IPython")
+    import IPython
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: _Shell(kernel=object()))
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
+    assert attnviz.show(trace) is trace
+    assert [type(item).__name__ for item in shown] == ["HTML", "Figure", "Figure", "HTML"]
