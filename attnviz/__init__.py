@@ -28,6 +28,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+__version__ = "0.1.0"  # the package's one version (pyproject.toml reads it from here)
+
 # name -> (module, attribute; None: the module itself)
 _PUBLIC = {
     "run": ("attnviz.pipeline", "run"),

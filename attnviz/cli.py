@@ -9,8 +9,9 @@
 * ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`) and writes a checkpoint
   that ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
 
-``python -m attnviz …`` is the same command.  Arguments are parsed before torch is imported, so ``--help`` and
-a mistyped option answer at once.
+``python -m attnviz …`` is the same command; ``--version`` prints the package's version.  Arguments are parsed
+before torch is imported, so ``--help`` and a mistyped option answer at once; sizes are then held to
+``AttentionConfig``'s limits (:mod:`attnviz.config`), a usage error like any other bad argument.
 """
 
 from __future__ import annotations
@@ -21,12 +22,18 @@ import shutil
 import sys
 import textwrap
 
+from attnviz.words import amount
+
 PROG = "attnviz"
+DEFAULT_THREADS = 2  # attnviz train's torch threads when --threads is not given (fewer on a one-CPU machine)
 
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``check`` and ``train`` as subcommands of one parser."""
+    from attnviz import __version__
+
     main = argparse.ArgumentParser(prog=PROG, description="See, check and train attention modules.")
+    main.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="{check,train}")
     add_check_command(commands)
     add_train_command(commands)
@@ -75,7 +82,8 @@ def add_train_command(commands) -> argparse.ArgumentParser:
                        help="directory to write (model.safetensors, config.json, training.json)")
     train.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     train.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
-    train.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    train.add_argument("--threads", type=int, default=None,
+                       help=f"torch threads, at most the machine's CPUs (default {DEFAULT_THREADS})")
     train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                        help="override a TrainConfig field (JSON value), e.g. --set batch_size=32 --set lr=0.003")
     train.add_argument("--quiet", action="store_true", help="print only the final line")
@@ -165,8 +173,18 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
             parser.error(f"{flag} must be at least 1, got {value}")
     if not 0 <= args.dropout < 1:  # NaN fails too
         parser.error(f"--dropout is a probability: a number from 0 up to (not including) 1, got {args.dropout}")
+    from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, AttentionConfig  # torch: arguments parsed
+
+    # AttentionConfig's limits (--tokens is held to --context-length by checked_tokens)
+    for flag, value, high in (("--d-in", args.d_in, MAX_DIM), ("--d-out", args.d_out, MAX_DIM),
+                              ("--num-heads", args.num_heads, MAX_HEADS),
+                              ("--context-length", args.context_length, MAX_CONTEXT_LENGTH),
+                              ("--num-kv-groups", args.num_kv_groups, MAX_HEADS),
+                              ("--latent-dim", args.latent_dim, MAX_DIM),
+                              ("--window", args.sliding_window_size, MAX_CONTEXT_LENGTH)):
+        if value is not None and value > high:
+            parser.error(f"{flag} must be between 1 and {high}, got {value}")
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
-    from attnviz.config import AttentionConfig
     from attnviz.rng import seeded
 
     try:
@@ -226,8 +244,7 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
         parser.error("--steps must be at least 1")
     if args.seed is not None and args.seed < 0:
         parser.error(f"--seed must be at least 0, got {args.seed}")
-    if args.threads < 1:
-        parser.error(f"--threads must be at least 1, got {args.threads}")
+    threads = train_threads(args.threads, parser)
     import torch
 
     from attnviz.labs import train as training  # torch: only once the arguments are good
@@ -246,7 +263,7 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
     for name in ("steps", "seed"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     try:
         cfg = training.TrainConfig(**overrides).validate()
     except ValueError as error:
@@ -267,8 +284,26 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
     final = {name: value.round(4).tolist() for name, value in scores.items()}
     final["evaluation"] = f"attnviz.labs.train.evaluate(model, seed={training.EVAL_SEED})"
     out = training.save(model, out, training.run_metadata(cfg, history, final))
-    print(f"wrote {out} ({len(history.steps)} steps, {history.seconds:.0f} s)")
+    print(f"wrote {out} ({amount(len(history.steps), 'step')}, {history.seconds:.0f} s)")
     return 0
+
+
+def train_threads(asked: int | None, parser: argparse.ArgumentParser) -> int:
+    """The torch threads ``attnviz train`` uses: ``--threads`` (parser.error below 1), at most the machine's CPUs —
+    more only slows training down, so a larger number is capped with a one-line note on stderr; without the option,
+    ``DEFAULT_THREADS`` or the CPUs if fewer."""
+    import os
+
+    cpus = os.cpu_count()
+    if asked is None:
+        return min(DEFAULT_THREADS, cpus or DEFAULT_THREADS)
+    if asked < 1:
+        parser.error(f"--threads must be at least 1, got {asked}")
+    if cpus is not None and asked > cpus:
+        print(f"{PROG} train: --threads {asked} is more than this machine's {amount(cpus, 'CPU')}: using {cpus}",
+              file=sys.stderr)
+        return cpus
+    return asked
 
 
 def output_folder(text: str, parser: argparse.ArgumentParser):

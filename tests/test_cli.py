@@ -16,6 +16,7 @@ import pytest
 from helpers import user_modules as um
 
 from attnviz import checks, cli, tracing
+from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -333,6 +334,14 @@ def test_bad_variant_settings_exit_2_with_one_line(args, message, status):
     (["--tokens", "0"], "--tokens must be at least 1, got 0"),
     (["--dropout", "2"], "--dropout is a probability"),  # was accepted silently
     (["--dropout", "nan"], "--dropout is a probability"),
+    # AttentionConfig's own limits: --context-length 99999999 was an allocation error blamed on the user's class
+    (["--context-length", "99999999"], f"--context-length must be between 1 and {MAX_CONTEXT_LENGTH}, got 99999999"),
+    (["--d-in", str(MAX_DIM + 1)], f"--d-in must be between 1 and {MAX_DIM}, got {MAX_DIM + 1}"),
+    (["--d-out", str(MAX_DIM + 1)], f"--d-out must be between 1 and {MAX_DIM}, got {MAX_DIM + 1}"),
+    (["--num-heads", str(MAX_HEADS + 1)], f"--num-heads must be between 1 and {MAX_HEADS}, got {MAX_HEADS + 1}"),
+    (["--num-kv-groups", str(MAX_HEADS + 1)], f"--num-kv-groups must be between 1 and {MAX_HEADS}"),
+    (["--latent-dim", str(MAX_DIM + 1)], f"--latent-dim must be between 1 and {MAX_DIM}"),
+    (["--window", str(MAX_CONTEXT_LENGTH + 1)], f"--window must be between 1 and {MAX_CONTEXT_LENGTH}"),
 ])
 def test_a_bad_size_exits_2_with_its_usage(modules, options, message):
     result = check(f"{modules}:Attention", *options)
@@ -427,6 +436,58 @@ def test_a_bad_out_exits_2_before_training(tmp_path, out, message, capsys):
         cli.main(["train", "--out", out.format(file=file), "--steps", "2"])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
     assert file.read_text() == "mine"
+
+
+TINY_TRAINING = ["--set=n_layers=1", "--set=n_heads=2", "--set=emb_dim=16", "--set=context_length=64",
+                 "--set=seq_len=48", "--set=batch_size=4", "--set=negatives=32", "--set=min_repeat=4",
+                 "--set=max_repeat=20", "--set=repeat_lengths=[24, 48]"]
+
+
+@pytest.fixture
+def _restore_threads():
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("_restore_threads")
+def test_threads_beyond_the_cpus_are_capped_with_a_note_and_one_step_is_one_step(tmp_path, monkeypatch, capsys):
+    """--threads 999 on a 2-core machine was accepted silently, and the last line said "(1 steps, 6 s)"."""
+    import torch
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert cli.main(["train", "--out", str(tmp_path / "m"), "--steps", "1", "--threads", "999", "--quiet",
+                     *TINY_TRAINING]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "attnviz train: --threads 999 is more than this machine's 2 CPUs: using 2\n"
+    assert torch.get_num_threads() == 2
+    assert re.fullmatch(rf"wrote {re.escape(str(tmp_path / 'm'))} \(1 step, \d+ s\)\n", captured.out), captured.out
+
+
+@pytest.mark.usefixtures("_restore_threads")
+def test_the_default_threads_fit_a_one_core_machine_without_a_note(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert cli.main(["train", "--out", str(tmp_path / "m"), "--steps", "2", "--quiet", *TINY_TRAINING]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "(2 steps, " in captured.out
+    assert torch.get_num_threads() == 1
+
+
+def test_version_prints_the_packages_version(capsys):
+    import attnviz
+
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])  # was "the following arguments are required", exit 2
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"attnviz {attnviz.__version__}\n"
+    assert "version" not in project or project["version"] == attnviz.__version__  # one version, the package's
+    assert "version" in project.get("dynamic", ["version"])
 
 
 def test_train_config_validate_accepts_the_recipe():
