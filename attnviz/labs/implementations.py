@@ -33,6 +33,7 @@ FUSED = "fused QKV (one Linear)"
 TORCH_MHA = "torch.nn.MultiheadAttention"
 SDPA = "F.scaled_dot_product_attention"
 NAMES = (BOOK_MHA, WRAPPER, FUSED, TORCH_MHA, SDPA)
+NOISY_SPREAD = 3.0  # a row whose slowest timed call took more than this many times its fastest is noise, not code
 
 
 class FusedQKVAttention(nn.Module):
@@ -277,6 +278,25 @@ def progress_text(done: int, total: int, name: str, elapsed_s: float) -> str:
         left = elapsed_s / done * (total - done)
         text += f" · about {left:.0f} s left" if left < 120 else f" · about {left / 60:.0f} min left"
     return text
+
+
+def noisy_rows(rows: list[Row], spread: float = NOISY_SPREAD) -> list[Row]:
+    """The rows whose timed calls spread widely: the slowest more than ``spread`` times the fastest.  The code did
+    the same work every call, so such a spread is the machine (another program using the CPU), and the medians and
+    their ranking may not hold on the next run.  One timed call has no spread to judge."""
+    return [row for row in rows if len(row.times_ms) > 1 and max(row.times_ms) > spread * min(row.times_ms)]
+
+
+def noise_note(rows: list[Row]) -> str | None:
+    """What the page says under noisy timings (:func:`noisy_rows`): which rows, their range, and that the ranking
+    may not hold; None when every row is steady."""
+    noisy = noisy_rows(rows)
+    if not noisy:
+        return None
+    ranges = "; ".join(f"{row.name} {min(row.times_ms):,.1f}–{max(row.times_ms):,.1f} ms" for row in noisy)
+    return (f"The timings are noisy: one call took over {NOISY_SPREAD:g}× another of the same work ({ranges}) — "
+            "another program using the CPU? The ranking may not hold on another run, nor the × fastest column: "
+            "close what else is running, or raise Timed repeats, and run again.")
 
 
 def results_table(rows: list[Row]):

@@ -1,5 +1,6 @@
 """The Benchmark page: the five implementations timed on this machine when the user presses Run, with a Stop, the
-last results kept in the session, and a word when a run was stopped or cut short by a rerun."""
+last results kept in the session, a word when a run was stopped or cut short by a rerun, and a warning when a row's
+timed calls spread so widely that the ranking may not hold."""
 
 from __future__ import annotations
 
@@ -89,5 +90,8 @@ def _results(results: dict | None) -> None:
         st.caption("Nothing is timed until you press Run benchmark.")
         return
     rows = results["rows"]
+    note = implementations.noise_note(rows)
+    if note is not None:
+        st.warning(note, icon=":material/speed:")
     st.plotly_chart(figures.benchmark_bars(rows, results["about"]), config=plotly_config("attnviz-benchmark"))
     st.dataframe(implementations.results_table(rows), hide_index=True)

@@ -151,6 +151,38 @@ def test_benchmark_page_runs_and_draws_five_bars():
     assert len(at.get("plotly_chart")) == 1
 
 
+STEADY = impl.Row(impl.SDPA, 47.7, (47.7, 45.0, 50.1))
+# a wrapper row timed on a busy machine: its slowest call took 17.7 times its fastest
+BUSY = impl.Row(impl.WRAPPER, 99.06, (99.06, 153.29, 1187.12, 76.34, 66.92))
+
+
+def test_a_row_whose_calls_spread_widely_is_noisy_and_a_steady_one_is_not():
+    assert impl.noisy_rows([STEADY, BUSY]) == [BUSY]
+    edge = impl.Row(impl.FUSED, 2.0, (1.0, impl.NOISY_SPREAD))  # exactly the spread: not yet noise
+    assert impl.noisy_rows([edge]) == []
+    assert impl.noisy_rows([edge._replace(times_ms=(1.0, impl.NOISY_SPREAD * 1.01))]) != []
+    assert impl.noisy_rows([impl.Row(impl.BOOK_MHA, 5.0, (5.0,))]) == []  # one call: no spread to judge
+
+
+def test_the_noise_note_names_the_noisy_rows_and_says_the_ranking_may_not_hold():
+    assert impl.noise_note([STEADY]) is None
+    note = impl.noise_note([STEADY, BUSY])
+    assert impl.WRAPPER in note and impl.SDPA not in note
+    assert "66.9–1,187.1 ms" in note and "another program using the CPU?" in note
+    assert "ranking may not hold" in note
+
+
+def test_the_benchmark_page_warns_when_the_timings_are_noisy(monkeypatch):
+    monkeypatch.setattr(impl, "time_implementations", lambda *args, **kwargs: [STEADY, BUSY])
+    at = benchmark_page(d_in="32", d_out="32", num_heads="4", text="a b c")
+    at.button(key="benchmark_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [w.value for w in at.warning] == [impl.noise_note([STEADY, BUSY])]
+    monkeypatch.setattr(impl, "time_implementations", lambda *args, **kwargs: [STEADY])
+    at.button(key="benchmark_run").click().run()
+    assert not at.warning
+
+
 def test_timing_in_one_thread_never_disturbs_seeded_runs_in_another():
     """The benchmark builds its modules (seeding torch's global RNG) while sessions build theirs: every
     seeded section holds pipeline's RNG lock, so the sessions' weights and dropout masks stay the seed's."""
