@@ -227,9 +227,19 @@ def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:
         return choice.option.ref
     if choice.checkpoint:
         st.info(f"This page runs the book's Chapter 3 classes with seeded random weights (at the sizes of "
-                f"{markdown_escape(choice.option.name)}), not the checkpoint's weights: those are on the Heads, "
+                f"{_model_words(choice.option)}), not the checkpoint's weights: those are on the Heads, "
                 "Steps, Shapes and Tokens pages.", icon=":material/info:")
     return None
+
+
+def _model_words(option: core_weights.Option) -> str:
+    """A checkpoint option as a sentence names it (Markdown): "the bundled model", "the model trained in this
+    session (400 steps, seed 0)", or a file's or folder's own name."""
+    if option.source == "bundled":
+        return "the bundled model"
+    if option.source == "session":
+        return f"the model trained in this session ({markdown_escape(option.name)})"
+    return markdown_escape(option.name)
 
 
 def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,

@@ -220,6 +220,15 @@ def test_bad_checkpoint_shows_the_loaders_message_and_keeps_the_text(checkpoints
     no_exception(at)
 
 
+@pytest.mark.parametrize("page", ["pages/benchmark.py", "pages/pitfalls.py"])
+def test_a_book_classes_page_names_the_bundled_model_with_its_article(page):
+    """The note read "(at the sizes of bundled model)"."""
+    at = app(page, weights=weights.BUNDLED_NAME)
+    no_exception(at)
+    (info,) = [i.value for i in at.info if "seeded random weights" in i.value]
+    assert "(at the sizes of the bundled model)" in info
+
+
 @pytest.mark.parametrize("page, title", [
     ("pages/steps.py", "Attention step by step"),
     ("pages/shapes.py", "Tensor shapes through the pipeline"),
