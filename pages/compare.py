@@ -67,7 +67,7 @@ with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: 
         with st.container(width=compare.MAP_WIDTH):
             fig = compare.variant_heatmap(variant, result.tokens, how, causal=base.causal, current=config.variant)
             st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-compare-{variant.variant}"))
-            st.caption(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
+            st.caption(compare.variant_caption(variant, causal=base.causal))
 
 st.subheader("Why ÷√dₖ?")
 random_qk, run = compute.scaling(ctx.trace_key)

@@ -398,6 +398,16 @@ def variant_title(result: VariantResult, how: str, current: str | None = None) -
     return f"{mark}{name}<br><sup>weights, {which}{note}</sup>"
 
 
+def variant_caption(result: VariantResult, causal: bool) -> str:
+    """The line under a variant's map: its output shape and heads, and, for a book listing with no mask (3.3, 3.4)
+    drawn while the sidebar's Causal mask is on, that the mask is the sidebar's."""
+    caption = f"output {result.output_shape} · {heads_text(result.heads)}"
+    spec = variants.get(result.variant)
+    if causal and not spec.book_causal:
+        caption += f" · masked by the sidebar's Causal mask (the book's {spec.section} listing has none)"
+    return caption
+
+
 def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causal: bool = True,
                     current: str | None = None, height: int = 420) -> go.Figure:
     """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title

@@ -261,6 +261,23 @@ def test_variant_titles_say_which_map_is_drawn():
     assert not compare.variant_title(by_name["causal"], "head 0", current="mha").startswith("▶ ")
 
 
+NOT_CAUSAL_IN_THE_BOOK = ["simplified", "self_attention_v1", "self_attention_v2"]  # the listings of 3.3 and 3.4
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_without_one(causal):
+    """The book's 3.3/3.4 classes were drawn masked (the sidebar's Causal mask is on by default) without a word."""
+    trace = small_trace(causal=causal)
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    for variant in result.variants:
+        caption = compare.variant_caption(variant, causal=causal)
+        assert caption.startswith(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
+        said = "the sidebar's Causal mask" in caption
+        assert said == (causal and variant.variant in NOT_CAUSAL_IN_THE_BOOK), caption
+        if said:
+            assert f"the book's {variants.get(variant.variant).section} listing has none" in caption
+
+
 def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
     trace = small_trace()
     result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
@@ -325,6 +342,7 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     assert all("max |Δ|" in badge and badge.startswith(GREEN) for badge in found)
     captions = [c.value for c in at.caption]
     assert sum(c.startswith("output (1, 6, 768)") for c in captions) == len(variants.VARIANTS)
+    assert sum("the sidebar's Causal mask" in c for c in captions) == len(NOT_CAUSAL_IN_THE_BOOK)  # 3.3 and 3.4
 
 
 def test_compare_page_has_the_scaling_ablation(default_page):
