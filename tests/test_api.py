@@ -106,7 +106,7 @@ def test_run_names_a_config_that_is_not_an_attention_config():
 
 
 @pytest.mark.parametrize(("checkpoint", "message"), [
-    ("../../etc/passwd", "No file or folder at ../../etc/passwd"),
+    ("../../no-such-checkpoint", "No file or folder at ../../no-such-checkpoint"),  # wherever the checkout is
     ("/etc/passwd", "unknown checkpoint type"),
     ("/tmp", "Nothing loadable in /tmp"),
 ])
