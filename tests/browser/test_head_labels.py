@@ -52,7 +52,7 @@ def test_heads_page_names_the_bundled_models_heads(page, base_url):
 
 
 def test_induction_lab_with_the_bundled_model(page, base_url):
-    visit(page, f"{base_url}/induction?weights={urllib.parse.quote(BUNDLED)}&layer=1")
+    visit(page, f"{base_url}/induction?weights={urllib.parse.quote(BUNDLED)}")  # opens on its best head, in layer 1
     main = page.get_by_test_id("stMain")
     expect(main.locator("h1")).to_contain_text("Induction lab")
     best = main.get_by_test_id("stMetric").filter(has_text="Best induction score")
@@ -60,5 +60,6 @@ def test_induction_lab_with_the_bundled_model(page, base_url):
     loss = main.get_by_test_id("stMetric").filter(has_text="Loss on the second copy")
     expect(loss).to_contain_text("nats")
     expect(main.get_by_test_id("stPlotlyChart").filter(has_text="loss at each position")).to_be_visible()
+    expect(main.get_by_test_id("stPlotlyChart").filter(has_text=re.compile(r"L1H\d: weights on"))).to_be_visible()
     path = save_screenshot(page, "induction")
     assert path.stat().st_size > 20_000, f"{path} looks empty"
