@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import textwrap
 
+from attnviz import __version__
 from attnviz.words import amount
 
 PROG = "attnviz"
@@ -30,8 +32,6 @@ DEFAULT_THREADS = 2  # attnviz train's torch threads when --threads is not given
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``check`` and ``train`` as subcommands of one parser."""
-    from attnviz import __version__
-
     main = argparse.ArgumentParser(prog=PROG, description="See, check and train attention modules.")
     main.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="{check,train}")
@@ -292,8 +292,6 @@ def train_threads(asked: int | None, parser: argparse.ArgumentParser) -> int:
     """The torch threads ``attnviz train`` uses: ``--threads`` (parser.error below 1), at most the machine's CPUs —
     more only slows training down, so a larger number is capped with a one-line note on stderr; without the option,
     ``DEFAULT_THREADS`` or the CPUs if fewer."""
-    import os
-
     cpus = os.cpu_count()
     if asked is None:
         return min(DEFAULT_THREADS, cpus or DEFAULT_THREADS)
