@@ -21,8 +21,8 @@ st.markdown(
     "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly and together, "
     "layer 1's heads become induction heads and layer 0's turn towards the previous token — the two halves of "
     "an induction circuit — and the loss on the repeats collapses. Layer 0's previous-token scores rise more "
-    f"slowly: they may stay under the dotted {LABEL_THRESHOLD:g} line, where a head is named, for the whole "
-    "default run."
+    f"slowly and not as high: in a short run they may stay under the dotted {LABEL_THRESHOLD:g} line, where a head "
+    "is named."
 )
 with st.expander("What makes this recipe form the textbook circuit"):
     st.markdown(
