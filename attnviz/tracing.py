@@ -49,7 +49,7 @@ from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
 
 FORWARD_SECONDS = 60.0  # one forward of a user's module that runs longer than this is stopped (run_forward)
-RECORDED_BYTES = 4 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
+RECORDED_BYTES = 2 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
 
 
 class TraceError(ValueError):
@@ -235,7 +235,17 @@ class _Recorder(TorchFunctionMode):
         return out
 
     def forget(self) -> None:
-        """Drop every recorded tensor (the ops' names and shapes stay)."""
+        """Drop every recorded tensor at once (the ops' names and shapes stay): each node lets go of its tensors and
+        of the other nodes, whose links both ways are cycles only Python's garbage collector would free, later."""
+        seen, stack = set(), list(self.nodes.values())
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack += [parent for parent in node.parents if parent is not None] + node.children
+            node.out = node.args = node.kwargs = None
+            node.parents, node.children = [], []
         self.nodes.clear()
         self.softmaxes.clear()
         self.linear_inputs.clear()

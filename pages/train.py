@@ -18,11 +18,10 @@ st.markdown(
     "random token sequences that repeat. Every few steps each head is measured: its **induction** score (on a "
     "sequence that repeats, does it look at the token *after* the earlier copy of the current token?) and its "
     "**previous-token** score (on English and code it never trains on, does it look at the token right "
-    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly and together, "
-    "layer 1's heads become induction heads and layer 0's turn towards the previous token — the two halves of "
-    "an induction circuit — and the loss on the repeats collapses. Layer 0's previous-token scores rise more "
-    f"slowly and not as high: in a short run they may stay under the dotted {LABEL_THRESHOLD:g} line, where a head "
-    "is named."
+    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly, layer 1's heads "
+    "become induction heads and the loss on the repeats collapses, while layer 0's start turning towards the "
+    "previous token — the two halves of an induction circuit. Layer 0's scores rise more slowly and not as high: "
+    f"in a short run they may stay under the dotted {LABEL_THRESHOLD:g} line, where a head is named."
 )
 with st.expander("What makes this recipe form the textbook circuit"):
     st.markdown(

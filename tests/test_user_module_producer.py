@@ -24,7 +24,7 @@ def config_of(class_name: str) -> AttentionConfig:
     ("SoftmaxOverFeatures", r"attention weights must have shape \(\.\.\., n, n\).*: \(\.\.\., 4, 4\) for an input "
                             r"of shape \(1, 4, 32\); the softmax on line \d+ gives \(1, 4, 16\)"),
     ("ReturnsTransposed", r"the forward returned shape \(1, 16, 4\) for an input of shape \(1, 4, 32\)"),
-    ("NaNScores", r"6 of 6 rows of the attention weights hold NaN or ∞: every query\. .* so they are not drawn$"),
+    ("NaNScores", r"6 of 6 rows of the attention weights hold NaN or ∞: every query\. .* so they are not drawn\.$"),
 ])
 def test_a_module_whose_run_cannot_be_drawn_is_one_config_error(class_name, message):
     config = config_of(class_name)

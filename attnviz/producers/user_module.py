@@ -113,7 +113,7 @@ def _check_finite(trace: Trace) -> None:
         f"{trace.config.module}: {int(bad.sum())} of {bad.size} rows of the attention weights hold NaN or ∞: "
         f"{_rows_text(bad.any(axis=0))}. A mask hides every key of these rows (a softmax over no key is 0/0), or the "
         "scores before the softmax hold NaN; the maps, head statistics and explanations read each row as a "
-        "probability distribution, so they are not drawn", trace)
+        "probability distribution, so they are not drawn.", trace)
 
 
 def _rows_text(bad: np.ndarray) -> str:

@@ -49,8 +49,9 @@ def check_panel(trace, where) -> None:
     with where:
         st.subheader(f"Check {trace.module_run.class_name}")
         st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
-                   "(in eval mode; dropout checked in both modes). The same rules in a terminal, on a seeded random "
-                   f"input of these sizes (so other numbers): `{cli_command(trace)}`.")
+                   "(in eval mode; dropout checked in both modes). The same rules in a terminal, from the folder "
+                   f"that holds {markdown_escape(_file_name(trace))}, on a seeded random input of these sizes (so "
+                   f"other numbers): `{cli_command(trace)}`.")
         finished = _finished(*key)
         if finished:  # this run's check, done in this session or another
             _results(finished)
@@ -79,12 +80,17 @@ def cli_command(trace) -> str:
     """``attnviz check`` of this run's module at the sizes the app built it with (the file by its name only: the
     page shows no folder of the server's)."""
     config, run = trace.config, trace.module_run
-    file = os.path.basename(run.filename) if run.filename else "your_file.py"
+    file = _file_name(trace)
     sizes = [f"--d-in {config.d_in}", f"--num-heads {config.num_heads}", f"--context-length {config.context_length}",
              f"--dropout {config.dropout:g}", f"--tokens {min(trace.n, MAX_CHECK_TOKENS)}"]
     if config.d_out != config.d_in:
         sizes.insert(1, f"--d-out {config.d_out}")
     return f"python -m attnviz check {file}:{run.class_name} " + " ".join(sizes)
+
+
+def _file_name(trace) -> str:
+    """The module's file by its name only (the page shows no folder of the server's)."""
+    return os.path.basename(trace.module_run.filename) if trace.module_run.filename else "your_file.py"
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
