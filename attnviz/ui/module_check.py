@@ -50,7 +50,7 @@ def check_panel(trace, where) -> None:
         st.subheader(f"Check {trace.module_run.class_name}")
         st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
                    "(in eval mode; dropout checked in both modes). The same rules in a terminal, from the folder "
-                   f"that holds {markdown_escape(_file_name(trace))}, on a seeded random input of these sizes (so "
+                   f"that holds `{_file_name(trace)}`, on a seeded random input of these sizes (so "
                    f"other numbers): `{cli_command(trace)}`.")
         finished = _finished(*key)
         if finished:  # this run's check, done in this session or another

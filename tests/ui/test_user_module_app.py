@@ -368,7 +368,7 @@ def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_sam
     command = re.search(r"`(python -m attnviz check [^`]+)`", caption).group(1)
     assert command.startswith("python -m attnviz check user_modules.py:CausalSelfAttention --d-in 64 --num-heads 2")
     assert "--dropout 0.1" in command and "/" not in command  # the file by its name: no folder of the server's
-    assert "from the folder that holds user_modules.py" in caption  # where the command runs as printed
+    assert "from the folder that holds `user_modules.py`" in caption  # where the command runs as printed
     table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
     app_results = dict(zip(table["rule"], table["result"]))
     argv = command.split()[3:]
