@@ -119,7 +119,7 @@ def _last_valid_trace() -> Trace | None:
 
 def run_settings(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Trace]:
     """The run of these settings (``checkpoint``: a weights ref, or None for the book's classes), from the cache
-    or computed under a spinner, kept as this session's last valid view.  Raises InputError or CheckpointError.
+    or computed under a spinner, kept as this session's last valid view.  Raises InputError (a CheckpointError is one).
 
     The spinner counts the seconds and names the user's own module when it runs one: a forward that is slow, or
     never returns, shows whose it is and for how long it has run."""
@@ -188,7 +188,7 @@ def setup(book_classes: bool = False, draws_link: bool = False, checks_module: b
         return _settings_only(values, choice, book_classes, draws_link)
     try:
         config, trace = run_settings(values, _checkpoint(choice, book_classes))
-    except (InputError, CheckpointError) as exc:
+    except InputError as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         if isinstance(exc, user_module.NonFiniteWeightsError):
             _refused_module_check(exc.trace, values, here=checks_module)
@@ -249,7 +249,7 @@ def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
     the Share link drawn here.  ``draws_link``: as :func:`setup`'s."""
     try:
         config = config_from_settings(values, _checkpoint(choice, book_classes)).validate()
-    except (InputError, CheckpointError) as exc:
+    except InputError as exc:
         share_and_export(None)
         st.warning(markdown_escape(str(exc)), icon="✋")
         last = st.session_state.get("_last_valid")

@@ -23,7 +23,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from attnviz import kv_cache, tokens, variants
 from attnviz import weights as core_weights
-from attnviz.models import CheckpointError, generation
+from attnviz.models import generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import share_link
@@ -114,7 +114,7 @@ def show(ctx: Context) -> None:
             model = _load(ref)
             sizes = core_weights.sizes(model)
             linked = _generate_section(ctx, ref)
-        except (ValueError, CheckpointError) as exc:
+        except ValueError as exc:
             st.warning(markdown_escape(str(exc)), icon="✋")
     if not linked:  # no generation shown: the session's New tokens, step, layer and head wait for one, linked
         share_link(ctx.link)
@@ -375,7 +375,7 @@ def _cache_table(step: generation.Step) -> pd.DataFrame:
 def _badge(ref, key: tuple, index: int) -> None:
     try:
         check = _checks(ref, key[1], key[2])[index]
-    except (ValueError, CheckpointError) as exc:
+    except ValueError as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         return
     numbers = (f"weights rows max |Δ| = {check.weights_diff:.1e}, logits max |Δ| = {check.logits_diff:.1e} "

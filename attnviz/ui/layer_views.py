@@ -11,7 +11,6 @@ from collections.abc import Callable
 import streamlit as st
 
 from attnviz.config import AttentionConfig, InputError
-from attnviz.models import CheckpointError
 from attnviz.trace import Trace
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.frame import Context, run_notes, run_settings
@@ -69,6 +68,6 @@ def _rerun(config: AttentionConfig) -> tuple[dict, AttentionConfig, Trace]:
     settings = current_settings()
     try:
         config, trace = run_settings(settings, config.checkpoint)
-    except (InputError, CheckpointError):
+    except InputError:
         st.rerun()
     return settings, config, trace
