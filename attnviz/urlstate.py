@@ -42,6 +42,7 @@ DEFAULTS = {
     "rope_base": 10_000,
 }
 SETTING_KEYS = tuple(DEFAULTS)
+WEIGHTS_SIZES = ("preset", "d_in", "d_out", "num_heads")  # a checkpoint's own: the sidebar sets them from its file
 HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pages' focused head, stage and window
 MAP = "map"  # the Compare page's "Heatmap shows"
 BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token
@@ -350,18 +351,35 @@ def share_query(values: dict) -> dict[str, str]:
 
 
 def url_query(values: dict) -> dict[str, str]:
-    """URL parameters for the settings ``values``, in :func:`share_query`'s order: a setting at its default is left
-    out, as a page leaves out its own defaults, so that a link without settings is one the app need not rewrite —
-    unless a link without it gives another value (a book preset implies its variant's mask:
+    """URL parameters for the settings ``values``, in :func:`share_query`'s order: a setting a link without it gives
+    is left out — its default, as a page leaves out its own defaults, or with a checkpoint its sizes
+    (:data:`WEIGHTS_SIZES`) and what they fit (:func:`_link_gives_with`) — so that a link without settings is one the
+    app need not rewrite; a setting the others imply otherwise goes in (a book preset implies its variant's mask:
     :func:`settings_from_query`).  The text is left out when very long, too."""
     named = share_query(values)
-    query = {key: value for key, value in named.items() if value != url_value(key, DEFAULTS[key])}
+    own, base = _weights_own(values), _link_gives_with({}, values)
+    query = {key: value for key, value in named.items() if value != url_value(key, base[key]) and key not in own}
     while True:  # a setting the others imply differently goes back in; each pass adds at least one, or ends
-        given = link_settings(query)
+        given = _link_gives_with(query, values)
         implied = [key for key in named if key not in query and url_value(key, given[key]) != named[key]]
         if not implied:
             return {key: value for key, value in named.items() if key in query}
         query.update((key, named[key]) for key in implied)
+
+
+def _weights_own(values: dict) -> tuple[str, ...]:
+    """The settings ``values``' weights decide themselves: a checkpoint's sizes, none for the book's classes."""
+    return WEIGHTS_SIZES if values["weights"] != weights.BOOK else ()
+
+
+def _link_gives_with(params: dict[str, str], values: dict) -> dict:
+    """The settings a link with these settings parameters gives (:func:`link_settings`) where ``values``' weights
+    are a checkpoint: the sidebar sets the checkpoint's sizes (``values``' own) and fits K/V groups, latent width and
+    positions to them (:func:`fit_modern`)."""
+    given = link_settings(params)
+    if own := _weights_own(values):
+        given = fit_modern({**given, **{key: values[key] for key in own}})[0]
+    return given
 
 
 def link_settings(params: dict[str, str]) -> dict:
@@ -374,10 +392,10 @@ def link_settings(params: dict[str, str]) -> dict:
 def link_gives(params: dict[str, str], values: dict) -> bool:
     """Whether a link whose settings parameters are ``params`` (each given once) gives exactly the settings
     ``values``, each parameter written as :func:`url_value` writes it: :func:`url_query`'s, :func:`share_query`'s or
-    any between (a text too long for a URL: never)."""
+    any between (a text too long for a URL: never).  With a checkpoint, sizes a link leaves out are its own."""
     if any(params[key] != url_value(key, values[key]) for key in params):
         return False
-    given = link_settings(params)
+    given = _link_gives_with(params, values)
     return all(url_value(key, given[key]) == url_value(key, values[key]) for key in SETTING_KEYS)
 
 

@@ -45,3 +45,19 @@ def test_a_link_that_gives_other_settings_or_writes_one_otherwise_does_not_give_
     assert not link_gives({"causal": "1"}, DEFAULTS)  # the same value, written otherwise: the URL is rewritten
     assert not link_gives({}, {**DEFAULTS, "num_heads": 4})
     assert not link_gives({}, {**DEFAULTS, "text": "word " * 1000})  # too long for a URL: no link gives it
+
+
+def test_a_checkpoints_sizes_are_left_out_of_its_link_as_the_checkpoint_gives_them():
+    """The sidebar sets a checkpoint's sizes from its file: a link naming the checkpoint gives them, so they are left
+    out, and a link that leaves them out, names them as they are, or names other sizes is told apart."""
+    model = fit_modern({**DEFAULTS, "weights": "bundled model", "preset": "custom", "d_in": 64, "d_out": 64,
+                        "num_heads": 4})[0]  # a latent width fitted to d_out 64 too
+    assert url_query(model) == {"weights": "bundled model"}
+    assert url_query({**model, "seed": 7}) == {"weights": "bundled model", "seed": "7"}
+    assert link_gives({"weights": "bundled model"}, model)
+    assert link_gives(share_query(model), model)  # the Share link names them as they are
+    assert not link_gives({"weights": "bundled model", "d_out": "768"}, model)  # other sizes: rewritten
+    assert not link_gives({}, model)  # the book's classes
+    book = {**model, "weights": DEFAULTS["weights"]}  # back to the book's classes: the sizes are the session's own
+    assert url_query(book) == {"preset": "custom", "d_in": "64", "d_out": "64", "num_heads": "4", "latent_dim": "16"}
+    assert not link_gives({}, book)

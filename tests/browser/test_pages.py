@@ -250,7 +250,8 @@ def test_back_after_a_change_on_the_page_shows_the_view_before_it_in_one_press(p
     ("/induction", "Induction lab"),
     (f"/?text={quote(' '.join(['the cat sat on the mat'] * 60))}&head=3&stage=scaled&row=100", "Attention heads"),
     (f"/steps?{urlencode(share_query(DEFAULTS))}&head=2", "Attention step by step"),  # a Share link: every setting
-], ids=["head", "bare", "steps", "pitfalls", "induction", "a setting", "every setting"])
+    ("/?weights=bundled+model&layer=1", "Attention heads"),  # the model sets its sizes: the link need not name them
+], ids=["head", "bare", "steps", "pitfalls", "induction", "a setting", "every setting", "a checkpoint"])
 def test_a_link_without_the_settings_is_one_entry_of_the_history_and_one_back_leaves_the_app(
         page, base_url, link, title):
     """A link that names none of the sidebar's settings, some or all, opens as it is: its first run writes nothing to
