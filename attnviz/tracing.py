@@ -25,17 +25,15 @@ diagram draws the user's own pipeline.  The views (the app, ``attnviz.show``) dr
 is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.
 
 Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
-``FORWARD_SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.
+``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import inspect
 import math
 import os
 import sys
-import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -43,12 +41,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from attnviz import time_limit
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
 from attnviz.producers import book
 from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
 
-FORWARD_SECONDS = 60.0  # one forward of a user's module that runs longer than this is stopped (run_forward)
 RECORDED_BYTES = 2 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
 
 
@@ -57,7 +55,7 @@ class TraceError(ValueError):
 
 
 class EndlessForwardError(TraceError):
-    """A forward of the user's module ran for ``FORWARD_SECONDS`` without returning and was stopped."""
+    """A forward of the user's module ran for :data:`attnviz.time_limit.SECONDS` without returning and was stopped."""
 
 
 @dataclass
@@ -418,105 +416,25 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     """``module(x, **forward_kwargs)``: the user's forward, whose exception (or ``sys.exit``) is a TraceError in one
     line that begins with ``what`` ("the forward raised …").
 
-    A forward that runs for ``FORWARD_SECONDS`` without returning (a ``while`` loop whose condition never changes)
-    is stopped: a watchdog raises an exception in this thread, and the call is an :class:`EndlessForwardError`,
-    "MyAttention.forward ran for 60 s without returning (an endless loop?)".  The exception lands between two Python
-    bytecodes, so it stops Python code — a loop, also one that calls torch ops on every turn — but not a single C
-    call that blocks (``time.sleep(10**9)``, a lock's ``acquire()``, one huge torch op): the stop takes effect when
-    that call returns.  A stop the forward catches itself (a bare ``except``) is raised again every
-    ``RETRY_SECONDS`` while the forward runs."""
-    watchdog = _Watchdog(FORWARD_SECONDS)
+    A forward that runs for :data:`attnviz.time_limit.SECONDS` without returning (a ``while`` loop whose condition
+    never changes) is stopped (:func:`attnviz.time_limit.call`: Python code, not one C call that blocks), and the call
+    is an :class:`EndlessForwardError`, "MyAttention.forward ran for 60 s without returning (an endless loop?)"."""
     try:
-        try:
-            watchdog.arm()
-            return module(x, **forward_kwargs)
-        finally:
-            watchdog.disarm()
-    except _Stopped:
-        pass  # the watchdog's exception: reported below, once the watchdog is disarmed
+        return time_limit.call(module, x, **forward_kwargs)
+    except time_limit.TimeLimitError as out:
+        call = ", ".join(f"{name}={value!r}" for name, value in forward_kwargs.items())
+        raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
+                                  f"{out.seconds:g} s without returning (an endless loop?)") from None
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
-        if not watchdog.fired:
-            raise TraceError(f"{what} raised {type(error).__name__}: {one_line(error)}") from error
+        raise TraceError(f"{what} raised {type(error).__name__}: {one_line(error)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
-        if not watchdog.fired:
-            raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
-                             "it does not end the program") from None
-    call = ", ".join(f"{name}={value!r}" for name, value in forward_kwargs.items())
-    raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
-                              f"{watchdog.seconds:g} s without returning (an endless loop?)")
+        raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
+                         "it does not end the program") from None
 
 
 class _TooMuchRecorded(BaseException):
     """What the recorder raises in a forward whose recorded outputs pass ``RECORDED_BYTES`` (a BaseException: ``except
     Exception`` passes it)."""
-
-
-class _Stopped(BaseException):
-    """What the watchdog raises in a forward that runs too long (a BaseException: ``except Exception`` passes it)."""
-
-
-RETRY_SECONDS = 0.1  # a stop that a __del__ or a weakref callback swallowed is raised again this much later
-
-
-class _Watchdog:
-    """Raises :class:`_Stopped` in the thread that armed it when ``seconds`` pass before it is disarmed, and again
-    every ``RETRY_SECONDS`` while it stays armed: one that lands in a ``__del__`` or a weakref callback that the
-    forward's thread runs is not raised but handed to ``sys.unraisablehook`` (which, once a watchdog is armed, drops
-    a ``_Stopped`` instead of printing it).
-
-    The exception is set with ``PyThreadState_SetAsyncExc`` under ``lock``, and only while armed; ``disarm`` takes
-    the lock too, so once it returns the timer can set nothing more, and an exception set but not yet raised is
-    cleared: it can never land in the caller's code after the forward."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.thread_id = threading.get_ident()
-        self.lock = threading.Lock()
-        self.armed = False
-        self.fired = False  # the exception was set (raised in the forward, or cleared by disarm)
-        self.timer = self._timer(seconds)
-
-    def _timer(self, seconds: float) -> threading.Timer:
-        timer = threading.Timer(seconds, self._fire)
-        timer.daemon = True  # a process that ends does not wait for it
-        return timer
-
-    def arm(self) -> None:
-        if not getattr(sys.unraisablehook, "drops_stops", False):
-            sys.unraisablehook = _dropping_stops(sys.unraisablehook)
-        self.armed = True
-        self.timer.start()
-
-    def _fire(self) -> None:
-        with self.lock:
-            if self.armed:
-                self.fired = True
-                _set_async_exc(self.thread_id, _Stopped)
-                self.timer = self._timer(RETRY_SECONDS)
-                self.timer.start()
-
-    def disarm(self) -> None:
-        with self.lock:
-            self.armed = False
-            self.timer.cancel()
-            if self.fired:  # set, and maybe not raised yet: clear it
-                _set_async_exc(self.thread_id, None)
-
-
-def _dropping_stops(hook):
-    """``sys.unraisablehook`` ``hook`` that drops a :class:`_Stopped` (the watchdog raises it again)."""
-    def drop_stops(unraisable) -> None:
-        if unraisable.exc_type is not _Stopped:
-            hook(unraisable)
-
-    drop_stops.drops_stops = True
-    return drop_stops
-
-
-def _set_async_exc(thread_id: int, exception: type[BaseException] | None) -> None:
-    """Set (or, with None, clear) the exception the thread ``thread_id`` raises at its next Python bytecode."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
-                                               ctypes.py_object(exception) if exception is not None else None)
 
 
 def _no_attention(recorder: _Recorder, x: torch.Tensor) -> str:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import user_modules as um
 
-from attnviz import checks, tracing, variants
+from attnviz import checks, time_limit, tracing, variants
 from attnviz.config import AttentionConfig
 
 
@@ -573,7 +573,7 @@ class LoopsWhenCached(um.LearnerCachedMHA):
 
 
 def test_a_cached_forward_that_never_returns_fails_the_rule_in_words_and_the_check_goes_on(monkeypatch):
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
     torch.manual_seed(0)
     results = checks.check_module(LoopsWhenCached(16, 32, 16, 0.0, 4).eval(), rules=["kv-cache", "causal"])
     assert [(c.rule, c.status) for c in results] == [("causal", "pass"), ("kv-cache", "fail")]
@@ -582,7 +582,7 @@ def test_a_cached_forward_that_never_returns_fails_the_rule_in_words_and_the_che
 
 
 def test_a_forward_that_never_returns_is_a_trace_error_for_the_check(monkeypatch):
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
     with pytest.raises(tracing.TraceError, match=r"^EndlessLoop\.forward ran for 0\.5 s without returning"):
         checks.check_module(um.EndlessLoop(16, 16, 16, 0.0, 4))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import user_modules as um
 
-from attnviz import checks, cli, tracing
+from attnviz import checks, cli, time_limit
 from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -370,12 +370,12 @@ def test_sys_exit_in_the_forward_exits_2_naming_it():
 
 def test_a_forward_that_never_returns_exits_2_in_one_line(monkeypatch):
     """A learner's ``while`` loop that never ends: stopped after the limit (lowered here from a minute), one line."""
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
     result = check(f"{USER_MODULES}:EndlessLoop", "--d-in", 16)
     assert result.returncode == 2, result
     assert result.stderr == "attnviz check: EndlessLoop.forward ran for 0.5 s without returning (an endless loop?)\n"
     assert result.stdout == ""
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 60.0)
+    monkeypatch.setattr(time_limit, "SECONDS", 60.0)
     assert check(f"{USER_MODULES}:MyMultiHeadAttention", "--d-in", 16).returncode == 0  # the next check runs
 
 

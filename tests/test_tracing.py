@@ -11,7 +11,7 @@ import torch
 from helpers import user_modules as um
 from torch import nn
 
-from attnviz import attention, checks, tracing
+from attnviz import attention, checks, time_limit, tracing
 
 
 def explicit_weights(q, k, causal=True, scale=None):
@@ -279,7 +279,7 @@ ENDLESS = r"EndlessLoop\.forward ran for 0\.5 s without returning \(an endless l
 @pytest.fixture
 def half_a_second(monkeypatch):
     """The limit of one forward, lowered from a minute so that a test waits half a second."""
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
 
 
 def test_a_forward_that_never_returns_is_stopped_with_a_message_and_the_thread_runs_on(half_a_second):
@@ -320,7 +320,7 @@ def test_an_endless_loop_is_stopped_before_its_recorded_tensors_fill_the_memory(
 
 
 def test_a_forward_that_finishes_under_the_limit_gets_no_late_exception(monkeypatch):
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 2.0)
+    monkeypatch.setattr(time_limit, "SECONDS", 2.0)
     trace = tracing.trace_module(um.BusyFor(16, 16, 16, 0.0, 4, seconds=1.5), torch.randn(1, 5, 16))
     assert trace.steps["weights"].shape == (1, 4, 5, 5)
     started = time.perf_counter()

@@ -11,7 +11,7 @@ from helpers.apptest import plotly_figures as figures
 from helpers.apptest import recorded_spinners
 from streamlit.testing.v1 import AppTest
 
-from attnviz import checks, tracing, user_code
+from attnviz import checks, time_limit, user_code
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ROOT / "tests" / "helpers" / "user_modules.py"
@@ -128,13 +128,13 @@ def test_a_module_that_cannot_run_says_why_and_keeps_the_text(label, words):
 def test_a_module_whose_forward_never_returns_is_stopped_with_a_message(monkeypatch):
     """A learner's ``while`` loop that never ends would hold the tab (and a core) for ever: it is stopped after the
     limit, lowered here from a minute, and the page says so; the next module runs in the same session."""
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 0.5)
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
     at = app(variant="Your module: EndlessLoop", text="My own text stays")
     no_exception(at)
     assert any("EndlessLoop.forward ran for 0.5 s without returning (an endless loop?)" in text
                for text in warnings(at)), warnings(at)
     assert at.sidebar.text_area(key="text").value == "My own text stays"
-    monkeypatch.setattr(tracing, "FORWARD_SECONDS", 60.0)
+    monkeypatch.setattr(time_limit, "SECONDS", 60.0)
     at.sidebar.selectbox(key="variant").set_value(LABEL).run()
     no_exception(at)
     assert not at.warning, [w.value for w in at.warning]

@@ -1,0 +1,109 @@
+"""A time limit on a call of a user's code (a forward, a reset, a constructor): a call that runs for ``SECONDS``
+without returning — a ``while`` loop whose condition never changes — is stopped, and :func:`call` raises
+:class:`TimeLimitError` for the caller to say so in words.
+
+A watchdog timer raises an exception in the calling thread (``PyThreadState_SetAsyncExc``).  It lands between two
+Python bytecodes, so it stops Python code — a loop, also one that calls torch ops on every turn — but not a single C
+call that blocks (``time.sleep(10**9)``, a lock's ``acquire()``, one huge torch op): the stop takes effect when that
+call returns.  A stop the user's code catches itself (a bare ``except``) is raised again every ``RETRY_SECONDS``
+while the call runs; none can land in the caller's code after the call."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+SECONDS = 60.0  # a call of a user's code that runs longer than this is stopped
+
+
+class TimeLimitError(Exception):
+    """A call of the user's code ran for ``seconds`` without returning and was stopped."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"ran for {seconds:g} s without returning (an endless loop?)")
+        self.seconds = seconds
+
+
+def call(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` with the time limit ``SECONDS`` (read at each call): its result, its own
+    exception, or :class:`TimeLimitError` when the watchdog stopped it (whatever the stopped code raised then)."""
+    watchdog = _Watchdog(SECONDS)
+    try:
+        try:
+            watchdog.arm()
+            return function(*args, **kwargs)
+        finally:
+            watchdog.disarm()
+    except BaseException:
+        if watchdog.fired:
+            raise TimeLimitError(watchdog.seconds) from None
+        raise
+
+
+class _Stopped(BaseException):
+    """What the watchdog raises in a call that runs too long (a BaseException: ``except Exception`` passes it)."""
+
+
+RETRY_SECONDS = 0.1  # a stop that a __del__ or a weakref callback swallowed is raised again this much later
+
+
+class _Watchdog:
+    """Raises :class:`_Stopped` in the thread that armed it when ``seconds`` pass before it is disarmed, and again
+    every ``RETRY_SECONDS`` while it stays armed: one that lands in a ``__del__`` or a weakref callback that the
+    calling thread runs is not raised but handed to ``sys.unraisablehook`` (which, once a watchdog is armed, drops
+    a ``_Stopped`` instead of printing it).
+
+    The exception is set with ``PyThreadState_SetAsyncExc`` under ``lock``, and only while armed; ``disarm`` takes
+    the lock too, so once it returns the timer can set nothing more, and an exception set but not yet raised is
+    cleared: it can never land in the caller's code after the call."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.thread_id = threading.get_ident()
+        self.lock = threading.Lock()
+        self.armed = False
+        self.fired = False  # the exception was set (raised in the call, or cleared by disarm)
+        self.timer = self._timer(seconds)
+
+    def _timer(self, seconds: float) -> threading.Timer:
+        timer = threading.Timer(seconds, self._fire)
+        timer.daemon = True  # a process that ends does not wait for it
+        return timer
+
+    def arm(self) -> None:
+        if not getattr(sys.unraisablehook, "drops_stops", False):
+            sys.unraisablehook = _dropping_stops(sys.unraisablehook)
+        self.armed = True
+        self.timer.start()
+
+    def _fire(self) -> None:
+        with self.lock:
+            if self.armed:
+                self.fired = True
+                _set_async_exc(self.thread_id, _Stopped)
+                self.timer = self._timer(RETRY_SECONDS)
+                self.timer.start()
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.armed = False
+            self.timer.cancel()
+            if self.fired:  # set, and maybe not raised yet: clear it
+                _set_async_exc(self.thread_id, None)
+
+
+def _dropping_stops(hook):
+    """``sys.unraisablehook`` ``hook`` that drops a :class:`_Stopped` (the watchdog raises it again)."""
+    def drop_stops(unraisable) -> None:
+        if unraisable.exc_type is not _Stopped:
+            hook(unraisable)
+
+    drop_stops.drops_stops = True
+    return drop_stops
+
+
+def _set_async_exc(thread_id: int, exception: type[BaseException] | None) -> None:
+    """Set (or, with None, clear) the exception the thread ``thread_id`` raises at its next Python bytecode."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                               ctypes.py_object(exception) if exception is not None else None)
