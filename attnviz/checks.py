@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnviz import tracing
+from attnviz import time_limit, tracing
 from attnviz.tokens import counted
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
@@ -522,20 +522,45 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
     if reset_name is None:
         return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
-    reset = getattr(module, reset_name)
+    reset = _user_reset(module, reset_name)
     n = x.shape[1]
     if n == 1:
         return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
                                    "tokens")
     prefill = _prefill(n)
     try:
-        difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
-    finally:
-        reset()
+        try:
+            difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
+        finally:
+            reset()
+    except _ResetError as error:  # the reset's own code raised or never returned: the cache cannot start anew
+        return Check(rule, "fail", str(error))
     if difference is not None:
         return Check(rule, "fail", difference)
     return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then "
                                f"{counted(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+
+
+class _ResetError(tracing.TraceError):
+    """The module's reset (``reset_cache()``) raised, called ``sys.exit`` or never returned."""
+
+
+def _user_reset(module: nn.Module, name: str):
+    """The module's reset method ``name`` as a call without arguments that raises a one-line :class:`_ResetError`
+    for whatever its code does wrong (a forward's limits: :mod:`attnviz.time_limit`)."""
+    method, call = getattr(module, name), f"{type(module).__name__}.{name}()"
+
+    def reset() -> None:
+        try:
+            time_limit.call(method)
+        except time_limit.TimeLimitError as out:
+            raise _ResetError(f"{call} {out}") from None
+        except Exception as error:  # the user's code: any exception is theirs, reported in one line
+            raise _ResetError(f"{call} raised {type(error).__name__}: {tracing.one_line(error)}") from None
+        except SystemExit as stop:
+            raise _ResetError(f"{call} called sys.exit({stop.code!r})") from None
+
+    return reset
 
 
 def _prefill(n: int) -> int:

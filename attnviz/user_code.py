@@ -30,6 +30,7 @@ from pathlib import Path
 
 from torch import nn
 
+from attnviz import time_limit
 from attnviz.script_args import flag_values
 
 CLI_FLAG = "--module"
@@ -89,7 +90,11 @@ def load(spec: str) -> type[nn.Module]:
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
-        module_spec.loader.exec_module(module)
+        time_limit.call(module_spec.loader.exec_module, module)
+    except time_limit.TimeLimitError as out:
+        sys.modules.pop(name, None)
+        raise UserCodeError(f"{path_text} {out} on import: put its script part under "
+                            "if __name__ == \"__main__\":") from None
     except Exception as error:  # the user's file: anything it raises is theirs, in one line
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: {_one_line(error)}") from None
@@ -175,10 +180,13 @@ def _config_object(values: dict) -> types.SimpleNamespace:
 
 
 def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> nn.Module:
-    """``cls`` built from attnviz's settings and ``overrides`` (see :func:`constructor_arguments`)."""
+    """``cls`` built from attnviz's settings and ``overrides`` (see :func:`constructor_arguments`), under the time
+    limit of a user's call (:mod:`attnviz.time_limit`): whatever goes wrong is a one-line :class:`UserCodeError`."""
     arguments = constructor_arguments(cls, overrides, **settings)
     try:
-        return cls(**arguments)
+        return time_limit.call(cls, **arguments)
+    except time_limit.TimeLimitError as out:  # a loop in the constructor: stopped (time_limit)
+        raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) {out}") from None
     except Exception as error:  # the user's constructor
         raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) raised {type(error).__name__}: "
                             f"{_one_line(error)}") from None

@@ -581,6 +581,36 @@ def test_a_cached_forward_that_never_returns_fails_the_rule_in_words_and_the_che
                                    "(an endless loop?)")
 
 
+class ResetRaises(um.LearnerCachedMHA):
+    """A learner's cached module whose reset touches a buffer it never made."""
+
+    def reset_cache(self):
+        self.cache_k.zero_()  # None until the first cached forward: AttributeError
+
+
+class ResetLoops(um.LearnerCachedMHA):
+    """A learner's cached module whose reset waits for a cache that is never filled."""
+
+    def reset_cache(self):
+        while self.cache_k is None:
+            pass
+        super().reset_cache()
+
+
+def test_a_reset_that_raises_or_never_returns_fails_the_rule_in_one_line_and_the_check_goes_on(monkeypatch):
+    """kv-cache calls the module's reset_cache() as it calls a forward: an exception there, or a loop, is the rule's
+    failure in words — not a traceback in ``attnviz check`` and the app, nor a tab that waits for ever."""
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
+    torch.manual_seed(0)
+    results = checks.check_module(ResetRaises(16, 32, 16, 0.0, 4).eval(), rules=["kv-cache", "causal"])
+    assert [(c.rule, c.status) for c in results] == [("causal", "pass"), ("kv-cache", "fail")]
+    assert results[1].evidence == ("ResetRaises.reset_cache() raised AttributeError: 'NoneType' object has no "
+                                   "attribute 'zero_'")
+    stopped = verdict(ResetLoops(16, 32, 16, 0.0, 4).eval(), "kv-cache")
+    assert (stopped.status, stopped.evidence) == (
+        "fail", "ResetLoops.reset_cache() ran for 0.5 s without returning (an endless loop?)")
+
+
 def test_a_forward_that_never_returns_is_a_trace_error_for_the_check(monkeypatch):
     monkeypatch.setattr(time_limit, "SECONDS", 0.5)
     with pytest.raises(tracing.TraceError, match=r"^EndlessLoop\.forward ran for 0\.5 s without returning"):

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnviz import user_code
+from attnviz import time_limit, user_code
 
 GOOD = textwrap.dedent('''
     import torch
@@ -101,6 +101,31 @@ def test_a_file_that_raises_on_import(tmp_path):
     path.write_text("raise RuntimeError('no GPU here')\n")
     with pytest.raises(user_code.UserCodeError, match="raised RuntimeError on import: no GPU here"):
         user_code.load(f"{path}:A")
+
+
+def test_a_constructor_or_an_import_that_never_returns_is_stopped_with_one_line(tmp_path, monkeypatch):
+    """A user's constructor, and their file's import, run under the time limit of a forward: a loop there is a
+    message, not a page (or ``attnviz check``) that waits for ever."""
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
+    path = tmp_path / "waits.py"
+    path.write_text(textwrap.dedent("""
+        from torch import nn
+
+        class Waits(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()
+                self.ready = False
+                while not self.ready:  # set by a callback that never comes
+                    pass
+    """))
+    with pytest.raises(user_code.UserCodeError,
+                       match=r"^Waits\(d_in=16, d_out=16\) ran for 0\.5 s without returning \(an endless loop\?\)$"):
+        user_code.build(user_code.load(f"{path}:Waits"), d_in=16, d_out=16)
+    script = tmp_path / "script.py"
+    script.write_text("while True:\n    pass\n")
+    with pytest.raises(user_code.UserCodeError, match=r"script\.py ran for 0\.5 s without returning \(an endless "
+                                                      r"loop\?\) on import"):
+        user_code.load(f"{script}:A")
 
 
 def test_an_argument_nobody_can_fill_is_named(good):
