@@ -7,7 +7,9 @@ which cell, which value, what it should be:
 * ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1, as the weights multiply V (a
   softmax over the wrong dimension normalises columns; ``softmax(s) / √d`` shrinks every row);
 * ``causal`` — changing the tokens from position j on changes no output before j (skipped for 1 token: nothing
-  comes after it);
+  comes after it, and for a module that is not causal: the evidence says who said so — ``causal=False`` given, the
+  module's ``causal`` attribute, or no mask hiding the future — and ``mask-convention`` fails a module that masks
+  anyway);
 * ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
   sliding window of W, as wide as the module's own ``sliding_window_size`` says): not inverted, not the past instead
   of the future, not a shifted diagonal (skipped for 1 token that hides nothing: there is no future);
@@ -143,6 +145,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, attention)
+        stated = _stated_causal(module, attention, causal)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
         meter.planned = _planned_forwards(module, x, selected, causal)
@@ -150,8 +153,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         weightless = _weightless(module)
         run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
-            "causal": lambda: causal_rule(module, x, recording.output, causal),
-            "mask-convention": lambda: mask_convention(attention, causal, declared_window(module)),
+            "causal": lambda: causal_rule(module, x, recording.output, causal, stated),
+            "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated),
             "scaling": lambda: scaling(attention, weightless=weightless),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
@@ -269,13 +272,28 @@ def _times(factor: float) -> str:
     return f"divided by {1 / factor:.4g}" if abs(factor) < 1 else f"multiplied by {factor:.4g}"
 
 
-def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool) -> Check:
+def _stated_causal(module: nn.Module, attention: tracing.Attention, causal: bool | None) -> str | None:
+    """Who said whether the module is causal, in words, when its hidden cells did not: the caller
+    ("causal=False was given (--no-causal)": ``check_module``'s argument, the CLI's flag) or the module's own
+    ``causal`` attribute; None when the check reads it off the module's mask (``tracing.infer_causal``)."""
+    if causal is not None:
+        return f"causal={causal} was given ({'--causal' if causal else '--no-causal'})"
+    value = getattr(module, "causal", None)
+    if not attention.is_causal and isinstance(value, bool):  # what infer_causal reads first, after a call's flag
+        return f"the module's causal attribute is {value}"
+    return None
+
+
+def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool,
+                stated: str | None = None) -> Check:
+    """``stated``: who said whether the module is causal (:func:`_stated_causal`); None: its mask says."""
     rule = "causal"
     n = x.shape[1]
     if n == 1:
         return Check(rule, "skip", "1 token: nothing after it to change — check 2 or more tokens")
     if not causal:
-        return Check(rule, "skip", "the module is not causal (no mask hides the future)")
+        return Check(rule, "skip", f"not checked: {stated}" if stated else
+                     "the module is not causal (no mask hides the future)")
     generator = torch.Generator().manual_seed(1)
     for j in range(1, n):
         changed = x.clone()  # (b, n, d_in)
@@ -290,7 +308,10 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
     return Check(rule, "pass", f"changing tokens j… moves no output before j ({js})")
 
 
-def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None) -> Check:
+def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None,
+                    stated: str | None = None) -> Check:
+    """``declared``: the module's own window (:func:`declared_window`); ``stated``: who said whether the module is
+    causal (:func:`_stated_causal`), None when its mask says."""
     rule = "mask-convention"
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
@@ -308,13 +329,20 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    f"{window} or more behind (query i sees keys i - {window - 1} … i)")
     if not causal:
         if not hidden.any():
-            return Check(rule, "skip", "the module is not causal and hides no cell")
-        where = _where(attention, hidden.nonzero()[0])
-        return Check(rule, "fail", f"the module is not causal but hides {int(hidden[0, 0].sum())} cells, e.g. {where}")
+            return Check(rule, "skip", f"{stated}, and the module hides no cell" if stated else
+                         "the module is not causal and hides no cell")
+        if not stated:
+            where = _where(attention, hidden.nonzero()[0])
+            return Check(rule, "fail", f"the module is not causal but hides {int(hidden[0, 0].sum())} cells, "
+                                       f"e.g. {where}")
+        return Check(rule, "fail", f"{stated}, but the module masks: it hides {_hidden_cells(attention, future)}")
     if torch.equal(hidden, future.expand_as(hidden)):
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
     if not hidden.any():
+        if stated:
+            return Check(rule, "fail", f"{stated}, but no cell is hidden: the module has no causal mask, or it never "
+                                       "reached the scores (masked_fill returns a copy: keep it, or use masked_fill_)")
         return Check(rule, "fail", "no cell is hidden: the causal mask never reached the scores "
                                    "(masked_fill returns a copy: keep it, or use masked_fill_)")
     if nk > 1 and torch.equal(first, ~future):  # one token: hiding it is the hidden diagonal below
@@ -333,6 +361,20 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
+
+
+def _hidden_cells(attention: tracing.Attention, future: torch.Tensor) -> str:
+    """The cells a module hides, in words: "the 28 cells above the diagonal (the future), e.g. …", a sliding
+    window's, or "28 cells, e.g. …" (counted in the first item's first head)."""
+    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    count = int(hidden[0, 0].sum())
+    where = _where(attention, hidden.nonzero()[0])
+    window = sliding_window(attention)
+    if torch.equal(hidden, future.expand_as(hidden)):
+        return f"the {count} cells above the diagonal (the future), e.g. {where}"
+    if window is not None:
+        return f"the future and the keys {window} or more behind (a sliding window of {window}), e.g. {where}"
+    return f"{count} cells, e.g. {where}"
 
 
 INVERTED_FIX = {  # what to pass instead of an inverted mask, by the attention's kind

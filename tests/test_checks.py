@@ -105,6 +105,55 @@ def test_causal_rules_skip_a_module_that_is_not_causal():
     assert verdict(mha("masked-fill-copy"), "causal", causal=False).status == "skip"  # causal=False says so
 
 
+def test_causal_false_given_for_a_module_that_masks_says_it_was_given_and_names_the_hidden_cells():
+    """The caller, not the module, says it is not causal: the evidence says so (the API's words and the CLI's
+    flag), and mask-convention says the module masks anyway, naming what it hides."""
+    results = {c.rule: c for c in checks.check_module(mha(), causal=False)}
+    assert results["causal"] == checks.Check("causal", "skip", "not checked: causal=False was given (--no-causal)")
+    check = results["mask-convention"]
+    assert check.status == "fail" and "is not causal" not in check.evidence
+    assert check.evidence == ("causal=False was given (--no-causal), but the module masks: it hides the 28 cells "
+                              "above the diagonal (the future), e.g. head 0, row 0 (query 0), key 1")
+    unmasked = verdict(um.Bidirectional().eval(), "mask-convention", causal=False)
+    assert unmasked == checks.Check("mask-convention", "skip",
+                                    "causal=False was given (--no-causal), and the module hides no cell")
+
+
+def test_a_window_masked_anyway_is_named_as_a_window():
+    torch.manual_seed(0)
+    module = um.LearnerSWA(16, 16, 16, 0.0, 4, sliding_window_size=3).eval()
+    evidence = verdict(module, "mask-convention", causal=False).evidence
+    assert evidence.startswith("causal=False was given (--no-causal), but the module masks: it hides the future and "
+                               "the keys 3 or more behind (a sliding window of 3), e.g.")
+
+
+def test_causal_true_given_for_a_module_that_does_not_mask_says_it_was_given():
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.Bidirectional().eval(), causal=True)}
+    assert results["causal"].status == "fail" and "sees the future" in results["causal"].evidence
+    assert results["mask-convention"] == checks.Check(
+        "mask-convention", "fail", "causal=True was given (--causal), but no cell is hidden: the module has no "
+        "causal mask, or it never reached the scores (masked_fill returns a copy: keep it, or use masked_fill_)")
+
+
+def test_inferred_not_causal_says_what_said_so():
+    """causal=None: a module without a mask is found not causal; a ``causal = False`` attribute is named as what
+    said so, and a module that masks anyway disagrees with it (the attribute is never read by its forward)."""
+    torch.manual_seed(0)
+    unmasked = {c.rule: c for c in checks.check_module(um.Bidirectional().eval())}
+    assert unmasked["causal"].evidence == "the module is not causal (no mask hides the future)"
+    assert unmasked["mask-convention"].evidence == "the module is not causal and hides no cell"
+    assert verdict(um.TorchMHA(causal=False).eval(), "causal").evidence == (
+        "not checked: the module's causal attribute is False")
+    module = mha()
+    module.causal = False  # the flag a forward forgets to read
+    results = {c.rule: c for c in checks.check_module(module)}
+    assert results["causal"].evidence == "not checked: the module's causal attribute is False"
+    assert results["mask-convention"].status == "fail"
+    assert results["mask-convention"].evidence.startswith(
+        "the module's causal attribute is False, but the module masks: it hides the 28 cells above the diagonal")
+
+
 @pytest.mark.parametrize(("bug", "words"), [
     ("inverted-sdpa-mask", "inverted"),
     ("diagonal-hidden", "each token hides itself"),

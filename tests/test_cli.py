@@ -185,7 +185,9 @@ def test_a_syntax_error_exits_2_naming_the_line(tmp_path):
 def test_causal_can_be_stated(modules):
     result = check(f"{modules}:Attention", "--d-in", 32, "--no-causal")
     assert result.returncode == 1  # it masks, but was said not to be causal
-    assert "mask-convention     FAIL  the module is not causal but hides" in result.stdout
+    assert "causal              skip  not checked: causal=False was given (--no-causal)" in result.stdout
+    assert "mask-convention     FAIL  causal=False was given (--no-causal), but the module masks: it hides the" in (
+        result.stdout)
 
 
 @pytest.mark.parametrize(("source", "spec", "message"), [
