@@ -55,6 +55,7 @@ def add_check_command(commands) -> argparse.ArgumentParser:
     check.add_argument("--num-heads", type=int, default=4, help="default 4")
     check.add_argument("--context-length", type=int, default=64, help="default 64")
     check.add_argument("--dropout", type=float, default=0.0, help="default 0")
+    check.add_argument("--seed", type=int, default=None, help="the seed the weights are drawn after (default 123)")
     check.add_argument("--num-kv-groups", type=int, default=None,
                        help="grouped-query attention: the number of K/V heads (1: multi-query)")
     check.add_argument("--latent-dim", type=int, default=None, help="multi-head latent attention: the latent's width")
@@ -173,7 +174,10 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
             parser.error(f"{flag} must be at least 1, got {value}")
     if not 0 <= args.dropout < 1:  # NaN fails too
         parser.error(f"--dropout is a probability: a number from 0 up to (not including) 1, got {args.dropout}")
-    from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, AttentionConfig  # torch: arguments parsed
+    from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_SEED, AttentionConfig  # torch: parsed
+
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        parser.error(f"--seed must be between 0 and {MAX_SEED}, got {args.seed}")
 
     # AttentionConfig's limits (--tokens is held to --context-length by checked_tokens)
     for flag, value, high in (("--d-in", args.d_in, MAX_DIM), ("--d-out", args.d_out, MAX_DIM),
@@ -189,8 +193,8 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
 
     try:
         cls = user_code.load(args.spec)
-        # the weights drawn after torch.manual_seed(123), the app's default seed: the same table on every run
-        with seeded(AttentionConfig.seed):
+        # the weights drawn after torch.manual_seed(--seed, default 123: the app's): the same table on every run
+        with seeded(AttentionConfig.seed if args.seed is None else args.seed):
             module = user_code.build(cls, overrides, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
                                      context_length=args.context_length, dropout=args.dropout,
                                      num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,

@@ -182,6 +182,25 @@ def test_a_syntax_error_exits_2_naming_the_line(tmp_path):
     assert result.returncode == 2 and "line 1" in result.stderr and "syntax error" in result.stderr
 
 
+@pytest.mark.parametrize("seed", [None, 7])
+def test_the_weights_are_drawn_after_the_seed(modules, monkeypatch, seed):
+    """The app's seed setting (default 123) gives the module's weights; --seed gives the CLI the same ones."""
+    import torch
+
+    from attnviz import checks, user_code
+    from attnviz.rng import seeded
+
+    built = []
+    check_module = checks.check_module
+    monkeypatch.setattr(checks, "check_module", lambda module, x, **kw: built.append(module) or check_module(
+        module, x, **kw))
+    assert check(f"{modules}:Attention", "--d-in", 32, *(["--seed", seed] if seed is not None else [])).returncode == 0
+    with seeded(123 if seed is None else seed):
+        expected = user_code.build(user_code.load(f"{modules}:Attention"), d_in=32, d_out=None, num_heads=4,
+                                   context_length=64, dropout=0.0)
+    assert all(torch.equal(value, expected.state_dict()[key]) for key, value in built[0].state_dict().items())
+
+
 def test_causal_can_be_stated(modules):
     result = check(f"{modules}:Attention", "--d-in", 32, "--no-causal")
     assert result.returncode == 1  # it masks, but was said not to be causal
@@ -237,6 +256,8 @@ def test_help_does_not_import_torch():
     (["train", "--out", "x", "--set", "no_such_field=1"], "unknown field"),
     (["train", "--out", "x", "--set", "lr=fast"], "must be JSON"),
     (["check"], "the following arguments are required: path/to/file.py:ClassName"),
+    (["check", "x.py:A", "--seed", "-1"], "--seed must be between 0 and 4294967295, got -1"),
+    (["check", "x.py:A", "--seed", str(2**32)], "--seed must be between 0 and 4294967295, got 4294967296"),
 ])
 def test_a_bad_command_line_exits_2_with_its_usage(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -77,14 +77,21 @@ def check_panel(trace, where) -> None:
 
 
 def cli_command(trace) -> str:
-    """``attnviz check`` of this run's module at the sizes the app built it with (the file by its name only: the
-    page shows no folder of the server's)."""
+    """``attnviz check`` of this run's module built as the app built it, checked as the panel checks it (the file by
+    its name only: the page shows no folder of the server's).
+
+    The app builds a listed module from its sizes, dropout and seed alone (``user_module.module_for``): no K/V groups,
+    latent width or window reaches its constructor, which the CLI fills the same way without ``--num-kv-groups``,
+    ``--latent-dim`` and ``--window``; and the panel gives ``check_module`` no ``causal``, so both find it (no
+    ``--causal``/``--no-causal``)."""
     config, run = trace.config, trace.module_run
     file = _file_name(trace)
     sizes = [f"--d-in {config.d_in}", f"--num-heads {config.num_heads}", f"--context-length {config.context_length}",
              f"--dropout {config.dropout:g}", f"--tokens {min(trace.n, MAX_CHECK_TOKENS)}"]
     if config.d_out != config.d_in:
         sizes.insert(1, f"--d-out {config.d_out}")
+    if config.seed != AttentionConfig.seed:  # the CLI's default seed is the app's
+        sizes.append(f"--seed {config.seed}")
     return f"python -m attnviz check {file}:{run.class_name} " + " ".join(sizes)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
+import torch
 from helpers.apptest import plotly_figures as figures
 from helpers.apptest import recorded_spinners
 from streamlit.testing.v1 import AppTest
@@ -362,12 +363,13 @@ def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_sam
     the sizes the app built it with; run from the file's folder, every rule has the app's result."""
     from attnviz import cli
 
-    at = app(num_heads="2", dropout="0.1")
+    at = app(num_heads="2", dropout="0.1", seed="7")
     no_exception(at)
     caption = next(c.value for c in at.caption if "attnviz check" in c.value)
     command = re.search(r"`(python -m attnviz check [^`]+)`", caption).group(1)
     assert command.startswith("python -m attnviz check user_modules.py:CausalSelfAttention --d-in 64 --num-heads 2")
     assert "--dropout 0.1" in command and "/" not in command  # the file by its name: no folder of the server's
+    assert command.endswith(" --seed 7")  # the weights the app drew
     assert "from the folder that holds `user_modules.py`" in caption  # where the command runs as printed
     table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
     app_results = dict(zip(table["rule"], table["result"]))
@@ -377,3 +379,44 @@ def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_sam
     printed = capsys.readouterr().out
     cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
     assert cli_results == app_results
+
+
+@pytest.mark.parametrize(("name", "asked"), [("LearnerSWA", {"sliding_window_size": 3, "seed": 7}),
+                                             ("Bidirectional", {"causal": False})])
+def test_the_check_panels_command_builds_and_checks_the_module_the_panel_checks(monkeypatch, name, asked):
+    """The app builds a listed module from its sizes, dropout and seed alone: a window in the URL (the sidebar shows
+    none for a module) or the causal toggle (disabled: the module decides) never reaches its constructor, and the
+    panel leaves causal to the check to find.  The command builds that module (its weights and its window) and checks
+    it with causal found the same way, so it gives no --window and no --causal/--no-causal."""
+    from types import SimpleNamespace
+
+    from attnviz import cli, urlstate
+    from attnviz.producers import user_module
+    from attnviz.ui import module_check
+
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:{name}")
+    settings = {**urlstate.DEFAULTS, "variant": f"Your module: {name}", "d_in": 32, "d_out": 32, "num_heads": 4,
+                "dropout": 0.0, **asked}
+    config = urlstate.config_from_settings(settings)
+    trace = SimpleNamespace(config=config, n=6, module_run=SimpleNamespace(class_name=name, filename=str(MODULES)))
+    argv = module_check.cli_command(trace).split()[3:]
+    assert argv[:2] == ["check", f"user_modules.py:{name}"]
+    argv[1] = f"{MODULES.parent}/{argv[1]}"
+    args = cli.parser().parse_args(argv)
+    assert (args.sliding_window_size, args.num_kv_groups, args.latent_dim, args.causal) == (None, None, None, None)
+
+    checked = {}
+    check_module = checks.check_module
+
+    def recorded(module, x, **kwargs):
+        checked.update(module=module, **kwargs)
+        return check_module(module, x, **kwargs)
+
+    monkeypatch.setattr(checks, "check_module", recorded)
+    assert cli.main(argv) in (0, 1)
+    app_module = user_module.module_for(config)
+    assert checked["causal"] is None  # the panel passes none: both find it
+    assert getattr(checked["module"], "sliding_window_size", None) == getattr(app_module, "sliding_window_size", None)
+    cli_weights, app_weights = checked["module"].state_dict(), app_module.state_dict()
+    assert cli_weights.keys() == app_weights.keys()
+    assert all(torch.equal(cli_weights[key], app_weights[key]) for key in app_weights)
