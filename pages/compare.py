@@ -52,7 +52,7 @@ if trace.module_run is not None:  # the user's module beside the book's MultiHea
         st.plotly_chart(compare.module_heatmap(trace, how="head 0"), config=ui.plotly_config("attnviz-compare-module"))
     with book:
         mha = next(v for v in result.variants if v.variant == variants.MHA)
-        st.plotly_chart(compare.variant_heatmap(mha, result.tokens, "head 0", causal=base.causal),
+        st.plotly_chart(compare.variant_heatmap(mha, result.tokens, "head 0", causal=base.causal, width=None),
                         config=ui.plotly_config("attnviz-compare-mha"))
     st.dataframe(compare.module_vs_mha_rows(trace, mha), hide_index=True)
 
@@ -61,6 +61,7 @@ if config.rotary:
                "(3.3–3.6.1, MLA) see no position information here.")
 st.subheader("Every variant on the same tokens")
 how = lab_selectors.heatmap_choice()
+st.caption(compare.SCALE_NOTE)
 ui.share_link(ctx.link)  # now that the URL holds the map this run draws
 with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: one on a phone, three or more wide
     for variant in result.variants:

@@ -42,6 +42,8 @@ from attnviz.views import figures
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
 TOLERANCE = 1e-5  # max |Δ| at or below this counts as equal (float32 round-off)
 MAP_CHOICES = ("head 0", "mean over heads")
+SCALE_NOTE = ("Colour: the attention weight, from 0 (dark) to 1 (yellow), on one scale for every map; grey cells are "
+              "masked.")
 MAP_WIDTH = 290  # px: a variant's map on the Compare page; as many a row as fit (three beside the sidebar at 1,400)
 TWO_LINE_TITLE_PX = 32  # a two-line title above a map's key tokens, more than their labels and axis title take
 
@@ -409,12 +411,14 @@ def variant_caption(result: VariantResult, causal: bool) -> str:
 
 
 def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causal: bool = True,
-                    current: str | None = None, height: int = 420) -> go.Figure:
+                    current: str | None = None, height: int = 420, width: int | None = MAP_WIDTH) -> go.Figure:
     """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title
-    (:func:`variant_title`) placed clear of the key-token ticks."""
+    (:func:`variant_title`) placed clear of the key-token ticks; ``width``: the chart's, which then has no colour bar
+    (the page says the one scale of every map: :data:`SCALE_NOTE`); None: a column's, with its colour bar."""
     fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
                                     title=variant_title(result, how, current), height=height,
-                                    title_px=TWO_LINE_TITLE_PX)
+                                    title_px=TWO_LINE_TITLE_PX, width=width,
+                                    show_scale=width is None)
     return _two_line_title(fig, height)
 
 

@@ -25,8 +25,14 @@ def scaling(key: tuple) -> tuple[dict, dict]:
     trace = trace_of(key)
     queries, keys = ablation.trace_qk(trace, head=0, max_tokens=compare.MAX_TOKENS)
     causal, seed = trace.config.causal, trace.config.seed
-    random_qk = ablation.scaling_ablation(num_tokens=len(queries), seed=seed, causal=causal)
-    return random_qk, ablation.run_point(queries, keys, causal=causal, head=0)
+    return random_scaling(len(queries), seed, causal), ablation.run_point(queries, keys, causal=causal, head=0)
+
+
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def random_scaling(num_tokens: int, seed: int, causal: bool) -> dict:
+    """:func:`attnviz.ablation.scaling_ablation`: random q and k, so the same for every text of as many tokens
+    (every long text: :data:`attnviz.labs.compare.MAX_TOKENS`) with this seed and mask."""
+    return ablation.scaling_ablation(num_tokens=num_tokens, seed=seed, causal=causal)
 
 
 # The Pitfall lab's results are small; the Trace is passed unhashed (``_trace``): ``key`` names it.

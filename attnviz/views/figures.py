@@ -158,6 +158,7 @@ def shared_range(matrices) -> tuple[float, float]:
 
 
 MAP_TITLE_PX = 40  # a token map's title, above its key tokens
+NO_COLOUR_BAR_PX = 12  # the right margin of a map without a colour bar: its last key label's turned foot
 
 
 def attention_heatmap(
@@ -176,6 +177,8 @@ def attention_heatmap(
     uirevision: str | None = None,
     hidden: np.ndarray | None = None,
     title_px: int = MAP_TITLE_PX,
+    width: int | None = None,
+    show_scale: bool = True,
 ) -> go.Figure:
     """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
@@ -187,7 +190,10 @@ def attention_heatmap(
     drawn as it is, not changed afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.
     ``hidden`` (rows × cols bool): cells a mask other than the causal one hides (a sliding window), grey in
     the probability stages like the causal mask's.  ``title_px``: the room above the key tokens' labels for the
-    title (0 for a map whose caller blanks it).
+    title (0 for a map whose caller blanks it).  ``width``: the width the page gives the chart, where it is narrower
+    than tall (the Compare page's maps): the key tokens' labels are as many as that width holds.  ``show_scale``
+    False: no colour bar beside the map, whose room goes to the cells (maps side by side on one fixed scale, whose
+    page says it once).
     """
     rows, cols = matrix.shape
     values = display_values(matrix, stage, causal=False)
@@ -201,17 +207,21 @@ def attention_heatmap(
     if zrange is not None:  # a before/after pair shares one scale, so equal values look equal
         zmin, zmax = zrange
     palette = colorscale(scale)
-    data = [map_image(values, zmin, zmax, palette, x0=col_offset, y0=row_offset, name=stage),
-            colour_bar(zmin, zmax, palette, {"title": {"text": stage}, "thickness": 12})]
+    data = [map_image(values, zmin, zmax, palette, x0=col_offset, y0=row_offset, name=stage)]
+    if show_scale:
+        data.append(colour_bar(zmin, zmax, palette, {"title": {"text": stage}, "thickness": 12}))
+    right_px = margins.COLORBAR_PX if show_scale else NO_COLOUR_BAR_PX
     data += cell_overlay(values, stage, row_offset, col_offset)
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
     axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))
     top = title_px + margins.across(axes["xaxis"]["ticktext"])
-    # as many labels as the plot holds without overlapping: its height for the rows, and, the map being about as wide
-    # as it is tall in a page's column, the same for the columns
+    # as many labels as the plot holds without overlapping: its height for the rows, and for the columns its width
+    # (``width``'s, else about its height: a map in a page's column is about as wide as it is tall)
     plot_px = height - top - margins.LEGEND_BELOW_PX
-    row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_px // COLUMN_LABEL_PX)
+    plot_width_px = plot_px if width is None else min(
+        plot_px, width - margins.beside(axes["yaxis"]["ticktext"]) - right_px)
+    row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_width_px // COLUMN_LABEL_PX)
     if row_ticks < len(axes["yaxis"]["tickvals"]) or column_ticks < len(axes["xaxis"]["tickvals"]):
         axes = token_axes(tokens, (row_offset, rows), (col_offset, cols), max_row_ticks=row_ticks,
                           max_column_ticks=column_ticks)
@@ -221,7 +231,7 @@ def attention_heatmap(
         # margins that hold the labels, so Plotly draws the map once (views/margins.py); t: the title above the
         # key ticks; b: the "masked" legend whether or not there is one, so a before/after pair (only one of
         # them masked) has plots of the same size
-        "height": height, "margin": {"l": margins.beside(axes["yaxis"]["ticktext"]), "r": margins.COLORBAR_PX,
+        "height": height, "margin": {"l": margins.beside(axes["yaxis"]["ticktext"]), "r": right_px,
                                      "t": top,
                                      "b": margins.LEGEND_BELOW_PX, "pad": 0},  # no grey band beside the cells
         "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from attnviz import attention, pipeline, variants
+from attnviz import ablation, attention, pipeline, variants
 from attnviz.config import AttentionConfig
 from attnviz.labs import compare
 from attnviz.trace import Trace
@@ -287,7 +287,9 @@ def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
     upper = np.triu_indices(result.n, k=1)
     assert np.isnan(z[upper]).all()
     assert np.allclose(np.nan_to_num(z), mha.weights.mean(axis=0), atol=1e-6)
-    assert colour_range(fig) == (0.0, 1.0)
+    with pytest.raises(ValueError):  # a narrow map has no colour bar: the page says its one scale (SCALE_NOTE)
+        colour_range(fig)
+    assert colour_range(compare.variant_heatmap(mha, result.tokens, "head 0", width=None)) == (0.0, 1.0)
     assert fig.layout.title.text == compare.variant_title(mha, "mean over heads", "mha")
     assert fig.layout.margin.t > 110  # the two-line title has its own room above the key ticks
     head0 = compare.variant_heatmap(mha, result.tokens, "head 0", causal=True)
@@ -352,6 +354,21 @@ def test_compare_page_has_the_scaling_ablation(default_page):
     ablation_fig = next(fig for fig in figures if "saturation" in fig["layout"]["title"]["text"])
     stars = [t for t in ablation_fig["data"] if t.get("marker", {}).get("symbol") == "star"]
     assert len(stars) == 6 and all(t["x"] == [64] for t in stars)  # GPT-2 small: head_dim 64
+
+
+def test_a_new_text_of_as_many_tokens_draws_the_random_scaling_curves_without_computing_them_again(monkeypatch):
+    """The "Why ÷√dₖ?" curves are random q and k: another text of as many tokens (every long one: the page compares
+    its first 256) with the same seed and mask reuses them; a new seed draws new ones."""
+    calls = []
+    real = ablation.scaling_ablation
+    monkeypatch.setattr(ablation, "scaling_ablation", lambda **kwargs: calls.append(kwargs) or real(**kwargs))
+    at = compare_page(seed="4242", text="One two three four five six")
+    at.sidebar.text_area(key="text").set_value("Six other words are here now").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(calls) == 1 and calls[0]["num_tokens"] == 6
+    assert "Why ÷√dₖ?" in [h.value for h in at.subheader]
+    at.sidebar.number_input(key="seed").set_value(4243).run()
+    assert len(calls) == 2
 
 
 @pytest.mark.parametrize("heads", [4, 1, 64])

@@ -277,3 +277,20 @@ def test_the_overview_is_a_square_of_square_cells_with_no_band_or_grid_beside_it
     assert layout.yaxis.scaleanchor == "x"
     assert layout.xaxis.constrain == layout.yaxis.constrain == "domain"  # the plot area shrinks to the square
     assert not layout.xaxis.showgrid and not layout.yaxis.showgrid
+
+
+def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_its_colour_bar_out():
+    """A map a page draws narrower than tall (the Compare page's, 290 px) turns no more key tokens' labels than its
+    plot's width holds side by side; without its colour bar (one scale for every map, said once) the cells get the
+    room."""
+    tokens, matrix = [f"·token{i}" for i in range(256)], np.full((256, 256), 1 / 256)  # (n, n)
+    tall = figures.attention_heatmap(matrix, tokens, height=420)
+    narrow = figures.attention_heatmap(matrix, tokens, height=420, width=290, show_scale=False)
+    margin = narrow.layout.margin
+    plot_width = 290 - margin.l - margin.r
+    assert len(narrow.layout.xaxis.tickvals) <= plot_width // figures.COLUMN_LABEL_PX
+    assert len(narrow.layout.xaxis.tickvals) < len(tall.layout.xaxis.tickvals)
+    assert plot_width > 290 - margin.l - margins.COLORBAR_PX
+    assert colour_range(tall) == (0.0, 1.0)
+    with pytest.raises(ValueError):  # no colour bar to unpack
+        colour_range(narrow)
