@@ -3,8 +3,8 @@
 * ``attnviz check path/to/file.py:ClassName`` runs check_module's rules on a user's class and prints a table, a
   rule's line as soon as the rule is done (a check that will take long says so on stderr first; on a terminal a
   status line on stderr names the rule running).  The class is built after ``torch.manual_seed(123)`` (the app's
-  default seed), so the table is the same on every run.  Exit status: 0 every rule passes (or does not apply), 1 a
-  rule fails, 2 the file or class cannot be loaded, built or run (one line on stderr, no traceback) — so a learner
+  default seed), so the table is the same on every run.  Exit status: 0 no rule fails (skips included), 1 a rule
+  fails, 2 the file or class cannot be loaded, built or run (one line on stderr, no traceback) — so a learner
   can put it in their own CI.
 * ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`) and writes a checkpoint
   that ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
@@ -48,7 +48,8 @@ def add_check_command(commands) -> argparse.ArgumentParser:
                     "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
                     "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
                     "any other with --set) after torch.manual_seed(123), and run every rule on a seeded input. "
-                    "Exit status: 0 every rule passes, 1 a rule fails, 2 the class cannot be loaded, built or run.")
+                    "Exit status: 0 no rule fails (skips included), 1 a rule fails, 2 the class cannot be loaded, "
+                    "built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
     check.add_argument("--d-in", type=int, default=64, help="default 64")
     check.add_argument("--d-out", type=int, default=None, help="default: d_in")
@@ -68,7 +69,8 @@ def add_check_command(commands) -> argparse.ArgumentParser:
     causal = check.add_mutually_exclusive_group()
     causal.add_argument("--causal", dest="causal", action="store_const", const=True, default=None,
                         help="the module should mask the future (default: inferred)")
-    causal.add_argument("--no-causal", dest="causal", action="store_const", const=False)
+    causal.add_argument("--no-causal", dest="causal", action="store_const", const=False,
+                        help="the module should not mask the future")
     check.set_defaults(run=run_check, command_parser=check)
     return check
 
@@ -86,7 +88,8 @@ def add_train_command(commands) -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, default=None,
                        help=f"torch threads, at most the machine's CPUs (default {DEFAULT_THREADS})")
     train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override a TrainConfig field (JSON value), e.g. --set batch_size=32 --set lr=0.003")
+                       help="override a TrainConfig field (JSON value), e.g. --set batch_size=32 --set lr=0.003 "
+                            "(not steps/seed: use --steps/--seed)")
     train.add_argument("--quiet", action="store_true", help="print only the final line")
     train.set_defaults(run=run_train, command_parser=train)
     return train
@@ -311,7 +314,6 @@ def train_threads(asked: int | None, parser: argparse.ArgumentParser) -> int:
 def output_folder(text: str, parser: argparse.ArgumentParser):
     """``--out`` as a folder that exists and can be written, made before training so a bad one costs no run;
     parser.error for an empty name, a file, or a folder that cannot be made or written."""
-    import os
     from pathlib import Path
 
     if not text.strip():
@@ -336,8 +338,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def console() -> None:
     """The ``attnviz`` console script: ``main`` with a quiet exit when the reader stops early (``| head``)."""
-    import os
-
     try:
         status = main()
         sys.stdout.flush()

@@ -243,6 +243,22 @@ def test_each_command_has_help(command, options):
     assert all(option in result.stdout for option in options)
 
 
+def help_text(command: str) -> str:
+    """A subcommand's ``--help``, its wrapped lines joined with single spaces."""
+    spec = ["x.py:X"] if command == "check" else ["--out", "x"]
+    return " ".join(cli.parser().parse_args([command, *spec]).command_parser.format_help().split())
+
+
+def test_check_help_says_a_skip_exits_0_and_what_no_causal_means():
+    text = help_text("check")
+    assert "Exit status: 0 no rule fails (skips included), 1 a rule fails" in text
+    assert "--no-causal the module should not mask the future" in text
+
+
+def test_train_help_says_set_refuses_steps_and_seed():
+    assert "(not steps/seed: use --steps/--seed)" in help_text("train")
+
+
 def test_help_does_not_import_torch():
     code = "import sys\nfrom attnviz.cli import parser\nparser().format_help()\nprint('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
