@@ -5,8 +5,10 @@ need to know about one model: its name and label, the book section, the class, h
 ``AttentionConfig``, which settings apply (and why the others don't), how its heads are laid out, whether it
 has weights, dropout and an ``out_proj``, and the path of named tensors it records (its shape path).  Other
 modules iterate :data:`VARIANTS` or read a record's fields; they never spell a variant's name.  A new
-variant — or a model family whose sizes come from a checkpoint file — is one more record (``build`` may load
-weights; ``fixed_settings`` lists the settings the file decides, with the reason shown in the sidebar).
+variant is one more record.  A checkpoint's layer (:data:`CHECKPOINT`, whose ``build`` loads the file's
+weights) and a user's module (:data:`USER_MODULE`) are records too, kept out of :data:`VARIANTS` (the
+sidebar's choices): ``AttentionConfig.spec`` returns them, and their ``fixed_settings`` list the settings the
+file or the module decides, with the reason shown in the sidebar.
 
 Pure Python + torch: no Streamlit, no pipeline import (the pipeline imports this module).
 """
@@ -269,8 +271,8 @@ USER_MODULE = Variant(
 
 
 def register(variant: Variant) -> Variant:
-    """Add (or replace) a record: every module that iterates the registry picks it up (a model family loaded
-    from a checkpoint is registered like this).  Returns the record."""
+    """Add (or replace) a record in :data:`VARIANTS`: a new variant is one more record, and every module that
+    iterates the registry picks it up.  Returns the record."""
     VARIANTS[variant.name] = variant
     LABELS[variant.name] = variant.label
     return variant
