@@ -39,6 +39,19 @@ class EmptyTextError(InputError):
 
 @dataclass(frozen=True)
 class AttentionConfig:
+    """The settings of one run: which attention runs, at which sizes, on which weights — the argument of
+    ``attnviz.run`` and the app's cache key (frozen, so hashable).
+
+    ``variant`` names one of the book's Chapter 3 classes or a bonus variant (:mod:`attnviz.variants`); ``d_in``,
+    ``d_out``, ``num_heads`` and ``context_length`` are its sizes; ``seed`` seeds its weights and ``dropout``/``train``
+    its dropout; ``causal`` hides the future.  ``checkpoint`` and ``layer`` run a GPT model's layer instead (its
+    sizes come from the file), and ``module`` a user's own module.  ``num_kv_groups``, ``latent_dim`` and
+    ``sliding_window_size`` apply to gqa, mla and swa; ``positions`` and ``rope_base`` choose learned or rotary
+    positions.  Constructing one
+    checks nothing: :meth:`validate` returns it, or raises :class:`ConfigError` with a message a user can act on
+    (``attnviz.run`` calls it).
+    """
+
     variant: str = variants.DEFAULT
     d_in: int = 768
     d_out: int = 768  # total output width; the wrapper gets d_out // num_heads per head

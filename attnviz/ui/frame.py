@@ -33,6 +33,16 @@ from attnviz.words import amount
 
 @dataclass(frozen=True)
 class Context:
+    """What :func:`setup` hands a page (``ctx``): the sidebar's settings and their run, ready to draw.
+
+    ``config`` is the run's :class:`AttentionConfig`, already validated (``setup`` calls ``config.validate()`` and
+    shows a plain message instead when it raises); ``trace`` is its cached run (None on a page that draws no run of
+    the text); ``stale`` is True when that run is the last valid one because the current input is invalid;
+    ``settings`` are the sidebar's raw values, ``weights`` the sidebar's choice of weights, ``slots`` and ``link``
+    the sidebar's places a page with layer views or its own Share link fills.  ``checkpoint`` and ``trace_key`` are
+    derived from them.
+    """
+
     settings: dict
     config: AttentionConfig
     trace: Trace | None  # None on a page that draws no run of the text (PageEntry.text_run): it reads the config
