@@ -15,12 +15,14 @@ What a user calls (docs/api.md):
 * ``models``: the book's ``GPTModel``, checkpoints, knock-outs, rollout, the logit lens and ``generate`` (greedy,
   with the KV cache, step by step).
 
-Everything else is internal and may change.  Importing this package imports nothing else: each name loads its
-module on first use, so ``import attnviz`` (and the ``attnviz`` command's ``--help``) stays free of torch.
+The names docs/api.md documents in ``config``, ``tracing``, ``time_limit``, ``explain``, ``checks`` and
+``views.notebook`` are stable too; everything else is internal and may change.  Importing this package imports
+nothing else: each name (and each of those modules, ``attnviz.config`` …) loads its module on first use, so
+``import attnviz`` (and the ``attnviz`` command's ``--help``) stays free of torch.
 
 Data flows one way: text or token ids → a producer (the book's classes, a GPT model's layer, or your own
-module) → ``Trace`` → ``views`` (Plotly, the shape diagram) → Streamlit pages (glue in ``attnviz.ui``, the
-only place here that imports Streamlit).
+module) → ``Trace`` → ``views`` (Plotly, the shape diagram) → ``labs`` (the Pitfall and induction labs, the comparisons,
+training) → Streamlit pages (glue in ``attnviz.ui``, the only place here that imports Streamlit).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ _PUBLIC = {
     "kv_cache_bytes": ("attnviz.kv_cache", "kv_cache_bytes"),
     "models": ("attnviz.models", None),
 }
+# the modules whose documented names are stable too (docs/api.md): ``attnviz.config`` loads on first use
+_STABLE_MODULES = ("checks", "config", "explain", "time_limit", "tracing")
 __all__ = [
     "AttentionConfig", "Trace", "check_module", "explain_weight", "kv_cache_bytes", "models", "run", "show",
     "trace_module",
@@ -60,7 +64,10 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run t
 
 
 def __getattr__(name: str):
-    """Load a public name's module on first use (``attnviz.run``, ``attnviz.models`` …)."""
+    """Load a public name's module on first use (``attnviz.run``, ``attnviz.models`` …), or a stable module
+    (``attnviz.config`` …)."""
+    if name in _STABLE_MODULES:
+        return importlib.import_module(f"attnviz.{name}")
     if name not in _PUBLIC:
         raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
     module_name, attribute = _PUBLIC[name]

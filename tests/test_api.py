@@ -44,6 +44,23 @@ def test_each_name_is_the_object_of_its_home_module():
     assert attnviz.models.GPTModel.__module__ == "attnviz.models.gpt"
 
 
+STABLE = re.compile(r"^Besides them, these module paths are stable.*?\n\n", re.M | re.S)
+
+
+def test_every_module_path_api_md_names_is_declared_stable_and_loads_from_attnviz():
+    text = (ROOT / "docs" / "api.md").read_text()
+    paths = set(re.findall(r"`attnviz\.((?:[a-z_]+\.)*[a-z_]+)\.[A-Za-z_]\w*", text))  # "config", "views.notebook"
+    used = {path for path in paths if not any(other.startswith(f"{path}.") for other in paths)}  # not "views"
+    declared = STABLE.search(text)
+    assert declared, "api.md says which module paths are stable"
+    assert used, "api.md names module paths"
+    assert all(f"`attnviz.{path}`" in declared.group() for path in used), used
+    top = sorted({path.split(".")[0] for path in used} - {"views"})  # attnviz.views.notebook is imported by path
+    code = f"import attnviz\nfor name in {top!r}:\n    getattr(attnviz, name)\nprint('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.stdout.strip() == "ok", result.stderr
+
+
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'pipeline_run'"):
         attnviz.pipeline_run  # noqa: B018
