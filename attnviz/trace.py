@@ -51,8 +51,10 @@ class Trace:
     token_ids: tuple[int, ...]
     token_details: tuple[tokens.Token, ...]  # pieces with character offsets and special flags
     embeddings: dict[str, np.ndarray]  # "token", "position", "input": (n, d_in) each
-    steps: dict[str, np.ndarray]  # named intermediates (attention.STAGES); maps are (batch, heads, n, n), batch 1 but
-    output: np.ndarray  # (batch, n, d_out)                          for trace_module on a batch; views draw item 0
+    # named intermediates (attention.STAGES); maps are (batch, heads, n, n), batch 1 but for trace_module on a batch
+    # (views draw item 0); q/k/v/context are per head from trace_module, as projected from run (docs/api.md's table)
+    steps: dict[str, np.ndarray]
+    output: np.ndarray  # (batch, n, d_out)
     shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (stage, shape) in pipeline order, from real tensors
     device: str  # the device that actually ran
     notes: tuple[str, ...] = field(default=())  # things the user should know (truncation, fallback)

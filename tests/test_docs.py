@@ -192,3 +192,70 @@ def test_every_link_and_image_resolves(path):
         if not destination.exists() or missing_anchor:
             broken.append(target)
     assert not broken
+
+
+def vector_shape_rows() -> list[tuple[list[str], list[str]]]:
+    """api.md's table of the vectors' shapes: (the variants a row names, or ["trace_module"]; its three shapes)."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    header = "| producer | `queries` | `keys`, `values` | `context` |\n|---|---|---|---|\n"
+    assert header in text, "api.md has the table of the vectors' shapes"
+    rows = []
+    for line in text.split(header, 1)[1].splitlines():
+        if not line.startswith("|"):
+            break
+        producer, *shapes = (cell.strip() for cell in line.strip("|").split("|"))
+        names = ["trace_module"] if producer == "`trace_module`" else re.findall(r"`(\w+)`", producer.split(":")[1])
+        rows.append((names, [shape.strip("`") for shape in shapes]))
+    return rows
+
+
+def shape_of(cell: str, sizes: dict) -> tuple:
+    return tuple(eval(part.replace("×", "*"), {}, sizes) for part in cell.strip("()").split(", "))  # noqa: S307
+
+
+class TwoHeads:
+    """A user's two-head causal attention, for trace_module (built lazily: torch loads with the test)."""
+
+    @staticmethod
+    def build():
+        import torch
+        from torch import nn
+
+        class Module(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.qkv = nn.Linear(16, 48)
+
+            def forward(self, x):
+                b, n, d = x.shape
+                q, k, v = self.qkv(x).view(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)  # 3 × (b, 2, n, 8)
+                scores = q @ k.transpose(-2, -1) / 8 ** 0.5  # (b, 2, n, n)
+                scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+                return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, n, d)  # (b, n, 16)
+
+        return Module()
+
+
+def test_the_vector_shapes_api_md_gives_are_what_each_producer_records():
+    import torch
+
+    import attnviz
+
+    rows = vector_shape_rows()
+    assert sum(len(names) for names, _ in rows) == 11  # the ten variants and trace_module
+    for names, shapes in rows:
+        for name in names:
+            if name == "trace_module":
+                trace = attnviz.trace_module(TwoHeads.build(), torch.randn(3, 5, 16))
+                sizes = {"batch": 3, "heads": 2, "head_dim": 8}
+            else:
+                kv_heads = {"gqa": 2, "mqa": 1}.get(name)
+                config = attnviz.AttentionConfig(variant=name, d_in=24, d_out=24, num_heads=4, context_length=64,
+                                                 num_kv_groups=2 if name == "gqa" else None)
+                trace = attnviz.run("Your journey starts with one step", config)
+                heads = 1 if trace.steps["weights"].shape[1] == 1 else 4
+                sizes = {"d_out": 24, "heads": heads, "head_dim": 24 // heads, "kv_heads": kv_heads}
+            sizes["n"] = trace.n
+            for stages, cell in zip((["queries"], ["keys", "values"], ["context"]), shapes, strict=True):
+                for stage in stages:
+                    assert trace.steps[stage].shape == shape_of(cell, sizes), (name, stage)
