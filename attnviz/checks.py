@@ -111,7 +111,7 @@ def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) 
         d_in = 16  # no weights: any width works
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.randn(batch, n, d_in, generator=generator)  # (b, n, d_in)
-    return inputs.to(tracing.module_dtype(module))  # a float64 (or bfloat16) module gets its own dtype
+    return inputs.to(tracing.module_dtype(module))  # a float64 module gets its own dtype
 
 
 def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, causal: bool | None = None,
