@@ -259,3 +259,12 @@ def test_the_vector_shapes_api_md_gives_are_what_each_producer_records():
             for stages, cell in zip((["queries"], ["keys", "values"], ["context"]), shapes, strict=True):
                 for stage in stages:
                     assert trace.steps[stage].shape == shape_of(cell, sizes), (name, stage)
+
+
+def test_the_dev_extra_pins_what_requirements_dev_pins():
+    import tomllib
+
+    pins = {line.split("#")[0].strip() for line in (ROOT / "requirements-dev.txt").read_text().splitlines()}
+    pins -= {"", "-r requirements.txt"}
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert sorted(extra) == sorted(pins)
