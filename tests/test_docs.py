@@ -268,3 +268,9 @@ def test_the_dev_extra_pins_what_requirements_dev_pins():
     pins -= {"", "-r requirements.txt"}
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     assert sorted(extra) == sorted(pins)
+
+
+@pytest.mark.parametrize("path", [*DOCS, ROOT / "benchmarks" / "README.md"], ids=lambda path: path.name)
+def test_every_test_file_the_docs_name_exists(path):
+    named = set(re.findall(r"`(tests/[\w/]+\.py)", path.read_text()))
+    assert not {name for name in named if not (ROOT / name).is_file()}
