@@ -4,6 +4,7 @@ live shape diagram with the viewed stage highlighted; the bonus variants' latent
 import streamlit as st
 
 from attnviz import ui
+from attnviz.stats import row_entropy
 from attnviz.views import figures, source, steps
 
 PAIR_WIDTH = 330  # px: a map with its labels and colour bar; two fit beside the diagram at 1,400 px, one at 1,100
@@ -92,8 +93,7 @@ with view_col:
             heatmap(with_scale, "softmax(scores ÷ √dₖ)", as_stage="weights")
         with right:
             heatmap(without_scale, "softmax(scores) — no scaling", as_stage="weights")
-        st.plotly_chart(figures.entropy_bars(trace.tokens[row0:], figures.row_entropy(with_scale),
-                                             figures.row_entropy(without_scale)),
+        st.plotly_chart(figures.entropy_bars(trace.tokens[row0:], row_entropy(with_scale), row_entropy(without_scale)),
                         config=ui.plotly_config("attnviz-entropy"))
     elif stage == "masked":
         if not config.causal:

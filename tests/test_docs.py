@@ -274,3 +274,30 @@ def test_the_dev_extra_pins_what_requirements_dev_pins():
 def test_every_test_file_the_docs_name_exists(path):
     named = set(re.findall(r"`(tests/[\w/]+\.py)", path.read_text()))
     assert not {name for name in named if not (ROOT / name).is_file()}
+
+
+def design_rows() -> dict[str, str]:
+    """docs/design.md's module tables: every path a row's first cell names -> that row."""
+    rows = {}
+    for line in (ROOT / "docs" / "design.md").read_text().splitlines():
+        if line.startswith("| `attnviz/"):
+            rows.update(dict.fromkeys(re.findall(r"`(attnviz/[\w/.]+)`", line.split("|")[1]), line))
+    return rows
+
+
+def test_design_md_has_a_row_for_every_module():
+    rows = design_rows()
+
+    def named(path: Path) -> bool:
+        folder = f"{path.parent.relative_to(ROOT).as_posix()}/"
+        return (path.relative_to(ROOT).as_posix() in rows or path.name == "__init__.py"
+                or (folder in rows and f"`{path.stem}`" in rows[folder]))
+
+    assert [path for path in sorted((ROOT / "attnviz").rglob("*.py")) if not named(path)] == []
+
+
+def test_design_md_lists_every_public_name():
+    import attnviz
+
+    row = design_rows()["attnviz/__init__.py"]
+    assert [name for name in attnviz.__all__ if f"`{name}`" not in row] == []

@@ -26,7 +26,6 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from attnviz.stats import row_entropy  # noqa: F401  (the one entropy; re-exported for the pages)
 from attnviz.views import margins
 from attnviz.views.map_image import NO_SQUARE_PIXELS, colour_bar, map_image
 
