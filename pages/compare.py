@@ -1,6 +1,6 @@
 """Compare: the same tokens through every variant side by side (the book's six and the bonus GQA, MQA, MLA, SWA),
-equivalences measured live, and
-why the scores are divided by √dₖ."""
+the equivalences between implementations (wrapper and MHA, MHA and SDPA, …) measured live, and why the
+scores are divided by √dₖ."""
 
 import dataclasses
 

@@ -33,7 +33,7 @@ if rotary:
 if ctx.checkpoint:
     st.caption(f"The checkpoint's own rows: tok_emb (wte) for each token id and pos_emb (wpe) for each position "
                f"({ui.weights_caption(ctx)}).")
-if config.embedding == "book" and trace.embeddings["position"].any() == 0:
+if config.embedding == "book" and not trace.embeddings["position"].any():
     st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
 caption, maps = figures.embedding_figures(trace.embeddings, trace.tokens, rotary=rotary)
 st.caption(caption)
