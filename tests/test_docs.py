@@ -247,7 +247,7 @@ def test_the_vector_shapes_api_md_gives_are_what_each_producer_records():
         for name in names:
             if name == "trace_module":
                 trace = attnviz.trace_module(TwoHeads.build(), torch.randn(3, 5, 16))
-                sizes = {"batch": 3, "heads": 2, "head_dim": 8}
+                sizes = {"batch": 3, "heads": 2, "kv_heads": 2, "head_dim": 8}
             else:
                 kv_heads = {"gqa": 2, "mqa": 1}.get(name)
                 config = attnviz.AttentionConfig(variant=name, d_in=24, d_out=24, num_heads=4, context_length=64,
