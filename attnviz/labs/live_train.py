@@ -15,7 +15,6 @@ packs a trained model as the folder ``attnviz train --out`` writes, in memory.
 from __future__ import annotations
 
 import io
-import json
 import time
 import zipfile
 from collections.abc import Callable
@@ -228,40 +227,14 @@ def history_view(run: TrainedRun) -> ProgressView:
     )
 
 
-def checkpoint_files(model, metadata: dict) -> dict[str, bytes]:
-    """The files ``attnviz.labs.train.save`` writes for ``model`` (fp16 model.safetensors with GPT-2 names,
-    config.json, training.json), as bytes in memory — a test checks they equal what ``save`` writes."""
-    import torch
-    from safetensors.torch import save as safetensors_bytes
-
-    from attnviz.head_types import BOS_ID
-    from attnviz.labs.train import VOCAB_SIZE, gpt2_state_dict
-
-    dtype = torch.float16
-    cfg = metadata["config"]
-    tied = model.out_head.weight is model.tok_emb.weight
-    tensors = {k: v.detach().to(dtype).contiguous().clone() for k, v in gpt2_state_dict(model, tied).items()}
-    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": VOCAB_SIZE,
-              "n_positions": cfg["context_length"], "n_ctx": cfg["context_length"], "n_embd": cfg["emb_dim"],
-              "n_layer": cfg["n_layers"], "n_head": cfg["n_heads"], "activation_function": "gelu_new",
-              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": tied, "bos_token_id": BOS_ID,
-              "eos_token_id": BOS_ID, "torch_dtype": str(dtype).removeprefix("torch.")}
-    return {
-        "model.safetensors": safetensors_bytes(tensors, metadata={"format": "pt", "attnviz": json.dumps(metadata)}),
-        "config.json": (json.dumps(config, indent=2) + "\n").encode(),
-        "training.json": (json.dumps(metadata, indent=2) + "\n").encode(),
-    }
-
-
 def checkpoint_zip(run: TrainedRun) -> bytes:
     """The trained model as a zip of the folder ``attnviz train --out`` writes (model.safetensors,
     config.json, training.json; fp16), built in memory: unzip it and pass the folder to ``--checkpoint``."""
+    from attnviz.labs.train import checkpoint_files
+
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in checkpoint_files(run.model, run.metadata()).items():
             archive.writestr(f"{ZIP_FOLDER}/{name}", data)
     return buffer.getvalue()
 
-
-def metadata_json(run: TrainedRun) -> str:
-    return json.dumps(run.metadata(), indent=2)

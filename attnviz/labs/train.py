@@ -601,23 +601,32 @@ def gpt2_state_dict(model, tied: bool) -> dict[str, torch.Tensor]:
     return sd
 
 
-def save(model, path, metadata: dict, *, dtype: torch.dtype = torch.float16) -> Path:
-    """Write ``model`` to the directory ``path``: model.safetensors (GPT-2 names) + config.json + training.json."""
-    from safetensors.torch import save_file
+def checkpoint_files(model, metadata: dict, *, dtype: torch.dtype = torch.float16) -> dict[str, bytes]:
+    """The checkpoint of ``model`` as file name -> bytes: model.safetensors (GPT-2 names, ``dtype``), config.json
+    and training.json (``metadata``)."""
+    from safetensors.torch import save as safetensors_bytes
 
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     cfg = metadata["config"]
     tied = model.out_head.weight is model.tok_emb.weight
     tensors = {k: v.detach().to(dtype).contiguous().clone() for k, v in gpt2_state_dict(model, tied).items()}
-    save_file(tensors, path / "model.safetensors", metadata={"format": "pt", "attnviz": json.dumps(metadata)})
     config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": VOCAB_SIZE,
               "n_positions": cfg["context_length"], "n_ctx": cfg["context_length"], "n_embd": cfg["emb_dim"],
               "n_layer": cfg["n_layers"], "n_head": cfg["n_heads"], "activation_function": "gelu_new",
               "layer_norm_epsilon": 1e-5, "tie_word_embeddings": tied, "bos_token_id": BOS_ID,
               "eos_token_id": BOS_ID, "torch_dtype": str(dtype).removeprefix("torch.")}
-    (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (path / "training.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    return {
+        "model.safetensors": safetensors_bytes(tensors, metadata={"format": "pt", "attnviz": json.dumps(metadata)}),
+        "config.json": (json.dumps(config, indent=2) + "\n").encode(),
+        "training.json": (json.dumps(metadata, indent=2) + "\n").encode(),
+    }
+
+
+def save(model, path, metadata: dict, *, dtype: torch.dtype = torch.float16) -> Path:
+    """Write ``checkpoint_files(model, metadata)`` to the directory ``path``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    for name, data in checkpoint_files(model, metadata, dtype=dtype).items():
+        (path / name).write_bytes(data)
     return path
 
 
