@@ -120,13 +120,6 @@ def register_session_model(session_id: str, name: str, model: GPTModel) -> Optio
     return Option(listed, listed, SESSION_PREFIX + opaque, "session")
 
 
-def forget_session_models(session_id: str) -> None:
-    """Drop every model registered by ``session_id``."""
-    with _session_lock:
-        for opaque in [key for key, entry in _session_models.items() if entry.session_id == session_id]:
-            del _session_models[opaque]
-
-
 def session_options(session_id: str | None) -> list[Option]:
     with _session_lock:
         return [Option(entry.name, entry.name, SESSION_PREFIX + opaque, "session")

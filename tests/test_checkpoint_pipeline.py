@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 import torch
-from helpers.checkpoints import random_gpt2
+from helpers.checkpoints import own_session_models, random_gpt2
 
 from attnviz import pipeline, tokens, variants, weights
 from attnviz.attention import STAGES
@@ -257,23 +257,20 @@ def test_resolve_never_touches_the_file_system(checkpoint_dir, monkeypatch):
     assert weights.resolve("tiny-gpt2", "s", checkpoints).ref == checkpoint_dir
 
 
-def test_session_models_are_listed_for_their_session_only(checkpoint_dir):
+def test_session_models_are_listed_for_their_session_only(checkpoint_dir, monkeypatch):
     model = weights.load(checkpoint_dir)
-    try:
-        option = weights.register_session_model("session-a", "my model", model)
-        again = weights.register_session_model("session-a", "my model", model)
-        assert option.name == "trained: my model" and again.name == "trained: my model (2)"
-        assert option.ref.startswith(weights.SESSION_PREFIX) and "my model" not in option.ref
-        empty = discover([], environ={})
-        assert option.name in [o.name for o in weights.options("session-a", empty)]
-        assert option.name not in [o.name for o in weights.options("session-b", empty)]
-        assert weights.resolve(option.name, "session-b", empty) is None
-        assert weights.load(option.ref) is model
-        trace = pipeline.run(TEXT, config_for(option.ref, 2))
-        assert trace.model.layer == 2
-    finally:
-        weights.forget_session_models("session-a")
-    assert weights.session_options("session-a") == []
+    own_session_models(monkeypatch)
+    option = weights.register_session_model("session-a", "my model", model)
+    again = weights.register_session_model("session-a", "my model", model)
+    assert option.name == "trained: my model" and again.name == "trained: my model (2)"
+    assert option.ref.startswith(weights.SESSION_PREFIX) and "my model" not in option.ref
+    empty = discover([], environ={})
+    assert option.name in [o.name for o in weights.options("session-a", empty)]
+    assert option.name not in [o.name for o in weights.options("session-b", empty)]
+    assert weights.resolve(option.name, "session-b", empty) is None
+    assert weights.load(option.ref) is model
+    trace = pipeline.run(TEXT, config_for(option.ref, 2))
+    assert trace.model.layer == 2
     with pytest.raises(TypeError):
         weights.register_session_model("s", "x", torch.nn.Linear(2, 2))
 

@@ -46,6 +46,15 @@ def use_checkpoints(monkeypatch, folder) -> None:
     monkeypatch.setattr(weights, "_discovered", None)
 
 
+def own_session_models(monkeypatch) -> None:
+    """The models a test registers with ``weights.register_session_model`` are forgotten when the test ends."""
+    import collections
+
+    from attnviz import weights
+
+    monkeypatch.setattr(weights, "_session_models", collections.OrderedDict())
+
+
 class _RunsCode:
     def __reduce__(self):
         return (print, ("this pickle ran code",))

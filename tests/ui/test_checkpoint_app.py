@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
-from helpers.checkpoints import use_checkpoints, write_checkpoints
+from helpers.checkpoints import own_session_models, use_checkpoints, write_checkpoints
 from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
@@ -272,20 +272,18 @@ def test_a_session_trained_model_is_an_option_for_that_session_only(checkpoints,
     from attnviz.ui import weights as ui_weights
 
     model = models.load_checkpoint(checkpoints / NAME)
+    own_session_models(monkeypatch)
     option = weights.register_session_model("session-one", "mine", model)
-    try:
-        monkeypatch.setattr(ui_weights, "session_id", lambda: "session-one")
-        at = app(weights=option.name)
-        no_exception(at)
-        assert at.sidebar.selectbox(key="weights").value == option.name
-        assert f"{option.name} · layer 0 of 3" in at.caption[0].value
-        monkeypatch.setattr(ui_weights, "session_id", lambda: "session-two")
-        other = app(weights=option.name)
-        no_exception(other)
-        assert option.name not in other.sidebar.selectbox(key="weights").options
-        assert other.sidebar.selectbox(key="weights").value == weights.BOOK
-    finally:
-        weights.forget_session_models("session-one")
+    monkeypatch.setattr(ui_weights, "session_id", lambda: "session-one")
+    at = app(weights=option.name)
+    no_exception(at)
+    assert at.sidebar.selectbox(key="weights").value == option.name
+    assert f"{option.name} · layer 0 of 3" in at.caption[0].value
+    monkeypatch.setattr(ui_weights, "session_id", lambda: "session-two")
+    other = app(weights=option.name)
+    no_exception(other)
+    assert option.name not in other.sidebar.selectbox(key="weights").options
+    assert other.sidebar.selectbox(key="weights").value == weights.BOOK
 
 
 def test_a_checkpoint_path_that_holds_nothing_is_noted_in_the_sidebar(checkpoints, monkeypatch):

@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
+from helpers.checkpoints import own_session_models
 from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
@@ -116,9 +117,8 @@ def session_model(monkeypatch):
     from attnviz.ui import weights as ui_weights
 
     monkeypatch.setattr(ui_weights, "session_id", lambda: SESSION)
-    option = weights.register_session_model(SESSION, "hand-built", previous_token_model())
-    yield option
-    weights.forget_session_models(SESSION)
+    own_session_models(monkeypatch)
+    return weights.register_session_model(SESSION, "hand-built", previous_token_model())
 
 
 def test_a_checkpoint_shows_its_labels_and_a_layers_by_heads_grid_of_every_score(session_model):

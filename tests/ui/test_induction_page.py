@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers.apptest import decode
 from helpers.apptest import plotly_figures as figures
+from helpers.checkpoints import own_session_models
 from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
@@ -178,9 +179,8 @@ def session_model(monkeypatch):
 
     monkeypatch.setattr(ui_weights, "session_id", lambda: SESSION)
     model = build_model(TrainConfig(seed=3, n_layers=2, n_heads=2, emb_dim=16, context_length=64)).eval()
-    option = weights.register_session_model(SESSION, "lab-model", model)
-    yield option, model
-    weights.forget_session_models(SESSION)
+    own_session_models(monkeypatch)
+    return weights.register_session_model(SESSION, "lab-model", model), model
 
 
 def test_a_model_gets_every_layer_scored_the_labs_layer_drawn_and_its_loss(session_model):
