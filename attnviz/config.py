@@ -177,12 +177,6 @@ class AttentionConfig:
         """The K/V group of each head, in head order (``(0, 0, 0, 1, 1, 1, …)`` for 12 heads in 4 groups)."""
         return tuple(self.kv_group(head) for head in range(self.heads))
 
-    @property
-    def group_heads(self) -> tuple[tuple[int, ...], ...]:
-        """The query heads of each K/V group, group by group (``((0, 1, 2), (3, 4, 5), …)``): heads that share keys
-        are neighbours, so drawing heads in order keeps each group side by side."""
-        return tuple(tuple(range(g * self.group_size, (g + 1) * self.group_size)) for g in range(self.kv_groups))
-
     def head_label(self, head: int) -> str:
         """``"head 5 · K/V group 1"`` where heads share K/V heads (GQA, MQA), else ``"head 5"``."""
         if self.kv_groups == self.heads:

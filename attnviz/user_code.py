@@ -267,14 +267,3 @@ def build_listed(label: str, config) -> nn.Module:
                  context_length=config.context_length, dropout=config.dropout, qkv_bias=config.qkv_bias,
                  **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
 
-
-def source_of(label: str) -> tuple[str, str] | None:
-    """(file name, source text) of a listed module's file."""
-    spec = listed().get(label)
-    if spec is None:
-        return None
-    path = Path(spec.rpartition(":")[0]).expanduser()
-    try:
-        return str(path), path.read_text(encoding="utf-8")
-    except OSError:
-        return None

@@ -278,11 +278,6 @@ def register(variant: Variant) -> Variant:
     return variant
 
 
-def unregister(name: str) -> None:
-    VARIANTS.pop(name, None)
-    LABELS.pop(name, None)
-
-
 def get(name: str) -> Variant:
     """The record of ``name``; KeyError naming the known variants when there is none."""
     try:

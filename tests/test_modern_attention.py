@@ -311,12 +311,10 @@ def test_registry_lists_the_bonus_variants_with_their_settings():
         assert variants.get(name).not_applicable("positions") is None
 
 
-def test_head_labels_and_groups_for_the_heads_page():
+def test_head_labels_name_the_kv_group_for_the_heads_page():
     config = AttentionConfig(variant="gqa", num_heads=12, num_kv_groups=4)
-    assert config.group_heads == ((0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11))
     assert config.head_label(5) == "head 5 · K/V group 1"
     assert AttentionConfig(variant="mha").head_label(5) == "head 5"
-    assert AttentionConfig(variant="mqa").group_heads == (tuple(range(12)),)
 
 
 def test_the_diagram_draws_groups_latent_and_rotation():

@@ -68,10 +68,6 @@ class Job:
             return "failed"
         return self.stop_reason or "finished"
 
-    @property
-    def latest(self) -> dict[str, Any]:
-        return self.progress[-1] if self.progress else {}
-
     # --- worker side
     def should_stop(self) -> bool:
         if self._stop.is_set():

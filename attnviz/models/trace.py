@@ -206,10 +206,6 @@ class LayerTrace:
             blocks.append((f"block {index}", block_shape))
         return (*self.head, *blocks, *self.tail)
 
-    def numpy_steps(self) -> dict[str, np.ndarray]:
-        """The steps as float32 NumPy arrays."""
-        return {name: tensor.float().numpy() for name, tensor in self.recorder.steps.items()}
-
 
 def trace_layer(model: GPTModel, token_ids, layer: int, causal: bool = True, top_k: int = TOP_K) -> LayerTrace:
     """Run the model once; record layer ``layer``'s attention, the whole path, top-k predictions, block inputs."""

@@ -79,6 +79,3 @@ def current() -> Choice:
     """The choice the sidebar made in this run."""
     return st.session_state.get("_weights_choice") or Choice(weights.BOOK_OPTION)
 
-
-def model_of(choice: Choice) -> GPTModel:
-    return weights.load(choice.option.ref)

@@ -34,7 +34,6 @@ def test_runs_off_the_calling_thread_and_returns_its_result():
     assert job.status == "finished"
     assert job.result != caller
     assert job.progress == [{"step": 1}]
-    assert job.latest == {"step": 1}
 
 
 def test_one_job_per_owner_and_a_bounded_number_per_server():

@@ -718,9 +718,7 @@ def test_trace_layer_matches_hugging_face(loaded, hf_small, layer):
     assert np.array_equal(trace.top_ids, expected_ids.numpy())
     assert np.allclose(trace.top_probs, expected_probs.numpy(), atol=1e-5)
     assert np.all(np.diff(trace.top_probs, axis=1) <= 0)
-    steps = trace.numpy_steps()
-    assert steps["weights"].dtype == np.float32
-    assert steps["weights"].shape == (1, 2, len(TOKENS), len(TOKENS))
+    assert trace.steps["weights"].shape == (1, 2, len(TOKENS), len(TOKENS))
 
 
 def test_trace_path_is_the_recorded_forward(loaded):
