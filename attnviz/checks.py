@@ -46,6 +46,7 @@ from attnviz.tokens import counted
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
          "matches-reference", "kv-cache")
 TOLERANCE = 1e-5
+ROW_SUM_TOLERANCE = 1e-4  # a row of float32 weights sums to 1 within this: each of its n terms rounds
 SLOW_CHECK_SECONDS = 5.0  # a check expected to take longer says so early (the CLI on stderr, the app in its status)
 
 
@@ -246,13 +247,18 @@ def _where(attention: tracing.Attention, index) -> str:
     return (f"item {item}, " if item else "") + (f"head {head}, " if heads > 1 else "") + place
 
 
+def sums_to_one(sums: torch.Tensor) -> torch.Tensor:
+    """Where a sum of attention weights is 1 within ``ROW_SUM_TOLERANCE`` (NaN is not)."""
+    return torch.abs(sums - 1) <= ROW_SUM_TOLERANCE  # same shape as sums
+
+
 def rows_sum_to_one(attention: tracing.Attention) -> Check:
     rule = "rows-sum-to-one"
     weights = attention.weights.float() * attention.weights_scale  # (b, h, nq, nk): what multiplies V
     visible = ~attention.hidden_cells()  # (b, h, nq, nk)
     rows = visible.any(-1)  # (b, h, nq): rows with at least one visible key
     sums = weights.sum(-1)  # (b, h, nq)
-    bad = rows & ~(torch.abs(sums - 1) <= 1e-4)  # NaN counts as bad
+    bad = rows & ~sums_to_one(sums)  # (b, h, nq)
     if not bad.any():
         return Check(rule, "pass", f"all {int(rows.sum())} rows with a visible key sum to 1")
     item, head, row = (int(i) for i in bad.nonzero()[0])

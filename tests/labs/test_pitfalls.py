@@ -187,6 +187,15 @@ def test_softmax_over_dim_minus_2_makes_columns_sum_to_1(lab):
     assert "columns that sum to 1" in buggy.verdict
 
 
+def test_the_row_sum_detector_counts_a_nan_row_as_not_summing_to_1(lab):
+    """The detector applies the check's rule (checks.sums_to_one): a NaN row sum is not 1."""
+    setup, x = lab
+    pitfall = PITFALLS["mask_diagonal"]  # query row 0 has no key left: its weights are NaN
+    version = detectors.detect_row_sums(pitfall.build(pitfall.correct(setup), setup), x, setup)
+    assert version.fired is True
+    assert version.verdict.startswith("rows do not sum to 1: row sums range 1.000 … 1.000, and some are NaN")
+
+
 def test_scale_bug_changes_the_ratio_and_the_entropy(lab):
     setup, x = lab
     result = catalogue.run_pitfall("scale_d_out", setup, x)

@@ -20,9 +20,6 @@ from attnviz.labs.pitfalls.leak import leak_report, positions_text
 from attnviz.labs.pitfalls.workbench import LabSetup, forward_rng
 from attnviz.words import amount
 
-ROW_SUM_TOLERANCE = 1e-4
-
-
 # --------------------------------------------------------------------------- running a version
 
 @dataclass(frozen=True)
@@ -111,10 +108,14 @@ def detect_row_sums(module, inputs, setup: LabSetup) -> Version:
     weights = observation.maps["weights"].astype(np.float64)  # (h, n, n)
     row_sums, column_sums = weights.sum(axis=-1), weights.sum(axis=-2)  # (h, n) each
     worst = float(np.abs(row_sums - 1).max())
-    columns_one = bool(np.allclose(column_sums, 1, atol=ROW_SUM_TOLERANCE))
-    fired = worst > ROW_SUM_TOLERANCE
-    if fired:
-        verdict = (f"rows do not sum to 1: row sums range {row_sums.min():.3f} … {row_sums.max():.3f}"
+    columns_one = bool(checks.sums_to_one(torch.as_tensor(column_sums)).all())
+    fired = not bool(checks.sums_to_one(torch.as_tensor(row_sums)).all())  # the check's rule: NaN is not 1
+    nan = np.isnan(row_sums)  # (h, n)
+    if fired and nan.all():
+        verdict = "rows do not sum to 1: every row sum is NaN"
+    elif fired:
+        verdict = (f"rows do not sum to 1: row sums range {np.nanmin(row_sums):.3f} … {np.nanmax(row_sums):.3f}"
+                   + (", and some are NaN" if nan.any() else "")
                    + (" — it is the columns that sum to 1 (softmax ran over the queries)" if columns_one else ""))
     else:
         verdict = f"every row sums to 1 (largest deviation {worst:.1e})"
