@@ -11,6 +11,7 @@ from attnviz.labs import compare
 from attnviz.tokens import counted
 from attnviz.ui import compute, lab_selectors
 from attnviz.views import saturation
+from attnviz.words import amount
 
 ctx = ui.setup(book_classes=True, draws_link=True)  # after Heatmap shows is bound
 if ctx is None:
@@ -25,7 +26,7 @@ with st.spinner("Running every variant…"):
 
 st.title("Compare variants")
 st.caption(f"{counted(result.n)} · the same input embeddings and seed {base.seed} for every variant · eval mode "
-           f"(dropout off) · CPU · {compare.heads_text(base.num_heads)} of {base.d_out // base.num_heads} "
+           f"(dropout off) · CPU · {amount(base.num_heads, 'head')} of {base.d_out // base.num_heads} "
            "for the multi-head ones")
 if result.truncated:
     st.info(f"This run has {result.total_tokens:,} tokens; this page compares the first {result.n} "

@@ -38,6 +38,7 @@ from attnviz.producers.book import build_module
 from attnviz.rng import built_once, seeded
 from attnviz.trace import Trace
 from attnviz.views import figures
+from attnviz.words import amount
 
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
 TOLERANCE = 1e-5  # max |Δ| at or below this counts as equal (float32 round-off)
@@ -104,10 +105,6 @@ def run_module(module: torch.nn.Module, inputs: torch.Tensor) -> tuple[attention
 
 
 # --------------------------------------------------------------------------- the equivalences
-
-def heads_text(count: int) -> str:
-    return f"{count} head{'' if count == 1 else 's'}"
-
 
 def max_abs_diff(first: torch.Tensor, second: torch.Tensor) -> float:
     """max |first − second| over all elements (shapes must match)."""
@@ -195,7 +192,7 @@ def check_wrapper_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Te
     detail = {"copied_vs_output": max_abs_diff(wrapper_output, mha_output)}
     if seeded_wrapper_output is not None:
         detail["seeded_vs_output"] = max_abs_diff(seeded_wrapper_output, mha_output)
-    return Check("wrapper_mha", f"Wrapper ({heads_text(mha.num_heads)}, weights copied) = MHA before out_proj",
+    return Check("wrapper_mha", f"Wrapper ({amount(mha.num_heads, 'head')}, weights copied) = MHA before out_proj",
                  max_abs_diff(wrapper_output, context), detail)
 
 
@@ -403,7 +400,7 @@ def variant_title(result: VariantResult, how: str, current: str | None = None) -
 def variant_caption(result: VariantResult, causal: bool) -> str:
     """The line under a variant's map: its output shape and heads, and, for a book listing with no mask (3.3, 3.4)
     drawn while the sidebar's Causal mask is on, that the mask is the sidebar's."""
-    caption = f"output {result.output_shape} · {heads_text(result.heads)}"
+    caption = f"output {result.output_shape} · {amount(result.heads, 'head')}"
     spec = variants.get(result.variant)
     if causal and not spec.book_causal:
         caption += f" · masked by the sidebar's Causal mask (the book's {spec.section} listing has none)"

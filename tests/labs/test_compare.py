@@ -20,6 +20,7 @@ from attnviz import ablation, attention, pipeline, variants
 from attnviz.config import AttentionConfig
 from attnviz.labs import compare
 from attnviz.trace import Trace
+from attnviz.words import amount
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -271,7 +272,7 @@ def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_w
     result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
     for variant in result.variants:
         caption = compare.variant_caption(variant, causal=causal)
-        assert caption.startswith(f"output {variant.output_shape} · {compare.heads_text(variant.heads)}")
+        assert caption.startswith(f"output {variant.output_shape} · {amount(variant.heads, 'head')}")
         said = "the sidebar's Causal mask" in caption
         assert said == (causal and variant.variant in NOT_CAUSAL_IN_THE_BOOK), caption
         if said:
@@ -371,15 +372,15 @@ def test_a_new_text_of_as_many_tokens_draws_the_random_scaling_curves_without_co
     assert len(calls) == 2
 
 
-@pytest.mark.parametrize("heads", [4, 1, 64])
-def test_changing_the_head_count_keeps_the_badges_green(heads):
+@pytest.mark.parametrize(("heads", "said"), [(4, "4 heads"), (1, "1 head"), (64, "64 heads")])
+def test_changing_the_head_count_keeps_the_badges_green(heads, said):
     at = compare_page()
     at.sidebar.selectbox(key="num_heads").set_value(heads).run()
     assert not at.exception, [e.value for e in at.exception]
     found = badges(at)
     assert len(found) == CHECKS and all(b.startswith(GREEN) and "max |Δ|" in b for b in found)
-    assert f"{compare.heads_text(heads)} of {768 // heads}" in at.caption[0].value
-    assert any(f"Wrapper ({compare.heads_text(heads)}, weights copied)" in m.value for m in at.markdown)
+    assert f"{said} of {768 // heads}" in at.caption[0].value
+    assert any(f"Wrapper ({said}, weights copied)" in m.value for m in at.markdown)
     assert len(map_figures(at)) == len(variants.VARIANTS)
 
 
