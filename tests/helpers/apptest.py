@@ -32,6 +32,11 @@ def no_exception(at) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+def sidebar_notices(at) -> str:
+    """The sidebar's warnings as the user reads them (the app escapes Markdown in them)."""
+    return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")
+
+
 def decode(array) -> np.ndarray:
     """Plotly's JSON array: a list, or {"dtype", "bdata", "shape"} for NumPy arrays."""
     if isinstance(array, dict):

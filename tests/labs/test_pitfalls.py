@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import plotly_figures
+from helpers.apptest import no_exception, plotly_figures
 from helpers.maps import cells_shown, images
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -787,10 +787,6 @@ def page(**query) -> AppTest:
         at.query_params[key] = value
     at.run()
     return at.switch_page("pages/pitfalls.py").run()
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def leak_verdict(at: AppTest) -> str:

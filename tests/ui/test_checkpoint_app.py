@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode
+from helpers.apptest import decode, no_exception
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models, use_checkpoints, write_checkpoints
 from helpers.maps import cells_shown
@@ -56,10 +56,6 @@ def app(page: str | None = None, **query) -> AppTest:
     if page is not None:
         at.switch_page(page)
     return at.run()
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def grid(at: AppTest) -> dict:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.apptest import no_exception, sidebar_notices
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
@@ -31,14 +32,6 @@ def app(page: str | None = None, **query) -> AppTest:
     if page is not None:
         at.switch_page(page)
     return at.run()
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def sidebar_notices(at: AppTest) -> str:
-    return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")
 
 
 def test_the_tokens_page_with_rotary_positions_draws_no_empty_position_table_and_says_why():

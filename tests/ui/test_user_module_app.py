@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import streamlit as st
 import torch
+from helpers.apptest import no_exception, recorded_spinners
 from helpers.apptest import plotly_figures as figures
-from helpers.apptest import recorded_spinners
 from streamlit.testing.v1 import AppTest
 
 from attnviz import checks, time_limit, user_code
@@ -41,10 +41,6 @@ def app(page: str | None = None, **query) -> AppTest:
     if page:
         at.switch_page(page)
     return at.run()
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def warnings(at: AppTest) -> list[str]:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+from helpers.runs import small
 
 from attnviz import pipeline, variants
 from attnviz.attention import MAP_STAGES, STAGES
@@ -17,11 +18,6 @@ from attnviz.views import diagram
 
 JOURNEY = "Your journey starts with one step"  # 6 tokens
 LONGER = "Your journey starts with one step, and then another, and another."
-
-
-def small(variant: str = "mha", **overrides) -> AttentionConfig:
-    values = {"variant": variant, "d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 32}
-    return AttentionConfig(**{**values, **overrides})
 
 
 def traced(config: AttentionConfig, text: str = JOURNEY) -> Trace:

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.runs import small
 
 from attnviz import variants
-from attnviz.config import AttentionConfig, preset_config
+from attnviz.config import preset_config
 from attnviz.pipeline import run
 from attnviz.views import source, steps
 
 TEXT = "Your journey starts with one step"
-
-
-def small(variant: str = "mha", **overrides) -> AttentionConfig:
-    values = {"variant": variant, "d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 32}
-    return AttentionConfig(**{**values, **overrides})
 
 
 @pytest.mark.parametrize("variant", list(variants.VARIANTS))
