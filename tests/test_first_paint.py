@@ -86,10 +86,15 @@ def test_the_warm_up_starts_one_thread_once_per_process(monkeypatch):
     assert len(started) == 1 and started[0]["name"] == "attnviz-warm-up" and started[0]["args"] == (config,)
 
 
-def test_a_failing_warm_up_says_nothing(monkeypatch):
+def test_a_failing_warm_up_says_nothing(monkeypatch, capsys, caplog):
     """It only saves time: a problem is the page's own run's to report."""
-    monkeypatch.setattr(pipeline, "prepare", lambda config: 1 / 0)
+    failed = []
+    monkeypatch.setattr(pipeline, "prepare", lambda config: failed.append(config) or 1 / 0)
+    caplog.set_level("DEBUG")
     pipeline._prepare_quietly(AttentionConfig())
+    assert len(failed) == 1  # it ran, and raised
+    assert capsys.readouterr() == ("", "")
+    assert caplog.records == []
 
 
 # --- app.py starts the warm-up, before it imports attnviz.ui; importing attnviz.ui starts nothing ---

@@ -12,6 +12,18 @@ from attnviz.pipeline import run
 from attnviz.views import source, steps
 
 TEXT = "Your journey starts with one step"
+WHAT = {  # what the Steps page says each stage does
+    "scores": "Each query is compared with every key: a dot product per (query, key) pair.",
+    "scaled": "Divide by √dₖ so the scores' variance does not grow with the head size.",
+    "masked": "Hide the future: scores above the diagonal become −∞, so softmax gives them weight 0.",
+    "weights": "Softmax turns each query's row of scores into weights that sum to 1.",
+    "dropped": "In training, dropout zeroes a random fraction p of the weights and scales the rest by 1/(1−p).",
+    "context": "Each context vector is the weighted sum of the value vectors.",
+}
+SIMPLIFIED_WHAT = {  # section 3.3's class has no scaling and no dropout line
+    "scaled": "The simplified version (section 3.3) does not scale: scaled = scores.",
+    "dropped": "The simplified version (section 3.3) has no dropout: dropped = weights.",
+}
 
 
 @pytest.mark.parametrize("variant", list(variants.VARIANTS))
@@ -23,7 +35,13 @@ def test_step_text_quotes_the_running_source_line(variant, stage):
         assert step["code"] == "# this variant has no such line"
     else:
         assert step["code"] == line and line in source.variant_source(variant)
-    assert step["what"]
+    assert step["what"] == (SIMPLIFIED_WHAT.get(stage, WHAT[stage]) if variant == "simplified" else WHAT[stage])
+
+
+def test_a_window_says_what_it_hides_and_its_width():
+    assert steps.step_text(small("swa", sliding_window_size=4), "masked")["what"] == (
+        "Hide the future and the distant past: query i sees key j only when 0 ≤ i − j < W (W = 4); the rest become "
+        "−∞, so softmax gives them weight 0.")
 
 
 def test_step_text_says_the_mask_was_skipped():
@@ -49,12 +67,13 @@ def test_dropout_off_reason_one_decision_two_wordings():
 
 
 def test_qk_table_shows_the_focused_heads_slice():
-    trace = run(TEXT, small("mha"))
+    trace = run(TEXT, small("mha"))  # head_dim 4: head 1 is features 4 … 7
     table = steps.qk_table(trace, head=1)
-    head_dim = trace.config.head_dim
-    expected = ", ".join(f"{v:.3f}" for v in trace.steps["queries"][0, 0, head_dim : 2 * head_dim])
-    assert list(table["token"]) == list(trace.tokens)
-    assert table["query"][0] == expected
+    assert list(table["token"]) == ["Your", "·journey", "·starts", "·with", "·one", "·step"]
+    assert table["query"][0] == "-1.954, 0.431, -0.867, -0.044"
+    assert table["query"][5] == "-1.453, 0.725, -0.680, -2.102"
+    assert table["key"][0] == "-1.540, 0.194, -0.107, -1.090"
+    assert table["key"][1] == "0.754, -0.470, 0.111, -1.068"
 
 
 def test_vector_table_prints_four_decimals_like_the_book():
