@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import fnmatch
 import io
 import json
@@ -161,34 +162,53 @@ def test_importing_ui_does_load_streamlit():
 
 # ============================== shape comments ==============================
 
-TENSOR_EXPRESSION = re.compile(r"@|\.view\(|\.transpose\(|softmax|\bW_\w+\(")
+TENSOR_EXPRESSION = re.compile(
+    r"@|\.view\(|\.transpose\(|softmax|\bW_\w+\(|\btorch\.cat\(|\.repeat_interleave\(|\.reshape\(")
+
+
+class _WithoutText(ast.NodeTransformer):
+    """Every string constant emptied: a label that names ``softmax`` or ``W_query`` is text, not a tensor line."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
+        return ast.Constant("") if isinstance(node.value, str) else node
 
 
 def lines_missing_shape_comments(source: str) -> list[str]:
-    """Assignments whose value uses ``@``, ``.view(``, ``.transpose(``, softmax or a ``W_`` call and
-    carry no ``#`` comment with a ``(`` on any of their lines."""
+    """Assignments whose value uses ``@``, ``.view(``, ``.transpose(``, softmax, a ``W_`` call, ``torch.cat(``,
+    ``.repeat_interleave(`` or ``.reshape(`` in its code (not in its strings) and carry no ``#`` comment with a ``(``
+    on any of their lines or on a comment line directly above them (for a line too long to carry one)."""
     comments: dict[int, str] = {}
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
             comments[token.start[0]] = token.string
+    lines = source.splitlines()
     missing = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) or node.value is None:
             continue
-        value = ast.get_source_segment(source, node.value) or ""
+        value = ast.unparse(_WithoutText().visit(copy.deepcopy(node.value)))
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.MatMult):
             value = "@ " + value
         if not TENSOR_EXPRESSION.search(value):
             continue
         spanned = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        above = node.lineno - 1
+        if above in comments and lines[above - 1].lstrip().startswith("#"):
+            spanned = range(above, spanned.stop)
         if not any("(" in comments.get(line, "") for line in spanned):
             missing.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
     return missing
 
 
-def test_attention_tensor_lines_have_shape_comments():
-    source = (PACKAGE / "attention.py").read_text(encoding="utf-8")
-    assert lines_missing_shape_comments(source) == []
+SHAPE_COMMENTED = sorted(  # the files the rule covers: the attention code, the model, producers, labs and views
+    [PACKAGE / "attention.py", PACKAGE / "modern_attention.py", PACKAGE / "rope.py",
+     *(path for folder in ("models", "producers", "labs", "views") for path in (PACKAGE / folder).rglob("*.py"))]
+)
+
+
+@pytest.mark.parametrize("path", SHAPE_COMMENTED, ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_tensor_lines_have_shape_comments(path):
+    assert lines_missing_shape_comments(path.read_text(encoding="utf-8")) == []
 
 
 def test_attention_has_tensor_lines_to_check():
@@ -211,6 +231,12 @@ def test_attention_has_tensor_lines_to_check():
         "keys = self.W_key(x)\n",
         "x = (\n    queries\n    @ keys\n)\n",
         "x @= w\n",
+        "self.cache_k = torch.cat([self.cache_k, keys_new], dim=2)\n",
+        "keys = keys.repeat_interleave(self.group_size, dim=1)\n",
+        "flat = values.reshape(-1)\n",
+        "# (n, d) @ (d, n)\n\nx = queries @ keys\n",
+        "y = 1  # (n,)\nx = queries @ keys\n",
+        'label = f"head {head}: " + str(queries @ keys.T)\n',
     ],
 )
 def test_the_shape_comment_checker_catches_missing_comments(snippet):
@@ -224,6 +250,9 @@ def test_the_shape_comment_checker_catches_missing_comments(snippet):
         "x = (\n    queries\n    @ keys  # (n, d) @ (d, n)\n)\n",
         "self.W_key = nn.Linear(3, 2)\n",
         "b, n, d = x.shape\n",
+        'TITLES = {"weights": "weights = softmax(masked)", "scores": "Q @ K"}\n',
+        'verdict = f"the W_query(x) of head {head}"\n',
+        "# (n, d) @ (d, n) -> (n, n)\nattn_scores = queries @ keys.T\n",
     ],
 )
 def test_the_shape_comment_checker_accepts_commented_and_non_tensor_lines(snippet):

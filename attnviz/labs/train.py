@@ -389,6 +389,7 @@ def _fused_attention_half(block, x: torch.Tensor) -> torch.Tensor:
     norm, att = block.norm1, block.att
     x = F.layer_norm(x, x.shape[-1:], norm.scale, norm.shift, norm.eps)  # (b, n, d)
     weight = torch.cat([att.W_query.weight, att.W_key.weight, att.W_value.weight])  # (3·d_out, d)
+    # (3·d_out,), or None when the projections have no bias
     bias = None if att.W_query.bias is None else torch.cat([att.W_query.bias, att.W_key.bias, att.W_value.bias])
     qkv = F.linear(x, weight, bias)  # (b, n, d) -> (b, n, 3·d_out)
     return att.out_proj(sdpa_context(qkv, att.num_heads, causal=att.causal))  # (b, n, d_out)

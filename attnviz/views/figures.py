@@ -79,6 +79,7 @@ def _block_extremes(maps: np.ndarray, block: int, signed: bool) -> np.ndarray:
     values = np.asarray(maps, dtype=np.float32)
     if pad_rows or pad_cols:
         values = np.pad(values, ((0, 0), (0, pad_rows), (0, pad_cols)), constant_values=np.nan)
+    # (heads, R·block, C·block) -> (heads, R, block, C, block)
     blocks = values.reshape(heads, values.shape[1] // block, block, values.shape[2] // block, block)
     # reduce the rows of each block first (contiguous rows, vectorised), then the short column runs
     high = np.fmax.reduce(np.fmax.reduce(blocks, axis=2), axis=-1)  # (heads, R, C); fmax skips NaN
@@ -266,7 +267,7 @@ def cell_overlay(values: np.ndarray, stage: str, row_offset: int = 0, col_offset
     rows, cols = values.shape
     keys = np.tile(np.arange(col_offset, col_offset + cols, dtype=np.int16), rows)  # (rows·cols,) positions < 2¹⁵
     queries = np.repeat(np.arange(row_offset, row_offset + rows, dtype=np.int16), cols)  # (rows·cols,)
-    flat = values.reshape(-1)
+    flat = values.reshape(-1)  # (rows·cols,)
     hidden = np.isnan(flat)
     common = {"type": "scatter", "xaxis": "x2", "yaxis": "y2", "showlegend": False}
     if flat.size <= MARKED_CELLS:
@@ -547,6 +548,7 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
     col_block = max(1, math.ceil(dim / max_cells))
     if row_block > 1 or col_block > 1:
         padded = np.pad(values, ((0, (-n) % row_block), (0, (-dim) % col_block)), constant_values=np.nan)
+        # (n, dim) -> (⌈n/row_block⌉, ⌈dim/col_block⌉): each block's mean
         values = np.nanmean(padded.reshape(padded.shape[0] // row_block, row_block,
                                            padded.shape[1] // col_block, col_block), axis=(1, 3))
         title += f" — downsampled to {values.shape[0]}×{values.shape[1]} (mean-pooled)"

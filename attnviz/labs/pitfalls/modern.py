@@ -61,6 +61,7 @@ class GroupedQueryAttention(_Projections):
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
         keys = self.W_key(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
         values = self.W_value(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        # (b, g, n, hd) -> (b, h, n, hd) each: every K/V head copied to the query heads of its group
         keys, values = keys.repeat_interleave(self.group_size, dim=1), values.repeat_interleave(self.group_size, dim=1)
         attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
         attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)  # (b, h, n, n)
