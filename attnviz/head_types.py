@@ -37,9 +37,9 @@ LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-toke
 
 # A head is named by a type when at least this share of its attention lands on that type's pattern.
 # 0.4 sits far above chance (uniform causal attention over an n-token text scores (H_n - 1)/n on the
-# previous token: 0.04 at n = 100) and below a clean head (the bundled model's layer-0 previous-token
-# heads score 0.64-0.93 on held-out text), and it is the cut TransformerLens-based tutorials use for their
-# attention-pattern detectors (ARENA 1.2: ``score > 0.4``).  At most one type wins (the highest).
+# previous token: 0.04 at n = 100) and below a clean head (the bundled model's layer-0 previous-token heads:
+# benchmarks/README.md, "Numbers moved out of the code"), and it is the cut TransformerLens-based tutorials use for
+# their attention-pattern detectors (ARENA 1.2: ``score > 0.4``).  At most one type wins (the highest).
 LABEL_THRESHOLD = 0.4
 
 # A head "sees the future" when its queries give later keys more than this mean weight.  A mask gives exactly 0

@@ -11,8 +11,8 @@ An :class:`Option` has a ``name`` (what the sidebar shows and the URL holds) and
 ``AttentionConfig.checkpoint`` holds: a path found by discovery, or ``"session:<opaque id>"``).  A name that
 came from a browser is only ever looked up in the list (:func:`resolve`, a dictionary lookup): it never
 reaches the file system.  :func:`load` turns a ref into a ``GPTModel`` through a byte-bounded cache of
-loaded models (``ATTNVIZ_MODEL_CACHE_MB``, default 7,000: one GPT-2 XL, 6.2 GB, fits; the model in use is
-always kept).  Pure Python + torch: no Streamlit.
+loaded models (``ATTNVIZ_MODEL_CACHE_MB``, default 7,000: one GPT-2 XL, 1.56 billion float32 parameters,
+fits; the model in use is always kept).  Pure Python + torch: no Streamlit.
 """
 
 from __future__ import annotations

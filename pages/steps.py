@@ -53,7 +53,7 @@ with view_col:
 
     def pair():
         """Two places for a before/after pair: side by side where two maps fit, one above the other on a narrow
-        page (two columns of a narrow page left each map's cells a strip ~15 px wide)."""
+        page (two columns of a narrow page leave each map's cells too narrow a strip to read)."""
         row = st.container(horizontal=True, gap="medium")
         return row.container(width=PAIR_WIDTH), row.container(width=PAIR_WIDTH)
 

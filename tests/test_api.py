@@ -115,7 +115,7 @@ def test_a_tensors_positions_are_labelled_as_positions_not_as_the_gpt2_tokens_of
 
 
 def test_run_names_a_config_that_is_not_an_attention_config():
-    """A dict of settings was an AttributeError from inside the producers."""
+    """A dict of settings is refused with a ConfigError that names its type, before the producers see it."""
     from attnviz.config import ConfigError
 
     with pytest.raises(ConfigError, match="config must be an attnviz.AttentionConfig, got dict"):
@@ -128,8 +128,8 @@ def test_run_names_a_config_that_is_not_an_attention_config():
     ("/tmp", "Nothing loadable in /tmp"),
 ])
 def test_a_checkpoint_that_cannot_load_is_the_documented_config_error(checkpoint, message, monkeypatch):
-    """api.md: run raises ConfigError for settings that cannot run; a bad checkpoint was a CheckpointError that
-    ``except ConfigError`` missed.  It is both now, with its own message."""
+    """api.md: run raises ConfigError for settings that cannot run; a bad checkpoint's error is both a ConfigError
+    (so ``except ConfigError`` catches it) and a CheckpointError, with its own message."""
     from attnviz.config import ConfigError
     from attnviz.models import CheckpointError
 

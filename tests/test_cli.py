@@ -365,15 +365,15 @@ def test_bad_variant_settings_exit_2_with_one_line(args, message, status):
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--d-in", "0"], "--d-in must be at least 1, got 0"),  # was a traceback from inside the tracer, exit 1
+    (["--d-in", "0"], "--d-in must be at least 1, got 0"),  # checked before the tracer builds anything
     (["--d-out", "0"], "--d-out must be at least 1, got 0"),
     (["--num-heads", "-1"], "--num-heads must be at least 1, got -1"),
     (["--context-length", "0"], "--context-length must be at least 1, got 0"),
-    (["--tokens", "-1"], "--tokens must be at least 1, got -1"),  # was a traceback, exit 1
+    (["--tokens", "-1"], "--tokens must be at least 1, got -1"),
     (["--tokens", "0"], "--tokens must be at least 1, got 0"),
-    (["--dropout", "2"], "--dropout is a probability"),  # was accepted silently
+    (["--dropout", "2"], "--dropout is a probability"),  # refused, not run
     (["--dropout", "nan"], "--dropout is a probability"),
-    # AttentionConfig's own limits: --context-length 99999999 was an allocation error blamed on the user's class
+    # AttentionConfig's own limits, checked before the user's class allocates anything
     (["--context-length", "99999999"], f"--context-length must be between 1 and {MAX_CONTEXT_LENGTH}, got 99999999"),
     (["--d-in", str(MAX_DIM + 1)], f"--d-in must be between 1 and {MAX_DIM}, got {MAX_DIM + 1}"),
     (["--d-out", str(MAX_DIM + 1)], f"--d-out must be between 1 and {MAX_DIM}, got {MAX_DIM + 1}"),
@@ -389,8 +389,8 @@ def test_a_bad_size_exits_2_with_its_usage(modules, options, message):
 
 
 @pytest.mark.parametrize(("source", "spec", "message"), [
-    ("import sys\nsys.exit(3)\n", "A", "called sys.exit(3) on import"),  # was a silent exit 3
-    ("import sys\nsys.exit('bye')\n", "A", "called sys.exit('bye') on import"),  # was "bye", exit 1: "a rule fails"
+    ("import sys\nsys.exit(3)\n", "A", "called sys.exit(3) on import"),  # named, not a silent exit 3
+    ("import sys\nsys.exit('bye')\n", "A", "called sys.exit('bye') on import"),  # exit 2, not 1 ("a rule fails")
     ("from torch import nn\n\n\nclass Quits(nn.Module):\n    def __init__(self, d_in):\n"
      "        super().__init__()\n        raise SystemExit(0)\n", "Quits", "Quits(d_in=64) called sys.exit(0)"),
 ])
@@ -448,10 +448,10 @@ def test_an_interrupt_is_one_line_with_status_130(tmp_path):
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--threads", "0"], "--threads must be at least 1, got 0"),  # was a RuntimeError traceback from torch
-    (["--seed", "-1"], "--seed must be at least 0, got -1"),  # was a ValueError traceback from numpy
-    (["--set", "batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),  # was UnboundLocalError
-    (["--set", "lr=-1"], "lr must be a number of at least 0"),  # was torch's "Invalid learning rate" traceback
+    (["--threads", "0"], "--threads must be at least 1, got 0"),  # checked before torch sees it
+    (["--seed", "-1"], "--seed must be at least 0, got -1"),  # checked before numpy sees it
+    (["--set", "batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
+    (["--set", "lr=-1"], "lr must be a number of at least 0"),  # checked before the optimiser sees it
     (["--set", "n_heads=3"], "emb_dim (128) must be a multiple of n_heads (3)"),
 ])
 def test_a_bad_train_option_exits_2_before_training(tmp_path, options, message, capsys):
@@ -464,8 +464,8 @@ def test_a_bad_train_option_exits_2_before_training(tmp_path, options, message, 
 
 
 @pytest.mark.parametrize(("out", "message"), [
-    ("", "--out must name a folder"),  # was a checkpoint written into the current folder
-    ("{file}", "a file is there; name a folder"),  # was FileExistsError after the whole training
+    ("", "--out must name a folder"),  # not the current folder
+    ("{file}", "a file is there; name a folder"),  # refused before training
     ("{file}/sub", "cannot make the folder"),
 ])
 def test_a_bad_out_exits_2_before_training(tmp_path, out, message, capsys):
@@ -522,7 +522,7 @@ def test_version_prints_the_packages_version(capsys):
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["--version"])  # was "the following arguments are required", exit 2
+        cli.main(["--version"])  # no command needed
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"attnviz {attnviz.__version__}\n"
     assert "version" not in project or project["version"] == attnviz.__version__  # one version, the package's

@@ -429,6 +429,6 @@ def test_todays_attention_explains_every_cell_with_the_q_and_k_that_meet_in_qkt(
 
 
 def test_explain_weight_names_something_that_is_not_a_trace():
-    """A string (or a module) in place of the Trace was an AttributeError."""
+    """A string (or a module) in place of the Trace raises an ExplainError that names what it needs."""
     with pytest.raises(ExplainError, match="trace must be a Trace"):
         explain_weight("trace", 0, 0, 0)

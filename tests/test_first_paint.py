@@ -196,8 +196,9 @@ def test_the_first_runs_objects_are_collected_once_the_browser_has_had_time_to_d
 
 @pytest.mark.slow  # trains a model in a fresh process
 def test_a_servers_first_training_freezes_what_its_first_step_imported_and_no_later_one_does():
-    """The optimiser's first step imports torch._dynamo, sympy and mpmath (~120,000 objects) after setup() froze
-    the imports: the first training freezes them too, so the collection after each run does not walk them again."""
+    """The optimiser's first step imports torch._dynamo, sympy and mpmath (their object count: benchmarks/README.md,
+    "Numbers moved out of the code") after setup() froze the imports: the first training freezes them too, so the
+    collection after each run does not walk them again."""
     import subprocess
     import sys
     from pathlib import Path

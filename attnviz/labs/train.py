@@ -5,7 +5,7 @@ Data is made here or ships with Python — nothing is downloaded:
 * repeated random tokens: ``[BOS] + random prefix + x + x`` with ``|x| = T`` drawn per sequence (ids
   1,000–30,000, as TransformerLens' induction demo), so the repeat starts at a different position every
   time and only content (not absolute position) can find it;
-* English and code: the standard library's ``pydoc_data.topics`` (~465 KB) and the source of a few
+* English and code: the standard library's ``pydoc_data.topics`` and the source of a few
   stdlib modules, split by topic / module into training and held-out parts (``text_tokens``).
 
 ``train(cfg, on_step, should_stop)`` runs the loop and reports each step's loss and, every

@@ -27,7 +27,7 @@ NO_MALLOC_TUNING = "ATTNVIZ_NO_MALLOC_TUNING"  # set to 1 to leave glibc's mallo
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD = 1 << 20  # while pages only: every block of 1 MiB or more is mmap'd, and unmapped when freed
-TRAINING_MMAP_THRESHOLD = 32 << 20  # while a training runs: its steps' 2-17 MB tensors come from the heap
+TRAINING_MMAP_THRESHOLD = 32 << 20  # while a training runs: its steps' tensors, all below this, come from the heap
 
 
 def _no_trim(pad: int) -> int:
@@ -55,7 +55,7 @@ def freeze_imports() -> bool:
 
     Streamlit collects all generations after every script run (``runner.postScriptGC``); walking all of them
     holds the GIL while the server sends the messages that end the run, which delays what the browser draws
-    (benchmarks/README.md, "2026-11-24, second session", item 1).  Only these import-time
+    (benchmarks/README.md, "Fast first paint").  Only these import-time
     objects are frozen: everything a run makes later (traces, figures, session state) is still collected.
     (With Streamlit's file watcher on, each edit of a module leaves its old, frozen copy behind: a developer's cost.)
 
@@ -114,7 +114,7 @@ def tune_memory() -> bool:
     call ``malloc_trim`` after each new run; elsewhere, or with ``ATTNVIZ_NO_MALLOC_TUNING=1``, do nothing.
     Called by ``setup()`` (the entry point of every page); idempotent.  True when the tuning is on.
 
-    glibc raises its mmap threshold after each freed mmap'd block, so after a few runs the 3-4 MB
+    glibc raises its mmap threshold after each freed mmap'd block, so after a few runs the multi-MB
     per-head arrays come from per-thread heaps that Streamlit's many script threads fragment and never
     shrink.  A fixed threshold keeps every block ≥ 1 MB in mmap (unmapped when freed), and
     ``malloc_trim`` after each new run hands back what the heaps freed.  While a training runs the threshold is
@@ -156,11 +156,11 @@ def training_heap():
     """Around a training job's work: while any training runs, malloc's mmap threshold is
     ``TRAINING_MMAP_THRESHOLD``; when the last one ends, ``MMAP_THRESHOLD`` again and ``malloc_trim``.
 
-    A training step allocates and frees the same few 2-17 MB tensors (activations, logits, gradients).
+    A training step allocates and frees the same few multi-MB tensors (activations, logits, gradients).
     Under the pages' 1 MiB threshold each of them is a fresh mmap whose pages fault in and are zeroed again every
-    step, which makes a step of the Train page's recipe markedly slower (benchmarks/README.md, "Fourth session",
-    item 1).  From the heap, the freed blocks are reused by the next step.  A page's 48 MiB map (GPT-2 at 1,024
-    tokens) is still an mmap of its own.
+    step, which slows every step (benchmarks/README.md, "Speed where users wait").  From the heap, the freed
+    blocks are reused by the next step.  A page's map larger than the training threshold (GPT-2's 12 heads at
+    1,024 tokens: 12 × 1,024² float32) is still an mmap of its own.
     """
     global _trainings
     with _heap_lock:

@@ -74,7 +74,7 @@ def from_url() -> None:
     })
 
 
-@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128, GPT-2's vocabulary: ~52 MB
+@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128: mostly GPT-2's vocabulary's tables
 def _random_model(attention: str, settings: tuple) -> gpt_model.GPTModel:
     return gpt_model.random_gpt(RANDOM_ATTENTION[attention], **dict(settings))
 
@@ -219,7 +219,7 @@ def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerato
     index = min(max(int(st.session_state.get("_generate_step", 0)), 0), last)
     playing = bool(st.session_state.get("_generate_playing"))
     url_notices("_generate_step")
-    # a row as wide as its buttons' labels (a column of a fixed share cut "Prefill" to "Pr…" at 1,100 px)
+    # a row as wide as its buttons' labels: a column of a fixed share truncates them on a narrow page
     bar = st.container(horizontal=True, vertical_alignment="center")
     # Step and Prefill change the step in a callback, before this rerun draws anything: every button below is
     # drawn for the step shown (a click handled after them would leave Step disabled after Prefill)
@@ -302,7 +302,7 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         st.markdown(top_k_table(_pieces(chooser.top_ids), chooser.top_probs, title))
 
     n_layers, n_heads = step.weights.shape[:2] if step.weights is not None else (0, 0)
-    # the map takes the page's width (beside the cache its keys had ~90 px at 1,100 px); the cache comes below it
+    # the map takes the page's width (beside the cache its key labels have no room); the cache comes below it
     map_col, cache_col = st.container(), st.container()
     with map_col:
         layer_col, head_col, _ = st.columns([1, 1, 2])

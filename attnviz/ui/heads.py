@@ -31,7 +31,7 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
     trace = cached_trace(text, config)
     config = trace.config
     # heads that share K/V heads sit side by side, a group never split across rows unless it is longer than a row
-    # (multi-query's one group of all heads: twelve tiles a row left each title wider than its tile)
+    # (multi-query's one group of all heads: a row of every head makes each title wider than its tile)
     group = config.group_size
     full = figures.GRID_COLUMNS
     return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout,
@@ -42,7 +42,7 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
 
 def grid_label(config, head: int) -> str:
     """A thumbnail's title: ``head 5``, with its K/V group on a second line where heads share K/V heads
-    (``head 5<br>K/V 1``: on one line it is wider than a tile of a page 1,100 px wide)."""
+    (``head 5<br>K/V 1``: on one line it is wider than a tile of a narrow page)."""
     return f"head {head}" if config.kv_groups == config.heads else f"head {head}<br>K/V {config.kv_group(head)}"
 
 

@@ -100,7 +100,7 @@ def _next_probs(ref: str, token_ids: tuple[int, ...], heads: tuple[tuple[int, in
 
 
 def _value_norms(trace) -> np.ndarray:
-    """‖f^h(x_j)‖ (heads, n) of the trace's layer, from the LayerNorm'd block input it kept (milliseconds)."""
+    """‖f^h(x_j)‖ (heads, n) of the trace's layer, from the LayerNorm'd block input it kept (no forward)."""
     import torch
 
     att = _model(trace.config.checkpoint).trf_blocks[trace.model.layer].att

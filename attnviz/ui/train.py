@@ -34,7 +34,7 @@ def max_trainings() -> int:
     """Trainings one server runs at once: ``ATTNVIZ_MAX_TRAININGS``, by default one core fewer than the machine
     has (at least 1), so pages keep a core: on a 2-core machine one training at a time.  A second training leaves
     the pages no core of their own, and short page work then waits (benchmarks/README.md, "Speed where users
-    wait", the third session's "Other sessions while a training runs")."""
+    wait": "Other sessions while a training runs")."""
     default = max(1, (os.cpu_count() or 2) - 1)
     try:
         return max(1, int(os.environ.get(MAX_TRAININGS_ENV, default)))

@@ -178,7 +178,7 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     """
     induction, previous_token = np.asarray(induction), np.asarray(previous_token)
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        # two short lines each: one line apiece ran into each other on a 700 px screen
+                        # two short lines each: one line apiece overlaps its neighbour on a narrow screen
                         subplot_titles=("induction: mean A[i, i−T+1]<br>on repeated random tokens",
                                         "previous-token: mean A[i, i−1]<br>on held-out text"))
     if induction.size:

@@ -9,9 +9,9 @@ sessions' words anywhere in its DOM (text, SVG, form values, URL).  Then every s
 one setting at the same time (half type a new text, half toggle the causal mask) and the checks
 run again.  A background thread polls ``/_stcore/health`` throughout; every poll must succeed.
 
-This test found a race (fixed in attnviz/ui/__init__.py, which imports pandas before any figure is built): on a
-fresh server, sessions building Plotly figures while another session's thread imported pandas (or numpy) for the
-first time showed "AttributeError: partially initialized module 'pandas' has no attribute 'Series'".  That crash is
+The race it guards against (attnviz/ui/__init__.py imports pandas before any figure is built): on a fresh
+server, a session building Plotly figures while another session's thread imports pandas (or numpy) for the
+first time shows "AttributeError: partially initialized module 'pandas' has no attribute 'Series'".  That crash is
 reported as PandasImportRaceError, after every other check has run.
 """
 

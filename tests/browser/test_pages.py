@@ -342,8 +342,8 @@ def test_heads_selectbox_and_causal_toggle_change_grid_and_url(page, base_url):
     assert grid_titles(page) == ["▶ head 0", "head 1", "head 2", "head 3"]
     expect(page.get_by_test_id("stMain").get_by_test_id("stCaptionContainer").first).to_contain_text(
         "4 heads × 192")
-    # four tiles in a row of a page made for six: they stay square (they were 1.5 times as wide as tall), and taller
-    # rows let them span the width six would (square in rows of six's height, they left a third of it empty)
+    # four tiles in a row of a page made for six: they stay square (not 1.5 times as wide as tall), and taller rows
+    # let them span the width six would (square in rows of six's height, they would leave a third of it empty)
     x_px, y_px, spanned = grid_chart(page).locator(".js-plotly-plot").evaluate(
         "(gd) => { const f = gd._fullLayout, [x, y] = [f.xaxis, f.yaxis];"
         " return [...[x, y].map(a => a._length / Math.abs(a.range[1] - a.range[0])),"
@@ -424,8 +424,8 @@ def click_tile(page, head: int):
 
 @pytest.mark.parametrize(("width", "settings"), [(1400, ""), (700, ""), (1100, "&variant=gqa"), (700, "&variant=mqa")])
 def test_the_grids_head_titles_sit_clear_of_every_tile_and_of_each_other(page, base_url, width, settings):
-    """On a narrow page the tiles shrink and the titles keep their pixel size: "head 6" … "head 11" were drawn over
-    the first row's tiles at 700 px, and a grouped-query head's "head 3 · K/V 1" ran into its neighbours' at 1,100."""
+    """On a narrow page the tiles shrink and the titles keep their pixel size: every title (a grouped-query head's
+    "head 3 · K/V 1" too) sits clear of every tile and of every other title, at 700 px as at 1,400 px."""
     page.set_viewport_size({"width": width, "height": 1000})
     visit(page, f"{base_url}/?text=The%20cat%20sat%20on%20the%20mat{settings}")
     chart = grid_chart(page)
@@ -444,8 +444,8 @@ def test_the_grids_head_titles_sit_clear_of_every_tile_and_of_each_other(page, b
 
 @pytest.mark.parametrize("width", [1100, 1400])
 def test_the_steps_pages_before_and_after_maps_keep_a_readable_width(page, base_url, width):
-    """Two columns beside the shape diagram left each map's cells a strip ~15 px wide at 1,100 px: the pair now sits
-    side by side where it fits and one above the other where it does not."""
+    """The before/after pair sits side by side where two maps fit beside the shape diagram and one above the other
+    where they do not: each map's cells keep a readable width."""
     page.set_viewport_size({"width": width, "height": 1000})
     visit(page, f"{base_url}/steps?text=Your%20journey%20starts%20with%20one%20step")
     maps = map_charts(page)
@@ -487,7 +487,7 @@ def test_a_head_picked_in_the_selectbox_is_the_one_the_grid_marks(page, base_url
 
 def test_a_click_anywhere_on_a_large_tile_focuses_its_head(page, base_url):
     """Four heads draw tiles of about 140 px: a click on a tile's centre, or beside one of its click points, is that
-    tile's (the centre was further than Plotly's 20 px hover distance from all of them, and focused nothing)."""
+    tile's (its click points sit closer together than Plotly's hover distance, so no spot of a tile misses them)."""
     visit(page, f"{base_url}/?num_heads=4")
     focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
     chart = grid_chart(page)

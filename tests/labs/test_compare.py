@@ -267,7 +267,8 @@ NOT_CAUSAL_IN_THE_BOOK = ["simplified", "self_attention_v1", "self_attention_v2"
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_without_one(causal):
-    """The book's 3.3/3.4 classes were drawn masked (the sidebar's Causal mask is on by default) without a word."""
+    """The book's 3.3/3.4 classes have no mask of their own: the caption says when they are drawn with the
+    sidebar's Causal mask (on by default), and says nothing when it is off."""
     trace = small_trace(causal=causal)
     result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
     for variant in result.variants:

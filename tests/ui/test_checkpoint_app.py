@@ -454,7 +454,7 @@ def test_invalid_text_with_a_checkpoint_keeps_the_layer_selectbox_and_the_last_v
 def test_a_session_keeps_no_trace_once_the_heads_page_is_drawn(checkpoints):
     """Streamlit keeps a fragment's arguments (and so what they reach) for the session's lifetime, a closed tab's
     for minutes: the Heads page's fragments must reach the Trace through the cache only, or every session would
-    pin ~210 MB per 1024-token input beyond the cache's bound."""
+    pin a whole Trace per input (benchmarks/README.md, "Numbers moved out of the code") beyond the cache's bound."""
     import gc
     import weakref
 

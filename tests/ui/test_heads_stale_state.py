@@ -19,7 +19,7 @@ def summed(at: AppTest) -> list[str]:
 
 def test_tokens_picked_by_name_are_dropped_when_the_text_changes():
     """Picks are positions named by the pieces of the text they were picked on: another text of the same length keeps
-    no pick (a picker showed "5: ·step" over a text without "step", and summed position 5 of the new one)."""
+    no pick (no picker shows "5: ·step" over a text without "step", nor sums position 5 of the new one)."""
     at = app(text="Your journey starts with one step", num_heads="4")
     at.session_state["heads_pick"] = True  # the expander open
     at.run()

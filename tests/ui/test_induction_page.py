@@ -127,8 +127,8 @@ def first_map(at: AppTest) -> dict:
 
 
 def test_the_bundled_model_opens_on_the_head_the_lab_names_and_the_layer_is_picked_beside_it():
-    """The headline named L1H0 (0.74) while the map drawn was layer 0 — the sidebar's Layer — at 0.00: the first map
-    is now the best head, in its layer, and the lab's own Layer widget shows another layer's heads."""
+    """The first map drawn is the head the headline names, in its own layer (not the sidebar's Layer), and the
+    lab's own Layer widget shows another layer's heads."""
     at = lab(weights="bundled model")
     T, seed = induction.DEFAULT_T, induction.DEFAULT_SEED
     model = weights.load(weights.bundled_option().ref)
@@ -221,7 +221,8 @@ def test_a_model_runs_with_its_causal_mask_and_says_so_when_the_sidebar_mask_is_
 
 @pytest.mark.parametrize("context", [1, 4])
 def test_a_model_whose_context_cannot_hold_the_shortest_repeat_says_so(tmp_path, monkeypatch, context):
-    """A checkpoint with n_positions 4: the lab offered T from 2 to 1 and showed StreamlitInvalidMinMaxError."""
+    """A checkpoint with n_positions 4 (or 1): the lab says its context cannot hold the shortest repeat, with no T
+    to pick (a range from 2 to 1 would be a StreamlitInvalidMinMaxError)."""
     pytest.importorskip("transformers")
     from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 

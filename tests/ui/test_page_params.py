@@ -223,8 +223,8 @@ def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back(
 
 
 def test_the_generate_pages_link_carries_new_tokens_on_the_first_run_after_coming_back():
-    """Generate's New tokens, set, then the page left and come back to: that run's Share link has new_tokens (it was
-    drawn before New tokens was bound, and lacked it until the next run)."""
+    """Generate's New tokens, set, then the page left and come back to: that run's Share link has new_tokens
+    already (the link is drawn after New tokens is bound, not one run late)."""
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["weights"] = "bundled model"
     at.switch_page("pages/generate.py").run()
@@ -510,10 +510,9 @@ def test_an_entry_of_another_page_after_a_reload_shows_that_pages_view():
 
 
 def test_a_labs_head_left_at_its_default_follows_the_best_head_of_a_new_t_and_seed():
-    """The Induction lab's head defaults to the run's best head. Left there, a new T wrote the old best head into the
-    URL (another entry of the browser's history) and a new seed then showed another head than the best; it now
-    follows the best head — the one a new session opened with that T and seed shows — out of the URL, until the user
-    picks one."""
+    """The Induction lab's head defaults to the run's best head. Left there, it follows the best head of a new T or
+    seed — the one a new session opened with that T and seed shows — out of the URL (no old best head written into
+    it, no new entry of the browser's history), until the user picks one."""
     at = open_page("pages/induction.py", weights="bundled model")
     for key, value in (("induction_T", 2), ("induction_seed", 7), ("induction_T", 5)):  # best heads: 0, 0, 1
         at.number_input(key=key).set_value(value).run()

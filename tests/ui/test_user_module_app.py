@@ -354,9 +354,8 @@ def test_a_forward_that_raises_in_a_later_rule_keeps_the_rules_before_it():
 
 
 def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_same_results(capsys):
-    """The panel said "The same table: `python -m attnviz check path/to/file.py:ClassName`": a placeholder, and the
-    CLI's own sizes (d_in 64, 4 heads, dropout 0) gave other evidence.  It now gives the module's file and class and
-    the sizes the app built it with; run from the file's folder, every rule has the app's result."""
+    """The panel's command names the module's file and class and the sizes the app built it with (not a
+    placeholder, nor the CLI's own default sizes); run from the file's folder, every rule has the app's result."""
     from attnviz import cli
 
     at = app(num_heads="2", dropout="0.1", seed="7")

@@ -110,10 +110,9 @@ def test_a_map_shows_no_more_query_labels_than_its_height_holds():
 
 
 def test_the_score_curves_panel_titles_stay_apart_at_700_px():
-    """The Train page's two score panels in a 700 px window (the chart 680 px wide): their one-line titles ran into
-    each other ("…on repeated random tokensprevious-token: mean A[i, i−1] on held-out text"). Each title's widest line,
-    centred over its panel as Plotly places it, now stays inside the figure and clear of the other; the top margin
-    holds its lines."""
+    """The Train page's two score panels in a 700 px window (the chart 680 px wide): each title's widest line,
+    centred over its panel as Plotly places it, stays inside the figure and clear of the other title (one-line
+    titles would overlap); the top margin holds its lines."""
     fig = head_figures.score_curves([0, 10], np.zeros((2, 2, 4)), np.zeros((2, 2, 4)), threshold=0.4)
     layout, width = fig.layout, 680
     plot_px = width - layout.margin.l - layout.margin.r

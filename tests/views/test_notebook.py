@@ -43,9 +43,9 @@ def test_the_notebook_traces_checks_and_shows_a_module_without_errors():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"stage": "nope"}, "stage must be one of"),  # was KeyError: 'nope'
-    ({"head": 99}, "head must be a whole number from 0 to"),  # was an IndexError from NumPy
-    ({"head": -1}, "head must be a whole number from 0 to"),  # was the last head, titled "head -1"
+    ({"stage": "nope"}, "stage must be one of"),
+    ({"head": 99}, "head must be a whole number from 0 to"),
+    ({"head": -1}, "head must be a whole number from 0 to"),  # not the last head
 ])
 def test_show_names_a_bad_stage_or_head(kwargs, message):
     trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
@@ -55,13 +55,13 @@ def test_show_names_a_bad_stage_or_head(kwargs, message):
 
 @pytest.mark.parametrize("value", ["Your journey starts", None])
 def test_show_names_what_it_takes(value):
-    with pytest.raises(InputError, match="show takes a Trace"):  # was "give the text to trace the module on"
+    with pytest.raises(InputError, match="show takes a Trace"):
         attnviz.show(value)
 
 
 def test_show_without_ipython_names_what_it_needs_after_checking_its_arguments(monkeypatch):
-    """Outside Jupyter, with no IPython installed (requirements.txt does not install it), show raised a bare
-    ModuleNotFoundError, also for arguments it refuses."""
+    """Outside Jupyter, with no IPython installed (requirements.txt does not install it), show first refuses bad
+    arguments with their own message, then says it needs IPython (an InputError, not a bare ModuleNotFoundError)."""
     import sys
 
     monkeypatch.setitem(sys.modules, "IPython", None)  # `import IPython` raises ImportError

@@ -160,7 +160,8 @@ def test_page_switch_back_reuses_the_grid_and_marks_the_focused_head(counted):
 
 def test_plotly_serializes_with_orjson(monkeypatch):
     """``st.plotly_chart`` writes every figure with ``plotly.io.to_json``, whose engine is orjson when it is installed
-    (a requirement): the 256 × 256 focused map takes 13 ms to write, against 49 ms with the json module."""
+    (a requirement): the big focused maps are written several times faster than with the json module
+    (benchmarks/README.md, "A click draws its products first; orjson writes the figures")."""
     import orjson
     import plotly.io as pio
 
