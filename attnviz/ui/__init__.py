@@ -23,6 +23,7 @@ One module per job:
 * ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;
 * ``heads``    — the Heads page's grid, statistics table and focused head;
 * ``heads_views`` — the Heads page's views of one layer (drawn by ``layer_views.draw_layer_views``);
+* ``steps``    — the Steps page: one head's stage as a before/after pair beside the shape diagram, and its source;
 * ``focus``    — the focused head, set by a click on the grid or a selected table row;
 * ``why``      — what a selection on the focused map explains (one cell's weight, several cells summed);
 * ``interventions`` — knock-outs, ‖weight × value‖, rollout and the logit lens (the Heads page, the Induction lab);
@@ -31,6 +32,7 @@ One module per job:
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
 * ``lab_selectors`` — the Compare page's and the Pitfall lab's selectors, bound to the URL;
+* ``pitfalls`` — the Pitfall lab: a bug's correct and buggy versions side by side, the causality leak detector;
 * ``head_labels`` — the Heads page's head types (label, score, first-token mass beside it; no type for heads that
   see the future);
 * ``induction`` — the Induction lab's cached run and its widgets;

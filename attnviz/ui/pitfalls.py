@@ -1,0 +1,113 @@
+"""The Pitfall lab: the bug picked, its diff against the book's code, the correct and the buggy version side by side
+with each one's verdict and map, and the causality leak detector.  ``pages/pitfalls.py`` calls :func:`draw`."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from attnviz.labs.pitfalls import catalogue, detectors, workbench
+from attnviz.labs.pitfalls import figures as pitfall_figures
+from attnviz.labs.pitfalls.catalogue import PITFALLS, Pitfall
+from attnviz.labs.pitfalls.workbench import LabSetup
+from attnviz.tokens import counted
+from attnviz.ui import compute, lab_selectors
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.share import share_link
+
+
+def draw(ctx: Context) -> None:
+    """The page below its title: what the lab runs, the bug picked (or the table of bugs), the leak detector."""
+    trace, config = ctx.trace, ctx.config
+    tokens = workbench.lab_tokens(trace.tokens)
+    n = len(tokens)
+    about = st.container()  # the class the chosen bug runs, filled in once the bug is known
+
+    lab_selectors.pitfalls_from_url(n)  # a session's first visit: the link's bug and token
+    bug = lab_selectors.bug_choice()
+    setup = catalogue.setup_for(config, trace.n, wanted_heads(ctx), bug)
+    with about:
+        st.caption(f"{catalogue.describe(setup, bug)} · {counted(n)} · eval mode unless a bug says otherwise")
+        for note in setup.notes:
+            st.caption(f":material/info: {note}")
+
+    if bug == "none":
+        st.info("No bug switched on: this is the book's code. Switch one on to see it next to the correct version, "
+                "with the one line that differs and a verdict computed from the tensors.", icon=":material/science:")
+        st.dataframe(pd.DataFrame(catalogue.table()), hide_index=True)
+    else:
+        pitfall = PITFALLS[bug]
+        why_not = pitfall.unavailable(setup)
+        if not config.causal and pitfall.in_mask:
+            st.caption(":material/info: The lab keeps the causal mask on (this bug lives in it); "
+                       f"the leak detector below follows {catalogue.causal_source(config)}.")
+        st.subheader(pitfall.title)
+        st.code(catalogue.diff_text(bug), language="diff")
+        st.markdown(pitfall.explanation)
+        if why_not is not None:
+            st.info(why_not, icon=":material/info:")
+        else:
+            both_versions(ctx, setup, tokens, pitfall, bug)
+
+    leak_detector(ctx, setup, tokens, None if bug == "none" else bug)
+
+
+def wanted_heads(ctx: Context) -> int:
+    """The sidebar's Heads, used when the variant is single-head."""
+    return int(ctx.settings["num_heads"])
+
+
+def verdict_box(version: detectors.Version, buggy: bool) -> None:
+    if version.fired:
+        st.error(f"**Detected:** {version.verdict}", icon=":material/bug_report:")
+    elif buggy:
+        st.warning(f"**Not visible here:** {version.verdict}", icon=":material/visibility_off:")
+    else:
+        st.success(f"**Check passed:** {version.verdict}", icon=":material/check_circle:")
+
+
+def both_versions(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], pitfall: Pitfall, bug: str) -> None:
+    """The correct code and the buggy one side by side: each one's verdict and map, then the bug's own figure."""
+    with st.spinner("Running both versions…"):
+        result = compute.pitfall(ctx.trace_key, wanted_heads(ctx), bug, ctx.trace)
+    stage = pitfall.stage
+    correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
+    head = min(pitfall.head, setup.num_heads - 1)
+    for column, version, name in zip(st.columns(2), (result.correct, result.buggy), (correct_name, "with the bug")):
+        with column:
+            st.markdown(f"**{name.capitalize()}**")
+            verdict_box(version, buggy=version is result.buggy)
+            if version.observation.error is None and pitfall.draws_weights:
+                st.caption(f"head {head} of {setup.num_heads}: {stage}, {name}"
+                           + (", call 1" if stage == "dropped" else ""))
+                fig = pitfall_figures.weights_figure(version.observation, tokens, head=head, stage=stage,
+                                                     dropout=setup.dropout)
+                st.plotly_chart(fig, config=plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
+    if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
+        st.plotly_chart(extra, config=plotly_config(f"attnviz-pitfall-{bug}"))
+
+
+def leak_detector(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], bug: str | None) -> None:
+    """Perturb the picked token's input and show which outputs move: any before it is a leak (``bug``: None, the
+    book's code)."""
+    st.header("Causality leak detector")
+    subject = catalogue.leak_subject(ctx.config, setup, bug)
+    st.caption(f"Add seeded noise to one token's input embedding, rerun {subject} and measure how far every output "
+               "moves. With a causal mask, every position before the perturbed token must stay *exactly* the same "
+               "(Δ == 0).")
+    j = lab_selectors.perturbed_token(tokens)
+    share_link(ctx.link)  # the URL holds the bug and the token this run draws
+    if j is None:
+        st.info("One token: nothing comes before it, so there is nothing to leak into. Type more text.",
+                icon=":material/info:")
+        return
+    with st.spinner("Perturbing…"):
+        report = compute.leak(ctx.trace_key, wanted_heads(ctx), bug, j, ctx.trace)
+    if "error" in report:
+        st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
+                   "there is nothing to compare.", icon=":material/error:")
+    else:
+        box = st.error if report["leaked"] else st.success
+        icon = ":material/water_drop:" if report["leaked"] else ":material/check_circle:"
+        box(f"**Verdict:** {report['verdict']}", icon=icon)
+        st.plotly_chart(pitfall_figures.leak_figure(report, tokens), config=plotly_config("attnviz-leak-detector"))

@@ -1,0 +1,207 @@
+"""The Steps page: one head through its stages, the viewed stage as a before/after pair beside the shape diagram
+(highlighted there), its line of code and the running module's source.  ``pages/steps.py`` calls :func:`draw`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+
+from attnviz.config import AttentionConfig
+from attnviz.stats import row_entropy
+from attnviz.trace import Trace
+from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
+from attnviz.ui.heads import head_selector, window_selector, within_layer_from_url
+from attnviz.ui.share import share_link
+from attnviz.ui.state import page_bind, url_notices
+from attnviz.urlstate import STAGE
+from attnviz.views import figures, source, steps
+
+PAIR_WIDTH = 330  # px: a map with its labels and colour bar; two fit beside the diagram at 1,400 px, one at 1,100
+
+
+def draw(ctx: Context) -> None:
+    """The page below its title: the stage picker, the shape diagram with the viewed stage beside it, the source."""
+    trace, config = ctx.trace, ctx.trace.config
+    st.caption(weights_caption(ctx) + (" · the attention reads norm1(the block's input), the LayerNorm'd residual "
+                                       "stream" if ctx.checkpoint else ""))
+    labels = steps.stage_labels(trace)
+    within_layer_from_url("steps", trace, labels, "masked")  # a session's first visit: the link's head, stage, window
+    stage = st.segmented_control(
+        "Stage", list(labels), format_func=labels.get,
+        **page_bind("steps_stage", "masked", lambda s: s in labels, url=STAGE)
+    ) or "masked"
+    url_notices("steps_stage")
+
+    with beside_shape_diagram(trace, highlight=stage):
+        url_notices("steps_focus", "steps_row0", "steps_col0")
+        head = head_selector("steps_focus", trace.num_heads)
+        row0, col0, size = window_selector("steps", trace.n, overview=False)
+        share_link(ctx.link)  # the URL holds the head, stage and window this run draws
+        step = steps.step_text(config, stage, trace.module_run)
+        st.markdown(f"**{step['what']}**")
+        st.code(step["code"], language="python")
+        view = HeadWindow(trace, head, row0, col0, size)
+        before, after = pair()
+        STAGE_VIEWS.get(stage, _context)(view, before, after)
+
+    _source(trace, stage)
+
+
+@dataclass(frozen=True)
+class HeadWindow:
+    """One head's maps, cropped to the window on view, and how they are drawn."""
+
+    trace: Trace
+    head: int
+    row0: int
+    col0: int
+    size: int
+
+    @property
+    def config(self) -> AttentionConfig:
+        return self.trace.config
+
+    def crop(self, name: str) -> np.ndarray:
+        """The stage's map of this head inside the window: (size, size) at most."""
+        return self.trace.attention_map(name, self.head)[self.row0 : self.row0 + self.size,
+                                                         self.col0 : self.col0 + self.size]
+
+    def shared(self, *names: str) -> tuple[float, float]:
+        """One colour range for a before/after pair of score maps, so equal values look equal."""
+        return figures.shared_range([self.crop(name) for name in names])
+
+    def heatmap(self, name, title: str, **extra) -> None:
+        """A stage's map (by name) or a computed one (an array, drawn as ``as_stage``), at the window's offsets."""
+        config = self.config
+        fig = figures.attention_heatmap(self.crop(name) if isinstance(name, str) else name, self.trace.tokens,
+                                        extra.pop("as_stage", name), causal=config.causal,
+                                        dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
+                                        title=title, row_offset=self.row0, col_offset=self.col0, height=430, **extra)
+        st.plotly_chart(fig, config=plotly_config(f"attnviz-head{self.head}-{title.split()[0]}"))
+
+
+def pair():
+    """Two places for a before/after pair: side by side where two maps fit, one above the other on a narrow
+    page (two columns of a narrow page leave each map's cells too narrow a strip to read)."""
+    row = st.container(horizontal=True, gap="medium")
+    return row.container(width=PAIR_WIDTH), row.container(width=PAIR_WIDTH)
+
+
+def _latent(view: HeadWindow, before, after) -> None:
+    trace, config = view.trace, view.config
+    st.caption(f"latent: `{steps.shape_of(trace, 'latent')}` — {config.latent_width} numbers per token, where "
+               f"multi-head attention caches keys and values: 2 × d_out = {2 * config.d_out}.")
+    st.code("\n".join(filter(None, (source.stage_code(config.variant, name) for name in ("keys", "values")))),
+            language="python")  # the up-projections from the latent
+    st.dataframe(steps.latent_table(trace), height=300)
+
+
+def _rotated_queries(view: HeadWindow, before, after) -> None:
+    config, head = view.config, view.head
+    q_table, k_table = steps.rotation_tables(view.trace, head)
+    st.caption(f"RoPE base {config.rope_base:,}; head {head} uses K/V head {config.kv_group(head)}. Position 0 "
+               "is not turned; later positions turn further.")
+    st.dataframe(q_table)  # the page's width: a map's card cuts the numbers of its columns
+    st.dataframe(k_table)
+
+
+def _kv_repeat(view: HeadWindow, before, after) -> None:
+    config = view.config
+    st.caption(f"{config.kv_groups} K/V heads for {config.heads} query heads: groups of {config.group_size}.")
+    st.dataframe(steps.group_table(config), hide_index=True, height=300)
+
+
+def _scores(view: HeadWindow, before, after) -> None:
+    with before:
+        st.dataframe(steps.qk_table(view.trace, view.head), height=430)
+    with after:
+        view.heatmap("scores", "scores = Q·Kᵀ (before scaling)")
+
+
+def _scaled(view: HeadWindow, before, after) -> None:
+    trace = view.trace
+    st.caption("Both panels use the same colour scale: the division shrinks every score toward 0.")
+    with before:
+        view.heatmap("scores", "before: scores", zrange=view.shared("scores"))
+    with after:
+        view.heatmap("scaled", f"after: scores ÷ √{view.config.head_dim}", zrange=view.shared("scores"))
+    # softmax of what the model saw, with and without the division
+    with_scale, without_scale = steps.softmax_with_and_without_scaling(view.crop("scores"), view.crop("masked"))
+    st.markdown("**Softmax with vs without ÷√dₖ** — without it, large dₖ pushes softmax toward one-hot "
+                "(saturation: low entropy, tiny gradients).")
+    left, right = pair()
+    with left:
+        view.heatmap(with_scale, "softmax(scores ÷ √dₖ)", as_stage="weights")
+    with right:
+        view.heatmap(without_scale, "softmax(scores) — no scaling", as_stage="weights")
+    st.plotly_chart(figures.entropy_bars(trace.tokens[view.row0:], row_entropy(with_scale),
+                                         row_entropy(without_scale)),
+                    config=plotly_config("attnviz-entropy"))
+
+
+def _masked(view: HeadWindow, before, after) -> None:
+    config = view.config
+    if not config.causal:
+        st.info("The causal mask is off: masked = scaled, every token sees every other token.")
+    with before:
+        view.heatmap("scaled", "before: scaled scores", zrange=view.shared("scaled"))
+    with after:
+        view.heatmap("masked", "after: masked (grey = −∞)" if config.window is None
+                     else f"after: window W = {config.window} (grey = −∞)", zrange=view.shared("scaled"))
+
+
+def _weights(view: HeadWindow, before, after) -> None:
+    with before:
+        view.heatmap("masked", "before: masked scores")
+    with after:
+        view.heatmap("weights", "after: softmax — each row sums to 1")
+
+
+def _dropped(view: HeadWindow, before, after) -> None:
+    config = view.config
+    if not config.dropout_runs:
+        st.info(steps.dropout_off_reason(config))
+    dropped_range = (0.0, 1.0 / (1.0 - config.effective_dropout))  # both on 0…1/(1−p): a doubled weight is brighter
+    with before:
+        view.heatmap("weights", "before: weights", zrange=dropped_range)
+    with after:
+        view.heatmap("dropped", f"after: dropout (p = {config.dropout:g})" if config.dropout_runs
+                     else "after: dropout off — unchanged", zrange=dropped_range)
+    if config.dropout_runs:
+        st.caption(f"Kept weights are multiplied by 1/(1−p) = {1 / (1 - config.dropout):.4f}; "
+                   f"dropped ones are exactly 0.")
+    st.plotly_chart(figures.difference_heatmap(view.crop("dropped"), view.crop("weights"), view.trace.tokens,
+                                               title="difference: dropped − weights", row_offset=view.row0,
+                                               col_offset=view.col0),
+                    config=plotly_config("attnviz-dropout-difference"))
+
+
+def _context(view: HeadWindow, before, after) -> None:
+    """The weights used, the context and the module's output (the ``context`` and ``output`` stages)."""
+    trace = view.trace
+    with before:
+        view.heatmap("dropped", "attention weights used")
+    with after:
+        st.markdown(f"context = weights @ values: `{steps.shape_of(trace, 'context')}`  \n"
+                    f"output: `{steps.shape_of(trace, 'output')}`")
+        st.dataframe(steps.context_table(trace, view.head), height=300)
+    st.markdown(f"**Output of the module** `{steps.shape_of(trace, 'output')}`"
+                + (" (after `out_proj`)" if view.config.spec.out_proj else ""))
+    st.dataframe(steps.vector_table(trace, trace.output[0], "output vector"), height=300)
+
+
+# what each stage draws below its code; any other stage (context, output) draws _context
+STAGE_VIEWS = {"latent": _latent, "rotated_queries": _rotated_queries, "kv_repeat": _kv_repeat, "scores": _scores,
+               "scaled": _scaled, "masked": _masked, "weights": _weights, "dropped": _dropped}
+
+
+def _source(trace: Trace, stage: str) -> None:
+    """The running module's source with the stage's line marked: a user's module its own file, else the book's."""
+    config, run = trace.config, trace.module_run
+    with st.expander(f"Source of {run.class_name if run else source.CLASSES[config.variant].__name__} — read from "
+                     "the running module", expanded=run is not None):
+        code, line = source.module_marked_source(run, stage) if run else source.marked_source(config.variant, stage)
+        st.caption(source.line_caption(line, run))
+        st.code(code, language="python", line_numbers=run is None)  # the gutter counts from 1, not the file's line
