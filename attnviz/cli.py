@@ -107,7 +107,8 @@ def rule_lines(check, rule_width: int, width: int | None = None) -> list[str]:
     width = width or shutil.get_terminal_size((100, 20)).columns
     indent = rule_width + 2 + 4 + 2
     status = {"pass": "PASS", "fail": "FAIL", "skip": "skip"}[check.status]
-    wrapped = textwrap.wrap(check.evidence, max(30, width - indent)) or [""]
+    # a line breaks between words only: a flag (--no-causal), a rule (kv-cache) or a number (-1e+09) stays whole
+    wrapped = textwrap.wrap(check.evidence, max(30, width - indent), break_on_hyphens=False) or [""]
     return [f"{check.rule:<{rule_width}}  {status}  {wrapped[0]}", *(" " * indent + more for more in wrapped[1:])]
 
 

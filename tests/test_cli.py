@@ -204,9 +204,18 @@ def test_the_weights_are_drawn_after_the_seed(modules, monkeypatch, seed):
 def test_causal_can_be_stated(modules):
     result = check(f"{modules}:Attention", "--d-in", 32, "--no-causal")
     assert result.returncode == 1  # it masks, but was said not to be causal
-    assert "causal              skip  not checked: causal=False was given (--no-causal)" in result.stdout
-    assert "mask-convention     FAIL  causal=False was given (--no-causal), but the module masks: it hides the" in (
-        result.stdout)
+    table = " ".join(result.stdout.split())  # the evidence column wraps at the terminal's width
+    assert "causal skip not checked: causal=False was given (--no-causal)" in table
+    assert "mask-convention FAIL causal=False was given (--no-causal), but the module masks: it hides the 28 cells " \
+           "above the diagonal (the future)" in table
+
+
+def test_the_evidence_wraps_between_words_and_never_inside_a_flag_or_a_number():
+    evidence = "causal=False was given (--no-causal), but the scores hold -1e+09 where the kv-cache rule expects -inf"
+    for width in range(40, 120):
+        lines = cli.rule_lines(checks.Check("mask-convention", "fail", evidence), len("mask-convention"), width)
+        words = " ".join(line[len("mask-convention") + 8:] for line in lines).split()
+        assert words == evidence.split(), width
 
 
 @pytest.mark.parametrize(("source", "spec", "message"), [
