@@ -16,7 +16,8 @@ specials = sum(t.special for t in trace.token_details)
 st.metric("Tokens", f"{trace.n} / {config.context_length}", help="GPT-2 context length is 1024 tokens.")
 if specials:
     st.caption(f"★ {specials} special token(s) (<|endoftext|> = 50256) marked ★ with a red border.")
-st.html(figures.token_chips_html(trace.tokens, trace.token_ids, [t.special for t in trace.token_details]))
+with st.container(height=figures.CHIPS_BOX_PX if trace.n > figures.CHIPS_UNBOXED else "content"):  # scrolls inside
+    st.html(figures.token_chips_html(trace.tokens, trace.token_ids, [t.special for t in trace.token_details]))
 with st.expander("Token table"):
     st.dataframe(pd.DataFrame({
         "position": range(trace.n), "id": trace.token_ids, "piece": trace.tokens,

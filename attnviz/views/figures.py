@@ -539,9 +539,9 @@ def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: 
                              col_offset=col_offset, height=height, zrange=(-(bound or 1.0), bound or 1.0))
 
 
-def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int = 256, height: int = 360,
-                      bound: float | None = None) -> go.Figure:
-    """(n, d) embedding rows; mean-pooled along d (and n) when larger than ``max_cells`` (said in the title)."""
+def pooled_embedding(matrix: np.ndarray, max_cells: int = 256) -> tuple[np.ndarray, int, int]:
+    """(n, d) embedding rows mean-pooled along d (and n) to at most ``max_cells`` a side: (values, rows a cell,
+    dimensions a cell)."""
     values = np.asarray(matrix, dtype=np.float32)
     n, dim = values.shape
     row_block = max(1, math.ceil(n / max_cells))
@@ -551,8 +551,19 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
         # (n, dim) -> (⌈n/row_block⌉, ⌈dim/col_block⌉): each block's mean
         values = np.nanmean(padded.reshape(padded.shape[0] // row_block, row_block,
                                            padded.shape[1] // col_block, col_block), axis=(1, 3))
+    return values, row_block, col_block
+
+
+def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int = 256, height: int = 360,
+                      bound: float | None = None) -> go.Figure:
+    """(n, d) embedding rows; mean-pooled along d (and n) when larger than ``max_cells`` (said in the title, and a
+    pooled row's label names its positions, "0–3")."""
+    n, dim = np.shape(matrix)
+    values, row_block, col_block = pooled_embedding(matrix, max_cells)  # (≤ max_cells, ≤ max_cells)
+    if row_block > 1 or col_block > 1:
         title += f" — downsampled to {values.shape[0]}×{values.shape[1]} (mean-pooled)"
-    y = position_labels(tokens) if row_block == 1 else [f"{i * row_block}…" for i in range(values.shape[0])]
+    y = position_labels(tokens) if row_block == 1 else [
+        f"{i * row_block}–{min(n, (i + 1) * row_block) - 1}" for i in range(values.shape[0])]
     bound = bound or float(np.nanmax(np.abs(values))) or 1.0  # pass one bound to compare several heatmaps
     fig = go.Figure(go.Heatmap(
         z=values, y=y, x=np.arange(values.shape[1]) * col_block, zmin=-bound, zmax=bound, colorscale=SCORE_SCALE,
@@ -573,16 +584,21 @@ def embedding_figures(embeddings: dict[str, np.ndarray], tokens, *,
                       rotary: bool) -> tuple[str, list[tuple[str, go.Figure]]]:
     """The Tokens page's embedding maps on one colour scale, as (caption, [(name, figure)]): the token embedding,
     the positional embedding and their sum, the input; with rotary positions, which add no vector, the input alone
-    (it is the token embedding)."""
+    (it is the token embedding).  The scale spans the values the maps show: where they are mean-pooled, the pooled
+    values (a scale of the raw extremes would leave pooled maps pale)."""
     shown = ((("input", "input = token embedding"),) if rotary else
              (("token", "token embedding"), ("position", "positional embedding"),
               ("input", "input = token + position")))
-    bound = max(float(abs(embeddings[name]).max()) for name, _ in shown) or 1.0
+    bound = max(float(np.nanmax(np.abs(pooled_embedding(embeddings[name])[0]))) for name, _ in shown) or 1.0
     caption = (f"One map shows both: the token embedding and the input are the same matrix (colour scale ±{bound:.2f})."
                if rotary else
                f"All three use the same colour scale (±{bound:.2f}), so they can be compared cell by cell.")
     return caption, [(name, embedding_heatmap(embeddings[name], tokens, title=f"{label} {embeddings[name].shape}",
                                               bound=bound)) for name, label in shown]
+
+
+CHIPS_UNBOXED = 120  # a text of more tokens shows its chips in a box of CHIPS_BOX_PX that scrolls: the embeddings
+CHIPS_BOX_PX = 320  # below stay in reach (1,024 chips are some 70 lines)
 
 
 def token_chips_html(tokens: list[str] | tuple[str, ...], token_ids, special) -> str:

@@ -18,6 +18,8 @@ from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
 from streamlit.proto.PlotlyChart_pb2 import PlotlyChart as PlotlyChartProto
 from streamlit.testing.v1 import AppTest
 
+from attnviz.views.figures import CHIPS_BOX_PX
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py")
 TIMEOUT = 120
@@ -353,6 +355,26 @@ def test_tokens_page_escapes_html_and_marks_special_tokens():
     body = at.get("html")[0].proto.body
     assert "<img" not in body and "&lt;" in body  # "<img" is two tokens: "<" and "img"
     assert "★special" in body
+
+
+def _chips_box_height(at) -> int | None:
+    """The pixel height of the box that holds the Tokens page's chips (None: the chips are not in a boxed block)."""
+    for block in at.main.children.values():
+        proto = getattr(block, "proto", None)
+        if proto is not None and hasattr(proto, "height_config") and any(
+                "attnviz-chips" in getattr(getattr(element, "proto", None), "body", "")
+                for element in getattr(block, "children", {}).values()):
+            return proto.height_config.pixel_height or None
+    return None
+
+
+def test_a_long_texts_chips_scroll_in_a_box_so_the_embeddings_stay_in_reach():
+    at = app(text="word " * 300)
+    at.switch_page("pages/tokens.py").run()
+    no_exception(at)
+    assert _chips_box_height(at) == CHIPS_BOX_PX
+    at.sidebar.text_area(key="text").set_value("a short text").run()
+    assert _chips_box_height(at) is None  # a few chips: no box
 
 
 def test_book_preset_shows_the_books_numbers():

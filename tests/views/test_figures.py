@@ -294,3 +294,19 @@ def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_it
     assert colour_range(tall) == (0.0, 1.0)
     with pytest.raises(ValueError):  # no colour bar to unpack
         colour_range(narrow)
+
+
+def test_pooled_embedding_maps_share_a_scale_that_spans_what_they_show_and_name_each_rows_positions():
+    """At 1,024 tokens the Tokens page mean-pools its embedding maps: their one colour scale spans the pooled values
+    (the raw extremes left the maps pale), and a pooled row says which positions it averages."""
+    rng = np.random.default_rng(0)
+    embeddings = {name: rng.standard_normal((1024, 768)).astype(np.float32) for name in ("token", "position")}
+    embeddings["input"] = embeddings["token"] + embeddings["position"]  # (n, d_in)
+    tokens = [f"·t{i}" for i in range(1024)]
+    caption, maps = figures.embedding_figures(embeddings, tokens, rotary=False)
+    shown = [np.asarray(figure.data[0].z, dtype=np.float32) for _, figure in maps]  # (256, 256) each
+    bound = max(float(np.nanmax(np.abs(values))) for values in shown)
+    assert all(figure.data[0].zmax == -figure.data[0].zmin == pytest.approx(bound) for _, figure in maps)
+    assert f"±{bound:.2f}" in caption
+    assert bound < float(np.abs(embeddings["input"]).max()) / 2  # the pooled values, not the raw extremes
+    assert list(maps[0][1].data[0].y[:2]) == ["0–3", "4–7"] and maps[0][1].data[0].y[-1] == "1020–1023"
