@@ -158,7 +158,7 @@ def shared_range(matrices) -> tuple[float, float]:
 
 
 MAP_TITLE_PX = 40  # a token map's title, above its key tokens
-NO_COLOUR_BAR_PX = 12  # the right margin of a map without a colour bar: its last key label's turned foot
+NO_COLOUR_BAR_PX = 24  # the right margin of a map without a colour bar: its last key label's turned foot
 
 
 def attention_heatmap(
