@@ -14,7 +14,7 @@ every Chromium process (``/proc/<pid>/stat``'s utime + stime, 10 ms ticks) is re
 ``--window-ms`` after it, while the server traces (the fragment sends nothing before its trace).
 
 **In this process.**  The same wrapper around the same function, ``pipeline.run`` on other cold texts of the same
-length and the default settings, after ``cache.tune_memory()`` (the server's malloc settings).
+length and the default settings, after ``memory.tune_memory()`` (the server's malloc settings).
 
 Results: ``results/trace_contention.json`` (the samples, the medians, the machine).
 """
@@ -112,9 +112,9 @@ def in_process(texts: list[str]) -> list[dict]:
 
     from attnviz import pipeline, urlstate
     from attnviz.producers import book
-    from attnviz.ui import cache
+    from attnviz.ui import memory
 
-    cache.tune_memory()
+    memory.tune_memory()
     untimed = book._forward
     namespace = {"_untimed_forward": untimed}
     exec(TIMED.split("\n\n\ndef _untimed_forward")[0], namespace)  # the wrapper alone, around book's own function

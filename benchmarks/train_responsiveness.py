@@ -4,8 +4,8 @@ each in its own thread with one torch thread), interleaved, and report the ratio
 
     python benchmarks/train_responsiveness.py [--rounds 12] [--n 256 1024] [--no-training-heap]
 
-Memory as in the server: malloc tuned (``attnviz.ui.cache.tune_memory``) and each training inside
-``cache.training_heap()`` as the Train page starts it (``--no-training-heap``: without it).
+Memory as in the server: malloc tuned (``attnviz.ui.memory.tune_memory``) and each training inside
+``memory.training_heap()`` as the Train page starts it (``--no-training-heap``: without it).
 
 The page work is ``pipeline.run(text, config)`` for GPT-2 small's shape (768/12 heads, causal MHA) on n
 tokens — what a Heads page rerun computes when its trace is not cached — timed on the main thread like a
@@ -46,22 +46,22 @@ def steps_of(job) -> int:
 
 
 def work(cfg, heap: bool):
-    """A training job's work, inside ``cache.training_heap()`` as the Train page runs it (``heap``)."""
-    from attnviz.ui import cache
+    """A training job's work, inside ``memory.training_heap()`` as the Train page runs it (``heap``)."""
+    from attnviz.ui import memory
 
     plain = live_train.training_work(cfg)
-    return cache.in_training_heap(plain) if heap else plain
+    return memory.in_training_heap(plain) if heap else plain
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--n", type=int, nargs="+", default=[256, 1024])
-    parser.add_argument("--no-training-heap", action="store_true", help="trainings without cache.training_heap()")
+    parser.add_argument("--no-training-heap", action="store_true", help="trainings without memory.training_heap()")
     args = parser.parse_args()
-    from attnviz.ui import cache
+    from attnviz.ui import memory
 
-    tuned = cache.tune_memory()  # as every page of the server does
+    tuned = memory.tune_memory()  # as every page of the server does
     config = preset_config("gpt2-small")
     texts = {n: " the" * n for n in args.n}  # exactly n tokens
     for n in args.n:

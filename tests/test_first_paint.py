@@ -10,7 +10,7 @@ import pytest
 from attnviz import embedding, pipeline, ui, urlstate
 from attnviz.config import AttentionConfig
 from attnviz.producers import book
-from attnviz.ui import cache
+from attnviz.ui import memory
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ def test_setup_freezes_the_imported_objects_once_and_later_runs_freeze_nothing()
 import gc
 import threading
 from streamlit.testing.v1 import AppTest
-from attnviz.ui import cache
+from attnviz.ui import memory
 assert gc.get_freeze_count() == 0
 at = AppTest.from_file("app.py", default_timeout=120).run()
 assert not at.exception, at.exception
@@ -169,7 +169,7 @@ for thread in threading.enumerate():
 frozen = gc.get_freeze_count()
 assert frozen > 100_000, frozen  # torch, pandas, Plotly, Streamlit, attnviz
 at.run()
-assert not cache.freeze_imports() and gc.get_freeze_count() <= frozen, "once per process: later runs freeze nothing"
+assert not memory.freeze_imports() and gc.get_freeze_count() <= frozen, "once per process: later runs freeze nothing"
 """
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
@@ -185,12 +185,12 @@ def test_the_first_runs_objects_are_collected_once_the_browser_has_had_time_to_d
 
     monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.3)
     collected = []
-    monkeypatch.setattr(cache, "_refreeze", lambda: collected.append(time.monotonic()))
+    monkeypatch.setattr(memory, "_refreeze", lambda: collected.append(time.monotonic()))
     first_run = threading.Thread(target=lambda: None)
     first_run.start()
     first_run.join()
     ended = time.monotonic()
-    cache._refreeze_after(first_run)
+    memory._refreeze_after(first_run)
     assert len(collected) == 1 and collected[0] - ended >= 0.3
 
 
@@ -207,7 +207,7 @@ def test_a_servers_first_training_freezes_what_its_first_step_imported_and_no_la
 import gc, sys
 from streamlit.testing.v1 import AppTest
 from attnviz.labs import live_train
-from attnviz.ui import cache, train as train_ui
+from attnviz.ui import memory, train as train_ui
 live_train.RECOMMENDED = {"steps": 10, "n_layers": 1, "n_heads": 2, "emb_dim": 16, "context_length": 64,
                           "seq_len": 24, "batch_size": 2, "negatives": 8, "min_repeat": 4, "max_repeat": 10}
 at = AppTest.from_file("app.py", default_timeout=120).run()
@@ -222,7 +222,7 @@ assert job.join(120) and job.error is None, job.error
 assert "torch._dynamo" in sys.modules and "sympy" in sys.modules  # what the optimiser's first step imported
 gc.collect()
 assert len(gc.get_objects()) < unfrozen + 20_000, (unfrozen, len(gc.get_objects()))  # not ~120,000 more
-assert not cache.freeze_training_imports(), "once per process"
+assert not memory.freeze_training_imports(), "once per process"
 """
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)

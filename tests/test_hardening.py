@@ -365,17 +365,17 @@ def test_cuda_out_of_memory_falls_back_to_cpu_with_a_notice(monkeypatch):
 def test_malloc_tuning_is_explicit_and_can_be_switched_off(monkeypatch):
     import ctypes
 
-    from attnviz.ui import cache
+    from attnviz.ui import memory
 
-    monkeypatch.setattr(cache, "_malloc_trim", cache._no_trim)
+    monkeypatch.setattr(memory, "_malloc_trim", memory._no_trim)
     opened = []
     monkeypatch.setattr(ctypes, "CDLL", lambda name: opened.append(name))
     monkeypatch.setenv("ATTNVIZ_NO_MALLOC_TUNING", "1")
-    assert cache.tune_memory() is False and opened == []  # opted out: libc is never touched
+    assert memory.tune_memory() is False and opened == []  # opted out: libc is never touched
     monkeypatch.delenv("ATTNVIZ_NO_MALLOC_TUNING")
-    monkeypatch.setattr(cache.sys, "platform", "darwin")
-    assert cache.tune_memory() is False and opened == []  # not Linux: nothing to tune
-    assert cache._malloc_trim is cache._no_trim
+    monkeypatch.setattr(memory.sys, "platform", "darwin")
+    assert memory.tune_memory() is False and opened == []  # not Linux: nothing to tune
+    assert memory._malloc_trim is memory._no_trim
 
 
 @pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
@@ -391,33 +391,33 @@ def test_importing_ui_does_not_tune_malloc():
 
 
 def test_the_training_heap_raises_the_mmap_threshold_while_any_training_runs(monkeypatch):
-    from attnviz.ui import cache
+    from attnviz.ui import memory
 
     calls = []
-    monkeypatch.setattr(cache, "_mallopt", lambda param, value: calls.append((param, value)) or 1)
-    monkeypatch.setattr(cache, "_malloc_trim", lambda pad: calls.append("trim") or 1)
-    monkeypatch.setattr(cache, "_mmap_threshold", cache.MMAP_THRESHOLD)
-    monkeypatch.setattr(cache, "_trainings", 0)
-    first, second = cache.training_heap(), cache.training_heap()
+    monkeypatch.setattr(memory, "_mallopt", lambda param, value: calls.append((param, value)) or 1)
+    monkeypatch.setattr(memory, "_malloc_trim", lambda pad: calls.append("trim") or 1)
+    monkeypatch.setattr(memory, "_mmap_threshold", memory.MMAP_THRESHOLD)
+    monkeypatch.setattr(memory, "_trainings", 0)
+    first, second = memory.training_heap(), memory.training_heap()
     first.__enter__()
-    assert cache.mmap_threshold() == cache.TRAINING_MMAP_THRESHOLD
+    assert memory.mmap_threshold() == memory.TRAINING_MMAP_THRESHOLD
     second.__enter__()  # a second training, overlapping
     first.__exit__(None, None, None)
-    assert cache.mmap_threshold() == cache.TRAINING_MMAP_THRESHOLD and "trim" not in calls  # one still runs
-    with pytest.raises(RuntimeError), cache.training_heap():  # a failing training ends its heap too
+    assert memory.mmap_threshold() == memory.TRAINING_MMAP_THRESHOLD and "trim" not in calls  # one still runs
+    with pytest.raises(RuntimeError), memory.training_heap():  # a failing training ends its heap too
         raise RuntimeError("the training failed")
     second.__exit__(None, None, None)
-    assert cache.mmap_threshold() == cache.MMAP_THRESHOLD
-    assert calls == [(cache.M_MMAP_THRESHOLD, cache.TRAINING_MMAP_THRESHOLD),
-                     (cache.M_MMAP_THRESHOLD, cache.MMAP_THRESHOLD), "trim"]
+    assert memory.mmap_threshold() == memory.MMAP_THRESHOLD
+    assert calls == [(memory.M_MMAP_THRESHOLD, memory.TRAINING_MMAP_THRESHOLD),
+                     (memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD), "trim"]
 
 
 def test_without_the_malloc_tuning_the_training_heap_changes_nothing(monkeypatch):
-    from attnviz.ui import cache
+    from attnviz.ui import memory
 
-    monkeypatch.setattr(cache, "_mallopt", cache._no_mallopt)
-    monkeypatch.setattr(cache, "_mmap_threshold", None)
-    monkeypatch.setattr(cache, "_trainings", 0)
-    with cache.training_heap():
-        assert cache.mmap_threshold() is None
-    assert cache.mmap_threshold() is None
+    monkeypatch.setattr(memory, "_mallopt", memory._no_mallopt)
+    monkeypatch.setattr(memory, "_mmap_threshold", None)
+    monkeypatch.setattr(memory, "_trainings", 0)
+    with memory.training_heap():
+        assert memory.mmap_threshold() is None
+    assert memory.mmap_threshold() is None

@@ -17,7 +17,8 @@ One module per job:
 * ``navigation`` — the pages ``app.py`` navigates between; a page script run without ``app.py`` rerun through it;
 * ``state``    — the settings' widget state bound to the URL, page widgets kept across page switches, ``page_bind``;
 * ``sidebar``  — the shared sidebar, drawn by ``app.py``;
-* ``cache``    — the server's byte-bounded trace cache, trace keys, the glibc memory tuning, the gc freeze;
+* ``cache``    — the server's byte-bounded trace cache and trace keys;
+* ``memory``   — the glibc memory tuning and the gc freeze of the server's imports;
 * ``share``    — "Share & export": the link, the figure format, downloads computed on click;
 * ``frame``    — ``app_frame()`` (``app.py``), ``setup()`` and the view helpers every page uses;
 * ``layer_views`` — a page's views of one layer as a fragment, with the sidebar's Layer selectbox;

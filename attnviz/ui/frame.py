@@ -22,7 +22,8 @@ from attnviz.producers import user_module
 from attnviz.trace import Trace
 from attnviz.ui import module_check
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.cache import cached_trace, freeze_imports, trace_key, tune_memory
+from attnviz.ui.cache import cached_trace, trace_key
+from attnviz.ui.memory import freeze_imports, tune_memory
 from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, url_settings

@@ -3,7 +3,7 @@ polled by a fragment), the before/after snapshots, the trained model as a ``weig
 
 At most one training per session (``JobBoard``'s owner is an id kept in this session's state) and
 ``max_trainings()`` per server; each runs in its own thread with one torch thread
-(``attnviz.labs.live_train``), inside ``cache.training_heap()`` (its steps' tensors reuse the heap).  The live
+(``attnviz.labs.live_train``), inside ``memory.training_heap()`` (its steps' tensors reuse the heap).  The live
 view is a fragment that reruns every ``POLL_SECONDS`` while the job runs and touches it; while the browser tab
 stays connected the worker touches it too (other pages may be open), and a closed tab stops it within
 ``jobs.IDLE_TIMEOUT`` seconds.
@@ -20,8 +20,8 @@ import streamlit as st
 from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard, JobRefusedError
-from attnviz.ui.cache import freeze_training_imports, in_training_heap
 from attnviz.ui.frame import plotly_config
+from attnviz.ui.memory import freeze_training_imports, in_training_heap
 from attnviz.ui.state import page_bind
 from attnviz.views import head_figures
 

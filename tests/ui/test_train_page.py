@@ -112,22 +112,22 @@ def test_stop_ends_the_training_and_keeps_the_model_so_far():
 
 
 def test_the_training_runs_with_mallocs_mmap_threshold_raised_and_restores_it(monkeypatch):
-    from attnviz.ui import cache
+    from attnviz.ui import memory
 
     calls = []
-    monkeypatch.setattr(cache, "_mallopt", lambda param, value: calls.append(value) or 1)
-    monkeypatch.setattr(cache, "_malloc_trim", lambda pad: calls.append("trim") or 1)
-    monkeypatch.setattr(cache, "_mmap_threshold", cache.MMAP_THRESHOLD)
+    monkeypatch.setattr(memory, "_mallopt", lambda param, value: calls.append(value) or 1)
+    monkeypatch.setattr(memory, "_malloc_trim", lambda pad: calls.append("trim") or 1)
+    monkeypatch.setattr(memory, "_mmap_threshold", memory.MMAP_THRESHOLD)
     at = train_page()
     at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
     at.button(key="train_start").click().run()
     job = job_of(at)
     wait_for_steps(job, 2)
-    assert cache.mmap_threshold() == cache.TRAINING_MMAP_THRESHOLD  # its steps' tensors reuse the heap
+    assert memory.mmap_threshold() == memory.TRAINING_MMAP_THRESHOLD  # its steps' tensors reuse the heap
     at.button(key="train_stop").click().run()
     assert job.join(TIMEOUT)
-    assert cache.mmap_threshold() == cache.MMAP_THRESHOLD
-    assert calls[-2:] == [cache.MMAP_THRESHOLD, "trim"]  # what the training freed goes back to the system
+    assert memory.mmap_threshold() == memory.MMAP_THRESHOLD
+    assert calls[-2:] == [memory.MMAP_THRESHOLD, "trim"]  # what the training freed goes back to the system
 
 
 def test_a_second_start_in_the_same_session_is_refused_with_a_message():
