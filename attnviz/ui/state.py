@@ -241,8 +241,13 @@ def _page_widget_changed(key: str, url: str, default) -> None:
 
 def _page_param_to_url(key: str, url: str, default) -> None:
     """The URL holds the widget's value (a multiselect's comma-separated) unless it is the page's ``default``; a
-    widget without one (a stage deselected: the page draws its default) none."""
+    widget without one (a stage deselected: the page draws its default) none.  A URL that names the default itself
+    (a link, ``/steps?stage=masked``) gives it too, and stays as it is: rewriting it would be one more entry of the
+    browser's history."""
     value = st.session_state[key]
+    if value == default and st.query_params.get(url) == _param_text(default):
+        _remember(url, _param_text(default))
+        return
     set_page_param(url, None if value == default else value)
 
 
@@ -257,7 +262,12 @@ def set_page_param(url: str, value) -> None:
     if value is None:
         forget_page_params(url)
         return
-    text = ",".join(str(item) for item in value) if isinstance(value, list | tuple) else str(value)
+    text = _param_text(value)
     _remember(url, text)
     if st.query_params.get(url) != text:
         st.query_params[url] = text
+
+
+def _param_text(value) -> str:
+    """A page parameter's URL text: a list comma-separated, anything else as ``str`` writes it."""
+    return ",".join(str(item) for item in value) if isinstance(value, list | tuple) else str(value)

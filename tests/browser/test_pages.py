@@ -251,7 +251,10 @@ def test_back_after_a_change_on_the_page_shows_the_view_before_it_in_one_press(p
     (f"/?text={quote(' '.join(['the cat sat on the mat'] * 60))}&head=3&stage=scaled&row=100", "Attention heads"),
     (f"/steps?{urlencode(share_query(DEFAULTS))}&head=2", "Attention step by step"),  # a Share link: every setting
     ("/?weights=bundled+model&layer=1", "Attention heads"),  # the model sets its sizes: the link need not name them
-], ids=["head", "bare", "steps", "pitfalls", "induction", "a setting", "every setting", "a checkpoint"])
+    ("/steps?stage=masked&head=0", "Attention step by step"),  # a page's defaults, named: they give the same view
+    ("/pitfalls?bug=softmax_dim&token=3", "Pitfall lab"),  # the middle token, the lab's default, named
+], ids=["head", "bare", "steps", "pitfalls", "induction", "a setting", "every setting", "a checkpoint",
+        "defaults named", "default token named"])
 def test_a_link_without_the_settings_is_one_entry_of_the_history_and_one_back_leaves_the_app(
         page, base_url, link, title):
     """A link that names none of the sidebar's settings, some or all, opens as it is: its first run writes nothing to

@@ -284,7 +284,7 @@ def test_a_link_opens_the_induction_labs_length_seed_and_head():
     assert not at.main.warning
     for part in ("T=12", "token_seed=7", "map_layer=0"):  # layer 0 is not the default: the best head's layer 1
         assert part in share_link(at)
-    assert "head" not in link_query(at)  # head 1 is the lab's default here, layer 0's best head: left out
+    assert url(at, "head") == "1"  # the lab's default here (layer 0's best head), named by the link: kept as given
 
 
 def test_a_link_to_a_layer_the_model_lacks_opens_the_induction_labs_best_head():
