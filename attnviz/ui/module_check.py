@@ -49,7 +49,8 @@ def check_panel(trace, where) -> None:
     with where:
         st.subheader(f"Check {trace.module_run.class_name}")
         st.caption(f"attnviz's rules on your code, run on this text's first {min(trace.n, MAX_CHECK_TOKENS)} tokens "
-                   "(in eval mode; dropout checked in both modes). The same rules in a terminal, from the folder "
+                   "(in eval mode; dropout checked in both modes). The same rules in a terminal (attnviz installed: "
+                   "`pip install -e .` in its folder), from the folder "
                    f"that holds `{_file_name(trace)}`, on a seeded random input of these sizes (so "
                    f"other numbers): `{cli_command(trace)}`.")
         finished = _finished(*key)

@@ -366,6 +366,7 @@ def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_sam
     assert "--dropout 0.1" in command and "/" not in command  # the file by its name: no folder of the server's
     assert command.endswith(" --seed 7")  # the weights the app drew
     assert "from the folder that holds `user_modules.py`" in caption  # where the command runs as printed
+    assert "attnviz installed: `pip install -e .` in its folder" in caption  # what makes `python -m attnviz` work
     table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
     app_results = dict(zip(table["rule"], table["result"]))
     argv = command.split()[3:]

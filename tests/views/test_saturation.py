@@ -26,6 +26,7 @@ def test_figure_has_both_lines_on_each_panel_and_the_run_as_stars():
     assert all(tuple(s.x) == (6,) for s in stars)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8]
+    assert list(fig.layout.xaxis.ticktext) == ["1", "", "4", ""]  # every other labelled: they fit a narrow panel
     assert any("dₖ = 6" in s.name for s in stars)  # the run's dₖ is named in the legend
     assert [a.text for a in fig.layout.annotations][:3] == [saturation.METRIC_TITLES[m] for m in ablation.METRICS]
     without_run = saturation.scaling_ablation_figure(random_qk)
