@@ -261,6 +261,19 @@ def test_the_vector_shapes_api_md_gives_are_what_each_producer_records():
                     assert trace.steps[stage].shape == shape_of(cell, sizes), (name, stage)
 
 
+@pytest.mark.parametrize(("variant", "kv_heads"), [("mha", 4), ("gqa", 2), ("mqa", 1), ("swa", 4)])
+def test_the_rotated_vectors_have_the_shapes_api_md_gives(variant, kv_heads):
+    import attnviz
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    assert "`rotated_queries` `(1, heads, n, head_dim)` and `rotated_keys` `(1, kv_heads, n, head_dim)`" in text
+    config = attnviz.AttentionConfig(variant=variant, d_in=24, d_out=24, num_heads=4, positions="rotary",
+                                     num_kv_groups=2 if variant == "gqa" else None)
+    trace = attnviz.run("Your journey starts with one step", config)
+    assert trace.steps["rotated_queries"].shape == (1, 4, trace.n, 6)
+    assert trace.steps["rotated_keys"].shape == (1, kv_heads, trace.n, 6)
+
+
 def test_the_dev_extra_pins_what_requirements_dev_pins():
     import tomllib
 
