@@ -161,7 +161,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
-                                                           window=window),
+                                                           window=window, stated=stated),
             "kv-cache": lambda: kv_cache(module, x),
         }
         checks = []
@@ -508,11 +508,16 @@ def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor)
 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                      scaled: bool = True, window: int | None = None) -> Check:
+                      scaled: bool = True, window: int | None = None, stated: str | None = None) -> Check:
+    """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
+    masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault."""
     check = _matches_reference(recording, attention, causal, scaled=scaled, window=window)
     if check.status == "pass" and attention.weights.shape[-1] == 1:  # one key: its weight is 1 whatever the scores
         return Check(check.rule, "pass", check.evidence + " — with 1 token the one weight is 1 whatever the scores, "
                      "so this compares only V and the heads' order: check 2 or more tokens")
+    if check.status == "fail" and stated:
+        follows = "masks the future" if causal else "masks nothing"
+        return Check(check.rule, "fail", f"{check.evidence} — the reference {follows}: {stated}")
     return check
 
 

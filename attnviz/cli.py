@@ -3,9 +3,9 @@
 * ``attnviz check path/to/file.py:ClassName`` runs check_module's rules on a user's class and prints a table, a
   rule's line as soon as the rule is done (a check that will take long says so on stderr first; on a terminal a
   status line on stderr names the rule running).  The class is built after ``torch.manual_seed(123)`` (the app's
-  default seed), so the table is the same on every run.  Exit status: 0 no rule fails (skips included), 1 a rule
-  fails, 2 the file or class cannot be loaded, built or run (one line on stderr, no traceback) — so a learner
-  can put it in their own CI.
+  default seed; ``--seed`` gives another), so the table is the same on every run.  Exit status: 0 no rule fails
+  (skips included), 1 a rule fails, 2 the file or class cannot be loaded, built or run (one line on stderr, no
+  traceback) — so a learner can put it in their own CI.
 * ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`) and writes a checkpoint
   that ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
 
@@ -47,7 +47,8 @@ def add_check_command(commands) -> argparse.ArgumentParser:
         description="Build the class with these sizes (constructor arguments matched by name: d_in/embed_dim/"
                     "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
                     "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
-                    "any other with --set) after torch.manual_seed(123), and run every rule on a seeded input. "
+                    "any other with --set) after torch.manual_seed(--seed, default 123), and run every rule on a "
+                    "seeded input. "
                     "Exit status: 0 no rule fails (skips included), 1 a rule fails, 2 the class cannot be loaded, "
                     "built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")

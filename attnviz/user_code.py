@@ -93,8 +93,8 @@ def load(spec: str) -> type[nn.Module]:
         time_limit.call(module_spec.loader.exec_module, module)
     except time_limit.TimeLimitError as out:
         sys.modules.pop(name, None)
-        raise UserCodeError(f"{path_text} {out} on import: put its script part under "
-                            "if __name__ == \"__main__\":") from None
+        raise UserCodeError(f"{path_text} ran for {out.seconds:g} s on import without returning (an endless loop?): "
+                            "put its script part under if __name__ == \"__main__\":") from None
     except Exception as error:  # the user's file: anything it raises is theirs, in one line
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: {_one_line(error)}") from None

@@ -630,6 +630,17 @@ def test_a_cached_forward_that_never_returns_fails_the_rule_in_words_and_the_che
                                    "(an endless loop?)")
 
 
+def test_matches_reference_says_its_reference_follows_the_causal_flag_given():
+    """With causal=False given for a masked module, the reference masks nothing too: its failure says so, rather than
+    read as a second fault beside mask-convention's."""
+    torch.manual_seed(0)
+    (check,) = checks.check_module(mha(), causal=False, rules=["matches-reference"])
+    assert check.status == "fail"
+    assert check.evidence.endswith("— the reference masks nothing: causal=False was given (--no-causal)")
+    (found,) = checks.check_module(mha(), rules=["matches-reference"])  # causal found from the mask: no word of it
+    assert found.status == "pass"
+
+
 class ResetRaises(um.LearnerCachedMHA):
     """A learner's cached module whose reset touches a buffer it never made."""
 

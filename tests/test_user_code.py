@@ -123,8 +123,8 @@ def test_a_constructor_or_an_import_that_never_returns_is_stopped_with_one_line(
         user_code.build(user_code.load(f"{path}:Waits"), d_in=16, d_out=16)
     script = tmp_path / "script.py"
     script.write_text("while True:\n    pass\n")
-    with pytest.raises(user_code.UserCodeError, match=r"script\.py ran for 0\.5 s without returning \(an endless "
-                                                      r"loop\?\) on import"):
+    with pytest.raises(user_code.UserCodeError, match=r"script\.py ran for 0\.5 s on import without returning \(an "
+                                                      r"endless loop\?\): put its script part under"):
         user_code.load(f"{script}:A")
 
 
