@@ -31,6 +31,7 @@ A forward that raises, or computes no attention, raises ``tracing.TraceError`` w
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
@@ -586,7 +587,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
             difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
         finally:
             reset()
-    except _ResetError as error:  # the reset's own code raised or never returned: the cache cannot start anew
+    except time_limit.UserCallError as error:  # the reset's own code failed or never returned: no new sequence
         return Check(rule, "fail", str(error))
     if difference is not None:
         return Check(rule, "fail", difference)
@@ -594,26 +595,10 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
                                f"{counted(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
 
 
-class _ResetError(tracing.TraceError):
-    """The module's reset (``reset_cache()``) raised, called ``sys.exit`` or never returned."""
-
-
 def _user_reset(module: nn.Module, name: str):
-    """The module's reset method ``name`` as a call without arguments that raises a one-line :class:`_ResetError`
-    for whatever its code does wrong (a forward's limits: :mod:`attnviz.time_limit`)."""
-    method, call = getattr(module, name), f"{type(module).__name__}.{name}()"
-
-    def reset() -> None:
-        try:
-            time_limit.call(method)
-        except time_limit.TimeLimitError as out:
-            raise _ResetError(f"{call} {out}") from None
-        except Exception as error:  # the user's code: any exception is theirs, reported in one line
-            raise _ResetError(f"{call} raised {type(error).__name__}: {tracing.one_line(error)}") from None
-        except SystemExit as stop:
-            raise _ResetError(f"{call} called sys.exit({stop.code!r})") from None
-
-    return reset
+    """The module's reset method ``name`` as a call without arguments under the time limit of a user's call, whose
+    failure is a one-line :class:`attnviz.time_limit.UserCallError` naming it."""
+    return functools.partial(time_limit.call_in_words, f"{type(module).__name__}.{name}()", getattr(module, name))
 
 
 def _prefill(n: int) -> int:

@@ -25,6 +25,31 @@ class TimeLimitError(Exception):
         self.seconds = seconds
 
 
+class UserCallError(Exception):
+    """A call of the user's code raised, called ``sys.exit`` or ran out of time; the message is one line naming the
+    call (:func:`call_in_words`)."""
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (at most 300 characters)."""
+    text = " ".join(str(error).split())
+    return text[:300] or type(error).__name__
+
+
+def call_in_words(name: str, function, /, *args, **kwargs):
+    """:func:`call` of ``function(*args, **kwargs)``, whose failure is a :class:`UserCallError` that begins with
+    ``name`` (``"MyAttention.reset_cache()"``): "… raised RuntimeError: …", "… called sys.exit(3)" or "… ran for 60 s
+    without returning (an endless loop?)"."""
+    try:
+        return call(function, *args, **kwargs)
+    except TimeLimitError as out:
+        raise UserCallError(f"{name} {out}") from None
+    except Exception as error:  # the user's code: any exception is theirs, reported in one line
+        raise UserCallError(f"{name} raised {type(error).__name__}: {one_line(error)}") from None
+    except SystemExit as stop:  # a sys.exit() in the user's code would end the notebook's kernel or the CLI's run
+        raise UserCallError(f"{name} called sys.exit({stop.code!r})") from None
+
+
 def call(function, *args, **kwargs):
     """``function(*args, **kwargs)`` with the time limit ``SECONDS`` (read at each call): its result, its own
     exception, or :class:`TimeLimitError` when the watchdog stopped it (whatever the stopped code raised then)."""

@@ -426,7 +426,7 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
         raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
                                   f"{out.seconds:g} s without returning (an endless loop?)") from None
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
-        raise TraceError(f"{what} raised {type(error).__name__}: {one_line(error)}") from error
+        raise TraceError(f"{what} raised {type(error).__name__}: {time_limit.one_line(error)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
                          "it does not end the program") from None
@@ -461,12 +461,6 @@ def _triangular(tensor: torch.Tensor) -> bool:
     n = square.shape[-1]
     ones = torch.ones(n, n, dtype=torch.bool, device=square.device)
     return any(torch.equal(square, ones.triu(k)) or torch.equal(square, ones.tril(-k)) for k in (0, 1, 2))
-
-
-def one_line(error: BaseException) -> str:
-    """An exception's message on one line (at most 300 characters)."""
-    text = " ".join(str(error).split())
-    return text[:300] or type(error).__name__
 
 
 # -------------------------------------------------------------------- a softmax's stages

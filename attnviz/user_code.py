@@ -60,10 +60,6 @@ class UserCodeError(ValueError):
     """The user's file or class cannot be loaded or built; the message is one line naming the cause."""
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300] or type(error).__name__
-
-
 def load(spec: str) -> type[nn.Module]:
     """The class named by ``path/to/file.py:ClassName``."""
     path_text, _, class_name = spec.rpartition(":")
@@ -81,7 +77,7 @@ def load(spec: str) -> type[nn.Module]:
     except SyntaxError as error:
         raise UserCodeError(f"{path_text}, line {error.lineno}: syntax error: {error.msg}") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise UserCodeError(f"{path_text}: cannot be read: {_one_line(error)}") from None
+        raise UserCodeError(f"{path_text}: cannot be read: {time_limit.one_line(error)}") from None
     # Python's source loader whatever the file's suffix: a class copied from a tutorial into notes.txt loads too.
     # Given the absolute path, as the spec's origin is: the code's file is then the module's (the op path's lines).
     location = os.path.abspath(path)
@@ -97,7 +93,8 @@ def load(spec: str) -> type[nn.Module]:
                             "put its script part under if __name__ == \"__main__\":") from None
     except Exception as error:  # the user's file: anything it raises is theirs, in one line
         sys.modules.pop(name, None)
-        raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: {_one_line(error)}") from None
+        raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: "
+                            f"{time_limit.one_line(error)}") from None
     except SystemExit as stop:  # a script's sys.exit() would end attnviz with the script's status
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} called sys.exit({stop.code!r}) on import: put its script part under "
@@ -184,14 +181,9 @@ def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) ->
     limit of a user's call (:mod:`attnviz.time_limit`): whatever goes wrong is a one-line :class:`UserCodeError`."""
     arguments = constructor_arguments(cls, overrides, **settings)
     try:
-        return time_limit.call(cls, **arguments)
-    except time_limit.TimeLimitError as out:  # a loop in the constructor: stopped (time_limit)
-        raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) {out}") from None
-    except Exception as error:  # the user's constructor
-        raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) raised {type(error).__name__}: "
-                            f"{_one_line(error)}") from None
-    except SystemExit as stop:
-        raise UserCodeError(f"{cls.__name__}({_call_text(arguments)}) called sys.exit({stop.code!r})") from None
+        return time_limit.call_in_words(f"{cls.__name__}({_call_text(arguments)})", cls, **arguments)
+    except time_limit.UserCallError as error:  # the user's constructor
+        raise UserCodeError(str(error)) from None
 
 
 def _call_text(arguments: dict) -> str:
