@@ -2,7 +2,8 @@
 
 Every producer (:mod:`attnviz.producers`) builds its Trace with :func:`make_trace`; views, the diagram, caching
 and exports read only the Trace.  Arrays are float32 NumPy on the CPU and read-only: a cached Trace is shared
-by every session.
+by every session.  :meth:`Trace.head_vectors` is the one place that splits the recorded queries, keys and values
+into one head's: every reader asks it instead of knowing each producer's layout.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 
 from attnviz import tokens
-from attnviz.config import AttentionConfig
+from attnviz.config import AttentionConfig, InputError
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays
@@ -73,7 +74,92 @@ class Trace:
         """(n, n) map of ``stage`` for one head."""
         return self.steps[stage][0, head]
 
+    def head_vectors(self, head: int, *, rotated: bool = True) -> HeadVectors:
+        """Map head ``head``'s queries, keys and values, item 0, as ``(n, head_dim)`` arrays (views, read-only).
 
+        Reads both layouts docs/api.md gives: ``run``'s, as the projections put them out (``(1, n, heads·hd)``, the
+        heads side by side; keys and values ``(1, n, kv_heads·hd)``), and ``trace_module``'s, per head
+        (``(batch, heads, n, hd)``, keys and values ``(batch, kv_heads, n, hd)``).  Where keys and values have
+        fewer heads than the maps (GQA, MQA, a user's module that never repeats its K/V heads), query head h
+        reads K/V head ``h // (heads // kv_heads)``, as ``repeat_interleave`` pairs them.  ``rotated`` (the
+        default): where the run rotates q and k (rotary positions) the rotated ones, the q and k that meet in
+        QKᵀ; False: the recorded projections before the rotation.  Values are never rotated.
+
+        Raises InputError when the run recorded no queries or keys, ``head`` is not one of the maps' heads, or
+        the recorded shapes cannot be split into ``heads`` heads."""
+        heads = self.num_heads
+        if isinstance(head, bool) or not isinstance(head, int | np.integer) or not 0 <= int(head) < heads:
+            raise InputError(f"head must be a whole number from 0 to {heads - 1}, got {head!r}.")
+        head = int(head)
+        missing = [stage for stage in ("queries", "keys") if stage not in self.steps]
+        if missing:
+            raise InputError(f"This run recorded no {' or '.join(missing)}: its scores are not a Q·Kᵀ attnviz could "
+                             "find, so its heads have no query and key vectors.")
+        turned = rotated and "rotated_queries" in self.steps and "rotated_keys" in self.steps
+        queries = self.steps["rotated_queries" if turned else "queries"]  # (b, n, h·hd) or (b, h, n, hd)
+        keys = self.steps["rotated_keys" if turned else "keys"]  # (b, n, g·hd) or (b, g, n, hd)
+        if queries.ndim == 4:  # per head, as they meet in QKᵀ
+            recorded_head = _recorded_head(queries.shape[1], heads, head, "queries", queries.shape)
+            query_vectors = queries[0, recorded_head]  # (b, h, n, hd) -> (n, hd)
+        else:  # the heads side by side along the last dimension
+            if queries.ndim != 3 or queries.shape[-1] % heads:
+                raise InputError(f"Cannot tell which part of the recorded queries {tuple(queries.shape)} belongs to "
+                                 f"head {head} of {heads}.")
+            width = queries.shape[-1] // heads  # hd
+            query_vectors = queries[0, :, head * width : (head + 1) * width]  # (b, n, h·hd) -> (n, hd)
+        head_dim = int(query_vectors.shape[-1])
+        key_vectors, kv_head, kv_heads = _split(keys, heads, head, head_dim, "keys")  # (n_k, hd)
+        if key_vectors.shape[-1] != head_dim:
+            raise InputError(f"The recorded queries {tuple(queries.shape)} and keys {tuple(keys.shape)} have different "
+                             "head sizes: q·k is not defined.")
+        value_vectors = None
+        if "values" in self.steps:
+            values = self.steps["values"]  # (b, n, g·hd_v) or (b, g, n, hd_v)
+            value_width = values.shape[-1] // kv_heads if values.shape[-1] % kv_heads == 0 else 0  # hd_v, 0: none
+            value_vectors, _, _ = _split(values, heads, head, value_width, "values")  # (n_k, hd_v)
+        return HeadVectors(head=head, kv_head=kv_head, rotated=turned, queries=query_vectors, keys=key_vectors,
+                           values=value_vectors)
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays
+class HeadVectors:
+    """One map head's vectors (item 0), read-only views into the Trace's steps."""
+
+    head: int
+    kv_head: int  # the recorded K/V head this head reads (== head unless K/V heads are shared)
+    rotated: bool  # queries and keys are the rotated ones (rotary positions), the q and k that meet in QKᵀ
+    queries: np.ndarray  # (n, head_dim)
+    keys: np.ndarray  # (n_keys, head_dim)
+    values: np.ndarray | None  # (n_keys, value head_dim); None where the run recorded no values
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.queries.shape[-1])
+
+
+def _recorded_head(recorded: int, heads: int, head: int, stage: str, shape) -> int:
+    """The recorded head of ``stage`` that map head ``head`` uses: the same one, or its group's under grouped-query
+    attention (``heads // recorded`` neighbouring query heads share each K/V head, ``repeat_interleave``)."""
+    if recorded == heads:
+        return head
+    if recorded and heads % recorded == 0:
+        return head // (heads // recorded)
+    raise InputError(f"The recorded {stage} {tuple(shape)} have {recorded} heads; the maps have {heads}: "
+                     f"cannot tell which belongs to head {head}.")
+
+
+def _split(vectors: np.ndarray, heads: int, head: int, width: int, stage: str) -> tuple[np.ndarray, int, int]:
+    """(item 0's vectors of map head ``head``'s K/V head, that K/V head, how many were recorded) from ``keys`` or
+    ``values`` recorded per head (b, g, n, hd) or side by side (b, n, g·hd), each head ``width`` wide."""
+    if vectors.ndim == 4:  # per head
+        kv_head = _recorded_head(vectors.shape[1], heads, head, stage, vectors.shape)
+        return vectors[0, kv_head], kv_head, int(vectors.shape[1])  # (b, g, n, hd) -> (n, hd)
+    if vectors.ndim != 3 or not width or vectors.shape[-1] % width:
+        raise InputError(f"Cannot tell which part of the recorded {stage} {tuple(vectors.shape)} belongs to head "
+                         f"{head}: their width is not a multiple of head_dim {width}.")
+    recorded = vectors.shape[-1] // width  # g
+    kv_head = _recorded_head(recorded, heads, head, stage, vectors.shape)
+    return vectors[0, :, kv_head * width : (kv_head + 1) * width], kv_head, recorded  # (b, n, g·hd) -> (n, hd)
 
 
 def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddings: dict, *, steps: dict,
