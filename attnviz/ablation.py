@@ -92,23 +92,10 @@ def scaling_ablation(dks=DK_VALUES, num_tokens: int = 64, seed: int = 123, causa
 
 
 def trace_qk(trace: Trace, head: int = 0, max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """One head's queries and keys from a Trace, as they enter QKᵀ: (n, dₖ) each (MHA/wrapper: that head's
-    columns; grouped K/V: the columns of the head's K/V group; rotary: the rotated vectors)."""
-    config = trace.config
-    if "rotated_queries" in trace.steps:  # rotary: (1, h, n, hd) and (1, g, n, hd)
-        queries = trace.steps["rotated_queries"][0, head]  # (n, hd)
-        keys = trace.steps["rotated_keys"][0, config.kv_group(head)]  # (n, hd)
-        return queries[:max_tokens], keys[:max_tokens]
-    queries, keys = trace.steps["queries"][0], trace.steps["keys"][0]  # (n, d_out) and (n, g·hd)
-    if queries.ndim == 3:  # a user's module records them per head: (h, n, hd) and (h_kv, n, hd)
-        group = head * keys.shape[0] // queries.shape[0]  # the K/V head of a query head (grouped-query: shared)
-        return queries[head, :max_tokens], keys[group, :max_tokens]
-    if config.spec.multi_head:
-        span = slice(head * config.head_dim, (head + 1) * config.head_dim)
-        group = config.kv_group(head) if trace.config.module is None and trace.config.checkpoint is None else head
-        key_span = slice(group * config.head_dim, (group + 1) * config.head_dim)
-        queries, keys = queries[:, span], keys[:, key_span]  # (n, d_out) -> (n, hd)
-    return queries[:max_tokens], keys[:max_tokens]
+    """One head's queries and keys from a Trace, as they enter QKᵀ (:meth:`Trace.head_vectors`): (n, dₖ) each,
+    the first ``max_tokens`` tokens."""
+    vectors = trace.head_vectors(head)
+    return vectors.queries[:max_tokens], vectors.keys[:max_tokens]  # (n, hd) each
 
 
 def run_point(queries: np.ndarray, keys: np.ndarray, causal: bool = False, head: int = 0) -> dict:

@@ -3,13 +3,11 @@ sum is the score), the divisor that makes the scaled score, and the softmax over
 sums the attention of several selected queries or keys.
 
 Reads only a :class:`~attnviz.trace.Trace`, so it works for every producer that records queries and keys: the
-book's classes (single-head ``(b, n, d_out)``; the wrapper's heads concatenated along the last dimension; the
-``MultiHeadAttention``'s ``(b, n, d_out)`` before its per-head view), a GPT model's layer (the same
-``MultiHeadAttention``) and a user's module (``(batch, heads, n, head_dim)``, keys with fewer heads under
-grouped-query attention).  The divisor is measured from the run's own ``scores`` and ``scaled`` stages, so a
-module that scales differently (or not at all) is explained as it ran; which keys are hidden is read from the
-recorded ``masked`` stage (−∞, or pushed down by more than 10⁴), so a causal mask, a sliding window or a padding
-mask each get their own reason.
+book's classes, the bonus variants, a GPT model's layer and a user's module, each head's q and k as
+:meth:`~attnviz.trace.Trace.head_vectors` splits them (grouped K/V heads, rotated q and k).  The divisor is
+measured from the run's own ``scores`` and ``scaled`` stages, so a module that scales differently (or not at all)
+is explained as it ran; which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down by
+more than 10⁴), so a causal mask, a sliding window or a padding mask each get their own reason.
 """
 
 from __future__ import annotations
@@ -148,43 +146,15 @@ def _index(value, size: int, what: str) -> int:
 
 
 def _head_vectors(trace: Trace, head: int, query: int, key: int) -> tuple[np.ndarray, np.ndarray]:
-    """(q_query, k_key) of ``head``, (head_dim,) float32 each, from the recorded ``queries`` and ``keys`` — or, where
-    the run rotates them (rotary positions), ``rotated_queries`` and ``rotated_keys``, the q and k that meet in QKᵀ."""
-    heads = trace.num_heads
-    queries = trace.steps.get("rotated_queries", trace.steps["queries"])
-    keys = trace.steps.get("rotated_keys", trace.steps["keys"])
-    if queries.ndim == 4:  # (b, h, n, hd): a user's module
-        head_dim = queries.shape[-1]
-        query_vector = queries[0, _head_of(queries.shape[1], heads, head, "queries", queries.shape), query]  # (hd,)
-    else:  # (b, n, h·hd): the book's classes and GPT layers, heads side by side along the last dimension
-        if queries.shape[-1] % heads:
-            raise ExplainError(f"Cannot tell which part of the recorded queries {tuple(queries.shape)} belongs to "
-                               f"head {head} of {heads}.")
-        head_dim = queries.shape[-1] // heads
-        query_vector = queries[0, query, head * head_dim : (head + 1) * head_dim]  # (n, h·hd) -> (hd,)
-    if keys.ndim == 4:  # (b, h_kv, n, hd)
-        key_vector = keys[0, _head_of(keys.shape[1], heads, head, "keys", keys.shape), key]  # (hd,)
-    else:  # (b, n, h_kv·hd)
-        if keys.shape[-1] % head_dim:
-            raise ExplainError(f"Cannot tell which part of the recorded keys {tuple(keys.shape)} belongs to head "
-                               f"{head}: their width is not a multiple of head_dim {head_dim}.")
-        kv_head = _head_of(keys.shape[-1] // head_dim, heads, head, "keys", keys.shape)
-        key_vector = keys[0, key, kv_head * head_dim : (kv_head + 1) * head_dim]  # (n, h_kv·hd) -> (hd,)
-    if key_vector.shape != query_vector.shape:
-        raise ExplainError(f"The recorded queries {tuple(queries.shape)} and keys {tuple(keys.shape)} have different "
-                           "head sizes: q·k is not defined.")
+    """(q_query, k_key) of ``head``, (head_dim,) float32 each: :meth:`Trace.head_vectors`, the q and k that meet in
+    QKᵀ (rotated where the run rotates them); a shape it cannot split is an ExplainError in its words."""
+    try:
+        vectors = trace.head_vectors(head)
+    except InputError as error:
+        raise ExplainError(str(error)) from None
+    query_vector = vectors.queries[query]  # (n, hd) -> (hd,)
+    key_vector = vectors.keys[key]  # (n, hd) -> (hd,)
     return np.asarray(query_vector, dtype=np.float32), np.asarray(key_vector, dtype=np.float32)
-
-
-def _head_of(recorded: int, heads: int, head: int, stage: str, shape) -> int:
-    """The recorded head of ``stage`` that map head ``head`` uses: the same one, or its group's under
-    grouped-query attention (``heads // recorded`` query heads share each key head)."""
-    if recorded == heads:
-        return head
-    if recorded and heads % recorded == 0:
-        return head // (heads // recorded)
-    raise ExplainError(f"The recorded {stage} {tuple(shape)} have {recorded} heads; the maps have {heads}: "
-                       f"cannot tell which belongs to head {head}.")
 
 
 def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from attnviz import attention, modern_attention, rope, variants
-from attnviz.config import AttentionConfig
+from attnviz.config import AttentionConfig, InputError
 from attnviz.labs import implementations
 from attnviz.producers.book import build_module
 from attnviz.rng import built_once, seeded
@@ -442,8 +442,10 @@ def module_vs_mha_rows(trace: Trace, mha: VariantResult) -> list[dict[str, str]]
         return f"{float((weights[0] == 0).mean()):.0%}"
 
     weights = trace.steps["weights"][0]  # (heads, n, n)
-    queries = trace.steps.get("queries")
-    head_dim = str(queries.shape[-1]) if queries is not None else "?"
+    try:
+        head_dim = str(trace.head_vectors(0).head_dim)
+    except InputError:  # no queries recorded, or none that split into its heads
+        head_dim = "?"
     return [
         {"": "heads", "your module": str(weights.shape[0]), "book's MHA": str(mha.heads)},
         {"": "head_dim", "your module": head_dim, "book's MHA": str(mha.config.d_out // mha.config.num_heads)},

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from attnviz import ablation
 from attnviz.views import figures, source
 
 if TYPE_CHECKING:
@@ -110,23 +109,18 @@ def group_table(config: AttentionConfig) -> pd.DataFrame:
 
 
 def rotation_tables(trace: Trace, head: int, max_rows: int = 64) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(queries, keys) of one head before and after the rotation, one row per token (first 8 values each)."""
-    config = trace.config
+    """(queries, keys) of one head before and after the rotation, one row per token (first 8 values each); the
+    keys are those of the head's K/V group."""
     rows = min(trace.n, max_rows)
-    group = config.kv_group(head)
-    span = slice(head * config.head_dim, (head + 1) * config.head_dim)
-    key_span = slice(group * config.head_dim, (group + 1) * config.head_dim)
-    before_q = trace.steps["queries"][0][:, span]  # (n, hd): this head's columns
-    before_k = trace.steps["keys"][0][:, key_span]  # (n, hd): its K/V group's columns
-    after_q = trace.steps["rotated_queries"][0, head]  # (n, hd)
-    after_k = trace.steps["rotated_keys"][0, group]  # (n, hd)
+    unrotated = trace.head_vectors(head, rotated=False)  # the recorded projections' slices: (n, hd) each
+    rotated = trace.head_vectors(head)  # the same vectors turned by their positions: (n, hd) each
 
     def table(name, before, after):
         return pd.DataFrame({"position": list(range(rows)), "token": list(trace.tokens[:rows]),
                              f"{name} before": [_vector_text(v) for v in before[:rows]],
                              f"{name} rotated": [_vector_text(v) for v in after[:rows]]})
 
-    return table("q", before_q, after_q), table("k", before_k, after_k)
+    return table("q", unrotated.queries, rotated.queries), table("k", unrotated.keys, rotated.keys)
 
 
 def latent_table(trace: Trace, max_rows: int = 64) -> pd.DataFrame:
@@ -139,7 +133,8 @@ def shape_of(trace: Trace, stage: str) -> tuple:
 
 def qk_table(trace: Trace, head: int, max_rows: int = 64):
     """Query and key vectors of one head (first ``max_rows`` tokens) for the QKᵀ step."""
-    queries, keys = ablation.trace_qk(trace, head)  # head h's slice of the projected features: (n, hd) each
+    vectors = trace.head_vectors(head)  # as they meet in QKᵀ
+    queries, keys = vectors.queries, vectors.keys  # (n, hd) each
     rows = min(trace.n, max_rows)
     return pd.DataFrame({
         "token": list(trace.tokens[:rows]),
