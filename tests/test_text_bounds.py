@@ -1,5 +1,5 @@
 """Text a run accepts: truncation to the context and to MAX_CHARS with notes, empty text, non-strings, hostile
-text (special tokens, control characters, lone surrogates) — a clear note or error, never a crash."""
+text (special tokens, control characters, lone surrogates, any Unicode) — a clear note or error, never a crash."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ import re
 import numpy as np
 import pytest
 from helpers.runs import TEXT, small
+from helpers.texts import HOSTILE_TEXTS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from attnviz import tokens
 from attnviz.config import MAX_CHARS, ConfigError, EmptyTextError, InputError
 from attnviz.pipeline import run
+
+SMALL = small(device="auto")  # the device the app picks
 
 # ============================== text bounds ==============================
 
@@ -42,6 +47,13 @@ def test_more_than_max_chars_gives_a_note():
     assert trace.text == text[: MAX_CHARS]
     assert trace.n == 16
     assert any(re.search(r"40,?000 characters", note) for note in trace.notes)
+
+
+def test_huge_paste_is_bounded_before_tokenizing_with_a_notice():
+    text = "x" * 100_000
+    trace = run(text, SMALL)
+    assert len(trace.text) == MAX_CHARS
+    assert any("40,000 characters" in note for note in trace.notes)
 
 
 @pytest.mark.parametrize("text", ["", " ", "   \n\t  ", "\u3000\u2003"])
@@ -108,3 +120,37 @@ def test_lone_surrogates_run_with_a_note(text):
     assert trace.token_ids == tuple(tokens.encode(trace.text))
     assert len(trace.notes) == 1
     assert "surrogate" in trace.notes[0]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS.values(), ids=HOSTILE_TEXTS.keys())
+def test_pipeline_runs_on_hostile_text(text):
+    trace = run(text, SMALL)
+    assert 1 <= trace.n <= SMALL.context_length
+    assert tokens.decode(list(trace.token_ids)) == text[: len(tokens.decode(list(trace.token_ids)))]
+    assert all("\ufffd" not in piece for piece in trace.tokens)
+    assert np.isfinite(trace.output).all()
+
+
+def test_control_characters_are_shown_visibly():
+    pieces = "".join(run("a\x00b\x1bc\u200b", SMALL).tokens)
+    assert "\\x00" in pieces and "\\x1b" in pieces and "\\u200b" in pieces
+    assert "\x00" not in pieces and "\x1b" not in pieces
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=200))
+def test_any_unicode_gives_a_trace_or_a_plain_input_error(text):
+    """Including lone surrogates: never an exception other than InputError."""
+    try:
+        trace = run(text, SMALL)
+    except InputError as exc:
+        assert str(exc)
+        assert not text.strip()
+        return
+    assert trace.n >= 1
+    assert np.isfinite(trace.steps["weights"]).all()
+
+
+def test_lone_surrogates_are_replaced_with_a_note():
+    trace = run("ok \ud800 fine", SMALL)
+    assert any("surrogate" in note for note in trace.notes)
