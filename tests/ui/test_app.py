@@ -217,39 +217,6 @@ def test_empty_text_keeps_the_text_box_and_the_last_view():
     assert len(grid_heads(grid(at))) == 12  # the last valid view stays
 
 
-@pytest.mark.parametrize(("query", "heads", "variant_note"), [
-    ({"preset": "custom", "d_in": "16", "d_out": "16", "num_heads": "1"}, "1 head,", False),
-    ({"variant": "gqa"}, "12 heads,", True),
-])
-def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, heads, variant_note):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page("pages/benchmark.py").run()
-    no_exception(at)
-    intro = next(m.value for m in at.markdown if m.value.startswith("Five implementations"))
-    assert heads in intro and "1 heads" not in intro
-    assert any("*Attention variant* does not apply here" in c.value for c in at.caption) == variant_note
-
-
-def test_the_benchmark_ignores_an_empty_text_and_keeps_it():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    at.query_params["text"] = ""
-    at.switch_page("pages/benchmark.py").run()
-    no_exception(at)
-    assert not any("Type some text" in w.value for w in at.warning)  # its own "Tokens n": the text is not used
-    assert at.title[0].value == "Implementations benchmark"
-    at.number_input(key="benchmark_n").set_value(8)
-    at.number_input(key="benchmark_repeats").set_value(1)
-    at.button(key="benchmark_run").click().run()
-    no_exception(at)
-    assert len(at.dataframe[0].value) >= 4  # every implementation timed
-    assert at.sidebar.text_area(key="text").value == ""
-    at.switch_page("pages/heads.py").run()  # kept for the pages that read it, which say it is empty
-    no_exception(at)
-    assert any("Type some text" in w.value for w in at.warning) and at.sidebar.text_area(key="text").value == ""
-
-
 def test_url_parameters_set_the_view_and_bad_ones_are_ignored_with_a_notice():
     at = app(num_heads="4", causal="false", variant="mha", text="one two three")
     no_exception(at)
@@ -261,67 +228,6 @@ def test_url_parameters_set_the_view_and_bad_ones_are_ignored_with_a_notice():
     for name in ("num_heads", "dropout", "variant", "seed", "bogus"):
         assert name in notices
     assert len(grid_heads(grid(bad))) == 12  # defaults used instead
-
-
-def test_the_urls_notices_stay_until_a_setting_is_changed():
-    at = app(num_heads="7", bogus="1")
-    assert len(at.sidebar.warning) == 1
-    at.run()  # another run of the page (a click on a map, a page switch) keeps them
-    assert len(at.sidebar.warning) == 1 and "bogus" in at.sidebar.warning[0].value
-    at.sidebar.toggle(key="causal").set_value(False).run()
-    no_exception(at)
-    assert len(at.sidebar.warning) == 0
-
-
-def test_settings_are_written_to_the_url():
-    at = app()
-    at.sidebar.selectbox(key="num_heads").set_value(3).run()
-    assert at.query_params["num_heads"] == ["3"] or at.query_params["num_heads"] == "3"
-
-
-def url(at: AppTest) -> list[tuple[str, str]]:
-    """The URL's parameters in its order (each one's last value)."""
-    return [(key, value[-1] if isinstance(value, list) else value) for key, value in at.query_params.items()]
-
-
-def test_the_settings_at_their_defaults_stay_out_of_the_url_so_a_link_without_them_is_not_rewritten():
-    """A page's link without settings (``/?head=2``) stays the URL (a rewrite would be a second entry of the browser's
-    history); a changed setting is written, and leaves the URL when it is back at its default."""
-    at = app(head="2")
-    assert url(at) == [("head", "2")]
-    at.sidebar.number_input(key="seed").set_value(7).run()
-    assert url(at) == [("seed", "7"), ("head", "2")]
-    at.sidebar.number_input(key="seed").set_value(123).run()
-    assert url(at) == [("head", "2")]
-    follow_link(at, "pages/steps.py")  # the page's link names no settings either
-    assert url(at) == []
-
-
-def test_a_link_that_names_every_setting_is_not_rewritten_and_the_share_link_names_every_setting():
-    """The Share link names every setting (the view stays the same if a later release changes a default), and a
-    session opened with it keeps that URL as it is."""
-    from attnviz.urlstate import DEFAULTS, SETTING_KEYS, share_query
-
-    shared = {**share_query({**DEFAULTS, "num_heads": 4, "preset": "custom"}), "head": "3"}
-    at = app(**shared)
-    no_exception(at)
-    assert url(at) == list(shared.items())
-    link = next(code.value for code in at.sidebar.code if "?" in code.value)
-    assert [part.split("=")[0] for part in link.split("?", 1)[1].split("&")] == [*SETTING_KEYS, "head"]
-
-
-def test_a_default_that_the_other_settings_imply_otherwise_is_in_the_url():
-    """The book preset masks only the variants the book masks: the mask turned on for one it does not is written,
-    though it is the default, and a reload keeps it on."""
-    at = app(variant="self_attention_v1")
-    at.sidebar.selectbox(key="preset").set_value("book").run()
-    assert at.sidebar.toggle(key="causal").value is False
-    at.sidebar.toggle(key="causal").set_value(True).run()
-    assert dict(url(at))["causal"] == "true"
-    reloaded = app(**dict(url(at)))
-    no_exception(reloaded)
-    assert reloaded.sidebar.toggle(key="causal").value is True
-    assert url(reloaded) == url(at)
 
 
 def test_steps_page_shows_before_after_and_code_for_each_stage():

@@ -1,13 +1,13 @@
 """Tampered URL values — wrong types, out of range, non-dividing heads, unknown variants, devices or parameters —
 are ignored with a notice in plain words and the default in their place; the app draws the default view with one
-box of notices, and an empty text in the URL is a plain message."""
+box of notices, which stays until a setting is changed, and an empty text in the URL is a plain message."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, plotly_figures
+from helpers.apptest import APP, TIMEOUT, no_exception, open_app, plotly_figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import ui
@@ -123,6 +123,16 @@ def test_tampered_url_renders_the_default_view_with_one_box_of_notices():
     for key in (*TAMPERED, "50 unknown URL parameters"):
         assert key in box
     assert plotly_figures(at)
+
+
+def test_the_urls_notices_stay_until_a_setting_is_changed():
+    at = open_app(num_heads="7", bogus="1")
+    assert len(at.sidebar.warning) == 1
+    at.run()  # another run of the page (a click on a map, a page switch) keeps them
+    assert len(at.sidebar.warning) == 1 and "bogus" in at.sidebar.warning[0].value
+    at.sidebar.toggle(key="causal").set_value(False).run()
+    no_exception(at)
+    assert len(at.sidebar.warning) == 0
 
 
 def test_empty_text_in_the_url_is_a_plain_message():

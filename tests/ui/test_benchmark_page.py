@@ -1,0 +1,41 @@
+"""AppTest of the Benchmark page: it says what it times (the heads it times, and that the attention variant is not
+it), and it ignores an empty text, timing its own tokens, while keeping the text for the pages that read it."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.apptest import APP, TIMEOUT, no_exception
+from streamlit.testing.v1 import AppTest
+
+
+@pytest.mark.parametrize(("query", "heads", "variant_note"), [
+    ({"preset": "custom", "d_in": "16", "d_out": "16", "num_heads": "1"}, "1 head,", False),
+    ({"variant": "gqa"}, "12 heads,", True),
+])
+def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, heads, variant_note):
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page("pages/benchmark.py").run()
+    no_exception(at)
+    intro = next(m.value for m in at.markdown if m.value.startswith("Five implementations"))
+    assert heads in intro and "1 heads" not in intro
+    assert any("*Attention variant* does not apply here" in c.value for c in at.caption) == variant_note
+
+
+def test_the_benchmark_ignores_an_empty_text_and_keeps_it():
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["text"] = ""
+    at.switch_page("pages/benchmark.py").run()
+    no_exception(at)
+    assert not any("Type some text" in w.value for w in at.warning)  # its own "Tokens n": the text is not used
+    assert at.title[0].value == "Implementations benchmark"
+    at.number_input(key="benchmark_n").set_value(8)
+    at.number_input(key="benchmark_repeats").set_value(1)
+    at.button(key="benchmark_run").click().run()
+    no_exception(at)
+    assert len(at.dataframe[0].value) >= 4  # every implementation timed
+    assert at.sidebar.text_area(key="text").value == ""
+    at.switch_page("pages/heads.py").run()  # kept for the pages that read it, which say it is empty
+    no_exception(at)
+    assert any("Type some text" in w.value for w in at.warning) and at.sidebar.text_area(key="text").value == ""

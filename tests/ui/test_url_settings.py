@@ -1,0 +1,61 @@
+"""AppTest of the settings in the URL: a changed setting is written to it, settings at their defaults stay out of it
+(so a page's link without them is not rewritten), a link that names every setting is kept as it is, the Share link
+names every setting, and a default that the other settings imply otherwise is written and survives a reload."""
+
+from __future__ import annotations
+
+from helpers.apptest import follow_link, no_exception, open_app
+from streamlit.testing.v1 import AppTest
+
+app = open_app
+
+
+def test_settings_are_written_to_the_url():
+    at = app()
+    at.sidebar.selectbox(key="num_heads").set_value(3).run()
+    assert at.query_params["num_heads"] == ["3"] or at.query_params["num_heads"] == "3"
+
+
+def url(at: AppTest) -> list[tuple[str, str]]:
+    """The URL's parameters in its order (each one's last value)."""
+    return [(key, value[-1] if isinstance(value, list) else value) for key, value in at.query_params.items()]
+
+
+def test_the_settings_at_their_defaults_stay_out_of_the_url_so_a_link_without_them_is_not_rewritten():
+    """A page's link without settings (``/?head=2``) stays the URL (a rewrite would be a second entry of the browser's
+    history); a changed setting is written, and leaves the URL when it is back at its default."""
+    at = app(head="2")
+    assert url(at) == [("head", "2")]
+    at.sidebar.number_input(key="seed").set_value(7).run()
+    assert url(at) == [("seed", "7"), ("head", "2")]
+    at.sidebar.number_input(key="seed").set_value(123).run()
+    assert url(at) == [("head", "2")]
+    follow_link(at, "pages/steps.py")  # the page's link names no settings either
+    assert url(at) == []
+
+
+def test_a_link_that_names_every_setting_is_not_rewritten_and_the_share_link_names_every_setting():
+    """The Share link names every setting (the view stays the same if a later release changes a default), and a
+    session opened with it keeps that URL as it is."""
+    from attnviz.urlstate import DEFAULTS, SETTING_KEYS, share_query
+
+    shared = {**share_query({**DEFAULTS, "num_heads": 4, "preset": "custom"}), "head": "3"}
+    at = app(**shared)
+    no_exception(at)
+    assert url(at) == list(shared.items())
+    link = next(code.value for code in at.sidebar.code if "?" in code.value)
+    assert [part.split("=")[0] for part in link.split("?", 1)[1].split("&")] == [*SETTING_KEYS, "head"]
+
+
+def test_a_default_that_the_other_settings_imply_otherwise_is_in_the_url():
+    """The book preset masks only the variants the book masks: the mask turned on for one it does not is written,
+    though it is the default, and a reload keeps it on."""
+    at = app(variant="self_attention_v1")
+    at.sidebar.selectbox(key="preset").set_value("book").run()
+    assert at.sidebar.toggle(key="causal").value is False
+    at.sidebar.toggle(key="causal").set_value(True).run()
+    assert dict(url(at))["causal"] == "true"
+    reloaded = app(**dict(url(at)))
+    no_exception(reloaded)
+    assert reloaded.sidebar.toggle(key="causal").value is True
+    assert url(reloaded) == url(at)
