@@ -1,24 +1,17 @@
 """``attnviz.pipeline.run``: every variant gives a complete Trace with real, ordered shapes, equal to seeding the
-book's classes by hand; the same config and text give bitwise the same Trace, dropout draws replay, and
-training runs never disturb concurrent eval runs."""
+book's classes by hand (that the same config and text give bitwise the same Trace: tests/test_reproducibility.py)."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-from helpers.runs import TEXT, assert_traces_equal, small, upper_mask
+from helpers.runs import TEXT, small, upper_mask
 
 from attnviz import attention, embedding, tokens, variants
-from attnviz.config import AttentionConfig
 from attnviz.modern_attention import MODERN_STAGES
 from attnviz.pipeline import run
-from attnviz.producers import book
 from attnviz.producers.book import build_module
-
-# ============================== the Trace ==============================
 
 
 @pytest.mark.parametrize("variant", list(variants.LABELS))
@@ -138,74 +131,3 @@ def test_run_equals_seeding_the_book_classes_by_hand(variant, seed):
         expected = module(x)
     assert np.array_equal(run(TEXT, config).output, expected.numpy())
 
-
-# ============================== determinism ==============================
-
-
-@pytest.mark.parametrize(
-    "overrides", [{}, {"train": True, "dropout": 0.3}, {"train": True, "dropout": 0.5, "causal": False}]
-)
-@pytest.mark.parametrize("variant", list(variants.LABELS))
-def test_same_config_and_text_give_bitwise_identical_traces(variant, overrides):
-    config = small(variant, **overrides)
-    first = run(TEXT, config)
-    run(TEXT, replace(config, seed=7))  # another run in between must not leak RNG state
-    torch.manual_seed(999)
-    torch.rand(100)  # nor must anyone else's use of the global RNG
-    second = run(TEXT, config)
-    book._seeded_module.cache_clear()
-    book._embedding_layer.cache_clear()
-    third = run(TEXT, config)
-    assert_traces_equal(first, second)
-    assert_traces_equal(first, third)
-    if config.dropout_runs:
-        assert not np.array_equal(first.steps["dropped"], first.steps["weights"])
-
-
-@pytest.mark.parametrize("variant", list(variants.LABELS))
-def test_different_seeds_give_different_arrays(variant):
-    first = run(TEXT, small(variant, seed=1))
-    second = run(TEXT, small(variant, seed=2))
-    assert not np.array_equal(first.output, second.output)
-    assert not np.array_equal(first.steps["weights"], second.steps["weights"])
-    assert not np.array_equal(first.embeddings["input"], second.embeddings["input"])
-
-
-@pytest.mark.parametrize("variant", tuple(name for name, v in variants.VARIANTS.items() if v.dropout))
-def test_train_mode_dropout_differs_from_eval(variant):
-    eval_trace = run(TEXT, small(variant, dropout=0.5))
-    train_trace = run(TEXT, small(variant, dropout=0.5, train=True))
-    assert np.array_equal(eval_trace.steps["dropped"], eval_trace.steps["weights"])
-    assert np.array_equal(train_trace.steps["weights"], eval_trace.steps["weights"])
-    assert not np.array_equal(train_trace.output, eval_trace.output)
-    kept = train_trace.steps["dropped"] != 0
-    assert np.array_equal(train_trace.steps["dropped"][kept], train_trace.steps["weights"][kept] * np.float32(2.0))
-
-
-def test_training_runs_never_switch_dropout_on_in_concurrent_eval_runs():
-    """Eval-mode forwards take no RNG lock, so a module shared by sessions must never be switched between train
-    and eval per run: a training run in one thread and eval runs in another each get their own bitwise result."""
-    import threading
-
-    text = "Your journey starts with one step, and then another one, and one more."
-    evaluating = AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=4, context_length=64, dropout=0.5, seed=11)
-    training = replace(evaluating, train=True)
-    eval_reference, train_reference = run(text, evaluating), run(text, training)
-    assert not np.array_equal(eval_reference.steps["dropped"], train_reference.steps["dropped"])
-    stop, wrong = threading.Event(), []
-
-    def trainer():
-        while not stop.is_set():
-            if not np.array_equal(run(text, training).steps["dropped"], train_reference.steps["dropped"]):
-                wrong.append("train")
-
-    thread = threading.Thread(target=trainer)
-    thread.start()
-    try:
-        for _ in range(300):
-            if not np.array_equal(run(text, evaluating).steps["dropped"], eval_reference.steps["dropped"]):
-                wrong.append("eval")
-    finally:
-        stop.set()
-        thread.join()
-    assert wrong == []
