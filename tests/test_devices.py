@@ -81,18 +81,3 @@ def test_missing_device_falls_back_to_cpu_with_a_notice(monkeypatch):
     trace = run("hello", small(device="cuda"))
     assert trace.device == "cpu"
     assert any("CUDA is not available" in note for note in trace.notes)
-
-
-def test_cuda_out_of_memory_falls_back_to_cpu_with_a_notice(monkeypatch):
-    monkeypatch.setattr(config_module, "available_devices", lambda: ["auto", "cpu", "cuda"])
-    real_forward = book._forward
-
-    def forward(input_embeddings, config, device):
-        if device == "cuda":
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 48.00 GiB")
-        return real_forward(input_embeddings, config, device)
-
-    monkeypatch.setattr(book, "_forward", forward)
-    trace = run("hello", small(device="cuda"))
-    assert trace.device == "cpu"
-    assert any("out of memory" in note for note in trace.notes)
