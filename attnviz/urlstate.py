@@ -42,7 +42,7 @@ DEFAULTS = {
     "rope_base": 10_000,
 }
 SETTING_KEYS = tuple(DEFAULTS)
-WEIGHTS_SIZES = ("preset", "d_in", "d_out", "num_heads")  # a checkpoint's own: the sidebar sets them from its file
+WEIGHTS_SIZES = variants.CHECKPOINT_SIZES  # a checkpoint's own: the sidebar sets them from its file
 HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pages' focused head, stage and window
 MAP = "map"  # the Compare page's "Heatmap shows"
 BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token

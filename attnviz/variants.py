@@ -234,7 +234,7 @@ def _checkpoint_attention(c) -> nn.Module:
     return weights.load(c.checkpoint).trf_blocks[c.layer].att
 
 
-_FROM_CHECKPOINT = "The checkpoint decides this: its sizes are read from the file."
+FROM_CHECKPOINT = "The checkpoint decides this: its sizes are read from the file."  # a size the file decides
 _EVAL = "A loaded model runs in eval mode (as at inference): no dropout."
 # A checkpoint's layer: the book's MultiHeadAttention inside the book's Chapter 4 GPTModel, sizes from the file.
 # Not listed in VARIANTS (the sidebar's and the Compare page's choices): AttentionConfig.spec returns it when
@@ -244,12 +244,14 @@ CHECKPOINT = Variant(
     _checkpoint_attention, weights="linear", heads=BATCHED, dropout=False, out_proj=True, book_causal=True,
     fixed_settings={
         "variant": "A checkpoint's attention is the book's MultiHeadAttention inside GPTModel (chapter 4).",
-        "preset": _FROM_CHECKPOINT, "d_in": _FROM_CHECKPOINT, "d_out": _FROM_CHECKPOINT, "num_heads": _FROM_CHECKPOINT,
+        "preset": FROM_CHECKPOINT, "d_in": FROM_CHECKPOINT, "d_out": FROM_CHECKPOINT, "num_heads": FROM_CHECKPOINT,
         "dropout": _EVAL, "train": _EVAL,
         "seed": "The weights come from the checkpoint: nothing is seeded.",
         "device": "Checkpoints run on the CPU.",
     },
 )
+# the settings a checkpoint's file decides (those CHECKPOINT marks FROM_CHECKPOINT), in the sidebar's order
+CHECKPOINT_SIZES = tuple(key for key, why in CHECKPOINT.fixed_settings.items() if why == FROM_CHECKPOINT)
 
 
 def _listed_module(c) -> nn.Module:
