@@ -43,6 +43,8 @@ DEFAULTS = {
 }
 SETTING_KEYS = tuple(DEFAULTS)
 WEIGHTS_SIZES = variants.CHECKPOINT_SIZES  # a checkpoint's own: the sidebar sets them from its file
+FITTED = ("num_kv_groups", "latent_dim", "positions")  # what fit_modern fits to the sizes
+BOOK_SIZES = (*WEIGHTS_SIZES, *FITTED)  # the book's classes' sizes and what follows from them: the user's own
 HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pages' focused head, stage and window
 MAP = "map"  # the Compare page's "Heatmap shows"
 BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token
@@ -228,6 +230,15 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
     notices += [note for key, note in fitted.items() if key in used]
     return values, notices
+
+
+def book_sizes_of_link(params: dict[str, str | list[str]]) -> dict:
+    """The book's classes' :data:`BOOK_SIZES` that a link naming a checkpoint gives them: its sizes are the
+    checkpoint's (the sidebar sets them aside), so the defaults' — and K/V groups, latent width and positions as the
+    link gives them, fitted to those sizes."""
+    book_params = {key: value for key, value in params.items() if key not in (*WEIGHTS_SIZES, "weights", "layer")}
+    values = settings_from_query(book_params)[0]
+    return {key: values[key] for key in BOOK_SIZES}
 
 
 def _unknown_notice(names: list[str], shown: int = 5) -> str:

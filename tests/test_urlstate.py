@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from attnviz import urlstate
 from attnviz.urlstate import DEFAULTS, fit_modern, link_gives, settings_from_query, share_query, url_query
 
 STATES = {  # name -> the settings that differ from the defaults (the sidebar fits K/V groups and latent to the sizes)
@@ -61,3 +62,11 @@ def test_a_checkpoints_sizes_are_left_out_of_its_link_as_the_checkpoint_gives_th
     book = {**model, "weights": DEFAULTS["weights"]}  # back to the book's classes: the sizes are the session's own
     assert url_query(book) == {"preset": "custom", "d_in": "64", "d_out": "64", "num_heads": "4", "latent_dim": "16"}
     assert not link_gives({}, book)
+
+
+def test_a_link_naming_a_checkpoint_gives_the_book_classes_the_default_sizes_and_its_other_settings():
+    """A checkpoint's link sets its sizes aside (they are the file's): the book's classes start from the defaults',
+    with the link's K/V groups where they fit them."""
+    sizes = urlstate.book_sizes_of_link({"weights": "bundled model", "layer": "1", "d_in": "32", "num_heads": "2",
+                                         "num_kv_groups": "3", "head": "1"})
+    assert sizes == {**{key: urlstate.DEFAULTS[key] for key in urlstate.BOOK_SIZES}, "num_kv_groups": 3}

@@ -25,7 +25,7 @@ from attnviz.config import (
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import navigation
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.state import URL_NOTICES, bind, page_params_of, set_setting, settings_from_url
+from attnviz.ui.state import URL_NOTICES, bind, follow_weights, page_params_of, set_setting, settings_from_url
 from attnviz.urlstate import (
     PAGE_PARAMS,
     PRESET_DIMS,
@@ -66,6 +66,7 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
         gone = st.session_state["weights"][:60]
         st.session_state["_weights_notice"] = f"The weights {gone!r} are no longer listed; showing the book's classes."
         set_setting("weights", weights.BOOK)
+    follow_weights()
     with st.sidebar:
         st.markdown("### attnviz")
         links = st.container()  # filled last, with the settings as they end up (the links carry them)

@@ -4,7 +4,8 @@ The sidebar is drawn by ``app.py`` on every page, so Streamlit keeps its widgets
 the URL's value when its widget has none yet (a session's first run; one the URL leaves out, its default); the
 sidebar writes the settings to the URL where it gives others (``attnviz.ui.sidebar.current_settings``), leaving out
 those at their defaults, so the URL follows the settings.  The sizes are kept consistent by the widgets'
-``on_change`` callbacks.
+``on_change`` callbacks; a switch of Weights keeps the book's classes' sizes and each checkpoint's layer apart
+(:func:`follow_weights`).
 
 A page's own widgets (the focused head, a stage, a window) are drawn only on their page, and Streamlit drops the
 value of a widget that a run does not draw unless the widget asks to keep it: every page widget
@@ -34,7 +35,16 @@ from attnviz import variants, weights
 from attnviz.config import nearest_divisors
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.weights import WEIGHTS_REQUEST
-from attnviz.urlstate import PAGE_PARAMS, PRESET_DIMS, SETTING_KEYS, is_book, markdown_escape, settings_from_query
+from attnviz.urlstate import (
+    BOOK_SIZES,
+    PAGE_PARAMS,
+    PRESET_DIMS,
+    SETTING_KEYS,
+    book_sizes_of_link,
+    is_book,
+    markdown_escape,
+    settings_from_query,
+)
 
 KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
@@ -42,6 +52,9 @@ _URL_PAGE = "_url_page"  # the page whose parameters the URL holds (keep_page_pa
 _PAGE_URLS = "_page_urls"  # page -> its own URL parameters as its runs left them (page_params_of)
 _DEFAULTS = "_page_defaults"  # page widget -> the default its last run drew it with (page_bind)
 _OUTSIDE = "_url_outside"  # the shown page's parameters whose URL value its runs did not write (keep_page_params)
+_WEIGHTS_SHOWN = "_weights_shown"  # the weights the settings were last settled for (follow_weights)
+_BOOK_SIZES = "_book_sizes"  # the book's classes' BOOK_SIZES as the user left them, while a checkpoint is shown
+_LAYERS = "_weights_layers"  # a checkpoint left in this session -> the layer it showed (follow_weights)
 
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
     "heads_stage", "heads_focus", "heads_row0", "heads_col0", "heads_overview", "heads_knockout_position",
@@ -66,8 +79,37 @@ def settings_from_url() -> None:
         for key in missing:
             st.session_state[key] = values[key]
         st.session_state.setdefault(URL_NOTICES, notices)
+        if values["weights"] != weights.BOOK:  # the book's classes' sizes the session starts with: not the file's
+            st.session_state.setdefault(_BOOK_SIZES, book_sizes_of_link(query))
     if (name := st.session_state.pop(WEIGHTS_REQUEST, None)) is not None:
-        st.session_state["weights"], st.session_state["layer"], st.session_state["causal"] = name, 0, True
+        st.session_state["weights"], st.session_state["causal"] = name, True
+        follow_weights()
+        st.session_state["layer"] = 0  # a page's choice opens at its first layer
+
+
+def follow_weights() -> None:
+    """Before the sidebar draws the settings: where the weights differ from those the settings were last settled
+    for (the Weights selectbox, a page's request, a trained model gone), the weights left keep what they decided for
+    the session, and the weights picked get theirs back.  The book's classes' sizes and what follows from them
+    (``urlstate.BOOK_SIZES``) are the user's own: a checkpoint's file sets the size widgets while it is shown
+    (``sidebar._follow_checkpoint``), and the switch back restores the book's as the user left them (on a session
+    opened on a checkpoint, the defaults: ``urlstate.book_sizes_of_link``).  A checkpoint's layer is kept, and a
+    switch back to that checkpoint shows it again (a checkpoint not shown before opens at layer 0)."""
+    state = st.session_state
+    old, new = state.get(_WEIGHTS_SHOWN), state["weights"]
+    state[_WEIGHTS_SHOWN] = new
+    if old is None or old == new:
+        return
+    if old == weights.BOOK:
+        state[_BOOK_SIZES] = {key: state[key] for key in BOOK_SIZES}
+    else:
+        state.setdefault(_LAYERS, {})[old] = state["layer"]
+    if new == weights.BOOK:
+        for key, value in state.get(_BOOK_SIZES, {}).items():
+            set_setting(key, value)
+        set_setting("layer", 0)  # the book's classes are one layer
+    else:
+        set_setting("layer", state.get(_LAYERS, {}).get(new, 0))
 
 
 def keep_widgets() -> None:

@@ -270,6 +270,26 @@ def test_a_link_without_the_settings_is_one_entry_of_the_history_and_one_back_le
     page.wait_for_url("about:blank")
 
 
+def test_weights_switched_away_and_back_are_one_entry_each_and_give_back_the_sizes_and_the_layer(page, base_url):
+    """Opened on the bundled model at layer 1, head 1: the book's classes picked in the sidebar have the default sizes
+    (not the model's 128 and 2 heads) and their URL none of its sizes; the model picked again shows layer 1 and head
+    1.  Each switch is one entry of the browser's history."""
+    visit(page, f"{base_url}/?weights=bundled+model&layer=1&head=1")
+    start = page.evaluate("history.length")
+    weights_box = sidebar(page).get_by_role("combobox", name="Weights")
+    for label, url, entries in (("Book's classes (seeded random weights)", {"head": "1"}, 1),
+                                ("Bundled model (trained by attnviz)",
+                                 {"weights": "bundled model", "layer": "1", "head": "1"}, 2)):
+        before = runs(page)
+        choose_option(page, weights_box, label)
+        wait_idle(page, after=before)
+        assert_no_exception(page)
+        assert query(page) == url
+        assert page.evaluate("history.length") == start + entries
+    expect(sidebar(page).get_by_role("combobox", name="Layer")).to_have_value("1")
+    expect(page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")).to_have_value("head 1")
+
+
 def _is_new_session(frame: bytes) -> bool:
     """Whether a websocket frame is the ``new_session`` message Streamlit sends at the start of every run."""
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg

@@ -23,6 +23,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnviz import background, models, tokens, weights
 from attnviz.head_types import repeated_random_tokens
+from attnviz.urlstate import DEFAULTS, link_settings
 
 transformers = pytest.importorskip("transformers")
 
@@ -178,6 +179,66 @@ def test_weights_with_fewer_layers_picked_in_the_sidebar_start_at_layer_0_withou
     assert at.sidebar.selectbox(key="layer").value == 0
     assert not any("does not exist" in w.value for w in at.sidebar.warning)
     assert "bundled model · layer 0 of 2" in captions(at)
+
+BOOK_SIZES = ("preset", "d_in", "d_out", "num_heads", "num_kv_groups", "latent_dim", "positions")
+
+
+def book_sizes(at: AppTest) -> dict:
+    """The book's classes' sizes and what follows from them, as the sidebar holds them."""
+    return {key: at.session_state[key] for key in BOOK_SIZES}
+
+
+def pick_weights(at: AppTest, name: str) -> AppTest:
+    at.sidebar.selectbox(key="weights").set_value(name).run()
+    no_exception(at)
+    return at
+
+
+def test_weights_switched_away_and_back_restore_the_books_sizes_and_each_checkpoints_layer(checkpoints):
+    """The book's classes' sizes (and K/V groups, latent width) are the user's own: a checkpoint's sizes, shown
+    while it is picked, never reach them or their URL, and a switch back to the book's classes gives the URL they
+    had.  Each checkpoint keeps its layer and the page its head through switches away and back."""
+    at = app(d_in="96", d_out="96", num_heads="6", variant="gqa", num_kv_groups="3", latent_dim="40", head="1",
+             text="Hello world, hello world")
+    no_exception(at)
+    mine = book_sizes(at)
+    assert mine == {"preset": "custom", "d_in": 96, "d_out": 96, "num_heads": 6, "num_kv_groups": 3,
+                    "latent_dim": 40, "positions": "learned"}
+    pick_weights(at, NAME)  # 64 wide, 4 heads: K/V groups and latent width fitted to it while it is shown
+    assert at.sidebar.number_input(key="d_in").value == 64 and at.sidebar.selectbox(key="num_heads").value == 4
+    at.sidebar.selectbox(key="layer").set_value(2).run()
+    pick_weights(at, weights.BUNDLED_NAME)  # 128 wide, 2 heads, 2 layers
+    assert at.sidebar.selectbox(key="layer").value == 0  # not shown before in this session
+    at.sidebar.selectbox(key="layer").set_value(1).run()
+    pick_weights(at, NAME)
+    assert at.sidebar.selectbox(key="layer").value == 2  # the layer it showed when the user left it
+    assert f"{NAME} · layer 2 of 3" in captions(at)
+    pick_weights(at, weights.BOOK)
+    assert book_sizes(at) == mine
+    url = dict(at.query_params)
+    assert "weights" not in url and "layer" not in url and url["head"] == "1"
+    assert {key: link_settings(url)[key] for key in BOOK_SIZES} == mine  # the URL gives the sizes the user had
+    assert at.sidebar.number_input(key="d_in").value == 96 and at.sidebar.selectbox(key="num_heads").value == 6
+    assert at.sidebar.selectbox(key="num_kv_groups").value == 3
+    pick_weights(at, weights.BUNDLED_NAME)
+    assert at.sidebar.selectbox(key="layer").value == 1
+    assert at.query_params["layer"] == "1" and at.query_params["head"] == "1"
+    assert focused(at)["layout"]["title"]["text"].startswith("head 1")
+
+
+def test_a_session_opened_on_a_checkpoint_gives_the_book_classes_the_default_sizes(checkpoints):
+    """Opened on a checkpoint (the link's sizes set aside), the book's classes picked next have the default sizes,
+    GPT-2 small's, not the checkpoint's, and their URL none of its sizes; back on the checkpoint, its layer."""
+    at = app(weights=weights.BUNDLED_NAME, layer="1", head="1", d_in="32")
+    no_exception(at)
+    pick_weights(at, weights.BOOK)
+    assert book_sizes(at) == {key: DEFAULTS[key] for key in BOOK_SIZES}
+    assert at.sidebar.selectbox(key="preset").value == "gpt2-small"
+    assert dict(at.query_params) == {"head": "1"}
+    pick_weights(at, weights.BUNDLED_NAME)
+    assert dict(at.query_params) == {"weights": weights.BUNDLED_NAME, "layer": "1", "head": "1"}
+    assert at.sidebar.selectbox(key="layer").value == 1
+
 
 @pytest.mark.parametrize(("name", "n_layers"), [(weights.BUNDLED_NAME, 2), (NAME, 3)])
 def test_a_negative_layer_in_the_url_names_the_models_own_layers(checkpoints, name, n_layers):
