@@ -9,8 +9,8 @@ The options, in the order the sidebar lists them:
 
 An :class:`Option` has a ``name`` (what the sidebar shows and the URL holds) and a ``ref`` (what an
 ``AttentionConfig.checkpoint`` holds: a path found by discovery, or ``"session:<opaque id>"``).  A name that
-came from a browser is only ever looked up in the list (:func:`resolve`, a dictionary lookup): it never
-reaches the file system.  :func:`load` turns a ref into a ``GPTModel`` through a byte-bounded cache of
+came from a browser is only ever compared with the names in the list (:func:`options`): it never reaches the file
+system.  :func:`load` turns a ref into a ``GPTModel`` through a byte-bounded cache of
 loaded models (``ATTNVIZ_MODEL_CACHE_MB``, default 7,000: one GPT-2 XL, 1.56 billion float32 parameters,
 fits; the model in use is always kept).  Pure Python + torch: no Streamlit.
 """
@@ -147,15 +147,6 @@ def options(session_id: str | None = None, checkpoints: models.Checkpoints | Non
             names.add(option.name)
             unique.append(option)
     return unique
-
-
-def resolve(
-    name: object, session_id: str | None = None, checkpoints: models.Checkpoints | None = None
-) -> Option | None:
-    """The option listed under ``name`` for this session, or None.  A dictionary lookup: never touches files."""
-    if not isinstance(name, str):
-        return None
-    return {option.name: option for option in options(session_id, checkpoints)}.get(name)
 
 
 # ============================== loaded models ==============================

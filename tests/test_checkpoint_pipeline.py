@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 import torch
-from helpers.checkpoints import own_session_models, random_gpt2
+from helpers.checkpoints import option_named, own_session_models, random_gpt2
 
 from attnviz import pipeline, tokens, variants, weights
 from attnviz.attention import STAGES
@@ -225,7 +225,7 @@ def test_options_list_the_books_classes_first_then_checkpoints(checkpoint_dir, m
     assert listed[0] == weights.BOOK_OPTION and listed[0].ref is None
     names = [option.name for option in listed]
     assert "tiny-gpt2" in names
-    assert weights.resolve("tiny-gpt2", "session-a").ref == checkpoint_dir
+    assert option_named("tiny-gpt2", "session-a").ref == checkpoint_dir
 
 
 def test_bundled_model_is_an_option_when_present(monkeypatch, tmp_path, checkpoint_dir):
@@ -241,7 +241,11 @@ def test_bundled_model_is_an_option_when_present(monkeypatch, tmp_path, checkpoi
     assert sum(option.ref == checkpoint_dir for option in listed) == 1  # not listed twice
 
 
-def test_resolve_never_touches_the_file_system(checkpoint_dir, monkeypatch):
+def test_a_weights_name_from_the_browser_never_touches_the_file_system(checkpoint_dir, monkeypatch):
+    """What the sidebar does with the ``weights`` name from the URL or its widget (``ui.weights.choose``): an unlisted
+    name — a path, a traversal, not a string — is the book's classes, found without a file-system call."""
+    from attnviz.ui import weights as ui_weights
+
     checkpoints = discover([checkpoint_dir], environ={})
 
     def forbidden(*args, **kwargs):
@@ -252,9 +256,10 @@ def test_resolve_never_touches_the_file_system(checkpoint_dir, monkeypatch):
     monkeypatch.setattr(pathlib.Path, "exists", forbidden)
     monkeypatch.setattr(pathlib.Path, "is_file", forbidden)
     monkeypatch.setattr(weights, "bundled_option", lambda: None)
+    listed = weights.options("s", checkpoints)
+    assert [option.ref for option in listed if option.name == "tiny-gpt2"] == [checkpoint_dir]
     for tampered in ("/etc/passwd", "../../secret.pth", checkpoint_dir, "tiny-gpt2/../x", "", None, 3, ["a"]):
-        assert weights.resolve(tampered, "s", checkpoints) is None
-    assert weights.resolve("tiny-gpt2", "s", checkpoints).ref == checkpoint_dir
+        assert ui_weights.choose(listed, tampered) == ui_weights.Choice(weights.BOOK_OPTION)
 
 
 def test_session_models_are_listed_for_their_session_only(checkpoint_dir, monkeypatch):
@@ -267,7 +272,7 @@ def test_session_models_are_listed_for_their_session_only(checkpoint_dir, monkey
     empty = discover([], environ={})
     assert option.name in [o.name for o in weights.options("session-a", empty)]
     assert option.name not in [o.name for o in weights.options("session-b", empty)]
-    assert weights.resolve(option.name, "session-b", empty) is None
+    assert option_named(option.name, "session-b", empty) is None
     assert weights.load(option.ref) is model
     trace = pipeline.run(TEXT, config_for(option.ref, 2))
     assert trace.model.layer == 2

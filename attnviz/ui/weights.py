@@ -4,7 +4,7 @@
 A name from the URL or a widget is only looked up in :func:`attnviz.weights.options` (a dictionary lookup):
 no string from the browser reaches the file system.  Models trained in a session are offered to that
 session only, stored server-side under an opaque id (:func:`attnviz.weights.register_session_model`, which the
-Train page's worker calls with :func:`session_id`; :func:`register_trained_model` from a script run).
+Train page's worker calls with :func:`session_id`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from attnviz import weights
-from attnviz.models import CheckpointError, GPTModel
+from attnviz.models import CheckpointError
 
 WEIGHTS_REQUEST = "_weights_request"  # an option a page picked (select_weights), applied before the sidebar is drawn
 
@@ -30,15 +30,6 @@ def session_id() -> str:
 def options() -> list[weights.Option]:
     """The weights this session may pick: the book's classes, the bundled model, checkpoints, its trained models."""
     return weights.options(session_id())
-
-
-def register_trained_model(name: str, model: GPTModel, select: bool = False) -> weights.Option:
-    """Offer a model trained in this session as a ``weights`` option (this session only); with ``select``,
-    pick it now (the sidebar shows it on the next run).  Returns the option (``.name`` is what the sidebar lists)."""
-    option = weights.register_session_model(session_id(), name, model)
-    if select:
-        select_weights(option.name)
-    return option
 
 
 def select_weights(name: str) -> None:

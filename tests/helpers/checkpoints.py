@@ -55,6 +55,13 @@ def own_session_models(monkeypatch) -> None:
     monkeypatch.setattr(weights, "_session_models", collections.OrderedDict())
 
 
+def option_named(name, session_id=None, checkpoints=None):
+    """The ``weights`` option listed under ``name`` for this session, or None."""
+    from attnviz import weights
+
+    return next((option for option in weights.options(session_id, checkpoints) if option.name == name), None)
+
+
 class _RunsCode:
     def __reduce__(self):
         return (print, ("this pickle ran code",))
