@@ -96,13 +96,6 @@ def add_train_command(commands) -> argparse.ArgumentParser:
     return train
 
 
-def table(checks, width: int | None = None) -> str:
-    """The rules as rows: rule, PASS/FAIL/skip, evidence wrapped to the terminal."""
-    rule_width = max(len(c.rule) for c in checks)
-    lines = [line for check in checks for line in rule_lines(check, rule_width, width)]
-    return "\n".join([*lines, summary(checks)])
-
-
 def rule_lines(check, rule_width: int, width: int | None = None) -> list[str]:
     """One rule's row: its id, PASS/FAIL/skip and the evidence wrapped to ``width`` (default: the terminal's)."""
     width = width or shutil.get_terminal_size((100, 20)).columns

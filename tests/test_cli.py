@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import user_modules as um
+from helpers.check_table import check_table
 
 from attnviz import checks, cli, time_limit
 from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS
@@ -593,7 +594,7 @@ def test_on_a_terminal_a_status_line_names_the_rule_running_and_is_cleared_for_e
     module = um.MyMultiHeadAttention().eval()
     results = checks.check_module(module, progress=report)
     report.finish(results)
-    assert out.getvalue() == f"MyMultiHeadAttention from my_attention.py\n\n{cli.table(results)}\n"
+    assert out.getvalue() == f"MyMultiHeadAttention from my_attention.py\n\n{check_table(results)}\n"
     status = err.getvalue()
     assert "\r\x1b[Ktracing the forward: forward 1 of 11" in status
     assert re.search(r"\r\x1b\[Kcausal \(2 of 8\): forward 2 of 11, about \d+ s left", status)
