@@ -115,18 +115,10 @@ class Token:
     special: bool
 
 
-def tokenize(text: str) -> list[Token]:
-    """Tokens of ``text`` with display pieces and character offsets back into ``text``."""
-    enc = get_encoding()
-    token_ids = encode(text)
-    token_bytes = enc.decode_tokens_bytes(token_ids)
-    return _tokens_from_bytes(token_ids, token_bytes, len(text))
-
-
 def pieces(token_ids: list[int]) -> list[Token]:
-    """Tokens for given ids (offsets index into ``decode(token_ids)``)."""
+    """Tokens for given ids (offsets index into ``decode(token_ids)``: the text they were encoded from)."""
     token_bytes = get_encoding().decode_tokens_bytes(token_ids)
-    return _tokens_from_bytes(token_ids, token_bytes, None)
+    return _tokens_from_bytes(token_ids, token_bytes)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -135,14 +127,13 @@ def _characters(chunk: bytes) -> int:
     return sum(1 for byte in chunk if not 0x80 <= byte < 0xC0)
 
 
-def _tokens_from_bytes(token_ids, token_bytes, text_len) -> list[Token]:
+def _tokens_from_bytes(token_ids, token_bytes) -> list[Token]:
     starts, position = [], 0
     for chunk in token_bytes:
         # a token that starts inside a multi-byte character belongs to that character
         starts.append(max(0, position - (bool(chunk) and 0x80 <= chunk[0] < 0xC0)))
         position += _characters(chunk)
-    total = position if text_len is None else text_len
-    ends = [max(start, nxt) for start, nxt in zip(starts, starts[1:] + [total])]
+    ends = [max(start, nxt) for start, nxt in zip(starts, starts[1:] + [position])]
     return [
         Token(
             id=token_id,

@@ -18,6 +18,11 @@ JOURNEY_TEXT = "Your journey starts with one step"
 JOURNEY_IDS = [7120, 7002, 4940, 351, 530, 2239]
 
 
+def tokens_of(text: str) -> list[tokens.Token]:
+    """The tokens a run of ``text`` shows (``Trace.token_details``): its ids' pieces, offsets into ``text``."""
+    return tokens.pieces(tokens.encode(text))
+
+
 # --- the encoding ---------------------------------------------------------------------------------
 
 
@@ -35,7 +40,7 @@ def test_book_chapter2_ids():
 
 def test_journey_sentence_is_one_token_per_word():
     assert tokens.encode(JOURNEY_TEXT) == JOURNEY_IDS
-    assert [t.piece for t in tokens.tokenize(JOURNEY_TEXT)] == ["Your", "·journey", "·starts", "·with", "·one", "·step"]
+    assert [t.piece for t in tokens_of(JOURNEY_TEXT)] == ["Your", "·journey", "·starts", "·with", "·one", "·step"]
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,7 +53,7 @@ def test_decode_encode_round_trip(text):
     "text", ["<|endoftext|>", "a<|endoftext|>b", BOOK_CH2_TEXT, "<|endoftext|><|endoftext|>", "<|endoftext"]
 )
 def test_endoftext_in_text_does_not_raise_and_is_special(text):
-    toks = tokens.tokenize(text)
+    toks = tokens_of(text)
     special = [t for t in toks if t.special]
     assert [t.id for t in special] == [50256] * text.count("<|endoftext|>")
     assert all(t.piece == "<|endoftext|>" for t in special)
@@ -73,7 +78,7 @@ def test_endoftext_in_text_does_not_raise_and_is_special(text):
     ],
 )
 def test_single_token_display_piece(text, piece):
-    toks = tokens.tokenize(text)
+    toks = tokens_of(text)
     assert len(toks) == 1
     assert toks[0].piece == piece
     assert (toks[0].start, toks[0].end) == (0, len(text))
@@ -112,7 +117,7 @@ def test_token_bytes_invalid_alone_show_as_hex_bytes():
 def test_emoji_pieces_known_example():
     # 😀 = F0 9F 98 80, split by GPT-2 as [47249 = F0 9F 98, 222 = 80]
     assert tokens.encode("😀") == [47249, 222]
-    assert [t.piece for t in tokens.tokenize("😀")] == ["<0xF0><0x9F><0x98>", "<0x80>"]
+    assert [t.piece for t in tokens_of("😀")] == ["<0xF0><0x9F><0x98>", "<0x80>"]
 
 
 def test_vocabulary_never_shows_replacement_for_invalid_bytes():
@@ -174,7 +179,7 @@ def _spans_by_last_byte(text: str, toks: list[tokens.Token]) -> list[str]:
 @settings(max_examples=200, deadline=None)
 @given(st.text())
 def test_offsets_reconstruct_random_text(text):
-    toks = tokens.tokenize(text)
+    toks = tokens_of(text)
     _check_offsets(text, toks)
     assert [text[t.start : t.end] for t in toks] == _spans_by_last_byte(text, toks)
 
@@ -183,11 +188,11 @@ def test_offsets_reconstruct_random_text(text):
     "text", [JOURNEY_TEXT, BOOK_CH2_TEXT, "日本語のテキスト", "naïve café 😀🤗 €5", "a\n\tb\x00\u200bc", " " * 7 + "x"]
 )
 def test_offsets_examples(text):
-    _check_offsets(text, tokens.tokenize(text))
+    _check_offsets(text, tokens_of(text))
 
 
 def test_journey_offsets_exact():
-    assert [(t.start, t.end) for t in tokens.tokenize(JOURNEY_TEXT)] == [
+    assert [(t.start, t.end) for t in tokens_of(JOURNEY_TEXT)] == [
         (0, 4), (4, 12), (12, 19), (19, 24), (24, 28), (28, 33)
     ]
 
@@ -197,13 +202,13 @@ def test_journey_offsets_exact():
     [("😀", [(0, 0), (0, 1)]), ("日本語", [(0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (2, 3)])],
 )
 def test_a_split_character_belongs_to_the_token_that_completes_it(text, offsets):
-    toks = tokens.tokenize(text)
+    toks = tokens_of(text)
     assert [(t.start, t.end) for t in toks] == offsets
     assert [text[t.start : t.end] for t in toks] == _spans_by_last_byte(text, toks)
 
 
 def test_split_character_offsets_give_the_whole_character_to_one_token():
-    toks = tokens.tokenize("a😀b")
+    toks = tokens_of("a😀b")
     assert [t.id for t in toks] == tokens.encode("a😀b")
     spans = ["a😀b"[t.start : t.end] for t in toks]
     assert "".join(spans) == "a😀b"
@@ -214,7 +219,6 @@ def test_pieces_offsets_index_into_decoded_text():
     ids = tokens.encode(BOOK_CH2_TEXT)
     toks = tokens.pieces(ids)
     assert [t.id for t in toks] == ids
-    assert [t.piece for t in toks] == [t.piece for t in tokens.tokenize(BOOK_CH2_TEXT)]
     _check_offsets(tokens.decode(ids), toks)
 
 
