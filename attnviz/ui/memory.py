@@ -32,7 +32,6 @@ def _no_mallopt(param: int, value: int) -> int:
 
 _malloc_trim = _no_trim  # tune_memory() replaces it with glibc's malloc_trim
 _mallopt = _no_mallopt  # … and this with glibc's mallopt
-_mmap_threshold: int | None = None  # the threshold set last (None: glibc's own, dynamic)
 _trainings = 0  # trainings running in training_heap()
 _heap_lock = threading.Lock()
 
@@ -132,15 +131,8 @@ def tune_memory() -> bool:
 
 
 def _set_mmap_threshold(size: int) -> None:
-    global _mmap_threshold
     if _mallopt is not _no_mallopt:
         _mallopt(M_MMAP_THRESHOLD, size)
-        _mmap_threshold = size
-
-
-def mmap_threshold() -> int | None:
-    """The mmap threshold ``tune_memory`` / ``training_heap`` set last: None while malloc is not tuned."""
-    return _mmap_threshold
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@
   AppTest's public API;
 * ``check_table`` — ``attnviz check``'s table of a list of checks at once, what its streamed output adds up to;
 * ``checkpoints`` — Hugging Face GPT-2 models with every LayerNorm and bias randomised, to save as checkpoints;
+* ``malloc`` — glibc's ``mallopt`` and ``malloc_trim`` replaced by recorders (``attnviz.ui.memory``'s tuning);
 * ``texts`` — hostile texts (markup, special tokens, control characters, emoji, a long paste) for runs and pages;
 * ``user_modules`` — attention modules written as users write them (plain ``nn.Module``s), correct and buggy.
 """

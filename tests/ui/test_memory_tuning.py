@@ -4,6 +4,7 @@ raises the mmap threshold while any training runs and restores it after, and wit
 from __future__ import annotations
 
 import pytest
+from helpers.malloc import FakeMalloc
 
 
 def test_malloc_tuning_is_explicit_and_can_be_switched_off(monkeypatch):
@@ -37,31 +38,31 @@ def test_importing_ui_does_not_tune_malloc():
 def test_the_training_heap_raises_the_mmap_threshold_while_any_training_runs(monkeypatch):
     from attnviz.ui import memory
 
-    calls = []
-    monkeypatch.setattr(memory, "_mallopt", lambda param, value: calls.append((param, value)) or 1)
-    monkeypatch.setattr(memory, "_malloc_trim", lambda pad: calls.append("trim") or 1)
-    monkeypatch.setattr(memory, "_mmap_threshold", memory.MMAP_THRESHOLD)
+    malloc = FakeMalloc(monkeypatch)
     monkeypatch.setattr(memory, "_trainings", 0)
     first, second = memory.training_heap(), memory.training_heap()
     first.__enter__()
-    assert memory.mmap_threshold() == memory.TRAINING_MMAP_THRESHOLD
+    assert malloc.threshold == memory.TRAINING_MMAP_THRESHOLD
     second.__enter__()  # a second training, overlapping
     first.__exit__(None, None, None)
-    assert memory.mmap_threshold() == memory.TRAINING_MMAP_THRESHOLD and "trim" not in calls  # one still runs
+    assert malloc.threshold == memory.TRAINING_MMAP_THRESHOLD and "trim" not in malloc.calls  # one still runs
     with pytest.raises(RuntimeError), memory.training_heap():  # a failing training ends its heap too
         raise RuntimeError("the training failed")
     second.__exit__(None, None, None)
-    assert memory.mmap_threshold() == memory.MMAP_THRESHOLD
-    assert calls == [(memory.M_MMAP_THRESHOLD, memory.TRAINING_MMAP_THRESHOLD),
-                     (memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD), "trim"]
+    assert malloc.threshold == memory.MMAP_THRESHOLD
+    assert malloc.calls == [(memory.M_MMAP_THRESHOLD, memory.TRAINING_MMAP_THRESHOLD),
+                            (memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD), "trim"]
 
 
 def test_without_the_malloc_tuning_the_training_heap_changes_nothing(monkeypatch):
+    """Untuned, ``_mallopt`` is the placeholder ``_no_mallopt``, and the training heap never calls it."""
     from attnviz.ui import memory
 
-    monkeypatch.setattr(memory, "_mallopt", memory._no_mallopt)
-    monkeypatch.setattr(memory, "_mmap_threshold", None)
+    calls = []
+    placeholder = lambda param, value: calls.append((param, value)) or 0  # noqa: E731
+    monkeypatch.setattr(memory, "_no_mallopt", placeholder)
+    monkeypatch.setattr(memory, "_mallopt", placeholder)
     monkeypatch.setattr(memory, "_trainings", 0)
     with memory.training_heap():
-        assert memory.mmap_threshold() is None
-    assert memory.mmap_threshold() is None
+        assert calls == []
+    assert calls == []

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.apptest import decode, plotly_figures
+from helpers.malloc import FakeMalloc
 from streamlit.testing.v1 import AppTest
 
 from attnviz.labs import live_train
@@ -114,20 +115,18 @@ def test_stop_ends_the_training_and_keeps_the_model_so_far():
 def test_the_training_runs_with_mallocs_mmap_threshold_raised_and_restores_it(monkeypatch):
     from attnviz.ui import memory
 
-    calls = []
-    monkeypatch.setattr(memory, "_mallopt", lambda param, value: calls.append(value) or 1)
-    monkeypatch.setattr(memory, "_malloc_trim", lambda pad: calls.append("trim") or 1)
-    monkeypatch.setattr(memory, "_mmap_threshold", memory.MMAP_THRESHOLD)
+    malloc = FakeMalloc(monkeypatch)
     at = train_page()
     at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
     at.button(key="train_start").click().run()
     job = job_of(at)
     wait_for_steps(job, 2)
-    assert memory.mmap_threshold() == memory.TRAINING_MMAP_THRESHOLD  # its steps' tensors reuse the heap
+    assert malloc.threshold == memory.TRAINING_MMAP_THRESHOLD  # its steps' tensors reuse the heap
     at.button(key="train_stop").click().run()
     assert job.join(TIMEOUT)
-    assert memory.mmap_threshold() == memory.MMAP_THRESHOLD
-    assert calls[-2:] == [memory.MMAP_THRESHOLD, "trim"]  # what the training freed goes back to the system
+    assert malloc.threshold == memory.MMAP_THRESHOLD
+    # what the training freed goes back to the system
+    assert malloc.calls[-2:] == [(memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD), "trim"]
 
 
 def test_a_second_start_in_the_same_session_is_refused_with_a_message():
