@@ -108,12 +108,11 @@ class Attention:
 
 @dataclass
 class Recording:
-    """One recorded forward: every op, the attentions found, the module's output and its input."""
+    """One recorded forward: every op, the attentions found and the module's output."""
 
     ops: list[Op]
     attentions: list[Attention]
     output: torch.Tensor
-    inputs: torch.Tensor
     dropout_calls: list[tuple[int, bool, float]] = field(default_factory=list)  # (op index, training, p)
     # (op index, tensor, the context ops it is made of) of every F.linear input, then the output (op index len(ops)),
     # that is computed from attention contexts alone (see _context_sources)
@@ -346,7 +345,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     fed_onwards = [(index, tensor, sources) for index, tensor, node in
                    [*recorder.linear_inputs, (len(recorder.ops), output, recorder.nodes.get(id(output)))]
                    if (sources := _context_sources(node, contexts))]
-    return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(), inputs=x,
+    return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(),
                      dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
                      triangular_mask=recorder.triangular_mask)
 
