@@ -258,7 +258,9 @@ def test_a_weights_name_from_the_browser_never_touches_the_file_system(checkpoin
     monkeypatch.setattr(weights, "bundled_option", lambda: None)
     listed = weights.options("s", checkpoints)
     assert [option.ref for option in listed if option.name == "tiny-gpt2"] == [checkpoint_dir]
-    for tampered in ("/etc/passwd", "../../secret.pth", checkpoint_dir, "tiny-gpt2/../x", "", None, 3, ["a"]):
+    for tampered in ("/etc/passwd", "../../secret.pth", checkpoint_dir, "tiny-gpt2/../x", "tiny-gpt2 ", "TINY-GPT2",
+                     "tiny", "", "~/.ssh/id_rsa", "file:///etc/passwd", "tiny-gpt2\0", None, 3, ["tiny-gpt2"],
+                     b"tiny-gpt2"):
         assert ui_weights.choose(listed, tampered) == ui_weights.Choice(weights.BOOK_OPTION)
 
 

@@ -1,8 +1,8 @@
 """Checkpoints on this machine, listed by name: ``--checkpoint`` paths, ``ATTNVIZ_CHECKPOINTS``, the HF cache.
 
-The app shows, and the URL holds, only a listed *name* ("gpt2 (HF cache)", "my-model.pth").
-:meth:`Checkpoints.resolve` maps a name back to its path with a dictionary lookup: a string that came
-from a browser is never handed to ``open``/``os.stat`` or joined to a path; anything not listed -> None.
+The app shows, and the URL holds, only a listed *name* ("gpt2 (HF cache)", "my-model.pth"); the path stays in the
+listed :class:`Checkpoint`, so a string that came from a browser is never handed to ``open``/``os.stat`` or joined to a
+path.
 
 Where checkpoints are looked for, in this order (a path found twice is listed once):
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.models.loading import WEIGHT_SUFFIXES
@@ -50,33 +50,16 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """Listed checkpoints (name -> path) plus notes about paths that were given but hold nothing usable."""
+    """Listed checkpoints (name, path) plus notes about paths that were given but hold nothing usable."""
 
     entries: tuple[Checkpoint, ...] = ()
     notes: tuple[str, ...] = ()
-    _by_name: Mapping[str, Checkpoint] = field(default=None, repr=False, compare=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "_by_name", {entry.name: entry for entry in self.entries})
-
-    def names(self) -> list[str]:
-        return [entry.name for entry in self.entries]
-
-    def resolve(self, name: object) -> str | None:
-        """The path of a listed name; None for anything else. Never touches the file system."""
-        if not isinstance(name, str):
-            return None
-        entry = self._by_name.get(name)
-        return entry.path if entry is not None else None
 
     def __iter__(self) -> Iterator[Checkpoint]:
         return iter(self.entries)
 
     def __len__(self) -> int:
         return len(self.entries)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._by_name
 
 
 def checkpoint_args(argv: Sequence[str] | None = None) -> list[str]:

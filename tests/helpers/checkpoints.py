@@ -55,6 +55,16 @@ def own_session_models(monkeypatch) -> None:
     monkeypatch.setattr(weights, "_session_models", collections.OrderedDict())
 
 
+def names(found) -> list[str]:
+    """The names a discovery (``attnviz.models.Checkpoints``) lists, in order."""
+    return [entry.name for entry in found]
+
+
+def path_named(found, name: str) -> str | None:
+    """The path a discovery lists under ``name``, or None."""
+    return next((entry.path for entry in found if entry.name == name), None)
+
+
 def option_named(name, session_id=None, checkpoints=None):
     """The ``weights`` option listed under ``name`` for this session, or None."""
     from attnviz import weights

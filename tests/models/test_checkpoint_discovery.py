@@ -1,13 +1,14 @@
-"""attnviz.models.discovery: checkpoints listed by name; a name from a browser never reaches the file system."""
+"""attnviz.models.discovery: checkpoints listed by name (what the sidebar offers; ui.weights.choose compares a browser's
+name with them: tests/test_checkpoint_pipeline.py)."""
 
 from __future__ import annotations
 
-import builtins
 import os
 import pathlib
 
 import pytest
 import torch
+from helpers.checkpoints import names, path_named
 
 from attnviz.models import Checkpoints, checkpoint_args, discover, hf_cache_dir, load_checkpoint
 
@@ -23,8 +24,8 @@ def hf_snapshot(cache: pathlib.Path, repo: str, revision: str, main: bool = True
     repo_dir = cache / f"models--{repo.replace('/', '--')}"
     snapshot = repo_dir / "snapshots" / revision
     snapshot.mkdir(parents=True)
-    names = ["config.json"] + (["model.safetensors"] if weights else [])
-    for name in names:
+    files = ["config.json"] + (["model.safetensors"] if weights else [])
+    for name in files:
         blob = touch(repo_dir / "blobs" / f"{revision}-{name}", b"{}")
         (snapshot / name).symlink_to(blob)
     if main:
@@ -54,9 +55,9 @@ def test_env_files_folders_and_model_folders(tmp_path):
     touch(model_dir / "model.safetensors")
     found = discover(environ=env(ATTNVIZ_CHECKPOINTS=os.pathsep.join(map(str, [single, scanned, model_dir])),
                                  HF_HUB_CACHE=tmp_path / "no-cache"))
-    assert found.names() == ["gpt2-small-124M.pth", "a.safetensors", "b.pt", "hf-model", "gpt2-medium"]
-    assert found.resolve("hf-model") == str(scanned / "hf-model")
-    assert found.resolve("gpt2-medium") == str(model_dir)
+    assert names(found) == ["gpt2-small-124M.pth", "a.safetensors", "b.pt", "hf-model", "gpt2-medium"]
+    assert path_named(found, "hf-model") == str(scanned / "hf-model")
+    assert path_named(found, "gpt2-medium") == str(model_dir)
     assert {entry.source for entry in found} == {"env"}
     assert found.notes == ()
 
@@ -75,9 +76,9 @@ def test_tensorflow_folder_is_listed_so_the_loader_can_explain(tmp_path):
     for name in ("checkpoint", "model.ckpt.index", "hparams.json"):
         touch(tf_dir / name)
     found = discover(environ=env(ATTNVIZ_CHECKPOINTS=tf_dir, HF_HUB_CACHE=tmp_path / "x"))
-    assert found.names() == ["124M"]
+    assert names(found) == ["124M"]
     with pytest.raises(ValueError, match="TensorFlow"):
-        load_checkpoint(found.resolve("124M"))
+        load_checkpoint(path_named(found, "124M"))
 
 
 def test_hf_cache_gpt2_repositories(tmp_path):
@@ -90,14 +91,14 @@ def test_hf_cache_gpt2_repositories(tmp_path):
     hf_snapshot(cache, "bert-base-uncased", "f" * 40)  # not GPT-2
     hf_snapshot(cache, "openai-community/gpt2-large", "9" * 40, weights=False)  # only config.json downloaded
     found = discover(environ=env(HF_HUB_CACHE=cache))
-    assert found.names() == [
+    assert names(found) == [
         "distilbert/distilgpt2 (HF cache)",
         "distilgpt2 (HF cache)",
         "gpt2 (HF cache)",
         "openai-community/gpt2-medium (HF cache)",
         "openai-community/gpt2-xl (HF cache)",
     ]
-    assert found.resolve("gpt2 (HF cache)") == str(cache / "models--gpt2" / "snapshots" / ("a" * 40))
+    assert path_named(found, "gpt2 (HF cache)") == str(cache / "models--gpt2" / "snapshots" / ("a" * 40))
     assert {entry.source for entry in found} == {"hf"}
 
 
@@ -106,8 +107,8 @@ def test_hf_cache_several_revisions_main_first(tmp_path):
     hf_snapshot(cache, "gpt2", "1" * 40, main=False)
     hf_snapshot(cache, "gpt2", "2" * 40, main=True)
     found = discover(environ=env(HF_HUB_CACHE=cache))
-    assert found.names() == ["gpt2 (HF cache)", "gpt2 (HF cache, 1111111)"]
-    assert found.resolve("gpt2 (HF cache)").endswith("2" * 40)
+    assert names(found) == ["gpt2 (HF cache)", "gpt2 (HF cache, 1111111)"]
+    assert path_named(found, "gpt2 (HF cache)").endswith("2" * 40)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +129,7 @@ def test_default_cache_is_under_home(tmp_path, monkeypatch):
     for name in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "ATTNVIZ_CHECKPOINTS"):
         monkeypatch.delenv(name, raising=False)
     hf_snapshot(tmp_path / ".cache" / "huggingface" / "hub", "gpt2", "a" * 40)
-    assert discover().names() == ["gpt2 (HF cache)"]
+    assert names(discover()) == ["gpt2 (HF cache)"]
 
 
 def test_order_cli_then_env_then_cache_and_duplicates_listed_once(tmp_path):
@@ -138,7 +139,7 @@ def test_order_cli_then_env_then_cache_and_duplicates_listed_once(tmp_path):
     hf_snapshot(cache, "gpt2", "a" * 40)
     found = discover([cli], environ=env(ATTNVIZ_CHECKPOINTS=os.pathsep.join([str(env_file), str(cli)]),
                                         HF_HUB_CACHE=cache))
-    assert found.names() == ["mine.pth", "other.safetensors", "gpt2 (HF cache)"]
+    assert names(found) == ["mine.pth", "other.safetensors", "gpt2 (HF cache)"]
     assert [entry.source for entry in found] == ["cli", "env", "hf"]
 
 
@@ -148,8 +149,8 @@ def test_same_file_names_get_unique_names(tmp_path):
     third = touch(tmp_path / "x" / "run-a" / "model.pth")
     fourth = touch(tmp_path / "y" / "run-a" / "model.pth")
     found = discover([first, second, third, fourth], environ=env(HF_HUB_CACHE=tmp_path / "none"))
-    assert found.names() == ["model.pth", "model.pth (run-b)", "model.pth (run-a)", "model.pth (2)"]
-    assert len({found.resolve(name) for name in found.names()}) == 4
+    assert names(found) == ["model.pth", "model.pth (run-b)", "model.pth (run-a)", "model.pth (2)"]
+    assert len({entry.path for entry in found}) == 4
 
 
 @pytest.mark.parametrize(
@@ -174,74 +175,12 @@ def test_checkpoint_args_default_to_sys_argv(monkeypatch):
     assert checkpoint_args() == ["x.pth"]
 
 
-# ============================== names, never paths, from the browser ==============================
-
-
-@pytest.fixture
-def listed(tmp_path):
-    touch(tmp_path / "models" / "mine.pth")
-    return discover(environ=env(ATTNVIZ_CHECKPOINTS=tmp_path / "models", HF_HUB_CACHE=tmp_path / "none")), tmp_path
-
-
-TAMPERED = [
-    "../../etc/passwd",
-    "/etc/passwd",
-    "mine.pth/../../../etc/passwd",
-    "mine.pth ",
-    "MINE.PTH",
-    "mine",
-    "",
-    "~/.ssh/id_rsa",
-    "file:///etc/passwd",
-    "mine.pth\0",
-]
-
-
-def test_resolve_listed_name(listed):
-    found, root = listed
-    assert found.resolve("mine.pth") == str(root / "models" / "mine.pth")
-    assert "mine.pth" in found
-
-
-@pytest.mark.parametrize("name", TAMPERED + [None, 3, ["mine.pth"], b"mine.pth"])
-def test_resolve_anything_else_is_none(listed, name):
-    found, _ = listed
-    assert found.resolve(name) is None
-    assert name not in found
-
-
-def test_resolve_never_touches_the_file_system(listed, tmp_path, monkeypatch):
-    """Every file-system entry point fails loudly if it sees a tampered string; resolve still answers None."""
-    found, _ = listed
-    tampered = ["../x-secret", str(tmp_path / "models" / "mine.pth"), "mine.pth/../../x-secret"]
-    seen = []
-
-    def guard(original):
-        def wrapper(*args, **kwargs):
-            if any(isinstance(arg, str | bytes | os.PathLike) and os.fspath(arg) in tampered for arg in args):
-                seen.append(args)
-                raise AssertionError(f"file system touched with {args!r}")
-            return original(*args, **kwargs)
-        return wrapper
-
-    for module, name in [(builtins, "open"), (os, "open"), (os, "stat"), (os, "lstat"), (os, "listdir"),
-                         (os, "scandir"), (os.path, "exists"), (os.path, "isfile"), (os.path, "isdir"),
-                         (os.path, "realpath"), (os.path, "abspath"), (os.path, "join")]:
-        monkeypatch.setattr(module, name, guard(getattr(module, name)))
-    for name in tampered:
-        assert found.resolve(name) is None
-    assert seen == []
-    # the guards do fire when a tampered string reaches them
-    with pytest.raises(AssertionError, match="file system touched"):
-        os.stat(tampered[0])
-    with pytest.raises(AssertionError, match="file system touched"):
-        pathlib.Path(tampered[1]).exists()
+# ============================== the list itself ==============================
 
 
 def test_checkpoints_is_immutable_and_empty_by_default():
     empty = Checkpoints()
-    assert empty.names() == []
-    assert empty.resolve("gpt2 (HF cache)") is None
+    assert list(empty) == [] and len(empty) == 0 and empty.notes == ()
     with pytest.raises(AttributeError):
         empty.entries = ()
 
@@ -267,6 +206,6 @@ def test_discovered_hf_cache_snapshot_loads(tmp_path):
         (snapshot / file.name).symlink_to(blob)
     touch(repo / "refs" / "main", b"0" * 40)
     found = discover(environ=env(HF_HUB_CACHE=cache))
-    loaded = load_checkpoint(found.resolve("openai-community/gpt2 (HF cache)"))
+    loaded = load_checkpoint(path_named(found, "openai-community/gpt2 (HF cache)"))
     assert len(loaded.trf_blocks) == 1
     assert torch.equal(loaded.tok_emb.weight, model.transformer.wte.weight)
