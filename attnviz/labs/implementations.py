@@ -32,7 +32,6 @@ WRAPPER = "MultiHeadAttentionWrapper + out_proj (book)"
 FUSED = "fused QKV (one Linear)"
 TORCH_MHA = "torch.nn.MultiheadAttention"
 SDPA = "F.scaled_dot_product_attention"
-NAMES = (BOOK_MHA, WRAPPER, FUSED, TORCH_MHA, SDPA)
 NOISY_SPREAD = 3.0  # a row whose slowest timed call took more than this many times its fastest is noise, not code
 
 
@@ -245,7 +244,7 @@ def time_implementations(d_in: int, d_out: int, num_heads: int, n: int, device: 
 
     Rounds are interleaved (each round runs every implementation once), so load from elsewhere hits
     all of them alike; ``warmup`` untimed rounds come first.  ``progress(done, total, name)`` is called
-    after every call.  Returns one Row per implementation (name, median, every timed call), in NAMES order.
+    after every call.  Returns one Row per implementation (name, median, every timed call), in ``build_all``'s order.
     """
     if n < 1 or repeats < 1:
         raise ValueError("n and repeats must be at least 1")

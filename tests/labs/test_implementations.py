@@ -15,6 +15,7 @@ from attnviz.labs import implementations as impl
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = [(8, 8, 2), (12, 12, 3), (16, 16, 1), (64, 64, 4)]
+NAMES = (impl.BOOK_MHA, impl.WRAPPER, impl.FUSED, impl.TORCH_MHA, impl.SDPA)  # the Benchmark page's order
 
 
 def outputs(modules: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -27,7 +28,7 @@ def outputs(modules: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("seed", [0, 123])
 def test_every_implementation_agrees_with_the_book_mha(causal, d_in, d_out, num_heads, seed):
     modules = impl.build_all(d_in, d_out, num_heads, causal=causal, seed=seed, context_length=32)
-    assert list(modules) == list(impl.NAMES)
+    assert list(modules) == list(NAMES)
     x = torch.randn(2, 11, d_in, generator=torch.Generator().manual_seed(seed))  # (b, n, d_in)
     results = outputs(modules, x)
     reference = results[impl.BOOK_MHA]
@@ -86,12 +87,12 @@ def test_timing_returns_a_median_for_every_implementation():
     calls = []
     rows = impl.time_implementations(16, 16, 4, n=8, device="cpu", repeats=3, warmup=1,
                                      progress=lambda done, total, name: calls.append((done, total, name)))
-    assert [row.name for row in rows] == list(impl.NAMES)
+    assert [row.name for row in rows] == list(NAMES)
     for row in rows:
         assert len(row.times_ms) == 3
         assert all(t > 0 for t in row.times_ms)
         assert row.median_ms == sorted(row.times_ms)[1]
-    assert calls[-1][0] == calls[-1][1] == 4 * len(impl.NAMES)
+    assert calls[-1][0] == calls[-1][1] == 4 * len(NAMES)
     assert [c[0] for c in calls] == list(range(1, len(calls) + 1))
 
 
@@ -141,7 +142,7 @@ def test_benchmark_page_runs_and_draws_five_bars():
     bars = [trace for trace in json.loads(charts[0].proto.spec)["data"] if trace["type"] == "bar"]
     assert len(bars) == 1
     assert len(bars[0]["y"]) == 5
-    assert set(bars[0]["y"]) == set(impl.NAMES)
+    assert set(bars[0]["y"]) == set(NAMES)
     assert at.dataframe[0].value.shape[0] == 5
     page_text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
     if not torch.cuda.is_available() and not torch.backends.mps.is_available():
