@@ -5,8 +5,9 @@ Class names, constructor arguments, parameter names, shapes, bias choices and cr
 book's bonus classes (``ch04/04_gqa``, ``05_mla``, ``06_swa``; RoPE from ``llama3.py``), so a state dict moves
 between these classes and the book's both ways, and after ``torch.manual_seed(s)`` the weights are the book's.
 As in :mod:`attnviz.attention`, each ``forward(x, recorder=None)`` records its named intermediates; the
-stages these classes add are :data:`MODERN_STAGES`.  Scaling and masking are separate stages (scale, then
-mask), which gives the book's weights bitwise (−∞ / √dₖ = −∞).
+stages these classes add are ``latent`` (MLA: what its cache would keep), ``rotated_queries`` and ``rotated_keys``
+(rotary), and the shapes of ``kv_groups`` and ``kv_repeat`` (GQA/MQA: the keys as K/V heads, then repeated).
+Scaling and masking are separate stages (scale, then mask), which gives the book's weights bitwise (−∞ / √dₖ = −∞).
 
 Additions that change no result: ``causal`` (GQA and MLA; default True, as the book), and ``rope_base``
 (GQA and SWA; None = no rotation, as the bonus classes): queries and keys are rotated after the head split
@@ -21,15 +22,6 @@ from torch import nn
 
 from attnviz import rope
 from attnviz.attention import Recorder, record
-
-# stages these classes record beyond attention.STAGES (shape-only ones are marked "shape")
-MODERN_STAGES = (
-    "latent",  # MLA: (b, n, latent_dim), what its cache would keep
-    "kv_groups",  # GQA/MQA: keys split into num_kv_groups heads (b, g, n, hd) — shape
-    "rotated_queries",  # rotary: (b, h, n, hd)
-    "rotated_keys",  # rotary: (b, g, n, hd) (g = h without groups)
-    "kv_repeat",  # GQA/MQA: keys repeated to num_heads (b, h, n, hd) — shape
-)
 
 
 def causal_mask(num_tokens: int, device) -> torch.Tensor:

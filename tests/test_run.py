@@ -9,9 +9,11 @@ import torch
 from helpers.runs import TEXT, small, upper_mask
 
 from attnviz import attention, embedding, tokens, variants
-from attnviz.modern_attention import MODERN_STAGES
 from attnviz.pipeline import run
 from attnviz.producers.book import build_module
+
+# what the bonus classes (attnviz.modern_attention) record beyond attention.STAGES; kv_groups and kv_repeat are shapes
+MODERN_STAGES = ("latent", "kv_groups", "rotated_queries", "rotated_keys", "kv_repeat")
 
 
 @pytest.mark.parametrize("variant", list(variants.LABELS))
