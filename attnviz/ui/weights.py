@@ -1,8 +1,8 @@
 """The ``weights`` and ``layer`` settings: which weights this session may pick, the model behind the choice
 (loaded once per server), and a page's request to switch to another option (:func:`select_weights`).
 
-A name from the URL or a widget is only looked up in :func:`attnviz.weights.options` (a dictionary lookup):
-no string from the browser reaches the file system.  Models trained in a session are offered to that
+A name from the URL or a widget is only compared with the names :func:`attnviz.weights.options` lists
+(:func:`choose`): no string from the browser reaches the file system.  Models trained in a session are offered to that
 session only, stored server-side under an opaque id (:func:`attnviz.weights.register_session_model`, which the
 Train page's worker calls with :func:`session_id`).
 """
