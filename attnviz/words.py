@@ -1,8 +1,24 @@
-"""Counts in words: a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group")."""
+"""Counts in words: a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group"), and numbered
+items after their noun ("position 3", "positions 0, 1, 2")."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 def amount(count: int, noun: str) -> str:
     """``count`` of ``noun`` in words, singular for one: "1 head", "4 heads", "1 K/V group"."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def plural(count: int, noun: str) -> str:
+    """``noun`` for one, ``noun`` + "s" for any other count."""
+    return noun if count == 1 else f"{noun}s"
+
+
+def listed(noun: str, numbers: Sequence[int], limit: int = 24) -> str:
+    """``numbers`` after ``noun``, singular for one: "position 3", "positions 0, 1, 2"; past ``limit`` the first
+    ``limit`` and the count: "positions 0, 1, …, 23, … (30 positions)"."""
+    shown = ", ".join(str(number) for number in numbers[:limit])
+    more = f", … ({amount(len(numbers), noun)})" if len(numbers) > limit else ""
+    return f"{plural(len(numbers), noun)} {shown}{more}"

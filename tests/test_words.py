@@ -1,9 +1,16 @@
 """Counts in words: singular for one, whatever the noun."""
 
-from attnviz.words import amount
+from attnviz.words import amount, listed
 
 
 def test_amount_is_singular_for_one_only():
     assert [amount(n, "head") for n in (0, 1, 2, 12)] == ["0 heads", "1 head", "2 heads", "12 heads"]
     assert amount(1, "K/V group") == "1 K/V group"
     assert amount(4, "K/V group") == "4 K/V groups"
+
+
+def test_listed_is_singular_for_one_item_only():
+    assert listed("position", [3]) == "position 3"
+    assert listed("query row", [0, 1]) == "query rows 0, 1"
+    assert listed("position", list(range(30)), limit=3) == "positions 0, 1, 2, … (30 positions)"
+    assert listed("position", list(range(3)), limit=3) == "positions 0, 1, 2"

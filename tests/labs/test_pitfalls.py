@@ -169,13 +169,44 @@ def test_detector_fires_on_the_bug_and_not_on_the_books_code(lab, key):
                     "0, 1, 2, 3, 4, 5, 6, 7, 8"),
     ("softmax_dim", "rows do not sum to 1"),
     ("scale_d_out", "= 1/√32, but head_dim is 8"),
-    ("mask_diagonal", "NaN in the weights of query rows 0 "),
+    ("mask_diagonal", "NaN in the weights of query row 0 (every key of the row masked"),
     ("forgot_eval", "module.training is True"),
 ])
 def test_bug_verdicts_say_what_was_measured(lab, key, expected):
     setup, x = lab
     assert x.shape[1] == 10
     assert expected in catalogue.run_pitfall(key, setup, x).buggy.verdict
+
+
+def test_the_nan_verdict_says_row_and_position_for_one(lab):
+    """The diagonal bug empties one query row (row 0 has no earlier key): singular words for the one row."""
+    setup, x = lab
+    buggy = catalogue.run_pitfall("mask_diagonal", setup, x).buggy
+    assert buggy.details["nan_rows"] == [0] and buggy.details["nan_outputs"] == [0]
+    assert buggy.verdict == ("NaN in the weights of query row 0 (every key of the row masked: softmax of all −∞ is "
+                             "0/0) and in the output at position 0")
+
+
+def test_the_nan_verdict_says_rows_and_positions_for_several():
+    """A mask that hides the diagonal and one key behind it empties query rows 0 and 1."""
+    setup, x = lab_for(small_config())
+    module = workbench.copy_weights(mha(), bugs.MaskIncludesDiagonal(32, 32, 64, 0.0, 4)).eval()
+    module.mask = torch.triu(torch.ones(64, 64), diagonal=-1)  # (ctx, ctx): row i hides keys i − 1 on
+    version = detectors.detect_nan(module, x, setup)
+    assert version.verdict == ("NaN in the weights of query rows 0, 1 (every key of those rows masked: softmax of "
+                               "all −∞ is 0/0) and in the outputs at positions 0, 1")
+
+
+@pytest.mark.parametrize(("n", "moved", "unchanged"), [
+    (2, "moves the output at position 0", "leaves position 0 exactly unchanged"),
+    (3, "moves the outputs at positions 0, 1", "leaves positions 0 … 1 exactly unchanged"),
+])
+def test_the_leak_verdict_says_position_for_one_and_positions_for_several(n, moved, unchanged):
+    setup, _ = lab_for(small_config())
+    buggy = workbench.copy_weights(mha(), bugs.MaskedFillWithoutUnderscore(32, 32, 64, 0.0, 4)).eval()
+    assert detectors.detect_leak(buggy, inputs(n), setup).verdict.endswith(moved)
+    assert detectors.detect_leak(mha(), inputs(n), setup).verdict.endswith(unchanged)
+    assert leak.leak_report(mha(causal=False), inputs(n), 1)["verdict"] == "leaks into position 0"
 
 
 def test_softmax_over_dim_minus_2_makes_columns_sum_to_1(lab):
@@ -434,7 +465,8 @@ def test_masked_fill_without_underscore_leaks_into_every_earlier_position(j):
     buggy = workbench.copy_weights(correct, bugs.MaskedFillWithoutUnderscore(32, 32, 64, 0.0, 4)).eval()
     report = leak.leak_report(buggy, inputs(12), j)
     assert report["leaked"] == list(range(j))
-    assert report["verdict"] == "leaks into positions " + ", ".join(str(p) for p in range(j))
+    assert report["verdict"] == ("leaks into position 0" if j == 1 else
+                                 "leaks into positions " + ", ".join(str(p) for p in range(j)))
 
 
 def test_no_causal_mask_leaks():
@@ -472,7 +504,7 @@ def test_nan_outputs_are_reported_not_counted_as_leaks():
     report = leak.leak_report(buggy, inputs(8), 4)
     assert report["leaked"] == [] and report["nan_positions"] == [0]
     assert report["verdict"].startswith("no leak among the positions that can be compared")
-    assert "NaN at positions 0" in report["verdict"]
+    assert report["verdict"].endswith("; the output is NaN at position 0, which cannot be compared")
 
 
 def test_leak_check_on_a_bug_that_raises_gives_the_error(lab):
@@ -894,7 +926,10 @@ def test_rotary_pitfalls_at_an_odd_head_dim_say_why_and_the_rest_of_the_page_wor
     at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
     no_exception(at)
     assert any(v.startswith("**Detected:**") for v in lab_verdicts(at))
-    assert leak_verdict(at).startswith("**Verdict:** leaks into positions 0")
+    if "text" in query:  # two tokens: position 0 is the only one before the perturbed token
+        assert leak_verdict(at) == "**Verdict:** leaks into position 0"
+    else:
+        assert leak_verdict(at).startswith("**Verdict:** leaks into positions 0, 1")
 
 
 def link(**query) -> AppTest:

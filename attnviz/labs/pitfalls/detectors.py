@@ -16,9 +16,9 @@ from torch import nn
 
 from attnviz import checks, stats, tracing
 from attnviz.attention import MAP_STAGES, Recorder
-from attnviz.labs.pitfalls.leak import leak_report, positions_text
+from attnviz.labs.pitfalls.leak import leak_report
 from attnviz.labs.pitfalls.workbench import LabSetup, forward_rng
-from attnviz.words import amount
+from attnviz.words import amount, listed, plural
 
 # --------------------------------------------------------------------------- running a version
 
@@ -81,6 +81,11 @@ def _needs_output(observation: Observation) -> Version | None:
     return None
 
 
+def _outputs_at(positions: list[int]) -> str:
+    """"the output at position 3", "the outputs at positions 0, 1, 2"."""
+    return f"the {plural(len(positions), 'output')} at {listed('position', positions)}"
+
+
 def detect_leak(module, inputs, setup: LabSetup) -> Version:
     """(1) Perturb the last token: a causal model leaves every earlier output exactly unchanged."""
     observation = observe(module, inputs)
@@ -92,11 +97,11 @@ def detect_leak(module, inputs, setup: LabSetup) -> Version:
                        observation)
     report = leak_report(module, inputs, n - 1, seed=setup.seed)
     if report["leaked"]:
-        verdict = (f"the future leaks: perturbing the last token (position {n - 1}) moves the outputs at positions "
-                   f"{positions_text(report['leaked'])}")
+        verdict = (f"the future leaks: perturbing the last token (position {n - 1}) moves "
+                   f"{_outputs_at(report['leaked'])}")
     else:
-        verdict = (f"no leak: perturbing the last token (position {n - 1}) "
-                   f"leaves positions 0 … {n - 2} exactly unchanged")
+        earlier = "position 0" if n == 2 else f"positions 0 … {n - 2}"
+        verdict = f"no leak: perturbing the last token (position {n - 1}) leaves {earlier} exactly unchanged"
     return Version(bool(report["leaked"]), verdict, observation, {"leak": report})
 
 
@@ -156,8 +161,13 @@ def detect_nan(module, inputs, setup: LabSetup) -> Version:
     nan_outputs = np.flatnonzero(np.isnan(observation.output).any(axis=-1)).tolist()
     fired = bool(nan_rows or nan_outputs)
     if fired:
-        verdict = (f"NaN in the weights of query rows {positions_text(nan_rows)} (every key of the row masked: "
-                   f"softmax of all −∞ is 0/0) and in the outputs at positions {positions_text(nan_outputs)}")
+        found = []
+        if nan_rows:
+            found.append(f"the weights of {listed('query row', nan_rows)} (every key of "
+                         f"{'the row' if len(nan_rows) == 1 else 'those rows'} masked: softmax of all −∞ is 0/0)")
+        if nan_outputs:
+            found.append(_outputs_at(nan_outputs))
+        verdict = "NaN in " + " and in ".join(found)
     else:
         verdict = "no NaN: every query can see at least itself"
     return Version(fired, verdict, observation, {"nan_rows": nan_rows, "nan_outputs": nan_outputs})

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from attnviz.labs.pitfalls.workbench import forward_rng
+from attnviz.words import listed
 
 NOISE_SCALE = 1.0  # std of the perturbation added to token j (the embeddings are ~N(0, 2))
 
@@ -27,11 +28,6 @@ def _as_batch(inputs) -> torch.Tensor:
     return tensor if tensor.dim() == 3 else tensor.unsqueeze(0)  # (n, d_in) -> (1, n, d_in)
 
 
-def positions_text(positions: list[int], limit: int = 24) -> str:
-    shown = ", ".join(str(p) for p in positions[:limit])
-    return shown + (f", … ({len(positions)} positions)" if len(positions) > limit else "")
-
-
 # --------------------------------------------------------------------------- the causality leak detector
 
 def leak_report(module_or_factory: nn.Module | Callable[[], nn.Module], inputs, j: int, *, seed: int = 123,
@@ -41,8 +37,8 @@ def leak_report(module_or_factory: nn.Module | Callable[[], nn.Module], inputs, 
     Returns ``delta`` (n,): max |Δ output| over the features at each position; ``leaked``: positions
     before j whose output changed at all (``delta != 0`` — a causal model moves them by exactly 0);
     ``nan_positions``: positions whose output is NaN (they cannot be compared); ``verdict``: "no leak"
-    or "leaks into positions 0, 1, …".  Both runs start from the same RNG state, so active dropout
-    draws the same masks and only the perturbation differs.  A module that raises, raises here.
+    or "leaks into positions 0, 1, …" ("position 0" for one).  Both runs start from the same RNG state, so active
+    dropout draws the same masks and only the perturbation differs.  A module that raises, raises here.
     """
     module = module_or_factory if isinstance(module_or_factory, nn.Module) else module_or_factory()
     batch = _as_batch(inputs)  # (1, n, d_in)
@@ -60,7 +56,7 @@ def leak_report(module_or_factory: nn.Module | Callable[[], nn.Module], inputs, 
     leaked = [p for p in range(j) if not math.isnan(delta[p]) and delta[p] != 0]  # exactly 0, not allclose
     nan_before = [p for p in nan_positions if p < j]
     if leaked:
-        verdict = f"leaks into positions {positions_text(leaked)}"
+        verdict = f"leaks into {listed('position', leaked)}"
     elif j == 0:
         verdict = "no leak (nothing comes before position 0: pick a later token to test)"
     elif nan_before:
@@ -68,5 +64,5 @@ def leak_report(module_or_factory: nn.Module | Callable[[], nn.Module], inputs, 
     else:
         verdict = "no leak"
     if nan_positions:
-        verdict += f"; the output is NaN at positions {positions_text(nan_positions)}, which cannot be compared"
+        verdict += f"; the output is NaN at {listed('position', nan_positions)}, which cannot be compared"
     return {"j": j, "delta": delta, "leaked": leaked, "nan_positions": nan_positions, "verdict": verdict}
