@@ -78,7 +78,8 @@ class HeadWindow:
         fig = figures.attention_heatmap(self.crop(name) if isinstance(name, str) else name, self.trace.tokens,
                                         extra.pop("as_stage", name), causal=config.causal,
                                         dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
-                                        title=title, row_offset=self.row0, col_offset=self.col0, height=430, **extra)
+                                        title=title, row_offset=self.row0, col_offset=self.col0,
+                                        height=430 + figures.COLOUR_BAR_BELOW_PX, scale_below=True, **extra)
         st.plotly_chart(fig, config=plotly_config(f"attnviz-head{self.head}-{title.split()[0]}"))
 
 

@@ -159,6 +159,8 @@ def shared_range(matrices) -> tuple[float, float]:
 
 MAP_TITLE_PX = 40  # a token map's title, above its key tokens
 NO_COLOUR_BAR_PX = 24  # the right margin of a map without a colour bar: its last key label's turned foot
+COLOUR_BAR_BELOW_PX = 44  # a horizontal colour bar under a map: the gap above it, the bar and its tick labels
+COLOUR_BAR_GAP_PX = 14  # from the map's foot to a colour bar under it: Plotly keeps 12 px above the bar for it
 
 
 def attention_heatmap(
@@ -179,6 +181,7 @@ def attention_heatmap(
     title_px: int = MAP_TITLE_PX,
     width: int | None = None,
     show_scale: bool = True,
+    scale_below: bool = False,
 ) -> go.Figure:
     """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
@@ -193,7 +196,8 @@ def attention_heatmap(
     title (0 for a map whose caller blanks it).  ``width``: the width the page gives the chart, where it is narrower
     than tall (the Compare page's maps): the key tokens' labels are as many as that width holds.  ``show_scale``
     False: no colour bar beside the map, whose room goes to the cells (maps side by side on one fixed scale, whose
-    page says it once).
+    page says it once).  ``scale_below``: the colour bar lies under the map, across its width, and the map takes the
+    room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).
     """
     rows, cols = matrix.shape
     values = display_values(matrix, stage, causal=False)
@@ -208,9 +212,13 @@ def attention_heatmap(
         zmin, zmax = zrange
     palette = colorscale(scale)
     data = [map_image(values, zmin, zmax, palette, x0=col_offset, y0=row_offset, name=stage)]
+    below_px = COLOUR_BAR_BELOW_PX if show_scale and scale_below else 0  # under the plot, above the legend
     if show_scale:
-        data.append(colour_bar(zmin, zmax, palette, {"title": {"text": stage}, "thickness": 12}))
-    right_px = margins.COLORBAR_PX if show_scale else NO_COLOUR_BAR_PX
+        data.append(colour_bar(zmin, zmax, palette, {"title": {"text": stage}, "thickness": 12} if not below_px else
+                               {"title": {"text": stage, "side": "right"}, "thickness": 10, "orientation": "h",
+                                "x": 0, "xanchor": "left", "len": 1, "ypad": 0, "yref": "container", "yanchor": "top",
+                                "y": (margins.LEGEND_BELOW_PX + below_px - COLOUR_BAR_GAP_PX) / height}))
+    right_px = margins.COLORBAR_PX if show_scale and not below_px else NO_COLOUR_BAR_PX
     data += cell_overlay(values, stage, row_offset, col_offset)
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
@@ -218,7 +226,7 @@ def attention_heatmap(
     top = title_px + margins.across(axes["xaxis"]["ticktext"])
     # as many labels as the plot holds without overlapping: its height for the rows, and for the columns its width
     # (``width``'s, else about its height: a map in a page's column is about as wide as it is tall)
-    plot_px = height - top - margins.LEGEND_BELOW_PX
+    plot_px = height - top - margins.LEGEND_BELOW_PX - below_px
     plot_width_px = plot_px if width is None else min(
         plot_px, width - margins.beside(axes["yaxis"]["ticktext"]) - right_px)
     row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_width_px // COLUMN_LABEL_PX)
@@ -233,9 +241,11 @@ def attention_heatmap(
         # them masked) has plots of the same size
         "height": height, "margin": {"l": margins.beside(axes["yaxis"]["ticktext"]), "r": right_px,
                                      "t": top,
-                                     "b": margins.LEGEND_BELOW_PX, "pad": 0},  # no grey band beside the cells
-        "plot_bgcolor": MASKED_COLOR, "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
-                                                 "yanchor": "top"},
+                                     "b": margins.LEGEND_BELOW_PX + below_px,
+                                     "pad": 0},  # no grey band beside the cells
+        "plot_bgcolor": MASKED_COLOR,
+        "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right", "yanchor": "top"} if not below_px
+        else {**margins.LEGEND_AT_FOOT, "x": 1, "xanchor": "right"},  # under the colour bar
         "dragmode": "zoom", "hovermode": "closest",
     }
     if uirevision is not None:

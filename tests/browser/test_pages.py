@@ -465,16 +465,21 @@ def test_the_grids_head_titles_sit_clear_of_every_tile_and_of_each_other(page, b
         assert all(apart(title, other) for other in titles[index + 1:]), (width, title, titles)
 
 
-@pytest.mark.parametrize("width", [1100, 1400])
+@pytest.mark.parametrize("width", [700, 1100, 1400])
 def test_the_steps_pages_before_and_after_maps_keep_a_readable_width(page, base_url, width):
     """The before/after pair sits side by side where two maps fit beside the shape diagram and one above the other
-    where they do not: each map's cells keep a readable width."""
+    where they do not; each map's colour bar lies under it, so its cells keep a readable width in a window 700 px
+    wide as at 1,400 px."""
     page.set_viewport_size({"width": width, "height": 1000})
     visit(page, f"{base_url}/steps?text=Your%20journey%20starts%20with%20one%20step")
     maps = map_charts(page)
     expect(maps).to_have_count(2)
-    widths = [chart.locator(".js-plotly-plot").evaluate("(gd) => gd._fullLayout.xaxis._length") for chart in maps.all()]
-    assert min(widths) >= 100, widths  # px of cells, 6 tokens: ~17 px a cell
+    widths = [chart.locator(".js-plotly-plot").evaluate("(gd) => gd._fullLayout._size.w") for chart in maps.all()]
+    assert min(widths) >= 180, widths  # px of cells, 6 tokens: 30 px a cell
+    boxes = [chart.locator(MAP_DRAWN).first.bounding_box() for chart in maps.all()]
+    assert min(box["width"] for box in boxes) >= 180, boxes  # the map image as drawn
+    assert (boxes[0]["y"] == boxes[1]["y"]) == (width == 1400), boxes  # side by side only where two fit
+    assert grown_margins(page) == []  # drawn in one pass: the margins hold the colour bars under the maps
 
 
 def test_clicking_a_thumbnail_focuses_that_head(page, base_url):

@@ -296,6 +296,21 @@ def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_it
         colour_range(narrow)
 
 
+def test_a_map_with_its_colour_bar_below_gives_the_cells_the_bars_width():
+    """The Steps page's cards are 330 px wide: a colour bar beside the map took 100 px of them; under the map, across
+    its width, it leaves them to the cells, and the bottom margin holds it above the legend."""
+    tokens, matrix = ["Your", "·journey", "·starts", "·with", "·one", "·step"], np.tril(np.full((6, 6), 0.5))
+    beside = figures.attention_heatmap(matrix, tokens, height=430)
+    below = figures.attention_heatmap(matrix, tokens, height=430 + figures.COLOUR_BAR_BELOW_PX, scale_below=True)
+    (bar,) = [trace.marker.colorbar for trace in below.data if trace.type == "scatter" and trace.marker.showscale]
+    assert bar.orientation == "h" and bar.yref == "container"
+    assert below.layout.margin.r == figures.NO_COLOUR_BAR_PX < beside.layout.margin.r == margins.COLORBAR_PX
+    assert below.layout.margin.b == beside.layout.margin.b + figures.COLOUR_BAR_BELOW_PX
+    assert bar.y * below.layout.height < below.layout.margin.b  # the bar's top lies in the bottom margin
+    assert below.layout.legend.yref == "container" and below.layout.legend.y == 0  # the legend at the foot, under it
+    assert colour_range(below) == colour_range(beside)
+
+
 def test_pooled_embedding_maps_share_a_scale_that_spans_what_they_show_and_name_each_rows_positions():
     """At 1,024 tokens the Tokens page mean-pools its embedding maps: their one colour scale spans the pooled values
     (the raw extremes left the maps pale), and a pooled row says which positions it averages."""
