@@ -160,7 +160,7 @@ def shared_range(matrices) -> tuple[float, float]:
 MAP_TITLE_PX = 40  # a token map's title, above its key tokens
 NO_COLOUR_BAR_PX = 24  # the right margin of a map without a colour bar: its last key label's turned foot
 COLOUR_BAR_BELOW_PX = 44  # a horizontal colour bar under a map: the gap above it, the bar and its tick labels
-COLOUR_BAR_GAP_PX = 14  # from the map's foot to a colour bar under it: Plotly keeps 12 px above the bar for it
+COLOUR_BAR_GAP_PX = 14  # from the map's foot to the top of a colour bar under it, with room for the title beside it
 
 
 def attention_heatmap(
