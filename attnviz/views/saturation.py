@@ -59,7 +59,9 @@ def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int
     labels = [str(d) if index % 2 == 0 else "" for index, d in enumerate(dks)]
     fig.update_xaxes(type="log", tickvals=dks, ticktext=labels, tickangle=0, tickfont={"size": 10},
                      title={"text": "dₖ (log₂ scale)", "standoff": 4}, **margins.LABELS_HELD)
-    fig.update_yaxes(type="log", row=1, col=1)
+    # a label at each power of 10 only: Plotly's own log ticks add 2 and 5 between them, and "1000 5 2 100 5 2 10"
+    # reads as one run of numbers
+    fig.update_yaxes(type="log", dtick=1, row=1, col=1)
     fig.update_yaxes(range=[0, 1.05], row=1, col=3)
     mask = "causal rows" if ablation["causal"] else "all keys"
     fig.update_layout(

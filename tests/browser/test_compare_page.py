@@ -53,3 +53,30 @@ def test_the_maps_keep_a_readable_width_and_as_many_a_row_as_fit(page, base_url,
         axis_title = chart.locator("text.xtitle").bounding_box()
         assert subtitle["y"] + subtitle["height"] <= axis_title["y"] + 1, (subtitle, axis_title)
     assert grown_margins(page) == []
+
+
+@pytest.mark.parametrize("width", [700, 1400])
+def test_the_why_scaling_panels_labels_are_clear_of_each_other_and_inside_the_chart(page, base_url, width):
+    """The variance panel (log axis) labels the powers of 10 only, not Plotly's 2 and 5 between them; the dₖ labels
+    of each panel stand apart; every panel's title lies inside the chart, at 700 px as at 1,400 px."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"{base_url}/compare")
+    wait_idle(page)
+    assert_no_exception(page)
+    chart = page.get_by_test_id("stMain").locator("[data-testid=stPlotlyChart]").filter(has_text="Softmax saturation")
+    chart.scroll_into_view_if_needed()
+    labels = chart.locator(".js-plotly-plot").evaluate("""(gd) => Object.fromEntries(['x', 'x2', 'x3', 'y'].map(
+        (axis) => [axis, [...gd.querySelectorAll(`g.${axis}tick text`)].filter((t) => t.textContent).map((t) => {
+            const box = t.getBoundingClientRect();
+            return [t.textContent, box.left, box.right];
+        })]))""")
+    assert [text for text, _, _ in labels["y"]] == ["1", "10", "100", "1000"]  # bottom up, one a decade
+    for axis in ("x", "x2", "x3"):
+        assert [text for text, _, _ in labels[axis]] == ["1", "4", "16", "64", "256", "1024"]
+        assert all(left[2] + 4 <= right[1] for left, right in zip(labels[axis], labels[axis][1:])), labels[axis]
+    box = chart.bounding_box()
+    for title in chart.locator("text.annotation-text").filter(has_text="mean").all() + \
+            chart.locator("text.annotation-text").filter(has_text="variance").all():
+        edges = title.bounding_box()
+        assert box["x"] <= edges["x"] and edges["x"] + edges["width"] <= box["x"] + box["width"], (edges, box)
+    assert grown_margins(page) == []

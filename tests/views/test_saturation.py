@@ -38,3 +38,10 @@ def test_the_margins_hold_the_numbers_the_axis_titles_and_a_two_row_legend_at_th
     assert layout.margin.l >= margins.NUMBER_PX
     assert layout.margin.b >= margins.across([], angle=0) + 2 * margins.LEGEND_ROW_PX
     assert (layout.legend.yref, layout.legend.y, layout.legend.yanchor) == ("container", 0, "bottom")
+
+
+def test_the_variance_axis_labels_powers_of_10_only():
+    """Plotly's own log ticks put 2 and 5 between the powers of 10 ("1000 5 2 100 5 2 10 …"): one tick a decade."""
+    layout = saturation.scaling_ablation_figure(ablation.scaling_ablation(dks=(1, 16, 1024), num_tokens=6)).layout
+    assert layout.yaxis.type == "log" and layout.yaxis.dtick == 1
+    assert layout.yaxis2.dtick is None and layout.yaxis3.dtick is None  # linear panels keep Plotly's own ticks
