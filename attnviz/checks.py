@@ -43,6 +43,7 @@ from torch import nn
 
 from attnviz import time_limit, tracing
 from attnviz.tokens import counted
+from attnviz.words import amount
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
          "matches-reference", "kv-cache")
@@ -340,7 +341,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                          "the module is not causal and hides no cell")
         if not stated:
             where = _where(attention, hidden.nonzero()[0])
-            return Check(rule, "fail", f"the module is not causal but hides {int(hidden[0, 0].sum())} cells, "
+            return Check(rule, "fail", f"the module is not causal but hides {amount(int(hidden[0, 0].sum()), 'cell')}, "
                                        f"e.g. {where}")
         return Check(rule, "fail", f"{stated}, but the module masks: it hides {_hidden_cells(attention, future)}")
     if torch.equal(hidden, future.expand_as(hidden)):
@@ -378,10 +379,10 @@ def _hidden_cells(attention: tracing.Attention, future: torch.Tensor) -> str:
     where = _where(attention, hidden.nonzero()[0])
     window = sliding_window(attention)
     if torch.equal(hidden, future.expand_as(hidden)):
-        return f"the {count} cells above the diagonal (the future), e.g. {where}"
+        return f"the {amount(count, 'cell')} above the diagonal (the future), e.g. {where}"
     if window is not None:
         return f"the future and the keys {window} or more behind (a sliding window of {window}), e.g. {where}"
-    return f"{count} cells, e.g. {where}"
+    return f"{amount(count, 'cell')}, e.g. {where}"
 
 
 INVERTED_FIX = {  # what to pass instead of an inverted mask, by the attention's kind
@@ -668,7 +669,7 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, number: int, 
             return "the cached step does not compute what the whole sequence computes at that position"
     for name, size in _cache_sizes(module).items():
         if size and name in held and held[name] // size < stop:
-            return (f"the cache keeps too little: {name} holds {held[name] // size} tokens after {stop} — every "
+            return (f"the cache keeps too little: {name} holds {counted(held[name] // size)} after {stop} — every "
                     "earlier token's keys and values must stay (or as many as the window needs)")
     return "the cached step does not compute what the whole sequence computes at that position"
 

@@ -429,6 +429,26 @@ def test_kv_cache_fails_each_cache_bug_naming_the_step_and_the_cause(bug, words)
     assert failing(module) == {"kv-cache"}  # uncached, the module is right
 
 
+class KeepsOneToken(um.LearnerCachedMHA):
+    """A cache bounded to the last token: every cached forward after the prefill sees one earlier key."""
+
+    def forward(self, x, use_cache=False):
+        output = super().forward(x, use_cache=use_cache)
+        if use_cache:
+            self.cache_k, self.cache_v = self.cache_k[:, -1:], self.cache_v[:, -1:]
+        return output
+
+
+def test_one_cell_and_one_token_are_named_in_the_singular():
+    module = mha()
+    module.causal = False  # the flag a forward forgets to read
+    assert verdict(module, "mask-convention", x=torch.randn(1, 2, 16)).evidence.startswith(
+        "the module's causal attribute is False, but the module masks: it hides the 1 cell above the diagonal")
+    torch.manual_seed(0)
+    keeps_one = KeepsOneToken(16, 32, 16, 0.0, 4).eval()
+    assert "the cache keeps too little: cache_k holds 1 token after " in verdict(keeps_one, "kv-cache").evidence
+
+
 def test_a_reset_that_forgets_the_position_only_shows_after_an_earlier_sequence():
     module = cached("reset-forgets-position")
     x = checks.default_input(module)
