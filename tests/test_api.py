@@ -125,14 +125,18 @@ def test_run_names_a_config_that_is_not_an_attention_config():
 @pytest.mark.parametrize(("checkpoint", "message"), [
     ("../../no-such-checkpoint", "No file or folder at ../../no-such-checkpoint"),  # wherever the checkout is
     ("/etc/passwd", "unknown checkpoint type"),
-    ("/tmp", "Nothing loadable in /tmp"),
+    ("EMPTY", "Nothing loadable in EMPTY"),  # a folder that holds nothing
 ])
-def test_a_checkpoint_that_cannot_load_is_the_documented_config_error(checkpoint, message, monkeypatch):
+def test_a_checkpoint_that_cannot_load_is_the_documented_config_error(checkpoint, message, monkeypatch, tmp_path):
     """api.md: run raises ConfigError for settings that cannot run; a bad checkpoint's error is both a ConfigError
     (so ``except ConfigError`` catches it) and a CheckpointError, with its own message."""
     from attnviz.config import ConfigError
     from attnviz.models import CheckpointError
 
+    if checkpoint == "EMPTY":  # an empty folder of its own: /tmp may hold anyone's files, loadable or not
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        checkpoint, message = str(empty), re.escape(message.replace("EMPTY", str(empty)))
     monkeypatch.chdir(ROOT)
     with pytest.raises(ConfigError, match=message) as error:
         attnviz.run("Hi", attnviz.AttentionConfig(checkpoint=checkpoint))
