@@ -44,8 +44,14 @@ PROMPT_SHOWN = 40  # the prompt's last tokens shown above each step
 PLAY_INTERVAL = 0.6  # seconds between two steps while playing
 NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are one attention layer with no "
             "output head, so they predict no tokens. Pick a model under **Weights** in the sidebar — the "
-            "**bundled model** is always there (a small GPT-2 trained by attnviz); checkpoints you pass with "
-            "`--checkpoint` or `ATTNVIZ_CHECKPOINTS`, and models trained on the Train page, are listed too.")
+            "**bundled model** is always there (2 layers trained by attnviz on repeated random tokens: it copies "
+            "repeats and does not continue English; real continuations need a GPT-2 checkpoint); checkpoints you "
+            "pass with `--checkpoint` or `ATTNVIZ_CHECKPOINTS`, and models trained on the Train page, are listed "
+            "too.")
+BUNDLED_NOTE = ("The bundled model (2 layers × 2 heads) was trained only on repeated random tokens, to form "
+                "induction heads: it copies what a repeat in the prompt says comes next, does not continue English, "
+                "and on plain text often repeats one token. Real continuations need a GPT-2 checkpoint under "
+                "**Weights** (README, *Real GPT-2 weights*).")
 DTYPE_OWN = "own"  # the cost chart's dtype: the chosen model's own (fp32 for attnviz's models and the sidebar's)
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
@@ -108,6 +114,8 @@ def show(ctx: Context) -> None:
         ref = _random_choice(ctx)
     else:
         forget_page_params(RANDOM)  # a model under Weights: no random GPT offered
+        if ctx.weights.option.source == "bundled":
+            st.caption(BUNDLED_NOTE)
     linked = False
     if ref is not None:
         try:

@@ -207,3 +207,11 @@ def test_one_new_token_is_counted_in_the_singular(checkpoint):
     model = load_checkpoint(checkpoint)  # context 40
     assert clip(model, 50, 1)[2] == ["The prompt has 50 tokens and the model's context is 40: generation continues "
                                      "its last 39, so that the 1 new token fits."]
+
+
+def test_the_bundled_model_repeats_one_token_after_plain_english_as_docs_kv_cache_md_says():
+    """It was trained on repeated random tokens only: docs/kv-cache.md's example prints one id twenty times."""
+    prompt = tokens.encode("Once upon a time")
+    result = generate(load_checkpoint(str(models.BUNDLED)), prompt, 20)
+    assert result.token_ids == prompt + [48047] * 20
+    assert tokens.decode([48047]) == " titan"

@@ -125,6 +125,18 @@ def test_without_a_model_the_page_says_how_to_pick_one_and_shows_the_costs():
     assert figure(at, "KV cache of Gemma 3 270M")
 
 
+def test_the_page_says_the_bundled_model_copies_repeats_and_does_not_continue_english():
+    bundled_note = "trained only on repeated random tokens"
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT)
+    note = next(c.value for c in at.caption if bundled_note in c.value)
+    assert "induction heads" in note and "not continue English" in note and "GPT-2 checkpoint" in note
+    at = page(weights=NAME, text=TEXT)  # another model: no such note
+    assert not [c.value for c in at.caption if bundled_note in c.value]
+    at = page(weights=weights.BOOK)  # no model: the notice that offers the bundled model says what it is
+    notice = next(info.value for info in at.info if info.value == NO_MODEL)
+    assert "small GPT-2" not in notice and "repeated random tokens" in notice and "GPT-2 checkpoint" in notice
+
+
 def test_new_tokens_past_the_context_are_clipped_with_a_notice():
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="1000")
     assert at.number_input(key="generate_new").value == 1000
