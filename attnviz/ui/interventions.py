@@ -158,7 +158,8 @@ def heads_section(trace, head: int, window: tuple[int, int, int]) -> None:
 
 
 def _knock_out(trace, head: int, position: int) -> None:
-    """Top-5 next tokens with and without the head; the change in the intact top token's log-probability."""
+    """Top-5 next tokens with and without the head; the intact top token's log-probability with and without it, and
+    the change."""
     from attnviz.tokens import pieces
 
     ref, ids, layer = trace.config.checkpoint, tuple(trace.token_ids), trace.model.layer
@@ -176,9 +177,16 @@ def _knock_out(trace, head: int, position: int) -> None:
                                                   ["intact", f"without L{layer}H{head}"])
     st.dataframe(table, key="heads_knockout_table")
     top = int(intact_ids[0])
-    change = float(np.log(max(float(without[top]), 1e-45)) - np.log(float(intact_probs[0])))
-    st.metric(f"log-probability of {pieces([top])[0].piece!r} (the intact top token)", f"{change:+.3f}",
-              help="Its log-probability with the head knocked out minus intact: negative = the head helped predict it.")
+    piece = pieces([top])[0].piece
+    intact_lp = float(np.log(float(intact_probs[0])))
+    without_lp = float(np.log(max(float(without[top]), 1e-45)))
+    row = st.container(horizontal=True)
+    row.metric(f"log-probability of {piece!r}, intact (its top token)", f"{intact_lp:.3f}",
+               help="The natural log of its probability in the table's intact row.")
+    row.metric(f"log-probability of {piece!r} without L{layer}H{head}", f"{without_lp:.3f}",
+               delta=f"{without_lp - intact_lp:+.3f} from intact",
+               help="With the head knocked out; under it, knocked out minus intact: negative = the head helped "
+                    "predict it.")
 
 
 def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:

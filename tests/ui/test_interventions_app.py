@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnviz import models, weights
 from attnviz.head_types import repeated_random_tokens
-from attnviz.tokens import encode
+from attnviz.tokens import encode, pieces
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
@@ -70,12 +70,21 @@ def test_the_heads_page_knocks_out_the_focused_head_and_shows_what_attention_mov
     assert list(table.index) == ["intact", "without L0H0"] and table.shape == (2, 5)
     model = models.load_checkpoint(str(models.BUNDLED))
     ids = encode(TEXT)
-    # the metric: the intact top token's log-probability without L0H0 minus intact, at the last position, as the
-    # whole sequence through the model with the head zeroed gives it
+    # the metrics: the intact top token's log-probability intact, and without L0H0 with the change as its delta, at
+    # the last position, as the whole sequence through the model with the head zeroed gives them
     intact, without = (models.ablate(model, ids, heads)[-1].log_softmax(-1) for heads in ([], [(0, 0)]))
     top = int(intact.argmax())
-    change = next(m.value for m in at.metric if "log-probability of" in m.label)
-    assert float(change) == pytest.approx(float(without[top] - intact[top]), abs=2e-3)
+    piece = pieces([top])[0].piece
+    shown = [m for m in at.metric if "log-probability of" in m.label]
+    assert [m.label for m in shown] == [f"log-probability of {piece!r}, intact (its top token)",
+                                        f"log-probability of {piece!r} without L0H0"]
+    assert float(shown[0].value) == pytest.approx(float(intact[top]), abs=2e-3)
+    assert np.exp(float(shown[0].value)) == pytest.approx(float(table.loc["intact"].iloc[0].split("(")[-1].rstrip(
+        "%)")) / 100, abs=1e-3)  # the table's intact top token, in percent
+    assert not shown[0].delta
+    assert float(shown[1].value) == pytest.approx(float(without[top]), abs=2e-3)
+    change, words = shown[1].delta.split(" ", 1)
+    assert words == "from intact" and float(change) == pytest.approx(float(without[top] - intact[top]), abs=2e-3)
 
     at.session_state["heads_what_tab"] = "‖weight × value‖"
     at.run()
