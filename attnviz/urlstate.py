@@ -41,7 +41,7 @@ DEFAULTS = {
     "positions": "learned",
     "rope_base": 10_000,
 }
-SETTING_KEYS = tuple(DEFAULTS)
+SETTING_KEYS = tuple(DEFAULTS)  # defaults(): the variant is a module the command line names, if any
 WEIGHTS_SIZES = variants.CHECKPOINT_SIZES  # a checkpoint's own: the sidebar sets them from its file
 FITTED = ("num_kv_groups", "latent_dim", "positions")  # what fit_modern fits to the sizes
 BOOK_SIZES = (*WEIGHTS_SIZES, *FITTED)  # the book's classes' sizes and what follows from them: the user's own
@@ -55,6 +55,13 @@ NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step
 PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM, MAP_LAYER,
                STEP)  # pages' own URL parameters: not settings; the shown page's kept
 MAX_URL_TEXT = 2000  # longer texts are not put in the URL
+
+
+def defaults() -> dict:
+    """:data:`DEFAULTS` as this server opens: with a module named on its command line, the variant is that module
+    (``user_code.opening``), so a URL without ``variant`` means it and the book's MHA is written when picked."""
+    module = user_code.opening()
+    return DEFAULTS if module is None else {**DEFAULTS, "variant": module}
 
 
 def _parse_bool(raw: str) -> bool:
@@ -176,7 +183,7 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     A parameter's value is a string, or the list of its values where the link repeats it (:func:`last_of`).
     ``weights_names``: the weights options listed for this session; a ``weights`` value not among them is
     ignored with a notice (it is compared with the names, never used as a path)."""
-    values, notices = dict(DEFAULTS), []
+    values, notices = dict(defaults()), []
     listed = set(weights_names) if weights_names is not None else {weights.BOOK}
     parsers = _parsers()
     used, unknown = set(), []  # the settings that took the URL's value; the names that are no setting

@@ -12,7 +12,8 @@ required argument nobody can fill is named in the error.  Every failure is a ``U
 
 The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
 repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a label ("Your module:
-ClassName") to its spec, and a browser can only pick a label — never a path or a class name.  Loading a file
+ClassName") to its spec, and a browser can only pick a label — never a path or a class name.  The app opens on the
+first one the command line names (:func:`opening`).  Loading a file
 runs its code: it is the user's own code, named on their own command line.
 """
 
@@ -243,6 +244,13 @@ def listed() -> dict[str, str]:
             except UserCodeError as error:
                 _errors[spec] = str(error)
     return dict(_registered)
+
+
+def opening(argv: Sequence[str] | None = None) -> str | None:
+    """The label of the first module named on the command line that is listed: the variant the app opens on (one
+    listed in ATTNVIZ_MODULES only is offered, not opened on).  None when the command line lists none."""
+    labels = {spec: label for label, spec in listed().items()}
+    return next((labels[spec] for spec in module_args(argv) if spec in labels), None)
 
 
 def errors() -> dict[str, str]:

@@ -31,6 +31,7 @@ from attnviz.urlstate import (
     PRESET_DIMS,
     PRESETS,
     SETTING_KEYS,
+    defaults,
     fit_modern,
     link_gives,
     link_settings,
@@ -207,14 +208,16 @@ def _variant(choice) -> variants.Variant:
     Returns the record whose ``not_applicable`` decides which settings below apply."""
     modules = user_code.listed()
     if st.session_state["variant"] not in variants.VARIANTS and st.session_state["variant"] not in modules:
-        set_setting("variant", variants.DEFAULT)
+        set_setting("variant", defaults()["variant"])
     spec = variants.CHECKPOINT if choice.checkpoint else (
         variants.USER_MODULE if st.session_state["variant"] in modules else variants.get(st.session_state["variant"]))
     reason = spec.not_applicable("variant")
+    own = None
+    if modules:
+        own = "Your own modules are the ones named with --module on the command line or in ATTNVIZ_MODULES." + (
+            " The app opens on the first --module." if user_code.opening() is not None else "")
     st.selectbox("Attention variant", [*variants.LABELS, *modules], format_func=lambda v: variants.LABELS.get(v, v),
-                 disabled=reason is not None, help=reason or ("Your own modules are the ones named with "
-                                                              "--module on the command line." if modules else None),
-                 **bind("variant"))
+                 disabled=reason is not None, help=reason or own, **bind("variant"))
     for spec_text, reason_text in user_code.errors().items():
         st.caption(f"⚠️ {markdown_escape(spec_text)} is not listed: {markdown_escape(reason_text)}")
     return spec
