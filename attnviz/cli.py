@@ -6,8 +6,9 @@
   default seed; ``--seed`` gives another), so the table is the same on every run.  Exit status: 0 no rule fails
   (skips included), 1 a rule fails, 2 the file or class cannot be loaded, built or run (one line on stderr, no
   traceback) — so a learner can put it in their own CI.
-* ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`) and writes a checkpoint
-  that ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
+* ``attnviz train --out DIR`` trains a small ``GPTModel`` (:mod:`attnviz.labs.train`), printing each probe's loss
+  and head scores with the time left as the Train page estimates it, and writes a checkpoint that
+  ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
 
 ``python -m attnviz …`` is the same command; ``--version`` prints the package's version.  Arguments are parsed
 before torch is imported, so ``--help`` and a mistyped option answer at once; sizes are then held to
@@ -22,6 +23,7 @@ import os
 import shutil
 import sys
 import textwrap
+import time
 
 from attnviz import __version__
 from attnviz.words import amount
@@ -250,6 +252,7 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
     import torch
 
     from attnviz.labs import train as training  # torch: only once the arguments are good
+    from attnviz.labs.live_train import seconds_left  # the Train page's estimate of the time left
 
     fields = training.TrainConfig.__dataclass_fields__
     settable = [name for name in fields if name not in ("steps", "seed")]
@@ -274,9 +277,12 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
 
     def report(step, loss, scores):
         if scores is not None and not args.quiet:
-            print(f"step {step:5d}  loss {loss:.3f}  induction {scores['induction'].max():.2f}  "
-                  f"previous-token {scores['previous_token'].max():.2f}", flush=True)
+            line = (f"step {step:5d}  loss {loss:.3f}  induction {scores['induction'].max():.2f}  "
+                    f"previous-token {scores['previous_token'].max():.2f}")
+            left = seconds_left(time.perf_counter() - start, step + 1, cfg.steps)
+            print(line if left is None else f"{line}  about {left:.0f} s left", flush=True)
 
+    start = time.perf_counter()
     try:
         model, history = training.train(cfg, on_step=report)
     except MemoryError:

@@ -526,6 +526,29 @@ def test_the_default_threads_fit_a_one_core_machine_without_a_note(tmp_path, mon
     assert torch.get_num_threads() == 1
 
 
+def test_train_step_lines_say_about_how_long_is_left(tmp_path, capsys):
+    """`attnviz train --steps 1000` printed a loss line every 50 steps and no time estimate (it ran 11 minutes on a
+    loaded machine): a line after the first few steps says the time left, as the Train page's progress bar does."""
+    assert cli.main(["train", "--out", str(tmp_path / "m"), "--steps", "12", "--threads", "1",
+                     "--set=probe_every=4", *TINY_TRAINING]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    steps = {int(line.split()[1]): line for line in lines if line.startswith("step ")}
+    assert sorted(steps) == [0, 4, 8, 11]
+    assert re.fullmatch(r"step     8  loss \d+\.\d{3}  induction \d\.\d\d  previous-token \d\.\d\d  "
+                        r"about \d+ s left", steps[8]), steps[8]
+    # 1 and 5 steps done are too few for a pace; after the last step nothing is left
+    assert not [step for step in (0, 4, 11) if "left" in steps[step]], lines
+
+
+def test_the_time_left_is_the_pace_so_far_times_the_steps_left():
+    from attnviz.labs.live_train import seconds_left
+
+    assert seconds_left(10.0, 50, 1000) == pytest.approx(190.0)  # 0.2 s a step, 950 steps to go
+    assert seconds_left(3.0, 6, 12) == pytest.approx(3.0)
+    assert seconds_left(1.0, 5, 1000) is None  # the first steps (imports, warm-up) give no pace yet
+    assert seconds_left(9.0, 12, 12) is None and seconds_left(9.0, 50, None) is None
+
+
 def test_version_prints_the_packages_version(capsys):
     import attnviz
 

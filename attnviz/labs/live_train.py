@@ -8,8 +8,9 @@ model, its history, the before/after snapshots).  ``alive()`` (optional) says wh
 tab is still connected; while it is, the worker touches the job itself, so a learner may look at other
 pages while the model trains — a closed tab stops touching and the job stops after its idle timeout.
 
-``progress_view(job.progress)`` turns the reports into arrays for the figures; ``checkpoint_zip``
-packs a trained model as the folder ``attnviz train --out`` writes, in memory.
+``progress_view(job.progress)`` turns the reports into arrays for the figures; ``seconds_left`` is the time-left
+estimate of the page's progress bar, which ``attnviz train``'s step lines print too; ``checkpoint_zip`` packs a
+trained model as the folder ``attnviz train --out`` writes, in memory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from attnviz.background import NICENESS, THREADS, yield_to_pages  # noqa: F401  
 from attnviz.head_types import repeated_random_tokens
 
 MIN_STEPS, MAX_STEPS = 10, 6000
+ESTIMATE_AFTER = 5  # steps done before a time-left estimate: the first ones (imports, warm-up) are slower
 MAX_SEED = 2**31 - 1
 SNAPSHOT_T, SNAPSHOT_SEED = 16, 1234  # the snapshot sequence: [BOS] + x + x, |x| = 16 (33 tokens)
 ZIP_FOLDER = "attnviz-trained"
@@ -196,6 +198,14 @@ def progress_view(progress: list[dict]) -> ProgressView:
         before=before,
         seconds=float(entries[-1].get("seconds", 0.0)) if entries else 0.0,
     )
+
+
+def seconds_left(seconds: float, done: int, total: int | None) -> float | None:
+    """About how long the ``total - done`` steps left take at the pace of the ``done`` steps so far, which took
+    ``seconds``; ``None`` without a total, until more than ``ESTIMATE_AFTER`` steps are done, and once none is left."""
+    if not total or done <= ESTIMATE_AFTER or done >= total:
+        return None
+    return seconds / done * (total - done)
 
 
 def crossings(view: ProgressView, threshold: float) -> list[tuple[str, str, int, float]]:

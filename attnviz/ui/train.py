@@ -268,8 +268,8 @@ def _status_text(status: str, done: int, total: int | None, view) -> str:
         layer, head = divmod(int(view.induction[-1].argmax()), view.induction.shape[-1])
         parts.append(f"best induction {view.induction[-1].max():.2f} ({head_figures.head_name(layer, head)})")
     parts.append(f"{view.seconds:.0f} s")
-    if status == "running" and total and done > 5:
-        left = view.seconds / done * (total - done)
+    left = live_train.seconds_left(view.seconds, done, total) if status == "running" else None
+    if left is not None:
         parts.append(f"about {left:.0f} s left")
     lead = {"running": "Training", "stopping": "Stopping", "finished": "Finished", "stopped": "Stopped",
             "tab closed": "Stopped (tab closed)", "failed": "Failed"}.get(status, status)

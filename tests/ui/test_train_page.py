@@ -200,6 +200,15 @@ def test_settings_survive_a_visit_to_the_train_page():
     assert at.sidebar.selectbox(key="variant").value == "causal"
 
 
+def test_the_progress_bar_says_the_time_left_at_the_pace_so_far():
+    """The estimate is live_train.seconds_left's (``attnviz train``'s step lines print it too): none once every
+    step is done."""
+    view = live_train.progress_view([{"step": s, "loss": 5.0, "seconds": (s + 1) * 0.2} for s in range(50)])
+    assert train_ui._status_text("running", 50, 1000, view).endswith(" · 10 s · about 190 s left")
+    done = live_train.progress_view([{"step": s, "loss": 5.0, "seconds": (s + 1) * 0.2} for s in range(1000)])
+    assert train_ui._status_text("running", 1000, 1000, done).endswith(" · 200 s")
+
+
 class _Job:
     """A stand-in for a running job: its reports are set by the test."""
 
