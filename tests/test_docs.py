@@ -1,5 +1,6 @@
-"""What the README and docs/ show works as written: every Python block runs and prints the values its comments
-show, every ``$ attnviz check`` session prints its table and exit status, and every link between the files resolves.
+"""What the README and docs/ show works as written: every Python block runs in plain Python and prints the values its
+comments show (a block that starts ``# in a Jupyter notebook`` runs in a stand-in kernel: ``attnviz.show`` draws only
+there), every ``$ attnviz check`` session prints its table and exit status, and every link between the files resolves.
 
 A comment that starts with a Python literal is a claim about the expression on its line (or on the line above, for a
 comment on a line of its own): ``trace.steps["weights"].shape  # (1, 12, 6, 6): …`` must evaluate to ``(1, 12, 6,
@@ -48,6 +49,11 @@ def is_excerpt(text: str) -> bool:
     return text.startswith(" ")
 
 
+def is_notebook_cell(text: str) -> bool:
+    """A block that runs only in Jupyter (``attnviz.show``): it says so on its first line."""
+    return text.lower().startswith("# in a jupyter notebook")
+
+
 # --------------------------------------------------------------------------- Python blocks
 
 def claim(comment: str):
@@ -81,7 +87,7 @@ def claims(source: str) -> dict[int, object]:
 
 @pytest.mark.parametrize(("path", "source"), blocks_of("python", lambda text: not is_excerpt(text)))
 def test_a_python_block_runs_and_prints_what_its_comments_say(path, source, monkeypatch):
-    if "attnviz.show(" in source:  # show draws in Jupyter: here, in a stand-in kernel whose display keeps the items
+    if is_notebook_cell(source):  # show draws in Jupyter: here, in a stand-in kernel whose display keeps the items
         pytest.importorskip("IPython")
         import IPython
         import IPython.display
@@ -102,6 +108,11 @@ def test_a_python_block_runs_and_prints_what_its_comments_say(path, source, monk
         else:
             exec(compile(ast.Module([node], type_ignores=[]), str(path), "exec"), namespace)
     assert checked == len(expected)
+
+
+def test_api_md_says_where_import_attnviz_works_before_its_first_example():
+    intro = (ROOT / "docs" / "api.md").read_text(encoding="utf-8").split("```", 1)[0]
+    assert "`pip install -e .`" in intro and "ModuleNotFoundError" in intro
 
 
 def test_the_literal_claims_are_found():
