@@ -115,6 +115,16 @@ def test_api_md_says_where_import_attnviz_works_before_its_first_example():
     assert "`pip install -e .`" in intro and "ModuleNotFoundError" in intro
 
 
+def test_the_readme_says_how_to_open_the_notebook_it_names():
+    """The requirements (which CI installs) hold no notebook app: the README names the one to install and its
+    command."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "docs/notebooks/your_module.ipynb" in readme
+    assert "`pip install jupyterlab`" in readme and "`jupyter lab docs/notebooks/`" in readme
+    requirements = (ROOT / "requirements.txt").read_text() + (ROOT / "requirements-dev.txt").read_text()
+    assert not re.search(r"^(jupyterlab|notebook|jupyter)\b", requirements, re.M | re.I)
+
+
 def test_the_literal_claims_are_found():
     source = 'x = (1, 2)\nx  # (1, 2): a pair\nlen(x)  # the number of items\nsum(x)\n# 3: the sum\n'
     assert claims(source) == {2: (1, 2), 4: 3}
