@@ -310,6 +310,66 @@ def test_every_test_file_the_docs_name_exists(path):
     assert not {name for name in named if not (ROOT / name).is_file()}
 
 
+BENCHMARK_NOTES = ROOT / "benchmarks" / "README.md"
+RESULTS = ROOT / "benchmarks" / "results"
+NOT_RESULTS = {"config.json"}  # named in benchmarks/README.md as a file of a checkpoint's folder, not a result
+
+
+def brace_expanded(name: str) -> list[str]:
+    """``a_{x,y}.{json,log}`` -> a_x.json, a_x.log, a_y.json, a_y.log (the notes name a set of files so)."""
+    group = re.search(r"\{([^{}]*)\}", name)
+    if group is None:
+        return [name]
+    return [expanded for choice in group.group(1).split(",")
+            for expanded in brace_expanded(name[:group.start()] + choice + name[group.end():])]
+
+
+def result_mentions(text: str) -> list[tuple[str, str]]:
+    """(file in benchmarks/results/, the rest of its sentence or table cell) for every result file a text names in
+    backticks: a path under ``results/`` or a bare ``.csv``/``.json``/``.log``/``.png`` name."""
+    pieces = []  # a table's rows one by one; a paragraph's other lines joined
+    for paragraph in re.split(r"\n\s*\n", text):
+        prose = []
+        for line in paragraph.splitlines():
+            if line.startswith("|"):
+                pieces.append(line)
+            else:
+                prose.append(line.strip())
+        pieces.append(" ".join(prose))
+    found = []
+    for piece in pieces:
+        names = []  # the last name's files: a name that is only a suffix (`.png`) is that file's sibling
+        for match in re.finditer(r"`([^`\s]+)`", piece):
+            name = re.sub(r"^(benchmarks/)?results/", "", match.group(1))
+            if re.fullmatch(r"\.\w+", name):
+                files = [str(Path(file).with_suffix(name)) for file in names]
+            else:
+                files = names = [file for file in brace_expanded(name) if "/" not in file and file not in NOT_RESULTS
+                                 and re.fullmatch(r"\w[\w.*-]*\.(csv|json|log|png)", file)]
+            rest = re.split(r"\.(?:\s|$)|\s\|", piece[match.end():], maxsplit=1)[0]
+            found += [(file, rest) for file in files]
+    return found
+
+
+def test_the_result_mentions_are_read_with_the_rest_of_their_sentence():
+    text = ("| a | `memory.csv` (+ `.png`), commit 1234567 | b |\n\nFiles: `benchmarks/results/x_{a,b}.json` at\n"
+            "commit abcdef0, in git history. Then `results/y.log`. `python x.py` and `model.safetensors`\n")
+    assert result_mentions(text) == [("memory.csv", " (+ `.png`), commit 1234567"),
+                                     ("memory.png", "), commit 1234567"),
+                                     ("x_a.json", " at commit abcdef0, in git history"),
+                                     ("x_b.json", " at commit abcdef0, in git history"), ("y.log", "")]
+
+
+def test_every_result_file_the_benchmark_notes_name_is_there_or_cited_from_git_history():
+    """A file gone from benchmarks/results/ is cited as the notes cite earlier results: "at commit X, in git
+    history", in the same sentence or table cell."""
+    mentions = result_mentions(BENCHMARK_NOTES.read_text(encoding="utf-8"))
+    assert len(mentions) > 50
+    missing = [(file, rest) for file, rest in mentions if not any(RESULTS.glob(file))  # `generate_browser_*.json`
+               and not (re.search(r"\bcommit [0-9a-f]{7,40}\b", rest) and "in git history" in rest)]
+    assert missing == [], [file for file, _ in missing]
+
+
 def design_rows() -> dict[str, str]:
     """docs/design.md's module tables: every path a row's first cell names -> that row."""
     rows = {}
