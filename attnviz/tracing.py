@@ -7,9 +7,10 @@ and the line of the user's file that made it, and links every output tensor to t
 attention is
 
 * a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
-  the mask (``masked_fill``, ``where``, an added mask) and the scale (a multiply or divide by a number) reaches
-  the ``Q @ Kᵀ`` matmul; walking forward through a dropout (or a number the weights are multiplied or divided
-  by: a bug that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul;
+  the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask) and the
+  scale (a multiply or divide by a number) reaches the ``Q @ Kᵀ`` matmul; walking forward through a dropout, a cast
+  to the dtype the weights have, a ``where`` that only sets NaN to 0 (or a number the weights are multiplied or
+  divided by: a bug that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul;
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``); the module still gets the call's real result.
@@ -130,6 +131,7 @@ _SCALES = {"div", "__truediv__", "div_", "mul", "__mul__", "__rmul__", "mul_", "
 _MASKS = {"masked_fill", "masked_fill_", "where", "add", "__add__", "__radd__", "add_", "__iadd__", "sub",
           "__sub__", "sub_"}
 _PASS = {"contiguous", "float", "to", "type_as", "clone", "detach"}  # value-preserving steps between stages
+_CASTS = {"type", "double", "half", "bfloat16"}  # value-preserving when the dtype stays: w.type(v.dtype) in float32
 _DROPOUTS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout"}
 _SOFTMAXES = {"softmax", "_softmax", "softmax_"}
 
@@ -181,6 +183,8 @@ class _Recorder(TorchFunctionMode):
         self.ops: list[Op] = []
         self.nodes: dict[int, _Node] = {}  # id(tensor) -> the node that made it (tensors are kept alive by nodes)
         self.softmaxes: list[tuple[_Node, int]] = []  # (node, the dimension it normalised, negative)
+        self.other_softmaxes: list[tuple[_Node, int]] = []  # a softmax over an earlier dimension (node, dim ≥ 0)
+        self.user_file: str | None = None  # the file of the module's class: a line elsewhere is named with its file
         self.linear_inputs: list[tuple[int, torch.Tensor, _Node | None]] = []  # (op index, input, its node)
         self.triangular_mask = False
         self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
@@ -225,6 +229,8 @@ class _Recorder(TorchFunctionMode):
             dim = _softmax_dim(func, args, kwargs, tensor.dim())
             if dim is not None and dim >= tensor.dim() - 2:
                 self.softmaxes.append((node, dim - tensor.dim()))
+            elif dim is not None:
+                self.other_softmaxes.append((node, dim))
         if name == "linear":
             self.linear_inputs.append((index, args[0], parents[0] if parents else None))
         if name in ("masked_fill", "masked_fill_", "where") and not self.triangular_mask:
@@ -245,6 +251,7 @@ class _Recorder(TorchFunctionMode):
             node.parents, node.children = [], []
         self.nodes.clear()
         self.softmaxes.clear()
+        self.other_softmaxes.clear()
         self.linear_inputs.clear()
         self.fused_calls.clear()
 
@@ -303,6 +310,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     attention over the n tokens of ``x`` (batch, n, d_in) — no softmax or SDPA call whose weights are (…, n, n) —
     or returns anything but one vector per token, (batch, n, d_out)."""
     recorder = _Recorder()
+    recorder.user_file = _class_file(module)
     try:
         try:
             with torch.no_grad(), recorder:
@@ -442,14 +450,20 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor) -> str:
     n = x.shape[-2]
     seen = [(node.index, "softmax", tuple(node.out.shape)) for node, _ in recorder.softmaxes]
     seen += [(a.op_index, a.kind, tuple(a.weights.shape)) for a in recorder.fused_calls]
+    across = [(node.index, dim, tuple(node.out.shape)) for node, dim in recorder.other_softmaxes]
+    maps = [softmax for softmax in across if softmax[2][-2:] == (n, n)]  # (…, n, n) scores, normalised elsewhere
+    if maps or (across and not seen):
+        index, dim, shape = min(maps or across)
+        axes = {len(shape) - 4: "the batch", len(shape) - 3: "the heads"} if maps else {}
+        axis = f" ({axes[dim]})" if dim in axes else ""
+        return (f"no attention found: the softmax{_place(recorder, index)} runs over dim={dim} of a {shape} "
+                f"tensor{axis}; attention's softmax runs over the keys, dim=-1")
     if not seen:
         return ("no attention found: the forward computed no softmax over the last dimension and called no "
                 "scaled_dot_product_attention or nn.MultiheadAttention")
     index, kind, shape = min(seen)
-    line = recorder.ops[index].line
-    where = f" on line {line}" if line is not None else ""
     return (f"attention weights must have shape (..., n, n), one row per query and one column per key: (..., {n}, "
-            f"{n}) for an input of shape {tuple(x.shape)}; the {kind}{where} gives {shape}")
+            f"{n}) for an input of shape {tuple(x.shape)}; the {kind}{_place(recorder, index)} gives {shape}")
 
 
 def _triangular(tensor: torch.Tensor) -> bool:
@@ -474,7 +488,7 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
             matmul = current
             break
         unscaled = current.name in _SCALES and _scalar(current) is None
-        if unscaled or current.name not in _SCALES | _MASKS | _PASS | _DROPOUTS:
+        if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current)):
             break
         chain.append(current)
         current = _tensor_parent(current)
@@ -543,12 +557,42 @@ def _tensor_args(args, kwargs) -> list[torch.Tensor]:
 
 
 def _tensor_parent(node: _Node) -> _Node | None:
-    """The parent that carries the scores (the first tensor argument that is at least 2-d and map-shaped)."""
+    """The parent that carries the scores: of a ``where``, the operand that is neither the boolean condition nor the
+    fill (a number, a one-element tensor, a tensor of one value); else the first tensor argument that is at least
+    2-d and map-shaped."""
     tensor_args = _tensor_args(node.args, node.kwargs)
+    if node.name == "where":
+        operands = [(parent, arg) for parent, arg in zip(node.parents, tensor_args)
+                    if parent is not None and arg.dtype != torch.bool and not _one_value(arg)]
+        if operands:
+            return next((parent for parent, arg in operands if arg.shape[-2:] == node.out.shape[-2:]), operands[0][0])
     for parent, arg in zip(node.parents, tensor_args):
         if parent is not None and arg.dim() >= 2 and arg.shape[-2:] == node.out.shape[-2:]:
             return parent
     return next((p for p in node.parents if p is not None), None)
+
+
+def _one_value(tensor: torch.Tensor) -> bool:
+    """A fill: a tensor holding one value (−∞ everywhere, an ``IGNORE`` buffer, ``zeros_like``)."""
+    flat = tensor.reshape(-1)  # (numel,)
+    return flat.numel() <= 1 or bool((flat == flat[0]).all()) or bool(flat.isnan().all())
+
+
+def _passes(node: _Node) -> bool:
+    """A step that keeps its input's values: a reshape-free copy, or a cast to the dtype the tensor already has."""
+    if node.name in _PASS:
+        return True
+    source = first_tensor(node.args)
+    return node.name in _CASTS and source is not None and node.out.dtype == source.dtype
+
+
+def _keeps_values(node: _Node, parent: _Node) -> bool:
+    """A ``where`` whose scores operand is ``parent`` and that changes none of its values but NaN (TransformerLens'
+    ``torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)``)."""
+    if node.name != "where" or _tensor_parent(node) is not parent or node.out.shape != parent.out.shape:
+        return False
+    before = parent.out
+    return node.out.dtype == before.dtype and torch.equal(torch.where(before.isnan(), node.out, before), node.out)
 
 
 def _scalar(node: _Node) -> float | None:
@@ -575,7 +619,7 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float]:
     scale = 1.0
     for operand in (first, second):
         node = matmul.parents[[id(t) for t in tensors].index(id(operand))] if matmul.parents else None
-        while node is not None and node.name in _PASS | {"transpose", "mT", "permute", "T"}:
+        while node is not None and (_passes(node) or node.name in {"transpose", "mT", "permute", "T"}):
             node = _tensor_parent(node) if node.parents else None
         if node is not None and node.name in _SCALES:
             factor = _scalar(node)
@@ -591,6 +635,10 @@ def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None, float, 
     reached from the softmax's output; no matmul when something else than a dropout or a number acts on the way."""
     dropped, current, factor, before_dropout = None, node, 1.0, 1.0
     for _ in range(8):
+        unchanged = next((child for child in current.children if _keeps_values(child, current)), None)
+        if unchanged is not None:  # a NaN -> 0 where, whose condition and fill are made from the weights first
+            current = unchanged
+            continue
         following = [child for child in current.children if child.args and child.parents[:1] == [current]]
         if not following:
             return dropped, None, factor, before_dropout, None
@@ -601,7 +649,7 @@ def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None, float, 
             dropped, before_dropout = child, factor
         elif child.name in _SCALES and _scalar(child) is not None:
             factor *= _scalar(child)
-        elif child.name not in _PASS:
+        elif not _passes(child):
             return dropped, None, factor, before_dropout, following[-1]  # the last call made from it: w / w.sum()'s /
         current = child
     return dropped, None, factor, before_dropout, None
@@ -612,9 +660,36 @@ _OPERATORS = {"__truediv__": "/", "div": "/", "__mul__": "*", "mul": "*", "__rmu
 
 
 def _call(recorder: _Recorder, node: _Node) -> str:
-    """A recorded call as the user wrote it: "/ on line 12" (an operator), "exp on line 12" (a function)."""
-    line = recorder.ops[node.index].line
-    return _OPERATORS.get(node.name, node.name) + ("" if line is None else f" on line {line}")
+    """A recorded call as the user wrote it: "/ on line 12" (an operator), "exp on line 12" (a function), "type on
+    line 66 of transformers/models/gpt2/modeling_gpt2.py" (a line outside the module's own file)."""
+    return _OPERATORS.get(node.name, node.name) + _place(recorder, node.index)
+
+
+def _place(recorder: _Recorder, index: int) -> str:
+    """" on line 12" for op ``index`` made in the module's own file; " on line 66 of …/modeling_gpt2.py" elsewhere."""
+    op = recorder.ops[index]
+    if op.line is None:
+        return ""
+    same = op.filename is not None and recorder.user_file is not None and (
+        os.path.abspath(op.filename) == os.path.abspath(recorder.user_file))
+    return f" on line {op.line}" + ("" if same or op.filename is None else f" of {_shown_file(op.filename)}")
+
+
+def _shown_file(filename: str) -> str:
+    """A file as an import names it: relative to the deepest ``sys.path`` folder holding it
+    ("transformers/models/gpt2/modeling_gpt2.py"), else its name."""
+    path = os.path.abspath(filename)
+    folders = [os.path.abspath(folder or os.curdir) for folder in sys.path if isinstance(folder, str)]
+    holding = [folder for folder in folders if path.startswith(folder.rstrip(os.sep) + os.sep)]
+    return os.path.relpath(path, max(holding, key=len)) if holding else os.path.basename(path)
+
+
+def _class_file(module: nn.Module) -> str | None:
+    """The file that defines the module's class (None when Python cannot tell)."""
+    try:
+        return inspect.getsourcefile(type(module))
+    except (TypeError, OSError):
+        return None
 
 
 def _as_head_maps(tensor: torch.Tensor) -> torch.Tensor:

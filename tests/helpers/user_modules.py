@@ -825,3 +825,117 @@ class SoftCappedScores(nn.Module):
         s = self.cap * torch.tanh(q @ k.transpose(1, 2) / self.cap)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), -torch.inf)  # (b, n, n)
         return torch.softmax(s / k.shape[-1] ** 0.5, dim=-1) @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class WhereMasked(nn.Module):
+    """nanoGPT's manual path with the causal mask applied by ``torch.where``, as TransformerLens masks.  ``spelling``:
+    "keep" ``torch.where(keep, att, -inf)``, "buffer" ``torch.where(keep, att, self.IGNORE)`` (a tensor fill),
+    "inverted" ``torch.where(~keep, -inf, att)``; ``scaled`` False: the ÷√head_dim is forgotten (a bug)."""
+
+    def __init__(self, n_embd=32, n_head=4, spelling="keep", scaled=True):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd, self.spelling, self.scaled = n_head, n_embd, spelling, scaled
+        self.register_buffer("IGNORE", torch.tensor(-torch.inf))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        att = q @ k.transpose(-2, -1)  # (B, nh, T, hs) @ (B, nh, hs, T) -> (B, nh, T, T)
+        if self.scaled:
+            att = att * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        keep = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T): True on and below the diagonal
+        if self.spelling == "keep":
+            att = torch.where(keep, att, float("-inf"))  # (B, nh, T, T)
+        elif self.spelling == "buffer":
+            att = torch.where(keep, att, self.IGNORE)  # (B, nh, T, T)
+        else:
+            att = torch.where(~keep, float("-inf"), att)  # (B, nh, T, T)
+        att = F.softmax(att, dim=-1)  # (B, nh, T, T)
+        y = att @ v  # (B, nh, T, T) @ (B, nh, T, hs) -> (B, nh, T, hs)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class TransformerLensAttention(nn.Module):
+    """TransformerLens' ``AbstractAttention`` core path: W_Q/W_K/W_V as (head, d_model, d_head), the ``IGNORE``
+    buffer, ``torch.where(final_mask, attn_scores, self.IGNORE)``, the NaN → 0 ``where`` after the softmax and
+    ``pattern.to(v.dtype)`` (``einops.rearrange`` written as permute/reshape)."""
+
+    def __init__(self, d_model=32, n_heads=4):
+        super().__init__()
+        d_head = d_model // n_heads
+        self.n_heads, self.d_model, self.d_head = n_heads, d_model, d_head
+        self.W_Q = nn.Parameter(torch.randn(n_heads, d_model, d_head) * 0.2)
+        self.W_K = nn.Parameter(torch.randn(n_heads, d_model, d_head) * 0.2)
+        self.W_V = nn.Parameter(torch.randn(n_heads, d_model, d_head) * 0.2)
+        self.W_O = nn.Parameter(torch.randn(n_heads, d_head, d_model) * 0.2)
+        self.b_Q, self.b_K, self.b_V = (nn.Parameter(torch.zeros(n_heads, d_head)) for _ in range(3))
+        self.b_O = nn.Parameter(torch.zeros(d_model))
+        self.register_buffer("IGNORE", torch.tensor(-torch.inf))
+        self.attn_scale = math.sqrt(d_head)
+
+    @staticmethod
+    def attn_linear(x, w, b):
+        w = w.permute(0, 2, 1).reshape(-1, w.shape[1])  # (h, d_model, d_head) -> (h·d_head, d_model)
+        return F.linear(x, w, b.reshape(-1)).reshape(x.shape[0], x.shape[1], *b.shape)  # (b, n, h, d_head)
+
+    def forward(self, x):
+        q = self.attn_linear(x, self.W_Q, self.b_Q)  # (b, n, h, d_head)
+        k = self.attn_linear(x, self.W_K, self.b_K)  # (b, n, h, d_head)
+        v = self.attn_linear(x, self.W_V, self.b_V)  # (b, n, h, d_head)
+        attn_scores = q.permute(0, 2, 1, 3) @ k.permute(0, 2, 3, 1) / self.attn_scale  # (b, h, n, n)
+        n = attn_scores.size(-1)
+        positions = torch.arange(n, device=x.device)  # (n,)
+        final_mask = (positions[None, :] <= positions[:, None])[None, None, :, :]  # (1, 1, n, n): keep the past
+        attn_scores = torch.where(final_mask, attn_scores, self.IGNORE)  # (b, h, n, n)
+        pattern = F.softmax(attn_scores, dim=-1)  # (b, h, n, n)
+        pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)  # (b, h, n, n)
+        pattern = pattern.to(device=v.device, dtype=v.dtype)  # (b, h, n, n)
+        z = (pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3)  # (b, h, n, n) @ (b, h, n, d_head) -> (b, n, h, d)
+        w = self.W_O.permute(2, 0, 1).reshape(self.d_model, -1)  # (d_model, h·d_head)
+        return F.linear(z.reshape(z.shape[0], z.shape[1], -1), w, self.b_O)  # (b, n, d_model)
+
+
+class SoftmaxOverHeads(nn.Module):
+    """Bug: nanoGPT's manual path with ``F.softmax(att, dim=1)`` on (B, nh, T, T), over the heads (dim=-1 meant)."""
+
+    def __init__(self, n_embd=32, n_head=4):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in self.c_attn(x).split(self.n_embd, dim=2))  # (B, nh, T, hs) each
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))  # (B, nh, T, T)
+        att = F.softmax(att, dim=1)  # (B, nh, T, T): over the heads
+        return (att @ v).transpose(1, 2).reshape(B, T, C)  # (B, nh, T, hs) -> (B, T, C)
+
+
+class EagerAttention(nn.Module):
+    """A Hugging Face-style layer: projections here, the attention in a library function in another file
+    (``helpers.library_attention.eager_attention_forward``, as transformers' GPT-2 keeps it), which casts the weights
+    to V's dtype after the softmax; ``renormalise``: that function also divides the weights by their row sums."""
+
+    def __init__(self, embed_dim=32, num_heads=4, renormalise=False):
+        super().__init__()
+        self.embed_dim, self.num_heads, self.renormalise = embed_dim, num_heads, renormalise
+        self.c_attn = nn.Linear(embed_dim, 3 * embed_dim)
+        self.c_proj = nn.Linear(embed_dim, embed_dim)
+        self.attn_dropout = nn.Dropout(0.0)
+
+    def forward(self, x):
+        from helpers.library_attention import eager_attention_forward
+
+        b, n, _ = x.shape
+        shape = (b, n, self.num_heads, self.embed_dim // self.num_heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in self.c_attn(x).split(self.embed_dim, dim=2))  # (b, h, n, hd)
+        mask = torch.full((n, n), torch.finfo(x.dtype).min).triu(1)  # (n, n): additive, the future pushed down
+        out = eager_attention_forward(self, q, k, v, mask, renormalise=self.renormalise)  # (b, n, h, hd)
+        return self.c_proj(out.reshape(b, n, self.embed_dim))  # (b, n, embed_dim)
