@@ -40,6 +40,8 @@ class ModuleRun:
     kind: str  # how its attention was found: "softmax", "sdpa" or "nn.MultiheadAttention"
     source: str = ""  # the class's source text
     first_line: int = 1  # the line of ``filename`` where ``source`` starts
+    # why a step is not recorded: "scores" (with scaled, queries, keys) or "context" -> "no Q @ Kᵀ before the …"
+    unrecorded: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ class Trace:
         head = int(head)
         missing = [stage for stage in ("queries", "keys") if stage not in self.steps]
         if missing:
+            why = self.module_run.unrecorded.get("scores") if self.module_run is not None else None
             raise InputError(f"This run recorded no {' or '.join(missing)}: its scores are not a Q·Kᵀ attnviz could "
-                             "find, so its heads have no query and key vectors.")
+                             f"find{f' ({why})' if why else ''}, so its heads have no query and key vectors.")
         turned = rotated and "rotated_queries" in self.steps and "rotated_keys" in self.steps
         queries = self.steps["rotated_queries" if turned else "queries"]  # (b, n, h·hd) or (b, h, n, hd)
         keys = self.steps["rotated_keys" if turned else "keys"]  # (b, n, g·hd) or (b, g, n, hd)

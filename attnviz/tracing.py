@@ -92,6 +92,8 @@ class Attention:
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
     weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
     lost: str | None = None  # why Q and K, or V, are None: "no Q @ Kᵀ: the exp on line 12 comes before the softmax"
+    # why a stage is not recorded, per side: {"scores": "no Q @ Kᵀ before the softmax: …", "context": "no weights …"}
+    unrecorded: dict[str, str] = field(default_factory=dict)
     # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
     returned: torch.Tensor | None = None
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
@@ -512,8 +514,11 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
             recorder.ops[chain[0].index].stage = "masked"
     dropped, context_node, attention.weights_scale, before_dropout, stop = _forward_to_values(node)
     if context_node is None and stop is not None:
-        lost = lost or f"no weights @ V after the softmax: the {_call(recorder, stop)} acts on the weights first"
-    attention.lost = lost
+        attention.unrecorded["context"] = (f"no weights @ V after the softmax: the {_call(recorder, stop)} acts on "
+                                           "the weights first")
+    if lost:
+        attention.unrecorded["scores"] = lost
+    attention.lost = lost or attention.unrecorded.get("context")
     attention.dropped = _as_head_maps(dropped.out) / before_dropout if dropped is not None else attention.weights
     if dropped is not None:
         recorder.ops[dropped.index].stage = "dropped"
@@ -890,7 +895,7 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
         stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
                             masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
                             scale=first.scale, is_causal=first.is_causal, dropout_p=first.dropout_p,
-                            weights_scale=first.weights_scale,
+                            weights_scale=first.weights_scale, lost=first.lost, unrecorded=first.unrecorded,
                             context_ops=tuple(index for a in same for index in a.context_ops))
         for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):
             parts = [getattr(a, stage) for a in same]
@@ -972,7 +977,8 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
     except (TypeError, OSError):
         source_lines, first_line = [], 1
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
-                     kind=attention.kind, source="".join(source_lines), first_line=first_line)
+                     kind=attention.kind, source="".join(source_lines), first_line=first_line,
+                     unrecorded=dict(attention.unrecorded))
 
 
 def infer_causal(recording: Recording, attention: Attention, module: nn.Module | None = None) -> bool:

@@ -72,7 +72,11 @@ with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: 
             st.caption(compare.variant_caption(variant, causal=base.causal))
 
 st.subheader("Why ÷√dₖ?")
-random_qk, run = compute.scaling(ctx.trace_key)
-st.markdown(saturation.EXPLANATION.format(dk=run["dk"], head=run["head"], variant=ui.variant_label(config)))
+random_qk, run, no_run = compute.scaling(ctx.trace_key)
+if run is None:
+    st.markdown(saturation.EXPLANATION.split(" ★:")[0])
+    st.caption(saturation.NO_RUN.format(why=no_run))
+else:
+    st.markdown(saturation.EXPLANATION.format(dk=run["dk"], head=run["head"], variant=ui.variant_label(config)))
 st.plotly_chart(saturation.scaling_ablation_figure(random_qk, run),
                 config=ui.plotly_config("attnviz-scaling-ablation"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz import ablation
-from attnviz.config import AttentionConfig
+from attnviz.config import AttentionConfig, InputError
 from attnviz.labs import compare
 from attnviz.labs.pitfalls import catalogue
 from attnviz.ui.cache import trace_of
@@ -20,12 +20,17 @@ def comparison(key: tuple, base_values: tuple) -> compare.Comparison:
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
-def scaling(key: tuple) -> tuple[dict, dict]:
-    """(the random-Q/K ablation over dₖ, this run's head 0 at its dₖ) for the "Why ÷√dₖ?" figure."""
+def scaling(key: tuple) -> tuple[dict, dict | None, str | None]:
+    """(the random-Q/K ablation over dₖ, this run's head 0 at its dₖ, None) for the "Why ÷√dₖ?" figure; (the
+    ablation, None, why) for a run that recorded no queries and keys (a user's module whose scores are not Q·Kᵀ)."""
     trace = trace_of(key)
-    queries, keys = ablation.trace_qk(trace, head=0, max_tokens=compare.MAX_TOKENS)
     causal, seed = trace.config.causal, trace.config.seed
-    return random_scaling(len(queries), seed, causal), ablation.run_point(queries, keys, causal=causal, head=0)
+    try:
+        queries, keys = ablation.trace_qk(trace, head=0, max_tokens=compare.MAX_TOKENS)
+    except InputError as error:
+        return random_scaling(min(trace.n, compare.MAX_TOKENS), seed, causal), None, str(error)
+    return (random_scaling(len(queries), seed, causal), ablation.run_point(queries, keys, causal=causal, head=0),
+            None)
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)

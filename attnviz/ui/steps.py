@@ -33,6 +33,8 @@ def draw(ctx: Context) -> None:
         **page_bind("steps_stage", "masked", lambda s: s in labels, url=STAGE)
     ) or "masked"
     url_notices("steps_stage")
+    if (missing := steps.unrecorded_note(trace)) is not None:
+        st.caption(missing)
 
     with beside_shape_diagram(trace, highlight=stage):
         url_notices("steps_focus", "steps_row0", "steps_col0")
@@ -146,11 +148,16 @@ def _masked(view: HeadWindow, before, after) -> None:
     config = view.config
     if not config.causal:
         st.info("The causal mask is off: masked = scaled, every token sees every other token.")
+    scaled = "scaled" in view.trace.steps  # a user's module may not have recorded it (see the note above)
+    zrange = view.shared("scaled") if scaled else None
     with before:
-        view.heatmap("scaled", "before: scaled scores", zrange=view.shared("scaled"))
+        if scaled:
+            view.heatmap("scaled", "before: scaled scores", zrange=zrange)
+        else:
+            st.caption("before: the scaled scores were not recorded (see above)")
     with after:
         view.heatmap("masked", "after: masked (grey = −∞)" if config.window is None
-                     else f"after: window W = {config.window} (grey = −∞)", zrange=view.shared("scaled"))
+                     else f"after: window W = {config.window} (grey = −∞)", zrange=zrange)
 
 
 def _weights(view: HeadWindow, before, after) -> None:

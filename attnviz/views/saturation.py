@@ -25,6 +25,7 @@ EXPLANATION = (
     "N(0, 1) (their spread comes from the embedding and weight initialisation), so the stars need not sit on "
     "the lines."
 )
+NO_RUN = "No ★ for this run. {why}"  # a run that recorded no queries and keys
 LEGEND_ROWS = 2  # the legend's four entries: room for them on two rows under the axes, however narrow the page
 
 

@@ -35,18 +35,46 @@ STEP_LABELS = {
 }
 
 
+# the recorded steps each of QKᵀ … ·V draws (a user's module may record fewer: tracing.Attention.unrecorded)
+STEP_NEEDS = {"scores": ("scores", "queries", "keys"), "scaled": ("scores", "scaled"), "context": ("context",)}
+
+
 def stage_labels(trace: Trace) -> dict[str, str]:
     """The Steps page's stages for this run, in order, with their labels: the bonus variants' own stages (the
     latent, the rotation, the K/V repeat) first where the run recorded them, numbered "0" when there is one and
-    "0a", "0b" … when there are more (GQA with rotary positions), then QKᵀ … ·V, numbered 1 to 6."""
+    "0a", "0b" … when there are more (GQA with rotary positions), then those of QKᵀ … ·V, numbered 1 to 6, whose
+    steps the run recorded (see :func:`unrecorded_note`)."""
     recorded = {name for name, _ in trace.shapes}
     extra = [stage for stage in EXTRA_STEP_LABELS if stage in recorded]
     letters = "abcdefghijklmnopqrstuvwxyz" if len(extra) > 1 else ""
     labels = {stage: f"0{letters[i:i + 1]} · {EXTRA_STEP_LABELS[stage]}" for i, stage in enumerate(extra)}
-    labels.update(STEP_LABELS)
+    labels.update({stage: label for stage, label in STEP_LABELS.items() if stage not in _unrecorded_stages(trace)})
     if trace.config.module is None and trace.config.window is not None:
         labels["masked"] = "3 · window mask"
     return labels
+
+
+def _unrecorded_stages(trace: Trace) -> list[str]:
+    """The stages of QKᵀ … ·V whose steps the run did not record, in order."""
+    return [stage for stage, needs in STEP_NEEDS.items() if any(name not in trace.steps for name in needs)]
+
+
+def unrecorded_note(trace: Trace) -> str | None:
+    """One line: which of QKᵀ … ·V the page does not show and why ("1 · QKᵀ and 2 · ÷√dₖ are not shown: no Q @ Kᵀ
+    before the softmax: the tanh on line 12 comes between them"); None when it shows them all."""
+    missing = _unrecorded_stages(trace)
+    if not missing:
+        return None
+    why = trace.module_run.unrecorded if trace.module_run is not None else {}
+    sides = {"scores": [s for s in missing if s != "context"], "context": [s for s in missing if s == "context"]}
+    found = {"scores": "no Q @ Kᵀ before the softmax was found",
+             "context": "no weights @ V after the softmax was found"}
+    parts = []
+    for side, stages in sides.items():
+        if stages:
+            names = " and ".join(STEP_LABELS[stage] for stage in stages)
+            parts.append(f"{names} {'are' if len(stages) > 1 else 'is'} not shown: {why.get(side, found[side])}")
+    return "; ".join(parts) + "."
 
 
 def dropout_off_reason(config: AttentionConfig, short: bool = False) -> str:
