@@ -23,7 +23,9 @@ which cell, which value, what it should be:
   ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
 * ``kv-cache`` — for a forward that takes ``use_cache``: two different sequences, each after the module's own
   ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, give the
-  uncached outputs (≤ 1e-5).
+  uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values`` (``past_key_value``,
+  ``layer_past``, ``past_kv``, ``cache``) argument, returned beside the output, and no reset — is checked the same
+  way, each forward given the cache the one before returned.
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -196,7 +198,8 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     per position after the first, dropout-placement's one in training mode, batch-independence's one per item, and
     kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it."""
     batch, n = x.shape[:2]
-    takes_cache = "use_cache" in inspect.signature(module.forward).parameters
+    parameters = inspect.signature(module.forward).parameters
+    takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
     per_rule = {"causal": n - 1 if causal else 0, "dropout-placement": 1, "batch-independence": batch,
                 "kv-cache": 2 * (2 + n - _prefill(n)) if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
@@ -566,23 +569,37 @@ def reference_context(queries, keys, values, causal: bool, *, scaled: bool = Tru
     return torch.softmax(scores, dim=-1) @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
 
 
+CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "cache")  # a cache the caller holds
+
+
+def _cache_argument(parameters) -> str | None:
+    """The name of the forward's parameter that takes a cache the caller holds (Hugging Face's past_key_values)."""
+    return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
+
+
 def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
     """Two sequences in a row, each after the module's reset, fed as a prefill then token by token with
-    ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache``, or one token, skips."""
+    ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache``, or one token, skips.  A
+    cache the caller holds (a ``past_key_values`` argument, and no reset) is checked by passing each forward's
+    returned cache to the next."""
     rule = "kv-cache"
-    if "use_cache" not in inspect.signature(module.forward).parameters:
+    parameters = inspect.signature(module.forward).parameters
+    takes_use_cache, cache_name = "use_cache" in parameters, _cache_argument(parameters)
+    if not takes_use_cache and cache_name is None:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
     reset_names = ("reset_cache", "reset_kv_cache")
     reset_name = next((name for name in reset_names if callable(getattr(module, name, None))), None)
-    if reset_name is None:
+    if reset_name is None and cache_name is None:
         return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
-    reset = _user_reset(module, reset_name)
     n = x.shape[1]
     if n == 1:
         return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
                                    "tokens")
     prefill = _prefill(n)
+    if reset_name is None or not takes_use_cache:
+        return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill)
+    reset = _user_reset(module, reset_name)
     try:
         try:
             difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
@@ -594,6 +611,55 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
         return Check(rule, "fail", difference)
     return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then "
                                f"{counted(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+
+
+def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int) -> Check:
+    """kv-cache for a cache the caller holds: two sequences, each a prefill then token by token, every forward given
+    (as ``cache_name``) the cache the forward before returned, must give the uncached outputs."""
+    rule = "kv-cache"
+    sequences = [x[:1], x[1:2]]  # two different sequences
+    with torch.no_grad():
+        expected = [_output(module, sequence) for sequence in sequences]
+        for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
+            cache = None
+            n = sequence.shape[1]
+            for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
+                try:
+                    output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
+                                                 **flags, **{cache_name: cache})
+                except tracing.TraceError as error:  # the cache's code raised on its own cache: the rule fails
+                    return Check(rule, "fail", f"{error} (given the cache the forward before returned as "
+                                               f"{cache_name})")
+                got = tracing.first_tensor(output).detach()  # (1, q, d_out)
+                worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
+                if worst > TOLERANCE:
+                    step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
+                    return Check(rule, "fail", f"sequence {number}, {step}: the cached output differs from the "
+                                               f"uncached one by {worst:.3g} — given the cache the forward before "
+                                               f"returned as {cache_name}, the step does not compute what the whole "
+                                               "sequence computes at that position")
+                cache = _returned_cache(output, got, stop)
+                if cache is None:
+                    return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns "
+                                               "none to pass back: not checked")
+    return Check(rule, "pass", f"two sequences: a prefill of {counted(prefill)}, then {counted(x.shape[1] - prefill)} "
+                               f"one by one, each given the cache the forward before returned ({cache_name}), give "
+                               f"the uncached outputs (≤ {TOLERANCE:g})")
+
+
+def _returned_cache(output, out: torch.Tensor, keys: int):
+    """The cache a forward returned beside its output ``out`` (Hugging Face's ``(out, present)``, or a
+    ``past_key_values`` entry): what follows the output; None when nothing does — attention weights (…, q, ``keys``)
+    are not a cache."""
+    if isinstance(output, dict):
+        return next((output[name] for name in (*CACHE_ARGUMENTS, "present", "presents")
+                     if output.get(name) is not None), None)
+    if not isinstance(output, tuple | list):
+        return None
+    weights = (out.shape[-2], keys)  # (q, keys): the shape of the step's attention weights
+    rest = [item for item in output[1:] if item is not None
+            and not (isinstance(item, torch.Tensor) and item.dim() >= 2 and tuple(item.shape[-2:]) == weights)]
+    return rest[0] if rest else None
 
 
 def _user_reset(module: nn.Module, name: str):

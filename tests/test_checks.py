@@ -466,6 +466,34 @@ def test_kv_cache_skips_a_module_without_use_cache_and_fails_one_without_a_reset
     assert check.status == "fail" and "no reset_cache() or reset_kv_cache()" in check.evidence
 
 
+def test_kv_cache_feeds_back_a_cache_the_caller_holds():
+    """Hugging Face's convention (``past_key_values`` in, ``(out, present)`` out, nothing kept by the module) is
+    checked by passing each forward's returned cache to the next: correct, it passes; a mask that ignores the past
+    tokens fails at the first token fed from the cache."""
+    torch.manual_seed(0)
+    module = um.PastKeyValues().eval()
+    check = verdict(module, "kv-cache")
+    assert check.status == "pass", check
+    assert "each given the cache the forward before returned (past_key_values)" in check.evidence
+    assert "prefill of 4 tokens" in check.evidence
+    assert failing(module) == set()
+    torch.manual_seed(0)
+    check = verdict(um.PastKeyValues(bug="mask-ignores-past").eval(), "kv-cache")
+    assert check.status == "fail" and check.evidence.startswith("sequence 1, token 4: the cached output differs"), check
+    assert "past_key_values" in check.evidence
+
+
+def test_kv_cache_skips_a_cache_argument_whose_cache_never_comes_back():
+    class ReturnsNoCache(um.PastKeyValues):
+        def forward(self, x, past_key_values=None, use_cache=False):
+            return super().forward(x, past_key_values)[0]
+
+    torch.manual_seed(0)
+    check = verdict(ReturnsNoCache().eval(), "kv-cache")
+    assert check == checks.Check("kv-cache", "skip", "the cache is passed in as past_key_values but the forward "
+                                                     "returns none to pass back: not checked")
+
+
 def test_kv_cache_uses_reset_kv_cache_when_that_is_the_modules_name():
     class Renamed(um.LearnerCachedMHA):
         reset_kv_cache = um.LearnerCachedMHA.reset_cache

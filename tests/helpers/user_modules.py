@@ -939,3 +939,116 @@ class EagerAttention(nn.Module):
         mask = torch.full((n, n), torch.finfo(x.dtype).min).triu(1)  # (n, n): additive, the future pushed down
         out = eager_attention_forward(self, q, k, v, mask, renormalise=self.renormalise)  # (b, n, h, hd)
         return self.c_proj(out.reshape(b, n, self.embed_dim))  # (b, n, embed_dim)
+
+
+class PastKeyValues(nn.Module):
+    """Hugging Face's cache convention: the caller holds the cache, ``forward(x, past_key_values=None,
+    use_cache=False) -> (out, present)``, and the module keeps nothing between calls.  ``bug="mask-ignores-past"``:
+    the mask is built as if the new tokens started at position 0."""
+
+    def __init__(self, d_model=32, n_heads=4, bug=None):
+        super().__init__()
+        self.h, self.dk = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.o = nn.Linear(d_model, d_model)
+        self.bug = bug
+
+    def forward(self, x, past_key_values=None, use_cache=False):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, self.dk).permute(2, 0, 3, 1, 4)  # 3 × (B, h, T, dk)
+        past = 0
+        if past_key_values is not None:
+            pk, pv = past_key_values
+            past = pk.shape[2]
+            k = torch.cat([pk, k], dim=2)  # (B, h, past + T, dk)
+            v = torch.cat([pv, v], dim=2)  # (B, h, past + T, dk)
+        present = (k, v) if use_cache else None
+        S = k.shape[2]
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.dk)  # (B, h, T, S)
+        i = torch.arange(T, device=x.device)[:, None] + (0 if self.bug == "mask-ignores-past" else past)  # (T, 1)
+        j = torch.arange(S, device=x.device)[None, :]  # (1, S)
+        s = s.masked_fill(j > i, float("-inf"))  # (B, h, T, S)
+        y = F.softmax(s, dim=-1) @ v  # (B, h, T, dk)
+        out = self.o(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+        return out, present
+
+
+class Conv1D(nn.Module):
+    """GPT-2's Conv1D (transformers.pytorch_utils): a Linear whose weight is stored (nx, nf)."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)  # (nx, nf)
+        self.bias = nn.Parameter(torch.zeros(nf))  # (nf,)
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.weight.shape[1],)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)  # (B·T, nf)
+        return x.view(size_out)  # (B, T, nf)
+
+
+class GPT2StyleAttention(nn.Module):
+    """GPT-2's attention built from Conv1D layers, as a wrapper around the library's layer looks to attnviz: no
+    width attribute and no nn.Linear, so the input width cannot be read off the module."""
+
+    def __init__(self, n_embd=64, n_head=4, n_positions=64):
+        super().__init__()
+        self.c_attn = Conv1D(3 * n_embd, n_embd)
+        self.c_proj = Conv1D(n_embd, n_embd)
+        self.heads = n_head
+        self.register_buffer("bias", torch.tril(torch.ones(n_positions, n_positions, dtype=torch.bool)))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 × (B, T, C)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hd)
+        w = q @ k.transpose(-1, -2) / math.sqrt(v.shape[-1])  # (B, h, T, T)
+        w = w.masked_fill(~self.bias[:T, :T], float("-inf"))  # (B, h, T, T)
+        y = F.softmax(w, dim=-1) @ v  # (B, h, T, hd)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class QueryKeyValue(nn.Module):
+    """The Annotated Transformer's signature: ``forward(query, key, value, mask=None)``, self-attention when all
+    three are x."""
+
+    def __init__(self, d_model=32, h=4):
+        super().__init__()
+        self.d_k, self.h = d_model // h, h
+        self.linears = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(4)])
+
+    def forward(self, query, key, value, mask=None):
+        B = query.size(0)
+        query, key, value = [lin(t).view(B, -1, self.h, self.d_k).transpose(1, 2)  # (B, h, n, d_k)
+                             for lin, t in zip(self.linears, (query, key, value))]
+        scores = query @ key.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, h, n, n)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)  # (B, h, n, n)
+        x = F.softmax(scores, dim=-1) @ value  # (B, h, n, d_k)
+        return self.linears[-1](x.transpose(1, 2).contiguous().view(B, -1, self.h * self.d_k))  # (B, n, d_model)
+
+
+class TakesMaskCosSin(nn.Module):
+    """llama3's GroupedQueryAttention signature: the model hands the layer its mask and rotary tables,
+    ``forward(x, mask, cos, sin)``."""
+
+    def __init__(self, d_in=32, num_heads=4):
+        super().__init__()
+        self.heads, self.head_dim = num_heads, d_in // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+
+    def forward(self, x, mask, cos, sin):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 × (B, h, T, hd)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # (B, h, T, hd)
+        s = (q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)).masked_fill(mask[:T, :T], -torch.inf)  # (B, h, T, T)
+        return (F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+
+
+class BuiltOnMeta(CausalSelfAttention):
+    """nanoGPT's attention built on the meta device (shapes, no values), as a large model is built before its
+    weights are loaded — and never loaded."""
+
+    def __init__(self, n_embd=32, n_head=4, block_size=16, dropout=0.0):
+        with torch.device("meta"):
+            super().__init__(n_embd, n_head, block_size, dropout, flash=False)
