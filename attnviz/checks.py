@@ -107,9 +107,11 @@ def duration(seconds: float, *, tenths_below: float = 0.0) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0) -> torch.Tensor:
-    """A seeded (batch, n, d_in) input at the module's input width."""
-    d_in = tracing.infer_d_in(module)
+def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0, *,
+                  d_in: int | None = None) -> torch.Tensor:
+    """A seeded (batch, n, d_in) input at the module's input width; ``d_in``: the width when the module does not say
+    its own (the width it was built with), else a module with weights that does not is a TraceError."""
+    d_in = tracing.infer_d_in(module) or d_in
     if d_in is None:
         if any(True for _ in module.parameters()):
             raise tracing.TraceError("cannot tell the module's input width: give it a d_in attribute or pass x")
@@ -283,12 +285,17 @@ def _times(factor: float) -> str:
     return f"divided by {1 / factor:.4g}" if abs(factor) < 1 else f"multiplied by {factor:.4g}"
 
 
+def causal_given(causal: bool) -> str:
+    """How the evidence names ``check_module``'s ``causal`` argument: "causal=False was given"."""
+    return f"causal={causal} was given"
+
+
 def _stated_causal(module: nn.Module, attention: tracing.Attention, causal: bool | None) -> str | None:
     """Who said whether the module is causal, in words, when its hidden cells did not: the caller
-    ("causal=False was given (--no-causal)": ``check_module``'s argument, the CLI's flag) or the module's own
+    ("causal=False was given": ``check_module``'s argument, which the CLI names as its flag) or the module's own
     ``causal`` attribute; None when the check reads it off the module's mask (``tracing.infer_causal``)."""
     if causal is not None:
-        return f"causal={causal} was given ({'--causal' if causal else '--no-causal'})"
+        return causal_given(causal)
     value = getattr(module, "causal", None)
     if not attention.is_causal and isinstance(value, bool):  # what infer_causal reads first, after a call's flag
         return f"the module's causal attribute is {value}"

@@ -118,11 +118,14 @@ class CheckReport:
     """``check_module``'s progress callback for the terminal: the title, then each rule's line as the rule is done
     (stdout, flushed); a check expected to take ``SLOW_CHECK_SECONDS`` or more says so once on stderr as soon as the
     traced forward is timed; with ``live`` (stderr is a terminal) a status line on stderr names the rule running,
-    rewritten in place and cleared before each rule's line."""
+    rewritten in place and cleared before each rule's line.  ``causal``: ``--causal`` (True) or ``--no-causal``
+    (False) given, which the evidence names after check_module's own words ("causal=False was given
+    (--no-causal)")."""
 
     def __init__(self, title: str, rule_width: int, slow_seconds: float, *, out=None, err=None,
-                 live: bool | None = None):
+                 live: bool | None = None, causal: bool | None = None):
         self.title, self.rule_width, self.slow_seconds = title, rule_width, slow_seconds
+        self.causal = causal
         self.out, self.err = out or sys.stdout, err or sys.stderr
         self.live = self.err.isatty() if live is None else live
         self.started = self.warned = self.status_shown = False
@@ -140,7 +143,7 @@ class CheckReport:
             if not self.started:
                 print(f"{self.title}\n", file=self.out)
                 self.started = True
-            print("\n".join(rule_lines(progress.check, self.rule_width)), file=self.out, flush=True)
+            print("\n".join(rule_lines(self.with_flag(progress.check), self.rule_width)), file=self.out, flush=True)
         elif self.live:
             where = (f"{progress.rule} ({progress.rules_done + 1} of {progress.rules_total})" if progress.rule
                      else "tracing the forward")
@@ -150,6 +153,18 @@ class CheckReport:
             self.err.write(f"\r\033[K{where}: forward {progress.forwards + 1} of {progress.forwards_planned}{when}")
             self.err.flush()
             self.status_shown = True
+
+    def with_flag(self, check):
+        """``check`` with the flag the causal argument came from named after it."""
+        if self.causal is None:
+            return check
+        from dataclasses import replace
+
+        from attnviz.checks import causal_given  # imported already: check_module is calling
+
+        given = causal_given(self.causal)
+        flag = "--causal" if self.causal else "--no-causal"
+        return replace(check, evidence=check.evidence.replace(given, f"{given} ({flag})"))
 
     def clear(self) -> None:
         """Erase the status line (before anything else is printed)."""
@@ -199,11 +214,11 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                                      context_length=args.context_length, dropout=args.dropout,
                                      num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
                                      sliding_window_size=args.sliding_window_size).eval()
-            d_in = tracing.infer_d_in(module) or args.d_in
             tokens = checked_tokens(args.tokens, args.context_length, tracing.module_context(module))
-            x = checks.default_input(module, n=tokens) if d_in else None
+            x = checks.default_input(module, n=tokens, d_in=args.d_in)  # --d-in: a module that does not say its own
             report = CheckReport(f"{cls.__name__} from {args.spec.rpartition(':')[0]}",
-                                 max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS)
+                                 max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS,
+                                 causal=args.causal)
             try:
                 results = checks.check_module(module, x, causal=args.causal, progress=report)
             finally:

@@ -26,7 +26,8 @@ diagram draws the user's own pipeline.  The views (the app, ``attnviz.show``) dr
 is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.
 
 Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
-``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.
+``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  It calls ``forward(x)``, or
+``forward(x, x, x)`` when the first three parameters are query, key and value (``nn.MultiheadAttention`` itself).
 """
 
 from __future__ import annotations
@@ -311,6 +312,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     is longer than the context the module says it has, see :func:`module_context`, and runs within it), computes no
     attention over the n tokens of ``x`` (batch, n, d_in) — no softmax or SDPA call whose weights are (…, n, n) —
     or returns anything but one vector per token, (batch, n, d_out)."""
+    _require_values(module, x)  # before the forward: a failed one is retried on fewer tokens, reading the buffers
     recorder = _Recorder()
     recorder.user_file = _class_file(module)
     try:
@@ -393,7 +395,7 @@ def module_context(module: nn.Module) -> tuple[int, str] | None:
     context_length is 16"), the smallest when there are several; None when it says none."""
     found = []
     for name, buffer in module.named_buffers():
-        if buffer is not None and _triangular(buffer.bool()):
+        if buffer is not None and not buffer.is_meta and _triangular(buffer.bool()):  # meta: shapes, no values
             c = buffer.shape[-1]
             shape = " × ".join(str(size) for size in buffer.shape)
             found.append((c, f"its {name.rsplit('.', 1)[-1]} buffer is {shape}"))
@@ -427,9 +429,18 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
 
     A forward that runs for :data:`attnviz.time_limit.SECONDS` without returning (a ``while`` loop whose condition
     never changes) is stopped (:func:`attnviz.time_limit.call`: Python code, not one C call that blocks), and the call
-    is an :class:`EndlessForwardError`, "MyAttention.forward ran for 60 s without returning (an endless loop?)"."""
+    is an :class:`EndlessForwardError`, "MyAttention.forward ran for 60 s without returning (an endless loop?)".
+
+    A forward whose first three parameters are query, key and value (``nn.MultiheadAttention``, the Annotated
+    Transformer's) is called as self-attention, ``forward(x, x, x)``; an ``nn.MultiheadAttention`` built without
+    ``batch_first`` gets x as (n, batch, d_in) and hands its output back as (batch, n, d_out).  A forward that needs
+    another argument (a mask, rotary tables), or a module whose weights are on the meta device, is a TraceError that
+    says what to do, before the forward runs."""
+    _require_values(module, x)
+    args, sequence_first = _forward_args(module, x, forward_kwargs)
     try:
-        return time_limit.call(module, x, **forward_kwargs)
+        output = time_limit.call(module, *args, **forward_kwargs)
+        return _batch_first(output) if sequence_first else output
     except time_limit.TimeLimitError as out:
         call = ", ".join(f"{name}={value!r}" for name, value in forward_kwargs.items())
         raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
@@ -439,6 +450,55 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
                          "it does not end the program") from None
+
+
+META_WEIGHTS = ("the module's weights are on the meta device (no values): materialise it "
+                "(module.to_empty(device='cpu') and load weights) before tracing")
+SELF_ATTENTION_PARAMETERS = (("query", "q"), ("key", "k"), ("value", "v"))  # forward(x, x, x) when these come first
+
+
+def _require_values(module: nn.Module, x: torch.Tensor) -> None:
+    """TraceError when the module's weights or ``x`` are on the meta device: shapes without values, which no rule
+    (and no map) can read."""
+    if any(tensor.is_meta for tensor in (*module.parameters(), *module.buffers())):
+        raise TraceError(META_WEIGHTS)
+    if x.is_meta:
+        raise TraceError("x is on the meta device (no values): pass a tensor that holds numbers, on the module's "
+                         "device")
+
+
+def _forward_args(module: nn.Module, x: torch.Tensor, given: dict) -> tuple[tuple[torch.Tensor, ...], bool]:
+    """The positional arguments ``run_forward`` calls the forward with — (x,), or (x, x, x) for a query/key/value
+    signature — and whether x goes in as (n, batch, d_in) (an ``nn.MultiheadAttention`` without ``batch_first``);
+    TraceError naming any other parameter the forward requires that ``given`` does not hold."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):  # a forward without a signature to read: called as forward(x)
+        return (x,), False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    self_attention = len(positional) >= 3 and all(
+        p.name in names for p, names in zip(positional, SELF_ATTENTION_PARAMETERS))
+    taken = 3 if self_attention else 1
+    required = [p.name for p in positional[taken:] if p.default is p.empty and p.name not in given]
+    required += [p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+                 and p.name not in given]
+    if required and positional:
+        names = required[0] if len(required) == 1 else f"{', '.join(required[:-1])} and {required[-1]}"
+        call = "forward(x, x, x)" if self_attention else "forward(x)"
+        raise TraceError(f"{type(module).__name__}.forward needs {names} as well as x: attnviz calls {call} alone: "
+                         f"wrap your module so forward(x) builds the {' / '.join(required)} and calls yours "
+                         "(docs/your-module.md shows a wrapper)")
+    sequence_first = isinstance(module, nn.MultiheadAttention) and not module.batch_first
+    if sequence_first:
+        x = x.transpose(0, 1)  # (b, n, d_in) -> (n, b, d_in)
+    return (x, x, x) if self_attention else (x,), sequence_first
+
+
+def _batch_first(output):
+    """An ``nn.MultiheadAttention`` output without ``batch_first``, (n, b, d_out) first, as (b, n, d_out) first."""
+    if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
+        return (output[0].transpose(0, 1), *output[1:])  # (n, b, d_out) -> (b, n, d_out)
+    return output
 
 
 class _TooMuchRecorded(BaseException):
@@ -918,6 +978,7 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
         text, token_ids, inputs, arrays = embed_for(module, x, seed=seed)
     else:
         inputs = input_tensor(module, x)
+        _require_values(module, inputs)  # before its values are read for the Trace
         text, token_ids = "", list(range(inputs.shape[1]))
         arrays = {"token": to_numpy(inputs[0]), "position": to_numpy(torch.zeros_like(inputs[0])),
                   "input": to_numpy(inputs[0])}

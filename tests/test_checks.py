@@ -109,21 +109,21 @@ def test_causal_false_given_for_a_module_that_masks_says_it_was_given_and_names_
     """The caller, not the module, says it is not causal: the evidence says so (the API's words and the CLI's
     flag), and mask-convention says the module masks anyway, naming what it hides."""
     results = {c.rule: c for c in checks.check_module(mha(), causal=False)}
-    assert results["causal"] == checks.Check("causal", "skip", "not checked: causal=False was given (--no-causal)")
+    assert results["causal"] == checks.Check("causal", "skip", "not checked: causal=False was given")
     check = results["mask-convention"]
     assert check.status == "fail" and "is not causal" not in check.evidence
-    assert check.evidence == ("causal=False was given (--no-causal), but the module masks: it hides the 28 cells "
+    assert check.evidence == ("causal=False was given, but the module masks: it hides the 28 cells "
                               "above the diagonal (the future), e.g. head 0, row 0 (query 0), key 1")
     unmasked = verdict(um.Bidirectional().eval(), "mask-convention", causal=False)
     assert unmasked == checks.Check("mask-convention", "skip",
-                                    "causal=False was given (--no-causal), and the module hides no cell")
+                                    "causal=False was given, and the module hides no cell")
 
 
 def test_a_window_masked_anyway_is_named_as_a_window():
     torch.manual_seed(0)
     module = um.LearnerSWA(16, 16, 16, 0.0, 4, sliding_window_size=3).eval()
     evidence = verdict(module, "mask-convention", causal=False).evidence
-    assert evidence.startswith("causal=False was given (--no-causal), but the module masks: it hides the future and "
+    assert evidence.startswith("causal=False was given, but the module masks: it hides the future and "
                                "the keys 3 or more behind (a sliding window of 3), e.g.")
 
 
@@ -132,7 +132,7 @@ def test_causal_true_given_for_a_module_that_does_not_mask_says_it_was_given():
     results = {c.rule: c for c in checks.check_module(um.Bidirectional().eval(), causal=True)}
     assert results["causal"].status == "fail" and "sees the future" in results["causal"].evidence
     assert results["mask-convention"] == checks.Check(
-        "mask-convention", "fail", "causal=True was given (--causal), but no cell is hidden: the module has no "
+        "mask-convention", "fail", "causal=True was given, but no cell is hidden: the module has no "
         "causal mask, or it never reached the scores (masked_fill returns a copy: keep it, or use masked_fill_)")
 
 
@@ -684,7 +684,7 @@ def test_matches_reference_says_its_reference_follows_the_causal_flag_given():
     torch.manual_seed(0)
     (check,) = checks.check_module(mha(), causal=False, rules=["matches-reference"])
     assert check.status == "fail"
-    assert check.evidence.endswith("— the reference masks nothing: causal=False was given (--no-causal)")
+    assert check.evidence.endswith("— the reference masks nothing: causal=False was given")
     (found,) = checks.check_module(mha(), rules=["matches-reference"])  # causal found from the mask: no word of it
     assert found.status == "pass"
 

@@ -211,6 +211,24 @@ def test_causal_can_be_stated(modules):
            "above the diagonal (the future)" in table
 
 
+def test_d_in_is_the_input_width_of_a_module_that_does_not_say_its_own():
+    """GPT-2's Conv1D layers give no nn.Linear to read the width off, and the class keeps no width attribute: the
+    check runs on --d-in wide input (the width the class was built with), not a refusal."""
+    helpers = ROOT / "tests" / "helpers" / "user_modules.py"
+    for width in (48, 64):
+        flags = ["--d-in", width] if width != 64 else []  # 64: the default --d-in
+        result = check(f"{helpers}:GPT2StyleAttention", *flags, "--num-heads", 4)
+        assert result.returncode == 0, result.stderr
+        assert "input width" not in result.stderr and "matches-reference" in result.stdout
+
+
+def test_a_module_built_on_the_meta_device_exits_2_saying_so():
+    result = check(f"{ROOT / 'tests' / 'helpers' / 'user_modules.py'}:BuiltOnMeta", "--d-in", 32)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == ("attnviz check: the module's weights are on the meta device (no values): materialise it "
+                             "(module.to_empty(device='cpu') and load weights) before tracing\n")
+
+
 def test_the_evidence_wraps_between_words_and_never_inside_a_flag_or_a_number():
     evidence = "causal=False was given (--no-causal), but the scores hold -1e+09 where the kv-cache rule expects -inf"
     for width in range(40, 120):

@@ -377,6 +377,35 @@ def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_sam
     assert cli_results == app_results
 
 
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py"])
+def test_a_module_built_on_the_meta_device_is_named_as_such(page, monkeypatch):
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:BuiltOnMeta")
+    at = app(page, variant="Your module: BuiltOnMeta", d_in="32", d_out="32")
+    no_exception(at)
+    assert any("the module's weights are on the meta device (no values): materialise it (module.to_empty(device='cpu')"
+               " and load weights) before tracing" in text for text in warnings(at)), warnings(at)
+
+
+def test_the_check_panels_command_runs_for_a_module_that_does_not_say_its_width(capsys, monkeypatch):
+    """A GPT-2 style module (Conv1D layers, no width attribute) is built at the app's d_in; the command the panel
+    prints passes that --d-in, and the terminal checks on input that wide: the app's results, not a refusal."""
+    from attnviz import cli
+
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:GPT2StyleAttention")
+    at = app(variant="Your module: GPT2StyleAttention", d_in="48", d_out="48")
+    no_exception(at)
+    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
+    app_results = dict(zip(table["rule"], table["result"]))
+    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
+    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
+    assert argv[argv.index("--d-in") + 1] == "48"
+    argv[0] = f"{MODULES.parent}/{argv[0]}"
+    assert cli.main(["check", *argv]) == 0
+    printed = capsys.readouterr().out
+    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
+    assert cli_results == app_results
+
+
 @pytest.mark.parametrize(("name", "asked"), [("LearnerSWA", {"sliding_window_size": 3, "seed": 7}),
                                              ("Bidirectional", {"causal": False})])
 def test_the_check_panels_command_builds_and_checks_the_module_the_panel_checks(monkeypatch, name, asked):
