@@ -25,7 +25,8 @@ which cell, which value, what it should be:
   ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, give the
   uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values`` (``past_key_value``,
   ``layer_past``, ``past_kv``, ``cache``) argument, returned beside the output, and no reset — is checked the same
-  way, each forward given the cache the one before returned.
+  way, each forward given the cache the one before returned (skipped when the module is not causal, or returns
+  no cache).
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -168,7 +169,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
                                                            window=window, stated=stated),
-            "kv-cache": lambda: kv_cache(module, x),
+            "kv-cache": lambda: kv_cache(module, x, causal),
         }
         checks = []
         for rule in selected:
@@ -584,11 +585,12 @@ def _cache_argument(parameters) -> str | None:
     return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
 
 
-def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
+def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
     """Two sequences in a row, each after the module's reset, fed as a prefill then token by token with
     ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache``, or one token, skips.  A
     cache the caller holds (a ``past_key_values`` argument, and no reset) is checked by passing each forward's
-    returned cache to the next."""
+    returned cache to the next, when the module is ``causal`` (else a prefill cannot equal the whole sequence's first
+    tokens, which see the later ones)."""
     rule = "kv-cache"
     parameters = inspect.signature(module.forward).parameters
     takes_use_cache, cache_name = "use_cache" in parameters, _cache_argument(parameters)
@@ -605,6 +607,9 @@ def kv_cache(module: nn.Module, x: torch.Tensor) -> Check:
                                    "tokens")
     prefill = _prefill(n)
     if reset_name is None or not takes_use_cache:
+        if not causal:
+            return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
+                                       "first tokens see the later ones, so a prefill cannot give them: not checked")
         return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill)
     reset = _user_reset(module, reset_name)
     try:
@@ -638,6 +643,10 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
                     return Check(rule, "fail", f"{error} (given the cache the forward before returned as "
                                                f"{cache_name})")
                 got = tracing.first_tensor(output).detach()  # (1, q, d_out)
+                cache = _returned_cache(output, got, stop)
+                if cache is None:  # nothing to feed the next step: no cache this rule can follow
+                    return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns "
+                                               "none to pass back: not checked")
                 worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
                 if worst > TOLERANCE:
                     step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
@@ -645,10 +654,6 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
                                                f"uncached one by {worst:.3g} — given the cache the forward before "
                                                f"returned as {cache_name}, the step does not compute what the whole "
                                                "sequence computes at that position")
-                cache = _returned_cache(output, got, stop)
-                if cache is None:
-                    return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns "
-                                               "none to pass back: not checked")
     return Check(rule, "pass", f"two sequences: a prefill of {counted(prefill)}, then {counted(x.shape[1] - prefill)} "
                                f"one by one, each given the cache the forward before returned ({cache_name}), give "
                                f"the uncached outputs (≤ {TOLERANCE:g})")

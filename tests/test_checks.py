@@ -494,6 +494,15 @@ def test_kv_cache_skips_a_cache_argument_whose_cache_never_comes_back():
                                                      "returns none to pass back: not checked")
 
 
+def test_kv_cache_skips_a_cache_argument_of_a_module_that_is_not_causal():
+    """Unmasked, the whole sequence's first tokens see the later ones, which a prefill cannot: not a cache fault."""
+    torch.manual_seed(0)
+    check = verdict(um.PastKeyValues(bug="no-mask").eval(), "kv-cache")
+    assert check == checks.Check("kv-cache", "skip", "the cache is passed in as past_key_values, and the module is not "
+                                                     "causal: its first tokens see the later ones, so a prefill cannot "
+                                                     "give them: not checked")
+
+
 def test_kv_cache_uses_reset_kv_cache_when_that_is_the_modules_name():
     class Renamed(um.LearnerCachedMHA):
         reset_kv_cache = um.LearnerCachedMHA.reset_cache

@@ -944,7 +944,8 @@ class EagerAttention(nn.Module):
 class PastKeyValues(nn.Module):
     """Hugging Face's cache convention: the caller holds the cache, ``forward(x, past_key_values=None,
     use_cache=False) -> (out, present)``, and the module keeps nothing between calls.  ``bug="mask-ignores-past"``:
-    the mask is built as if the new tokens started at position 0."""
+    the mask is built as if the new tokens started at position 0; ``bug="no-mask"``: nothing is masked, as Hugging
+    Face's eager GPT2Attention called without its model's mask."""
 
     def __init__(self, d_model=32, n_heads=4, bug=None):
         super().__init__()
@@ -967,7 +968,8 @@ class PastKeyValues(nn.Module):
         s = q @ k.transpose(-1, -2) / math.sqrt(self.dk)  # (B, h, T, S)
         i = torch.arange(T, device=x.device)[:, None] + (0 if self.bug == "mask-ignores-past" else past)  # (T, 1)
         j = torch.arange(S, device=x.device)[None, :]  # (1, S)
-        s = s.masked_fill(j > i, float("-inf"))  # (B, h, T, S)
+        if self.bug != "no-mask":
+            s = s.masked_fill(j > i, float("-inf"))  # (B, h, T, S)
         y = F.softmax(s, dim=-1) @ v  # (B, h, T, dk)
         out = self.o(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
         return out, present
