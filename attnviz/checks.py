@@ -629,9 +629,9 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     """kv-cache for a cache the caller holds: two sequences, each a prefill then token by token, every forward given
     (as ``cache_name``) the cache the forward before returned, must give the uncached outputs."""
     rule = "kv-cache"
-    sequences = [x[:1], x[1:2]]  # two different sequences
+    sequences = [x[:1], x[1:2]]  # two different sequences, (1, n, d_in) each
     with torch.no_grad():
-        expected = [_output(module, sequence) for sequence in sequences]
+        expected = [_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
         for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
             cache = None
             n = sequence.shape[1]
