@@ -9,10 +9,13 @@ which cell, which value, what it should be:
 * ``causal`` — changing the tokens from position j on changes no output before j (skipped for 1 token: nothing
   comes after it, and for a module that is not causal: the evidence says who said so — ``causal=False`` given, the
   module's ``causal`` attribute, or no mask hiding the future — and ``mask-convention`` fails a module that masks
-  anyway);
+  anyway); a failure says who said the module is causal when it hides nothing (an ``is_causal`` attribute: the
+  flag masks nothing by itself), or, when its weights hide the future, where the leak is: in the weights, in V, or
+  after ``weights @ V``;
 * ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
   sliding window of W, as wide as the module's own ``sliding_window_size`` says): not inverted, not the past instead
-  of the future, not a shifted diagonal (skipped for 1 token that hides nothing: there is no future);
+  of the future, not a shifted diagonal (skipped for 1 token that hides nothing: there is no future); a fix names
+  the module's own ``tril``/``triu`` call or mask buffer when one of them is the mask;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode;
 * ``batch-independence`` — one item's output does not move when another item of the batch changes;
@@ -154,6 +157,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, attention)
         stated = _stated_causal(module, attention, causal)
+        unmasked = _unmasked(module, stated)
+        triangles = _triangles(recording, module)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
         meter.planned = _planned_forwards(module, x, selected, causal)
@@ -161,8 +166,10 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         weightless = _weightless(module)
         run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
-            "causal": lambda: causal_rule(module, x, recording.output, causal, stated),
-            "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated),
+            "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
+                                          unmasked=unmasked),
+            "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated,
+                                                       unmasked=unmasked, triangles=triangles),
             "scaling": lambda: scaling(attention, weightless=weightless),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
@@ -293,19 +300,52 @@ def causal_given(causal: bool) -> str:
 
 def _stated_causal(module: nn.Module, attention: tracing.Attention, causal: bool | None) -> str | None:
     """Who said whether the module is causal, in words, when its hidden cells did not: the caller
-    ("causal=False was given": ``check_module``'s argument, which the CLI names as its flag) or the module's own
-    ``causal`` attribute; None when the check reads it off the module's mask (``tracing.infer_causal``)."""
+    ("causal=False was given": ``check_module``'s argument, which the CLI names as its flag), the module's own
+    ``causal`` attribute, or an ``is_causal`` attribute that is True, the module's or a submodule's
+    (``tracing.causal_flag``); None when the check reads it off the module's mask (``tracing.infer_causal``)."""
     if causal is not None:
         return causal_given(causal)
+    if attention.is_causal:  # the call's own flag: the mask is the call's
+        return None
     value = getattr(module, "causal", None)
-    if not attention.is_causal and isinstance(value, bool):  # what infer_causal reads first, after a call's flag
+    if isinstance(value, bool):  # what infer_causal reads first, after a call's flag
         return f"the module's causal attribute is {value}"
-    return None
+    flag = tracing.causal_flag(module)
+    return None if flag is None else _flag_words(flag)
+
+
+def _flag_words(flag: tuple[str, nn.Module]) -> str:
+    """An ``is_causal`` attribute that is True (``tracing.causal_flag``), as the evidence names it."""
+    name, flagged = flag
+    return ("the module's is_causal attribute is True" if not name else
+            f"its {name} ({type(flagged).__name__}) has is_causal = True")
+
+
+def _unmasked(module: nn.Module, stated: str | None) -> str | None:
+    """Why a module said to be causal may hide no cell, when an ``is_causal`` attribute said so: the flag masks
+    nothing by itself — a Hugging Face layer's eager attention masks only through the attention_mask its model
+    builds; None for any other statement (then the rules' own words say it)."""
+    flag = tracing.causal_flag(module)
+    if flag is None or stated != _flag_words(flag):
+        return None
+    flagged = flag[1]
+    config = getattr(flagged, "config", None)
+    implementation = getattr(config, "_attn_implementation", None)
+    if type(flagged).__module__.startswith("transformers."):
+        layer = type(flagged).__name__
+        if implementation == "eager":
+            return (f"{layer}'s eager attention masks only through attention_mask, which its model builds: pass it "
+                    "the causal mask, or build the layer with attn_implementation=\"sdpa\" (it reads is_causal)")
+        return f"{layer} masks through the attention_mask its model builds: pass it the causal mask"
+    return "the flag masks nothing by itself; the forward must hide the future (masked_fill, or SDPA's is_causal=True)"
 
 
 def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool,
-                stated: str | None = None) -> Check:
-    """``stated``: who said whether the module is causal (:func:`_stated_causal`); None: its mask says."""
+                stated: str | None = None, *, attention: tracing.Attention | None = None,
+                unmasked: str | None = None) -> Check:
+    """``stated``: who said whether the module is causal (:func:`_stated_causal`); None: its mask says.
+    ``attention``: the traced attention, whose hidden cells say where a leak is (:func:`_leak_cause`);
+    ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`)."""
     rule = "causal"
     n = x.shape[1]
     if n == 1:
@@ -321,16 +361,63 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
             moved = (_output(module, changed)[:, :j] - output[:, :j]).abs()  # (b, j, d_out)
         if moved.max() > TOLERANCE:
             position = int(moved.amax(dim=(0, 2)).argmax())
+            cause = _leak_cause(module, changed, j, attention, stated, unmasked) if attention is not None else ""
             return Check(rule, "fail", f"changing tokens {j}… changed the output at position {position} by "
-                                       f"{moved.max().item():.3g}: position {position} sees the future")
+                                       f"{moved.max().item():.3g}: position {position} sees the future{cause}")
     js = "j = 1" if n == 2 else f"j = 1 … {n - 1}"
     return Check(rule, "pass", f"changing tokens j… moves no output before j ({js})")
 
 
+def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tracing.Attention,
+                stated: str | None, unmasked: str | None) -> str:
+    """Where the future leaks in, in words after a dash, when the traced attention tells: no cell hidden although
+    the module is said to be causal; or the weights hide every future key, so the module run again on ``changed``
+    (tokens j… changed) shows which stage of the queries before j moves first — their weights (a softmax over the
+    queries, or Q and K), their context (V), or neither: then the leak comes after ``weights @ V`` (the heads put
+    back together without transposing); "" otherwise."""
+    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    nq, nk = hidden.shape[-2:]
+    future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk)
+    if not hidden.any():
+        if stated is None:
+            return ""
+        return f" — {stated}, yet no mask hides the future" + (f": {unmasked}" if unmasked else "")
+    if not hidden[..., future].all():
+        return ""  # a future key is visible: mask-convention names it
+    try:
+        rerun, _ = tracing.combine(tracing.record(module, changed).attentions)
+    except tracing.TraceError:
+        return ""
+    if rerun.weights.shape != attention.weights.shape:
+        return ""
+    hide = " — the mask hides the future"
+    if _moved_before(j, attention.weights, rerun.weights):
+        if attention.softmax_dim != -1:
+            return (f"{hide}, but the softmax ran over dim=-2 (the queries): each weight is divided by a sum over "
+                    "every query, later ones included — use dim=-1 (the keys)")
+        return f"{hide}, yet the weights of the queries before position {j} move: their Q or K depend on later tokens"
+    if attention.context is None or rerun.context is None or rerun.context.shape != attention.context.shape:
+        return ""
+    if _moved_before(j, attention.context, rerun.context):
+        return (f"{hide} and the weights before position {j} do not move, yet each head's weights @ V there does: "
+                "the values of earlier tokens depend on later ones")
+    return (f"{hide} and each head's weights @ V before position {j} does not move, so the leak comes after weights "
+            "@ V: check how the heads are put back together (transpose(1, 2) before view)")
+
+
+def _moved_before(j: int, before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Whether the rows of the queries before ``j`` of (b, h, nq, m) maps moved by more than TOLERANCE (a NaN
+    difference — a row with no visible key — counts as none)."""
+    return (after[:, :, :j] - before[:, :, :j]).abs().nan_to_num(nan=0.0).max().item() > TOLERANCE
+
+
 def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None,
-                    stated: str | None = None) -> Check:
+                    stated: str | None = None, *, unmasked: str | None = None,
+                    triangles: tuple[Triangle, ...] | list[Triangle] = ()) -> Check:
     """``declared``: the module's own window (:func:`declared_window`); ``stated``: who said whether the module is
-    causal (:func:`_stated_causal`), None when its mask says."""
+    causal (:func:`_stated_causal`), None when its mask says; ``unmasked``: why a module said to be causal may hide
+    nothing (:func:`_unmasked`); ``triangles``: the triangles the module made (:func:`_triangles`), so a fix names
+    the one that is its mask."""
     rule = "mask-convention"
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
@@ -359,23 +446,34 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
     if not hidden.any():
+        if stated and unmasked:
+            return Check(rule, "fail", f"{stated}, yet no cell is hidden: {unmasked}")
         if stated:
             return Check(rule, "fail", f"{stated}, but no cell is hidden: the module has no causal mask, or it never "
                                        "reached the scores (masked_fill returns a copy: keep it, or use masked_fill_)")
         return Check(rule, "fail", "no cell is hidden: the causal mask never reached the scores "
                                    "(masked_fill returns a copy: keep it, or use masked_fill_)")
+    fix = _triangle_fix(triangles, first)
     if nk > 1 and torch.equal(first, ~future):  # one token: hiding it is the hidden diagonal below
+        if attention.float_mask:
+            return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
+                                       f"future{_no_key_left(attention)}. {FLOAT_MASK}")
         return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
                                    f"future{_no_key_left(attention)}. {INVERTED_FIX.get(attention.kind, '')}"
                                    "masked_fill hides where the mask is True; SDPA's boolean attn_mask keeps where it "
                                    "is True; nn.MultiheadAttention's hides where it is True")
     if nk > 1 and torch.equal(first, future.T):
+        convention = FLOAT_MASK if attention.float_mask else FLIPPED_FIX.get(attention.kind, FLIPPED_FIX["softmax"])
+        if fix and attention.kind in CONVENTIONS:
+            convention = f"{fix}; {FLOAT_MASK if attention.float_mask else CONVENTIONS[attention.kind]}"
+        elif fix:
+            convention = fix
         return Check(rule, "fail", "the mask hides the past instead of the future (the triangle below the diagonal, "
-                                   f"not above it): {FLIPPED_FIX.get(attention.kind, FLIPPED_FIX['softmax'])}")
-    for shift, words in ((0, "the diagonal is hidden too: each token hides itself (triu(…, diagonal=0); use 1)"),
-                         (2, "one future token is visible: row i sees key i + 1 (triu(…, diagonal=2); use 1)")):
+                                   f"not above it): {convention}")
+    for shift, words in ((0, "the diagonal is hidden too: each token hides itself"),
+                         (2, "one future token is visible: row i sees key i + 1")):
         if torch.equal(first, torch.ones(nq, nk, dtype=torch.bool).triu(shift + nk - nq)):
-            return Check(rule, "fail", words)
+            return Check(rule, "fail", f"{words} ({fix or 'hide exactly the keys after each query, j > i'})")
     wrong = (hidden != future.expand_as(hidden)).nonzero()[0]
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
@@ -408,6 +506,88 @@ FLIPPED_FIX = {  # what to pass instead of a mask that hides the past, by the at
     "softmax": "hide torch.triu(…, diagonal=1) with masked_fill, not torch.tril(…, diagonal=-1) (or the mask "
                "transposed)",
 }
+
+
+CONVENTIONS = {  # how a call's boolean attn_mask reads, by the attention's kind
+    "sdpa": "SDPA's boolean attn_mask keeps where it is True",
+    "nn.MultiheadAttention": "nn.MultiheadAttention's boolean attn_mask hides where it is True",
+}
+FLOAT_MASK = ("a float attn_mask is added to the scores: −∞ belongs above the diagonal only, "
+              "torch.full((n, n), float('-inf')).triu(1)")
+
+
+@dataclass(frozen=True)
+class Triangle:
+    """A triangle the module made, which may be its mask: a ``tril``/``triu`` call of its forward, or a mask buffer
+    shaped like one (its nonzero cells)."""
+
+    name: str  # "tril" or "triu"
+    diagonal: int
+    buffer: str | None = None  # the buffer's name; None: a call of the forward
+    line: str = ""  # the call's place: " on line 12", " on line 40 of modeling_gpt2.py"
+
+    def cells(self, n: int) -> torch.Tensor:
+        """bool (n, n): the cells the triangle marks, in its top-left n × n corner."""
+        ones = torch.ones(n, n, dtype=torch.bool)
+        return ones.tril(self.diagonal) if self.name == "tril" else ones.triu(self.diagonal)
+
+    def call(self, diagonal: int | None = None, name: str | None = None) -> str:
+        return f"{name or self.name}(…, diagonal={self.diagonal if diagonal is None else diagonal})"
+
+
+def _triangles(recording: tracing.Recording, module: nn.Module) -> list[Triangle]:
+    """The triangles the module made: its forward's ``tril``/``triu`` calls (with their diagonal and line), then its
+    square buffers whose nonzero cells are a ``tril`` or ``triu`` of diagonal −2 … 2 (a keep-mask of ones, a hide-mask,
+    an additive −∞ mask)."""
+    try:
+        own_file = inspect.getsourcefile(type(module))
+    except (TypeError, OSError):
+        own_file = None
+    found = []
+    for index, name, diagonal in recording.triangles:
+        op = recording.ops[index]
+        if len(op.shape) < 2:
+            continue
+        line = "" if op.line is None else f" on line {op.line}"
+        if op.line is not None and op.filename and op.filename != own_file:
+            line += f" of {op.filename.rsplit('/', 1)[-1]}"
+        found.append(Triangle(name, diagonal, line=line))
+    for buffer_name, buffer in module.named_buffers():
+        if buffer is None or buffer.dim() < 2 or buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
+            continue
+        square = buffer.reshape(-1, *buffer.shape[-2:])[0] != 0  # (c, c): the cells it marks
+        for name in ("triu", "tril"):
+            for diagonal in (1, 0, 2, -1, -2):
+                if torch.equal(square.cpu(), Triangle(name, diagonal).cells(square.shape[-1])):
+                    found.append(Triangle(name, diagonal, buffer=buffer_name))
+                    break
+            else:
+                continue
+            break
+    return found
+
+
+def _triangle_fix(triangles, hidden: torch.Tensor) -> str | None:
+    """The fix in the module's own terms for hidden cells ``hidden`` (nq, nk) that are not the future: the first
+    triangle whose cells are the hidden ones (a mask that hides: it should be triu(…, diagonal=1)) or the visible ones
+    (a mask that keeps: tril(…, diagonal=0)), and the call it should be — "the bias buffer, tril(…, diagonal=1),
+    marks the cells kept: build it with diagonal=0"; None when no triangle is the mask (or the map is not square)."""
+    nq, nk = hidden.shape
+    if nq != nk:
+        return None
+    for triangle in triangles:
+        cells = triangle.cells(nq)  # (n, n)
+        if torch.equal(cells, hidden.cpu()):
+            marks, name, diagonal = "hidden", "triu", 1
+        elif torch.equal(~cells, hidden.cpu()):
+            marks, name, diagonal = "kept", "tril", 0
+        else:
+            continue
+        wanted = f"diagonal={diagonal}" if triangle.name == name else triangle.call(diagonal, name)
+        if triangle.buffer is not None:
+            return f"the {triangle.buffer} buffer, {triangle.call()}, marks the cells {marks}: build it with {wanted}"
+        return f"the {triangle.call()}{triangle.line} marks the cells {marks}: use {wanted}"
+    return None
 
 
 def _no_key_left(attention: tracing.Attention) -> str:

@@ -48,6 +48,7 @@ from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
 from attnviz.producers import book
 from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
+from attnviz.words import amount
 
 RECORDED_BYTES = 2 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
 
@@ -88,6 +89,7 @@ class Attention:
     scale: float | None = None  # what the scores were multiplied by (1/√head_dim expected)
     hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see hidden_cells)
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
+    float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
@@ -122,6 +124,7 @@ class Recording:
     # that is computed from attention contexts alone (see _context_sources)
     fed_onwards: list[tuple[int, torch.Tensor, frozenset[int]]] = field(default_factory=list)
     triangular_mask: bool = False  # a masked_fill / where, or an SDPA / MultiheadAttention call, had a triangular mask
+    triangles: list[tuple[int, str, int]] = field(default_factory=list)  # (op index, "tril"/"triu", its diagonal)
 
 
 # -------------------------------------------------------------------- recording
@@ -190,6 +193,7 @@ class _Recorder(TorchFunctionMode):
         self.user_file: str | None = None  # the file of the module's class: a line elsewhere is named with its file
         self.linear_inputs: list[tuple[int, torch.Tensor, _Node | None]] = []  # (op index, input, its node)
         self.triangular_mask = False
+        self.triangles: list[tuple[int, str, int]] = []  # every tril / triu call: (op index, name, diagonal)
         self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
         self.dropout_calls: list[tuple[int, bool, float]] = []
         self.held_bytes = 0  # what the recorded outputs hold, a view counted as a copy
@@ -238,6 +242,10 @@ class _Recorder(TorchFunctionMode):
             self.linear_inputs.append((index, args[0], parents[0] if parents else None))
         if name in ("masked_fill", "masked_fill_", "where") and not self.triangular_mask:
             self.triangular_mask = any(_triangular(a) for a in args[:2] if isinstance(a, torch.Tensor))
+        if name in ("tril", "triu", "tril_", "triu_"):
+            diagonal = kwargs.get("diagonal", args[1] if len(args) > 1 else 0)
+            if isinstance(diagonal, int):
+                self.triangles.append((index, name.rstrip("_"), diagonal))
         return out
 
     def forget(self) -> None:
@@ -275,8 +283,8 @@ class _Recorder(TorchFunctionMode):
             attention.context = attention.returned
         self.fused_calls.append(attention)
         mask = kwargs.get("attn_mask", args[3] if name == "scaled_dot_product_attention" and len(args) > 3 else None)
-        if isinstance(mask, torch.Tensor) and not self.triangular_mask:
-            self.triangular_mask = _triangular(mask)
+        if isinstance(mask, torch.Tensor) and not self.triangular_mask:  # a float mask hides where it is very negative
+            self.triangular_mask = _triangular(mask if mask.dtype == torch.bool else mask < -1e4)
         parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
         node = _Node(name, tensor, parents, args, kwargs, index)
         self.nodes[id(tensor)] = node
@@ -331,6 +339,9 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
             "tokens or a smaller batch") from None
     except TraceError as error:
         words = None if forward_kwargs else _longer_than_context(module, x)
+        if words is None and _raised_in(error, "multi_head_attention_forward"):
+            batch_first = _not_batch_first(module, x)
+            words = None if batch_first is None else f"{str(error).rstrip('.')} — {batch_first}"
         if words is None:
             raise
         raise TraceError(words) from error
@@ -349,7 +360,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     fused = [a for a in recorder.fused_calls if tuple(a.weights.shape[-2:]) == (n, n)]
     attentions = sorted([*found, *fused], key=lambda a: a.op_index)
     if not attentions:
-        raise TraceError(_no_attention(recorder, x))
+        raise TraceError(_no_attention(recorder, x, module))
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
         raise TraceError(f"the forward returned shape {tuple(output.shape)} for an input of shape {tuple(x.shape)}: "
                          f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)")
@@ -359,7 +370,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
                    if (sources := _context_sources(node, contexts))]
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(),
                      dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
-                     triangular_mask=recorder.triangular_mask)
+                     triangular_mask=recorder.triangular_mask, triangles=recorder.triangles)
 
 
 def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
@@ -506,9 +517,10 @@ class _TooMuchRecorded(BaseException):
     Exception`` passes it)."""
 
 
-def _no_attention(recorder: _Recorder, x: torch.Tensor) -> str:
+def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None = None) -> str:
     """Why a forward has no attention over the n tokens of ``x`` (batch, n, d_in): no softmax or SDPA call at all,
-    or only ones whose weights are not (…, n, n) — the first named with its shape and line."""
+    or only ones whose weights are not (…, n, n) — the first named with its shape and line, or an
+    ``nn.MultiheadAttention`` of ``module`` built without ``batch_first=True`` (:func:`_not_batch_first`)."""
     n = x.shape[-2]
     seen = [(node.index, "softmax", tuple(node.out.shape)) for node, _ in recorder.softmaxes]
     seen += [(a.op_index, a.kind, tuple(a.weights.shape)) for a in recorder.fused_calls]
@@ -524,8 +536,40 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor) -> str:
         return ("no attention found: the forward computed no softmax over the last dimension and called no "
                 "scaled_dot_product_attention or nn.MultiheadAttention")
     index, kind, shape = min(seen)
+    if kind == "nn.MultiheadAttention" and shape[0] == n and shape[-1] == x.shape[0]:  # (n, h, batch, batch)
+        batch_first = _not_batch_first(module, x, _place(recorder, index))
+        if batch_first is not None:
+            return batch_first
     return (f"attention weights must have shape (..., n, n), one row per query and one column per key: (..., {n}, "
             f"{n}) for an input of shape {tuple(x.shape)}; the {kind}{_place(recorder, index)} gives {shape}")
+
+
+def _not_batch_first(module: nn.Module | None, x: torch.Tensor, where: str = "") -> str | None:
+    """Words for an ``nn.MultiheadAttention`` in ``module`` built without ``batch_first=True``: it reads ``x``
+    (batch, n, d) as batch tokens of n items ("the nn.MultiheadAttention on line 12 (self.mha) has batch_first=False,
+    …"); None when the module has none, or x's batch and tokens are as many (then nothing tells them apart)."""
+    if module is None or x.shape[0] == x.shape[1]:
+        return None
+    names = [name for name, sub in module.named_modules()
+             if isinstance(sub, nn.MultiheadAttention) and not sub.batch_first]
+    if not names:
+        return None
+    attribute = f" (self.{names[0]})" if names[0] else ""
+    batch, n = x.shape[:2]
+    return (f"the nn.MultiheadAttention{where}{attribute} has batch_first=False, so it reads your "
+            f"{tuple(x.shape)} input as {amount(batch, 'token')} × {amount(n, 'item')}: build it with "
+            "batch_first=True (or pass it (n, batch, d))")
+
+
+def _raised_in(error: BaseException, function: str) -> bool:
+    """Whether the exception behind ``error`` (its cause) was raised inside a call of ``function``."""
+    cause = error.__cause__
+    traceback = cause.__traceback__ if cause is not None else None
+    while traceback is not None:
+        if traceback.tb_frame.f_code.co_name == function:
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 def _triangular(tensor: torch.Tensor) -> bool:
@@ -785,7 +829,7 @@ def _recomputed_attention(kind, queries, keys, values, hidden, additive, scale, 
         hidden = additive < -1e4
     return Attention(kind=kind, weights=weights, masked=masked, scores=scores, scaled=scaled, dropped=weights,
                      queries=queries, keys=keys, values=values, context=context, scale=scale, hidden=hidden,
-                     is_causal=is_causal, dropout_p=dropout_p)
+                     is_causal=is_causal, dropout_p=dropout_p, float_mask=additive is not None)
 
 
 def _sdpa(args, kwargs) -> Attention:
@@ -1042,14 +1086,28 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
                      unrecorded=dict(attention.unrecorded))
 
 
+def causal_flag(module: nn.Module) -> tuple[str, nn.Module] | None:
+    """(its name, "" for the module itself; the module) of the first of ``module`` and its submodules whose
+    ``is_causal`` attribute is True (a Hugging Face attention layer's, which its model reads to build the mask);
+    None when none says so."""
+    for name, sub in module.named_modules():
+        if getattr(sub, "is_causal", None) is True:
+            return name, sub
+    return None
+
+
 def infer_causal(recording: Recording, attention: Attention, module: nn.Module | None = None) -> bool:
-    """Whether the module means to mask the future: an ``is_causal`` flag, a ``causal`` attribute, hidden cells
+    """Whether the module means to mask the future: an SDPA / MultiheadAttention call's ``is_causal`` flag, a
+    ``causal`` attribute, an ``is_causal`` attribute that is True (the module's or a submodule's), hidden cells
     above the diagonal, hidden cells that are a causal mask inverted (the past and the diagonal), a triangular mask
-    applied (masked_fill, where, or a call's boolean attn_mask), or a triangular mask buffer."""
+    applied (masked_fill, where, or a call's attn_mask: boolean, or a float one very negative in a triangle), or a
+    triangular mask buffer."""
     if attention.is_causal:
         return True
     if module is not None and isinstance(getattr(module, "causal", None), bool):
         return module.causal
+    if module is not None and causal_flag(module) is not None:
+        return True
     hidden_all = None if attention.hidden is None else attention.hidden.expand(attention.masked.shape)  # (b, h, nq, nk)
     first = Attention(kind=attention.kind, weights=attention.weights[:1, :1], masked=attention.masked[:1, :1],
                       scaled=None if attention.scaled is None else attention.scaled[:1, :1],

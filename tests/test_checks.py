@@ -4,6 +4,7 @@ import copy
 import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,12 @@ def failing(module, **kwargs) -> set[str]:
 
 def verdict(module, rule, **kwargs) -> checks.Check:
     return next(check for check in checks.check_module(module, **kwargs) if check.rule == rule)
+
+
+def user_modules_line(text: str) -> int:
+    """The number of the line of tests/helpers/user_modules.py that holds ``text``."""
+    lines = Path(um.__file__).read_text().splitlines()
+    return next(number for number, line in enumerate(lines, start=1) if text in line)
 
 
 def mha(bug=None, dropout=0.0):
@@ -740,3 +747,118 @@ def test_one_token_says_matches_reference_compares_only_v_and_the_heads_order():
     one = verdict(mha("no-scale"), "matches-reference", x=torch.randn(2, 1, 16))
     assert one.status == "pass" and "with 1 token the one weight is 1 whatever the scores" in one.evidence
     assert verdict(mha("no-scale"), "matches-reference", x=torch.randn(2, 2, 16)).status == "fail"
+
+
+@pytest.mark.parametrize(("module", "who"), [
+    (um.MaskedByCaller(), "the module's is_causal attribute is True"),
+    (um.WrapsMaskedByCaller(), "its attn (MaskedByCaller) has is_causal = True"),
+], ids=["the-module", "a-submodule"])
+def test_an_is_causal_attribute_means_causal_and_a_layer_that_masks_nothing_fails_in_those_words(module, who):
+    """A layer that says ``is_causal = True`` but masks only through a mask its caller passes, called alone: the
+    rules called it "not causal" and skipped both causal rules."""
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(module.eval())}
+    assert results["causal"].status == "fail"
+    assert f"position 0 sees the future — {who}, yet no mask hides the future: the flag masks nothing by itself" \
+        in results["causal"].evidence
+    assert results["mask-convention"] == checks.Check(
+        "mask-convention", "fail", f"{who}, yet no cell is hidden: the flag masks nothing by itself; the forward must "
+        "hide the future (masked_fill, or SDPA's is_causal=True)")
+    recording = tracing.record(module, checks.default_input(module))
+    assert tracing.infer_causal(recording, recording.attentions[0], module)
+
+
+def test_hugging_face_gpt2_attention_alone_in_eager_mode_fails_causal_saying_eager_masks_only_through_its_mask():
+    """GPT2Attention used alone has is_causal = True; its eager attention masks nothing without the model's
+    attention_mask, and its SDPA attention masks through is_causal."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    def layer(implementation):
+        config = transformers.GPT2Config(n_embd=64, n_head=4)
+        config._attn_implementation = implementation
+        torch.manual_seed(0)
+        return GPT2Attention(config, layer_idx=0).eval()
+
+    results = {c.rule: c for c in checks.check_module(layer("eager"))}
+    eager = ("GPT2Attention's eager attention masks only through attention_mask, which its model builds: pass it the "
+             "causal mask, or build the layer with attn_implementation=\"sdpa\" (it reads is_causal)")
+    assert results["causal"].status == "fail" and results["causal"].evidence.endswith(
+        f"position 0 sees the future — the module's is_causal attribute is True, yet no mask hides the future: {eager}")
+    assert results["mask-convention"] == checks.Check(
+        "mask-convention", "fail", f"the module's is_causal attribute is True, yet no cell is hidden: {eager}")
+    assert failing(layer("sdpa")) == set()
+
+
+def test_heads_merged_without_the_transpose_say_the_leak_comes_after_weights_at_v():
+    """The weights hide exactly the future (mask-convention passes) and the output still leaks: the evidence sent
+    the user to the mask."""
+    results = {c.rule: c for c in checks.check_module(mha("no-transpose-back"))}
+    assert results["mask-convention"].status == "pass"
+    assert results["causal"].status == "fail" and results["causal"].evidence.endswith(
+        "position 0 sees the future — the mask hides the future and each head's weights @ V before position 1 does "
+        "not move, so the leak comes after weights @ V: check how the heads are put back together (transpose(1, 2) "
+        "before view)")
+    assert "weights @ V" not in verdict(mha("masked-fill-copy"), "causal").evidence  # a mask that never applied
+
+
+def test_a_leak_past_a_right_mask_is_placed_in_the_weights_or_the_values():
+    """The weights hide exactly the future: a softmax over the queries leaks through the weights themselves, values
+    made from the whole sequence leak through weights @ V."""
+    assert verdict(mha("softmax-dim"), "causal").evidence.endswith(
+        "position 0 sees the future — the mask hides the future, but the softmax ran over dim=-2 (the queries): each "
+        "weight is divided by a sum over every query, later ones included — use dim=-1 (the keys)")
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.CentredValues().eval())}
+    assert results["mask-convention"].status == "pass"
+    assert results["causal"].evidence.endswith(
+        "position 0 sees the future — the mask hides the future and the weights before position 1 do not move, yet "
+        "each head's weights @ V there does: the values of earlier tokens depend on later ones")
+
+
+@pytest.mark.parametrize(("module", "fix"), [
+    (um.KeepMaskOffByOne(), "(the bias buffer, tril(…, diagonal=1), marks the cells kept: build it with diagonal=0)"),
+    (um.KeepMaskOffByOne(inline=True), "(the tril(…, diagonal=1) on line {line} marks the cells kept: use "
+                                       "diagonal=0)"),
+    (mha("one-future-visible"), "(the mask buffer, triu(…, diagonal=2), marks the cells hidden: build it with "
+                                "diagonal=1)"),
+], ids=["keep-mask-buffer", "keep-mask-in-the-forward", "hide-mask-buffer"])
+def test_a_mask_off_by_one_names_the_call_the_module_made(module, fix):
+    """nanoGPT's keep-mask ``tril(ones, diagonal=1)`` applied as ``masked_fill(bias == 0, …)`` was told
+    "(triu(…, diagonal=2); use 1)": a call its code does not contain."""
+    torch.manual_seed(0)
+    line = user_modules_line("keep = torch.ones(T, T).tril(diagonal=1)")
+    check = verdict(module.eval(), "mask-convention")
+    assert check == checks.Check("mask-convention", "fail",
+                                 "one future token is visible: row i sees key i + 1 " + fix.format(line=line))
+
+
+def test_a_float_sdpa_mask_that_hides_the_past_is_told_about_float_masks_and_its_own_tril():
+    """A float additive mask with −∞ below the diagonal was told "SDPA's boolean attn_mask keeps where it is True:
+    pass torch.tril(…bool)", and with no buffer to say causal it was called "not causal"."""
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.SDPAFloatMaskBelow().eval())}
+    assert results["causal"].status == "fail"
+    line = user_modules_line('mask = torch.full((n, n), float("-inf")).tril(-1)')
+    assert results["mask-convention"] == checks.Check(
+        "mask-convention", "fail", "the mask hides the past instead of the future (the triangle below the diagonal, "
+        f"not above it): the tril(…, diagonal=-1) on line {line} marks the cells hidden: use triu(…, diagonal=1); a "
+        "float attn_mask is added to the scores: −∞ belongs above the diagonal only, "
+        "torch.full((n, n), float('-inf')).triu(1)")
+    assert "boolean" not in results["mask-convention"].evidence
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "with-its-mask"])
+def test_multihead_attention_without_batch_first_says_so(masked):
+    """nn.MultiheadAttention built without batch_first=True reads (batch, n, d) as batch tokens of n items: the
+    message was a lecture on weight shapes (no mask), or only torch's attn_mask shape error (a causal mask)."""
+    with pytest.raises(tracing.TraceError) as caught:
+        checks.check_module(um.MHAWithoutBatchFirst(masked=masked).eval())
+    words = ("(self.mha) has batch_first=False, so it reads your (2, 8, 32) input as 2 tokens × 8 items: build it "
+             "with batch_first=True (or pass it (n, batch, d))")
+    if masked:  # torch's own error first: the (8, 8) mask is not (2, 2)
+        assert str(caught.value).startswith("the forward raised RuntimeError: The shape of the 2D attn_mask is")
+        assert str(caught.value).endswith(f" — the nn.MultiheadAttention {words}")
+    else:
+        line = user_modules_line("return self.mha(x, x, x, need_weights=False)[0]")
+        assert str(caught.value) == f"the nn.MultiheadAttention on line {line} {words}"

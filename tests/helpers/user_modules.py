@@ -1054,3 +1054,126 @@ class BuiltOnMeta(CausalSelfAttention):
     def __init__(self, n_embd=32, n_head=4, block_size=16, dropout=0.0):
         with torch.device("meta"):
             super().__init__(n_embd, n_head, block_size, dropout, flash=False)
+
+
+class MaskedByCaller(nn.Module):
+    """A Hugging Face-style attention layer: it says ``is_causal = True``, but masks only through the
+    ``attention_mask`` its model would build and pass; called alone, ``forward(x)`` masks nothing."""
+
+    def __init__(self, d_in=16, d_out=16, num_heads=4):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.is_causal = True
+        self.qkv = nn.Linear(d_in, 3 * d_out)
+        self.o_proj = nn.Linear(d_out, d_out)
+
+    def forward(self, x, attention_mask=None):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # (b, n, d_out) each
+        q, k, v = (t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (b, h, n, hd)
+        scores = q @ k.transpose(2, 3) / self.head_dim ** 0.5  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        if attention_mask is not None:
+            scores = scores + attention_mask  # (b, h, n, n)
+        weights = torch.softmax(scores, dim=-1)  # (b, h, n, n)
+        context = (weights @ v).transpose(1, 2).reshape(b, n, -1)  # (b, h, n, hd) -> (b, n, d_out)
+        return self.o_proj(context)  # (b, n, d_out)
+
+
+
+class WrapsMaskedByCaller(nn.Module):
+    """A block that calls a ``MaskedByCaller`` layer as ``self.attn(x)``, without the mask."""
+
+    def __init__(self, d_in=16):
+        super().__init__()
+        self.attn = MaskedByCaller(d_in, d_in)
+
+    def forward(self, x):
+        return self.attn(x)  # (b, n, d_in)
+
+
+
+class KeepMaskOffByOne(nn.Module):
+    """Bug: nanoGPT's keep-mask built with ``torch.tril(…, diagonal=1)`` and applied as ``masked_fill(bias == 0, …)``:
+    every token also sees the next one (``inline``: the keep-mask is built in the forward)."""
+
+    def __init__(self, n_embd=32, n_head=4, block_size=16, inline=False):
+        super().__init__()
+        self.n_head, self.n_embd, self.inline = n_head, n_embd, inline
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        keep = torch.tril(torch.ones(block_size, block_size), diagonal=1)  # (block_size, block_size)
+        self.register_buffer("bias", keep.view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        if self.inline:
+            keep = torch.ones(T, T).tril(diagonal=1)  # (T, T)
+            att = att.masked_fill(keep == 0, float("-inf"))  # (B, nh, T, T)
+        else:
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))  # (B, nh, T, T)
+        att = F.softmax(att, dim=-1)  # (B, nh, T, T)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)  # (B, nh, T, hs) -> (B, T, C)
+        return self.c_proj(y)  # (B, T, C)
+
+
+
+class SDPAFloatMaskBelow(nn.Module):
+    """Bug: a float additive mask for SDPA with −∞ below the diagonal (``.tril(-1)`` where ``.triu(1)`` belongs):
+    it hides the past and shows the future."""
+
+    def __init__(self, d_in=16, d_out=16, num_heads=4):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_out)
+        self.proj = nn.Linear(d_out, d_out)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # (b, n, d_out) each
+        q, k, v = (t.view(b, n, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # (b, h, n, head_dim)
+        mask = torch.full((n, n), float("-inf")).tril(-1)  # (n, n): −∞ below the diagonal
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (b, h, n, head_dim)
+        return self.proj(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_out)
+
+
+
+class MHAWithoutBatchFirst(nn.Module):
+    """Bug: ``nn.MultiheadAttention`` built without ``batch_first=True`` and fed (batch, n, d): it reads the batch as
+    the tokens and attends across the items (``masked``: with a causal attn_mask, which torch refuses: it is
+    (n, n), not (batch, batch))."""
+
+    def __init__(self, embed_dim=32, num_heads=4, masked=True):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(embed_dim, num_heads)
+        self.masked = masked
+
+    def forward(self, x):
+        n = x.shape[1]
+        if not self.masked:
+            return self.mha(x, x, x, need_weights=False)[0]  # (b, n, d)
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n): True above the diagonal
+        return self.mha(x, x, x, attn_mask=mask, need_weights=False)[0]  # (b, n, d)
+
+
+
+class CentredValues(nn.Module):
+    """Bug: the values are projected from x centred over the whole sequence (x − its mean over the tokens), so every
+    token's value depends on later tokens, though the causal mask is right."""
+
+    def __init__(self, d_in=16, d_out=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k = self.W_query(x), self.W_key(x)  # (b, n, d_out) each
+        v = self.W_value(x - x.mean(dim=1, keepdim=True))  # (b, n, d_out)
+        s = (q @ k.transpose(1, 2)) / k.shape[-1] ** 0.5  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), -torch.inf)  # (b, n, n)
+        return torch.softmax(s, dim=-1) @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
