@@ -1,7 +1,14 @@
 """The Pitfall lab: the bug picked, its diff against the book's code, the correct and the buggy version side by side
-with each one's verdict and map, and the causality leak detector.  ``pages/pitfalls.py`` calls :func:`draw`."""
+with each one's verdict and map, and the causality leak detector.  ``pages/pitfalls.py`` calls :func:`draw`.
+
+The lab is a fragment, and its leak detector a fragment within it: picking a bug reruns the lab alone (not the
+sidebar), moving the perturbed token the leak detector alone (not the bug's maps).  Each fragment takes the trace's
+key, not the Trace — Streamlit keeps a fragment's arguments for the session's lifetime — and draws the sidebar's
+Share link (``ctx.link``) once it has bound its URL parameter, so the link carries the bug and token it draws."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 import streamlit as st
@@ -12,12 +19,20 @@ from attnviz.labs.pitfalls.catalogue import PITFALLS, Pitfall
 from attnviz.labs.pitfalls.workbench import LabSetup
 from attnviz.tokens import counted
 from attnviz.ui import compute, lab_selectors
+from attnviz.ui.cache import trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import share_link
 
 
 def draw(ctx: Context) -> None:
     """The page below its title: what the lab runs, the bug picked (or the table of bugs), the leak detector."""
+    _lab(dataclasses.replace(ctx, trace=None), ctx.trace_key)
+
+
+@st.fragment
+def _lab(context: Context, key: tuple) -> None:
+    """The lab, a fragment: ``context`` without its Trace, which ``key`` looks up on every run."""
+    ctx = dataclasses.replace(context, trace=trace_of(key))
     trace, config = ctx.trace, ctx.config
     tokens = workbench.lab_tokens(trace.tokens)
     n = len(tokens)
@@ -49,7 +64,11 @@ def draw(ctx: Context) -> None:
         else:
             both_versions(ctx, setup, tokens, pitfall, bug)
 
-    leak_detector(ctx, setup, tokens, None if bug == "none" else bug)
+    link = None
+    if ctx.link is not None:  # None: setup drew the link (a stale view)
+        with ctx.link:
+            link = st.container()  # made by this fragment, so that the leak detector's own runs can fill it
+    leak_detector(dataclasses.replace(context, link=link), key, setup, tokens, None if bug == "none" else bug)
 
 
 def wanted_heads(ctx: Context) -> int:
@@ -87,9 +106,10 @@ def both_versions(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], pitfal
         st.plotly_chart(extra, config=plotly_config(f"attnviz-pitfall-{bug}"))
 
 
-def leak_detector(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], bug: str | None) -> None:
+@st.fragment
+def leak_detector(ctx: Context, key: tuple, setup: LabSetup, tokens: tuple[str, ...], bug: str | None) -> None:
     """Perturb the picked token's input and show which outputs move: any before it is a leak (``bug``: None, the
-    book's code)."""
+    book's code).  A fragment: ``ctx`` has no Trace; ``key`` is the trace's."""
     st.header("Causality leak detector")
     subject = catalogue.leak_subject(ctx.config, setup, bug)
     st.caption(f"Add seeded noise to one token's input embedding, rerun {subject} and measure how far every output "
@@ -102,7 +122,7 @@ def leak_detector(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], bug: s
                 icon=":material/info:")
         return
     with st.spinner("Perturbing…"):
-        report = compute.leak(ctx.trace_key, wanted_heads(ctx), bug, j, ctx.trace)
+        report = compute.leak(key, wanted_heads(ctx), bug, j, trace_of(key))
     if "error" in report:
         st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
                    "there is nothing to compare.", icon=":material/error:")

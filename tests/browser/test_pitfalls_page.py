@@ -1,5 +1,6 @@
 """The Pitfall lab in a real Chromium: the leak verdict is visible, switching on a bug shows it next to the
-book's code, the screenshot for the README is saved, and the Share link opens the bug picked."""
+book's code, the screenshot for the README is saved, the Share link opens the bug picked, and a bug or a perturbed
+token reruns the lab's fragment alone (the leak detector's, for a token)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,61 @@ def test_the_share_link_opens_the_bug_picked(page, base_url, browser):
         expect(shown.get_by_test_id("stAlert").filter(has_text="The link's")).to_have_count(0)
     finally:
         other.close()
+
+
+def _is_new_session(frame: bytes) -> bool:
+    """Whether a websocket frame is the ``new_session`` message Streamlit sends at the start of every run."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    msg = ForwardMsg()
+    msg.ParseFromString(frame)
+    return msg.WhichOneof("type") == "new_session"
+
+
+def test_a_bug_reruns_the_lab_alone_and_a_token_the_leak_detector_alone(page, base_url):
+    """A bug picked sends the lab (its code, its maps, the leak detector) and the Share link — not the sidebar's
+    settings; a perturbed token moved sends the leak detector and the link — not the bug's code and maps; the URL
+    and the Share link carry both after each, and a sidebar setting changed afterwards reruns the whole page with
+    the bug and the token kept."""
+    received: list[bytes] = []
+    page.on("websocket", lambda socket: socket.on(
+        "framereceived", lambda payload: received.append(payload if isinstance(payload, bytes) else payload.encode())))
+    page.goto(f"{base_url}/pitfalls")
+    wait_idle(page)
+    main = page.get_by_test_id("stMain")
+    received.clear()
+    before = runs(page)
+    main.get_by_role("radio", name=label("masked_fill")).click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    sent = b"".join(frame for frame in received if not _is_new_session(frame))  # each run's, which lists the pages
+    assert PITFALLS["masked_fill"].correct_line.encode() in sent and b"Causality leak detector" in sent
+    assert b"Link to this view" in sent  # the Share link, with the bug
+    for setting in (b"Attention variant", b"Dropout p", b"Model size"):
+        assert setting not in sent, f"{setting!r}: the sidebar is not sent again for a bug"
+    expect(main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))).to_have_count(2)
+    assert query_of(page.url)["bug"] == "masked_fill" and query_of(share_link(page))["bug"] == "masked_fill"
+
+    received.clear()
+    before = runs(page)
+    main.get_by_role("slider").press("ArrowRight")  # the default sentence's 6 tokens: 3 → 4
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    sent = b"".join(frame for frame in received if not _is_new_session(frame))
+    assert b"perturb token 4 " in sent and b"Link to this view" in sent
+    for drawn_once in (PITFALLS["masked_fill"].correct_line.encode(), b"Switch on a bug", b"Attention variant"):
+        assert drawn_once not in sent, f"{drawn_once!r}: only the leak detector is sent again for a token"
+    expect(main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))).to_have_count(2)
+    assert {key: query_of(page.url)[key] for key in ("bug", "token")} == {"bug": "masked_fill", "token": "4"}
+    assert {key: query_of(share_link(page))[key] for key in ("bug", "token")} == {"bug": "masked_fill", "token": "4"}
+
+    before = runs(page)
+    page.get_by_test_id("stSidebar").get_by_test_id("stCheckbox").filter(has_text="Causal mask").locator(
+        "label").click()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text("causal mask off, set by", exact=False)).to_be_visible()
+    expect(main.get_by_role("radio", name=label("masked_fill"))).to_be_checked()
+    expect(main.get_by_role("slider")).to_have_value("4")
+    assert {key: query_of(page.url)[key] for key in ("bug", "token", "causal")} == {
+        "bug": "masked_fill", "token": "4", "causal": "false"}
