@@ -102,9 +102,9 @@ def _is_new_session(frame: bytes) -> bool:
 
 def test_a_bug_reruns_the_lab_alone_and_a_token_the_leak_detector_alone(page, base_url):
     """A bug picked sends the lab (its code, its maps, the leak detector) and the Share link — not the sidebar's
-    settings; a perturbed token moved sends the leak detector and the link — not the bug's code and maps; the URL
-    and the Share link carry both after each, and a sidebar setting changed afterwards reruns the whole page with
-    the bug and the token kept."""
+    settings —, and its maps draw no node a cell while their hover names the cell; a perturbed token moved sends the
+    leak detector and the link — not the bug's code and maps; the URL and the Share link carry both after each, and
+    a sidebar setting changed afterwards reruns the whole page with the bug and the token kept."""
     received: list[bytes] = []
     page.on("websocket", lambda socket: socket.on(
         "framereceived", lambda payload: received.append(payload if isinstance(payload, bytes) else payload.encode())))
@@ -121,7 +121,13 @@ def test_a_bug_reruns_the_lab_alone_and_a_token_the_leak_detector_alone(page, ba
     assert b"Link to this view" in sent  # the Share link, with the bug
     for setting in (b"Attention variant", b"Dropout p", b"Model size"):
         assert setting not in sent, f"{setting!r}: the sidebar is not sent again for a bug"
-    expect(main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))).to_have_count(2)
+    maps = main.locator("[data-testid=stPlotlyChart]").filter(has=page.locator(MAP_DRAWN))
+    expect(maps).to_have_count(2)
+    assert maps.locator("g.scatterlayer path.point").count() == 0, "the maps draw no node a cell (nothing selects)"
+    maps.first.scroll_into_view_if_needed()
+    box = maps.first.locator("g.imagelayer g.im image").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.7)  # a cell below the diagonal
+    expect(maps.first.locator("g.hoverlayer")).to_contain_text("query")  # its hover still names the cell
     assert query_of(page.url)["bug"] == "masked_fill" and query_of(share_link(page))["bug"] == "masked_fill"
 
     received.clear()
