@@ -22,7 +22,6 @@ from attnviz.ui import compute, lab_selectors
 from attnviz.ui.cache import trace_of
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import share_link
-from attnviz.views.figures import undrawn_points
 
 
 def draw(ctx: Context) -> None:
@@ -102,8 +101,6 @@ def both_versions(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], pitfal
                            + (", call 1" if stage == "dropped" else ""))
                 fig = pitfall_figures.weights_figure(version.observation, tokens, head=head, stage=stage,
                                                      dropout=setup.dropout)
-                # nothing here selects a cell: the cells' overlay is hovered only, and drawn as no node a cell
-                fig.update_traces(undrawn_points(), selector={"xaxis": "x2"})
                 st.plotly_chart(fig, config=plotly_config(f"attnviz-pitfall-{bug}-{name.split()[-1]}"))
     if (extra := pitfall_figures.extra_figure(result, tokens)) is not None:
         st.plotly_chart(extra, config=plotly_config(f"attnviz-pitfall-{bug}"))

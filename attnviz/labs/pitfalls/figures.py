@@ -26,7 +26,9 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
                    dropout: float = 0.0) -> go.Figure:
     """One head's weights; cells whose score really was −∞ (masked) are grey — what is drawn is what the
     code did, so an ineffective mask shows as coloured cells above the diagonal.  No title (pages say
-    which version it is): at this size a title would collide with the key-token axis on top."""
+    which version it is): at this size a title would collide with the key-token axis on top.  Its cells are hovered,
+    never selected (the lab explains no cell): their overlay is :func:`~attnviz.views.figures.undrawn_points`, no
+    node a cell."""
     values = observation.maps[stage][head].astype(np.float32).copy()  # (n, n)
     values[np.isneginf(observation.maps["masked"][head])] = np.nan  # masked by the code -> grey gap
     fig = figures.attention_heatmap(values, tokens[: values.shape[0]], stage, causal=False, dropout=dropout,
@@ -36,6 +38,7 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
         fig.add_trace(go.Scatter(x=nan_cols, y=nan_rows, mode="text",  # (key, query) positions, as the map's
                                  text=["NaN"] * nan_rows.size, textfont={"color": LEAK_COLOR, "size": 11},
                                  name="NaN", showlegend=False, hoverinfo="skip"))
+    fig.update_traces(figures.undrawn_points(), selector={"xaxis": "x2"})  # the cell overlay: hover only
     fig.update_layout(title={"text": ""})
     return fig
 
