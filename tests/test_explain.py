@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.checkpoints import random_gpt2
+from helpers.user_modules import BroadcastGQA
 from torch import nn
 
 import attnviz
@@ -226,31 +227,6 @@ class SlidingWindowAttention(nn.Module):
         return weights @ values
 
 
-class BroadcastGQA(nn.Module):
-    """Grouped-query attention that broadcasts its 2 key heads over 4 query heads instead of repeating them,
-    with an additive padding-style mask of −1e9 (finite) on the last key."""
-
-    def __init__(self, d_model=16, n_heads=4, n_kv_heads=2):
-        super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
-        self.wq = nn.Linear(d_model, d_model, bias=False)
-        self.wk = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        group = self.n_heads // self.n_kv_heads
-        q = self.wq(x).view(b, n, self.n_kv_heads, group, self.head_dim).permute(0, 2, 3, 1, 4)  # b, kv, g, n, d
-        k = self.wk(x).view(b, n, self.n_kv_heads, 1, self.head_dim).permute(0, 2, 3, 1, 4)  # b, kv, 1, n, d
-        v = self.wv(x).view(b, n, self.n_kv_heads, 1, self.head_dim).permute(0, 2, 3, 1, 4)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
-        padding = torch.zeros(n)
-        padding[-1] = -1e9
-        scores = scores + padding
-        weights = torch.softmax(scores, dim=-1)
-        return (weights @ v).reshape(b, n, -1)
-
-
 def user_trace(module, n=8, d_in=16, seed=0):
     torch.manual_seed(seed)
     x = torch.randn(1, n, d_in)
@@ -302,7 +278,7 @@ def test_sliding_window_cells_say_the_window_hides_them_and_the_temperature_is_t
 
 def test_grouped_keys_that_are_never_repeated_map_to_their_group():
     torch.manual_seed(3)
-    module = BroadcastGQA()
+    module = BroadcastGQA(mask="padding")
     trace, x = user_trace(module)
     assert trace.steps["keys"].shape[1] == 2 and trace.num_heads == 4
     with torch.no_grad():

@@ -13,7 +13,6 @@ import pytest
 import torch
 from helpers import user_modules
 from helpers.checkpoints import random_gpt2
-from torch import nn
 
 import attnviz
 from attnviz import ablation, models, pipeline, rope, weights
@@ -48,29 +47,6 @@ SESSION_MODELS = {  # a GPT model trained in the app with a bonus attention, run
 }
 
 
-class BroadcastGQA(nn.Module):
-    """A user's grouped-query attention that broadcasts its 2 K/V heads over 4 query heads instead of repeating
-    them: its Trace has fewer K/V heads than query heads."""
-
-    def __init__(self, d_model=16, n_heads=4, n_kv_heads=2):
-        super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
-        self.wq = nn.Linear(d_model, d_model, bias=False)
-        self.wk = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        group = self.n_heads // self.n_kv_heads
-        q = self.wq(x).view(b, n, self.n_kv_heads, group, self.head_dim).permute(0, 2, 3, 1, 4)  # (b, g, s, n, hd)
-        k = self.wk(x).view(b, n, self.n_kv_heads, 1, self.head_dim).permute(0, 2, 3, 1, 4)  # (b, g, 1, n, hd)
-        v = self.wv(x).view(b, n, self.n_kv_heads, 1, self.head_dim).permute(0, 2, 3, 1, 4)  # (b, g, 1, n, hd)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (b, g, s, n, n)
-        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
-        weights = torch.softmax(scores.masked_fill(mask, -torch.inf), dim=-1)  # (b, g, s, n, n)
-        return (weights @ v).permute(0, 3, 1, 2, 4).reshape(b, n, -1)  # (b, g, s, n, hd) -> (b, n, h·hd)
-
-
 MODULES = {  # users' own modules through attnviz.trace_module: (module, its input width)
     "module-nanogpt": (lambda: user_modules.CausalSelfAttention(flash=False), 32),
     "module-nanogpt-sdpa": (lambda: user_modules.CausalSelfAttention(flash=True), 32),
@@ -83,7 +59,7 @@ MODULES = {  # users' own modules through attnviz.trace_module: (module, its inp
     "module-learner-gqa-sdpa": (lambda: user_modules.LearnerGQAWithSDPA(16, 16, 16, 0.0, 4, num_kv_groups=2), 16),
     "module-learner-mla": (lambda: user_modules.LearnerMLA(16, 16, 16, 0.0, 4), 16),
     "module-learner-swa": (lambda: user_modules.LearnerSWA(16, 16, 16, 0.0, 4, sliding_window_size=3), 16),
-    "module-gqa-fewer-kv-heads": (lambda: BroadcastGQA(), 16),
+    "module-gqa-fewer-kv-heads": (lambda: user_modules.BroadcastGQA(), 16),
 }
 PRODUCERS = [*RUNS, "checkpoint-gpt2", "bundled", *SESSION_MODELS, *MODULES]
 

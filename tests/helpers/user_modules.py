@@ -1177,3 +1177,33 @@ class CentredValues(nn.Module):
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), -torch.inf)  # (b, n, n)
         return torch.softmax(s, dim=-1) @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
 
+
+class BroadcastGQA(nn.Module):
+    """A user's grouped-query attention that broadcasts its 2 K/V heads over 4 query heads instead of repeating
+    them: its Trace has fewer K/V heads than query heads.  ``mask``: "causal" (the future hidden) or "padding" (an
+    additive −1e9, finite, on the last key)."""
+
+    def __init__(self, d_model=16, n_heads=4, n_kv_heads=2, mask="causal"):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim, self.mask = n_heads, n_kv_heads, d_model // n_heads, mask
+        self.wq = nn.Linear(d_model, d_model, bias=False)
+        self.wk = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        group = self.n_heads // self.n_kv_heads
+        q = self.wq(x).view(b, n, self.n_kv_heads, group, self.head_dim).permute(0, 2, 3, 1, 4)  # (b, g, s, n, hd)
+        k = self.wk(x).view(b, n, self.n_kv_heads, 1, self.head_dim).permute(0, 2, 3, 1, 4)  # (b, g, 1, n, hd)
+        v = self.wv(x).view(b, n, self.n_kv_heads, 1, self.head_dim).permute(0, 2, 3, 1, 4)  # (b, g, 1, n, hd)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (b, g, s, n, n)
+        if self.mask == "padding":
+            padding = torch.zeros(n)  # (n,)
+            padding[-1] = -1e9
+            scores = scores + padding  # (b, g, s, n, n): the last key pushed down
+        else:
+            future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+            scores = scores.masked_fill(future, -torch.inf)  # (b, g, s, n, n)
+        weights = torch.softmax(scores, dim=-1)  # (b, g, s, n, n)
+        return (weights @ v).permute(0, 3, 1, 2, 4).reshape(b, n, -1)  # (b, g, s, n, hd) -> (b, n, h·hd)
+
