@@ -402,7 +402,9 @@ def test_the_knock_out_compares_with_the_model_as_trained_when_the_mask_is_off(c
     ids = tokens.encode("The cat sat on the mat. The cat sat on the")
     intact, without = (models.ablate(model, ids, heads)[-1].log_softmax(-1) for heads in ([], [(1, 0)]))
     top = int(intact.argmax())
-    change = next(m.value for m in at.metric if "log-probability of" in m.label)
+    knocked = next(m for m in at.metric if "log-probability of" in m.label and "without" in m.label)
+    assert float(knocked.value) == pytest.approx(float(without[top]), abs=2e-3)
+    change = knocked.proto.delta.removesuffix(" from intact")  # the metric's delta: knocked out minus intact
     assert float(change) == pytest.approx(float(without[top] - intact[top]), abs=2e-3)
 
 
