@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import urllib.parse
 
 from attnviz import config as configs
 from attnviz import pipeline, user_code, variants, weights
@@ -54,7 +55,16 @@ KNOCKOUT = "knockout"  # the Induction lab's heads knocked out together ("L0H1,L
 NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step"
 PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM, MAP_LAYER,
                STEP)  # pages' own URL parameters: not settings; the shown page's kept
-MAX_URL_TEXT = 2000  # longer texts are not put in the URL
+# The text's length in the URL, percent-encoded (a non-ASCII character takes 6–12 bytes): the server (uvicorn's h11)
+# reads a request's line and headers only up to 16 KiB; this leaves room for the other parameters and the browser's
+# headers and cookies, and holds a typical 1,024-token English text (4–6 kB).  A longer text is not put in the URL.
+MAX_URL_TEXT_BYTES = 12_000
+
+
+def url_text_fits(text: str) -> bool:
+    """Whether ``text`` goes in a URL: its percent-encoded length (as a link writes it) is within
+    :data:`MAX_URL_TEXT_BYTES`."""
+    return len(urllib.parse.quote_plus(text)) <= MAX_URL_TEXT_BYTES
 
 
 def defaults() -> dict:
@@ -356,7 +366,7 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
 
 def url_value(key: str, value) -> str | None:
     """The URL parameter of the setting ``key`` (None: a text too long for a URL)."""
-    if key == "text" and len(value) > MAX_URL_TEXT:
+    if key == "text" and not url_text_fits(value):
         return None
     return str(value).lower() if isinstance(value, bool) else str(value)
 

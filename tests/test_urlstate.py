@@ -70,3 +70,36 @@ def test_a_link_naming_a_checkpoint_gives_the_book_classes_the_default_sizes_and
     sizes = urlstate.book_sizes_of_link({"weights": "bundled model", "layer": "1", "d_in": "32", "num_heads": "2",
                                          "num_kv_groups": "3", "head": "1"})
     assert sizes == {**{key: urlstate.DEFAULTS[key] for key in urlstate.BOOK_SIZES}, "num_kv_groups": 3}
+
+
+# A typical English text of GPT-2's full 1,024-token context: prose with punctuation and line breaks.
+_SENTENCES = ("The teacher opened the lecture with a question. Why does each word look back at the others, and how "
+              "much? Attention answers it: a query meets every key, the scores are scaled, masked and normalised, "
+              "and the weights mix the values.\n")
+
+
+def english_text(tokens_wanted: int = 1024) -> str:
+    from attnviz import tokens
+
+    ids = tokens.encode(_SENTENCES * 60)[:tokens_wanted]  # 1,024 tokens
+    return tokens.decode(ids)
+
+
+def test_a_1024_token_english_text_is_in_the_link_and_the_url():
+    text = english_text()
+    assert len(text) > 4000  # far over the 2,000 characters a link once held
+    values = {**DEFAULTS, "text": text}
+    assert share_query(values)["text"] == text and url_query(values)["text"] == text
+    assert link_gives(url_query(values), values)
+
+
+def test_the_text_is_bounded_by_its_length_in_the_url_not_its_characters():
+    assert urlstate.MAX_URL_TEXT_BYTES <= 16 * 1024 - 4096  # h11's 16 KiB request head, 4 KiB left for the rest
+    letters = "a" * urlstate.MAX_URL_TEXT_BYTES
+    assert share_query({**DEFAULTS, "text": letters})["text"] == letters
+    assert "text" not in share_query({**DEFAULTS, "text": letters + "a"})
+    accented = "é" * (urlstate.MAX_URL_TEXT_BYTES // 6)  # %C3%A9: 6 bytes a character
+    assert share_query({**DEFAULTS, "text": accented})["text"] == accented
+    cjk = "日" * 1500  # 1,500 characters, 13,500 bytes in a URL (%E6%97%A5)
+    assert "text" not in share_query({**DEFAULTS, "text": cjk}) and "text" not in url_query({**DEFAULTS, "text": cjk})
+    assert not link_gives({}, {**DEFAULTS, "text": cjk})

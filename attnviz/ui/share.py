@@ -9,10 +9,19 @@ import urllib.parse
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from attnviz import weights
 from attnviz.trace import Trace
 from attnviz.ui.cache import trace_key, trace_of
 from attnviz.ui.state import page_bind
-from attnviz.urlstate import MAX_URL_TEXT, PAGE_PARAMS, SETTING_KEYS, share_query
+from attnviz.ui.weights import session_id
+from attnviz.urlstate import (
+    MAX_URL_TEXT_BYTES,
+    PAGE_PARAMS,
+    SETTING_KEYS,
+    markdown_escape,
+    share_query,
+    url_text_fits,
+)
 
 
 def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:
@@ -49,11 +58,31 @@ def share_link(place: DeltaGenerator | None) -> None:
     base = (st.context.url or "").split("?", 1)[0]
     page_params = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}  # the shown page's
     link = base + "?" + urllib.parse.urlencode({**share_query(values), **page_params})
+    fits = url_text_fits(values["text"])
     with place:
-        st.caption("Link to this view (copy with the icon on the right):")
+        if not fits:
+            st.warning(text_left_out(), icon=":material/link_off:")
+        if values["weights"] in {option.name for option in weights.session_options(session_id())}:
+            st.warning(session_model_left_out(values["weights"]), icon=":material/link_off:")
+        st.caption("Link to this view (copy with the icon on the right):" if fits else
+                   "Link to this view with the default sentence in place of your text:")
         st.code(link, language=None, wrap_lines=True)
-        if len(values["text"]) > MAX_URL_TEXT:
-            st.caption(f"The text is longer than {MAX_URL_TEXT:,} characters and is not in the link.")
+
+
+def text_left_out() -> str:
+    """The warning where a link is copied whose text is too long for a URL."""
+    return (f"**Your text is not in this link**: it takes more than {MAX_URL_TEXT_BYTES:,} bytes in a URL (a letter "
+            "or digit takes 1, punctuation 3, a non-ASCII character 6–12). The link opens the default sentence, and "
+            "reloading this page loses the text too. Shorten the text to share it, or send the text with the link "
+            "to paste into *Text*.")
+
+
+def session_model_left_out(name: str) -> str:
+    """The warning where a link is copied whose weights are a model trained in this session."""
+    return (f"**The model in this link exists only in your session**: *{markdown_escape(name)}* was trained here, "
+            "so the link opens the book's classes with random weights anywhere else (and here after the server "
+            "restarts). To share it, download it from the Train page (*Download the trained model (zip)*), unzip it "
+            "and start the app with `streamlit run app.py -- --checkpoint FOLDER`: its links name that checkpoint.")
 
 
 def _export(write, key: tuple, *args) -> bytes:

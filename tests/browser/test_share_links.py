@@ -1,0 +1,80 @@
+"""Share links of long texts: a text of GPT-2's full 1,024-token context is in the Share link and the address bar, so
+the link opened in a new session and a reload show its view; a text too long for a URL is warned about where the link
+is copied."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from helpers.browser import assert_no_exception, expect, query_of, runs, share_link, wait_idle
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_urlstate import english_text  # noqa: E402
+
+pytestmark = pytest.mark.browser
+
+
+def sidebar(page):
+    return page.get_by_test_id("stSidebar")
+
+
+def text_box(page):
+    return sidebar(page).get_by_role("textbox", name="Text", exact=True)
+
+
+def visit(page, url: str) -> None:
+    page.goto(url)
+    wait_idle(page)
+    assert_no_exception(page)
+
+
+def commit_text(page, text: str) -> None:
+    before = runs(page)
+    box = text_box(page)
+    box.fill(text)
+    box.press("Control+Enter")
+    wait_idle(page, after=before)
+
+
+def shows_tokens(page, n: str) -> None:
+    expect(page.get_by_test_id("stMain").get_by_text(re.compile(rf"· {n} tokens ·")).first).to_be_visible()
+
+
+def test_a_typed_1024_token_text_survives_a_reload_and_its_link_opens_its_window_elsewhere(page, base_url, browser):
+    text = english_text()
+    visit(page, f"{base_url}/?head=3")
+    commit_text(page, text)
+    shows_tokens(page, "1024")
+    assert query_of(page.url)["text"] == text  # the address bar holds it
+    link = share_link(page)
+    assert query_of(link)["text"] == text and query_of(link)["head"] == "3", link[:200]
+    assert not sidebar(page).get_by_test_id("stAlertContainer").count()  # no warning: the text is in the link
+
+    page.reload()
+    wait_idle(page)
+    shows_tokens(page, "1024")
+    expect(text_box(page)).to_have_value(text)
+
+    other = browser.new_context(viewport=page.viewport_size)  # another session, as the link's recipient has
+    try:
+        fresh = other.new_page()
+        visit(fresh, link + "&row=300&col=100")  # the 256 × 256 window, which only a text over 256 tokens has
+        shows_tokens(fresh, "1024")
+        expect(text_box(fresh)).to_have_value(text)
+        assert {"head": "3", "row": "300", "col": "100"}.items() <= query_of(fresh.url).items(), fresh.url[-80:]
+        assert not fresh.get_by_test_id("stMain").get_by_text("Ignored URL parameter").count()
+    finally:
+        other.close()
+
+
+def test_a_text_too_long_for_a_url_is_warned_about_where_the_link_is_copied(page, base_url):
+    visit(page, f"{base_url}/?text={quote('日本語の文章。' * 300)}")  # 2,100 characters, 18,900 bytes in a URL
+    link = share_link(page)
+    assert "text" not in query_of(link)
+    warning = sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="Your text is not in this link")
+    expect(warning).to_be_visible()
+    expect(warning).to_contain_text("opens the default sentence")
