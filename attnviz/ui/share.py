@@ -9,11 +9,11 @@ import urllib.parse
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from attnviz import weights
+from attnviz import weights as core_weights
 from attnviz.trace import Trace
+from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import trace_key, trace_of
 from attnviz.ui.state import page_bind
-from attnviz.ui.weights import session_id
 from attnviz.urlstate import (
     MAX_URL_TEXT_BYTES,
     PAGE_PARAMS,
@@ -62,7 +62,7 @@ def share_link(place: DeltaGenerator | None) -> None:
     with place:
         if not fits:
             st.warning(text_left_out(), icon=":material/link_off:")
-        if values["weights"] in {option.name for option in weights.session_options(session_id())}:
+        if values["weights"] in {option.name for option in core_weights.session_options(ui_weights.session_id())}:
             st.warning(session_model_left_out(values["weights"]), icon=":material/link_off:")
         st.caption("Link to this view (copy with the icon on the right):" if fits else
                    "Link to this view with the default sentence in place of your text:")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode, no_exception
+from helpers.apptest import decode, no_exception, sidebar_notices
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models, use_checkpoints, write_checkpoints
 from helpers.maps import cells_shown
@@ -336,6 +336,8 @@ def test_a_session_trained_model_is_an_option_for_that_session_only(checkpoints,
     no_exception(at)
     assert at.sidebar.selectbox(key="weights").value == option.name
     assert f"{option.name} · layer 0 of 3" in at.caption[0].value
+    shared = sidebar_notices(at)  # where the link is copied: the link opens the book's classes anywhere else
+    assert "exists only in your session" in shared and "--checkpoint FOLDER" in shared and "Train page" in shared
     monkeypatch.setattr(ui_weights, "session_id", lambda: "session-two")
     other = app(weights=option.name)
     no_exception(other)
