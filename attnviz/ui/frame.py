@@ -6,6 +6,7 @@ small view helpers every page uses (modebar config, the compact shape diagram be
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -316,9 +317,27 @@ def weights_caption(ctx: Context) -> str:
 
 
 def plotly_config(filename: str) -> dict:
-    """Modebar whose camera button downloads PNG or SVG (the sidebar's choice) under ``filename``."""
+    """Modebar whose camera button downloads PNG or SVG (the sidebar's choice) under ``filename`` (made safe by
+    :func:`file_name`)."""
     return {
         "displaylogo": False,
-        "toImageButtonOptions": {"format": st.session_state.get("image_format", "png"), "filename": filename,
+        "toImageButtonOptions": {"format": st.session_state.get("image_format", "png"), "filename": file_name(filename),
                                  "scale": 2},
     }
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9]+")
+
+
+def file_name(*parts) -> str:
+    """A download's file name (without extension) that says what it holds: each part (a page, layer, head, stage …)
+    reduced to ASCII letters, digits and hyphens — any other run of characters one hyphen — empty parts and None left
+    out, joined by hyphens: ``file_name("attnviz-steps", "head2", "masked", "before:")`` is
+    ``"attnviz-steps-head2-masked-before"``."""
+    words = (_UNSAFE.sub("-", str(part)).strip("-") for part in parts if part is not None)
+    return "-".join(word for word in words if word) or "attnviz"
+
+
+def layer_part(config: AttentionConfig) -> str | None:
+    """A file name's layer: ``"layer1"`` for a checkpoint's layer, None for the book's classes (one layer)."""
+    return f"layer{config.layer}" if config.checkpoint is not None else None

@@ -25,7 +25,7 @@ from attnviz import kv_cache, tokens, variants
 from attnviz import weights as core_weights
 from attnviz.models import generation
 from attnviz.models import gpt as gpt_model
-from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.frame import Context, file_name, plotly_config
 from attnviz.ui.share import share_link
 from attnviz.ui.state import (
     forget_page_params,
@@ -337,7 +337,8 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         st.plotly_chart(generation_figures.rows_figure(
             z, row_labels, labels[:n_keys], prompt_length=result.prompt_length,
             title=f"layer {layer}, head {head}: each new token's query row over the cached keys"),
-            config=plotly_config(f"generate_L{layer}_H{head}"), key="generate_map")
+            config=plotly_config(file_name("attnviz-generate", f"layer{layer}", f"head{head}", f"step{index}")),
+            key="generate_map")
     with cache_col:
         flow_col, held_col = st.columns([2, 3])
         if layer is not None and step.cache_shapes[layer]:  # None: a model without layers; {}: no cache
@@ -441,7 +442,7 @@ def cost_section(ctx: Context, sizes) -> None:
     st.plotly_chart(generation_figures.kv_bytes_figure(
         lengths, curves, labels, marker_at=context,
         title=f"KV cache of {picked} with each attention ({dtype}, batch 1); dotted: its context length"),
-        config=plotly_config("kv_cache_bytes"), key="generate_cost_chart")
+        config=plotly_config("attnviz-generate-kv-cache-bytes"), key="generate_cost_chart")
     st.caption("The book's estimator formulas (bonus material ch04/04_gqa, 05_mla, 06_swa), computed by "
                "`attnviz.kv_cache_bytes`.")
     st.dataframe(presets_table(), hide_index=True, key="generate_presets", column_config={

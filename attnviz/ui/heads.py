@@ -16,7 +16,7 @@ from streamlit.delta_generator import DeltaGenerator
 from attnviz.background import after_the_browser_draws, yield_to_pages
 from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
-from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.frame import Context, file_name, layer_part, plotly_config
 from attnviz.ui.share import download_head_csv, share_link
 from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import COL, HEAD, ROW, STAGE, parse_head, parse_stage, parse_window_start
@@ -255,12 +255,13 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
         with slot.container():
             explained = why.explain(trace, head, early, picked)
     overview, fig = _focused_figures(*key, stage, head, row0, col0, size)
+    filename = file_name("attnviz-heads", layer_part(trace.config), f"head{head}", stage)
     with map_col:
         if overview is not None:
-            st.plotly_chart(overview, key="heads_map_overview", config=plotly_config(f"attnviz-head{head}-overview"))
+            st.plotly_chart(overview, key="heads_map_overview", config=plotly_config(f"{filename}-overview"))
         event = st.plotly_chart(fig, key=map_key, on_select="rerun",
                                 selection_mode=("points", "box", "lasso"),
-                                config=plotly_config(f"attnviz-head{head}-{stage}"))
+                                config=plotly_config(filename))
         st.caption("Drag to zoom (double-click resets); click a cell to see why it has its weight; "
                    "the modebar's box or lasso selects several cells to sum their attention — while the box or lasso "
                    "is picked, a click selects nothing: pick zoom or pan to click a cell again.")

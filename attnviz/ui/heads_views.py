@@ -13,7 +13,7 @@ from attnviz.tokens import counted
 from attnviz.ui import head_labels, module_check
 from attnviz.ui.checkpoint import layers_overview
 from attnviz.ui.focus import focus_from_grid, focus_from_row
-from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
+from attnviz.ui.frame import Context, beside_shape_diagram, file_name, layer_part, plotly_config, weights_caption
 from attnviz.ui.heads import (
     focused_head,
     head_selector,
@@ -47,7 +47,7 @@ def draw(ctx: Context) -> None:
     with grid_col:
         st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid", selection_mode="points", width="content",
                         on_select=functools.partial(focus_from_grid, trace.num_heads),
-                        config=plotly_config("attnviz-heads"))
+                        config=plotly_config(file_name("attnviz-heads", layer_part(config), "grid", stage)))
 
     url_notices("heads_focus")
     head = head_selector("heads_focus", trace.num_heads, config.head_label)  # the grid marks it

@@ -11,7 +11,7 @@ import streamlit as st
 from attnviz.config import AttentionConfig
 from attnviz.stats import row_entropy
 from attnviz.trace import Trace
-from attnviz.ui.frame import Context, beside_shape_diagram, plotly_config, weights_caption
+from attnviz.ui.frame import Context, beside_shape_diagram, file_name, layer_part, plotly_config, weights_caption
 from attnviz.ui.heads import head_selector, window_selector, within_layer_from_url
 from attnviz.ui.share import share_link
 from attnviz.ui.state import page_bind, url_notices
@@ -44,7 +44,7 @@ def draw(ctx: Context) -> None:
         step = steps.step_text(config, stage, trace.module_run)
         st.markdown(f"**{step['what']}**")
         st.code(step["code"], language="python")
-        view = HeadWindow(trace, head, row0, col0, size)
+        view = HeadWindow(trace, head, row0, col0, size, stage)
         before, after = pair()
         STAGE_VIEWS.get(stage, _context)(view, before, after)
 
@@ -60,6 +60,7 @@ class HeadWindow:
     row0: int
     col0: int
     size: int
+    stage: str = ""  # the stage the page shows: its maps' file names say it
 
     @property
     def config(self) -> AttentionConfig:
@@ -74,15 +75,22 @@ class HeadWindow:
         """One colour range for a before/after pair of score maps, so equal values look equal."""
         return figures.shared_range([self.crop(name) for name in names])
 
+    def file_name(self, *parts: str | None) -> str:
+        """A download's file name: the Steps page, the layer of a checkpoint, the head, the stage, then ``parts``."""
+        return file_name("attnviz-steps", layer_part(self.config), f"head{self.head}", self.stage, *parts)
+
     def heatmap(self, name, title: str, **extra) -> None:
-        """A stage's map (by name) or a computed one (an array, drawn as ``as_stage``), at the window's offsets."""
+        """A stage's map (by name) or a computed one (an array, drawn as ``as_stage``), at the window's offsets.
+        Its file name: the page's stage and the map's part, before/after as its title starts or ``file``."""
         config = self.config
+        part = extra.pop("file", None) or (title.split(":")[0] if title.startswith(("before:", "after:")) else name)
+        filename = self.file_name(part if isinstance(part, str) and part != self.stage else None)
         fig = figures.attention_heatmap(self.crop(name) if isinstance(name, str) else name, self.trace.tokens,
                                         extra.pop("as_stage", name), causal=config.causal,
                                         dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
                                         title=title, row_offset=self.row0, col_offset=self.col0,
                                         height=430 + figures.COLOUR_BAR_BELOW_PX, scale_below=True, **extra)
-        st.plotly_chart(fig, config=plotly_config(f"attnviz-head{self.head}-{title.split()[0]}"))
+        st.plotly_chart(fig, config=plotly_config(filename))
 
 
 def pair():
@@ -136,12 +144,12 @@ def _scaled(view: HeadWindow, before, after) -> None:
                 "(saturation: low entropy, tiny gradients).")
     left, right = pair()
     with left:
-        view.heatmap(with_scale, "softmax(scores ÷ √dₖ)", as_stage="weights")
+        view.heatmap(with_scale, "softmax(scores ÷ √dₖ)", as_stage="weights", file="softmax-scaled")
     with right:
-        view.heatmap(without_scale, "softmax(scores) — no scaling", as_stage="weights")
+        view.heatmap(without_scale, "softmax(scores) — no scaling", as_stage="weights", file="softmax-unscaled")
     st.plotly_chart(figures.entropy_bars(trace.tokens[view.row0:], row_entropy(with_scale),
                                          row_entropy(without_scale)),
-                    config=plotly_config("attnviz-entropy"))
+                    config=plotly_config(view.file_name("entropy")))
 
 
 def _masked(view: HeadWindow, before, after) -> None:
@@ -183,7 +191,7 @@ def _dropped(view: HeadWindow, before, after) -> None:
     st.plotly_chart(figures.difference_heatmap(view.crop("dropped"), view.crop("weights"), view.trace.tokens,
                                                title="difference: dropped − weights", row_offset=view.row0,
                                                col_offset=view.col0),
-                    config=plotly_config("attnviz-dropout-difference"))
+                    config=plotly_config(view.file_name("difference")))
 
 
 def _context(view: HeadWindow, before, after) -> None:

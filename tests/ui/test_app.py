@@ -406,7 +406,7 @@ def test_heads_page_maps_are_plotly_charts_a_map_per_head_and_selectable():
     assert focused_map["layout"]["dragmode"] == "zoom"  # a drag zooms; the modebar has box and lasso
     assert {t["name"] for t in focused_map["data"]} >= {"cells", "masked cells"}
     config = json.loads(charts["heads_map"].proto.config)
-    assert config["toImageButtonOptions"] == {"format": "png", "filename": "attnviz-head0-weights", "scale": 2}
+    assert config["toImageButtonOptions"] == {"format": "png", "filename": "attnviz-heads-head0-weights", "scale": 2}
     assert overview["data"][0]["type"] == "heatmap"
 
 

@@ -1,0 +1,56 @@
+"""Download file names: every chart's camera saves a file whose name says what it holds (page, layer of a checkpoint,
+head, stage, before/after) in safe characters, and no two charts of a page share one."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attnviz.ui.frame import file_name, plotly_config
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+SAFE = re.compile(r"^attnviz-[a-z0-9]+(-[A-Za-z0-9]+)*$")
+
+
+def test_a_file_name_keeps_letters_digits_and_hyphens_only():
+    assert file_name("attnviz-steps", "head2", "masked", "before:") == "attnviz-steps-head2-masked-before"
+    assert file_name("attnviz-steps", None, "head2", "", "softmax(scores ÷ √dₖ)") == \
+        "attnviz-steps-head2-softmax-scores-d"
+    assert file_name("a/b\\c", "..", "x y\tz", "é") == "a-b-c-x-y-z"
+    assert file_name(None, "") == "attnviz"
+    assert plotly_config("attnviz-head2-softmax(scores")["toImageButtonOptions"]["filename"] == \
+        "attnviz-head2-softmax-scores"
+
+
+def download_names(page: str, **query) -> list[str]:
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return [json.loads(chart.proto.config)["toImageButtonOptions"]["filename"] for chart in at.get("plotly_chart")]
+
+
+@pytest.mark.parametrize("stage", ["scaled", "masked", "weights", "dropped"])
+def test_the_steps_pages_maps_are_named_by_head_stage_and_before_or_after(stage):
+    names = download_names("pages/steps.py", head="2", stage=stage, num_heads="4", preset="custom")
+    assert f"attnviz-steps-head2-{stage}-before" in names and f"attnviz-steps-head2-{stage}-after" in names, names
+    assert len(set(names)) == len(names) and all(SAFE.match(name) for name in names), names
+    if stage == "scaled":
+        softmax = {"attnviz-steps-head2-scaled-softmax-scaled", "attnviz-steps-head2-scaled-softmax-unscaled"}
+        assert softmax <= set(names), names
+
+
+def test_the_heads_map_of_a_checkpoint_names_its_layer_and_generates_names_start_with_attnviz():
+    names = download_names("app.py", weights="bundled model", layer="1", head="1")
+    assert "attnviz-heads-layer1-head1-weights" in names, names
+    assert all(SAFE.match(name) for name in names), names
+    generated = download_names("pages/generate.py", weights="bundled model", new_tokens="4", step="2", head="1")
+    assert "attnviz-generate-kv-cache-bytes" in generated, generated
+    assert any(name.startswith("attnviz-generate-layer") and name.endswith("-head1-step2") for name in generated)
+    assert all(SAFE.match(name) for name in generated), generated
