@@ -121,6 +121,11 @@ class ModelKV:
             return f"{self.latent_dim - self.rope_dim} + {self.rope_dim} rope = {self.latent_dim}"
         return str(self.latent_dim)
 
+    @property
+    def window_text(self) -> str:
+        """The sliding window of the layers that have one ("512"); "—" for a model without."""
+        return f"{self.sliding_window_size:,}" if self.sliding_window_size else "—"
+
     def kwargs(self) -> dict:
         return {"emb_dim": self.emb_dim, "n_heads": self.n_heads, "n_layers": self.n_layers,
                 "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "latent_dim": self.latent_dim,

@@ -188,3 +188,18 @@ def test_an_mla_preset_names_its_latent_and_rope_parts():
     deepseek = kv_cache.preset("DeepSeek-V3 671B")
     assert deepseek.latent_dim == 576 and deepseek.rope_dim == 64 and deepseek.n_kv_heads is None
     assert deepseek.latent_text == "512 + 64 rope = 576"
+
+
+def test_the_cost_charts_byte_axis_labels_powers_of_10_only_in_si_units():
+    """Plotly's own log ticks put 2 and 5 between the powers of 10 ("2, 100M, 5, 2, 10M"): one tick a decade, in SI
+    units (1G, not Plotly's "1B", which reads as one byte)."""
+    lengths = kv_cache.context_lengths(131072)
+    fig = generation_figures.kv_bytes_figure(lengths, {"MHA": [2**20 * n for n in range(1, len(lengths) + 1)]},
+                                             title="t")
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.exponentformat == "SI"
+
+
+def test_a_presets_window_is_a_number_or_a_dash_never_none():
+    windows = {model.name: model.window_text for model in kv_cache.PRESETS}
+    assert windows["GPT-2 124M"] == "—" and "None" not in windows.values()
+    assert any(text[0].isdigit() for text in windows.values())  # a model with a sliding window: its W

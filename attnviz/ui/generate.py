@@ -446,7 +446,11 @@ def cost_section(ctx: Context, sizes) -> None:
     st.caption("The book's estimator formulas (bonus material ch04/04_gqa, 05_mla, 06_swa), computed by "
                "`attnviz.kv_cache_bytes`.")
     st.dataframe(presets_table(), hide_index=True, key="generate_presets", column_config={
-        "KV cache at full context": st.column_config.NumberColumn(format="%d", help="bytes, batch 1, in the dtype"),
+        "KV cache at full context": st.column_config.TextColumn(
+            alignment="right", help="batch 1, in the dtype; GB = 1000³ bytes, as the book's estimators print them"),
+        "bytes": st.column_config.NumberColumn(format="localized", help="the cache at full context in bytes"),
+        "window": st.column_config.TextColumn(alignment="right", help="the sliding window of the layers that have "
+                                              "one; — for a model without"),
         "K/V heads": st.column_config.TextColumn(alignment="right", help="K/V heads a layer caches; — for MLA, "
                                                  "which caches one latent per token instead (the latent column)"),
         "latent": st.column_config.TextColumn(
@@ -478,7 +482,7 @@ def presets_table() -> pd.DataFrame:
         rows.append({"model": model.name, "attention": model.attention, "context": model.context_length,
                      "layers": model.n_layers, "heads": model.n_heads, "K/V heads": model.kv_heads_text,
                      "head_dim": model.head_dim or -(-model.emb_dim // model.n_heads),
-                     "latent": model.latent_text, "window": model.sliding_window_size, "dtype": model.dtype,
-                     "KV cache at full context": model.bytes(), "size": kv_cache.format_bytes(model.bytes()),
+                     "latent": model.latent_text, "window": model.window_text, "dtype": model.dtype,
+                     "KV cache at full context": kv_cache.format_bytes(model.bytes()), "bytes": model.bytes(),
                      "source": model.source})
     return pd.DataFrame(rows)

@@ -124,7 +124,9 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     ticks = [n for n in [*lengths[:-1][::every], lengths[-1]] if n == lengths[-1] or lengths[-1] / n >= 1.5]
     fig.update_xaxes(type="log", title="context length (tokens)", tickvals=ticks,
                      ticktext=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}" for n in ticks])
-    fig.update_yaxes(type="log", title="KV cache (bytes)")
+    # a label at each power of 10 only ("1M", "10M", "100M", "1G": SI, so a billion bytes is not "1B"): Plotly's own
+    # log ticks add 2 and 5 between them, and "2 100M 5 2 10M" reads as one run of numbers
+    fig.update_yaxes(type="log", title="KV cache (bytes)", dtick=1, exponentformat="SI")
     # the legend under the plot, one entry a row, so the plot keeps the figure's width whatever the labels' length
     legend_px = COST_LEGEND_ROW_PX * len(curves) + 10
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=COST_PLOT_HEIGHT + legend_px,

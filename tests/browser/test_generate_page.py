@@ -5,6 +5,7 @@ and no model, the page's small random GPT (labelled as noise) caches the latent,
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -275,3 +276,16 @@ def test_a_real_models_chart_and_the_dtype_box_agree_on_its_dtype(page, server):
     expect(chart.locator("text.gtitle")).to_contain_text("(bf16, batch 1)")
     dtype_box = main.get_by_test_id("stSelectbox").filter(has_text="dtype")
     assert "fp32" not in dtype_box.inner_text() and "fp32" not in dtype_box.get_by_role("combobox").input_value()
+
+
+def test_the_cost_charts_byte_axis_reads_one_label_a_power_of_10(page, server):
+    """The cost chart's log byte axis labels 1M, 10M, 100M, 1G …, not Plotly's 2 and 5 between them ("2, 100M, 5, 2,
+    10M"), and a billion bytes reads 1G, not "1B"."""
+    page.goto(f"{server.url}/generate?random=none")
+    wait_idle(page, timeout=120_000)
+    assert_no_exception(page)
+    chart = page.get_by_test_id("stMain").locator(".js-plotly-plot").filter(has_text="KV cache of")
+    chart.scroll_into_view_if_needed()
+    labels = chart.evaluate("(gd) => [...gd.querySelectorAll('g.ytick text')].map((t) => t.textContent)")
+    assert len(labels) >= 3, labels
+    assert all(re.fullmatch(r"(1|10|100)[kMGTP]?", label) for label in labels), labels

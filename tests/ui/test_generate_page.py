@@ -119,7 +119,9 @@ def test_without_a_model_the_page_says_how_to_pick_one_and_shows_the_costs():
     assert [trace["name"].split(" ")[0] for trace in cost["data"]] == ["MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA"]
     table = at.dataframe[0].value
     assert {"GPT-2 124M", "Llama 3.2 1B", "Qwen3 0.6B", "Gemma 3 270M"} <= set(table["model"])
-    assert table.set_index("model").loc["Llama 3.2 1B", "KV cache at full context"] == 4 * 2**30
+    llama = table.set_index("model").loc["Llama 3.2 1B"]
+    assert llama["bytes"] == 4 * 2**30 and llama["KV cache at full context"] == "4.29 GB"  # in units, bytes beside
+    assert llama["window"] == "—" and not table.isna().any().any()  # no "None" where other columns say "—"
     at.selectbox(key="generate_sizes").set_value("Gemma 3 270M").run()
     assert not at.exception
     assert figure(at, "KV cache of Gemma 3 270M")
@@ -386,12 +388,10 @@ def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_
     title = figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
     assert "(bf16, batch 1)" in title
     table = at.dataframe[0].value.set_index("model")
-    assert cost_lines(at, "KV cache of Llama 3.2 1B")["GQA"]["y"][-1] == table.loc["Llama 3.2 1B",
-                                                                                  "KV cache at full context"]
+    assert cost_lines(at, "KV cache of Llama 3.2 1B")["GQA"]["y"][-1] == table.loc["Llama 3.2 1B", "bytes"]
     at.selectbox(key="generate_sizes").set_value("GPT-2 124M").run()  # a model published in fp32
     assert "(fp32, batch 1)" in figure(at, "KV cache of GPT-2 124M")["layout"]["title"]["text"]
-    assert cost_lines(at, "KV cache of GPT-2 124M")["MHA"]["y"][2] == table.loc["GPT-2 124M",
-                                                                                "KV cache at full context"]
+    assert cost_lines(at, "KV cache of GPT-2 124M")["MHA"]["y"][2] == table.loc["GPT-2 124M", "bytes"]
     at.selectbox(key="generate_dtype").set_value("fp32").run()  # picked: every model in it
     at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()
     assert "(fp32, batch 1)" in figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
