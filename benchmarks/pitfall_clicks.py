@@ -53,14 +53,14 @@ from browser import (
 from payload import text_of_tokens
 
 from attnviz.labs.pitfalls.catalogue import PITFALLS
-from attnviz.variants import LABELS
+from attnviz.variants import GQA, LABELS, MHA
 
 HERE = Path(__file__).resolve().parent
 PORTS = range(8851, 8860)
 BUG = "masked_fill"
 NO_BUG_MARKER = "No bug switched on"
-VARIANTS = (LABELS["gqa"], LABELS["mha"])  # the sidebar's options, in turn
-VARIANT_NOTE = f"heads of {LABELS['gqa']}"  # the lab's note under grouped-query: it runs MultiHeadAttention
+VARIANTS = (LABELS[GQA], LABELS[MHA])  # the sidebar's options, in turn
+VARIANT_NOTE = f"heads of {LABELS[GQA]}"  # the lab's note under grouped-query: it runs MultiHeadAttention
 TIMEOUT_MS = 120_000  # a click that takes longer is broken
 TOKENS = (33, 32)  # the slider's j after →, after ←
 
