@@ -125,8 +125,11 @@ def test_the_training_runs_with_mallocs_mmap_threshold_raised_and_restores_it(mo
     at.button(key="train_stop").click().run()
     assert job.join(TIMEOUT)
     assert malloc.threshold == memory.MMAP_THRESHOLD
-    # what the training freed goes back to the system
-    assert malloc.calls[-2:] == [(memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD), "trim"]
+    # what the training freed goes back to the system: a trim follows the threshold's restoring (the page's own
+    # runs may trim again after it: a new run's cache eviction)
+    restored = max(index for index, call in enumerate(malloc.calls) if call != "trim")
+    assert malloc.calls[restored] == (memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD)
+    assert malloc.calls[restored + 1 : restored + 2] == ["trim"]
 
 
 def test_a_second_start_in_the_same_session_is_refused_with_a_message():
