@@ -626,7 +626,7 @@ def test_the_maps_hover_their_values_and_export_png_and_svg(page, base_url, tmp_
             chart.locator(".modebar-btn[data-title^='Download plot']").click()
         saved = tmp_path / download.value.suggested_filename
         download.value.save_as(saved)
-        assert saved.name == f"attnviz-head0-weights.{image_format}", saved.name
+        assert saved.name == f"attnviz-heads-head0-weights.{image_format}", saved.name
         head = saved.read_bytes()[:200]
         assert head.startswith(b"\x89PNG") if image_format == "png" else b"<svg" in head
 
