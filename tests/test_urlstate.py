@@ -4,6 +4,7 @@ naming all, some or none of them, is recognised as giving them (``link_gives``),
 from __future__ import annotations
 
 import pytest
+from helpers.texts import english_text
 
 from attnviz import urlstate
 from attnviz.urlstate import DEFAULTS, fit_modern, link_gives, settings_from_query, share_query, url_query
@@ -73,18 +74,6 @@ def test_a_link_naming_a_checkpoint_gives_the_book_classes_the_default_sizes_and
 
 
 # A typical English text of GPT-2's full 1,024-token context: prose with punctuation and line breaks.
-_SENTENCES = ("The teacher opened the lecture with a question. Why does each word look back at the others, and how "
-              "much? Attention answers it: a query meets every key, the scores are scaled, masked and normalised, "
-              "and the weights mix the values.\n")
-
-
-def english_text(tokens_wanted: int = 1024) -> str:
-    from attnviz import tokens
-
-    ids = tokens.encode(_SENTENCES * 60)[:tokens_wanted]  # 1,024 tokens
-    return tokens.decode(ids)
-
-
 def test_a_1024_token_english_text_is_in_the_link_and_the_url():
     text = english_text()
     assert len(text) > 4000  # far over the 2,000 characters a link once held

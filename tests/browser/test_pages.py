@@ -14,12 +14,15 @@ from helpers.browser import (
     MAP_DRAWN,
     assert_no_exception,
     choose_option,
+    commit_text,
     expect,
     grown_margins,
     query_of,
     runs,
     save_screenshot,
     share_link,
+    sidebar,
+    text_box,
     wait_expanded,
     wait_idle,
     wait_past_double_click,
@@ -44,14 +47,6 @@ _CHIP_PIECES = """
 () => [...document.querySelectorAll('.attnviz-chips > span')].map((chip) =>
     [...chip.childNodes].filter((node) => node.nodeType === Node.TEXT_NODE).map((node) => node.textContent).join(''))
 """
-
-
-def sidebar(page):
-    return page.get_by_test_id("stSidebar")
-
-
-def text_box(page):
-    return sidebar(page).get_by_role("textbox", name="Text", exact=True)
 
 
 def charts(page):
@@ -97,15 +92,6 @@ def chip_pieces(page) -> list[str]:
 
 def query(page) -> dict[str, str]:
     return {key: values[-1] for key, values in parse_qs(urlsplit(page.url).query).items()}
-
-
-def commit_text(page, text: str) -> None:
-    """Type into the sidebar text area and commit with Ctrl+Enter, then wait for the rerun."""
-    before = runs(page)
-    box = text_box(page)
-    box.fill(text)
-    box.press("Control+Enter")
-    wait_idle(page, after=before)
 
 
 def go_to(page, label: str) -> None:

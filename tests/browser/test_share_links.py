@@ -5,39 +5,28 @@ is copied."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from helpers.browser import assert_no_exception, expect, query_of, runs, share_link, wait_idle
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_urlstate import english_text  # noqa: E402
+from helpers.browser import (
+    assert_no_exception,
+    commit_text,
+    expect,
+    query_of,
+    share_link,
+    sidebar,
+    text_box,
+    wait_idle,
+)
+from helpers.texts import english_text
 
 pytestmark = pytest.mark.browser
-
-
-def sidebar(page):
-    return page.get_by_test_id("stSidebar")
-
-
-def text_box(page):
-    return sidebar(page).get_by_role("textbox", name="Text", exact=True)
 
 
 def visit(page, url: str) -> None:
     page.goto(url)
     wait_idle(page)
     assert_no_exception(page)
-
-
-def commit_text(page, text: str) -> None:
-    before = runs(page)
-    box = text_box(page)
-    box.fill(text)
-    box.press("Control+Enter")
-    wait_idle(page, after=before)
 
 
 def shows_tokens(page, n: str) -> None:

@@ -295,3 +295,21 @@ def share_link(page: Page) -> str:
 def query_of(link: str) -> dict[str, str]:
     """A URL's parameters, each with its last value."""
     return {key: values[-1] for key, values in urllib.parse.parse_qs(urllib.parse.urlsplit(link).query).items()}
+
+
+def sidebar(page: Page) -> Locator:
+    return page.get_by_test_id("stSidebar")
+
+
+def text_box(page: Page) -> Locator:
+    return sidebar(page).get_by_role("textbox", name="Text", exact=True)
+
+
+def commit_text(page: Page, text: str) -> None:
+    """Type into the sidebar text area and commit with Ctrl+Enter, then wait for the rerun."""
+    before = runs(page)
+    box = text_box(page)
+    box.fill(text)
+    box.press("Control+Enter")
+    wait_idle(page, after=before)
+

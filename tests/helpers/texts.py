@@ -15,3 +15,17 @@ HOSTILE_TEXTS = {
     "whitespace runs": " \n\n\t\t   x   \r\n",
     "long": "word " * 3000,
 }
+
+
+# A teacher's English, as long as GPT-2's context: its link fits a URL (english_text).
+_SENTENCES = ("The teacher opened the lecture with a question. Why does each word look back at the others, and how "
+              "much? Attention answers it: a query meets every key, the scores are scaled, masked and normalised, "
+              "and the weights mix the values.\n")
+
+
+def english_text(tokens_wanted: int = 1024) -> str:
+    """Plain English of ``tokens_wanted`` GPT-2 tokens (1,024: the full context)."""
+    from attnviz import tokens
+
+    ids = tokens.encode(_SENTENCES * 60)[:tokens_wanted]  # 1,024 tokens
+    return tokens.decode(ids)
