@@ -357,10 +357,10 @@ def test_two_sessions_loading_the_same_file_load_it_once(checkpoint_dir, monkeyp
 
 def test_downloaded_trace_names_the_checkpoint_without_the_servers_directories(checkpoint_dir):
     """The NPZ manifest a browser downloads shows the checkpoint's folder name, never the server's path."""
-    from attnviz.views import export
+    from attnviz import trace_file
 
     trace = pipeline.run("The cat sat on the mat.", config_for(checkpoint_dir))
-    data = np.load(io.BytesIO(export.trace_npz(trace)))
+    data = np.load(io.BytesIO(trace_file.trace_npz(trace)))
     manifest = json.loads(bytes(data["manifest.json"]))
     parent = str(pathlib.Path(checkpoint_dir).parent)
     assert manifest["config"]["checkpoint"] == pathlib.Path(checkpoint_dir).name

@@ -35,11 +35,11 @@ def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:
         st.radio("Figure download format (camera icon on each chart)", ["png", "svg"], horizontal=True,
                  **page_bind("image_format", "png"))
         if trace is not None:
-            from attnviz.views import export
+            from attnviz import trace_file
 
             st.download_button(
                 "Download this trace (NPZ + JSON manifest)",
-                functools.partial(_export, export.trace_npz, trace_key(trace)),
+                functools.partial(_export, trace_file.trace_npz, trace_key(trace)),
                 file_name="attnviz-trace.npz", mime="application/octet-stream", on_click="ignore",
                 icon=":material/download:", help="Every recorded step, the embeddings and output, "
                 "with manifest.json (config, tokens, shapes). Large at 1024 tokens.",

@@ -1,13 +1,9 @@
-"""Downloads: one head's weights as CSV, the whole Trace as NPZ with a JSON manifest (pure)."""
+"""Downloads of a view: one head's weights as CSV (pure).  The whole Trace as a file is :mod:`attnviz.trace_file`'s."""
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
-import json
-
-import numpy as np
 
 from attnviz.trace import Trace
 
@@ -22,49 +18,3 @@ def weights_csv(trace: Trace, head: int, stage: str = "weights") -> bytes:
     for label, row in zip(labels, matrix):
         writer.writerow([label, *(f"{value:.7g}" for value in row)])
     return buffer.getvalue().encode("utf-8")
-
-
-def _public_config(trace: Trace) -> dict:
-    """The config as a downloaded file may show it: a checkpoint by its file or folder name only (the server's
-    directories and a session model's private reference never leave the server)."""
-    config = dataclasses.asdict(trace.config)
-    if config.get("checkpoint"):
-        ref = str(config["checkpoint"])
-        if ref.startswith("session:"):
-            config["checkpoint"] = "session model"
-        else:
-            config["checkpoint"] = ref.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-    return config
-
-
-def manifest(trace: Trace) -> dict:
-    return {
-        "format": "attnviz trace v1",
-        "config": _public_config(trace),
-        "text": trace.text,
-        "tokens": list(trace.tokens),
-        "token_ids": list(trace.token_ids),
-        "shapes": [[stage, list(shape)] for stage, shape in trace.shapes],
-        "device": trace.device,
-        "notes": list(trace.notes),
-        "arrays": {name: list(array.shape) for name, array in _arrays(trace).items()},
-    }
-
-
-def _arrays(trace: Trace) -> dict[str, np.ndarray]:
-    arrays = {f"steps/{name}": array for name, array in trace.steps.items()}
-    arrays.update({f"embeddings/{name}": array for name, array in trace.embeddings.items()})
-    arrays["output"] = trace.output
-    arrays["token_ids"] = np.asarray(trace.token_ids, dtype=np.int64)
-    return arrays
-
-
-def trace_npz(trace: Trace) -> bytes:
-    """Every array of the Trace plus ``manifest.json`` (config, tokens, shapes) in one NPZ file.
-
-    Read it back with ``np.load(f)``; ``json.loads(bytes(data["manifest.json"]))`` gives the manifest.
-    """
-    buffer = io.BytesIO()
-    payload = json.dumps(manifest(trace), ensure_ascii=False).encode("utf-8")
-    np.savez_compressed(buffer, **_arrays(trace), **{"manifest.json": np.frombuffer(payload, dtype=np.uint8)})
-    return buffer.getvalue()

@@ -1,10 +1,9 @@
-"""Downloads (CSV, NPZ + manifest), head statistics, and the source panel read from the running code."""
+"""Downloads (a head's CSV), head statistics, and the source panel read from the running code."""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 
 import numpy as np
 import pytest
@@ -29,17 +28,6 @@ def test_weights_csv_is_the_focused_heads_map_with_token_labels(trace):
     values = np.array([[float(v) for v in row[1:]] for row in rows[1:]])
     assert np.allclose(values, trace.attention_map("weights", 2), atol=1e-6)
     assert np.allclose(values.sum(axis=1), 1.0, atol=1e-5)
-
-
-def test_trace_npz_round_trips_every_array_and_the_manifest(trace):
-    data = np.load(io.BytesIO(export.trace_npz(trace)))
-    manifest = json.loads(bytes(data["manifest.json"]).decode("utf-8"))
-    assert manifest["config"]["num_heads"] == 4 and manifest["tokens"] == list(trace.tokens)
-    assert [tuple(shape) for _, shape in manifest["shapes"]] == [shape for _, shape in trace.shapes]
-    for name, array in trace.steps.items():
-        assert np.array_equal(data[f"steps/{name}"], array), name
-    assert np.array_equal(data["output"], trace.output)
-    assert data["token_ids"].tolist() == list(trace.token_ids)
 
 
 def test_head_statistics_on_known_maps():
