@@ -9,14 +9,16 @@ What a user calls (docs/api.md):
 * ``trace_module(module, text_or_x)`` -> ``Trace``: any attention ``nn.Module``, unchanged, traced;
 * ``check_module(module)`` -> the rules of attention with evidence, one result per rule;
 * ``show(trace)``: the Heads view inline in Jupyter;
+* ``load_trace(file)`` -> ``Trace``: a saved trace file (a page's "Download this trace", ``trace_file.trace_npz``)
+  back, ready to ``show``;
 * ``explain_weight(trace, head, query, key)``: why one weight is what it is — q_i[d]·k_j[d] per dimension, their
   sum (the score), the scaled score and the softmax over the query's row;
 * ``kv_cache_bytes(...)``: what a model's KV cache holds in bytes (MHA, GQA, MQA, MLA, sliding windows);
 * ``models``: the book's ``GPTModel``, checkpoints, knock-outs, rollout, the logit lens and ``generate`` (greedy,
   with the KV cache, step by step).
 
-The names docs/api.md documents in ``config``, ``tracing``, ``time_limit``, ``explain``, ``checks`` and
-``views.notebook`` are stable too; everything else is internal and may change.  Importing this package imports
+The names docs/api.md documents in ``config``, ``tracing``, ``time_limit``, ``explain``, ``checks``, ``trace_file``
+and ``views.notebook`` are stable too; everything else is internal and may change.  Importing this package imports
 nothing else: each name (and each of those modules, ``attnviz.config`` …) loads its module on first use, so
 ``import attnviz`` (and the ``attnviz`` command's ``--help``) stays free of torch.
 
@@ -40,15 +42,16 @@ _PUBLIC = {
     "trace_module": ("attnviz.tracing", "trace_module"),
     "check_module": ("attnviz.checks", "check_module"),
     "show": ("attnviz.views.notebook", "show"),
+    "load_trace": ("attnviz.trace_file", "load_trace"),
     "explain_weight": ("attnviz.explain", "explain_weight"),
     "kv_cache_bytes": ("attnviz.kv_cache", "kv_cache_bytes"),
     "models": ("attnviz.models", None),
 }
 # the modules whose documented names are stable too (docs/api.md): ``attnviz.config`` loads on first use
-_STABLE_MODULES = ("checks", "config", "explain", "time_limit", "tracing")
+_STABLE_MODULES = ("checks", "config", "explain", "time_limit", "trace_file", "tracing")
 __all__ = [
-    "AttentionConfig", "Trace", "check_module", "explain_weight", "kv_cache_bytes", "models", "run", "show",
-    "trace_module",
+    "AttentionConfig", "Trace", "check_module", "explain_weight", "kv_cache_bytes", "load_trace", "models", "run",
+    "show", "trace_module",
 ]
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run time __getattr__ loads them
@@ -59,6 +62,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run t
     from attnviz.kv_cache import kv_cache_bytes
     from attnviz.pipeline import run
     from attnviz.trace import Trace
+    from attnviz.trace_file import load_trace
     from attnviz.tracing import trace_module
     from attnviz.views.notebook import show
 

@@ -1,8 +1,12 @@
-"""A Trace as a file: :func:`trace_npz` writes one as an NPZ (every array plus ``manifest.json``), the download every
-page offers.
+"""A Trace as a file and back: :func:`trace_npz` writes one as an NPZ (every array plus ``manifest.json``), the
+download every page offers; :func:`load_trace` reads such a file back into a Trace the views draw as before.
 
-The manifest (``"format": "attnviz trace v1"``) holds the config, text, tokens, shapes, device and notes; the
-arrays are ``steps/<stage>``, ``embeddings/<name>``, ``output`` and ``token_ids``.
+The manifest (``"format": "attnviz trace v1"``) holds the config, text, tokens, shapes, device and notes, and what
+a checkpoint's run (``model``: its layer, layer count and whole path) or a user module's run (``module_run``: its
+class, file name, source, stage lines and ops) adds; the arrays are ``steps/<stage>``, ``embeddings/<name>``,
+``output``, ``token_ids`` and a checkpoint run's ``model/top_ids`` and ``model/top_probs``.  Nothing in the file
+names a directory of the machine that wrote it: a checkpoint and a module's file are named by their last path part.
+The file is read with ``np.load(..., allow_pickle=False)``: it holds arrays and JSON, never Python objects.
 """
 
 from __future__ import annotations
@@ -10,10 +14,16 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import zipfile
+from pathlib import Path
 
 import numpy as np
 
-from attnviz.trace import Trace
+from attnviz.config import AttentionConfig, InputError
+from attnviz.trace import ModelRun, ModuleRun, Trace, make_trace, pieces
+
+FORMAT = "attnviz trace v1"
 
 
 def _public_config(trace: Trace) -> dict:
@@ -25,13 +35,19 @@ def _public_config(trace: Trace) -> dict:
         if ref.startswith("session:"):
             config["checkpoint"] = "session model"
         else:
-            config["checkpoint"] = ref.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+            config["checkpoint"] = _last_part(ref)
     return config
 
 
+def _last_part(path: str) -> str:
+    """A path's last part (a file or folder name), whichever separator it was written with."""
+    return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
 def manifest(trace: Trace) -> dict:
+    """What the file says besides its arrays (JSON)."""
     return {
-        "format": "attnviz trace v1",
+        "format": FORMAT,
         "config": _public_config(trace),
         "text": trace.text,
         "tokens": list(trace.tokens),
@@ -40,7 +56,18 @@ def manifest(trace: Trace) -> dict:
         "device": trace.device,
         "notes": list(trace.notes),
         "arrays": {name: list(array.shape) for name, array in _arrays(trace).items()},
+        "model": None if trace.model is None else {
+            "layer": trace.model.layer, "n_layers": trace.model.n_layers,
+            "path": [[stage, list(shape)] for stage, shape in trace.model.path]},
+        "module_run": None if trace.module_run is None else _module_run_json(trace.module_run),
     }
+
+
+def _module_run_json(run: ModuleRun) -> dict:
+    fields = dataclasses.asdict(run)
+    fields["filename"] = None if run.filename is None else _last_part(run.filename)
+    fields["ops"] = [[name, list(shape), line, stage] for name, shape, line, stage in run.ops]
+    return fields
 
 
 def _arrays(trace: Trace) -> dict[str, np.ndarray]:
@@ -48,15 +75,179 @@ def _arrays(trace: Trace) -> dict[str, np.ndarray]:
     arrays.update({f"embeddings/{name}": array for name, array in trace.embeddings.items()})
     arrays["output"] = trace.output
     arrays["token_ids"] = np.asarray(trace.token_ids, dtype=np.int64)
+    if trace.model is not None:
+        arrays["model/top_ids"] = trace.model.top_ids
+        arrays["model/top_probs"] = trace.model.top_probs
     return arrays
 
 
 def trace_npz(trace: Trace) -> bytes:
     """Every array of the Trace plus ``manifest.json`` (config, tokens, shapes) in one NPZ file.
 
-    Read it back with ``np.load(f)``; ``json.loads(bytes(data["manifest.json"]))`` gives the manifest.
+    Read it back with :func:`load_trace`; with NumPy alone, ``np.load(f)`` gives the arrays and
+    ``json.loads(bytes(data["manifest.json"]))`` the manifest.
     """
     buffer = io.BytesIO()
     payload = json.dumps(manifest(trace), ensure_ascii=False).encode("utf-8")
     np.savez_compressed(buffer, **_arrays(trace), **{"manifest.json": np.frombuffer(payload, dtype=np.uint8)})
     return buffer.getvalue()
+
+
+_INTEGER_ARRAYS = ("token_ids", "model/top_ids")
+_REQUIRED_ARRAYS = ("steps/weights", "output", "token_ids")
+
+
+class _DamagedError(Exception):
+    """Inside :func:`load_trace`: what is wrong with a file that claims to be a trace (becomes its InputError)."""
+
+
+def load_trace(file) -> Trace:
+    """The Trace an attnviz trace file holds (:func:`trace_npz`, a page's "Download this trace"): a path, the file's
+    bytes, or a binary file object open for reading.
+
+    Every array, the text, tokens, config, shapes, device and notes are the saved Trace's, and so are what a
+    checkpoint's run adds (its layer, path and top-5 predictions) and a user module's (class, source, stage lines,
+    ops): ``attnviz.show`` and ``figures_of`` draw it as they drew the saved one.  What the file does not hold:
+    the model or module itself, and where it was.  The config names a checkpoint by its file or folder name only, and
+    the module's file by its name, so ``attnviz.run(trace.text, trace.config)`` runs a checkpoint again only where
+    that name is a path to it; a session-trained model is named "session model".  Arrays are read-only, as a run's.
+
+    Raises :class:`attnviz.config.InputError`, one line saying why, for anything that is not such a file: no file
+    there, not an NPZ, no manifest, a manifest of another format version, a missing or misshapen array.  The file
+    is read with ``allow_pickle=False``: an array of Python objects is refused, never unpickled.
+    """
+    source, name = _opened(file)
+    try:
+        _check_npz(source)
+        with np.load(source, allow_pickle=False) as data:
+            if "manifest.json" not in data.files:
+                raise _DamagedError(f"it is an NPZ without manifest.json. {_SAVE}")
+            described = _manifest(data["manifest.json"])
+            arrays = _read_arrays(data, described)
+            return _trace(described, arrays)
+    except _DamagedError as why:
+        raise InputError(f"{name} is not an attnviz trace: {why}") from None
+    except InputError as error:  # a setting the config cannot have
+        raise InputError(f"{name} is not an attnviz trace: its config cannot run ({error})") from None
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, RuntimeError) as error:
+        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+        raise InputError(f"{name} is not an attnviz trace, or it is damaged: it could not be read ({reason}). If "
+                         "it was cut short, download or save it again.") from None
+
+
+_SAVE = "Save one with a page's Download this trace, or attnviz.trace_file.trace_npz(trace) in Python."
+
+
+def _check_npz(source) -> None:
+    """An NPZ is a zip archive: say what the file is when it is not one (empty, a .npy array, anything else)."""
+    if isinstance(source, Path):
+        with open(source, "rb") as stream:
+            start = stream.read(6)
+    else:
+        position = source.tell()
+        start = source.read(6)
+        source.seek(position)
+    if not start:
+        raise _DamagedError(f"it is empty (0 bytes). {_SAVE}")
+    if start == b"\x93NUMPY":
+        raise _DamagedError(f"it is a single NumPy array (.npy), not an NPZ archive of arrays. {_SAVE}")
+    if not start.startswith(b"PK"):
+        raise _DamagedError(f"it is not an NPZ file (a zip archive of arrays). {_SAVE}")
+
+
+def _opened(file):
+    """(what ``np.load`` reads, the name messages give it) for a path, bytes or a binary file object."""
+    if isinstance(file, bytes | bytearray | memoryview):
+        return io.BytesIO(bytes(file)), "The data"
+    if isinstance(file, str | os.PathLike):
+        path = Path(file)
+        if not path.exists():
+            raise InputError(f"There is no file at {path}: check the path of the saved trace (.npz).")
+        if path.is_dir():
+            raise InputError(f"{path} is a folder: give the saved trace's .npz file in it.")
+        return path, path.name
+    if hasattr(file, "read") and hasattr(file, "seek"):
+        name = getattr(file, "name", None)
+        return file, (_last_part(name) if isinstance(name, str) else "This file")
+    raise InputError(f"load_trace takes a path, bytes or a binary file open for reading, got {type(file).__name__}.")
+
+
+def _manifest(stored: np.ndarray) -> dict:
+    if stored.dtype != np.uint8 or stored.ndim != 1:
+        raise _DamagedError("its manifest.json is not the JSON text attnviz writes.")
+    try:
+        described = json.loads(stored.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise _DamagedError(f"its manifest.json is not JSON ({error}).") from None
+    if not isinstance(described, dict):
+        raise _DamagedError("its manifest.json is not a JSON object.")
+    version = described.get("format")
+    if version is None:
+        raise _DamagedError("its manifest names no format (attnviz writes \"format\": \"attnviz trace v1\").")
+    if version != FORMAT:
+        raise _DamagedError(f"its manifest says format {version!r}; this attnviz reads {FORMAT!r} (a file of another "
+                       "format version needs the attnviz release that wrote it).")
+    return described
+
+
+def _read_arrays(data, described: dict) -> dict[str, np.ndarray]:
+    """Every array the manifest lists, checked against its listed shape; read-only."""
+    listed = described.get("arrays")
+    if not isinstance(listed, dict):
+        raise _DamagedError("its manifest lists no arrays.")
+    for required in (*_REQUIRED_ARRAYS, *(("model/top_ids", "model/top_probs") if described.get("model") else ())):
+        if required not in listed:
+            raise _DamagedError(f"the array {required} is missing.")
+    arrays = {}
+    for name, shape in listed.items():
+        if name not in data.files:
+            raise _DamagedError(f"the array {name} is missing.")
+        array = data[name]
+        if list(array.shape) != shape:
+            raise _DamagedError(f"the array {name} is {tuple(array.shape)}, its manifest says {shape}.")
+        kind = "i" if name in _INTEGER_ARRAYS else "f"
+        if array.dtype.kind != kind and array.size:
+            wanted = "whole numbers" if kind == "i" else "floats"
+            raise _DamagedError(f"the array {name} holds {array.dtype}, not {wanted}.")
+        array.setflags(write=False)
+        arrays[name] = array
+    return arrays
+
+
+def _trace(described: dict, arrays: dict[str, np.ndarray]) -> Trace:
+    """The Trace of a read manifest and its arrays."""
+    settings = described["config"]
+    unknown = sorted(set(settings) - {field.name for field in dataclasses.fields(AttentionConfig)})
+    if unknown:
+        raise _DamagedError(f"its config has settings this attnviz does not know: {', '.join(map(str, unknown))}.")
+    config = AttentionConfig(**settings).validate()
+    token_ids = [int(i) for i in arrays["token_ids"]]
+    tokens = tuple(described["tokens"])
+    n = len(token_ids)
+    weights = arrays["steps/weights"]
+    if len(tokens) != n or weights.ndim != 4 or weights.shape[-2:] != (n, n):
+        raise _DamagedError(f"its {len(tokens)} tokens, {n} token ids and weights {tuple(weights.shape)} do not match.")
+    tokenized = all(0 <= i < 50257 for i in token_ids) and tuple(t.piece for t in pieces(tuple(token_ids))) == tokens
+    if not tokenized and tokens != tuple(f"x[{i}]" for i in token_ids):
+        raise _DamagedError("its tokens are not the pieces of its token ids.")
+    model = None
+    if described.get("model"):
+        run = described["model"]
+        model = ModelRun(layer=int(run["layer"]), n_layers=int(run["n_layers"]), path=_shapes(run["path"]),
+                         top_ids=arrays["model/top_ids"], top_probs=arrays["model/top_probs"])
+    module_run = None
+    if described.get("module_run"):
+        run = dict(described["module_run"])
+        run["ops"] = tuple((str(name), tuple(int(size) for size in shape), line, stage)
+                           for name, shape, line, stage in run["ops"])
+        module_run = ModuleRun(**run)
+    return make_trace(
+        config, str(described["text"]), token_ids,
+        {name.removeprefix("embeddings/"): array for name, array in arrays.items() if name.startswith("embeddings/")},
+        steps={name.removeprefix("steps/"): array for name, array in arrays.items() if name.startswith("steps/")},
+        output=arrays["output"], shapes=_shapes(described["shapes"]), device=str(described["device"]),
+        notes=[str(note) for note in described["notes"]], model=model, module_run=module_run, tokenized=tokenized)
+
+
+def _shapes(listed) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((str(stage), tuple(int(size) for size in shape)) for stage, shape in listed)

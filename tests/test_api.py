@@ -15,7 +15,7 @@ import attnviz
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = {
     "run", "AttentionConfig", "Trace", "trace_module", "check_module", "show", "explain_weight", "kv_cache_bytes",
-    "models",
+    "models", "load_trace",
 }
 
 
@@ -33,7 +33,7 @@ def test_importing_attnviz_imports_nothing_else():
 
 
 def test_each_name_is_the_object_of_its_home_module():
-    from attnviz import checks, config, explain, kv_cache, pipeline, trace, tracing
+    from attnviz import checks, config, explain, kv_cache, pipeline, trace, trace_file, tracing
     from attnviz.views import notebook
 
     assert attnviz.run is pipeline.run and attnviz.AttentionConfig is config.AttentionConfig
@@ -41,6 +41,7 @@ def test_each_name_is_the_object_of_its_home_module():
     assert attnviz.check_module is checks.check_module and attnviz.show is notebook.show
     assert attnviz.explain_weight is explain.explain_weight
     assert attnviz.kv_cache_bytes is kv_cache.kv_cache_bytes
+    assert attnviz.load_trace is trace_file.load_trace
     assert attnviz.models.GPTModel.__module__ == "attnviz.models.gpt"
 
 

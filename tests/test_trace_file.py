@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import pathlib
 
 import numpy as np
 import pytest
 
+import attnviz
 from attnviz import pipeline, trace_file
-from attnviz.config import AttentionConfig
+from attnviz.config import AttentionConfig, InputError
+from attnviz.trace import Trace
 
 CONFIG = AttentionConfig(d_in=16, d_out=16, num_heads=4, context_length=32, seed=5)
 TEXT = "the cat and the hat"
@@ -29,3 +33,223 @@ def test_trace_npz_round_trips_every_array_and_the_manifest(trace):
         assert np.array_equal(data[f"steps/{name}"], array), name
     assert np.array_equal(data["output"], trace.output)
     assert data["token_ids"].tolist() == list(trace.token_ids)
+
+
+# ============================== load_trace: the file back to a Trace ==============================
+
+BOOK = [AttentionConfig(variant=name, d_in=16, d_out=16, num_heads=4, context_length=32, seed=5)
+        for name in ("simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha")]
+MODERN = [
+    AttentionConfig(variant="gqa", d_in=32, d_out=32, num_heads=4, num_kv_groups=2, positions="rotary",
+                    context_length=32),
+    AttentionConfig(variant="mqa", d_in=32, d_out=32, num_heads=4, context_length=32),
+    AttentionConfig(variant="mla", d_in=32, d_out=32, num_heads=4, latent_dim=8, context_length=32),
+    AttentionConfig(variant="swa", d_in=32, d_out=32, num_heads=4, sliding_window_size=3, positions="rotary",
+                    rope_base=500_000, context_length=32),
+    AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2, dropout=0.25, train=True, causal=False,
+                    context_length=32),
+]
+
+
+def assert_same(loaded, trace, *, config=None, module_run=None) -> None:
+    """Everything the views read is equal: every array (values and dtype), the tokens, config, notes, shapes and
+    what a model's or a module's run adds."""
+    assert isinstance(loaded, Trace)
+    for field in ("steps", "embeddings"):
+        saved, back = getattr(trace, field), getattr(loaded, field)
+        assert list(back) == list(saved), field
+        for name, array in saved.items():
+            assert back[name].dtype == array.dtype and np.array_equal(back[name], array, equal_nan=True), name
+            assert not back[name].flags.writeable, name
+    assert loaded.output.dtype == trace.output.dtype and np.array_equal(loaded.output, trace.output)
+    assert (loaded.text, loaded.tokens, loaded.token_ids) == (trace.text, trace.tokens, trace.token_ids)
+    assert loaded.token_details == trace.token_details
+    assert loaded.config == (config or trace.config)
+    assert (loaded.notes, loaded.shapes, loaded.device) == (trace.notes, trace.shapes, trace.device)
+    if trace.model is None:
+        assert loaded.model is None
+    else:
+        assert (loaded.model.layer, loaded.model.n_layers, loaded.model.path) == (
+            trace.model.layer, trace.model.n_layers, trace.model.path)
+        assert np.array_equal(loaded.model.top_ids, trace.model.top_ids)
+        assert np.array_equal(loaded.model.top_probs, trace.model.top_probs)
+        assert loaded.model.top_probs.dtype == trace.model.top_probs.dtype
+    assert loaded.module_run == (module_run or trace.module_run)
+
+
+def assert_same_figures(loaded, trace) -> None:
+    """``attnviz.show``'s figures of the loaded Trace are those of the saved one."""
+    from attnviz.views.notebook import figures_of
+
+    for stage in ("weights", "scaled"):
+        if stage in trace.steps:
+            before, after = figures_of(trace, stage, head=trace.num_heads - 1), figures_of(loaded, stage,
+                                                                                           head=loaded.num_heads - 1)
+            assert after["grid"].to_json() == before["grid"].to_json()
+            assert after["head"].to_json() == before["head"].to_json()
+            assert after["flow"] == before["flow"]
+
+
+@pytest.mark.parametrize("config", BOOK + MODERN, ids=lambda c: f"{c.variant}-{c.positions}-{c.train}")
+def test_a_saved_trace_of_the_books_classes_and_the_modern_variants_loads_back_equal(config, tmp_path):
+    trace = pipeline.run("Your journey starts with one step", config)
+    path = tmp_path / "attnviz-trace.npz"
+    path.write_bytes(trace_file.trace_npz(trace))
+    loaded = attnviz.load_trace(path)
+    assert_same(loaded, trace)
+    assert_same_figures(loaded, trace)
+
+
+def test_a_trace_loads_from_a_path_string_bytes_or_an_open_binary_file(trace, tmp_path):
+    data = trace_file.trace_npz(trace)
+    path = tmp_path / "t.npz"
+    path.write_bytes(data)
+    with open(path, "rb") as stream:
+        from_stream = attnviz.load_trace(stream)
+    for loaded in (attnviz.load_trace(str(path)), attnviz.load_trace(data), attnviz.load_trace(io.BytesIO(data)),
+                   from_stream):
+        assert_same(loaded, trace)
+
+
+def test_a_checkpoint_layers_trace_loads_back_with_its_predictions_and_path():
+    from attnviz import models
+
+    config = AttentionConfig(checkpoint=str(models.BUNDLED), layer=1)
+    trace = pipeline.run("The cat sat on the mat. The cat sat", config)
+    loaded = attnviz.load_trace(trace_file.trace_npz(trace))
+    # the file names the checkpoint by its folder's name only: the server's directories never leave it
+    assert_same(loaded, trace, config=dataclasses.replace(trace.config, checkpoint="bundled"))
+    assert_same_figures(loaded, trace)
+    from attnviz.views import checkpoint_view
+
+    assert checkpoint_view.predictions(loaded).equals(checkpoint_view.predictions(trace))
+    assert checkpoint_view.model_path_rows(loaded) == checkpoint_view.model_path_rows(trace)
+
+
+def test_a_user_modules_trace_loads_back_with_its_class_lines_and_ops():
+    import torch
+    from helpers.user_modules import MyMultiHeadAttention
+
+    from attnviz import tracing
+    from attnviz.views import diagram
+
+    torch.manual_seed(0)
+    trace = tracing.trace_module(MyMultiHeadAttention(d_in=16, d_out=16, num_heads=4), "the cat and the hat")
+    assert trace.module_run is not None and trace.module_run.filename
+    loaded = attnviz.load_trace(trace_file.trace_npz(trace))
+    # the module's file by its name only, as the source panel shows it
+    own = dataclasses.replace(trace.module_run, filename=pathlib.Path(trace.module_run.filename).name)
+    assert_same(loaded, trace, module_run=own)
+    assert_same_figures(loaded, trace)
+    assert diagram.op_rows(loaded) == diagram.op_rows(trace)
+
+
+def test_a_modules_trace_of_vectors_keeps_its_x_labels_and_its_batch():
+    import torch
+    from helpers.user_modules import MyMultiHeadAttention
+
+    from attnviz import tracing
+
+    torch.manual_seed(0)
+    trace = tracing.trace_module(MyMultiHeadAttention(d_in=16, d_out=16, num_heads=4), torch.randn(2, 5, 16))
+    loaded = attnviz.load_trace(trace_file.trace_npz(trace))
+    assert loaded.tokens[:2] == ("x[0]", "x[1]") and loaded.steps["weights"].shape[0] == 2
+    assert_same(loaded, trace, module_run=dataclasses.replace(
+        trace.module_run, filename=pathlib.Path(trace.module_run.filename).name))
+
+
+def npz(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def npy(array) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def with_manifest(data: bytes, change=None, drop: str | None = None) -> bytes:
+    """``data``'s arrays with its manifest changed by ``change`` (a function of the dict) and array ``drop`` left
+    out."""
+    with np.load(io.BytesIO(data)) as stored:
+        arrays = {name: stored[name] for name in stored.files if name != drop}
+    manifest = json.loads(bytes(arrays["manifest.json"]))
+    if change:
+        change(manifest)
+    arrays["manifest.json"] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    return npz(**arrays)
+
+
+def not_a_trace(trace) -> dict[str, bytes]:
+    data = trace_file.trace_npz(trace)
+    return {
+        "random bytes": np.random.default_rng(0).bytes(2000),
+        "empty": b"",
+        "an npz without the manifest": npz(weights=np.zeros((1, 2, 3, 3), np.float32)),
+        "a .npy array": npy(np.zeros(3)),
+        "a manifest that is not JSON": npz(**{"manifest.json": np.frombuffer(b"{not json", dtype=np.uint8)}),
+        "another format version": with_manifest(data, lambda m: m.update(format="attnviz trace v2")),
+        "no format": with_manifest(data, lambda m: m.pop("format")),
+        "missing weights": with_manifest(data, drop="steps/weights"),
+        "missing output": with_manifest(data, drop="output"),
+        "an array of another shape": with_manifest(
+            data, lambda m: m["arrays"].update({"output": [9, 9]})),
+        "an unknown setting": with_manifest(data, lambda m: m["config"].update(colour="red")),
+        "a setting of the wrong type": with_manifest(data, lambda m: m["config"].update(num_heads="four")),
+        "tokens that do not match the ids": with_manifest(data, lambda m: m.update(tokens=["a"])),
+        "a pickled object array": npz(**{"manifest.json": np.array([{"format": "attnviz trace v1"}], dtype=object)}),
+        "a truncated file": data[: len(data) // 2],
+    }
+
+
+@pytest.mark.parametrize("case", [
+    "random bytes", "empty", "an npz without the manifest", "a .npy array", "a manifest that is not JSON",
+    "another format version", "no format", "missing weights", "missing output", "an array of another shape",
+    "an unknown setting", "a setting of the wrong type", "tokens that do not match the ids",
+    "a pickled object array", "a truncated file"])
+def test_a_file_that_is_not_a_trace_is_one_line_input_error(case, trace):
+    with pytest.raises(InputError) as raised:
+        attnviz.load_trace(not_a_trace(trace)[case])
+    message = str(raised.value)
+    assert "\n" not in message and "Traceback" not in message and len(message) < 400, message
+
+
+def test_the_message_names_the_file_and_what_is_wrong(trace, tmp_path):
+    path = tmp_path / "notes.npz"
+    path.write_bytes(b"hello")
+    with pytest.raises(InputError, match=r"notes\.npz is not an attnviz trace"):
+        attnviz.load_trace(path)
+    with pytest.raises(InputError, match="no file"):
+        attnviz.load_trace(tmp_path / "missing.npz")
+    with pytest.raises(InputError, match="v2"):
+        attnviz.load_trace(not_a_trace(trace)["another format version"])
+    with pytest.raises(InputError, match="steps/weights"):
+        attnviz.load_trace(not_a_trace(trace)["missing weights"])
+    with pytest.raises(InputError, match="a path, bytes or a binary file"):
+        attnviz.load_trace(42)
+
+
+def test_a_loaded_trace_shows_in_a_notebook(trace):
+    """``attnviz.show(attnviz.load_trace(…))`` draws in Jupyter (here: a stand-in kernel)."""
+    import sys
+    import types
+
+    from attnviz.views import notebook
+
+    shown = []
+    fake = types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace(kernel=object()))
+    display = types.SimpleNamespace(HTML=lambda html: html, display=shown.append)
+    saved = {name: sys.modules.get(name) for name in ("IPython", "IPython.display")}
+    sys.modules["IPython"], sys.modules["IPython.display"] = fake, display
+    try:
+        loaded = attnviz.load_trace(trace_file.trace_npz(trace))
+        assert notebook.show(loaded) is loaded
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    assert len(shown) == 4
