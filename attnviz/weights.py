@@ -238,6 +238,19 @@ class ModelSizes:
     n_kv_heads: int | None = None  # grouped-query / multi-query attention: its K/V heads
     latent_dim: int | None = None  # latent attention: the latent it caches per token
     sliding_window_size: int | None = None  # sliding-window attention: its window (every layer)
+    window_unknown: bool = False  # a bare state dict: a sliding window, which lives in a config, cannot be known
+
+
+def attention_caption(sizes: ModelSizes) -> str | None:
+    """What the sidebar says beside the weights about the model's attention: for a bare state dict of the book's
+    GPTModel, that it runs full causal attention (a sliding window is in a config, never in a state dict) and
+    how to give the window; None where the checkpoint says what it runs."""
+    if not sizes.window_unknown:
+        return None
+    return ("This file is a bare state dict, so attnviz runs it with full causal attention. If the model was "
+            "trained with a sliding window (the book's ch04/06_swa), that window is not stored in a state dict: put "
+            "a config.json beside the file naming sliding_window_size (and sliding_window_stride) to run it with "
+            "its window.")
 
 
 def sizes(model: GPTModel) -> ModelSizes:
@@ -252,4 +265,5 @@ def sizes(model: GPTModel) -> ModelSizes:
         n_kv_heads=getattr(att, "num_kv_groups", None),
         latent_dim=None if latent is None else int(latent.out_features),
         sliding_window_size=getattr(att, "sliding_window_size", None),
+        window_unknown=bool(getattr(model, "window_unknown", False)),
     )

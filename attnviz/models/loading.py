@@ -9,7 +9,14 @@ Families (this module is the one place that knows checkpoint names):
   ``W_query``/``W_key``/``W_value``, ``lm_head`` tied to ``wte`` when absent, mask buffers skipped.
 * ``book``: the book's own ``model.state_dict()`` saved with ``torch.save`` (ch05 names:
   ``tok_emb.weight``, ``trf_blocks.0.att.W_query.weight``, …), or a dict holding it under
-  ``model_state_dict`` (the book's ``model_and_optimizer.pth``).
+  ``model_state_dict`` (the book's ``model_and_optimizer.pth``).  Sliding-window attention (the book's
+  ``ch04/06_swa``) has the same tensors as multi-head attention: its window is in the config, not the state dict.
+  Where the config (a ``cfg``/``config`` beside the state dict, or ``config.json``) names ``sliding_window_size``,
+  the model runs with it, on the layers its ``sliding_window_stride`` schedule gives (the book's: K window layers,
+  then one full; 0 none, negative or absent every layer), and ``model.sliding_windows`` says each layer's window.
+  Where no config is there at all, the window cannot be known: the model runs full causal attention and
+  ``model.window_unknown`` is True, for the app to say so.  A grouped-query or latent checkpoint (``04_gqa``,
+  ``05_mla``: other tensors) is refused, naming what it is.
 
 Sizes (layers, width, context, heads, biases, LayerNorm eps) come from ``config.json`` when there is one,
 else from the tensors (heads: head_dim 64, as in every GPT-2 size).  PyTorch files are read with
@@ -44,7 +51,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnviz.config import ConfigError
-from attnviz.models.gpt import GPTModel
+from attnviz.models.gpt import SLIDING_WINDOW, GPTModel
 
 GPT2_VOCAB_SIZE = 50257  # tiktoken's GPT-2 encoding: the only tokenizer attnviz has
 HEAD_DIM = 64  # every GPT-2 size (small 768/12, medium 1024/16, large 1280/20, XL 1600/25)
@@ -100,6 +107,12 @@ class _Tensors:
 
     def names(self) -> set[str]:
         return set(self._getters)
+
+    def peek(self, key: str) -> torch.Tensor:
+        """The tensor ``key`` (one that is there), left to be taken."""
+        tensor = self._getters.pop(key)()
+        self._getters[key] = lambda: tensor
+        return tensor
 
     def take(self, key: str) -> torch.Tensor:
         if key not in self._getters:
@@ -311,7 +324,8 @@ def load_checkpoint(path: str | os.PathLike) -> GPTModel:
         raise CheckpointError(f"Could not read {error.filename or path}: {error.strerror or error}.") from None
 
 
-SIZE_KEYS = ("n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "n_layers", "n_heads", "emb_dim", "context_length")
+SIZE_KEYS = ("n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "n_layers", "n_heads", "emb_dim", "context_length",
+             "sliding_window_size")
 
 
 def _checked_config(config: dict, origin: str) -> dict:
@@ -324,6 +338,9 @@ def _checked_config(config: dict, origin: str) -> dict:
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
             raise CheckpointError(f"{origin}: the config's {key} must be a small positive number, got {value!r}.")
+    stride = config.get("sliding_window_stride")
+    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int)):
+        raise CheckpointError(f"{origin}: the config's sliding_window_stride must be a whole number, got {stride!r}.")
     return config
 
 
@@ -332,10 +349,12 @@ def _load(path: Path) -> GPTModel:
     with _open_tensors(files) as tensors:
         if config is None and isinstance(tensors.extras.get("cfg") or tensors.extras.get("config"), dict):
             config = tensors.extras.get("cfg") or tensors.extras.get("config")
+        configured = config is not None
         config = _checked_config(config or {}, tensors.origin)
         keys = tensors.names()
         if "tok_emb.weight" in keys:
             model = _load_book(tensors, config)
+            model.window_unknown = not configured  # a bare state dict: a window would be in a config
         elif "wte.weight" in keys or "transformer.wte.weight" in keys:
             model = _load_gpt2(tensors, config)
         else:
@@ -545,8 +564,37 @@ def _load_gpt2_block_rest(block, h: str, take) -> None:
     block.norm2.shift = assign(h + "ln_2.bias -> norm2.shift", block.norm2.shift, take(h + "ln_2.bias"))
 
 
+def _refuse_other_attention(origin: str, keys: set[str], tensors: _Tensors, emb_dim: int) -> None:
+    """CheckpointError naming a grouped-query or latent attention checkpoint (the book's ``04_gqa``, ``05_mla``)."""
+    if "trf_blocks.0.att.W_DKV.weight" in keys:
+        raise CheckpointError(
+            f"{origin} is a multi-head latent attention (MLA) model (its blocks have W_DKV, W_UK, W_UV: the book's "
+            "ch04/05_mla). attnviz runs checkpoints of the book's multi-head GPTModel only (sliding windows "
+            "included); the Attention variant mla shows latent attention with seeded weights.")
+    key_weight = "trf_blocks.0.att.W_key.weight"
+    if key_weight in keys:
+        rows = tensors.peek(key_weight).shape[0]
+        if rows != emb_dim:
+            raise CheckpointError(
+                f"{origin} is a grouped-query attention (GQA) model (its W_key gives {rows} values per token, not "
+                f"the width {emb_dim}: the book's ch04/04_gqa). attnviz runs checkpoints of the book's multi-head "
+                "GPTModel only (sliding windows included); the Attention variant gqa shows grouped-query attention "
+                "with seeded weights.")
+
+
+def _window_schedule(model: GPTModel, config: dict) -> None:
+    """The book's ``sliding_window_stride`` schedule (``gpt_with_kv_swa.py``): K > 0 is K window layers, then one
+    full, repeated; 0 every layer full; negative, or no stride, every layer with the window."""
+    stride = config.get("sliding_window_stride")
+    for index, block in enumerate(model.trf_blocks):
+        if stride is not None and (stride == 0 or (stride > 0 and index % (stride + 1) >= stride)):
+            block.att.sliding_window_size = None
+    model.sliding_windows = tuple(block.att.sliding_window_size for block in model.trf_blocks)
+
+
 def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
-    """The book's own GPTModel ``state_dict`` (ch05 names) -> GPTModel; the causal-mask buffers are optional."""
+    """The book's own GPTModel ``state_dict`` (ch05 names) -> GPTModel; the causal-mask buffers are optional.
+    A config's ``sliding_window_size`` builds its blocks with the book's sliding-window attention."""
     origin = tensors.origin
     keys = tensors.names()
     tok = tensors.take("tok_emb.weight")  # (vocab, d)
@@ -554,6 +602,7 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
         raise CheckpointError(f"{origin}: not the book's GPTModel (tok_emb.weight {tuple(tok.shape)}, pos_emb?).")
     _check_vocab(origin, tok.shape[0])
     emb_dim = tok.shape[1]
+    _refuse_other_attention(origin, keys, tensors, emb_dim)
     cfg = {
         "vocab_size": tok.shape[0],
         "context_length": config.get("context_length", config.get("n_positions")),
@@ -568,7 +617,11 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
     cfg["context_length"] = _context_length("pos_emb.weight", tuple(pos.shape), emb_dim, cfg["context_length"])
     if emb_dim % cfg["n_heads"]:
         raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {cfg['n_heads']} heads.")
+    if config.get("sliding_window_size") is not None:
+        cfg.update(attention=SLIDING_WINDOW, sliding_window_size=config["sliding_window_size"])
     model = _meta_model(cfg)
+    if config.get("sliding_window_size") is not None:
+        _window_schedule(model, config)
     model.tok_emb.weight = assign("tok_emb.weight", model.tok_emb.weight, tok)
     model.pos_emb.weight = assign("pos_emb.weight", model.pos_emb.weight, pos)
     del tok, pos

@@ -52,10 +52,25 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
         notes.append(f"The checkpoint has no config giving its head count: its heads are taken to be 64 wide, as in "
                      f"every GPT-2 size, so width {sizes.emb_dim} gives {heads}. If they are not, put a config.json "
                      "(with n_head) beside the file.")
+    notes += _window_notes(model, config.layer)
     if ignored:
         notes.append(f"Ignored {', '.join(ignored)}: this checkpoint decides them (width {sizes.emb_dim}, "
                      f"{sizes.num_heads} heads, {settled.context_length} positions, eval mode, the CPU).")
     return settled, notes
+
+
+def _window_notes(model, layer: int) -> list[str]:
+    """Where the checkpoint's config names a sliding window: what layer ``layer`` runs with (its schedule may make
+    it a full-attention layer)."""
+    windows = getattr(model, "sliding_windows", None)
+    if not windows or all(window is None for window in windows):
+        return []
+    window = windows[layer]
+    if window is None:
+        return [f"This checkpoint's config names a sliding window, but layer {layer} is one of its full-attention "
+                "layers (sliding_window_stride): it runs full causal attention."]
+    return [f"This checkpoint's config names a sliding window of {window} tokens, and layer {layer} runs with it: "
+            f"each token attends to itself and the {window - 1} before it; keys further back have weight 0."]
 
 
 def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:

@@ -178,6 +178,9 @@ def _weights(listed) -> ui_weights.Choice:
         st.caption(f"ℹ️ {markdown_escape(note)}")
     choice = ui_weights.choose(listed, st.session_state["weights"])
     st.session_state["_weights_choice"] = choice
+    caption = weights.attention_caption(choice.sizes) if choice.sizes is not None else None
+    if caption:
+        st.caption(f"ℹ️ {markdown_escape(caption)}")
     if choice.sizes is not None:
         _follow_checkpoint(choice.sizes, choice.option.name)
     n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
