@@ -247,10 +247,9 @@ def attention_caption(sizes: ModelSizes) -> str | None:
     how to give the window; None where the checkpoint says what it runs."""
     if not sizes.window_unknown:
         return None
-    return ("This file is a bare state dict, so attnviz runs it with full causal attention. If the model was "
-            "trained with a sliding window (the book's ch04/06_swa), that window is not stored in a state dict: put "
-            "a config.json beside the file naming sliding_window_size (and sliding_window_stride) to run it with "
-            "its window.")
+    return ("A bare state dict: attnviz runs it with full causal attention. A sliding window (the book's "
+            "ch04/06_swa) is not stored in a state dict; a config.json beside the file naming sliding_window_size "
+            "runs it with its window.")
 
 
 def sizes(model: GPTModel) -> ModelSizes:
