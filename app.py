@@ -6,8 +6,8 @@ Streamlit's own multipage model: every run goes through this script.  ``st.navig
 their values across page switches by themselves.  The page then reads its settings with ``ui.setup()``.
 
 A fresh server's first run warms up twice, explicitly, below: the browser starts on Plotly's code while the server
-imports torch (:func:`warm_up_browser`), and the default view is built in a thread while the rest of the app is
-imported (:func:`start_warm_up`).
+imports torch (:func:`warm_up_browser`), and the view the first page shows is built in a thread while the rest of the
+app is imported (:func:`start_warm_up`).
 """
 
 import contextlib
@@ -45,12 +45,15 @@ warm_up_box = warm_up_browser()
 
 
 def start_warm_up() -> None:
-    """Once per server process, before the rest of the app is imported: build the default view's tokenizer, seeded
-    embedding table and module in a thread while this first run imports pandas and Streamlit's glue and draws the
-    sidebar (later calls do nothing; ``pipeline.prepare_in_background`` says more)."""
+    """Once per server process, before the rest of the app is imported: build what the first page runs — the book's
+    MHA, or the module ``--module`` names, which the app opens on (``urlstate.opening_config``) — in a thread while
+    this first run imports pandas and Streamlit's glue and draws the sidebar (later calls do nothing;
+    ``pipeline.prepare_in_background`` says more).  The modules the command line names are loaded here, in the
+    script's thread, as the sidebar would load them; the thread builds and runs one under the time limit every call
+    of a user's code has."""
     from attnviz import pipeline, urlstate  # torch: the browser fetches Plotly's code meanwhile
 
-    pipeline.prepare_in_background(urlstate.config_from_settings(urlstate.DEFAULTS))
+    pipeline.prepare_in_background(urlstate.opening_config())
 
 
 start_warm_up()

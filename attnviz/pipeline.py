@@ -59,10 +59,16 @@ def _settled(config: AttentionConfig) -> tuple[producers.Producer, AttentionConf
 
 
 def prepare(config: AttentionConfig) -> None:
-    """Build what the first run of ``config`` needs (the tokenizer, and for the book's classes the seeded
-    embedding table and module), so that run finds them built: the server's warm-up calls this in a thread."""
+    """Build what the first run of ``config`` needs — the tokenizer; for the book's classes the seeded embedding
+    table and module; for a user's module the module, its sizes' probe and the seeded embedding table at its input
+    width — so that run finds them built: the server's warm-up calls this in a thread.  Every call of a user's code
+    runs under its time limit (:mod:`attnviz.time_limit`), in this thread as in any."""
     tokens.get_encoding()
-    if config.checkpoint is None and config.module is None:
+    if config.module is not None:
+        from attnviz.producers import user_module  # tracing: imported when a user's module runs
+
+        user_module.prepare(config)
+    elif config.checkpoint is None:
         book.prepare(config.validate())
 
 

@@ -337,10 +337,7 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
         asked = AttentionConfig(checkpoint=checkpoint, layer=int(values["layer"]), causal=bool(values["causal"]))
         return pipeline.settle(asked)[0]
     if values["variant"] in user_code.listed():  # a user's module, by its listed label; it is built with these sizes
-        asked = AttentionConfig(module=values["variant"], d_in=int(values["d_in"]), d_out=int(values["d_out"]),
-                                num_heads=int(values["num_heads"]), dropout=float(values["dropout"]),
-                                train=bool(values["train"]), causal=bool(values["causal"]), seed=int(values["seed"]))
-        return pipeline.settle(asked)[0]
+        return pipeline.settle(_module_asked(values))[0]
     spec = variants.get(values["variant"])
     values = fit_modern(values)[0]
     applies = spec.settings
@@ -362,6 +359,24 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
         positions="rotary" if rotary else "learned",
         rope_base=int(values["rope_base"]) if rotary else DEFAULTS["rope_base"],
     )
+
+
+def _module_asked(values: dict) -> AttentionConfig:
+    """The config asked of the user's module ``values["variant"]`` names: the module decides its sizes when settled."""
+    return AttentionConfig(module=values["variant"], d_in=int(values["d_in"]), d_out=int(values["d_out"]),
+                           num_heads=int(values["num_heads"]), dropout=float(values["dropout"]),
+                           train=bool(values["train"]), causal=bool(values["causal"]), seed=int(values["seed"]))
+
+
+def opening_config() -> AttentionConfig:
+    """The config of the run a fresh server's first page shows (a URL without settings: :func:`defaults`), for its
+    warm-up: the book's MHA's, or the one asked of the module the command line names, not settled — settling builds
+    and runs the user's module, which :func:`attnviz.pipeline.prepare` does in the warm-up's thread.  Lists the
+    modules the command line names (loading their files) in the calling thread."""
+    values = settings_from_query({})[0]
+    if values["variant"] in user_code.listed():
+        return _module_asked(values)
+    return config_from_settings(values)
 
 
 def url_value(key: str, value) -> str | None:

@@ -4,12 +4,13 @@ threads missing at once run once (benchmarks/README.md, "Fast first paint")."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
-from attnviz import embedding, pipeline, ui, urlstate
+from attnviz import embedding, pipeline, ui, urlstate, user_code
 from attnviz.config import AttentionConfig
-from attnviz.producers import book
+from attnviz.producers import book, user_module
 from attnviz.ui import memory
 
 
@@ -100,12 +101,19 @@ def test_a_failing_warm_up_says_nothing(monkeypatch, capsys, caplog):
 # --- app.py starts the warm-up, before it imports attnviz.ui; importing attnviz.ui starts nothing ---
 
 
-def test_app_starts_the_warm_up_once_and_importing_the_ui_does_not(monkeypatch):
+MY_ATTENTION = f"{Path(__file__).resolve().parents[1] / 'docs' / 'examples' / 'my_attention.py'}:MultiHeadAttention"
+
+
+@pytest.mark.parametrize("script_args", [[], ["--", "--module", MY_ATTENTION]], ids=["book", "module"])
+def test_app_warms_up_what_its_first_page_runs_once_and_importing_the_ui_does_not(monkeypatch, script_args):
+    """``streamlit run app.py [-- --module path.py:Class]``: the warm-up prepares the first page's run — the book's
+    MHA, or the module the command line names, which the app opens on."""
     import importlib
-    from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
 
+    monkeypatch.setattr("sys.argv", ["app.py", *script_args])
+    monkeypatch.delenv(user_code.ENV, raising=False)
     monkeypatch.setattr(pipeline, "_warm_up_claim", threading.Lock())
     prepared = []
     monkeypatch.setattr(pipeline, "_prepare_quietly", lambda config: prepared.append(
@@ -116,9 +124,53 @@ def test_app_starts_the_warm_up_once_and_importing_the_ui_does_not(monkeypatch):
     assert not at.exception, at.exception
     at.run()
     for thread in threading.enumerate():
-        if thread.name == "attnviz-warm-up":
+        if thread.name in ("attnviz-warm-up", "attnviz-refreeze"):  # the latter: none calls a later test's patches
             thread.join(10)
-    assert prepared == [("attnviz-warm-up", urlstate.config_from_settings(urlstate.DEFAULTS))], "once per process"
+    assert [name for name, _ in prepared] == ["attnviz-warm-up"], "once per process"
+    first_page_ran = at.session_state["_last_valid"][1]
+    assert pipeline.settle(prepared[0][1])[0] == first_page_ran
+
+
+def test_a_run_of_a_users_module_after_prepare_builds_nothing(monkeypatch, counted_builds):
+    """What the warm-up prepares for a module named on the command line: the module (built and probed, each call of
+    the user's code under its time limit) and the seeded embedding table at its input width."""
+    monkeypatch.setattr("sys.argv", ["app.py", "--", "--module", MY_ATTENTION])
+    monkeypatch.delenv(user_code.ENV, raising=False)
+    label = user_code.opening()
+    built = []
+    real_build = user_code.build_listed
+    monkeypatch.setattr(user_code, "build_listed", lambda *args: built.append(args) or real_build(*args))
+    user_module._built_module.cache_clear()
+    user_module._probed_sizes.cache_clear()
+    config = AttentionConfig(module=label, d_in=48, d_out=48, num_heads=4, seed=7)
+    pipeline.prepare(config)
+    assert len(built) == 1 and counted_builds["embedding"] == 1
+    pipeline.run("Your journey starts with one step", pipeline.settle(config)[0])
+    assert len(built) == 1 and counted_builds["embedding"] == 1
+
+
+def test_a_users_module_that_never_returns_stops_the_warm_up_at_the_time_limit(monkeypatch, tmp_path):
+    """The warm-up's thread runs the user's constructor under the time limit every call of the user's code has."""
+    import time
+
+    from attnviz import time_limit
+
+    path = tmp_path / "endless.py"
+    path.write_text("from torch import nn\n\n\nclass Endless(nn.Module):\n    def __init__(self, d_in, d_out):\n"
+                    "        super().__init__()\n        while True:\n            pass\n")
+    monkeypatch.setattr("sys.argv", ["app.py", "--", "--module", f"{path}:Endless"])
+    monkeypatch.delenv(user_code.ENV, raising=False)
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
+    monkeypatch.setattr(pipeline, "_warm_up_claim", threading.Lock())
+    label = user_code.opening()
+    built, done = [], threading.Event()
+    real_build, real_prepare = user_code.build_listed, pipeline._prepare_quietly
+    monkeypatch.setattr(user_code, "build_listed", lambda *args: built.append(args) or real_build(*args))
+    monkeypatch.setattr(pipeline, "_prepare_quietly", lambda config: (real_prepare(config), done.set()))
+    started = time.monotonic()
+    assert pipeline.prepare_in_background(AttentionConfig(module=label, d_in=16, d_out=16, num_heads=2))
+    assert done.wait(10) and time.monotonic() - started < 5
+    assert len(built) == 1  # the constructor ran in the warm-up, and was stopped
 
 
 @pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)

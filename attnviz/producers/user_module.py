@@ -49,6 +49,13 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     return replace(config, d_in=d_in, d_out=d_out, num_heads=heads, causal=causal), notes
 
 
+def prepare(config: AttentionConfig) -> None:
+    """Build the module of ``config`` (settled or not), probe its sizes and build the seeded embedding table at its
+    input width before its first run; a problem is left for that run to report (ConfigError here)."""
+    config = settle(config)[0]
+    book._embedding_layer(config.d_in, config.context_length, config.seed)  # what book._embed draws from
+
+
 @built_once(maxsize=8)
 def _probed_sizes(key: AttentionConfig) -> tuple[int, int, int, bool]:
     """(input width, output width, heads, causal) of the built module, from a 4-token seeded run."""
