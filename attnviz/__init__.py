@@ -8,7 +8,7 @@ What a user calls (docs/api.md):
 * ``Trace``: what every run returns — tokens, the named steps as float32 arrays, shapes, notes;
 * ``trace_module(module, text_or_x)`` -> ``Trace``: any attention ``nn.Module``, unchanged, traced;
 * ``check_module(module)`` -> the rules of attention with evidence, one result per rule;
-* ``show(trace)``: the Heads view inline in Jupyter;
+* ``show(trace)`` or ``show(module, text)``: the Heads view inline in Jupyter (a module traced first);
 * ``load_trace(file)`` -> ``Trace``: a saved trace file (a page's "Download this trace", ``trace_file.trace_npz``)
   back, ready to ``show``;
 * ``explain_weight(trace, head, query, key)``: why one weight is what it is — q_i[d]·k_j[d] per dimension, their
@@ -41,7 +41,6 @@ _PUBLIC = {
     "Trace": ("attnviz.trace", "Trace"),
     "trace_module": ("attnviz.tracing", "trace_module"),
     "check_module": ("attnviz.checks", "check_module"),
-    "show": ("attnviz.views.notebook", "show"),
     "load_trace": ("attnviz.trace_file", "load_trace"),
     "explain_weight": ("attnviz.explain", "explain_weight"),
     "kv_cache_bytes": ("attnviz.kv_cache", "kv_cache_bytes"),
@@ -64,7 +63,27 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run t
     from attnviz.trace import Trace
     from attnviz.trace_file import load_trace
     from attnviz.tracing import trace_module
-    from attnviz.views.notebook import show
+
+
+def show(trace_or_module, text: str | None = None, *, stage: str = "weights", head: int = 0):
+    """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (:func:`trace_module`), in Jupyter
+    (:func:`attnviz.views.notebook.show` draws it).  Returns the Trace."""
+    import torch
+
+    from attnviz import tracing
+    from attnviz.config import InputError
+    from attnviz.trace import Trace
+    from attnviz.views import notebook
+
+    trace = trace_or_module
+    if not isinstance(trace, Trace):
+        if not isinstance(trace_or_module, torch.nn.Module):
+            raise InputError(f"show takes a Trace (attnviz.run, attnviz.trace_module) or a module and a text, got "
+                             f"{type(trace_or_module).__name__}")
+        if text is None:
+            raise InputError("show(module, text): give the text to trace the module on")
+        trace = tracing.trace_module(trace_or_module, text)
+    return notebook.show(trace, stage=stage, head=head)
 
 
 def __getattr__(name: str):

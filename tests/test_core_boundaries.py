@@ -385,6 +385,21 @@ def test_no_module_imports_a_later_layer_even_inside_a_function():
     assert upward_imports(package_imports()) == []
 
 
+RUNNERS = ("attnviz.producers", "attnviz.tracing", "attnviz.pipeline")  # what runs attention and returns a Trace
+
+
+def running_imports(modules: dict[str, list[tuple[str, bool]]]) -> list[str]:
+    """"A imports B (in a function)" for every import of a producer, the tracer or the pipeline by a view: views only
+    draw the Trace their caller ran (STYLE.md §4)."""
+    return [f"{module} imports {imported}{'' if top else ' (in a function)'}"
+            for module, imports in modules.items() if layer_of(module) == "views" for imported, top in imports
+            if any(imported == runner or imported.startswith(runner + ".") for runner in RUNNERS)]
+
+
+def test_no_view_runs_attention_even_inside_a_function():
+    assert running_imports(package_imports()) == []
+
+
 def test_module_level_imports_have_no_cycles():
     assert import_cycles(package_imports(), functions=False) == []
 
@@ -419,6 +434,17 @@ def test_the_checkers_catch_a_function_level_upward_import_and_cycle():
     assert import_cycles(imports, functions=True) == [
         "attnviz.pipeline -> attnviz.producers -> attnviz.producers.book -> attnviz.tracing -> attnviz.pipeline",
         "attnviz.ui.heads -> attnviz.views.figures -> attnviz.ui.heads"]
+
+
+def test_the_running_checker_catches_a_view_that_traces_or_runs():
+    imports = _fake_imports({
+        "attnviz.views.figures": "def show(module):\n    from attnviz import tracing\n",
+        "attnviz.ui.heads": "from attnviz import pipeline\nfrom attnviz.views import figures\n",
+        "attnviz.tracing": "from attnviz.config import X\n",
+    })
+    assert running_imports(imports) == ["attnviz.views.figures imports attnviz.tracing (in a function)"]
+    assert running_imports(_fake_imports({"attnviz.views.figures": "from attnviz.producers import book\n"})) == [
+        "attnviz.views.figures imports attnviz.producers.book"]
 
 
 def test_the_cycle_checker_lets_a_package_assemble_itself():

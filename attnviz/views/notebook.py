@@ -1,8 +1,9 @@
 """The Heads view inline in Jupyter: the head grid, one head in full and the shape flow, with no Streamlit server.
 
-``show(trace)`` (or ``show(module, text)``) displays Plotly figures and HTML through ``IPython.display``, the
-same pure builders the app's Heads page draws from; where no Jupyter kernel runs (plain Python, IPython in a terminal)
-it raises an InputError naming ``figures_of`` instead of printing every figure's repr.
+``show(trace)`` displays Plotly figures and HTML through ``IPython.display``, the same pure builders the app's
+Heads page draws from (``attnviz.show(module, text)`` traces the module, then calls it); where no Jupyter kernel
+runs (plain Python, IPython in a terminal) it raises an InputError naming ``figures_of`` instead of printing every
+figure's repr.
 """
 
 from __future__ import annotations
@@ -36,23 +37,11 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     return {"grid": grid, "head": focused, "flow": flow}
 
 
-def show(trace_or_module, text: str | None = None, *, stage: str = "weights", head: int = 0):
-    """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (attnviz.trace_module).
-
-    Returns the Trace.
-    """
-    import torch
-
-    from attnviz import tracing
-
-    trace = trace_or_module
+def show(trace: Trace, *, stage: str = "weights", head: int = 0) -> Trace:
+    """Display the Heads view of a Trace (``attnviz.show`` traces a module first when given one).  Returns the
+    Trace."""
     if not isinstance(trace, Trace):
-        if not isinstance(trace_or_module, torch.nn.Module):
-            raise InputError(f"show takes a Trace (attnviz.run, attnviz.trace_module) or a module and a text, got "
-                             f"{type(trace_or_module).__name__}")
-        if text is None:
-            raise InputError("show(module, text): give the text to trace the module on")
-        trace = tracing.trace_module(trace_or_module, text)
+        raise InputError(f"show takes a Trace (attnviz.run, attnviz.trace_module), got {type(trace).__name__}")
     parts = figures_of(trace, stage, head)
     try:
         from IPython import get_ipython

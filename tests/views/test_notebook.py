@@ -109,3 +109,21 @@ def test_show_in_a_kernel_displays_the_title_two_figures_and_the_flow(monkeypatc
     trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
     assert attnviz.show(trace) is trace
     assert [type(item).__name__ for item in shown] == ["HTML", "Figure", "Figure", "HTML"]
+
+
+def test_show_traces_a_module_on_a_text_then_displays_its_heads(monkeypatch):
+    """``attnviz.show(module, text)`` (docs/api.md): the caller traces, the view draws the Trace."""
+    pytest.importorskip("IPython")
+    import IPython
+    import IPython.display
+    from helpers import user_modules as um
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: _Shell(kernel=object()))
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    trace = attnviz.show(um.CausalSelfAttention(flash=False).eval(), "Hello there, general Kenobi", head=2)
+    assert trace.module_run.class_name == "CausalSelfAttention" and trace.tokens[0] == "Hello"
+    assert [type(item).__name__ for item in shown] == ["HTML", "Figure", "Figure", "HTML"]
+    assert "CausalSelfAttention" in shown[0].data and shown[2].layout.title.text.startswith("head 2")
+    with pytest.raises(InputError, match=r"show\(module, text\): give the text"):
+        attnviz.show(um.CausalSelfAttention())
