@@ -14,13 +14,16 @@ import pytest
 from helpers.browser import (
     assert_no_exception,
     choose_option,
+    commit_text,
     expect,
     grown_margins,
     query_of,
     runs,
     save_screenshot,
+    sidebar,
     start_server,
     step_generation,
+    text_box,
     wait_idle,
 )
 
@@ -67,10 +70,6 @@ def main_title(page):
 
 def main_captions(page):
     return page.get_by_test_id("stMain").get_by_test_id("stCaptionContainer")
-
-
-def sidebar(page):
-    return page.get_by_test_id("stSidebar")
 
 
 def visit(page, url: str) -> None:
@@ -193,15 +192,11 @@ def test_a_new_text_with_a_checkpoint_reruns_the_whole_page(page, server):
     reads the text too): a new text redraws the panel for it."""
     visit(page, f"{server.url}/?weights={NAME}&text={TEXT.replace(' ', '%20')}")
     main = page.get_by_test_id("stMain")
-    before = runs(page)
-    box = sidebar(page).get_by_role("textbox", name="Text", exact=True)
-    box.fill("Hello world")
-    box.press("Control+Enter")
-    wait_idle(page, after=before)
+    commit_text(page, "Hello world")
     assert_no_exception(page)
     expect(main.get_by_text(re.compile(r"What the model predicts after “·world” \(position 1\)"))).to_be_visible()
     expect(main_captions(page).filter(has_text="2 tokens").first).to_be_visible()
-    expect(sidebar(page).get_by_role("textbox", name="Text", exact=True)).to_have_count(1)
+    expect(text_box(page)).to_have_count(1)
 
 
 def test_tampered_name_is_ignored_with_a_notice(page, server):
