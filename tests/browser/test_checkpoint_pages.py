@@ -24,6 +24,7 @@ from helpers.browser import (
     start_server,
     step_generation,
     text_box,
+    visit,
     wait_idle,
 )
 
@@ -70,12 +71,6 @@ def main_title(page):
 
 def main_captions(page):
     return page.get_by_test_id("stMain").get_by_test_id("stCaptionContainer")
-
-
-def visit(page, url: str) -> None:
-    page.goto(url)
-    wait_idle(page)
-    assert_no_exception(page)
 
 
 def pick(page, label: str, option: str) -> None:

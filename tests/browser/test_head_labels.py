@@ -10,19 +10,13 @@ import re
 import urllib.parse
 
 import pytest
-from helpers.browser import assert_no_exception, expect, grown_margins, runs, save_screenshot, wait_idle
+from helpers.browser import assert_no_exception, expect, grown_margins, runs, save_screenshot, visit, wait_idle
 
 pytestmark = pytest.mark.browser
 
 BUNDLED = "bundled model"
 SENTENCE = ("The cat sat on the mat because the mat was warm, and the dog watched the cat from the door. ")
 TEXT = SENTENCE * 2  # English written twice: previous-token heads everywhere, an induction head would show too
-
-
-def visit(page, url: str) -> None:
-    page.goto(url)
-    wait_idle(page)
-    assert_no_exception(page)
 
 
 def test_heads_page_names_the_bundled_models_heads(page, base_url):

@@ -23,6 +23,7 @@ from helpers.browser import (
     share_link,
     sidebar,
     text_box,
+    visit,
     wait_expanded,
     wait_idle,
     wait_past_double_click,
@@ -99,12 +100,6 @@ def go_to(page, label: str) -> None:
     before = runs(page)
     sidebar(page).get_by_test_id("stPageLink-NavLink").filter(has_text=label).click()
     wait_idle(page, after=before)
-
-
-def visit(page, url: str) -> None:
-    page.goto(url)
-    wait_idle(page)
-    assert_no_exception(page)
 
 
 # --------------------------------------------------------------------------- 1. every page

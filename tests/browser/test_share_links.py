@@ -9,24 +9,18 @@ from urllib.parse import quote
 
 import pytest
 from helpers.browser import (
-    assert_no_exception,
     commit_text,
     expect,
     query_of,
     share_link,
     sidebar,
     text_box,
+    visit,
     wait_idle,
 )
 from helpers.texts import english_text
 
 pytestmark = pytest.mark.browser
-
-
-def visit(page, url: str) -> None:
-    page.goto(url)
-    wait_idle(page)
-    assert_no_exception(page)
 
 
 def shows_tokens(page, n: str) -> None:

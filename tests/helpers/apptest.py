@@ -37,6 +37,11 @@ def sidebar_notices(at) -> str:
     return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")
 
 
+def main_warnings(at) -> str:
+    """The main area's warnings as the user reads them (the app escapes Markdown in them)."""
+    return " ".join(w.value for w in at.main.warning).replace("\\", "")
+
+
 def decode(array) -> np.ndarray:
     """Plotly's JSON array: a list, or {"dtype", "bdata", "shape"} for NumPy arrays."""
     if isinstance(array, dict):

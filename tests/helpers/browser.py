@@ -313,3 +313,9 @@ def commit_text(page: Page, text: str) -> None:
     box.press("Control+Enter")
     wait_idle(page, after=before)
 
+
+def visit(page: Page, url: str) -> None:
+    """Open ``url``, wait until its run has ended, and check that it raised nothing."""
+    page.goto(url)
+    wait_idle(page)
+    assert_no_exception(page)

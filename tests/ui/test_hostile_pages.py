@@ -4,7 +4,7 @@ when they visit another page and come back, and a link that gives a parameter tw
 from __future__ import annotations
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, follow_link, no_exception, open_app, sidebar_notices
+from helpers.apptest import APP, TIMEOUT, follow_link, main_warnings, no_exception, open_app, sidebar_notices
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
@@ -61,10 +61,6 @@ def test_a_generate_layer_the_next_model_lacks_still_falls_back_to_0():
     at.selectbox(key="generate_random").set_value("mqa").run()  # 8 heads: head 1 is still there
     no_exception(at)
     assert at.selectbox(key="generate_head").value == 1
-
-
-def main_warnings(at) -> str:
-    return " ".join(w.value for w in at.main.warning).replace("\\", "")  # Markdown-escaped
 
 
 @pytest.mark.parametrize("page", ["pages/steps.py", "pages/compare.py", "pages/tokens.py"])

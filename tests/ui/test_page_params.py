@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, follow_link, no_exception, open_app
+from helpers.apptest import APP, TIMEOUT, follow_link, main_warnings, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -37,10 +37,6 @@ def url(at, key: str):
     """The URL's value of ``key`` (None when the URL has none)."""
     value = at.query_params.get(key)
     return value[-1] if isinstance(value, list) else value
-
-
-def main_warnings(at) -> str:
-    return " ".join(w.value for w in at.main.warning).replace("\\", "")  # Markdown-escaped
 
 
 def reload(at) -> AppTest:
