@@ -737,11 +737,11 @@ def clicks(browser, app_root: Path, count: int) -> dict:
 # (attnviz/ui/heads_views.py's draw) left out: (old, new) replaces the first ``old``; (old, None) cuts draw() there.
 ABLATION_FILE = "attnviz/ui/heads_views.py"
 _NO_DIAGRAM = ("grid_col = beside_shape_diagram(trace, highlight=stage)", "grid_col = st.container()")
-_NO_GRID = ('st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid"',
-            'None and st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid"')
+_NO_GRID = ('st.plotly_chart(heads_grid_figure(page_run, stage), key="heads_grid"',
+            'None and st.plotly_chart(heads_grid_figure(page_run, stage), key="heads_grid"')
 _NO_STATS_TABLE = ('st.dataframe(stats, key="heads_stats"', 'None and st.dataframe(stats, key="heads_stats"')
-_NO_TYPES = ("head_labels.section(ctx)", "None")
-_FOCUSED = "focused_head(ctx.trace_key, stage, head, ctx.link)"
+_NO_TYPES = ("head_labels.section(page_run)", "None")
+_FOCUSED = "focused_head(page_run.trace_key, stage, head, page_run.link)"
 ABLATIONS = {
     "as is": [],
     "no shape diagram": [_NO_DIAGRAM],

@@ -113,7 +113,7 @@ ABLATIONS = {  # name -> (file, patches): (old, new) replaces the first old in t
         ('"height": min(220 + 18 * max(steps, 6), 700)', '"height": 420'),
         ('"scaleanchor": "x", "constrain": "domain"', '"constrain": "domain"')]),
     "the whole prompt above each step": (GENERATE, [("PROMPT_SHOWN = 40", "PROMPT_SHOWN = 1024")]),
-    "no cost section": (GENERATE, [("    st.divider()\n    cost_section(ctx, sizes)", "    pass")]),
+    "no cost section": (GENERATE, [("    st.divider()\n    cost_section(page_run, sizes)", "    pass")]),
     "no cache table": (GENERATE, [("st.table(_cache_table(step), hide_index=True)", "pass")]),
     "no metrics (the new token and the bytes held)": (GENERATE, [
         ('            st.metric("New token", _pieces', '            (lambda *a, **k: None)("New token", _pieces'),

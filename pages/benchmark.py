@@ -6,9 +6,9 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import benchmark
 
-ctx = ui.setup(book_classes=True)
-if ctx is None:
+page_run = ui.setup(book_classes=True)
+if page_run is None:
     st.stop()
 
 st.title("Implementations benchmark")
-benchmark.show(ctx)
+benchmark.show(page_run)

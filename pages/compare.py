@@ -13,16 +13,17 @@ from attnviz.ui import compute, lab_selectors
 from attnviz.views import saturation
 from attnviz.words import amount
 
-ctx = ui.setup(book_classes=True, draws_link=True)  # after Heatmap shows is bound
-if ctx is None:
+page_run = ui.setup(book_classes=True, draws_link=True)  # after Heatmap shows is bound
+if page_run is None:
     st.stop()
-trace, config = ctx.trace, ctx.trace.config
-d_out, num_heads = (config.d_out, config.num_heads) if ctx.stale else (ctx.settings["d_out"], ctx.settings["num_heads"])
+trace, config = page_run.trace, page_run.trace.config
+d_out, num_heads = ((config.d_out, config.num_heads) if page_run.stale
+                    else (page_run.settings["d_out"], page_run.settings["num_heads"]))
 base = compare.base_config(config, d_out, num_heads)
 
 
 with st.spinner("Running every variant…"):
-    result = compute.comparison(ctx.trace_key, dataclasses.astuple(base))
+    result = compute.comparison(page_run.trace_key, dataclasses.astuple(base))
 
 st.title("Compare variants")
 st.caption(f"{counted(result.n)} · the same input embeddings and seed {base.seed} for every variant · eval mode "
@@ -63,7 +64,7 @@ if config.rotary:
 st.subheader("Every variant on the same tokens")
 how = lab_selectors.heatmap_choice()
 st.caption(compare.SCALE_NOTE)
-ui.share_link(ctx.link)  # now that the URL holds the map this run draws
+ui.share_link(page_run.link)  # now that the URL holds the map this run draws
 with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: one on a phone, three or more wide
     for variant in result.variants:
         with st.container(width=compare.MAP_WIDTH):
@@ -72,7 +73,7 @@ with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: 
             st.caption(compare.variant_caption(variant, causal=base.causal))
 
 st.subheader("Why ÷√dₖ?")
-random_qk, run, no_run = compute.scaling(ctx.trace_key)
+random_qk, run, no_run = compute.scaling(page_run.trace_key)
 if run is None:
     st.markdown(saturation.EXPLANATION.split(" ★:")[0])
     st.caption(saturation.NO_RUN.format(why=no_run))

@@ -6,8 +6,8 @@ from attnviz import ui
 from attnviz.ui import generate
 
 generate.from_url()
-ctx = ui.setup(draws_link=True)  # drawn by the page once New tokens, the step, layer and head are bound
-if ctx is None:
+page_run = ui.setup(draws_link=True)  # drawn by the page once New tokens, the step, layer and head are bound
+if page_run is None:
     st.stop()
 
 st.title("Generate, token by token, with a KV cache")
@@ -18,4 +18,4 @@ st.markdown(
     "new step feeds only the new token: **one query row** over all the cached keys. Press **Step** to watch the "
     "cache grow; the badge checks each step against a full forward without the cache."
 )
-generate.show(ctx)
+generate.show(page_run)

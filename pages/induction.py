@@ -5,8 +5,8 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import induction, interventions
 
-ctx = ui.setup(draws_link=True)  # drawn below, once T, the seed, the head and the knock-outs are bound
-if ctx is None:
+page_run = ui.setup(draws_link=True)  # drawn below, once T, the seed, the head and the knock-outs are bound
+if page_run is None:
     st.stop()
 
 st.title("Induction lab")
@@ -17,8 +17,8 @@ st.markdown(
     "looks T − 1 tokens back, along the stripe **A[i, i−T+1]** (outlined on the map). Its score is the mean "
     "of that stripe over the second copy. Random tokens mean nothing but the repeat can be predicted."
 )
-run = induction.lab_run(ctx)
+run = induction.lab_run(page_run)
 if run is not None:
-    induction.show(run, ctx)
-    interventions.induction_section(ctx, run)
-ui.share_link(ctx.link)
+    induction.show(run, page_run)
+    interventions.induction_section(page_run, run)
+ui.share_link(page_run.link)

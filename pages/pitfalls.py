@@ -5,9 +5,9 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import pitfalls
 
-ctx = ui.setup(book_classes=True, draws_link=True)  # after the bug and the perturbed token are bound
-if ctx is None:
+page_run = ui.setup(book_classes=True, draws_link=True)  # after the bug and the perturbed token are bound
+if page_run is None:
     st.stop()
 
 st.title("Pitfall lab")
-pitfalls.draw(ctx)
+pitfalls.draw(page_run)

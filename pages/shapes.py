@@ -7,14 +7,14 @@ from attnviz import ui
 from attnviz.tokens import counted
 from attnviz.views import checkpoint_view, diagram
 
-ctx = ui.setup()
-if ctx is None:
+page_run = ui.setup()
+if page_run is None:
     st.stop()
-trace, config = ctx.trace, ctx.trace.config
+trace, config = page_run.trace, page_run.trace.config
 
 st.title("Tensor shapes through the pipeline")
-st.caption(f"{ui.weights_caption(ctx)} · {counted(trace.n)} — shapes are read from the tensors of this run.")
-if ctx.checkpoint:
+st.caption(f"{ui.weights_caption(page_run)} · {counted(trace.n)} — shapes are read from the tensors of this run.")
+if page_run.checkpoint:
     st.subheader("The whole model: tokens → logits")
     st.caption(f"Block {trace.model.layer} is expanded; its attention (highlighted) is drawn in detail below.")
     whole, table = st.columns([1, 1])

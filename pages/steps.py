@@ -6,9 +6,9 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import steps
 
-ctx = ui.setup(draws_link=True)  # after its head, stage and window are bound
-if ctx is None:
+page_run = ui.setup(draws_link=True)  # after its head, stage and window are bound
+if page_run is None:
     st.stop()
 
 st.title("Attention step by step")
-steps.draw(ctx)
+steps.draw(page_run)

@@ -6,10 +6,10 @@ import streamlit as st
 from attnviz import ui
 from attnviz.views import figures
 
-ctx = ui.setup()
-if ctx is None:
+page_run = ui.setup()
+if page_run is None:
     st.stop()
-trace, config = ctx.trace, ctx.trace.config
+trace, config = page_run.trace, page_run.trace.config
 
 st.title("Tokens and embeddings")
 specials = sum(t.special for t in trace.token_details)
@@ -31,9 +31,9 @@ if rotary:
     st.caption(f"Rotary positions (RoPE, base {config.rope_base:,}) add no position vector to the input: each head "
                "rotates its queries and keys by their positions inside attention (the Steps page's *rotate q, k* "
                "stage), so the input is the token embedding alone.")
-if ctx.checkpoint:
+if page_run.checkpoint:
     st.caption(f"The checkpoint's own rows: tok_emb (wte) for each token id and pos_emb (wpe) for each position "
-               f"({ui.weights_caption(ctx)}).")
+               f"({ui.weights_caption(page_run)}).")
 if config.embedding == "book" and not trace.embeddings["position"].any():
     st.caption("The book's hand-set 3-d vectors for the journey sentence (no positional embedding).")
 caption, maps = figures.embedding_figures(trace.embeddings, trace.tokens, rotary=rotary)
@@ -41,5 +41,5 @@ st.caption(caption)
 for name, figure in maps:
     st.plotly_chart(figure, config=ui.plotly_config(f"attnviz-embedding-{name}"))
 
-if ctx.checkpoint:
-    ui.next_token_panel(ctx, key="tokens_next_position")
+if page_run.checkpoint:
+    ui.next_token_panel(page_run, key="tokens_next_position")

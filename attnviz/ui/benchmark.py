@@ -21,9 +21,9 @@ STOPPED = "benchmark_stopped"  # session_state: the Stop button's click
 RESULTS = "benchmark_results"  # session_state: the last finished run's rows and what they timed
 
 
-def show(ctx: Context) -> None:
+def show(page_run: Context) -> None:
     """The page below its title: what is timed, the two inputs, Run (and Stop while it runs), the results."""
-    settings = ctx.settings
+    settings = page_run.settings
     d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
     device, _ = resolve_device(settings["device"])
     st.markdown(

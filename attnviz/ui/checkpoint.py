@@ -11,10 +11,10 @@ from attnviz.ui.state import page_bind
 from attnviz.views import checkpoint_view
 
 
-def next_token_panel(ctx: Context, key: str = "next_position") -> None:
+def next_token_panel(page_run: Context, key: str = "next_position") -> None:
     """Top-5 next tokens at a chosen position (default: the last), and every position's top-1 in an expander that
     runs only while it is open."""
-    trace = ctx.trace
+    trace = page_run.trace
     if trace.model is None:
         return
     st.subheader("Next-token predictions")
@@ -56,12 +56,12 @@ def every_layer(checkpoint: str, causal: bool, token_ids: tuple[int, ...]):
     return checkpoint_view.layers_overview(weights.load(checkpoint), list(token_ids), causal=causal, scores=True)
 
 
-def layers_overview(ctx: Context):
+def layers_overview(page_run: Context):
     """The layers × heads overview (BertViz's model view), computed when asked for: every layer's maps once.
 
     Returns every layer's head-type scores ({name: (layers, heads)}) when shown, else None: the Heads page's
     head types use them (the same pass)."""
-    trace = ctx.trace
+    trace = page_run.trace
     if trace.model is None:
         return None
     st.subheader("Every layer and head")

@@ -35,7 +35,7 @@ from attnviz.words import amount
 
 @dataclass(frozen=True)
 class Context:
-    """What :func:`setup` hands a page (``ctx``): the sidebar's settings and their run, ready to draw.
+    """What :func:`setup` hands a page (``page_run``): the sidebar's settings and their run, ready to draw.
 
     ``config`` is the run's :class:`AttentionConfig`, already validated (``setup`` calls ``config.validate()`` and
     shows a plain message instead when it raises); ``trace`` is its cached run (None on a page that draws no run of
@@ -190,9 +190,9 @@ def setup(book_classes: bool = False, draws_link: bool = False, checks_module: b
     they are drawn here and a change reruns the page.
 
     ``draws_link``: the page binds its own URL parameters after this and draws the Share link itself once they are
-    bound (``ui.share_link(ctx.link)``), so that the link carries what the run draws — also on the first run after
-    the page comes back, when the page link that brought it carried the settings only.  On a stale view ``ctx.link``
-    is None: the link is drawn here."""
+    bound (``ui.share_link(page_run.link)``), so that the link carries what the run draws — also on the first run
+    after the page comes back, when the page link that brought it carried the settings only.  On a stale view
+    ``page_run.link`` is None: the link is drawn here."""
     frame = _frame()
     values, slots = frame.settings, frame.slots
     choice = ui_weights.current()
@@ -303,9 +303,9 @@ def variant_label(config: AttentionConfig) -> str:
     return f"{config.module or config.spec.label}{heads}"
 
 
-def weights_caption(ctx: Context) -> str:
+def weights_caption(page_run: Context) -> str:
     """Which weights drew this view: the checkpoint's name and layer, or the book's classes."""
-    trace = ctx.trace
+    trace = page_run.trace
     if trace.module_run is not None:
         return f"{variant_label(trace.config)} · your code, traced · seeded random weights"
     if trace.model is None:

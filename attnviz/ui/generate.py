@@ -102,40 +102,40 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
     return generation.check_steps(_load(ref), _generation(ref, prompt, max_new))
 
 
-def show(ctx: Context) -> None:
+def show(page_run: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs; the
     sidebar's Share link (``ui.setup(draws_link=True)``) drawn by the stepper once the step, layer and head are
     bound, or here when there is no generation to show."""
     url_notices("generate_new")  # until New tokens is set on the page
-    ref = ctx.config.checkpoint if ctx.weights is not None and ctx.weights.checkpoint else None
+    ref = page_run.config.checkpoint if page_run.weights is not None and page_run.weights.checkpoint else None
     sizes = None
     if ref is None:
         st.info(NO_MODEL, icon=":material/info:")
-        ref = _random_choice(ctx)
+        ref = _random_choice(page_run)
     else:
         forget_page_params(RANDOM)  # a model under Weights: no random GPT offered
-        if ctx.weights.option.source == "bundled":
+        if page_run.weights.option.source == "bundled":
             st.caption(BUNDLED_NOTE)
     linked = False
     if ref is not None:
         try:
             model = _load(ref)
             sizes = core_weights.sizes(model)
-            linked = _generate_section(ctx, ref)
+            linked = _generate_section(page_run, ref)
         except ValueError as exc:
             st.warning(markdown_escape(str(exc)), icon="✋")
     if not linked:  # no generation shown: the session's New tokens, step, layer and head wait for one, linked
-        share_link(ctx.link)
+        share_link(page_run.link)
     st.divider()
-    cost_section(ctx, sizes)
+    cost_section(page_run, sizes)
 
 
-def _random_choice(ctx: Context) -> tuple | None:
+def _random_choice(page_run: Context) -> tuple | None:
     """Offer a small random GPT with one of the block attentions; preselect the sidebar's variant when it is one of
     the bonus ones.  Returns its ref ``(RANDOM_KIND, attention, settings)``, or None."""
     names = list(RANDOM_CHOICES)
     bonus = variants.MODERN
-    default = ctx.config.variant if ctx.config.variant in bonus else RANDOM_NONE
+    default = page_run.config.variant if page_run.config.variant in bonus else RANDOM_NONE
     url_notices("generate_random")
     attention = st.selectbox(
         "Or generate with a small random GPT", names,
@@ -148,7 +148,7 @@ def _random_choice(ctx: Context) -> tuple | None:
              "the sidebar shows the same attention and they fit this model.")
     if attention == RANDOM_NONE:
         return None
-    settings, notes = random_settings(ctx.config, attention)
+    settings, notes = random_settings(page_run.config, attention)
     cfg = {**gpt_model.RANDOM_GPT_CONFIG, **settings}
     sizes = [f"{cfg['n_layers']} layers", f"{cfg['n_heads']} heads of {cfg['emb_dim'] // cfg['n_heads']}",
              f"emb_dim {cfg['emb_dim']}", f"context {cfg['context_length']}"]
@@ -157,7 +157,7 @@ def _random_choice(ctx: Context) -> tuple | None:
               variants.SWA: [f"window W = {cfg['sliding_window_size']}"]}.get(attention, [])
     label = variants.LABELS[attention].split(" (")[0].lower()
     st.warning(RANDOM_NOISE.format(label=label, sizes=", ".join(sizes)), icon=":material/casino:")
-    if ctx.config.rotary:
+    if page_run.config.rotary:
         notes.append(ROTARY_NOTE)
     for note in notes:
         st.caption(markdown_escape(note))
@@ -180,11 +180,11 @@ def random_settings(config, attention: str) -> tuple[dict, list[str]]:
     return {name: value}, []
 
 
-def _generate_section(ctx: Context, ref) -> bool:
+def _generate_section(page_run: Context, ref) -> bool:
     """New tokens, the cached generation and its stepper; True when the stepper draws the Share link (there is a
     generation to show)."""
-    prompt = tokens.encode(ctx.settings["text"]) if isinstance(ctx.settings.get("text"), str) else []
-    if not prompt or not ctx.settings["text"].strip():
+    prompt = tokens.encode(page_run.settings["text"]) if isinstance(page_run.settings.get("text"), str) else []
+    if not prompt or not page_run.settings["text"].strip():
         st.warning("The prompt is empty: type a text in the sidebar's **Text** box, and the model continues it.",
                    icon="✋")
         return False
@@ -208,7 +208,7 @@ def _generate_section(ctx: Context, ref) -> bool:
         st.session_state["_generate_playing"] = False
     st.session_state["_generate_page_run"] = True  # the fragment's first run in this page run does not advance
     playing = bool(st.session_state.get("_generate_playing"))
-    st.fragment(_stepper, run_every=PLAY_INTERVAL if playing else None)(ref, key, result, ctx.link)
+    st.fragment(_stepper, run_every=PLAY_INTERVAL if playing else None)(ref, key, result, page_run.link)
     return True
 
 
@@ -395,7 +395,7 @@ def _badge(ref, key: tuple, index: int) -> None:
         st.error(f"Differs from the uncached forward: {numbers}", icon=":material/error:")
 
 
-def cost_section(ctx: Context, sizes) -> None:
+def cost_section(page_run: Context, sizes) -> None:
     """KV-cache bytes against the context length for MHA, GQA, MQA, MLA, SWA and SWA+GQA at the chosen sizes, and
     the real models' caches at their full context."""
     st.subheader("What the cache costs")
@@ -406,7 +406,7 @@ def cost_section(ctx: Context, sizes) -> None:
                               "n_kv_heads": sizes.n_kv_heads, "latent_dim": sizes.latent_dim, **window},
                sizes.context_length)
     else:
-        config = ctx.config
+        config = page_run.config
         own = ("the sidebar's sizes", {"emb_dim": config.d_out, "n_heads": config.num_heads, "n_layers": 1,
                                        **sidebar_settings(config)}, config.context_length)
     names = [own[0], *[m.name for m in kv_cache.PRESETS]]

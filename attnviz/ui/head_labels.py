@@ -93,11 +93,11 @@ def _trace_scores(text: str, config: AttentionConfig) -> dict:
     return head_types.score_heads(trace.steps["weights"][0], trace.token_ids, masked=masked)  # {name: (heads,)}
 
 
-def section(ctx: Context) -> None:
+def section(page_run: Context) -> None:
     """The Heads page's "Head types" section."""
-    trace, config = ctx.trace, ctx.trace.config
+    trace, config = page_run.trace, page_run.trace.config
     st.subheader("Head types")
-    scores = _trace_scores(*ctx.trace_key)
+    scores = _trace_scores(*page_run.trace_key)
     where = f" of layer {config.layer}" if config.checkpoint is not None else ""
     future = np.asarray(scores["future"])
     seeing = sees_future(config, future)

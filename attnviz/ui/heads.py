@@ -55,13 +55,13 @@ def window_hidden(trace, head: int | None = None):
     return ~np.isfinite(masked)
 
 
-def heads_grid_figure(ctx: Context, stage: str):
+def heads_grid_figure(page_run: Context, stage: str):
     """The thumbnail grid of all heads, pooled once per input (cached), the focused head marked (head 0 when the
     session's focused head is not one of this run's heads: fewer heads than when it was picked)."""
     from attnviz.views import figures
 
-    grid = _grid_figure(*ctx.trace_key, stage)
-    page_bind("heads_focus", 0, _is_head(ctx.trace.num_heads))  # the selectbox's fallback, applied before the grid
+    grid = _grid_figure(*page_run.trace_key, stage)
+    page_bind("heads_focus", 0, _is_head(page_run.trace.num_heads))  # the selectbox's fallback, applied before the grid
     return figures.mark_focus(grid, st.session_state["heads_focus"])
 
 
@@ -77,9 +77,9 @@ def _head_stats(text: str, config: AttentionConfig):
     return table
 
 
-def head_stats_table(ctx: Context):
+def head_stats_table(page_run: Context):
     """Per-head statistics of the weights (cached with the trace)."""
-    return _head_stats(*ctx.trace_key)
+    return _head_stats(*page_run.trace_key)
 
 
 def stats_columns(n: int) -> dict:
@@ -95,7 +95,7 @@ def stats_columns(n: int) -> dict:
     return columns
 
 
-def prefetch_next_layer(ctx: Context, stage: str) -> bool:
+def prefetch_next_layer(page_run: Context, stage: str) -> bool:
     """With a checkpoint, compute what the Heads page draws of the next layer — its trace, thumbnail grid, head
     statistics and head types — in a background thread, once the browser has drawn this page
     (``background.after_the_browser_draws``): stepping to it is then cache hits.
@@ -110,11 +110,11 @@ def prefetch_next_layer(ctx: Context, stage: str) -> bool:
 
     from attnviz.ui import head_labels
 
-    trace = ctx.trace
-    if trace.model is None or ctx.stale or trace.model.layer + 1 >= trace.model.n_layers:
+    trace = page_run.trace
+    if trace.model is None or page_run.stale or trace.model.layer + 1 >= trace.model.n_layers:
         return False
-    text = ctx.settings["text"]  # what setup() looks the next layer up by: the sidebar's text and config
-    wanted = dataclasses.replace(ctx.config, layer=trace.model.layer + 1)
+    text = page_run.settings["text"]  # what setup() looks the next layer up by: the sidebar's text and config
+    wanted = dataclasses.replace(page_run.config, layer=trace.model.layer + 1)
 
     def work() -> None:
         after_the_browser_draws()  # this layer first: the browser draws it while the server is idle

@@ -27,14 +27,14 @@ from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import STAGE
 
 
-def draw(ctx: Context) -> None:
+def draw(page_run: Context) -> None:
     """Everything on the Heads page that depends on the layer: a new layer reruns only this."""
     from attnviz.views import figures
 
-    trace, config = ctx.trace, ctx.trace.config
+    trace, config = page_run.trace, page_run.trace.config
     mask = (f"sliding-window mask (W = {config.window})" if config.window is not None
             else "causal mask" if config.causal else "no mask")
-    st.caption(f"{weights_caption(ctx)} · {mask} · {counted(trace.n)} · device {trace.device}")
+    st.caption(f"{weights_caption(page_run)} · {mask} · {counted(trace.n)} · device {trace.device}")
 
     within_layer_from_url("heads", trace, MAP_STAGES, "weights")  # a session's first visit: the link's
     stage = st.segmented_control(
@@ -45,14 +45,14 @@ def draw(ctx: Context) -> None:
 
     grid_col = beside_shape_diagram(trace, highlight=stage)
     with grid_col:
-        st.plotly_chart(heads_grid_figure(ctx, stage), key="heads_grid", selection_mode="points", width="content",
+        st.plotly_chart(heads_grid_figure(page_run, stage), key="heads_grid", selection_mode="points", width="content",
                         on_select=functools.partial(focus_from_grid, trace.num_heads),
                         config=plotly_config(file_name("attnviz-heads", layer_part(config), "grid", stage)))
 
     url_notices("heads_focus")
     head = head_selector("heads_focus", trace.num_heads, config.head_label)  # the grid marks it
     # a fragment: moving the window or selecting cells redraws only this part (and, with a model, its knock-out)
-    focused_head(ctx.trace_key, stage, head, ctx.link)
+    focused_head(page_run.trace_key, stage, head, page_run.link)
     # a user's module: the rules on its code, drawn here after the rest (it can be slow); the book's classes: nothing
     check_slot = st.container() if trace.module_run is not None else None
 
@@ -60,16 +60,17 @@ def draw(ctx: Context) -> None:
     st.caption("Computed from the attention weights of every head; each bar spans the range the statistic can "
                "take for this many tokens (hover a header for it). Select a row to focus that head; click a column "
                "header to sort; search and CSV download are in the table's toolbar.")
-    stats = head_stats_table(ctx)
+    stats = head_stats_table(page_run)
     st.dataframe(stats, key="heads_stats", column_config=stats_columns(trace.n), hide_index=True,
                  on_select=functools.partial(focus_from_row, "heads_stats", list(stats["head"])),
                  selection_mode="single-row")
-    head_labels.section(ctx)  # each head's type, its first-token mass; every layer's scores for a checkpoint
+    head_labels.section(page_run)  # each head's type, its first-token mass; every layer's scores for a checkpoint
 
-    if ctx.checkpoint:
-        every_layer_scores = layers_overview(ctx)  # opt-in: one more pass, one layer's maps at a time
+    if page_run.checkpoint:
+        every_layer_scores = layers_overview(page_run)  # opt-in: one more pass, one layer's maps at a time
         if every_layer_scores is not None:
-            head_labels.every_layer(every_layer_scores, ctx.trace.config)
-        prefetch_next_layer(ctx, stage)  # stepping to the next layer: what it draws is computed while this one is read
+            head_labels.every_layer(every_layer_scores, page_run.trace.config)
+        # stepping to the next layer: what it draws is computed while this one is read
+        prefetch_next_layer(page_run, stage)
     if check_slot is not None:
-        module_check.check_panel(ctx.trace, check_slot)
+        module_check.check_panel(page_run.trace, check_slot)

@@ -61,12 +61,12 @@ def window_caption(window: int, T: int) -> str:
                "test these heads."))
 
 
-def max_repeat(ctx: Context) -> int:
+def max_repeat(page_run: Context) -> int:
     """The longest T whose sequence ([BOS] + x + x) fits the model's context."""
-    return min(induction.MAX_T, (ctx.config.context_length - 1) // 2)
+    return min(induction.MAX_T, (page_run.config.context_length - 1) // 2)
 
 
-def from_url(ctx: Context, longest: int) -> None:
+def from_url(page_run: Context, longest: int) -> None:
     """A session's first visit of the lab: T, the seed and the head take the link's ``T`` (``MIN_T`` … ``longest``),
     ``token_seed`` and ``head`` (a head of the map's layer; its layer: :func:`layer_from_url`)."""
     page_widgets_from_url("induction", {
@@ -75,21 +75,21 @@ def from_url(ctx: Context, longest: int) -> None:
                         f"using T = {min(induction.DEFAULT_T, longest)}"),
         "induction_seed": (TOKEN_SEED, functools.partial(parse_number, low=0, high=MAX_SEED, what="a seed"),
                            f"using seed {induction.DEFAULT_SEED}"),
-        "induction_head": (HEAD, functools.partial(parse_head, num_heads=ctx.config.heads),
+        "induction_head": (HEAD, functools.partial(parse_head, num_heads=page_run.config.heads),
                            "showing the best head"),
     })
 
 
-def lab_run(ctx: Context) -> induction.InductionRun | None:
+def lab_run(page_run: Context) -> induction.InductionRun | None:
     """T and seed inputs (the link's on a session's first visit), then the lab run for the sidebar's weights
     (cached; a checkpoint's with the maps of its best head's layer)."""
-    longest = max_repeat(ctx)
+    longest = max_repeat(page_run)
     if longest < induction.MIN_T:  # a model with a context of a few tokens: not even T = 2 fits
-        st.info(f"This model's context is {ctx.config.context_length} tokens: the lab's shortest sequence, "
+        st.info(f"This model's context is {page_run.config.context_length} tokens: the lab's shortest sequence, "
                 f"[BOS] + x + x with T = {induction.MIN_T}, needs {2 * induction.MIN_T + 1}. Pick a model with a "
                 "longer context under *Weights*.", icon="ℹ️")
         return None
-    from_url(ctx, longest)
+    from_url(page_run, longest)
     url_notices("induction_T", "induction_seed")
     t_col, seed_col = st.columns(2)
     in_t = lambda v: isinstance(v, int) and induction.MIN_T <= v <= longest  # noqa: E731
@@ -101,7 +101,7 @@ def lab_run(ctx: Context) -> induction.InductionRun | None:
     seed = seed_col.number_input("Seed of the random tokens", min_value=0, max_value=MAX_SEED, step=1,
                                  **page_bind("induction_seed", induction.DEFAULT_SEED,
                                              lambda v: isinstance(v, int) and 0 <= v <= MAX_SEED, url=TOKEN_SEED))
-    config = ctx.config
+    config = page_run.config
     try:
         with st.spinner("Running the model on the repeated tokens…"):
             if config.checkpoint is not None:
@@ -126,13 +126,13 @@ def layer_from_url(layers: int) -> None:
     })
 
 
-def show(run: induction.InductionRun, ctx: Context) -> None:
+def show(run: induction.InductionRun, page_run: Context) -> None:
     """Scores of every head, the chosen head's map with the stripe, the per-position loss."""
     from attnviz.tokens import pieces
 
     best_layer, best_head = run.best
     best = run.scores[best_layer, best_head]
-    layered = run.scores.shape[0] > 1 or ctx.config.checkpoint is not None
+    layered = run.scores.shape[0] > 1 or page_run.config.checkpoint is not None
     where = head_figures.head_name(best_layer, best_head) if layered else f"head {best_head}"
     score_col, loss_col = st.columns(2)
     score_col.metric("Best induction score", f"{best:.2f}", help="Mean of A[i, i−T+1] over the second copy "
@@ -160,8 +160,8 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
                                             title=f"every head on [BOS] + x + x, T = {run.T}"),
                     config=plotly_config("attnviz-induction-scores"), key="induction_scores")
     if run.sees_future:
-        st.info(future_caption(ctx.config, run.future), icon="ℹ️")
-    window = ctx.config.window if ctx.config.checkpoint is None else None
+        st.info(future_caption(page_run.config, run.future), icon="ℹ️")
+    window = page_run.config.window if page_run.config.checkpoint is None else None
     if window is not None and window < run.T:
         st.info(window_caption(window, run.T), icon="ℹ️")
 
@@ -186,7 +186,7 @@ def show(run: induction.InductionRun, ctx: Context) -> None:
         shown = run
     else:
         with st.spinner(f"Running the model for layer {layer}'s maps…"):
-            shown = _model_run(ctx.config.checkpoint, run.T, run.seed, layer)
+            shown = _model_run(page_run.config.checkpoint, run.T, run.seed, layer)
     default = best_head if layer == best_layer else int(run.scores[layer].argmax())
     scores = tuple(float(score) for score in run.scores[layer])  # the widget keeps its format_func: not the run
     head = head_col.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",

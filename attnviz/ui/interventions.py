@@ -59,15 +59,15 @@ def _ablated_loss(ref: str, token_ids: tuple[int, ...], heads: tuple[tuple[int, 
     return models.position_loss(models.ablate(model, token_ids, heads), token_ids)
 
 
-def induction_section(ctx: Context, run) -> None:
+def induction_section(page_run: Context, run) -> None:
     """The Induction lab's knock-outs: every head alone (a grid of Δ loss), then any heads together — the link's
     ``knockout`` on a session's first visit of the lab with a model, and the URL's since."""
     st.subheader("Knock heads out: which ones does the model need?")
-    if ctx.config.checkpoint is None:
+    if page_run.config.checkpoint is None:
         st.info(NEEDS_A_MODEL, icon="ℹ️")
         forget_page_params(KNOCKOUT)  # nothing to knock out: the link says so by leaving it out
         return
-    ref, ids = ctx.config.checkpoint, tuple(int(t) for t in run.token_ids)
+    ref, ids = page_run.config.checkpoint, tuple(int(t) for t in run.token_ids)
     st.caption("A map that *looks* like an induction head proves nothing by itself. Knocking a head out — its part "
                "of the context set to 0 before the output projection — and measuring the loss on the second copy "
                "does: a head the model needs raises it.")

@@ -18,10 +18,10 @@ from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import current_settings, drawn, fill_links, fill_view_slots
 
 
-def draw_layer_views(ctx: Context, draw: Callable[[Context], None]) -> None:
-    """Draw ``draw(ctx)`` — the page's views of ``ctx.trace`` — in a fragment with what the sidebar left to it
+def draw_layer_views(page_run: Context, draw: Callable[[Context], None]) -> None:
+    """Draw ``draw(page_run)`` — the page's views of ``page_run.trace`` — in a fragment with what the sidebar left to it
     (``PageEntry.layer_views``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
-    or a new text reruns the fragment with that trace.  ``draw`` fills the Share link's place (``ctx.link``, with
+    or a new text reruns the fragment with that trace.  ``draw`` fills the Share link's place (``page_run.link``, with
     ``share.share_link``) once it has bound the page's own URL parameters, in whichever fragment binds them last.
 
     A stale view (setup drew the sidebar's slots and the last valid view) is drawn as it is, outside a fragment.
@@ -31,10 +31,10 @@ def draw_layer_views(ctx: Context, draw: Callable[[Context], None]) -> None:
     if getattr(draw, "__module__", None) == "__main__":
         raise TypeError(f"ui.draw_layer_views needs a module's function, not the page script's {draw.__qualname__!r}: "
                         "it would keep the page's Trace for the session's lifetime.")
-    if ctx.slots is None:
-        draw(ctx)
+    if page_run.slots is None:
+        draw(page_run)
         return
-    _layer_fragment(dataclasses.replace(ctx, trace=None), ctx.trace_key, draw)
+    _layer_fragment(dataclasses.replace(page_run, trace=None), page_run.trace_key, draw)
 
 
 @st.fragment

@@ -4,7 +4,7 @@ with each one's verdict and map, and the causality leak detector.  ``pages/pitfa
 The lab is a fragment, and its leak detector a fragment within it: picking a bug reruns the lab alone (not the
 sidebar), moving the perturbed token the leak detector alone (not the bug's maps).  Each fragment takes the trace's
 key, not the Trace — Streamlit keeps a fragment's arguments for the session's lifetime — and draws the sidebar's
-Share link (``ctx.link``) once it has bound its URL parameter, so the link carries the bug and token it draws."""
+Share link (``page_run.link``) once it has bound its URL parameter, so the link carries the bug and token it draws."""
 
 from __future__ import annotations
 
@@ -24,23 +24,23 @@ from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import share_link
 
 
-def draw(ctx: Context) -> None:
+def draw(page_run: Context) -> None:
     """The page below its title: what the lab runs, the bug picked (or the table of bugs), the leak detector."""
-    _lab(dataclasses.replace(ctx, trace=None), ctx.trace_key)
+    _lab(dataclasses.replace(page_run, trace=None), page_run.trace_key)
 
 
 @st.fragment
 def _lab(context: Context, key: tuple) -> None:
     """The lab, a fragment: ``context`` without its Trace, which ``key`` looks up on every run."""
-    ctx = dataclasses.replace(context, trace=trace_of(key))
-    trace, config = ctx.trace, ctx.config
+    page_run = dataclasses.replace(context, trace=trace_of(key))
+    trace, config = page_run.trace, page_run.config
     tokens = workbench.lab_tokens(trace.tokens)
     n = len(tokens)
     about = st.container()  # the class the chosen bug runs, filled in once the bug is known
 
     lab_selectors.pitfalls_from_url(n)  # a session's first visit: the link's bug and token
     bug = lab_selectors.bug_choice()
-    setup = catalogue.setup_for(config, trace.n, wanted_heads(ctx), bug)
+    setup = catalogue.setup_for(config, trace.n, wanted_heads(page_run), bug)
     with about:
         st.caption(f"{catalogue.describe(setup, bug)} · {counted(n)} · eval mode unless a bug says otherwise")
         for note in setup.notes:
@@ -62,18 +62,18 @@ def _lab(context: Context, key: tuple) -> None:
         if why_not is not None:
             st.info(why_not, icon=":material/info:")
         else:
-            both_versions(ctx, setup, tokens, pitfall, bug)
+            both_versions(page_run, setup, tokens, pitfall, bug)
 
     link = None
-    if ctx.link is not None:  # None: setup drew the link (a stale view)
-        with ctx.link:
+    if page_run.link is not None:  # None: setup drew the link (a stale view)
+        with page_run.link:
             link = st.container()  # made by this fragment, so that the leak detector's own runs can fill it
     leak_detector(dataclasses.replace(context, link=link), key, setup, tokens, None if bug == "none" else bug)
 
 
-def wanted_heads(ctx: Context) -> int:
+def wanted_heads(page_run: Context) -> int:
     """The sidebar's Heads, used when the variant is single-head."""
-    return int(ctx.settings["num_heads"])
+    return int(page_run.settings["num_heads"])
 
 
 def verdict_box(version: detectors.Version, buggy: bool) -> None:
@@ -85,10 +85,10 @@ def verdict_box(version: detectors.Version, buggy: bool) -> None:
         st.success(f"**Check passed:** {version.verdict}", icon=":material/check_circle:")
 
 
-def both_versions(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], pitfall: Pitfall, bug: str) -> None:
+def both_versions(page_run: Context, setup: LabSetup, tokens: tuple[str, ...], pitfall: Pitfall, bug: str) -> None:
     """The correct code and the buggy one side by side: each one's verdict and map, then the bug's own figure."""
     with st.spinner("Running both versions…"):
-        result = compute.pitfall(ctx.trace_key, wanted_heads(ctx), bug, ctx.trace)
+        result = compute.pitfall(page_run.trace_key, wanted_heads(page_run), bug, page_run.trace)
     stage = pitfall.stage
     correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
     head = min(pitfall.head, setup.num_heads - 1)
@@ -107,22 +107,22 @@ def both_versions(ctx: Context, setup: LabSetup, tokens: tuple[str, ...], pitfal
 
 
 @st.fragment
-def leak_detector(ctx: Context, key: tuple, setup: LabSetup, tokens: tuple[str, ...], bug: str | None) -> None:
+def leak_detector(page_run: Context, key: tuple, setup: LabSetup, tokens: tuple[str, ...], bug: str | None) -> None:
     """Perturb the picked token's input and show which outputs move: any before it is a leak (``bug``: None, the
-    book's code).  A fragment: ``ctx`` has no Trace; ``key`` is the trace's."""
+    book's code).  A fragment: ``page_run`` has no Trace; ``key`` is the trace's."""
     st.header("Causality leak detector")
-    subject = catalogue.leak_subject(ctx.config, setup, bug)
+    subject = catalogue.leak_subject(page_run.config, setup, bug)
     st.caption(f"Add seeded noise to one token's input embedding, rerun {subject} and measure how far every output "
                "moves. With a causal mask, every position before the perturbed token must stay *exactly* the same "
                "(Δ == 0).")
     j = lab_selectors.perturbed_token(tokens)
-    share_link(ctx.link)  # the URL holds the bug and the token this run draws
+    share_link(page_run.link)  # the URL holds the bug and the token this run draws
     if j is None:
         st.info("One token: nothing comes before it, so there is nothing to leak into. Type more text.",
                 icon=":material/info:")
         return
     with st.spinner("Perturbing…"):
-        report = compute.leak(key, wanted_heads(ctx), bug, j, trace_of(key))
+        report = compute.leak(key, wanted_heads(page_run), bug, j, trace_of(key))
     if "error" in report:
         st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
                    "there is nothing to compare.", icon=":material/error:")

@@ -21,11 +21,11 @@ from attnviz.views import figures, source, steps
 PAIR_WIDTH = 330  # px: a map with its labels and colour bar; two fit beside the diagram at 1,400 px, one at 1,100
 
 
-def draw(ctx: Context) -> None:
+def draw(page_run: Context) -> None:
     """The page below its title: the stage picker, the shape diagram with the viewed stage beside it, the source."""
-    trace, config = ctx.trace, ctx.trace.config
-    st.caption(weights_caption(ctx) + (" · the attention reads norm1(the block's input), the LayerNorm'd residual "
-                                       "stream" if ctx.checkpoint else ""))
+    trace, config = page_run.trace, page_run.trace.config
+    st.caption(weights_caption(page_run) + (" · the attention reads norm1(the block's input), the LayerNorm'd residual "
+                                            "stream" if page_run.checkpoint else ""))
     labels = steps.stage_labels(trace)
     within_layer_from_url("steps", trace, labels, "masked")  # a session's first visit: the link's head, stage, window
     stage = st.segmented_control(
@@ -40,7 +40,7 @@ def draw(ctx: Context) -> None:
         url_notices("steps_focus", "steps_row0", "steps_col0")
         head = head_selector("steps_focus", trace.num_heads)
         row0, col0, size = window_selector("steps", trace.n, overview=False)
-        share_link(ctx.link)  # the URL holds the head, stage and window this run draws
+        share_link(page_run.link)  # the URL holds the head, stage and window this run draws
         step = steps.step_text(config, stage, trace.module_run)
         st.markdown(f"**{step['what']}**")
         st.code(step["code"], language="python")

@@ -566,6 +566,6 @@ def test_the_layers_fragment_refuses_a_page_scripts_function():
     from attnviz import ui
 
     page = {"__name__": "__main__"}
-    exec("def views(ctx):\n    pass", page)
+    exec("def views(page_run):\n    pass", page)
     with pytest.raises(TypeError, match="module's function"):
         ui.draw_layer_views(None, page["views"])
