@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnviz import embedding, pipeline, ui, urlstate, user_code
-from attnviz.config import AttentionConfig
+from attnviz.config import AttentionConfig, ConfigError
 from attnviz.producers import book, user_module
 from attnviz.ui import memory
 
@@ -171,6 +171,13 @@ def test_a_users_module_that_never_returns_stops_the_warm_up_at_the_time_limit(m
     assert pipeline.prepare_in_background(AttentionConfig(module=label, d_in=16, d_out=16, num_heads=2))
     assert done.wait(10) and time.monotonic() - started < 5
     assert len(built) == 1  # the constructor ran in the warm-up, and was stopped
+    config = AttentionConfig(module=label, d_in=16, d_out=16, num_heads=2)
+    with pytest.raises(ConfigError, match="without returning") as first:
+        pipeline.settle(config)  # the first page's run: the warm-up's failure, not a second time limit
+    assert len(built) == 1, "the page's run waited for the constructor a second time"
+    with pytest.raises(ConfigError) as again:
+        pipeline.settle(config)  # a later run builds anew (the file may have been mended)
+    assert len(built) == 2 and str(again.value) == str(first.value)
 
 
 @pytest.mark.slow  # starts a fresh Python that imports the whole app (Streamlit, torch, pandas)
@@ -294,7 +301,7 @@ def test_the_first_runs_trace_is_not_frozen_with_its_page():
 import gc, threading, weakref
 from streamlit.testing.v1 import AppTest
 from attnviz.ui import cache
-from attnviz.config import AttentionConfig
+from attnviz.config import AttentionConfig, ConfigError
 from attnviz.producers.book import build_module
 at = AppTest.from_file("app.py", default_timeout=120)
 at.query_params["text"] = "The very first text this server runs."

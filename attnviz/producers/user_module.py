@@ -11,6 +11,8 @@ attention weights that are not finite is a ConfigError with the one-line reason,
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -51,12 +53,42 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
 
 def prepare(config: AttentionConfig) -> None:
     """Build the module of ``config`` (settled or not), probe its sizes and build the seeded embedding table at its
-    input width before its first run; a problem is left for that run to report (ConfigError here)."""
-    config = settle(config)[0]
+    input width before its first run; a problem is left for that run to report (ConfigError here): the build or
+    probe that failed here fails the next call for the same module at once, with the same error, instead of running
+    the user's code a second time (a constructor that never returns would hold the first page for a second time
+    limit)."""
+    _preparing.active = True
+    try:
+        config = settle(config)[0]
+    finally:
+        _preparing.active = False
     book._embedding_layer(config.d_in, config.context_length, config.seed)  # what book._embed draws from
 
 
+_preparing = threading.local()  # .active: this thread is in prepare()
+_failed_in_prepare: dict[tuple[str, AttentionConfig], ConfigError] = {}  # (builder, key) -> what prepare() met
+
+
+def _reported_after_prepare(build):
+    """``build(key)``, whose failure inside :func:`prepare` is the next call's failure for the same key without
+    running it again; the call after that builds anew.  Under :func:`built_once`'s lock, so a run waiting on the
+    build prepare() started finds the failure."""
+    @functools.wraps(build)
+    def reported(key: AttentionConfig):
+        failed = _failed_in_prepare.pop((build.__name__, key), None)
+        if failed is not None:
+            raise failed
+        try:
+            return build(key)
+        except ConfigError as error:
+            if getattr(_preparing, "active", False):
+                _failed_in_prepare[build.__name__, key] = error
+            raise
+    return reported
+
+
 @built_once(maxsize=8)
+@_reported_after_prepare
 def _probed_sizes(key: AttentionConfig) -> tuple[int, int, int, bool]:
     """(input width, output width, heads, causal) of the built module, from a 4-token seeded run."""
     module = _built_module(key)
@@ -79,6 +111,7 @@ def _module_key(config: AttentionConfig) -> AttentionConfig:
 
 
 @built_once(maxsize=4)
+@_reported_after_prepare
 def _built_module(key: AttentionConfig) -> torch.nn.Module:
     from attnviz import user_code  # the modules listed on the command line
 
