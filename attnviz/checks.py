@@ -805,38 +805,106 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
                                f"{counted(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
 
 
+def _steps(n: int, prefill: int) -> list[tuple[int, int]]:
+    """(start, stop) of kv-cache's forwards on n tokens: the prefill, then one token at a time."""
+    return [(0, prefill), *((i, i + 1) for i in range(prefill, n))]
+
+
 def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int) -> Check:
     """kv-cache for a cache the caller holds: two sequences, each a prefill then token by token, every forward given
-    (as ``cache_name``) the cache the forward before returned, must give the uncached outputs."""
+    (as ``cache_name``) the cache the forward before returned, must give the uncached outputs.  A forward that returns
+    none is given a cache object the caller holds, which it fills in place (a Hugging Face ``DynamicCache``, when
+    transformers is installed), from the first forward on: the same object, or the one it returns."""
     rule = "kv-cache"
     sequences = [x[:1], x[1:2]]  # two different sequences, (1, n, d_in) each
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
-        for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
-            cache = None
-            n = sequence.shape[1]
-            for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
-                try:
-                    output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
-                                                 **flags, **{cache_name: cache})
-                except tracing.TraceError as error:  # the cache's code raised on its own cache: the rule fails
-                    return Check(rule, "fail", f"{error} (given the cache the forward before returned as "
-                                               f"{cache_name})")
-                got = tracing.first_tensor(output).detach()  # (1, q, d_out)
-                cache = _returned_cache(output, got, stop)
-                if cache is None:  # nothing to feed the next step: no cache this rule can follow
-                    return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns "
-                                               "none to pass back: not checked")
-                worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
-                if worst > TOLERANCE:
-                    step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
-                    return Check(rule, "fail", f"sequence {number}, {step}: the cached output differs from the "
-                                               f"uncached one by {worst:.3g} — given the cache the forward before "
-                                               f"returned as {cache_name}, the step does not compute what the whole "
-                                               "sequence computes at that position")
+        result = _fed_back(module, sequences, expected, cache_name, flags, prefill, lambda: None)
+        held = None
+        if result == "none returned" and (held := _cache_object()) is not None:
+            result = _fed_back(module, sequences, expected, cache_name, flags, prefill, _cache_object)
+        if result in ("none returned", "takes no cache object"):  # nothing to feed the next step: nothing to follow
+            empty = held is not None and result == "none returned"
+            return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns none to pass "
+                                       "back" + (f" and leaves the {type(held).__name__} it is given empty"
+                                                 if empty else "") + ": not checked")
+    if result is not None:
+        return Check(rule, "fail", result)
+    given = ("the cache the forward before returned" if held is None else
+             f"the {type(held).__name__} the forward before filled")
     return Check(rule, "pass", f"two sequences: a prefill of {counted(prefill)}, then {counted(x.shape[1] - prefill)} "
-                               f"one by one, each given the cache the forward before returned ({cache_name}), give "
-                               f"the uncached outputs (≤ {TOLERANCE:g})")
+                               f"one by one, each given {given} ({cache_name}), give the uncached outputs "
+                               f"(≤ {TOLERANCE:g})")
+
+
+def _cache_object():
+    """A new, empty cache object of the kind Hugging Face layers fill in place (transformers' ``DynamicCache``), or
+    None when transformers is not installed: it is optional, imported only for a module that needs it."""
+    try:
+        from transformers import DynamicCache
+    except ImportError:
+        return None
+    return DynamicCache()
+
+
+def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[torch.Tensor], cache_name: str,
+              flags: dict, prefill: int, new_cache: Callable[[], object]) -> str | None:
+    """The first cached forward that raises or differs, in words; None when none does; "none returned" when a
+    forward returns no cache and was given no cache object it filled.  Each sequence starts from ``new_cache()``
+    (None, or an empty cache object), each forward is given the cache the forward before returned (or, returning
+    none, the object it was given)."""
+    for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
+        cache = first = new_cache()
+
+        def rerun(start: int, *, sequence=sequence) -> dict:  # the forwards before ``start`` again
+            cache = new_cache()
+            for before, stop in _steps(sequence.shape[1], prefill):
+                if before == start:
+                    break
+                output = tracing.run_forward(module, sequence[:, before:stop], **flags, **{cache_name: cache})
+                cache = _next_cache(output, stop, cache)
+            return {**flags, cache_name: cache}
+
+        for start, stop in _steps(sequence.shape[1], prefill):
+            try:
+                output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
+                                             **flags, **{cache_name: cache})
+            except tracing.TraceError as error:  # the cache's code raised on its own cache: the rule fails
+                if first is not None and number == 1 and start == 0:
+                    return "takes no cache object"  # a forward that raises given one is not written for one
+                return f"{error} (given the cache the forward before returned as {cache_name})"
+            got = tracing.first_tensor(output).detach()  # (1, q, d_out)
+            cache = _next_cache(output, stop, cache)
+            if cache is None or (start == 0 and _empty(cache)):
+                return "none returned"
+            worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
+            if worst > TOLERANCE:
+                step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
+                cause = _step_cause(module, sequence, start, stop, functools.partial(rerun, start))
+                given = ("the cache the forward before returned" if first is None else
+                         f"the {type(first).__name__} the forward before filled")
+                if cause is not None:
+                    return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
+                            f"{worst:.3g} — {cause} (each forward given {given} as {cache_name})")
+                return (f"sequence {number}, {step}: the cached output differs from the uncached one by {worst:.3g} — "
+                        f"given {given} as {cache_name}, the step does not compute what the whole sequence computes "
+                        "at that position")
+    return None
+
+
+def _next_cache(output, stop: int, given):
+    """The cache the next forward is given: the one this forward returned, else the cache object it was given (Hugging
+    Face layers fill theirs in place and return only the output and the weights)."""
+    returned = _returned_cache(output, tracing.first_tensor(output), stop)
+    if given is not None and not isinstance(given, tuple | list | torch.Tensor) and isinstance(returned, torch.Tensor):
+        return given  # given a cache object, a tensor beside the output is not the cache (the weights, say)
+    return returned if returned is not None else given
+
+
+def _empty(cache) -> bool:
+    """Whether a cache object holds no token (a ``get_seq_length()`` of 0: the forward did not fill it)."""
+    length = getattr(cache, "get_seq_length", None)
+    return callable(length) and length() == 0
 
 
 def _returned_cache(output, out: torch.Tensor, keys: int):
@@ -868,24 +936,27 @@ def _prefill(n: int) -> int:
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int) -> str | None:
     """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
     (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too."""
+    moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
         for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
             reset()
-            n = sequence.shape[1]
-            for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
-                position = _position(module)
+            for forwards, (start, stop) in enumerate(_steps(sequence.shape[1], prefill)):
+                before = _counters(module)
                 try:
                     output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
                                                  use_cache=True)
                 except tracing.TraceError as error:  # the cache's code raised (or called sys.exit): the rule fails
                     return str(error)
+                after = _counters(module)
+                moved |= {name for name, value in after.items() if before.get(name) != value}
                 got = tracing.first_tensor(output).detach()  # (1, q, d_out)
                 worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
                 if worst > TOLERANCE:
                     step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
+                    counter = _counter(before, after, moved, number, forwards)
                     return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
-                            f"{worst:.3g} — " + _cache_cause(module, reset, sequence, number, start, stop, position))
+                            f"{worst:.3g} — " + _cache_cause(module, reset, sequence, prefill, start, stop, counter))
     return None
 
 
@@ -897,45 +968,206 @@ def _tokens_up_to(stop: int) -> str:
 POSITION_NAMES = ("ptr_current_pos", "ptr_cur", "current_pos", "cache_pos", "pos", "offset", "start_pos")
 
 
-def _position(module: nn.Module) -> tuple[str, int] | None:
-    """(name, value) of the module's own position counter, if it keeps one under a usual name."""
-    for name in POSITION_NAMES:
-        value = getattr(module, name, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return name, value
-    return None
+@dataclass(frozen=True)
+class _Counter:
+    """The module's position counter around the cached forward that differs."""
+
+    name: str
+    before: int  # its value before that forward
+    after: int  # and after it
+    usual: bool  # kept under one of POSITION_NAMES (else: the one int attribute the cached forwards changed)
+    number: int  # the sequence (1 or 2)
+    forwards: int  # the cached forwards of this sequence before that one
 
 
-def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, number: int, start: int, stop: int,
-                 before: tuple[str, int] | None) -> str:
-    """The likely cause of a cached step that differs: the module's position counter, else how many tokens its
-    cache holds (its size now ÷ its size after one token)."""
-    after = _position(module)
-    if before is not None and after is not None and after[1] == before[1] and start > 0:
-        return (f"the position never advances: {after[0]} is still {after[1]} after {stop} tokens, so the mask (or "
-                f"the rotary angles) treat a later token as position {after[1]}; add the new tokens' count after "
-                "each cached forward")
-    if number == 2 and start == 0 and before is not None and before[1] != 0:
-        return (f"the reset forgets the position: after the reset the second sequence starts at {before[0]} = "
-                f"{before[1]}, not 0 — set it back to 0 in the reset too")
+def _counters(module: nn.Module) -> dict[str, int]:
+    """The module's own int attributes (not bool): its position counter, if it keeps one, among them."""
+    return {name: value for name, value in vars(module).items()
+            if isinstance(value, int) and not isinstance(value, bool) and not name.startswith("_")}
+
+
+def _counter(before: dict[str, int], after: dict[str, int], moved: set[str], number: int,
+             forwards: int) -> _Counter | None:
+    """The module's position counter: an int under one of POSITION_NAMES, else the one int attribute the cached
+    forwards changed (None: neither)."""
+    usual = [name for name in POSITION_NAMES if name in before and name in after]
+    changed = sorted(name for name in moved if name in before and name in after)
+    names = usual or (changed if len(changed) == 1 else [])
+    if not names:
+        return None
+    return _Counter(names[0], before[names[0]], after[names[0]], bool(usual), number, forwards)
+
+
+def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, start: int, stop: int,
+                 counter: _Counter | None) -> str:
+    """The likely cause of a cached step that differs: the module's position counter, how many tokens its cache holds
+    (its growth per token), else what the step's attention shows (:func:`_step_cause`)."""
+    if counter is not None and counter.usual:
+        words = _counter_cause(counter, start, stop, counter.before)
+        if words is not None:
+            return words
+    words = _held_cause(module, reset, sequence, stop)
+    if words is not None:
+        return words
+
+    def rerun() -> dict:  # the forwards of this sequence before ``start`` again, from a reset
+        reset()
+        for before, step_stop in _steps(sequence.shape[1], prefill):
+            if before == start:
+                break
+            tracing.run_forward(module, sequence[:, before:step_stop], use_cache=True)
+        return {"use_cache": True}
+
+    return (_step_cause(module, sequence, start, stop, rerun, counter)
+            or "the cached step does not compute what the whole sequence computes at that position")
+
+
+def _counter_cause(counter: _Counter, start: int, stop: int, position: int) -> str | None:
+    """Words for a position counter that does not count the tokens fed so far, when the step puts its first token at
+    ``position`` (the counter's own value, or where the step's mask puts it); None when it counts them."""
+    name, value = counter.name, counter.before
+    what = name if counter.usual else f"{name} (the int the cached forwards change)"
+    if counter.number == 2 and start == 0 and value != 0 and position == value:
+        return (f"the reset forgets the position: after the reset the second sequence starts at {name} = {value}, "
+                "not 0 — set it back to 0 in the reset too")
+    if start == 0 or value == start or position != value:
+        return None
+    if counter.after == value:
+        return (f"the position never advances: {what} is still {value} after {stop} tokens, so the mask (or the "
+                f"rotary angles) treat a later token as position {value}; add the new tokens' count after each cached "
+                "forward")
+    if value == counter.forwards:
+        return (f"the position counts forwards, not tokens: {what} is {value} before token {start}, after "
+                f"{amount(counter.forwards, 'cached forward')} of {counted(start)}, so the mask (or the rotary angles) "
+                f"treat token {start} as position {value}; add the new tokens' count (x.shape[1]), not 1, after each "
+                "cached forward")
+    return (f"the position is wrong: {what} is {value} before token {start}, so the mask (or the rotary angles) treat "
+            f"token {start} as position {value}; it must count the tokens fed so far ({start})")
+
+
+def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:
+    """Words for a cache that holds fewer tokens than ``stop`` (more than a declared window drops) or more: its
+    tensors' size now ÷ what one token adds (a second token's size less the first's); None when they hold ``stop``,
+    or cannot tell."""
     held = _cache_sizes(module)
+    sizes = []
     reset()
     with torch.no_grad():
-        try:
-            tracing.run_forward(module, sequence[:, :1], use_cache=True)  # one token's cache: its size per token
-        except tracing.TraceError:  # this forward ran before without raising; the cause stays unnamed
-            return "the cached step does not compute what the whole sequence computes at that position"
-    for name, size in _cache_sizes(module).items():
-        if size and name in held and held[name] // size < stop:
-            return (f"the cache keeps too little: {name} holds {counted(held[name] // size)} after {stop} — every "
-                    "earlier token's keys and values must stay (or as many as the window needs)")
-    return "the cached step does not compute what the whole sequence computes at that position"
+        for tokens in (1, 2):
+            try:
+                tracing.run_forward(module, sequence[:, tokens - 1:tokens], use_cache=True)
+            except tracing.TraceError:  # these forwards ran before without raising; the cause stays unnamed
+                return None
+            sizes.append(_cache_sizes(module))
+    for name, size in held.items():
+        first, second = sizes[0].get(name), sizes[1].get(name)
+        per_token = None if first is None or second is None else second - first
+        if not per_token or per_token < 0 or size % per_token or first % per_token:
+            continue  # a cache that does not grow by a whole token's size (a buffer allocated once): no count
+        tokens = size // per_token
+        if tokens < stop:
+            return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop} — every earlier token's "
+                    "keys and values must stay (or as many as the window needs)")
+        if tokens > stop:
+            at_first = "" if first == per_token else f", and {counted(first // per_token)} after the first alone"
+            return (f"the cache holds tokens more than once: {name} holds {counted(tokens)} after {stop}{at_first} — "
+                    "add each forward's keys and values once")
+    return None
 
 
 def _cache_sizes(module: nn.Module) -> dict[str, int]:
     """name -> number of elements of every tensor the module keeps under a name with "cache" in it."""
     tensors = {**{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}, **dict(module.named_buffers())}
     return {name: value.numel() for name, value in tensors.items() if "cache" in name}
+
+
+def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int, rerun: Callable[[], dict],
+                counter: _Counter | None = None) -> str | None:
+    """What the cached step over tokens ``start`` … ``stop - 1`` shows, recorded again (``rerun()`` runs the forwards
+    before it and gives its keyword arguments) beside the whole sequence's uncached forward: how many keys it attends
+    over, where its mask puts its first token, and which of its queries, keys or values differ from the whole
+    sequence's; None when that names no cause."""
+    try:
+        whole = tracing.combine(tracing.record(module, sequence).attentions)[0]
+        _, step = tracing.step_attention(module, sequence[:, start:stop], **rerun())
+    except (tracing.TraceError, time_limit.UserCallError):
+        return None
+    if step is None:
+        return None
+    keys = step.weights.shape[-1]
+    if keys > stop:
+        return (f"the step attends over {counted(keys)} after {stop}: the cache holds tokens more than once — add "
+                "each forward's keys and values once")
+    window = declared_window(module)
+    if keys < min(stop, window or stop):
+        return (f"the step attends over only {counted(keys)} after {stop}: the cache keeps too little — every earlier "
+                "token's keys and values must stay (or as many as the window needs)")
+    offset = _mask_offset(step.hidden_cells()[0].all(0)) if window is None and keys == stop else None
+    if offset is not None and not offset[0] <= start <= offset[1]:
+        return _offset_cause(offset, start, stop, keys, counter)
+    if keys != stop or whole.weights.shape[1] != step.weights.shape[1]:
+        return None
+    compared = [(stage, getattr(step, stage), getattr(whole, stage)) for stage in ("queries", "keys", "values")]
+    rows = slice(start, stop)
+    for stage, mine, theirs in compared:
+        if mine is None or theirs is None:
+            continue
+        theirs = theirs[:, :, rows] if stage == "queries" else theirs[:, :, :keys]  # (1, h, q or k, hd)
+        if mine.shape != theirs.shape:
+            continue
+        moved = (mine.float() - theirs.float()).abs().amax(dim=(0, 1, 3))  # per token
+        if moved.max() <= TOLERANCE:
+            continue
+        first = int(moved.argmax()) + (start if stage == "queries" else 0)
+        if stage == "queries":
+            return (f"the step hides the right keys, but its query for token {first} differs from the whole "
+                    f"sequence's by {moved.max().item():.3g}, from the same input: what it takes from its position "
+                    f"(rotary angles, a position embedding) is computed for another position — give token {first} "
+                    f"position {first} (the tokens already cached plus its index in the step)")
+        which = "keys" if stage == "keys" else "values"
+        return (f"the step hides the right keys, but the cached {which} of token {first} differ from the whole "
+                f"sequence's by {moved.max().item():.3g}: the cache must hold each token's {which} as the whole "
+                "sequence computes them")
+    return None
+
+
+def _mask_offset(hidden: torch.Tensor) -> tuple[int, float] | None:
+    """Where a step's causal mask puts its first query, from its hidden cells (q, k): the (lowest, highest) position
+    p such that query i sees exactly keys 0 … p + i (highest ∞ when no row hides a key); None when the hidden cells
+    are not such a triangle."""
+    low, high = -1, math.inf
+    for row, hidden_row in enumerate(hidden.tolist()):
+        seen = hidden_row.index(True) if True in hidden_row else len(hidden_row)  # the visible keys: a prefix
+        if any(not cell for cell in hidden_row[seen:]):
+            return None
+        if seen < len(hidden_row):
+            low, high = max(low, seen - 1 - row), min(high, seen - 1 - row)
+        else:
+            low = max(low, seen - 1 - row)
+    return (low, high) if low <= high else None
+
+
+def _offset_cause(offset: tuple[int, float], start: int, stop: int, keys: int, counter: _Counter | None) -> str:
+    """Words for a step whose mask puts its first token at ``offset`` (lowest, highest), not at ``start``."""
+    low, high = offset
+    where = f"position {low}" if low == high else f"position {low} or later"
+    if counter is not None and low <= counter.before <= high:
+        words = _counter_cause(counter, start, stop, counter.before)
+        if words is not None:
+            return words
+    seen = (f"hides nothing (token {start} sees the tokens after it)" if high == math.inf else
+            f"lets token {start} see no key" if low < 0 else f"lets token {start} see keys 0 … {low}")
+    positions = f"{start}" if stop - start == 1 else f"{start} … {stop - 1}"
+    if counter is not None and counter.after != counter.before and low <= counter.after <= high:
+        return (f"the mask is sliced after the position is advanced: this step's mask {seen}, as the rows from "
+                f"{counter.name} = {counter.after} (its value after the step) do; slice the mask at the position "
+                f"before the step ({counter.before}), then add the new tokens' count")
+    if low <= 0 <= high and start > 0:
+        return (f"the mask is built for the new tokens alone: it treats token {start} as position 0, so it sees only "
+                f"key 0 of the {keys} the cache holds; take the mask's rows from the position the step starts at "
+                f"({positions}) and as many columns as the cache holds")
+    return (f"the step's mask treats token {start} as {where}: it {seen}; the mask's rows must start at the position "
+            f"the step starts at ({positions})")
 
 
 def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:

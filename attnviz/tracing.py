@@ -373,6 +373,28 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
                      triangular_mask=recorder.triangular_mask, triangles=recorder.triangles)
 
 
+def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tuple[object, Attention | None]:
+    """Run one forward of ``module`` on ``x`` (batch, q, d_in) — a cached step, whose q queries may attend over more
+    keys than q — recording it: (what the forward returned, its first attention whose rows are x's q queries: a
+    softmax over the last dimension of a (…, q, k) tensor, or an SDPA / MultiheadAttention call), the attention None
+    when it computes none.  A forward that raises is a TraceError, as in :func:`run_forward`."""
+    recorder = _Recorder()
+    try:
+        try:
+            with torch.no_grad(), recorder:
+                output = run_forward(module, x, what="a cached forward", **forward_kwargs)
+        except _TooMuchRecorded:
+            raise TraceError("a cached forward recorded too much") from None
+        q = x.shape[-2]
+        rows = [node for node, dim in recorder.softmaxes if dim == -1 and node.out.shape[-2] == q]
+        found = [_from_softmax(node, recorder) for node in rows[:1]]
+        fused = [a for a in recorder.fused_calls if a.weights.shape[-2] == q]
+        attentions = sorted([*found, *fused], key=lambda a: a.op_index)
+        return output, attentions[0] if attentions else None
+    finally:
+        recorder.forget()
+
+
 def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
     """The context ops (``weights @ V``, an SDPA call; op indices in ``contexts``) that ``node``'s tensor is computed
     from, when it is computed from them alone: walking back from it reaches a context on every path and no other

@@ -428,6 +428,22 @@ def test_kv_cache_skips_one_token_in_words_and_runs_no_cached_forward():
     ("reset-forgets-position", "sequence 2, tokens 0 … 3 (the prefill)"),
     ("reset-forgets-position", "the reset forgets the position"),
     ("keeps-too-little", "the cache keeps too little: cache_k holds 3 tokens after 4"),
+    ("advances-by-one", "sequence 1, token 4: the cached output differs"),
+    ("advances-by-one", "the position counts forwards, not tokens: ptr_current_pos is 1 before token 4, after 1 "
+                        "cached forward of 4 tokens, so the mask (or the rotary angles) treat token 4 as position 1; "
+                        "add the new tokens' count (x.shape[1]), not 1, after each cached forward"),
+    ("advances-before-slicing", "sequence 1, tokens 0 … 3 (the prefill): the cached output differs"),
+    ("advances-before-slicing", "the mask is sliced after the position is advanced: this step's mask hides nothing "
+                                "(token 0 sees the tokens after it), as the rows from ptr_current_pos = 4 (its value "
+                                "after the step) do; slice the mask at the position before the step (0), then add "
+                                "the new tokens' count"),
+    ("mask-for-new-tokens", "sequence 1, token 4: the cached output differs"),
+    ("mask-for-new-tokens", "the mask is built for the new tokens alone: it treats token 4 as position 0, so it sees "
+                            "only key 0 of the 5 the cache holds; take the mask's rows from the position the step "
+                            "starts at (4) and as many columns as the cache holds"),
+    ("appends-twice", "sequence 1, token 4: the cached output differs"),
+    ("appends-twice", "the cache holds tokens more than once: cache_k holds 9 tokens after 5, and 2 tokens after the "
+                      "first alone — add each forward's keys and values once"),
 ])
 def test_kv_cache_fails_each_cache_bug_naming_the_step_and_the_cause(bug, words):
     module = cached(bug)
@@ -446,6 +462,46 @@ class KeepsOneToken(um.LearnerCachedMHA):
         return output
 
 
+def test_kv_cache_names_a_position_counter_kept_under_its_own_name_by_what_the_cached_forwards_do():
+    """A counter not under a usual name (``tokens_seen``) is the one int the cached forwards change; it is named as
+    the cause only because the step's mask puts the new token where the counter says (position 1, not 4)."""
+    torch.manual_seed(0)
+    check = verdict(um.CountsTokensSeen().eval(), "kv-cache")
+    assert check.status == "fail" and check.evidence.endswith(
+        "the position counts forwards, not tokens: tokens_seen (the int the cached forwards change) is 1 before token "
+        "4, after 1 cached forward of 4 tokens, so the mask (or the rotary angles) treat token 4 as position 1; add "
+        "the new tokens' count (x.shape[1]), not 1, after each cached forward"), check
+    torch.manual_seed(0)
+    assert verdict(um.CountsTokensSeen(fixed=True).eval(), "kv-cache").status == "pass"
+
+
+def test_kv_cache_keeps_the_generic_words_when_the_evidence_names_no_cause():
+    """A cached step that adds a constant: its mask, keys, queries and values are all the whole sequence's, so no
+    cause is named."""
+    torch.manual_seed(0)
+    check = verdict(CachedPlusOne(16, 32, 16, 0.0, 4).eval(), "kv-cache")
+    assert check.evidence.endswith("the cached step does not compute what the whole sequence computes at that "
+                                   "position"), check
+
+
+class CachedPlusOne(um.LearnerCachedMHA):  # every cached forward adds 1 after the attention
+    def forward(self, x, use_cache=False):
+        return super().forward(x, use_cache) + (1.0 if use_cache else 0.0)  # (b, n, d_out)
+
+
+def test_kv_cache_does_not_count_tokens_in_a_cache_allocated_once():
+    """The book's optimized cache allocates cache_k at the context's size: its size says nothing of the tokens it
+    holds, so a mask bug is not named "keeps too little" (its size after 5 tokens ÷ its size after 1 is 1)."""
+    torch.manual_seed(0)
+    assert verdict(um.PreallocatedCache().eval(), "kv-cache").status == "pass"
+    torch.manual_seed(0)
+    check = verdict(um.PreallocatedCache(bug="mask-for-new-tokens").eval(), "kv-cache")
+    assert check.status == "fail" and "keeps too little" not in check.evidence, check
+    assert check.evidence.endswith("the mask is built for the new tokens alone: it treats token 4 as position 0, so it "
+                                   "sees only key 0 of the 5 the cache holds; take the mask's rows from the position "
+                                   "the step starts at (4) and as many columns as the cache holds"), check
+
+
 def test_one_cell_and_one_token_are_named_in_the_singular():
     module = mha()
     module.causal = False  # the flag a forward forgets to read
@@ -453,7 +509,8 @@ def test_one_cell_and_one_token_are_named_in_the_singular():
         "the module's causal attribute is False, but the module masks: it hides the 1 cell above the diagonal")
     torch.manual_seed(0)
     keeps_one = KeepsOneToken(16, 32, 16, 0.0, 4).eval()
-    assert "the cache keeps too little: cache_k holds 1 token after " in verdict(keeps_one, "kv-cache").evidence
+    assert "the step attends over only 2 tokens after 5: the cache keeps too little" in verdict(
+        keeps_one, "kv-cache").evidence  # cache_k's size stays 1 token: no count from its growth (see preallocated)
 
 
 def test_a_reset_that_forgets_the_position_only_shows_after_an_earlier_sequence():
@@ -488,6 +545,84 @@ def test_kv_cache_feeds_back_a_cache_the_caller_holds():
     check = verdict(um.PastKeyValues(bug="mask-ignores-past").eval(), "kv-cache")
     assert check.status == "fail" and check.evidence.startswith("sequence 1, token 4: the cached output differs"), check
     assert "past_key_values" in check.evidence
+
+
+@pytest.mark.parametrize("returns_cache", [False, True], ids=["returns-out-and-weights", "returns-the-cache"])
+def test_kv_cache_checks_a_hugging_face_cache_object_filled_in_place(returns_cache):
+    """A layer written as Hugging Face's are (``past_key_values.update(k, v, self.layer_idx)`` on a ``DynamicCache``
+    the caller holds, returned or not) is given one and fed the same object back: correct, it passes; its bugs fail
+    naming the cause."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    check = verdict(um.CacheObjectAttention(returns_cache=returns_cache).eval(), "kv-cache", rules=["kv-cache"])
+    assert check == checks.Check("kv-cache", "pass", "two sequences: a prefill of 4 tokens, then 4 tokens one by one, "
+                                                     "each given the DynamicCache the forward before filled "
+                                                     "(past_key_values), give the uncached outputs (≤ 1e-05)")
+    given = " (each forward given the DynamicCache the forward before filled as past_key_values)"
+    torch.manual_seed(0)
+    module = um.CacheObjectAttention(bug="mask-ignores-past", returns_cache=returns_cache).eval()
+    check = verdict(module, "kv-cache", rules=["kv-cache"])
+    assert check.status == "fail" and check.evidence.startswith("sequence 1, token 4: the cached output differs")
+    assert check.evidence.endswith("the mask is built for the new tokens alone: it treats token 4 as position 0, so it "
+                                   "sees only key 0 of the 5 the cache holds; take the mask's rows from the position "
+                                   "the step starts at (4) and as many columns as the cache holds" + given), check
+    torch.manual_seed(0)
+    module = um.CacheObjectAttention(bug="updates-twice", returns_cache=returns_cache).eval()
+    check = verdict(module, "kv-cache", rules=["kv-cache"])
+    assert check.status == "fail" and check.evidence.endswith(
+        "the step attends over 10 tokens after 5: the cache holds tokens more than once — add each forward's keys "
+        "and values once" + given), check
+
+
+def llama_layer(rotary_from_0=False):
+    """transformers' own LlamaAttention (eager) at tiny sizes, in the wrapper a user writes to call it as forward(x):
+    the rotary angles and the additive causal mask its model would build, from the DynamicCache's length."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+    class LlamaLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            config = LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                 max_position_embeddings=64)
+            config._attn_implementation = "eager"
+            self.self_attn = LlamaAttention(config, layer_idx=0)
+            self.rotary_emb = LlamaRotaryEmbedding(config)
+
+        def forward(self, hidden_states, past_key_values=None):
+            T = hidden_states.shape[1]
+            past = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = torch.arange(T)[None] + (0 if rotary_from_0 else past)  # (1, T): the bug starts at 0
+            cos, sin = self.rotary_emb(hidden_states, position_ids)  # (1, T, head_dim) each
+            future = torch.arange(past + T)[None, :] > torch.arange(past, past + T)[:, None]  # (T, past + T)
+            mask = torch.zeros(T, past + T).masked_fill(future, float("-inf"))[None, None]  # (1, 1, T, past + T)
+            return self.self_attn(hidden_states, (cos, sin), mask, past_key_values=past_key_values)[0]  # (b, T, 32)
+
+    torch.manual_seed(0)
+    return LlamaLayer().eval()
+
+
+def test_kv_cache_checks_transformers_own_llama_attention_with_a_dynamic_cache():
+    pytest.importorskip("transformers")
+    results = {c.rule: c for c in checks.check_module(llama_layer())}
+    assert [c for c in results.values() if c.status != "pass"] == []
+    assert "each given the DynamicCache the forward before filled (past_key_values)" in results["kv-cache"].evidence
+    check = verdict(llama_layer(rotary_from_0=True), "kv-cache", rules=["kv-cache"])
+    assert check.status == "fail" and check.evidence.startswith("sequence 1, token 4: the cached output differs")
+    assert re.search(r"the step hides the right keys, but its query for token 4 differs from the whole sequence's by "
+                     r"[0-9.]+, from the same input: what it takes from its position \(rotary angles, a position "
+                     r"embedding\) is computed for another position — give token 4 position 4 \(the tokens already "
+                     r"cached plus its index in the step\) \(each forward given the DynamicCache",
+                     check.evidence), check
+
+
+def test_a_cache_argument_of_a_tuple_cache_names_the_mask_that_ignores_the_past():
+    torch.manual_seed(0)
+    check = verdict(um.PastKeyValues(bug="mask-ignores-past").eval(), "kv-cache")
+    assert check.evidence.endswith("the mask is built for the new tokens alone: it treats token 4 as position 0, so "
+                                   "it sees only key 0 of the 5 the cache holds; take the mask's rows from the "
+                                   "position the step starts at (4) and as many columns as the cache holds (each "
+                                   "forward given the cache the forward before returned as past_key_values)"), check
 
 
 def test_kv_cache_skips_a_cache_argument_whose_cache_never_comes_back():

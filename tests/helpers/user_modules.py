@@ -535,7 +535,9 @@ class LearnerSWA(nn.Module):
 
 class LearnerCachedMHA(nn.Module):
     """The book's MultiHeadAttention with a KV cache (use_cache, cache_k/cache_v, ptr_current_pos, reset_cache),
-    as a learner types it; ``bug`` switches on one of the three classic cache bugs."""
+    as a learner types it; ``bug`` switches on one of the classic cache bugs: the position never advances, advances
+    by 1 per forward, is advanced before the mask is sliced, is not reset; the mask is sliced as if the new tokens
+    started at 0; the cache keeps too little, or the first keys twice (an ``if`` without its ``else``)."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, bug=None):
         super().__init__()
@@ -554,11 +556,14 @@ class LearnerCachedMHA(nn.Module):
         queries, keys_new, values_new = (w(x).view(b, n, self.num_heads, self.head_dim)
                                          for w in (self.W_query, self.W_key, self.W_value))
         if use_cache:
-            if self.cache_k is None:
+            if self.cache_k is None and self.bug == "appends-twice":  # the first keys set, then appended again
+                self.cache_k = torch.cat([keys_new, keys_new], dim=1)  # (b, 2n, h, hd)
+                self.cache_v = torch.cat([values_new, values_new], dim=1)  # (b, 2n, h, hd)
+            elif self.cache_k is None:
                 self.cache_k, self.cache_v = keys_new, values_new
             else:
-                self.cache_k = torch.cat([self.cache_k, keys_new], dim=1)
-                self.cache_v = torch.cat([self.cache_v, values_new], dim=1)
+                self.cache_k = torch.cat([self.cache_k, keys_new], dim=1)  # (b, cached + n, h, hd)
+                self.cache_v = torch.cat([self.cache_v, values_new], dim=1)  # (b, cached + n, h, hd)
             if self.bug == "keeps-too-little":  # a cache bounded to the last 3 tokens on full attention
                 self.cache_k, self.cache_v = self.cache_k[:, -3:], self.cache_v[:, -3:]
             keys, values = self.cache_k, self.cache_v
@@ -568,8 +573,14 @@ class LearnerCachedMHA(nn.Module):
         attn_scores = queries @ keys.transpose(2, 3)
         num_tokens_Q, num_tokens_K = queries.shape[-2], keys.shape[-2]
         if use_cache:
+            if self.bug == "advances-before-slicing":
+                self.ptr_current_pos += num_tokens_Q
             mask_bool = self.mask.bool()[self.ptr_current_pos:self.ptr_current_pos + num_tokens_Q, :num_tokens_K]
-            if self.bug != "position-never-advances":
+            if self.bug == "mask-for-new-tokens":  # the uncached slice: the new tokens as if they started at 0
+                mask_bool = self.mask.bool()[:num_tokens_Q, :num_tokens_K]
+            if self.bug == "advances-by-one":
+                self.ptr_current_pos += 1
+            elif self.bug not in ("position-never-advances", "advances-before-slicing"):
                 self.ptr_current_pos += num_tokens_Q
         else:
             mask_bool = self.mask.bool()[:num_tokens_Q, :num_tokens_K]
@@ -582,6 +593,85 @@ class LearnerCachedMHA(nn.Module):
         self.cache_k, self.cache_v = None, None
         if self.bug != "reset-forgets-position":
             self.ptr_current_pos = 0
+
+
+class CountsTokensSeen(nn.Module):
+    """A KV-cached attention whose position counter is ``tokens_seen`` (not one of the usual names), advanced by 1
+    per forward instead of by the new tokens' count (``fixed=True``: by the count)."""
+
+    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4, fixed=False):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+        self.keys_so_far = self.values_so_far = None
+        self.tokens_seen = 0
+        self.fixed = fixed
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = self.tokens_seen if use_cache else 0
+        if use_cache:
+            if self.keys_so_far is not None:
+                keys = torch.cat([self.keys_so_far, keys], dim=2)  # (b, h, cached + n, hd)
+                values = torch.cat([self.values_so_far, values], dim=2)  # (b, h, cached + n, hd)
+            self.keys_so_far, self.values_so_far = keys, values
+            self.tokens_seen += n if self.fixed else 1
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, k) -> (b, h, n, k)
+        attn_scores = attn_scores.masked_fill(self.mask[start:start + n, :keys.shape[2]], -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        return (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.keys_so_far = self.values_so_far = None
+        self.tokens_seen = 0
+
+
+class PreallocatedCache(nn.Module):
+    """The book's optimized KV cache (ch04/03_kv-cache ``gpt_with_kv_cache_optimized.py``): ``cache_k``/``cache_v``
+    allocated once at the context's size, filled at ``ptr_cur``; ``bug="mask-for-new-tokens"``: the cached step's
+    mask is the uncached slice, as if the new tokens started at 0."""
+
+    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.context_length = context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+        self.cache_k = self.cache_v = None
+        self.ptr_cur = 0
+        self.bug = bug
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys_new, values_new = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                         for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache:
+            if self.cache_k is None:
+                self.cache_k = torch.zeros(b, self.num_heads, self.context_length, self.head_dim)  # (b, h, ctx, hd)
+                self.cache_v = torch.zeros_like(self.cache_k)  # (b, h, ctx, hd)
+            self.cache_k[:, :, self.ptr_cur:self.ptr_cur + n] = keys_new
+            self.cache_v[:, :, self.ptr_cur:self.ptr_cur + n] = values_new
+            start = 0 if self.bug == "mask-for-new-tokens" else self.ptr_cur
+            self.ptr_cur += n
+            keys, values = self.cache_k[:, :, :self.ptr_cur], self.cache_v[:, :, :self.ptr_cur]  # (b, h, k, hd)
+        else:
+            keys, values = keys_new, values_new
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, k) -> (b, h, n, k)
+        attn_scores = attn_scores.masked_fill(self.mask[start:start + n, :keys.shape[2]], -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        return (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+        self.ptr_cur = 0
 
 
 class LearnerSWAWithSDPA(LearnerSWA):
@@ -973,6 +1063,45 @@ class PastKeyValues(nn.Module):
         y = F.softmax(s, dim=-1) @ v  # (B, h, T, dk)
         out = self.o(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
         return out, present
+
+
+class CacheObjectAttention(nn.Module):
+    """Written the way Hugging Face's layers are (transformers 5.x ``LlamaAttention``): the caller passes a ``Cache``
+    object (``DynamicCache``) as ``past_key_values``; the layer calls ``past_key_values.update(k, v, self.layer_idx)``,
+    which stores the new keys and values in that object and hands back all of them, and returns ``(out, weights)``
+    (``returns_cache``: ``(out, weights, past_key_values)``).  ``bug="mask-ignores-past"``: the mask is built as if
+    the new tokens started at position 0; ``bug="updates-twice"``: the new keys are stored, then updated again."""
+
+    def __init__(self, hidden_size=32, num_heads=4, layer_idx=0, bug=None, returns_cache=False):
+        super().__init__()
+        self.num_heads, self.head_dim, self.layer_idx = num_heads, hidden_size // num_heads, layer_idx
+        self.q_proj = nn.Linear(hidden_size, hidden_size)
+        self.k_proj = nn.Linear(hidden_size, hidden_size)
+        self.v_proj = nn.Linear(hidden_size, hidden_size)
+        self.o_proj = nn.Linear(hidden_size, hidden_size)
+        self.bug, self.returns_cache = bug, returns_cache
+
+    def forward(self, hidden_states, past_key_values=None, **kwargs):
+        b, T, _ = hidden_states.shape
+        query_states, key_states, value_states = (
+            proj(hidden_states).view(b, T, self.num_heads, self.head_dim).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj))  # (b, h, T, hd) each
+        past = 0
+        if past_key_values is not None:
+            past = past_key_values.get_seq_length(self.layer_idx)
+            if self.bug == "updates-twice":
+                past_key_values.update(key_states, value_states, self.layer_idx)
+            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)  # (b, h, S, hd)
+        S = key_states.shape[2]
+        attn_weights = query_states @ key_states.transpose(2, 3) / math.sqrt(self.head_dim)  # (b, h, T, S)
+        i = torch.arange(T)[:, None] + (0 if self.bug == "mask-ignores-past" else past)  # (T, 1): the positions
+        attn_weights = attn_weights.masked_fill(torch.arange(S)[None, :] > i, float("-inf"))  # (b, h, T, S)
+        attn_weights = F.softmax(attn_weights, dim=-1)  # (b, h, T, S)
+        attn_output = (attn_weights @ value_states).transpose(1, 2).reshape(b, T, -1)  # (b, T, h·hd)
+        attn_output = self.o_proj(attn_output)  # (b, T, hidden)
+        if self.returns_cache:
+            return attn_output, attn_weights, past_key_values
+        return attn_output, attn_weights
 
 
 class Conv1D(nn.Module):
