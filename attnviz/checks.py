@@ -694,10 +694,39 @@ def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor)
             moved = (_output(module, changed)[item] - output[item]).abs()  # (n, d_out)
         if moved.max() > TOLERANCE:
             position = int(moved.amax(dim=-1).argmax())
+            cause = _not_batch_first(module, x, changed, item) or ("something mixes the batch (a view or reshape "
+                                                                   "across the batch dimension?)")
             return Check(rule, "fail", f"item {item}'s output at position {position} changed by "
-                                       f"{moved.max().item():.3g} when only the other items changed: something mixes "
-                                       "the batch (a view or reshape across the batch dimension?)")
+                                       f"{moved.max().item():.3g} when only the other items changed: {cause}")
     return Check(rule, "pass", "no item's output moves when the other items change")
+
+
+def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, item: int) -> str | None:
+    """Words for the ``nn.MultiheadAttention`` inside ``module`` built without ``batch_first=True`` that mixes the
+    items — it reads ``x`` (batch, n, d) as batch tokens of n items, which the shapes cannot show when batch and n are
+    as many — when with ``batch_first=True`` (set for one forward each, then restored) ``item``'s output no longer
+    moves between ``x`` and ``changed``; None when there is none, or that does not settle it."""
+    found = [(name, sub) for name, sub in module.named_modules()
+             if name and isinstance(sub, nn.MultiheadAttention) and not sub.batch_first]
+    if not found:
+        return None
+    try:
+        for _, sub in found:
+            sub.batch_first = True
+        with torch.no_grad():
+            still = (_output(module, changed)[item] - _output(module, x)[item]).abs().max().item()  # (n, d_out)
+    except tracing.TraceError:
+        return None
+    finally:
+        for _, sub in found:
+            sub.batch_first = False
+    if still > TOLERANCE:
+        return None
+    batch, n = x.shape[:2]
+    same = " (your batch is as long as your sequence, so no shape shows it)" if batch == n else ""
+    return (f"the nn.MultiheadAttention (self.{found[0][0]}) has batch_first=False, so it reads your {tuple(x.shape)} "
+            f"input as {amount(batch, 'token')} × {amount(n, 'item')} and attends across the items{same}; with "
+            "batch_first=True no item moves: build it with batch_first=True (or pass it (n, batch, d))")
 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,

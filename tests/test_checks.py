@@ -997,3 +997,20 @@ def test_multihead_attention_without_batch_first_says_so(masked):
     else:
         line = user_modules_line("return self.mha(x, x, x, need_weights=False)[0]")
         assert str(caught.value) == f"the nn.MultiheadAttention on line {line} {words}"
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "with-its-mask"])
+def test_multihead_attention_without_batch_first_is_named_when_batch_and_tokens_are_as_many(masked):
+    """With batch = n the (n, n) mask fits and the weights' shapes look right: the module traces and attends across
+    the items at each position; batch-independence fails, and the cause is the module's own batch_first, which the
+    rule confirms by setting it for one forward (no item moves then) and restoring it."""
+    torch.manual_seed(0)
+    module = um.MHAWithoutBatchFirst(masked=masked).eval()
+    check = verdict(module, "batch-independence", x=torch.randn(8, 8, 32))
+    assert check.status == "fail" and check.evidence.endswith(
+        "when only the other items changed: the nn.MultiheadAttention (self.mha) has batch_first=False, so it reads "
+        "your (8, 8, 32) input as 8 tokens × 8 items and attends across the items (your batch is as long as your "
+        "sequence, so no shape shows it); with batch_first=True no item moves: build it with batch_first=True (or "
+        "pass it (n, batch, d))"), check
+    assert module.mha.batch_first is False
+    assert failing(um.TorchMHA().eval(), x=torch.randn(8, 8, 32)) == set()  # batch_first=True: nothing to name
