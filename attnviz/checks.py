@@ -18,7 +18,9 @@ which cell, which value, what it should be:
   the module's own ``tril``/``triu`` call or mask buffer when one of them is the mask;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode;
-* ``batch-independence`` — one item's output does not move when another item of the batch changes;
+* ``batch-independence`` — one item's output does not move when another item of the batch changes (a failure names
+  an ``nn.MultiheadAttention`` built without ``batch_first=True`` when setting it for one forward stops the mixing:
+  with as many items as tokens no shape shows it);
 * ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
   the module's own recorded Q, K, V (float32, ≤ 1e-5) — K and V as the module used them (after a grouped-query
   repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window).  The concatenation is
@@ -28,8 +30,11 @@ which cell, which value, what it should be:
   ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, give the
   uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values`` (``past_key_value``,
   ``layer_past``, ``past_kv``, ``cache``) argument, returned beside the output, and no reset — is checked the same
-  way, each forward given the cache the one before returned (skipped when the module is not causal, or returns
-  no cache).
+  way, each forward given the cache the one before returned; a forward that returns none is given a Hugging Face
+  ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step (skipped
+  when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside the
+  whole sequence's forward, and the failure names what the evidence shows: the module's position counter, how many
+  tokens its cache holds, where the step's mask puts the new tokens, which of its queries, keys or values differ.
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -1031,8 +1036,8 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int,
                  counter: _Counter | None) -> str:
     """The likely cause of a cached step that differs: the module's position counter, how many tokens its cache holds
     (its growth per token), else what the step's attention shows (:func:`_step_cause`)."""
-    if counter is not None and counter.usual:
-        words = _counter_cause(counter, start, stop, counter.before)
+    if counter is not None and counter.usual:  # its value alone: a counter that never moves, counts forwards …
+        words = _counter_cause(counter, start, stop, counter.before, mask_shows=False)
         if words is not None:
             return words
     words = _held_cause(module, reset, sequence, stop)
@@ -1051,27 +1056,31 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int,
             or "the cached step does not compute what the whole sequence computes at that position")
 
 
-def _counter_cause(counter: _Counter, start: int, stop: int, position: int) -> str | None:
+def _counter_cause(counter: _Counter, start: int, stop: int, position: int, *, mask_shows: bool = True) -> str | None:
     """Words for a position counter that does not count the tokens fed so far, when the step puts its first token at
-    ``position`` (the counter's own value, or where the step's mask puts it); None when it counts them."""
+    ``position`` (the counter's own value, or where the step's mask puts it); None when it counts them.  A counter
+    that is merely another number than the tokens fed (a cache's fill pointer moves back when a window drops keys)
+    is named only when ``mask_shows``: the step's mask puts the token where the counter says."""
     name, value = counter.name, counter.before
     what = name if counter.usual else f"{name} (the int the cached forwards change)"
     if counter.number == 2 and start == 0 and value != 0 and position == value:
         return (f"the reset forgets the position: after the reset the second sequence starts at {name} = {value}, "
                 "not 0 — set it back to 0 in the reset too")
-    if start == 0 or value == start or position != value:
+    if value == start or position != value:
         return None
-    if counter.after == value:
+    if start > 0 and counter.after == value:
         return (f"the position never advances: {what} is still {value} after {stop} tokens, so the mask (or the "
                 f"rotary angles) treat a later token as position {value}; add the new tokens' count after each cached "
                 "forward")
-    if value == counter.forwards:
+    if start > 0 and value == counter.forwards:
         return (f"the position counts forwards, not tokens: {what} is {value} before token {start}, after "
                 f"{amount(counter.forwards, 'cached forward')} of {counted(start)}, so the mask (or the rotary angles) "
                 f"treat token {start} as position {value}; add the new tokens' count (x.shape[1]), not 1, after each "
                 "cached forward")
-    return (f"the position is wrong: {what} is {value} before token {start}, so the mask (or the rotary angles) treat "
-            f"token {start} as position {value}; it must count the tokens fed so far ({start})")
+    if not mask_shows:
+        return None
+    return (f"the position is wrong: {what} is {value} before token {start}, and the step's mask treats token {start} "
+            f"as position {value}; it must count the tokens fed so far ({start})")
 
 
 def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:

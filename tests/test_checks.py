@@ -441,6 +441,9 @@ def test_kv_cache_skips_one_token_in_words_and_runs_no_cached_forward():
     ("mask-for-new-tokens", "the mask is built for the new tokens alone: it treats token 4 as position 0, so it sees "
                             "only key 0 of the 5 the cache holds; take the mask's rows from the position the step "
                             "starts at (4) and as many columns as the cache holds"),
+    ("reset-to-one", "sequence 1, tokens 0 … 3 (the prefill): the cached output differs"),
+    ("reset-to-one", "the position is wrong: ptr_current_pos is 1 before token 0, and the step's mask treats token 0 "
+                     "as position 1; it must count the tokens fed so far (0)"),
     ("appends-twice", "sequence 1, token 4: the cached output differs"),
     ("appends-twice", "the cache holds tokens more than once: cache_k holds 9 tokens after 5, and 2 tokens after the "
                       "first alone — add each forward's keys and values once"),

@@ -536,8 +536,9 @@ class LearnerSWA(nn.Module):
 class LearnerCachedMHA(nn.Module):
     """The book's MultiHeadAttention with a KV cache (use_cache, cache_k/cache_v, ptr_current_pos, reset_cache),
     as a learner types it; ``bug`` switches on one of the classic cache bugs: the position never advances, advances
-    by 1 per forward, is advanced before the mask is sliced, is not reset; the mask is sliced as if the new tokens
-    started at 0; the cache keeps too little, or the first keys twice (an ``if`` without its ``else``)."""
+    by 1 per forward, is advanced before the mask is sliced, is not reset, or reset to 1; the mask is sliced as if
+    the new tokens started at 0; the cache keeps too little, or the first keys twice (an ``if`` without its
+    ``else``)."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, bug=None):
         super().__init__()
@@ -591,7 +592,9 @@ class LearnerCachedMHA(nn.Module):
 
     def reset_cache(self):
         self.cache_k, self.cache_v = None, None
-        if self.bug != "reset-forgets-position":
+        if self.bug == "reset-to-one":  # counting from 1
+            self.ptr_current_pos = 1
+        elif self.bug != "reset-forgets-position":
             self.ptr_current_pos = 0
 
 
