@@ -19,6 +19,9 @@ Today's attention needs nothing special: a grouped-query module's ``Q @ Kᵀ`` o
 after its ``repeat_interleave`` (SDPA's ``enable_gqa`` is repeated the same way), a latent module's keys are its
 up-projection's output, rotary's are q and k after the rotation, and a sliding window is the mask's band.
 
+``step_attention(module, x, use_cache=True)`` records one cached step the same way: its queries over more keys than
+there are queries (the kv-cache rule reads a failing step's mask, queries, keys and values from it).
+
 ``trace_module(module, x)`` returns a ``Trace`` like the book's producer's, for every item of the batch: maps
 ``(batch, heads, n, n)``, ``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``,
 the output ``(batch, n, d_out)``, and ``shapes`` listing every recorded op in order with its real shape, so the
