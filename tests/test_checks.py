@@ -605,8 +605,15 @@ def llama_layer(rotary_from_0=False):
     return LlamaLayer().eval()
 
 
-def test_kv_cache_checks_transformers_own_llama_attention_with_a_dynamic_cache():
-    pytest.importorskip("transformers")
+def test_kv_cache_checks_transformers_own_llama_and_gpt2_attention_with_a_dynamic_cache():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    config = transformers.GPT2Config(n_embd=64, n_head=4)
+    config._attn_implementation = "sdpa"  # causal through is_causal, alone
+    torch.manual_seed(0)
+    check = verdict(GPT2Attention(config, layer_idx=0).eval(), "kv-cache", rules=["kv-cache"])
+    assert check.status == "pass" and "each given the DynamicCache the forward before filled" in check.evidence
     results = {c.rule: c for c in checks.check_module(llama_layer())}
     assert [c for c in results.values() if c.status != "pass"] == []
     assert "each given the DynamicCache the forward before filled (past_key_values)" in results["kv-cache"].evidence
