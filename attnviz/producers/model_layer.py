@@ -69,8 +69,9 @@ def _window_notes(model, layer: int) -> list[str]:
     if window is None:
         return [f"This checkpoint's config names a sliding window, but layer {layer} is one of its full-attention "
                 "layers (sliding_window_stride): it runs full causal attention."]
-    return [f"This checkpoint's config names a sliding window of {window} tokens, and layer {layer} runs with it: "
-            f"each token attends to itself and the {window - 1} before it; keys further back have weight 0."]
+    return [f"This checkpoint's config names a sliding window of {amount(window, 'token')}, and layer {layer} runs "
+            f"with it: each token attends to itself and the {amount(window - 1, 'token')} before it; keys further "
+            "back have weight 0."]
 
 
 def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionConfig) -> Trace:
