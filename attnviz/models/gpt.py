@@ -2,7 +2,7 @@
 
 Class names, attribute names, constructor arguments (the book's ``cfg`` dict) and parameter-creation
 order are the book's (``ch04/01_main-chapter-code/gpt.py``), so the book's ch05 ``state_dict`` loads
-unchanged.  Four additions, none of which changes a result:
+unchanged.  Four additions, none of which changes the result of a config the book's class takes:
 
 * ``cfg`` may carry ``ln_eps`` (default 1e-5, the book's ``LayerNorm.eps``; GPT-2 configs say
   ``layer_norm_epsilon``);
@@ -18,19 +18,24 @@ unchanged.  Four additions, none of which changes a result:
 * ``cfg["attention"]`` (default multi-head, the book's) may name a bonus attention, as the book's
   ``gpt_with_kv_gqa.py`` / ``_mla.py`` / ``_swa.py`` swap the block's attention: grouped-query
   (``cfg["num_kv_groups"]`` K/V heads), multi-query (one), latent (``cfg["latent_dim"]``) or sliding-window
-  (``cfg["sliding_window_size"]``) — :data:`ATTENTIONS`,
+  (``cfg["sliding_window_size"]``) — :data:`ATTENTIONS`, or the registry's names of the same variants (``gqa``
+  …, :data:`BY_VARIANT`, as the sidebar and the URL spell them) —
   each with the cache it really keeps (:mod:`attnviz.models.cached_attention`).  :func:`random_gpt` builds a
   small one with random weights: its text is noise, its cache has the variant's real shapes.
+
+A key ``cfg`` has that GPTModel does not read is refused by name (:func:`check_config`), not ignored: a config
+copied from the book's bonus scripts (``n_kv_groups``) would otherwise build with attnviz's default.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 
-from attnviz import rng
+from attnviz import rng, variants
 from attnviz.attention import MultiHeadAttention, Recorder, record
 from attnviz.models.cached_attention import (
     CachedGroupedQueryAttention,
@@ -160,11 +165,52 @@ class CachedMultiHeadAttention(KeyValueCache, MultiHeadAttention):
 
 MULTI_HEAD, GROUPED_QUERY, MULTI_QUERY, LATENT, SLIDING_WINDOW = ATTENTIONS = (
     "multi-head", "grouped-query", "multi-query", "latent", "sliding-window")  # what cfg["attention"] may name
+# the registry's names of the same attentions (the sidebar's and the URL's): cfg["attention"] may say those too
+BY_VARIANT = {variants.MHA: MULTI_HEAD, variants.GQA: GROUPED_QUERY, variants.MQA: MULTI_QUERY,
+              variants.MLA: LATENT, variants.SWA: SLIDING_WINDOW}
+
+# the keys GPTModel reads: the book's GPT_CONFIG_124M, then attnviz's additions
+CONFIG_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate", "qkv_bias", "ln_eps",
+               "attention", "num_kv_groups", "latent_dim", "sliding_window_size")
+# keys of the book's bonus scripts that attnviz names or builds differently: what to do instead
+_OTHER_KEYS = {
+    "n_kv_groups": "attnviz names it 'num_kv_groups': the number of K/V heads, as rasbt's gpt_with_kv_gqa.py passes "
+                   "cfg['n_kv_groups'] to GroupedQueryAttention's num_kv_groups. Rename the key.",
+    "sliding_window_stride": "attnviz's GPT slides its window on every layer (rasbt's gpt_with_kv_swa.py mixes "
+                             "sliding-window and full layers by this ratio): remove the key.",
+}
+
+
+def attention_name(cfg: dict) -> str:
+    """``cfg["attention"]`` as one of :data:`ATTENTIONS` (default multi-head); a registry name (``gqa``, the
+    sidebar's and the URL's) is taken as the attention it names.  ValueError naming every name taken otherwise."""
+    attention = cfg.get("attention", MULTI_HEAD)
+    if attention in ATTENTIONS:
+        return attention
+    if isinstance(attention, str) and attention in BY_VARIANT:
+        return BY_VARIANT[attention]
+    names = ", ".join(f"{long} ({short})" for short, long in BY_VARIANT.items())
+    raise ValueError(f"Unknown attention {attention!r}; choose one of {names}.")
+
+
+def check_config(cfg: dict) -> None:
+    """ValueError naming a key of ``cfg`` that GPTModel does not read (rather than building without it), with what
+    to write instead: attnviz's name for a key of the book's bonus scripts, a near known key, or the known keys."""
+    for key in cfg:
+        if key in CONFIG_KEYS:
+            continue
+        if key in _OTHER_KEYS:
+            hint = _OTHER_KEYS[key]
+        elif near := difflib.get_close_matches(str(key), CONFIG_KEYS, n=1, cutoff=0.7):
+            hint = f"did you mean {near[0]!r}?"
+        else:
+            hint = f"GPTModel reads {', '.join(CONFIG_KEYS)}."
+        raise ValueError(f"The config has a key GPTModel does not read, {key!r}: {hint}")
 
 
 def build_attention(cfg: dict) -> nn.Module:
     """The block's attention for ``cfg["attention"]`` (default multi-head), every one with its KV cache."""
-    attention = cfg.get("attention", MULTI_HEAD)
+    attention = attention_name(cfg)
     common = {"d_in": cfg["emb_dim"], "d_out": cfg["emb_dim"], "num_heads": cfg["n_heads"],
               "dropout": cfg["drop_rate"], "qkv_bias": cfg["qkv_bias"]}
     if attention == MULTI_HEAD:
@@ -176,7 +222,7 @@ def build_attention(cfg: dict) -> nn.Module:
         return CachedMultiHeadLatentAttention(latent_dim=cfg.get("latent_dim"), **common)
     if attention == SLIDING_WINDOW:
         return CachedMultiHeadAttentionWithSWA(sliding_window_size=cfg.get("sliding_window_size"), **common)
-    raise ValueError(f"Unknown attention {attention!r}; choose one of {', '.join(ATTENTIONS)}.")
+    raise AssertionError(attention)  # attention_name returns one of ATTENTIONS
 
 
 class TransformerBlock(nn.Module):
@@ -268,6 +314,7 @@ class GPTModel(nn.Module):
 
     def __init__(self, cfg: dict):
         super().__init__()
+        check_config(cfg)
         self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
         self.pos_emb = nn.Embedding(cfg["context_length"], cfg["emb_dim"])
         self.drop_emb = nn.Dropout(cfg["drop_rate"])
@@ -329,11 +376,12 @@ RANDOM_GPT_CONFIG = {
 
 
 def random_gpt(attention: str, seed: int = 123, **settings) -> GPTModel:
-    """A :data:`RANDOM_GPT_CONFIG` GPTModel with ``attention`` (one of :data:`ATTENTIONS`) and random
-    weights (``torch.manual_seed(seed)``), in eval mode.  ``settings`` override the config (``num_kv_groups``,
-    ``latent_dim``, ``sliding_window_size``, …).  Its text is noise: it exists to show the cache's real shapes."""
-    if attention not in ATTENTIONS:
-        raise ValueError(f"Unknown attention {attention!r}; choose one of {', '.join(ATTENTIONS)}.")
+    """A :data:`RANDOM_GPT_CONFIG` GPTModel with ``attention`` (one of :data:`ATTENTIONS`, or its registry name
+    ``gqa`` …) and random weights (``torch.manual_seed(seed)``), in eval mode.  ``settings`` override the config
+    (``num_kv_groups``, ``latent_dim``, ``sliding_window_size``, …).  Its text is noise: it exists to show the
+    cache's real shapes."""
+    attention = attention_name({"attention": attention})
+    check_config(settings)
     cfg = {**RANDOM_GPT_CONFIG, **settings, "attention": attention}
     heads, width = cfg["n_heads"], cfg["emb_dim"]
     for name, value in (("num_kv_groups", cfg["num_kv_groups"]), ("latent_dim", cfg["latent_dim"]),

@@ -56,10 +56,8 @@ DTYPE_OWN = "own"  # the cost chart's dtype: the chosen model's own (fp32 for at
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
 RANDOM_SETTING = {variants.GQA: "num_kv_groups", variants.MLA: "latent_dim", variants.SWA: "sliding_window_size"}
-RANDOM_ATTENTION = {  # a variant of the registry -> the random GPT's block attention
-    variants.MHA: gpt_model.MULTI_HEAD, variants.GQA: gpt_model.GROUPED_QUERY, variants.MQA: gpt_model.MULTI_QUERY,
-    variants.MLA: gpt_model.LATENT, variants.SWA: gpt_model.SLIDING_WINDOW}
-RANDOM_CHOICES = (RANDOM_NONE, *RANDOM_ATTENTION)  # the random GPT selectbox's options, and the link's ``random``
+# the random GPT selectbox's options, and the link's ``random``: the registry's variants a GPT block can be
+RANDOM_CHOICES = (RANDOM_NONE, *gpt_model.BY_VARIANT)
 ROTARY_NOTE = ("The sidebar asks for rotary positions: they are not offered here. This random GPT has GPT-2's "
                "learned positions, so it runs with learned positions.")
 RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are random: its text is noise. "
@@ -82,7 +80,7 @@ def from_url() -> None:
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)  # 2 layers, emb 128: mostly GPT-2's vocabulary's tables
 def _random_model(attention: str, settings: tuple) -> gpt_model.GPTModel:
-    return gpt_model.random_gpt(RANDOM_ATTENTION[attention], **dict(settings))
+    return gpt_model.random_gpt(attention, **dict(settings))
 
 
 def _load(ref) -> gpt_model.GPTModel:

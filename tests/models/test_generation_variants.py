@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnviz import kv_cache_bytes
-from attnviz.models import cache_settings, check_step, check_steps, generate, random_gpt
+from attnviz.models import GPTModel, cache_settings, check_step, check_steps, generate, random_gpt
 from attnviz.models.gpt import RANDOM_GPT_CONFIG
 
 PROMPT = [464, 3797, 3332, 319, 262, 2603, 13, 383, 3797, 3332, 319]  # 11 tokens
@@ -163,3 +163,51 @@ def test_a_sliding_window_of_one_attends_to_the_token_itself_only():
 def test_random_gpt_refuses_settings_that_cannot_work(attention, settings, message):
     with pytest.raises(ValueError, match=message):
         random_gpt(MODEL.get(attention, attention), **settings)
+
+
+# ============================== cfg["attention"] and the config's keys ==============================
+
+
+@pytest.mark.parametrize("name", list(MODEL))
+def test_cfg_attention_takes_the_registrys_names_as_the_sidebar_and_the_url_spell_them(name):
+    """``GPTModel({..., "attention": "gqa"})`` builds what ``"grouped-query"`` builds: the same classes, the same
+    weights after the same seed."""
+    cfg = dict(RANDOM_GPT_CONFIG)
+    torch.manual_seed(5)
+    short = GPTModel({**cfg, "attention": name})
+    torch.manual_seed(5)
+    long = GPTModel({**cfg, "attention": MODEL[name]})
+    assert [type(block.att) for block in short.trf_blocks] == [type(block.att) for block in long.trf_blocks]
+    assert short.state_dict().keys() == long.state_dict().keys()
+    assert all(torch.equal(short.state_dict()[key], long.state_dict()[key]) for key in long.state_dict())
+    assert random_gpt(name).trf_blocks[0].att.cache_tensors() == {}  # random_gpt takes them too
+
+
+def test_an_unknown_attention_names_every_name_it_takes():
+    with pytest.raises(ValueError, match="Unknown attention 'rnn'") as error:
+        GPTModel({**RANDOM_GPT_CONFIG, "attention": "rnn"})
+    for name in [*MODEL, *MODEL.values()]:
+        assert name in str(error.value)
+
+
+def test_rasbts_n_kv_groups_is_refused_with_attnvizs_name_for_it():
+    """rasbt's ``gpt_with_kv_gqa.py`` passes ``cfg["n_kv_groups"]`` as GroupedQueryAttention's ``num_kv_groups``, the
+    number of K/V heads: copied here it would silently get attnviz's default of 2."""
+    cfg = {**RANDOM_GPT_CONFIG, "attention": "gqa"}
+    del cfg["num_kv_groups"]
+    with pytest.raises(ValueError) as error:
+        GPTModel({**cfg, "n_kv_groups": 4})
+    message = str(error.value)
+    assert "'n_kv_groups'" in message and "'num_kv_groups'" in message and "number of K/V heads" in message
+    assert GPTModel({**cfg, "num_kv_groups": 4}).trf_blocks[0].att.num_kv_groups == 4  # the renamed key works
+
+
+@pytest.mark.parametrize("key, said", [
+    ("qkv_bais", "'qkv_bias'"),  # a typo: the nearest known key
+    ("sliding_window_stride", "every layer"),  # rasbt's SWA:full ratio: attnviz's GPT slides on every layer
+    ("rope_base", "vocab_size"),  # no near key: the keys GPTModel reads are listed
+])
+def test_an_unknown_config_key_is_named_not_ignored(key, said):
+    with pytest.raises(ValueError) as error:
+        GPTModel({**RANDOM_GPT_CONFIG, key: 2})
+    assert f"'{key}'" in str(error.value) and said in str(error.value)

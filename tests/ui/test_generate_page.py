@@ -16,7 +16,7 @@ from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
 from attnviz import kv_cache_bytes, models, tokens, weights
-from attnviz.ui.generate import NO_MODEL, RANDOM_ATTENTION
+from attnviz.ui.generate import NO_MODEL
 from attnviz.urlstate import markdown_escape
 
 pytest.importorskip("transformers")
@@ -259,7 +259,7 @@ def random_page(**query) -> AppTest:
      lambda n: {"cache_k": f"(1, 8, {min(n, 3)}, 16)"}),
 ])
 def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cache(query, attention, settings, cache):
-    model = models.random_gpt(RANDOM_ATTENTION[attention], **settings)
+    model = models.random_gpt(attention, **settings)
     prompt = tokens.encode(TEXT)
     expected = greedy(model, prompt, 2)
     at = random_page(**query)
