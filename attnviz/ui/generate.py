@@ -352,11 +352,10 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
 
 
 def _cache_formula(settings: dict, n_tokens: int) -> str:
-    """The held bytes again, from ``kv_cache_bytes`` and the model's sizes, with the formula in words."""
-    formula = kv_cache.kv_cache_bytes(context_length=n_tokens, dtype="fp32", **settings)
-    shown = {"context_length": n_tokens, **{name: value for name, value in settings.items()
-                                            if value is not None and name != "emb_dim"}}
-    if settings["latent_dim"] is not None:
+    """The held bytes again, from a ``kv_cache_bytes`` call that runs as shown (every required size in it) and gives
+    the number shown, with the formula in words."""
+    shown = {"context_length": n_tokens, **{name: value for name, value in settings.items() if value is not None}}
+    if settings["latent_dim"] is not None:  # MLA caches a latent: its K/V heads and head_dim change nothing
         shown.pop("n_kv_heads", None)
         shown.pop("head_dim", None)
         words = "b × n × latent_dim × 4 per layer"
@@ -364,8 +363,10 @@ def _cache_formula(settings: dict, n_tokens: int) -> str:
         words = "b × n × head_dim × kv_heads × 2 (K and V) × 4 per layer"
     if settings["sliding_window_size"] is not None:
         words += ", with n at most the window W"
-    args = ", ".join(f"{name}={value}" for name, value in shown.items())
-    return f"= kv_cache_bytes({args}, dtype='fp32') = {formula:,} bytes: {words}."
+    shown["dtype"] = "fp32"
+    formula = kv_cache.kv_cache_bytes(**shown)  # the call shown, as shown
+    args = ", ".join(f"{name}={value!r}" for name, value in shown.items())
+    return f"`kv_cache_bytes({args})` = {formula:,} bytes: {words}."
 
 
 def _cache_table(step: generation.Step) -> pd.DataFrame:

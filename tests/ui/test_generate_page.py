@@ -5,6 +5,7 @@ input gives a message, never an exception, and keeps the text."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -276,10 +277,30 @@ def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cach
             assert table[column].tolist() == [shape, shape]  # 2 layers
         held = models.cache_settings(model)
         assert table["bytes"].sum() == kv_cache_bytes(context_length=n, dtype="fp32", **held)
-        assert any(c.value.endswith(f"= {table['bytes'].sum():,} bytes: " + c.value.split("bytes: ")[-1])
-                   for c in at.caption if c.value.startswith("= kv_cache_bytes("))
+        call, shown = caption_call(at)
+        assert shown == table["bytes"].sum() == eval(call, {"kv_cache_bytes": kv_cache_bytes})  # runs as pasted
         assert at.success[0].value.startswith("Equals the uncached forward")
     assert at.text_area[0].value == TEXT
+
+
+def caption_call(at: AppTest) -> tuple[str, int]:
+    """The ``kv_cache_bytes(…)`` call the caption under the cache table shows, and the bytes it says the call gives."""
+    caption = next(c.value for c in at.caption if "kv_cache_bytes(" in c.value)
+    match = re.search(r"`(kv_cache_bytes\([^`]*\))` = ([\d,]+) bytes", caption)
+    assert match, caption
+    return match.group(1), int(match.group(2).replace(",", ""))
+
+
+@pytest.mark.parametrize("attention", [None, "mha", "gqa", "mqa", "mla", "swa"])
+def test_the_cache_captions_call_runs_as_written_and_gives_the_bytes_shown(attention):
+    """Pasted into Python, the caption's call gives the number the caption shows (and the table's bytes), for every
+    random GPT's attention and for the bundled model."""
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT) if attention is None else random_page(random=attention)
+    for k in (0, 1):
+        if k:
+            step(at)
+        call, shown = caption_call(at)
+        assert eval(call, {"kv_cache_bytes": kv_cache_bytes}) == shown == at.table[0].value["bytes"].sum(), call
 
 
 def test_the_top_5_of_a_random_gpt_are_not_all_0_percent():
