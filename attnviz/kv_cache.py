@@ -220,8 +220,15 @@ def describe(name: str, kwargs: dict) -> str:
 
 
 def format_bytes(n: float) -> str:
-    """Bytes in decimal units, as the book's estimators print them (GB = 1000³ bytes)."""
-    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
-        if n >= size:
-            return f"{n / size:,.2f} {unit}"
-    return f"{int(n):,} B"
+    """Bytes in decimal units, as the book's estimators print them (GB = 1000³ bytes), two decimals past bytes.
+
+    The number is rounded first, then the unit picked: the smallest unit whose rounded number stays below 1,000
+    (999,999,999 bytes is "1.00 GB", not "1,000.00 MB"); GB, the largest, takes any number."""
+    whole = round(n)
+    if whole < 1000:
+        return f"{whole:,} B"
+    for unit, size in (("kB", 1000), ("MB", 1000**2)):
+        shown = f"{n / size:,.2f}"
+        if float(shown.replace(",", "")) < 1000:
+            return f"{shown} {unit}"
+    return f"{n / 1000**3:,.2f} GB"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attnviz
 from attnviz import kv_cache
@@ -203,3 +205,33 @@ def test_a_presets_window_is_a_number_or_a_dash_never_none():
     windows = {model.name: model.window_text for model in kv_cache.PRESETS}
     assert windows["GPT-2 124M"] == "—" and "None" not in windows.values()
     assert any(text[0].isdigit() for text in windows.values())  # a model with a sliding window: its W
+
+
+UNITS = {"B": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
+
+
+def near_a_unit_boundary():
+    """Byte counts within 1% of 1 kB, 1 MB and 1 GB (where a value rounds up into the next unit), and any size."""
+    near = st.integers(1, 3).flatmap(lambda k: st.integers(1000**k - 1000**k // 100, 1000**k + 1000**k // 100))
+    return st.one_of(near, st.integers(0, 10**14))
+
+
+@settings(max_examples=400, deadline=None)
+@given(near_a_unit_boundary())
+def test_format_bytes_rounds_first_then_picks_the_unit(n):
+    """The number shown is n in its unit to the digits shown, below 1,000 (except in GB, the largest unit) and at least
+    1 (except in bytes); the unit below would have shown 1,000 or more."""
+    number_text, unit = kv_cache.format_bytes(n).split(" ")
+    number, size = float(number_text.replace(",", "")), UNITS[unit]
+    assert number < 1000 or unit == "GB"
+    assert number >= 1 or unit == "B"
+    assert abs(number * size - n) <= (0.5 if unit == "B" else 0.005 * size)
+    smaller = [s for s in UNITS.values() if s < size]
+    if smaller:  # the unit below would have needed 4 digits before the point
+        assert round(n / smaller[-1], 0 if smaller[-1] == 1 else 2) >= 1000
+
+
+@pytest.mark.parametrize("n, text", [(999, "999 B"), (1000, "1.00 kB"), (999_994, "999.99 kB"), (999_999, "1.00 MB"),
+                                     (999_994_999, "999.99 MB"), (999_999_999, "1.00 GB"), (2**32, "4.29 GB")])
+def test_format_bytes_at_the_unit_boundaries(n, text):
+    assert kv_cache.format_bytes(n) == text
