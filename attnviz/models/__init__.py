@@ -9,7 +9,16 @@ by name), ``interventions`` (head ablation, value-weighted attention, rollout, l
 from pathlib import Path
 
 from attnviz.models.discovery import Checkpoint, Checkpoints, checkpoint_args, discover, hf_cache_dir
-from attnviz.models.generation import Generation, Step, StepCheck, cache_settings, check_step, check_steps, generate
+from attnviz.models.generation import (
+    Generation,
+    Step,
+    StepCheck,
+    cache_holds,
+    cache_settings,
+    check_step,
+    check_steps,
+    generate,
+)
 from attnviz.models.gpt import (
     GELU,
     GPT_CONFIG_124M,
@@ -50,6 +59,7 @@ BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "bundled"
 
 __all__ = [
     "random_gpt",
+    "cache_holds",
     "cache_settings",
     "check_steps",
     "ablate",

@@ -5,8 +5,9 @@
 token that feeds only that token; each next token is the argmax of the last position's logits.  Every
 forward is a :class:`Step`: the attention weights of every layer and head for the rows it computed
 ``(layers, heads, q, k)`` (q = the prompt's length, then 1), what each layer's cache holds afterwards and its
-bytes, and the last position's logits with their top 5.  A cache that keeps only the latest keys (a sliding
-window) attends over fewer: its rows are widened to every position so far with the weight 0 those keys get.
+bytes, and the last position's logits with their top 5.  :func:`cache_holds` says what a model's layers cache
+(the tensors and their shapes: K/V heads, a latent, at most W tokens).  A cache that keeps only the latest keys (a
+sliding window) attends over fewer: its rows are widened to every position so far with the weight 0 those keys get.
 ``use_cache=False`` recomputes the whole sequence at every step (the book's ``generate_text_simple``) and
 keeps the last row of each, so both give comparable steps.
 
@@ -134,6 +135,29 @@ def cache_settings(model: GPTModel) -> dict:
             "n_layers": len(model.trf_blocks), "n_kv_heads": int(getattr(att, "num_kv_groups", att.num_heads)),
             "head_dim": int(att.head_dim), "latent_dim": None if latent_dim is None else int(latent_dim),
             "sliding_window_size": getattr(att, "sliding_window_size", None)}
+
+
+def cache_holds(model: GPTModel) -> str:
+    """What each layer of ``model``'s cache holds, in Markdown: the tensors its attention keeps, their shape in
+    symbols and in this model's sizes (b = 1).  MHA keeps ``cache_k`` and ``cache_v`` of every head; GQA and MQA of
+    their K/V heads only; MLA one latent per token, ``cache_c_kv``; a sliding window at most its last W tokens."""
+    settings = cache_settings(model)
+    if settings["latent_dim"] is not None:
+        return (f"`cache_c_kv`, one latent per token, shape `(b, n, latent_dim)` = `(1, n, {settings['latent_dim']})`: "
+                "keys and values are up-projected from it at every step")
+    heads, kv_heads, window = settings["n_heads"], settings["n_kv_heads"], settings["sliding_window_size"]
+    what = "`cache_k` and `cache_v`"
+    if kv_heads == 1 < heads:
+        what += f" of its one K/V head (shared by all {heads} query heads, repeated after the cache)"
+    elif kv_heads < heads:
+        what += (f" of its {kv_heads} K/V heads (each shared by {heads // kv_heads} query heads, repeated after the "
+                 "cache)")
+    if window is not None:
+        what += f" of the last W = {window} tokens only"
+    n_symbol, n_here = ("n", "n") if window is None else ("min(n, W)", f"min(n, {window})")
+    symbol = "heads" if kv_heads == heads else "kv_heads"
+    return (f"{what}, shape `(b, {symbol}, {n_symbol}, head_dim)` = "
+            f"`(1, {kv_heads}, {n_here}, {settings['head_dim']})`")
 
 
 def _forward(model: GPTModel, idx: torch.Tensor, use_cache: bool, keep_weights: bool, last_row: bool):

@@ -60,6 +60,9 @@ RANDOM_SETTING = {variants.GQA: "num_kv_groups", variants.MLA: "latent_dim", var
 RANDOM_CHOICES = (RANDOM_NONE, *gpt_model.BY_VARIANT)
 ROTARY_NOTE = ("The sidebar asks for rotary positions: they are not offered here. This random GPT has GPT-2's "
                "learned positions, so it runs with learned positions.")
+ESTIMATOR_NAMES = (" Beware the name when you compare with rasbt's `memory_estimator_gqa.py`: its `n_kv_groups` is "
+                   "a group size (K/V heads = n_heads ÷ n_kv_groups), while the GQA class's `num_kv_groups` and "
+                   "`kv_cache_bytes`' `n_kv_heads` count K/V heads.")
 RANDOM_NOISE = ("**A small random GPT with {label}** ({sizes}). Its weights are random: its text is noise. "
                 "It is here to show what this attention's KV cache really holds, step by step.")
 
@@ -346,6 +349,9 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         flow_col.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
                         help="What every layer's cache holds after this step (float32): cache_k and cache_v, or "
                              "MLA's latent cache_c_kv.")
+        n_layers_held = len(step.cache_shapes)
+        layers = "The layer caches" if n_layers_held == 1 else f"Each of the {n_layers_held} layers caches"
+        held_col.markdown(f"**{layers}** {generation.cache_holds(_load(ref))}.")
         # a static table: it is redrawn at every step, where a data grid draws its canvas anew
         held_col.table(_cache_table(step), hide_index=True)
         held_col.caption(_cache_formula(generation.cache_settings(_load(ref)), result.prompt_length + index))
@@ -443,7 +449,7 @@ def cost_section(page_run: Context, sizes) -> None:
         title=f"KV cache of {picked} with each attention ({dtype}, batch 1); dotted: its context length"),
         config=plotly_config("attnviz-generate-kv-cache-bytes"), key="generate_cost_chart")
     st.caption("The book's estimator formulas (bonus material ch04/04_gqa, 05_mla, 06_swa), computed by "
-               "`attnviz.kv_cache_bytes`.")
+               "`attnviz.kv_cache_bytes`." + ESTIMATOR_NAMES)
     st.dataframe(presets_table(), hide_index=True, key="generate_presets", column_config={
         "KV cache at full context": st.column_config.TextColumn(
             alignment="right", help="batch 1, in the dtype; GB = 1000³ bytes, as the book's estimators print them"),

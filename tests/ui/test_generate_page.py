@@ -303,6 +303,37 @@ def test_the_cache_captions_call_runs_as_written_and_gives_the_bytes_shown(atten
         assert eval(call, {"kv_cache_bytes": kv_cache_bytes}) == shown == at.table[0].value["bytes"].sum(), call
 
 
+@pytest.mark.parametrize("attention, held", [
+    (None, "`cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = `(1, 2, n, 64)`"),  # the bundled model
+    ("mha", "`cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = `(1, 8, n, 16)`"),
+    ("gqa", "`cache_k` and `cache_v` of its 2 K/V heads (each shared by 4 query heads, repeated after the cache), "
+            "shape `(b, kv_heads, n, head_dim)` = `(1, 2, n, 16)`"),
+    ("mqa", "`cache_k` and `cache_v` of its one K/V head (shared by all 8 query heads, repeated after the cache), "
+            "shape `(b, kv_heads, n, head_dim)` = `(1, 1, n, 16)`"),
+    ("mla", "`cache_c_kv`, one latent per token, shape `(b, n, latent_dim)` = `(1, n, 32)`"),
+    ("swa", "`cache_k` and `cache_v` of the last W = 16 tokens only, shape `(b, heads, min(n, W), head_dim)` = "
+            "`(1, 8, min(n, 16), 16)`"),
+])
+def test_the_page_says_what_the_chosen_attentions_cache_holds(attention, held):
+    """What the page says a layer caches is what this model's layers cache: no (b, kv_heads, n, head_dim) for MLA's
+    latent, n at most W for a sliding window."""
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT) if attention is None else random_page(random=attention)
+    said = "\n".join(m.value for m in at.markdown)
+    assert held in said, said
+    symbolic = re.search(r"`(\(b, [^`]*\))` =", held).group(1)
+    shapes = set(re.findall(r"\(b, [a-zA-Z_(), ]*?\)(?=`)", said))  # every symbolic cache shape the page names
+    assert shapes == {symbolic}, shapes
+    first = at.table[0].value.columns[1]
+    assert f"`{first}`" in held  # the table's first tensor is the one said
+
+
+def test_the_cost_chart_says_that_rasbts_estimators_n_kv_groups_is_a_group_size():
+    at = page(weights=weights.BOOK)
+    said = " ".join(c.value for c in at.caption).replace("\\", "")
+    assert "memory_estimator_gqa.py" in said and "n_kv_groups" in said and "group size" in said
+    assert "num_kv_groups" in said and "n_kv_heads" in said
+
+
 def test_the_top_5_of_a_random_gpt_are_not_all_0_percent():
     """A random GPT spreads its guess over 50,257 tokens: each probability is shown with two significant digits, and
     the chosen token's is the largest shown."""
