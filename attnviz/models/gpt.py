@@ -176,8 +176,9 @@ CONFIG_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers",
 _OTHER_KEYS = {
     "n_kv_groups": "attnviz names it 'num_kv_groups': the number of K/V heads, as rasbt's gpt_with_kv_gqa.py passes "
                    "cfg['n_kv_groups'] to GroupedQueryAttention's num_kv_groups. Rename the key.",
-    "sliding_window_stride": "attnviz's GPT slides its window on every layer (rasbt's gpt_with_kv_swa.py mixes "
-                             "sliding-window and full layers by this ratio): remove the key.",
+    "sliding_window_stride": "GPTModel(cfg) slides its window on every layer (rasbt's gpt_with_kv_swa.py mixes "
+                             "sliding-window and full layers by this ratio; a checkpoint saved with it in its config "
+                             "loads with that schedule: models.load_checkpoint): remove the key.",
 }
 
 
