@@ -40,7 +40,10 @@ class PageEntry:
     of the sidebar's text (``text_run``: a Trace; a page without one reads the settings alone, and an empty text
     does not stop it), whether its views of one layer fill the sidebar's Text area and Layer selectbox
     (:mod:`attnviz.ui.layer_views`), and its own URL parameters (``url_params``, of ``urlstate.PAGE_PARAMS``: the
-    URL keeps them while the page is shown, ``state.keep_page_params``)."""
+    URL keeps them while the page is shown, ``state.keep_page_params``); ``focused_head``: its ``head`` is the focused
+    head of the sidebar's layer (the Heads and Steps pages': the same layer, the same heads), which a link from one
+    such page to another carries (``sidebar.page_links``) — not the Induction lab's or Generate's, a head of their own
+    map's layer."""
 
     script: str
     title: str
@@ -52,13 +55,14 @@ class PageEntry:
     text_run: bool = True
     layer_views: bool = False
     url_params: tuple[str, ...] = ()
+    focused_head: bool = False  # its head is the focused head of the sidebar's layer: a link between two carries it
 
 
 WITHIN_A_LAYER = (HEAD, STAGE, ROW, COL)  # the focused head, the stage, the window: the Heads and Steps pages'
 PAGES = (
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="", default=True, layer_views=True,
-              url_params=WITHIN_A_LAYER),
-    PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER),
+              url_params=WITHIN_A_LAYER, focused_head=True),
+    PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER, focused_head=True),
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,)),
@@ -70,7 +74,7 @@ PAGES = (
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),
     PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False),  # its own "Tokens n"
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
-              layer_views=True, url_params=WITHIN_A_LAYER),
+              layer_views=True, url_params=WITHIN_A_LAYER, focused_head=True),
 )
 
 
@@ -98,6 +102,11 @@ def entry(page: StreamlitPage) -> PageEntry:
     """The entry of the page ``st.navigation`` chose."""
     return next(entry for entry in PAGES if (entry.url_path if entry.url_path is not None
                                              else entry.script.rsplit("/", 1)[-1][:-3]) == page.url_path)
+
+
+def shares_focused_head(script: str | None) -> bool:
+    """Whether the page of ``script`` (None: no page shown yet) shows the focused head of the sidebar's layer."""
+    return any(entry.focused_head for entry in PAGES if entry.script == script)
 
 
 def take_over_routing() -> StreamlitPage:

@@ -25,8 +25,17 @@ from attnviz.config import (
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import navigation
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.state import URL_NOTICES, bind, follow_weights, page_params_of, set_setting, settings_from_url
+from attnviz.ui.state import (
+    URL_NOTICES,
+    bind,
+    follow_weights,
+    page_link_params,
+    set_setting,
+    settings_from_url,
+    shown_page,
+)
 from attnviz.urlstate import (
+    HEAD,
     PAGE_PARAMS,
     PRESET_DIMS,
     PRESETS,
@@ -322,11 +331,15 @@ def _notices() -> None:
 def page_links(pages: list[StreamlitPage], values: dict) -> None:
     """A link to every listed page, carrying the settings as the URL does (``urlstate.url_query``: a page opened in a
     new tab shows the same view) and the page's own parameters as its last run in this session left them
-    (``state.page_params_of``)."""
+    (``state.page_params_of``) — but the focused head, which a link between the Heads and Steps pages carries as the
+    page shown has it (``navigation.PageEntry.focused_head``)."""
     query = url_query(values)
+    carries = navigation.shares_focused_head(shown_page())
     for page in pages:
         if page.visibility == "visible":
-            st.page_link(page, query_params={**query, **page_params_of(navigation.entry(page).script)})
+            target = navigation.entry(page)
+            carried = (HEAD,) if carries and target.focused_head else ()
+            st.page_link(page, query_params={**query, **page_link_params(target.script, carried)})
 
 
 def _follow_checkpoint(sizes, weights_name: str) -> None:

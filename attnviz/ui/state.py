@@ -250,11 +250,29 @@ def keep_page_params(page: str, names: tuple[str, ...]) -> None:
     st.session_state[_OUTSIDE] = {name for name in names if st.query_params.get(name) != own.get(name)}
 
 
+def shown_page() -> str | None:
+    """The script of the page this run shows (:func:`keep_page_params`'s ``page``); None before it is known."""
+    return st.session_state.get(_URL_PAGE)
+
+
 def page_params_of(page: str) -> dict[str, str]:
     """The URL parameters of ``page`` (a script in ``pages/``) as its runs in this session left them, in the URL's
     order: the page's link carries them (``sidebar.page_links``), so that the first run after a switch back to the
     page writes none of them, and the switch is one entry of the browser's history (:func:`set_page_param`)."""
     return dict(st.session_state.get(_PAGE_URLS, {}).get(page, {}))
+
+
+def page_link_params(page: str, carried: tuple[str, ...] = ()) -> dict[str, str]:
+    """The URL parameters of a link to ``page``: its own as its runs left them (:func:`page_params_of`), with those
+    named in ``carried`` as the URL of the page shown holds them now (left out where it has none: the default) — the
+    Heads and Steps pages' focused head, which the link to the other page carries.  The page linked to reads a
+    carried value that differs from its own as a link's (:func:`keep_page_params`), so the switch stays one entry of
+    the browser's history."""
+    own = page_params_of(page)
+    if not carried or page == shown_page():
+        return own
+    shown = {name: st.query_params[name] for name in carried if name in st.query_params}
+    return {**{name: text for name, text in own.items() if name not in carried}, **shown}
 
 
 def _remember(url: str, text: str | None) -> None:

@@ -548,8 +548,35 @@ def test_a_head_focused_on_the_grid_is_in_the_url_and_the_link_and_the_link_open
     assert query_of(share_link(page))["head"] == "3"
     go_to(page, "Steps")
     assert_no_exception(page)
-    expect(page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")).to_have_value("head 0")
-    assert "head" not in query(page) and "stage" not in query(page)  # the Steps page's own: its defaults, left out
+    expect(page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")).to_have_value("head 3")
+    assert query(page)["head"] == "3" and "stage" not in query(page)  # the Steps page's own stage: its default
+
+
+def test_the_focused_head_follows_the_page_links_between_heads_and_steps_one_entry_each(page, base_url):
+    """Head 3 clicked on the grid, then the sidebar's link to Steps: Steps shows head 3 (the link carried it); head 1
+    picked there, the link to Heads shows head 1, its grid marks it.  Each switch is one entry of the browser's
+    history, and Back shows the page before with its head."""
+    visit(page, f"{base_url}/?num_heads=4")
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    click_tile(page, 3)
+    start = page.evaluate("history.length")
+    go_to(page, "Steps")
+    assert_no_exception(page)
+    expect(focus).to_have_value("head 3")
+    assert query(page)["head"] == "3"
+    assert not page.get_by_test_id("stMain").get_by_test_id("stAlertContainer").count()  # no notice
+    before = runs(page)
+    choose_option(page, focus, "head 1")
+    wait_idle(page, after=before)
+    go_to(page, "Heads")
+    assert_no_exception(page)
+    expect(focus).to_have_value("head 1")
+    expect(grid_chart(page).locator("text.annotation-text", has_text="▶")).to_have_text("▶ head 1")
+    assert query(page)["head"] == "1"
+    assert page.evaluate("history.length") == start + 3  # Steps, its head 1, Heads
+    go_back(page)
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text(TITLES["steps"])
+    expect(focus).to_have_value("head 1")
 
 
 def test_the_window_moved_on_a_long_text_is_in_the_url_and_the_link(page, base_url):

@@ -186,7 +186,8 @@ def test_a_setting_survives_pages_that_do_not_draw_it():
 
 def test_page_widgets_are_as_the_user_left_them_when_they_come_back():
     """The focused head and the stage of the Heads page, the Steps page's stage and head: kept while another page
-    is shown (Streamlit drops a widget's value when a run does not draw it; the frame keeps these)."""
+    is shown (Streamlit drops a widget's value when a run does not draw it; the frame keeps these).  The focused
+    head is the two pages' one: the link from the Heads page carries its head to the Steps page."""
     at = app()
     at.selectbox(key="heads_focus").set_value(3).run()
     at.segmented_control(key="heads_stage").set_value("masked").run()
@@ -202,9 +203,9 @@ def test_page_widgets_are_as_the_user_left_them_when_they_come_back():
     assert grid_heads(grid(at))[3] == "▶ head 3"
     follow_link(at, "pages/steps.py")
     no_exception(at)
-    assert at.selectbox(key="steps_focus").value == 5
+    assert at.selectbox(key="steps_focus").value == 3  # the Heads page's, which its link carried
     assert at.segmented_control(key="steps_stage").value == "weights"
-    at.sidebar.selectbox(key="num_heads").set_value(4).run()  # head 5 is gone: head 0
+    at.sidebar.selectbox(key="num_heads").set_value(2).run()  # head 3 is gone: head 0
     assert at.selectbox(key="steps_focus").value == 0
 
 

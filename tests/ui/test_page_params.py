@@ -174,13 +174,14 @@ def test_the_steps_page_follows_its_own_head_stage_and_window():
 
 
 def test_a_pages_parameters_stay_on_their_page():
-    """Heads' head=3 reaches neither the Steps page (its own head stays 0) nor Generate's URL and link; Generate's
-    new_tokens never reaches the Heads page's link; every page keeps its own values when the user comes back."""
+    """Heads' stage=scores reaches neither the Steps page (its own stage stays masked) nor Generate's URL and link;
+    Generate's new_tokens never reaches the Heads page's link; every page keeps its own values when the user comes
+    back.  The focused head is the one value the Heads and Steps pages share (test_the_focused_head_follows_…)."""
     at = open_app(num_heads="4", head="3", stage="scores")
-    follow_link(at, "pages/steps.py")  # the link carries the settings and the Steps page's own, none yet
+    follow_link(at, "pages/steps.py")  # the link carries the settings, the focused head and the Steps page's own
     no_exception(at)
-    assert at.selectbox(key="steps_focus").value == 0 and not main_warnings(at)
-    assert url(at, "head") is None and url(at, "stage") is None  # the Steps page's own: its defaults, left out
+    assert at.segmented_control(key="steps_stage").value == "masked" and not main_warnings(at)
+    assert url(at, "stage") is None  # the Steps page's own: its default, left out
     follow_link(at, "pages/generate.py")
     no_exception(at)
     assert all(url(at, key) is None for key in ("head", "stage", "row", "col"))
@@ -199,9 +200,36 @@ def test_a_pages_parameters_stay_on_their_page():
     assert url(at, "new_tokens") is None and "new_tokens" not in share_link(at)
 
 
+def test_the_focused_head_follows_from_heads_to_steps_and_back():
+    """The Heads and Steps pages show the heads of one layer: the page link to the other carries the focused head (a
+    head picked, clicked or linked), and that page shows it with no notice; head 0 (left out of the URL) is carried
+    too.  The stage and the window stay each page's own."""
+    at = open_app(num_heads="4", head="3")  # a link's head, on the first run: the links drawn before it is bound
+    follow_link(at, "pages/steps.py")
+    no_exception(at)
+    assert at.selectbox(key="steps_focus").value == 3 and not main_warnings(at)
+    assert url(at, "head") == "3" and "head=3" in share_link(at)
+    at.selectbox(key="steps_focus").set_value(1).run()
+    at.segmented_control(key="steps_stage").set_value("scaled").run()
+    follow_link(at, "pages/heads.py")
+    no_exception(at)
+    assert at.selectbox(key="heads_focus").value == 1 and url(at, "head") == "1"
+    assert at.segmented_control(key="heads_stage").value == "weights" and url(at, "stage") is None  # its own
+    at.selectbox(key="heads_focus").set_value(0).run()
+    assert url(at, "head") is None
+    follow_link(at, "pages/steps.py")
+    no_exception(at)
+    assert at.selectbox(key="steps_focus").value == 0 and url(at, "head") is None
+    assert at.segmented_control(key="steps_stage").value == "scaled"  # the Steps page's own, as it left it
+    follow_link(at, "pages/tokens.py")  # a page without a focused head: the one the Heads page left
+    follow_link(at, "pages/heads.py")
+    assert at.selectbox(key="heads_focus").value == 0
+
+
 def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back():
-    """The page that comes back binds its kept head, stage and window to the URL, and the Share link of that very
-    run (drawn after them) carries them; its default (the Heads page's stage) stays out."""
+    """The page that comes back binds its kept stage and window (and the focused head its link carried) to the URL,
+    and the Share link of that very run (drawn after them) carries them; its default (the Heads page's stage) stays
+    out."""
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.query_params["num_heads"] = "4"
     at.switch_page("pages/steps.py").run()
@@ -211,8 +239,8 @@ def test_the_link_carries_a_pages_own_values_on_the_first_run_after_coming_back(
     at.selectbox(key="heads_focus").set_value(2).run()
     follow_link(at, "pages/steps.py")
     no_exception(at)
-    assert at.selectbox(key="steps_focus").value == 3
-    assert "head=3" in share_link(at) and "stage=weights" in share_link(at)
+    assert at.selectbox(key="steps_focus").value == 2
+    assert "head=2" in share_link(at) and "stage=weights" in share_link(at)
     follow_link(at, "pages/heads.py")
     no_exception(at)
     assert link_query(at).get("head") == "2" and "stage" not in link_query(at)

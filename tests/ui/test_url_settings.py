@@ -30,7 +30,7 @@ def test_the_settings_at_their_defaults_stay_out_of_the_url_so_a_link_without_th
     assert url(at) == [("seed", "7"), ("head", "2")]
     at.sidebar.number_input(key="seed").set_value(123).run()
     assert url(at) == [("head", "2")]
-    follow_link(at, "pages/steps.py")  # the page's link names no settings either
+    follow_link(at, "pages/tokens.py")  # the page's link names no settings either
     assert url(at) == []
 
 
