@@ -47,14 +47,16 @@ WEIGHTS_SIZES = variants.CHECKPOINT_SIZES  # a checkpoint's own: the sidebar set
 FITTED = ("num_kv_groups", "latent_dim", "positions")  # what fit_modern fits to the sizes
 BOOK_SIZES = (*WEIGHTS_SIZES, *FITTED)  # the book's classes' sizes and what follows from them: the user's own
 HEAD, STAGE, ROW, COL = "head", "stage", "row", "col"  # the Heads and Steps pages' focused head, stage and window
+CELL = "cell"  # the Heads page's clicked cell of the focused map ("5,2": query 5, key 2), as "why this weight" has it
+MAP_OF = (HEAD, STAGE, ROW, COL)  # with the settings, what decides the focused map: a change drops the cell (CELL)
 MAP = "map"  # the Compare page's "Heatmap shows"
 BUG, TOKEN = "bug", "token"  # the Pitfall lab's bug and perturbed token
 REPEAT, TOKEN_SEED = "T", "token_seed"  # the Induction lab's repeat length and the seed of its random tokens (and head)
 KNOCKOUT = "knockout"  # the Induction lab's heads knocked out together ("L0H1,L1H0")
 # Generate's (and head); map_layer, the layer of a page's own map (not the sidebar's layer), the Induction lab's too
 NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step"
-PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM, MAP_LAYER,
-               STEP)  # pages' own URL parameters: not settings; the shown page's kept
+PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, CELL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM,
+               MAP_LAYER, STEP)  # pages' own URL parameters: not settings; the shown page's kept
 # The text's length in the URL, percent-encoded (a non-ASCII character takes 6–12 bytes): the server (uvicorn's h11)
 # reads a request's line and headers only up to 16 KiB; this leaves room for the other parameters and the browser's
 # headers and cookies, and holds a typical 1,024-token English text (4–6 kB).  A longer text is not put in the URL.
@@ -286,6 +288,25 @@ def parse_option(raw: str, options, what: str) -> str:
     raise ValueError(f"is not {what} ({', '.join(options)})")
 
 
+def parse_cell(raw: str, n: int) -> tuple[int, int]:
+    """A page's ``cell`` parameter, ``query,key`` (``5,2``: row 5, column 2 of an ``n``-token map, counted from 0): the
+    (query, key) pair; a ValueError that says why in words when it is not a cell of that map."""
+    problem = ValueError(f"is not a cell of this {n:,}-token map, written query,key ({_span(0, n - 1)} each)")
+    parts = raw.split(",")
+    if len(parts) != 2:
+        raise problem
+    try:
+        query, key = (parse_number(part.strip(), 0, n - 1, what="") for part in parts)
+    except ValueError:
+        raise problem from None
+    return query, key
+
+
+def cell_text(query: int, key: int) -> str:
+    """The ``cell`` parameter of the cell (``query``, ``key``): what :func:`parse_cell` reads."""
+    return f"{query},{key}"
+
+
 def parse_options(raw: str, options, what: str) -> list[str]:
     """A page's parameter that names several of ``options``, comma-separated (``L0H1,L1H0``; empty: none): the
     options in the link's order, each once; a ValueError that names the first that is none of them."""
@@ -432,14 +453,18 @@ def link_settings(params: dict[str, str]) -> dict:
     return settings_from_query(params, weights_names=[params.get("weights", weights.BOOK)])[0]
 
 
+def settings_given(params: dict[str, str], values: dict) -> bool:
+    """Whether a link whose settings parameters are ``params`` (each given once) gives the settings ``values``, however
+    it writes them (a text too long for a URL: never): the view it opens is ``values``' view."""
+    given = _link_gives_with(params, values)
+    return all(url_value(key, given[key]) == url_value(key, values[key]) for key in SETTING_KEYS)
+
+
 def link_gives(params: dict[str, str], values: dict) -> bool:
     """Whether a link whose settings parameters are ``params`` (each given once) gives exactly the settings
     ``values``, each parameter written as :func:`url_value` writes it: :func:`url_query`'s, :func:`share_query`'s or
     any between (a text too long for a URL: never).  With a checkpoint, sizes a link leaves out are its own."""
-    if any(params[key] != url_value(key, values[key]) for key in params):
-        return False
-    given = _link_gives_with(params, values)
-    return all(url_value(key, given[key]) == url_value(key, values[key]) for key in SETTING_KEYS)
+    return all(params[key] == url_value(key, values[key]) for key in params) and settings_given(params, values)
 
 
 def is_book(preset: str) -> bool:

@@ -3,7 +3,8 @@ statistics table and its columns (a bar per cell), the focused head (a fragment)
 cell selections and what they explain, and the next layer computed ahead.  A click on the grid or a table row sets
 the focused head in :mod:`attnviz.ui.focus`.  The focused head, the stage and the window follow the URL (``head``,
 ``stage``, ``row``, ``col``; the Steps page's too): read on a session's first visit of the page
-(:func:`within_layer_from_url`), written with the values a run draws."""
+(:func:`within_layer_from_url`), written with the values a run draws; so does the cell clicked on the focused map
+(``cell``), which a link or a reload explains again."""
 
 from __future__ import annotations
 
@@ -18,8 +19,28 @@ from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
 from attnviz.ui.frame import Context, file_name, layer_part, plotly_config
 from attnviz.ui.share import download_head_csv, share_link
-from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
-from attnviz.urlstate import COL, HEAD, ROW, STAGE, parse_head, parse_stage, parse_window_start
+from attnviz.ui.state import (
+    forget_page_params,
+    page_bind,
+    page_param_notice,
+    page_widgets_from_url,
+    set_page_param,
+    took_outside,
+    took_page_param,
+    url_notices,
+)
+from attnviz.urlstate import (
+    CELL,
+    COL,
+    HEAD,
+    ROW,
+    STAGE,
+    cell_text,
+    parse_cell,
+    parse_head,
+    parse_stage,
+    parse_window_start,
+)
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
@@ -207,18 +228,49 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
                                     window=(row0, col0, size), validate=False), fig
 
 
-def _map_key(identity: tuple) -> str:
+def _map_key(identity: tuple, fresh: bool = False) -> str:
     """The focused map's widget key: the same while the map drawn is the same map (``identity``: trace, head, stage,
-    window) run after run, a new one whenever another map is drawn in its place.
+    window) run after run, a new one whenever another map is drawn in its place, or the same one afresh (``fresh``: the
+    URL gives a cell this page did not write, an entry of the browser's history).
 
     The browser draws a map that comes back (the weights map after the scores map, a text after another) without the
     selection made on it before, so its widget must hold none either: under its old key it would, since Streamlit
     keeps the state of a widget in this fragment when only the layer's fragment around it reruns."""
     drawn = st.session_state.get("heads_map_drawn")  # (identity, generation) of the map drawn last
-    if drawn is None or drawn[0] != identity:
+    if drawn is None or drawn[0] != identity or fresh:
         drawn = (identity, 0 if drawn is None else drawn[1] + 1)
         st.session_state["heads_map_drawn"] = drawn
     return f"heads_map_{drawn[1]}"
+
+
+CELL_NOTICE = page_param_notice("heads_cell")  # the page's notice about a link's cell that the map has not
+
+
+def _cell_from_map(map_key: str, n: int) -> None:
+    """``on_select`` of the focused map: the URL's ``cell`` is the one cell clicked (none for a box or lasso of several,
+    or a selection cleared) before the rerun draws the Share link, so a click is one entry of the browser's history."""
+    from attnviz.ui import why
+
+    st.session_state.pop(CELL_NOTICE, None)  # the user's own click: the link's refused cell is moot
+    cells = why.selected_cells(st.session_state.get(map_key), n)
+    set_page_param(CELL, cell_text(*cells[0]) if len(cells) == 1 else None)
+
+
+def _linked_cell(n: int) -> list[tuple[int, int]]:
+    """The URL's cell — a link's, a reload's, an entry of the history — as the map's selection would give it: [(query,
+    key)], or [] when the URL has none.  A cell this ``n``-token map has not (a link's) is refused with the page's
+    notice and leaves the URL; a change of the settings, head, stage or window drops the cell before this reads it."""
+    raw = st.query_params.get(CELL)
+    if raw is None:
+        return []
+    try:
+        cell = parse_cell(str(raw), n)
+    except ValueError as exc:
+        st.session_state[CELL_NOTICE] = f"The link's {CELL}={str(raw)[:40]!r} {exc}: no cell is explained."
+        set_page_param(CELL, None)
+        return []
+    took_page_param(CELL)
+    return [cell]
 
 
 @st.fragment
@@ -237,17 +289,22 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     another map is drawn (:func:`_map_key`), and where the map returns another selection than the session state
     held (its figure changed), the map's own is explained in its place.
 
-    ``link``: the place of the sidebar's Share link, which this fragment fills once the window is bound
+    The clicked cell is in the URL (``cell``, written by the map's ``on_select``): a link or a reload explains the
+    link's cell on a map that shows no selection yet; a click, a box or a lasso replaces it.
+
+    ``link``: the place of the sidebar's Share link, which this fragment fills once the window and the cell are bound
     (the URL holds them), so that the link a rerun of this fragment alone leaves in the sidebar carries them."""
     from attnviz.ui import why
 
     trace = trace_of(key)
     url_notices("heads_row0", "heads_col0")
     row0, col0, size = window_selector("heads", trace.n)
+    linked = _linked_cell(trace.n)
+    url_notices("heads_cell")
     if link is not None:
         share_link(link)
-    map_key = _map_key((key, head, stage, row0, col0))
-    early = why.selected_cells(st.session_state.get(map_key), trace.n)
+    map_key = _map_key((key, head, stage, row0, col0), fresh=took_outside(CELL))
+    early = why.selected_cells(st.session_state.get(map_key), trace.n) or linked
     map_col, why_col = st.columns([3, 2])
     with why_col:
         picked = why.token_picker(trace)
@@ -259,14 +316,14 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     with map_col:
         if overview is not None:
             st.plotly_chart(overview, key="heads_map_overview", config=plotly_config(f"{filename}-overview"))
-        event = st.plotly_chart(fig, key=map_key, on_select="rerun",
+        event = st.plotly_chart(fig, key=map_key, on_select=functools.partial(_cell_from_map, map_key, trace.n),
                                 selection_mode=("points", "box", "lasso"),
                                 config=plotly_config(filename))
         st.caption("Drag to zoom (double-click resets); click a cell to see why it has its weight; "
                    "the modebar's box or lasso selects several cells to sum their attention — while the box or lasso "
                    "is picked, a click selects nothing: pick zoom or pan to click a cell again.")
         download_head_csv(trace, head, stage)
-    cells = why.selected_cells(event, trace.n)
+    cells = why.selected_cells(event, trace.n) or linked
     if cells != early and picked is None:  # the session state's was not the map's: draw the map's own
         with slot.container():
             explained = why.explain(trace, head, cells, picked)

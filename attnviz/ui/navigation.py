@@ -17,6 +17,7 @@ from streamlit.navigation.page import StreamlitPage
 
 from attnviz.urlstate import (
     BUG,
+    CELL,
     COL,
     HEAD,
     KNOCKOUT,
@@ -59,9 +60,10 @@ class PageEntry:
 
 
 WITHIN_A_LAYER = (HEAD, STAGE, ROW, COL)  # the focused head, the stage, the window: the Heads and Steps pages'
+HEADS_PARAMS = (*WITHIN_A_LAYER, CELL)  # and the Heads page's clicked cell of the focused map
 PAGES = (
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="", default=True, layer_views=True,
-              url_params=WITHIN_A_LAYER, focused_head=True),
+              url_params=HEADS_PARAMS, focused_head=True),
     PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER, focused_head=True),
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
@@ -74,7 +76,7 @@ PAGES = (
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),
     PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False),  # its own "Tokens n"
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
-              layer_views=True, url_params=WITHIN_A_LAYER, focused_head=True),
+              layer_views=True, url_params=HEADS_PARAMS, focused_head=True),
 )
 
 

@@ -29,12 +29,14 @@ from attnviz.ui.state import (
     URL_NOTICES,
     bind,
     follow_weights,
+    forget_map_cell,
     page_link_params,
     set_setting,
     settings_from_url,
     shown_page,
 )
 from attnviz.urlstate import (
+    CELL,
     HEAD,
     PAGE_PARAMS,
     PRESET_DIMS,
@@ -45,6 +47,7 @@ from attnviz.urlstate import (
     link_gives,
     link_settings,
     markdown_escape,
+    settings_given,
     url_query,
     url_value,
 )
@@ -136,11 +139,15 @@ def current_settings() -> dict:
     what a link without them gives (``urlstate.url_query``: the defaults are left out, as a page leaves out its own);
     a URL that gives these settings stays as it is, whether it names them all (the Share link) or none (a link to a
     page, ``/?head=2``).  The page's own parameters stay (the URL holds the shown page's only:
-    ``state.keep_page_params``); anything else goes."""
+    ``state.keep_page_params``) — but the cell clicked on the focused map, where the settings differ from the URL's
+    (another text, layer, variant …: another map) — and anything else goes."""
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     if _url_gives(values):
         return values
     kept = {key: st.query_params[key] for key in st.query_params if key in PAGE_PARAMS}  # in the URL's order
+    if not settings_given({key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}, values):
+        kept.pop(CELL, None)  # a cell of the map the settings drew before: dropped in this one change of the URL
+        forget_map_cell()
     query = {**url_query(values), **kept}
     if [(key, st.query_params.get_all(key)) for key in st.query_params] != [(key, [v]) for key, v in query.items()]:
         st.query_params.from_dict(query)  # only a change: each one the browser is sent is an entry of its history

@@ -37,6 +37,8 @@ from attnviz.ui import weights as ui_weights
 from attnviz.ui.weights import WEIGHTS_REQUEST
 from attnviz.urlstate import (
     BOOK_SIZES,
+    CELL,
+    MAP_OF,
     PAGE_PARAMS,
     PRESET_DIMS,
     SETTING_KEYS,
@@ -272,6 +274,8 @@ def page_link_params(page: str, carried: tuple[str, ...] = ()) -> dict[str, str]
     if not carried or page == shown_page():
         return own
     shown = {name: st.query_params[name] for name in carried if name in st.query_params}
+    if any(own.get(name) != shown.get(name) for name in carried if name in MAP_OF):
+        own.pop(CELL, None)  # a cell of another map than the one the link opens
     return {**{name: text for name, text in own.items() if name not in carried}, **shown}
 
 
@@ -284,6 +288,29 @@ def _remember(url: str, text: str | None) -> None:
             own.pop(url, None)
         else:
             own[url] = text
+
+
+def forget_map_cell() -> None:
+    """The settings changed: the cell clicked on the focused map (``urlstate.CELL``) is no page's to carry any more
+    (the URL drops it where the settings are written: ``sidebar.current_settings``)."""
+    for own in st.session_state.get(_PAGE_URLS, {}).values():
+        own.pop(CELL, None)
+
+
+def took_page_param(url: str) -> None:
+    """The shown page took the URL's value of its parameter ``url`` as it is (a link's): its own now, for its link to
+    carry (:func:`page_params_of`)."""
+    _remember(url, st.query_params.get(url))
+
+
+def took_outside(url: str) -> bool:
+    """Whether the shown page's parameter ``url`` has a value in the URL that its runs did not write (a link, an
+    entry of the browser's history: :func:`keep_page_params`), for the page to read; True once."""
+    outside = st.session_state.get(_OUTSIDE, set())
+    if url not in outside:
+        return False
+    outside.discard(url)
+    return True
 
 
 def forget_page_params(*urls: str) -> None:
@@ -318,14 +345,34 @@ def set_page_param(url: str, value) -> None:
     A page leaves its defaults out of the URL, as Streamlit's own ``bind="query-params"`` does: the first run of a
     page switched to then writes nothing, and the switch is one entry of the browser's history (Streamlit's frontend
     pushes an entry for every change of the URL, and one a run sends before the page's path has changed is an entry
-    at the old page's path: the Back button would have to be pressed once for each)."""
-    if value is None:
-        forget_page_params(url)
-        return
-    text = _param_text(value)
-    _remember(url, text)
-    if st.query_params.get(url) != text:
-        st.query_params[url] = text
+    at the old page's path: the Back button would have to be pressed once for each).
+
+    The clicked cell (``urlstate.CELL``) belongs to the map it was clicked on: a new head, stage or window
+    (``urlstate.MAP_OF``) drops it, in the same change of the URL (one entry of the history for the one action)."""
+    text = None if value is None else _param_text(value)
+    changes = {url: text, **({CELL: None} if url in MAP_OF and st.query_params.get(url) != text else {})}
+    for name, new in changes.items():
+        _remember(name, new)
+    _write_params(changes)
+
+
+def _write_params(changes: dict[str, str | None]) -> None:
+    """The URL with ``changes`` (a parameter -> its text, None: gone), sent to the browser as one change if any."""
+    changed = {name: text for name, text in changes.items() if st.query_params.get(name) != text}
+    if len(changed) == 1:
+        (name, text), = changed.items()
+        if text is None:
+            del st.query_params[name]
+        else:
+            st.query_params[name] = text
+    elif changed:
+        query = {name: st.query_params.get_all(name) for name in st.query_params}  # in the URL's order
+        for name, text in changed.items():
+            if text is None:
+                query.pop(name, None)
+            else:
+                query[name] = text
+        st.query_params.from_dict(query)
 
 
 def _param_text(value) -> str:

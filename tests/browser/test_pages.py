@@ -969,6 +969,48 @@ def test_a_map_drawn_again_has_no_selection_and_the_panel_explains_none(page, ba
     assert map_selection(page) == {(3, 1)}
 
 
+def test_a_clicked_cell_is_in_the_url_and_the_link_and_a_reload_or_the_link_explains_it_again(page, base_url, browser):
+    """A click on a cell of the focused map puts cell=3,1 in the URL (one entry of the browser's history) and the Share
+    link; a reload, and the link in another session, explain that cell again; another head drops it (one entry), Back
+    shows the entry's cell explained, and a new text drops it again."""
+    visit(page, f"{base_url}/?text={quote('Every cat loves warm milk')}&num_heads=4&head=2")
+    main = page.get_by_test_id("stMain")
+    start = page.evaluate("history.length")
+    click_cell(page, 3, 1)
+    expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+    assert query(page)["cell"] == "3,1" and page.evaluate("history.length") == start + 1
+    link = share_link(page)
+    assert {"head": "2", "cell": "3,1"}.items() <= query_of(link).items(), link
+
+    page.reload()
+    wait_idle(page)
+    assert_no_exception(page)
+    expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+    assert products_sum(page)[1] == 192  # the products of head_dim 768 / 4 dimensions
+    other = browser.new_context(viewport=page.viewport_size)  # another session, as the link's recipient has
+    try:
+        fresh = other.new_page()
+        visit(fresh, link)
+        expect(fresh.get_by_test_id("stMain").get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+        assert not fresh.get_by_test_id("stMain").get_by_test_id("stAlertContainer").count()  # no notice
+    finally:
+        other.close()
+
+    before = runs(page)
+    choose_option(page, main.get_by_role("combobox", name="Focused head"), "head 1")
+    wait_idle(page, after=before)
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    assert "cell" not in query(page) and page.evaluate("history.length") == start + 2
+    go_back(page)
+    expect(main.get_by_role("combobox", name="Focused head")).to_have_value("head 2")
+    expect(main.get_by_text(re.compile("query 3, key 1"))).to_be_visible()
+    assert query(page)["cell"] == "3,1"
+    commit_text(page, "one two three four five six")
+    expect(main.get_by_text("Why this weight?")).to_be_visible()
+    assert "cell" not in query(page) and page.evaluate("history.length") == start + 2  # the new text's entry only
+    assert not main.get_by_test_id("stAlertContainer").count()
+
+
 def _is_rerun_request(frame: bytes | str) -> bool:
     """Whether a websocket frame the browser sent asks the server for a run (a widget's new value does)."""
     from streamlit.proto.BackMsg_pb2 import BackMsg

@@ -154,6 +154,96 @@ def test_a_click_on_the_grid_or_a_table_row_moves_the_urls_head(monkeypatch):
     assert query["head"] == "2"
 
 
+WORDS = "Every cat loves warm milk"  # 5 tokens
+
+
+def explained(at) -> str | None:
+    """The cell the "why this weight" panel explains ("query 3, key 1"), or None when it explains none."""
+    for markdown in at.main.markdown:
+        if markdown.value.startswith("**Why head ") and "(query " in markdown.value:
+            return markdown.value.split("(", 1)[1].split(")", 1)[0]
+    return None
+
+
+def test_a_link_opens_the_explanation_of_its_clicked_cell_and_a_new_head_stage_or_text_drops_it():
+    """``cell=3,1`` (query 3, key 1) in a link explains that cell's weight on the first run, and the Share link
+    carries it; a new head, stage or text is another map: the cell leaves the URL and nothing is explained (no
+    notice: it no longer applies)."""
+    query = {"text": WORDS, "num_heads": "4", "head": "2", "cell": "3,1"}
+    at = open_app(**query)
+    no_exception(at)
+    assert explained(at) == "query 3, key 1" and url(at, "cell") == "3,1"
+    assert link_query(at)["cell"] == "3,1" and link_query(at)["head"] == "2"
+    at.selectbox(key="heads_focus").set_value(1).run()
+    no_exception(at)
+    assert explained(at) is None and url(at, "cell") is None and "cell" not in link_query(at)
+    assert not main_warnings(at)
+
+    at = open_app(**query)
+    at.segmented_control(key="heads_stage").set_value("scores").run()
+    assert explained(at) is None and url(at, "cell") is None
+    at = open_app(**query)
+    at.text_area(key="text").input("one two three four five six").run()
+    no_exception(at)
+    assert explained(at) is None and url(at, "cell") is None and url(at, "head") == "2"
+    assert not main_warnings(at)
+
+
+def test_a_cell_the_map_has_not_in_a_link_gives_a_notice_in_words_and_no_explanation():
+    for raw in ("9,1", "3", "three,one"):
+        at = open_app(text=WORDS, cell=raw)
+        no_exception(at)
+        assert f"The link's cell='{raw}' is not a cell of this 5-token map, written query,key (0 … 4 each): no cell " \
+               "is explained." in main_warnings(at)
+        assert explained(at) is None and url(at, "cell") is None and "cell" not in link_query(at)
+
+
+def test_a_click_on_the_focused_map_writes_the_urls_cell_and_a_box_of_several_drops_it(monkeypatch):
+    """The focused map's on_select callback writes the URL's cell before the rerun, as the grid's writes the head: the
+    one cell clicked, none for several (a box, a lasso) or a selection cleared; the user's click makes a notice about
+    the link's cell moot (the browser test clicks a real cell)."""
+    from attnviz.ui import heads
+
+    state: dict = {heads.CELL_NOTICE: "The link's cell='9,1' …"}
+    query: dict = {"head": "2", "text": WORDS}
+    monkeypatch.setattr(heads.st, "session_state", state)
+    monkeypatch.setattr(heads.st, "query_params", query)
+    state["heads_map_0"] = {"selection": {"points": [{"x": 1, "y": 3}]}}
+    heads._cell_from_map("heads_map_0", 5)
+    assert query == {"head": "2", "text": WORDS, "cell": "3,1"} and heads.CELL_NOTICE not in state
+    state["heads_map_0"] = {"selection": {"points": [{"x": 1, "y": 3}, {"x": 2, "y": 3}]}}
+    heads._cell_from_map("heads_map_0", 5)
+    assert query == {"head": "2", "text": WORDS}
+    state["heads_map_0"] = {"selection": {"points": [{"x": 0, "y": 4}]}}
+    heads._cell_from_map("heads_map_0", 5)
+    state["heads_map_0"] = {"selection": {"points": []}}  # a double click clears the selection
+    heads._cell_from_map("heads_map_0", 5)
+    assert "cell" not in query
+
+
+def test_the_cell_comes_back_with_its_map_and_not_with_another():
+    """Heads with a clicked cell, then Steps and back: the Heads page's link carries the cell while the map is the
+    same (the head carried back is the Heads page's own), not once the head or the settings changed elsewhere."""
+    at = open_app(text=WORDS, num_heads="4", head="2", cell="3,1")
+    follow_link(at, "pages/steps.py")
+    assert url(at, "cell") is None and "cell" not in share_link(at)  # the Heads page's own
+    follow_link(at, "pages/heads.py")
+    no_exception(at)
+    assert explained(at) == "query 3, key 1" and url(at, "cell") == "3,1"
+    follow_link(at, "pages/steps.py")
+    at.selectbox(key="steps_focus").set_value(1).run()
+    follow_link(at, "pages/heads.py")
+    no_exception(at)
+    assert at.selectbox(key="heads_focus").value == 1 and explained(at) is None and url(at, "cell") is None
+
+    at = open_app(text=WORDS, num_heads="4", cell="3,1")
+    follow_link(at, "pages/tokens.py")
+    at.text_area(key="text").input("one two three four five six").run()
+    follow_link(at, "pages/heads.py")
+    no_exception(at)
+    assert explained(at) is None and url(at, "cell") is None
+
+
 def test_the_steps_page_follows_its_own_head_stage_and_window():
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     for key, value in {"text": LONG, "num_heads": "4", "head": "2", "stage": "scaled", "row": "30"}.items():
