@@ -407,20 +407,52 @@ def url_value(key: str, value) -> str | None:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def share_query(values: dict) -> dict[str, str]:
-    """URL parameters for every setting (text left out when very long): the Share link's, which names each setting,
-    so that it means the same view whatever a later release's defaults are."""
+def every_setting_query(values: dict) -> dict[str, str]:
+    """URL parameters for every setting (text left out when very long), in :data:`SETTING_KEYS`' order."""
     params = {key: url_value(key, values[key]) for key in SETTING_KEYS}
     return {key: value for key, value in params.items() if value is not None}
 
 
+def applying_settings(values: dict) -> tuple[str, ...]:
+    """The settings that make the view of ``values``: those the variant's record (a checkpoint's, a user module's,
+    the book's classes' variant: ``attnviz.variants``) does not set aside, the layer only for a checkpoint (the book's
+    classes are one layer), and the RoPE base only with rotary positions."""
+    if values["weights"] != weights.BOOK:
+        spec = variants.CHECKPOINT
+    elif values["variant"] in variants.VARIANTS:
+        spec = variants.get(values["variant"])
+    else:
+        spec = variants.USER_MODULE  # a module listed on the command line, by its label
+    return tuple(key for key in SETTING_KEYS if spec.not_applicable(key) is None
+                 and (key != "layer" or spec is variants.CHECKPOINT)
+                 and (key != "rope_base" or values["positions"] == "rotary"))
+
+
+def share_query(values: dict) -> dict[str, str]:
+    """URL parameters of the Share link: every setting that makes the view (:func:`applying_settings`; the text left
+    out when very long), also at its default, so that the link means the same view whatever a later release's
+    defaults are, and none that does not (K/V groups for multi-head attention, a window where there is none): the link
+    says what the view is.  A setting that does not apply goes in only where the others need it to be given as they
+    are (the book preset's sizes, for a variant that sets d_out aside)."""
+    named, applying = every_setting_query(values), applying_settings(values)
+    query = {key: value for key, value in named.items() if key in applying}
+    while True:  # each pass adds one setting the link needs, or ends
+        given = _link_gives_with(query, values)
+        if all(url_value(key, given[key]) == named[key] for key in query):
+            return {key: value for key, value in named.items() if key in query}
+        needed = [key for key in named if key not in query and url_value(key, given[key]) != named[key]]
+        if not needed:
+            return {key: value for key, value in named.items() if key in query}
+        query[needed[0]] = named[needed[0]]
+
+
 def url_query(values: dict) -> dict[str, str]:
-    """URL parameters for the settings ``values``, in :func:`share_query`'s order: a setting a link without it gives
+    """URL parameters for the settings ``values``, in :data:`SETTING_KEYS`' order: a setting a link without it gives
     is left out — its default, as a page leaves out its own defaults, or with a checkpoint its sizes
     (:data:`WEIGHTS_SIZES`) and what they fit (:func:`_link_gives_with`) — so that a link without settings is one the
     app need not rewrite; a setting the others imply otherwise goes in (a book preset implies its variant's mask:
     :func:`settings_from_query`).  The text is left out when very long, too."""
-    named = share_query(values)
+    named = every_setting_query(values)
     own, base = _weights_own(values), _link_gives_with({}, values)
     query = {key: value for key, value in named.items() if value != url_value(key, base[key]) and key not in own}
     while True:  # a setting the others imply differently goes back in; each pass adds at least one, or ends
@@ -462,8 +494,9 @@ def settings_given(params: dict[str, str], values: dict) -> bool:
 
 def link_gives(params: dict[str, str], values: dict) -> bool:
     """Whether a link whose settings parameters are ``params`` (each given once) gives exactly the settings
-    ``values``, each parameter written as :func:`url_value` writes it: :func:`url_query`'s, :func:`share_query`'s or
-    any between (a text too long for a URL: never).  With a checkpoint, sizes a link leaves out are its own."""
+    ``values``, each parameter written as :func:`url_value` writes it: :func:`url_query`'s, every setting's
+    (:func:`every_setting_query`) or any between (a text too long for a URL: never).  With a checkpoint, sizes a link
+    leaves out are its own."""
     return all(params[key] == url_value(key, values[key]) for key in params) and settings_given(params, values)
 
 

@@ -3,11 +3,22 @@ naming all, some or none of them, is recognised as giving them (``link_gives``),
 
 from __future__ import annotations
 
+import urllib.parse
+
 import pytest
 from helpers.texts import english_text
 
-from attnviz import urlstate
-from attnviz.urlstate import DEFAULTS, fit_modern, link_gives, settings_from_query, share_query, url_query
+from attnviz import urlstate, variants
+from attnviz.urlstate import (
+    DEFAULTS,
+    config_from_settings,
+    fit_modern,
+    link_gives,
+    link_settings,
+    settings_from_query,
+    share_query,
+    url_query,
+)
 
 STATES = {  # name -> the settings that differ from the defaults (the sidebar fits K/V groups and latent to the sizes)
     "defaults": {},
@@ -30,7 +41,7 @@ def test_a_link_of_the_needed_settings_gives_them_and_so_do_every_setting_and_an
     values = fit_modern({**DEFAULTS, **changes})[0]
     query = url_query(values)
     assert settings_from_query(query) == (values, [])  # a session opened with it has these settings
-    assert link_gives(query, values) and link_gives(share_query(values), values)
+    assert link_gives(query, values) and link_gives(urlstate.every_setting_query(values), values)
     some = {key: value for key, value in share_query(values).items() if key in ("variant", "seed", "text")}
     assert link_gives({**some, **query}, values)
 
@@ -57,7 +68,7 @@ def test_a_checkpoints_sizes_are_left_out_of_its_link_as_the_checkpoint_gives_th
     assert url_query(model) == {"weights": "bundled model"}
     assert url_query({**model, "seed": 7}) == {"weights": "bundled model", "seed": "7"}
     assert link_gives({"weights": "bundled model"}, model)
-    assert link_gives(share_query(model), model)  # the Share link names them as they are
+    assert link_gives(urlstate.every_setting_query(model), model)  # a link that names them as they are
     assert not link_gives({"weights": "bundled model", "d_out": "768"}, model)  # other sizes: rewritten
     assert not link_gives({}, model)  # the book's classes
     book = {**model, "weights": DEFAULTS["weights"]}  # back to the book's classes: the sizes are the session's own
@@ -92,3 +103,46 @@ def test_the_text_is_bounded_by_its_length_in_the_url_not_its_characters():
     cjk = "日" * 1500  # 1,500 characters, 13,500 bytes in a URL (%E6%97%A5)
     assert "text" not in share_query({**DEFAULTS, "text": cjk}) and "text" not in url_query({**DEFAULTS, "text": cjk})
     assert not link_gives({}, {**DEFAULTS, "text": cjk})
+
+
+NOT_MHA = {"num_kv_groups": 2, "latent_dim": 40, "sliding_window_size": 9, "positions": "rotary", "rope_base": 500_000}
+
+
+@pytest.mark.parametrize("variant", list(variants.VARIANTS))
+@pytest.mark.parametrize("changes", [{}, NOT_MHA, {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2},
+                                     {"preset": "custom", "d_out": 64, "num_heads": 4, "dropout": 0.3, "seed": 9}],
+                         ids=["defaults", "modern settings", "book preset", "custom"])
+def test_the_share_link_names_the_settings_that_make_the_view_and_opens_that_view(variant, changes):
+    """Every variant: the Share link names each setting that applies to it, also at its default, and none that does
+    not (K/V groups for MHA, a window where there is none, the layer of the book's one-layer classes) but where the
+    others need it; the link opens the same view (the same AttentionConfig) with the same settings that apply."""
+    values = fit_modern({**DEFAULTS, "variant": variant, **changes})[0]
+    link = share_query(values)
+    spec, applying = variants.get(variant), urlstate.applying_settings(values)
+    assert set(applying) <= set(link)
+    opened = link_settings(link)
+    assert config_from_settings(opened) == config_from_settings(values)
+    assert all(opened[key] == values[key] for key in applying)
+    assert "layer" not in link
+    set_aside = {key for key in link if spec.not_applicable(key) is not None}  # the book preset's sizes, if any
+    assert set_aside <= ({"d_out", "num_heads"} if changes.get("preset") == "book" else set()), link
+    if changes is NOT_MHA:
+        assert ("num_kv_groups" in link) == (variant == variants.GQA)
+        assert ("latent_dim" in link) == (variant == "mla")
+        assert ("sliding_window_size" in link) == (variant == "swa")
+        assert ("rope_base" in link) == ("positions" in spec.settings)
+
+
+def test_the_default_share_link_leaves_out_what_multi_head_attention_has_not():
+    link = share_query(DEFAULTS)
+    assert list(link) == ["text", "weights", "variant", "preset", "d_in", "d_out", "num_heads", "causal", "dropout",
+                          "train", "seed", "device", "positions"]
+    assert len(urllib.parse.urlencode(link)) < 200, urllib.parse.urlencode(link)
+
+
+def test_a_checkpoints_share_link_names_its_text_weights_layer_and_mask():
+    """A checkpoint decides its sizes, runs in eval mode and is seeded by nothing: its link names what the view is."""
+    model = fit_modern({**DEFAULTS, "weights": "bundled model", "layer": 1, "preset": "custom", "d_in": 64,
+                        "d_out": 64, "num_heads": 4})[0]
+    assert share_query(model) == {"text": DEFAULTS["text"], "weights": "bundled model", "layer": "1",
+                                  "causal": "true"}

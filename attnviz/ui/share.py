@@ -48,8 +48,9 @@ def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:
 
 
 def share_link(place: DeltaGenerator | None) -> None:
-    """The link to this view into ``place`` (:func:`share_and_export`'s): every setting, named also at its default (the
-    URL leaves those out), so that the link shows the same view whatever a later release's defaults are, and the
+    """The link to this view into ``place`` (:func:`share_and_export`'s): every setting that makes the view, named also
+    at its default (the URL leaves those out), so that the link shows the same view whatever a later release's
+    defaults are, and none that does not apply to the variant or weights shown (``urlstate.share_query``), and the
     page's own parameters as the URL holds them now.  None: the link is drawn already (``setup`` drew it: a page
     without parameters of its own, a stale view)."""
     if place is None:

@@ -230,7 +230,7 @@ def test_back_after_a_change_on_the_page_shows_the_view_before_it_in_one_press(p
     ("/pitfalls?bug=softmax_dim&token=2", "Pitfall lab"),
     ("/induction", "Induction lab"),
     (f"/?text={quote(' '.join(['the cat sat on the mat'] * 60))}&head=3&stage=scaled&row=100", "Attention heads"),
-    (f"/steps?{urlencode(share_query(DEFAULTS))}&head=2", "Attention step by step"),  # a Share link: every setting
+    (f"/steps?{urlencode(share_query(DEFAULTS))}&head=2", "Attention step by step"),  # a Share link
     ("/?weights=bundled+model&layer=1", "Attention heads"),  # the model sets its sizes: the link need not name them
     ("/steps?stage=masked&head=0", "Attention step by step"),  # a page's defaults, named: they give the same view
     ("/pitfalls?bug=softmax_dim&token=3", "Pitfall lab"),  # the middle token, the lab's default, named

@@ -1,6 +1,7 @@
 """AppTest of the settings in the URL: a changed setting is written to it, settings at their defaults stay out of it
 (so a page's link without them is not rewritten), a link that names every setting is kept as it is, the Share link
-names every setting, and a default that the other settings imply otherwise is written and survives a reload."""
+names every setting that applies, and a default that the other settings imply otherwise is written and survives a
+reload."""
 
 from __future__ import annotations
 
@@ -34,17 +35,20 @@ def test_the_settings_at_their_defaults_stay_out_of_the_url_so_a_link_without_th
     assert url(at) == []
 
 
-def test_a_link_that_names_every_setting_is_not_rewritten_and_the_share_link_names_every_setting():
-    """The Share link names every setting (the view stays the same if a later release changes a default), and a
-    session opened with it keeps that URL as it is."""
-    from attnviz.urlstate import DEFAULTS, SETTING_KEYS, share_query
+def test_a_link_that_names_every_setting_is_not_rewritten_and_the_share_link_names_every_setting_that_applies():
+    """The Share link names every setting that makes the view (the view stays the same if a later release changes a
+    default) and none that does not apply to the variant, and a session opened with it, or with a link that names
+    every setting, keeps that URL as it is."""
+    from attnviz.urlstate import DEFAULTS, applying_settings, every_setting_query, share_query
 
-    shared = {**share_query({**DEFAULTS, "num_heads": 4, "preset": "custom"}), "head": "3"}
-    at = app(**shared)
-    no_exception(at)
-    assert url(at) == list(shared.items())
-    link = next(code.value for code in at.sidebar.code if "?" in code.value)
-    assert [part.split("=")[0] for part in link.split("?", 1)[1].split("&")] == [*SETTING_KEYS, "head"]
+    values = {**DEFAULTS, "num_heads": 4, "preset": "custom"}
+    for shared in ({**share_query(values), "head": "3"}, {**every_setting_query(values), "head": "3"}):
+        at = app(**shared)
+        no_exception(at)
+        assert url(at) == list(shared.items())
+        link = next(code.value for code in at.sidebar.code if "?" in code.value)
+        assert [part.split("=")[0] for part in link.split("?", 1)[1].split("&")] == [*applying_settings(values),
+                                                                                     "head"]
 
 
 def test_a_default_that_the_other_settings_imply_otherwise_is_in_the_url():
