@@ -31,6 +31,8 @@ from attnviz.urlstate import (
     STEP,
     TOKEN,
     TOKEN_SEED,
+    TRAIN_SEED,
+    TRAIN_STEPS,
 )
 
 
@@ -73,7 +75,8 @@ PAGES = (
               url_params=(REPEAT, TOKEN_SEED, MAP_LAYER, HEAD, KNOCKOUT)),
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
               text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD)),
-    PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False),
+    PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False,
+              url_params=(TRAIN_STEPS, TRAIN_SEED)),
     PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False),  # its own "Tokens n"
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
               layer_views=True, url_params=HEADS_PARAMS, focused_head=True),

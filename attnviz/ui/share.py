@@ -70,6 +70,21 @@ def share_link(place: DeltaGenerator | None) -> None:
         st.code(link, language=None, wrap_lines=True)
 
 
+def own_link(place: DeltaGenerator, params: dict[str, str], note: str, warn: bool = False) -> None:
+    """The link to this view into ``place`` (:func:`share_and_export`'s) for a page whose work the sidebar's settings
+    do not touch (Train): the page's own parameters ``params``, named also at their defaults, and none of the
+    settings; ``note`` says beside it what the link does not hold — a warning where that is something the session has
+    (``warn``: a model trained here), as :func:`session_model_left_out` is."""
+    base = (st.context.url or "").split("?", 1)[0]
+    with place:
+        if warn:
+            st.warning(note, icon=":material/link_off:")
+        else:
+            st.caption(note)
+        st.caption("Link to this view (copy with the icon on the right):")
+        st.code(base + "?" + urllib.parse.urlencode(params), language=None, wrap_lines=True)
+
+
 def text_left_out() -> str:
     """The warning where a link is copied whose text is too long for a URL."""
     return (f"**Your text is not in this link**: it takes more than {MAX_URL_TEXT_BYTES:,} bytes in a URL (a letter "

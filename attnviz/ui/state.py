@@ -13,9 +13,9 @@ value of a widget that a run does not draw unless the widget asks to keep it: ev
 the user left while a fragment of the page reran itself (Generate's Play).  Some follow the URL too, as the
 settings do (:func:`page_bind`'s ``url``: the Heads and Steps pages' focused head, stage and window, Generate's new
 tokens, random GPT, step, layer and head, Compare's map, the Pitfall lab's bug and token, the Induction lab's T,
-seed, head and knock-outs): the page reads them on a session's first visit and from a URL it did not write (an entry
-of the browser's history: :func:`page_widgets_from_url`), and the URL holds the parameters of the page shown only
-(:func:`keep_page_params`).
+seed, head and knock-outs, the Train page's steps and seed): the page reads them on a session's first visit and
+from a URL it did not write (an entry of the browser's history: :func:`page_widgets_from_url`), and the URL holds
+the parameters of the page shown only (:func:`keep_page_params`).
 
 The settings are kept another way.  Some are drawn only for the variants that have them, and the Text area and
 the Layer selectbox are drawn by the Heads page's fragment on that page and by ``app.py``'s sidebar on the others:

@@ -22,7 +22,9 @@ from attnviz.labs import live_train
 from attnviz.labs.jobs import JobBoard, JobRefusedError
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.memory import freeze_training_imports, in_training_heap
-from attnviz.ui.state import page_bind
+from attnviz.ui.share import own_link, share_and_export
+from attnviz.ui.state import page_bind, page_widgets_from_url, url_notices
+from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS, parse_number
 from attnviz.views import head_figures
 
 POLL_SECONDS = 1.0
@@ -108,9 +110,20 @@ def ended_run() -> live_train.TrainedRun | None:
 # ------------------------------------------------------------------ settings, start, stop
 
 def controls() -> None:
-    """Steps and seed, Start and Stop; a refused start says why."""
+    """Steps and seed, Start and Stop; a refused start says why.  The steps and seed follow the URL (``train_steps``,
+    ``train_seed``: read on a session's first visit, a page default left out) and the sidebar's Share link, drawn once
+    they are bound, names both."""
     recommended = int(live_train.RECOMMENDED["steps"])
     cfg = live_train.page_config()
+    link = share_and_export(None, link=False)
+    page_widgets_from_url("train", {
+        "train_steps": (TRAIN_STEPS, functools.partial(
+            parse_number, low=live_train.MIN_STEPS, high=live_train.MAX_STEPS, what="a number of training steps"),
+            f"training {recommended:,} steps"),
+        "train_seed": (TRAIN_SEED, functools.partial(parse_number, low=0, high=live_train.MAX_SEED,
+                                                     what="a training seed"), "seed 0"),
+    })
+    url_notices("train_steps", "train_seed")
     job = current_job()
     if job is not None:
         job.touch()  # this tab is looking (also keeps its ended job, and the run it holds, from the reaping)
@@ -123,16 +136,26 @@ def controls() -> None:
         help=f"Each step trains on one batch of {cfg.batch_size} repeated random sequences of {cfg.seq_len} tokens. "
              f"{recommended} (the default): the induction head forms around steps 250–300 for seeds 0–9, about "
              "35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token heads.",
-        **page_bind("train_steps", recommended, in_steps))
+        **page_bind("train_steps", recommended, in_steps, url=TRAIN_STEPS))
     seed = seed_col.number_input(
         "Seed", min_value=0, max_value=live_train.MAX_SEED, step=1,
         help="Decides the initial weights and the order of the data: the same seed gives the same run.",
-        **page_bind("train_seed", 0, lambda v: isinstance(v, int) and 0 <= v <= live_train.MAX_SEED))
+        **page_bind("train_seed", 0, lambda v: isinstance(v, int) and 0 <= v <= live_train.MAX_SEED,
+                    url=TRAIN_SEED))
+    own_link(link, {TRAIN_STEPS: str(steps), TRAIN_SEED: str(seed)}, model_left_out(),
+             warn=ended_run() is not None)  # a model trained here: the link does not hold it
     start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:")
     stop_col.button("Stop", key="train_stop", disabled=not running, icon=":material/stop:",
                     on_click=_stop, help="Stops after the current step; the model trained so far is kept.")
     if start:
         _start(int(steps), int(seed))
+
+
+def model_left_out() -> str:
+    """What the Train page's link holds, beside it: its steps and seed, not a model trained here."""
+    return ("The link holds these training steps and seed and **holds no trained model**: it opens this page ready to "
+            "train the same run (the same seed gives the same run). To share a model trained here, download it "
+            "below (*Download the trained model (zip)*) and send the zip.")
 
 
 def _start(steps: int, seed: int) -> None:

@@ -173,7 +173,7 @@ def test_a_setting_survives_pages_that_do_not_draw_it():
     at = app(variant="gqa", num_kv_groups="2", text="Hello world hello")
     at.switch_page("pages/train.py").run()
     no_exception(at)
-    assert [e.label for e in at.sidebar.expander] == ["Attention settings"]
+    assert [e.label for e in at.sidebar.expander] == ["Attention settings", "Share & export"]
     assert at.sidebar.text_area(key="text").value == "Hello world hello"
     at.switch_page("pages/steps.py").run()
     at.sidebar.selectbox(key="variant").set_value("mha").run()  # no K/V groups drawn

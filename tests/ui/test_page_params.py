@@ -640,3 +640,43 @@ def test_a_labs_head_left_at_its_default_follows_the_best_head_of_a_new_t_and_se
     at.selectbox(key="induction_head").set_value(picked).run()
     at.number_input(key="induction_seed").set_value(3).run()
     assert at.selectbox(key="induction_head").value == picked  # the user's own head stays
+
+
+# ---------------------------------------------------------------------- the Train page
+
+def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds_no_model():
+    """The Train page's own settings are in its URL and its Share link — its steps and seed, named also at their
+    defaults, and none of the attention settings, which do not apply to it — and a link opens them; the link says it
+    holds no trained model.  They stay on their page."""
+    at = open_page("pages/train.py", train_steps="500", train_seed="3", num_heads="4")
+    no_exception(at)
+    assert at.number_input(key="train_steps").value == 500 and at.number_input(key="train_seed").value == 3
+    assert link_query(at) == {"train_steps": "500", "train_seed": "3"}
+    assert any("holds no trained model" in caption.value for caption in at.sidebar.caption)
+    at.number_input(key="train_seed").set_value(4).run()
+    assert url(at, "train_seed") == "4" and link_query(at)["train_seed"] == "4"
+    at.number_input(key="train_steps").set_value(int(live_train_steps())).run()  # the default: left out of the URL
+    assert url(at, "train_steps") is None and link_query(at)["train_steps"] == live_train_steps()
+    follow_link(at, "pages/heads.py")
+    no_exception(at)
+    assert url(at, "train_seed") is None and "train_" not in share_link(at)
+    follow_link(at, "pages/train.py")
+    assert at.number_input(key="train_seed").value == 4
+
+
+def live_train_steps() -> str:
+    from attnviz.labs import live_train
+
+    return str(live_train.RECOMMENDED["steps"])
+
+
+@pytest.mark.parametrize(("query", "notice"), [
+    ({"train_steps": "5"}, "The link's train_steps='5' is not a number of training steps (10 … 6,000): training"),
+    ({"train_seed": "x"}, "The link's train_seed='x' is not a training seed"),
+])
+def test_a_bad_train_setting_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
+    at = open_page("pages/train.py", **query)
+    no_exception(at)
+    assert notice in main_warnings(at)
+    assert at.number_input(key="train_steps").value == int(live_train_steps())
+    assert at.number_input(key="train_seed").value == 0
