@@ -10,6 +10,9 @@ The formulas are the book's memory estimators (rasbt/LLMs-from-scratch ``ch04/04
   sliding-window layers first (``n_layers=18, "5:1"`` -> 15 SWA + 3 full, Gemma 3's pattern);
 * ``head_dim`` defaults to ⌈emb_dim / n_heads⌉.
 
+:func:`window_schedule` turns a model's windows, layer by layer, into the ``sliding_window_size`` and ``swa_ratio``
+that count its layers (the book's ``sliding_window_stride`` K is ``"K:1"``).
+
 The book's estimator scripts take ``n_kv_groups``, the GROUP SIZE (kv heads = n_heads // n_kv_groups), while its
 GQA class's ``num_kv_groups`` is the NUMBER of K/V heads.  Here the argument is ``n_kv_heads``: the number of K/V
 heads, no ambiguity.  MLA with a window is allowed too (the latent cached for at most W tokens).
@@ -47,6 +50,32 @@ def layer_split(n_layers: int, swa_ratio: str) -> tuple[int, int]:
     blocks, rest = divmod(n_layers, a + b)
     n_swa = blocks * a + min(a, rest)
     return n_swa, n_layers - n_swa
+
+
+def window_schedule(windows) -> dict:
+    """A model's sliding windows, one per layer (None: a full layer), as :func:`kv_cache_bytes` takes them:
+    ``{"sliding_window_size": W, "swa_ratio": "a:b"}``, or {} when no layer has a window.
+
+    The ratio is the shortest ``"a:b"`` whose blocks (a window layers, then b full) give the layers in their order —
+    the book's ``sliding_window_stride`` K is ``"K:1"``, every layer with the window ``"1:0"`` — else the layer
+    counts themselves, reduced (the bytes count layers, not their order).  Raises ValueError when the window
+    layers have different windows: no one window counts them."""
+    windows = list(windows)
+    sliding = [window is not None for window in windows]
+    widths = {int(window) for window in windows if window is not None}
+    if not widths:
+        return {}
+    if len(widths) > 1:
+        raise ValueError(f"The layers' sliding windows differ ({', '.join(map(str, sorted(widths)))}): "
+                         "kv_cache_bytes takes one window for every sliding-window layer.")
+    for period in range(1, len(windows) + 1):
+        for a in range(period + 1):
+            if [index % period < a for index in range(len(windows))] == sliding:
+                return {"sliding_window_size": widths.pop(), "swa_ratio": f"{a}:{period - a}"}
+    n_swa = sum(sliding)
+    n_full = len(windows) - n_swa
+    common = math.gcd(n_swa, n_full)
+    return {"sliding_window_size": widths.pop(), "swa_ratio": f"{n_swa // common}:{n_full // common}"}
 
 
 def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers: int, n_kv_heads: int | None = None,

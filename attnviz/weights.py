@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnviz import models
+from attnviz import kv_cache, models
 from attnviz.models import CheckpointError, GPTModel
 
 BOOK = "book"  # the option name of the book's seeded random classes (the default)
@@ -237,7 +237,8 @@ class ModelSizes:
     qkv_bias: bool
     n_kv_heads: int | None = None  # grouped-query / multi-query attention: its K/V heads
     latent_dim: int | None = None  # latent attention: the latent it caches per token
-    sliding_window_size: int | None = None  # sliding-window attention: its window (every layer)
+    sliding_window_size: int | None = None  # sliding-window attention: the window of the layers that have one
+    swa_ratio: str | None = None  # with a window: its layers to full layers, "a:b" (kv_cache.window_schedule)
     window_unknown: bool = False  # a bare state dict: a sliding window, which lives in a config, cannot be known
 
 
@@ -252,6 +253,16 @@ def attention_caption(sizes: ModelSizes) -> str | None:
             "runs it with its window.")
 
 
+def _window(model: GPTModel) -> dict:
+    """``sliding_window_size`` and ``swa_ratio`` from every layer's window (a schedule may mix window and full
+    layers); the first window without a ratio when the layers' windows differ (no one ratio counts them)."""
+    windows = [getattr(block.att, "sliding_window_size", None) for block in model.trf_blocks]
+    try:
+        return kv_cache.window_schedule(windows)
+    except ValueError:
+        return {"sliding_window_size": next(window for window in windows if window is not None)}
+
+
 def sizes(model: GPTModel) -> ModelSizes:
     att = model.trf_blocks[0].att
     latent = getattr(att, "W_DKV", None)  # the latent's down-projection: (d_in) -> (latent_dim)
@@ -263,6 +274,6 @@ def sizes(model: GPTModel) -> ModelSizes:
         qkv_bias=att.W_query.bias is not None,
         n_kv_heads=getattr(att, "num_kv_groups", None),
         latent_dim=None if latent is None else int(latent.out_features),
-        sliding_window_size=getattr(att, "sliding_window_size", None),
+        **_window(model),
         window_unknown=bool(getattr(model, "window_unknown", False)),
     )

@@ -235,3 +235,23 @@ def test_format_bytes_rounds_first_then_picks_the_unit(n):
                                      (999_994_999, "999.99 MB"), (999_999_999, "1.00 GB"), (2**32, "4.29 GB")])
 def test_format_bytes_at_the_unit_boundaries(n, text):
     assert kv_cache.format_bytes(n) == text
+
+
+@pytest.mark.parametrize(("windows", "expected"), [
+    ((None, None), {}),
+    ((3, 3), {"sliding_window_size": 3, "swa_ratio": "1:0"}),  # every layer (a negative or no stride)
+    ((3, None, 3, None), {"sliding_window_size": 3, "swa_ratio": "1:1"}),  # the book's stride 1
+    ((3, 3, None, 3), {"sliding_window_size": 3, "swa_ratio": "2:1"}),  # stride 2: 3 window layers, 1 full
+    ((3, 3, 3, None, 3, 3, 3, None), {"sliding_window_size": 3, "swa_ratio": "3:1"}),
+    ((None, 3, None, 3), {"sliding_window_size": 3, "swa_ratio": "1:1"}),  # no "a:b" order gives it: the counts
+])
+def test_window_schedule_gives_the_window_and_the_ratio_that_count_the_layers(windows, expected):
+    assert kv_cache.window_schedule(windows) == expected
+    if expected:
+        assert kv_cache.layer_split(len(windows), expected["swa_ratio"]) == (sum(w is not None for w in windows),
+                                                                    sum(w is None for w in windows))
+
+
+def test_window_schedule_refuses_layers_with_different_windows():
+    with pytest.raises(ValueError, match="differ"):
+        kv_cache.window_schedule((3, 5, None))

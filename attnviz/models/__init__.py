@@ -18,6 +18,7 @@ from attnviz.models.generation import (
     check_step,
     check_steps,
     generate,
+    layer_windows,
 )
 from attnviz.models.gpt import (
     GELU,
@@ -61,6 +62,7 @@ __all__ = [
     "random_gpt",
     "cache_holds",
     "cache_settings",
+    "layer_windows",
     "check_steps",
     "ablate",
     "ablate_next",

@@ -25,8 +25,10 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.attention import Recorder
+from attnviz.kv_cache import window_schedule
 from attnviz.models.gpt import GPTModel, PathRecorder
 from attnviz.models.trace import running
+from attnviz.words import amount, listed
 
 TOP_K = 5
 
@@ -125,27 +127,32 @@ def _cache_state(model: GPTModel) -> tuple[list[dict[str, tuple[int, ...]]], int
     return shapes, nbytes
 
 
+def layer_windows(model: GPTModel) -> tuple[int | None, ...]:
+    """Each layer's sliding window, in order (None: a layer without one): a checkpoint's schedule may mix them."""
+    return tuple(getattr(block.att, "sliding_window_size", None) for block in model.trf_blocks)
+
+
 def cache_settings(model: GPTModel) -> dict:
     """The model's sizes as :func:`attnviz.kv_cache_bytes` takes them (``emb_dim``, ``n_heads``, ``n_layers``,
-    ``n_kv_heads``, ``head_dim``, ``latent_dim``, ``sliding_window_size``): with ``context_length`` = the
-    positions fed and ``dtype="fp32"``, it gives the bytes :func:`generate`'s steps report."""
+    ``n_kv_heads``, ``head_dim``, ``latent_dim``, ``sliding_window_size``, and ``swa_ratio`` where a layer has a
+    window: :func:`attnviz.kv_cache.window_schedule` of :func:`layer_windows`, so a schedule that mixes window and
+    full layers counts each layer's own cache): with ``context_length`` = the positions fed and ``dtype="fp32"``,
+    it gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers' windows differ."""
     att = model.trf_blocks[0].att
     latent_dim = getattr(att, "latent_dim", None)
+    schedule = window_schedule(layer_windows(model))
     return {"emb_dim": int(model.tok_emb.weight.shape[1]), "n_heads": int(att.num_heads),
             "n_layers": len(model.trf_blocks), "n_kv_heads": int(getattr(att, "num_kv_groups", att.num_heads)),
             "head_dim": int(att.head_dim), "latent_dim": None if latent_dim is None else int(latent_dim),
-            "sliding_window_size": getattr(att, "sliding_window_size", None)}
+            "sliding_window_size": None, **schedule}
 
 
-def cache_holds(model: GPTModel) -> str:
-    """What each layer of ``model``'s cache holds, in Markdown: the tensors its attention keeps, their shape in
-    symbols and in this model's sizes (b = 1).  MHA keeps ``cache_k`` and ``cache_v`` of every head; GQA and MQA of
-    their K/V heads only; MLA one latent per token, ``cache_c_kv``; a sliding window at most its last W tokens."""
-    settings = cache_settings(model)
+def _layer_holds(settings: dict, window: int | None) -> str:
+    """What one layer with ``window`` (None: full attention) caches, in Markdown."""
     if settings["latent_dim"] is not None:
         return (f"`cache_c_kv`, one latent per token, shape `(b, n, latent_dim)` = `(1, n, {settings['latent_dim']})`: "
                 "keys and values are up-projected from it at every step")
-    heads, kv_heads, window = settings["n_heads"], settings["n_kv_heads"], settings["sliding_window_size"]
+    heads, kv_heads = settings["n_heads"], settings["n_kv_heads"]
     what = "`cache_k` and `cache_v`"
     if kv_heads == 1 < heads:
         what += f" of its one K/V head (shared by all {heads} query heads, repeated after the cache)"
@@ -158,6 +165,27 @@ def cache_holds(model: GPTModel) -> str:
     symbol = "heads" if kv_heads == heads else "kv_heads"
     return (f"{what}, shape `(b, {symbol}, {n_symbol}, head_dim)` = "
             f"`(1, {kv_heads}, {n_here}, {settings['head_dim']})`")
+
+
+def cache_holds(model: GPTModel) -> str:
+    """What each layer of ``model``'s cache holds, in Markdown: a sentence naming the layers, the tensors their
+    attention keeps, their shape in symbols and in this model's sizes (b = 1).  MHA keeps ``cache_k`` and
+    ``cache_v`` of every head; GQA and MQA of their K/V heads only; MLA one latent per token, ``cache_c_kv``; a
+    sliding window at most its last W tokens.  A schedule that mixes window and full layers (a checkpoint's
+    ``sliding_window_stride``) names each group of layers with what it holds."""
+    settings = cache_settings(model)
+    windows = layer_windows(model)
+    if len(set(windows)) == 1:
+        lead = "The layer caches" if len(windows) == 1 else f"Each of the {len(windows)} layers caches"
+        return f"**{lead}** {_layer_holds(settings, windows[0])}."
+    parts = []
+    for window in dict.fromkeys(windows):  # in the order of the first layer of each
+        layers = [index for index, own in enumerate(windows) if own == window]
+        kind = f"a sliding window of {amount(window, 'token')}" if window is not None else "full attention"
+        verb = "caches" if len(layers) == 1 else "cache"
+        parts.append(f"**{listed('layer', layers)}** ({kind}) {verb} {_layer_holds(settings, window)}")
+    sentence = "; ".join(parts)
+    return sentence[:2] + sentence[2].upper() + sentence[3:] + "."  # "**Layers 0, 2** (…) cache …; **layer 1** …"
 
 
 def _forward(model: GPTModel, idx: torch.Tensor, use_cache: bool, keep_weights: bool, last_row: bool):

@@ -349,9 +349,7 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         flow_col.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
                         help="What every layer's cache holds after this step (float32): cache_k and cache_v, or "
                              "MLA's latent cache_c_kv.")
-        n_layers_held = len(step.cache_shapes)
-        layers = "The layer caches" if n_layers_held == 1 else f"Each of the {n_layers_held} layers caches"
-        held_col.markdown(f"**{layers}** {generation.cache_holds(_load(ref))}.")
+        held_col.markdown(generation.cache_holds(_load(ref)))
         # a static table: it is redrawn at every step, where a data grid draws its canvas anew
         held_col.table(_cache_table(step), hide_index=True)
         held_col.caption(_cache_formula(generation.cache_settings(_load(ref)), result.prompt_length + index))
@@ -368,7 +366,9 @@ def _cache_formula(settings: dict, n_tokens: int) -> str:
     else:
         words = "b × n × head_dim × kv_heads × 2 (K and V) × 4 per layer"
     if settings["sliding_window_size"] is not None:
-        words += ", with n at most the window W"
+        a, b = kv_cache.parse_ratio(settings["swa_ratio"])
+        words += (f", with n at most the window W on the window layers (swa_ratio {a}:{b}: {a} window, then {b} full, "
+                  "block after block)" if b else ", with n at most the window W")
     shown["dtype"] = "fp32"
     formula = kv_cache.kv_cache_bytes(**shown)  # the call shown, as shown
     args = ", ".join(f"{name}={value!r}" for name, value in shown.items())
@@ -405,8 +405,9 @@ def cost_section(page_run: Context, sizes) -> None:
     the real models' caches at their full context."""
     st.subheader("What the cache costs")
     if sizes is not None:  # the model's own K/V heads, latent or window where its attention has one
-        window = {"sliding_window_size": sizes.sliding_window_size, "swa_ratio": "1:0"} if sizes.sliding_window_size \
-            else {}
+        # its window on the layers that have one: a checkpoint's schedule may mix window and full layers
+        window = {"sliding_window_size": sizes.sliding_window_size, "swa_ratio": sizes.swa_ratio} \
+            if sizes.sliding_window_size and sizes.swa_ratio else {}
         own = ("this model", {"emb_dim": sizes.emb_dim, "n_heads": sizes.num_heads, "n_layers": sizes.n_layers,
                               "n_kv_heads": sizes.n_kv_heads, "latent_dim": sizes.latent_dim, **window},
                sizes.context_length)

@@ -102,3 +102,64 @@ def test_a_grouped_query_or_latent_checkpoint_is_refused_naming_what_it_is(atten
     with pytest.raises(models.CheckpointError, match=named) as raised:
         models.load_checkpoint(path)
     assert "multi-head" in str(raised.value)
+
+
+# ============================== a schedule that mixes window and full layers ==============================
+
+
+def save_schedule(folder, stride: int, n_layers: int = 4):
+    """A book-style checkpoint (dict with cfg) of a ``n_layers``-layer sliding-window GPT with ``stride``."""
+    model = random_gpt("sliding-window", seed=5, sliding_window_size=WINDOW, n_layers=n_layers)
+    path = folder / f"stride{stride}.pth"
+    cfg = book_cfg(n_layers=n_layers, sliding_window_size=WINDOW, sliding_window_stride=stride)
+    torch.save({"model_state_dict": model.state_dict(), "cfg": cfg}, path)
+    return path
+
+
+def held_bytes(model) -> list[int]:
+    """Bytes of every layer's cache_k and cache_v as the model holds them now (the book's attribute names)."""
+    return [sum(t.numel() * t.element_size() for t in (block.att.cache_k, block.att.cache_v))
+            for block in model.trf_blocks]
+
+
+@pytest.mark.parametrize(("stride", "schedule"), [(1, (WINDOW, None, WINDOW, None)),
+                                                  (2, (WINDOW, WINDOW, None, WINDOW))])
+def test_a_mixed_schedules_cache_bytes_count_each_layers_own_cache(stride, schedule, tmp_path):
+    """The sizes, the cache's settings and the estimate read every layer's window (the book's stride K is rasbt's
+    swa_ratio "K:1"): they give the bytes the layers' cache_k and cache_v hold after each step, and rasbt's
+    estimator gives the same."""
+    from helpers.rasbt_estimator import estimate_totals
+
+    from attnviz import kv_cache_bytes
+
+    model = models.load_checkpoint(save_schedule(tmp_path, stride))
+    assert tuple(block.att.sliding_window_size for block in model.trf_blocks) == schedule  # the book's schedule
+    settings = models.cache_settings(model)
+    ids = [int(i) for i in torch.randint(0, 50257, (6,), generator=torch.Generator().manual_seed(0))]
+    model.reset_kv_cache()
+    with torch.no_grad():
+        model(torch.tensor([ids]), use_cache=True)  # the prefill
+        for n in range(len(ids), len(ids) + 4):
+            per_layer = held_bytes(model)
+            expected = [2 * 8 * (n if window is None else min(n, WINDOW)) * 16 * 4 for window in schedule]
+            assert per_layer == expected, n
+            assert sum(per_layer) == kv_cache_bytes(context_length=n, dtype="fp32", **settings)
+            rasbt = estimate_totals(context_length=n, sliding_window_size=WINDOW, emb_dim=128, n_heads=8,
+                                    n_layers=4, n_kv_groups=1, batch_size=1, dtype="fp32", swa_ratio=f"{stride}:1")
+            assert sum(per_layer) == rasbt["total_mixed_mha"]
+            model(torch.tensor([[ids[-1]]]), use_cache=True)  # one generation step
+    model.reset_kv_cache()
+    steps = models.generate(model, ids, 3).steps
+    assert [step.cache_bytes for step in steps] == [
+        kv_cache_bytes(context_length=len(ids) + k, dtype="fp32", **settings) for k in range(4)]
+    sizes = weights.sizes(model)  # what the Generate page's chart draws "this model" with
+    assert (sizes.sliding_window_size, sizes.swa_ratio) == (WINDOW, f"{stride}:1")
+    assert models.layer_windows(model) == schedule
+
+
+def test_what_each_layer_of_a_mixed_schedule_caches_is_said_per_layer(tmp_path):
+    held = models.cache_holds(models.load_checkpoint(save_schedule(tmp_path, 2)))
+    assert held.startswith(f"**Layers 0, 1, 3** (a sliding window of {WINDOW} tokens) cache `cache_k` and `cache_v` "
+                           f"of the last W = {WINDOW} tokens only, shape `(b, heads, min(n, W), head_dim)`"), held
+    assert ("; **layer 2** (full attention) caches `cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = "
+            "`(1, 8, n, 16)`.") in held, held

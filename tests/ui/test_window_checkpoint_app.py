@@ -4,20 +4,24 @@ attnviz's GPTModel with random weights, written here (no downloads)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import torch
-from helpers.apptest import no_exception
+from helpers.apptest import decode, no_exception, plotly_figures
 from helpers.checkpoints import use_checkpoints
+from helpers.rasbt_estimator import estimate_totals
 from streamlit.testing.v1 import AppTest
 
-from attnviz import background
+from attnviz import background, kv_cache, kv_cache_bytes, models, tokens
 from attnviz.models.gpt import RANDOM_GPT_CONFIG, random_gpt
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 WINDOW = 3
+STRIDES = (1, 2)
+TEXT = "one two three four five six"
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +33,11 @@ def checkpoints(tmp_path_factory) -> Path:
            "sliding_window_size": WINDOW, "sliding_window_stride": 1}
     torch.save({"model_state_dict": model.state_dict(), "cfg": cfg}, folder / "swa.pth")
     torch.save(model.state_dict(), folder / "bare.pth")
+    for stride in STRIDES:  # 4 layers: window + full layers mixed by the book's schedule
+        mixed = random_gpt("sliding-window", seed=5, sliding_window_size=WINDOW, n_layers=4)
+        torch.save({"model_state_dict": mixed.state_dict(), "cfg": {**cfg, "n_layers": 4,
+                                                                    "sliding_window_stride": stride}},
+                   folder / f"stride{stride}.pth")
     return folder
 
 
@@ -58,3 +67,56 @@ def test_a_sliding_window_checkpoints_page_names_its_layers_window():
     no_exception(at)
     assert any(f"sliding window of {WINDOW} tokens" in text for text in shown(at)), shown(at)
     assert not any("not stored in a state dict" in text for text in shown(at))
+
+
+def held_bytes(path: Path, ids: list[int], steps: int) -> list[int]:
+    """The bytes of every layer's cache_k and cache_v (the book's names) after the prefill and each of ``steps``
+    greedy steps of the model saved at ``path``, run here without attnviz's generation."""
+    model = models.load_checkpoint(path)
+    ids, held = list(ids), []
+    model.reset_kv_cache()
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]), use_cache=True)  # (1, n, vocab): the prefill
+        for step in range(steps + 1):
+            held.append(sum(t.numel() * t.element_size() for block in model.trf_blocks
+                            for t in (block.att.cache_k, block.att.cache_v)))
+            if step < steps:
+                logits = model(logits[:, -1:].argmax(-1), use_cache=True)  # (1, 1) the greedy token, fed alone
+    return held
+
+
+@pytest.mark.parametrize("stride", STRIDES)
+def test_the_generate_page_counts_each_layers_own_cache_of_a_mixed_schedule(stride, checkpoints):
+    """The book's sliding_window_stride K mixes window and full layers: the page's bytes (the table, the metric, the
+    caption's call pasted into Python) are the cache tensors' bytes after each step, and rasbt's estimator with
+    swa_ratio "K:1" gives them; the chart's line of this model's own attention draws rasbt's number too."""
+    prompt = tokens.encode(TEXT)
+    actual = held_bytes(checkpoints / f"stride{stride}.pth", prompt, 2)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update(weights=f"stride{stride}.pth", text=TEXT)
+    at.switch_page("pages/generate.py").run()
+    no_exception(at)
+    for k in (0, 1, 2):
+        if k:
+            at.button(key="generate_next").click().run()
+            no_exception(at)
+        n = len(prompt) + k
+        rasbt = estimate_totals(context_length=n, sliding_window_size=WINDOW, emb_dim=128, n_heads=8, n_layers=4,
+                                n_kv_groups=1, batch_size=1, dtype="fp32", swa_ratio=f"{stride}:1")
+        shown = at.table[0].value["bytes"].sum()
+        assert shown == actual[k] == rasbt["total_mixed_mha"], k
+        assert at.metric[1].value == kv_cache.format_bytes(actual[k])
+        caption = next(c.value for c in at.caption if "kv_cache_bytes(" in c.value)
+        call, said = re.search(r"`(kv_cache_bytes\([^`]*\))` = ([\d,]+) bytes", caption).groups()
+        assert eval(call, {"kv_cache_bytes": kv_cache_bytes}) == int(said.replace(",", "")) == actual[k], call
+    held = "\n".join(m.value for m in at.markdown)
+    windowed = [layer for layer in range(4) if stride == 1 and layer % 2 == 0 or stride == 2 and layer != 2]
+    assert f"**Layers {', '.join(map(str, windowed))}** (a sliding window of {WINDOW} tokens) cache" in held, held
+    assert "(full attention) cache" in held and "Each of the 4 layers" not in held, held
+    chart = next(f for f in plotly_figures(at) if "KV cache of this model" in f["layout"]["title"]["text"])
+    line = next(trace for trace in chart["data"] if trace["name"].startswith("SWA ("))
+    lengths, values = decode(line["x"]), decode(line["y"])
+    for length, value in zip(lengths, values):
+        rasbt = estimate_totals(context_length=int(length), sliding_window_size=WINDOW, emb_dim=128, n_heads=8,
+                                n_layers=4, n_kv_groups=1, batch_size=1, dtype="fp32", swa_ratio=f"{stride}:1")
+        assert value == rasbt["total_mixed_mha"], length
