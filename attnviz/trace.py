@@ -27,6 +27,8 @@ class ModelRun:
     path: tuple[tuple[str, tuple[int, ...]], ...]  # (stage, shape): tokens, tok_emb, pos_emb, input, blocks…, logits
     top_ids: np.ndarray  # (n, 5) int64: the model's most likely next tokens after each position
     top_probs: np.ndarray  # (n, 5) float32, descending per row
+    window: int | None = None  # the layer's own sliding window (a config's schedule); None: no window
+    always_causal: bool = False  # the layer's attention hides the future whatever ``causal`` says (the book's SWA)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,17 @@ class Trace:
     @property
     def n(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def window(self) -> int | None:
+        """The sliding window the run's attention ran with: a checkpoint's layer's own (its schedule may mix window
+        and full layers), else the config's."""
+        return self.model.window if self.model is not None else self.config.window
+
+    @property
+    def hides_future(self) -> bool:
+        """Whether every query was kept from later keys: the config's mask, or a layer that always masks."""
+        return self.config.hides_future or (self.model is not None and self.model.always_causal)
 
     @property
     def num_heads(self) -> int:

@@ -58,7 +58,8 @@ def manifest(trace: Trace) -> dict:
         "arrays": {name: list(array.shape) for name, array in _arrays(trace).items()},
         "model": None if trace.model is None else {
             "layer": trace.model.layer, "n_layers": trace.model.n_layers,
-            "path": [[stage, list(shape)] for stage, shape in trace.model.path]},
+            "path": [[stage, list(shape)] for stage, shape in trace.model.path],
+            "window": trace.model.window, "always_causal": trace.model.always_causal},
         "module_run": None if trace.module_run is None else _module_run_json(trace.module_run),
     }
 
@@ -234,7 +235,9 @@ def _trace(described: dict, arrays: dict[str, np.ndarray]) -> Trace:
     if described.get("model"):
         run = described["model"]
         model = ModelRun(layer=int(run["layer"]), n_layers=int(run["n_layers"]), path=_shapes(run["path"]),
-                         top_ids=arrays["model/top_ids"], top_probs=arrays["model/top_probs"])
+                         top_ids=arrays["model/top_ids"], top_probs=arrays["model/top_probs"],
+                         window=None if run.get("window") is None else int(run["window"]),
+                         always_causal=bool(run.get("always_causal", False)))
     module_run = None
     if described.get("module_run"):
         run = dict(described["module_run"])

@@ -18,6 +18,7 @@ import torch
 
 from attnviz import attention, models, variants, weights
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, ConfigError
+from attnviz.modern_attention import MultiHeadAttentionWithSWA
 from attnviz.trace import ModelRun, Trace, make_trace, to_numpy
 from attnviz.words import amount
 
@@ -53,10 +54,25 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
                      f"every GPT-2 size, so width {sizes.emb_dim} gives {heads}. If they are not, put a config.json "
                      "(with n_head) beside the file.")
     notes += _window_notes(model, config.layer)
+    if not config.causal and always_causal(model, config.layer):
+        notes.append(f"Ignored causal mask = off: this checkpoint's attention is the book's sliding-window class "
+                     f"(ch04/06_swa), which always hides the future (on its full-attention layers too), so layer "
+                     f"{config.layer} runs with its mask, as trained.")
     if ignored:
         notes.append(f"Ignored {', '.join(ignored)}: this checkpoint decides them (width {sizes.emb_dim}, "
                      f"{sizes.num_heads} heads, {settled.context_length} positions, eval mode, the CPU).")
     return settled, notes
+
+
+def always_causal(model, layer: int) -> bool:
+    """Whether layer ``layer``'s attention hides the future whatever the Causal switch says: the book's
+    sliding-window class (``ch04/06_swa``) masks on every layer, its full-attention ones included."""
+    return isinstance(model.trf_blocks[layer].att, MultiHeadAttentionWithSWA)
+
+
+def layer_window(model, layer: int) -> int | None:
+    """Layer ``layer``'s own sliding window (a config's schedule may mix window and full layers); None without."""
+    return getattr(model.trf_blocks[layer].att, "sliding_window_size", None)
 
 
 def _window_notes(model, layer: int) -> list[str]:
@@ -98,7 +114,8 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
                   shapes=(("input", dict(block)["norm1"]), *attention_shapes),  # the attention reads norm1(block input)
                   device="cpu", notes=notes,
                   model=ModelRun(layer=config.layer, n_layers=n_layers, path=tuple(layer_trace.path),
-                                 top_ids=top_ids, top_probs=top_probs))
+                                 top_ids=top_ids, top_probs=top_probs, window=layer_window(model, config.layer),
+                                 always_causal=always_causal(model, config.layer)))
 
 
 def _layer_trace(model, config: AttentionConfig, token_ids: list[int]):

@@ -311,7 +311,8 @@ def weights_caption(page_run: Context) -> str:
     if trace.model is None:
         return f"{variant_label(trace.config)} · seeded random weights"
     name = next((o.name for o in ui_weights.options() if o.ref == trace.config.checkpoint), "checkpoint")
-    mask = "" if trace.config.causal else " · causal mask OFF (the model was trained with it)"
+    mask = ("" if trace.config.causal else " · causal mask off ignored (its sliding-window attention always masks)"
+            if trace.hides_future else " · causal mask OFF (the model was trained with it)")
     return (f"{name} · layer {trace.model.layer} of {trace.model.n_layers} (0…{trace.model.n_layers - 1}) · "
             f"{amount(trace.config.heads, 'head')} × {trace.config.head_dim}{mask}")
 

@@ -55,9 +55,10 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
     # (multi-query's one group of all heads: a row of every head makes each title wider than its tile)
     group = config.group_size
     full = figures.GRID_COLUMNS
-    return figures.heads_grid(trace.steps[stage][0], stage, causal=config.causal, dropout=config.effective_dropout,
+    return figures.heads_grid(trace.steps[stage][0], stage, causal=trace.hides_future,
+                              dropout=config.effective_dropout,
                               columns=group * (full // group) if 1 < group <= full else full,
-                              hidden=window_hidden(trace), window=config.window,
+                              hidden=window_hidden(trace), window=trace.window,
                               labels=[grid_label(config, head) for head in range(trace.num_heads)])
 
 
@@ -69,8 +70,8 @@ def grid_label(config, head: int) -> str:
 
 def window_hidden(trace, head: int | None = None):
     """The cells a sliding window hides beyond the causal mask ((heads, n, n) bool, or one head's (n, n)); None for a
-    run without a window, whose hidden cells are the causal mask's."""
-    if "sliding_window_size" not in trace.config.spec.settings:
+    run without a window (a checkpoint's full-attention layer included), whose hidden cells are the causal mask's."""
+    if trace.window is None:
         return None
     masked = trace.steps["masked"][0] if head is None else trace.attention_map("masked", head)
     return ~np.isfinite(masked)
@@ -216,15 +217,15 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
     window = matrix[row0 : row0 + size, col0 : col0 + size]  # (size, size)
     hidden = window_hidden(trace, head)
     fig = figures.attention_heatmap(
-        window, trace.tokens, stage, causal=config.causal, dropout=config.effective_dropout,
-        title=f"{config.head_label(head)}: {figures.map_title(stage, config.window)}", row_offset=row0,
+        window, trace.tokens, stage, causal=trace.hides_future, dropout=config.effective_dropout,
+        title=f"{config.head_label(head)}: {figures.map_title(stage, trace.window)}", row_offset=row0,
         col_offset=col0,
         validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",
         hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
     )
     if size == trace.n:
         return None, fig
-    return figures.overview_heatmap(matrix, stage, causal=config.causal, dropout=config.effective_dropout,
+    return figures.overview_heatmap(matrix, stage, causal=trace.hides_future, dropout=config.effective_dropout,
                                     window=(row0, col0, size), validate=False), fig
 
 

@@ -32,13 +32,14 @@ def draw(page_run: Context) -> None:
     from attnviz.views import figures
 
     trace, config = page_run.trace, page_run.trace.config
-    mask = (f"sliding-window mask (W = {config.window})" if config.window is not None
-            else "causal mask" if config.causal else "no mask")
+    # the shown layer's own mask: a checkpoint's schedule may mix window and full layers
+    mask = (f"sliding-window mask (W = {trace.window})" if trace.window is not None
+            else "causal mask" if trace.hides_future else "no mask")
     st.caption(f"{weights_caption(page_run)} · {mask} · {counted(trace.n)} · device {trace.device}")
 
     within_layer_from_url("heads", trace, MAP_STAGES, "weights")  # a session's first visit: the link's
     stage = st.segmented_control(
-        "Show", MAP_STAGES, format_func=functools.partial(figures.map_title, window=config.window),
+        "Show", MAP_STAGES, format_func=functools.partial(figures.map_title, window=trace.window),
         **page_bind("heads_stage", "weights", url=STAGE)
     ) or "weights"
     url_notices("heads_stage")

@@ -41,7 +41,7 @@ def draw(page_run: Context) -> None:
         head = head_selector("steps_focus", trace.num_heads)
         row0, col0, size = window_selector("steps", trace.n, overview=False)
         share_link(page_run.link)  # the URL holds the head, stage and window this run draws
-        step = steps.step_text(config, stage, trace.module_run)
+        step = steps.step_text(config, stage, trace.module_run, window=trace.window)
         st.markdown(f"**{step['what']}**")
         st.code(step["code"], language="python")
         view = HeadWindow(trace, head, row0, col0, size, stage)
@@ -86,7 +86,7 @@ class HeadWindow:
         part = extra.pop("file", None) or (title.split(":")[0] if title.startswith(("before:", "after:")) else name)
         filename = self.file_name(part if isinstance(part, str) and part != self.stage else None)
         fig = figures.attention_heatmap(self.crop(name) if isinstance(name, str) else name, self.trace.tokens,
-                                        extra.pop("as_stage", name), causal=config.causal,
+                                        extra.pop("as_stage", name), causal=self.trace.hides_future,
                                         dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
                                         title=title, row_offset=self.row0, col_offset=self.col0,
                                         height=430 + figures.COLOUR_BAR_BELOW_PX, scale_below=True, **extra)
@@ -153,8 +153,8 @@ def _scaled(view: HeadWindow, before, after) -> None:
 
 
 def _masked(view: HeadWindow, before, after) -> None:
-    config = view.config
-    if not config.causal:
+    window = view.trace.window  # the shown layer's own: a checkpoint's schedule may mix window and full layers
+    if not view.trace.hides_future:
         st.info("The causal mask is off: masked = scaled, every token sees every other token.")
     scaled = "scaled" in view.trace.steps  # a user's module may not have recorded it (see the note above)
     zrange = view.shared("scaled") if scaled else None
@@ -164,8 +164,8 @@ def _masked(view: HeadWindow, before, after) -> None:
         else:
             st.caption("before: the scaled scores were not recorded (see above)")
     with after:
-        view.heatmap("masked", "after: masked (grey = −∞)" if config.window is None
-                     else f"after: window W = {config.window} (grey = −∞)", zrange=zrange)
+        view.heatmap("masked", "after: masked (grey = −∞)" if window is None
+                     else f"after: window W = {window} (grey = −∞)", zrange=zrange)
 
 
 def _weights(view: HeadWindow, before, after) -> None:

@@ -49,7 +49,7 @@ def stage_labels(trace: Trace) -> dict[str, str]:
     letters = "abcdefghijklmnopqrstuvwxyz" if len(extra) > 1 else ""
     labels = {stage: f"0{letters[i:i + 1]} · {EXTRA_STEP_LABELS[stage]}" for i, stage in enumerate(extra)}
     labels.update({stage: label for stage, label in STEP_LABELS.items() if stage not in _unrecorded_stages(trace)})
-    if trace.config.module is None and trace.config.window is not None:
+    if trace.config.module is None and trace.window is not None:
         labels["masked"] = "3 · window mask"
     return labels
 
@@ -109,12 +109,14 @@ WINDOW_TEXT = ("Hide the future and the distant past: query i sees key j only wh
                "−∞, so softmax gives them weight 0.")
 
 
-def step_text(config: AttentionConfig, stage: str, run=None) -> dict:
+def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | None = None) -> dict:
     """What the stage does, and the line of the running source that does it (``run``: a traced user module's
-    ``trace.module_run``, whose own line is shown)."""
+    ``trace.module_run``, whose own line is shown; ``window``: the run's own window, ``trace.window``, where a
+    checkpoint's layer has one; else the config's)."""
     what = STEP_TEXT[stage]
-    if stage == "masked" and run is None and config.window is not None:
-        what = WINDOW_TEXT.replace("W;", f"W (W = {config.window});")
+    window = window if window is not None else config.window
+    if stage == "masked" and run is None and window is not None:
+        what = WINDOW_TEXT.replace("W;", f"W (W = {window});")
     if run is not None:
         code = source.module_stage_code(run, stage)
         return {"what": what, "code": code or f"# {run.class_name} has no separate line for this stage "

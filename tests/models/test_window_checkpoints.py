@@ -163,3 +163,33 @@ def test_what_each_layer_of_a_mixed_schedule_caches_is_said_per_layer(tmp_path):
                            f"of the last W = {WINDOW} tokens only, shape `(b, heads, min(n, W), head_dim)`"), held
     assert ("; **layer 2** (full attention) caches `cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = "
             "`(1, 8, n, 16)`.") in held, held
+
+
+def test_each_layers_trace_says_its_own_window_and_that_causal_off_is_ignored(tmp_path):
+    """Stride 1: layer 0 slides, layer 1 is full.  The book's sliding-window class masks whatever the Causal switch
+    says, on both: the run says so in a note ("Ignored …"), hides the future, and a saved trace keeps both."""
+    from attnviz import trace_file
+
+    path = save_schedule(tmp_path, 1)
+    for layer, window in ((0, WINDOW), (1, None)):
+        shown = pipeline.run(TEXT, AttentionConfig(checkpoint=str(path), layer=layer))
+        assert shown.window == window and shown.hides_future
+        assert not any("Ignored causal" in note for note in shown.notes)
+        off = pipeline.run(TEXT, AttentionConfig(checkpoint=str(path), layer=layer, causal=False))
+        maps = off.steps["weights"][0]  # (heads, n, n)
+        assert np.all(np.triu(maps, 1) == 0), "the future still has weight 0"
+        assert np.allclose(maps, shown.steps["weights"][0]), "the switch changes nothing"
+        assert off.window == window and off.hides_future
+        said = [note for note in off.notes if note.startswith("Ignored causal mask = off")]
+        assert len(said) == 1 and "always hides the future" in said[0], off.notes
+        again = trace_file.load_trace(trace_file.trace_npz(off))
+        assert (again.window, again.hides_future) == (window, True)
+
+
+def test_causal_off_on_a_model_without_a_window_is_not_called_ignored(swa_model, tmp_path):
+    path = tmp_path / "mha.pth"
+    torch.save({"model_state_dict": swa_model.state_dict(), "cfg": book_cfg()}, path)
+    off = pipeline.run(TEXT, AttentionConfig(checkpoint=str(path), layer=0, causal=False))
+    assert off.window is None and not off.hides_future
+    assert np.triu(off.steps["weights"][0], 1).max() > 0  # multi-head attention: the switch applies
+    assert not any("Ignored causal" in note for note in off.notes)

@@ -120,3 +120,21 @@ def test_the_generate_page_counts_each_layers_own_cache_of_a_mixed_schedule(stri
         rasbt = estimate_totals(context_length=int(length), sliding_window_size=WINDOW, emb_dim=128, n_heads=8,
                                 n_layers=4, n_kv_groups=1, batch_size=1, dtype="fp32", swa_ratio=f"{stride}:1")
         assert value == rasbt["total_mixed_mha"], length
+
+
+@pytest.mark.parametrize(("layer", "mask"), [(0, f"sliding-window mask (W = {WINDOW})"), (1, "causal mask")])
+@pytest.mark.parametrize("causal", ["true", "false"])
+def test_the_heads_page_says_the_shown_layers_own_mask_and_that_causal_off_is_ignored(layer, mask, causal):
+    """Stride 1: layer 0 slides, layer 1 is full; the book's sliding-window class masks whatever the Causal switch
+    says, so with it off the page says the switch is ignored, never "no mask" or "causal mask OFF"."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update(weights="stride1.pth", layer=str(layer), causal=causal)
+    at.run()
+    no_exception(at)
+    caption = next(c.value for c in at.caption if "device" in c.value and " · " in c.value)
+    assert f" · {mask} · " in caption, caption
+    assert "no mask" not in caption and "causal mask OFF" not in caption, caption
+    ignored = [text for text in shown(at) if "Ignored causal mask = off" in text]
+    assert len(ignored) == (causal == "false"), shown(at)
+    if causal == "false":
+        assert "causal mask off ignored" in caption, caption
