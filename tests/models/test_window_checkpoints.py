@@ -126,9 +126,9 @@ def held_bytes(model) -> list[int]:
                                                   (2, (WINDOW, WINDOW, None, WINDOW))])
 def test_a_mixed_schedules_cache_bytes_count_each_layers_own_cache(stride, schedule, tmp_path):
     """The sizes, the cache's settings and the estimate read every layer's window (the book's stride K is rasbt's
-    swa_ratio "K:1"): they give the bytes the layers' cache_k and cache_v hold after each step, and rasbt's
-    estimator gives the same."""
-    from helpers.rasbt_estimator import estimate_totals
+    swa_ratio "K:1"): they give the bytes the layers' cache_k and cache_v hold after each step, and the schedule's
+    formula (tests/helpers/window_cache.py) gives the same."""
+    from helpers.window_cache import scheduled_window_bytes
 
     from attnviz import kv_cache_bytes
 
@@ -144,9 +144,8 @@ def test_a_mixed_schedules_cache_bytes_count_each_layers_own_cache(stride, sched
             expected = [2 * 8 * (n if window is None else min(n, WINDOW)) * 16 * 4 for window in schedule]
             assert per_layer == expected, n
             assert sum(per_layer) == kv_cache_bytes(context_length=n, dtype="fp32", **settings)
-            rasbt = estimate_totals(context_length=n, sliding_window_size=WINDOW, emb_dim=128, n_heads=8,
-                                    n_layers=4, n_kv_groups=1, batch_size=1, dtype="fp32", swa_ratio=f"{stride}:1")
-            assert sum(per_layer) == rasbt["total_mixed_mha"]
+            formula = scheduled_window_bytes(n, WINDOW, emb_dim=128, n_heads=8, n_layers=4, stride=stride)
+            assert sum(per_layer) == formula
             model(torch.tensor([[ids[-1]]]), use_cache=True)  # one generation step
     model.reset_kv_cache()
     steps = models.generate(model, ids, 3).steps

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers.apptest import decode, no_exception, plotly_figures
 from helpers.checkpoints import use_checkpoints
-from helpers.rasbt_estimator import estimate_totals
+from helpers.window_cache import scheduled_window_bytes
 from streamlit.testing.v1 import AppTest
 
 from attnviz import background, kv_cache, kv_cache_bytes, models, tokens
@@ -88,8 +88,8 @@ def held_bytes(path: Path, ids: list[int], steps: int) -> list[int]:
 @pytest.mark.parametrize("stride", STRIDES)
 def test_the_generate_page_counts_each_layers_own_cache_of_a_mixed_schedule(stride, checkpoints):
     """The book's sliding_window_stride K mixes window and full layers: the page's bytes (the table, the metric, the
-    caption's call pasted into Python) are the cache tensors' bytes after each step, and rasbt's estimator with
-    swa_ratio "K:1" gives them; the chart's line of this model's own attention draws rasbt's number too."""
+    caption's call pasted into Python) are the cache tensors' bytes after each step, and the schedule's formula
+    (tests/helpers/window_cache.py) gives them; the chart's line of this model's own attention draws it too."""
     prompt = tokens.encode(TEXT)
     actual = held_bytes(checkpoints / f"stride{stride}.pth", prompt, 2)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
@@ -101,10 +101,9 @@ def test_the_generate_page_counts_each_layers_own_cache_of_a_mixed_schedule(stri
             at.button(key="generate_next").click().run()
             no_exception(at)
         n = len(prompt) + k
-        rasbt = estimate_totals(context_length=n, sliding_window_size=WINDOW, emb_dim=128, n_heads=8, n_layers=4,
-                                n_kv_groups=1, batch_size=1, dtype="fp32", swa_ratio=f"{stride}:1")
+        formula = scheduled_window_bytes(n, WINDOW, emb_dim=128, n_heads=8, n_layers=4, stride=stride)
         shown = at.table[0].value["bytes"].sum()
-        assert shown == actual[k] == rasbt["total_mixed_mha"], k
+        assert shown == actual[k] == formula, k
         assert at.metric[1].value == kv_cache.format_bytes(actual[k])
         caption = next(c.value for c in at.caption if "kv_cache_bytes(" in c.value)
         call, said = re.search(r"`(kv_cache_bytes\([^`]*\))` = ([\d,]+) bytes", caption).groups()
@@ -117,9 +116,8 @@ def test_the_generate_page_counts_each_layers_own_cache_of_a_mixed_schedule(stri
     line = next(trace for trace in chart["data"] if trace["name"].startswith("SWA ("))
     lengths, values = decode(line["x"]), decode(line["y"])
     for length, value in zip(lengths, values):
-        rasbt = estimate_totals(context_length=int(length), sliding_window_size=WINDOW, emb_dim=128, n_heads=8,
-                                n_layers=4, n_kv_groups=1, batch_size=1, dtype="fp32", swa_ratio=f"{stride}:1")
-        assert value == rasbt["total_mixed_mha"], length
+        formula = scheduled_window_bytes(int(length), WINDOW, emb_dim=128, n_heads=8, n_layers=4, stride=stride)
+        assert value == formula, length
 
 
 @pytest.mark.parametrize(("layer", "mask"), [(0, f"sliding-window mask (W = {WINDOW})"), (1, "causal mask")])
