@@ -35,6 +35,10 @@ which cell, which value, what it should be:
   when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside the
   whole sequence's forward, and the failure names what the evidence shows: the module's position counter, how many
   tokens its cache holds, where the step's mask puts the new tokens, which of its queries, keys or values differ.
+  A cache the module resets itself says, on a pass, what its ``cache…``
+  tensors hold after the sequence (tokens × elements per token, counted along the dimension that grows by one from
+  the first token to the second), and fails, its outputs right, when that is more than the variant it declares
+  needs: more than its window's W tokens, more than K and V of ``num_kv_groups`` heads, more than ``latent_dim``.
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -52,9 +56,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnviz import time_limit, tracing
+from attnviz import time_limit, tracing, user_code
 from attnviz.tokens import counted
-from attnviz.words import amount
+from attnviz.words import amount, plural
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
          "matches-reference", "kv-cache")
@@ -211,12 +215,14 @@ def _selected(rules: Iterable[str] | None) -> list[str]:
 def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], causal: bool) -> int:
     """How many forwards of the module a check of ``rules`` on ``x`` runs at most: the traced one, then causal's one
     per position after the first, dropout-placement's one in training mode, batch-independence's one per item, and
-    kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it."""
+    kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it (and, for a
+    cache the module resets, the two forwards that measure a token's size in it)."""
     batch, n = x.shape[:2]
     parameters = inspect.signature(module.forward).parameters
     takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
+    measured = 2 if "use_cache" in parameters and any(callable(getattr(module, name, None)) for name in RESETS) else 0
     per_rule = {"causal": n - 1 if causal else 0, "dropout-placement": 1, "batch-independence": batch,
-                "kv-cache": 2 * (2 + n - _prefill(n)) if takes_cache and n > 1 else 0}
+                "kv-cache": 2 * (2 + n - _prefill(n)) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
 
 
@@ -624,7 +630,13 @@ def sliding_window(attention: tracing.Attention) -> int | None:
 
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window a module says it has, in the spellings attention code uses (None: it says none)."""
-    for name in ("sliding_window_size", "sliding_window", "window_size", "attention_window"):
+    return declared_size(module, "sliding_window_size")
+
+
+def declared_size(module: nn.Module, setting: str) -> int | None:
+    """The positive int a module keeps for attnviz's ``setting`` (``num_kv_groups``, ``latent_dim``, ``num_heads`` …)
+    under one of the names its constructor may call it (:data:`attnviz.user_code.SPELLINGS`); None: it keeps none."""
+    for name in user_code.SPELLINGS[setting]:
         value = getattr(module, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -791,6 +803,7 @@ def reference_context(queries, keys, values, causal: bool, *, scaled: bool = Tru
     return torch.softmax(scores, dim=-1) @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
 
 
+RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache reset goes by
 CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "cache")  # a cache the caller holds
 
 
@@ -810,8 +823,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
     takes_use_cache, cache_name = "use_cache" in parameters, _cache_argument(parameters)
     if not takes_use_cache and cache_name is None:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
-    reset_names = ("reset_cache", "reset_kv_cache")
-    reset_name = next((name for name in reset_names if callable(getattr(module, name, None))), None)
+    reset_name = next((name for name in RESETS if callable(getattr(module, name, None))), None)
     if reset_name is None and cache_name is None:
         return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
@@ -829,14 +841,21 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
     try:
         try:
             difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
+            held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
         finally:
             reset()
     except time_limit.UserCallError as error:  # the reset's own code failed or never returned: no new sequence
         return Check(rule, "fail", str(error))
     if difference is not None:
         return Check(rule, "fail", difference)
-    return Check(rule, "pass", f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then "
-                               f"{counted(n - prefill)} one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+    words = (f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then {counted(n - prefill)} "
+             f"one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+    if held is None:
+        return Check(rule, "pass", words)
+    excess = _cache_excess(module, held, n)
+    if excess is not None:
+        return Check(rule, "fail", f"{words}, but {excess}")
+    return Check(rule, "pass", f"{words}; after {counted(n)} the cache holds {held.words()}")
 
 
 def _steps(n: int, prefill: int) -> list[tuple[int, int]]:
@@ -1113,10 +1132,106 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
     return None
 
 
+def _cache_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """name -> every tensor the module keeps (an attribute or a buffer) under a name with "cache" in it."""
+    tensors = {**{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}, **dict(module.named_buffers())}
+    return {name: value for name, value in tensors.items() if "cache" in name}
+
+
 def _cache_sizes(module: nn.Module) -> dict[str, int]:
     """name -> number of elements of every tensor the module keeps under a name with "cache" in it."""
-    tensors = {**{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}, **dict(module.named_buffers())}
-    return {name: value.numel() for name, value in tensors.items() if "cache" in name}
+    return {name: value.numel() for name, value in _cache_tensors(module).items()}
+
+
+@dataclass(frozen=True)
+class _CacheHeld:
+    """What a module's cache tensors hold after a sequence: their shapes and sizes, and — from the dimension of each
+    that grows by one when a second token is fed — the tokens they hold and what one token takes."""
+
+    shapes: dict[str, tuple[int, ...]]  # every cache tensor's shape after the sequence (batch 1)
+    elements: int  # all of them together
+    bytes: int
+    tokens: dict[str, int]  # the tensors that grow by a token: how many tokens each holds
+    per_token: int  # elements a token takes in those tensors together (0: none grows)
+    per_token_bytes: int
+
+    def words(self) -> str:
+        """ "8 tokens of 64 elements (256 bytes) each: cache_k (1, 8, 4, 8), cache_v (1, 8, 4, 8)"; for a cache that
+        does not grow, its size."""
+        shapes = ", ".join(f"{name} ({', '.join(map(str, shape))})" for name, shape in self.shapes.items())
+        if not self.tokens:
+            return (f"{shapes}: {self.elements:,} {plural(self.elements, 'element')} ({self.bytes:,} "
+                    f"{plural(self.bytes, 'byte')}), no more than after the first token")
+        return (f"{counted(max(self.tokens.values()))} of {self.per_token:,} elements ({self.per_token_bytes:,} bytes) "
+                f"each: {shapes}")
+
+
+def _cache_held(module: nn.Module, reset, sequence: torch.Tensor) -> _CacheHeld | None:
+    """What the module's cache holds now (after ``sequence``'s cached forwards), its tokens counted along the one
+    dimension of each tensor that grows by one from the first token to the second — fed again after ``reset()``;
+    None when it keeps no tensor under a "cache" name, or those two forwards raise."""
+    now = _cache_tensors(module)
+    if not now:
+        return None
+    shapes = []
+    reset()
+    with torch.no_grad():
+        for tokens in (1, 2):
+            try:
+                tracing.run_forward(module, sequence[:, tokens - 1:tokens], use_cache=True)
+            except tracing.TraceError:  # these forwards ran before without raising: nothing more to say
+                return None
+            shapes.append({name: tuple(value.shape) for name, value in _cache_tensors(module).items()})
+    tokens, per_token, per_token_bytes = {}, 0, 0
+    for name, value in now.items():
+        first, second = shapes[0].get(name), shapes[1].get(name)
+        if first is None or second is None or not len(first) == len(second) == value.dim():
+            continue
+        grown = [dim for dim, (a, b) in enumerate(zip(first, second)) if a != b]
+        if len(grown) != 1 or second[grown[0]] - first[grown[0]] != 1 or value.shape[grown[0]] == 0:
+            continue
+        tokens[name] = value.shape[grown[0]]
+        per_token += value.numel() // tokens[name]
+        per_token_bytes += value.numel() // tokens[name] * value.element_size()
+    return _CacheHeld({name: tuple(value.shape) for name, value in now.items()}, sum(v.numel() for v in now.values()),
+                      sum(v.numel() * v.element_size() for v in now.values()), tokens, per_token, per_token_bytes)
+
+
+def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
+    """Words for a cache that holds, after n tokens, more than the variant the module declares (its own attributes:
+    ``sliding_window_size``, ``num_kv_groups``, ``latent_dim`` in any spelling of :func:`declared_size`) needs, its
+    outputs right: more tokens
+    than its window W, more elements per token than K and V of num_kv_groups heads, or than latent_dim (plus
+    DeepSeek's decoupled rotary key, qk_rope_head_dim, when it declares one); None when it holds no more."""
+    window = declared_window(module)
+    longest = max(held.tokens, key=held.tokens.get, default=None)
+    if window is not None and longest is not None and held.tokens[longest] > window:
+        return (f"the cache keeps more than the window needs: {longest} holds {counted(held.tokens[longest])} after "
+                f"{n}, and a window of W = {window} needs only the last {window} — drop "
+                "the older keys and values after each forward (keep the last W)")
+    groups, head_dim = declared_size(module, "num_kv_groups"), _head_dim(module)
+    if held.per_token and groups is not None and head_dim is not None and held.per_token > 2 * groups * head_dim:
+        heads = held.per_token // (2 * head_dim)
+        what = f", K and V for {amount(heads, 'head')} of {head_dim}," if held.per_token % (2 * head_dim) == 0 else ""
+        return (f"the cache holds {held.per_token} elements per token{what} where num_kv_groups = {groups} needs "
+                f"{2 * groups * head_dim} ({groups} K/V {'head' if groups == 1 else 'heads'}) — cache the keys and "
+                "values before repeat_interleave, and repeat them after reading the cache")
+    latent = declared_size(module, "latent_dim")
+    rope = getattr(module, "qk_rope_head_dim", 0)
+    needs = None if latent is None else latent + (rope if isinstance(rope, int) and not isinstance(rope, bool) else 0)
+    if held.per_token and needs is not None and held.per_token > needs:
+        return (f"the cache holds {held.per_token} elements per token where latent_dim = {latent} needs only {needs} "
+                "— cache the latent (the down-projection's output) and compute K and V from it at each step")
+    return None
+
+
+def _head_dim(module: nn.Module) -> int | None:
+    """The module's head_dim attribute, else its d_out ÷ num_heads (None: it keeps neither)."""
+    head_dim = getattr(module, "head_dim", None)
+    if isinstance(head_dim, int) and not isinstance(head_dim, bool) and head_dim > 0:
+        return head_dim
+    d_out, heads = declared_size(module, "d_out"), declared_size(module, "num_heads")
+    return d_out // heads if d_out is not None and heads is not None and d_out % heads == 0 else None
 
 
 def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int, rerun: Callable[[], dict],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import rasbt_cached
 from helpers import user_modules as um
 
 from attnviz import checks, time_limit, tracing, variants
@@ -682,6 +683,57 @@ def test_kv_cache_passes_a_sliding_window_cache_that_keeps_only_w_tokens():
     assert module.cache_k.shape[2] == 3  # it really keeps only the window
 
 
+def rasbt(cls, *args, **kwargs):
+    torch.manual_seed(0)
+    return cls(16, 32, 0.0, 4, *args, **kwargs).eval()  # rasbt's bonus classes take no context_length; head_dim 8
+
+
+@pytest.mark.parametrize(("module", "holds"), [
+    (lambda: cached(), "8 tokens of 64 elements (256 bytes) each: cache_k (1, 8, 4, 8), cache_v (1, 8, 4, 8)"),
+    (lambda: rasbt(rasbt_cached.GroupedQueryAttention, 2),
+     "8 tokens of 32 elements (128 bytes) each: cache_k (1, 2, 8, 8), cache_v (1, 2, 8, 8)"),
+    (lambda: rasbt(rasbt_cached.MultiHeadLatentAttention, latent_dim=8),
+     "8 tokens of 8 elements (32 bytes) each: cache_c_kv (1, 8, 8)"),
+    (lambda: rasbt(rasbt_cached.MultiHeadAttentionWithSWA, sliding_window_size=3),
+     "3 tokens of 64 elements (256 bytes) each: cache_k (1, 3, 4, 8), cache_v (1, 3, 4, 8)"),
+    (lambda: learner(um.LearnerCachedGQA, 2, rotary=True),
+     "8 tokens of 32 elements (128 bytes) each: cache_k (1, 2, 8, 8), cache_v (1, 2, 8, 8)"),
+    (lambda: learner(um.LearnerCachedMLA, 8), "8 tokens of 8 elements (32 bytes) each: cache_c_kv (1, 8, 8)"),
+    (lambda: learner(um.LearnerCachedSWA, 3),
+     "3 tokens of 64 elements (256 bytes) each: cache_k (1, 4, 3, 8), cache_v (1, 4, 3, 8)"),
+    (lambda: um.PreallocatedCache().eval(), "cache_k (1, 4, 16, 8), cache_v (1, 4, 16, 8): 1,024 elements (4,096 "
+                                            "bytes), no more than after the first token"),
+])
+def test_kv_cache_says_what_a_correct_cache_holds_after_the_sequence(module, holds):
+    """rasbt's GQA, MLA and SWA caches, a plain MHA cache and the learner's variants pass, and the evidence says what
+    the cache holds per token after the last sequence (K/V heads × head_dim × 2, the latent, W tokens)."""
+    check = verdict(module(), "kv-cache")
+    assert check.status == "pass" and check.evidence.endswith(f"; after 8 tokens the cache holds {holds}"), check
+
+
+@pytest.mark.parametrize(("module", "words"), [
+    (lambda: learner(um.LearnerCachedSWA, 3, bug="keeps-all"),
+     "the cache keeps more than the window needs: cache_k holds 8 tokens after 8, and a window of W = 3 needs only "
+     "the last 3 — drop the older keys and values after each forward (keep the last W)"),
+    (lambda: learner(um.LearnerCachedGQA, 2, bug="caches-repeated"),
+     "the cache holds 64 elements per token, K and V for 4 heads of 8, where num_kv_groups = 2 needs 32 (2 K/V "
+     "heads) — cache the keys and values before repeat_interleave, and repeat them after reading the cache"),
+    (lambda: learner(um.LearnerCachedMLA, 8, bug="caches-kv"),
+     "the cache holds 64 elements per token where latent_dim = 8 needs only 8 — cache the latent (the "
+     "down-projection's output) and compute K and V from it at each step"),
+])
+def test_kv_cache_fails_a_cache_that_holds_more_than_its_variant_needs(module, words):
+    """The outputs are right, but the cache wastes the memory the variant exists to save: more than W tokens, more
+    K/V heads than num_kv_groups, more than latent_dim per token."""
+    module = module()
+    check = verdict(module, "kv-cache")
+    assert check.status == "fail" and check.evidence.startswith("two sequences, each after reset_cache(): a prefill "
+                                                                "of 4 tokens, then 4 tokens one by one, give the "
+                                                                "uncached outputs (≤ 1e-05), but "), check
+    assert check.evidence.endswith(words), check
+    assert failing(module) == {"kv-cache"}
+
+
 def test_a_float64_module_is_checked_on_its_own_dtype():
     module = um.CausalSelfAttention(n_embd=16, n_head=4, flash=False).double()
     assert all(check.passed for check in checks.check_module(module))
@@ -737,8 +789,8 @@ def forwards_of(module, **kwargs) -> tuple[list, list, int]:
 
 @pytest.mark.parametrize(("module", "forwards"), [
     (mha(), 1 + 7 + 1 + 2),  # the trace, causal (one per position after the first), dropout-placement, batch
-    (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 4)),  # kv-cache: 2 uncached,
-], ids=["mha", "cached"])                                    # then per sequence a prefill of 4 and 4 tokens one by one
+    (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 4) + 2),  # kv-cache: 2 uncached,
+], ids=["mha", "cached"])  # then per sequence a prefill of 4 and 4 tokens one by one, then 2 measuring a token
 def test_progress_reports_each_rule_as_it_is_done_and_counts_every_forward(module, forwards):
     results, reports, ran = forwards_of(module)
     done = [report for report in reports if report.check is not None]
@@ -770,7 +822,7 @@ def test_rules_runs_only_those_rules_and_their_forwards():
     results, reports, ran = forwards_of(module, rules=["kv-cache", "causal"])
     assert [check.rule for check in results] == ["causal", "kv-cache"]  # in RULES order
     assert [check.status for check in results] == ["pass", "pass"]
-    assert ran == 1 + 7 + 12 and reports[-1].rules_total == 2
+    assert ran == 1 + 7 + 12 + 2 and reports[-1].rules_total == 2
     assert [c.rule for c in checks.check_module(module, rules="scaling")] == ["scaling"]
     with pytest.raises(ValueError, match="no rule 'causality': the rules are rows-sum-to-one, causal"):
         checks.check_module(module, rules=["causality"])

@@ -691,10 +691,11 @@ class LearnerSWAWithSDPA(LearnerSWA):
 
 
 class LearnerCachedSWA(LearnerSWA):
-    """LearnerSWA with a KV cache that keeps only the last W tokens' keys and values: all a window needs."""
+    """LearnerSWA with a KV cache that keeps only the last W tokens' keys and values: all a window needs;
+    ``bug="keeps-all"``: the cache keeps every token (the step still attends over the window alone)."""
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3):
-        super().__init__(d_in, d_out, context_length, dropout, num_heads, sliding_window_size)
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3, bug=None):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, sliding_window_size, bug=bug)
         self.cache_k = self.cache_v = None
         self.ptr_current_pos = 0
 
@@ -707,7 +708,10 @@ class LearnerCachedSWA(LearnerSWA):
             if self.cache_k is not None:
                 keys, values = torch.cat([self.cache_k, keys], dim=2), torch.cat([self.cache_v, values], dim=2)
             window = self.sliding_window_size
-            self.cache_k, self.cache_v = keys[:, :, -window:], values[:, :, -window:]
+            self.cache_k, self.cache_v = keys[:, :, -window:], values[:, :, -window:]  # (b, h, ≤ W, hd) each
+            if self.bug == "keeps-all":
+                self.cache_k, self.cache_v = keys, values  # (b, h, cached + n, hd) each
+                keys, values = keys[:, :, -(window + n - 1):], values[:, :, -(window + n - 1):]  # the window's keys
             self.ptr_current_pos += n
         q_positions = torch.arange(start, start + n)
         k_positions = torch.arange(start + n - keys.shape[2], start + n)
@@ -719,6 +723,100 @@ class LearnerCachedSWA(LearnerSWA):
 
     def reset_cache(self):
         self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+
+class LearnerCachedGQA(LearnerGQA):
+    """LearnerGQA with the book's KV cache (04_gqa): ``cache_k``/``cache_v`` (b, num_kv_groups, n, head_dim) hold the
+    K/V heads before ``repeat_interleave``; ``rotary``: the new queries and keys rotated at ``ptr_current_pos``, the
+    keys cached rotated (Llama 3).  ``bug``: ``"caches-repeated"`` caches K/V after the repeat (num_heads heads),
+    ``"repeat-on-cached-path"`` repeats the cached K with ``.repeat``, ``"rerotate"`` rotates every cached key again
+    from position 0 each step, ``"no-offset"`` rotates the new queries and keys from position 0 (the mask is right)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups=2, rotary=False, bug=None):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, num_kv_groups, rotary=rotary)
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+        self.bug = bug
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = self.W_key(x).view(b, n, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        values = self.W_value(x).view(b, n, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        start = self.ptr_current_pos if use_cache else 0
+        if self.rotary:
+            rotated_at = 0 if self.bug == "no-offset" else start
+            queries = rotate(queries, self.cos, self.sin, rotated_at)  # (b, h, n, hd)
+            if self.bug != "rerotate":
+                keys = rotate(keys, self.cos, self.sin, rotated_at)  # (b, g, n, hd)
+        if self.bug == "caches-repeated":
+            keys = keys.repeat_interleave(self.group_size, dim=1)  # (b, h, n, hd)
+            values = values.repeat_interleave(self.group_size, dim=1)  # (b, h, n, hd)
+        if use_cache:
+            if self.cache_k is not None:
+                keys = torch.cat([self.cache_k, keys], dim=2)  # (b, g, cached + n, hd)
+                values = torch.cat([self.cache_v, values], dim=2)  # (b, g, cached + n, hd)
+            self.ptr_current_pos += n
+        if self.bug == "rerotate":
+            keys = rotate(keys, self.cos, self.sin)  # (b, g, k, hd): the cached keys rotated once more
+        if use_cache:
+            self.cache_k, self.cache_v = keys, values
+        if self.bug != "caches-repeated":
+            repeat_cached = self.bug == "repeat-on-cached-path" and use_cache
+            keys = (keys.repeat(1, self.group_size, 1, 1) if repeat_cached
+                    else keys.repeat_interleave(self.group_size, dim=1))  # (b, h, k, hd)
+            values = values.repeat_interleave(self.group_size, dim=1)  # (b, h, k, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, k) -> (b, h, n, k)
+        attn_scores.masked_fill_(self.mask.bool()[start:start + n, :keys.shape[2]], -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+
+class LearnerCachedMLA(LearnerMLA):
+    """LearnerMLA with the book's latent cache (05_mla): ``cache_c_kv`` (b, n, latent_dim), K and V computed from it
+    every step; ``bug="caches-kv"``: it caches the up-projected K and V instead (2 × d_out per token)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, latent_dim=8, bug=None):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, latent_dim)
+        self.latent_dim = latent_dim
+        self.cache_c_kv = self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+        self.bug = bug
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        latent = self.W_DKV(x)  # (b, n, latent_dim)
+        start = self.ptr_current_pos if use_cache else 0
+        if use_cache and self.bug != "caches-kv":
+            if self.cache_c_kv is not None:
+                latent = torch.cat([self.cache_c_kv, latent], dim=1)  # (b, cached + n, latent_dim)
+            self.cache_c_kv = latent
+        keys_all, values_all = self.W_UK(latent), self.W_UV(latent)  # (b, k, d_out) each
+        if use_cache and self.bug == "caches-kv":
+            if self.cache_k is not None:
+                keys_all = torch.cat([self.cache_k, keys_all], dim=1)  # (b, cached + n, d_out)
+                values_all = torch.cat([self.cache_v, values_all], dim=1)  # (b, cached + n, d_out)
+            self.cache_k, self.cache_v = keys_all, values_all
+        if use_cache:
+            self.ptr_current_pos += n
+        k = keys_all.shape[1]
+        queries = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = keys_all.view(b, k, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, k, hd)
+        values = values_all.view(b, k, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, k, hd)
+        attn_scores = queries @ keys.transpose(-2, -1)  # (b, h, n, hd) @ (b, h, hd, k) -> (b, h, n, k)
+        attn_scores = attn_scores.masked_fill(self.mask.bool()[start:start + n, :k], -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_c_kv = self.cache_k = self.cache_v = None
         self.ptr_current_pos = 0
 
 
