@@ -34,8 +34,10 @@ which cell, which value, what it should be:
   ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step (skipped
   when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside the
   whole sequence's forward, and the failure names what the evidence shows: the module's position counter, how many
-  tokens its cache holds, where the step's mask puts the new tokens, which of its queries, keys or values differ.
-  A cache the module resets itself says, on a pass, what its ``cache…``
+  tokens its cache holds, where the step's mask puts the new tokens, which of its queries, keys or values differ —
+  for a rotary module, a query or cached key of the right length turned by another angle (rotated at the wrong
+  position); keys or values that are the whole sequence's K/V heads in ``.repeat``'s order instead of
+  ``repeat_interleave``'s, or the reverse.  A cache the module resets itself says, on a pass, what its ``cache…``
   tensors hold after the sequence (tokens × elements per token, counted along the dimension that grows by one from
   the first token to the second), and fails, its outputs right, when that is more than the variant it declares
   needs: more than its window's W tokens, more than K and V of ``num_kv_groups`` heads, more than ``latent_dim``.
@@ -1272,6 +1274,11 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
         if moved.max() <= TOLERANCE:
             continue
         first = int(moved.argmax()) + (start if stage == "queries" else 0)
+        words = _head_order_cause(stage, mine, theirs) if stage != "queries" else None
+        if words is None and stage != "values" and (counter is None or counter.before == start):
+            words = _rotary_cause(module, stage, mine, theirs, start)
+        if words is not None:
+            return words
         if stage == "queries":
             return (f"the step hides the right keys, but its query for token {first} differs from the whole "
                     f"sequence's by {moved.max().item():.3g}, from the same input: what it takes from its position "
@@ -1282,6 +1289,61 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
                 f"sequence's by {moved.max().item():.3g}: the cache must hold each token's {which} as the whole "
                 "sequence computes them")
     return None
+
+
+def _head_order_cause(stage: str, mine: torch.Tensor, theirs: torch.Tensor) -> str | None:
+    """Words for a step whose keys or values (1, H, k, hd) are the whole sequence's K/V heads repeated in the other
+    order: for some number g of K/V heads that divides H, ``.repeat`` gives head h K/V head h mod g, and
+    ``repeat_interleave`` K/V head h ÷ (H/g); None when no such reordering gives the step's heads."""
+    heads = theirs.shape[1]
+    which = "keys" if stage == "keys" else "values"
+    for groups in range(2, heads):
+        if heads % groups:
+            continue
+        size = heads // groups  # query heads per K/V head
+        as_repeat = [(head % groups) * size for head in range(heads)]  # the whole's interleaved heads, repeated
+        as_interleave = [head // size for head in range(heads)]  # the whole's repeated heads, interleaved
+        for order, mine_uses, theirs_uses in ((as_repeat, ".repeat (K1, K2, K1, K2)",
+                                               "repeat_interleave (K1, K1, K2, K2)"),
+                                              (as_interleave, "repeat_interleave (K1, K1, K2, K2)",
+                                               ".repeat (K1, K2, K1, K2)")):
+            if torch.allclose(mine.float(), theirs[:, order].float(), atol=TOLERANCE, rtol=0):
+                return (f"the step hides the right keys, but its {which} are the whole sequence's K/V heads in another "
+                        f"order: the cached step repeats them with {mine_uses}, the whole sequence with "
+                        f"{theirs_uses} — use repeat_interleave(group_size, dim=1) on both")
+    return None
+
+
+ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # the names rotary embeddings go by
+
+
+def _rotary(module: nn.Module) -> bool:
+    """Whether the module uses rotary embeddings by the names it holds and calls: a buffer or submodule, or a name
+    its forward's code uses, with a part (split at "." and "_") in ROTARY_NAMES."""
+    names = [name for name, _ in module.named_buffers()] + [name for name, _ in module.named_modules()]
+    code = getattr(type(module).forward, "__code__", None)  # None: a forward that is not Python code
+    names += list(code.co_names) if code is not None else []
+    return any(part.lower() in ROTARY_NAMES for name in names for part in name.replace(".", "_").split("_"))
+
+
+def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: torch.Tensor, start: int) -> str | None:
+    """Words for a rotary module's step whose queries or cached keys (1, h, q or k, hd) have the whole sequence's
+    lengths but other directions — what a rotation by the wrong position's angle does (it keeps a vector's length);
+    None when the module is not rotary or a length differs."""
+    differs = (mine.float() - theirs.float()).abs().amax(dim=-1) > TOLERANCE  # (1, h, tokens)
+    mine_lengths, theirs_lengths = mine.float().norm(dim=-1), theirs.float().norm(dim=-1)  # (1, h, tokens) each
+    if not _rotary(module) or not torch.allclose(mine_lengths[differs], theirs_lengths[differs], rtol=1e-4,
+                                                 atol=TOLERANCE):
+        return None
+    first = int(differs.any(dim=1)[0].nonzero()[0]) + (start if stage == "queries" else 0)
+    turned = "the same length, another direction"
+    if stage == "queries":
+        return (f"the step hides the right keys, but its query for token {first} is the whole sequence's turned by "
+                f"another angle ({turned}): the new queries and keys are rotated at the wrong position — rotate them "
+                f"at offset start_pos = {start} (the tokens already cached)")
+    return (f"the step hides the right keys, but the cached key of token {first} is the whole sequence's turned by "
+            f"another angle ({turned}): the keys are rotated at the wrong positions — rotate only the new keys, at "
+            "offset start_pos (the tokens already cached), and cache them rotated")
 
 
 def _mask_offset(hidden: torch.Tensor) -> tuple[int, float] | None:

@@ -620,11 +620,10 @@ def test_kv_cache_checks_transformers_own_llama_and_gpt2_attention_with_a_dynami
     assert "each given the DynamicCache the forward before filled (past_key_values)" in results["kv-cache"].evidence
     check = verdict(llama_layer(rotary_from_0=True), "kv-cache", rules=["kv-cache"])
     assert check.status == "fail" and check.evidence.startswith("sequence 1, token 4: the cached output differs")
-    assert re.search(r"the step hides the right keys, but its query for token 4 differs from the whole sequence's by "
-                     r"[0-9.]+, from the same input: what it takes from its position \(rotary angles, a position "
-                     r"embedding\) is computed for another position — give token 4 position 4 \(the tokens already "
-                     r"cached plus its index in the step\) \(each forward given the DynamicCache",
-                     check.evidence), check
+    assert ("the step hides the right keys, but its query for token 4 is the whole sequence's turned by another angle "
+            "(the same length, another direction): the new queries and keys are rotated at the wrong position — rotate "
+            "them at offset start_pos = 4 (the tokens already cached) (each forward given the DynamicCache"
+            in check.evidence), check
 
 
 def test_a_cache_argument_of_a_tuple_cache_names_the_mask_that_ignores_the_past():
@@ -731,6 +730,25 @@ def test_kv_cache_fails_a_cache_that_holds_more_than_its_variant_needs(module, w
                                                                 "of 4 tokens, then 4 tokens one by one, give the "
                                                                 "uncached outputs (≤ 1e-05), but "), check
     assert check.evidence.endswith(words), check
+    assert failing(module) == {"kv-cache"}
+
+
+@pytest.mark.parametrize(("bug", "words"), [
+    ("rerotate", "the step hides the right keys, but the cached key of token 1 is the whole sequence's turned by "
+                 "another angle (the same length, another direction): the keys are rotated at the wrong positions — "
+                 "rotate only the new keys, at offset start_pos (the tokens already cached), and cache them rotated"),
+    ("no-offset", "the step hides the right keys, but its query for token 4 is the whole sequence's turned by another "
+                  "angle (the same length, another direction): the new queries and keys are rotated at the wrong "
+                  "position — rotate them at offset start_pos = 4 (the tokens already cached)"),
+    ("repeat-on-cached-path", "the step hides the right keys, but its keys are the whole sequence's K/V heads in "
+                              "another order: the cached step repeats them with .repeat (K1, K2, K1, K2), the whole "
+                              "sequence with repeat_interleave (K1, K1, K2, K2) — use repeat_interleave(group_size, "
+                              "dim=1) on both"),
+])
+def test_kv_cache_names_rotary_and_grouped_query_cache_bugs(bug, words):
+    module = learner(um.LearnerCachedGQA, 2, rotary=bug != "repeat-on-cached-path", bug=bug)
+    check = verdict(module, "kv-cache")
+    assert check.status == "fail" and check.evidence.endswith(words), check
     assert failing(module) == {"kv-cache"}
 
 
