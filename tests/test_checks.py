@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import rasbt_cached
 from helpers import user_modules as um
 
 from attnviz import checks, time_limit, tracing, variants
@@ -682,19 +681,10 @@ def test_kv_cache_passes_a_sliding_window_cache_that_keeps_only_w_tokens():
     assert module.cache_k.shape[2] == 3  # it really keeps only the window
 
 
-def rasbt(cls, *args, **kwargs):
-    torch.manual_seed(0)
-    return cls(16, 32, 0.0, 4, *args, **kwargs).eval()  # rasbt's bonus classes take no context_length; head_dim 8
-
-
 @pytest.mark.parametrize(("module", "holds"), [
     (lambda: cached(), "8 tokens of 64 elements (256 bytes) each: cache_k (1, 8, 4, 8), cache_v (1, 8, 4, 8)"),
-    (lambda: rasbt(rasbt_cached.GroupedQueryAttention, 2),
+    (lambda: learner(um.LearnerCachedGQA, 2),
      "8 tokens of 32 elements (128 bytes) each: cache_k (1, 2, 8, 8), cache_v (1, 2, 8, 8)"),
-    (lambda: rasbt(rasbt_cached.MultiHeadLatentAttention, latent_dim=8),
-     "8 tokens of 8 elements (32 bytes) each: cache_c_kv (1, 8, 8)"),
-    (lambda: rasbt(rasbt_cached.MultiHeadAttentionWithSWA, sliding_window_size=3),
-     "3 tokens of 64 elements (256 bytes) each: cache_k (1, 3, 4, 8), cache_v (1, 3, 4, 8)"),
     (lambda: learner(um.LearnerCachedGQA, 2, rotary=True),
      "8 tokens of 32 elements (128 bytes) each: cache_k (1, 2, 8, 8), cache_v (1, 2, 8, 8)"),
     (lambda: learner(um.LearnerCachedMLA, 8), "8 tokens of 8 elements (32 bytes) each: cache_c_kv (1, 8, 8)"),
@@ -704,8 +694,8 @@ def rasbt(cls, *args, **kwargs):
                                             "bytes), no more than after the first token"),
 ])
 def test_kv_cache_says_what_a_correct_cache_holds_after_the_sequence(module, holds):
-    """rasbt's GQA, MLA and SWA caches, a plain MHA cache and the learner's variants pass, and the evidence says what
-    the cache holds per token after the last sequence (K/V heads × head_dim × 2, the latent, W tokens)."""
+    """A plain MHA cache and the learner's GQA (with and without rotary), MLA and SWA caches pass, and the evidence
+    says what the cache holds per token after the last sequence (K/V heads × head_dim × 2, the latent, W tokens)."""
     check = verdict(module(), "kv-cache")
     assert check.status == "pass" and check.evidence.endswith(f"; after 8 tokens the cache holds {holds}"), check
 
