@@ -1109,15 +1109,10 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
     tensors' size now ÷ what one token adds (a second token's size less the first's); None when they hold ``stop``,
     or cannot tell."""
     held = _cache_sizes(module)
-    sizes = []
-    reset()
-    with torch.no_grad():
-        for tokens in (1, 2):
-            try:
-                tracing.run_forward(module, sequence[:, tokens - 1:tokens], use_cache=True)
-            except tracing.TraceError:  # these forwards ran before without raising; the cause stays unnamed
-                return None
-            sizes.append(_cache_sizes(module))
+    fed = _first_two_tokens(module, reset, sequence)
+    if fed is None:  # these forwards ran before without raising; the cause stays unnamed
+        return None
+    sizes = [{name: shape.numel() for name, shape in shapes.items()} for shapes in fed]
     for name, size in held.items():
         first, second = sizes[0].get(name), sizes[1].get(name)
         per_token = None if first is None or second is None else second - first
@@ -1138,6 +1133,22 @@ def _cache_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
     """name -> every tensor the module keeps (an attribute or a buffer) under a name with "cache" in it."""
     tensors = {**{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}, **dict(module.named_buffers())}
     return {name: value for name, value in tensors.items() if "cache" in name}
+
+
+def _first_two_tokens(module: nn.Module, reset, sequence: torch.Tensor) -> list[dict[str, torch.Size]] | None:
+    """The shapes of the module's cache tensors (:func:`_cache_tensors`) after ``reset()`` and ``sequence``'s first
+    token fed with ``use_cache=True``, then after its second: what one token adds; None when one of the two forwards
+    raises."""
+    fed = []
+    reset()
+    with torch.no_grad():
+        for tokens in (1, 2):
+            try:
+                tracing.run_forward(module, sequence[:, tokens - 1:tokens], use_cache=True)
+            except tracing.TraceError:
+                return None
+            fed.append({name: value.shape for name, value in _cache_tensors(module).items()})
+    return fed
 
 
 def _cache_sizes(module: nn.Module) -> dict[str, int]:
@@ -1175,15 +1186,10 @@ def _cache_held(module: nn.Module, reset, sequence: torch.Tensor) -> _CacheHeld 
     now = _cache_tensors(module)
     if not now:
         return None
-    shapes = []
-    reset()
-    with torch.no_grad():
-        for tokens in (1, 2):
-            try:
-                tracing.run_forward(module, sequence[:, tokens - 1:tokens], use_cache=True)
-            except tracing.TraceError:  # these forwards ran before without raising: nothing more to say
-                return None
-            shapes.append({name: tuple(value.shape) for name, value in _cache_tensors(module).items()})
+    fed = _first_two_tokens(module, reset, sequence)
+    if fed is None:  # these forwards ran before without raising: nothing more to say
+        return None
+    shapes = [{name: tuple(shape) for name, shape in fed_shapes.items()} for fed_shapes in fed]
     tokens, per_token, per_token_bytes = {}, 0, 0
     for name, value in now.items():
         first, second = shapes[0].get(name), shapes[1].get(name)
