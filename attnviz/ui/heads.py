@@ -40,6 +40,7 @@ from attnviz.urlstate import (
     parse_head,
     parse_stage,
     parse_window_start,
+    url_text_fits,
 )
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
@@ -247,14 +248,16 @@ def _map_key(identity: tuple, fresh: bool = False) -> str:
 CELL_NOTICE = page_param_notice("heads_cell")  # the page's notice about a link's cell that the map has not
 
 
-def _cell_from_map(map_key: str, n: int) -> None:
+def _cell_from_map(map_key: str, n: int, text_in_url: bool = True) -> None:
     """``on_select`` of the focused map: the URL's ``cell`` is the one cell clicked (none for a box or lasso of several,
-    or a selection cleared) before the rerun draws the Share link, so a click is one entry of the browser's history."""
+    or a selection cleared) before the rerun draws the Share link, so a click is one entry of the browser's history.
+    None either where the map's text is too long for the URL (``text_in_url`` False): a link or a reload opens another
+    text, and the cell would explain a cell of its map; the session's map keeps its selection."""
     from attnviz.ui import why
 
     st.session_state.pop(CELL_NOTICE, None)  # the user's own click: the link's refused cell is moot
     cells = why.selected_cells(st.session_state.get(map_key), n)
-    set_page_param(CELL, cell_text(*cells[0]) if len(cells) == 1 else None)
+    set_page_param(CELL, cell_text(*cells[0]) if len(cells) == 1 and text_in_url else None)
 
 
 def _linked_cell(n: int) -> list[tuple[int, int]]:
@@ -317,7 +320,8 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     with map_col:
         if overview is not None:
             st.plotly_chart(overview, key="heads_map_overview", config=plotly_config(f"{filename}-overview"))
-        event = st.plotly_chart(fig, key=map_key, on_select=functools.partial(_cell_from_map, map_key, trace.n),
+        on_cell = functools.partial(_cell_from_map, map_key, trace.n, url_text_fits(trace.text))
+        event = st.plotly_chart(fig, key=map_key, on_select=on_cell,
                                 selection_mode=("points", "box", "lasso"),
                                 config=plotly_config(filename))
         st.caption("Drag to zoom (double-click resets); click a cell to see why it has its weight; "

@@ -219,6 +219,9 @@ def test_a_click_on_the_focused_map_writes_the_urls_cell_and_a_box_of_several_dr
     state["heads_map_0"] = {"selection": {"points": []}}  # a double click clears the selection
     heads._cell_from_map("heads_map_0", 5)
     assert "cell" not in query
+    state["heads_map_0"] = {"selection": {"points": [{"x": 1, "y": 3}]}}
+    heads._cell_from_map("heads_map_0", 5, text_in_url=False)  # a link would open another text: no cell of its map
+    assert "cell" not in query
 
 
 def test_the_cell_comes_back_with_its_map_and_not_with_another():
