@@ -27,6 +27,7 @@ if trace.module_run is not None:  # the user's module: its own ops, as it ran th
     rows = diagram.op_rows(trace)
 else:
     st.markdown(f"**{diagram.head_dim_equation(config)}**")
-    st.graphviz_chart(diagram.shape_dot(trace.shapes, config, rankdir="TB"))  # top to bottom: readable at page width
+    st.graphviz_chart(diagram.shape_dot(trace.shapes, config, rankdir="TB", window=trace.window,  # top to bottom
+                                        hides_future=trace.hides_future))
     rows = diagram.shape_rows(trace.shapes, config)
 st.dataframe(pd.DataFrame(rows), hide_index=True, height=36 * (len(rows) + 1) + 3)  # every stage, no scrolling

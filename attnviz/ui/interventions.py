@@ -163,7 +163,7 @@ def _knock_out(trace, head: int, position: int) -> None:
     from attnviz.tokens import pieces
 
     ref, ids, layer = trace.config.checkpoint, tuple(trace.token_ids), trace.model.layer
-    if trace.config.causal:  # the run's own top-5 is the model's, as trained
+    if trace.hides_future:  # the run's own top-5 is the model's, as trained (a sliding-window layer always masks)
         intact_ids, intact_probs = trace.model.top_ids[position], trace.model.top_probs[position]  # (5,) each
     else:  # the run was unmasked: the knock-out compares with the model as trained
         st.caption(AS_TRAINED)
@@ -201,7 +201,10 @@ def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
         st.caption(f"The focused view's window: query rows {row0}…{row0 + size - 1}, "
                    f"key columns {col0}…{col0 + size - 1}.")
     left, right = st.columns(2)
-    common = {"causal": trace.config.causal, "row_offset": row0, "col_offset": col0, "height": 420, "validate": False}
+    hidden = (~np.isfinite(trace.attention_map("masked", head))[cells] if trace.window is not None  # (size, size)
+              else None)  # the layer's sliding window, greyed as on the focused map
+    common = {"causal": trace.hides_future, "hidden": hidden, "row_offset": row0, "col_offset": col0, "height": 420,
+              "validate": False}
     left.plotly_chart(figures.attention_heatmap(weights[cells], trace.tokens, "weights", title=f"head {head}: weights",
                                                 **common),
                       config=plotly_config("attnviz-weights"), key="heads_vw_weights")
@@ -215,7 +218,7 @@ def _through_the_layers(trace, position: int, window: tuple[int, int, int]) -> N
     from attnviz.tokens import pieces
 
     ref, ids, layer = trace.config.checkpoint, tuple(trace.token_ids), trace.model.layer
-    if not trace.config.causal:
+    if not trace.hides_future:
         st.caption(AS_TRAINED)
     st.markdown(f"**Attention rollout up to layer {layer}** (Abnar & Zuidema 2020): each layer's mean map "
                 "mixed half-and-half with the identity (the residual), multiplied through the layers — how much "

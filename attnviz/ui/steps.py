@@ -41,7 +41,7 @@ def draw(page_run: Context) -> None:
         head = head_selector("steps_focus", trace.num_heads)
         row0, col0, size = window_selector("steps", trace.n, overview=False)
         share_link(page_run.link)  # the URL holds the head, stage and window this run draws
-        step = steps.step_text(config, stage, trace.module_run, window=trace.window)
+        step = steps.step_text(config, stage, trace.module_run, window=trace.window, hides_future=trace.hides_future)
         st.markdown(f"**{step['what']}**")
         st.code(step["code"], language="python")
         view = HeadWindow(trace, head, row0, col0, size, stage)

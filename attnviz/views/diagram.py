@@ -3,7 +3,8 @@ compact HTML flows of the same (:func:`shape_flow_html`), of a KV cache's step (
 user module's own ops (:func:`op_flow_html`, :func:`op_dot`).
 
 Pure functions of ``Trace.shapes`` (the ordered ``(stage, shape)`` pairs recorded from the real
-tensors) and the run's ``AttentionConfig``; nothing here runs a model or imports Streamlit.  The Shapes page
+tensors), the run's ``AttentionConfig`` and its own mask (``Trace.window``, ``Trace.hides_future``: a checkpoint's layer
+has its own); nothing here runs a model or imports Streamlit.  The Shapes page
 hands :func:`shape_dot`'s string to ``st.graphviz_chart`` and :func:`shape_rows` to a table; the other pages draw
 the HTML flows with ``st.html``.
 
@@ -148,11 +149,19 @@ def _attrs(**attrs: str | float | None) -> str:
     return ", ".join(f"{key}={quote(str(value))}" for key, value in attrs.items() if value is not None)
 
 
+def _mask(config: AttentionConfig, window: int | None, hides_future: bool | None) -> tuple[int | None, bool]:
+    """(window, hides the future) of the run: those given (the trace's own), else the config's."""
+    return (window if window is not None else config.window,
+            hides_future if hides_future is not None else config.hides_future)
+
+
 def _titles(
-    config: AttentionConfig, shapes: dict[str, tuple[int, ...]], heads: int | None
+    config: AttentionConfig, shapes: dict[str, tuple[int, ...]], heads: int | None, mask: tuple[int | None, bool]
 ) -> dict[str, tuple[str, bool]]:
-    """stage -> (operation line, off?).  ``off`` stages did nothing in this run."""
+    """stage -> (operation line, off?).  ``off`` stages did nothing in this run; ``mask`` is the run's own (window,
+    hides the future) (:func:`_mask`)."""
     spec = config.spec
+    window, hides_future = mask
     if spec.heads == variants.BATCHED:
         d_k = shapes["transpose"][-1]
         scale = f"÷√dₖ, dₖ = head_dim = {d_k}"
@@ -173,10 +182,11 @@ def _titles(
 
     dropout_off = not config.dropout_runs
     projections = _projections(spec)
-    masked = "causal mask: −∞ above diagonal" if config.causal else "mask off"
-    if "sliding_window_size" in spec.settings:
-        masked = (f"sliding window W = {config.window}: −∞ where j > i or i − j ≥ {config.window} (a band)"
-                  if config.window is not None else "sliding window W = None: −∞ above diagonal (no band)")
+    masked = "causal mask: −∞ above diagonal" if hides_future else "mask off"
+    if window is not None:
+        masked = f"sliding window W = {window}: −∞ where j > i or i − j ≥ {window} (a band)"
+    elif "sliding_window_size" in spec.settings:
+        masked = "sliding window W = None: −∞ above diagonal (no band)"
     g = shapes["kv_groups"][1] if "kv_groups" in shapes else None
     rotation = f"rotate by position (RoPE, base {config.rope_base:,})"
     return {
@@ -193,7 +203,7 @@ def _titles(
         "transpose": ("transpose(1, 2)", False),
         "scores": ("Q · Kᵀ", False),
         "scaled": (("skipped: no ÷√dₖ" if unscaled else scale), unscaled),
-        "masked": (masked, not config.causal),
+        "masked": (masked, not hides_future),
         "weights": ("softmax (rows sum to 1)", False),
         "dropped": (
             dropout_off_reason(config, short=True) if dropout_off else f"dropout p = {config.dropout:g} (train)",
@@ -239,10 +249,15 @@ def shape_dot(
     config: AttentionConfig,
     highlight: str | None = None,
     rankdir: str | None = None,
+    *,
+    window: int | None = None,
+    hides_future: bool | None = None,
 ) -> str:
     """Graphviz DOT source of this run's attention pipeline, with the recorded shapes.
 
-    ``trace_shapes`` is ``Trace.shapes``; ``config`` the run's config (variant, causal, dropout).
+    ``trace_shapes`` is ``Trace.shapes``; ``config`` the run's config (variant, causal, dropout); ``window`` and
+    ``hides_future`` the run's own mask (``Trace.window``, ``Trace.hides_future``: a checkpoint's layer has its own),
+    else the config's.
     ``highlight`` names a stage (``"masked"``, ``"masked ×12"``, ``"view"`` …): that node gets
     :data:`HIGHLIGHT_FILL` (the rotation's two nodes together); a known stage this variant does not have
     (``"view"`` for a single head) highlights nothing.  ``rankdir`` overrides the left-to-right layout
@@ -250,7 +265,7 @@ def shape_dot(
     """
     spec = config.spec
     shapes, names, heads, lit = _read_shapes(trace_shapes, spec, highlight)
-    titles = _titles(config, shapes, heads)
+    titles = _titles(config, shapes, heads, _mask(config, window, hides_future))
     graph = _DotGraph(spec, _stages(spec, shapes), shapes, names, titles, heads, lit)
     lines = [*_dot_header(rankdir or "LR"), *graph.nodes(config.qkv_bias), *graph.edges(), "}"]
     return "\n".join(lines) + "\n"
@@ -414,17 +429,19 @@ def _flow(css_class: str, body: str, style: str = "") -> str:
             f'{body}</div>')
 
 
-def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None) -> str:
+def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None, *,
+                    window: int | None = None, hides_future: bool | None = None) -> str:
     """The compact shape diagram as plain HTML: one box per recorded tensor, top to bottom, with its
     shape, the stage on view (``highlight``) filled like :func:`shape_dot`'s, and stages that did
     nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`, but
     laid out by the browser's own HTML layout: a Graphviz chart is laid out and animated in the browser
-    on every change, which makes each settings change wait for it.
+    on every change, which makes each settings change wait for it.  ``window`` and ``hides_future``: the run's own
+    mask, as for :func:`shape_dot`.
 
     Every string is escaped; the result is safe for ``st.html``."""
     spec = config.spec
     shapes, names, heads, lit = _read_shapes(trace_shapes, spec, highlight)
-    titles = _titles(config, shapes, heads)
+    titles = _titles(config, shapes, heads, _mask(config, window, hides_future))
     weighted = spec.weights is not None
     arrows = {  # what the arrow into a stage carries, where it is not just "the row above"
         **{stage: (weight if weighted else "as is") for weight, _, stage in _projections(spec)},

@@ -27,13 +27,16 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
         raise InputError(f"head must be a whole number from 0 to {heads - 1} (this run has {heads} heads), "
                          f"got {head!r}")
     maps = trace.steps[stage][0]  # (heads, n, n)
-    grid = figures.mark_focus(figures.heads_grid(maps, stage, causal=config.causal, dropout=config.effective_dropout),
-                              head)
-    focused = figures.attention_heatmap(maps[head], trace.tokens, stage, causal=config.causal,
-                                        dropout=config.effective_dropout,
-                                        title=f"head {head}: {figures.MAP_TITLES[stage]}")
+    # the run's own mask (a checkpoint's layer has its own window, and may hide the future whatever causal says)
+    hidden = ~np.isfinite(trace.steps["masked"][0]) if trace.window is not None else None  # (heads, n, n)
+    mask = {"causal": trace.hides_future, "dropout": config.effective_dropout}
+    grid = figures.mark_focus(figures.heads_grid(maps, stage, hidden=hidden, window=trace.window, **mask), head)
+    focused = figures.attention_heatmap(maps[head], trace.tokens, stage, **mask,
+                                        hidden=None if hidden is None else hidden[head],
+                                        title=f"head {head}: {figures.map_title(stage, trace.window)}")
     flow = (diagram.op_flow_html(trace, highlight=stage) if trace.module_run is not None
-            else diagram.shape_flow_html(trace.shapes, config, highlight=stage))
+            else diagram.shape_flow_html(trace.shapes, config, highlight=stage, window=trace.window,
+                                         hides_future=trace.hides_future))
     return {"grid": grid, "head": focused, "flow": flow}
 
 

@@ -109,10 +109,11 @@ WINDOW_TEXT = ("Hide the future and the distant past: query i sees key j only wh
                "−∞, so softmax gives them weight 0.")
 
 
-def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | None = None) -> dict:
+def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | None = None,
+              hides_future: bool | None = None) -> dict:
     """What the stage does, and the line of the running source that does it (``run``: a traced user module's
-    ``trace.module_run``, whose own line is shown; ``window``: the run's own window, ``trace.window``, where a
-    checkpoint's layer has one; else the config's)."""
+    ``trace.module_run``, whose own line is shown; ``window`` and ``hides_future``: the run's own mask,
+    ``trace.window`` and ``trace.hides_future``, where a checkpoint's layer has its own; else the config's)."""
     what = STEP_TEXT[stage]
     window = window if window is not None else config.window
     if stage == "masked" and run is None and window is not None:
@@ -128,7 +129,7 @@ def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | No
             "dropped": "The simplified version (section 3.3) has no dropout: dropped = weights.",
         }.get(stage, what)
         code = "# this variant has no such line"
-    elif stage == "masked" and not config.causal:
+    elif stage == "masked" and not (hides_future if hides_future is not None else config.hides_future):
         code += "  # skipped: causal mask off"
     return {"what": what, "code": code}
 

@@ -192,3 +192,22 @@ def test_causal_off_on_a_model_without_a_window_is_not_called_ignored(swa_model,
     assert off.window is None and not off.hides_future
     assert np.triu(off.steps["weights"][0], 1).max() > 0  # multi-head attention: the switch applies
     assert not any("Ignored causal" in note for note in off.notes)
+
+
+def test_a_saved_window_layers_heads_view_in_a_notebook_draws_its_own_mask(tmp_path):
+    """``attnviz.show(attnviz.load_trace(...))`` of a window layer run with Causal off: the focused head's map greys
+    every key W or more behind its query and every later key (the book's sliding-window class masks whatever the
+    switch says), and the shape flow beside it names the window, not "mask off"."""
+    from helpers.maps import cells_shown
+
+    from attnviz import trace_file
+    from attnviz.views import notebook
+
+    run = pipeline.run(TEXT, AttentionConfig(checkpoint=str(save_schedule(tmp_path, 1)), layer=0, causal=False))
+    saved = tmp_path / "layer0.npz"
+    saved.write_bytes(trace_file.trace_npz(run))
+    parts = notebook.figures_of(trace_file.load_trace(saved), head=1)
+    shown = cells_shown(parts["head"])  # (n, n): NaN where the map greys the cell
+    i, j = np.indices(shown.shape)
+    assert np.array_equal(np.isnan(shown), (j > i) | (i - j >= WINDOW))
+    assert f"sliding window W = {WINDOW}" in parts["flow"] and "mask off" not in parts["flow"]

@@ -136,3 +136,56 @@ def test_the_heads_page_says_the_shown_layers_own_mask_and_that_causal_off_is_ig
     assert len(ignored) == (causal == "false"), shown(at)
     if causal == "false":
         assert "causal mask off ignored" in caption, caption
+
+
+@pytest.mark.parametrize(("layer", "causal"), [(0, "true"), (0, "false"), (1, "false")])
+def test_the_shape_diagrams_and_the_steps_code_say_the_shown_layers_own_mask(layer, causal):
+    """Stride 1: layer 0 slides, layer 1 is full, and both mask whatever the Causal switch says: the flow beside the
+    step and the Shapes page's diagram name the layer's band or causal mask (never "mask off", nor a dashed, greyed
+    masked stage), and the masked step's code is not "skipped"."""
+    import html
+
+    masked = (f"sliding window W = {WINDOW}: −∞ where j > i or i − j ≥ {WINDOW} (a band)" if layer == 0
+              else "causal mask: −∞ above diagonal")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update(weights="stride1.pth", layer=str(layer), causal=causal, stage="masked")
+    at.switch_page("pages/steps.py").run()
+    no_exception(at)
+    flow = at.get("html")[0].proto.body  # the compact shape diagram beside the step
+    assert html.escape(masked) in flow and "mask off" not in flow, flow
+    masked_box = re.search(r'<div[^>]*data-stage="masked"[^>]*>', flow).group(0)
+    assert "dashed" not in masked_box, masked_box
+    code = [block.value for block in at.code]
+    assert any("masked_fill" in block for block in code) and not any("skipped" in block for block in code), code
+    at.switch_page("pages/shapes.py").run()
+    no_exception(at)
+    dot = at.get("graphviz_chart")[1].proto.spec  # the layer's attention (the whole model is the first)
+    assert masked.split(":")[0] in dot and "mask off" not in dot, dot
+
+
+def test_the_knock_out_of_a_window_layer_with_causal_off_runs_nothing_again(monkeypatch):
+    """The book's sliding-window class masks whatever the Causal switch says: the run is the model as trained, so
+    the knock-out's intact row is the run's own (no second intact forward pass) and no caption says otherwise."""
+    from attnviz.ui import interventions
+
+    intact_runs = []
+    ablate_next = models.ablate_next
+
+    def counted(model, token_ids, heads, position):
+        if not heads:
+            intact_runs.append(position)
+        return ablate_next(model, token_ids, heads, position)
+
+    monkeypatch.setattr(models, "ablate_next", counted)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update(weights="stride1.pth", layer="0", causal="false", text=TEXT)
+    at.run()
+    at.session_state["heads_what"] = True  # the learner opens "What this attention does"
+    at.run()
+    no_exception(at)
+    assert any("intact" in list(d.value.index) for d in at.dataframe)
+    assert intact_runs == [] and interventions.AS_TRAINED not in shown(at), shown(at)
+    at.session_state["heads_what_tab"] = "Rollout, logit lens"
+    at.run()
+    no_exception(at)
+    assert interventions.AS_TRAINED not in shown(at), shown(at)
