@@ -487,11 +487,12 @@ def link_settings(params: dict[str, str]) -> dict:
     return settings_from_query(params, weights_names=[params.get("weights", weights.BOOK)])[0]
 
 
-def settings_given(params: dict[str, str], values: dict) -> bool:
+def settings_given(params: dict[str, str], values: dict, *, without: tuple[str, ...] = ()) -> bool:
     """Whether a link whose settings parameters are ``params`` (each given once) gives the settings ``values``, however
-    it writes them (a text too long for a URL: never): the view it opens is ``values``' view."""
+    it writes them (a text too long for a URL: never): the view it opens is ``values``' view.  The settings named in
+    ``without`` are left out of the comparison (a text too long for a URL, which the session holds instead)."""
     given = _link_gives_with(params, values)
-    return all(url_value(key, given[key]) == url_value(key, values[key]) for key in SETTING_KEYS)
+    return all(url_value(key, given[key]) == url_value(key, values[key]) for key in SETTING_KEYS if key not in without)
 
 
 def link_gives(params: dict[str, str], values: dict) -> bool:

@@ -49,8 +49,11 @@ from attnviz.urlstate import (
     markdown_escape,
     settings_given,
     url_query,
+    url_text_fits,
     url_value,
 )
+
+_SETTLED_TEXT = "_settled_text"  # the text the last run settled the settings with (current_settings)
 
 
 @dataclass(frozen=True)
@@ -140,18 +143,31 @@ def current_settings() -> dict:
     a URL that gives these settings stays as it is, whether it names them all (the Share link) or none (a link to a
     page, ``/?head=2``).  The page's own parameters stay (the URL holds the shown page's only:
     ``state.keep_page_params``) — but the cell clicked on the focused map, where the settings differ from the URL's
-    (another text, layer, variant …: another map) — and anything else goes."""
+    (another text, layer, variant …: another map; a text too long for the URL is compared with the last run's:
+    :func:`_same_map`) — and anything else goes."""
     values = {key: st.session_state[key] for key in SETTING_KEYS}
+    text_before = st.session_state.get(_SETTLED_TEXT)
+    st.session_state[_SETTLED_TEXT] = values["text"]
     if _url_gives(values):
         return values
     kept = {key: st.query_params[key] for key in st.query_params if key in PAGE_PARAMS}  # in the URL's order
-    if not settings_given({key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}, values):
+    if not _same_map(values, text_before):
         kept.pop(CELL, None)  # a cell of the map the settings drew before: dropped in this one change of the URL
         forget_map_cell()
     query = {**url_query(values), **kept}
     if [(key, st.query_params.get_all(key)) for key in st.query_params] != [(key, [v]) for key, v in query.items()]:
         st.query_params.from_dict(query)  # only a change: each one the browser is sent is an entry of its history
     return values
+
+
+def _same_map(values: dict, text_before: str | None) -> bool:
+    """Whether the settings ``values`` draw the map the URL's settings drew (its clicked cell is still one of it).  A
+    text too long for the URL is not in it: the session holds it, and it is the same where the last run that settled
+    the settings had it too (``text_before``); the other settings are the URL's to compare."""
+    params = {key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}
+    if url_text_fits(values["text"]):
+        return settings_given(params, values)
+    return values["text"] == text_before and settings_given(params, values, without=("text",))
 
 
 def _url_gives(values: dict) -> bool:

@@ -683,3 +683,30 @@ def test_a_bad_train_setting_in_the_link_gives_a_notice_in_words_and_the_default
     assert notice in main_warnings(at)
     assert at.number_input(key="train_steps").value == int(live_train_steps())
     assert at.number_input(key="train_seed").value == 0
+
+
+def test_a_cell_clicked_on_the_map_of_a_text_too_long_for_the_url_stays_on_every_full_rerun():
+    """The text is not in the URL (the session holds it), so the URL's settings never give it: a full rerun that
+    changes no setting (the image-format radio, a page and back) keeps the cell and its explanation; another long text
+    is another map and drops it."""
+    from attnviz import urlstate
+
+    long_text = "=" * (urlstate.MAX_URL_TEXT_BYTES // 3 + 1)  # "%3D" each: over the limit, 64 tokens
+    assert not urlstate.url_text_fits(long_text)
+    at = open_app(num_heads="4", head="2")
+    at.text_area(key="text").input(long_text).run()
+    no_exception(at)
+    at.query_params["cell"] = "3,1"  # what a click on the focused map writes before its rerun
+    at.run()
+    no_exception(at)
+    assert explained(at) == "query 3, key 1" and url(at, "cell") == "3,1"
+    at.radio(key="image_format").set_value("svg").run()
+    no_exception(at)
+    assert explained(at) == "query 3, key 1" and url(at, "cell") == "3,1"
+    follow_link(at, "pages/steps.py")
+    follow_link(at, "pages/heads.py")
+    no_exception(at)
+    assert explained(at) == "query 3, key 1" and url(at, "cell") == "3,1"
+    at.text_area(key="text").input(long_text + "=").run()
+    no_exception(at)
+    assert explained(at) is None and url(at, "cell") is None
