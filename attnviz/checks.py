@@ -39,8 +39,9 @@ which cell, which value, what it should be:
   position); keys or values that are the whole sequence's K/V heads in ``.repeat``'s order instead of
   ``repeat_interleave``'s, or the reverse.  A cache the module resets itself says, on a pass, what its ``cache…``
   tensors hold after the sequence (tokens × elements per token, counted along the dimension that grows by one from
-  the first token to the second), and fails, its outputs right, when that is more than the variant it declares
-  needs: more than its window's W tokens, more than K and V of ``num_kv_groups`` heads, more than ``latent_dim``.
+  the first token to the second), and fails, its outputs right, only on evidence of the waste its declared
+  variant exists to save: a window cache holding more than W tokens, K/V tensors of ``num_heads`` heads where
+  ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a ``latent_dim`` is.
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -1030,7 +1031,7 @@ class _Counter:
     name: str
     before: int  # its value before that forward
     after: int  # and after it
-    usual: bool  # kept under one of POSITION_NAMES (else: the one int attribute the cached forwards changed)
+    usual: bool  # kept under one of POSITION_NAMES and trusted (:func:`_counter`); else: the one int the forwards moved
     number: int  # the sequence (1 or 2)
     forwards: int  # the cached forwards of this sequence before that one
 
@@ -1043,14 +1044,17 @@ def _counters(module: nn.Module) -> dict[str, int]:
 
 def _counter(before: dict[str, int], after: dict[str, int], moved: set[str], number: int,
              forwards: int) -> _Counter | None:
-    """The module's position counter: an int under one of POSITION_NAMES, else the one int attribute the cached
-    forwards changed (None: neither)."""
+    """The module's position counter: an int under one of POSITION_NAMES that the cached forwards changed, or that
+    is the only candidate (no other int changed: a counter that never moves); else the one int attribute the cached
+    forwards changed, kept as not usual — its words then need the step's mask to agree (None: neither).  A usual
+    name alone is no evidence: OPT keeps a constant ``offset = 2``."""
     usual = [name for name in POSITION_NAMES if name in before and name in after]
     changed = sorted(name for name in moved if name in before and name in after)
-    names = usual or (changed if len(changed) == 1 else [])
+    trusted = [name for name in usual if name in changed] or (usual if not set(changed) - set(usual) else [])
+    names = trusted or (changed if len(changed) == 1 else [])
     if not names:
         return None
-    return _Counter(names[0], before[names[0]], after[names[0]], bool(usual), number, forwards)
+    return _Counter(names[0], before[names[0]], after[names[0]], bool(trusted), number, forwards)
 
 
 def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, start: int, stop: int,
@@ -1165,6 +1169,7 @@ class _CacheHeld:
     elements: int  # all of them together
     bytes: int
     tokens: dict[str, int]  # the tensors that grow by a token: how many tokens each holds
+    grown: dict[str, int]  # and the dimension each grows along
     per_token: int  # elements a token takes in those tensors together (0: none grows)
     per_token_bytes: int
 
@@ -1190,7 +1195,7 @@ def _cache_held(module: nn.Module, reset, sequence: torch.Tensor) -> _CacheHeld 
     if fed is None:  # these forwards ran before without raising: nothing more to say
         return None
     shapes = [{name: tuple(shape) for name, shape in fed_shapes.items()} for fed_shapes in fed]
-    tokens, per_token, per_token_bytes = {}, 0, 0
+    tokens, grown_along, per_token, per_token_bytes = {}, {}, 0, 0
     for name, value in now.items():
         first, second = shapes[0].get(name), shapes[1].get(name)
         if first is None or second is None or not len(first) == len(second) == value.dim():
@@ -1198,39 +1203,65 @@ def _cache_held(module: nn.Module, reset, sequence: torch.Tensor) -> _CacheHeld 
         grown = [dim for dim, (a, b) in enumerate(zip(first, second)) if a != b]
         if len(grown) != 1 or second[grown[0]] - first[grown[0]] != 1 or value.shape[grown[0]] == 0:
             continue
-        tokens[name] = value.shape[grown[0]]
+        tokens[name], grown_along[name] = value.shape[grown[0]], grown[0]
         per_token += value.numel() // tokens[name]
         per_token_bytes += value.numel() // tokens[name] * value.element_size()
     return _CacheHeld({name: tuple(value.shape) for name, value in now.items()}, sum(v.numel() for v in now.values()),
-                      sum(v.numel() * v.element_size() for v in now.values()), tokens, per_token, per_token_bytes)
+                      sum(v.numel() * v.element_size() for v in now.values()), tokens, grown_along, per_token,
+                      per_token_bytes)
 
 
 def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
-    """Words for a cache that holds, after n tokens, more than the variant the module declares (its own attributes:
-    ``sliding_window_size``, ``num_kv_groups``, ``latent_dim`` in any spelling of :func:`declared_size`) needs, its
-    outputs right: more tokens
-    than its window W, more elements per token than K and V of num_kv_groups heads, or than latent_dim (plus
-    DeepSeek's decoupled rotary key, qk_rope_head_dim, when it declares one); None when it holds no more."""
+    """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
+    attributes in any spelling of :func:`declared_size`), its outputs right; None when it shows none — then the
+    PASS line says what the cache holds and names no cause.  The evidence, one kind per variant:
+
+    * ``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows;
+    * ``num_kv_groups`` fewer than ``num_heads``: K/V tensors (batch, a head dimension, tokens, head_dim in any
+      order) whose head dimension is ``num_heads`` — the heads repeated before caching;
+    * ``latent_dim`` below d_out: tensors of d_out elements per token each, or 2 × d_out per token together — full K
+      and V cached beside (or instead of) the latent.
+
+    Anything else a cache keeps (a rotary key, its tokens' positions) is no evidence of waste."""
     window = declared_window(module)
     longest = max(held.tokens, key=held.tokens.get, default=None)
     if window is not None and longest is not None and held.tokens[longest] > window:
         return (f"the cache keeps more than the window needs: {longest} holds {counted(held.tokens[longest])} after "
                 f"{n}, and a window of W = {window} needs only the last {window} — drop "
                 "the older keys and values after each forward (keep the last W)")
-    groups, head_dim = declared_size(module, "num_kv_groups"), _head_dim(module)
-    if held.per_token and groups is not None and head_dim is not None and held.per_token > 2 * groups * head_dim:
-        heads = held.per_token // (2 * head_dim)
-        what = f", K and V for {amount(heads, 'head')} of {head_dim}," if held.per_token % (2 * head_dim) == 0 else ""
-        return (f"the cache holds {held.per_token} elements per token{what} where num_kv_groups = {groups} needs "
-                f"{2 * groups * head_dim} ({groups} K/V {'head' if groups == 1 else 'heads'}) — cache the keys and "
-                "values before repeat_interleave, and repeat them after reading the cache")
-    latent = declared_size(module, "latent_dim")
-    rope = getattr(module, "qk_rope_head_dim", 0)
-    needs = None if latent is None else latent + (rope if isinstance(rope, int) and not isinstance(rope, bool) else 0)
-    if held.per_token and needs is not None and held.per_token > needs:
-        return (f"the cache holds {held.per_token} elements per token where latent_dim = {latent} needs only {needs} "
-                "— cache the latent (the down-projection's output) and compute K and V from it at each step")
+    per_token = {name: math.prod(shape) // held.tokens[name] for name, shape in held.shapes.items()
+                 if name in held.tokens}  # name -> elements one token takes in it
+    groups, heads, head_dim = declared_size(module, "num_kv_groups"), declared_size(module, "num_heads"), \
+        _head_dim(module)
+    if groups is not None and heads is not None and head_dim is not None and groups < heads:
+        repeated = [name for name, shape in held.shapes.items() if name in held.tokens and len(shape) == 4
+                    and shape[-1] == head_dim and held.grown[name] not in (0, 3)
+                    and shape[3 - held.grown[name]] == heads]  # (b, h, n, hd) or (b, n, h, hd) with h = num_heads
+        if repeated:
+            size = sum(per_token[name] for name in repeated)
+            return (f"{' and '.join(repeated)} {'hold' if len(repeated) > 1 else 'holds'} num_heads = {heads} heads "
+                    f"where num_kv_groups = {groups} K/V heads are declared ({size} elements per token, where "
+                    f"{groups} K/V heads need {size * groups // heads}) — cache the keys and values before "
+                    "repeat_interleave, and repeat them after reading the cache")
+    latent, d_out = declared_size(module, "latent_dim"), _d_out(module)
+    if latent is not None and d_out is not None and latent < d_out and per_token:
+        full = [name for name, size in per_token.items() if size == d_out]  # a whole K or V per token
+        total = sum(per_token.values())
+        if full or total >= 2 * d_out:
+            names = full or list(per_token)
+            verb = "hold" if len(names) > 1 else "holds"
+            held_words = (f"{d_out} elements per token{' each' if len(full) > 1 else ''}, d_out = {d_out}" if full
+                          else f"{total} elements per token, 2 × d_out = {2 * d_out} or more")
+            return (f"{' and '.join(names)} {verb} {held_words}: full keys and values where latent_dim = {latent} is "
+                    "declared — cache the latent (the down-projection's output) and compute K and V from it at each "
+                    "step")
     return None
+
+
+def _d_out(module: nn.Module) -> int | None:
+    """The module's d_out (any spelling), else num_heads × head_dim (None: it keeps neither)."""
+    d_out, heads, head_dim = declared_size(module, "d_out"), declared_size(module, "num_heads"), _head_dim(module)
+    return d_out if d_out is not None else None if heads is None or head_dim is None else heads * head_dim
 
 
 def _head_dim(module: nn.Module) -> int | None:

@@ -478,6 +478,18 @@ def test_kv_cache_names_a_position_counter_kept_under_its_own_name_by_what_the_c
     assert verdict(um.CountsTokensSeen(fixed=True).eval(), "kv-cache").status == "pass"
 
 
+def test_kv_cache_does_not_trust_a_usual_position_name_that_no_cached_forward_moved():
+    """A constant int under a usual name (OPT's ``self.offset = 2``; here ``pos = 0``) beside the counter the cached
+    forwards do move (``tokens_seen``) is not the position: the cause stays the moving counter's, on mask evidence."""
+    torch.manual_seed(0)
+    check = verdict(um.CountsTokensSeenWithPos().eval(), "kv-cache")
+    assert check.status == "fail" and "pos is still 0" not in check.evidence, check
+    assert check.evidence.endswith(
+        "the position counts forwards, not tokens: tokens_seen (the int the cached forwards change) is 1 before token "
+        "4, after 1 cached forward of 4 tokens, so the mask (or the rotary angles) treat token 4 as position 1; add "
+        "the new tokens' count (x.shape[1]), not 1, after each cached forward"), check
+
+
 def test_kv_cache_keeps_the_generic_words_when_the_evidence_names_no_cause():
     """A cached step that adds a constant: its mask, keys, queries and values are all the whole sequence's, so no
     cause is named."""
@@ -692,6 +704,10 @@ def test_kv_cache_passes_a_sliding_window_cache_that_keeps_only_w_tokens():
      "3 tokens of 64 elements (256 bytes) each: cache_k (1, 4, 3, 8), cache_v (1, 4, 3, 8)"),
     (lambda: um.PreallocatedCache().eval(), "cache_k (1, 4, 16, 8), cache_v (1, 4, 16, 8): 1,024 elements (4,096 "
                                             "bytes), no more than after the first token"),
+    (lambda: learner(um.LearnerCachedRopeMLA, 8, 4),
+     "8 tokens of 12 elements (48 bytes) each: cache_c_kv (1, 8, 8), cache_k_rope (1, 8, 4)"),
+    (lambda: learner(um.CachedGQAWithPositions, 2),
+     "8 tokens of 33 elements (136 bytes) each: cache_k (1, 2, 8, 8), cache_v (1, 2, 8, 8), cache_positions (8)"),
 ])
 def test_kv_cache_says_what_a_correct_cache_holds_after_the_sequence(module, holds):
     """A plain MHA cache and the learner's GQA (with and without rotary), MLA and SWA caches pass, and the evidence
@@ -700,16 +716,25 @@ def test_kv_cache_says_what_a_correct_cache_holds_after_the_sequence(module, hol
     assert check.status == "pass" and check.evidence.endswith(f"; after 8 tokens the cache holds {holds}"), check
 
 
+@pytest.mark.parametrize("module", [lambda: learner(um.LearnerCachedRopeMLA, 8, 4),
+                                    lambda: learner(um.CachedGQAWithPositions, 2)], ids=["rope-mla", "gqa-positions"])
+def test_a_correct_cache_that_holds_more_than_k_and_v_of_its_variant_passes_every_rule(module):
+    """A cache is failed for its size only on evidence of the known waste: DeepSeek's MLA caching a rotary key beside
+    its latent (declared as rope_dim, not qk_rope_head_dim), a GQA keeping its tokens' positions beside K and V."""
+    assert failing(module()) == set()
+
+
 @pytest.mark.parametrize(("module", "words"), [
     (lambda: learner(um.LearnerCachedSWA, 3, bug="keeps-all"),
      "the cache keeps more than the window needs: cache_k holds 8 tokens after 8, and a window of W = 3 needs only "
      "the last 3 — drop the older keys and values after each forward (keep the last W)"),
     (lambda: learner(um.LearnerCachedGQA, 2, bug="caches-repeated"),
-     "the cache holds 64 elements per token, K and V for 4 heads of 8, where num_kv_groups = 2 needs 32 (2 K/V "
-     "heads) — cache the keys and values before repeat_interleave, and repeat them after reading the cache"),
+     "cache_k and cache_v hold num_heads = 4 heads where num_kv_groups = 2 K/V heads are declared (64 elements per "
+     "token, where 2 K/V heads need 32) — cache the keys and values before repeat_interleave, and repeat them after "
+     "reading the cache"),
     (lambda: learner(um.LearnerCachedMLA, 8, bug="caches-kv"),
-     "the cache holds 64 elements per token where latent_dim = 8 needs only 8 — cache the latent (the "
-     "down-projection's output) and compute K and V from it at each step"),
+     "cache_k and cache_v hold 32 elements per token each, d_out = 32: full keys and values where latent_dim = 8 "
+     "is declared — cache the latent (the down-projection's output) and compute K and V from it at each step"),
 ])
 def test_kv_cache_fails_a_cache_that_holds_more_than_its_variant_needs(module, words):
     """The outputs are right, but the cache wastes the memory the variant exists to save: more than W tokens, more

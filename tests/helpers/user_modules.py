@@ -634,6 +634,15 @@ class CountsTokensSeen(nn.Module):
         self.tokens_seen = 0
 
 
+class CountsTokensSeenWithPos(CountsTokensSeen):
+    """CountsTokensSeen that also keeps a constant ``pos`` (like OPT's ``self.offset = 2``): an int under a usual
+    position name that no forward changes."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.pos = 0
+
+
 class PreallocatedCache(nn.Module):
     """The book's optimized KV cache (ch04/03_kv-cache ``gpt_with_kv_cache_optimized.py``): ``cache_k``/``cache_v``
     allocated once at the context's size, filled at ``ptr_cur``; ``bug="mask-for-new-tokens"``: the cached step's
@@ -818,6 +827,88 @@ class LearnerCachedMLA(LearnerMLA):
     def reset_cache(self):
         self.cache_c_kv = self.cache_k = self.cache_v = None
         self.ptr_current_pos = 0
+
+
+class LearnerCachedRopeMLA(LearnerMLA):
+    """DeepSeek-style MLA with a decoupled rotary key: K and V come up from the latent, and each head's query and key
+    also carry ``rope_dim`` rotated features, the key's shared by every head.  The cache holds the latent
+    (``cache_c_kv``, (b, n, latent_dim)) and the rotated shared key (``cache_k_rope``, (b, n, rope_dim))."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, latent_dim=8, rope_dim=4):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, latent_dim)
+        self.latent_dim, self.rope_dim = latent_dim, rope_dim
+        self.W_query_rope = nn.Linear(d_in, num_heads * rope_dim, bias=False)
+        self.W_key_rope = nn.Linear(d_in, rope_dim, bias=False)
+        cos, sin = rope_angles(rope_dim, context_length)
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+        self.cache_c_kv = self.cache_k_rope = None
+        self.ptr_current_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        start = self.ptr_current_pos if use_cache else 0
+        latent = self.W_DKV(x)  # (b, n, latent_dim)
+        key_rope = rotate(self.W_key_rope(x)[:, None], self.cos, self.sin, start)[:, 0]  # (b, n, rope_dim)
+        if use_cache:
+            if self.cache_c_kv is not None:
+                latent = torch.cat([self.cache_c_kv, latent], dim=1)  # (b, cached + n, latent_dim)
+                key_rope = torch.cat([self.cache_k_rope, key_rope], dim=1)  # (b, cached + n, rope_dim)
+            self.cache_c_kv, self.cache_k_rope = latent, key_rope
+            self.ptr_current_pos += n
+        k = latent.shape[1]
+        query_rope = self.W_query_rope(x).view(b, n, self.num_heads, self.rope_dim).transpose(1, 2)  # (b, h, n, r)
+        queries = torch.cat([self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2),
+                             rotate(query_rope, self.cos, self.sin, start)], dim=-1)  # (b, h, n, hd + r)
+        keys = torch.cat([self.W_UK(latent).view(b, k, self.num_heads, self.head_dim).transpose(1, 2),
+                          key_rope[:, None].expand(b, self.num_heads, k, self.rope_dim)], dim=-1)  # (b, h, k, hd + r)
+        values = self.W_UV(latent).view(b, k, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, k, hd)
+        attn_scores = queries @ keys.transpose(-2, -1)  # (b, h, n, hd + r) @ (b, h, hd + r, k) -> (b, h, n, k)
+        attn_scores = attn_scores.masked_fill(self.mask.bool()[start:start + n, :k], -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / queries.shape[-1] ** 0.5, dim=-1)  # (b, h, n, k)
+        context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_c_kv = self.cache_k_rope = None
+        self.ptr_current_pos = 0
+
+
+class CachedGQAWithPositions(LearnerCachedGQA):
+    """LearnerCachedGQA that also keeps the cached tokens' positions (``cache_positions``, (n,)) and builds the
+    step's mask from them: query positions against key positions."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups=2):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, num_kv_groups)
+        self.cache_positions = None
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = self.W_key(x).view(b, n, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        values = self.W_value(x).view(b, n, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        start = self.ptr_current_pos if use_cache else 0
+        positions = torch.arange(start, start + n)  # (n,)
+        key_positions = positions
+        if use_cache:
+            if self.cache_k is not None:
+                keys = torch.cat([self.cache_k, keys], dim=2)  # (b, g, cached + n, hd)
+                values = torch.cat([self.cache_v, values], dim=2)  # (b, g, cached + n, hd)
+                key_positions = torch.cat([self.cache_positions, positions])  # (cached + n,)
+            self.cache_k, self.cache_v, self.cache_positions = keys, values, key_positions
+            self.ptr_current_pos += n
+        keys = keys.repeat_interleave(self.group_size, dim=1)  # (b, h, k, hd)
+        values = values.repeat_interleave(self.group_size, dim=1)  # (b, h, k, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, k) -> (b, h, n, k)
+        future = key_positions[None, :] > positions[:, None]  # (n, k)
+        attn_scores.masked_fill_(future, -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        super().reset_cache()
+        self.cache_positions = None
 
 
 class NaNAfterAttention(nn.Module):
