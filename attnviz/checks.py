@@ -93,7 +93,7 @@ class Progress:
     rules_done: int  # rules finished so far
     rules_total: int  # rules this check runs
     forwards: int  # the module's forwards finished so far (the traced one included)
-    forwards_planned: int  # at most this many in all (a rule that fails early runs fewer)
+    forwards_planned: int  # a passing check's forwards (a failure's diagnosis may add a few: _diagnosis_forwards)
     seconds: float  # since the check started
     check: Check | None = None  # the rule's verdict, when it is done
 
@@ -219,7 +219,8 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     """How many forwards of the module a check of ``rules`` on ``x`` runs at most: the traced one, then causal's one
     per position after the first, dropout-placement's one in training mode, batch-independence's one per item, and
     kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it (and, for a
-    cache the module resets, the two forwards that measure a token's size in it)."""
+    cache the module resets, the two forwards that measure a token's size in it).  That is a passing check's count: a
+    failing rule runs fewer of its own, and its diagnosis up to :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
     parameters = inspect.signature(module.forward).parameters
     takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
@@ -227,6 +228,20 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     per_rule = {"causal": n - 1 if causal else 0, "dropout-placement": 1, "batch-independence": batch,
                 "kv-cache": 2 * (2 + n - _prefill(n)) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
+
+
+def _diagnosis_forwards(module: nn.Module, x: torch.Tensor, rules: list[str]) -> int:
+    """How many forwards beyond the plan (:func:`_planned_forwards`, a passing check's) a failure's diagnosis may run
+    at most: causal's one recording of the changed input (where the leak is), batch-independence's two with
+    ``batch_first=True`` set, and kv-cache's two measuring a token's size in the cache, one recording of the whole
+    sequence, the forwards before the failing step again (at most n − prefill) and the step (the cause).  A rule that
+    fails skips its later forwards, so a check usually runs fewer."""
+    n = x.shape[1]
+    parameters = inspect.signature(module.forward).parameters
+    takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
+    per_rule = {"causal": 1, "batch-independence": 2,
+                "kv-cache": n - _prefill(n) + 4 if takes_cache and n > 1 else 0}
+    return sum(per_rule.get(rule, 0) for rule in rules)
 
 
 class _Meter:
@@ -734,7 +749,7 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
         for _, sub in found:
             sub.batch_first = True
         with torch.no_grad():
-            still = (_output(module, changed)[item] - _output(module, x)[item]).abs().max().item()  # (n, d_out)
+            still = (_output(module, changed)[item] - _output(module, x)[item]).abs().max().item()  # a float
     except tracing.TraceError:
         return None
     finally:
@@ -1307,7 +1322,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
         theirs = theirs[:, :, rows] if stage == "queries" else theirs[:, :, :keys]  # (1, h, q or k, hd)
         if mine.shape != theirs.shape:
             continue
-        moved = (mine.float() - theirs.float()).abs().amax(dim=(0, 1, 3))  # per token
+        moved = (mine.float() - theirs.float()).abs().amax(dim=(0, 1, 3))  # (q or k,): the worst per token
         if moved.max() <= TOLERANCE:
             continue
         first = int(moved.argmax()) + (start if stage == "queries" else 0)
@@ -1356,7 +1371,10 @@ ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # th
 
 def _rotary(module: nn.Module) -> bool:
     """Whether the module uses rotary embeddings by the names it holds and calls: a buffer or submodule, or a name
-    its forward's code uses, with a part (split at "." and "_") in ROTARY_NAMES."""
+    its forward's code uses, with a part (split at "." and "_") in ROTARY_NAMES.  A module holding ``cos``/``sin``
+    buffers it never reads counts too: a recording keeps each op's shape, not which tensors it read, so whether the
+    forward used a buffer is not known cheaply.  That costs little: the rotary cause is named only when the step's
+    query or key also has the whole sequence's length and another direction (:func:`_rotary_cause`)."""
     names = [name for name, _ in module.named_buffers()] + [name for name, _ in module.named_modules()]
     code = getattr(type(module).forward, "__code__", None)  # None: a forward that is not Python code
     names += list(code.co_names) if code is not None else []

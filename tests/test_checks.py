@@ -850,6 +850,25 @@ def test_the_first_forward_says_roughly_how_long_the_check_takes():
     assert reports[-1].seconds_left == 0
 
 
+@pytest.mark.parametrize("module", [
+    lambda: um.MHAWithoutBatchFirst(masked=False).eval(), lambda: cached("mask-for-new-tokens"),
+    lambda: cached("appends-twice"), lambda: learner(um.LearnerCachedGQA, 2, rotary=True, bug="rerotate"),
+], ids=["batch-first", "mask-for-new-tokens", "appends-twice", "rerotate"])
+def test_a_failures_diagnosis_runs_no_more_forwards_than_the_plan_and_its_stated_allowance(module):
+    """The plan counts a passing check's forwards; a failing rule's diagnosis (the cause it names) runs up to
+    ``_diagnosis_forwards`` more, which the docs state."""
+    module = module()
+    x = checks.default_input(module) if not isinstance(module, um.MHAWithoutBatchFirst) else torch.randn(8, 8, 32)
+    _, reports, ran = forwards_of(module, x=x)
+    planned = reports[1].forwards_planned  # the plan once the trace said whether the module is causal
+    assert ran <= planned + checks._diagnosis_forwards(module, x, list(checks.RULES)), (ran, planned)
+    n = x.shape[1]
+    assert checks._diagnosis_forwards(module, x, ["batch-independence"]) == 2
+    assert checks._diagnosis_forwards(module, x, ["causal"]) == 1
+    expected = n - n // 2 + 4 if isinstance(module, um.LearnerCachedMHA | um.LearnerCachedGQA) else 0
+    assert checks._diagnosis_forwards(module, x, ["kv-cache"]) == expected
+
+
 def test_rules_runs_only_those_rules_and_their_forwards():
     module = um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval()
     results, reports, ran = forwards_of(module, rules=["kv-cache", "causal"])
