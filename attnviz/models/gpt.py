@@ -24,7 +24,9 @@ unchanged.  Four additions, none of which changes the result of a config the boo
   small one with random weights: its text is noise, its cache has the variant's real shapes.
 
 A key ``cfg`` has that GPTModel does not read is refused by name (:func:`check_config`), not ignored: a config
-copied from the book's bonus scripts (``n_kv_groups``) would otherwise build with attnviz's default.
+copied from the book's bonus scripts (``n_kv_groups``) would otherwise build with attnviz's default.  A missing
+key, or a value that cannot build a working model (a window of 0, a K/V group count that does not divide the heads),
+is refused the same way, in words naming the key.
 """
 
 from __future__ import annotations
@@ -194,9 +196,43 @@ def attention_name(cfg: dict) -> str:
     raise ValueError(f"Unknown attention {attention!r}; choose one of {names}.")
 
 
+# the book's GPT_CONFIG_124M keys: every GPTModel config names them
+REQUIRED_KEYS = tuple(GPT_CONFIG_124M)
+# the largest sliding_window_size taken: far past any context (a window as long as the context already covers every
+# position, so the layer runs full causal attention); torch's int64 mask arithmetic overflows near 2**63
+MAX_WINDOW = 2**31 - 1
+
+
 def check_config(cfg: dict) -> None:
-    """ValueError naming a key of ``cfg`` that GPTModel does not read (rather than building without it), with what
-    to write instead: attnviz's name for a key of the book's bonus scripts, a near known key, or the known keys."""
+    """ValueError, in words naming the key and what it must be, for a ``cfg`` GPTModel cannot build a working model
+    from: not a dict, a key of the book's ``GPT_CONFIG_124M`` missing, a size that is not a positive whole number, a
+    head count that does not divide the width, or the variant's own setting (:func:`check_settings`); and a key
+    GPTModel does not read (:func:`check_keys`), rather than building without it."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"GPTModel's config must be a dict of the book's keys ({', '.join(REQUIRED_KEYS)}), "
+                         f"got {type(cfg).__name__} {cfg!r:.80}.")
+    check_keys(cfg)
+    missing = [key for key in REQUIRED_KEYS if key not in cfg]
+    if missing:
+        raise ValueError(f"The config has no {', '.join(map(repr, missing))}: GPTModel reads the book's "
+                         f"GPT_CONFIG_124M keys ({', '.join(REQUIRED_KEYS)}).")
+    for key in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
+        _whole_number(key, cfg[key])
+    drop, eps = cfg["drop_rate"], cfg.get("ln_eps", 1e-5)
+    if isinstance(drop, bool) or not isinstance(drop, int | float) or not 0 <= drop < 1:
+        raise ValueError(f"drop_rate must be a number from 0 up to (not including) 1, got {drop!r}.")
+    if not isinstance(cfg["qkv_bias"], bool):
+        raise ValueError(f"qkv_bias must be True or False, got {cfg['qkv_bias']!r}.")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
+        raise ValueError(f"ln_eps must be a small positive number, got {eps!r}.")
+    if cfg["emb_dim"] % cfg["n_heads"]:
+        raise ValueError(f"emb_dim {cfg['emb_dim']} is not divisible by n_heads {cfg['n_heads']}.")
+    check_settings(cfg, attention_name(cfg))
+
+
+def check_keys(cfg: dict) -> None:
+    """ValueError naming a key of ``cfg`` that GPTModel does not read, with what to write instead: attnviz's name
+    for a key of the book's bonus scripts, a near known key, or the known keys."""
     for key in cfg:
         if key in CONFIG_KEYS:
             continue
@@ -207,6 +243,39 @@ def check_config(cfg: dict) -> None:
         else:
             hint = f"GPTModel reads {', '.join(CONFIG_KEYS)}."
         raise ValueError(f"The config has a key GPTModel does not read, {key!r}: {hint}")
+
+
+def check_settings(cfg: dict, attention: str) -> None:
+    """ValueError in words for the setting ``attention`` (one of :data:`ATTENTIONS`) reads from ``cfg``:
+    grouped-query's ``num_kv_groups`` (required, a whole number dividing ``n_heads``), latent's ``latent_dim`` (at
+    most ``emb_dim``), sliding-window's ``sliding_window_size`` (1 … :data:`MAX_WINDOW`; None or absent: causal)."""
+    if attention == GROUPED_QUERY:
+        if cfg.get("num_kv_groups") is None:
+            raise ValueError("A grouped-query config needs num_kv_groups: the number of K/V heads, a whole number "
+                             f"dividing the {cfg['n_heads']} heads.")
+        groups = _whole_number("num_kv_groups", cfg["num_kv_groups"])
+        if cfg["n_heads"] % groups:
+            raise ValueError(f"num_kv_groups {groups} does not divide the {cfg['n_heads']} heads: each K/V head is "
+                             "shared by the same number of query heads.")
+    latent = cfg.get("latent_dim")
+    if attention == LATENT and latent is not None and _whole_number("latent_dim", latent) > cfg["emb_dim"]:
+            raise ValueError(f"latent_dim {cfg['latent_dim']} is wider than the model's {cfg['emb_dim']}.")
+    if attention == SLIDING_WINDOW and cfg.get("sliding_window_size") is not None:
+        check_window(cfg["sliding_window_size"])
+
+
+def check_window(window) -> int:
+    """``window`` when it is a whole number from 1 to :data:`MAX_WINDOW`; ValueError in words otherwise."""
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"sliding_window_size must be a whole number ≥ 1 and at most {MAX_WINDOW:,} (a window as "
+                         f"long as the context already covers every position), got {window!r:.40}.")
+    return window
+
+
+def _whole_number(key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a whole number ≥ 1, got {value!r:.40}.")
+    return value
 
 
 def build_attention(cfg: dict) -> nn.Module:
@@ -382,17 +451,12 @@ def random_gpt(attention: str, seed: int = 123, **settings) -> GPTModel:
     (``num_kv_groups``, ``latent_dim``, ``sliding_window_size``, …).  Its text is noise: it exists to show the
     cache's real shapes."""
     attention = attention_name({"attention": attention})
-    check_config(settings)
+    check_keys(settings)
     cfg = {**RANDOM_GPT_CONFIG, **settings, "attention": attention}
-    heads, width = cfg["n_heads"], cfg["emb_dim"]
-    for name, value in (("num_kv_groups", cfg["num_kv_groups"]), ("latent_dim", cfg["latent_dim"]),
-                        ("sliding_window_size", cfg["sliding_window_size"])):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}.")
-    if attention == GROUPED_QUERY and heads % cfg["num_kv_groups"]:
-        raise ValueError(f"num_kv_groups {cfg['num_kv_groups']} does not divide the {heads} heads.")
-    if cfg["latent_dim"] > width:
-        raise ValueError(f"latent_dim {cfg['latent_dim']} is wider than the model's {width}.")
+    for name in ("num_kv_groups", "latent_dim"):  # checked for every variant, as the sidebar's settings are
+        _whole_number(name, cfg[name])
+    check_settings(cfg, attention)
+    check_window(cfg["sliding_window_size"])
     with rng.seeded(seed):
         model = GPTModel(cfg)
     return model.eval()

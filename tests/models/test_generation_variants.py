@@ -211,3 +211,35 @@ def test_an_unknown_config_key_is_named_not_ignored(key, said):
     with pytest.raises(ValueError) as error:
         GPTModel({**RANDOM_GPT_CONFIG, key: 2})
     assert f"'{key}'" in str(error.value) and said in str(error.value)
+
+
+def _without(cfg: dict, key: str) -> dict:
+    return {name: value for name, value in cfg.items() if name != key}
+
+
+@pytest.mark.parametrize(("cfg", "said"), [
+    ({**RANDOM_GPT_CONFIG, "attention": "swa", "sliding_window_size": 0}, "sliding_window_size must be"),
+    ({**RANDOM_GPT_CONFIG, "attention": "swa", "sliding_window_size": -3}, "sliding_window_size must be"),
+    ({**RANDOM_GPT_CONFIG, "attention": "swa", "sliding_window_size": 2**63}, "sliding_window_size must be"),
+    ({**RANDOM_GPT_CONFIG, "attention": "swa", "sliding_window_size": 2.5}, "sliding_window_size must be"),
+    ({**_without(RANDOM_GPT_CONFIG, "num_kv_groups"), "attention": "gqa"}, "needs num_kv_groups"),
+    ({**RANDOM_GPT_CONFIG, "attention": "gqa", "num_kv_groups": 3}, "num_kv_groups 3 does not divide the 8 heads"),
+    ({**RANDOM_GPT_CONFIG, "attention": "gqa", "num_kv_groups": 0}, "num_kv_groups must be a whole number"),
+    (_without(RANDOM_GPT_CONFIG, "emb_dim"), "no 'emb_dim'"),
+    ({**RANDOM_GPT_CONFIG, "n_heads": 3}, "emb_dim 128 is not divisible by n_heads 3"),
+    ({**RANDOM_GPT_CONFIG, "n_layers": "2"}, "n_layers must be a whole number"),
+    ({**RANDOM_GPT_CONFIG, "drop_rate": 1.5}, "drop_rate must be"),
+    (None, "config must be a dict"),
+    ([1], "config must be a dict"),
+])
+def test_a_config_that_cannot_build_a_working_model_is_refused_in_words_naming_the_key(cfg, said):
+    """Before, these built a model whose logits were NaN (a window of 0, -3, 2**63) or raised Python's own
+    KeyError, AssertionError or TypeError."""
+    with pytest.raises(ValueError, match=said):
+        GPTModel(cfg)
+
+
+@pytest.mark.parametrize("window", [0, -3, 2**63])
+def test_random_gpt_refuses_the_windows_gptmodel_refuses(window):
+    with pytest.raises(ValueError, match="sliding_window_size must be"):
+        random_gpt("swa", sliding_window_size=window)
