@@ -51,7 +51,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnviz.config import ConfigError
-from attnviz.models.gpt import SLIDING_WINDOW, GPTModel
+from attnviz.models.gpt import MAX_WINDOW, SLIDING_WINDOW, GPTModel
 
 GPT2_VOCAB_SIZE = 50257  # tiktoken's GPT-2 encoding: the only tokenizer attnviz has
 HEAD_DIM = 64  # every GPT-2 size (small 768/12, medium 1024/16, large 1280/20, XL 1600/25)
@@ -333,7 +333,13 @@ def _checked_config(config: dict, origin: str) -> dict:
     for key in SIZE_KEYS:
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise CheckpointError(f"{origin}: the config's {key} must be a positive whole number, got {value!r}.")
+            raise CheckpointError(f"{origin}: the config's {key} must be a positive whole number, got {value!r:.40}.")
+    window = config.get("sliding_window_size")
+    if window is not None and window > MAX_WINDOW:
+        raise CheckpointError(
+            f"{origin}: the config's sliding_window_size must be at most {MAX_WINDOW:,}, got {window!r:.40}: a window "
+            "as long as the context already covers every position (the layer then runs full causal attention). "
+            "Save the checkpoint with a window no longer than its context_length.")
     for key in ("layer_norm_epsilon", "ln_eps"):
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):

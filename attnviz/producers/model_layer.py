@@ -85,6 +85,11 @@ def _window_notes(model, layer: int) -> list[str]:
     if window is None:
         return [f"This checkpoint's config names a sliding window, but layer {layer} is one of its full-attention "
                 "layers (sliding_window_stride): it runs full causal attention."]
+    context = model.pos_emb.num_embeddings  # the checkpoint's positions: the longest text it runs
+    if window >= context:
+        return [f"This checkpoint's config names a sliding window of {amount(window, 'token')}, as long as its "
+                f"{amount(context, 'position')} or longer: the window covers every position, so layer {layer} runs "
+                "full causal attention (each token attends to itself and every token before it)."]
     return [f"This checkpoint's config names a sliding window of {amount(window, 'token')}, and layer {layer} runs "
             f"with it: each token attends to itself and the {amount(window - 1, 'token')} before it; keys further "
             "back have weight 0."]

@@ -211,3 +211,29 @@ def test_a_saved_window_layers_heads_view_in_a_notebook_draws_its_own_mask(tmp_p
     i, j = np.indices(shown.shape)
     assert np.array_equal(np.isnan(shown), (j > i) | (i - j >= WINDOW))
     assert f"sliding window W = {WINDOW}" in parts["flow"] and "mask off" not in parts["flow"]
+
+
+# ============================== windows too large to mean anything ==============================
+
+
+@pytest.mark.parametrize("window", [2**31, 2**63 - 1, 2**63, 2**64 + 8])
+def test_an_absurd_window_is_refused_in_words_not_run_into_nan_or_an_overflow(swa_model, window, tmp_path):
+    """A window past every position means nothing a smaller one does not; one past torch's int64 made every
+    weight NaN (2**63) or an OverflowError (2**64) before."""
+    path = tmp_path / "huge.pth"
+    torch.save({"model_state_dict": swa_model.state_dict(), "cfg": book_cfg(sliding_window_size=window)}, path)
+    with pytest.raises(models.CheckpointError, match="sliding_window_size must be at most") as raised:
+        pipeline.run(TEXT, AttentionConfig(checkpoint=str(path), layer=0))
+    assert "full causal attention" in str(raised.value)
+
+
+def test_a_window_as_long_as_the_context_says_the_layer_runs_full_causal_attention(swa_model, tmp_path):
+    context = RANDOM_GPT_CONFIG["context_length"]
+    path = tmp_path / "wide.pth"
+    torch.save({"model_state_dict": swa_model.state_dict(), "cfg": book_cfg(sliding_window_size=context + 1000)},
+               path)
+    trace, maps = weights_of(path, 0)
+    assert np.all(np.isfinite(maps)) and np.all(maps[:, outside_window(trace.n)] > 0)  # nothing is cut off
+    said = [note for note in trace.notes if "sliding window" in note]
+    assert len(said) == 1 and "full causal attention" in said[0] and f"{context} positions" in said[0], said
+    assert "tokens before it" not in said[0].replace("every token before it", "")
