@@ -9,7 +9,9 @@ Train page's worker calls with :func:`session_id`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 
@@ -62,8 +64,19 @@ def choose(listed: list[weights.Option], name: str) -> Choice:
         with st.spinner(f"Loading {option.name}…"):
             model = weights.load(option.ref)
     except CheckpointError as exc:
-        return Choice(option, error=str(exc))
+        return Choice(option, error=_named(str(exc), option))
     return Choice(option, sizes=weights.sizes(model))
+
+
+def _named(message: str, option: weights.Option) -> str:
+    """``message`` with the checkpoint's path on the server (the file, or the folder it is in) put as its listed
+    name: the page shows only the name (:mod:`attnviz.models.discovery`)."""
+    path = Path(option.ref)
+    for shown in sorted({str(path), str(path.resolve())}, key=len, reverse=True):
+        message = message.replace(shown, option.name)
+    for folder in sorted({str(path.parent), str(path.resolve().parent)}, key=len, reverse=True):
+        message = message.replace(folder + os.sep, "")  # a file beside it (a config, a shard): by its own name
+    return message
 
 
 def current() -> Choice:
