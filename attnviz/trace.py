@@ -191,6 +191,44 @@ def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddi
                  device=device, notes=tuple(notes), model=model, module_run=module_run)
 
 
+MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (batch, heads, n, n) maps
+
+
+def shape_problem(trace: Trace) -> str | None:
+    """The shapes every Trace has, as one sentence saying the first one ``trace`` breaks (None: it has them all).
+
+    With n tokens, batch b (1 but for ``trace_module`` on a batch) and h heads: every map (:data:`MAP_STAGES`) is
+    ``weights``'s (b, h, n, n); every other step is (b, n, width) or per head (b, heads or K/V groups ≤ h, n,
+    width); ``output`` (b, n, d_out); each embedding (n, d); a checkpoint's ``top_ids`` and ``top_probs`` the same
+    (n, k).  Outside a user's module the config's ``num_heads`` are the maps' heads (1 for a one-head variant)."""
+    n, weights = trace.n, trace.steps.get("weights")
+    if weights is None or weights.ndim != 4 or weights.shape[-2:] != (n, n):
+        return f"its weights {None if weights is None else tuple(weights.shape)} are not (batch, heads, {n}, {n})."
+    b, h = weights.shape[:2]
+    if b != 1 and trace.module_run is None:
+        return f"its weights {tuple(weights.shape)} hold a batch of {b}; only a user module's trace has a batch."
+    for name, step in trace.steps.items():
+        if name in MAP_STAGES:
+            if step.shape != weights.shape:
+                return f"its {name} {tuple(step.shape)} and its weights {tuple(weights.shape)} differ in shape."
+        elif step.ndim not in (3, 4) or step.shape[0] != b or step.shape[-2] != n or (step.ndim == 4 and (
+                step.shape[1] > h or h % step.shape[1])):
+            return (f"its {name} {tuple(step.shape)} is not (batch {b}, {n} tokens, width) or (batch {b}, heads, {n} "
+                    f"tokens, width) beside weights of {h} heads.")
+    if trace.output.ndim != 3 or trace.output.shape[:2] != (b, n):
+        return f"its output {tuple(trace.output.shape)} is not (batch {b}, {n} tokens, width)."
+    for name, embedding in trace.embeddings.items():
+        if embedding.ndim != 2 or embedding.shape[0] != n:
+            return f"its {name} embeddings {tuple(embedding.shape)} are not ({n} tokens, width)."
+    if trace.model is not None and not (trace.model.top_ids.ndim == 2 and trace.model.top_ids.shape[0] == n
+                                        and trace.model.top_probs.shape == trace.model.top_ids.shape):
+        return (f"its top predictions {tuple(trace.model.top_ids.shape)} and {tuple(trace.model.top_probs.shape)} "
+                f"are not one row per token ({n}).")
+    if trace.module_run is None and h not in (1, trace.config.num_heads):
+        return f"its config says {trace.config.num_heads} heads; its maps have {h}."
+    return None
+
+
 @functools.lru_cache(maxsize=8)
 def pieces(token_ids: tuple[int, ...]) -> tuple[tokens.Token, ...]:
     return tuple(tokens.pieces(list(token_ids)))

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.config import AttentionConfig, InputError
-from attnviz.trace import ModelRun, ModuleRun, Trace, make_trace, pieces
+from attnviz.trace import ModelRun, ModuleRun, Trace, make_trace, pieces, shape_problem
 
 FORMAT = "attnviz trace v1"
 
@@ -131,7 +131,7 @@ def load_trace(file) -> Trace:
     except InputError as error:  # a setting the config cannot have
         raise InputError(f"{name} is not an attnviz trace: its config cannot run ({error})") from None
     except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, RuntimeError) as error:
-        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+        reason = _python_words(error)
         raise InputError(f"{name} is not an attnviz trace, or it is damaged: it could not be read ({reason}). If "
                          "it was cut short, download or save it again.") from None
 
@@ -169,6 +169,9 @@ def _opened(file):
         return path, path.name
     if hasattr(file, "read") and hasattr(file, "seek"):
         name = getattr(file, "name", None)
+        if isinstance(file, io.TextIOBase) or isinstance(file.read(0), str):
+            raise InputError(f"{_last_part(name) if isinstance(name, str) else 'This file'} is open as text: an "
+                             "attnviz trace is binary, open it with open(path, 'rb') or give load_trace the path.")
         return file, (_last_part(name) if isinstance(name, str) else "This file")
     raise InputError(f"load_trace takes a path, bytes or a binary file open for reading, got {type(file).__name__}.")
 
@@ -215,8 +218,28 @@ def _read_arrays(data, described: dict) -> dict[str, np.ndarray]:
     return arrays
 
 
+# the manifest's fields: (the JSON type each must have, what to call it in a message)
+_FIELDS = {"config": (dict, "an object of settings"), "text": (str, "a string"), "tokens": (list, "a list of strings"),
+           "shapes": (list, "a list of [stage, shape] pairs"), "device": (str, "a string"),
+           "notes": (list, "a list of strings"), "model": ((dict, type(None)), "an object or null"),
+           "module_run": ((dict, type(None)), "an object or null")}
+
+
+def _check_fields(described: dict) -> None:
+    """Every manifest field :func:`manifest` writes, of the type it writes."""
+    for key, (kind, said) in _FIELDS.items():
+        if key not in described:
+            raise _DamagedError(f"its manifest has no {key!r}.")
+        if not isinstance(described[key], kind):
+            raise _DamagedError(f"its manifest's {key!r} is {type(described[key]).__name__}, not {said}.")
+    for key in ("tokens", "notes"):
+        if not all(isinstance(item, str) for item in described[key]):
+            raise _DamagedError(f"its manifest's {key!r} is not {_FIELDS[key][1]}.")
+
+
 def _trace(described: dict, arrays: dict[str, np.ndarray]) -> Trace:
     """The Trace of a read manifest and its arrays."""
+    _check_fields(described)
     settings = described["config"]
     unknown = sorted(set(settings) - {field.name for field in dataclasses.fields(AttentionConfig)})
     if unknown:
@@ -231,6 +254,36 @@ def _trace(described: dict, arrays: dict[str, np.ndarray]) -> Trace:
     tokenized = all(0 <= i < 50257 for i in token_ids) and tuple(t.piece for t in pieces(tuple(token_ids))) == tokens
     if not tokenized and tokens != tuple(f"x[{i}]" for i in token_ids):
         raise _DamagedError("its tokens are not the pieces of its token ids.")
+    if not np.all(np.isfinite(weights)):
+        raise _DamagedError("its attention weights are not all finite numbers (NaN or infinite): no run of attnviz "
+                            "writes those.")
+    try:
+        model, module_run = _runs(described, arrays)
+        shapes = _shapes(described["shapes"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise _DamagedError(f"its manifest's model, module_run or shapes are not what attnviz writes "
+                            f"({_python_words(error)}).") from None
+    trace = make_trace(
+        config, described["text"], token_ids,
+        {name.removeprefix("embeddings/"): array for name, array in arrays.items() if name.startswith("embeddings/")},
+        steps={name.removeprefix("steps/"): array for name, array in arrays.items() if name.startswith("steps/")},
+        output=arrays["output"], shapes=shapes, device=described["device"],
+        notes=list(described["notes"]), model=model, module_run=module_run, tokenized=tokenized)
+    problem = shape_problem(trace)
+    if problem:
+        raise _DamagedError(problem)
+    return trace
+
+
+def _python_words(error: Exception) -> str:
+    """What Python said, as a reader can follow it: a missing key is named as one."""
+    if isinstance(error, KeyError):
+        return f"the field {error.args[0]!r} is missing" if error.args else "a field is missing"
+    return str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+
+
+def _runs(described: dict, arrays: dict[str, np.ndarray]) -> tuple[ModelRun | None, ModuleRun | None]:
+    """What a checkpoint's run (``model``) and a user module's run (``module_run``) add, from the manifest."""
     model = None
     if described.get("model"):
         run = described["model"]
@@ -244,12 +297,7 @@ def _trace(described: dict, arrays: dict[str, np.ndarray]) -> Trace:
         run["ops"] = tuple((str(name), tuple(int(size) for size in shape), line, stage)
                            for name, shape, line, stage in run["ops"])
         module_run = ModuleRun(**run)
-    return make_trace(
-        config, str(described["text"]), token_ids,
-        {name.removeprefix("embeddings/"): array for name, array in arrays.items() if name.startswith("embeddings/")},
-        steps={name.removeprefix("steps/"): array for name, array in arrays.items() if name.startswith("steps/")},
-        output=arrays["output"], shapes=_shapes(described["shapes"]), device=str(described["device"]),
-        notes=[str(note) for note in described["notes"]], model=model, module_run=module_run, tokenized=tokenized)
+    return model, module_run
 
 
 def _shapes(listed) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -253,3 +253,58 @@ def test_a_loaded_trace_shows_in_a_notebook(trace):
             else:
                 sys.modules[name] = module
     assert len(shown) == 4
+
+
+# ============================== arrays that agree with the manifest but not with a Trace ==============================
+
+
+def with_arrays(data: bytes, change=None, **arrays) -> bytes:
+    """``data`` with ``arrays`` put in (or replaced) and listed in its manifest with their shapes, so the file agrees
+    with itself; ``change`` alters the manifest further."""
+    with np.load(io.BytesIO(data)) as stored:
+        kept = {name: stored[name] for name in stored.files}
+    kept.update({name.replace("__", "/"): array for name, array in arrays.items()})
+    manifest = json.loads(bytes(kept["manifest.json"]))
+    manifest["arrays"].update({name.replace("__", "/"): list(array.shape) for name, array in arrays.items()})
+    if change:
+        change(manifest)
+    kept["manifest.json"] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    return npz(**kept)
+
+
+def lying(trace) -> dict[str, bytes]:
+    data, n = trace_file.trace_npz(trace), trace.n  # 4 heads, n tokens
+    uniform = np.full((1, 8, n, n), 1.0 / n, np.float32)
+    return {
+        "weights of 8 heads beside 4-head maps": with_arrays(data, steps__weights=uniform),
+        "keys of 3 tokens": with_arrays(data, steps__keys=np.zeros((1, 3, 16), np.float32)),
+        "an output of 2 tokens": with_arrays(data, output=np.zeros((1, 2, 2), np.float32)),
+        "embeddings of 2 tokens": with_arrays(data, embeddings__token=np.zeros((2, 2), np.float32)),
+        "a batch of 2 weights": with_arrays(data, steps__weights=np.repeat(trace.steps["weights"], 2, axis=0)),
+        "a config of 8 heads": with_manifest(data, lambda m: m["config"].update(num_heads=8, d_in=16, d_out=16)),
+        "an int text": with_manifest(data, lambda m: m.update(text=5)),
+        "all-NaN weights": with_arrays(data, steps__weights=np.full((1, 4, n, n), np.nan, np.float32)),
+        "int shapes": with_manifest(data, lambda m: m.update(shapes=5)),
+        "a module run without ops": with_manifest(data, lambda m: m.update(module_run={"class_name": "X"})),
+    }
+
+
+@pytest.mark.parametrize("case", [
+    "weights of 8 heads beside 4-head maps", "keys of 3 tokens", "an output of 2 tokens", "embeddings of 2 tokens",
+    "a batch of 2 weights", "a config of 8 heads", "an int text", "all-NaN weights", "int shapes",
+    "a module run without ops"])
+def test_a_file_whose_shapes_or_fields_lie_is_refused_in_words_when_loaded(case, trace):
+    """Before, each of these loaded and the API raised IndexError later (or drew NaN as weight 0)."""
+    with pytest.raises(InputError) as raised:
+        attnviz.load_trace(lying(trace)[case])
+    message = str(raised.value)
+    assert "\n" not in message and "not an attnviz trace" in message, message
+    for python in ("object is not iterable", "('ops')", "startswith", "IndexError"):
+        assert python not in message, message
+
+
+def test_a_text_mode_file_is_told_to_open_it_in_binary(trace, tmp_path):
+    path = tmp_path / "saved.npz"
+    path.write_bytes(trace_file.trace_npz(trace))
+    with open(path, encoding="latin-1") as text, pytest.raises(InputError, match=r"open\(path, 'rb'\)"):
+        attnviz.load_trace(text)
