@@ -524,6 +524,9 @@ def _check_gpt2_config(origin: str, config: dict) -> None:
         raise CheckpointError(
             f"{origin}: activation {config['activation_function']!r}; the book's GPT-2 uses GELU (tanh), 'gelu_new'."
         )
+    if config.get("scale_attn_weights", True) is not True:
+        raise CheckpointError(f"{origin}: config.json says scale_attn_weights false: its attention does not divide the "
+                              "scores by √head_dim, and the book's model always does.")
     if config.get("scale_attn_by_inverse_layer_idx") or config.get("add_cross_attention"):
         raise CheckpointError(f"{origin}: a GPT-2 variant (scaled-by-layer or cross attention) the book's model lacks.")
     if config.get("n_inner") not in (None, 4 * config.get("n_embd", 0)):

@@ -464,7 +464,10 @@ def test_config_with_other_layer_count(hf_small, tmp_path):
 
 @pytest.mark.parametrize(
     ("change", "expected"),
-    [({"model_type": "llama"}, "model_type 'llama'"), ({"activation_function": "relu"}, "activation 'relu'")],
+    [({"model_type": "llama"}, "model_type 'llama'"), ({"activation_function": "relu"}, "activation 'relu'"),
+     ({"scale_attn_weights": False}, "scale_attn_weights false: its attention does not divide the scores by √head_dim"),
+     ({"scale_attn_by_inverse_layer_idx": True}, "scaled-by-layer"),
+     ({"n_inner": 100}, "n_inner=100")],
 )
 def test_config_of_another_architecture(hf_small, tmp_path, change, expected):
     path = write("hf-dir", hf_small, tmp_path)
