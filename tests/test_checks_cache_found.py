@@ -1,0 +1,94 @@
+"""kv-cache finds a module's cache by what it holds, not by its name: the tensors a cached forward changes, the reset
+empties, and that hold the tokens — under any attribute, in a tuple or a dict — and measures a cache the caller
+holds from what the forward returns."""
+
+import pytest
+import torch
+from helpers import named_caches as nc
+from helpers import user_modules as um
+
+from attnviz import checks
+
+DROP = "drop the older keys and values after each forward (keep the last W)"
+
+
+def built(cls, **kwargs):
+    torch.manual_seed(0)
+    return cls(**kwargs).eval()
+
+
+def verdicts(module) -> dict[str, checks.Check]:
+    return {check.rule: check for check in checks.check_module(module)}
+
+
+@pytest.mark.parametrize(("module", "holds"), [
+    (lambda: built(nc.WindowKV), "3 tokens of 64 elements (256 bytes) each: k (1, 4, 3, 8), v (1, 4, 3, 8)"),
+    (lambda: built(nc.DictCacheWindow),
+     '3 tokens of 64 elements (256 bytes) each: cache["k"] (1, 4, 3, 8), cache["v"] (1, 4, 3, 8)'),
+    (lambda: built(nc.TupleCacheMHA),
+     "8 tokens of 64 elements (256 bytes) each: kv[0] (1, 4, 8, 8), kv[1] (1, 4, 8, 8)"),
+    (lambda: built(nc.GQAKeysValues),
+     "8 tokens of 32 elements (128 bytes) each: keys (1, 2, 8, 8), values (1, 2, 8, 8)"),
+    (lambda: built(nc.StepCountedMHA),
+     "8 tokens of 64 elements (256 bytes) each: past_k (1, 4, 8, 8), past_v (1, 4, 8, 8)"),
+], ids=["self.k", "dict", "tuple", "gqa-keys-values", "step-counter"])
+def test_a_correct_cache_under_any_name_passes_and_says_what_it_holds(module, holds):
+    """The tensors a cached forward fills and the reset empties are the cache, whatever they are called; a causal mask
+    buffer no forward changes, and a step counter (a buffer the reset replaces, a tensor it never resets) are not."""
+    results = verdicts(module())
+    check = results["kv-cache"]
+    assert check.status == "pass" and check.evidence.endswith(f"; after 8 tokens the cache holds {holds}"), check
+    assert [rule for rule, check in results.items() if check.status == "fail"] == []
+
+
+@pytest.mark.parametrize(("module", "words"), [
+    (lambda: built(nc.WindowKV, keep_all=True),
+     f"but the cache keeps more than the window needs: k holds 8 tokens after 8, and a window of W = 3 needs only the "
+     f"last 3 — {DROP}"),
+    (lambda: built(nc.DictCacheWindow, keep_all=True),
+     f'but the cache keeps more than the window needs: cache["k"] holds 8 tokens after 8, and a window of W = 3 needs '
+     f"only the last 3 — {DROP}"),
+    (lambda: built(nc.GQAKeysValues, repeated=True),
+     "but keys and values hold num_heads = 4 heads where num_kv_groups = 2 K/V heads are declared (64 elements per "
+     "token, where 2 K/V heads need 32) — cache the keys and values before repeat_interleave, and repeat them after "
+     "reading the cache"),
+], ids=["self.k-keeps-all", "dict-keeps-all", "gqa-keys-values-repeated"])
+def test_a_wasteful_cache_under_any_name_fails_naming_its_tensors(module, words):
+    """Right outputs, but a window cache under self.k or in a dict keeps every token, a GQA cache under self.keys
+    keeps num_heads heads: the waste its variant exists to save, found without a "cache" name."""
+    results = verdicts(module())
+    check = results["kv-cache"]
+    assert check.status == "fail" and check.evidence.endswith(words), check
+    assert [rule for rule, check in results.items() if check.status == "fail"] == ["kv-cache"]
+
+
+def test_a_cache_the_caller_holds_says_what_the_returned_cache_holds():
+    """Hugging Face's (out, present): the tensors of the cache the last forward returned, named by the argument the
+    caller passes them back as."""
+    check = verdicts(um.PastKeyValues().eval())["kv-cache"]
+    assert check.status == "pass" and check.evidence.endswith(
+        "; after 8 tokens the cache holds 8 tokens of 64 elements (256 bytes) each: past_key_values[0] (1, 4, 8, 8), "
+        "past_key_values[1] (1, 4, 8, 8)"), check
+
+
+def test_a_dynamic_cache_the_caller_holds_says_what_its_layers_hold():
+    pytest.importorskip("transformers")
+    check = verdicts(um.CacheObjectAttention().eval())["kv-cache"]
+    assert check.status == "pass" and check.evidence.endswith(
+        "; after 8 tokens the cache holds 8 tokens of 64 elements (256 bytes) each: past_key_values.layers[0].keys "
+        "(1, 4, 8, 8), past_key_values.layers[0].values (1, 4, 8, 8)"), check
+
+
+def test_a_window_cache_the_caller_holds_passes_when_it_returns_the_window_and_fails_when_it_returns_everything():
+    right = verdicts(built(nc.PastWindow))
+    assert right["kv-cache"].status == "pass" and right["kv-cache"].evidence.endswith(
+        "; after 8 tokens the cache holds 3 tokens of 64 elements (256 bytes) each: past_key_values[0] (1, 4, 3, 8), "
+        "past_key_values[1] (1, 4, 3, 8)"), right["kv-cache"]
+    assert [rule for rule, check in right.items() if check.status == "fail"] == []
+    wasteful = verdicts(built(nc.PastWindow, keep_all=True))
+    check = wasteful["kv-cache"]
+    assert check.status == "fail" and check.evidence.startswith("two sequences: a prefill of 4 tokens"), check
+    assert check.evidence.endswith(
+        f"but the cache keeps more than the window needs: past_key_values[0] holds 8 tokens after 8, and a window of "
+        f"W = 3 needs only the last 3 — {DROP}"), check
+    assert [rule for rule, check in wasteful.items() if check.status == "fail"] == ["kv-cache"]
