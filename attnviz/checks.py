@@ -37,11 +37,14 @@ which cell, which value, what it should be:
   tokens its cache holds, where the step's mask puts the new tokens, which of its queries, keys or values differ —
   for a rotary module, a query or cached key of the right length turned by another angle (rotated at the wrong
   position); keys or values that are the whole sequence's K/V heads in ``.repeat``'s order instead of
-  ``repeat_interleave``'s, or the reverse.  A cache the module resets itself says, on a pass, what its ``cache…``
-  tensors hold after the sequence (tokens × elements per token, counted along the dimension that grows by one from
-  the first token to the second), and fails, its outputs right, only on evidence of the waste its declared
-  variant exists to save: a window cache holding more than W tokens, K/V tensors of ``num_heads`` heads where
-  ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a ``latent_dim`` is.
+  ``repeat_interleave``'s, or the reverse.  A pass says what the cache holds after the sequence (tokens × elements
+  per token, counted along the dimension that grows by one from the first token to the second) — a cache the module
+  resets itself found by what it holds, not by its name (the tensors it keeps, one level into a tuple, list or dict,
+  that the reset empties or replaces and that hold the tokens: not a mask, rotary tables or a step counter), a cache
+  the caller holds as the forward returns it after the last token — and fails, its outputs right, only on evidence
+  of the waste its declared variant exists to save: a window cache holding more than W tokens, K/V tensors of
+  ``num_heads`` heads where ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a
+  ``latent_dim`` is.
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -218,13 +221,15 @@ def _selected(rules: Iterable[str] | None) -> list[str]:
 def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], causal: bool) -> int:
     """How many forwards of the module a check of ``rules`` on ``x`` runs at most: the traced one, then causal's one
     per position after the first, dropout-placement's one in training mode, batch-independence's one per item, and
-    kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it (and, for a
-    cache the module resets, the two forwards that measure a token's size in it).  That is a passing check's count: a
-    failing rule runs fewer of its own, and its diagnosis up to :func:`_diagnosis_forwards` more."""
+    kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it, then the
+    forwards that find the cache and measure a token's size in it (three for a cache the module resets, two for a
+    cache the caller holds).  That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis
+    up to :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
     parameters = inspect.signature(module.forward).parameters
     takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
-    measured = 2 if "use_cache" in parameters and any(callable(getattr(module, name, None)) for name in RESETS) else 0
+    resets = "use_cache" in parameters and any(callable(getattr(module, name, None)) for name in RESETS)
+    measured = 3 if resets else 2 if takes_cache else 0
     per_rule = {"causal": n - 1 if causal else 0, "dropout-placement": 1, "batch-independence": batch,
                 "kv-cache": 2 * (2 + n - _prefill(n)) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
@@ -233,14 +238,14 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
 def _diagnosis_forwards(module: nn.Module, x: torch.Tensor, rules: list[str]) -> int:
     """How many forwards beyond the plan (:func:`_planned_forwards`, a passing check's) a failure's diagnosis may run
     at most: causal's one recording of the changed input (where the leak is), batch-independence's two with
-    ``batch_first=True`` set, and kv-cache's two measuring a token's size in the cache, one recording of the whole
-    sequence, the forwards before the failing step again (at most n − prefill) and the step (the cause).  A rule that
-    fails skips its later forwards, so a check usually runs fewer."""
+    ``batch_first=True`` set, and kv-cache's three finding the cache and measuring a token's size in it, one recording
+    of the whole sequence, the forwards before the failing step again (at most n − prefill) and the step (the cause).
+    A rule that fails skips its later forwards, so a check usually runs fewer."""
     n = x.shape[1]
     parameters = inspect.signature(module.forward).parameters
     takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
     per_rule = {"causal": 1, "batch-independence": 2,
-                "kv-cache": n - _prefill(n) + 4 if takes_cache and n > 1 else 0}
+                "kv-cache": n - _prefill(n) + 5 if takes_cache and n > 1 else 0}
     return sum(per_rule.get(rule, 0) for rule in rules)
 
 
@@ -890,22 +895,51 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     sequences = [x[:1], x[1:2]]  # two different sequences, (1, n, d_in) each
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
-        result = _fed_back(module, sequences, expected, cache_name, flags, prefill, lambda: None)
+        last: dict = {}  # the cache after the last sequence's last token
+        result = _fed_back(module, sequences, expected, cache_name, flags, prefill, lambda: None, last)
         held = None
         if result == "none returned" and (held := _cache_object()) is not None:
-            result = _fed_back(module, sequences, expected, cache_name, flags, prefill, _cache_object)
+            result = _fed_back(module, sequences, expected, cache_name, flags, prefill, _cache_object, last)
         if result in ("none returned", "takes no cache object"):  # nothing to feed the next step: nothing to follow
             empty = held is not None and result == "none returned"
             return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns none to pass "
                                        "back" + (f" and leaves the {type(held).__name__} it is given empty"
                                                  if empty else "") + ": not checked")
-    if result is not None:
-        return Check(rule, "fail", result)
+        if result is not None:
+            return Check(rule, "fail", result)
+        measured = _returned_held(module, sequences[1], cache_name, flags,
+                                  (lambda: None) if held is None else _cache_object, last.get("cache"))
     given = ("the cache the forward before returned" if held is None else
              f"the {type(held).__name__} the forward before filled")
-    return Check(rule, "pass", f"two sequences: a prefill of {counted(prefill)}, then {counted(x.shape[1] - prefill)} "
-                               f"one by one, each given {given} ({cache_name}), give the uncached outputs "
-                               f"(≤ {TOLERANCE:g})")
+    n = x.shape[1]
+    words = (f"two sequences: a prefill of {counted(prefill)}, then {counted(n - prefill)} one by one, each given "
+             f"{given} ({cache_name}), give the uncached outputs (≤ {TOLERANCE:g})")
+    if measured is None:
+        return Check(rule, "pass", words)
+    excess = _cache_excess(module, measured, n)
+    if excess is not None:
+        return Check(rule, "fail", f"{words}, but {excess}")
+    return Check(rule, "pass", f"{words}; after {counted(n)} the cache holds {measured.words()}")
+
+
+def _returned_held(module: nn.Module, sequence: torch.Tensor, cache_name: str, flags: dict,
+                   new_cache: Callable[[], object], last) -> _CacheHeld | None:
+    """What a cache the caller holds holds after a sequence: the tensors of ``last`` (the cache the last forward
+    returned, or the cache object it filled: :func:`_tensors_in`, named by ``cache_name``), their tokens counted
+    along the dimension that grows by one from ``sequence``'s first token, fed with ``new_cache()``, to its second,
+    fed with the cache the first returned; None when ``last`` holds no tensor or those forwards raise."""
+    now = {path: value.detach() for path, value in _tensors_in(cache_name, last).items()}
+    if not now:
+        return None
+    fed, cache = [], new_cache()
+    for tokens in (1, 2):
+        try:
+            output = tracing.run_forward(module, sequence[:, tokens - 1:tokens], **flags, **{cache_name: cache})
+        except tracing.TraceError:  # these forwards ran before without raising: nothing more to say
+            return None
+        cache = _next_cache(output, tokens, cache)
+        fed.append({path: value.shape for path, value in _tensors_in(cache_name, cache).items()})
+    return _held(now, fed)
 
 
 def _cache_object():
@@ -919,11 +953,11 @@ def _cache_object():
 
 
 def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[torch.Tensor], cache_name: str,
-              flags: dict, prefill: int, new_cache: Callable[[], object]) -> str | None:
+              flags: dict, prefill: int, new_cache: Callable[[], object], last: dict | None = None) -> str | None:
     """The first cached forward that raises or differs, in words; None when none does; "none returned" when a
     forward returns no cache and was given no cache object it filled.  Each sequence starts from ``new_cache()``
     (None, or an empty cache object), each forward is given the cache the forward before returned (or, returning
-    none, the object it was given)."""
+    none, the object it was given); ``last["cache"]`` is the cache after the last forward."""
     for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
         cache = first = new_cache()
 
@@ -960,6 +994,8 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
                 return (f"sequence {number}, {step}: the cached output differs from the uncached one by {worst:.3g} — "
                         f"given {given} as {cache_name}, the step does not compute what the whole sequence computes "
                         "at that position")
+        if last is not None:
+            last["cache"] = cache
     return None
 
 
@@ -1127,12 +1163,13 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
     """Words for a cache that holds fewer tokens than ``stop`` (more than a declared window drops) or more: its
     tensors' size now ÷ what one token adds (a second token's size less the first's); None when they hold ``stop``,
     or cannot tell."""
-    held = _cache_sizes(module)
-    fed = _first_two_tokens(module, reset, sequence)
-    if fed is None:  # these forwards ran before without raising; the cause stays unnamed
+    found = _found_cache(module, reset, sequence)
+    if found is None:  # these forwards ran before without raising; the cause stays unnamed
         return None
+    held, fed = found
     sizes = [{name: shape.numel() for name, shape in shapes.items()} for shapes in fed]
-    for name, size in held.items():
+    for name, value in held.items():
+        size = value.numel()
         first, second = sizes[0].get(name), sizes[1].get(name)
         per_token = None if first is None or second is None else second - first
         if not per_token or per_token < 0 or size % per_token or first % per_token:
@@ -1148,31 +1185,91 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
     return None
 
 
-def _cache_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
-    """name -> every tensor the module keeps (an attribute or a buffer) under a name with "cache" in it."""
-    tensors = {**{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}, **dict(module.named_buffers())}
-    return {name: value for name, value in tensors.items() if "cache" in name}
+MODULE_INTERNALS = frozenset(vars(nn.Module()))  # nn.Module's own bookkeeping (_parameters, _buffers, hooks …)
 
 
-def _first_two_tokens(module: nn.Module, reset, sequence: torch.Tensor) -> list[dict[str, torch.Size]] | None:
-    """The shapes of the module's cache tensors (:func:`_cache_tensors`) after ``reset()`` and ``sequence``'s first
-    token fed with ``use_cache=True``, then after its second: what one token adds; None when one of the two forwards
-    raises."""
+def _kept_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """path -> every tensor the module keeps: an attribute, a buffer, or one inside a tuple, list or dict attribute
+    (``kv[0]``, ``cache["k"]``) or a cache object it keeps (:func:`_tensors_in`); never a parameter."""
+    kept: dict[str, torch.Tensor] = {}
+    for name, value in vars(module).items():
+        if name not in MODULE_INTERNALS:
+            kept.update(_tensors_in(name, value))
+    kept.update(module.named_buffers())
+    return {path: value for path, value in kept.items() if not isinstance(value, nn.Parameter)}
+
+
+def _tensors_in(name: str, value) -> dict[str, torch.Tensor]:
+    """path -> ``value`` when it is a tensor, else the tensors one level inside it: a tuple's or list's items
+    (``name[0]``), a dict's values (``name["k"]``), a Hugging Face cache object's layers' keys and values
+    (``name.layers[0].keys``, or the older ``name.key_cache[0]``)."""
+    if isinstance(value, torch.Tensor):
+        return {name: value}
+    if isinstance(value, tuple | list):
+        return {f"{name}[{index}]": item for index, item in enumerate(value) if isinstance(item, torch.Tensor)}
+    if isinstance(value, dict):
+        return {f'{name}["{key}"]' if isinstance(key, str) else f"{name}[{key!r}]": item
+                for key, item in value.items() if isinstance(item, torch.Tensor)}
+    found: dict[str, torch.Tensor] = {}
+    layers = getattr(value, "layers", None)
+    if isinstance(layers, list | tuple):
+        for index, layer in enumerate(layers):
+            found.update({f"{name}.layers[{index}].{part}": getattr(layer, part) for part in ("keys", "values")
+                          if isinstance(getattr(layer, part, None), torch.Tensor)})
+    for part in ("key_cache", "value_cache"):
+        if not found and isinstance(getattr(value, part, None), list):
+            found.update({f"{name}.{part}[{index}]": item for index, item in enumerate(getattr(value, part))
+                          if isinstance(item, torch.Tensor)})
+    return found
+
+
+def _snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of every tensor the module keeps (:func:`_kept_tensors`), as it is now."""
+    return {path: value.detach().clone() for path, value in _kept_tensors(module).items()}
+
+
+def _unchanged(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
+    """Both there, of one shape and dtype, and equal (NaN equal to NaN; a tensor without data, on the meta device,
+    counts as unchanged: no evidence)."""
+    if before is None or after is None or before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    try:
+        return torch.equal(before, after) or bool(before.is_floating_point() and torch.allclose(
+            before, after, rtol=0.0, atol=0.0, equal_nan=True))
+    except (RuntimeError, NotImplementedError):
+        return True
+
+
+def _found_cache(module: nn.Module, reset, sequence: torch.Tensor) \
+        -> tuple[dict[str, torch.Tensor], list[dict[str, torch.Size]]] | None:
+    """The module's cache, found by what it holds, as it is now (after the cached forwards so far), and its tensors'
+    shapes after ``reset()`` and ``sequence``'s first token fed with ``use_cache=True``, then after its second: what
+    one token adds; None when one of the forwards raises.
+
+    The cache is every tensor the module keeps (:func:`_kept_tensors`, by its path: ``k``, ``kv[0]``, ``cache["k"]``)
+    that the reset empties or replaces (it differs after the reset from now) and that holds the tokens: it grows from
+    the first token to the second, or holds what a token brought (fed first after a reset, the second token leaves
+    it otherwise than the first does).  A weight, a mask or rotary table no forward changes, and a step counter (the
+    same whichever token came first) are not the cache."""
+    now = _snapshot(module)
     fed = []
-    reset()
     with torch.no_grad():
-        for tokens in (1, 2):
-            try:
+        try:
+            reset()
+            emptied = _snapshot(module)
+            tracing.run_forward(module, sequence[:, 1:2], use_cache=True)  # another token first
+            other = _snapshot(module)
+            reset()
+            for tokens in (1, 2):
                 tracing.run_forward(module, sequence[:, tokens - 1:tokens], use_cache=True)
-            except tracing.TraceError:
-                return None
-            fed.append({name: value.shape for name, value in _cache_tensors(module).items()})
-    return fed
-
-
-def _cache_sizes(module: nn.Module) -> dict[str, int]:
-    """name -> number of elements of every tensor the module keeps under a name with "cache" in it."""
-    return {name: value.numel() for name, value in _cache_tensors(module).items()}
+                fed.append(_snapshot(module))
+        except tracing.TraceError:
+            return None
+    first, second = fed
+    cache = {path: value for path, value in now.items()
+             if path in first and path in second and not _unchanged(value, emptied.get(path))
+             and (second[path].numel() > first[path].numel() or not _unchanged(first[path], other.get(path)))}
+    return cache, [{path: tensors[path].shape for path in cache} for tensors in fed]
 
 
 @dataclass(frozen=True)
@@ -1200,15 +1297,15 @@ class _CacheHeld:
 
 
 def _cache_held(module: nn.Module, reset, sequence: torch.Tensor) -> _CacheHeld | None:
-    """What the module's cache holds now (after ``sequence``'s cached forwards), its tokens counted along the one
-    dimension of each tensor that grows by one from the first token to the second — fed again after ``reset()``;
-    None when it keeps no tensor under a "cache" name, or those two forwards raise."""
-    now = _cache_tensors(module)
-    if not now:
-        return None
-    fed = _first_two_tokens(module, reset, sequence)
-    if fed is None:  # these forwards ran before without raising: nothing more to say
-        return None
+    """What the module's cache (:func:`_found_cache`) holds now, after ``sequence``'s cached forwards; None when it
+    keeps no tensor that holds the tokens, or the forwards that find it raise."""
+    found = _found_cache(module, reset, sequence)
+    return None if found is None or not found[0] else _held(*found)
+
+
+def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]]) -> _CacheHeld:
+    """What the cache tensors ``now`` hold, their tokens counted along the one dimension of each that grows by one
+    from the first token (``fed[0]``, their shapes then) to the second (``fed[1]``)."""
     shapes = [{name: tuple(shape) for name, shape in fed_shapes.items()} for fed_shapes in fed]
     tokens, grown_along, per_token, per_token_bytes = {}, {}, 0, 0
     for name, value in now.items():

@@ -572,7 +572,10 @@ def test_kv_cache_checks_a_hugging_face_cache_object_filled_in_place(returns_cac
     check = verdict(um.CacheObjectAttention(returns_cache=returns_cache).eval(), "kv-cache", rules=["kv-cache"])
     assert check == checks.Check("kv-cache", "pass", "two sequences: a prefill of 4 tokens, then 4 tokens one by one, "
                                                      "each given the DynamicCache the forward before filled "
-                                                     "(past_key_values), give the uncached outputs (≤ 1e-05)")
+                                                     "(past_key_values), give the uncached outputs (≤ 1e-05); after 8 "
+                                                     "tokens the cache holds 8 tokens of 64 elements (256 bytes) each: "
+                                                     "past_key_values.layers[0].keys (1, 4, 8, 8), "
+                                                     "past_key_values.layers[0].values (1, 4, 8, 8)")
     given = " (each forward given the DynamicCache the forward before filled as past_key_values)"
     torch.manual_seed(0)
     module = um.CacheObjectAttention(bug="mask-ignores-past", returns_cache=returns_cache).eval()
@@ -822,8 +825,8 @@ def forwards_of(module, **kwargs) -> tuple[list, list, int]:
 
 @pytest.mark.parametrize(("module", "forwards"), [
     (mha(), 1 + 7 + 1 + 2),  # the trace, causal (one per position after the first), dropout-placement, batch
-    (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 4) + 2),  # kv-cache: 2 uncached,
-], ids=["mha", "cached"])  # then per sequence a prefill of 4 and 4 tokens one by one, then 2 measuring a token
+    (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 4) + 3),  # kv-cache: 2 uncached,
+], ids=["mha", "cached"])  # then per sequence a prefill of 4 and 4 tokens one by one, then 3 finding and measuring
 def test_progress_reports_each_rule_as_it_is_done_and_counts_every_forward(module, forwards):
     results, reports, ran = forwards_of(module)
     done = [report for report in reports if report.check is not None]
@@ -865,7 +868,7 @@ def test_a_failures_diagnosis_runs_no_more_forwards_than_the_plan_and_its_stated
     n = x.shape[1]
     assert checks._diagnosis_forwards(module, x, ["batch-independence"]) == 2
     assert checks._diagnosis_forwards(module, x, ["causal"]) == 1
-    expected = n - n // 2 + 4 if isinstance(module, um.LearnerCachedMHA | um.LearnerCachedGQA) else 0
+    expected = n - n // 2 + 5 if isinstance(module, um.LearnerCachedMHA | um.LearnerCachedGQA) else 0
     assert checks._diagnosis_forwards(module, x, ["kv-cache"]) == expected
 
 
@@ -874,7 +877,7 @@ def test_rules_runs_only_those_rules_and_their_forwards():
     results, reports, ran = forwards_of(module, rules=["kv-cache", "causal"])
     assert [check.rule for check in results] == ["causal", "kv-cache"]  # in RULES order
     assert [check.status for check in results] == ["pass", "pass"]
-    assert ran == 1 + 7 + 12 + 2 and reports[-1].rules_total == 2
+    assert ran == 1 + 7 + 12 + 3 and reports[-1].rules_total == 2
     assert [c.rule for c in checks.check_module(module, rules="scaling")] == ["scaling"]
     with pytest.raises(ValueError, match="no rule 'causality': the rules are rows-sum-to-one, causal"):
         checks.check_module(module, rules=["causality"])
