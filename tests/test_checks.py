@@ -1131,3 +1131,99 @@ def test_multihead_attention_without_batch_first_is_named_when_batch_and_tokens_
         "pass it (n, batch, d))"), check
     assert module.mha.batch_first is False
     assert failing(um.TorchMHA().eval(), x=torch.randn(8, 8, 32)) == set()  # batch_first=True: nothing to name
+
+
+@pytest.mark.parametrize("layout", ["heads", "tokens", "values-first"])
+def test_einsum_for_weights_at_v_passes_every_rule_that_applies(layout):
+    """weights·V as torch.einsum read V as the weights (the equation's first operand is a string): matches-reference
+    raised a RuntimeError, a traceback from the CLI."""
+    torch.manual_seed(0)
+    results = checks.check_module(um.EinsumAttention(layout=layout).eval())
+    assert {c.rule: c.status for c in results} == {**dict.fromkeys(checks.RULES, "pass"), "kv-cache": "skip"}
+    assert verdict(um.EinsumAttention(layout=layout).eval(), "matches-reference").evidence.startswith(
+        "the concatenated heads equal")
+
+
+def test_einsums_operands_are_read_as_queries_keys_and_values_per_head():
+    torch.manual_seed(0)
+    module = um.EinsumAttention(layout="tokens").eval()
+    x = torch.randn(2, 5, 16)
+    attention, _ = tracing.combine(tracing.record(module, x).attentions)
+    with torch.no_grad():
+        q, k, v = module.qkv(x).view(2, 5, 3, 4, 4).unbind(2)  # (b, n, h, hd) each
+    for recorded, wanted in ((attention.queries, q), (attention.keys, k), (attention.values, v)):
+        assert torch.allclose(recorded, wanted.transpose(1, 2))  # (b, h, n, hd)
+    assert attention.context.shape == (2, 4, 5, 4)
+
+
+@pytest.mark.parametrize("mask", ["causal", "padding"])
+def test_grouped_query_attention_that_broadcasts_its_kv_heads_passes(mask):
+    """q (b, g, h/g, n, hd) @ k (b, g, 1, n, hd)ᵀ, no repeat: the reference paired 4 query heads with 2 key heads and
+    raised a RuntimeError."""
+    torch.manual_seed(0)
+    assert failing(um.BroadcastGQA(mask=mask).eval()) == set()
+
+
+def test_a_rule_whose_own_code_fails_on_the_modules_data_is_skipped_in_words():
+    """An exception a rule's code raises on what the module gave it is that rule's verdict, never a traceback: the
+    other rules stand."""
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.WiderEachCall().eval())}
+    assert list(results) == list(checks.RULES)
+    assert results["causal"].status == "skip"
+    assert results["causal"].evidence.startswith("could not be checked: the rule failed on what the module gave it "
+                                                 "(RuntimeError: The size of tensor a")
+    assert "\n" not in results["causal"].evidence
+    assert results["rows-sum-to-one"].status == "pass" and results["matches-reference"].status == "pass"
+
+
+def test_baddbmms_alpha_is_the_scale():
+    """torch.baddbmm(mask, q, kᵀ, alpha=1/√hd) (Bloom, GPT-NeoX, Falcon) failed scaling: "the scores are not
+    scaled"."""
+    torch.manual_seed(0)
+    assert failing(um.BaddbmmAttention().eval()) == set()
+    assert verdict(um.BaddbmmAttention().eval(), "scaling").evidence == (
+        "the scores are divided by √head_dim = √4 ≈ 2")
+    assert verdict(um.BaddbmmAttention(alpha=1.0).eval(), "scaling").evidence == (
+        "the scores are not scaled: divide by √head_dim = √4 ≈ 2")
+    assert verdict(um.BaddbmmAttention(alpha=1 / 16).eval(), "scaling").evidence.startswith(
+        "the scores are divided by head_dim = 4 without the square root")
+
+
+def test_heads_folded_into_the_batch_are_read_as_heads_when_the_module_declares_them():
+    """(b·h, n, n) weights were read as b·h items of one head."""
+    torch.manual_seed(0)
+    trace = tracing.trace_module(um.BaddbmmAttention().eval(), torch.randn(1, 8, 16))
+    assert trace.steps["weights"].shape == (1, 4, 8, 8) and trace.num_heads == 4
+    assert trace.steps["queries"].shape == (1, 4, 8, 4) and trace.steps["context"].shape == (1, 4, 8, 4)
+    assert verdict(um.BaddbmmAttention().eval(), "matches-reference").evidence.startswith(
+        "the concatenated heads equal")
+    undeclared = tracing.trace_module(um.BaddbmmAttention(declare_heads=False).eval(), torch.randn(1, 8, 16))
+    assert undeclared.steps["weights"].shape == (4, 1, 8, 8)
+    assert any("4 maps for 1 item" in note and "num_heads" in note for note in undeclared.notes), undeclared.notes
+
+
+MASK_AFTER_SOFTMAX = ("the mask is applied after the softmax: rows no longer sum to 1 — mask the scores with −∞ "
+                      "before the softmax")
+
+
+def test_a_mask_applied_after_the_softmax_is_named_by_every_rule_it_fails():
+    """nanoGPT with softmax, then masked_fill(bias == 0, 0.0): rows-sum-to-one passed (it read the softmax's output,
+    not what multiplies V), mask-convention blamed a masked_fill whose copy was dropped, causal named no cause."""
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.MaskAfterSoftmax().eval())}
+    assert {rule for rule, c in results.items() if c.status == "fail"} == {
+        "rows-sum-to-one", "causal", "mask-convention", "matches-reference"}
+    assert results["rows-sum-to-one"].evidence.startswith("row 0 of the weights that multiply V sums to 0.")
+    for rule in ("rows-sum-to-one", "causal", "mask-convention", "matches-reference"):
+        assert MASK_AFTER_SOFTMAX in results[rule].evidence, (rule, results[rule].evidence)
+        assert "masked_fill returns a copy" not in results[rule].evidence
+    assert results["scaling"].status == "pass"
+
+
+def test_a_mask_after_the_softmax_then_renormalised_passes():
+    """Masking the softmax's output and dividing each row by its sum is a correct causal attention."""
+    torch.manual_seed(0)
+    results = checks.check_module(um.MaskAfterSoftmax(renormalise=True).eval())
+    assert [c for c in results if c.status == "fail"] == []
+    assert {c.rule for c in results if c.status == "skip"} == {"kv-cache"}

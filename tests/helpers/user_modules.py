@@ -1528,3 +1528,112 @@ class BroadcastGQA(nn.Module):
         weights = torch.softmax(scores, dim=-1)  # (b, g, s, n, n)
         return (weights @ v).permute(0, 3, 1, 2, 4).reshape(b, n, -1)  # (b, g, s, n, hd) -> (b, n, h·hd)
 
+
+
+class EinsumAttention(nn.Module):
+    """Correct causal multi-head attention written with einsum for Q·Kᵀ and for weights·V.  ``layout``: "heads"
+    (q, k, v (b, h, n, hd): "bhid,bhjd->bhij", then "bhij,bhjd->bhid"), "tokens" (q, k, v (b, n, h, hd) as the
+    projection puts them out, no transpose: "bihd,bjhd->bhij", then "bhij,bjhd->bihd"), or "values-first" (weights·V
+    with V the first operand: "bhjd,bhij->bhid")."""
+
+    def __init__(self, d_in=16, num_heads=4, layout="heads"):
+        super().__init__()
+        self.num_heads, self.head_dim, self.layout = num_heads, d_in // num_heads, layout
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+        self.out_proj = nn.Linear(d_in, d_in)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).unbind(2)  # (b, n, h, hd) each
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        if self.layout == "tokens":
+            s = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(self.head_dim)  # (b, h, n, n)
+            w = s.masked_fill(future, float("-inf")).softmax(dim=-1)  # (b, h, n, n)
+            y = torch.einsum("bhij,bjhd->bihd", w, v)  # (b, n, h, hd)
+            return self.out_proj(y.reshape(b, n, d))
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (b, h, n, hd) each
+        s = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(self.head_dim)  # (b, h, n, n)
+        w = s.masked_fill(future, float("-inf")).softmax(dim=-1)  # (b, h, n, n)
+        if self.layout == "values-first":
+            y = torch.einsum("bhjd,bhij->bhid", v, w)  # (b, h, n, hd)
+        else:
+            y = torch.einsum("bhij,bhjd->bhid", w, v)  # (b, h, n, hd)
+        return self.out_proj(y.transpose(1, 2).reshape(b, n, d))
+
+
+class BaddbmmAttention(nn.Module):
+    """Bloom / GPT-NeoX / Falcon style: heads folded into the batch, (b·h, n, hd), and the scores made by
+    ``torch.baddbmm(mask, q, kᵀ, alpha=1/√hd)`` — the scale in ``alpha``, the additive causal mask as its input.
+    ``alpha``: the scale given (None: 1/√hd); ``declare_heads``: keep the head count as ``num_heads`` (else as
+    ``h``, a name attnviz does not read)."""
+
+    def __init__(self, d_in=16, num_heads=4, alpha=None, declare_heads=True):
+        super().__init__()
+        self.head_dim = d_in // num_heads
+        if declare_heads:
+            self.num_heads = num_heads
+        else:
+            self.h = num_heads
+        self.alpha = 1 / math.sqrt(self.head_dim) if alpha is None else alpha
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+        self.out_proj = nn.Linear(d_in, d_in)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        h = getattr(self, "num_heads", None) or self.h
+        q, k, v = self.qkv(x).view(b, n, 3, h, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        q, k, v = (t.reshape(b * h, n, self.head_dim) for t in (q, k, v))  # (b·h, n, hd) each
+        mask = torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))  # (n, n)
+        s = torch.baddbmm(mask.expand(b * h, n, n), q, k.transpose(1, 2), alpha=self.alpha)  # (b·h, n, n)
+        y = torch.bmm(s.softmax(dim=-1), v).view(b, h, n, self.head_dim)  # (b, h, n, hd)
+        return self.out_proj(y.transpose(1, 2).reshape(b, n, d))
+
+
+class MaskAfterSoftmax(nn.Module):
+    """nanoGPT's attention with the bug of masking after the softmax: ``att = F.softmax(att, -1)`` then
+    ``att.masked_fill(bias == 0, 0.0)`` — the weights of each row no longer sum to 1, and every weight is divided by a
+    sum over the future keys too.  ``renormalise``: divide each row by its sum afterwards (a correct causal
+    attention, if a roundabout one)."""
+
+    def __init__(self, n_embd=16, n_head=4, block_size=16, renormalise=False):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd, self.renormalise = n_head, n_embd, renormalise
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        att = F.softmax(att, dim=-1)  # (B, nh, T, T)
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, 0.0)  # (B, nh, T, T)
+        if self.renormalise:
+            att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class WiderEachCall(nn.Module):
+    """Correct causal attention whose output gains a feature at every call after the first (a running memory
+    concatenated to it): the rules that compare two forwards' outputs cannot subtract them."""
+
+    def __init__(self, d_in=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_in, bias=False)
+        self.W_key = nn.Linear(d_in, d_in, bias=False)
+        self.W_value = nn.Linear(d_in, d_in, bias=False)
+        self.calls = 0
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d) each
+        s = (q @ k.transpose(1, 2)) / k.shape[-1] ** 0.5  # (b, n, n)
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), -torch.inf)  # (b, n, n)
+        context = torch.softmax(s, dim=-1) @ v  # (b, n, d)
+        memory = torch.zeros(*x.shape[:2], self.calls)  # (b, n, calls)
+        self.calls += 1
+        return torch.cat([context, memory], dim=-1)  # (b, n, d + calls)
