@@ -200,11 +200,21 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                 checks.append(run[rule]())
             except tracing.TraceError as error:  # a forward of the rule's own raised: the rules before it stand
                 raise tracing.TraceError(f"{error} (while checking {rule})") from error
+            except Exception as error:  # the rule's own code failed on what the module gave it: its verdict says so
+                checks.append(_not_read(rule, error))
             meter.done(checks[-1])
     finally:
         hook.remove()
         module.train(was_training)
     return checks
+
+
+def _not_read(rule: str, error: Exception) -> Check:
+    """The verdict of a rule whose own code raised ``error`` on the module's recorded tensors or outputs (a layout
+    it does not read): a skip in one line naming the error, so the other rules stand and nothing escapes."""
+    return Check(rule, "skip", f"could not be checked: the rule failed on what the module gave it "
+                               f"({type(error).__name__}: {time_limit.one_line(error)}) — the module may still be "
+                               "right; please report it with the module's code")
 
 
 def _selected(rules: Iterable[str] | None) -> list[str]:
@@ -304,6 +314,8 @@ def sums_to_one(sums: torch.Tensor) -> torch.Tensor:
 def rows_sum_to_one(attention: tracing.Attention) -> Check:
     rule = "rows-sum-to-one"
     weights = attention.weights.float() * attention.weights_scale  # (b, h, nq, nk): what multiplies V
+    if attention.zeroed_after is not None:  # a mask after the softmax zeroed these weights on their way to V
+        weights = weights.masked_fill(attention.zeroed_after, 0.0)  # (b, h, nq, nk)
     visible = ~attention.hidden_cells()  # (b, h, nq, nk)
     rows = visible.any(-1)  # (b, h, nq): rows with at least one visible key
     sums = weights.sum(-1)  # (b, h, nq)
@@ -315,11 +327,18 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
     value = sums[item, head, row].item()
     hint = (" — the softmax ran over dim=-2 (the queries), so columns sum to 1: use dim=-1 (the keys)"
             if attention.softmax_dim != -1 else "")
+    if attention.zeroed_after is not None:
+        return Check(rule, "fail", f"{where}row {row} of the weights that multiply V sums to {value:.4g}, should be "
+                                   f"1{hint} — {MASK_AFTER_SOFTMAX}")
     if not math.isclose(attention.weights_scale, 1.0, rel_tol=1e-6):
         return Check(rule, "fail", f"{where}row {row} of the weights that multiply V sums to {value:.4g}, should be "
                                    f"1{hint} — the weights are {_times(attention.weights_scale)} after the softmax: "
                                    "scale the scores before the softmax, not the weights after it")
     return Check(rule, "fail", f"{where}row {row} sums to {value:.4g}, should be 1{hint}")
+
+
+MASK_AFTER_SOFTMAX = ("the mask is applied after the softmax: rows no longer sum to 1 — mask the scores with −∞ "
+                      "before the softmax")
 
 
 def _times(factor: float) -> str:
@@ -412,6 +431,9 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk)
+    if attention.zeroed_after is not None:
+        return (f" — {MASK_AFTER_SOFTMAX} (each weight is divided by a sum over every key, the future's "
+                "included)")
     if not hidden.any():
         if stated is None:
             return ""
@@ -476,6 +498,13 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
             return Check(rule, "fail", f"the module is not causal but hides {amount(int(hidden[0, 0].sum()), 'cell')}, "
                                        f"e.g. {where}")
         return Check(rule, "fail", f"{stated}, but the module masks: it hides {_hidden_cells(attention, future)}")
+    if attention.zeroed_after is not None:
+        zeroed = attention.zeroed_after  # (b, h, nq, nk)
+        which = ("the future (above the diagonal)" if torch.equal(zeroed, future.expand_as(zeroed)) else
+                 _where(attention, zeroed.nonzero()[0]) + " and more" if zeroed.sum() > 1 else
+                 _where(attention, zeroed.nonzero()[0]))
+        return Check(rule, "fail", f"the weights of {which} are set to 0 after the softmax, not hidden from it; "
+                                   f"{MASK_AFTER_SOFTMAX}")
     if torch.equal(hidden, future.expand_as(hidden)):
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
@@ -777,6 +806,8 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
     if check.status == "pass" and attention.weights.shape[-1] == 1:  # one key: its weight is 1 whatever the scores
         return Check(check.rule, "pass", check.evidence + " — with 1 token the one weight is 1 whatever the scores, "
                      "so this compares only V and the heads' order: check 2 or more tokens")
+    if check.status == "fail" and attention.zeroed_after is not None:
+        return Check(check.rule, "fail", f"{check.evidence} — {MASK_AFTER_SOFTMAX}")
     if check.status == "fail" and stated:
         follows = "masks the future" if causal else "masks nothing"
         return Check(check.rule, "fail", f"{check.evidence} — the reference {follows}: {stated}")
@@ -814,7 +845,7 @@ def reference_context(queries, keys, values, causal: bool, *, scaled: bool = Tru
                       window: int | None = None) -> torch.Tensor:
     """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
     ``window``: the causal mask also hides the keys ``window`` or more behind)."""
-    queries, keys, values = queries.float(), keys.float(), values.float()
+    queries, keys, values = queries.float(), _per_query_head(keys, queries), _per_query_head(values, queries)
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     if scaled:
         scores = scores / math.sqrt(queries.shape[-1])  # (b, h, nq, nk)
@@ -824,6 +855,19 @@ def reference_context(queries, keys, values, causal: bool, *, scaled: bool = Tru
         hidden = (diff < 0) | (diff >= window) if window else diff < 0  # (nq, nk)
         scores = scores.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)
     return torch.softmax(scores, dim=-1) @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
+
+
+def _per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """Keys or values (b, g, n, d) as float32 per query head (b, h, n, d): K/V head h ÷ (h ÷ g) for query head h, as
+    ``repeat_interleave`` pairs them (the Trace keeps grouped-query K/V heads as few as the module has them), a
+    batch of 1 expanded to the queries'."""
+    tensor = tensor.float()
+    heads, groups = queries.shape[1], tensor.shape[1]
+    if groups != heads and groups and heads % groups == 0:
+        tensor = tensor.repeat_interleave(heads // groups, dim=1)  # (b, g, n, d) -> (b, h, n, d)
+    if tensor.shape[0] == 1 and queries.shape[0] > 1:
+        tensor = tensor.expand(queries.shape[0], *tensor.shape[1:])  # (1, h, n, d) -> (b, h, n, d)
+    return tensor
 
 
 RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache reset goes by

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnviz import time_limit
+from attnviz import time_limit, user_code
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
 from attnviz.producers import book
 from attnviz.text import prepare_text
@@ -97,6 +97,7 @@ class Attention:
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
     weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
+    zeroed_after: torch.Tensor | None = None  # bool, True where a mask after the softmax set a weight to 0 (a bug)
     lost: str | None = None  # why Q and K, or V, are None: "no Q @ Kᵀ: the exp on line 12 comes before the softmax"
     # why a stage is not recorded, per side: {"scores": "no Q @ Kᵀ before the softmax: …", "context": "no weights …"}
     unrecorded: dict[str, str] = field(default_factory=dict)
@@ -128,6 +129,7 @@ class Recording:
     fed_onwards: list[tuple[int, torch.Tensor, frozenset[int]]] = field(default_factory=list)
     triangular_mask: bool = False  # a masked_fill / where, or an SDPA / MultiheadAttention call, had a triangular mask
     triangles: list[tuple[int, str, int]] = field(default_factory=list)  # (op index, "tril"/"triu", its diagonal)
+    notes: list[str] = field(default_factory=list)  # what the Trace should say about how the attention was read
 
 
 # -------------------------------------------------------------------- recording
@@ -367,13 +369,39 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
         raise TraceError(f"the forward returned shape {tuple(output.shape)} for an input of shape {tuple(x.shape)}: "
                          f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)")
+    notes = [note for attention in attentions if (note := _fold_heads(attention, x.shape[0], module))]
     contexts = {index for a in attentions for index in a.context_ops}
     fed_onwards = [(index, tensor, sources) for index, tensor, node in
                    [*recorder.linear_inputs, (len(recorder.ops), output, recorder.nodes.get(id(output)))]
                    if (sources := _context_sources(node, contexts))]
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(),
                      dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
-                     triangular_mask=recorder.triangular_mask, triangles=recorder.triangles)
+                     triangular_mask=recorder.triangular_mask, triangles=recorder.triangles, notes=notes[:1])
+
+
+HEADS_FOLDED = ("weights", "masked", "scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden",
+                "zeroed_after")  # the stages an attention whose heads are folded into the batch unfolds
+
+
+def _fold_heads(attention: Attention, batch: int, module: nn.Module) -> str | None:
+    """Reads an attention computed with the heads folded into the batch — (b·h, n, n) weights, Bloom's and GPT-NeoX's
+    ``baddbmm`` / ``bmm`` layout, recorded as b·h items of one head — as (b, h, n, n) when the module declares h
+    heads (``num_heads``, ``n_head``, ``n_heads`` …); else says so in a note (None: nothing to read or say)."""
+    items = attention.weights.shape[0]
+    if attention.weights.shape[1] != 1 or items <= batch or items % batch:
+        return None
+    heads = next((value for name in user_code.SPELLINGS["num_heads"] if isinstance(value := getattr(module, name, None),
+                  int) and not isinstance(value, bool) and value > 1), None)
+    if heads is None or items != batch * heads:
+        return (f"The attention weights are {items} maps for {amount(batch, 'item')}: read as {items} items of one "
+                "head each; if they are batch × heads (a (b·h, n, n) layout), give the module a num_heads attribute "
+                "and they are read as heads.")
+    for stage in HEADS_FOLDED:
+        tensor = getattr(attention, stage)
+        if isinstance(tensor, torch.Tensor) and tensor.dim() == 4 and tensor.shape[1] == 1 and (
+                tensor.shape[0] % batch == 0 and tensor.shape[0] > batch):
+            setattr(attention, stage, tensor.reshape(batch, -1, *tensor.shape[2:]))  # (b·h, 1, n, m) -> (b, h, n, m)
+    return None
 
 
 def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tuple[object, Attention | None]:
@@ -628,36 +656,57 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
     attention = Attention(kind="softmax", weights=_as_head_maps(weights), masked=_as_head_maps(masked),
                           op_index=node.index, dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
     recorder.ops[node.index].stage = "weights"
+    operands = None if matmul is None else _matmul_operands(matmul)
+    if matmul is not None and operands is None:
+        lost = f"the {_call(recorder, matmul)} before the softmax could not be read as Q @ Kᵀ"
+        matmul = None
     if matmul is not None:
-        queries, keys, query_scale = _matmul_operands(matmul)
+        queries, keys, query_scale = operands
         scale = query_scale
         for link in chain:
             if link.name in _SCALES:
                 scale *= _scalar(link)
         attention.scores = _as_head_maps(matmul.out)
+        if matmul.name == "baddbmm":  # its out is beta · input + alpha · Q @ Kᵀ: the mask is added in the same call
+            attention.scores = _as_head_maps(queries @ keys.transpose(-2, -1))  # (…, nq, d) @ (…, d, nk)
         attention.scale = scale
         attention.queries, attention.keys = _as_head_maps(queries), _as_head_maps(keys)
         recorder.ops[matmul.index].stage = "scores"
         attention.scaled = _scaled(chain, attention.scores, scale, recorder)
+        if matmul.name == "baddbmm" and not any(link.name in _SCALES for link in chain):
+            attention.scaled = attention.scores * scale  # (b, h, nq, nk): alpha's product, before the added mask
         if any(link.name in _MASKS for link in chain):
             recorder.ops[chain[0].index].stage = "masked"
-    dropped, context_node, attention.weights_scale, before_dropout, stop = _forward_to_values(node)
-    if context_node is None and stop is not None:
-        attention.unrecorded["context"] = (f"no weights @ V after the softmax: the {_call(recorder, stop)} acts on "
-                                           "the weights first")
+    forward = _forward_to_values(node)
+    attention.weights_scale = forward.factor
+    if forward.context is None and forward.stop is not None:
+        attention.unrecorded["context"] = (f"no weights @ V after the softmax: the {_call(recorder, forward.stop)} "
+                                           "acts on the weights first")
     if lost:
         attention.unrecorded["scores"] = lost
     attention.lost = lost or attention.unrecorded.get("context")
-    attention.dropped = _as_head_maps(dropped.out) / before_dropout if dropped is not None else attention.weights
+    if forward.renormalised is not None:  # masked after the softmax, then each row divided by its sum: the weights
+        attention.weights = _as_head_maps(forward.renormalised.out)
+        attention.hidden = _as_head_maps(forward.zeroed)
+        recorder.ops[forward.renormalised.index].stage = "weights"
+    elif forward.zeroed is not None:
+        attention.zeroed_after = _as_head_maps(forward.zeroed)
+    dropped = forward.dropped
+    attention.dropped = attention.weights
     if dropped is not None:
+        attention.dropped = _as_head_maps(dropped.out) / forward.before_dropout
         recorder.ops[dropped.index].stage = "dropped"
-    if context_node is not None:
-        values = context_node.args[1] if len(context_node.args) > 1 else None
-        if isinstance(values, torch.Tensor):
-            attention.values = _as_head_maps(values)
-            attention.context = _as_head_maps(context_node.out)
-            attention.context_ops = (context_node.index,)
-            recorder.ops[context_node.index].stage = "context"
+    operands = None if forward.context is None else _values_operand(forward.context, forward.fed)
+    if operands is None and forward.context is not None:
+        attention.unrecorded["context"] = (f"the {_call(recorder, forward.context)} after the softmax could not be "
+                                           "read as weights @ V")
+        attention.lost = attention.lost or attention.unrecorded["context"]
+    if operands is not None:
+        values, context = operands
+        attention.values = _as_head_maps(values)
+        attention.context = _as_head_maps(context)
+        attention.context_ops = (forward.context.index,)
+        recorder.ops[forward.context.index].stage = "context"
     return attention
 
 
@@ -740,53 +789,240 @@ def _scalar(node: _Node) -> float | None:
     return (1.0 / value if value else None) if divide else value
 
 
-def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """(queries (…, nq, d), keys (…, nk, d), a scale already applied to the queries or keys) of ``Q @ Kᵀ``."""
-    tensors = [a for a in matmul.args if isinstance(a, torch.Tensor)]
+def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+    """(queries (…, nq, d), keys (…, nk, d), a scale already applied to the queries or keys) of ``Q @ Kᵀ`` — a
+    matmul, ``bmm``, ``baddbmm`` (its ``alpha`` is a scale; ``beta`` only weighs the mask or bias it adds) or an
+    ``einsum`` of any layout, read from its equation; both in the product's own batch dims (an operand broadcast
+    over them, grouped-query keys (b, g, 1, n, d) against queries (b, g, h/g, n, d), expanded: :func:`_broadcast`).
+    None when an einsum is not one query and one key operand contracted over one dimension."""
+    tensors = _tensor_args(matmul.args, matmul.kwargs)
+    parents = list(matmul.parents) or [None] * len(tensors)
     if matmul.name == "baddbmm":
-        tensors = tensors[1:]
-    first, second = tensors[0], tensors[1]
+        tensors, parents = tensors[1:], parents[1:]
+    if len(tensors) != 2:
+        return None
+    batch = matmul.out.shape[:-2]
     if matmul.name == "einsum":
-        keys = second if second.shape[-2] == matmul.out.shape[-1] else second.transpose(-2, -1)
+        read = _einsum_scores(matmul, tensors)
+        if read is None:
+            return None
+        query_index, arrange_queries, arrange_keys = read
     else:
-        keys = second.transpose(-2, -1)  # (…, d, nk) -> (…, nk, d)
-    scale = 1.0
-    for operand in (first, second):
-        node = matmul.parents[[id(t) for t in tensors].index(id(operand))] if matmul.parents else None
+        query_index = 0
+        arrange_queries = lambda queries: queries  # noqa: E731
+        arrange_keys = lambda keys: keys.transpose(-2, -1)  # noqa: E731  (…, d, nk) -> (…, nk, d)
+    scale = float(matmul.kwargs.get("alpha", 1.0)) if matmul.name == "baddbmm" else 1.0
+    queries, keys = tensors[query_index], tensors[1 - query_index]
+    for index, node in enumerate(parents[:2]):
         while node is not None and (_passes(node) or node.name in {"transpose", "mT", "permute", "T"}):
             node = _tensor_parent(node) if node.parents else None
         if node is not None and node.name in _SCALES:
             factor = _scalar(node)
             scale *= factor if factor is not None else 1.0
-            if operand is first and factor:
-                first = first / factor  # the queries before the scale
-    return first, keys, scale
+            if index == query_index and factor:
+                queries = queries / factor  # the queries before the scale
+    return _broadcast(arrange_queries(queries), batch), _broadcast(arrange_keys(keys), batch, fewer=True), scale
 
 
-def _forward_to_values(node: _Node) -> tuple[_Node | None, _Node | None, float, float, _Node | None]:
-    """(the dropout after the softmax, the ``weights @ V`` matmul, what the weights were multiplied by on the way —
-    ``softmax(s) / √d @ v``, a bug —, the part of that applied before the dropout, the call the walk stopped at)
-    reached from the softmax's output; no matmul when something else than a dropout or a number acts on the way."""
-    dropped, current, factor, before_dropout = None, node, 1.0, 1.0
-    for _ in range(8):
+def _broadcast(tensor: torch.Tensor, batch: tuple[int, ...] | torch.Size, *, fewer: bool = False) -> torch.Tensor:
+    """``tensor`` (…, n, d), an operand of a product whose batch dims are ``batch``, expanded to them; with ``fewer``
+    (keys, values) left as it is when its heads, folded (:func:`_as_head_maps`), are the expanded ones'
+    ``repeat_interleave``'s (grouped-query K/V heads the Trace keeps as few as they are: query head h reads K/V head
+    h ÷ (heads ÷ K/V heads))."""
+    if tuple(tensor.shape[:-2]) == tuple(batch) or len(batch) < tensor.dim() - 2:
+        return tensor
+    try:
+        expanded = tensor.expand(*batch, *tensor.shape[-2:])  # (*batch, n, d)
+    except RuntimeError:
+        return tensor
+    if fewer and tensor.dim() == expanded.dim() and tensor.shape[0] == expanded.shape[0]:
+        mine, theirs = _as_head_maps(tensor), _as_head_maps(expanded)  # (b, g, n, d), (b, h, n, d)
+        heads, groups = theirs.shape[1], mine.shape[1]
+        if heads % groups == 0 and torch.equal(mine.repeat_interleave(heads // groups, dim=1), theirs):
+            return tensor
+    return expanded
+
+
+def _einsum_subscripts(node: _Node, tensors: list[torch.Tensor]) -> tuple[list[str], str] | None:
+    """(each operand's subscripts, the output's) of an einsum call, an ellipsis spelled out as letters; None when
+    the equation does not fit its operands or repeats a letter within one operand."""
+    equation = node.args[0] if node.args else None
+    if not isinstance(equation, str):
+        return None
+    equation = equation.replace(" ", "")
+    inputs, arrow, output = equation.partition("->")
+    specs = inputs.split(",")
+    if len(specs) != len(tensors):
+        return None
+    if not arrow:  # implicit output: the letters used once, in alphabetical order
+        letters = "".join(specs).replace(".", "")
+        output = ("..." if "..." in inputs else "") + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation]
+    widths = [tensor.dim() - len(spec.replace("...", "")) for spec, tensor in zip(specs, tensors) if "..." in spec]
+    ellipsis = "".join(free[:max(widths, default=0)])
+    specs = [spec.replace("...", ellipsis[len(ellipsis) - (tensor.dim() - len(spec) + 3):] if "..." in spec else "")
+             for spec, tensor in zip(specs, tensors)]
+    output = output.replace("...", ellipsis)
+    if any(len(spec) != tensor.dim() or len(set(spec)) != len(spec) for spec, tensor in zip(specs, tensors)):
+        return None
+    return specs, output
+
+
+def _arranged(tensor: torch.Tensor, spec: str, letters: str) -> torch.Tensor:
+    """``tensor`` indexed by ``spec`` as dims ``letters``, in that order: a letter it lacks a dim of size 1 (a
+    broadcast), every letter of ``spec`` among ``letters``."""
+    order = [spec.index(c) for c in letters if c in spec]
+    moved = tensor.permute(*order)
+    shape = [tensor.shape[spec.index(c)] if c in spec else 1 for c in letters]
+    return moved.reshape(shape)
+
+
+def _einsum_scores(node: _Node, tensors: list[torch.Tensor]):
+    """(which operand holds the queries, then functions arranging the queries operand as (…, i, d) and the keys
+    operand as (…, j, d) in the output's batch letters) for an einsum whose output ends in (i, j): one operand has i,
+    the other j, and they are contracted over one letter d; None otherwise."""
+    read = _einsum_subscripts(node, tensors)
+    if read is None or len(read[1]) < 2:
+        return None
+    (first, second), output = read
+    batch, i, j = output[:-2], output[-2], output[-1]
+    contracted = [c for c in first if c in second and c not in output]
+    if len(contracted) != 1:
+        return None
+    d = contracted[0]
+    for query_index, (q_spec, k_spec) in enumerate(((first, second), (second, first))):
+        if i in q_spec and j not in q_spec and j in k_spec and i not in k_spec and (
+                set(q_spec) <= set(batch + i + d) and set(k_spec) <= set(batch + j + d)):
+            return (query_index, lambda q, q_spec=q_spec: _arranged(q, q_spec, batch + i + d),
+                    lambda k, k_spec=k_spec: _arranged(k, k_spec, batch + j + d))
+    return None
+
+
+def _values_operand(context_node: _Node, weights_node: _Node) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(the values (…, nk, dv) in the weights' batch dims, the context (…, nq, dv)) of ``weights @ V``, the
+    product ``context_node`` makes of ``weights_node``'s weights (…, nq, nk): a matmul or ``bmm`` with the weights
+    first, or an ``einsum`` of any layout whose weights operand is indexed (…, i, j), contracted over j with the values
+    alone; None when it is not one of those."""
+    tensors = _tensor_args(context_node.args, context_node.kwargs)
+    weights = weights_node.out
+    batch = weights.shape[:-2]
+    if context_node.name != "einsum":
+        if len(tensors) != 2 or context_node.parents[:1] != [weights_node]:
+            return None
+        return _broadcast(tensors[1], batch, fewer=True), context_node.out
+    if len(tensors) != 2 or context_node.parents.count(weights_node) != 1:
+        return None
+    read = _einsum_subscripts(context_node, tensors)
+    if read is None:
+        return None
+    specs, output = read
+    weights_index = context_node.parents.index(weights_node)
+    w_spec, v_spec = specs[weights_index], specs[1 - weights_index]
+    batch_letters, i, j = w_spec[:-2], w_spec[-2], w_spec[-1]
+    width = [c for c in v_spec if c not in w_spec]
+    if j not in v_spec or j in output or i in v_spec or len(width) != 1 or (
+            [c for c in w_spec if c in v_spec and c not in output] != [j]) or (
+            set(output) != set(batch_letters + i + width[0])):
+        return None
+    d = width[0]
+    values = _arranged(tensors[1 - weights_index], v_spec, batch_letters + j + d)  # (…, nk, dv)
+    return _broadcast(values, batch, fewer=True), _arranged(context_node.out, output, batch_letters + i + d)
+
+
+@dataclass
+class _Forward:
+    """What lies between a softmax and ``weights @ V`` (:func:`_forward_to_values`)."""
+
+    dropped: _Node | None = None  # the dropout after the softmax
+    context: _Node | None = None  # the weights @ V product
+    factor: float = 1.0  # what the weights were multiplied by on the way (softmax(s) / √d @ v, a bug)
+    before_dropout: float = 1.0  # the part of ``factor`` applied before the dropout
+    stop: _Node | None = None  # the call the walk stopped at, when it reached no product
+    fed: _Node | None = None  # the node whose tensor the product took as its weights
+    zeroed: torch.Tensor | None = None  # bool, True where a mask after the softmax set a weight to 0
+    renormalised: _Node | None = None  # the division of the masked weights by their row sums that followed
+
+
+def _forward_to_values(node: _Node) -> _Forward:
+    """The walk from the softmax's output to the ``weights @ V`` product, through a dropout, a cast, a NaN → 0
+    ``where``, a number the weights are multiplied by, and a mask applied after the softmax (``masked_fill(mask, 0)``,
+    ``where(keep, w, 0)``, ``w * keep`` with a 0/1 tensor) — then perhaps a division of each row by its sum
+    (``w / w.sum(-1, keepdim=True)``: a roundabout correct mask); no product when anything else acts on the way."""
+    found, current = _Forward(), node
+    for _ in range(12):
         unchanged = next((child for child in current.children if _keeps_values(child, current)), None)
         if unchanged is not None:  # a NaN -> 0 where, whose condition and fill are made from the weights first
             current = unchanged
             continue
-        following = [child for child in current.children if child.args and child.parents[:1] == [current]]
+        following = [child for child in current.children if child.args and (
+            child.parents[:1] == [current] or child.name in ("einsum", "where") and current in child.parents)]
         if not following:
-            return dropped, None, factor, before_dropout, None
-        child = following[0]
+            break
+        child = next((child for child in following if found.zeroed is not None and found.renormalised is None
+                      and _row_sums_divide(child, current)), following[0])  # w / w.sum(…): the sum comes first
         if child.name in _MATMULS:
-            return dropped, child, factor, before_dropout, None
+            found.context, found.fed = child, current
+            break
+        zeroed = _zeroed(child, current)
         if child.name in _DROPOUTS:
-            dropped, before_dropout = child, factor
+            found.dropped, found.before_dropout = child, found.factor
         elif child.name in _SCALES and _scalar(child) is not None:
-            factor *= _scalar(child)
+            found.factor *= _scalar(child)
+        elif zeroed is not None and found.renormalised is None:
+            found.zeroed = zeroed if found.zeroed is None else found.zeroed | zeroed
+        elif found.zeroed is not None and found.renormalised is None and _row_sums_divide(child, current):
+            found.renormalised = child
         elif not _passes(child):
-            return dropped, None, factor, before_dropout, following[-1]  # the last call made from it: w / w.sum()'s /
+            found.stop = following[-1]  # the last call made from it: w / w.sum()'s /
+            break
         current = child
-    return dropped, None, factor, before_dropout, None
+    return found
+
+
+def _zeroed(node: _Node, weights: _Node) -> torch.Tensor | None:
+    """bool, the weights' shape: the cells ``node`` sets to 0 when it masks ``weights`` — ``masked_fill(mask, 0)``,
+    ``where(keep, weights, 0)`` / ``where(hide, 0, weights)``, ``weights * keep`` with a tensor of 0s and 1s —; None
+    when it is none of those (or hides nothing)."""
+    shape = weights.out.shape
+    hidden = None
+    if node.name in ("masked_fill", "masked_fill_") and len(node.args) >= 3:
+        mask, fill = node.args[1], node.args[2]
+        fill = fill.item() if isinstance(fill, torch.Tensor) and fill.numel() == 1 else fill
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and fill == 0:
+            hidden = mask
+    elif node.name == "where" and len(node.args) == 3 and isinstance(node.args[0], torch.Tensor):
+        condition, kept, other = node.args
+        if condition.dtype == torch.bool and kept is weights.out and _zero(other):
+            hidden = ~condition
+        elif condition.dtype == torch.bool and other is weights.out and _zero(kept):
+            hidden = condition
+    elif node.name in ("mul", "__mul__", "__rmul__", "mul_", "__imul__") and _scalar(node) is None:
+        others = [arg for arg in _tensor_args(node.args, node.kwargs) if arg is not weights.out]
+        if len(others) == 1 and bool(((others[0] == 0) | (others[0] == 1)).all()):
+            hidden = others[0] == 0
+    if hidden is None:
+        return None
+    try:
+        hidden = hidden.expand(shape)
+    except RuntimeError:
+        return None
+    return hidden if hidden.any() else None
+
+
+def _zero(value) -> bool:
+    """A fill of 0: the number, or a tensor holding only 0."""
+    if isinstance(value, torch.Tensor):
+        return _one_value(value) and value.numel() > 0 and value.reshape(-1)[0].item() == 0
+    return isinstance(value, int | float) and value == 0
+
+
+def _row_sums_divide(node: _Node, weights: _Node) -> bool:
+    """Whether ``node`` divides ``weights`` by their own sums over the last dimension (kept as a dimension)."""
+    if node.name not in ("div", "__truediv__", "div_", "true_divide", "__itruediv__") or len(node.args) < 2:
+        return False
+    divisor = node.parents[1] if len(node.parents) > 1 else None
+    return (divisor is not None and divisor.name == "sum" and divisor.parents[:1] == [weights]
+            and tuple(divisor.out.shape) == (*weights.out.shape[:-1], 1))
 
 
 _OPERATORS = {"__truediv__": "/", "div": "/", "__mul__": "*", "mul": "*", "__rmul__": "*", "__add__": "+",
@@ -1065,6 +1301,7 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
         raise TraceError(f"{inputs.shape[1]} tokens is more than {MAX_CONTEXT_LENGTH}")
     recording = record(module, inputs)
     attention, note = combine(recording.attentions)
+    notes.extend(recording.notes)
     if note:
         notes.append(note)
     heads = attention.weights.shape[1]
