@@ -80,16 +80,25 @@ def window_schedule(windows) -> dict:
 
 def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers: int, n_kv_heads: int | None = None,
                    head_dim: int | None = None, latent_dim: int | None = None, sliding_window_size: int | None = None,
-                   swa_ratio: str = "1:0", batch_size: int = 1, dtype: str = "bf16") -> int:
+                   swa_ratio: str | None = None, batch_size: int = 1, dtype: str = "bf16") -> int:
     """Bytes the KV cache of a whole model holds at ``context_length`` tokens (see the module's formulas).
 
     ``n_kv_heads``: K/V heads per layer (default ``n_heads``: MHA; 1: MQA; must divide ``n_heads``).
-    ``latent_dim``: MLA's cached latent per token and layer (replaces the K/V heads).
-    ``sliding_window_size``: the window W of the sliding-window layers; without it every layer is full and
-    ``swa_ratio`` is not used.  ``dtype``: one of ``DTYPE_BYTES``.  Raises ValueError on a bad value."""
+    ``latent_dim``: MLA's cached latent per token and layer (replaces the K/V heads, so it takes no ``n_kv_heads``).
+    ``sliding_window_size``: the window W of the sliding-window layers, ``swa_ratio`` their share (default ``"1:0"``:
+    every layer); without a window every layer is full, and a ratio that puts layers in a window is refused.
+    ``dtype``: one of ``DTYPE_BYTES``.  Raises ValueError on a bad value or a contradiction."""
     context_length = _whole("context_length", context_length)
     emb_dim, n_heads = _whole("emb_dim", emb_dim), _whole("n_heads", n_heads)
     n_layers, batch_size = _whole("n_layers", n_layers), _whole("batch_size", batch_size)
+    if latent_dim is not None and n_kv_heads is not None:
+        raise ValueError(f"latent_dim and n_kv_heads do not go together: an MLA layer caches one latent per token "
+                         f"(latent_dim {latent_dim!r}) instead of K/V heads, so n_kv_heads {n_kv_heads!r} would change "
+                         "nothing; leave n_kv_heads out for MLA, or latent_dim out for MHA/GQA/MQA.")
+    if sliding_window_size is None and swa_ratio is not None and parse_ratio(swa_ratio)[0]:
+        raise ValueError(f"swa_ratio {swa_ratio!r} needs a sliding_window_size: the ratio counts the layers that "
+                         "keep only the last W tokens, and without W every layer is full; give the window W, or "
+                         "leave swa_ratio out.")
     n_kv_heads = n_heads if n_kv_heads is None else _whole("n_kv_heads", n_kv_heads)
     if n_heads % n_kv_heads:
         raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads}): each K/V head serves a "
@@ -105,7 +114,7 @@ def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers:
     if sliding_window_size is None:
         n_swa, n_full, window = 0, n_layers, context_length
     else:
-        n_swa, n_full = layer_split(n_layers, swa_ratio)
+        n_swa, n_full = layer_split(n_layers, "1:0" if swa_ratio is None else swa_ratio)
         window = min(context_length, _whole("sliding_window_size", sliding_window_size))
     per_full_layer = batch_size * context_length * per_token
     per_swa_layer = batch_size * window * per_token
@@ -156,9 +165,11 @@ class ModelKV:
         return f"{self.sliding_window_size:,}" if self.sliding_window_size else "—"
 
     def kwargs(self) -> dict:
+        """Its sizes as :func:`kv_cache_bytes` takes them (``swa_ratio`` only with a window)."""
+        window = {"sliding_window_size": self.sliding_window_size, "swa_ratio": self.swa_ratio} \
+            if self.sliding_window_size else {}
         return {"emb_dim": self.emb_dim, "n_heads": self.n_heads, "n_layers": self.n_layers,
-                "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "latent_dim": self.latent_dim,
-                "sliding_window_size": self.sliding_window_size, "swa_ratio": self.swa_ratio}
+                "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "latent_dim": self.latent_dim, **window}
 
     def bytes(self, context_length: int | None = None, batch_size: int = 1, dtype: str | None = None) -> int:
         """The cache's bytes at ``context_length`` (default: the model's full context), in the model's dtype."""

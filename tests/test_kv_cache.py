@@ -106,11 +106,21 @@ def test_presets_name_their_source_and_cover_the_models_asked_for():
     (dict(sliding_window_size=16, swa_ratio="five"), "must look like"),
     (dict(dtype="fp64"), "dtype must be one of"),
     (dict(latent_dim=2.5), "latent_dim must be"),
+    # contradictions: each setting would change nothing, so the number would not be the one asked for
+    (dict(latent_dim=512, n_kv_heads=4), "latent_dim and n_kv_heads"),
+    (dict(latent_dim=512, n_kv_heads=12), "latent_dim and n_kv_heads"),
+    (dict(swa_ratio="5:1"), "swa_ratio '5:1' needs a sliding_window_size"),
+    (dict(swa_ratio="1:0"), "swa_ratio '1:0' needs a sliding_window_size"),
 ])
 def test_bad_values_are_refused_with_a_message(kwargs, message):
     base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
     with pytest.raises(ValueError, match=message):
         kv_cache.kv_cache_bytes(**{**base, **kwargs})
+
+
+def test_a_ratio_without_window_layers_needs_no_window():
+    base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
+    assert kv_cache.kv_cache_bytes(**base, swa_ratio="0:1") == kv_cache.kv_cache_bytes(**base)
 
 
 def test_variant_curves_and_their_figure():

@@ -134,15 +134,17 @@ def layer_windows(model: GPTModel) -> tuple[int | None, ...]:
 
 def cache_settings(model: GPTModel) -> dict:
     """The model's sizes as :func:`attnviz.kv_cache_bytes` takes them (``emb_dim``, ``n_heads``, ``n_layers``,
-    ``n_kv_heads``, ``head_dim``, ``latent_dim``, ``sliding_window_size``, and ``swa_ratio`` where a layer has a
-    window: :func:`attnviz.kv_cache.window_schedule` of :func:`layer_windows`, so a schedule that mixes window and
-    full layers counts each layer's own cache): with ``context_length`` = the positions fed and ``dtype="fp32"``,
-    it gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers' windows differ."""
+    ``n_kv_heads`` — None with a latent —, ``head_dim``, ``latent_dim``, ``sliding_window_size``, and ``swa_ratio``
+    where a layer has a window: :func:`attnviz.kv_cache.window_schedule` of :func:`layer_windows`, so a schedule
+    that mixes window and full layers counts each layer's own cache): with ``context_length`` = the positions fed
+    and ``dtype="fp32"``, it gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers'
+    windows differ."""
     att = model.trf_blocks[0].att
     latent_dim = getattr(att, "latent_dim", None)
     schedule = window_schedule(layer_windows(model))
+    kv_heads = None if latent_dim is not None else int(getattr(att, "num_kv_groups", att.num_heads))  # MLA: a latent
     return {"emb_dim": int(model.tok_emb.weight.shape[1]), "n_heads": int(att.num_heads),
-            "n_layers": len(model.trf_blocks), "n_kv_heads": int(getattr(att, "num_kv_groups", att.num_heads)),
+            "n_layers": len(model.trf_blocks), "n_kv_heads": kv_heads,
             "head_dim": int(att.head_dim), "latent_dim": None if latent_dim is None else int(latent_dim),
             "sliding_window_size": None, **schedule}
 
