@@ -269,15 +269,20 @@ def _or_list(values: list[int]) -> str:
 def preset_config(preset: str, **overrides) -> AttentionConfig:
     """AttentionConfig for a size preset of the registry (``gpt2-small`` …, or ``book``, the book's toy example).
 
-    ``overrides`` win over the preset.  The book preset masks only the variants the book masks
-    (causal, wrapper, MHA), so every variant reproduces the book's printed tensors by default.
+    ``overrides`` win over the preset.  The preset's heads and output width go only where the variant has them (a
+    single-head class runs one head, the simplified class is d_in wide), so its run ignores nothing it is given.
+    The book preset masks only the variants the book masks (causal, wrapper, MHA), so every variant reproduces the
+    book's printed tensors by default.
     """
     if preset not in variants.PRESETS:
         raise ConfigError(f"Unknown preset {preset!r}; choose one of {', '.join(variants.PRESETS)}.")
     size = variants.PRESETS[preset]
     values = {"d_in": size.d_in, "d_out": size.d_out, "num_heads": size.num_heads}
+    variant = overrides.get("variant", AttentionConfig.variant)
+    if variant in variants.VARIANTS:
+        spec = variants.get(variant)
+        values.update(d_out=spec.out_width(size.d_in, size.d_out), num_heads=spec.head_count(size.num_heads))
     if size.book:
-        variant = overrides.get("variant", AttentionConfig.variant)
         values.update(embedding="book", causal=variants.get(variant).book_causal)
     return AttentionConfig(**{**values, **overrides})
 

@@ -3,13 +3,16 @@ book's classes by hand (that the same config and text give bitwise the same Trac
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 from helpers.runs import TEXT, small, upper_mask
 
 from attnviz import attention, embedding, tokens, variants
-from attnviz.pipeline import run
+from attnviz.config import AttentionConfig, preset_config
+from attnviz.pipeline import run, settle
 from attnviz.producers.book import build_module
 
 # what the bonus classes (attnviz.modern_attention) record beyond attention.STAGES; kv_groups and kv_repeat are shapes
@@ -18,13 +21,13 @@ MODERN_STAGES = ("latent", "kv_groups", "rotated_queries", "rotated_keys", "kv_r
 
 @pytest.mark.parametrize("variant", list(variants.LABELS))
 def test_run_every_variant_gives_a_complete_trace(variant):
-    config = small(variant)
+    heads = 2 if variant in tuple(name for name, v in variants.VARIANTS.items() if v.multi_head) else 1
+    config = small(variant, num_heads=heads)
     trace = run(TEXT, config)
     ids = tokens.encode(TEXT)
     n = len(ids)
-    heads = 2 if variant in tuple(name for name, v in variants.VARIANTS.items() if v.multi_head) else 1
     width = 8
-    assert trace.config == config
+    assert trace.config == settle(config)[0]  # with the sizes a bonus class decides (K/V groups, latent, window)
     assert trace.text == TEXT
     assert trace.token_ids == tuple(ids)
     assert trace.tokens == tuple(t.piece for t in tokens.pieces(ids))
@@ -133,3 +136,67 @@ def test_run_equals_seeding_the_book_classes_by_hand(variant, seed):
         expected = module(x)
     assert np.array_equal(run(TEXT, config).output, expected.numpy())
 
+
+
+# ============================== trace.config is the config that ran ==============================
+
+
+def test_a_single_head_variant_settles_its_heads_and_width_and_says_what_it_ignored():
+    trace = run(TEXT, AttentionConfig(variant="simplified", d_in=8, num_heads=4, d_out=64))
+    assert trace.output.shape == (1, trace.n, 8)
+    assert (trace.config.num_heads, trace.config.d_out, trace.config.heads) == (1, 8, 1) == (
+        trace.num_heads, trace.output.shape[-1], trace.steps["weights"].shape[1])
+    assert any(note.startswith("Ignored num_heads = 4") and "one head" in note for note in trace.notes), trace.notes
+    assert any(note.startswith("Ignored d_out = 64") and "d_in" in note for note in trace.notes), trace.notes
+
+
+@pytest.mark.parametrize(("config", "setting", "value"), [
+    (AttentionConfig(variant="gqa", d_in=8, d_out=8, num_heads=8), "num_kv_groups", 4),  # the divisor nearest 4
+    (AttentionConfig(variant="mla", d_in=64, d_out=64, num_heads=4), "latent_dim", 16),  # max(16, d_out // 8)
+    (AttentionConfig(variant="swa", d_in=8, d_out=8, num_heads=2, context_length=64), "sliding_window_size", 64),
+])
+def test_a_size_left_to_the_class_is_the_one_that_ran(config, setting, value):
+    trace = run(TEXT, config)
+    assert getattr(trace.config, setting) == value
+    assert trace.notes == ()  # left open, not set to something else: nothing to say
+    again = run(TEXT, trace.config)  # the settled config runs the same attention
+    assert np.array_equal(again.steps["weights"], trace.steps["weights"])
+    assert np.array_equal(again.output, trace.output)
+    if setting == "num_kv_groups":
+        assert trace.steps["keys"].shape[-1] == value * trace.config.head_dim  # 4 K/V heads ran
+
+
+@pytest.mark.parametrize(("overrides", "setting", "settled", "words"), [
+    (dict(variant="swa", causal=False), "causal", True, "always hides the future"),
+    (dict(variant="mha", layer=5), "layer", 0, "checkpoint"),
+    (dict(variant="self_attention_v1", qkv_bias=True), "qkv_bias", False, "bias"),
+    (dict(variant="self_attention_v2", dropout=0.2), "dropout", 0.0, "no dropout"),
+    (dict(variant="mha", num_kv_groups=1), "num_kv_groups", None, "grouped-query"),
+    (dict(variant="mha", latent_dim=4), "latent_dim", None, "latent"),
+    (dict(variant="mha", sliding_window_size=3), "sliding_window_size", None, "sliding-window"),
+    (dict(variant="mha", rope_base=500_000), "rope_base", 10_000, "rotary"),
+])
+def test_a_setting_that_changes_nothing_is_named_in_the_notes(overrides, setting, settled, words):
+    config = small(**{"num_heads": 2 if variants.get(overrides["variant"]).multi_head else 1, **overrides})
+    trace = run(TEXT, config)
+    assert getattr(trace.config, setting) == settled
+    said = [note for note in trace.notes if note.startswith(f"Ignored {setting} = ")]
+    assert len(said) == 1 and words in said[0], trace.notes
+    plain = run(TEXT, replace(config, **{setting: settled}))  # the setting changed nothing
+    assert np.array_equal(plain.steps["weights"], trace.steps["weights"])
+    assert np.array_equal(plain.output, trace.output)
+    assert plain.config == trace.config and plain.notes == ()
+
+
+def test_settling_twice_changes_nothing():
+    for variant in variants.VARIANTS:
+        asked = small(variant, num_heads=4, d_out=8, layer=2, qkv_bias=True, causal=False, rope_base=500_000)
+        settled, _ = settle(asked)
+        assert settle(settled) == (settled, [])
+
+
+@pytest.mark.parametrize("preset", list(variants.PRESETS))
+def test_a_presets_run_ignores_nothing(preset):
+    for variant in variants.VARIANTS:
+        settled, notes = settle(preset_config(preset, variant=variant))
+        assert notes == [], (variant, notes)

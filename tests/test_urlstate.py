@@ -146,3 +146,15 @@ def test_a_checkpoints_share_link_names_its_text_weights_layer_and_mask():
                         "d_out": 64, "num_heads": 4})[0]
     assert share_query(model) == {"text": DEFAULTS["text"], "weights": "bundled model", "layer": "1",
                                   "causal": "true"}
+
+
+@pytest.mark.parametrize("variant", list(variants.VARIANTS))
+@pytest.mark.parametrize("changes", STATES.values(), ids=STATES)
+def test_the_sidebars_config_is_the_one_that_runs(variant, changes):
+    """A run settles its config (trace.config holds what ran); the sidebar's config is settled already, so its
+    trace's config is the one asked for: one cache key, and the sidebar shows only what the user picked."""
+    from attnviz import pipeline
+
+    values = fit_modern({**DEFAULTS, **changes, "variant": variant})[0]
+    config = config_from_settings(values)
+    assert pipeline.settle(config) == (config, [])

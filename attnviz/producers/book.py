@@ -9,7 +9,7 @@ and shared read-only by every session; a forward whose dropout runs holds the RN
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import torch
 
@@ -20,8 +20,46 @@ from attnviz.trace import Trace, make_trace, to_numpy
 
 
 def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
-    """The config runs as it is: the book's classes take every setting."""
-    return config, []
+    """The config the class really runs: each size the class decides holds the value it runs with — a single-head
+    class's one head, the simplified class's width d_in, GQA's K/V groups, MLA's latent and SWA's window where the
+    caller left them open — and each setting the class does not take is set back to its default, with a note naming
+    it when the caller set it to something else ("Ignored num_heads = 4: …").  Settling a settled config changes
+    nothing, so the sidebar's configs (which set only what applies) run as they are.  ConfigError (from
+    ``validate``) when the config cannot run."""
+    config.validate()
+    spec = config.spec
+    reasons = {name: spec.not_applicable(name) for name in ("d_out", "num_heads", "dropout", "train", "causal",
+                                                             "num_kv_groups", "latent_dim", "sliding_window_size")}
+    reasons["qkv_bias"] = _no_bias(spec)
+    reasons["rope_base"] = None if config.rotary else "positions are learned: rope_base turns rotary positions only."
+    reasons["layer"] = ("the book's classes are one attention layer: layer picks a layer of a GPT model, with "
+                        "checkpoint=….")
+    window = (config.sliding_window_size or config.context_length) if "sliding_window_size" in spec.settings else None
+    settled = replace(
+        config, num_heads=spec.head_count(config.num_heads), d_out=spec.out_width(config.d_in, config.d_out),
+        num_kv_groups=config.kv_groups if "num_kv_groups" in spec.settings else None,
+        latent_dim=config.latent_width, sliding_window_size=window,
+        **{name: _DEFAULTS[name] for name in ("dropout", "train", "causal", "qkv_bias", "rope_base", "layer")
+           if reasons[name] is not None})
+    if reasons["causal"] is not None:
+        settled = replace(settled, causal=spec.book_causal)
+    notes = [f"Ignored {name} = {getattr(config, name)}: {reason[0].lower()}{reason[1:]}"
+             for name, reason in reasons.items()
+             if reason is not None and getattr(config, name) != getattr(settled, name)
+             and getattr(config, name) != _DEFAULTS[name]]
+    return settled, notes
+
+
+_DEFAULTS = {f.name: f.default for f in fields(AttentionConfig)}
+
+
+def _no_bias(spec) -> str | None:
+    """Why the class ``spec`` names takes no ``qkv_bias`` (only the nn.Linear classes have one), or None."""
+    if spec.weights is None:
+        return "this variant has no weights, so no bias."
+    if spec.weights != "linear":
+        return "its weights are nn.Parameter matrices, which have no bias (qkv_bias is the nn.Linear classes')."
+    return None
 
 
 def build_module(config: AttentionConfig) -> torch.nn.Module:
