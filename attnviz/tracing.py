@@ -47,10 +47,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnviz import time_limit, user_code
-from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
+from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, EmptyTextError
 from attnviz.producers import book
 from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
+from attnviz.user_code import SPELLINGS
 from attnviz.words import amount
 
 RECORDED_BYTES = 2 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
@@ -62,6 +63,11 @@ class TraceError(ValueError):
 
 class EndlessForwardError(TraceError):
     """A forward of the user's module ran for :data:`attnviz.time_limit.SECONDS` without returning and was stopped."""
+
+
+class EmptyInputError(TraceError, EmptyTextError):
+    """``x`` is empty: a text with no tokens, or a tensor with no item, token or feature.  A TraceError, as every error
+    of ``trace_module`` is, and an EmptyTextError, as ``attnviz.run`` raises for the same text."""
 
 
 @dataclass
@@ -344,6 +350,8 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
             "tokens or a smaller batch") from None
     except TraceError as error:
         words = None if forward_kwargs else _longer_than_context(module, x)
+        if words is None and not isinstance(error, EndlessForwardError):
+            words = _other_width(module, x, error)
         if words is None and _raised_in(error, "multi_head_attention_forward"):
             batch_first = _not_batch_first(module, x)
             words = None if batch_first is None else f"{str(error).rstrip('.')} — {batch_first}"
@@ -484,7 +492,34 @@ def _longer_than_context(module: nn.Module, x: torch.Tensor) -> str | None:
     except TraceError:  # it fails on c tokens too: the length is not the cause
         return None
     return (f"the input is {n} tokens; the module's context is {c} ({how}): use a shorter text or build it with a "
-            "larger context_length")
+            f"larger {_context_parameter(module)}")
+
+
+def _context_parameter(module: nn.Module) -> str:
+    """The name the module's constructor gives its context (``block_size`` for nanoGPT's, ``context_length`` for the
+    book's: :data:`attnviz.user_code.SPELLINGS`), or "context" when it takes none of the usual names."""
+    try:
+        parameters = inspect.signature(type(module).__init__).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    return next((name for name in SPELLINGS["context_length"] if name in parameters), "context")
+
+
+def _other_width(module: nn.Module, x: torch.Tensor, error: TraceError) -> str | None:
+    """Why a forward on ``x`` (batch, n, d_in) raised, in words, when x's width is not the one the module's first
+    projection (its first ``nn.Linear`` or ``nn.MultiheadAttention``) takes; None otherwise.  The forward's own
+    words follow."""
+    first = next(((name, child) for name, child in module.named_modules()
+                  if isinstance(child, nn.Linear | nn.MultiheadAttention)), None)
+    if first is None:
+        return None
+    name, layer = first
+    width = layer.in_features if isinstance(layer, nn.Linear) else layer.embed_dim
+    if x.shape[-1] == width:
+        return None
+    where = f" ({name})" if name else ""
+    return (f"x is {x.shape[-1]} wide; the module's first {type(layer).__name__}{where} takes {width}: pass a "
+            f"(batch, n, {width}) tensor ({error})")
 
 
 def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward", **forward_kwargs):
@@ -1211,7 +1246,11 @@ def embed_for(module: nn.Module, text: str, *, seed: int = 123) -> tuple[str, li
     d_in = infer_d_in(module)
     if d_in is None:
         raise TraceError("cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
-    text, token_ids, inputs, arrays = embed_text(text, d_in, seed=seed)
+    try:
+        text, token_ids, inputs, arrays = embed_text(text, d_in, seed=seed)
+    except EmptyTextError:
+        raise EmptyInputError("x is empty text (or only whitespace): pass a text with at least one word, or a "
+                              "(batch, n, d_in) tensor") from None
     return text, token_ids, inputs.to(module_dtype(module)), arrays  # inputs (1, n, d_in)
 
 
@@ -1235,7 +1274,7 @@ def input_tensor(module: nn.Module, x) -> torch.Tensor:
     if x.dim() != 3:
         raise TraceError(f"x must be (batch, n, d_in) or text; got shape {tuple(x.shape)}")
     if 0 in x.shape:
-        raise TraceError(f"x has shape {tuple(x.shape)}: it needs at least one item, one token and one feature")
+        raise EmptyInputError(f"x has shape {tuple(x.shape)}: it needs at least one item, one token and one feature")
     if weights is not None and x.dtype != weights:  # a module without weights runs on any floating dtype
         name, wanted = str(x.dtype).removeprefix("torch."), str(dtype).removeprefix("torch.")
         raise TraceError(f"x is {name} but the module's weights are {wanted}: pass x.to(torch.{wanted}) "

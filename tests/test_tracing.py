@@ -384,3 +384,46 @@ def test_a_forwards_own_exception_and_sys_exit_are_still_trace_errors(half_a_sec
     assert not isinstance(raised.value, tracing.EndlessForwardError)
     with pytest.raises(tracing.TraceError, match=r"the forward called sys\.exit\(1\)"):
         tracing.trace_module(um.ExitsInForward(16), torch.randn(1, 5, 16))
+
+
+# ---------------------------------------------------------------- what api.md promises of trace_module's errors
+
+@pytest.mark.parametrize("text", ["", "   \n"])
+def test_an_empty_text_is_a_trace_error_as_api_md_says_and_still_an_empty_text_error(text):
+    from attnviz.config import EmptyTextError
+
+    with pytest.raises(tracing.TraceError, match=r"^x is empty text") as caught:
+        tracing.trace_module(MHA, text)
+    assert isinstance(caught.value, EmptyTextError)  # what attnviz.run raises for it, caught by the same except
+    with pytest.raises(tracing.TraceError, match=r"^x is empty text"):
+        checks.check_module(MHA, text)
+
+
+def test_an_empty_tensor_is_the_same_error_as_an_empty_text():
+    from attnviz.config import EmptyTextError
+
+    with pytest.raises(EmptyTextError, match="at least one item, one token and one feature"):
+        tracing.trace_module(MHA, torch.randn(1, 0, 16))
+
+
+@pytest.mark.parametrize(("module", "parameter"), [
+    (um.CausalSelfAttention(32, 4, block_size=16, flash=False), "block_size"),  # nanoGPT
+    (um.MyMultiHeadAttention(32, 32, 16, 0.0, 4), "context_length"),  # the book's
+])
+def test_a_too_long_text_names_the_modules_own_context_parameter(module, parameter):
+    with pytest.raises(tracing.TraceError) as caught:
+        tracing.trace_module(module.eval(), LONG_TEXT)
+    assert str(caught.value).endswith(f"use a shorter text or build it with a larger {parameter}"), caught.value
+
+
+@pytest.mark.parametrize("run", [tracing.trace_module, checks.check_module], ids=["trace_module", "check_module"])
+def test_an_input_of_another_width_says_both_widths(run):
+    """The module's own error ("mat1 and mat2 shapes cannot be multiplied (16x32 and 64x192)") named neither x nor
+    the width the module takes."""
+    module = um.CausalSelfAttention(n_embd=64, n_head=4, block_size=16, flash=False).eval()
+    with pytest.raises(tracing.TraceError) as caught:
+        run(module, torch.randn(2, 8, 32))
+    message = str(caught.value)
+    assert message.startswith("x is 32 wide; the module's first Linear (c_attn) takes 64: pass a (batch, n, 64) "
+                              "tensor"), message
+    assert "mat1 and mat2" in message and "\n" not in message  # the forward's own words stay, after
