@@ -56,9 +56,9 @@ def add_check_command(commands) -> argparse.ArgumentParser:
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
     check.add_argument("--d-in", type=int, default=64, help="default 64")
     check.add_argument("--d-out", type=int, default=None, help="default: d_in")
-    check.add_argument("--num-heads", type=int, default=4, help="default 4")
+    check.add_argument("--num-heads", type=int, default=None, help="default 4")  # None: not given (unused_flags)
     check.add_argument("--context-length", type=int, default=64, help="default 64")
-    check.add_argument("--dropout", type=float, default=0.0, help="default 0")
+    check.add_argument("--dropout", type=float, default=None, help="default 0")
     check.add_argument("--seed", type=int, default=None, help="the seed the weights are drawn after (default 123)")
     check.add_argument("--num-kv-groups", type=int, default=None,
                        help="grouped-query attention: the number of K/V heads (1: multi-query)")
@@ -187,7 +187,7 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                         ("--window", args.sliding_window_size)):
         if value is not None and value < 1:
             parser.error(f"{flag} must be at least 1, got {value}")
-    if not 0 <= args.dropout < 1:  # NaN fails too
+    if args.dropout is not None and not 0 <= args.dropout < 1:  # NaN fails too
         parser.error(f"--dropout is a probability: a number from 0 up to (not including) 1, got {args.dropout}")
     from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_SEED, AttentionConfig  # torch: parsed
 
@@ -208,6 +208,8 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
 
     try:
         cls = user_code.load(args.spec)
+        for line in unused_flags(args, cls, overrides):
+            print(f"{PROG} check: {line}", file=sys.stderr)
         # the weights drawn after torch.manual_seed(--seed, default 123: the app's): the same table on every run
         with seeded(AttentionConfig.seed if args.seed is None else args.seed):
             module = user_code.build(cls, overrides, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
@@ -228,6 +230,33 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
         return 2
     report.finish(results)
     return 1 if any(c.status == "fail" for c in results) else 0
+
+
+# the flags that only size the constructor's arguments, by setting (--d-in also sizes the input, --context-length
+# caps the tokens: they always do something)
+CONSTRUCTOR_FLAGS = {"d_out": "--d-out", "num_heads": "--num-heads", "dropout": "--dropout",
+                     "num_kv_groups": "--num-kv-groups", "latent_dim": "--latent-dim",
+                     "sliding_window_size": "--window"}
+
+
+def unused_flags(args, cls, overrides: dict) -> list[str]:
+    """One line for each constructor flag given that the class takes no argument for (``--window 3 not used:
+    CausalSelfAttention() takes no window argument (sliding_window_size, …)``), or whose argument ``--set`` gives."""
+    from attnviz import user_code
+
+    given = {setting: getattr(args, setting) for setting in CONSTRUCTOR_FLAGS if getattr(args, setting) is not None}
+    lines = []
+    for setting, overridden in user_code.settings_not_taken(cls, given, overrides).items():
+        flag = CONSTRUCTOR_FLAGS[setting]
+        if overridden is not None:
+            lines.append(f"{flag} {given[setting]:g} not used: --set {overridden}={json.dumps(overrides[overridden])} "
+                         f"gives {cls.__name__}()'s {overridden}")
+            continue
+        spellings = user_code.SPELLINGS[setting]
+        names = f"{', '.join(spellings[:-1])} or {spellings[-1]}" if len(spellings) > 1 else spellings[0]
+        word = flag.removeprefix("--").replace("-", "_")  # --window: "window"
+        lines.append(f"{flag} {given[setting]:g} not used: {cls.__name__}() takes no {word} argument ({names})")
+    return lines
 
 
 def checked_tokens(tokens: int, context_length: int, module_context: tuple[int, str] | None) -> int:

@@ -167,6 +167,29 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     return arguments
 
 
+def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None = None) -> dict[str, str | None]:
+    """Which of ``settings`` (attnviz's names: ``d_out``, ``num_kv_groups`` …) :func:`constructor_arguments` gives
+    ``cls`` no argument for: setting -> None when the constructor takes it under none of its spellings (nor in a
+    single config object), or -> the argument an override sets instead of it."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+    except (TypeError, ValueError):
+        parameters = []
+    names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    overrides = dict(overrides or {})
+    config_object = len(parameters) == 1 and names[:1] and names[0] in CONFIG_NAMES
+    not_taken = {}
+    for setting in settings:
+        taken = [name for name in SPELLINGS[setting] if name in names]
+        if config_object and setting not in VARIANT_SETTINGS:
+            continue  # the config object carries it
+        if not taken:
+            not_taken[setting] = None
+        elif taken[0] in overrides:
+            not_taken[setting] = taken[0]
+    return not_taken
+
+
 def _config_object(values: dict) -> types.SimpleNamespace:
     """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object."""
     return types.SimpleNamespace(

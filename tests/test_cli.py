@@ -640,3 +640,35 @@ def test_on_a_terminal_a_status_line_names_the_rule_running_and_is_cleared_for_e
     assert "\r\x1b[Ktracing the forward: forward 1 of 11" in status
     assert re.search(r"\r\x1b\[Kcausal \(2 of 8\): forward 2 of 11, about \d+ s left", status)
     assert "batch-independence (6 of 8): forward 11 of 11" in status and status.endswith("\r\x1b[K")  # cleared
+
+
+def test_a_flag_the_constructor_does_not_take_is_named_on_stderr_and_the_exit_is_unchanged():
+    """--latent-dim, --d-out and --window on nanoGPT's class (which takes none of them) passed without a word."""
+    helpers = ROOT / "tests" / "helpers" / "user_modules.py"
+    result = check(f"{helpers}:CausalSelfAttention", "--d-in", 32, "--latent-dim", 8, "--d-out", 32, "--window", 3)
+    assert result.returncode == check(f"{helpers}:CausalSelfAttention", "--d-in", 32).returncode == 0
+    assert result.stderr.splitlines() == [
+        "attnviz check: --d-out 32 not used: CausalSelfAttention() takes no d_out argument (d_out, out_dim, "
+        "output_dim or out_features)",
+        "attnviz check: --latent-dim 8 not used: CausalSelfAttention() takes no latent_dim argument (latent_dim, "
+        "kv_lora_rank or kv_latent_dim)",
+        "attnviz check: --window 3 not used: CausalSelfAttention() takes no window argument (sliding_window_size, "
+        "sliding_window, window_size or attention_window)",
+    ]
+
+
+def test_num_kv_groups_on_a_plain_mha_and_a_flag_set_aside_by_set_are_named():
+    helpers = ROOT / "tests" / "helpers" / "user_modules.py"
+    result = check(f"{helpers}:TorchMHA", "--d-in", 32, "--num-kv-groups", 2)
+    assert result.returncode == 0
+    assert result.stderr == ("attnviz check: --num-kv-groups 2 not used: TorchMHA() takes no num_kv_groups argument "
+                             "(num_kv_groups, n_kv_groups, num_key_value_heads, n_kv_heads or num_kv_heads)\n")
+    result = check(f"{helpers}:CausalSelfAttention", "--d-in", 32, "--num-heads", 8, "--set", "n_head=2")
+    assert result.returncode == 0
+    assert result.stderr == ("attnviz check: --num-heads 8 not used: --set n_head=2 gives CausalSelfAttention()'s "
+                             "n_head\n")
+
+
+def test_flags_the_constructor_takes_print_nothing(modules):
+    result = check(f"{modules}:Attention", "--d-in", 32, "--d-out", 32, "--num-heads", 2, "--dropout", 0.1)
+    assert result.returncode == 0 and "not used" not in result.stderr, result.stderr  # (a busy machine: "slow")
