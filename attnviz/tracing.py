@@ -151,6 +151,8 @@ _PASS = {"contiguous", "float", "to", "type_as", "clone", "detach"}  # value-pre
 _CASTS = {"type", "double", "half", "bfloat16"}  # value-preserving when the dtype stays: w.type(v.dtype) in float32
 _DROPOUTS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout"}
 _SOFTMAXES = {"softmax", "_softmax", "softmax_"}
+_DIVIDES = {"div", "__truediv__", "true_divide"}
+NAIVE_SOFTMAX = "torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True)"  # the book's softmax_naive (3.3.1), by rows
 
 
 class _Node:
@@ -243,6 +245,8 @@ class _Recorder(TorchFunctionMode):
         if name in _DROPOUTS:
             training = _arg(func, args, kwargs, "training", True)
             self.dropout_calls.append((index, bool(training), float(_arg(func, args, kwargs, "p", 0.5))))
+        if name in _DIVIDES and tensor.dim() >= 2 and _exp_over_sum(node):
+            self.softmaxes.append((node, -1))  # the book's softmax_naive: a softmax over the keys, written out
         if name in _SOFTMAXES and tensor.dim() >= 2:
             dim = _softmax_dim(func, args, kwargs, tensor.dim())
             if dim is not None and dim >= tensor.dim() - 2:
@@ -317,6 +321,27 @@ def _arg(func, args, kwargs, name, default):
     if name in parameters and parameters.index(name) < len(args):
         return args[parameters.index(name)]
     return default
+
+
+def _exp_over_sum(node: _Node) -> bool:
+    """Whether a division is :data:`NAIVE_SOFTMAX`: ``exp(s)`` over the sum of ``exp(s)`` — the same ``s``, or the
+    same ``exp(s)`` — along the last dimension with ``keepdim=True``, which is ``softmax(s, dim=-1)`` exactly."""
+    if len(node.parents) != 2 or None in node.parents:
+        return False
+    numerator, denominator = node.parents
+    if numerator.name != "exp" or denominator.name != "sum" or not denominator.parents:
+        return False
+    summed = denominator.parents[0]  # exp(s) again, or the numerator itself (e / e.sum(…))
+    if summed is None or summed.name != "exp" or not summed.args or not numerator.args:
+        return False
+    if summed is not numerator and summed.args[0] is not numerator.args[0]:
+        return False
+    args, kwargs = denominator.args, denominator.kwargs
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    dim = dim[0] if isinstance(dim, tuple | list) and len(dim) == 1 else dim
+    keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+    ndim = node.out.dim()
+    return isinstance(dim, int) and dim % ndim == ndim - 1 and keepdim is True and numerator.out.shape == node.out.shape
 
 
 def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
@@ -621,8 +646,11 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
         return (f"no attention found: the softmax{_place(recorder, index)} runs over dim={dim} of a {shape} "
                 f"tensor{axis}; attention's softmax runs over the keys, dim=-1")
     if not seen:
+        written = any(op.name == "exp" for op in recorder.ops)  # a softmax written out some other way
         return ("no attention found: the forward computed no softmax over the last dimension and called no "
-                "scaled_dot_product_attention or nn.MultiheadAttention")
+                "scaled_dot_product_attention or nn.MultiheadAttention" + (
+                    f" (a hand-written softmax is read only as {NAIVE_SOFTMAX}: use torch.softmax(s, dim=-1))"
+                    if written else ""))
     index, kind, shape = min(seen)
     if kind == "nn.MultiheadAttention" and shape[0] == n and shape[-1] == x.shape[0]:  # (n, h, batch, batch)
         batch_first = _not_batch_first(module, x, _place(recorder, index))
@@ -676,6 +704,9 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
     weights = node.out  # (…, nq, nk)
     masked_node = node.parents[0] if node.parents else None
     masked = masked_node.out if masked_node is not None else node.args[0]
+    if node.name in _DIVIDES:  # NAIVE_SOFTMAX: its input is the exp's
+        masked = masked_node.args[0]
+        masked_node = masked_node.parents[0] if masked_node.parents else None
     chain, matmul, current = [], None, masked_node
     while current is not None:  # back through the mask and the scale to Q @ Kᵀ
         if current.name in _MATMULS:

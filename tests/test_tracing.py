@@ -427,3 +427,29 @@ def test_an_input_of_another_width_says_both_widths(run):
     assert message.startswith("x is 32 wide; the module's first Linear (c_attn) takes 64: pass a (batch, n, 64) "
                               "tensor"), message
     assert "mat1 and mat2" in message and "\n" not in message  # the forward's own words stay, after
+
+
+# ---------------------------------------------------------------- the book's softmax_naive (3.3.1), written in place
+
+@pytest.mark.parametrize("shared_exp", [False, True], ids=["exp-twice", "one-exp"])
+def test_the_books_naive_softmax_is_read_as_the_softmax(x, shared_exp):
+    module = um.NaiveSoftmax(32, 32, 4, shared_exp=shared_exp).eval()
+    trace = tracing.trace_module(module, x)
+    b, n = x.shape[:2]
+    q, k, v = module.qkv(x).view(b, n, 3, 4, 8).permute(2, 0, 3, 1, 4).detach()  # (b, h, n, hd) each
+    scaled = (q @ k.transpose(-1, -2) / math.sqrt(8)).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
+    expected = torch.softmax(scaled, dim=-1)  # (b, h, n, n)
+    np.testing.assert_allclose(trace.steps["weights"], expected.numpy(), atol=1e-6)
+    np.testing.assert_allclose(trace.steps["masked"], scaled.numpy(), atol=1e-6)
+    assert trace.module_run is not None
+    results = {c.rule: c.status for c in checks.check_module(module, x)}
+    assert results["rows-sum-to-one"] == results["causal"] == results["scaling"] == "pass", results
+
+
+def test_another_hand_written_softmax_says_what_is_read_and_what_to_use(x):
+    with pytest.raises(tracing.TraceError) as caught:
+        tracing.trace_module(um.StableNaiveSoftmax(32, 32, 4).eval(), x)
+    message = str(caught.value)
+    assert message.startswith("no attention found: the forward computed no softmax"), message
+    assert ("a hand-written softmax is read only as torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True): use "
+            "torch.softmax(s, dim=-1)") in message

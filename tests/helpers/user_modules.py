@@ -1637,3 +1637,39 @@ class WiderEachCall(nn.Module):
         memory = torch.zeros(*x.shape[:2], self.calls)  # (b, n, calls)
         self.calls += 1
         return torch.cat([context, memory], dim=-1)  # (b, n, d + calls)
+
+
+class NaiveSoftmax(nn.Module):
+    """Causal multi-head attention with the book's ``softmax_naive`` (3.3.1) written in place of ``torch.softmax``:
+    ``torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True)``; ``shared_exp``: one ``e = torch.exp(s)`` used twice."""
+
+    def __init__(self, d_in=16, d_out=16, num_heads=4, shared_exp=False):
+        super().__init__()
+        self.num_heads, self.head_dim, self.shared_exp = num_heads, d_out // num_heads, shared_exp
+        self.qkv = nn.Linear(d_in, 3 * d_out)
+        self.proj = nn.Linear(d_out, d_out)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd)
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))  # (b, h, n, n)
+        if self.shared_exp:
+            e = torch.exp(s)  # (b, h, n, n)
+            w = e / e.sum(dim=-1, keepdim=True)  # (b, h, n, n)
+        else:
+            w = torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True)  # (b, h, n, n)
+        return self.proj((w @ v).transpose(1, 2).reshape(b, n, -1))  # (b, h, n, hd) -> (b, n, d_out)
+
+
+class StableNaiveSoftmax(NaiveSoftmax):
+    """A hand-written softmax that subtracts the row maximum and masks after the exponential (correct, but not the
+    one exp/sum pattern attnviz reads as a softmax)."""
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd)
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        e = torch.exp(s - s.amax(dim=-1, keepdim=True)) * torch.ones(n, n).tril()  # (b, h, n, n)
+        w = e / e.sum(dim=-1, keepdim=True)  # (b, h, n, n)
+        return self.proj((w @ v).transpose(1, 2).reshape(b, n, -1))  # (b, h, n, hd) -> (b, n, d_out)
