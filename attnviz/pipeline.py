@@ -43,9 +43,10 @@ def run_ids(token_ids, config: AttentionConfig) -> Trace:
 
 
 def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
-    """(the config ``run`` really runs, notes on the settings it ignores): a checkpoint's layer takes the
-    checkpoint's sizes; ConfigError when the config cannot run (a CheckpointError, which is one, when its checkpoint
-    cannot load)."""
+    """(the config ``run`` really runs — ``Trace.config`` —, notes on the settings it ignores): a checkpoint's layer
+    takes the checkpoint's sizes, a user's module its own, and the book's classes the sizes they decide (one head for
+    a single-head class, GQA's K/V groups …); ConfigError when the config cannot run (a CheckpointError, which is
+    one, when its checkpoint cannot load)."""
     return _settled(config)[1:]
 
 
@@ -69,7 +70,7 @@ def prepare(config: AttentionConfig) -> None:
 
         user_module.prepare(config)
     elif config.checkpoint is None:
-        book.prepare(config.validate())
+        book.prepare(book.settle(config)[0])  # the module the run builds: the settled config's
 
 
 _warm_up_claim = threading.Lock()  # acquired by the process's one warm-up, never released

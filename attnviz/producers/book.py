@@ -32,8 +32,7 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
                                                              "num_kv_groups", "latent_dim", "sliding_window_size")}
     reasons["qkv_bias"] = _no_bias(spec)
     reasons["rope_base"] = None if config.rotary else "positions are learned: rope_base turns rotary positions only."
-    reasons["layer"] = ("the book's classes are one attention layer: layer picks a layer of a GPT model, with "
-                        "checkpoint=….")
+    reasons["layer"] = "the book's classes are one attention layer: layer picks a layer of a GPT model (checkpoint=…)."
     window = (config.sliding_window_size or config.context_length) if "sliding_window_size" in spec.settings else None
     settled = replace(
         config, num_heads=spec.head_count(config.num_heads), d_out=spec.out_width(config.d_in, config.d_out),
