@@ -437,7 +437,8 @@ def test_the_books_naive_softmax_is_read_as_the_softmax(x, shared_exp):
     trace = tracing.trace_module(module, x)
     b, n = x.shape[:2]
     q, k, v = module.qkv(x).view(b, n, 3, 4, 8).permute(2, 0, 3, 1, 4).detach()  # (b, h, n, hd) each
-    scaled = (q @ k.transpose(-1, -2) / math.sqrt(8)).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+    scaled = (q @ k.transpose(-1, -2) / math.sqrt(8)).masked_fill(future, -torch.inf)  # (b, h, n, n)
     expected = torch.softmax(scaled, dim=-1)  # (b, h, n, n)
     np.testing.assert_allclose(trace.steps["weights"], expected.numpy(), atol=1e-6)
     np.testing.assert_allclose(trace.steps["masked"], scaled.numpy(), atol=1e-6)
