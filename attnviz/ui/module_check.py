@@ -26,7 +26,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from attnviz import checks, tracing
+from attnviz import checks, tracing, user_code
 from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
 from attnviz.ui.cache import trace_key
@@ -84,12 +84,16 @@ def cli_command(trace) -> str:
     The app builds a listed module from its sizes, dropout and seed alone (``user_module.module_for``): no K/V groups,
     latent width or window reaches its constructor, which the CLI fills the same way without ``--num-kv-groups``,
     ``--latent-dim`` and ``--window``; and the panel gives ``check_module`` no ``causal``, so both find it (no
-    ``--causal``/``--no-causal``)."""
+    ``--causal``/``--no-causal``).  A size the constructor takes under none of its spellings (``num_heads``,
+    ``dropout``, ``d_out``) is left out: the CLI would say it was not used."""
     config, run = trace.config, trace.module_run
     file = _file_name(trace)
+    not_taken = user_code.settings_not_taken(type(user_module.module_for(config)), ("d_out", "num_heads", "dropout"))
     sizes = [f"--d-in {config.d_in}", f"--num-heads {config.num_heads}", f"--context-length {config.context_length}",
              f"--dropout {config.dropout:g}", f"--tokens {min(trace.n, MAX_CHECK_TOKENS)}"]
-    if config.d_out != config.d_in:
+    sizes = [size for size in sizes if not (size.startswith("--num-heads") and "num_heads" in not_taken
+                                            or size.startswith("--dropout") and "dropout" in not_taken)]
+    if config.d_out != config.d_in and "d_out" not in not_taken:
         sizes.insert(1, f"--d-out {config.d_out}")
     if config.seed != AttentionConfig.seed:  # the CLI's default seed is the app's
         sizes.append(f"--seed {config.seed}")

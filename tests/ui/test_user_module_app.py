@@ -445,3 +445,24 @@ def test_the_check_panels_command_builds_and_checks_the_module_the_panel_checks(
     cli_weights, app_weights = checked["module"].state_dict(), app_module.state_dict()
     assert cli_weights.keys() == app_weights.keys()
     assert all(torch.equal(cli_weights[key], app_weights[key]) for key in app_weights)
+
+
+def test_the_check_panels_command_gives_only_the_flags_the_module_takes(monkeypatch, capsys):
+    """A module whose constructor takes no heads and no dropout (ReturnsTuple: d_in, d_out) is given neither flag by
+    the panel's command: the CLI says of each flag a constructor does not take that it was not used, and the command
+    the page prints must run without such lines."""
+    from types import SimpleNamespace
+
+    from attnviz import cli, urlstate
+    from attnviz.ui import module_check
+
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:ReturnsTuple")
+    settings = {**urlstate.DEFAULTS, "variant": "Your module: ReturnsTuple", "d_in": 32, "d_out": 16}
+    config = urlstate.config_from_settings(settings)
+    trace = SimpleNamespace(config=config, n=6, module_run=SimpleNamespace(class_name="ReturnsTuple",
+                                                                           filename=str(MODULES)))
+    argv = module_check.cli_command(trace).split()[3:]
+    assert "--num-heads" not in argv and "--dropout" not in argv
+    argv[1] = f"{MODULES.parent}/{argv[1]}"
+    assert cli.main(argv) in (0, 1)
+    assert "not used" not in capsys.readouterr().err
