@@ -15,12 +15,17 @@ Families (this module is the one place that knows checkpoint names):
   the model runs with it, on the layers its ``sliding_window_stride`` schedule gives (the book's: K window layers,
   then one full; 0 none, negative or absent every layer), and ``model.sliding_windows`` says each layer's window.
   Where no config is there at all, the window cannot be known: the model runs full causal attention and
-  ``model.window_unknown`` is True, for the app to say so.  A grouped-query or latent checkpoint (``04_gqa``,
-  ``05_mla``: other tensors) is refused, naming what it is.
+  ``model.window_unknown`` is True, for the app to say so.
+  Grouped-query and latent attention (the book's ``ch04/04_gqa``, ``05_mla``) are read from their tensors and built
+  with attnviz's classes of the same names: a ``W_key`` with ``G · head_dim`` rows is grouped-query attention with G
+  K/V heads (one: multi-query; a block whose ``out_proj`` has no bias, as 04_gqa's, is grouped-query even with one
+  K/V head per head), a ``W_DKV`` is latent attention with its rows as ``latent_dim``.  A config's ``n_kv_groups``
+  (04_gqa's name for the number of K/V heads; attnviz's ``num_kv_groups``) or ``latent_dim`` that contradicts the
+  tensors is refused in words.
 
 Sizes (layers, width, context, heads, biases, LayerNorm eps) come from ``config.json`` when there is one,
-else from the tensors (heads: head_dim 64, as in every GPT-2 size).  PyTorch files are read with
-``torch.load(..., weights_only=True)``: a pickle that would run code is refused, never executed.
+else from the tensors (heads: head_dim 64, as in every GPT-2 size; ``model.heads_assumed`` says so).  PyTorch files
+are read with ``torch.load(..., weights_only=True)``: a pickle that would run code is refused, never executed.
 Everything else raises :class:`CheckpointError` saying what to do: an ``attnviz.config.ConfigError`` (a
 ``ValueError``), so ``run(text, AttentionConfig(checkpoint=…))`` raises the error api.md documents for settings that
 cannot run.
@@ -51,7 +56,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnviz.config import ConfigError
-from attnviz.models.gpt import MAX_WINDOW, SLIDING_WINDOW, GPTModel
+from attnviz.models.gpt import GROUPED_QUERY, LATENT, MAX_WINDOW, MULTI_QUERY, SLIDING_WINDOW, GPTModel
+from attnviz.modern_attention import GroupedQueryAttention, MultiHeadLatentAttention
 
 GPT2_VOCAB_SIZE = 50257  # tiktoken's GPT-2 encoding: the only tokenizer attnviz has
 HEAD_DIM = 64  # every GPT-2 size (small 768/12, medium 1024/16, large 1280/20, XL 1600/25)
@@ -325,7 +331,7 @@ def load_checkpoint(path: str | os.PathLike) -> GPTModel:
 
 
 SIZE_KEYS = ("n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "n_layers", "n_heads", "emb_dim", "context_length",
-             "sliding_window_size")
+             "sliding_window_size", "n_kv_groups", "num_kv_groups", "latent_dim")
 
 
 def _checked_config(config: dict, origin: str) -> dict:
@@ -360,7 +366,9 @@ def _load(path: Path) -> GPTModel:
         keys = tensors.names()
         if "tok_emb.weight" in keys:
             model = _load_book(tensors, config)
-            model.window_unknown = not configured  # a bare state dict: a window would be in a config
+            # a bare state dict of multi-head attention: a window would be in a config
+            model.window_unknown = not configured and not isinstance(
+                model.trf_blocks[0].att, GroupedQueryAttention | MultiHeadLatentAttention)
         elif "wte.weight" in keys or "transformer.wte.weight" in keys:
             model = _load_gpt2(tensors, config)
         else:
@@ -431,7 +439,8 @@ def _finish(model: GPTModel, cfg: dict, origin: str, heads_assumed: bool) -> GPT
     ctx = cfg["context_length"]
     mask = torch.triu(torch.ones(ctx, ctx), diagonal=1)  # (ctx, ctx), 1 above the diagonal
     for block in model.trf_blocks:
-        block.att.register_buffer("mask", mask)
+        if not isinstance(block.att, GroupedQueryAttention | MultiHeadLatentAttention):  # those mask by position
+            block.att.register_buffer("mask", mask)
     left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
     if left:
         raise CheckpointError(f"{origin}: no weights for {left[0]}.")
@@ -573,22 +582,62 @@ def _load_gpt2_block_rest(block, h: str, take) -> None:
     block.norm2.shift = assign(h + "ln_2.bias -> norm2.shift", block.norm2.shift, take(h + "ln_2.bias"))
 
 
-def _refuse_other_attention(origin: str, keys: set[str], tensors: _Tensors, emb_dim: int) -> None:
-    """CheckpointError naming a grouped-query or latent attention checkpoint (the book's ``04_gqa``, ``05_mla``)."""
-    if "trf_blocks.0.att.W_DKV.weight" in keys:
-        raise CheckpointError(
-            f"{origin} is a multi-head latent attention (MLA) model (its blocks have W_DKV, W_UK, W_UV: the book's "
-            "ch04/05_mla). attnviz runs checkpoints of the book's multi-head GPTModel only (sliding windows "
-            "included); the Attention variant mla shows latent attention with seeded weights.")
-    key_weight = "trf_blocks.0.att.W_key.weight"
-    if key_weight in keys:
-        rows = tensors.peek(key_weight).shape[0]
-        if rows != emb_dim:
+def _book_attention(origin: str, keys: set[str], tensors: _Tensors, emb_dim: int, config: dict) -> dict:
+    """The attention of the book's GPTModel a state dict holds, read from its tensors and checked against the config:
+    ``{"n_heads": …}`` for multi-head attention, plus ``attention`` and ``num_kv_groups`` for grouped-query
+    (``04_gqa``: W_key has ``num_kv_groups · head_dim`` rows; one K/V head is multi-query) or ``attention`` and
+    ``latent_dim`` for latent attention (``05_mla``: W_DKV has ``latent_dim`` rows), and ``heads_assumed``.
+    A config that contradicts the tensors is a CheckpointError in words."""
+    heads_key = "n_heads" if "n_heads" in config else "n_head"
+    n_heads = _head_count(origin, emb_dim, config, heads_key)
+    found = {"n_heads": n_heads, "heads_assumed": not isinstance(config.get(heads_key), int)}
+    if emb_dim % n_heads:
+        raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {n_heads} heads.")
+    head_dim = emb_dim // n_heads
+    groups_key = next((key for key in ("n_kv_groups", "num_kv_groups") if config.get(key) is not None), None)
+    configured_groups = config.get(groups_key) if groups_key else None
+    att = "trf_blocks.0.att."
+    if att + "W_DKV.weight" in keys:  # the book's 05_mla: keys and values up-projected from a latent
+        latent_dim = tensors.peek(att + "W_DKV.weight").shape[0]  # W_DKV: (latent_dim, d)
+        configured = config.get("latent_dim")
+        if configured is not None and configured != latent_dim:
             raise CheckpointError(
-                f"{origin} is a grouped-query attention (GQA) model (its W_key gives {rows} values per token, not "
-                f"the width {emb_dim}: the book's ch04/04_gqa). attnviz runs checkpoints of the book's multi-head "
-                "GPTModel only (sliding windows included); the Attention variant gqa shows grouped-query attention "
-                "with seeded weights.")
+                f"{origin}: the config says latent_dim {configured}, but W_DKV gives {latent_dim} values per token "
+                "(its rows). The config does not belong to this file: fix or remove it.")
+        if configured_groups is not None:
+            raise CheckpointError(
+                f"{origin}: the config names {groups_key} {configured_groups} (grouped-query attention), but the "
+                "file is a latent attention model (its blocks have W_DKV, W_UK, W_UV). Fix or remove the config.")
+        return {**found, "attention": LATENT, "latent_dim": latent_dim}
+    key_weight = att + "W_key.weight"
+    if key_weight not in keys:
+        return found  # the loop that assigns the parameters names the missing key
+    rows = tensors.peek(key_weight).shape[0]  # W_key: (K/V heads · head_dim, d)
+    grouped = rows != emb_dim or configured_groups is not None or att + "out_proj.bias" not in keys  # 04_gqa's
+    if not grouped:  # out_proj has no bias; the book's MultiHeadAttention's has one
+        return found
+    assumed = "; no config gives the head count, so heads are taken to be 64 wide" if found["heads_assumed"] else ""
+    if rows % head_dim:
+        raise CheckpointError(
+            f"{origin}: W_key gives {rows} values per token, not a whole number of heads {head_dim} wide "
+            f"({n_heads} heads over the width {emb_dim}{assumed}). A grouped-query model's W_key has one head's "
+            f"width per K/V head: put a config beside the file naming n_heads (and n_kv_groups).")
+    kv_heads = rows // head_dim
+    if configured_groups is not None and configured_groups != kv_heads:
+        raise CheckpointError(
+            f"{origin}: the config says {groups_key} {configured_groups} K/V heads, but W_key gives {rows} values "
+            f"per token: {kv_heads} K/V heads {head_dim} wide ({n_heads} heads over the width {emb_dim}). The config "
+            "does not belong to this file: fix or remove it.")
+    if kv_heads < 1 or n_heads % kv_heads:
+        raise CheckpointError(
+            f"{origin}: W_key gives {kv_heads} K/V heads, which does not divide the {n_heads} query heads"
+            f"{assumed}: each K/V head is shared by the same number of query heads. Put a config beside the file "
+            "naming n_heads and n_kv_groups.")
+    if config.get("latent_dim") is not None:
+        raise CheckpointError(
+            f"{origin}: the config names latent_dim {config['latent_dim']} (latent attention), but the file is a "
+            "grouped-query model (W_key and W_value, no W_DKV). Fix or remove the config.")
+    return {**found, "attention": MULTI_QUERY if kv_heads == 1 else GROUPED_QUERY, "num_kv_groups": kv_heads}
 
 
 def _window_schedule(model: GPTModel, config: dict) -> None:
@@ -611,25 +660,30 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
         raise CheckpointError(f"{origin}: not the book's GPTModel (tok_emb.weight {tuple(tok.shape)}, pos_emb?).")
     _check_vocab(origin, tok.shape[0])
     emb_dim = tok.shape[1]
-    _refuse_other_attention(origin, keys, tensors, emb_dim)
+    found = _book_attention(origin, keys, tensors, emb_dim, config)
+    heads_assumed = found.pop("heads_assumed")
     cfg = {
         "vocab_size": tok.shape[0],
         "context_length": config.get("context_length", config.get("n_positions")),
         "emb_dim": emb_dim,
-        "n_heads": _head_count(origin, emb_dim, config, "n_heads" if "n_heads" in config else "n_head"),
         "n_layers": _layer_count(origin, keys, r"trf_blocks\.(\d+)\.", config.get("n_layers", config.get("n_layer"))),
         "drop_rate": 0.0,
         "qkv_bias": "trf_blocks.0.att.W_query.bias" in keys,
         "ln_eps": float(config.get("ln_eps", config.get("layer_norm_epsilon", 1e-5))),
+        **found,  # n_heads, and a grouped-query or latent model's attention and its setting
     }
     pos = tensors.take("pos_emb.weight")  # (ctx, d)
     cfg["context_length"] = _context_length("pos_emb.weight", tuple(pos.shape), emb_dim, cfg["context_length"])
-    if emb_dim % cfg["n_heads"]:
-        raise CheckpointError(f"{origin}: width {emb_dim} is not divisible by {cfg['n_heads']} heads.")
-    if config.get("sliding_window_size") is not None:
-        cfg.update(attention=SLIDING_WINDOW, sliding_window_size=config["sliding_window_size"])
+    window = config.get("sliding_window_size")
+    if window is not None and "attention" in cfg:
+        raise CheckpointError(
+            f"{origin}: the config names a sliding window, but the file is a {cfg['attention']} attention model: "
+            "attnviz runs the book's sliding window on multi-head attention only (ch04/06_swa). Remove "
+            "sliding_window_size from the config.")
+    if window is not None:
+        cfg.update(attention=SLIDING_WINDOW, sliding_window_size=window)
     model = _meta_model(cfg)
-    if config.get("sliding_window_size") is not None:
+    if window is not None:
         _window_schedule(model, config)
     model.tok_emb.weight = assign("tok_emb.weight", model.tok_emb.weight, tok)
     model.pos_emb.weight = assign("pos_emb.weight", model.pos_emb.weight, pos)
@@ -643,5 +697,4 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
     if unexpected:
         raise CheckpointError(
             f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
-    heads_key = "n_heads" if "n_heads" in config else "n_head"
-    return _finish(model, cfg, origin, heads_assumed=not isinstance(config.get(heads_key), int))
+    return _finish(model, cfg, origin, heads_assumed=heads_assumed)

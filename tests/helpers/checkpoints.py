@@ -75,3 +75,42 @@ def option_named(name, session_id=None, checkpoints=None):
 class _RunsCode:
     def __reduce__(self):
         return (print, ("this pickle ran code",))
+
+
+# the sizes of the grouped-query and latent checkpoints the tests write: 4 heads of 64 (what a file without a config
+# is assumed to have), GPT-2's vocabulary
+MODERN_SIZES = {"context_length": 32, "emb_dim": 256, "n_heads": 4, "n_layers": 2, "qkv_bias": True}
+
+
+def random_modern_gpt(attention: str, seed: int = 0, **settings):
+    """attnviz's ``GPTModel`` with ``cfg["attention"]`` = ``attention`` (``grouped-query``, ``multi-query``, ``latent``
+    …) at :data:`MODERN_SIZES` (``settings`` override them: ``num_kv_groups``, ``latent_dim`` …), in eval mode, with
+    every LayerNorm and bias randomised (initialised to 1 and 0, they would hide a swapped tensor)."""
+    import torch
+
+    from attnviz.models.gpt import random_gpt
+
+    model = random_gpt(attention, seed=seed, **{**MODERN_SIZES, **settings})
+    torch.manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith((".scale", ".shift")):
+                param.uniform_(0.5, 1.5) if name.endswith("scale") else param.uniform_(-0.5, 0.5)
+            elif name.endswith("bias"):
+                param.normal_(0.0, 0.3)
+    return model
+
+
+def book_modern_cfg(model) -> dict:
+    """The ``cfg`` the book's ``gpt_with_kv_gqa.py`` / ``gpt_with_kv_mla.py`` build for ``model`` (one of
+    :func:`random_modern_gpt`'s): GPT_CONFIG_124M's keys at its sizes, plus 04_gqa's ``n_kv_groups`` (the number of
+    K/V heads) or 05_mla's ``latent_dim``."""
+    att = model.trf_blocks[0].att
+    cfg = {"vocab_size": model.tok_emb.weight.shape[0], "context_length": model.pos_emb.weight.shape[0],
+           "emb_dim": model.tok_emb.weight.shape[1], "n_heads": att.num_heads, "n_layers": len(model.trf_blocks),
+           "drop_rate": 0.0, "qkv_bias": att.W_query.bias is not None}
+    if hasattr(att, "num_kv_groups"):
+        cfg["n_kv_groups"] = att.num_kv_groups
+    if hasattr(att, "latent_dim"):
+        cfg["latent_dim"] = att.latent_dim
+    return cfg

@@ -1,0 +1,131 @@
+"""A checkpoint of the book's grouped-query or latent GPT (``ch04/04_gqa``, ``05_mla``) loads as the model it is:
+grouped-query (and multi-query) from W_key's rows, latent from W_DKV's, with or without the ``cfg`` the book's script
+builds; a config that contradicts the tensors is refused in words.  Every checkpoint here is attnviz's own
+``GPTModel(cfg)`` with random weights (LayerNorms and biases too), saved with ``torch.save(model.state_dict())``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz import models, pipeline
+from attnviz.config import AttentionConfig
+from attnviz.models.gpt import GROUPED_QUERY, LATENT, MULTI_QUERY
+from tests.helpers.checkpoints import book_modern_cfg, random_modern_gpt
+
+TEXT = "one two three four five six seven eight"
+KINDS = {  # name -> (attention, settings, what the loaded attention must say)
+    "gqa": (GROUPED_QUERY, {"num_kv_groups": 2}, {"num_kv_groups": 2, "group_size": 2}),
+    "mqa": (MULTI_QUERY, {}, {"num_kv_groups": 1, "group_size": 4}),
+    "mla": (LATENT, {"latent_dim": 48}, {"latent_dim": 48}),
+}
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def saved(request, tmp_path_factory):
+    """(kind, the model, its folder): ``bare.pth`` (the state dict alone), ``with-cfg.pth`` (a dict holding it and the
+    book's cfg) and ``json/model.pth`` with ``json/config.json``."""
+    attention, settings, _ = KINDS[request.param]
+    model = random_modern_gpt(attention, seed=3, **settings)
+    folder = tmp_path_factory.mktemp(request.param)
+    torch.save(model.state_dict(), folder / "bare.pth")
+    torch.save({"model_state_dict": model.state_dict(), "cfg": book_modern_cfg(model)}, folder / "with-cfg.pth")
+    (folder / "json").mkdir()
+    torch.save(model.state_dict(), folder / "json" / "model.pth")
+    (folder / "json" / "config.json").write_text(json.dumps(book_modern_cfg(model)))
+    return request.param, model, folder
+
+
+def logits(model, ids) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids]))  # (1, n) -> (1, n, vocab)
+
+
+@pytest.mark.parametrize("name", ["bare.pth", "with-cfg.pth", "json/model.pth"])
+def test_loads_as_the_model_it_is_and_gives_its_logits(saved, name):
+    kind, model, folder = saved
+    attention, _, expected = KINDS[kind]
+    loaded = models.load_checkpoint(folder / name)
+    att = loaded.trf_blocks[1].att
+    assert type(att) is type(model.trf_blocks[1].att)
+    assert att.num_heads == 4 and att.head_dim == 64
+    for key, value in expected.items():
+        assert getattr(att, key) == value, key
+    assert loaded.heads_assumed is (name == "bare.pth")  # heads 64 wide, as a GPT-2 size: said where assumed
+    ids = [3, 1415, 92, 7, 256, 11, 40000, 5]
+    assert torch.allclose(logits(loaded, ids), logits(model, ids), atol=1e-5)
+    assert set(loaded.state_dict()) == set(model.state_dict())  # nothing added (no mask buffer a class lacks)
+
+
+def _reference_maps(model, token_ids, layer: int) -> np.ndarray:
+    """Layer ``layer``'s attention weights (heads, n, n), written out from the state dict: x = the LayerNorm'd block
+    input, q = x·W_qᵀ + b per head; grouped-query: k per K/V head, query head h uses K/V head h // (H / G); latent:
+    k = (x·W_DKVᵀ + b)·W_UKᵀ + b per head; softmax((q·kᵀ)/√hd) over the keys up to the query."""
+    state = {key: value.double() for key, value in model.state_dict().items()}
+    with torch.no_grad():
+        x = models.trace_layer(model, token_ids, layer).steps["norm1"][0].double()  # (n, d)
+    prefix = f"trf_blocks.{layer}.att."
+    n, heads, hd = x.shape[0], 4, x.shape[1] // 4
+    q = (x @ state[prefix + "W_query.weight"].T + state[prefix + "W_query.bias"]).reshape(n, heads, hd)
+    if prefix + "W_DKV.weight" in state:
+        latent = x @ state[prefix + "W_DKV.weight"].T + state[prefix + "W_DKV.bias"]  # (n, latent)
+        k = (latent @ state[prefix + "W_UK.weight"].T + state[prefix + "W_UK.bias"]).reshape(n, heads, hd)
+    else:
+        k = (x @ state[prefix + "W_key.weight"].T + state[prefix + "W_key.bias"]).reshape(n, -1, hd)  # (n, G, hd)
+        k = k[:, [h // (heads // k.shape[1]) for h in range(heads)]]  # (n, G, hd) -> (n, H, hd)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / hd**0.5  # (H, n, n)
+    scores = scores.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    return torch.softmax(scores, dim=-1).numpy()
+
+
+def test_every_query_heads_map_is_the_formulas(saved):
+    kind, model, folder = saved
+    trace = pipeline.run(TEXT, AttentionConfig(checkpoint=str(folder / "with-cfg.pth"), layer=1))
+    maps = trace.steps["weights"][0]  # (heads, n, n)
+    assert maps.shape[0] == 4
+    assert np.allclose(maps, _reference_maps(model, list(trace.token_ids), 1), atol=1e-5)
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"n_kv_groups": 4}, "n_kv_groups 4"),
+    ({"n_heads": 8}, "K/V heads"),
+])
+def test_a_grouped_query_config_that_contradicts_the_tensors_is_refused_in_words(change, said, tmp_path):
+    model = random_modern_gpt(GROUPED_QUERY, num_kv_groups=2)
+    path = tmp_path / "gqa.pth"
+    torch.save({"model_state_dict": model.state_dict(), "cfg": {**book_modern_cfg(model), **change}}, path)
+    with pytest.raises(models.CheckpointError, match=said) as raised:
+        models.load_checkpoint(path)
+    assert "config" in str(raised.value) and "Traceback" not in str(raised.value)
+
+
+def test_a_latent_config_that_contradicts_the_tensors_is_refused_in_words(tmp_path):
+    model = random_modern_gpt(LATENT, latent_dim=48)
+    path = tmp_path / "mla.pth"
+    torch.save({"model_state_dict": model.state_dict(), "cfg": {**book_modern_cfg(model), "latent_dim": 32}}, path)
+    with pytest.raises(models.CheckpointError, match="latent_dim 32.*W_DKV gives 48"):
+        models.load_checkpoint(path)
+
+
+def test_a_multi_head_file_whose_config_names_k_v_groups_is_refused(tmp_path):
+    model = random_modern_gpt("multi-head")
+    path = tmp_path / "mha.pth"
+    torch.save({"model_state_dict": model.state_dict(), "cfg": {**book_modern_cfg(model), "n_kv_groups": 2}}, path)
+    with pytest.raises(models.CheckpointError, match="n_kv_groups 2"):
+        models.load_checkpoint(path)
+
+
+def test_a_file_that_is_neither_is_refused_in_words(tmp_path):
+    """A W_key whose rows are no whole number of heads: not the book's multi-head, grouped-query or latent model."""
+    model = random_modern_gpt(GROUPED_QUERY, num_kv_groups=2)
+    state = model.state_dict()
+    for layer in range(2):
+        state[f"trf_blocks.{layer}.att.W_key.weight"] = state[f"trf_blocks.{layer}.att.W_key.weight"][:100]
+        state[f"trf_blocks.{layer}.att.W_key.bias"] = state[f"trf_blocks.{layer}.att.W_key.bias"][:100]
+    path = tmp_path / "odd.pth"
+    torch.save(state, path)
+    with pytest.raises(models.CheckpointError, match="W_key gives 100 values per token, not a whole number of heads"):
+        models.load_checkpoint(path)
