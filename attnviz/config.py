@@ -214,11 +214,11 @@ class AttentionConfig:
 
     @property
     def spec(self) -> variants.Variant:
-        """This config's record in the variant registry (a checkpoint's layer: ``variants.CHECKPOINT``; a user's
+        """This config's record in the variant registry (a checkpoint's layer: ``variants.checkpoint_record``; a user's
         module: ``variants.USER_MODULE``)."""
         if self.module is not None:
             return variants.USER_MODULE
-        return variants.CHECKPOINT if self.checkpoint is not None else variants.get(self.variant)
+        return variants.checkpoint_record(self.variant) if self.checkpoint is not None else variants.get(self.variant)
 
     @property
     def heads(self) -> int:

@@ -16,7 +16,7 @@ Pure Python + torch: no Streamlit, no pipeline import (the pipeline imports this
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import nn
@@ -243,13 +243,42 @@ CHECKPOINT = Variant(
     MHA, "MultiHeadAttention of a GPT-2 checkpoint (GPTModel, ch. 4)", "4.5", attention.MultiHeadAttention,
     _checkpoint_attention, weights="linear", heads=BATCHED, dropout=False, out_proj=True, book_causal=True,
     fixed_settings={
-        "variant": "A checkpoint's attention is the book's MultiHeadAttention inside GPTModel (chapter 4).",
+        "variant": "A checkpoint's attention is the one its file holds (the book's MultiHeadAttention, or the bonus "
+                   "grouped-query or latent attention) inside GPTModel (chapter 4).",
         "preset": FROM_CHECKPOINT, "d_in": FROM_CHECKPOINT, "d_out": FROM_CHECKPOINT, "num_heads": FROM_CHECKPOINT,
         "dropout": _EVAL, "train": _EVAL,
         "seed": "The weights come from the checkpoint: nothing is seeded.",
         "device": "Checkpoints run on the CPU.",
     },
 )
+
+
+def _checkpoint_record(name: str, label: str) -> Variant:
+    """:data:`CHECKPOINT` for a checkpoint whose blocks hold the bonus attention ``name`` (the book's
+    ``ch04/04_gqa`` or ``05_mla`` GPTModel): that variant's class, source, shape path and K/V heads or latent (the
+    settled config holds the file's ``num_kv_groups`` / ``latent_dim``); learned positions, as the book's GPT."""
+    bonus = VARIANTS[name]
+    return replace(CHECKPOINT, name=name, label=label, cls=bonus.cls, source_parts=bonus.source_parts,
+                   settings=tuple(setting for setting in bonus.settings if setting != "positions"),
+                   kv_groups=bonus.kv_groups)
+
+
+# a checkpoint's record by the attention its blocks hold (models.loading reads it from the tensors)
+CHECKPOINTS: dict[str, Variant] = {
+    MHA: CHECKPOINT,
+    GQA: _checkpoint_record(GQA, "GroupedQueryAttention of a checkpoint (GPTModel, bonus ch04/04_gqa)"),
+    MQA: _checkpoint_record(MQA, "GroupedQueryAttention with one K/V head of a checkpoint (GPTModel, bonus "
+                                 "ch04/04_gqa)"),
+    MLA: _checkpoint_record(MLA, "MultiHeadLatentAttention of a checkpoint (GPTModel, bonus ch04/05_mla)"),
+}
+
+
+def checkpoint_record(name: str) -> Variant:
+    """The record of a checkpoint's layer whose settled ``variant`` is ``name``: :data:`CHECKPOINTS`' (MHA's,
+    :data:`CHECKPOINT`, for any other name: a config not settled yet holds the sidebar's variant)."""
+    return CHECKPOINTS.get(name, CHECKPOINT)
+
+
 # the settings a checkpoint's file decides (those CHECKPOINT marks FROM_CHECKPOINT), in the sidebar's order
 CHECKPOINT_SIZES = tuple(key for key, why in CHECKPOINT.fixed_settings.items() if why == FROM_CHECKPOINT)
 

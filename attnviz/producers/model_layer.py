@@ -42,14 +42,20 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     if config.layer >= sizes.n_layers:
         raise ConfigError(
             f"This checkpoint has {sizes.n_layers} layers: choose a layer from 0 to {sizes.n_layers - 1}.")
-    settled = replace(config, variant=variants.MHA, d_in=sizes.emb_dim, d_out=sizes.emb_dim, num_heads=sizes.num_heads,
-                      context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH), qkv_bias=sizes.qkv_bias,
-                      dropout=0.0, train=False, seed=AttentionConfig.seed, device="cpu", embedding="seeded")
+    settled = replace(config, variant=attention_variant(sizes), d_in=sizes.emb_dim, d_out=sizes.emb_dim,
+                      num_heads=sizes.num_heads, context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH),
+                      qkv_bias=sizes.qkv_bias, dropout=0.0, train=False, seed=AttentionConfig.seed, device="cpu",
+                      embedding="seeded", positions="learned",
+                      num_kv_groups=sizes.n_kv_heads if sizes.n_kv_heads is not None else config.num_kv_groups,
+                      latent_dim=sizes.latent_dim if sizes.latent_dim is not None else config.latent_dim)
     ignored = [f"{name} = {getattr(config, name)}" for name in _DECIDED
                if getattr(config, name) != getattr(settled, name) and getattr(config, name) != _DEFAULTS[name]]
     notes = []
     if getattr(model, "heads_assumed", False):
         heads = amount(sizes.num_heads, "head")
+        if sizes.n_kv_heads is not None:  # and W_key's rows: that many K/V heads of 64
+            heads += f" and W_key's {sizes.n_kv_heads * sizes.emb_dim // sizes.num_heads} rows {sizes.n_kv_heads} " \
+                     f"K/V {'head' if sizes.n_kv_heads == 1 else 'heads'}"
         notes.append(f"The checkpoint has no config giving its head count: its heads are taken to be 64 wide, as in "
                      f"every GPT-2 size, so width {sizes.emb_dim} gives {heads}. If they are not, put a config.json "
                      "(with n_head) beside the file.")
@@ -62,6 +68,17 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
         notes.append(f"Ignored {', '.join(ignored)}: this checkpoint decides them (width {sizes.emb_dim}, "
                      f"{sizes.num_heads} heads, {settled.context_length} positions, eval mode, the CPU).")
     return settled, notes
+
+
+def attention_variant(sizes: weights.ModelSizes) -> str:
+    """The registry's name of the attention a checkpoint's blocks hold: grouped-query (multi-query with one K/V
+    head) or latent, as :func:`attnviz.models.load_checkpoint` read it from the tensors; else multi-head (the
+    book's sliding-window class included: its window is the model run's, ``ModelRun.window``)."""
+    if sizes.latent_dim is not None:
+        return variants.MLA
+    if sizes.n_kv_heads is not None:
+        return variants.MQA if sizes.n_kv_heads == 1 else variants.GQA
+    return variants.MHA
 
 
 def always_causal(model, layer: int) -> bool:
@@ -110,7 +127,8 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
                       "input": to_numpy(token_rows + position_rows)}  # (n, d) each
     block = [(name, shape) for name, shape in layer_trace.recorder.shapes]
     names = [name for name, _ in block]
-    attention_shapes = block[names.index("queries") : names.index("output") + 1]  # what att records
+    first = names.index("latent") if "latent" in names else names.index("queries")  # MLA records its latent first
+    attention_shapes = block[first : names.index("output") + 1]  # what att records
     top_ids = layer_trace.top_ids.copy()
     top_probs = layer_trace.top_probs.copy()
     top_ids.setflags(write=False)

@@ -129,3 +129,52 @@ def test_a_file_that_is_neither_is_refused_in_words(tmp_path):
     torch.save(state, path)
     with pytest.raises(models.CheckpointError, match="W_key gives 100 values per token, not a whole number of heads"):
         models.load_checkpoint(path)
+
+
+# ============================== the run says what it is ==============================
+
+
+def test_a_run_of_such_a_checkpoint_is_the_variant_it_holds_with_its_real_shapes(saved):
+    kind, model, folder = saved
+    trace = pipeline.run(TEXT, AttentionConfig(checkpoint=str(folder / "with-cfg.pth"), layer=0))
+    config, shapes = trace.config, dict(trace.shapes)
+    n = trace.n
+    assert config.variant == kind and isinstance(model.trf_blocks[0].att, config.spec.cls)
+    assert config.spec.shape_path == tuple(name for name, _ in trace.shapes)  # the diagram's nodes are the run's
+    if kind == "mla":
+        assert config.latent_width == 48 and shapes["latent"] == (1, n, 48)
+        assert shapes["keys"] == (1, n, 256)  # up-projected: one per query head
+    else:
+        groups = KINDS[kind][2]["num_kv_groups"]
+        assert config.kv_groups == groups and config.group_size == 4 // groups
+        assert shapes["keys"] == (1, n, groups * 64) and shapes["kv_groups"] == (1, groups, n, 64)
+        assert shapes["kv_repeat"] == (1, 4, n, 64)
+        assert config.head_label(3) == f"head 3 · K/V group {3 // (4 // groups)}"
+
+
+@pytest.mark.parametrize("head", [0, 3])
+def test_explain_weight_uses_the_key_of_the_query_heads_group(saved, head):
+    """products.sum() is the recorded score; the key is K/V head h // (H/G)'s (MLA: the up-projected key)."""
+    from attnviz import explain
+
+    kind, model, folder = saved
+    trace = pipeline.run(TEXT, AttentionConfig(checkpoint=str(folder / "with-cfg.pth"), layer=1))
+    query, key = trace.n - 1, 2
+    weight = explain.explain_weight(trace, head, query, key)
+    assert weight.products.sum() == pytest.approx(weight.score, rel=1e-6)
+    assert weight.score == pytest.approx(float(trace.steps["scores"][0, head, query, key]), rel=1e-4, abs=1e-5)
+    assert weight.weight == pytest.approx(float(trace.steps["weights"][0, head, query, key]), rel=1e-5)
+    assert not weight.notes
+    keys = trace.steps["keys"][0]  # (n, G·hd) or MLA's (n, H·hd)
+    kv_head = head if kind == "mla" else head // (4 // KINDS[kind][2]["num_kv_groups"])
+    assert np.array_equal(weight.key_vector, keys[key, kv_head * 64:(kv_head + 1) * 64])
+
+
+def test_heads_assumed_says_the_k_v_heads_it_took(saved):
+    kind, _, folder = saved
+    trace = pipeline.run(TEXT, AttentionConfig(checkpoint=str(folder / "bare.pth")))
+    said = [note for note in trace.notes if "taken to be 64 wide" in note]
+    assert len(said) == 1 and "4 heads" in said[0], trace.notes
+    if kind != "mla":
+        groups = KINDS[kind][2]["num_kv_groups"]
+        assert f"{groups} K/V head" in said[0]
