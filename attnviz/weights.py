@@ -27,6 +27,7 @@ from pathlib import Path
 
 from attnviz import kv_cache, models
 from attnviz.models import CheckpointError, GPTModel
+from attnviz.words import amount
 
 BOOK = "book"  # the option name of the book's seeded random classes (the default)
 BOOK_LABEL = "Book's classes (seeded random weights)"
@@ -243,14 +244,31 @@ class ModelSizes:
 
 
 def attention_caption(sizes: ModelSizes) -> str | None:
-    """What the sidebar says beside the weights about the model's attention: for a bare state dict of the book's
-    GPTModel, that it runs full causal attention (a sliding window is in a config, never in a state dict) and
-    how to give the window; None where the checkpoint says what it runs."""
+    """What the sidebar says beside the weights about the model's attention: a grouped-query (multi-query) model's
+    K/V heads and the query heads sharing each, a latent model's latent; for a bare state dict of the book's
+    multi-head GPTModel, that it runs full causal attention (a sliding window is in a config, never in a state dict)
+    and how to give the window; None where the checkpoint is the book's multi-head attention as it says."""
+    if sizes.latent_dim is not None:
+        return (f"Multi-head latent attention (the book's bonus ch04/05_mla): the keys and values of its "
+                f"{amount(sizes.num_heads, 'head')} are up-projected from one {sizes.latent_dim}-wide latent per "
+                "token, which is what each layer caches.")
+    if sizes.n_kv_heads is not None:
+        kind = "Multi-query" if sizes.n_kv_heads == 1 else "Grouped-query"
+        return (f"{kind} attention (the book's bonus ch04/04_gqa): {kv_sharing(sizes.num_heads, sizes.n_kv_heads)}; "
+                "each layer caches the K/V heads only.")
     if not sizes.window_unknown:
         return None
     return ("A bare state dict: attnviz runs it with full causal attention. A sliding window (the book's "
             "ch04/06_swa) is not stored in a state dict; a config.json beside the file naming sliding_window_size "
             "runs it with its window.")
+
+
+def kv_sharing(num_heads: int, kv_heads: int) -> str:
+    """How ``num_heads`` query heads share ``kv_heads`` K/V heads, in words: "2 K/V heads, each shared by 2 query
+    heads", "1 K/V head shared by all 4 query heads"."""
+    if kv_heads == 1:
+        return f"1 K/V head shared by all {amount(num_heads, 'query head')}"
+    return f"{kv_heads} K/V heads, each shared by {amount(num_heads // kv_heads, 'query head')}"
 
 
 def _window(model: GPTModel) -> dict:

@@ -10,7 +10,8 @@
 * ``ablation_grid(model, token_ids, T)`` — Δ loss on the second copy of ``[BOS] + x + x`` when each head alone is
   knocked out, every head of a layer in one batched pass from what the intact pass kept of that layer.
 * ``value_weighted(model, token_ids)`` — Kobayashi et al. (2020), "Attention is not only a weight":
-  ‖α_ij · f^h(x_j)‖ with f^h(x) = (x W_V + b_V) W_O^h, head h's rows of ``out_proj``; ``value_weighted_module``
+  ‖α_ij · f^h(x_j)‖ with f^h(x) = (x W_V + b_V) W_O^h, head h's rows of ``out_proj`` (grouped-query: the values of
+  head h's K/V head; latent: the values up-projected from the latent); ``value_weighted_module``
   does the same for the book's MultiHeadAttention on its input, ``value_norms`` gives the ‖f^h(x_j)‖ alone.
 * ``rollout(maps)`` — Abnar & Zuidema (2020): A_l = 0.5·mean_h(W_l) + 0.5·I, rows renormalised, Ã_l = A_l·Ã_{l−1}.
 * ``logit_lens(model, token_ids, position, k)`` — the top-k next tokens read out after every block
@@ -225,9 +226,17 @@ def value_norms(att, x: torch.Tensor) -> torch.Tensor:
 
 
 def _head_values(att, x: torch.Tensor) -> torch.Tensor:
-    """f^h(x_j) (heads, n, d_out): each head's value vectors through its own rows of out_proj."""
+    """f^h(x_j) (heads, n, d_out): each head's value vectors through its own rows of out_proj.  Grouped-query
+    (multi-query) attention: head h's values are its K/V head's, h // group_size; latent attention: the values
+    up-projected from the latent, W_UV(W_DKV(x))."""
     h, hd = att.num_heads, att.head_dim
-    values = att.W_value(x)[0].view(-1, h, hd).transpose(0, 1)  # (n, h·hd) -> (h, n, hd)
+    if hasattr(att, "W_DKV"):  # latent: (1, n, d) -> (1, n, latent_dim) -> (1, n, h·hd)
+        values = att.W_UV(att.W_DKV(x))[0].view(-1, h, hd).transpose(0, 1)  # (n, h·hd) -> (h, n, hd)
+    elif hasattr(att, "num_kv_groups"):  # grouped-query: g K/V heads, each serving group_size query heads
+        values = att.W_value(x)[0].view(-1, att.num_kv_groups, hd).transpose(0, 1)  # (n, g·hd) -> (g, n, hd)
+        values = values.repeat_interleave(att.group_size, dim=0)  # (g, n, hd) -> (h, n, hd)
+    else:
+        values = att.W_value(x)[0].view(-1, h, hd).transpose(0, 1)  # (n, h·hd) -> (h, n, hd)
     return values @ _w_o(att)  # (h, n, hd) @ (h, hd, d_out) -> (h, n, d_out)
 
 

@@ -315,7 +315,18 @@ def weights_caption(page_run: Context) -> str:
     mask = ("" if trace.config.causal else " · causal mask off ignored (its sliding-window attention always masks)"
             if trace.hides_future else " · causal mask OFF (the model was trained with it)")
     return (f"{name} · layer {trace.model.layer} of {trace.model.n_layers} (0…{trace.model.n_layers - 1}) · "
-            f"{amount(trace.config.heads, 'head')} × {trace.config.head_dim}{mask}")
+            f"{amount(trace.config.heads, 'head')} × {trace.config.head_dim}{attention_words(trace.config)}{mask}")
+
+
+def attention_words(config: AttentionConfig) -> str:
+    """`` · grouped-query attention: 2 K/V heads, each shared by 2 query heads`` (multi-query: one K/V head) or
+    `` · latent attention: K and V from a 48-wide latent`` for a checkpoint whose blocks hold one; else ""."""
+    if config.latent_width is not None:
+        return f" · latent attention: K and V from a {config.latent_width}-wide latent per token"
+    if config.spec.grouped:
+        kind = "multi-query" if config.kv_groups == 1 else "grouped-query"
+        return f" · {kind} attention: {core_weights.kv_sharing(config.heads, config.kv_groups)}"
+    return ""
 
 
 def plotly_config(filename: str) -> dict:

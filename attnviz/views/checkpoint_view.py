@@ -167,7 +167,8 @@ def model_path_dot(trace: Trace) -> str:
         if index == run.layer:
             lines.append(f"  subgraph cluster_layer {{ graph [label={quote(f'block {index} (this layer)')}, "
                          'style="rounded,dashed", color="#d62728"];')
-            inner = [("norm1", "norm1 (LayerNorm)"), ("attention", "MultiHeadAttention\nqueries … output"),
+            attention = f"{trace.config.spec.cls.__name__}\n{trace.config.spec.shape_path[1]} … output"  # latent …
+            inner = [("norm1", "norm1 (LayerNorm)"), ("attention", attention),
                      ("shortcut1", "+ shortcut"), ("norm2", "norm2 (LayerNorm)"), ("ff", "feed-forward (GELU)"),
                      ("shortcut2", "+ shortcut")]
             for key, label in inner:

@@ -30,10 +30,15 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     # the run's own mask (a checkpoint's layer has its own window, and may hide the future whatever causal says)
     hidden = ~np.isfinite(trace.steps["masked"][0]) if trace.window is not None else None  # (heads, n, n)
     mask = {"causal": trace.hides_future, "dropout": config.effective_dropout}
-    grid = figures.mark_focus(figures.heads_grid(maps, stage, hidden=hidden, window=trace.window, **mask), head)
+    # heads that share K/V heads (grouped-query, multi-query) are titled with their K/V head, as on the Heads page
+    shared = config.module is None and config.kv_groups != config.heads
+    labels = [f"head {h}<br>K/V {config.kv_group(h)}" for h in range(heads)] if shared else None
+    grid = figures.mark_focus(figures.heads_grid(maps, stage, hidden=hidden, window=trace.window, labels=labels,
+                                                 **mask), head)
     focused = figures.attention_heatmap(maps[head], trace.tokens, stage, **mask,
                                         hidden=None if hidden is None else hidden[head],
-                                        title=f"head {head}: {figures.map_title(stage, trace.window)}")
+                                        title=f"{config.head_label(head) if shared else f'head {head}'}: "
+                                              f"{figures.map_title(stage, trace.window)}")
     flow = (diagram.op_flow_html(trace, highlight=stage) if trace.module_run is not None
             else diagram.shape_flow_html(trace.shapes, config, highlight=stage, window=trace.window,
                                          hides_future=trace.hides_future))

@@ -178,3 +178,38 @@ def test_heads_assumed_says_the_k_v_heads_it_took(saved):
     if kind != "mla":
         groups = KINDS[kind][2]["num_kv_groups"]
         assert f"{groups} K/V head" in said[0]
+
+
+def test_the_notebook_view_titles_each_head_with_its_k_v_head(saved):
+    from attnviz.views import notebook
+
+    kind, _, folder = saved
+    trace = pipeline.run(TEXT, AttentionConfig(checkpoint=str(folder / "with-cfg.pth")))
+    drawn = notebook.figures_of(trace, head=3)
+    titles = [note["text"].removeprefix("▶ ") for note in drawn["grid"].to_dict()["layout"]["annotations"]
+              if "head" in note["text"]]
+    if kind == "mla":
+        assert titles == ["head 0", "head 1", "head 2", "head 3"]
+        assert "latent" in drawn["flow"] and f"(1, {trace.n}, 48)" in drawn["flow"]
+    else:
+        groups = KINDS[kind][2]["num_kv_groups"]
+        assert titles == [f"head {h}<br>K/V {h // (4 // groups)}" for h in range(4)]
+        assert drawn["head"].layout.title.text.startswith(f"head 3 · K/V group {groups - 1}")
+        assert f"(1, {groups}, {trace.n}, 64)" in drawn["flow"]  # the K/V heads before the repeat
+
+
+def test_value_weighted_moves_what_the_attention_output_is_made_of(saved):
+    """Σ_h Σ_j α_ij f^h(x_j) + out_proj's bias is the attention's output: f^h reads head h's own values (its K/V
+    head's; MLA: up-projected from the latent)."""
+    from attnviz.models import interventions
+
+    _, model, _ = saved
+    att = model.trf_blocks[0].att
+    x = torch.randn(1, 7, 256, generator=torch.Generator().manual_seed(0))  # (1, n, d)
+    with torch.no_grad():
+        norms, f = interventions._value_weighted(att, x)  # (h, n, n), (h, n, d)
+        weights = norms / f.norm(dim=-1)[:, None, :]  # α (h, n, n)
+        made = torch.einsum("hij,hjd->id", weights, f)  # (n, d)
+        bias = att.out_proj.bias if att.out_proj.bias is not None else 0
+        assert torch.allclose(made + bias, att(x)[0], atol=1e-4)
+    assert models.value_weighted(model, [5, 6, 7]).shape == (2, 4, 3, 3)

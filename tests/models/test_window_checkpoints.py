@@ -106,7 +106,8 @@ def test_a_grouped_query_or_latent_checkpoint_loads_as_what_it_is_not_as_a_windo
     assert {type(block.att).__name__ for block in loaded.trf_blocks} == {cls}
     sizes = weights.sizes(loaded)
     assert sizes.sliding_window_size is None
-    assert not sizes.window_unknown and weights.attention_caption(sizes) is None  # no window caption: it has none
+    assert not sizes.window_unknown  # it has no window to be unknown
+    assert "full causal attention" not in weights.attention_caption(sizes)  # its caption says what it is instead
 
 
 # ============================== a schedule that mixes window and full layers ==============================
