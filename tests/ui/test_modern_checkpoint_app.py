@@ -100,15 +100,23 @@ def test_the_shapes_diagram_has_the_models_real_k_v_heads_or_latent(name):
         assert f"(1, {n}, 48)" in dot and "W_DKV" in dot and "W_UK" in dot
 
 
+TAB_DRAWS = {"Knock out this head": "without L0H1", "‖weight × value‖": "head 1: ‖weight × value‖",
+             "Rollout, logit lens": "rollout through layers 0…0"}  # what each tab draws (a metric, a map's title)
+
+
 @pytest.mark.parametrize("name", ["gqa.pth", "mla.pth"])
-@pytest.mark.parametrize("tab", ["Knock out this head", "‖weight × value‖", "Rollout, logit lens"])
-def test_the_heads_pages_knock_out_and_value_tabs_run(name, tab):
-    at = app(name)
+@pytest.mark.parametrize("tab", list(TAB_DRAWS))
+def test_the_heads_pages_knock_out_and_value_tabs_draw_for_a_query_head(name, tab):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update(weights=name, text=TEXT, head="1")
+    at.run()
     at.session_state["heads_what"] = True
     at.session_state["heads_what_tab"] = tab
     at.run()
     no_exception(at)
     assert not at.error, [error.value for error in at.error]
+    drawn = [metric.label for metric in at.metric] + [fig["layout"]["title"]["text"] for fig in plotly_figures(at)]
+    assert any(TAB_DRAWS[tab] in text for text in drawn), drawn
 
 
 @pytest.mark.parametrize("name", ["gqa.pth", "mla.pth"])
