@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from attnviz import attention, models, variants, weights
+from attnviz import attention, models, weights
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, ConfigError
 from attnviz.modern_attention import MultiHeadAttentionWithSWA
 from attnviz.trace import ModelRun, Trace, make_trace, to_numpy
@@ -42,7 +42,7 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     if config.layer >= sizes.n_layers:
         raise ConfigError(
             f"This checkpoint has {sizes.n_layers} layers: choose a layer from 0 to {sizes.n_layers - 1}.")
-    settled = replace(config, variant=attention_variant(sizes), d_in=sizes.emb_dim, d_out=sizes.emb_dim,
+    settled = replace(config, variant=weights.attention_variant(sizes), d_in=sizes.emb_dim, d_out=sizes.emb_dim,
                       num_heads=sizes.num_heads, context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH),
                       qkv_bias=sizes.qkv_bias, dropout=0.0, train=False, seed=AttentionConfig.seed, device="cpu",
                       embedding="seeded", positions="learned",
@@ -68,17 +68,6 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
         notes.append(f"Ignored {', '.join(ignored)}: this checkpoint decides them (width {sizes.emb_dim}, "
                      f"{sizes.num_heads} heads, {settled.context_length} positions, eval mode, the CPU).")
     return settled, notes
-
-
-def attention_variant(sizes: weights.ModelSizes) -> str:
-    """The registry's name of the attention a checkpoint's blocks hold: grouped-query (multi-query with one K/V
-    head) or latent, as :func:`attnviz.models.load_checkpoint` read it from the tensors; else multi-head (the
-    book's sliding-window class included: its window is the model run's, ``ModelRun.window``)."""
-    if sizes.latent_dim is not None:
-        return variants.MLA
-    if sizes.n_kv_heads is not None:
-        return variants.MQA if sizes.n_kv_heads == 1 else variants.GQA
-    return variants.MHA
 
 
 def always_causal(model, layer: int) -> bool:
