@@ -366,14 +366,13 @@ def page_links(pages: list[StreamlitPage], values: dict) -> None:
 
 
 def _follow_checkpoint(sizes, weights_name: str) -> None:
-    """The size widgets show the checkpoint's sizes (disabled): its width, heads and matching preset, and the variant a
-    grouped-query or latent checkpoint's blocks hold (a multi-head one leaves it as it was).  Sizes a link
+    """The size widgets show the checkpoint's sizes (disabled): its width, heads and matching preset, and the variant
+    its blocks hold (multi-head, grouped-query, multi-query or latent).  Sizes a link
     gave with these weights (the URL has both) are set aside with a notice naming them and the checkpoint's."""
     dims = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads)
     preset = next((name for name, preset_dims in PRESET_DIMS.items() if preset_dims == dims), "custom")
-    own = {"d_in": dims[0], "d_out": dims[1], "num_heads": dims[2], "preset": preset}
-    if weights.attention_variant(sizes) != variants.MHA:  # the disabled variant shows a grouped-query or latent model
-        own["variant"] = weights.attention_variant(sizes)
+    own = {"d_in": dims[0], "d_out": dims[1], "num_heads": dims[2], "preset": preset,
+           "variant": weights.attention_variant(sizes)}  # the disabled variant: the attention its blocks hold
     from_link = _named("weights", st.session_state["weights"])
     set_aside = []
     for name, value in own.items():

@@ -82,7 +82,7 @@ def settings_from_url() -> None:
             st.session_state[key] = values[key]
         st.session_state.setdefault(URL_NOTICES, notices)
         if values["weights"] != weights.BOOK:  # the book's classes' sizes the session starts with: not the file's
-            st.session_state.setdefault(_BOOK_SIZES, book_sizes_of_link(query))
+            st.session_state.setdefault(_BOOK_SIZES, {**book_sizes_of_link(query), "variant": values["variant"]})
     if (name := st.session_state.pop(WEIGHTS_REQUEST, None)) is not None:
         st.session_state["weights"], st.session_state["causal"] = name, True
         follow_weights()
@@ -93,8 +93,9 @@ def follow_weights() -> None:
     """Before the sidebar draws the settings: where the weights differ from those the settings were last settled
     for (the Weights selectbox, a page's request, a trained model gone), the weights left keep what they decided for
     the session, and the weights picked get theirs back.  The book's classes' sizes and what follows from them
-    (``urlstate.BOOK_SIZES``) are the user's own: a checkpoint's file sets the size widgets while it is shown
-    (``sidebar._follow_checkpoint``), and the switch back restores the book's as the user left them (on a session
+    (``urlstate.BOOK_SIZES``), and the attention variant, are the user's own: a checkpoint's file sets the size
+    widgets and the variant while it is shown (``sidebar._follow_checkpoint``), and the switch back restores the book's
+    as the user left them (on a session
     opened on a checkpoint, the defaults: ``urlstate.book_sizes_of_link``).  A checkpoint's layer is kept, and a
     switch back to that checkpoint shows it again (a checkpoint not shown before opens at layer 0)."""
     state = st.session_state
@@ -103,7 +104,7 @@ def follow_weights() -> None:
     if old is None or old == new:
         return
     if old == weights.BOOK:
-        state[_BOOK_SIZES] = {key: state[key] for key in BOOK_SIZES}
+        state[_BOOK_SIZES] = {key: state[key] for key in (*BOOK_SIZES, "variant")}
     else:
         state.setdefault(_LAYERS, {})[old] = state["layer"]
     if new == weights.BOOK:

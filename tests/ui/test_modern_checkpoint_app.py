@@ -13,7 +13,7 @@ from helpers.apptest import decode, no_exception, plotly_figures
 from helpers.checkpoints import book_modern_cfg, random_modern_gpt, use_checkpoints
 from streamlit.testing.v1 import AppTest
 
-from attnviz import background, tokens
+from attnviz import background, tokens, weights
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
@@ -136,3 +136,17 @@ def test_the_induction_lab_runs_such_a_checkpoint_with_its_knock_outs(name):
     assert not at.error, [error.value for error in at.error]
     grid = next(fig for fig in plotly_figures(at) if fig["layout"]["title"]["text"].startswith("knock out one head"))
     assert decode(grid["data"][0]["z"]).shape == (2, 4)  # every head of every layer, alone
+
+
+def test_the_sidebars_variant_shows_the_checkpoints_attention_and_the_books_comes_back():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update(variant="swa", text=TEXT)
+    at.run()
+    for name, variant in (("gqa.pth", "gqa"), ("mqa.pth", "mqa"), ("mla.pth", "mla")):
+        at.sidebar.selectbox(key="weights").set_value(name).run()
+        no_exception(at)
+        shown_variant = at.sidebar.selectbox(key="variant")
+        assert shown_variant.value == variant and shown_variant.disabled, name
+    at.sidebar.selectbox(key="weights").set_value(weights.BOOK).run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="variant").value == "swa" and at.query_params["variant"] == "swa"
