@@ -273,6 +273,17 @@ CHECKPOINTS: dict[str, Variant] = {
 }
 
 
+def checkpoint_variant(kv_heads: int | None, latent_dim: int | None) -> str:
+    """The name of the attention a checkpoint's blocks hold, from what ``attnviz.weights.sizes`` read of them: latent
+    with a latent, grouped-query with K/V heads (multi-query with one), else multi-head (the book's sliding-window
+    class included: its window is the model run's, ``ModelRun.window``)."""
+    if latent_dim is not None:
+        return MLA
+    if kv_heads is not None:
+        return MQA if kv_heads == 1 else GQA
+    return MHA
+
+
 def checkpoint_record(name: str) -> Variant:
     """The record of a checkpoint's layer whose settled ``variant`` is ``name``: :data:`CHECKPOINTS`' (MHA's,
     :data:`CHECKPOINT`, for any other name: a config not settled yet holds the sidebar's variant)."""

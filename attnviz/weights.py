@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnviz import kv_cache, models, variants
+from attnviz import kv_cache, models
 from attnviz.models import CheckpointError, GPTModel
 from attnviz.words import amount
 
@@ -261,17 +261,6 @@ def attention_caption(sizes: ModelSizes) -> str | None:
     return ("A bare state dict: attnviz runs it with full causal attention. A sliding window (the book's "
             "ch04/06_swa) is not stored in a state dict; a config.json beside the file naming sliding_window_size "
             "runs it with its window.")
-
-
-def attention_variant(sizes: ModelSizes) -> str:
-    """The registry's name of the attention a model's blocks hold: grouped-query (multi-query with one K/V head) or
-    latent, as :func:`attnviz.models.load_checkpoint` read it from the tensors; else multi-head (the book's
-    sliding-window class included: its window is the model run's, ``ModelRun.window``)."""
-    if sizes.latent_dim is not None:
-        return variants.MLA
-    if sizes.n_kv_heads is not None:
-        return variants.MQA if sizes.n_kv_heads == 1 else variants.GQA
-    return variants.MHA
 
 
 def kv_sharing(num_heads: int, kv_heads: int) -> str:

@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from attnviz import attention, models, weights
+from attnviz import attention, models, variants, weights
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, ConfigError
 from attnviz.modern_attention import MultiHeadAttentionWithSWA
 from attnviz.trace import ModelRun, Trace, make_trace, to_numpy
@@ -42,8 +42,9 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     if config.layer >= sizes.n_layers:
         raise ConfigError(
             f"This checkpoint has {sizes.n_layers} layers: choose a layer from 0 to {sizes.n_layers - 1}.")
-    settled = replace(config, variant=weights.attention_variant(sizes), d_in=sizes.emb_dim, d_out=sizes.emb_dim,
-                      num_heads=sizes.num_heads, context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH),
+    settled = replace(config, variant=variants.checkpoint_variant(sizes.n_kv_heads, sizes.latent_dim),
+                      d_in=sizes.emb_dim, d_out=sizes.emb_dim, num_heads=sizes.num_heads,
+                      context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH),
                       qkv_bias=sizes.qkv_bias, dropout=0.0, train=False, seed=AttentionConfig.seed, device="cpu",
                       embedding="seeded", positions="learned",
                       num_kv_groups=sizes.n_kv_heads if sizes.n_kv_heads is not None else config.num_kv_groups,

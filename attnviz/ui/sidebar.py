@@ -372,7 +372,7 @@ def _follow_checkpoint(sizes, weights_name: str) -> None:
     dims = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads)
     preset = next((name for name, preset_dims in PRESET_DIMS.items() if preset_dims == dims), "custom")
     own = {"d_in": dims[0], "d_out": dims[1], "num_heads": dims[2], "preset": preset,
-           "variant": weights.attention_variant(sizes)}  # the disabled variant: the attention its blocks hold
+           "variant": variants.checkpoint_variant(sizes.n_kv_heads, sizes.latent_dim)}  # what its blocks hold
     from_link = _named("weights", st.session_state["weights"])
     set_aside = []
     for name, value in own.items():
