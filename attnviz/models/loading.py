@@ -613,8 +613,8 @@ def _book_attention(origin: str, keys: set[str], tensors: _Tensors, emb_dim: int
     if key_weight not in keys:
         return found  # the loop that assigns the parameters names the missing key
     rows = tensors.peek(key_weight).shape[0]  # W_key: (K/V heads · head_dim, d)
-    grouped = rows != emb_dim or configured_groups is not None or att + "out_proj.bias" not in keys  # 04_gqa's
-    if not grouped:  # out_proj has no bias; the book's MultiHeadAttention's has one
+    # 04_gqa's W_key is narrower than the width (G < H), or its out_proj has no bias (MultiHeadAttention's has one)
+    if rows == emb_dim and configured_groups is None and att + "out_proj.bias" in keys:
         return found
     assumed = "; no config gives the head count, so heads are taken to be 64 wide" if found["heads_assumed"] else ""
     if rows % head_dim:

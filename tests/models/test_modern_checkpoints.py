@@ -213,3 +213,12 @@ def test_value_weighted_moves_what_the_attention_output_is_made_of(saved):
         bias = att.out_proj.bias if att.out_proj.bias is not None else 0
         assert torch.allclose(made + bias, att(x)[0], atol=1e-4)
     assert models.value_weighted(model, [5, 6, 7]).shape == (2, 4, 3, 3)
+
+
+def test_a_config_naming_a_sliding_window_for_a_grouped_query_file_is_refused(tmp_path):
+    model = random_modern_gpt(GROUPED_QUERY, num_kv_groups=2)
+    path = tmp_path / "gqa.pth"
+    cfg = {**book_modern_cfg(model), "sliding_window_size": 4}
+    torch.save({"model_state_dict": model.state_dict(), "cfg": cfg}, path)
+    with pytest.raises(models.CheckpointError, match="sliding window.*grouped-query attention model"):
+        models.load_checkpoint(path)
