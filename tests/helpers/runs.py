@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz import embedding
+from attnviz import embedding, variants
 from attnviz.config import AttentionConfig
 from attnviz.trace import Trace
 
@@ -14,8 +14,11 @@ ATOL = 1e-4
 
 
 def small(variant: str = "mha", **overrides) -> AttentionConfig:
-    """A small config for invariants: d 8, 2 heads."""
-    values = {"variant": variant, "d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 64, "device": "cpu"}
+    """A small config for invariants: d 8, 2 heads where the variant has heads (a single-head class one: its run
+    ignores nothing it is given)."""
+    spec = variants.get(variant)
+    values = {"variant": variant, "d_in": 8, "d_out": spec.out_width(8, 8), "num_heads": spec.head_count(2),
+              "context_length": 64, "device": "cpu"}
     return AttentionConfig(**{**values, **overrides})
 
 
