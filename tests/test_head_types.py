@@ -1,4 +1,5 @@
-"""Head scores: hand-computed cases, TransformerLens' head_detector formulas, flags, shapes, memory, labels."""
+"""Head scores: hand-computed cases, TransformerLens' head_detector formulas (over the whole map, and over the rows that
+can show each type), flags, shapes, memory, labels, the bundled model on a sentence written twice."""
 
 import tracemalloc
 
@@ -10,6 +11,7 @@ from attnviz.config import AttentionConfig
 from attnviz.head_types import (
     BOS_ID,
     FUTURE_TOLERANCE,
+    HEAD_TYPES,
     LABEL_THRESHOLD,
     detection_pattern,
     future_mass,
@@ -18,8 +20,10 @@ from attnviz.head_types import (
     pattern_cells,
     previous_token_stripe,
     repeated_random_tokens,
+    rows_that_can_show,
     score_heads,
     sees_future,
+    unshowable_types,
 )
 
 # A hand-checkable 4-token map for tokens [5, 7, 5, 7] (rows sum to 1, causal).
@@ -46,12 +50,76 @@ TOKENS = [5, 7, 5, 7]
          {"previous_token": 0.6 / 0.8, "duplicate_token": 0.2 / 0.8, "induction": 0.6 / 0.8}),
     ],
 )
-def test_hand_computed_scores(flags, expected):
-    scores = score_heads(A, TOKENS, **flags)
+def test_hand_computed_scores_over_every_row(flags, expected):
+    scores = score_heads(A, TOKENS, every_row=True, **flags)
     for name, value in expected.items():
         assert scores[name] == pytest.approx(value, abs=1e-6), name
     assert scores["first_token"] == pytest.approx((0.5 + 0.2 + 0.1) / 3, abs=1e-6)  # flags never change it
     assert scores["future"] == 0.0  # A is causal: nothing above the diagonal
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # previous-token: rows 1–3 (row 0 has no token before it), sum 3; duplicate-token and induction: rows 2 and 3
+        # (their tokens, 5 and 7, came earlier), sum 2
+        ({}, {"previous_token": 1.1 / 3, "duplicate_token": 0.4 / 2, "induction": 0.6 / 2}),
+        # column 0 zeroed: row 1's only previous cell (1, 0) and row 2's only duplicate cell (2, 0) go, and so do the
+        # rows; A′ rows 2 and 3 sum to 0.8 and 0.9
+        ({"exclude_bos": True}, {"previous_token": 0.6 / 1.7, "duplicate_token": 0.2 / 0.9, "induction": 0.6 / 1.7}),
+        # diagonal zeroed: A′ rows 1–3 sum to 0.5, 0.5, 0.6
+        ({"exclude_current": True},
+         {"previous_token": 1.1 / 1.6, "duplicate_token": 0.4 / 1.1, "induction": 0.6 / 1.1}),
+        # both: A′ rows 2 and 3 sum to 0.3 and 0.5; duplicate keeps only row 3's (3, 1)
+        ({"exclude_bos": True, "exclude_current": True},
+         {"previous_token": 0.6 / 0.8, "duplicate_token": 0.2 / 0.5, "induction": 0.6 / 0.8}),
+    ],
+)
+def test_each_type_is_scored_over_the_rows_that_can_show_it(flags, expected):
+    scores = score_heads(A, TOKENS, **flags)
+    for name, value in expected.items():
+        assert scores[name] == pytest.approx(value, abs=1e-6), name
+    assert scores["first_token"] == pytest.approx((0.5 + 0.2 + 0.1) / 3, abs=1e-6)
+    assert scores["future"] == 0.0
+
+
+def test_a_text_without_repeats_has_no_row_that_can_show_duplicate_or_induction():
+    tokens = [11, 12, 13, 14]
+    assert not rows_that_can_show("induction", tokens).any() and not rows_that_can_show("duplicate_token", tokens).any()
+    assert rows_that_can_show("previous_token", tokens).tolist() == [False, True, True, True]
+    assert rows_that_can_show("induction", TOKENS).tolist() == [False, False, True, True]  # 5 and 7 came earlier
+    assert rows_that_can_show("duplicate_token", TOKENS, exclude_bos=True).tolist() == [False, False, False, True]
+    scores = score_heads(A, tokens)
+    assert np.isnan(scores["induction"]) and np.isnan(scores["duplicate_token"])  # not 0: nothing to measure
+    assert scores["previous_token"] == pytest.approx(1.1 / 3)
+    assert head_label(scores) is None
+    assert score_heads(A, tokens, every_row=True)["induction"] == 0.0  # TransformerLens' whole-map score: 0 / 4
+    assert unshowable_types(tokens) == ("duplicate_token", "induction")
+    assert unshowable_types(TOKENS) == ()
+    assert unshowable_types([7]) == HEAD_TYPES  # one token: not even a token before it
+
+
+def test_the_bundled_model_names_its_induction_heads_on_a_sentence_written_twice():
+    """Layer 1's heads are induction heads (the Induction lab: 0.74 / 0.67); over the whole map their score is held
+    down by the first copy, whose queries have no earlier copy to look after (0.22 / 0.26); over the six queries of
+    the second copy whose token came earlier they pass 0.4 and are named."""
+    from attnviz import models
+    from attnviz.tokens import encode
+
+    tokens = encode("The cat sat on the mat. The cat sat on the mat.")  # 14 ids; "The" and " The" differ
+    maps = models.attention_maps(models.load_checkpoint(models.BUNDLED), tokens)  # (2, 2, 14, 14)
+    rows = rows_that_can_show("induction", tokens)
+    assert np.flatnonzero(rows).tolist() == [8, 9, 10, 11, 12, 13]
+    scores = score_heads(maps, tokens)
+    for head in (0, 1):
+        one = {name: values[1, head] for name, values in scores.items()}
+        assert head_label(one) == "induction", one
+        pattern = detection_pattern("induction", tokens)
+        by_hand = (maps[1, head] * pattern).sum() / maps[1, head][rows].sum()
+        assert one["induction"] == pytest.approx(by_hand, abs=1e-6)
+    assert (score_heads(maps, tokens, every_row=True)["induction"][1] < LABEL_THRESHOLD).all()  # the old reading
+    assert [head_label({name: values[0, head] for name, values in scores.items()}) for head in (0, 1)] == \
+        ["previous-token"] * 2
 
 
 def test_patterns_are_transformer_lens_patterns():
@@ -63,8 +131,9 @@ def test_patterns_are_transformer_lens_patterns():
         detection_pattern("sink", [1, 2])
 
 
-def _transformer_lens_reference(attention, tokens, name, exclude_bos, exclude_current):
-    """TransformerLens head_detector (get_*_detection_pattern + compute_head_attention_similarity_score, mul)."""
+def _transformer_lens_reference(attention, tokens, name, exclude_bos, exclude_current, every_row=True):
+    """TransformerLens head_detector (get_*_detection_pattern + compute_head_attention_similarity_score, mul); with
+    ``every_row`` False, on the map with the rows that have no cell of the (excluded) pattern zeroed first."""
     tokens = torch.as_tensor(tokens)
     n = tokens.shape[-1]
     if name == "previous_token":
@@ -84,6 +153,13 @@ def _transformer_lens_reference(attention, tokens, name, exclude_bos, exclude_cu
         attention[:, 0] = 0
     if exclude_current:
         attention.fill_diagonal_(0)
+    if not every_row:
+        kept = pattern.clone()
+        if exclude_bos:
+            kept[:, 0] = 0
+        if exclude_current:
+            kept.fill_diagonal_(0)
+        attention[kept.sum(dim=1) == 0] = 0  # a query with no cell of the pattern cannot show the type
     return ((attention * pattern).sum() / attention.sum()).item()
 
 
@@ -91,7 +167,8 @@ def _transformer_lens_reference(attention, tokens, name, exclude_bos, exclude_cu
 @pytest.mark.parametrize("exclude_bos", [False, True])
 @pytest.mark.parametrize("exclude_current", [False, True])
 @pytest.mark.parametrize("read", ["cells", "mask"])
-def test_matches_transformer_lens_on_random_maps(seed, exclude_bos, exclude_current, read, monkeypatch):
+@pytest.mark.parametrize("every_row", [True, False])
+def test_matches_transformer_lens_on_random_maps(seed, exclude_bos, exclude_current, read, every_row, monkeypatch):
     from attnviz import head_types
 
     # every pattern read at its cells' indices, or every one that can be through its (n, n) mask
@@ -103,9 +180,10 @@ def test_matches_transformer_lens_on_random_maps(seed, exclude_bos, exclude_curr
     logits[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] = -np.inf
     maps = np.exp(logits - logits.max(-1, keepdims=True))
     maps = (maps / maps.sum(-1, keepdims=True)).astype(np.float32)  # (3, n, n) causal, rows sum to 1
-    scores = score_heads(maps, tokens, exclude_bos=exclude_bos, exclude_current=exclude_current)
+    scores = score_heads(maps, tokens, exclude_bos=exclude_bos, exclude_current=exclude_current, every_row=every_row)
     for name in ("previous_token", "duplicate_token", "induction"):
-        reference = [_transformer_lens_reference(m, tokens, name, exclude_bos, exclude_current) for m in maps]
+        reference = [_transformer_lens_reference(m, tokens, name, exclude_bos, exclude_current, every_row)
+                     for m in maps]
         np.testing.assert_allclose(scores[name], reference, atol=1e-6, err_msg=name)
 
 
@@ -151,7 +229,8 @@ def test_shapes_and_inputs():
 
 def test_degenerate_maps_give_nan_not_errors():
     one = score_heads(np.ones((1, 1)), [7])
-    assert one["previous_token"] == 0.0
+    assert np.isnan(one["previous_token"])  # one token: no query has a token before it
+    assert score_heads(np.ones((1, 1)), [7], every_row=True)["previous_token"] == 0.0  # TransformerLens: 0 / 1
     assert np.isnan(one["first_token"])
     # everything excluded: A′ sums to 0 -> nan (TransformerLens: 0 / 0)
     two = score_heads(np.array([[1.0, 0.0], [0.3, 0.7]]), [1, 2], exclude_bos=True, exclude_current=True)
@@ -208,9 +287,9 @@ def test_future_mass_is_the_mean_weight_on_later_keys():
 
 
 def test_a_head_that_sees_the_future_keeps_its_scores_but_gets_no_type():
-    # TransformerLens' formula is unchanged: previous = (0.5 + 0.3 + 0.3) / 4 on A_AHEAD (A[1,0], A[2,1], A[3,2])
+    # the formula is unchanged: previous = (0.5 + 0.3 + 0.3) / 3 on A_AHEAD (A[1,0], A[2,1], A[3,2]; rows 1–3)
     ahead = score_heads(A_AHEAD, TOKENS)
-    assert ahead["previous_token"] == pytest.approx(1.1 / 4, abs=1e-6)
+    assert ahead["previous_token"] == pytest.approx(1.1 / 3, abs=1e-6)
     # a previous-token head (0.9 of each row on i − 1) that puts the rest on the next token: named only when causal
     n = 12
     tokens = np.arange(n)
@@ -252,8 +331,11 @@ def test_induction_head_on_repeated_tokens():
     assert induction_stripe(maps, T).tolist() == [1.0, pytest.approx(0.0)]
     assert previous_token_stripe(maps).tolist() == [pytest.approx(1 / (n - 1)), 1.0]  # only row 1 (on BOS = i - 1)
     scores = score_heads(maps, tokens)
-    assert scores["induction"][0] == pytest.approx(T / n)  # the BOS rows count in sum(A)
-    assert scores["induction"][0] == pytest.approx(score_heads(maps[0], tokens, exclude_bos=True)["induction"] * T / n)
+    assert scores["induction"][0] == pytest.approx(1.0)  # every query that can show induction (the repeat's) does
+    whole = score_heads(maps, tokens, every_row=True)
+    assert whole["induction"][0] == pytest.approx(T / n)  # TransformerLens' whole map: the BOS rows count in sum(A)
+    assert whole["induction"][0] == pytest.approx(
+        score_heads(maps[0], tokens, exclude_bos=True, every_row=True)["induction"] * T / n)
     assert head_label(score_heads(maps[0], tokens, exclude_bos=True)) == "induction"
     with pytest.raises(ValueError, match="repeat length"):
         induction_stripe(maps, n)

@@ -62,7 +62,9 @@ def test_the_hand_built_model_has_the_previous_token_head_it_was_built_with():
     tokens = head_types.repeated_random_tokens(5, 0)  # 11 tokens
     maps = models.attention_maps(model, tokens)  # (2, 2, 11, 11)
     scores = head_types.score_heads(maps, tokens)
-    assert scores["previous_token"][0, 0] == pytest.approx(10 / 11, abs=1e-3)  # rows 1…10 all on i − 1
+    assert scores["previous_token"][0, 0] == pytest.approx(1.0, abs=1e-3)  # rows 1…10 (a token before each) on i − 1
+    whole = head_types.score_heads(maps, tokens, every_row=True)  # TransformerLens' whole map: row 0 counts
+    assert whole["previous_token"][0, 0] == pytest.approx(10 / 11, abs=1e-3)
     assert scores["previous_token"][1].max() < head_types.LABEL_THRESHOLD
 
 
@@ -105,10 +107,10 @@ def test_random_weights_say_a_type_they_show_is_chance_and_learned_none_when_the
     markdown = " ".join(m.value for m in named.markdown)
     assert "with a type:** head " in markdown and "have no types" not in markdown
     assert any("random weights, so a type named here is chance: on 6 tokens" in c.value for c in named.caption)
-    none = app()  # "Your journey starts with one step": no head passes
+    none = app()  # "Your journey starts with one step": no head passes, and no token repeats
     text = " ".join(m.value for m in none.markdown)
-    assert "with a type:** none on this text. The book's classes have random weights: their heads learned no type." \
-        in text
+    assert "with a type:** none on this text — no token repeats: paste the text twice to see induction heads" in text
+    assert "The book's classes have random weights: their heads learned no type." in text
     assert not any("is chance" in c.value for c in none.caption)
 
 
@@ -125,14 +127,14 @@ def test_a_checkpoint_shows_its_labels_and_a_layers_by_heads_grid_of_every_score
     at = app(text=TEXT, weights=session_model.name)
     assert not at.exception, [e.value for e in at.exception]
     table = type_table(at)
-    assert table["type"].tolist()[0].startswith("previous-token 0.8")  # 6 of 7 rows on i − 1: 6/7 = 0.857
+    assert table["type"].tolist()[0] == "previous-token 1.00"  # rows 1…6, each with a token before it, on i − 1
     assert table["type"].tolist()[1] == "—"
     markdown = " ".join(m.value for m in at.markdown)
-    assert "head 0: previous-token 0.86" in markdown
+    assert "head 0: previous-token 1.00" in markdown
     assert "every layer's heads on this text" not in repr(figures(at))  # every layer: opt-in (one more pass)
     at.toggle(key="heads_overview").set_value(True).run()
     markdown = " ".join(m.value for m in at.markdown)
-    assert "L0H0 previous-token 0.86" in markdown and "L1H" not in markdown
+    assert "L0H0 previous-token 1.00" in markdown and "L1H" not in markdown
     grid = next(f for f in figures(at)
                 if f["layout"].get("title", {}).get("text") == "every layer's heads on this text")
     panels = [a["text"] for a in grid["layout"]["annotations"]][:4]
@@ -147,13 +149,43 @@ def test_a_checkpoint_shows_its_labels_and_a_layers_by_heads_grid_of_every_score
     assert set(type_table(at)["type"]) == {"—"}
 
 
+TWICE = "The cat sat on the mat. The cat sat on the mat."  # 14 GPT-2 tokens; "The" and " The" differ
+NO_REPEATS = "no token repeats: paste the text twice to see induction heads"
+
+
+def test_the_bundled_model_names_its_induction_heads_on_a_sentence_written_twice():
+    """The Heads page's hint (paste a text twice) works: layer 1's heads, induction heads in the Induction lab, are
+    named, their score read at the six queries of the second copy whose token came earlier (the first copy's cannot
+    look after an earlier copy: over every row they scored 0.22 and 0.26)."""
+    at = app(text=TWICE, weights="bundled model", layer="1")
+    assert not at.exception, [e.value for e in at.exception]
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "**Heads of layer 1 with a type:** head 0: induction 0.52; head 1: induction 0.60" in markdown
+    assert type_table(at)["type"].tolist() == ["induction 0.52", "induction 0.60"]
+    assert NO_REPEATS not in markdown
+    captions = " ".join(c.value for c in at.caption)
+    assert "13 queries with a token before them" in captions and "6 whose token came earlier" in captions
+
+
+def test_a_text_without_repeats_says_why_no_head_can_be_an_induction_head():
+    at = app(weights="bundled model", layer="1")  # "Your journey starts with one step": six different tokens
+    assert not at.exception, [e.value for e in at.exception]
+    markdown = " ".join(m.value for m in at.markdown)
+    assert f"**Heads of layer 1 with a type:** none on this text — {NO_REPEATS}" in markdown
+    table = type_table(at)
+    assert table["induction"].isna().all() and table["duplicate-token"].isna().all()  # nothing to measure, not 0
+    at.toggle(key="heads_overview").set_value(True).run()
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "L0H0 previous-token" in markdown and NO_REPEATS in markdown  # layer 0's heads are still named
+
+
 NOT_NAMED = "No head is named a type here: these heads see the future"
 
 
 def test_with_the_mask_off_a_checkpoint_keeps_its_scores_but_names_no_head(session_model):
-    """The hand-built previous-token head with the sidebar's mask off: 0.86 of its attention is still on i − 1 (row
-    0, with no token before it, spreads over all 7), but it can see the future, so it is not named; the page says
-    why and shows the weight on later tokens."""
+    """The hand-built previous-token head with the sidebar's mask off: every query with a token before it still puts
+    its weight on i − 1 (row 0, with none, spreads over all 7 and is not read), but it can see the future, so it is
+    not named; the page says why and shows the weight on later tokens."""
     at = app(text=TEXT, weights=session_model.name, causal="false")
     assert not at.exception, [e.value for e in at.exception]
     table = type_table(at)
@@ -161,13 +193,13 @@ def test_with_the_mask_off_a_checkpoint_keeps_its_scores_but_names_no_head(sessi
     model = weights.load(session_model.ref)
     reference = head_types.score_heads(models.attention_maps(model, _ids(TEXT), causal=False)[0], _ids(TEXT))
     assert table["previous-token"].tolist() == pytest.approx(reference["previous_token"].tolist(), abs=1e-6)
-    assert table["previous-token"][0] == pytest.approx(6 / 7, abs=1e-3)  # above the threshold: no longer a name
+    assert table["previous-token"][0] == pytest.approx(1.0, abs=1e-3)  # above the threshold: no longer a name
     assert table[head_labels.FUTURE_COLUMN].tolist() == pytest.approx(reference["future"].tolist(), abs=1e-6)
     assert table[head_labels.FUTURE_COLUMN][0] == pytest.approx(6 / 7 / 7, abs=1e-3)  # row 0's 6/7 on later keys
     info = " ".join(i.value for i in at.info)
     assert NOT_NAMED in info and "*Causal mask* is off, and the model was trained with it on" in info
     markdown = " ".join(m.value for m in at.markdown)
-    assert "with a type:** none: these heads see the future" in markdown and "previous-token 0.86" not in markdown
+    assert "with a type:** none: these heads see the future" in markdown and "previous-token 1.00" not in markdown
     at.toggle(key="heads_overview").set_value(True).run()
     markdown = " ".join(m.value for m in at.markdown)
     assert "no head is named: they see the future" in markdown and "L0H0 previous-token" not in markdown
