@@ -4,11 +4,19 @@
 ``(layers, heads, n, n)``), one score per map:
 
 * ``previous_token``, ``duplicate_token``, ``induction`` — TransformerLens' ``head_detector`` score with
-  ``error_measure="mul"``: ``sum(A′ ⊙ P) / sum(A′)``, where A′ is the map with column 0 zeroed if
-  ``exclude_bos`` and the diagonal zeroed if ``exclude_current``, and P is that head type's 0/1
-  detection pattern (``detection_pattern``; the same patterns as TransformerLens'
-  ``get_*_head_detection_pattern``).  The score is the share of the head's (remaining) attention that
-  lands where that head type would look.  A′ that sums to 0 gives ``nan`` (TransformerLens: 0/0).
+  ``error_measure="mul"``, read at the queries that can show the type: ``sum(A′ ⊙ P) / sum(A′[R])``, where A′ is
+  the map with column 0 zeroed if ``exclude_bos`` and the diagonal zeroed if ``exclude_current``, P is that head
+  type's 0/1 detection pattern (``detection_pattern``; the same patterns as TransformerLens'
+  ``get_*_head_detection_pattern``) and R the rows where P has a cell A′ keeps (``rows_that_can_show``):
+  previous-token, the queries with a token before them (i ≥ 1); duplicate-token and induction, the queries whose
+  token occurred earlier — on a text written twice, the second copy's, as TransformerLens' induction score on
+  repeated tokens reads only the second half.  The score is the share of those queries' (remaining) attention that
+  lands where that head type would look; a query that has no such cell (the first copy of a repeated text, for
+  induction) cannot show the type, and counting its attention would cap a perfect head's score at the share of
+  rows that can.  ``every_row=True`` divides by ``sum(A′)`` of the whole map instead: TransformerLens' score
+  itself.  No row that can show the type, or A′[R] summing to 0, gives ``nan`` (nothing to measure; TransformerLens:
+  0/0), never 0; ``unshowable_types`` names the types no query of a text can show (no token repeats: duplicate-token
+  and induction).
 * ``first_token`` — the attention-sink mass: mean over rows ``i ≥ 1`` of ``A[i, 0]`` (``nan`` if n = 1).
   It describes where a head parks unused attention; it is shown beside a head's type, never as one.
 * ``future`` — the mean weight a query gives to keys after it (``future_mass``): 0 for a head that cannot see
@@ -35,11 +43,14 @@ HEAD_TYPES = ("previous_token", "duplicate_token", "induction")
 SCORE_NAMES = (*HEAD_TYPES, "first_token", "future")
 LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-token", "induction": "induction"}
 
-# A head is named by a type when at least this share of its attention lands on that type's pattern.
-# 0.4 sits far above chance (uniform causal attention over an n-token text scores (H_n - 1)/n on the
-# previous token: 0.04 at n = 100) and below a clean head (the bundled model's layer-0 previous-token heads:
-# benchmarks/README.md, "Numbers moved out of the code"), and it is the cut TransformerLens-based tutorials use for
-# their attention-pattern detectors (ARENA 1.2: ``score > 0.4``).  At most one type wins (the highest).
+# A head is named by a type when at least this share of the attention of the queries that can show the type lands
+# on its pattern.  0.4 sits far above chance (uniform causal attention over an n-token text scores (H_n - 1)/(n - 1)
+# on the previous token: 0.04 at n = 100; on a text of T tokens written twice, the mean of 1/(i + 1) over the second
+# copy on induction: 0.09 at T = 7, 0.01 at T = 64) and below a clean head (the bundled model's layer-0
+# previous-token heads: benchmarks/README.md, "Numbers moved out of the code"), and it is the cut
+# TransformerLens-based tutorials use for their attention-pattern detectors, which also read only the rows that can
+# show the type (ARENA 1.2: the mean of the stripe ``diagonal(-1)`` or ``diagonal(-seq_len + 1)``, ``score > 0.4``).
+# At most one type wins (the highest).
 LABEL_THRESHOLD = 0.4
 
 # A head "sees the future" when its queries give later keys more than this mean weight.  A mask gives exactly 0
@@ -134,63 +145,93 @@ def _duplicate_cells(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None
     return rows, cols
 
 
-def _excluded_sum(attn: np.ndarray, exclude_bos: bool, exclude_current: bool) -> float:
-    """sum(A′) for one (n, n) map, without copying it."""
-    total = attn.sum(dtype=np.float64)
+def _excluded_row_sums(attn: np.ndarray, exclude_bos: bool, exclude_current: bool) -> np.ndarray:
+    """Each row's sum of A′ for one (n, n) map, (n,) float64, without copying it."""
+    totals = attn.sum(axis=-1, dtype=np.float64)  # (n,)
     if exclude_bos:
-        total -= attn[:, 0].sum(dtype=np.float64)
+        totals -= attn[:, 0]
     if exclude_current:
-        total -= np.trace(attn, dtype=np.float64)
+        totals -= np.diagonal(attn)
         if exclude_bos:
-            total += float(attn[0, 0])  # A[0, 0] is in column 0 and on the diagonal: removed once
-    return total
+            totals[0] += float(attn[0, 0])  # A[0, 0] is in column 0 and on the diagonal: removed once
+    return totals
+
+
+def _kept_pattern(name: str, tokens: np.ndarray, duplicate, exclude_bos: bool, exclude_current: bool):
+    """``name``'s pattern less the cells A′ zeroes (column 0, the diagonal): ``(rows, cols)`` when sparse, else a
+    dense (n, n) boolean mask, and the (n,) rows where it keeps a cell (the queries that can show the type).
+    ``duplicate``: ``_duplicate_cells(tokens)``, shared by the duplicate-token and induction patterns."""
+    n = tokens.shape[0]
+    found = pattern_cells(name, tokens) if name == "previous_token" else _cells_of(name, duplicate)
+    shown = np.zeros(n, dtype=bool)  # (n,)
+    if found is None:  # a text of few distinct tokens: the (n, n) mask
+        pattern = detection_pattern(name, tokens)  # (n, n)
+        if exclude_bos:
+            pattern[:, 0] = False
+        if exclude_current:
+            np.fill_diagonal(pattern, False)
+        np.any(pattern, axis=1, out=shown)
+        return pattern, shown
+    rows, cols = found
+    keep = np.ones(rows.shape, dtype=bool)
+    if exclude_bos:
+        keep &= cols != 0
+    if exclude_current:
+        keep &= rows != cols
+    shown[rows[keep]] = True
+    return (rows[keep], cols[keep]), shown
+
+
+def rows_that_can_show(name: str, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False
+                       ) -> np.ndarray:
+    """(n,) booleans: the queries that can show head type ``name`` on ``token_ids`` — the rows where its detection
+    pattern has a cell that the exclusions leave.  previous-token: rows i ≥ 1 (a token before them); duplicate-token
+    and induction: the rows whose token occurred earlier (induction's cell is the key after that earlier copy)."""
+    if name not in HEAD_TYPES:
+        raise ValueError(f"unknown head type {name!r}; expected one of {HEAD_TYPES}")
+    tokens = np.asarray(token_ids).reshape(-1)
+    duplicate = None if name == "previous_token" else _duplicate_cells(tokens)
+    return _kept_pattern(name, tokens, duplicate, exclude_bos, exclude_current)[1]
+
+
+def unshowable_types(token_ids) -> tuple[str, ...]:
+    """The head types (of ``HEAD_TYPES``, in its order) that no query of ``token_ids`` can show, so that no head is
+    named by them: duplicate-token and induction on a text where no token repeats; every type on a single token."""
+    return tuple(name for name in HEAD_TYPES if not rows_that_can_show(name, token_ids).any())
 
 
 def score_heads(
-    weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False, masked: bool = False
+    weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False, masked: bool = False,
+    every_row: bool = False,
 ) -> dict[str, np.ndarray]:
     """Scores of every map in ``weights`` (…, n, n) for the tokens ``token_ids`` (n,): ``{name: (…)}``.
 
-    Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores),
-    ``first_token`` (mean of ``A[i, 0]`` over rows ``i ≥ 1``) and ``future`` (``future_mass``); the exclusion
-    flags change neither of the last two.  ``masked``: the caller's run hid the future (a causal mask), so ``future``
-    is 0 without summing the maps' upper triangles.
+    Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores, read at the
+    queries that can show the type; ``every_row``: over the whole map, TransformerLens' own), ``first_token`` (mean
+    of ``A[i, 0]`` over rows ``i ≥ 1``) and ``future`` (``future_mass``); the exclusion flags change neither of the
+    last two.  ``masked``: the caller's run hid the future (a causal mask), so ``future`` is 0 without summing the
+    maps' upper triangles.
     """
     weights = _as_array(weights)
     n = weights.shape[-1]
     tokens = _as_tokens(token_ids, n)
     lead = weights.shape[:-2]
     # a sparse pattern (the previous token's n − 1 cells; a text's repeats) is read at its cells, a dense one
-    # (a text of one token repeated) through an (n, n) mask: both without a copy of the map
-    duplicate = _duplicate_cells(tokens)  # the duplicate and induction cells from one grouping of the tokens
-    cells = {name: pattern_cells(name, tokens) if name == "previous_token" else _cells_of(name, duplicate)
-             for name in HEAD_TYPES}  # (rows, cols) or None
-    patterns = {name: detection_pattern(name, tokens) for name, found in cells.items() if found is None}  # (n, n)
+    # (a text of one token repeated) through an (n, n) mask: both without a copy of the map.
     # sum(A′ ⊙ P) = sum(A ⊙ P′) with P′ = P less the entries A′ zeroed (column 0, the diagonal)
-    for name, found in cells.items():
-        if found is not None:
-            rows, cols = found
-            keep = np.ones(rows.shape, dtype=bool)
-            if exclude_bos:
-                keep &= cols != 0
-            if exclude_current:
-                keep &= rows != cols
-            cells[name] = (rows[keep], cols[keep])
-    for pattern in patterns.values():
-        if exclude_bos:
-            pattern[:, 0] = False
-        if exclude_current:
-            np.fill_diagonal(pattern, False)
+    duplicate = _duplicate_cells(tokens)  # the duplicate and induction cells from one grouping of the tokens
+    kept = {name: _kept_pattern(name, tokens, duplicate, exclude_bos, exclude_current) for name in HEAD_TYPES}
     scores = {name: np.empty(lead, dtype=np.float64) for name in SCORE_NAMES}
     later = None if masked else _later_keys(n)  # (n, n) bool: key after query
     for index in np.ndindex(*lead):
         attn = weights[index]  # (n, n) view
-        total = _excluded_sum(attn, exclude_bos, exclude_current)
-        for name, found in cells.items():
-            if found is not None:
+        row_sums = _excluded_row_sums(attn, exclude_bos, exclude_current)  # (n,): sum(A′) of each query
+        for name, (found, shown) in kept.items():
+            if isinstance(found, tuple):
                 hit = attn[found].sum(dtype=np.float64)  # sum(A′ ⊙ P): the pattern's cells, (k,)
             else:
-                hit = attn.sum(where=patterns[name], dtype=np.float64)  # sum(A′ ⊙ P) without a copy
+                hit = attn.sum(where=found, dtype=np.float64)  # sum(A′ ⊙ P) without a copy
+            total = row_sums.sum() if every_row else row_sums[shown].sum()  # sum(A′), or sum(A′[R])
             scores[name][index] = hit / total if total != 0 else np.nan
         scores["first_token"][index] = attn[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
         # mean over queries of Σ_{j>i} A[i, j]: 0 where the mask hid those keys
