@@ -1,8 +1,10 @@
 """Head types on the Heads page: each head's type where its score passes ``head_types.LABEL_THRESHOLD``
 ("previous-token 0.93"), the first-token (sink) mass beside it — never a type — and, for a checkpoint, a
 layers × heads grid of every score on this text, from the page's every-layer pass (opt-in: it runs every block
-once more).  Heads that see the future (the mask off, a module that does not mask) keep their scores but get no
-type, and the section says why (``future_caption``, also the Induction lab's)."""
+once more).  Each score is read at the queries that can show its type (``head_types.rows_that_can_show``); a text
+on which none can (no token repeats: no induction or duplicate-token head) says so and what to paste
+(``unshowable_note``).  Heads that see the future (the mask off, a module that does not mask) keep their scores but
+get no type, and the section says why (``future_caption``, also the Induction lab's)."""
 
 from __future__ import annotations
 
@@ -24,9 +26,31 @@ SCORE_HELP = {
     "first-token mass": "The mean weight on the first token (a 'sink'): shown beside the type, never a type.",
     FUTURE_COLUMN: "The mean weight a query gives to tokens after it: 0 under a causal mask. A head with any is "
                    "not named a type.",
-    **{head_figures.SCORE_TITLES[name]: f"TransformerLens' head-detector score on this text (0 … 1); a head is "
-       f"typed at ≥ {head_types.LABEL_THRESHOLD:g}." for name in TYPE_COLUMNS},
+    **{head_figures.SCORE_TITLES[name]: f"TransformerLens' head-detector score on this text (0 … 1), read at the "
+       f"queries that can show this type (blank where none can); a head is typed at ≥ "
+       f"{head_types.LABEL_THRESHOLD:g}." for name in TYPE_COLUMNS},
 }
+NO_REPEATS = "no token repeats: paste the text twice to see induction heads"
+
+
+def unshowable_note(token_ids) -> str:
+    """Why a type cannot be named on this text, or "" when every type can (``head_types.unshowable_types``)."""
+    missing = head_types.unshowable_types(token_ids)
+    if "previous_token" in missing:
+        return "one token: no query has a token before it to look at"
+    return NO_REPEATS if missing else ""
+
+
+def reading_caption(token_ids) -> str:
+    """How many queries of this text each score reads: the ones that can show its type."""
+    previous = int(head_types.rows_that_can_show("previous_token", token_ids).sum())
+    repeated = int(head_types.rows_that_can_show("induction", token_ids).sum())
+    before = f"the {previous:,} queries with a token before them" if previous else "none (one token)"
+    earlier = f"the {repeated:,} whose token came earlier" if repeated else "none (no token repeats)"
+    return (f"On this text each score reads the queries that can show its type: previous-token {before}, "
+            f"duplicate-token and induction {earlier}. A query that cannot show a type is left out: in a text "
+            "written twice the first copy's queries have no earlier copy to look after, and counting them would hold "
+            "an induction head's score down.")
 
 
 def describe(scores: dict, index=(), causal: bool = True) -> str:
@@ -104,13 +128,16 @@ def section(page_run: Context) -> None:
     named = [f"head {h}: {describe(scores, (h,), not seeing)}" for h in range(trace.num_heads)
              if describe(scores, (h,), not seeing) != "—"]
     st.caption(
-        f"A head is named by a type when at least {head_types.LABEL_THRESHOLD:g} of its attention lands where that "
-        "type looks (TransformerLens' head-detector score on this text): previous-token = the token before, "
-        "duplicate-token = an earlier copy of the same token, induction = the token after an earlier copy. "
-        "The first-token mass (where a head parks unused attention, a 'sink') is shown beside it and is never "
-        "a type. Duplicate-token and induction need repeated tokens: paste a text twice, or open the Induction lab."
+        f"A head is named by a type when at least {head_types.LABEL_THRESHOLD:g} of the attention of the queries "
+        "that can show that type lands where it looks (TransformerLens' head-detector score, read at those "
+        "queries): previous-token = the token before, duplicate-token = an earlier copy of the same token, "
+        "induction = the token after an earlier copy. The first-token mass (where a head parks unused attention, "
+        "a 'sink') is shown beside it and is never a type. Duplicate-token and induction need repeated tokens: "
+        "paste a text twice, or open the Induction lab."
     )
-    none = "none on this text."
+    st.caption(reading_caption(trace.token_ids))
+    note = unshowable_note(trace.token_ids)
+    none = f"none on this text — {note}." if note else "none on this text."
     whose = "Your module has" if config.module is not None else "The book's classes have"
     learned = ("Choose the bundled model (or train one on the Train page) under *Weights* to see heads that learned "
                "one.")
@@ -118,7 +145,8 @@ def section(page_run: Context) -> None:
         none = "none: these heads see the future (below)."
     elif not named and config.checkpoint is None:
         none += f" {whose} random weights: their heads learned no type. {learned}"
-    st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) if named else none))
+    cannot = f". No induction or duplicate-token head can show on this text — {note}." if note and not seeing else ""
+    st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) + cannot if named else none))
     if named and config.checkpoint is None:  # random weights: a type is chance, likelier the shorter the text
         st.caption(f"{whose} random weights, so a type named here is chance: on {trace.n:,} tokens a query has "
                    f"few keys to spread over, and {head_types.LABEL_THRESHOLD:g} on one of them is easily reached. "
@@ -134,19 +162,22 @@ def section(page_run: Context) -> None:
     })
 
 
-def every_layer(scores: dict, config: AttentionConfig) -> None:
+def every_layer(scores: dict, config: AttentionConfig, token_ids=None) -> None:
     """Every layer's head types on this text (``{name: (layers, heads)}``, from the Heads page's every-layer
-    pass, :func:`attnviz.ui.checkpoint.layers_overview`, run with ``config``'s mask): the typed heads, and a
-    layers × heads grid per score."""
+    pass, :func:`attnviz.ui.checkpoint.layers_overview`, run with ``config``'s mask, on ``token_ids``): the typed
+    heads (and why a type cannot show on this text), and a layers × heads grid per score."""
     layers, heads = scores["first_token"].shape
     seeing = sees_future(config, scores["future"])
     typed = [(layer, head, describe(scores, (layer, head), not seeing))
              for layer in range(layers) for head in range(heads)]
     typed = [(layer, head, text) for layer, head, text in typed if text != "—"]
+    note = "" if seeing or token_ids is None else unshowable_note(token_ids)
     none = ("no head is named: they see the future (above)." if seeing
+            else f"no head passes the threshold on this text — {note}." if note
             else "no head passes the threshold on this text.")
+    cannot = f". No induction or duplicate-token head can show on this text — {note}." if note else ""
     st.markdown(f"**Every layer** ({layers} × {heads} heads, this text): "
-                + ("; ".join(f"{head_figures.head_name(layer, head)} {text}" for layer, head, text in typed)
+                + ("; ".join(f"{head_figures.head_name(layer, head)} {text}" for layer, head, text in typed) + cannot
                    if typed else none))
     st.plotly_chart(head_figures.score_grid(scores, names=(*TYPE_COLUMNS, "first_token"),
                                             title="every layer's heads on this text"),
