@@ -341,6 +341,23 @@ def test_induction_head_on_repeated_tokens():
         induction_stripe(maps, n)
 
 
+@pytest.mark.parametrize("T", [3, 10, 25])
+def test_on_repeated_random_tokens_the_induction_score_is_the_induction_labs_stripe(T):
+    """On TransformerLens' induction data ([BOS] + x + x, x of distinct ids) the queries that can show induction are
+    the second copy's, each with one cell, A[i, i − T + 1]: the score is the stripe's mean over the second copy, the
+    Induction lab's score (over every row it was that times T / (2T + 1))."""
+    tokens = repeated_random_tokens(T, seed=T)
+    assert len(set(tokens[1:T + 1].tolist())) == T  # distinct ids: one earlier copy per second-copy token
+    n = len(tokens)
+    rng = np.random.default_rng(T)
+    logits = rng.normal(size=(4, n, n)) * 3 + np.triu(np.full((n, n), -np.inf), k=1)  # (heads, n, n), causal
+    maps = np.exp(logits - logits.max(-1, keepdims=True))
+    maps /= maps.sum(-1, keepdims=True)  # (heads, n, n): rows sum to 1
+    np.testing.assert_allclose(score_heads(maps, tokens)["induction"], induction_stripe(maps, T), rtol=1e-9)
+    np.testing.assert_allclose(score_heads(maps, tokens, every_row=True)["induction"],
+                               induction_stripe(maps, T) * T / n, rtol=1e-9)
+
+
 def test_repeated_random_tokens():
     tokens = repeated_random_tokens(30, seed=1)
     assert tokens.shape == (61,)
