@@ -14,6 +14,7 @@ from attnviz import attention, embedding
 from attnviz.config import AttentionConfig, ConfigError, preset_config
 from attnviz.pipeline import run
 from attnviz.producers.book import build_module
+from attnviz.urlstate import config_from_settings, link_settings
 
 # ============================== the book preset ==============================
 
@@ -64,8 +65,29 @@ def test_book_preset_non_causal_variants_reproduce_the_book_without_the_mask(var
 
 @pytest.mark.parametrize(("variant", "seed", "expected"), BOOK_NON_CAUSAL)
 def test_book_preset_reproduces_the_book_for_non_causal_variants_by_default(variant, seed, expected):
-    trace = run(JOURNEY, preset_config("book", variant=variant, seed=seed))
+    """No seed given: the book preset picks the seed of the class's listing (SelfAttention_v2: 789)."""
+    config = preset_config("book", variant=variant)
+    assert config.seed == seed
+    trace = run(JOURNEY, config)
     assert np.allclose(trace.output[0], expected, atol=ATOL)
+
+
+@pytest.mark.parametrize(("variant", "seed"), [("self_attention_v1", 123), ("self_attention_v2", 789),
+                                               ("causal", 123), ("mha_wrapper", 123), ("mha", 123)])
+def test_book_preset_picks_each_classs_book_seed_and_a_given_seed_wins(variant, seed):
+    assert preset_config("book", variant=variant).seed == seed
+    assert preset_config("book", variant=variant, seed=5).seed == 5
+    assert preset_config("gpt2-small", variant=variant).seed == 123  # only the book size is the book's example
+
+
+def test_the_book_size_of_a_link_runs_self_attention_v2_with_the_books_seed():
+    """``?variant=self_attention_v2&preset=book``: the book's printed v2 output, as the book's listing seeds it."""
+    values = link_settings({"variant": "self_attention_v2", "preset": "book"})
+    assert values["seed"] == 789
+    trace = run(JOURNEY, config_from_settings(values))
+    assert np.allclose(trace.output[0], BOOK_V2, atol=ATOL)
+    own = link_settings({"variant": "self_attention_v2", "preset": "book", "seed": "123"})
+    assert own["seed"] == 123  # a seed the link gives is its own
 
 
 @pytest.mark.parametrize(("preset", "override"), [("book", {"d_out": 4}), ("gpt2-small", {"num_heads": 8})])

@@ -31,6 +31,10 @@ STATES = {  # name -> the settings that differ from the defaults (the sidebar fi
                                       "variant": "simplified", "causal": False},
     "book preset, unmasked variant masked": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
                                              "variant": "self_attention_v2", "causal": True},
+    "book preset, v2 at its book seed": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
+                                         "variant": "self_attention_v2", "causal": False, "seed": 789},
+    "book preset, v2 at the default seed": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
+                                            "variant": "self_attention_v2", "causal": False},
     "custom at the default sizes": {"preset": "custom"},
     "a text": {"text": "Every cat loves warm milk", "seed": 7, "dropout": 0.25, "train": True},
 }
@@ -51,6 +55,19 @@ def test_a_setting_at_its_default_is_left_out_unless_a_link_without_it_gives_ano
     assert url_query({**DEFAULTS, "seed": 7, "causal": False}) == {"causal": "false", "seed": "7"}
     book = fit_modern({**DEFAULTS, "preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2, "variant": "simplified"})[0]
     assert url_query({**book, "causal": True})["causal"] == "true"  # the default, but not what the preset implies
+
+
+def test_the_book_size_implies_each_classs_book_seed():
+    """The book's listing of SelfAttention_v2 seeds 789: a book-size link without a seed gives it, and one that gives
+    the default seed writes it (it is not what the book size implies)."""
+    assert link_settings({"preset": "book", "variant": "self_attention_v2"})["seed"] == 789
+    assert link_settings({"preset": "book", "variant": "self_attention_v1"})["seed"] == 123
+    assert link_settings({"variant": "self_attention_v2"})["seed"] == 123  # a GPT-2 size: the default
+    book_v2 = fit_modern({**DEFAULTS, "preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
+                          "variant": "self_attention_v2", "causal": False})[0]
+    assert url_query({**book_v2, "seed": 123})["seed"] == "123"
+    assert link_settings({key: value for key, value in url_query({**book_v2, "seed": 789}).items()
+                          if key != "seed"})["seed"] == 789  # a link without the seed gives the book's
 
 
 def test_a_link_that_gives_other_settings_or_writes_one_otherwise_does_not_give_them():
