@@ -271,8 +271,9 @@ def preset_config(preset: str, **overrides) -> AttentionConfig:
 
     ``overrides`` win over the preset.  The preset's heads and output width go only where the variant has them (a
     single-head class runs one head, the simplified class is d_in wide), so its run ignores nothing it is given.
-    The book preset masks only the variants the book masks (causal, wrapper, MHA), so every variant reproduces the
-    book's printed tensors by default.
+    The book preset masks only the variants the book masks (causal, wrapper, MHA) and seeds each class as its
+    listing does (``Variant.book_seed``: 789 for SelfAttention_v2, 123 for the others), so every variant reproduces
+    the book's printed tensors by default.
     """
     if preset not in variants.PRESETS:
         raise ConfigError(f"Unknown preset {preset!r}; choose one of {', '.join(variants.PRESETS)}.")
@@ -283,7 +284,8 @@ def preset_config(preset: str, **overrides) -> AttentionConfig:
         spec = variants.get(variant)
         values.update(d_out=spec.out_width(size.d_in, size.d_out), num_heads=spec.head_count(size.num_heads))
     if size.book:
-        values.update(embedding="book", causal=variants.get(variant).book_causal)
+        spec = variants.get(variant)
+        values.update(embedding="book", causal=spec.book_causal, seed=spec.book_seed)
     return AttentionConfig(**{**values, **overrides})
 
 

@@ -228,8 +228,12 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         values["layer"] = 0
     if "preset" in used and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
         values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
-    if is_book(values["preset"]) and "causal" not in used and values["variant"] in variants.VARIANTS:
-        values["causal"] = variants.get(values["variant"]).book_causal
+    if is_book(values["preset"]) and values["variant"] in variants.VARIANTS:  # the book's listing, as printed
+        spec = variants.get(values["variant"])
+        if "causal" not in used:
+            values["causal"] = spec.book_causal
+        if "seed" not in used:
+            values["seed"] = spec.book_seed
     if values["weights"] != weights.BOOK:
         # the weights decide their own sizes (the sidebar shows them and says which of the link's it set aside):
         # fitting the link's sizes to each other here would announce sizes no page draws
@@ -452,8 +456,8 @@ def url_query(values: dict) -> dict[str, str]:
     """URL parameters for the settings ``values``, in :data:`SETTING_KEYS`' order: a setting a link without it gives
     is left out — its default, as a page leaves out its own defaults, or with a checkpoint its sizes
     (:data:`WEIGHTS_SIZES`) and what they fit (:func:`_link_gives_with`) — so that a link without settings is one the
-    app need not rewrite; a setting the others imply otherwise goes in (a book preset implies its variant's mask:
-    :func:`settings_from_query`).  The text is left out when very long, too."""
+    app need not rewrite; a setting the others imply otherwise goes in (a book preset implies its variant's mask and
+    seed: :func:`settings_from_query`).  The text is left out when very long, too."""
     named = every_setting_query(values)
     own, base = _weights_own(values), _link_gives_with({}, values)
     query = {key: value for key, value in named.items() if value != url_value(key, base[key]) and key not in own}

@@ -56,6 +56,7 @@ class Variant:
     dropout: bool = False  # has a dropout layer on the weights
     out_proj: bool = False  # mixes the concatenated heads with a learned output projection
     book_causal: bool = False  # the book's listing masks the future (the "book" preset sets causal to this)
+    book_seed: int = 123  # the torch.manual_seed before the book's listing builds it (the "book" preset's seed)
     source_parts: tuple[Callable, ...] = ()  # more code the class runs (shown after the class in the source panel)
     fixed_settings: dict[str, str] = field(default_factory=dict)  # setting -> why it does not apply
     settings: tuple[str, ...] = ()  # the MODERN_SETTINGS that apply ("positions" brings "rope_base")
@@ -191,7 +192,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("self_attention_v1", "Self-attention v1 (3.4, nn.Parameter)", "3.4.2", attention.SelfAttention_v1,
             _v1, weights="parameter", source_parts=_SINGLE_HEAD_SOURCE),
     Variant("self_attention_v2", "Self-attention v2 (3.4, nn.Linear)", "3.4.2", attention.SelfAttention_v2,
-            _v2, weights="linear", source_parts=_SINGLE_HEAD_SOURCE),
+            _v2, weights="linear", source_parts=_SINGLE_HEAD_SOURCE, book_seed=789),
     Variant("causal", "Causal attention (3.5)", "3.5.3", attention.CausalAttention, _causal, weights="linear",
             dropout=True, book_causal=True, source_parts=_SINGLE_HEAD_SOURCE),
     Variant("mha_wrapper", "Multi-head wrapper (3.6.1)", "3.6.1", attention.MultiHeadAttentionWrapper, _wrapper,
@@ -339,7 +340,7 @@ class Preset:
     d_in: int
     d_out: int
     num_heads: int
-    book: bool = False  # the book's toy example: its hand-set 3-d embeddings, and causal as the book does
+    book: bool = False  # the book's toy example: its hand-set 3-d embeddings, causal and seed as the book's listing
 
     @property
     def dims(self) -> tuple[int, int, int]:

@@ -148,8 +148,11 @@ def _changed(key: str) -> None:
             state["d_in"], state["d_out"], state["num_heads"]):
         set_setting("preset", "custom")
     if key in ("preset", "variant") and is_book(state["preset"]) and state["variant"] in variants.VARIANTS:
-        # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6)
-        set_setting("causal", variants.get(state["variant"]).book_causal)
+        # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6), and seeds each class as its
+        # listing does (SelfAttention_v2: 789); a mask or seed the user sets after this stays theirs
+        spec = variants.get(state["variant"])
+        set_setting("causal", spec.book_causal)
+        set_setting("seed", spec.book_seed)
     if key == "d_out" and state["d_out"] % state["num_heads"]:
         new = nearest_divisors(state["d_out"], state["num_heads"], 1)[0]
         state["_dims_notice"] = f"{state['num_heads']} heads do not divide d_out {state['d_out']}; using {new} heads."
