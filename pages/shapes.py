@@ -14,6 +14,7 @@ trace, config = page_run.trace, page_run.trace.config
 
 st.title("Tensor shapes through the pipeline")
 st.caption(f"{ui.weights_caption(page_run)} · {counted(trace.n)} — shapes are read from the tensors of this run.")
+ui.book_listing_note(config)  # the diagram's mask stage on a 3.3/3.4 class: attnviz's addition
 if page_run.checkpoint:
     st.subheader("The whole model: tokens → logits")
     st.caption(f"Block {trace.model.layer} is expanded; its attention (highlighted) is drawn in detail below.")

@@ -51,6 +51,7 @@ from attnviz.ui.checkpoint import next_token_panel, position_label
 from attnviz.ui.frame import (
     app_frame,
     beside_shape_diagram,
+    book_listing_note,
     page_setup,
     plotly_config,
     setup,
@@ -72,9 +73,9 @@ from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import DEFAULTS, STAGE, config_from_settings, markdown_escape, settings_from_query
 
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
-    "DEFAULTS", "STAGE", "app_frame", "beside_shape_diagram", "config_from_settings", "draw_layer_views",
-    "focused_head", "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind", "page_setup",
-    "pages", "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup",
+    "DEFAULTS", "STAGE", "app_frame", "beside_shape_diagram", "book_listing_note", "config_from_settings",
+    "draw_layer_views", "focused_head", "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind",
+    "page_setup", "pages", "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup",
     "share_link", "sidebar", "url_notices", "variant_label", "weights_caption", "window_selector",
     "within_layer_from_url",
 ]

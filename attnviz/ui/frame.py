@@ -15,6 +15,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.navigation.page import StreamlitPage
 
+from attnviz import embedding as core_embedding
 from attnviz import user_code, variants
 from attnviz import weights as core_weights
 from attnviz.config import AttentionConfig, InputError
@@ -280,6 +281,15 @@ def run_notes(trace: Trace) -> None:
         st.info(markdown_escape(note), icon="ℹ️")
 
 
+def book_listing_note(config: AttentionConfig) -> None:
+    """On a book class whose listing has no causal mask (3.3, 3.4) drawn with the sidebar's Causal mask on: the note
+    that the mask is attnviz's addition (``views.steps.added_mask_note``), as the Compare page says it."""
+    from attnviz.views import steps
+
+    if (note := steps.added_mask_note(config)) is not None:
+        st.info(note, icon=":material/info:")
+
+
 def beside_shape_diagram(trace: Trace, highlight: str):
     """The compact live shape diagram (``highlight`` = the stage on view) in a narrow left column;
     returns the wide column to its right.  Plain HTML, not a Graphviz chart: the browser lays a
@@ -305,12 +315,20 @@ def variant_label(config: AttentionConfig) -> str:
 
 
 def weights_caption(page_run: Context) -> str:
-    """Which weights drew this view: the checkpoint's name and layer, or the book's classes."""
+    """Which weights drew this view: the checkpoint's name and layer, or the book's classes — seeded random weights,
+    or for the class without weights (3.3) what its queries, keys and values are: seeded random embeddings, or the
+    book's inputs (the book size on the book's sentence)."""
     trace = page_run.trace
     if trace.module_run is not None:
         return f"{variant_label(trace.config)} · your code, traced · seeded random weights"
     if trace.model is None:
-        return f"{variant_label(trace.config)} · seeded random weights"
+        book_inputs = (trace.config.embedding == "book"
+                       and tuple(trace.token_ids) == core_embedding.JOURNEY_TOKEN_IDS)  # else seeded, with a note
+        if trace.config.spec.weights is None:
+            inputs = "the book's inputs" if book_inputs else "seeded random embeddings"
+            return f"{variant_label(trace.config)} · no weights · {inputs}"
+        inputs = " · the book's inputs" if book_inputs else ""
+        return f"{variant_label(trace.config)} · seeded random weights{inputs}"
     name = next((o.name for o in ui_weights.options() if o.ref == trace.config.checkpoint), "checkpoint")
     mask = ("" if trace.config.causal else " · causal mask off ignored (its sliding-window attention always masks)"
             if trace.hides_future else " · causal mask OFF (the model was trained with it)")

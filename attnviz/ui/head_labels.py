@@ -138,17 +138,20 @@ def section(page_run: Context) -> None:
     st.caption(reading_caption(trace.token_ids))
     note = unshowable_note(trace.token_ids)
     none = f"none on this text — {note}." if note else "none on this text."
-    whose = "Your module has" if config.module is not None else "The book's classes have"
+    whose = ("Your module has random weights" if config.module is not None
+             else "The book's classes have random weights" if config.spec.weights is not None
+             else "This class has no weights (its queries, keys and values are the inputs)")
+    their = "its head" if trace.num_heads == 1 else "their heads"
     learned = ("Choose the bundled model (or train one on the Train page) under *Weights* to see heads that learned "
                "one.")
     if seeing:
         none = "none: these heads see the future (below)."
     elif not named and config.checkpoint is None:
-        none += f" {whose} random weights: their heads learned no type. {learned}"
+        none += f" {whose}: {their} learned no type. {learned}"
     cannot = f". No induction or duplicate-token head can show on this text — {note}." if note and not seeing else ""
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) + cannot if named else none))
     if named and config.checkpoint is None:  # random weights: a type is chance, likelier the shorter the text
-        st.caption(f"{whose} random weights, so a type named here is chance: on {trace.n:,} tokens a query has "
+        st.caption(f"{whose}, so a type named here is chance: on {trace.n:,} tokens a query has "
                    f"few keys to spread over, and {head_types.LABEL_THRESHOLD:g} on one of them is easily reached. "
                    f"{learned}")
     if seeing:

@@ -13,7 +13,15 @@ from attnviz.tokens import counted
 from attnviz.ui import head_labels, module_check
 from attnviz.ui.checkpoint import layers_overview
 from attnviz.ui.focus import focus_from_grid, focus_from_row
-from attnviz.ui.frame import Context, beside_shape_diagram, file_name, layer_part, plotly_config, weights_caption
+from attnviz.ui.frame import (
+    Context,
+    beside_shape_diagram,
+    book_listing_note,
+    file_name,
+    layer_part,
+    plotly_config,
+    weights_caption,
+)
 from attnviz.ui.heads import (
     focused_head,
     head_selector,
@@ -36,6 +44,7 @@ def draw(page_run: Context) -> None:
     mask = (f"sliding-window mask (W = {trace.window})" if trace.window is not None
             else "causal mask" if trace.hides_future else "no mask")
     st.caption(f"{weights_caption(page_run)} · {mask} · {counted(trace.n)} · device {trace.device}")
+    book_listing_note(config)  # a 3.3/3.4 class masked by the sidebar: the mask is attnviz's, not the book's
 
     within_layer_from_url("heads", trace, MAP_STAGES, "weights")  # a session's first visit: the link's
     stage = st.segmented_control(

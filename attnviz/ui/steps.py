@@ -11,7 +11,15 @@ import streamlit as st
 from attnviz.config import AttentionConfig
 from attnviz.stats import row_entropy
 from attnviz.trace import Trace
-from attnviz.ui.frame import Context, beside_shape_diagram, file_name, layer_part, plotly_config, weights_caption
+from attnviz.ui.frame import (
+    Context,
+    beside_shape_diagram,
+    book_listing_note,
+    file_name,
+    layer_part,
+    plotly_config,
+    weights_caption,
+)
 from attnviz.ui.heads import head_selector, window_selector, within_layer_from_url
 from attnviz.ui.share import share_link
 from attnviz.ui.state import page_bind, url_notices
@@ -26,6 +34,7 @@ def draw(page_run: Context) -> None:
     trace, config = page_run.trace, page_run.trace.config
     st.caption(weights_caption(page_run) + (" · the attention reads norm1(the block's input), the LayerNorm'd residual "
                                             "stream" if page_run.checkpoint else ""))
+    book_listing_note(config)  # a 3.3/3.4 class masked by the sidebar: the mask is attnviz's, not the book's
     labels = steps.stage_labels(trace)
     within_layer_from_url("steps", trace, labels, "masked")  # a session's first visit: the link's head, stage, window
     stage = st.segmented_control(
@@ -218,6 +227,8 @@ def _source(trace: Trace, stage: str) -> None:
     config, run = trace.config, trace.module_run
     with st.expander(f"Source of {run.class_name if run else source.CLASSES[config.variant].__name__} — read from "
                      "the running module", expanded=run is not None):
-        code, line = source.module_marked_source(run, stage) if run else source.marked_source(config.variant, stage)
+        added = steps.ADDED_MASK_MARK if stage == "masked" and steps.added_mask_note(config) else ""
+        code, line = (source.module_marked_source(run, stage) if run
+                      else source.marked_source(config.variant, stage, note=added))
         st.caption(source.line_caption(line, run))
         st.code(code, language="python", line_numbers=run is None)  # the gutter counts from 1, not the file's line

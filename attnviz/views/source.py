@@ -53,14 +53,15 @@ def stage_code(variant: str, stage: str) -> str | None:
     return None if index is None else source.splitlines()[index].strip()
 
 
-def marked_source(variant: str, stage: str) -> tuple[str, int | None]:
-    """(source with the stage's line marked, 1-based line number of that line or None)."""
+def marked_source(variant: str, stage: str, note: str = "") -> tuple[str, int | None]:
+    """(source with the stage's line marked, 1-based line number of that line or None); ``note`` follows the mark
+    (``steps.ADDED_MASK_MARK`` on a mask the book's listing does not have)."""
     source = variant_source(variant)
     index = stage_line(source, stage)
     if index is None:
         return source, None
     lines = source.splitlines()
-    lines[index] += MARK
+    lines[index] += MARK + note
     return "\n".join(lines), index + 1
 
 

@@ -1,7 +1,8 @@
 """What each step of attention does, in words and tables: the Steps page's text, without Streamlit.
 
 Pure functions of a Trace or an AttentionConfig: the sentence that says what a stage does, the line of
-the running source that does it, why dropout did nothing, and the query/key/context tables (pandas).
+the running source that does it, why dropout did nothing, the note that a mask on a book listing without one
+(3.3, 3.4) is attnviz's addition, and the query/key/context tables (pandas).
 """
 
 from __future__ import annotations
@@ -91,6 +92,23 @@ def dropout_off_reason(config: AttentionConfig, short: bool = False) -> str:
     return "dropout off (p = 0)" if short else "Dropout p is 0: dropped = weights."
 
 
+ADDED_MASK_MARK = " — attnviz's addition, not in the book's listing"  # after source.MARK on the mask's line
+
+
+def added_mask_note(config: AttentionConfig) -> str | None:
+    """The sentence for a book class whose listing has no causal mask (3.3, 3.4: ``Variant.book_causal`` False) run
+    with the sidebar's Causal mask on: the mask is attnviz's addition, and how to see the listing as printed.  None
+    otherwise: the mask off, a listing that masks, a window that always masks, a checkpoint's layer, a user's
+    module."""
+    if config.module is not None or config.checkpoint is not None or not config.causal:
+        return None
+    spec = config.spec
+    if spec.book_causal or spec.not_applicable("causal") is not None:
+        return None
+    return (f"The book's {spec.section} listing has no causal mask: attnviz adds it because Causal mask is on — "
+            "turn it off to see the listing as printed.")
+
+
 STEP_TEXT = {
     "scores": "Each query is compared with every key: a dot product per (query, key) pair.",
     "scaled": "Divide by √dₖ so the scores' variance does not grow with the head size.",
@@ -131,6 +149,8 @@ def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | No
         code = "# this variant has no such line"
     elif stage == "masked" and not (hides_future if hides_future is not None else config.hides_future):
         code += "  # skipped: causal mask off"
+    elif stage == "masked" and added_mask_note(config) is not None:
+        code += f"  # attnviz's addition: the book's {config.spec.section} listing has no mask"
     return {"what": what, "code": code}
 
 
