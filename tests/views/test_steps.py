@@ -34,7 +34,10 @@ def test_step_text_quotes_the_running_source_line(variant, stage):
     if line is None:
         assert step["code"] == "# this variant has no such line"
     else:
-        assert step["code"] == line and line in source.variant_source(variant)
+        spec = variants.get(variant)
+        added = stage == "masked" and not spec.book_causal and spec.not_applicable("causal") is None  # 3.3, 3.4
+        said = f"  # attnviz's addition: the book's {spec.section} listing has no mask" if added else ""
+        assert step["code"] == line + said and line in source.variant_source(variant)
     assert step["what"] == (SIMPLIFIED_WHAT.get(stage, WHAT[stage]) if variant == "simplified" else WHAT[stage])
 
 
@@ -114,3 +117,20 @@ def test_stage_labels_number_every_recorded_stage_once_in_pipeline_order(config)
     assert numbers == sorted(numbers), labels  # "0" < "0a" < "0b" < "1" …: the order the buttons show
     recorded = [name for name, _ in trace.shapes]
     assert list(labels) == sorted(labels, key=recorded.index)  # the order the run recorded them
+
+
+@pytest.mark.parametrize(("variant", "section"), [("simplified", "3.3"), ("self_attention_v1", "3.4.2"),
+                                                  ("self_attention_v2", "3.4.2")])
+def test_a_mask_the_books_listing_does_not_have_is_called_attnvizs_addition(variant, section):
+    assert steps.added_mask_note(small(variant)) == (
+        f"The book's {section} listing has no causal mask: attnviz adds it because Causal mask is on — turn it off "
+        "to see the listing as printed.")
+    assert steps.added_mask_note(small(variant, causal=False)) is None
+    code, line = source.marked_source(variant, "masked", note=steps.ADDED_MASK_MARK)
+    assert code.splitlines()[line - 1].endswith(source.MARK + steps.ADDED_MASK_MARK)
+
+
+@pytest.mark.parametrize("variant", ["causal", "mha_wrapper", "mha", "gqa", "swa"])
+def test_a_mask_the_books_listing_has_gets_no_note(variant):
+    assert steps.added_mask_note(small(variant)) is None
+    assert steps.added_mask_note(small(variant, causal=False)) is None
