@@ -230,5 +230,6 @@ def _source(trace: Trace, stage: str) -> None:
         added = steps.ADDED_MASK_MARK if stage == "masked" and steps.added_mask_note(config) else ""
         code, line = (source.module_marked_source(run, stage) if run
                       else source.marked_source(config.variant, stage, note=added))
-        st.caption(source.line_caption(line, run))
+        st.caption(source.line_caption(line, run) + (" It is attnviz's addition, run because Causal mask is on: the "
+                                                     "book's listing has no mask." if added else ""))
         st.code(code, language="python", line_numbers=run is None)  # the gutter counts from 1, not the file's line

@@ -149,8 +149,8 @@ def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | No
         code = "# this variant has no such line"
     elif stage == "masked" and not (hides_future if hides_future is not None else config.hides_future):
         code += "  # skipped: causal mask off"
-    elif stage == "masked" and added_mask_note(config) is not None:
-        code += f"  # attnviz's addition: the book's {config.spec.section} listing has no mask"
+    elif stage == "masked" and added_mask_note(config) is not None:  # said above the line, where it shows whole
+        code = f"# attnviz's addition: the book's {config.spec.section} listing has no mask\n{code}"
     return {"what": what, "code": code}
 
 

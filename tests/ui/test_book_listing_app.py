@@ -63,6 +63,7 @@ def test_the_steps_page_labels_the_masked_line_as_attnvizs_addition():
     source = next(c.value for c in at.main.code if "◀ this stage" in c.value)
     marked = next(line for line in source.splitlines() if "◀" in line)
     assert "masked_fill" in marked and "attnviz's addition" in marked
+    assert any("It is attnviz's addition, run because Causal mask is on" in c.value for c in at.main.caption)
 
 
 def test_the_simplified_class_is_said_to_have_no_weights_not_random_ones():

@@ -36,8 +36,8 @@ def test_step_text_quotes_the_running_source_line(variant, stage):
     else:
         spec = variants.get(variant)
         added = stage == "masked" and not spec.book_causal and spec.not_applicable("causal") is None  # 3.3, 3.4
-        said = f"  # attnviz's addition: the book's {spec.section} listing has no mask" if added else ""
-        assert step["code"] == line + said and line in source.variant_source(variant)
+        said = f"# attnviz's addition: the book's {spec.section} listing has no mask\n" if added else ""
+        assert step["code"] == said + line and line in source.variant_source(variant)
     assert step["what"] == (SIMPLIFIED_WHAT.get(stage, WHAT[stage]) if variant == "simplified" else WHAT[stage])
 
 
