@@ -8,7 +8,8 @@ Greedy generation is deterministic, so the page generates once (cached per model
 stepper shows one forward pass at a time: what the model computed at that step, never a replay of something else.
 
 What the page shows follows the URL, so a link reproduces it: ``new_tokens``, ``random`` (the random GPT's
-attention), ``step`` (left out while Play steps on: every step would be an entry of the browser's history),
+attention), ``step`` (while Play steps on, the step it started from: every step would be an entry of the browser's
+history, and Play is one; the step it stops or ends on replaces it, so Back returns to the step Play started from),
 ``map_layer`` and ``head`` (the rows map's).
 """
 
@@ -215,9 +216,10 @@ def _generate_section(page_run: Context, ref) -> bool:
 
 def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerator | None) -> None:
     """Step, Play/Stop, Back and the views of the current step; while playing, each timed rerun shows the next.  The
-    step shown follows the URL (``step``: the link's on a session's first visit), except while playing (every step
-    would be an entry of the browser's history); the Share link (``link``'s place) is drawn here, after the step,
-    layer and head are bound."""
+    step shown follows the URL (``step``: the link's on a session's first visit), except while playing: the URL keeps
+    the step Play started from (every step would be an entry of the browser's history, and a step left out of the
+    URL would be an entry of the prefill, which Back would show) until Play stops or ends; the Share link
+    (``link``'s place) is drawn here, after the step, layer and head are bound."""
     last = len(result.steps) - 1
     page_widgets_from_url("generate_step", {"_generate_step": (
         STEP, functools.partial(parse_number, low=0, high=last, what="a step of this generation"),
@@ -250,7 +252,8 @@ def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerato
     where = (f"prefill: {_the_prompt_tokens(result.prompt_length)} in one forward pass" if index == 0 else
              f"one new token fed at position {result.steps[index].position}")
     bar.markdown(f"**Step {index} of {last}** · {where}", width="stretch")
-    set_page_param(STEP, None if playing or index == 0 else index)  # the prefill: the page's default
+    if not playing:  # Play is one entry of the history: the URL keeps the step it started from until it ends
+        set_page_param(STEP, None if index == 0 else index)  # the prefill: the page's default
     _step_views(ref, key, result, index)
     share_link(link)  # the URL holds the step, layer and head this run draws
 

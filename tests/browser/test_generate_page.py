@@ -139,7 +139,7 @@ def test_a_page_switch_while_playing_keeps_the_pages_settings(page, server):
 
 def test_the_step_layer_and_head_are_in_the_link_and_playing_leaves_no_history_entry_a_step(page, server, browser):
     """A link's step, layer and head open that view; Step moves the URL's step and the Share link drawn by that
-    fragment's run; Play steps on without an entry of the browser's history per step; the link of the step Stop
+    fragment's run; Play steps on with one entry of the browser's history, not one a step; the link of the step Stop
     leaves opens that step in a new session."""
     text = "The cat sat on the mat"
     page.goto(f"{server.url}/generate?weights=bundled%20model&text={text.replace(' ', '%20')}&new_tokens=30&step=3"
@@ -156,15 +156,15 @@ def test_the_step_layer_and_head_are_in_the_link_and_playing_leaves_no_history_e
     # each step shows for 0.6 s: polled every frame (expect() polls once a second after its first tries, and can miss
     # one step's window)
     page.wait_for_function(PLAYED_PAST, arg=9, timeout=30_000)
-    assert "step" not in query_of(page.url)
+    assert query_of(page.url)["step"] == "4"  # while playing: the step Play started from
     before = runs(page)
     main.get_by_role("button", name="Stop").click()
     wait_idle(page, after=before)  # Stop's fragment run; the whole run it asks for writes the step back:
-    page.wait_for_function("() => new URLSearchParams(location.search).has('step')", timeout=30_000)
+    page.wait_for_function("() => new URLSearchParams(location.search).get('step') !== '4'", timeout=30_000)
     wait_idle(page)
     shown = int(main.get_by_text(" of 30", exact=False).first.inner_text().split("Step ")[1].split(" of")[0])
     assert shown >= 9 and query_of(page.url)["step"] == str(shown)
-    assert page.evaluate("history.length") <= entries + 2  # Play's start and Stop, not one a step
+    assert page.evaluate("history.length") == entries + 1  # Play and Stop are one entry, not one a step
     link = share_link(page)
     assert {"step": str(shown), "map_layer": "1", "head": "1", "new_tokens": "30"}.items() <= query_of(link).items()
 
@@ -290,3 +290,37 @@ def test_the_cost_charts_byte_axis_reads_one_label_a_power_of_10(page, server):
     labels = chart.evaluate("(gd) => [...gd.querySelectorAll('g.ytick text')].map((t) => t.textContent)")
     assert len(labels) >= 3, labels
     assert all(re.fullmatch(r"(1|10|100)[kMGTP]?", label) for label in labels), labels
+
+
+def test_back_after_play_ran_to_the_end_shows_the_step_play_started_from_and_forward_the_end(page, server):
+    """Play is one action and one entry of the browser's history: the URL keeps the step Play started from while it
+    steps on, and the step it ends on replaces it in one change.  Back from the end shows that step (3), never the
+    prefill the user did not see there, and Forward the end again."""
+    text = "one two three four five one two three"
+    page.goto(f"{server.url}/generate?weights=bundled+model&text={text.replace(' ', '+')}")
+    wait_idle(page, timeout=120_000)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    for k in (1, 2, 3):
+        step_generation(page, k)
+    assert query_of(page.url)["step"] == "3"
+    main.get_by_role("button", name="Play").click()
+    page.wait_for_function(PLAYED_PAST, arg=1, timeout=30_000)
+    assert query_of(page.url).get("step") == "3"  # while playing: the step Play started from
+    page.wait_for_function("() => new URLSearchParams(location.search).get('step') === '20'", timeout=60_000)
+    wait_idle(page)
+    expect(main.get_by_text("Step 20 of 20")).to_be_visible()
+    expect(main.get_by_role("button", name="Play")).to_be_visible()  # Play has ended
+
+    before = runs(page)
+    page.go_back()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text("Step 3 of 20")).to_be_visible()
+    assert query_of(page.url).get("step") == "3"
+    before = runs(page)
+    page.go_forward()
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(main.get_by_text("Step 20 of 20")).to_be_visible()
+    assert query_of(page.url).get("step") == "20"
