@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from attnviz.words import amount
+
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
@@ -253,7 +255,7 @@ def describe(name: str, kwargs: dict) -> str:
     if kwargs.get("latent_dim"):
         what = f"latent {kwargs['latent_dim']}"
     else:
-        what = f"{kwargs.get('n_kv_heads') or kwargs['n_heads']} K/V heads × {kwargs['head_dim']}"
+        what = f"{amount(kwargs.get('n_kv_heads') or kwargs['n_heads'], 'K/V head')} × {kwargs['head_dim']}"
     if kwargs.get("sliding_window_size"):
         what += f", window {kwargs['sliding_window_size']:,} on {kwargs['swa_ratio']} SWA:full layers"
     return f"{name} ({what})"

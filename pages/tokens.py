@@ -5,6 +5,7 @@ import streamlit as st
 
 from attnviz import ui
 from attnviz.views import figures
+from attnviz.words import amount
 
 page_run = ui.setup()
 if page_run is None:
@@ -15,7 +16,7 @@ st.title("Tokens and embeddings")
 specials = sum(t.special for t in trace.token_details)
 st.metric("Tokens", f"{trace.n} / {config.context_length}", help="GPT-2 context length is 1024 tokens.")
 if specials:
-    st.caption(f"★ {specials} special token(s) (<|endoftext|> = 50256) marked ★ with a red border.")
+    st.caption(f"★ {amount(specials, 'special token')} (<|endoftext|> = 50256) marked ★ with a red border.")
 with st.container(height=figures.CHIPS_BOX_PX if trace.n > figures.CHIPS_UNBOXED else "content"):  # scrolls inside
     st.html(figures.token_chips_html(trace.tokens, trace.token_ids, [t.special for t in trace.token_details]))
 with st.expander("Token table"):

@@ -196,6 +196,11 @@ def test_chosen_gqa_kv_heads_are_used_even_when_they_equal_the_heads():
     assert kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, n_kv_heads=12)["GQA"]["n_kv_heads"] == 3
 
 
+def test_a_variants_label_counts_its_k_v_heads_in_the_singular_for_one():
+    assert kv_cache.describe("GQA", {"n_heads": 12, "n_kv_heads": 1, "head_dim": 64}) == "GQA (1 K/V head × 64)"
+    assert kv_cache.describe("GQA", {"n_heads": 12, "n_kv_heads": 3, "head_dim": 64}) == "GQA (3 K/V heads × 64)"
+
+
 def test_an_mla_preset_names_its_latent_and_rope_parts():
     deepseek = kv_cache.preset("DeepSeek-V3 671B")
     assert deepseek.latent_dim == 576 and deepseek.rope_dim == 64 and deepseek.n_kv_heads is None

@@ -262,6 +262,10 @@ def test_tokens_page_escapes_html_and_marks_special_tokens():
     body = at.get("html")[0].proto.body
     assert "<img" not in body and "&lt;" in body  # "<img" is two tokens: "<" and "img"
     assert "★special" in body
+    assert any(c.value.startswith("★ 1 special token (") for c in at.caption)  # one: singular, no "(s)"
+    at = app(text="<|endoftext|> hi <|endoftext|>")
+    at.switch_page("pages/tokens.py").run()
+    assert any(c.value.startswith("★ 2 special tokens (") for c in at.caption)
 
 
 def _chips_box_height(at) -> int | None:
