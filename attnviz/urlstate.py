@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
 
 from attnviz import config as configs
-from attnviz import pipeline, user_code, variants, weights
+from attnviz import pipeline, tokens, user_code, variants, weights
 from attnviz.config import (
     MAX_CONTEXT_LENGTH,
     MAX_DIM,
@@ -18,6 +19,7 @@ from attnviz.config import (
     nearest_divisors,
 )
 from attnviz.rope import ROPE_BASES
+from attnviz.text import clean_text
 
 DEFAULT_TEXT = "Your journey starts with one step"
 PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
@@ -69,6 +71,34 @@ def url_text_fits(text: str) -> bool:
     """Whether ``text`` goes in a URL: its percent-encoded length (as a link writes it) is within
     :data:`MAX_URL_TEXT_BYTES`."""
     return len(urllib.parse.quote_plus(text)) <= MAX_URL_TEXT_BYTES
+
+
+@functools.lru_cache(maxsize=8)  # every run asks for the session's text several times; tokenizing 40,000 characters
+def url_text(text: str) -> str | None:  # takes milliseconds
+    """The text a URL and a link hold for the setting ``text``: the text itself where it fits
+    (:func:`url_text_fits`); else, for a text longer than the most a page shows (``MAX_CONTEXT_LENGTH`` tokens), the
+    part shown — the text up to the end of its first ``MAX_CONTEXT_LENGTH`` tokens (and of a character they end in
+    the middle of), which gives those tokens again — where that fits; else None (the URL and the link leave the text
+    out).  The session keeps the whole text."""
+    if url_text_fits(text):
+        return text
+    shown = shown_part(text)
+    return shown if len(shown) < len(text) and url_text_fits(shown) else None
+
+
+def shown_part(text: str) -> str:
+    """The start of ``text`` that a page shows: up to the end of its first ``MAX_CONTEXT_LENGTH`` tokens and of the
+    character the last of them ends in (the text as :func:`attnviz.text.clean_text` bounds it; the whole text when
+    it has no more tokens)."""
+    cleaned = clean_text(text)[0] if text.strip() else text
+    ids = tokens.encode(cleaned)
+    if len(ids) <= MAX_CONTEXT_LENGTH:
+        return cleaned
+    whole = cleaned.encode("utf-8")  # GPT-2's tokens are its bytes, in order
+    end = sum(len(piece) for piece in tokens.get_encoding().decode_tokens_bytes(ids[:MAX_CONTEXT_LENGTH]))
+    while end < len(whole) and whole[end] & 0xC0 == 0x80:  # a character the cut splits is kept whole
+        end += 1
+    return whole[:end].decode("utf-8")
 
 
 def defaults() -> dict:
@@ -407,9 +437,10 @@ def opening_config() -> AttentionConfig:
 
 
 def url_value(key: str, value) -> str | None:
-    """The URL parameter of the setting ``key`` (None: a text too long for a URL)."""
-    if key == "text" and not url_text_fits(value):
-        return None
+    """The URL parameter of the setting ``key``: a long text's part shown (:func:`url_text`; None: a text whose part
+    shown is too long for a URL)."""
+    if key == "text":
+        return url_text(value)
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

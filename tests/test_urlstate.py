@@ -114,12 +114,34 @@ def test_the_text_is_bounded_by_its_length_in_the_url_not_its_characters():
     assert urlstate.MAX_URL_TEXT_BYTES <= 16 * 1024 - 4096  # h11's 16 KiB request head, 4 KiB left for the rest
     letters = "a" * urlstate.MAX_URL_TEXT_BYTES
     assert share_query({**DEFAULTS, "text": letters})["text"] == letters
-    assert "text" not in share_query({**DEFAULTS, "text": letters + "a"})
     accented = "é" * (urlstate.MAX_URL_TEXT_BYTES // 6)  # %C3%A9: 6 bytes a character
     assert share_query({**DEFAULTS, "text": accented})["text"] == accented
-    cjk = "日" * 1500  # 1,500 characters, 13,500 bytes in a URL (%E6%97%A5)
-    assert "text" not in share_query({**DEFAULTS, "text": cjk}) and "text" not in url_query({**DEFAULTS, "text": cjk})
-    assert not link_gives({}, {**DEFAULTS, "text": cjk})
+    shown_over = "=" * (urlstate.MAX_URL_TEXT_BYTES // 3 + 1)  # %3D: 12,003 bytes in 64 tokens, all of them shown
+    cut_over = "=" * 40_000  # its first 1,024 tokens ("=" × 16 each) still take 49,152 bytes
+    for text in (shown_over, cut_over):
+        assert "text" not in share_query({**DEFAULTS, "text": text})
+        assert "text" not in url_query({**DEFAULTS, "text": text})
+        assert not link_gives({}, {**DEFAULTS, "text": text})
+
+
+@pytest.mark.parametrize("text", [english_text(4445), "a" * (urlstate.MAX_URL_TEXT_BYTES + 1), "日" * 1500,
+                                  "x" + "日" * 1500], ids=["english", "letters", "cjk", "cjk cut in a character"])
+def test_a_long_paste_puts_the_part_shown_in_the_link_and_the_url(text):
+    """A text too long for a URL whose first 1,024 tokens (the most a page shows) fit: the link and the URL hold that
+    part, a prefix of the text that tokenizes to those tokens (a character they split kept whole: a token or two
+    more), and the URL gives the session's whole text (it is not rewritten on every run)."""
+    from attnviz import tokens
+
+    values = {**DEFAULTS, "text": text}
+    assert not urlstate.url_text_fits(text)
+    shown = share_query(values)["text"]
+    assert url_query(values)["text"] == shown and urlstate.url_value("text", text) == shown
+    assert urlstate.url_text_fits(shown) and text.startswith(shown) and "\ufffd" not in shown
+    ids = tokens.encode(text)
+    assert len(ids) > 1024 and tokens.encode(shown)[:1024] == ids[:1024]
+    assert len(tokens.encode(shown)) <= 1024 + 3  # a character is at most 4 bytes
+    assert link_gives(url_query(values), values) and link_gives(share_query(values), values)
+    assert config_from_settings(link_settings(share_query(values))) == config_from_settings(values)
 
 
 NOT_MHA = {"num_kv_groups": 2, "latent_dim": 40, "sliding_window_size": 9, "positions": "rotary", "rope_base": 500_000}

@@ -40,7 +40,7 @@ from attnviz.urlstate import (
     parse_head,
     parse_stage,
     parse_window_start,
-    url_text_fits,
+    url_text,
 )
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
@@ -320,7 +320,7 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     with map_col:
         if overview is not None:
             st.plotly_chart(overview, key="heads_map_overview", config=plotly_config(f"{filename}-overview"))
-        on_cell = functools.partial(_cell_from_map, map_key, trace.n, url_text_fits(trace.text))
+        on_cell = functools.partial(_cell_from_map, map_key, trace.n, url_text(trace.text) is not None)
         event = st.plotly_chart(fig, key=map_key, on_select=on_cell,
                                 selection_mode=("points", "box", "lasso"),
                                 config=plotly_config(filename))

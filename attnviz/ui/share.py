@@ -10,6 +10,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from attnviz import weights as core_weights
+from attnviz.config import MAX_CONTEXT_LENGTH
 from attnviz.trace import Trace
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import trace_key, trace_of
@@ -20,7 +21,7 @@ from attnviz.urlstate import (
     SETTING_KEYS,
     markdown_escape,
     share_query,
-    url_text_fits,
+    url_value,
 )
 
 
@@ -59,10 +60,13 @@ def share_link(place: DeltaGenerator | None) -> None:
     base = (st.context.url or "").split("?", 1)[0]
     page_params = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}  # the shown page's
     link = base + "?" + urllib.parse.urlencode({**share_query(values), **page_params})
-    fits = url_text_fits(values["text"])
+    in_link = url_value("text", values["text"])
+    fits = in_link is not None
     with place:
         if not fits:
             st.warning(text_left_out(), icon=":material/link_off:")
+        elif in_link != values["text"]:
+            st.info(text_cut(len(in_link), len(values["text"])), icon=":material/content_cut:")
         if values["weights"] in {option.name for option in core_weights.session_options(ui_weights.session_id())}:
             st.warning(session_model_left_out(values["weights"]), icon=":material/link_off:")
         st.caption("Link to this view (copy with the icon on the right):" if fits else
@@ -91,6 +95,15 @@ def text_left_out() -> str:
             "or digit takes 1, punctuation 3, a non-ASCII character 6–12). The link opens the default sentence, and "
             "reloading this page loses the text too. Shorten the text to share it, or send the text with the link "
             "to paste into *Text*.")
+
+
+def text_cut(shown: int, whole: int) -> str:
+    """The note where a link is copied that holds only the part of a long text the pages show (``shown`` of its
+    ``whole`` characters: ``urlstate.url_text``)."""
+    return (f"**This link holds only the part of your text the pages show**: its first {MAX_CONTEXT_LENGTH:,} tokens "
+            f"({shown:,} of its {whole:,} characters), which fit in a URL where the whole text does not. The link and "
+            "a reload of this page open that part; your whole text stays in *Text* for this session. To share the "
+            "rest, send the text with the link to paste into *Text*.")
 
 
 def session_model_left_out(name: str) -> str:

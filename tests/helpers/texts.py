@@ -27,5 +27,5 @@ def english_text(tokens_wanted: int = 1024) -> str:
     """Plain English of ``tokens_wanted`` GPT-2 tokens (1,024: the full context)."""
     from attnviz import tokens
 
-    ids = tokens.encode(_SENTENCES * 60)[:tokens_wanted]  # 1,024 tokens
+    ids = tokens.encode(_SENTENCES * (tokens_wanted // 40 + 1))[:tokens_wanted]  # a sentence line: ~50 tokens
     return tokens.decode(ids)

@@ -63,3 +63,49 @@ def test_a_default_that_the_other_settings_imply_otherwise_is_in_the_url():
     no_exception(reloaded)
     assert reloaded.sidebar.toggle(key="causal").value is True
     assert url(reloaded) == url(at)
+
+
+def link_text(at: AppTest) -> str | None:
+    """The text the sidebar's Share link holds (None: none)."""
+    import urllib.parse
+
+    link = next(code.value for code in at.sidebar.code if "?" in code.value)
+    return urllib.parse.parse_qs(link.split("?", 1)[1]).get("text", [None])[-1]
+
+
+def test_a_long_paste_is_shared_as_the_part_shown_and_the_text_box_keeps_it_whole():
+    """20,000 characters (4,445 tokens) are too long for a URL, but the part the pages show (the first 1,024
+    tokens, ~5 kB) fits: the URL and the Share link hold that part, the sidebar says the link holds the part shown
+    only, the session's text box keeps the whole paste through the runs that follow, and the link (a reload) opens
+    the part shown.  A text whose part shown is still too long keeps the warning that the link leaves it out."""
+    from helpers.texts import english_text
+
+    from attnviz import urlstate
+
+    text = english_text(4445)
+    shown = urlstate.url_text(text)
+    assert shown is not None and len(shown) < len(text)
+    at = app()
+    at.text_area(key="text").input(text).run()
+    no_exception(at)
+    assert at.text_area(key="text").value == text
+    assert dict(url(at))["text"] == shown and link_text(at) == shown
+    notes = [note.value for note in at.sidebar.info]
+    assert any("holds only the part of your text the pages show" in note for note in notes), notes
+    assert not any("not in this link" in warning.value for warning in at.sidebar.warning)
+    at.sidebar.number_input(key="seed").set_value(7).run()  # another run: the whole paste stays in the box
+    no_exception(at)
+    assert at.text_area(key="text").value == text and dict(url(at))["text"] == shown
+    follow_link(at, "pages/tokens.py")
+    assert at.sidebar.text_area(key="text").value == text and dict(url(at))["text"] == shown
+
+    reloaded = app(**dict(url(at)))
+    no_exception(reloaded)
+    assert reloaded.text_area(key="text").value == shown
+    assert any("· 1024 tokens ·" in caption.value for caption in reloaded.caption)  # the view the paste showed
+
+    over = "=" * (urlstate.MAX_URL_TEXT_BYTES // 3 + 1)  # 64 tokens, all shown, 12,003 bytes in a URL
+    at.sidebar.text_area(key="text").input(over).run()
+    no_exception(at)
+    assert "text" not in dict(url(at)) and link_text(at) is None
+    assert any("not in this link" in warning.value for warning in at.sidebar.warning)
