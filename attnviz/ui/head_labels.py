@@ -31,6 +31,7 @@ SCORE_HELP = {
        f"{head_types.LABEL_THRESHOLD:g}." for name in TYPE_COLUMNS},
 }
 NO_REPEATS = "no token repeats: paste the text twice to see induction heads"
+FEW_QUERIES = 5  # a type read at fewer queries than this is named with their count ("induction 0.54 (from 2 queries)")
 
 
 def unshowable_note(token_ids) -> str:
@@ -53,15 +54,24 @@ def reading_caption(token_ids) -> str:
             "an induction head's score down.")
 
 
-def describe(scores: dict, index=(), causal: bool = True) -> str:
+def query_counts(token_ids) -> dict[str, int]:
+    """How many queries of this text can show each head type (``head_types.rows_that_can_show``)."""
+    return {name: int(head_types.rows_that_can_show(name, token_ids).sum()) for name in head_types.HEAD_TYPES}
+
+
+def describe(scores: dict, index=(), causal: bool = True, queries: dict[str, int] | None = None) -> str:
     """The head's type and score ("previous-token 0.93"), or "—" when no score passes the threshold or the head
-    can see the future (``causal`` False: the run's mask was off; see ``head_types.head_label``)."""
+    can see the future (``causal`` False: the run's mask was off; see ``head_types.head_label``).  With ``queries``
+    (:func:`query_counts`), a type read at fewer than :data:`FEW_QUERIES` queries says how few ("induction 0.54
+    (from 2 queries)")."""
     one = {name: np.asarray(values)[index] for name, values in scores.items()}
     label = head_types.head_label(one, causal=causal)
     if label is None:
         return "—"
     name = next(key for key, text in head_types.LABELS.items() if text == label)
-    return f"{label} {float(one[name]):.2f}"
+    count = None if queries is None else queries.get(name)
+    few = f" (from {count} {'query' if count == 1 else 'queries'})" if count is not None and count < FEW_QUERIES else ""
+    return f"{label} {float(one[name]):.2f}{few}"
 
 
 def future_reason(config: AttentionConfig) -> str:
@@ -93,16 +103,16 @@ def future_caption(config: AttentionConfig, future) -> str:
             "shown: the same formulas, on this run's weights.")
 
 
-def label_table(scores: dict, causal: bool = True):
-    """One row per head: its type, its first-token mass beside it, then each type's score (and, when the heads may
-    see the future, the weight they give later tokens)."""
+def label_table(scores: dict, causal: bool = True, queries: dict[str, int] | None = None):
+    """One row per head: its type (read at few ``queries``: their count, :func:`describe`), its first-token mass
+    beside it, then each type's score (and, when the heads may see the future, the weight they give later tokens)."""
     import pandas as pd
 
     heads = np.asarray(scores["first_token"]).shape[0]
     future = np.asarray(scores.get("future", np.zeros(heads)), dtype=float)
     return pd.DataFrame({
         "head": range(heads),
-        "type": [describe(scores, (h,), causal) for h in range(heads)],
+        "type": [describe(scores, (h,), causal, queries) for h in range(heads)],
         "first-token mass": np.asarray(scores["first_token"], dtype=float),
         **{head_figures.SCORE_TITLES[name]: np.asarray(scores[name], dtype=float) for name in TYPE_COLUMNS},
         **({FUTURE_COLUMN: future} if not causal or np.any(head_types.sees_future(future)) else {}),
@@ -125,7 +135,8 @@ def section(page_run: Context) -> None:
     where = f" of layer {config.layer}" if config.checkpoint is not None else ""
     future = np.asarray(scores["future"])
     seeing = sees_future(config, future)
-    named = [f"head {h}: {describe(scores, (h,), not seeing)}" for h in range(trace.num_heads)
+    queries = query_counts(trace.token_ids)
+    named = [f"head {h}: {describe(scores, (h,), not seeing, queries)}" for h in range(trace.num_heads)
              if describe(scores, (h,), not seeing) != "—"]
     st.caption(
         f"A head is named by a type when at least {head_types.LABEL_THRESHOLD:g} of the attention of the queries "
@@ -156,7 +167,7 @@ def section(page_run: Context) -> None:
                    f"{learned}")
     if seeing:
         st.info(future_caption(config, future), icon="ℹ️")
-    types = label_table(scores, causal=not seeing)
+    types = label_table(scores, causal=not seeing, queries=queries)
     st.dataframe(types, key="heads_types", hide_index=True, selection_mode="single-row",
                  on_select=functools.partial(focus_from_row, "heads_types", list(types["head"])), column_config={
         name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, help=SCORE_HELP[name])
@@ -171,7 +182,8 @@ def every_layer(scores: dict, config: AttentionConfig, token_ids=None) -> None:
     heads (and why a type cannot show on this text), and a layers × heads grid per score."""
     layers, heads = scores["first_token"].shape
     seeing = sees_future(config, scores["future"])
-    typed = [(layer, head, describe(scores, (layer, head), not seeing))
+    queries = None if token_ids is None else query_counts(token_ids)
+    typed = [(layer, head, describe(scores, (layer, head), not seeing, queries))
              for layer in range(layers) for head in range(heads)]
     typed = [(layer, head, text) for layer, head, text in typed if text != "—"]
     note = "" if seeing or token_ids is None else unshowable_note(token_ids)

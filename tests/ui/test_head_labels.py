@@ -223,3 +223,19 @@ def _ids(text: str) -> list[int]:
     from attnviz.tokens import encode
 
     return encode(text)
+
+
+def test_a_type_read_at_few_queries_says_how_few():
+    """A score read at a handful of queries (two repeated tokens: an induction score from 2 queries) is named with
+    how many it read, so a learner does not take two queries for a head's habit; from FEW_QUERIES on it is not."""
+    scores = {"previous_token": np.array([0.1, 0.1]), "induction": np.array([0.54, 0.6]),
+              "duplicate_token": np.array([0.0, 0.0]), "first_token": np.array([0.0, 0.0])}
+    few = {"previous_token": 11, "induction": 2, "duplicate_token": 2}
+    many = {**few, "induction": head_labels.FEW_QUERIES, "duplicate_token": head_labels.FEW_QUERIES}
+    assert head_labels.describe(scores, (0,), queries=few) == "induction 0.54 (from 2 queries)"
+    assert head_labels.describe(scores, (1,), queries=many) == "induction 0.60"
+    assert head_labels.describe(scores, (0,)) == "induction 0.54"  # no counts given: the score alone
+    ids = [5, 6, 7, 8, 5, 6, 9]  # two tokens repeat
+    assert head_labels.query_counts(ids) == {"previous_token": 6, "duplicate_token": 2, "induction": 2}
+    table = head_labels.label_table(scores, queries=few)
+    assert table["type"].tolist() == ["induction 0.54 (from 2 queries)", "induction 0.60 (from 2 queries)"]
