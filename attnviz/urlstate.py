@@ -501,8 +501,9 @@ def url_query(values: dict) -> dict[str, str]:
 
 
 def _weights_own(values: dict) -> tuple[str, ...]:
-    """The settings ``values``' weights decide themselves: a checkpoint's sizes, none for the book's classes."""
-    return WEIGHTS_SIZES if values["weights"] != weights.BOOK else ()
+    """The settings ``values``' weights decide themselves: a checkpoint's sizes and the attention its blocks hold (the
+    sidebar's disabled variant), none for the book's classes."""
+    return (*WEIGHTS_SIZES, "variant") if values["weights"] != weights.BOOK else ()
 
 
 def _link_gives_with(params: dict[str, str], values: dict) -> dict:

@@ -93,6 +93,15 @@ def test_a_checkpoints_sizes_are_left_out_of_its_link_as_the_checkpoint_gives_th
     assert not link_gives({}, book)
 
 
+def test_a_checkpoints_attention_is_left_out_of_its_link_as_the_checkpoint_gives_it():
+    """The sidebar's disabled variant shows the attention a checkpoint's blocks hold (a grouped-query file: gqa): the
+    file decides it, so a link naming the checkpoint leaves it out (the URL gained variant=gqa on the first rerun)."""
+    model = fit_modern({**DEFAULTS, "weights": "gqa.pth", "variant": "gqa", "preset": "custom", "d_in": 64,
+                        "d_out": 64, "num_heads": 4})[0]
+    assert "variant" not in url_query(model)
+    assert link_gives({"weights": "gqa.pth"}, model)
+
+
 def test_a_link_naming_a_checkpoint_gives_the_book_classes_the_default_sizes_and_its_other_settings():
     """A checkpoint's link sets its sizes aside (they are the file's): the book's classes start from the defaults',
     with the link's K/V groups where they fit them."""
