@@ -267,7 +267,8 @@ def kv_sharing(num_heads: int, kv_heads: int) -> str:
     """How ``num_heads`` query heads share ``kv_heads`` K/V heads, in words: "2 K/V heads, each shared by 2 query
     heads", "1 K/V head shared by all 4 query heads"."""
     if kv_heads == 1:
-        return f"1 K/V head shared by all {amount(num_heads, 'query head')}"
+        return ("1 K/V head shared by both query heads" if num_heads == 2 else
+                f"1 K/V head shared by all {amount(num_heads, 'query head')}")
     return f"{kv_heads} K/V heads, each shared by {amount(num_heads // kv_heads, 'query head')}"
 
 

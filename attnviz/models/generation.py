@@ -157,7 +157,8 @@ def _layer_holds(settings: dict, window: int | None) -> str:
     heads, kv_heads = settings["n_heads"], settings["n_kv_heads"]
     what = "`cache_k` and `cache_v`"
     if kv_heads == 1 < heads:
-        what += f" of its one K/V head (shared by all {heads} query heads, repeated after the cache)"
+        what += (f" of its one K/V head (shared by {'both' if heads == 2 else f'all {heads}'} query heads, repeated "
+                 "after the cache)")
     elif kv_heads < heads:
         what += (f" of its {kv_heads} K/V heads (each shared by {heads // kv_heads} query heads, repeated after the "
                  "cache)")

@@ -618,10 +618,13 @@ def _book_attention(origin: str, keys: set[str], tensors: _Tensors, emb_dim: int
         return found
     assumed = "; no config gives the head count, so heads are taken to be 64 wide" if found["heads_assumed"] else ""
     if rows % head_dim:
+        fix = ("A grouped-query model's W_key has one head's width per K/V head: put a config beside the file naming "
+               "n_heads (and n_kv_groups)." if found["heads_assumed"] else
+               "The file's W_key does not fit its config's heads: the file is damaged, or the config is another "
+               "model's.")
         raise CheckpointError(
             f"{origin}: W_key gives {rows} values per token, not a whole number of heads {head_dim} wide "
-            f"({n_heads} heads over the width {emb_dim}{assumed}). A grouped-query model's W_key has one head's "
-            f"width per K/V head: put a config beside the file naming n_heads (and n_kv_groups).")
+            f"({n_heads} heads over the width {emb_dim}{assumed}). {fix}")
     kv_heads = rows // head_dim
     if configured_groups is not None and configured_groups != kv_heads:
         raise CheckpointError(
@@ -631,8 +634,10 @@ def _book_attention(origin: str, keys: set[str], tensors: _Tensors, emb_dim: int
     if kv_heads < 1 or n_heads % kv_heads:
         raise CheckpointError(
             f"{origin}: W_key gives {kv_heads} K/V heads, which does not divide the {n_heads} query heads"
-            f"{assumed}: each K/V head is shared by the same number of query heads. Put a config beside the file "
-            "naming n_heads and n_kv_groups.")
+            f"{assumed}: each K/V head is shared by the same number of query heads. "
+            + ("Put a config beside the file naming n_heads and n_kv_groups." if found["heads_assumed"] else
+               "The file's W_key does not fit its config's heads: the file is damaged, or the config is another "
+               "model's."))
     if config.get("latent_dim") is not None:
         raise CheckpointError(
             f"{origin}: the config names latent_dim {config['latent_dim']} (latent attention), but the file is a "

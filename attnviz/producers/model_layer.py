@@ -59,7 +59,9 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
                      f"K/V {'head' if sizes.n_kv_heads == 1 else 'heads'}"
         notes.append(f"The checkpoint has no config giving its head count: its heads are taken to be 64 wide, as in "
                      f"every GPT-2 size, so width {sizes.emb_dim} gives {heads}. If they are not, put a config.json "
-                     "(with n_head) beside the file.")
+                     + ("(with n_head) beside the file." if sizes.n_kv_heads is None else
+                        "(with n_head and n_kv_groups, the K/V heads) beside the file: with narrower heads the same "
+                        "W_key holds more K/V heads, so the model is another."))
     notes += _window_notes(model, config.layer)
     if not config.causal and always_causal(model, config.layer):
         notes.append(f"Ignored causal mask = off: this checkpoint's attention is the book's sliding-window class "

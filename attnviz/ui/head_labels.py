@@ -47,7 +47,8 @@ def reading_caption(token_ids) -> str:
     previous = int(head_types.rows_that_can_show("previous_token", token_ids).sum())
     repeated = int(head_types.rows_that_can_show("induction", token_ids).sum())
     before = f"the {previous:,} queries with a token before them" if previous else "none (one token)"
-    earlier = f"the {repeated:,} whose token came earlier" if repeated else "none (no token repeats)"
+    earlier = ("none (no token repeats)" if not repeated else "the 1 query whose token came earlier" if repeated == 1
+               else f"the {repeated:,} whose token came earlier")
     return (f"On this text each score reads the queries that can show its type: previous-token {before}, "
             f"duplicate-token and induction {earlier}. A query that cannot show a type is left out: in a text "
             "written twice the first copy's queries have no earlier copy to look after, and counting them would hold "

@@ -131,6 +131,22 @@ def test_a_file_that_is_neither_is_refused_in_words(tmp_path):
         models.load_checkpoint(path)
 
 
+def test_a_file_whose_w_key_does_not_fit_its_own_config_is_not_told_to_add_one(tmp_path):
+    """With a config beside the file, a W_key of no whole number of its heads is a damaged file or another model's
+    config: the message says so, not "put a config beside the file" (a dead end: there is one)."""
+    model = random_modern_gpt(GROUPED_QUERY, num_kv_groups=2)
+    state = model.state_dict()
+    for layer in range(2):
+        state[f"trf_blocks.{layer}.att.W_key.weight"] = state[f"trf_blocks.{layer}.att.W_key.weight"][:100]
+    path = tmp_path / "cut.pth"
+    torch.save({"model_state_dict": state, "cfg": book_modern_cfg(model)}, path)
+    with pytest.raises(models.CheckpointError) as raised:
+        models.load_checkpoint(path)
+    said = str(raised.value)
+    assert "not a whole number of heads" in said and "does not fit its config" in said
+    assert "put a config beside the file" not in said
+
+
 # ============================== the run says what it is ==============================
 
 
