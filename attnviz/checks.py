@@ -824,6 +824,8 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
                                    "dropout and numbers to weights @ V")
     queries, keys, values = attention.queries, attention.keys, attention.values  # (b, h, n, d)
     reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window)  # (b, h, nq, dv)
+    if attention.rows_zeroed is not None:  # a head or query mask after the softmax: those rows' context is 0
+        reference = reference.masked_fill(attention.rows_zeroed, 0.0)  # (b, h, nq, dv)
     b, h, nq, dv = reference.shape
     concat = reference.transpose(1, 2).reshape(b, nq, h * dv)  # (b, h, nq, dv) -> (b, nq, h·dv)
     if attention.out_proj is not None:  # nn.MultiheadAttention: compare its output after out_proj

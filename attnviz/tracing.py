@@ -9,8 +9,10 @@ attention is
 * a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
   the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask) and the
   scale (a multiply or divide by a number) reaches the ``Q @ Kᵀ`` matmul; walking forward through a dropout, a cast
-  to the dtype the weights have, a ``where`` that only sets NaN to 0 (or a number the weights are multiplied or
-  divided by: a bug that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul;
+  to the dtype the weights have, a ``where`` that only sets NaN to 0, a head or query mask that zeroes whole rows
+  (GPT-2's ``* head_mask``: ``Attention.rows_zeroed``) (or a number the weights are multiplied or divided by: a bug
+  that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul; both walks pass a ``view`` /
+  ``reshape`` that keeps the last two dims (Bloom's (b·h, n, n) scores viewed as (b, h, n, n), and back);
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``); the module still gets the call's real result.
@@ -104,6 +106,9 @@ class Attention:
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
     weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
     zeroed_after: torch.Tensor | None = None  # bool, True where a mask after the softmax set a weight to 0 (a bug)
+    # bool (b, h, nq, 1), True where a head or query mask after the softmax set the whole row to 0 (not a bug: the
+    # weights are the softmax's, and those rows of the context are 0)
+    rows_zeroed: torch.Tensor | None = None
     lost: str | None = None  # why Q and K, or V, are None: "no Q @ Kᵀ: the exp on line 12 comes before the softmax"
     # why a stage is not recorded, per side: {"scores": "no Q @ Kᵀ before the softmax: …", "context": "no weights …"}
     unrecorded: dict[str, str] = field(default_factory=dict)
@@ -148,6 +153,7 @@ _SCALES = {"div", "__truediv__", "div_", "mul", "__mul__", "__rmul__", "mul_", "
 _MASKS = {"masked_fill", "masked_fill_", "where", "add", "__add__", "__radd__", "add_", "__iadd__", "sub",
           "__sub__", "sub_"}
 _PASS = {"contiguous", "float", "to", "type_as", "clone", "detach"}  # value-preserving steps between stages
+_REGROUPS = {"view", "reshape", "_unsafe_view"}  # they pass when they keep the last two dims (_regroups)
 _CASTS = {"type", "double", "half", "bfloat16"}  # value-preserving when the dtype stays: w.type(v.dtype) in float32
 _DROPOUTS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout"}
 _SOFTMAXES = {"softmax", "_softmax", "softmax_"}
@@ -402,18 +408,19 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
         raise TraceError(f"the forward returned shape {tuple(output.shape)} for an input of shape {tuple(x.shape)}: "
                          f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)")
-    notes = [note for attention in attentions if (note := _fold_heads(attention, x.shape[0], module))]
+    notes = [note for attention in attentions if (note := _fold_heads(attention, x.shape[0], module))][:1]
+    notes += [note for attention in attentions if (note := _rows_zeroed_note(attention))][:1]
     contexts = {index for a in attentions for index in a.context_ops}
     fed_onwards = [(index, tensor, sources) for index, tensor, node in
                    [*recorder.linear_inputs, (len(recorder.ops), output, recorder.nodes.get(id(output)))]
                    if (sources := _context_sources(node, contexts))]
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(),
                      dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
-                     triangular_mask=recorder.triangular_mask, triangles=recorder.triangles, notes=notes[:1])
+                     triangular_mask=recorder.triangular_mask, triangles=recorder.triangles, notes=notes)
 
 
 HEADS_FOLDED = ("weights", "masked", "scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden",
-                "zeroed_after")  # the stages an attention whose heads are folded into the batch unfolds
+                "zeroed_after", "rows_zeroed")  # the stages an attention whose heads are folded into the batch unfolds
 
 
 def _fold_heads(attention: Attention, batch: int, module: nn.Module) -> str | None:
@@ -435,6 +442,21 @@ def _fold_heads(attention: Attention, batch: int, module: nn.Module) -> str | No
                 tensor.shape[0] % batch == 0 and tensor.shape[0] > batch):
             setattr(attention, stage, tensor.reshape(batch, -1, *tensor.shape[2:]))  # (b·h, 1, n, m) -> (b, h, n, m)
     return None
+
+
+def _rows_zeroed_note(attention: Attention) -> str | None:
+    """What the Trace says of a head or query mask the module applies after the softmax (None: it applies none)."""
+    rows = attention.rows_zeroed  # (b, h, nq, 1)
+    if rows is None or not rows.any():
+        return None
+    heads = [head for head in range(rows.shape[1]) if bool(rows[:, head].all())]
+    if heads:
+        names = ", ".join(str(head) for head in heads)
+        return (f"{'Heads' if len(heads) > 1 else 'Head'} {names} {'are' if len(heads) > 1 else 'is'} masked to 0 "
+                "after the softmax (a head mask): the maps show the weights the softmax gives, and the context of "
+                f"{'those heads' if len(heads) > 1 else 'that head'} is 0.")
+    return ("Some queries' rows are masked to 0 after the softmax (a query mask): the maps show the weights the "
+            "softmax gives, and those queries' context is 0.")
 
 
 def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tuple[object, Attention | None]:
@@ -713,7 +735,7 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
             matmul = current
             break
         unscaled = current.name in _SCALES and _scalar(current) is None
-        if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current)):
+        if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current) or _regroups(current)):
             break
         chain.append(current)
         current = _tensor_parent(current)
@@ -757,6 +779,8 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         recorder.ops[forward.renormalised.index].stage = "weights"
     elif forward.zeroed is not None:
         attention.zeroed_after = _as_head_maps(forward.zeroed)
+    if forward.rows is not None:
+        attention.rows_zeroed = _as_head_maps(forward.rows)
     dropped = forward.dropped
     attention.dropped = attention.weights
     if dropped is not None:
@@ -773,7 +797,20 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         attention.context = _as_head_maps(context)
         attention.context_ops = (forward.context.index,)
         recorder.ops[forward.context.index].stage = "context"
+    _same_layout(attention)
     return attention
+
+
+def _same_layout(attention: Attention) -> None:
+    """Gives every stage the weights' (b, h) when it holds the same maps grouped otherwise: a view between Q @ Kᵀ and
+    the softmax, or between the softmax and weights @ V (Bloom's (b·h, n, n) scores viewed as (b, h, n, n)), leaves
+    the stages on its far side as (b·h, 1, …); they are read as (b, h, …) — b·h in that order, as the view makes it."""
+    items, heads = attention.weights.shape[:2]
+    for stage in HEADS_FOLDED:
+        tensor = getattr(attention, stage)
+        if isinstance(tensor, torch.Tensor) and tensor.dim() == 4 and tuple(tensor.shape[:2]) != (items, heads) and (
+                tensor.shape[0] * tensor.shape[1] == items * heads):
+            setattr(attention, stage, tensor.reshape(items, heads, *tensor.shape[2:]))  # (b·h, 1, n, m) -> (b, h, …)
 
 
 def _scaled(chain: list[_Node], scores: torch.Tensor, scale: float, recorder: _Recorder) -> torch.Tensor:
@@ -835,6 +872,14 @@ def _passes(node: _Node) -> bool:
     return node.name in _CASTS and source is not None and node.out.dtype == source.dtype
 
 
+def _regroups(node: _Node) -> bool:
+    """A ``view`` / ``reshape`` that only splits or merges the dims before the last two, keeping them: Bloom's and
+    GPT-NeoX's (b·h, n, n) scores viewed as (b, h, n, n) for the mask and the softmax, and back for ``bmm``."""
+    source = first_tensor(node.args)
+    return (node.name in _REGROUPS and source is not None and node.out.dim() >= 2 and source.dim() >= 2
+            and tuple(node.out.shape[-2:]) == tuple(source.shape[-2:]))
+
+
 def _keeps_values(node: _Node, parent: _Node) -> bool:
     """A ``where`` whose scores operand is ``parent`` and that changes none of its values but NaN (TransformerLens'
     ``torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)``)."""
@@ -863,8 +908,14 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] 
     None when an einsum is not one query and one key operand contracted over one dimension."""
     tensors = _tensor_args(matmul.args, matmul.kwargs)
     parents = list(matmul.parents) or [None] * len(tensors)
-    if matmul.name == "baddbmm":
-        tensors, parents = tensors[1:], parents[1:]
+    if matmul.name == "baddbmm":  # baddbmm(input, batch1, batch2), any of them perhaps by name
+        named = dict(zip(("input", "batch1", "batch2"), matmul.args))
+        named.update({key: value for key, value in matmul.kwargs.items() if key in ("input", "batch1", "batch2")})
+        by_id = {id(tensor): parent for tensor, parent in zip(tensors, parents)}
+        tensors = [named.get("batch1"), named.get("batch2")]
+        if not all(isinstance(tensor, torch.Tensor) for tensor in tensors):
+            return None
+        parents = [by_id.get(id(tensor)) for tensor in tensors]
     if len(tensors) != 2:
         return None
     batch = matmul.out.shape[:-2]
@@ -1006,14 +1057,17 @@ class _Forward:
     stop: _Node | None = None  # the call the walk stopped at, when it reached no product
     fed: _Node | None = None  # the node whose tensor the product took as its weights
     zeroed: torch.Tensor | None = None  # bool, True where a mask after the softmax set a weight to 0
+    rows: torch.Tensor | None = None  # bool (…, nq, 1), True where a head or query mask set the whole row to 0
     renormalised: _Node | None = None  # the division of the masked weights by their row sums that followed
 
 
 def _forward_to_values(node: _Node) -> _Forward:
     """The walk from the softmax's output to the ``weights @ V`` product, through a dropout, a cast, a NaN → 0
-    ``where``, a number the weights are multiplied by, and a mask applied after the softmax (``masked_fill(mask, 0)``,
-    ``where(keep, w, 0)``, ``w * keep`` with a 0/1 tensor) — then perhaps a division of each row by its sum
-    (``w / w.sum(-1, keepdim=True)``: a roundabout correct mask); no product when anything else acts on the way."""
+    ``where``, a ``view`` / ``reshape`` that keeps the last two dims, a number the weights are multiplied by, and a
+    mask applied after the softmax (``masked_fill(mask, 0)``, ``where(keep, w, 0)``, ``w * keep`` with a 0/1 tensor) —
+    then perhaps a division of each row by its sum (``w / w.sum(-1, keepdim=True)``: a roundabout correct mask); no
+    product when anything else acts on the way.  A mask that zeroes whole rows only (GPT-2's ``w * head_mask``, a
+    (…, h, 1, 1) multiplier; a (…, nq, 1) query mask) or nothing (all ones) is no bug: the walk goes on through it."""
     found, current = _Forward(), node
     for _ in range(12):
         unchanged = next((child for child in current.children if _keeps_values(child, current)), None)
@@ -1034,11 +1088,16 @@ def _forward_to_values(node: _Node) -> _Forward:
             found.dropped, found.before_dropout = child, found.factor
         elif child.name in _SCALES and _scalar(child) is not None:
             found.factor *= _scalar(child)
+        elif zeroed is not None and not zeroed.any():
+            pass  # a mask that hides nothing (a padding mask with no padding): the weights go on as they are
+        elif zeroed is not None and _whole_rows(zeroed):  # a head or query mask: read through it
+            rows = zeroed[..., :1]  # (…, nq, 1)
+            found.rows = rows if found.rows is None else found.rows | rows
         elif zeroed is not None and found.renormalised is None:
             found.zeroed = zeroed if found.zeroed is None else found.zeroed | zeroed
         elif found.zeroed is not None and found.renormalised is None and _row_sums_divide(child, current):
             found.renormalised = child
-        elif not _passes(child):
+        elif not (_passes(child) or _regroups(child)):
             found.stop = following[-1]  # the last call made from it: w / w.sum()'s /
             break
         current = child
@@ -1047,8 +1106,8 @@ def _forward_to_values(node: _Node) -> _Forward:
 
 def _zeroed(node: _Node, weights: _Node) -> torch.Tensor | None:
     """bool, the weights' shape: the cells ``node`` sets to 0 when it masks ``weights`` — ``masked_fill(mask, 0)``,
-    ``where(keep, weights, 0)`` / ``where(hide, 0, weights)``, ``weights * keep`` with a tensor of 0s and 1s —; None
-    when it is none of those (or hides nothing)."""
+    ``where(keep, weights, 0)`` / ``where(hide, 0, weights)``, ``weights * keep`` with a tensor of 0s and 1s —, all
+    False when it hides nothing; None when it is none of those."""
     shape = weights.out.shape
     hidden = None
     if node.name in ("masked_fill", "masked_fill_") and len(node.args) >= 3:
@@ -1072,7 +1131,14 @@ def _zeroed(node: _Node, weights: _Node) -> torch.Tensor | None:
         hidden = hidden.expand(shape)
     except RuntimeError:
         return None
-    return hidden if hidden.any() else None
+    return hidden
+
+
+def _whole_rows(hidden: torch.Tensor) -> bool:
+    """Whether a mask after the softmax (bool (…, nq, nk)) hides each row whole or not at all: a head or query mask,
+    not the mask-after-softmax bug (which hides some cells of a row and keeps others)."""
+    rows = hidden.all(dim=-1, keepdim=True)  # (…, nq, 1)
+    return torch.equal(hidden, rows.expand_as(hidden))
 
 
 def _zero(value) -> bool:

@@ -1202,6 +1202,39 @@ def test_heads_folded_into_the_batch_are_read_as_heads_when_the_module_declares_
     assert any("4 maps for 1 item" in note and "num_heads" in note for note in undeclared.notes), undeclared.notes
 
 
+def test_blooms_own_forward_is_read_through_its_views():
+    """Bloom's eager forward — keyword baddbmm on (b·h, n, hd), .view(b, h, n, n), masked_fill(finfo.min), softmax,
+    .view(b·h, n, n), bmm — failed mask-convention ("the causal mask never reached the scores") and skipped scaling
+    and matches-reference ("the view on line … comes between them")."""
+    torch.manual_seed(0)
+    results = {check.rule: check for check in checks.check_module(um.BloomAttention().eval())}
+    assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache"}, results
+    assert results["scaling"].evidence == "the scores are divided by √head_dim = √4 ≈ 2"
+    assert results["mask-convention"].evidence.startswith("the hidden cells are exactly the future")
+    assert results["matches-reference"].evidence.startswith("the concatenated heads equal")
+    trace = tracing.trace_module(um.BloomAttention().eval(), torch.randn(1, 8, 16))
+    assert trace.steps["weights"].shape == (1, 4, 8, 8) and trace.steps["scores"].shape == (1, 4, 8, 8)
+    assert trace.steps["queries"].shape == (1, 4, 8, 4) and trace.steps["context"].shape == (1, 4, 8, 4)
+    unscaled = verdict(um.BloomAttention(scaled=False).eval(), "scaling")
+    assert unscaled.status == "fail" and unscaled.evidence == "the scores are not scaled: divide by √head_dim = √4 ≈ 2"
+
+
+def test_a_head_mask_after_the_softmax_is_read_through():
+    """GPT-2's ``attn_weights * head_mask`` (a (1, h, 1, 1) of 1s with head 1 at 0) failed rows-sum-to-one,
+    mask-convention and matches-reference as a mask applied after the softmax; a (b, 1, n, 1) of 1s (no padded
+    query) stopped the walk to V, so matches-reference skipped."""
+    torch.manual_seed(0)
+    assert failing(um.HeadMaskAfterSoftmax().eval()) == set()
+    assert verdict(um.HeadMaskAfterSoftmax().eval(), "matches-reference").evidence.startswith(
+        "the concatenated heads equal")
+    trace = tracing.trace_module(um.HeadMaskAfterSoftmax().eval(), torch.randn(1, 8, 16))
+    assert abs(trace.steps["weights"].sum(-1) - 1).max() < 1e-5  # (1, 4, 8): the softmax's weights, head 1 too
+    assert any(note.startswith("Head 1 is masked to 0 after the softmax") for note in trace.notes), trace.notes
+    assert verdict(um.HeadMaskAfterSoftmax(query_mask=True).eval(), "matches-reference").evidence.startswith(
+        "the concatenated heads equal")
+    assert failing(um.HeadMaskAfterSoftmax(query_mask=True).eval()) == set()
+
+
 MASK_AFTER_SOFTMAX = ("the mask is applied after the softmax: rows no longer sum to 1 — mask the scores with −∞ "
                       "before the softmax")
 

@@ -1589,6 +1589,68 @@ class BaddbmmAttention(nn.Module):
         return self.out_proj(y.transpose(1, 2).reshape(b, n, d))
 
 
+class BloomAttention(nn.Module):
+    """Bloom's attention as Hugging Face writes it (eager): heads folded into the batch, the scores made by
+    ``alibi.baddbmm(batch1=q, batch2=k, beta=1.0, alpha=1/√hd)`` on (b·h, n, hd), viewed as (b, h, n, n) to mask
+    (``finfo.min``) and take the softmax, viewed back as (b·h, n, n) for ``torch.bmm`` with V.  ``scaled``: pass
+    ``alpha=1/√hd`` (False: 1.0, the scale forgotten)."""
+
+    def __init__(self, hidden_size=16, n_head=4, scaled=True):
+        super().__init__()
+        self.num_heads, self.head_dim = n_head, hidden_size // n_head
+        self.inv_norm_factor = 1.0 / math.sqrt(self.head_dim) if scaled else 1.0
+        self.query_key_value = nn.Linear(hidden_size, 3 * hidden_size)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states):
+        b, n, d = hidden_states.shape
+        fused = self.query_key_value(hidden_states).view(b, n, self.num_heads, 3, self.head_dim)  # (b, n, h, 3, hd)
+        q, k, v = fused.unbind(3)  # (b, n, h, hd) each
+        q = q.transpose(1, 2).reshape(b * self.num_heads, n, self.head_dim)  # (b·h, n, hd)
+        k = k.permute(0, 2, 3, 1).reshape(b * self.num_heads, self.head_dim, n)  # (b·h, hd, n)
+        v = v.transpose(1, 2).reshape(b * self.num_heads, n, self.head_dim)  # (b·h, n, hd)
+        alibi = torch.zeros(b * self.num_heads, 1, n)  # (b·h, 1, n)
+        scores = alibi.baddbmm(batch1=q, batch2=k, beta=1.0, alpha=self.inv_norm_factor)  # (b·h, n, n)
+        scores = scores.view(b, self.num_heads, n, n)  # (b, h, n, n)
+        causal = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        scores = torch.masked_fill(scores, causal, torch.finfo(scores.dtype).min)  # (b, h, n, n)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(hidden_states.dtype)  # (b, h, n, n)
+        probs = probs.view(b * self.num_heads, n, n)  # (b·h, n, n)
+        context = torch.bmm(probs, v).view(b, self.num_heads, n, self.head_dim)  # (b, h, n, hd)
+        return self.dense(context.permute(0, 2, 1, 3).reshape(b, n, d))  # (b, n, d)
+
+
+class HeadMaskAfterSoftmax(nn.Module):
+    """nanoGPT's manual attention with Hugging Face GPT-2's head mask: ``att = att * head_mask`` after the softmax, a
+    (1, h, 1, 1) multiplier of 1s and 0s (head pruning; ``pruned``: the heads zeroed).  ``query_mask``: multiply by a
+    (b, 1, n, 1) of 1s instead (padded queries zeroed after the softmax; here no query is padded)."""
+
+    def __init__(self, n_embd=16, n_head=4, block_size=16, pruned=(1,), query_mask=False):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd, self.pruned, self.query_mask = n_head, n_embd, pruned, query_mask
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))  # (B, nh, T, T)
+        att = F.softmax(att, dim=-1)  # (B, nh, T, T)
+        if self.query_mask:
+            att = att * torch.ones(B, 1, T, 1)  # (B, nh, T, T): no query padded
+        else:
+            head_mask = torch.ones(1, self.n_head, 1, 1)  # (1, nh, 1, 1)
+            head_mask[:, list(self.pruned)] = 0
+            att = att * head_mask  # (B, nh, T, T)
+        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
 class MaskAfterSoftmax(nn.Module):
     """nanoGPT's attention with the bug of masking after the softmax: ``att = F.softmax(att, -1)`` then
     ``att.masked_fill(bias == 0, 0.0)`` — the weights of each row no longer sum to 1, and every weight is divided by a
