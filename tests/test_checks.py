@@ -1163,9 +1163,19 @@ def test_grouped_query_attention_that_broadcasts_its_kv_heads_passes():
     assert failing(um.BroadcastGQA().eval()) == set()
 
 
-def test_a_rule_whose_own_code_fails_on_the_modules_data_is_skipped_in_words():
+def test_a_rule_whose_own_code_fails_reaches_the_tests(monkeypatch):
+    """With ATTNVIZ_RAISE_RULE_ERRORS=1 (tests/conftest.py sets it) a rule's own exception is raised, not a skip:
+    a bug of attnviz's is never hidden from the tests as a verdict."""
+    monkeypatch.setenv("ATTNVIZ_RAISE_RULE_ERRORS", "1")
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="The size of tensor a"):
+        checks.check_module(um.WiderEachCall().eval())
+
+
+def test_a_rule_whose_own_code_fails_on_the_modules_data_is_skipped_in_words(monkeypatch):
     """An exception a rule's code raises on what the module gave it is that rule's verdict, never a traceback: the
-    other rules stand."""
+    other rules stand (for users: the tests set ATTNVIZ_RAISE_RULE_ERRORS, which this one unsets)."""
+    monkeypatch.delenv("ATTNVIZ_RAISE_RULE_ERRORS", raising=False)
     torch.manual_seed(0)
     results = {c.rule: c for c in checks.check_module(um.WiderEachCall().eval())}
     assert list(results) == list(checks.RULES)
