@@ -35,17 +35,18 @@ FEW_QUERIES = 5  # a type read at fewer queries than this is named with their co
 
 
 def unshowable_note(token_ids) -> str:
-    """Why a type cannot be named on this text, or "" when every type can (``head_types.unshowable_types``)."""
-    missing = head_types.unshowable_types(token_ids)
-    if "previous_token" in missing:
+    """Why a type cannot be named on this text, or "" when every type can (no query can show it:
+    :func:`query_counts`, as ``head_types.unshowable_types``)."""
+    counts = query_counts(token_ids)
+    if not counts["previous_token"]:
         return "one token: no query has a token before it to look at"
-    return NO_REPEATS if missing else ""
+    return NO_REPEATS if not all(counts.values()) else ""
 
 
 def reading_caption(token_ids) -> str:
     """How many queries of this text each score reads: the ones that can show its type."""
-    previous = int(head_types.rows_that_can_show("previous_token", token_ids).sum())
-    repeated = int(head_types.rows_that_can_show("induction", token_ids).sum())
+    counts = query_counts(token_ids)
+    previous, repeated = counts["previous_token"], counts["induction"]
     before = f"the {previous:,} queries with a token before them" if previous else "none (one token)"
     earlier = ("none (no token repeats)" if not repeated else "the 1 query whose token came earlier" if repeated == 1
                else f"the {repeated:,} whose token came earlier")
@@ -56,8 +57,14 @@ def reading_caption(token_ids) -> str:
 
 
 def query_counts(token_ids) -> dict[str, int]:
-    """How many queries of this text can show each head type (``head_types.rows_that_can_show``)."""
-    return {name: int(head_types.rows_that_can_show(name, token_ids).sum()) for name in head_types.HEAD_TYPES}
+    """How many queries of this text can show each head type (``head_types.rows_that_can_show``), counted once per
+    text (a layer switch asks again for the same tokens)."""
+    return dict(_query_counts(tuple(int(token) for token in token_ids)))
+
+
+@functools.lru_cache(maxsize=16)
+def _query_counts(token_ids: tuple[int, ...]) -> tuple[tuple[str, int], ...]:
+    return tuple((name, int(head_types.rows_that_can_show(name, token_ids).sum())) for name in head_types.HEAD_TYPES)
 
 
 def describe(scores: dict, index=(), causal: bool = True, queries: dict[str, int] | None = None) -> str:
