@@ -926,12 +926,18 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
         return Check(rule, "fail", difference)
     words = (f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then {counted(n - prefill)} "
              f"one by one, give the uncached outputs (≤ {TOLERANCE:g})")
+    return _held_verdict(module, words, held, n)
+
+
+def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int) -> Check:
+    """kv-cache's verdict on cached outputs that were right (``words``): a pass saying what the cache holds after
+    ``n`` tokens, or a fail naming the waste its declared variant exists to save (:func:`_cache_excess`)."""
     if held is None:
-        return Check(rule, "pass", words)
+        return Check("kv-cache", "pass", words)
     excess = _cache_excess(module, held, n)
     if excess is not None:
-        return Check(rule, "fail", f"{words}, but {excess}")
-    return Check(rule, "pass", f"{words}; after {counted(n)} the cache holds {held.words()}")
+        return Check("kv-cache", "fail", f"{words}, but {excess}")
+    return Check("kv-cache", "pass", f"{words}; after {counted(n)} the cache holds {held.words()}")
 
 
 def _steps(n: int, prefill: int) -> list[tuple[int, int]]:
@@ -967,12 +973,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     n = x.shape[1]
     words = (f"two sequences: a prefill of {counted(prefill)}, then {counted(n - prefill)} one by one, each given "
              f"{given} ({cache_name}), give the uncached outputs (≤ {TOLERANCE:g})")
-    if measured is None:
-        return Check(rule, "pass", words)
-    excess = _cache_excess(module, measured, n)
-    if excess is not None:
-        return Check(rule, "fail", f"{words}, but {excess}")
-    return Check(rule, "pass", f"{words}; after {counted(n)} the cache holds {measured.words()}")
+    return _held_verdict(module, words, measured, n)
 
 
 def _returned_held(module: nn.Module, sequence: torch.Tensor, cache_name: str, flags: dict,
