@@ -203,8 +203,10 @@ VARIANTS = ("MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA")
 
 
 def _gqa_heads(n_heads: int) -> int:
-    """The largest divisor of n_heads that is at most n_heads / 4 (at least 1)."""
-    return max(d for d in range(1, n_heads + 1) if n_heads % d == 0 and d <= max(1, n_heads // 4))
+    """The largest divisor of n_heads that is at most n_heads / 4, or at most 2 where that is more (a GQA between MHA
+    and MQA: 4 heads -> 2); 1 where no divisor lies between 1 and n_heads (2 or 3 heads)."""
+    between = [d for d in range(2, n_heads) if n_heads % d == 0 and d <= max(2, n_heads // 4)]
+    return max(between, default=1)
 
 
 def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int | None = None,
@@ -214,9 +216,9 @@ def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int
     """kv_cache_bytes arguments of MHA, GQA, MQA, MLA, SWA and SWA+GQA at one model's sizes.
 
     What the sizes leave open is filled in and said by the keys: GQA's K/V heads (``gqa_kv_heads``, the ones chosen
-    for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else the largest divisor of
-    n_heads ≤ n_heads / 4, Llama 3's 32 -> 8), MLA's latent (given, else 4 × head_dim: DeepSeek-V3's 512 for
-    128-wide heads), the window (given, else 1,024) and SWA's ratio (given, else Gemma 3's "5:1")."""
+    for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else :func:`_gqa_heads`,
+    Llama 3's 32 -> 8, 4 heads -> 2), MLA's latent (given, else 4 × head_dim: DeepSeek-V3's 512 for 128-wide heads),
+    the window (given, else 1,024) and SWA's ratio (given, else Gemma 3's "5:1")."""
     head_dim = head_dim or math.ceil(emb_dim / n_heads)
     if gqa_kv_heads is not None:
         gqa = gqa_kv_heads

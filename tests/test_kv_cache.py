@@ -270,3 +270,11 @@ def test_window_schedule_gives_the_window_and_the_ratio_that_count_the_layers(wi
 def test_window_schedule_refuses_layers_with_different_windows():
     with pytest.raises(ValueError, match="differ"):
         kv_cache.window_schedule((3, 5, None))
+
+
+@pytest.mark.parametrize(("heads", "gqa"), [(2, 1), (3, 1), (4, 2), (6, 2), (8, 2), (12, 3), (16, 4), (32, 8)])
+def test_the_gqa_line_filled_in_lies_between_mha_and_mqa_where_the_heads_allow(heads, gqa):
+    """The chart's GQA line for a model that names no K/V heads: the largest divisor of the heads ≤ heads / 4, but at
+    least 2 where a divisor between 1 and the heads exists (a 4-head model's GQA line was MQA's: 1 K/V head)."""
+    settings = kv_cache.variant_settings(emb_dim=64 * heads, n_heads=heads, n_layers=1)
+    assert settings["GQA"]["n_kv_heads"] == gqa
