@@ -144,8 +144,8 @@ def section(page_run: Context) -> None:
     future = np.asarray(scores["future"])
     seeing = sees_future(config, future)
     queries = query_counts(trace.token_ids)
-    named = [f"head {h}: {describe(scores, (h,), not seeing, queries)}" for h in range(trace.num_heads)
-             if describe(scores, (h,), not seeing) != "—"]
+    described = [describe(scores, (h,), not seeing, queries) for h in range(trace.num_heads)]
+    named = [f"head {h}: {text}" for h, text in enumerate(described) if text != "—"]
     st.caption(
         f"A head is named by a type when at least {head_types.LABEL_THRESHOLD:g} of the attention of the queries "
         "that can show that type lands where it looks (TransformerLens' head-detector score, read at those "
