@@ -280,11 +280,10 @@ def preset_config(preset: str, **overrides) -> AttentionConfig:
     size = variants.PRESETS[preset]
     values = {"d_in": size.d_in, "d_out": size.d_out, "num_heads": size.num_heads}
     variant = overrides.get("variant", AttentionConfig.variant)
-    if variant in variants.VARIANTS:
-        spec = variants.get(variant)
+    spec = variants.get(variant) if variant in variants.VARIANTS else None  # else validate() names the unknown one
+    if spec is not None:
         values.update(d_out=spec.out_width(size.d_in, size.d_out), num_heads=spec.head_count(size.num_heads))
-    if size.book:
-        spec = variants.get(variant)
+    if size.book and spec is not None:
         values.update(embedding="book", causal=spec.book_causal, seed=spec.book_seed)
     return AttentionConfig(**{**values, **overrides})
 
