@@ -169,6 +169,7 @@ class ModelCache:
         self._loading: dict[tuple, threading.Event] = {}
         self._lock = threading.Lock()
         self.loads = 0
+        self._loaded: set[str] = set()  # every path loaded once (a later failure: the file changed on disk)
 
     def get(self, path: str) -> GPTModel:
         try:
@@ -195,6 +196,7 @@ class ModelCache:
             model = models.load_checkpoint(path)
             with self._lock:
                 self.loads += 1
+                self._loaded.add(path)
                 self._models[key] = (model, _nbytes(model))
                 while len(self._models) > 1 and sum(s for _, s in self._models.values()) > self.max_bytes:
                     self._models.popitem(last=False)
@@ -203,6 +205,11 @@ class ModelCache:
             with self._lock:
                 self._loading.pop(key, None)
             loading.set()
+
+    def has_loaded(self, path: str) -> bool:
+        """Whether the file or folder ``path`` was loaded once in this process (it may have changed since)."""
+        with self._lock:
+            return path in self._loaded
 
     def clear(self) -> None:
         with self._lock:

@@ -403,7 +403,8 @@ def _layer_count(origin: str, keys: set[str], pattern: str, config_layers) -> in
     found = {int(match.group(1)) for key in keys if (match := re.match(pattern, key))}
     n_layers = max(found) + 1 if found else 0
     if config_layers is not None and config_layers != n_layers:
-        raise CheckpointError(f"{origin}: the config says {config_layers} layers but the weights have {n_layers}.")
+        raise CheckpointError(f"{origin}: the config says {config_layers} layers but the weights have {n_layers}. "
+                              "The config does not belong to this file: fix or remove it.")
     if n_layers == 0:
         raise CheckpointError(f"{origin} has no transformer blocks.")
     return n_layers

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz import weights
+from attnviz.ui import weights
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
 from attnviz.views import checkpoint_view
@@ -72,8 +72,11 @@ def layers_overview(page_run: Context):
         st.caption("Off: turn it on to see every layer's heads and their types (one more pass through the model; "
                    "this layer's heads are above).")
         return None
-    with st.spinner("Running every layer…"):
+    pooled = None
+    with weights.said_if_unreadable(), st.spinner("Running every layer…"):  # changed on disk since: said
         pooled, scores = every_layer(trace.config.checkpoint, trace.config.causal, trace.token_ids)
+    if pooled is None:
+        return None
     focus = (trace.model.layer, st.session_state.get("heads_focus", 0))
     st.plotly_chart(checkpoint_view.overview_figure(pooled, trace.n, focus=focus),
                     config=plotly_config("attnviz-layers-heads"))

@@ -146,9 +146,15 @@ def run_settings(values: dict, checkpoint: str | None) -> tuple[AttentionConfig,
 
 
 def _trace_of(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Trace]:
-    """The validated config of these settings and its trace, from the cache or computed."""
+    """The validated config of these settings and its trace, from the cache or computed; a checkpoint that cannot
+    be loaded now (changed on disk since the sidebar loaded it) is a CheckpointError in words with its listed name."""
     config = config_from_settings(values, checkpoint).validate()
-    return config, cached_trace(values["text"], config)
+    try:
+        return config, cached_trace(values["text"], config)
+    except CheckpointError as exc:
+        if checkpoint is None:
+            raise
+        raise CheckpointError(ui_weights.unreadable(exc, checkpoint)) from None
 
 
 def _new_text_ahead() -> None:
@@ -235,7 +241,7 @@ def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:
     """The weights ref this page runs (None: the book's classes); says so when a book-classes page sets a chosen
     checkpoint aside.  Raises CheckpointError for one that could not be loaded."""
     if choice.error is not None:
-        raise CheckpointError(f"{choice.option.name} could not be loaded: {choice.error}")
+        raise CheckpointError(choice.error)  # in words, with its listed name (ui.weights.unreadable)
     if choice.checkpoint and not book_classes:
         return choice.option.ref
     if choice.checkpoint:
@@ -266,8 +272,8 @@ def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
         share_and_export(None)
         st.warning(markdown_escape(str(exc)), icon="✋")
         last = st.session_state.get("_last_valid")
-        if last is None:
-            return None
+        if last is None or (choice.error is not None and last[1].checkpoint == choice.option.ref):
+            return None  # the last valid settings run the checkpoint that cannot be loaded now: nothing to show
         st.caption("Showing the last valid settings.")
         return Context(settings=values, config=last[1], trace=None, stale=True, weights=choice)
     link = share_and_export(None, link=not draws_link)

@@ -26,6 +26,7 @@ from attnviz import kv_cache, tokens, variants
 from attnviz import weights as core_weights
 from attnviz.models import generation
 from attnviz.models import gpt as gpt_model
+from attnviz.ui import weights as ui_weights
 from attnviz.ui.frame import Context, file_name, plotly_config
 from attnviz.ui.share import share_link
 from attnviz.ui.state import (
@@ -91,10 +92,11 @@ def _random_model(attention: str, settings: tuple) -> gpt_model.GPTModel:
 
 
 def _load(ref) -> gpt_model.GPTModel:
-    """The model behind a Weights ref, or a random GPT's ref ``(RANDOM_KIND, attention, settings)``."""
+    """The model behind a Weights ref (a CheckpointError in words with its listed name: ``ui.weights.load``), or a
+    random GPT's ref ``(RANDOM_KIND, attention, settings)``."""
     if isinstance(ref, tuple) and ref[0] == RANDOM_KIND:
         return _random_model(ref[1], ref[2])
-    return core_weights.load(ref)
+    return ui_weights.load(ref)
 
 
 @st.cache_resource(max_entries=3, ttl=3600, show_spinner=False)  # a prefill's weights can be (12, 12, 1024, 1024)
@@ -355,10 +357,15 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         flow_col.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
                         help="What every layer's cache holds after this step (float32): cache_k and cache_v, or "
                              "MLA's latent cache_c_kv.")
-        held_col.markdown(generation.cache_holds(_load(ref)))
+        model = None
+        with held_col, ui_weights.said_if_unreadable():  # a step's rerun reads the model: changed on disk since?
+            model = _load(ref)
+        if model is not None:
+            held_col.markdown(generation.cache_holds(model))
         # a static table: it is redrawn at every step, where a data grid draws its canvas anew
         held_col.table(_cache_table(step), hide_index=True)
-        held_col.caption(_cache_formula(generation.cache_settings(_load(ref)), result.prompt_length + index))
+        if model is not None:
+            held_col.caption(_cache_formula(generation.cache_settings(model), result.prompt_length + index))
 
 
 def _cache_formula(settings: dict, n_tokens: int) -> str:

@@ -37,8 +37,9 @@ NO_LOSS = ("The book's classes are one attention layer on seeded random embeddin
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
 def _model_run(ref: str, T: int, seed: int, layer: int | None) -> induction.InductionRun:
-    """The lab run of the checkpoint ``ref``, with the maps of ``layer`` (None: the best head's layer)."""
-    from attnviz import weights
+    """The lab run of the checkpoint ``ref``, with the maps of ``layer`` (None: the best head's layer); a
+    CheckpointError in words with its listed name (``ui.weights.load``)."""
+    from attnviz.ui import weights
 
     return induction.run_model(weights.load(ref), T, seed, layer=layer)
 
@@ -185,8 +186,12 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
     if layer == run.layer:
         shown = run
     else:
-        with st.spinner(f"Running the model for layer {layer}'s maps…"):
-            shown = _model_run(page_run.config.checkpoint, run.T, run.seed, layer)
+        try:
+            with st.spinner(f"Running the model for layer {layer}'s maps…"):
+                shown = _model_run(page_run.config.checkpoint, run.T, run.seed, layer)
+        except ValueError as exc:  # the checkpoint changed on disk since the lab ran it: said with its name
+            st.warning(markdown_escape(str(exc)), icon="✋")
+            return
     default = best_head if layer == best_layer else int(run.scores[layer].argmax())
     scores = tuple(float(score) for score in run.scores[layer])  # the widget keeps its format_func: not the run
     head = head_col.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",

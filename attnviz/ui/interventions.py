@@ -10,6 +10,7 @@ import numpy as np
 import streamlit as st
 
 from attnviz import models
+from attnviz.ui import weights as ui_weights
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import KNOCKOUT, parse_options
@@ -25,9 +26,8 @@ VALUE_WEIGHTED = ("**‖weight × value‖** (Kobayashi et al. 2020): how much e
 
 
 def _model(ref: str):
-    from attnviz import weights
-
-    return weights.load(ref)
+    """The model behind ``ref``; a CheckpointError in words with its listed name (``ui.weights.load``)."""
+    return ui_weights.load(ref)
 
 
 _grids: dict[tuple, tuple[np.ndarray, float]] = {}  # (ref, ids, T) -> the grid: small, kept for the server's life
@@ -71,6 +71,12 @@ def induction_section(page_run: Context, run) -> None:
     st.caption("A map that *looks* like an induction head proves nothing by itself. Knocking a head out — its part "
                "of the context set to 0 before the output projection — and measuring the loss on the second copy "
                "does: a head the model needs raises it.")
+    with ui_weights.said_if_unreadable():  # the model is read again here: it may have changed on disk since
+        _induction_knockouts(ref, ids, run)
+
+
+def _induction_knockouts(ref: str, ids: tuple[int, ...], run) -> None:
+    """Every head alone, then the chosen heads together (:func:`induction_section`)."""
     delta, intact = _grid(ref, ids, run.T)
     st.plotly_chart(intervention_figures.ablation_grid_figure(delta, intact), key="induction_knockout_grid",
                     config=plotly_config("attnviz-knockout-grid"))
@@ -141,7 +147,7 @@ def heads_section(trace, head: int, window: tuple[int, int, int]) -> None:
                           key="heads_what", on_change="rerun", icon=":material/science:")
     if not section.open:
         return
-    with section:
+    with section, ui_weights.said_if_unreadable():  # each tab reads the model: it may have changed on disk since
         position = 0 if trace.n == 1 else st.slider("At position", 0, trace.n - 1, **page_bind(
             "heads_knockout_position", trace.n - 1, lambda v: isinstance(v, int) and 0 <= v < trace.n))
         st.caption(f"Predicting the token after {trace.tokens[position]!r} (position {position}).")

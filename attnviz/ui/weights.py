@@ -5,18 +5,26 @@ A name from the URL or a widget is only compared with the names :func:`attnviz.w
 (:func:`choose`): no string from the browser reaches the file system.  Models trained in a session are offered to that
 session only, stored server-side under an opaque id (:func:`attnviz.weights.register_session_model`, which the
 Train page's worker calls with :func:`session_id`).
+
+Every page reads a model through :func:`load`: a checkpoint that cannot be read — also one deleted, truncated or
+replaced on disk after the sidebar listed it — is a CheckpointError that names it by its listed name, says what
+happened and what to do (:func:`unreadable`), and holds no path of the server's file system.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
 from attnviz import weights
-from attnviz.models import CheckpointError
+from attnviz.models import CheckpointError, GPTModel
+from attnviz.urlstate import markdown_escape
 
 WEIGHTS_REQUEST = "_weights_request"  # an option a page picked (select_weights), applied before the sidebar is drawn
 
@@ -29,9 +37,49 @@ def session_id() -> str:
     return ctx.session_id if ctx is not None else "no-session"
 
 
+_listed_names: dict[str, str] = {}  # ref -> the name it was listed under (kept when it is listed no more)
+
+
 def options() -> list[weights.Option]:
     """The weights this session may pick: the book's classes, the bundled model, checkpoints, its trained models."""
-    return weights.options(session_id())
+    listed = weights.options(session_id())
+    _listed_names.update((option.ref, option.name) for option in listed if option.ref is not None)
+    return listed
+
+
+def load(ref: str) -> GPTModel:
+    """The model behind the Weights ref ``ref``, for a page: a CheckpointError in words with its listed name
+    (:func:`unreadable`)."""
+    try:
+        return weights.load(ref)
+    except CheckpointError as exc:
+        raise CheckpointError(unreadable(exc, ref)) from None
+
+
+@contextlib.contextmanager
+def said_if_unreadable() -> Iterator[None]:
+    """Around a part of a page that reads a model with :func:`load` after the page's run was set up (a fragment's
+    rerun, a panel opened later): a checkpoint that cannot be loaded now — changed or deleted on disk since — stops
+    that part with the warning in words, where it would have been drawn."""
+    try:
+        yield
+    except CheckpointError as exc:
+        st.warning(markdown_escape(str(exc)), icon="✋")
+
+
+def unreadable(exc: CheckpointError, ref: str) -> str:
+    """What a page says when the checkpoint ``ref`` cannot be loaded: its listed name, what happened — it is gone
+    from the disk, it changed on disk since it was loaded, or it could not be loaded — the loader's reason and what
+    to do; never a path of the server's file system."""
+    name = _listed_names.get(ref) or "The checkpoint"
+    if not ref.startswith(weights.SESSION_PREFIX) and not os.path.exists(ref):
+        return (f"{name} is no longer on the server: it was deleted or moved after attnviz listed it. Put it back, or "
+                "pick other weights under Weights.")
+    reason = _without_paths(_named(str(exc), name, ref))
+    if weights.MODELS.has_loaded(ref):
+        return (f"{name} changed on disk since attnviz loaded it, and cannot be loaded now: {reason} Until it is "
+                "fixed, pick other weights under Weights.")
+    return f"{name} could not be loaded: {reason}"
 
 
 def select_weights(name: str) -> None:
@@ -43,8 +91,8 @@ def select_weights(name: str) -> None:
 
 @dataclass(frozen=True)
 class Choice:
-    """The current weights: the option, the sizes of its model (None for the book's classes or on error), the
-    loader's message when the file could not be loaded."""
+    """The current weights: the option, the sizes of its model (None for the book's classes or on error), what
+    the page says when the file could not be loaded (:func:`unreadable`)."""
 
     option: weights.Option
     sizes: weights.ModelSizes | None = None
@@ -62,21 +110,31 @@ def choose(listed: list[weights.Option], name: str) -> Choice:
         return Choice(option)
     try:
         with st.spinner(f"Loading {option.name}…"):
-            model = weights.load(option.ref)
+            model = load(option.ref)
     except CheckpointError as exc:
-        return Choice(option, error=_named(str(exc), option))
+        return Choice(option, error=str(exc))
     return Choice(option, sizes=weights.sizes(model))
 
 
-def _named(message: str, option: weights.Option) -> str:
+def _named(message: str, name: str, ref: str) -> str:
     """``message`` with the checkpoint's path on the server (the file, or the folder it is in) put as its listed
-    name: the page shows only the name (:mod:`attnviz.models.discovery`)."""
-    path = Path(option.ref)
+    ``name``: the page shows only the name (:mod:`attnviz.models.discovery`)."""
+    path = Path(ref)
     for shown in sorted({str(path), str(path.resolve())}, key=len, reverse=True):
-        message = message.replace(shown, option.name)
+        message = message.replace(shown, name)
     for folder in sorted({str(path.parent), str(path.resolve().parent)}, key=len, reverse=True):
         message = message.replace(folder + os.sep, "")  # a file beside it (a config, a shard): by its own name
     return message
+
+
+# an absolute path (POSIX or Windows) of two or more parts, up to a space, a quote, a bracket or a comma
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])(?:[A-Za-z]:[\\/]|/)(?:[^\s'\"()<>,;:/\\]+[/\\])+[^\s'\"()<>,;:/\\]*")
+
+
+def _without_paths(message: str) -> str:
+    """``message`` with any absolute path left in it (a file the loader named that is not beside the checkpoint)
+    cut to its last part."""
+    return _ABSOLUTE_PATH.sub(lambda match: Path(match.group(0).replace("\\", "/")).name or "…", message)
 
 
 def current() -> Choice:
