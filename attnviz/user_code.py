@@ -15,6 +15,11 @@ repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a l
 ClassName") to its spec, and a browser can only pick a label — never a path or a class name.  The app opens on the
 first one the command line names (:func:`opening`).  Loading a file
 runs its code: it is the user's own code, named on their own command line.
+
+A listed module's constructor that raised or was stopped by the time limit (:func:`build_listed`) is remembered for
+the server's life, per module and constructor arguments: a constructor that never returns costs one time limit, not
+one per session and rerun.  :func:`failures` says which modules failed; :func:`try_again` forgets them, and a saved
+change to the file (its modification time or size) makes it a new module, imported anew.
 """
 
 from __future__ import annotations
@@ -203,7 +208,10 @@ def _config_object(values: dict) -> types.SimpleNamespace:
 def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> nn.Module:
     """``cls`` built from attnviz's settings and ``overrides`` (see :func:`constructor_arguments`), under the time
     limit of a user's call (:mod:`attnviz.time_limit`): whatever goes wrong is a one-line :class:`UserCodeError`."""
-    arguments = constructor_arguments(cls, overrides, **settings)
+    return _construct(cls, constructor_arguments(cls, overrides, **settings))
+
+
+def _construct(cls: type[nn.Module], arguments: dict) -> nn.Module:
     try:
         return time_limit.call_in_words(f"{cls.__name__}({_call_text(arguments)})", cls, **arguments)
     except time_limit.UserCallError as error:  # the user's constructor
@@ -222,6 +230,12 @@ _registered: dict[str, str] = {}  # label -> spec
 _classes: dict[str, type[nn.Module]] = {}  # label -> class
 _errors: dict[str, str] = {}  # spec -> why it could not be listed
 _read: tuple | None = None
+_stamps: dict[str, tuple | None] = {}  # spec -> its file's (mtime, size) when its class was loaded
+_failed: dict[str, dict[tuple, str]] = {}  # label -> constructor arguments' key -> why its constructor failed
+_reload_lock = threading.Lock()  # one import anew of a changed file at a time (the user's code, time-limited)
+IMPORT = ("import",)  # the key of a failed import anew in _failed (a constructor's key holds its arguments)
+REMEMBERED = ("attnviz does not run it again{what}, in any session, until the file is saved again or you press "
+              "Try again")
 
 
 def module_args(argv: Sequence[str] | None = None) -> list[str]:
@@ -242,6 +256,7 @@ def label_of(cls: type[nn.Module]) -> str:
 
 def register(spec: str) -> str:
     """Load ``spec`` and list it; returns its label (UserCodeError when it cannot be loaded)."""
+    stamp = _stamp(spec)  # before the import: a save during it is a change the next build imports
     cls = load(spec)
     label = label_of(cls)
     with _lock:
@@ -249,7 +264,17 @@ def register(spec: str) -> str:
             label = f"{label} ({Path(spec.rpartition(':')[0]).name})"
         _registered[label] = spec
         _classes[label] = cls
+        _stamps[spec] = stamp
     return label
+
+
+def _stamp(spec: str) -> tuple | None:
+    """The (modification time, size) of the file ``spec`` names; None when it cannot be read."""
+    try:
+        stat = os.stat(Path(spec.rpartition(":")[0]).expanduser())
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def listed() -> dict[str, str]:
@@ -283,10 +308,86 @@ def errors() -> dict[str, str]:
 
 
 def build_listed(label: str, config) -> nn.Module:
-    """The listed module ``label`` built from ``config``'s sizes (call inside ``seeded`` for fixed weights)."""
+    """The listed module ``label`` built from ``config``'s sizes (call inside ``seeded`` for fixed weights).
+
+    A constructor that raised or was stopped by the time limit is not run again with the same arguments: the next
+    call raises its :class:`UserCodeError` at once, saying so (:data:`REMEMBERED`) — until the file changes on disk
+    (then its class is imported anew and built) or :func:`try_again`."""
     if label not in listed():
         raise UserCodeError(f"no module {label!r} is listed (only the command line lists modules)")
-    return build(_classes[label], d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads,
-                 context_length=config.context_length, dropout=config.dropout, qkv_bias=config.qkv_bias,
-                 **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
+    if _failed.get(label) and _stamp(_registered[label]) != _stamps.get(_registered[label]):
+        _import_anew(label)  # saved since it failed: a new module
+    with _lock:
+        failed_import = _failed.get(label, {}).get(IMPORT)
+    if failed_import is not None:
+        raise UserCodeError(failed_import)
+    cls = _classes[label]
+    arguments = constructor_arguments(
+        cls, d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads, context_length=config.context_length,
+        dropout=config.dropout, qkv_bias=config.qkv_bias,
+        **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
+    key = _arguments_key(arguments)
+    with _lock:
+        reason = _failed.get(label, {}).get(key)
+    if reason is not None:
+        raise UserCodeError(reason)
+    try:
+        return _construct(cls, arguments)
+    except UserCodeError as error:
+        reason = _remembered(error, " with these sizes")
+        with _lock:
+            _failed.setdefault(label, {})[key] = reason
+        raise UserCodeError(reason) from None
 
+
+def _remembered(error: UserCodeError, what: str) -> str:
+    """``error``'s line, and that attnviz remembers it (:data:`REMEMBERED`)."""
+    return f"{str(error).rstrip('.')}. {REMEMBERED.format(what=what)}."
+
+
+def _arguments_key(arguments: dict) -> tuple:
+    """What a constructor is called with, hashable (a config object by its names and values)."""
+    return tuple(sorted((name, tuple(sorted(vars(value).items())) if isinstance(value, types.SimpleNamespace)
+                         else repr(value)) for name, value in arguments.items()))
+
+
+def failures() -> dict[str, str]:
+    """label -> why it cannot be built (its last remembered failure), for every listed module that has one — but a
+    module whose file was saved since: the next build tries it anew."""
+    with _lock:
+        failed = {label: list(reasons.values())[-1] for label, reasons in _failed.items() if reasons}
+    return {label: reason for label, reason in failed.items()
+            if _stamp(_registered[label]) == _stamps.get(_registered[label])}
+
+
+def try_again(label: str) -> None:
+    """Forget what failed for ``label``: the next build runs its constructor again — after importing its file anew
+    when the file changed since it was imported, or when that import failed."""
+    with _lock:
+        reasons = _failed.pop(label, {})
+    spec = _registered.get(label)
+    if spec is not None and (IMPORT in reasons or _stamp(spec) != _stamps.get(spec)):
+        _import_anew(label, again=True)
+
+
+def _import_anew(label: str, again: bool = False) -> None:
+    """Import the class of ``label`` from its file as it is now and forget what failed before; an import that fails
+    is remembered as the module's failure (with the file's state, so that the file's next save is tried).
+    ``again``: also when the file is as it was (Try again after a failed import)."""
+    spec = _registered[label]
+    with _reload_lock:  # one import at a time: another session's may have done it meanwhile
+        stamp = _stamp(spec)
+        with _lock:
+            if not again and stamp == _stamps.get(spec):  # the file as it is now was imported (or tried) meanwhile
+                return
+        try:
+            cls = load(spec)
+        except UserCodeError as error:
+            with _lock:
+                _stamps[spec] = stamp
+                _failed[label] = {IMPORT: _remembered(error, "")}
+            return
+        with _lock:
+            _classes[label] = cls
+            _stamps[spec] = stamp
+            _failed.pop(label, None)

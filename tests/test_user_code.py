@@ -1,5 +1,6 @@
 """Loading and building a user's class from path/to/file.py:ClassName, and the modules the command line lists."""
 
+import os
 import textwrap
 from types import SimpleNamespace
 
@@ -146,3 +147,91 @@ def test_the_command_line_and_the_environment_list_modules(good, monkeypatch):
 def test_only_listed_labels_are_built(good):
     with pytest.raises(user_code.UserCodeError, match="only the command line lists modules"):
         user_code.build_listed(f"{good}:MyAttention", SimpleNamespace())
+
+
+@pytest.fixture
+def listed_alone(monkeypatch):
+    """attnviz's list of modules (and what it remembers of them) starts empty; ``listed_alone(spec)`` lists one."""
+    for name, empty in (("_registered", {}), ("_classes", {}), ("_errors", {}), ("_read", None), ("_failed", {}),
+                        ("_stamps", {})):
+        monkeypatch.setattr(user_code, name, empty, raising=False)  # what it remembers: new in attnviz
+    monkeypatch.setattr("sys.argv", ["app.py"])
+
+    def listing(spec: str) -> str:
+        monkeypatch.setenv(user_code.ENV, spec)
+        return next(label for label, listed_spec in user_code.listed().items() if listed_spec == spec)
+    return listing
+
+
+def sizes(**given) -> SimpleNamespace:
+    """The settings ``build_listed`` reads from an AttentionConfig."""
+    return SimpleNamespace(**{"d_in": 16, "d_out": 16, "num_heads": 4, "context_length": 8, "dropout": 0.0,
+                              "qkv_bias": False, "num_kv_groups": None, "latent_dim": None,
+                              "sliding_window_size": None, **given})
+
+
+def saved(path, text: str) -> None:
+    """``text`` written to ``path`` as a later save (a modification time that differs even on a coarse clock)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(before + 2_000_000_000, before + 2_000_000_000))
+
+
+STUCK = textwrap.dedent('''
+    from torch import nn
+
+    class Stuck(nn.Module):
+        def __init__(self, d_in, num_heads):
+            super().__init__()
+            calls.append(num_heads)
+            while True:  # a callback that never comes
+                pass
+
+    calls = []
+''')
+
+
+def test_a_listed_constructor_that_was_stopped_is_not_run_again_with_the_same_arguments(tmp_path, monkeypatch,
+                                                                                      listed_alone):
+    """The app's builds of a listed module (every session's, every rerun's) pay the time limit once per module and
+    arguments; another size runs the constructor again."""
+    monkeypatch.setattr(time_limit, "SECONDS", 0.3)
+    path = tmp_path / "stuck.py"
+    path.write_text(STUCK)
+    label = listed_alone(f"{path}:Stuck")
+    calls = user_code._classes[label].__init__.__globals__["calls"]
+    for _ in range(3):
+        with pytest.raises(user_code.UserCodeError, match=r"^Stuck\(d_in=16, num_heads=4\) ran for 0\.3 s without "
+                           r"returning \(an endless loop\?\)\. attnviz does not run it again with these sizes, in any "
+                           r"session, until the file is saved again or you press Try again\.$"):
+            user_code.build_listed(label, sizes())
+    assert calls == [4]
+    assert list(user_code.failures()) == [label]
+    with pytest.raises(user_code.UserCodeError, match="ran for 0.3 s"):
+        user_code.build_listed(label, sizes(num_heads=2))
+    assert calls == [4, 2]
+    user_code.try_again(label)
+    assert user_code.failures() == {}
+    with pytest.raises(user_code.UserCodeError, match="ran for 0.3 s"):
+        user_code.build_listed(label, sizes())
+    assert calls == [4, 2, 4]
+
+
+def test_a_listed_module_saved_after_its_constructor_failed_is_imported_anew(tmp_path, monkeypatch, listed_alone):
+    monkeypatch.setattr(time_limit, "SECONDS", 0.3)
+    path = tmp_path / "stuck.py"
+    path.write_text(STUCK)
+    label = listed_alone(f"{path}:Stuck")
+    with pytest.raises(user_code.UserCodeError):
+        user_code.build_listed(label, sizes())
+    saved(path, "while True:\n    pass\n")  # a save half-way through an edit: its import never returns
+    assert user_code.failures() == {}  # saved: to be tried anew
+    with pytest.raises(user_code.UserCodeError, match="on import without returning .* attnviz does not run it again, "
+                                                      "in any session"):
+        user_code.build_listed(label, sizes())
+    with pytest.raises(user_code.UserCodeError, match="on import without returning"):  # remembered: no import
+        user_code.build_listed(label, sizes(num_heads=2))
+    assert "on import" in user_code.failures()[label]
+    saved(path, STUCK.replace("while True:  # a callback that never comes\n            pass", "self.ready = True"))
+    module = user_code.build_listed(label, sizes())
+    assert module.ready and user_code.failures() == {}

@@ -69,6 +69,13 @@ _preparing = threading.local()  # .active: this thread is in prepare()
 _failed_in_prepare: dict[tuple[str, AttentionConfig], ConfigError] = {}  # (builder, key) -> what prepare() met
 
 
+def forget_failures(label: str) -> None:
+    """Forget what :func:`prepare` met building the module ``label`` (Try again: the next run builds it)."""
+    for builder, key in list(_failed_in_prepare):
+        if key.module == label:
+            _failed_in_prepare.pop((builder, key), None)
+
+
 def _reported_after_prepare(build):
     """``build(key)``, whose failure inside :func:`prepare` is the next call's failure for the same key without
     running it again; the call after that builds anew.  Under :func:`built_once`'s lock, so a run waiting on the

@@ -28,7 +28,7 @@ from attnviz.ui.cache import cached_trace, trace_key
 from attnviz.ui.memory import freeze_imports, tune_memory
 from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
-from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, url_settings
+from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, try_again_button, url_settings
 from attnviz.ui.state import keep_page_params, keep_widgets
 from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, url_query, url_value
 from attnviz.words import amount
@@ -209,6 +209,8 @@ def setup(book_classes: bool = False, draws_link: bool = False, checks_module: b
         config, trace = run_settings(values, _checkpoint(choice, book_classes))
     except InputError as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
+        if values.get("variant") in user_code.failures():  # a constructor attnviz remembers failing
+            try_again_button(values["variant"])
         if isinstance(exc, user_module.NonFiniteWeightsError):
             _refused_module_check(exc.trace, values, here=checks_module)
         if slots is not None:

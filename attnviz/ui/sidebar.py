@@ -255,7 +255,28 @@ def _variant(choice) -> variants.Variant:
                  disabled=reason is not None, help=reason or own, **bind("variant"))
     for spec_text, reason_text in user_code.errors().items():
         st.caption(f"⚠️ {markdown_escape(spec_text)} is not listed: {markdown_escape(reason_text)}")
+    for number, (label, reason_text) in enumerate(user_code.failures().items()):
+        st.caption(f"⚠️ {markdown_escape(label)} cannot be built: {markdown_escape(reason_text)}")
+        try_again_button(label, f"{TRY_AGAIN}_{number}")
     return spec
+
+
+TRY_AGAIN = "_module_try_again"  # the key of the page's Try again button; the sidebar's add the module's number
+
+
+def try_again_button(label: str, key: str = TRY_AGAIN) -> None:
+    """Try again for the listed module ``label`` whose constructor failed (``user_code.failures``): the next run
+    builds it anew — from its file as it is now."""
+    st.button("Try again", key=key, icon=":material/refresh:", on_click=_try_again, args=(label,),
+              help=f"Run the constructor of {label.split(': ', 1)[-1]} again (a file saved since it was imported is "
+              "imported anew). It may again take up to the time limit of a call of your code.")
+
+
+def _try_again(label: str) -> None:
+    from attnviz.producers import user_module  # what a server's warm-up met building it: forgotten too
+
+    user_code.try_again(label)
+    user_module.forget_failures(label)
 
 
 def _sizes(spec) -> None:
