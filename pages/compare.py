@@ -26,7 +26,7 @@ with st.spinner("Running every variant…"):
     result = compute.comparison(page_run.trace_key, dataclasses.astuple(base))
 
 st.title("Compare variants")
-st.caption(f"{counted(result.n)} · the same input embeddings and seed {base.seed} for every variant · eval mode "
+st.caption(f"{counted(result.n)} · {compare.seeds_caption(result)} · eval mode "
            f"(dropout off) · CPU · {amount(base.num_heads, 'head')} of {base.d_out // base.num_heads} "
            "for the multi-head ones")
 if result.truncated:
@@ -68,9 +68,10 @@ ui.share_link(page_run.link)  # now that the URL holds the map this run draws
 with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: one on a phone, three or more wide
     for variant in result.variants:
         with st.container(width=compare.MAP_WIDTH):
-            fig = compare.variant_heatmap(variant, result.tokens, how, causal=base.causal, current=config.variant)
+            causal = variant.config.causal  # the sidebar's, or at the book's toy example its listing's
+            fig = compare.variant_heatmap(variant, result.tokens, how, causal=causal, current=config.variant)
             st.plotly_chart(fig, config=ui.plotly_config(f"attnviz-compare-{variant.variant}"))
-            st.caption(compare.variant_caption(variant, causal=base.causal))
+            st.caption(compare.variant_caption(variant, causal=causal, seed=result.book_listing))
 
 st.subheader("Why ÷√dₖ?")
 random_qk, run, no_run = compute.scaling(page_run.trace_key)

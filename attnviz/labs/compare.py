@@ -1,9 +1,12 @@
 """Compare variants: the same tokens through every registered class, and equivalences measured live.
 
 Pure compute and figure builders (no Streamlit).  Every variant gets the same input embeddings
-(the Trace's ``embeddings["input"]``) and the same seed, is created with ``torch.manual_seed(seed)``
+(the Trace's ``embeddings["input"]``) and the same seed and mask, is created with ``torch.manual_seed(seed)``
 right before ``build_module`` (so its weights are the ones the other pages show for that variant)
-and runs in eval mode (dropout off) on the CPU.
+and runs in eval mode (dropout off) on the CPU.  At the book's toy example, as the sidebar's book size sets it
+(:func:`book_listing`), each class is instead seeded and masked as its listing in the book is
+(``Variant.book_seed``: 789 for SelfAttention_v2, 123 for the others; ``Variant.book_causal``), as
+``config.preset_config`` builds it and the other pages show it when it is picked, so every map is the book's.
 
 The equivalences are computed, never asserted in text; each reports the max absolute difference:
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -64,16 +68,28 @@ def base_config(config: AttentionConfig, d_out: int, num_heads: int) -> Attentio
                    module=None).validate()  # a user's module is compared with the book's classes at its sizes
 
 
+def book_listing(base: AttentionConfig) -> bool:
+    """Whether ``base`` is the book's toy example as the sidebar's book size sets it for the picked class: the book's
+    embedding, and that class's listing's seed and mask (``config.preset_config``).  A seed or mask the learner set
+    at that size is their own: every variant runs it."""
+    if base.embedding != "book" or base.module is not None or base.variant not in variants.VARIANTS:
+        return False
+    spec = variants.get(base.variant)
+    return base.seed == spec.book_seed and base.causal == spec.book_causal
+
+
 def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
     """``base`` normalised for ``variant`` as the sidebar does: 1 head for single-head variants,
-    d_out = d_in for the simplified one (it has no weights)."""
+    d_out = d_in for the simplified one (it has no weights); at the book's toy example (:func:`book_listing`),
+    the seed and mask of the variant's own listing."""
     spec = variants.get(variant)
     num_heads, d_out = spec.head_count(base.num_heads), spec.out_width(base.d_in, base.d_out)
     rotary = base.rotary and spec.not_applicable("positions") is None and (d_out // num_heads) % 2 == 0
     kv_groups = base.num_kv_groups if base.num_kv_groups and num_heads % base.num_kv_groups == 0 else None
     latent = base.latent_dim if base.latent_dim and base.latent_dim <= d_out else None
+    seed, causal = (spec.book_seed, spec.book_causal) if book_listing(base) else (base.seed, base.causal)
     return replace(base, variant=variant, num_heads=num_heads, d_out=d_out, num_kv_groups=kv_groups,
-                   latent_dim=latent, positions="rotary" if rotary else "learned")
+                   latent_dim=latent, positions="rotary" if rotary else "learned", seed=seed, causal=causal)
 
 
 def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:
@@ -183,8 +199,11 @@ class Check:
 
 
 def check_wrapper_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor,
-                             seeded_wrapper_output: torch.Tensor | None = None) -> Check:
-    """(a) copied wrapper output vs MHA's context before out_proj; also how far the raw outputs are."""
+                             seeded_wrapper_output: torch.Tensor | None = None,
+                             seeds: tuple[int, int] | None = None) -> Check:
+    """(a) copied wrapper output vs MHA's context before out_proj; also how far the raw outputs are: with
+    ``seeded_wrapper_output``, the wrapper built from its own seed, against MHA's output (``seeds``: the wrapper's and
+    MHA's, which the note names)."""
     wrapper = copy_heads_from_mha(wrapper_like(mha), mha)
     with torch.inference_mode():
         wrapper_output = wrapper(inputs)  # (1, n, d_in) -> (1, n, h·hd) = (1, n, d_out)
@@ -192,6 +211,8 @@ def check_wrapper_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Te
     detail = {"copied_vs_output": max_abs_diff(wrapper_output, mha_output)}
     if seeded_wrapper_output is not None:
         detail["seeded_vs_output"] = max_abs_diff(seeded_wrapper_output, mha_output)
+        if seeds is not None:
+            detail["seeds"] = seeds
     return Check("wrapper_mha", f"Wrapper ({amount(mha.num_heads, 'head')}, weights copied) = MHA before out_proj",
                  max_abs_diff(wrapper_output, context), detail)
 
@@ -303,8 +324,11 @@ def raw_difference_note(check: Check) -> str:
         f"wrapper has none. Even with copied weights: max |Δ| = {check.detail['copied_vs_output']:.3g}.",
     ]
     if "seeded_vs_output" in check.detail:
+        wrapper_seed, mha_seed = check.detail.get("seeds", (None, None))
+        seeds = ("the seed" if wrapper_seed is None else f"seed {wrapper_seed} as MHA is" if wrapper_seed == mha_seed
+                 else f"seed {wrapper_seed} (MHA: seed {mha_seed})")
         lines.append(
-            "* **independent random init** — built from the seed, the wrapper's heads are separate "
+            f"* **independent random init** — built from {seeds}, the wrapper's heads are separate "
             "`CausalAttention` modules, each drawing its own (d_in → head_dim) weights in its own order, not "
             "slices of MHA's (d_in → d_out) matrices. The two variants as shown below: "
             f"max |Δ| = {check.detail['seeded_vs_output']:.3g}."
@@ -342,6 +366,7 @@ class Comparison:
     total_tokens: int  # tokens in the run
     variants: tuple[VariantResult, ...]
     checks: tuple[Check, ...]
+    book_listing: bool = False  # the book's toy example: each class ran its listing's seed and mask (book_listing)
 
     @property
     def n(self) -> int:
@@ -363,20 +388,21 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
         outputs[variant], recorders[variant] = output, recorder
         weights = recorder.steps["weights"][0].float().numpy()  # (h, n, n)
         results.append(VariantResult(variant, variant_config(base, variant), weights, tuple(output.shape)))
-    mha = modules[variants.MHA]
+    mha, configs = modules[variants.MHA], {result.variant: result.config for result in results}
     plain_mha = mha  # the wrapper and SDPA have no rotation: they are compared with MHA's learned-position path
     if mha.rope_base is not None:
         plain_mha = copy.deepcopy(mha)
         plain_mha.rope_base = None
     checks = (
-        check_wrapper_equals_mha(plain_mha, inputs, seeded_wrapper_output=outputs[variants.WRAPPER]),
+        check_wrapper_equals_mha(plain_mha, inputs, seeded_wrapper_output=outputs[variants.WRAPPER],
+                                 seeds=(configs[variants.WRAPPER].seed, configs[variants.MHA].seed)),
         check_mha_equals_sdpa(plain_mha, inputs),
         check_masking_routes(recorders[variants.MHA].steps["scaled"]),
         check_gqa_equals_mha(mha, inputs),
         check_swa_equals_causal_mha(mha, inputs),
         check_rope_shift(mha, inputs, base.rope_base),
     )
-    return Comparison(tuple(tokens), total_tokens or num_tokens, tuple(results), checks)
+    return Comparison(tuple(tokens), total_tokens or num_tokens, tuple(results), checks, book_listing(base))
 
 
 def compare_trace(trace: Trace, base: AttentionConfig, max_tokens: int = MAX_TOKENS) -> Comparison:
@@ -397,11 +423,32 @@ def variant_title(result: VariantResult, how: str, current: str | None = None) -
     return f"{mark}{name}<br><sup>weights, {which}{note}</sup>"
 
 
-def variant_caption(result: VariantResult, causal: bool) -> str:
-    """The line under a variant's map: its output shape and heads, and, for a book listing with no mask (3.3, 3.4)
-    drawn while the sidebar's Causal mask is on, that the mask is the sidebar's."""
+def seeds_caption(comparison: Comparison) -> str:
+    """What the page says of the inputs and seeds its variants ran: the one seed of every variant, or, at the book's
+    toy example (:func:`book_listing`), that each class ran its listing's seed and mask, naming the seeds that differ
+    from the one most share (a class without weights draws none)."""
+    if not comparison.book_listing:
+        return f"the same input embeddings and seed {comparison.variants[0].config.seed} for every variant"
+    seeded = [result for result in comparison.variants if variants.get(result.variant).weights is not None]
+    common = Counter(result.config.seed for result in seeded).most_common(1)[0][0]
+    own = [f"{_name(result)}: seed {result.config.seed}" for result in seeded if result.config.seed != common]
+    return ("the same input embeddings · the book's toy example: each class seeded and masked as its listing in the "
+            f"book ({', '.join([*own, f'the others: seed {common}'])})")
+
+
+def _name(result: VariantResult) -> str:
+    """The variant's name without its note: "Self-attention v2"."""
+    return result.label.partition(" (")[0]
+
+
+def variant_caption(result: VariantResult, causal: bool, seed: bool = False) -> str:
+    """The line under a variant's map: its output shape and heads; with ``seed``, the seed it ran (a class with
+    weights: at the book's toy example each ran its own); and, for a book listing with no mask (3.3, 3.4)
+    drawn while the sidebar's Causal mask is on (``causal``: the mask it ran), that the mask is the sidebar's."""
     caption = f"output {result.output_shape} · {amount(result.heads, 'head')}"
     spec = variants.get(result.variant)
+    if seed and spec.weights is not None:
+        caption += f" · seed {result.config.seed}"
     if causal and not spec.book_causal:
         caption += f" · masked by the sidebar's Causal mask (the book's {spec.section} listing has none)"
     return caption

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 from helpers.maps import cells_shown, colour_range, images
+from helpers.runs import ATOL, JOURNEY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from attnviz import ablation, attention, pipeline, variants
-from attnviz.config import AttentionConfig
+from attnviz import ablation, attention, embedding, pipeline, variants
+from attnviz.config import AttentionConfig, preset_config
 from attnviz.labs import compare
 from attnviz.trace import Trace
 from attnviz.words import amount
@@ -412,4 +413,89 @@ def test_long_text_page_says_it_compares_the_first_256_tokens():
     assert any("first 256" in info.value for info in at.info)
     assert "256 tokens" in at.caption[0].value
     assert len(map_figures(at)) == len(variants.VARIANTS)
+    assert all(b.startswith(GREEN) for b in badges(at))
+
+
+# ============================== the book's toy example: each class as its listing builds it
+
+# The book's printed attention weights on "Your journey starts with one step" (its hand-set 3-d inputs):
+# SelfAttention_v1 after torch.manual_seed(123) (3.4.1's attn_weights_2, the weights of query x^2) and
+# SelfAttention_v2 after torch.manual_seed(789) (3.5.1's attn_weights, before the mask).
+BOOK_V1_WEIGHTS_2 = [0.1500, 0.2264, 0.2199, 0.1311, 0.0906, 0.1820]
+BOOK_V2_WEIGHTS = [
+    [0.1921, 0.1646, 0.1652, 0.1550, 0.1721, 0.1510],
+    [0.2041, 0.1659, 0.1662, 0.1496, 0.1665, 0.1477],
+    [0.2036, 0.1659, 0.1662, 0.1498, 0.1664, 0.1480],
+    [0.1869, 0.1667, 0.1668, 0.1571, 0.1661, 0.1564],
+    [0.1830, 0.1669, 0.1670, 0.1588, 0.1658, 0.1585],
+    [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
+]
+BOOK_PICKS = ["simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha", "gqa"]
+
+
+def book_size_comparison(picked: str, **overrides) -> compare.Comparison:
+    """The Compare page at the sidebar's "Book toy example" size (3 → 2, 2 heads) with ``picked`` in the sidebar."""
+    trace = pipeline.run(JOURNEY, preset_config("book", variant=picked, **overrides))
+    return compare.compare_trace(trace, compare.base_config(trace.config, 2, 2))
+
+
+@pytest.mark.parametrize("picked", BOOK_PICKS)
+def test_at_the_book_size_v1_and_v2_show_the_books_printed_weights_whichever_class_is_picked(picked):
+    """SelfAttention_v1 is the book's at seed 123 and unmasked, SelfAttention_v2 at seed 789: with either (or any
+    other class) picked, their maps on this page are the book's printed weights."""
+    by_name = {result.variant: result for result in book_size_comparison(picked).variants}
+    assert np.allclose(by_name["self_attention_v1"].weights[0, 1], BOOK_V1_WEIGHTS_2, atol=ATOL)
+    assert np.allclose(by_name["self_attention_v2"].weights[0], BOOK_V2_WEIGHTS, atol=ATOL)
+
+
+@pytest.mark.parametrize("picked", BOOK_PICKS)
+def test_at_the_book_size_every_variant_is_the_one_the_other_pages_show_when_it_is_picked(picked):
+    """Each variant's map here is the map the Heads page draws for it at the book size (its listing's seed and mask,
+    ``preset_config``), and its config says which seed and mask it ran."""
+    result = book_size_comparison(picked)
+    for shown in result.variants:
+        spec = variants.get(shown.variant)
+        assert (shown.config.seed, shown.config.causal) == (spec.book_seed, spec.book_causal), shown.variant
+        own = pipeline.run(JOURNEY, preset_config("book", variant=shown.variant))
+        assert np.allclose(shown.weights, own.steps["weights"][0], atol=1e-6), shown.variant
+    assert all(check.ok for check in result.checks)
+
+
+@pytest.mark.parametrize(("picked", "overrides"), [("self_attention_v2", {"seed": 5}),
+                                                    ("self_attention_v1", {"causal": True}),
+                                                    ("mha", {"causal": False})])
+def test_at_the_book_size_a_seed_or_mask_of_ones_own_runs_every_variant_with_it(picked, overrides):
+    """Not the book's listing (a seed or mask the learner set): every variant runs the sidebar's seed and mask, as at
+    any other size."""
+    config = preset_config("book", variant=picked, **overrides)
+    result = book_size_comparison(picked, **overrides)
+    assert {(shown.config.seed, shown.config.causal) for shown in result.variants} == {(config.seed, config.causal)}
+
+
+def test_at_the_book_size_the_wrappers_init_note_compares_the_wrapper_and_mha_as_drawn():
+    """"Independent random init": the wrapper and MHA the page draws (each at its listing's seed, 123, also with
+    SelfAttention_v2 and its 789 picked), built here as the book builds them, differ by the number the note gives."""
+    check = next(c for c in book_size_comparison("self_attention_v2").checks if c.key == "wrapper_mha")
+    inputs = torch.tensor(embedding.JOURNEY_INPUTS).unsqueeze(0)  # (6, 3) -> (1, 6, 3)
+    torch.manual_seed(123)
+    wrapper = attention.MultiHeadAttentionWrapper(3, 1, 6, 0.0, 2).eval()  # 2 heads of 1: d_out 2
+    torch.manual_seed(123)
+    mha = attention.MultiHeadAttention(3, 2, 6, 0.0, 2).eval()
+    with torch.inference_mode():
+        expected = compare.max_abs_diff(wrapper(inputs), mha(inputs))  # (1, 6, 2) each
+    assert check.detail["seeded_vs_output"] == pytest.approx(expected, abs=1e-7)
+    assert "seed 123" in compare.raw_difference_note(check)
+
+
+def test_the_book_size_page_says_each_variants_seed_and_draws_the_books_maps():
+    at = compare_page(preset="book", variant="self_attention_v2")
+    maps = {fig["layout"]["title"]["text"].split("<br>")[0].removeprefix("▶ "): cells_shown(fig)
+            for fig in map_figures(at)}
+    assert np.allclose(maps["Self-attention v1"][1], BOOK_V1_WEIGHTS_2, atol=ATOL)
+    assert np.allclose(maps["Self-attention v2"], BOOK_V2_WEIGHTS, atol=ATOL)
+    captions = [c.value for c in at.caption if c.value.startswith("output (1, 6, ")]
+    assert len(captions) == len(variants.VARIANTS)
+    seeds = [re.findall(r"seed (\d+)", c) for c in captions]  # the simplified class has no weights: no seed
+    assert sorted(map(tuple, seeds)) == sorted([(), ("789",), *[("123",)] * (len(captions) - 2)])
+    assert "Self-attention v2: seed 789, the others: seed 123" in at.caption[0].value  # the page's caption
     assert all(b.startswith(GREEN) for b in badges(at))
