@@ -256,8 +256,10 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         notices.append(f"Ignored URL parameter layer={values['layer']}: the book's classes are one attention layer; "
                        "pick a checkpoint under Weights for its layers.")
         values["layer"] = 0
-    if "preset" in used and values["preset"] in PRESET_DIMS and not {"d_in", "d_out", "num_heads"} & set(params):
-        values["d_in"], values["d_out"], values["num_heads"] = PRESET_DIMS[values["preset"]]
+    if "preset" in used and values["preset"] in PRESET_DIMS:  # the sizes the link does not give are the preset's
+        for key, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[values["preset"]]):
+            if key not in used:  # a size it gives is its own: the preset becomes custom below where they differ
+                values[key] = value
     if is_book(values["preset"]) and values["variant"] in variants.VARIANTS:  # the book's listing, as printed
         spec = variants.get(values["variant"])
         if "causal" not in used:
@@ -272,10 +274,11 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         # d_out wins: a head count must divide it (the sidebar's rule); the heads fall back to the divisor nearest
         # the default's, and the notice names the URL's value that caused it
         new = nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
+        spec = variants.VARIANTS.get(values["variant"])  # None: a user's module, which has heads
         if "num_heads" in used:
             notices.append(f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide "
                            f"d_out {values['d_out']}; using {new} heads.")
-        else:
+        elif spec is None or spec.not_applicable("num_heads") is None:  # a single-head class runs none of them
             notices.append(f"URL parameter d_out={values['d_out']}: the default {values['num_heads']} heads do not "
                            f"divide it; using {new} heads.")
         values["num_heads"] = new
@@ -450,28 +453,31 @@ def every_setting_query(values: dict) -> dict[str, str]:
     return {key: value for key, value in params.items() if value is not None}
 
 
-def applying_settings(values: dict) -> tuple[str, ...]:
+def applying_settings(values: dict, also: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The settings that make the view of ``values``: those the variant's record (a checkpoint's, a user module's,
     the book's classes' variant: ``attnviz.variants``) does not set aside, the layer only for a checkpoint (the book's
-    classes are one layer), and the RoPE base only with rotary positions."""
+    classes are one layer), and the RoPE base only with rotary positions.  ``also``: the settings the page's work runs
+    whatever the book's class (Compare runs the multi-head variants with the sidebar's d_out and Heads, a single-head
+    class picked: ``ui.navigation.PageEntry.also_runs``); a checkpoint's sizes stay its own."""
     if values["weights"] != weights.BOOK:
         spec = variants.CHECKPOINT
     elif values["variant"] in variants.VARIANTS:
         spec = variants.get(values["variant"])
     else:
         spec = variants.USER_MODULE  # a module listed on the command line, by its label
-    return tuple(key for key in SETTING_KEYS if spec.not_applicable(key) is None
+    return tuple(key for key in SETTING_KEYS
+                 if (spec.not_applicable(key) is None or key in also and spec is not variants.CHECKPOINT)
                  and (key != "layer" or spec is variants.CHECKPOINT)
                  and (key != "rope_base" or values["positions"] == "rotary"))
 
 
-def share_query(values: dict) -> dict[str, str]:
-    """URL parameters of the Share link: every setting that makes the view (:func:`applying_settings`; the text left
-    out when very long), also at its default, so that the link means the same view whatever a later release's
-    defaults are, and none that does not (K/V groups for multi-head attention, a window where there is none): the link
-    says what the view is.  A setting that does not apply goes in only where the others need it to be given as they
-    are (the book preset's sizes, for a variant that sets d_out aside)."""
-    named, applying = every_setting_query(values), applying_settings(values)
+def share_query(values: dict, also: tuple[str, ...] = ()) -> dict[str, str]:
+    """URL parameters of the Share link: every setting that makes the view (:func:`applying_settings`, with the
+    settings the page ``also`` runs; the text left out when very long), also at its default, so that the link means
+    the same view whatever a later release's defaults are, and none that does not (K/V groups for multi-head
+    attention, a window where there is none): the link says what the view is.  A setting that does not apply goes in
+    only where the others need it to be given as they are."""
+    named, applying = every_setting_query(values), applying_settings(values, also)
     query = {key: value for key, value in named.items() if key in applying}
     while True:  # each pass adds one setting the link needs, or ends
         given = _link_gives_with(query, values)
@@ -483,18 +489,34 @@ def share_query(values: dict) -> dict[str, str]:
         query[needed[0]] = named[needed[0]]
 
 
-def url_query(values: dict) -> dict[str, str]:
-    """URL parameters for the settings ``values``, in :data:`SETTING_KEYS`' order: a setting a link without it gives
-    is left out — its default, as a page leaves out its own defaults, or with a checkpoint its sizes
-    (:data:`WEIGHTS_SIZES`) and what they fit (:func:`_link_gives_with`) — so that a link without settings is one the
-    app need not rewrite; a setting the others imply otherwise goes in (a book preset implies its variant's mask and
-    seed: :func:`settings_from_query`).  The text is left out when very long, too."""
-    named = every_setting_query(values)
+def view_settings(values: dict, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The settings whose values make the view of ``values`` on a page whose work also runs ``also``
+    (:func:`applying_settings`): for the book's classes, those that apply and those the Share link names for them to
+    be given as they are (:func:`share_query`), not what the class sets aside (a single-head class's heads, dropout
+    where there is none, the K/V groups of a class without them); for a checkpoint or a user's module, every setting.
+    The URL names no other (:func:`url_query`), and a URL that gives these gives the view (:func:`settings_given`)."""
+    if values["weights"] != weights.BOOK or values["variant"] not in variants.VARIANTS:
+        return SETTING_KEYS
+    applying, shared = applying_settings(values, also), share_query(values, also)
+    return tuple(key for key in SETTING_KEYS if key in applying or key in shared)
+
+
+def url_query(values: dict, also: tuple[str, ...] = ()) -> dict[str, str]:
+    """URL parameters for the settings ``values``, in :data:`SETTING_KEYS`' order, on a page whose work also runs
+    ``also``: the settings that make the view (:func:`view_settings`: none the book's class sets aside, as the Share
+    link names none), but a setting a link without it gives is left out — its default, as a page leaves out its own
+    defaults, or with a checkpoint its sizes (:data:`WEIGHTS_SIZES`) and what they fit (:func:`_link_gives_with`) —
+    so that a link without settings is one the app need not rewrite; a setting the others imply otherwise goes in (a
+    book preset implies its variant's mask and seed: :func:`settings_from_query`).  The text is left out when very
+    long, too."""
+    named, view = every_setting_query(values), view_settings(values, also)
     own, base = _weights_own(values), _link_gives_with({}, values)
-    query = {key: value for key, value in named.items() if value != url_value(key, base[key]) and key not in own}
+    query = {key: value for key, value in named.items()
+             if key in view and value != url_value(key, base[key]) and key not in own}
     while True:  # a setting the others imply differently goes back in; each pass adds at least one, or ends
         given = _link_gives_with(query, values)
-        implied = [key for key in named if key not in query and url_value(key, given[key]) != named[key]]
+        implied = [key for key in named
+                   if key in view and key not in query and url_value(key, given[key]) != named[key]]
         if not implied:
             return {key: value for key, value in named.items() if key in query}
         query.update((key, named[key]) for key in implied)
@@ -523,20 +545,25 @@ def link_settings(params: dict[str, str]) -> dict:
     return settings_from_query(params, weights_names=[params.get("weights", weights.BOOK)])[0]
 
 
-def settings_given(params: dict[str, str], values: dict, *, without: tuple[str, ...] = ()) -> bool:
-    """Whether a link whose settings parameters are ``params`` (each given once) gives the settings ``values``, however
-    it writes them (a text too long for a URL: never): the view it opens is ``values``' view.  The settings named in
-    ``without`` are left out of the comparison (a text too long for a URL, which the session holds instead)."""
+def settings_given(params: dict[str, str], values: dict, *, without: tuple[str, ...] = (),
+                   also: tuple[str, ...] = ()) -> bool:
+    """Whether a link whose settings parameters are ``params`` (each given once) gives the settings ``values`` that
+    make the view on a page whose work also runs ``also`` (:func:`view_settings`), however it writes them (a text too
+    long for a URL: never): the view it opens is ``values``' view.  The settings named in ``without`` are left out of
+    the comparison (a text too long for a URL, which the session holds instead)."""
     given = _link_gives_with(params, values)
-    return all(url_value(key, given[key]) == url_value(key, values[key]) for key in SETTING_KEYS if key not in without)
+    return all(url_value(key, given[key]) == url_value(key, values[key])
+               for key in view_settings(values, also) if key not in without)
 
 
-def link_gives(params: dict[str, str], values: dict) -> bool:
+def link_gives(params: dict[str, str], values: dict, also: tuple[str, ...] = ()) -> bool:
     """Whether a link whose settings parameters are ``params`` (each given once) gives exactly the settings
-    ``values``, each parameter written as :func:`url_value` writes it: :func:`url_query`'s, every setting's
-    (:func:`every_setting_query`) or any between (a text too long for a URL: never).  With a checkpoint, sizes a link
-    leaves out are its own."""
-    return all(params[key] == url_value(key, values[key]) for key in params) and settings_given(params, values)
+    ``values`` that make the view on a page whose work also runs ``also`` (:func:`settings_given`), and names each of
+    the others as ``values`` has it, each parameter written as :func:`url_value` writes it: :func:`url_query`'s, every
+    setting's (:func:`every_setting_query`) or any between (a text too long for a URL: never).  With a checkpoint,
+    sizes a link leaves out are its own."""
+    return (all(params[key] == url_value(key, values[key]) for key in params)
+            and settings_given(params, values, also=also))
 
 
 def is_book(preset: str) -> bool:

@@ -89,7 +89,7 @@ def test_a_checkpoints_sizes_are_left_out_of_its_link_as_the_checkpoint_gives_th
     assert not link_gives({"weights": "bundled model", "d_out": "768"}, model)  # other sizes: rewritten
     assert not link_gives({}, model)  # the book's classes
     book = {**model, "weights": DEFAULTS["weights"]}  # back to the book's classes: the sizes are the session's own
-    assert url_query(book) == {"preset": "custom", "d_in": "64", "d_out": "64", "num_heads": "4", "latent_dim": "16"}
+    assert url_query(book) == {"preset": "custom", "d_in": "64", "d_out": "64", "num_heads": "4"}  # MHA: no latent
     assert not link_gives({}, book)
 
 
@@ -206,3 +206,54 @@ def test_the_sidebars_config_is_the_one_that_runs(variant, changes):
     values = fit_modern({**DEFAULTS, **changes, "variant": variant})[0]
     config = config_from_settings(values)
     assert pipeline.settle(config) == (config, [])
+
+
+COMPARE_RUNS = ("d_out", "num_heads")  # the Compare page runs the multi-head variants at the sidebar's d_out and heads
+
+
+def test_a_setting_the_book_class_sets_aside_is_left_out_of_the_url_as_of_its_share_link():
+    """Four heads, then SelfAttention_v1 (one head, no dropout): the URL says what runs, as the Share link does, and
+    the app need not rewrite it; a page that runs the sidebar's heads whatever the class (Compare) names them."""
+    values = fit_modern({**DEFAULTS, "preset": "custom", "num_heads": 4, "dropout": 0.3,
+                         "variant": "self_attention_v1"})[0]
+    query = url_query(values)
+    assert query == {"variant": "self_attention_v1", "preset": "custom"}
+    assert not {"num_heads", "dropout"} & set(share_query(values))
+    assert link_gives(query, values) and link_gives(urlstate.every_setting_query(values), values)
+    assert config_from_settings(link_settings(query)) == config_from_settings(values)
+    on_compare = url_query(values, also=COMPARE_RUNS)
+    assert on_compare["num_heads"] == "4" and share_query(values, also=COMPARE_RUNS)["num_heads"] == "4"
+    assert link_settings(on_compare)["num_heads"] == 4
+    assert not link_gives(query, values, also=COMPARE_RUNS)  # on Compare the URL without them is rewritten
+    back = {**values, "variant": "mha"}  # the session kept them: back on MHA they run, and the URL names them
+    assert url_query(back)["num_heads"] == "4"
+    learned = fit_modern({**DEFAULTS, "variant": "gqa", "rope_base": 500_000})[0]  # a base for rotary positions
+    assert "rope_base" not in url_query(learned)
+
+
+@pytest.mark.parametrize("also", [(), COMPARE_RUNS], ids=["the class alone", "compare"])
+@pytest.mark.parametrize("variant", list(variants.VARIANTS))
+@pytest.mark.parametrize("changes", [{}, NOT_MHA, {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2},
+                                     {"preset": "custom", "d_out": 64, "num_heads": 4, "dropout": 0.3, "seed": 9}],
+                         ids=["defaults", "modern settings", "book preset", "custom"])
+def test_the_links_the_app_writes_open_the_view_without_a_notice(changes, variant, also):
+    """The URL and the Share link open a fresh session on the same view (the same config, the page's other settings
+    as they are) with no notice: a size the class sets aside, left out, is not announced as changed."""
+    values = fit_modern({**DEFAULTS, "variant": variant, **changes})[0]
+    if changes.get("preset") == "book":
+        values.update(seed=variants.get(variant).book_seed, causal=variants.get(variant).book_causal)
+    for query in (url_query(values, also), share_query(values, also)):
+        opened, notices = settings_from_query(query)
+        assert notices == [], query
+        assert config_from_settings(opened) == config_from_settings(values)
+        assert all(opened[key] == values[key] for key in also), query
+
+
+def test_a_link_naming_a_preset_and_some_sizes_takes_the_others_from_the_preset():
+    """``?preset=book&d_in=3&d_out=2`` (a Share link of SelfAttention_v2 at the book size, which has no heads to name)
+    is the book size: its 2 heads, with no notice about GPT-2's 12 that do not divide d_out 2."""
+    assert settings_from_query({"preset": "book", "variant": "self_attention_v2", "d_in": "3", "d_out": "2"}) == (
+        fit_modern({**DEFAULTS, "preset": "book", "variant": "self_attention_v2", "d_in": 3, "d_out": 2, "num_heads": 2,
+                    "causal": False, "seed": 789})[0], [])
+    own = settings_from_query({"preset": "gpt2-medium", "num_heads": "8"})[0]  # a size it gives is its own
+    assert (own["preset"], own["d_in"], own["d_out"], own["num_heads"]) == ("custom", 1024, 1024, 8)

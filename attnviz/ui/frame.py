@@ -30,7 +30,7 @@ from attnviz.ui.navigation import entry, pages, take_over_routing
 from attnviz.ui.share import share_and_export
 from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, try_again_button, url_settings
 from attnviz.ui.state import keep_page_params, keep_widgets
-from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, url_query, url_value
+from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, url_query, url_value, view_settings
 from attnviz.words import amount
 
 
@@ -101,7 +101,7 @@ def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
     shown = entry(page)
     keep_page_params(shown.script, shown.url_params)  # before the sidebar writes the URL: the shown page's only
     if shown.settings_apply and shown.text_run:
-        _new_text_ahead()
+        _new_text_ahead(shown.also_runs)
     return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views), text_run=shown.text_run)
 
 
@@ -157,18 +157,19 @@ def _trace_of(values: dict, checkpoint: str | None) -> tuple[AttentionConfig, Tr
         raise CheckpointError(ui_weights.unreadable(exc, checkpoint)) from None
 
 
-def _new_text_ahead() -> None:
-    """A new text with every other setting as the last run drew it (the URL): compute its trace before the sidebar's
-    elements are sent, so that the forward pass runs while the browser is idle rather than busy drawing them on the
-    same cores; the page's run then finds the trace in the cache.  Only then: any other change is settled by the
-    sidebar (a checkpoint's sizes, a variant's heads), and a run ahead of it could compute a trace nobody draws.
-    Silent: a problem is for the page's run to report."""
+def _new_text_ahead(also: tuple[str, ...]) -> None:
+    """A new text with every other setting that makes the view (``urlstate.view_settings``, of a page whose work also
+    runs ``also``) as the last run drew it (the URL): compute its trace before the sidebar's elements are sent, so
+    that the forward pass runs while the browser is idle rather than busy drawing them on the same cores; the page's
+    run then finds the trace in the cache.  Only then: any other change is settled by the sidebar (a checkpoint's
+    sizes, a variant's heads), and a run ahead of it could compute a trace nobody draws.  Silent: a problem is for the
+    page's run to report."""
     if any(key not in st.session_state for key in SETTING_KEYS) or st.session_state["weights"] != core_weights.BOOK:
         return  # a session's first run (its settings come from the URL), or a model's sizes to settle
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     given = url_settings()  # what the last run drew
     if given["text"] == url_value("text", values["text"]) or any(
-            given[key] != url_value(key, values[key]) for key in SETTING_KEYS if key != "text"):
+            given[key] != url_value(key, values[key]) for key in view_settings(values, also) if key != "text"):
         return
     try:
         _trace_of(values, None)

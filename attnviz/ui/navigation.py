@@ -46,7 +46,9 @@ class PageEntry:
     URL keeps them while the page is shown, ``state.keep_page_params``); ``focused_head``: its ``head`` is the focused
     head of the sidebar's layer (the Heads and Steps pages': the same layer, the same heads), which a link from one
     such page to another carries (``sidebar.page_links``) — not the Induction lab's or Generate's, a head of their own
-    map's layer."""
+    map's layer; ``also_runs``: the settings its work runs whatever the book's class picked, which that class may set
+    aside (a single-head class's Heads: Compare runs the multi-head variants with them) — its URL and Share link name
+    them (``urlstate.view_settings``)."""
 
     script: str
     title: str
@@ -59,6 +61,7 @@ class PageEntry:
     layer_views: bool = False
     url_params: tuple[str, ...] = ()
     focused_head: bool = False  # its head is the focused head of the sidebar's layer: a link between two carries it
+    also_runs: tuple[str, ...] = ()  # settings its work runs whatever the class picked (urlstate.applying_settings)
 
 
 WITHIN_A_LAYER = (HEAD, STAGE, ROW, COL)  # the focused head, the stage, the window: the Heads and Steps pages'
@@ -69,15 +72,18 @@ PAGES = (
     PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER, focused_head=True),
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
-    PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,)),
-    PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:", url_params=(BUG, TOKEN)),
+    PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,),
+              also_runs=("d_out", "num_heads")),  # every variant at the sidebar's sizes
+    PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:", url_params=(BUG, TOKEN),
+              also_runs=("num_heads",)),  # the book's MHA with the sidebar's heads, a single-head class picked
     PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False,  # random tokens
               url_params=(REPEAT, TOKEN_SEED, MAP_LAYER, HEAD, KNOCKOUT)),
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
               text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD)),
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False,
               url_params=(TRAIN_STEPS, TRAIN_SEED)),
-    PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False),  # its own "Tokens n"
+    PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False,  # its own "Tokens n"
+              also_runs=("d_out", "num_heads", "causal")),  # multi-head attention at the sidebar's sizes and mask
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
               layer_views=True, url_params=HEADS_PARAMS, focused_head=True),
 )
@@ -107,6 +113,11 @@ def entry(page: StreamlitPage) -> PageEntry:
     """The entry of the page ``st.navigation`` chose."""
     return next(entry for entry in PAGES if (entry.url_path if entry.url_path is not None
                                              else entry.script.rsplit("/", 1)[-1][:-3]) == page.url_path)
+
+
+def also_runs(script: str | None) -> tuple[str, ...]:
+    """The settings the page of ``script`` (None: none shown yet) runs whatever the class (``PageEntry.also_runs``)."""
+    return next((entry.also_runs for entry in PAGES if entry.script == script), ())
 
 
 def shares_focused_head(script: str | None) -> bool:

@@ -12,9 +12,10 @@ from streamlit.delta_generator import DeltaGenerator
 from attnviz import weights as core_weights
 from attnviz.config import MAX_CONTEXT_LENGTH
 from attnviz.trace import Trace
+from attnviz.ui import navigation
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import trace_key, trace_of
-from attnviz.ui.state import page_bind
+from attnviz.ui.state import page_bind, shown_page
 from attnviz.urlstate import (
     MAX_URL_TEXT_BYTES,
     PAGE_PARAMS,
@@ -51,7 +52,8 @@ def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:
 def share_link(place: DeltaGenerator | None) -> None:
     """The link to this view into ``place`` (:func:`share_and_export`'s): every setting that makes the view, named also
     at its default (the URL leaves those out), so that the link shows the same view whatever a later release's
-    defaults are, and none that does not apply to the variant or weights shown (``urlstate.share_query``), and the
+    defaults are, and none that does not apply to the variant or weights shown nor runs on this page
+    (``urlstate.share_query``; Compare runs the sidebar's heads whatever the class: ``PageEntry.also_runs``), and the
     page's own parameters as the URL holds them now.  None: the link is drawn already (``setup`` drew it: a page
     without parameters of its own, a stale view)."""
     if place is None:
@@ -59,7 +61,8 @@ def share_link(place: DeltaGenerator | None) -> None:
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     base = (st.context.url or "").split("?", 1)[0]
     page_params = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}  # the shown page's
-    link = base + "?" + urllib.parse.urlencode({**share_query(values), **page_params})
+    also = navigation.also_runs(shown_page())  # the settings the page runs whatever the class (Compare: the heads)
+    link = base + "?" + urllib.parse.urlencode({**share_query(values, also), **page_params})
     in_link = url_value("text", values["text"])
     fits = in_link is not None
     with place:

@@ -148,35 +148,37 @@ def current_settings() -> dict:
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     text_before = st.session_state.get(_SETTLED_TEXT)
     st.session_state[_SETTLED_TEXT] = values["text"]
-    if _url_gives(values):
+    also = navigation.also_runs(shown_page())  # the settings the page runs whatever the class (Compare: the heads)
+    if _url_gives(values, also):
         return values
     kept = {key: st.query_params[key] for key in st.query_params if key in PAGE_PARAMS}  # in the URL's order
-    if not _same_map(values, text_before):
+    if not _same_map(values, text_before, also):
         kept.pop(CELL, None)  # a cell of the map the settings drew before: dropped in this one change of the URL
         forget_map_cell()
-    query = {**url_query(values), **kept}
+    query = {**url_query(values, also), **kept}
     if [(key, st.query_params.get_all(key)) for key in st.query_params] != [(key, [v]) for key, v in query.items()]:
         st.query_params.from_dict(query)  # only a change: each one the browser is sent is an entry of its history
     return values
 
 
-def _same_map(values: dict, text_before: str | None) -> bool:
-    """Whether the settings ``values`` draw the map the URL's settings drew (its clicked cell is still one of it).  A
-    text too long for the URL is not in it: the session holds it, and it is the same where the last run that settled
-    the settings had it too (``text_before``); the other settings are the URL's to compare."""
+def _same_map(values: dict, text_before: str | None, also: tuple[str, ...] = ()) -> bool:
+    """Whether the settings ``values`` draw the map the URL's settings drew (its clicked cell is still one of it) on a
+    page whose work also runs ``also``.  A text too long for the URL is not in it: the session holds it, and it is the
+    same where the last run that settled the settings had it too (``text_before``); the other settings that make the
+    view are the URL's to compare."""
     params = {key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}
     if url_text_fits(values["text"]):
-        return settings_given(params, values)
-    return values["text"] == text_before and settings_given(params, values, without=("text",))
+        return settings_given(params, values, also=also)
+    return values["text"] == text_before and settings_given(params, values, without=("text",), also=also)
 
 
-def _url_gives(values: dict) -> bool:
-    """Whether the URL gives exactly the settings ``values`` (``urlstate.link_gives``) and holds nothing else but
-    page parameters, each parameter once."""
+def _url_gives(values: dict, also: tuple[str, ...]) -> bool:
+    """Whether the URL gives exactly the settings ``values`` that make the view of a page whose work also runs
+    ``also`` (``urlstate.link_gives``) and holds nothing else but page parameters, each parameter once."""
     if any(key not in SETTING_KEYS and key not in PAGE_PARAMS or len(st.query_params.get_all(key)) != 1
            for key in st.query_params):
         return False
-    return link_gives({key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}, values)
+    return link_gives({key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}, values, also)
 
 
 def url_settings() -> dict[str, str]:
@@ -373,15 +375,17 @@ def _notices() -> None:
 
 
 def page_links(pages: list[StreamlitPage], values: dict) -> None:
-    """A link to every listed page, carrying the settings as the URL does (``urlstate.url_query``: a page opened in a
-    new tab shows the same view) and the page's own parameters as its last run in this session left them
-    (``state.page_params_of``) — but the focused head, which a link between the Heads and Steps pages carries as the
-    page shown has it (``navigation.PageEntry.focused_head``)."""
-    query = url_query(values)
+    """A link to every listed page, carrying the settings as that page's URL does (``urlstate.url_query``, with the
+    settings it runs whatever the class: ``navigation.PageEntry.also_runs``; a page opened in a new tab shows the same
+    view) and the page's own parameters as its last run in this session left them (``state.page_params_of``) — but
+    the focused head, which a link between the Heads and Steps pages carries as the page shown has it
+    (``navigation.PageEntry.focused_head``)."""
+    queries = {}  # also_runs -> the settings' parameters
     carries = navigation.shares_focused_head(shown_page())
     for page in pages:
         if page.visibility == "visible":
             target = navigation.entry(page)
+            query = queries.setdefault(target.also_runs, url_query(values, target.also_runs))
             carried = (HEAD,) if carries and target.focused_head else ()
             st.page_link(page, query_params={**query, **page_link_params(target.script, carried)})
 

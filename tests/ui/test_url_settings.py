@@ -5,6 +5,7 @@ reload."""
 
 from __future__ import annotations
 
+import pytest
 from helpers.apptest import follow_link, no_exception, open_app
 from streamlit.testing.v1 import AppTest
 
@@ -109,3 +110,94 @@ def test_a_long_paste_is_shared_as_the_part_shown_and_the_text_box_keeps_it_whol
     no_exception(at)
     assert "text" not in dict(url(at)) and link_text(at) is None
     assert any("not in this link" in warning.value for warning in at.sidebar.warning)
+
+
+def share_link_params(at: AppTest) -> dict[str, str]:
+    """The Share link's parameters (each one's last value)."""
+    import urllib.parse
+
+    link = next(code.value for code in at.sidebar.code if "?" in code.value)
+    return dict(urllib.parse.parse_qsl(link.split("?", 1)[1], keep_blank_values=True))
+
+
+def config_of(at: AppTest):
+    """The AttentionConfig the session's settings run (the book's classes)."""
+    from attnviz.urlstate import SETTING_KEYS, config_from_settings
+
+    return config_from_settings({key: at.session_state[key] for key in SETTING_KEYS})
+
+
+def test_a_single_head_class_picked_after_four_heads_leaves_them_out_of_the_url_where_the_page_runs_it_alone():
+    """The Heads the single-head class sets aside leave the URL as they leave the Share link: the address bar says
+    what runs.  The session keeps them (back on MHA they run again), and the Compare page, which runs the multi-head
+    variants with them whatever the class picked, names them in its URL and its Share link."""
+    at = app()
+    at.sidebar.selectbox(key="num_heads").set_value(4).run()
+    assert dict(url(at))["num_heads"] == "4"
+    at.sidebar.selectbox(key="variant").set_value("self_attention_v1").run()
+    no_exception(at)
+    assert "num_heads" not in dict(url(at)) and "num_heads" not in share_link_params(at)
+    reloaded = app(**dict(url(at)))
+    no_exception(reloaded)
+    assert config_of(reloaded) == config_of(at) and not reloaded.sidebar.warning
+
+    follow_link(at, "pages/compare.py")
+    no_exception(at)
+    assert dict(url(at))["num_heads"] == "4" and share_link_params(at)["num_heads"] == "4"
+    assert "4 heads of 192" in at.caption[0].value
+    follow_link(at, "pages/heads.py")
+    assert "num_heads" not in dict(url(at))
+    at.sidebar.selectbox(key="variant").set_value("mha").run()
+    assert dict(url(at))["num_heads"] == "4" and config_of(at).num_heads == 4
+
+
+def test_a_book_size_link_with_the_seed_123_keeps_it_and_one_without_a_seed_opens_the_books_789():
+    """A link to SelfAttention_v2 at the book size written before the size set each class's seed (no ``seed``) opens
+    with 789, the book's; one that names ``seed=123`` still runs 123, and its URL and Share link keep it."""
+    own = app(preset="book", variant="self_attention_v2", seed="123")
+    no_exception(own)
+    assert own.sidebar.number_input(key="seed").value == 123 and config_of(own).seed == 123
+    assert dict(url(own))["seed"] == "123" and share_link_params(own)["seed"] == "123"
+    old = app(preset="book", variant="self_attention_v2")
+    assert old.sidebar.number_input(key="seed").value == 789 and "seed" not in dict(url(old))
+    assert share_link_params(old)["seed"] == "789"
+
+
+FOUR_HEADS_THEN_V1 = [("selectbox", "num_heads", 4), ("selectbox", "variant", "self_attention_v1")]
+SESSIONS = {  # a session's changes, in order: (widget kind, key, value)
+    "v1 after four heads": FOUR_HEADS_THEN_V1,
+    "simplified after d_out 64": [("number_input", "d_out", 64), ("selectbox", "num_heads", 4),
+                                  ("selectbox", "variant", "simplified")],
+    "v1 at d_out 64": [("number_input", "d_out", 64), ("selectbox", "num_heads", 4),
+                       ("selectbox", "variant", "self_attention_v1")],
+    "book size, v2": [("selectbox", "preset", "book"), ("selectbox", "variant", "self_attention_v2")],
+    "book size, v2 at 123": [("selectbox", "preset", "book"), ("selectbox", "variant", "self_attention_v2"),
+                             ("number_input", "seed", 123)],
+    "rotary gqa, then mha learned": [("selectbox", "variant", "gqa"), ("selectbox", "num_kv_groups", 2),
+                                     ("radio", "positions", "rotary"), ("selectbox", "rope_base", 500_000),
+                                     ("selectbox", "variant", "mha"), ("radio", "positions", "learned")],
+}
+
+
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/compare.py"])
+@pytest.mark.parametrize("changes", SESSIONS.values(), ids=SESSIONS)
+def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh_session(changes, page):
+    """Each link the app writes — the address bar and the Share link, on a page that runs the picked class alone and
+    on Compare — opened in a fresh session runs the same config (and on Compare the same heads), with no notice."""
+    at = app()
+    for kind, key, value in changes:
+        getattr(at.sidebar, kind)(key=key).set_value(value).run()
+        no_exception(at)
+    if page != "pages/heads.py":
+        follow_link(at, page)
+    for params in (dict(url(at)), share_link_params(at)):
+        fresh = app(**params)
+        if page != "pages/heads.py":
+            fresh.switch_page(page).run()
+        no_exception(fresh)
+        assert not fresh.sidebar.warning, [w.value for w in fresh.sidebar.warning]
+        assert config_of(fresh) == config_of(at), params
+        if page == "pages/compare.py":  # every variant at the sidebar's sizes
+            assert fresh.caption[0].value == at.caption[0].value
+            assert (fresh.session_state["d_out"], fresh.session_state["num_heads"]) == (
+                at.session_state["d_out"], at.session_state["num_heads"])
