@@ -1243,38 +1243,57 @@ MODULE_INTERNALS = frozenset(vars(nn.Module()))  # nn.Module's own bookkeeping (
 
 
 def _kept_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
-    """path -> every tensor the module keeps: an attribute, a buffer, or one inside a tuple, list or dict attribute
-    (``kv[0]``, ``cache["k"]``) or a cache object it keeps (:func:`_tensors_in`); never a parameter."""
+    """path -> every tensor the module keeps: an attribute, a buffer, or one inside the containers an attribute holds
+    (``kv[0]``, ``cache["k"]``, ``kv[1][0]``) or a cache object it keeps (:func:`_tensors_in`); never a parameter, and a
+    tensor kept under two paths once."""
     kept: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
     for name, value in vars(module).items():
         if name not in MODULE_INTERNALS:
-            kept.update(_tensors_in(name, value))
-    kept.update(module.named_buffers())
+            kept.update(_tensors_in(name, value, seen))
+    kept.update((name, buffer) for name, buffer in module.named_buffers() if id(buffer) not in seen)
     return {path: value for path, value in kept.items() if not isinstance(value, nn.Parameter)}
 
 
-def _tensors_in(name: str, value) -> dict[str, torch.Tensor]:
-    """path -> ``value`` when it is a tensor, else the tensors one level inside it: a tuple's or list's items
-    (``name[0]``), a dict's values (``name["k"]``), a Hugging Face cache object's layers' keys and values
-    (``name.layers[0].keys``, or the older ``name.key_cache[0]``)."""
-    if isinstance(value, torch.Tensor):
-        return {name: value}
-    if isinstance(value, tuple | list):
-        return {f"{name}[{index}]": item for index, item in enumerate(value) if isinstance(item, torch.Tensor)}
-    if isinstance(value, dict):
-        return {f'{name}["{key}"]' if isinstance(key, str) else f"{name}[{key!r}]": item
-                for key, item in value.items() if isinstance(item, torch.Tensor)}
+NESTING = 4  # how many containers deep a cache's tensors are looked for (a list of per-layer (k, v) tuples: 2)
+
+
+def _tensors_in(name: str, value, seen: set[int] | None = None) -> dict[str, torch.Tensor]:
+    """path -> ``value`` when it is a tensor, else the tensors inside it, up to :data:`NESTING` containers deep:
+    a tuple's or list's items (``name[0]``, and per layer ``name[1][0]``), a dict's values (``name["k"]``), a Hugging
+    Face cache object's layers' keys and values (``name.layers[0].keys``, or the older ``name.key_cache[0]``).  A
+    tensor reached twice (``seen``: the ids of those found before) is kept under its first path only."""
     found: dict[str, torch.Tensor] = {}
-    layers = getattr(value, "layers", None)
-    if isinstance(layers, list | tuple):
-        for index, layer in enumerate(layers):
-            found.update({f"{name}.layers[{index}].{part}": getattr(layer, part) for part in ("keys", "values")
-                          if isinstance(getattr(layer, part, None), torch.Tensor)})
-    for part in ("key_cache", "value_cache"):
-        if not found and isinstance(getattr(value, part, None), list):
-            found.update({f"{name}.{part}[{index}]": item for index, item in enumerate(getattr(value, part))
-                          if isinstance(item, torch.Tensor)})
+    _collect_tensors(name, value, 0, found, set() if seen is None else seen)
     return found
+
+
+def _collect_tensors(path: str, value, depth: int, found: dict[str, torch.Tensor], seen: set[int]) -> None:
+    """Adds the tensors in ``value`` (:func:`_tensors_in`), ``depth`` containers below the attribute, to ``found``."""
+    if isinstance(value, torch.Tensor):
+        if id(value) not in seen:
+            seen.add(id(value))
+            found[path] = value
+        return
+    if depth >= NESTING:
+        return
+    if isinstance(value, tuple | list):
+        items = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+    elif isinstance(value, dict):
+        items = [(f'{path}["{key}"]' if isinstance(key, str) else f"{path}[{key!r}]", item)
+                 for key, item in value.items()]
+    else:
+        items = []
+        layers = getattr(value, "layers", None)
+        if isinstance(layers, list | tuple):
+            items = [(f"{path}.layers[{index}].{part}", getattr(layer, part)) for index, layer in enumerate(layers)
+                     for part in ("keys", "values") if isinstance(getattr(layer, part, None), torch.Tensor)]
+        if not items:
+            items = [(f"{path}.{part}[{index}]", item) for part in ("key_cache", "value_cache")
+                     if isinstance(getattr(value, part, None), list)
+                     for index, item in enumerate(getattr(value, part)) if isinstance(item, torch.Tensor)]
+    for item_path, item in items:
+        _collect_tensors(item_path, item, depth + 1, found, seen)
 
 
 def _snapshot(module: nn.Module) -> dict[str, torch.Tensor]:

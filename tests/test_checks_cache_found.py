@@ -92,3 +92,44 @@ def test_a_window_cache_the_caller_holds_passes_when_it_returns_the_window_and_f
         f"but the cache keeps more than the window needs: past_key_values[0] holds 8 tokens after 8, and a window of "
         f"W = 3 needs only the last 3 — {DROP}"), check
     assert [rule for rule, check in wasteful.items() if check.status == "fail"] == ["kv-cache"]
+
+
+NESTED = ("8 tokens of 64 elements (256 bytes) each: {0}[0][0] (1, 2, 8, 8), {0}[0][1] (1, 2, 8, 8), {0}[1][0] "
+          "(1, 2, 8, 8), {0}[1][1] (1, 2, 8, 8)")
+
+
+@pytest.mark.parametrize(("cls", "name"), [(nc.LayerCaches, "kv"), (nc.PastLayers, "past_key_values")],
+                         ids=["self.kv-list-of-tuples", "legacy-past_key_values"])
+def test_a_cache_nested_per_layer_says_what_every_layer_holds_once(cls, name):
+    """A list of per-layer (k, v) tuples the module keeps, or Hugging Face's legacy tuple of (k, v) tuples the caller
+    holds: every layer's K and V are the cache, each counted once (the line said nothing of what the cache held)."""
+    results = verdicts(built(cls))
+    check = results["kv-cache"]
+    assert check.status == "pass" and check.evidence.endswith(
+        f"; after 8 tokens the cache holds {NESTED.format(name)}"), check
+    assert [rule for rule, check in results.items() if check.status == "fail"] == []
+
+
+@pytest.mark.parametrize(("cls", "name"), [(nc.LayerCaches, "kv"), (nc.PastLayers, "past_key_values")],
+                         ids=["self.kv-list-of-tuples", "legacy-past_key_values"])
+def test_a_nested_per_layer_cache_of_repeated_heads_fails_naming_every_layers_tensors(cls, name):
+    """Right outputs, but each layer caches its K and V after repeat_interleave: the GQA waste, found two levels deep
+    (it passed, saying nothing of what the cache held)."""
+    check = verdicts(built(cls, repeated=True))["kv-cache"]
+    tensors = f"{name}[0][0] and {name}[0][1] and {name}[1][0] and {name}[1][1]"
+    assert check.status == "fail" and check.evidence.endswith(
+        f"but {tensors} hold num_heads = 4 heads where num_kv_groups = 2 K/V heads are declared (128 elements per "
+        "token, where 2 K/V heads need 64) — cache the keys and values before repeat_interleave, and repeat them "
+        "after reading the cache"), check
+
+
+def test_nested_containers_are_read_to_a_limit_and_each_tensor_once():
+    """Lists, tuples and dicts of any depth up to the limit; the same tensor under two paths counted once; a
+    container that holds itself does not loop."""
+    k, v, deep = torch.zeros(1, 2, 3, 4), torch.ones(1, 2, 3, 4), torch.full((1, 2, 3, 4), 2.0)
+    nested = {"layers": [(k, v), {"k": k, "v": v}], "deep": [[[[[[deep]]]]]], "deep enough": [[[deep]]]}
+    loop: list = [v]
+    loop.append(loop)
+    assert checks._tensors_in("c", nested) == {'c["layers"][0][0]': k, 'c["layers"][0][1]': v,
+                                               'c["deep enough"][0][0][0]': deep}
+    assert checks._tensors_in("c", loop) == {"c[0]": v}

@@ -217,3 +217,73 @@ class PastWindow(nn.Module):
         s = s.masked_fill(window_mask(T, k.shape[2], self.sliding_window_size), float("-inf"))  # (B, h, T, S)
         y = F.softmax(s, dim=-1) @ v  # (B, h, T, dk)
         return self.o(y.transpose(1, 2).reshape(B, T, C)), present  # (B, T, C)
+
+
+class _TwoGQALayers(nn.Module):
+    """Two grouped-query attention layers in a row, a residual around each (a small decoder's attention stack), each
+    layer's K and V (b, num_kv_groups, n, hd) cached; ``repeated=True`` caches them after ``repeat_interleave``
+    (num_heads heads)."""
+
+    def __init__(self, d_model=32, num_heads=4, num_kv_groups=2, repeated=False):
+        super().__init__()
+        self.d_out, self.num_heads, self.num_kv_groups = d_model, num_heads, num_kv_groups
+        self.head_dim, self.group_size = d_model // num_heads, num_heads // num_kv_groups
+        self.W_query = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(2))
+        self.W_key = nn.ModuleList(nn.Linear(d_model, num_kv_groups * self.head_dim, bias=False) for _ in range(2))
+        self.W_value = nn.ModuleList(nn.Linear(d_model, num_kv_groups * self.head_dim, bias=False) for _ in range(2))
+        self.out_proj = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(2))
+        self.repeated = repeated
+
+    def layer(self, i, x, past):
+        """Layer i on x (b, n, d_model) after the cached ``past`` (k, v) or None: (its output, the (k, v) to keep)."""
+        b, n, _ = x.shape
+        queries = self.W_query[i](x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = self.W_key[i](x).view(b, n, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        values = self.W_value[i](x).view(b, n, self.num_kv_groups, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        if self.repeated:
+            keys = keys.repeat_interleave(self.group_size, dim=1)  # (b, h, n, hd)
+            values = values.repeat_interleave(self.group_size, dim=1)  # (b, h, n, hd)
+        if past is not None:
+            keys = torch.cat([past[0], keys], dim=2)  # (b, g or h, cached + n, hd)
+            values = torch.cat([past[1], values], dim=2)  # (b, g or h, cached + n, hd)
+        kept = (keys, values)
+        if not self.repeated:
+            keys = keys.repeat_interleave(self.group_size, dim=1)  # (b, h, s, hd)
+            values = values.repeat_interleave(self.group_size, dim=1)  # (b, h, s, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, s) -> (b, h, n, s)
+        attn_scores = attn_scores.masked_fill(window_mask(n, keys.shape[2], None), -torch.inf)  # (b, h, n, s)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, s)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return x + self.out_proj[i](context_vec), kept  # (b, n, d_model)
+
+
+class LayerCaches(_TwoGQALayers):
+    """The two layers' cache kept as one list of per-layer tuples, ``self.kv = [(k, v), (k, v)]``."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.kv = None
+
+    def forward(self, x, use_cache=False):
+        kept = []
+        for i in range(2):
+            x, layer_kv = self.layer(i, x, self.kv[i] if use_cache and self.kv is not None else None)  # (b, n, d)
+            kept.append(layer_kv)
+        if use_cache:
+            self.kv = kept
+        return x  # (b, n, d_model)
+
+    def reset_cache(self):
+        self.kv = None
+
+
+class PastLayers(_TwoGQALayers):
+    """The caller holds the two layers' cache as Hugging Face's legacy format has it: ``past_key_values`` is a tuple of
+    per-layer (k, v) tuples, ``forward(x, past_key_values=None, use_cache=False) -> (out, presents)``."""
+
+    def forward(self, x, past_key_values=None, use_cache=False):
+        presents = []
+        for i in range(2):
+            x, layer_kv = self.layer(i, x, None if past_key_values is None else past_key_values[i])  # (b, n, d)
+            presents.append(layer_kv)
+        return x, tuple(presents) if use_cache else None  # (b, n, d_model), ((k, v), (k, v))
