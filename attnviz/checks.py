@@ -1296,9 +1296,26 @@ def _collect_tensors(path: str, value, depth: int, found: dict[str, torch.Tensor
         _collect_tensors(item_path, item, depth + 1, found, seen)
 
 
-def _snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of every tensor the module keeps (:func:`_kept_tensors`), as it is now."""
-    return {path: value.detach().clone() for path, value in _kept_tensors(module).items()}
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's version counter, which every in-place change moves on (None: an inference tensor keeps none)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
+def _reset_changed(before: torch.Tensor, version: int | None, after: torch.Tensor | None) -> bool:
+    """Whether the reset emptied or replaced a tensor the module kept, ``before`` (its version counter then:
+    ``version``; None: ``before`` is a copy): gone, changed in place (the counter moved), or another tensor that
+    differs from it."""
+    if after is None or (version is not None and _version(before) != version):
+        return True
+    return after is not before and not _unchanged(before, after)
+
+
+def _stand_in(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``tensor``'s shape and dtype on the meta device: what it held, sized, without a copy of it."""
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
 
 
 def _unchanged(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
@@ -1315,34 +1332,43 @@ def _unchanged(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
 
 def _found_cache(module: nn.Module, reset, sequence: torch.Tensor) \
         -> tuple[dict[str, torch.Tensor], list[dict[str, torch.Size]]] | None:
-    """The module's cache, found by what it holds, as it is now (after the cached forwards so far), and its tensors'
-    shapes after ``reset()`` and ``sequence``'s first token fed with ``use_cache=True``, then after its second: what
-    one token adds; None when one of the forwards raises.
+    """The module's cache, found by what it holds, as it is now (after the cached forwards so far: stand-ins of its
+    tensors' shapes and dtypes, :func:`_stand_in`, as only their sizes are read), and its tensors' shapes after
+    ``reset()`` and ``sequence``'s first token fed with ``use_cache=True``, then after its second: what one token adds;
+    None when one of the forwards raises.  It copies only what the reset emptied, after one token: a tensor the reset
+    leaves is told by its version counter (:func:`_reset_changed`), not by a copy.
 
     The cache is every tensor the module keeps (:func:`_kept_tensors`, by its path: ``k``, ``kv[0]``, ``cache["k"]``)
     that the reset empties or replaces (it differs after the reset from now) and that holds the tokens: it grows from
     the first token to the second, or holds what a token brought (fed first after a reset, the second token leaves
     it otherwise than the first does).  A weight, a mask or rotary table no forward changes, and a step counter (the
     same whichever token came first) are not the cache."""
-    now = _snapshot(module)
-    fed = []
+    kept = _kept_tensors(module)
+    versions = {path: _version(value) for path, value in kept.items()}
+    now = {path: value if versions[path] is not None else value.clone() for path, value in kept.items()}
     with torch.no_grad():
         try:
             reset()
-            emptied = _snapshot(module)
+            emptied = _kept_tensors(module)
+            sizes = {path: _stand_in(value) for path, value in now.items()
+                     if _reset_changed(value, versions[path], emptied.get(path))}
+            del kept, now, emptied  # the sequence's cache is not held longer than the module holds it
             tracing.run_forward(module, sequence[:, 1:2], use_cache=True)  # another token first
-            other = _snapshot(module)
+            other = {path: value.detach().clone() for path, value in _kept_tensors(module).items()
+                     if path in sizes}  # the one copy: what the reset emptied, after another first token
             reset()
-            for tokens in (1, 2):
-                tracing.run_forward(module, sequence[:, tokens - 1:tokens], use_cache=True)
-                fed.append(_snapshot(module))
+            tracing.run_forward(module, sequence[:, 0:1], use_cache=True)
+            first = _kept_tensors(module)
+            brought = {path for path in sizes if path in first and not _unchanged(first[path], other.get(path))}
+            fed = [{path: value.shape for path, value in first.items() if path in sizes}]
+            del first, other
+            tracing.run_forward(module, sequence[:, 1:2], use_cache=True)
+            fed.append({path: value.shape for path, value in _kept_tensors(module).items() if path in sizes})
         except tracing.TraceError:
             return None
-    first, second = fed
-    cache = {path: value for path, value in now.items()
-             if path in first and path in second and not _unchanged(value, emptied.get(path))
-             and (second[path].numel() > first[path].numel() or not _unchanged(first[path], other.get(path)))}
-    return cache, [{path: tensors[path].shape for path in cache} for tensors in fed]
+    cache = {path: size for path, size in sizes.items() if path in fed[0] and path in fed[1]
+             and (fed[1][path].numel() > fed[0][path].numel() or path in brought)}
+    return cache, [{path: shapes[path] for path in cache} for shapes in fed]
 
 
 @dataclass(frozen=True)

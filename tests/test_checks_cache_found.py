@@ -6,6 +6,7 @@ import pytest
 import torch
 from helpers import named_caches as nc
 from helpers import user_modules as um
+from torch.overrides import TorchFunctionMode
 
 from attnviz import checks
 
@@ -31,7 +32,9 @@ def verdicts(module) -> dict[str, checks.Check]:
      "8 tokens of 32 elements (128 bytes) each: keys (1, 2, 8, 8), values (1, 2, 8, 8)"),
     (lambda: built(nc.StepCountedMHA),
      "8 tokens of 64 elements (256 bytes) each: past_k (1, 4, 8, 8), past_v (1, 4, 8, 8)"),
-], ids=["self.k", "dict", "tuple", "gqa-keys-values", "step-counter"])
+    (lambda: built(nc.ZeroedInPlace),
+     "k_buf (1, 4, 16, 8), v_buf (1, 4, 16, 8): 1,024 elements (4,096 bytes), no more than after the first token"),
+], ids=["self.k", "dict", "tuple", "gqa-keys-values", "step-counter", "zeroed-in-place"])
 def test_a_correct_cache_under_any_name_passes_and_says_what_it_holds(module, holds):
     """The tensors a cached forward fills and the reset empties are the cache, whatever they are called; a causal mask
     buffer no forward changes, and a step counter (a buffer the reset replaces, a tensor it never resets) are not."""
@@ -133,3 +136,32 @@ def test_nested_containers_are_read_to_a_limit_and_each_tensor_once():
     assert checks._tensors_in("c", nested) == {'c["layers"][0][0]': k, 'c["layers"][0][1]': v,
                                                'c["deep enough"][0][0][0]': deep}
     assert checks._tensors_in("c", loop) == {"c[0]": v}
+
+
+class _Copies(TorchFunctionMode):
+    """The bytes every ``clone`` under it makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "__name__", "") == "clone":
+            self.bytes += out.nbytes
+        return out
+
+
+def test_finding_the_cache_copies_one_tokens_cache_alone():
+    """The finder copies what the reset emptied once, after one token: not the sequence's cache, nor the mask buffer
+    (it copied every tensor the module keeps five times: 4,352 bytes here)."""
+    module = built(nc.TupleCacheMHA)
+    x = checks.default_input(module)[:1]  # (1, 8, 16)
+    with torch.no_grad():
+        module(x, use_cache=True)
+    with _Copies() as copies:
+        cache, fed = checks._found_cache(module, module.reset_cache, x)
+    assert {path: tuple(value.shape) for path, value in cache.items()} == {"kv[0]": (1, 4, 8, 8), "kv[1]": (1, 4, 8, 8)}
+    assert [{path: tuple(shape) for path, shape in shapes.items()} for shapes in fed] == [
+        {"kv[0]": (1, 4, 1, 8), "kv[1]": (1, 4, 1, 8)}, {"kv[0]": (1, 4, 2, 8), "kv[1]": (1, 4, 2, 8)}]
+    assert copies.bytes == 2 * 4 * 8 * 4  # one token's K and V: 4 heads × 8 floats each

@@ -287,3 +287,38 @@ class PastLayers(_TwoGQALayers):
             x, layer_kv = self.layer(i, x, None if past_key_values is None else past_key_values[i])  # (b, n, d)
             presents.append(layer_kv)
         return x, tuple(presents) if use_cache else None  # (b, n, d_model), ((k, v), (k, v))
+
+
+class ZeroedInPlace(nn.Module):
+    """Causal multi-head attention whose cache is allocated once, as buffers ``k_buf``/``v_buf`` (1, h, context, hd)
+    filled at ``pos``, and whose reset zeroes them in place (``k_buf.zero_()``): the same tensors before and after."""
+
+    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.register_buffer("k_buf", torch.zeros(1, num_heads, context_length, self.head_dim), persistent=False)
+        self.register_buffer("v_buf", torch.zeros(1, num_heads, context_length, self.head_dim), persistent=False)
+        self.pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        start = 0  # (b, h, n, hd) each above
+        if use_cache:
+            start = self.pos
+            self.k_buf[:, :, start:start + n] = keys
+            self.v_buf[:, :, start:start + n] = values
+            self.pos += n
+            keys, values = self.k_buf[:, :, :self.pos], self.v_buf[:, :, :self.pos]  # (1, h, cached + n, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, s) -> (b, h, n, s)
+        attn_scores = attn_scores.masked_fill(window_mask(n, keys.shape[2], None), -torch.inf)  # (b, h, n, s)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, s)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.k_buf.zero_()
+        self.v_buf.zero_()
+        self.pos = 0
