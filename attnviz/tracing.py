@@ -8,7 +8,8 @@ attention is
 
 * a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
   the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask) and the
-  scale (a multiply or divide by a number) reaches the ``Q @ Kᵀ`` matmul; walking forward through a dropout, a cast
+  scale (a multiply or divide by a number; or one Q or K got before they were viewed, transposed or reshaped into
+  heads: OPT's ``q_proj(x) * scaling``) reaches the ``Q @ Kᵀ`` matmul; walking forward through a dropout, a cast
   to the dtype the weights have, a ``where`` that only sets NaN to 0, a head or query mask that zeroes whole rows
   (GPT-2's ``* head_mask``: ``Attention.rows_zeroed``) (or a number the weights are multiplied or divided by: a bug
   that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul; both walks pass a ``view`` /
@@ -135,7 +136,8 @@ class Recording:
     attentions: list[Attention]
     output: torch.Tensor
     dropout_calls: list[tuple[int, bool, float]] = field(default_factory=list)  # (op index, training, p)
-    # (op index, tensor, the context ops it is made of) of every F.linear input, then the output (op index len(ops)),
+    # (op index, tensor, the context ops it is made of) of every F.linear input (or x of a product with a weight,
+    # x @ W.T: :func:`_by_weight`), then the output (op index len(ops)),
     # that is computed from attention contexts alone (see _context_sources)
     fed_onwards: list[tuple[int, torch.Tensor, frozenset[int]]] = field(default_factory=list)
     triangular_mask: bool = False  # a masked_fill / where, or an SDPA / MultiheadAttention call, had a triangular mask
@@ -154,6 +156,11 @@ _MASKS = {"masked_fill", "masked_fill_", "where", "add", "__add__", "__radd__", 
           "__sub__", "sub_"}
 _PASS = {"contiguous", "float", "to", "type_as", "clone", "detach"}  # value-preserving steps between stages
 _REGROUPS = {"view", "reshape", "_unsafe_view"}  # they pass when they keep the last two dims (_regroups)
+# ops that only move an operand's values about: a scale before them (OPT's q_proj(x) * scaling, then .view(…)
+# .transpose(1, 2) and a reshape into (b·h, n, hd)) scales the operand they make
+_REARRANGES = {"transpose", "mT", "permute", "T", "t", "view", "reshape", "_unsafe_view", "flatten", "unflatten",
+               "view_as", "reshape_as", "squeeze", "unsqueeze"}
+_SHAPED_AS = {"view_as", "reshape_as", "expand_as", "type_as"}  # their second tensor gives only a shape or dtype
 _CASTS = {"type", "double", "half", "bfloat16"}  # value-preserving when the dtype stays: w.type(v.dtype) in float32
 _DROPOUTS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout"}
 _SOFTMAXES = {"softmax", "_softmax", "softmax_"}
@@ -259,7 +266,7 @@ class _Recorder(TorchFunctionMode):
                 self.softmaxes.append((node, dim - tensor.dim()))
             elif dim is not None:
                 self.other_softmaxes.append((node, dim))
-        if name == "linear":
+        if name == "linear" or name in _MATMULS and _by_weight(args):
             self.linear_inputs.append((index, args[0], parents[0] if parents else None))
         if name in ("masked_fill", "masked_fill_", "where") and not self.triangular_mask:
             self.triangular_mask = any(_triangular(a) for a in args[:2] if isinstance(a, torch.Tensor))
@@ -314,6 +321,15 @@ class _Recorder(TorchFunctionMode):
                 if isinstance(piece, torch.Tensor):
                     self.nodes[id(piece)] = node
         return out
+
+
+def _by_weight(args) -> bool:
+    """Whether a matmul's arguments are an input and a weight: ``x @ W``, ``x @ W.T`` with ``W`` a parameter
+    (Falcon's ``FalconLinear``, a hand-written projection) — a linear layer written as a product."""
+    if len(args) != 2 or not all(isinstance(arg, torch.Tensor) for arg in args) or isinstance(args[0], nn.Parameter):
+        return False
+    weight = args[1]
+    return isinstance(weight, nn.Parameter) or (weight._base is not None and isinstance(weight._base, nn.Parameter))
 
 
 def _arg(func, args, kwargs, name, default):
@@ -498,7 +514,8 @@ def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        parents = [p for p in current.parents if p is not None] if current.name in _PASS else current.parents
+        parents = current.parents[:1] if current.name in _SHAPED_AS else current.parents  # reshape_as(x): x's shape
+        parents = [p for p in parents if p is not None] if current.name in _PASS else parents
         if not parents:  # made from no tensor (torch.zeros), or only from tensors it did not record (type_as(x))
             return frozenset()
         stack.extend(parents)
@@ -931,7 +948,7 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] 
     scale = float(matmul.kwargs.get("alpha", 1.0)) if matmul.name == "baddbmm" else 1.0
     queries, keys = tensors[query_index], tensors[1 - query_index]
     for index, node in enumerate(parents[:2]):
-        while node is not None and (_passes(node) or node.name in {"transpose", "mT", "permute", "T"}):
+        while node is not None and (_passes(node) or node.name in _REARRANGES):  # to a scale the operand was given
             node = _tensor_parent(node) if node.parents else None
         if node is not None and node.name in _SCALES:
             factor = _scalar(node)

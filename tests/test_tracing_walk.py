@@ -113,3 +113,57 @@ def test_a_softmax_over_the_heads_is_refused_with_its_dim_shape_and_line():
         tracing.trace_module(um.SoftmaxOverHeads(), torch.randn(2, 8, 32))
     assert str(caught.value) == (f"no attention found: the softmax on line {line} runs over dim=1 of a (2, 4, 8, 8) "
                                  "tensor (the heads); attention's softmax runs over the keys, dim=-1")
+
+
+@pytest.mark.parametrize("merge", ["view", "reshape_as"])
+def test_queries_scaled_before_the_heads_are_folded_into_the_batch_pass_every_rule(merge):
+    """OPT's, BART's and Whisper's order: q scaled, then viewed, transposed and reshaped to (b·h, n, hd).  The scale
+    before the view was not found (scaling failed: "not scaled", matches-reference failed by the scale), and a context
+    put back with reshape_as(x) was not compared as the concatenated heads."""
+    torch.manual_seed(0)
+    results = verdicts(um.FoldedHeads(merge=merge).eval())
+    assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache"}, results
+    assert results["scaling"].evidence == "the scores are divided by √head_dim = √4 ≈ 2"
+    assert results["matches-reference"].evidence.startswith("the concatenated heads equal"), results
+    trace = tracing.trace_module(um.FoldedHeads(merge=merge).eval(), torch.randn(1, 8, 16))
+    assert trace.steps["weights"].shape == (1, 4, 8, 8) and trace.steps["queries"].shape == (1, 4, 8, 4)
+
+
+@pytest.mark.parametrize("merge", ["view", "reshape_as"])
+def test_heads_mixed_with_tokens_by_a_bad_view_still_fail(merge):
+    """The walk reads through views and reshapes, but the concatenated heads are still compared: a (b·h, n, hd)
+    context viewed straight as (b, n, d) fails causal and matches-reference (with reshape_as(x), matches-reference
+    compared the context alone and passed)."""
+    torch.manual_seed(0)
+    results = verdicts(um.FoldedHeads(merge=merge, bug="heads-mixed").eval())
+    assert results["causal"].status == "fail", results["causal"]
+    assert results["matches-reference"].status == "fail" and results["matches-reference"].evidence.startswith(
+        "the concatenated heads ≠"), results["matches-reference"]
+
+
+def test_transformers_opt_eager_attention_scales_its_queries_before_the_view():
+    """The real thing: transformers' OPTAttention (eager) multiplies q_proj's output by head_dim ** -0.5, then views
+    and transposes it, and calls its attention with scaling=1.0; given the additive causal mask its model builds."""
+    pytest.importorskip("transformers")
+    from transformers import OPTConfig
+    from transformers.models.opt.modeling_opt import OPTAttention
+
+    config = OPTConfig(hidden_size=32, num_attention_heads=4, ffn_dim=64, attention_dropout=0.0)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    inner = OPTAttention(config, layer_idx=0).eval()
+
+    class OPTEager(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = inner
+
+        def forward(self, hidden_states):
+            n = hidden_states.shape[1]
+            mask = torch.full((n, n), float("-inf")).triu(1)[None, None]  # (1, 1, n, n)
+            return self.self_attn(hidden_states, attention_mask=mask)[0]  # (b, n, 32)
+
+    results = verdicts(OPTEager().eval())
+    assert results["scaling"] == checks.Check("scaling", "pass", "the scores are divided by √head_dim = √8 ≈ 2.83")
+    assert results["matches-reference"].status == "pass", results["matches-reference"]
+    assert {rule for rule, check in results.items() if check.status == "fail"} == set(), results

@@ -1735,3 +1735,40 @@ class StableNaiveSoftmax(NaiveSoftmax):
         e = torch.exp(s - s.amax(dim=-1, keepdim=True)) * torch.ones(n, n).tril()  # (b, h, n, n)
         w = e / e.sum(dim=-1, keepdim=True)  # (b, h, n, n)
         return self.proj((w @ v).transpose(1, 2).reshape(b, n, -1))  # (b, h, n, hd) -> (b, n, d_out)
+
+
+class FoldedHeads(nn.Module):
+    """Heads folded into the batch after a transpose, as OPT's, BART's and Whisper's eager attention and xformers'
+    reference attention write it: the queries scaled by head_dim ** -0.5 as they leave their projection, then (b, n, d)
+    viewed (b, n, h, hd), transposed and reshaped (b·h, n, hd); ``torch.bmm`` for Q·Kᵀ and for ·V; the context viewed
+    back (b, h, n, hd), permuted and viewed (b, n, d) for the output projection (``merge="reshape_as"``: transposed
+    and ``reshape_as(x)``).  ``bug="heads-mixed"``: the context reshaped to (b, n, d) without putting the heads back
+    after the tokens, which mixes heads with tokens."""
+
+    def __init__(self, embed_dim=16, num_heads=4, merge="view", bug=None):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.scaling = self.head_dim ** -0.5
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.merge, self.bug = merge, bug
+
+    def forward(self, x):
+        b, n, d = x.shape
+        h, hd = self.num_heads, self.head_dim
+        queries = self.q_proj(x) * self.scaling  # (b, n, d)
+        queries, keys, values = (t.view(b, n, h, hd).transpose(1, 2).reshape(b * h, n, hd)
+                                 for t in (queries, self.k_proj(x), self.v_proj(x)))  # (b·h, n, hd) each
+        attn_weights = torch.bmm(queries, keys.transpose(1, 2))  # (b·h, n, hd) @ (b·h, hd, n) -> (b·h, n, n)
+        attn_weights = attn_weights.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        attn_weights = F.softmax(attn_weights, dim=-1)  # (b·h, n, n)
+        attn_output = torch.bmm(attn_weights, values)  # (b·h, n, n) @ (b·h, n, hd) -> (b·h, n, hd)
+        if self.bug == "heads-mixed":
+            attn_output = attn_output.reshape_as(x) if self.merge == "reshape_as" else attn_output.view(b, n, d)
+        elif self.merge == "reshape_as":
+            attn_output = attn_output.view(b, h, n, hd).transpose(1, 2).reshape_as(x)  # (b, n, d)
+        else:
+            attn_output = attn_output.view(b, h, n, hd).permute(0, 2, 1, 3).contiguous().view(b, n, d)  # (b, n, d)
+        return self.out_proj(attn_output)  # (b, n, d)
