@@ -830,7 +830,26 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
                                    "softmax's input back through a scale and a mask to Q @ Kᵀ, and its output through "
                                    "dropout and numbers to weights @ V")
     queries, keys, values = attention.queries, attention.keys, attention.values  # (b, h, n, d)
-    reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window)  # (b, h, nq, dv)
+    slopes, moved = _added_bias(attention)
+    bias = None if slopes is None else slopes[..., None, None] * torch.arange(attention.masked.shape[-1])  # (b,h,1,nk)
+    reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window,
+                                  bias=bias)  # (b, h, nq, dv)
+    check = _compared_with(recording, attention, reference)
+    if slopes is not None and check.status != "skip":
+        return Check(rule, check.status, f"{check.evidence} — with the ALiBi bias the module adds to the scores (a "
+                                         "slope per head times the key's position, m·j: the slopes are its own, not "
+                                         "checked)")
+    if check.status == "fail" and moved:
+        return Check(rule, "fail", f"{check.evidence} — the module adds to the scores something that is neither a mask "
+                                   f"(−∞, or below −10⁴) nor ALiBi's slope × key position (the cells it shows move by "
+                                   f"up to {moved:.3g} against each other in a row): the reference adds nothing")
+    return check
+
+
+def _compared_with(recording: tracing.Recording, attention: tracing.Attention, reference: torch.Tensor) -> Check:
+    """matches-reference's comparison of the module's concatenated heads (or output, or context) with ``reference``,
+    the heads' context (b, h, nq, dv) computed from its own Q, K and V."""
+    rule = "matches-reference"
     if attention.rows_zeroed is not None:  # a head or query mask after the softmax: those rows' context is 0
         reference = reference.masked_fill(attention.rows_zeroed, 0.0)  # (b, h, nq, dv)
     b, h, nq, dv = reference.shape
@@ -851,19 +870,45 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
 
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
-                      window: int | None = None) -> torch.Tensor:
+                      window: int | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
-    ``window``: the causal mask also hides the keys ``window`` or more behind)."""
+    ``window``: the causal mask also hides the keys ``window`` or more behind; ``bias`` (b, h, 1, nk): added to the
+    scaled scores, ALiBi's slope × key position)."""
     queries, keys, values = queries.float(), _per_query_head(keys, queries), _per_query_head(values, queries)
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     if scaled:
         scores = scores / math.sqrt(queries.shape[-1])  # (b, h, nq, nk)
+    if bias is not None:
+        scores = scores + bias  # (b, h, nq, nk)
     if causal:
         nq, nk = scores.shape[-2:]
         diff = (torch.arange(nq)[:, None] + nk - nq) - torch.arange(nk)[None, :]  # (nq, nk): how far back
         hidden = (diff < 0) | (diff >= window) if window else diff < 0  # (nq, nk)
         scores = scores.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)
     return torch.softmax(scores, dim=-1) @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
+
+
+def _added_bias(attention: tracing.Attention) -> tuple[torch.Tensor | None, float]:
+    """What the module adds to its scaled scores besides the mask, read on the cells it shows (a constant per row
+    aside: the softmax never sees one): (ALiBi's slopes (b, h) — a slope per head times the key's position —, 0.0),
+    or (None, how far the shown cells of a row move against each other at most) for another bias; (None, 0.0) when
+    it adds nothing."""
+    if attention.scaled is None:
+        return None, 0.0
+    visible = ~attention.hidden_cells()  # (b, h, nq, nk)
+    added = (attention.masked.float() - attention.scaled.float()).masked_fill(~visible, 0.0)  # (b, h, nq, nk)
+    steps = added[..., 1:] - added[..., :-1]  # (b, h, nq, nk - 1): from key j to key j + 1
+    both = visible[..., 1:] & visible[..., :-1]  # (b, h, nq, nk - 1)
+    tolerance = 1e-4 * max(1.0, attention.scaled.float().abs().max().item())
+    if not both.any() or steps[both].abs().max().item() <= tolerance:
+        return None, 0.0
+    slopes = steps.masked_fill(~both, math.nan).flatten(-2).nanmedian(dim=-1).values.nan_to_num()  # (b, h)
+    if (steps - slopes[..., None, None])[both].abs().max().item() <= tolerance:
+        return slopes, 0.0
+    shown_max = added.masked_fill(~visible, -math.inf).amax(-1)  # (b, h, nq)
+    shown_min = added.masked_fill(~visible, math.inf).amin(-1)  # (b, h, nq)
+    spread = (shown_max - shown_min)[visible.any(-1)]  # (rows with a shown key,)
+    return None, spread.max().item() if spread.numel() else 0.0
 
 
 def _per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
@@ -1433,7 +1478,9 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
     * ``latent_dim`` below d_out: tensors of d_out elements per token each, or 2 × d_out per token together — full K
       and V cached beside (or instead of) the latent.
 
-    Anything else a cache keeps (a rotary key, its tokens' positions) is no evidence of waste."""
+    Anything else a cache keeps (a rotary key, its tokens' positions) is no evidence of waste.  A wrapper that declares
+    no variant is read through the one submodule that does (:func:`_declaring`)."""
+    module = _declaring(module)
     window = declared_window(module)
     longest = max(held.tokens, key=held.tokens.get, default=None)
     if window is not None and longest is not None and held.tokens[longest] > window:
@@ -1467,6 +1514,20 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
                     "declared — cache the latent (the down-projection's output) and compute K and V from it at each "
                     "step")
     return None
+
+
+def _declaring(module: nn.Module) -> nn.Module:
+    """The module whose attributes declare its attention's variant (``num_kv_groups``, ``latent_dim`` or
+    ``sliding_window_size``, in any spelling): itself when it declares one, else the one submodule that does (a
+    wrapper of transformers' ``FalconAttention``, which keeps ``num_heads`` and ``num_kv_heads``); itself when none or
+    several do."""
+    def declares(child: nn.Module) -> bool:
+        return any(declared_size(child, setting) is not None for setting in user_code.VARIANT_SETTINGS)
+
+    if declares(module):
+        return module
+    declaring = [child for _, child in module.named_modules() if declares(child)]
+    return declaring[0] if len(declaring) == 1 else module
 
 
 def _d_out(module: nn.Module) -> int | None:

@@ -588,7 +588,8 @@ def _other_width(module: nn.Module, x: torch.Tensor, error: TraceError) -> str |
 
 def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward", **forward_kwargs):
     """``module(x, **forward_kwargs)``: the user's forward, whose exception (or ``sys.exit``) is a TraceError in one
-    line that begins with ``what`` ("the forward raised …").
+    line that begins with ``what`` ("the forward raised …"), and says which rotary tables the forward was not given
+    when it takes them with a default of None (Hugging Face's ``position_embeddings``: :func:`_rotary_hint`).
 
     A forward that runs for :data:`attnviz.time_limit.SECONDS` without returning (a ``while`` loop whose condition
     never changes) is stopped (:func:`attnviz.time_limit.call`: Python code, not one C call that blocks), and the call
@@ -598,7 +599,7 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     Transformer's) is called as self-attention, ``forward(x, x, x)``; an ``nn.MultiheadAttention`` built without
     ``batch_first`` gets x as (n, batch, d_in) and hands its output back as (batch, n, d_out).  A forward that needs
     another argument (a mask, rotary tables), or a module whose weights are on the meta device, is a TraceError that
-    says what to do, before the forward runs."""
+    says what to do, before the forward runs; rotary tables it takes with a default of None are named beside them."""
     _require_values(module, x)
     args, sequence_first = _forward_args(module, x, forward_kwargs)
     try:
@@ -609,7 +610,8 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
         raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
                                   f"{out.seconds:g} s without returning (an endless loop?)") from None
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
-        raise TraceError(f"{what} raised {type(error).__name__}: {time_limit.one_line(error)}") from error
+        raise TraceError(f"{what} raised {type(error).__name__}: {time_limit.one_line(error)}"
+                         f"{_rotary_hint(module, forward_kwargs)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
                          "it does not end the program") from None
@@ -618,6 +620,8 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
 META_WEIGHTS = ("the module's weights are on the meta device (no values): materialise it "
                 "(module.to_empty(device='cpu') and load weights) before tracing")
 SELF_ATTENTION_PARAMETERS = (("query", "q"), ("key", "k"), ("value", "v"))  # forward(x, x, x) when these come first
+# a forward's rotary tables, which its model computes and hands it (None by default in Hugging Face's layers)
+ROTARY_PARAMETERS = ("position_embeddings", "freqs_cis", "rotary_pos_emb", "rope", "cos", "sin")
 
 
 def _require_values(module: nn.Module, x: torch.Tensor) -> None:
@@ -646,15 +650,43 @@ def _forward_args(module: nn.Module, x: torch.Tensor, given: dict) -> tuple[tupl
     required += [p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.default is p.empty
                  and p.name not in given]
     if required and positional:
-        names = required[0] if len(required) == 1 else f"{', '.join(required[:-1])} and {required[-1]}"
         call = "forward(x, x, x)" if self_attention else "forward(x)"
-        raise TraceError(f"{type(module).__name__}.forward needs {names} as well as x: attnviz calls {call} alone: "
-                         f"wrap your module so forward(x) builds the {' / '.join(required)} and calls yours "
-                         "(docs/your-module.md shows a wrapper)")
+        rotary = _rotary_not_given(parameters, given)
+        also = f", and {_and(rotary)} {_ROTARY_WORDS}" if rotary else ""
+        raise TraceError(f"{type(module).__name__}.forward needs {_and(required)} as well as x{also}: attnviz calls "
+                         f"{call} alone: wrap your module so forward(x) builds the {' / '.join(required + rotary)} and "
+                         "calls yours (docs/your-module.md shows a wrapper)")
     sequence_first = isinstance(module, nn.MultiheadAttention) and not module.batch_first
     if sequence_first:
         x = x.transpose(0, 1)  # (b, n, d_in) -> (n, b, d_in)
     return (x, x, x) if self_attention else (x,), sequence_first
+
+
+_ROTARY_WORDS = "if it rotates q and k (the rotary cos and sin its model computes; None by default)"
+
+
+def _and(names: list[str]) -> str:
+    """"mask", "mask and cos", "mask, cos and sin"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _rotary_not_given(parameters, given) -> list[str]:
+    """The forward's rotary-table parameters (:data:`ROTARY_PARAMETERS`) that default to None and ``given`` lacks."""
+    return [p.name for p in parameters if p.name in ROTARY_PARAMETERS and p.default is None and p.name not in given]
+
+
+def _rotary_hint(module: nn.Module, given: dict) -> str:
+    """" — its position_embeddings was not given …" for a forward that raised with rotary tables left None; else ""."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return ""
+    rotary = _rotary_not_given(parameters, given)
+    if not rotary:
+        return ""
+    return (f" — {_and(rotary)} {'was' if len(rotary) == 1 else 'were'} not given (None), which a rotary layer needs: "
+            f"wrap your module so forward(x) computes the rotary cos and sin and passes them "
+            "(docs/your-module.md shows a wrapper)")
 
 
 def _batch_first(output):

@@ -1772,3 +1772,44 @@ class FoldedHeads(nn.Module):
         else:
             attn_output = attn_output.view(b, h, n, hd).permute(0, 2, 1, 3).contiguous().view(b, n, d)  # (b, n, d)
         return self.out_proj(attn_output)  # (b, n, d)
+
+
+class RotaryFromCaller(nn.Module):
+    """A layer written as Hugging Face's are: its model computes the rotary tables and hands them over,
+    ``forward(x, position_embeddings=None)`` with ``position_embeddings = (cos, sin)``; called alone, it unpacks
+    None."""
+
+    def __init__(self, d_in=16, num_heads=4):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_in // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+
+    def forward(self, x, position_embeddings=None):
+        b, n, d = x.shape
+        cos, sin = position_embeddings  # (n, hd) each, from the model
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 × (b, h, n, hd)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # (b, h, n, hd)
+        s = (q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)).masked_fill(
+            torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)  # (b, h, n, n)
+        return (F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, n, d)  # (b, n, d)
+
+
+class RelativeBias(nn.Module):
+    """Causal attention with a learned bias per head and distance added to the scores (T5's and Swin's relative
+    position bias, unbucketed): a correct attention, but not softmax(mask(QKᵀ/√d))·V."""
+
+    def __init__(self, d_in=16, num_heads=4, context_length=16):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_in // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+        self.proj = nn.Linear(d_in, d_in)
+        self.rel_bias = nn.Embedding(context_length, num_heads)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 × (b, h, n, hd)
+        distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).clamp(min=0)  # (n, n): how far back
+        bias = self.rel_bias(distance).permute(2, 0, 1)  # (h, n, n)
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + bias  # (b, h, n, n)
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)  # (b, h, n, n)
+        return self.proj((F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
