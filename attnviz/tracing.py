@@ -981,7 +981,7 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] 
     queries, keys = tensors[query_index], tensors[1 - query_index]
     for index, node in enumerate(parents[:2]):
         while node is not None and (_passes(node) or node.name in _REARRANGES):  # to a scale the operand was given
-            node = _tensor_parent(node) if node.parents else None
+            node = None if not node.parents else node.parents[0] if node.name in _SHAPED_AS else _tensor_parent(node)
         if node is not None and node.name in _SCALES:
             factor = _scalar(node)
             scale *= factor if factor is not None else 1.0
