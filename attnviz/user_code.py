@@ -24,9 +24,11 @@ change to the file (its modification time or size) makes it a new module, import
 
 from __future__ import annotations
 
+import codecs
 import importlib.machinery
 import importlib.util
 import inspect
+import json
 import os
 import sys
 import threading
@@ -67,7 +69,9 @@ class UserCodeError(ValueError):
 
 
 def load(spec: str) -> type[nn.Module]:
-    """The class named by ``path/to/file.py:ClassName``."""
+    """The class named by ``path/to/file.py:ClassName``.  The file's import runs as ``python file.py`` runs it: its own
+    folder is first on the import path, so ``from helpers import …`` finds the ``helpers.py`` beside it
+    (:func:`_import_beside`)."""
     path_text, _, class_name = spec.rpartition(":")
     if not path_text or not class_name or not class_name.isidentifier():
         raise UserCodeError(f"{spec!r}: name a class as path/to/file.py:ClassName")
@@ -78,7 +82,13 @@ def load(spec: str) -> type[nn.Module]:
         raise UserCodeError(f"{path_text}: no such file")
     name = f"attnviz_user_{abs(hash(str(path.resolve())))}"
     try:
-        source = path.read_text(encoding="utf-8")
+        kind = _not_python(path)
+        if kind is None:
+            source = path.read_text(encoding="utf-8")
+            kind = _not_python(path, source)
+        if kind is not None:
+            raise UserCodeError(f"{path_text} is not a Python file ({kind}): name the .py file that defines the class, "
+                                "as path/to/file.py:ClassName")
         compile(source, str(path), "exec")
     except SyntaxError as error:
         raise UserCodeError(f"{path_text}, line {error.lineno}: syntax error: {error.msg}") from None
@@ -92,7 +102,7 @@ def load(spec: str) -> type[nn.Module]:
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
-        time_limit.call(module_spec.loader.exec_module, module)
+        _import_beside(module_spec, module, os.path.dirname(os.path.realpath(location)))
     except time_limit.TimeLimitError as out:
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} ran for {out.seconds:g} s on import without returning (an endless loop?): "
@@ -114,6 +124,70 @@ def load(spec: str) -> type[nn.Module]:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise UserCodeError(f"{class_name} in {path_text} is not a torch.nn.Module class")
     return cls
+
+
+PYTHON_SUFFIXES = (".py", ".pyw")  # a file named so is Python whatever it holds (a mistake in it is a syntax error)
+SNIFFED_BYTES = 8192  # how much of a file named otherwise is read to tell a binary file (weights) from text
+
+
+def _not_python(path: Path, source: str | None = None) -> str | None:
+    """What a file not named ``.py`` holds instead of Python ("binary", "JSON", "a notebook"), from its first bytes,
+    or, given ``source``, its text; None when it may be Python (then compiling it says the rest)."""
+    suffix = path.suffix.lower()
+    if suffix in PYTHON_SUFFIXES:
+        return None
+    if suffix == ".ipynb":
+        return "a Jupyter notebook; export it with File > Save and Export Notebook As > Executable Script"
+    if source is None:
+        with open(path, "rb") as file:
+            head = file.read(SNIFFED_BYTES)
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a character cut at the end is text
+        except UnicodeDecodeError:
+            return "binary"
+        return "binary" if b"\0" in head else None
+    try:
+        json.loads(source)  # a checkpoint's config.json: JSON's false, true and null are no Python names
+    except ValueError:
+        return None
+    return "JSON"
+
+
+_import_lock = threading.RLock()  # one user file's import at a time: sys.path holds its folder meanwhile
+
+
+def _import_beside(module_spec, module: types.ModuleType, folder: str) -> None:
+    """Run the user's file (under the time limit) with its own ``folder`` first on sys.path, as ``python file.py``
+    runs it; then sys.path is as it was, and the modules imported from that folder are forgotten by name (kept by the
+    user's module that imported them): another file's folder may hold a ``helpers.py`` of its own.  A module already
+    imported — the standard library's, torch's, attnviz's — is the one the file gets, whatever the folder holds."""
+    with _import_lock:
+        path_before, modules_before = list(sys.path), set(sys.modules)
+        sys.path.insert(0, folder)
+        importlib.invalidate_caches()  # a file saved beside it since the last import is seen
+        try:
+            time_limit.call(module_spec.loader.exec_module, module)
+        finally:
+            sys.path[:] = path_before
+            for name in set(sys.modules) - modules_before:
+                if _from_folder(name, sys.modules.get(name), folder):
+                    del sys.modules[name]
+
+
+def _from_folder(name: str, module, folder: str) -> bool:
+    """Whether the module ``name`` was found in ``folder`` itself (``folder/helpers.py``, a package
+    ``folder/helpers/``), not in a folder beneath it that is on sys.path anyway (a virtual environment's)."""
+    top = name.partition(".")[0]
+    if top == "attnviz" or top.startswith("attnviz_user_"):
+        return False
+    where = os.path.join(folder, top)
+    files = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or [])]
+    for file in files:
+        if isinstance(file, str):
+            real = os.path.realpath(file)
+            if real.startswith((where + ".", where + os.sep)):
+                return True
+    return False
 
 
 def variant_default(setting: str, values: dict) -> int:

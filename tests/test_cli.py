@@ -672,3 +672,52 @@ def test_num_kv_groups_on_a_plain_mha_and_a_flag_set_aside_by_set_are_named():
 def test_flags_the_constructor_takes_print_nothing(modules):
     result = check(f"{modules}:Attention", "--d-in", 32, "--d-out", 32, "--num-heads", 2, "--dropout", 0.1)
     assert result.returncode == 0 and "not used" not in result.stderr, result.stderr  # (a busy machine: "slow")
+
+# ---------------------------------------------------------------- an engineer's own files: what reaches the constructor
+
+BESIDE = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+
+    class Base(nn.Module):
+        def __init__(self, d_in=64, num_heads=4, context_length=64, dropout=0.0, bias=True):
+            super().__init__()
+            assert d_in % num_heads == 0
+            self.num_heads, self.head_dim = num_heads, d_in // num_heads
+            self.qkv = nn.Linear(d_in, 3 * d_in, bias=bias)
+            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+        def forward(self, x):
+            b, n, d = x.shape
+            q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            scores = (q @ k.transpose(-2, -1)) / self.head_dim ** 0.5
+            scores = scores.masked_fill(self.mask.bool()[:n, :n], float("-inf"))
+            return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, n, d)
+''')
+
+USES_BESIDE = textwrap.dedent('''
+    from base_beside import Base
+
+
+    class Kw(Base):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+''')
+
+
+@pytest.fixture
+def beside(tmp_path, monkeypatch):
+    """mine.py importing base_beside.py from its own folder; the check runs from another folder."""
+    (tmp_path / "base_beside.py").write_text(BESIDE)
+    (tmp_path / "mine.py").write_text(USES_BESIDE)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    return tmp_path
+
+
+def test_a_file_that_imports_a_module_beside_it_is_checked_from_another_folder(beside):
+    result = check(f"{beside}/mine.py:Base")
+    assert result.returncode == 0, result.stderr
+    assert "All 8 rules pass" in result.stdout

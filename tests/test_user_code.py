@@ -235,3 +235,82 @@ def test_a_listed_module_saved_after_its_constructor_failed_is_imported_anew(tmp
     saved(path, STUCK.replace("while True:  # a callback that never comes\n            pass", "self.ready = True"))
     module = user_code.build_listed(label, sizes())
     assert module.ready and user_code.failures() == {}
+
+# ------------------------------------------------------------------ a file's own folder, what is passed, messages
+
+BASE = textwrap.dedent('''
+    from torch import nn
+
+    WHERE = "{where}"
+
+
+    class Base(nn.Module):
+        def __init__(self, d_in=64, num_heads=4):
+            super().__init__()
+            self.sizes = (d_in, num_heads)
+            self.q = nn.Linear(d_in, d_in)
+''')
+
+USES_BASE = textwrap.dedent('''
+    import copy
+
+    from helpers_beside import WHERE, Base
+
+
+    class Mine(Base):
+        where = WHERE
+        deepcopy = copy.deepcopy
+''')
+
+
+def test_a_file_imports_the_modules_beside_it_from_any_folder(tmp_path, monkeypatch):
+    """``from helpers_beside import Base`` works as ``python mine.py`` runs it, from any working folder; two files in
+    two folders each get their own ``helpers_beside``; a module beside them named like the standard library's
+    (``copy.py``) does not replace it; and sys.path and sys.modules are as they were."""
+    import copy
+    import sys
+
+    for where in ("one", "two"):
+        folder = tmp_path / where
+        folder.mkdir()
+        (folder / "helpers_beside.py").write_text(BASE.format(where=where))
+        (folder / "mine.py").write_text(USES_BASE)
+        (folder / "copy.py").write_text("raise RuntimeError('not the standard library')\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    path_before, modules_before = list(sys.path), set(sys.modules)
+    one = user_code.load(str(tmp_path / "one" / "mine.py") + ":Mine")
+    two = user_code.load(str(tmp_path / "two" / "mine.py") + ":Mine")
+    assert (one.where, two.where) == ("one", "two")
+    assert one.deepcopy is two.deepcopy is copy.deepcopy
+    assert user_code.build(one, d_in=8, num_heads=2).sizes == (8, 2)
+    assert sys.path == path_before
+    assert "helpers_beside" not in sys.modules and sys.modules["copy"] is copy
+    assert {name for name in set(sys.modules) - modules_before if not name.startswith("attnviz_user_")} == set()
+
+
+def test_a_file_beside_that_fails_to_import_leaves_sys_path_as_it_was(tmp_path):
+    import sys
+
+    (tmp_path / "broken_beside.py").write_text("raise RuntimeError('half-written')\n")
+    (tmp_path / "mine.py").write_text("import broken_beside\n")
+    path_before = list(sys.path)
+    with pytest.raises(user_code.UserCodeError, match="mine.py raised RuntimeError on import: half-written"):
+        user_code.load(f"{tmp_path / 'mine.py'}:A")
+    assert sys.path == path_before and "broken_beside" not in sys.modules
+
+
+@pytest.mark.parametrize(("name", "content", "kind"), [
+    ("config.json", '{"n_embd": 64, "bias": false, "dropout": null}\n', "JSON"),
+    ("model.safetensors", b"\xb0\x00\x00\x00\x00\x00\x00\x00{\"__metadata__\"", "binary"),
+    ("weights", b"PK\x03\x04\x00\x00", "binary"),
+])
+def test_a_file_that_is_not_python_is_refused_as_such(tmp_path, name, content, kind):
+    path = tmp_path / "ckpt" / name
+    path.parent.mkdir()
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(user_code.UserCodeError) as caught:
+        user_code.load(f"{path}:X")
+    assert str(caught.value) == (f"{path} is not a Python file ({kind}): name the .py file that defines the class, "
+                                 "as path/to/file.py:ClassName")
