@@ -10,9 +10,13 @@ while the call runs; none can land in the caller's code after the call."""
 
 from __future__ import annotations
 
+import ast
 import ctypes
+import linecache
+import os
 import sys
 import threading
+import traceback
 
 SECONDS = 60.0  # a call of a user's code that runs longer than this is stopped
 
@@ -36,14 +40,42 @@ def one_line(error: BaseException) -> str:
     return text[:300] or type(error).__name__
 
 
+def failed_assertion(error: AssertionError, when: str = "") -> str:
+    """"failed an assertion{when} (file.py, line 8): …" — the assertion's own message, or when it has none the
+    ``assert`` statement as written (on one line), read from the file of the frame that raised it."""
+    frames = traceback.extract_tb(error.__traceback__)
+    frame = frames[-1] if frames else None
+    where = f" ({os.path.basename(frame.filename)}, line {frame.lineno})" if frame is not None else ""
+    said = " ".join(str(error).split())[:300] or (_assert_statement(frame) if frame is not None else None)
+    return f"failed an assertion{when}{where}" + (f": {said}" if said else "")
+
+
+def _assert_statement(frame: traceback.FrameSummary) -> str | None:
+    """The ``assert`` statement that ``frame`` stopped at, as written, on one line (the frame's line when its file
+    cannot be parsed or the line holds no assert)."""
+    source = "".join(linecache.getlines(frame.filename))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # the file changed since, or is no source
+        tree = None
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assert) and node.lineno <= frame.lineno <= (node.end_lineno or node.lineno):
+            text = ast.get_source_segment(source, node)
+            if text:
+                return " ".join(text.split())[:300]
+    return frame.line or None
+
+
 def call_in_words(name: str, function, /, *args, **kwargs):
     """:func:`call` of ``function(*args, **kwargs)``, whose failure is a :class:`UserCallError` that begins with
-    ``name`` (``"MyAttention.reset_cache()"``): "… raised RuntimeError: …", "… called sys.exit(3)" or "… ran for 60 s
-    without returning (an endless loop?)"."""
+    ``name`` (``"MyAttention.reset_cache()"``): "… raised RuntimeError: …", "… failed an assertion (file.py, line 8):
+    assert d_out % num_heads == 0", "… called sys.exit(3)" or "… ran for 60 s without returning (an endless loop?)"."""
     try:
         return call(function, *args, **kwargs)
     except TimeLimitError as out:
         raise UserCallError(f"{name} {out}") from None
+    except AssertionError as error:  # a bare assert's message is empty: its source line says what failed
+        raise UserCallError(f"{name} {failed_assertion(error)}") from None
     except Exception as error:  # the user's code: any exception is theirs, reported in one line
         raise UserCallError(f"{name} raised {type(error).__name__}: {one_line(error)}") from None
     except SystemExit as stop:  # a sys.exit() in the user's code would end the notebook's kernel or the CLI's run

@@ -107,6 +107,9 @@ def load(spec: str) -> type[nn.Module]:
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} ran for {out.seconds:g} s on import without returning (an endless loop?): "
                             "put its script part under if __name__ == \"__main__\":") from None
+    except AssertionError as error:
+        sys.modules.pop(name, None)
+        raise UserCodeError(f"{path_text} {time_limit.failed_assertion(error, ' on import')}") from None
     except Exception as error:  # the user's file: anything it raises is theirs, in one line
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: "

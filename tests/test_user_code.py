@@ -314,3 +314,39 @@ def test_a_file_that_is_not_python_is_refused_as_such(tmp_path, name, content, k
         user_code.load(f"{path}:X")
     assert str(caught.value) == (f"{path} is not a Python file ({kind}): name the .py file that defines the class, "
                                  "as path/to/file.py:ClassName")
+
+ASSERTS = textwrap.dedent('''
+    from torch import nn
+
+
+    class Divisible(nn.Module):
+        def __init__(self, d_out=64, num_heads=4):
+            super().__init__()
+            assert d_out % num_heads == 0
+
+
+    class Said(nn.Module):
+        def __init__(self, d_out=64, num_heads=4):
+            super().__init__()
+            assert (d_out
+                    % num_heads == 0), f"d_out ({d_out}) must be divisible by num_heads"
+''')
+
+
+def test_a_failed_assert_in_a_constructor_says_so_with_its_line(tmp_path):
+    path = tmp_path / "asserts.py"
+    path.write_text(ASSERTS)
+    with pytest.raises(user_code.UserCodeError) as caught:
+        user_code.build(user_code.load(f"{path}:Divisible"), d_out=64, num_heads=3)
+    assert str(caught.value) == ("Divisible(d_out=64, num_heads=3) failed an assertion (asserts.py, line 8): "
+                                 "assert d_out % num_heads == 0")
+    with pytest.raises(user_code.UserCodeError) as caught:
+        user_code.build(user_code.load(f"{path}:Said"), d_out=64, num_heads=3)
+    assert str(caught.value) == ("Said(d_out=64, num_heads=3) failed an assertion (asserts.py, line 14): d_out (64) "
+                                 "must be divisible by num_heads")
+    on_import = tmp_path / "gpu.py"
+    on_import.write_text("import torch\nassert torch.cuda.device_count() > 7\n")
+    with pytest.raises(user_code.UserCodeError) as caught:
+        user_code.load(f"{on_import}:A")
+    assert str(caught.value) == (f"{on_import} failed an assertion on import (gpu.py, line 2): "
+                                 "assert torch.cuda.device_count() > 7")
