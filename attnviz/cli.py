@@ -49,8 +49,9 @@ def add_check_command(commands) -> argparse.ArgumentParser:
         description="Build the class with these sizes (constructor arguments matched by name: d_in/embed_dim/"
                     "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
                     "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
-                    "any other with --set) after torch.manual_seed(--seed, default 123), and run every rule on a "
-                    "seeded input. "
+                    "bias/qkv_bias only with --set bias=... (the class's own default otherwise); any other with "
+                    "--set, which also sets a single config object's attributes) after torch.manual_seed(--seed, "
+                    "default 123), and run every rule on a seeded input. "
                     "Exit status: 0 no rule fails (skips included), 1 a rule fails, 2 the class cannot be loaded, "
                     "built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")

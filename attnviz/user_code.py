@@ -7,8 +7,10 @@ sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class an
 mean it; also ``num_key_value_heads``, ``n_kv_heads``), ``latent_dim`` (``kv_lora_rank``) and
 ``sliding_window_size`` (``sliding_window``, ``window_size``) — go to a class that takes them when they are given,
 or when its constructor requires them (then a default: half the heads' K/V groups, the book's latent size, a
-window of 4).  ``overrides`` (the CLI's ``--set NAME=VALUE``) set any constructor argument by its own name.  A
-required argument nobody can fill is named in the error.  Every failure is a ``UserCodeError`` with one line.
+window of 4).  A ``bias``/``qkv_bias`` argument keeps the constructor's own default unless it is given
+(:data:`BIAS_DEFAULTS`).  ``overrides`` (the CLI's ``--set NAME=VALUE``) set any constructor argument by its own
+name, or a single config object's attribute.  A required argument nobody can fill is named in the error.  Every
+failure is a ``UserCodeError`` with one line.
 
 The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
 repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a label ("Your module:
@@ -60,8 +62,10 @@ SPELLINGS = {
 }
 VARIANT_SETTINGS = ("num_kv_groups", "latent_dim", "sliding_window_size")  # filled when given or required
 CONFIG_NAMES = ("config", "cfg", "args", "conf")
-DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "dropout": 0.0, "qkv_bias": False,
-            "batch_first": True}
+DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "dropout": 0.0, "batch_first": True}
+# qkv_bias is passed only when given (``--set bias=false``): a constructor's own default wins (nanoGPT's bias=True);
+# one that requires it gets its spelling's home default: nanoGPT's and nn.Linear's bias=True, the book's qkv_bias=False
+BIAS_DEFAULTS = {"bias": True, "qkv_bias": False}
 
 
 class UserCodeError(ValueError):
@@ -209,7 +213,7 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     ``sliding_window_size``) and ``overrides`` (argument name -> value); UserCodeError names a required
     argument nobody can fill, or an override the constructor does not take."""
     given = {k: v for k, v in settings.items() if v is not None}
-    values = {**DEFAULTS, **given}
+    values = {**DEFAULTS, **given}  # qkv_bias only when given
     if "d_out" not in given:
         values["d_out"] = values["d_in"]
     try:
@@ -220,7 +224,8 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     overrides = dict(overrides or {})
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     unknown = [name for name in overrides if name not in names]
-    if unknown and not any(p.kind == p.VAR_KEYWORD for p in parameters):
+    config_object = len(parameters) == 1 and names == [parameters[0].name] and names[0] in CONFIG_NAMES
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in parameters) and not config_object:
         raise UserCodeError(f"{cls.__name__}() takes no argument {', '.join(unknown)} (it takes {', '.join(names)})")
     arguments, missing = {}, []
     for parameter in parameters:
@@ -234,10 +239,16 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
                 arguments[parameter.name] = given[setting]
             elif parameter.default is parameter.empty:
                 arguments[parameter.name] = variant_default(setting, values)
+        elif setting == "qkv_bias":
+            if setting in given:
+                arguments[parameter.name] = given[setting]
+            elif parameter.default is parameter.empty:
+                arguments[parameter.name] = BIAS_DEFAULTS.get(parameter.name, False)
         elif setting is not None:
             arguments[parameter.name] = values[setting]
-        elif parameter.name in CONFIG_NAMES and len(parameters) == 1:
-            arguments[parameter.name] = _config_object(values)
+        elif config_object:
+            arguments[parameter.name] = _config_object(values, overrides)
+            overrides = {}  # set on the config object
         elif parameter.default is parameter.empty:
             missing.append(parameter.name)
     if missing:
@@ -272,14 +283,17 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     return not_taken
 
 
-def _config_object(values: dict) -> types.SimpleNamespace:
-    """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object."""
-    return types.SimpleNamespace(
-        n_embd=values["d_in"], n_head=values["num_heads"], block_size=values["context_length"],
-        dropout=values["dropout"], bias=values["qkv_bias"], d_in=values["d_in"], d_out=values["d_out"],
-        emb_dim=values["d_in"], n_heads=values["num_heads"], context_length=values["context_length"],
-        drop_rate=values["dropout"], qkv_bias=values["qkv_bias"], num_heads=values["num_heads"],
-    )
+def _config_object(values: dict, overrides: Mapping) -> types.SimpleNamespace:
+    """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object; ``bias`` and
+    ``qkv_bias`` at their own projects' defaults (nanoGPT's True, the book's False) unless qkv_bias is given;
+    ``overrides`` (``--set bias=false``) set its attributes by name."""
+    return types.SimpleNamespace(**{
+        "n_embd": values["d_in"], "n_head": values["num_heads"], "block_size": values["context_length"],
+        "dropout": values["dropout"], "bias": values.get("qkv_bias", BIAS_DEFAULTS["bias"]), "d_in": values["d_in"],
+        "d_out": values["d_out"], "emb_dim": values["d_in"], "n_heads": values["num_heads"],
+        "context_length": values["context_length"], "drop_rate": values["dropout"],
+        "qkv_bias": values.get("qkv_bias", BIAS_DEFAULTS["qkv_bias"]), "num_heads": values["num_heads"],
+        **overrides})
 
 
 def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> nn.Module:
@@ -401,8 +415,7 @@ def build_listed(label: str, config) -> nn.Module:
     cls = _classes[label]
     arguments = constructor_arguments(
         cls, d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads, context_length=config.context_length,
-        dropout=config.dropout, qkv_bias=config.qkv_bias,
-        **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
+        dropout=config.dropout, **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
     key = _arguments_key(arguments)
     with _lock:
         reason = _failed.get(label, {}).get(key)

@@ -721,3 +721,19 @@ def test_a_file_that_imports_a_module_beside_it_is_checked_from_another_folder(b
     result = check(f"{beside}/mine.py:Base")
     assert result.returncode == 0, result.stderr
     assert "All 8 rules pass" in result.stdout
+
+def built_modules(monkeypatch) -> list:
+    """The modules ``attnviz check`` checks, as they are built."""
+    built, check_module = [], checks.check_module
+    monkeypatch.setattr(checks, "check_module", lambda module, x, **kw: built.append(module) or check_module(
+        module, x, **kw))
+    return built
+
+
+def test_a_bias_default_of_the_constructor_wins_and_set_changes_it(beside, monkeypatch):
+    """The CLI built nanoGPT-style classes with bias=False, their default True notwithstanding."""
+    built = built_modules(monkeypatch)
+    assert check(f"{beside}/mine.py:Base", "--d-in", 32).returncode == 0
+    assert check(f"{beside}/mine.py:Base", "--d-in", 32, "--set", "bias=false").returncode == 0
+    assert built[0].qkv.bias is not None and built[1].qkv.bias is None
+    assert "bias only with --set bias=... (the class's own default otherwise)" in help_text("check")

@@ -350,3 +350,35 @@ def test_a_failed_assert_in_a_constructor_says_so_with_its_line(tmp_path):
         user_code.load(f"{on_import}:A")
     assert str(caught.value) == (f"{on_import} failed an assertion on import (gpu.py, line 2): "
                                  "assert torch.cuda.device_count() > 7")
+
+BIASED = textwrap.dedent('''
+    from torch import nn
+
+
+    class Good(nn.Module):
+        def __init__(self, n_embd=64, n_head=4, block_size=32, dropout=0.0, bias=True):
+            super().__init__()
+            self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+
+
+    class FromConfig(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+            self.qkv_bias = config.qkv_bias
+''')
+
+
+def test_a_constructors_own_bias_default_wins(tmp_path, listed_alone):
+    """nanoGPT's ``bias=True`` is its own default: attnviz never passes bias=False unless asked (``--set``); a config
+    object carries nanoGPT's ``bias`` and the book's ``qkv_bias`` at their own projects' defaults."""
+    path = tmp_path / "biased.py"
+    path.write_text(BIASED)
+    good = user_code.load(f"{path}:Good")
+    assert "bias" not in user_code.constructor_arguments(good, d_in=64, num_heads=4)
+    assert user_code.build(good, d_in=64, num_heads=4).c_attn.bias is not None
+    assert user_code.build(good, {"bias": False}, d_in=64).c_attn.bias is None
+    from_config = user_code.build(user_code.load(f"{path}:FromConfig"), d_in=64, num_heads=4)
+    assert from_config.c_attn.bias is not None and from_config.qkv_bias is False
+    assert user_code.build(user_code.load(f"{path}:FromConfig"), {"bias": False}, d_in=64).c_attn.bias is None
+    assert user_code.build_listed(listed_alone(f"{path}:Good"), sizes(d_in=64, d_out=64)).c_attn.bias is not None
