@@ -29,6 +29,7 @@ from attnviz import __version__
 from attnviz.words import amount
 
 PROG = "attnviz"
+DEFAULT_D_IN = DEFAULT_CONTEXT_LENGTH = 64  # attnviz check's sizes when --d-in / --context-length are not given
 DEFAULT_THREADS = 2  # attnviz train's torch threads when --threads is not given (fewer on a one-CPU machine)
 
 
@@ -50,15 +51,16 @@ def add_check_command(commands) -> argparse.ArgumentParser:
                     "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
                     "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
                     "bias/qkv_bias only with --set bias=... (the class's own default otherwise); any other with "
-                    "--set, which also sets a single config object's attributes) after torch.manual_seed(--seed, "
-                    "default 123), and run every rule on a seeded input. "
+                    "--set, which also sets a single config object's attributes; a constructor with **kwargs also gets "
+                    "the size flags given that it names no parameter for, by these first names: d_in, num_heads …) "
+                    "after torch.manual_seed(--seed, default 123), and run every rule on a seeded input. "
                     "Exit status: 0 no rule fails (skips included), 1 a rule fails, 2 the class cannot be loaded, "
                     "built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
-    check.add_argument("--d-in", type=int, default=64, help="default 64")
+    check.add_argument("--d-in", type=int, default=None, help=f"default {DEFAULT_D_IN}")  # None: not given
     check.add_argument("--d-out", type=int, default=None, help="default: d_in")
     check.add_argument("--num-heads", type=int, default=None, help="default 4")  # None: not given (unused_flags)
-    check.add_argument("--context-length", type=int, default=64, help="default 64")
+    check.add_argument("--context-length", type=int, default=None, help=f"default {DEFAULT_CONTEXT_LENGTH}")
     check.add_argument("--dropout", type=float, default=None, help="default 0")
     check.add_argument("--seed", type=int, default=None, help="the seed the weights are drawn after (default 123)")
     check.add_argument("--num-kv-groups", type=int, default=None,
@@ -207,9 +209,11 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
     from attnviz.rng import seeded
 
+    d_in = DEFAULT_D_IN if args.d_in is None else args.d_in
+    context_length = DEFAULT_CONTEXT_LENGTH if args.context_length is None else args.context_length
     try:
         cls = user_code.load(args.spec)
-        for line in unused_flags(args, cls, overrides):
+        for line in flag_notes(args, cls, overrides):
             print(f"{PROG} check: {line}", file=sys.stderr)
         # the weights drawn after torch.manual_seed(--seed, default 123: the app's): the same table on every run
         with seeded(AttentionConfig.seed if args.seed is None else args.seed):
@@ -217,8 +221,8 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                                      context_length=args.context_length, dropout=args.dropout,
                                      num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
                                      sliding_window_size=args.sliding_window_size).eval()
-            tokens = checked_tokens(args.tokens, args.context_length, tracing.module_context(module))
-            x = checks.default_input(module, n=tokens, d_in=args.d_in)  # --d-in: a module that does not say its own
+            tokens = checked_tokens(args.tokens, context_length, tracing.module_context(module))
+            x = checks.default_input(module, n=tokens, d_in=d_in)  # --d-in: a module that does not say its own
             report = CheckReport(f"{cls.__name__} from {args.spec.rpartition(':')[0]}",
                                  max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS,
                                  causal=args.causal)
@@ -240,13 +244,25 @@ CONSTRUCTOR_FLAGS = {"d_out": "--d-out", "num_heads": "--num-heads", "dropout": 
                      "sliding_window_size": "--window"}
 
 
-def unused_flags(args, cls, overrides: dict) -> list[str]:
-    """One line for each constructor flag given that the class takes no argument for (``--window 3 not used:
-    CausalSelfAttention() takes no window argument (sliding_window_size, …)``), or whose argument ``--set`` gives."""
+SIZE_SETTINGS = ("d_in", "d_out", "num_heads", "context_length", "dropout", "num_kv_groups", "latent_dim",
+                 "sliding_window_size")  # the settings of the size flags, as user_code names them
+
+
+def flag_notes(args, cls, overrides: dict) -> list[str]:
+    """What became of the size flags given, where it is not plain: one line for those a ``**kwargs`` constructor gets
+    by attnviz's names (``Kw() takes **kwargs: passed d_in=32, num_heads=2 to it …``), and one for each constructor
+    flag that the class takes no argument for (``--window 3 not used: CausalSelfAttention() takes no window argument
+    (sliding_window_size, …)``) or whose argument ``--set`` gives."""
     from attnviz import user_code
 
-    given = {setting: getattr(args, setting) for setting in CONSTRUCTOR_FLAGS if getattr(args, setting) is not None}
     lines = []
+    sizes = {setting: getattr(args, setting) for setting in SIZE_SETTINGS if getattr(args, setting) is not None}
+    passed = user_code.kwargs_settings(cls, sizes, overrides)
+    if passed:
+        words = ", ".join(f"{setting}={sizes[setting]!r}" for setting in passed)
+        lines.append(f"{cls.__name__}() takes **kwargs: passed {words} to it (the flags given, by attnviz's names; "
+                     "--set NAME=VALUE passes other names)")
+    given = {setting: getattr(args, setting) for setting in CONSTRUCTOR_FLAGS if getattr(args, setting) is not None}
     for setting, overridden in user_code.settings_not_taken(cls, given, overrides).items():
         flag = CONSTRUCTOR_FLAGS[setting]
         if overridden is not None:

@@ -207,11 +207,17 @@ def variant_default(setting: str, values: dict) -> int:
     return min(4, values["context_length"])
 
 
-def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> dict:
+def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None, *, to_kwargs: bool = True,
+                          **settings) -> dict:
     """The keyword arguments for ``cls(...)`` from attnviz's settings (``d_in``, ``d_out``, ``num_heads``,
     ``context_length``, ``dropout``, ``qkv_bias``, and the variants' ``num_kv_groups``, ``latent_dim``,
-    ``sliding_window_size``) and ``overrides`` (argument name -> value); UserCodeError names a required
-    argument nobody can fill, or an override the constructor does not take."""
+    ``sliding_window_size``; None: not given) and ``overrides`` (argument name -> value); UserCodeError names a
+    required argument nobody can fill, or an override the constructor does not take.
+
+    A constructor with ``**kwargs`` also gets the settings given that none of its parameters names, by attnviz's
+    own names (:func:`kwargs_settings`): ``Kw(**kwargs)`` with ``d_in=32, num_heads=2`` is called ``Kw(d_in=32,
+    num_heads=2)``, and with none given ``Kw()``, its own defaults.  ``to_kwargs=False``: none of them (the app,
+    whose sidebar gives every size, lets such a module decide its own)."""
     given = {k: v for k, v in settings.items() if v is not None}
     values = {**DEFAULTS, **given}  # qkv_bias only when given
     if "d_out" not in given:
@@ -222,6 +228,7 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
         return {}
     by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
     overrides = dict(overrides or {})
+    by_kwargs = kwargs_settings(cls, given, overrides) if to_kwargs else []
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     unknown = [name for name in overrides if name not in names]
     config_object = len(parameters) == 1 and names == [parameters[0].name] and names[0] in CONFIG_NAMES
@@ -256,14 +263,31 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
                             "d_in/embed_dim/n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, "
                             "bias, num_kv_groups, latent_dim, sliding_window_size): give them defaults, or set them "
                             "with --set NAME=VALUE")
+    arguments.update({setting: given[setting] for setting in by_kwargs})
     arguments.update(overrides)  # a **kwargs constructor takes the rest by name
     return arguments
+
+
+def kwargs_settings(cls: type[nn.Module], settings, overrides: Mapping | None = None) -> list[str]:
+    """Which of ``settings`` (attnviz's names, given) a constructor with ``**kwargs`` gets by attnviz's own name:
+    those that none of its named parameters takes under any spelling and no override sets under any spelling (an
+    override of ``n_embd`` is the user's name for ``d_in``).  None for a constructor without ``**kwargs``: attnviz
+    cannot tell which names it forwards, so it passes only what the user gave, in the names the user gave it."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+    except (TypeError, ValueError):
+        return []
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        return []
+    names = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} | set(overrides or {})
+    return [setting for setting in settings if not any(name in names for name in SPELLINGS.get(setting, (setting,)))]
 
 
 def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None = None) -> dict[str, str | None]:
     """Which of ``settings`` (attnviz's names: ``d_out``, ``num_kv_groups`` …) :func:`constructor_arguments` gives
     ``cls`` no argument for: setting -> None when the constructor takes it under none of its spellings (nor in a
-    single config object), or -> the argument an override sets instead of it."""
+    single config object, nor by attnviz's name in ``**kwargs``: :func:`kwargs_settings`), or -> the argument an
+    override sets instead of it."""
     try:
         parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
     except (TypeError, ValueError):
@@ -271,13 +295,18 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     overrides = dict(overrides or {})
     config_object = len(parameters) == 1 and names[:1] and names[0] in CONFIG_NAMES
+    by_kwargs = kwargs_settings(cls, settings, overrides)
     not_taken = {}
     for setting in settings:
         taken = [name for name in SPELLINGS[setting] if name in names]
         if config_object and setting not in VARIANT_SETTINGS:
             continue  # the config object carries it
         if not taken:
-            not_taken[setting] = None
+            overridden = next((name for name in SPELLINGS[setting] if name in overrides), None)  # **kwargs' names
+            if overridden is not None:
+                not_taken[setting] = overridden
+            elif setting not in by_kwargs:
+                not_taken[setting] = None
         elif taken[0] in overrides:
             not_taken[setting] = taken[0]
     return not_taken
@@ -399,7 +428,9 @@ def errors() -> dict[str, str]:
 
 
 def build_listed(label: str, config) -> nn.Module:
-    """The listed module ``label`` built from ``config``'s sizes (call inside ``seeded`` for fixed weights).
+    """The listed module ``label`` built from ``config``'s sizes (call inside ``seeded`` for fixed weights): those
+    its constructor names — a ``**kwargs`` constructor gets none by attnviz's names (the sidebar gives every size,
+    not the ones a user chose: the module decides the rest itself).
 
     A constructor that raised or was stopped by the time limit is not run again with the same arguments: the next
     call raises its :class:`UserCodeError` at once, saying so (:data:`REMEMBERED`) — until the file changes on disk
@@ -414,8 +445,9 @@ def build_listed(label: str, config) -> nn.Module:
         raise UserCodeError(failed_import)
     cls = _classes[label]
     arguments = constructor_arguments(
-        cls, d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads, context_length=config.context_length,
-        dropout=config.dropout, **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
+        cls, to_kwargs=False, d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads,
+        context_length=config.context_length, dropout=config.dropout,
+        **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
     key = _arguments_key(arguments)
     with _lock:
         reason = _failed.get(label, {}).get(key)

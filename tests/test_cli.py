@@ -737,3 +737,24 @@ def test_a_bias_default_of_the_constructor_wins_and_set_changes_it(beside, monke
     assert check(f"{beside}/mine.py:Base", "--d-in", 32, "--set", "bias=false").returncode == 0
     assert built[0].qkv.bias is not None and built[1].qkv.bias is None
     assert "bias only with --set bias=... (the class's own default otherwise)" in help_text("check")
+
+def test_a_kwargs_constructor_gets_the_flags_given_and_says_so(beside, monkeypatch):
+    """``Kw(**kwargs)`` got none of --d-in 32 --num-heads 2, and stderr said it takes no num_heads argument."""
+    built = built_modules(monkeypatch)
+    result = check(f"{beside}/mine.py:Kw", "--d-in", 32, "--num-heads", 2)
+    assert result.returncode == 0, result.stderr
+    assert (built[0].qkv.in_features, built[0].num_heads) == (32, 2)
+    assert result.stderr == ("attnviz check: Kw() takes **kwargs: passed d_in=32, num_heads=2 to it (the flags "
+                             "given, by attnviz's names; --set NAME=VALUE passes other names)\n")
+    result = check(f"{beside}/mine.py:Kw")
+    assert result.returncode == 0 and result.stderr == ""  # no flag given: the class's own defaults
+
+
+def test_a_failed_assert_and_a_file_that_is_not_python_say_so(beside):
+    result = check(f"{beside}/mine.py:Base", "--num-heads", 3)
+    assert result.returncode == 2
+    assert result.stderr == ("attnviz check: Base(d_in=64, num_heads=3, context_length=64, dropout=0.0) failed an "
+                             "assertion (base_beside.py, line 9): assert d_in % num_heads == 0\n")
+    (beside / "config.json").write_text('{"n_embd": 64, "bias": false}\n')
+    result = check(f"{beside}/config.json:X")
+    assert result.returncode == 2 and "config.json is not a Python file (JSON)" in result.stderr

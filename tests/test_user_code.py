@@ -382,3 +382,36 @@ def test_a_constructors_own_bias_default_wins(tmp_path, listed_alone):
     assert from_config.c_attn.bias is not None and from_config.qkv_bias is False
     assert user_code.build(user_code.load(f"{path}:FromConfig"), {"bias": False}, d_in=64).c_attn.bias is None
     assert user_code.build_listed(listed_alone(f"{path}:Good"), sizes(d_in=64, d_out=64)).c_attn.bias is not None
+
+KWARGS = textwrap.dedent('''
+    from torch import nn
+
+
+    class Base(nn.Module):
+        def __init__(self, d_in=64, num_heads=4, context_length=64, dropout=0.0):
+            super().__init__()
+            self.sizes = (d_in, num_heads, context_length, dropout)
+
+
+    class Kw(Base):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+
+
+    class Named(Base):
+        def __init__(self, d_in=64, **kwargs):
+            super().__init__(d_in, **kwargs)
+''')
+
+
+def test_a_kwargs_constructor_gets_the_settings_given_by_attnvizs_names(tmp_path):
+    """``Kw(**kwargs)`` names no setting: it gets the ones given (the CLI's flags given), by attnviz's own names, and
+    none that nobody gave (its own defaults decide); a named parameter still gets its setting by its own name."""
+    path = tmp_path / "kw.py"
+    path.write_text(KWARGS)
+    kw, named = user_code.load(f"{path}:Kw"), user_code.load(f"{path}:Named")
+    assert user_code.constructor_arguments(kw, d_in=32, num_heads=2) == {"d_in": 32, "num_heads": 2}
+    assert user_code.build(kw, d_in=32, num_heads=2).sizes == (32, 2, 64, 0.0)
+    assert user_code.constructor_arguments(kw) == {}
+    assert user_code.constructor_arguments(named, d_in=16, dropout=0.1) == {"d_in": 16, "dropout": 0.1}
+    assert user_code.settings_not_taken(kw, {"num_heads": 2, "d_out": 32}) == {}

@@ -85,16 +85,21 @@ def cli_command(trace) -> str:
     latent width or window reaches its constructor, which the CLI fills the same way without ``--num-kv-groups``,
     ``--latent-dim`` and ``--window``; and the panel gives ``check_module`` no ``causal``, so both find it (no
     ``--causal``/``--no-causal``).  A size the constructor takes under none of its spellings (``num_heads``,
-    ``dropout``, ``d_out``) is left out: the CLI would say it was not used."""
+    ``dropout``, ``d_out``) is left out: the CLI would say it was not used.  So is every size a ``**kwargs``
+    constructor would get by attnviz's name from the CLI (``user_code.kwargs_settings``) and gets none of from the app
+    (the module decides it): the input's width and the context then come from the module, as in the app."""
     config, run = trace.config, trace.module_run
     file = _file_name(trace)
-    not_taken = user_code.settings_not_taken(type(user_module.module_for(config)), ("d_out", "num_heads", "dropout"))
-    sizes = [f"--d-in {config.d_in}", f"--num-heads {config.num_heads}", f"--context-length {config.context_length}",
-             f"--dropout {config.dropout:g}", f"--tokens {min(trace.n, MAX_CHECK_TOKENS)}"]
-    sizes = [size for size in sizes if not (size.startswith("--num-heads") and "num_heads" in not_taken
-                                            or size.startswith("--dropout") and "dropout" in not_taken)]
-    if config.d_out != config.d_in and "d_out" not in not_taken:
-        sizes.insert(1, f"--d-out {config.d_out}")
+    cls = type(user_module.module_for(config))
+    left_out = {*user_code.settings_not_taken(cls, ("d_out", "num_heads", "dropout")),
+                *user_code.kwargs_settings(cls, ("d_in", "d_out", "num_heads", "context_length", "dropout"))}
+    flags = {"d_in": f"--d-in {config.d_in}", "d_out": f"--d-out {config.d_out}",
+             "num_heads": f"--num-heads {config.num_heads}",
+             "context_length": f"--context-length {config.context_length}", "dropout": f"--dropout {config.dropout:g}"}
+    if config.d_out == config.d_in:
+        del flags["d_out"]  # the CLI's default --d-out is --d-in
+    sizes = [flag for setting, flag in flags.items() if setting not in left_out]
+    sizes.append(f"--tokens {min(trace.n, MAX_CHECK_TOKENS)}")
     if config.seed != AttentionConfig.seed:  # the CLI's default seed is the app's
         sizes.append(f"--seed {config.seed}")
     return f"python -m attnviz check {file}:{run.class_name} " + " ".join(sizes)

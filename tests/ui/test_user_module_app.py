@@ -407,12 +407,14 @@ def test_the_check_panels_command_runs_for_a_module_that_does_not_say_its_width(
 
 
 @pytest.mark.parametrize(("name", "asked"), [("LearnerSWA", {"sliding_window_size": 3, "seed": 7}),
-                                             ("Bidirectional", {"causal": False})])
+                                             ("Bidirectional", {"causal": False}),
+                                             ("CountsTokensSeenWithPos", {"num_heads": 2})])
 def test_the_check_panels_command_builds_and_checks_the_module_the_panel_checks(monkeypatch, name, asked):
     """The app builds a listed module from its sizes, dropout and seed alone: a window in the URL (the sidebar shows
     none for a module) or the causal toggle (disabled: the module decides) never reaches its constructor, and the
     panel leaves causal to the check to find.  The command builds that module (its weights and its window) and checks
-    it with causal found the same way, so it gives no --window and no --causal/--no-causal."""
+    it with causal found the same way, so it gives no --window and no --causal/--no-causal.  A ``**kwargs``
+    constructor gets none of the app's sizes: the command gives no size flag the CLI would pass to it by name."""
     from types import SimpleNamespace
 
     from attnviz import cli, urlstate
