@@ -27,6 +27,7 @@ change to the file (its modification time or size) makes it a new module, import
 from __future__ import annotations
 
 import codecs
+import contextlib
 import importlib.machinery
 import importlib.util
 import inspect
@@ -165,17 +166,20 @@ _import_lock = threading.RLock()  # one user file's import at a time: sys.path h
 
 def _import_beside(module_spec, module: types.ModuleType, folder: str) -> None:
     """Run the user's file (under the time limit) with its own ``folder`` first on sys.path, as ``python file.py``
-    runs it; then sys.path is as it was, and the modules imported from that folder are forgotten by name (kept by the
-    user's module that imported them): another file's folder may hold a ``helpers.py`` of its own.  A module already
-    imported — the standard library's, torch's, attnviz's — is the one the file gets, whatever the folder holds."""
+    runs it; then the entry is taken out again, and the modules imported from that folder are forgotten by name (kept
+    by the user's module that imported them): another file's folder may hold a ``helpers.py`` of its own.  A module
+    already imported — the standard library's, torch's, attnviz's — is the one the file gets, whatever the folder
+    holds.  Only the entry added is removed (Streamlit's script runs add and remove their own meanwhile, as does a
+    file that extends sys.path for its own imports)."""
     with _import_lock:
-        path_before, modules_before = list(sys.path), set(sys.modules)
+        modules_before = set(sys.modules)
         sys.path.insert(0, folder)
         importlib.invalidate_caches()  # a file saved beside it since the last import is seen
         try:
             time_limit.call(module_spec.loader.exec_module, module)
         finally:
-            sys.path[:] = path_before
+            with contextlib.suppress(ValueError):  # ValueError: the user's file removed it itself
+                sys.path.remove(folder)  # the first one: ours
             for name in set(sys.modules) - modules_before:
                 if _from_folder(name, sys.modules.get(name), folder):
                     del sys.modules[name]
