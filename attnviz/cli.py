@@ -52,14 +52,15 @@ def add_check_command(commands) -> argparse.ArgumentParser:
                     "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
                     "bias/qkv_bias only with --set bias=... (the class's own default otherwise); any other with "
                     "--set, which also sets a single config object's attributes; a constructor with **kwargs also gets "
-                    "the size flags given that it names no parameter for, by these first names: d_in, num_heads …) "
+                    "the size flags given that none of its parameters names, by attnviz's names: d_in=32, "
+                    "num_heads=2 …) "
                     "after torch.manual_seed(--seed, default 123), and run every rule on a seeded input. "
                     "Exit status: 0 no rule fails (skips included), 1 a rule fails, 2 the class cannot be loaded, "
                     "built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
     check.add_argument("--d-in", type=int, default=None, help=f"default {DEFAULT_D_IN}")  # None: not given
     check.add_argument("--d-out", type=int, default=None, help="default: d_in")
-    check.add_argument("--num-heads", type=int, default=None, help="default 4")  # None: not given (unused_flags)
+    check.add_argument("--num-heads", type=int, default=None, help="default 4")  # None: not given (flag_notes)
     check.add_argument("--context-length", type=int, default=None, help=f"default {DEFAULT_CONTEXT_LENGTH}")
     check.add_argument("--dropout", type=float, default=None, help="default 0")
     check.add_argument("--seed", type=int, default=None, help="the seed the weights are drawn after (default 123)")

@@ -182,7 +182,7 @@ def _import_beside(module_spec, module: types.ModuleType, folder: str) -> None:
                 sys.path.remove(folder)  # the first one: ours
             for name in set(sys.modules) - modules_before:
                 if _from_folder(name, sys.modules.get(name), folder):
-                    del sys.modules[name]
+                    sys.modules.pop(name, None)
 
 
 def _from_folder(name: str, module, folder: str) -> bool:
