@@ -18,6 +18,7 @@ before torch is imported, so ``--help`` and a mistyped option answer at once; si
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -70,8 +71,8 @@ def add_check_command(commands) -> argparse.ArgumentParser:
     check.add_argument("--window", type=int, default=None, dest="sliding_window_size", metavar="W",
                        help="sliding-window attention: W, the keys each query sees (itself included)")
     check.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
-                       help="any constructor argument by its own name (a JSON value, else text), e.g. "
-                            "--set rope_base=500000 --set qk_norm=true; repeatable")
+                       help="any constructor argument by its own name (a JSON or Python literal: true, False, 3, "
+                            "[1, 2]; else text), e.g. --set rope_base=500000 --set qk_norm=true; repeatable")
     check.add_argument("--tokens", type=int, default=8, help="tokens in the checked input (default 8)")
     causal = check.add_mutually_exclusive_group()
     causal.add_argument("--causal", dest="causal", action="store_const", const=True, default=None,
@@ -290,8 +291,8 @@ def checked_tokens(tokens: int, context_length: int, module_context: tuple[int, 
 
 
 def constructor_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict:
-    """``--set NAME=VALUE`` items -> {NAME: VALUE}: a JSON value (500000, true, null, "text", [1, 2]), else the
-    text as it is."""
+    """``--set NAME=VALUE`` items -> {NAME: VALUE}: a JSON value (500000, true, null, "text", [1, 2]), else a
+    Python literal (True, False, None, (1, 2): the spelling the docs' Python uses), else the text as it is."""
     overrides = {}
     for item in items:
         name, equals, value = item.partition("=")
@@ -300,8 +301,17 @@ def constructor_overrides(items: list[str], parser: argparse.ArgumentParser) -> 
         try:
             overrides[name] = json.loads(value)
         except ValueError:
-            overrides[name] = value
+            overrides[name] = _python_literal(value)
     return overrides
+
+
+def _python_literal(text: str):
+    """``text`` read as a Python literal (``ast.literal_eval``: no code runs), else ``text`` itself — so
+    ``--set renormalise=False`` passes False, not the string "False", which Python reads as true."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
 
 
 def run_train(args, parser: argparse.ArgumentParser) -> int:

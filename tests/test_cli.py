@@ -758,3 +758,16 @@ def test_a_failed_assert_and_a_file_that_is_not_python_say_so(beside):
     (beside / "config.json").write_text('{"n_embd": 64, "bias": false}\n')
     result = check(f"{beside}/config.json:X")
     assert result.returncode == 2 and "config.json is not a Python file (JSON)" in result.stderr
+
+
+@pytest.mark.parametrize(("written", "passed"), [("False", False), ("True", True), ("None", None), ("false", False),
+                                                 ("(1, 2)", (1, 2)), ("'text'", "text"), ("fast", "fast")])
+def test_set_reads_python_literals_as_the_docs_write_them(written, passed):
+    """``--set renormalise=False`` passed the string "False" (true in Python): the check ran another module."""
+    assert cli.constructor_overrides([f"x={written}"], cli.parser()) == {"x": passed}
+
+
+def test_set_false_checks_the_module_asked_for():
+    path = Path(um.__file__)
+    result = check(f"{path}:MaskAfterSoftmax", "--set", "renormalise=False")
+    assert result.returncode == 1 and "4 of 8 rules fail" in result.stdout
