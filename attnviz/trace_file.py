@@ -114,15 +114,15 @@ def load_trace(file) -> Trace:
     that name is a path to it; a session-trained model is named "session model".  Arrays are read-only, as a run's.
 
     Raises :class:`attnviz.config.InputError`, one line saying why, for anything that is not such a file: no file
-    there, not an NPZ, no manifest, a manifest of another format version, a missing or misshapen array.  The file
-    is read with ``allow_pickle=False``: an array of Python objects is refused, never unpickled.
+    there, not an NPZ (a PyTorch file, a zip of other files), no manifest, a manifest of another format version, a
+    missing or misshapen array.  The file is read with ``allow_pickle=False``: an array of Python objects is
+    refused, never unpickled.
     """
     source, name = _opened(file)
     try:
         _check_npz(source)
+        _check_members(source)
         with np.load(source, allow_pickle=False) as data:
-            if "manifest.json" not in data.files:
-                raise _DamagedError(f"it is an NPZ without manifest.json. {_SAVE}")
             described = _manifest(data["manifest.json"])
             arrays = _read_arrays(data, described)
             return _trace(described, arrays)
@@ -154,6 +154,27 @@ def _check_npz(source) -> None:
         raise _DamagedError(f"it is a single NumPy array (.npy), not an NPZ archive of arrays. {_SAVE}")
     if not start.startswith(b"PK"):
         raise _DamagedError(f"it is not an NPZ file (a zip archive of arrays). {_SAVE}")
+
+
+def _check_members(source) -> None:
+    """Say what a zip archive is when attnviz did not write it: a trace holds NumPy arrays only (``.npy`` members,
+    ``manifest.json.npy`` among them), so a PyTorch file, a zip of other files and an NPZ without the manifest are
+    each named."""
+    position = None if isinstance(source, Path) else source.tell()
+    with zipfile.ZipFile(source) as archive:
+        names = archive.namelist()
+    if position is not None:
+        source.seek(position)
+    if any(name.rsplit("/", 1)[-1] == "data.pkl" for name in names):
+        raise _DamagedError("it is a PyTorch file (torch.save), not a trace attnviz saved: a model's .pth runs with "
+                            "attnviz.AttentionConfig(checkpoint=path).")
+    others = [name for name in names if not name.endswith(".npy")]
+    if others:
+        raise _DamagedError(f"it is a zip archive holding {others[0]!r} as a plain file, not a NumPy array: attnviz "
+                            f"saves a trace as arrays only, its manifest.json too. {_SAVE}")
+    if "manifest.json.npy" not in names:
+        raise _DamagedError(f"it is an NPZ of arrays without the manifest.json every trace attnviz saves holds. "
+                            f"{_SAVE}")
 
 
 def _opened(file):

@@ -6,6 +6,8 @@ import dataclasses
 import io
 import json
 import pathlib
+import re
+import zipfile
 
 import numpy as np
 import pytest
@@ -301,6 +303,49 @@ def test_a_file_whose_shapes_or_fields_lie_is_refused_in_words_when_loaded(case,
     assert "\n" not in message and "not an attnviz trace" in message, message
     for python in ("object is not iterable", "('ops')", "startswith", "IndexError"):
         assert python not in message, message
+
+
+def zipped(**files: str) -> bytes:
+    """A zip archive of plain files (name -> text), as zipfile writes one."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name.replace("__", "/"), text)
+    return buffer.getvalue()
+
+
+def torch_saved() -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"W_query.weight": torch.zeros(2, 2)}, buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda: zipped(**{"manifest.json": '{"format": "other"}'}),
+     "it is a zip archive holding 'manifest.json' as a plain file, not a NumPy array"),
+    (lambda: zipped(**{"manifest.json": '{"format": "attnviz trace v1"}', "steps__weights.npy": "x"}),
+     "it is a zip archive holding 'manifest.json' as a plain file"),
+    (lambda: zipped(notes__readme="hello"), "it is a zip archive holding 'notes/readme' as a plain file"),
+    (torch_saved, "it is a PyTorch file (torch.save), not a trace attnviz saved"),
+    (lambda: npz(weights=np.zeros((1, 2, 3, 3), np.float32)),
+     "it is an NPZ of arrays without the manifest.json every trace attnviz saves holds"),
+], ids=["a plain manifest.json", "a plain manifest beside an array", "a zip of other files", "a torch.save file",
+        "an npz without the manifest"])
+def test_a_zip_attnviz_did_not_write_is_named_for_what_it_is(make, said, tmp_path):
+    """Before, a zip whose manifest.json is a plain file raised AttributeError ('bytes' object has no attribute
+    'dtype'), and a torch.save file was called an NPZ without manifest.json."""
+    with pytest.raises(InputError) as raised:
+        attnviz.load_trace(make())
+    message = str(raised.value)
+    assert message.startswith("The data is not an attnviz trace: ") and said in message, message
+    path = tmp_path / "saved.npz"
+    path.write_bytes(make())
+    with open(path, "rb") as stream, pytest.raises(InputError, match="saved.npz is not an attnviz trace"):
+        attnviz.load_trace(stream)
+    with pytest.raises(InputError, match=re.escape(said)):
+        attnviz.load_trace(path)
 
 
 def test_a_text_mode_file_is_told_to_open_it_in_binary(trace, tmp_path):
