@@ -395,3 +395,64 @@ def test_design_md_lists_every_public_name():
 
     row = design_rows()["attnviz/__init__.py"]
     assert [name for name in attnviz.__all__ if f"`{name}`" not in row] == []
+
+
+# --------------------------------------------------------------------------- the forward counts the docs give
+
+def said(path: str, pattern: str) -> tuple[int, ...]:
+    """The numbers ``pattern`` captures in a doc (its lines joined: a sentence may wrap anywhere)."""
+    text = " ".join((ROOT / path).read_text(encoding="utf-8").split())
+    found = re.search(pattern, text)
+    assert found, f"{path} no longer says {pattern!r}"
+    return tuple(int(number) for number in found.groups())
+
+
+def forwards_of_a_passing_check(module, x=None) -> int:
+    """How many forwards a check of ``module`` runs, which must be the plan it reported from the start (it passes)."""
+    from attnviz import checks
+
+    reports, ran = [], []
+    hook = module.register_forward_pre_hook(lambda *args: ran.append(1))
+    try:
+        results = checks.check_module(module, x, progress=reports.append)
+    finally:
+        hook.remove()
+    assert [check.status for check in results if check.status == "fail"] == []
+    assert {report.forwards_planned for report in reports[1:]} == {len(ran)}
+    return len(ran)
+
+
+def test_the_forward_counts_the_docs_give_are_what_a_check_runs():
+    """api.md's and your-module.md's counts of a check's forwards, for a module whose KV cache it resets itself and one
+    whose caller holds it, are what check_module runs and plans (they said 23 and 41, three and one too few, once
+    the rule also found what the cache holds)."""
+    import torch
+    from helpers import named_caches, user_modules
+
+    from attnviz import checks
+
+    def resets():
+        return user_modules.LearnerCachedMHA(16, 16, 64, 0.0, 4).eval()
+
+    def caller_holds():
+        return named_caches.PastWindow(d_model=16, sliding_window_size=64, keep_all=True).eval()
+
+    def tokens(n):  # the Check panel's input: the text's first n tokens, embedded (one item)
+        return torch.randn(1, n, 16, generator=torch.Generator().manual_seed(n))
+
+    default = said("docs/api.md", r"\((\d+) forwards on the default input of a module that resets its cache, (\d+) "
+                                  r"when the caller holds it\)")
+    assert default == (forwards_of_a_passing_check(resets()), forwards_of_a_passing_check(caller_holds()))
+    (allowance,) = said("docs/api.md", r"n − n // 2 \+ (\d+) for `kv-cache`")
+    x = checks.default_input(resets())
+    assert allowance == checks._diagnosis_forwards(resets(), x, ["kv-cache"]) - (x.shape[1] - x.shape[1] // 2)
+
+    (plain,) = said("docs/your-module.md", r"3 \+ n times on the text's first n ≤ 16 tokens \((\d+) on 16 tokens\)")
+    assert plain == forwards_of_a_passing_check(user_modules.MyMultiHeadAttention(16, 16, 64, 0.0, 4).eval(),
+                                                tokens(16))
+    cached = said("docs/your-module.md", r"\((\d+) on 16 tokens; (\d+) when the caller holds it\)")
+    assert cached == (forwards_of_a_passing_check(resets(), tokens(16)),
+                      forwards_of_a_passing_check(caller_holds(), tokens(16)))
+    slow = said("docs/your-module.md", r"on 15 tokens: \*One forward of SleepyCachedAttention takes [\d.]+ s and the "
+                                       r"rules run up to (\d+) forwards.*?\*(\d+) forwards of your module")
+    assert slow == (forwards_of_a_passing_check(resets(), tokens(15)),) * 2
