@@ -17,6 +17,7 @@ from attnviz.config import (
     AttentionConfig,
     available_devices,
     nearest_divisors,
+    resolve_device,
 )
 from attnviz.rope import ROPE_BASES
 from attnviz.text import clean_text
@@ -411,7 +412,7 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
         train=bool(values["train"]) and spec.dropout,
         causal=bool(values["causal"]) if spec.not_applicable("causal") is None else spec.book_causal,
         seed=int(values["seed"]),
-        device=values["device"],
+        device=resolve_device(values["device"])[0],  # the device that runs (settled: "auto" picks one)
         embedding="book" if is_book(values["preset"]) and int(values["d_in"]) == 3 else "seeded",
         num_kv_groups=int(values["num_kv_groups"]) if "num_kv_groups" in applies else None,
         latent_dim=int(values["latent_dim"]) if "latent_dim" in applies else None,

@@ -171,6 +171,29 @@ def test_settings_the_checkpoint_decides_are_ignored_with_a_notice(checkpoint_di
     assert "4 heads" in note and "width 64" in note
 
 
+@pytest.mark.parametrize(("overrides", "words"), [
+    (dict(positions="rotary"), "learned positional embeddings"),
+    (dict(positions="rotary", rope_base=500_000), "rope_base turns rotary positions only"),
+    (dict(num_kv_groups=2), "a K/V head for each of its 4 heads"),
+    (dict(latent_dim=16), "no latent"),
+    (dict(sliding_window_size=3), "its own config"),
+    (dict(device="cuda"), "the CPU"),
+], ids=["rotary", "rope_base", "num_kv_groups", "latent_dim", "sliding_window_size", "device"])
+def test_a_setting_of_the_attention_a_checkpoint_does_not_use_is_named_and_not_kept(checkpoint_dir, overrides,
+                                                                                     words):
+    """Before, positions="rotary" became learned and rope_base, num_kv_groups, latent_dim and sliding_window_size
+    stayed in trace.config, unused, all without a note."""
+    trace = pipeline.run(TEXT, AttentionConfig(checkpoint=checkpoint_dir, layer=1, **overrides))
+    expected = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
+    assert trace.config == expected.config  # what ran: learned positions, the file's K/V heads, no window setting
+    assert np.array_equal(trace.steps["weights"], expected.steps["weights"])
+    for name, value in overrides.items():
+        [note] = [note for note in trace.notes if f"{name} = {value}" in note]
+        assert note.startswith("Ignored"), note
+    assert words in " ".join(trace.notes), trace.notes
+    assert pipeline.run(TEXT, trace.config).notes == ()  # the config that ran runs again with no note
+
+
 def test_a_layer_the_checkpoint_does_not_have_is_refused(checkpoint_dir):
     config = config_for(checkpoint_dir, 0)
     with pytest.raises(ConfigError, match="3 layers"):

@@ -30,6 +30,17 @@ def test_run_with_cuda_here_runs_on_cpu_with_a_note():
     assert np.array_equal(trace.output, run(TEXT, small(device="cpu")).output)
 
 
+def test_the_config_that_ran_holds_the_device_that_ran(monkeypatch):
+    """Before, a run asked for CUDA on a machine without it kept device="cuda" in trace.config, and running
+    trace.config again noted the fallback again."""
+    monkeypatch.setattr(config_module, "available_devices", lambda: ["auto", "cpu"])
+    trace = run(TEXT, small(device="cuda"))
+    assert (trace.device, trace.config.device) == ("cpu", "cpu") and len(trace.notes) == 1
+    again = run(TEXT, trace.config)
+    assert again.notes == () and again.config == trace.config
+    assert run(TEXT, small(device="auto")).config.device == "cpu"  # auto: the device it picked
+
+
 def test_auto_without_accelerators_is_cpu_without_notes(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
@@ -68,7 +79,7 @@ def test_cuda_out_of_memory_falls_back_to_cpu(monkeypatch):
     monkeypatch.setattr(book, "_forward", forward)
     trace = run(TEXT, small(device="cuda"))
     assert devices == ["cuda", "cpu"]
-    assert trace.device == "cpu"
+    assert trace.device == trace.config.device == "cpu"
     assert len(trace.notes) == 1
     assert "CUDA ran out of memory" in trace.notes[0]
     assert "CPU" in trace.notes[0]

@@ -23,7 +23,8 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     """The config the class really runs: each size the class decides holds the value it runs with — a single-head
     class's one head, the simplified class's width d_in, GQA's K/V groups, MLA's latent and SWA's window where the
     caller left them open — and each setting the class does not take is set back to its default, with a note naming
-    it when the caller set it to something else ("Ignored num_heads = 4: …").  Settling a settled config changes
+    it when the caller set it to something else ("Ignored num_heads = 4: …").  ``device`` becomes the device that
+    runs (``auto`` picks one; one this machine lacks is the CPU, with a note).  Settling a settled config changes
     nothing, so the sidebar's configs (which set only what applies) run as they are.  ConfigError (from
     ``validate``) when the config cannot run."""
     config.validate()
@@ -34,8 +35,10 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     reasons["rope_base"] = None if config.rotary else "positions are learned: rope_base turns rotary positions only."
     reasons["layer"] = "the book's classes are one attention layer: layer picks a layer of a GPT model (checkpoint=…)."
     window = (config.sliding_window_size or config.context_length) if "sliding_window_size" in spec.settings else None
+    device, device_notes = resolve_device(config.device)
     settled = replace(
-        config, num_heads=spec.head_count(config.num_heads), d_out=spec.out_width(config.d_in, config.d_out),
+        config, device=device,
+        num_heads=spec.head_count(config.num_heads), d_out=spec.out_width(config.d_in, config.d_out),
         num_kv_groups=config.kv_groups if "num_kv_groups" in spec.settings else None,
         latent_dim=config.latent_width, sliding_window_size=window,
         **{name: _DEFAULTS[name] for name in ("dropout", "train", "causal", "qkv_bias", "rope_base", "layer")
@@ -46,7 +49,7 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
              for name, reason in reasons.items()
              if reason is not None and getattr(config, name) != getattr(settled, name)
              and getattr(config, name) != _DEFAULTS[name]]
-    return settled, notes
+    return settled, notes + device_notes
 
 
 _DEFAULTS = {f.name: f.default for f in fields(AttentionConfig)}
@@ -101,7 +104,7 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
 
     Seeded embeddings, the seeded module, every stage.
     """
-    device, device_notes = resolve_device(config.device)
+    device, device_notes = resolve_device(config.device)  # a settled config's device is one this machine has
     notes += device_notes
 
     input_embeddings, embeddings = _embed(token_ids, config, notes)
@@ -111,6 +114,7 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
         notes.append(f"{device.upper()} ran out of memory; ran on the CPU instead.")
         device = "cpu"
         recorder, output = _forward(input_embeddings, config, device)
+    config = replace(config, device=device)  # the device that ran
 
     return make_trace(config, text, token_ids, embeddings,
                   steps={name: to_numpy(value) for name, value in recorder.steps.items()},

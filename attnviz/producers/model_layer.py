@@ -32,7 +32,9 @@ _layer_runs: collections.OrderedDict[tuple, tuple[object, int]] = collections.Or
 
 
 def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
-    """The config this layer runs with: the checkpoint's width, heads and context, eval mode, no seed, the CPU.
+    """The config this layer runs with: the checkpoint's width, heads and context, eval mode, no seed, the CPU, and
+    its attention's own K/V heads or latent, learned positions and no window setting (a layer's window is the file's:
+    ``ModelRun.window``).
 
     Settings the checkpoint decides are replaced by its values; one the caller set to something else is named
     in a note (ignored, not an error).  Only a layer the model does not have is an error."""
@@ -46,12 +48,11 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
                       d_in=sizes.emb_dim, d_out=sizes.emb_dim, num_heads=sizes.num_heads,
                       context_length=min(sizes.context_length, MAX_CONTEXT_LENGTH),
                       qkv_bias=sizes.qkv_bias, dropout=0.0, train=False, seed=AttentionConfig.seed, device="cpu",
-                      embedding="seeded", positions="learned",
-                      num_kv_groups=sizes.n_kv_heads if sizes.n_kv_heads is not None else config.num_kv_groups,
-                      latent_dim=sizes.latent_dim if sizes.latent_dim is not None else config.latent_dim)
+                      embedding="seeded", positions="learned", rope_base=_DEFAULTS["rope_base"],
+                      num_kv_groups=sizes.n_kv_heads, latent_dim=sizes.latent_dim, sliding_window_size=None)
     ignored = [f"{name} = {getattr(config, name)}" for name in _DECIDED
                if getattr(config, name) != getattr(settled, name) and getattr(config, name) != _DEFAULTS[name]]
-    notes = []
+    notes = _attention_notes(config, settled, sizes)
     if getattr(model, "heads_assumed", False):
         heads = amount(sizes.num_heads, "head")
         if sizes.n_kv_heads is not None:  # and W_key's rows: that many K/V heads of 64
@@ -68,9 +69,30 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
                      f"(ch04/06_swa), which always hides the future (on its full-attention layers too), so layer "
                      f"{config.layer} runs with its mask, as trained.")
     if ignored:
+        biases = "biases on Q, K and V" if sizes.qkv_bias else "no Q, K, V biases"
         notes.append(f"Ignored {', '.join(ignored)}: this checkpoint decides them (width {sizes.emb_dim}, "
-                     f"{sizes.num_heads} heads, {settled.context_length} positions, eval mode, the CPU).")
+                     f"{sizes.num_heads} heads, {settled.context_length} positions, {biases}, eval mode, the CPU).")
     return settled, notes
+
+
+def _attention_notes(config: AttentionConfig, settled: AttentionConfig, sizes) -> list[str]:
+    """A note for each setting of the attention's kind — positions, K/V heads, latent, window — that the caller set
+    and the checkpoint's file decides otherwise or does not use."""
+    kv_heads = (f"{amount(sizes.n_kv_heads, 'K/V head')} shared by its {sizes.num_heads} heads"
+                if sizes.n_kv_heads is not None else f"a K/V head for each of its {amount(sizes.num_heads, 'head')} "
+                                                     "(multi-head attention)")
+    why = {
+        "positions": "this checkpoint's GPT adds learned positional embeddings to its tokens (the book's GPTModel): "
+                     "it has no rotary positions.",
+        "rope_base": "this checkpoint's positions are learned: rope_base turns rotary positions only.",
+        "num_kv_groups": f"this checkpoint's layers hold {kv_heads}.",
+        "latent_dim": ("this checkpoint's attention has no latent." if sizes.latent_dim is None else
+                       f"this checkpoint's latent is {sizes.latent_dim} wide."),
+        "sliding_window_size": "a checkpoint's layers take their window from its own config (sliding_window), not "
+                               "from this setting.",
+    }
+    return [f"Ignored {name} = {getattr(config, name)}: {reason}" for name, reason in why.items()
+            if getattr(config, name) != getattr(settled, name) and getattr(config, name) != _DEFAULTS[name]]
 
 
 def always_causal(model, layer: int) -> bool:
