@@ -8,7 +8,8 @@ What a user calls (docs/api.md):
 * ``Trace``: what every run returns — tokens, the named steps as float32 arrays, shapes, notes;
 * ``trace_module(module, text_or_x)`` -> ``Trace``: any attention ``nn.Module``, unchanged, traced;
 * ``check_module(module)`` -> the rules of attention with evidence, one result per rule;
-* ``show(trace)`` or ``show(module, text)``: the Heads view inline in Jupyter (a module traced first);
+* ``show(trace)`` (``show(trace, "scores")``: another stage) or ``show(module, text)``: the Heads view inline in
+  Jupyter (a module traced first);
 * ``load_trace(file)`` -> ``Trace``: a saved trace file (a page's "Download this trace", ``trace_file.trace_npz``)
   back, ready to ``show``;
 * ``explain_weight(trace, head, query, key)``: why one weight is what it is — q_i[d]·k_j[d] per dimension, their
@@ -65,9 +66,12 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; at run t
     from attnviz.tracing import trace_module
 
 
-def show(trace_or_module, text: str | None = None, *, stage: str = "weights", head: int = 0):
+def show(trace_or_module, text: str | None = None, *, stage: str | None = None, head: int = 0):
     """Display the Heads view of a Trace, or of ``module`` traced on ``text`` (:func:`trace_module`), in Jupyter
-    (:func:`attnviz.views.notebook.show` draws it).  Returns the Trace."""
+    (:func:`attnviz.views.notebook.show` draws it).  Returns the Trace.
+
+    A Trace is drawn as it ran, so its second argument is the stage: ``show(trace, "scores")`` is
+    ``show(trace, stage="scores")`` (the weights when none is given); a text there is refused, naming the stages."""
     import torch
 
     from attnviz import tracing
@@ -76,6 +80,10 @@ def show(trace_or_module, text: str | None = None, *, stage: str = "weights", he
     from attnviz.views import notebook
 
     trace = trace_or_module
+    if isinstance(trace, Trace) and text is not None:
+        if stage is not None:
+            raise InputError(f"show(trace, {text!r}, stage={stage!r}) names the stage twice: give it once")
+        text, stage = None, text  # figures_of names the stages a string that is not one could have been
     if not isinstance(trace, Trace):
         if not isinstance(trace_or_module, torch.nn.Module):
             raise InputError(f"show takes a Trace (attnviz.run, attnviz.trace_module) or a module and a text, got "
@@ -83,7 +91,7 @@ def show(trace_or_module, text: str | None = None, *, stage: str = "weights", he
         if text is None:
             raise InputError("show(module, text): give the text to trace the module on")
         trace = tracing.trace_module(trace_or_module, text)
-    return notebook.show(trace, stage=stage, head=head)
+    return notebook.show(trace, stage=stage or "weights", head=head)
 
 
 def __getattr__(name: str):

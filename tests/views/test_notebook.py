@@ -127,3 +127,24 @@ def test_show_traces_a_module_on_a_text_then_displays_its_heads(monkeypatch):
     assert "CausalSelfAttention" in shown[0].data and shown[2].layout.title.text.startswith("head 2")
     with pytest.raises(InputError, match=r"show\(module, text\): give the text"):
         attnviz.show(um.CausalSelfAttention())
+
+
+def test_a_traces_second_argument_is_the_stage_it_shows(monkeypatch):
+    """``attnviz.show(trace, "scores")`` drew the weights: the stage was keyword-only, and the string went to
+    ``text``, which a Trace does not use."""
+    pytest.importorskip("IPython")
+    import IPython
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: _Shell(kernel=object()))
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
+    assert attnviz.show(trace, "scores") is trace
+    focused = shown[2]  # the title, the grid, the focused head, the flow
+    assert focused.layout.title.text == notebook.figures_of(trace, "scores")["head"].layout.title.text
+    assert focused.layout.title.text != notebook.figures_of(trace)["head"].layout.title.text
+    with pytest.raises(InputError, match="stage must be one of scores, scaled, masked, weights"):
+        attnviz.show(trace, "Your journey starts")  # a Trace is drawn as it ran: no text to trace it on
+    with pytest.raises(InputError, match="names the stage twice"):
+        attnviz.show(trace, "scores", stage="weights")
