@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from attnviz import variants
+from attnviz.kv_cache import default_kv_heads
 from attnviz.rope import ROPE_BASES
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -67,7 +68,7 @@ class AttentionConfig:
     checkpoint: str | None = None  # a weights ref (attnviz.weights): run layer ``layer`` of that GPT model
     layer: int = 0  # which transformer block of the checkpoint (0 … layers − 1)
     module: str | None = None  # a user's own attention module, by the label it was listed under (attnviz.user_code)
-    num_kv_groups: int | None = None  # gqa: the NUMBER of K/V heads (None: the divisor of num_heads nearest 4)
+    num_kv_groups: int | None = None  # gqa: the NUMBER of K/V heads (None: kv_cache.default_kv_heads, 12 heads: 4)
     latent_dim: int | None = None  # mla: the latent's width (None: the book's max(16, d_out // 8), at most d_out)
     sliding_window_size: int | None = None  # swa: W, query i sees keys i−W+1 … i (None: every earlier key)
     positions: str = "learned"  # "rotary": q and k rotated, no learned positional embedding (mha, gqa, mqa, swa)
@@ -151,13 +152,14 @@ class AttentionConfig:
 
     @property
     def kv_groups(self) -> int:
-        """How many K/V heads the run's heads share: ``num_kv_groups`` for GQA, 1 for MQA and single-head
-        variants, one per head for the others (MHA, MLA, SWA)."""
+        """How many K/V heads the run's heads share: ``num_kv_groups`` for GQA (where it is None,
+        :func:`attnviz.kv_cache.default_kv_heads`: grouped, 4 for 12 heads), 1 for MQA and single-head variants, one
+        per head for the others (MHA, MLA, SWA)."""
         spec = self.spec
         if spec.kv_groups is not None:
             return spec.kv_groups
         if "num_kv_groups" in spec.settings:
-            return self.num_kv_groups or default_kv_groups(self.num_heads)
+            return self.num_kv_groups or default_kv_heads(self.num_heads)
         return self.heads
 
     @property
@@ -239,11 +241,6 @@ class AttentionConfig:
     def effective_dropout(self) -> float:
         """p when dropout actually ran in this run, else 0 (kept weights are scaled by 1/(1−p))."""
         return self.dropout if self.dropout_runs else 0.0
-
-
-def default_kv_groups(num_heads: int) -> int:
-    """GQA's K/V heads when none are asked for: the divisor of ``num_heads`` nearest 4 (12 heads: 4 groups of 3)."""
-    return nearest_divisors(num_heads, 4, 1)[0]
 
 
 def default_latent_dim(d_out: int) -> int:

@@ -202,11 +202,14 @@ def preset(name: str) -> ModelKV:
 VARIANTS = ("MHA", "GQA", "MQA", "MLA", "SWA", "SWA+GQA")
 
 
-def _gqa_heads(n_heads: int) -> int:
-    """The largest divisor of n_heads that is at most n_heads / 4, or at most 2 where that is more (a GQA between MHA
-    and MQA: 4 heads -> 2); 1 where no divisor lies between 1 and n_heads (2 or 3 heads)."""
-    between = [d for d in range(2, n_heads) if n_heads % d == 0 and d <= max(2, n_heads // 4)]
-    return max(between, default=1)
+def default_kv_heads(n_heads: int) -> int:
+    """Grouped-query attention's K/V heads where none are given — a run's (``AttentionConfig.kv_groups``) and the cost
+    chart's GQA line alike: the divisor of ``n_heads`` nearest 4 that lies strictly between 1 and ``n_heads`` (12
+    heads: 4, groups of 3; 4 heads: 2; 6 heads: 3), so the heads are grouped, neither MHA (a K/V head each) nor MQA
+    (one for all).  Where no divisor lies between — 1, 2 or 3 heads, a prime count — 1: every head shares one K/V
+    head, as in MQA."""
+    between = [d for d in range(2, n_heads) if n_heads % d == 0]
+    return min(between, key=lambda d: (abs(d - 4), d), default=1)
 
 
 def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int | None = None,
@@ -216,14 +219,14 @@ def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int
     """kv_cache_bytes arguments of MHA, GQA, MQA, MLA, SWA and SWA+GQA at one model's sizes.
 
     What the sizes leave open is filled in and said by the keys: GQA's K/V heads (``gqa_kv_heads``, the ones chosen
-    for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else :func:`_gqa_heads`,
-    Llama 3's 32 -> 8, 4 heads -> 2), MLA's latent (given, else 4 × head_dim: DeepSeek-V3's 512 for 128-wide heads),
+    for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else :func:`default_kv_heads`,
+    12 heads -> 4, 4 heads -> 2), MLA's latent (given, else 4 × head_dim: DeepSeek-V3's 512 for 128-wide heads),
     the window (given, else 1,024) and SWA's ratio (given, else Gemma 3's "5:1")."""
     head_dim = head_dim or math.ceil(emb_dim / n_heads)
     if gqa_kv_heads is not None:
         gqa = gqa_kv_heads
     else:
-        gqa = n_kv_heads if n_kv_heads is not None and n_kv_heads < n_heads else _gqa_heads(n_heads)
+        gqa = n_kv_heads if n_kv_heads is not None and n_kv_heads < n_heads else default_kv_heads(n_heads)
     base = {"emb_dim": emb_dim, "n_heads": n_heads, "n_layers": n_layers, "head_dim": head_dim}
     window = {"sliding_window_size": sliding_window_size or 1024, "swa_ratio": swa_ratio or "5:1"}
     return {

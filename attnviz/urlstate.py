@@ -19,8 +19,10 @@ from attnviz.config import (
     nearest_divisors,
     resolve_device,
 )
+from attnviz.kv_cache import default_kv_heads
 from attnviz.rope import ROPE_BASES
 from attnviz.text import clean_text
+from attnviz.words import amount
 
 DEFAULT_TEXT = "Your journey starts with one step"
 PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
@@ -192,9 +194,9 @@ def fit_modern(values: dict) -> tuple[dict, dict[str, str]]:
     values, notices = dict(values), {}
     num_heads, d_out = int(values["num_heads"]), int(values["d_out"])
     if num_heads % int(values["num_kv_groups"]):
-        new = configs.default_kv_groups(num_heads)
+        new = default_kv_heads(num_heads)
         notices["num_kv_groups"] = (f"num_kv_groups={values['num_kv_groups']} does not divide {num_heads} heads; "
-                                    f"using {new} K/V groups.")
+                                    f"using {amount(new, 'K/V group')}.")
         values["num_kv_groups"] = new
     if int(values["latent_dim"]) > d_out:
         new = configs.default_latent_dim(d_out)

@@ -126,13 +126,13 @@ def test_a_ratio_without_window_layers_needs_no_window():
 def test_variant_curves_and_their_figure():
     settings = kv_cache.variant_settings(emb_dim=2048, n_heads=32, n_layers=16)
     assert list(settings) == list(kv_cache.VARIANTS)
-    assert settings["GQA"]["n_kv_heads"] == 8 and settings["MQA"]["n_kv_heads"] == 1
+    assert settings["GQA"]["n_kv_heads"] == 4 and settings["MQA"]["n_kv_heads"] == 1
     lengths = kv_cache.context_lengths(131072)
     assert lengths[0] == 256 and lengths[-1] == 131072
     curves = kv_cache.curves(settings, lengths)
     at = lengths.index(32768)
     mha = book_estimate(context_length=32768, emb_dim=2048, n_heads=32, n_layers=16, dtype="bf16")
-    assert curves["MHA"][at] == mha and curves["GQA"][at] == mha // 4 and curves["MQA"][at] == mha // 32
+    assert curves["MHA"][at] == mha and curves["GQA"][at] == mha // 8 and curves["MQA"][at] == mha // 32
     assert curves["MLA"][at] == 16 * 32768 * 256 * 2  # latent 4 × head_dim 64
     swa = book_estimate(context_length=32768, emb_dim=2048, n_heads=32, n_layers=16, sliding_window_size=1024,
                         swa_ratio="5:1", dtype="bf16")
@@ -193,7 +193,7 @@ def test_chosen_gqa_kv_heads_are_used_even_when_they_equal_the_heads():
     its heads (an MHA model) leave GQA's to the fill-in."""
     chosen = kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, gqa_kv_heads=12)
     assert chosen["GQA"]["n_kv_heads"] == 12 and chosen["SWA+GQA"]["n_kv_heads"] == 12
-    assert kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, n_kv_heads=12)["GQA"]["n_kv_heads"] == 3
+    assert kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=1, n_kv_heads=12)["GQA"]["n_kv_heads"] == 4
 
 
 def test_a_variants_label_counts_its_k_v_heads_in_the_singular_for_one():
@@ -272,9 +272,9 @@ def test_window_schedule_refuses_layers_with_different_windows():
         kv_cache.window_schedule((3, 5, None))
 
 
-@pytest.mark.parametrize(("heads", "gqa"), [(2, 1), (3, 1), (4, 2), (6, 2), (8, 2), (12, 3), (16, 4), (32, 8)])
+@pytest.mark.parametrize(("heads", "gqa"), [(2, 1), (3, 1), (4, 2), (6, 3), (8, 4), (12, 4), (16, 4), (32, 4)])
 def test_the_gqa_line_filled_in_lies_between_mha_and_mqa_where_the_heads_allow(heads, gqa):
-    """The chart's GQA line for a model that names no K/V heads: the largest divisor of the heads ≤ heads / 4, but at
-    least 2 where a divisor between 1 and the heads exists (a 4-head model's GQA line was MQA's: 1 K/V head)."""
+    """The chart's GQA line for a model that names no K/V heads: the divisor of the heads strictly between 1 and the
+    heads nearest 4, as a GQA run's default (a 4-head model's GQA line was MQA's: 1 K/V head); 1 where none is."""
     settings = kv_cache.variant_settings(emb_dim=64 * heads, n_heads=heads, n_layers=1)
     assert settings["GQA"]["n_kv_heads"] == gqa

@@ -282,6 +282,38 @@ def test_head_groups_say_which_kv_head_each_head_uses():
         config.kv_group(12)
 
 
+def test_grouped_query_attention_left_to_group_its_heads_groups_them_as_the_cost_chart_does():
+    """AttentionConfig(variant="gqa", num_heads=4) ran with 4 K/V heads — plain MHA — while the Generate page's cost
+    chart drew GQA with 2 for 4 heads: one rule (kv_cache.default_kv_heads) now gives both, between MHA and MQA
+    wherever the heads have a divisor between 1 and themselves."""
+    from attnviz import kv_cache
+
+    for heads in range(1, 33):
+        config = AttentionConfig(variant="gqa", d_in=2 * heads, d_out=2 * heads, num_heads=heads)
+        chart = kv_cache.variant_settings(emb_dim=2 * heads, n_heads=heads, n_layers=1)["GQA"]["n_kv_heads"]
+        assert config.kv_groups == chart, heads
+        grouped = any(heads % d == 0 for d in range(2, heads))
+        assert (1 < config.kv_groups < heads) if grouped else config.kv_groups == 1, heads
+    defaults = [kv_cache.default_kv_heads(heads) for heads in (1, 2, 4, 6, 8, 12, 16, 25, 32)]
+    assert defaults == [1, 1, 2, 3, 4, 4, 4, 5, 4]
+    trace = pipeline.run(TEXT, AttentionConfig(variant="gqa", d_in=16, d_out=16, num_heads=4))
+    assert trace.config.num_kv_groups == 2 and trace.steps["keys"].shape == (1, trace.n, 2 * 4) and trace.notes == ()
+
+
+@pytest.mark.parametrize(("heads", "said"), [
+    (1, "Grouped-query attention with 1 head has no heads to group: it runs as single-head attention."),
+    (2, "Grouped-query attention cannot group 2 heads (no K/V head count lies between 1 and 2): the 2 heads share 1 "
+        "K/V head, as in multi-query attention; num_kv_groups=2 gives each its own, as in multi-head attention."),
+    (5, "Grouped-query attention cannot group 5 heads"),
+])
+def test_grouped_query_attention_that_cannot_group_its_heads_says_what_runs(heads, said):
+    trace = pipeline.run(TEXT, AttentionConfig(variant="gqa", d_in=10 * heads, d_out=10 * heads, num_heads=heads))
+    assert trace.config.num_kv_groups == 1 and trace.steps["keys"].shape[-1] == 10  # one K/V head
+    [note] = trace.notes
+    assert note.startswith(said), note
+    assert pipeline.run(TEXT, trace.config).notes == ()  # the config that ran: its one K/V head asked for
+
+
 @pytest.mark.parametrize("overrides, words", [
     ({"variant": "gqa", "num_kv_groups": 5}, "does not divide 12 heads"),
     ({"variant": "gqa", "num_kv_groups": -1}, "between 1 and"),

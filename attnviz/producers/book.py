@@ -49,7 +49,20 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
              for name, reason in reasons.items()
              if reason is not None and getattr(config, name) != getattr(settled, name)
              and getattr(config, name) != _DEFAULTS[name]]
-    return settled, notes + device_notes
+    return settled, notes + _ungrouped(config, settled) + device_notes
+
+
+def _ungrouped(config: AttentionConfig, settled: AttentionConfig) -> list[str]:
+    """What runs when grouped-query attention left to group its heads itself finds no grouping (1 head, 2, 3, a prime
+    count: :func:`attnviz.kv_cache.default_kv_heads` gives every head one shared K/V head)."""
+    if "num_kv_groups" not in config.spec.settings or config.num_kv_groups is not None or settled.num_kv_groups != 1:
+        return []
+    heads = settled.num_heads
+    if heads == 1:
+        return ["Grouped-query attention with 1 head has no heads to group: it runs as single-head attention."]
+    return [f"Grouped-query attention cannot group {heads} heads (no K/V head count lies between 1 and {heads}): the "
+            f"{heads} heads share 1 K/V head, as in multi-query attention; num_kv_groups={heads} gives each its own, "
+            "as in multi-head attention."]
 
 
 _DEFAULTS = {f.name: f.default for f in fields(AttentionConfig)}

@@ -431,7 +431,7 @@ def test_the_cost_chart_uses_the_sidebars_kv_groups_latent_and_window(query, var
 def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
     at = page(weights=weights.BOOK, random="none")  # the book's MHA: no K/V groups, latent or window in the sidebar
     lines = cost_lines(at, "KV cache of the sidebar's sizes")
-    assert lines["GQA"]["label"].startswith("GQA (3 K/V heads × 64)")  # the largest divisor of 12 ≤ 12 / 4
+    assert lines["GQA"]["label"].startswith("GQA (4 K/V heads × 64)")  # as the sidebar's GQA for 12 heads
     assert lines["MLA"]["label"].startswith("MLA (latent 256)")  # 4 × head_dim
     assert lines["SWA"]["label"].startswith("SWA (12 K/V heads × 64, window 1,024")
 

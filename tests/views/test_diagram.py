@@ -164,7 +164,9 @@ def test_v1_shows_parameters_and_v2_linear_layers():
 
 
 def test_variant_changes_the_diagram():
-    dots = {v: diagram.shape_dot(traced(small(v)).shapes, small(v)) for v in variants.LABELS}
+    """4 heads where the variant has heads: GQA groups them (2 K/V heads), unlike MHA (4) and MQA (1)."""
+    configs = {v: small(v, **({"num_heads": 4} if variants.get(v).multi_head else {})) for v in variants.LABELS}
+    dots = {v: diagram.shape_dot(traced(config).shapes, config) for v, config in configs.items()}
     assert len(set(dots.values())) == len(dots)
 
 
