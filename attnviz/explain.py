@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.config import InputError
-from attnviz.trace import Trace
+from attnviz.trace import Trace, index_in
 
 SUM_STAGES = ("weights", "dropped", "scores", "scaled")  # maps whose sums mean something (masked holds −∞)
 _HIDDEN_BELOW = -1e4  # an additive mask that pushes a score down by more than this hides the key
@@ -136,13 +136,12 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
 
 
 def _index(value, size: int, what: str) -> int:
-    """``value`` as a position in 0 … size − 1, or ExplainError naming the valid range."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ExplainError(f"{what} must be a whole number from 0 to {size - 1}, got {value!r}.")
-    if not 0 <= int(value) < size:
-        raise ExplainError(f"{what} {int(value)} is out of range: this run has {size} "
-                           f"{'heads' if what == 'head' else 'positions'}, choose {what} from 0 to {size - 1}.")
-    return int(value)
+    """``value`` as a head or position in 0 … size − 1, or ExplainError naming the valid range (the words of
+    :func:`attnviz.trace.index_in`)."""
+    try:
+        return index_in(value, size, what, "head" if what == "head" else "position")
+    except InputError as error:
+        raise ExplainError(str(error)) from None
 
 
 def _head_vectors(trace: Trace, head: int, query: int, key: int) -> tuple[np.ndarray, np.ndarray]:

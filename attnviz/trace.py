@@ -16,6 +16,7 @@ import torch
 
 from attnviz import tokens
 from attnviz.config import AttentionConfig, InputError
+from attnviz.words import amount
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays
@@ -86,8 +87,12 @@ class Trace:
         return self.steps["weights"].shape[1]
 
     def attention_map(self, stage: str, head: int) -> np.ndarray:
-        """(n, n) map of ``stage`` for one head."""
-        return self.steps[stage][0, head]
+        """(n, n) map of ``stage`` for one head, item 0.  InputError for a stage that is not one of the maps this run
+        recorded, or a head outside 0 … heads − 1 (:func:`index_in`)."""
+        maps = [name for name in MAP_STAGES if name in self.steps]
+        if stage not in maps:
+            raise InputError(f"stage must be one of {', '.join(maps)} (the maps this run recorded), got {stage!r}.")
+        return self.steps[stage][0, index_in(head, self.steps[stage].shape[1], "head")]
 
     def head_vectors(self, head: int, *, rotated: bool = True) -> HeadVectors:
         """Map head ``head``'s queries, keys and values, item 0, as ``(n, head_dim)`` arrays (views, read-only).
@@ -103,9 +108,7 @@ class Trace:
         Raises InputError when the run recorded no queries or keys, ``head`` is not one of the maps' heads, or
         the recorded shapes cannot be split into ``heads`` heads."""
         heads = self.num_heads
-        if isinstance(head, bool) or not isinstance(head, int | np.integer) or not 0 <= int(head) < heads:
-            raise InputError(f"head must be a whole number from 0 to {heads - 1}, got {head!r}.")
-        head = int(head)
+        head = index_in(head, heads, "head")
         missing = [stage for stage in ("queries", "keys") if stage not in self.steps]
         if missing:
             why = self.module_run.unrecorded.get("scores") if self.module_run is not None else None
@@ -192,6 +195,18 @@ def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddi
 
 
 MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (batch, heads, n, n) maps
+
+
+def index_in(value, size: int, what: str, unit: str | None = None) -> int:
+    """``value`` as one of 0 … size − 1 — a head (``unit`` "head"), a query or key (``unit`` "position") — or an
+    InputError naming the range, in the words every reader of a Trace uses (``attention_map``, ``head_vectors``,
+    ``explain_weight``, ``show``).  A negative index is refused: head −1 is not the last head."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise InputError(f"{what} must be a whole number from 0 to {size - 1}, got {value!r}.")
+    if not 0 <= int(value) < size:
+        raise InputError(f"{what} {int(value)} is out of range: this run has {amount(size, unit or what)}, choose "
+                         f"{what} from 0 to {size - 1}.")
+    return int(value)
 
 
 def shape_problem(trace: Trace) -> str | None:

@@ -228,6 +228,38 @@ def test_a_run_without_queries_or_a_head_it_does_not_have_is_a_clear_error(trace
     without = dataclasses.replace(trace, steps={k: v for k, v in trace.steps.items() if k != "queries"})
     with pytest.raises(InputError, match="This run recorded no queries"):
         without.head_vectors(0)
-    for head in (4, -1, 1.0, True):
+    for head in (4, -1):
+        with pytest.raises(InputError, match=f"head {head} is out of range: this run has 4 heads, choose head from 0 "
+                                             "to 3"):
+            trace.head_vectors(head)
+    for head in (1.0, True):
         with pytest.raises(InputError, match="head must be a whole number from 0 to 3"):
             trace.head_vectors(head)
+
+
+@pytest.mark.parametrize("head", [4, 7, -1, -4])
+def test_every_reader_of_a_head_refuses_one_the_run_does_not_have_in_the_same_words(traces, head):
+    """trace.attention_map("weights", 7) on a 4-head trace raised a raw IndexError and head −1 gave the last head,
+    while head_vectors and explain_weight raised an InputError: each now says the range the same way."""
+    from attnviz.views import notebook
+
+    trace = traces("mha")
+    said = f"head {head} is out of range: this run has 4 heads, choose head from 0 to 3."
+    readers = {"attention_map": lambda: trace.attention_map("weights", head),
+               "head_vectors": lambda: trace.head_vectors(head),
+               "explain_weight": lambda: explain_weight(trace, head, 0, 0),
+               "figures_of": lambda: notebook.figures_of(trace, "weights", head)}
+    for name, read in readers.items():
+        with pytest.raises(InputError) as raised:
+            read()
+        assert str(raised.value) == said, name
+
+
+def test_attention_map_names_the_maps_a_run_recorded(traces):
+    trace = traces("mha")
+    assert trace.attention_map("scores", np.int64(3)).shape == (trace.n, trace.n)
+    with pytest.raises(InputError, match="stage must be one of scores, scaled, masked, weights, dropped .* got "
+                                         "'queries'"):
+        trace.attention_map("queries", 0)  # a vector, not a map
+    with pytest.raises(InputError, match="got 'weight'"):
+        trace.attention_map("weight", 0)

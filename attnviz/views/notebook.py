@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.config import InputError
 from attnviz.tokens import counted
-from attnviz.trace import Trace
+from attnviz.trace import Trace, index_in
 from attnviz.views import diagram, figures
 
 
@@ -23,9 +23,7 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     if stage not in maps_stages:
         raise InputError(f"stage must be one of {', '.join(maps_stages)} (the maps this run recorded), got {stage!r}")
     heads = trace.steps[stage].shape[1]
-    if isinstance(head, bool) or not isinstance(head, int | np.integer) or not 0 <= head < heads:
-        raise InputError(f"head must be a whole number from 0 to {heads - 1} (this run has {heads} heads), "
-                         f"got {head!r}")
+    head = index_in(head, heads, "head")
     maps = trace.steps[stage][0]  # (heads, n, n)
     # the run's own mask (a checkpoint's layer has its own window, and may hide the future whatever causal says)
     hidden = ~np.isfinite(trace.steps["masked"][0]) if trace.window is not None else None  # (heads, n, n)

@@ -44,8 +44,9 @@ def test_the_notebook_traces_checks_and_shows_a_module_without_errors():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"stage": "nope"}, "stage must be one of"),
-    ({"head": 99}, "head must be a whole number from 0 to"),
-    ({"head": -1}, "head must be a whole number from 0 to"),  # not the last head
+    ({"head": 99}, "head 99 is out of range: this run has 2 heads, choose head from 0 to 1"),
+    ({"head": -1}, "head -1 is out of range"),  # not the last head
+    ({"head": "0"}, "head must be a whole number from 0 to 1"),
 ])
 def test_show_names_a_bad_stage_or_head(kwargs, message):
     trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
