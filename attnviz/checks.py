@@ -84,6 +84,7 @@ class Check:
 
     @property
     def passed(self) -> bool:
+        """Not failed: True for a skip (not checked) too, as exit status 0 is; a checked pass: status == "pass"."""
         return self.status != "fail"
 
 
