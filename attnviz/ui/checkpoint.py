@@ -74,7 +74,8 @@ def layers_overview(page_run: Context):
         return None
     pooled = None
     with weights.said_if_unreadable(), st.spinner("Running every layer…"):  # changed on disk since: said
-        pooled, scores = every_layer(trace.config.checkpoint, trace.config.causal, trace.token_ids)
+        # the mask that ran: the sliding-window class masks every layer whatever the Causal switch says
+        pooled, scores = every_layer(trace.config.checkpoint, trace.hides_future, trace.token_ids)
     if pooled is None:
         return None
     focus = (trace.model.layer, st.session_state.get("heads_focus", 0))

@@ -15,6 +15,7 @@ import streamlit as st
 
 from attnviz import head_types
 from attnviz.config import AttentionConfig
+from attnviz.trace import Trace
 from attnviz.ui.cache import cached_trace
 from attnviz.ui.focus import focus_from_row
 from attnviz.ui.frame import Context, plotly_config
@@ -91,10 +92,11 @@ def future_reason(config: AttentionConfig) -> str:
     return "the sidebar's *Causal mask* is off"
 
 
-def sees_future(config: AttentionConfig, future) -> bool:
-    """Whether a run's heads may see the future: its mask was off (``AttentionConfig.hides_future``), or a head gave
-    later tokens weight (``future``: the heads' ``head_types.future_mass``; a module that masks only some)."""
-    return not config.hides_future or bool(np.any(head_types.sees_future(future)))
+def sees_future(trace: Trace, future) -> bool:
+    """Whether a run's heads may see the future: what ran did not hide it (``Trace.hides_future``: the mask was off,
+    and no sliding-window class masked anyway), or a head gave later tokens weight (``future``: the heads'
+    ``head_types.future_mass``; a module that masks only some)."""
+    return not trace.hides_future or bool(np.any(head_types.sees_future(future)))
 
 
 def future_caption(config: AttentionConfig, future) -> str:
@@ -131,7 +133,7 @@ def label_table(scores: dict, causal: bool = True, queries: dict[str, int] | Non
 def _trace_scores(text: str, config: AttentionConfig) -> dict:
     trace = cached_trace(text, config)
     # our mask hid the future: its weight there is 0 without summing; a user's module masks (or not) in its own code
-    masked = trace.config.hides_future and trace.config.module is None
+    masked = trace.hides_future and trace.config.module is None
     return head_types.score_heads(trace.steps["weights"][0], trace.token_ids, masked=masked)  # {name: (heads,)}
 
 
@@ -142,7 +144,7 @@ def section(page_run: Context) -> None:
     scores = _trace_scores(*page_run.trace_key)
     where = f" of layer {config.layer}" if config.checkpoint is not None else ""
     future = np.asarray(scores["future"])
-    seeing = sees_future(config, future)
+    seeing = sees_future(trace, future)
     queries = query_counts(trace.token_ids)
     described = [describe(scores, (h,), not seeing, queries) for h in range(trace.num_heads)]
     named = [f"head {h}: {text}" for h, text in enumerate(described) if text != "—"]
@@ -184,17 +186,18 @@ def section(page_run: Context) -> None:
     })
 
 
-def every_layer(scores: dict, config: AttentionConfig, token_ids=None) -> None:
-    """Every layer's head types on this text (``{name: (layers, heads)}``, from the Heads page's every-layer
-    pass, :func:`attnviz.ui.checkpoint.layers_overview`, run with ``config``'s mask, on ``token_ids``): the typed
-    heads (and why a type cannot show on this text), and a layers × heads grid per score."""
+def every_layer(scores: dict, trace: Trace) -> None:
+    """Every layer's head types on ``trace``'s text (``{name: (layers, heads)}``, from the Heads page's every-layer
+    pass, :func:`attnviz.ui.checkpoint.layers_overview`, run with the trace's mask, ``Trace.hides_future``): the
+    typed heads (and why a type cannot show on this text), and a layers × heads grid per score."""
     layers, heads = scores["first_token"].shape
-    seeing = sees_future(config, scores["future"])
-    queries = None if token_ids is None else query_counts(token_ids)
+    seeing = sees_future(trace, scores["future"])
+    token_ids = trace.token_ids
+    queries = query_counts(token_ids)
     typed = [(layer, head, describe(scores, (layer, head), not seeing, queries))
              for layer in range(layers) for head in range(heads)]
     typed = [(layer, head, text) for layer, head, text in typed if text != "—"]
-    note = "" if seeing or token_ids is None else unshowable_note(token_ids)
+    note = "" if seeing else unshowable_note(token_ids)
     none = ("no head is named: they see the future (above)." if seeing
             else f"no head passes the threshold on this text — {note}." if note
             else "no head passes the threshold on this text.")

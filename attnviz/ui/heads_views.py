@@ -79,7 +79,7 @@ def draw(page_run: Context) -> None:
     if page_run.checkpoint:
         every_layer_scores = layers_overview(page_run)  # opt-in: one more pass, one layer's maps at a time
         if every_layer_scores is not None:
-            head_labels.every_layer(every_layer_scores, page_run.trace.config, page_run.trace.token_ids)
+            head_labels.every_layer(every_layer_scores, page_run.trace)
         # stepping to the next layer: what it draws is computed while this one is read
         prefetch_next_layer(page_run, stage)
     if check_slot is not None:

@@ -50,7 +50,16 @@ def _book_run(config: AttentionConfig, T: int, seed: int) -> induction.Induction
 
     token_ids = induction.lab_tokens(T, seed)
     trace = pipeline.run_ids(token_ids.tolist(), dataclasses.replace(config, train=False))  # eval: no dropout
-    return induction.run_maps(trace.steps["weights"][0], token_ids, T, seed, causal=trace.config.hides_future)
+    return induction.run_maps(trace.steps["weights"][0], token_ids, T, seed, causal=trace.hides_future)
+
+
+def _always_masks(ref: str) -> bool:
+    """Whether the checkpoint ``ref`` hides the future whatever the sidebar's *Causal mask* says (the book's
+    sliding-window class, on every layer): then the switch applies to no page of it."""
+    from attnviz.producers.model_layer import always_causal
+    from attnviz.ui import weights
+
+    return always_causal(weights.load(ref), 0)
 
 
 def window_caption(window: int, T: int) -> str:
@@ -106,7 +115,7 @@ def lab_run(page_run: Context) -> induction.InductionRun | None:
     try:
         with st.spinner("Running the model on the repeated tokens…"):
             if config.checkpoint is not None:
-                if not config.causal:
+                if not config.causal and not _always_masks(config.checkpoint):
                     st.caption(CHECKPOINT_CAUSAL)
                 return _model_run(config.checkpoint, int(T), int(seed), None)
             if config.dropout_runs:

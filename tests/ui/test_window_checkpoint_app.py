@@ -205,3 +205,48 @@ def test_a_refused_checkpoints_message_names_it_and_holds_no_server_path(name, c
     refused = [text for text in said if "not a whole number of heads" in text]
     assert refused and all(name in text for text in refused), said
     assert not any(str(checkpoints) in text or str(checkpoints.resolve()) in text for text in said), refused
+
+
+REPEATED = "the cat sat on the mat and the dog ran the cat sat on the mat and the dog ran"
+
+
+def head_types_shown(at: AppTest) -> tuple:
+    """The Heads page's head types as a reader gets them: the section's sentences, its table, every layer's."""
+    said = tuple(m.value for m in at.markdown if "with a type:**" in m.value or m.value.startswith("**Every layer**"))
+    table = next(d.value for d in at.dataframe if "type" in d.value.columns)
+    notices = tuple(i.value for i in at.info if "No head is named a type here" in i.value)
+    return said, table.to_dict("list"), notices
+
+
+@pytest.mark.parametrize("layer", ["0", "1"])
+def test_head_types_read_the_mask_that_ran_not_the_causal_switch(layer):
+    """The book's sliding-window class masks whatever the Causal switch says (layer 0 a window, layer 1 a full
+    layer): with the switch off the run is the one with it on, so the head types, the layer's and every layer's, are
+    the same — no notice that the heads see the future, no column of their weight on later tokens."""
+    from attnviz.ui import head_labels
+
+    shown = {}
+    for causal in ("true", "false"):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+        at.query_params.update(weights="stride1.pth", layer=layer, causal=causal, text=REPEATED)
+        at.run()
+        at.toggle(key="heads_overview").set_value(True).run()
+        no_exception(at)
+        shown[causal] = head_types_shown(at)
+    said, table, notices = shown["false"]
+    assert notices == () and head_labels.FUTURE_COLUMN not in table, shown["false"]
+    assert not any("see the future" in text for text in said), said
+    assert shown["false"] == shown["true"]
+
+
+def test_the_induction_lab_says_nothing_of_a_causal_switch_that_no_page_of_this_checkpoint_follows():
+    """The lab runs a model with its causal mask; the sliding-window class has it whatever the switch says, so the
+    lab does not say that the switch (off) applies to the other pages."""
+    from attnviz.ui import induction
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.query_params.update(weights="stride1.pth", causal="false", T="3")
+    at.switch_page("pages/induction.py").run()
+    no_exception(at)
+    assert induction.CHECKPOINT_CAUSAL not in [c.value for c in at.caption]
+    assert not any("see the future" in i.value for i in at.info)
