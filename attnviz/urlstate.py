@@ -349,18 +349,39 @@ def cell_text(query: int, key: int) -> str:
     return f"{query},{key}"
 
 
-def parse_options(raw: str, options, what: str) -> list[str]:
+class PartlyUsedError(ValueError):
+    """A page parameter naming several values of which only some can be used: its text says which cannot and why
+    (as a ValueError's does), ``kept`` holds the ones that can, ``instead`` what the page shows with them."""
+
+    def __init__(self, message: str, kept: list, instead: str):
+        super().__init__(message)
+        self.kept, self.instead = kept, instead
+
+
+def parse_options(raw: str, options, what: str, using: str = "using") -> list[str]:
     """A page's parameter that names several of ``options``, comma-separated (``L0H1,L1H0``; empty: none): the
-    options in the link's order, each once; a ValueError that names the first that is none of them."""
+    options in the link's order, each once (an empty part is skipped).  Names that are none of them are dropped: a
+    :class:`PartlyUsedError` that names them and keeps the others ("``using`` L0H1 only"), or, when none is left, a
+    ValueError that names them."""
     options = list(options)
-    chosen = []
-    for name in (part.strip() for part in raw.split(",")) if raw.strip() else ():
+    chosen, unknown = [], []
+    for name in (part.strip() for part in raw.split(",")):
+        if not name:
+            continue
         if name not in options:
-            listed = ", ".join(options) if len(options) <= 12 else f"{options[0]} … {options[-1]}"
-            raise ValueError(f"names {name[:40]!r}, which is not {what} ({listed})")
-        if name not in chosen:
+            if name[:40] not in unknown:
+                unknown.append(name[:40])
+        elif name not in chosen:
             chosen.append(name)
-    return chosen
+    if not unknown:
+        return chosen
+    listed = ", ".join(options) if len(options) <= 12 else f"{options[0]} … {options[-1]}"
+    shown = [repr(name) for name in unknown[:3]] + ([f"{len(unknown) - 3} more"] if len(unknown) > 3 else [])
+    names = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+    message = f"names {names}, {'which is not' if len(unknown) == 1 else 'none of which is'} {what} ({listed})"
+    if not chosen:
+        raise ValueError(message)
+    raise PartlyUsedError(message, chosen, f"{using} {', '.join(chosen)} only")
 
 
 def parse_number(raw: str, low: int, high: int, what: str) -> int:

@@ -257,3 +257,26 @@ def test_a_link_naming_a_preset_and_some_sizes_takes_the_others_from_the_preset(
                     "causal": False, "seed": 789})[0], [])
     own = settings_from_query({"preset": "gpt2-medium", "num_heads": "8"})[0]  # a size it gives is its own
     assert (own["preset"], own["d_in"], own["d_out"], own["num_heads"]) == ("custom", 1024, 1024, 8)
+
+
+HEADS = ["L0H0", "L0H1", "L1H0", "L1H1"]
+
+
+@pytest.mark.parametrize(("raw", "kept", "said"), [
+    ("L1H0,L9H9", ["L1H0"], "names 'L9H9', which is not a head (L0H0, L0H1, L1H0, L1H1)"),
+    ("L9H9, L1H1,,x,L1H1,L9H9,L0H0", ["L1H1", "L0H0"], "names 'L9H9' and 'x', none of which is a head"),
+    ("a,L0H0,b,c,d,e", ["L0H0"], "names 'a', 'b', 'c' and 2 more, none of which is a head"),
+])
+def test_a_list_naming_options_that_are_not_keeps_the_others_and_names_the_rest(raw, kept, said):
+    with pytest.raises(urlstate.PartlyUsedError) as refused:
+        urlstate.parse_options(raw, HEADS, what="a head", using="knocking out")
+    assert refused.value.kept == kept and said in str(refused.value)
+    assert refused.value.instead == f"knocking out {', '.join(kept)} only"
+
+
+def test_a_list_naming_no_option_is_refused_whole_and_an_empty_one_names_none():
+    with pytest.raises(ValueError, match="names 'L9H9', which is not a head") as refused:
+        urlstate.parse_options("L9H9,", HEADS, what="a head")
+    assert not isinstance(refused.value, urlstate.PartlyUsedError)
+    assert urlstate.parse_options("", HEADS, what="a head") == []
+    assert urlstate.parse_options("L1H1,L0H0,L1H1", HEADS, what="a head") == ["L1H1", "L0H0"]

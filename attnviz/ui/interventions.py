@@ -84,7 +84,7 @@ def _induction_knockouts(ref: str, ids: tuple[int, ...], run) -> None:
     names = [head_figures.head_name(layer, head) for layer in range(layers) for head in range(heads)]
     worst = names[int(np.argmax(delta))]
     page_widgets_from_url("induction_knockout", {"induction_knockout": (
-        KNOCKOUT, functools.partial(parse_options, options=names, what="a head of this model"),
+        KNOCKOUT, functools.partial(parse_options, options=names, what="a head of this model", using="knocking out"),
         f"knocking out {worst}")})
     url_notices("induction_knockout")
     chosen = st.multiselect("Knock out together", names, **page_bind(

@@ -42,6 +42,7 @@ from attnviz.urlstate import (
     PAGE_PARAMS,
     PRESET_DIMS,
     SETTING_KEYS,
+    PartlyUsedError,
     book_sizes_of_link,
     is_book,
     markdown_escape,
@@ -212,8 +213,10 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
     parameter, the parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's
     value, and one the URL leaves out the page's default.  A value the parser refuses (a ValueError, whose text says
     why in words) leaves the widget as it is, and the page's notice (:func:`page_param_notice`) says so: ``The link's
-    head='9' is not a head of this layer, …: showing head 0.``  A parameter the link repeats gives its last value
-    (the sidebar names the others)."""
+    head='9' is not a head of this layer, …: showing head 0.``  A value the parser takes in part (a
+    ``urlstate.PartlyUsedError``: a list naming some heads the model lacks) gives the widget the part it takes, and the
+    notice names the rest: ``The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (…):
+    knocking out L0H0 only.``  A parameter the link repeats gives its last value (the sidebar names the others)."""
     flag = f"_url_read_{page}"
     outside = st.session_state.get(_OUTSIDE, set())
     first = flag not in st.session_state
@@ -231,6 +234,9 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
             continue
         try:
             st.session_state[key] = parse(str(raw))
+        except PartlyUsedError as exc:  # some of the link's values: the widget takes those, the notice names the others
+            st.session_state[key] = exc.kept
+            st.session_state[page_param_notice(key)] = f"The link's {url}={str(raw)[:40]!r} {exc}: {exc.instead}."
         except ValueError as exc:
             st.session_state[page_param_notice(key)] = f"The link's {url}={str(raw)[:40]!r} {exc}: {instead}."
 

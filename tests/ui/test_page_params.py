@@ -589,11 +589,28 @@ def test_a_link_opens_the_induction_labs_knockouts():
     assert again.multiselect(key="induction_knockout").value == [] and not again.main.warning
 
 
-def test_a_bad_knockout_in_the_link_gives_a_notice_and_the_labs_choice():
-    at = open_page("pages/induction.py", weights="bundled model", knockout="L0H0,L9H9")
+def test_a_knockout_link_naming_heads_the_model_lacks_keeps_the_heads_it_has_and_says_which_went():
+    at = open_page("pages/induction.py", weights="bundled model", knockout="L1H0,L9H9")  # the lab's choice: L0H0
     no_exception(at)
-    assert ("The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
-            "L1H1): knocking out L0H") in main_warnings(at)
+    assert ("The link's knockout='L1H0,L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
+            "L1H1): knocking out L1H0 only.") in main_warnings(at)
+    assert at.multiselect(key="induction_knockout").value == ["L1H0"]
+    assert url(at, "knockout") == "L1H0" and "knockout=L1H0" in share_link(at)
+    several = open_page("pages/induction.py", weights="bundled model", knockout="L9H9,L1H1,,x,L0H0")
+    no_exception(several)
+    assert ("The link's knockout='L9H9,L1H1,,x,L0H0' names 'L9H9' and 'x', none of which is a head of this model "
+            "(L0H0, L0H1, L1H0, L1H1): knocking out L1H1, L0H0 only.") in main_warnings(several)
+    assert several.multiselect(key="induction_knockout").value == ["L1H1", "L0H0"]
+    at.multiselect(key="induction_knockout").set_value(["L0H1"]).run()  # the user's own choice: the notice goes
+    no_exception(at)
+    assert "knockout=" not in main_warnings(at) and url(at, "knockout") == "L0H1"
+
+
+def test_a_knockout_link_naming_no_head_of_the_model_gives_a_notice_and_the_labs_choice():
+    at = open_page("pages/induction.py", weights="bundled model", knockout="L9H9")
+    no_exception(at)
+    assert ("The link's knockout='L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
+            "L1H1): knocking out L") in main_warnings(at)
     chosen = at.multiselect(key="induction_knockout").value
     assert len(chosen) == 1 and url(at, "knockout") is None  # the lab's choice, its default: left out
     book = open_page("pages/induction.py", knockout="L0H0")  # the book's classes: no knock-outs, none linked
