@@ -1,6 +1,7 @@
 """The Heads page's views of one layer: the caption, the stage, the thumbnail grid beside the shape diagram, the
-focused head, a user module's Check panel, the head statistics and types and, for a checkpoint, every layer's
-heads and the next layer computed ahead.  ``pages/heads.py`` draws them with ``ui.draw_layer_views`` (a fragment)."""
+focused head, a user module's Check panel (none on the last valid view kept under a message: its verdict would read
+as one on the settings that failed), the head statistics and types and, for a checkpoint, every layer's heads and
+the next layer computed ahead.  ``pages/heads.py`` draws them with ``ui.draw_layer_views`` (a fragment)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from attnviz.ui.heads import (
     within_layer_from_url,
 )
 from attnviz.ui.state import page_bind, url_notices
-from attnviz.urlstate import STAGE
+from attnviz.urlstate import STAGE, markdown_escape
 
 
 def draw(page_run: Context) -> None:
@@ -64,7 +65,10 @@ def draw(page_run: Context) -> None:
     # a fragment: moving the window or selecting cells redraws only this part (and, with a model, its knock-out)
     focused_head(page_run.trace_key, stage, head, page_run.link)
     # a user's module: the rules on its code, drawn here after the rest (it can be slow); the book's classes: nothing
-    check_slot = st.container() if trace.module_run is not None else None
+    check_slot = st.container() if trace.module_run is not None and not page_run.stale else None
+    if trace.module_run is not None and page_run.stale:  # under the message of settings that cannot run
+        st.caption(f":material/info: The last valid view's module, {markdown_escape(trace.module_run.class_name)}, "
+                   "is not checked here: its verdict would read as one on the settings chosen now.")
 
     st.subheader("Head statistics")
     st.caption("Computed from the attention weights of every head; each bar spans the range the statistic can "

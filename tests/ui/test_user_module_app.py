@@ -468,3 +468,19 @@ def test_the_check_panels_command_gives_only_the_flags_the_module_takes(monkeypa
     argv[1] = f"{MODULES.parent}/{argv[1]}"
     assert cli.main(argv) in (0, 1)
     assert "not used" not in capsys.readouterr().err
+
+
+def test_a_module_that_raises_after_one_that_passed_shows_no_verdict_of_the_one_before():
+    """The sidebar switches from a module that passes every rule to one whose forward raises: the page keeps the last
+    valid view, but no Check panel under the error — its green verdict would read as the new module's."""
+    at = app()
+    no_exception(at)
+    assert [s.value for s in at.subheader if s.value.startswith("Check ")] == ["Check CausalSelfAttention"]
+    assert any("rules pass" in s.value for s in at.success)
+    at.sidebar.selectbox(key="variant").set_value("Your module: Raises").run()
+    no_exception(at)
+    assert any("the forward raised RuntimeError" in text for text in warnings(at)), warnings(at)
+    assert "Showing the last valid view." in [c.value for c in at.caption]
+    assert not [s.value for s in at.subheader if s.value.startswith("Check ")]
+    assert not at.success and not rule_tables(at)
+    assert any("module, CausalSelfAttention, is not checked here" in c.value for c in at.caption)
