@@ -269,17 +269,19 @@ def preset_config(preset: str, **overrides) -> AttentionConfig:
     ``overrides`` win over the preset.  The preset's heads and output width go only where the variant has them (a
     single-head class runs one head, the simplified class is d_in wide), so its run ignores nothing it is given.
     The book preset masks only the variants the book masks (causal, wrapper, MHA) and seeds each class as its
-    listing does (``Variant.book_seed``: 789 for SelfAttention_v2, 123 for the others), so every variant reproduces
-    the book's printed tensors by default.
+    listing does (``Variant.book_seed``: 789 for SelfAttention_v2, 123 for the others), and gives the wrapper its
+    listing's d_out per head (``variants.Preset.sizes``: 2 heads × 2), so every variant reproduces the book's printed
+    tensors by default.
     """
     if preset not in variants.PRESETS:
         raise ConfigError(f"Unknown preset {preset!r}; choose one of {', '.join(variants.PRESETS)}.")
     size = variants.PRESETS[preset]
-    values = {"d_in": size.d_in, "d_out": size.d_out, "num_heads": size.num_heads}
     variant = overrides.get("variant", AttentionConfig.variant)
     spec = variants.get(variant) if variant in variants.VARIANTS else None  # else validate() names the unknown one
+    d_in, d_out, num_heads = size.sizes(spec)
+    values = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
     if spec is not None:
-        values.update(d_out=spec.out_width(size.d_in, size.d_out), num_heads=spec.head_count(size.num_heads))
+        values.update(d_out=spec.out_width(d_in, d_out), num_heads=spec.head_count(num_heads))
     if size.book and spec is not None:
         values.update(embedding="book", causal=spec.book_causal, seed=spec.book_seed)
     return AttentionConfig(**{**values, **overrides})

@@ -26,7 +26,7 @@ from attnviz.words import amount
 
 DEFAULT_TEXT = "Your journey starts with one step"
 PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
-PRESET_DIMS = {name: preset.dims for name, preset in variants.PRESETS.items()}
+PRESET_DIMS = {name: preset.dims for name, preset in variants.PRESETS.items()}  # the presets' own (a checkpoint's)
 DEFAULTS = {
     "text": DEFAULT_TEXT,
     "weights": weights.BOOK,  # an option's listed name (attnviz.weights), never a path
@@ -260,7 +260,7 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
                        "pick a checkpoint under Weights for its layers.")
         values["layer"] = 0
     if "preset" in used and values["preset"] in PRESET_DIMS:  # the sizes the link does not give are the preset's
-        for key, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[values["preset"]]):
+        for key, value in zip(("d_in", "d_out", "num_heads"), preset_dims(values["preset"], values["variant"])):
             if key not in used:  # a size it gives is its own: the preset becomes custom below where they differ
                 values[key] = value
     if is_book(values["preset"]) and values["variant"] in variants.VARIANTS:  # the book's listing, as printed
@@ -285,7 +285,8 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
             notices.append(f"URL parameter d_out={values['d_out']}: the default {values['num_heads']} heads do not "
                            f"divide it; using {new} heads.")
         values["num_heads"] = new
-    if PRESET_DIMS.get(values["preset"]) not in (None, (values["d_in"], values["d_out"], values["num_heads"])):
+    if preset_dims(values["preset"], values["variant"]) not in (None, (values["d_in"], values["d_out"],
+                                                                       values["num_heads"])):
         values["preset"] = "custom"  # as the sidebar does when a size is edited: the size box names no other sizes
     values, fitted = fit_modern(values)
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
@@ -592,6 +593,14 @@ def link_gives(params: dict[str, str], values: dict, also: tuple[str, ...] = ())
 
 def is_book(preset: str) -> bool:
     return preset in variants.PRESETS and variants.PRESETS[preset].book
+
+
+def preset_dims(preset: str, variant: str) -> tuple[int, int, int] | None:
+    """The sizes (d_in, d_out, num_heads) the size ``preset`` gives the sidebar's ``variant`` (``Preset.sizes``: the
+    wrapper at the book size has its listing's 2 heads × 2); None for "custom"."""
+    if preset not in variants.PRESETS:
+        return None
+    return variants.PRESETS[preset].sizes(variants.VARIANTS.get(variant))
 
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")

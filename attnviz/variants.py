@@ -61,6 +61,9 @@ class Variant:
     fixed_settings: dict[str, str] = field(default_factory=dict)  # setting -> why it does not apply
     settings: tuple[str, ...] = ()  # the MODERN_SETTINGS that apply ("positions" brings "rope_base")
     kv_groups: int | None = None  # a fixed number of K/V heads (MQA: 1); None: num_kv_groups or one per head
+    # the book's constructor takes d_out per head (the wrapper: its output is num_heads × d_out wide), where attnviz's
+    # d_out is the total width: the book size gives it its listing's total (Preset.sizes), the sidebar says so
+    per_head_d_out: bool = False
 
     @property
     def multi_head(self) -> bool:
@@ -78,6 +81,16 @@ class Variant:
     def out_width(self, d_in: int, d_out: int) -> int:
         """The output width: ``d_out``, or ``d_in`` for a variant without weights."""
         return int(d_out) if self.weights is not None else int(d_in)
+
+    def d_out_help(self, num_heads: int) -> str | None:
+        """What d_out means for this class, where the book's constructor reads it otherwise (the sidebar's help)."""
+        if not self.per_head_d_out:
+            return None
+        heads = int(num_heads)
+        return (f"d_out is the output's total width, as for every class here: each of the {heads} heads is "
+                f"d_out ÷ {heads} wide. The book's {self.cls.__name__} takes d_out per head (its output is "
+                "num_heads × d_out wide): the Book toy example runs its listing, d_out = 2 per head with 2 heads, "
+                "so d_out is 4 here (MultiHeadAttention's listing: d_out = 2 in all).")
 
     def not_applicable(self, setting: str) -> str | None:
         """Why ``setting`` (``d_out``, ``num_heads``, ``dropout``, ``train`` …) does not apply, or None."""
@@ -196,7 +209,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("causal", "Causal attention (3.5)", "3.5.3", attention.CausalAttention, _causal, weights="linear",
             dropout=True, book_causal=True, source_parts=_SINGLE_HEAD_SOURCE),
     Variant("mha_wrapper", "Multi-head wrapper (3.6.1)", "3.6.1", attention.MultiHeadAttentionWrapper, _wrapper,
-            weights="linear", heads=PER_HEAD, dropout=True, book_causal=True,
+            weights="linear", heads=PER_HEAD, dropout=True, book_causal=True, per_head_d_out=True,
             source_parts=(attention.CausalAttention, *_SINGLE_HEAD_SOURCE)),
     Variant("mha", "Multi-head attention (3.6.2)", "3.6.2", attention.MultiHeadAttention, _mha, weights="linear",
             heads=BATCHED, dropout=True, out_proj=True, book_causal=True, settings=("positions",)),
@@ -345,6 +358,15 @@ class Preset:
     @property
     def dims(self) -> tuple[int, int, int]:
         return self.d_in, self.d_out, self.num_heads
+
+    def sizes(self, spec: Variant | None = None) -> tuple[int, int, int]:
+        """(d_in, d_out, num_heads) the sidebar holds at this size for the variant ``spec`` (None: a checkpoint's
+        layer or a user's module): :attr:`dims`, but at the book's toy example a class whose book constructor takes
+        d_out per head (``Variant.per_head_d_out``: the wrapper) gets its listing's total width, num_heads × d_out
+        (3.6.1: 2 heads × 2 = 4), so that it runs the book's listing and prints its tensor."""
+        if self.book and spec is not None and spec.per_head_d_out:
+            return self.d_in, self.d_out * self.num_heads, self.num_heads
+        return self.dims
 
 
 # GPT-2 sizes: (d_model, heads); head_dim is 64 in all four.  (A widely copied table says 24 and

@@ -11,7 +11,6 @@ from attnviz.labs import compare
 from attnviz.tokens import counted
 from attnviz.ui import compute, lab_selectors
 from attnviz.views import saturation
-from attnviz.words import amount
 
 page_run = ui.setup(book_classes=True, draws_link=True)  # after Heatmap shows is bound
 if page_run is None:
@@ -26,9 +25,8 @@ with st.spinner("Running every variant…"):
     result = compute.comparison(page_run.trace_key, dataclasses.astuple(base))
 
 st.title("Compare variants")
-st.caption(f"{counted(result.n)} · {compare.seeds_caption(result)} · eval mode "
-           f"(dropout off) · CPU · {amount(base.num_heads, 'head')} of {base.d_out // base.num_heads} "
-           "for the multi-head ones")
+st.caption(f"{counted(result.n)} · {compare.seeds_caption(result)} · eval mode (dropout off) · CPU · "
+           f"{compare.heads_caption(result)}")
 if result.truncated:
     st.info(f"This run has {result.total_tokens:,} tokens; this page compares the first {result.n} "
             "to keep the cost down.", icon="✂️")

@@ -3,8 +3,6 @@ included) through the app's own path; GPT-2 presets have GPT-2's sizes."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 import torch
@@ -38,14 +36,32 @@ def test_book_preset_causal_reproduces_the_book():
     ], atol=ATOL)
 
 
-def test_book_preset_wrapper_with_two_dims_per_head_reproduces_the_book():
-    # the book's wrapper takes d_out per head; AttentionConfig.d_out is the total width (2 heads × 2)
-    config = replace(preset_config("book", variant="mha_wrapper"), d_out=4).validate()
+BOOK_WRAPPER = [  # 3.6.1: MultiHeadAttentionWrapper(3, 2, 6, 0.0, num_heads=2) after torch.manual_seed(123)
+    [-0.4519, 0.2216, 0.4772, 0.1063], [-0.5874, 0.0058, 0.5891, 0.3257], [-0.6300, -0.0632, 0.6202, 0.3860],
+    [-0.5675, -0.0843, 0.5478, 0.3589], [-0.5526, -0.0981, 0.5321, 0.3428], [-0.5299, -0.1081, 0.5077, 0.3493],
+]
+
+
+def test_book_preset_wrapper_runs_its_listings_d_out_per_head_and_prints_the_books_tensor():
+    """The book's wrapper takes d_out per head: its listing's d_out = 2 with 2 heads is an output 4 wide, and the
+    book size gives it that (AttentionConfig.d_out is the total width: 2 heads × 2)."""
+    config = preset_config("book", variant="mha_wrapper")
+    assert (config.d_out, config.num_heads, config.head_dim) == (4, 2, 2)
     trace = run(JOURNEY, config)
-    assert np.allclose(trace.output[0], [
-        [-0.4519, 0.2216, 0.4772, 0.1063], [-0.5874, 0.0058, 0.5891, 0.3257], [-0.6300, -0.0632, 0.6202, 0.3860],
-        [-0.5675, -0.0843, 0.5478, 0.3589], [-0.5526, -0.0981, 0.5321, 0.3428], [-0.5299, -0.1081, 0.5077, 0.3493],
-    ], atol=ATOL)
+    assert trace.output.shape == (1, 6, 4)
+    assert np.allclose(trace.output[0], BOOK_WRAPPER, atol=ATOL)
+
+
+def test_the_book_size_of_a_link_runs_the_wrappers_listing():
+    """``?variant=mha_wrapper&preset=book``: the sidebar's d_out is the listing's total (4), the size stays the
+    book's, and the run prints the book's 3.6.1 tensor."""
+    values = link_settings({"variant": "mha_wrapper", "preset": "book"})
+    assert (values["preset"], values["d_in"], values["d_out"], values["num_heads"]) == ("book", 3, 4, 2)
+    trace = run(JOURNEY, config_from_settings(values))
+    assert np.allclose(trace.output[0], BOOK_WRAPPER, atol=ATOL)
+    mha = link_settings({"variant": "mha", "preset": "book"})  # MHA's listing: d_out = 2 in all
+    assert (mha["preset"], mha["d_out"], mha["num_heads"]) == ("book", 2, 2)
+    assert link_settings({"variant": "mha_wrapper", "preset": "book", "d_out": "2"})["preset"] == "custom"
 
 
 BOOK_V1 = [[0.2996, 0.8053], [0.3061, 0.8210], [0.3058, 0.8203], [0.2948, 0.7939], [0.2927, 0.7891], [0.2990, 0.8040]]
@@ -121,10 +137,10 @@ def test_book_embedding_on_other_text_falls_back_with_a_note():
 # ============================== the app path against the book's printouts ==============================
 
 
-def test_book_preset_wrapper_is_exercise_3_2():
-    """The sidebar's d_out is the total width, so the book preset's wrapper (d_out 2, 2 heads) has 1-dimensional
+def test_book_preset_wrapper_two_wide_is_exercise_3_2():
+    """d_out is the total width, so the book preset's wrapper asked for d_out 2 with 2 heads has 1-dimensional
     heads: exercise 3.2's printout."""
-    trace = run(JOURNEY, preset_config("book", variant="mha_wrapper"))
+    trace = run(JOURNEY, preset_config("book", variant="mha_wrapper", d_out=2))
     assert trace.steps["context"].shape == (1, 2, 6, 1)
     assert np.allclose(trace.output[0], [
         [-0.5740, 0.2216], [-0.7320, 0.0155], [-0.7774, -0.0546],

@@ -27,6 +27,7 @@ STATES = {  # name -> the settings that differ from the defaults (the sidebar fi
     "gqa rotary": {"variant": "gqa", "num_kv_groups": 2, "positions": "rotary"},
     "medium": {"preset": "gpt2-medium", "d_in": 1024, "d_out": 1024, "num_heads": 16},
     "book preset, mha": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2},
+    "book preset, wrapper": {"preset": "book", "d_in": 3, "d_out": 4, "num_heads": 2, "variant": "mha_wrapper"},
     "book preset, unmasked variant": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
                                       "variant": "simplified", "causal": False},
     "book preset, unmasked variant masked": {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2,
@@ -156,6 +157,13 @@ def test_a_long_paste_puts_the_part_shown_in_the_link_and_the_url(text):
 NOT_MHA = {"num_kv_groups": 2, "latent_dim": 40, "sliding_window_size": 9, "positions": "rotary", "rope_base": 500_000}
 
 
+def at_its_size(changes: dict, variant: str) -> dict:
+    """``changes`` with a preset's sizes as the sidebar holds them for ``variant`` (the wrapper's listing at the book
+    size: d_out 4, 2 heads × 2)."""
+    sizes = urlstate.preset_dims(changes.get("preset", ""), variant)
+    return {**changes, **dict(zip(("d_in", "d_out", "num_heads"), sizes))} if sizes else changes
+
+
 @pytest.mark.parametrize("variant", list(variants.VARIANTS))
 @pytest.mark.parametrize("changes", [{}, NOT_MHA, {"preset": "book", "d_in": 3, "d_out": 2, "num_heads": 2},
                                      {"preset": "custom", "d_out": 64, "num_heads": 4, "dropout": 0.3, "seed": 9}],
@@ -164,7 +172,7 @@ def test_the_share_link_names_the_settings_that_make_the_view_and_opens_that_vie
     """Every variant: the Share link names each setting that applies to it, also at its default, and none that does
     not (K/V groups for MHA, a window where there is none, the layer of the book's one-layer classes) but where the
     others need it; the link opens the same view (the same AttentionConfig) with the same settings that apply."""
-    values = fit_modern({**DEFAULTS, "variant": variant, **changes})[0]
+    values = fit_modern({**DEFAULTS, "variant": variant, **at_its_size(changes, variant)})[0]
     link = share_query(values)
     spec, applying = variants.get(variant), urlstate.applying_settings(values)
     assert set(applying) <= set(link)
@@ -239,7 +247,7 @@ def test_a_setting_the_book_class_sets_aside_is_left_out_of_the_url_as_of_its_sh
 def test_the_links_the_app_writes_open_the_view_without_a_notice(changes, variant, also):
     """The URL and the Share link open a fresh session on the same view (the same config, the page's other settings
     as they are) with no notice: a size the class sets aside, left out, is not announced as changed."""
-    values = fit_modern({**DEFAULTS, "variant": variant, **changes})[0]
+    values = fit_modern({**DEFAULTS, "variant": variant, **at_its_size(changes, variant)})[0]
     if changes.get("preset") == "book":
         values.update(seed=variants.get(variant).book_seed, causal=variants.get(variant).book_causal)
     for query in (url_query(values, also), share_query(values, also)):

@@ -70,24 +70,31 @@ def base_config(config: AttentionConfig, d_out: int, num_heads: int) -> Attentio
 
 def book_listing(base: AttentionConfig) -> bool:
     """Whether ``base`` is the book's toy example as the sidebar's book size sets it for the picked class: the book's
-    embedding, and that class's listing's seed and mask (``config.preset_config``).  A seed or mask the learner set
-    at that size is their own: every variant runs it."""
+    embedding, its sizes for that class (``variants.Preset.sizes``: the wrapper's listing has 2 heads × 2), and that
+    class's listing's seed and mask (``config.preset_config``).  A seed or mask the learner set at that size is their
+    own: every variant runs it."""
     if base.embedding != "book" or base.module is not None or base.variant not in variants.VARIANTS:
         return False
     spec = variants.get(base.variant)
-    return base.seed == spec.book_seed and base.causal == spec.book_causal
+    return ((base.d_in, base.d_out, base.num_heads) == _BOOK_SIZE.sizes(spec)
+            and base.seed == spec.book_seed and base.causal == spec.book_causal)
+
+
+_BOOK_SIZE = next(preset for preset in variants.PRESETS.values() if preset.book)
 
 
 def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
     """``base`` normalised for ``variant`` as the sidebar does: 1 head for single-head variants,
     d_out = d_in for the simplified one (it has no weights); at the book's toy example (:func:`book_listing`),
-    the seed and mask of the variant's own listing."""
+    the sizes, seed and mask of the variant's own listing (the wrapper: 2 heads × 2, where MHA has 2 × 1)."""
     spec = variants.get(variant)
-    num_heads, d_out = spec.head_count(base.num_heads), spec.out_width(base.d_in, base.d_out)
+    listing = book_listing(base)
+    _, d_out, num_heads = _BOOK_SIZE.sizes(spec) if listing else (base.d_in, base.d_out, base.num_heads)
+    num_heads, d_out = spec.head_count(num_heads), spec.out_width(base.d_in, d_out)
     rotary = base.rotary and spec.not_applicable("positions") is None and (d_out // num_heads) % 2 == 0
     kv_groups = base.num_kv_groups if base.num_kv_groups and num_heads % base.num_kv_groups == 0 else None
     latent = base.latent_dim if base.latent_dim and base.latent_dim <= d_out else None
-    seed, causal = (spec.book_seed, spec.book_causal) if book_listing(base) else (base.seed, base.causal)
+    seed, causal = (spec.book_seed, spec.book_causal) if listing else (base.seed, base.causal)
     return replace(base, variant=variant, num_heads=num_heads, d_out=d_out, num_kv_groups=kv_groups,
                    latent_dim=latent, positions="rotary" if rotary else "learned", seed=seed, causal=causal)
 
@@ -201,16 +208,21 @@ class Check:
 def check_wrapper_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor,
                              seeded_wrapper_output: torch.Tensor | None = None,
                              seeds: tuple[int, int] | None = None) -> Check:
-    """(a) copied wrapper output vs MHA's context before out_proj; also how far the raw outputs are: with
-    ``seeded_wrapper_output``, the wrapper built from its own seed, against MHA's output (``seeds``: the wrapper's and
-    MHA's, which the note names)."""
+    """(a) copied wrapper output vs MHA's context before out_proj (a wrapper with MHA's heads and head width); also
+    how far the raw outputs are: with ``seeded_wrapper_output``, the wrapper built from its own seed, against MHA's
+    output (``seeds``: the wrapper's and MHA's, which the note names) — or, where the two are not as wide (the book's
+    toy example: the wrapper's listing has 2 heads × 2, MHA's 2 × 1), their widths, which the note gives instead."""
     wrapper = copy_heads_from_mha(wrapper_like(mha), mha)
     with torch.inference_mode():
         wrapper_output = wrapper(inputs)  # (1, n, d_in) -> (1, n, h·hd) = (1, n, d_out)
     context, mha_output = mha_context(mha, inputs)  # (1, n, d_out) each
     detail = {"copied_vs_output": max_abs_diff(wrapper_output, mha_output)}
     if seeded_wrapper_output is not None:
-        detail["seeded_vs_output"] = max_abs_diff(seeded_wrapper_output, mha_output)
+        widths = (seeded_wrapper_output.shape[-1], mha_output.shape[-1])
+        if widths[0] == widths[1]:
+            detail["seeded_vs_output"] = max_abs_diff(seeded_wrapper_output, mha_output)
+        else:
+            detail["widths"] = widths
         if seeds is not None:
             detail["seeds"] = seeds
     return Check("wrapper_mha", f"Wrapper ({amount(mha.num_heads, 'head')}, weights copied) = MHA before out_proj",
@@ -333,6 +345,14 @@ def raw_difference_note(check: Check) -> str:
             "slices of MHA's (d_in → d_out) matrices. The two variants as shown below: "
             f"max |Δ| = {check.detail['seeded_vs_output']:.3g}."
         )
+    if "widths" in check.detail:
+        wrapper_width, mha_width = check.detail["widths"]
+        lines.append(
+            f"* **different widths** — the wrapper shown below runs its own listing (the book's "
+            f"MultiHeadAttentionWrapper takes d_out per head), so its output is {wrapper_width} wide; MHA's listing "
+            f"has d_out = {mha_width} in all. The check above builds a wrapper with MHA's heads and head width; "
+            "the two variants as shown have outputs of different widths, so no difference between them is measured."
+        )
     return "\n".join(lines)
 
 
@@ -434,6 +454,20 @@ def seeds_caption(comparison: Comparison) -> str:
     own = [f"{_name(result)}: seed {result.config.seed}" for result in seeded if result.config.seed != common]
     return ("the same input embeddings · the book's toy example: each class seeded and masked as its listing in the "
             f"book ({', '.join([*own, f'the others: seed {common}'])})")
+
+
+def heads_caption(comparison: Comparison) -> str:
+    """What the page says of the heads its multi-head variants ran: "2 heads of 1 for the multi-head ones", and the
+    variant whose heads differ (at the book's toy example the wrapper runs its listing's d_out per head: 2 of 2)."""
+    def size(result: VariantResult) -> tuple[int, int]:
+        return result.config.num_heads, result.config.d_out // result.config.num_heads
+
+    multi = [result for result in comparison.variants if variants.get(result.variant).multi_head]
+    heads, head_dim = Counter(size(result) for result in multi).most_common(1)[0][0]
+    own = [f"{_name(result)}: {size(result)[0]} of {size(result)[1]}"
+           + (", its listing's d_out per head" if variants.get(result.variant).per_head_d_out else "")
+           for result in multi if size(result) != (heads, head_dim)]
+    return f"{amount(heads, 'head')} of {head_dim} for the multi-head ones" + (f" ({'; '.join(own)})" if own else "")
 
 
 def _name(result: VariantResult) -> str:

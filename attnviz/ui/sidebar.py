@@ -292,7 +292,7 @@ def _sizes(spec) -> None:
                         help=reason, **bind("d_in"))
     col_out.number_input(
         "d_out", min_value=1, max_value=MAX_DIM, step=1, disabled=spec.not_applicable("d_out") is not None,
-        help=spec.not_applicable("d_out"), **bind("d_out"),
+        help=spec.not_applicable("d_out") or spec.d_out_help(st.session_state["num_heads"]), **bind("d_out"),
     )
     head_options = [h for h in divisors(int(st.session_state["d_out"])) if h <= MAX_HEADS]
     if st.session_state["num_heads"] not in head_options:

@@ -40,12 +40,12 @@ from attnviz.urlstate import (
     CELL,
     MAP_OF,
     PAGE_PARAMS,
-    PRESET_DIMS,
     SETTING_KEYS,
     PartlyUsedError,
     book_sizes_of_link,
     is_book,
     markdown_escape,
+    preset_dims,
     settings_from_query,
 )
 
@@ -142,11 +142,11 @@ def _changed(key: str) -> None:
     state[key] = state[key]  # the session's own value, as keep_widgets makes it: see _changed's docstring
     if key == "weights" and state["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
-    if key == "preset" and state["preset"] in PRESET_DIMS:
-        for name, value in zip(("d_in", "d_out", "num_heads"), PRESET_DIMS[state["preset"]]):
+    sizes = preset_dims(state["preset"], state["variant"])  # the wrapper's differ at the book size (its listing's)
+    if sizes is not None and (key == "preset" or key == "variant" and is_book(state["preset"])):
+        for name, value in zip(("d_in", "d_out", "num_heads"), sizes):
             set_setting(name, value)
-    elif key in ("d_in", "d_out", "num_heads") and PRESET_DIMS.get(state["preset"]) != (
-            state["d_in"], state["d_out"], state["num_heads"]):
+    elif key in ("d_in", "d_out", "num_heads") and sizes != (state["d_in"], state["d_out"], state["num_heads"]):
         set_setting("preset", "custom")
     if key in ("preset", "variant") and is_book(state["preset"]) and state["variant"] in variants.VARIANTS:
         # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6), and seeds each class as its

@@ -131,7 +131,9 @@ def head_dim_equation(config: AttentionConfig) -> str:
         per_head = c.d_out // c.num_heads
         return (
             f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {per_head} "
-            f"(each CausalAttention head has d_out = {per_head}; the heads are concatenated)"
+            f"(each CausalAttention head has d_out = {per_head}; the heads are concatenated — the book's "
+            f"{spec.cls.__name__} takes d_out per head: {spec.cls.__name__}(d_in, d_out={per_head}, …, "
+            f"num_heads={c.num_heads}))"
         )
     if spec.weights is None:
         return f"no weights: queries = keys = values = inputs, d = d_in = {c.d_in}"

@@ -434,9 +434,11 @@ BOOK_PICKS = ["simplified", "self_attention_v1", "self_attention_v2", "causal", 
 
 
 def book_size_comparison(picked: str, **overrides) -> compare.Comparison:
-    """The Compare page at the sidebar's "Book toy example" size (3 → 2, 2 heads) with ``picked`` in the sidebar."""
+    """The Compare page at the sidebar's "Book toy example" size with ``picked`` in the sidebar (its sizes: 3 → 2, 2
+    heads; the wrapper's listing, 3 → 2 per head: d_out 4)."""
     trace = pipeline.run(JOURNEY, preset_config("book", variant=picked, **overrides))
-    return compare.compare_trace(trace, compare.base_config(trace.config, 2, 2))
+    _, d_out, num_heads = variants.PRESETS["book"].sizes(variants.get(picked))
+    return compare.compare_trace(trace, compare.base_config(trace.config, d_out, num_heads))
 
 
 @pytest.mark.parametrize("picked", BOOK_PICKS)
@@ -474,17 +476,36 @@ def test_at_the_book_size_a_seed_or_mask_of_ones_own_runs_every_variant_with_it(
 
 def test_at_the_book_size_the_wrappers_init_note_compares_the_wrapper_and_mha_as_drawn():
     """"Independent random init": the wrapper and MHA the page draws (each at its listing's seed, 123, also with
-    SelfAttention_v2 and its 789 picked), built here as the book builds them, differ by the number the note gives."""
-    check = next(c for c in book_size_comparison("self_attention_v2").checks if c.key == "wrapper_mha")
+    SelfAttention_v2 and its 789 picked), built here as the book builds them, differ by the number the note gives —
+    at equal widths (a seed of one's own at the book size: every variant runs the sidebar's 2 heads of 1)."""
+    check = next(c for c in book_size_comparison("mha", seed=123, causal=False).checks if c.key == "wrapper_mha")
     inputs = torch.tensor(embedding.JOURNEY_INPUTS).unsqueeze(0)  # (6, 3) -> (1, 6, 3)
     torch.manual_seed(123)
-    wrapper = attention.MultiHeadAttentionWrapper(3, 1, 6, 0.0, 2).eval()  # 2 heads of 1: d_out 2
+    wrapper = attention.MultiHeadAttentionWrapper(3, 1, 6, 0.0, 2, causal=False).eval()  # 2 heads of 1: d_out 2
     torch.manual_seed(123)
-    mha = attention.MultiHeadAttention(3, 2, 6, 0.0, 2).eval()
+    mha = attention.MultiHeadAttention(3, 2, 6, 0.0, 2, causal=False).eval()
     with torch.inference_mode():
         expected = compare.max_abs_diff(wrapper(inputs), mha(inputs))  # (1, 6, 2) each
     assert check.detail["seeded_vs_output"] == pytest.approx(expected, abs=1e-7)
     assert "seed 123" in compare.raw_difference_note(check)
+
+
+@pytest.mark.parametrize("picked", BOOK_PICKS)
+def test_at_the_book_size_the_wrapper_runs_its_listing_and_mha_its_own_whichever_class_is_picked(picked):
+    """The wrapper's listing (3.6.1) has 2 heads of 2 (d_out per head), MHA's (3.6.2) 2 heads of 1: each runs its own
+    here, the checks hold (the copied wrapper has MHA's widths), and the notes say the widths differ rather than
+    measure a difference between outputs of different widths."""
+    result = book_size_comparison(picked)
+    by_name = {shown.variant: shown for shown in result.variants}
+    assert by_name[variants.WRAPPER].output_shape == (1, 6, 4)
+    assert by_name[variants.MHA].output_shape == (1, 6, 2)
+    assert all(check.ok for check in result.checks)
+    check = next(c for c in result.checks if c.key == "wrapper_mha")
+    assert "seeded_vs_output" not in check.detail and check.detail["widths"] == (4, 2)
+    note = compare.raw_difference_note(check)
+    assert "4 wide" in note and "d_out = 2 in all" in note
+    assert compare.heads_caption(result) == ("2 heads of 1 for the multi-head ones (Multi-head wrapper: 2 of 2, its "
+                                             "listing's d_out per head)")
 
 
 def test_the_book_size_page_says_each_variants_seed_and_draws_the_books_maps():

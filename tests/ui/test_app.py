@@ -300,6 +300,28 @@ def test_book_preset_shows_the_books_numbers():
     assert table["context vector"].tolist()[:2] == ["-0.4519, 0.2216", "-0.5874, 0.0058"]
 
 
+def test_the_book_size_runs_the_wrappers_listing_and_says_what_d_out_means():
+    """3.6.1: MultiHeadAttentionWrapper(d_in=3, d_out=2, …, num_heads=2) after torch.manual_seed(123) prints a (2, 6,
+    4) tensor; at the book size the wrapper runs it (d_out 4 = 2 heads × 2, the sidebar's help says why), and MHA
+    picked at that size its own listing's d_out 2."""
+    at = app(preset="book", variant="mha_wrapper")
+    no_exception(at)
+    d_out = at.sidebar.number_input(key="d_out")
+    assert (at.sidebar.selectbox(key="preset").value, d_out.value) == ("book", 4)
+    assert "takes d_out per head" in d_out.proto.help
+    at.switch_page("pages/steps.py").run()
+    at.segmented_control(key="steps_stage").set_value("context").run()
+    no_exception(at)
+    output = at.dataframe[1].value["output vector"].tolist()
+    assert output[:2] == ["-0.4519, 0.2216, 0.4772, 0.1063", "-0.5874, 0.0058, 0.5891, 0.3257"]
+    at.sidebar.selectbox(key="variant").set_value("mha").run()
+    no_exception(at)
+    assert (at.sidebar.selectbox(key="preset").value, at.sidebar.number_input(key="d_out").value) == ("book", 2)
+    assert at.dataframe[1].value["output vector"].tolist()[0] == "0.3190, 0.4858"  # 3.6.2's printed output
+    at.sidebar.selectbox(key="variant").set_value("mha_wrapper").run()
+    assert at.sidebar.number_input(key="d_out").value == 4
+
+
 def test_choosing_the_book_preset_sets_the_books_mask_for_the_variant():
     at = app(variant="self_attention_v1")
     at.sidebar.selectbox(key="preset").set_value("book").run()
