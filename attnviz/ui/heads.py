@@ -219,7 +219,8 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
     hidden = window_hidden(trace, head)
     fig = figures.attention_heatmap(
         window, trace.tokens, stage, causal=trace.hides_future, dropout=config.effective_dropout,
-        title=f"{config.head_label(head)}: {figures.map_title(stage, trace.window)}", row_offset=row0,
+        title=f"{config.head_label(head)}: {figures.map_title(stage, trace.window, config.spec.scaled)}",
+        row_offset=row0,
         col_offset=col0,
         validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",
         hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],

@@ -49,7 +49,8 @@ def draw(page_run: Context) -> None:
 
     within_layer_from_url("heads", trace, MAP_STAGES, "weights")  # a session's first visit: the link's
     stage = st.segmented_control(
-        "Show", MAP_STAGES, format_func=functools.partial(figures.map_title, window=trace.window),
+        "Show", MAP_STAGES, format_func=functools.partial(figures.map_title, window=trace.window,
+                                                          scaled=config.spec.scaled),
         **page_bind("heads_stage", "weights", url=STAGE)
     ) or "weights"
     url_notices("heads_stage")

@@ -141,21 +141,25 @@ def _scores(view: HeadWindow, before, after) -> None:
 
 
 def _scaled(view: HeadWindow, before, after) -> None:
-    trace = view.trace
-    st.caption("Both panels use the same colour scale: the division shrinks every score toward 0.")
+    trace, divides = view.trace, view.config.spec.scaled  # the simplified class (3.3) does not divide
+    st.caption("Both panels use the same colour scale: the division shrinks every score toward 0." if divides else
+               "Both panels use the same colour scale: this class does not divide, so scaled = scores and the two "
+               "maps are the same.")
     with before:
         view.heatmap("scores", "before: scores", zrange=view.shared("scores"))
     with after:
-        view.heatmap("scaled", f"after: scores ÷ √{view.config.head_dim}", zrange=view.shared("scores"))
-    # softmax of what the model saw, with and without the division
-    with_scale, without_scale = steps.softmax_with_and_without_scaling(view.crop("scores"), view.crop("masked"))
+        view.heatmap("scaled", f"after: scores ÷ √{view.config.head_dim}" if divides
+                     else "after: scaled = scores (no division)", zrange=view.shared("scores"))
+    # softmax of what the model saw, and of the same scores the other way (without the division, or with it)
+    ran, other = steps.scaling_panels(view.config, view.crop("scores"), view.crop("masked"))
     st.markdown("**Softmax with vs without ÷√dₖ** — without it, large dₖ pushes softmax toward one-hot "
-                "(saturation: low entropy, tiny gradients).")
+                "(saturation: low entropy, tiny gradients)." + ("" if divides else " This class runs without it."))
     left, right = pair()
     with left:
-        view.heatmap(with_scale, "softmax(scores ÷ √dₖ)", as_stage="weights", file="softmax-scaled")
+        view.heatmap(ran[1], ran[0], as_stage="weights", file="softmax-scaled" if divides else "softmax-unscaled")
     with right:
-        view.heatmap(without_scale, "softmax(scores) — no scaling", as_stage="weights", file="softmax-unscaled")
+        view.heatmap(other[1], other[0], as_stage="weights", file="softmax-unscaled" if divides else "softmax-scaled")
+    with_scale, without_scale = (ran[1], other[1]) if divides else (other[1], ran[1])
     st.plotly_chart(figures.entropy_bars(trace.tokens[view.row0:], row_entropy(with_scale),
                                          row_entropy(without_scale)),
                     config=plotly_config(view.file_name("entropy")))

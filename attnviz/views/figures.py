@@ -43,11 +43,17 @@ MAP_TITLES = {
 PROBABILITY_STAGES = ("weights", "dropped")
 
 
-def map_title(stage: str, window: int | None = None) -> str:
+UNSCALED_TITLE = "scaled = scores (no ÷√dₖ in this class)"  # the scaled stage of a class that does not divide (3.3)
+
+
+def map_title(stage: str, window: int | None = None, scaled: bool = True) -> str:
     """A stage's title (:data:`MAP_TITLES`); a sliding window of ``window`` tokens also hides the keys that far back
-    or further, so its masked stage is a band, not a triangle."""
+    or further, so its masked stage is a band, not a triangle; a class that does not divide by √dₖ (``scaled``
+    False: the simplified class of 3.3) records its scores unchanged as its scaled stage, and the title says so."""
     if stage == "masked" and window is not None:
         return f"masked (−∞ above the diagonal or ≥ {window} back)"
+    if stage == "scaled" and not scaled:
+        return UNSCALED_TITLE
     return MAP_TITLES.get(stage, stage)
 
 

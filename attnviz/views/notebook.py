@@ -36,7 +36,7 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     focused = figures.attention_heatmap(maps[head], trace.tokens, stage, **mask,
                                         hidden=None if hidden is None else hidden[head],
                                         title=f"{config.head_label(head) if shared else f'head {head}'}: "
-                                              f"{figures.map_title(stage, trace.window)}")
+                                              f"{figures.map_title(stage, trace.window, config.spec.scaled)}")
     flow = (diagram.op_flow_html(trace, highlight=stage) if trace.module_run is not None
             else diagram.shape_flow_html(trace.shapes, config, highlight=stage, window=trace.window,
                                          hides_future=trace.hides_future))

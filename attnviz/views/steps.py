@@ -35,6 +35,7 @@ STEP_LABELS = {
     "context": "6 · ·V",
 }
 
+UNSCALED_LABEL = "2 · no ÷√dₖ"  # the stage of a class that does not divide (3.3): its scaled scores are its scores
 
 # the recorded steps each of QKᵀ … ·V draws (a user's module may record fewer: tracing.Attention.unrecorded)
 STEP_NEEDS = {"scores": ("scores", "queries", "keys"), "scaled": ("scores", "scaled"), "context": ("context",)}
@@ -52,6 +53,8 @@ def stage_labels(trace: Trace) -> dict[str, str]:
     labels.update({stage: label for stage, label in STEP_LABELS.items() if stage not in _unrecorded_stages(trace)})
     if trace.config.module is None and trace.window is not None:
         labels["masked"] = "3 · window mask"
+    if "scaled" in labels and not trace.config.spec.scaled:
+        labels["scaled"] = UNSCALED_LABEL
     return labels
 
 
@@ -208,6 +211,20 @@ def context_table(trace: Trace, head: int, max_rows: int = 64):
     context = trace.steps["context"][0]
     per_head = context[head] if context.ndim == 3 else context
     return vector_table(trace, per_head, "context vector", max_rows)
+
+
+def scaling_panels(config: AttentionConfig, scores: np.ndarray,
+                   masked: np.ndarray) -> tuple[tuple[str, np.ndarray], tuple[str, np.ndarray]]:
+    """The scale stage's softmax pair, each (title, weights), what the class runs first: for a class that divides,
+    softmax(scores ÷ √dₖ) and softmax(scores) without it; for one that does not (3.3: its masked scores are not
+    divided), softmax(scores) and what ÷√dₖ (dₖ = its width) would have given.  ``scores`` and ``masked``: one
+    head's (rows, cols) crops."""
+    if config.spec.scaled:
+        with_scale, without_scale = softmax_with_and_without_scaling(scores, masked)
+        return ("softmax(scores ÷ √dₖ)", with_scale), ("softmax(scores) — no scaling", without_scale)
+    divided = np.asarray(masked, dtype=np.float64) / np.sqrt(config.head_dim)  # (rows, cols); −∞ stays −∞
+    return (("softmax(scores) — what this class runs: no ÷√dₖ", figures.softmax(masked)),
+            (f"softmax(scores ÷ √{config.head_dim}) — had it divided", figures.softmax(divided)))
 
 
 def softmax_with_and_without_scaling(scores: np.ndarray, masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -112,3 +112,29 @@ def test_a_seed_set_after_the_book_size_stays_and_every_link_round_trips():
     assert url["seed"] == "123"  # the default, but not what the book size implies for v2
     reopened = open_app(**url)
     assert reopened.sidebar.number_input(key="seed").value == 123
+
+
+def plot_titles(at) -> list[str]:
+    return [fig["layout"]["title"]["text"] for fig in figures(at) if "text" in fig["layout"].get("title", {})]
+
+
+def test_the_simplified_classs_scale_stage_says_it_does_not_divide():
+    """3.3 has no ÷√dₖ: at the Steps page's scale stage the stage, the maps, the caption and the softmax panels say
+    scaled = scores (and what the division would have given), and the Heads page's Show names no division."""
+    at = open_app(variant="simplified", preset="book", stage="scaled")
+    no_exception(at)
+    show = at.segmented_control(key="heads_stage")
+    assert show.value == "scaled" and show.format_func("scaled") == "scaled = scores (no ÷√dₖ in this class)"
+    at.switch_page("pages/steps.py").run()
+    no_exception(at)
+    stage = at.segmented_control(key="steps_stage")
+    assert stage.value == "scaled" and stage.format_func("scaled") == "2 · no ÷√dₖ"
+    words, titles = said(at), plot_titles(at)
+    assert "does not scale: scaled = scores" in words
+    assert "shrinks" not in words and not any(title.startswith("after: scores ÷") for title in titles)
+    assert "after: scaled = scores (no division)" in titles
+    assert "softmax(scores) — what this class runs: no ÷√dₖ" in titles
+    assert "softmax(scores ÷ √3) — had it divided" in titles
+    with_weights = open_app(variant="causal", preset="book", stage="scaled")  # a class that divides says so
+    with_weights.switch_page("pages/steps.py").run()
+    assert "after: scores ÷ √2" in plot_titles(with_weights) and "shrinks" in said(with_weights)
