@@ -6,11 +6,16 @@ import functools
 
 import numpy as np
 
+# the one first-token mass of the Heads page's two tables (the head types' is head_types' ``first_token``)
+FIRST_TOKEN_MASS = ("mean weight on the first token over the queries after the first (query 0 sees only the first "
+                    "token under the causal mask: its weight there is always 1); an 'attention sink' when large; blank "
+                    "with one token")
+
 # name -> what it measures (shown as column help in the app)
 STATS = {
     "entropy": "mean entropy of a query's weights (nats): high = spread out, 0 = all on one key",
     "max weight": "mean of each query's largest weight",
-    "first-token mass": "mean weight on the first token (an 'attention sink' when large)",
+    "first-token mass": FIRST_TOKEN_MASS,
     "mean distance": "mean |query − key| distance, weighted by attention",
     "previous-token": "mean weight on the token just before the query",
     "diagonal": "mean weight a token gives itself",
@@ -59,7 +64,8 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
         w = np.asarray(weights[head], dtype=work)  # (n, n), a view when already float32
         result["entropy"][head] = row_entropy(w, dtype=work, out=(terms, positive)).mean()  # (n, n) -> (n,) -> mean
         result["max weight"][head] = w.max(axis=-1).mean(dtype=np.float64)
-        result["first-token mass"][head] = w[:, 0].mean(dtype=np.float64)
+        # the queries after the first, as head_types' first_token (row 0 of a causal map is always 1)
+        result["first-token mass"][head] = w[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
         np.multiply(w, distance, out=terms)  # (n, n): weight × |query − key|
         result["mean distance"][head] = terms.sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
         result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else 0.0

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import streamlit as st
 
-from attnviz import head_types
+from attnviz import head_types, stats
 from attnviz.config import AttentionConfig
 from attnviz.trace import Trace
 from attnviz.ui.cache import cached_trace
@@ -24,7 +24,8 @@ from attnviz.views import head_figures
 TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")
 FUTURE_COLUMN = "weight on later tokens"
 SCORE_HELP = {
-    "first-token mass": "The mean weight on the first token (a 'sink'): shown beside the type, never a type.",
+    "first-token mass": f"The {stats.FIRST_TOKEN_MASS} — as in the head statistics. Shown beside the type, never a "
+                        "type.",
     FUTURE_COLUMN: "The mean weight a query gives to tokens after it: 0 under a causal mask. A head with any is "
                    "not named a type.",
     **{head_figures.SCORE_TITLES[name]: f"TransformerLens' head-detector score on this text (0 … 1), read at the "

@@ -5,6 +5,7 @@ that the label the learner reads is the one the definition gives."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -239,3 +240,22 @@ def test_a_type_read_at_few_queries_says_how_few():
     assert head_labels.query_counts(ids) == {"previous_token": 6, "duplicate_token": 2, "induction": 2}
     table = head_labels.label_table(scores, queries=few)
     assert table["type"].tolist() == ["induction 0.54 (from 2 queries)", "induction 0.60 (from 2 queries)"]
+
+
+def stats_table(at: AppTest):
+    return next(table.value for table in at.dataframe if "entropy" in table.value.columns)
+
+
+@pytest.mark.parametrize("text", ["Your journey starts with one step", "Hello"])
+def test_first_token_mass_is_one_number_in_both_tables_and_says_which_queries_count(text):
+    """The head statistics and the head types count the same queries, those after the first (query 0 sees only the
+    first token under the causal mask: its weight there is always 1), and both headers say so; with one token there
+    is none, and both tables leave it blank."""
+    at = app(text=text)
+    assert not at.exception, [e.value for e in at.exception]
+    statistics, types = stats_table(at)["first-token mass"], type_table(at)["first-token mass"]
+    assert np.allclose(statistics, types, atol=1e-6, equal_nan=True)
+    assert statistics.isna().all() == (text == "Hello")
+    configs = [json.loads(table.proto.columns) for table in at.dataframe if "first-token mass" in table.value.columns]
+    helps = [str(config) for config in configs]
+    assert len(helps) == 2 and all("after the first" in help for help in helps)

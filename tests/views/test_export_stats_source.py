@@ -43,7 +43,14 @@ def test_head_statistics_on_known_maps():
     assert result["entropy"][0] == 0.0 and result["max weight"][0] == 1.0
     assert result["mean distance"][0] == 0.0 and result["mean distance"][1] == pytest.approx(0.75)
     assert result["entropy"][2] == pytest.approx(np.mean([np.log(k) for k in range(1, n + 1)]))
-    assert result["first-token mass"][2] == pytest.approx(np.mean([1 / k for k in range(1, n + 1)]))
+    # the queries after the first (row 0 can only give the first token its 1), as the head types count it
+    assert result["first-token mass"][2] == pytest.approx(np.mean([1 / k for k in range(2, n + 1)]))
+    assert result["first-token mass"][0] == 0.0 and result["first-token mass"][1] == pytest.approx(1 / (n - 1))
+
+
+def test_first_token_mass_has_no_value_for_one_token():
+    """One token: no query after the first, so no first-token mass (blank, as in the head types table)."""
+    assert np.isnan(stats.head_statistics(np.ones((2, 1, 1)))["first-token mass"]).all()
 
 
 def test_head_statistics_of_a_real_trace_are_in_range(trace):
@@ -87,6 +94,9 @@ def test_every_statistic_stays_in_the_range_its_bar_is_drawn_on_and_reaches_its_
     for name, values in result.items():
         low, high = stats.stat_range(name, n)
         assert low == 0.0 and high > low
+        if name == "first-token mass" and n == 1:  # no query after the first: blank
+            assert np.isnan(values).all()
+            continue
         assert (values >= low - 1e-9).all() and (values <= high + 1e-9).all(), name
     if n > 1:
         assert result["entropy"][-2] == pytest.approx(stats.stat_range("entropy", n)[1])
