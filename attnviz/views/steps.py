@@ -220,7 +220,7 @@ def scaling_panels(config: AttentionConfig, scores: np.ndarray,
     divided), softmax(scores) and what ÷√dₖ (dₖ = its width) would have given.  ``scores`` and ``masked``: one
     head's (rows, cols) crops."""
     if config.spec.scaled:
-        with_scale, without_scale = softmax_with_and_without_scaling(scores, masked)
+        with_scale, without_scale = softmax_with_and_without_scaling(scores, masked)  # (rows, cols) each
         return ("softmax(scores ÷ √dₖ)", with_scale), ("softmax(scores) — no scaling", without_scale)
     divided = np.asarray(masked, dtype=np.float64) / np.sqrt(config.head_dim)  # (rows, cols); −∞ stays −∞
     return (("softmax(scores) — what this class runs: no ÷√dₖ", figures.softmax(masked)),
