@@ -193,9 +193,8 @@ def setup(book_classes: bool = False, draws_link: bool = False, checks_module: b
     sidebar, for the pages that run it; Generate reads it as its prompt and says itself when it is empty).
 
     A page with layer views (``PageEntry.layer_views``) draws them with :func:`attnviz.ui.layer_views.draw_layer_views`,
-    which also draws the sidebar's Layer selectbox, Share & export and, but for a checkpoint, the Text area (the
-    context's ``slots``), so that a layer switch or a new text reruns only them.  With a stale view (invalid input)
-    they are drawn here and a change reruns the page.
+    which also draws the sidebar's Layer selectbox and Share & export (the context's ``slots``), so that a layer
+    switch reruns only them.  With a stale view (invalid input) they are drawn here and a change reruns the page.
 
     ``draws_link``: the page binds its own URL parameters after this and draws the Share link itself once they are
     bound (``ui.share_link(page_run.link)``), so that the link carries what the run draws — also on the first run

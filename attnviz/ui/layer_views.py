@@ -1,7 +1,7 @@
-"""A page's views of one layer as a fragment: the views, the sidebar's Layer selectbox, its Share & export and — with
-the book's classes or a user's module — its Text area are drawn by one fragment, so that switching the layer or
-committing a new text reruns them and nothing else (not the sidebar's other settings, nor what the page draws
-outside it, such as a model's next-token panel)."""
+"""A page's views of one layer as a fragment: the views, the sidebar's Layer selectbox and its Share & export are
+drawn by one fragment, so that switching the layer reruns them and nothing else (not the sidebar's other settings,
+nor what the page draws outside it, such as a model's next-token panel).  A new text reruns the whole page: the
+sidebar draws the Text area (``sidebar.text_area`` says why)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from attnviz.ui.sidebar import current_settings, drawn, fill_links, fill_view_sl
 
 def draw_layer_views(page_run: Context, draw: Callable[[Context], None]) -> None:
     """Draw ``draw(page_run)`` — the page's views of ``page_run.trace`` — in a fragment with what the sidebar left to it
-    (``PageEntry.layer_views``: the Layer selectbox and, but for a checkpoint, the Text area): a new layer
-    or a new text reruns the fragment with that trace.  ``draw`` fills the Share link's place (``page_run.link``, with
-    ``share.share_link``) once it has bound the page's own URL parameters, in whichever fragment binds them last.
+    (``PageEntry.layer_views``: the Layer selectbox): a new layer reruns the fragment with that trace.  ``draw``
+    fills the Share link's place (``page_run.link``, with ``share.share_link``) once it has bound the page's own URL
+    parameters, in whichever fragment binds them last.
 
     A stale view (setup drew the sidebar's slots and the last valid view) is drawn as it is, outside a fragment.
 
@@ -41,24 +41,22 @@ def draw_layer_views(page_run: Context, draw: Callable[[Context], None]) -> None
 def _layer_fragment(context: Context, key: tuple, draw: Callable[[Context], None]) -> None:
     """The fragment.  Streamlit keeps a fragment's arguments for the session's lifetime: it holds the context
     without its Trace (``context``) and the trace's key, and looks the Trace up in the cache on every run."""
-    settings, config, trace = context.settings, context.config, None
-    if context.slots.text is not None and _moved("text", settings["text"]):
-        settings, config, trace = _rerun(config)  # before anything is sent: the browser is idle while it computes
+    settings, config = context.settings, context.config
     fill_view_slots(context.slots, context.weights)
-    if trace is None and config.checkpoint is not None and _moved("layer", config.layer):
+    if config.checkpoint is not None and _moved("layer", config.layer):
         settings, config, trace = _rerun(config)
-    elif trace is None:
+    else:
         trace = cached_trace(*key)
-    fill_links(context.slots, settings)  # the page links carry the text and layer this run draws
+    fill_links(context.slots, settings)  # the page links carry the layer this run draws
     link = share_and_export(trace, link=False)  # filled by draw once the page's URL parameters are bound
-    run_notes(trace)  # in the fragment: a new text's notes replace the last one's
+    run_notes(trace)  # in the fragment: its run's notes replace the last run's
     draw(dataclasses.replace(context, settings=settings, config=config, trace=trace, link=link))
 
 
 def _moved(key: str, run_value) -> bool:
-    """Whether the widget ``key`` (the Text area, the Layer selectbox) holds another value than the page's whole run
-    drew (``run_value``) or than this fragment last drew (the URL holds that): a new one, or back to the whole
-    run's after another — either way its trace, the URL and the link must follow it."""
+    """Whether the widget ``key`` (the Layer selectbox) holds another value than the page's whole run drew
+    (``run_value``) or than this fragment last drew (the URL holds that): a new one, or back to the whole run's after
+    another — either way its trace, the URL and the link must follow it."""
     return not (st.session_state[key] == run_value and drawn(key, run_value))
 
 

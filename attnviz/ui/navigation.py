@@ -41,7 +41,7 @@ class PageEntry:
     """One page: its script in ``pages/``, its title and icon in the sidebar, where it is (``url_path``; the
     default page is at ``/``), whether the sidebar's attention settings apply to its work, whether it draws the run
     of the sidebar's text (``text_run``: a Trace; a page without one reads the settings alone, and an empty text
-    does not stop it), whether its views of one layer fill the sidebar's Text area and Layer selectbox
+    does not stop it), whether its views of one layer fill the sidebar's Layer selectbox
     (:mod:`attnviz.ui.layer_views`), and its own URL parameters (``url_params``, of ``urlstate.PAGE_PARAMS``: the
     URL keeps them while the page is shown, ``state.keep_page_params``); ``focused_head``: its ``head`` is the focused
     head of the sidebar's layer (the Heads and Steps pages': the same layer, the same heads), which a link from one

@@ -59,13 +59,10 @@ _SETTLED_TEXT = "_settled_text"  # the text the last run settled the settings wi
 @dataclass(frozen=True)
 class ViewSlots:
     """Places in the sidebar that a page's layer views fill (:mod:`attnviz.ui.layer_views`, a fragment): the Layer
-    selectbox's and, with the book's classes or a user's module, the Text area's — so that a new layer, or a new
-    text, reruns only the fragment — and the page links', which carry the text and the layer.  ``text`` is None with
-    a checkpoint: its next-token panel, outside the fragment, reads the text too, so the sidebar draws the Text area
-    and a new text reruns the whole page."""
+    selectbox's — so that a new layer reruns only the fragment — and the page links', which carry the text and the
+    layer.  The Text area is never one of them: the sidebar draws it on every page (:func:`text_area` says why)."""
 
     layer: DeltaGenerator
-    text: DeltaGenerator | None
     links: DeltaGenerator  # the page links, which carry the settings: the layer views draw them on each of their runs
     pages: tuple[StreamlitPage, ...]
 
@@ -90,14 +87,10 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
             st.caption("The attention settings do not apply to this page: they are kept, folded away, for the "
                        "other pages.")
         with st.container() if settings_apply else st.expander("Attention settings", expanded=False):
-            text_slot = st.container()  # the Text area sits above Weights, which decides who draws it
+            text_area()
             choice = _weights(listed)
             layer_slot = st.container()
-            slots = ViewSlots(layer=layer_slot, text=None if choice.checkpoint else text_slot, links=links,
-                              pages=tuple(pages)) if layer_views else None
-            if slots is None or slots.text is None:
-                with text_slot:
-                    text_area()
+            slots = ViewSlots(layer=layer_slot, links=links, pages=tuple(pages)) if layer_views else None
             if slots is None:
                 with layer_slot:
                     layer_selectbox(choice)
@@ -114,16 +107,21 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
 
 
 def text_area() -> None:
-    """The Text area, drawn by the sidebar or into its slot by a page's layer views."""
+    """The Text area, drawn by the sidebar on every page, outside any fragment.
+
+    The Text area commits on blur, and a click on a page link blurs it: Streamlit's frontend then sends the page
+    switch, with the values of the widgets ``app.py`` drew, and after it the commit's rerun of the page it still
+    shows.  Drawn by ``app.py``, the Text area is one of those widgets, so the page switch carries the typed text,
+    and the commit's rerun is a whole run of the page left, which holds the text too (the click is lost at worst).
+    Drawn by a page's fragment it would be neither: the page switch would drop it with the page's elements, and the
+    commit's rerun would be a rerun of that fragment on the page switched to, which has none — a blank page, the
+    text gone."""
     st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
 
 
 def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
-    """Draw what the sidebar left to the page's layer views (the Text area, if its slot is there, and the Layer
-    selectbox) into its slots; the page links are drawn once the settings are settled (:func:`fill_links`)."""
-    if slots.text is not None:
-        with slots.text:
-            text_area()
+    """Draw what the sidebar left to the page's layer views (the Layer selectbox) into its slot; the page links are
+    drawn once the settings are settled (:func:`fill_links`)."""
     with slots.layer:
         layer_selectbox(choice)
 
@@ -131,7 +129,7 @@ def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
 def fill_links(slots: ViewSlots, values: dict) -> None:
     """The page links into the place the sidebar left for them, carrying ``values``: drawn by the layer views on
     every run, whole or of their fragment alone (Streamlit keeps a fragment's element outside it only where its
-    whole run drew it too), so that a text or layer committed there reaches the next page."""
+    whole run drew it too), so that a layer picked there reaches the next page."""
     with slots.links:
         page_links(list(slots.pages), values)
 

@@ -17,8 +17,8 @@ seed, head and knock-outs, the Train page's steps and seed): the page reads them
 from a URL it did not write (an entry of the browser's history: :func:`page_widgets_from_url`), and the URL holds
 the parameters of the page shown only (:func:`keep_page_params`).
 
-The settings are kept another way.  Some are drawn only for the variants that have them, and the Text area and
-the Layer selectbox are drawn by the Heads page's fragment on that page and by ``app.py``'s sidebar on the others:
+The settings are kept another way.  Some are drawn only for the variants that have them, and the Layer selectbox
+is drawn by the Heads page's fragment on that page and by ``app.py``'s sidebar on the others:
 two widgets to Streamlit (a widget's id includes the script that draws it), where ``persist_state`` would hand
 the value over one run late, after the widget was drawn empty.  :func:`keep_widgets`, run by ``app.py`` before
 anything is drawn, assigns each setting's value to itself, which makes it a value of the session under its key
@@ -134,9 +134,9 @@ def _changed(key: str) -> None:
     The notices about the URL a session opened with go: they said which of its values were not used, and a setting
     the user changes since replaces that answer.
 
-    The session's own value: a Text or Layer committed on the Heads page reruns only its fragment, so no
-    :func:`keep_widgets` runs before the next page switch — whose run gets no widget state from the browser, and
-    would start from the value the last whole run kept (the text before)."""
+    The session's own value: a Layer picked on the Heads page reruns only its fragment, so no :func:`keep_widgets`
+    runs before the next page switch — whose run gets no widget state from the browser, and would start from the
+    value the last whole run kept (the layer before)."""
     state = st.session_state  # read after each set_setting: the branches see the values the ones before set
     state.pop(URL_NOTICES, None)
     state[key] = state[key]  # the session's own value, as keep_widgets makes it: see _changed's docstring
