@@ -20,6 +20,7 @@ import numpy as np
 
 from attnviz.config import InputError
 from attnviz.trace import Trace, index_in
+from attnviz.words import amount, plural
 
 SUM_STAGES = ("weights", "dropped", "scores", "scaled")  # maps whose sums mean something (masked holds −∞)
 _HIDDEN_BELOW = -1e4  # an additive mask that pushes a score down by more than this hides the key
@@ -196,9 +197,9 @@ def _mask_reason(query: int, key: int, hidden: np.ndarray, value: float) -> str:
         return f"key {key} comes after query {query}: the causal mask hides it {before}, so its weight is 0"
     window = visible.size > 0 and np.array_equal(visible, np.arange(visible[0], query + 1))  # keys lo … query
     if key < query and window:
-        return (f"key {key} is {query - key} tokens before query {query}: the sliding window keeps only the "
-                f"{visible.size} most recent keys ({visible[0]} to {query}), so the mask hides it {before} and its "
-                "weight is 0")
+        return (f"key {key} is {amount(query - key, 'token')} before query {query}: the sliding window keeps only "
+                f"the {visible.size} most recent {plural(visible.size, 'key')} ({visible[0]} to {query}), so the mask "
+                f"hides it {before} and its weight is 0")
     return f"the mask hides key {key} from query {query} {before}, so its weight is 0"
 
 

@@ -1,19 +1,23 @@
-"""Counts in words: a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group"), and numbered
-items after their noun ("position 3", "positions 0, 1, 2")."""
+"""Counts in words: a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group", "1 query",
+"2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 
-def amount(count: int, noun: str) -> str:
-    """``count`` of ``noun`` in words, singular for one: "1 head", "4 heads", "1 K/V group"."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def amount(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` of ``noun`` in words, singular for one: "1 head", "4 heads", "1 K/V group", "2 queries" (with
+    ``nouns="queries"``)."""
+    return f"{count} {plural(count, noun, nouns)}"
 
 
-def plural(count: int, noun: str) -> str:
-    """``noun`` for one, ``noun`` + "s" for any other count."""
-    return noun if count == 1 else f"{noun}s"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``noun`` for one; for any other count ``nouns``, or ``noun`` + "s" when ``nouns`` is not given ("query" takes
+    ``nouns="queries"``)."""
+    if count == 1:
+        return noun
+    return nouns if nouns is not None else f"{noun}s"
 
 
 def listed(noun: str, numbers: Sequence[int], limit: int = 24) -> str:

@@ -276,6 +276,13 @@ def test_sliding_window_cells_say_the_window_hides_them_and_the_temperature_is_t
     assert behind.stand_in is None
 
 
+def test_a_window_of_one_key_says_one_token_and_one_key():
+    trace, _ = user_trace(SlidingWindowAttention(window=1, temperature=5.0))
+    assert explain_weight(trace, 0, 6, 5).reason == (
+        "key 5 is 1 token before query 6: the sliding window keeps only the 1 most recent key (6 to 6), so the mask "
+        "hides it (−∞ before the softmax) and its weight is 0")
+
+
 def test_grouped_keys_that_are_never_repeated_map_to_their_group():
     torch.manual_seed(3)
     module = BroadcastGQA(mask="padding")

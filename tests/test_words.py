@@ -1,6 +1,6 @@
 """Counts in words: singular for one, whatever the noun."""
 
-from attnviz.words import amount, listed
+from attnviz.words import amount, listed, plural
 
 
 def test_amount_is_singular_for_one_only():
@@ -14,3 +14,9 @@ def test_listed_is_singular_for_one_item_only():
     assert listed("query row", [0, 1]) == "query rows 0, 1"
     assert listed("position", list(range(30)), limit=3) == "positions 0, 1, 2, … (30 positions)"
     assert listed("position", list(range(3)), limit=3) == "positions 0, 1, 2"
+
+
+def test_a_noun_with_its_own_plural_takes_it_for_any_count_but_one():
+    assert [amount(n, "query", "queries") for n in (0, 1, 2)] == ["0 queries", "1 query", "2 queries"]
+    assert plural(1, "query", "queries") == "query"
+    assert plural(3, "key", "keys") == "keys"

@@ -12,6 +12,7 @@ from attnviz.trace import Trace
 from attnviz.ui.frame import plotly_config
 from attnviz.urlstate import markdown_escape
 from attnviz.views import explain_figures
+from attnviz.words import amount
 
 
 def selected_cells(event, n: int) -> list[tuple[int, int]]:
@@ -108,6 +109,7 @@ def _sums(trace: Trace, head: int, queries: list[int], keys: list[int]) -> None:
     except ExplainError as exc:
         st.info(markdown_escape(str(exc)), icon=":material/info:")
         return
-    st.markdown(f"**{len(sums.queries)} queries, {len(sums.keys)} keys selected** (head {head})")
+    st.markdown(f"**{amount(len(sums.queries), 'query', 'queries')}, {amount(len(sums.keys), 'key')} selected** "
+                f"(head {head})")
     st.plotly_chart(explain_figures.summed_attention_figure(sums, trace.tokens),
                     config=plotly_config(f"attnviz-head{head}-sums"))

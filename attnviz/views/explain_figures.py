@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 from attnviz.explain import AttentionSums, WeightExplanation
 from attnviz.views import margins
 from attnviz.views.figures import MASKED_COLOR, safe_label
+from attnviz.words import amount
 
 POSITIVE = "#d6604d"  # a product that raises the score
 NEGATIVE = "#4393c3"  # a product that lowers it
@@ -238,8 +239,8 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
                                    "key %{x}: %{customdata[0]}<br>mean %{y:.4f}<br>sum %{customdata[1]:.4f}"
                                    "<extra></extra>",
                                    "mean over the selected queries"))
-        titles.append(f"{sums.stage} of the {len(sums.queries)} selected queries, averaged, per key: "
-                      f"{_selection_text(sums.queries, tokens)}")
+        titles.append(f"{sums.stage} of the {amount(len(sums.queries), 'selected query', 'selected queries')}, "
+                      f"averaged, per key: {_selection_text(sums.queries, tokens)}")
         axes.append({**axis, "title": {"text": "key token"}})
     if sums.per_query_total is not None:
         codes = np.full(n, PLAIN_CODE)
@@ -247,7 +248,7 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         data.extend(_position_bars(np.asarray(sums.per_query_total), codes, len(titles) + 1, names,
                                    "query %{x}: %{customdata}<br>to the selected keys %{y:.4f}<extra></extra>",
                                    "total to the selected keys"))
-        titles.append(f"{sums.stage} each query gives the {len(sums.keys)} selected keys in total: "
+        titles.append(f"{sums.stage} each query gives the {amount(len(sums.keys), 'selected key')} in total: "
                       f"{_selection_text(sums.keys, tokens)}")
         axes.append({**axis, "title": {"text": "query token"}})
     bottom = margins.across(axis["ticktext"])

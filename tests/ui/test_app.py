@@ -525,8 +525,8 @@ def test_tokens_picked_by_name_sum_their_attention():
     (summed,) = [fig for fig in figures(at) if fig["layout"].get("title", {}).get("text", "").endswith("at once")]
     titles = [annotation["text"].replace("<br>", " ") for annotation in summed["layout"]["annotations"]]  # wrapped
     assert [title.split(":")[0] for title in titles] == [
-        "weights of the 2 selected queries, averaged, per key", "weights each query gives the 1 selected keys in total"]
-    assert any("2 queries, 1 keys selected" in block.value for block in at.markdown)
+        "weights of the 2 selected queries, averaged, per key", "weights each query gives the 1 selected key in total"]
+    assert any("2 queries, 1 key selected" in block.value for block in at.markdown)
 
 
 def _explained(cells):

@@ -204,7 +204,13 @@ def test_summed_attention_figure_draws_both_selections(hostile_trace):
     assert np.flatnonzero(np.asarray(by_query.marker.color) == HIGHLIGHT).tolist() == [5, 7]
     assert np.flatnonzero(np.asarray(by_key.marker.color) == HIGHLIGHT).tolist() == [1]
     assert "2 selected queries" in flat(fig.layout.annotations[0].text)
-    assert "1 selected keys" in flat(fig.layout.annotations[1].text)
+    assert "the 1 selected key in total" in flat(fig.layout.annotations[1].text)
+
+
+def test_summed_attention_figure_of_one_query_and_one_key_says_query_and_key(hostile_trace):
+    fig = summed_attention_figure(attention_sums(hostile_trace, 3, queries=[5], keys=[1]), hostile_trace.tokens)
+    assert "of the 1 selected query, averaged" in flat(fig.layout.annotations[0].text)
+    assert "the 1 selected key in total" in flat(fig.layout.annotations[1].text)
 
 
 def test_summed_attention_figure_of_keys_only(hostile_trace):
