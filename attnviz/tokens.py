@@ -8,6 +8,7 @@ MIT licence) as package data and builds the ``tiktoken.Encoding`` from it.
 from __future__ import annotations
 
 import base64
+import bisect
 import functools
 import hashlib
 import unicodedata
@@ -97,13 +98,12 @@ def _visible_char(char: str) -> str:
 
 @functools.lru_cache(maxsize=1 << 16)  # a 1024-token text repeats its tokens: each piece is made once
 def display_piece(token_bytes: bytes) -> str:
-    """What a learner should see for one token: spaces as ``·``, ``\\n``/``\\t`` and other
-    invisible characters escaped, and bytes that are not valid UTF-8 on their own as ``<0xE2>``."""
-    try:
-        text = token_bytes.decode("utf-8")
-    except UnicodeDecodeError:
-        return "".join(f"<0x{byte:02X}>" for byte in token_bytes)
-    return "".join(_visible_char(char) for char in text)
+    """What a learner should see for one token: spaces as ``·``, ``\\n``/``\\t`` and other invisible characters
+    escaped, and each byte that is not part of a whole UTF-8 character in the token as ``<0xE2>`` (a space before
+    an emoji's first bytes: ``·<0xF0><0x9F>``)."""
+    text = token_bytes.decode("utf-8", errors="surrogateescape")  # a byte of no whole character: U+DC80 … U+DCFF
+    return "".join(f"<0x{ord(char) - 0xDC00:02X}>" if 0xDC80 <= ord(char) <= 0xDCFF else _visible_char(char)
+                   for char in text)
 
 
 @dataclass(frozen=True)
@@ -144,3 +144,36 @@ def _tokens_from_bytes(token_ids, token_bytes) -> list[Token]:
         )
         for token_id, chunk, start, end in zip(token_ids, token_bytes, starts, ends)
     ]
+
+
+def _continues(byte: int) -> bool:
+    """A UTF-8 continuation byte: it carries on the character an earlier byte started."""
+    return 0x80 <= byte < 0xC0
+
+
+def span_labels(token_ids: list[int]) -> list[str]:
+    """Each token's characters in words for the token table, as character offsets into ``decode(token_ids)``:
+    "1–6" for the characters a token holds whole, "part of “🙂” (chars 7–8)" for a character whose bytes it shares
+    with a neighbouring token ("6–7 and part of “🙂” (chars 7–8)": a space, then an emoji's first bytes)."""
+    token_bytes = get_encoding().decode_tokens_bytes(token_ids)
+    data = b"".join(token_bytes)
+    starts = [at for at, byte in enumerate(data) if not _continues(byte)]  # the byte each character starts at
+    starts = starts if starts and starts[0] == 0 else [0, *starts]  # bytes before any start: one character
+
+    def part_of(index: int) -> str:
+        end = starts[index + 1] if index + 1 < len(starts) else len(data)
+        return f"part of “{display_piece(data[starts[index]:end])}” (chars {index}–{index + 1})"
+
+    labels, first = [], 0
+    for chunk in token_bytes:
+        last = first + len(chunk)  # the token's bytes are data[first:last]
+        lo, hi = bisect.bisect_right(starts, first) - 1, bisect.bisect_right(starts, last - 1) - 1  # its characters
+        split_start = 0 < first < len(data) and _continues(data[first])  # its first character began earlier
+        split_end = last < len(data) and _continues(data[last])  # its last character goes on in a later token
+        whole = range(lo + split_start, hi + 1 - split_end)  # the characters it holds every byte of
+        parts = [part_of(lo)] if split_start or (split_end and lo == hi) else []
+        parts += [f"{whole.start}–{whole.stop}"] if whole else []
+        parts += [part_of(hi)] if split_end and hi != lo else []
+        labels.append(" and ".join(parts))
+        first = last
+    return labels

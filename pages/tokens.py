@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from attnviz import ui
+from attnviz.tokens import span_labels
 from attnviz.views import figures
 from attnviz.words import amount
 
@@ -22,7 +23,7 @@ with st.container(height=figures.CHIPS_BOX_PX if trace.n > figures.CHIPS_UNBOXED
 with st.expander("Token table"):
     st.dataframe(pd.DataFrame({
         "position": range(trace.n), "id": trace.token_ids, "piece": trace.tokens,
-        "text span": [f"{t.start}–{t.end}" for t in trace.token_details],
+        "text span": span_labels(trace.token_ids),  # "part of “🙂” (chars 7–8)" for a character split over tokens
         "special": [t.special for t in trace.token_details],
     }), hide_index=True)
 

@@ -120,6 +120,14 @@ def test_emoji_pieces_known_example():
     assert [t.piece for t in tokens_of("😀")] == ["<0xF0><0x9F><0x98>", "<0x80>"]
 
 
+def test_a_space_before_an_emojis_first_bytes_shows_as_a_dot():
+    """GPT-2 merges a space with an emoji's first bytes (" \xF0\x9F"): the space is "·" as everywhere else, only the
+    bytes of no whole character are hex."""
+    assert tokens.encode(" 🤖") == [12520, 97, 244]
+    assert [t.piece for t in tokens_of(" 🤖")] == ["·<0xF0><0x9F>", "<0xA4>", "<0x96>"]
+    assert tokens.display_piece(b"\xc3\xa9\xe2\x82") == "é<0xE2><0x82>"  # a whole é, then a € begun
+
+
 def test_vocabulary_never_shows_replacement_for_invalid_bytes():
     enc = tokens.get_encoding()
     for token_id in range(256, 2256):  # a slice of merged tokens plus ...
@@ -213,6 +221,19 @@ def test_split_character_offsets_give_the_whole_character_to_one_token():
     spans = ["a😀b"[t.start : t.end] for t in toks]
     assert "".join(spans) == "a😀b"
     assert spans.count("😀") == 1
+
+
+@pytest.mark.parametrize(("text", "labels"), [
+    ("Your journey", ["0–4", "4–12"]),
+    ("I 🤖!", ["0–1", "1–2 and part of “🤖” (chars 2–3)", "part of “🤖” (chars 2–3)", "part of “🤖” (chars 2–3)",
+              "3–4"]),
+    ("😀", ["part of “😀” (chars 0–1)", "part of “😀” (chars 0–1)"]),
+    ("a<|endoftext|>b", ["0–1", "1–14", "14–15"]),
+])
+def test_span_labels_say_which_character_a_split_token_is_part_of(text, labels):
+    """No empty span ("2–2") for a token holding only bytes of a character split over tokens: the table says which
+    character it is part of."""
+    assert tokens.span_labels(tokens.encode(text)) == labels
 
 
 def test_pieces_offsets_index_into_decoded_text():

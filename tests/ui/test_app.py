@@ -268,6 +268,17 @@ def test_tokens_page_escapes_html_and_marks_special_tokens():
     assert any(c.value.startswith("★ 2 special tokens (") for c in at.caption)
 
 
+def test_tokens_page_names_a_split_characters_tokens_and_shows_a_leading_space_as_a_dot():
+    at = app(text="I love 🤖")
+    at.switch_page("pages/tokens.py").run()
+    no_exception(at)
+    table = at.dataframe[0].value
+    assert table["piece"].tolist() == ["I", "·love", "·<0xF0><0x9F>", "<0xA4>", "<0x96>"]
+    assert table["text span"].tolist() == ["0–1", "1–6", "6–7 and part of “🤖” (chars 7–8)",
+                                           "part of “🤖” (chars 7–8)", "part of “🤖” (chars 7–8)"]
+    assert "·&lt;0xF0&gt;&lt;0x9F&gt;" in at.get("html")[0].proto.body  # the chip too
+
+
 def _chips_box_height(at) -> int | None:
     """The pixel height of the box that holds the Tokens page's chips (None: the chips are not in a boxed block)."""
     for block in at.main.children.values():
