@@ -52,7 +52,7 @@ def draw(page_run: Context) -> None:
         share_link(page_run.link)  # the URL holds the head, stage and window this run draws
         step = steps.step_text(config, stage, trace.module_run, window=trace.window, hides_future=trace.hides_future)
         st.markdown(f"**{step['what']}**")
-        st.code(step["code"], language="python")
+        st.code(step["code"], language="python", wrap_lines=True)  # a long line wraps in the column, never cut
         view = HeadWindow(trace, head, row0, col0, size, stage)
         before, after = pair()
         STAGE_VIEWS.get(stage, _context)(view, before, after)

@@ -243,6 +243,17 @@ def test_steps_page_shows_before_after_and_code_for_each_stage():
     assert any("eval mode" in info.value for info in at.info)
 
 
+def test_steps_page_wraps_the_stages_line_in_its_column():
+    """The stage's line sits beside the shape diagram, narrower than the page: a long line (the mask's, with its
+    comment) wraps there rather than run under the column's edge."""
+    at = app()
+    at.switch_page("pages/steps.py").run()
+    at.segmented_control(key="steps_stage").set_value("masked").run()
+    no_exception(at)
+    (line,) = [block for block in at.code if block.value.startswith("attn_scores.masked_fill_(")]
+    assert "# in place, with the underscore" in line.value and line.proto.wrap_lines
+
+
 def test_shapes_page_reflects_head_count():
     at = app()
     at.switch_page("pages/shapes.py").run()
