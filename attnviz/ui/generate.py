@@ -33,8 +33,10 @@ from attnviz.ui.state import (
     forget_page_params,
     page_bind,
     page_param_notice,
+    page_params_of,
     page_widgets_from_url,
     set_page_param,
+    shown_page,
     url_notices,
 )
 from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, markdown_escape, parse_number, parse_option
@@ -60,6 +62,7 @@ BUNDLED_NOTE = ("The bundled model (2 layers × 2 heads) was trained only on rep
 DTYPE_OWN = "own"  # the cost chart's dtype: the chosen model's own (fp32 for attnviz's models and the sidebar's)
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
+RANDOM_SET_ASIDE = "_generate_random_set_aside"  # (the Weights ref, the notice) of a link's random GPT not used
 RANDOM_SETTING = {variants.GQA: "num_kv_groups", variants.MLA: "latent_dim", variants.SWA: "sliding_window_size"}
 # the random GPT selectbox's options, and the link's ``random``: the registry's variants a GPT block can be
 RANDOM_CHOICES = (RANDOM_NONE, *gpt_model.BY_VARIANT)
@@ -120,7 +123,7 @@ def show(page_run: Context) -> None:
         st.info(NO_MODEL, icon=":material/info:")
         ref = _random_choice(page_run)
     else:
-        forget_page_params(RANDOM)  # a model under Weights: no random GPT offered
+        _random_set_aside(page_run, ref)  # a model under Weights: no random GPT offered
         if page_run.weights.option.source == "bundled":
             st.caption(BUNDLED_NOTE)
     linked = False
@@ -135,6 +138,23 @@ def show(page_run: Context) -> None:
         share_link(page_run.link)
     st.divider()
     cost_section(page_run, sizes)
+
+
+def _random_set_aside(page_run: Context, ref) -> None:
+    """A model is under Weights, so no random GPT is offered: the URL drops ``random``, and a random GPT the link
+    asked for (one this session's runs did not write) is said to be set aside, until Weights changes."""
+    raw = st.query_params.get(RANDOM)
+    if raw is not None and raw != RANDOM_NONE and page_params_of(shown_page()).get(RANDOM) != raw:
+        st.session_state[RANDOM_SET_ASIDE] = (ref, (
+            f"The link's {RANDOM}={str(raw)[:40]!r} is not used: the page generates with "
+            f"{page_run.weights.option.label}, the model under Weights. Set Weights to "
+            f"{core_weights.BOOK_LABEL} to generate with a small random GPT."))
+    forget_page_params(RANDOM)
+    set_aside = st.session_state.get(RANDOM_SET_ASIDE)
+    if set_aside is not None and set_aside[0] == ref:
+        st.warning(markdown_escape(set_aside[1]), icon="✋")
+    else:
+        st.session_state.pop(RANDOM_SET_ASIDE, None)  # other weights: the link's random GPT is no longer the news
 
 
 def _random_choice(page_run: Context) -> tuple | None:

@@ -227,6 +227,30 @@ def test_a_layer_out_of_range_in_the_url_is_refused_with_a_notice():
     assert at.success and at.table and at.text_area[0].value == TEXT
 
 
+@pytest.mark.parametrize("raw", ["swa", "bogus"])
+def test_a_links_random_gpt_with_a_model_under_weights_is_said_to_be_set_aside(raw):
+    """With a model under Weights the page offers no random GPT: the link's ``random`` is said not to be used, as a
+    refused value is, while those weights stay (not dropped without a word)."""
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT, random=raw)
+    said = f"The link's random='{raw}' is not used: the page generates with"
+    notices = [w.value.replace("\\", "") for w in at.warning]  # Markdown-escaped
+    assert [notice for notice in notices if notice.startswith(said)] == [
+        f"{said} Bundled model (trained by attnviz), the model under Weights. Set Weights to Book's classes (seeded "
+        "random weights) to generate with a small random GPT."]
+    assert "random" not in at.query_params and at.success  # it generates with the bundled model
+    step(at)
+    assert any(w.value.replace("\\", "").startswith(said) for w in at.warning)  # said until Weights changes
+    at.selectbox(key="weights").set_value(weights.BOOK).run()
+    assert not at.exception and not any("is not used" in w.value for w in at.warning)
+
+
+def test_a_random_gpt_of_this_session_leaves_quietly_when_a_model_is_chosen():
+    at = random_page(random="swa")
+    at.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()
+    assert not at.exception and at.success
+    assert not any("is not used" in w.value for w in at.warning)
+
+
 def test_play_advances_and_stops_at_the_end():
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, new_tokens="2")
     at.button(key="generate_play").click().run()
