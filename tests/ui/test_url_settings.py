@@ -201,3 +201,23 @@ def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh
             assert fresh.caption[0].value == at.caption[0].value
             assert (fresh.session_state["d_out"], fresh.session_state["num_heads"]) == (
                 at.session_state["d_out"], at.session_state["num_heads"])
+
+
+def test_a_link_giving_a_size_the_book_preset_has_not_keeps_its_other_sizes_as_the_sidebar_does():
+    """``/?variant=mha_wrapper&preset=book&d_out=4``: d_in 3 and 2 heads from the book's preset, d_out 4 from the link,
+    shown as Custom with no notice — what editing d_out to 4 in the sidebar at the book's preset shows — never
+    GPT-2's d_in 768 and a notice about 12 heads."""
+    sizes = ("preset", "d_in", "d_out", "num_heads")
+
+    def shown(at: AppTest) -> dict:
+        no_exception(at)
+        assert not at.sidebar.warning and not at.main.warning, [w.value for w in (*at.sidebar.warning,
+                                                                                  *at.main.warning)]
+        return {key: (at.sidebar.selectbox(key=key) if key in ("preset", "num_heads")
+                      else at.sidebar.number_input(key=key)).value for key in sizes}
+
+    linked = shown(app(variant="mha_wrapper", preset="book", d_out="4"))
+    assert linked == {"preset": "custom", "d_in": 3, "d_out": 4, "num_heads": 2}
+    edited = app(variant="mha_wrapper", preset="book")
+    edited.sidebar.number_input(key="d_out").set_value(4).run()
+    assert shown(edited) == linked
