@@ -239,6 +239,27 @@ def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int
     }
 
 
+def latent_note(settings: dict[str, dict], given_latent: int | None = None) -> str | None:
+    """Why :func:`variant_settings`' MLA line saves nothing where it does not: its latent is as wide as the K and V
+    of every head together (or wider), which is what MHA caches.  ``given_latent``: the latent the sizes gave (None:
+    the 4 × head_dim filled in).  None where MLA caches less than MHA."""
+    mla, mha = settings.get("MLA"), settings.get("MHA")
+    if not mla or not mha or not mla.get("latent_dim"):
+        return None
+    heads, head_dim, latent = mha["n_heads"], mha["head_dim"], mla["latent_dim"]
+    kv_width = 2 * heads * head_dim  # K and V of every head, per token and layer
+    if latent < kv_width:
+        return None
+    replaced = f"the K and V it replaces (2 × {amount(heads, 'head')} × {head_dim} = {kv_width:,} numbers per token " \
+               "and layer: MHA's cache)"
+    note = (f"MLA (latent {latent:,}) saves nothing here: its latent is as wide as {replaced}." if latent == kv_width
+            else f"MLA (latent {latent:,}) costs more than MHA here: its latent is wider than {replaced}.")
+    if given_latent is None:
+        note += (" The chart's latent is 4 × head_dim, DeepSeek-V3's ratio (512 for its 128-wide heads, whose K and "
+                 "V would be 32,768 wide): it saves only where a model has more than 2 heads.")
+    return note
+
+
 def context_lengths(longest: int = 131072, shortest: int = 256) -> list[int]:
     """Powers of two from ``shortest`` up to ``longest`` (and ``longest`` itself): the chart's x values."""
     lengths, n = [], shortest

@@ -123,6 +123,24 @@ def test_a_ratio_without_window_layers_needs_no_window():
     assert kv_cache.kv_cache_bytes(**base, swa_ratio="0:1") == kv_cache.kv_cache_bytes(**base)
 
 
+def test_an_mla_latent_as_wide_as_k_and_v_together_is_said_to_save_nothing():
+    """The bundled model's 2 heads of 64: the filled-in latent 4 × 64 = 256 is MHA's 2 × 2 × 64, so the MLA line is
+    MHA's; the note says why, where the curves agree, and says nothing where MLA saves."""
+    two_heads = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2)
+    curves = kv_cache.curves(two_heads, [256, 1024])
+    assert curves["MLA"] == curves["MHA"]
+    assert kv_cache.latent_note(two_heads) == (
+        "MLA (latent 256) saves nothing here: its latent is as wide as the K and V it replaces (2 × 2 heads × 64 = 256 "
+        "numbers per token and layer: MHA's cache). The chart's latent is 4 × head_dim, DeepSeek-V3's ratio (512 for "
+        "its 128-wide heads, whose K and V would be 32,768 wide): it saves only where a model has more than 2 heads.")
+    wide = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2, latent_dim=320)
+    assert kv_cache.latent_note(wide, 320).startswith("MLA (latent 320) costs more than MHA here: its latent is wider")
+    assert "4 × head_dim" not in kv_cache.latent_note(wide, 320)  # a latent the sizes gave is not the fill-in
+    assert kv_cache.latent_note(kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=12)) is None
+    narrow = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2, latent_dim=64)
+    assert kv_cache.latent_note(narrow, 64) is None
+
+
 def test_variant_curves_and_their_figure():
     settings = kv_cache.variant_settings(emb_dim=2048, n_heads=32, n_layers=16)
     assert list(settings) == list(kv_cache.VARIANTS)

@@ -482,6 +482,9 @@ def cost_section(page_run: Context, sizes) -> None:
         lengths, curves, labels, marker_at=context,
         title=f"KV cache of {picked} with each attention ({dtype}, batch 1); dotted: its context length"),
         config=plotly_config("attnviz-generate-kv-cache-bytes"), key="generate_cost_chart")
+    given_latent = own[1].get("latent_dim") if model is None else model.latent_dim
+    if (latent_note := kv_cache.latent_note(settings, given_latent)) is not None:
+        st.caption(latent_note)
     st.caption("The book's estimator formulas (bonus material ch04/04_gqa, 05_mla, 06_swa), computed by "
                "`attnviz.kv_cache_bytes`." + ESTIMATOR_NAMES)
     st.dataframe(presets_table(), hide_index=True, key="generate_presets", column_config={

@@ -113,6 +113,16 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
     assert at.text_area[0].value == TEXT
 
 
+def test_the_bundled_models_mla_line_equal_to_mha_is_explained_under_the_chart():
+    at = page(weights=weights.BUNDLED_NAME, text=TEXT)
+    labels = [trace["name"] for trace in figure(at, "KV cache of this model")["data"]]
+    assert "MLA (latent 256) = MHA" in labels
+    assert any(caption.value.startswith("MLA (latent 256) saves nothing here: its latent is as wide as the K and V")
+               for caption in at.caption)
+    at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()  # 32 heads: MLA saves, nothing to explain
+    assert not any("saves nothing" in caption.value for caption in at.caption)
+
+
 def test_without_a_model_the_page_says_how_to_pick_one_and_shows_the_costs():
     at = page(weights=weights.BOOK)
     assert any(info.value == NO_MODEL for info in at.info)
