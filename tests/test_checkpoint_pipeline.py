@@ -338,6 +338,23 @@ def test_overview_is_every_layers_pooled_maps(checkpoint_dir):
     assert list(fig.layout.xaxis.ticktext) == ["H0", "H1", "H2", "H3"]
 
 
+@pytest.mark.parametrize(("layers", "heads", "size"), [(2, 2, 12), (12, 12, 24), (48, 25, 16)])
+def test_the_overviews_tiles_are_square_and_sized_by_the_grid(layers, heads, size):
+    """Each tile is the map it is: square cells (the y axis anchored to the x axis, the plot area shrunk to the
+    mosaic), and a height from the grid's shape — the bundled model's 2 × 2 tiles of 12 × 12 are not strips."""
+    pooled = np.zeros((layers, heads, size, size), dtype=np.float32)
+    layout = checkpoint_view.overview_figure(pooled, size).layout
+    assert layout.yaxis.scaleanchor == "x" and layout.yaxis.scaleratio == 1
+    assert layout.xaxis.constrain == layout.yaxis.constrain == "domain"
+    rows, columns = layout.yaxis.range[0] + 0.5, layout.xaxis.range[1] + 0.5  # cells, gaps included
+    cell = (layout.height - layout.margin.t - layout.margin.b) / rows  # px per cell side, as the height allows
+    assert columns * cell <= checkpoint_view.OVERVIEW_WIDTH_PX + 1  # the mosaic's width fits the column
+    assert size * cell >= min(checkpoint_view.OVERVIEW_TILE_PX - 1, 20)  # tiles big enough to read
+    if layers == 2:
+        assert "each tile at full resolution" in layout.title.text
+        assert round(size * cell) == checkpoint_view.OVERVIEW_TILE_PX  # 200 px squares, not 320 × 74 px strips
+
+
 def test_next_token_table_and_model_path(checkpoint_dir):
     trace = pipeline.run(TEXT, config_for(checkpoint_dir, 1))
     table = checkpoint_view.next_tokens(trace, trace.n - 1)

@@ -86,19 +86,35 @@ def overview_figure(pooled: np.ndarray, n_tokens: int, focus: tuple[int, int] | 
                       y1=layer * step + size - 0.5, line={"color": "#d62728", "width": 2}, layer="above",
                       name="focus")
     centers = (np.arange(max(n_layers, n_heads)) * step + (size - 1) / 2).tolist()
+    # square cells (each tile a square, as the map it is): the plot area shrinks to the mosaic, at its top left
     fig.update_xaxes(tickvals=centers[:n_heads], ticktext=[f"H{h}" for h in range(n_heads)], side="top",
-                     range=[-0.5, mosaic.shape[1] - 0.5], showgrid=False, zeroline=False, tickfont={"size": 10})
+                     range=[-0.5, mosaic.shape[1] - 0.5], showgrid=False, zeroline=False, tickfont={"size": 10},
+                     constrain="domain", constraintoward="left")
     fig.update_yaxes(tickvals=centers[:n_layers], ticktext=[f"L{layer}" for layer in range(n_layers)],
-                     range=[mosaic.shape[0] - 0.5, -0.5], showgrid=False, zeroline=False, tickfont={"size": 10})
+                     range=[mosaic.shape[0] - 0.5, -0.5], showgrid=False, zeroline=False, tickfont={"size": 10},
+                     scaleanchor="x", scaleratio=1, constrain="domain", constraintoward="top")
     pooled_note = f"each tile max-pooled {n_tokens}→{size}" if n_tokens > size else "each tile at full resolution"
+    top, bottom = 90, 10
     fig.update_layout(
         title={"text": f"Every layer × head: attention weights<br><sup>{pooled_note}; rows = layers, columns = "
                        "heads; the outlined tile is the layer and head in focus</sup>", "font": {"size": 13}},
-        height=min(2400, max(260, 26 * n_layers * size / 16 + 110)),
-        margin={"l": 40, "r": margins.COLORBAR_PX, "t": 90, "b": 10},
+        height=min(OVERVIEW_MAX_PX, top + bottom + round(mosaic.shape[0] * overview_cell_px(mosaic.shape[1], size))),
+        margin={"l": 40, "r": margins.COLORBAR_PX, "t": top, "b": bottom},
         plot_bgcolor="white", dragmode=False,
     )
     return fig
+
+
+OVERVIEW_WIDTH_PX = 600  # the mosaic's width at most, within the Heads page's wide column (less on a narrow one)
+OVERVIEW_TILE_PX = 200  # a tile's side at most: a few heads' tiles are not made page-sized
+OVERVIEW_MAX_PX = 2400  # the figure's height at most (GPT-2 XL's 48 layers)
+
+
+def overview_cell_px(columns: int, size: int) -> float:
+    """Pixels per cell side of :func:`overview_figure`'s square cells: the mosaic's ``columns`` cells span at most
+    :data:`OVERVIEW_WIDTH_PX`, and a tile of ``size`` cells at most :data:`OVERVIEW_TILE_PX`; the figure's height
+    follows from it (a narrower page shrinks the square cells: the width then decides)."""
+    return min(OVERVIEW_WIDTH_PX / columns, OVERVIEW_TILE_PX / size)
 
 
 def next_tokens(trace: Trace, position: int) -> pd.DataFrame:
