@@ -204,7 +204,7 @@ def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh
 
 
 def test_a_link_giving_a_size_the_book_preset_has_not_keeps_its_other_sizes_as_the_sidebar_does():
-    """``/?variant=mha_wrapper&preset=book&d_out=4``: d_in 3 and 2 heads from the book's preset, d_out 4 from the link,
+    """``/?variant=mha&preset=book&d_out=4``: d_in 3 and 2 heads from the book's preset, d_out 4 from the link,
     shown as Custom with no notice — what editing d_out to 4 in the sidebar at the book's preset shows — never
     GPT-2's d_in 768 and a notice about 12 heads."""
     sizes = ("preset", "d_in", "d_out", "num_heads")
@@ -216,8 +216,10 @@ def test_a_link_giving_a_size_the_book_preset_has_not_keeps_its_other_sizes_as_t
         return {key: (at.sidebar.selectbox(key=key) if key in ("preset", "num_heads")
                       else at.sidebar.number_input(key=key)).value for key in sizes}
 
-    linked = shown(app(variant="mha_wrapper", preset="book", d_out="4"))
+    linked = shown(app(variant="mha", preset="book", d_out="4"))
     assert linked == {"preset": "custom", "d_in": 3, "d_out": 4, "num_heads": 2}
-    edited = app(variant="mha_wrapper", preset="book")
+    edited = app(variant="mha", preset="book")
     edited.sidebar.number_input(key="d_out").set_value(4).run()
     assert shown(edited) == linked
+    wrapper = shown(app(variant="mha_wrapper", preset="book", d_out="4"))  # the wrapper's listing: d_out 2 per head
+    assert wrapper == {"preset": "book", "d_in": 3, "d_out": 4, "num_heads": 2}
