@@ -976,12 +976,12 @@ class ResetLoops(um.LearnerCachedMHA):
 def test_a_reset_that_raises_or_never_returns_fails_the_rule_in_one_line_and_the_check_goes_on(monkeypatch):
     """kv-cache calls the module's reset_cache() as it calls a forward: an exception there, or a loop, is the rule's
     failure in words — not a traceback in ``attnviz check`` and the app, nor a tab that waits for ever."""
-    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # ResetRaises never loops: the default time limit (a loaded machine's traced forward, 0.5 s+)
     results = checks.check_module(ResetRaises(16, 32, 16, 0.0, 4).eval(), rules=["kv-cache", "causal"])
     assert [(c.rule, c.status) for c in results] == [("causal", "pass"), ("kv-cache", "fail")]
     assert results[1].evidence == ("ResetRaises.reset_cache() raised AttributeError: 'NoneType' object has no "
                                    "attribute 'zero_'")
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
     stopped = verdict(ResetLoops(16, 32, 16, 0.0, 4).eval(), "kv-cache")
     assert (stopped.status, stopped.evidence) == (
         "fail", "ResetLoops.reset_cache() ran for 0.5 s without returning (an endless loop?)")
