@@ -17,7 +17,8 @@ which cell, which value, what it should be:
   of the future, not a shifted diagonal (skipped for 1 token that hides nothing: there is no future); a fix names
   the module's own ``tril``/``triu`` call or mask buffer when one of them is the mask;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
-* ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode;
+* ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode
+  (read from the dropout's own call: a mask after the softmax before it is the other rules' finding);
 * ``batch-independence`` — one item's output does not move when another item of the batch changes (a failure names
   an ``nn.MultiheadAttention`` built without ``batch_first=True`` when setting it for one forward stops the mixing:
   with as many items as tokens no shape shows it);
@@ -34,17 +35,20 @@ which cell, which value, what it should be:
   ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step (skipped
   when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside the
   whole sequence's forward, and the failure names what the evidence shows: the module's position counter, how many
-  tokens its cache holds, where the step's mask puts the new tokens, which of its queries, keys or values differ —
+  tokens its cache holds, a reset that leaves the cache the last sequence filled, where the step's mask puts the new
+  tokens, which of its queries, keys or values differ —
   for a rotary module, a query or cached key of the right length turned by another angle (rotated at the wrong
   position); keys or values that are the whole sequence's K/V heads in ``.repeat``'s order instead of
-  ``repeat_interleave``'s, or the reverse.  A pass says what the cache holds after the sequence (tokens × elements
-  per token, counted along the dimension that grows by one from the first token to the second) — a cache the module
-  resets itself found by what it holds, not by its name (the tensors it keeps, one level into a tuple, list or dict,
-  that the reset empties or replaces and that hold the tokens: not a mask, rotary tables or a step counter), a cache
-  the caller holds as the forward returns it after the last token — and fails, its outputs right, only on evidence
-  of the waste its declared variant exists to save: a window cache holding more than W tokens, K/V tensors of
+  ``repeat_interleave``'s, or the reverse; a cached output of NaN or of another shape is named as such.  Right outputs
+  with a position counter past the tokens fed fail too.  A pass says what the cache holds after the sequence (tokens ×
+  elements per token, counted along the dimension that grows by one from the first token to the second) — a cache the
+  module resets itself found by what it holds, not by its name (the tensors it keeps, one level into a tuple, list or
+  dict, that the reset empties or replaces and that hold the tokens: not a mask, rotary tables or a step counter), a
+  cache the caller holds as the forward returns it after the last token — and fails, its outputs right, only on
+  evidence of the waste its declared variant exists to save: a window cache holding more than W tokens, K/V tensors of
   ``num_heads`` heads where ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a
-  ``latent_dim`` is.
+  ``latent_dim`` is (sizes the module keeps under other names: those it was built with, ``check_module``'s ``sizes``,
+  and the heads and head_dim its trace measured).
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -57,7 +61,7 @@ import inspect
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -146,11 +150,14 @@ RAISE_RULE_ERRORS = "ATTNVIZ_RAISE_RULE_ERRORS"  # "1": a rule whose own code ra
 
 
 def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, causal: bool | None = None,
-                 rules: Iterable[str] | None = None, progress: Callable[[Progress], None] | None = None) -> list[Check]:
+                 rules: Iterable[str] | None = None, progress: Callable[[Progress], None] | None = None,
+                 sizes: Mapping[str, int] | None = None) -> list[Check]:
     """The eight rules' verdicts on ``module`` (``x``: (batch, n, d_in), or text embedded as ``trace_module``
     embeds it; None: a seeded (2, 8, d_in)).  A float16 or bfloat16 module is a TraceError: the rules' tolerances are
     float32's.  ``rules``: only these rule ids (in ``RULES`` order); ``progress``: called as the check runs
-    (:class:`Progress`).  A rule whose own code raises on what the module gave it is a skip that says so
+    (:class:`Progress`); ``sizes``: the sizes the module was built with, by attnviz setting (``num_heads``,
+    ``num_kv_groups``, ``latent_dim``, ``d_out`` …: ``attnviz check``'s flags), read where the module keeps them under
+    names attnviz does not know.  A rule whose own code raises on what the module gave it is a skip that says so
     (:func:`_not_read`), or, with the environment variable ``ATTNVIZ_RAISE_RULE_ERRORS=1`` (the tests), the error."""
     selected = _selected(rules)
     module = tracing.as_module(module)
@@ -197,7 +204,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
                                                            window=window, stated=stated),
-            "kv-cache": lambda: kv_cache(module, x, causal),
+            "kv-cache": lambda: kv_cache(module, x, causal, sizes=_sizes(sizes, attention)),
         }
         checks = []
         for rule in selected:
@@ -520,8 +527,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
         if stated and unmasked:
             return Check(rule, "fail", f"{stated}, yet no cell is hidden: {unmasked}")
         if stated:
-            return Check(rule, "fail", f"{stated}, but no cell is hidden: the module has no causal mask, or it never "
-                                       "reached the scores (masked_fill returns a copy: keep it, or use masked_fill_)")
+            return Check(rule, "fail", f"{stated}, but no cell is hidden: {_no_mask_hint(attention)}")
         return Check(rule, "fail", "no cell is hidden: the causal mask never reached the scores "
                                    "(masked_fill returns a copy: keep it, or use masked_fill_)")
     fix = _triangle_fix(triangles, first)
@@ -549,6 +555,18 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
+
+
+def _no_mask_hint(attention: tracing.Attention) -> str:
+    """What to do about a module said to be causal that hides no cell, in the terms of the call that computes its
+    attention: nn.MultiheadAttention's attn_mask, SDPA's is_causal, or a masked_fill that must reach the scores."""
+    if attention.kind == "nn.MultiheadAttention":
+        return ("nn.MultiheadAttention masks only through its attn_mask: pass attn_mask=torch.ones(n, n, "
+                "dtype=torch.bool).triu(1) (True hides), with is_causal=True if you like")
+    if attention.kind == "sdpa":
+        return "scaled_dot_product_attention was given no mask: pass is_causal=True (or a causal attn_mask)"
+    return ("the module has no causal mask, or it never reached the scores (masked_fill returns a copy: keep it, or "
+            "use masked_fill_)")
 
 
 def _hidden_cells(attention: tracing.Attention, future: torch.Tensor) -> str:
@@ -735,7 +753,7 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
     """In eval mode no dropout acts; in training mode dropout acts on the weights after the softmax (the module
     as handed over in training mode with dropout acting is the "forgot model.eval()" bug)."""
     rule = "dropout-placement"
-    if not _same(eval_attention.dropped, eval_attention.weights) or eval_attention.dropout_p > 0:
+    if _dropout_acts(eval_attention):
         return Check(rule, "fail", "in eval mode dropout still changes the attention weights: pass "
                                    "training=self.training to F.dropout (or use nn.Dropout)")
     was_training = module.training
@@ -744,20 +762,25 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
         attention, _ = tracing.combine(tracing.record(module, x).attentions)
     finally:
         module.train(was_training)
-    if was_training and (not _same(attention.dropped, attention.weights) or attention.dropout_p > 0):
-        zeroed = ((attention.dropped == 0) & (attention.weights != 0)).sum() / (attention.weights != 0).sum()
-        share = zeroed.item() if attention.dropout_p == 0 else attention.dropout_p
+    if was_training and _dropout_acts(attention):
+        share = attention.dropout_p or attention.dropout_after_p
         return Check(rule, "fail", f"the module is in training mode: dropout zeroes about {share:.0%} of the "
                                    "attention weights, so two runs of the same text differ — call "
                                    "module.eval() before looking at attention")
     if attention.dropout_ops:
         return Check(rule, "fail", "dropout acts on the scores before the softmax: the weights no longer sum to 1 "
                                    "in a predictable way; apply it to the weights after the softmax")
-    acts = not _same(attention.dropped, attention.weights) or attention.dropout_p > 0
-    if acts:
+    if _dropout_acts(attention):
         return Check(rule, "pass",
                      "in training mode dropout acts on the weights after the softmax; in eval mode not at all")
     return Check(rule, "pass", "no dropout acts on the attention weights (in either mode)")
+
+
+def _dropout_acts(attention: tracing.Attention) -> bool:
+    """Whether a dropout acts on the weights: an SDPA / MultiheadAttention call's dropout_p, or the dropout between
+    the softmax and @ V asked to drop (its own call's training and p — not whether the weights that reach V differ
+    from the softmax's: a mask after the softmax changes them too, and other rules name it)."""
+    return attention.dropout_p > 0 or attention.dropout_after_p > 0
 
 
 def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor) -> Check:
@@ -842,8 +865,9 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
                                          "checked)")
     if check.status == "fail" and moved:
         return Check(rule, "fail", f"{check.evidence} — the module adds to the scores something that is neither a mask "
-                                   f"(−∞, or below −10⁴) nor ALiBi's slope × key position (the cells it shows move by "
-                                   f"up to {moved:.3g} against each other in a row): the reference adds nothing")
+                                   f"(−∞, or at or below −10³) nor ALiBi's slope × key position (the cells it shows "
+                                   f"move by up to {moved:.3g} against each other in a row): the reference adds "
+                                   "nothing")
     return check
 
 
@@ -934,12 +958,14 @@ def _cache_argument(parameters) -> str | None:
     return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
 
 
-def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
+def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
+             sizes: Mapping[str, int] | None = None) -> Check:
     """Two sequences in a row, each after the module's reset, fed as a prefill then token by token with
     ``use_cache=True``, must give the uncached outputs; a forward without ``use_cache``, or one token, skips.  A
     cache the caller holds (a ``past_key_values`` argument, and no reset) is checked by passing each forward's
     returned cache to the next, when the module is ``causal`` (else a prefill cannot equal the whole sequence's first
-    tokens, which see the later ones)."""
+    tokens, which see the later ones).  ``sizes``: the module's sizes by attnviz setting where it does not keep them
+    under a known name (:func:`_cache_excess`)."""
     rule = "kv-cache"
     parameters = inspect.signature(module.forward).parameters
     takes_use_cache, cache_name = "use_cache" in parameters, _cache_argument(parameters)
@@ -958,11 +984,12 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
         if not causal:
             return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
                                        "first tokens see the later ones, so a prefill cannot give them: not checked")
-        return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill)
+        return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes)
     reset = _user_reset(module, reset_name)
     try:
         try:
-            difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill)  # two different sequences
+            difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
+                                            reset_name=reset_name)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
         finally:
             reset()
@@ -972,15 +999,16 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True) -> Check:
         return Check(rule, "fail", difference)
     words = (f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then {counted(n - prefill)} "
              f"one by one, give the uncached outputs (≤ {TOLERANCE:g})")
-    return _held_verdict(module, words, held, n)
+    return _held_verdict(module, words, held, n, sizes)
 
 
-def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int) -> Check:
+def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int,
+                  sizes: Mapping[str, int] | None = None) -> Check:
     """kv-cache's verdict on cached outputs that were right (``words``): a pass saying what the cache holds after
     ``n`` tokens, or a fail naming the waste its declared variant exists to save (:func:`_cache_excess`)."""
     if held is None:
         return Check("kv-cache", "pass", words)
-    excess = _cache_excess(module, held, n)
+    excess = _cache_excess(module, held, n, sizes)
     if excess is not None:
         return Check("kv-cache", "fail", f"{words}, but {excess}")
     return Check("kv-cache", "pass", f"{words}; after {counted(n)} the cache holds {held.words()}")
@@ -991,7 +1019,8 @@ def _steps(n: int, prefill: int) -> list[tuple[int, int]]:
     return [(0, prefill), *((i, i + 1) for i in range(prefill, n))]
 
 
-def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int) -> Check:
+def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int,
+                 sizes: Mapping[str, int] | None = None) -> Check:
     """kv-cache for a cache the caller holds: two sequences, each a prefill then token by token, every forward given
     (as ``cache_name``) the cache the forward before returned, must give the uncached outputs.  A forward that returns
     none is given a cache object the caller holds, which it fills in place (a Hugging Face ``DynamicCache``, when
@@ -1019,7 +1048,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     n = x.shape[1]
     words = (f"two sequences: a prefill of {counted(prefill)}, then {counted(n - prefill)} one by one, each given "
              f"{given} ({cache_name}), give the uncached outputs (≤ {TOLERANCE:g})")
-    return _held_verdict(module, words, measured, n)
+    return _held_verdict(module, words, measured, n, sizes)
 
 
 def _returned_held(module: nn.Module, sequence: torch.Tensor, cache_name: str, flags: dict,
@@ -1078,7 +1107,11 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
                 if first is not None and number == 1 and start == 0:
                     return "takes no cache object"  # a forward that raises given one is not written for one
                 return f"{error} (given the cache the forward before returned as {cache_name})"
-            got = tracing.first_tensor(output).detach()  # (1, q, d_out)
+            got = tracing.first_tensor(output)
+            problem = _cached_output_problem(got, wanted[:, start:stop], sequence[:, start:stop])
+            if problem is not None:
+                return f"sequence {number}, {_step_words(start, stop)}: {problem}"
+            got = got.detach()  # (1, q, d_out)
             cache = _next_cache(output, stop, cache)
             if cache is None or (start == 0 and _empty(cache)):
                 return "none returned"
@@ -1140,14 +1173,25 @@ def _prefill(n: int) -> int:
     return max(1, min(n - 1, n // 2))
 
 
-def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int) -> str | None:
+def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
+                       reset_name: str = "reset_cache") -> str | None:
     """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
     (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too."""
     moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
+    ahead = None  # words for the first step after which a usual position counter is past the tokens fed
+    kept: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
+    emptied: dict[str, tuple[torch.Tensor, int]] = {}  # what the module keeps right after the first reset
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
         for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
+            before_reset = _held_tensors(module)
             reset()
+            if number == 2:
+                now = _held_tensors(module)
+                filled = [name for name, held in before_reset.items() if not _same_held(emptied.get(name), held)]
+                kept = [name for name in filled if _same_held(now.get(name), before_reset[name])
+                        and sequences[0].shape[1] in before_reset[name][0].shape]  # holding the tokens fed
+            emptied = _held_tensors(module)  # what the forwards after this reset replace or change is their cache
             for forwards, (start, stop) in enumerate(_steps(sequence.shape[1], prefill)):
                 before = _counters(module)
                 try:
@@ -1157,13 +1201,82 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                     return str(error)
                 after = _counters(module)
                 moved |= {name for name, value in after.items() if before.get(name) != value}
-                got = tracing.first_tensor(output).detach()  # (1, q, d_out)
+                got = tracing.first_tensor(output)
+                problem = _cached_output_problem(got, wanted[:, start:stop], sequence[:, start:stop])
+                if problem is not None:
+                    return f"sequence {number}, {_step_words(start, stop)}: {problem}"
+                got = got.detach()  # (1, q, d_out)
                 worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
                 if worst > TOLERANCE:
-                    step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
+                    step = _step_words(start, stop)
                     counter = _counter(before, after, moved, number, forwards)
+                    cause = _reset_cause(reset_name, kept, counter) if number == 2 and kept else None
                     return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
-                            f"{worst:.3g} — " + _cache_cause(module, reset, sequence, prefill, start, stop, counter))
+                            f"{worst:.3g} — " + (cause or _cache_cause(module, reset, sequence, prefill, start, stop,
+                                                                       counter)))
+                ahead = ahead or _counter_ahead(after, moved, number, stop)
+    return ahead
+
+
+def _held_tensors(module: nn.Module) -> dict[str, tuple[torch.Tensor, int]]:
+    """Every tensor the module keeps (:func:`_kept_tensors`): path -> (the tensor, its version counter: an in-place
+    change moves it)."""
+    return {path: (tensor, tensor._version) for path, tensor in _kept_tensors(module).items()}
+
+
+def _same_held(a: tuple[torch.Tensor, int] | None, b: tuple[torch.Tensor, int] | None) -> bool:
+    """Whether two of :func:`_held_tensors`' entries are the same tensor, unchanged in between."""
+    return a is not None and b is not None and a[0] is b[0] and a[1] == b[1]
+
+
+def _reset_cause(reset_name: str, kept: list[str], counter: _Counter | None) -> str:
+    """Words for a reset that leaves the cache the first sequence filled (``kept``: the tensors the cached forwards
+    replaced or changed, still the same after the reset), and perhaps the position too (``counter``)."""
+    names = "/".join(kept)
+    if counter is not None and counter.usual and counter.before != 0:
+        return (f"{reset_name}() resets nothing: the second sequence starts at {counter.name} = {counter.before}, "
+                f"not 0, and still attends over the first one's keys ({names} keep them) — in the reset, empty "
+                f"{names} and set {counter.name} back to 0")
+    return (f"after {reset_name}() the next sequence still attends over the last one's keys: empty {names} in the "
+            "reset")
+
+
+def _counter_ahead(after: dict[str, int], moved: set[str], number: int, stop: int) -> str | None:
+    """Words for a position counter (one of POSITION_NAMES that the cached forwards move) that is past the ``stop``
+    tokens fed so far after a cached forward whose output was right — a causal mask's later row still shows every
+    cached key, so only a longer sequence (the mask's or the rotary table's end) or rotary angles show it; None
+    when it counts them (a counter behind them may be a window's fill pointer: not named)."""
+    name = next((name for name in POSITION_NAMES if name in after and name in moved), None)
+    if name is None or after[name] <= stop:
+        return None
+    return (f"the cached outputs agree with the uncached ones, but the position runs ahead of the tokens: {name} is "
+            f"{after[name]} after {counted(stop)} of sequence {number}, where it should be {stop}, so the next token "
+            f"is treated as position {after[name]}, not {stop} (the outputs agree only because a later row of the "
+            "causal mask still shows every cached key: rotary angles, or a sequence that reaches the mask's end, go "
+            "wrong) — add exactly the new tokens' count (x.shape[1]) after each cached forward")
+
+
+def _step_words(start: int, stop: int) -> str:
+    """kv-cache's name for the cached forward over tokens ``start`` … ``stop - 1``."""
+    return f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
+
+
+def _cached_output_problem(got, wanted: torch.Tensor, fed: torch.Tensor) -> str | None:
+    """Words for a cached forward's output ``got`` that cannot be compared with the uncached ``wanted``: no tensor,
+    another shape than one vector per token fed (``fed`` (1, q, d_in)), or NaN / ∞ where the uncached output is
+    finite; None when it can be compared."""
+    if not isinstance(got, torch.Tensor):
+        return "the cached forward returned no tensor"
+    if got.shape != wanted.shape:
+        return (f"the cached forward returned shape {tuple(got.shape)} for an input of shape {tuple(fed.shape)}: an "
+                f"attention module returns one vector per token, {tuple(wanted.shape)}, with the cache too")
+    bad = ~torch.isfinite(got) & torch.isfinite(wanted)  # (1, q, d_out)
+    if bad.any():
+        positions = bad.any(dim=-1)  # (1, q)
+        what = "NaN" if torch.isnan(got[bad]).any() else "∞"
+        return (f"the cached forward returns {what} at {int(positions.sum())} of {positions.numel()} positions "
+                "where the uncached one is finite — the cached path computes something invalid (a division by 0, an "
+                "empty softmax row, a NaN it multiplies by?)")
     return None
 
 
@@ -1468,10 +1581,11 @@ def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]]) -> _Ca
                       per_token_bytes)
 
 
-def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
+def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None) -> str | None:
     """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
-    attributes in any spelling of :func:`declared_size`), its outputs right; None when it shows none — then the
-    PASS line says what the cache holds and names no cause.  The evidence, one kind per variant:
+    attributes in any spelling of :func:`declared_size`, else ``sizes``: the sizes it was built with, and the heads
+    and head_dim its uncached trace measured — :func:`_sizes`), its outputs right; None when it shows none — then
+    the PASS line says what the cache holds and names no cause.  The evidence, one kind per variant:
 
     * ``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows;
     * ``num_kv_groups`` fewer than ``num_heads``: K/V tensors (batch, a head dimension, tokens, head_dim in any
@@ -1482,7 +1596,12 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
     Anything else a cache keeps (a rotary key, its tokens' positions) is no evidence of waste.  A wrapper that declares
     no variant is read through the one submodule that does (:func:`_declaring`)."""
     module = _declaring(module)
-    window = declared_window(module)
+    sizes = dict(sizes or {})
+
+    def size(setting: str) -> int | None:
+        return declared_size(module, setting) or sizes.get(setting)
+
+    window = declared_window(module) or sizes.get("sliding_window_size")
     longest = max(held.tokens, key=held.tokens.get, default=None)
     if window is not None and longest is not None and held.tokens[longest] > window:
         return (f"the cache keeps more than the window needs: {longest} holds {counted(held.tokens[longest])} after "
@@ -1490,8 +1609,7 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
                 "the older keys and values after each forward (keep the last W)")
     per_token = {name: math.prod(shape) // held.tokens[name] for name, shape in held.shapes.items()
                  if name in held.tokens}  # name -> elements one token takes in it
-    groups, heads, head_dim = declared_size(module, "num_kv_groups"), declared_size(module, "num_heads"), \
-        _head_dim(module)
+    groups, heads, head_dim = size("num_kv_groups"), size("num_heads"), _head_dim(module) or sizes.get("head_dim")
     if groups is not None and heads is not None and head_dim is not None and groups < heads:
         repeated = [name for name, shape in held.shapes.items() if name in held.tokens and len(shape) == 4
                     and shape[-1] == head_dim and held.grown[name] not in (0, 3)
@@ -1502,7 +1620,7 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
                     f"where num_kv_groups = {groups} K/V heads are declared ({size} elements per token, where "
                     f"{groups} K/V heads need {size * groups // heads}) — cache the keys and values before "
                     "repeat_interleave, and repeat them after reading the cache")
-    latent, d_out = declared_size(module, "latent_dim"), _d_out(module)
+    latent, d_out = size("latent_dim"), _d_out(module) or sizes.get("d_out")
     if latent is not None and d_out is not None and latent < d_out and per_token:
         full = [name for name, size in per_token.items() if size == d_out]  # a whole K or V per token
         total = sum(per_token.values())
@@ -1515,6 +1633,21 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int) -> str | None:
                     "declared — cache the latent (the down-projection's output) and compute K and V from it at each "
                     "step")
     return None
+
+
+def _sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dict[str, int]:
+    """The module's sizes by attnviz setting for :func:`_cache_excess` where it keeps them under other names: those
+    it was built with (``given``), else what its uncached trace measured — its query heads, head_dim and their
+    product (d_out), and its K/V heads when they are fewer (a grouped-query module that broadcasts its K/V heads)."""
+    sizes = {}
+    if attention.queries is not None and attention.keys is not None:
+        heads, head_dim, kv_heads = attention.weights.shape[1], attention.queries.shape[-1], attention.keys.shape[1]
+        sizes = {"num_heads": heads, "head_dim": head_dim, "d_out": heads * head_dim}
+        if 0 < kv_heads < heads:
+            sizes["num_kv_groups"] = kv_heads
+    sizes.update({setting: value for setting, value in (given or {}).items()
+                  if isinstance(value, int) and not isinstance(value, bool) and value > 0})
+    return sizes
 
 
 def _declaring(module: nn.Module) -> nn.Module:

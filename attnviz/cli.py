@@ -219,17 +219,20 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
             print(f"{PROG} check: {line}", file=sys.stderr)
         # the weights drawn after torch.manual_seed(--seed, default 123: the app's): the same table on every run
         with seeded(AttentionConfig.seed if args.seed is None else args.seed):
-            module = user_code.build(cls, overrides, d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
-                                     context_length=args.context_length, dropout=args.dropout,
-                                     num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
-                                     sliding_window_size=args.sliding_window_size).eval()
+            settings = dict(d_in=args.d_in, d_out=args.d_out, num_heads=args.num_heads,
+                            context_length=args.context_length, dropout=args.dropout,
+                            num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
+                            sliding_window_size=args.sliding_window_size)
+            module = user_code.build(cls, overrides, **settings).eval()
+            # what it was built with: the kv-cache rule's sizes where the module keeps them under other names
+            sizes = user_code.sizes_taken(user_code.constructor_arguments(cls, overrides, **settings))
             tokens = checked_tokens(args.tokens, context_length, tracing.module_context(module))
             x = checks.default_input(module, n=tokens, d_in=d_in)  # --d-in: a module that does not say its own
             report = CheckReport(f"{cls.__name__} from {args.spec.rpartition(':')[0]}",
                                  max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS,
                                  causal=args.causal)
             try:
-                results = checks.check_module(module, x, causal=args.causal, progress=report)
+                results = checks.check_module(module, x, causal=args.causal, progress=report, sizes=sizes)
             finally:
                 report.clear()  # the status line, before an error or an interrupt is printed
     except (user_code.UserCodeError, tracing.TraceError) as error:

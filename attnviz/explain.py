@@ -6,8 +6,9 @@ Reads only a :class:`~attnviz.trace.Trace`, so it works for every producer that 
 book's classes, the bonus variants, a GPT model's layer and a user's module, each head's q and k as
 :meth:`~attnviz.trace.Trace.head_vectors` splits them (grouped K/V heads, rotated q and k).  The divisor is
 measured from the run's own ``scores`` and ``scaled`` stages, so a module that scales differently (or not at all)
-is explained as it ran; which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down by
-more than 10⁴), so a causal mask, a sliding window or a padding mask each get their own reason.
+is explained as it ran; which keys are hidden is read from the recorded ``masked`` stage (−∞, at or below −10³, or
+pushed down by 10³ or more: :func:`attnviz.trace.hidden_by_mask`, the tracer's own definition), so a causal mask, a
+sliding window or a padding mask each get their own reason.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.config import InputError
-from attnviz.trace import Trace, index_in
+from attnviz.trace import Trace, hidden_by_mask, index_in
 from attnviz.words import amount, plural
 
 SUM_STAGES = ("weights", "dropped", "scores", "scaled")  # maps whose sums mean something (masked holds −∞)
-_HIDDEN_BELOW = -1e4  # an additive mask that pushes a score down by more than this hides the key
 
 
 class ExplainError(InputError):
@@ -158,10 +158,10 @@ def _head_vectors(trace: Trace, head: int, query: int, key: int) -> tuple[np.nda
 
 
 def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray) -> np.ndarray:
-    """(n,) bool: keys the mask hides (−∞ in the softmax's input, or pushed down by more than 10⁴)."""
+    """(n,) bool: keys the mask hides, as the tracer tells them (:func:`attnviz.trace.hidden_by_mask`: −∞ in the
+    softmax's input, at or below −10³, or pushed down by 10³ or more)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        pushed = (row_masked.astype(np.float64) - row_scaled.astype(np.float64)) < _HIDDEN_BELOW
-    return np.isneginf(row_masked) | pushed
+        return np.asarray(hidden_by_mask(row_masked.astype(np.float64), row_scaled.astype(np.float64)), dtype=bool)
 
 
 def _divisor(scores_row, scaled_row, scores_map, scaled_map, head_dim: int) -> tuple[float, str]:

@@ -196,6 +196,26 @@ def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddi
 
 MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (batch, heads, n, n) maps
 
+# A mask hides a cell when it puts the softmax's input at or below −10³, or pushes it down by 10³ or more (an additive
+# mask; GPT-2's where(causal, w, masked_bias) puts it there).  Why 10³: the masks in use push by −10⁴ (BERT's
+# (1 − mask) · −10000, transformers 4.x GPT-2's masked_bias, fp16 code), −10⁹, finfo(dtype).min or −∞, and −10⁴ added
+# to a score is not −10⁴ exactly (float32 rounds, fp16's spacing there is 8), so a strict −10⁴ misses them; anything at
+# or below −10³ gets a weight of exactly 0 from the softmax in every float dtype (exp underflows below −745 even in
+# float64), so the hidden cells are the ones whose weight the mask zeroed.  A bias that is not a mask stays above it
+# (ALiBi pushes by a slope ≤ 0.5 times a distance < 1,024), and a real score of −10³ after ÷ √d_head would take
+# |q|·|k| ≥ 10³·√d_head: no layer's activations come near that.
+HIDDEN_AT = -1e3
+
+
+def hidden_by_mask(masked, scaled=None):
+    """bool, ``masked``'s shape (a torch tensor or a NumPy array, as given): True where the mask hid the cell —
+    ``masked`` (the softmax's input) is at or below :data:`HIDDEN_AT` (−∞ included), or is that far below ``scaled``
+    (the scores before the mask).  The one definition of a hidden cell: the tracer's and ``explain_weight``'s."""
+    hidden = masked <= HIDDEN_AT
+    if scaled is not None:
+        hidden = hidden | ((masked - scaled) <= HIDDEN_AT)  # NaN (−∞ − −∞) compares False: already hidden above
+    return hidden
+
 
 def index_in(value, size: int, what: str, unit: str | None = None) -> int:
     """``value`` as one of 0 … size − 1 — a head (``unit`` "head"), a query or key (``unit`` "position") — or an

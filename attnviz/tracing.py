@@ -41,6 +41,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -53,7 +54,7 @@ from attnviz import time_limit, user_code
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, EmptyTextError
 from attnviz.producers import book
 from attnviz.text import prepare_text
-from attnviz.trace import ModuleRun, Trace, make_trace, to_numpy
+from attnviz.trace import ModuleRun, Trace, hidden_by_mask, make_trace, to_numpy
 from attnviz.user_code import SPELLINGS
 from attnviz.words import amount
 
@@ -104,6 +105,9 @@ class Attention:
     float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
+    # the p of the dropout between the softmax and @ V when its own call drops (training=True), 0.0 when it does not
+    # (nn.Dropout in eval mode): what it did to its own input, whatever a mask after the softmax did before it
+    dropout_after_p: float = 0.0
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
     weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
     zeroed_after: torch.Tensor | None = None  # bool, True where a mask after the softmax set a weight to 0 (a bug)
@@ -120,12 +124,11 @@ class Attention:
     context_ops: tuple[int, ...] = ()  # the ops that produced the context: weights @ V, or the fused call
 
     def hidden_cells(self) -> torch.Tensor:
-        """bool (b, h, nq, nk): True where the mask hid the cell (−∞, or pushed down by more than 10⁴)."""
+        """bool (b, h, nq, nk): True where the mask hid the cell (:func:`attnviz.trace.hidden_by_mask`: −∞, or at or
+        below −10³, or pushed down by 10³ or more)."""
         if self.hidden is not None:
             return self.hidden.expand(self.masked.shape)
-        if self.scaled is None:
-            return torch.isneginf(self.masked)
-        return torch.isneginf(self.masked) | ((self.masked - self.scaled) < -1e4)
+        return hidden_by_mask(self.masked, None if self.scaled is None else self.scaled)
 
 
 @dataclass
@@ -312,7 +315,7 @@ class _Recorder(TorchFunctionMode):
         self.fused_calls.append(attention)
         mask = kwargs.get("attn_mask", args[3] if name == "scaled_dot_product_attention" and len(args) > 3 else None)
         if isinstance(mask, torch.Tensor) and not self.triangular_mask:  # a float mask hides where it is very negative
-            self.triangular_mask = _triangular(mask if mask.dtype == torch.bool else mask < -1e4)
+            self.triangular_mask = _triangular(mask if mask.dtype == torch.bool else hidden_by_mask(mask))
         parents = [self.nodes.get(id(a)) for a in args if isinstance(a, torch.Tensor)]
         node = _Node(name, tensor, parents, args, kwargs, index)
         self.nodes[id(tensor)] = node
@@ -399,6 +402,8 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
         words = None if forward_kwargs else _longer_than_context(module, x)
         if words is None and not isinstance(error, EndlessForwardError):
             words = _other_width(module, x, error)
+        if words is None and not isinstance(error, EndlessForwardError):
+            words = _unsliced_mask(module, x, error)
         if words is None and _raised_in(error, "multi_head_attention_forward"):
             batch_first = _not_batch_first(module, x)
             words = None if batch_first is None else f"{str(error).rstrip('.')} — {batch_first}"
@@ -421,6 +426,8 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     attentions = sorted([*found, *fused], key=lambda a: a.op_index)
     if not attentions:
         raise TraceError(_no_attention(recorder, x, module))
+    if not forward_kwargs and any(node.out.dim() >= 4 and node.out.shape[-3] == n for node in over_keys):
+        _require_tokens_last(module, x, recorder)  # (…, n, n, n): the tokens, or the heads when there are n of them?
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
         raise TraceError(f"the forward returned shape {tuple(output.shape)} for an input of shape {tuple(x.shape)}: "
                          f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)")
@@ -569,6 +576,25 @@ def _context_parameter(module: nn.Module) -> str:
     return next((name for name in SPELLINGS["context_length"] if name in parameters), "context")
 
 
+def _unsliced_mask(module: nn.Module, x: torch.Tensor, error: TraceError) -> str | None:
+    """Why a forward on ``x`` (batch, n, d_in) raised, in words, when the error is two sizes that do not match —
+    the n tokens and the side of a triangular mask the module keeps (a buffer or attribute, (…, N, N)), N ≠ n: the
+    mask used whole, never sliced to the tokens; None otherwise.  The forward's own words follow."""
+    n = x.shape[-2]
+    sizes = {int(size) for size in re.findall(r"size of tensor \w \((\d+)\)", str(error))}
+    if n not in sizes or len(sizes) != 2:
+        return None
+    side = (sizes - {n}).pop()
+    named = [*module.named_buffers(), *((name, value) for name, value in vars(module).items()
+                                        if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter))]
+    for name, mask in named:
+        if mask.dim() >= 2 and tuple(mask.shape[-2:]) == (side, side) and _triangular(mask.bool()):
+            return (f"{str(error).rstrip('.')} — the mask self.{name} {tuple(mask.shape)} is used whole: slice it "
+                    f"to the tokens, self.{name}[:n, :n] with n = x.shape[1] (whole, it fits only an input of {side} "
+                    f"tokens; this one has {n})")
+    return None
+
+
 def _other_width(module: nn.Module, x: torch.Tensor, error: TraceError) -> str | None:
     """Why a forward on ``x`` (batch, n, d_in) raised, in words, when x's width is not the one the module's first
     projection (its first ``nn.Linear`` or ``nn.MultiheadAttention``) takes; None otherwise.  The forward's own
@@ -701,6 +727,47 @@ class _TooMuchRecorded(BaseException):
     Exception`` passes it)."""
 
 
+def _untransposed(shape: tuple[int, ...], n: int, tokens_dim: int, place: str,
+                  fewer: tuple[int, ...] | None = None) -> str:
+    """Words for a softmax of ``shape`` whose last two dims are not the ``n`` tokens, which are its dim
+    ``tokens_dim``: the heads split with view and never transposed; ``fewer``: its shape on one token fewer, which
+    tells it when there are as many heads as tokens."""
+    heads = shape[-1]
+    told = (f"its last two dims are ({heads}, {heads}), not the {n} tokens, which are its dim {tokens_dim}"
+            if fewer is None else
+            f"its last two dims are the {heads} heads, not the {n} tokens (as many here), which are its dim "
+            f"{tokens_dim}: on {n - 1} tokens it gives {fewer}")
+    return (f"the softmax{place} gives {shape}: {told} — q, k and v were split into heads with .view(b, n, heads, "
+            "head_dim) and never transposed, so the scores are heads × heads for each token: add .transpose(1, 2) to "
+            "make them (b, heads, n, head_dim) before q @ k.transpose(-2, -1) (and transpose the context back before "
+            "merging the heads)")
+
+
+def _require_tokens_last(module: nn.Module, x: torch.Tensor, recorder: _Recorder) -> None:
+    """For a softmax over (…, n, n, n) — as many heads as tokens —: one more forward on one token fewer tells
+    whether its last two dims follow the tokens (attention) or stay n (heads × heads of each token: q split into
+    heads with view and not transposed, a TraceError naming it).  A probe that raises says nothing."""
+    n = x.shape[-2]
+    cube = next((node for node, _ in recorder.softmaxes if node.out.dim() >= 4 and node.out.shape[-3] == n), None)
+    if n < 2 or cube is None:
+        return
+    probe = _Recorder()
+    try:
+        with torch.no_grad(), probe:
+            run_forward(module, x[:, :-1])
+    except (KeyboardInterrupt, EndlessForwardError):
+        raise
+    except BaseException:  # noqa: BLE001  the probe's own failure settles nothing
+        return
+    finally:
+        shapes = [tuple(node.out.shape) for node, _ in probe.softmaxes]
+        probe.forget()
+    fewer = next((shape for shape in shapes if len(shape) >= 4 and shape[-3] == n - 1 and shape[-2:] == (n, n)), None)
+    if fewer is not None:
+        shape = tuple(cube.out.shape)
+        raise TraceError(_untransposed(shape, n, len(shape) - 3, _place(recorder, cube.index), fewer))
+
+
 def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None = None) -> str:
     """Why a forward has no attention over the n tokens of ``x`` (batch, n, d_in): no softmax or SDPA call at all,
     or only ones whose weights are not (…, n, n) — the first named with its shape and line, or an
@@ -712,8 +779,12 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
     maps = [softmax for softmax in across if softmax[2][-2:] == (n, n)]  # (…, n, n) scores, normalised elsewhere
     if maps or (across and not seen):
         index, dim, shape = min(maps or across)
-        axes = {len(shape) - 4: "the batch", len(shape) - 3: "the heads"} if maps else {}
-        axis = f" ({axes[dim]})" if dim in axes else ""
+        axes = {}
+        if maps and len(shape) >= 4:  # (…, b, h, n, n)
+            axes = {len(shape) - 4: "the batch", len(shape) - 3: "the heads"}
+        elif maps and len(shape) == 3:  # (b, n, n): one head's, or the heads folded into the batch
+            axes = {0: "the batch" if shape[0] == x.shape[0] else "the batch and the heads folded together"}
+        axis = f" ({axes[dim % len(shape)]})" if dim % len(shape) in axes else ""
         return (f"no attention found: the softmax{_place(recorder, index)} runs over dim={dim} of a {shape} "
                 f"tensor{axis}; attention's softmax runs over the keys, dim=-1")
     if not seen:
@@ -723,6 +794,8 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
                     f" (a hand-written softmax is read only as {NAIVE_SOFTMAX}: use torch.softmax(s, dim=-1))"
                     if written else ""))
     index, kind, shape = min(seen)
+    if kind == "softmax" and len(shape) >= 4 and shape[-3] == n and shape[-1] == shape[-2] != n:
+        return _untransposed(shape, n, len(shape) - 3, _place(recorder, index))
     if kind == "nn.MultiheadAttention" and shape[0] == n and shape[-1] == x.shape[0]:  # (n, h, batch, batch)
         batch_first = _not_batch_first(module, x, _place(recorder, index))
         if batch_first is not None:
@@ -804,14 +877,17 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
             if link.name in _SCALES:
                 scale *= _scalar(link)
         attention.scores = _as_head_maps(matmul.out)
-        if matmul.name == "baddbmm":  # its out is beta · input + alpha · Q @ Kᵀ: the mask is added in the same call
+        # baddbmm's out is beta · input + alpha · Q @ Kᵀ (the mask is added in the same call); a Q or K scaled before
+        # the product makes it Q·Kᵀ × their scale: the scores are the unscaled Q and K's product, as the stages say
+        computed = matmul.name == "baddbmm" or query_scale != 1.0
+        if computed:
             attention.scores = _as_head_maps(queries @ keys.transpose(-2, -1))  # (…, nq, d) @ (…, d, nk)
         attention.scale = scale
         attention.queries, attention.keys = _as_head_maps(queries), _as_head_maps(keys)
         recorder.ops[matmul.index].stage = "scores"
         attention.scaled = _scaled(chain, attention.scores, scale, recorder)
-        if matmul.name == "baddbmm" and not any(link.name in _SCALES for link in chain):
-            attention.scaled = attention.scores * scale  # (b, h, nq, nk): alpha's product, before the added mask
+        if computed and not any(link.name in _SCALES for link in chain):
+            attention.scaled = attention.scores * scale  # (b, h, nq, nk): the scaled product, before the added mask
         if any(link.name in _MASKS for link in chain):
             recorder.ops[chain[0].index].stage = "masked"
     forward = _forward_to_values(node)
@@ -835,6 +911,8 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
     if dropped is not None:
         attention.dropped = _as_head_maps(dropped.out) / forward.before_dropout
         recorder.ops[dropped.index].stage = "dropped"
+        call = next((call for call in recorder.dropout_calls if call[0] == dropped.index), None)
+        attention.dropout_after_p = call[2] if call is not None and call[1] else 0.0
     operands = None if forward.context is None else _values_operand(forward.context, forward.fed)
     if operands is None and forward.context is not None:
         attention.unrecorded["context"] = (f"the {_call(recorder, forward.context)} after the softmax could not be "
@@ -950,7 +1028,8 @@ def _scalar(node: _Node) -> float | None:
 
 
 def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-    """(queries (…, nq, d), keys (…, nk, d), a scale already applied to the queries or keys) of ``Q @ Kᵀ`` — a
+    """(queries (…, nq, d), keys (…, nk, d), a scale already applied to the queries or keys — both returned before
+    it, so that the scores are their product and the scale is what scaled it) of ``Q @ Kᵀ`` — a
     matmul, ``bmm``, ``baddbmm`` (its ``alpha`` is a scale; ``beta`` only weighs the mask or bias it adds) or an
     ``einsum`` of any layout, read from its equation; both in the product's own batch dims (an operand broadcast
     over them, grouped-query keys (b, g, 1, n, d) against queries (b, g, h/g, n, d), expanded: :func:`_broadcast`).
@@ -987,6 +1066,8 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] 
             scale *= factor if factor is not None else 1.0
             if index == query_index and factor:
                 queries = queries / factor  # the queries before the scale
+            elif factor:
+                keys = keys / factor  # the keys before the scale (Whisper's: q and k each × head_dim ** -0.25)
     return _broadcast(arrange_queries(queries), batch), _broadcast(arrange_keys(keys), batch, fewer=True), scale
 
 
@@ -1266,9 +1347,9 @@ def _recomputed_attention(kind, queries, keys, values, hidden, additive, scale, 
     weights = torch.softmax(masked, dim=-1)  # (b, h, nq, nk)
     context = None if kind == "sdpa" else weights @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
     if hidden is not None and additive is not None:
-        hidden = hidden | (additive < -1e4)
+        hidden = hidden | hidden_by_mask(additive)
     elif additive is not None:
-        hidden = additive < -1e4
+        hidden = hidden_by_mask(additive)
     return Attention(kind=kind, weights=weights, masked=masked, scores=scores, scaled=scaled, dropped=weights,
                      queries=queries, keys=keys, values=values, context=context, scale=scale, hidden=hidden,
                      is_causal=is_causal, dropout_p=dropout_p, float_mask=additive is not None)
@@ -1337,7 +1418,7 @@ def _mha(func, args, kwargs) -> Attention:
         hidden = torch.ones(nq, nk, dtype=torch.bool).triu(1)
     padding = a["key_padding_mask"]
     if padding is not None:
-        pad = padding.bool() if padding.dtype == torch.bool else padding < -1e4
+        pad = padding.bool() if padding.dtype == torch.bool else hidden_by_mask(padding)
         pad = pad[:, None, None, :]  # (N, S) -> (N, 1, 1, S)
         hidden = pad if hidden is None else hidden | pad
     attention = _recomputed_attention("nn.MultiheadAttention", queries, keys, values, hidden, additive,

@@ -316,6 +316,15 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     return not_taken
 
 
+def sizes_taken(arguments: Mapping) -> dict[str, int]:
+    """The sizes among constructor ``arguments`` (:func:`constructor_arguments`' result), by attnviz setting: an
+    argument spelled as one of a setting's names (``n_head`` → ``num_heads``) whose value is a positive whole number.
+    What the module was built with, whatever names it keeps them under afterwards."""
+    by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
+    return {by_name[name]: value for name, value in arguments.items() if name in by_name
+            and isinstance(value, int) and not isinstance(value, bool) and value > 0}
+
+
 def _config_object(values: dict, overrides: Mapping) -> types.SimpleNamespace:
     """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object; ``bias`` and
     ``qkv_bias`` at their own projects' defaults (nanoGPT's True, the book's False) unless qkv_bias is given;

@@ -138,9 +138,10 @@ def test_causal_true_given_for_a_module_that_does_not_mask_says_it_was_given():
     torch.manual_seed(0)
     results = {c.rule: c for c in checks.check_module(um.Bidirectional().eval(), causal=True)}
     assert results["causal"].status == "fail" and "sees the future" in results["causal"].evidence
-    assert results["mask-convention"] == checks.Check(
-        "mask-convention", "fail", "causal=True was given, but no cell is hidden: the module has no "
-        "causal mask, or it never reached the scores (masked_fill returns a copy: keep it, or use masked_fill_)")
+    assert results["mask-convention"] == checks.Check(  # an nn.MultiheadAttention: told its attn_mask, not masked_fill
+        "mask-convention", "fail", "causal=True was given, but no cell is hidden: nn.MultiheadAttention masks only "
+        "through its attn_mask: pass attn_mask=torch.ones(n, n, dtype=torch.bool).triu(1) (True hides), with "
+        "is_causal=True if you like")
 
 
 def test_inferred_not_causal_says_what_said_so():

@@ -536,9 +536,10 @@ class LearnerSWA(nn.Module):
 class LearnerCachedMHA(nn.Module):
     """The book's MultiHeadAttention with a KV cache (use_cache, cache_k/cache_v, ptr_current_pos, reset_cache),
     as a learner types it; ``bug`` switches on one of the classic cache bugs: the position never advances, advances
-    by 1 per forward, is advanced before the mask is sliced, is not reset, or reset to 1; the mask is sliced as if
-    the new tokens started at 0; the cache keeps too little, or the first keys twice (an ``if`` without its
-    ``else``)."""
+    by 1 per forward, is advanced before the mask is sliced, is one ahead (the prefill adds n + 1), is not reset,
+    or reset to 1; the mask is sliced as if the new tokens started at 0; the cache keeps too little, or the first
+    keys twice (an ``if`` without its ``else``); the reset keeps the cache (it only zeroes the position) or does
+    nothing at all; a cached forward returns NaN, or the last token's vector alone."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, bug=None):
         super().__init__()
@@ -581,6 +582,8 @@ class LearnerCachedMHA(nn.Module):
                 mask_bool = self.mask.bool()[:num_tokens_Q, :num_tokens_K]
             if self.bug == "advances-by-one":
                 self.ptr_current_pos += 1
+            elif self.bug == "one-ahead" and self.ptr_current_pos == 0:
+                self.ptr_current_pos += num_tokens_Q + 1
             elif self.bug not in ("position-never-advances", "advances-before-slicing"):
                 self.ptr_current_pos += num_tokens_Q
         else:
@@ -588,10 +591,17 @@ class LearnerCachedMHA(nn.Module):
         attn_scores.masked_fill_(mask_bool, -torch.inf)
         attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
         context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out)
+        if use_cache and self.bug == "nan-when-cached":
+            return self.out_proj(context_vec) * float("nan")  # (b, n, d_out) of NaN
+        if use_cache and self.bug == "last-token-when-cached":
+            return self.out_proj(context_vec)[:, -1]  # (b, d_out): the last token's alone
         return self.out_proj(context_vec)
 
     def reset_cache(self):
-        self.cache_k, self.cache_v = None, None
+        if self.bug == "never-resets":
+            return
+        if self.bug != "reset-keeps-cache":
+            self.cache_k, self.cache_v = None, None
         if self.bug == "reset-to-one":  # counting from 1
             self.ptr_current_pos = 1
         elif self.bug != "reset-forgets-position":
@@ -1655,13 +1665,14 @@ class MaskAfterSoftmax(nn.Module):
     """nanoGPT's attention with the bug of masking after the softmax: ``att = F.softmax(att, -1)`` then
     ``att.masked_fill(bias == 0, 0.0)`` — the weights of each row no longer sum to 1, and every weight is divided by a
     sum over the future keys too.  ``renormalise``: divide each row by its sum afterwards (a correct causal
-    attention, if a roundabout one)."""
+    attention, if a roundabout one).  ``dropout``: nanoGPT's ``attn_dropout`` (an ``nn.Dropout``) after the mask."""
 
-    def __init__(self, n_embd=16, n_head=4, block_size=16, renormalise=False):
+    def __init__(self, n_embd=16, n_head=4, block_size=16, renormalise=False, dropout=None):
         super().__init__()
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
         self.n_head, self.n_embd, self.renormalise = n_head, n_embd, renormalise
+        self.attn_dropout = None if dropout is None else nn.Dropout(dropout)
         self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
 
     def forward(self, x):
@@ -1675,6 +1686,8 @@ class MaskAfterSoftmax(nn.Module):
         att = att.masked_fill(self.bias[:, :, :T, :T] == 0, 0.0)  # (B, nh, T, T)
         if self.renormalise:
             att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+        if self.attn_dropout is not None:
+            att = self.attn_dropout(att)  # (B, nh, T, T)
         y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
@@ -1813,3 +1826,176 @@ class RelativeBias(nn.Module):
         s = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + bias  # (b, h, n, n)
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)  # (b, h, n, n)
         return self.proj((F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+# ----------------------------------------------------------------- what two testers wrote (the checker got them wrong)
+
+class FusedHeads(nn.Module):
+    """One fused qkv projection split into heads, a causal 0/1 buffer (1 = may see), and the merge back: the base
+    of the testers' variants below, which differ only in how the forward masks and scales."""
+
+    def __init__(self, d_in=64, num_heads=4, context_length=64, dropout=0.0, variant="masked_fill"):
+        super().__init__()
+        self.h, self.hd = num_heads, d_in // num_heads
+        self.variant = variant
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+        self.proj = nn.Linear(d_in, d_in)
+        self.drop = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.tril(torch.ones(context_length, context_length)))  # (ctx, ctx)
+        self.register_buffer("masked_bias", torch.tensor(-1e4))  # transformers 4.x GPT2Attention's
+
+    def split(self, x):
+        b, n, d = x.shape
+        return self.qkv(x).view(b, n, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # 3 × (b, h, n, hd)
+
+    def merge(self, y):
+        b, h, n, hd = y.shape
+        return self.proj(y.transpose(1, 2).reshape(b, n, h * hd))  # (b, h, n, hd) -> (b, n, d)
+
+    def forward(self, x):
+        q, k, v = self.split(x)  # (b, h, n, hd) each
+        b, n, _ = x.shape
+        keep = self.mask[:n, :n]  # (n, n) 1 = may see
+        if self.variant == "bert-1e4":  # BERT's extended attention mask, (1 - mask) * -10000.0, added to the scores
+            extended = torch.ones(b, n)[:, None, None, :] * keep[None, None]  # (b, 1, n, n)
+            s = q @ k.transpose(-1, -2) / math.sqrt(self.hd) + (1.0 - extended) * -10000.0  # (b, h, n, n)
+        elif self.variant == "where-masked-bias":  # GPT-2's torch.where(causal_mask, w, masked_bias)
+            s = torch.matmul(q, k.transpose(-1, -2)) / (v.size(-1) ** 0.5)  # (b, h, n, n)
+            s = torch.where(keep.bool(), s, self.masked_bias.to(s.dtype))  # (b, h, n, n)
+        elif self.variant == "sdpa-float-1e4":  # SDPA's float attn_mask, added to the scores
+            return self.merge(F.scaled_dot_product_attention(q, k, v, attn_mask=(1 - keep) * -10000.0))
+        elif self.variant == "scale-q-and-k":  # Whisper's qkv_attention: q and k each scaled by hd ** -0.25
+            q, k = q * self.hd ** -0.25, k * self.hd ** -0.25  # (b, h, n, hd) each
+            s = (q @ k.transpose(-1, -2)).masked_fill(keep == 0, float("-inf"))  # (b, h, n, n)
+        else:
+            s = (q @ k.transpose(-1, -2) / math.sqrt(self.hd)).masked_fill(keep == 0, float("-inf"))  # (b, h, n, n)
+        return self.merge(self.drop(F.softmax(s, dim=-1)) @ v)  # (b, n, d)
+
+
+class ViewNoTranspose(nn.Module):
+    """Heads split with ``view`` but never transposed: q, k and v are (b, n, h, hd), so the scores are (b, n, h, h) —
+    attention over the heads of each token, the classic bug."""
+
+    def __init__(self, d_in=64, num_heads=4, context_length=32):
+        super().__init__()
+        self.h = num_heads
+        self.W = nn.Linear(d_in, 3 * d_in)
+        self.out = nn.Linear(d_in, d_in)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), 1).bool())
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.W(x).chunk(3, dim=-1)  # (b, n, d) each
+        q = q.view(b, n, self.h, d // self.h)  # (b, n, h, hd): missing .transpose(1, 2)
+        k = k.view(b, n, self.h, d // self.h)  # (b, n, h, hd)
+        v = v.view(b, n, self.h, d // self.h)  # (b, n, h, hd)
+        s = q @ k.transpose(-2, -1) / math.sqrt(d // self.h)  # (b, n, h, h)
+        s = s.masked_fill(self.mask[: self.h, : self.h], -torch.inf)  # (b, n, h, h)
+        w = torch.softmax(s, dim=-1)  # (b, n, h, h)
+        return self.out((w @ v).reshape(b, n, d))  # (b, n, d)
+
+
+class NanochatGQA(nn.Module):
+    """Grouped-query attention with a KV cache, its sizes kept under nanochat's names (``n_head``, ``n_kv_head``,
+    ``head_dim``); ``caches_repeated``: K and V repeated to every query head before they are cached."""
+
+    def __init__(self, d_in, num_heads, num_kv_groups, caches_repeated=False):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = num_heads, num_kv_groups, d_in // num_heads
+        self.c_q = nn.Linear(d_in, d_in, bias=False)
+        self.c_k = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=False)
+        self.c_v = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=False)
+        self.c_proj = nn.Linear(d_in, d_in, bias=False)
+        self.caches_repeated = caches_repeated
+        self.k_cache = self.v_cache = None
+
+    def reset_cache(self):
+        self.k_cache = self.v_cache = None
+
+    def forward(self, x, use_cache=False):
+        b, n, d = x.shape
+        q = self.c_q(x).view(b, n, self.n_head, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.c_k(x).view(b, n, self.n_kv_head, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        v = self.c_v(x).view(b, n, self.n_kv_head, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        repeat = self.n_head // self.n_kv_head
+        if self.caches_repeated:
+            k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)  # (b, h, n, hd)
+        if use_cache:
+            if self.k_cache is not None:
+                k = torch.cat([self.k_cache, k], 2)  # (b, g or h, cached + n, hd)
+                v = torch.cat([self.v_cache, v], 2)  # (b, g or h, cached + n, hd)
+            self.k_cache, self.v_cache = k, v
+        if not self.caches_repeated:
+            k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)  # (b, h, nk, hd)
+        nk = k.shape[2]
+        s = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)  # (b, h, n, nk)
+        keep = torch.ones(n, nk, dtype=torch.bool).tril(diagonal=nk - n)  # (n, nk)
+        w = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)  # (b, h, n, nk)
+        return self.c_proj((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class DeepSeekNamedMLA(nn.Module):
+    """Latent attention with a KV cache, its sizes under DeepSeek-V3's names (``dim``, ``n_heads``,
+    ``kv_lora_rank``, ``v_head_dim``; no d_out or head_dim); ``cache_full``: the up-projected K and V cached
+    instead of the latent."""
+
+    def __init__(self, d_in, num_heads, latent_dim, cache_full=False):
+        super().__init__()
+        self.dim, self.n_heads, self.kv_lora_rank = d_in, num_heads, latent_dim
+        self.v_head_dim = d_in // num_heads
+        self.wq = nn.Linear(d_in, d_in, bias=False)
+        self.wkv_a = nn.Linear(d_in, latent_dim, bias=False)
+        self.wk_b = nn.Linear(latent_dim, d_in, bias=False)
+        self.wv_b = nn.Linear(latent_dim, d_in, bias=False)
+        self.wo = nn.Linear(d_in, d_in, bias=False)
+        self.cache_full = cache_full
+        self.kv_cache = None
+
+    def reset_cache(self):
+        self.kv_cache = None
+
+    def forward(self, x, use_cache=False):
+        b, n, d = x.shape
+        h, hd = self.n_heads, self.v_head_dim
+        c = self.wkv_a(x)  # (b, n, latent)
+        if self.cache_full:
+            kv = torch.cat([self.wk_b(c), self.wv_b(c)], -1)  # (b, n, 2d)
+            if use_cache:
+                kv = kv if self.kv_cache is None else torch.cat([self.kv_cache, kv], 1)  # (b, nk, 2d)
+                self.kv_cache = kv
+            k, v = kv.split(d, -1)  # (b, nk, d) each
+        else:
+            if use_cache:
+                c = c if self.kv_cache is None else torch.cat([self.kv_cache, c], 1)  # (b, nk, latent)
+                self.kv_cache = c
+            k, v = self.wk_b(c), self.wv_b(c)  # (b, nk, d) each
+        nk = k.shape[1]
+        q = self.wq(x).view(b, n, h, hd).transpose(1, 2)  # (b, h, n, hd)
+        k = k.view(b, nk, h, hd).transpose(1, 2)  # (b, h, nk, hd)
+        v = v.view(b, nk, h, hd).transpose(1, 2)  # (b, h, nk, hd)
+        s = q @ k.transpose(2, 3) / math.sqrt(hd)  # (b, h, n, nk)
+        keep = torch.ones(n, nk, dtype=torch.bool).tril(nk - n)  # (n, nk)
+        w = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)  # (b, h, n, nk)
+        return self.wo((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class SingleHeadCausal(nn.Module):
+    """The book's SelfAttention_v2 with a causal mask and no heads: scores (b, n, n).  ``bug``: "softmax-dim-0" (the
+    softmax over the batch), "mask-not-sliced" (the (context, context) mask used whole, not [:n, :n])."""
+
+    def __init__(self, d_in=64, d_out=64, context_length=64, bug=None):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.bug = bug
+
+    def forward(self, x):
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d_out) each
+        s = q @ k.transpose(1, 2)  # (b, n, n)
+        n = x.shape[1]
+        mask = self.mask.bool() if self.bug == "mask-not-sliced" else self.mask.bool()[:n, :n]  # (n, n) or (ctx, ctx)
+        s = s.masked_fill(mask, -torch.inf)  # (b, n, n)
+        w = torch.softmax(s / k.shape[-1] ** 0.5, dim=0 if self.bug == "softmax-dim-0" else -1)  # (b, n, n)
+        return w @ v  # (b, n, d_out)
