@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.book import BOOK_V1_WEIGHTS_2, BOOK_V2_WEIGHTS
 from torch import nn
 
 from attnviz.attention import (
@@ -68,14 +69,6 @@ BOOK_V1_OUTPUT = [
 ]
 BOOK_V2_OUTPUT = [
     [-0.0739, 0.0713], [-0.0748, 0.0703], [-0.0749, 0.0702], [-0.0760, 0.0685], [-0.0763, 0.0679], [-0.0754, 0.0693]
-]
-BOOK_V2_WEIGHTS = [
-    [0.1921, 0.1646, 0.1652, 0.1550, 0.1721, 0.1510],
-    [0.2041, 0.1659, 0.1662, 0.1496, 0.1665, 0.1477],
-    [0.2036, 0.1659, 0.1662, 0.1498, 0.1664, 0.1480],
-    [0.1869, 0.1667, 0.1668, 0.1571, 0.1661, 0.1564],
-    [0.1830, 0.1669, 0.1670, 0.1588, 0.1658, 0.1585],
-    [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
 ]
 BOOK_MASKED_SIMPLE_NORM = [
     [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
@@ -153,7 +146,7 @@ def test_self_attention_v1_book_tensors(inputs):
     assert close(sa_v1(inputs, trace), BOOK_V1_OUTPUT)
     assert close(trace.steps["queries"][..., 1, :], [0.4306, 1.4551])
     assert close(trace.steps["scores"][0, 0, 1], [1.2705, 1.8524, 1.8111, 1.0795, 0.5577, 1.5440])
-    assert close(trace.steps["weights"][0, 0, 1], [0.1500, 0.2264, 0.2199, 0.1311, 0.0906, 0.1820])
+    assert close(trace.steps["weights"][0, 0, 1], BOOK_V1_WEIGHTS_2)
 
 
 def test_self_attention_v2_book_tensors(inputs):

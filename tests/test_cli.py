@@ -722,6 +722,7 @@ def test_a_file_that_imports_a_module_beside_it_is_checked_from_another_folder(b
     assert result.returncode == 0, result.stderr
     assert "All 8 rules pass" in result.stdout
 
+
 def built_modules(monkeypatch) -> list:
     """The modules ``attnviz check`` checks, as they are built."""
     built, check_module = [], checks.check_module

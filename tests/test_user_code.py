@@ -315,6 +315,7 @@ def test_a_file_that_is_not_python_is_refused_as_such(tmp_path, name, content, k
     assert str(caught.value) == (f"{path} is not a Python file ({kind}): name the .py file that defines the class, "
                                  "as path/to/file.py:ClassName")
 
+
 ASSERTS = textwrap.dedent('''
     from torch import nn
 
@@ -350,6 +351,7 @@ def test_a_failed_assert_in_a_constructor_says_so_with_its_line(tmp_path):
         user_code.load(f"{on_import}:A")
     assert str(caught.value) == (f"{on_import} failed an assertion on import (gpu.py, line 2): "
                                  "assert torch.cuda.device_count() > 7")
+
 
 BIASED = textwrap.dedent('''
     from torch import nn

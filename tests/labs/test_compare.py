@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.book import BOOK_V1_WEIGHTS_2, BOOK_V2_WEIGHTS
 from helpers.maps import cells_shown, colour_range, images
 from helpers.runs import ATOL, JOURNEY
 from hypothesis import given, settings
@@ -418,18 +419,6 @@ def test_long_text_page_says_it_compares_the_first_256_tokens():
 
 # ============================== the book's toy example: each class as its listing builds it
 
-# The book's printed attention weights on "Your journey starts with one step" (its hand-set 3-d inputs):
-# SelfAttention_v1 after torch.manual_seed(123) (3.4.1's attn_weights_2, the weights of query x^2) and
-# SelfAttention_v2 after torch.manual_seed(789) (3.5.1's attn_weights, before the mask).
-BOOK_V1_WEIGHTS_2 = [0.1500, 0.2264, 0.2199, 0.1311, 0.0906, 0.1820]
-BOOK_V2_WEIGHTS = [
-    [0.1921, 0.1646, 0.1652, 0.1550, 0.1721, 0.1510],
-    [0.2041, 0.1659, 0.1662, 0.1496, 0.1665, 0.1477],
-    [0.2036, 0.1659, 0.1662, 0.1498, 0.1664, 0.1480],
-    [0.1869, 0.1667, 0.1668, 0.1571, 0.1661, 0.1564],
-    [0.1830, 0.1669, 0.1670, 0.1588, 0.1658, 0.1585],
-    [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
-]
 BOOK_PICKS = ["simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha", "gqa"]
 
 

@@ -11,17 +11,10 @@ import numpy as np
 import pytest
 from helpers.apptest import no_exception, open_app
 from helpers.apptest import plotly_figures as figures
+from helpers.book import BOOK_V2_WEIGHTS
 from helpers.maps import cells_shown
 
 ADDED = "The book's 3.3 listing has no causal mask: attnviz adds it because Causal mask is on"
-BOOK_V2_WEIGHTS = [  # the book's attn_weights of SelfAttention_v2 after torch.manual_seed(789) (section 3.4.2)
-    [0.1921, 0.1646, 0.1652, 0.1550, 0.1721, 0.1510],
-    [0.2041, 0.1659, 0.1662, 0.1496, 0.1665, 0.1477],
-    [0.2036, 0.1659, 0.1662, 0.1498, 0.1664, 0.1480],
-    [0.1869, 0.1667, 0.1668, 0.1571, 0.1661, 0.1564],
-    [0.1830, 0.1669, 0.1670, 0.1588, 0.1658, 0.1585],
-    [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
-]
 
 
 def page(script: str, **query):
