@@ -75,16 +75,16 @@ def overview_figure(pooled: np.ndarray, n_tokens: int, focus: tuple[int, int] | 
         z=mosaic, zmin=0.0, zmax=1.0, colorscale=figures.WEIGHT_SCALE, hoverongaps=False, hoverinfo="skip",
         colorbar={"title": {"text": "weights"}, "thickness": 10, "len": 0.9}, name="every layer and head",
     ))
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            fig.add_shape(type="rect", x0=head * step - 0.5, x1=head * step + size - 0.5, y0=layer * step - 0.5,
-                          y1=layer * step + size - 0.5, fillcolor=figures.MASKED_COLOR, line={"width": 0},
-                          layer="below")
+    # every tile's backdrop, given to the layout at once (add_shape copies the layout's shapes on each call)
+    shapes = [{"type": "rect", "x0": head * step - 0.5, "x1": head * step + size - 0.5, "y0": layer * step - 0.5,
+               "y1": layer * step + size - 0.5, "fillcolor": figures.MASKED_COLOR, "line": {"width": 0},
+               "layer": "below"} for layer in range(n_layers) for head in range(n_heads)]
     if focus is not None:
         layer, head = focus
-        fig.add_shape(type="rect", x0=head * step - 0.5, x1=head * step + size - 0.5, y0=layer * step - 0.5,
-                      y1=layer * step + size - 0.5, line={"color": "#d62728", "width": 2}, layer="above",
-                      name="focus")
+        shapes.append({"type": "rect", "x0": head * step - 0.5, "x1": head * step + size - 0.5,
+                       "y0": layer * step - 0.5, "y1": layer * step + size - 0.5,
+                       "line": {"color": "#d62728", "width": 2}, "layer": "above", "name": "focus"})
+    fig.update_layout(shapes=shapes)
     centers = (np.arange(max(n_layers, n_heads)) * step + (size - 1) / 2).tolist()
     # square cells (each tile a square, as the map it is): the plot area shrinks to the mosaic, at its top left
     fig.update_xaxes(tickvals=centers[:n_heads], ticktext=[f"H{h}" for h in range(n_heads)], side="top",
