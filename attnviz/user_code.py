@@ -9,8 +9,9 @@ mean it; also ``num_key_value_heads``, ``n_kv_heads``), ``latent_dim`` (``kv_lor
 or when its constructor requires them (then a default: half the heads' K/V groups, the book's latent size, a
 window of 4).  A ``bias``/``qkv_bias`` argument keeps the constructor's own default unless it is given
 (:data:`BIAS_DEFAULTS`).  ``overrides`` (the CLI's ``--set NAME=VALUE``) set any constructor argument by its own
-name, or a single config object's attribute.  A required argument nobody can fill is named in the error.  Every
-failure is a ``UserCodeError`` with one line.
+name, or a single config object's attribute (:data:`CONFIG_FIELDS`; a name the object does not have is refused,
+naming those it has).  A required argument nobody can fill is named in the error.  Every failure is a
+``UserCodeError`` with one line.
 
 The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
 repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a label ("Your module:
@@ -67,6 +68,12 @@ DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "drop
 # qkv_bias is passed only when given (``--set bias=false``): a constructor's own default wins (nanoGPT's bias=True);
 # one that requires it gets its spelling's home default: nanoGPT's and nn.Linear's bias=True, the book's qkv_bias=False
 BIAS_DEFAULTS = {"bias": True, "qkv_bias": False}
+# a single config object's attributes (nanoGPT's GPTConfig names, then the book's) -> the setting each carries; an
+# override of one (``--set n_embd=32``) sets every attribute of its setting, and d_out follows d_in unless given
+CONFIG_FIELDS = {"n_embd": "d_in", "n_head": "num_heads", "block_size": "context_length", "dropout": "dropout",
+                 "bias": "bias", "d_in": "d_in", "d_out": "d_out", "emb_dim": "d_in", "n_heads": "num_heads",
+                 "context_length": "context_length", "drop_rate": "dropout", "qkv_bias": "qkv_bias",
+                 "num_heads": "num_heads"}
 
 
 class UserCodeError(ValueError):
@@ -216,7 +223,8 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     """The keyword arguments for ``cls(...)`` from attnviz's settings (``d_in``, ``d_out``, ``num_heads``,
     ``context_length``, ``dropout``, ``qkv_bias``, and the variants' ``num_kv_groups``, ``latent_dim``,
     ``sliding_window_size``; None: not given) and ``overrides`` (argument name -> value); UserCodeError names a
-    required argument nobody can fill, or an override the constructor does not take.
+    required argument nobody can fill, or an override the constructor does not take (for a single config object:
+    one the object attnviz builds does not have, :data:`CONFIG_FIELDS`).
 
     A constructor with ``**kwargs`` also gets the settings given that none of its parameters names, by attnviz's
     own names (:func:`kwargs_settings`): ``Kw(**kwargs)`` with ``d_in=32, num_heads=2`` is called ``Kw(d_in=32,
@@ -236,6 +244,9 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     unknown = [name for name in overrides if name not in names]
     config_object = len(parameters) == 1 and names == [parameters[0].name] and names[0] in CONFIG_NAMES
+    strange = [name for name in overrides if name not in CONFIG_FIELDS and name not in names]
+    if config_object and strange:
+        _refuse_config_names(cls, names[0], strange)
     if unknown and not any(p.kind == p.VAR_KEYWORD for p in parameters) and not config_object:
         raise UserCodeError(f"{cls.__name__}() takes no argument {', '.join(unknown)} (it takes {', '.join(names)})")
     arguments, missing = {}, []
@@ -258,7 +269,7 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
         elif setting is not None:
             arguments[parameter.name] = values[setting]
         elif config_object:
-            arguments[parameter.name] = _config_object(values, overrides)
+            arguments[parameter.name] = _config_object(values, overrides, d_out_given="d_out" in given)
             overrides = {}  # set on the config object
         elif parameter.default is parameter.empty:
             missing.append(parameter.name)
@@ -303,8 +314,11 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     not_taken = {}
     for setting in settings:
         taken = [name for name in SPELLINGS[setting] if name in names]
-        if config_object and setting not in VARIANT_SETTINGS:
-            continue  # the config object carries it
+        if config_object and setting not in VARIANT_SETTINGS:  # the config object carries it, unless --set does
+            overridden = next((name for name in overrides if CONFIG_FIELDS.get(name) == setting), None)
+            if overridden is not None:
+                not_taken[setting] = overridden
+            continue
         if not taken:
             overridden = next((name for name in SPELLINGS[setting] if name in overrides), None)  # **kwargs' names
             if overridden is not None:
@@ -318,24 +332,52 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
 
 def sizes_taken(arguments: Mapping) -> dict[str, int]:
     """The sizes among constructor ``arguments`` (:func:`constructor_arguments`' result), by attnviz setting: an
-    argument spelled as one of a setting's names (``n_head`` → ``num_heads``) whose value is a positive whole number.
-    What the module was built with, whatever names it keeps them under afterwards."""
+    argument spelled as one of a setting's names (``n_head`` → ``num_heads``) whose value is a positive whole number,
+    or a single config object's attribute (:data:`CONFIG_FIELDS`: ``n_embd`` → ``d_in``, ``block_size`` →
+    ``context_length``).  What the module was built with, whatever names it keeps them under afterwards."""
     by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
-    return {by_name[name]: value for name, value in arguments.items() if name in by_name
-            and isinstance(value, int) and not isinstance(value, bool) and value > 0}
+    sizes = {}
+    for name, value in arguments.items():
+        if isinstance(value, types.SimpleNamespace):  # a config object: the first of its names for each setting
+            for field, setting in CONFIG_FIELDS.items():
+                if _is_size(getattr(value, field, None)):
+                    sizes.setdefault(setting, getattr(value, field))
+        elif name in by_name and _is_size(value):
+            sizes[by_name[name]] = value
+    return sizes
 
 
-def _config_object(values: dict, overrides: Mapping) -> types.SimpleNamespace:
-    """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object; ``bias`` and
-    ``qkv_bias`` at their own projects' defaults (nanoGPT's True, the book's False) unless qkv_bias is given;
-    ``overrides`` (``--set bias=false``) set its attributes by name."""
-    return types.SimpleNamespace(**{
-        "n_embd": values["d_in"], "n_head": values["num_heads"], "block_size": values["context_length"],
-        "dropout": values["dropout"], "bias": values.get("qkv_bias", BIAS_DEFAULTS["bias"]), "d_in": values["d_in"],
-        "d_out": values["d_out"], "emb_dim": values["d_in"], "n_heads": values["num_heads"],
-        "context_length": values["context_length"], "drop_rate": values["dropout"],
-        "qkv_bias": values.get("qkv_bias", BIAS_DEFAULTS["qkv_bias"]), "num_heads": values["num_heads"],
-        **overrides})
+def _is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -> types.SimpleNamespace:
+    """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object (:data:`CONFIG_FIELDS`);
+    ``bias`` and ``qkv_bias`` at their own projects' defaults (nanoGPT's True, the book's False) unless qkv_bias is
+    given.  ``overrides`` (``--set n_embd=32``, ``--set bias=false``) set its attributes by name, and a size's other
+    names with it (``n_embd`` sets ``d_in`` and ``emb_dim``; ``d_out`` too unless ``d_out_given`` or overridden), so
+    the object says one width whichever name the class reads."""
+    values = dict(values)
+    overridden = {CONFIG_FIELDS[name]: value for name, value in overrides.items()
+                  if CONFIG_FIELDS.get(name) in ("d_in", "d_out", "num_heads", "context_length", "dropout")}
+    values.update(overridden)
+    if "d_in" in overridden and "d_out" not in overridden and not d_out_given:
+        values["d_out"] = values["d_in"]  # nanoGPT's output is n_embd wide
+    fields = {name: values[setting] for name, setting in CONFIG_FIELDS.items() if setting in values}
+    fields["bias"] = values.get("qkv_bias", BIAS_DEFAULTS["bias"])
+    fields["qkv_bias"] = values.get("qkv_bias", BIAS_DEFAULTS["qkv_bias"])
+    return types.SimpleNamespace(**{**fields, **overrides})
+
+
+def _refuse_config_names(cls: type[nn.Module], parameter: str, unknown: Sequence[str]) -> None:
+    """UserCodeError for overrides naming no attribute of the config object attnviz builds (a typo such as
+    ``n_embed``): the names it has, and the nearest one."""
+    import difflib
+
+    near = [match for name in unknown for match in difflib.get_close_matches(name, CONFIG_FIELDS, n=1)]
+    hint = f"; did you mean {' or '.join(dict.fromkeys(near))}?" if near else ""
+    raise UserCodeError(f"{cls.__name__}({parameter}) takes one config object, and attnviz's has no "
+                        f"{', '.join(unknown)}: --set sets one of {', '.join(CONFIG_FIELDS)}{hint}")
 
 
 def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> nn.Module:

@@ -1,0 +1,123 @@
+"""A class that takes one config object, as nanoGPT's ``CausalSelfAttention(config)`` does: ``--set`` names what
+the config object has (a typo is refused in words), and the sizes it was built with are read off the object."""
+
+import textwrap
+
+import pytest
+
+from attnviz import cli, user_code
+
+NANOGPT = textwrap.dedent('''
+    import math
+    from dataclasses import dataclass
+
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+
+    @dataclass
+    class GPTConfig:
+        block_size: int = 1024
+        n_head: int = 12
+        n_embd: int = 768
+        dropout: float = 0.0
+        bias: bool = True
+
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            assert config.n_embd % config.n_head == 0
+            self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+            self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+            self.attn_dropout = nn.Dropout(config.dropout)
+            self.n_head, self.n_embd = config.n_head, config.n_embd
+            self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
+                                 .view(1, 1, config.block_size, config.block_size))
+
+        def forward(self, x):
+            B, T, C = x.size()
+            q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+            k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+            q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+            v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            att = self.attn_dropout(att)
+            y = att @ v  # (B, nh, T, T) @ (B, nh, T, hs) -> (B, nh, T, hs)
+            y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+            return self.c_proj(y)
+''')
+
+
+@pytest.fixture
+def nano(tmp_path):
+    path = tmp_path / "nano.py"
+    path.write_text(NANOGPT)
+    return path
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("n_embed", "has no n_embed: --set sets one of n_embd, n_head, block_size"),
+    ("nonsense", "has no nonsense"),
+])
+def test_a_name_the_config_object_does_not_have_is_refused_in_words(nano, name, words):
+    cls = user_code.load(f"{nano}:CausalSelfAttention")
+    with pytest.raises(user_code.UserCodeError, match=r"CausalSelfAttention\(config\) takes one config") as error:
+        user_code.constructor_arguments(cls, {name: 64})
+    assert words in str(error.value)
+    assert ("did you mean n_embd?" in str(error.value)) == (name == "n_embed")
+
+
+def test_the_cli_refuses_a_mistyped_set_with_exit_2_and_sets_a_name_the_config_has(nano, capsys):
+    assert cli.main(["check", f"{nano}:CausalSelfAttention", "--set", "n_embed=64"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnviz check: CausalSelfAttention(config) takes one config object, and attnviz's has no "
+                          "n_embed: --set sets one of n_embd,") and "did you mean n_embd?" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["check", f"{nano}:CausalSelfAttention", "--set", "n_embd=32", "--set", "n_head=2",
+                     "--tokens", "4"]) == 0
+    assert "All 8 rules pass" in capsys.readouterr().out
+
+
+def test_a_name_the_config_has_sets_every_name_of_its_size(nano):
+    cls = user_code.load(f"{nano}:CausalSelfAttention")
+    config = user_code.constructor_arguments(cls, {"n_embd": 32, "bias": False}, num_heads=2)["config"]
+    assert (config.n_embd, config.d_in, config.emb_dim, config.d_out) == (32, 32, 32, 32)
+    assert (config.n_head, config.bias, config.qkv_bias) == (2, False, False)
+    module = user_code.build(cls, {"n_embd": 32, "bias": False}, num_heads=2)
+    assert module.c_attn.in_features == 32 and module.c_attn.bias is None
+
+
+def test_the_sizes_a_config_object_carries_are_the_sizes_taken(nano):
+    cls = user_code.load(f"{nano}:CausalSelfAttention")
+    arguments = user_code.constructor_arguments(cls, d_in=48, num_heads=6, context_length=16)
+    assert user_code.sizes_taken(arguments) == {"d_in": 48, "d_out": 48, "num_heads": 6, "context_length": 16}
+    arguments = user_code.constructor_arguments(cls, {"n_embd": 32, "n_head": 2}, num_heads=8)
+    assert user_code.sizes_taken(arguments) == {"d_in": 32, "d_out": 32, "num_heads": 2, "context_length": 64}
+
+
+def test_the_cli_passes_a_config_objects_sizes_to_check_module(nano, monkeypatch, capsys):
+    from attnviz import checks
+
+    passed = {}
+    check_module = checks.check_module
+
+    def recorded(module, x, **kwargs):
+        passed.update(kwargs.get("sizes") or {})
+        return check_module(module, x, **kwargs)
+
+    monkeypatch.setattr(checks, "check_module", recorded)
+    assert cli.main(["check", f"{nano}:CausalSelfAttention", "--d-in", "32", "--num-heads", "2",
+                     "--context-length", "16", "--tokens", "4"]) == 0
+    assert passed == {"d_in": 32, "d_out": 32, "num_heads": 2, "context_length": 16}
+    capsys.readouterr()
+
+
+def test_a_size_flag_a_set_replaces_on_the_config_object_is_named(nano, capsys):
+    assert cli.main(["check", f"{nano}:CausalSelfAttention", "--num-heads", "8", "--set", "n_head=2",
+                     "--tokens", "4"]) == 0
+    assert capsys.readouterr().err == ("attnviz check: --num-heads 8 not used: --set n_head=2 gives "
+                                       "CausalSelfAttention()'s n_head\n")
