@@ -499,10 +499,7 @@ def build_listed(label: str, config) -> nn.Module:
     if failed_import is not None:
         raise UserCodeError(failed_import)
     cls = _classes[label]
-    arguments = constructor_arguments(
-        cls, to_kwargs=False, d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads,
-        context_length=config.context_length, dropout=config.dropout,
-        **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
+    arguments = _listed_arguments(cls, config)
     key = _arguments_key(arguments)
     with _lock:
         reason = _failed.get(label, {}).get(key)
@@ -515,6 +512,22 @@ def build_listed(label: str, config) -> nn.Module:
         with _lock:
             _failed.setdefault(label, {})[key] = reason
         raise UserCodeError(reason) from None
+
+
+def _listed_arguments(cls: type[nn.Module], config) -> dict:
+    """The constructor arguments :func:`build_listed` gives ``cls`` from ``config``'s sizes."""
+    return constructor_arguments(
+        cls, to_kwargs=False, d_in=config.d_in, d_out=config.d_out, num_heads=config.num_heads,
+        context_length=config.context_length, dropout=config.dropout,
+        **{name: getattr(config, name, None) for name in VARIANT_SETTINGS})
+
+
+def listed_sizes(label: str, config) -> dict[str, int]:
+    """The sizes the listed module ``label`` is built with from ``config`` (:func:`sizes_taken` of what
+    :func:`build_listed` passes): ``check_module``'s ``sizes``, as ``attnviz check`` gives it for the same module."""
+    if label not in listed():
+        raise UserCodeError(f"no module {label!r} is listed (only the command line lists modules)")
+    return sizes_taken(_listed_arguments(_classes[label], config))
 
 
 def _remembered(error: UserCodeError, what: str) -> str:

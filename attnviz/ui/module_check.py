@@ -172,11 +172,18 @@ def _run(trace, record: dict, rules: list[str]) -> None:
                          text=f"{doing} · {progress.forwards} of {progress.forwards_planned} forwards done{when}")
 
         try:
-            checks.check_module(module, x, rules=rules, progress=report)
+            checks.check_module(module, x, rules=rules, progress=report, sizes=module_sizes(trace))
         except tracing.TraceError as error:
             record["error"] = str(error)
         status.update(state="complete")
     slot.empty()
+
+
+def module_sizes(trace) -> dict[str, int]:
+    """The sizes the run's module was built with, by attnviz setting (``user_code.listed_sizes``): the ``sizes``
+    ``attnviz check`` gives ``check_module`` for the same module and flags, so the kv-cache rule reads a module's
+    sizes kept under names of its own (nanochat's ``n_kv_head``) in the panel as in the terminal."""
+    return user_code.listed_sizes(trace.config.module, trace.config)
 
 
 def _module_and_input(trace) -> tuple[torch.nn.Module, torch.Tensor]:
