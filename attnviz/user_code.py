@@ -191,9 +191,9 @@ class _Beside:
 
     Python's import system needs a module in ``sys.modules`` while it is imported; :meth:`within` puts the file's
     modules there and a finder for its folder on ``sys.meta_path`` (before the path finder, where ``sys.path[0]``
-    would be searched) under a lock, and takes them out again after: the process's modules never hold another
-    folder's ``helpers``.  An import that finds a name already kept, or one the folder does not hold, takes no lock
-    and touches no global state."""
+    would be searched) under a lock, and takes them out again after: outside that moment the process's modules hold
+    no folder's ``helpers``, and the next file's import finds its own.  An import that finds a name already kept, or
+    one the folder does not hold, takes no lock and changes no global state."""
 
     def __init__(self, folder: str):
         self.folder, self.modules = folder, {}
