@@ -45,7 +45,8 @@ which cell, which value, what it should be:
   module resets itself found by what it holds, not by its name (the tensors it keeps, one level into a tuple, list or
   dict, that the reset empties or replaces and that hold the tokens: not a mask, rotary tables or a step counter), a
   cache the caller holds as the forward returns it after the last token — and fails, its outputs right, only on
-  evidence of the waste its declared variant exists to save: a window cache holding more than W tokens, K/V tensors of
+  evidence of the waste its declared variant exists to save: a window cache holding more than W tokens (not the
+  ``DynamicCache`` attnviz hands a layer, which keeps every token by its own choice: said in the pass), K/V tensors of
   ``num_heads`` heads where ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a
   ``latent_dim`` is (sizes the module keeps under other names: those it was built with, ``check_module``'s ``sizes``,
   and the heads and head_dim its trace measured).
@@ -1003,15 +1004,25 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
 
 
 def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int,
-                  sizes: Mapping[str, int] | None = None) -> Check:
+                  sizes: Mapping[str, int] | None = None, supplied: str | None = None) -> Check:
     """kv-cache's verdict on cached outputs that were right (``words``): a pass saying what the cache holds after
-    ``n`` tokens, or a fail naming the waste its declared variant exists to save (:func:`_cache_excess`)."""
+    ``n`` tokens, or a fail naming the waste its declared variant exists to save (:func:`_cache_excess`).
+    ``supplied``: the type of the cache object attnviz handed the forward, which it only adds to — what that object
+    keeps is its own choice, so more tokens than the window needs are said in the pass, not failed."""
     if held is None:
         return Check("kv-cache", "pass", words)
-    excess = _cache_excess(module, held, n, sizes)
+    excess = _cache_excess(module, held, n, sizes, window=supplied is None)
     if excess is not None:
         return Check("kv-cache", "fail", f"{words}, but {excess}")
-    return Check("kv-cache", "pass", f"{words}; after {counted(n)} the cache holds {held.words()}")
+    words = f"{words}; after {counted(n)} the cache holds {held.words()}"
+    over = _over_window(module, held, sizes) if supplied is not None else None
+    if over is not None:
+        window = over[1]
+        words += (f" — more than a window of W = {window} needs, and not the layer's doing: the {supplied} attnviz "
+                  "hands it keeps every token, and the layer only adds to it (a transformers model hands a "
+                  "sliding-window layer DynamicCache(config=…), whose DynamicSlidingWindowLayer keeps the last "
+                  f"W − 1 = {window - 1})")
+    return Check("kv-cache", "pass", words)
 
 
 def _steps(n: int, prefill: int) -> list[tuple[int, int]]:
@@ -1048,7 +1059,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     n = x.shape[1]
     words = (f"two sequences: a prefill of {counted(prefill)}, then {counted(n - prefill)} one by one, each given "
              f"{given} ({cache_name}), give the uncached outputs (≤ {TOLERANCE:g})")
-    return _held_verdict(module, words, measured, n, sizes)
+    return _held_verdict(module, words, measured, n, sizes, None if held is None else type(held).__name__)
 
 
 def _returned_held(module: nn.Module, sequence: torch.Tensor, cache_name: str, flags: dict,
@@ -1581,13 +1592,15 @@ def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]]) -> _Ca
                       per_token_bytes)
 
 
-def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None) -> str | None:
+def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None, *,
+                  window: bool = True) -> str | None:
     """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
     attributes in any spelling of :func:`declared_size`, else ``sizes``: the sizes it was built with, and the heads
     and head_dim its uncached trace measured — :func:`_sizes`), its outputs right; None when it shows none — then
     the PASS line says what the cache holds and names no cause.  The evidence, one kind per variant:
 
-    * ``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows;
+    * ``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows
+      (:func:`_over_window`; not read with ``window=False``: a cache object attnviz supplied keeps what it keeps);
     * ``num_kv_groups`` fewer than ``num_heads``: K/V tensors (batch, a head dimension, tokens, head_dim in any
       order) whose head dimension is ``num_heads`` — the heads repeated before caching;
     * ``latent_dim`` below d_out: tensors of d_out elements per token each, or 2 × d_out per token together — full K
@@ -1601,9 +1614,9 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     def size(setting: str) -> int | None:
         return declared_size(module, setting) or sizes.get(setting)
 
-    window = declared_window(module) or sizes.get("sliding_window_size")
-    longest = max(held.tokens, key=held.tokens.get, default=None)
-    if window is not None and longest is not None and held.tokens[longest] > window:
+    over = _over_window(module, held, sizes) if window else None
+    if over is not None:
+        longest, window = over
         return (f"the cache keeps more than the window needs: {longest} holds {counted(held.tokens[longest])} after "
                 f"{n}, and a window of W = {window} needs only the last {window} — drop "
                 "the older keys and values after each forward (keep the last W)")
@@ -1633,6 +1646,16 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
                     "declared — cache the latent (the down-projection's output) and compute K and V from it at each "
                     "step")
     return None
+
+
+def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] | None = None) -> tuple[str, int] | None:
+    """(the tensor holding the most tokens, the window W) when it holds more than W — the window the module, or the
+    one submodule that declares a variant, declares (:func:`_declaring`), else ``sizes``'; None otherwise."""
+    window = declared_window(_declaring(module)) or dict(sizes or {}).get("sliding_window_size")
+    longest = max(held.tokens, key=held.tokens.get, default=None)
+    if window is None or longest is None or held.tokens[longest] <= window:
+        return None
+    return longest, window
 
 
 def _sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dict[str, int]:
