@@ -13,7 +13,6 @@ import torch
 
 from attnviz import variants
 from attnviz.kv_cache import default_kv_heads
-from attnviz.rope import ROPE_BASES
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -24,6 +23,10 @@ MAX_SEED = 2**32 - 1
 MAX_CHARS = 40_000  # text beyond this is not tokenized (1024 tokens never need more in practice)
 MAX_LAYERS = 128  # GPT-2 XL has 48
 POSITIONS = ("learned", "rotary")  # the book's chapter 2 positional embedding, or rotary q/k (attnviz.rope)
+# rotary's θ bases a run takes (the sidebar and the URL offer attnviz.rope.ROPE_BASES): every published model's
+# lies between (Qwen2 and Mistral 1,000,000, Yi 5,000,000); below 100 even a 128-wide head's slowest pair
+# turns a radian or more every 100 tokens
+ROPE_BASE_RANGE = (100, 1_000_000_000)
 
 
 class InputError(ValueError):
@@ -72,7 +75,7 @@ class AttentionConfig:
     latent_dim: int | None = None  # mla: the latent's width (None: the book's max(16, d_out // 8), at most d_out)
     sliding_window_size: int | None = None  # swa: W, query i sees keys i−W+1 … i (None: every earlier key)
     positions: str = "learned"  # "rotary": q and k rotated, no learned positional embedding (mha, gqa, mqa, swa)
-    rope_base: int = 10_000  # rotary's θ base: 10,000 (Llama 2) or 500,000 (Llama 3)
+    rope_base: float = 10_000  # rotary's θ base: 10,000 (Llama 2), 500,000 (Llama 3), 1,000,000 (Qwen2, Mistral) …
 
     def validate(self) -> AttentionConfig:
         """Return self, or raise ConfigError with a message a user can act on."""
@@ -131,8 +134,11 @@ class AttentionConfig:
                 raise ConfigError(f"{name} must be between 1 and {high}, got {value}.")
         if self.positions not in POSITIONS:
             raise ConfigError(f"Unknown positions {self.positions!r}; choose one of {', '.join(POSITIONS)}.")
-        if self.rope_base not in ROPE_BASES:
-            raise ConfigError(f"rope_base must be one of {', '.join(map(str, ROPE_BASES))}, got {self.rope_base!r}.")
+        low, high = ROPE_BASE_RANGE
+        base = self.rope_base
+        if isinstance(base, bool) or not isinstance(base, int | float) or not low <= base <= high:  # NaN: not between
+            raise ConfigError(f"rope_base must be a number from {low:,} to {high:,} (10,000 Llama 2, 500,000 Llama 3, "
+                              f"1,000,000 Qwen2 and Mistral), got {base!r}.")
         if self.module is not None or self.checkpoint is not None:
             return self
         spec = self.spec

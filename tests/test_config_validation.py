@@ -96,3 +96,40 @@ def test_valid_configs_validate_to_themselves():
     assert small(dropout=np.float64(0.25)).validate().dropout == 0.25
     assert {f.name for f in dataclasses.fields(AttentionConfig)} >= {
         "variant", "d_in", "d_out", "num_heads", "dropout", "seed", "device"}
+
+
+@pytest.mark.parametrize("rope_base", [10_000, 500_000, 1_000_000, 1_000_000.0, 5_000_000])
+def test_real_models_rope_bases_are_accepted(rope_base):
+    """Qwen2 and Mistral turn by θ = 1,000,000 (their config's rope_theta, a float), Yi by 5,000,000."""
+    config = AttentionConfig(variant="mha", positions="rotary", rope_base=rope_base)
+    assert config.validate() is config
+
+
+@pytest.mark.parametrize("rope_base", [7, 0, -10_000, 1e12, float("nan"), "1e6", True])
+def test_a_rope_base_outside_real_models_range_says_the_range(rope_base):
+    with pytest.raises(ConfigError, match=r"rope_base must be a number from 100 to 1,000,000,000 \(10,000 Llama 2, "
+                                          r"500,000 Llama 3, 1,000,000 Qwen2 and Mistral\), got "):
+        AttentionConfig(variant="mha", positions="rotary", rope_base=rope_base).validate()
+
+
+def test_a_rotary_run_at_theta_1e6_turns_as_transformers_qwen2_does():
+    """A run at θ = 1e6 turns its queries and keys as transformers' Qwen2 rotary embedding and apply_rotary_pos_emb
+    turn the same projections (both split halves), position by position; at θ = 10,000 they would turn otherwise."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers import Qwen2Config
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding, apply_rotary_pos_emb
+
+    config = AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=2, positions="rotary", rope_base=1_000_000)
+    trace = run(TEXT, config)
+    b, n, _ = trace.steps["queries"].shape
+    split = [torch.from_numpy(np.array(trace.steps[stage])).view(b, n, 2, 16).transpose(1, 2)  # (b, h, n, hd)
+             for stage in ("queries", "keys")]
+    rotated = [torch.from_numpy(np.array(trace.steps[f"rotated_{stage}"])) for stage in ("queries", "keys")]
+    for theta, same in ((1_000_000.0, True), (10_000.0, False)):
+        qwen2 = Qwen2RotaryEmbedding(Qwen2Config(hidden_size=32, num_attention_heads=2, rope_theta=theta,
+                                                 max_position_embeddings=64))
+        cos, sin = qwen2(split[0], torch.arange(n)[None])  # (1, n, hd) each
+        queries, keys = apply_rotary_pos_emb(*split, cos, sin)  # (b, h, n, hd) each
+        assert torch.allclose(queries, rotated[0], atol=1e-5) == same
+        assert torch.allclose(keys, rotated[1], atol=1e-5) == same
