@@ -4,7 +4,8 @@ and presets of real models from their published configs.
 The formulas are the book's memory estimators (rasbt/LLMs-from-scratch ``ch04/04_gqa``, ``05_mla``, ``06_swa``):
 
 * a layer with K/V heads caches ``batch × tokens × head_dim × kv_heads × 2 (K and V) × bytes per element``;
-* a layer with multi-head latent attention caches one latent per token: ``batch × tokens × latent_dim × bytes``;
+* a layer with multi-head latent attention caches one latent per token: ``batch × tokens × latent_dim × bytes``,
+  and beside it the rotary key its heads share, ``qk_rope_head_dim`` wide (DeepSeek-V2/V3: 512 + 64);
 * a sliding-window layer caches at most ``W`` tokens (``min(context_length, W)``); ``swa_ratio "a:b"`` puts
   ``a`` sliding-window layers before every ``b`` full ones, block after block, and a last partial block gets its
   sliding-window layers first (``n_layers=18, "5:1"`` -> 15 SWA + 3 full, Gemma 3's pattern);
@@ -26,6 +27,20 @@ from dataclasses import dataclass
 from attnviz.words import amount
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+               "float8_e4m3fn": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2": "fp8", "float8_e5m2fnuz": "fp8"}
+# torch's names of those dtypes (``str(torch.float16)`` is "torch.float16"): the same bytes
+
+
+def dtype_bytes(dtype) -> int:
+    """Bytes per element of ``dtype``: one of ``DTYPE_BYTES``, torch's name of one ("float16", "torch.bfloat16"), or
+    a ``torch.dtype`` (read by its name: torch is not imported here).  Raises ValueError listing the accepted ones."""
+    name = str(dtype).removeprefix("torch.")
+    short = name if name in DTYPE_BYTES else DTYPE_NAMES.get(name)
+    if short is None:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)} (or torch's float32, bfloat16, float16 …), "
+                         f"got {dtype!r}.")
+    return DTYPE_BYTES[short]
 
 
 def _whole(name: str, value, minimum: int = 1) -> int:
@@ -81,15 +96,20 @@ def window_schedule(windows) -> dict:
 
 
 def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers: int, n_kv_heads: int | None = None,
-                   head_dim: int | None = None, latent_dim: int | None = None, sliding_window_size: int | None = None,
-                   swa_ratio: str | None = None, batch_size: int = 1, dtype: str = "bf16") -> int:
+                   head_dim: int | None = None, latent_dim: int | None = None, qk_rope_head_dim: int | None = None,
+                   sliding_window_size: int | None = None, swa_ratio: str | None = None, batch_size: int = 1,
+                   dtype="bf16") -> int:
     """Bytes the KV cache of a whole model holds at ``context_length`` tokens (see the module's formulas).
 
     ``n_kv_heads``: K/V heads per layer (default ``n_heads``: MHA; 1: MQA; must divide ``n_heads``).
-    ``latent_dim``: MLA's cached latent per token and layer (replaces the K/V heads, so it takes no ``n_kv_heads``).
+    ``latent_dim``: MLA's cached latent per token and layer (replaces the K/V heads, so it takes no ``n_kv_heads``);
+    ``qk_rope_head_dim``: the rotary key MLA caches beside it, one for all heads (DeepSeek's config names it so, and
+    the latent ``kv_lora_rank``): DeepSeek-V3 is ``latent_dim=512, qk_rope_head_dim=64``, the same as
+    ``latent_dim=576``; without a latent it is refused (an MHA/GQA key's rotary part is inside ``head_dim``).
     ``sliding_window_size``: the window W of the sliding-window layers, ``swa_ratio`` their share (default ``"1:0"``:
     every layer); without a window every layer is full, and a ratio that puts layers in a window is refused.
-    ``dtype``: one of ``DTYPE_BYTES``.  Raises ValueError on a bad value or a contradiction."""
+    ``dtype``: one of ``DTYPE_BYTES``, or torch's name or ``torch.dtype`` (:func:`dtype_bytes`).  Raises ValueError
+    on a bad value or a contradiction."""
     context_length = _whole("context_length", context_length)
     emb_dim, n_heads = _whole("emb_dim", emb_dim), _whole("n_heads", n_heads)
     n_layers, batch_size = _whole("n_layers", n_layers), _whole("batch_size", batch_size)
@@ -97,6 +117,10 @@ def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers:
         raise ValueError(f"latent_dim and n_kv_heads do not go together: an MLA layer caches one latent per token "
                          f"(latent_dim {latent_dim!r}) instead of K/V heads, so n_kv_heads {n_kv_heads!r} would change "
                          "nothing; leave n_kv_heads out for MLA, or latent_dim out for MHA/GQA/MQA.")
+    if qk_rope_head_dim is not None and latent_dim is None:
+        raise ValueError(f"qk_rope_head_dim {qk_rope_head_dim!r} is the rotary key MLA caches beside its latent: give "
+                         "the latent_dim (DeepSeek's kv_lora_rank) too; for MHA/GQA/MQA leave it out — each K/V "
+                         "head's rotary part is inside head_dim.")
     if sliding_window_size is None and swa_ratio is not None and parse_ratio(swa_ratio)[0]:
         raise ValueError(f"swa_ratio {swa_ratio!r} needs a sliding_window_size: the ratio counts the layers that "
                          "keep only the last W tokens, and without W every layer is full; give the window W, or "
@@ -106,13 +130,12 @@ def kv_cache_bytes(*, context_length: int, emb_dim: int, n_heads: int, n_layers:
         raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads}): each K/V head serves a "
                          "whole group of query heads.")
     head_dim = math.ceil(emb_dim / n_heads) if head_dim is None else _whole("head_dim", head_dim)
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}.")
-    bytes_per_elem = DTYPE_BYTES[dtype]
+    bytes_per_elem = dtype_bytes(dtype)
     if latent_dim is None:
         per_token = head_dim * n_kv_heads * 2 * bytes_per_elem  # K and V of every K/V head
     else:
-        per_token = _whole("latent_dim", latent_dim) * bytes_per_elem  # one latent
+        rope_key = 0 if qk_rope_head_dim is None else _whole("qk_rope_head_dim", qk_rope_head_dim)
+        per_token = (_whole("latent_dim", latent_dim) + rope_key) * bytes_per_elem  # one latent and its rotary key
     if sliding_window_size is None:
         n_swa, n_full, window = 0, n_layers, context_length
     else:

@@ -297,3 +297,38 @@ def test_the_gqa_line_filled_in_lies_between_mha_and_mqa_where_the_heads_allow(h
     heads nearest 4, as a GQA run's default (a 4-head model's GQA line was MQA's: 1 K/V head); 1 where none is."""
     settings = kv_cache.variant_settings(emb_dim=64 * heads, n_heads=heads, n_layers=1)
     assert settings["GQA"]["n_kv_heads"] == gqa
+
+
+@pytest.mark.parametrize(("spelling", "short"), [
+    ("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16"), ("half", "fp16"), ("float8_e4m3fn", "fp8"),
+    ("torch.bfloat16", "bf16"),
+])
+def test_torch_spellings_of_a_dtype_count_as_the_short_ones(spelling, short):
+    base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
+    assert kv_cache.kv_cache_bytes(**base, dtype=spelling) == kv_cache.kv_cache_bytes(**base, dtype=short)
+
+
+def test_a_torch_dtype_counts_its_own_bytes():
+    torch = pytest.importorskip("torch")
+    base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.int8):
+        assert kv_cache.kv_cache_bytes(**base, dtype=dtype) == 12 * 1024 * 64 * 12 * 2 * dtype.itemsize
+
+
+def test_an_unknown_dtype_lists_the_accepted_ones():
+    with pytest.raises(ValueError, match=r"dtype must be one of fp32, bf16, fp16, fp8, int8 \(or torch's float32, "
+                                         r"bfloat16, float16 …\), got 'float64'\."):
+        kv_cache.kv_cache_bytes(context_length=8, emb_dim=8, n_heads=2, n_layers=1, dtype="float64")
+
+
+def test_deepseeks_rotary_key_is_cached_beside_its_latent_under_its_own_name():
+    """DeepSeek-V2's config: kv_lora_rank 512 and qk_rope_head_dim 64 cached per token and layer, 60 layers,
+    163,840 tokens, bf16: 60 × 163,840 × (512 + 64) × 2 bytes = 11,324,620,800."""
+    v2 = dict(context_length=163840, emb_dim=5120, n_heads=128, n_layers=60, dtype="bf16")
+    assert 60 * 163840 * (512 + 64) * 2 == 11_324_620_800
+    assert kv_cache.kv_cache_bytes(**v2, latent_dim=512, qk_rope_head_dim=64) == 11_324_620_800
+    assert kv_cache.kv_cache_bytes(**v2, latent_dim=576) == 11_324_620_800  # folded by hand, as before
+    with pytest.raises(ValueError, match="qk_rope_head_dim .* latent_dim"):
+        kv_cache.kv_cache_bytes(**v2, qk_rope_head_dim=64)  # a rotary key beside no latent
+    with pytest.raises(ValueError, match="qk_rope_head_dim must be a whole number"):
+        kv_cache.kv_cache_bytes(**v2, latent_dim=512, qk_rope_head_dim=-1)
