@@ -198,7 +198,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
                                           unmasked=unmasked),
             "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated,
-                                                       unmasked=unmasked, triangles=triangles),
+                                                       unmasked=unmasked, triangles=triangles,
+                                                       longer=functools.partial(_traced_on, module, x)),
             "scaling": lambda: scaling(attention, weightless=weightless),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
@@ -225,6 +226,20 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     return checks
 
 
+def _traced_on(module: nn.Module, x: torch.Tensor, n: int) -> tracing.Attention | None:
+    """The module's attention on a seeded (1, n, d_in) input as wide as ``x``; None when n is past the context the
+    module says it has, or the forward raises on it."""
+    context = tracing.module_context(module)
+    if context is not None and n > context[0]:
+        return None
+    generator = torch.Generator().manual_seed(3)
+    longer = torch.randn(1, n, x.shape[-1], generator=generator).to(device=x.device, dtype=x.dtype)  # (1, n, d_in)
+    try:
+        return tracing.combine(tracing.record(module, longer).attentions)[0]
+    except tracing.TraceError:
+        return None
+
+
 def _not_read(rule: str, error: Exception) -> Check:
     """The verdict of a rule whose own code raised ``error`` on the module's recorded tensors or outputs (a layout
     it does not read): a skip in one line naming the error, so the other rules stand and nothing escapes."""
@@ -246,17 +261,21 @@ def _selected(rules: Iterable[str] | None) -> list[str]:
 
 def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], causal: bool) -> int:
     """How many forwards of the module a check of ``rules`` on ``x`` runs at most: the traced one, then causal's one
-    per position after the first, dropout-placement's one in training mode, batch-independence's one per item, and
-    kv-cache's two uncached sequences and, per sequence, the prefill and one forward per token after it, then the
-    forwards that find the cache and measure a token's size in it (three for a cache the module resets, two for a
-    cache the caller holds).  That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis
-    up to :func:`_diagnosis_forwards` more."""
+    per position after the first, mask-convention's one on more tokens for a declared window they do not reach,
+    dropout-placement's one in training mode, batch-independence's one per item, and kv-cache's two uncached
+    sequences and, per sequence, the prefill and one forward per token after it, then the forwards that find the
+    cache and measure a token's size in it (three for a cache the module resets, two for a cache the caller holds).
+    That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis up to
+    :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
     parameters = inspect.signature(module.forward).parameters
     takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
     resets = "use_cache" in parameters and any(callable(getattr(module, name, None)) for name in RESETS)
     measured = 3 if resets else 2 if takes_cache else 0
-    per_rule = {"causal": n - 1 if causal else 0, "dropout-placement": 1, "batch-independence": batch,
+    window = declared_window(module)
+    longer = causal and window is not None and n <= window <= LONGEST_WINDOW_CHECK - 2
+    per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer), "dropout-placement": 1,
+                "batch-independence": batch,
                 "kv-cache": 2 * (2 + n - _prefill(n)) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
 
@@ -485,11 +504,14 @@ def _moved_before(j: int, before: torch.Tensor, after: torch.Tensor) -> bool:
 
 def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None,
                     stated: str | None = None, *, unmasked: str | None = None,
-                    triangles: tuple[Triangle, ...] | list[Triangle] = ()) -> Check:
-    """``declared``: the module's own window (:func:`declared_window`); ``stated``: who said whether the module is
-    causal (:func:`_stated_causal`), None when its mask says; ``unmasked``: why a module said to be causal may hide
-    nothing (:func:`_unmasked`); ``triangles``: the triangles the module made (:func:`_triangles`), so a fix names
-    the one that is its mask."""
+                    triangles: tuple[Triangle, ...] | list[Triangle] = (),
+                    longer: Callable[[int], tracing.Attention | None] | None = None) -> Check:
+    """``declared``: the module's own window (:func:`declared_window`), which the hidden cells must show when the
+    tokens reach a key W behind; ``stated``: who said whether the module is causal (:func:`_stated_causal`), None when
+    its mask says; ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``triangles``:
+    the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask; ``longer(n)``: the
+    module's attention traced on n tokens (None when it cannot be), for a declared window too wide for the checked
+    tokens (:func:`_window_on_more_tokens`)."""
     rule = "mask-convention"
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
@@ -522,6 +544,11 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
         return Check(rule, "fail", f"the weights of {which} are set to 0 after the softmax, not hidden from it; "
                                    f"{MASK_AFTER_SOFTMAX}")
     if torch.equal(hidden, future.expand_as(hidden)):
+        if declared is not None and declared < nk:
+            return Check(rule, "fail", _window_not_applied(nq, nk, declared))
+        if declared is not None:
+            return _window_on_more_tokens(declared, nk, longer, stated=stated, unmasked=unmasked,
+                                          triangles=triangles)
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
     if not hidden.any():
@@ -556,6 +583,40 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
+
+
+LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this
+
+
+def _window_not_applied(nq: int, nk: int, declared: int) -> str:
+    """mask-convention's words for hidden cells that are exactly the future when the module declares a window of
+    ``declared`` < ``nk`` keys: the last query and the keys it sees that the window hides."""
+    position = nk - 1  # the last query's position
+    far = position - declared  # the nearest key the window hides
+    keys = f"key 0, {declared} behind it" if far == 0 else f"keys 0 … {far}, {declared} or more behind it"
+    wide = (" (or it hides only the keys more than W behind: diff > W instead of diff >= W)"
+            if far == 0 else "")
+    return (f"the hidden cells are exactly the future, but the module's window is {declared}: query {position} sees "
+            f"{keys}, which a window of {declared} hides (query i sees keys "
+            f"i - {declared - 1} … i) — the window is never applied{wide}: hide the keys W or more behind (diff >= W) "
+            "as well as the future")
+
+
+def _window_on_more_tokens(declared: int, nk: int, longer: Callable[[int], tracing.Attention | None] | None,
+                           **words) -> Check:
+    """mask-convention for a module that declares a window of ``declared`` ≥ ``nk``, the checked tokens, which hide
+    only the future: its attention traced again on W + 2 tokens (``longer``, when W + 2 ≤ LONGEST_WINDOW_CHECK), where
+    the window — or one a key too wide — shows, and checked there; else a pass that says the window was not
+    exercised (Mistral's W = 4,096 is not worth 4,098 tokens)."""
+    tokens = declared + 2
+    attention = longer(tokens) if longer is not None and tokens <= LONGEST_WINDOW_CHECK else None
+    if attention is None or attention.weights.shape[-1] != tokens:
+        return Check("mask-convention", "pass", f"the hidden cells are exactly the future (above the diagonal); the "
+                                                f"module's window of {declared} was not exercised: {counted(nk)} never "
+                                                f"reach a key {declared} behind — check {tokens} tokens or more")
+    check = mask_convention(attention, True, declared, **words)
+    return Check(check.rule, check.status,
+                 f"on {tokens} tokens (the {nk} checked never reach a key {declared} behind): {check.evidence}")
 
 
 def _no_mask_hint(attention: tracing.Attention) -> str:

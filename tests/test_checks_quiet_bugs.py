@@ -1,0 +1,62 @@
+"""Bugs the checker once passed or blamed on the wrong cause (tests/helpers/quiet_bugs.py): a declared sliding window
+that is never applied, or too wide, or wider than the checked text; dropout left on in eval mode; a window applied
+after the softmax; a softmax in float16 or bfloat16; flex_attention."""
+
+
+import pytest
+import torch
+from helpers import quiet_bugs as qb
+from helpers import user_modules as um
+
+from attnviz import checks
+
+
+def verdicts(module, **kwargs) -> dict[str, checks.Check]:
+    return {check.rule: check for check in checks.check_module(module, **kwargs)}
+
+
+def built(cls, *args, **kwargs):
+    torch.manual_seed(0)
+    return cls(*args, **kwargs).eval()
+
+
+# ------------------------------------------------------------------ a declared window must be seen
+
+
+def test_a_declared_window_that_is_never_applied_fails_naming_a_query_and_the_keys_it_should_not_see():
+    results = verdicts(built(qb.ForgotWindow, sliding_window_size=3))  # 8 tokens: a window of 3 shows
+    check = results["mask-convention"]
+    assert check.status == "fail"
+    assert "the module's window is 3" in check.evidence
+    assert "query 7 sees keys 0 … 4" in check.evidence and "never applied" in check.evidence
+    assert {rule for rule, c in results.items() if c.status == "fail"} == {"mask-convention"}
+
+
+def test_a_window_one_key_too_wide_fails_when_the_tokens_are_one_more_than_w():
+    """Mistral-style ``i - j <= W`` with W = 7 on 8 tokens hides nothing beyond the future: W's own band must show."""
+    check = verdicts(built(qb.BandedSWA, sliding_window=7, bug="wide"))["mask-convention"]
+    assert check.status == "fail"
+    assert "query 7 sees key 0" in check.evidence and "diff > W" in check.evidence
+    assert verdicts(built(qb.BandedSWA, sliding_window=7))["mask-convention"].status == "pass"
+
+
+@pytest.mark.parametrize(("bug", "words"), [(None, "sliding window W = 10"), ("wide", "a window of 11")])
+def test_a_window_wider_than_the_checked_tokens_is_checked_on_w_plus_two_tokens(bug, words):
+    check = verdicts(built(qb.BandedSWA, sliding_window=10, bug=bug))["mask-convention"]
+    assert check.status == ("pass" if bug is None else "fail")
+    assert check.evidence.startswith("on 12 tokens (the 8 checked never reach a key 10 behind): ")
+    assert words in check.evidence
+
+
+def test_a_forgotten_window_wider_than_the_checked_tokens_fails_on_w_plus_two_tokens():
+    check = verdicts(built(qb.ForgotWindow, sliding_window_size=20))["mask-convention"]
+    assert check.status == "fail" and "on 22 tokens" in check.evidence and "query 21 sees keys 0 … 1" in check.evidence
+
+
+def test_a_window_too_wide_to_exercise_cheaply_is_said_not_exercised():
+    """Mistral's W = 4,096 would need 4,098 tokens: the pass says the window was not exercised."""
+    module = built(um.LearnerSWA, 16, 32, 16, 0.0, 4, sliding_window_size=4096)
+    check = verdicts(module)["mask-convention"]
+    assert check.status == "pass"
+    assert "the module's window of 4096 was not exercised" in check.evidence
+    assert "check 4098 tokens or more" in check.evidence
