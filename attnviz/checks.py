@@ -538,9 +538,11 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
         return Check(rule, "fail", f"{stated}, but the module masks: it hides {_hidden_cells(attention, future)}")
     if attention.zeroed_after is not None:
         zeroed = attention.zeroed_after  # (b, h, nq, nk)
+        seen = zeroed & ~hidden  # (b, h, nq, nk): weights the softmax gave out, not cells it already hid
+        named = seen if seen.any() else zeroed  # (b, h, nq, nk)
         which = ("the future (above the diagonal)" if torch.equal(zeroed, future.expand_as(zeroed)) else
-                 _where(attention, zeroed.nonzero()[0]) + " and more" if zeroed.sum() > 1 else
-                 _where(attention, zeroed.nonzero()[0]))
+                 _where(attention, named.nonzero()[0]) + " and more" if zeroed.sum() > 1 else
+                 _where(attention, named.nonzero()[0]))
         return Check(rule, "fail", f"the weights of {which} are set to 0 after the softmax, not hidden from it; "
                                    f"{MASK_AFTER_SOFTMAX}")
     if torch.equal(hidden, future.expand_as(hidden)):

@@ -60,3 +60,12 @@ def test_a_window_too_wide_to_exercise_cheaply_is_said_not_exercised():
     assert check.status == "pass"
     assert "the module's window of 4096 was not exercised" in check.evidence
     assert "check 4098 tokens or more" in check.evidence
+
+
+# ------------------------------------------------------------------ a window applied after the softmax
+
+
+def test_a_window_after_the_softmax_names_a_cell_the_multiply_zeroed_not_a_future_one():
+    check = verdicts(built(qb.WindowAfterSoftmax, sliding_window_size=3))["mask-convention"]
+    assert check.status == "fail"
+    assert "row 3 (query 3), key 0" in check.evidence and "key 1" not in check.evidence
