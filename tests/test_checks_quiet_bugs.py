@@ -62,6 +62,25 @@ def test_a_window_too_wide_to_exercise_cheaply_is_said_not_exercised():
     assert "check 4098 tokens or more" in check.evidence
 
 
+# ------------------------------------------------------------------ dropout left on in eval mode
+
+
+@pytest.mark.parametrize("sdpa", [False, True], ids=["F.dropout", "sdpa"])
+def test_dropout_in_eval_mode_fails_dropout_placement_and_the_output_rules_skip_naming_it(sdpa):
+    results = verdicts(built(qb.EvalDropout, sdpa=sdpa))
+    assert {rule for rule, c in results.items() if c.status == "fail"} == {"dropout-placement"}
+    for rule in ("causal", "batch-independence", "matches-reference"):
+        assert results[rule].status == "skip"
+        assert "dropout acts in eval mode" in results[rule].evidence
+
+
+def test_dropout_placement_tells_an_sdpa_module_to_pass_dropout_p_only_in_training():
+    sdpa = verdicts(built(qb.EvalDropout, sdpa=True))["dropout-placement"].evidence
+    assert "dropout_p=self.dropout if self.training else 0.0" in sdpa and "F.dropout" not in sdpa
+    plain = verdicts(built(qb.EvalDropout))["dropout-placement"].evidence
+    assert "training=self.training to F.dropout" in plain
+
+
 # ------------------------------------------------------------------ a window applied after the softmax
 
 
