@@ -2,6 +2,7 @@
 that is never applied, or too wide, or wider than the checked text; dropout left on in eval mode; a window applied
 after the softmax; a softmax in float16 or bfloat16; flex_attention."""
 
+import re
 
 import pytest
 import torch
@@ -88,3 +89,20 @@ def test_a_window_after_the_softmax_names_a_cell_the_multiply_zeroed_not_a_futur
     check = verdicts(built(qb.WindowAfterSoftmax, sliding_window_size=3))["mask-convention"]
     assert check.status == "fail"
     assert "row 3 (query 3), key 0" in check.evidence and "key 1" not in check.evidence
+
+
+# ------------------------------------------------------------------ a softmax in float16 or bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_softmax_in_half_precision_is_named_and_its_sum_shows_the_error(dtype):
+    results = verdicts(built(qb.LowPrecisionSoftmax, dtype=dtype))
+    name = str(dtype).removeprefix("torch.")
+    rows = results["rows-sum-to-one"]
+    assert rows.status == "fail" and f"the softmax runs in {name}" in rows.evidence
+    total = re.search(r"sums to (\S+), should be 1", rows.evidence).group(1)
+    assert float(total) != 1.0  # enough digits to show the error
+    reference = results["matches-reference"]
+    if reference.status == "fail":
+        assert f"the softmax runs in {name}" in reference.evidence and "adds to the scores" not in reference.evidence
+    assert verdicts(built(qb.LowPrecisionSoftmax, dtype=torch.float32))["rows-sum-to-one"].status == "pass"
