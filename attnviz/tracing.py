@@ -43,6 +43,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -629,13 +630,17 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     _require_values(module, x)
     args, sequence_first = _forward_args(module, x, forward_kwargs)
     try:
-        output = time_limit.call(module, *args, **forward_kwargs)
+        with warnings.catch_warnings():  # flex_attention's own, and TorchDynamo's on the way to FLEX_ATTENTION
+            warnings.filterwarnings("ignore", message=FLEX_WARNINGS)
+            output = time_limit.call(module, *args, **forward_kwargs)
         return _batch_first(output) if sequence_first else output
     except time_limit.TimeLimitError as out:
         call = ", ".join(f"{name}={value!r}" for name, value in forward_kwargs.items())
         raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
                                   f"{out.seconds:g} s without returning (an endless loop?)") from None
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
+        if "flex_attention" in str(error) and "Higher Order Operator" in str(error):  # TorchDynamo's Unsupported
+            raise TraceError(f"{what} calls {FLEX_ATTENTION}") from error
         raise TraceError(f"{what} raised {type(error).__name__}: {time_limit.one_line(error)}"
                          f"{_rotary_hint(module, forward_kwargs)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
@@ -643,6 +648,10 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
                          "it does not end the program") from None
 
 
+FLEX_ATTENTION = ("flex_attention, which attnviz cannot trace: it runs through TorchDynamo, which cannot follow the "
+                  "recording of every tensor call — check an eager version of the module, the same mask through "
+                  "scaled_dot_product_attention's attn_mask or softmax(QKᵀ/√d + mask)·V")
+FLEX_WARNINGS = r"(flex_attention called without torch\.compile|Dynamo does not know how to trace)"
 META_WEIGHTS = ("the module's weights are on the meta device (no values): materialise it "
                 "(module.to_empty(device='cpu') and load weights) before tracing")
 SELF_ATTENTION_PARAMETERS = (("query", "q"), ("key", "k"), ("value", "v"))  # forward(x, x, x) when these come first

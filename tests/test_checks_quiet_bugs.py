@@ -9,7 +9,7 @@ import torch
 from helpers import quiet_bugs as qb
 from helpers import user_modules as um
 
-from attnviz import checks
+from attnviz import checks, tracing
 
 
 def verdicts(module, **kwargs) -> dict[str, checks.Check]:
@@ -106,3 +106,17 @@ def test_a_softmax_in_half_precision_is_named_and_its_sum_shows_the_error(dtype)
     if reference.status == "fail":
         assert f"the softmax runs in {name}" in reference.evidence and "adds to the scores" not in reference.evidence
     assert verdicts(built(qb.LowPrecisionSoftmax, dtype=torch.float32))["rows-sum-to-one"].status == "pass"
+
+
+# ------------------------------------------------------------------ flex_attention
+
+
+@pytest.mark.slow  # importing TorchDynamo alone takes about 6 s
+def test_flex_attention_is_one_line_saying_attnviz_cannot_trace_it(recwarn):
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    with pytest.raises(tracing.TraceError) as caught:
+        checks.check_module(built(qb.FlexCausal))
+    message = str(caught.value)
+    assert "\n" not in message and "flex_attention" in message and "Higher Order" not in message
+    assert "scaled_dot_product_attention" in message
+    assert not [w for w in recwarn if "flex_attention" in str(w.message) or "Dynamo" in str(w.message)]
