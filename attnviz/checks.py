@@ -5,7 +5,8 @@ id, a status (``pass``, ``fail``, or ``skip`` when it does not apply) and eviden
 which cell, which value, what it should be:
 
 * ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1, as the weights multiply V (a
-  softmax over the wrong dimension normalises columns; ``softmax(s) / √d`` shrinks every row);
+  softmax over the wrong dimension normalises columns; ``softmax(s) / √d`` shrinks every row; a softmax in float16
+  or bfloat16 rounds them, named so);
 * ``causal`` — changing the tokens from position j on changes no output before j (skipped for 1 token: nothing
   comes after it, and for a module that is not causal: the evidence says who said so — ``causal=False`` given, the
   module's ``causal`` attribute, or no mask hiding the future — and ``mask-convention`` fails a module that masks
@@ -13,12 +14,15 @@ which cell, which value, what it should be:
   flag masks nothing by itself), or, when its weights hide the future, where the leak is: in the weights, in V, or
   after ``weights @ V``;
 * ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
-  sliding window of W, as wide as the module's own ``sliding_window_size`` says): not inverted, not the past instead
-  of the future, not a shifted diagonal (skipped for 1 token that hides nothing: there is no future); a fix names
-  the module's own ``tril``/``triu`` call or mask buffer when one of them is the mask;
+  sliding window of W, as wide as the module's own ``sliding_window_size`` says — a window the module declares must
+  show once the tokens reach a key W behind, and one they never reach is traced again on W + 2 tokens, up to
+  ``LONGEST_WINDOW_CHECK``): not inverted, not the past instead of the future, not a shifted diagonal (skipped for 1
+  token that hides nothing: there is no future); a fix names the module's own ``tril``/``triu`` call or mask buffer
+  when one of them is the mask;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode
-  (read from the dropout's own call: a mask after the softmax before it is the other rules' finding);
+  (read from the dropout's own call: a mask after the softmax before it is the other rules' finding); while it acts
+  in eval mode, a failure of a rule that compares forwards (``COMPARES_OUTPUTS``) is a skip that says so;
 * ``batch-independence`` — one item's output does not move when another item of the batch changes (a failure names
   an ``nn.MultiheadAttention`` built without ``batch_first=True`` when setting it for one forward stops the mixing:
   with as many items as tokens no shape shows it);

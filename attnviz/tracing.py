@@ -618,6 +618,9 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     line that begins with ``what`` ("the forward raised …"), and says which rotary tables the forward was not given
     when it takes them with a default of None (Hugging Face's ``position_embeddings``: :func:`_rotary_hint`).
 
+    A forward that calls ``flex_attention`` is a TraceError saying attnviz cannot trace it (:data:`FLEX_ATTENTION`:
+    under the recording it goes through TorchDynamo, whose warnings are hidden).
+
     A forward that runs for :data:`attnviz.time_limit.SECONDS` without returning (a ``while`` loop whose condition
     never changes) is stopped (:func:`attnviz.time_limit.call`: Python code, not one C call that blocks), and the call
     is an :class:`EndlessForwardError`, "MyAttention.forward ran for 60 s without returning (an endless loop?)".

@@ -434,8 +434,8 @@ def test_the_forward_counts_the_docs_give_are_what_a_check_runs():
     def resets():
         return user_modules.LearnerCachedMHA(16, 16, 64, 0.0, 4).eval()
 
-    def caller_holds():
-        return named_caches.PastWindow(d_model=16, sliding_window_size=64, keep_all=True).eval()
+    def caller_holds():  # a window wider than mask-convention retraces on more tokens: no forward beyond the count
+        return named_caches.PastWindow(d_model=16, sliding_window_size=128, keep_all=True).eval()
 
     def tokens(n):  # the Check panel's input: the text's first n tokens, embedded (one item)
         return torch.randn(1, n, 16, generator=torch.Generator().manual_seed(n))
