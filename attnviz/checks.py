@@ -67,7 +67,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -1493,7 +1493,7 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
     found = _found_cache(module, reset, sequence)
     if found is None:  # these forwards ran before without raising; the cause stays unnamed
         return None
-    held, fed = found
+    held, fed, _ = found
     sizes = [{name: shape.numel() for name, shape in shapes.items()} for shapes in fed]
     for name, value in held.items():
         size = value.numel()
@@ -1604,12 +1604,13 @@ def _unchanged(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
 
 
 def _found_cache(module: nn.Module, reset, sequence: torch.Tensor) \
-        -> tuple[dict[str, torch.Tensor], list[dict[str, torch.Size]]] | None:
+        -> tuple[dict[str, torch.Tensor], list[dict[str, torch.Size]], dict[str, str]] | None:
     """The module's cache, found by what it holds, as it is now (after the cached forwards so far: stand-ins of its
-    tensors' shapes and dtypes, :func:`_stand_in`, as only their sizes are read), and its tensors' shapes after
-    ``reset()`` and ``sequence``'s first token fed with ``use_cache=True``, then after its second: what one token adds;
-    None when one of the forwards raises.  It copies only what the reset emptied, after one token: a tensor the reset
-    leaves is told by its version counter (:func:`_reset_changed`), not by a copy.
+    tensors' shapes and dtypes, :func:`_stand_in`, as only their sizes are read), its tensors' shapes after
+    ``reset()`` and ``sequence``'s first token fed with ``use_cache=True``, then after its second: what one token adds,
+    and which of them are views into another's memory (:func:`_views`); None when one of the forwards raises.  It
+    copies only what the reset emptied, after one token: a tensor the reset leaves is told by its version counter
+    (:func:`_reset_changed`), not by a copy.
 
     The cache is every tensor the module keeps (:func:`_kept_tensors`, by its path: ``k``, ``kv[0]``, ``cache["k"]``)
     that the reset empties or replaces (it differs after the reset from now) and that holds the tokens: it grows from
@@ -1625,6 +1626,7 @@ def _found_cache(module: nn.Module, reset, sequence: torch.Tensor) \
             emptied = _kept_tensors(module)
             sizes = {path: _stand_in(value) for path, value in now.items()
                      if _reset_changed(value, versions[path], emptied.get(path))}
+            views = _views({path: now[path] for path in sizes})
             del kept, now, emptied  # the sequence's cache is not held longer than the module holds it
             tracing.run_forward(module, sequence[:, 1:2], use_cache=True)  # another token first
             other = {path: value.detach().clone() for path, value in _kept_tensors(module).items()
@@ -1641,7 +1643,41 @@ def _found_cache(module: nn.Module, reset, sequence: torch.Tensor) \
             return None
     cache = {path: size for path, size in sizes.items() if path in fed[0] and path in fed[1]
              and (fed[1][path].numel() > fed[0][path].numel() or path in brought)}
-    return cache, [{path: shapes[path] for path in cache} for shapes in fed]
+    return (cache, [{path: shapes[path] for path in cache} for shapes in fed],
+            {path: whole for path, whole in views.items() if path in cache and whole in cache})
+
+
+def _views(tensors: dict[str, torch.Tensor]) -> dict[str, str]:
+    """path -> the path of another of ``tensors`` whose memory holds all of this one's (``self.k = self.kv[0]`` beside
+    ``self.kv``): a view, its elements counted once, in the tensor it views.  Of two over the same bytes, the first
+    path holds the second; a tensor without data (the meta device) views nothing."""
+    spans = [(path, _span(tensor)) for path, tensor in tensors.items()]
+    views = {}
+    for index, (path, (storage, low, high)) in enumerate(spans):
+        views.update((path, other) for other_index, (other, (other_storage, other_low, other_high)) in enumerate(spans)
+                     if path not in views and storage is not None and other_storage == storage
+                     and other_low <= low and high <= other_high
+                     and ((other_low, other_high) != (low, high) or other_index < index))
+    return {path: _whole(path, views) for path in views}
+
+
+def _whole(path: str, views: dict[str, str]) -> str:
+    """The tensor at the end of ``path``'s chain of views: a view of a view counts in the tensor both view."""
+    seen = {path}
+    while path in views and views[path] not in seen:
+        path = views[path]
+        seen.add(path)
+    return path
+
+
+def _span(tensor: torch.Tensor) -> tuple[int | None, int, int]:
+    """(the address of the tensor's storage, the first byte of it the tensor reads, one past its last); a storage of
+    None for a tensor without data (the meta device) or without elements."""
+    if tensor.device.type == "meta" or tensor.numel() == 0:
+        return None, 0, 0
+    low = tensor.data_ptr()  # the first element's byte (strides are never negative in torch)
+    reach = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))  # elements past the first
+    return tensor.untyped_storage().data_ptr(), low, low + (reach + 1) * tensor.element_size()
 
 
 @dataclass(frozen=True)
@@ -1654,13 +1690,15 @@ class _CacheHeld:
     bytes: int
     tokens: dict[str, int]  # the tensors that grow by a token: how many tokens each holds
     grown: dict[str, int]  # and the dimension each grows along
-    per_token: int  # elements a token takes in those tensors together (0: none grows)
+    per_token: int  # elements a token takes in those tensors together (0: none grows), a view's counted in its base
     per_token_bytes: int
+    views: dict[str, str] = field(default_factory=dict)  # a tensor that views another's memory -> that one
 
     def words(self) -> str:
         """ "8 tokens of 64 elements (256 bytes) each: cache_k (1, 8, 4, 8), cache_v (1, 8, 4, 8)"; for a cache that
-        does not grow, its size."""
-        shapes = ", ".join(f"{name} ({', '.join(map(str, shape))})" for name, shape in self.shapes.items())
+        does not grow, its size.  A view is named with the tensor it views: "k (1, 4, 8, 8) in kv"."""
+        shapes = ", ".join(f"{name} ({', '.join(map(str, shape))})" + (f" in {self.views[name]}" if name in self.views
+                                                                      else "") for name, shape in self.shapes.items())
         if not self.tokens:
             return (f"{shapes}: {self.elements:,} {plural(self.elements, 'element')} ({self.bytes:,} "
                     f"{plural(self.bytes, 'byte')}), no more than after the first token")
@@ -1675,9 +1713,12 @@ def _cache_held(module: nn.Module, reset, sequence: torch.Tensor) -> _CacheHeld 
     return None if found is None or not found[0] else _held(*found)
 
 
-def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]]) -> _CacheHeld:
+def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]],
+          views: dict[str, str] | None = None) -> _CacheHeld:
     """What the cache tensors ``now`` hold, their tokens counted along the one dimension of each that grows by one
-    from the first token (``fed[0]``, their shapes then) to the second (``fed[1]``)."""
+    from the first token (``fed[0]``, their shapes then) to the second (``fed[1]``); memory two of them share counted
+    once: a view (``views``, else :func:`_views` of ``now``) adds no elements or bytes to the tensor it views."""
+    views = _views(now) if views is None else views
     shapes = [{name: tuple(shape) for name, shape in fed_shapes.items()} for fed_shapes in fed]
     tokens, grown_along, per_token, per_token_bytes = {}, {}, 0, 0
     for name, value in now.items():
@@ -1688,11 +1729,13 @@ def _held(now: dict[str, torch.Tensor], fed: list[dict[str, torch.Size]]) -> _Ca
         if len(grown) != 1 or second[grown[0]] - first[grown[0]] != 1 or value.shape[grown[0]] == 0:
             continue
         tokens[name], grown_along[name] = value.shape[grown[0]], grown[0]
-        per_token += value.numel() // tokens[name]
-        per_token_bytes += value.numel() // tokens[name] * value.element_size()
-    return _CacheHeld({name: tuple(value.shape) for name, value in now.items()}, sum(v.numel() for v in now.values()),
-                      sum(v.numel() * v.element_size() for v in now.values()), tokens, grown_along, per_token,
-                      per_token_bytes)
+        if name not in views:
+            per_token += value.numel() // tokens[name]
+            per_token_bytes += value.numel() // tokens[name] * value.element_size()
+    counted_once = [value for name, value in now.items() if name not in views]
+    return _CacheHeld({name: tuple(value.shape) for name, value in now.items()},
+                      sum(v.numel() for v in counted_once), sum(v.numel() * v.element_size() for v in counted_once),
+                      tokens, grown_along, per_token, per_token_bytes, dict(views))
 
 
 def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[str, int] | None = None, *,
@@ -1739,7 +1782,7 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     latent, d_out = size("latent_dim"), _d_out(module) or sizes.get("d_out")
     if latent is not None and d_out is not None and latent < d_out and per_token:
         full = [name for name, size in per_token.items() if size == d_out]  # a whole K or V per token
-        total = sum(per_token.values())
+        total = sum(size for name, size in per_token.items() if name not in held.views)
         if full or total >= 2 * d_out:
             names = full or list(per_token)
             verb = "hold" if len(names) > 1 else "holds"

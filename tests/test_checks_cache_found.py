@@ -28,16 +28,19 @@ def verdicts(module) -> dict[str, checks.Check]:
      '3 tokens of 64 elements (256 bytes) each: cache["k"] (1, 4, 3, 8), cache["v"] (1, 4, 3, 8)'),
     (lambda: built(nc.TupleCacheMHA),
      "8 tokens of 64 elements (256 bytes) each: kv[0] (1, 4, 8, 8), kv[1] (1, 4, 8, 8)"),
+    (lambda: built(nc.StackedViews),
+     "8 tokens of 64 elements (256 bytes) each: kv (2, 1, 4, 8, 8), k (1, 4, 8, 8) in kv, v (1, 4, 8, 8) in kv"),
     (lambda: built(nc.GQAKeysValues),
      "8 tokens of 32 elements (128 bytes) each: keys (1, 2, 8, 8), values (1, 2, 8, 8)"),
     (lambda: built(nc.StepCountedMHA),
      "8 tokens of 64 elements (256 bytes) each: past_k (1, 4, 8, 8), past_v (1, 4, 8, 8)"),
     (lambda: built(nc.ZeroedInPlace),
      "k_buf (1, 4, 16, 8), v_buf (1, 4, 16, 8): 1,024 elements (4,096 bytes), no more than after the first token"),
-], ids=["self.k", "dict", "tuple", "gqa-keys-values", "step-counter", "zeroed-in-place"])
+], ids=["self.k", "dict", "tuple", "views-of-kv", "gqa-keys-values", "step-counter", "zeroed-in-place"])
 def test_a_correct_cache_under_any_name_passes_and_says_what_it_holds(module, holds):
     """The tensors a cached forward fills and the reset empties are the cache, whatever they are called; a causal mask
-    buffer no forward changes, and a step counter (a buffer the reset replaces, a tensor it never resets) are not."""
+    buffer no forward changes, and a step counter (a buffer the reset replaces, a tensor it never resets) are not.  A
+    tensor kept beside views of it (``self.k = self.kv[0]``) counts once (a token took 128 elements, 512 bytes)."""
     results = verdicts(module())
     check = results["kv-cache"]
     assert check.status == "pass" and check.evidence.endswith(f"; after 8 tokens the cache holds {holds}"), check
@@ -160,8 +163,24 @@ def test_finding_the_cache_copies_one_tokens_cache_alone():
     with torch.no_grad():
         module(x, use_cache=True)
     with _Copies() as copies:
-        cache, fed = checks._found_cache(module, module.reset_cache, x)
+        cache, fed, views = checks._found_cache(module, module.reset_cache, x)
     assert {path: tuple(value.shape) for path, value in cache.items()} == {"kv[0]": (1, 4, 8, 8), "kv[1]": (1, 4, 8, 8)}
     assert [{path: tuple(shape) for path, shape in shapes.items()} for shapes in fed] == [
         {"kv[0]": (1, 4, 1, 8), "kv[1]": (1, 4, 1, 8)}, {"kv[0]": (1, 4, 2, 8), "kv[1]": (1, 4, 2, 8)}]
+    assert views == {}
     assert copies.bytes == 2 * 4 * 8 * 4  # one token's K and V: 4 heads × 8 floats each
+
+
+def test_a_view_counts_in_the_tensor_it_views_and_halves_of_one_tensor_count_each():
+    """``k = kv[0]`` and ``v = kv[1]`` beside ``kv`` are views of it; the halves alone (``kv.unbind(0)``, ``kv`` not
+    kept) share its memory but hold none of each other's, so each counts; a slice along the last dimension
+    (``kv[..., :8]``) is a view too, and a view of a view counts in the tensor both view."""
+    kv = torch.zeros(2, 1, 4, 8, 16)  # (2, b, h, n, 2·hd)
+    k, v = kv[0], kv[1]  # (1, 4, 8, 16) each
+    assert checks._views({"kv": kv, "k": k, "v": v}) == {"k": "kv", "v": "kv"}
+    assert checks._views({"k": k, "v": v}) == {}
+    assert checks._views({"kv": kv, "k": k, "first": k[..., :8], "again": kv.view(-1)}) == {
+        "k": "kv", "first": "kv", "again": "kv"}
+    held = checks._held({"kv": kv, "k": k, "v": v}, [{"kv": (2, 1, 4, 1, 16), "k": (1, 4, 1, 16), "v": (1, 4, 1, 16)},
+                                                     {"kv": (2, 1, 4, 2, 16), "k": (1, 4, 2, 16), "v": (1, 4, 2, 16)}])
+    assert (held.elements, held.bytes, held.per_token, held.per_token_bytes) == (1024, 4096, 128, 512)

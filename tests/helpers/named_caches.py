@@ -111,6 +111,40 @@ class TupleCacheMHA(nn.Module):
         self.kv = None
 
 
+
+class StackedViews(nn.Module):
+    """Causal multi-head attention whose cache is one stacked tensor, ``self.kv`` (2, b, h, n, hd), kept beside its
+    halves as views, ``self.k = self.kv[0]`` and ``self.v = self.kv[1]``, which the forward reads."""
+
+    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+        self.kv = self.k = self.v = None
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        start = 0  # (b, h, n, hd) each above
+        if use_cache:
+            kv = torch.stack([keys, values])  # (2, b, h, n, hd)
+            if self.kv is not None:
+                start = self.kv.shape[3]
+                kv = torch.cat([self.kv, kv], dim=3)  # (2, b, h, cached + n, hd)
+            self.kv = kv
+            self.k, self.v = self.kv[0], self.kv[1]  # (b, h, cached + n, hd) each: views of self.kv
+            keys, values = self.k, self.v
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, s) -> (b, h, n, s)
+        attn_scores = attn_scores.masked_fill(self.mask[start:start + n, :keys.shape[2]], -torch.inf)  # (b, h, n, s)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, s)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.kv = self.k = self.v = None
+
 class StepCountedMHA(nn.Module):
     """Causal multi-head attention whose cache is ``self.past_k``/``self.past_v`` (b, h, n, hd), beside two tensors
     that change at every cached forward and hold no token: a ``steps`` buffer the reset replaces, and a ``calls``
