@@ -184,3 +184,13 @@ def test_a_view_counts_in_the_tensor_it_views_and_halves_of_one_tensor_count_eac
     held = checks._held({"kv": kv, "k": k, "v": v}, [{"kv": (2, 1, 4, 1, 16), "k": (1, 4, 1, 16), "v": (1, 4, 1, 16)},
                                                      {"kv": (2, 1, 4, 2, 16), "k": (1, 4, 2, 16), "v": (1, 4, 2, 16)}])
     assert (held.elements, held.bytes, held.per_token, held.per_token_bytes) == (1024, 4096, 128, 512)
+
+
+@pytest.mark.parametrize(("reset", "empty"), [("nothing", "kv/k/v"), ("views", "kv")])
+def test_a_reset_that_leaves_a_stacked_cache_names_what_to_empty_views_included(reset, empty):
+    """A reset that empties nothing, or only the views ``k``/``v`` of the stacked ``kv`` the next forward extends: the
+    second sequence attends over the first one's keys, and the verdict names the tensors the reset left."""
+    check = verdicts(built(nc.StackedViews, reset=reset))["kv-cache"]
+    assert check.status == "fail" and check.evidence.endswith(
+        f"after reset_cache() the next sequence still attends over the last one's keys: empty {empty} in the reset"), \
+        check

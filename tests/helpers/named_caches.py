@@ -114,11 +114,13 @@ class TupleCacheMHA(nn.Module):
 
 class StackedViews(nn.Module):
     """Causal multi-head attention whose cache is one stacked tensor, ``self.kv`` (2, b, h, n, hd), kept beside its
-    halves as views, ``self.k = self.kv[0]`` and ``self.v = self.kv[1]``, which the forward reads."""
+    halves as views, ``self.k = self.kv[0]`` and ``self.v = self.kv[1]``, which the forward reads.  ``reset``: "all"
+    empties the three, "views" only ``k`` and ``v`` (the next forward extends the old ``kv``), "nothing" none."""
 
-    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4):
+    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4, reset="all"):
         super().__init__()
         self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.reset = reset
         self.qkv = nn.Linear(d_in, 3 * d_out, bias=False)
         self.out_proj = nn.Linear(d_out, d_out)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
@@ -143,7 +145,10 @@ class StackedViews(nn.Module):
         return self.out_proj(context_vec)  # (b, n, d_out)
 
     def reset_cache(self):
-        self.kv = self.k = self.v = None
+        if self.reset == "all":
+            self.kv = None
+        if self.reset in ("all", "views"):
+            self.k = self.v = None
 
 class StepCountedMHA(nn.Module):
     """Causal multi-head attention whose cache is ``self.past_k``/``self.past_v`` (b, h, n, hd), beside two tensors
