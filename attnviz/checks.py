@@ -969,9 +969,9 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
                                          "checked)")
     if check.status == "fail" and moved and _low_precision(attention) is None:  # else rounding moved them
         return Check(rule, "fail", f"{check.evidence} — the module adds to the scores something that is neither a mask "
-                                   f"(−∞, or at or below −10³) nor ALiBi's slope × key position (the cells it shows "
-                                   f"move by up to {moved:.3g} against each other in a row): the reference adds "
-                                   "nothing")
+                                   "(−∞, or a push down by 10³ + one per key or more) nor ALiBi's slope × key position "
+                                   f"(the cells it shows move by up to {moved:.3g} against each other in a row): the "
+                                   "reference adds nothing")
     return check
 
 

@@ -6,9 +6,9 @@ Reads only a :class:`~attnviz.trace.Trace`, so it works for every producer that 
 book's classes, the bonus variants, a GPT model's layer and a user's module, each head's q and k as
 :meth:`~attnviz.trace.Trace.head_vectors` splits them (grouped K/V heads, rotated q and k).  The divisor is
 measured from the run's own ``scores`` and ``scaled`` stages, so a module that scales differently (or not at all)
-is explained as it ran; which keys are hidden is read from the recorded ``masked`` stage (−∞, at or below −10³, or
-pushed down by 10³ or more: :func:`attnviz.trace.hidden_by_mask`, the tracer's own definition), so a causal mask, a
-sliding window or a padding mask each get their own reason.
+is explained as it ran; which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from
+``scaled`` by more than a score and a bias such as ALiBi's reach, 10³ + n: :func:`attnviz.trace.hidden_by_mask`, the
+tracer's own definition), so a causal mask, a sliding window or a padding mask each get their own reason.
 """
 
 from __future__ import annotations
@@ -157,11 +157,12 @@ def _head_vectors(trace: Trace, head: int, query: int, key: int) -> tuple[np.nda
     return np.asarray(query_vector, dtype=np.float32), np.asarray(key_vector, dtype=np.float32)
 
 
-def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray) -> np.ndarray:
+def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray, keys: int | None = None) -> np.ndarray:
     """(n,) bool: keys the mask hides, as the tracer tells them (:func:`attnviz.trace.hidden_by_mask`: −∞ in the
-    softmax's input, at or below −10³, or pushed down by 10³ or more)."""
+    softmax's input, or pushed down by more than 10³ + ``keys``, the keys of a row: default the row's length)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.asarray(hidden_by_mask(row_masked.astype(np.float64), row_scaled.astype(np.float64)), dtype=bool)
+        return np.asarray(hidden_by_mask(row_masked.astype(np.float64), row_scaled.astype(np.float64), keys),
+                          dtype=bool)
 
 
 def _divisor(scores_row, scaled_row, scores_map, scaled_map, head_dim: int) -> tuple[float, str]:
@@ -265,7 +266,7 @@ def hidden_cells(trace: Trace, head: int, cells: Iterable[tuple[int, int]]) -> n
     queries, keys = pairs[:, 0], pairs[:, 1]  # (c,), (c,)
     masked = trace.steps["masked"][0, head][queries, keys]  # (c,)
     scaled = trace.steps["scaled"][0, head][queries, keys]  # (c,)
-    return _hidden(np.asarray(masked), np.asarray(scaled))
+    return _hidden(np.asarray(masked), np.asarray(scaled), trace.steps["masked"].shape[-1])
 
 
 def _selection(positions, size: int, what: str) -> tuple[int, ...]:

@@ -196,25 +196,30 @@ def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddi
 
 MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (batch, heads, n, n) maps
 
-# A mask hides a cell when it puts the softmax's input at or below −10³, or pushes it down by 10³ or more (an additive
-# mask; GPT-2's where(causal, w, masked_bias) puts it there).  Why 10³: the masks in use push by −10⁴ (BERT's
-# (1 − mask) · −10000, transformers 4.x GPT-2's masked_bias, fp16 code), −10⁹, finfo(dtype).min or −∞, and −10⁴ added
-# to a score is not −10⁴ exactly (float32 rounds, fp16's spacing there is 8), so a strict −10⁴ misses them; anything at
-# or below −10³ gets a weight of exactly 0 from the softmax in every float dtype (exp underflows below −745 even in
-# float64), so the hidden cells are the ones whose weight the mask zeroed.  A bias that is not a mask stays above it
-# (ALiBi pushes by a slope ≤ 0.5 times a distance < 1,024), and a real score of −10³ after ÷ √d_head would take
-# |q|·|k| ≥ 10³·√d_head: no layer's activations come near that.
-HIDDEN_AT = -1e3
+# A cell is hidden when the mask made its weight 0: the mask pushed the softmax's input at that cell down (from the
+# scaled score to the masked value; where no scaled score is known, the masked value itself is the push) as far as
+# no layer's scores and biases reach: by 10³ plus one for every key in the row, or more, or to −∞.
+# Why that bound: the masks in use push by −10⁴ (BERT's (1 − mask) · −10000, transformers 4.x GPT-2's masked_bias,
+# fp16 code: float32 rounds −10⁴ added to a score, fp16's spacing there is 8), −10⁹, finfo(dtype).min or −∞, and
+# exp underflows to 0 far above any of them.  A bias that is not a mask stays above it: ALiBi adds −m·|i − j| with
+# slopes m = 2^(−8k/H) below 1 for any number of heads H (head 1's is 0.92 with 64 heads), so its push is above
+# −n_keys however long the row; and a scaled score below −10³ would take |q|·|k| ≥ 10³·√d_head, which no layer's
+# activations come near, so a score plus a bias stays above −(10³ + n_keys) too.  The weight itself cannot tell a
+# mask from a bias: ALiBi's own push zeroes far keys' weights (float32's exp underflows below about −104), and so
+# would a bound relative to the row's largest score.  A −10⁴ mask stays below the bound in rows of up to 9,000 keys.
+HIDDEN_AT = -1e3  # the bound before the row's keys lower it, one per key
 
 
-def hidden_by_mask(masked, scaled=None):
+def hidden_by_mask(masked, scaled=None, keys: int | None = None):
     """bool, ``masked``'s shape (a torch tensor or a NumPy array, as given): True where the mask hid the cell —
-    ``masked`` (the softmax's input) is at or below :data:`HIDDEN_AT` (−∞ included), or is that far below ``scaled``
-    (the scores before the mask).  The one definition of a hidden cell: the tracer's and ``explain_weight``'s."""
-    hidden = masked <= HIDDEN_AT
-    if scaled is not None:
-        hidden = hidden | ((masked - scaled) <= HIDDEN_AT)  # NaN (−∞ − −∞) compares False: already hidden above
-    return hidden
+    ``masked`` (the softmax's input) is −∞, or is at least 10³ + ``keys`` below ``scaled`` (the scores before the
+    mask; without them, below 0).  ``keys``: how many keys each row holds (default ``masked``'s last dimension; give
+    it when ``masked`` is a few cells picked from the rows).  The one definition of a hidden cell: the tracer's and
+    ``explain_weight``'s."""
+    keys = masked.shape[-1] if keys is None else keys
+    pushed = masked if scaled is None else masked - scaled  # NaN (−∞ − −∞) compares False: −∞ is hidden below
+    hidden = pushed <= HIDDEN_AT - keys
+    return hidden | (masked == -float("inf"))
 
 
 def index_in(value, size: int, what: str, unit: str | None = None) -> int:

@@ -125,11 +125,11 @@ class Attention:
     context_ops: tuple[int, ...] = ()  # the ops that produced the context: weights @ V, or the fused call
 
     def hidden_cells(self) -> torch.Tensor:
-        """bool (b, h, nq, nk): True where the mask hid the cell (:func:`attnviz.trace.hidden_by_mask`: −∞, or at or
-        below −10³, or pushed down by 10³ or more)."""
+        """bool (b, h, nq, nk): True where the mask hid the cell (:func:`attnviz.trace.hidden_by_mask`: −∞, or pushed
+        down by more than a score and a bias reach, 10³ + nk)."""
         if self.hidden is not None:
             return self.hidden.expand(self.masked.shape)
-        return hidden_by_mask(self.masked, None if self.scaled is None else self.scaled)
+        return hidden_by_mask(self.masked, self.scaled)
 
 
 @dataclass
