@@ -51,20 +51,24 @@ def add_check_command(commands) -> argparse.ArgumentParser:
         description="Build the class with these sizes (constructor arguments matched by name: d_in/embed_dim/"
                     "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
                     "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
-                    "bias/qkv_bias only with --set bias=... (the class's own default otherwise); any other with "
-                    "--set, which also sets a single config object's attributes (those it has: n_embd, n_head, "
-                    "block_size …); a constructor with **kwargs also gets the size flags given that none of its "
-                    "parameters names, by attnviz's names: d_in=32, "
-                    "num_heads=2 …) "
-                    "after torch.manual_seed(--seed, default 123), and run every rule on a seeded input. "
+                    "a size flag not given leaves an argument with a default at the class's own default, and gives "
+                    "a required one attnviz's; bias/qkv_bias only with --set bias=... (the class's own default "
+                    "otherwise); any other with --set, which also sets a single config object's attributes (those "
+                    "it has: n_embd, n_head, block_size …); a "
+                    "constructor with **kwargs also gets the size flags given that none of its parameters names, by "
+                    "attnviz's names: d_in=32, num_heads=2 …) after torch.manual_seed(--seed, default 123), and run "
+                    "every rule on a seeded input. "
                     "Exit status: 0 no rule fails (skips included), 1 a rule fails, 2 the class cannot be loaded, "
                     "built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
-    check.add_argument("--d-in", type=int, default=None, help=f"default {DEFAULT_D_IN}")  # None: not given
-    check.add_argument("--d-out", type=int, default=None, help="default: d_in")
-    check.add_argument("--num-heads", type=int, default=None, help="default 4")  # None: not given (flag_notes)
-    check.add_argument("--context-length", type=int, default=None, help=f"default {DEFAULT_CONTEXT_LENGTH}")
-    check.add_argument("--dropout", type=float, default=None, help="default 0")
+    # None: not given, so a constructor's own default wins (user_code.own_defaults); flag_notes reads them too
+    check.add_argument("--d-in", type=int, default=None, help=f"default: the class's default, or {DEFAULT_D_IN}")
+    check.add_argument("--d-out", type=int, default=None,
+                       help="default: --d-in when given, else the class's default, or d_in")
+    check.add_argument("--num-heads", type=int, default=None, help="default: the class's default, or 4")
+    check.add_argument("--context-length", type=int, default=None,
+                       help=f"default: the class's default, or {DEFAULT_CONTEXT_LENGTH}")
+    check.add_argument("--dropout", type=float, default=None, help="default: the class's default, or 0")
     check.add_argument("--seed", type=int, default=None, help="the seed the weights are drawn after (default 123)")
     check.add_argument("--num-kv-groups", type=int, default=None,
                        help="grouped-query attention: the number of K/V heads (1: multi-query)")
@@ -212,8 +216,6 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
     from attnviz.rng import seeded
 
-    d_in = DEFAULT_D_IN if args.d_in is None else args.d_in
-    context_length = DEFAULT_CONTEXT_LENGTH if args.context_length is None else args.context_length
     try:
         cls = user_code.load(args.spec)
         for line in flag_notes(args, cls, overrides):
@@ -225,10 +227,14 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                             num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
                             sliding_window_size=args.sliding_window_size)
             module = user_code.build(cls, overrides, **settings).eval()
-            # what it was built with: the kv-cache rule's sizes where the module keeps them under other names
-            sizes = user_code.sizes_taken(user_code.constructor_arguments(cls, overrides, **settings))
-            tokens = checked_tokens(args.tokens, context_length, tracing.module_context(module))
-            x = checks.default_input(module, n=tokens, d_in=d_in)  # --d-in: a module that does not say its own
+            # what it was built with, its own defaults included: the kv-cache rule's sizes where the module keeps them
+            # under other names, and the input's width and length where it does not say them
+            arguments = user_code.constructor_arguments(cls, overrides, **settings)
+            sizes = user_code.sizes_taken(arguments, cls)
+            context_length, why = built_context(args.context_length, cls, arguments, sizes)
+            tokens = checked_tokens(args.tokens, context_length, tracing.module_context(module), why)
+            d_in = args.d_in if args.d_in is not None else sizes.get("d_in", DEFAULT_D_IN)
+            x = checks.default_input(module, n=tokens, d_in=d_in)  # a module that does not say its own width
             report = CheckReport(f"{cls.__name__} from {args.spec.rpartition(':')[0]}",
                                  max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS,
                                  causal=args.causal)
@@ -282,10 +288,28 @@ def flag_notes(args, cls, overrides: dict) -> list[str]:
     return lines
 
 
-def checked_tokens(tokens: int, context_length: int, module_context: tuple[int, str] | None) -> int:
-    """How many tokens the check runs on: ``--tokens``, at most ``--context-length`` and the context the module says
-    it has (``tracing.module_context``); a one-line note on stderr when that is fewer than asked for."""
-    cap, why = context_length, f"--context-length {context_length}"
+def built_context(typed: int | None, cls, arguments: dict, sizes: dict) -> tuple[int, str]:
+    """The context the check holds ``--tokens`` to, and its words: ``--context-length`` when typed; else the class's
+    own default context when it kept it (``FusedWidth48(block_size=16)``: attnviz passed none); else the flag's
+    default, ``DEFAULT_CONTEXT_LENGTH``.  ``arguments``: what the class was called with; ``sizes``: what it was built
+    with (``user_code.sizes_taken``)."""
+    from attnviz import user_code
+
+    if typed is not None:
+        return typed, f"--context-length {typed}"
+    own = user_code.own_defaults(cls).get("context_length")
+    if own is not None and own.name not in arguments and sizes.get("context_length") == own.default:
+        return own.default, (f"the context the class was built with, {own.default} (its own default "
+                             f"{own.name}={own.default}; --context-length sets another)")
+    return DEFAULT_CONTEXT_LENGTH, f"--context-length {DEFAULT_CONTEXT_LENGTH}"
+
+
+def checked_tokens(tokens: int, context_length: int, module_context: tuple[int, str] | None,
+                   why: str | None = None) -> int:
+    """How many tokens the check runs on: ``--tokens``, at most ``context_length`` (``why``: its words, default
+    ``--context-length N``) and the context the module says it has (``tracing.module_context``); a one-line note on
+    stderr when that is fewer than asked for."""
+    cap, why = context_length, why or f"--context-length {context_length}"
     if module_context is not None and module_context[0] < cap:
         cap, why = module_context[0], f"the module's context, {module_context[0]} ({module_context[1]})"
     if tokens <= cap:

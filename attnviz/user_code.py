@@ -2,16 +2,18 @@
 
 Constructor arguments are matched by name to the class's signature, in the spellings attention code uses
 (``d_in``/``embed_dim``/``n_embd``/``d_model`` …, ``num_heads``/``n_head``/``nhead`` …, ``context_length``/
-``block_size`` …); a single ``config``/``cfg`` parameter gets an object with nanoGPT's names.  Today's variants'
-sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class and its model configs' ``n_kv_groups``
-mean it; also ``num_key_value_heads``, ``n_kv_heads``), ``latent_dim`` (``kv_lora_rank``) and
-``sliding_window_size`` (``sliding_window``, ``window_size``) — go to a class that takes them when they are given,
-or when its constructor requires them (then a default: half the heads' K/V groups, the book's latent size, a
-window of 4).  A ``bias``/``qkv_bias`` argument keeps the constructor's own default unless it is given
-(:data:`BIAS_DEFAULTS`).  ``overrides`` (the CLI's ``--set NAME=VALUE``) set any constructor argument by its own
-name, or a single config object's attribute (:data:`CONFIG_FIELDS`; a name the object does not have is refused,
-naming those it has).  A required argument nobody can fill is named in the error.  Every failure is a
-``UserCodeError`` with one line.
+``block_size`` …), each only when it is given or the constructor requires it: an argument with a default keeps
+the class's own (:func:`own_defaults`: ``LlamaGQA(num_heads=8)`` keeps its 8 heads), a required one gets attnviz's
+(:data:`DEFAULTS`), and ``d_out`` follows a ``d_in`` given; a single ``config``/``cfg`` parameter gets an object with
+nanoGPT's names.  Today's variants' sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class and
+its model configs' ``n_kv_groups`` mean it; also ``num_key_value_heads``, ``n_kv_heads``), ``latent_dim``
+(``kv_lora_rank``) and ``sliding_window_size`` (``sliding_window``, ``window_size``) — go to a class that takes
+them when they are given, or when its constructor requires them (then a default from the sizes it is built with:
+half the heads' K/V groups, the book's latent size, a window of 4).  A ``bias``/``qkv_bias`` argument keeps the
+constructor's own default unless it is given (:data:`BIAS_DEFAULTS`).  ``overrides`` (the CLI's ``--set
+NAME=VALUE``) set any constructor argument by its own name, or a single config object's attribute
+(:data:`CONFIG_FIELDS`; a name the object does not have is refused, naming those it has).  A required argument
+nobody can fill is named in the error.  Every failure is a ``UserCodeError`` with one line.
 
 The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
 repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a label ("Your module:
@@ -62,6 +64,9 @@ SPELLINGS = {
     "sliding_window_size": ("sliding_window_size", "sliding_window", "window_size", "attention_window"),
 }
 VARIANT_SETTINGS = ("num_kv_groups", "latent_dim", "sliding_window_size")  # filled when given or required
+# filled when given or required too: a parameter with a default keeps it (LlamaGQA(num_heads=8) keeps its 8 heads
+# without --num-heads); a required one gets attnviz's default (:data:`DEFAULTS`), and d_out follows a d_in given
+OWN_DEFAULT_SETTINGS = ("d_in", "d_out", "num_heads", "context_length", "dropout")
 CONFIG_NAMES = ("config", "cfg", "args", "conf")
 DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "dropout": 0.0, "batch_first": True}
 # qkv_bias is passed only when given (``--set bias=false``): a constructor's own default wins (nanoGPT's bias=True);
@@ -181,22 +186,27 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
                           **settings) -> dict:
     """The keyword arguments for ``cls(...)`` from attnviz's settings (``d_in``, ``d_out``, ``num_heads``,
     ``context_length``, ``dropout``, ``qkv_bias``, and the variants' ``num_kv_groups``, ``latent_dim``,
-    ``sliding_window_size``; None: not given) and ``overrides`` (argument name -> value); UserCodeError names a
-    required argument nobody can fill, or an override the constructor does not take (for a single config object:
-    one the object attnviz builds does not have, :data:`CONFIG_FIELDS`).
+    ``sliding_window_size``; None: not given, and then an argument with a default is left to it) and ``overrides``
+    (argument name -> value); UserCodeError names a required argument nobody can fill, or an override the
+    constructor does not take (for a single config object: one the object attnviz builds does not have,
+    :data:`CONFIG_FIELDS`).
 
     A constructor with ``**kwargs`` also gets the settings given that none of its parameters names, by attnviz's
     own names (:func:`kwargs_settings`): ``Kw(**kwargs)`` with ``d_in=32, num_heads=2`` is called ``Kw(d_in=32,
     num_heads=2)``, and with none given ``Kw()``, its own defaults.  ``to_kwargs=False``: none of them (the app,
     whose sidebar gives every size, lets such a module decide its own)."""
     given = {k: v for k, v in settings.items() if v is not None}
-    values = {**DEFAULTS, **given}  # qkv_bias only when given
-    if "d_out" not in given:
-        values["d_out"] = values["d_in"]
     try:
         parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
     except (TypeError, ValueError):
         return {}
+    own = {setting: parameter.default for setting, parameter in own_defaults(cls).items()}  # kept unless given
+    if "d_in" in given:
+        own.pop("d_out", None)  # d_out follows the d_in given
+    # the sizes the class is built with (a required variant's default is reckoned from them); qkv_bias only when given
+    values = {**DEFAULTS, **{setting: value for setting, value in own.items() if _is_number(value)}, **given}
+    if "d_out" not in given and not _is_number(own.get("d_out")):
+        values["d_out"] = values["d_in"]
     by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
     overrides = dict(overrides or {})
     by_kwargs = kwargs_settings(cls, given, overrides) if to_kwargs else []
@@ -225,6 +235,8 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
                 arguments[parameter.name] = given[setting]
             elif parameter.default is parameter.empty:
                 arguments[parameter.name] = BIAS_DEFAULTS.get(parameter.name, False)
+        elif setting in own and setting not in given:
+            continue  # the class's own default
         elif setting is not None:
             arguments[parameter.name] = values[setting]
         elif config_object:
@@ -240,6 +252,28 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     arguments.update({setting: given[setting] for setting in by_kwargs})
     arguments.update(overrides)  # a **kwargs constructor takes the rest by name
     return arguments
+
+
+def own_defaults(cls: type[nn.Module]) -> dict[str, inspect.Parameter]:
+    """``cls``'s own size parameters that have a default (:data:`OWN_DEFAULT_SETTINGS`, under any of their
+    spellings), by attnviz setting: ``LlamaGQA(d_in=64, num_heads=8)`` -> ``d_in`` and ``num_heads``, each with its
+    ``name`` and ``default``.  A setting not given keeps its default (:func:`constructor_arguments` passes nothing for
+    it)."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+    except (TypeError, ValueError):
+        return {}
+    own = {}
+    for setting in OWN_DEFAULT_SETTINGS:
+        parameter = next((p for p in parameters if p.name in SPELLINGS[setting]
+                          and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)), None)
+        if parameter is not None and parameter.default is not parameter.empty:
+            own[setting] = parameter
+    return own
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def kwargs_settings(cls: type[nn.Module], settings, overrides: Mapping | None = None) -> list[str]:
@@ -289,13 +323,17 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     return not_taken
 
 
-def sizes_taken(arguments: Mapping) -> dict[str, int]:
+def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[str, int]:
     """The sizes among constructor ``arguments`` (:func:`constructor_arguments`' result), by attnviz setting: an
     argument spelled as one of a setting's names (``n_head`` → ``num_heads``) whose value is a positive whole number,
     or a single config object's attribute (:data:`CONFIG_FIELDS`: ``n_embd`` → ``d_in``, ``block_size`` →
-    ``context_length``).  What the module was built with, whatever names it keeps them under afterwards."""
+    ``context_length``); given ``cls``, also the defaults of its size parameters that ``arguments`` leave to it
+    (``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` called with none).  What the module was built with,
+    whatever names it keeps them under afterwards."""
     by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
     sizes = {}
+    if cls is not None:
+        arguments = {**_parameter_defaults(cls), **arguments}
     for name, value in arguments.items():
         if isinstance(value, types.SimpleNamespace):  # a config object: the first of its names for each setting
             for field, setting in CONFIG_FIELDS.items():
@@ -304,6 +342,15 @@ def sizes_taken(arguments: Mapping) -> dict[str, int]:
         elif name in by_name and _is_size(value):
             sizes[by_name[name]] = value
     return sizes
+
+
+def _parameter_defaults(cls: type[nn.Module]) -> dict:
+    """``cls``'s constructor parameters that have a default -> that default."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not p.empty}
 
 
 def _is_size(value) -> bool:
@@ -486,7 +533,7 @@ def listed_sizes(label: str, config) -> dict[str, int]:
     :func:`build_listed` passes): ``check_module``'s ``sizes``, as ``attnviz check`` gives it for the same module."""
     if label not in listed():
         raise UserCodeError(f"no module {label!r} is listed (only the command line lists modules)")
-    return sizes_taken(_listed_arguments(_classes[label], config))
+    return sizes_taken(_listed_arguments(_classes[label], config), _classes[label])
 
 
 def _remembered(error: UserCodeError, what: str) -> str:

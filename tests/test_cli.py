@@ -754,8 +754,8 @@ def test_a_kwargs_constructor_gets_the_flags_given_and_says_so(beside, monkeypat
 def test_a_failed_assert_and_a_file_that_is_not_python_say_so(beside):
     result = check(f"{beside}/mine.py:Base", "--num-heads", 3)
     assert result.returncode == 2
-    assert result.stderr == ("attnviz check: Base(d_in=64, num_heads=3, context_length=64, dropout=0.0) failed an "
-                             "assertion (base_beside.py, line 9): assert d_in % num_heads == 0\n")
+    assert result.stderr == ("attnviz check: Base(num_heads=3) failed an assertion (base_beside.py, line 9): "
+                             "assert d_in % num_heads == 0\n")  # d_in=64 and the rest: Base's own defaults
     (beside / "config.json").write_text('{"n_embd": 64, "bias": false}\n')
     result = check(f"{beside}/config.json:X")
     assert result.returncode == 2 and "config.json is not a Python file (JSON)" in result.stderr
@@ -772,3 +772,49 @@ def test_set_false_checks_the_module_asked_for():
     path = Path(um.__file__)
     result = check(f"{path}:MaskAfterSoftmax", "--set", "renormalise=False")
     assert result.returncode == 1 and "4 of 8 rules fail" in result.stdout
+
+
+# ---------------------------------------------------------------- a class's own size defaults
+
+OWN_DEFAULTS = ROOT / "tests" / "helpers" / "own_defaults.py"
+
+
+def test_a_class_is_built_with_its_own_size_defaults_unless_a_flag_is_typed(monkeypatch):
+    """``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` checked without --num-heads was built with attnviz's 4
+    heads; the kv-cache rule was told 4 heads (``sizes``)."""
+    built, told = [], []
+    check_module = checks.check_module
+    monkeypatch.setattr(checks, "check_module", lambda module, x, **kw: built.append(module) or told.append(
+        kw["sizes"]) or check_module(module, x, **kw))
+    result = check(f"{OWN_DEFAULTS}:LlamaGQA")
+    assert result.returncode == 0 and "not used" not in result.stderr, result.stderr  # (a busy machine: "slow")
+    assert (built[0].num_heads, built[0].W_key.out_features) == (8, 16)
+    assert told[0] == {"d_in": 64, "num_heads": 8, "num_kv_groups": 2}
+    assert check(f"{OWN_DEFAULTS}:LlamaGQA", "--num-heads", 4, "--d-in", 32).returncode == 0
+    assert (built[1].num_heads, built[1].W_query.in_features, built[1].W_key.out_features) == (4, 32, 16)
+    assert told[1] == {"d_in": 32, "num_heads": 4, "num_kv_groups": 2}
+
+
+def test_the_checked_input_is_as_wide_and_as_long_as_the_class_was_built():
+    """A class that says neither its width nor its context was built with attnviz's n_embd=64 and block_size=64;
+    built with its own 48 and 16, the input must be 48 wide (``--d-in`` not given) and at most 16 tokens long."""
+    result = check(f"{OWN_DEFAULTS}:FusedWidth48")
+    assert result.returncode == 0, result.stderr
+    assert "All 8 rules pass" in result.stdout and "tokens" not in result.stderr
+    result = check(f"{OWN_DEFAULTS}:FusedWidth48", "--tokens", 20)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (  # then, on a busy machine, that the check is slow
+        "attnviz check: --tokens 20 is more than the context the class was built with, 16 (its own default "
+        "block_size=16; --context-length sets another): checking 16 tokens")
+    assert check(f"{OWN_DEFAULTS}:FusedWidth48", "--d-in", 32, "--context-length", 8, "--tokens", 8).returncode == 0
+
+
+def test_check_help_says_a_size_flag_not_given_leaves_the_classs_default():
+    text = " ".join(help_text("check").split())
+    for flag, words in (("--d-in D_IN", "the class's default, or 64"),
+                        ("--num-heads NUM_HEADS", "the class's default, or 4"),
+                        ("--context-length CONTEXT_LENGTH", "the class's default, or 64"),
+                        ("--dropout DROPOUT", "the class's default, or 0"),
+                        ("--d-out D_OUT", "--d-in when given, else the class's default, or d_in")):
+        assert f"{flag} default: {words}" in text
+    assert "a size flag not given leaves an argument with a default at the class's own default" in text

@@ -417,3 +417,50 @@ def test_a_kwargs_constructor_gets_the_settings_given_by_attnvizs_names(tmp_path
     assert user_code.constructor_arguments(kw) == {}
     assert user_code.constructor_arguments(named, d_in=16, dropout=0.1) == {"d_in": 16, "dropout": 0.1}
     assert user_code.settings_not_taken(kw, {"num_heads": 2, "d_out": 32}) == {}
+
+
+OWN_SIZES = textwrap.dedent('''
+    from torch import nn
+
+
+    class Sized(nn.Module):
+        def __init__(self, num_kv_groups, d_in=32, d_out=16, num_heads=8, context_length=16, dropout=0.1):
+            super().__init__()
+            self.sizes = (num_kv_groups, d_in, d_out, num_heads, context_length, dropout)
+
+
+    class Required(nn.Module):
+        def __init__(self, d_in, num_heads=8):
+            super().__init__()
+            self.sizes = (d_in, num_heads)
+''')
+
+
+def test_a_size_with_a_default_keeps_it_unless_given(tmp_path, listed_alone):
+    """``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` checked without --num-heads was built with attnviz's 4
+    heads: every size parameter got attnviz's default, the class's own notwithstanding.  Now a size with a default
+    keeps it unless given (a required one gets attnviz's), d_out follows a d_in given, a required variant's default
+    is reckoned from the sizes the class is built with, and the sizes built with include the class's own."""
+    from helpers.own_defaults import LlamaGQA
+
+    assert user_code.constructor_arguments(LlamaGQA) == {}
+    gqa = user_code.build(LlamaGQA)
+    assert (gqa.num_heads, gqa.W_key.out_features) == (8, 16)
+    assert user_code.sizes_taken({}, LlamaGQA) == {"d_in": 64, "num_heads": 8, "num_kv_groups": 2}
+    path = tmp_path / "own.py"
+    path.write_text(OWN_SIZES)
+    sized, required = user_code.load(f"{path}:Sized"), user_code.load(f"{path}:Required")
+    assert user_code.build(sized).sizes == (4, 32, 16, 8, 16, 0.1)  # 8 // 2 K/V heads: its own 8 heads
+    assert user_code.constructor_arguments(sized, d_in=48) == {"num_kv_groups": 4, "d_in": 48, "d_out": 48}
+    assert user_code.constructor_arguments(sized, num_heads=2, dropout=0.0) == {
+        "num_kv_groups": 1, "num_heads": 2, "dropout": 0.0}
+    arguments = user_code.constructor_arguments(sized)
+    assert user_code.sizes_taken(arguments, sized) == {"num_kv_groups": 4, "d_in": 32, "d_out": 16, "num_heads": 8,
+                                                       "context_length": 16}
+    assert user_code.build(required).sizes == (64, 8)  # a required size: attnviz's default
+    # the app gives every size from its sidebar: the class's defaults never decide them
+    label = listed_alone(f"{path}:Sized")
+    assert user_code.build_listed(label, sizes(d_in=16, d_out=16, num_heads=4, context_length=8)).sizes == (
+        2, 16, 16, 4, 8, 0.0)
+    assert user_code.listed_sizes(label, sizes()) == {"num_kv_groups": 2, "d_in": 16, "d_out": 16, "num_heads": 4,
+                                                      "context_length": 8}
