@@ -6,14 +6,15 @@ Constructor arguments are matched by name to the class's signature, in the spell
 the class's own (:func:`own_defaults`: ``LlamaGQA(num_heads=8)`` keeps its 8 heads), a required one gets attnviz's
 (:data:`DEFAULTS`), and ``d_out`` follows a ``d_in`` given; a single ``config``/``cfg`` parameter gets an object with
 nanoGPT's names.  Today's variants' sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class and
-its model configs' ``n_kv_groups`` mean it; also ``num_key_value_heads``, ``n_kv_heads``), ``latent_dim``
-(``kv_lora_rank``) and ``sliding_window_size`` (``sliding_window``, ``window_size``) — go to a class that takes
-them when they are given, or when its constructor requires them (then a default from the sizes it is built with:
-half the heads' K/V groups, the book's latent size, a window of 4).  A ``bias``/``qkv_bias`` argument keeps the
-constructor's own default unless it is given (:data:`BIAS_DEFAULTS`).  ``overrides`` (the CLI's ``--set
-NAME=VALUE``) set any constructor argument by its own name, or a single config object's attribute
-(:data:`CONFIG_FIELDS`; a name the object does not have is refused, naming those it has).  A required argument
-nobody can fill is named in the error.  Every failure is a ``UserCodeError`` with one line.
+its model configs' ``n_kv_groups`` mean it; also ``num_key_value_heads``, ``n_kv_heads``, nanochat's
+``n_kv_head``), ``latent_dim`` (``kv_lora_rank``) and ``sliding_window_size`` (``sliding_window``, ``window_size``)
+— go to a class that takes them, or to its config object under all their spellings, when they are given, or to a
+class whose constructor requires them (then a default from the sizes it is built with: half the heads' K/V groups,
+the book's latent size, a window of 4).  A ``bias``/``qkv_bias`` argument keeps the constructor's own default
+unless it is given (:data:`BIAS_DEFAULTS`).  ``overrides`` (the CLI's ``--set NAME=VALUE``) set any constructor
+argument by its own name, or a single config object's attribute (:data:`CONFIG_FIELDS`; a name the object does not
+have is refused, naming those it has).  A required argument nobody can fill is named in the error.  Every failure is a
+``UserCodeError`` with one line.
 
 The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
 repeatable) or in ``ATTNVIZ_MODULES`` (comma-separated): :func:`listed` maps a label ("Your module:
@@ -59,7 +60,8 @@ SPELLINGS = {
     "dropout": ("dropout", "attn_pdrop", "p_drop", "dropout_p", "attn_dropout", "drop"),
     "qkv_bias": ("qkv_bias", "bias"),
     "batch_first": ("batch_first",),
-    "num_kv_groups": ("num_kv_groups", "n_kv_groups", "num_key_value_heads", "n_kv_heads", "num_kv_heads"),
+    "num_kv_groups": ("num_kv_groups", "n_kv_groups", "num_key_value_heads", "n_kv_heads", "num_kv_heads",
+                      "n_kv_head"),
     "latent_dim": ("latent_dim", "kv_lora_rank", "kv_latent_dim"),
     "sliding_window_size": ("sliding_window_size", "sliding_window", "window_size", "attention_window"),
 }
@@ -72,12 +74,18 @@ DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "drop
 # qkv_bias is passed only when given (``--set bias=false``): a constructor's own default wins (nanoGPT's bias=True);
 # one that requires it gets its spelling's home default: nanoGPT's and nn.Linear's bias=True, the book's qkv_bias=False
 BIAS_DEFAULTS = {"bias": True, "qkv_bias": False}
-# a single config object's attributes (nanoGPT's GPTConfig names, then the book's) -> the setting each carries; an
-# override of one (``--set n_embd=32``) sets every attribute of its setting, and d_out follows d_in unless given
+# a single config object's attributes (nanoGPT's GPTConfig names, then the book's, then every spelling of a variant's
+# size: nanochat's n_kv_head, Llama's n_kv_heads …, present only when that size is given) -> the setting each carries;
+# an override of one (``--set n_embd=32``, ``--set n_kv_head=2``) sets every attribute of its setting, and d_out
+# follows d_in unless given
 CONFIG_FIELDS = {"n_embd": "d_in", "n_head": "num_heads", "block_size": "context_length", "dropout": "dropout",
                  "bias": "bias", "d_in": "d_in", "d_out": "d_out", "emb_dim": "d_in", "n_heads": "num_heads",
                  "context_length": "context_length", "drop_rate": "dropout", "qkv_bias": "qkv_bias",
-                 "num_heads": "num_heads"}
+                 "num_heads": "num_heads",
+                 **{name: setting for setting in VARIANT_SETTINGS for name in SPELLINGS[setting]}}
+# the CLI's flag for each variant's size: named when a config object's constructor reads one nobody gave
+VARIANT_FLAGS = {"num_kv_groups": "--num-kv-groups N", "latent_dim": "--latent-dim N",
+                 "sliding_window_size": "--window W"}
 
 
 class UserCodeError(ValueError):
@@ -307,7 +315,7 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     not_taken = {}
     for setting in settings:
         taken = [name for name in SPELLINGS[setting] if name in names]
-        if config_object and setting not in VARIANT_SETTINGS:  # the config object carries it, unless --set does
+        if config_object:  # the config object carries it (a variant's under all its spellings), unless --set does
             overridden = next((name for name in overrides if CONFIG_FIELDS.get(name) == setting), None)
             if overridden is not None:
                 not_taken[setting] = overridden
@@ -358,14 +366,16 @@ def _is_size(value) -> bool:
 
 
 def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -> types.SimpleNamespace:
-    """nanoGPT's GPTConfig names (and the book's) for a class that takes one config object (:data:`CONFIG_FIELDS`);
-    ``bias`` and ``qkv_bias`` at their own projects' defaults (nanoGPT's True, the book's False) unless qkv_bias is
-    given.  ``overrides`` (``--set n_embd=32``, ``--set bias=false``) set its attributes by name, and a size's other
-    names with it (``n_embd`` sets ``d_in`` and ``emb_dim``; ``d_out`` too unless ``d_out_given`` or overridden), so
-    the object says one width whichever name the class reads."""
+    """nanoGPT's GPTConfig names (and the book's, and a variant's size given under all its spellings) for a class
+    that takes one config object (:data:`CONFIG_FIELDS`); ``bias`` and ``qkv_bias`` at their own projects' defaults
+    (nanoGPT's True, the book's False) unless qkv_bias is given.  ``overrides`` (``--set n_embd=32``, ``--set
+    bias=false``, ``--set n_kv_head=2``) set its attributes by name, and a size's other names with it (``n_embd``
+    sets ``d_in`` and ``emb_dim``; ``d_out`` too unless ``d_out_given`` or overridden; ``n_kv_head`` sets
+    ``n_kv_heads`` …), so the object says one size whichever name the class reads."""
     values = dict(values)
     overridden = {CONFIG_FIELDS[name]: value for name, value in overrides.items()
-                  if CONFIG_FIELDS.get(name) in ("d_in", "d_out", "num_heads", "context_length", "dropout")}
+                  if CONFIG_FIELDS.get(name) in ("d_in", "d_out", "num_heads", "context_length", "dropout",
+                                                 *VARIANT_SETTINGS)}
     values.update(overridden)
     if "d_in" in overridden and "d_out" not in overridden and not d_out_given:
         values["d_out"] = values["d_in"]  # nanoGPT's output is n_embd wide
@@ -388,8 +398,19 @@ def _refuse_config_names(cls: type[nn.Module], parameter: str, unknown: Sequence
 
 def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> nn.Module:
     """``cls`` built from attnviz's settings and ``overrides`` (see :func:`constructor_arguments`), under the time
-    limit of a user's call (:mod:`attnviz.time_limit`): whatever goes wrong is a one-line :class:`UserCodeError`."""
-    return _construct(cls, constructor_arguments(cls, overrides, **settings))
+    limit of a user's call (:mod:`attnviz.time_limit`): whatever goes wrong is a one-line :class:`UserCodeError`;
+    a config object's variant size the constructor reads and nobody gave (nanochat's ``config.n_kv_head``) says which
+    flag gives it (:data:`VARIANT_FLAGS`)."""
+    arguments = constructor_arguments(cls, overrides, **settings)
+    try:
+        return _construct(cls, arguments)
+    except UserCodeError as error:
+        missing = next((name for name in CONFIG_FIELDS if CONFIG_FIELDS[name] in VARIANT_FLAGS
+                        and f"SimpleNamespace' object has no attribute '{name}'" in str(error)), None)
+        if missing is None or not any(isinstance(v, types.SimpleNamespace) for v in arguments.values()):
+            raise
+        raise UserCodeError(f"{error} — attnviz's config object has it when you give it: "
+                            f"{VARIANT_FLAGS[CONFIG_FIELDS[missing]]}") from None
 
 
 def _construct(cls: type[nn.Module], arguments: dict) -> nn.Module:

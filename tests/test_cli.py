@@ -662,7 +662,8 @@ def test_num_kv_groups_on_a_plain_mha_and_a_flag_set_aside_by_set_are_named():
     result = check(f"{helpers}:TorchMHA", "--d-in", 32, "--num-kv-groups", 2)
     assert result.returncode == 0
     assert result.stderr == ("attnviz check: --num-kv-groups 2 not used: TorchMHA() takes no num_kv_groups argument "
-                             "(num_kv_groups, n_kv_groups, num_key_value_heads, n_kv_heads or num_kv_heads)\n")
+                             "(num_kv_groups, n_kv_groups, num_key_value_heads, n_kv_heads, num_kv_heads or "
+                             "n_kv_head)\n")
     result = check(f"{helpers}:CausalSelfAttention", "--d-in", 32, "--num-heads", 8, "--set", "n_head=2")
     assert result.returncode == 0
     assert result.stderr == ("attnviz check: --num-heads 8 not used: --set n_head=2 gives CausalSelfAttention()'s "

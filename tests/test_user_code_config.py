@@ -121,3 +121,83 @@ def test_a_size_flag_a_set_replaces_on_the_config_object_is_named(nano, capsys):
                      "--tokens", "4"]) == 0
     assert capsys.readouterr().err == ("attnviz check: --num-heads 8 not used: --set n_head=2 gives "
                                        "CausalSelfAttention()'s n_head\n")
+
+
+NANOCHAT = textwrap.dedent('''
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.n_head = config.n_head
+            self.n_kv_head = config.n_kv_head
+            self.n_embd = config.n_embd
+            self.head_dim = self.n_embd // self.n_head
+            assert self.n_embd % self.n_head == 0
+            assert self.n_kv_head <= self.n_head and self.n_head % self.n_kv_head == 0
+            self.c_q = nn.Linear(self.n_embd, self.n_head * self.head_dim, bias=False)
+            self.c_k = nn.Linear(self.n_embd, self.n_kv_head * self.head_dim, bias=False)
+            self.c_v = nn.Linear(self.n_embd, self.n_kv_head * self.head_dim, bias=False)
+            self.c_proj = nn.Linear(self.n_embd, self.n_embd, bias=False)
+
+        def forward(self, x):
+            B, T, C = x.size()
+            q = self.c_q(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+            k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
+            v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
+            k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)  # (B, nh, T, hs)
+            v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)  # (B, nh, T, hs)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+            y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+            return self.c_proj(y)
+''')
+
+
+@pytest.mark.parametrize("spelling", ["n_kv_head", "n_kv_heads", "num_key_value_heads"])
+def test_the_kv_heads_reach_a_config_object_under_the_names_gqa_classes_read(tmp_path, spelling):
+    """nanochat's ``CausalSelfAttention(config)`` reads ``config.n_kv_head`` (Llama-style code ``n_kv_heads``,
+    Hugging Face's ``num_key_value_heads``): --num-kv-groups never reached a config object, and --set refused the
+    name.  Now the object carries every spelling of a variant's size given, and --set sets them all."""
+    path = tmp_path / "nanochat.py"
+    path.write_text(NANOCHAT.replace("config.n_kv_head", f"config.{spelling}"))
+    cls = user_code.load(f"{path}:CausalSelfAttention")
+    assert user_code.build(cls, d_in=32, num_heads=4, num_kv_groups=2).c_k.out_features == 16  # 2 K/V heads of 8
+    config = user_code.constructor_arguments(cls, {spelling: 1}, d_in=32, num_heads=4)["config"]
+    assert (config.n_kv_head, config.n_kv_heads, config.num_key_value_heads, config.num_kv_groups) == (1, 1, 1, 1)
+    assert user_code.build(cls, {spelling: 1}, d_in=32, num_heads=4).c_k.out_features == 8
+    arguments = user_code.constructor_arguments(cls, d_in=32, num_heads=4, num_kv_groups=2)
+    assert user_code.sizes_taken(arguments)["num_kv_groups"] == 2
+    config = user_code.constructor_arguments(cls, d_in=32, latent_dim=8, sliding_window_size=3)["config"]
+    assert (config.kv_lora_rank, config.latent_dim, config.sliding_window, config.window_size) == (8, 8, 3, 3)
+    assert not hasattr(user_code.constructor_arguments(cls, d_in=32)["config"], "n_kv_head")  # only when given
+
+
+def test_the_cli_checks_nanochats_class_with_its_kv_heads(tmp_path, monkeypatch, capsys):
+    from attnviz import checks
+
+    path = tmp_path / "nanochat.py"
+    path.write_text(NANOCHAT)
+    passed = {}
+    check_module = checks.check_module
+
+    def recorded(module, x, **kwargs):
+        passed.update(kwargs.get("sizes") or {})
+        return check_module(module, x, **kwargs)
+
+    monkeypatch.setattr(checks, "check_module", recorded)
+    assert cli.main(["check", f"{path}:CausalSelfAttention", "--d-in", "32", "--num-heads", "4",
+                     "--num-kv-groups", "2", "--tokens", "4"]) == 0
+    out, err = capsys.readouterr()
+    assert "All 8 rules pass" in out and err == ""  # no "--num-kv-groups 2 not used"
+    assert passed["num_kv_groups"] == 2
+    assert cli.main(["check", f"{path}:CausalSelfAttention", "--set", "n_kv_head=1", "--tokens", "4"]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", f"{path}:CausalSelfAttention", "--tokens", "4"]) == 2
+    assert capsys.readouterr().err == (
+        "attnviz check: CausalSelfAttention(config=<config>) raised AttributeError: 'types.SimpleNamespace' object "
+        "has no attribute 'n_kv_head' — attnviz's config object has it when you give it: --num-kv-groups N\n")
+    help_text = " ".join(cli.parser().parse_args(["check", "x.py:X"]).command_parser.format_help().split())
+    assert "a variant size's spellings, n_kv_head, n_kv_heads, kv_lora_rank, sliding_window …" in help_text
