@@ -127,8 +127,13 @@ def _named(message: str, name: str, ref: str) -> str:
     return message
 
 
-# an absolute path (POSIX or Windows) of two or more parts, up to a space, a quote, a bracket or a comma
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])(?:[A-Za-z]:[\\/]|/)(?:[^\s'\"()<>,;:/\\]+[/\\])+[^\s'\"()<>,;:/\\]*")
+_PART = r"[^\s'\"()<>,;:/\\]+"  # a word of a path's part: no space, quote, bracket, comma, colon or separator
+# an absolute path (POSIX, from ~, or Windows) of two or more parts — not the // of a URL.  A folder on it may have
+# spaces in its name (words joined by single spaces, up to its separator; a sentence never ends inside one); the
+# last part ends at a space, a quote, a bracket or a comma
+_ABSOLUTE_PATH = re.compile(
+    rf"(?<![\w.~])(?<!:/)(?:[A-Za-z]:[\\/]|~?[/\\])(?:{_PART}(?:(?<![.!?]) {_PART})*[/\\])+[^\s'\"()<>,;:/\\]*"
+)
 
 
 def _without_paths(message: str) -> str:
