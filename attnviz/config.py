@@ -64,7 +64,7 @@ class AttentionConfig:
     dropout: float = 0.0
     train: bool = False  # dropout active
     causal: bool = True
-    qkv_bias: bool = False
+    qkv_bias: bool | None = None  # Q, K, V biases (None: the class's own: the book's False, a checkpoint's its file's)
     seed: int = 123
     device: str = "auto"
     embedding: str = "seeded"  # "book": the book's hand-set 3-d journey vectors when the text is the journey

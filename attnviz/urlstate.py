@@ -47,6 +47,12 @@ DEFAULTS = {
     "positions": "learned",
     "rope_base": 10_000,
 }
+# AttentionConfig's settings the app does not offer, with what runs instead (a link may carry one written by hand)
+NOT_SETTINGS = {
+    "qkv_bias": "the app has no setting for biases in W_query, W_key and W_value. The book's classes run without "
+                "them (the book's qkv_bias=False); a checkpoint runs with its own, as it was trained (GPT-2 has "
+                "them).",
+}
 SETTING_KEYS = tuple(DEFAULTS)  # defaults(): the variant is a module the command line names, if any
 WEIGHTS_SIZES = variants.CHECKPOINT_SIZES  # a checkpoint's own: the sidebar sets them from its file
 FITTED = ("num_kv_groups", "latent_dim", "positions")  # what fit_modern fits to the sizes
@@ -235,6 +241,9 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     parsers = _parsers()
     used, unknown = set(), []  # the settings that took the URL's value; the names that are no setting
     for key, raw in params.items():
+        if key in NOT_SETTINGS:
+            notices.append(f"Ignored URL parameter {key}: {NOT_SETTINGS[key]}")
+            continue
         if key not in parsers and key not in PAGE_PARAMS:
             unknown.append(key)
             continue
@@ -435,6 +444,7 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
         dropout=float(values["dropout"]) if spec.dropout else 0.0,
         train=bool(values["train"]) and spec.dropout,
         causal=bool(values["causal"]) if spec.not_applicable("causal") is None else spec.book_causal,
+        qkv_bias=False,  # the book's classes as the book builds them (the app has no bias setting: NOT_SETTINGS)
         seed=int(values["seed"]),
         device=resolve_device(values["device"])[0],  # the device that runs (settled: "auto" picks one)
         embedding="book" if is_book(values["preset"]) and int(values["d_in"]) == 3 else "seeded",

@@ -178,7 +178,8 @@ def test_settings_the_checkpoint_decides_are_ignored_with_a_notice(checkpoint_di
     (dict(latent_dim=16), "no latent"),
     (dict(sliding_window_size=3), "its own config"),
     (dict(device="cuda"), "the CPU"),
-], ids=["rotary", "rope_base", "num_kv_groups", "latent_dim", "sliding_window_size", "device"])
+    (dict(qkv_bias=False), "trained with a bias in W_query, W_key and W_value"),
+], ids=["rotary", "rope_base", "num_kv_groups", "latent_dim", "sliding_window_size", "device", "qkv_bias"])
 def test_a_setting_of_the_attention_a_checkpoint_does_not_use_is_named_and_not_kept(checkpoint_dir, overrides,
                                                                                      words):
     """Before, positions="rotary" became learned and rope_base, num_kv_groups, latent_dim and sliding_window_size

@@ -190,6 +190,14 @@ def test_a_setting_that_changes_nothing_is_named_in_the_notes(overrides, setting
     assert plain.config == trace.config and plain.notes == ()
 
 
+def test_the_book_classes_run_without_biases_unless_asked():
+    """qkv_bias left open (None) is the book's qkv_bias=False; the trace says what ran."""
+    for variant in ("self_attention_v2", "causal", "mha_wrapper", "mha"):
+        assert run(TEXT, small(variant)).config.qkv_bias is False
+        with_biases = run(TEXT, small(variant, qkv_bias=True))
+        assert with_biases.config.qkv_bias is True and with_biases.notes == ()
+
+
 def test_settling_twice_changes_nothing():
     for variant in variants.VARIANTS:
         asked = small(variant, num_heads=4, d_out=8, layer=2, qkv_bias=True, causal=False, rope_base=500_000)

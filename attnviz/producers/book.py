@@ -45,6 +45,7 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
            if reasons[name] is not None})
     if reasons["causal"] is not None:
         settled = replace(settled, causal=spec.book_causal)
+    settled = replace(settled, qkv_bias=bool(settled.qkv_bias))  # None (the default): the book's qkv_bias=False
     notes = [f"Ignored {name} = {getattr(config, name)}: {reason[0].lower()}{reason[1:]}"
              for name, reason in reasons.items()
              if reason is not None and getattr(config, name) != getattr(settled, name)

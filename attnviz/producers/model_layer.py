@@ -23,8 +23,8 @@ from attnviz.trace import ModelRun, Trace, make_trace, to_numpy
 from attnviz.words import amount
 
 LAYER_RUNS_MB = int(os.environ.get("ATTNVIZ_LAYER_RUNS_MB", "512"))  # block inputs kept for fast layer switches
-_DECIDED = ("variant", "d_in", "d_out", "num_heads", "context_length", "qkv_bias", "dropout", "train", "seed",
-            "device", "embedding")  # the settings a checkpoint decides
+_DECIDED = ("variant", "d_in", "d_out", "num_heads", "context_length", "dropout", "train", "seed", "device",
+            "embedding")  # the settings a checkpoint decides (and qkv_bias, with its own note: _attention_notes)
 _DEFAULTS = {f.name: f.default for f in fields(AttentionConfig)}
 
 _layer_runs_lock = threading.Lock()
@@ -76,12 +76,17 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
 
 
 def _attention_notes(config: AttentionConfig, settled: AttentionConfig, sizes) -> list[str]:
-    """A note for each setting of the attention's kind — positions, K/V heads, latent, window — that the caller set
-    and the checkpoint's file decides otherwise or does not use."""
+    """A note for each setting of the attention's kind — Q/K/V biases, positions, K/V heads, latent, window — that
+    the caller set and the checkpoint's file decides otherwise or does not use."""
     kv_heads = (f"{amount(sizes.n_kv_heads, 'K/V head')} shared by its {sizes.num_heads} heads"
                 if sizes.n_kv_heads is not None else f"a K/V head for each of its {amount(sizes.num_heads, 'head')} "
                                                      "(multi-head attention)")
     why = {
+        "qkv_bias": ("this checkpoint was trained with a bias in W_query, W_key and W_value (GPT-2 has them), so "
+                     "its layer runs with them, as trained: each query, key and value is x · W + b. Without the "
+                     "biases it would not be the model that was trained." if sizes.qkv_bias else
+                     "this checkpoint was trained without a bias in W_query, W_key and W_value, so its layer runs "
+                     "without them, as trained: each query, key and value is x · W."),
         "positions": "this checkpoint's GPT adds learned positional embeddings to its tokens (the book's GPTModel): "
                      "it has no rotary positions.",
         "rope_base": "this checkpoint's positions are learned: rope_base turns rotary positions only.",

@@ -168,6 +168,17 @@ def test_deep_link_with_a_layer_the_model_lacks(checkpoints):
     assert any("this checkpoint has 3 layers" in w.value for w in at.sidebar.warning)
 
 
+def test_a_link_turning_the_biases_off_says_the_checkpoint_runs_with_its_own(checkpoints):
+    """The app has no bias setting: a hand-written ``qkv_bias=false`` is said to change nothing, in words — the
+    checkpoint's layer runs with the biases it was trained with."""
+    at = app(weights=NAME, qkv_bias="false")
+    no_exception(at)
+    said = sidebar_notices(at)
+    assert "Ignored URL parameter qkv_bias" in said and "unknown" not in said
+    assert "a checkpoint runs with its own, as it was trained" in said
+    assert at.sidebar.selectbox(key="weights").value == NAME
+
+
 
 def test_weights_with_fewer_layers_picked_in_the_sidebar_start_at_layer_0_without_a_link_notice(checkpoints):
     """Layer 2 of a 3-layer checkpoint, then the 2-layer bundled model picked in the sidebar: the sidebar said
