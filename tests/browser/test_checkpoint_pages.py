@@ -6,9 +6,7 @@ first request to a fresh server.  ``ATTNVIZ_UPDATE_SCREENSHOTS=1`` writes docs/s
 
 from __future__ import annotations
 
-import os
 import re
-from unittest import mock
 
 import pytest
 from helpers.browser import (
@@ -20,8 +18,8 @@ from helpers.browser import (
     query_of,
     runs,
     save_screenshot,
+    serving_checkpoints,
     sidebar,
-    start_server,
     step_generation,
     text_box,
     visit,
@@ -54,14 +52,12 @@ def checkpoints(tmp_path_factory, browser_available):
     config = transformers.GPT2Config(n_layer=4, n_head=12, n_embd=384, n_positions=1024)
     torch.manual_seed(0)
     transformers.GPT2LMHeadModel(config).save_pretrained(folder / NAME)
-    env = {"ATTNVIZ_CHECKPOINTS": str(folder), "HF_HUB_CACHE": str(folder / "no-hf-cache")}
-    with mock.patch.dict(os.environ, env):  # the servers started in this module inherit it
-        yield folder
+    return folder
 
 
 @pytest.fixture(scope="module")
 def server(checkpoints):
-    with start_server() as running:
+    with serving_checkpoints(checkpoints) as running:
         yield running
 
 
@@ -203,7 +199,7 @@ def test_tampered_name_is_ignored_with_a_notice(page, server):
 
 
 def test_deep_link_naming_the_checkpoint_is_a_fresh_servers_first_request(page, checkpoints):
-    with start_server() as fresh:
+    with serving_checkpoints(checkpoints) as fresh:
         visit(page, f"{fresh.url}/steps?weights={NAME}&layer=1&text=Hello%20world%20hello")
         expect(main_title(page)).to_contain_text("Attention step by step")
         expect(sidebar(page).get_by_role("combobox", name="Weights")).to_have_value(NAME)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
-from unittest import mock
 
 import pytest
-from helpers.browser import assert_no_exception, expect, start_server, wait_idle
+from helpers.browser import assert_no_exception, expect, serving_checkpoints, wait_idle
 from helpers.browser import runs as runs_seen
 
 pytestmark = pytest.mark.browser
@@ -36,14 +35,12 @@ def folder(tmp_path_factory, browser_available):
     for name in ("for-generate", "for-heads"):
         torch.save(state, listed / f"{name}.pth")
         (listed / f"{name}.json").write_text(json.dumps(BOOK_CONFIG))
-    env = {"ATTNVIZ_CHECKPOINTS": str(listed), "HF_HUB_CACHE": str(listed / "no-hf-cache")}
-    with mock.patch.dict(os.environ, env):  # the server started below inherits it
-        yield listed
+    return listed
 
 
 @pytest.fixture(scope="module")
 def server(folder):
-    with start_server() as running:
+    with serving_checkpoints(folder) as running:
         yield running
 
 

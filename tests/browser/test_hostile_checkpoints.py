@@ -10,12 +10,10 @@ above its maximum).
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
-from unittest import mock
 
 import pytest
-from helpers.browser import assert_no_exception, expect, start_server, wait_idle
+from helpers.browser import assert_no_exception, expect, serving_checkpoints, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -37,14 +35,12 @@ def checkpoints(tmp_path_factory, browser_available):
         model.transformer.h[0].ln_1.weight[0] = float("nan")
     model.save_pretrained(folder / "nan-weights")
     random_gpt2(0, n_layer=1, n_head=2, n_embd=64, n_positions=4).save_pretrained(folder / "tiny-context")
-    env = {"ATTNVIZ_CHECKPOINTS": str(folder), "HF_HUB_CACHE": str(folder / "no-hf-cache")}
-    with mock.patch.dict(os.environ, env):  # the server started below inherits it
-        yield folder
+    return folder
 
 
 @pytest.fixture(scope="module")
 def server(checkpoints):
-    with start_server() as running:
+    with serving_checkpoints(checkpoints) as running:
         yield running
 
 

@@ -4,11 +4,17 @@ head's map without an exception and says the grouping, and the Generate page dra
 
 from __future__ import annotations
 
-import os
-from unittest import mock
-
 import pytest
-from helpers.browser import assert_no_exception, choose_option, expect, runs, sidebar, start_server, visit, wait_idle
+from helpers.browser import (
+    assert_no_exception,
+    choose_option,
+    expect,
+    runs,
+    serving_checkpoints,
+    sidebar,
+    visit,
+    wait_idle,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -23,8 +29,7 @@ def server(tmp_path_factory, browser_available):
     folder = tmp_path_factory.mktemp("modern-checkpoints")
     model = random_modern_gpt("grouped-query", seed=2, num_kv_groups=2)
     torch.save({"model_state_dict": model.state_dict(), "cfg": book_modern_cfg(model)}, folder / NAME)
-    env = {"ATTNVIZ_CHECKPOINTS": str(folder), "HF_HUB_CACHE": str(folder / "no-hf-cache")}
-    with mock.patch.dict(os.environ, env), start_server() as running:  # the server inherits the environment
+    with serving_checkpoints(folder) as running:
         yield running
 
 

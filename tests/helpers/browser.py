@@ -1,6 +1,7 @@
 """Real-browser helpers: a fresh Streamlit server, Debian's Chromium settings, and waits for a run to finish drawing.
 
-tests/browser/conftest.py builds its fixtures from these; browser tests import them from here.  No browser is ever
+tests/browser/conftest.py builds its fixtures from these; browser tests import them from here (a server listing a
+test's own checkpoints: :func:`serving_checkpoints`).  No browser is ever
 downloaded: Playwright launches ``/usr/bin/chromium``.
 """
 
@@ -18,6 +19,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -157,6 +159,15 @@ _IDLE = """
   return drawn && graphs.every((graph) => graph.querySelector('svg g.node'));
 }
 """
+
+
+@contextlib.contextmanager
+def serving_checkpoints(folder: Path, script_args: tuple[str, ...] = ()) -> Iterator[Server]:
+    """:func:`start_server` on a server that lists the checkpoints a test wrote in ``folder`` (ATTNVIZ_CHECKPOINTS)
+    and none from this machine's Hugging Face cache (HF_HUB_CACHE points into ``folder``, where there is none)."""
+    env = {"ATTNVIZ_CHECKPOINTS": str(folder), "HF_HUB_CACHE": str(folder / "no-hf-cache")}
+    with mock.patch.dict(os.environ, env), start_server(script_args) as running:  # the server inherits them
+        yield running
 
 
 def runs(page: Page) -> int:
