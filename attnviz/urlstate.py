@@ -294,8 +294,7 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
             notices.append(f"URL parameter d_out={values['d_out']}: the default {values['num_heads']} heads do not "
                            f"divide it; using {new} heads.")
         values["num_heads"] = new
-    if preset_dims(values["preset"], values["variant"]) not in (None, (values["d_in"], values["d_out"],
-                                                                       values["num_heads"])):
+    if not preset_holds(values["preset"], values["variant"], (values["d_in"], values["d_out"], values["num_heads"])):
         values["preset"] = "custom"  # as the sidebar does when a size is edited: the size box names no other sizes
     values, fitted = fit_modern(values)
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
@@ -611,6 +610,14 @@ def preset_dims(preset: str, variant: str) -> tuple[int, int, int] | None:
     if preset not in variants.PRESETS:
         return None
     return variants.PRESETS[preset].sizes(variants.VARIANTS.get(variant))
+
+
+def preset_holds(preset: str, variant: str, sizes: tuple[int, int, int]) -> bool:
+    """Whether the sidebar's ``sizes`` (d_in, d_out, num_heads) keep the size ``preset`` for ``variant``
+    (``Preset.holds``: its sizes, and at the book size the wrapper's exercise 3.2 too); True for "custom"."""
+    if preset not in variants.PRESETS:
+        return True
+    return variants.PRESETS[preset].holds(variants.VARIANTS.get(variant), sizes)
 
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")

@@ -90,7 +90,9 @@ class Variant:
         return (f"d_out is the output's total width, as for every class here: each of the {heads} heads is "
                 f"d_out ÷ {heads} wide. The book's {self.cls.__name__} takes d_out per head (its output is "
                 "num_heads × d_out wide): the Book toy example runs its listing, d_out = 2 per head with 2 heads, "
-                "so d_out is 4 here (MultiHeadAttention's listing: d_out = 2 in all).")
+                "so d_out is 4 here (MultiHeadAttention's listing: d_out = 2 in all). Exercise 3.2 "
+                "(2-dimensional context vectors, still 2 heads): set d_out to 2 at the Book toy example — each "
+                "head's d_out is 1, the exercise's answer.")
 
     def not_applicable(self, setting: str) -> str | None:
         """Why ``setting`` (``d_out``, ``num_heads``, ``dropout``, ``train`` …) does not apply, or None."""
@@ -367,6 +369,15 @@ class Preset:
         if self.book and spec is not None and spec.per_head_d_out:
             return self.d_in, self.d_out * self.num_heads, self.num_heads
         return self.dims
+
+    def holds(self, spec: Variant | None, sizes: tuple[int, int, int]) -> bool:
+        """Whether (d_in, d_out, num_heads) ``sizes`` are this size's for the variant ``spec``: :meth:`sizes`, and at
+        the book's toy example also the book's exercise for a class that takes d_out per head — exercise 3.2: the
+        wrapper's 2 heads of d_out 1 give 2-dimensional context vectors, the preset's own (3, 2, 2) — so the
+        sidebar's d_out set to the exercise's answer keeps the book's inputs, seed and mask."""
+        sizes = tuple(int(size) for size in sizes)
+        return sizes == self.sizes(spec) or (self.book and spec is not None and spec.per_head_d_out
+                                             and sizes == self.dims)
 
 
 # GPT-2 sizes: (d_model, heads); head_dim is 64 in all four.  (A widely copied table says 24 and

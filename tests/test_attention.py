@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.book import BOOK_V1_WEIGHTS_2, BOOK_V2_WEIGHTS
+from helpers.book import BOOK_EXERCISE_3_2, BOOK_V1_WEIGHTS_2, BOOK_V2_WEIGHTS
 from torch import nn
 
 from attnviz.attention import (
@@ -548,9 +548,6 @@ BOOK_A_AT = [[[[1.3208, 1.1631, 1.2879],
               [[0.4391, 0.7003, 0.5903],
                [0.7003, 1.3737, 1.0620],
                [0.5903, 1.0620, 0.9912]]]]
-# Exercise 3.2 (appendix C): the wrapper with d_out = 1 per head, so its 2 heads give a 2-wide context
-BOOK_EXERCISE_3_2 = [[-0.5740, 0.2216], [-0.7320, 0.0155], [-0.7774, -0.0546],
-                     [-0.6979, -0.0817], [-0.6538, -0.0957], [-0.6424, -0.1065]]
 
 
 def test_book_batched_matmul_of_3_6_2():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.book import BOOK_EXERCISE_3_2
 from helpers.runs import ATOL, JOURNEY, upper_mask
 
 from attnviz import attention, embedding
@@ -54,14 +55,18 @@ def test_book_preset_wrapper_runs_its_listings_d_out_per_head_and_prints_the_boo
 
 def test_the_book_size_of_a_link_runs_the_wrappers_listing():
     """``?variant=mha_wrapper&preset=book``: the sidebar's d_out is the listing's total (4), the size stays the
-    book's, and the run prints the book's 3.6.1 tensor."""
+    book's, and the run prints the book's 3.6.1 tensor; with ``d_out=2`` it stays the book's too, exercise 3.2."""
     values = link_settings({"variant": "mha_wrapper", "preset": "book"})
     assert (values["preset"], values["d_in"], values["d_out"], values["num_heads"]) == ("book", 3, 4, 2)
     trace = run(JOURNEY, config_from_settings(values))
     assert np.allclose(trace.output[0], BOOK_WRAPPER, atol=ATOL)
     mha = link_settings({"variant": "mha", "preset": "book"})  # MHA's listing: d_out = 2 in all
     assert (mha["preset"], mha["d_out"], mha["num_heads"]) == ("book", 2, 2)
-    assert link_settings({"variant": "mha_wrapper", "preset": "book", "d_out": "2"})["preset"] == "custom"
+    exercise = link_settings({"variant": "mha_wrapper", "preset": "book", "d_out": "2"})  # exercise 3.2: the book's
+    assert (exercise["preset"], exercise["d_out"], exercise["num_heads"]) == ("book", 2, 2)
+    assert np.allclose(run(JOURNEY, config_from_settings(exercise)).output[0], BOOK_EXERCISE_3_2, atol=ATOL)
+    assert link_settings({"variant": "mha_wrapper", "preset": "book", "d_out": "6"})["preset"] == "custom"
+    assert link_settings({"variant": "mha", "preset": "book", "d_out": "4"})["preset"] == "custom"
 
 
 BOOK_V1 = [[0.2996, 0.8053], [0.3061, 0.8210], [0.3058, 0.8203], [0.2948, 0.7939], [0.2927, 0.7891], [0.2990, 0.8040]]
@@ -142,10 +147,7 @@ def test_book_preset_wrapper_two_wide_is_exercise_3_2():
     heads: exercise 3.2's printout."""
     trace = run(JOURNEY, preset_config("book", variant="mha_wrapper", d_out=2))
     assert trace.steps["context"].shape == (1, 2, 6, 1)
-    assert np.allclose(trace.output[0], [
-        [-0.5740, 0.2216], [-0.7320, 0.0155], [-0.7774, -0.0546],
-        [-0.6979, -0.0817], [-0.6538, -0.0957], [-0.6424, -0.1065],
-    ], atol=ATOL)
+    assert np.allclose(trace.output[0], BOOK_EXERCISE_3_2, atol=ATOL)
 
 
 def test_app_dropped_stage_follows_the_books_dropout():

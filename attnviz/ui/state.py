@@ -46,6 +46,7 @@ from attnviz.urlstate import (
     is_book,
     markdown_escape,
     preset_dims,
+    preset_holds,
     settings_from_query,
 )
 
@@ -146,7 +147,8 @@ def _changed(key: str) -> None:
     if sizes is not None and (key == "preset" or key == "variant" and is_book(state["preset"])):
         for name, value in zip(("d_in", "d_out", "num_heads"), sizes):
             set_setting(name, value)
-    elif key in ("d_in", "d_out", "num_heads") and sizes != (state["d_in"], state["d_out"], state["num_heads"]):
+    elif key in ("d_in", "d_out", "num_heads") and not preset_holds(
+            state["preset"], state["variant"], (state["d_in"], state["d_out"], state["num_heads"])):
         set_setting("preset", "custom")
     if key in ("preset", "variant") and is_book(state["preset"]) and state["variant"] in variants.VARIANTS:
         # the book masks only causal attention, the wrapper and MHA (sections 3.5-3.6), and seeds each class as its

@@ -129,11 +129,15 @@ def head_dim_equation(config: AttentionConfig) -> str:
         return f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {c.d_out // c.num_heads}"
     if spec.heads == variants.PER_HEAD:
         per_head = c.d_out // c.num_heads
+        exercise = c.embedding == "book" and spec.per_head_d_out and any(
+            preset.book and preset.dims == (c.d_in, c.d_out, c.num_heads) for preset in variants.PRESETS.values())
         return (
             f"d_out = num_heads × head_dim: {c.d_out} = {c.num_heads} × {per_head} "
             f"(each CausalAttention head has d_out = {per_head}; the heads are concatenated — the book's "
             f"{spec.cls.__name__} takes d_out per head: {spec.cls.__name__}(d_in, d_out={per_head}, …, "
             f"num_heads={c.num_heads}))"
+            + (f" · the book's exercise 3.2: {c.d_out}-dimensional context vectors with {c.num_heads} heads"
+               if exercise else "")
         )
     if spec.weights is None:
         return f"no weights: queries = keys = values = inputs, d = d_in = {c.d_in}"

@@ -13,3 +13,9 @@ BOOK_V2_WEIGHTS = [
     [0.1830, 0.1669, 0.1670, 0.1588, 0.1658, 0.1585],
     [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
 ]
+
+# Exercise 3.2 (appendix C): MultiHeadAttentionWrapper(3, 1, 6, 0.0, num_heads=2) after torch.manual_seed(123), the
+# wrapper with d_out = 1 per head, so its 2 heads give 2-dimensional context vectors; the book prints a batch of two
+# copies of the journey, shape (2, 6, 2), each copy these rows
+BOOK_EXERCISE_3_2 = [[-0.5740, 0.2216], [-0.7320, 0.0155], [-0.7774, -0.0546],
+                     [-0.6979, -0.0817], [-0.6538, -0.0957], [-0.6424, -0.1065]]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from helpers.apptest import decode, follow_link, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
+from helpers.book import BOOK_EXERCISE_3_2
 from helpers.maps import cells_shown, colour_range, images, pixels
 from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
 from streamlit.proto.PlotlyChart_pb2 import PlotlyChart as PlotlyChartProto
@@ -342,6 +343,37 @@ def test_the_book_size_runs_the_wrappers_listing_and_says_what_d_out_means():
     assert at.dataframe[1].value["output vector"].tolist()[0] == "0.3190, 0.4858"  # 3.6.2's printed output
     at.sidebar.selectbox(key="variant").set_value("mha_wrapper").run()
     assert at.sidebar.number_input(key="d_out").value == 4
+
+
+def test_exercise_3_2_is_the_wrappers_d_out_set_to_2_at_the_book_size():
+    """Exercise 3.2: 2-dimensional context vectors from MultiHeadAttentionWrapper(…, num_heads=2) — each head's d_out
+    is 1.  At the book size the student sets the wrapper's d_out (the total width) from the listing's 4 to 2: the size
+    stays the book's (its inputs, seed and mask), the output is the exercise's printed answer, each of its heads 1
+    wide, the Shapes page names the exercise, and the link reopens it."""
+    at = app(preset="book", variant="mha_wrapper")
+    assert "Exercise 3.2" in at.sidebar.number_input(key="d_out").proto.help
+    at.sidebar.number_input(key="d_out").set_value(2).run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="preset").value == "book"
+    assert (at.sidebar.number_input(key="d_in").value, at.sidebar.selectbox(key="num_heads").value) == (3, 2)
+    assert (at.sidebar.number_input(key="seed").value, at.sidebar.toggle(key="causal").value) == (123, True)
+    book_rows = [f"{a:.4f}, {b:.4f}" for a, b in BOOK_EXERCISE_3_2]  # the book's (2, 6, 2): two copies of these
+    at.switch_page("pages/steps.py").run()
+    at.segmented_control(key="steps_stage").set_value("context").run()
+    no_exception(at)
+    assert at.dataframe[1].value["output vector"].tolist() == book_rows  # (1, 6, 2): one copy
+    url = {key: value[-1] if isinstance(value, list) else value for key, value in at.query_params.items()}
+    assert (url.get("preset"), url.get("variant"), url.get("d_out")) == ("book", "mha_wrapper", "2")
+    at.switch_page("pages/shapes.py").run()
+    no_exception(at)
+    shown = " ".join(m.value for m in at.main.markdown)
+    assert "MultiHeadAttentionWrapper(d_in, d_out=1, …, num_heads=2)" in shown and "exercise 3.2" in shown
+    reopened = app(**url)
+    reopened.switch_page("pages/steps.py").run()
+    reopened.segmented_control(key="steps_stage").set_value("context").run()
+    no_exception(reopened)
+    assert reopened.sidebar.selectbox(key="preset").value == "book"
+    assert reopened.dataframe[1].value["output vector"].tolist() == book_rows
 
 
 def test_choosing_the_book_preset_sets_the_books_mask_for_the_variant():
