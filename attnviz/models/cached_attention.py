@@ -44,7 +44,10 @@ def _no_rotation(module) -> None:
 class KeyValueCache:
     """The book's KV-cache state for an attention class that keeps keys and values: the ``cache_k``/``cache_v``
     buffers (not in the state dict) and ``ptr_current_pos``; ``reset_cache()`` empties both and sets the position
-    back to 0, ``cache_tensors()`` names what the cache holds (each class says the shapes)."""
+    back to 0, ``cache_tensors()`` names what the cache holds (each class says the shapes), ``cache_token_axis`` the
+    dimension that counts its tokens."""
+
+    cache_token_axis = 2  # cache_k/cache_v (b, heads, n, hd): kept after the transpose, as the bonus code keeps them
 
     def init_cache(self) -> None:
         self.register_buffer("cache_k", None, persistent=False)
@@ -106,6 +109,8 @@ class CachedGroupedQueryAttention(KeyValueCache, GroupedQueryAttention):
 
 class CachedMultiHeadLatentAttention(MultiHeadLatentAttention):
     """Multi-head latent attention whose cache holds the latent, ``cache_c_kv`` (b, n, latent_dim)."""
+
+    cache_token_axis = 1  # cache_c_kv (b, n, latent_dim)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -41,6 +41,7 @@ class Step:
     fed: list[int]  # the token ids it fed: the prompt, then the one new token (all tokens so far without the cache)
     weights: np.ndarray | None  # float32 (layers, heads, q, k): the rows this step adds; None when not kept
     cache_shapes: list[dict[str, tuple[int, ...]]]  # per layer, what the cache holds after it ({} without a cache)
+    cache_token_axes: list[int]  # per layer, the dimension of its cache's shapes that counts the tokens
     cache_bytes: int  # bytes the cache holds after it, every layer
     logits: np.ndarray  # float32 (vocab,): the last position's logits
     top_ids: list[int]  # the TOP_K most likely next tokens, most likely first
@@ -149,8 +150,9 @@ def cache_settings(model: GPTModel) -> dict:
             "sliding_window_size": None, **schedule}
 
 
-def _layer_holds(settings: dict, window: int | None) -> str:
-    """What one layer with ``window`` (None: full attention) caches, in Markdown."""
+def _layer_holds(settings: dict, window: int | None, token_axis: int) -> str:
+    """What one layer with ``window`` (None: full attention) caches, in Markdown; ``token_axis`` 1: keys and values
+    kept as the book's chapter 4 keeps them, (b, n, heads, head_dim)."""
     if settings["latent_dim"] is not None:
         return (f"`cache_c_kv`, one latent per token, shape `(b, n, latent_dim)` = `(1, n, {settings['latent_dim']})`: "
                 "keys and values are up-projected from it at every step")
@@ -165,9 +167,13 @@ def _layer_holds(settings: dict, window: int | None) -> str:
     if window is not None:
         what += f" of the last W = {window} tokens only"
     n_symbol, n_here = ("n", "n") if window is None else ("min(n, W)", f"min(n, {window})")
+    if token_axis == 1:  # the book's MHA: its layout, before the heads are transposed
+        return (f"{what}, shape `(b, n, heads, head_dim)` = `(1, n, {heads}, {settings['head_dim']})`, the book's "
+                "layout (chapter 4's KV cache: new tokens appended on dim 1, transposed to heads first after)")
     symbol = "heads" if kv_heads == heads else "kv_heads"
     return (f"{what}, shape `(b, {symbol}, {n_symbol}, head_dim)` = "
-            f"`(1, {kv_heads}, {n_here}, {settings['head_dim']})`")
+            f"`(1, {kv_heads}, {n_here}, {settings['head_dim']})`, heads first as the book's bonus code keeps it "
+            "(after the transpose)")
 
 
 def cache_holds(model: GPTModel) -> str:
@@ -178,15 +184,16 @@ def cache_holds(model: GPTModel) -> str:
     ``sliding_window_stride``) names each group of layers with what it holds."""
     settings = cache_settings(model)
     windows = layer_windows(model)
-    if len(set(windows)) == 1:
+    kinds = [(window, getattr(block.att, "cache_token_axis", 2)) for window, block in zip(windows, model.trf_blocks)]
+    if len(set(kinds)) == 1:
         lead = "The layer caches" if len(windows) == 1 else f"Each of the {len(windows)} layers caches"
-        return f"**{lead}** {_layer_holds(settings, windows[0])}."
+        return f"**{lead}** {_layer_holds(settings, *kinds[0])}."
     parts = []
-    for window in dict.fromkeys(windows):  # in the order of the first layer of each
-        layers = [index for index, own in enumerate(windows) if own == window]
+    for window, axis in dict.fromkeys(kinds):  # in the order of the first layer of each
+        layers = [index for index, own in enumerate(kinds) if own == (window, axis)]
         kind = f"a sliding window of {amount(window, 'token')}" if window is not None else "full attention"
         verb = "caches" if len(layers) == 1 else "cache"
-        parts.append(f"**{listed('layer', layers)}** ({kind}) {verb} {_layer_holds(settings, window)}")
+        parts.append(f"**{listed('layer', layers)}** ({kind}) {verb} {_layer_holds(settings, window, axis)}")
     sentence = "; ".join(parts)
     return sentence[:2] + sentence[2].upper() + sentence[3:] + "."  # "**Layers 0, 2** (…) cache …; **layer 1** …"
 
@@ -216,7 +223,9 @@ def _step(position: int, fed: list[int], last_logits: torch.Tensor, weights, mod
     top_ids_list = [argmax, *[int(i) for i in top_ids if int(i) != argmax]][:TOP_K]
     top_probs = probs[top_ids_list]  # (k,)
     shapes, nbytes = _cache_state(model) if use_cache else ([{} for _ in model.trf_blocks], 0)
-    return Step(position=position, fed=fed, weights=weights, cache_shapes=shapes, cache_bytes=nbytes,
+    axes = [getattr(block.att, "cache_token_axis", 2) for block in model.trf_blocks]
+    return Step(position=position, fed=fed, weights=weights, cache_shapes=shapes, cache_token_axes=axes,
+                cache_bytes=nbytes,
                 logits=last_logits.cpu().numpy(), top_ids=top_ids_list, top_probs=[float(p) for p in top_probs])
 
 

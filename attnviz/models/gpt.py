@@ -107,11 +107,14 @@ class CachedMultiHeadAttention(KeyValueCache, MultiHeadAttention):
     of ``x``'s first token), which then advances by the number of new tokens.  ``reset_cache()`` empties the
     cache and sets the position back to 0.
 
-    The cache is kept after the heads are split, ``(b, num_heads, n, head_dim)`` (the book keeps it before the
-    transpose, ``(b, n, num_heads, head_dim)``: the same numbers), because that is the shape the app draws.
-    :meth:`cache_tensors` names what the cache holds, so a variant that keeps something else (a latent per
-    token, at most a window of keys) reports its own tensors the same way.
+    The cache is kept as the book keeps it, before the heads are transposed: ``(b, n, num_heads, head_dim)``,
+    the new tokens appended on dim 1 (:attr:`cache_token_axis`), and transposed to ``(b, num_heads, n, head_dim)``
+    after.  :meth:`cache_tensors` names what the cache holds, so a variant that keeps something else (a latent per
+    token, at most a window of keys, K/V heads kept after the transpose as the book's bonus code keeps them)
+    reports its own tensors the same way.
     """
+
+    cache_token_axis = 1  # cache_k/cache_v (b, n, h, hd): the tokens are dim 1, as in the book
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -126,17 +129,18 @@ class CachedMultiHeadAttention(KeyValueCache, MultiHeadAttention):
         values_new = self.W_value(x)  # (b, q, d_out)
         record(recorder, "queries", queries)
 
-        keys_new = keys_new.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # -> (b, h, q, hd)
-        values_new = values_new.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, q, hd)
-        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, q, hd)
+        keys_new = keys_new.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, q, d_out) -> (b, q, h, hd)
+        values_new = values_new.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, q, h, hd)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # -> (b, h, q, hd)
 
         if self.cache_k is None:
-            self.cache_k, self.cache_v = keys_new, values_new  # (b, h, q, hd) each
+            self.cache_k, self.cache_v = keys_new, values_new  # (b, q, h, hd) each
         else:
-            # (b, h, k, hd) + (b, h, q, hd) -> (b, h, k+q, hd)
-            self.cache_k = torch.cat([self.cache_k, keys_new], dim=2)
-            self.cache_v = torch.cat([self.cache_v, values_new], dim=2)  # (b, h, k+q, hd)
-        keys, values = self.cache_k, self.cache_v  # (b, h, k, hd): every token so far, the new ones last
+            # (b, k, h, hd) + (b, q, h, hd) -> (b, k+q, h, hd)
+            self.cache_k = torch.cat([self.cache_k, keys_new], dim=1)
+            self.cache_v = torch.cat([self.cache_v, values_new], dim=1)  # (b, k+q, h, hd)
+        keys = self.cache_k.transpose(1, 2)  # (b, k, h, hd) -> (b, h, k, hd): every token so far, the new ones last
+        values = self.cache_v.transpose(1, 2)  # (b, k, h, hd) -> (b, h, k, hd)
         record(recorder, "keys", keys)
         record(recorder, "values", values)
 

@@ -373,7 +373,7 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         if layer is not None and step.cache_shapes[layer]:  # None: a model without layers; {}: no cache
             # the shape diagram of the selected layer's cache: the fed tokens' slice, concatenated onto it
             flow_col.html(diagram.cache_flow_html(step.cache_shapes[layer], len(step.fed),
-                                                  step.position + len(step.fed), layer))
+                                                  step.position + len(step.fed), layer, step.cache_token_axes[layer]))
         flow_col.metric("KV cache held", kv_cache.format_bytes(step.cache_bytes),
                         help="What every layer's cache holds after this step (float32): cache_k and cache_v, or "
                              "MLA's latent cache_c_kv.")

@@ -488,24 +488,26 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
 
 # -------------------------------------------------------------------- the KV cache of one generation step
 
-_CACHE_TOKEN_AXIS = {4: 2, 3: 1}  # (b, kv_heads, n, head_dim): n is axis 2; MLA's latent (b, n, latent_dim): axis 1
 _CACHE_NEW = {"cache_k": "keys of the fed tokens", "cache_v": "values of the fed tokens",
               "cache_c_kv": "latent c_kv of the fed tokens"}
 
 
-def cache_flow_html(cache_shapes: dict[str, tuple[int, ...]], fed: int, seen: int, layer: int) -> str:
+def cache_flow_html(cache_shapes: dict[str, tuple[int, ...]], fed: int, seen: int, layer: int,
+                    token_axis: int) -> str:
     """One layer's cache in one generation step, as the compact shape diagram: for each cached tensor, the fed
-    tokens' new slice, ``(b, kv_heads, fed, head_dim)`` (MLA: ``(b, fed, latent_dim)``), concatenated along the token
-    axis onto what the cache held, giving ``cache_shapes[name]`` — at most the window's length when the cache drops
-    its oldest tokens (``seen``: the tokens fed so far).  Every string is escaped; safe for ``st.html``."""
+    tokens' new slice — ``fed`` on ``token_axis``: ``(b, fed, heads, head_dim)`` in the book's MHA layout (axis 1),
+    ``(b, kv_heads, fed, head_dim)`` after the transpose (axis 2), MLA's ``(b, fed, latent_dim)`` (axis 1) —
+    concatenated along that axis onto what the cache held, giving ``cache_shapes[name]`` — at most the window's
+    length when the cache drops its oldest tokens (``seen``: the tokens fed so far).  Every string is escaped; safe
+    for ``st.html``."""
     def box(name: str, shape: tuple[int, ...], filled: bool) -> str:
         style = f"border:1px solid #8fa8d6;background:{TENSOR_FILL if filled else '#fff'}"
         return _tensor_box(name, format_shape(shape), style, layout="text-align:center")
 
     columns = []
     for name, shape in cache_shapes.items():
-        axis = _CACHE_TOKEN_AXIS.get(len(shape))
-        if axis is None:
+        axis = token_axis
+        if axis >= len(shape):
             continue
         new = tuple(fed if i == axis else size for i, size in enumerate(shape))
         held = shape[axis]

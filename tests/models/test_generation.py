@@ -83,7 +83,7 @@ def test_every_steps_rows_and_logits_equal_hugging_faces_full_forward(pair):
         np.testing.assert_allclose(step.weights, attentions[:, :, first:end, :end], atol=1e-5, rtol=0)
         np.testing.assert_allclose(step.logits, out.logits[0, end - 1].numpy(), atol=1e-4, rtol=1e-5)
         assert step.top_ids == [int(i) for i in torch.topk(out.logits[0, end - 1], 5).indices]
-        expected = {"cache_k": (1, n_heads, end, head_dim), "cache_v": (1, n_heads, end, head_dim)}
+        expected = {"cache_k": (1, end, n_heads, head_dim), "cache_v": (1, end, n_heads, head_dim)}  # the book's
         assert step.cache_shapes == [expected] * n_layers
         assert step.cache_bytes == n_layers * 2 * end * n_heads * head_dim * 4  # float32
         assert np.isclose(sum(step.top_probs), float(torch.softmax(out.logits[0, end - 1], -1).topk(5).values.sum()))

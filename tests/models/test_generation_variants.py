@@ -5,12 +5,13 @@ cache's real shapes (K/V heads, the latent, at most W keys), and random_gpt's re
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 
 from attnviz import kv_cache_bytes
-from attnviz.models import GPTModel, cache_settings, check_step, check_steps, generate, random_gpt
+from attnviz.models import GPTModel, cache_holds, cache_settings, check_step, check_steps, generate, random_gpt
 from attnviz.models.gpt import RANDOM_GPT_CONFIG
 
 PROMPT = [464, 3797, 3332, 319, 262, 2603, 13, 383, 3797, 3332, 319]  # 11 tokens
@@ -121,7 +122,7 @@ def test_the_cache_holds_the_variants_real_shapes(model):
     for index, step in enumerate(result.steps):
         n = len(PROMPT) + index
         expected = {
-            "mha": {"cache_k": (1, h, n, hd), "cache_v": (1, h, n, hd)},
+            "mha": {"cache_k": (1, n, h, hd), "cache_v": (1, n, h, hd)},  # the book's: before the transpose
             "gqa": {"cache_k": (1, cfg["num_kv_groups"], n, hd), "cache_v": (1, cfg["num_kv_groups"], n, hd)},
             "mqa": {"cache_k": (1, 1, n, hd), "cache_v": (1, 1, n, hd)},
             "mla": {"cache_c_kv": (1, n, cfg["latent_dim"])},
@@ -131,6 +132,47 @@ def test_the_cache_holds_the_variants_real_shapes(model):
         assert step.cache_shapes == [expected] * cfg["n_layers"]
         assert step.cache_bytes == cfg["n_layers"] * sum(4 * math.prod(shape) for shape in expected.values())
         assert step.cache_bytes == kv_cache_bytes(context_length=n, dtype="fp32", **cache_settings(model))
+
+
+def test_the_shape_the_generate_page_states_is_the_real_caches(model):
+    """cache_holds (the Generate page's words) names each layer's cache by the shape it really has, in symbols and in
+    this model's sizes, after a prefill and after a step: the book's MHA keeps (b, n, heads, head_dim)."""
+    attention, cfg = model.variant
+    said = cache_holds(model)
+    symbolic, sized = re.search(r"shape `\((b, [^`]*)\)` = `\((1, [^`]*)\)`", said).groups()
+    if attention == "mha":
+        assert symbolic == "b, n, heads, head_dim", said
+    model.reset_kv_cache()
+    try:
+        with torch.no_grad():
+            model(torch.tensor([PROMPT]), use_cache=True)  # the prefill
+            for n in (len(PROMPT), len(PROMPT) + 1):
+                if n > len(PROMPT):
+                    model(torch.tensor([[PROMPT[0]]]), use_cache=True)  # one step
+                stated = eval("(" + re.sub(r"\bn\b", str(n), sized) + ")", {"min": min})
+                for block in model.trf_blocks:
+                    real = {name: tuple(t.shape) for name, t in block.att.cache_tensors().items()}
+                    assert set(real.values()) == {stated}, (said, real)
+    finally:
+        model.reset_kv_cache()
+
+
+def test_the_books_mha_cache_is_the_books_layout():
+    """The GPT's multi-head cache is what the book's ch04/03_kv-cache code keeps: W_key(x).view(b, n, h, hd),
+    appended on dim 1."""
+    model = random_gpt("multi-head", seed=5).eval()
+    att = model.trf_blocks[0].att
+    b, h, hd = 1, att.num_heads, att.head_dim
+    x = torch.randn(b, 5, att.W_key.in_features)  # (b, n, d_in)
+    y = torch.randn(b, 1, att.W_key.in_features)  # (b, 1, d_in): the next token
+    att.reset_cache()
+    with torch.no_grad():
+        att(x, use_cache=True)
+        att(y, use_cache=True)
+        book_k = torch.cat([att.W_key(x).view(b, 5, h, hd), att.W_key(y).view(b, 1, h, hd)], dim=1)  # (b, 6, h, hd)
+        book_v = torch.cat([att.W_value(x).view(b, 5, h, hd), att.W_value(y).view(b, 1, h, hd)], dim=1)
+    assert torch.equal(att.cache_k, book_k) and torch.equal(att.cache_v, book_v)
+    att.reset_cache()
 
 
 def test_a_reset_starts_a_new_sequence_and_the_plain_forward_is_unchanged(model):

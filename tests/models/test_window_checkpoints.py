@@ -167,7 +167,7 @@ def test_what_each_layer_of_a_mixed_schedule_caches_is_said_per_layer(tmp_path):
     assert held.startswith(f"**Layers 0, 1, 3** (a sliding window of {WINDOW} tokens) cache `cache_k` and `cache_v` "
                            f"of the last W = {WINDOW} tokens only, shape `(b, heads, min(n, W), head_dim)`"), held
     assert ("; **layer 2** (full attention) caches `cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = "
-            "`(1, 8, n, 16)`.") in held, held
+            "`(1, 8, n, 16)`, heads first") in held, held
 
 
 def test_each_layers_trace_says_its_own_window_and_that_causal_off_is_ignored(tmp_path):

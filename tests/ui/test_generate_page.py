@@ -80,7 +80,7 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
     assert at.title[0].value.startswith("Generate")
     assert at.metric[0].value == "—"  # the prefill: no new token yet
     held = lambda n: n_layers * 2 * n * n_heads * head_dim * 4  # noqa: E731
-    assert at.table[0].value["cache_k"].tolist() == [f"(1, {n_heads}, {len(prompt)}, {head_dim})"] * n_layers
+    assert at.table[0].value["cache_k"].tolist() == [f"(1, {len(prompt)}, {n_heads}, {head_dim})"] * n_layers
     assert at.table[0].value["bytes"].sum() == held(len(prompt))
     assert at.success[0].value.startswith("Equals the uncached forward")
 
@@ -97,7 +97,7 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
         probs = [float(row[2].rstrip(" |%")) for row in rows]
         assert probs == sorted(probs, reverse=True)  # the chosen one is the most likely
         n = len(prompt) + k
-        assert at.table[0].value["cache_v"].tolist() == [f"(1, {n_heads}, {n}, {head_dim})"] * n_layers
+        assert at.table[0].value["cache_v"].tolist() == [f"(1, {n}, {n_heads}, {head_dim})"] * n_layers
         assert at.table[0].value["bytes"].sum() == held(n)
         assert at.success[0].value.startswith("Equals the uncached forward")
         # the map's rows: each new token's query row over the cached keys, from a full forward computed here
@@ -170,7 +170,7 @@ def test_a_prompt_that_fills_the_context_keeps_its_end_so_the_new_tokens_fit():
                        "so that the 20 new tokens fit."]
     assert any(m.value.startswith("**Step 0 of 20**") for m in at.markdown)
     assert not at.button(key="generate_next").disabled and not at.button(key="generate_play").disabled
-    assert at.table[0].value["cache_k"].iloc[0] == "(1, 2, 236, 64)"
+    assert at.table[0].value["cache_k"].iloc[0] == "(1, 236, 2, 64)"
     model = models.load_checkpoint(models.BUNDLED)
     expected = greedy(model, prompt[-236:], 1)
     step(at)
@@ -226,7 +226,7 @@ def test_an_empty_text_in_the_link_gets_the_pages_own_message_under_its_title(te
 
 def test_an_endoftext_prompt_generates():
     at = page(weights=weights.BUNDLED_NAME, text=tokens.ENDOFTEXT)
-    assert at.table[0].value["cache_k"].iloc[0] == "(1, 2, 1, 64)"
+    assert at.table[0].value["cache_k"].iloc[0] == "(1, 1, 2, 64)"
     step(at)
     assert at.success[0].value.startswith("Equals the uncached forward")
 
@@ -341,8 +341,8 @@ def test_the_cache_captions_call_runs_as_written_and_gives_the_bytes_shown(atten
 
 
 @pytest.mark.parametrize("attention, held", [
-    (None, "`cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = `(1, 2, n, 64)`"),  # the bundled model
-    ("mha", "`cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = `(1, 8, n, 16)`"),
+    (None, "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 2, 64)`, the book's layout"),  # bundled
+    ("mha", "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 8, 16)`, the book's layout"),
     ("gqa", "`cache_k` and `cache_v` of its 2 K/V heads (each shared by 4 query heads, repeated after the cache), "
             "shape `(b, kv_heads, n, head_dim)` = `(1, 2, n, 16)`"),
     ("mqa", "`cache_k` and `cache_v` of its one K/V head (shared by all 8 query heads, repeated after the cache), "
@@ -397,7 +397,7 @@ def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
     assert at.selectbox(key="generate_random").value == "none"
     assert not [b for b in at.button if b.key == "generate_next"]
     at.selectbox(key="generate_random").set_value("mha").run()
-    assert not at.exception and at.table[0].value["cache_k"].iloc[0].startswith("(1, 8, ")
+    assert not at.exception and at.table[0].value["cache_k"].iloc[0].endswith(", 8, 16)")
     at.selectbox(key="generate_random").set_value("none").run()
     assert not at.exception and not [b for b in at.button if b.key == "generate_next"]
     assert at.text_area[0].value == TEXT

@@ -484,13 +484,19 @@ def test_a_traced_modules_op_path_is_valid_dot_in_the_order_it_ran(flash):
 
 
 def test_the_cache_flow_shows_the_fed_slice_concatenated_onto_the_cache():
-    prefill = diagram.cache_flow_html({"cache_k": (1, 2, 7, 64), "cache_v": (1, 2, 7, 64)}, fed=7, seen=7, layer=1)
+    prefill = diagram.cache_flow_html({"cache_k": (1, 2, 7, 64), "cache_v": (1, 2, 7, 64)}, fed=7, seen=7, layer=1,
+                                      token_axis=2)
     assert "layer 1" in prefill and prefill.count("(1, 2, 7, 64)") == 4  # the fed slice is the whole cache
-    step = diagram.cache_flow_html({"cache_k": (1, 2, 8, 64), "cache_v": (1, 2, 8, 64)}, fed=1, seen=8, layer=0)
+    step = diagram.cache_flow_html({"cache_k": (1, 2, 8, 64), "cache_v": (1, 2, 8, 64)}, fed=1, seen=8, layer=0,
+                                   token_axis=2)
     assert step.count("(1, 2, 1, 64)") == 2 and step.count("(1, 2, 8, 64)") == 2 and "dropped" not in step
-    latent = diagram.cache_flow_html({"cache_c_kv": (1, 8, 32)}, fed=1, seen=8, layer=0)
+    book = diagram.cache_flow_html({"cache_k": (1, 8, 2, 64), "cache_v": (1, 8, 2, 64)}, fed=1, seen=8, layer=0,
+                                   token_axis=1)  # the book's MHA layout (b, n, heads, head_dim)
+    assert book.count("(1, 1, 2, 64)") == 2 and book.count("(1, 8, 2, 64)") == 2
+    latent = diagram.cache_flow_html({"cache_c_kv": (1, 8, 32)}, fed=1, seen=8, layer=0, token_axis=1)
     assert "(1, 1, 32)" in latent and "cache_c_kv" in latent and "(1, 8, 32)" in latent
-    window = diagram.cache_flow_html({"cache_k": (1, 2, 4, 16), "cache_v": (1, 2, 4, 16)}, fed=1, seen=9, layer=0)
+    window = diagram.cache_flow_html({"cache_k": (1, 2, 4, 16), "cache_v": (1, 2, 4, 16)}, fed=1, seen=9, layer=0,
+                                     token_axis=2)
     assert "the last 4 kept" in window  # a sliding window's cache holds at most W tokens
 
 
