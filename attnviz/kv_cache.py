@@ -299,14 +299,27 @@ def curves(settings: dict[str, dict], lengths: list[int], *, batch_size: int = 1
             for name, kwargs in settings.items()}
 
 
+def windowed_layers(n_layers: int, swa_ratio: str | None) -> str:
+    """Which of ``n_layers`` layers ``swa_ratio`` windows, in words, as :func:`layer_split` counts them: "its one
+    layer", "both layers", "all 12 layers" where every layer slides (a 5:1 ratio of 2 layers leaves no full layer);
+    "5 of 6 layers, 5:1 SWA:full" where some do not."""
+    n_swa, n_full = layer_split(n_layers, "1:0" if swa_ratio is None else swa_ratio)
+    if n_full == 0:
+        return {1: "its one layer", 2: "both layers"}.get(n_layers, f"all {n_layers:,} layers")
+    a, b = parse_ratio(swa_ratio)
+    return f"{n_swa:,} of {n_layers:,} layers, {a}:{b} SWA:full"
+
+
 def describe(name: str, kwargs: dict) -> str:
-    """A short label of one variant's settings: its K/V heads, latent or window."""
+    """A short label of one variant's settings: its K/V heads, latent or window, and with a window the layers that
+    slide (:func:`windowed_layers`)."""
     if kwargs.get("latent_dim"):
         what = f"latent {kwargs['latent_dim']}"
     else:
         what = f"{amount(kwargs.get('n_kv_heads') or kwargs['n_heads'], 'K/V head')} × {kwargs['head_dim']}"
     if kwargs.get("sliding_window_size"):
-        what += f", window {kwargs['sliding_window_size']:,} on {kwargs['swa_ratio']} SWA:full layers"
+        what += (f", window {kwargs['sliding_window_size']:,} on "
+                 f"{windowed_layers(kwargs['n_layers'], kwargs.get('swa_ratio'))}")
     return f"{name} ({what})"
 
 

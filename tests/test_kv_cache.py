@@ -5,6 +5,7 @@ models.  Note the estimators' ``n_kv_groups`` is a GROUP SIZE: kv heads = n_head
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -332,3 +333,43 @@ def test_deepseeks_rotary_key_is_cached_beside_its_latent_under_its_own_name():
         kv_cache.kv_cache_bytes(**v2, qk_rope_head_dim=64)  # a rotary key beside no latent
     with pytest.raises(ValueError, match="qk_rope_head_dim must be a whole number"):
         kv_cache.kv_cache_bytes(**v2, latent_dim=512, qk_rope_head_dim=-1)
+
+
+def _windowed_layers(label: str, n_layers: int) -> int:
+    """How many layers an SWA label says slide: "on both layers", "on all 12 layers", "on its one layer",
+    "on 5 of 6 layers"."""
+    if re.search(r"on (both|all \d+|its one) layers?\b", label):
+        return n_layers
+    found = re.search(r"on (\d+) of (\d+) layers", label)
+    assert found and int(found.group(2)) == n_layers, label
+    return int(found.group(1))
+
+
+@pytest.mark.parametrize("n_layers, window, swa_ratio, windowed", [
+    (2, None, None, 2),  # the bundled model's sizes: Gemma 3's 5:1 of 2 layers leaves no full layer
+    (1, None, None, 1),  # the sidebar's one layer
+    (6, None, None, 5),
+    (18, None, None, 15),
+    (2, 16, "1:0", 2),  # a random SWA GPT: its own window on every layer
+    (4, 3, "3:1", 3),  # a checkpoint's sliding_window_stride 3
+])
+def test_the_swa_label_says_the_real_split_and_window_and_the_curve_agrees(n_layers, window, swa_ratio, windowed):
+    """The cost chart's SWA lines name the window they use and how many of the model's layers slide, and their
+    curves are those layers' bytes: W per windowed layer past W tokens, every token on the others."""
+    settings = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=n_layers, sliding_window_size=window,
+                                         swa_ratio=swa_ratio)
+    lengths = kv_cache.context_lengths(131072)
+    curves = kv_cache.curves(settings, lengths, dtype="fp32")
+    per_token_layer = curves["MHA"][0] // (lengths[0] * n_layers)  # MHA: every layer caches every token
+    for name in ("SWA", "SWA+GQA"):
+        label = kv_cache.describe(name, settings[name])
+        used = window or 1024
+        assert f"window {used:,} on " in label, label
+        assert "5:1 SWA:full" not in label or n_layers >= 6, label  # no ratio the layers cannot hold
+        assert _windowed_layers(label, n_layers) == windowed
+        heads = settings[name].get("n_kv_heads") or 2
+        for n, got in zip(lengths, curves[name]):
+            expected = per_token_layer * heads // 2 * (windowed * min(n, used) + (n_layers - windowed) * n)
+            assert got == expected, (label, n)
+    flat = len(set(curves["SWA"][lengths.index(1024):])) == 1
+    assert flat == (windowed == n_layers)  # a flat curve is a model whose every layer slides

@@ -16,7 +16,7 @@ from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
-from attnviz import kv_cache_bytes, models, tokens, weights
+from attnviz import kv_cache, kv_cache_bytes, models, tokens, weights
 from attnviz.ui.generate import NO_MODEL
 from attnviz.urlstate import markdown_escape
 
@@ -468,6 +468,22 @@ def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
     assert lines["GQA"]["label"].startswith("GQA (4 K/V heads × 64)")  # as the sidebar's GQA for 12 heads
     assert lines["MLA"]["label"].startswith("MLA (latent 256)")  # 4 × head_dim
     assert lines["SWA"]["label"].startswith("SWA (12 K/V heads × 64, window 1,024")
+
+
+@pytest.mark.parametrize("query, label", [
+    ({"weights": weights.BUNDLED_NAME}, "SWA (2 K/V heads × 64, window 1,024 on both layers)"),  # 5:1 of 2 layers
+    ({"weights": weights.BOOK, "random": "swa"}, "SWA (8 K/V heads × 16, window 16 on both layers)"),  # its own W
+    ({"weights": weights.BOOK, "random": "none"}, "SWA (12 K/V heads × 64, window 1,024 on its one layer)"),
+])
+def test_the_cost_charts_swa_line_says_its_window_and_which_layers_slide(query, label):
+    """The SWA line's label names the window it draws (the model's own where it has one) and the layers that slide
+    for this model's layer count; a line whose every layer slides is flat past the window."""
+    at = page(text=TEXT, **query)
+    line = cost_lines(at, "KV cache of")["SWA"]
+    assert line["label"] == label
+    window = int(re.search(r"window ([\d,]+)", label).group(1).replace(",", ""))
+    lengths = kv_cache.context_lengths(131072)
+    assert len(set(line["y"][lengths.index(next(n for n in lengths if n >= window)):])) == 1
 
 
 def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_picked():
