@@ -8,9 +8,10 @@ model, its history, the before/after snapshots).  ``alive()`` (optional) says wh
 tab is still connected; while it is, the worker touches the job itself, so a learner may look at other
 pages while the model trains — a closed tab stops touching and the job stops after its idle timeout.
 
-``progress_view(job.progress)`` turns the reports into arrays for the figures; ``seconds_left`` is the time-left
-estimate of the page's progress bar, which ``attnviz train``'s step lines print too; ``checkpoint_zip`` packs a
-trained model as the folder ``attnviz train --out`` writes, in memory.
+``progress_view(job.progress)`` turns the reports into arrays for the figures; ``seconds_left_recent`` is the
+time-left estimate of the page's progress bar, from the pace of the latest steps past the warm-up;
+``seconds_left``, ``attnviz train``'s, from the pace so far; ``checkpoint_zip`` packs a trained model as the folder
+``attnviz train --out`` writes, in memory.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import io
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -28,6 +29,8 @@ from attnviz.head_types import repeated_random_tokens
 
 MIN_STEPS, MAX_STEPS = 10, 6000
 ESTIMATE_AFTER = 5  # steps done before a time-left estimate: the first ones (imports, warm-up) are slower
+WARM_UP_STEPS = 2  # the Train page's estimate leaves out these first steps' times (imports, the first probe)
+RECENT_STEPS = 50  # and reads the pace of at most these latest steps: one probe period, so the pace stays steady
 MAX_SEED = 2**31 - 1
 SNAPSHOT_T, SNAPSHOT_SEED = 16, 1234  # the snapshot sequence: [BOS] + x + x, |x| = 16 (33 tokens)
 ZIP_FOLDER = "attnviz-trained"
@@ -176,6 +179,7 @@ class ProgressView:
     previous_token: np.ndarray
     before: np.ndarray | None
     seconds: float
+    step_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the time at the end of each of ``steps``
 
     @property
     def last_step(self) -> int:
@@ -197,6 +201,7 @@ def progress_view(progress: list[dict]) -> ProgressView:
         previous_token=np.array([e["previous_token"] for e in probes]) if probes else np.zeros(shape),
         before=before,
         seconds=float(entries[-1].get("seconds", 0.0)) if entries else 0.0,
+        step_seconds=np.array([e.get("seconds", 0.0) for e in steps], dtype=np.float64),
     )
 
 
@@ -206,6 +211,24 @@ def seconds_left(seconds: float, done: int, total: int | None) -> float | None:
     if not total or done <= ESTIMATE_AFTER or done >= total:
         return None
     return seconds / done * (total - done)
+
+
+def seconds_left_recent(steps, seconds, total: int | None) -> float | None:
+    """About how long the steps left take at the pace of the latest ones: ``steps`` the steps done (0, 1, …, in
+    order), ``seconds`` the time since the start at the end of each.  The first ``WARM_UP_STEPS`` steps' times are
+    left out (they hold the imports, the first allocations and the first probe: their pace is many times the
+    run's), and at most the last ``RECENT_STEPS`` steps are read.  ``None`` — the page says "estimating…" — without
+    a total, until ``ESTIMATE_AFTER`` steps past the warm-up are done, and once none is left."""
+    steps, seconds = list(steps), list(seconds)
+    if not total or not steps:
+        return None
+    done = int(steps[-1]) + 1
+    # the step whose end starts the window: the warm-up's last, or the one RECENT_STEPS before the latest
+    first = max(WARM_UP_STEPS - 1, len(steps) - 1 - RECENT_STEPS)
+    if done >= total or first >= len(steps) or int(steps[-1]) - int(steps[first]) < ESTIMATE_AFTER:
+        return None
+    pace = (float(seconds[-1]) - float(seconds[first])) / (int(steps[-1]) - int(steps[first]))  # seconds a step
+    return pace * (total - done)
 
 
 def crossings(view: ProgressView, threshold: float) -> list[tuple[str, str, int, float]]:

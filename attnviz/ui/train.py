@@ -291,9 +291,9 @@ def _status_text(status: str, done: int, total: int | None, view) -> str:
         layer, head = divmod(int(view.induction[-1].argmax()), view.induction.shape[-1])
         parts.append(f"best induction {view.induction[-1].max():.2f} ({head_figures.head_name(layer, head)})")
     parts.append(f"{view.seconds:.0f} s")
-    left = live_train.seconds_left(view.seconds, done, total) if status == "running" else None
-    if left is not None:
-        parts.append(f"about {left:.0f} s left")
+    if status == "running" and total and done < total:
+        left = live_train.seconds_left_recent(view.steps, view.step_seconds, total)
+        parts.append("estimating the time left…" if left is None else f"about {left:.0f} s left")
     lead = {"running": "Training", "stopping": "Stopping", "finished": "Finished", "stopped": "Stopped",
             "tab closed": "Stopped (tab closed)", "failed": "Failed"}.get(status, status)
     return f"{lead}: " + " · ".join(parts)

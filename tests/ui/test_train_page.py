@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from helpers.apptest import decode, plotly_figures
 from helpers.malloc import FakeMalloc
+from helpers.train_times import teacher_run
 from streamlit.testing.v1 import AppTest
 
 from attnviz.labs import live_train
@@ -210,6 +211,19 @@ def test_the_progress_bar_says_the_time_left_at_the_pace_so_far():
     assert train_ui._status_text("running", 50, 1000, view).endswith(" · 10 s · about 190 s left")
     done = live_train.progress_view([{"step": s, "loss": 5.0, "seconds": (s + 1) * 0.2} for s in range(1000)])
     assert train_ui._status_text("running", 1000, 1000, done).endswith(" · 200 s")
+
+
+def test_the_progress_line_says_estimating_then_a_figure_near_the_truth():
+    def view(done):
+        steps, seconds, truth = teacher_run(done)
+        return live_train.progress_view([{"step": s, "loss": 5.0, "seconds": t} for s, t in zip(steps, seconds)]), truth
+
+    early, _ = view(3)
+    assert train_ui._status_text("running", 3, 1000, early).endswith(" s · estimating the time left…")
+    at_seven, truth = view(7)
+    said = train_ui._status_text("running", 7, 1000, at_seven)
+    left = float(said.rsplit("about ", 1)[1].split(" s left")[0])
+    assert abs(left - truth) <= 0.25 * truth, (said, truth)
 
 
 class _Job:
