@@ -225,8 +225,8 @@ def _step(position: int, fed: list[int], last_logits: torch.Tensor, weights, mod
     shapes, nbytes = _cache_state(model) if use_cache else ([{} for _ in model.trf_blocks], 0)
     axes = [getattr(block.att, "cache_token_axis", 2) for block in model.trf_blocks]
     return Step(position=position, fed=fed, weights=weights, cache_shapes=shapes, cache_token_axes=axes,
-                cache_bytes=nbytes,
-                logits=last_logits.cpu().numpy(), top_ids=top_ids_list, top_probs=[float(p) for p in top_probs])
+                cache_bytes=nbytes, logits=last_logits.cpu().numpy(), top_ids=top_ids_list,
+                top_probs=[float(p) for p in top_probs])
 
 
 def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool = True,
