@@ -353,7 +353,7 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
     import torch
 
     from attnviz.labs import train as training  # torch: only once the arguments are good
-    from attnviz.labs.live_train import seconds_left  # the Train page's estimate of the time left
+    from attnviz.labs.live_train import seconds_left_recent  # the Train page's estimate of the time left
 
     fields = training.TrainConfig.__dataclass_fields__
     settable = [name for name in fields if name not in ("steps", "seed")]
@@ -376,11 +376,15 @@ def run_train(args, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--set: {error}")
     out = output_folder(args.out, parser)  # before training, so a bad folder costs no run
 
+    steps_done, seconds = [], []  # every step and the time at its end: the pace of the latest steps
+
     def report(step, loss, scores):
+        steps_done.append(step)
+        seconds.append(time.perf_counter() - start)
         if scores is not None and not args.quiet:
             line = (f"step {step:5d}  loss {loss:.3f}  induction {scores['induction'].max():.2f}  "
                     f"previous-token {scores['previous_token'].max():.2f}")
-            left = seconds_left(time.perf_counter() - start, step + 1, cfg.steps)
+            left = seconds_left_recent(steps_done, seconds, cfg.steps)
             print(line if left is None else f"{line}  about {left:.0f} s left", flush=True)
 
     start = time.perf_counter()

@@ -565,13 +565,15 @@ def test_train_step_lines_say_about_how_long_is_left(tmp_path, capsys):
     assert not [step for step in (0, 4, 11) if "left" in steps[step]], lines
 
 
-def test_the_time_left_is_the_pace_so_far_times_the_steps_left():
-    from attnviz.labs.live_train import seconds_left
+def test_the_time_left_leaves_out_the_warm_up_steps():
+    """A first step of 13 s (imports, the first probe) then 0.2 s a step: the estimate is the latest pace's."""
+    from attnviz.labs.live_train import seconds_left_recent
 
-    assert seconds_left(10.0, 50, 1000) == pytest.approx(190.0)  # 0.2 s a step, 950 steps to go
-    assert seconds_left(3.0, 6, 12) == pytest.approx(3.0)
-    assert seconds_left(1.0, 5, 1000) is None  # the first steps (imports, warm-up) give no pace yet
-    assert seconds_left(9.0, 12, 12) is None and seconds_left(9.0, 50, None) is None
+    steps = list(range(50))
+    seconds = [13.0 + 0.2 * step for step in steps]
+    assert seconds_left_recent(steps, seconds, 1000) == pytest.approx(0.2 * 950)  # not 13.2 s / 50 steps × 950
+    assert seconds_left_recent(steps[:4], seconds[:4], 1000) is None  # too few steps past the warm-up
+    assert seconds_left_recent(steps, seconds, 50) is None and seconds_left_recent(steps, seconds, None) is None
 
 
 def test_version_prints_the_packages_version(capsys):

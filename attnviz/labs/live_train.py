@@ -9,8 +9,8 @@ tab is still connected; while it is, the worker touches the job itself, so a lea
 pages while the model trains — a closed tab stops touching and the job stops after its idle timeout.
 
 ``progress_view(job.progress)`` turns the reports into arrays for the figures; ``seconds_left_recent`` is the
-time-left estimate of the page's progress bar, from the pace of the latest steps past the warm-up;
-``seconds_left``, ``attnviz train``'s, from the pace so far; ``checkpoint_zip`` packs a trained model as the folder
+time-left estimate of the page's progress bar and of ``attnviz train``, from the pace of the latest steps past the
+warm-up; ``checkpoint_zip`` packs a trained model as the folder
 ``attnviz train --out`` writes, in memory.
 """
 
@@ -203,14 +203,6 @@ def progress_view(progress: list[dict]) -> ProgressView:
         seconds=float(entries[-1].get("seconds", 0.0)) if entries else 0.0,
         step_seconds=np.array([e.get("seconds", 0.0) for e in steps], dtype=np.float64),
     )
-
-
-def seconds_left(seconds: float, done: int, total: int | None) -> float | None:
-    """About how long the ``total - done`` steps left take at the pace of the ``done`` steps so far, which took
-    ``seconds``; ``None`` without a total, until more than ``ESTIMATE_AFTER`` steps are done, and once none is left."""
-    if not total or done <= ESTIMATE_AFTER or done >= total:
-        return None
-    return seconds / done * (total - done)
 
 
 def seconds_left_recent(steps, seconds, total: int | None) -> float | None:
