@@ -17,7 +17,8 @@ STATS = {
     "max weight": "mean of each query's largest weight",
     "first-token mass": FIRST_TOKEN_MASS,
     "mean distance": "mean |query − key| distance, weighted by attention",
-    "previous-token": "mean weight on the token just before the query",
+    "previous-token": "mean weight on the token just before the query, over the queries after the first (query 0 has "
+                      "no token before it); blank with one token",
     "diagonal": "mean weight a token gives itself",
 }
 
@@ -68,7 +69,7 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
         result["first-token mass"][head] = w[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
         np.multiply(w, distance, out=terms)  # (n, n): weight × |query − key|
         result["mean distance"][head] = terms.sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
-        result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else 0.0
+        result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else np.nan
         result["diagonal"][head] = np.diagonal(w).mean(dtype=np.float64)
     return result
 

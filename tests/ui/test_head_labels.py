@@ -259,3 +259,15 @@ def test_first_token_mass_is_one_number_in_both_tables_and_says_which_queries_co
     configs = [json.loads(table.proto.columns) for table in at.dataframe if "first-token mass" in table.value.columns]
     helps = [str(config) for config in configs]
     assert len(helps) == 2 and all("after the first" in help for help in helps)
+
+
+def test_previous_token_is_blank_in_both_tables_with_one_token_and_their_headers_say_so():
+    """With one token no query has a token before it: the head statistics leave previous-token blank (NaN), as the
+    head types do, not 0.0000 — a measured 0 would say the head looks away from a token that is not there."""
+    at = app(text="a")
+    assert not at.exception, [e.value for e in at.exception]
+    statistics, types = stats_table(at)["previous-token"], type_table(at)["previous-token"]
+    assert statistics.isna().all() and types.isna().all(), (statistics.tolist(), types.tolist())
+    (config,) = [json.loads(table.proto.columns) for table in at.dataframe if "entropy" in table.value.columns]
+    assert "blank with one token" in str(config["previous-token"])
+    assert not stats_table(app(text="a b"))["previous-token"].isna().any()

@@ -48,9 +48,11 @@ def test_head_statistics_on_known_maps():
     assert result["first-token mass"][0] == 0.0 and result["first-token mass"][1] == pytest.approx(1 / (n - 1))
 
 
-def test_first_token_mass_has_no_value_for_one_token():
-    """One token: no query after the first, so no first-token mass (blank, as in the head types table)."""
-    assert np.isnan(stats.head_statistics(np.ones((2, 1, 1)))["first-token mass"]).all()
+def test_first_token_mass_and_previous_token_have_no_value_for_one_token():
+    """One token: no query after the first, so no first-token mass nor previous-token (blank, as in the head types
+    table)."""
+    one_token = stats.head_statistics(np.ones((2, 1, 1)))
+    assert np.isnan(one_token["first-token mass"]).all() and np.isnan(one_token["previous-token"]).all()
 
 
 def test_head_statistics_of_a_real_trace_are_in_range(trace):
