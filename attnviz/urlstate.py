@@ -322,7 +322,12 @@ def _unknown_notice(names: list[str], shown: int = 5) -> str:
 
 def parse_head(raw: str, num_heads: int) -> int:
     """A page's ``head`` parameter: one of ``num_heads`` heads; a ValueError that says why in words when it is not."""
-    return parse_number(raw, 0, num_heads - 1, what=f"a head of this layer, which has {num_heads}")
+    if num_heads > 1:
+        return parse_number(raw, 0, num_heads - 1, what=f"a head of this layer, which has {num_heads}")
+    try:
+        return parse_number(raw, 0, 0, what="a head")
+    except ValueError:
+        raise ValueError("is not a head of this layer, which has 1 head, head 0") from None
 
 
 def parse_stage(raw: str, stages) -> str:

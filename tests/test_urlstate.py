@@ -288,3 +288,14 @@ def test_a_list_naming_no_option_is_refused_whole_and_an_empty_one_names_none():
     assert not isinstance(refused.value, urlstate.PartlyUsedError)
     assert urlstate.parse_options("", HEADS, what="a head") == []
     assert urlstate.parse_options("L1H1,L0H0,L1H1", HEADS, what="a head") == ["L1H1", "L0H0"]
+
+
+def test_a_head_that_a_one_head_layer_has_not_is_refused_in_words():
+    """"which has 1 (0)" is cryptic: one head is named as such, and a layer of several heads gives its range."""
+    with pytest.raises(ValueError) as one:
+        urlstate.parse_head("3", 1)
+    assert str(one.value) == "is not a head of this layer, which has 1 head, head 0"
+    with pytest.raises(ValueError) as four:
+        urlstate.parse_head("9", 4)
+    assert str(four.value) == "is not a head of this layer, which has 4 (0 … 3)"
+    assert urlstate.parse_head("0", 1) == 0

@@ -334,7 +334,7 @@ def weights_caption(page_run: Context) -> str:
                        and tuple(trace.token_ids) == core_embedding.JOURNEY_TOKEN_IDS)  # else seeded, with a note
         if trace.config.spec.weights is None:
             inputs = "the book's inputs" if book_inputs else "seeded random embeddings"
-            return f"{variant_label(trace.config)} · no weights · {inputs}"
+            return f"{variant_label(trace.config)} · queries = keys = values = {inputs}"  # its name says no weights
         inputs = " · the book's inputs" if book_inputs else ""
         return f"{variant_label(trace.config)} · seeded random weights{inputs}"
     name = next((o.name for o in ui_weights.options() if o.ref == trace.config.checkpoint), "checkpoint")

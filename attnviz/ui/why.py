@@ -88,7 +88,7 @@ def _one_cell(trace: Trace, head: int, query: int, key: int) -> WeightExplanatio
         st.warning(markdown_escape(why.reason or "The mask hides this key."), icon=":material/block:")
     st.markdown(f"score q·k = Σ products = **{why.score:.4f}** · {markdown_escape(why.scaling)} → scaled "
                 f"**{why.scaled:.4f}** · softmax over row {query} → weight **{why.weight:.4f}**")
-    for note in (why.stand_in, *why.notes):
+    for note in why.notes:  # what stands in for q and k (the class without W_query or W_key): the chart's subtitle
         if note:
             st.caption(markdown_escape(note))
     st.plotly_chart(explain_figures.products_figure(why),

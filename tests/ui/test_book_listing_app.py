@@ -62,10 +62,32 @@ def test_the_steps_page_labels_the_masked_line_as_attnvizs_addition():
 def test_the_simplified_class_is_said_to_have_no_weights_not_random_ones():
     for script in ("pages/heads.py", "pages/steps.py", "pages/shapes.py"):
         words = said(page(script, variant="simplified"))
-        assert "no weights · seeded random embeddings" in words
+        assert "no weights" in words and "seeded random embeddings" in words
         assert "random weights" not in words
     book = said(page("pages/heads.py", variant="simplified", preset="book"))
-    assert "no weights · the book's inputs" in book and "random weights" not in book
+    assert "the book's inputs" in book and "random weights" not in book
+
+
+@pytest.mark.parametrize("preset", ["book", "custom"])
+def test_the_simplified_class_caption_says_no_weights_once(preset):
+    """The class's name says it already ("Simplified self-attention (3.3, no weights)"): the caption goes on to what
+    stands in for the queries, keys and values, not "no weights" a second time."""
+    at = page("pages/heads.py", variant="simplified", preset=preset)
+    (caption,) = [c.value for c in at.main.caption if c.value.startswith("Simplified self-attention")]
+    assert caption.count("no weights") == 1, caption
+    inputs = "the book's inputs" if preset == "book" else "seeded random embeddings"
+    assert f"queries = keys = values = {inputs}" in caption, caption
+
+
+def test_the_why_panel_of_the_simplified_class_says_once_what_stands_in_for_q_and_k():
+    """A clicked cell of the class without W_query or W_key: the products chart says what stands in for q and k; the
+    panel's text does not say it again."""
+    at = page("pages/heads.py", variant="simplified", cell="2,0")
+    products = [fig for fig in figures(at) if "Σ q[d]·k[d]" in fig["layout"]["title"]["text"]]
+    assert len(products) == 1
+    in_chart = products[0]["layout"]["title"]["subtitle"]["text"].replace("<br>", " ")
+    assert "This run has no W_query or W_key" in in_chart
+    assert "no W_query or W_key" not in said(at)
 
 
 def test_a_class_with_weights_still_says_its_weights_are_seeded_and_random():
