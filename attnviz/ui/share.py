@@ -42,7 +42,7 @@ def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:
             st.download_button(
                 "Download this trace (NPZ + JSON manifest)",
                 functools.partial(_export, trace_file.trace_npz, trace_key(trace)),
-                file_name="attnviz-trace.npz", mime="application/octet-stream", on_click="ignore",
+                file_name=f"{trace_file_name(trace.config)}.npz", mime="application/octet-stream", on_click="ignore",
                 icon=":material/download:", help="Every recorded step, the embeddings and output, "
                 "with manifest.json (config, tokens, shapes). Large at 1024 tokens.",
             )
@@ -122,11 +122,21 @@ def _export(write, key: tuple, *args) -> bytes:
     return write(trace_of(key), *args)
 
 
-def download_head_csv(trace: Trace, head: int, stage: str) -> None:
+def trace_file_name(config) -> str:
+    """The trace download's name (without extension): its variant ("module" for a user's) and a checkpoint's layer,
+    ``attnviz-trace-mha``, ``attnviz-trace-mha-layer1``, so traces of two views do not share one name."""
+    from attnviz.ui.frame import file_name, layer_part  # frame draws the sidebar with this module
+
+    return file_name("attnviz-trace", "module" if config.module else config.variant, layer_part(config))
+
+
+def download_head_csv(trace: Trace, head: int, stage: str, name: str) -> None:
+    """The focused head's map as CSV, named ``name`` (the map's picture's name) + ``.csv``."""
+    from attnviz.ui.frame import file_name
     from attnviz.views import export
 
     st.download_button(
         f"Download head {head} {stage} (CSV)",
         functools.partial(_export, export.weights_csv, trace_key(trace), head, stage),
-        file_name=f"attnviz-head{head}-{stage}.csv", mime="text/csv", on_click="ignore", icon=":material/download:",
+        file_name=f"{file_name(name)}.csv", mime="text/csv", on_click="ignore", icon=":material/download:",
     )

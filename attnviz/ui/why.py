@@ -9,7 +9,7 @@ import streamlit as st
 
 from attnviz.explain import ExplainError, WeightExplanation, attention_sums, explain_weight, hidden_cells
 from attnviz.trace import Trace
-from attnviz.ui.frame import plotly_config
+from attnviz.ui.frame import file_name, layer_part, plotly_config
 from attnviz.urlstate import markdown_escape
 from attnviz.views import explain_figures
 from attnviz.words import amount
@@ -24,6 +24,11 @@ def selected_cells(event, n: int) -> list[tuple[int, int]]:
         if isinstance(x, int | float) and isinstance(y, int | float) and 0 <= y < n and 0 <= x < n:
             cells[(int(y), int(x))] = None
     return list(cells)
+
+
+def _file_name(trace: Trace, head: int, *parts: str) -> str:
+    """A chart's download name, in the Heads page's scheme: ``attnviz-heads[-layer1]-head5-q3-k1-products``."""
+    return file_name("attnviz-heads", layer_part(trace.config), f"head{head}", *parts)
 
 
 def _position(tokens: tuple[str, ...]):
@@ -92,7 +97,7 @@ def _one_cell(trace: Trace, head: int, query: int, key: int) -> WeightExplanatio
         if note:
             st.caption(markdown_escape(note))
     st.plotly_chart(explain_figures.products_figure(why),
-                    config=plotly_config(f"attnviz-head{head}-q{query}-k{key}-products"))
+                    config=plotly_config(_file_name(trace, head, f"q{query}", f"k{key}", "products")))
     return why
 
 
@@ -100,7 +105,7 @@ def row_chart(trace: Trace, why: WeightExplanation | None) -> None:
     """The explained cell's row: its scaled scores and their softmax (nothing when no one cell is explained)."""
     if why is not None:
         st.plotly_chart(explain_figures.row_softmax_figure(why, trace.tokens),
-                        config=plotly_config(f"attnviz-head{why.head}-row{why.query}"))
+                        config=plotly_config(_file_name(trace, why.head, f"row{why.query}")))
 
 
 def _sums(trace: Trace, head: int, queries: list[int], keys: list[int]) -> None:
@@ -112,4 +117,4 @@ def _sums(trace: Trace, head: int, queries: list[int], keys: list[int]) -> None:
     st.markdown(f"**{amount(len(sums.queries), 'query', 'queries')}, {amount(len(sums.keys), 'key')} selected** "
                 f"(head {head})")
     st.plotly_chart(explain_figures.summed_attention_figure(sums, trace.tokens),
-                    config=plotly_config(f"attnviz-head{head}-sums"))
+                    config=plotly_config(_file_name(trace, head, "sums")))

@@ -78,6 +78,21 @@ def recorded_spinners(monkeypatch) -> list[tuple[str, bool]]:
     return spinners
 
 
+def recorded_downloads(monkeypatch) -> list[str]:
+    """The ``file_name`` of every ``st.download_button`` the app draws from now on (AppTest's button holds only the
+    id of its deferred file)."""
+    import streamlit
+
+    names, real = [], streamlit.download_button
+
+    def download_button(*args, **kwargs):
+        names.append(kwargs.get("file_name"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "download_button", download_button)
+    return names
+
+
 def follow_link(at, script: str):
     """What a click on the sidebar's link to ``script`` does in the browser: the URL becomes the link's (the settings
     and that page's own parameters as it last left them), then that page runs.  AppTest's ``switch_page`` alone

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.apptest import recorded_downloads
 from streamlit.testing.v1 import AppTest
 
 from attnviz.ui.frame import file_name, plotly_config
@@ -54,3 +55,22 @@ def test_the_heads_map_of_a_checkpoint_names_its_layer_and_generates_names_start
     assert "attnviz-generate-kv-cache-bytes" in generated, generated
     assert any(name.startswith("attnviz-generate-layer") and name.endswith("-head1-step2") for name in generated)
     assert all(SAFE.match(name) for name in generated), generated
+
+
+@pytest.mark.parametrize(("query", "layer"), [({"head": "1", "cell": "2,0"}, ""),
+                                              ({"weights": "bundled model", "layer": "1", "head": "1"}, "-layer1")])
+def test_the_heads_pages_downloads_share_one_scheme_and_the_trace_names_its_variant_and_layer(monkeypatch, query,
+                                                                                               layer):
+    """Page, layer, head, stage: the focused head's CSV is named as its map's picture, the why-this-weight charts
+    start as it does, and the sidebar's trace names its variant and layer (two traces no longer collide as
+    attnviz-trace.npz)."""
+    downloads = recorded_downloads(monkeypatch)
+    names = download_names("app.py", **query)
+    focused = f"attnviz-heads{layer}-head1-weights"
+    assert focused in names and f"{focused}.csv" in downloads, (names, downloads)
+    traces = [name for name in downloads if name.endswith(".npz")]
+    assert traces and all(re.fullmatch(rf"attnviz-trace-[a-z0-9]+{layer}\.npz", name) for name in traces), traces
+    if "cell" in query:
+        why = [name for name in names if "-q2-k0" in name or "-row2" in name]
+        assert len(why) == 2 and all(name.startswith("attnviz-heads-head1-") for name in why), names
+    assert all(SAFE.match(name) for name in names), names
