@@ -326,8 +326,9 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
                                 selection_mode=("points", "box", "lasso"),
                                 config=plotly_config(filename))
         st.caption("Drag to zoom (double-click resets); click a cell to see why it has its weight; "
-                   "the modebar's box or lasso selects several cells to sum their attention — while the box or lasso "
-                   "is picked, a click selects nothing: pick zoom or pan to click a cell again.")
+                   "the modebar's box or lasso selects several cells to sum their attention (a drag inside the last "
+                   "box or lasso moves it) — while the box or lasso is picked, a click selects nothing: pick zoom or "
+                   "pan to click a cell again.")
         download_head_csv(trace, head, stage, filename)
     cells = why.selected_cells(event, trace.n) or linked
     if cells != early and picked is None:  # the session state's was not the map's: draw the map's own

@@ -9,7 +9,9 @@ No model runs here and no Streamlit (as :mod:`attnviz.views.figures`):
 * ``summed_attention_figure`` — the selected queries' attention per key (mean, sum in the hover) and what every
   query gives the selected keys.
 
-Positions are numeric x values with token tick labels (at most ``MAX_TICKS``), arrays are float32 (Plotly sends
+Positions are numeric x values with token tick labels (at most ``MAX_TICKS``: as many as the panel's plot area holds
+side by side: Plotly thins no array of tick labels, and its automatic ticks renamed by ``labelalias`` rename the
+position in the hover too), arrays are float32 (Plotly sends
 them as binary), bar colours are colour strings (plotly.js warns, with a stack trace, once a bar for a numeric colour
 array on a bar trace), and every piece of token text is escaped
 (:func:`~attnviz.views.figures.safe_label`).  The figures are built from dicts without Plotly's per-property
@@ -26,7 +28,7 @@ import plotly.graph_objects as go
 
 from attnviz.explain import AttentionSums, WeightExplanation
 from attnviz.views import margins
-from attnviz.views.figures import MASKED_COLOR, safe_label
+from attnviz.views.figures import COLUMN_LABEL_PX, MASKED_COLOR, safe_label
 from attnviz.words import amount
 
 POSITIVE = "#d6604d"  # a product that raises the score
@@ -35,7 +37,8 @@ HIGHLIGHT = "#ff7f0e"  # key j in the row, the selected positions
 PLAIN = "#7f7f7f"
 PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0, 1, 2  # a position's kind: its bar's colour is POSITION_COLORS[code]
 POSITION_COLORS = np.array([PLAIN, MASKED_COLOR, HIGHLIGHT], dtype=object)
-MAX_TICKS = 40
+PANEL_PLOT_PX = 150  # a panel's plot area beside the focused map on a 1,100 px page
+MAX_TICKS = PANEL_PLOT_PX // COLUMN_LABEL_PX  # the turned token labels that fit side by side there
 
 
 def _number(value: float) -> str:

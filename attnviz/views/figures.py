@@ -253,6 +253,9 @@ def attention_heatmap(
         "legend": {"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right", "yanchor": "top"} if not below_px
         else {**margins.LEGEND_AT_FOOT, "x": 1, "xanchor": "right"},  # under the colour bar
         "dragmode": "zoom", "hovermode": "closest",
+        # a box select is the box dragged, however thin: Plotly's default ("any") turns a drag under ~12 px in one
+        # direction into a band across the whole map (every query row, or every key column)
+        "selectdirection": "d",
     }
     if uirevision is not None:
         layout["uirevision"] = uirevision
@@ -338,9 +341,11 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
         most = max_column_ticks if name == "x" else max_row_ticks
         shown = tick_positions(first, count, max_ticks if most is None else min(max_ticks, most))
         span = [first - 0.5, first + count - 0.5]
+        # autoscale fits the cells, as Reset axes does: without these bounds Plotly pads the overlay's points (~5 %)
+        fit = {"autorangeoptions": {"minallowed": span[0], "maxallowed": span[1]}}
         visible = {"title": {"text": title}, "type": "linear", "tickmode": "array", "tickvals": shown,
                    "ticktext": [tick_label(tokens[i]) for i in shown], "showgrid": False, "zeroline": False,
-                   "range": span if name == "x" else span[::-1], **margins.LABELS_HELD}
+                   "range": span if name == "x" else span[::-1], **fit, **margins.LABELS_HELD}
         if side:
             visible.update(side=side, tickangle=-60)
         else:
@@ -348,7 +353,8 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
         layout[f"{name}axis"] = visible
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
                                   "ticktext": [f"{i}: {safe_label(tokens[i])}" for i in every], "showticklabels": False,
-                                  "ticks": "", "showgrid": False, "zeroline": False, **({"side": side} if side else {})}
+                                  "ticks": "", "showgrid": False, "zeroline": False, **fit,
+                                  **({"side": side} if side else {})}
     return layout
 
 

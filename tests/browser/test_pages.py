@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+import numpy as np
 import pytest
 from helpers.browser import (
     MAP_DRAWN,
@@ -30,6 +31,7 @@ from helpers.browser import (
 )
 
 from attnviz.urlstate import DEFAULTS, share_query
+from attnviz.views.figures import COLUMN_LABEL_PX
 
 pytestmark = pytest.mark.browser
 
@@ -787,6 +789,39 @@ def test_a_box_selection_of_query_rows_draws_their_summed_attention(page, base_u
     expect(main.get_by_text(re.compile(rf"{last - first + 1} queries, {words} keys selected"))).to_be_visible()
     summed = charts(page).filter(has=page.locator("text", has_text=re.compile("selected queries"))).first
     expect(summed).to_be_visible()
+
+
+_RANGES = "(gd) => [gd._fullLayout.xaxis.range, gd._fullLayout.yaxis.range]"
+_LABEL_BOXES = """(gd) => Array.from(gd.querySelectorAll('g.xtick text'), (label) => {
+    const box = label.getBoundingClientRect(); return [box.left, box.right]; })"""
+
+
+def test_a_thin_box_on_the_1024_token_map_selects_its_rows_and_autoscale_fits_the_cells(page, base_url):
+    """A box ten rows high on the 1,024-token map's 256 × 256 window is ~12 px: it selects those rows (Plotly's default
+    select direction made it a band of every row); the summed charts beside it label their keys without overlapping;
+    the modebar's Autoscale shows the window's cells edge to edge, as Reset axes does (it padded a grey border)."""
+    words = ("the attention of each token is a weighted sum over the values of every earlier token " * 64).split()
+    visit(page, f"{base_url}/?text={quote(' '.join(words[:1020]))}")
+    box_select(page, (100, 5), (110, 20))
+    assert_no_exception(page)
+    cells = map_selection(page)
+    queries, keys = {query for query, _ in cells}, {key for _, key in cells}
+    assert cells and min(queries) >= 99 and max(queries) <= 111 and min(keys) >= 4 and max(keys) <= 21, \
+        (min(queries), max(queries), min(keys), max(keys))
+    expect(page.get_by_test_id("stMain").get_by_text(re.compile(rf"{len(queries)} queries, {len(keys)} keys "
+                                                                "selected"))).to_be_visible()
+    summed = charts(page).filter(has=page.locator("text", has_text=re.compile("selected queries"))).first
+    # a turned label ends at its tick: one label's room (12 px text turned 60°) between the ends of two labels
+    ends = sorted(right for _, right in summed.locator(".js-plotly-plot").evaluate(_LABEL_BOXES))
+    assert len(ends) >= 4 and min(np.diff(ends)) >= COLUMN_LABEL_PX, ends
+    chart = focused_chart(page)
+    window = [[-0.5, 255.5], [255.5, -0.5]]
+    assert chart.locator(".js-plotly-plot").evaluate(_RANGES) == window
+    chart.hover()
+    chart.locator(".modebar-btn[data-attr=zoom][data-val=auto]").click()
+    page.wait_for_function("(gd) => gd._fullLayout.xaxis.range[0] !== -0.5 || gd._fullLayout.xaxis.autorange",
+                           arg=chart.locator(".js-plotly-plot").element_handle())
+    assert chart.locator(".js-plotly-plot").evaluate(_RANGES) == window
 
 
 def test_a_box_over_masked_cells_only_says_their_weights_are_0(page, base_url):

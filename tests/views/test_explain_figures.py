@@ -21,6 +21,7 @@ from attnviz.views.explain_figures import (
     row_softmax_figure,
     summed_attention_figure,
 )
+from attnviz.views.figures import COLUMN_LABEL_PX
 
 HOSTILE = "<script>alert(1)</script> <b>bold</b> & <img src=x onerror=alert(2)> the end"
 
@@ -192,6 +193,18 @@ def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
     assert len([t for t in summed.data if t.mode == "lines"]) == 1
     assert len(summed.layout.xaxis.tickvals) <= explain_figures.MAX_TICKS
     assert "and 516 more" in flat(summed.layout.annotations[0].text)
+
+
+@pytest.mark.parametrize("n", [8, 256, 1024])
+def test_a_panels_key_labels_fit_beside_each_other_in_the_panel(n):
+    """The panel beside the focused map has a plot area of ~150 px: its turned token labels are as many as that
+    holds side by side (256 of them overlapped into a grey strip), evenly spaced, and a short row keeps every one."""
+    tokens = [f"t{i}" for i in range(n)]
+    axis = explain_figures._token_axis(tokens, n)
+    shown, plot_px = len(axis["tickvals"]), 150  # the panel's plot area on a 1,100 px page
+    assert shown * COLUMN_LABEL_PX <= plot_px, shown
+    assert shown == n if n * COLUMN_LABEL_PX <= plot_px else shown >= 4
+    assert len(set(np.diff(axis["tickvals"]))) <= 1 and axis["ticktext"] == [tokens[p] for p in axis["tickvals"]]
 
 
 def test_summed_attention_figure_draws_both_selections(hostile_trace):
