@@ -1187,6 +1187,7 @@ def test_downloads_hold_the_focused_head_and_the_whole_trace(page, base_url):
     visit(page, f"{base_url}/?num_heads=4")
     with page.expect_download() as csv_download:
         page.get_by_test_id("stMain").get_by_role("button", name="Download head 0 weights (CSV)").click()
+    assert csv_download.value.suggested_filename == "attnviz-heads-head0-weights.csv"  # named as the map's picture
     rows = list(csv.reader(io.StringIO(csv_download.value.path().read_text(encoding="utf-8"))))
     assert rows[0] == ["query \\ key (weights, head 0)"] + [f"{i}: {piece}" for i, piece in enumerate(DEFAULT_PIECES)]
     weights = np.array([[float(v) for v in row[1:]] for row in rows[1:]])
@@ -1201,6 +1202,7 @@ def test_downloads_hold_the_focused_head_and_the_whole_trace(page, base_url):
     expect(button).to_be_enabled()
     with page.expect_download(timeout=60_000) as npz_download:
         button.click()
+    assert npz_download.value.suggested_filename == "attnviz-trace-mha.npz"  # its variant
     data = np.load(io.BytesIO(npz_download.value.path().read_bytes()))
     manifest = json.loads(bytes(data["manifest.json"]))
     assert manifest["config"]["num_heads"] == 4 and manifest["text"] == "Your journey starts with one step"
