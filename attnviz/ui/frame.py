@@ -6,7 +6,6 @@ small view helpers every page uses (modebar config, the compact shape diagram be
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, trace_key
 from attnviz.ui.memory import freeze_imports, tune_memory
 from attnviz.ui.navigation import entry, pages, take_over_routing
-from attnviz.ui.share import share_and_export
+from attnviz.ui.share import file_name, layer_part, share_and_export  # noqa: F401 (layer_part: the pages' import)
 from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, try_again_button, url_settings
 from attnviz.ui.state import keep_page_params, keep_widgets
 from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, url_query, url_value, view_settings
@@ -357,7 +356,7 @@ def attention_words(config: AttentionConfig) -> str:
 
 def plotly_config(filename: str) -> dict:
     """Modebar whose camera button downloads PNG or SVG (the sidebar's choice) under ``filename`` (made safe by
-    :func:`file_name`)."""
+    :func:`~attnviz.ui.share.file_name`)."""
     return {
         "displaylogo": False,
         "toImageButtonOptions": {"format": st.session_state.get("image_format", "png"), "filename": file_name(filename),
@@ -365,18 +364,3 @@ def plotly_config(filename: str) -> dict:
     }
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9]+")
-
-
-def file_name(*parts) -> str:
-    """A download's file name (without extension) that says what it holds: each part (a page, layer, head, stage …)
-    reduced to ASCII letters, digits and hyphens — any other run of characters one hyphen — empty parts and None left
-    out, joined by hyphens: ``file_name("attnviz-steps", "head2", "masked", "before:")`` is
-    ``"attnviz-steps-head2-masked-before"``."""
-    words = (_UNSAFE.sub("-", str(part)).strip("-") for part in parts if part is not None)
-    return "-".join(word for word in words if word) or "attnviz"
-
-
-def layer_part(config: AttentionConfig) -> str | None:
-    """A file name's layer: ``"layer1"`` for a checkpoint's layer, None for the book's classes (one layer)."""
-    return f"layer{config.layer}" if config.checkpoint is not None else None

@@ -1,16 +1,18 @@
 """Share & export: the link to this view, the figure download format, and downloads whose data is looked up
-(or recomputed) from the trace's key when the user clicks — never held by the session."""
+(or recomputed) from the trace's key when the user clicks — never held by the session — and what every download is
+named (page, a checkpoint's layer, head, stage: :func:`file_name`)."""
 
 from __future__ import annotations
 
 import functools
+import re
 import urllib.parse
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from attnviz import weights as core_weights
-from attnviz.config import MAX_CONTEXT_LENGTH
+from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig
 from attnviz.trace import Trace
 from attnviz.ui import navigation
 from attnviz.ui import weights as ui_weights
@@ -122,17 +124,31 @@ def _export(write, key: tuple, *args) -> bytes:
     return write(trace_of(key), *args)
 
 
-def trace_file_name(config) -> str:
+_UNSAFE = re.compile(r"[^A-Za-z0-9]+")
+
+
+def file_name(*parts) -> str:
+    """A download's file name (without extension) that says what it holds: each part (a page, layer, head, stage …)
+    reduced to ASCII letters, digits and hyphens — any other run of characters one hyphen — empty parts and None left
+    out, joined by hyphens: ``file_name("attnviz-steps", "head2", "masked", "before:")`` is
+    ``"attnviz-steps-head2-masked-before"``."""
+    words = (_UNSAFE.sub("-", str(part)).strip("-") for part in parts if part is not None)
+    return "-".join(word for word in words if word) or "attnviz"
+
+
+def layer_part(config: AttentionConfig) -> str | None:
+    """A file name's layer: ``"layer1"`` for a checkpoint's layer, None for the book's classes (one layer)."""
+    return f"layer{config.layer}" if config.checkpoint is not None else None
+
+
+def trace_file_name(config: AttentionConfig) -> str:
     """The trace download's name (without extension): its variant ("module" for a user's) and a checkpoint's layer,
     ``attnviz-trace-mha``, ``attnviz-trace-mha-layer1``, so traces of two views do not share one name."""
-    from attnviz.ui.frame import file_name, layer_part  # frame draws the sidebar with this module
-
     return file_name("attnviz-trace", "module" if config.module else config.variant, layer_part(config))
 
 
 def download_head_csv(trace: Trace, head: int, stage: str, name: str) -> None:
     """The focused head's map as CSV, named ``name`` (the map's picture's name) + ``.csv``."""
-    from attnviz.ui.frame import file_name
     from attnviz.views import export
 
     st.download_button(
