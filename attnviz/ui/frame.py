@@ -26,7 +26,7 @@ from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, trace_key
 from attnviz.ui.memory import freeze_imports, tune_memory
 from attnviz.ui.navigation import entry, pages, take_over_routing
-from attnviz.ui.share import file_name, layer_part, share_and_export  # noqa: F401 (layer_part: the pages' import)
+from attnviz.ui.share import file_name, share_and_export
 from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, try_again_button, url_settings
 from attnviz.ui.state import keep_page_params, keep_widgets
 from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, url_query, url_value, view_settings

@@ -27,8 +27,8 @@ from attnviz import weights as core_weights
 from attnviz.models import generation
 from attnviz.models import gpt as gpt_model
 from attnviz.ui import weights as ui_weights
-from attnviz.ui.frame import Context, file_name, plotly_config
-from attnviz.ui.share import share_link
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.share import file_name, share_link
 from attnviz.ui.state import (
     forget_page_params,
     page_bind,

@@ -17,8 +17,8 @@ from streamlit.delta_generator import DeltaGenerator
 from attnviz.background import after_the_browser_draws, yield_to_pages
 from attnviz.config import AttentionConfig
 from attnviz.ui.cache import cached_trace, prefetch_trace, trace_key, trace_of
-from attnviz.ui.frame import Context, file_name, layer_part, plotly_config
-from attnviz.ui.share import download_head_csv, share_link
+from attnviz.ui.frame import Context, plotly_config
+from attnviz.ui.share import download_head_csv, file_name, layer_part, share_link
 from attnviz.ui.state import (
     forget_page_params,
     page_bind,

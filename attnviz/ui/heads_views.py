@@ -18,8 +18,6 @@ from attnviz.ui.frame import (
     Context,
     beside_shape_diagram,
     book_listing_note,
-    file_name,
-    layer_part,
     plotly_config,
     weights_caption,
 )
@@ -32,6 +30,7 @@ from attnviz.ui.heads import (
     stats_columns,
     within_layer_from_url,
 )
+from attnviz.ui.share import file_name, layer_part
 from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import STAGE, markdown_escape
 

@@ -15,13 +15,11 @@ from attnviz.ui.frame import (
     Context,
     beside_shape_diagram,
     book_listing_note,
-    file_name,
-    layer_part,
     plotly_config,
     weights_caption,
 )
 from attnviz.ui.heads import head_selector, window_selector, within_layer_from_url
-from attnviz.ui.share import share_link
+from attnviz.ui.share import file_name, layer_part, share_link
 from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import STAGE
 from attnviz.views import figures, source, steps

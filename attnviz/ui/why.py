@@ -9,7 +9,8 @@ import streamlit as st
 
 from attnviz.explain import ExplainError, WeightExplanation, attention_sums, explain_weight, hidden_cells
 from attnviz.trace import Trace
-from attnviz.ui.frame import file_name, layer_part, plotly_config
+from attnviz.ui.frame import plotly_config
+from attnviz.ui.share import file_name, layer_part
 from attnviz.urlstate import markdown_escape
 from attnviz.views import explain_figures
 from attnviz.words import amount

@@ -11,7 +11,8 @@ import pytest
 from helpers.apptest import recorded_downloads
 from streamlit.testing.v1 import AppTest
 
-from attnviz.ui.frame import file_name, plotly_config
+from attnviz.ui.frame import plotly_config
+from attnviz.ui.share import file_name
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 SAFE = re.compile(r"^attnviz-[a-z0-9]+(-[A-Za-z0-9]+)*$")
