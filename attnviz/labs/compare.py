@@ -207,12 +207,14 @@ class Check:
 
 def check_wrapper_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor,
                              seeded_wrapper_output: torch.Tensor | None = None,
-                             seeds: tuple[int, int] | None = None) -> Check:
+                             seeds: tuple[int, int] | None = None,
+                             wrapper: attention.MultiHeadAttentionWrapper | None = None) -> Check:
     """(a) copied wrapper output vs MHA's context before out_proj (a wrapper with MHA's heads and head width); also
     how far the raw outputs are: with ``seeded_wrapper_output``, the wrapper built from its own seed, against MHA's
     output (``seeds``: the wrapper's and MHA's, which the note names) — or, where the two are not as wide (the book's
-    toy example: the wrapper's listing has 2 heads × 2, MHA's 2 × 1), their widths, which the note gives instead."""
-    wrapper = copy_heads_from_mha(wrapper_like(mha), mha)
+    toy example: the wrapper's listing has 2 heads × 2, MHA's 2 × 1), their widths, which the note gives instead.
+    ``wrapper``: the copied wrapper already built (:func:`check_modules`), else it is built here."""
+    wrapper = copy_heads_from_mha(wrapper_like(mha), mha) if wrapper is None else wrapper
     with torch.inference_mode():
         wrapper_output = wrapper(inputs)  # (1, n, d_in) -> (1, n, h·hd) = (1, n, d_out)
     context, mha_output = mha_context(mha, inputs)  # (1, n, d_out) each
@@ -229,11 +231,14 @@ def check_wrapper_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Te
                  max_abs_diff(wrapper_output, context), detail)
 
 
-def check_mha_equals_sdpa(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> Check:
-    """(b) the book's MHA vs the same weights around F.scaled_dot_product_attention."""
+def check_mha_equals_sdpa(mha: attention.MultiHeadAttention, inputs: torch.Tensor,
+                          fused: torch.nn.Module | None = None) -> Check:
+    """(b) the book's MHA vs the same weights around F.scaled_dot_product_attention (``fused``: that module already
+    built, :func:`check_modules`; else :func:`sdpa_forward` builds it)."""
     with torch.inference_mode():
         book_output = mha(inputs)  # (1, n, d_in) -> (1, n, d_out)
-    fused_output = sdpa_forward(mha, inputs, is_causal=mha.causal)  # (1, n, d_out)
+        fused_output = (sdpa_forward(mha, inputs, is_causal=mha.causal) if fused is None
+                        else fused(inputs))  # (1, n, d_in) -> (1, n, d_out)
     flag = "is_causal=True" if mha.causal else "is_causal=False"
     return Check("mha_sdpa", f"MHA = scaled_dot_product_attention ({flag})",
                  max_abs_diff(book_output, fused_output), {})
@@ -250,14 +255,24 @@ def _mha_weights(mha: attention.MultiHeadAttention) -> dict[str, torch.Tensor]:
     return {name: tensor for name, tensor in mha.state_dict().items() if name != "mask"}
 
 
-def check_gqa_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> Check:
-    """GQA with one K/V head per query head and MHA's weights vs MHA (GQA's out_proj has no bias: MHA's is added)."""
-    gqa = modern_attention.GroupedQueryAttention(
-        mha.W_query.in_features, mha.d_out, 0.0, mha.num_heads, mha.num_heads, qkv_bias=mha.W_query.bias is not None,
-        causal=mha.causal, rope_base=mha.rope_base).eval()
+def gqa_from_mha(mha: attention.MultiHeadAttention) -> tuple[modern_attention.GroupedQueryAttention, torch.Tensor]:
+    """GQA with one K/V head per query head and MHA's weights (eval mode), and MHA's out_proj bias, which the book's
+    GQA has none of."""
+    with seeded():  # creating it draws random numbers (overwritten right after)
+        gqa = modern_attention.GroupedQueryAttention(
+            mha.W_query.in_features, mha.d_out, 0.0, mha.num_heads, mha.num_heads,
+            qkv_bias=mha.W_query.bias is not None, causal=mha.causal, rope_base=mha.rope_base).eval()
     weights = _mha_weights(mha)
-    out_bias = weights.pop("out_proj.bias")
+    out_bias = weights.pop("out_proj.bias")  # (d_out,)
     gqa.load_state_dict(weights)
+    return gqa, out_bias
+
+
+def check_gqa_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor,
+                         gqa: tuple[modern_attention.GroupedQueryAttention, torch.Tensor] | None = None) -> Check:
+    """GQA with one K/V head per query head and MHA's weights vs MHA (GQA's out_proj has no bias: MHA's is added);
+    ``gqa``: :func:`gqa_from_mha` already built (:func:`check_modules`), else built here."""
+    gqa, out_bias = gqa_from_mha(mha) if gqa is None else gqa
     with torch.inference_mode():
         gqa_output = gqa(inputs) + out_bias  # (1, n, d_out) + (d_out,)
         mha_output = mha(inputs)  # (1, n, d_out)
@@ -265,19 +280,35 @@ def check_gqa_equals_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor
                  max_abs_diff(gqa_output, mha_output), {})
 
 
-def check_swa_equals_causal_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> Check:
-    """SWA with W = n (every earlier key) and MHA's weights vs causal MHA."""
+def causal_mha_from(mha: attention.MultiHeadAttention, mask_rows: int) -> attention.MultiHeadAttention:
+    """A causal MultiHeadAttention with MHA's weights (eval mode) for inputs of up to ``mask_rows`` tokens."""
+    with seeded():  # creating it draws random numbers (overwritten right after)
+        causal_mha = attention.MultiHeadAttention(mha.W_query.in_features, mha.d_out, mask_rows, 0.0, mha.num_heads,
+                                                  mha.W_query.bias is not None, causal=True, rope_base=mha.rope_base)
+    causal_mha.load_state_dict(_mha_weights(mha), strict=False)  # its own mask buffer
+    return causal_mha.eval()
+
+
+def swa_from_mha(mha: attention.MultiHeadAttention, window: int) -> modern_attention.MultiHeadAttentionWithSWA:
+    """MultiHeadAttentionWithSWA with a window of ``window`` keys and MHA's weights (eval mode)."""
+    with seeded():  # creating it draws random numbers (overwritten right after)
+        swa = modern_attention.MultiHeadAttentionWithSWA(
+            mha.W_query.in_features, mha.d_out, 0.0, mha.num_heads, mha.W_query.bias is not None,
+            sliding_window_size=window, rope_base=mha.rope_base)
+    swa.load_state_dict(_mha_weights(mha))
+    return swa.eval()
+
+
+def check_swa_equals_causal_mha(mha: attention.MultiHeadAttention, inputs: torch.Tensor,
+                                causal_mha: attention.MultiHeadAttention | None = None,
+                                swa: modern_attention.MultiHeadAttentionWithSWA | None = None) -> Check:
+    """SWA with W = n (every earlier key) and MHA's weights vs causal MHA; ``causal_mha`` (for n tokens or more) and
+    ``swa`` (W = n): :func:`causal_mha_from` and :func:`swa_from_mha` already built, else built here."""
     num_tokens = inputs.shape[1]
-    causal_mha = attention.MultiHeadAttention(mha.W_query.in_features, mha.d_out, num_tokens, 0.0, mha.num_heads,
-                                              mha.W_query.bias is not None, causal=True, rope_base=mha.rope_base)
-    swa = modern_attention.MultiHeadAttentionWithSWA(
-        mha.W_query.in_features, mha.d_out, 0.0, mha.num_heads, mha.W_query.bias is not None,
-        sliding_window_size=num_tokens, rope_base=mha.rope_base)
-    weights = _mha_weights(mha)
-    causal_mha.load_state_dict(weights, strict=False)  # its own mask buffer
-    swa.load_state_dict(weights)
+    causal_mha = causal_mha_from(mha, num_tokens) if causal_mha is None else causal_mha
+    swa = swa_from_mha(mha, num_tokens) if swa is None else swa
     with torch.inference_mode():
-        difference = max_abs_diff(swa.eval()(inputs), causal_mha.eval()(inputs))  # (1, n, d_out) each
+        difference = max_abs_diff(swa(inputs), causal_mha(inputs))  # (1, n, d_out) each
     return Check("swa_mha", f"SWA with W = n = {num_tokens} (weights copied) = causal MHA", difference, {})
 
 
@@ -297,6 +328,40 @@ def check_rope_shift(mha: attention.MultiHeadAttention, inputs: torch.Tensor, ro
                @ rope.apply_rope(keys, shifted_cos, shifted_sin).transpose(2, 3))  # (1, 1, n, n)
     return Check("rope_shift", f"Rotary: score at (i, j) = score at (i + {shift}, j + {shift})",
                  max_abs_diff(scores, shifted), {"shift": shift, "base": rope_base})
+
+
+@dataclass(frozen=True)
+class CheckModules:
+    """The modules the equivalences run beside MHA, each with MHA's weights copied (eval mode): MHA without rotation
+    (the wrapper and SDPA have none), the wrapper with its heads, the fused SDPA module, GQA and its added out_proj
+    bias, and a causal MHA."""
+
+    plain_mha: attention.MultiHeadAttention
+    wrapper: attention.MultiHeadAttentionWrapper
+    fused: torch.nn.Module
+    gqa: tuple[modern_attention.GroupedQueryAttention, torch.Tensor]
+    causal_mha: attention.MultiHeadAttention
+
+
+@built_once(maxsize=2)  # like variant_modules: the weights depend on the config, not on the text
+def check_modules(base: AttentionConfig, mask_rows: int) -> CheckModules:
+    """:class:`CheckModules` from the MHA of :func:`variant_modules` (``base``, ``mask_rows``), built once a config:
+    a new text only runs them.  Shared and read-only, like the variants' modules."""
+    mha = variant_modules(base, mask_rows)[variants.MHA]
+    plain_mha = mha
+    if mha.rope_base is not None:
+        plain_mha = copy.deepcopy(mha)
+        plain_mha.rope_base = None
+    return CheckModules(plain_mha, copy_heads_from_mha(wrapper_like(plain_mha), plain_mha),
+                        implementations.fused_from(plain_mha, use_sdpa=True, causal=plain_mha.causal).eval(),
+                        gqa_from_mha(mha), causal_mha_from(mha, mask_rows))
+
+
+@built_once(maxsize=4)
+def swa_module(base: AttentionConfig, mask_rows: int, window: int) -> modern_attention.MultiHeadAttentionWithSWA:
+    """:func:`swa_from_mha` of the MHA of :func:`variant_modules` with a window of ``window`` keys (the text's tokens),
+    built once a config and length."""
+    return swa_from_mha(variant_modules(base, mask_rows)[variants.MHA], window)
 
 
 CHECK_NOTES = {
@@ -409,17 +474,17 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
         weights = recorder.steps["weights"][0].float().numpy()  # (h, n, n)
         results.append(VariantResult(variant, variant_config(base, variant), weights, tuple(output.shape)))
     mha, configs = modules[variants.MHA], {result.variant: result.config for result in results}
-    plain_mha = mha  # the wrapper and SDPA have no rotation: they are compared with MHA's learned-position path
-    if mha.rope_base is not None:
-        plain_mha = copy.deepcopy(mha)
-        plain_mha.rope_base = None
+    built = check_modules(base, max(num_tokens, MAX_TOKENS))
+    plain_mha = built.plain_mha
     checks = (
         check_wrapper_equals_mha(plain_mha, inputs, seeded_wrapper_output=outputs[variants.WRAPPER],
-                                 seeds=(configs[variants.WRAPPER].seed, configs[variants.MHA].seed)),
-        check_mha_equals_sdpa(plain_mha, inputs),
+                                 seeds=(configs[variants.WRAPPER].seed, configs[variants.MHA].seed),
+                                 wrapper=built.wrapper),
+        check_mha_equals_sdpa(plain_mha, inputs, fused=built.fused),
         check_masking_routes(recorders[variants.MHA].steps["scaled"]),
-        check_gqa_equals_mha(mha, inputs),
-        check_swa_equals_causal_mha(mha, inputs),
+        check_gqa_equals_mha(mha, inputs, gqa=built.gqa),
+        check_swa_equals_causal_mha(mha, inputs, causal_mha=built.causal_mha,
+                                    swa=swa_module(base, max(num_tokens, MAX_TOKENS), num_tokens)),
         check_rope_shift(mha, inputs, base.rope_base),
     )
     return Comparison(tuple(tokens), total_tokens or num_tokens, tuple(results), checks, book_listing(base))

@@ -233,6 +233,38 @@ def test_a_new_text_compares_with_the_modules_the_last_text_built():
     assert [c.max_diff for c in reused.checks] == [c.max_diff for c in fresh.checks]
 
 
+EQUIVALENCE_BUILDERS = ("wrapper_like", "gqa_from_mha", "causal_mha_from", "swa_from_mha")
+
+
+def test_a_new_text_of_as_many_tokens_builds_no_module_for_the_equivalences(monkeypatch):
+    """The copies of MHA the equivalences run (wrapper, SDPA, GQA, causal MHA, SWA with W = n) are built once a config
+    and length: a second text of as many tokens only runs them, and measures what freshly built copies measure."""
+    first, second = small_trace("the cat sat on the mat"), small_trace("the dog sat on the rug")
+    assert first.n == second.n
+    base = compare.base_config(first.config, 16, 4)
+
+    def clear():
+        for name in ("variant_modules", "check_modules", "swa_module"):
+            if hasattr(compare, name):
+                getattr(compare, name).cache_clear()
+
+    clear()
+    compare.compare_trace(first, base)
+    built = []
+    for name in (*EQUIVALENCE_BUILDERS, "sdpa_forward"):
+        if hasattr(compare, name):
+            real = getattr(compare, name)
+            monkeypatch.setattr(compare, name, lambda *args, _real=real, _name=name, **kwargs:
+                                built.append(_name) or _real(*args, **kwargs))
+    reused = compare.compare_trace(second, base)
+    assert built == []
+    clear()
+    fresh = compare.compare_trace(second, base)
+    assert set(built) == set(EQUIVALENCE_BUILDERS)  # a new config builds each of them
+    assert [c.max_diff for c in reused.checks] == [c.max_diff for c in fresh.checks]
+    assert [c.title for c in reused.checks] == [c.title for c in fresh.checks]
+
+
 def test_a_single_head_run_still_compares_the_multi_head_variants_with_the_sidebar_heads():
     trace = small_trace(variant="causal")
     assert trace.config.num_heads == 1
