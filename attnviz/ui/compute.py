@@ -43,8 +43,18 @@ def random_scaling(num_tokens: int, seed: int, causal: bool) -> dict:
 # The Pitfall lab's results are small; the Trace is passed unhashed (``_trace``): ``key`` names it.
 @st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
 def pitfall(key: tuple, wanted_heads: int, bug: str, _trace) -> catalogue.PitfallResult:
-    """:func:`attnviz.labs.pitfalls.catalogue.run_on_trace`: the correct and the buggy module on the trace's tokens."""
-    return catalogue.run_on_trace(_trace, wanted_heads, bug)
+    """:func:`attnviz.labs.pitfalls.catalogue.run_on_trace`: the correct and the buggy module on the trace's tokens,
+    the correct one shared by the bugs of its side (:func:`pitfall_correct`)."""
+    correct = pitfall_correct(key, wanted_heads, catalogue.correct_side(bug), bug, _trace)
+    return catalogue.run_on_trace(_trace, wanted_heads, bug, correct)
+
+
+@st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
+def pitfall_correct(key: tuple, wanted_heads: int, side: str, _bug: str, _trace) -> catalogue.Version:
+    """:func:`attnviz.labs.pitfalls.catalogue.correct_on_trace`, keyed by the bug's ``side``
+    (:func:`~attnviz.labs.pitfalls.catalogue.correct_side`), not by the bug: the three KV-cache bugs run their correct
+    cache (the checker's forwards) once a trace."""
+    return catalogue.correct_on_trace(_trace, wanted_heads, _bug)
 
 
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)

@@ -276,16 +276,37 @@ class PitfallResult:
     buggy: Version
 
 
-def run_pitfall(key: str, setup: LabSetup, inputs: torch.Tensor) -> PitfallResult:
-    """Build the correct module and the buggy one (same weights), run the pitfall's detector on both.
+def correct_side(key: str) -> str:
+    """What the correct version of ``key`` runs and how it is judged: its class and its detector.  Bugs that share
+    both (the three KV-cache bugs; the two that raise in the book's code) have the same correct version, so one run of
+    it serves them all (:func:`correct_version`)."""
+    pitfall = PITFALLS[key]
+    builder = "book" if pitfall.correct is build_correct else "lab"
+    return f"{builder}:{pitfall.runs.__name__}:{pitfall.detect.__name__}"
+
+
+def correct_version(key: str, setup: LabSetup, inputs: torch.Tensor) -> Version:
+    """The pitfall's detector on its correct module alone — the same for every bug of one :func:`correct_side`.
     Raises :class:`PitfallUnavailableError` (saying why) when the pitfall cannot run at the setup's sizes."""
     pitfall = PITFALLS[key]
     if (why := pitfall.unavailable(setup)) is not None:
         raise PitfallUnavailableError(why)
-    correct = pitfall.correct(setup)
-    buggy = pitfall.build(correct, setup)
-    return PitfallResult(key, setup, inputs.shape[1], pitfall.detect(correct, inputs, setup),
-                         pitfall.detect(buggy, inputs, setup))
+    return pitfall.detect(pitfall.correct(setup), inputs, setup)
+
+
+def run_pitfall(key: str, setup: LabSetup, inputs: torch.Tensor, correct: Version | None = None) -> PitfallResult:
+    """Build the correct module and the buggy one (same weights), run the pitfall's detector on both; ``correct``:
+    the correct one's :func:`correct_version` already run (for another bug of its :func:`correct_side`), so only the
+    buggy one runs.  Raises :class:`PitfallUnavailableError` (saying why) when the pitfall cannot run at the setup's
+    sizes."""
+    pitfall = PITFALLS[key]
+    if (why := pitfall.unavailable(setup)) is not None:
+        raise PitfallUnavailableError(why)
+    correct_module = pitfall.correct(setup)
+    buggy = pitfall.build(correct_module, setup)
+    if correct is None:
+        correct = pitfall.detect(correct_module, inputs, setup)
+    return PitfallResult(key, setup, inputs.shape[1], correct, pitfall.detect(buggy, inputs, setup))
 
 
 def leak_bug(setup: LabSetup, bug: str | None) -> str | None:
@@ -387,10 +408,17 @@ def describe(setup: LabSetup, bug: str | None) -> str:
 
 # --------------------------------------------------------------------------- on an app's Trace
 
-def run_on_trace(trace: Trace, wanted_heads: int, key: str) -> PitfallResult:
-    """:func:`run_pitfall` with the lab's module for the trace's config, on its first 64 tokens' inputs."""
+def run_on_trace(trace: Trace, wanted_heads: int, key: str, correct: Version | None = None) -> PitfallResult:
+    """:func:`run_pitfall` with the lab's module for the trace's config, on its first 64 tokens' inputs (``correct``:
+    :func:`correct_on_trace` already run for another bug of its :func:`correct_side`)."""
     setup = lab_setup(trace.config, trace.n, wanted_heads)
-    return run_pitfall(key, setup, lab_inputs(trace.embeddings["input"]))
+    return run_pitfall(key, setup, lab_inputs(trace.embeddings["input"]), correct)
+
+
+def correct_on_trace(trace: Trace, wanted_heads: int, key: str) -> Version:
+    """:func:`correct_version` with the lab's module for the trace's config, on its first 64 tokens' inputs."""
+    setup = lab_setup(trace.config, trace.n, wanted_heads)
+    return correct_version(key, setup, lab_inputs(trace.embeddings["input"]))
 
 
 def leak_on_trace(trace: Trace, wanted_heads: int, bug: str | None, j: int) -> dict:
