@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -141,9 +142,15 @@ wrapper_like = implementations.wrapper_like
 
 
 def mha_context(mha: attention.MultiHeadAttention, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(MHA's concatenated heads = the input of out_proj, MHA's output), from one forward pass."""
-    seen = []
-    hook = mha.out_proj.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
+    """(MHA's concatenated heads = the input of out_proj, MHA's output), from one forward pass.  ``mha`` may be
+    shared by sessions (built once a config): the hook keeps only this thread's input."""
+    seen, caller = [], threading.get_ident()
+
+    def keep(module, args):
+        if threading.get_ident() == caller:  # another session's forward of the same module is not this one's
+            seen.append(args[0].clone())
+
+    hook = mha.out_proj.register_forward_pre_hook(keep)
     try:
         with torch.inference_mode():
             output = mha(inputs)  # (1, n, d_in) -> (1, n, d_out)

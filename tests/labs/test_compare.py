@@ -70,6 +70,39 @@ def test_wrapper_equivalence_compares_the_tensor_before_out_proj(seed):
     assert torch.allclose(per_head.transpose(1, 2).reshape(2, 9, 16), context, atol=1e-6)
 
 
+def test_two_sessions_reading_one_shared_mhas_context_each_get_their_own():
+    """The equivalences' MHA is built once a config and shared by sessions: a forward of another session while this
+    one's hook is on out_proj must not become this one's context."""
+    import threading
+
+    mha, inputs = book_mha(16, 16, 4, 9, 123)
+    other_inputs = torch.randn_like(inputs)
+    released, results = threading.Event(), {}
+
+    def hold_the_other_session(module, args):  # the other session's forward waits before its projections
+        if threading.current_thread().name == "other":
+            released.wait(10)
+
+    hold = mha.W_query.register_forward_pre_hook(hold_the_other_session)
+    other = threading.Thread(target=lambda: results.update(other=compare.mha_context(mha, other_inputs)[0]),
+                             name="other")
+    other.start()
+    try:
+        for _ in range(200):  # until the other session's hook is on out_proj and its forward waits
+            if mha.out_proj._forward_pre_hooks:
+                break
+            threading.Event().wait(0.01)
+        mine, _ = compare.mha_context(mha, inputs)  # runs while the other session's hook is on
+    finally:
+        released.set()
+        other.join(10)
+        hold.remove()
+    with torch.inference_mode():
+        expected_mine, expected_other = compare.mha_context(mha, inputs)[0], compare.mha_context(mha, other_inputs)[0]
+    assert torch.equal(mine, expected_mine)
+    assert torch.equal(results["other"], expected_other)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_swapped_heads_break_the_wrapper_equivalence(seed):
     mha, inputs = book_mha(16, 16, 4, 9, seed)
