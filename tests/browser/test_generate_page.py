@@ -80,8 +80,8 @@ def test_step_draws_the_new_token_and_the_growing_cache(page, server):
         expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
             f"{2 * 2 * (n + k) * 2 * 64 * 4 / 1000:,.2f} kB")  # 2 layers × K, V × n tokens × 2 heads × 64 × fp32
         flow = main.locator(".attnviz-cache-flow")  # layer 0's cache: the new token's slice onto what it held
-        expect(flow).to_contain_text("keys of the fed tokens (1, 2, 1, 64)")
-        expect(flow).to_contain_text(f"cache_v (1, 2, {n + k}, 64)")
+        expect(flow).to_contain_text("keys of the fed tokens (1, 1, 2, 64)")  # the book's (b, n, heads, head_dim)
+        expect(flow).to_contain_text(f"cache_v (1, {n + k}, 2, 64)")
     save_screenshot(page, "generate")
 
 
