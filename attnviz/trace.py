@@ -196,29 +196,32 @@ def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddi
 
 MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (batch, heads, n, n) maps
 
-# A cell is hidden when the mask made its weight 0: the mask pushed the softmax's input at that cell down (from the
-# scaled score to the masked value; where no scaled score is known, the masked value itself is the push) as far as
-# no layer's scores and biases reach: by 10³ plus one for every key in the row, or more, or to −∞.
-# Why that bound: the masks in use push by −10⁴ (BERT's (1 − mask) · −10000, transformers 4.x GPT-2's masked_bias,
-# fp16 code: float32 rounds −10⁴ added to a score, fp16's spacing there is 8), −10⁹, finfo(dtype).min or −∞, and
-# exp underflows to 0 far above any of them.  A bias that is not a mask stays above it: ALiBi adds −m·|i − j| with
-# slopes m = 2^(−8k/H) below 1 for any number of heads H (head 1's is 0.92 with 64 heads), so its push is above
-# −n_keys however long the row; and a scaled score below −10³ would take |q|·|k| ≥ 10³·√d_head, which no layer's
-# activations come near, so a score plus a bias stays above −(10³ + n_keys) too.  The weight itself cannot tell a
-# mask from a bias: ALiBi's own push zeroes far keys' weights (float32's exp underflows below about −104), and so
-# would a bound relative to the row's largest score.  A −10⁴ mask stays below the bound in rows of up to 9,000 keys.
-HIDDEN_AT = -1e3  # the bound before the row's keys lower it, one per key
+# A cell is hidden when the mask made its weight 0: the mask pushed the softmax's input at that cell down, from the
+# scaled score to the masked value, as far as no bias that is not a mask reaches: by 10³ or by one for every key in
+# the row, whichever is more, or to −∞.  Where no scaled score is known, the masked value is the score plus the push,
+# and must be 10³ plus one a key below 0.
+# Why those bounds: the masks in use push by −10⁴ (BERT's (1 − mask) · −10000, transformers 4.x GPT-2's masked_bias,
+# fp16 code: float32 rounds −10⁴ added to a score, fp16's spacing there is 8; added before ÷√d_head, −10⁴/8 = −1250
+# at d_head = 64), −10⁹, finfo(dtype).min or −∞, and exp underflows to 0 far above any of them.  A bias that is not a
+# mask stays above them: ALiBi adds −m·|i − j| with slopes m = 2^(−8k/H) below 1 for any number of heads H (head 1's
+# is 0.92 with 64 heads), so its push is above −n_keys however long the row; and a scaled score below −10³ would take
+# |q|·|k| ≥ 10³·√d_head, which no layer's activations come near, so a score plus a bias stays above −(10³ + n_keys).
+# The weight itself cannot tell a mask from a bias: ALiBi's own push zeroes far keys' weights (float32's exp
+# underflows below about −104), and so would a bound relative to the row's largest score.  Traces hold at most
+# 1,024 keys, so a −10⁴ mask, before or after ÷√d_head (d_head ≤ 64), is always below the bound.
+HIDDEN_AT = -1e3  # the push that hides a cell in a row of up to 1,000 keys; a longer row's is one per key
 
 
 def hidden_by_mask(masked, scaled=None, keys: int | None = None):
     """bool, ``masked``'s shape (a torch tensor or a NumPy array, as given): True where the mask hid the cell —
-    ``masked`` (the softmax's input) is −∞, or is at least 10³ + ``keys`` below ``scaled`` (the scores before the
-    mask; without them, below 0).  ``keys``: how many keys each row holds (default ``masked``'s last dimension; give
-    it when ``masked`` is a few cells picked from the rows).  The one definition of a hidden cell: the tracer's and
-    ``explain_weight``'s."""
+    ``masked`` (the softmax's input) is −∞, or is at least max(10³, ``keys``) below ``scaled`` (the scores before
+    the mask; without them, at least 10³ + ``keys`` below 0).  ``keys``: how many keys each row holds (default
+    ``masked``'s last dimension; give it when ``masked`` is a few cells picked from the rows).  The one definition of
+    a hidden cell: the tracer's and ``explain_weight``'s."""
     keys = masked.shape[-1] if keys is None else keys
-    pushed = masked if scaled is None else masked - scaled  # NaN (−∞ − −∞) compares False: −∞ is hidden below
-    hidden = pushed <= HIDDEN_AT - keys
+    # without the scaled scores the score is in ``masked`` too: 10³ for the score, one a key for a bias;
+    # NaN (−∞ − −∞) compares False: −∞ is hidden below
+    hidden = masked <= HIDDEN_AT - keys if scaled is None else masked - scaled <= min(HIDDEN_AT, -keys)
     return hidden | (masked == -float("inf"))
 
 

@@ -51,13 +51,27 @@ def test_alibi_hides_nothing_and_every_mask_hides_the_future_with_it(heads, n, m
 
 
 def test_the_bound_grows_with_the_row_and_stays_above_every_mask():
-    """10³ + one per key: ALiBi's push of just under one per key is shown, a push of 10³ + n_keys hidden; cells picked
-    from their rows (``keys``) are judged by their rows' length, not by how many were picked."""
+    """A push of max(10³, one per key): ALiBi's push of just under one per key is shown, a longer push hidden; without
+    the scaled scores the masked value (score + push) must be 10³ + one per key below 0; cells picked from their rows
+    (``keys``) are judged by their rows' length, not by how many were picked."""
     keys = 2048
-    pushed = torch.tensor([-0.999 * (keys - 1), -(1e3 + keys), -1e4, -1e9, torch.finfo(torch.float32).min, -torch.inf])
+    pushed = torch.tensor([-0.999 * (keys - 1), -keys, -1e4, -1e9, torch.finfo(torch.float32).min, -torch.inf])
     assert hidden_by_mask(pushed, torch.zeros(6), keys=keys).tolist() == [False, True, True, True, True, True]
     assert hidden_by_mask(pushed[:1], torch.zeros(1), keys=keys).tolist() == [False]
     assert hidden_by_mask(torch.full((1,), -1500.0), torch.zeros(1)).tolist() == [True]  # a row of one key
+    masked_only = torch.tensor([-(1e3 + keys) + 1, -(1e3 + keys)])
+    assert hidden_by_mask(masked_only, keys=keys).tolist() == [False, True]
+
+
+@pytest.mark.parametrize("n", [8, 300, 1024])
+def test_a_minus_ten_thousand_mask_added_before_the_scaling_is_hidden_at_every_length(n):
+    """``scores.masked_fill(future, -1e4) / √64``: the push is −1,250, below max(10³, n) for every row a trace holds."""
+    torch.manual_seed(0)
+    raw = torch.randn(n, n) * 3  # (n, n) scores
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+    scaled = raw / 8  # (n, n)
+    masked = raw.masked_fill(future, -1e4) / 8  # (n, n)
+    assert torch.equal(hidden_by_mask(masked, scaled), future)
 
 
 @pytest.mark.parametrize("heads", [8, 32, 64])
