@@ -38,7 +38,8 @@ class _Beside:
     modules there and a finder for its folder on ``sys.meta_path`` (before the path finder, where ``sys.path[0]``
     would be searched) under a lock, and takes them out again after: outside that moment the process's modules hold
     no folder's ``helpers``, and the next file's import finds its own.  An import that finds a name already kept, or
-    one the folder does not hold, takes no lock and changes no global state."""
+    one the folder does not hold, takes no lock and changes no global state; one the folder holds waits for another
+    file's import to end before it asks whether the process has that name."""
 
     def __init__(self, folder: str):
         self.folder, self.modules = folder, {}
@@ -52,7 +53,7 @@ class _Beside:
             if module is not None and not (fromlist and hasattr(module, "__path__")
                                            and any(not hasattr(module, item) for item in fromlist if item != "*")):
                 return module if fromlist else self.modules[top]
-            if top in self.modules or (top not in sys.modules and self._holds(top)):
+            if top in self.modules or (self._holds(top) and not _in_process(top)):
                 return self.within(_builtin_import, name, globals, locals, fromlist, level)
         elif (globals or {}).get("__package__", "").partition(".")[0] in self.modules:  # inside a folder's package
             return self.within(_builtin_import, name, globals, locals, fromlist, level)
@@ -86,6 +87,13 @@ class _Beside:
                             self.modules[name] = found
                         sys.modules.pop(name, None)
                 sys.modules.update(shadowed)
+
+
+def _in_process(top: str) -> bool:
+    """Whether the process imported ``top`` itself (the standard library's, torch's): read under the lock, since while
+    :meth:`_Beside.within` runs, sys.modules also holds another file's modules from its folder."""
+    with _import_lock:
+        return top in sys.modules
 
 
 def _builtin_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -128,7 +136,8 @@ class _BesideLoader(importlib.machinery.SourceFileLoader):
 
 def _from_folder(name: str, module, folder: str) -> bool:
     """Whether the module ``name`` was found in ``folder`` itself (``folder/helpers.py``, a package
-    ``folder/helpers/``), not in a folder beneath it that is on sys.path anyway (a virtual environment's)."""
+    ``folder/helpers/``, a folder without ``__init__.py``, a symlink placed there), not in a folder beneath it that is
+    on sys.path anyway (a virtual environment's)."""
     top = name.partition(".")[0]
     if top == "attnviz" or top.startswith("attnviz_user_"):
         return False
@@ -136,7 +145,7 @@ def _from_folder(name: str, module, folder: str) -> bool:
     files = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or [])]
     for file in files:
         if isinstance(file, str):
-            real = os.path.realpath(file)
-            if real.startswith((where + ".", where + os.sep)):
-                return True
+            for path in (os.path.abspath(file), os.path.realpath(file)):  # as found, and a symlink's target
+                if path == where or path.startswith((where + ".", where + os.sep)):
+                    return True
     return False

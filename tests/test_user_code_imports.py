@@ -107,3 +107,78 @@ def test_a_package_beside_the_file_is_imported_at_forward_time_with_its_submodul
     module(torch.randn(1, 4, 8))  # (b, n, d_in)
     assert module.where == "package"
     assert not {name for name in sys.modules if name.startswith("parts_beside")}
+
+
+NAMESPACE_USER = textwrap.dedent('''
+    from torch import nn
+
+    from utils.rope import TABLE  # utils/ has no __init__.py: a namespace package beside the file
+    from linked import WHERE  # linked.py is a symlink placed beside the file
+
+
+    class Uses(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table, self.where = TABLE, WHERE
+''')
+
+
+def test_a_folder_without_init_and_a_symlink_beside_the_file_import_as_python_file_py_imports_them(tmp_path):
+    folder, library = tmp_path / "mine", tmp_path / "library"
+    (folder / "utils").mkdir(parents=True)
+    library.mkdir()
+    (folder / "utils" / "rope.py").write_text("TABLE = 'rope table'\n")
+    (library / "common.py").write_text("WHERE = 'linked'\n")
+    (folder / "linked.py").symlink_to(library / "common.py")
+    (folder / "uses.py").write_text(NAMESPACE_USER)
+    module = user_code.load(f"{folder / 'uses.py'}:Uses")()
+    assert (module.table, module.where) == ("rope table", "linked")
+
+
+THREADED = textwrap.dedent('''
+    import threading
+
+    from torch import nn
+
+    {top_import}
+
+
+    class Holder(nn.Module):
+        def slow_import(self):
+            import slow_beside  # waits in its own code until the test releases it
+
+        def which_helpers(self):
+            from helpers_threaded import WHERE
+            return WHERE
+''')
+
+
+def test_a_files_import_running_in_one_thread_does_not_lend_its_helpers_to_another_file(tmp_path):
+    """While file one's slow import runs (its kept helpers in sys.modules), file two's forward imports its own for the
+    first time."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    slow_events = sys.modules.setdefault("attnviz_test_slow_events", type(sys)("attnviz_test_slow_events"))
+    slow_events.started, slow_events.release = started, release
+    for where in ("one", "two"):
+        folder = tmp_path / where
+        folder.mkdir()
+        (folder / "helpers_threaded.py").write_text(f"WHERE = {where!r}\n")
+        top_import = "import helpers_threaded  # kept: while one of its imports runs, sys.modules holds it"
+        (folder / "holder.py").write_text(THREADED.format(top_import=top_import if where == "one" else ""))
+        (folder / "slow_beside.py").write_text(
+            "import attnviz_test_slow_events as events\nevents.started.set()\nevents.release.wait(10)\n")
+    one = user_code.load(f"{tmp_path / 'one' / 'holder.py'}:Holder")()
+    two = user_code.load(f"{tmp_path / 'two' / 'holder.py'}:Holder")()
+    slow = threading.Thread(target=one.slow_import)
+    slow.start()
+    assert started.wait(10)
+    answer = {}
+    reader = threading.Thread(target=lambda: answer.update(two=two.which_helpers()))
+    reader.start()
+    reader.join(0.5)  # file two's import waits for file one's to end (before the fix it read file one's at once)
+    release.set()
+    slow.join(10)
+    reader.join(10)
+    assert answer == {"two": "two"}
