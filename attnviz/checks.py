@@ -219,7 +219,9 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             try:
                 check = run[rule]()
                 if random and check.status == "fail" and rule in COMPARES_OUTPUTS:
-                    check = Check(rule, "skip", DROPOUT_IN_EVAL)
+                    # dropout-placement fails for it; checked without that rule, the failure names the dropout
+                    check = (Check(rule, "skip", DROPOUT_IN_EVAL) if "dropout-placement" in selected
+                             else Check(rule, "fail", DROPOUT_FAILS))
                 checks.append(check)
             except tracing.TraceError as error:  # a forward of the rule's own raised: the rules before it stand
                 raise tracing.TraceError(f"{error} (while checking {rule})") from error
@@ -237,6 +239,9 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
 COMPARES_OUTPUTS = ("causal", "batch-independence", "matches-reference", "kv-cache")  # rules that compare forwards
 DROPOUT_IN_EVAL = ("not checked: dropout acts in eval mode (see dropout-placement), so two forwards of the same input "
                    "differ whatever the module does — fix the dropout, then check again")
+DROPOUT_FAILS = ("dropout acts in eval mode, so two forwards of the same input differ whatever else the module does: "
+                 "pass training=self.training to F.dropout (SDPA: dropout_p=self.dropout if self.training else 0.0), "
+                 "then check again")
 
 
 def _traced_on(module: nn.Module, x: torch.Tensor, n: int) -> tracing.Attention | None:

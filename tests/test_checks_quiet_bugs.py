@@ -75,6 +75,14 @@ def test_dropout_in_eval_mode_fails_dropout_placement_and_the_output_rules_skip_
         assert "dropout acts in eval mode" in results[rule].evidence
 
 
+def test_checked_without_dropout_placement_the_output_rules_fail_naming_the_dropout():
+    """``rules=("causal",)``: no rule is left to fail for the dropout, so the causal rule's failure names it."""
+    module = built(qb.EvalDropout)
+    (check,) = checks.check_module(module, checks.default_input(module), rules=("causal",))
+    assert check.status == "fail" and "dropout acts in eval mode" in check.evidence
+    assert "future" not in check.evidence
+
+
 def test_dropout_placement_tells_an_sdpa_module_to_pass_dropout_p_only_in_training():
     sdpa = verdicts(built(qb.EvalDropout, sdpa=True))["dropout-placement"].evidence
     assert "dropout_p=self.dropout if self.training else 0.0" in sdpa and "F.dropout" not in sdpa
