@@ -53,6 +53,21 @@ NANOGPT = textwrap.dedent('''
 
 
 @pytest.fixture
+def passed(monkeypatch) -> dict:
+    """The sizes ``attnviz check`` passes to ``check_module`` (filled when it runs)."""
+    from attnviz import checks
+
+    sizes, check_module = {}, checks.check_module
+
+    def recorded(module, x, **kwargs):
+        sizes.update(kwargs.get("sizes") or {})
+        return check_module(module, x, **kwargs)
+
+    monkeypatch.setattr(checks, "check_module", recorded)
+    return sizes
+
+
+@pytest.fixture
 def nano(tmp_path):
     path = tmp_path / "nano.py"
     path.write_text(NANOGPT)
@@ -99,17 +114,7 @@ def test_the_sizes_a_config_object_carries_are_the_sizes_taken(nano):
     assert user_code.sizes_taken(arguments) == {"d_in": 32, "d_out": 32, "num_heads": 2, "context_length": 64}
 
 
-def test_the_cli_passes_a_config_objects_sizes_to_check_module(nano, monkeypatch, capsys):
-    from attnviz import checks
-
-    passed = {}
-    check_module = checks.check_module
-
-    def recorded(module, x, **kwargs):
-        passed.update(kwargs.get("sizes") or {})
-        return check_module(module, x, **kwargs)
-
-    monkeypatch.setattr(checks, "check_module", recorded)
+def test_the_cli_passes_a_config_objects_sizes_to_check_module(nano, passed, capsys):
     assert cli.main(["check", f"{nano}:CausalSelfAttention", "--d-in", "32", "--num-heads", "2",
                      "--context-length", "16", "--tokens", "4"]) == 0
     assert passed == {"d_in": 32, "d_out": 32, "num_heads": 2, "context_length": 16}
@@ -175,19 +180,9 @@ def test_the_kv_heads_reach_a_config_object_under_the_names_gqa_classes_read(tmp
     assert not hasattr(user_code.constructor_arguments(cls, d_in=32)["config"], "n_kv_head")  # only when given
 
 
-def test_the_cli_checks_nanochats_class_with_its_kv_heads(tmp_path, monkeypatch, capsys):
-    from attnviz import checks
-
+def test_the_cli_checks_nanochats_class_with_its_kv_heads(tmp_path, passed, capsys):
     path = tmp_path / "nanochat.py"
     path.write_text(NANOCHAT)
-    passed = {}
-    check_module = checks.check_module
-
-    def recorded(module, x, **kwargs):
-        passed.update(kwargs.get("sizes") or {})
-        return check_module(module, x, **kwargs)
-
-    monkeypatch.setattr(checks, "check_module", recorded)
     assert cli.main(["check", f"{path}:CausalSelfAttention", "--d-in", "32", "--num-heads", "4",
                      "--num-kv-groups", "2", "--tokens", "4"]) == 0
     out, err = capsys.readouterr()
