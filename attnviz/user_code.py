@@ -204,9 +204,8 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     num_heads=2)``, and with none given ``Kw()``, its own defaults.  ``to_kwargs=False``: none of them (the app,
     whose sidebar gives every size, lets such a module decide its own)."""
     given = {k: v for k, v in settings.items() if v is not None}
-    try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
-    except (TypeError, ValueError):
+    parameters = _parameters(cls)
+    if parameters is None:
         return {}
     own = {setting: parameter.default for setting, parameter in own_defaults(cls).items()}  # kept unless given
     if "d_in" in given:
@@ -262,14 +261,21 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     return arguments
 
 
+def _parameters(cls: type[nn.Module]) -> list[inspect.Parameter] | None:
+    """``cls``'s constructor parameters without ``self``; None when Python cannot read its signature."""
+    try:
+        return list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+
+
 def own_defaults(cls: type[nn.Module]) -> dict[str, inspect.Parameter]:
     """``cls``'s own size parameters that have a default (:data:`OWN_DEFAULT_SETTINGS`, under any of their
     spellings), by attnviz setting: ``LlamaGQA(d_in=64, num_heads=8)`` -> ``d_in`` and ``num_heads``, each with its
     ``name`` and ``default``.  A setting not given keeps its default (:func:`constructor_arguments` passes nothing for
     it)."""
-    try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
-    except (TypeError, ValueError):
+    parameters = _parameters(cls)
+    if parameters is None:
         return {}
     own = {}
     for setting in OWN_DEFAULT_SETTINGS:
@@ -289,9 +295,8 @@ def kwargs_settings(cls: type[nn.Module], settings, overrides: Mapping | None = 
     those that none of its named parameters takes under any spelling and no override sets under any spelling (an
     override of ``n_embd`` is the user's name for ``d_in``).  None for a constructor without ``**kwargs``: attnviz
     cannot tell which names it forwards, so it passes only what the user gave, in the names the user gave it."""
-    try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
-    except (TypeError, ValueError):
+    parameters = _parameters(cls)
+    if parameters is None:
         return []
     if not any(p.kind == p.VAR_KEYWORD for p in parameters):
         return []
@@ -304,10 +309,7 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     ``cls`` no argument for: setting -> None when the constructor takes it under none of its spellings (nor in a
     single config object, nor by attnviz's name in ``**kwargs``: :func:`kwargs_settings`), or -> the argument an
     override sets instead of it."""
-    try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
-    except (TypeError, ValueError):
-        parameters = []
+    parameters = _parameters(cls) or []
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     overrides = dict(overrides or {})
     config_object = len(parameters) == 1 and names[:1] and names[0] in CONFIG_NAMES
@@ -354,9 +356,8 @@ def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[
 
 def _parameter_defaults(cls: type[nn.Module]) -> dict:
     """``cls``'s constructor parameters that have a default -> that default."""
-    try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
-    except (TypeError, ValueError):
+    parameters = _parameters(cls)
+    if parameters is None:
         return {}
     return {p.name: p.default for p in parameters if p.default is not p.empty}
 
