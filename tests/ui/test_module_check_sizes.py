@@ -17,42 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # nanochat's grouped-query attention keeps its K/V heads as n_kv_head, a name attnviz does not know; this one caches K
 # and V after repeating them to every query head, the waste grouped-query attention exists to save
 NANOCHAT_STYLE = textwrap.dedent('''
-    import math
-
-    import torch
-    from torch import nn
+    from helpers.user_modules import NanochatGQA
 
 
-    class RepeatedKVCache(nn.Module):
+    class RepeatedKVCache(NanochatGQA):
         def __init__(self, d_in, num_heads, num_kv_groups):
-            super().__init__()
-            self.n_head, self.n_kv_head, self.head_dim = num_heads, num_kv_groups, d_in // num_heads
-            self.c_q = nn.Linear(d_in, d_in, bias=False)
-            self.c_k = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=False)
-            self.c_v = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=False)
-            self.c_proj = nn.Linear(d_in, d_in, bias=False)
-            self.k_cache = self.v_cache = None
-
-        def reset_cache(self):
-            self.k_cache = self.v_cache = None
-
-        def forward(self, x, use_cache=False):
-            b, n, d = x.shape
-            q = self.c_q(x).view(b, n, self.n_head, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
-            k = self.c_k(x).view(b, n, self.n_kv_head, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
-            v = self.c_v(x).view(b, n, self.n_kv_head, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
-            repeat = self.n_head // self.n_kv_head
-            k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)  # (b, h, n, hd)
-            if use_cache:
-                if self.k_cache is not None:
-                    k = torch.cat([self.k_cache, k], 2)  # (b, h, cached + n, hd)
-                    v = torch.cat([self.v_cache, v], 2)  # (b, h, cached + n, hd)
-                self.k_cache, self.v_cache = k, v
-            nk = k.shape[2]
-            attn_scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)  # (b, h, n, nk)
-            keep = torch.ones(n, nk, dtype=torch.bool).tril(diagonal=nk - n)  # (n, nk)
-            attn_weights = torch.softmax(attn_scores.masked_fill(~keep, float("-inf")), -1)  # (b, h, n, nk)
-            return self.c_proj((attn_weights @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+            super().__init__(d_in, num_heads, num_kv_groups, caches_repeated=True)
 ''')
 
 
