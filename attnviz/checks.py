@@ -66,6 +66,7 @@ import inspect
 import math
 import os
 import time
+import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -1936,14 +1937,22 @@ ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # th
 
 def _rotary(module: nn.Module) -> bool:
     """Whether the module uses rotary embeddings by the names it holds and calls: a buffer or submodule, or a name
-    its forward's code uses, with a part (split at "." and "_") in ROTARY_NAMES.  A module holding ``cos``/``sin``
-    buffers it never reads counts too: a recording keeps each op's shape, not which tensors it read, so whether the
-    forward used a buffer is not known cheaply.  That costs little: the rotary cause is named only when the step's
-    query or key also has the whole sequence's length and another direction (:func:`_rotary_cause`)."""
+    its forward's code uses (:func:`_code_names`), with a part (split at "." and "_") in ROTARY_NAMES.  A module
+    holding ``cos``/``sin`` buffers it never reads counts too: a recording keeps each op's shape, not which tensors it
+    read, so whether the forward used a buffer is not known cheaply.  That costs little: the rotary cause is named
+    only when the step's query or key also has the whole sequence's length and another direction
+    (:func:`_rotary_cause`)."""
     names = [name for name, _ in module.named_buffers()] + [name for name, _ in module.named_modules()]
     code = getattr(type(module).forward, "__code__", None)  # None: a forward that is not Python code
-    names += list(code.co_names) if code is not None else []
+    names += _code_names(code) if code is not None else []
     return any(part.lower() in ROTARY_NAMES for name in names for part in name.replace(".", "_").split("_"))
+
+
+def _code_names(code: types.CodeType) -> list[str]:
+    """The names ``code`` uses, and the code nested in it (a generator expression, a lambda): ``(rope(t, cos, sin)
+    for t in (q, k))`` names rope, cos and sin in a code object of its own."""
+    nested = [const for const in code.co_consts if isinstance(const, types.CodeType)]
+    return [*code.co_names, *(name for inner in nested for name in _code_names(inner))]
 
 
 def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: torch.Tensor, start: int) -> str | None:
