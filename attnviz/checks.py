@@ -1,6 +1,6 @@
 """Checks any attention module by rule: the Pitfall lab's knowledge turned on the user's own code.
 
-``check_module(module, x)`` traces the module (:mod:`attnviz.tracing`) and runs eight rules, each with a stable
+``check_module(module, x)`` traces the module (:mod:`attnviz.tracing`) and runs nine rules, each with a stable
 id, a status (``pass``, ``fail``, or ``skip`` when it does not apply) and evidence in a learner's words —
 which cell, which value, what it should be:
 
@@ -20,6 +20,11 @@ which cell, which value, what it should be:
   token that hides nothing: there is no future); a fix names the module's own ``tril``/``triu`` call or mask buffer
   when one of them is the mask;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
+* ``rotary-placement`` — for a rotary module (by the names it holds and calls), traced once more on one token
+  repeated at every position: every score QKᵀ depends only on i − j (not on the query's or the key's position:
+  rotary on the queries only, or the keys only — failed only when one of them is that token turned by its position)
+  and no value is that token turned by its position (rotary on V; values that differ otherwise, a position embedding,
+  are not rotary's); a module not rotary by its names, or in which nothing turns by position, skips it;
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode
   (read from the dropout's own call: a mask after the softmax before it is the other rules' finding); while it acts
   in eval mode, a failure of a rule that compares forwards (``COMPARES_OUTPUTS``) is a skip that says so;
@@ -77,8 +82,8 @@ from attnviz import time_limit, tracing, user_code
 from attnviz.tokens import counted
 from attnviz.words import amount, plural
 
-RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement", "batch-independence",
-         "matches-reference", "kv-cache")
+RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement", "dropout-placement",
+         "batch-independence", "matches-reference", "kv-cache")
 TOLERANCE = 1e-5
 ROW_SUM_TOLERANCE = 1e-4  # a row of float32 weights sums to 1 within this: each of its n terms rounds
 SLOW_CHECK_SECONDS = 5.0  # a check expected to take longer says so early (the CLI on stderr, the app in its status)
@@ -158,7 +163,7 @@ RAISE_RULE_ERRORS = "ATTNVIZ_RAISE_RULE_ERRORS"  # "1": a rule whose own code ra
 def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, causal: bool | None = None,
                  rules: Iterable[str] | None = None, progress: Callable[[Progress], None] | None = None,
                  sizes: Mapping[str, int] | None = None) -> list[Check]:
-    """The eight rules' verdicts on ``module`` (``x``: (batch, n, d_in), or text embedded as ``trace_module``
+    """The nine rules' verdicts on ``module`` (``x``: (batch, n, d_in), or text embedded as ``trace_module``
     embeds it; None: a seeded (2, 8, d_in)).  A float16 or bfloat16 module is a TraceError: the rules' tolerances are
     float32's.  ``rules``: only these rule ids (in ``RULES`` order); ``progress``: called as the check runs
     (:class:`Progress`); ``sizes``: the sizes the module was built with, by attnviz setting (``num_heads``,
@@ -206,6 +211,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                                        unmasked=unmasked, triangles=triangles,
                                                        longer=functools.partial(_traced_on, module, x)),
             "scaling": lambda: scaling(attention, weightless=weightless),
+            "rotary-placement": lambda: rotary_placement(module, x),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
@@ -281,9 +287,10 @@ def _selected(rules: Iterable[str] | None) -> list[str]:
 def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], causal: bool) -> int:
     """How many forwards of the module a check of ``rules`` on ``x`` runs at most: the traced one, then causal's one
     per position after the first, mask-convention's one on more tokens for a declared window they do not reach,
-    dropout-placement's one in training mode, batch-independence's one per item, and kv-cache's two uncached
-    sequences and, per sequence, the prefill and one forward per token after it, then the forwards that find the
-    cache and measure a token's size in it (three for a cache the module resets, two for a cache the caller holds).
+    rotary-placement's one on one token repeated (for a rotary module), dropout-placement's one in training mode,
+    batch-independence's one per item, and kv-cache's two uncached sequences and, per sequence, the prefill and one
+    forward per token after it, then the forwards that find the cache and measure a token's size in it (three for a
+    cache the module resets, two for a cache the caller holds).
     That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis up to
     :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
@@ -293,8 +300,9 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     measured = 3 if resets else 2 if takes_cache else 0
     window = declared_window(module)
     longer = causal and window is not None and n <= window <= LONGEST_WINDOW_CHECK - 2
-    per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer), "dropout-placement": 1,
-                "batch-independence": batch,
+    per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer),
+                "rotary-placement": int(_rotary(module) and _rotary_tokens(module, x) > 1),
+                "dropout-placement": 1, "batch-independence": batch,
                 "kv-cache": 2 * (2 + n - _prefill(n)) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
 
@@ -851,6 +859,177 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False) -> Check:
     if math.isclose(scale, 1 / head_dim, rel_tol=1e-4):
         return Check(rule, "fail", f"the scores are divided by head_dim = {head_dim} without the square root: {want}")
     return Check(rule, "fail", f"the scores are multiplied by {scale:.4g}, i.e. divided by {1 / scale:.4g}: {want}")
+
+
+def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
+    """On one token repeated at n positions (:func:`_one_token_repeated`), rotary on Q and K only makes every score
+    QKᵀ (from the recorded Q and K, per query head) a function of i − j and leaves every value the same.  A score that
+    moves along a diagonal fails when Q or K is that token's vector turned by its position (:func:`_turned`), the
+    other turned too or the same everywhere (:func:`_rotated_side`); a value so turned is rotary on V.  Positions that
+    enter otherwise (an embedding added inside the module) are not rotary's to name: no failure."""
+    rule = "rotary-placement"
+    if not _rotary(module):
+        return Check(rule, "skip", NOT_ROTARY)
+    n = _rotary_tokens(module, x)
+    if n < 2:
+        return Check(rule, "skip", "1 token: no distance i − j to compare — check 2 or more tokens")
+    attention, _ = tracing.combine(tracing.record(module, _one_token_repeated(x, n)).attentions)
+    stages = (attention.queries, attention.keys, attention.values)
+    if any(stage is None or stage.shape[-2] != n for stage in stages):
+        return Check(rule, "skip", "the module's Q, K and V could not be identified on one token repeated")
+    queries, keys, values = (stage[0].float() for stage in stages)  # (h, n, d), (g, n, d), (g, n, dv)
+    scores = queries @ _per_query_head(keys[None], queries[None])[0].transpose(-2, -1)  # (h, n, d) @ (h, d, n)
+    on = f"on one token repeated at {n} positions"
+    moved = _moved_along_diagonal(scores)  # (head, query, key) or None
+    side = None if moved is None else _rotated_side(queries, keys)
+    findings = [] if side is None else [_diagonal_words(scores, moved, side, on)]
+    if (turned := _turned(values)) is not None:
+        findings.append(_values_words(turned, values.shape[0] < queries.shape[0], values.shape[0] > 1,
+                                      "" if findings else on))
+    if findings:
+        return Check(rule, "fail", "; ".join(findings))
+    if moved is not None:
+        return Check(rule, "skip", f"not checked: {on} the scores move along a diagonal, but not as rotary moves them: "
+                                   "Q or K changes with position by more than a turn (a position embedding inside the "
+                                   "module?)")
+    if _same_everywhere(scores.flatten(1)[..., None]) and _same_everywhere(values):
+        return Check(rule, "skip", f"not rotary: {on} every score QKᵀ and every value is the same — nothing turns "
+                                   "the queries, keys or values by their position")
+    return Check(rule, "pass", f"{on} every score depends only on the distance i − j and no value is turned by its "
+                               "position: rotary on the queries and keys only")
+
+
+ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # the names rotary embeddings go by
+
+
+def _rotary(module: nn.Module) -> bool:
+    """Whether the module uses rotary embeddings by the names it holds and calls: a buffer or submodule, or a name
+    its forward's code uses (:func:`_code_names`), with a part (split at "." and "_") in ROTARY_NAMES.  A module
+    holding ``cos``/``sin`` buffers it never reads counts too: a recording keeps each op's shape, not which tensors it
+    read, so whether the forward used a buffer is not known cheaply.  That costs little: the rotary cause is named
+    only when the step's query or key also has the whole sequence's length and another direction
+    (:func:`_rotary_cause`), and rotary-placement says "not rotary" of a module that turns nothing by position."""
+    names = [name for name, _ in module.named_buffers()] + [name for name, _ in module.named_modules()]
+    code = getattr(type(module).forward, "__code__", None)  # None: a forward that is not Python code
+    names += _code_names(code) if code is not None else []
+    return any(part.lower() in ROTARY_NAMES for name in names for part in name.replace(".", "_").split("_"))
+
+
+def _code_names(code: types.CodeType) -> list[str]:
+    """The names ``code`` uses, and the code nested in it (a generator expression, a lambda): ``(rope(t, cos, sin)
+    for t in (q, k))`` names rope, cos and sin in a code object of its own."""
+    nested = [const for const in code.co_consts if isinstance(const, types.CodeType)]
+    return [*code.co_names, *(name for inner in nested for name in _code_names(inner))]
+
+
+ROTARY_TOKENS = 4  # rotary-placement repeats one token at this many positions at least (the checked n when more)
+ROTARY_MOST_TOKENS = 64  # and at most: float32 angles p·θ drift by about p × 6e-8, far below the tolerance up to here
+ROTARY_TOLERANCE = 1e-4  # of the largest |entry|: a float32 rotation is far closer; a wrong one moves by ~1 radian
+NOT_ROTARY = "not rotary (no cos, sin, freqs, rope, rotary or rotate in its names)"  # ROTARY_NAMES, in a line
+ROTATED_SIDE = {  # (how the scores depend on position, the fix) by what rotary turns (:func:`_rotated_side`)
+    "queries": ("scores depend on the query's position, not the distance i − j: rotary applied to the queries only "
+                "(the keys are the same at every position)", "rotate the keys too, by their own positions"),
+    "keys": ("scores depend on the key's position, not the distance i − j: rotary applied to the keys only (the "
+             "queries are the same at every position)", "rotate the queries too, by their own positions"),
+    "both": ("scores depend on the positions, not only on the distance i − j: the queries and the keys are turned by "
+             "angles whose difference is not a function of i − j", "rotate both with the same cos and sin, each at "
+             "its token's position"),
+}
+
+
+def _rotary_tokens(module: nn.Module, x: torch.Tensor) -> int:
+    """How many positions rotary-placement repeats its token at: the checked tokens, at least ``ROTARY_TOKENS`` and at
+    most ``ROTARY_MOST_TOKENS``, within the module's context."""
+    n = min(max(x.shape[1], ROTARY_TOKENS), ROTARY_MOST_TOKENS)
+    context = tracing.module_context(module)
+    return min(n, context[0]) if context else n
+
+
+def _one_token_repeated(x: torch.Tensor, n: int) -> torch.Tensor:
+    """(1, n, d_in): one seeded random token, as wide as ``x``, at every position."""
+    token = torch.randn(1, 1, x.shape[-1], generator=torch.Generator().manual_seed(4))  # (1, 1, d_in)
+    return token.to(device=x.device, dtype=x.dtype).expand(1, n, x.shape[-1]).contiguous()  # (1, n, d_in)
+
+
+def _tolerance(tensor: torch.Tensor) -> float:
+    """``ROTARY_TOLERANCE`` of the largest |entry| of ``tensor``."""
+    return ROTARY_TOLERANCE * tensor.abs().max().item()
+
+
+def _same_everywhere(rows: torch.Tensor) -> bool:
+    """Whether (h, n, d) rows are the same at every position n, within ``_tolerance``."""
+    return (rows - rows[:, :1]).abs().max().item() <= _tolerance(rows)
+
+
+def _moved_along_diagonal(scores: torch.Tensor) -> tuple[int, int, int] | None:
+    """(head, query i, key j) of the score on or below the diagonal of (h, n, n) maps that differs most from the first
+    of its diagonal (query i − j, key 0), when that is by more than ``_tolerance``; None when every one is the same."""
+    rows, cols = torch.tril_indices(*scores.shape[-2:])  # (cells,) each: j ≤ i
+    departure = (scores[:, rows, cols] - scores[:, rows - cols, 0]).abs()  # (h, cells)
+    if departure.max().item() <= _tolerance(scores):
+        return None
+    head, cell = divmod(int(departure.argmax()), departure.shape[1])
+    return head, int(rows[cell]), int(cols[cell])
+
+
+def _rotation_pairs(d: int):
+    """The ways rotary pairs a head's d features, as (first, second) index tensors: neighbours (2k, 2k + 1), as GPT-J
+    and Meta's ``view_as_complex`` pair them; and halves (k, k + r/2) of the first or the last r features, as
+    ``rotate_half`` does (Llama's r = d; GPT-NeoX's partial rotary first; DeepSeek's rotary part last)."""
+    yield torch.arange(0, d - 1, 2), torch.arange(1, d, 2)
+    for r in range(2, d + 1, 2):
+        for start in sorted({0, d - r}):
+            first = torch.arange(start, start + r // 2)  # (r/2,)
+            yield first, first + r // 2
+
+
+def _turned(rows: torch.Tensor) -> tuple[int, int] | None:
+    """(head, position) where (h, n, d) rows — one token's vector at each position — first differ from position 0 by
+    a rotation: paired as rotary pairs a head's features (:func:`_rotation_pairs`), every pair keeps its length and
+    every feature outside the pairs its value; None when no head's rows are so turned."""
+    tolerance = _tolerance(rows)
+    moved = (rows - rows[:, :1]).abs().amax(-1) > tolerance  # (h, n)
+    for first, second in _rotation_pairs(rows.shape[-1]):
+        alone = torch.ones(rows.shape[-1], dtype=torch.bool)  # (d,)
+        alone[first], alone[second] = False, False
+        kept = torch.cat([rows[..., first].hypot(rows[..., second]), rows[..., alone]], dim=-1)  # (h, n, d - pairs)
+        turned = moved.any(-1) & ((kept - kept[:, :1]).abs().amax(dim=(1, 2)) <= tolerance)  # (h,)
+        if turned.any():
+            head = int(turned.nonzero()[0])
+            return head, int(moved[head].nonzero()[0])
+    return None
+
+
+def _rotated_side(queries: torch.Tensor, keys: torch.Tensor) -> str | None:
+    """What rotary turns, of (h, n, d) queries and (g, n, d) keys of one token repeated: "queries" (turned by their
+    position, the keys the same everywhere), "keys" (the reverse), "both" (each turned); None otherwise (one of them
+    changes with position by more than a turn)."""
+    queries_turned, keys_turned = _turned(queries) is not None, _turned(keys) is not None
+    if queries_turned and keys_turned:
+        return "both"
+    if queries_turned and _same_everywhere(keys):
+        return "queries"
+    return "keys" if keys_turned and _same_everywhere(queries) else None
+
+
+def _diagonal_words(scores: torch.Tensor, moved: tuple[int, int, int], side: str, on: str) -> str:
+    """rotary-placement's words for a score that moves along its diagonal: how, and two of its cells."""
+    head, query, key = moved
+    distance = query - key
+    where = f"head {head}: " if scores.shape[0] > 1 else ""
+    how, fix = ROTATED_SIDE[side]
+    return (f"{how} — {on}, {where}query {query} · key {key} = {scores[head, query, key].item():.4g} but query "
+            f"{distance} · key 0 = {scores[head, distance, 0].item():.4g}, the same distance {distance} apart; {fix}")
+
+
+def _values_words(turned: tuple[int, int], grouped: bool, heads: bool, on: str) -> str:
+    """rotary-placement's words for values turned by their position (``grouped``: K/V heads fewer than the queries';
+    ``on``: how they were found, "" when the words before say it)."""
+    head, position = turned
+    where = (f"{on}, " if on else "") + (f"{'K/V ' if grouped else ''}head {head}: " if heads else "")
+    return (f"values are rotated by position: rotary applied to V (RoPE rotates queries and keys only) — {where}the "
+            f"value at position {position} is the value at position 0 turned (each rotation pair keeps its length, "
+            "another direction); rotate q and k only")
 
 
 def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracing.Attention) -> Check:
@@ -1930,29 +2109,6 @@ def _head_order_cause(stage: str, mine: torch.Tensor, theirs: torch.Tensor) -> s
                         f"order: the cached step repeats them with {mine_uses}, the whole sequence with "
                         f"{theirs_uses} — use repeat_interleave(group_size, dim=1) on both")
     return None
-
-
-ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # the names rotary embeddings go by
-
-
-def _rotary(module: nn.Module) -> bool:
-    """Whether the module uses rotary embeddings by the names it holds and calls: a buffer or submodule, or a name
-    its forward's code uses (:func:`_code_names`), with a part (split at "." and "_") in ROTARY_NAMES.  A module
-    holding ``cos``/``sin`` buffers it never reads counts too: a recording keeps each op's shape, not which tensors it
-    read, so whether the forward used a buffer is not known cheaply.  That costs little: the rotary cause is named
-    only when the step's query or key also has the whole sequence's length and another direction
-    (:func:`_rotary_cause`)."""
-    names = [name for name, _ in module.named_buffers()] + [name for name, _ in module.named_modules()]
-    code = getattr(type(module).forward, "__code__", None)  # None: a forward that is not Python code
-    names += _code_names(code) if code is not None else []
-    return any(part.lower() in ROTARY_NAMES for name in names for part in name.replace(".", "_").split("_"))
-
-
-def _code_names(code: types.CodeType) -> list[str]:
-    """The names ``code`` uses, and the code nested in it (a generator expression, a lambda): ``(rope(t, cos, sin)
-    for t in (q, k))`` names rope, cos and sin in a code object of its own."""
-    nested = [const for const in code.co_consts if isinstance(const, types.CodeType)]
-    return [*code.co_names, *(name for inner in nested for name in _code_names(inner))]
 
 
 def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: torch.Tensor, start: int) -> str | None:

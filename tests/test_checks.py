@@ -34,8 +34,8 @@ def mha(bug=None, dropout=0.0):
 
 
 def test_the_rules_have_stable_ids_in_order():
-    assert checks.RULES == ("rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement",
-                            "batch-independence", "matches-reference", "kv-cache")
+    assert checks.RULES == ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement",
+                            "dropout-placement", "batch-independence", "matches-reference", "kv-cache")
     assert [check.rule for check in checks.check_module(mha())] == list(checks.RULES)
 
 
@@ -47,7 +47,8 @@ def test_the_books_classes_pass_every_rule_that_applies(variant):
     results = checks.check_module(module)
     assert [c for c in results if c.status == "fail"] == []
     skipped = {c.rule for c in results if c.status == "skip"}
-    assert skipped - {"kv-cache"} == ({"scaling"} if variant == "simplified" else
+    assert {"kv-cache", "rotary-placement"} <= skipped  # learned positions: no rotary
+    assert skipped - {"kv-cache", "rotary-placement"} == ({"scaling"} if variant == "simplified" else
                        {"causal", "mask-convention"} if not getattr(module, "causal", True) else set())
 
 
@@ -367,7 +368,8 @@ def learner(cls, *args, **kwargs):
 def test_todays_attention_written_by_a_learner_passes(cls, args):
     results = checks.check_module(learner(cls, *args))
     assert [c for c in results if c.status == "fail"] == []
-    assert {c.rule for c in results if c.status == "skip"} == {"kv-cache"}  # no use_cache
+    not_rotary = set() if cls is um.LearnerRotaryGQA else {"rotary-placement"}
+    assert {c.rule for c in results if c.status == "skip"} == {"kv-cache"} | not_rotary  # no use_cache
 
 
 def test_matches_reference_compares_a_gqa_modules_repeated_keys_and_catches_a_wrong_context():
@@ -827,18 +829,21 @@ def forwards_of(module, **kwargs) -> tuple[list, list, int]:
 @pytest.mark.parametrize(("module", "forwards"), [
     (mha(), 1 + 7 + 1 + 2),  # the trace, causal (one per position after the first), dropout-placement, batch
     (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 4) + 3),  # kv-cache: 2 uncached,
-], ids=["mha", "cached"])  # then per sequence a prefill of 4 and 4 tokens one by one, then 3 finding and measuring
+    # then per sequence a prefill of 4 and 4 tokens one by one, then 3 finding and measuring
+    (learner(um.LearnerRotaryGQA, 2), 1 + 7 + 1 + 1 + 2),  # rotary-placement: one token repeated at every position
+], ids=["mha", "cached", "rotary"])
 def test_progress_reports_each_rule_as_it_is_done_and_counts_every_forward(module, forwards):
     results, reports, ran = forwards_of(module)
     done = [report for report in reports if report.check is not None]
     assert [report.check for report in done] == results  # each verdict as its rule finishes, in order
-    assert [report.rules_done for report in done] == list(range(1, 9)) and {r.rules_total for r in reports} == {8}
+    assert [report.rules_done for report in done] == list(range(1, 10)) and {r.rules_total for r in reports} == {9}
     assert ran == forwards == reports[-1].forwards  # every forward counted, none missed
     assert {report.forwards_planned for report in reports[1:]} == {forwards}  # the plan was right from the trace on
     assert reports[0].rule is None and reports[0].forwards == 0  # the traced forward, before any rule
     running = [report.rule for report in reports if report.check is None and report.rule is not None]
     assert set(running) == {"causal", "dropout-placement", "batch-independence"} | (
-        {"kv-cache"} if isinstance(module, um.LearnerCachedMHA) else set())
+        {"kv-cache"} if isinstance(module, um.LearnerCachedMHA) else set()) | (
+        {"rotary-placement"} if isinstance(module, um.LearnerRotaryGQA) else set())
 
 
 def test_the_first_forward_says_roughly_how_long_the_check_takes():
@@ -897,7 +902,7 @@ def test_a_progress_callback_that_raises_stops_the_check_after_the_rules_reporte
     with pytest.raises(KeyboardInterrupt):
         checks.check_module(module, progress=stop_at_batch_independence)
     assert [r.check.rule for r in reports if r.check is not None] == ["rows-sum-to-one", "causal", "mask-convention",
-                                                                     "scaling", "dropout-placement"]
+                                                                     "scaling", "rotary-placement", "dropout-placement"]
     assert module.training and not module._forward_pre_hooks  # its mode, and no hook of the check's left on it
     assert len(ran) == 1 + 7 + 1  # stopped before batch-independence's first forward
 
@@ -1140,7 +1145,8 @@ def test_einsum_for_weights_at_v_passes_every_rule_that_applies(layout):
     raised a RuntimeError, a traceback from the CLI."""
     torch.manual_seed(0)
     results = checks.check_module(um.EinsumAttention(layout=layout).eval())
-    assert {c.rule: c.status for c in results} == {**dict.fromkeys(checks.RULES, "pass"), "kv-cache": "skip"}
+    assert {c.rule: c.status for c in results} == {**dict.fromkeys(checks.RULES, "pass"), "kv-cache": "skip",
+                                                   "rotary-placement": "skip"}
     assert verdict(um.EinsumAttention(layout=layout).eval(), "matches-reference").evidence.startswith(
         "the concatenated heads equal")
 
@@ -1219,7 +1225,7 @@ def test_blooms_own_forward_is_read_through_its_views():
     and matches-reference ("the view on line … comes between them")."""
     torch.manual_seed(0)
     results = {check.rule: check for check in checks.check_module(um.BloomAttention().eval())}
-    assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache"}, results
+    assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache", "rotary-placement"}
     assert results["scaling"].evidence == "the scores are divided by √head_dim = √4 ≈ 2"
     assert results["mask-convention"].evidence.startswith("the hidden cells are exactly the future")
     assert results["matches-reference"].evidence.startswith("the concatenated heads equal")
@@ -1269,4 +1275,4 @@ def test_a_mask_after_the_softmax_then_renormalised_passes():
     torch.manual_seed(0)
     results = checks.check_module(um.MaskAfterSoftmax(renormalise=True).eval())
     assert [c for c in results if c.status == "fail"] == []
-    assert {c.rule for c in results if c.status == "skip"} == {"kv-cache"}
+    assert {c.rule for c in results if c.status == "skip"} == {"kv-cache", "rotary-placement"}

@@ -187,8 +187,8 @@ def test_an_attnviz_check_session_prints_its_table(path, text, monkeypatch):
 
 
 def test_the_sessions_are_read_with_their_status():
-    text = "$ attnviz check a.py:A\nA from a.py\n\n1 of 8 rules fail.\n$ echo $?\n1\n$ attnviz check b.py:B\n…\n"
-    assert sessions(text) == [("attnviz check a.py:A", ["A from a.py", "", "1 of 8 rules fail."], 1),
+    text = "$ attnviz check a.py:A\nA from a.py\n\n1 of 9 rules fail.\n$ echo $?\n1\n$ attnviz check b.py:B\n…\n"
+    assert sessions(text) == [("attnviz check a.py:A", ["A from a.py", "", "1 of 9 rules fail."], 1),
                               ("attnviz check b.py:B", ["…"], None)]
 
 

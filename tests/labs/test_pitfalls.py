@@ -369,9 +369,10 @@ def test_check_module_passes_the_labs_correct_code_and_names_the_bug(lab, key):
     correct = pitfall.correct(setup)
     assert [c.rule for c in checks.check_module(correct) if c.status == "fail"] == []
     failed = {c.rule for c in checks.check_module(pitfall.build(correct, setup)) if c.status == "fail"}
-    expected = {"window_off_by_one": {"mask-convention"}, "cache_position": {"kv-cache"},
-                "cache_reset": {"kv-cache"}, "cache_too_little": {"kv-cache"}}
-    assert failed == expected.get(key, set())  # a tiled pairing or rotary on the wrong tensor is still attention
+    expected = {"window_off_by_one": {"mask-convention"}, "rope_queries_only": {"rotary-placement"},
+                "rope_values": {"rotary-placement"}, "cache_position": {"kv-cache"}, "cache_reset": {"kv-cache"},
+                "cache_too_little": {"kv-cache"}}
+    assert failed == expected.get(key, set())  # a tiled pairing is still attention, and no rule names it
 
 
 def test_the_cache_figure_has_a_bar_per_cached_forward(lab):

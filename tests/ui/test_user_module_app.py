@@ -71,9 +71,23 @@ def test_the_heads_grid_has_the_modules_heads_and_the_check_panel_its_rules():
     tiles = [note["text"] for note in grid["layout"]["annotations"] if re.fullmatch(r"(▶ )?head \d+", note["text"])]
     assert len(tiles) == 4
     table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
-    assert list(table["rule"]) == ["rows-sum-to-one", "causal", "mask-convention", "scaling", "dropout-placement",
-                                   "batch-independence", "matches-reference", "kv-cache"]
-    assert dict(zip(table["rule"], table["result"])) == {**dict.fromkeys(table["rule"], "pass"), "kv-cache": "skip"}
+    assert list(table["rule"]) == ["rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement",
+                                   "dropout-placement", "batch-independence", "matches-reference", "kv-cache"]
+    assert dict(zip(table["rule"], table["result"])) == {**dict.fromkeys(table["rule"], "pass"), "kv-cache": "skip",
+                                                         "rotary-placement": "skip"}
+
+
+def test_the_check_panel_names_rotary_applied_to_the_values(monkeypatch):
+    """Rotary on q, k and v is a correct attention computation: only rotary-placement fails it, in the panel too."""
+    monkeypatch.setenv(user_code.ENV, f"{ROOT / 'tests' / 'helpers' / 'rotary_bugs.py'}:LlamaRotaryOnValues")
+    at = app(variant="Your module: LlamaRotaryOnValues", d_in="32", d_out="32")
+    no_exception(at)
+    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
+    results, evidence = dict(zip(table["rule"], table["result"])), dict(zip(table["rule"], table["evidence"]))
+    assert [rule for rule, result in results.items() if result == "fail"] == ["rotary-placement"], results
+    assert evidence["rotary-placement"].startswith("values are rotated by position: rotary applied to V (RoPE rotates "
+                                                   "queries and keys only)"), evidence["rotary-placement"]
+    assert any(box.value == "1 of 9 rules fail." for box in at.error), [box.value for box in at.error]
 
 
 def test_the_steps_source_panel_shows_the_users_code_with_the_stage_marked():
@@ -220,7 +234,7 @@ def test_a_module_whose_weights_hold_nan_still_gets_the_checks_verdict_the_cli_g
     assert app_results["causal"] == app_results["mask-convention"] == "fail"
     evidence = dict(zip(table["rule"], table["evidence"]))["mask-convention"]
     assert evidence.startswith("the mask is inverted") and "torch.tril(torch.ones(n, n, dtype=torch.bool))" in evidence
-    assert any(re.fullmatch(r"\d of 8 rules fail\.", box.value) for box in at.error), [box.value for box in at.error]
+    assert any(re.fullmatch(r"\d of 9 rules fail\.", box.value) for box in at.error), [box.value for box in at.error]
     assert at.sidebar.text_area(key="text").value == "Your journey starts with one step"
 
     caption = next(c.value for c in at.caption if "attnviz check" in c.value)
@@ -299,7 +313,7 @@ def test_a_check_stopped_half_way_keeps_its_rules_and_checks_the_others_when_ask
 
     at.run()  # the next run (any click): the rows done and a button, not a new check
     no_exception(at)
-    assert any("The check stopped after 3 of 8 rules" in box.value for box in at.info)
+    assert any("The check stopped after 3 of 9 rules" in box.value for box in at.info)
     assert [list(table["rule"]) for table in rule_tables(at)] == [list(checks.RULES[:3])]
     assert len(calls) == 1
 
@@ -307,7 +321,7 @@ def test_a_check_stopped_half_way_keeps_its_rules_and_checks_the_others_when_ask
     no_exception(at)
     assert calls[1] == list(checks.RULES[3:])  # only the rules left
     assert list(rule_tables(at)[0]["rule"]) == list(checks.RULES)
-    assert any("All 8 rules pass or do not apply" in box.value for box in at.success)
+    assert any("All 9 rules pass or do not apply" in box.value for box in at.success)
     assert not at.info
 
 
@@ -349,8 +363,8 @@ def test_a_forward_that_raises_in_a_later_rule_keeps_the_rules_before_it():
     at = app(variant="Your module: HandRolledDropout")
     no_exception(at)
     assert any(text.startswith("the forward raised RuntimeError: ") and "(while checking dropout-placement)" in text
-               and text.endswith("The rules done before it: 4 of 8.") for text in warnings(at)), warnings(at)
-    assert [list(table["rule"]) for table in rule_tables(at)] == [list(checks.RULES[:4])]
+               and text.endswith("The rules done before it: 5 of 9.") for text in warnings(at)), warnings(at)
+    assert [list(table["rule"]) for table in rule_tables(at)] == [list(checks.RULES[:5])]
 
 
 def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_same_results(capsys):

@@ -35,7 +35,7 @@ def test_the_notebook_traces_checks_and_shows_a_module_without_errors():
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "(1, 4, 6, 6) causal: True" in text
-    assert text.count(" pass ") + text.count(" skip ") == 8  # every rule passes or does not apply
+    assert text.count(" pass ") + text.count(" skip ") == 9  # every rule passes or does not apply
     plotly = [o for o in outputs if o.output_type == "display_data" and "application/vnd.plotly.v1+json" in o.data]
     assert len(plotly) == 2  # the head grid and the focused head
     html = [o for o in outputs if o.output_type == "display_data" and "text/html" in o.data]
