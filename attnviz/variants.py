@@ -5,10 +5,11 @@ need to know about one model: its name and label, the book section, the class, h
 ``AttentionConfig``, which settings apply (and why the others don't), how its heads are laid out, whether it
 has weights, dropout and an ``out_proj``, and the path of named tensors it records (its shape path).  Other
 modules iterate :data:`VARIANTS` or read a record's fields; they never spell a variant's name.  A new
-variant is one more record.  A checkpoint's layer (:data:`CHECKPOINT`, whose ``build`` loads the file's
-weights) and a user's module (:data:`USER_MODULE`) are records too, kept out of :data:`VARIANTS` (the
-sidebar's choices): ``AttentionConfig.spec`` returns them, and their ``fixed_settings`` list the settings the
-file or the module decides, with the reason shown in the sidebar.
+variant whose class records the stages the others record is one more record; a new stage, a new setting, a GPT
+block or a checkpoint family needs more, listed in ``docs/design.md`` ("Adding a variant").  A checkpoint's layer
+(:data:`CHECKPOINT`, whose ``build`` loads the file's weights) and a user's module (:data:`USER_MODULE`) are
+records too, kept out of :data:`VARIANTS` (the sidebar's choices): ``AttentionConfig.spec`` returns them, and
+their ``fixed_settings`` list the settings the file or the module decides, with the reason shown in the sidebar.
 
 Pure Python + torch: no Streamlit, no pipeline import (the pipeline imports this module).
 """
@@ -241,7 +242,7 @@ GQA = "gqa"  # grouped-query: equals MHA on the same weights when num_kv_groups 
 SWA = "swa"  # sliding window: equals causal MHA on the same weights when W ≥ n
 MQA = "mqa"  # multi-query: grouped-query with one K/V head
 MLA = "mla"  # multi-head latent attention
-MODERN = (GQA, MQA, MLA, SWA)  # the bonus material's variants (the benchmark times each against MHA)
+MODERN = (GQA, MQA, MLA, SWA)  # the bonus material's variants (Generate offers a random GPT with the sidebar's)
 
 
 def _checkpoint_attention(c) -> nn.Module:
@@ -329,8 +330,8 @@ USER_MODULE = Variant(
 
 
 def register(variant: Variant) -> Variant:
-    """Add (or replace) a record in :data:`VARIANTS`: a new variant is one more record, and every module that
-    iterates the registry picks it up.  Returns the record."""
+    """Add (or replace) a record in :data:`VARIANTS`: every module that iterates the registry picks it up (what
+    else a variant may need: ``docs/design.md``, "Adding a variant").  Returns the record."""
     VARIANTS[variant.name] = variant
     LABELS[variant.name] = variant.label
     return variant

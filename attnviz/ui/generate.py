@@ -41,6 +41,7 @@ from attnviz.ui.state import (
 )
 from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, markdown_escape, parse_number, parse_option
 from attnviz.views import diagram, generation_figures
+from attnviz.words import amount
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
@@ -63,7 +64,10 @@ DTYPE_OWN = "own"  # the cost chart's dtype: the chosen model's own (fp32 for at
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
 RANDOM_SET_ASIDE = "_generate_random_set_aside"  # (the Weights ref, the notice) of a link's random GPT not used
-RANDOM_SETTING = {variants.GQA: "num_kv_groups", variants.MLA: "latent_dim", variants.SWA: "sliding_window_size"}
+# the sidebar's settings the random GPT takes (the rest, positions, it has GPT-2's), and whether a value fits it
+_FITS = {"num_kv_groups": lambda value, preset: preset["n_heads"] % value == 0,
+         "latent_dim": lambda value, preset: value <= preset["emb_dim"],
+         "sliding_window_size": lambda value, preset: value >= 1}
 # the random GPT selectbox's options, and the link's ``random``: the registry's variants a GPT block can be
 RANDOM_CHOICES = (RANDOM_NONE, *gpt_model.BY_VARIANT)
 ROTARY_NOTE = ("The sidebar asks for rotary positions: they are not offered here. This random GPT has GPT-2's "
@@ -178,10 +182,7 @@ def _random_choice(page_run: Context) -> tuple | None:
     settings, notes = random_settings(page_run.config, attention)
     cfg = {**gpt_model.RANDOM_GPT_CONFIG, **settings}
     sizes = [f"{cfg['n_layers']} layers", f"{cfg['n_heads']} heads of {cfg['emb_dim'] // cfg['n_heads']}",
-             f"emb_dim {cfg['emb_dim']}", f"context {cfg['context_length']}"]
-    sizes += {variants.GQA: [f"{cfg['num_kv_groups']} K/V heads"], variants.MQA: ["1 K/V head"],
-              variants.MLA: [f"latent_dim {cfg['latent_dim']}"],
-              variants.SWA: [f"window W = {cfg['sliding_window_size']}"]}.get(attention, [])
+             f"emb_dim {cfg['emb_dim']}", f"context {cfg['context_length']}", *random_sizes(attention, cfg)]
     label = variants.LABELS[attention].split(" (")[0].lower()
     st.warning(RANDOM_NOISE.format(label=label, sizes=", ".join(sizes)), icon=":material/casino:")
     if page_run.config.rotary:
@@ -191,20 +192,40 @@ def _random_choice(page_run: Context) -> tuple | None:
     return (RANDOM_KIND, attention, tuple(sorted(settings.items())))
 
 
+def random_sizes(attention: str, cfg: dict) -> list[str]:
+    """What the random GPT's attention adds to its sizes, from its record: its K/V heads where its heads share them
+    (``Variant.grouped``: the record's fixed ``kv_groups``, else ``cfg``'s ``num_kv_groups``), its latent width and
+    its window where its ``settings`` have them."""
+    spec = variants.get(attention)
+    sizes = []
+    if spec.grouped:
+        sizes.append(amount(spec.kv_groups or cfg["num_kv_groups"], "K/V head"))
+    if "latent_dim" in spec.settings:
+        sizes.append(f"latent_dim {cfg['latent_dim']}")
+    if "sliding_window_size" in spec.settings:
+        sizes.append(f"window W = {cfg['sliding_window_size']}")
+    return sizes
+
+
 def random_settings(config, attention: str) -> tuple[dict, list[str]]:
-    """The random GPT's setting for ``attention``: the sidebar's (K/V groups, latent width, window) when the sidebar
-    shows that attention, sets it and it fits; else the preset.  Returns (overrides, notes on what was not used)."""
-    name = RANDOM_SETTING.get(attention)
-    if name is None or config.variant != attention or getattr(config, name) is None:
+    """The random GPT's settings for ``attention``: the sidebar's (K/V groups, latent width, window: those of the
+    record's ``settings``; its positions are GPT-2's learned ones) when the sidebar shows that attention, sets them and
+    they fit; else the preset's.  Returns (overrides, notes on what was not used)."""
+    if config.variant != attention:
         return {}, []
-    value = int(getattr(config, name))
     preset = gpt_model.RANDOM_GPT_CONFIG
-    fits = {"num_kv_groups": preset["n_heads"] % value == 0, "latent_dim": value <= preset["emb_dim"],
-            "sliding_window_size": value >= 1}[name]
-    if not fits:
-        return {}, [f"The sidebar's {name} = {value} does not fit this {preset['n_heads']}-head, "
-                    f"{preset['emb_dim']}-wide model: it uses {preset[name]}."]
-    return {name: value}, []
+    overrides, notes = {}, []
+    for name in variants.get(attention).settings:
+        if name not in _FITS or getattr(config, name) is None:
+            continue
+        value = int(getattr(config, name))
+        if _FITS[name](value, preset):
+            overrides[name] = value
+        else:
+            notes.append(f"The sidebar's {name} = {value} does not fit this {preset['n_heads']}-head, "
+                         f"{preset['emb_dim']}-wide model: it uses {preset[name]}.")
+    return overrides, notes
+
 
 
 def _generate_section(page_run: Context, ref) -> bool:

@@ -5,6 +5,7 @@ input gives a message, never an exception, and keeps the text."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
-from attnviz import kv_cache, kv_cache_bytes, models, tokens, weights
+from attnviz import AttentionConfig, kv_cache, kv_cache_bytes, models, tokens, variants, weights
+from attnviz.ui import generate
 from attnviz.ui.generate import NO_MODEL
 from attnviz.urlstate import markdown_escape
 
@@ -390,6 +392,28 @@ def test_sidebar_settings_that_do_not_fit_the_random_gpt_are_said_and_the_preset
     at = random_page(variant="mla", latent_dim="512")
     assert any("latent_dim = 512 does not fit" in c.value.replace("\\", "") for c in at.caption)
     assert at.table[0].value["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
+
+
+@pytest.fixture
+def gqa_copy(monkeypatch):
+    """A new registry record: grouped-query attention under another name (registered for this test only)."""
+    record = dataclasses.replace(variants.get(variants.GQA), name="gqa_copy", label="Grouped copy (a new record)")
+    monkeypatch.setitem(variants.VARIANTS, record.name, record)
+    monkeypatch.setitem(variants.LABELS, record.name, record.label)
+    return record
+
+
+def test_the_random_gpts_setting_and_sizes_come_from_the_variants_record(gqa_copy):
+    """A new record with a setting (its ``settings``) needs no second list here: the random GPT takes the sidebar's
+    K/V groups for it, and its sizes name its K/V heads, as for GQA."""
+    config = AttentionConfig(variant=gqa_copy.name, num_heads=8, d_out=128, num_kv_groups=4)
+    assert generate.random_settings(config, gqa_copy.name) == ({"num_kv_groups": 4}, [])
+    assert generate.random_settings(dataclasses.replace(config, num_kv_groups=3), gqa_copy.name)[0] == {}
+    assert generate.random_sizes(gqa_copy.name, {"num_kv_groups": 4}) == ["4 K/V heads"]
+    assert generate.random_sizes(variants.MQA, {"num_kv_groups": 4}) == ["1 K/V head"]
+    assert generate.random_sizes(variants.MLA, {"latent_dim": 32}) == ["latent_dim 32"]
+    assert generate.random_sizes(variants.SWA, {"sliding_window_size": 16}) == ["window W = 16"]
+    assert generate.random_sizes(variants.MHA, {}) == []
 
 
 def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
