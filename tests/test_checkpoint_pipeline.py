@@ -7,6 +7,7 @@ Small GPT-2s are written by the tests in real formats (``save_pretrained``: conf
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -17,7 +18,7 @@ import pytest
 import torch
 from helpers.checkpoints import option_named, own_session_models, random_gpt2
 
-from attnviz import pipeline, tokens, variants, weights
+from attnviz import head_types, models, pipeline, tokens, variants, weights
 from attnviz.attention import STAGES
 from attnviz.config import AttentionConfig, ConfigError
 from attnviz.models import discover
@@ -321,18 +322,27 @@ def test_model_cache_is_bounded_and_keeps_the_model_in_use(checkpoint_dir, tmp_p
 # ============================== what the app draws of the whole model ==============================
 
 
-def test_overview_is_every_layers_pooled_maps(checkpoint_dir):
-    from attnviz.models import attention_maps
+def overview(model, ids, size: int, causal: bool = True):
+    """What the Heads page's overview draws: every layer's maps as the view's tiles, and every head's type scores."""
+    tiles = functools.partial(checkpoint_view.overview_tiles, causal=causal, size=size)
+    return models.every_layer(model, ids, tiles, causal=causal)
 
+
+def test_overview_is_every_layers_pooled_maps(checkpoint_dir):
     model = weights.load(checkpoint_dir)
     ids = tokens.encode(TEXT)
-    pooled = checkpoint_view.layers_overview(model, ids, size=64)  # n < 64: no pooling
-    maps = attention_maps(model, ids)
+    pooled, scores = overview(model, ids, size=64)  # n < 64: no pooling
+    maps = models.attention_maps(model, ids)
     lower = np.tril(np.ones((len(ids), len(ids)), dtype=bool))
     assert pooled.shape == maps.shape
     assert np.allclose(pooled[..., lower], maps[..., lower], atol=1e-6)
     assert np.isnan(pooled[..., ~lower]).all()
-    small = checkpoint_view.layers_overview(model, ids, size=4)
+    expected = head_types.score_heads(maps, ids, masked=True)  # (L, h) each, from every map at once
+    assert scores.keys() == expected.keys()
+    for name, values in scores.items():
+        assert values.shape == (3, 4)
+        assert np.allclose(values, expected[name], equal_nan=True), name
+    small, _ = overview(model, ids, size=4)
     assert small.shape[:2] == (3, 4) and small.shape[2] <= 4
     fig = checkpoint_view.overview_figure(small, len(ids), focus=(1, 2))
     assert list(fig.layout.yaxis.ticktext) == ["L0", "L1", "L2"]

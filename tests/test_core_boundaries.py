@@ -385,12 +385,13 @@ def test_no_module_imports_a_later_layer_even_inside_a_function():
     assert upward_imports(package_imports()) == []
 
 
-RUNNERS = ("attnviz.producers", "attnviz.tracing", "attnviz.pipeline")  # what runs attention and returns a Trace
+# what runs attention: the producers, the tracer and the pipeline (a Trace), the GPT models (their layers' maps)
+RUNNERS = ("attnviz.producers", "attnviz.tracing", "attnviz.pipeline", "attnviz.models")
 
 
 def running_imports(modules: dict[str, list[tuple[str, bool]]]) -> list[str]:
-    """"A imports B (in a function)" for every import of a producer, the tracer or the pipeline by a view: views only
-    draw the Trace their caller ran (STYLE.md §4)."""
+    """"A imports B (in a function)" for every import of a producer, the tracer, the pipeline or a GPT model by a view
+    (a type named for a checker included): views only draw the arrays their caller computed (STYLE.md §4)."""
     return [f"{module} imports {imported}{'' if top else ' (in a function)'}"
             for module, imports in modules.items() if layer_of(module) == "views" for imported, top in imports
             if any(imported == runner or imported.startswith(runner + ".") for runner in RUNNERS)]
@@ -410,7 +411,7 @@ def test_imports_inside_functions_close_no_cycles():
 
 
 FAKE = {"attnviz.config", "attnviz.producers", "attnviz.producers.book", "attnviz.tracing", "attnviz.pipeline",
-        "attnviz.views.figures", "attnviz.ui.heads"}
+        "attnviz.views.figures", "attnviz.ui.heads", "attnviz.models"}
 
 
 def _fake_imports(sources: dict[str, str]) -> dict[str, list[tuple[str, bool]]]:
@@ -445,6 +446,9 @@ def test_the_running_checker_catches_a_view_that_traces_or_runs():
     assert running_imports(imports) == ["attnviz.views.figures imports attnviz.tracing (in a function)"]
     assert running_imports(_fake_imports({"attnviz.views.figures": "from attnviz.producers import book\n"})) == [
         "attnviz.views.figures imports attnviz.producers.book"]
+    assert running_imports(_fake_imports({"attnviz.views.figures": "def tiles(model):\n    from attnviz.models import "
+                                                                    "iter_layer_maps\n"})) == [
+        "attnviz.views.figures imports attnviz.models (in a function)"]
 
 
 def test_the_cycle_checker_lets_a_package_assemble_itself():

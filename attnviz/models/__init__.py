@@ -47,6 +47,7 @@ from attnviz.models.loading import CheckpointError, assign, load_checkpoint
 from attnviz.models.trace import (
     LayerTrace,
     attention_maps,
+    every_layer,
     iter_layer_maps,
     layer_maps,
     running,
@@ -97,6 +98,7 @@ __all__ = [
     "TransformerBlock",
     "assign",
     "attention_maps",
+    "every_layer",
     "iter_layer_maps",
     "layer_maps",
     "load_checkpoint",

@@ -1,4 +1,5 @@
-"""What a GPTModel attends to: every layer's attention maps, one layer's maps, and one layer's recorded path.
+"""What a GPTModel attends to: every layer's attention maps (or, one layer at a time, their small tiles and head
+types), one layer's maps, and one layer's recorded path.
 
 Everything here runs the model's own forward (``GPTModel.forward`` with a :class:`PathRecorder`), in eval
 mode and without gradients, so the recorded numbers are the model's numbers.  ``causal`` (default True,
@@ -10,13 +11,14 @@ runs hold one lock while it is set; the model's own flags and train/eval mode ar
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from attnviz import head_types
 from attnviz.attention import Recorder, record
 from attnviz.models.gpt import GPTModel, PathRecorder
 
@@ -144,6 +146,24 @@ def iter_layer_maps(model: GPTModel, token_ids, causal: bool = True) -> Iterator
     block_inputs = _block_inputs(model, _token_batch(model, token_ids), causal)  # (L, n, d)
     for layer in range(len(model.trf_blocks)):
         yield layer, _block_maps(model, block_inputs[layer], layer, causal)
+
+
+def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.ndarray],
+                causal: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Every layer's maps made small and every head's type scores, in one pass: ``(tiles of every layer (layers,
+    heads, s, s), {score: (layers, heads)})``.
+
+    ``tiles`` makes one layer's ``(heads, n, n)`` float32 weights small (``(heads, s, s)``: the view's
+    ``checkpoint_view.overview_tiles``); the scores are :func:`attnviz.head_types.score_heads` of the same maps.  The
+    blocks run one at a time (:func:`iter_layer_maps`): one layer's maps exist at once, never every layer's (GPT-2
+    small at 1024 tokens would hold 600 MB of them)."""
+    layers, rows = [], {name: [] for name in head_types.SCORE_NAMES}
+    for _, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
+        layers.append(tiles(maps))  # (h, n, n) -> (h, s, s)
+        for name, values in head_types.score_heads(maps, list(token_ids), masked=causal).items():  # (h,) each
+            rows[name].append(values)
+        del maps
+    return np.stack(layers), {name: np.stack(values) for name, values in rows.items()}  # (L, h, s, s), (L, h) each
 
 
 def _block_inputs(model: GPTModel, idx: torch.Tensor, causal: bool) -> torch.Tensor:

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import streamlit as st
 
+from attnviz import models
 from attnviz.ui import weights
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
@@ -52,8 +55,12 @@ def _predictions(checkpoint: str, causal: bool, token_ids: tuple[int, ...], _tra
 
 @st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
 def every_layer(checkpoint: str, causal: bool, token_ids: tuple[int, ...]):
-    """(pooled maps (L, h, s, s), head-type scores {name: (L, h)}) of every layer: one pass, one layer at a time."""
-    return checkpoint_view.layers_overview(weights.load(checkpoint), list(token_ids), causal=causal, scores=True)
+    """(pooled maps (L, h, s, s), head-type scores {name: (L, h)}) of every layer: one pass, one layer at a time
+    (:func:`attnviz.models.every_layer`), each layer's maps pooled to the overview's tiles as they are computed."""
+    model = weights.load(checkpoint)
+    size = checkpoint_view.tile_size(model.trf_blocks[0].att.num_heads)
+    tiles = functools.partial(checkpoint_view.overview_tiles, causal=causal, size=size)
+    return models.every_layer(model, list(token_ids), tiles, causal=causal)
 
 
 def layers_overview(page_run: Context):

@@ -1,8 +1,8 @@
 """What the app shows of a whole GPT model (pure: NumPy, pandas, Plotly, DOT; no Streamlit).
 
-* :func:`layers_overview` — every layer's heads max-pooled to small tiles, computed one layer at a time
-  (never all maps at once: GPT-2 small at 1024 tokens would hold 600 MB of them), and
-  :func:`overview_figure` draws them as one layers × heads mosaic (BertViz's model view, as a heatmap);
+* :func:`overview_tiles` — one layer's heads max-pooled to small tiles (:func:`attnviz.models.every_layer`
+  computes every layer's, one at a time), and :func:`overview_figure` draws them as one layers × heads mosaic
+  (BertViz's model view, as a heatmap);
 * :func:`next_tokens` — the model's top-5 next tokens after one position, as a table; :func:`predictions` —
   every position's most likely next token;
 * :func:`model_path_rows` / :func:`model_path_dot` — the shapes of the whole path, tokens → logits.
@@ -21,7 +21,6 @@ from attnviz import tokens
 from attnviz.views import diagram, figures, margins
 
 if TYPE_CHECKING:
-    from attnviz.models import GPTModel
     from attnviz.trace import Trace
 
 
@@ -30,38 +29,17 @@ def tile_size(n_heads: int) -> int:
     return 24 if n_heads <= 16 else 16
 
 
-def layers_overview(model: GPTModel, token_ids, causal: bool = True, size: int | None = None,
-                    scores: bool = False):
-    """Softmax weights of every layer and head, each max-pooled to ``size`` × ``size``: ``(layers, heads, s, s)``.
-
-    Runs the model's blocks one at a time (:func:`attnviz.models.iter_layer_maps`): one layer's
-    ``(heads, n, n)`` maps exist at a time.  Masked cells are NaN.  With ``scores``, the same pass also
-    scores every head (:func:`attnviz.head_types.score_heads`) and returns ``(pooled, {score: (layers, heads)})``.
-    """
-    from attnviz import head_types
-    from attnviz.models import iter_layer_maps
-
-    n_layers, n_heads = len(model.trf_blocks), model.trf_blocks[0].att.num_heads
-    size = size or tile_size(n_heads)
-    pooled = None
-    rows: dict[str, list] = {name: [] for name in head_types.SCORE_NAMES}
-    for layer, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
-        for head in range(n_heads):
-            small, _ = figures.max_pool(figures.display_values(maps[head], "weights", causal), size)  # (s, s)
-            if pooled is None:
-                pooled = np.full((n_layers, n_heads, *small.shape), np.nan, dtype=np.float32)  # (L, h, s, s)
-            pooled[layer, head] = small
-        if scores:
-            for name, values in head_types.score_heads(maps, list(token_ids), masked=causal).items():  # (h,) each
-                rows[name].append(values)
-        del maps
-    if not scores:
-        return pooled
-    return pooled, {name: np.stack(values) for name, values in rows.items()}  # (L, h) each
+def overview_tiles(maps: np.ndarray, causal: bool, size: int) -> np.ndarray:
+    """One layer's softmax weights ``(heads, n, n)`` as the overview's tiles: each head's map max-pooled to at most
+    ``size`` × ``size``, masked cells NaN: ``(heads, s, s)`` float32.  :func:`attnviz.models.every_layer` takes it
+    to make each layer small as it is computed."""
+    tiles = [figures.max_pool(figures.display_values(head_map, "weights", causal), size)[0]  # (s, s)
+             for head_map in maps]
+    return np.stack(tiles).astype(np.float32, copy=False)  # (h, s, s)
 
 
 def overview_figure(pooled: np.ndarray, n_tokens: int, focus: tuple[int, int] | None = None) -> go.Figure:
-    """The layers × heads mosaic of :func:`layers_overview` (rows = layers, columns = heads), one heatmap.
+    """The layers × heads mosaic of every layer's :func:`overview_tiles` (rows = layers, columns = heads), one heatmap.
 
     ``focus`` = (layer, head) is outlined (the Heads page's layer and focused head)."""
     n_layers, n_heads, size, _ = pooled.shape
