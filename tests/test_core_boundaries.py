@@ -463,3 +463,42 @@ def test_the_layer_checker_sees_layers():
     assert layer_of("attnviz.pipeline") == "core" and layer_of("attnviz.models.gpt") == "core"
     assert layer_of("attnviz.ui.frame") == "ui"
     assert layer_of("attnviz.cli") == "entry" and layer_of("attnviz") == "entry"
+
+
+# ============================== the ui facade ==============================
+
+UI_CALLERS = ("app.py", "pages/*.py", "tests/**/*.py", "benchmarks/**/*.py")  # what calls the facade as ui.<name>
+_UI_NAME = re.compile(r"(?<![\w.])ui\.([A-Za-z_]\w*)")  # ui.setup, not attnviz.ui.setup or page_ui.setup
+
+
+def ui_facade_names() -> list[str]:
+    """``attnviz.ui.__all__``, read from its source (importing it would import Streamlit)."""
+    tree = ast.parse((UI / "__init__.py").read_text(encoding="utf-8"))
+    assigned = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                    and any(getattr(target, "id", None) == "__all__" for target in node.targets))
+    return list(ast.literal_eval(assigned))
+
+
+def names_called_as_ui(patterns=UI_CALLERS) -> dict[str, set[str]]:
+    """{name: the files that write ``ui.<name>``} over ``patterns`` (relative to the project)."""
+    called: dict[str, set[str]] = {}
+    for pattern in patterns:
+        for path in ROOT.glob(pattern):
+            for match in _UI_NAME.finditer(path.read_text(encoding="utf-8")):
+                called.setdefault(match.group(1), set()).add(str(path.relative_to(ROOT)))
+    return called
+
+
+def test_the_ui_facade_lists_what_is_called_through_it():
+    """``ui.__all__`` is what app.py, the pages, the tests and the benchmarks call as ``ui.<name>``: no name that nobody
+    calls so, and every ``ui.<name>`` of app.py and the pages is in it (or is one of the package's modules)."""
+    listed, called = ui_facade_names(), names_called_as_ui()
+    assert [name for name in listed if name not in called] == []
+    modules = {path.stem for path in UI.glob("*.py")}
+    scripts = names_called_as_ui(("app.py", "pages/*.py"))
+    assert sorted(name for name in scripts if name not in listed and name not in modules) == []
+
+
+def test_the_ui_name_finder_reads_only_ui_dot_names():
+    assert _UI_NAME.findall("ui.setup() attnviz.ui.sidebar page_ui.x ui_weights.load (ui.share_link)") == [
+        "setup", "share_link"]

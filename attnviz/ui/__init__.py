@@ -47,10 +47,9 @@ One module per job:
 # (tests/browser/test_concurrency.py: several fresh sessions at once).
 import pandas  # noqa: F401, I001
 
-from attnviz.ui.checkpoint import next_token_panel, position_label
+from attnviz.ui.checkpoint import next_token_panel
 from attnviz.ui.frame import (
     app_frame,
-    beside_shape_diagram,
     book_listing_note,
     page_setup,
     plotly_config,
@@ -58,24 +57,13 @@ from attnviz.ui.frame import (
     variant_label,
     weights_caption,
 )
-from attnviz.ui.heads import (
-    focused_head,
-    head_selector,
-    prefetch_next_layer,
-    window_selector,
-    within_layer_from_url,
-)
 from attnviz.ui.layer_views import draw_layer_views
 from attnviz.ui.navigation import navigate, pages
 from attnviz.ui.share import share_link
-from attnviz.ui.sidebar import sidebar
-from attnviz.ui.state import page_bind, url_notices
-from attnviz.urlstate import DEFAULTS, STAGE, config_from_settings, markdown_escape, settings_from_query
+from attnviz.urlstate import DEFAULTS, config_from_settings, markdown_escape, settings_from_query
 
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
-    "DEFAULTS", "STAGE", "app_frame", "beside_shape_diagram", "book_listing_note", "config_from_settings",
-    "draw_layer_views", "focused_head", "head_selector", "markdown_escape", "navigate", "next_token_panel", "page_bind",
-    "page_setup", "pages", "plotly_config", "position_label", "prefetch_next_layer", "settings_from_query", "setup",
-    "share_link", "sidebar", "url_notices", "variant_label", "weights_caption", "window_selector",
-    "within_layer_from_url",
+    "DEFAULTS", "app_frame", "book_listing_note", "config_from_settings", "draw_layer_views", "markdown_escape",
+    "navigate", "next_token_panel", "page_setup", "pages", "plotly_config", "settings_from_query", "setup",
+    "share_link", "variant_label", "weights_caption",
 ]
