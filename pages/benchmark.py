@@ -6,7 +6,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import benchmark
 
-page_run = ui.setup(book_classes=True)
+page_run = ui.setup()
 if page_run is None:
     st.stop()
 

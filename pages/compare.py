@@ -12,7 +12,7 @@ from attnviz.tokens import counted
 from attnviz.ui import compute, lab_selectors
 from attnviz.views import saturation
 
-page_run = ui.setup(book_classes=True, draws_link=True)  # after Heatmap shows is bound
+page_run = ui.setup()
 if page_run is None:
     st.stop()
 trace, config = page_run.trace, page_run.trace.config

@@ -6,7 +6,7 @@ from attnviz import ui
 from attnviz.ui import generate
 
 generate.from_url()
-page_run = ui.setup(draws_link=True)  # drawn by the page once New tokens, the step, layer and head are bound
+page_run = ui.setup()
 if page_run is None:
     st.stop()
 

@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import heads_views
 
-page_run = ui.setup(checks_module=True)  # a module no map can draw is still checked here
+page_run = ui.setup()
 if page_run is None:
     st.stop()
 

@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import induction, interventions
 
-page_run = ui.setup(draws_link=True)  # drawn below, once T, the seed, the head and the knock-outs are bound
+page_run = ui.setup()  # the Share link is drawn below, once T, the seed, the head and the knock-outs are bound
 if page_run is None:
     st.stop()
 

@@ -5,7 +5,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import pitfalls
 
-page_run = ui.setup(book_classes=True, draws_link=True)  # after the bug and the perturbed token are bound
+page_run = ui.setup()
 if page_run is None:
     st.stop()
 

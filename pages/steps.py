@@ -6,7 +6,7 @@ import streamlit as st
 from attnviz import ui
 from attnviz.ui import steps
 
-page_run = ui.setup(draws_link=True)  # after its head, stage and window are bound
+page_run = ui.setup()
 if page_run is None:
     st.stop()
 

@@ -25,7 +25,7 @@ from attnviz.ui import module_check
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.cache import cached_trace, trace_key
 from attnviz.ui.memory import freeze_imports, tune_memory
-from attnviz.ui.navigation import entry, pages, take_over_routing
+from attnviz.ui.navigation import PageEntry, checkpoint_pages, entry, pages, take_over_routing
 from attnviz.ui.share import file_name, share_and_export
 from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, try_again_button, url_settings
 from attnviz.ui.state import keep_page_params, keep_widgets
@@ -68,12 +68,13 @@ class Context:
 
 @dataclass(frozen=True)
 class Frame:
-    """What ``app.py`` drew before the page runs: the settings, the sidebar's places the page fills, and whether the
-    page draws the run of the text (:class:`attnviz.ui.navigation.PageEntry`)."""
+    """What ``app.py`` drew before the page runs: the settings, the sidebar's places the page fills, and the page's
+    entry (:class:`attnviz.ui.navigation.PageEntry`: whether it draws the run of the text, runs the book's classes
+    only, draws its own Share link, checks a user's module)."""
 
     settings: dict
     slots: ViewSlots | None
-    text_run: bool = True
+    page: PageEntry
 
 
 _this_run = threading.local()  # .frame: set while app.py runs the page (a session's script runs on one thread)
@@ -101,7 +102,7 @@ def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
     keep_page_params(shown.script, shown.url_params)  # before the sidebar writes the URL: the shown page's only
     if shown.settings_apply and shown.text_run:
         _new_text_ahead(shown.also_runs)
-    return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views), text_run=shown.text_run)
+    return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views), page=shown)
 
 
 def _frame() -> Frame:
@@ -176,15 +177,16 @@ def _new_text_ahead(also: tuple[str, ...]) -> None:
         return
 
 
-def setup(book_classes: bool = False, draws_link: bool = False, checks_module: bool = False) -> Context | None:
-    """The settings of the sidebar ``app.py`` drew, and their cached run.  On invalid input or an unreadable
-    checkpoint: a plain message and the last valid view (None if there is none yet).
+def setup() -> Context | None:
+    """The settings of the sidebar ``app.py`` drew, and their cached run, as the shown page's entry
+    (:class:`attnviz.ui.navigation.PageEntry`) asks.  On invalid input or an unreadable checkpoint: a plain message and
+    the last valid view (None if there is none yet).
 
     A user's module whose attention weights hold NaN or ∞ is such a message too (no map can draw those rows), but
-    the code can still be checked: ``checks_module`` (the Heads page, whose Check panel runs the rules) draws the
-    panel under the message, on the refused run; another page links to it.
+    the code can still be checked: a page with ``PageEntry.checks_module`` (the Heads page, whose Check panel runs the
+    rules) draws the panel under the message, on the refused run; another page links to it.
 
-    ``book_classes``: this page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
+    ``PageEntry.book_classes``: the page runs the book's Chapter 3 classes only; with a checkpoint chosen it says so
     and runs them with seeded random weights at the checkpoint's sizes.
 
     A page that draws no run of the text (``PageEntry.text_run`` False: Benchmark, the Induction lab, Generate) gets
@@ -195,23 +197,24 @@ def setup(book_classes: bool = False, draws_link: bool = False, checks_module: b
     which also draws the sidebar's Layer selectbox and Share & export (the context's ``slots``), so that a layer
     switch reruns only them.  With a stale view (invalid input) they are drawn here and a change reruns the page.
 
-    ``draws_link``: the page binds its own URL parameters after this and draws the Share link itself once they are
-    bound (``ui.share_link(page_run.link)``), so that the link carries what the run draws — also on the first run
-    after the page comes back, when the page link that brought it carried the settings only.  On a stale view
+    ``PageEntry.draws_link``: the page binds its own URL parameters after this and draws the Share link itself once
+    they are bound (``ui.share_link(page_run.link)``), so that the link carries what the run draws — also on the first
+    run after the page comes back, when the page link that brought it carried the settings only.  On a stale view
     ``page_run.link`` is None: the link is drawn here."""
     frame = _frame()
-    values, slots = frame.settings, frame.slots
+    values, slots, page = frame.settings, frame.slots, frame.page
+    draws_link = page.draws_link
     choice = ui_weights.current()
-    if not frame.text_run:
-        return _settings_only(values, choice, book_classes, draws_link)
+    if not page.text_run:
+        return _settings_only(values, choice, page.book_classes, draws_link)
     try:
-        config, trace = run_settings(values, _checkpoint(choice, book_classes))
+        config, trace = run_settings(values, _checkpoint(choice, page.book_classes))
     except InputError as exc:
         st.warning(markdown_escape(str(exc)), icon="✋")
         if values.get("variant") in user_code.failures():  # a constructor attnviz remembers failing
             try_again_button(values["variant"])
         if isinstance(exc, user_module.NonFiniteWeightsError):
-            _refused_module_check(exc.trace, values, here=checks_module)
+            _refused_module_check(exc.trace, values, here=page.checks_module)
         if slots is not None:
             fill_view_slots(slots, choice)
             fill_links(slots, values)
@@ -246,9 +249,10 @@ def _checkpoint(choice: ui_weights.Choice, book_classes: bool) -> str | None:
     if choice.checkpoint and not book_classes:
         return choice.option.ref
     if choice.checkpoint:
+        titles = checkpoint_pages()
         st.info(f"This page runs the book's Chapter 3 classes with seeded random weights (at the sizes of "
-                f"{_model_words(choice.option)}), not the checkpoint's weights: those are on the Heads, "
-                "Steps, Shapes and Tokens pages.", icon=":material/info:")
+                f"{_model_words(choice.option)}), not the checkpoint's weights: those are on the "
+                f"{', '.join(titles[:-1])} and {titles[-1]} pages.", icon=":material/info:")
     return None
 
 
@@ -266,7 +270,7 @@ def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
                    draws_link: bool = False) -> Context | None:
     """:func:`setup` for a page that draws no run of the text: the validated config, no trace.  On invalid settings
     or an unreadable checkpoint: a plain message and the config of the last valid view (None if there is none), with
-    the Share link drawn here.  ``draws_link``: as :func:`setup`'s."""
+    the Share link drawn here.  ``draws_link``: the page's ``PageEntry.draws_link``, as in :func:`setup`."""
     try:
         config = config_from_settings(values, _checkpoint(choice, book_classes)).validate()
     except InputError as exc:

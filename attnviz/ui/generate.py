@@ -118,7 +118,7 @@ def _checks(ref, prompt: tuple[int, ...], max_new: int) -> list[generation.StepC
 
 def show(page_run: Context) -> None:
     """The page below its title: generation for a model under Weights (or how to pick one), then the costs; the
-    sidebar's Share link (``ui.setup(draws_link=True)``) drawn by the stepper once the step, layer and head are
+    sidebar's Share link (its ``PageEntry.draws_link``) drawn by the stepper once the step, layer and head are
     bound, or here when there is no generation to show."""
     url_notices("generate_new")  # until New tokens is set on the page
     ref = page_run.config.checkpoint if page_run.weights is not None and page_run.weights.checkpoint else None

@@ -5,7 +5,7 @@ future are scored but not named, with the Heads page's reason).
 T, the seed, the map's layer and its head follow the URL (``T``, ``token_seed``, ``map_layer``, ``head``): read on a
 session's first visit of the page (a value the lab does not offer — a T longer than the model's context allows, a
 layer the model lacks, no number — is refused with a notice above its widget, which shows its default), written with
-the value each run draws; the page draws the Share link after them and the knock-outs (``ui.setup(draws_link=True)``).
+the value each run draws; the page draws the Share link after them and the knock-outs (its ``PageEntry.draws_link``).
 The map opens on the best induction head, in its layer: the lab's own Layer and Head widgets follow it while left at
 their defaults (the sidebar's *Layer* is the other pages')."""
 

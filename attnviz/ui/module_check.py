@@ -14,7 +14,7 @@ fragment — a rerun that waits for the running script instead of stopping it �
 ``st.page_link`` to this page with the current settings (what the sidebar's Heads link does), not a button.
 
 A run whose weights hold NaN or ∞ draws no layer views; the page's setup draws the panel under its message, on that
-run (``ui.setup(checks_module=True)``).
+run (its ``PageEntry.checks_module``).
 """
 
 from __future__ import annotations

@@ -48,7 +48,11 @@ class PageEntry:
     such page to another carries (``sidebar.page_links``) — not the Induction lab's or Generate's, a head of their own
     map's layer; ``also_runs``: the settings its work runs whatever the book's class picked, which that class may set
     aside (a single-head class's Heads: Compare runs the multi-head variants with them) — its URL and Share link name
-    them (``urlstate.view_settings``)."""
+    them (``urlstate.view_settings``); ``book_classes``: it runs the book's Chapter 3 classes only, so with a
+    checkpoint under Weights it runs them with seeded random weights at the checkpoint's sizes and says so (naming
+    :func:`checkpoint_pages`); ``draws_link``: it binds its own URL parameters after ``ui.setup()`` and then draws the
+    Share link itself (``ui.share_link(page_run.link)``); ``checks_module``: it draws the Check panel of a user's module
+    that no map can draw (NaN or ∞ weights), where other pages link to it."""
 
     script: str
     title: str
@@ -62,30 +66,39 @@ class PageEntry:
     url_params: tuple[str, ...] = ()
     focused_head: bool = False  # its head is the focused head of the sidebar's layer: a link between two carries it
     also_runs: tuple[str, ...] = ()  # settings its work runs whatever the class picked (urlstate.applying_settings)
+    book_classes: bool = False  # runs the book's Chapter 3 classes only: a checkpoint's sizes, never its weights
+    draws_link: bool = False  # draws the Share link itself, once its own URL parameters are bound
+    checks_module: bool = False  # draws the Check panel of a user's module whose run no map can draw
 
 
 WITHIN_A_LAYER = (HEAD, STAGE, ROW, COL)  # the focused head, the stage, the window: the Heads and Steps pages'
 HEADS_PARAMS = (*WITHIN_A_LAYER, CELL)  # and the Heads page's clicked cell of the focused map
 PAGES = (
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="", default=True, layer_views=True,
-              url_params=HEADS_PARAMS, focused_head=True),
-    PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER, focused_head=True),
+              url_params=HEADS_PARAMS, focused_head=True, checks_module=True),
+    PageEntry("pages/steps.py", "Steps", ":material/footprint:", url_params=WITHIN_A_LAYER, focused_head=True,
+              draws_link=True),  # after its head, stage and window are bound
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,),
-              also_runs=("d_out", "num_heads")),  # every variant at the sidebar's sizes
+              also_runs=("d_out", "num_heads"),  # every variant at the sidebar's sizes
+              book_classes=True, draws_link=True),  # after Heatmap shows is bound
     PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:", url_params=(BUG, TOKEN),
-              also_runs=("num_heads",)),  # the book's MHA with the sidebar's heads, a single-head class picked
+              also_runs=("num_heads",),  # the book's MHA with the sidebar's heads, a single-head class picked
+              book_classes=True, draws_link=True),  # after the bug and the perturbed token are bound
     PageEntry("pages/induction.py", "Induction lab", ":material/repeat:", text_run=False,  # random tokens
-              url_params=(REPEAT, TOKEN_SEED, MAP_LAYER, HEAD, KNOCKOUT)),
+              url_params=(REPEAT, TOKEN_SEED, MAP_LAYER, HEAD, KNOCKOUT),
+              draws_link=True),  # after T, the seed, the head and the knock-outs are bound
     PageEntry("pages/generate.py", "Generate", ":material/keyboard_double_arrow_right:",  # the text is its prompt
-              text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD)),
+              text_run=False, url_params=(NEW_TOKENS, RANDOM, STEP, MAP_LAYER, HEAD),
+              draws_link=True),  # by its stepper, once New tokens, the step, layer and head are bound
     PageEntry("pages/train.py", "Train", ":material/model_training:", settings_apply=False, text_run=False,
               url_params=(TRAIN_STEPS, TRAIN_SEED)),
     PageEntry("pages/benchmark.py", "Benchmark", ":material/speed:", text_run=False,  # its own "Tokens n"
-              also_runs=("d_out", "num_heads", "causal")),  # multi-head attention at the sidebar's sizes and mask
+              also_runs=("d_out", "num_heads", "causal"),  # multi-head attention at the sidebar's sizes and mask
+              book_classes=True),
     PageEntry("pages/heads.py", "Heads", ":material/grid_view:", url_path="heads", hidden=True,  # /heads too
-              layer_views=True, url_params=HEADS_PARAMS, focused_head=True),
+              layer_views=True, url_params=HEADS_PARAMS, focused_head=True, checks_module=True),
 )
 
 
@@ -113,6 +126,12 @@ def entry(page: StreamlitPage) -> PageEntry:
     """The entry of the page ``st.navigation`` chose."""
     return next(entry for entry in PAGES if (entry.url_path if entry.url_path is not None
                                              else entry.script.rsplit("/", 1)[-1][:-3]) == page.url_path)
+
+
+def checkpoint_pages() -> list[str]:
+    """The titles of the listed pages that run a checkpoint under Weights: those the settings apply to whose work is
+    not the book's classes only (``PageEntry.book_classes``)."""
+    return [entry.title for entry in PAGES if entry.settings_apply and not entry.book_classes and not entry.hidden]
 
 
 def also_runs(script: str | None) -> tuple[str, ...]:

@@ -298,6 +298,16 @@ def test_a_book_classes_page_names_the_bundled_model_with_its_article(page):
     assert "(at the sizes of the bundled model)" in info
 
 
+def test_a_book_classes_page_names_every_page_that_runs_the_checkpoint():
+    """The note sent the user to "the Heads, Steps, Shapes and Tokens pages": the Induction lab and Generate run the
+    checkpoint too (the pages below draw it: test_every_page_works_with_a_checkpoint, and their own tests)."""
+    at = app("pages/compare.py", weights=weights.BUNDLED_NAME)
+    no_exception(at)
+    (info,) = [i.value for i in at.info if "seeded random weights" in i.value]
+    assert info.endswith("not the checkpoint's weights: those are on the Heads, Steps, Shapes, Tokens, Induction lab "
+                         "and Generate pages.")
+
+
 @pytest.mark.parametrize("page, title", [
     ("pages/steps.py", "Attention step by step"),
     ("pages/shapes.py", "Tensor shapes through the pipeline"),
