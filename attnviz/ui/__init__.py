@@ -31,6 +31,7 @@ One module per job:
 * ``module_check`` — the Check panel of a user's module (the rules on this run's tokens);
 * ``weights``  — the ``weights``/``layer`` settings' options, the model behind the choice, trained models;
 * ``checkpoint`` — a checkpoint's next-token panel and layers × heads overview;
+* ``compare``  — the Compare page: every variant's map, the equivalences, a user's module beside MHA, "Why ÷√dₖ?";
 * ``compute``  — the Compare page's and the Pitfall lab's cached computations;
 * ``lab_selectors`` — the Compare page's and the Pitfall lab's selectors, bound to the URL;
 * ``pitfalls`` — the Pitfall lab: a bug's correct and buggy versions side by side, the causality leak detector;
@@ -54,7 +55,6 @@ from attnviz.ui.frame import (
     page_setup,
     plotly_config,
     setup,
-    variant_label,
     weights_caption,
 )
 from attnviz.ui.layer_views import draw_layer_views
@@ -65,5 +65,5 @@ from attnviz.urlstate import DEFAULTS, config_from_settings, markdown_escape, se
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
     "DEFAULTS", "app_frame", "book_listing_note", "config_from_settings", "draw_layer_views", "markdown_escape",
     "navigate", "next_token_panel", "page_setup", "pages", "plotly_config", "settings_from_query", "setup",
-    "share_link", "variant_label", "weights_caption",
+    "share_link", "weights_caption",
 ]

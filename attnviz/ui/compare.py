@@ -1,0 +1,118 @@
+"""The Compare page: every variant on the same tokens side by side, the equivalences between implementations measured
+live, a user's module beside the book's MultiHeadAttention, and why the scores are divided by √dₖ.
+``pages/compare.py`` calls :func:`draw`.
+
+What the page runs is :mod:`attnviz.labs.compare`'s, cached by :mod:`attnviz.ui.compute`; the variants run at the
+sizes of :func:`compared_sizes`.  The sidebar's Share link (``page_run.link``) is drawn once *Heatmap shows* is bound,
+so the link carries the map this run draws."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import streamlit as st
+
+from attnviz import variants
+from attnviz.labs import compare
+from attnviz.tokens import counted
+from attnviz.ui import compute, lab_selectors
+from attnviz.ui.frame import Context, plotly_config, variant_label
+from attnviz.ui.share import share_link
+from attnviz.views import saturation
+
+if TYPE_CHECKING:
+    from attnviz.config import AttentionConfig
+
+
+def draw(page_run: Context) -> None:
+    """The page below its title: what ran, the equivalences, the user's module beside MHA (when the sidebar runs one),
+    every variant's map, and "Why ÷√dₖ?"."""
+    trace, config = page_run.trace, page_run.trace.config
+    base = compare.base_config(config, *compared_sizes(page_run))
+    with st.spinner("Running every variant…"):
+        result = compute.comparison(page_run.trace_key, dataclasses.astuple(base))
+    st.caption(f"{counted(result.n)} · {compare.seeds_caption(result)} · eval mode (dropout off) · CPU · "
+               f"{compare.heads_caption(result)}")
+    if result.truncated:
+        st.info(f"This run has {result.total_tokens:,} tokens; this page compares the first {result.n} "
+                "to keep the cost down.", icon="✂️")
+    _equivalences(result)
+    if trace.module_run is not None:
+        _module_beside_mha(page_run, result, base)
+    if config.rotary:
+        st.caption("Rotary positions: the input embeddings have no learned positions, so the classes without rotation "
+                   "(3.3–3.6.1, MLA) see no position information here.")
+    _every_variant(page_run, result)
+    _why_scaling(page_run)
+
+
+def compared_sizes(page_run: Context) -> tuple[int, int]:
+    """(d_out, num_heads) every variant runs at: the sidebar's (a single-head class's run has 1 head and the simplified
+    one d_out = d_in, but the other variants need the real values), or on a stale view (invalid input) the sizes of
+    the last valid run it shows."""
+    if page_run.stale:
+        config = page_run.trace.config
+        return config.d_out, config.num_heads
+    return page_run.settings["d_out"], page_run.settings["num_heads"]
+
+
+def _equivalences(result: compare.Comparison) -> None:
+    """Each equivalence check as a card, three a row."""
+    st.subheader("Equivalences, computed now")
+    for index, check in enumerate(result.checks):
+        if index % 3 == 0:
+            columns = st.columns(3)
+        with columns[index % 3].container(border=True):
+            st.markdown(f"**{check.title}**")
+            st.badge(check.badge, icon=check.icon, color=check.color)
+            st.caption(compare.CHECK_NOTES[check.key])
+            if check.key == "wrapper_mha":
+                with st.expander("Why the raw outputs differ"):
+                    st.markdown(compare.raw_difference_note(check))
+
+
+def _module_beside_mha(page_run: Context, result: compare.Comparison, base: AttentionConfig) -> None:
+    """The user's module beside the book's MultiHeadAttention on the same embeddings: head 0 of each, and a table."""
+    trace = page_run.trace
+    st.subheader(f"{trace.module_run.class_name} beside the book's MultiHeadAttention")
+    st.caption("The same tokens and input embeddings; each with its own seeded weights, so the maps differ in "
+               "values — compare the mask, how peaked the rows are, the shapes.")
+    mine, book = st.columns(2)
+    with mine:
+        st.plotly_chart(compare.module_heatmap(trace, how="head 0"), config=plotly_config("attnviz-compare-module"))
+    with book:
+        mha = next(v for v in result.variants if v.variant == variants.MHA)
+        st.plotly_chart(compare.variant_heatmap(mha, result.tokens, "head 0", causal=base.causal, width=None),
+                        config=plotly_config("attnviz-compare-mha"))
+    st.dataframe(compare.module_vs_mha_rows(trace, mha), hide_index=True)
+
+
+def _every_variant(page_run: Context, result: compare.Comparison) -> None:
+    """*Heatmap shows*, the Share link, then each variant's map with its caption: as many a row as fit."""
+    st.subheader("Every variant on the same tokens")
+    how = lab_selectors.heatmap_choice()
+    st.caption(compare.SCALE_NOTE)
+    share_link(page_run.link)  # now that the URL holds the map this run draws
+    with st.container(horizontal=True, gap="medium"):  # as many maps a row as fit: one on a phone, three or more wide
+        for variant in result.variants:
+            with st.container(width=compare.MAP_WIDTH):
+                causal = variant.config.causal  # the sidebar's, or at the book's toy example its listing's
+                fig = compare.variant_heatmap(variant, result.tokens, how, causal=causal,
+                                              current=page_run.trace.config.variant)
+                st.plotly_chart(fig, config=plotly_config(f"attnviz-compare-{variant.variant}"))
+                st.caption(compare.variant_caption(variant, causal=causal, seed=result.book_listing))
+
+
+def _why_scaling(page_run: Context) -> None:
+    """Softmax saturation against dₖ, with and without ÷√dₖ, and this run's head where it has one."""
+    st.subheader("Why ÷√dₖ?")
+    random_qk, run, no_run = compute.scaling(page_run.trace_key)
+    if run is None:
+        st.markdown(saturation.EXPLANATION.split(" ★:")[0])
+        st.caption(saturation.NO_RUN.format(why=no_run))
+    else:
+        st.markdown(saturation.EXPLANATION.format(dk=run["dk"], head=run["head"],
+                                                  variant=variant_label(page_run.trace.config)))
+    st.plotly_chart(saturation.scaling_ablation_figure(random_qk, run),
+                    config=plotly_config("attnviz-scaling-ablation"))

@@ -1,0 +1,38 @@
+"""AppTest of the Compare page's own rule (``attnviz.ui.compare.compared_sizes``): the sizes every variant runs at."""
+
+from __future__ import annotations
+
+from helpers.apptest import no_exception, open_app
+
+
+def compare_page(**query):
+    at = open_app(**query)
+    at.switch_page("pages/compare.py").run()
+    no_exception(at)
+    return at
+
+
+def heads_said(at) -> str:
+    """The caption's words on the heads the multi-head variants ran ("4 heads of 4 for the multi-head ones")."""
+    return next(c.value for c in at.caption if "for the multi-head ones" in c.value).rsplit(" · ", 1)[-1]
+
+
+def test_a_single_head_class_in_the_sidebar_leaves_the_multi_head_variants_the_sidebars_heads():
+    at = compare_page(variant="causal", d_in="16", d_out="16", num_heads="4")
+    assert heads_said(at) == "4 heads of 4 for the multi-head ones"
+
+
+def test_a_stale_view_runs_the_variants_at_the_sizes_of_the_run_it_shows():
+    """Invalid input (a blank text) with d_out changed in the same run shows the last valid view, whose variants keep
+    that run's sizes — not the sidebar's new d_out on the old run's tokens; valid again, the sidebar's."""
+    at = compare_page(variant="mha", d_in="16", d_out="16", num_heads="4")
+    assert heads_said(at) == "4 heads of 4 for the multi-head ones"
+    at.sidebar.text_area(key="text").set_value("   ")
+    at.sidebar.number_input(key="d_out").set_value(8)
+    at.run()
+    no_exception(at)
+    assert "Showing the last valid view." in [c.value for c in at.caption]
+    assert heads_said(at) == "4 heads of 4 for the multi-head ones"
+    at.sidebar.text_area(key="text").set_value("Your journey starts with one step").run()
+    no_exception(at)
+    assert heads_said(at) == "4 heads of 2 for the multi-head ones"
