@@ -629,8 +629,13 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     Transformer's) is called as self-attention, ``forward(x, x, x)``; an ``nn.MultiheadAttention`` built without
     ``batch_first`` gets x as (n, batch, d_in) and hands its output back as (batch, n, d_out).  A forward that needs
     another argument (a mask, rotary tables), or a module whose weights are on the meta device, is a TraceError that
-    says what to do, before the forward runs; rotary tables it takes with a default of None are named beside them."""
+    says what to do, before the forward runs; rotary tables it takes with a default of None are named beside them.
+
+    A forward that takes ``use_cache`` and would cache unless told not to (``forward(x, use_cache=True)``, or a
+    default of None that reads a config's) is called with ``use_cache=False`` unless ``forward_kwargs`` says: a
+    forward attnviz calls without ``use_cache=True`` is an uncached one, and must not add to the module's cache."""
     _require_values(module, x)
+    forward_kwargs = {**_uncached(module, forward_kwargs), **forward_kwargs}
     args, sequence_first = _forward_args(module, x, forward_kwargs)
     try:
         with warnings.catch_warnings():  # flex_attention's own, and TorchDynamo's on the way to FLEX_ATTENTION
@@ -649,6 +654,20 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
                          "it does not end the program") from None
+
+
+def _uncached(module: nn.Module, given: dict) -> dict:
+    """``{"use_cache": False}`` for a forward whose ``use_cache`` parameter defaults to anything but False (it caches
+    unless told not to) when ``given`` does not set it; else nothing."""
+    if "use_cache" in given:
+        return {}
+    try:
+        parameter = inspect.signature(module.forward).parameters.get("use_cache")
+    except (TypeError, ValueError):  # a forward without a signature to read: called as it is
+        return {}
+    if parameter is None or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+        return {}
+    return {} if parameter.default is False else {"use_cache": False}
 
 
 FLEX_ATTENTION = ("flex_attention, which attnviz cannot trace: it runs through TorchDynamo, which cannot follow the "

@@ -1276,3 +1276,24 @@ def test_a_mask_after_the_softmax_then_renormalised_passes():
     results = checks.check_module(um.MaskAfterSoftmax(renormalise=True).eval())
     assert [c for c in results if c.status == "fail"] == []
     assert {c.rule for c in results if c.status == "skip"} == {"kv-cache", "rotary-placement"}
+
+
+def test_a_forward_that_caches_by_default_is_called_uncached_where_attnviz_means_uncached():
+    """``forward(x, use_cache=True)``: the trace and every rule's uncached forward called ``forward(x)``, which
+    cached, so the cache grew from forward to forward — causal failed ("position 0 sees the future") and
+    dropout-placement could not run.  They pass ``use_cache=False`` now: the module passes, its cache checked."""
+    import attnviz
+
+    torch.manual_seed(0)
+    module = um.CachesByDefault(32, 4, 2).eval()
+    x = torch.randn(2, 8, 32)  # (b, n, d_in)
+    attnviz.trace_module(module, x)
+    assert module.k_cache is None  # the traced forward cached nothing
+    results = {check.rule: check for check in checks.check_module(module, x)}
+    assert {check.rule for check in results.values() if check.status != "pass"} == {"rotary-placement"}  # not rotary
+    assert results["kv-cache"].evidence.endswith("k_cache (1, 2, 8, 8), v_cache (1, 2, 8, 8)")
+    torch.manual_seed(0)
+    told = um.NanochatGQA(32, 4, 2).eval()  # the same module, whose forward caches only when told to
+    assert torch.equal(tracing.run_forward(module, x), tracing.run_forward(told, x))
+    assert module.k_cache is None and tracing.run_forward(module, x[:, :3], use_cache=True).shape == (2, 3, 32)
+    assert module.k_cache.shape == (2, 2, 3, 8)  # use_cache=True given is passed as given

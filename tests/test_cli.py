@@ -351,7 +351,9 @@ USER_MODULES = ROOT / "tests" / "helpers" / "user_modules.py"  # plain nn.Module
     ("LearnerRotaryGQA", ["--num-kv-groups", 2, "--set", "rope_base=500000"], "the hidden cells are exactly"),
     ("LearnerGQAWithSDPA", ["--num-kv-groups", 2, "--set", "rotary=true"], "the hidden cells are exactly"),
     ("LearnerCachedMHA", [], "kv-cache PASS two sequences, each after reset_cache()"),
-], ids=["gqa", "mqa", "mla", "swa", "gqa-rotary", "gqa-sdpa-rotary", "cached"])
+    # forward(x, use_cache=True): the uncached forwards cached too, and causal failed on the grown cache
+    ("CachesByDefault", ["--num-kv-groups", 2], "kv-cache PASS two sequences, each after reset_cache()"),
+], ids=["gqa", "mqa", "mla", "swa", "gqa-rotary", "gqa-sdpa-rotary", "cached", "caches-by-default"])
 def test_todays_attention_written_by_a_learner_passes(cls, flags, words):
     result = check(f"{USER_MODULES}:{cls}", "--d-in", 32, "--num-heads", 4, *flags)
     assert result.returncode == 0, result.stdout + result.stderr

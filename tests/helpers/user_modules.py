@@ -1999,3 +1999,12 @@ class SingleHeadCausal(nn.Module):
         s = s.masked_fill(mask, -torch.inf)  # (b, n, n)
         w = torch.softmax(s / k.shape[-1] ** 0.5, dim=0 if self.bug == "softmax-dim-0" else -1)  # (b, n, n)
         return w @ v  # (b, n, d_out)
+
+
+class CachesByDefault(NanochatGQA):
+    """NanochatGQA whose forward caches unless told not to, as inference code often does: ``forward(x,
+    use_cache=True)``; ``forward(x, use_cache=False)`` is the uncached forward."""
+
+    def forward(self, x, use_cache=True):
+        return super().forward(x, use_cache=use_cache)  # (b, n, d)
+
