@@ -5,15 +5,17 @@ Constructor arguments are matched by name to the class's signature, in the spell
 ``block_size`` …), each only when it is given or the constructor requires it: an argument with a default keeps
 the class's own (:func:`own_defaults`: ``LlamaGQA(num_heads=8)`` keeps its 8 heads), a required one gets attnviz's
 (:data:`DEFAULTS`), and ``d_out`` follows a ``d_in`` given; a single ``config``/``cfg`` parameter gets an object with
-nanoGPT's names.  Today's variants' sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class and
-its model configs' ``n_kv_groups`` mean it; also ``num_key_value_heads``, ``n_kv_heads``, nanochat's
-``n_kv_head``), ``latent_dim`` (``kv_lora_rank``) and ``sliding_window_size`` (``sliding_window``, ``window_size``)
-— go to a class that takes them, or to its config object under all their spellings, when they are given, or to a
-class whose constructor requires them (then a default from the sizes it is built with: half the heads' K/V groups,
+nanoGPT's names and every other spelling of a size (Hugging Face's ``hidden_size``, ``num_attention_heads`` …).
+Today's variants' sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class and its model configs'
+``n_kv_groups`` mean it; also ``num_key_value_heads``, ``n_kv_heads``, nanochat's ``n_kv_head``), ``latent_dim``
+(``kv_lora_rank``) and ``sliding_window_size`` (``sliding_window``, ``window_size``) — go to a class that takes
+them, or to its config object under all their spellings, when they are given, or to a class whose constructor
+requires them (then a default from the sizes it is built with: half the heads' K/V groups,
 the book's latent size, a window of 4).  A ``bias``/``qkv_bias`` argument keeps the constructor's own default
 unless it is given (:data:`BIAS_DEFAULTS`).  ``overrides`` (the CLI's ``--set NAME=VALUE``) set any constructor
-argument by its own name, or a single config object's attribute (:data:`CONFIG_FIELDS`; a name the object does not
-have is refused, naming those it has).  A required argument nobody can fill is named in the error.  Every failure is a
+argument by its own name, or a single config object's attribute (:data:`CONFIG_FIELDS`, or a name its constructor
+reads off it, :func:`config_reads`; another is refused, naming those it has); an attribute the constructor reads and
+the object lacks says what gives it.  A required argument nobody can fill is named in the error.  Every failure is a
 ``UserCodeError`` with one line.
 
 The app lists only modules named on its command line (``streamlit run app.py -- --module path.py:Class``,
@@ -36,6 +38,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
 import threading
 import types
@@ -57,7 +60,7 @@ SPELLINGS = {
     "num_heads": ("num_heads", "n_head", "n_heads", "nhead", "heads", "num_attention_heads"),
     "context_length": ("context_length", "block_size", "max_seq_len", "n_positions", "max_len", "seq_len",
                        "max_position_embeddings"),
-    "dropout": ("dropout", "attn_pdrop", "p_drop", "dropout_p", "attn_dropout", "drop"),
+    "dropout": ("dropout", "attn_pdrop", "p_drop", "dropout_p", "attn_dropout", "attention_dropout", "drop"),
     "qkv_bias": ("qkv_bias", "bias"),
     "batch_first": ("batch_first",),
     "num_kv_groups": ("num_kv_groups", "n_kv_groups", "num_key_value_heads", "n_kv_heads", "num_kv_heads",
@@ -74,14 +77,18 @@ DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "drop
 # qkv_bias is passed only when given (``--set bias=false``): a constructor's own default wins (nanoGPT's bias=True);
 # one that requires it gets its spelling's home default: nanoGPT's and nn.Linear's bias=True, the book's qkv_bias=False
 BIAS_DEFAULTS = {"bias": True, "qkv_bias": False}
-# a single config object's attributes (nanoGPT's GPTConfig names, then the book's, then every spelling of a variant's
-# size: nanochat's n_kv_head, Llama's n_kv_heads …, present only when that size is given) -> the setting each carries;
+# a single config object's attributes (nanoGPT's GPTConfig names, then the book's, then every other spelling of a size
+# — Hugging Face's hidden_size, num_attention_heads, max_position_embeddings, attention_dropout … —, then Hugging
+# Face's head_dim, the width over the heads where they divide it, then every spelling of a variant's size: nanochat's
+# n_kv_head, Hugging Face's num_key_value_heads …, present only when that size is given) -> the setting each carries;
 # an override of one (``--set n_embd=32``, ``--set n_kv_head=2``) sets every attribute of its setting, and d_out
 # follows d_in unless given
 CONFIG_FIELDS = {"n_embd": "d_in", "n_head": "num_heads", "block_size": "context_length", "dropout": "dropout",
                  "bias": "bias", "d_in": "d_in", "d_out": "d_out", "emb_dim": "d_in", "n_heads": "num_heads",
                  "context_length": "context_length", "drop_rate": "dropout", "qkv_bias": "qkv_bias",
                  "num_heads": "num_heads",
+                 **{name: setting for setting in OWN_DEFAULT_SETTINGS for name in SPELLINGS[setting]},
+                 "head_dim": "head_dim",
                  **{name: setting for setting in VARIANT_SETTINGS for name in SPELLINGS[setting]}}
 # the CLI's flag for each variant's size: named when a config object's constructor reads one nobody gave
 VARIANT_FLAGS = {"num_kv_groups": "--num-kv-groups N", "latent_dim": "--latent-dim N",
@@ -222,6 +229,8 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     config_object = len(parameters) == 1 and names == [parameters[0].name] and names[0] in CONFIG_NAMES
     strange = [name for name in overrides if name not in CONFIG_FIELDS and name not in names]
     if config_object and strange:
+        strange = [name for name in strange if name not in config_reads(cls)]  # rope_theta, read off the object
+    if config_object and strange:
         _refuse_config_names(cls, names[0], strange)
     if unknown and not any(p.kind == p.VAR_KEYWORD for p in parameters) and not config_object:
         raise UserCodeError(f"{cls.__name__}() takes no argument {', '.join(unknown)} (it takes {', '.join(names)})")
@@ -347,7 +356,7 @@ def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[
     for name, value in arguments.items():
         if isinstance(value, types.SimpleNamespace):  # a config object: the first of its names for each setting
             for field, setting in CONFIG_FIELDS.items():
-                if _is_size(getattr(value, field, None)):
+                if setting in SPELLINGS and _is_size(getattr(value, field, None)):
                     sizes.setdefault(setting, getattr(value, field))
         elif name in by_name and _is_size(value):
             sizes[by_name[name]] = value
@@ -367,12 +376,14 @@ def _is_size(value) -> bool:
 
 
 def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -> types.SimpleNamespace:
-    """nanoGPT's GPTConfig names (and the book's, and a variant's size given under all its spellings) for a class
-    that takes one config object (:data:`CONFIG_FIELDS`); ``bias`` and ``qkv_bias`` at their own projects' defaults
-    (nanoGPT's True, the book's False) unless qkv_bias is given.  ``overrides`` (``--set n_embd=32``, ``--set
-    bias=false``, ``--set n_kv_head=2``) set its attributes by name, and a size's other names with it (``n_embd``
-    sets ``d_in`` and ``emb_dim``; ``d_out`` too unless ``d_out_given`` or overridden; ``n_kv_head`` sets
-    ``n_kv_heads`` …), so the object says one size whichever name the class reads."""
+    """nanoGPT's GPTConfig names (and the book's, every other spelling of a size — Hugging Face's ``hidden_size``,
+    ``num_attention_heads``, ``max_position_embeddings`` … —, ``head_dim`` where the heads divide d_out, and a variant's
+    size given under all its spellings) for a class that takes one config object (:data:`CONFIG_FIELDS`); ``bias``
+    and ``qkv_bias`` at their own projects' defaults (nanoGPT's True, the book's False) unless qkv_bias is given.
+    ``overrides`` (``--set n_embd=32``, ``--set bias=false``, ``--set n_kv_head=2``, ``--set rope_theta=500000``) set
+    its attributes by name, and a size's other names with it (``n_embd`` sets ``d_in``, ``emb_dim``, ``hidden_size`` …;
+    ``d_out`` too unless ``d_out_given`` or overridden; ``n_kv_head`` sets ``n_kv_heads`` …), so the object says one
+    size whichever name the class reads."""
     values = dict(values)
     overridden = {CONFIG_FIELDS[name]: value for name, value in overrides.items()
                   if CONFIG_FIELDS.get(name) in ("d_in", "d_out", "num_heads", "context_length", "dropout",
@@ -380,6 +391,8 @@ def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -
     values.update(overridden)
     if "d_in" in overridden and "d_out" not in overridden and not d_out_given:
         values["d_out"] = values["d_in"]  # nanoGPT's output is n_embd wide
+    if _is_size(values["d_out"]) and _is_size(values["num_heads"]) and values["d_out"] % values["num_heads"] == 0:
+        values["head_dim"] = values["d_out"] // values["num_heads"]  # Hugging Face's default: the width over the heads
     fields = {name: values[setting] for name, setting in CONFIG_FIELDS.items() if setting in values}
     fields["bias"] = values.get("qkv_bias", BIAS_DEFAULTS["bias"])
     fields["qkv_bias"] = values.get("qkv_bias", BIAS_DEFAULTS["qkv_bias"])
@@ -387,31 +400,86 @@ def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -
 
 
 def _refuse_config_names(cls: type[nn.Module], parameter: str, unknown: Sequence[str]) -> None:
-    """UserCodeError for overrides naming no attribute of the config object attnviz builds (a typo such as
-    ``n_embed``): the names it has, and the nearest one."""
+    """UserCodeError for overrides naming no attribute of the config object attnviz builds and none its constructor
+    reads (a typo such as ``n_embed``): the names it has, and the nearest one."""
     import difflib
 
-    near = [match for name in unknown for match in difflib.get_close_matches(name, CONFIG_FIELDS, n=1)]
+    known = [*CONFIG_FIELDS, *sorted(config_reads(cls) - set(CONFIG_FIELDS))]
+    near = [match for name in unknown for match in difflib.get_close_matches(name, known, n=1)]
     hint = f"; did you mean {' or '.join(dict.fromkeys(near))}?" if near else ""
     raise UserCodeError(f"{cls.__name__}({parameter}) takes one config object, and attnviz's has no "
-                        f"{', '.join(unknown)}: --set sets one of {', '.join(CONFIG_FIELDS)}{hint}")
+                        f"{', '.join(unknown)}: --set sets one of {', '.join(CONFIG_FIELDS)}, or another name the "
+                        f"constructor reads off its {parameter}{hint}")
+
+
+def config_reads(cls: type[nn.Module]) -> set[str]:
+    """The attributes the constructors of ``cls`` and its bases (not torch's) read off their config parameter, as
+    their source says: ``config.rope_theta``, ``self.config.rope_theta``, ``getattr(config, "head_dim", …)`` —
+    names ``--set`` gives a config object besides :data:`CONFIG_FIELDS`.  Empty where the source cannot be read."""
+    import ast
+    import textwrap
+
+    reads = set()
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or klass.__module__.split(".")[0] in ("torch", "builtins"):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+            parameters = list(inspect.signature(init).parameters)[1:]
+        except (OSError, TypeError, ValueError, SyntaxError):
+            continue
+        names = [name for name in parameters if name in CONFIG_NAMES][:1]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _names_config(node.value, names):
+                reads.add(node.attr)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                  and len(node.args) >= 2 and _names_config(node.args[0], names)
+                  and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+                reads.add(node.args[1].value)
+    return reads
+
+
+def _names_config(node, names: list[str]) -> bool:
+    """Whether the expression ``node`` is the config parameter (``config``) or the module's copy (``self.config``)."""
+    import ast
+
+    return (isinstance(node, ast.Name) and node.id in names) or (
+        isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+        and node.attr in names)
 
 
 def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) -> nn.Module:
     """``cls`` built from attnviz's settings and ``overrides`` (see :func:`constructor_arguments`), under the time
     limit of a user's call (:mod:`attnviz.time_limit`): whatever goes wrong is a one-line :class:`UserCodeError`;
-    a config object's variant size the constructor reads and nobody gave (nanochat's ``config.n_kv_head``) says which
-    flag gives it (:data:`VARIANT_FLAGS`)."""
+    an attribute of a config object that the constructor reads and the object lacks says what gives it
+    (:func:`_config_lacks`)."""
     arguments = constructor_arguments(cls, overrides, **settings)
     try:
         return _construct(cls, arguments)
     except UserCodeError as error:
-        missing = next((name for name in CONFIG_FIELDS if CONFIG_FIELDS[name] in VARIANT_FLAGS
-                        and f"SimpleNamespace' object has no attribute '{name}'" in str(error)), None)
-        if missing is None or not any(isinstance(v, types.SimpleNamespace) for v in arguments.values()):
+        if not any(isinstance(v, types.SimpleNamespace) for v in arguments.values()):
             raise
-        raise UserCodeError(f"{error} — attnviz's config object has it when you give it: "
-                            f"{VARIANT_FLAGS[CONFIG_FIELDS[missing]]}") from None
+        lacked = re.search(r"SimpleNamespace' object has no attribute '(\w+)'", str(error))
+        remedy = _config_lacks(lacked.group(1)) if lacked else None
+        if remedy is None:
+            raise
+        raise UserCodeError(f"{error} — {remedy}") from None
+
+
+def _config_lacks(name: str) -> str | None:
+    """What gives attnviz's config object the attribute ``name`` it lacks: a variant's size's flag (nanochat's
+    ``config.n_kv_head``: :data:`VARIANT_FLAGS`), ``--set head_dim=N`` where the heads do not divide the width, or
+    ``--set`` for a name attnviz does not know (``config.rope_theta``); None for a name it always has."""
+    setting = CONFIG_FIELDS.get(name)
+    if setting in VARIANT_FLAGS:
+        return f"attnviz's config object has it when you give it: {VARIANT_FLAGS[setting]}"
+    if setting == "head_dim":
+        return ("attnviz's config object has it when the heads divide the width (--num-heads, --d-out): give "
+                "sizes that divide, or --set head_dim=N")
+    if setting is None:
+        return f"attnviz's config object has no {name}: give it with --set {name}=VALUE"
+    return None
 
 
 def _construct(cls: type[nn.Module], arguments: dict) -> nn.Module:

@@ -4,6 +4,7 @@ the config object has (a typo is refused in words), and the sizes it was built w
 import textwrap
 
 import pytest
+from helpers import user_modules
 
 from attnviz import cli, user_code
 
@@ -196,3 +197,83 @@ def test_the_cli_checks_nanochats_class_with_its_kv_heads(tmp_path, passed, caps
         "has no attribute 'n_kv_head' — attnviz's config object has it when you give it: --num-kv-groups N\n")
     help_text = " ".join(cli.parser().parse_args(["check", "x.py:X"]).command_parser.format_help().split())
     assert "a variant size's spellings, n_kv_head, n_kv_heads, kv_lora_rank, sliding_window …" in help_text
+
+
+HF_MODULES = user_modules.__file__  # HFStyleConfigAttention(config): a Llama port reading Hugging Face's names
+
+
+def test_a_config_object_answers_hugging_faces_names_from_the_flags():
+    """``HFStyleConfigAttention(config)`` reads ``config.hidden_size`` …: the object had nanoGPT's and the book's names
+    only, so the constructor raised AttributeError.  Now it has every spelling of a size (hidden_size ← --d-in,
+    num_attention_heads ← --num-heads, max_position_embeddings ← --context-length, attention_dropout ← --dropout,
+    num_key_value_heads ← --num-kv-groups) and Hugging Face's head_dim, the width over the heads."""
+    cls = user_code.load(f"{HF_MODULES}:HFStyleConfigAttention")
+    arguments = user_code.constructor_arguments(cls, d_in=64, num_heads=8, num_kv_groups=2, context_length=32,
+                                                dropout=0.1)
+    config = arguments["config"]
+    assert (config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+            config.max_position_embeddings, config.attention_dropout) == (64, 8, 2, 8, 32, 0.1)
+    module = user_code.build(cls, d_in=64, num_heads=8, num_kv_groups=2)
+    assert (module.q_proj.in_features, module.num_heads, module.k_proj.out_features) == (64, 8, 16)  # 2 K/V heads of 8
+    assert user_code.sizes_taken(arguments) == {"d_in": 64, "d_out": 64, "num_heads": 8, "context_length": 32,
+                                                "num_kv_groups": 2}
+
+
+def test_set_takes_hugging_faces_names_and_sets_every_name_of_their_size():
+    """--set hidden_size=64 was refused ("attnviz's has no hidden_size … did you mean window_size?")."""
+    cls = user_code.load(f"{HF_MODULES}:HFStyleConfigAttention")
+    config = user_code.constructor_arguments(cls, {"hidden_size": 32, "num_attention_heads": 2}, num_heads=8)["config"]
+    assert (config.hidden_size, config.n_embd, config.d_in, config.d_out) == (32, 32, 32, 32)
+    assert (config.num_attention_heads, config.n_head, config.head_dim) == (2, 2, 16)
+    with pytest.raises(user_code.UserCodeError, match="has no hiden_size: .*; did you mean hidden_size\\?"):
+        user_code.constructor_arguments(cls, {"hiden_size": 32})
+
+
+def test_the_cli_checks_a_hugging_face_style_config_class(passed, capsys):
+    assert cli.main(["check", f"{HF_MODULES}:HFStyleConfigAttention", "--d-in", "64", "--num-heads", "8",
+                     "--num-kv-groups", "2", "--tokens", "4"]) == 0
+    out, err = capsys.readouterr()
+    assert "All 8 rules pass" in out and err == ""
+    assert passed == {"d_in": 64, "d_out": 64, "num_heads": 8, "context_length": 64, "num_kv_groups": 2}
+    assert cli.main(["check", f"{HF_MODULES}:HFStyleConfigAttention", "--num-kv-groups", "1", "--set",
+                     "hidden_size=32", "--tokens", "4"]) == 0
+    assert passed["d_in"] == 32
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(("read", "flags", "remedy"), [
+    ("num_key_value_heads", [], "attnviz's config object has it when you give it: --num-kv-groups N"),
+    ("head_dim", ["--d-in", "30", "--num-heads", "4"],
+     "attnviz's config object has it when the heads divide the width (--num-heads, --d-out): give sizes that divide, "
+     "or --set head_dim=N"),
+    ("rope_theta", [], "attnviz's config object has no rope_theta: give it with --set rope_theta=VALUE"),
+])
+def test_a_name_the_config_object_lacks_says_what_to_pass(tmp_path, capsys, read, flags, remedy):
+    path = tmp_path / "reads.py"
+    path.write_text(textwrap.dedent(f'''
+        from torch import nn
+
+
+        class Reads(nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.value = config.{read}
+                self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+            def forward(self, x):
+                return self.proj(x)
+    '''))
+    assert cli.main(["check", f"{path}:Reads", *flags]) == 2
+    assert capsys.readouterr().err == (f"attnviz check: Reads(config=<config>) raised AttributeError: "
+                                       f"'types.SimpleNamespace' object has no attribute '{read}' — {remedy}\n")
+
+
+def test_set_gives_a_config_object_a_name_its_constructor_reads():
+    """HFStyleRotaryAttention reads ``config.rope_theta`` (in its own constructor, after its base's): --set gives it,
+    and a name no constructor reads is still refused."""
+    cls = user_code.load(f"{HF_MODULES}:HFStyleRotaryAttention")
+    assert {"hidden_size", "num_key_value_heads", "head_dim", "rope_theta"} <= user_code.config_reads(cls)
+    module = user_code.build(cls, {"rope_theta": 500_000}, d_in=32, num_heads=4, num_kv_groups=2)
+    assert module.cos.shape == (64, 8)
+    with pytest.raises(user_code.UserCodeError, match="has no rope_base: "):
+        user_code.constructor_arguments(cls, {"rope_base": 500_000})

@@ -2008,3 +2008,50 @@ class CachesByDefault(NanochatGQA):
     def forward(self, x, use_cache=True):
         return super().forward(x, use_cache=use_cache)  # (b, n, d)
 
+
+class HFStyleConfigAttention(nn.Module):
+    """A Llama port that reads a Hugging Face-style config, as transformers' ``LlamaAttention(config)`` does:
+    ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim`` (if it has one),
+    ``max_position_embeddings``, ``attention_dropout``."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", self.hidden_size // self.num_heads)
+        self.max_position_embeddings = config.max_position_embeddings
+        self.attention_dropout = config.attention_dropout
+        self.q_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.k_proj(x).view(b, n, self.num_key_value_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        v = self.v_proj(x).view(b, n, self.num_key_value_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        dropout = self.attention_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, enable_gqa=True)  # (b, h, n, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, hidden_size)
+
+
+class HFStyleRotaryAttention(HFStyleConfigAttention):
+    """HFStyleConfigAttention with q and k rotated at the config's ``rope_theta``, a name attnviz's config object
+    does not have."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        cos, sin = rope_angles(self.head_dim, self.max_position_embeddings, config.rope_theta)
+        self.register_buffer("cos", cos)  # (context, hd)
+        self.register_buffer("sin", sin)  # (context, hd)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.k_proj(x).view(b, n, self.num_key_value_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        v = self.v_proj(x).view(b, n, self.num_key_value_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        q, k = rotate(q, self.cos, self.sin), rotate(k, self.cos, self.sin)  # (b, h, n, hd), (b, g, n, hd)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (b, h, n, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, hidden_size)
