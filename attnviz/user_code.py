@@ -110,7 +110,7 @@ def load(spec: str) -> type[nn.Module]:
     if path.is_dir():
         raise UserCodeError(f"{path_text} is a folder: name the .py file that defines the class")
     if not path.is_file():
-        raise UserCodeError(f"{path_text}: no such file")
+        raise UserCodeError(f"{path_text}: no such file{_module_name_hint(path_text)}")
     name = f"attnviz_user_{abs(hash(str(path.resolve())))}"
     try:
         kind = _not_python(path)
@@ -158,6 +158,22 @@ def load(spec: str) -> type[nn.Module]:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise UserCodeError(f"{class_name} in {path_text} is not a torch.nn.Module class")
     return cls
+
+
+def _module_name_hint(path_text: str) -> str:
+    """Words for a spec that names an importable module rather than a file (``transformers.models.llama.
+    modeling_llama:LlamaAttention``): attnviz checks a file's class, and a transformers layer through a file of
+    one's own that builds it and hands its forward what its model would; "" for anything else."""
+    parts = path_text.split(".")
+    if len(parts) < 2 or f".{parts[-1]}" in PYTHON_SUFFIXES or not all(part.isidentifier() for part in parts):
+        return ""
+    words = " — attnviz checks a class in a file, path/to/file.py:ClassName, not a module by its import name"
+    if parts[0] == "transformers":
+        words += ("; a transformers layer needs what its model hands its forward (the attention mask, the rotary "
+                  "position_embeddings): check it in a file of your own whose nn.Module builds the layer from a small "
+                  "config and whose forward(x) builds those and calls it (docs/check-your-module.md, "
+                  "\"A transformers layer\")")
+    return words
 
 
 PYTHON_SUFFIXES = (".py", ".pyw")  # a file named so is Python whatever it holds (a mistake in it is a syntax error)

@@ -183,6 +183,25 @@ def test_what_cannot_run_exits_2_with_one_line(modules, spec, message):
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(("spec", "transformers"), [
+    ("transformers.models.llama.modeling_llama:LlamaAttention", True),
+    ("mypackage.attention:MyAttention", False),
+])
+def test_a_module_name_instead_of_a_file_says_attnviz_checks_a_files_class(spec, transformers):
+    """A module's import name said only "no such file"; it says that attnviz checks a class in a file, and for a
+    transformers layer how: the doc section it names shows the file to write."""
+    result = check(spec)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and result.stdout == ""
+    name = spec.partition(":")[0]
+    assert result.stderr.startswith(f"attnviz check: {name}: no such file — attnviz checks a class in a file, "
+                                    "path/to/file.py:ClassName, not a module by its import name")
+    assert ("a transformers layer needs what its model hands its forward" in result.stderr) == transformers
+    if transformers:
+        section = re.search(r'docs/check-your-module\.md, "(.+)"\)', result.stderr).group(1)
+        assert f"## {section}\n" in (ROOT / "docs" / "check-your-module.md").read_text(encoding="utf-8")
+    assert check("nope.py:Attention").stderr == "attnviz check: nope.py: no such file\n"  # a file's name: no more
+
+
 def test_a_syntax_error_exits_2_naming_the_line(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("class A(\n")
