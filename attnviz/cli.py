@@ -229,11 +229,12 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                             context_length=args.context_length, dropout=args.dropout,
                             num_kv_groups=args.num_kv_groups, latent_dim=args.latent_dim,
                             sliding_window_size=args.sliding_window_size)
-            module = user_code.build(cls, overrides, **settings).eval()
-            # what it was built with, its own defaults included: the kv-cache rule's sizes where the module keeps them
+            # what it is built with, its own defaults included: the kv-cache rule's sizes where the module keeps them
             # under other names, and the input's width and length where it does not say them
             arguments = user_code.constructor_arguments(cls, overrides, **settings)
             sizes = user_code.sizes_taken(arguments, cls)
+            require_whole_groups(sizes)
+            module = user_code.build(cls, overrides, **settings).eval()
             context_length, why = built_context(args.context_length, cls, arguments, sizes)
             tokens = checked_tokens(args.tokens, context_length, tracing.module_context(module), why)
             d_in = args.d_in if args.d_in is not None else sizes.get("d_in", DEFAULT_D_IN)
@@ -289,6 +290,22 @@ def flag_notes(args, cls, overrides: dict) -> list[str]:
         word = flag.removeprefix("--").replace("-", "_")  # --window: "window"
         lines.append(f"{flag} {given[setting]:g} not used: {cls.__name__}() takes no {word} argument ({names})")
     return lines
+
+
+def require_whole_groups(sizes: dict) -> None:
+    """UserCodeError, before the class is built, when the K/V groups it would be built with do not divide its heads
+    (``--num-heads 6 --num-kv-groups 4``): each K/V head serves the same number of query heads, and the class's own
+    error would be a shape error deep in its forward or constructor."""
+    from attnviz import user_code
+    from attnviz.config import divisors
+
+    heads, groups = sizes.get("num_heads"), sizes.get("num_kv_groups")
+    if heads is None or groups is None or heads % groups == 0:
+        return
+    raise user_code.UserCodeError(
+        f"{amount(groups, 'K/V group')} do not divide {amount(heads, 'head')}: each K/V group serves the same "
+        f"number of query heads — give --num-kv-groups one of {', '.join(map(str, divisors(heads)))} "
+        f"(or --num-heads a multiple of {groups})")
 
 
 def built_context(typed: int | None, cls, arguments: dict, sizes: dict) -> tuple[int, str]:

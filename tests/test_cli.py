@@ -202,6 +202,19 @@ def test_a_module_name_instead_of_a_file_says_attnviz_checks_a_files_class(spec,
     assert check("nope.py:Attention").stderr == "attnviz check: nope.py: no such file\n"  # a file's name: no more
 
 
+def test_k_v_groups_that_do_not_divide_the_heads_are_said_before_the_class_is_built(monkeypatch):
+    """--num-heads 6 --num-kv-groups 4 reached the module, whose forward raised a shape error of its own."""
+    from attnviz import user_code
+
+    built = []
+    monkeypatch.setattr(user_code, "_construct", lambda cls, arguments: built.append(cls))
+    result = check(f"{USER_MODULES}:NanochatGQA", "--d-in", 48, "--num-heads", 6, "--num-kv-groups", 4)
+    assert result.returncode == 2 and result.stdout == "" and built == []
+    assert result.stderr == ("attnviz check: 4 K/V groups do not divide 6 heads: each K/V group serves the same "
+                             "number of query heads — give --num-kv-groups one of 1, 2, 3, 6 (or --num-heads a "
+                             "multiple of 4)\n")
+
+
 def test_a_syntax_error_exits_2_naming_the_line(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("class A(\n")
@@ -413,7 +426,7 @@ def test_a_window_off_by_one_fails_mask_convention():
     (["--set", "vocab=3"], "LearnerGQA() takes no argument vocab", 2),
     (["--set", "vocab"], "write NAME=VALUE", 2),
     (["--num-kv-groups", 0], "--num-kv-groups must be at least 1", 2),
-    (["--num-kv-groups", 3], "failed an assertion (user_modules.py, line", 2),  # 4 heads cannot share 3 groups
+    (["--num-kv-groups", 3], "3 K/V groups do not divide 4 heads", 2),  # said before the class is built
 ])
 def test_bad_variant_settings_exit_2_with_one_line(args, message, status):
     result = check(f"{USER_MODULES}:LearnerGQA", "--d-in", 32, *args)
