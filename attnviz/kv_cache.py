@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from attnviz.words import amount
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DTYPE_NAMES = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "bfloat16": "bf16",
+               "float16": "fp16", "half": "fp16",
                "float8_e4m3fn": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2": "fp8", "float8_e5m2fnuz": "fp8"}
 # torch's names of those dtypes (``str(torch.float16)`` is "torch.float16"): the same bytes
 
@@ -38,8 +39,8 @@ def dtype_bytes(dtype) -> int:
     name = str(dtype).removeprefix("torch.")
     short = name if name in DTYPE_BYTES else DTYPE_NAMES.get(name)
     if short is None:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)} (or torch's float32, bfloat16, float16 …), "
-                         f"got {dtype!r}.")
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)} (or torch's float64, float32, bfloat16, "
+                         f"float16 …), got {dtype!r}.")
     return DTYPE_BYTES[short]
 
 

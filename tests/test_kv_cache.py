@@ -105,7 +105,7 @@ def test_presets_name_their_source_and_cover_the_models_asked_for():
     (dict(sliding_window_size=0), "sliding_window_size must be"),
     (dict(sliding_window_size=16, swa_ratio="0:0"), "a \\+ b > 0"),
     (dict(sliding_window_size=16, swa_ratio="five"), "must look like"),
-    (dict(dtype="fp64"), "dtype must be one of"),
+    (dict(dtype="fp4"), "dtype must be one of"),
     (dict(latent_dim=2.5), "latent_dim must be"),
     # contradictions: each setting would change nothing, so the number would not be the one asked for
     (dict(latent_dim=512, n_kv_heads=4), "latent_dim and n_kv_heads"),
@@ -302,7 +302,7 @@ def test_the_gqa_line_filled_in_lies_between_mha_and_mqa_where_the_heads_allow(h
 
 @pytest.mark.parametrize(("spelling", "short"), [
     ("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16"), ("half", "fp16"), ("float8_e4m3fn", "fp8"),
-    ("torch.bfloat16", "bf16"),
+    ("torch.bfloat16", "bf16"), ("float64", "fp64"), ("double", "fp64"), ("torch.float64", "fp64"),
 ])
 def test_torch_spellings_of_a_dtype_count_as_the_short_ones(spelling, short):
     base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
@@ -312,14 +312,22 @@ def test_torch_spellings_of_a_dtype_count_as_the_short_ones(spelling, short):
 def test_a_torch_dtype_counts_its_own_bytes():
     torch = pytest.importorskip("torch")
     base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
-    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.int8):
+    for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.int8):
         assert kv_cache.kv_cache_bytes(**base, dtype=dtype) == 12 * 1024 * 64 * 12 * 2 * dtype.itemsize
 
 
+def test_a_float64_cache_counts_8_bytes_an_element():
+    """kv_cache_bytes(dtype="fp64") and torch.float64 raised "dtype must be one of …": a module checked in float64
+    (attnviz checks those) caches 8 bytes a number."""
+    base = dict(context_length=1024, emb_dim=768, n_heads=12, n_layers=12)
+    assert kv_cache.dtype_bytes("fp64") == 8
+    assert kv_cache.kv_cache_bytes(**base, dtype="fp64") == 2 * kv_cache.kv_cache_bytes(**base, dtype="fp32")
+
+
 def test_an_unknown_dtype_lists_the_accepted_ones():
-    with pytest.raises(ValueError, match=r"dtype must be one of fp32, bf16, fp16, fp8, int8 \(or torch's float32, "
-                                         r"bfloat16, float16 …\), got 'float64'\."):
-        kv_cache.kv_cache_bytes(context_length=8, emb_dim=8, n_heads=2, n_layers=1, dtype="float64")
+    with pytest.raises(ValueError, match=r"dtype must be one of fp64, fp32, bf16, fp16, fp8, int8 \(or torch's "
+                                         r"float64, float32, bfloat16, float16 …\), got 'complex64'\."):
+        kv_cache.kv_cache_bytes(context_length=8, emb_dim=8, n_heads=2, n_layers=1, dtype="complex64")
 
 
 def test_deepseeks_rotary_key_is_cached_beside_its_latent_under_its_own_name():
