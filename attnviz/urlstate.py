@@ -452,7 +452,7 @@ def config_from_settings(values: dict, checkpoint: str | None = None) -> Attenti
         seed=int(values["seed"]),
         device=resolve_device(values["device"])[0],  # the device that runs (settled: "auto" picks one)
         embedding="book" if is_book(values["preset"]) and int(values["d_in"]) == 3 else "seeded",
-        num_kv_groups=int(values["num_kv_groups"]) if "num_kv_groups" in applies else None,
+        num_kv_groups=int(values["num_kv_groups"]) if "num_kv_groups" in applies else spec.kv_groups,  # MQA: 1
         latent_dim=int(values["latent_dim"]) if "latent_dim" in applies else None,
         sliding_window_size=int(values["sliding_window_size"]) if "sliding_window_size" in applies else None,
         positions="rotary" if rotary else "learned",

@@ -154,6 +154,7 @@ def test_a_single_head_variant_settles_its_heads_and_width_and_says_what_it_igno
 
 @pytest.mark.parametrize(("config", "setting", "value"), [
     (AttentionConfig(variant="gqa", d_in=8, d_out=8, num_heads=8), "num_kv_groups", 4),  # the divisor nearest 4
+    (AttentionConfig(variant="mqa", d_in=8, d_out=8, num_heads=8), "num_kv_groups", 1),  # MQA's one K/V head
     (AttentionConfig(variant="mla", d_in=64, d_out=64, num_heads=4), "latent_dim", 16),  # max(16, d_out // 8)
     (AttentionConfig(variant="swa", d_in=8, d_out=8, num_heads=2, context_length=64), "sliding_window_size", 64),
 ])
@@ -165,7 +166,7 @@ def test_a_size_left_to_the_class_is_the_one_that_ran(config, setting, value):
     assert np.array_equal(again.steps["weights"], trace.steps["weights"])
     assert np.array_equal(again.output, trace.output)
     if setting == "num_kv_groups":
-        assert trace.steps["keys"].shape[-1] == value * trace.config.head_dim  # 4 K/V heads ran
+        assert trace.steps["keys"].shape[-1] == value * trace.config.head_dim  # 4 K/V heads ran (MQA: 1)
 
 
 @pytest.mark.parametrize(("overrides", "setting", "settled", "words"), [

@@ -93,11 +93,18 @@ def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
     _, d_out, num_heads = _BOOK_SIZE.sizes(spec) if listing else (base.d_in, base.d_out, base.num_heads)
     num_heads, d_out = spec.head_count(num_heads), spec.out_width(base.d_in, d_out)
     rotary = base.rotary and spec.not_applicable("positions") is None and (d_out // num_heads) % 2 == 0
-    kv_groups = base.num_kv_groups if base.num_kv_groups and num_heads % base.num_kv_groups == 0 else None
+    chosen = None if _fixed_kv_groups(base) else base.num_kv_groups  # MQA's 1 is its own, not a GQA setting
+    kv_groups = chosen if chosen and num_heads % chosen == 0 else None
     latent = base.latent_dim if base.latent_dim and base.latent_dim <= d_out else None
     seed, causal = (spec.book_seed, spec.book_causal) if listing else (base.seed, base.causal)
     return replace(base, variant=variant, num_heads=num_heads, d_out=d_out, num_kv_groups=kv_groups,
                    latent_dim=latent, positions="rotary" if rotary else "learned", seed=seed, causal=causal)
+
+
+def _fixed_kv_groups(config: AttentionConfig) -> bool:
+    """Whether ``config``'s K/V groups are its variant's own (MQA's one) rather than a setting the user chose."""
+    spec = variants.VARIANTS.get(config.variant)
+    return spec is not None and spec.kv_groups is not None
 
 
 def seeded_module(config: AttentionConfig, num_tokens: int) -> torch.nn.Module:

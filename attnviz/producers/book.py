@@ -21,12 +21,12 @@ from attnviz.trace import Trace, make_trace, to_numpy
 
 def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     """The config the class really runs: each size the class decides holds the value it runs with — a single-head
-    class's one head, the simplified class's width d_in, GQA's K/V groups, MLA's latent and SWA's window where the
-    caller left them open — and each setting the class does not take is set back to its default, with a note naming
-    it when the caller set it to something else ("Ignored num_heads = 4: …").  ``device`` becomes the device that
-    runs (``auto`` picks one; one this machine lacks is the CPU, with a note).  Settling a settled config changes
-    nothing, so the sidebar's configs (which set only what applies) run as they are.  ConfigError (from
-    ``validate``) when the config cannot run."""
+    class's one head, the simplified class's width d_in, MQA's one K/V head, and GQA's K/V groups, MLA's latent and
+    SWA's window where the caller left them open — and each setting the class does not take is set back to its
+    default, with a note naming it when the caller set it to something else ("Ignored num_heads = 4: …").
+    ``device`` becomes the device that runs (``auto`` picks one; one this machine lacks is the CPU, with a note).
+    Settling a settled config changes nothing, so the sidebar's configs (which set only what applies) run as they
+    are.  ConfigError (from ``validate``) when the config cannot run."""
     config.validate()
     spec = config.spec
     reasons = {name: spec.not_applicable(name) for name in ("d_out", "num_heads", "dropout", "train", "causal",
@@ -39,7 +39,7 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     settled = replace(
         config, device=device,
         num_heads=spec.head_count(config.num_heads), d_out=spec.out_width(config.d_in, config.d_out),
-        num_kv_groups=config.kv_groups if "num_kv_groups" in spec.settings else None,
+        num_kv_groups=config.kv_groups if spec.grouped else None,  # MQA's 1 too: what the class runs with
         latent_dim=config.latent_width, sliding_window_size=window,
         **{name: _DEFAULTS[name] for name in ("dropout", "train", "causal", "qkv_bias", "rope_base", "layer")
            if reasons[name] is not None})

@@ -306,6 +306,16 @@ def test_a_single_head_run_still_compares_the_multi_head_variants_with_the_sideb
     assert "8 heads" in result.checks[0].title
 
 
+def test_mqas_one_kv_head_is_not_taken_for_a_gqa_setting():
+    """An MQA run's config says its one K/V head (num_kv_groups=1); the GQA it is compared with still groups its
+    heads as GQA left open does (2 K/V heads for 4), not as one shared head."""
+    trace = small_trace(variant="mqa")
+    assert trace.config.num_kv_groups == 1
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    ran = {v.variant: v.config for v in result.variants}
+    assert (ran["gqa"].num_kv_groups, ran["gqa"].kv_groups, ran["mqa"].kv_groups) == (None, 2, 1)
+
+
 def test_long_texts_are_compared_on_the_first_256_tokens():
     trace = small_trace(" ".join(["token"] * 300))
     assert trace.n > 256
