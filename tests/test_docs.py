@@ -422,6 +422,24 @@ def forwards_of_a_passing_check(module, x=None) -> int:
     return len(ran)
 
 
+# the functions whose api.md section writes out their call (show's takes a trace or a module, written as two calls)
+WRITTEN_OUT = ("run", "trace_module", "check_module", "load_trace", "explain_weight", "kv_cache_bytes")
+
+
+@pytest.mark.parametrize("name", WRITTEN_OUT)
+def test_api_md_writes_out_every_parameter_of_a_function(name):
+    """check_module's ``sizes=`` (what attnviz check and the app's Check panel pass) was missing from api.md."""
+    import inspect
+
+    import attnviz
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    section = " ".join(text.split(f"## `attnviz.{name}`\n", 1)[1].split("\n## ", 1)[0].split())
+    written = {argument.split("=")[0].strip(" *") for call in re.findall(rf"\b{name}\(([^)]*)\)", section)
+               for argument in call.split(",")}
+    assert [p for p in inspect.signature(getattr(attnviz, name)).parameters if p not in written] == []
+
+
 def test_the_forward_counts_the_docs_give_are_what_a_check_runs():
     """api.md's and your-module.md's counts of a check's forwards, for a module whose KV cache it resets itself and one
     whose caller holds it, are what check_module runs and plans (they said 23 and 41, three and one too few, once
