@@ -80,6 +80,7 @@ from torch import nn
 
 from attnviz import time_limit, tracing, user_code
 from attnviz.tokens import counted
+from attnviz.user_code import declared_size
 from attnviz.words import amount, plural
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement", "dropout-placement",
@@ -821,16 +822,6 @@ def sliding_window(attention: tracing.Attention) -> int | None:
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window a module says it has, in the spellings attention code uses (None: it says none)."""
     return declared_size(module, "sliding_window_size")
-
-
-def declared_size(module: nn.Module, setting: str) -> int | None:
-    """The positive int a module keeps for attnviz's ``setting`` (``num_kv_groups``, ``latent_dim``, ``num_heads`` …)
-    under one of the names its constructor may call it (:data:`attnviz.user_code.SPELLINGS`); None: it keeps none."""
-    for name in user_code.SPELLINGS[setting]:
-        value = getattr(module, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def scaling(attention: tracing.Attention, *, weightless: bool = False) -> Check:
@@ -1999,8 +1990,7 @@ def _sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dic
         sizes = {"num_heads": heads, "head_dim": head_dim, "d_out": heads * head_dim}
         if 0 < kv_heads < heads:
             sizes["num_kv_groups"] = kv_heads
-    sizes.update({setting: value for setting, value in (given or {}).items()
-                  if isinstance(value, int) and not isinstance(value, bool) and value > 0})
+    sizes.update({setting: value for setting, value in (given or {}).items() if user_code.is_size(value)})
     return sizes
 
 
@@ -2027,7 +2017,7 @@ def _d_out(module: nn.Module) -> int | None:
 def _head_dim(module: nn.Module) -> int | None:
     """The module's head_dim attribute, else its d_out ÷ num_heads (None: it keeps neither)."""
     head_dim = getattr(module, "head_dim", None)
-    if isinstance(head_dim, int) and not isinstance(head_dim, bool) and head_dim > 0:
+    if user_code.is_size(head_dim):
         return head_dim
     d_out, heads = declared_size(module, "d_out"), declared_size(module, "num_heads")
     return d_out // heads if d_out is not None and heads is not None and d_out % heads == 0 else None

@@ -454,8 +454,7 @@ def _fold_heads(attention: Attention, batch: int, module: nn.Module) -> str | No
     items = attention.weights.shape[0]
     if attention.weights.shape[1] != 1 or items <= batch or items % batch:
         return None
-    heads = next((value for name in user_code.SPELLINGS["num_heads"] if isinstance(value := getattr(module, name, None),
-                  int) and not isinstance(value, bool) and value > 1), None)
+    heads = user_code.declared_size(module, "num_heads")
     if heads is None or items != batch * heads:
         return (f"The attention weights are {items} maps for {amount(batch, 'item')}: read as {items} items of one "
                 "head each; if they are batch × heads (a (b·h, n, n) layout), give the module a num_heads attribute "
@@ -530,23 +529,21 @@ def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
     return frozenset(sources)
 
 
-CONTEXT_NAMES = ("context_length", "block_size", "max_seq_len", "n_positions")  # attributes that say a context
-
-
 def module_context(module: nn.Module) -> tuple[int, str] | None:
     """(c, how attnviz knows) for a module that says its context: a triangular (…, c, c) mask buffer ("its mask
-    buffer is 16 × 16") or an int attribute ``context_length``/``block_size``/``max_seq_len``/``n_positions`` ("its
-    context_length is 16"), the smallest when there are several; None when it says none."""
+    buffer is 16 × 16") or a size it keeps under a name a constructor gives a context (``context_length``,
+    ``block_size``, ``max_position_embeddings`` …: :func:`attnviz.user_code.declared`; "its context_length is 16"),
+    the smallest when there are several; None when it says none."""
     found = []
     for name, buffer in module.named_buffers():
         if buffer is not None and not buffer.is_meta and _triangular(buffer.bool()):  # meta: shapes, no values
             c = buffer.shape[-1]
             shape = " × ".join(str(size) for size in buffer.shape)
             found.append((c, f"its {name.rsplit('.', 1)[-1]} buffer is {shape}"))
-    for name in CONTEXT_NAMES:
-        value = getattr(module, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            found.append((value, f"its {name} is {value}"))
+    declared = user_code.declared(module, "context_length")
+    if declared is not None:
+        name, value = declared
+        found.append((value, f"its {name} is {value}"))
     return min(found, key=lambda item: item[0]) if found else None
 
 
@@ -1462,11 +1459,12 @@ def _mha(func, args, kwargs) -> Attention:
 # -------------------------------------------------------------------- a Trace
 
 def infer_d_in(module: nn.Module) -> int | None:
-    """The input width a module expects: a named attribute, else the first Linear's or MultiheadAttention's."""
-    for name in ("d_in", "embed_dim", "n_embd", "d_model", "hidden_size", "dim"):
-        value = getattr(module, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+    """The input width a module expects: a size it keeps under a name a constructor gives its input width (``d_in``,
+    ``embed_dim``, ``emb_dim`` …: :func:`attnviz.user_code.declared_size`), else the first Linear's or
+    MultiheadAttention's."""
+    d_in = user_code.declared_size(module, "d_in")
+    if d_in is not None:
+        return d_in
     for child in module.modules():
         if isinstance(child, nn.MultiheadAttention):
             return child.embed_dim

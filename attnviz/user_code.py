@@ -372,9 +372,9 @@ def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[
     for name, value in arguments.items():
         if isinstance(value, types.SimpleNamespace):  # a config object: the first of its names for each setting
             for field, setting in CONFIG_FIELDS.items():
-                if setting in SPELLINGS and _is_size(getattr(value, field, None)):
+                if setting in SPELLINGS and is_size(getattr(value, field, None)):
                     sizes.setdefault(setting, getattr(value, field))
-        elif name in by_name and _is_size(value):
+        elif name in by_name and is_size(value):
             sizes[by_name[name]] = value
     return sizes
 
@@ -387,8 +387,26 @@ def _parameter_defaults(cls: type[nn.Module]) -> dict:
     return {p.name: p.default for p in parameters if p.default is not p.empty}
 
 
-def _is_size(value) -> bool:
+def is_size(value) -> bool:
+    """Whether ``value`` is a size: a positive whole number (an int, not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def declared(module: nn.Module, setting: str) -> tuple[str, int] | None:
+    """(the name, the size) a module keeps for attnviz's ``setting`` (``d_in``, ``num_heads``, ``context_length``,
+    ``num_kv_groups`` …): the first of the names its constructor may call it (:data:`SPELLINGS`: ``emb_dim``,
+    ``max_position_embeddings`` …) whose attribute is a size (:func:`is_size`); None: it keeps none."""
+    for name in SPELLINGS[setting]:
+        value = getattr(module, name, None)
+        if is_size(value):
+            return name, value
+    return None
+
+
+def declared_size(module: nn.Module, setting: str) -> int | None:
+    """The size a module keeps for attnviz's ``setting`` under any of its spellings (:func:`declared`); None: none."""
+    found = declared(module, setting)
+    return None if found is None else found[1]
 
 
 def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -> types.SimpleNamespace:

@@ -170,6 +170,17 @@ def test_tokens_within_the_context_print_no_note(modules):
     assert result.returncode == 0 and result.stderr == ""
 
 
+def test_a_context_kept_under_another_constructor_name_caps_the_tokens():
+    """max_position_embeddings is a name the check builds a module's context with, but the cap read the context only
+    as context_length/block_size/…: 20 tokens ran past the module's table of 12 and the check stopped at torch's
+    shape error (exit 2)."""
+    result = check(f"{USER_MODULES}:FusedPositionTable", "--tokens", 20, "--set", "max_position_embeddings=12")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == ("attnviz check: --tokens 20 is more than the module's context, 12 (its "
+                             "max_position_embeddings is 12): checking 12 tokens\n")
+    assert "(j = 1 … 11)" in " ".join(result.stdout.split())  # causal ran on 12 tokens
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     ("{dir}/nope.py:Attention", "no such file"),
     ("{path}:NeedsVocab", "needs vocab_size"),

@@ -271,6 +271,24 @@ def test_a_long_text_on_a_module_that_fails_at_any_length_keeps_its_own_error():
     assert "context" not in str(caught.value)
 
 
+def test_a_module_keeping_its_width_and_context_under_other_constructor_names_is_traced_and_checked():
+    """emb_dim and max_position_embeddings are names constructors give the input width and the context (the ones
+    attnviz builds a module with, user_code.SPELLINGS): the width was read only as d_in/embed_dim/…, the context
+    only as context_length/block_size/…, so this module's text could not be embedded ("cannot tell the module's
+    input width"), nor a check run without x, and a text longer than its table named neither length."""
+    module = um.FusedPositionTable(emb_dim=24, max_position_embeddings=16).eval()
+    trace = tracing.trace_module(module, "Your journey starts with one step")
+    assert trace.config.d_in == 24 and trace.steps["weights"].shape == (1, 1, 6, 6)
+    results = {check.rule: check.status for check in checks.check_module(module)}
+    assert results["causal"] == "pass" and "fail" not in results.values(), results
+    for run in (tracing.trace_module, checks.check_module):
+        with pytest.raises(tracing.TraceError) as caught:
+            run(module, LONG_TEXT)
+        assert str(caught.value) == (
+            "the input is 41 tokens; the module's context is 16 (its max_position_embeddings is 16): use a shorter "
+            "text or build it with a larger max_position_embeddings")
+
+
 # ---------------------------------------------------------------- a forward that never returns
 
 ENDLESS = r"EndlessLoop\.forward ran for 0\.5 s without returning \(an endless loop\?\)"

@@ -1019,6 +1019,29 @@ class LearnedPositions(nn.Module):
         return attn_weights @ self.W_value(x)  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
 
 
+class FusedPositionTable(nn.Module):
+    """Causal single-head attention in Hugging Face's and the book's GPT names: a learned position table of
+    ``max_position_embeddings`` rows added to x, then q, k and v from one fused ``in_proj_weight`` through F.linear
+    (no nn.Linear to read a width from).  A text longer than the table makes the addition raise."""
+
+    def __init__(self, emb_dim=24, max_position_embeddings=16):
+        super().__init__()
+        self.emb_dim = emb_dim
+        self.max_position_embeddings = max_position_embeddings
+        self.pos_emb = nn.Parameter(torch.randn(max_position_embeddings, emb_dim) * 0.02)
+        self.in_proj_weight = nn.Parameter(torch.randn(3 * emb_dim, emb_dim) / emb_dim ** 0.5)
+
+    def forward(self, x):
+        n = x.shape[1]
+        x = x + self.pos_emb[:n]  # (b, n, emb_dim) + (n, emb_dim): raises when n > max_position_embeddings
+        queries, keys, values = F.linear(x, self.in_proj_weight).chunk(3, dim=-1)  # (b, n, emb_dim) each
+        attn_scores = queries @ keys.transpose(1, 2)  # (b, n, emb_dim) @ (b, emb_dim, n) -> (b, n, n)
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_scores = attn_scores.masked_fill(mask, float("-inf"))  # (b, n, n)
+        attn_weights = torch.softmax(attn_scores / self.emb_dim ** 0.5, dim=-1)  # (b, n, n)
+        return attn_weights @ values  # (b, n, n) @ (b, n, emb_dim) -> (b, n, emb_dim)
+
+
 class InvertedSDPAMask(nn.Module):
     """Bug: the mask built in the forward with masked_fill's convention (True = hide the future) and handed to SDPA,
     whose boolean attn_mask keeps where it is True: it shows the future and hides the past and the diagonal (the last

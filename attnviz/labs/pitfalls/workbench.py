@@ -18,6 +18,7 @@ from attnviz import variants
 from attnviz.attention import MultiHeadAttention
 from attnviz.config import MAX_HEADS, AttentionConfig, divisors
 from attnviz.rng import seeded
+from attnviz.user_code import is_size
 from attnviz.words import amount
 
 BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class bugs 1–7 change
@@ -91,7 +92,8 @@ def lab_setup(config: AttentionConfig, n_tokens: int, wanted_heads: int | None =
     num_kv_groups = lab_kv_groups(num_heads, sidebar_groups)
     return LabSetup(d_in=config.d_in, d_out=config.d_out, num_heads=num_heads, context_length=config.context_length,
                     dropout=float(dropout), seed=config.seed, notes=tuple(notes), num_kv_groups=num_kv_groups,
-                    sliding_window_size=_positive(getattr(config, "sliding_window_size", None)) or DEFAULT_WINDOW,
+                    sliding_window_size=window if is_size(window := getattr(config, "sliding_window_size", None))
+                    else DEFAULT_WINDOW,
                     kv_groups_note=kv_groups_note(config, num_heads, sidebar_groups, num_kv_groups))
 
 
@@ -127,10 +129,6 @@ def kv_groups_note(config: AttentionConfig, num_heads: int, sidebar: int | None,
                 f"repeat and repeat_interleave pair them alike. {uses}")
     return (f"The grouped-query bug needs K/V groups shared by more than one head: the sidebar's {sidebar} K/V groups "
             f"give each of the {heads} its own, so repeat and repeat_interleave pair them alike. {uses}")
-
-
-def _positive(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def lab_inputs(input_embeddings: np.ndarray) -> torch.Tensor:
