@@ -1100,11 +1100,7 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
             sub.batch_first = False
     if still > TOLERANCE:
         return None
-    batch, n = x.shape[:2]
-    same = " (your batch is as long as your sequence, so no shape shows it)" if batch == n else ""
-    return (f"the nn.MultiheadAttention (self.{found[0][0]}) has batch_first=False, so it reads your {tuple(x.shape)} "
-            f"input as {amount(batch, 'token')} × {amount(n, 'item')} and attends across the items{same}; with "
-            "batch_first=True no item moves: build it with batch_first=True (or pass it (n, batch, d))")
+    return tracing.not_batch_first_words(found[0][0], tuple(x.shape), items_mixed=True)
 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,

@@ -842,11 +842,23 @@ def _not_batch_first(module: nn.Module | None, x: torch.Tensor, where: str = "")
              if isinstance(sub, nn.MultiheadAttention) and not sub.batch_first]
     if not names:
         return None
-    attribute = f" (self.{names[0]})" if names[0] else ""
-    batch, n = x.shape[:2]
-    return (f"the nn.MultiheadAttention{where}{attribute} has batch_first=False, so it reads your "
-            f"{tuple(x.shape)} input as {amount(batch, 'token')} × {amount(n, 'item')}: build it with "
-            "batch_first=True (or pass it (n, batch, d))")
+    return not_batch_first_words(names[0], tuple(x.shape), where)
+
+
+def not_batch_first_words(name: str, shape: tuple[int, ...], where: str = "", *, items_mixed: bool = False) -> str:
+    """The words for an ``nn.MultiheadAttention`` built without ``batch_first=True``, which reads an input of
+    ``shape`` (batch, n, d) as batch tokens of n items: ``name`` is its attribute in the module ("" for the module
+    itself), ``where`` its line (" on line 12").  ``items_mixed``: the items were seen attending across each other,
+    and none moved with ``batch_first=True`` set (the batch-independence rule's evidence)."""
+    attribute = f" (self.{name})" if name else ""
+    batch, n = shape[:2]
+    seen = ""
+    if items_mixed:
+        same = " (your batch is as long as your sequence, so no shape shows it)" if batch == n else ""
+        seen = f" and attends across the items{same}; with batch_first=True no item moves"
+    return (f"the nn.MultiheadAttention{where}{attribute} has batch_first=False, so it reads your {tuple(shape)} "
+            f"input as {amount(batch, 'token')} × {amount(n, 'item')}{seen}: build it with batch_first=True (or pass "
+            "it (n, batch, d))")
 
 
 def _raised_in(error: BaseException, function: str) -> bool:
