@@ -22,7 +22,7 @@ from streamlit.testing.v1 import AppTest
 from attnviz import pipeline
 from attnviz.attention import MultiHeadAttention, Recorder
 from attnviz.config import MAX_CHARS, AttentionConfig
-from attnviz.labs.pitfalls import bugs, catalogue, detectors, leak, workbench
+from attnviz.labs.pitfalls import bugs, catalogue, detectors, leak, modern, workbench
 from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.rng import seeded
@@ -422,6 +422,22 @@ def test_rotary_pitfalls_at_an_odd_head_dim_say_why_instead_of_raising(d_out, he
     assert catalogue.run_pitfall("masked_fill", setup, x).buggy.fired
 
 
+def test_the_labs_rotary_class_rotates_as_the_apps_rotary_attention_does():
+    """The lab's RotaryAttention gives the app's rotary MultiHeadAttention's outputs on the same weights, and at an
+    odd head_dim it is refused when built, naming the cause, as the app's rotary code is: its own copy of the angles
+    built a table one dimension too wide, and its forward raised PyTorch's shape error."""
+    with seeded(0):
+        lab = modern.RotaryAttention(32, 32, 16, 0.0, 4).eval()
+        app = MultiHeadAttention(32, 32, 16, 0.0, 4, rope_base=10_000).eval()
+    for name in ("W_query", "W_key", "W_value", "out_proj"):
+        getattr(app, name).load_state_dict(getattr(lab, name).state_dict())
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1))  # (b, n, d_in)
+    with torch.no_grad():
+        torch.testing.assert_close(lab(x), app(x))  # (b, n, d_out) each
+    with pytest.raises(ValueError, match=r"^Rotary positions rotate pairs of dimensions: head_dim must be even, got 3"):
+        modern.RotaryAttention(36, 36, 64, 0.0, 12)
+
+
 def test_rotary_pitfalls_run_at_an_even_head_dim(lab):
     setup, x = lab
     assert setup.head_dim == 8
@@ -677,7 +693,7 @@ def test_the_caption_names_the_class_the_chosen_bug_runs(bug, expected):
     config = sized(variant="gqa", num_heads=12, num_kv_groups=4)
     setup = catalogue.setup_for(config, 6, 12, bug)
     assert catalogue.describe(setup, bug).startswith(expected)
-    if bug in PITFALLS:
+    if bug in PITFALLS and PITFALLS[bug].unavailable(setup) is None:  # the rotary bugs cannot run at head_dim 3
         assert type(PITFALLS[bug].correct(setup)).__name__ == expected.split("(")[0]  # the class that runs
     shown = [note for note in setup.notes if "heads of Grouped-query attention" in note]
     assert len(shown) == 1 and shown[0].startswith(f"The lab runs {expected.split('(')[0]} ")

@@ -4,7 +4,8 @@ attention, each a plain ``nn.Module`` in the book's style (its bonus material's 
 ``reset_cache()``), and their classic bugs, each one line away (:func:`~attnviz.labs.pitfalls.bugs.one_line_changed`).
 
 These are the lab's own classes, not the app's variants: short enough to read on the page, with the line a bug
-changes written once.  Pure torch: no figures, no Streamlit.
+changes written once.  Their rotation is the one the app's rotary setting runs (:mod:`attnviz.rope`'s
+``compute_rope_params`` and ``apply_rope``).  Pure torch: no figures, no Streamlit.
 """
 
 from __future__ import annotations
@@ -13,21 +14,7 @@ import torch
 from torch import nn
 
 from attnviz.labs.pitfalls.bugs import one_line_changed
-
-
-def rope_angles(head_dim: int, context_length: int, theta_base: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the rotary angles, (context_length, head_dim): position p turns feature pair i by p·θ_i."""
-    inv_freq = 1.0 / theta_base ** (torch.arange(0, head_dim, 2).float() / head_dim)  # (head_dim / 2,)
-    angles = torch.arange(context_length).float()[:, None] * inv_freq[None, :]  # (ctx, head_dim / 2)
-    angles = torch.cat([angles, angles], dim=-1)  # (ctx, head_dim): both halves of a pair turn together
-    return torch.cos(angles), torch.sin(angles)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (b, h, n, head_dim) with the features of position p rotated by p's angles (the first n positions)."""
-    n, half = x.shape[-2], x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (b, h, n, head_dim)
-    return x * cos[:n] + rotated * sin[:n]  # (b, h, n, head_dim) * (n, head_dim) -> (b, h, n, head_dim)
+from attnviz.rope import apply_rope, compute_rope_params
 
 
 class _Projections(nn.Module):
@@ -97,7 +84,7 @@ class RotaryAttention(_Projections):
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, theta_base=10_000.0):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias=qkv_bias)
-        cos, sin = rope_angles(self.head_dim, context_length, theta_base)  # (ctx, hd) each
+        cos, sin = compute_rope_params(self.head_dim, theta_base, context_length)  # (ctx, hd) each
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
