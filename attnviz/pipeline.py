@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 from attnviz import producers, tokens
 from attnviz.config import AttentionConfig, ConfigError, InputError
-from attnviz.producers import book
 from attnviz.text import clean_text, prepare_text
 from attnviz.trace import Trace, trace_nbytes
 
@@ -60,17 +59,13 @@ def _settled(config: AttentionConfig) -> tuple[producers.Producer, AttentionConf
 
 
 def prepare(config: AttentionConfig) -> None:
-    """Build what the first run of ``config`` needs — the tokenizer; for the book's classes the seeded embedding
-    table and module; for a user's module the module, its sizes' probe and the seeded embedding table at its input
-    width — so that run finds them built: the server's warm-up calls this in a thread.  Every call of a user's code
+    """Build what the first run of ``config`` needs — the tokenizer, and what its producer builds ahead (its
+    ``prepare``): for the book's classes the seeded embedding table and module; for a user's module the module, its
+    sizes' probe and the seeded embedding table at its input width — so that run finds them built: the server's
+    warm-up calls this in a thread.  Every call of a user's code
     runs under its time limit (:mod:`attnviz.time_limit`), in this thread as in any."""
     tokens.get_encoding()
-    if config.module is not None:
-        from attnviz.producers import user_module  # tracing: imported when a user's module runs
-
-        user_module.prepare(config)
-    elif config.checkpoint is None:
-        book.prepare(book.settle(config)[0])  # the module the run builds: the settled config's
+    producers.for_config(config).prepare(config)
 
 
 _warm_up_claim = threading.Lock()  # acquired by the process's one warm-up, never released

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnviz import embedding, pipeline, ui, urlstate, user_code
+from attnviz import embedding, pipeline, producers, ui, urlstate, user_code
 from attnviz.config import AttentionConfig, ConfigError
 from attnviz.producers import book, user_module
 from attnviz.ui import memory
@@ -67,6 +67,21 @@ def test_a_run_after_prepare_builds_nothing_and_gives_the_same_numbers(counted_b
     book._seeded_module.cache_clear()
     fresh = pipeline.run("Your journey starts with one step", config)  # built by the run itself
     assert (trace.steps["weights"] == fresh.steps["weights"]).all() and (trace.output == fresh.output).all()
+
+
+@pytest.mark.parametrize("config", [AttentionConfig(seed=9), AttentionConfig(module="Your module: Mine"),
+                                    AttentionConfig(checkpoint="bundled")], ids=["book", "module", "checkpoint"])
+def test_prepare_builds_what_the_configs_producer_prepares(monkeypatch, config):
+    """The kind of run is told apart in one place, producers.for_config: the warm-up asks the producer it picks
+    (prepare branched on the config's kind itself, a second copy of that choice a new kind had to be added to)."""
+    prepared = []
+
+    class Producer:  # a new kind of run: settle, trace and prepare
+        prepare = staticmethod(prepared.append)
+
+    monkeypatch.setattr(producers, "for_config", lambda asked: Producer if asked is config else None)
+    pipeline.prepare(config)
+    assert prepared == [config]
 
 
 def test_the_warm_up_starts_one_thread_once_per_process(monkeypatch):

@@ -95,7 +95,9 @@ def _module_config(config: AttentionConfig) -> AttentionConfig:
 
 
 def prepare(config: AttentionConfig) -> None:
-    """Build the seeded embedding table and module of ``config`` (a valid book config) before its first run."""
+    """Build the seeded embedding table and module of ``config``'s run (its settled config's: :func:`settle`) before
+    that run."""
+    config = settle(config)[0]
     device, _ = resolve_device(config.device)
     _embedding_layer(config.d_in, config.context_length, config.seed)
     _seeded_module(_module_config(config), device)

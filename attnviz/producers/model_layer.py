@@ -160,6 +160,11 @@ def trace(text: str, token_ids: list[int], notes: list[str], config: AttentionCo
                                  always_causal=always_causal(model, config.layer)))
 
 
+def prepare(config: AttentionConfig) -> None:
+    """Nothing is built ahead for a checkpoint's layer: its model is loaded by the first run that needs it
+    (:func:`attnviz.weights.load`)."""
+
+
 def _layer_trace(model, config: AttentionConfig, token_ids: list[int]):
     """``models.trace_layer``, or ``models.switch_layer`` from the block inputs kept for these tokens."""
     key = (config.checkpoint, config.causal, tuple(token_ids))
