@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import re
 import urllib.parse
 
 from attnviz import config as configs
@@ -624,10 +623,3 @@ def preset_holds(preset: str, variant: str, sizes: tuple[int, int, int]) -> bool
         return True
     return variants.PRESETS[preset].holds(variants.VARIANTS.get(variant), sizes)
 
-
-MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
-
-
-def markdown_escape(text: str) -> str:
-    """Backslash-escape Markdown so user-derived text (URL values, messages) shows literally."""
-    return MARKDOWN_SPECIALS.sub(r"\\\1", text)

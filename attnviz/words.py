@@ -1,8 +1,10 @@
-"""Counts in words: a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group", "1 query",
-"2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2")."""
+"""Words for the reader: counts — a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group",
+"1 query", "2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2") —, and text
+escaped so that Markdown shows it as it is (:func:`markdown_escape`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -26,3 +28,11 @@ def listed(noun: str, numbers: Sequence[int], limit: int = 24) -> str:
     shown = ", ".join(str(number) for number in numbers[:limit])
     more = f", … ({amount(len(numbers), noun)})" if len(numbers) > limit else ""
     return f"{plural(len(numbers), noun)} {shown}{more}"
+
+
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+
+
+def markdown_escape(text: str) -> str:
+    """Backslash-escape Markdown so user-derived text (URL values, messages) shows literally."""
+    return MARKDOWN_SPECIALS.sub(r"\\\1", text)

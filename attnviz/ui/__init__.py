@@ -60,7 +60,8 @@ from attnviz.ui.frame import (
 from attnviz.ui.layer_views import draw_layer_views
 from attnviz.ui.navigation import navigate, pages
 from attnviz.ui.share import share_link
-from attnviz.urlstate import DEFAULTS, config_from_settings, markdown_escape, settings_from_query
+from attnviz.urlstate import DEFAULTS, config_from_settings, settings_from_query
+from attnviz.words import markdown_escape
 
 __all__ = [  # what app.py, the pages and the tests call as ui.<name>; the modules above hold the rest
     "DEFAULTS", "app_frame", "book_listing_note", "config_from_settings", "draw_layer_views", "markdown_escape",

@@ -29,8 +29,8 @@ from attnviz.ui.navigation import PageEntry, checkpoint_pages, entry, pages, tak
 from attnviz.ui.share import file_name, share_and_export
 from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, try_again_button, url_settings
 from attnviz.ui.state import keep_page_params, keep_widgets
-from attnviz.urlstate import SETTING_KEYS, config_from_settings, markdown_escape, url_query, url_value, view_settings
-from attnviz.words import amount
+from attnviz.urlstate import SETTING_KEYS, config_from_settings, url_query, url_value, view_settings
+from attnviz.words import amount, markdown_escape
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from attnviz.ui.heads import (
 )
 from attnviz.ui.share import file_name, layer_part
 from attnviz.ui.state import page_bind, url_notices
-from attnviz.urlstate import STAGE, markdown_escape
+from attnviz.urlstate import STAGE
+from attnviz.words import markdown_escape
 
 
 def draw(page_run: Context) -> None:

@@ -23,8 +23,9 @@ from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.head_labels import future_caption
 from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
-from attnviz.urlstate import HEAD, MAP_LAYER, REPEAT, TOKEN_SEED, markdown_escape, parse_head, parse_number
+from attnviz.urlstate import HEAD, MAP_LAYER, REPEAT, TOKEN_SEED, parse_head, parse_number
 from attnviz.views import head_figures
+from attnviz.words import markdown_escape
 
 CHECKPOINT_CAUSAL = ("The lab runs the model with its causal mask, as it was trained: the sidebar's *Causal mask* "
                      "(off) applies to the other pages.")

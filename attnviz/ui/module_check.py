@@ -31,7 +31,8 @@ from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
 from attnviz.ui.cache import trace_key
 from attnviz.ui.sidebar import current_settings
-from attnviz.urlstate import markdown_escape, url_query
+from attnviz.urlstate import url_query
+from attnviz.words import markdown_escape
 
 PAGE = "pages/heads.py"  # the page the panel is on
 MAX_CHECK_TOKENS = 16  # the causal rule runs one forward per position: the first 16 tokens say it

@@ -22,10 +22,10 @@ from attnviz.urlstate import (
     MAX_URL_TEXT_BYTES,
     PAGE_PARAMS,
     SETTING_KEYS,
-    markdown_escape,
     share_query,
     url_value,
 )
+from attnviz.words import markdown_escape
 
 
 def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:

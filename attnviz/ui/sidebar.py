@@ -46,12 +46,12 @@ from attnviz.urlstate import (
     fit_modern,
     link_gives,
     link_settings,
-    markdown_escape,
     settings_given,
     url_query,
     url_text_fits,
     url_value,
 )
+from attnviz.words import markdown_escape
 
 _SETTLED_TEXT = "_settled_text"  # the text the last run settled the settings with (current_settings)
 

@@ -44,11 +44,11 @@ from attnviz.urlstate import (
     PartlyUsedError,
     book_sizes_of_link,
     is_book,
-    markdown_escape,
     preset_dims,
     preset_holds,
     settings_from_query,
 )
+from attnviz.words import markdown_escape
 
 KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used

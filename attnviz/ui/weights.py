@@ -24,7 +24,7 @@ import streamlit as st
 
 from attnviz import weights
 from attnviz.models import CheckpointError, GPTModel
-from attnviz.urlstate import markdown_escape
+from attnviz.words import markdown_escape
 
 WEIGHTS_REQUEST = "_weights_request"  # an option a page picked (select_weights), applied before the sidebar is drawn
 

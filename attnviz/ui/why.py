@@ -11,9 +11,8 @@ from attnviz.explain import ExplainError, WeightExplanation, attention_sums, exp
 from attnviz.trace import Trace
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.share import file_name, layer_part
-from attnviz.urlstate import markdown_escape
 from attnviz.views import explain_figures
-from attnviz.words import amount
+from attnviz.words import amount, markdown_escape
 
 
 def selected_cells(event, n: int) -> list[tuple[int, int]]:

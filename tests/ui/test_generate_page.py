@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 from attnviz import AttentionConfig, kv_cache, kv_cache_bytes, models, tokens, variants, weights
 from attnviz.ui import generate
 from attnviz.ui.generate import NO_MODEL
-from attnviz.urlstate import markdown_escape
+from attnviz.words import markdown_escape
 
 pytest.importorskip("transformers")
 
