@@ -390,6 +390,22 @@ def test_design_md_has_a_row_for_every_module():
     assert [path for path in sorted((ROOT / "attnviz").rglob("*.py")) if not named(path)] == []
 
 
+def test_design_md_lists_each_module_under_its_layer():
+    """A module's row sits under the heading of its layer (tests/test_core_boundaries.py's: a module's folder, the
+    top-level modules the core): urlstate, a top-level module the core imports, was listed among the ui modules."""
+    folders = {"views": "attnviz/views/", "labs": "attnviz/labs/", "ui": "attnviz/ui/"}
+    misplaced, heading = [], None
+    for line in (ROOT / "docs" / "design.md").read_text().splitlines():
+        if line.startswith("### "):
+            heading = line.removeprefix("### ").strip()
+        elif line.startswith("| `attnviz/") and heading in ("core", *folders):
+            for path in re.findall(r"`(attnviz/[\w/.]+)`", line.split("|")[1]):
+                inside = [layer for layer, folder in folders.items() if path.startswith(folder)]
+                if (inside[0] if inside else "core") != heading:
+                    misplaced.append((heading, path))
+    assert misplaced == []
+
+
 def test_design_md_lists_every_public_name():
     import attnviz
 
