@@ -242,7 +242,9 @@ GQA = "gqa"  # grouped-query: equals MHA on the same weights when num_kv_groups 
 SWA = "swa"  # sliding window: equals causal MHA on the same weights when W ≥ n
 MQA = "mqa"  # multi-query: grouped-query with one K/V head
 MLA = "mla"  # multi-head latent attention
-MODERN = (GQA, MQA, MLA, SWA)  # the bonus material's variants (Generate offers a random GPT with the sidebar's)
+# the bonus material's variants: the Generate page's random GPTs offer them (ui/generate.py), and
+# benchmarks/variants.py times each against MHA
+MODERN = (GQA, MQA, MLA, SWA)
 
 
 def _checkpoint_attention(c) -> nn.Module:
