@@ -1466,7 +1466,7 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
     moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
     ahead = None  # words for the first step after which a usual position counter is past the tokens fed
     kept: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
-    emptied: dict[str, tuple[torch.Tensor, int]] = {}  # what the module keeps right after the first reset
+    emptied: dict[str, tuple[torch.Tensor, int | None]] = {}  # what the module keeps right after the first reset
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
         for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
@@ -1504,14 +1504,15 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
     return ahead
 
 
-def _held_tensors(module: nn.Module) -> dict[str, tuple[torch.Tensor, int]]:
+def _held_tensors(module: nn.Module) -> dict[str, tuple[torch.Tensor, int | None]]:
     """Every tensor the module keeps (:func:`_kept_tensors`): path -> (the tensor, its version counter: an in-place
-    change moves it)."""
-    return {path: (tensor, tensor._version) for path, tensor in _kept_tensors(module).items()}
+    change moves it; None for an inference tensor, :func:`_version`)."""
+    return {path: (tensor, _version(tensor)) for path, tensor in _kept_tensors(module).items()}
 
 
-def _same_held(a: tuple[torch.Tensor, int] | None, b: tuple[torch.Tensor, int] | None) -> bool:
-    """Whether two of :func:`_held_tensors`' entries are the same tensor, unchanged in between."""
+def _same_held(a: tuple[torch.Tensor, int | None] | None, b: tuple[torch.Tensor, int | None] | None) -> bool:
+    """Whether two of :func:`_held_tensors`' entries are the same tensor, unchanged in between (as far as its version
+    counter tells: an inference tensor has none)."""
     return a is not None and b is not None and a[0] is b[0] and a[1] == b[1]
 
 
@@ -2202,11 +2203,6 @@ def _require_finite_output(output: torch.Tensor, attention: tracing.Attention) -
 
 def _weightless(module: nn.Module) -> bool:
     return not any(True for _ in module.parameters())
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal, NaN included (a fully masked row is NaN in both)."""
-    return a is b or (a.shape == b.shape and torch.equal(a.nan_to_num(), b.nan_to_num()))
 
 
 def _output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
