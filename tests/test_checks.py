@@ -417,6 +417,20 @@ def test_kv_cache_passes_a_correct_cached_module_and_leaves_it_reset():
     assert module.cache_k is None and module.ptr_current_pos == 0
 
 
+@pytest.mark.parametrize("bug", [None, "reset-keeps-cache"])
+def test_kv_cache_reads_a_cache_of_inference_tensors(bug):
+    """A forward under @torch.inference_mode() caches inference tensors, which keep no version counter: the rule's
+    own code raised reading it ("Inference tensors do not track version counter")."""
+    torch.manual_seed(0)
+    module = um.CachedInInferenceMode(16, 32, 16, 0.0, 4, bug=bug).eval()
+    check = verdict(module, "kv-cache")
+    if bug is None:
+        assert check.status == "pass" and "two sequences, each after reset_cache()" in check.evidence, check
+    else:
+        assert check.status == "fail" and "after reset_cache() the next sequence still attends over the last one's " \
+            "keys: empty cache_k/cache_v in the reset" in check.evidence, check
+
+
 def test_kv_cache_skips_one_token_in_words_and_runs_no_cached_forward():
     """With one token there is no token to feed from the cache: the rule passed on a prefill alone."""
     module = cached("position-never-advances")  # would fail on a second token

@@ -1019,6 +1019,15 @@ class LearnedPositions(nn.Module):
         return attn_weights @ self.W_value(x)  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
 
 
+class CachedInInferenceMode(LearnerCachedMHA):
+    """The learner's cached attention with its forward under ``@torch.inference_mode()``, as generation code often
+    runs: the keys and values it caches are inference tensors, which keep no version counter."""
+
+    @torch.inference_mode()
+    def forward(self, x, use_cache=False):
+        return super().forward(x, use_cache)
+
+
 class FusedPositionTable(nn.Module):
     """Causal single-head attention in Hugging Face's and the book's GPT names: a learned position table of
     ``max_position_embeddings`` rows added to x, then q, k and v from one fused ``in_proj_weight`` through F.linear
