@@ -295,16 +295,16 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis up to
     :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
-    parameters = inspect.signature(module.forward).parameters
-    takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
-    resets = "use_cache" in parameters and any(callable(getattr(module, name, None)) for name in RESETS)
+    use_cache, cache_name = _cache_parameters(module)
+    takes_cache = use_cache or cache_name is not None
+    resets = use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
     measured = 3 if resets else 2 if takes_cache else 0
     window = declared_window(module)
     longer = causal and window is not None and n <= window <= LONGEST_WINDOW_CHECK - 2
     per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer),
                 "rotary-placement": int(_rotary(module) and _rotary_tokens(module, x) > 1),
                 "dropout-placement": 1, "batch-independence": batch,
-                "kv-cache": 2 * (2 + n - _prefill(n)) + measured if takes_cache and n > 1 else 0}
+                "kv-cache": 2 * (2 + n - kv_prefill(n)) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
 
 
@@ -315,10 +315,10 @@ def _diagnosis_forwards(module: nn.Module, x: torch.Tensor, rules: list[str]) ->
     of the whole sequence, the forwards before the failing step again (at most n − prefill) and the step (the cause).
     A rule that fails skips its later forwards, so a check usually runs fewer."""
     n = x.shape[1]
-    parameters = inspect.signature(module.forward).parameters
-    takes_cache = "use_cache" in parameters or _cache_argument(parameters) is not None
+    use_cache, cache_name = _cache_parameters(module)
+    takes_cache = use_cache or cache_name is not None
     per_rule = {"causal": 1, "batch-independence": 2,
-                "kv-cache": n - _prefill(n) + 5 if takes_cache and n > 1 else 0}
+                "kv-cache": n - kv_prefill(n) + 5 if takes_cache and n > 1 else 0}
     return sum(per_rule.get(rule, 0) for rule in rules)
 
 
@@ -1229,9 +1229,11 @@ RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache res
 CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "cache")  # a cache the caller holds
 
 
-def _cache_argument(parameters) -> str | None:
-    """The name of the forward's parameter that takes a cache the caller holds (Hugging Face's past_key_values)."""
-    return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
+def _cache_parameters(module: nn.Module) -> tuple[bool, str | None]:
+    """How the module's forward takes a cache: (whether it takes ``use_cache``, the name of its parameter that takes a
+    cache the caller holds — Hugging Face's past_key_values: :data:`CACHE_ARGUMENTS` — or None)."""
+    parameters = inspect.signature(module.forward).parameters
+    return "use_cache" in parameters, next((name for name in CACHE_ARGUMENTS if name in parameters), None)
 
 
 def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
@@ -1243,8 +1245,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     tokens, which see the later ones).  ``sizes``: the module's sizes by attnviz setting where it does not keep them
     under a known name (:func:`_cache_excess`)."""
     rule = "kv-cache"
-    parameters = inspect.signature(module.forward).parameters
-    takes_use_cache, cache_name = "use_cache" in parameters, _cache_argument(parameters)
+    takes_use_cache, cache_name = _cache_parameters(module)
     if not takes_use_cache and cache_name is None:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
     reset_name = next((name for name in RESETS if callable(getattr(module, name, None))), None)
@@ -1255,7 +1256,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     if n == 1:
         return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
                                    "tokens")
-    prefill = _prefill(n)
+    prefill = kv_prefill(n)
     if reset_name is None or not takes_use_cache:
         if not causal:
             return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
@@ -1300,8 +1301,9 @@ def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int
     return Check("kv-cache", "pass", words)
 
 
-def _steps(n: int, prefill: int) -> list[tuple[int, int]]:
-    """(start, stop) of kv-cache's forwards on n tokens: the prefill, then one token at a time."""
+def kv_steps(n: int, prefill: int) -> list[tuple[int, int]]:
+    """(start, stop) of kv-cache's forwards on n tokens: the prefill's ``prefill`` tokens (:func:`kv_prefill`), then
+    one token at a time."""
     return [(0, prefill), *((i, i + 1) for i in range(prefill, n))]
 
 
@@ -1378,14 +1380,14 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
 
         def rerun(start: int, *, sequence=sequence) -> dict:  # the forwards before ``start`` again
             cache = new_cache()
-            for before, stop in _steps(sequence.shape[1], prefill):
+            for before, stop in kv_steps(sequence.shape[1], prefill):
                 if before == start:
                     break
                 output = tracing.run_forward(module, sequence[:, before:stop], **flags, **{cache_name: cache})
                 cache = _next_cache(output, stop, cache)
             return {**flags, cache_name: cache}
 
-        for start, stop in _steps(sequence.shape[1], prefill):
+        for start, stop in kv_steps(sequence.shape[1], prefill):
             try:
                 output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
                                              **flags, **{cache_name: cache})
@@ -1454,8 +1456,8 @@ def _user_reset(module: nn.Module, name: str):
     return functools.partial(time_limit.call_in_words, f"{type(module).__name__}.{name}()", getattr(module, name))
 
 
-def _prefill(n: int) -> int:
-    """How many tokens kv-cache's prefill feeds at once (the rest go one by one)."""
+def kv_prefill(n: int) -> int:
+    """How many of n tokens kv-cache's prefill feeds at once (the rest go one by one: :func:`kv_steps`)."""
     return max(1, min(n - 1, n // 2))
 
 
@@ -1478,7 +1480,7 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 kept = [name for name in filled if _same_held(now.get(name), before_reset[name])
                         and sequences[0].shape[1] in before_reset[name][0].shape]  # holding the tokens fed
             emptied = _held_tensors(module)  # what the forwards after this reset replace or change is their cache
-            for forwards, (start, stop) in enumerate(_steps(sequence.shape[1], prefill)):
+            for forwards, (start, stop) in enumerate(kv_steps(sequence.shape[1], prefill)):
                 before = _counters(module)
                 try:
                     output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
@@ -1622,7 +1624,7 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int,
 
     def rerun() -> dict:  # the forwards of this sequence before ``start`` again, from a reset
         reset()
-        for before, step_stop in _steps(sequence.shape[1], prefill):
+        for before, step_stop in kv_steps(sequence.shape[1], prefill):
             if before == start:
                 break
             tracing.run_forward(module, sequence[:, before:step_stop], use_cache=True)

@@ -301,17 +301,17 @@ def detect_cache(module, inputs, setup: LabSetup) -> Version:
 
 
 def cache_steps(module, sequences: torch.Tensor) -> list[tuple[str, float]]:
-    """(step label, largest |cached − uncached| output) for each sequence's prefill and following tokens, up to
-    a cached forward that raises (its step is NaN)."""
+    """(step label, largest |cached − uncached| output) for each sequence's prefill and following tokens — the steps
+    :func:`attnviz.checks.kv_cache` feeds —, up to a cached forward that raises (its step is NaN)."""
     n = sequences.shape[1]
-    prefill = max(1, min(n - 1, n // 2))
+    plan = checks.kv_steps(n, checks.kv_prefill(n))  # the prefill, then one token at a time: kv-cache's own steps
     steps = []
     with torch.no_grad():
         expected = [module(sequence[None]) for sequence in sequences]  # (1, n, d_out) each, uncached
         try:
             for name, sequence, wanted in zip("AB", sequences, expected):
                 module.reset_cache()
-                for start, stop in [(0, prefill), *((i, i + 1) for i in range(prefill, n))]:
+                for start, stop in plan:
                     steps.append((f"{name}: 0…{stop - 1}" if start == 0 else f"{name}: {start}", math.nan))
                     got = module(sequence[None, start:stop], use_cache=True)  # (1, stop - start, d_out)
                     steps[-1] = (steps[-1][0], float((got - wanted[:, start:stop]).abs().max()))
