@@ -425,7 +425,7 @@ def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -
     values.update(overridden)
     if "d_in" in overridden and "d_out" not in overridden and not d_out_given:
         values["d_out"] = values["d_in"]  # nanoGPT's output is n_embd wide
-    if _is_size(values["d_out"]) and _is_size(values["num_heads"]) and values["d_out"] % values["num_heads"] == 0:
+    if is_size(values["d_out"]) and is_size(values["num_heads"]) and values["d_out"] % values["num_heads"] == 0:
         values["head_dim"] = values["d_out"] // values["num_heads"]  # Hugging Face's default: the width over the heads
     fields = {name: values[setting] for name, setting in CONFIG_FIELDS.items() if setting in values}
     fields["bias"] = values.get("qkv_bias", BIAS_DEFAULTS["bias"])

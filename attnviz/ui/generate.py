@@ -41,7 +41,7 @@ from attnviz.ui.state import (
 )
 from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, parse_number, parse_option
 from attnviz.views import diagram, generation_figures
-from attnviz.words import markdown_escape
+from attnviz.words import amount, markdown_escape
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
