@@ -838,6 +838,7 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False) -> Check:
     if math.isclose(scale, expected, rel_tol=1e-4):
         return Check(rule, "pass", f"the scores are divided by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}")
     want = f"divide by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
+    want += _scaled_twice(attention)
     if not math.isclose(attention.weights_scale, 1.0, rel_tol=1e-6):
         before = "not scaled" if math.isclose(scale, 1.0, rel_tol=1e-6) else f"multiplied by {scale:.4g}"
         return Check(rule, "fail", f"the scores are {before} before the softmax, and the weights are "
@@ -1021,6 +1022,22 @@ def _values_words(turned: tuple[int, int], grouped: bool, heads: bool, on: str) 
     return (f"values are rotated by position: rotary applied to V (RoPE rotates queries and keys only) — {where}the "
             f"value at position {position} is the value at position 0 turned (each rotation pair keeps its length, "
             "another direction); rotate q and k only")
+
+
+def _scaled_twice(attention: tracing.Attention) -> str:
+    """Words for a q or k multiplied by a number before the product whose scores are scaled again — by SDPA's own
+    scale, or after the product ("" when only one of them scales)."""
+    by_query, by_key = attention.operand_scales
+    given = by_query * by_key
+    if given == 1.0 or math.isclose(attention.scale, given, rel_tol=1e-6):
+        return ""
+    again = attention.scale / given
+    who = (f"q is multiplied by {by_query:.4g}" if by_key == 1.0 else f"k is multiplied by {by_key:.4g}"
+           if by_query == 1.0 else f"q and k are multiplied by {by_query:.4g} and {by_key:.4g}")
+    if attention.kind == "sdpa":
+        return (f" — {who} before scaled_dot_product_attention, which multiplies the scores by {again:.4g} as well "
+                "(1/√head_dim unless given scale=): scale once (pass scale=1.0, or leave q and k as they are)")
+    return f" — {who} before the product, and the scores by {again:.4g} after it: scale once"
 
 
 def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracing.Attention) -> Check:

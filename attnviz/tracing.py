@@ -9,14 +9,16 @@ attention is
 * a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
   the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask) and the
   scale (a multiply or divide by a number; or one Q or K got before they were viewed, transposed or reshaped into
-  heads: OPT's ``q_proj(x) * scaling``) reaches the ``Q @ Kᵀ`` matmul; walking forward through a dropout, a cast
+  heads, OPT's ``q_proj(x) * scaling``, or before they were rotated, ``rope(q * scale)``) reaches the ``Q @ Kᵀ``
+  matmul; walking forward through a dropout, a cast
   to the dtype the weights have, a ``where`` that only sets NaN to 0, a head or query mask that zeroes whole rows
   (GPT-2's ``* head_mask``: ``Attention.rows_zeroed``) (or a number the weights are multiplied or divided by: a bug
   that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul; both walks pass a ``view`` /
   ``reshape`` that keeps the last two dims (Bloom's (b·h, n, n) scores viewed as (b, h, n, n), and back);
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
-  q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``); the module still gets the call's real result.
+  q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``) — with a scale q or k got before the call read as
+  the manual path reads it; the module still gets the call's real result.
 
 Today's attention needs nothing special: a grouped-query module's ``Q @ Kᵀ`` operands are the per-head keys
 after its ``repeat_interleave`` (SDPA's ``enable_gqa`` is repeated the same way), a latent module's keys are its
@@ -101,6 +103,8 @@ class Attention:
     values: torch.Tensor | None = None
     context: torch.Tensor | None = None  # dropped @ values
     scale: float | None = None  # what the scores were multiplied by (1/√head_dim expected)
+    # the part of ``scale`` given to Q and to K before the product (q * head_dim ** -0.5; 1.0: none)
+    operand_scales: tuple[float, float] = (1.0, 1.0)
     hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see hidden_cells)
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
     float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
@@ -306,7 +310,8 @@ class _Recorder(TorchFunctionMode):
         filename, line = _user_line()
         index = len(self.ops)
         self.ops.append(Op(name, tuple(tensor.shape), line, filename, stage="context"))
-        attention = _sdpa(args, kwargs) if name == "scaled_dot_product_attention" else _mha(func, args, kwargs)
+        attention = (_sdpa(args, kwargs, self.nodes) if name == "scaled_dot_product_attention"
+                     else _mha(func, args, kwargs))
         attention.op_index = index
         attention.context_ops = (index,)
         attention.returned = _as_head_maps(tensor) if name == "scaled_dot_product_attention" else (
@@ -771,6 +776,17 @@ def _untransposed(shape: tuple[int, ...], n: int, tokens_dim: int, place: str,
             "merging the heads)")
 
 
+def _heads_before_keys(shape: tuple[int, ...], place: str) -> str:
+    """Words for a softmax of ``shape`` (…, n, heads, n): the queries, then the heads, then the keys (DeepSeek-V3's
+    ``"bsht"`` scores), where attnviz reads (…, heads, queries, keys)."""
+    heads, queries, keys = amount(shape[-2], "head"), amount(shape[-3], "query", "queries"), amount(shape[-1], "key")
+    return (f"the softmax{place} gives {shape}: (batch, queries, heads, keys), the {heads} between the {queries} and "
+            f"the {keys} (DeepSeek-V3's einsum layout \"bsht\"); attnviz reads "
+            "attention weights as (batch, heads, queries, keys): compute the scores as \"bhst\" (einsum "
+            "\"bshc,btc->bhst\", or .transpose(1, 2) before the mask and the softmax, and the weights' layout to match "
+            "when they multiply V)")
+
+
 def _require_tokens_last(module: nn.Module, x: torch.Tensor, recorder: _Recorder) -> None:
     """For a softmax over (…, n, n, n) — as many heads as tokens —: one more forward on one token fewer tells
     whether its last two dims follow the tokens (attention) or stay n (heads × heads of each token: q split into
@@ -794,6 +810,8 @@ def _require_tokens_last(module: nn.Module, x: torch.Tensor, recorder: _Recorder
     if fewer is not None:
         shape = tuple(cube.out.shape)
         raise TraceError(_untransposed(shape, n, len(shape) - 3, _place(recorder, cube.index), fewer))
+    if any(len(shape) >= 4 and shape[-3:] == (n - 1, n, n - 1) for shape in shapes):  # (…, queries, heads, keys)
+        raise TraceError(_heads_before_keys(tuple(cube.out.shape), _place(recorder, cube.index)))
 
 
 def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None = None) -> str:
@@ -824,6 +842,8 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
     index, kind, shape = min(seen)
     if kind == "softmax" and len(shape) >= 4 and shape[-3] == n and shape[-1] == shape[-2] != n:
         return _untransposed(shape, n, len(shape) - 3, _place(recorder, index))
+    if kind == "softmax" and len(shape) >= 4 and shape[-3] == shape[-1] == n:
+        return _heads_before_keys(shape, _place(recorder, index))
     if kind == "nn.MultiheadAttention" and shape[0] == n and shape[-1] == x.shape[0]:  # (n, h, batch, batch)
         batch_first = _not_batch_first(module, x, _place(recorder, index))
         if batch_first is not None:
@@ -911,18 +931,17 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
         lost = f"the {_call(recorder, matmul)} before the softmax could not be read as Q @ Kᵀ"
         matmul = None
     if matmul is not None:
-        queries, keys, query_scale = operands
-        scale = query_scale
+        queries, keys, scale, operand_scales = operands
         for link in chain:
             if link.name in _SCALES:
                 scale *= _scalar(link)
         attention.scores = _as_head_maps(matmul.out)
         # baddbmm's out is beta · input + alpha · Q @ Kᵀ (the mask is added in the same call); a Q or K scaled before
         # the product makes it Q·Kᵀ × their scale: the scores are the unscaled Q and K's product, as the stages say
-        computed = matmul.name == "baddbmm" or query_scale != 1.0
+        computed = matmul.name == "baddbmm" or operand_scales != (1.0, 1.0)
         if computed:
             attention.scores = _as_head_maps(queries @ keys.transpose(-2, -1))  # (…, nq, d) @ (…, d, nk)
-        attention.scale = scale
+        attention.scale, attention.operand_scales = scale, operand_scales
         attention.queries, attention.keys = _as_head_maps(queries), _as_head_maps(keys)
         recorder.ops[matmul.index].stage = "scores"
         attention.scaled = _scaled(chain, attention.scores, scale, recorder)
@@ -1067,9 +1086,10 @@ def _scalar(node: _Node) -> float | None:
     return (1.0 / value if value else None) if divide else value
 
 
-def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-    """(queries (…, nq, d), keys (…, nk, d), a scale already applied to the queries or keys — both returned before
-    it, so that the scores are their product and the scale is what scaled it) of ``Q @ Kᵀ`` — a
+def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float, tuple[float, float]] | None:
+    """(queries (…, nq, d), keys (…, nk, d), the scale the product applies with what the queries and keys were
+    multiplied by before it, and those two numbers (:func:`_operand_scale`) — the queries and keys returned before
+    them, so that the scores are their product and the scale is what scaled it) of ``Q @ Kᵀ`` — a
     matmul, ``bmm``, ``baddbmm`` (its ``alpha`` is a scale; ``beta`` only weighs the mask or bias it adds) or an
     ``einsum`` of any layout, read from its equation; both in the product's own batch dims (an operand broadcast
     over them, grouped-query keys (b, g, 1, n, d) against queries (b, g, h/g, n, d), expanded: :func:`_broadcast`).
@@ -1098,17 +1118,86 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float] 
         arrange_keys = lambda keys: keys.transpose(-2, -1)  # noqa: E731  (…, d, nk) -> (…, nk, d)
     scale = float(matmul.kwargs.get("alpha", 1.0)) if matmul.name == "baddbmm" else 1.0
     queries, keys = tensors[query_index], tensors[1 - query_index]
-    for index, node in enumerate(parents[:2]):
-        while node is not None and (_passes(node) or node.name in _REARRANGES):  # to a scale the operand was given
-            node = None if not node.parents else node.parents[0] if node.name in _SHAPED_AS else _tensor_parent(node)
-        if node is not None and node.name in _SCALES:
-            factor = _scalar(node)
-            scale *= factor if factor is not None else 1.0
-            if index == query_index and factor:
-                queries = queries / factor  # the queries before the scale
-            elif factor:
-                keys = keys / factor  # the keys before the scale (Whisper's: q and k each × head_dim ** -0.25)
-    return _broadcast(arrange_queries(queries), batch), _broadcast(arrange_keys(keys), batch, fewer=True), scale
+    factors = [_operand_scale(node) for node in parents[:2]]
+    query_factor, key_factor = factors[query_index], factors[1 - query_index]
+    queries, keys = _unscaled(queries, query_factor), _unscaled(keys, key_factor)  # (Whisper's: each × hd ** -0.25)
+    scale *= query_factor * key_factor
+    return (_broadcast(arrange_queries(queries), batch), _broadcast(arrange_keys(keys), batch, fewer=True), scale,
+            (query_factor, key_factor))
+
+
+def _unscaled(operand: torch.Tensor, factor: float) -> torch.Tensor:
+    """A Q or K operand as it was before it was multiplied by ``factor``."""
+    return operand if factor == 1.0 else operand / factor
+
+
+def _operand_scale(node: _Node | None) -> float:
+    """The number a Q or K operand was multiplied by on its way to the product (1.0: none): a multiply or divide by a
+    number (:func:`_scalar`) reached back through steps that only move its values about (OPT's ``q_proj(x) *
+    scaling`` viewed and transposed into heads: :func:`_before_rearranges`) and through a rotation (rotary applied
+    after the scale, lucidrains' ``rope(q * scale)``: :func:`_rotation_inputs`), which keeps the scale — it turns
+    each pair of a row by an angle, so c·q turned is c times q turned.  A step that changes a row's norm otherwise (a
+    norm of q after its scale undoes it) ends the walk."""
+    walked = _rearranged_from(node)
+    found = walked[-1] if walked else None
+    if found is not None and not _scalar_scale(found):
+        found = next((source for rotated in _rotation_inputs(found, [step.out for step in walked])
+                      if _scalar_scale(source := _before_rearranges(rotated))), found)
+    return _scalar(found) if _scalar_scale(found) else 1.0
+
+
+def _scalar_scale(node: _Node | None) -> bool:
+    """A multiply or divide by a number other than 0."""
+    return node is not None and node.name in _SCALES and bool(_scalar(node))
+
+
+def _before_rearranges(node: _Node | None) -> _Node | None:
+    """The node ``node``'s values come from, back through the steps that only move them about (:data:`_REARRANGES`,
+    :func:`_passes`)."""
+    walked = _rearranged_from(node)
+    return walked[-1] if walked else None
+
+
+def _rearranged_from(node: _Node | None) -> list[_Node]:
+    """``node`` and the nodes before it back through the steps that only move its values about (:data:`_REARRANGES`,
+    :func:`_passes`), the last one the first that does more (or has no recorded parent: none then)."""
+    walked = []
+    while node is not None:
+        walked.append(node)
+        if not (_passes(node) or node.name in _REARRANGES):
+            return walked
+        node = None if not node.parents else node.parents[0] if node.name in _SHAPED_AS else _tensor_parent(node)
+    return []
+
+
+ROTATION_SEARCH = 48  # the ancestors of a Q or K operand searched for the tensor a rotation turned
+
+
+def _rotation_inputs(node: _Node, views: list[torch.Tensor]):
+    """The ancestors of ``node``, nearest first, that a rotation may have turned into it: the shape of ``node`` or of
+    one of ``views`` (the operand it becomes, moved about: GPT-J's pairs stacked, then flattened) and the same norm
+    along the last dimension in every row (rotary turns each pair of a row by an angle — Llama's halves, GPT-J's
+    neighbours, a complex product viewed as real pairs, a part of the row left as it is — which keeps each row's
+    norm).  The search stays after the projections: it does not go back past a product or a linear layer."""
+    if node.name in _STOPS:
+        return
+    norms = {tuple(view.shape): view.float().norm(dim=-1) for view in (*views, node.out)  # (…, n) each
+             if isinstance(view, torch.Tensor) and view.is_floating_point() and view.dim() >= 2}
+    seen, queue = {id(node)}, [parent for parent in node.parents if parent is not None]
+    while queue and len(seen) <= ROTATION_SEARCH:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        out = current.out
+        if (isinstance(out, torch.Tensor) and tuple(out.shape) in norms and out.is_floating_point()
+                and torch.allclose(out.float().norm(dim=-1), norms[tuple(out.shape)], rtol=1e-4, atol=1e-6)):
+            yield current
+        if current.name not in _STOPS:
+            queue += [parent for parent in current.parents if parent is not None]
+
+
+_STOPS = _MATMULS | _SOFTMAXES | {"linear", "scaled_dot_product_attention", "multi_head_attention_forward"}
 
 
 def _broadcast(tensor: torch.Tensor, batch: tuple[int, ...] | torch.Size, *, fewer: bool = False) -> torch.Tensor:
@@ -1395,12 +1484,17 @@ def _recomputed_attention(kind, queries, keys, values, hidden, additive, scale, 
                      is_causal=is_causal, dropout_p=dropout_p, float_mask=additive is not None)
 
 
-def _sdpa(args, kwargs) -> Attention:
+def _sdpa(args, kwargs, nodes: dict[int, _Node] | None = None) -> Attention:
+    """An SDPA call's stages; ``nodes``: the recorder's, to read a scale the module gave q or k before the call
+    (:func:`_operand_scale`), which scales the scores as the call's own ``scale`` does: the stages keep q and k from
+    before it and the scale holds both."""
     bound = inspect.signature(_SDPA_SIGNATURE).bind(*args, **kwargs).arguments
     query, key, value = bound["query"], bound["key"], bound["value"]
     lead = query.shape[:-2]
     queries, keys, values = (t.reshape(-1 if t.dim() > 2 else 1, *t.shape[-3:-2] or (1,), *t.shape[-2:])
                              for t in (query, key, value))
+    operand_scales = tuple(_operand_scale((nodes or {}).get(id(t))) for t in (query, key))
+    queries, keys = _unscaled(queries, operand_scales[0]), _unscaled(keys, operand_scales[1])  # (b, h, n, d) each
     if bound.get("enable_gqa") and keys.shape[1] != queries.shape[1]:
         repeat = queries.shape[1] // keys.shape[1]
         keys = keys.repeat_interleave(repeat, dim=1)  # (b, hkv, nk, d) -> (b, h, nk, d)
@@ -1408,6 +1502,7 @@ def _sdpa(args, kwargs) -> Attention:
     nq, nk = queries.shape[-2], keys.shape[-2]
     scale = bound.get("scale")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale *= operand_scales[0] * operand_scales[1]
     hidden, additive = None, None
     is_causal = bool(bound.get("is_causal", False))
     if is_causal:
@@ -1420,8 +1515,10 @@ def _sdpa(args, kwargs) -> Attention:
         else:
             additive = mask
     del lead
-    return _recomputed_attention("sdpa", queries, keys, values, hidden, additive, scale, is_causal=is_causal,
-                               dropout_p=float(bound.get("dropout_p", 0.0)))
+    attention = _recomputed_attention("sdpa", queries, keys, values, hidden, additive, scale, is_causal=is_causal,
+                                      dropout_p=float(bound.get("dropout_p", 0.0)))
+    attention.operand_scales = operand_scales
+    return attention
 
 
 def _SDPA_SIGNATURE(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -1566,7 +1663,8 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
     if len(attentions) > 1 and len(same) == len(attentions) and first.weights.shape[1] == 1:
         stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
                             masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
-                            scale=first.scale, is_causal=first.is_causal, dropout_p=first.dropout_p,
+                            scale=first.scale, operand_scales=first.operand_scales, is_causal=first.is_causal,
+                            dropout_p=first.dropout_p,
                             weights_scale=first.weights_scale, lost=first.lost, unrecorded=first.unrecorded,
                             context_ops=tuple(index for a in same for index in a.context_ops))
         for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):

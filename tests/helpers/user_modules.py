@@ -2087,3 +2087,105 @@ class HFStyleRotaryAttention(HFStyleConfigAttention):
         q, k = rotate(q, self.cos, self.sin), rotate(k, self.cos, self.sin)  # (b, h, n, hd), (b, g, n, hd)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (b, h, n, hd)
         return self.o_proj(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, hidden_size)
+
+
+# ---------------------------------------------------------------- the scale applied before the attention call
+
+class ScaledBeforeTheCall(nn.Module):
+    """q or k multiplied by the scale before the scores are taken (lucidrains' and OPT's habit), before an SDPA call
+    or a manual ``q @ kᵀ``, and before rotary or after it.  ``how``:
+
+    * "sdpa-q-divided" (a bug: q / √hd, and SDPA divides by √hd again), "sdpa-k-scaled" (a bug: k × hd^-0.5, and SDPA
+      again), "sdpa-scale-one" (q × hd^-0.5, SDPA told scale=1.0), "manual-twice" (a bug: q / √hd, the scores / √hd);
+    * "rope-manual" (q × hd^-0.5, then q and k rotated, the scores not scaled again), "rope-sdpa" (the same into SDPA
+      with scale=1.0), "rope-sdpa-twice" (a bug: the same into SDPA's own scale);
+    * "normed" (a bug: q × hd^-0.5 and then an RMSNorm of q, which undoes the scale; the scores not scaled again)."""
+
+    def __init__(self, d_model=64, n_heads=4, context_length=32, how="sdpa-q-divided"):
+        super().__init__()
+        self.n_heads, self.head_dim, self.how = n_heads, d_model // n_heads, how
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        cos, sin = rope_angles(self.head_dim, context_length)
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        hd, how = self.head_dim, self.how
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        if how == "sdpa-q-divided":
+            y = F.scaled_dot_product_attention(q / math.sqrt(hd), k, v, is_causal=True)  # (b, h, n, hd)
+        elif how == "sdpa-k-scaled":
+            y = F.scaled_dot_product_attention(q, k * hd ** -0.5, v, is_causal=True)  # (b, h, n, hd)
+        elif how == "sdpa-scale-one":
+            y = F.scaled_dot_product_attention(q * hd ** -0.5, k, v, is_causal=True, scale=1.0)  # (b, h, n, hd)
+        elif how == "manual-twice":
+            s = (q / math.sqrt(hd)) @ k.transpose(-1, -2) / math.sqrt(hd)  # (b, h, n, n)
+            y = s.masked_fill(future, float("-inf")).softmax(-1) @ v  # (b, h, n, hd)
+        elif how in ("rope-manual", "rope-sdpa", "rope-sdpa-twice"):
+            q = rotate(q * hd ** -0.5, self.cos, self.sin)  # (b, h, n, hd)
+            k = rotate(k, self.cos, self.sin)  # (b, h, n, hd)
+            if how == "rope-manual":
+                y = (q @ k.transpose(-1, -2)).masked_fill(future, float("-inf")).softmax(-1) @ v  # (b, h, n, hd)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                   scale=1.0 if how == "rope-sdpa" else None)  # (b, h, n, hd)
+        elif how == "normed":
+            q = F.rms_norm(q * hd ** -0.5, (hd,))  # (b, h, n, hd): the norm undoes the scale
+            y = (q @ k.transpose(-1, -2)).masked_fill(future, float("-inf")).softmax(-1) @ v  # (b, h, n, hd)
+        return self.out_proj(y.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class AbsorbedMLA(nn.Module):
+    """Multi-head latent attention in DeepSeek-V3's absorbed form (its model.py, ``attn_impl="absorb"``): W_UK folded
+    into the queries, the scores taken against the latent ``c_kv`` itself (q·k = q·(W_UK c) = (W_UKᵀ q)·c), W_UV applied
+    after the weights; the same outputs as the naive form.  The scale is 1/√qk_head_dim, the per-head width, not the
+    latent's.  ``rope``: DeepSeek's decoupled rotary part, its scores added; ``layout``: "bhst" scores (batch, heads,
+    queries, keys), or DeepSeek's own "bsht" (heads between the queries and the keys); ``bug="latent-scale"``: the
+    scale taken from the latent's width (1/√kv_lora_rank); ``declares_head_dim=False``: the per-head width kept under
+    a name attnviz does not know."""
+
+    def __init__(self, dim=64, n_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                 rope=False, layout="bhst", bug=None, declares_head_dim=True):
+        super().__init__()
+        self.n_heads, self.kv_lora_rank, self.layout = n_heads, kv_lora_rank, layout
+        self.nope, self.rope, self.v_head_dim = qk_nope_head_dim, qk_rope_head_dim if rope else 0, v_head_dim
+        width = self.nope + self.rope
+        if declares_head_dim:
+            self.qk_head_dim = width
+        else:
+            self.qk_width = width
+        self.wq = nn.Linear(dim, n_heads * width, bias=False)
+        self.wkv_a = nn.Linear(dim, kv_lora_rank + self.rope, bias=False)
+        self.kv_norm = nn.RMSNorm(kv_lora_rank)
+        self.wkv_b = nn.Linear(kv_lora_rank, n_heads * (self.nope + v_head_dim), bias=False)
+        self.wo = nn.Linear(n_heads * v_head_dim, dim, bias=False)
+        self.softmax_scale = (kv_lora_rank if bug == "latent-scale" else width) ** -0.5
+
+    def rotated(self, x):
+        """x (b, s, h, r) turned by its position's angles, halves rotated together."""
+        cos, sin = rope_angles(x.shape[-1], x.shape[1])  # (s, r) each
+        return rotate(x.transpose(1, 2), cos, sin).transpose(1, 2)  # (b, s, h, r)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        scores_eq = "bshc,btc->bhst" if self.layout == "bhst" else "bshc,btc->bsht"
+        q = self.wq(x).view(b, s, self.n_heads, self.nope + self.rope)  # (b, s, h, qk)
+        q_nope, q_pe = torch.split(q, [self.nope, self.rope], dim=-1)  # (b, s, h, nope), (b, s, h, rope)
+        kv, k_pe = torch.split(self.wkv_a(x), [self.kv_lora_rank, self.rope], dim=-1)  # (b, s, c), (b, s, rope)
+        wkv_b = self.wkv_b.weight.view(self.n_heads, -1, self.kv_lora_rank)  # (h, nope + v, c)
+        q_nope = torch.einsum("bshd,hdc->bshc", q_nope, wkv_b[:, :self.nope])  # (b, s, h, c): W_UK absorbed
+        kv = self.kv_norm(kv)  # (b, s, c)
+        scores = torch.einsum(scores_eq, q_nope, kv)  # (b, h, s, t) or (b, s, h, t)
+        if self.rope:
+            q_pe, k_pe = self.rotated(q_pe), self.rotated(k_pe.unsqueeze(2)).squeeze(2)  # (b, s, h, r), (b, t, r)
+            scores = scores + torch.einsum(scores_eq.replace("c", "r"), q_pe, k_pe)  # (b, h, s, t) or (b, s, h, t)
+        scores = scores * self.softmax_scale
+        mask = torch.full((s, s), float("-inf")).triu_(1)  # (s, t)
+        scores = scores + (mask if self.layout == "bhst" else mask.unsqueeze(1))  # (b, h, s, t) or (b, s, h, t)
+        weights = scores.softmax(dim=-1, dtype=torch.float32).type_as(x)
+        context = torch.einsum("bhst,btc->bshc" if self.layout == "bhst" else "bsht,btc->bshc", weights, kv)
+        context = torch.einsum("bshc,hdc->bshd", context, wkv_b[:, -self.v_head_dim:])  # (b, s, h, v)
+        return self.wo(context.flatten(2))  # (b, s, dim)
