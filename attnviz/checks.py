@@ -19,7 +19,9 @@ which cell, which value, what it should be:
   ``LONGEST_WINDOW_CHECK``): not inverted, not the past instead of the future, not a shifted diagonal (skipped for 1
   token that hides nothing: there is no future); a fix names the module's own ``tril``/``triu`` call or mask buffer
   when one of them is the mask;
-* ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head);
+* ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head), however the module
+  applies the scale (to the scores, to q or k before the product or an SDPA call); d_head is the width of QKᵀ, or
+  for MLA with W_UK absorbed into the queries (scores over the latent) the per-head width the module declares;
 * ``rotary-placement`` — for a rotary module (by the names it holds and calls), traced once more on one token
   repeated at every position: every score QKᵀ depends only on i − j (not on the query's or the key's position:
   rotary on the queries only, or the keys only — failed only when one of them is that token turned by its position)
@@ -204,6 +206,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         meter.planned = _planned_forwards(module, x, selected, causal)
         window = sliding_window(attention) if causal else None
         weightless = _weightless(module)
+        width = score_width(module, attention)
         run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
             "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
@@ -211,13 +214,13 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated,
                                                        unmasked=unmasked, triangles=triangles,
                                                        longer=functools.partial(_traced_on, module, x)),
-            "scaling": lambda: scaling(attention, weightless=weightless),
+            "scaling": lambda: scaling(attention, weightless=weightless, width=width),
             "rotary-placement": lambda: rotary_placement(module, x),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
-                                                           window=window, stated=stated),
+                                                           window=window, stated=stated, width=width),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=_sizes(sizes, attention)),
         }
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
@@ -824,20 +827,73 @@ def declared_window(module: nn.Module) -> int | None:
     return declared_size(module, "sliding_window_size")
 
 
-def scaling(attention: tracing.Attention, *, weightless: bool = False) -> Check:
+# the names a module keeps its per-head width of Q·Kᵀ under (DeepSeek-V3: qk_head_dim, lucidrains: dim_head)
+HEAD_DIM_NAMES = ("head_dim", "qk_head_dim", "d_head", "dim_head", "head_size", "d_k")
+
+
+@dataclass(frozen=True)
+class ScoreWidth:
+    """The head_dim the scale is judged against (None: not known), the name the verdict gives it and where it comes
+    from; ``latent``: the width Q·Kᵀ runs over when that is the module's latent (MLA with W_UK absorbed into the
+    queries), else None."""
+
+    head_dim: int | None
+    name: str = "head_dim"
+    latent: int | None = None
+    source: str = ""  # "the per-head width the module keeps as qk_head_dim"
+
+
+def score_width(module: nn.Module | None, attention: tracing.Attention) -> ScoreWidth:
+    """The width of Q·Kᵀ — unless that is the latent the module declares (``latent_dim``, ``kv_lora_rank`` …): MLA
+    in DeepSeek-V3's absorbed form folds W_UK into the queries and takes the scores against the latent ``c_kv``
+    itself, while its scale stays 1/√ of the per-head width, which the module then declares (:data:`HEAD_DIM_NAMES`,
+    or d_out ÷ num_heads) or leaves unknown (None)."""
+    width = None if attention.queries is None else attention.queries.shape[-1]
+    latent = None if module is None else declared_size(module, "latent_dim")
+    if width is None or latent != width:
+        return ScoreWidth(width)
+    for name in HEAD_DIM_NAMES:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return ScoreWidth(width) if value == width else ScoreWidth(
+                value, name, latent, f"the per-head width the module keeps as {name}")
+    d_out, heads = declared_size(module, "d_out"), declared_size(module, "num_heads")
+    if d_out is not None and heads is not None and d_out % heads == 0:
+        return ScoreWidth(width) if d_out // heads == width else ScoreWidth(
+            d_out // heads, latent=latent, source="the per-head width, the module's d_out ÷ num_heads")
+    return ScoreWidth(None, latent=latent)
+
+
+def _width_unknown(latent: int) -> str:
+    return (f"Q·Kᵀ runs over the module's {latent}-wide latent (W_UK absorbed into the queries, as DeepSeek-V3's MLA "
+            "computes it), so its width is not the head_dim the scale divides by, and the module keeps no per-head "
+            f"width attnviz knows ({', '.join(HEAD_DIM_NAMES)}): keep it as self.qk_head_dim to have the scale checked")
+
+
+def scaling(attention: tracing.Attention, *, weightless: bool = False, width: ScoreWidth | None = None) -> Check:
+    """``width``: the head_dim to judge the scale against (:func:`score_width`; None: the width of Q·Kᵀ)."""
     rule = "scaling"
     if weightless:
         return Check(rule, "skip", "a module without weights (the book's simplified self-attention, 3.3) "
                                    "does not scale its scores")
     if attention.scale is None or attention.queries is None:
         return Check(rule, "skip", "the scale of the scores could not be identified")
-    head_dim = attention.queries.shape[-1]
+    width = width or score_width(None, attention)
+    if width.head_dim is None:
+        return Check(rule, "skip", _width_unknown(width.latent))
+    head_dim, name = width.head_dim, width.name
+    absorbed = "" if width.latent is None else (
+        f" ({width.source}: Q·Kᵀ runs over its {width.latent}-wide latent, W_UK absorbed into the queries, which "
+        "leaves the scale as it is)")
     heads = attention.weights.shape[1]
     expected = 1 / math.sqrt(head_dim)
     scale = attention.scale
     if math.isclose(scale, expected, rel_tol=1e-4):
-        return Check(rule, "pass", f"the scores are divided by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}")
-    want = f"divide by √head_dim = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
+        return Check(rule, "pass", f"the scores are divided by √{name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
+                                   f"{absorbed}")
+    want = f"divide by √{name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}{absorbed}"
+    if width.latent is not None and math.isclose(scale, 1 / math.sqrt(width.latent), rel_tol=1e-4):
+        return Check(rule, "fail", f"the scores are divided by √{width.latent}, the latent's width: {want}")
     want += _scaled_twice(attention)
     if not math.isclose(attention.weights_scale, 1.0, rel_tol=1e-6):
         before = "not scaled" if math.isclose(scale, 1.0, rel_tol=1e-6) else f"multiplied by {scale:.4g}"
@@ -1121,10 +1177,15 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                      scaled: bool = True, window: int | None = None, stated: str | None = None) -> Check:
+                      scaled: bool = True, window: int | None = None, stated: str | None = None,
+                      width: ScoreWidth | None = None) -> Check:
     """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
-    masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault."""
-    check = _matches_reference(recording, attention, causal, scaled=scaled, window=window)
+    masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
+    the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ)."""
+    if scaled and width is not None and width.head_dim is None and width.latent is not None:
+        return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
+    head_dim = None if width is None else width.head_dim
+    check = _matches_reference(recording, attention, causal, scaled=scaled, window=window, head_dim=head_dim)
     if check.status == "pass" and attention.weights.shape[-1] == 1:  # one key: its weight is 1 whatever the scores
         return Check(check.rule, "pass", check.evidence + " — with 1 token the one weight is 1 whatever the scores, "
                      "so this compares only V and the heads' order: check 2 or more tokens")
@@ -1139,7 +1200,7 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
 
 
 def _matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                       scaled: bool = True, window: int | None = None) -> Check:
+                       scaled: bool = True, window: int | None = None, head_dim: int | None = None) -> Check:
     rule = "matches-reference"
     if attention.queries is None or attention.keys is None or attention.values is None:
         lost = f" ({attention.lost})" if attention.lost else ""
@@ -1150,7 +1211,7 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     slopes, moved = _added_bias(attention)
     bias = None if slopes is None else slopes[..., None, None] * torch.arange(attention.masked.shape[-1])  # (b,h,1,nk)
     reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window,
-                                  bias=bias)  # (b, h, nq, dv)
+                                  bias=bias, head_dim=head_dim)  # (b, h, nq, dv)
     check = _compared_with(recording, attention, reference)
     if slopes is not None and check.status != "skip":
         return Check(rule, check.status, f"{check.evidence} — with the ALiBi bias the module adds to the scores (a "
@@ -1188,14 +1249,16 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
 
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
-                      window: int | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+                      window: int | None = None, bias: torch.Tensor | None = None,
+                      head_dim: int | None = None) -> torch.Tensor:
     """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
     ``window``: the causal mask also hides the keys ``window`` or more behind; ``bias`` (b, h, 1, nk): added to the
-    scaled scores, ALiBi's slope × key position)."""
+    scaled scores, ALiBi's slope × key position; ``head_dim``: d_head when it is not the width d of Q and K, as in
+    absorbed MLA's scores over the latent)."""
     queries, keys, values = queries.float(), _per_query_head(keys, queries), _per_query_head(values, queries)
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     if scaled:
-        scores = scores / math.sqrt(queries.shape[-1])  # (b, h, nq, nk)
+        scores = scores / math.sqrt(head_dim or queries.shape[-1])  # (b, h, nq, nk)
     if bias is not None:
         scores = scores + bias  # (b, h, nq, nk)
     if causal:

@@ -2,6 +2,8 @@
 before rotary, or against the latent of an absorbed MLA — read by the tracer and judged by ``scaling`` and
 ``matches-reference`` (the modules are tests/helpers/user_modules.py's ScaledBeforeTheCall and AbsorbedMLA)."""
 
+import math
+
 import pytest
 import torch
 from helpers import user_modules as um
@@ -65,6 +67,35 @@ def test_a_norm_after_the_scale_undoes_it_and_is_no_scale():
 
 
 # ----------------------------------------------------------------- MLA in DeepSeek-V3's absorbed form
+
+
+@pytest.mark.parametrize("rope", [False, True])
+def test_absorbed_mla_is_scaled_by_its_per_head_width_not_the_latents(rope):
+    torch.manual_seed(0)
+    results = verdicts(um.AbsorbedMLA(rope=rope))
+    width = 24 if rope else 16
+    assert results["scaling"].status == "pass"
+    assert results["scaling"].evidence.startswith(
+        f"the scores are divided by √qk_head_dim = √{width} ≈ {math.sqrt(width):.3g} (the per-head width the module "
+        "keeps as qk_head_dim: Q·Kᵀ runs over its 32-wide latent")
+    if not rope:  # the decoupled rotary scores are a second product added to the latent's (not read as Q·Kᵀ)
+        assert results["matches-reference"].status == "pass", results["matches-reference"].evidence
+
+
+def test_absorbed_mla_scaled_by_the_latents_width_fails_naming_it():
+    torch.manual_seed(0)
+    check = verdicts(um.AbsorbedMLA(bug="latent-scale"))["scaling"]
+    assert check.status == "fail"
+    assert check.evidence.startswith("the scores are divided by √32, the latent's width: divide by √qk_head_dim = √16")
+
+
+def test_absorbed_mla_without_a_per_head_width_skips_in_words_rather_than_failing():
+    torch.manual_seed(0)
+    results = verdicts(um.AbsorbedMLA(declares_head_dim=False))
+    for rule in ("scaling", "matches-reference"):
+        assert results[rule].status == "skip"
+        assert "Q·Kᵀ runs over the module's 32-wide latent" in results[rule].evidence
+        assert "keep it as self.qk_head_dim" in results[rule].evidence
 
 
 @pytest.mark.parametrize("tokens", [8, 4])  # 4: as many tokens as heads, so the softmax's last two dims are (n, n)
