@@ -2189,3 +2189,180 @@ class AbsorbedMLA(nn.Module):
         context = torch.einsum("bhst,btc->bshc" if self.layout == "bhst" else "bsht,btc->bshc", weights, kv)
         context = torch.einsum("bshc,hdc->bshd", context, wkv_b[:, -self.v_head_dim:])  # (b, s, h, v)
         return self.wo(context.flatten(2))  # (b, s, dim)
+
+
+# ------------------------------------------------------------ what a QA engineer wrote (the checker misnamed the cause)
+
+class RollingWindowCache(nn.Module):
+    """Mistral-style sliding-window attention with a rolling KV cache: a decode step attends, unmasked, over the cache
+    and its own key, so the cache keeps the last W − 1 keys.  ``bug``: ``"keeps-window"`` keeps the last W, the
+    classic off-by-one (the step then sees W + 1 keys); ``"keeps-window-minus-two"`` keeps W − 2 (it sees W − 1)."""
+
+    def __init__(self, d_in=64, num_heads=4, sliding_window=3, bug=None):
+        super().__init__()
+        self.h, self.hd, self.sliding_window = num_heads, d_in // num_heads, sliding_window
+        self.bug = bug
+        self.qkv = nn.Linear(d_in, 3 * d_in, bias=False)
+        self.proj = nn.Linear(d_in, d_in, bias=False)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+
+    def forward(self, x, use_cache=False):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        window = self.sliding_window
+        if use_cache and self.cache_k is not None:
+            k = torch.cat([self.cache_k, k], dim=2)  # (b, h, cached + n, hd)
+            v = torch.cat([self.cache_v, v], dim=2)  # (b, h, cached + n, hd)
+        if use_cache:
+            keep = {"keeps-window": window, "keeps-window-minus-two": window - 2}.get(self.bug, window - 1)
+            self.cache_k, self.cache_v = k[:, :, -keep:], v[:, :, -keep:]  # (b, h, ≤ keep, hd) each
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.hd)  # (b, h, n, nk)
+        if n > 1:  # a prefill: causal and windowed; one new token sees the whole cache
+            nk = k.shape[2]
+            q_pos, k_pos = torch.arange(nk - n, nk)[:, None], torch.arange(nk)[None, :]  # (n, 1), (1, nk)
+            s = s.masked_fill((k_pos > q_pos) | (q_pos - k_pos >= window), float("-inf"))  # (b, h, n, nk)
+        return self.proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class MetaStyleCache(nn.Module):
+    """Meta's Llama reference attention, simplified: K/V written into buffers allocated once at
+    (max_batch_size, max_seq_len, n_kv_heads, head_dim), ``start_pos`` the next free slot, rotary at ``start_pos``,
+    and the keys read back as ``cache_k[:b, :start_pos + n]``.  ``bug="advances-twice"``: ``start_pos`` is advanced
+    after the write and again at the end of the forward."""
+
+    def __init__(self, dim=64, n_heads=4, n_kv_heads=2, max_seq_len=32, max_batch_size=2, bug=None):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        cache_shape = (max_batch_size, max_seq_len, n_kv_heads, self.head_dim)
+        self.register_buffer("cache_k", torch.zeros(cache_shape), persistent=False)
+        self.register_buffer("cache_v", torch.zeros(cache_shape), persistent=False)
+        cos, sin = rope_angles(self.head_dim, 2 * max_seq_len)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.start_pos = 0
+        self.bug = bug
+
+    def reset_cache(self):
+        self.cache_k.zero_()
+        self.cache_v.zero_()
+        self.start_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, dim = x.shape
+        start_pos = self.start_pos if use_cache else 0
+        xq = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        xk = self.wk(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        xv = self.wv(x).view(b, n, self.n_kv_heads, self.head_dim)  # (b, n, g, hd)
+        xq, xk = rotate(xq, self.cos, self.sin, start_pos), rotate(xk, self.cos, self.sin, start_pos)
+        xk = xk.transpose(1, 2)  # (b, n, g, hd)
+        if use_cache:
+            self.cache_k[:b, start_pos:start_pos + n] = xk
+            self.cache_v[:b, start_pos:start_pos + n] = xv
+            keys, values = self.cache_k[:b, :start_pos + n], self.cache_v[:b, :start_pos + n]  # (b, nk, g, hd)
+            self.start_pos += n
+        else:
+            keys, values = xk, xv  # (b, n, g, hd)
+        repeat = self.n_heads // self.n_kv_heads
+        keys = keys.transpose(1, 2).repeat_interleave(repeat, dim=1)  # (b, h, nk, hd)
+        values = values.transpose(1, 2).repeat_interleave(repeat, dim=1)  # (b, h, nk, hd)
+        scores = xq @ keys.transpose(2, 3) / math.sqrt(self.head_dim)  # (b, h, n, nk)
+        if n > 1:
+            mask = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)  # (n, n)
+            scores = scores + torch.hstack([torch.zeros(n, keys.shape[2] - n), mask])  # (b, h, n, nk)
+        out = F.softmax(scores.float(), dim=-1).type_as(xq) @ values  # (b, h, n, hd)
+        if use_cache and self.bug == "advances-twice":
+            self.start_pos += n
+        return self.wo(out.transpose(1, 2).reshape(b, n, dim))  # (b, n, dim)
+
+
+class LlamaCache(nn.Module):
+    """Grouped-query attention with rotary embeddings and a KV cache the module holds (``k_cache``, ``v_cache``, the
+    keys rotated), rotated at ``pos``; the mask comes from the cache's length.  The forward starts a new cache when
+    ``k_cache`` is None.  ``bug``: ``"reset-clears-k-only"`` (the reset empties ``k_cache`` alone — still correct, as
+    the forward then replaces ``v_cache`` too), ``"reset-forgets-position"`` (the reset keeps ``pos``)."""
+
+    def __init__(self, d_model=64, n_heads=4, n_kv_heads=2, context_length=64, bug=None):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(d_model, d_model, bias=False)
+        cos, sin = rope_angles(self.head_dim, context_length)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.k_cache = self.v_cache = None
+        self.pos = 0
+        self.bug = bug
+
+    def reset_cache(self):
+        self.k_cache = None
+        if self.bug != "reset-clears-k-only":
+            self.v_cache = None
+        if self.bug != "reset-forgets-position":
+            self.pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.k_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        v = self.v_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        start = self.pos if use_cache else 0
+        q, k = rotate(q, self.cos, self.sin, start), rotate(k, self.cos, self.sin, start)
+        if use_cache:
+            if self.k_cache is None:
+                self.k_cache, self.v_cache = k, v  # (b, g, n, hd) each
+            else:
+                self.k_cache = torch.cat([self.k_cache, k], dim=2)  # (b, g, cached + n, hd)
+                self.v_cache = torch.cat([self.v_cache, v], dim=2)  # (b, g, cached + n, hd)
+            k, v = self.k_cache, self.v_cache
+            self.pos += n
+        repeat = self.n_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)  # (b, h, nk, hd)
+        nk = k.shape[2]
+        hidden = torch.arange(nk)[None, :] > torch.arange(nk - n, nk)[:, None]  # (n, nk): query i is key nk - n + i
+        s = (q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)).masked_fill(hidden, float("-inf"))  # (b, h, n, nk)
+        return self.o_proj((torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, n, -1))  # (b, n, d_model)
+
+
+class BFloat16SDPA(nn.Module):
+    """A float32 module that runs its attention in bfloat16 through SDPA, as one does for the fused kernels
+    (``scale``: SDPA's, None for 1/√head_dim)."""
+
+    def __init__(self, d_in=64, num_heads=4, scale=None):
+        super().__init__()
+        self.h, self.hd, self.scale = num_heads, d_in // num_heads, scale
+        self.qkv = nn.Linear(d_in, 3 * d_in, bias=False)
+        self.proj = nn.Linear(d_in, d_in, bias=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        y = F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True,
+                                           scale=self.scale)  # (b, h, n, hd)
+        return self.proj(y.float().transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class HalfScoresSoftmax(nn.Module):
+    """A float32 module whose softmax runs on its scores cast to float16, ``softmax(s.half())``, with no upcast."""
+
+    def __init__(self, d_in=64, num_heads=4):
+        super().__init__()
+        self.h, self.hd = num_heads, d_in // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_in, bias=False)
+        self.proj = nn.Linear(d_in, d_in, bias=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.hd)  # (b, h, n, n)
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))  # (b, h, n, n)
+        w = F.softmax(s.half(), dim=-1).float()  # (b, h, n, n)
+        return self.proj((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
