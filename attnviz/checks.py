@@ -45,22 +45,26 @@ which cell, which value, what it should be:
   way, each forward given the cache the one before returned; a forward that returns none is given a Hugging Face
   ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step (skipped
   when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside the
-  whole sequence's forward, and the failure names what the evidence shows: the module's position counter, how many
-  tokens its cache holds, a reset that leaves the cache the last sequence filled, where the step's mask puts the new
-  tokens, which of its queries, keys or values differ —
+  whole sequence's forward, and the failure names what the evidence shows: the module's position counter (one that
+  never moves, counts forwards, or counts each token twice), how many tokens its cache holds (for a declared window
+  W: fewer than the W − 1 a step needs beside its own, or a step that sees more than W keys — a rolling cache one
+  token too long), keys read from slots no token was written to, a reset that leaves the cache the last sequence
+  filled, where the step's mask puts the new tokens, which of its queries, keys or values differ —
   for a rotary module, a query or cached key of the right length turned by another angle (rotated at the wrong
   position); keys or values that are the whole sequence's K/V heads in ``.repeat``'s order instead of
   ``repeat_interleave``'s, or the reverse; a cached output of NaN or of another shape is named as such.  Right outputs
-  with a position counter past the tokens fed fail too.  A pass says what the cache holds after the sequence (tokens ×
-  elements per token, counted along the dimension that grows by one from the first token to the second) — a cache the
-  module resets itself found by what it holds, not by its name (the tensors it keeps, one level into a tuple, list or
-  dict, that the reset empties or replaces and that hold the tokens: not a mask, rotary tables or a step counter), a
-  cache the caller holds as the forward returns it after the last token — and fails, its outputs right, only on
-  evidence of the waste its declared variant exists to save: a window cache holding more than W tokens (not the
-  ``DynamicCache`` attnviz hands a layer, which keeps every token by its own choice: said in the pass), K/V tensors of
-  ``num_heads`` heads where ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a
-  ``latent_dim`` is (sizes the module keeps under other names: those it was built with, ``check_module``'s ``sizes``,
-  and the heads and head_dim its trace measured).
+  with a position counter past the tokens fed fail too (a reset that keeps it: named so), saying why they agree — a
+  later row of the causal mask, rotary scores that depend only on i − j.  A pass says what the cache holds after the
+  sequence (tokens × elements per token, counted along the dimension that grows by one from the first token to the
+  second) — a cache the module resets itself found by what it holds, not by its name (the tensors it keeps, inside a
+  tuple, list or dict too, that hold the tokens: that grow from the first token to the second, whether the reset
+  empties them or not, or that the reset empties or replaces and that hold what a token brought — not a mask, rotary
+  tables or a step counter), a cache the caller holds as the forward returns it after the last token — and fails, its
+  outputs right, only on evidence of the waste its declared variant exists to save: a window cache holding more than W
+  tokens (not the ``DynamicCache`` attnviz hands a layer, which keeps every token by its own choice: said in the
+  pass), K/V tensors of ``num_heads`` heads where ``num_kv_groups`` K/V heads are declared, full K and V (d_out per
+  token each) where a ``latent_dim`` is (sizes the module keeps under other names: those it was built with,
+  ``check_module``'s ``sizes``, and the heads and head_dim its trace measured).
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -1560,6 +1564,7 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 kept = [name for name in filled if _same_held(now.get(name), before_reset[name])
                         and sequences[0].shape[1] in before_reset[name][0].shape]  # holding the tokens fed
             emptied = _held_tensors(module)  # what the forwards after this reset replace or change is their cache
+            started = _counters(module)
             for forwards, (start, stop) in enumerate(kv_steps(sequence.shape[1], prefill)):
                 before = _counters(module)
                 try:
@@ -1582,7 +1587,7 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                     return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
                             f"{worst:.3g} — " + (cause or _cache_cause(module, reset, sequence, prefill, start, stop,
                                                                        counter)))
-                ahead = ahead or _counter_ahead(after, moved, number, stop)
+                ahead = ahead or _counter_ahead(module, after, started, moved, number, stop)
     return ahead
 
 
@@ -1610,19 +1615,29 @@ def _reset_cause(reset_name: str, kept: list[str], counter: _Counter | None) -> 
             "reset")
 
 
-def _counter_ahead(after: dict[str, int], moved: set[str], number: int, stop: int) -> str | None:
+def _counter_ahead(module: nn.Module, after: dict[str, int], started: dict[str, int], moved: set[str], number: int,
+                   stop: int) -> str | None:
     """Words for a position counter (one of POSITION_NAMES that the cached forwards move) that is past the ``stop``
-    tokens fed so far after a cached forward whose output was right — a causal mask's later row still shows every
-    cached key, so only a longer sequence (the mask's or the rotary table's end) or rotary angles show it; None
-    when it counts them (a counter behind them may be a window's fill pointer: not named)."""
+    tokens fed so far after a cached forward whose output was right — a reset that left it where the last sequence
+    did (``started``: the module's ints right after this sequence's reset), or a forward that adds too much — and why
+    the outputs agree: a causal mask's later row still shows every cached key, and a rotary module's scores depend
+    only on i − j, which moving every position alike keeps; None when it counts them (a counter behind them may be a
+    window's fill pointer: not named)."""
     name = next((name for name in POSITION_NAMES if name in after and name in moved), None)
     if name is None or after[name] <= stop:
         return None
-    return (f"the cached outputs agree with the uncached ones, but the position runs ahead of the tokens: {name} is "
-            f"{after[name]} after {counted(stop)} of sequence {number}, where it should be {stop}, so the next token "
-            f"is treated as position {after[name]}, not {stop} (the outputs agree only because a later row of the "
-            "causal mask still shows every cached key: rotary angles, or a sequence that reaches the mask's end, go "
-            "wrong) — add exactly the new tokens' count (x.shape[1]) after each cached forward")
+    why = ("the outputs agree only because the shift does not show yet: the mask still shows every cached key, and "
+           "rotary scores depend only on the distance i − j, which moving every position alike keeps; the position "
+           "reaches the end of a rotary table or mask before the tokens do" if _rotary(module) else
+           "the outputs agree only because a later row of the causal mask still shows every cached key; the position "
+           "reaches the mask's end before the tokens do")
+    where = f"{name} is {after[name]} after {counted(stop)} of sequence {number}, where it should be {stop}"
+    if started.get(name, 0) != 0:
+        return (f"the cached outputs agree with the uncached ones, but the reset forgets the position: {where} (the "
+                f"reset left it at {started[name]}; {why}) — set it back to 0 in the reset")
+    return (f"the cached outputs agree with the uncached ones, but the position runs ahead of the tokens: {where}, so "
+            f"the next token is treated as position {after[name]}, not {stop} ({why}) — add exactly the new tokens' "
+            "count (x.shape[1]) after each cached forward")
 
 
 def _step_words(start: int, stop: int) -> str:
@@ -1715,7 +1730,8 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int,
 
 
 def _counter_cause(counter: _Counter, start: int, stop: int, position: int, *, mask_shows: bool = True) -> str | None:
-    """Words for a position counter that does not count the tokens fed so far, when the step puts its first token at
+    """Words for a position counter that does not count the tokens fed so far — never moves, counts forwards, counts
+    each token k times (k × the tokens fed, moved by k × the step's) —, when the step puts its first token at
     ``position`` (the counter's own value, or where the step's mask puts it); None when it counts them.  A counter
     that is merely another number than the tokens fed (a cache's fill pointer moves back when a window drops keys)
     is named only when ``mask_shows``: the step's mask puts the token where the counter says."""
@@ -1735,6 +1751,12 @@ def _counter_cause(counter: _Counter, start: int, stop: int, position: int, *, m
                 f"{amount(counter.forwards, 'cached forward')} of {counted(start)}, so the mask (or the rotary angles) "
                 f"treat token {start} as position {value}; add the new tokens' count (x.shape[1]), not 1, after each "
                 "cached forward")
+    times = value // start if start > 0 and value % start == 0 else 0
+    if times > 1 and counter.after - value == times * (stop - start):  # every forward adds its tokens' count k times
+        return (f"the position counts each token {'twice' if times == 2 else f'{times} times'}: {what} is {value} "
+                f"after {counted(start)}, where it should be {start}, and moves by {counter.after - value} for "
+                f"{counted(stop - start)}, so the step treats token {start} as position {value} — add the new tokens' "
+                "count (x.shape[1]) once per cached forward")
     if not mask_shows:
         return None
     return (f"the position is wrong: {what} is {value} before token {start}, and the step's mask treats token {start} "
@@ -1742,9 +1764,11 @@ def _counter_cause(counter: _Counter, start: int, stop: int, position: int, *, m
 
 
 def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:
-    """Words for a cache that holds fewer tokens than ``stop`` (more than a declared window drops) or more: its
-    tensors' size now ÷ what one token adds (a second token's size less the first's); None when they hold ``stop``,
-    or cannot tell."""
+    """Words for a cache that holds fewer tokens than ``stop`` — for a module that declares a window W, fewer than the
+    W − 1 the next step needs beside its own (a rolling cache keeps W − 1 or W: more is the step's to show,
+    :func:`_step_cause`) — or more than ``stop``: its tensors' size now ÷ what one token adds (a second token's size
+    less the first's); None when they hold ``stop``, or as many as the window needs, or it cannot tell."""
+    window = declared_window(module)
     found = _found_cache(module, reset, sequence)
     if found is None:  # these forwards ran before without raising; the cause stays unnamed
         return None
@@ -1757,9 +1781,13 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
         if not per_token or per_token < 0 or size % per_token or first % per_token:
             continue  # a cache that does not grow by a whole token's size (a buffer allocated once): no count
         tokens = size // per_token
-        if tokens < stop:
+        if window is not None and tokens < min(stop, window - 1):
+            return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop}, where a window of W = "
+                    f"{window} needs the last {window - 1} before the next token — keep the last W − 1 before "
+                    "appending the new token (or the last W after it)")
+        if window is None and tokens < stop:
             return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop} — every earlier token's "
-                    "keys and values must stay (or as many as the window needs)")
+                    "keys and values must stay")
         if tokens > stop:
             at_first = "" if first == per_token else f", and {counted(first // per_token)} after the first alone"
             return (f"the cache holds tokens more than once: {name} holds {counted(tokens)} after {stop}{at_first} — "
@@ -1868,10 +1896,11 @@ def _found_cache(module: nn.Module, reset, sequence: torch.Tensor) \
     (:func:`_reset_changed`), not by a copy.
 
     The cache is every tensor the module keeps (:func:`_kept_tensors`, by its path: ``k``, ``kv[0]``, ``cache["k"]``)
-    that the reset empties or replaces (it differs after the reset from now) and that holds the tokens: it grows from
-    the first token to the second, or holds what a token brought (fed first after a reset, the second token leaves
-    it otherwise than the first does).  A weight, a mask or rotary table no forward changes, and a step counter (the
-    same whichever token came first) are not the cache."""
+    that holds the tokens: one that grows from the first token to the second, whether the reset emptied it or not (a
+    reset that empties ``k_cache`` alone, of a forward that starts ``v_cache`` afresh with it), or one the reset
+    empties or replaces (it differs after the reset from now) that holds what a token brought (fed first after a
+    reset, the second token leaves it otherwise than the first does).  A weight, a mask or rotary table no forward
+    changes, and a step counter (the same whichever token came first) are not the cache."""
     kept = _kept_tensors(module)
     versions = {path: _version(value) for path, value in kept.items()}
     now = {path: value if versions[path] is not None else value.clone() for path, value in kept.items()}
@@ -1879,17 +1908,19 @@ def _found_cache(module: nn.Module, reset, sequence: torch.Tensor) \
         try:
             reset()
             emptied = _kept_tensors(module)
-            sizes = {path: _stand_in(value) for path, value in now.items()
-                     if _reset_changed(value, versions[path], emptied.get(path))}
-            views = _views({path: now[path] for path in sizes})
+            reset_changed = {path for path, value in now.items()
+                             if _reset_changed(value, versions[path], emptied.get(path))}
+            sizes = {path: _stand_in(value) for path, value in now.items()}
+            views = _views(now)
             del kept, now, emptied  # the sequence's cache is not held longer than the module holds it
             tracing.run_forward(module, sequence[:, 1:2], use_cache=True)  # another token first
             other = {path: value.detach().clone() for path, value in _kept_tensors(module).items()
-                     if path in sizes}  # the one copy: what the reset emptied, after another first token
+                     if path in reset_changed}  # the one copy: what the reset emptied, after another first token
             reset()
             tracing.run_forward(module, sequence[:, 0:1], use_cache=True)
             first = _kept_tensors(module)
-            brought = {path for path in sizes if path in first and not _unchanged(first[path], other.get(path))}
+            brought = {path for path in reset_changed if path in first
+                       and not _unchanged(first[path], other.get(path))}
             fed = [{path: value.shape for path, value in first.items() if path in sizes}]
             del first, other
             tracing.run_forward(module, sequence[:, 1:2], use_cache=True)
@@ -2106,8 +2137,9 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
                 counter: _Counter | None = None) -> str | None:
     """What the cached step over tokens ``start`` … ``stop - 1`` shows, recorded again (``rerun()`` runs the forwards
     before it and gives its keyword arguments) beside the whole sequence's uncached forward: how many keys it attends
-    over, where its mask puts its first token, and which of its queries, keys or values differ from the whole
-    sequence's; None when that names no cause."""
+    over (more than the tokens fed: all-zero keys are slots never written, else tokens held twice; more than a
+    declared window W lets a query see: a rolling cache one token too long), where its mask puts its first token,
+    and which of its queries, keys or values differ from the whole sequence's; None when that names no cause."""
     try:
         whole = tracing.combine(tracing.record(module, sequence).attentions)[0]
         _, step = tracing.step_attention(module, sequence[:, start:stop], **rerun())
@@ -2116,13 +2148,28 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if step is None:
         return None
     keys = step.weights.shape[-1]
+    empty = 0 if step.keys is None else int((step.keys == 0).flatten(0, 1).all(0).all(-1).sum())  # all-zero keys
+    if keys > stop and empty and keys - empty == stop:
+        return (f"the step attends over {amount(keys, 'key')} after {counted(stop)}, and {empty} of them "
+                f"{'is' if empty == 1 else 'are'} all zeros: cache slots no token was written to — the position it "
+                "reads the cache up to runs ahead of the tokens fed; it must count them")
     if keys > stop:
         return (f"the step attends over {counted(keys)} after {stop}: the cache holds tokens more than once — add "
                 "each forward's keys and values once")
     window = declared_window(module)
-    if keys < min(stop, window or stop):
+    seen = int((~step.hidden_cells()).sum(-1).max()) if window is not None else 0  # the most keys a query sees
+    if window is not None and seen > window:
+        extra = "one token" if seen == window + 1 else f"{seen - window} tokens"
+        return (f"the step attends over {amount(seen, 'key')} where a window of W = {window} allows {window}: the "
+                f"cache keeps {extra} too many — keep the last W − 1 = {window - 1} before appending the new token "
+                f"(or the last W = {window} after it)")
+    if window is not None and keys < min(stop, window):
+        return (f"the step attends over only {amount(keys, 'key')} where a window of W = {window} needs "
+                f"{min(stop, window)}: the cache keeps too little — keep the last W − 1 = {window - 1} before "
+                f"appending the new token (or the last W = {window} after it)")
+    if keys < stop:
         return (f"the step attends over only {counted(keys)} after {stop}: the cache keeps too little — every earlier "
-                "token's keys and values must stay (or as many as the window needs)")
+                "token's keys and values must stay")
     offset = _mask_offset(step.hidden_cells()[0].all(0)) if window is None and keys == stop else None
     if offset is not None and not offset[0] <= start <= offset[1]:
         return _offset_cause(offset, start, stop, keys, counter)

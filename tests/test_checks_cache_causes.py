@@ -47,8 +47,8 @@ def test_kv_cache_names_a_rolling_window_cache_that_keeps_one_key_too_many():
 def test_kv_cache_still_names_a_rolling_window_cache_that_keeps_too_few():
     check = verdicts(built(um.RollingWindowCache, bug="keeps-window-minus-two"))["kv-cache"]
     assert check.status == "fail" and check.evidence.endswith(
-        "the cache keeps too little: cache_k holds 1 token after 5, where a window of W = 3 needs the last 2 before "
-        "the next token — keep the last W − 1 before appending the new token (or the last W after it)"), check
+        "the step attends over only 2 keys where a window of W = 3 needs 3: the cache keeps too little — keep the "
+        "last W − 1 = 2 before appending the new token (or the last W = 3 after it)"), check
 
 
 # ------------------------------------------------------------------ a position counted twice
@@ -129,7 +129,7 @@ def test_kv_cache_names_a_reset_that_keeps_a_rotary_modules_position_in_words_tr
     assert check.status == "fail", check
     assert check.evidence.startswith(
         "the cached outputs agree with the uncached ones, but the reset forgets the position: pos is 12 after 4 "
-        "tokens of sequence 2, where it should be 4 (the reset left it at 8)"), check
+        "tokens of sequence 2, where it should be 4 (the reset left it at 8; "), check
     assert "rotary scores depend only on the distance i − j" in check.evidence, check
     assert "a later row of the causal mask" not in check.evidence, check
     assert check.evidence.endswith("— set it back to 0 in the reset"), check
