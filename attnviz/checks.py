@@ -6,7 +6,7 @@ which cell, which value, what it should be:
 
 * ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1, as the weights multiply V (a
   softmax over the wrong dimension normalises columns; ``softmax(s) / √d`` shrinks every row; a softmax in float16
-  or bfloat16 rounds them, named so);
+  or bfloat16 rounds them, named so — not SDPA's on float16 or bfloat16 inputs, which runs in float32);
 * ``causal`` — changing the tokens from position j on changes no output before j (skipped for 1 token: nothing
   comes after it, and for a module that is not causal: the evidence says who said so — ``causal=False`` given, the
   module's ``causal`` attribute, or no mask hiding the future — and ``mask-convention`` fails a module that masks
@@ -34,10 +34,11 @@ which cell, which value, what it should be:
   an ``nn.MultiheadAttention`` built without ``batch_first=True`` when setting it for one forward stops the mixing:
   with as many items as tokens no shape shows it);
 * ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
-  the module's own recorded Q, K, V (float32, ≤ 1e-5) — K and V as the module used them (after a grouped-query
-  repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window).  The concatenation is
-  what the module feeds a Linear, or returns, when it computed that from its ``weights @ V`` alone; else (a residual
-  ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
+  the module's own recorded Q, K, V (float32, ≤ 1e-5; Q, K and V the module gave in float16 or bfloat16 — SDPA on
+  ``q.bfloat16()`` — to that dtype's eps × the largest |V|, said so) — K and V as the module used them (after a
+  grouped-query repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window).  The
+  concatenation is what the module feeds a Linear, or returns, when it computed that from its ``weights @ V`` alone;
+  else (a residual ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
 * ``kv-cache`` — for a forward that takes ``use_cache``: two different sequences, each after the module's own
   ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, give the
   uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values`` (``past_key_value``,
@@ -181,11 +182,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     module = tracing.as_module(module)
     dtype = tracing.module_dtype(module)
     if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:  # float16, bfloat16: eps 1e-3, 8e-3
-        name = str(dtype).removeprefix("torch.")
-        raise tracing.TraceError(
-            f"the module's weights are {name}, which holds about {-math.log10(torch.finfo(dtype).eps):.0f} digits: "
-            f"the rules compare outputs to {TOLERANCE:g} and would fail a correct module; check a float32 copy, "
-            "copy.deepcopy(module).float()")
+        raise tracing.TraceError(_half_precision_words(dtype))
     if x is None:
         x = default_input(module)
     elif isinstance(x, str):
@@ -249,6 +246,19 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         hook.remove()
         module.train(was_training)
     return checks
+
+
+def _half_precision_words(dtype: torch.dtype) -> str:
+    """Why a float16 or bfloat16 module is not checked, and what the float32 copy it can be checked as does not show:
+    the rounding of every weight, and in float16 a score past its largest number."""
+    name, finfo = str(dtype).removeprefix("torch."), torch.finfo(dtype)
+    overflow = (f", and a score above {finfo.max:,.0f} overflows to ∞, which makes its row of weights NaN"
+                if finfo.max < 1e6 else "")
+    return (f"the module's weights are {name}, which holds about {-math.log10(finfo.eps):.0f} digits: the rules "
+            f"compare outputs to {TOLERANCE:g} and would fail a correct module. Check a float32 copy, "
+            f"copy.deepcopy(module).float(): it checks the computation, not its precision — in {name} every attention "
+            f"weight is rounded to about {-math.log10(finfo.eps):.0f} digits (a row sums to 1 only within about "
+            f"{finfo.eps:.0g}){overflow}")
 
 
 COMPARES_OUTPUTS = ("causal", "batch-independence", "matches-reference", "kv-cache")  # rules that compare forwards
@@ -1190,6 +1200,13 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
     head_dim = None if width is None else width.head_dim
     check = _matches_reference(recording, attention, causal, scaled=scaled, window=window, head_dim=head_dim)
+    precision = _inputs_precision(attention)
+    if precision is not None and check.status != "skip":
+        name, tolerance = precision
+        check = Check(check.rule, check.status, f"{check.evidence} — the attention runs on {name} Q, K and V, which "
+                      f"hold about {-math.log10(torch.finfo(getattr(torch, name)).eps):.0f} digits, so the rule "
+                      f"allows {tolerance:.2g} ({name}'s eps × the largest |V|), not {TOLERANCE:g}"
+                      + (", and it is off by more" if check.status == "fail" else ""))
     if check.status == "pass" and attention.weights.shape[-1] == 1:  # one key: its weight is 1 whatever the scores
         return Check(check.rule, "pass", check.evidence + " — with 1 token the one weight is 1 whatever the scores, "
                      "so this compares only V and the heads' order: check 2 or more tokens")
@@ -1201,6 +1218,21 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
         follows = "masks the future" if causal else "masks nothing"
         return Check(check.rule, "fail", f"{check.evidence} — the reference {follows}: {stated}")
     return check
+
+
+def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
+    """(the dtype, the tolerance it allows) when the module's recorded Q, K or V are float16 or bfloat16 — SDPA run on
+    ``q.bfloat16()`` in a float32 module: its output holds its inputs' precision, whatever precision it computes in —
+    the dtype's eps × the largest |V| (a weight and the output each round once, by half an eps at most); None when
+    they are float32 or float64."""
+    tensors = [t for t in (attention.queries, attention.keys, attention.values) if t is not None]
+    low = [t.dtype for t in tensors
+           if t.is_floating_point() and torch.finfo(t.dtype).eps > torch.finfo(torch.float32).eps]
+    if not low or attention.values is None:
+        return None
+    dtype = max(low, key=lambda low_dtype: torch.finfo(low_dtype).eps)
+    largest = attention.values.float().abs().max().item()
+    return str(dtype).removeprefix("torch."), max(TOLERANCE, torch.finfo(dtype).eps * largest)
 
 
 def _matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
@@ -1216,7 +1248,8 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     bias = None if slopes is None else slopes[..., None, None] * torch.arange(attention.masked.shape[-1])  # (b,h,1,nk)
     reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window,
                                   bias=bias, head_dim=head_dim)  # (b, h, nq, dv)
-    check = _compared_with(recording, attention, reference)
+    precision = _inputs_precision(attention)
+    check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1])
     if slopes is not None and check.status != "skip":
         return Check(rule, check.status, f"{check.evidence} — with the ALiBi bias the module adds to the scores (a "
                                          "slope per head times the key's position, m·j: the slopes are its own, not "
@@ -1229,9 +1262,10 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     return check
 
 
-def _compared_with(recording: tracing.Recording, attention: tracing.Attention, reference: torch.Tensor) -> Check:
+def _compared_with(recording: tracing.Recording, attention: tracing.Attention, reference: torch.Tensor,
+                   tolerance: float = TOLERANCE) -> Check:
     """matches-reference's comparison of the module's concatenated heads (or output, or context) with ``reference``,
-    the heads' context (b, h, nq, dv) computed from its own Q, K and V."""
+    the heads' context (b, h, nq, dv) computed from its own Q, K and V, to ``tolerance``."""
     rule = "matches-reference"
     if attention.rows_zeroed is not None:  # a head or query mask after the softmax: those rows' context is 0
         reference = reference.masked_fill(attention.rows_zeroed, 0.0)  # (b, h, nq, dv)
@@ -1240,16 +1274,16 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
     if attention.out_proj is not None:  # nn.MultiheadAttention: compare its output after out_proj
         weight, bias = attention.out_proj
         expected = torch.nn.functional.linear(concat, weight, bias)  # (b, nq, E)
-        return _compare(rule, attention.returned, expected, "the output")
+        return _compare(rule, attention.returned, expected, "the output", tolerance=tolerance)
     module_concat = _concat_fed_onwards(recording, attention, concat.shape)
     if module_concat is None:
         context = attention.returned if attention.returned is not None else attention.context
         if context is None:
             return Check(rule, "skip", "the module's context (weights · V) could not be identified")
-        return _compare(rule, context, reference, "the context")
+        return _compare(rule, context, reference, "the context", tolerance=tolerance)
     if h > 1:
-        return _compare(rule, module_concat, concat, "the concatenated heads", equals="equal")
-    return _compare(rule, module_concat, concat, "the context")
+        return _compare(rule, module_concat, concat, "the concatenated heads", equals="equal", tolerance=tolerance)
+    return _compare(rule, module_concat, concat, "the context", tolerance=tolerance)
 
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
@@ -2298,13 +2332,14 @@ def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:
     return None
 
 
-def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str, equals: str = "equals") -> Check:
-    """``what`` (its verb ``equals``: "equal" after a plural) passes within TOLERANCE of ``expected``, else fails
+def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str, equals: str = "equals", *,
+             tolerance: float = TOLERANCE) -> Check:
+    """``what`` (its verb ``equals``: "equal" after a plural) passes within ``tolerance`` of ``expected``, else fails
     naming the largest difference and where it is."""
     actual = actual.float().reshape(expected.shape)
     difference = (actual - expected).abs()  # NaN stays NaN
     worst = difference.nan_to_num(nan=math.inf).max().item()
-    if worst <= TOLERANCE:
+    if worst <= tolerance:
         return Check(rule, "pass", f"{what} {equals} softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V "
                                    f"(largest difference {worst:.1g})")
     index = tuple(int(i) for i in (difference.nan_to_num(nan=math.inf) == worst).nonzero()[0])

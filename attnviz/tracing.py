@@ -7,10 +7,10 @@ and the line of the user's file that made it, and links every output tensor to t
 attention is
 
 * a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
-  the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask) and the
-  scale (a multiply or divide by a number; or one Q or K got before they were viewed, transposed or reshaped into
-  heads, OPT's ``q_proj(x) * scaling``, or before they were rotated, ``rope(q * scale)``) reaches the ``Q @ Kᵀ``
-  matmul; walking forward through a dropout, a cast
+  the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask), a cast
+  to another floating dtype (``softmax(s.half())``) and the scale (a multiply or divide by a number; or one Q or K
+  got before they were viewed, transposed or reshaped into heads, OPT's ``q_proj(x) * scaling``, or before they were
+  rotated, ``rope(q * scale)``) reaches the ``Q @ Kᵀ`` matmul; walking forward through a dropout, a cast
   to the dtype the weights have, a ``where`` that only sets NaN to 0, a head or query mask that zeroes whole rows
   (GPT-2's ``* head_mask``: ``Attention.rows_zeroed``) (or a number the weights are multiplied or divided by: a bug
   that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul; both walks pass a ``view`` /
@@ -18,7 +18,8 @@ attention is
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``) — with a scale q or k got before the call read as
-  the manual path reads it; the module still gets the call's real result.
+  the manual path reads it, and SDPA's in float32 from float16 or bfloat16 inputs, as its kernels compute the scores
+  and the softmax; the module still gets the call's real result.
 
 Today's attention needs nothing special: a grouped-query module's ``Q @ Kᵀ`` operands are the per-head keys
 after its ``repeat_interleave`` (SDPA's ``enable_gqa`` is repeated the same way), a latent module's keys are its
@@ -917,7 +918,8 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
             matmul = current
             break
         unscaled = current.name in _SCALES and _scalar(current) is None
-        if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current) or _regroups(current)):
+        if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current) or _regroups(current)
+                            or _float_cast(current)):
             break
         chain.append(current)
         current = _tensor_parent(current)
@@ -1056,6 +1058,14 @@ def _passes(node: _Node) -> bool:
         return True
     source = first_tensor(node.args)
     return node.name in _CASTS and source is not None and node.out.dtype == source.dtype
+
+
+def _float_cast(node: _Node) -> bool:
+    """A cast from one floating dtype to another (``s.half()`` before the softmax): it rounds the scores, and keeps
+    what they are — the walk back from the softmax reads the scale and Q @ Kᵀ through it."""
+    source = first_tensor(node.args)
+    return (node.name in _CASTS and source is not None and source.is_floating_point()
+            and node.out.is_floating_point())
 
 
 def _regroups(node: _Node) -> bool:
@@ -1467,9 +1477,15 @@ def _as_head_maps(tensor: torch.Tensor) -> torch.Tensor:
 # -------------------------------------------------------------------- calls that hide their weights
 
 def _recomputed_attention(kind, queries, keys, values, hidden, additive, scale, *, is_causal, dropout_p) -> Attention:
-    """The stages of softmax(mask(Q·Kᵀ·scale))·V computed explicitly (tensors (b, h, n, d))."""
-    scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
+    """The stages of softmax(mask(Q·Kᵀ·scale))·V computed explicitly (tensors (b, h, n, d)); SDPA's in float32 from
+    float16 or bfloat16 Q and K, as its kernels compute the scores and the softmax (the Attention keeps Q, K and V in
+    the dtype the module gave them)."""
+    upcast = kind == "sdpa" and queries.dtype in (torch.float16, torch.bfloat16)
+    scores = (queries.float() @ keys.float().transpose(-2, -1) if upcast
+              else queries @ keys.transpose(-2, -1))  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     scaled = scores * scale  # (b, h, nq, nk)
+    if upcast and additive is not None:
+        additive = additive.float()  # (…, nq, nk)
     masked = scaled if additive is None else scaled + additive  # (b, h, nq, nk)
     if hidden is not None:
         masked = masked.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)

@@ -181,5 +181,5 @@ def test_a_half_precision_module_is_refused_with_what_a_float32_copy_does_not_ch
     message = str(caught.value)
     assert "copy.deepcopy(module).float()" in message
     assert "checks the computation, not its precision" in message
-    overflow = "a score past ±65,504 overflows to ∞"
+    overflow = "a score above 65,504 overflows to ∞"
     assert (overflow in message) == (dtype == torch.float16), message
