@@ -1,7 +1,7 @@
 """Helpers the test modules share: ``from helpers.apptest import plotly_figures``, ``from helpers import user_modules``.
 
-* ``apptest`` — what an AppTest run drew (Plotly figures as the browser gets them, attnviz's tables), through
-  AppTest's public API;
+* ``apptest`` — the app in AppTest opened by a link (URL parameters, a page: ``open_app``) and what a run drew
+  (Plotly figures as the browser gets them, attnviz's tables), through AppTest's public API;
 * ``check_table`` — ``attnviz check``'s table of a list of checks at once, what its streamed output adds up to;
 * ``checkpoints`` — Hugging Face GPT-2 models with every LayerNorm and bias randomised, to save as checkpoints;
 * ``malloc`` — glibc's ``mallopt`` and ``malloc_trim`` replaced by recorders (``attnviz.ui.memory``'s tuning);

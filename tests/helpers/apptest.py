@@ -1,5 +1,5 @@
-"""The app under AppTest — opened with URL parameters (:func:`open_app`) — and what a run drew, read through
-AppTest's public API (``at.main``, ``at.sidebar``, ``at.get``).
+"""The app under AppTest — opened by a link, with URL parameters on a page (:func:`open_app`) — and what a run drew,
+read through AppTest's public API (``at.main``, ``at.sidebar``, ``at.get``).
 
 Plotly figures reach the browser as JSON; AppTest hands that JSON back (``chart.proto.spec``).  NumPy arrays
 in it are base64 blobs (``{"dtype", "bdata", "shape"}``), lists otherwise: :func:`decode` reads both.
@@ -17,13 +17,17 @@ APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 120  # seconds a run may take: a session's first run builds a GPT-2-size embedding
 
 
-def open_app(**query):
-    """``app.py`` in AppTest, run once with these URL parameters (``num_heads="4"``, ``text="…"``)."""
+def open_app(page: str | None = None, *, timeout: float = TIMEOUT, **query):
+    """``app.py`` in AppTest as a new session opened by a link: these URL parameters (``num_heads="4"``,
+    ``text="…"``) on ``page`` (a script, ``"pages/steps.py"``; None: the default page, Heads), run once.
+    ``timeout``: the seconds each run may take."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(APP), default_timeout=timeout)
     for key, value in query.items():
         at.query_params[key] = value
+    if page is not None:
+        at.switch_page(page)
     return at.run()
 
 

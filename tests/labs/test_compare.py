@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers.apptest import no_exception, open_app
 from helpers.book import BOOK_V1_WEIGHTS_2, BOOK_V2_WEIGHTS
 from helpers.maps import cells_shown, colour_range, images
 from helpers.runs import ATOL, JOURNEY
@@ -24,7 +24,6 @@ from attnviz.labs import compare
 from attnviz.trace import Trace
 from attnviz.words import amount
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 GREEN = ":green-badge[:material/check_circle: equal · max |Δ| = "
 SHAPES = [  # (d_in, d_out, heads, n)
@@ -382,12 +381,8 @@ CHECKS = 6  # wrapper = MHA, MHA = SDPA, the masking routes, GQA = MHA, SWA = ca
 
 
 def compare_page(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.run()
-    at.switch_page("pages/compare.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app(timeout=TIMEOUT, **query).switch_page("pages/compare.py").run()
+    no_exception(at)
     return at
 
 

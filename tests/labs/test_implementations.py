@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.apptest import no_exception, open_app
 from streamlit.testing.v1 import AppTest
 
 from attnviz import attention
 from attnviz.config import AttentionConfig
 from attnviz.labs import implementations as impl
 
-ROOT = Path(__file__).resolve().parents[2]
 SIZES = [(8, 8, 2), (12, 12, 3), (16, 16, 1), (64, 64, 4)]
 NAMES = (impl.BOOK_MHA, impl.WRAPPER, impl.FUSED, impl.TORCH_MHA, impl.SDPA)  # the Benchmark page's order
 
@@ -113,11 +112,8 @@ def test_timing_rejects_nonsense():
 # --------------------------------------------------------------------------- the page
 
 def benchmark_page(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page("pages/benchmark.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app("pages/benchmark.py", **query)
+    no_exception(at)
     return at
 
 

@@ -8,12 +8,11 @@ import dataclasses
 import difflib
 import inspect
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import no_exception, plotly_figures
+from helpers.apptest import no_exception, open_app, plotly_figures
 from helpers.maps import cells_shown, images
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +26,6 @@ from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.rng import seeded
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 TEXT = "Your journey starts with one step and then another one"
 
@@ -831,11 +829,7 @@ def test_the_overview_table_lists_every_bug_with_both_lines():
 
 
 def page(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.run()
-    return at.switch_page("pages/pitfalls.py").run()
+    return open_app(timeout=TIMEOUT, **query).switch_page("pages/pitfalls.py").run()
 
 
 def leak_verdict(at: AppTest) -> str:
@@ -951,10 +945,7 @@ def test_rotary_pitfalls_at_an_odd_head_dim_say_why_and_the_rest_of_the_page_wor
 
 def link(**query) -> AppTest:
     """A new session opened with a link to the Pitfall lab with these URL parameters."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    return at.switch_page("pages/pitfalls.py").run()
+    return open_app("pages/pitfalls.py", timeout=TIMEOUT, **query)
 
 
 def captions(at: AppTest) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.apptest import decode, no_exception, sidebar_notices
+from helpers.apptest import open_app as app
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models, use_checkpoints, write_checkpoints
 from helpers.maps import cells_shown
@@ -27,7 +28,6 @@ from attnviz.urlstate import DEFAULTS, link_settings
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 NAME = "tiny-gpt2"
 
@@ -48,15 +48,6 @@ def checkpoints(tmp_path_factory) -> Path:
 def environment(checkpoints, monkeypatch):
     use_checkpoints(monkeypatch, checkpoints)
     monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.1)  # the next layer's wait for a browser: AppTest has none
-
-
-def app(page: str | None = None, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    if page is not None:
-        at.switch_page(page)
-    return at.run()
 
 
 def grid(at: AppTest) -> dict:

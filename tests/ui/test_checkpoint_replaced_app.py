@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.apptest import no_exception, page_elements
+from helpers.apptest import no_exception, open_app, page_elements
 from helpers.checkpoints import use_checkpoints
 from streamlit.testing.v1 import AppTest
 
@@ -22,7 +22,6 @@ from attnviz.models import GPTModel
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 TEXT = "My own words stay here"
 BOOK_CONFIG = {"vocab_size": 50257, "context_length": 64, "emb_dim": 64, "n_heads": 4, "n_layers": 2,
@@ -56,9 +55,7 @@ def folder(originals, tmp_path, monkeypatch) -> Path:
 def opened(name: str, page: str) -> AppTest:
     """A session opened on the Heads page with the checkpoint ``name`` chosen (a link naming it), then on ``page``:
     each drawn without a problem."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    at.query_params.update({"weights": name, "text": TEXT})
-    at.run()
+    at = open_app(timeout=TIMEOUT, weights=name, text=TEXT)
     if page != "pages/heads.py":
         at.switch_page(page).run()
     no_exception(at)

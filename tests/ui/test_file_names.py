@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from helpers.apptest import recorded_downloads
-from streamlit.testing.v1 import AppTest
+from helpers.apptest import no_exception, open_app, recorded_downloads
 
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.share import file_name
 
-APP = Path(__file__).resolve().parents[2] / "app.py"
 SAFE = re.compile(r"^attnviz-[a-z0-9]+(-[A-Za-z0-9]+)*$")
 
 
@@ -29,12 +26,8 @@ def test_a_file_name_keeps_letters_digits_and_hyphens_only():
 
 
 def download_names(page: str, **query) -> list[str]:
-    at = AppTest.from_file(str(APP), default_timeout=180)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page(page)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app(page, timeout=180, **query)
+    no_exception(at)
     return [json.loads(chart.proto.config)["toImageButtonOptions"]["filename"] for chart in at.get("plotly_chart")]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode, recorded_spinners
+from helpers.apptest import decode, no_exception, open_app, recorded_spinners
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
@@ -24,7 +24,6 @@ from attnviz.words import markdown_escape
 
 pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
 NAME = "tiny-gpt2"
 TEXT = "The cat sat on the mat. The cat"
@@ -42,11 +41,8 @@ def environment(checkpoints, monkeypatch):
 
 
 def page(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page("pages/generate.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app("pages/generate.py", timeout=TIMEOUT, **query)
+    no_exception(at)
     return at
 
 

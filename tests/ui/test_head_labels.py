@@ -6,12 +6,12 @@ that the label the learner reads is the one the definition gives."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from helpers.apptest import decode
+from helpers.apptest import open_app as app
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models
 from helpers.maps import cells_shown
@@ -20,8 +20,6 @@ from streamlit.testing.v1 import AppTest
 from attnviz import head_types, models, weights
 from attnviz.ui import head_labels
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 120
 SESSION = "head-labels-session"
 TEXT = "one two three four five six seven"  # 7 GPT-2 tokens
 
@@ -67,13 +65,6 @@ def test_the_hand_built_model_has_the_previous_token_head_it_was_built_with():
     whole = head_types.score_heads(maps, tokens, every_row=True)  # TransformerLens' whole map: row 0 counts
     assert whole["previous_token"][0, 0] == pytest.approx(10 / 11, abs=1e-3)
     assert scores["previous_token"][1].max() < head_types.LABEL_THRESHOLD
-
-
-def app(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    return at.run()
 
 
 def type_table(at: AppTest):

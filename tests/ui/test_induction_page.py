@@ -5,11 +5,9 @@ The numbers on the page are checked against attnviz.labs.induction / head_types 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from helpers.apptest import decode
+from helpers.apptest import decode, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models
 from helpers.maps import cells_shown
@@ -23,17 +21,13 @@ from attnviz.ui.induction import CHECKPOINT_CAUSAL, NO_LOSS, window_caption
 
 NOT_NAMED = "No head is named a type here: these heads see the future"
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 SESSION = "induction-lab-session"
 
 
 def lab(**query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page("pages/induction.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app("pages/induction.py", timeout=TIMEOUT, **query)
+    no_exception(at)
     return at
 
 

@@ -3,11 +3,9 @@ page's knock-out, value-weighted map, rollout and logit lens; the book's classes
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from helpers.apptest import decode
+from helpers.apptest import decode, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
@@ -16,18 +14,13 @@ from attnviz import models, weights
 from attnviz.head_types import repeated_random_tokens
 from attnviz.tokens import encode, pieces
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
 TEXT = "The cat sat on the mat. The cat sat on the"
 
 
 def app(page: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page(page)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app(page, timeout=TIMEOUT, **query)
+    no_exception(at)
     return at
 
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers.apptest import no_exception
+from helpers.apptest import no_exception, open_app
 from streamlit.testing.v1 import AppTest
 
 from attnviz import user_code
@@ -25,12 +25,8 @@ def listed(monkeypatch):
 
 
 def app(name: str, page: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in {"variant": f"Your module: {name}", "d_in": "16", "d_out": "16", "num_heads": "1",
-                       **query}.items():
-        at.query_params[key] = value
-    at.switch_page(page)
-    return at.run()
+    return open_app(page, timeout=TIMEOUT,
+                    **{"variant": f"Your module: {name}", "d_in": "16", "d_out": "16", "num_heads": "1", **query})
 
 
 def words(at: AppTest) -> str:

@@ -4,15 +4,13 @@ pages, their sidebar settings, and hostile URL values (a notice, never an except
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from helpers.apptest import no_exception, sidebar_notices
+from helpers.apptest import no_exception, open_app, sidebar_notices
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
 TEXT = "Your journey starts with one step"
 RUNS = {  # URL parameters of each run
@@ -26,12 +24,7 @@ RUNS = {  # URL parameters of each run
 
 
 def app(page: str | None = None, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in {"text": TEXT, **query}.items():
-        at.query_params[key] = value
-    if page is not None:
-        at.switch_page(page)
-    return at.run()
+    return open_app(page, timeout=TIMEOUT, **{"text": TEXT, **query})
 
 
 def test_the_tokens_page_with_rotary_positions_draws_no_empty_position_table_and_says_why():

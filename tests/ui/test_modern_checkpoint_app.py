@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.apptest import decode, no_exception, plotly_figures
+from helpers.apptest import decode, no_exception, open_app, plotly_figures
 from helpers.checkpoints import book_modern_cfg, random_modern_gpt, use_checkpoints
 from streamlit.testing.v1 import AppTest
 
@@ -37,11 +37,7 @@ def environment(checkpoints, monkeypatch):
 
 
 def app(name: str, page: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    at.query_params.update(weights=name, text=TEXT)
-    if page is not None:
-        at.switch_page(page)
-    return at.run()
+    return open_app(page, timeout=TIMEOUT, weights=name, text=TEXT)
 
 
 def shown(at: AppTest) -> list[str]:

@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.apptest import no_exception
+from helpers.apptest import no_exception, open_app
 from streamlit.testing.v1 import AppTest
 
 from attnviz import time_limit, user_code
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 LIMIT = 0.5  # time_limit.SECONDS in these tests (a minute in the app)
 LABEL = "Your module: SlowStart"
@@ -89,10 +88,7 @@ def constructor_calls(monkeypatch) -> list[str]:
 
 def session(**query) -> AppTest:
     """A new browser session opened on the module (a link naming it)."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in {"variant": LABEL, "d_in": "64", "d_out": "64", "num_heads": "4", **query}.items():
-        at.query_params[key] = value
-    return at.run()
+    return open_app(timeout=TIMEOUT, **{"variant": LABEL, "d_in": "64", "d_out": "64", "num_heads": "4", **query})
 
 
 def unescaped(elements) -> str:

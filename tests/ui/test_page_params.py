@@ -357,20 +357,12 @@ def test_the_generate_pages_link_carries_new_tokens_on_the_first_run_after_comin
 
 # ---------------------------------------------------------------------- Compare, the Pitfall lab, the Induction lab
 
-def open_page(script: str, **query) -> AppTest:
-    """A new session opened with a link to ``script`` with these URL parameters."""
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    return at.switch_page(script).run()
-
-
 def map_titles(at) -> list[str]:
     return [fig["layout"]["title"]["text"] for fig in figures(at) if fig["layout"].get("title", {}).get("text")]
 
 
 def test_a_link_opens_the_compare_pages_heatmap_choice():
-    at = open_page("pages/compare.py", map="mean over heads")
+    at = open_app("pages/compare.py", map="mean over heads")
     no_exception(at)
     assert at.segmented_control(key="compare_map").value == "mean over heads"
     assert any("weights, mean of 12 heads" in title for title in map_titles(at))
@@ -379,7 +371,7 @@ def test_a_link_opens_the_compare_pages_heatmap_choice():
 
 
 def test_a_link_opens_the_pitfall_labs_bug_and_token():
-    at = open_page("pages/pitfalls.py", bug="softmax_dim", token="1")
+    at = open_app("pages/pitfalls.py", bug="softmax_dim", token="1")
     no_exception(at)
     assert at.segmented_control(key="pitfalls_bug").value == "softmax_dim"
     assert at.select_slider(key="pitfalls_token").value == 1
@@ -391,7 +383,7 @@ def test_a_link_opens_the_pitfall_labs_bug_and_token():
 
 
 def test_a_link_opens_the_induction_labs_length_seed_and_head():
-    at = open_page("pages/induction.py", weights="bundled model", T="12", token_seed="7", map_layer="0", head="1")
+    at = open_app("pages/induction.py", weights="bundled model", T="12", token_seed="7", map_layer="0", head="1")
     no_exception(at)
     assert at.number_input(key="induction_T").value == 12
     assert at.number_input(key="induction_seed").value == 7
@@ -405,7 +397,7 @@ def test_a_link_opens_the_induction_labs_length_seed_and_head():
 
 
 def test_a_link_to_a_layer_the_model_lacks_opens_the_induction_labs_best_head():
-    at = open_page("pages/induction.py", weights="bundled model", map_layer="2")
+    at = open_app("pages/induction.py", weights="bundled model", map_layer="2")
     no_exception(at)
     assert ("The link's map_layer='2' is not a layer of this 2-layer model (0 … 1): showing the best head's layer."
             in main_warnings(at))
@@ -449,7 +441,7 @@ SHOWN = {  # what a lab's widgets show, as its URL parameters write it
     ("pages/induction.py", {"head": "one"}, "is not a head of this layer", {}),
 ])
 def test_a_bad_value_in_a_labs_link_gives_a_notice_in_words_and_the_default(script, query, notice, defaults):
-    at = open_page(script, **query)
+    at = open_app(script, **query)
     no_exception(at)
     assert notice in main_warnings(at)
     shown = SHOWN[script](at)
@@ -469,7 +461,7 @@ def test_a_labs_parameter_the_link_repeats_uses_the_last():
 
 
 def test_a_labs_notice_goes_when_the_user_sets_its_widget():
-    at = open_page("pages/pitfalls.py", bug="nonsense", token="40")
+    at = open_app("pages/pitfalls.py", bug="nonsense", token="40")
     at.segmented_control(key="pitfalls_bug").set_value("masked_fill").run()
     no_exception(at)
     assert "bug='nonsense'" not in main_warnings(at) and "token='40'" in main_warnings(at)
@@ -490,7 +482,7 @@ def test_a_labs_notice_goes_when_the_user_sets_its_widget():
 def test_a_labs_share_link_follows_the_user_also_on_the_first_run_after_coming_back(script, change, expected):
     """What the user sets goes to the URL and the Share link of that run; the page left and come back to (its page
     link carries the settings only) links it on that very run; a new session opened with the link shows it."""
-    at = open_page(script, weights="bundled model")
+    at = open_app(script, weights="bundled model")
     change(at)
     at.run()
     no_exception(at)
@@ -516,7 +508,7 @@ PROMPT = "The cat sat on the mat. The cat"
 
 
 def test_a_link_opens_the_generate_pages_step_layer_and_head():
-    at = open_page("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", step="3",
+    at = open_app("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", step="3",
                    map_layer="1", head="1")
     no_exception(at)
     assert any(md.value.startswith("**Step 3 of 5**") for md in at.main.markdown)
@@ -534,7 +526,7 @@ def test_a_link_opens_the_generate_pages_step_layer_and_head():
     ({"head": "-1"}, "The link's head='-1' is not a head of this 2-head model (0 … 1): showing head 0."),
 ])
 def test_a_bad_step_layer_or_head_in_generates_link_gives_a_notice_and_the_default(query, notice):
-    at = open_page("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", **query)
+    at = open_app("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", **query)
     no_exception(at)
     assert notice in main_warnings(at)
     assert any(md.value.startswith("**Step 0 of 5**") for md in at.main.markdown)
@@ -544,7 +536,7 @@ def test_a_bad_step_layer_or_head_in_generates_link_gives_a_notice_and_the_defau
 
 
 def test_generates_step_follows_step_and_prefill_and_keeps_the_url_while_playing():
-    at = open_page("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", step="9")
+    at = open_app("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", step="9")
     at.button(key="generate_next").click().run()
     no_exception(at)
     assert url(at, "step") == "1" and "step=1" in share_link(at)
@@ -560,12 +552,12 @@ def test_generates_step_follows_step_and_prefill_and_keeps_the_url_while_playing
 
 
 def test_a_link_opens_generates_random_gpt_and_a_bad_one_gives_a_notice():
-    at = open_page("pages/generate.py", text=PROMPT, new_tokens="3", random="mla", step="2")
+    at = open_app("pages/generate.py", text=PROMPT, new_tokens="3", random="mla", step="2")
     no_exception(at)
     assert at.selectbox(key="generate_random").value == "mla"
     assert any(md.value.startswith("**Step 2 of 3**") for md in at.main.markdown)
     assert "random=mla" in share_link(at) and "step=2" in share_link(at)
-    bad = open_page("pages/generate.py", text=PROMPT, variant="gqa", random="../gqa")
+    bad = open_app("pages/generate.py", text=PROMPT, variant="gqa", random="../gqa")
     no_exception(bad)
     assert ("The link's random='../gqa' is not a random GPT this page offers (none, mha, gqa, mqa, mla, swa): "
             "using the sidebar's attention if it is a bonus one, else none.") in main_warnings(bad)
@@ -576,7 +568,7 @@ def test_a_link_opens_generates_random_gpt_and_a_bad_one_gives_a_notice():
 
 
 def test_a_link_opens_the_induction_labs_knockouts():
-    at = open_page("pages/induction.py", weights="bundled model", knockout="L1H1,L0H0,L1H1")
+    at = open_app("pages/induction.py", weights="bundled model", knockout="L1H1,L0H0,L1H1")
     no_exception(at)
     assert at.multiselect(key="induction_knockout").value == ["L1H1", "L0H0"]  # the link's order, each once
     assert not at.main.warning
@@ -590,13 +582,13 @@ def test_a_link_opens_the_induction_labs_knockouts():
 
 
 def test_a_knockout_link_naming_heads_the_model_lacks_keeps_the_heads_it_has_and_says_which_went():
-    at = open_page("pages/induction.py", weights="bundled model", knockout="L1H0,L9H9")  # the lab's choice: L0H0
+    at = open_app("pages/induction.py", weights="bundled model", knockout="L1H0,L9H9")  # the lab's choice: L0H0
     no_exception(at)
     assert ("The link's knockout='L1H0,L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
             "L1H1): knocking out L1H0 only.") in main_warnings(at)
     assert at.multiselect(key="induction_knockout").value == ["L1H0"]
     assert url(at, "knockout") == "L1H0" and "knockout=L1H0" in share_link(at)
-    several = open_page("pages/induction.py", weights="bundled model", knockout="L9H9,L1H1,,x,L0H0")
+    several = open_app("pages/induction.py", weights="bundled model", knockout="L9H9,L1H1,,x,L0H0")
     no_exception(several)
     assert ("The link's knockout='L9H9,L1H1,,x,L0H0' names 'L9H9' and 'x', none of which is a head of this model "
             "(L0H0, L0H1, L1H0, L1H1): knocking out L1H1, L0H0 only.") in main_warnings(several)
@@ -607,13 +599,13 @@ def test_a_knockout_link_naming_heads_the_model_lacks_keeps_the_heads_it_has_and
 
 
 def test_a_knockout_link_naming_no_head_of_the_model_gives_a_notice_and_the_labs_choice():
-    at = open_page("pages/induction.py", weights="bundled model", knockout="L9H9")
+    at = open_app("pages/induction.py", weights="bundled model", knockout="L9H9")
     no_exception(at)
     assert ("The link's knockout='L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
             "L1H1): knocking out L") in main_warnings(at)
     chosen = at.multiselect(key="induction_knockout").value
     assert len(chosen) == 1 and url(at, "knockout") is None  # the lab's choice, its default: left out
-    book = open_page("pages/induction.py", knockout="L0H0")  # the book's classes: no knock-outs, none linked
+    book = open_app("pages/induction.py", knockout="L0H0")  # the book's classes: no knock-outs, none linked
     no_exception(book)
     assert url(book, "knockout") is None and "knockout" not in share_link(book)
 
@@ -636,7 +628,7 @@ def test_an_entry_of_the_browsers_history_shows_the_view_it_was():
 def test_an_entry_of_another_page_after_a_reload_shows_that_pages_view():
     """After a reload (a new session) on the Pitfall lab, Back to the Compare page's entry: its map is read as a
     link's, not dropped as a value another page left."""
-    at = open_page("pages/pitfalls.py", bug="softmax_dim")
+    at = open_app("pages/pitfalls.py", bug="softmax_dim")
     at.query_params["map"] = "mean over heads"  # Back: the Compare page's entry
     del at.query_params["bug"]
     at.switch_page("pages/compare.py").run()
@@ -648,11 +640,11 @@ def test_a_labs_head_left_at_its_default_follows_the_best_head_of_a_new_t_and_se
     """The Induction lab's head defaults to the run's best head. Left there, it follows the best head of a new T or
     seed — the one a new session opened with that T and seed shows — out of the URL (no old best head written into
     it, no new entry of the browser's history), until the user picks one."""
-    at = open_page("pages/induction.py", weights="bundled model")
+    at = open_app("pages/induction.py", weights="bundled model")
     for key, value in (("induction_T", 2), ("induction_seed", 7), ("induction_T", 5)):  # best heads: 0, 0, 1
         at.number_input(key=key).set_value(value).run()
         no_exception(at)
-        fresh = open_page("pages/induction.py", weights="bundled model",
+        fresh = open_app("pages/induction.py", weights="bundled model",
                           T=str(at.number_input(key="induction_T").value),
                           token_seed=str(at.number_input(key="induction_seed").value))
         assert at.selectbox(key="induction_head").value == fresh.selectbox(key="induction_head").value
@@ -669,7 +661,7 @@ def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds
     """The Train page's own settings are in its URL and its Share link — its steps and seed, named also at their
     defaults, and none of the attention settings, which do not apply to it — and a link opens them; the link says it
     holds no trained model.  They stay on their page."""
-    at = open_page("pages/train.py", train_steps="500", train_seed="3", num_heads="4")
+    at = open_app("pages/train.py", train_steps="500", train_seed="3", num_heads="4")
     no_exception(at)
     assert at.number_input(key="train_steps").value == 500 and at.number_input(key="train_seed").value == 3
     assert link_query(at) == {"train_steps": "500", "train_seed": "3"}
@@ -696,7 +688,7 @@ def live_train_steps() -> str:
     ({"train_seed": "x"}, "The link's train_seed='x' is not a training seed"),
 ])
 def test_a_bad_train_setting_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
-    at = open_page("pages/train.py", **query)
+    at = open_app("pages/train.py", **query)
     no_exception(at)
     assert notice in main_warnings(at)
     assert at.number_input(key="train_steps").value == int(live_train_steps())

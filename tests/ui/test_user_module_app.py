@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import streamlit as st
 import torch
-from helpers.apptest import no_exception, recorded_spinners
+from helpers.apptest import no_exception, open_app, recorded_spinners
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -35,12 +35,7 @@ def listed(monkeypatch):
 
 
 def app(page: str | None = None, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
-    for key, value in {"variant": LABEL, "d_in": "64", "d_out": "64", "num_heads": "4", **query}.items():
-        at.query_params[key] = value
-    if page:
-        at.switch_page(page)
-    return at.run()
+    return open_app(page, timeout=TIMEOUT, **{"variant": LABEL, "d_in": "64", "d_out": "64", "num_heads": "4", **query})
 
 
 def warnings(at: AppTest) -> list[str]:
