@@ -46,6 +46,13 @@ def main_warnings(at) -> str:
     return " ".join(w.value for w in at.main.warning).replace("\\", "")
 
 
+def share_link(at) -> str:
+    """The URL of the sidebar's Share link ("Link to this view": the code block that holds a query)."""
+    links = [code.value for code in at.sidebar.code if "?" in code.value]
+    assert links, "no Share link in the sidebar"
+    return links[0]
+
+
 def decode(array) -> np.ndarray:
     """Plotly's JSON array: a list, or {"dtype", "bdata", "shape"} for NumPy arrays."""
     if isinstance(array, dict):

@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 import pytest
-from helpers.apptest import no_exception, open_app
+from helpers.apptest import no_exception, open_app, share_link
 from helpers.apptest import plotly_figures as figures
 from helpers.book import BOOK_V2_WEIGHTS
 from helpers.maps import cells_shown
@@ -113,7 +113,7 @@ def test_a_seed_set_after_the_book_size_stays_and_every_link_round_trips():
     at.sidebar.selectbox(key="variant").set_value("self_attention_v2").run()
     at.sidebar.selectbox(key="preset").set_value("book").run()
     url = {key: value[-1] if isinstance(value, list) else value for key, value in at.query_params.items()}
-    share = next(code.value for code in at.sidebar.code if "?" in code.value)
+    share = share_link(at)
     for query in (url, dict(parse_qsl(share.split("?", 1)[1]))):
         opened = open_app(**query)
         no_exception(opened)

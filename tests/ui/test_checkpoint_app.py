@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode, no_exception, sidebar_notices
+from helpers.apptest import decode, no_exception, share_link, sidebar_notices
 from helpers.apptest import open_app as app
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models, use_checkpoints, write_checkpoints
@@ -507,7 +507,7 @@ def test_the_heads_pages_layer_selectbox_is_drawn_once_and_the_link_follows_the_
     labels = [widget.label for widget in at.sidebar.selectbox]
     assert labels[:3] == ["Weights", "Layer", "Attention variant"] and labels.count("Layer") == 1
     assert at.query_params["layer"] == "2"
-    link = next(code.value for code in at.sidebar.code if "?" in code.value)
+    link = share_link(at)
     assert "layer=2" in link and f"weights={NAME}" in link
     assert f"{NAME} · layer 2 of 3" in at.caption[0].value
     assert focused(at)["layout"]["title"]["text"].startswith("head 0")

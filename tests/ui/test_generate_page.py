@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode, no_exception, open_app, recorded_spinners
+from helpers.apptest import decode, no_exception, open_app, recorded_spinners, share_link
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
@@ -183,7 +183,7 @@ def test_the_new_tokens_follow_the_url_and_a_reload_shows_the_same_view():
     at.number_input(key="generate_new").set_value(7).run()
     assert not at.exception
     assert at.query_params["new_tokens"] in ("7", ["7"])
-    share = next(c.value for c in at.sidebar.code if "?" in c.value)
+    share = share_link(at)
     assert "new_tokens=7" in share  # the link to this view says so too
     reloaded = page(**{key: value if isinstance(value, str) else value[0] for key, value in at.query_params.items()})
     assert reloaded.number_input(key="generate_new").value == 7

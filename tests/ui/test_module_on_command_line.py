@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.apptest import no_exception, open_app
+from helpers.apptest import no_exception, open_app, share_link
 from streamlit.testing.v1 import AppTest
 
 from attnviz import user_code, variants
@@ -44,7 +44,7 @@ def test_the_app_opens_on_the_module_named_on_the_command_line_and_leaves_it_out
     assert at.sidebar.selectbox(key="variant").value == label()
     assert "MultiHeadAttention" in drawn_text(at) and "your code, traced" in drawn_text(at)
     assert "variant" not in url(at)  # what the app opens on: a URL without it means it
-    share = next(code.value for code in at.sidebar.code if "?" in code.value)
+    share = share_link(at)
     assert "variant=Your+module%3A+MultiHeadAttention" in share  # the Share link names every setting
 
 

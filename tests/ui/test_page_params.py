@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, follow_link, main_warnings, no_exception, open_app
+from helpers.apptest import APP, TIMEOUT, follow_link, main_warnings, no_exception, open_app, share_link
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -22,10 +22,6 @@ LONG = " ".join(["the cat sat on the mat"] * 60)  # 360 tokens: a 256 × 256 win
 def focused_title(at) -> str:
     return next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("head "))["layout"]["title"][
         "text"]
-
-
-def share_link(at) -> str:
-    return next(code.value for code in at.sidebar.code if "?" in code.value)
 
 
 def link_query(at) -> dict[str, str]:

@@ -6,7 +6,7 @@ reload."""
 from __future__ import annotations
 
 import pytest
-from helpers.apptest import follow_link, no_exception, open_app
+from helpers.apptest import follow_link, no_exception, open_app, share_link
 from streamlit.testing.v1 import AppTest
 
 app = open_app
@@ -47,7 +47,7 @@ def test_a_link_that_names_every_setting_is_not_rewritten_and_the_share_link_nam
         at = app(**shared)
         no_exception(at)
         assert url(at) == list(shared.items())
-        link = next(code.value for code in at.sidebar.code if "?" in code.value)
+        link = share_link(at)
         assert [part.split("=")[0] for part in link.split("?", 1)[1].split("&")] == [*applying_settings(values),
                                                                                      "head"]
 
@@ -70,7 +70,7 @@ def link_text(at: AppTest) -> str | None:
     """The text the sidebar's Share link holds (None: none)."""
     import urllib.parse
 
-    link = next(code.value for code in at.sidebar.code if "?" in code.value)
+    link = share_link(at)
     return urllib.parse.parse_qs(link.split("?", 1)[1]).get("text", [None])[-1]
 
 
@@ -116,7 +116,7 @@ def share_link_params(at: AppTest) -> dict[str, str]:
     """The Share link's parameters (each one's last value)."""
     import urllib.parse
 
-    link = next(code.value for code in at.sidebar.code if "?" in code.value)
+    link = share_link(at)
     return dict(urllib.parse.parse_qsl(link.split("?", 1)[1], keep_blank_values=True))
 
 
