@@ -2,8 +2,9 @@
 
 Browser tests (everything under tests/browser/) are marked ``slow`` here; training and notebook tests, and the
 few that start a fresh Python importing the whole app (Streamlit, torch, pandas), carry the mark themselves.
-Shared helpers live in the ``helpers`` package (tests/helpers/).  ``ATTNVIZ_RAISE_RULE_ERRORS=1`` is set here: a rule
-whose own code raises in ``check_module`` raises in the tests instead of becoming a skip.
+Shared helpers live in the ``helpers`` package (tests/helpers/); the fixtures more than one test module uses, here
+(the browser suite's, in tests/browser/conftest.py).  ``ATTNVIZ_RAISE_RULE_ERRORS=1`` is set here: a rule whose own
+code raises in ``check_module`` raises in the tests instead of becoming a skip.
 """
 
 from __future__ import annotations
@@ -24,3 +25,17 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if BROWSER in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def checkpoint_environment(checkpoints, monkeypatch):
+    """The app in AppTest lists the folder of the test module's own ``checkpoints`` fixture and nothing else
+    (``helpers.checkpoints.use_checkpoints``), and the work a run leaves for later (the next layer) waits 0.1 s for
+    the browser to draw (``background.BROWSER_DRAWS_S``): AppTest has none.  A module uses it with
+    ``pytestmark = pytest.mark.usefixtures("checkpoint_environment")``."""
+    from helpers.checkpoints import use_checkpoints
+
+    from attnviz import background
+
+    use_checkpoints(monkeypatch, checkpoints)
+    monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.1)

@@ -75,6 +75,15 @@ def plotly_figures(at) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in charts]
 
 
+def figure(at, title: str) -> dict:
+    """The first figure of :func:`plotly_figures` whose title holds ``title`` ("KV cache of", "head 0: weights")."""
+    drawn = plotly_figures(at)
+    titles = [fig["layout"].get("title", {}).get("text", "") for fig in drawn]
+    found = next((fig for fig, text in zip(drawn, titles) if title in text), None)
+    assert found is not None, f"no figure titled {title!r} among {titles}"
+    return found
+
+
 def recorded_spinners(monkeypatch) -> list[tuple[str, bool]]:
     """The (text, show_time) of every ``st.spinner`` the app opens from now on (AppTest does not keep spinners)."""
     import streamlit

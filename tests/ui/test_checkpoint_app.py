@@ -18,7 +18,7 @@ import torch
 from helpers.apptest import decode, no_exception, share_link, sidebar_notices
 from helpers.apptest import open_app as app
 from helpers.apptest import plotly_figures as figures
-from helpers.checkpoints import own_session_models, use_checkpoints, write_checkpoints
+from helpers.checkpoints import own_session_models, write_checkpoints
 from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
@@ -44,10 +44,7 @@ def checkpoints(tmp_path_factory) -> Path:
     return write_checkpoints(tmp_path_factory.mktemp("checkpoints"), NAME, hf, broken=True)
 
 
-@pytest.fixture(autouse=True)
-def environment(checkpoints, monkeypatch):
-    use_checkpoints(monkeypatch, checkpoints)
-    monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.1)  # the next layer's wait for a browser: AppTest has none
+pytestmark = pytest.mark.usefixtures("checkpoint_environment")  # the app lists ``checkpoints`` (tests/conftest.py)
 
 
 def grid(at: AppTest) -> dict:

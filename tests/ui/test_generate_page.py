@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode, no_exception, open_app, recorded_spinners, share_link
-from helpers.apptest import plotly_figures as figures
+from helpers.apptest import decode, figure, no_exception, open_app, recorded_spinners, share_link
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
@@ -50,10 +49,6 @@ def step(at: AppTest) -> AppTest:
     at.button(key="generate_next").click().run()
     assert not at.exception, [e.value for e in at.exception]
     return at
-
-
-def figure(at: AppTest, title_part: str) -> dict:
-    return next(f for f in figures(at) if title_part in f["layout"].get("title", {}).get("text", ""))
 
 
 def greedy(model, ids: list[int], new: int) -> list[int]:

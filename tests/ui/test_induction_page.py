@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.apptest import decode, no_exception, open_app
+from helpers.apptest import decode, figure, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models
 from helpers.maps import cells_shown
@@ -29,10 +29,6 @@ def lab(**query) -> AppTest:
     at = open_app("pages/induction.py", timeout=TIMEOUT, **query)
     no_exception(at)
     return at
-
-
-def figure(at: AppTest, title_start: str) -> dict:
-    return next(f for f in figures(at) if f["layout"].get("title", {}).get("text", "").startswith(title_start))
 
 
 def stripe_of(fig: dict) -> dict:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.apptest import decode, no_exception, open_app
-from helpers.apptest import plotly_figures as figures
+from helpers.apptest import decode, figure, no_exception, open_app
 from helpers.maps import cells_shown
 from streamlit.testing.v1 import AppTest
 
@@ -22,10 +21,6 @@ def app(page: str, **query) -> AppTest:
     at = open_app(page, timeout=TIMEOUT, **query)
     no_exception(at)
     return at
-
-
-def figure(at: AppTest, title_start: str) -> dict:
-    return next(f for f in figures(at) if f["layout"].get("title", {}).get("text", "").startswith(title_start))
 
 
 def test_the_induction_lab_knocks_out_each_head_and_any_heads_together():

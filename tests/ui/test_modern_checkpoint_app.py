@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.apptest import decode, no_exception, open_app, plotly_figures
-from helpers.checkpoints import book_modern_cfg, random_modern_gpt, use_checkpoints
+from helpers.checkpoints import book_modern_cfg, random_modern_gpt
 from streamlit.testing.v1 import AppTest
 
-from attnviz import background, tokens, weights
+from attnviz import tokens, weights
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 180
@@ -30,10 +30,7 @@ def checkpoints(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(autouse=True)
-def environment(checkpoints, monkeypatch):
-    use_checkpoints(monkeypatch, checkpoints)
-    monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.1)
+pytestmark = pytest.mark.usefixtures("checkpoint_environment")  # the app lists ``checkpoints`` (tests/conftest.py)
 
 
 def app(name: str, page: str | None = None) -> AppTest:

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.apptest import decode, no_exception, plotly_figures
-from helpers.checkpoints import use_checkpoints
 from helpers.window_cache import scheduled_window_bytes
 from streamlit.testing.v1 import AppTest
 
-from attnviz import background, kv_cache, kv_cache_bytes, models, tokens
+from attnviz import kv_cache, kv_cache_bytes, models, tokens
 from attnviz.models.gpt import RANDOM_GPT_CONFIG, random_gpt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,10 +43,7 @@ def checkpoints(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(autouse=True)
-def environment(checkpoints, monkeypatch):
-    use_checkpoints(monkeypatch, checkpoints)
-    monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.1)
+pytestmark = pytest.mark.usefixtures("checkpoint_environment")  # the app lists ``checkpoints`` (tests/conftest.py)
 
 
 def shown(at: AppTest) -> list[str]:
