@@ -7,6 +7,7 @@ import urllib.parse
 
 import pytest
 from helpers.browser import REPO, assert_no_exception, expect, save_screenshot, start_server, wait_idle
+from helpers.check_table import ALL_PASS, RULE_COUNT
 
 pytestmark = pytest.mark.browser
 
@@ -34,7 +35,7 @@ def test_the_first_request_draws_the_module_and_its_checks(page, server):
     expect(main.locator("h1")).to_contain_text("Attention heads")
     expect(main).to_contain_text("CausalSelfAttention, 4 heads × 16 · your code, traced")
     expect(main).to_contain_text("Check CausalSelfAttention")
-    expect(main).to_contain_text("All 9 rules pass or do not apply.")
+    expect(main).to_contain_text(ALL_PASS)
     rules = main.get_by_test_id("stTable").filter(has_text="evidence")
     expect(rules).to_contain_text("the hidden cells are exactly the future (above the diagonal)")  # read whole
     assert rules.evaluate("t => t.scrollWidth <= t.clientWidth + 1")  # wrapped, not cut off or scrolled
@@ -100,8 +101,8 @@ def test_stop_the_check_keeps_the_rules_done_and_the_others_run_when_asked(page,
         expect(main.get_by_text("The check stopped after")).to_be_visible(timeout=10_000)
         wait_idle(page)
         assert_no_exception(page)
-        assert "All 9 rules" not in main.inner_text()
+        assert f"All {RULE_COUNT} rules" not in main.inner_text()
         main.get_by_role("button", name="Check the other").click()
-        expect(main.get_by_text("All 9 rules pass or do not apply.")).to_be_visible(timeout=120_000)
+        expect(main.get_by_text(ALL_PASS)).to_be_visible(timeout=120_000)
         expect(main.get_by_text("The check stopped after")).to_have_count(0)
         save_screenshot(page, "user-module-check-resumed")

@@ -1,9 +1,24 @@
 """``attnviz check``'s whole table for a list of checks at once: every rule's row, then the summary line — what the
-command's streamed output (``cli.CheckReport``) should add up to."""
+command's streamed output (``cli.CheckReport``) should add up to — and the counts of rules the summaries and status
+lines say, from ``checks.RULES``: a new rule changes no test that counts them."""
 
 from __future__ import annotations
 
 from attnviz import cli
+from attnviz.checks import RULES
+
+RULE_COUNT = len(RULES)
+ALL_PASS = f"All {RULE_COUNT} rules pass or do not apply."  # the summary of a check every rule passes or skips
+
+
+def rules_fail(failed: int) -> str:
+    """The summary of a whole check ``failed`` rules fail: "1 of 9 rules fail."."""
+    return f"{failed} of {RULE_COUNT} rules fail."
+
+
+def place(rule: str) -> str:
+    """Where ``rule`` comes in a whole check, as its status line says it: "2 of 9" for causal."""
+    return f"{RULES.index(rule) + 1} of {RULE_COUNT}"
 
 
 def check_table(checks, width: int | None = None) -> str:
