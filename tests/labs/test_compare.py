@@ -466,10 +466,11 @@ def test_mean_over_heads_is_said_in_the_titles():
     assert sum("single head" in t for t in titles(at)) == len(variants.VARIANTS) - multi
 
 
-def test_non_causal_and_single_head_variant_in_the_sidebar():
+def test_a_non_causal_single_head_class_in_the_sidebar_leaves_the_maps_unmasked_and_the_heads_the_sidebars():
     at = compare_page(variant="self_attention_v2", causal="false")
     assert len(map_figures(at)) == len(variants.VARIANTS)
-    assert all(b.startswith(GREEN) for b in badges(at))
+    found = badges(at)
+    assert len(found) == CHECKS and all(b.startswith(GREEN) for b in found), found  # every card drawn, each equal
     assert any("is_causal=False" in m.value for m in at.markdown)
     assert "12 heads of 64" in at.caption[0].value  # the sidebar's heads, though v2 itself has one
     window = variants.get(variants.SWA).label  # a sliding window masks whatever the causal setting
@@ -484,7 +485,8 @@ def test_long_text_page_says_it_compares_the_first_256_tokens():
     assert any("first 256" in info.value for info in at.info)
     assert "256 tokens" in at.caption[0].value
     assert len(map_figures(at)) == len(variants.VARIANTS)
-    assert all(b.startswith(GREEN) for b in badges(at))
+    found = badges(at)
+    assert len(found) == CHECKS and all(b.startswith(GREEN) for b in found), found  # every card drawn, each equal
 
 
 # ============================== the book's toy example: each class as its listing builds it
@@ -578,4 +580,5 @@ def test_the_book_size_page_says_each_variants_seed_and_draws_the_books_maps():
     seeds = [re.findall(r"seed (\d+)", c) for c in captions]  # the simplified class has no weights: no seed
     assert sorted(map(tuple, seeds)) == sorted([(), ("789",), *[("123",)] * (len(captions) - 2)])
     assert "Self-attention v2: seed 789, the others: seed 123" in at.caption[0].value  # the page's caption
-    assert all(b.startswith(GREEN) for b in badges(at))
+    found = badges(at)
+    assert len(found) == CHECKS and all(b.startswith(GREEN) for b in found), found  # every card drawn, each equal

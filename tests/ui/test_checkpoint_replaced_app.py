@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnviz import background
 from attnviz.models import GPTModel
+from attnviz.ui import navigation
 
 transformers = pytest.importorskip("transformers")
 
@@ -26,8 +27,8 @@ TIMEOUT = 120
 TEXT = "My own words stay here"
 BOOK_CONFIG = {"vocab_size": 50257, "context_length": 64, "emb_dim": 64, "n_heads": 4, "n_layers": 2,
                "drop_rate": 0.0, "qkv_bias": False}
-PAGES = ("pages/heads.py", "pages/steps.py", "pages/shapes.py", "pages/tokens.py", "pages/induction.py",
-         "pages/generate.py")
+PAGES = tuple(entry.script for entry in navigation.PAGES  # every page that runs the checkpoint under Weights
+              if not entry.hidden and entry.title in navigation.checkpoint_pages())
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def test_a_pth_truncated_after_it_was_loaded_is_named_on_every_page(folder, page
          "pick other weights under Weights")
 
 
-@pytest.mark.parametrize("page", ["pages/heads.py", "pages/induction.py", "pages/generate.py"])
+@pytest.mark.parametrize("page", PAGES)
 def test_a_config_that_now_contradicts_its_tensors_is_named_on_every_page(folder, page):
     at = opened("book.pth", page)
     (folder / "book.json").write_text(json.dumps({**BOOK_CONFIG, "n_layers": 5}))
@@ -119,7 +120,7 @@ def test_a_config_that_now_contradicts_its_tensors_is_named_on_every_page(folder
 
 
 @pytest.mark.parametrize("name", ["book.pth", "hf-gpt2"])
-@pytest.mark.parametrize("page", ["pages/heads.py", "pages/induction.py", "pages/generate.py"])
+@pytest.mark.parametrize("page", PAGES)
 def test_a_checkpoint_deleted_while_still_listed_is_named_on_every_page(folder, name, page):
     """Within the few seconds the sidebar's list is reused (``weights.DISCOVERY_TTL``), a deleted checkpoint is still
     an option: the page says it is gone."""
