@@ -39,3 +39,13 @@ def checkpoint_environment(checkpoints, monkeypatch):
 
     use_checkpoints(monkeypatch, checkpoints)
     monkeypatch.setattr(background, "BROWSER_DRAWS_S", 0.1)
+
+
+@pytest.fixture
+def no_slow_notice(monkeypatch):
+    """The slow-check notice off: it depends on the machine's pace (a loaded machine makes a tiny module's first
+    forward take 0.3 s), so a test that compares the CLI's stderr compares what it tests.  A module uses it with
+    ``pytestmark = pytest.mark.usefixtures("no_slow_notice")``; the notice's own test turns it on."""
+    from attnviz import checks
+
+    monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", float("inf"))

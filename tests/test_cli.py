@@ -82,11 +82,7 @@ MODULES = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture(autouse=True)
-def no_slow_notice(monkeypatch):
-    """The slow-check notice depends on the machine's pace (a loaded machine makes a tiny module's first forward
-    take 0.3 s): off here, so a test that compares stderr compares what it tests; the notice's own test turns it on."""
-    monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", float("inf"))
+pytestmark = pytest.mark.usefixtures("no_slow_notice")  # stderr compared without the load-dependent notice
 
 
 @pytest.fixture(scope="module")
