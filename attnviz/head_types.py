@@ -27,6 +27,9 @@
 
 ``head_label`` turns scores into a name ("previous-token", "induction", "duplicate-token") or ``None``
 (see ``LABEL_THRESHOLD``; never for a head that sees the future, or any head of a run without the mask).
+``chance_scores`` gives what chance scores on a text: the scores of a head that spreads each query's attention
+evenly over the keys it sees (keys 0 … i under the causal mask, i − W + 1 … i under a sliding window of W), and
+``chance_types`` the types chance alone names (a window of 2 keys: even spread puts 1/2 on the previous token).
 ``induction_stripe`` and ``previous_token_stripe`` are the two offset stripes of the induction lab and the
 training criteria; ``repeated_random_tokens`` makes the lab's data.
 
@@ -50,7 +53,9 @@ LABELS = {"previous_token": "previous-token", "duplicate_token": "duplicate-toke
 # previous-token heads: benchmarks/README.md, "Numbers moved out of the code"), and it is the cut
 # TransformerLens-based tutorials use for their attention-pattern detectors, which also read only the rows that can
 # show the type (ARENA 1.2: the mean of the stripe ``diagonal(-1)`` or ``diagonal(-seq_len + 1)``, ``score > 0.4``).
-# At most one type wins (the highest).
+# At most one type wins (the highest).  Chance is measured on the keys a query really sees (``chance_scores``): a
+# sliding window of W shows a query at most W keys, so even spread puts 1/W on the previous token — at W = 2 it
+# reaches the cut, as it does on a text of 2 or 3 tokens without a window.
 LABEL_THRESHOLD = 0.4
 
 # A head "sees the future" when its queries give later keys more than this mean weight.  A mask gives exactly 0
@@ -237,6 +242,35 @@ def score_heads(
         # mean over queries of Σ_{j>i} A[i, j]: 0 where the mask hid those keys
         scores["future"][index] = 0.0 if masked else attn.sum(where=later, dtype=np.float64) / n
     return scores
+
+
+def even_spread(n: int, window: int | None = None) -> np.ndarray:
+    """(n, n) float32 map of a head with no preference: query i spreads its weight evenly over the keys it sees,
+    keys ``max(0, i − W + 1) … i`` (``window`` W; None: every key up to i, the causal mask)."""
+    if window is not None and window < 1:
+        raise ValueError(f"a sliding window must see at least 1 key; got W = {window}")
+    offsets = np.arange(n)[:, None] - np.arange(n)[None, :]  # (n, n): i − j
+    seen = (offsets >= 0) & (offsets < (n if window is None else window))  # (n, n): the keys query i sees
+    return seen / seen.sum(axis=-1, keepdims=True, dtype=np.float32)  # (n, n), each row sums to 1
+
+
+def chance_scores(token_ids, *, window: int | None = None) -> dict[str, float]:
+    """What chance scores on ``token_ids``: the ``score_heads`` scores of :func:`even_spread` (each query's weight
+    spread evenly over the keys it sees; ``window``: a sliding window's W, None for the causal mask), one float per
+    name of ``HEAD_TYPES`` (``nan`` where no query can show the type).  The fewer keys a query sees, the higher:
+    previous-token is the mean of ``1 / min(i + 1, W)`` over the queries i ≥ 1 — (H_n − 1)/(n − 1) with the causal
+    mask, exactly 1/2 under a window of 2."""
+    tokens = np.asarray(token_ids).reshape(-1)
+    scores = score_heads(even_spread(tokens.shape[0], window), tokens, masked=True)  # {name: ()}
+    return {name: float(scores[name]) for name in HEAD_TYPES}
+
+
+def chance_types(token_ids, *, window: int | None = None) -> tuple[str, ...]:
+    """The head types (of ``HEAD_TYPES``, in its order) that chance alone names on ``token_ids``: those whose
+    :func:`chance_scores` reach ``LABEL_THRESHOLD``, so any head that does not prefer a key is named by them (the
+    previous-token type under a window of 2, or on a text of 2 or 3 tokens)."""
+    chance = chance_scores(token_ids, window=window)
+    return tuple(name for name in HEAD_TYPES if np.isfinite(chance[name]) and chance[name] >= LABEL_THRESHOLD)
 
 
 def _later_keys(n: int) -> np.ndarray:

@@ -13,7 +13,10 @@ from attnviz.head_types import (
     FUTURE_TOLERANCE,
     HEAD_TYPES,
     LABEL_THRESHOLD,
+    chance_scores,
+    chance_types,
     detection_pattern,
+    even_spread,
     future_mass,
     head_label,
     induction_stripe,
@@ -383,3 +386,48 @@ def test_scores_of_a_masked_run_are_the_same_with_or_without_summing_the_future(
     for name in summed:
         np.testing.assert_array_equal(masked[name], summed[name], err_msg=name)
     assert not masked["future"].any()
+
+
+# ============================== chance: the keys a query sees ==============================
+
+
+@pytest.mark.parametrize("window", [None, 1, 2, 3, 7, 40])
+def test_even_spread_is_what_a_head_with_no_preference_computes_under_its_mask(window):
+    """The sliding-window class with zero queries (every score 0) spreads each query evenly over the keys its
+    window shows: even_spread's map, row by row."""
+    from attnviz.attention import Recorder
+    from attnviz.modern_attention import MultiHeadAttentionWithSWA
+
+    n = 12
+    torch.manual_seed(0)
+    module = MultiHeadAttentionWithSWA(8, 8, 0.0, 2, sliding_window_size=window).eval()
+    recorder = Recorder()
+    with torch.no_grad():
+        module.W_query.weight.zero_()  # every query 0: every score 0
+        module(torch.randn(1, n, 8), recorder)
+    weights = recorder.steps["weights"][0].numpy()  # (h, n, n)
+    np.testing.assert_allclose(weights, np.broadcast_to(even_spread(n, window), weights.shape), atol=1e-6)
+
+
+def test_chance_counts_the_keys_a_query_sees():
+    """Even spread over the keys a query sees: the causal mask's (H_n − 1)/(n − 1) on the previous token, far
+    under the cut on 54 tokens; a window of 3 puts 1/3 on it (1/2 at query 1), under the cut; a window of 2 puts
+    exactly 1/2 on it at every query, over the cut, so chance alone names every head previous-token there."""
+    n = 54
+    tokens = np.arange(n)
+    harmonic = np.sum(1 / np.arange(1, n + 1))
+    assert chance_scores(tokens)["previous_token"] == pytest.approx((harmonic - 1) / (n - 1))
+    assert chance_scores(tokens, window=n)["previous_token"] == pytest.approx((harmonic - 1) / (n - 1))
+    assert chance_scores(tokens, window=3)["previous_token"] == pytest.approx((1 / 2 + (n - 2) / 3) / (n - 1))
+    assert chance_scores(tokens, window=2)["previous_token"] == pytest.approx(0.5)
+    assert chance_types(tokens) == () and chance_types(tokens, window=3) == ()
+    assert chance_types(tokens, window=2) == ("previous_token",)
+    assert chance_types(tokens[:3]) == ("previous_token",)  # 3 tokens: (1/2 + 1/3) / 2 = 0.42 without a window
+    # no token repeats: nothing to score for duplicate-token and induction
+    assert np.isnan(chance_scores(tokens, window=2)["induction"])
+    # a text of 5 tokens written twice: a window of 2 never shows the key after the earlier copy (5 − 1 back)
+    twice = np.r_[np.arange(5), np.arange(5)]
+    assert chance_scores(twice, window=2)["induction"] == 0.0
+    assert chance_scores(twice, window=5)["induction"] == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="at least 1 key"):
+        even_spread(4, 0)

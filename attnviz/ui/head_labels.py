@@ -4,7 +4,9 @@ layers × heads grid of every score on this text, from the page's every-layer pa
 once more).  Each score is read at the queries that can show its type (``head_types.rows_that_can_show``); a text
 on which none can (no token repeats: no induction or duplicate-token head) says so and what to paste
 (``unshowable_note``).  Heads that see the future (the mask off, a module that does not mask) keep their scores but
-get no type, and the section says why (``future_caption``, also the Induction lab's)."""
+get no type, and the section says why (``future_caption``, also the Induction lab's).  A named type is said to be
+chance (``chance_caption``) on random weights, and on any weights where attention spread evenly over the keys a
+query sees already reaches the threshold (a sliding window of 2: ``head_types.chance_scores``)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from attnviz.ui.cache import cached_trace
 from attnviz.ui.focus import focus_from_row
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.views import head_figures
+from attnviz.words import amount
 
 TYPE_COLUMNS = ("previous_token", "induction", "duplicate_token")
 FUTURE_COLUMN = "weight on later tokens"
@@ -69,19 +72,64 @@ def _query_counts(token_ids: tuple[int, ...]) -> tuple[tuple[str, int], ...]:
     return tuple((name, int(head_types.rows_that_can_show(name, token_ids).sum())) for name in head_types.HEAD_TYPES)
 
 
+def chance_of(token_ids, window: int | None) -> dict[str, float]:
+    """``head_types.chance_scores`` of this text under this window, computed once per (text, window)."""
+    return dict(_chance_of(tuple(int(token) for token in token_ids), window))
+
+
+@functools.lru_cache(maxsize=16)
+def _chance_of(token_ids: tuple[int, ...], window: int | None) -> tuple[tuple[str, float], ...]:
+    return tuple(head_types.chance_scores(token_ids, window=window).items())
+
+
+def chance_caption(n: int, window: int | None, chance: dict[str, float], named: list[str],
+                   random_weights: str | None, window_setting: bool = False) -> str:
+    """Why the types ``named`` on this text (``head_types.HEAD_TYPES`` names) may be chance, or "": the keys a query
+    really sees (``window``: the run's sliding window; without one, the ``n`` tokens up to it) and what attention
+    spread evenly over them scores (``chance``: :func:`chance_of`).  A type chance alone names is chance whatever
+    the weights; otherwise a named type is said to be chance only on random weights (``random_weights``: whose,
+    "The book's classes have random weights"; None for trained weights).  ``window_setting``: the sidebar's
+    Window W sets the window (say to widen it)."""
+    windowed = window is not None and window < n
+    sees = (f"each query sees at most {amount(window, 'key')} (the sliding window, W = {window:,})" if windowed
+            else f"on {n:,} tokens a query has few keys to spread over")
+    reached = [name for name in dict.fromkeys(named) if chance.get(name, 0.0) >= head_types.LABEL_THRESHOLD]
+    if reached:
+        lead = f"{random_weights}, and a" if random_weights else "A"
+        types = " or ".join(head_types.LABELS[name] for name in reached)
+        even = ", ".join(f"{chance[name]:.2f} on {WHERE[name]}" for name in reached)
+        widen = (" Widen **Window W** in the sidebar, and chance falls under the cut." if windowed
+                 and window_setting else " A longer text tells a head's habit from chance." if not windowed else "")
+        return (f"{lead} {types} type named here is chance whatever the weights: {sees}, so attention spread "
+                f"evenly over them already puts {even} — at or above the {head_types.LABEL_THRESHOLD:g} at which a "
+                f"head is named.{widen}")
+    if random_weights is None:
+        return ""
+    return (f"{random_weights}, so a type named here is chance: {sees}, and {head_types.LABEL_THRESHOLD:g} on one of "
+            "them is easily reached.")
+
+
+WHERE = {"previous_token": "the token before", "duplicate_token": "earlier copies of the token",
+         "induction": "the tokens after earlier copies"}
+
+
+def named_type(scores: dict, index=(), causal: bool = True) -> str | None:
+    """The ``head_types.HEAD_TYPES`` name of the head's type (``head_types.head_label``), or None."""
+    label = head_types.head_label({name: np.asarray(values)[index] for name, values in scores.items()}, causal=causal)
+    return None if label is None else next(key for key, text in head_types.LABELS.items() if text == label)
+
+
 def describe(scores: dict, index=(), causal: bool = True, queries: dict[str, int] | None = None) -> str:
     """The head's type and score ("previous-token 0.93"), or "—" when no score passes the threshold or the head
     can see the future (``causal`` False: the run's mask was off; see ``head_types.head_label``).  With ``queries``
     (:func:`query_counts`), a type read at fewer than :data:`FEW_QUERIES` queries says how few ("induction 0.54
     (from 2 queries)")."""
-    one = {name: np.asarray(values)[index] for name, values in scores.items()}
-    label = head_types.head_label(one, causal=causal)
-    if label is None:
+    name = named_type(scores, index, causal)
+    if name is None:
         return "—"
-    name = next(key for key, text in head_types.LABELS.items() if text == label)
     count = None if queries is None else queries.get(name)
     few = f" (from {count} {'query' if count == 1 else 'queries'})" if count is not None and count < FEW_QUERIES else ""
-    return f"{label} {float(one[name]):.2f}{few}"
+    return f"{head_types.LABELS[name]} {float(np.asarray(scores[name])[index]):.2f}{few}"
 
 
 def future_reason(config: AttentionConfig) -> str:
@@ -172,10 +220,14 @@ def section(page_run: Context) -> None:
         none += f" {whose}: {their} learned no type. {learned}"
     cannot = f". No induction or duplicate-token head can show on this text — {note}." if note and not seeing else ""
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) + cannot if named else none))
-    if named and config.checkpoint is None:  # random weights: a type is chance, likelier the shorter the text
-        st.caption(f"{whose}, so a type named here is chance: on {trace.n:,} tokens a query has "
-                   f"few keys to spread over, and {head_types.LABEL_THRESHOLD:g} on one of them is easily reached. "
-                   f"{learned}")
+    if named:  # a type is chance on random weights, likelier the fewer keys a query sees, and on any weights when
+        # attention spread evenly over those keys already reaches the threshold (a window of 2)
+        named_types = [named_type(scores, (h,), not seeing) for h, text in enumerate(described) if text != "—"]
+        chance = chance_caption(trace.n, trace.window, chance_of(trace.token_ids, trace.window), named_types,
+                                whose if config.checkpoint is None else None,
+                                window_setting="sliding_window_size" in config.spec.settings)
+        if chance:
+            st.caption(chance + (f" {learned}" if config.checkpoint is None else ""))
     if seeing:
         st.info(future_caption(config, future), icon="ℹ️")
     types = label_table(scores, causal=not seeing, queries=queries)

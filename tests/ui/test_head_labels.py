@@ -15,9 +15,10 @@ from helpers.apptest import open_app as app
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models
 from helpers.maps import cells_shown
+from helpers.texts import english_text
 from streamlit.testing.v1 import AppTest
 
-from attnviz import head_types, models, weights
+from attnviz import head_types, models, tokens, weights
 from attnviz.ui import head_labels
 
 SESSION = "head-labels-session"
@@ -104,6 +105,43 @@ def test_random_weights_say_a_type_they_show_is_chance_and_learned_none_when_the
     assert "with a type:** none on this text — no token repeats: paste the text twice to see induction heads" in text
     assert "The book's classes have random weights: their heads learned no type." in text
     assert not any("is chance" in c.value for c in none.caption)
+
+
+def test_the_chance_caption_counts_the_keys_a_query_sees():
+    """A window of 2 shows each query 2 keys: spread evenly, attention already puts 1/2 on the token before, above
+    the threshold, so a previous-token type there is chance whatever the weights (not because the text is short);
+    a window of 3 puts about 1/3 there, under it; without a window a long text's chance is far under it."""
+    ids = tokens.encode(english_text(54))
+    random_weights = "The book's classes have random weights"
+    two = head_labels.chance_caption(54, 2, head_labels.chance_of(ids, 2), ["previous_token"] * 12, random_weights,
+                                     window_setting=True)
+    assert "each query sees at most 2 keys (the sliding window, W = 2)" in two
+    assert "already puts 0.50 on the token before" in two and "whatever the weights" in two
+    assert "few keys to spread over" not in two and "Window W" in two
+    trained = head_labels.chance_caption(54, 2, head_labels.chance_of(ids, 2), ["previous_token"], None)
+    assert trained.startswith("A previous-token type named here is chance whatever the weights: each query sees")
+    three = head_labels.chance_caption(54, 3, head_labels.chance_of(ids, 3), ["previous_token"], random_weights)
+    assert three.startswith(f"{random_weights}, so a type named here is chance: each query sees at most 3 keys")
+    assert "whatever the weights" not in three
+    assert head_labels.chance_caption(54, None, head_labels.chance_of(ids, None), ["previous_token"], None) == ""
+    wide = head_labels.chance_caption(54, 100, head_labels.chance_of(ids, 100), ["previous_token"], random_weights)
+    assert "on 54 tokens a query has few keys to spread over" in wide  # a window wider than the text hides nothing
+
+
+def test_a_window_of_two_names_every_random_head_and_says_the_window_did_it():
+    """The teacher's finding: /?variant=swa&sliding_window_size=2 on a 54-token paragraph names all 12 random heads
+    previous-token and must say that the window, not the text's length, makes that chance."""
+    text = english_text(54)
+    at = app(variant="swa", sliding_window_size="2", text=text)
+    assert not at.exception, [e.value for e in at.exception]
+    assert type_table(at)["type"].str.startswith("previous-token").all()
+    chance = next(c.value for c in at.caption if "is chance" in c.value)
+    assert "each query sees at most 2 keys (the sliding window, W = 2)" in chance
+    assert "0.50 on the token before" in chance and "few keys to spread over" not in chance
+    at = app(variant="swa", sliding_window_size="3", text=text)
+    assert not at.exception, [e.value for e in at.exception]
+    assert (type_table(at)["type"] == "—").all()
+    assert not any("is chance" in c.value for c in at.caption)
 
 
 @pytest.fixture
