@@ -395,6 +395,19 @@ def test_single_head_variants_scale_by_sqrt_d_out(causal, shape, seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("shape", [(5, 3, 2, 2), (7, 8, 12, 3), (16, 16, 16, 4)])
+@pytest.mark.parametrize("variant", ["causal", "wrapper", "mha"])
+def test_scaling_before_the_mask_gives_the_books_weights_bitwise(variant, shape, seed):
+    """The Steps page says: the classes scale, then mask; the book masks the raw scores, then scales inside
+    torch.softmax(attn_scores / keys.shape[-1]**0.5) — −∞ ÷ √dₖ is still −∞, so the weights are the same."""
+    module, _, trace, _ = seeded_trace(variant, seed, shape, causal=True)
+    n, d_k = shape[0], (shape[2] // shape[3] if variant != "causal" else shape[2])
+    mask_bool = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n): the book's mask
+    book = torch.softmax(trace.steps["scores"].masked_fill(mask_bool, -torch.inf) / d_k**0.5, dim=-1)  # (b, h, n, n)
+    assert torch.equal(trace.steps["weights"], book)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("causal", [True, False])
 def test_wrapper_is_the_concatenation_of_its_heads(causal, shape, seed):

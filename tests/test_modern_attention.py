@@ -370,3 +370,23 @@ def test_the_diagram_draws_groups_latent_and_rotation():
     swa = pipeline.run(TEXT, APP_CONFIGS["swa"])
     assert "sliding window W = 3" in diagram.shape_dot(swa.shapes, swa.config)
     assert steps.stage_labels(swa)["masked"] == "3 · window mask"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 123])
+@pytest.mark.parametrize(("build", "window"), [
+    (lambda: GroupedQueryAttention(8, 12, 0.0, 4, num_kv_groups=2), None),
+    (lambda: MultiHeadLatentAttention(8, 12, 0.0, 4, latent_dim=6), None),
+    (lambda: MultiHeadAttentionWithSWA(8, 12, 0.0, 4, sliding_window_size=3), 3),
+])
+def test_scaling_before_the_mask_gives_the_bonus_classes_weights_bitwise(build, window, seed):
+    """As the Steps page says: these classes scale, then mask; the bonus listings mask, then scale inside
+    torch.softmax(attn_scores / keys.shape[-1]**0.5) — −∞ ÷ √dₖ is still −∞, so the weights are the same."""
+    torch.manual_seed(seed)
+    module = build().eval()
+    recorder = attention.Recorder()
+    with torch.no_grad():
+        module(torch.randn(2, 9, 8), recorder)
+    offsets = torch.arange(9)[:, None] - torch.arange(9)[None, :]  # (n, n): i − j
+    mask_bool = (offsets < 0) | (offsets >= (window or 10))  # (n, n): the future (and keys W or more behind)
+    book = torch.softmax(recorder.steps["scores"].masked_fill(mask_bool, -torch.inf) / 3**0.5, dim=-1)  # hd = 3
+    assert torch.equal(recorder.steps["weights"], book)

@@ -40,6 +40,8 @@ def draw(page_run: Context) -> None:
         **page_bind("steps_stage", "masked", lambda s: s in labels, url=STAGE)
     ) or "masked"
     url_notices("steps_stage")
+    if (listing := steps.listing_note(trace)) is not None:  # the class shown is the book's, with these changes
+        st.caption(listing)
     if (missing := steps.unrecorded_note(trace)) is not None:
         st.caption(missing)
 
@@ -234,4 +236,6 @@ def _source(trace: Trace, stage: str) -> None:
                       else source.marked_source(config.variant, stage, note=added))
         st.caption(source.line_caption(line, run) + (" It is attnviz's addition, run because Causal mask is on: the "
                                                      "book's listing has no mask." if added else ""))
+        if (listing := steps.listing_note(trace)) is not None:
+            st.caption(listing)
         st.code(code, language="python", line_numbers=run is None)  # the gutter counts from 1, not the file's line

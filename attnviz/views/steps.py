@@ -2,16 +2,19 @@
 
 Pure functions of a Trace or an AttentionConfig: the sentence that says what a stage does, the line of
 the running source that does it, why dropout did nothing, the note that a mask on a book listing without one
-(3.3, 3.4) is attnviz's addition, and the query/key/context tables (pandas).
+(3.3, 3.4) is attnviz's addition, how the class shown differs from the book's listing (``listing_note``: the
+recording lines, and ÷√dₖ before the mask where the book masks first), and the query/key/context tables (pandas).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from attnviz import variants
 from attnviz.views import figures, source
 
 if TYPE_CHECKING:
@@ -110,6 +113,39 @@ def added_mask_note(config: AttentionConfig) -> str | None:
         return None
     return (f"The book's {spec.section} listing has no causal mask: attnviz adds it because Causal mask is on — "
             "turn it off to see the listing as printed.")
+
+
+BOOK_SOFTMAX = "torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)"  # the book's scaling, inside the softmax
+ADDED_ARGUMENTS = ("causal", "rope_base")  # attnviz's keyword arguments; their defaults run the book's class
+
+
+def listing_note(trace: Trace) -> str | None:
+    """One line: how the class on the Steps page (what runs, read with ``inspect``) differs from the book's listing —
+    lines that record each stage, attnviz's keyword arguments, and the scaling as a stage of its own, before the
+    mask where the book masks the raw scores and divides inside ``torch.softmax`` (−∞ ÷ √dₖ is still −∞: the same
+    weights).  None for a user's module (its own source)."""
+    config = trace.config
+    if config.module is not None:
+        return None
+    spec = config.spec
+    book = variants.VARIANTS.get(spec.name, spec)  # a checkpoint's layer: the listing of the class it holds
+    where = f"Section {book.section}" if book.section[:1].isdigit() else f"the bonus material's {book.section[6:]}"
+    parts = [part.__name__ for part in spec.source_parts if not inspect.isclass(part)]  # the steps' shared function
+    moved = f", its steps in `{parts[-1]}` below it," if parts else ""
+    added = [f"`{name}`" for name in ADDED_ARGUMENTS if name in inspect.signature(spec.cls.__init__).parameters]
+    arguments = (f" (and attnviz's {', '.join(added)} argument, whose default runs the book's code)" if len(added) == 1
+                 else f" (and attnviz's {', '.join(added)} arguments, whose defaults run the book's code)" if added
+                 else "")
+    if not spec.scaled:  # 3.3: the book runs its steps without a class, and does not scale
+        return (f"`{spec.cls.__name__}` puts the steps of {where}, which the book runs without a class, in a class "
+                f"with `record(recorder, …)` lines added{arguments}. Like the book, it does not scale.")
+    lead = f"The book's `{spec.cls.__name__}` ({where}){moved} with `record(recorder, …)` lines added{arguments}."
+    labels = {**STEP_LABELS, **stage_labels(trace)}
+    if spec.book_causal and trace.hides_future:
+        return (f"{lead} It scales ({labels['scaled']}) before it masks ({labels['masked']}); the book masks, then "
+                f"scales inside `{BOOK_SOFTMAX}` — −∞ ÷ √dₖ is still −∞, so the weights are the same.")
+    return (f"{lead} It scales as a stage of its own ({labels['scaled']}); the book scales inside `{BOOK_SOFTMAX}` — "
+            "the same division, so the weights are the same.")
 
 
 STEP_TEXT = {

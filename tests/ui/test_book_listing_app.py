@@ -153,3 +153,24 @@ def test_the_simplified_classs_scale_stage_says_it_does_not_divide():
     with_weights = open_app(variant="causal", preset="book", stage="scaled")  # a class that divides says so
     with_weights.switch_page("pages/steps.py").run()
     assert "after: scores ÷ √2" in plot_titles(with_weights) and "shrinks" in said(with_weights)
+
+
+LISTING = "The book's `MultiHeadAttention` (Section 3.6.2) with `record(recorder, …)` lines added"
+BOOK_ORDER = ("It scales (2 · ÷√dₖ) before it masks (3 · causal mask); the book masks, then scales inside "
+              "`torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)` — −∞ ÷ √dₖ is still −∞, so the weights are "
+              "the same.")
+
+
+def test_the_steps_page_says_how_its_class_differs_from_the_books_listing():
+    """A student reading along with Section 3.6.2 sees the scaling before the mask and record(…) lines: the page
+    says so beside the stages and in the source expander, and why the weights are the book's all the same."""
+    at = page("pages/steps.py", stage="masked")
+    outside = [c.value for c in at.main.caption if LISTING in c.value]
+    assert outside and BOOK_ORDER in outside[0] and "`causal`, `rope_base` arguments" in outside[0]
+    (expander,) = [e for e in at.main.expander if e.label.startswith("Source of MultiHeadAttention")]
+    assert any(LISTING in c.value and BOOK_ORDER in c.value for c in expander.caption)
+    unmasked = " ".join(c.value for c in page("pages/steps.py", causal="false").main.caption)
+    assert "It scales as a stage of its own (2 · ÷√dₖ)" in unmasked and "before it masks" not in unmasked
+    window = " ".join(c.value for c in page("pages/steps.py", variant="swa", sliding_window_size="3").main.caption)
+    assert ("The book's `MultiHeadAttentionWithSWA` (the bonus material's ch04/06_swa), its steps in "
+            "`scaled_dot_product` below it," in window and "before it masks (3 · window mask)" in window)
