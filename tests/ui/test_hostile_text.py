@@ -80,3 +80,16 @@ def test_what_this_attention_does_survives_hostile_text_and_a_single_token(tab):
             assert any(f["layout"]["title"]["text"].endswith("‖weight × value‖") for f in plotly_figures(at)), name
         else:
             assert any("after block 0" in list(d.value.index) for d in at.dataframe), name
+
+
+def test_a_long_paste_on_the_pitfall_lab_counts_the_text_and_the_run_apart():
+    """20,000 characters: the banner counts the text's tokens, the lab the run's (its first 1,024), as the Compare
+    page does — never "The text has 1024 tokens" under "The text has 3,000 tokens"."""
+    at = _app().run()
+    at.switch_page("pages/pitfalls.py").run()
+    at.sidebar.text_area(key="text").set_value(HOSTILE_TEXTS["long"]).run()  # "word " × 3,000: 3,001 tokens
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(part.value for part in [*at.caption, *at.info, *at.markdown, *at.warning]).replace("\\", "")
+    assert "The text has 3,001 tokens; only the first 1,024 (the context length) are shown." in said
+    assert "This run has 1,024 tokens; the lab uses the first 64 for speed." in said
+    assert "The text has 1024" not in said and "The text has 1,024" not in said

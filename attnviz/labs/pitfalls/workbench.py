@@ -63,7 +63,9 @@ def lab_heads(d_out: int, wanted: int) -> int:
 
 def lab_setup(config: AttentionConfig, n_tokens: int, wanted_heads: int | None = None,
               shown_in: str = BOOK_CLASS) -> LabSetup:
-    """The lab's sizes for ``config``: the config's d_in, d_out, context length and seed.
+    """The lab's sizes for ``config``: the config's d_in, d_out, context length and seed.  ``n_tokens``: the run's
+    tokens (the trace's, at most the context length: the page's banner counts the text's), said as the Compare page
+    says them ("This run has 1,024 tokens; …").
 
     Single-head variants get a valid head count (:func:`lab_heads` of ``wanted_heads``, the sidebar's
     Heads); the grouped-query bug gets the variant's K/V groups when they let it show (:func:`lab_kv_groups`);
@@ -72,7 +74,7 @@ def lab_setup(config: AttentionConfig, n_tokens: int, wanted_heads: int | None =
     """
     notes = []
     if n_tokens > MAX_TOKENS:
-        notes.append(f"The text has {n_tokens} tokens; the lab uses the first {MAX_TOKENS} for speed.")
+        notes.append(f"This run has {n_tokens:,} tokens; the lab uses the first {MAX_TOKENS} for speed.")
     spec = config.spec
     if spec.multi_head:
         num_heads = config.num_heads
