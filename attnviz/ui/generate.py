@@ -124,8 +124,10 @@ def show(page_run: Context) -> None:
     ref = page_run.config.checkpoint if page_run.weights is not None and page_run.weights.checkpoint else None
     sizes = None
     if ref is None:
-        st.info(NO_MODEL, icon=":material/info:")
+        needs_model = st.empty()  # above the random GPT's choice, filled only while no language model is picked
         ref = _random_choice(page_run)
+        if ref is None:
+            needs_model.info(NO_MODEL, icon=":material/info:")
     else:
         _random_set_aside(page_run, ref)  # a model under Weights: no random GPT offered
         if page_run.weights.option.source == "bundled":

@@ -247,6 +247,22 @@ def test_a_links_random_gpt_with_a_model_under_weights_is_said_to_be_set_aside(r
     assert not at.exception and not any("is not used" in w.value for w in at.warning)
 
 
+def test_the_notice_that_generation_needs_a_model_shows_only_while_none_is_picked():
+    """The teacher's /generate?random=swa&step=15: the notice that the book's Chapter 3 classes predict no tokens
+    stood above the random GPT while it generated; it shows only while no language model is picked, above the
+    choice of a random GPT."""
+    at = random_page(random="swa", step="15")
+    assert at.selectbox(key="generate_random").value == "swa" and at.metric  # generating
+    assert not any("Generation needs a language model" in info.value for info in at.info)
+    at.selectbox(key="generate_random").set_value("none").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [info.value for info in at.info].count(NO_MODEL) == 1
+    order = [type(element).__name__ for element in at.main if type(element).__name__ in ("Info", "Selectbox")]
+    assert order[:2] == ["Info", "Selectbox"]  # the notice, then the choice of a random GPT
+    at.selectbox(key="generate_random").set_value("mla").run()
+    assert not any(info.value == NO_MODEL for info in at.info)
+
+
 def test_a_random_gpt_of_this_session_leaves_quietly_when_a_model_is_chosen():
     at = random_page(random="swa")
     at.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()
@@ -294,7 +310,7 @@ def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cach
     prompt = tokens.encode(TEXT)
     expected = greedy(model, prompt, 2)
     at = random_page(**query)
-    assert any(info.value == NO_MODEL for info in at.info)
+    assert not any(info.value == NO_MODEL for info in at.info)  # a language model is picked: the random GPT
     assert at.selectbox(key="generate_random").value == attention  # preselected: the sidebar's attention
     assert any("Its weights are random: its text is noise" in w.value for w in at.warning)
     for k in (0, 1, 2):
