@@ -18,8 +18,10 @@ st.markdown(
     "random token sequences that repeat. Every few steps each head is measured: its **induction** score (on a "
     "sequence that repeats, does it look at the token *after* the earlier copy of the current token?) and its "
     "**previous-token** score (on English and code it never trains on, does it look at the token right "
-    "before?). For a few hundred steps (about half a minute) nothing happens; then, suddenly, layer 1's heads "
-    "become induction heads and the loss on the repeats collapses, while layer 0's start turning towards the "
+    f"before?). For about the first {live_train.FORMS_AROUND_STEP} steps nothing happens: the progress bar counts "
+    "the steps (how long each takes depends on how busy this computer is), the loss curve stays flat and every "
+    "head's induction score stays near 0. Then, suddenly, layer 1's heads become induction heads and the loss on "
+    "the repeats collapses, while layer 0's start turning towards the "
     "previous token — the two halves of an induction circuit. Layer 0's scores rise more slowly and not as high: "
     f"in a short run they may stay under the dotted {LABEL_THRESHOLD:g} line, where a head is named."
 )

@@ -42,6 +42,9 @@ ZIP_FOLDER = "attnviz-trained"
 # "Speed where users wait", has the sweeps and the times in Chromium).
 RECOMMENDED: dict = {"steps": 1000, "seq_len": 64, "batch_size": 48, "lr": 1.3e-2, "n_heads": 4, "random_ov_heads": 4,
                      "probe_every": 10}  # a probe every 10 steps: the head is seen within 10 steps, for a small cost
+# About when the default run's induction heads form, in steps (seeds 0–9: steps 290–350; benchmarks/README.md,
+# "Speed where users wait"): the Train page promises it in steps, which do not depend on how busy the machine is.
+FORMS_AROUND_STEP = 300
 
 
 def page_config(steps: int | None = None, seed: int = 0, **overrides):

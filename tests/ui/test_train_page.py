@@ -24,6 +24,9 @@ TINY = {"n_layers": 2, "n_heads": 2, "emb_dim": 16, "context_length": 64, "seq_l
         "negatives": 32, "min_repeat": 4, "max_repeat": 20}
 
 
+DEFAULT_STEPS = live_train.RECOMMENDED["steps"]  # the page's default run, before the tiny recipe replaces it
+
+
 @pytest.fixture(autouse=True)
 def tiny(monkeypatch):
     """The page's recipe, made tiny (the page reads live_train.RECOMMENDED on every run)."""
@@ -94,6 +97,16 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     assert at.session_state["weights"] == option.name
     assert option.label in at.selectbox(key="weights").options
     assert at.selectbox(key="layer").options == ["0", "1"]
+
+
+def test_the_page_promises_the_heads_in_steps_not_seconds():
+    """On a busy machine a one-minute run stopped at step 149: the page says when the heads form in steps, within
+    the default run, and what the page shows meanwhile — never in seconds or minutes."""
+    at = train_page()
+    intro = next(m.value for m in at.markdown if m.value.startswith("Train the book's"))
+    assert "minute" not in intro and "second" not in intro
+    assert f"For about the first {live_train.FORMS_AROUND_STEP} steps nothing happens: the progress bar counts" in intro
+    assert live_train.FORMS_AROUND_STEP < DEFAULT_STEPS
 
 
 def test_stop_ends_the_training_and_keeps_the_model_so_far():
