@@ -268,6 +268,41 @@ def test_d_in_is_the_input_width_of_a_module_that_does_not_say_its_own():
         assert "input width" not in result.stderr and "matches-reference" in result.stdout
 
 
+@pytest.mark.parametrize(("spec", "flags"), [
+    ("OutProjFirst", []), ("OutProjFirst", ["--d-in", 64]), ("OutProjFirst", ["--d-in", 32]),
+    ("EinsumProjections", []), ("EinsumProjections", ["--d-in", 48]),
+])
+def test_the_checked_input_is_as_wide_as_the_width_typed_or_built(spec, flags):
+    """OutProjFirst makes o_proj (128 wide in) before q_proj (hidden_size wide in); EinsumProjections' only
+    nn.Linear is its output's (128 wide in): each was checked on a 128-wide input whatever --d-in said, and exited 2
+    with the forward's shape error alone."""
+    result = check(f"{ROOT / 'tests' / 'helpers' / 'user_modules.py'}:{spec}", *flags)
+    assert result.returncode == 0, result.stderr
+    assert "All 9 rules pass" in result.stdout
+
+
+WIDTH_NOT_TAKEN = textwrap.dedent('''
+    from helpers.user_modules import EinsumProjections
+
+
+    class FixedWidth(EinsumProjections):
+        def __init__(self):
+            super().__init__()
+''')
+
+
+def test_a_width_attnviz_chose_that_the_forward_refuses_says_which_and_where_from(tmp_path):
+    """A class that takes no width argument is checked on the width attnviz reads off it; --d-in typed is the width."""
+    path = tmp_path / "fixed.py"
+    path.write_text(WIDTH_NOT_TAKEN)
+    result = check(f"{path}:FixedWidth")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("attnviz check: the forward raised RuntimeError: einsum(): "), result.stderr
+    assert result.stderr.endswith(" — x was (2, 8, 128): the width of W_O, the module's first Linear; if the module "
+                                  "takes another width, pass --d-in N\n"), result.stderr
+    assert check(f"{path}:FixedWidth", "--d-in", 64).returncode == 0
+
+
 def test_a_module_built_on_the_meta_device_exits_2_saying_so():
     result = check(f"{ROOT / 'tests' / 'helpers' / 'user_modules.py'}:BuiltOnMeta", "--d-in", 32)
     assert result.returncode == 2 and result.stdout == ""

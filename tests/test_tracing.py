@@ -447,6 +447,49 @@ def test_an_input_of_another_width_says_both_widths(run):
     assert "mat1 and mat2" in message and "\n" not in message  # the forward's own words stay, after
 
 
+# ---------------------------------------------------------------- the input width attnviz feeds
+
+WIDTH_TEXT = "Your journey starts with one step"
+
+
+def test_without_x_the_input_is_as_wide_as_the_first_linear_the_forward_calls():
+    """Qwen3's widths with o_proj made first (OutProjFirst): attnviz fed x as wide as o_proj takes, 128, and the
+    forward's q_proj, which takes 64, refused it — in trace_module(text) and check_module(module) alike."""
+    module = um.OutProjFirst().eval()
+    assert tracing.infer_d_in(module) == 64
+    trace = tracing.trace_module(module, WIDTH_TEXT)
+    assert trace.config.d_in == 64 and trace.steps["weights"].shape[1] == 8
+    results = checks.check_module(module)
+    assert [c.rule for c in results if c.status == "fail"] == [], results
+
+
+def test_finding_the_width_leaves_the_random_numbers_and_the_module_as_they_were():
+    """The width comes from a forward stopped at its first Linear: no random number drawn, no weight changed."""
+    module = um.OutProjFirst().train()
+    weights = {name: p.clone() for name, p in module.state_dict().items()}
+    state = torch.random.get_rng_state()
+    assert tracing.infer_d_in(module) == 64
+    assert torch.equal(torch.random.get_rng_state(), state) and module.training
+    assert all(torch.equal(weights[name], p) for name, p in module.state_dict().items())
+
+
+@pytest.mark.parametrize(("run", "fed"), [
+    (lambda module: tracing.trace_module(module, WIDTH_TEXT), "(1, 6, 128)"),
+    (checks.check_module, "(2, 8, 128)"),
+], ids=["trace_module", "check_module"])
+def test_a_width_attnviz_chose_that_the_forward_refuses_says_which_and_where_from(run, fed):
+    """EinsumProjections projects with einsum and keeps its only nn.Linear for the output (128 wide in): attnviz
+    can only guess, and its guess was said nowhere — the forward's einsum error alone."""
+    module = um.EinsumProjections().eval()
+    with pytest.raises(tracing.TraceError) as caught:
+        run(module)
+    message = str(caught.value)
+    assert message.startswith("the forward raised RuntimeError: einsum(): subscript d has size 64"), message
+    assert message.endswith(f" — x was {fed}: the width of W_O, the module's first Linear; if the module takes "
+                            "another width, pass x of that width, a (batch, n, d_in) tensor"), message
+    assert "\n" not in message
+
+
 # ---------------------------------------------------------------- the book's softmax_naive (3.3.1), written in place
 
 @pytest.mark.parametrize("shared_exp", [False, True], ids=["exp-twice", "one-exp"])

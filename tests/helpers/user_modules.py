@@ -2366,3 +2366,44 @@ class HalfScoresSoftmax(nn.Module):
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))  # (b, h, n, n)
         w = F.softmax(s.half(), dim=-1).float()  # (b, h, n, n)
         return self.proj((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class OutProjFirst(nn.Module):
+    """Qwen3's widths — heads × head_dim = 128 is not hidden_size = 64 — with ``o_proj`` created before ``q_proj``,
+    and no width kept as an attribute: the module's first nn.Linear takes 128, its input is 64 wide."""
+
+    def __init__(self, hidden_size=64, num_heads=8, num_key_value_heads=2, head_dim=16):
+        super().__init__()
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, bias=False)
+        self.h, self.g, self.hd = num_heads, num_key_value_heads, head_dim
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.h, self.hd).transpose(1, 2)  # (b, h, n, hd)
+        k = self.k_proj(x).view(b, n, self.g, self.hd).transpose(1, 2)  # (b, g, n, hd)
+        v = self.v_proj(x).view(b, n, self.g, self.hd).transpose(1, 2)  # (b, g, n, hd)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (b, h, n, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, h·hd) -> (b, n, hidden_size)
+
+
+class EinsumProjections(nn.Module):
+    """A learner's einsum attention: W_Q, W_K, W_V as (heads, d_model, d_head) parameters (TransformerLens's layout),
+    an nn.Linear output projection, heads × d_head = 128 wide where d_model is 64, and no width kept as an attribute:
+    its only nn.Linear takes 128, and nothing the forward calls before it says 64."""
+
+    def __init__(self, d_model=64, n_heads=8, d_head=16):
+        super().__init__()
+        self.W_Q, self.W_K, self.W_V = (nn.Parameter(torch.randn(n_heads, d_model, d_head) / math.sqrt(d_model))
+                                        for _ in range(3))
+        self.W_O = nn.Linear(n_heads * d_head, d_model)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = torch.einsum("bnd,hde->bhne", x, self.W_Q)  # (b, n, d_model) x (h, d_model, d_head) -> (b, h, n, d_head)
+        k = torch.einsum("bnd,hde->bhne", x, self.W_K)  # (b, h, n, d_head)
+        v = torch.einsum("bnd,hde->bhne", x, self.W_V)  # (b, h, n, d_head)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, d_head)
+        return self.W_O(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, h·d_head) -> (b, n, d_model)

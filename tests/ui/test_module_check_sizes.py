@@ -50,3 +50,18 @@ def test_the_check_panel_and_the_cli_give_a_module_the_same_sizes_and_verdict(tm
     assert cli_results == app_results
     assert app_results["kv-cache"] == "fail"
     assert "k_cache and v_cache hold num_heads = 4 heads where num_kv_groups = 2" in app_kv_cache
+
+
+def test_the_check_panel_runs_a_module_on_the_width_it_was_built_with(monkeypatch):
+    """EinsumProjections(d_model=64) projects with einsum; its only nn.Linear, the output's, takes 128: the app fed it
+    a 128-wide input and showed the forward's shape error instead of its maps and Check panel."""
+    monkeypatch.setenv(user_code.ENV, f"{ROOT / 'tests' / 'helpers' / 'user_modules.py'}:EinsumProjections")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    for key, value in {"variant": "Your module: EinsumProjections", "d_in": "64", "num_heads": "8"}.items():
+        at.query_params[key] = value
+    at.run()
+    no_exception(at)
+    said = [element.value for element in (*at.error, *at.warning)]
+    assert not [words for words in said if "raised" in words], said
+    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
+    assert len(table) == 9 and "fail" not in set(table["result"]), table
