@@ -153,9 +153,11 @@ def duration(seconds: float, *, tenths_below: float = 0.0) -> str:
 
 def default_input(module: nn.Module, n: int = 8, batch: int = 2, seed: int = 0, *,
                   d_in: int | None = None) -> torch.Tensor:
-    """A seeded (batch, n, d_in) input at the module's input width; ``d_in``: the width when the module does not say
-    its own (the width it was built with), else a module with weights that does not is a TraceError."""
-    d_in = tracing.infer_d_in(module) or d_in
+    """A seeded (batch, n, d_in) input: ``d_in`` wide (``attnviz check``'s ``--d-in``, or the width the class was
+    built with), else at the module's input width (:func:`attnviz.tracing.infer_d_in`); a module with weights whose
+    width attnviz cannot tell is a TraceError."""
+    if d_in is None:
+        d_in = tracing.infer_d_in(module)
     if d_in is None:
         if any(True for _ in module.parameters()):
             raise tracing.TraceError("cannot tell the module's input width: give it a d_in attribute or pass x")
@@ -183,10 +185,13 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     dtype = tracing.module_dtype(module)
     if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:  # float16, bfloat16: eps 1e-3, 8e-3
         raise tracing.TraceError(_half_precision_words(dtype))
+    width = None  # the width attnviz chose, said when the traced forward refuses it (tracing.saying_width)
     if x is None:
-        x = default_input(module)
+        width = tracing.input_width(module)
+        x = default_input(module, d_in=None if width is None else width.width)
     elif isinstance(x, str):
-        x = tracing.embed_for(module, x)[2]  # (1, n, d_in)
+        width = tracing.input_width(module)
+        x = tracing.embed_for(module, x, width=width)[2]  # (1, n, d_in)
     else:
         x = tracing.input_tensor(module, x)
     if x.shape[0] < 2:
@@ -196,7 +201,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     hook = module.register_forward_pre_hook(meter.before_forward)
     try:
         module.eval()
-        recording = tracing.record(module, x)
+        with tracing.saying_width(x, width):
+            recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, attention)
         stated = _stated_causal(module, attention, causal)

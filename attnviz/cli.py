@@ -65,7 +65,9 @@ def add_check_command(commands) -> argparse.ArgumentParser:
                     "built or run.")
     check.add_argument("spec", metavar="path/to/file.py:ClassName")
     # None: not given, so a constructor's own default wins (user_code.own_defaults); flag_notes reads them too
-    check.add_argument("--d-in", type=int, default=None, help=f"default: the class's default, or {DEFAULT_D_IN}")
+    check.add_argument("--d-in", type=int, default=None,
+                       help=f"the checked input's width too (default: the class's default, or the width its forward's "
+                            f"first Linear takes, or {DEFAULT_D_IN})")
     check.add_argument("--d-out", type=int, default=None,
                        help="default: --d-in when given, else the class's default, or d_in")
     check.add_argument("--num-heads", type=int, default=None, help="default: the class's default, or 4")
@@ -237,13 +239,14 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
             module = user_code.build(cls, overrides, **settings).eval()
             context_length, why = built_context(args.context_length, cls, arguments, sizes)
             tokens = checked_tokens(args.tokens, context_length, tracing.module_context(module), why)
-            d_in = args.d_in if args.d_in is not None else sizes.get("d_in", DEFAULT_D_IN)
-            x = checks.default_input(module, n=tokens, d_in=d_in)  # a module that does not say its own width
+            d_in, width = checked_width(args.d_in, sizes, module)
+            x = checks.default_input(module, n=tokens, d_in=d_in)  # (2, tokens, d_in)
             report = CheckReport(f"{cls.__name__} from {args.spec.rpartition(':')[0]}",
                                  max(len(rule) for rule in checks.RULES), checks.SLOW_CHECK_SECONDS,
                                  causal=args.causal)
             try:
-                results = checks.check_module(module, x, causal=args.causal, progress=report, sizes=sizes)
+                with tracing.saying_width(x, width, how="pass --d-in N"):
+                    results = checks.check_module(module, x, causal=args.causal, progress=report, sizes=sizes)
             finally:
                 report.clear()  # the status line, before an error or an interrupt is printed
     except (user_code.UserCodeError, tracing.TraceError) as error:
@@ -306,6 +309,23 @@ def require_whole_groups(sizes: dict) -> None:
         f"{amount(groups, 'K/V group')} do not divide {amount(heads, 'head')}: each K/V group serves the same "
         f"number of query heads — give --num-kv-groups one of {', '.join(map(str, divisors(heads)))} "
         f"(or --num-heads a multiple of {groups})")
+
+
+def checked_width(typed: int | None, sizes: dict, module):
+    """The checked input's width, and where attnviz read it when it chose it (``tracing.InputWidth``, said when the
+    forward refuses it; None: typed): ``--d-in`` when typed; else the width the class was built with (``sizes``:
+    ``user_code.sizes_taken``, its own default included); else the module's input width
+    (``tracing.input_width``); else ``DEFAULT_D_IN``."""
+    from attnviz import tracing
+
+    if typed is not None:
+        return typed, None
+    if "d_in" in sizes:
+        return sizes["d_in"], tracing.InputWidth(sizes["d_in"], "the width the class was built with")
+    found = tracing.input_width(module)
+    if found is not None:
+        return found.width, found
+    return DEFAULT_D_IN, tracing.InputWidth(DEFAULT_D_IN, f"--d-in's default, {DEFAULT_D_IN}")
 
 
 def built_context(typed: int | None, cls, arguments: dict, sizes: dict) -> tuple[int, str]:

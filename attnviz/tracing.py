@@ -25,6 +25,10 @@ Today's attention needs nothing special: a grouped-query module's ``Q @ Kᵀ`` o
 after its ``repeat_interleave`` (SDPA's ``enable_gqa`` is repeated the same way), a latent module's keys are its
 up-projection's output, rotary's are q and k after the rotation, and a sliding window is the mask's band.
 
+``input_width(module)`` is the width of the input a module takes when no one says it: a width attribute, else the
+width of the first projection its forward calls (a forward stopped there), and where it was read — words a forward
+that refuses that width is told in (:func:`saying_width`).
+
 ``step_attention(module, x, use_cache=True)`` records one cached step the same way: its queries over more keys than
 there are queries (the kv-cache rule reads a failing step's mask, queries, keys and values from it).
 
@@ -41,6 +45,7 @@ Every call of a user's forward goes through ``run_forward``: its exception, a ``
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
@@ -600,20 +605,14 @@ def _unsliced_mask(module: nn.Module, x: torch.Tensor, error: TraceError) -> str
 
 
 def _other_width(module: nn.Module, x: torch.Tensor, error: TraceError) -> str | None:
-    """Why a forward on ``x`` (batch, n, d_in) raised, in words, when x's width is not the one the module's first
-    projection (its first ``nn.Linear`` or ``nn.MultiheadAttention``) takes; None otherwise.  The forward's own
-    words follow."""
-    first = next(((name, child) for name, child in module.named_modules()
-                  if isinstance(child, nn.Linear | nn.MultiheadAttention)), None)
-    if first is None:
+    """Why a forward on ``x`` (batch, n, d_in) raised, in words, when x's width is not the one the first projection
+    the forward calls takes (or the module's first ``nn.Linear`` or ``nn.MultiheadAttention``: :func:`_layer_width`);
+    None otherwise.  The forward's own words follow."""
+    found = _layer_width(module)
+    if found is None or found.layer is None or x.shape[-1] == found.width:
         return None
-    name, layer = first
-    width = layer.in_features if isinstance(layer, nn.Linear) else layer.embed_dim
-    if x.shape[-1] == width:
-        return None
-    where = f" ({name})" if name else ""
-    return (f"x is {x.shape[-1]} wide; the module's first {type(layer).__name__}{where} takes {width}: pass a "
-            f"(batch, n, {width}) tensor ({error})")
+    return (f"x is {x.shape[-1]} wide; {found.layer} takes {found.width}: pass a (batch, n, {found.width}) tensor "
+            f"({error})")
 
 
 def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward", **forward_kwargs):
@@ -646,9 +645,7 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
             output = time_limit.call(module, *args, **forward_kwargs)
         return _batch_first(output) if sequence_first else output
     except time_limit.TimeLimitError as out:
-        call = ", ".join(f"{name}={value!r}" for name, value in forward_kwargs.items())
-        raise EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for "
-                                  f"{out.seconds:g} s without returning (an endless loop?)") from None
+        raise _endless(module, forward_kwargs, out.seconds) from None
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
         if "flex_attention" in str(error) and "Higher Order Operator" in str(error):  # TorchDynamo's Unsupported
             raise TraceError(f"{what} calls {FLEX_ATTENTION}") from error
@@ -657,6 +654,13 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
                          "it does not end the program") from None
+
+
+def _endless(module: nn.Module, forward_kwargs: dict, seconds: float) -> EndlessForwardError:
+    """"MyAttention.forward(use_cache=False) ran for 60 s without returning (an endless loop?)"."""
+    call = ", ".join(f"{name}={value!r}" for name, value in forward_kwargs.items())
+    return EndlessForwardError(f"{type(module).__name__}.forward{f'({call})' if call else ''} ran for {seconds:g} s "
+                               "without returning (an endless loop?)")
 
 
 def _uncached(module: nn.Module, given: dict) -> dict:
@@ -1583,22 +1587,178 @@ def _mha(func, args, kwargs) -> Attention:
 
 # -------------------------------------------------------------------- a Trace
 
-def infer_d_in(module: nn.Module) -> int | None:
-    """The input width a module expects: a size it keeps under a name a constructor gives its input width (``d_in``,
-    ``embed_dim``, ``emb_dim`` …: :func:`attnviz.user_code.declared_size`), else the first Linear's or
-    MultiheadAttention's."""
-    d_in = user_code.declared_size(module, "d_in")
-    if d_in is not None:
-        return d_in
-    for child in module.modules():
-        if isinstance(child, nn.MultiheadAttention):
-            return child.embed_dim
-        if isinstance(child, nn.Linear):
-            return child.in_features
-    for name, parameter in module.named_parameters():  # the book's SelfAttention_v1: W_query is (d_in, d_out)
-        if parameter.dim() == 2 and "q" in name.rsplit(".", 1)[-1].lower():
-            return parameter.shape[0]
+@dataclass(frozen=True)
+class InputWidth:
+    """An input width attnviz reads off a module (:func:`input_width`) and where, in words: ``source`` follows the
+    width ("x was (2, 8, 64): the width of q_proj, the first Linear the forward calls"); ``layer`` names the layer it
+    is read off ("the first Linear the forward calls (q_proj)"; None: an attribute or a weight, not a layer)."""
+
+    width: int
+    source: str
+    layer: str | None = None
+
+
+def _read_off(width: int, kind: str, name: str | None, *, called: bool) -> InputWidth:
+    """The InputWidth of a ``kind`` ("Linear", "MultiheadAttention", "weight") named ``name`` in the module ("": the
+    module itself; None: no parameter of it), the first the forward calls (``called``) or the first it holds."""
+    if not called:
+        role = f"the module's first {kind}"
+    else:
+        role = f"the first {kind} the forward {'multiplies x by' if kind == 'weight' else 'calls'}"
+    measure = "embed_dim" if kind == "MultiheadAttention" else "width"
+    source = f"the {measure} of {name}, {role}" if name else f"the {measure} of {role}"
+    layer = None if kind == "weight" else f"{role} ({name})" if name else role
+    return InputWidth(int(width), source, layer)
+
+
+class _Found(BaseException):
+    """Stops a forward at its first projection (:class:`_FirstProjection`); a BaseException, which ``run_forward``
+    does not turn into a TraceError."""
+
+
+class _FirstProjection(TorchFunctionMode):
+    """Stops a forward at its first projection — an ``F.linear`` call (every ``nn.Linear``'s), an
+    ``nn.MultiheadAttention`` or a matmul by a weight (``x @ self.W_query``) — before it runs, keeping the width it
+    takes (``found``)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.names = {id(parameter): name for name, parameter in module.named_parameters()}
+        self.found: InputWidth | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.found is None:
+            self.found = self._projection(func, args, kwargs)
+            if self.found is not None:
+                raise _Found
+        return func(*args, **kwargs)
+
+    def _projection(self, func, args, kwargs) -> InputWidth | None:
+        name = _name(func)
+        if name == "linear":
+            weight = args[1] if len(args) > 1 else kwargs.get("weight")
+            return _read_off(weight.shape[-1], "Linear", self._owner(weight), called=True)
+        if name == "multi_head_attention_forward":
+            weight = _arg(func, args, kwargs, "in_proj_weight", None)
+            if weight is None:  # separate q, k, v weights (kdim or vdim not embed_dim)
+                weight = _arg(func, args, kwargs, "q_proj_weight", None)
+            width = _arg(func, args, kwargs, "embed_dim_to_check", None)
+            return _read_off(width, "MultiheadAttention", self._owner(weight), called=True)
+        if name in _MATMULS and _by_weight(args):  # (…, n, d_in) @ (d_in, d_out)
+            weight = args[1] if isinstance(args[1], nn.Parameter) else args[1]._base
+            return _read_off(args[1].shape[-2], "weight", self.names.get(id(weight)), called=True)
+        return None
+
+    def _owner(self, weight) -> str | None:
+        """The name of the layer whose parameter ``weight`` is ("" for the module itself); None: none of its own."""
+        name = self.names.get(id(weight))
+        return None if name is None else name.rpartition(".")[0]
+
+
+PROBE_TOKENS = 4  # the tokens of the forward that finds the first projection a module calls
+PROBED_WIDTHS = 3  # the widths that forward is tried at (the module's layers' own, in the order it holds them)
+
+
+def _layers(module: nn.Module) -> list[tuple[str, nn.Module, int]]:
+    """(name, layer, the width it takes) of every ``nn.Linear`` and ``nn.MultiheadAttention`` of the module (itself
+    included: name ""), in the order the module holds them — the order its constructor made them."""
+    return [(name, layer, layer.in_features if isinstance(layer, nn.Linear) else layer.embed_dim)
+            for name, layer in module.named_modules() if isinstance(layer, nn.Linear | nn.MultiheadAttention)]
+
+
+def _first_called(module: nn.Module) -> InputWidth | None:
+    """The width the first projection the forward calls takes (:class:`_FirstProjection`): ``module.forward`` called
+    as :func:`run_forward` calls it, on a seeded (1, PROBE_TOKENS, width) input, and stopped before that projection
+    runs, with no gradient and the random numbers restored after — nothing the forward does before its first
+    projection is kept, and no hook of the module counts it as a forward.  It is tried at each width the module's
+    layers take (at most :data:`PROBED_WIDTHS`) until one reaches a projection: what the forward does to x before it
+    (a norm, an assert) may need the right width.  None: the module has no ``nn.Linear`` or ``nn.MultiheadAttention``
+    (a forward not stopped early could change its state), its forward needs more than x, or none reaches a
+    projection; :class:`EndlessForwardError` when one runs for the time limit."""
+    widths = list(dict.fromkeys(width for _, _, width in _layers(module)))[:PROBED_WIDTHS]
+    device = next((t.device for t in module.parameters()), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    kwargs = _uncached(module, {})
+    for width in widths:
+        x = torch.randn(1, PROBE_TOKENS, width, generator=generator)  # (1, 4, width)
+        x = x.to(device=device, dtype=module_dtype(module))
+        try:
+            _require_values(module, x)
+            args, _ = _forward_args(module, x, kwargs)
+        except TraceError:
+            return None
+        probe = _FirstProjection(module)
+        try:
+            with torch.random.fork_rng(devices=[]), torch.no_grad(), probe:
+                time_limit.call(module.forward, *args, **kwargs)
+        except _Found:
+            pass
+        except time_limit.TimeLimitError as out:
+            raise _endless(module, kwargs, out.seconds) from None  # the next forward would run as long
+        except (Exception, SystemExit):  # it raised before any projection: another width may get there
+            pass
+        if probe.found is not None:
+            return probe.found
     return None
+
+
+def _layer_width(module: nn.Module) -> InputWidth | None:
+    """The width of the first ``nn.Linear`` or ``nn.MultiheadAttention`` the forward calls (or multiplies x by a
+    weight: :func:`_first_called`), else of the first the module holds; None: it holds none."""
+    called = _first_called(module)
+    if called is not None:
+        return called
+    name, layer, width = next(iter(_layers(module)), (None, None, None))
+    if layer is None:
+        return None
+    return _read_off(width, "Linear" if isinstance(layer, nn.Linear) else "MultiheadAttention", name, called=False)
+
+
+def input_width(module: nn.Module) -> InputWidth | None:
+    """The input width a module expects, and where it was read (:class:`InputWidth`): a size it keeps under a name a
+    constructor gives its input width (``d_in``, ``embed_dim``, ``hidden_size`` …:
+    :func:`attnviz.user_code.declared`); else the width the first projection its forward calls takes — an
+    ``nn.Linear``, an ``nn.MultiheadAttention``, or a weight x is multiplied by (:func:`_first_called`: a forward
+    stopped there, so Qwen3's ``o_proj``, heads × head_dim wide, made before ``q_proj``, is not taken for the
+    input); else the first of them the module holds; else the first dimension of a 2-D weight named for queries (the
+    book's ``SelfAttention_v1``: ``W_query`` is (d_in, d_out)).  None: none of these."""
+    declared = user_code.declared(module, "d_in")
+    if declared is not None:
+        return InputWidth(declared[1], f"its {declared[0]} attribute")
+    found = _layer_width(module)
+    if found is not None:
+        return found
+    for name, parameter in module.named_parameters():
+        if parameter.dim() == 2 and "q" in name.rsplit(".", 1)[-1].lower():
+            return InputWidth(parameter.shape[0], f"the first dimension of {name}")
+    return None
+
+
+def infer_d_in(module: nn.Module) -> int | None:
+    """The input width a module expects (:func:`input_width`); None when attnviz cannot tell."""
+    found = input_width(module)
+    return None if found is None else found.width
+
+
+@contextlib.contextmanager
+def saying_width(x: torch.Tensor, found: InputWidth | None, *,
+                 how: str = "pass x of that width, a (batch, n, d_in) tensor"):
+    """A TraceError raised inside, when the forward's own exception names the width of ``x`` (a shape error: "mat1
+    and mat2 shapes cannot be multiplied (16x128 and 64x128)") and attnviz chose that width (``found``: a width the
+    user gave is theirs to know), is raised again with the width and where it came from: "… — x was (2, 8, 128):
+    the width of o_proj, the module's first Linear; if the module takes another width, ``how``".  An error attnviz
+    has already put in words (``record``'s: x wider than the first Linear takes, a mask not sliced) is left as it
+    is."""
+    try:
+        yield
+    except TraceError as error:
+        own = error.__cause__  # the forward's own exception; a TraceError: attnviz already said why (record)
+        if found is None or not isinstance(own, Exception) or isinstance(own, TraceError) or not re.search(
+                rf"(?<![\d.]){x.shape[-1]}(?![\d.])", str(own)):
+            raise
+        raise TraceError(f"{error} — x was {tuple(x.shape)}: {found.source}; if the module takes another width, "
+                         f"{how}") from error
 
 
 def as_module(module) -> nn.Module:
@@ -1621,14 +1781,15 @@ def module_dtype(module: nn.Module) -> torch.dtype:
     return _weights_dtype(module) or torch.float32
 
 
-def embed_for(module: nn.Module, text: str, *, seed: int = 123) -> tuple[str, list[int], torch.Tensor, dict]:
-    """:func:`embed_text` at the module's input width and dtype (the seeded tables are float32; a float64 module
-    gets float64); TraceError when the module does not say its input width."""
-    d_in = infer_d_in(module)
-    if d_in is None:
+def embed_for(module: nn.Module, text: str, *, seed: int = 123,
+              width: InputWidth | None = None) -> tuple[str, list[int], torch.Tensor, dict]:
+    """:func:`embed_text` at the module's input width (``width``, else :func:`input_width`'s) and dtype (the seeded
+    tables are float32; a float64 module gets float64); TraceError when the module does not say its input width."""
+    width = width or input_width(module)
+    if width is None:
         raise TraceError("cannot tell the module's input width: give it a d_in/embed_dim attribute or pass a tensor")
     try:
-        text, token_ids, inputs, arrays = embed_text(text, d_in, seed=seed)
+        text, token_ids, inputs, arrays = embed_text(text, width.width, seed=seed)
     except EmptyTextError:
         raise EmptyInputError("x is empty text (or only whitespace): pass a text with at least one word, or a "
                               "(batch, n, d_in) tensor") from None
@@ -1700,16 +1861,19 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
     embedding arrays are item 0's, the one the views draw.  Raises TraceError (one line) when it cannot."""
     notes: list[str] = []
     module = as_module(module)
+    width = None  # the width attnviz chose, said when the forward refuses it (saying_width)
     if isinstance(x, str):
-        text, token_ids, inputs, arrays = embed_for(module, x, seed=seed)
+        width = input_width(module)
+        text, token_ids, inputs, arrays = embed_for(module, x, seed=seed, width=width)
     else:
         inputs = input_tensor(module, x)
         _require_values(module, inputs)  # before its values are read for the Trace
         text, token_ids = "", list(range(inputs.shape[1]))
         arrays = {"token": to_numpy(inputs[0]), "position": to_numpy(torch.zeros_like(inputs[0])),
                   "input": to_numpy(inputs[0])}
-    return trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=arrays, notes=notes,
-                        causal=causal, label=label, tokenized=isinstance(x, str))
+    with saying_width(inputs, width):
+        return trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=arrays, notes=notes,
+                            causal=causal, label=label, tokenized=isinstance(x, str))
 
 
 def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_ids: list[int], embeddings: dict,

@@ -899,8 +899,9 @@ def test_the_checked_input_is_as_wide_and_as_long_as_the_class_was_built():
 
 def test_check_help_says_a_size_flag_not_given_leaves_the_classs_default():
     text = " ".join(help_text("check").split())
-    for flag, words in (("--d-in D_IN", "the class's default, or 64"),
-                        ("--num-heads NUM_HEADS", "the class's default, or 4"),
+    assert "--d-in D_IN the checked input's width too (default: the class's default, or the width its forward's " \
+           "first Linear takes, or 64)" in text
+    for flag, words in (("--num-heads NUM_HEADS", "the class's default, or 4"),
                         ("--context-length CONTEXT_LENGTH", "the class's default, or 64"),
                         ("--dropout DROPOUT", "the class's default, or 0"),
                         ("--d-out D_OUT", "--d-in when given, else the class's default, or d_in")):

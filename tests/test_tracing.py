@@ -435,15 +435,18 @@ def test_a_too_long_text_names_the_modules_own_context_parameter(module, paramet
 
 
 @pytest.mark.parametrize("run", [tracing.trace_module, checks.check_module], ids=["trace_module", "check_module"])
-def test_an_input_of_another_width_says_both_widths(run):
+@pytest.mark.parametrize(("module", "layer"), [
+    (um.CausalSelfAttention(n_embd=64, n_head=4, block_size=16, flash=False), "c_attn"),
+    (um.OutProjFirst(hidden_size=64), "q_proj"),  # not o_proj, made first, which takes 128
+], ids=["nanoGPT", "o_proj-made-first"])
+def test_an_input_of_another_width_says_both_widths(run, module, layer):
     """The module's own error ("mat1 and mat2 shapes cannot be multiplied (16x32 and 64x192)") named neither x nor
-    the width the module takes."""
-    module = um.CausalSelfAttention(n_embd=64, n_head=4, block_size=16, flash=False).eval()
+    the width the module takes; then the width named was the first Linear the module made, not the one it calls."""
     with pytest.raises(tracing.TraceError) as caught:
-        run(module, torch.randn(2, 8, 32))
+        run(module.eval(), torch.randn(2, 8, 32))
     message = str(caught.value)
-    assert message.startswith("x is 32 wide; the module's first Linear (c_attn) takes 64: pass a (batch, n, 64) "
-                              "tensor"), message
+    assert message.startswith(f"x is 32 wide; the first Linear the forward calls ({layer}) takes 64: pass a "
+                              "(batch, n, 64) tensor"), message
     assert "mat1 and mat2" in message and "\n" not in message  # the forward's own words stay, after
 
 

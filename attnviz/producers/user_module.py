@@ -25,6 +25,8 @@ from attnviz.rng import built_once, seeded
 from attnviz.trace import Trace
 
 SHOWN_QUERIES = 8  # the rows a NaN message names before "…"
+# what to do when the forward refuses the width attnviz read off a module whose constructor takes none
+BUILT_WIDTH = "take it as a constructor argument (d_in, hidden_size, n_embd …), which the sidebar's d_in sets"
 
 
 class NonFiniteWeightsError(ConfigError):
@@ -97,12 +99,20 @@ def _reported_after_prepare(build):
 @built_once(maxsize=8)
 @_reported_after_prepare
 def _probed_sizes(key: AttentionConfig) -> tuple[int, int, int, bool]:
-    """(input width, output width, heads, causal) of the built module, from a 4-token seeded run."""
+    """(input width, output width, heads, causal) of the built module, from a 4-token seeded run on the width it was
+    built with (its constructor's width argument under any spelling: ``user_code.listed_sizes``), else on the width
+    it says or its forward's first projection takes (``tracing.input_width``), else the sidebar's."""
+    from attnviz import user_code  # the modules listed on the command line
+
     module = _built_module(key)
-    d_in = tracing.infer_d_in(module) or key.d_in
+    d_in, width = user_code.listed_sizes(key.module, key).get("d_in"), None
+    if d_in is None:
+        width = tracing.input_width(module)
+        d_in = key.d_in if width is None else width.width
     x = torch.randn(1, min(4, key.context_length), d_in, generator=torch.Generator().manual_seed(0))  # (1, 4, d_in)
     try:
-        recording = tracing.record(module, x)
+        with tracing.saying_width(x, width, how=BUILT_WIDTH):
+            recording = tracing.record(module, x)
     except tracing.TraceError as error:
         raise ConfigError(f"{key.module}: {error}") from None
     attention, _ = tracing.combine(recording.attentions)
