@@ -166,8 +166,9 @@ def _is_head(num_heads: int):
 
 def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}") -> int:
     """Focused-head selector (persisted, followed by the URL's ``head``); falls back to head 0 when the head count
-    shrinks."""
-    bind = page_bind(key, 0, _is_head(num_heads), url=HEAD)
+    shrinks.  Its box reads ``label(head)`` of this run (a K/V group that another variant drops: ``page_bind``'s
+    ``labels``)."""
+    bind = page_bind(key, 0, _is_head(num_heads), url=HEAD, labels=tuple(label(head) for head in range(num_heads)))
     if num_heads == 1:
         st.caption("One head.")
         return 0

@@ -185,12 +185,12 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
     layer_col, head_col, _ = st.columns([1, 1, 2])
     layer = run.layer
     if layers > 1:
-        best_in = tuple(float(np.nanmax(row)) for row in run.scores)  # (layers,): format_func keeps no run
-        layer = layer_col.selectbox(
-            "Layer", list(range(layers)), format_func=lambda i: f"layer {i} · {best_in[i]:.2f}",
+        best_in = tuple(f"layer {i} · {float(np.nanmax(row)):.2f}" for i, row in enumerate(run.scores))  # (layers,)
+        layer = layer_col.selectbox(  # format_func keeps no run; the box reads this T's scores (page_bind's labels)
+            "Layer", list(range(layers)), format_func=best_in.__getitem__,
             help="The layer of the map below, with its best induction score: at first the best head's.",
             **page_bind("induction_layer", best_layer, lambda v: isinstance(v, int) and 0 <= v < layers,
-                        url=MAP_LAYER))
+                        url=MAP_LAYER, labels=best_in))
     else:
         forget_page_params(MAP_LAYER)  # one layer: nothing to pick, nothing to link
     if layer == run.layer:
@@ -203,10 +203,10 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
             st.warning(markdown_escape(str(exc)), icon="✋")
             return
     default = best_head if layer == best_layer else int(run.scores[layer].argmax())
-    scores = tuple(float(score) for score in run.scores[layer])  # the widget keeps its format_func: not the run
-    head = head_col.selectbox("Head", list(range(heads)), format_func=lambda h: f"head {h} · {scores[h]:.2f}",
+    scores = tuple(f"head {h} · {float(score):.2f}" for h, score in enumerate(run.scores[layer]))  # not the run
+    head = head_col.selectbox("Head", list(range(heads)), format_func=scores.__getitem__,
                               **page_bind("induction_head", default, lambda h: isinstance(h, int) and 0 <= h < heads,
-                                          url=HEAD))
+                                          url=HEAD, labels=scores))
     tokens = [t.piece for t in pieces(run.token_ids.tolist())]
     name = head_figures.head_name(layer, head) if layered else f"head {head}"
     st.plotly_chart(

@@ -55,6 +55,7 @@ URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that c
 _URL_PAGE = "_url_page"  # the page whose parameters the URL holds (keep_page_params)
 _PAGE_URLS = "_page_urls"  # page -> its own URL parameters as its runs left them (page_params_of)
 _DEFAULTS = "_page_defaults"  # page widget -> the default its last run drew it with (page_bind)
+_LABELS = "_page_labels"  # page widget -> the labels of its options as its last run drew them (page_bind)
 _OUTSIDE = "_url_outside"  # the shown page's parameters whose URL value its runs did not write (keep_page_params)
 _WEIGHTS_SHOWN = "_weights_shown"  # the weights the settings were last settled for (follow_weights)
 _BOOK_SIZES = "_book_sizes"  # the book's classes' BOOK_SIZES as the user left them, while a checkpoint is shown
@@ -167,7 +168,8 @@ def bind(key: str) -> dict:
     return {"key": key, "on_change": _changed, "args": (key,)}
 
 
-def page_bind(key: str, default, valid=lambda value: True, url: str | None = None) -> dict:
+def page_bind(key: str, default, valid=lambda value: True, url: str | None = None,
+              labels: tuple[str, ...] | None = None) -> dict:
     """A page widget's keyword arguments: its key (one of :data:`PAGE_WIDGETS`), with the value ``default`` where it
     has none or one ``valid`` refuses (a head that the new settings no longer have), and where it was left at the
     default of the run before and that default has moved (the Induction lab's best head for a new T or seed, the
@@ -177,7 +179,13 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     follow theirs: written with the value this run draws, and by the widget's ``on_change`` before the run that
     shows a new value, so that the sidebar's Share link, drawn before the page, carries it too; a value equal to
     ``default`` leaves the URL without it (:func:`set_page_param`).  The page reads it on a session's first visit
-    and from a URL it did not write (:func:`page_widgets_from_url`)."""
+    and from a URL it did not write (:func:`page_widgets_from_url`).
+
+    ``labels``: a selectbox's option labels where they say more than the value (a head's K/V group, a layer's best
+    score).  Streamlit's frontend keeps the label a box shows while its value stays the same, even when a run gives
+    the options new labels: the box would read the last value's old label (a widget with a key keeps its identity, and
+    Streamlit sends a value only when it changes).  Where the labels differ from those of the widget's last run, the
+    value is set again through the Session State, which Streamlit sends to the browser with its label of this run."""
     if key not in PAGE_WIDGETS:
         raise KeyError(f"page widget {key!r} is not declared in attnviz.ui.state.PAGE_WIDGETS")
     shown_default = st.session_state.setdefault(_DEFAULTS, {})
@@ -185,6 +193,11 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
             key in shown_default and st.session_state[key] == shown_default[key] != default):
         st.session_state[key] = default  # none yet, refused, or left at a default that has moved: it follows
     shown_default[key] = default
+    if labels is not None:
+        drawn = st.session_state.setdefault(_LABELS, {})
+        if drawn.get(key, labels) != labels:
+            st.session_state[key] = st.session_state[key]  # the same value, sent with its new label
+        drawn[key] = labels
     if url is None:
         return {"key": key, **KEPT}
     if url not in PAGE_PARAMS:

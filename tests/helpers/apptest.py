@@ -128,3 +128,43 @@ def follow_link(at, script: str):
     for key, value in parse_qsl(link.query_string, keep_blank_values=True):
         at.query_params[key] = value
     return at.switch_page(script).run()
+
+
+class ShownLabels:
+    """What each selectbox of an AppTest session reads in the browser, run after run.  Streamlit's frontend keeps the
+    label a box shows while the widget (its key) stays on the page: it shows the option the user picked, or the value
+    a run sends it (the proto's ``set_value`` and ``raw_value``: a value set through the Session State, one restored
+    on coming back to the page); a run that only gives the options new labels leaves the old label in the box.  A box
+    new to the page shows its ``default`` option.  Call :meth:`read` after every run, :meth:`pick` for the user's
+    own choice."""
+
+    def __init__(self, at=None) -> None:
+        self._shown: dict[str, str] = {}
+        if at is not None:
+            self.read(at)
+
+    def read(self, at) -> ShownLabels:
+        for box in at.selectbox:
+            proto = box.proto
+            if proto.set_value:
+                self._shown[proto.id] = proto.raw_value
+            elif proto.id not in self._shown and proto.options:
+                self._shown[proto.id] = proto.options[proto.default]
+        return self
+
+    def pick(self, at, key: str, value):
+        """The user picks ``value`` in the box ``key`` (it shows that option's label); the run that follows is read."""
+        box = at.selectbox(key=key)
+        self._shown[box.proto.id] = box.format_func(value)
+        box.set_value(value)
+        self.read(at.run())
+        return at
+
+    def of(self, at, key: str) -> str:
+        """The label the box ``key`` shows after the last run read."""
+        return self._shown[at.selectbox(key=key).proto.id]
+
+    def agree(self, at, key: str) -> bool:
+        """Whether the box ``key`` shows its value's label as this run formats it."""
+        box = at.selectbox(key=key)
+        return self.of(at, key) == box.format_func(box.value)

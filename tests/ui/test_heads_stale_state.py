@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from helpers.apptest import no_exception, open_app
+from helpers.apptest import ShownLabels, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -82,3 +82,22 @@ def test_a_focused_map_drawn_again_is_a_new_widget_that_holds_no_old_selection()
     no_exception(at)
     assert any(fig["layout"]["title"]["text"].startswith("head 0: weights") for fig in figures(at))
     assert focused_map_id(at) != first
+
+
+def test_the_focused_head_box_reads_the_label_of_the_variant_shown():
+    """Grouped-query heads are labelled with their K/V group ("head 4 · K/V group 1"); picked there, head 4 stays
+    focused under another variant, and the closed box reads that variant's label (it kept "head 4 · K/V group 1" over
+    multi-head attention, and over MLA), in the URL as before; a rerun that changes no label keeps the pick."""
+    at = app(variant="gqa")
+    shown = ShownLabels(at)
+    shown.pick(at, "heads_focus", 4)
+    assert shown.of(at, "heads_focus") == "head 4 · K/V group 1"
+    for variant, label in (("mha", "head 4"), ("mqa", "head 4 · K/V group 0"), ("mla", "head 4"),
+                           ("gqa", "head 4 · K/V group 1")):
+        at.sidebar.selectbox(key="variant").set_value(variant).run()
+        shown.read(at)
+        no_exception(at)
+        assert at.selectbox(key="heads_focus").value == 4 and at.query_params["head"] in ("4", ["4"])
+        assert shown.of(at, "heads_focus") == label, variant
+    shown.read(at.run())
+    assert at.selectbox(key="heads_focus").value == 4 and shown.of(at, "heads_focus") == "head 4 · K/V group 1"

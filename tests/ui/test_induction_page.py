@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.apptest import decode, figure, no_exception, open_app
+from helpers.apptest import ShownLabels, decode, figure, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from helpers.checkpoints import own_session_models
 from helpers.maps import cells_shown
@@ -147,6 +147,32 @@ def test_the_bundled_model_opens_on_the_head_the_lab_names_and_the_layer_is_pick
     assert at.query_params["map_layer"] in ("0", ["0"])
     assert at.metric[0].value == f"{score:.2f}"  # the headline still names the best head
     assert not any("the sidebar's *Layer*)" in c.value for c in at.caption)
+
+
+def test_the_layer_and_head_boxes_read_the_scores_of_the_t_they_show():
+    """Each Layer and Head option carries its best induction score ("layer 1 · 0.74"). A new T or seed changes the
+    scores: the closed boxes read the new ones, as the grid and the open lists do (the browser kept the old label in
+    the box: "layer 1 · 0.74" over T = 10's 0.71). A layer picked by the user stays picked, with its new label, and in
+    the URL; a rerun that changes no score keeps it too."""
+    at = lab(weights="bundled model")
+    shown = ShownLabels(at)
+    assert shown.of(at, "induction_layer").startswith("layer 1 · ") and shown.agree(at, "induction_head")
+    at.number_input(key="induction_T").set_value(10).run()
+    shown.read(at)
+    assert not at.exception, [e.value for e in at.exception]
+    scores = induction.run_model(weights.load(weights.bundled_option().ref), 10, induction.DEFAULT_SEED).scores
+    assert shown.of(at, "induction_layer") == f"layer 1 · {np.nanmax(scores[1]):.2f}"
+    assert shown.of(at, "induction_head") == f"head 0 · {scores[1, 0]:.2f}"
+
+    shown.pick(at, "induction_layer", 0)
+    assert shown.agree(at, "induction_layer") and shown.agree(at, "induction_head")
+    at.number_input(key="induction_seed").set_value(7).run()
+    shown.read(at)
+    assert at.selectbox(key="induction_layer").value == 0 and at.query_params["map_layer"] in ("0", ["0"])
+    assert shown.agree(at, "induction_layer") and shown.agree(at, "induction_head")
+    shown.read(at.run())  # nothing changed: the pick stays, and so does what the boxes read
+    assert at.selectbox(key="induction_layer").value == 0
+    assert shown.agree(at, "induction_layer") and shown.agree(at, "induction_head")
 
 
 def test_the_loss_drop_has_one_sign_the_arrow():
