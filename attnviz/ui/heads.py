@@ -48,7 +48,7 @@ WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
 def _grid_figure(text: str, config: AttentionConfig, stage: str):
-    from attnviz.views import figures
+    from attnviz.views import figures, steps
 
     trace = cached_trace(text, config)
     config = trace.config
@@ -60,6 +60,7 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
                               dropout=config.effective_dropout,
                               columns=group * (full // group) if 1 < group <= full else full,
                               hidden=window_hidden(trace), window=trace.window,
+                              stage_title=steps.stage_title(trace, stage),
                               labels=[grid_label(config, head) for head in range(trace.num_heads)])
 
 
@@ -211,7 +212,7 @@ def within_layer_from_url(prefix: str, trace, stages, default_stage: str) -> Non
 def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, row0: int, col0: int, size: int):
     """The focused head's overview (None when the window is the whole map) and its window's map, built once for a
     click's rerun, which draws them unchanged."""
-    from attnviz.views import figures
+    from attnviz.views import figures, steps
 
     trace = cached_trace(text, config)
     config = trace.config
@@ -220,7 +221,7 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
     hidden = window_hidden(trace, head)
     fig = figures.attention_heatmap(
         window, trace.tokens, stage, causal=trace.hides_future, dropout=config.effective_dropout,
-        title=f"{config.head_label(head)}: {figures.map_title(stage, trace.window, config.spec.scaled)}",
+        title=f"{config.head_label(head)}: {steps.stage_title(trace, stage)}",
         row_offset=row0,
         col_offset=col0,
         validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}",

@@ -38,7 +38,7 @@ from attnviz.words import markdown_escape
 
 def draw(page_run: Context) -> None:
     """Everything on the Heads page that depends on the layer: a new layer reruns only this."""
-    from attnviz.views import figures
+    from attnviz.views import steps
 
     trace, config = page_run.trace, page_run.trace.config
     # the shown layer's own mask: a checkpoint's schedule may mix window and full layers
@@ -48,9 +48,12 @@ def draw(page_run: Context) -> None:
     book_listing_note(config)  # a 3.3/3.4 class masked by the sidebar: the mask is attnviz's, not the book's
 
     within_layer_from_url("heads", trace, MAP_STAGES, "weights")  # a session's first visit: the link's
+    titles = {name: steps.stage_title(trace, name) for name in MAP_STAGES}  # format_func keeps no trace
     stage = st.segmented_control(
-        "Show", MAP_STAGES, format_func=functools.partial(figures.map_title, window=trace.window,
-                                                          scaled=config.spec.scaled),
+        "Show", MAP_STAGES, format_func=titles.get,
+        help="The stages of the attention, as this run computed them: a step that did nothing here says so (the "
+             "causal mask off: masked = scaled; dropout off — eval mode, p = 0, or none in this class: dropped = "
+             "weights).",
         **page_bind("heads_stage", "weights", url=STAGE)
     ) or "weights"
     url_notices("heads_stage")

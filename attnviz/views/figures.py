@@ -44,16 +44,25 @@ PROBABILITY_STAGES = ("weights", "dropped")
 
 
 UNSCALED_TITLE = "scaled = scores (no ÷√dₖ in this class)"  # the scaled stage of a class that does not divide (3.3)
+UNMASKED_TITLE = "masked = scaled (causal mask off)"  # the masked stage of a run that hides no key
 
 
-def map_title(stage: str, window: int | None = None, scaled: bool = True) -> str:
-    """A stage's title (:data:`MAP_TITLES`); a sliding window of ``window`` tokens also hides the keys that far back
-    or further, so its masked stage is a band, not a triangle; a class that does not divide by √dₖ (``scaled``
-    False: the simplified class of 3.3) records its scores unchanged as its scaled stage, and the title says so."""
+def map_title(stage: str, window: int | None = None, scaled: bool = True, masks: bool = True,
+              dropout_off: str | None = None) -> str:
+    """A stage's title (:data:`MAP_TITLES`), saying what ran: a sliding window of ``window`` tokens also hides the
+    keys that far back or further, so its masked stage is a band, not a triangle; a class that does not divide by
+    √dₖ (``scaled`` False: the simplified class of 3.3) records its scores unchanged as its scaled stage, a run that
+    hides no key (``masks`` False: the causal mask off) its scaled scores as its masked stage, and a run whose
+    dropout did nothing (``dropout_off``: why, in words) its weights as its dropped stage — and the title says so
+    (``views.steps.stage_title`` gives a run's)."""
     if stage == "masked" and window is not None:
         return f"masked (−∞ above the diagonal or ≥ {window} back)"
+    if stage == "masked" and not masks:
+        return UNMASKED_TITLE
     if stage == "scaled" and not scaled:
         return UNSCALED_TITLE
+    if stage == "dropped" and dropout_off is not None:
+        return f"dropped = weights ({dropout_off})"
     return MAP_TITLES.get(stage, stage)
 
 
@@ -372,6 +381,7 @@ def heads_grid(
     labels: list[str] | None = None,
     hidden: np.ndarray | None = None,
     window: int | None = None,
+    stage_title: str | None = None,
 ) -> go.Figure:
     """All heads as small maps, max-pooled to at most ``max_cells`` per side: one image trace per head
     (named "head h"), tiled on **one** pair of axes by each trace's ``x0``/``y0`` (subplots with an axis pair
@@ -384,7 +394,8 @@ def heads_grid(
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
     ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
     masked cells grey, as in every attention map (``hidden``: what a sliding window of ``window`` tokens hides, as in
-    :func:`pooled_display`; the heading names the window).  The titles ("head 3", or ``labels``) are annotations
+    :func:`pooled_display`).  The heading starts with ``stage_title``, the run's (``views.steps.stage_title``), or
+    :func:`map_title` of ``stage`` and ``window``.  The titles ("head 3", or ``labels``) are annotations
     (:func:`mark_focus` marks the focused one ▶ and outlines it).  An invisible scatter overlay of 4 × 4 points a
     tile (customdata = head index, :func:`undrawn_points`) reports clicks: an image's pixels do not.
 
@@ -428,7 +439,7 @@ def heads_grid(
                else "each cell keeps its block's largest |score|")
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
     heads_text = f"all {num_heads} heads" if num_heads > 1 else "1 head"
-    heading = f"{map_title(stage, window)}, {heads_text}"
+    heading = f"{stage_title or map_title(stage, window)}, {heads_text}"
     height = max(180, _grid_row_px(columns) * rows + 60)
     margin = {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10}
     # as wide as its tiles and colour bar (and its title): the colour bar sits beside the tiles however few there

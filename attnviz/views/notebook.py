@@ -13,7 +13,7 @@ import numpy as np
 from attnviz.config import InputError
 from attnviz.tokens import counted
 from attnviz.trace import Trace, index_in
-from attnviz.views import diagram, figures
+from attnviz.views import diagram, figures, steps
 
 
 def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
@@ -31,12 +31,12 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     # heads that share K/V heads (grouped-query, multi-query) are titled with their K/V head, as on the Heads page
     shared = config.module is None and config.kv_groups != config.heads
     labels = [f"head {h}<br>K/V {config.kv_group(h)}" for h in range(heads)] if shared else None
+    title = steps.stage_title(trace, stage)  # what ran: the Heads page's titles
     grid = figures.mark_focus(figures.heads_grid(maps, stage, hidden=hidden, window=trace.window, labels=labels,
-                                                 **mask), head)
+                                                 stage_title=title, **mask), head)
     focused = figures.attention_heatmap(maps[head], trace.tokens, stage, **mask,
                                         hidden=None if hidden is None else hidden[head],
-                                        title=f"{config.head_label(head) if shared else f'head {head}'}: "
-                                              f"{figures.map_title(stage, trace.window, config.spec.scaled)}")
+                                        title=f"{config.head_label(head) if shared else f'head {head}'}: {title}")
     flow = (diagram.op_flow_html(trace, highlight=stage) if trace.module_run is not None
             else diagram.shape_flow_html(trace.shapes, config, highlight=stage, window=trace.window,
                                          hides_future=trace.hides_future))

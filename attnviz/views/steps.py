@@ -1,9 +1,10 @@
 """What each step of attention does, in words and tables: the Steps page's text, without Streamlit.
 
 Pure functions of a Trace or an AttentionConfig: the sentence that says what a stage does, the line of
-the running source that does it, why dropout did nothing, the note that a mask on a book listing without one
-(3.3, 3.4) is attnviz's addition, how the class shown differs from the book's listing (``listing_note``: the
-recording lines, and ÷√dₖ before the mask where the book masks first), and the query/key/context tables (pandas).
+the running source that does it, why dropout did nothing, a stage map's title that says what ran (the Heads page's
+too), the note that a mask on a book listing without one (3.3, 3.4) is attnviz's addition, how the class shown
+differs from the book's listing (``listing_note``: the recording lines, and ÷√dₖ before the mask where the book
+masks first), and the query/key/context tables (pandas).
 """
 
 from __future__ import annotations
@@ -84,18 +85,29 @@ def unrecorded_note(trace: Trace) -> str | None:
     return "; ".join(parts) + "."
 
 
-def dropout_off_reason(config: AttentionConfig, short: bool = False) -> str:
-    """Why the dropout stage does nothing in this run: the Steps page's sentence, or (``short``) the
-    shape diagram's label."""
+def dropout_off_reason(config: AttentionConfig, short: bool = False, title: bool = False) -> str:
+    """Why the dropout stage does nothing in this run: the Steps page's sentence, (``short``) the shape diagram's
+    label, or (``title``) the words a map's title gives in brackets (``dropped = weights (eval mode)``: short, as the
+    Heads page's stage buttons are these titles)."""
     if config.checkpoint is not None:
-        return "dropout off (eval)" if short else (
+        return "eval mode" if title else "dropout off (eval)" if short else (
             "A loaded checkpoint runs in eval mode, as at inference: dropout is off, dropped = weights.")
     if not config.spec.dropout:
-        return "no dropout in this class" if short else "This variant has no dropout in the book: dropped = weights."
+        return "no dropout in this class" if short or title else (
+            "This variant has no dropout in the book: dropped = weights.")
     if not config.train:
-        return "dropout off (eval)" if short else (
+        return "eval mode" if title else "dropout off (eval)" if short else (
             "Dropout is off (eval mode): dropped = weights. Turn on 'Dropout active' in the sidebar.")
-    return "dropout off (p = 0)" if short else "Dropout p is 0: dropped = weights."
+    return "p = 0" if title else "dropout off (p = 0)" if short else "Dropout p is 0: dropped = weights."
+
+
+def stage_title(trace: Trace, stage: str) -> str:
+    """The title of ``stage``'s map of this run (``figures.map_title``), saying what ran: the shown layer's own window
+    and mask, a class that does not scale, a mask or dropout that did nothing."""
+    config = trace.config
+    return figures.map_title(stage, trace.window, config.spec.scaled,
+                             masks=trace.hides_future or trace.window is not None,
+                             dropout_off=None if config.dropout_runs else dropout_off_reason(config, title=True))
 
 
 ADDED_MASK_MARK = " — attnviz's addition, not in the book's listing"  # after source.MARK on the mask's line

@@ -621,6 +621,29 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
     assert np.isnan(z[~inside]).all()  # the future and the keys 2 or more behind are grey, not 0
 
 
+@pytest.mark.parametrize(("query", "stage", "title"), [
+    ({"causal": "false", "num_heads": "4"}, "masked", "masked = scaled (causal mask off)"),
+    ({"variant": "simplified"}, "dropped", "dropped = weights (no dropout in this class)"),
+    ({"variant": "simplified"}, "scaled", "scaled = scores (no ÷√dₖ in this class)"),
+    ({"num_heads": "4"}, "dropped", "dropped = weights (eval mode)"),
+    ({"num_heads": "4", "dropout": "0.0", "train": "true"}, "dropped", "dropped = weights (p = 0)"),
+    ({"num_heads": "4", "dropout": "0.2", "train": "true"}, "dropped", "dropped = dropout(weights)"),
+    ({"num_heads": "4"}, "masked", "masked (−∞ above the diagonal)"),
+])
+def test_a_stage_that_does_nothing_in_this_run_says_so_on_its_button_and_maps(query, stage, title):
+    """The masked map of a run without the mask read "masked (−∞ above the diagonal)" over a map without one −∞ (the
+    Steps page said "masked = scaled"); the dropped map of a class without dropout read "dropped = dropout(weights)"
+    (the diagram said "no dropout in this class"). The stage's button, the grid and the focused map say what ran, as
+    they say that the simplified class does not scale."""
+    at = app(text="the cat sat on the mat", stage=stage, **query)
+    no_exception(at)
+    assert title in at.segmented_control(key="heads_stage").options
+    assert at.segmented_control(key="heads_stage").value == stage
+    heads = "all 4 heads" if query.get("num_heads") == "4" else "1 head"
+    assert grid(at)["layout"]["title"]["text"].startswith(f"{title}, {heads}")
+    assert focused(at)["layout"]["title"]["text"] == f"head 0: {title}"
+
+
 def test_a_sliding_windows_mask_is_named_as_a_band_not_as_the_causal_triangle():
     """The Heads page called a window's mask "causal mask" and "−∞ above the diagonal", though its map is a band."""
     at = app(variant="swa", sliding_window_size="2", num_heads="4", text="the cat sat on the mat", stage="masked")

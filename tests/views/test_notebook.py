@@ -22,6 +22,19 @@ def test_the_heads_view_is_built_from_a_trace():
     assert "masked_fill" in parts["flow"] and "softmax" in parts["flow"]
 
 
+def test_the_notebooks_maps_say_a_mask_or_dropout_that_did_not_run_as_the_heads_page_does():
+    """attnviz.show's grid and focused head are titled as the Heads page's: the mask off reads "masked = scaled",
+    the simplified class's scaled and dropped stages the scores and the weights unchanged."""
+    trace = attnviz.run("the cat sat on the mat", attnviz.AttentionConfig(causal=False))
+    for part in ("grid", "head"):
+        assert "masked = scaled (causal mask off)" in notebook.figures_of(trace, "masked")[part].layout.title.text
+    trace = attnviz.run("the cat sat on the mat", attnviz.AttentionConfig(variant="simplified"))
+    for stage, title in (("scaled", "scaled = scores (no ÷√dₖ in this class)"),
+                         ("dropped", "dropped = weights (no dropout in this class)")):
+        for part in ("grid", "head"):
+            assert title in notebook.figures_of(trace, stage)[part].layout.title.text, (stage, part)
+
+
 @pytest.mark.slow  # starts a Jupyter kernel and runs the notebook
 def test_the_notebook_traces_checks_and_shows_a_module_without_errors():
     nbclient = pytest.importorskip("nbclient")

@@ -57,7 +57,7 @@ def test_the_simplified_variant_says_it_does_not_scale():
     assert step["what"].startswith("The simplified version (section 3.3) does not scale")
 
 
-def test_dropout_off_reason_one_decision_two_wordings():
+def test_dropout_off_reason_one_decision_three_wordings():
     no_dropout = small("self_attention_v2")
     eval_mode = small("mha", dropout=0.1, train=False)
     p_zero = small("mha", dropout=0.0, train=True)
@@ -67,6 +67,8 @@ def test_dropout_off_reason_one_decision_two_wordings():
     assert steps.dropout_off_reason(eval_mode, short=True) == "dropout off (eval)"
     assert steps.dropout_off_reason(p_zero) == "Dropout p is 0: dropped = weights."
     assert steps.dropout_off_reason(p_zero, short=True) == "dropout off (p = 0)"
+    assert [steps.dropout_off_reason(config, title=True) for config in (no_dropout, eval_mode, p_zero)] == [
+        "no dropout in this class", "eval mode", "p = 0"]  # a map's title: dropped = weights (…)
 
 
 def test_qk_table_shows_the_focused_heads_slice():
