@@ -255,12 +255,32 @@ def _cell_from_map(map_key: str, n: int, text_in_url: bool = True) -> None:
     """``on_select`` of the focused map: the URL's ``cell`` is the one cell clicked (none for a box or lasso of several,
     or a selection cleared) before the rerun draws the Share link, so a click is one entry of the browser's history.
     None either where the map's text is too long for the URL (``text_in_url`` False): a link or a reload opens another
-    text, and the cell would explain a cell of its map; the session's map keeps its selection."""
+    text, and the cell would explain a cell of its map; the session's map keeps its selection.
+
+    A selection of cells is the user's newer choice than tokens picked by name: it empties the pickers, so the panel
+    explains the click (as the Share link, which carries the cell and no picks, does) or sums the box."""
     from attnviz.ui import why
 
     st.session_state.pop(CELL_NOTICE, None)  # the user's own click: the link's refused cell is moot
     cells = why.selected_cells(st.session_state.get(map_key), n)
+    if cells:
+        why.clear_picks()
     set_page_param(CELL, cell_text(*cells[0]) if len(cells) == 1 and text_in_url else None)
+
+
+_PICKED = "heads_map_picked"  # tokens were picked by name since the focused map was drawn (_picks_replace_selection)
+
+
+def _picks_replace_selection() -> None:
+    """``on_change`` of the tokens picked by name: they are the user's newer choice than the map's selection, which
+    goes — the URL's cell (the Share link would explain a cell the panel no longer does) and the map's own (the map is
+    drawn afresh, :func:`_map_key`; only where it holds one, so a pick keeps the zoom of a map without one), so that
+    emptying the pickers leaves nothing explained, as the link opens."""
+    drawn = st.session_state.get("heads_map_drawn")
+    event = st.session_state.get(f"heads_map_{drawn[1]}") if drawn is not None else None
+    if (event or {}).get("selection", {}).get("points"):
+        st.session_state[_PICKED] = True
+    set_page_param(CELL, None)
 
 
 def _linked_cell(n: int) -> list[tuple[int, int]]:
@@ -297,7 +317,10 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     held (its figure changed), the map's own is explained in its place.
 
     The clicked cell is in the URL (``cell``, written by the map's ``on_select``): a link or a reload explains the
-    link's cell on a map that shows no selection yet; a click, a box or a lasso replaces it.
+    link's cell on a map that shows no selection yet; a click, a box or a lasso replaces it.  The newer of a selection
+    on the map and tokens picked by name is explained, the other dropped: a click, a box, a lasso or a link's cell
+    empties the pickers; a pick drops the cell and the map's selection (:func:`_picks_replace_selection`).  So the
+    page explains what its Share link opens: the cell clicked, or — picks and boxes are not in the URL — none.
 
     ``link``: the place of the sidebar's Share link, which this fragment fills once the window and the cell are bound
     (the URL holds them), so that the link a rerun of this fragment alone leaves in the sidebar carries them."""
@@ -310,11 +333,14 @@ def focused_head(key: tuple, stage: str, head: int, link: DeltaGenerator | None 
     url_notices("heads_cell")
     if link is not None:
         share_link(link)
-    map_key = _map_key((key, head, stage, row0, col0), fresh=took_outside(CELL))
+    outside, picked_since = took_outside(CELL), st.session_state.pop(_PICKED, False)
+    map_key = _map_key((key, head, stage, row0, col0), fresh=outside or picked_since)
+    if outside and linked:  # a link's cell, an entry of the history: newer than the session's picks
+        why.clear_picks()
     early = why.selected_cells(st.session_state.get(map_key), trace.n) or linked
     map_col, why_col = st.columns([3, 2])
     with why_col:
-        picked = why.token_picker(trace)
+        picked = why.token_picker(trace, on_pick=_picks_replace_selection)
         slot = st.empty()
         with slot.container():
             explained = why.explain(trace, head, early, picked)

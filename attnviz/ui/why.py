@@ -39,24 +39,30 @@ PICKS = ("heads_pick_queries", "heads_pick_keys")  # the pickers' widget keys
 PICKED_ON = "heads_pick_tokens"  # the tokens the picks were made on
 
 
-def token_picker(trace: Trace) -> tuple[list[int], list[int]] | None:
+def token_picker(trace: Trace, on_pick=None) -> tuple[list[int], list[int]] | None:
     """The expander of tokens picked by name: the query and key positions chosen there while it is open, or None.
+    ``on_pick``: the pickers' ``on_change`` (the Heads page's: picks replace the map's selection).
 
     Picks belong to the tokens they were made on: a new text empties both pickers before they are drawn, so that a
     picker never shows (nor sums) a position by a piece the text no longer has."""
     if st.session_state.get(PICKED_ON) != trace.tokens:
-        for key in PICKS:
-            st.session_state[key] = []
+        clear_picks()
         st.session_state[PICKED_ON] = trace.tokens
     with st.expander("Sum attention over tokens picked by name", key="heads_pick", on_change="rerun") as picker:
         if picker.open:
             queries = st.multiselect("Query tokens", range(trace.n), format_func=_position(trace.tokens),
-                                     key=PICKS[0], max_selections=trace.n)
+                                     key=PICKS[0], max_selections=trace.n, on_change=on_pick)
             keys = st.multiselect("Key tokens", range(trace.n), format_func=_position(trace.tokens),
-                                  key=PICKS[1], max_selections=trace.n)
+                                  key=PICKS[1], max_selections=trace.n, on_change=on_pick)
             if queries or keys:
                 return list(queries), list(keys)
     return None
+
+
+def clear_picks() -> None:
+    """Both pickers empty (before they are drawn, or in a callback)."""
+    for key in PICKS:
+        st.session_state[key] = []
 
 
 def explain(trace: Trace, head: int, cells: list[tuple[int, int]],

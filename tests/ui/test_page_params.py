@@ -220,6 +220,90 @@ def test_a_click_on_the_focused_map_writes_the_urls_cell_and_a_box_of_several_dr
     assert "cell" not in query
 
 
+CAT = "The cat sat on the mat because the cat was tired"  # 11 tokens: query 8 is the second "cat"
+
+
+def summed(at) -> list[str]:
+    """What the panel beside the focused map sums ("**1 query, 2 keys selected** (head 0)"), if it sums."""
+    return [block.value for block in at.main.markdown if "selected**" in block.value]
+
+
+def pick(at, queries: list[int], keys: list[int]) -> AppTest:
+    """Open "Sum attention over tokens picked by name" and pick these query and key tokens."""
+    at.session_state["heads_pick"] = True  # the expander open
+    at.run()
+    at.multiselect(key="heads_pick_queries").set_value(queries)
+    return at.multiselect(key="heads_pick_keys").set_value(keys).run()
+
+
+def test_a_click_or_a_box_on_the_focused_map_replaces_the_tokens_picked_by_name(monkeypatch):
+    """The map's on_select empties the pickers whenever it selects cells (the newer choice: the panel explains the
+    click, or sums the box); a selection cleared (a double click) leaves the picks as they are."""
+    from attnviz.ui import heads
+    from attnviz.ui.why import PICKS
+
+    state: dict = {}
+    query: dict = {"text": CAT}
+    monkeypatch.setattr(heads.st, "session_state", state)
+    monkeypatch.setattr(heads.st, "query_params", query)
+    for points, cell in (([{"x": 3, "y": 6}], "6,3"), ([{"x": 3, "y": 6}, {"x": 4, "y": 6}], None)):
+        state.update({PICKS[0]: [8], PICKS[1]: [1, 2], "heads_map_0": {"selection": {"points": points}}})
+        heads._cell_from_map("heads_map_0", 11)
+        assert query.get("cell") == cell and state[PICKS[0]] == [] and state[PICKS[1]] == []
+    state.update({PICKS[0]: [8], PICKS[1]: [1, 2], "heads_map_0": {"selection": {"points": []}}})
+    heads._cell_from_map("heads_map_0", 11)
+    assert state[PICKS[0]] == [8] and state[PICKS[1]] == [1, 2]
+
+
+def test_a_clicked_cell_after_tokens_picked_by_name_is_explained_as_its_share_link_opens_it():
+    """Query 8 and keys 1, 2 picked by name, then cell (6, 3): the panel kept the picks' sums while the URL and the
+    Share link gained cell=6,3 (which opens "Why head 0 gives … (query 6, key 3)"). The cell is the newer choice:
+    the pickers empty and the panel explains it, as the link does; a new session on the link shows the same."""
+    at = pick(open_app(text=CAT, num_heads="4"), [8], [1, 2])
+    no_exception(at)
+    assert summed(at) == ["**1 query, 2 keys selected** (head 0)"]
+    at.query_params["cell"] = "6,3"  # what a click on the map writes before its rerun (or Back to such an entry)
+    at.run()
+    no_exception(at)
+    assert explained(at) == "query 6, key 3" and summed(at) == []
+    assert at.multiselect(key="heads_pick_queries").value == [] and at.multiselect(key="heads_pick_keys").value == []
+    assert url(at, "cell") == "6,3" and link_query(at)["cell"] == "6,3"
+    fresh = reload(at).run()
+    assert explained(fresh) == "query 6, key 3" and summed(fresh) == []
+
+
+def test_tokens_picked_after_a_click_are_summed_and_take_the_cell_out_of_the_url_and_the_link():
+    """Cell (6, 3) explained, then tokens picked by name: the panel sums the picks (the newer choice), the URL and the
+    Share link lose the cell (a link would explain a cell the page no longer shows); emptying the pickers leaves the
+    panel explaining nothing, as a link then opens."""
+    at = open_app(text=CAT, num_heads="4", cell="6,3")
+    assert explained(at) == "query 6, key 3"
+    pick(at, [8], [1, 2])
+    no_exception(at)
+    assert summed(at) == ["**1 query, 2 keys selected** (head 0)"] and explained(at) is None
+    assert url(at, "cell") is None and "cell" not in link_query(at)
+    at.multiselect(key="heads_pick_queries").set_value([])
+    at.multiselect(key="heads_pick_keys").set_value([]).run()
+    no_exception(at)
+    assert summed(at) == [] and explained(at) is None and url(at, "cell") is None
+
+
+def test_a_pick_drops_the_cell_and_draws_a_map_that_holds_a_selection_afresh(monkeypatch):
+    """The pickers' on_change: the URL's cell goes, and a map that holds a selection (a click, a box) is drawn again
+    without it, before the rerun; a map that holds none (a link's cell is not marked on it) keeps its zoom."""
+    from attnviz.ui import heads
+
+    for points, afresh in (([{"x": 3, "y": 6}], True), ([], False)):
+        state: dict = {"heads_map_drawn": ("the map", 2), "heads_map_2": {"selection": {"points": points}}}
+        query: dict = {"text": CAT, "cell": "6,3"}
+        monkeypatch.setattr(heads.st, "session_state", state)
+        monkeypatch.setattr(heads.st, "query_params", query)
+        heads._picks_replace_selection()
+        assert query == {"text": CAT}
+        assert heads._map_key("the map", fresh=state.pop(heads._PICKED, False)) == (
+            "heads_map_3" if afresh else "heads_map_2")
+
+
 def test_the_cell_comes_back_with_its_map_and_not_with_another():
     """Heads with a clicked cell, then Steps and back: the Heads page's link carries the cell while the map is the
     same (the head carried back is the Heads page's own), not once the head or the settings changed elsewhere."""
