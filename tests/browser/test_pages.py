@@ -1068,6 +1068,68 @@ def test_with_the_lasso_picked_a_click_selects_nothing_as_the_caption_under_the_
     assert map_selection(page) == {(6, 1)}
 
 
+def pick_tokens(page, label: str, option: str) -> None:
+    """Pick ``option`` ("8: ·cat") in the Heads page's multiselect ``label`` ("Query tokens") and wait for its run."""
+    picker = page.get_by_test_id("stMain").get_by_test_id("stMultiSelect").filter(has_text=label).first
+    before = runs(page)
+    picker.get_by_role("combobox").click()
+    page.keyboard.type(option)  # the list shows the options that match (it draws only those in view)
+    page.get_by_role("listbox").get_by_role("option").filter(
+        has_text=re.compile(f"^{re.escape(option)}$")).click()
+    page.keyboard.press("Escape")
+    wait_idle(page, after=before)
+
+
+def test_a_click_after_tokens_picked_by_name_explains_the_cell_as_the_share_link_does(page, base_url, browser):
+    """Query 8 and keys 1, 2 picked by name, then a click on cell (6, 3): the panel explains the cell and the pickers
+    empty (they kept the picks' sums beside a marked cell), as the Share link, which carries cell=6,3, opens it in
+    another session; tokens picked next are summed, and the cell leaves the map and the URL."""
+    visit(page, f"{base_url}/?text={quote('The cat sat on the mat because the cat was tired')}&num_heads=4")
+    main = page.get_by_test_id("stMain")
+    expander = main.locator("details").filter(has_text="Sum attention over tokens picked by name")
+    before = runs(page)
+    expander.locator("summary").click()
+    wait_idle(page, after=before)
+    wait_expanded(expander)
+    pick_tokens(page, "Query tokens", "8: ·cat")
+    pick_tokens(page, "Key tokens", "1: ·cat")
+    pick_tokens(page, "Key tokens", "2: ·sat")
+    expect(main.get_by_text("1 query, 2 keys selected")).to_be_visible()
+
+    click_cell(page, 6, 3)
+    assert_no_exception(page)
+    expect(main.get_by_text(re.compile(r"\(query 6, key 3\) its weight"))).to_be_visible()
+    expect(main.get_by_text("keys selected")).to_have_count(0)
+    expect(main.get_by_test_id("stMultiSelect").filter(has_text="8: ·cat")).to_have_count(0)
+    assert map_selection(page) == {(6, 3)} and query(page)["cell"] == "6,3"
+    link = share_link(page)
+    other = browser.new_context(viewport=page.viewport_size)  # the link's recipient: another session
+    try:
+        fresh = other.new_page()
+        visit(fresh, link)
+        expect(fresh.get_by_test_id("stMain").get_by_text(re.compile(r"\(query 6, key 3\) its weight"))).to_be_visible()
+    finally:
+        other.close()
+
+    pick_tokens(page, "Query tokens", "8: ·cat")
+    expect(main.get_by_text("1 query, 0 keys selected")).to_be_visible()
+    assert map_selection(page) == set() and "cell" not in query(page)
+
+
+def test_the_focused_head_box_reads_the_label_of_the_variant_shown(page, base_url):
+    """Head 4 of grouped-query attention ("head 4 · K/V group 1"), then multi-head attention picked in the sidebar:
+    the closed box reads "head 4" (it kept the K/V group of a variant no longer shown)."""
+    visit(page, f"{base_url}/?variant=gqa&head=4")
+    focus = page.get_by_test_id("stMain").get_by_role("combobox", name="Focused head")
+    expect(focus).to_have_value("head 4 · K/V group 1")
+    before = runs(page)
+    choose_option(page, sidebar(page).get_by_role("combobox", name="Attention variant"), "Multi-head attention (3.6.2)")
+    wait_idle(page, after=before)
+    assert_no_exception(page)
+    expect(focus).to_have_value("head 4")
+    assert query(page)["head"] == "4"
+
+
 def assert_nothing_injected(page) -> None:
     for frame in page.frames:
         found = frame.evaluate(_INJECTED)
