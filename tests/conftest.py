@@ -4,7 +4,10 @@ Browser tests (everything under tests/browser/) are marked ``slow`` here; traini
 few that start a fresh Python importing the whole app (Streamlit, torch, pandas), carry the mark themselves.
 Shared helpers live in the ``helpers`` package (tests/helpers/); the fixtures more than one test module uses, here
 (the browser suite's, in tests/browser/conftest.py).  ``ATTNVIZ_RAISE_RULE_ERRORS=1`` is set here: a rule whose own
-code raises in ``check_module`` raises in the tests instead of becoming a skip.
+code raises in ``check_module`` raises in the tests instead of becoming a skip.  Under pytest-xdist each worker runs
+torch on its share of the cores (one thread each for ``-n 2`` on two cores): two workers of two torch threads each on
+two cores spend most of a tiny forward waiting for a descheduled thread.  A test of what a thread count does starts
+from ``several_torch_threads``, so that the count it asserts is the code's doing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,24 @@ BROWSER = Path(__file__).resolve().parent / "browser"
 # a rule whose own code raises in check_module raises in the tests (users get a skip that says so): a bug of attnviz's
 # is never a passing test's hidden skip; the one test of that skip unsets it
 os.environ.setdefault("ATTNVIZ_RAISE_RULE_ERRORS", "1")
+
+
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))  # the process's default: new threads take it too
+
+
+@pytest.fixture
+def several_torch_threads():
+    """Three torch threads for the test (a count none of the tests expects), then the worker's own count again."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield
+    torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(items):

@@ -593,16 +593,7 @@ TINY_TRAINING = ["--set=n_layers=1", "--set=n_heads=2", "--set=emb_dim=16", "--s
                  "--set=max_repeat=20", "--set=repeat_lengths=[24, 48]"]
 
 
-@pytest.fixture
-def _restore_threads():
-    import torch
-
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.usefixtures("_restore_threads")
+@pytest.mark.usefixtures("several_torch_threads")
 def test_threads_beyond_the_cpus_are_capped_with_a_note_and_one_step_is_one_step(tmp_path, monkeypatch, capsys):
     """--threads 999 on a 2-core machine was accepted silently, and the last line said "(1 steps, 6 s)"."""
     import torch
@@ -616,7 +607,7 @@ def test_threads_beyond_the_cpus_are_capped_with_a_note_and_one_step_is_one_step
     assert re.fullmatch(rf"wrote {re.escape(str(tmp_path / 'm'))} \(1 step, \d+ s\)\n", captured.out), captured.out
 
 
-@pytest.mark.usefixtures("_restore_threads")
+@pytest.mark.usefixtures("several_torch_threads")
 def test_the_default_threads_fit_a_one_core_machine_without_a_note(tmp_path, monkeypatch, capsys):
     import torch
 

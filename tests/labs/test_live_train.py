@@ -130,6 +130,7 @@ def test_a_connected_tab_keeps_the_job_alive_without_the_page(tiny, connected):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+@pytest.mark.usefixtures("several_torch_threads")  # the job's one thread is its own doing
 def test_the_job_uses_one_torch_thread_and_leaves_the_callers_setting(tiny):
     caller = torch.get_num_threads()
     caller_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())

@@ -428,6 +428,7 @@ def _prefetches_done() -> None:
             thread.join(timeout=TIMEOUT)
 
 
+@pytest.mark.usefixtures("several_torch_threads")  # the prefetch's one thread is its own doing
 def test_the_heads_page_computes_the_next_layer_while_this_one_is_read(checkpoints, monkeypatch):
     """Stepping to the next layer of a checkpoint finds its trace, grid, statistics and types computed (by a
     thread the page started once drawn, which first leaves the browser ``BROWSER_DRAWS_S`` to draw the page), and
