@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import copy
 import fnmatch
+import functools
 import io
 import json
 import re
@@ -376,6 +377,7 @@ def import_cycles(modules: dict[str, list[tuple[str, bool]]], *, functions: bool
     return cycles
 
 
+@functools.cache  # parsed once for the four tests below, which only read it
 def package_imports() -> dict[str, list[tuple[str, bool]]]:
     modules = _modules()
     return {module: imported_modules(_import_statements(path), modules) for module, path in modules.items()}
