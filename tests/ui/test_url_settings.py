@@ -179,28 +179,30 @@ SESSIONS = {  # a session's changes, in order: (widget kind, key, value)
 }
 
 
-@pytest.mark.parametrize("page", ["pages/heads.py", "pages/compare.py"])
 @pytest.mark.parametrize("changes", SESSIONS.values(), ids=SESSIONS)
-def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh_session(changes, page):
+def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh_session(changes):
     """Each link the app writes — the address bar and the Share link, on a page that runs the picked class alone and
-    on Compare — opened in a fresh session runs the same config (and on Compare the same heads), with no notice."""
+    on Compare — opened in a fresh session runs the same config (and on Compare the same heads), with no notice.
+    One session makes the changes, then its links are read on the Heads page and, after following its link, on
+    Compare."""
     at = app()
     for kind, key, value in changes:
         getattr(at.sidebar, kind)(key=key).set_value(value).run()
         no_exception(at)
-    if page != "pages/heads.py":
-        follow_link(at, page)
-    for params in (dict(url(at)), share_link_params(at)):
-        fresh = app(**params)
+    for page in ("pages/heads.py", "pages/compare.py"):
         if page != "pages/heads.py":
-            fresh.switch_page(page).run()
-        no_exception(fresh)
-        assert not fresh.sidebar.warning, [w.value for w in fresh.sidebar.warning]
-        assert config_of(fresh) == config_of(at), params
-        if page == "pages/compare.py":  # every variant at the sidebar's sizes
-            assert fresh.caption[0].value == at.caption[0].value
-            assert (fresh.session_state["d_out"], fresh.session_state["num_heads"]) == (
-                at.session_state["d_out"], at.session_state["num_heads"])
+            follow_link(at, page)
+        for params in (dict(url(at)), share_link_params(at)):
+            fresh = app(**params)
+            if page != "pages/heads.py":
+                fresh.switch_page(page).run()
+            no_exception(fresh)
+            assert not fresh.sidebar.warning, (page, [w.value for w in fresh.sidebar.warning])
+            assert config_of(fresh) == config_of(at), (page, params)
+            if page == "pages/compare.py":  # every variant at the sidebar's sizes
+                assert fresh.caption[0].value == at.caption[0].value
+                assert (fresh.session_state["d_out"], fresh.session_state["num_heads"]) == (
+                    at.session_state["d_out"], at.session_state["num_heads"])
 
 
 def test_a_link_giving_a_size_the_book_preset_has_not_keeps_its_other_sizes_as_the_sidebar_does():
