@@ -337,18 +337,6 @@ def caption_call(at: AppTest) -> tuple[str, int]:
     return match.group(1), int(match.group(2).replace(",", ""))
 
 
-@pytest.mark.parametrize("attention", [None, "mha", "gqa", "mqa", "mla", "swa"])
-def test_the_cache_captions_call_runs_as_written_and_gives_the_bytes_shown(attention):
-    """Pasted into Python, the caption's call gives the number the caption shows (and the table's bytes), for every
-    random GPT's attention and for the bundled model."""
-    at = page(weights=weights.BUNDLED_NAME, text=TEXT) if attention is None else random_page(random=attention)
-    for k in (0, 1):
-        if k:
-            step(at)
-        call, shown = caption_call(at)
-        assert eval(call, {"kv_cache_bytes": kv_cache_bytes}) == shown == at.table[0].value["bytes"].sum(), call
-
-
 @pytest.mark.parametrize("attention, held", [
     (None, "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 2, 64)`, the book's layout"),  # bundled
     ("mha", "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 8, 16)`, the book's layout"),
@@ -360,9 +348,12 @@ def test_the_cache_captions_call_runs_as_written_and_gives_the_bytes_shown(atten
     ("swa", "`cache_k` and `cache_v` of the last W = 16 tokens only, shape `(b, heads, min(n, W), head_dim)` = "
             "`(1, 8, min(n, 16), 16)`"),
 ])
-def test_the_page_says_what_the_chosen_attentions_cache_holds(attention, held):
-    """What the page says a layer caches is what this model's layers cache: no (b, kv_heads, n, head_dim) for MLA's
-    latent, n at most W for a sliding window."""
+def test_the_page_says_what_the_chosen_attentions_cache_holds_and_its_captions_call_gives_the_bytes_shown(
+        attention, held):
+    """For every random GPT's attention and for the bundled model, on one session: what the page says a layer caches
+    is what this model's layers cache (no (b, kv_heads, n, head_dim) for MLA's latent, n at most W for a sliding
+    window); and, pasted into Python, the caption's call gives the number the caption shows (and the table's bytes),
+    before and after a step."""
     at = page(weights=weights.BUNDLED_NAME, text=TEXT) if attention is None else random_page(random=attention)
     said = "\n".join(m.value for m in at.markdown)
     assert held in said, said
@@ -371,6 +362,11 @@ def test_the_page_says_what_the_chosen_attentions_cache_holds(attention, held):
     assert shapes == {symbolic}, shapes
     first = at.table[0].value.columns[1]
     assert f"`{first}`" in held  # the table's first tensor is the one said
+    for k in (0, 1):
+        if k:
+            step(at)
+        call, shown = caption_call(at)
+        assert eval(call, {"kv_cache_bytes": kv_cache_bytes}) == shown == at.table[0].value["bytes"].sum(), call
 
 
 def test_the_cost_chart_says_that_rasbts_estimators_n_kv_groups_is_a_group_size():
