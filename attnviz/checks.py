@@ -874,7 +874,7 @@ def score_width(module: nn.Module | None, attention: tracing.Attention) -> Score
         return ScoreWidth(width)
     for name in HEAD_DIM_NAMES:
         value = getattr(module, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if user_code.is_size(value):
             return ScoreWidth(width) if value == width else ScoreWidth(
                 value, name, latent, f"the per-head width the module keeps as {name}")
     d_out, heads = declared_size(module, "d_out"), declared_size(module, "num_heads")
