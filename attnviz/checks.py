@@ -20,8 +20,9 @@ which cell, which value, what it should be:
   token that hides nothing: there is no future); a fix names the module's own ``tril``/``triu`` call or mask buffer
   when one of them is the mask;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head), however the module
-  applies the scale (to the scores, to q or k before the product or an SDPA call); d_head is the width of QKᵀ, or
-  for MLA with W_UK absorbed into the queries (scores over the latent) the per-head width the module declares;
+  applies the scale (to the scores, to q or k before the product or an SDPA call); d_head is the width of QKᵀ (of
+  scores that are the sum of two products of one width, that width), or for MLA with W_UK absorbed into the queries
+  (scores over the latent, its decoupled rotary scores perhaps added) the per-head width the module declares;
 * ``rotary-placement`` — for a rotary module (by the names it holds and calls), traced once more on one token
   repeated at every position: every score QKᵀ depends only on i − j (not on the query's or the key's position:
   rotary on the queries only, or the keys only — failed only when one of them is that token turned by its position)
@@ -864,14 +865,16 @@ class ScoreWidth:
 
 
 def score_width(module: nn.Module | None, attention: tracing.Attention) -> ScoreWidth:
-    """The width of Q·Kᵀ — unless that is the latent the module declares (``latent_dim``, ``kv_lora_rank`` …): MLA
-    in DeepSeek-V3's absorbed form folds W_UK into the queries and takes the scores against the latent ``c_kv``
-    itself, while its scale stays 1/√ of the per-head width, which the module then declares (:data:`HEAD_DIM_NAMES`,
-    or d_out ÷ num_heads) or leaves unknown (None)."""
+    """The width of Q·Kᵀ (of scores that are the sum of two products of one width, q₁·k₁ + q₂·k₂, that width) —
+    unless the latent the module declares (``latent_dim``, ``kv_lora_rank`` …) is the width of Q·Kᵀ or of one of its
+    two products: MLA in DeepSeek-V3's absorbed form folds W_UK into the queries and takes the scores against the
+    latent ``c_kv`` itself (adding its decoupled rotary scores), while its scale stays 1/√ of the per-head width,
+    which the module then declares (:data:`HEAD_DIM_NAMES`, or d_out ÷ num_heads) or leaves unknown (None)."""
     width = None if attention.queries is None else attention.queries.shape[-1]
+    widths = attention.summed_widths or (width,)  # the widths of the products the scores are the sum of
     latent = None if module is None else declared_size(module, "latent_dim")
-    if width is None or latent != width:
-        return ScoreWidth(width)
+    if width is None or latent not in widths:
+        return ScoreWidth(widths[0] if len(set(widths)) == 1 else width)
     for name in HEAD_DIM_NAMES:
         value = getattr(module, name, None)
         if user_code.is_size(value):

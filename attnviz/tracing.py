@@ -10,7 +10,10 @@ attention is
   the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask), a cast
   to another floating dtype (``softmax(s.half())``) and the scale (a multiply or divide by a number; or one Q or K
   got before they were viewed, transposed or reshaped into heads, OPT's ``q_proj(x) * scaling``, or before they were
-  rotated, ``rope(q * scale)``) reaches the ``Q @ Kᵀ`` matmul; walking forward through a dropout, a cast
+  rotated, ``rope(q * scale)``) reaches the ``Q @ Kᵀ`` matmul — or an add of two such products, q₁·k₁ + q₂·k₂
+  (DeepSeek-V3's absorbed MLA adding its decoupled rotary scores to its latent ones, Transformer-XL's content and
+  position terms), read as one product of the concatenations [Q₁ | Q₂] and [K₁ | K₂], whose width is then the sum of
+  the two products' widths, not a head's width (:func:`_summed_operands`); walking forward through a dropout, a cast
   to the dtype the weights have, a ``where`` that only sets NaN to 0, a head or query mask that zeroes whole rows
   (GPT-2's ``* head_mask``: ``Attention.rows_zeroed``) (or a number the weights are multiplied or divided by: a bug
   that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul; both walks pass a ``view`` /
@@ -111,6 +114,9 @@ class Attention:
     scale: float | None = None  # what the scores were multiplied by (1/√head_dim expected)
     # the part of ``scale`` given to Q and to K before the product (q * head_dim ** -0.5; 1.0: none)
     operand_scales: tuple[float, float] = (1.0, 1.0)
+    # the widths of the two products the scores are the sum of (q₁·k₁ + q₂·k₂: queries and keys are their
+    # concatenations, as wide as both together); () when the scores are one product
+    summed_widths: tuple[int, ...] = ()
     hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see hidden_cells)
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
     float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
@@ -168,6 +174,7 @@ _SCALES = {"div", "__truediv__", "div_", "mul", "__mul__", "__rmul__", "mul_", "
            "__imul__"}
 _MASKS = {"masked_fill", "masked_fill_", "where", "add", "__add__", "__radd__", "add_", "__iadd__", "sub",
           "__sub__", "sub_"}
+_ADDS = {"add", "__add__", "__radd__", "add_", "__iadd__"}  # an add of two score products is one (_summed_operands)
 _PASS = {"contiguous", "float", "to", "type_as", "clone", "detach"}  # value-preserving steps between stages
 _REGROUPS = {"view", "reshape", "_unsafe_view"}  # they pass when they keep the last two dims (_regroups)
 # ops that only move an operand's values about: a scale before them (OPT's q_proj(x) * scaling, then .view(…)
@@ -916,10 +923,10 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
     if node.name in _DIVIDES:  # NAIVE_SOFTMAX: its input is the exp's
         masked = masked_node.args[0]
         masked_node = masked_node.parents[0] if masked_node.parents else None
-    chain, matmul, current = [], None, masked_node
+    chain, matmul, current, summed = [], None, masked_node, None
     while current is not None:  # back through the mask and the scale to Q @ Kᵀ
-        if current.name in _MATMULS:
-            matmul = current
+        if current.name in _MATMULS or (summed := _summed_operands(current)) is not None:
+            matmul = current  # the product, or the add of two products (q₁·k₁ + q₂·k₂)
             break
         unscaled = current.name in _SCALES and _scalar(current) is None
         if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current) or _regroups(current)
@@ -932,22 +939,24 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
     attention = Attention(kind="softmax", weights=_as_head_maps(weights), masked=_as_head_maps(masked),
                           op_index=node.index, dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
     recorder.ops[node.index].stage = "weights"
-    operands = None if matmul is None else _matmul_operands(matmul)
+    operands = None if matmul is None else summed[:4] if summed is not None else _matmul_operands(matmul)
     if matmul is not None and operands is None:
         lost = f"the {_call(recorder, matmul)} before the softmax could not be read as Q @ Kᵀ"
         matmul = None
     if matmul is not None:
         queries, keys, scale, operand_scales = operands
+        computed = matmul.name == "baddbmm" or operand_scales != (1.0, 1.0) or scale != 1.0
         for link in chain:
             if link.name in _SCALES:
                 scale *= _scalar(link)
         attention.scores = _as_head_maps(matmul.out)
         # baddbmm's out is beta · input + alpha · Q @ Kᵀ (the mask is added in the same call); a Q or K scaled before
-        # the product makes it Q·Kᵀ × their scale: the scores are the unscaled Q and K's product, as the stages say
-        computed = matmul.name == "baddbmm" or operand_scales != (1.0, 1.0)
+        # the product (or a product scaled before it is added to another) makes it Q·Kᵀ × their scale: the scores are
+        # the unscaled Q and K's product, as the stages say
         if computed:
             attention.scores = _as_head_maps(queries @ keys.transpose(-2, -1))  # (…, nq, d) @ (…, d, nk)
         attention.scale, attention.operand_scales = scale, operand_scales
+        attention.summed_widths = () if summed is None else summed[4]
         attention.queries, attention.keys = _as_head_maps(queries), _as_head_maps(keys)
         recorder.ops[matmul.index].stage = "scores"
         attention.scaled = _scaled(chain, attention.scores, scale, recorder)
@@ -1138,6 +1147,42 @@ def _matmul_operands(matmul: _Node) -> tuple[torch.Tensor, torch.Tensor, float, 
     scale *= query_factor * key_factor
     return (_broadcast(arrange_queries(queries), batch), _broadcast(arrange_keys(keys), batch, fewer=True), scale,
             (query_factor, key_factor))
+
+
+def _summed_operands(add: _Node) -> tuple[torch.Tensor, torch.Tensor, float, tuple[float, float],
+                                          tuple[int, int]] | None:
+    """:func:`_matmul_operands`' (queries, keys, scale, operand scales), and the two widths, of scores that are the sum
+    of two products, q₁·k₁ + q₂·k₂: DeepSeek-V3's absorbed MLA adding its decoupled rotary scores to its latent ones,
+    Transformer-XL's content and position terms.  They are one product of the concatenations along the last dimension,
+    queries [Q₁ | Q₂] (…, nq, d₁ + d₂) and keys [K₁ | K₂] (…, nk, d₁ + d₂), both in the products' batch dims (keys
+    shared by query heads kept as few only when both products share them).  Each operand of the add is reached back
+    through a scale by a number, a cast or a view to a product :func:`_matmul_operands` reads (not ``baddbmm``, which
+    adds a third term), both giving the same (…, nq, nk) shape; the first product's scale is the scale, and what the
+    second is scaled by relative to it is folded into Q₂, so that the concatenated Q·Kᵀ × scale is the sum.  None
+    when the add is not of two such products (an added mask or bias)."""
+    tensors = _tensor_args(add.args, add.kwargs)
+    if add.name not in _ADDS or len(tensors) != 2 or len(add.parents) != 2 or add.kwargs.get("alpha", 1) != 1:
+        return None
+    products = []
+    for node in add.parents:
+        factor = 1.0  # what the product is multiplied by between it and the add
+        while node is not None and (_scalar_scale(node) or _passes(node) or _float_cast(node) or _regroups(node)):
+            factor *= _scalar(node) if node.name in _SCALES else 1.0
+            node = _tensor_parent(node)
+        operands = None if node is None or node.name not in _MATMULS - {"baddbmm"} else _matmul_operands(node)
+        if operands is None:
+            return None
+        products.append((node.out.shape, *operands[:2], operands[2] * factor, operands[3]))
+    (shape, q1, k1, scale, by1), (other, q2, k2, scale2, by2) = products
+    if shape != other or q1.shape[:-1] != q2.shape[:-1]:
+        return None
+    if k1.shape[:-1] != k2.shape[:-1]:  # grouped-query keys in one product only: both per query head
+        k1, k2 = _broadcast(k1, shape[:-2]), _broadcast(k2, shape[:-2])  # (…, nk, d₁), (…, nk, d₂)
+        if k1.shape[:-1] != k2.shape[:-1]:
+            return None
+    q2 = q2 if scale2 == scale else q2 * (scale2 / scale)  # (…, nq, d₂): q₂·k₂ × s₂ = (q₂ × s₂/s₁)·k₂ × s₁
+    return (torch.cat([q1, q2], dim=-1), torch.cat([k1, k2], dim=-1), scale,  # (…, nq, d₁ + d₂), (…, nk, d₁ + d₂)
+            by1 if by1 == by2 else (1.0, 1.0), (q1.shape[-1], q2.shape[-1]))
 
 
 def _unscaled(operand: torch.Tensor, factor: float) -> torch.Tensor:
@@ -1841,7 +1886,7 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
         stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
                             masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
                             scale=first.scale, operand_scales=first.operand_scales, is_causal=first.is_causal,
-                            dropout_p=first.dropout_p,
+                            summed_widths=first.summed_widths, dropout_p=first.dropout_p,
                             weights_scale=first.weights_scale, lost=first.lost, unrecorded=first.unrecorded,
                             context_ops=tuple(index for a in same for index in a.context_ops))
         for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):

@@ -78,8 +78,7 @@ def test_absorbed_mla_is_scaled_by_its_per_head_width_not_the_latents(rope):
     assert results["scaling"].evidence.startswith(
         f"the scores are divided by √qk_head_dim = √{width} ≈ {math.sqrt(width):.3g} (the per-head width the module "
         "keeps as qk_head_dim: Q·Kᵀ runs over its 32-wide latent")
-    if not rope:  # the decoupled rotary scores are a second product added to the latent's (not read as Q·Kᵀ)
-        assert results["matches-reference"].status == "pass", results["matches-reference"].evidence
+    assert results["matches-reference"].status == "pass", results["matches-reference"].evidence
 
 
 def test_absorbed_mla_scaled_by_the_latents_width_fails_naming_it():

@@ -2144,13 +2144,14 @@ class AbsorbedMLA(nn.Module):
     after the weights; the same outputs as the naive form.  The scale is 1/√qk_head_dim, the per-head width, not the
     latent's.  ``rope``: DeepSeek's decoupled rotary part, its scores added; ``layout``: "bhst" scores (batch, heads,
     queries, keys), or DeepSeek's own "bsht" (heads between the queries and the keys); ``bug="latent-scale"``: the
-    scale taken from the latent's width (1/√kv_lora_rank); ``declares_head_dim=False``: the per-head width kept under
-    a name attnviz does not know."""
+    scale taken from the latent's width (1/√kv_lora_rank); ``bug="unrotated-keys"``: the rotary part's keys ``k_pe``
+    left as they are (only ``q_pe`` turned); ``declares_head_dim=False``: the per-head width kept under a name attnviz
+    does not know."""
 
     def __init__(self, dim=64, n_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
                  rope=False, layout="bhst", bug=None, declares_head_dim=True):
         super().__init__()
-        self.n_heads, self.kv_lora_rank, self.layout = n_heads, kv_lora_rank, layout
+        self.n_heads, self.kv_lora_rank, self.layout, self.bug = n_heads, kv_lora_rank, layout, bug
         self.nope, self.rope, self.v_head_dim = qk_nope_head_dim, qk_rope_head_dim if rope else 0, v_head_dim
         width = self.nope + self.rope
         if declares_head_dim:
@@ -2180,7 +2181,9 @@ class AbsorbedMLA(nn.Module):
         kv = self.kv_norm(kv)  # (b, s, c)
         scores = torch.einsum(scores_eq, q_nope, kv)  # (b, h, s, t) or (b, s, h, t)
         if self.rope:
-            q_pe, k_pe = self.rotated(q_pe), self.rotated(k_pe.unsqueeze(2)).squeeze(2)  # (b, s, h, r), (b, t, r)
+            q_pe = self.rotated(q_pe)  # (b, s, h, r)
+            if self.bug != "unrotated-keys":
+                k_pe = self.rotated(k_pe.unsqueeze(2)).squeeze(2)  # (b, t, r)
             scores = scores + torch.einsum(scores_eq.replace("c", "r"), q_pe, k_pe)  # (b, h, s, t) or (b, s, h, t)
         scores = scores * self.softmax_scale
         mask = torch.full((s, s), float("-inf")).triu_(1)  # (s, t)
@@ -2189,6 +2192,38 @@ class AbsorbedMLA(nn.Module):
         context = torch.einsum("bhst,btc->bshc" if self.layout == "bhst" else "bsht,btc->bshc", weights, kv)
         context = torch.einsum("bshc,hdc->bshd", context, wkv_b[:, -self.v_head_dim:])  # (b, s, h, v)
         return self.wo(context.flatten(2))  # (b, s, dim)
+
+
+class ContentPlusPosition(nn.Module):
+    """Transformer-XL-style scores, a content term plus a position term (Dai et al. 2019, its terms (a) + (c) and
+    (b) + (d)): (q_i + u)·k_j + (q_i + v)·r_j, ``r`` a learned table of one vector per key position shared by the
+    heads, u and v learned per head; causal, scaled by 1/√head_dim.  A correct attention: softmax(mask(QKᵀ/√d))·V with
+    Q = [q + u | q + v] and K = [k | r]."""
+
+    def __init__(self, d_in=32, num_heads=4, context_length=16):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_in // num_heads
+        self.W_query = nn.Linear(d_in, d_in, bias=False)
+        self.W_key = nn.Linear(d_in, d_in, bias=False)
+        self.W_value = nn.Linear(d_in, d_in, bias=False)
+        self.out_proj = nn.Linear(d_in, d_in)
+        self.pos_table = nn.Parameter(torch.randn(context_length, self.head_dim))  # (n, hd): r_j
+        self.content_bias = nn.Parameter(torch.randn(num_heads, 1, self.head_dim))  # (h, 1, hd): u
+        self.position_bias = nn.Parameter(torch.randn(num_heads, 1, self.head_dim))  # (h, 1, hd): v
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+
+    def forward(self, x):
+        b, n, d_in = x.shape
+        queries = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = self.W_key(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        values = self.W_value(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        content = (queries + self.content_bias) @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        position = (queries + self.position_bias) @ self.pos_table[:n].T  # (b, h, n, hd) @ (hd, n) -> (b, h, n, n)
+        attn_scores = content + position  # (b, h, n, n)
+        attn_scores = attn_scores.masked_fill(self.mask[:n, :n], -torch.inf)  # (b, h, n, n)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, n)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, d_in)  # (b, n, d_in)
+        return self.out_proj(context_vec)  # (b, n, d_in)
 
 
 # ------------------------------------------------------------ what a QA engineer wrote (the checker misnamed the cause)
