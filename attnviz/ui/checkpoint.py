@@ -22,9 +22,10 @@ def next_token_panel(page_run: Context, key: str = "next_position") -> None:
         return
     st.subheader("Next-token predictions")
     n = trace.n
+    labels = position_labels(trace.tokens)  # a new text's: the slider reads its token at a position kept
     position = st.select_slider(
-        "After position", list(range(n)), format_func=position_label(trace.tokens),
-        **page_bind(key, n - 1, lambda p: isinstance(p, int) and 0 <= p < n),
+        "After position", list(range(n)), format_func=labels.__getitem__,
+        **page_bind(key, n - 1, lambda p: isinstance(p, int) and 0 <= p < n, labels=labels),
     ) if n > 1 else 0
     st.caption(f"What the model predicts after “{trace.tokens[position]}” (position {position}): its top 5 "
                "of 50,257 tokens, softmax of the logits.")
@@ -41,10 +42,12 @@ def next_token_panel(page_run: Context, key: str = "next_position") -> None:
             })
 
 
-def position_label(tokens: tuple[str, ...]):
-    """A widget's ``format_func`` for token positions ("3: ·cat").  Streamlit keeps a widget's ``format_func`` in the
-    session: this one holds the token pieces only, never a Trace or a page's globals (which hold its Context)."""
-    return lambda position: f"{position}: {tokens[position]}"
+def position_labels(tokens: tuple[str, ...]) -> tuple[str, ...]:
+    """The labels of a slider over token positions ("3: ·cat"): its ``format_func`` is their ``__getitem__``, and
+    ``page_bind``'s ``labels`` them, so that the slider reads the new text's token where a new text keeps its
+    position.  Streamlit keeps a widget's ``format_func`` in the session: this one holds the labels only, never a
+    Trace or a page's globals (which hold its Context)."""
+    return tuple(f"{position}: {token}" for position, token in enumerate(tokens))
 
 
 @st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)

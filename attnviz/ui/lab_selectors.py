@@ -14,7 +14,7 @@ import streamlit as st
 from attnviz.labs import compare
 from attnviz.labs.pitfalls import catalogue
 from attnviz.labs.pitfalls.catalogue import PITFALLS
-from attnviz.ui.checkpoint import position_label
+from attnviz.ui.checkpoint import position_labels
 from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import BUG, MAP, TOKEN, parse_number, parse_option
 
@@ -63,6 +63,7 @@ def perturbed_token(tokens: list[str]) -> int | None:
     if n < 2:
         forget_page_params(TOKEN)
         return None
-    return st.select_slider("Perturbed token j", list(range(n)), format_func=position_label(tuple(tokens)),
+    labels = position_labels(tuple(tokens))  # a new text's: the slider reads its token at a position kept
+    return st.select_slider("Perturbed token j", list(range(n)), format_func=labels.__getitem__,
                             **page_bind("pitfalls_token", n // 2, lambda p: isinstance(p, int) and 0 <= p < n,
-                                        url=TOKEN))
+                                        url=TOKEN, labels=labels))

@@ -181,9 +181,10 @@ def page_bind(key: str, default, valid=lambda value: True, url: str | None = Non
     ``default`` leaves the URL without it (:func:`set_page_param`).  The page reads it on a session's first visit
     and from a URL it did not write (:func:`page_widgets_from_url`).
 
-    ``labels``: a selectbox's option labels where they say more than the value (a head's K/V group, a layer's best
-    score).  Streamlit's frontend keeps the label a box shows while its value stays the same, even when a run gives
-    the options new labels: the box would read the last value's old label (a widget with a key keeps its identity, and
+    ``labels``: a selectbox's or select slider's option labels where they say more than the value (a head's K/V
+    group, a layer's best score, a position's token).  Streamlit's frontend keeps the label a widget holds while its
+    value stays the same, even when a run gives the options new labels: a box would read the last value's old label,
+    a slider its first option, whose label the options no longer have (a widget with a key keeps its identity, and
     Streamlit sends a value only when it changes).  Where the labels differ from those of the widget's last run, the
     value is set again through the Session State, which Streamlit sends to the browser with its label of this run."""
     if key not in PAGE_WIDGETS:

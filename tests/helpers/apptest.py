@@ -131,15 +131,16 @@ def follow_link(at, script: str):
 
 
 class ShownLabels:
-    """What each selectbox of an AppTest session reads in the browser, run after run.  Streamlit's frontend keeps the
-    label a box shows while the widget (its key) stays on the page: it shows the option the user picked, or the value
-    a run sends it (the proto's ``set_value`` and ``raw_value``: a value set through the Session State, one restored
-    on coming back to the page); a run that only gives the options new labels leaves the old label in the box.  A box
-    new to the page shows its ``default`` option.  Call :meth:`read` after every run, :meth:`pick` for the user's
-    own choice."""
+    """What each selectbox and select slider of an AppTest session reads in the browser, run after run.  Streamlit's
+    frontend keeps the label a widget holds while the widget (its key) stays on the page: the option the user picked,
+    or the value a run sends it (the proto's ``set_value`` and ``raw_value``: a value set through the Session State,
+    one restored on coming back to the page); a run that only gives the options new labels leaves the old label in the
+    widget.  A box shows the label it holds; a slider whose options lack it shows its ``default`` option instead (and
+    keeps holding the old label).  A widget new to the page shows its ``default`` option.  Call :meth:`read` after
+    every run, :meth:`pick` for the user's own choice."""
 
     def __init__(self, at=None) -> None:
-        self._shown: dict[str, str] = {}
+        self._shown: dict[str, str] = {}  # widget id -> the label the browser holds
         if at is not None:
             self.read(at)
 
@@ -150,21 +151,40 @@ class ShownLabels:
                 self._shown[proto.id] = proto.raw_value
             elif proto.id not in self._shown and proto.options:
                 self._shown[proto.id] = proto.options[proto.default]
+        for slider in at.select_slider:
+            proto = slider.proto
+            if proto.set_value:
+                self._shown[proto.id] = proto.raw_value[0]
+            elif proto.id not in self._shown:
+                self._shown[proto.id] = proto.options[int(proto.default[0])]
         return self
 
+    @staticmethod
+    def _widget(at, key: str):
+        """The selectbox or the select slider ``key``."""
+        try:
+            return at.selectbox(key=key)
+        except KeyError:
+            return at.select_slider(key=key)
+
     def pick(self, at, key: str, value):
-        """The user picks ``value`` in the box ``key`` (it shows that option's label); the run that follows is read."""
-        box = at.selectbox(key=key)
-        self._shown[box.proto.id] = box.format_func(value)
-        box.set_value(value)
+        """The user picks ``value`` in the widget ``key`` (it shows that option's label); the run that follows is
+        read."""
+        widget = self._widget(at, key)
+        self._shown[widget.proto.id] = widget.format_func(value)
+        widget.set_value(value)
         self.read(at.run())
         return at
 
     def of(self, at, key: str) -> str:
-        """The label the box ``key`` shows after the last run read."""
-        return self._shown[at.selectbox(key=key).proto.id]
+        """The label the widget ``key`` shows after the last run read."""
+        widget = self._widget(at, key)
+        held = self._shown[widget.proto.id]
+        if widget.type == "select_slider" and held not in widget.proto.options:
+            return widget.proto.options[int(widget.proto.default[0])]
+        return held
 
     def agree(self, at, key: str) -> bool:
-        """Whether the box ``key`` shows its value's label as this run formats it."""
-        box = at.selectbox(key=key)
-        return self.of(at, key) == box.format_func(box.value)
+        """Whether the widget ``key`` shows its value's label as this run formats it."""
+        widget = self._widget(at, key)
+        return self.of(at, key) == widget.format_func(widget.value)
