@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from attnviz import variants
+from attnviz.config import nearest_divisors
 from attnviz.labs import compare
 from attnviz.tokens import counted
 from attnviz.ui import compute, lab_selectors
@@ -49,12 +50,18 @@ def draw(page_run: Context) -> None:
 
 def compared_sizes(page_run: Context) -> tuple[int, int]:
     """(d_out, num_heads) every variant runs at: the sidebar's (a single-head class's run has 1 head and the simplified
-    one d_out = d_in, but the other variants need the real values), or on a stale view (invalid input) the sizes of
-    the last valid run it shows."""
-    if page_run.stale:
-        config = page_run.trace.config
-        return config.d_out, config.num_heads
-    return page_run.settings["d_out"], page_run.settings["num_heads"]
+    one d_out = d_in, but the other variants need the real values), or on a stale view (invalid input) those of the
+    last valid run it shows.  A size that run's class does not hold — a single-head class's heads, the simplified
+    class's d_out — is the sidebar's, as its valid view had it; heads that do not divide the run's d_out (the
+    sidebar's d_out changed since) are the nearest that do."""
+    settings = page_run.settings
+    if not page_run.stale:
+        return settings["d_out"], settings["num_heads"]
+    config = page_run.trace.config
+    spec = config.spec
+    d_out = config.d_out if spec.weights is not None else int(settings["d_out"])  # without weights: d_out = d_in
+    num_heads = config.num_heads if spec.multi_head else int(settings["num_heads"])
+    return d_out, num_heads if d_out % num_heads == 0 else nearest_divisors(d_out, num_heads, 1)[0]
 
 
 def _equivalences(result: compare.Comparison) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers.apptest import no_exception, open_app
 
 
@@ -36,3 +37,28 @@ def test_a_stale_view_runs_the_variants_at_the_sizes_of_the_run_it_shows():
     at.sidebar.text_area(key="text").set_value("Your journey starts with one step").run()
     no_exception(at)
     assert heads_said(at) == "4 heads of 2 for the multi-head ones"
+
+
+@pytest.mark.parametrize("variant", ["causal", "self_attention_v2", "simplified"])
+def test_a_stale_view_of_a_single_head_class_runs_the_multi_head_variants_at_the_sidebars_heads(variant):
+    """A single-head class's run has 1 head (the simplified one d_out = d_in): a stale view of it (a blank text) runs
+    the variants at the heads its valid view ran, the sidebar's, as a fresh tab on that view's link does (it ran them
+    with 1 head)."""
+    at = compare_page(variant=variant, d_in="16", d_out="8", num_heads="4")
+    valid = heads_said(at)
+    assert valid == "4 heads of 2 for the multi-head ones"
+    at.sidebar.text_area(key="text").set_value("   ").run()
+    no_exception(at)
+    assert "Showing the last valid view." in [c.value for c in at.caption]
+    assert heads_said(at) == valid
+
+
+def test_a_stale_view_of_a_single_head_class_keeps_its_runs_d_out_with_the_sidebars_heads():
+    """A blank text with d_out changed in the same run: the variants keep the shown run's d_out, and the heads of
+    the sidebar, which the run does not hold (a single-head class's)."""
+    at = compare_page(variant="causal", d_in="16", d_out="16", num_heads="4")
+    at.sidebar.text_area(key="text").set_value("   ")
+    at.sidebar.number_input(key="d_out").set_value(8)
+    at.run()
+    no_exception(at)
+    assert heads_said(at) == "4 heads of 4 for the multi-head ones"
