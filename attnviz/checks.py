@@ -88,6 +88,8 @@ from torch import nn
 
 from attnviz import time_limit, tracing, user_code
 from attnviz.tokens import counted
+from attnviz.trace import ScoreWidth
+from attnviz.tracing import HEAD_DIM_NAMES, score_width
 from attnviz.user_code import declared_size
 from attnviz.words import amount, plural
 
@@ -846,45 +848,6 @@ def sliding_window(attention: tracing.Attention) -> int | None:
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window a module says it has, in the spellings attention code uses (None: it says none)."""
     return declared_size(module, "sliding_window_size")
-
-
-# the names a module keeps its per-head width of Q·Kᵀ under (DeepSeek-V3: qk_head_dim, lucidrains: dim_head)
-HEAD_DIM_NAMES = ("head_dim", "qk_head_dim", "d_head", "dim_head", "head_size", "d_k")
-
-
-@dataclass(frozen=True)
-class ScoreWidth:
-    """The head_dim the scale is judged against (None: not known), the name the verdict gives it and where it comes
-    from; ``latent``: the width Q·Kᵀ runs over when that is the module's latent (MLA with W_UK absorbed into the
-    queries), else None."""
-
-    head_dim: int | None
-    name: str = "head_dim"
-    latent: int | None = None
-    source: str = ""  # "the per-head width the module keeps as qk_head_dim"
-
-
-def score_width(module: nn.Module | None, attention: tracing.Attention) -> ScoreWidth:
-    """The width of Q·Kᵀ (of scores that are the sum of two products of one width, q₁·k₁ + q₂·k₂, that width) —
-    unless the latent the module declares (``latent_dim``, ``kv_lora_rank`` …) is the width of Q·Kᵀ or of one of its
-    two products: MLA in DeepSeek-V3's absorbed form folds W_UK into the queries and takes the scores against the
-    latent ``c_kv`` itself (adding its decoupled rotary scores), while its scale stays 1/√ of the per-head width,
-    which the module then declares (:data:`HEAD_DIM_NAMES`, or d_out ÷ num_heads) or leaves unknown (None)."""
-    width = None if attention.queries is None else attention.queries.shape[-1]
-    widths = attention.summed_widths or (width,)  # the widths of the products the scores are the sum of
-    latent = None if module is None else declared_size(module, "latent_dim")
-    if width is None or latent not in widths:
-        return ScoreWidth(widths[0] if len(set(widths)) == 1 else width)
-    for name in HEAD_DIM_NAMES:
-        value = getattr(module, name, None)
-        if user_code.is_size(value):
-            return ScoreWidth(width) if value == width else ScoreWidth(
-                value, name, latent, f"the per-head width the module keeps as {name}")
-    d_out, heads = declared_size(module, "d_out"), declared_size(module, "num_heads")
-    if d_out is not None and heads is not None and d_out % heads == 0:
-        return ScoreWidth(width) if d_out // heads == width else ScoreWidth(
-            d_out // heads, latent=latent, source="the per-head width, the module's d_out ÷ num_heads")
-    return ScoreWidth(None, latent=latent)
 
 
 def _width_unknown(latent: int) -> str:

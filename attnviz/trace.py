@@ -33,6 +33,18 @@ class ModelRun:
 
 
 @dataclass(frozen=True)
+class ScoreWidth:
+    """The head_dim a user module's scale is judged against (None: not known), the name the verdict gives it and
+    where it comes from; ``latent``: the width Q·Kᵀ runs over when that is the module's latent (MLA with W_UK absorbed
+    into the queries), else None.  :func:`attnviz.tracing.score_width` reads it, for the checker and the Trace."""
+
+    head_dim: int | None
+    name: str = "head_dim"
+    latent: int | None = None
+    source: str = ""  # "the per-head width the module keeps as qk_head_dim"
+
+
+@dataclass(frozen=True)
 class ModuleRun:
     """What a user module's run adds to its Trace: its class, its file and the line of each stage it computed."""
 

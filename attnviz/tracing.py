@@ -66,7 +66,7 @@ from attnviz import time_limit, user_code
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, EmptyTextError
 from attnviz.producers import book
 from attnviz.text import prepare_text
-from attnviz.trace import ModuleRun, Trace, hidden_by_mask, make_trace, to_numpy
+from attnviz.trace import ModuleRun, ScoreWidth, Trace, hidden_by_mask, make_trace, to_numpy
 from attnviz.user_code import SPELLINGS
 from attnviz.words import amount
 
@@ -1976,6 +1976,33 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
                      kind=attention.kind, source="".join(source_lines), first_line=first_line,
                      unrecorded=dict(attention.unrecorded))
+
+
+# the names a module keeps its per-head width of Q·Kᵀ under (DeepSeek-V3: qk_head_dim, lucidrains: dim_head)
+HEAD_DIM_NAMES = ("head_dim", "qk_head_dim", "d_head", "dim_head", "head_size", "d_k")
+
+
+def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
+    """The width of Q·Kᵀ (of scores that are the sum of two products of one width, q₁·k₁ + q₂·k₂, that width) —
+    unless the latent the module declares (``latent_dim``, ``kv_lora_rank`` …) is the width of Q·Kᵀ or of one of its
+    two products: MLA in DeepSeek-V3's absorbed form folds W_UK into the queries and takes the scores against the
+    latent ``c_kv`` itself (adding its decoupled rotary scores), while its scale stays 1/√ of the per-head width,
+    which the module then declares (:data:`HEAD_DIM_NAMES`, or d_out ÷ num_heads) or leaves unknown (None)."""
+    width = None if attention.queries is None else attention.queries.shape[-1]
+    widths = attention.summed_widths or (width,)  # the widths of the products the scores are the sum of
+    latent = None if module is None else user_code.declared_size(module, "latent_dim")
+    if width is None or latent not in widths:
+        return ScoreWidth(widths[0] if len(set(widths)) == 1 else width)
+    for name in HEAD_DIM_NAMES:
+        value = getattr(module, name, None)
+        if user_code.is_size(value):
+            return ScoreWidth(width) if value == width else ScoreWidth(
+                value, name, latent, f"the per-head width the module keeps as {name}")
+    d_out, heads = user_code.declared_size(module, "d_out"), user_code.declared_size(module, "num_heads")
+    if d_out is not None and heads is not None and d_out % heads == 0:
+        return ScoreWidth(width) if d_out // heads == width else ScoreWidth(
+            d_out // heads, latent=latent, source="the per-head width, the module's d_out ÷ num_heads")
+    return ScoreWidth(None, latent=latent)
 
 
 def causal_flag(module: nn.Module) -> tuple[str, nn.Module] | None:
