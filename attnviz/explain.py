@@ -6,9 +6,12 @@ Reads only a :class:`~attnviz.trace.Trace`, so it works for every producer that 
 book's classes, the bonus variants, a GPT model's layer and a user's module, each head's q and k as
 :meth:`~attnviz.trace.Trace.head_vectors` splits them (grouped K/V heads, rotated q and k).  The divisor is
 measured from the run's own ``scores`` and ``scaled`` stages, so a module that scales differently (or not at all)
-is explained as it ran; which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from
-``scaled`` by more than a score and a bias such as ALiBi's reach, 10³ + n: :func:`attnviz.trace.hidden_by_mask`, the
-tracer's own definition), so a causal mask, a sliding window or a padding mask each get their own reason.
+is explained as it ran, and named against √d_head: the length of q and k, or, for a user module whose q·k runs over
+more than a head's width (MLA with W_UK absorbed: its latent; scores that add two products), the width its scale is
+judged by, which the Trace keeps (``module_run.score_width``: the checker's own :func:`attnviz.tracing.score_width`).
+Which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from ``scaled`` by more than a
+score and a bias such as ALiBi's reach, 10³ + n: :func:`attnviz.trace.hidden_by_mask`, the tracer's own definition),
+so a causal mask, a sliding window or a padding mask each get their own reason.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.config import InputError
-from attnviz.trace import Trace, hidden_by_mask, index_in
+from attnviz.trace import ScoreWidth, Trace, hidden_by_mask, index_in
 from attnviz.words import amount, plural
 
 SUM_STAGES = ("weights", "dropped", "scores", "scaled")  # maps whose sums mean something (masked holds −∞)
@@ -43,8 +46,8 @@ class WeightExplanation:
     key_vector: np.ndarray  # (head_dim,) k_j of this head
     products: np.ndarray  # (head_dim,) q_i[d]·k_j[d]
     score: float  # products.sum() == scores[0, head, query, key] (float tolerance)
-    divisor: float  # scores ÷ divisor = scaled: √head_dim for the book's classes, 1 where nothing scales
-    scaling: str  # the divisor in words ("÷ √8 = 2.828 (√d_head)", "no scaling (÷ 1)", "÷ 8 (not √d_head = 2.828)")
+    divisor: float  # scores ÷ divisor = scaled: √d_head for the book's classes, 1 where nothing scales
+    scaling: str  # the divisor in words ("÷ √d_head = √8 = 2.828", "no scaling (÷ 1): …", "÷ 8: this run's own …")
     scaled: float  # trace.steps["scaled"][0, head, query, key]
     weight: float  # trace.steps["weights"][0, head, query, key]; 0 where the mask hides the key
     dropped: float  # the weight after dropout (== weight when no dropout ran)
@@ -56,9 +59,13 @@ class WeightExplanation:
     row_hidden: np.ndarray  # (n,) bool: the keys the mask hides from this query
     stand_in: str | None  # what stands in for q and k where the run has no query/key projections
     notes: tuple[str, ...] = ()  # anything else the numbers need (dropout ran, Q/K transformed after recording)
+    # the d_head the scale is judged by: head_dim, but for a user module whose q·k runs over more than a head's width
+    # (MLA with W_UK absorbed, over its latent; two products added) the per-head width it scales by; None: not known
+    d_head: int | None = None
 
     @property
     def head_dim(self) -> int:
+        """The length of q_i and k_j (and of their products)."""
         return int(self.products.shape[0])
 
     def largest(self, count: int = 5) -> np.ndarray:
@@ -120,8 +127,10 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
         notes.append(f"Dropout ran: this weight, {weight:.4g}, went on to V as {dropped:.4g}.")
 
     head_dim = int(products.shape[0])
+    width = trace.module_run.score_width if trace.module_run is not None else None
+    d_head = head_dim if width is None else width.head_dim
     divisor, scaling = _divisor(scores_row, row_scaled, trace.steps["scores"][0, head], trace.steps["scaled"][0, head],
-                                head_dim)
+                                d_head, width)
     recorded = float(scores_row[key])
     if not math.isclose(score, recorded, rel_tol=1e-4, abs_tol=1e-4 * (float(np.abs(products).sum()) + 1e-6)):
         notes.append(f"The recorded q_i and k_j give {score:.6g}, but the run's score is {recorded:.6g}: the module "
@@ -133,7 +142,7 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
         masked=masked, reason=_mask_reason(query, key, row_hidden, float(row_masked[key])) if masked else None,
         row_scaled=_frozen(row_scaled), row_masked=_frozen(row_masked), row_weights=_frozen(row_weights),
         row_hidden=_frozen(row_hidden), stand_in=_stand_in(trace, query_vector, key_vector, query, key, divisor),
-        notes=tuple(notes))
+        notes=tuple(notes), d_head=d_head)
 
 
 def _index(value, size: int, what: str) -> int:
@@ -165,19 +174,52 @@ def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray, keys: int | None = N
                           dtype=bool)
 
 
-def _divisor(scores_row, scaled_row, scores_map, scaled_map, head_dim: int) -> tuple[float, str]:
-    """(divisor, in words): scores ÷ divisor = scaled, measured on this row (or this head) of the run."""
-    root = math.sqrt(head_dim)
+def _divisor(scores_row, scaled_row, scores_map, scaled_map, d_head: int | None,
+             width: ScoreWidth | None = None) -> tuple[float, str]:
+    """(divisor, in words): scores ÷ divisor = scaled, measured on this row (or this head) of the run, named against
+    √``d_head`` (None: not known); ``width``: a user module's :class:`ScoreWidth`, whose d_head the words explain
+    where it is not the length of q and k (:func:`_why_d_head`)."""
     measured = _ratio(scores_row, scaled_row)
     if measured is None:
         measured = _ratio(scores_map.ravel(), scaled_map.ravel())
     if measured is None:
         return 1.0, "no scaling can be measured: every score of this head is 0"
-    if math.isclose(measured, root, rel_tol=1e-3):
-        return root, f"÷ √d_head = √{head_dim} = {root:.4g}"
+    why = _why_d_head(width)
+    root = None if d_head is None else math.sqrt(d_head)
+    if root is not None and math.isclose(measured, root, rel_tol=1e-3):
+        return root, f"÷ √d_head = √{d_head} = {root:.4g}{why}"
     if math.isclose(measured, 1.0, rel_tol=1e-4):
         return 1.0, "no scaling (÷ 1): the scores go to the softmax as they are"
-    return measured, f"÷ {measured:.4g}: this run's own scale, not √d_head = √{head_dim} = {root:.4g}"
+    latent = width is not None and width.latent is not None and math.isclose(measured, math.sqrt(width.latent),
+                                                                             rel_tol=1e-3)
+    named = f"√{width.latent} = {measured:.4g}, the latent's width" if latent else f"{measured:.4g}"
+    expected = "" if root is None else f", not √d_head = √{d_head} = {root:.4g}"
+    return measured, f"÷ {named}: this run's own scale{expected}{why}"
+
+
+def _why_d_head(width: ScoreWidth | None) -> str:
+    """Why a user module's d_head is not the length of its recorded q and k, in a learner's words: MLA in
+    DeepSeek-V3's absorbed form takes q·k over its latent (plus its decoupled rotary dimensions) but scales by the
+    per-head width it keeps; scores that add two products are scaled by one product's width.  "" where d_head is
+    q's length (the book's classes, a checkpoint's layer, most modules)."""
+    if width is None:
+        return ""
+    length = sum(width.summed_widths) if width.summed_widths else None  # q's length, where the scores add two
+    if width.latent is not None:
+        rotary = 0 if length is None else length - width.latent  # the dimensions whose product adds to the latent's
+        length = length or width.latent
+        over = f"{width.latent}-wide latent" + (f" plus the {rotary} rotary dimensions it adds" if rotary else "")
+        runs = (f"q and k here are {length} long because, as DeepSeek-V3 computes MLA, W_UK is folded into the "
+                f"queries and q·k runs over the module's {over}")
+        if width.head_dim is None:
+            return (f" ({runs}, not over one head's width, and the module keeps no per-head width attnviz knows, such "
+                    "as qk_head_dim or head_dim, so √d_head is not known)")
+        return f" (d_head is {width.source}; {runs}, while the scale stays 1/√d_head)"
+    if length is not None and width.head_dim != length:  # two products of one width
+        return (f" (d_head is the width of each of the two products the score adds, q₁·k₁ + q₂·k₂, {width.head_dim} "
+                f"wide each; q and k here are the two parts side by side, {length} long, so that their products "
+                "still sum to the score)")
+    return ""
 
 
 def _ratio(scores: np.ndarray, scaled: np.ndarray) -> float | None:

@@ -36,12 +36,15 @@ class ModelRun:
 class ScoreWidth:
     """The head_dim a user module's scale is judged against (None: not known), the name the verdict gives it and
     where it comes from; ``latent``: the width Q·Kᵀ runs over when that is the module's latent (MLA with W_UK absorbed
-    into the queries), else None.  :func:`attnviz.tracing.score_width` reads it, for the checker and the Trace."""
+    into the queries), else None; ``summed_widths``: the widths of the two products the scores are the sum of
+    (q₁·k₁ + q₂·k₂, whose recorded q and k are the concatenations), () for one product.
+    :func:`attnviz.tracing.score_width` reads it, for the checker and for the Trace (``ModuleRun.score_width``)."""
 
     head_dim: int | None
     name: str = "head_dim"
     latent: int | None = None
     source: str = ""  # "the per-head width the module keeps as qk_head_dim"
+    summed_widths: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class ModuleRun:
     first_line: int = 1  # the line of ``filename`` where ``source`` starts
     # why a step is not recorded: "scores" (with scaled, queries, keys) or "context" -> "no Q @ Kᵀ before the …"
     unrecorded: dict[str, str] = field(default_factory=dict)
+    # the head_dim its scale is judged by (the checker's, :func:`attnviz.tracing.score_width`): not the recorded q's
+    # width for MLA with W_UK absorbed, or scores that add two products; None: the width of the recorded q·k
+    score_width: ScoreWidth | None = None
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ download every page offers; :func:`load_trace` reads such a file back into a Tra
 
 The manifest (``"format": "attnviz trace v1"``) holds the config, text, tokens, shapes, device and notes, and what
 a checkpoint's run (``model``: its layer, layer count and whole path) or a user module's run (``module_run``: its
-class, file name, source, stage lines and ops) adds; the arrays are ``steps/<stage>``, ``embeddings/<name>``,
-``output``, ``token_ids`` and a checkpoint run's ``model/top_ids`` and ``model/top_probs``.  Nothing in the file
+class, file name, source, stage lines, ops and the head_dim its scale is judged by) adds; the arrays are
+``steps/<stage>``, ``embeddings/<name>``, ``output``, ``token_ids`` and a checkpoint run's ``model/top_ids`` and
+``model/top_probs``.  Nothing in the file
 names a directory of the machine that wrote it: a checkpoint and a module's file are named by their last path part.
 The file is read with ``np.load(..., allow_pickle=False)``: it holds arrays and JSON, never Python objects.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.config import AttentionConfig, InputError
-from attnviz.trace import ModelRun, ModuleRun, Trace, make_trace, pieces, shape_problem
+from attnviz.trace import ModelRun, ModuleRun, ScoreWidth, Trace, make_trace, pieces, shape_problem
 
 FORMAT = "attnviz trace v1"
 
@@ -317,6 +318,10 @@ def _runs(described: dict, arrays: dict[str, np.ndarray]) -> tuple[ModelRun | No
         run = dict(described["module_run"])
         run["ops"] = tuple((str(name), tuple(int(size) for size in shape), line, stage)
                            for name, shape, line, stage in run["ops"])
+        if run.get("score_width") is not None:  # written as an object; a file without it: the width of q·k
+            width = dict(run["score_width"])
+            width["summed_widths"] = tuple(int(size) for size in width.get("summed_widths", ()))
+            run["score_width"] = ScoreWidth(**width)
         module_run = ModuleRun(**run)
     return model, module_run
 

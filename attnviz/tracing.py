@@ -39,7 +39,9 @@ there are queries (the kv-cache rule reads a failing step's mask, queries, keys 
 ``(batch, heads, n, n)``, ``queries``/``keys``/``values``/``context`` per head ``(batch, heads, n, head_dim)``,
 the output ``(batch, n, d_out)``, and ``shapes`` listing every recorded op in order with its real shape, so the
 diagram draws the user's own pipeline.  The views (the app, ``attnviz.show``) draw item 0.  The module
-is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.
+is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.  Its
+``module_run.score_width`` is the head_dim the scale is judged by (``score_width``, the checker's ``scaling`` rule's
+too): not the width of the recorded q·k where the scores run over an absorbed MLA's latent or add two products.
 
 Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
 ``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  It calls ``forward(x)``, or
@@ -1956,7 +1958,8 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
 
 
 def module_run(module: nn.Module, recording: Recording, attention: Attention) -> ModuleRun:
-    """The module's class, its file and the line of each stage (for the source panel and the op diagram)."""
+    """The module's class, its file and the line of each stage (for the source panel and the op diagram), and the
+    head_dim its scale is judged by (:func:`score_width`, for the explanation of a weight)."""
     try:
         filename = inspect.getsourcefile(type(module))
     except (TypeError, OSError):
@@ -1975,7 +1978,7 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
         source_lines, first_line = [], 1
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
                      kind=attention.kind, source="".join(source_lines), first_line=first_line,
-                     unrecorded=dict(attention.unrecorded))
+                     unrecorded=dict(attention.unrecorded), score_width=score_width(module, attention))
 
 
 # the names a module keeps its per-head width of Q·Kᵀ under (DeepSeek-V3: qk_head_dim, lucidrains: dim_head)
@@ -1989,20 +1992,22 @@ def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
     latent ``c_kv`` itself (adding its decoupled rotary scores), while its scale stays 1/√ of the per-head width,
     which the module then declares (:data:`HEAD_DIM_NAMES`, or d_out ÷ num_heads) or leaves unknown (None)."""
     width = None if attention.queries is None else attention.queries.shape[-1]
-    widths = attention.summed_widths or (width,)  # the widths of the products the scores are the sum of
+    summed = tuple(attention.summed_widths)  # the widths of the products the scores are the sum of
+    widths = summed or (width,)
     latent = None if module is None else user_code.declared_size(module, "latent_dim")
     if width is None or latent not in widths:
-        return ScoreWidth(widths[0] if len(set(widths)) == 1 else width)
+        return ScoreWidth(widths[0] if len(set(widths)) == 1 else width, summed_widths=summed)
     for name in HEAD_DIM_NAMES:
         value = getattr(module, name, None)
         if user_code.is_size(value):
-            return ScoreWidth(width) if value == width else ScoreWidth(
-                value, name, latent, f"the per-head width the module keeps as {name}")
+            return ScoreWidth(width, summed_widths=summed) if value == width else ScoreWidth(
+                value, name, latent, f"the per-head width the module keeps as {name}", summed)
     d_out, heads = user_code.declared_size(module, "d_out"), user_code.declared_size(module, "num_heads")
     if d_out is not None and heads is not None and d_out % heads == 0:
-        return ScoreWidth(width) if d_out // heads == width else ScoreWidth(
-            d_out // heads, latent=latent, source="the per-head width, the module's d_out ÷ num_heads")
-    return ScoreWidth(None, latent=latent)
+        return ScoreWidth(width, summed_widths=summed) if d_out // heads == width else ScoreWidth(
+            d_out // heads, latent=latent, source="the per-head width, the module's d_out ÷ num_heads",
+            summed_widths=summed)
+    return ScoreWidth(None, latent=latent, summed_widths=summed)
 
 
 def causal_flag(module: nn.Module) -> tuple[str, nn.Module] | None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.checkpoints import random_gpt2
-from helpers.user_modules import BroadcastGQA
+from helpers.user_modules import AbsorbedMLA, BroadcastGQA, ContentPlusPosition
 from torch import nn
 
 import attnviz
@@ -17,6 +17,7 @@ from attnviz import models, pipeline
 from attnviz.config import AttentionConfig, InputError
 from attnviz.explain import ExplainError, attention_sums, explain_weight
 from attnviz.producers import model_layer
+from attnviz.views.explain_figures import products_figure
 
 TEXT = "The cat sat on the mat. The cat sat on the"
 BOOK_VARIANTS = ("simplified", "self_attention_v1", "self_attention_v2", "causal", "mha_wrapper", "mha")
@@ -261,6 +262,52 @@ def test_users_sdpa_mha_and_gqa_modules_add_up(name):
     module = getattr(user_modules, name)()
     trace, _ = user_trace(module, d_in=32)
     assert_adds_up(trace)
+
+
+# the module, its input width, the d_head it scales by, the vectors' length and what the words say d_head is
+SCALED_BY_ANOTHER_WIDTH = {
+    "absorbed-mla": (lambda: AbsorbedMLA(), 64, 16, 32, ("qk_head_dim", "32-wide latent")),
+    "absorbed-mla-rope": (lambda: AbsorbedMLA(rope=True), 64, 24, 40, ("qk_head_dim", "32-wide latent", "8 rotary")),
+    "content-plus-position": (lambda: ContentPlusPosition(), 32, 8, 16, ("two products", "8 wide each")),
+}
+
+
+@pytest.mark.parametrize("case", SCALED_BY_ANOTHER_WIDTH)
+def test_the_divisor_is_root_d_head_of_the_width_the_module_scales_by_not_the_vectors_length(case):
+    """MLA in DeepSeek-V3's absorbed form takes q·k over its 32-wide latent (plus its rotary dims) but divides by
+    √qk_head_dim; Transformer-XL-like scores add two products of 8 and divide by √8: q and k are longer than d_head,
+    and the explanation says ÷ √d_head with the module's d_head, and why q and k are longer, as the checker judges."""
+    make, d_in, d_head, length, words = SCALED_BY_ANOTHER_WIDTH[case]
+    torch.manual_seed(4)
+    trace, _ = user_trace(make(), d_in=d_in)
+    assert_adds_up(trace, [(h, i, j) for h in range(trace.num_heads) for i in (0, 5, 7) for j in range(8)])
+    why = explain_weight(trace, 1, 6, 2)
+    assert why.divisor == math.sqrt(d_head)
+    assert why.scaling.startswith(f"÷ √d_head = √{d_head} = {math.sqrt(d_head):.4g}")
+    assert why.head_dim == length and why.d_head == d_head
+    assert "not √d_head" not in why.scaling and "own scale" not in why.scaling
+    for word in (*words, f"{length} long"):
+        assert word in why.scaling
+    assert f"÷ √{d_head} " in products_figure(why).layout.title.text.replace("<br>", " ")
+
+
+def test_absorbed_mla_scaled_by_its_latent_is_named_against_its_own_d_head():
+    """The bug the checker fails (1/√kv_lora_rank): the explanation measures ÷ √32 and says it is not √d_head = √16."""
+    torch.manual_seed(4)
+    trace, _ = user_trace(AbsorbedMLA(bug="latent-scale"), d_in=64)
+    why = explain_weight(trace, 0, 5, 1)
+    assert why.divisor == pytest.approx(math.sqrt(32))
+    assert "not √d_head = √16 = 4" in why.scaling and "latent" in why.scaling
+    assert why.d_head == 16
+
+
+def test_absorbed_mla_that_keeps_no_known_head_width_says_d_head_is_not_known():
+    torch.manual_seed(4)
+    trace, _ = user_trace(AbsorbedMLA(declares_head_dim=False), d_in=64)
+    why = explain_weight(trace, 0, 5, 1)
+    assert why.divisor == pytest.approx(4.0)
+    assert "√d_head = √32" not in why.scaling and "32-wide latent" in why.scaling
+    assert why.d_head is None
 
 
 def test_sliding_window_cells_say_the_window_hides_them_and_the_temperature_is_the_divisor():

@@ -160,6 +160,24 @@ def test_a_modules_trace_of_vectors_keeps_its_x_labels_and_its_batch():
         trace.module_run, filename=pathlib.Path(trace.module_run.filename).name))
 
 
+@pytest.mark.parametrize("rope", [False, True])
+def test_a_modules_trace_loads_back_with_the_width_its_scale_is_judged_by(rope):
+    """Absorbed MLA scales by √qk_head_dim while q·k runs over its latent: the loaded Trace keeps that width, and its
+    weights are explained as the run's were (÷ √d_head of the module's own width, not of q's length)."""
+    import torch
+    from helpers.user_modules import AbsorbedMLA
+
+    from attnviz import tracing
+    from attnviz.explain import explain_weight
+
+    torch.manual_seed(0)
+    trace = tracing.trace_module(AbsorbedMLA(rope=rope), torch.randn(1, 5, 64))
+    loaded = attnviz.load_trace(trace_file.trace_npz(trace))
+    assert loaded.module_run.score_width == trace.module_run.score_width
+    assert loaded.module_run.score_width.head_dim == (24 if rope else 16)
+    assert explain_weight(loaded, 1, 4, 2).scaling == explain_weight(trace, 1, 4, 2).scaling
+
+
 def npz(**arrays) -> bytes:
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)

@@ -46,9 +46,11 @@ def _number(value: float) -> str:
 
 
 def _divisor_text(explanation: WeightExplanation) -> str:
-    """``÷ √8``, ``÷ 1 (no scaling)`` or ``÷ 5`` (a run's own scale)."""
-    if math.isclose(explanation.divisor, math.sqrt(explanation.head_dim), rel_tol=1e-6):
-        return f"÷ √{explanation.head_dim}"
+    """``÷ √8`` (√d_head, the width the scale is judged by, not always q's length), ``÷ 1 (no scaling)`` or ``÷ 5``
+    (a run's own scale)."""
+    d_head = explanation.d_head
+    if d_head is not None and math.isclose(explanation.divisor, math.sqrt(d_head), rel_tol=1e-6):
+        return f"÷ √{d_head}"
     if explanation.divisor == 1.0:
         return "÷ 1 (no scaling)"
     return f"÷ {_number(explanation.divisor)}"
