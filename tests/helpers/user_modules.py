@@ -1541,6 +1541,54 @@ class CentredValues(nn.Module):
         return torch.softmax(s, dim=-1) @ v  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
 
 
+class GQAPairing(nn.Module):
+    """Grouped-query attention whose K and V heads are repeated each its own way (``keys``, ``values``: "interleave",
+    ``repeat_interleave(r, dim=1)``: K1, K1, K2, K2; or "repeat", ``.repeat(1, r, 1, 1)``: K1, K2, K1, K2).  Alike, a
+    consistent design; mixed, query head h reads K group h // r but V group h % g (or the reverse): a bug."""
+
+    def __init__(self, d_model=16, n_heads=8, n_kv_heads=2, keys="interleave", values="repeat"):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
+        self.keys, self.values = keys, values
+        self.wq = nn.Linear(d_model, d_model, bias=False)
+        self.wk = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        r = self.n_heads // self.n_kv_heads
+        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.wk(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        v = self.wv(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        k = k.repeat_interleave(r, dim=1) if self.keys == "interleave" else k.repeat(1, r, 1, 1)  # (b, h, n, hd)
+        v = v.repeat_interleave(r, dim=1) if self.values == "interleave" else v.repeat(1, r, 1, 1)  # (b, h, n, hd)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.wo(o.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_model)
+
+
+class SharedValuesOnly(nn.Module):
+    """Every query head its own keys, but the values of 2 heads shared by 4 query heads (repeat_interleave): no such
+    module is in use; nothing pairs keys with values here, so nothing can pair them wrongly."""
+
+    def __init__(self, d_model=16, n_heads=4, n_kv_heads=2):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
+        self.wq = nn.Linear(d_model, d_model, bias=False)
+        self.wk = nn.Linear(d_model, d_model, bias=False)
+        self.wv = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.wk(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        v = self.wv(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (b, g, n, hd)
+        v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (b, h, n, hd)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.wo(o.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_model)
+
+
 class BroadcastGQA(nn.Module):
     """A user's grouped-query attention that broadcasts its 2 K/V heads over 4 query heads instead of repeating
     them: its Trace has fewer K/V heads than query heads.  ``mask``: "causal" (the future hidden) or "padding" (an
