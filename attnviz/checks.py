@@ -1167,7 +1167,14 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
                       width: ScoreWidth | None = None) -> Check:
     """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
     masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
-    the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ)."""
+    the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ).  Keys and values
+    that pair the query heads differently fail it too (:func:`_paired_alike`)."""
+    check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width)
+    return check if check.status == "skip" else _paired_alike(check, attention)
+
+
+def _reference_verdict(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
+                       scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None) -> Check:
     if scaled and width is not None and width.head_dim is None and width.latent is not None:
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
     head_dim = None if width is None else width.head_dim
@@ -1190,6 +1197,72 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
         follows = "masks the future" if causal else "masks nothing"
         return Check(check.rule, "fail", f"{check.evidence} — the reference {follows}: {stated}")
     return check
+
+
+def _paired_alike(check: Check, attention: tracing.Attention) -> Check:
+    """``check`` failed when the query heads that share keys and those that share values cross (:func:`_crossed`):
+    K repeated with ``repeat_interleave`` and V with ``.repeat`` (or the reverse), so a query head reads one K/V
+    head's keys and another's values — an attention computation right for the K and V each head got, and still a
+    bug.  Heads share keys (values) when theirs are equal (:func:`_head_groups`); where one side shares nothing
+    (multi-head attention, values shared but keys per head), or every head that shares one shares the other
+    (multi-query attention, grouped-query with K and V repeated alike), nothing is paired wrongly."""
+    keys, values = _head_groups(attention.keys, attention.queries), _head_groups(attention.values, attention.queries)
+    if keys is None or values is None or not _crossed(keys, values):
+        return check
+    head = next(head for head, (key, value) in enumerate(zip(keys, values, strict=True)) if key != value)
+    pairing = (f"query head {head} reads K/V head {keys[head]}'s keys but K/V head {values[head]}'s values: the keys "
+               f"group the query heads {_grouping(keys)}, the values {_grouping(values)} — repeat K and V the same "
+               "way, e.g. repeat_interleave(group_size, dim=1) on both")
+    if check.status == "fail":
+        return Check(check.rule, "fail", f"{pairing}; and {check.evidence}")
+    return Check(check.rule, "fail", f"{pairing} ({check.evidence}: each head's attention is right for the K and V "
+                                     "it reads)")
+
+
+PAIRING_TOLERANCE = 1e-6  # two heads' keys (or values) are one K/V head's when they differ by no more, × the largest
+
+
+def _head_groups(tensor: torch.Tensor | None, queries: torch.Tensor | None) -> list[int] | None:
+    """The K/V head each query head reads ``tensor`` (keys or values, (b, g or h, n, d)) from, numbered as the query
+    heads first read them: query heads whose keys are equal (≤ PAIRING_TOLERANCE × the largest |value|) share one
+    — (0, 0, 1, 1) for ``repeat_interleave``, (0, 1, 0, 1) for ``.repeat``; None when the heads cannot be matched
+    to the queries'."""
+    if tensor is None or queries is None or tensor.dim() != 4 or queries.dim() != 4:
+        return None
+    per_head = _per_query_head(tensor, queries)  # (b, h, n, d)
+    if per_head.shape[1] != queries.shape[1]:
+        return None
+    tolerance = PAIRING_TOLERANCE * max(1.0, per_head.abs().max().item())
+    firsts: list[int] = []  # the first query head of each K/V head
+    groups = []
+    for head in range(per_head.shape[1]):
+        group = next((number for number, first in enumerate(firsts)
+                      if (per_head[:, head] - per_head[:, first]).abs().max().item() <= tolerance), len(firsts))
+        if group == len(firsts):
+            firsts.append(head)
+        groups.append(group)
+    return groups
+
+
+def _crossed(keys: list[int], values: list[int]) -> bool:
+    """Two query heads share keys but not values, and two share values but not keys: no K/V head's keys go with one
+    K/V head's values (groups nested — every head that shares values shares keys, as for equal weights — are not)."""
+    pairs = [(a, b) for a in range(len(keys)) for b in range(a + 1, len(keys))]
+    return (any(keys[a] == keys[b] and values[a] != values[b] for a, b in pairs)
+            and any(values[a] == values[b] and keys[a] != keys[b] for a, b in pairs))
+
+
+def _grouping(groups: list[int]) -> str:
+    """The query heads of each K/V head, "(0, 1), (2, 3)" (the first four), named after the call that groups them
+    so when one does: "as repeat_interleave does, (0, 1), (2, 3)"."""
+    heads, count = len(groups), max(groups) + 1
+    members = [[head for head, group in enumerate(groups) if group == number] for number in range(count)]
+    shown = ", ".join("(" + ", ".join(map(str, member)) + ")" for member in members[:4]) + (", …" if count > 4 else "")
+    if heads % count == 0 and groups == [head // (heads // count) for head in range(heads)]:
+        return f"as repeat_interleave does, {shown}"
+    if groups == [head % count for head in range(heads)]:
+        return f"as .repeat does, {shown}"
+    return shown
 
 
 def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:

@@ -25,7 +25,7 @@ def built(cls, *args, **kwargs):
     (4, 2, "repeat", "interleave", "query head 1 reads K/V head 1's keys but K/V head 0's values",
      "as .repeat does, (0, 2), (1, 3)", "as repeat_interleave does, (0, 1), (2, 3)"),
     (6, 3, "interleave", "repeat", "query head 1 reads K/V head 0's keys but K/V head 1's values",
-     "(0, 1), (2, 3), (4, 5)", "(0, 3), (1, 4), (2, 5)"),
+     "as repeat_interleave does, (0, 1), (2, 3), (4, 5)", "as .repeat does, (0, 3), (1, 4), (2, 5)"),
 ], ids=["keys-interleaved-values-repeated", "keys-repeated-values-interleaved", "three-groups"])
 def test_keys_and_values_repeated_each_their_own_way_fail_matches_reference_naming_a_head(
         heads, kv_heads, keys, values, words, keys_grouped, values_grouped):
