@@ -37,7 +37,10 @@ which cell, which value, what it should be:
 * ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
   the module's own recorded Q, K, V (float32, ≤ 1e-5; Q, K and V the module gave in float16 or bfloat16 — SDPA on
   ``q.bfloat16()`` — to that dtype's eps × the largest |V|, said so) — K and V as the module used them (after a
-  grouped-query repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window).  The
+  grouped-query repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window) — and no two
+  query heads share keys (equal K) but not values while two share values but not keys (K repeated with
+  ``repeat_interleave`` and V with ``.repeat``, or the reverse: it names a query head and the K/V heads it reads its
+  keys and its values from).  The
   concatenation is what the module feeds a Linear, or returns, when it computed that from its ``weights @ V`` alone;
   else (a residual ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
 * ``kv-cache`` — for a forward that takes ``use_cache``: two different sequences, each after the module's own
