@@ -1227,7 +1227,7 @@ PAIRING_TOLERANCE = 1e-6  # two heads' keys (or values) are one K/V head's when 
 
 def _head_groups(tensor: torch.Tensor | None, queries: torch.Tensor | None) -> list[int] | None:
     """The K/V head each query head reads ``tensor`` (keys or values, (b, g or h, n, d)) from, numbered as the query
-    heads first read them: query heads whose keys are equal (≤ PAIRING_TOLERANCE × the largest |value|) share one
+    heads first read them: query heads whose tensors are equal (≤ PAIRING_TOLERANCE × the largest |value|) share one
     — (0, 0, 1, 1) for ``repeat_interleave``, (0, 1, 0, 1) for ``.repeat``; None when the heads cannot be matched
     to the queries'."""
     if tensor is None or queries is None or tensor.dim() != 4 or queries.dim() != 4:
@@ -1248,8 +1248,9 @@ def _head_groups(tensor: torch.Tensor | None, queries: torch.Tensor | None) -> l
 
 
 def _crossed(keys: list[int], values: list[int]) -> bool:
-    """Two query heads share keys but not values, and two share values but not keys: no K/V head's keys go with one
-    K/V head's values (groups nested — every head that shares values shares keys, as for equal weights — are not)."""
+    """Two query heads share keys but not values, and two share values but not keys: keys and values are not paired
+    K/V head by K/V head.  Nested groups — every head that shares values shares keys too, as equal weights can make
+    them — are paired so, and are not crossed."""
     pairs = [(a, b) for a in range(len(keys)) for b in range(a + 1, len(keys))]
     return (any(keys[a] == keys[b] and values[a] != values[b] for a, b in pairs)
             and any(values[a] == values[b] and keys[a] != keys[b] for a, b in pairs))
