@@ -1,7 +1,9 @@
 """transformers' own Mistral and Qwen2 attention layers (eager) with a sliding window, each in the wrapper a user
 writes to call one as forward(x, past_key_values=None): the rotary angles from the cache's length and the additive
 mask their model would build for a cache that keeps every token (the future and the keys W or more behind hidden).
-The layer only calls ``past_key_values.update``: which tokens the cache keeps is the cache's choice."""
+The layer only calls ``past_key_values.update``: which tokens the cache keeps is the cache's choice.
+``CausalMask*``: the wrapper docs/check-your-module.md shows, which builds a causal mask only (the window forgotten);
+``max_window_layers`` (Qwen2): 1 makes layer 0 a full-attention layer, its window switched off."""
 
 import torch
 from torch import nn
@@ -13,12 +15,14 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2Rotary
 class WindowLayer(nn.Module):
     family = "mistral"
 
-    def __init__(self, d_in=64, num_heads=8, num_kv_heads=2, sliding_window=3):
+    hides_window = True  # False: the wrapper builds a causal mask only
+
+    def __init__(self, d_in=64, num_heads=8, num_kv_heads=2, sliding_window=3, max_window_layers=0):
         super().__init__()
         config_class, attention_class, rotary_class = {
             "mistral": (MistralConfig, MistralAttention, MistralRotaryEmbedding),
             "qwen2": (Qwen2Config, Qwen2Attention, Qwen2RotaryEmbedding)}[self.family]
-        qwen2 = {"use_sliding_window": True, "max_window_layers": 0} if self.family == "qwen2" else {}
+        qwen2 = {"use_sliding_window": True, "max_window_layers": max_window_layers} if self.family == "qwen2" else {}
         config = config_class(hidden_size=d_in, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
                               intermediate_size=4 * d_in, num_hidden_layers=1, vocab_size=100,
                               sliding_window=sliding_window, **qwen2)
@@ -34,6 +38,8 @@ class WindowLayer(nn.Module):
         cos, sin = self.rotary_emb(hidden_states, positions[None].expand(b, T))  # (b, T, head_dim) each
         behind = positions[:, None] - torch.arange(past + T)[None, :]  # (T, past + T): query minus key position
         hidden = (behind < 0) | (behind >= self.window)  # (T, past + T): the future and the keys W or more behind
+        if not self.hides_window:
+            hidden = behind < 0  # (T, past + T): the future alone
         mask = torch.zeros(T, past + T).masked_fill(hidden, torch.finfo(torch.float32).min)[None, None]
         return self.self_attn(hidden_states, (cos, sin), mask, past_key_values=past_key_values,
                               cache_position=positions)[0]  # (b, T, d_in)
@@ -45,3 +51,13 @@ class Mistral(WindowLayer):
 
 class Qwen2(WindowLayer):
     family = "qwen2"
+
+
+class CausalMaskMistral(WindowLayer):
+    family = "mistral"
+    hides_window = False
+
+
+class CausalMaskQwen2(WindowLayer):
+    family = "qwen2"
+    hides_window = False

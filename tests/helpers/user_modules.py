@@ -1772,6 +1772,26 @@ class MaskAfterSoftmax(nn.Module):
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
+class TrilAfterSoftmax(nn.Module):
+    """Attention that zeroes the future after the softmax with no mask buffer: ``att = att.tril()`` (``how="tril"``)
+    or ``att * torch.tril(torch.ones(T, T))`` (``how="mul"``) — the rows no longer sum to 1, and every weight is
+    divided by a sum over the future keys too."""
+
+    def __init__(self, n_embd=16, n_head=4, how="tril"):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd, self.how = n_head, n_embd, how
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
+        att = F.softmax((q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1)), dim=-1)  # (B, nh, T, T)
+        att = att.tril() if self.how == "tril" else att * torch.tril(torch.ones(T, T))  # (B, nh, T, T)
+        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
 class WiderEachCall(nn.Module):
     """Correct causal attention whose output gains a feature at every call after the first (a running memory
     concatenated to it): the rules that compare two forwards' outputs cannot subtract them."""
