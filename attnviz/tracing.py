@@ -1384,7 +1384,8 @@ class _Forward:
 def _forward_to_values(node: _Node) -> _Forward:
     """The walk from the softmax's output to the ``weights @ V`` product, through a dropout, a cast, a NaN → 0
     ``where``, a ``view`` / ``reshape`` that keeps the last two dims, a number the weights are multiplied by, and a
-    mask applied after the softmax (``masked_fill(mask, 0)``, ``where(keep, w, 0)``, ``w * keep`` with a 0/1 tensor) —
+    mask applied after the softmax (``masked_fill(mask, 0)``, ``where(keep, w, 0)``, ``w * keep`` with a 0/1 tensor,
+    ``w.tril()``) —
     then perhaps a division of each row by its sum (``w / w.sum(-1, keepdim=True)``: a roundabout correct mask); no
     product when anything else acts on the way.  A mask that zeroes whole rows only (GPT-2's ``w * head_mask``, a
     (…, h, 1, 1) multiplier; a (…, nq, 1) query mask) or nothing (all ones) is no bug: the walk goes on through it."""
@@ -1426,8 +1427,9 @@ def _forward_to_values(node: _Node) -> _Forward:
 
 def _zeroed(node: _Node, weights: _Node) -> torch.Tensor | None:
     """bool, the weights' shape: the cells ``node`` sets to 0 when it masks ``weights`` — ``masked_fill(mask, 0)``,
-    ``where(keep, weights, 0)`` / ``where(hide, 0, weights)``, ``weights * keep`` with a tensor of 0s and 1s —, all
-    False when it hides nothing; None when it is none of those."""
+    ``where(keep, weights, 0)`` / ``where(hide, 0, weights)``, ``weights * keep`` with a tensor of 0s and 1s,
+    ``weights.tril()`` / ``torch.triu(weights, k)`` —, all False when it hides nothing; None when it is none of
+    those."""
     shape = weights.out.shape
     hidden = None
     if node.name in ("masked_fill", "masked_fill_") and len(node.args) >= 3:
@@ -1445,6 +1447,11 @@ def _zeroed(node: _Node, weights: _Node) -> torch.Tensor | None:
         others = [arg for arg in _tensor_args(node.args, node.kwargs) if arg is not weights.out]
         if len(others) == 1 and bool(((others[0] == 0) | (others[0] == 1)).all()):
             hidden = others[0] == 0
+    elif node.name in ("tril", "triu", "tril_", "triu_") and node.args and node.args[0] is weights.out:
+        diagonal = node.kwargs.get("diagonal", node.args[1] if len(node.args) > 1 else 0)
+        if isinstance(diagonal, int):
+            ones = torch.ones(shape[-2:], dtype=torch.bool, device=weights.out.device)  # (nq, nk)
+            hidden = ones.triu(diagonal + 1) if node.name.startswith("tril") else ones.tril(diagonal - 1)
     if hidden is None:
         return None
     try:
@@ -2023,9 +2030,10 @@ def causal_flag(module: nn.Module) -> tuple[str, nn.Module] | None:
 def infer_causal(recording: Recording, attention: Attention, module: nn.Module | None = None) -> bool:
     """Whether the module means to mask the future: an SDPA / MultiheadAttention call's ``is_causal`` flag, a
     ``causal`` attribute, an ``is_causal`` attribute that is True (the module's or a submodule's), hidden cells
-    above the diagonal, hidden cells that are a causal mask inverted (the past and the diagonal), a triangular mask
-    applied (masked_fill, where, or a call's attn_mask: boolean, or a float one very negative in a triangle), or a
-    triangular mask buffer."""
+    above the diagonal, weights above the diagonal set to 0 after the softmax (``w.tril()``, ``w * tril``: a bug the
+    rules name), hidden cells that are a causal mask inverted (the past and the diagonal), a triangular mask applied
+    (masked_fill, where, or a call's attn_mask: boolean, or a float one very negative in a triangle), or a triangular
+    mask buffer."""
     if attention.is_causal:
         return True
     if module is not None and isinstance(getattr(module, "causal", None), bool):
@@ -2040,6 +2048,9 @@ def infer_causal(recording: Recording, attention: Attention, module: nn.Module |
     future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
     if future.any() and hidden[future].float().mean() > 0.5:
         return True
+    zeroed = attention.zeroed_after  # (b, h, nq, nk): weights a mask after the softmax set to 0 (a bug it means by)
+    if future.any() and zeroed is not None and zeroed[0, 0][future].float().mean() > 0.5:
+        return True  # the future zeroed after the softmax: meant to be causal, and the rules name the mask's place
     if future.any() and torch.equal(hidden, ~future):
         return True  # the causal mask inverted (the past and the diagonal hidden): no design means that
     if recording.triangular_mask:

@@ -6,10 +6,10 @@ import types
 
 import pytest
 import torch
+from helpers import user_modules as um
 from torch import nn
 
 from attnviz import checks
-from helpers import user_modules as um
 
 
 def verdicts(module, **kwargs) -> dict[str, checks.Check]:
