@@ -600,7 +600,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     if window is not None and declared not in (None, window):
         return Check(rule, "fail", f"the hidden cells are the future and the keys {window} or more behind (a window "
                                    f"of {window}), but the module's window is {declared}: "
-                                   + ("hide diff >= W, not diff > W" if window == declared + 1 else
+                                   + (_one_key_wide(declared) if window == declared + 1 else
                                       f"query i should see keys i - {declared - 1} … i"))
     if window is not None:
         return Check(rule, "pass", f"sliding window W = {window}: the hidden cells are the future and the keys "
@@ -663,6 +663,14 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
+
+
+def _one_key_wide(declared: int) -> str:
+    """mask-convention's words for hidden cells that keep one key more than the module's window of ``declared``:
+    the convention of Mistral's reference code (``torch.triu(mask, diagonal=-sliding_window)``), not attnviz's."""
+    return (f"each query keeps W + 1 = {declared + 1} keys, itself and {declared} behind, the convention of Mistral's "
+            "reference code (torch.triu(mask, diagonal=-sliding_window)); attnviz and Hugging Face count W keys, the "
+            "query's own included: hide diff >= W, not diff > W")
 
 
 LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this
