@@ -2510,3 +2510,108 @@ class EinsumProjections(nn.Module):
         v = torch.einsum("bnd,hde->bhne", x, self.W_V)  # (b, h, n, d_head)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, d_head)
         return self.W_O(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, h·d_head) -> (b, n, d_model)
+
+
+# ---------------------------------------------------------------- a scale the config declares, or the module itself
+
+class Gemma3Layer(nn.Module):
+    """transformers' own ``Gemma3Attention`` (eager) from a small config, in the wrapper a user writes to call it as
+    forward(x): rotary angles for the full-attention layer and the additive causal mask its model would build.
+    ``query_pre_attn_scalar``: the config's scale, 1/√query_pre_attn_scalar — Gemma-2/3 27B set it to hidden ÷ heads
+    (144, 168) against head_dim 128, so it need not be head_dim."""
+
+    def __init__(self, hidden_size=64, num_heads=8, num_kv_heads=2, head_dim=8, query_pre_attn_scalar=12):
+        super().__init__()
+        from transformers import Gemma3TextConfig  # imported here: the other modules of this file need no transformers
+        from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention, Gemma3RotaryEmbedding
+        config = Gemma3TextConfig(hidden_size=hidden_size, num_attention_heads=num_heads,
+                                  num_key_value_heads=num_kv_heads, head_dim=head_dim,
+                                  query_pre_attn_scalar=query_pre_attn_scalar, intermediate_size=4 * hidden_size,
+                                  num_hidden_layers=1, vocab_size=100, max_position_embeddings=128,
+                                  layer_types=["full_attention"])
+        config._attn_implementation = "eager"
+        self.self_attn = Gemma3Attention(config, layer_idx=0)
+        self.rotary_emb = Gemma3RotaryEmbedding(config)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
+        cos, sin = self.rotary_emb(x, positions, "full_attention")  # (b, n, head_dim) each
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
+        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
+
+
+def yarn_get_mscale(scale=1.0, mscale=1.0):
+    """YaRN's attention temperature (DeepSeek-V2's modeling code): 0.1 · mscale · ln(scale) + 1 for a context
+    stretched ``scale`` times."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+class DeepSeekV2YarnMLA(nn.Module):
+    """DeepSeek-V2's MLA as its modeling code writes it (q_lora_rank None, K and V up from the latent, decoupled
+    rotary): with YaRN in the config's ``rope_scaling``, ``softmax_scale = q_head_dim ** -0.5 · mscale²`` where
+    mscale = yarn_get_mscale(factor, mscale_all_dim).  ``config``: an object with DeepSeek's config names."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.qk_nope_head_dim, self.qk_rope_head_dim = config.qk_nope_head_dim, config.qk_rope_head_dim
+        self.v_head_dim, self.kv_lora_rank = config.v_head_dim, config.kv_lora_rank
+        self.q_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.q_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(config.hidden_size, self.kv_lora_rank + self.qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = nn.RMSNorm(self.kv_lora_rank)
+        self.kv_b_proj = nn.Linear(self.kv_lora_rank, self.num_heads * (self.qk_nope_head_dim + self.v_head_dim),
+                                   bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.v_head_dim, config.hidden_size, bias=False)
+        self.softmax_scale = self.q_head_dim ** (-0.5)
+        if config.rope_scaling is not None:
+            mscale_all_dim = config.rope_scaling.get("mscale_all_dim", 0)
+            scaling_factor = config.rope_scaling["factor"]
+            if mscale_all_dim:
+                mscale = yarn_get_mscale(scaling_factor, mscale_all_dim)
+                self.softmax_scale = self.softmax_scale * mscale * mscale
+        cos, sin = rope_angles(self.qk_rope_head_dim, config.max_position_embeddings)
+        self.register_buffer("cos", cos, persistent=False)  # (context, rope_dim)
+        self.register_buffer("sin", sin, persistent=False)  # (context, rope_dim)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.num_heads, self.q_head_dim).transpose(1, 2)  # (b, h, n, q_head_dim)
+        q_nope, q_pe = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)  # (b, h, n, nope), (…, rope)
+        compressed_kv = self.kv_a_proj_with_mqa(x)  # (b, n, kv_lora_rank + rope)
+        compressed_kv, k_pe = compressed_kv.split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+        k_pe = k_pe.view(b, n, 1, self.qk_rope_head_dim).transpose(1, 2)  # (b, 1, n, rope)
+        kv = self.kv_b_proj(self.kv_a_layernorm(compressed_kv))  # (b, n, h·(nope + v_head_dim))
+        kv = kv.view(b, n, self.num_heads, self.qk_nope_head_dim + self.v_head_dim).transpose(1, 2)
+        k_nope, value_states = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)  # (b, h, n, nope), (…, v)
+        q_pe, k_pe = rotate(q_pe, self.cos, self.sin), rotate(k_pe, self.cos, self.sin)  # (b, h|1, n, rope)
+        query_states = torch.cat([q_nope, q_pe], dim=-1)  # (b, h, n, q_head_dim)
+        key_states = torch.cat([k_nope, k_pe.expand(b, self.num_heads, n, -1)], dim=-1)  # (b, h, n, q_head_dim)
+        attn_weights = query_states @ key_states.transpose(2, 3) * self.softmax_scale  # (b, h, n, n)
+        future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (n, n)
+        attn_weights = attn_weights.masked_fill(future, float("-inf"))  # (b, h, n, n)
+        attn_weights = torch.softmax(attn_weights, dim=-1, dtype=torch.float32)  # (b, h, n, n)
+        attn_output = attn_weights @ value_states  # (b, h, n, n) @ (b, h, n, v) -> (b, h, n, v)
+        return self.o_proj(attn_output.transpose(1, 2).reshape(b, n, -1))  # (b, n, hidden_size)
+
+
+class CustomScale(nn.Module):
+    """Gemma-style scale written into the module itself: the scores scaled by query_pre_attn_scalar ** -0.5, kept as
+    ``self.scaling`` — a number the module claims, which no config declares."""
+
+    def __init__(self, d_model=16, n_heads=4, query_pre_attn_scalar=32):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.scaling = query_pre_attn_scalar ** -0.5
+        self.is_causal = True
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.o = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=self.is_causal, scale=self.scaling)  # (b, h, n, hd)
+        return self.o(o.transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)

@@ -1,0 +1,84 @@
+"""A scale the module's config declares as its design — Gemma's ``query_pre_attn_scalar``, DeepSeek's YaRN ``mscale``
+in ``rope_scaling`` — passes ``scaling`` and ``matches-reference``, named; a scale the module sets itself
+(``self.scaling``) is its own claim and fails, naming the attribute; a module whose only fault is the scale fails
+``matches-reference`` naming the scale, not the mask (the modules are tests/helpers/user_modules.py's Gemma3Layer,
+DeepSeekV2YarnMLA, CustomScale and MyMultiHeadAttention)."""
+
+import math
+from types import SimpleNamespace
+
+import torch
+from helpers import user_modules as um
+
+from attnviz import checks
+
+RULES = ("mask-convention", "scaling", "matches-reference")
+
+
+def verdicts(module, rules=RULES) -> dict[str, checks.Check]:
+    return {check.rule: check for check in checks.check_module(module.eval(), rules=rules)}
+
+
+def gemma(query_pre_attn_scalar=12):
+    torch.manual_seed(0)
+    return um.Gemma3Layer(head_dim=8, query_pre_attn_scalar=query_pre_attn_scalar)
+
+
+def deepseek(rope_scaling):
+    torch.manual_seed(0)
+    config = SimpleNamespace(hidden_size=64, num_attention_heads=4, kv_lora_rank=16, qk_nope_head_dim=16,
+                             qk_rope_head_dim=8, v_head_dim=16, max_position_embeddings=64, rope_scaling=rope_scaling)
+    return um.DeepSeekV2YarnMLA(config)
+
+
+YARN = {"type": "yarn", "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,  # DeepSeek-V2's own
+        "original_max_position_embeddings": 4096}
+
+
+def test_gemma_query_pre_attn_scalar_other_than_head_dim_passes_named_as_the_configs_scale():
+    results = verdicts(gemma(12))
+    assert results["scaling"].status == "pass", results["scaling"].evidence
+    assert results["scaling"].evidence == ("the scores are divided by √12 = √query_pre_attn_scalar, the config's "
+                                           "scale (Gemma); the book's is √head_dim = √8")
+    assert results["matches-reference"].status == "pass", results["matches-reference"].evidence
+    assert "√query_pre_attn_scalar" in results["matches-reference"].evidence
+    results = verdicts(gemma(8))  # Gemma-2/3 2B-12B: query_pre_attn_scalar is head_dim, the book's words
+    assert results["scaling"].evidence == "the scores are divided by √head_dim = √8 ≈ 2.83"
+    assert results["matches-reference"].status == "pass", results["matches-reference"].evidence
+
+
+def test_deepseek_yarn_mscale_squared_passes_named_as_yarns():
+    module = deepseek(YARN)
+    mscale = 0.1 * 0.707 * math.log(40) + 1
+    assert math.isclose(module.softmax_scale, 24 ** -0.5 * mscale ** 2)  # the module applies what the test names
+    results = verdicts(module)
+    assert results["scaling"].status == "pass", results["scaling"].evidence
+    assert results["scaling"].evidence == (
+        f"the scores are divided by {24 ** 0.5 / mscale ** 2:.4g} = √24 ÷ mscale², YaRN's from the config's "
+        f"rope_scaling (mscale = 0.1 · mscale_all_dim · ln(factor) + 1 = {mscale:.4g}: DeepSeek); the book's is "
+        "√head_dim = √24")
+    assert results["matches-reference"].status == "pass", results["matches-reference"].evidence
+    results = verdicts(deepseek(None))  # no YaRN: judged by the book's √head_dim
+    assert results["scaling"].evidence == "the scores are divided by √head_dim = √24 ≈ 4.9"
+
+
+def test_a_scale_the_module_sets_itself_fails_naming_the_attribute_and_matches_reference_names_the_scale():
+    torch.manual_seed(0)
+    results = verdicts(um.CustomScale(), rules=None)
+    assert {rule for rule, check in results.items() if check.status == "fail"} == {"scaling", "matches-reference"}
+    assert results["mask-convention"].status == "pass"
+    assert results["scaling"].evidence == ("the scores are multiplied by 0.1768, i.e. divided by 5.657: divide by "
+                                           "√head_dim = √4 ≈ 2 — the scale is the module's self.scaling (0.1768)")
+    reference = results["matches-reference"].evidence
+    assert "is_causal" not in reference and "masks the future" not in reference, reference
+    assert reference.endswith("— the difference is the scale: with the module's own (× 0.1768, not 1/√4 = 0.5) the "
+                              "reference matches; scaling says which the book's is"), reference
+
+
+def test_the_books_scale_by_d_out_bug_keeps_its_words_and_matches_reference_names_the_scale():
+    torch.manual_seed(0)
+    results = verdicts(um.MyMultiHeadAttention(bug="scale-by-d-out"))
+    assert results["scaling"].evidence == ("the scores are divided by √d_out = √16 (the whole width): divide by "
+                                           "√head_dim = √4 ≈ 2")
+    assert results["matches-reference"].status == "fail"
+    assert "the difference is the scale" in results["matches-reference"].evidence
