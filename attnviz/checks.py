@@ -92,7 +92,7 @@ from torch import nn
 from attnviz import time_limit, tracing, user_code
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth
-from attnviz.tracing import HEAD_DIM_NAMES, score_width
+from attnviz.tracing import HEAD_DIM_NAMES, DeclaredScale, declared_scales, score_width
 from attnviz.user_code import declared_size
 from attnviz.words import amount, plural
 
@@ -220,6 +220,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         window = sliding_window(attention) if causal else None
         weightless = _weightless(module)
         width = score_width(module, attention)
+        declared = declared_scales(module, width.head_dim)
         run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
             "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
@@ -227,13 +228,14 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated,
                                                        unmasked=unmasked, triangles=triangles,
                                                        longer=functools.partial(_traced_on, module, x)),
-            "scaling": lambda: scaling(attention, weightless=weightless, width=width),
+            "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
             "rotary-placement": lambda: rotary_placement(module, x),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
-                                                           window=window, stated=stated, width=width),
+                                                           window=window, stated=stated, width=width,
+                                                           declared=declared),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=_sizes(sizes, attention)),
         }
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
@@ -917,8 +919,11 @@ def _width_unknown(latent: int) -> str:
             f"width attnviz knows ({', '.join(HEAD_DIM_NAMES)}): keep it as self.qk_head_dim to have the scale checked")
 
 
-def scaling(attention: tracing.Attention, *, weightless: bool = False, width: ScoreWidth | None = None) -> Check:
-    """``width``: the head_dim to judge the scale against (:func:`score_width`; None: the width of Q·Kᵀ)."""
+def scaling(attention: tracing.Attention, *, weightless: bool = False, width: ScoreWidth | None = None,
+            declared: tuple[DeclaredScale, ...] = ()) -> Check:
+    """``width``: the head_dim to judge the scale against (:func:`score_width`; None: the width of Q·Kᵀ);
+    ``declared``: the scales the module declares (:func:`declared_scales`): its config's design passes, named; an
+    attribute of its own that holds a wrong scale is named in the failure."""
     rule = "scaling"
     if weightless:
         return Check(rule, "skip", "a module without weights (the book's simplified self-attention, 3.3) "
@@ -932,28 +937,43 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False, width: Sc
     absorbed = "" if width.latent is None else (
         f" ({width.source}: Q·Kᵀ runs over its {width.latent}-wide latent, W_UK absorbed into the queries, which "
         "leaves the scale as it is)")
-    heads = attention.weights.shape[1]
-    expected = 1 / math.sqrt(head_dim)
-    scale = attention.scale
-    if math.isclose(scale, expected, rel_tol=1e-4):
+    if math.isclose(attention.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4):
         return Check(rule, "pass", f"the scores are divided by √{name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
                                    f"{absorbed}")
-    want = f"divide by √{name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}{absorbed}"
+    design = _declared(attention.scale, declared, design=True)
+    if design is not None:
+        return Check(rule, "pass", f"the scores are divided by {design.words}; the book's is √{name} = √{head_dim}"
+                                   f"{absorbed}")
+    own = _declared(attention.scale, declared, design=False)
+    return Check(rule, "fail", _wrong_scale(attention, width, absorbed)
+                 + ("" if own is None else f" — the scale is the module's {own.words}"))
+
+
+def _declared(scale: float, declared: tuple[DeclaredScale, ...], *, design: bool) -> DeclaredScale | None:
+    """The first of ``declared`` (designs, or the module's own attributes) whose scale is ``scale``."""
+    return next((found for found in declared
+                 if found.design == design and math.isclose(scale, found.scale, rel_tol=1e-4)), None)
+
+
+def _wrong_scale(attention: tracing.Attention, width: ScoreWidth, absorbed: str) -> str:
+    """scaling's failure: what the module's scale is (unscaled, ÷√d_out, ÷head_dim, after the softmax …) and what
+    it should be, √``width.head_dim``."""
+    head_dim, scale, heads = width.head_dim, attention.scale, attention.weights.shape[1]
+    want = f"divide by √{width.name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}{absorbed}"
     if width.latent is not None and math.isclose(scale, 1 / math.sqrt(width.latent), rel_tol=1e-4):
-        return Check(rule, "fail", f"the scores are divided by √{width.latent}, the latent's width: {want}")
+        return f"the scores are divided by √{width.latent}, the latent's width: {want}"
     want += _scaled_twice(attention)
     if not math.isclose(attention.weights_scale, 1.0, rel_tol=1e-6):
         before = "not scaled" if math.isclose(scale, 1.0, rel_tol=1e-6) else f"multiplied by {scale:.4g}"
-        return Check(rule, "fail", f"the scores are {before} before the softmax, and the weights are "
-                                   f"{_times(attention.weights_scale)} after the softmax, which only shrinks every "
-                                   f"row's sum: {want} before the softmax, not after it")
+        return (f"the scores are {before} before the softmax, and the weights are {_times(attention.weights_scale)} "
+                f"after the softmax, which only shrinks every row's sum: {want} before the softmax, not after it")
     if math.isclose(scale, 1.0, rel_tol=1e-6):
-        return Check(rule, "fail", f"the scores are not scaled: {want}")
+        return f"the scores are not scaled: {want}"
     if heads > 1 and math.isclose(scale, 1 / math.sqrt(head_dim * heads), rel_tol=1e-4):
-        return Check(rule, "fail", f"the scores are divided by √d_out = √{head_dim * heads} (the whole width): {want}")
+        return f"the scores are divided by √d_out = √{head_dim * heads} (the whole width): {want}"
     if math.isclose(scale, 1 / head_dim, rel_tol=1e-4):
-        return Check(rule, "fail", f"the scores are divided by head_dim = {head_dim} without the square root: {want}")
-    return Check(rule, "fail", f"the scores are multiplied by {scale:.4g}, i.e. divided by {1 / scale:.4g}: {want}")
+        return f"the scores are divided by head_dim = {head_dim} without the square root: {want}"
+    return f"the scores are multiplied by {scale:.4g}, i.e. divided by {1 / scale:.4g}: {want}"
 
 
 def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
@@ -1225,21 +1245,30 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                       scaled: bool = True, window: int | None = None, stated: str | None = None,
-                      width: ScoreWidth | None = None) -> Check:
+                      width: ScoreWidth | None = None, declared: tuple[DeclaredScale, ...] = ()) -> Check:
     """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
     masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
-    the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ).  Keys and values
-    that pair the query heads differently fail it too (:func:`_paired_alike`)."""
-    check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width)
+    the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ); ``declared``: the
+    scales the module declares (:func:`declared_scales`): the reference scales as its config's design when the
+    module does, as ``scaling`` passes it.  A failure that the module's own scale alone explains says so.  Keys and
+    values that pair the query heads differently fail it too (:func:`_paired_alike`)."""
+    check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width,
+                               declared=declared)
     return check if check.status == "skip" else _paired_alike(check, attention)
 
 
 def _reference_verdict(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                       scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None) -> Check:
+                       scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None,
+                       declared: tuple[DeclaredScale, ...]) -> Check:
     if scaled and width is not None and width.head_dim is None and width.latent is not None:
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
     head_dim = None if width is None else width.head_dim
-    check = _matches_reference(recording, attention, causal, scaled=scaled, window=window, head_dim=head_dim)
+    design = None if not scaled or attention.scale is None else _declared(attention.scale, declared, design=True)
+    reference = functools.partial(_matches_reference, recording, attention, causal, scaled=scaled, window=window,
+                                  head_dim=head_dim)
+    check = reference(scale=None if design is None else design.scale)
+    if check.status == "pass" and design is not None:
+        check = Check(check.rule, "pass", f"{check.evidence} — the scores divided by {design.words}, as scaling found")
     precision = _inputs_precision(attention)
     if precision is not None and check.status != "skip":
         name, tolerance = precision
@@ -1254,6 +1283,8 @@ def _reference_verdict(recording: tracing.Recording, attention: tracing.Attentio
         return Check(check.rule, "fail", f"{check.evidence} — {MASK_AFTER_SOFTMAX}")
     if check.status == "fail" and (low := _low_precision(attention)):
         return Check(check.rule, "fail", f"{check.evidence} — {low}")
+    if check.status == "fail" and scaled and design is None and (cause := _scale_cause(attention, head_dim, reference)):
+        return Check(check.rule, "fail", f"{check.evidence} — {cause}")
     if check.status == "fail" and stated:
         follows = "masks the future" if causal else "masks nothing"
         return Check(check.rule, "fail", f"{check.evidence} — the reference {follows}: {stated}")
@@ -1327,6 +1358,19 @@ def _grouping(groups: list[int]) -> str:
     return shown
 
 
+def _scale_cause(attention: tracing.Attention, head_dim: int | None, reference: Callable[..., Check]) -> str | None:
+    """Words saying the scale is the difference, when ``reference`` (matches-reference's comparison, given a scale)
+    passes with the module's own scale where it failed with 1/√``head_dim`` (None: the width of Q); else None."""
+    if attention.scale is None or attention.queries is None:
+        return None
+    head_dim = head_dim or attention.queries.shape[-1]
+    if math.isclose(attention.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4) or (
+            reference(scale=attention.scale).status != "pass"):
+        return None
+    return (f"the difference is the scale alone: scaled as the module scales (× {attention.scale:.4g}, not "
+            f"1/√{head_dim} = {1 / math.sqrt(head_dim):.4g}), the reference matches (see scaling)")
+
+
 def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
     """(the dtype, the tolerance it allows) when the module's recorded Q, K or V are float16 or bfloat16 — SDPA run on
     ``q.bfloat16()`` in a float32 module: its output holds its inputs' precision, whatever precision it computes in —
@@ -1343,7 +1387,8 @@ def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
 
 
 def _matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                       scaled: bool = True, window: int | None = None, head_dim: int | None = None) -> Check:
+                       scaled: bool = True, window: int | None = None, head_dim: int | None = None,
+                       scale: float | None = None) -> Check:
     rule = "matches-reference"
     if attention.queries is None or attention.keys is None or attention.values is None:
         lost = f" ({attention.lost})" if attention.lost else ""
@@ -1354,7 +1399,7 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     slopes, moved = _added_bias(attention)
     bias = None if slopes is None else slopes[..., None, None] * torch.arange(attention.masked.shape[-1])  # (b,h,1,nk)
     reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window,
-                                  bias=bias, head_dim=head_dim)  # (b, h, nq, dv)
+                                  bias=bias, head_dim=head_dim, scale=scale)  # (b, h, nq, dv)
     precision = _inputs_precision(attention)
     check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1])
     if slopes is not None and check.status != "skip":
@@ -1395,14 +1440,16 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
                       window: int | None = None, bias: torch.Tensor | None = None,
-                      head_dim: int | None = None) -> torch.Tensor:
+                      head_dim: int | None = None, scale: float | None = None) -> torch.Tensor:
     """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
     ``window``: the causal mask also hides the keys ``window`` or more behind; ``bias`` (b, h, 1, nk): added to the
     scaled scores, ALiBi's slope × key position; ``head_dim``: d_head when it is not the width d of Q and K, as in
-    absorbed MLA's scores over the latent)."""
+    absorbed MLA's scores over the latent; ``scale``: what multiplies Q·Kᵀ instead of 1/√d_head — a config's own)."""
     queries, keys, values = queries.float(), _per_query_head(keys, queries), _per_query_head(values, queries)
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
-    if scaled:
+    if scaled and scale is not None:
+        scores = scores * scale  # (b, h, nq, nk)
+    elif scaled:
         scores = scores / math.sqrt(head_dim or queries.shape[-1])  # (b, h, nq, nk)
     if bias is not None:
         scores = scores + bias  # (b, h, nq, nk)

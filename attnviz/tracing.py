@@ -2017,6 +2017,59 @@ def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
     return ScoreWidth(None, latent=latent, summed_widths=summed)
 
 
+@dataclass(frozen=True)
+class DeclaredScale:
+    """A number the scores may be multiplied by other than 1/√head_dim, and where it comes from: ``design`` when the
+    module's config declares it as its model's design (:func:`declared_scales`), else an attribute the module sets
+    itself; ``words`` name it ("√12 = √query_pre_attn_scalar, the config's scale (Gemma)", "self.scaling")."""
+
+    scale: float
+    words: str
+    design: bool
+
+
+SCALE_NAMES = ("scaling", "softmax_scale", "scale", "sm_scale", "attn_scale")  # a scale kept as a module attribute
+
+
+def declared_scales(module: nn.Module | None, head_dim: int | None) -> tuple[DeclaredScale, ...]:
+    """The scales ``module`` declares, designs first: a ``config`` (of the module or a submodule) with Gemma's
+    ``query_pre_attn_scalar`` (the scores × query_pre_attn_scalar^-0.5) or DeepSeek's YaRN in ``rope_scaling`` /
+    ``rope_parameters`` (a rope type other than default, ``mscale_all_dim`` set: 1/√head_dim × mscale², mscale =
+    0.1 · mscale_all_dim · ln(factor) + 1 when factor > 1); then each number it keeps as one of :data:`SCALE_NAMES`,
+    as the multiplier and as the divisor (TransformerLens's ``attn_scale`` = √d_head)."""
+    found: list[DeclaredScale] = []
+    if module is None:
+        return ()
+    for _, sub in module.named_modules():
+        config = getattr(sub, "config", None)
+        scalar = _setting(config, "query_pre_attn_scalar")
+        if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0:
+            found.append(DeclaredScale(scalar ** -0.5, f"√{scalar:g} = √query_pre_attn_scalar, the config's scale "
+                                                       "(Gemma)", True))
+        rope = _setting(config, "rope_scaling") or _setting(config, "rope_parameters")
+        if head_dim and isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
+            factor, all_dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim") or 0.0
+            mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
+            if mscale != 1.0:
+                scale = head_dim ** -0.5 * mscale ** 2
+                found.append(DeclaredScale(scale, f"{1 / scale:.4g} = √{head_dim} ÷ mscale², YaRN's from the config's "
+                                                  "rope_scaling (mscale = 0.1 · mscale_all_dim · ln(factor) + 1 = "
+                                                  f"{mscale:.4g}: DeepSeek)", True))
+    for path, sub in module.named_modules():
+        for name in SCALE_NAMES:
+            value = vars(sub).get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                words = f"self.{path + '.' if path else ''}{name}"
+                found += [DeclaredScale(value, f"{words} ({value:.4g})", False),
+                          DeclaredScale(1 / value, f"{words} ({value:.4g}), which it divides by", False)]
+    return tuple(found)
+
+
+def _setting(config, name: str):
+    """``config``'s ``name``: an attribute, or a dict's key; None when it has none."""
+    return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+
+
 def causal_flag(module: nn.Module) -> tuple[str, nn.Module] | None:
     """(its name, "" for the module itself; the module) of the first of ``module`` and its submodules whose
     ``is_causal`` attribute is True (a Hugging Face attention layer's, which its model reads to build the mask);
