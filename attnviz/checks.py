@@ -22,7 +22,9 @@ which cell, which value, what it should be:
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head), however the module
   applies the scale (to the scores, to q or k before the product or an SDPA call); d_head is the width of QKᵀ (of
   scores that are the sum of two products of one width, that width), or for MLA with W_UK absorbed into the queries
-  (scores over the latent, its decoupled rotary scores perhaps added) the per-head width the module declares;
+  (scores over the latent, its decoupled rotary scores perhaps added) the per-head width the module declares; a
+  scale the module's config declares as its design (:func:`declared_scales`: Gemma's ``query_pre_attn_scalar``,
+  DeepSeek's YaRN mscale²) passes, named, and a wrong one the module keeps itself (``self.scaling``) is named;
 * ``rotary-placement`` — for a rotary module (by the names it holds and calls), traced once more on one token
   repeated at every position: every score QKᵀ depends only on i − j (not on the query's or the key's position:
   rotary on the queries only, or the keys only — failed only when one of them is that token turned by its position)
@@ -37,10 +39,11 @@ which cell, which value, what it should be:
 * ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
   the module's own recorded Q, K, V (float32, ≤ 1e-5; Q, K and V the module gave in float16 or bfloat16 — SDPA on
   ``q.bfloat16()`` — to that dtype's eps × the largest |V|, said so) — K and V as the module used them (after a
-  grouped-query repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window) — and no two
-  query heads share keys (equal K) but not values while two share values but not keys (K repeated with
-  ``repeat_interleave`` and V with ``.repeat``, or the reverse: it names a query head and the K/V heads it reads its
-  keys and its values from).  The
+  grouped-query repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window), scaled by
+  the config's design where ``scaling`` passes one (a difference the module's own scale alone explains is named so,
+  not as another cause) — and no two query heads share keys (equal K) but not values while two share values but not
+  keys (K repeated with ``repeat_interleave`` and V with ``.repeat``, or the reverse: it names a query head and the
+  K/V heads it reads its keys and its values from).  The
   concatenation is what the module feeds a Linear, or returns, when it computed that from its ``weights @ V`` alone;
   else (a residual ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
 * ``kv-cache`` — for a forward that takes ``use_cache``: two different sequences, each after the module's own
@@ -1367,8 +1370,9 @@ def _scale_cause(attention: tracing.Attention, head_dim: int | None, reference: 
     if math.isclose(attention.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4) or (
             reference(scale=attention.scale).status != "pass"):
         return None
-    return (f"the difference is the scale alone: scaled as the module scales (× {attention.scale:.4g}, not "
-            f"1/√{head_dim} = {1 / math.sqrt(head_dim):.4g}), the reference matches (see scaling)")
+    how = "unscaled" if math.isclose(attention.scale, 1.0, rel_tol=1e-6) else f"× {attention.scale:.4g}"
+    return (f"the difference is the scale alone: with the scores scaled as the module scales them ({how}, not "
+            f"÷√{head_dim}), the reference matches (see scaling)")
 
 
 def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:

@@ -42,6 +42,8 @@ diagram draws the user's own pipeline.  The views (the app, ``attnviz.show``) dr
 is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.  Its
 ``module_run.score_width`` is the head_dim the scale is judged by (``score_width``, the checker's ``scaling`` rule's
 too): not the width of the recorded q·k where the scores run over an absorbed MLA's latent or add two products.
+``declared_scales`` reads, beside it, the scales a module declares other than 1/√head_dim (a config's design, an
+attribute of its own) for that rule.
 
 Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
 ``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  It calls ``forward(x)``, or

@@ -71,8 +71,8 @@ def test_a_scale_the_module_sets_itself_fails_naming_the_attribute_and_matches_r
                                            "√head_dim = √4 ≈ 2 — the scale is the module's self.scaling (0.1768)")
     reference = results["matches-reference"].evidence
     assert "is_causal" not in reference and "masks the future" not in reference, reference
-    assert reference.endswith("— the difference is the scale alone: scaled as the module scales (× 0.1768, not "
-                              "1/√4 = 0.5), the reference matches (see scaling)"), reference
+    assert reference.endswith("— the difference is the scale alone: with the scores scaled as the module scales "
+                              "them (× 0.1768, not ÷√4), the reference matches (see scaling)"), reference
 
 
 def test_the_books_scale_by_d_out_bug_keeps_its_words_and_matches_reference_names_the_scale():
