@@ -47,32 +47,33 @@ which cell, which value, what it should be:
   concatenation is what the module feeds a Linear, or returns, when it computed that from its ``weights @ V`` alone;
   else (a residual ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
 * ``kv-cache`` — for a forward that takes ``use_cache``: two different sequences, each after the module's own
-  ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, give the
-  uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values`` (``past_key_value``,
-  ``layer_past``, ``past_kv``, ``cache``) argument, returned beside the output, and no reset — is checked the same
-  way, each forward given the cache the one before returned; a forward that returns none is given a Hugging Face
-  ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step (skipped
-  when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside the
-  whole sequence's forward, and the failure names what the evidence shows: the module's position counter (one that
-  never moves, counts forwards, or counts each token twice), how many tokens its cache holds (for a declared window
-  W: fewer than the W − 1 a step needs beside its own, or a step that sees more than W keys — a rolling cache one
-  token too long), keys read from slots no token was written to, a reset that leaves the cache the last sequence
-  filled, where the step's mask puts the new tokens, which of its queries, keys or values differ —
-  for a rotary module, a query or cached key of the right length turned by another angle (rotated at the wrong
-  position); keys or values that are the whole sequence's K/V heads in ``.repeat``'s order instead of
-  ``repeat_interleave``'s, or the reverse; a cached output of NaN or of another shape is named as such.  Right outputs
-  with a position counter past the tokens fed fail too (a reset that keeps it: named so), saying why they agree — a
-  later row of the causal mask, rotary scores that depend only on i − j.  A pass says what the cache holds after the
-  sequence (tokens × elements per token, counted along the dimension that grows by one from the first token to the
-  second) — a cache the module resets itself found by what it holds, not by its name (the tensors it keeps, inside a
-  tuple, list or dict too, that hold the tokens: that grow from the first token to the second, whether the reset
-  empties them or not, or that the reset empties or replaces and that hold what a token brought — not a mask, rotary
-  tables or a step counter), a cache the caller holds as the forward returns it after the last token — and fails, its
-  outputs right, only on evidence of the waste its declared variant exists to save: a window cache holding more than W
-  tokens (not the ``DynamicCache`` attnviz hands a layer, which keeps every token by its own choice: said in the
-  pass), K/V tensors of ``num_heads`` heads where ``num_kv_groups`` K/V heads are declared, full K and V (d_out per
-  token each) where a ``latent_dim`` is (sizes the module keeps under other names: those it was built with,
-  ``check_module``'s ``sizes``, and the heads and head_dim its trace measured).
+  ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, the last two in
+  one forward (a chunk after a non-empty cache: skipped, said in the pass, for a forward that raises on it or takes a
+  model's ``attention_mask``), give the uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values``
+  (``past_key_value``, ``layer_past``, ``past_kv``, ``cache``) argument, returned beside the output, and no reset — is
+  checked the same way, each forward given the cache the one before returned; a forward that returns none is given a
+  Hugging Face ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step
+  (skipped when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside
+  the whole sequence's forward, and the failure names what the evidence shows: the module's position counter (one that
+  never moves, counts forwards, or counts each token twice), how many tokens its cache holds (for a declared window W:
+  fewer than the W − 1 a step needs beside its own, or a step that sees more than W keys — a rolling cache one token
+  too long), keys read from slots no token was written to, a reset that leaves the cache the last sequence filled,
+  where the step's mask puts the new tokens (SDPA's ``is_causal`` over the cache: aligned to the top-left), which of
+  its queries, keys or values differ — for a rotary module, a query or cached key of the right length turned by
+  another angle (rotated at the wrong position); keys or values that are the whole sequence's K/V heads in
+  ``.repeat``'s order instead of ``repeat_interleave``'s, or the reverse; a cached output of NaN or of another shape
+  is named as such.  Right outputs with a position counter past the tokens fed fail too (a reset that keeps it: named
+  so), saying why they agree — a later row of the causal mask, rotary scores that depend only on i − j.  A pass says
+  what the cache holds after the sequence (tokens × elements per token, counted along the dimension that grows by one
+  from the first token to the second) — a cache the module resets itself found by what it holds, not by its name (the
+  tensors it keeps, inside a tuple, list or dict too, that hold the tokens: that grow from the first token to the
+  second, whether the reset empties them or not, or that the reset empties or replaces and that hold what a token
+  brought — not a mask, rotary tables or a step counter), a cache the caller holds as the forward returns it after the
+  last token — and fails, its outputs right, only on evidence of the waste its declared variant exists to save: a
+  window cache holding more than W tokens (not the ``DynamicCache`` attnviz hands a layer, which keeps every token by
+  its own choice: said in the pass), K/V tensors of ``num_heads`` heads where ``num_kv_groups`` K/V heads are
+  declared, full K and V (d_out per token each) where a ``latent_dim`` is (sizes the module keeps under other names:
+  those it was built with, ``check_module``'s ``sizes``, and the heads and head_dim its trace measured).
 
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
@@ -338,7 +339,7 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer),
                 "rotary-placement": int(_rotary(module) and _rotary_tokens(module, x) > 1),
                 "dropout-placement": 1, "batch-independence": batch,
-                "kv-cache": 2 * (2 + n - kv_prefill(n)) + measured if takes_cache and n > 1 else 0}
+                "kv-cache": 2 * (1 + len(kv_steps(n, kv_prefill(n)))) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
 
 
@@ -1539,10 +1540,16 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
                                        "first tokens see the later ones, so a prefill cannot give them: not checked")
         return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes)
     reset = _user_reset(module, reset_name)
+    refused = _chunk_unfed(module)  # why the module takes no chunk after its cache: then its tokens go one by one
     try:
         try:
-            difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
-                                            reset_name=reset_name)
+            try:
+                difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
+                                                reset_name=reset_name, chunk=refused is None)
+            except _ChunkRefusedError as error:
+                refused = _refused_words(error)
+                difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill, reset_name=reset_name,
+                                                chunk=False)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
         finally:
             reset()
@@ -1550,9 +1557,9 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         return Check(rule, "fail", str(error))
     if difference is not None:
         return Check(rule, "fail", difference)
-    words = (f"two sequences, each after {reset_name}(): a prefill of {counted(prefill)}, then {counted(n - prefill)} "
-             f"one by one, give the uncached outputs (≤ {TOLERANCE:g})")
-    return _held_verdict(module, words, held, n, sizes)
+    words = (f"two sequences, each after {reset_name}(): {_plan_words(n, prefill, refused)}, give the uncached outputs "
+             f"(≤ {TOLERANCE:g})")
+    return _held_verdict(module, _with_refused(words, refused), held, n, sizes)
 
 
 def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int,
@@ -1577,10 +1584,57 @@ def _held_verdict(module: nn.Module, words: str, held: _CacheHeld | None, n: int
     return Check("kv-cache", "pass", words)
 
 
-def kv_steps(n: int, prefill: int) -> list[tuple[int, int]]:
+KV_CHUNK = 2  # the tokens of kv-cache's last cached forward, fed together after a non-empty cache
+
+
+def kv_steps(n: int, prefill: int, *, chunk: bool = True) -> list[tuple[int, int]]:
     """(start, stop) of kv-cache's forwards on n tokens: the prefill's ``prefill`` tokens (:func:`kv_prefill`), then
-    one token at a time."""
-    return [(0, prefill), *((i, i + 1) for i in range(prefill, n))]
+    one token at a time, the last ``KV_CHUNK`` together (a chunk after a non-empty cache: its mask must offset its
+    queries by the cached tokens) when ``chunk`` and at least one token goes alone before them."""
+    singles = n - KV_CHUNK if chunk and n - prefill > KV_CHUNK else n
+    return [(0, prefill), *((i, i + 1) for i in range(prefill, singles)), *([(singles, n)] if singles < n else [])]
+
+
+def _is_chunk(start: int, stop: int) -> bool:
+    """Whether kv-cache's cached forward over tokens ``start`` … ``stop - 1`` is its chunk (:func:`kv_steps`)."""
+    return start > 0 and stop - start > 1
+
+
+class _ChunkRefusedError(Exception):
+    """A cached forward raised on kv-cache's chunk (:func:`kv_steps`), every step before it right: a module that takes
+    one token per cached step.  Its message: the forward's error, in words."""
+
+
+def _chunk_unfed(module: nn.Module) -> str | None:
+    """Why kv-cache feeds the module no chunk after its cache (None: it does): a forward that takes an
+    ``attention_mask`` (a Hugging Face layer) gets the mask for a chunk from its model, and attnviz passes none."""
+    if "attention_mask" not in inspect.signature(module.forward).parameters:
+        return None
+    return ("the forward takes an attention_mask, which its model builds for a chunk after the cache (SDPA's is_causal "
+            "alone aligns to the top-left), and attnviz passes none")
+
+
+def _refused_words(error: _ChunkRefusedError) -> str:
+    """Why the module took no chunk after its cache: the cached forward raised on it (``error``)."""
+    return f"the module takes one token per cached step ({error}, given the chunk)"
+
+
+def _plan_words(n: int, prefill: int, refused: str | None) -> str:
+    """How kv-cache fed n tokens: "a prefill of 4 tokens, then 2 tokens one by one and the last 2 in one forward"
+    (one by one to the end when the module ``refused`` the chunk)."""
+    steps = kv_steps(n, prefill, chunk=refused is None)
+    start, stop = steps[-1]
+    if not _is_chunk(start, stop):
+        return f"a prefill of {counted(prefill)}, then {counted(n - prefill)} one by one"
+    return (f"a prefill of {counted(prefill)}, then {counted(start - prefill)} one by one and the last "
+            f"{stop - start} in one forward (a chunk after the cache)")
+
+
+def _with_refused(words: str, refused: str | None) -> str:
+    """kv-cache's pass ``words``, saying why the chunk after the cache was not checked (``refused``: the reason)."""
+    if refused is None:
+        return words
+    return f"{words} — a chunk of {KV_CHUNK} after the cache not checked: {refused}"
 
 
 def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int,
@@ -1594,10 +1648,20 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
         last: dict = {}  # the cache after the last sequence's last token
-        result = _fed_back(module, sequences, expected, cache_name, flags, prefill, lambda: None, last)
+        refused = _chunk_unfed(module)  # why the module takes no chunk after its cache: then its tokens go one by one
+        fed = functools.partial(_fed_back, module, sequences, expected, cache_name, flags, prefill)
+        try:
+            result = fed(lambda: None, last, chunk=refused is None)
+        except _ChunkRefusedError as error:
+            refused = _refused_words(error)
+            result = fed(lambda: None, last, chunk=False)
         held = None
         if result == "none returned" and (held := _cache_object()) is not None:
-            result = _fed_back(module, sequences, expected, cache_name, flags, prefill, _cache_object, last)
+            try:
+                result = fed(_cache_object, last, chunk=refused is None)
+            except _ChunkRefusedError as error:
+                refused = _refused_words(error)
+                result = fed(_cache_object, last, chunk=False)
         if result in ("none returned", "takes no cache object"):  # nothing to feed the next step: nothing to follow
             empty = held is not None and result == "none returned"
             return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns none to pass "
@@ -1610,9 +1674,10 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     given = ("the cache the forward before returned" if held is None else
              f"the {type(held).__name__} the forward before filled")
     n = x.shape[1]
-    words = (f"two sequences: a prefill of {counted(prefill)}, then {counted(n - prefill)} one by one, each given "
-             f"{given} ({cache_name}), give the uncached outputs (≤ {TOLERANCE:g})")
-    return _held_verdict(module, words, measured, n, sizes, None if held is None else type(held).__name__)
+    words = (f"two sequences: {_plan_words(n, prefill, refused)}, each given {given} ({cache_name}), give the uncached "
+             f"outputs (≤ {TOLERANCE:g})")
+    return _held_verdict(module, _with_refused(words, refused), measured, n, sizes,
+                         None if held is None else type(held).__name__)
 
 
 def _returned_held(module: nn.Module, sequence: torch.Tensor, cache_name: str, flags: dict,
@@ -1646,11 +1711,13 @@ def _cache_object():
 
 
 def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[torch.Tensor], cache_name: str,
-              flags: dict, prefill: int, new_cache: Callable[[], object], last: dict | None = None) -> str | None:
+              flags: dict, prefill: int, new_cache: Callable[[], object], last: dict | None = None, *,
+              chunk: bool = True) -> str | None:
     """The first cached forward that raises or differs, in words; None when none does; "none returned" when a
     forward returns no cache and was given no cache object it filled.  Each sequence starts from ``new_cache()``
     (None, or an empty cache object), each forward is given the cache the forward before returned (or, returning
-    none, the object it was given); ``last["cache"]`` is the cache after the last forward."""
+    none, the object it was given); ``last["cache"]`` is the cache after the last forward.  ``chunk``: the last
+    tokens in one forward (:func:`kv_steps`); one that raises on them is :class:`_ChunkRefusedError`."""
     for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
         cache = first = new_cache()
 
@@ -1663,13 +1730,15 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
                 cache = _next_cache(output, stop, cache)
             return {**flags, cache_name: cache}
 
-        for start, stop in kv_steps(sequence.shape[1], prefill):
+        for start, stop in kv_steps(sequence.shape[1], prefill, chunk=chunk):
             try:
                 output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
                                              **flags, **{cache_name: cache})
             except tracing.TraceError as error:  # the cache's code raised on its own cache: the rule fails
                 if first is not None and number == 1 and start == 0:
                     return "takes no cache object"  # a forward that raises given one is not written for one
+                if _is_chunk(start, stop):
+                    raise _ChunkRefusedError(str(error)) from error
                 return f"{error} (given the cache the forward before returned as {cache_name})"
             got = tracing.first_tensor(output)
             problem = _cached_output_problem(got, wanted[:, start:stop], sequence[:, start:stop])
@@ -1681,7 +1750,7 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
                 return "none returned"
             worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
             if worst > TOLERANCE:
-                step = f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
+                step = _step_words(start, stop)
                 cause = _step_cause(module, sequence, start, stop, functools.partial(rerun, start))
                 given = ("the cache the forward before returned" if first is None else
                          f"the {type(first).__name__} the forward before filled")
@@ -1738,9 +1807,11 @@ def kv_prefill(n: int) -> int:
 
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
-                       reset_name: str = "reset_cache") -> str | None:
+                       reset_name: str = "reset_cache", chunk: bool = True) -> str | None:
     """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
-    (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too."""
+    (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too.
+    ``chunk``: the last tokens in one forward (:func:`kv_steps`); one that raises on them is
+    :class:`_ChunkRefusedError`."""
     moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
     ahead = None  # words for the first step after which a usual position counter is past the tokens fed
     kept: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
@@ -1757,12 +1828,14 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                         and sequences[0].shape[1] in before_reset[name][0].shape]  # holding the tokens fed
             emptied = _held_tensors(module)  # what the forwards after this reset replace or change is their cache
             started = _counters(module)
-            for forwards, (start, stop) in enumerate(kv_steps(sequence.shape[1], prefill)):
+            for forwards, (start, stop) in enumerate(kv_steps(sequence.shape[1], prefill, chunk=chunk)):
                 before = _counters(module)
                 try:
                     output = tracing.run_forward(module, sequence[:, start:stop], what="a cached forward",
                                                  use_cache=True)
                 except tracing.TraceError as error:  # the cache's code raised (or called sys.exit): the rule fails
+                    if _is_chunk(start, stop):  # every step before it right: a module that takes one token a step
+                        raise _ChunkRefusedError(str(error)) from error
                     return str(error)
                 after = _counters(module)
                 moved |= {name for name, value in after.items() if before.get(name) != value}
@@ -1834,6 +1907,8 @@ def _counter_ahead(module: nn.Module, after: dict[str, int], started: dict[str, 
 
 def _step_words(start: int, stop: int) -> str:
     """kv-cache's name for the cached forward over tokens ``start`` … ``stop - 1``."""
+    if _is_chunk(start, stop):
+        return f"tokens {start} … {stop - 1} (a chunk of {stop - start} after {counted(start)} cached)"
     return f"token {start}" if start > 0 else f"{_tokens_up_to(stop)} (the prefill)"
 
 
@@ -2364,7 +2439,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
                 "token's keys and values must stay")
     offset = _mask_offset(step.hidden_cells()[0].all(0)) if window is None and keys == stop else None
     if offset is not None and not offset[0] <= start <= offset[1]:
-        return _offset_cause(offset, start, stop, keys, counter)
+        return _offset_cause(offset, start, stop, keys, counter, is_causal=bool(step.is_causal))
     if keys != stop or whole.weights.shape[1] != step.weights.shape[1]:
         return None
     compared = [(stage, getattr(step, stage), getattr(whole, stage)) for stage in ("queries", "keys", "values")]
@@ -2455,8 +2530,10 @@ def _mask_offset(hidden: torch.Tensor) -> tuple[int, float] | None:
     return (low, high) if low <= high else None
 
 
-def _offset_cause(offset: tuple[int, float], start: int, stop: int, keys: int, counter: _Counter | None) -> str:
-    """Words for a step whose mask puts its first token at ``offset`` (lowest, highest), not at ``start``."""
+def _offset_cause(offset: tuple[int, float], start: int, stop: int, keys: int, counter: _Counter | None, *,
+                  is_causal: bool = False) -> str:
+    """Words for a step whose mask puts its first token at ``offset`` (lowest, highest), not at ``start``;
+    ``is_causal``: the mask is an SDPA call's ``is_causal=True``, which aligns it to the top-left."""
     low, high = offset
     where = f"position {low}" if low == high else f"position {low} or later"
     if counter is not None and low <= counter.before <= high:
@@ -2470,6 +2547,13 @@ def _offset_cause(offset: tuple[int, float], start: int, stop: int, keys: int, c
         return (f"the mask is sliced after the position is advanced: this step's mask {seen}, as the rows from "
                 f"{counter.name} = {counter.after} (its value after the step) do; slice the mask at the position "
                 f"before the step ({counter.before}), then add the new tokens' count")
+    if is_causal and low <= 0 <= high and start > 0:
+        last = "" if stop - start == 1 else f", query {stop - 1} keys 0 … {stop - 1 - start}"
+        return (f"the mask is is_causal=True, which SDPA aligns to the top-left: over the {keys} keys the cache holds "
+                f"query {start} sees key 0 only{last}, as if the step started at position 0 — is_causal fits only a "
+                f"forward whose queries and keys are the same tokens; after a cache pass an explicit attn_mask whose "
+                f"rows start at the cached tokens' count (query {start} sees keys 0 … {start}), or offset the mask by "
+                "it")
     if low <= 0 <= high and start > 0:
         return (f"the mask is built for the new tokens alone: it treats token {start} as position 0, so it sees only "
                 f"key 0 of the {keys} the cache holds; take the mask's rows from the position the step starts at "

@@ -587,7 +587,8 @@ def test_kv_cache_checks_a_hugging_face_cache_object_filled_in_place(returns_cac
     pytest.importorskip("transformers")
     torch.manual_seed(0)
     check = verdict(um.CacheObjectAttention(returns_cache=returns_cache).eval(), "kv-cache", rules=["kv-cache"])
-    assert check == checks.Check("kv-cache", "pass", "two sequences: a prefill of 4 tokens, then 4 tokens one by one, "
+    assert check == checks.Check("kv-cache", "pass", "two sequences: a prefill of 4 tokens, then 2 tokens one by one "
+                                                     "and the last 2 in one forward (a chunk after the cache), "
                                                      "each given the DynamicCache the forward before filled "
                                                      "(past_key_values), give the uncached outputs (≤ 1e-05); after 8 "
                                                      "tokens the cache holds 8 tokens of 64 elements (256 bytes) each: "
@@ -762,7 +763,8 @@ def test_kv_cache_fails_a_cache_that_holds_more_than_its_variant_needs(module, w
     module = module()
     check = verdict(module, "kv-cache")
     assert check.status == "fail" and check.evidence.startswith("two sequences, each after reset_cache(): a prefill "
-                                                                "of 4 tokens, then 4 tokens one by one, give the "
+                                                                "of 4 tokens, then 2 tokens one by one and the last 2 "
+                                                                "in one forward (a chunk after the cache), give the "
                                                                 "uncached outputs (≤ 1e-05), but "), check
     assert check.evidence.endswith(words), check
     assert failing(module) == {"kv-cache"}
@@ -842,8 +844,8 @@ def forwards_of(module, **kwargs) -> tuple[list, list, int]:
 
 @pytest.mark.parametrize(("module", "forwards"), [
     (mha(), 1 + 7 + 1 + 2),  # the trace, causal (one per position after the first), dropout-placement, batch
-    (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 4) + 3),  # kv-cache: 2 uncached,
-    # then per sequence a prefill of 4 and 4 tokens one by one, then 3 finding and measuring
+    (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 2 + 1) + 3),  # kv-cache: 2
+    # uncached, then per sequence a prefill of 4, 2 tokens one by one and a chunk of 2, then 3 finding and measuring
     (learner(um.LearnerRotaryGQA, 2), 1 + 7 + 1 + 1 + 2),  # rotary-placement: one token repeated at every position
 ], ids=["mha", "cached", "rotary"])
 def test_progress_reports_each_rule_as_it_is_done_and_counts_every_forward(module, forwards):
@@ -897,7 +899,7 @@ def test_rules_runs_only_those_rules_and_their_forwards():
     results, reports, ran = forwards_of(module, rules=["kv-cache", "causal"])
     assert [check.rule for check in results] == ["causal", "kv-cache"]  # in RULES order
     assert [check.status for check in results] == ["pass", "pass"]
-    assert ran == 1 + 7 + 12 + 3 and reports[-1].rules_total == 2
+    assert ran == 1 + 7 + 10 + 3 and reports[-1].rules_total == 2  # kv-cache: 2 × (uncached, prefill, 2 tokens, chunk)
     assert [c.rule for c in checks.check_module(module, rules="scaling")] == ["scaling"]
     with pytest.raises(ValueError, match="no rule 'causality': the rules are rows-sum-to-one, causal"):
         checks.check_module(module, rules=["causality"])

@@ -152,9 +152,9 @@ def test_falcons_grouped_query_layout_caches_every_query_heads_keys():
     results = verdicts(falcon_layer(new_decoder_architecture=True, num_kv_heads=2))
     assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache"}, results
     check = results["kv-cache"]
-    assert check.evidence.startswith("two sequences: a prefill of 4 tokens, then 4 tokens one by one, each given "
-                                     "the DynamicCache the forward before filled (past_key_values), give the uncached "
-                                     "outputs"), check
+    assert check.evidence.startswith("two sequences: a prefill of 4 tokens, then 2 tokens one by one and the last 2 "
+                                     "in one forward (a chunk after the cache), each given the DynamicCache the "
+                                     "forward before filled (past_key_values), give the uncached outputs"), check
     assert check.evidence.endswith(
         "but past_key_values.layers[0].keys and past_key_values.layers[0].values hold num_heads = 4 heads where "
         "num_kv_groups = 2 K/V heads are declared (64 elements per token, where 2 K/V heads need 32) — cache the keys "

@@ -112,10 +112,13 @@ def cached(bug=None, **kwargs):
     return um.LearnerCachedMHA(32, 32, 16, 0.0, 4, bug=bug, **kwargs).eval()
 
 
-def test_a_position_counter_one_ahead_fails_in_words_though_the_outputs_agree():
+def test_a_position_counter_one_ahead_fails_in_words_on_the_chunk_after_the_cache():
     check = verdicts(cached("one-ahead"))["kv-cache"]
     assert check.status == "fail"
-    assert "ptr_current_pos is 5 after 4 tokens of sequence 1, where it should be 4" in check.evidence
+    assert check.evidence.startswith("sequence 1, tokens 6 … 7 (a chunk of 2 after 6 tokens cached): the cached "
+                                     "output differs from the uncached one by "), check
+    assert check.evidence.endswith("the position is wrong: ptr_current_pos is 7 before token 6, and the step's mask "
+                                   "treats token 6 as position 7; it must count the tokens fed so far (6)"), check
     assert verdicts(cached())["kv-cache"].status == "pass"
 
 

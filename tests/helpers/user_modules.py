@@ -2615,3 +2615,39 @@ class CustomScale(nn.Module):
         q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
         o = F.scaled_dot_product_attention(q, k, v, is_causal=self.is_causal, scale=self.scaling)  # (b, h, n, hd)
         return self.o(o.transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
+
+
+class SDPACache(nn.Module):
+    """Multi-head attention with a KV cache the module holds (``k_cache``, ``v_cache``) and SDPA.  ``mask``:
+    ``"is_causal"`` passes ``is_causal=n > 1`` over the cache (SDPA aligns it to the top-left: right for a prefill or
+    one token, wrong for a chunk of 2 or more after a non-empty cache), ``"explicit"`` an attn_mask whose rows start at
+    the cached tokens' count.  ``one_token``: the cached forward refuses more than one token after the cache, as a
+    decode loop written for one token a step does."""
+
+    def __init__(self, d_model=32, n_heads=4, mask="explicit", one_token=False):
+        super().__init__()
+        self.n_heads, self.head_dim, self.mask, self.one_token = n_heads, d_model // n_heads, mask, one_token
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.k_cache = self.v_cache = None
+
+    def forward(self, x, use_cache=False):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        if use_cache:
+            if self.k_cache is not None:
+                if self.one_token and n != 1:
+                    raise ValueError(f"decode one token at a time after the prefill, got {n}")
+                k = torch.cat([self.k_cache, k], dim=2)  # (b, h, cached + n, hd)
+                v = torch.cat([self.v_cache, v], dim=2)  # (b, h, cached + n, hd)
+            self.k_cache, self.v_cache = k, v
+        if self.mask == "is_causal":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=n > 1)  # (b, h, n, hd)
+        else:
+            nk = k.shape[2]
+            allowed = torch.arange(nk)[None, :] <= torch.arange(nk - n, nk)[:, None]  # (n, nk): query i is key nk-n+i
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, h, n, hd)
+        return self.proj(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)

@@ -304,7 +304,7 @@ def cache_steps(module, sequences: torch.Tensor) -> list[tuple[str, float]]:
     """(step label, largest |cached − uncached| output) for each sequence's prefill and following tokens — the steps
     :func:`attnviz.checks.kv_cache` feeds —, up to a cached forward that raises (its step is NaN)."""
     n = sequences.shape[1]
-    plan = checks.kv_steps(n, checks.kv_prefill(n))  # the prefill, then one token at a time: kv-cache's own steps
+    plan = checks.kv_steps(n, checks.kv_prefill(n))  # the prefill, one token at a time, a chunk: kv-cache's steps
     steps = []
     with torch.no_grad():
         expected = [module(sequence[None]) for sequence in sequences]  # (1, n, d_out) each, uncached
@@ -312,7 +312,8 @@ def cache_steps(module, sequences: torch.Tensor) -> list[tuple[str, float]]:
             for name, sequence, wanted in zip("AB", sequences, expected):
                 module.reset_cache()
                 for start, stop in plan:
-                    steps.append((f"{name}: 0…{stop - 1}" if start == 0 else f"{name}: {start}", math.nan))
+                    label = f"{start}" if stop - start == 1 and start > 0 else f"{start}…{stop - 1}"
+                    steps.append((f"{name}: {label}", math.nan))
                     got = module(sequence[None, start:stop], use_cache=True)  # (1, stop - start, d_out)
                     steps[-1] = (steps[-1][0], float((got - wanted[:, start:stop]).abs().max()))
         except RuntimeError:

@@ -1,0 +1,59 @@
+"""kv-cache feeds a chunk of 2 tokens after a non-empty cache: a mask that does not account for the cached keys
+(SDPA's is_causal, aligned to the top-left) fails in words that say so; right modules pass, and a module that takes
+one token per cached step (its forward raises on more) has the chunk skipped in words, not failed."""
+
+import torch
+from helpers import user_modules as um
+
+from attnviz import checks
+
+
+def kv_cache(module) -> checks.Check:
+    (check,) = checks.check_module(module.eval(), rules=["kv-cache"])
+    return check
+
+
+def built(**kwargs):
+    torch.manual_seed(0)
+    return um.SDPACache(**kwargs)
+
+
+def test_the_steps_end_with_a_chunk_after_a_non_empty_cache():
+    assert checks.kv_steps(8, checks.kv_prefill(8)) == [(0, 4), (4, 5), (5, 6), (6, 8)]
+    assert checks.kv_steps(8, 4, chunk=False) == [(0, 4), (4, 5), (5, 6), (6, 7), (7, 8)]
+    assert checks.kv_steps(4, 2) == [(0, 2), (2, 3), (3, 4)]  # one token alone first: no room for a chunk
+
+
+def test_is_causal_over_the_cache_fails_on_the_chunk_naming_the_top_left_mask():
+    check = kv_cache(built(mask="is_causal"))
+    assert check.status == "fail", check
+    assert check.evidence.startswith("sequence 1, tokens 6 … 7 (a chunk of 2 after 6 tokens cached): the cached "
+                                     "output differs from the uncached one by "), check
+    assert ("the mask is is_causal=True, which SDPA aligns to the top-left: over the 8 keys the cache holds query 6 "
+            "sees key 0 only, query 7 keys 0 … 1, as if the step started at position 0" in check.evidence), check
+    assert check.evidence.endswith("after a cache pass an explicit attn_mask whose rows start at the cached tokens' "
+                                   "count (query 6 sees keys 0 … 6), or offset the mask by it"), check
+
+
+def test_an_explicit_mask_offset_by_the_cache_passes_the_chunk():
+    check = kv_cache(built(mask="explicit"))
+    assert check.status == "pass", check
+    assert check.evidence.startswith("two sequences, each after reset_cache(): a prefill of 4 tokens, then 2 tokens "
+                                     "one by one and the last 2 in one forward (a chunk after the cache), give the "
+                                     "uncached outputs"), check
+
+
+def test_a_module_that_takes_one_token_per_cached_step_skips_the_chunk_in_words():
+    check = kv_cache(built(mask="is_causal", one_token=True))  # is_causal is right for a prefill and for one token
+    assert check.status == "pass", check
+    assert check.evidence.startswith("two sequences, each after reset_cache(): a prefill of 4 tokens, then 4 tokens "
+                                     "one by one, give the uncached outputs"), check
+    assert ("(≤ 1e-05) — a chunk of 2 after the cache not checked: the module takes one token per cached step (a "
+            "cached forward raised ValueError: decode one token at a time after the prefill, got 2, given the chunk); "
+            "after 8 tokens the cache holds" in check.evidence), check
+
+
+def test_the_pass_and_the_failure_reach_the_whole_check():
+    failed = {c.rule for c in checks.check_module(built(mask="is_causal").eval()) if c.status == "fail"}
+    assert failed == {"kv-cache"}
+    assert all(c.status != "fail" for c in checks.check_module(built(mask="explicit").eval()))
