@@ -2434,29 +2434,30 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
         return (f"the step attends over only {amount(keys, 'key')} where a window of W = {window} needs "
                 f"{min(stop, window)}: the cache keeps too little — keep the last W − 1 = {window - 1} before "
                 f"appending the new token (or the last W = {window} after it)")
-    if keys < stop:
+    if window is None and keys < stop:
         return (f"the step attends over only {counted(keys)} after {stop}: the cache keeps too little — every earlier "
                 "token's keys and values must stay")
     offset = _mask_offset(step.hidden_cells()[0].all(0)) if window is None and keys == stop else None
     if offset is not None and not offset[0] <= start <= offset[1]:
         return _offset_cause(offset, start, stop, keys, counter, is_causal=bool(step.is_causal))
-    if keys != stop or whole.weights.shape[1] != step.weights.shape[1]:
+    rolling = window is not None and keys < stop  # a rolling window cache: the step's keys are the last ``keys``
+    if (keys != stop and not rolling) or whole.weights.shape[1] != step.weights.shape[1]:
         return None
     compared = [(stage, getattr(step, stage), getattr(whole, stage)) for stage in ("queries", "keys", "values")]
-    rows = slice(start, stop)
+    rows, held = slice(start, stop), slice(stop - keys, stop)
     for stage, mine, theirs in compared:
         if mine is None or theirs is None:
             continue
-        theirs = theirs[:, :, rows] if stage == "queries" else theirs[:, :, :keys]  # (1, h, q or k, hd)
+        theirs = theirs[:, :, rows] if stage == "queries" else theirs[:, :, held]  # (1, h, q or k, hd)
         if mine.shape != theirs.shape:
             continue
         moved = (mine.float() - theirs.float()).abs().amax(dim=(0, 1, 3))  # (q or k,): the worst per token
         if moved.max() <= TOLERANCE:
             continue
-        first = int(moved.argmax()) + (start if stage == "queries" else 0)
+        first = int(moved.argmax()) + (start if stage == "queries" else held.start)
         words = _head_order_cause(stage, mine, theirs) if stage != "queries" else None
         if words is None and stage != "values" and (counter is None or counter.before == start):
-            words = _rotary_cause(module, stage, mine, theirs, start)
+            words = _rotary_cause(module, stage, mine, theirs, start, keys - (stop - start))
         if words is not None:
             return words
         if stage == "queries":
@@ -2494,10 +2495,12 @@ def _head_order_cause(stage: str, mine: torch.Tensor, theirs: torch.Tensor) -> s
     return None
 
 
-def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: torch.Tensor, start: int) -> str | None:
+def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: torch.Tensor, start: int,
+                  cached: int | None = None) -> str | None:
     """Words for a rotary module's step whose queries or cached keys (1, h, q or k, hd) have the whole sequence's
     lengths but other directions — what a rotation by the wrong position's angle does (it keeps a vector's length);
-    None when the module is not rotary or a length differs."""
+    None when the module is not rotary or a length differs.  ``cached``: the keys the cache held before the step —
+    queries turned as if at that position, where a rolling window keeps fewer than ``start``, are named so."""
     differs = (mine.float() - theirs.float()).abs().amax(dim=-1) > TOLERANCE  # (1, h, tokens)
     mine_lengths, theirs_lengths = mine.float().norm(dim=-1), theirs.float().norm(dim=-1)  # (1, h, tokens) each
     if not _rotary(module) or not torch.allclose(mine_lengths[differs], theirs_lengths[differs], rtol=1e-4,
@@ -2505,6 +2508,14 @@ def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: tor
         return None
     first = int(differs.any(dim=1)[0].nonzero()[0]) + (start if stage == "queries" else 0)
     turned = "the same length, another direction"
+    window = declared_window(module)
+    if stage == "queries" and cached is not None and window is not None and cached < start \
+            and _turned_by(mine[..., :1, :], theirs[..., :1, :], cached - start):
+        return (f"the step hides the right keys, but its query for token {start} is the whole sequence's turned by "
+                f"another angle ({turned}): rotated at position {cached}, the number of keys the cache holds (a "
+                f"rolling window of W = {window} keeps at most W − 1 = {window - 1}), not the token's position {start} "
+                "— the rotary position offset is the cache's length, capped at W − 1; take it from a count of the "
+                "tokens fed so far (a position counter the window does not cap)")
     if stage == "queries":
         return (f"the step hides the right keys, but its query for token {first} is the whole sequence's turned by "
                 f"another angle ({turned}): the new queries and keys are rotated at the wrong position — rotate them "
@@ -2512,6 +2523,20 @@ def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: tor
     return (f"the step hides the right keys, but the cached key of token {first} is the whole sequence's turned by "
             f"another angle ({turned}): the keys are rotated at the wrong positions — rotate only the new keys, at "
             "offset start_pos (the tokens already cached), and cache them rotated")
+
+
+def _turned_by(mine: torch.Tensor, theirs: torch.Tensor, shift: int) -> bool:
+    """Whether ``mine`` (…, hd) is ``theirs`` turned by ``shift`` positions in rotary's first pair, whose angle is one
+    radian a position in every layout (rotate_half's dims 0 and hd/2, or interleaved 0 and 1), either sense."""
+    half = theirs.shape[-1] // 2
+    for second in (half, 1):
+        x, y = theirs[..., 0].double(), theirs[..., second].double()
+        for angle in (shift, -shift):
+            cos, sin = math.cos(angle), math.sin(angle)
+            if torch.allclose(mine[..., 0].double(), x * cos - y * sin, atol=1e-4) and \
+                    torch.allclose(mine[..., second].double(), x * sin + y * cos, atol=1e-4):
+                return True
+    return False
 
 
 def _mask_offset(hidden: torch.Tensor) -> tuple[int, float] | None:

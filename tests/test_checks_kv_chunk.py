@@ -57,3 +57,29 @@ def test_the_pass_and_the_failure_reach_the_whole_check():
     failed = {c.rule for c in checks.check_module(built(mask="is_causal").eval()) if c.status == "fail"}
     assert failed == {"kv-cache"}
     assert all(c.status != "fail" for c in checks.check_module(built(mask="explicit").eval()))
+
+
+def rolling(bug=None):
+    torch.manual_seed(0)
+    return um.RollingRotaryCache(bug=bug)
+
+
+def test_a_rolling_window_cache_whose_rotary_offset_is_its_length_names_the_offset_not_the_cache():
+    """The cache keeps W − 1 = 2 keys: right for a window of 3.  The rotary offset taken from the cache's length is
+    2 at token 4, where the position is 4."""
+    check = kv_cache(rolling("offset-from-cache-length"))
+    assert check.status == "fail", check
+    assert "the cache keeps too little" not in check.evidence, check
+    assert check.evidence.startswith("sequence 1, token 4: the cached output differs from the uncached one by "), check
+    assert check.evidence.endswith(
+        "its query for token 4 is the whole sequence's turned by another angle (the same length, another direction): "
+        "rotated at position 2, the number of keys the cache holds (a rolling window of W = 3 keeps at most W − 1 = "
+        "2), not the token's position 4 — the rotary position offset is the cache's length, capped at W − 1; take it "
+        "from a count of the tokens fed so far (a position counter the window does not cap)"), check
+
+
+def test_a_rolling_window_cache_rotated_at_its_position_passes():
+    check = kv_cache(rolling())
+    assert check.status == "pass", check
+    assert check.evidence.endswith("after 8 tokens the cache holds 2 tokens of 64 elements (256 bytes) each: k_cache "
+                                   "(1, 4, 2, 8), v_cache (1, 4, 2, 8)"), check

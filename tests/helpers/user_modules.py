@@ -2651,3 +2651,42 @@ class SDPACache(nn.Module):
             allowed = torch.arange(nk)[None, :] <= torch.arange(nk - n, nk)[:, None]  # (n, nk): query i is key nk-n+i
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, h, n, hd)
         return self.proj(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class RollingRotaryCache(nn.Module):
+    """Mistral-style sliding-window attention with rotary embeddings and a rolling KV cache that keeps the last
+    W − 1 keys (rotated) before the next token, rotated at ``pos``.  ``bug="offset-from-cache-length"``: the rotary
+    offset is the cache's length — right until the window drops a key, then capped at W − 1."""
+
+    def __init__(self, d_model=32, n_heads=4, sliding_window=3, context_length=64, bug=None):
+        super().__init__()
+        self.n_heads, self.head_dim, self.sliding_window, self.bug = n_heads, d_model // n_heads, sliding_window, bug
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        cos, sin = rope_angles(self.head_dim, context_length)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.k_cache = self.v_cache = None
+        self.pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        cached = 0 if not use_cache or self.k_cache is None else self.k_cache.shape[2]
+        start = (cached if self.bug == "offset-from-cache-length" else self.pos) if use_cache else 0
+        q, k = rotate(q, self.cos, self.sin, start), rotate(k, self.cos, self.sin, start)
+        if cached:
+            k = torch.cat([self.k_cache, k], dim=2)  # (b, h, cached + n, hd)
+            v = torch.cat([self.v_cache, v], dim=2)  # (b, h, cached + n, hd)
+        nk = k.shape[2]
+        behind = torch.arange(nk - n, nk)[:, None] - torch.arange(nk)[None, :]  # (n, nk): how far back each key is
+        allowed = (behind >= 0) & (behind < self.sliding_window)  # (n, nk)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, h, n, hd)
+        if use_cache:
+            keep = self.sliding_window - 1
+            self.k_cache, self.v_cache = k[:, :, -keep:], v[:, :, -keep:]  # (b, h, W - 1, hd) each
+            self.pos += n
+        return self.out(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
