@@ -191,6 +191,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     names attnviz does not know.  A rule whose own code raises on what the module gave it is a skip that says so
     (:func:`_not_read`), or, with the environment variable ``ATTNVIZ_RAISE_RULE_ERRORS=1`` (the tests), the error."""
     selected = _selected(rules)
+    sizes = _given_sizes(sizes)
     module = tracing.as_module(module)
     dtype = tracing.module_dtype(module)
     if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:  # float16, bfloat16: eps 1e-3, 8e-3
@@ -318,6 +319,32 @@ def _selected(rules: Iterable[str] | None) -> list[str]:
     if unknown:
         raise ValueError(f"no rule {unknown[0]!r}: the rules are {', '.join(RULES)}")
     return [rule for rule in RULES if rule in wanted]
+
+
+SIZES_READ = ("num_heads", "num_kv_groups", "head_dim", "d_out", "latent_dim", "sliding_window_size")  # kv-cache's
+
+
+def _given_sizes(sizes: Mapping[str, int] | None) -> dict[str, int]:
+    """``check_module``'s ``sizes`` by attnviz setting: a constructor's spelling of one (``n_kv_heads``,
+    ``num_key_value_heads`` → ``num_kv_groups``: :data:`attnviz.user_code.SPELLINGS`) read as the setting, and the
+    sizes ``attnviz check`` passes that no rule reads (``d_in``, ``context_length`` …) taken; ValueError naming a name
+    that is neither, and the sizes the rules read (:data:`SIZES_READ`), or a size read that is not a positive whole
+    number."""
+    by_name = {spelling: setting for setting, spellings in user_code.SPELLINGS.items() for spelling in spellings}
+    by_name.update({setting: setting for setting in [*user_code.SPELLINGS, "head_dim"]})
+    read = ", ".join(f"{setting} ({', '.join(user_code.SPELLINGS[setting][1:3])} …)"
+                     if len(user_code.SPELLINGS.get(setting, ())) > 1 else setting for setting in SIZES_READ)
+    given = {}
+    for name, value in (sizes or {}).items():
+        setting = by_name.get(name)
+        if setting is None:
+            raise ValueError(f"no size {name!r}: the sizes the kv-cache rule reads are {read}")
+        if setting in SIZES_READ and not user_code.is_size(value):
+            raise ValueError(f"sizes[{name!r}] is {value!r}: a size is a positive whole number")
+        if given.get(setting, value) != value:
+            raise ValueError(f"sizes give {setting} twice, {given[setting]!r} and {value!r} ({name!r})")
+        given[setting] = value
+    return given
 
 
 def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], causal: bool) -> int:

@@ -200,3 +200,23 @@ def test_a_bare_multihead_attention_said_to_be_causal_is_told_its_attn_mask_not_
     check = verdicts(torch.nn.MultiheadAttention(32, 4, batch_first=True).eval(), causal=True)["mask-convention"]
     assert check.status == "fail" and "masked_fill" not in check.evidence
     assert "nn.MultiheadAttention masks only through its attn_mask" in check.evidence
+
+
+@pytest.mark.parametrize("spelling", ["num_kv_groups", "n_kv_heads", "num_kv_heads", "num_key_value_heads"])
+def test_sizes_take_the_spellings_a_constructor_takes(spelling):
+    torch.manual_seed(0)
+    module = um.CachesRepeated(32, heads=4, groups=2).eval()
+    assert checks.check_module(module, rules=["kv-cache"])[0].status == "pass"  # nothing says it has 2 K/V heads
+    check = checks.check_module(module, rules=["kv-cache"], sizes={spelling: 2})[0]
+    assert check.status == "fail" and "where num_kv_groups = 2" in check.evidence
+
+
+@pytest.mark.parametrize("sizes", [{"bogus": 1}, {"num_kv_group": 2}])
+def test_sizes_refuse_a_name_the_checker_does_not_read_and_list_those_it_does(sizes):
+    with pytest.raises(ValueError, match=r"no size .* num_kv_groups .*latent_dim.*sliding_window_size"):
+        checks.check_module(um.NanochatGQA(32, 4, 2).eval(), rules=["kv-cache"], sizes=sizes)
+
+
+def test_sizes_refuse_a_value_that_is_not_a_size():
+    with pytest.raises(ValueError, match="num_kv_groups"):
+        checks.check_module(um.NanochatGQA(32, 4, 2).eval(), rules=["kv-cache"], sizes={"num_kv_groups": "2"})

@@ -2690,3 +2690,35 @@ class RollingRotaryCache(nn.Module):
             self.k_cache, self.v_cache = k[:, :, -keep:], v[:, :, -keep:]  # (b, h, W - 1, hd) each
             self.pos += n
         return self.out(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class CachesRepeated(nn.Module):
+    """Grouped-query attention with a KV cache that caches K and V after ``repeat_interleave``, its K/V head count kept
+    as ``self.groups`` (a name attnviz does not know: only ``check_module``'s ``sizes`` say it)."""
+
+    def __init__(self, d_model=64, heads=8, groups=2):
+        super().__init__()
+        self.heads, self.groups, self.hd = heads, groups, d_model // heads
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.kv = nn.Linear(d_model, 2 * groups * self.hd, bias=False)
+        self.o = nn.Linear(d_model, d_model, bias=False)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.ck = self.cv = None
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        q = self.q(x).view(b, n, self.heads, self.hd).transpose(1, 2)  # (b, heads, n, hd)
+        k, v = self.kv(x).view(b, n, 2, self.groups, self.hd).permute(2, 0, 3, 1, 4)  # each (b, groups, n, hd)
+        r = self.heads // self.groups
+        k, v = k.repeat_interleave(r, 1), v.repeat_interleave(r, 1)  # (b, heads, n, hd): repeated before caching
+        past = 0
+        if use_cache:
+            if self.ck is not None:
+                past = self.ck.shape[2]
+                k, v = torch.cat([self.ck, k], 2), torch.cat([self.cv, v], 2)  # (b, heads, past + n, hd)
+            self.ck, self.cv = k, v
+        allowed = torch.arange(k.shape[2])[None, :] <= torch.arange(past, past + n)[:, None]  # (n, past + n)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, heads, n, hd)
+        return self.o(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_model)
