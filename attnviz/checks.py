@@ -728,13 +728,16 @@ def _window_on_more_tokens(declared: int, nk: int, longer: Callable[[int], traci
     """mask-convention for a module that declares a window of ``declared`` ≥ ``nk``, the checked tokens, which hide
     only the future: its attention traced again on W + 2 tokens (``longer``, when W + 2 ≤ LONGEST_WINDOW_CHECK), where
     the window — or one a key too wide — shows, and checked there; else a pass that says the window was not
-    exercised (Mistral's W = 4,096 is not worth 4,098 tokens)."""
+    exercised, and that a window of LONGEST_WINDOW_CHECK − 2 or less is (Mistral's W = 4,096 is not worth 4,098
+    tokens)."""
     tokens = declared + 2
     attention = longer(tokens) if longer is not None and tokens <= LONGEST_WINDOW_CHECK else None
     if attention is None or attention.weights.shape[-1] != tokens:
         return Check("mask-convention", "pass", f"the hidden cells are exactly the future (above the diagonal); the "
                                                 f"module's window of {declared} was not exercised: {counted(nk)} never "
-                                                f"reach a key {declared} behind — check {tokens} tokens or more")
+                                                f"reach a key {declared} behind, and {tokens} are more than the check "
+                                                f"runs — build it with a window of {LONGEST_WINDOW_CHECK - 2} or less "
+                                                "(the same masking code), which is checked on W + 2 tokens")
     check = mask_convention(attention, True, declared, **words)
     return Check(check.rule, check.status,
                  f"on {tokens} tokens (the {nk} checked never reach a key {declared} behind): {check.evidence}")

@@ -193,6 +193,12 @@ class CheckReport:
         print(summary(checks), file=self.out, flush=True)
 
 
+# after "--window must be between 1 and 1024, got 4096": what builds the class with it, and what checks its mask
+WIDER_WINDOW = (": set the constructor's own argument, --set sliding_window_size={0} (or sliding_window={0}, its "
+                "name for it), to build it with that window; the checked tokens never reach a key that far behind, "
+                "so --window 64 or less checks the same masking code")
+
+
 def run_check(args, parser: argparse.ArgumentParser) -> int:
     """Load, build and check the class; print the table; 0 pass, 1 a rule fails, 2 cannot run."""
     overrides = constructor_overrides(args.overrides, parser)
@@ -217,7 +223,8 @@ def run_check(args, parser: argparse.ArgumentParser) -> int:
                               ("--latent-dim", args.latent_dim, MAX_DIM),
                               ("--window", args.sliding_window_size, MAX_CONTEXT_LENGTH)):
         if value is not None and value > high:
-            parser.error(f"{flag} must be between 1 and {high}, got {value}")
+            wider = WIDER_WINDOW.format(value) if flag == "--window" else ""
+            parser.error(f"{flag} must be between 1 and {high}, got {value}{wider}")
     from attnviz import checks, tracing, user_code  # torch: only once the arguments are good
     from attnviz.rng import seeded
 

@@ -499,6 +499,18 @@ def test_a_bad_size_exits_2_with_its_usage(modules, options, message):
     assert "Traceback" not in result.stderr
 
 
+def test_a_window_past_the_longest_context_points_to_set_and_a_window_the_check_reaches():
+    result = check(f"{USER_MODULES}:LearnerSWA", "--d-in", 32, "--window", 4096)
+    assert result.returncode == 2 and f"--window must be between 1 and {MAX_CONTEXT_LENGTH}, got 4096" in result.stderr
+    assert "--set sliding_window_size=4096" in result.stderr and "--window 64 or less" in result.stderr
+
+
+def test_a_wide_window_set_by_name_passes_with_advice_the_cli_can_follow():
+    result = check(f"{USER_MODULES}:LearnerSWA", "--d-in", 32, "--set", "sliding_window_size=4096")
+    assert result.returncode == 0 and "window of 4096 was not exercised" in result.stdout
+    assert "4098 tokens" not in result.stdout and "window of 64 or less" in " ".join(result.stdout.split())
+
+
 @pytest.mark.parametrize(("source", "spec", "message"), [
     ("import sys\nsys.exit(3)\n", "A", "called sys.exit(3) on import"),  # named, not a silent exit 3
     ("import sys\nsys.exit('bye')\n", "A", "called sys.exit('bye') on import"),  # exit 2, not 1 ("a rule fails")
