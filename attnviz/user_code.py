@@ -104,7 +104,10 @@ def load(spec: str) -> type[nn.Module]:
     folder is first on the import path, so ``from helpers import …`` finds the ``helpers.py`` beside it
     (:func:`attnviz.user_imports.run_beside`)."""
     path_text, _, class_name = spec.rpartition(":")
-    if not path_text or not class_name or not class_name.isidentifier():
+    if not path_text and Path(spec).expanduser().is_file():
+        path_text, class_name = spec, ""
+    listing = not class_name and Path(path_text).expanduser().is_file()  # a file alone: named with its classes
+    if not listing and (not path_text or not class_name or not class_name.isidentifier()):
         raise UserCodeError(f"{spec!r}: name a class as path/to/file.py:ClassName")
     path = Path(path_text).expanduser()
     if path.is_dir():
@@ -149,11 +152,13 @@ def load(spec: str) -> type[nn.Module]:
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} called sys.exit({stop.code!r}) on import: put its script part under "
                             "if __name__ == \"__main__\":") from None
-    cls = getattr(module, class_name, None)
+    cls = getattr(module, class_name, None) if class_name else None
     if cls is None:
         classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
                    and v.__module__ == name]
         found = f"; it defines {', '.join(classes)}" if classes else "; it defines no nn.Module"
+        if not class_name:
+            raise UserCodeError(f"{path_text}: name a class as {path_text}:ClassName{found}")
         raise UserCodeError(f"{path_text} has no class {class_name}{found}")
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise UserCodeError(f"{class_name} in {path_text} is not a torch.nn.Module class")
@@ -169,11 +174,15 @@ def _module_name_hint(path_text: str) -> str:
         return ""
     words = " — attnviz checks a class in a file, path/to/file.py:ClassName, not a module by its import name"
     if parts[0] == "transformers":
-        words += ("; a transformers layer needs what its model hands its forward (the attention mask, the rotary "
-                  "position_embeddings): check it in a file of your own whose nn.Module builds the layer from a small "
-                  "config and whose forward(x) builds those and calls it (docs/check-your-module.md, "
-                  "\"A transformers layer\")")
+        words += f"; {TRANSFORMERS_LAYER}"
     return words
+
+
+# how to check a transformers layer (or a class that takes a config object and more): through a wrapper of one's own
+TRANSFORMERS_LAYER = ("a transformers layer needs what its model hands its forward (the attention mask, the rotary "
+                      "position_embeddings): check it in a file of your own whose nn.Module builds the layer from a "
+                      "small config and whose forward(x) builds those and calls it (docs/check-your-module.md, "
+                      "\"A transformers layer\")")
 
 
 PYTHON_SUFFIXES = (".py", ".pyw")  # a file named so is Python whatever it holds (a mistake in it is a syntax error)
@@ -277,10 +286,16 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
         elif parameter.default is parameter.empty:
             missing.append(parameter.name)
     if missing:
-        raise UserCodeError(f"{cls.__name__}() needs {', '.join(missing)}, which attnviz cannot fill (it fills "
-                            "d_in/embed_dim/n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, "
-                            "bias, num_kv_groups, latent_dim, sliding_window_size): give them defaults, or set them "
-                            "with --set NAME=VALUE")
+        words = f"{cls.__name__}() needs {', '.join(missing)}, which attnviz cannot fill"
+        if cls.__module__.split(".")[0] == "transformers":
+            raise UserCodeError(f"{words}: it is transformers' {cls.__name__}, and {TRANSFORMERS_LAYER}")
+        if any(name in CONFIG_NAMES for name in missing):
+            raise UserCodeError(f"{words}: a config object cannot be given with --set NAME=VALUE (attnviz builds one "
+                                f"only for a class that takes it alone); for a layer that takes one beside other "
+                                f"arguments, {TRANSFORMERS_LAYER.split(': ', 1)[1]}")
+        raise UserCodeError(f"{words} (it fills d_in/embed_dim/n_embd, d_out, num_heads/n_head, "
+                            "context_length/block_size, dropout, bias, num_kv_groups, latent_dim, "
+                            "sliding_window_size): give them defaults, or set them with --set NAME=VALUE")
     arguments.update({setting: given[setting] for setting in by_kwargs})
     arguments.update(overrides)  # a **kwargs constructor takes the rest by name
     return arguments

@@ -56,7 +56,9 @@ def test_a_single_config_parameter_gets_nanogpts_names(good):
 
 @pytest.mark.parametrize(("spec", "message"), [
     ("{dir}/missing.py:X", "no such file"),
-    ("{good}", "path/to/file.py:ClassName"),
+    ("{good}", "name a class as .*mine.py:ClassName; it defines MyAttention, FromConfig, NeedsVocab"),
+    ("{good}:", "name a class as .*mine.py:ClassName; it defines MyAttention, FromConfig, NeedsVocab"),
+    ("{good}:not a name", "path/to/file.py:ClassName"),
     ("{good}:Nope", "has no class Nope; it defines MyAttention, FromConfig, NeedsVocab"),
     ("{good}:torch", "is not a torch.nn.Module class"),
 ])
@@ -132,6 +134,25 @@ def test_a_constructor_or_an_import_that_never_returns_is_stopped_with_one_line(
 def test_an_argument_nobody_can_fill_is_named(good):
     with pytest.raises(user_code.UserCodeError, match="needs vocab_size"):
         user_code.build(user_code.load(f"{good}:NeedsVocab"))
+
+
+def test_a_transformers_layer_imported_into_a_file_points_to_the_wrapper_not_to_set(tmp_path):
+    """LlamaAttention(config, layer_idx) named in a file that imports it: a config object is no --set NAME=VALUE."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "layers.py"
+    path.write_text("from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: F401\n")
+    with pytest.raises(user_code.UserCodeError, match="needs config, layer_idx") as caught:
+        user_code.build(user_code.load(f"{path}:LlamaAttention"))
+    assert '"A transformers layer"' in str(caught.value) and "--set" not in str(caught.value)
+
+
+def test_a_config_object_nobody_can_fill_is_not_sent_to_set(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("from torch import nn\n\n\nclass Layer(nn.Module):\n    def __init__(self, config, layer_idx):\n"
+                    "        super().__init__()\n")
+    with pytest.raises(user_code.UserCodeError, match="needs config, layer_idx") as caught:
+        user_code.build(user_code.load(f"{path}:Layer"))
+    assert "config object" in str(caught.value) and '"A transformers layer"' in str(caught.value)
 
 
 def test_the_command_line_and_the_environment_list_modules(good, monkeypatch):
