@@ -381,3 +381,16 @@ def test_the_swa_label_says_the_real_split_and_window_and_the_curve_agrees(n_lay
             assert got == expected, (label, n)
     flat = len(set(curves["SWA"][lengths.index(1024):])) == 1
     assert flat == (windowed == n_layers)  # a flat curve is a model whose every layer slides
+
+
+@pytest.mark.parametrize("attention", ["gqa", "mla", "swa"])
+def test_a_models_cache_settings_splat_gives_the_bytes_its_run_holds(attention):
+    """``kv_cache_bytes(**cache_settings(model))`` counts the model's own dtype, not kv_cache_bytes' default bf16."""
+    import torch
+
+    from attnviz import models
+
+    model = models.random_gpt(attention)
+    steps = models.generate(model, [1, 2, 3, 4, 5, 6], 20).steps
+    assert kv_cache.kv_cache_bytes(context_length=26, **models.cache_settings(model)) == steps[-1].cache_bytes
+    assert models.cache_settings(model.to(torch.float64))["dtype"] == "fp64"

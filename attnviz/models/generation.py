@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.attention import Recorder
-from attnviz.kv_cache import window_schedule
+from attnviz.kv_cache import DTYPE_NAMES, window_schedule
 from attnviz.models.gpt import GPTModel, PathRecorder
 from attnviz.models.trace import running
 from attnviz.words import amount, listed
@@ -137,9 +137,9 @@ def cache_settings(model: GPTModel) -> dict:
     """The model's sizes as :func:`attnviz.kv_cache_bytes` takes them (``emb_dim``, ``n_heads``, ``n_layers``,
     ``n_kv_heads`` — None with a latent —, ``head_dim``, ``latent_dim``, ``sliding_window_size``, and ``swa_ratio``
     where a layer has a window: :func:`attnviz.kv_cache.window_schedule` of :func:`layer_windows`, so a schedule
-    that mixes window and full layers counts each layer's own cache): with ``context_length`` = the positions fed
-    and ``dtype="fp32"``, it gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers'
-    windows differ."""
+    that mixes window and full layers counts each layer's own cache, and ``dtype``: the short name of the dtype
+    of the model's weights, which its cache holds, ``"fp32"`` …): with ``context_length`` = the positions fed, it
+    gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers' windows differ."""
     att = model.trf_blocks[0].att
     latent_dim = getattr(att, "latent_dim", None)
     schedule = window_schedule(layer_windows(model))
@@ -147,7 +147,7 @@ def cache_settings(model: GPTModel) -> dict:
     return {"emb_dim": int(model.tok_emb.weight.shape[1]), "n_heads": int(att.num_heads),
             "n_layers": len(model.trf_blocks), "n_kv_heads": kv_heads,
             "head_dim": int(att.head_dim), "latent_dim": None if latent_dim is None else int(latent_dim),
-            "sliding_window_size": None, **schedule}
+            "sliding_window_size": None, **schedule, "dtype": DTYPE_NAMES[str(model.tok_emb.weight.dtype)[6:]]}
 
 
 def _layer_holds(settings: dict, window: int | None, token_axis: int) -> str:

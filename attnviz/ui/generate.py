@@ -418,14 +418,13 @@ def _cache_formula(settings: dict, n_tokens: int) -> str:
     if settings["latent_dim"] is not None:  # MLA caches a latent: its K/V heads and head_dim change nothing
         shown.pop("n_kv_heads", None)
         shown.pop("head_dim", None)
-        words = "b × n × latent_dim × 4 per layer"
+        words = f"b × n × latent_dim × {kv_cache.dtype_bytes(settings['dtype'])} per layer"
     else:
-        words = "b × n × head_dim × kv_heads × 2 (K and V) × 4 per layer"
+        words = f"b × n × head_dim × kv_heads × 2 (K and V) × {kv_cache.dtype_bytes(settings['dtype'])} per layer"
     if settings["sliding_window_size"] is not None:
         a, b = kv_cache.parse_ratio(settings["swa_ratio"])
         words += (f", with n at most the window W on the window layers (swa_ratio {a}:{b}: {a} window, then {b} full, "
                   "block after block)" if b else ", with n at most the window W")
-    shown["dtype"] = "fp32"
     formula = kv_cache.kv_cache_bytes(**shown)  # the call shown, as shown
     args = ", ".join(f"{name}={value!r}" for name, value in shown.items())
     return f"`kv_cache_bytes({args})` = {formula:,} bytes: {words}."

@@ -131,7 +131,7 @@ def test_the_cache_holds_the_variants_real_shapes(model):
         }[attention]
         assert step.cache_shapes == [expected] * cfg["n_layers"]
         assert step.cache_bytes == cfg["n_layers"] * sum(4 * math.prod(shape) for shape in expected.values())
-        assert step.cache_bytes == kv_cache_bytes(context_length=n, dtype="fp32", **cache_settings(model))
+        assert step.cache_bytes == kv_cache_bytes(context_length=n, **cache_settings(model))
 
 
 def test_the_shape_the_generate_page_states_is_the_real_caches(model):

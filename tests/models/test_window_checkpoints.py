@@ -149,14 +149,14 @@ def test_a_mixed_schedules_cache_bytes_count_each_layers_own_cache(stride, sched
             per_layer = held_bytes(model)
             expected = [2 * 8 * (n if window is None else min(n, WINDOW)) * 16 * 4 for window in schedule]
             assert per_layer == expected, n
-            assert sum(per_layer) == kv_cache_bytes(context_length=n, dtype="fp32", **settings)
+            assert sum(per_layer) == kv_cache_bytes(context_length=n, **settings)
             formula = scheduled_window_bytes(n, WINDOW, emb_dim=128, n_heads=8, n_layers=4, stride=stride)
             assert sum(per_layer) == formula
             model(torch.tensor([[ids[-1]]]), use_cache=True)  # one generation step
     model.reset_kv_cache()
     steps = models.generate(model, ids, 3).steps
     assert [step.cache_bytes for step in steps] == [
-        kv_cache_bytes(context_length=len(ids) + k, dtype="fp32", **settings) for k in range(4)]
+        kv_cache_bytes(context_length=len(ids) + k, **settings) for k in range(4)]
     sizes = weights.sizes(model)  # what the Generate page's chart draws "this model" with
     assert (sizes.sliding_window_size, sizes.swa_ratio) == (WINDOW, f"{stride}:1")
     assert models.layer_windows(model) == schedule

@@ -322,7 +322,7 @@ def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cach
         for column, shape in cache(n).items():
             assert table[column].tolist() == [shape, shape]  # 2 layers
         held = models.cache_settings(model)
-        assert table["bytes"].sum() == kv_cache_bytes(context_length=n, dtype="fp32", **held)
+        assert table["bytes"].sum() == kv_cache_bytes(context_length=n, **held)
         call, shown = caption_call(at)
         assert shown == table["bytes"].sum() == eval(call, {"kv_cache_bytes": kv_cache_bytes})  # runs as pasted
         assert at.success[0].value.startswith("Equals the uncached forward")
