@@ -95,6 +95,12 @@ VARIANT_FLAGS = {"num_kv_groups": "--num-kv-groups N", "latent_dim": "--latent-d
                  "sliding_window_size": "--window W"}
 
 
+# after "no module 'x' is listed": how a module is listed, and what works from Python without listing it
+NOT_LISTED = ("(only the command line lists modules: streamlit run app.py -- --module path/to/file.py:ClassName); "
+              "from Python, build your module and trace it with attnviz.trace_module(module, x) (x: text or a "
+              "(batch, n, d_in) tensor), or check it with attnviz.checks.check_module(module)")
+
+
 class UserCodeError(ValueError):
     """The user's file or class cannot be loaded or built; the message is one line naming the cause."""
 
@@ -636,7 +642,7 @@ def build_listed(label: str, config) -> nn.Module:
     call raises its :class:`UserCodeError` at once, saying so (:data:`REMEMBERED`) — until the file changes on disk
     (then its class is imported anew and built) or :func:`try_again`."""
     if label not in listed():
-        raise UserCodeError(f"no module {label!r} is listed (only the command line lists modules)")
+        raise UserCodeError(f"no module {label!r} is listed {NOT_LISTED}")
     if _failed.get(label) and _stamp(_registered[label]) != _stamps.get(_registered[label]):
         _import_anew(label)  # saved since it failed: a new module
     with _lock:
@@ -671,7 +677,7 @@ def listed_sizes(label: str, config) -> dict[str, int]:
     """The sizes the listed module ``label`` is built with from ``config`` (:func:`sizes_taken` of what
     :func:`build_listed` passes): ``check_module``'s ``sizes``, as ``attnviz check`` gives it for the same module."""
     if label not in listed():
-        raise UserCodeError(f"no module {label!r} is listed (only the command line lists modules)")
+        raise UserCodeError(f"no module {label!r} is listed {NOT_LISTED}")
     return sizes_taken(_listed_arguments(_classes[label], config), _classes[label])
 
 

@@ -485,3 +485,14 @@ def test_a_size_with_a_default_keeps_it_unless_given(tmp_path, listed_alone):
         2, 16, 16, 4, 8, 0.0)
     assert user_code.listed_sizes(label, sizes()) == {"num_kv_groups": 2, "d_in": 16, "d_out": 16, "num_heads": 4,
                                                       "context_length": 8}
+
+
+def test_a_module_spec_in_a_config_points_a_notebook_to_trace_module(good):
+    """A notebook user who puts a file's class in AttentionConfig(module=…) is told what works from Python."""
+    import attnviz
+    from attnviz.config import AttentionConfig
+
+    with pytest.raises(ValueError, match="only the command line lists modules") as caught:
+        attnviz.run("hello there", AttentionConfig(module=f"{good}:MyAttention"))
+    assert "attnviz.trace_module(module, x)" in str(caught.value)
+    assert "attnviz.checks.check_module(module)" in str(caught.value)
