@@ -222,8 +222,12 @@ def _user_line() -> tuple[str | None, int | None]:
 
 
 def first_tensor(value):
+    """The first tensor in ``value``: itself, or the first found in a tuple, list or dict (by its values, in order:
+    ``{"hidden_states": out}``, a Hugging Face output), however nested; None when it holds none."""
     if isinstance(value, torch.Tensor):
         return value
+    if isinstance(value, dict):
+        value = tuple(value.values())
     if isinstance(value, tuple | list):
         for item in value:
             found = first_tensor(item)
@@ -433,7 +437,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
         if words is None:
             raise
         raise TraceError(words) from error
-    output = first_tensor(output)
+    returned, output = output, first_tensor(output)
     if output is None:
         raise TraceError("the forward returned no tensor")
     n = x.shape[-2]  # the tokens given
@@ -453,7 +457,8 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
         _require_tokens_last(module, x, recorder)  # (…, n, n, n): the tokens, or the heads when there are n of them?
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
         raise TraceError(f"the forward returned shape {tuple(output.shape)} for an input of shape {tuple(x.shape)}: "
-                         f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)")
+                         f"an attention module returns one vector per token, ({x.shape[0]}, {n}, d_out)"
+                         f"{_output_later(returned, x.shape[0], n)}")
     notes = [note for attention in attentions if (note := _fold_heads(attention, x.shape[0], module))][:1]
     notes += [note for attention in attentions if (note := _rows_zeroed_note(attention))][:1]
     contexts = {index for a in attentions for index in a.context_ops}
@@ -463,6 +468,20 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(),
                      dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
                      triangular_mask=recorder.triangular_mask, triangles=recorder.triangles, notes=notes)
+
+
+def _output_later(returned, batch: int, n: int) -> str:
+    """Words for a returned tuple or list whose first tensor is not one vector per token but a later item is
+    (``(weights, output)``): which item, and that attnviz reads the first; "" otherwise."""
+    if not isinstance(returned, tuple | list):
+        return ""
+    for index, item in enumerate(returned):
+        found = first_tensor(item)
+        if index and found is not None and found.dim() == 3 and tuple(found.shape[:2]) == (batch, n):
+            kind = "tuple" if isinstance(returned, tuple) else "list"
+            return (f" — item {index} of the {kind} it returned has shape {tuple(found.shape)}: attnviz reads the "
+                    "first tensor returned as the output, so return the output first")
+    return ""
 
 
 HEADS_FOLDED = ("weights", "masked", "scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden",

@@ -518,3 +518,20 @@ def test_another_hand_written_softmax_says_what_is_read_and_what_to_use(x):
     assert message.startswith("no attention found: the forward computed no softmax"), message
     assert ("a hand-written softmax is read only as torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True): use "
             "torch.softmax(s, dim=-1)") in message
+
+
+def test_a_dict_returned_is_read_by_its_first_tensor_value():
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 32)  # (b, n, d_in)
+    module = um.ReturnsDict().eval()
+    recording = tracing.record(module, x)
+    assert torch.equal(recording.output, module(x)["hidden_states"])
+    assert {check.status for check in checks.check_module(module, x)} <= {"pass", "skip"}
+
+
+def test_weights_returned_before_the_output_are_refused_naming_where_the_output_is():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 32)  # (b, n, d_in): n = 5, d_out = 16
+    with pytest.raises(tracing.TraceError, match=r"the forward returned shape \(2, 1, 5, 5\)") as caught:
+        tracing.record(um.ReturnsWeightsFirst().eval(), x)
+    assert "item 1 of the tuple it returned has shape (2, 5, 16)" in str(caught.value)

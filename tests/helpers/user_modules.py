@@ -2722,3 +2722,19 @@ class CachesRepeated(nn.Module):
         allowed = torch.arange(k.shape[2])[None, :] <= torch.arange(past, past + n)[:, None]  # (n, past + n)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, heads, n, hd)
         return self.o(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_model)
+
+
+class ReturnsWeightsFirst(ReturnsTuple):
+    """Returns (weights, output): the attention weights first, per head as multi-head layers give them."""
+
+    def forward(self, x):
+        output, weights = super().forward(x)  # (b, n, d_out), (b, n, n)
+        return weights.unsqueeze(1), output  # (b, 1, n, n), (b, n, d_out)
+
+
+class ReturnsDict(ReturnsTuple):
+    """Returns {"hidden_states": output}, a dict as a Hugging Face-style layer's output does."""
+
+    def forward(self, x):
+        output, _ = super().forward(x)  # (b, n, d_out)
+        return {"hidden_states": output}
