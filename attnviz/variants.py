@@ -111,6 +111,15 @@ class Variant:
                 return _NOT_APPLICABLE[wanted]
         return None
 
+    def added_mask_note(self, because: str, to_see: str) -> str | None:
+        """The sentence for this book class run with a causal mask its listing lacks (3.3, 3.4: ``book_causal``
+        False): the mask is attnviz's addition, ``because`` says what turned it on and ``to_see`` how to run the
+        listing as printed — one sentence, worded for the app (the Causal mask box) or for Python (``causal=False``).
+        None for a listing that masks and for a class that always masks."""
+        if self.book_causal or self.not_applicable("causal") is not None:
+            return None
+        return f"The book's {self.section} listing has no causal mask: attnviz adds it because {because} — {to_see}."
+
     @property
     def grouped(self) -> bool:
         """Its query heads share K/V heads (GQA, MQA): keys are split into groups, then repeated."""

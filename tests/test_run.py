@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from helpers.runs import TEXT, small, upper_mask
+from helpers.runs import TEXT, setting_notes, small, upper_mask
 
 from attnviz import attention, embedding, tokens, variants
 from attnviz.config import AttentionConfig, preset_config
@@ -36,7 +36,7 @@ def test_run_every_variant_gives_a_complete_trace(variant):
     assert trace.n == n
     assert trace.num_heads == heads == config.heads
     assert trace.device == "cpu"
-    assert trace.notes == (() if variant != "gqa" else (  # 2 heads cannot be grouped: what runs is said
+    assert setting_notes(trace.notes) == (() if variant != "gqa" else (  # 2 heads cannot be grouped: what runs is said
         "Grouped-query attention cannot group 2 heads (no K/V head count lies between 1 and 2): the 2 heads share 1 "
         "K/V head, as in multi-query attention; num_kv_groups=2 gives each its own, as in multi-head attention.",))
     assert set(attention.STAGES) <= set(trace.steps) <= {*attention.STAGES, *MODERN_STAGES}  # MLA's latent too
@@ -188,7 +188,7 @@ def test_a_setting_that_changes_nothing_is_named_in_the_notes(overrides, setting
     plain = run(TEXT, replace(config, **{setting: settled}))  # the setting changed nothing
     assert np.array_equal(plain.steps["weights"], trace.steps["weights"])
     assert np.array_equal(plain.output, trace.output)
-    assert plain.config == trace.config and plain.notes == ()
+    assert plain.config == trace.config and setting_notes(plain.notes) == ()
 
 
 def test_the_book_classes_run_without_biases_unless_asked():
@@ -196,7 +196,7 @@ def test_the_book_classes_run_without_biases_unless_asked():
     for variant in ("self_attention_v2", "causal", "mha_wrapper", "mha"):
         assert run(TEXT, small(variant)).config.qkv_bias is False
         with_biases = run(TEXT, small(variant, qkv_bias=True))
-        assert with_biases.config.qkv_bias is True and with_biases.notes == ()
+        assert with_biases.config.qkv_bias is True and setting_notes(with_biases.notes) == ()
 
 
 def test_settling_twice_changes_nothing():
@@ -214,4 +214,4 @@ def test_a_presets_run_ignores_nothing(preset):
             assert [note.split(":")[0] for note in notes] == ["Grouped-query attention cannot group 2 heads (no K/V "
                                                               "head count lies between 1 and 2)"]
         else:
-            assert notes == [], (variant, notes)
+            assert setting_notes(notes) == (), (variant, notes)

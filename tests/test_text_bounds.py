@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers.runs import TEXT, small
+from helpers.runs import TEXT, setting_notes, small
 from helpers.texts import HOSTILE_TEXTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -97,7 +97,7 @@ def test_hostile_text_runs(variant, text):
     ids = tokens.encode(text)
     assert trace.token_ids == tuple(ids)
     assert trace.text == text
-    assert trace.notes == ()
+    assert setting_notes(trace.notes) == ()
     assert len(trace.tokens) == trace.n == len(ids)
     assert all("\ufffd" not in piece for piece in trace.tokens)
     assert [t.special for t in trace.token_details] == [i == tokens.ENDOFTEXT_ID for i in ids]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import urllib.parse
 
 import pytest
+from helpers.runs import setting_notes
 from helpers.texts import english_text
 
 from attnviz import urlstate, variants
@@ -213,7 +214,8 @@ def test_the_sidebars_config_is_the_one_that_runs(variant, changes):
 
     values = fit_modern({**DEFAULTS, **changes, "variant": variant})[0]
     config = config_from_settings(values)
-    assert pipeline.settle(config) == (config, [])
+    settled, notes = pipeline.settle(config)
+    assert settled == config and setting_notes(notes) == ()
 
 
 COMPARE_RUNS = ("d_out", "num_heads")  # the Compare page runs the multi-head variants at the sidebar's d_out and heads

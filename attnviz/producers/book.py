@@ -50,7 +50,26 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
              for name, reason in reasons.items()
              if reason is not None and getattr(config, name) != getattr(settled, name)
              and getattr(config, name) != _DEFAULTS[name]]
-    return settled, notes + _ungrouped(config, settled) + device_notes
+    return settled, notes + _ungrouped(config, settled) + device_notes + _added_mask(settled)
+
+
+def added_mask_note(config: AttentionConfig) -> str | None:
+    """The note of a settled book config whose listing has no causal mask (3.3, 3.4) run with ``causal=True`` (the
+    default): the mask is attnviz's addition, and ``causal=False`` (with SelfAttention_v2's seed 789, where the
+    embedding is the book's) gives the listing's printed numbers.  The app says it in its own words
+    (``views.steps.added_mask_note``)."""
+    if not config.causal:
+        return None
+    spec = config.spec
+    if config.embedding != "book":
+        return spec.added_mask_note("causal=True", "set causal=False to run it as printed")
+    seed = "" if config.seed == spec.book_seed else f" and seed={spec.book_seed} (the listing's torch.manual_seed)"
+    return spec.added_mask_note("causal=True", f"set causal=False{seed} to get its printed numbers")
+
+
+def _added_mask(config: AttentionConfig) -> list[str]:
+    note = added_mask_note(config)
+    return [] if note is None else [note]
 
 
 def _ungrouped(config: AttentionConfig, settled: AttentionConfig) -> list[str]:

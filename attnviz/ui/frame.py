@@ -287,9 +287,15 @@ def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
 
 
 def run_notes(trace: Trace) -> None:
-    """What the run of this trace says about it (a text cut at the context length, a device it fell back from)."""
+    """What the run of this trace says about it (a text cut at the context length, a device it fell back from); not
+    the Python note on a mask the book's listing lacks (``producers.book.added_mask_note``): the pages say that in
+    the sidebar's words (:func:`book_listing_note`)."""
+    from attnviz.producers import book
+
+    python_only = book.added_mask_note(trace.config)  # None for a checkpoint's layer and a user's module
     for note in trace.notes:
-        st.info(markdown_escape(note), icon="ℹ️")
+        if note != python_only:
+            st.info(markdown_escape(note), icon="ℹ️")
 
 
 def book_listing_note(config: AttentionConfig) -> None:

@@ -120,11 +120,7 @@ def added_mask_note(config: AttentionConfig) -> str | None:
     module."""
     if config.module is not None or config.checkpoint is not None or not config.causal:
         return None
-    spec = config.spec
-    if spec.book_causal or spec.not_applicable("causal") is not None:
-        return None
-    return (f"The book's {spec.section} listing has no causal mask: attnviz adds it because Causal mask is on — "
-            "turn it off to see the listing as printed.")
+    return config.spec.added_mask_note("Causal mask is on", "turn it off to see the listing as printed")
 
 
 BOOK_SOFTMAX = "torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)"  # the book's scaling, inside the softmax

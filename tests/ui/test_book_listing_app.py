@@ -39,6 +39,7 @@ def focused_map(at) -> np.ndarray:
 def test_the_mask_on_the_simplified_class_is_called_attnvizs_addition(script):
     words = said(page(script, variant="simplified"))
     assert ADDED in words and "turn it off to see the listing as printed" in words
+    assert "causal=True" not in words  # the run's note in Python's words is not repeated on the page
     unmasked = said(page(script, variant="simplified", causal="false"))
     assert "has no causal mask" not in unmasked
 
