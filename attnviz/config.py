@@ -90,6 +90,7 @@ class AttentionConfig:
                 raise ConfigError(f"{name} must be a whole number, got {value!r}.")
             if not low <= value <= high:
                 raise ConfigError(f"{name} must be between {low} and {high}, got {value}.")
+        self.validate_switches()
         dropout = self.dropout
         if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
             raise ConfigError(
@@ -112,8 +113,19 @@ class AttentionConfig:
                 )
         return self
 
+    def validate_switches(self) -> AttentionConfig:
+        """Return self, or raise ConfigError when ``causal``, ``train`` or ``qkv_bias`` (None too: the class's own) is
+        not True or False: a string such as ``"False"`` is truthy, so it is refused rather than guessed."""
+        for name in ("causal", "train", "qkv_bias"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "qkv_bias" and value is None):
+                raise ConfigError(f"{name} must be True or False, got {value!r}.")
+        return self
+
     def validate_checkpoint(self) -> AttentionConfig:
-        """Return self, or raise ConfigError when ``checkpoint`` or ``layer`` is not a reference and a layer number."""
+        """Return self, or raise ConfigError when ``checkpoint`` or ``layer`` is not a reference and a layer number
+        (or a yes/no setting is not a bool: :meth:`validate_switches`)."""
+        self.validate_switches()
         if self.checkpoint is not None:
             if not isinstance(self.checkpoint, str) or not self.checkpoint:
                 raise ConfigError(f"checkpoint must be a weights reference, got {self.checkpoint!r}.")

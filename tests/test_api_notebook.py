@@ -6,6 +6,7 @@ import pytest
 
 import attnviz
 from attnviz import AttentionConfig
+from attnviz.config import ConfigError
 
 JOURNEY = "Your journey starts with one step"
 
@@ -34,3 +35,28 @@ def test_a_book_class_masked_by_default_says_how_to_get_the_books_numbers(varian
 def test_a_book_class_that_masks_gets_no_such_note(variant):
     trace = attnviz.run(JOURNEY, AttentionConfig(variant=variant, d_in=8, d_out=8, num_heads=2))
     assert not [note for note in trace.notes if "causal mask" in note]
+
+
+@pytest.mark.parametrize(("setting", "value"), [("causal", "False"), ("causal", 0), ("train", "no"), ("train", 0),
+                                                ("train", 1.0), ("qkv_bias", "True"), ("causal", None)])
+def test_a_yes_no_setting_refuses_anything_but_true_or_false(setting, value):
+    config = AttentionConfig(d_in=8, d_out=8, num_heads=2, dropout=0.5, **{setting: value})
+    with pytest.raises(ConfigError) as raised:
+        config.validate()
+    assert str(raised.value) == f"{setting} must be True or False, got {value!r}."
+    with pytest.raises(ConfigError):
+        attnviz.run(JOURNEY, config)
+
+
+def test_true_false_and_an_open_qkv_bias_run():
+    for causal, train in ((True, False), (False, True)):
+        trace = attnviz.run(JOURNEY, AttentionConfig(d_in=8, d_out=8, num_heads=2, causal=causal, train=train))
+        assert (trace.config.causal, trace.config.train) == (causal, train)
+    assert AttentionConfig(qkv_bias=None).validate().qkv_bias is None
+
+
+def test_a_checkpoints_layer_refuses_a_string_for_causal_too():
+    from attnviz.models import BUNDLED
+
+    with pytest.raises(ConfigError, match=r"^causal must be True or False, got 'False'\.$"):
+        attnviz.run(JOURNEY, AttentionConfig(checkpoint=str(BUNDLED), layer=0, causal="False"))
