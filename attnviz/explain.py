@@ -174,6 +174,21 @@ def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray, keys: int | None = N
                           dtype=bool)
 
 
+def head_scale(trace: Trace, head: int = 0) -> tuple[float | None, int | None]:
+    """(what ``head``'s scores are divided by in this run, the d_head it is named against), measured over the head as
+    :func:`explain_weight` reads it (:func:`_divisor`): exactly √d_head where it divides by √d_head, exactly 1.0
+    where it does not scale, else the measured divisor; None where it cannot be measured (no scores or scaled map
+    recorded, or every score 0).  The Heads view's title of the scaled map says it (``views.steps.stage_title``)."""
+    if "scores" not in trace.steps or "scaled" not in trace.steps:
+        return None, None
+    width = trace.module_run.score_width if trace.module_run is not None else None
+    d_head = trace.config.head_dim if width is None else width.head_dim
+    scores_map, scaled_map = trace.steps["scores"][0, head], trace.steps["scaled"][0, head]  # (n, n) each
+    if _ratio(scores_map.ravel(), scaled_map.ravel()) is None:
+        return None, d_head
+    return _divisor(scores_map.ravel(), scaled_map.ravel(), scores_map, scaled_map, d_head, width)[0], d_head
+
+
 def _divisor(scores_row, scaled_row, scores_map, scaled_map, d_head: int | None,
              width: ScoreWidth | None = None) -> tuple[float, str]:
     """(divisor, in words): scores ÷ divisor = scaled, measured on this row (or this head) of the run, named against

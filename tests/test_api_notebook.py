@@ -1,8 +1,12 @@
 """What a student meets calling attnviz from a notebook, as docs/api.md shows it: the book's printed numbers, yes/no
 settings, map titles that agree with the checks, short printouts, paths with ``~``, and step indexes."""
 
+import importlib
+
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 import attnviz
 from attnviz import AttentionConfig
@@ -60,3 +64,44 @@ def test_a_checkpoints_layer_refuses_a_string_for_causal_too():
 
     with pytest.raises(ConfigError, match=r"^causal must be True or False, got 'False'\.$"):
         attnviz.run(JOURNEY, AttentionConfig(checkpoint=str(BUNDLED), layer=0, causal="False"))
+
+
+class DividesByHeadDim(nn.Module):
+    """Scores ÷ head_dim, not ÷ √head_dim: a slip a learner makes."""
+
+    def __init__(self, d_in=32, num_heads=4):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_in // num_heads
+        self.W_query = nn.Linear(d_in, d_in, bias=False)
+        self.W_key = nn.Linear(d_in, d_in, bias=False)
+        self.W_value = nn.Linear(d_in, d_in, bias=False)
+
+    def forward(self, x):
+        b, n, d_in = x.shape
+        queries = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = self.W_key(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        values = self.W_value(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, n)
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_weights = torch.softmax(attn_scores.masked_fill(mask, -torch.inf) / self.head_dim, dim=-1)  # (b, h, n, n)
+        return (attn_weights @ values).transpose(1, 2).reshape(b, n, d_in)  # (b, n, d_in)
+
+
+def scaled_titles(trace) -> list[str]:
+    from attnviz.views import notebook
+
+    drawn = notebook.figures_of(trace, "scaled")
+    return [drawn["grid"].layout.title.text or "", drawn["head"].layout.title.text or ""]
+
+
+def test_the_scaled_maps_title_says_the_divisor_the_run_used():
+    example = importlib.import_module("docs.examples.my_attention")  # the README's module: it never scales
+    unscaled = attnviz.trace_module(example.MultiHeadAttention(32, 32, 16, 0.0, 4), torch.randn(1, 5, 32))
+    assert attnviz.explain_weight(unscaled, 0, 1, 0).scaling.startswith("no scaling (÷ 1)")
+    for title in scaled_titles(unscaled):
+        assert "÷ √dₖ" not in title.replace("no ÷√dₖ", "") and "no ÷√dₖ" in title, title
+    slipped = attnviz.trace_module(DividesByHeadDim(), torch.randn(1, 5, 32))  # ÷ 8 where √dₖ is √8 = 2.828
+    for title in scaled_titles(slipped):
+        assert "÷ 8" in title and "not √dₖ" in title, title
+    book = attnviz.run(JOURNEY, AttentionConfig(d_in=32, d_out=32, num_heads=4))
+    assert all("scaled = scores ÷ √dₖ" in title for title in scaled_titles(book))

@@ -48,19 +48,22 @@ UNMASKED_TITLE = "masked = scaled (causal mask off)"  # the masked stage of a ru
 
 
 def map_title(stage: str, window: int | None = None, scaled: bool = True, masks: bool = True,
-              dropout_off: str | None = None) -> str:
+              dropout_off: str | None = None, divisor: str | None = None) -> str:
     """A stage's title (:data:`MAP_TITLES`), saying what ran: a sliding window of ``window`` tokens also hides the
     keys that far back or further, so its masked stage is a band, not a triangle; a class that does not divide by
     √dₖ (``scaled`` False: the simplified class of 3.3) records its scores unchanged as its scaled stage, a run that
     hides no key (``masks`` False: the causal mask off) its scaled scores as its masked stage, and a run whose
     dropout did nothing (``dropout_off``: why, in words) its weights as its dropped stage — and the title says so
-    (``views.steps.stage_title`` gives a run's)."""
+    (``views.steps.stage_title`` gives a run's); ``divisor``: a scale other than √dₖ the run divided by, in words
+    (``"8 (not √dₖ = √8)"``)."""
     if stage == "masked" and window is not None:
         return f"masked (−∞ above the diagonal or ≥ {window} back)"
     if stage == "masked" and not masks:
         return UNMASKED_TITLE
     if stage == "scaled" and not scaled:
         return UNSCALED_TITLE
+    if stage == "scaled" and divisor is not None:
+        return f"scaled = scores ÷ {divisor}"
     if stage == "dropped" and dropout_off is not None:
         return f"dropped = weights ({dropout_off})"
     return MAP_TITLES.get(stage, stage)

@@ -10,12 +10,13 @@ masks first), and the query/key/context tables (pandas).
 from __future__ import annotations
 
 import inspect
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from attnviz import variants
+from attnviz import explain, variants
 from attnviz.views import figures, source
 
 if TYPE_CHECKING:
@@ -103,11 +104,18 @@ def dropout_off_reason(config: AttentionConfig, short: bool = False, title: bool
 
 def stage_title(trace: Trace, stage: str) -> str:
     """The title of ``stage``'s map of this run (``figures.map_title``), saying what ran: the shown layer's own window
-    and mask, a class that does not scale, a mask or dropout that did nothing."""
+    and mask, a class that does not scale, a mask or dropout that did nothing.  A user module's scale is the one its
+    run measured (head 0, as ``explain_weight`` reads it: ``explain.head_scale``), not the class's."""
     config = trace.config
-    return figures.map_title(stage, trace.window, config.spec.scaled,
-                             masks=trace.hides_future or trace.window is not None,
-                             dropout_off=None if config.dropout_runs else dropout_off_reason(config, title=True))
+    scaled, divisor = config.spec.scaled, None
+    if stage == "scaled" and trace.module_run is not None:
+        measured, d_head = explain.head_scale(trace)
+        if measured is not None and d_head is not None and measured != math.sqrt(d_head):
+            scaled = measured != 1.0
+            divisor = f"{measured:.4g} (not √dₖ = √{d_head})"
+    return figures.map_title(stage, trace.window, scaled, masks=trace.hides_future or trace.window is not None,
+                             dropout_off=None if config.dropout_runs else dropout_off_reason(config, title=True),
+                             divisor=divisor)
 
 
 ADDED_MASK_MARK = " — attnviz's addition, not in the book's listing"  # after source.MARK on the mask's line
