@@ -105,3 +105,24 @@ def test_the_scaled_maps_title_says_the_divisor_the_run_used():
         assert "÷ 8" in title and "not √dₖ" in title, title
     book = attnviz.run(JOURNEY, AttentionConfig(d_in=32, d_out=32, num_heads=4))
     assert all("scaled = scores ÷ √dₖ" in title for title in scaled_titles(book))
+
+
+@pytest.fixture(scope="module")
+def generation():
+    model = attnviz.models.random_gpt("mha")
+    return model, attnviz.models.generate(model, [1, 2, 3], 3)
+
+
+@pytest.mark.parametrize("index", [10, 4, -5])
+def test_check_step_outside_the_steps_names_the_range(generation, index):
+    model, result = generation
+    assert len(result.steps) == 4
+    with pytest.raises(IndexError, match=rf"^step {index} is out of range: this generation has 4 steps, choose step "
+                                         r"from 0 to 3 \(or −4 to −1, counted from the end\)\.$"):
+        attnviz.models.check_step(model, result, index)
+
+
+def test_check_step_counts_a_negative_step_from_the_end(generation):
+    model, result = generation
+    assert attnviz.models.check_step(model, result, -4) == attnviz.models.check_step(model, result, 0)
+    assert attnviz.models.check_step(model, result, -1).ok
