@@ -75,6 +75,11 @@ which cell, which value, what it should be:
   declared, full K and V (d_out per token each) where a ``latent_dim`` is (sizes the module keeps under other names:
   those it was built with, ``check_module``'s ``sizes``, and the heads and head_dim its trace measured).
 
+An uncached forward that adds to a cache the module keeps (a forward that ignores ``use_cache=False``, or takes no
+``use_cache`` and caches on every call: :func:`_uncached_appends`) fails ``kv-cache`` in those words; the rules that run
+the module again (``RUN_AGAIN``) skip, as each of their forwards would attend to the ones before, and the rules that
+read the traced forward stand.
+
 Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
 A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
 """
@@ -212,10 +217,12 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     hook = module.register_forward_pre_hook(meter.before_forward)
     try:
         module.eval()
+        kept = _kept_shapes(module)
         with tracing.saying_width(x, width):
             recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, attention)
+        appended = _uncached_appends(module, x, recording.output, kept)  # every forward after it would read it
         stated = _stated_causal(module, attention, causal)
         unmasked = _unmasked(module, stated)
         triangles = _triangles(recording, module)
@@ -243,6 +250,11 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                                            declared=declared),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=_sizes(sizes, attention)),
         }
+        if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
+            run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
+            run["mask-convention"] = lambda: mask_convention(attention, causal, declared_window(module), stated,
+                                                             unmasked=unmasked, triangles=triangles)
+            run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
         checks = []
         for rule in selected:
@@ -286,6 +298,62 @@ DROPOUT_IN_EVAL = ("not checked: dropout acts in eval mode (see dropout-placemen
 DROPOUT_FAILS = ("dropout acts in eval mode, so two forwards of the same input differ whatever else the module does: "
                  "pass training=self.training to F.dropout (SDPA: dropout_p=self.dropout if self.training else 0.0), "
                  "then check again")
+
+
+RUN_AGAIN = ("causal", "rotary-placement", "dropout-placement", "batch-independence")  # rules that run it again
+APPENDED_SKIP = ("not checked: the module's uncached forward adds to its cache (see kv-cache), so every forward after "
+                 "the first attends to the tokens of the ones before — fix that, then check again")
+
+
+def _kept_shapes(module: nn.Module) -> dict[str, torch.Size]:
+    """path -> the shape of every tensor the module keeps (:func:`_kept_tensors`)."""
+    return {path: tensor.shape for path, tensor in _kept_tensors(module).items()}
+
+
+def _uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor,
+                      before: dict[str, torch.Size]) -> str | None:
+    """kv-cache's words for a module whose uncached forward — ``use_cache=False``, or a forward that takes no
+    ``use_cache`` — adds to a cache it keeps (None: it does not): the traced forward of ``x`` (its ``output``) left a
+    tensor the module keeps new or larger than ``before`` it, the same forward again made one larger still, and that
+    second forward raised or gave another output (a tensor that only grows, as a log, reads as no cache).  Only then
+    does this run that second forward: every rule after it would attend to what the ones before added, until a shape
+    no longer fits."""
+    first = _kept_shapes(module)
+    if not any(path not in before or shape.numel() > before[path].numel() for path, shape in first.items()):
+        return None
+    try:
+        with torch.no_grad():
+            again = tracing.first_tensor(tracing.run_forward(module, x)).detach()  # (b, n, d_out)
+        raised = None
+    except tracing.TraceError as error:
+        again, raised = None, time_limit.one_line(error)
+    second = _kept_shapes(module)
+    grown = [path for path, shape in second.items() if path in first and shape.numel() > first[path].numel()]
+    if not grown:
+        return None
+    if raised is None:
+        if again.shape == output.shape and (again.float() - output.float()).abs().max().item() <= TOLERANCE:
+            return None  # kept, never read back
+        what = (f"the second one's output differs by "
+                f"{(again.float() - output.float()).abs().max().item():.3g}" if again.shape == output.shape
+                else f"the second one's output is {tuple(again.shape)}, not {tuple(output.shape)}")
+    else:
+        what = f"the second one raised: {raised}"
+    sizes = ", ".join(f"{path} from {_shape_words(before.get(path))} to {_shape_words(first[path])}, then "
+                      f"{_shape_words(second[path])}" for path in grown)
+    takes_use_cache, _ = _cache_parameters(module)
+    called = "with use_cache=False" if takes_use_cache else "(it takes no use_cache)"
+    fix = ("append to the cache, and read it, only when use_cache is true (if use_cache: self.cache_k = "
+           "torch.cat(…)), then check again" if takes_use_cache else
+           "take use_cache=False in the forward and append to the cache, and read it, only when it is true, then "
+           "check again")
+    return (f"the forward {called} appended to the cache: two uncached forwards of the same {counted(x.shape[1])} "
+            f"grew {sizes}, and {what} — each uncached forward attends to the tokens of the ones before; {fix}")
+
+
+def _shape_words(shape: torch.Size | None) -> str:
+    """ "(2, 2, 8, 8)", or "nothing" for a tensor the module did not keep."""
+    return "nothing" if shape is None else f"({', '.join(map(str, shape))})"
 
 
 def _traced_on(module: nn.Module, x: torch.Tensor, n: int) -> tracing.Attention | None:

@@ -2738,3 +2738,45 @@ class ReturnsDict(ReturnsTuple):
     def forward(self, x):
         output, _ = super().forward(x)  # (b, n, d_out)
         return {"hidden_states": output}
+
+
+class CachesWhenToldNot(nn.Module):
+    """A KV-cached layer (cache_k/cache_v, reset_cache) whose forward forgot its ``if use_cache``: every forward, told
+    use_cache=False too, appends its keys and values to the cache and attends to all of it.  ``log=True``: no cache,
+    only a log of every key seen (``keys_seen``), never read back: right attention."""
+
+    def __init__(self, d_in=16, num_heads=4, log=False):
+        super().__init__()
+        self.num_heads, self.head_dim, self.log = num_heads, d_in // num_heads, log
+        self.W_query, self.W_key, self.W_value, self.out_proj = (nn.Linear(d_in, d_in, bias=False) for _ in range(4))
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+        self.keys_seen = torch.empty(0, self.head_dim)  # (0, hd)
+
+    def attend(self, x):
+        b, n, _ = x.shape
+        q, k, v = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                   for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        past = 0
+        if self.log:  # every key seen, batch and heads flattened, kept for later inspection
+            self.keys_seen = torch.cat([self.keys_seen, k.reshape(-1, self.head_dim)])  # (seen + b·h·n, hd)
+        else:
+            past = 0 if self.cache_k is None else self.cache_k.shape[2]
+            self.cache_k = k if self.cache_k is None else torch.cat([self.cache_k, k], dim=2)  # (b, h, past + n, hd)
+            self.cache_v = v if self.cache_v is None else torch.cat([self.cache_v, v], dim=2)  # (b, h, past + n, hd)
+            k, v = self.cache_k, self.cache_v  # (b, h, past + n, hd) each
+        allowed = torch.arange(k.shape[2])[None, :] <= torch.arange(past, past + n)[:, None]  # (n, past + n)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, h, n, hd)
+        return self.out_proj(context.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_in)
+
+    def forward(self, x, use_cache=False):
+        return self.attend(x)  # the bug: caches whatever use_cache says
+
+
+class AlwaysCaches(CachesWhenToldNot):
+    """CachesWhenToldNot whose forward takes no use_cache: it caches on every call."""
+
+    def forward(self, x):
+        return self.attend(x)
