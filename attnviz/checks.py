@@ -27,9 +27,10 @@ which cell, which value, what it should be:
   DeepSeek's YaRN mscale²) passes, named, and a wrong one the module keeps itself (``self.scaling``) is named;
 * ``rotary-placement`` — for a rotary module (by the names it holds and calls), traced once more on one token
   repeated at every position: every score QKᵀ depends only on i − j (not on the query's or the key's position:
-  rotary on the queries only, or the keys only — failed only when one of them is that token turned by its position)
-  and no value is that token turned by its position (rotary on V; values that differ otherwise, a position embedding,
-  are not rotary's); a module not rotary by its names, or in which nothing turns by position, skips it;
+  rotary on the queries only, or the keys only — failed only when one of them is that token turned by its position,
+  or, their heads side by side, over the full width: rotary applied before the split into heads) and no value is
+  that token turned by its position (rotary on V; values that differ otherwise, a position embedding, are not
+  rotary's); a module not rotary by its names, or in which nothing turns by position, skips it;
 * ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode
   (read from the dropout's own call: a mask after the softmax before it is the other rules' finding); while it acts
   in eval mode, a failure of a rule that compares forwards (``COMPARES_OUTPUTS``) is a skip that says so;
@@ -1082,8 +1083,10 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
     """On one token repeated at n positions (:func:`_one_token_repeated`), rotary on Q and K only makes every score
     QKᵀ (from the recorded Q and K, per query head) a function of i − j and leaves every value the same.  A score that
     moves along a diagonal fails when Q or K is that token's vector turned by its position (:func:`_turned`), the
-    other turned too or the same everywhere (:func:`_rotated_side`); a value so turned is rotary on V.  Positions that
-    enter otherwise (an embedding added inside the module) are not rotary's to name: no failure."""
+    other turned too or the same everywhere (:func:`_rotated_side`); a value so turned is rotary on V.  Of a score
+    that moves while no head's Q or K is so turned, Q or K turned with its heads side by side — pairs that cross heads
+    (:func:`_turned_across_heads`) — fails: rotary applied before the split into heads.  Positions that enter
+    otherwise (an embedding added inside the module) are not rotary's to name: no failure."""
     rule = "rotary-placement"
     if not _rotary(module):
         return Check(rule, "skip", NOT_ROTARY)
@@ -1103,6 +1106,8 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
     if (turned := _turned(values)) is not None:
         findings.append(_values_words(turned, values.shape[0] < queries.shape[0], values.shape[0] > 1,
                                       "" if findings else on))
+    if moved is not None and not findings and (across := _turned_across_heads(queries, keys)):
+        findings.append(_across_heads_words(scores, moved, across, on))
     if findings:
         return Check(rule, "fail", "; ".join(findings))
     if moved is not None:
@@ -1227,6 +1232,35 @@ def _rotated_side(queries: torch.Tensor, keys: torch.Tensor) -> str | None:
     if queries_turned and _same_everywhere(keys):
         return "queries"
     return "keys" if keys_turned and _same_everywhere(queries) else None
+
+
+def _side_by_side(rows: torch.Tensor) -> torch.Tensor:
+    """(h, n, d) heads' rows as one (1, n, h·d) vector per position: the width before the split into heads."""
+    return rows.transpose(0, 1).reshape(1, rows.shape[1], -1)  # (h, n, d) -> (n, h, d) -> (1, n, h·d)
+
+
+def _turned_across_heads(queries: torch.Tensor, keys: torch.Tensor) -> str:
+    """What is turned by its position only with its heads side by side (:func:`_side_by_side`), each head's part not
+    turned within it: "queries", "keys", "queries and keys", or "" (none).  That is a rotation whose pairs cross
+    heads: rotary applied to the whole d_model-wide q or k, with tables built for that width, before the split."""
+    sides = [name for name, rows in (("queries", queries), ("keys", keys))
+             if rows.shape[0] > 1 and _turned(rows) is None and _turned(_side_by_side(rows)) is not None]
+    return " and ".join(sides)
+
+
+def _across_heads_words(scores: torch.Tensor, moved: tuple[int, int, int], sides: str, on: str) -> str:
+    """rotary-placement's words for a rotation that does not act within each head (``sides``: what it turns)."""
+    head, query, key = moved
+    distance = query - key
+    diagonal = torch.diagonal(scores[head], offset=-distance)  # (n - distance,): query i · key i - distance
+    return (f"scores depend on the positions, not only on the distance i − j: the rotation does not act within each "
+            f"head — the {sides}, their heads side by side, are the token's vector turned by its position over the "
+            "full width, in pairs that cross heads (rotary applied to the whole d_model-wide q and k, its cos and sin "
+            f"built for d_model, before the split into heads) — {on}, head {head}: the scores at distance {distance} "
+            f"run from {diagonal.min().item():.4g} to {diagonal.max().item():.4g} along the diagonal (query {query} · "
+            f"key {key} = {scores[head, query, key].item():.4g}, query {distance} · key 0 = "
+            f"{scores[head, distance, 0].item():.4g}); split q and k into heads first, then rotate each head with cos "
+            "and sin built for head_dim")
 
 
 def _diagonal_words(scores: torch.Tensor, moved: tuple[int, int, int], side: str, on: str) -> str:

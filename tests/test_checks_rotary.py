@@ -1,7 +1,8 @@
-"""The rotary-placement rule: rotary on the wrong tensors — V rotated, q or k alone — is a correct attention
-computation that every other rule passes, so this rule names it; rotary on q and k passes in every layout people
-write (Llama's rotate_half, Meta's view_as_complex, GPT-NeoX's partial rotary, DeepSeek's decoupled rotary key,
-Llama 3's scaled angles, a sliding window, a KV cache), and a module that is not rotary skips it."""
+"""The rotary-placement rule: rotary on the wrong tensors — V rotated, q or k alone, q and k rotated over the full
+width before the split into heads — is a correct attention computation that every other rule passes, so this rule
+names it; rotary on q and k passes in every layout people write (Llama's rotate_half, Meta's view_as_complex,
+GPT-NeoX's partial rotary, DeepSeek's decoupled rotary key, Llama 3's scaled angles, a sliding window, a KV cache),
+and a module that is not rotary skips it."""
 
 import pytest
 import torch
@@ -54,8 +55,15 @@ def built(cls, *args, **kwargs):
      "keys too, by their own positions"),
     (lambda: built(modern.RopeOnQueriesOnly, 32, 32, 16, 0.0, 4), QUERIES + "head 1: query 5 · key 4 = "),
     (lambda: built(modern.RopeOnValues, 32, 32, 16, 0.0, 4), VALUES + f"{ON}, head 0: " + TURNED),
+    (lambda: built(rb.RotaryBeforeSplit),
+     "scores depend on the positions, not only on the distance i − j: the rotation does not act within each head — "
+     "the queries and keys, their heads side by side, are the token's vector turned by its position over the full "
+     "width, in pairs that cross heads (rotary applied to the whole d_model-wide q and k, its cos and sin built for "
+     f"d_model, before the split into heads) — {ON}, head 0: the scores at distance 1 run from -0.8372 to -0.2482 "
+     "along the diagonal (query 4 · key 3 = -0.8372, query 1 · key 0 = -0.3174); split q and k into heads first, "
+     "then rotate each head with cos and sin built for head_dim"),
 ], ids=["llama-values-too", "llama-values-instead", "llama-keys-only", "llama-keys-other-base", "meta-xv-for-xk",
-        "neox-partial-queries-only", "pitfall-lab-queries-only", "pitfall-lab-values"])
+        "neox-partial-queries-only", "pitfall-lab-queries-only", "pitfall-lab-values", "rotary-before-the-split"])
 def test_rotary_on_the_wrong_tensors_fails_this_rule_and_no_other(module, words):
     results = verdicts(module())
     assert {rule for rule, check in results.items() if check.status == "fail"} == {RULE}, results

@@ -169,3 +169,26 @@ class LlamaRotaryOnValues(LlamaRotary):
 
     def __init__(self, d_in=32, num_heads=4, context_length=64):
         super().__init__(d_in, num_heads, context_length, bug="values-too")
+
+
+class RotaryBeforeSplit(nn.Module):
+    """Llama's rotate_half applied to the whole d_in-wide q and k, its cos and sin built for d_in, before the split into
+    heads: feature k is paired with k + d_in/2, in another head, so no head's q or k is turned within it."""
+
+    def __init__(self, d_in=32, num_heads=4, context_length=64):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_in // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_in, bias=False)
+        self.out_proj = nn.Linear(d_in, d_in, bias=False)
+        cos, sin = llama_cos_sin(d_in, context_length)  # (ctx, d_in) each: the bug, tables for the full width
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)  # (b, n, d) each
+        q = q * self.cos[:n] + rotate_half(q) * self.sin[:n]  # (b, n, d): rotated before the split
+        k = k * self.cos[:n] + rotate_half(k) * self.sin[:n]  # (b, n, d)
+        q, k, v = (t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (b, h, n, hd)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
