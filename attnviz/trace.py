@@ -9,6 +9,7 @@ into one head's: every reader asks it instead of knowing each producer's layout.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,46 @@ class Trace:
     notes: tuple[str, ...] = field(default=())  # things the user should know (truncation, fallback)
     model: ModelRun | None = None  # set when the run used a checkpoint
     module_run: ModuleRun | None = None  # set when the run traced a user's module
+
+    def __repr__(self) -> str:
+        """A few lines, not every array (a notebook prints a cell's last value): what ran, the tokens, the heads,
+        each recorded step with its shape (steps of one shape together), the batch when it holds more than one,
+        and how many notes there are."""
+        if self.module_run is not None:
+            what = self.module_run.class_name
+        elif self.model is not None:
+            where = self.config.checkpoint or ""
+            name = "a model trained in this session" if where.startswith("session:") else os.path.basename(
+                where.rstrip("/\\")) or where
+            what = f"layer {self.model.layer} of {self.model.n_layers} of checkpoint {name!r}"
+        else:
+            what = self.config.spec.label
+        weights = self.steps.get("weights")
+        batch = int(weights.shape[0]) if weights is not None and weights.ndim == 4 else 1
+        heads = amount(int(weights.shape[1]), "head") if weights is not None and weights.ndim == 4 else "no heads"
+        items = f"a batch of {batch} × {amount(self.n, 'token')} (views draw item 0)" if batch > 1 else amount(
+            self.n, "token")
+        lines = [f"Trace of {what}: {items}, {heads}, on {self.device}"]
+        shown = ", ".join(repr(token) for token in self.tokens[: 10 if self.n <= 10 else 8])
+        lines.append(f"  tokens: {shown}" + (f", … ({self.n:,} in all)" if self.n > 10 else ""))
+        order = {name: index for index, name in enumerate(BOOK_STAGES)}  # the book's stages first, then the others
+        groups: list[tuple[list[str], tuple[int, ...]]] = []  # consecutive steps of one shape: one group
+        for name, step in sorted(self.steps.items(), key=lambda item: order.get(item[0], len(order))):
+            if groups and groups[-1][1] == tuple(step.shape):
+                groups[-1][0].append(name)
+            else:
+                groups.append(([name], tuple(step.shape)))
+        line = "  steps:"
+        for names, shape in groups:  # a group is never split across lines
+            part = f"{', '.join(names)} {shape}"
+            if len(line) + len(part) > 116 and not line.endswith(":"):
+                lines.append(line + " ·")
+                line = "   "
+            line += f" {part}" if line.endswith((":", "   ")) else f" · {part}"
+        lines.append(line)
+        if self.notes:
+            lines.append(f"  {amount(len(self.notes), 'note')}: trace.notes")
+        return "\n".join(lines)
 
     @property
     def n(self) -> int:
@@ -213,6 +254,7 @@ def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddi
 
 
 MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (batch, heads, n, n) maps
+BOOK_STAGES = ("queries", "keys", "values", *MAP_STAGES, "context", "output")  # attention.STAGES, in the book's order
 
 # A cell is hidden when the mask made its weight 0: the mask pushed the softmax's input at that cell down, from the
 # scaled score to the masked value, as far as no bias that is not a mask reaches: by 10³ or by one for every key in

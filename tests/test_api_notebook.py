@@ -126,3 +126,53 @@ def test_check_step_counts_a_negative_step_from_the_end(generation):
     model, result = generation
     assert attnviz.models.check_step(model, result, -4) == attnviz.models.check_step(model, result, 0)
     assert attnviz.models.check_step(model, result, -1).ok
+
+
+class BatchAttention(nn.Module):  # docs/api.md's MyAttention, as a user writes it
+    def __init__(self, d_in=64, num_heads=4):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_in, num_heads, batch_first=True)
+
+    def forward(self, x):
+        n = x.shape[1]
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # True: may not attend
+        return self.mha(x, x, x, attn_mask=future, need_weights=False)[0]
+
+
+def printed_in_a_notebook(value) -> str:
+    """What Jupyter prints for a cell whose last line is ``value`` (IPython's plain-text formatter)."""
+    from IPython.core.formatters import PlainTextFormatter
+
+    return PlainTextFormatter()(value)
+
+
+def test_a_trace_prints_in_a_few_lines_naming_its_tokens_heads_and_steps():
+    trace = attnviz.run(JOURNEY, AttentionConfig(d_in=64, d_out=64, num_heads=4))
+    printed = printed_in_a_notebook(trace)
+    assert printed == repr(trace) == str(trace)
+    assert len(printed.splitlines()) <= 5 and len(printed) < 600, printed
+    assert printed.startswith("Trace of Multi-head attention (3.6.2): 6 tokens, 4 heads"), printed
+    assert "'·journey'" in printed and "batch" not in printed
+    for stage in trace.steps:
+        assert stage in printed
+    assert "weights, dropped (1, 4, 6, 6)" in printed and "output (1, 6, 64)" in printed
+
+
+def test_a_batch_trace_prints_its_batch_and_a_long_text_a_few_of_its_tokens():
+    batch = attnviz.trace_module(BatchAttention(), torch.randn(4, 7, 64))
+    printed = printed_in_a_notebook(batch)
+    assert len(printed.splitlines()) <= 5 and len(printed) < 600, printed
+    assert "a batch of 4 × 7 tokens (views draw item 0), 4 heads" in printed and "(4, 4, 7, 7)" in printed
+    long = attnviz.run(" ".join(["word"] * 300), AttentionConfig(d_in=16, d_out=16, num_heads=2))
+    printed = printed_in_a_notebook(long)
+    assert len(printed) < 600 and "… (300 in all)" in printed, printed
+
+
+def test_a_generation_prints_in_a_few_lines(generation):
+    _, result = generation
+    printed = printed_in_a_notebook(result)
+    assert len(printed.splitlines()) <= 5 and len(printed) < 600, printed
+    assert printed.startswith("Generation with the KV cache: 3 prompt tokens + 3 new, 2 layers × 8 heads, 4 steps")
+    assert f"token_ids: {result.token_ids}" in printed
+    assert "the prompt's (2, 8, 3, 3), then one per new token (2, 8, 1, 4) … (2, 8, 1, 6)" in printed
+

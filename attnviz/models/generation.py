@@ -68,6 +68,31 @@ class Generation:
     def new_tokens(self) -> list[int]:
         return self.token_ids[self.prompt_length:]
 
+    def __repr__(self) -> str:
+        """A few lines, not every step's logits (a notebook prints a cell's last value): the tokens, the layers and
+        heads, the steps with the shapes of their weights, the cache's bytes at the end, how many notices."""
+        new = len(self.token_ids) - self.prompt_length
+        weights = [step.weights.shape for step in self.steps if step.weights is not None]  # (layers, heads, q, k)
+        layers = amount(len(self.steps[0].cache_token_axes), "layer") if self.steps else "no layers"
+        heads = f" × {amount(int(weights[0][1]), 'head')}" if weights else ""
+        cache = "with the KV cache" if self.use_cache else "without a cache"
+        lines = [f"Generation {cache}: {amount(self.prompt_length, 'prompt token')} + {new} new, {layers}{heads}, "
+                 f"{amount(len(self.steps), 'step')}"]
+        shown = ", ".join(str(token) for token in self.token_ids[:12])
+        lines.append(f"  token_ids: [{shown}{', …' if len(self.token_ids) > 12 else ''}]"
+                     + (f" (new_tokens: the last {new})" if new else ""))
+        if not weights:
+            lines.append("  weights: none kept")
+        else:
+            later = {1: "", 2: f", then the new token's {weights[1]}"}.get(
+                len(weights), f", then one per new token {weights[1]} … {weights[-1]}")
+            lines.append(f"  weights (layers, heads, q, k): the prompt's {weights[0]}{later}")
+        if self.use_cache and self.steps:
+            lines.append(f"  cache: {self.steps[-1].cache_bytes:,} bytes after the last step")
+        if self.notices:
+            lines.append(f"  {amount(len(self.notices), 'notice')}: generation.notices")
+        return "\n".join(lines)
+
 
 class _WeightsOnly(Recorder):
     """Keeps the softmax weights only (nothing else is cloned or held)."""
