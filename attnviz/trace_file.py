@@ -183,7 +183,7 @@ def _opened(file):
     if isinstance(file, bytes | bytearray | memoryview):
         return io.BytesIO(bytes(file)), "The data"
     if isinstance(file, str | os.PathLike):
-        path = Path(file)
+        path = Path(os.path.expanduser(file))  # "~/attnviz-trace.npz", as in a shell
         if not path.exists():
             raise InputError(f"There is no file at {path}: check the path of the saved trace (.npz).")
         if path.is_dir():

@@ -220,8 +220,9 @@ MODELS = ModelCache(MODEL_CACHE_MB * 2**20)
 
 
 def load(ref: str) -> GPTModel:
-    """The model behind a ref (a discovered path or ``"session:<id>"``); CheckpointError with a message a user
-    can act on when it cannot be loaded."""
+    """The model behind a ref (a discovered path, a path an ``AttentionConfig`` was given in Python — a leading ``~``
+    the home folder —, or ``"session:<id>"``); CheckpointError with a message a user can act on when it cannot be
+    loaded.  A ref is never a string from a browser: the app's refs are the listed options' (:func:`options`)."""
     if not isinstance(ref, str) or not ref:
         raise CheckpointError("No checkpoint was chosen.")
     if ref.startswith(SESSION_PREFIX):
@@ -231,7 +232,7 @@ def load(ref: str) -> GPTModel:
             raise CheckpointError("This session's trained model is no longer in memory: train it again, or "
                                   "pick other weights.")
         return entry.model
-    return MODELS.get(ref)
+    return MODELS.get(os.path.expanduser(ref))  # discovered paths are already expanded
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,22 @@ def test_a_generation_prints_in_a_few_lines(generation):
     assert f"token_ids: {result.token_ids}" in printed
     assert "the prompt's (2, 8, 3, 3), then one per new token (2, 8, 1, 4) … (2, 8, 1, 6)" in printed
 
+
+
+def test_a_checkpoint_or_trace_path_given_in_python_may_start_with_the_home_folder(tmp_path, monkeypatch):
+    """``~`` is the home folder, as in a shell: "No file or folder at ~/…" was said of a folder that exists."""
+    from pathlib import Path
+
+    from attnviz import trace_file
+    from attnviz.models import BUNDLED, CheckpointError
+
+    monkeypatch.setenv("HOME", str(Path(BUNDLED).parent))
+    at_home = f"~/{Path(BUNDLED).name}"
+    assert attnviz.models.load_checkpoint(at_home).trf_blocks[1].att.num_heads == 2
+    trace = attnviz.run(JOURNEY, AttentionConfig(checkpoint=at_home, layer=1))
+    assert trace.model.layer == 1 and trace.tokens[1] == "·journey"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "attnviz-trace.npz").write_bytes(trace_file.trace_npz(trace))
+    assert attnviz.load_trace("~/attnviz-trace.npz").tokens == trace.tokens
+    with pytest.raises(CheckpointError, match=f"^No file or folder at {tmp_path}/gone\\."):
+        attnviz.models.load_checkpoint("~/gone")

@@ -320,12 +320,14 @@ def _locate(path: Path) -> tuple[list[Path], dict | None]:
 
 
 def load_checkpoint(path: str | os.PathLike) -> GPTModel:
-    """Load a GPT-2 checkpoint into the book's ``GPTModel``: eval mode, CPU, float32.
+    """Load a GPT-2 checkpoint into the book's ``GPTModel``: eval mode, CPU, float32.  ``path`` is a file or folder;
+    a leading ``~`` is the home folder, as in a shell (a path given in Python or on the command line: the app's
+    pages load only the paths :mod:`attnviz.models.discovery` listed, never a string from a browser).
 
     Raises :class:`CheckpointError` (a ``ConfigError``) with an actionable message for anything else.
     """
     try:
-        return _load(Path(path))
+        return _load(Path(os.path.expanduser(path)))
     except OSError as error:  # permissions, a file vanishing mid-read, …
         raise CheckpointError(f"Could not read {error.filename or path}: {error.strerror or error}.") from None
 

@@ -264,6 +264,23 @@ def test_tampered_weights_name_is_ignored_and_never_reaches_the_file_system(chec
     assert at.sidebar.text_area(key="text").value == "Hello world"
 
 
+def test_a_url_naming_a_home_path_is_refused_though_python_reads_it(checkpoints, monkeypatch):
+    """``~`` is the home folder for a path given in Python (``load_checkpoint``, ``AttentionConfig.checkpoint``); a
+    link's weights are still only compared with the listed names, so ``~/tiny-gpt2`` from a URL loads nothing."""
+    monkeypatch.setenv("HOME", str(checkpoints))
+    assert models.load_checkpoint(f"~/{NAME}").trf_blocks[0].att.num_heads == 4  # the path exists
+    opened = []
+    real_load = models.load_checkpoint
+    monkeypatch.setattr(models, "load_checkpoint", lambda path: opened.append(str(path)) or real_load(path))
+    monkeypatch.setattr(weights, "load", lambda ref: opened.append(ref) or pytest.fail(f"loaded {ref!r}"))
+    at = app(weights=f"~/{NAME}", text="Hello world")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="weights").value == weights.BOOK
+    assert any(f"Ignored URL parameter weights='~/{NAME}'" in w.value.replace("\\", "") for w in at.sidebar.warning)
+    assert opened == []
+    assert at.sidebar.text_area(key="text").value == "Hello world"
+
+
 @pytest.mark.parametrize("name, message", [("truncated.safetensors", "truncated"), ("evil.pth", "Refused to load")])
 def test_bad_checkpoint_shows_the_loaders_message_and_keeps_the_text(checkpoints, name, message, capsys):
     at = app(text="My own words here")
