@@ -295,6 +295,30 @@ def test_the_rotated_vectors_have_the_shapes_api_md_gives(variant, kv_heads):
     assert trace.steps["rotated_keys"].shape == (1, kv_heads, trace.n, 6)
 
 
+def test_load_trace_takes_the_batch_api_md_gives_it():
+    """api.md said every map must be (1, heads, n, n), but a trace_module batch saves and loads as it is."""
+    import torch
+
+    import attnviz
+    from attnviz import trace_file
+
+    section = (ROOT / "docs" / "api.md").read_text().split("## `attnviz.load_trace`")[1].split("\n## ")[0]
+    assert "(1, heads, n, n)" not in section
+    assert "every map `(batch, heads, n, n)`" in section and "`(4, heads, n, n)`" in section
+    batch = attnviz.trace_module(TwoHeads.build(), torch.randn(4, 7, 16))
+    loaded = attnviz.load_trace(trace_file.trace_npz(batch))
+    assert loaded.steps["weights"].shape == (4, 2, 7, 7) and loaded.output.shape == (4, 7, 16)
+
+
+def test_the_transformers_section_says_to_install_transformers_before_its_code():
+    """Its code imports transformers, which requirements.txt does not install."""
+    requirements = (ROOT / "requirements.txt").read_text()
+    assert not re.search(r"^transformers\b", requirements, re.M)
+    section = (ROOT / "docs" / "check-your-module.md").read_text().split("## A transformers layer")[1]
+    before_the_code = section.split("```python")[0]
+    assert "`pip install transformers`" in before_the_code
+    assert "from transformers import" in section.split("```python")[1]
+
 def test_the_dev_extra_pins_what_requirements_dev_pins():
     import tomllib
 

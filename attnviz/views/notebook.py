@@ -60,7 +60,9 @@ def show(trace: Trace, *, stage: str = "weights", head: int = 0) -> Trace:
                          "attnviz.views.notebook.figures_of(trace) gives the figures (a figure's .show() opens it in "
                          "a browser)")
     title = trace.module_run.class_name if trace.module_run is not None else trace.config.spec.label
-    display(HTML(f"<h4>{title}: {trace.num_heads} heads · {counted(trace.n)}</h4>"))
+    batch = trace.steps[stage].shape[0]  # the figures draw item 0 of a trace_module batch
+    items = f" · item 0 of {batch}" if batch > 1 else ""
+    display(HTML(f"<h4>{title}: {trace.num_heads} heads · {counted(trace.n)}{items}</h4>"))
     display(parts["grid"])
     display(parts["head"])
     display(HTML(parts["flow"]))

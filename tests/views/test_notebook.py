@@ -125,6 +125,24 @@ def test_show_in_a_kernel_displays_the_title_two_figures_and_the_flow(monkeypatc
     assert [type(item).__name__ for item in shown] == ["HTML", "Figure", "Figure", "HTML"]
 
 
+def test_show_on_a_batch_says_which_item_its_heading_draws(monkeypatch):
+    """The figures draw item 0; the heading read "MyAttention: 4 heads · 7 tokens" for a batch of 4."""
+    pytest.importorskip("IPython")
+    import IPython
+    import IPython.display
+    import torch
+    from helpers import user_modules as um
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: _Shell(kernel=object()))
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    batch = attnviz.trace_module(um.CausalSelfAttention(flash=False).eval(), torch.randn(4, 7, 32))
+    attnviz.show(batch)
+    assert shown[0].data == "<h4>CausalSelfAttention: 4 heads · 7 tokens · item 0 of 4</h4>"
+    shown.clear()
+    attnviz.show(attnviz.trace_module(um.CausalSelfAttention(flash=False).eval(), torch.randn(1, 7, 32)))
+    assert shown[0].data == "<h4>CausalSelfAttention: 4 heads · 7 tokens</h4>"
+
 def test_show_traces_a_module_on_a_text_then_displays_its_heads(monkeypatch):
     """``attnviz.show(module, text)`` (docs/api.md): the caller traces, the view draws the Trace."""
     pytest.importorskip("IPython")
