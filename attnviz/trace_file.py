@@ -7,7 +7,10 @@ class, file name, source, stage lines, ops and the head_dim its scale is judged 
 ``steps/<stage>``, ``embeddings/<name>``, ``output``, ``token_ids`` and a checkpoint run's ``model/top_ids`` and
 ``model/top_probs``.  Nothing in the file
 names a directory of the machine that wrote it: a checkpoint and a module's file are named by their last path part.
-The file is read with ``np.load(..., allow_pickle=False)``: it holds arrays and JSON, never Python objects.
+The file is read with ``np.load(..., allow_pickle=False)``: it holds arrays and JSON, never Python objects.  Before
+any array is read, each member's ``.npy`` header (NumPy's own reader, ``np.lib.format``) is checked against the
+manifest and against the size the zip's directory gives it, so a header claiming petabytes or a few kB that inflate to
+gigabytes are refused unread.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -22,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.config import AttentionConfig, InputError
+from attnviz.kv_cache import format_bytes
 from attnviz.trace import ModelRun, ModuleRun, ScoreWidth, Trace, make_trace, pieces, shape_problem
 
 FORMAT = "attnviz trace v1"
@@ -95,6 +100,11 @@ def trace_npz(trace: Trace) -> bytes:
     return buffer.getvalue()
 
 
+# the most a trace file's arrays may need: above the largest trace attnviz writes — the app's largest run (1,024
+# tokens, 64 heads: five maps of 256 MiB and steps of width MAX_DIM) holds about 1.3 GiB, and a user module's forward is
+# recorded up to tracing.RECORDED_BYTES (2 GiB), kept as float32 (twice the bytes of a half-precision module's)
+MAX_TRACE_BYTES = 4 * 2**30
+
 _INTEGER_ARRAYS = ("token_ids", "model/top_ids")
 _REQUIRED_ARRAYS = ("steps/weights", "output", "token_ids")
 
@@ -116,21 +126,27 @@ def load_trace(file) -> Trace:
 
     Raises :class:`attnviz.config.InputError`, one line saying why, for anything that is not such a file: no file
     there, not an NPZ (a PyTorch file, a zip of other files), no manifest, a manifest of another format version, a
-    missing or misshapen array.  The file is read with ``allow_pickle=False``: an array of Python objects is
-    refused, never unpickled.
+    missing or misshapen array.  Each array's header is checked before the array is read: a shape or dtype its
+    manifest does not list, a member that inflates to more or less than its shape needs (a zip bomb), and arrays that
+    need more than ``MAX_TRACE_BYTES`` are refused unread.  The file is read with ``allow_pickle=False``: an array of
+    Python objects is refused, never unpickled.  A trace too large for the memory left is an InputError too.
     """
     source, name = _opened(file)
     try:
         _check_npz(source)
-        _check_members(source)
+        headers = _check_members(source)
         with np.load(source, allow_pickle=False) as data:
+            _check_total([headers["manifest.json"]])
             described = _manifest(data["manifest.json"])
-            arrays = _read_arrays(data, described)
+            arrays = _read_arrays(data, described, headers)
             return _trace(described, arrays)
     except _DamagedError as why:
         raise InputError(f"{name} is not an attnviz trace: {why}") from None
     except InputError as error:  # a setting the config cannot have
         raise InputError(f"{name} is not an attnviz trace: its config cannot run ({error})") from None
+    except MemoryError:  # arrays under MAX_TRACE_BYTES, on a machine with less free
+        raise InputError(f"{name} could not be read: its arrays need more memory than this machine has free. Close "
+                         "other programs, or load it on a machine with more memory.") from None
     except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, RuntimeError) as error:
         reason = _python_words(error)
         raise InputError(f"{name} is not an attnviz trace, or it is damaged: it could not be read ({reason}). If "
@@ -157,15 +173,83 @@ def _check_npz(source) -> None:
         raise _DamagedError(f"it is not an NPZ file (a zip archive of arrays). {_SAVE}")
 
 
-def _check_members(source) -> None:
-    """Say what a zip archive is when attnviz did not write it: a trace holds NumPy arrays only (``.npy`` members,
+@dataclasses.dataclass(frozen=True)
+class _Member:
+    """What a member's ``.npy`` header declares, and the bytes the zip's directory says it inflates to (the most
+    zipfile reads out of it)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    header_bytes: int
+    stored_bytes: int
+
+    @property
+    def data_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def check_size(self) -> None:
+        """The member holds its header and what its shape needs, no more (a bomb behind a small array), no less."""
+        needed = self.header_bytes + self.data_bytes
+        if self.stored_bytes != needed:
+            raise _DamagedError(f"the array {self.name} {self.shape} of {self.dtype} is {needed:,} bytes with its "
+                                f"header, but its entry in the zip holds {self.stored_bytes:,} bytes: attnviz did "
+                                "not write it, or it is damaged.")
+
+
+def _check_members(source) -> dict[str, _Member]:
+    """Each array's header by its name in the NPZ (``"output"``), none of its data read.
+
+    Say what a zip archive is when attnviz did not write it: a trace holds NumPy arrays only (``.npy`` members,
     ``manifest.json.npy`` among them), so a PyTorch file, a zip of other files and an NPZ without the manifest are
     each named."""
     position = None if isinstance(source, Path) else source.tell()
     with zipfile.ZipFile(source) as archive:
         names = archive.namelist()
+        _name_members(names)
+        headers = {name.removesuffix(".npy"): _header(archive, name) for name in names}
     if position is not None:
         source.seek(position)
+    return headers
+
+
+def _header(archive: zipfile.ZipFile, member: str) -> _Member:
+    """``member``'s ``.npy`` header, read by NumPy's own reader (``np.lib.format``; a few hundred bytes inflated);
+    an array of Python objects or of a negative size is refused here."""
+    name = member.removesuffix(".npy")
+    info = archive.getinfo(member)
+    with archive.open(info) as stream:
+        try:
+            version = np.lib.format.read_magic(stream)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f".npy format version {version[0]}.{version[1]}, which NumPy writes only for "
+                                 "structured arrays")
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(stream)
+        except ValueError as error:
+            raise _DamagedError(f"its {name} is not a NumPy array it can read ({_python_words(error)}).") from None
+        header_bytes = stream.tell()
+    if dtype.hasobject:
+        raise _DamagedError(f"the array {name} holds Python objects (a pickle), which attnviz never writes: it is "
+                            "refused, not unpickled.")
+    if any(size < 0 for size in shape):
+        raise _DamagedError(f"the array {name} claims the shape {shape}, which no array has.")
+    return _Member(name, shape, dtype, header_bytes, info.file_size)
+
+
+def _check_total(members) -> None:
+    """``members`` (what is about to be read) hold what their shapes need and, together, no more than
+    ``MAX_TRACE_BYTES``."""
+    needed = sum(member.data_bytes for member in members)
+    if needed > MAX_TRACE_BYTES:
+        raise _DamagedError(f"its arrays would need {format_bytes(needed)}, more than any trace attnviz writes "
+                            f"({format_bytes(MAX_TRACE_BYTES)}): it is refused unread.")
+    for member in members:
+        member.check_size()
+
+
+def _name_members(names: list[str]) -> None:
+    """A zip whose members are not a trace's arrays, named for what it is."""
     if any(name.rsplit("/", 1)[-1] == "data.pkl" for name in names):
         raise _DamagedError("it is a PyTorch file (torch.save), not a trace attnviz saved: a model's .pth runs with "
                             "attnviz.AttentionConfig(checkpoint=path).")
@@ -216,25 +300,30 @@ def _manifest(stored: np.ndarray) -> dict:
     return described
 
 
-def _read_arrays(data, described: dict) -> dict[str, np.ndarray]:
-    """Every array the manifest lists, checked against its listed shape; read-only."""
+def _read_arrays(data, described: dict, headers: dict[str, _Member]) -> dict[str, np.ndarray]:
+    """Every array the manifest lists, read-only; before any is read, each header's shape and dtype (``headers``:
+    :func:`_check_members`) is checked against the listed shape and the kind of number it holds, and every member's
+    size against its shape and the cap (:func:`_check_total`)."""
     listed = described.get("arrays")
     if not isinstance(listed, dict):
         raise _DamagedError("its manifest lists no arrays.")
     for required in (*_REQUIRED_ARRAYS, *(("model/top_ids", "model/top_probs") if described.get("model") else ())):
         if required not in listed:
             raise _DamagedError(f"the array {required} is missing.")
-    arrays = {}
     for name, shape in listed.items():
-        if name not in data.files:
+        if name not in headers:
             raise _DamagedError(f"the array {name} is missing.")
-        array = data[name]
-        if list(array.shape) != shape:
-            raise _DamagedError(f"the array {name} is {tuple(array.shape)}, its manifest says {shape}.")
+        member = headers[name]
+        if list(member.shape) != shape:
+            raise _DamagedError(f"the array {name} is {member.shape}, its manifest says {shape}.")
         kind = "i" if name in _INTEGER_ARRAYS else "f"
-        if array.dtype.kind != kind and array.size:
+        if member.dtype.kind != kind and member.data_bytes:
             wanted = "whole numbers" if kind == "i" else "floats"
-            raise _DamagedError(f"the array {name} holds {array.dtype}, not {wanted}.")
+            raise _DamagedError(f"the array {name} holds {member.dtype}, not {wanted}.")
+    _check_total([headers[name] for name in listed])
+    arrays = {}
+    for name in listed:
+        array = data[name]
         array.setflags(write=False)
         arrays[name] = array
     return arrays

@@ -371,3 +371,133 @@ def test_a_text_mode_file_is_told_to_open_it_in_binary(trace, tmp_path):
     path.write_bytes(trace_file.trace_npz(trace))
     with open(path, encoding="latin-1") as text, pytest.raises(InputError, match=r"open\(path, 'rb'\)"):
         attnviz.load_trace(text)
+
+
+# ============================== members whose headers claim more than the file holds ==============================
+
+
+def npy_header(shape, descr: str = "<f4") -> bytes:
+    """A .npy file's magic and header (NumPy's own writer) declaring ``shape`` of ``descr``, without the data."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": tuple(shape)})
+    return buffer.getvalue()
+
+
+def with_member(data: bytes, name: str, write, change=None) -> bytes:
+    """``data`` with its zip member ``name`` (``"output.npy"``) written by ``write(stream)`` instead, deflated, and
+    its manifest changed by ``change``."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member in source.namelist():
+            if member == name:
+                with archive.open(member, "w", force_zip64=True) as stream:
+                    write(stream)
+            elif member == "manifest.json.npy" and change is not None:
+                manifest = json.loads(bytes(np.load(io.BytesIO(source.read(member)))))
+                change(manifest)
+                archive.writestr(member, npy(np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)))
+            else:
+                archive.writestr(member, source.read(member))
+    return buffer.getvalue()
+
+
+def zeros_after(header: bytes, megabytes: int):
+    """A member's writer: ``header``, then ``megabytes`` MB of zeros (a few kB once deflated)."""
+    def write(stream) -> None:
+        stream.write(header)
+        for _ in range(megabytes):
+            stream.write(bytes(1_000_000))
+    return write
+
+
+@pytest.fixture()
+def inflated(monkeypatch) -> list[int]:
+    """The bytes read out of zip members from here on (what was inflated), one number per read."""
+    reads, read = [], zipfile.ZipExtFile.read
+
+    def counting(self, n=-1):
+        data = read(self, n)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(zipfile.ZipExtFile, "read", counting)
+    return reads
+
+
+def refused(data: bytes) -> str:
+    with pytest.raises(InputError) as raised:
+        attnviz.load_trace(data)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("The data is not an attnviz trace"), message
+    return message
+
+
+def test_a_header_claiming_a_huge_shape_is_refused_before_anything_is_allocated(trace):
+    """Before, ``output.npy``'s header claiming (100000, 100000, 100000) raised MemoryError ("Unable to allocate
+    3.55 PiB") out of load_trace."""
+    huge = npy_header((100_000, 100_000, 100_000)) + bytes(64)
+    data = trace_file.trace_npz(trace)
+    message = refused(with_member(data, "output.npy", lambda stream: stream.write(huge)))
+    assert "output" in message and "(100000, 100000, 100000)" in message and str(list(trace.output.shape)) in message
+    # the manifest agreeing with the header does not make it readable: no trace attnviz writes is that large
+    agreeing = with_member(data, "output.npy", lambda stream: stream.write(huge),
+                           change=lambda m: m["arrays"].update(output=[100_000, 100_000, 100_000]))
+    assert "more than any trace attnviz writes" in refused(agreeing)
+
+
+def test_a_zip_bomb_is_refused_unread(trace, inflated):
+    """Before, a member whose header honestly declares 64 MB of deflated zeros (a 9.6 GB one in the tester's file) was
+    inflated whole, then refused for its shape."""
+    header = npy_header((1, 4, 4_000_000))  # 64 MB of float32
+    data = with_member(trace_file.trace_npz(trace), "output.npy", zeros_after(header, 64))
+    assert len(data) < 1_000_000
+    message = refused(data)
+    assert "output" in message and "(1, 4, 4000000)" in message
+    assert sum(inflated) < 1_000_000, f"{sum(inflated):,} bytes inflated"
+
+
+def test_a_member_holding_more_or_less_than_its_shape_needs_is_refused_unread(trace, inflated):
+    """The zip's own directory says how much a member inflates to: bytes beyond what its header's shape needs (a
+    bomb behind a small array) or fewer are refused before the array is read."""
+    output = trace.output
+    header = npy_header(output.shape)
+    data = trace_file.trace_npz(trace)
+    message = refused(with_member(data, "output.npy", zeros_after(header + output.tobytes(), 32)))
+    assert "output" in message and f"{output.nbytes + len(header):,} bytes" in message, message
+    assert sum(inflated) < 1_000_000, f"{sum(inflated):,} bytes inflated"
+    short = with_member(data, "output.npy", lambda stream: stream.write(header + output.tobytes()[:-4]))
+    assert "output" in refused(short)
+
+
+@pytest.mark.parametrize(("descr", "said"), [("|O", "Python objects"), ("<i8", "int64, not floats"),
+                                             ("<U4", "<U4, not floats")])
+def test_a_members_dtype_is_checked_from_its_header(trace, descr, said):
+    dtype = np.dtype(descr)
+    member = npy_header(trace.output.shape, descr) + bytes(0 if dtype.hasobject else trace.output.size * dtype.itemsize)
+    data = with_member(trace_file.trace_npz(trace), "output.npy", lambda stream: stream.write(member))
+    message = refused(data)
+    assert "output" in message and said in message, message
+
+
+def test_the_cap_holds_every_trace_attnviz_writes():
+    """The largest trace the app runs (1,024 tokens, 64 heads: five maps of (1, 64, 1024, 1024) float32, besides
+    steps, embeddings and an output of width MAX_DIM) and the float32 copy of the most one recorded forward of a user's
+    module holds (half-precision tensors: twice their bytes) fit under the cap."""
+    from attnviz import config, tracing
+
+    maps = 5 * config.MAX_HEADS * config.MAX_CONTEXT_LENGTH ** 2 * 4
+    widths = 16 * config.MAX_CONTEXT_LENGTH * config.MAX_DIM * 4  # queries, keys, values, context, embeddings …
+    assert maps + widths < trace_file.MAX_TRACE_BYTES
+    assert 2 * tracing.RECORDED_BYTES <= trace_file.MAX_TRACE_BYTES
+
+
+def test_a_trace_out_of_memory_is_one_line_input_error(trace, monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 3.55 PiB for an array")
+
+    monkeypatch.setattr(np.lib.format, "read_array", no_memory)
+    with pytest.raises(InputError) as raised:
+        attnviz.load_trace(trace_file.trace_npz(trace))
+    message = str(raised.value)
+    assert message.startswith("The data could not be read: its arrays need more memory than this machine has free")
+    assert "\n" not in message and "Unable to allocate" not in message, message
