@@ -594,6 +594,45 @@ def test_a_bad_train_option_exits_2_before_training(tmp_path, options, message, 
     assert not out.exists()  # nothing written
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    (["--set", "repeat_lengths=\"x\""], "repeat_lengths must be a list of whole numbers, got 'x'"),  # TypeError
+    (["--set", "repeat_lengths=[0]"],  # ValueError "repeat length T must be ≥ 1"
+     "each of repeat_lengths must be from 17 (BOS and x x, |x| = min_repeat (8)) to seq_len (128), got 0"),
+    (["--set", "repeat_lengths=[24, 200]"], "to seq_len (128), got 200"),
+    (["--set", "seq_len=1"], "seq_len must be at least 17 (BOS and x x, |x| = min_repeat (8)), got 1"),
+    (["--set", "seq_len=2"], "seq_len must be at least 17"),
+    (["--set", "seq_len=16"], "seq_len must be at least 17"),  # ValueError "high - low < 0" in repeat_batch
+    (["--set", "seq_len=4", "--set", "bos=false", "--set", "min_repeat=3"],
+     "seq_len must be at least 6 (x x, |x| = min_repeat (3)), got 4"),
+    (["--set", "bos={}"], "bos must be true or false, got {}"),  # TypeError
+    (["--set", "qkv_bias=\"no\""], "qkv_bias must be true or false, got 'no'"),  # ValueError from gpt.check_config
+    (["--set", "lr=Infinity"], "lr must be a finite number, got inf"),  # trained to loss nan and exited 0
+    (["--set", "weight_decay=Infinity"], "weight_decay must be a finite number, got inf"),
+])
+def test_a_train_setting_of_the_wrong_type_or_range_is_a_usage_error(tmp_path, options, message, capsys):
+    """Before, each of these ended in a TypeError or ValueError traceback from inside training (exit 1), and
+    lr=Infinity trained to loss nan, wrote the checkpoint and exited 0."""
+    out = tmp_path / "model"
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--out", str(out), "--steps", "2", *options])
+    stderr = capsys.readouterr().err
+    assert exit_.value.code == 2 and "usage: attnviz train" in stderr and message in stderr, stderr
+    assert "Traceback" not in stderr and not out.exists()
+
+
+def test_train_config_validate_names_what_each_field_must_be():
+    from attnviz.labs.train import TrainConfig
+
+    # the least: [BOS] + x x, |x| = min_repeat
+    assert TrainConfig(seq_len=3, min_repeat=1, max_repeat=1, repeat_lengths=(3,)).validate().seq_len == 3
+    assert TrainConfig(seq_len=17, repeat_lengths=[17]).validate().seq_len == 17
+    assert TrainConfig(seq_len=2, bos=False, min_repeat=1, repeat_lengths=[2]).validate().bos is False
+    for field, value in (("repeat_lengths", (2.5,)), ("repeat_lengths", (True,)), ("predictable_only", 1),
+                         ("tie_embeddings", None), ("drop_rate", float("nan")), ("embedding_std", float("inf"))):
+        with pytest.raises(ValueError, match=field):
+            TrainConfig(**{field: value}).validate()
+
+
 @pytest.mark.parametrize(("out", "message"), [
     ("", "--out must name a folder"),  # not the current folder
     ("{file}", "a file is there; name a folder"),  # refused before training

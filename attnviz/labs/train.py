@@ -93,9 +93,14 @@ class TrainConfig:
     probe_every: int = 50  # measure the heads every k steps (and at the first and last step)
 
     def validate(self) -> TrainConfig:
-        """This config, or ValueError naming the first field that cannot train (a size below 1, a negative count,
-        a rate ≤ 0, a fraction outside [0, 1], heads that do not divide emb_dim, sequences longer than the
-        context)."""
+        """This config, or ValueError naming the first field that cannot train (a switch that is not true or false,
+        a size below 1, a negative count, a rate ≤ 0 or not finite, a fraction outside [0, 1], heads that do not
+        divide emb_dim, sequences longer than the context or too short for a repeat, repeat lengths that are not
+        whole numbers from the shortest repeat to ``seq_len``)."""
+        for name in ("qkv_bias", "tie_embeddings", "sinusoidal_init", "frozen_embeddings", "attention_only", "bos",
+                     "predictable_only"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("steps", "n_layers", "n_heads", "emb_dim", "context_length", "seq_len", "batch_size",
                      "min_repeat", "max_repeat", "max_copies", "probe_every"):
             value = getattr(self, name)
@@ -109,6 +114,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
                 raise ValueError(f"{name} must be a number of at least 0, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         for name in ("drop_rate", "text_fraction", "skip_fraction"):
             if getattr(self, name) > 1:
                 raise ValueError(f"{name} is a fraction from 0 to 1, got {getattr(self, name)!r}")
@@ -118,6 +125,19 @@ class TrainConfig:
             raise ValueError(f"emb_dim ({self.emb_dim}) must be a multiple of n_heads ({self.n_heads})")
         if self.seq_len > self.context_length:
             raise ValueError(f"seq_len ({self.seq_len}) must be at most context_length ({self.context_length})")
+        # [BOS] + x x with |x| = min_repeat: the shortest sequence repeat_batch draws a repeat in (and a probe fits)
+        shortest = int(self.bos) + 2 * self.min_repeat
+        fits = f"{'BOS and ' if self.bos else ''}x x, |x| = min_repeat ({self.min_repeat})"
+        if self.seq_len < shortest:
+            raise ValueError(f"seq_len must be at least {shortest} ({fits}), got {self.seq_len}")
+        lengths = self.repeat_lengths
+        if not isinstance(lengths, list | tuple) or not all(
+                isinstance(length, int) and not isinstance(length, bool) for length in lengths):
+            raise ValueError(f"repeat_lengths must be a list of whole numbers, got {lengths!r}")
+        for length in lengths:  # a step's rows hold batch_size × seq_len tokens: a shorter repeat gives more rows
+            if not shortest <= length <= self.seq_len:
+                raise ValueError(f"each of repeat_lengths must be from {shortest} ({fits}) to seq_len "
+                                 f"({self.seq_len}), got {length}")
         if self.min_repeat > self.max_repeat:
             raise ValueError(f"min_repeat ({self.min_repeat}) must be at most max_repeat ({self.max_repeat})")
         return self
