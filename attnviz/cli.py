@@ -10,7 +10,9 @@
   and head scores with the time left as the Train page estimates it, and writes a checkpoint that
   ``attnviz.models.load_checkpoint`` and the app's Weights menu read.
 
-``python -m attnviz …`` is the same command; ``--version`` prints the package's version.  Arguments are parsed
+``python -m attnviz …`` is the same command; ``--version`` prints the package's version.  A reader that stops early
+(``| head``) or a closed standard output stops only the printing, not the command or its exit status; an output that
+cannot be written (a full disk) is one line on stderr and exit 2 (:class:`Output`).  Arguments are parsed
 before torch is imported, so ``--help`` and a mistyped option answer at once; sizes are then held to
 ``AttentionConfig``'s limits (:mod:`attnviz.config`), a usage error like any other bad argument.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import shutil
@@ -488,15 +491,71 @@ def main(argv: list[str] | None = None) -> int:
     return args.run(args, args.command_parser)  # the subcommand's parser: its errors print its own usage
 
 
+class OutputError(Exception):
+    """Standard output cannot be written (a full disk, an I/O error): the command stops (:class:`Output`)."""
+
+
+class Output:
+    """``sys.stdout`` (and ``sys.stderr``) for the console script.  A reader that stops early (``| head -1``: a broken
+    pipe) or no stream at all (``>&-``) only stops the printing: the rest is discarded and the command runs on to its
+    own exit status, so ``attnviz check … | head`` still exits 1 when a rule fails.  Any other write error on
+    standard output (``> /dev/full``) raises :class:`OutputError`, which the console script turns into one line on
+    stderr and exit 2; on stderr (``stops=False``) it only stops stderr's printing, there being nowhere to say it.
+    Python's own tools offer nothing to copy here: ``python -m json.tool`` exits 32 (EPIPE) on a broken pipe and
+    prints a traceback on a full disk."""
+
+    def __init__(self, stream, *, stops: bool = True):
+        self.stream = stream  # None: started with the stream closed
+        self.stops = stops
+        self.discarding = stream is None
+
+    def write(self, text: str) -> int:
+        if not self.discarding:
+            self._do(self.stream.write, text)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.discarding:
+            self._do(self.stream.flush)
+
+    def isatty(self) -> bool:
+        return not self.discarding and self.stream.isatty()
+
+    def __getattr__(self, name):  # encoding, fileno …: the stream's own
+        return getattr(self.stream, name)
+
+    def _do(self, action, *args) -> None:
+        try:
+            action(*args)
+        except BrokenPipeError:
+            self._discard()
+        except OSError as error:
+            self._discard()
+            if self.stops:
+                raise OutputError(error.strerror or str(error)) from None
+
+    def _discard(self) -> None:
+        """Print nothing more; what the stream still buffers goes to the null device (Python's flush at exit)."""
+        self.discarding = True
+        with contextlib.suppress(OSError, ValueError):  # no descriptor to point elsewhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+
+
 def console() -> None:
-    """The ``attnviz`` console script: ``main`` with a quiet exit when the reader stops early (``| head``)."""
+    """The ``attnviz`` console script: ``main`` writing through :class:`Output` — a reader that stops early
+    (``| head``) or a closed standard output keeps the command's exit status; an output that cannot be written is
+    one line on stderr and exit 2; Ctrl-C is one line and 130."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Output(sys.stdout), Output(sys.stderr, stops=False)
     try:
         status = main()
         sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped early: no traceback, quiet exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        status = 0
+    except OutputError as error:
+        print(f"{PROG}: cannot write the output: {error}", file=sys.stderr, flush=True)
+        status = 2
     except KeyboardInterrupt:  # Ctrl-C (a forward that never returns): one line, the shell's status for SIGINT
-        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        print(f"\n{PROG}: interrupted", file=sys.stderr, flush=True)
         status = 130
+    finally:
+        sys.stdout, sys.stderr = streams
     sys.exit(status)

@@ -4,6 +4,7 @@ learner's CI can use, and whose ``train`` writes a checkpoint (its runs are test
 import io
 import queue
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -410,6 +411,63 @@ def test_a_reader_that_stops_early_gets_no_traceback(modules):
     command = f"{sys.executable} -m attnviz check {modules}:Attention --d-in 32 | head -1"
     result = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "Traceback" not in result.stderr and result.stdout.count("\n") == 1
+
+
+def in_a_shell(command: str) -> subprocess.CompletedProcess:
+    """``command`` run by bash in the repository (``python -m attnviz`` is this checkout's): its status is the
+    pipeline's first command's (``pipefail`` keeps it when ``head`` exits 0)."""
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, cwd=ROOT,
+                          timeout=180)
+
+
+def said(stderr: str) -> str:
+    """``stderr`` without the slow-check notice a loaded machine adds ("… about 5 s (Ctrl-C stops it)")."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if not line.endswith("(Ctrl-C stops it)\n"))
+
+
+@pytest.mark.parametrize(("cls", "status"), [("Unscaled", 1), ("Attention", 0)])
+def test_a_reader_that_stops_early_keeps_the_checks_exit_status(modules, cls, status):
+    """Before, ``attnviz check … | head -1`` exited 0 although rules failed: the broken pipe ended the run with 0."""
+    python = f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32"
+    result = in_a_shell(f"{python} | head -1")
+    assert result.returncode == status, result.stderr
+    assert result.stdout == f"{cls} from {modules}\n" and "Traceback" not in result.stderr, result.stderr
+    # a reader gone before the first line: the same
+    process = subprocess.Popen([*python.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    process.stdout.close()
+    stderr = process.communicate(timeout=180)[1].decode()
+    assert process.returncode == status and "Traceback" not in stderr, stderr
+
+
+def test_a_check_with_stdout_closed_keeps_its_exit_status(modules):
+    """Before, ``attnviz check … >&-`` ended in AttributeError: 'NoneType' object has no attribute 'flush', exit 1,
+    whatever the rules said."""
+    for cls, status in (("Unscaled", 1), ("Attention", 0)):
+        result = in_a_shell(f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32 >&-")
+        assert result.returncode == status and said(result.stderr) == "", result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("cls", ["Unscaled", "Attention"])
+def test_output_that_cannot_be_written_is_one_line_and_exit_2(modules, cls):
+    """Before, ``attnviz check … > /dev/full`` ended in an OSError traceback (exit 1)."""
+    result = in_a_shell(f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32 > /dev/full")
+    assert result.returncode == 2, result.stderr
+    assert said(result.stderr) == "attnviz: cannot write the output: No space left on device\n", result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_train_with_stdout_closed_or_full_trains_or_says_why_not(tmp_path):
+    """Before, ``attnviz train … >&-`` trained, then ended in AttributeError (exit 1); ``> /dev/full`` in an
+    OSError traceback."""
+    train = shlex.join([sys.executable, "-m", "attnviz", "train", "--steps", "2", "--threads", "1", *TINY_TRAINING])
+    closed = in_a_shell(f"{train} --out {tmp_path / 'closed'} >&-")
+    assert closed.returncode == 0 and closed.stderr == "", closed.stderr
+    assert (tmp_path / "closed" / "model.safetensors").exists()
+    full = in_a_shell(f"{train} --out {tmp_path / 'full'} > /dev/full")
+    assert full.returncode == 2, full.stderr
+    assert full.stderr == "attnviz: cannot write the output: No space left on device\n", full.stderr
 
 
 # ---------------------------------------------------------------- today's attention and the KV cache
