@@ -464,8 +464,9 @@ class _Meter:
 
     def report(self, check: Check | None = None) -> None:
         if self.callback is not None:
-            self.callback(Progress(self.rule, self.rules_done, self.rules_total, self.forwards,
-                                   max(self.planned, self.forwards), time.perf_counter() - self.started, check))
+            with time_limit.own_code():  # inside the user's forward (a pre-hook): its stop is not the user's exception
+                self.callback(Progress(self.rule, self.rules_done, self.rules_total, self.forwards,
+                                       max(self.planned, self.forwards), time.perf_counter() - self.started, check))
 
     def before_forward(self, module, args) -> None:
         self.report()

@@ -6,14 +6,27 @@ A watchdog timer raises an exception in the calling thread (``PyThreadState_SetA
 Python bytecodes, so it stops Python code — a loop, also one that calls torch ops on every turn — but not a single C
 call that blocks (``time.sleep(10**9)``, a lock's ``acquire()``, one huge torch op): the stop takes effect when that
 call returns.  A stop the user's code catches itself (a bare ``except``) is raised again every ``RETRY_SECONDS``
-while the call runs; none can land in the caller's code after the call."""
+while the call runs; none can land in the caller's code after the call.
+
+An exception the user's code raises that is no ``Exception`` — a class of its own derived from ``BaseException``, a
+``KeyboardInterrupt`` or ``GeneratorExit`` it raises itself — would pass every ``except Exception`` and end a
+Streamlit script's thread or the command line with a traceback: :func:`call` hands it back as a
+:class:`RaisedBaseError` (an ``Exception``), and :func:`described` names the user's own.  ``SystemExit`` passes as
+itself (each caller says "called sys.exit(…)"), and so does a real Ctrl+C: while the call runs in the main thread,
+a SIGINT handler wrapped around the process's own (:class:`_Interrupts`) notes the signal, so the
+``KeyboardInterrupt`` the signal raises still stops the program; in any other thread no signal can raise one, so
+every ``KeyboardInterrupt`` there is the user's code's.  attnviz's own code that runs inside the call (a check's
+progress report, from a forward hook, which may draw a Streamlit element and so be stopped by Streamlit) says so with
+:func:`own_code`, and what it raises passes as itself too."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import linecache
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -27,6 +40,47 @@ class TimeLimitError(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"ran for {seconds:g} s without returning (an endless loop?)")
         self.seconds = seconds
+
+
+class StopCall(BaseException):  # noqa: N818  (a stop, not an error)
+    """attnviz's own way to end a call of the user's code early (the watchdog's stop, the recorder's, a probe's): a
+    BaseException, so that the user's ``except Exception`` passes it, which :func:`call` hands on as itself, never as
+    the user's exception."""
+
+
+class RaisedBaseError(Exception):
+    """The user's code raised ``error``, a ``BaseException`` that is no ``Exception`` (nor ``SystemExit``, nor the
+    ``KeyboardInterrupt`` of a real Ctrl+C): an ``Exception`` now, so that it is reported like any other."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+OWN = "_attnviz_own"  # the mark own_code() sets on a BaseException raised by attnviz's code inside the user's call
+
+
+@contextlib.contextmanager
+def own_code():
+    """Around attnviz's own code that runs inside a call of the user's code (a forward hook's progress report): a
+    BaseException it raises — Streamlit stopping the script run at the report's next element, a ``KeyboardInterrupt``
+    of the caller's — passes :func:`call` as itself, never as the user's exception."""
+    try:
+        yield
+    except BaseException as error:
+        if not isinstance(error, Exception):
+            with contextlib.suppress(AttributeError):  # an exception class with __slots__ keeps no mark
+                setattr(error, OWN, True)
+        raise
+
+
+def described(error: BaseException, when: str = "") -> str:
+    """"RuntimeError{when}: the message" of an exception the user's code raised, on one line (:func:`one_line`), or
+    its name alone when it has no message ("KeyboardInterrupt"); the user's own exception's for a
+    :class:`RaisedBaseError`."""
+    error = error.error if isinstance(error, RaisedBaseError) else error
+    said = " ".join(str(error).split())
+    return f"{type(error).__name__}{when}: {one_line(error)}" if said else f"{type(error).__name__}{when}"
 
 
 class UserCallError(Exception):
@@ -77,28 +131,61 @@ def call_in_words(name: str, function, /, *args, **kwargs):
     except AssertionError as error:  # a bare assert's message is empty: its source line says what failed
         raise UserCallError(f"{name} {failed_assertion(error)}") from None
     except Exception as error:  # the user's code: any exception is theirs, reported in one line
-        raise UserCallError(f"{name} raised {type(error).__name__}: {one_line(error)}") from None
+        raise UserCallError(f"{name} raised {described(error)}") from None
     except SystemExit as stop:  # a sys.exit() in the user's code would end the notebook's kernel or the CLI's run
         raise UserCallError(f"{name} called sys.exit({stop.code!r})") from None
 
 
 def call(function, *args, **kwargs):
     """``function(*args, **kwargs)`` with the time limit ``SECONDS`` (read at each call): its result, its own
-    exception, or :class:`TimeLimitError` when the watchdog stopped it (whatever the stopped code raised then)."""
+    exception — one that is no ``Exception`` as a :class:`RaisedBaseError`, but ``SystemExit``, a real Ctrl+C's
+    ``KeyboardInterrupt`` and attnviz's own :class:`StopCall` as themselves —, or :class:`TimeLimitError` when the
+    watchdog stopped it (whatever the stopped code raised then)."""
     watchdog = _Watchdog(SECONDS)
+    interrupts = _Interrupts()
     try:
         try:
-            watchdog.arm()
-            return function(*args, **kwargs)
+            with interrupts:
+                watchdog.arm()
+                return function(*args, **kwargs)
         finally:
             watchdog.disarm()
-    except BaseException:
+    except BaseException as error:
         if watchdog.fired:
             raise TimeLimitError(watchdog.seconds) from None
-        raise
+        if isinstance(error, (Exception, SystemExit, StopCall)) or interrupts.seen or getattr(error, OWN, False):
+            raise
+        raise RaisedBaseError(error) from error
 
 
-class _Stopped(BaseException):
+class _Interrupts:
+    """Within it, in the main thread: whether a SIGINT (Ctrl+C) arrived (``seen``).  The process's own handler stays
+    in charge — it is called as before, and raises the ``KeyboardInterrupt`` —; this one only notes the signal first,
+    and is taken out again on leaving.  Elsewhere (another thread, a SIGINT that is ignored or has no Python handler)
+    nothing is installed, and ``seen`` stays False."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.before = None
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            before = signal.getsignal(signal.SIGINT)
+            if callable(before):
+                self.before = before
+                signal.signal(signal.SIGINT, self._noted)
+        return self
+
+    def _noted(self, signum, frame):
+        self.seen = True
+        return self.before(signum, frame)
+
+    def __exit__(self, *exc_info) -> None:
+        if self.before is not None and signal.getsignal(signal.SIGINT) == self._noted:
+            signal.signal(signal.SIGINT, self.before)
+
+
+class _Stopped(StopCall):
     """What the watchdog raises in a call that runs too long (a BaseException: ``except Exception`` passes it)."""
 
 

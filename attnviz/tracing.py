@@ -679,7 +679,7 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
         if "flex_attention" in str(error) and "Higher Order Operator" in str(error):  # TorchDynamo's Unsupported
             raise TraceError(f"{what} calls {FLEX_ATTENTION}") from error
-        raise TraceError(f"{what} raised {type(error).__name__}: {time_limit.one_line(error)}"
+        raise TraceError(f"{what} raised {time_limit.described(error)}"
                          f"{_rotary_hint(module, forward_kwargs)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
@@ -790,7 +790,7 @@ def _batch_first(output):
     return output
 
 
-class _TooMuchRecorded(BaseException):
+class _TooMuchRecorded(time_limit.StopCall):
     """What the recorder raises in a forward whose recorded outputs pass ``RECORDED_BYTES`` (a BaseException: ``except
     Exception`` passes it)."""
 
@@ -1686,7 +1686,7 @@ def _read_off(width: int, kind: str, name: str | None, *, called: bool) -> Input
     return InputWidth(int(width), source, layer)
 
 
-class _Found(BaseException):
+class _Found(time_limit.StopCall):
     """Stops a forward at its first projection (:class:`_FirstProjection`); a BaseException, which ``run_forward``
     does not turn into a TraceError."""
 

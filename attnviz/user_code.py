@@ -152,8 +152,7 @@ def load(spec: str) -> type[nn.Module]:
         raise UserCodeError(f"{path_text} {time_limit.failed_assertion(error, ' on import')}") from None
     except Exception as error:  # the user's file: anything it raises is theirs, in one line
         sys.modules.pop(name, None)
-        raise UserCodeError(f"{path_text} raised {type(error).__name__} on import: "
-                            f"{time_limit.one_line(error)}") from None
+        raise UserCodeError(f"{path_text} raised {time_limit.described(error, ' on import')}") from None
     except SystemExit as stop:  # a script's sys.exit() would end attnviz with the script's status
         sys.modules.pop(name, None)
         raise UserCodeError(f"{path_text} called sys.exit({stop.code!r}) on import: put its script part under "

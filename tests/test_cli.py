@@ -325,13 +325,40 @@ def test_the_evidence_wraps_between_words_and_never_inside_a_flag_or_a_number():
      "        super().__init__()\n        assert d_in % 3 == 0, 'd_in must be a multiple of 3'\n",
      "Bad", "Bad(d_in=64) failed an assertion (user.py, line 7): d_in must be a multiple of 3"),
     ("from torch import nn\n\n\nclass Mine(nn.Module):\n    pass\n", "Other", "it defines Mine"),
-])
+    ("class E(BaseException): pass\nraise E('custom base exception')\n", "A",
+     "raised E on import: custom base exception"),
+    ("from torch import nn\n\n\nclass E(BaseException): pass\n\n\nclass A(nn.Module):\n"
+     "    def __init__(self, d_in=64):\n        super().__init__()\n\n    def forward(self, x):\n"
+     "        raise E('x')\n", "A", "the forward raised E: x"),
+    ("from torch import nn\n\n\nclass A(nn.Module):\n    def __init__(self, d_in=64):\n        super().__init__()\n"
+     "\n    def forward(self, x):\n        raise KeyboardInterrupt\n", "A", "the forward raised KeyboardInterrupt"),
+], ids=["raises", "asserts", "no-such-class", "base-exception-on-import", "base-exception-in-forward",
+        "keyboard-interrupt-in-forward"])
 def test_an_import_or_constructor_failure_exits_2_with_one_line(tmp_path, source, spec, message):
     path = tmp_path / "user.py"
     path.write_text(source)
     result = check(f"{path}:{spec}")
     assert result.returncode == 2
     assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_during_the_users_code_still_interrupts_the_check(tmp_path):
+    """A user's KeyboardInterrupt is their exception (exit 2, above); the one Ctrl+C raises stops the check: "attnviz:
+    interrupted", the shell's status for SIGINT."""
+    path = tmp_path / "waits.py"
+    path.write_text("from torch import nn\n\n\nclass A(nn.Module):\n    def __init__(self, d_in=64):\n"
+                    "        super().__init__()\n        print('built', flush=True)\n        while True:\n"
+                    "            pass\n")
+    process = subprocess.Popen([sys.executable, "-m", "attnviz", "check", f"{path}:A"], cwd=ROOT, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert process.stdout.readline() == "built\n"  # the constructor's loop runs
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and err.strip() == "attnviz: interrupted", err
 
 
 def run_attnviz(*args):
@@ -622,10 +649,13 @@ def test_a_folder_is_named_as_a_folder(tmp_path):
 
 
 def test_an_interrupt_is_one_line_with_status_130(tmp_path, monkeypatch, capsys):
-    """Ctrl-C in the user's code (here raised by the file itself) prints no traceback.  ``console`` is what the
-    console script and ``python -m attnviz`` run; a real process gets a real Ctrl-C in the test of the rules' lines."""
+    """Ctrl-C in the user's code (here a SIGINT the file sends its own process) prints no traceback.  ``console`` is
+    what the console script and ``python -m attnviz`` run; a real process gets a real Ctrl-C in the test of the
+    rules' lines.  A KeyboardInterrupt the file raises itself is its own exception (exit 2, one line)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
     path = tmp_path / "slow.py"
-    path.write_text("raise KeyboardInterrupt\n")
+    path.write_text("import signal\n\nsignal.raise_signal(signal.SIGINT)\nwhile True:\n    pass\n")
     monkeypatch.setattr(sys, "argv", ["attnviz", "check", f"{path}:A"])
     try:
         with pytest.raises(SystemExit) as exit_:

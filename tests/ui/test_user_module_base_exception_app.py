@@ -1,0 +1,85 @@
+"""The app with a listed module that raises a ``BaseException`` that is no ``Exception`` (a class of its own, a
+``KeyboardInterrupt`` it raises itself): on import, it is named in the sidebar and every module after it is listed,
+in every session; in its forward, each page says so in one line instead of drawing the sidebar alone."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers.apptest import no_exception, open_app
+
+from attnviz import user_code
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ROOT / "tests" / "helpers" / "user_modules.py"
+AFTER = ("CausalSelfAttention", "TorchMHA", "SleepyAttention")  # listed after the file that raises on import
+TIMEOUT = 120
+
+OWN = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+
+    class Stop(BaseException):
+        pass
+
+
+    class StopsInForward(nn.Module):
+        def __init__(self, d_in=16):
+            super().__init__()
+            self.proj = nn.Linear(d_in, d_in)
+
+        def forward(self, x):
+            raise Stop("no forward today")
+
+
+    class InterruptsItself(nn.Module):
+        def __init__(self, d_in=16):
+            super().__init__()
+            self.proj = nn.Linear(d_in, d_in)
+
+        def forward(self, x):
+            raise KeyboardInterrupt
+''')
+
+
+@pytest.fixture
+def specs(tmp_path, monkeypatch):
+    """ATTNVIZ_MODULES: a file whose import raises a BaseException first, then modules that load."""
+    raising = tmp_path / "baseexc.py"
+    raising.write_text("class E(BaseException): pass\nraise E('custom base exception')\n")
+    own = tmp_path / "own.py"
+    own.write_text(OWN)
+    listed = [f"{raising}:A", *(f"{MODULES}:{name}" for name in AFTER), f"{own}:StopsInForward",
+              f"{own}:InterruptsItself"]
+    monkeypatch.setattr("sys.argv", ["app.py"])
+    monkeypatch.setenv(user_code.ENV, ",".join(listed))
+    return listed
+
+
+def captions(at) -> str:
+    return " ".join(c.value for c in at.sidebar.caption).replace("\\", "")  # as the user reads them: unescaped
+
+
+def test_a_module_whose_import_raises_a_base_exception_is_named_and_the_ones_after_it_are_listed(specs):
+    for _ in range(2):  # the first session, and every later one
+        at = open_app(timeout=TIMEOUT)
+        no_exception(at)
+        options = at.sidebar.selectbox(key="variant").options
+        assert all(f"Your module: {name}" in options for name in (*AFTER, "StopsInForward", "InterruptsItself"))
+        assert f"{specs[0]} is not listed: {specs[0].rpartition(':')[0]} raised E on import: custom base exception" \
+            in captions(at)
+
+
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/compare.py"])
+@pytest.mark.parametrize(("name", "words"), [("StopsInForward", "the forward raised Stop: no forward today"),
+                                             ("InterruptsItself", "the forward raised KeyboardInterrupt")])
+def test_a_forward_that_raises_a_base_exception_is_a_message_on_every_page(specs, page, name, words):
+    at = open_app(page, timeout=TIMEOUT, variant=f"Your module: {name}", text="My own text stays")
+    no_exception(at)
+    warnings = [re.sub(r"\\(.)", r"\1", w.value) for w in at.warning]
+    assert any(words in warning for warning in warnings), warnings
+    assert at.sidebar.text_area(key="text").value == "My own text stays"
