@@ -49,11 +49,17 @@ def start_warm_up() -> None:
     MHA, or the module ``--module`` names, which the app opens on (``urlstate.opening_config``) — in a thread while
     this first run imports pandas and Streamlit's glue and draws the sidebar (later calls do nothing;
     ``pipeline.prepare_in_background`` says more).  The modules the command line names are loaded here, in the
-    script's thread, as the sidebar would load them; the thread builds and runs one under the time limit every call
-    of a user's code has."""
-    from attnviz import pipeline, urlstate  # torch: the browser fetches Plotly's code meanwhile
+    script's thread, as the sidebar would load them, under a spinner while they are not read yet (importing a file
+    runs its code; a session that arrives meanwhile waits for the whole list, ``user_code.listed``); the thread builds
+    and runs one under the time limit every call of a user's code has."""
+    from attnviz import pipeline, time_limit, urlstate, user_code  # torch: the browser fetches Plotly's code meanwhile
 
-    pipeline.prepare_in_background(urlstate.opening_config())
+    reading = contextlib.nullcontext() if user_code.read() else st.spinner(
+        f"Reading your modules… (importing a file runs its code; one still running after {time_limit.SECONDS:g} s is "
+        "stopped)", show_time=True)
+    with reading:
+        config = urlstate.opening_config()
+    pipeline.prepare_in_background(config)
 
 
 start_warm_up()

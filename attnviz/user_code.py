@@ -554,7 +554,8 @@ _lock = threading.Lock()
 _registered: dict[str, str] = {}  # label -> spec
 _classes: dict[str, type[nn.Module]] = {}  # label -> class
 _errors: dict[str, str] = {}  # spec -> why it could not be listed
-_read: tuple | None = None
+_read: tuple | None = None  # the specs requested when the list was last read whole
+_reading = threading.RLock()  # one reading of the list at a time (:func:`listed`)
 _stamps: dict[str, tuple | None] = {}  # spec -> its file's (mtime, size) when its class was loaded
 _failed: dict[str, dict[tuple, str]] = {}  # label -> constructor arguments' key -> why its constructor failed
 _reload_lock = threading.Lock()  # one import anew of a changed file at a time (the user's code, time-limited)
@@ -603,20 +604,32 @@ def _stamp(spec: str) -> tuple | None:
 
 
 def listed() -> dict[str, str]:
-    """label -> spec of every module listed on the command line or in ATTNVIZ_MODULES (read once per change)."""
+    """label -> spec of every module listed on the command line or in ATTNVIZ_MODULES (read once per change).
+
+    Reading the list imports each file, which runs its code (up to the time limit each): one reading at a time, and
+    the list is read only once every file was tried — a session that asks meanwhile waits for the whole list (a link
+    naming a module that is still being imported keeps it), and one whose reading stops half way (the script's thread
+    stopped) leaves the files not yet tried for the next reading."""
     global _read
     key = tuple(requested())
     if key != _read:
-        with _lock:
-            _read = key
-        for spec in key:
-            if spec in _registered.values() or spec in _errors:
-                continue
-            try:
-                register(spec)
-            except UserCodeError as error:
-                _errors[spec] = str(error)
+        with _reading:
+            if key != _read:  # another session's reading may have read it meanwhile
+                for spec in key:
+                    if spec in _registered.values() or spec in _errors:
+                        continue
+                    try:
+                        register(spec)
+                    except UserCodeError as error:
+                        _errors[spec] = str(error)
+                _read = key
     return dict(_registered)
+
+
+def read() -> bool:
+    """Whether the modules named now are listed already; if not, :func:`listed` imports them first (which may take
+    up to the time limit of a call of the user's code per file)."""
+    return tuple(requested()) == _read
 
 
 def opening(argv: Sequence[str] | None = None) -> str | None:
