@@ -195,21 +195,29 @@ SNIFFED_BYTES = 8192  # how much of a file named otherwise is read to tell a bin
 
 
 def _not_python(path: Path, source: str | None = None) -> str | None:
-    """What a file not named ``.py`` holds instead of Python ("binary", "JSON", "a notebook"), from its first bytes,
-    or, given ``source``, its text; None when it may be Python (then compiling it says the rest)."""
+    """What a file holds instead of Python ("binary", "JSON", "a notebook"), from its first bytes, or, given
+    ``source``, its text; None when it may be Python (then compiling it says the rest).  A file named ``.py`` is
+    binary only when it holds a NUL byte, which no Python source holds (an image saved as ``image.py``); one that is
+    text in another encoding than UTF-8 is left to reading it, which says which byte it cannot decode."""
     suffix = path.suffix.lower()
-    if suffix in PYTHON_SUFFIXES:
-        return None
     if suffix == ".ipynb":
         return "a Jupyter notebook; export it with File > Save and Export Notebook As > Executable Script"
     if source is None:
         with open(path, "rb") as file:
             head = file.read(SNIFFED_BYTES)
+        if b"\0" in head:
+            return "binary"
+        if suffix in PYTHON_SUFFIXES:
+            return None
         try:
             codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a character cut at the end is text
         except UnicodeDecodeError:
             return "binary"
-        return "binary" if b"\0" in head else None
+        return None
+    if "\0" in source:
+        return "binary"
+    if suffix in PYTHON_SUFFIXES:
+        return None
     try:
         json.loads(source)  # a checkpoint's config.json: JSON's false, true and null are no Python names
     except ValueError:

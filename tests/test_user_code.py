@@ -326,6 +326,9 @@ def test_a_file_beside_that_fails_to_import_leaves_sys_path_as_it_was(tmp_path):
     ("config.json", '{"n_embd": 64, "bias": false, "dropout": null}\n', "JSON"),
     ("model.safetensors", b"\xb0\x00\x00\x00\x00\x00\x00\x00{\"__metadata__\"", "binary"),
     ("weights", b"PK\x03\x04\x00\x00", "binary"),
+    ("image.py", b"\x89PNG\r\n\x1a\n\x00\x00garbage", "binary"),  # named .py, as a PNG named .png is refused
+    ("image.png", b"\x89PNG\r\n\x1a\n\x00\x00garbage", "binary"),
+    ("nul.py", b"x = 1\x00\n", "binary"),  # text that Python cannot compile: no source holds a NUL byte
 ])
 def test_a_file_that_is_not_python_is_refused_as_such(tmp_path, name, content, kind):
     path = tmp_path / "ckpt" / name
