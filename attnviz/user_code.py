@@ -636,8 +636,10 @@ def listed() -> dict[str, str]:
 
 def read() -> bool:
     """Whether the modules named now are listed already; if not, :func:`listed` imports them first (which may take
-    up to the time limit of a call of the user's code per file)."""
-    return tuple(requested()) == _read
+    up to the time limit of a call of the user's code per file).  True when none are named: there is nothing to
+    import."""
+    named = tuple(requested())
+    return not named or named == _read
 
 
 def opening(argv: Sequence[str] | None = None) -> str | None:

@@ -115,3 +115,9 @@ def test_a_reading_stopped_half_way_leaves_the_files_not_tried_for_the_next_read
     assert user_code.listed() == {"Your module: MyAttention": f"{mine}:MyAttention",
                                   "Your module: OtherAttention": f"{other}:OtherAttention"}
     assert user_code.read()
+
+
+def test_with_no_module_named_the_list_is_read_before_any_reading(monkeypatch, fresh_list):
+    """Nothing to import: the app's first page draws no spinner for it."""
+    monkeypatch.delenv(user_code.ENV, raising=False)
+    assert user_code.read()
