@@ -249,14 +249,32 @@ def _holds_a_pickle(file: Path, is_zip: bool) -> bool:
     return False
 
 
+MAX_JSON_BYTES = 16 * 2**20  # a config.json is a few kB, the index of a sharded 100B-parameter model under 1 MB
+
+
 def _read_json(file: Path) -> dict:
+    """The JSON object in ``file`` (a config or a shard index), or a CheckpointError in words: a file larger than any
+    config (never read), one that is not UTF-8 JSON, nested too deeply for the decoder (it recurses once per bracket)
+    or holding a number too long to convert (Python's limit on digits)."""
+    size = file.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise CheckpointError(f"{file} is {size:,} bytes, larger than a config or a shard index could be "
+                              f"({MAX_JSON_BYTES:,} at most): it is not one. Fix or remove it.")
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{file} is not a readable JSON config ({error}): fix or remove it.") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{file} is not a config object (it holds a {type(config).__name__}).")
-    return config
+    except UnicodeDecodeError:
+        reason = "it is not UTF-8 text"
+    except json.JSONDecodeError as error:
+        reason = str(error)
+    except RecursionError:
+        reason = "it is nested too deeply"
+    except ValueError:  # int('9' * 5000): past sys.get_int_max_str_digits()
+        reason = "a number in it is too long to read"
+    else:
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{file} is not a config object (it holds a {type(config).__name__}).")
+        return config
+    raise CheckpointError(f"{file} is not a readable JSON file ({reason}): fix or remove it.")
 
 
 def _config_beside(file: Path) -> dict | None:

@@ -505,7 +505,7 @@ def test_unreadable_file_is_a_checkpoint_error(hf_small, tmp_path, monkeypatch):
 def test_broken_config_json(hf_small, tmp_path):
     path = write("hf-dir", hf_small, tmp_path)
     (tmp_path / "config.json").write_text("{not json")
-    assert "not a readable JSON config" in load_error(path)
+    assert "config.json is not a readable JSON file" in load_error(path)
 
 
 def test_tensorflow_checkpoint_directory_says_how_to_convert(tmp_path):
