@@ -311,14 +311,7 @@ def _locate(path: Path) -> tuple[list[Path], dict | None]:
             return [path / name], config
         index = path / f"{name}.index.json"
         if index.is_file():
-            weight_map = _read_json(index).get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map:
-                raise CheckpointError(f"{index} has no weight_map: the sharded checkpoint is incomplete.")
-            shards = [path / shard for shard in dict.fromkeys(weight_map.values())]
-            missing = [shard.name for shard in shards if not shard.is_file()]
-            if missing:
-                raise CheckpointError(f"{path}: shard {missing[0]} listed in {index.name} is missing.")
-            return shards, config
+            return _shards(path, index), config
     if _is_tensorflow(path):
         raise CheckpointError(f"{path} holds a TensorFlow checkpoint. {TF_HINT}")
     candidates = sorted(child for child in path.iterdir() if child.is_file() and child.suffix in WEIGHT_SUFFIXES)
@@ -332,6 +325,33 @@ def _locate(path: Path) -> tuple[list[Path], dict | None]:
         f"Nothing loadable in {path}: expected config.json + model.safetensors (a Hugging Face GPT-2 folder), "
         "or a .safetensors / .pth / .pt / .bin file."
     )
+
+
+def _shards(path: Path, index: Path) -> list[Path]:
+    """The shard files a sharded checkpoint's index (``model.safetensors.index.json``: ``{"weight_map": {tensor:
+    shard file name}}``) names, in the order it first names them, or a CheckpointError in words."""
+    weight_map = _read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index} has no weight_map: the sharded checkpoint is incomplete.")
+    names = []
+    for shard in weight_map.values():
+        if not isinstance(shard, str):
+            raise CheckpointError(
+                f"{path}: {index.name} names the shard {_shown(shard)}, not a file name: the index is damaged. Fix or "
+                "remove the index (or fetch the checkpoint again).")
+        if shard not in names:
+            names.append(shard)
+    shards = [path / name for name in names]
+    missing = [shard.name for shard in shards if not shard.is_file()]
+    if missing:
+        raise CheckpointError(f"{path}: shard {missing[0]} listed in {index.name} is missing.")
+    return shards
+
+
+def _shown(value, limit: int = 200) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters: a value read from a file can be any length."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 # ============================== the load ==============================

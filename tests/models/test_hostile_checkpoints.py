@@ -8,6 +8,7 @@ weight_map names numbers, lists or paths outside the folder, configs whose numbe
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,29 @@ def test_json_too_large_is_refused_before_it_is_read(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text(json.dumps({"pad": "x" * 2000}))
     message = refused(tmp_path)
     assert "config.json is 2,0" in message and "larger than a config" in message
+
+
+# ============================== shard indexes ==============================
+
+GOOD_CONFIG = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 2}
+
+
+def sharded(folder: Path, *shards) -> Path:
+    """A Hugging Face folder whose model.safetensors.index.json maps one tensor to each of ``shards``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(GOOD_CONFIG))
+    weight_map = {f"h.{index}.attn.c_attn.weight": shard for index, shard in enumerate(shards)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return folder
+
+
+@pytest.mark.parametrize("shard", [5, 1.5, ["x"], {"a": "b"}, None, True])
+def test_a_shard_named_by_something_else_than_a_string_is_refused_in_words(tmp_path, shard):
+    message = refused(sharded(tmp_path, shard))
+    assert f"model.safetensors.index.json names the shard {shard!r}, not a file name" in message
+    assert "Fix or remove the index" in message
+
+
+def test_only_the_first_bad_shard_is_named_and_a_long_one_is_cut(tmp_path):
+    message = refused(sharded(tmp_path, ["x" * 5000], 7))
+    assert "names the shard ['xxx" in message and len(message) < len(str(tmp_path)) + 400
