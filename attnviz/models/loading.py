@@ -339,6 +339,17 @@ def _shards(path: Path, index: Path) -> list[Path]:
             raise CheckpointError(
                 f"{path}: {index.name} names the shard {_shown(shard)}, not a file name: the index is damaged. Fix or "
                 "remove the index (or fetch the checkpoint again).")
+        if not _plain_file_name(shard):
+            path_like = "/" in shard or "\\" in shard
+            named = f"a shard by a path, {_shown(shard)}," if path_like else f"the shard {shard!r:.60},"
+            raise CheckpointError(
+                f"{path}: {index.name} names {named} not a file in the checkpoint's folder. A shard index lists the "
+                "plain file names of the shards beside it (model-00001-of-00002.safetensors): fix or remove the "
+                "index. attnviz read no file it names.")
+        if not shard.endswith(WEIGHT_SUFFIXES):
+            raise CheckpointError(
+                f"{path}: {index.name} names the shard {_shown(shard)}, not a weights file (.safetensors, .bin, .pt "
+                "or .pth): fix or remove the index.")
         if shard not in names:
             names.append(shard)
     shards = [path / name for name in names]
@@ -348,9 +359,18 @@ def _shards(path: Path, index: Path) -> list[Path]:
     return shards
 
 
+def _plain_file_name(name: str) -> bool:
+    """Whether ``name`` names a file directly in a folder: no separator (``/``, ``\\``), not absolute, not ``.``
+    or ``..``, no NUL.  ``folder / name`` is then inside ``folder`` whatever the folder is; a symlink there is
+    followed, as the folder's own ``model.safetensors`` is (the Hugging Face cache's snapshot folders hold only
+    symlinks into the repo's ``blobs`` folder)."""
+    return name not in ("", ".", "..") and not any(char in name for char in "/\\\0")
+
+
 def _shown(value, limit: int = 200) -> str:
-    """``repr(value)`` for a message, cut to ``limit`` characters: a value read from a file can be any length."""
-    shown = repr(value)
+    """A value read from a file, for a message: a string as its text (escaped: ``\\x00``, no quotes), anything else
+    as its repr, cut to ``limit`` characters (it can be any length)."""
+    shown = repr(value)[1:-1] if isinstance(value, str) and value else repr(value)
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 

@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.checkpoints import random_gpt2
+from safetensors import torch as safetensors_torch
 
-from attnviz.models import CheckpointError, load_checkpoint
+from attnviz.models import CheckpointError, GPTModel, load_checkpoint
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json's decoder recurses once per bracket
 
@@ -86,3 +88,78 @@ def test_a_shard_named_by_something_else_than_a_string_is_refused_in_words(tmp_p
 def test_only_the_first_bad_shard_is_named_and_a_long_one_is_cut(tmp_path):
     message = refused(sharded(tmp_path, ["x" * 5000], 7))
     assert "names the shard ['xxx" in message and len(message) < len(str(tmp_path)) + 400
+
+
+@pytest.fixture(scope="module")
+def gpt2_state():
+    """A small GPT-2's state dict (Hugging Face names) and its config, for checkpoints that load."""
+    model = random_gpt2(seed=3, n_layer=2, n_head=2, n_embd=32, n_positions=16)
+    state = {key: value.clone() for key, value in model.state_dict().items() if key != "lm_head.weight"}  # tied
+    return state, model.config.to_dict()
+
+
+def save_shards(folder: Path, state: dict, config: dict, names: tuple[str, str], files=None) -> Path:
+    """``state`` in two shards, the index naming them ``names``; their files written at ``files`` (default: the names
+    in ``folder``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    halves = ({k: v for k, v in state.items() if ".h.1." not in k}, {k: v for k, v in state.items() if ".h.1." in k})
+    for half, file in zip(halves, files or [folder / name for name in names]):
+        file.parent.mkdir(parents=True, exist_ok=True)
+        safetensors_torch.save_file(half, file)
+    weight_map = {key: name for half, name in zip(halves, names) for key in half}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_plain_shard_names_load(tmp_path, gpt2_state):
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    assert isinstance(load_checkpoint(save_shards(tmp_path / "ckpt", *gpt2_state, names)), GPTModel)
+
+
+@pytest.mark.parametrize("how", ["absolute", "parent", "subfolder-up", "subfolder"])
+def test_a_shard_outside_the_folder_is_refused_and_never_read(tmp_path, gpt2_state, how, monkeypatch):
+    """The index's text names a file by a path: absolute, ``../``, or through a subfolder. The file is a valid shard
+    (it loaded before), but only a plain file name in the checkpoint's own folder is a shard."""
+    from attnviz.models import loading
+
+    outside = tmp_path / "elsewhere" / "model-00002-of-00002.safetensors"
+    name = {"absolute": str(outside), "parent": "../elsewhere/model-00002-of-00002.safetensors",
+            "subfolder-up": "sub/../../elsewhere/model-00002-of-00002.safetensors",
+            "subfolder": "sub/model-00002-of-00002.safetensors"}[how]
+    if how == "subfolder":
+        outside = tmp_path / "ckpt" / "sub" / "model-00002-of-00002.safetensors"
+    (tmp_path / "ckpt" / "sub").mkdir(parents=True)
+    folder = save_shards(tmp_path / "ckpt", *gpt2_state, ("model-00001-of-00002.safetensors", name),
+                         files=[tmp_path / "ckpt" / "model-00001-of-00002.safetensors", outside])
+    opened = []
+    real_open = loading._open_tensors
+    monkeypatch.setattr(loading, "_open_tensors", lambda files: opened.extend(files) or real_open(files))
+    message = refused(folder)
+    assert f"model.safetensors.index.json names a shard by a path, {name}, not a file in the checkpoint's folder" \
+        in message
+    assert "plain file names" in message
+    assert opened == []
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "model\x00.safetensors", "config.json", "model-00002"])
+def test_a_shard_that_is_not_a_weights_file_name_is_refused(tmp_path, gpt2_state, name):
+    folder = save_shards(tmp_path / "ckpt", *gpt2_state, ("model-00001-of-00002.safetensors", "real.safetensors"))
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["h.1.ln_1.weight"] = name
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    message = refused(folder)
+    assert "model.safetensors.index.json names the shard" in message
+    assert "not a file in the checkpoint's folder" in message or "not a weights file" in message
+
+
+def test_a_shard_symlinked_elsewhere_is_followed_as_in_the_hugging_face_cache(tmp_path, gpt2_state):
+    """The Hugging Face cache's snapshot folders hold symlinks into the repo's blobs folder: a shard named by a plain
+    file name in the folder is read where its symlink points (as the folder's own model.safetensors is)."""
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    blobs = tmp_path / "models--x--y" / "blobs"
+    snapshot = tmp_path / "models--x--y" / "snapshots" / "abc123"
+    save_shards(snapshot, *gpt2_state, names, files=[blobs / "sha1", blobs / "sha2"])
+    for name, blob in zip(names, ("sha1", "sha2")):
+        (snapshot / name).symlink_to(Path("../../blobs") / blob)
+    assert isinstance(load_checkpoint(snapshot), GPTModel)

@@ -40,6 +40,7 @@ def folder(tmp_path, monkeypatch) -> Path:
     ("deepcfg", None, "config.json is not a readable JSON file (it is nested too deeply)"),
     ("deepcfg", "pages/generate.py", "config.json is not a readable JSON file (it is nested too deeply)"),
     ("shard-list", None, "names the shard ['x'], not a file name"),
+    ("shard-outside", "pages/generate.py", "by a path, elsewhere.safetensors, not a file in the checkpoint's folder"),
 ])
 def test_a_hostile_checkpoint_folder_is_named_in_words(folder, name, page, words):
     at = open_app(page, weights=name, text=TEXT)
