@@ -460,14 +460,30 @@ def _head_count(origin: str, emb_dim: int, config: dict, key: str) -> int:
 
 
 def _layer_count(origin: str, keys: set[str], pattern: str, config_layers) -> int:
-    found = {int(match.group(1)) for key in keys if (match := re.match(pattern, key))}
-    n_layers = max(found) + 1 if found else 0
+    """The number of blocks: their keys (``pattern``'s group: the block's number) numbered 0, 1, … without a gap,
+    or a CheckpointError before any skeleton is built (a key ``h.100000000.…`` would build 10⁸ blocks)."""
+    numbers = {match.group(1) for key in keys if (match := re.match(pattern, key))}  # digit strings, never int()ed
+    n_layers = 0
+    while str(n_layers) in numbers:
+        n_layers += 1
+    if len(numbers) > n_layers:
+        extra = min(numbers - {str(index) for index in range(n_layers)}, key=lambda number: (len(number), number))
+        raise CheckpointError(f"{origin} has no block {n_layers} but has block {_shown(extra, 20)}: the file is "
+                              "incomplete or damaged. Save or fetch the checkpoint again.")
     if config_layers is not None and config_layers != n_layers:
         raise CheckpointError(f"{origin}: the config says {config_layers} layers but the weights have {n_layers}. "
                               "The config does not belong to this file: fix or remove it.")
     if n_layers == 0:
         raise CheckpointError(f"{origin} has no transformer blocks.")
     return n_layers
+
+
+def _width(origin: str, name: str, shape: tuple) -> int:
+    """The model's width: the token embedding's columns, or a CheckpointError for one without columns."""
+    if len(shape) != 2 or shape[1] < 1:
+        raise CheckpointError(f"{origin}: {name} {shape} has no columns: a token would be a vector of no numbers. "
+                              "The file is incomplete (or is not GPT-2).")
+    return shape[1]
 
 
 class _Skeleton(TorchFunctionMode):
@@ -509,6 +525,9 @@ def _finish(model: GPTModel, cfg: dict, origin: str, heads_assumed: bool) -> GPT
     return model
 
 
+MAX_CONTEXT = 2**14  # positions: _finish's causal mask is MAX_CONTEXT² float32, 1 GiB (GPT-2's 1,024: 4 MiB)
+
+
 def _context_length(name: str, pos_shape: tuple, emb_dim: int, configured: int | None) -> int:
     """The context length: the config's when it matches the position table's rows, else a CheckpointError as
     :func:`assign` words it — before any skeleton is built, whose (ctx, ctx) mask a config's absurd n_positions
@@ -521,6 +540,11 @@ def _context_length(name: str, pos_shape: tuple, emb_dim: int, configured: int |
             f"{name}: the model expects shape {(configured, emb_dim)}, the checkpoint has {tuple(pos_shape)}. "
             "The file does not match its config (or is not GPT-2)."
         )
+    if pos_shape[0] > MAX_CONTEXT:
+        raise CheckpointError(
+            f"{name}: a position table of {pos_shape[0]:,} rows, more than the {MAX_CONTEXT:,} positions attnviz "
+            f"builds a causal mask for (the mask is context × context numbers: {4 * pos_shape[0] ** 2:,} bytes). "
+            "Is it the right file?")
     return pos_shape[0]
 
 
@@ -532,14 +556,14 @@ def gpt2_config(origin: str, wte_shape: tuple, wpe_shape: tuple, keys: set[str],
     if len(wte_shape) != 2 or len(wpe_shape) != 2:
         raise CheckpointError(f"{origin}: wte/wpe are not matrices ({wte_shape}, {wpe_shape}).")
     _check_vocab(origin, wte_shape[0])
-    emb_dim = wte_shape[1]
+    emb_dim = _width(origin, "wte.weight", wte_shape)
     cfg = {
         "vocab_size": wte_shape[0],
         "context_length": _context_length("wpe.weight -> pos_emb.weight", wpe_shape, emb_dim,
                                           config.get("n_positions", config.get("n_ctx"))),
         "emb_dim": emb_dim,
         "n_heads": _head_count(origin, emb_dim, config, "n_head"),
-        "n_layers": _layer_count(origin, keys, r"h\.(\d+)\.", config.get("n_layer")),
+        "n_layers": _layer_count(origin, keys, r"h\.([0-9]+)\.", config.get("n_layer")),
         "drop_rate": 0.0,
         "qkv_bias": True,
         "ln_eps": float(config.get("layer_norm_epsilon", 1e-5)),
@@ -725,14 +749,15 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
     if tok.dim() != 2 or "pos_emb.weight" not in keys:
         raise CheckpointError(f"{origin}: not the book's GPTModel (tok_emb.weight {tuple(tok.shape)}, pos_emb?).")
     _check_vocab(origin, tok.shape[0])
-    emb_dim = tok.shape[1]
+    emb_dim = _width(origin, "tok_emb.weight", tuple(tok.shape))
     found = _book_attention(origin, keys, tensors, emb_dim, config)
     heads_assumed = found.pop("heads_assumed")
     cfg = {
         "vocab_size": tok.shape[0],
         "context_length": config.get("context_length", config.get("n_positions")),
         "emb_dim": emb_dim,
-        "n_layers": _layer_count(origin, keys, r"trf_blocks\.(\d+)\.", config.get("n_layers", config.get("n_layer"))),
+        "n_layers": _layer_count(origin, keys, r"trf_blocks\.([0-9]+)\.",
+                                 config.get("n_layers", config.get("n_layer"))),
         "drop_rate": 0.0,
         "qkv_bias": "trf_blocks.0.att.W_query.bias" in keys,
         "ln_eps": float(config.get("ln_eps", config.get("layer_norm_epsilon", 1e-5))),

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from helpers.checkpoints import random_gpt2
 from safetensors import torch as safetensors_torch
 
@@ -163,3 +164,54 @@ def test_a_shard_symlinked_elsewhere_is_followed_as_in_the_hugging_face_cache(tm
     for name, blob in zip(names, ("sha1", "sha2")):
         (snapshot / name).symlink_to(Path("../../blobs") / blob)
     assert isinstance(load_checkpoint(snapshot), GPTModel)
+
+
+# ============================== numbers read from the tensors ==============================
+
+V = 50257  # GPT-2's vocabulary
+
+
+def gpt2_file(folder: Path, **tensors) -> Path:
+    """model.safetensors (Hugging Face names) with an embedding 4 wide, a position table of 4 rows and ``tensors``,
+    beside a config naming one head."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {"wte.weight": torch.zeros(V, 4), "wpe.weight": torch.zeros(4, 4), "h.0.ln_1.weight": torch.zeros(4)}
+    safetensors_torch.save_file({**state, **tensors}, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"n_head": 1}))
+    return folder
+
+
+@pytest.mark.parametrize("block", ["3", "100000000", "9" * 5000])
+def test_a_block_numbered_past_a_gap_is_refused_before_a_model_is_built(tmp_path, block, monkeypatch):
+    """A tensor named h.100000000.… would build a skeleton of 10⁸ blocks (hours) before a missing key was found, and a
+    number of 5,000 digits raised ValueError converting it."""
+    from attnviz.models import loading
+
+    built = []
+    monkeypatch.setattr(loading, "_meta_model", lambda cfg: built.append(cfg) or pytest.fail("a model was built"))
+    message = refused(gpt2_file(tmp_path, **{f"h.{block}.ln_1.weight": torch.zeros(4)}))
+    assert f"has no block 1 but has block {block if len(block) <= 20 else block[:19] + '…'}" in message
+    assert "incomplete or damaged" in message and len(message) < len(str(tmp_path)) + 400
+
+
+@pytest.mark.parametrize("book", [False, True], ids=["gpt2", "book"])
+def test_an_embedding_without_columns_is_refused_in_words(tmp_path, book):
+    """tok_emb.weight (50257, 0) made the head count 0 and then divided by it (ZeroDivisionError)."""
+    if book:
+        torch.save({"tok_emb.weight": torch.zeros(V, 0), "pos_emb.weight": torch.zeros(4, 0)}, tmp_path / "m.pth")
+        path = tmp_path / "m.pth"
+    else:
+        path = tmp_path
+        safetensors_torch.save_file({"wte.weight": torch.zeros(V, 0), "wpe.weight": torch.zeros(4, 0),
+                                     "h.0.ln_1.weight": torch.zeros(0)}, path / "model.safetensors")
+    assert "has no columns" in refused(path)
+
+
+def test_a_position_table_longer_than_a_mask_can_hold_is_refused_before_the_mask_is_built(tmp_path, monkeypatch):
+    """The causal mask is (context, context) float32: a position table of 65,536 one-byte rows (64 kB) asked for a
+    17 GB mask.  The bound is patched down here so the test allocates nothing large either way."""
+    from attnviz.models import loading
+
+    monkeypatch.setattr(loading, "MAX_CONTEXT", 8, raising=False)
+    path = gpt2_file(tmp_path, **{"wpe.weight": torch.zeros(9, 4, dtype=torch.int8)})
+    assert "a position table of 9 rows, more than the 8 positions" in refused(path)
