@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
 import pickletools
@@ -391,15 +392,27 @@ def load_checkpoint(path: str | os.PathLike) -> GPTModel:
 
 
 SIZE_KEYS = ("n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "n_layers", "n_heads", "emb_dim", "context_length",
-             "sliding_window_size", "n_kv_groups", "num_kv_groups", "latent_dim")
+             "sliding_window_size", "n_kv_groups", "num_kv_groups", "latent_dim", "n_inner")
+NAME_KEYS = ("model_type", "activation_function")
+FLAG_KEYS = ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention")
 
 
 def _checked_config(config: dict, origin: str) -> dict:
-    """The config's sizes must be positive whole numbers and its eps a positive number."""
+    """Every entry the loader reads must be of its kind before it is read (a cfg saved beside a state dict may hold
+    tensors, which are neither true nor false): sizes positive whole numbers, eps a positive number a float holds,
+    names strings, flags true or false."""
     for key in SIZE_KEYS:
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise CheckpointError(f"{origin}: the config's {key} must be a positive whole number, got {value!r:.40}.")
+    for key in NAME_KEYS:
+        value = config.get(key)
+        if value is not None and not isinstance(value, str):
+            raise CheckpointError(f"{origin}: the config's {key} must be a name, got {value!r:.40}.")
+    for key in FLAG_KEYS:
+        value = config.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise CheckpointError(f"{origin}: the config's {key} must be true or false, got {value!r:.40}.")
     window = config.get("sliding_window_size")
     if window is not None and window > MAX_WINDOW:
         raise CheckpointError(
@@ -408,12 +421,24 @@ def _checked_config(config: dict, origin: str) -> dict:
             "Save the checkpoint with a window no longer than its context_length.")
     for key in ("layer_norm_epsilon", "ln_eps"):
         value = config.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
-            raise CheckpointError(f"{origin}: the config's {key} must be a small positive number, got {value!r}.")
+        if value is not None and not _finite_positive(value):
+            raise CheckpointError(
+                f"{origin}: the config's {key} must be a small positive number, got {value!r:.40}.")
     stride = config.get("sliding_window_stride")
     if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int)):
-        raise CheckpointError(f"{origin}: the config's sliding_window_stride must be a whole number, got {stride!r}.")
+        raise CheckpointError(
+            f"{origin}: the config's sliding_window_stride must be a whole number, got {stride!r:.40}.")
     return config
+
+
+def _finite_positive(value) -> bool:
+    """Whether ``value`` is a number above 0 that a float holds (not NaN, not infinite, not an int past 1.8e308)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value)) and value > 0
+    except OverflowError:
+        return False
 
 
 def _load(path: Path) -> GPTModel:
@@ -432,7 +457,7 @@ def _load(path: Path) -> GPTModel:
         elif "wte.weight" in keys or "transformer.wte.weight" in keys:
             model = _load_gpt2(tensors, config)
         else:
-            shown = ", ".join(sorted(keys)[:4]) or "no tensors"
+            shown = ", ".join(_shown(key, 60) for key in sorted(keys)[:4]) or "no tensors"
             raise CheckpointError(
                 f"{tensors.origin} is not a GPT-2 checkpoint: the key 'wte.weight' (Hugging Face GPT-2) or "
                 f"'tok_emb.weight' (the book's GPTModel) is missing; it has {shown}."
@@ -606,17 +631,19 @@ def _load_gpt2(tensors: _Tensors, config: dict) -> GPTModel:
         if re.match(r"(transformer\.)?(h\.|wte|wpe|ln_f)", key) and not key.endswith(HF_SKIPPED)
     )
     if unexpected:
-        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r} for a {cfg['n_layers']}-layer GPT-2.")
+        raise CheckpointError(f"{origin}: unexpected key {unexpected[0]!r:.80} for a {cfg['n_layers']}-layer GPT-2.")
     return _finish(model, cfg, origin, heads_assumed=not isinstance(config.get("n_head"), int))
 
 
 def _check_gpt2_config(origin: str, config: dict) -> None:
     """CheckpointError for a config.json that describes something other than the book's GPT-2."""
     if config.get("model_type", "gpt2") != "gpt2":
-        raise CheckpointError(f"{origin}: config.json says model_type {config['model_type']!r}; attnviz reads GPT-2.")
+        raise CheckpointError(
+            f"{origin}: config.json says model_type {config['model_type']!r:.60}; attnviz reads GPT-2.")
     if config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(
-            f"{origin}: activation {config['activation_function']!r}; the book's GPT-2 uses GELU (tanh), 'gelu_new'."
+            f"{origin}: activation {config['activation_function']!r:.60}; the book's GPT-2 uses GELU (tanh), "
+            "'gelu_new'."
         )
     if config.get("scale_attn_weights", True) is not True:
         raise CheckpointError(f"{origin}: config.json says scale_attn_weights false: its attention does not divide the "
@@ -787,5 +814,5 @@ def _load_book(tensors: _Tensors, config: dict) -> GPTModel:
     unexpected = sorted(key for key in tensors.names() if not re.fullmatch(r"trf_blocks\.\d+\.att\.mask", key))
     if unexpected:
         raise CheckpointError(
-            f"{origin}: unexpected key {unexpected[0]!r} for the book's {cfg['n_layers']}-layer GPTModel.")
+            f"{origin}: unexpected key {unexpected[0]!r:.80} for the book's {cfg['n_layers']}-layer GPTModel.")
     return _finish(model, cfg, origin, heads_assumed=heads_assumed)

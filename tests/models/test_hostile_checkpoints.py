@@ -215,3 +215,67 @@ def test_a_position_table_longer_than_a_mask_can_hold_is_refused_before_the_mask
     monkeypatch.setattr(loading, "MAX_CONTEXT", 8, raising=False)
     path = gpt2_file(tmp_path, **{"wpe.weight": torch.zeros(9, 4, dtype=torch.int8)})
     assert "a position table of 9 rows, more than the 8 positions" in refused(path)
+
+
+# ============================== values read from a config ==============================
+
+
+def gpt2_folder(folder: Path, gpt2_state, **change) -> Path:
+    """The small GPT-2 as a Hugging Face folder, its config.json changed by ``change``."""
+    state, config = gpt2_state
+    folder.mkdir(parents=True, exist_ok=True)
+    safetensors_torch.save_file(state, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    return folder
+
+
+def test_the_small_gpt2_folder_loads(tmp_path, gpt2_state):
+    assert isinstance(load_checkpoint(gpt2_folder(tmp_path, gpt2_state)), GPTModel)
+
+
+@pytest.mark.parametrize("eps", [10**400, float("inf")], ids=["10**400", "Infinity"])
+@pytest.mark.parametrize("book", [False, True], ids=["gpt2", "book"])
+def test_an_epsilon_too_large_for_a_float_is_refused_in_words(tmp_path, gpt2_state, book, eps):
+    """float(10**400) raised OverflowError; an infinite eps made every LayerNorm give its shift alone."""
+    if book:
+        state = GPTModel({"vocab_size": V, "context_length": 4, "emb_dim": 8, "n_heads": 2, "n_layers": 1,
+                          "drop_rate": 0.0, "qkv_bias": False}).state_dict()
+        torch.save(state, tmp_path / "book.pth")
+        (tmp_path / "book.json").write_text(json.dumps({"n_heads": 2, "ln_eps": eps}))
+        path, key = tmp_path / "book.pth", "ln_eps"
+    else:
+        path, key = gpt2_folder(tmp_path, gpt2_state, layer_norm_epsilon=eps), "layer_norm_epsilon"
+    assert f"the config's {key} must be a small positive number" in refused(path)
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("scale_attn_by_inverse_layer_idx", torch.zeros(3), "must be true or false"),
+    ("add_cross_attention", [1, 2], "must be true or false"),
+    ("scale_attn_weights", "yes", "must be true or false"),
+    ("activation_function", torch.zeros(3), "must be a name"),
+    ("model_type", 5, "must be a name"),
+    ("n_inner", torch.zeros(3), "must be a positive whole number"),
+])
+def test_a_config_value_of_another_type_is_refused_in_words(tmp_path, gpt2_state, key, value, expected):
+    """The cfg saved beside a state dict (torch.save({"model_state_dict": …, "cfg": …})) can hold tensors: one read as
+    a truth value raised 'Boolean value of Tensor with more than one value is ambiguous'."""
+    state, config = gpt2_state
+    torch.save({"model_state_dict": state, "cfg": {**config, key: value}}, tmp_path / "gpt2.pth")
+    assert f"the config's {key} {expected}" in refused(tmp_path / "gpt2.pth")
+
+
+@pytest.mark.parametrize("key", ["model_type", "activation_function"])
+def test_a_long_name_in_a_config_is_cut_in_the_message(tmp_path, gpt2_state, key):
+    message = refused(gpt2_folder(tmp_path, gpt2_state, **{key: "x" * 100_000}))
+    assert "xxxx" in message and len(message) < len(str(tmp_path)) + 400
+
+
+def test_a_long_tensor_name_is_cut_in_the_message(tmp_path, gpt2_state):
+    safetensors_torch.save_file({"k" * 100_000: torch.zeros(1)}, tmp_path / "other.safetensors")
+    message = refused(tmp_path / "other.safetensors")
+    assert "it has kkkk" in message and len(message) < len(str(tmp_path)) + 400
+    folder = gpt2_folder(tmp_path / "gpt2", gpt2_state)
+    state = {**gpt2_state[0], "h." + "k" * 100_000: torch.zeros(1)}
+    safetensors_torch.save_file(state, folder / "model.safetensors")
+    message = refused(folder)
+    assert "unexpected key 'h.kkkk" in message and len(message) < len(str(tmp_path)) + 400
