@@ -4,9 +4,11 @@ Families (this module is the one place that knows checkpoint names):
 
 * ``gpt2``: Hugging Face GPT-2 (``GPT2LMHeadModel`` / ``GPT2Model`` state dicts, keys with or without
   ``transformer.``) as ``model.safetensors`` (a directory with ``config.json``, a bare file, or shards
-  with ``model.safetensors.index.json``) or PyTorch ``pytorch_model.bin``.  Mapped as the book's ch05
-  ``load_weights_into_gpt`` does: Conv1D weights ``(in, out)`` transposed, ``c_attn`` split into
-  ``W_query``/``W_key``/``W_value``, ``lm_head`` tied to ``wte`` when absent, mask buffers skipped.
+  with ``model.safetensors.index.json``, which may name only plain file names beside it: a path there is refused
+  and never opened; a symlink in the folder is followed, as the Hugging Face cache's are) or PyTorch
+  ``pytorch_model.bin``.  Mapped as the book's ch05 ``load_weights_into_gpt`` does: Conv1D weights ``(in, out)``
+  transposed, ``c_attn`` split into ``W_query``/``W_key``/``W_value``, ``lm_head`` tied to ``wte`` when absent,
+  mask buffers skipped.
 * ``book``: the book's own ``model.state_dict()`` saved with ``torch.save`` (ch05 names:
   ``tok_emb.weight``, ``trf_blocks.0.att.W_query.weight``, …), or a dict holding it under
   ``model_state_dict`` (the book's ``model_and_optimizer.pth``).  Sliding-window attention (the book's
@@ -26,9 +28,10 @@ Families (this module is the one place that knows checkpoint names):
 Sizes (layers, width, context, heads, biases, LayerNorm eps) come from ``config.json`` when there is one,
 else from the tensors (heads: head_dim 64, as in every GPT-2 size; ``model.heads_assumed`` says so).  PyTorch files
 are read with ``torch.load(..., weights_only=True)``: a pickle that would run code is refused, never executed.
-Everything else raises :class:`CheckpointError` saying what to do: an ``attnviz.config.ConfigError`` (a
-``ValueError``), so ``run(text, AttentionConfig(checkpoint=…))`` raises the error api.md documents for settings that
-cannot run.
+Every value read from a file (a JSON file, a config entry, a tensor's name or shape) is checked for its kind and
+range before it is used as a path, a number or a key.  Everything else raises :class:`CheckpointError` saying what
+to do: an ``attnviz.config.ConfigError`` (a ``ValueError``), so ``run(text, AttentionConfig(checkpoint=…))`` raises
+the error api.md documents for settings that cannot run.
 
 Memory: the model is built on the ``meta`` device (no random init, no allocation) and each parameter
 is one float32 copy of a tensor read from a memory-mapped file (safetensors, or ``torch.load(mmap=True)``),
