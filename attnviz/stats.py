@@ -6,9 +6,13 @@ import functools
 
 import numpy as np
 
+# the rows the two statistics that query 0 would decide by itself read (the first-token mass and the diagonal):
+# under the causal mask query 0 sees only itself, the first token, so its 1 there is no choice of the head's
+AFTER_THE_FIRST = ("over the queries after the first (query 0 sees only itself, the first token, under the causal "
+                   "mask: its weight there is always 1, not the head's choice)")
+
 # the one first-token mass of the Heads page's two tables (the head types' is head_types' ``first_token``)
-FIRST_TOKEN_MASS = ("mean weight on the first token over the queries after the first (query 0 sees only the first "
-                    "token under the causal mask: its weight there is always 1); an 'attention sink' when large; blank "
+FIRST_TOKEN_MASS = (f"mean weight on the first token {AFTER_THE_FIRST}; an 'attention sink' when large; blank "
                     "with one token")
 
 # name -> what it measures (shown as column help in the app)
@@ -19,7 +23,7 @@ STATS = {
     "mean distance": "mean |query − key| distance, weighted by attention",
     "previous-token": "mean weight on the token just before the query, over the queries after the first (query 0 has "
                       "no token before it); blank with one token",
-    "diagonal": "mean weight a token gives itself",
+    "diagonal": f"mean weight a query gives its own token {AFTER_THE_FIRST}; blank with one token",
 }
 
 
@@ -70,7 +74,8 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
         np.multiply(w, distance, out=terms)  # (n, n): weight × |query − key|
         result["mean distance"][head] = terms.sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
         result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else np.nan
-        result["diagonal"][head] = np.diagonal(w).mean(dtype=np.float64)
+        # the queries after the first, as the first-token mass (row 0's A[0, 0] is the same forced 1)
+        result["diagonal"][head] = np.diagonal(w)[1:].mean(dtype=np.float64) if n > 1 else np.nan
     return result
 
 

@@ -38,7 +38,10 @@ def test_head_statistics_on_known_maps():
     uniform_causal = np.tril(np.ones((n, n)))
     uniform_causal = (uniform_causal / uniform_causal.sum(axis=1, keepdims=True))[None]
     result = stats.head_statistics(np.concatenate([identity, previous, uniform_causal]))
-    assert result["diagonal"].tolist()[:2] == [1.0, 0.25]
+    # the diagonal, like the first-token mass, over the queries after the first: query 0 of a causal map has only
+    # itself to give its 1 to (the previous-token head's row 0 is that 1, not a choice)
+    assert result["diagonal"].tolist()[:2] == [1.0, 0.0]
+    assert result["diagonal"][2] == pytest.approx(np.mean([1 / k for k in range(2, n + 1)]))
     assert result["previous-token"][1] == 1.0 and result["previous-token"][0] == 0.0
     assert result["entropy"][0] == 0.0 and result["max weight"][0] == 1.0
     assert result["mean distance"][0] == 0.0 and result["mean distance"][1] == pytest.approx(0.75)
@@ -48,11 +51,25 @@ def test_head_statistics_on_known_maps():
     assert result["first-token mass"][0] == 0.0 and result["first-token mass"][1] == pytest.approx(1 / (n - 1))
 
 
-def test_first_token_mass_and_previous_token_have_no_value_for_one_token():
-    """One token: no query after the first, so no first-token mass nor previous-token (blank, as in the head types
-    table)."""
+def test_first_token_mass_previous_token_and_diagonal_have_no_value_for_one_token():
+    """One token: no query after the first, so no first-token mass, previous-token nor diagonal (blank, as in the head
+    types table)."""
     one_token = stats.head_statistics(np.ones((2, 1, 1)))
     assert np.isnan(one_token["first-token mass"]).all() and np.isnan(one_token["previous-token"]).all()
+    assert np.isnan(one_token["diagonal"]).all()
+
+
+def test_diagonal_and_first_token_mass_leave_out_the_same_query_and_say_so():
+    """One rule for the two statistics that query 0 would set by itself: both read the queries after the first, and
+    the column help of each says so."""
+    n = 6
+    weights = np.random.default_rng(0).random((3, n, n)) * np.tril(np.ones((n, n)))  # (3, n, n), causal
+    weights /= weights.sum(axis=-1, keepdims=True)
+    result = stats.head_statistics(weights)
+    assert np.allclose(result["diagonal"], np.diagonal(weights, axis1=1, axis2=2)[:, 1:].mean(axis=1))
+    assert np.allclose(result["first-token mass"], weights[:, 1:, 0].mean(axis=1))
+    for name in ("diagonal", "first-token mass"):
+        assert "over the queries after the first" in stats.STATS[name], name
 
 
 def test_head_statistics_of_a_real_trace_are_in_range(trace):
@@ -96,7 +113,7 @@ def test_every_statistic_stays_in_the_range_its_bar_is_drawn_on_and_reaches_its_
     for name, values in result.items():
         low, high = stats.stat_range(name, n)
         assert low == 0.0 and high > low
-        if name in ("first-token mass", "previous-token") and n == 1:  # no query after the first: blank
+        if name in ("first-token mass", "previous-token", "diagonal") and n == 1:  # no query after the first: blank
             assert np.isnan(values).all()
             continue
         assert (values >= low - 1e-9).all() and (values <= high + 1e-9).all(), name
