@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from attnviz import variants
-from attnviz.kv_cache import default_kv_heads
+from attnviz.kv_cache import default_kv_heads, default_latent_dim
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -259,11 +259,6 @@ class AttentionConfig:
     def effective_dropout(self) -> float:
         """p when dropout actually ran in this run, else 0 (kept weights are scaled by 1/(1−p))."""
         return self.dropout if self.dropout_runs else 0.0
-
-
-def default_latent_dim(d_out: int) -> int:
-    """The book's MLA default ``max(16, d_out // 8)``, kept at most d_out (a latent wider than d_out saves nothing)."""
-    return min(d_out, max(16, d_out // 8))
 
 
 def divisors(number: int) -> list[int]:

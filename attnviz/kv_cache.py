@@ -236,6 +236,13 @@ def default_kv_heads(n_heads: int) -> int:
     return min(between, key=lambda d: (abs(d - 4), d), default=1)
 
 
+def default_latent_dim(d_out: int) -> int:
+    """Multi-head latent attention's latent where none is given — a run's (``AttentionConfig.latent_width``) and the
+    cost chart's MLA line alike: the book's default ``max(16, d_out // 8)`` (bonus ``ch04/05_mla``'s
+    ``MultiHeadLatentAttention``), kept at most d_out (a latent wider than d_out saves nothing)."""
+    return min(d_out, max(16, d_out // 8))
+
+
 def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int | None = None,
                      n_kv_heads: int | None = None, latent_dim: int | None = None,
                      sliding_window_size: int | None = None, swa_ratio: str | None = None,
@@ -244,7 +251,8 @@ def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int
 
     What the sizes leave open is filled in and said by the keys: GQA's K/V heads (``gqa_kv_heads``, the ones chosen
     for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else :func:`default_kv_heads`,
-    12 heads -> 4, 4 heads -> 2), MLA's latent (given, else 4 × head_dim: DeepSeek-V3's 512 for 128-wide heads),
+    12 heads -> 4, 4 heads -> 2), MLA's latent (given, else :func:`default_latent_dim` of ``emb_dim``: the latent an
+    MLA run of attnviz has at that width),
     the window (given, else 1,024) and SWA's ratio (given, else Gemma 3's "5:1")."""
     head_dim = head_dim or math.ceil(emb_dim / n_heads)
     if gqa_kv_heads is not None:
@@ -257,31 +265,35 @@ def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int
         "MHA": dict(base),
         "GQA": {**base, "n_kv_heads": gqa},
         "MQA": {**base, "n_kv_heads": 1},
-        "MLA": {**base, "latent_dim": latent_dim or 4 * head_dim},
+        "MLA": {**base, "latent_dim": latent_dim or default_latent_dim(emb_dim)},
         "SWA": {**base, **window},
         "SWA+GQA": {**base, "n_kv_heads": gqa, **window},
     }
 
 
-def latent_note(settings: dict[str, dict], given_latent: int | None = None) -> str | None:
-    """Why :func:`variant_settings`' MLA line saves nothing where it does not: its latent is as wide as the K and V
-    of every head together (or wider), which is what MHA caches.  ``given_latent``: the latent the sizes gave (None:
-    the 4 × head_dim filled in).  None where MLA caches less than MHA."""
+def latent_note(settings: dict[str, dict], source: str | None = None) -> str | None:
+    """Which latent :func:`variant_settings`' MLA line draws and why, and, where it saves nothing, why not: a latent
+    as wide as the K and V of every head together (or wider) caches what MHA caches.  ``source``: where a given
+    latent comes from, in words ("the sidebar's latent width"); None: the filled-in :func:`default_latent_dim`.
+    None without an MLA line."""
     mla, mha = settings.get("MLA"), settings.get("MHA")
-    if not mla or not mha or not mla.get("latent_dim"):
+    if not mla or not mla.get("latent_dim"):
         return None
-    heads, head_dim, latent = mha["n_heads"], mha["head_dim"], mla["latent_dim"]
+    latent = mla["latent_dim"]
+    if source is None:
+        source = (f"the book's default max(16, d_out // 8) at d_out {mla['emb_dim']:,}, the latent attnviz's MLA has "
+                  "at that width (bonus ch04/05_mla's MultiHeadLatentAttention)")
+    note = f"The MLA line caches a latent of {latent:,} numbers per token and layer: {source}."
+    if not mha:
+        return note
+    heads, head_dim = mha["n_heads"], mha["head_dim"]
     kv_width = 2 * heads * head_dim  # K and V of every head, per token and layer
     if latent < kv_width:
-        return None
+        return note
     replaced = f"the K and V it replaces (2 × {amount(heads, 'head')} × {head_dim} = {kv_width:,} numbers per token " \
                "and layer: MHA's cache)"
-    note = (f"MLA (latent {latent:,}) saves nothing here: its latent is as wide as {replaced}." if latent == kv_width
-            else f"MLA (latent {latent:,}) costs more than MHA here: its latent is wider than {replaced}.")
-    if given_latent is None:
-        note += (" The chart's latent is 4 × head_dim, DeepSeek-V3's ratio (512 for its 128-wide heads, whose K and "
-                 "V would be 32,768 wide): it saves only where a model has more than 2 heads.")
-    return note
+    return note + (f" It saves nothing here: its latent is as wide as {replaced}." if latent == kv_width
+                   else f" It costs more than MHA here: its latent is wider than {replaced}.")
 
 
 def context_lengths(longest: int = 131072, shortest: int = 256) -> list[int]:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import attnviz
 from attnviz import kv_cache
+from attnviz.config import AttentionConfig
 from attnviz.views import generation_figures
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -125,21 +126,33 @@ def test_a_ratio_without_window_layers_needs_no_window():
 
 
 def test_an_mla_latent_as_wide_as_k_and_v_together_is_said_to_save_nothing():
-    """The bundled model's 2 heads of 64: the filled-in latent 4 × 64 = 256 is MHA's 2 × 2 × 64, so the MLA line is
-    MHA's; the note says why, where the curves agree, and says nothing where MLA saves."""
-    two_heads = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2)
+    """2 heads of 64 with a given latent 256: as wide as MHA's 2 × 2 × 64, so the MLA line is MHA's; the note says
+    which latent the line draws and why it saves nothing, and says only which latent where MLA saves."""
+    two_heads = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2, latent_dim=256)
     curves = kv_cache.curves(two_heads, [256, 1024])
     assert curves["MLA"] == curves["MHA"]
-    assert kv_cache.latent_note(two_heads) == (
-        "MLA (latent 256) saves nothing here: its latent is as wide as the K and V it replaces (2 × 2 heads × 64 = 256 "
-        "numbers per token and layer: MHA's cache). The chart's latent is 4 × head_dim, DeepSeek-V3's ratio (512 for "
-        "its 128-wide heads, whose K and V would be 32,768 wide): it saves only where a model has more than 2 heads.")
+    assert kv_cache.latent_note(two_heads, "the sizes' latent") == (
+        "The MLA line caches a latent of 256 numbers per token and layer: the sizes' latent. It saves nothing here: "
+        "its latent is as wide as the K and V it replaces (2 × 2 heads × 64 = 256 numbers per token and layer: MHA's "
+        "cache).")
     wide = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2, latent_dim=320)
-    assert kv_cache.latent_note(wide, 320).startswith("MLA (latent 320) costs more than MHA here: its latent is wider")
-    assert "4 × head_dim" not in kv_cache.latent_note(wide, 320)  # a latent the sizes gave is not the fill-in
-    assert kv_cache.latent_note(kv_cache.variant_settings(emb_dim=768, n_heads=12, n_layers=12)) is None
+    assert "It costs more than MHA here: its latent is wider" in kv_cache.latent_note(wide, "given")
     narrow = kv_cache.variant_settings(emb_dim=128, n_heads=2, n_layers=2, latent_dim=64)
-    assert kv_cache.latent_note(narrow, 64) is None
+    assert kv_cache.latent_note(narrow, "given") == ("The MLA line caches a latent of 64 numbers per token and "
+                                                     "layer: given.")
+
+
+def test_the_mla_line_fills_in_the_books_default_latent_a_run_uses():
+    """Sizes without a latent draw MLA with the book's default max(16, d_out // 8) — the latent an MLA run of attnviz
+    at those sizes has (AttentionConfig.latent_width) — and the note names it."""
+    for emb_dim, heads in ((768, 12), (128, 2), (64, 4), (2048, 32)):
+        sizes = kv_cache.variant_settings(emb_dim=emb_dim, n_heads=heads, n_layers=1)
+        run = AttentionConfig(variant="mla", d_in=emb_dim, d_out=emb_dim, num_heads=heads).latent_width
+        assert sizes["MLA"]["latent_dim"] == run == max(16, emb_dim // 8)
+        assert kv_cache.latent_note(sizes) == (
+            f"The MLA line caches a latent of {run:,} numbers per token and layer: the book's default "
+            f"max(16, d_out // 8) at d_out {emb_dim:,}, the latent attnviz's MLA has at that width (bonus "
+            "ch04/05_mla's MultiHeadLatentAttention).")
 
 
 def test_variant_curves_and_their_figure():
@@ -152,7 +165,7 @@ def test_variant_curves_and_their_figure():
     at = lengths.index(32768)
     mha = book_estimate(context_length=32768, emb_dim=2048, n_heads=32, n_layers=16, dtype="bf16")
     assert curves["MHA"][at] == mha and curves["GQA"][at] == mha // 8 and curves["MQA"][at] == mha // 32
-    assert curves["MLA"][at] == 16 * 32768 * 256 * 2  # latent 4 × head_dim 64
+    assert curves["MLA"][at] == 16 * 32768 * 256 * 2  # latent max(16, 2048 // 8)
     swa = book_estimate(context_length=32768, emb_dim=2048, n_heads=32, n_layers=16, sliding_window_size=1024,
                         swa_ratio="5:1", dtype="bf16")
     assert curves["SWA"][at] == swa

@@ -504,8 +504,13 @@ def cost_section(page_run: Context, sizes) -> None:
         lengths, curves, labels, marker_at=context,
         title=f"KV cache of {picked} with each attention ({dtype}, batch 1); dotted: its context length"),
         config=plotly_config("attnviz-generate-kv-cache-bytes"), key="generate_cost_chart")
-    given_latent = own[1].get("latent_dim") if model is None else model.latent_dim
-    if (latent_note := kv_cache.latent_note(settings, given_latent)) is not None:
+    if model is not None:
+        latent_source = f"{model.name}'s own ({model.latent_text})" if model.latent_dim else None
+    elif own[1].get("latent_dim"):
+        latent_source = "this model's own" if sizes is not None else "the sidebar's latent width"
+    else:
+        latent_source = None  # the book's default, as a run's MLA at these sizes
+    if (latent_note := kv_cache.latent_note(settings, latent_source)) is not None:
         st.caption(latent_note)
     st.caption("The book's estimator formulas (bonus material ch04/04_gqa, 05_mla, 06_swa), computed by "
                "`attnviz.kv_cache_bytes`." + ESTIMATOR_NAMES)

@@ -106,14 +106,21 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
     assert at.text_area[0].value == TEXT
 
 
-def test_the_bundled_models_mla_line_equal_to_mha_is_explained_under_the_chart():
+def test_the_bundled_models_mla_line_draws_the_books_default_latent_and_says_so():
+    """The bundled model (d_out 128, 2 heads) has no latent of its own: its MLA line is the book's default
+    max(16, 128 // 8) = 16, as a run's MLA at those sizes, and the caption under the chart says which latent and why;
+    a real model's line is the book's default at its d_out, and DeepSeek-V3's its own."""
     at = page(weights=weights.BUNDLED_NAME, text=TEXT)
-    labels = [trace["name"] for trace in figure(at, "KV cache of this model")["data"]]
-    assert "MLA (latent 256) = MHA" in labels
-    assert any(caption.value.startswith("MLA (latent 256) saves nothing here: its latent is as wide as the K and V")
+    assert cost_lines(at, "KV cache of this model")["MLA"]["label"] == "MLA (latent 16)"
+    assert any("The MLA line caches a latent of 16 numbers per token and layer: the book's default "
+               "max(16, d_out // 8) at d_out 128" in caption.value for caption in at.caption)
+    at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()  # d_out 2,048
+    assert cost_lines(at, "KV cache of Llama 3.2 1B")["MLA"]["label"] == "MLA (latent 256)"
+    assert any("latent of 256 numbers per token and layer: the book's default max(16, d_out // 8) at d_out 2,048"
+               in caption.value for caption in at.caption)
+    at.selectbox(key="generate_sizes").set_value("DeepSeek-V3 671B").run()
+    assert any("latent of 576 numbers per token and layer: DeepSeek-V3 671B's own" in caption.value
                for caption in at.caption)
-    at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()  # 32 heads: MLA saves, nothing to explain
-    assert not any("saves nothing" in caption.value for caption in at.caption)
 
 
 def test_without_a_model_the_page_says_how_to_pick_one_and_shows_the_costs():
@@ -481,6 +488,9 @@ def test_the_cost_chart_uses_the_sidebars_kv_groups_latent_and_window(query, var
     at = page(weights=weights.BOOK, random="none", **query)
     lines = cost_lines(at, "KV cache of the sidebar's sizes")
     assert lines[variant]["label"].startswith(label), lines[variant]["label"]
+    if variant == "MLA":
+        assert any("The MLA line caches a latent of 64 numbers per token and layer: the sidebar's latent width"
+                   in caption.value for caption in at.caption)
     d_out, heads = 768, 12  # the sidebar's sizes, one layer, fp32
     expected = kv_cache_bytes(context_length=1024, emb_dim=d_out, n_heads=heads, n_layers=1, dtype="fp32", **{
         "GQA": {"n_kv_heads": int(query.get("num_kv_groups", 4))},
@@ -493,7 +503,11 @@ def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
     at = page(weights=weights.BOOK, random="none")  # the book's MHA: no K/V groups, latent or window in the sidebar
     lines = cost_lines(at, "KV cache of the sidebar's sizes")
     assert lines["GQA"]["label"].startswith("GQA (4 K/V heads × 64)")  # as the sidebar's GQA for 12 heads
-    assert lines["MLA"]["label"].startswith("MLA (latent 256)")  # 4 × head_dim
+    # the book's MLA default max(16, d_out // 8) at d_out 768: the latent the sidebar's MLA, Heads and Shapes use
+    assert lines["MLA"]["label"] == f"MLA (latent {AttentionConfig(variant='mla').latent_width})" == "MLA (latent 96)"
+    assert any("The MLA line caches a latent of 96 numbers per token and layer: the book's default "
+               "max(16, d_out // 8) at d_out 768, the latent attnviz's MLA has" in caption.value
+               for caption in at.caption)
     assert lines["SWA"]["label"].startswith("SWA (12 K/V heads × 64, window 1,024")
 
 
