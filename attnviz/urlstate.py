@@ -66,6 +66,9 @@ KNOCKOUT = "knockout"  # the Induction lab's heads knocked out together ("L0H1,L
 # Generate's (and head); map_layer, the layer of a page's own map (not the sidebar's layer), the Induction lab's too
 NEW_TOKENS, RANDOM, MAP_LAYER, STEP = "new_tokens", "random", "map_layer", "step"
 TRAIN_STEPS, TRAIN_SEED = "train_steps", "train_seed"  # the Train page's (seed, step: the sidebar's, Generate's)
+# in a page's ``also`` (the settings its work runs whatever the class): it runs the book's classes whatever the
+# weights (``ui.navigation.PageEntry.book_classes``), so with a checkpoint every setting of theirs makes its view
+BOOK_CLASSES = "book classes"
 # pages' own URL parameters: not settings; the shown page's kept
 PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, CELL, MAP, BUG, TOKEN, REPEAT, TOKEN_SEED, KNOCKOUT, RANDOM,
                MAP_LAYER, STEP, TRAIN_STEPS, TRAIN_SEED)
@@ -531,9 +534,14 @@ def view_settings(values: dict, also: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The settings whose values make the view of ``values`` on a page whose work also runs ``also``
     (:func:`applying_settings`): for the book's classes, those that apply and those the Share link names for them to
     be given as they are (:func:`share_query`), not what the class sets aside (a single-head class's heads, dropout
-    where there is none, the K/V groups of a class without them); for a checkpoint or a user's module, every setting.
-    The URL names no other (:func:`url_query`), and a URL that gives these gives the view (:func:`settings_given`)."""
-    if values["weights"] != weights.BOOK or values["variant"] not in variants.VARIANTS:
+    where there is none, the K/V groups of a class without them); for a checkpoint, those its run takes (the text,
+    the weights, the layer, the mask), not the book's settings the session holds beside it (K/V groups fitted to
+    another model's heads, a seed) — but on a page that runs the book's classes at its sizes (:data:`BOOK_CLASSES` in
+    ``also``: Compare), where every setting does; for a user's module, every setting.  The URL names no other
+    (:func:`url_query`), and a URL that gives these gives the view (:func:`settings_given`)."""
+    if values["weights"] != weights.BOOK:
+        return SETTING_KEYS if BOOK_CLASSES in also else applying_settings(values)
+    if values["variant"] not in variants.VARIANTS:
         return SETTING_KEYS
     applying, shared = applying_settings(values, also), share_query(values, also)
     return tuple(key for key in SETTING_KEYS if key in applying or key in shared)

@@ -85,7 +85,8 @@ def test_a_checkpoints_sizes_are_left_out_of_its_link_as_the_checkpoint_gives_th
     model = fit_modern({**DEFAULTS, "weights": "bundled model", "preset": "custom", "d_in": 64, "d_out": 64,
                         "num_heads": 4})[0]  # a latent width fitted to d_out 64 too
     assert url_query(model) == {"weights": "bundled model"}
-    assert url_query({**model, "seed": 7}) == {"weights": "bundled model", "seed": "7"}
+    assert url_query({**model, "seed": 7}) == {"weights": "bundled model"}  # its weights are not seeded
+    assert url_query({**model, "seed": 7}, (urlstate.BOOK_CLASSES,)) == {"weights": "bundled model", "seed": "7"}
     assert link_gives({"weights": "bundled model"}, model)
     assert link_gives(urlstate.every_setting_query(model), model)  # a link that names them as they are
     assert not link_gives({"weights": "bundled model", "d_out": "768"}, model)  # other sizes: rewritten
@@ -102,6 +103,21 @@ def test_a_checkpoints_attention_is_left_out_of_its_link_as_the_checkpoint_gives
                         "d_out": 64, "num_heads": 4})[0]
     assert "variant" not in url_query(model)
     assert link_gives({"weights": "gqa.pth"}, model)
+
+
+def test_a_checkpoints_url_names_only_the_settings_its_run_takes():
+    """A model's run takes the text, its layer and the mask; the book's settings the session holds beside it (K/V
+    groups fitted to another model's heads, a seed) stay out of its URL, its Share link and what decides its view
+    — but on a page that runs the book's classes at the checkpoint's sizes (Compare: urlstate.BOOK_CLASSES), where
+    they make the view."""
+    model = fit_modern({**DEFAULTS, "weights": "trained: 20 steps, seed 0", "preset": "custom", "d_in": 128,
+                        "d_out": 128, "num_heads": 4, "num_kv_groups": 1, "seed": 7, "layer": 1, "causal": False})[0]
+    assert url_query(model) == {"weights": "trained: 20 steps, seed 0", "layer": "1", "causal": "false"}
+    assert "num_kv_groups" not in share_query(model) and "seed" not in share_query(model)
+    assert link_gives(url_query(model), model)
+    assert link_settings(url_query(model))["num_kv_groups"] == DEFAULTS["num_kv_groups"]
+    book_classes = url_query(model, ("d_out", "num_heads", urlstate.BOOK_CLASSES))
+    assert book_classes["num_kv_groups"] == "1" and book_classes["seed"] == "7"
 
 
 def test_a_link_naming_a_checkpoint_gives_the_book_classes_the_default_sizes_and_its_other_settings():

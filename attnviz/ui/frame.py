@@ -101,7 +101,7 @@ def _draw_frame(page: StreamlitPage, pages: list[StreamlitPage]) -> Frame:
     shown = entry(page)
     keep_page_params(shown.script, shown.url_params)  # before the sidebar writes the URL: the shown page's only
     if shown.settings_apply and shown.text_run:
-        _new_text_ahead(shown.also_runs)
+        _new_text_ahead(shown.view_also)
     return Frame(*sidebar(pages, shown.settings_apply, shown.layer_views), page=shown)
 
 

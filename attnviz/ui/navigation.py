@@ -16,6 +16,7 @@ import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
 from attnviz.urlstate import (
+    BOOK_CLASSES,
     BUG,
     CELL,
     COL,
@@ -69,6 +70,12 @@ class PageEntry:
     book_classes: bool = False  # runs the book's Chapter 3 classes only: a checkpoint's sizes, never its weights
     draws_link: bool = False  # draws the Share link itself, once its own URL parameters are bound
     checks_module: bool = False  # draws the Check panel of a user's module whose run no map can draw
+
+    @property
+    def view_also(self) -> tuple[str, ...]:
+        """The ``also`` ``urlstate`` reads the page's view with: :attr:`also_runs`, and ``urlstate.BOOK_CLASSES``
+        where it runs the book's classes only (with a checkpoint, their settings make its view, not the model's)."""
+        return (*self.also_runs, BOOK_CLASSES) if self.book_classes else self.also_runs
 
 
 WITHIN_A_LAYER = (HEAD, STAGE, ROW, COL)  # the focused head, the stage, the window: the Heads and Steps pages'
@@ -135,8 +142,9 @@ def checkpoint_pages() -> list[str]:
 
 
 def also_runs(script: str | None) -> tuple[str, ...]:
-    """The settings the page of ``script`` (None: none shown yet) runs whatever the class (``PageEntry.also_runs``)."""
-    return next((entry.also_runs for entry in PAGES if entry.script == script), ())
+    """The settings the page of ``script`` (None: none shown yet) runs whatever the class, as ``urlstate`` reads them
+    (``PageEntry.view_also``)."""
+    return next((entry.view_also for entry in PAGES if entry.script == script), ())
 
 
 def shares_focused_head(script: str | None) -> bool:

@@ -374,7 +374,7 @@ def _notices() -> None:
 
 def page_links(pages: list[StreamlitPage], values: dict) -> None:
     """A link to every listed page, carrying the settings as that page's URL does (``urlstate.url_query``, with the
-    settings it runs whatever the class: ``navigation.PageEntry.also_runs``; a page opened in a new tab shows the same
+    settings it runs whatever the class: ``navigation.PageEntry.view_also``; a page opened in a new tab shows the same
     view) and the page's own parameters as its last run in this session left them (``state.page_params_of``) — but
     the focused head, which a link between the Heads and Steps pages carries as the page shown has it
     (``navigation.PageEntry.focused_head``)."""
@@ -383,7 +383,7 @@ def page_links(pages: list[StreamlitPage], values: dict) -> None:
     for page in pages:
         if page.visibility == "visible":
             target = navigation.entry(page)
-            query = queries.setdefault(target.also_runs, url_query(values, target.also_runs))
+            query = queries.setdefault(target.view_also, url_query(values, target.view_also))
             carried = (HEAD,) if carries and target.focused_head else ()
             st.page_link(page, query_params={**query, **page_link_params(target.script, carried)})
 

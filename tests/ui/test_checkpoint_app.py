@@ -240,6 +240,24 @@ def test_a_session_opened_on_a_checkpoint_gives_the_book_classes_the_default_siz
     assert at.sidebar.selectbox(key="layer").value == 1
 
 
+def test_a_checkpoints_url_holds_no_setting_its_run_does_not_take(checkpoints):
+    """The bundled model's 2 heads fit the K/V groups to 1; a 4-head checkpoint picked next kept that 1, which then
+    reached its URL (``/?weights=…&num_kv_groups=1``), so a fresh tab of it gave the book's GQA one K/V group (MQA)
+    instead of the default 4.  A model's run takes its text, layer and mask: the URL names those only."""
+    at = app(weights=weights.BUNDLED_NAME, seed="7")
+    assert at.session_state["num_kv_groups"] == 1  # fitted to the bundled model's 2 heads
+    pick_weights(at, NAME)
+    url = dict(at.query_params)
+    assert url == {"weights": NAME}, url  # no K/V groups, nor the seed a checkpoint does not use
+    fresh = app(**url)
+    no_exception(fresh)
+    pick_weights(fresh, weights.BOOK)
+    fresh.sidebar.selectbox(key="variant").set_value("gqa").run()
+    no_exception(fresh)
+    assert fresh.sidebar.selectbox(key="num_kv_groups").value == DEFAULTS["num_kv_groups"] == 4
+    assert dict(fresh.query_params) == {"variant": "gqa"}
+
+
 @pytest.mark.parametrize(("name", "n_layers"), [(weights.BUNDLED_NAME, 2), (NAME, 3)])
 def test_a_negative_layer_in_the_url_names_the_models_own_layers(checkpoints, name, n_layers):
     at = app(weights=name, layer="-1")
