@@ -106,14 +106,22 @@ def format_shape(shape: Sequence[int]) -> str:
 
 
 def shape_rows(trace_shapes: Shapes, config: AttentionConfig) -> list[dict[str, str]]:
-    """One row per recorded stage: ``{"stage", "shape", "meaning"}``, in pipeline order.
+    """One row per tensor :func:`shape_dot` draws: ``{"stage", "shape", "meaning"}``, in pipeline order — the
+    recorded stages and GQA's and MQA's ``kv_view`` (the diagram's own list, :func:`_stages`).  Shapes that lack
+    some of the variant's stages (hand-made) give a row each, in their order.
 
     ``meaning`` is the symbolic shape (``(b, n, d_out)``, ``(b, h, n, n)`` …) in the run's variant.
     """
-    pairs = [(str(name), tuple(shape)) for name, shape in trace_shapes]
+    spec = config.spec
+    try:
+        shapes, names = _read_shapes(trace_shapes, spec, None)[:2]
+    except ValueError:  # not a run of this variant's whole path: its shapes as given
+        pairs = [(str(name), tuple(shape)) for name, shape in trace_shapes]
+    else:
+        pairs = [(names[base], shapes[base]) for base in _stages(spec, shapes)]
     return [
         {"stage": name, "shape": format_shape(shape),
-         "meaning": _meaning(_split_name(name)[0], config.spec, len(shape))}
+         "meaning": _meaning(_split_name(name)[0], spec, len(shape))}
         for name, shape in pairs
     ]
 

@@ -88,6 +88,23 @@ def test_shapes_page_draws_the_variants_own_nodes(run):
         assert "rotated_queries" in dot and "rotated_keys" in dot and "RoPE" in dot
     rows = at.dataframe[0].value
     assert "(1, 12, 6, 6)" in set(rows["shape"])
+    # the table lists every tensor the diagram draws, with its shape (GQA's and MQA's kv_view was missing from it)
+    assert set(zip(rows["stage"], rows["shape"])) == diagram_tensors(dot)
+    if run.startswith("gqa") or run == "mqa":
+        groups = int(RUNS[run].get("num_kv_groups", 1))
+        assert ("kv_view", f"(1, 6, {groups}, 64)") in set(zip(rows["stage"], rows["shape"]))
+
+
+def diagram_tensors(dot: str) -> set[tuple[str, str]]:
+    """(name, shape) of every tensor node of a shape diagram's DOT: its label's first and third lines (the weights
+    are parallelograms, the head cluster a graph label)."""
+    tensors = set()
+    for line in dot.splitlines():
+        node = re.match(r'\s*"[^"]+" \[label="((?:[^"\\]|\\.)*)"', line)
+        if node and "parallelogram" not in line:
+            parts = node.group(1).split("\\n")
+            tensors.add((parts[0], parts[2]))
+    return tensors
 
 
 @pytest.mark.parametrize("run", list(RUNS))

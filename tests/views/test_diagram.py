@@ -335,6 +335,27 @@ def test_shape_rows_follow_the_variant_path():
     assert {row["stage"]: row["meaning"] for row in simplified}["queries"] == "(b, n, d_in)"
 
 
+@pytest.mark.parametrize("variant", list(variants.VARIANTS))
+def test_shape_rows_list_the_tensors_the_diagram_draws_in_its_order(variant):
+    """One list for the Shapes page's diagram and its table: GQA's and MQA's kv_view, (b, n, g, hd) before K and V's
+    transpose, was a node of the diagram and no row of the table."""
+    config = small(variant)
+    trace = traced(config)
+    rows = diagram.shape_rows(trace.shapes, config)
+    nodes = parse(diagram.shape_dot(trace.shapes, config))[0]
+    tensors = [node for node, attrs in nodes.items() if attrs.get("shape") != "parallelogram"]
+    assert sorted(row["stage"].split(" ×")[0] for row in rows) == sorted(tensors)
+    for row in rows:
+        assert nodes[row["stage"].split(" ×")[0]]["label"].splitlines()[2] == row["shape"]
+    if variants.get(variant).grouped:
+        kv_view = next(row for row in rows if row["stage"] == "kv_view")
+        assert kv_view["meaning"] == "(b, n, g, hd)"
+        b, g, n, hd = dict(trace.shapes)["kv_groups"]
+        assert kv_view["shape"] == f"({b}, {n}, {g}, {hd})"
+        stages = [row["stage"] for row in rows]
+        assert stages.index("view") < stages.index("kv_view") < stages.index("transpose")
+
+
 def test_shape_rows_drop_the_batch_symbol_for_unbatched_shapes():
     rows = diagram.shape_rows([("input", (6, 3)), ("queries", (6, 2)), ("weights", (6, 6))], small("causal"))
     assert [row["meaning"] for row in rows] == ["(n, d_in)", "(n, d_out)", "(n, n)"]
