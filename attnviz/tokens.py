@@ -151,10 +151,21 @@ def _continues(byte: int) -> bool:
     return 0x80 <= byte < 0xC0
 
 
+SPAN_HELP = ("The characters of the text this token holds, counted from 0, the first and the last both included "
+             "(\"chars 1–5\": five characters). A character whose bytes several tokens share, such as an emoji, is "
+             "\"part of\" it in each.")
+
+
+def _chars(first: int, last: int) -> str:
+    """Characters ``first`` … ``last``, both included, in words: "char 3", "chars 1–5"."""
+    return f"char {first}" if first == last else f"chars {first}–{last}"
+
+
 def span_labels(token_ids: list[int]) -> list[str]:
-    """Each token's characters in words for the token table, as character offsets into ``decode(token_ids)``:
-    "1–6" for the characters a token holds whole, "part of “🙂” (chars 7–8)" for a character whose bytes it shares
-    with a neighbouring token ("6–7 and part of “🙂” (chars 7–8)": a space, then an emoji's first bytes)."""
+    """Each token's characters in words for the token table, as character positions in ``decode(token_ids)``,
+    counted from 0, the first and the last both held (:data:`SPAN_HELP`): "char 0" for one character, "chars 1–5"
+    for several, "part of “🙂” (char 7)" for a character whose bytes it shares with a neighbouring token
+    ("char 6 and part of “🙂” (char 7)": a space, then an emoji's first bytes)."""
     token_bytes = get_encoding().decode_tokens_bytes(token_ids)
     data = b"".join(token_bytes)
     starts = [at for at, byte in enumerate(data) if not _continues(byte)]  # the byte each character starts at
@@ -162,7 +173,7 @@ def span_labels(token_ids: list[int]) -> list[str]:
 
     def part_of(index: int) -> str:
         end = starts[index + 1] if index + 1 < len(starts) else len(data)
-        return f"part of “{display_piece(data[starts[index]:end])}” (chars {index}–{index + 1})"
+        return f"part of “{display_piece(data[starts[index]:end])}” ({_chars(index, index)})"
 
     labels, first = [], 0
     for chunk in token_bytes:
@@ -172,7 +183,7 @@ def span_labels(token_ids: list[int]) -> list[str]:
         split_end = last < len(data) and _continues(data[last])  # its last character goes on in a later token
         whole = range(lo + split_start, hi + 1 - split_end)  # the characters it holds every byte of
         parts = [part_of(lo)] if split_start or (split_end and lo == hi) else []
-        parts += [f"{whole.start}–{whole.stop}"] if whole else []
+        parts += [_chars(whole.start, whole.stop - 1)] if whole else []
         parts += [part_of(hi)] if split_end and hi != lo else []
         labels.append(" and ".join(parts))
         first = last

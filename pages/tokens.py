@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from attnviz import ui
-from attnviz.tokens import span_labels
+from attnviz.tokens import SPAN_HELP, span_labels
 from attnviz.views import figures
 from attnviz.words import amount
 
@@ -15,7 +15,7 @@ trace, config = page_run.trace, page_run.trace.config
 
 st.title("Tokens and embeddings")
 specials = sum(t.special for t in trace.token_details)
-st.metric("Tokens", f"{trace.n} / {config.context_length}", help="GPT-2 context length is 1024 tokens.")
+st.metric("Tokens", f"{trace.n} / {config.context_length}", help="GPT-2 context length is 1,024 tokens.")
 if specials:
     st.caption(f"★ {amount(specials, 'special token')} (<|endoftext|> = 50256) marked ★ with a red border.")
 with st.container(height=figures.CHIPS_BOX_PX if trace.n > figures.CHIPS_UNBOXED else "content"):  # scrolls inside
@@ -23,9 +23,9 @@ with st.container(height=figures.CHIPS_BOX_PX if trace.n > figures.CHIPS_UNBOXED
 with st.expander("Token table"):
     st.dataframe(pd.DataFrame({
         "position": range(trace.n), "id": trace.token_ids, "piece": trace.tokens,
-        "text span": span_labels(trace.token_ids),  # "part of “🙂” (chars 7–8)" for a character split over tokens
+        "text span": span_labels(trace.token_ids),  # "part of “🙂” (char 7)" for a character split over tokens
         "special": [t.special for t in trace.token_details],
-    }), hide_index=True)
+    }), hide_index=True, column_config={"text span": st.column_config.TextColumn(help=SPAN_HELP)})
 
 rotary = config.rotary
 st.subheader("Embeddings: token = input (rotary positions)" if rotary else "Embeddings: token + position = input")

@@ -224,15 +224,16 @@ def test_split_character_offsets_give_the_whole_character_to_one_token():
 
 
 @pytest.mark.parametrize(("text", "labels"), [
-    ("Your journey", ["0–4", "4–12"]),
-    ("I 🤖!", ["0–1", "1–2 and part of “🤖” (chars 2–3)", "part of “🤖” (chars 2–3)", "part of “🤖” (chars 2–3)",
-              "3–4"]),
-    ("😀", ["part of “😀” (chars 0–1)", "part of “😀” (chars 0–1)"]),
-    ("a<|endoftext|>b", ["0–1", "1–14", "14–15"]),
+    ("Your journey", ["chars 0–3", "chars 4–11"]),
+    ("I 🤖!", ["char 0", "char 1 and part of “🤖” (char 2)", "part of “🤖” (char 2)", "part of “🤖” (char 2)",
+              "char 3"]),
+    ("😀", ["part of “😀” (char 0)", "part of “😀” (char 0)"]),
+    ("a<|endoftext|>b", ["char 0", "chars 1–13", "char 14"]),
 ])
 def test_span_labels_say_which_character_a_split_token_is_part_of(text, labels):
-    """No empty span ("2–2") for a token holding only bytes of a character split over tokens: the table says which
-    character it is part of."""
+    """No empty span for a token holding only bytes of a character split over tokens: the table says which
+    character it is part of.  Characters are counted from 0 and a span names its first and last character, both
+    held: "I" is char 0 (the half-open "0–1" read as two characters, and "chars 7–8" as two for one emoji)."""
     assert tokens.span_labels(tokens.encode(text)) == labels
 
 

@@ -6,6 +6,7 @@ these tests check what the user would see: the number of heads drawn, masked cel
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -286,8 +287,10 @@ def test_tokens_page_names_a_split_characters_tokens_and_shows_a_leading_space_a
     no_exception(at)
     table = at.dataframe[0].value
     assert table["piece"].tolist() == ["I", "·love", "·<0xF0><0x9F>", "<0xA4>", "<0x96>"]
-    assert table["text span"].tolist() == ["0–1", "1–6", "6–7 and part of “🤖” (chars 7–8)",
-                                           "part of “🤖” (chars 7–8)", "part of “🤖” (chars 7–8)"]
+    assert table["text span"].tolist() == ["char 0", "chars 1–5", "char 6 and part of “🤖” (char 7)",
+                                           "part of “🤖” (char 7)", "part of “🤖” (char 7)"]
+    span_help = json.loads(at.dataframe[0].proto.columns)["text span"]["help"]
+    assert "counted from 0" in span_help and "both included" in span_help
     assert "·&lt;0xF0&gt;&lt;0x9F&gt;" in at.get("html")[0].proto.body  # the chip too
 
 
