@@ -177,7 +177,7 @@ def cache_settings(model: GPTModel) -> dict:
 
 def _layer_holds(settings: dict, window: int | None, token_axis: int) -> str:
     """What one layer with ``window`` (None: full attention) caches, in Markdown; ``token_axis`` 1: keys and values
-    kept as the book's chapter 4 keeps them, (b, n, heads, head_dim)."""
+    kept as the book's bonus KV cache (``ch04/03_kv-cache``) keeps them, (b, n, heads, head_dim)."""
     if settings["latent_dim"] is not None:
         return (f"`cache_c_kv`, one latent per token, shape `(b, n, latent_dim)` = `(1, n, {settings['latent_dim']})`: "
                 "keys and values are up-projected from it at every step")
@@ -193,8 +193,9 @@ def _layer_holds(settings: dict, window: int | None, token_axis: int) -> str:
         what += f" of the last W = {window} tokens only"
     n_symbol, n_here = ("n", "n") if window is None else ("min(n, W)", f"min(n, {window})")
     if token_axis == 1:  # the book's MHA: its layout, before the heads are transposed
-        return (f"{what}, shape `(b, n, heads, head_dim)` = `(1, n, {heads}, {settings['head_dim']})`, the book's "
-                "layout (chapter 4's KV cache: new tokens appended on dim 1, transposed to heads first after)")
+        return (f"{what}, shape `(b, n, heads, head_dim)` = `(1, n, {heads}, {settings['head_dim']})`, the layout of "
+                "the book's bonus KV cache (ch04/03_kv-cache: new tokens appended on dim 1, transposed to heads first "
+                "after)")
     symbol = "heads" if kv_heads == heads else "kv_heads"
     return (f"{what}, shape `(b, {symbol}, {n_symbol}, head_dim)` = "
             f"`(1, {kv_heads}, {n_here}, {settings['head_dim']})`, heads first as the book's bonus code keeps it "

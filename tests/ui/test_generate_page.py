@@ -345,8 +345,11 @@ def caption_call(at: AppTest) -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("attention, held", [
-    (None, "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 2, 64)`, the book's layout"),  # bundled
-    ("mha", "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 8, 16)`, the book's layout"),
+    # bundled; the KV cache is the book's bonus material (ch04/03_kv-cache), not chapter 4's
+    (None, "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 2, 64)`, the layout of the book's "
+           "bonus KV cache (ch04/03_kv-cache: "),
+    ("mha", "`cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = `(1, n, 8, 16)`, the layout of the book's "
+            "bonus KV cache (ch04/03_kv-cache: "),
     ("gqa", "`cache_k` and `cache_v` of its 2 K/V heads (each shared by 4 query heads, repeated after the cache), "
             "shape `(b, kv_heads, n, head_dim)` = `(1, 2, n, 16)`"),
     ("mqa", "`cache_k` and `cache_v` of its one K/V head (shared by all 8 query heads, repeated after the cache), "
