@@ -208,7 +208,7 @@ _MODERN_SOURCE = (modern.scaled_dot_product,)
 _WINDOW_CAUSAL = "Sliding-window attention always hides the future; its window also hides keys W or more behind."
 
 
-_SINGLE_HEAD_SOURCE = (attention._single_head,)
+_SINGLE_HEAD_SOURCE = (attention._single_head, attention._mask_bool)
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("simplified", "Simplified self-attention (3.3, no weights)", "3.3", attention.SimplifiedSelfAttention,

@@ -132,6 +132,14 @@ def added_mask_note(config: AttentionConfig) -> str | None:
 
 
 BOOK_SOFTMAX = "torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)"  # the book's scaling, inside the softmax
+# attnviz's helper functions a class's steps run in (``Variant.source_parts``; no book name), in words
+HELPERS = {
+    "_single_head": "the steps v1, v2 and `CausalAttention` share",
+    "_mask_bool": "the causal mask: the class's `mask` buffer as the book slices it, "
+                  "`self.mask.bool()[:num_tokens, :num_tokens]`, or for v1 and v2, which have none, the same triangle "
+                  "built for the tokens",
+    "scaled_dot_product": "the steps GQA, MQA, MLA and sliding-window attention share",
+}
 ADDED_ARGUMENTS = ("causal", "rope_base")  # attnviz's keyword arguments; their defaults run the book's class
 
 
@@ -146,8 +154,12 @@ def listing_note(trace: Trace) -> str | None:
     spec = config.spec
     book = variants.VARIANTS.get(spec.name, spec)  # a checkpoint's layer: the listing of the class it holds
     where = f"Section {book.section}" if book.section[:1].isdigit() else f"the bonus material's {book.section[6:]}"
-    parts = [part.__name__ for part in spec.source_parts if not inspect.isclass(part)]  # the steps' shared function
-    moved = f", its steps in `{parts[-1]}` below it," if parts else ""
+    helpers = [part.__name__ for part in spec.source_parts if not inspect.isclass(part)]  # attnviz's, shown below
+    moved = ""
+    if helpers:
+        named = " and ".join(f"`{name}` ({HELPERS[name]})" for name in helpers)
+        moved = (f" — attnviz runs its steps in {'a helper function' if len(helpers) == 1 else 'helper functions'} "
+                 f"shown below the class: {named} —")
     added = [f"`{name}`" for name in ADDED_ARGUMENTS if name in inspect.signature(spec.cls.__init__).parameters]
     arguments = (f" (and attnviz's {', '.join(added)} argument, whose default runs the book's code)" if len(added) == 1
                  else f" (and attnviz's {', '.join(added)} arguments, whose defaults run the book's code)" if added

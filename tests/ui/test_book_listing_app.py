@@ -173,5 +173,22 @@ def test_the_steps_page_says_how_its_class_differs_from_the_books_listing():
     unmasked = " ".join(c.value for c in page("pages/steps.py", causal="false").main.caption)
     assert "It scales as a stage of its own (2 · ÷√dₖ)" in unmasked and "before it masks" not in unmasked
     window = " ".join(c.value for c in page("pages/steps.py", variant="swa", sliding_window_size="3").main.caption)
-    assert ("The book's `MultiHeadAttentionWithSWA` (the bonus material's ch04/06_swa), its steps in "
-            "`scaled_dot_product` below it," in window and "before it masks (3 · window mask)" in window)
+    assert ("The book's `MultiHeadAttentionWithSWA` (the bonus material's ch04/06_swa) — attnviz runs its steps in "
+            "a helper function shown below the class: `scaled_dot_product` (the steps GQA, MQA, MLA and "
+            "sliding-window attention share) — with" in window and "before it masks (3 · window mask)" in window)
+
+
+@pytest.mark.parametrize("variant", ["self_attention_v1", "self_attention_v2", "causal"])
+def test_the_steps_page_says_plainly_where_a_single_head_class_runs_its_steps_and_shows_its_mask(variant):
+    """The note said "its steps in `_single_head` below it" — no book name, no word for what it is — and the source
+    showed `_mask_bool(module, num_tokens, …)` without its body: the note says they are attnviz's helper functions
+    and what each does, and the source expander shows both."""
+    at = page("pages/steps.py", variant=variant, stage="masked", causal="true")
+    text = said(at)
+    assert "its steps in `_single_head` below it" not in text
+    assert ("attnviz runs its steps in helper functions shown below the class: `_single_head` (the steps v1, v2 and "
+            "`CausalAttention` share) and `_mask_bool` (the causal mask:") in text
+    (expander,) = [e for e in at.main.expander if e.label.startswith("Source of ")]
+    code = " ".join(c.value for c in expander.code)
+    assert "def _single_head(" in code and "def _mask_bool(" in code
+    assert "return mask.bool()[:num_tokens, :num_tokens]" in code  # the book's slice of its buffer
