@@ -173,7 +173,7 @@ def _masked(view: HeadWindow, before, after) -> None:
     zrange = view.shared("scaled") if scaled else None
     with before:
         if scaled:
-            view.heatmap("scaled", "before: scaled scores", zrange=zrange)
+            view.heatmap("scaled", f"before: {steps.stage_title(view.trace, 'scaled')}", zrange=zrange)
         else:
             st.caption("before: the scaled scores were not recorded (see above)")
     with after:
@@ -183,7 +183,7 @@ def _masked(view: HeadWindow, before, after) -> None:
 
 def _weights(view: HeadWindow, before, after) -> None:
     with before:
-        view.heatmap("masked", "before: masked scores")
+        view.heatmap("masked", f"before: {steps.stage_title(view.trace, 'masked')}")  # the Heads page's title
     with after:
         view.heatmap("weights", "after: softmax — each row sums to 1")
 

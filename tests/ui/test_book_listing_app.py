@@ -156,6 +156,19 @@ def test_the_simplified_classs_scale_stage_says_it_does_not_divide():
     assert "after: scores ÷ √2" in plot_titles(with_weights) and "shrinks" in said(with_weights)
 
 
+@pytest.mark.parametrize("causal, before", [
+    ("false", "before: masked = scaled (causal mask off)"),
+    ("true", "before: masked (−∞ above the diagonal)"),
+])
+def test_the_steps_pages_before_panels_title_their_stage_as_the_heads_page_does(causal, before):
+    """With the mask off the softmax stage's left map read "before: masked scores" over scores nothing masked; the
+    Heads page's title of that map (views.steps.stage_title) says what ran: the Steps page uses it."""
+    at = page("pages/steps.py", stage="weights", causal=causal)
+    titles = plot_titles(at)
+    assert any(before in title for title in titles), titles
+    assert not any("before: masked scores" in title for title in titles)
+
+
 LISTING = "The book's `MultiHeadAttention` (Section 3.6.2) with `record(recorder, …)` lines added"
 BOOK_ORDER = ("It scales (2 · ÷√dₖ) before it masks (3 · causal mask); the book masks, then scales inside "
               "`torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)` — −∞ ÷ √dₖ is still −∞, so the weights are "
