@@ -682,8 +682,8 @@ def test_the_gqa_bug_uses_the_sidebars_kv_groups_or_says_which_it_uses(overrides
     ("masked_fill", "MultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
     ("gqa_repeat", "GroupedQueryAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12, "
                    "num_kv_groups=4) · head_dim 3"),
-    ("window_off_by_one", "SlidingWindowAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12, "
-                          "sliding_window_size=3) · head_dim 3"),
+    ("window_off_by_one", "MultiHeadAttentionWithSWA(d_in=36, d_out=36, context_length=64, dropout=0.1, "
+                          "num_heads=12, sliding_window_size=3) · head_dim 3"),
     ("rope_values", "RotaryAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
     ("cache_reset", "CachedMultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
 ])
@@ -982,9 +982,20 @@ def test_a_gqa_link_whose_groups_hide_the_bug_says_which_groups_the_lab_uses(que
 def test_a_window_link_at_w_n_minus_1_detects_the_bug_and_names_sliding_window_attention():
     at = link(bug="window_off_by_one", variant="swa", sliding_window_size="5")  # the default text: 6 tokens
     no_exception(at)
-    assert "SlidingWindowAttention(d_in=768, d_out=768, context_length=1024, dropout=0.1, num_heads=12, " \
+    assert "MultiHeadAttentionWithSWA(d_in=768, d_out=768, context_length=1024, dropout=0.1, num_heads=12, " \
            "sliding_window_size=5)" in captions(at)
     verdicts = lab_verdicts(at)
     assert "**Check passed:** query i sees keys i − 4 … i: a window of exactly 5" in verdicts, verdicts
     assert any(v.startswith("**Detected:** only the future is hidden: query 5 sees key 0") for v in verdicts), verdicts
 
+
+@pytest.mark.parametrize("bug, variant", [("gqa_repeat", "gqa"), ("window_off_by_one", "swa")])
+def test_the_labs_own_class_has_the_name_of_the_books_class_the_app_runs(bug, variant):
+    """The sliding-window class had three names (the lab's SlidingWindowAttention; Compare's and the docs'
+    MultiHeadAttentionWithSWA, the book's bonus ch04/06_swa): the lab's short version of a bonus class takes the
+    book's name, as its GroupedQueryAttention does, and the page says it is the lab's own version of it."""
+    from attnviz import variants
+    from attnviz.labs.pitfalls import catalogue
+
+    assert catalogue.runs(bug).__name__ == variants.get(variant).cls.__name__
+    assert catalogue.shown_in(bug).startswith(f"{variants.get(variant).cls.__name__} (")

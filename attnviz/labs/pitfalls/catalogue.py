@@ -110,7 +110,7 @@ def _own_sizes(cls: type[nn.Module], setup: LabSetup) -> dict[str, int]:
     """The arguments one of the lab's classes takes after the book's five: the K/V groups or the window."""
     if issubclass(cls, modern.GroupedQueryAttention):
         return {"num_kv_groups": setup.num_kv_groups}
-    if issubclass(cls, modern.SlidingWindowAttention):
+    if issubclass(cls, modern.MultiHeadAttentionWithSWA):
         return {"sliding_window_size": setup.sliding_window_size}
     return {}
 
@@ -216,7 +216,7 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         modern.WINDOW_LINE, modern.WINDOW_BUG,
         "A window of W means query i sees W keys: i − W + 1 … i. Key i − W is W behind, so `diff >= W` must hide "
         "it; `diff > W` lets it through and the window is W + 1 wide. The map's band is one cell too wide.",
-        detect=detect_window, figure="weights", in_mask=True, **_modern(modern.SlidingWindowAttention,
+        detect=detect_window, figure="weights", in_mask=True, **_modern(modern.MultiHeadAttentionWithSWA,
                                                                           modern.WindowOffByOne),
     ),
     Pitfall(

@@ -4,8 +4,10 @@ attention, each a plain ``nn.Module`` in the book's style (its bonus material's 
 ``reset_cache()``), and their classic bugs, each one line away (:func:`~attnviz.labs.pitfalls.bugs.one_line_changed`).
 
 These are the lab's own classes, not the app's variants: short enough to read on the page, with the line a bug
-changes written once.  Their rotation is the one the app's rotary setting runs (:mod:`attnviz.rope`'s
-``compute_rope_params`` and ``apply_rope``).  Pure torch: no figures, no Streamlit.
+changes written once.  A class that stands for one of the book's bonus classes takes its name
+(``GroupedQueryAttention``, ``MultiHeadAttentionWithSWA``: one name on every page for one kind of attention).
+Their rotation is the one the app's rotary setting runs (:mod:`attnviz.rope`'s ``compute_rope_params`` and
+``apply_rope``).  Pure torch: no figures, no Streamlit.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class GroupedQueryAttention(_Projections):
         return self.out_proj(context_vec.contiguous().view(b, num_tokens, self.d_out))  # (b, n, d_out)
 
 
-class SlidingWindowAttention(_Projections):
+class MultiHeadAttentionWithSWA(_Projections):
     """Query i sees keys i − sliding_window_size + 1 … i: the future and the keys W or more behind are hidden."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size, qkv_bias=False):
@@ -165,10 +167,11 @@ class RepeatNotInterleave(GroupedQueryAttention):
     forward = one_line_changed(GroupedQueryAttention.forward, GQA_LINE, GQA_BUG + "  # BUG: (b, h, n, hd), tiled")
 
 
-class WindowOffByOne(SlidingWindowAttention):
+class WindowOffByOne(MultiHeadAttentionWithSWA):
     """``diff > W``: query i also sees key i − W, a window of W + 1."""
 
-    forward = one_line_changed(SlidingWindowAttention.forward, WINDOW_LINE, WINDOW_BUG + "  # BUG: (n, n), W + 1 wide")
+    forward = one_line_changed(MultiHeadAttentionWithSWA.forward, WINDOW_LINE,
+                               WINDOW_BUG + "  # BUG: (n, n), W + 1 wide")
 
 
 class RopeOnQueriesOnly(RotaryAttention):
