@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 def amount(count: int, noun: str, nouns: str | None = None) -> str:
     """``count`` of ``noun`` in words, singular for one: "1 head", "4 heads", "1 K/V group", "2 queries" (with
-    ``nouns="queries"``)."""
-    return f"{count} {plural(count, noun, nouns)}"
+    ``nouns="queries"``); thousands grouped as every page writes numbers: "1,024 tokens"."""
+    return f"{count:,} {plural(count, noun, nouns)}"
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:

@@ -282,4 +282,4 @@ def test_ranks_file_error_is_runtime_error():
 
 
 def test_counted_says_one_token_and_many_tokens():
-    assert [tokens.counted(n) for n in (0, 1, 2, 1024)] == ["0 tokens", "1 token", "2 tokens", "1024 tokens"]
+    assert [tokens.counted(n) for n in (0, 1, 2, 1024)] == ["0 tokens", "1 token", "2 tokens", "1,024 tokens"]

@@ -20,3 +20,9 @@ def test_a_noun_with_its_own_plural_takes_it_for_any_count_but_one():
     assert [amount(n, "query", "queries") for n in (0, 1, 2)] == ["0 queries", "1 query", "2 queries"]
     assert plural(1, "query", "queries") == "query"
     assert plural(3, "key", "keys") == "keys"
+
+
+def test_amount_writes_a_count_as_every_page_writes_numbers():
+    """The Heads page's caption said "1024 tokens" where every other number on the pages reads "1,024"."""
+    assert amount(1024, "token") == "1,024 tokens"
+    assert amount(131072, "position") == "131,072 positions"

@@ -42,6 +42,7 @@ from attnviz.urlstate import (
     parse_window_start,
     url_text,
 )
+from attnviz.words import amount
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
@@ -184,7 +185,7 @@ def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, in
         return 0, 0, n
     last = n - WINDOW
     st.caption(
-        f"{n} tokens: the focused view shows a {WINDOW}×{WINDOW} window at full resolution "
+        f"{amount(n, 'token')}: the focused view shows a {WINDOW}×{WINDOW} window at full resolution "
         "(every cell hoverable); move it with the sliders." + (" The overview is max-pooled." if overview else "")
     )
     cols = st.columns(2)

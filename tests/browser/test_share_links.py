@@ -32,7 +32,7 @@ def test_a_typed_1024_token_text_survives_a_reload_and_its_link_opens_its_window
     text = english_text()
     visit(page, f"{base_url}/?head=3")
     commit_text(page, text)
-    shows_tokens(page, "1024")
+    shows_tokens(page, "1,024")
     assert query_of(page.url)["text"] == text  # the address bar holds it
     link = share_link(page)
     assert query_of(link)["text"] == text and query_of(link)["head"] == "3", link[:200]
@@ -40,14 +40,14 @@ def test_a_typed_1024_token_text_survives_a_reload_and_its_link_opens_its_window
 
     page.reload()
     wait_idle(page)
-    shows_tokens(page, "1024")
+    shows_tokens(page, "1,024")
     expect(text_box(page)).to_have_value(text)
 
     other = browser.new_context(viewport=page.viewport_size)  # another session, as the link's recipient has
     try:
         fresh = other.new_page()
         visit(fresh, link + "&row=300&col=100")  # the 256 × 256 window, which only a text over 256 tokens has
-        shows_tokens(fresh, "1024")
+        shows_tokens(fresh, "1,024")
         expect(text_box(fresh)).to_have_value(text)
         assert {"head": "3", "row": "300", "col": "100"}.items() <= query_of(fresh.url).items(), fresh.url[-80:]
         assert not fresh.get_by_test_id("stMain").get_by_text("Ignored URL parameter").count()
@@ -61,7 +61,7 @@ def test_a_long_paste_is_in_the_link_and_the_address_bar_as_the_part_shown_and_t
     text = english_text(4445)
     visit(page, f"{base_url}/?head=3")
     commit_text(page, text)
-    shows_tokens(page, "1024")
+    shows_tokens(page, "1,024")
     shown = query_of(page.url)["text"]
     assert text.startswith(shown) and 4000 < len(shown) < len(text)
     expect(text_box(page)).to_have_value(text)
@@ -72,7 +72,7 @@ def test_a_long_paste_is_in_the_link_and_the_address_bar_as_the_part_shown_and_t
     expect(sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="not in this link")).to_have_count(0)
     page.reload()
     wait_idle(page)
-    shows_tokens(page, "1024")
+    shows_tokens(page, "1,024")
     expect(text_box(page)).to_have_value(shown)
 
 

@@ -659,3 +659,14 @@ def test_a_sliding_windows_mask_is_named_as_a_band_not_as_the_causal_triangle():
     at = app(num_heads="4", stage="masked")  # no window: the triangle
     assert "causal mask" in at.main.caption[0].value
     assert focused(at)["layout"]["title"]["text"] == "head 0: masked (−∞ above the diagonal)"
+
+
+def test_the_heads_pages_window_caption_writes_the_token_count_as_the_other_pages_do():
+    """A 1,024-token text: the caption over the window sliders said "1024 tokens" (the Shapes page, the Generate page
+    and the Share notes write 1,024)."""
+    from helpers.texts import english_text
+
+    at = open_app(text=english_text(), preset="custom", d_in="16", d_out="16", num_heads="2")
+    no_exception(at)
+    window = [c.value for c in at.main.caption if "the focused view shows" in c.value]
+    assert window and window[0].startswith("1,024 tokens: the focused view shows"), window

@@ -103,7 +103,7 @@ def test_a_long_paste_is_shared_as_the_part_shown_and_the_text_box_keeps_it_whol
     reloaded = app(**dict(url(at)))
     no_exception(reloaded)
     assert reloaded.text_area(key="text").value == shown
-    assert any("· 1024 tokens ·" in caption.value for caption in reloaded.caption)  # the view the paste showed
+    assert any("· 1,024 tokens ·" in caption.value for caption in reloaded.caption)  # the view the paste showed
 
     over = "=" * (urlstate.MAX_URL_TEXT_BYTES // 3 + 1)  # 64 tokens, all shown, 12,003 bytes in a URL
     at.sidebar.text_area(key="text").input(over).run()

@@ -87,7 +87,7 @@ def shape_drawn(trace: dict) -> tuple[int, ...]:
 
 def test_heads_page_at_1024_tokens_sends_less_than_3_mb_of_figures(long_text, counted):
     at = heads_app(long_text)
-    assert f"{N} tokens" in at.caption[0].value
+    assert f"{N:,} tokens" in at.caption[0].value
     sizes = payload.element_sizes(at)
     assert sizes["plotly_charts"] >= 2
     assert sizes["plotly_bytes"] < MAX_FIGURE_BYTES, f"{sizes['plotly_bytes']:,} bytes of Plotly JSON"
