@@ -42,7 +42,7 @@ from attnviz.labs import implementations
 from attnviz.producers.book import build_module
 from attnviz.rng import built_once, seeded
 from attnviz.trace import Trace
-from attnviz.views import figures
+from attnviz.views import figures, margins
 from attnviz.words import amount
 
 MAX_TOKENS = 256  # longer texts are compared on their first MAX_TOKENS tokens
@@ -51,7 +51,8 @@ MAP_CHOICES = ("head 0", "mean over heads")
 SCALE_NOTE = ("Colour: the attention weight, from 0 (dark) to 1 (yellow), on one scale for every map; grey cells are "
               "masked.")
 MAP_WIDTH = 290  # px: a variant's map on the Compare page; as many a row as fit (three beside the sidebar at 1,400)
-TWO_LINE_TITLE_PX = 32  # a two-line title above a map's key tokens, more than their labels and axis title take
+# a two-line title above a map's key tokens, under the modebar's row: more than their labels and axis title take
+TWO_LINE_TITLE_PX = margins.MODEBAR_PX + 20
 
 
 # --------------------------------------------------------------------------- inputs and modules
@@ -576,13 +577,13 @@ def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causa
                                     title=variant_title(result, how, current), height=height,
                                     title_px=TWO_LINE_TITLE_PX, width=width,
                                     show_scale=width is None)
-    return _two_line_title(fig, height)
+    return _two_line_title(fig)
 
 
-def _two_line_title(fig: go.Figure, height: int) -> go.Figure:
-    """Plotly anchors a multi-line title by its first line: move it down (the map made room for it,
+def _two_line_title(fig: go.Figure) -> go.Figure:
+    """The two-line title in its 14 px font (the map made room for it under the modebar's row,
     :data:`TWO_LINE_TITLE_PX`)."""
-    return fig.update_layout(title={"y": 1 - 26 / height, "yanchor": "top", "font": {"size": 14}})
+    return fig.update_layout(title=margins.title(fig.layout.title.text, 14))
 
 
 def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS, height: int = 420) -> go.Figure:
@@ -593,7 +594,7 @@ def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_T
     fig = figures.attention_heatmap(result.attention_map(how), trace.tokens[:max_tokens], "weights",
                                     causal=trace.config.causal, title=title, height=height,
                                     title_px=TWO_LINE_TITLE_PX)
-    return _two_line_title(fig, height)
+    return _two_line_title(fig)
 
 
 def module_vs_mha_rows(trace: Trace, mha: VariantResult) -> list[dict[str, str]]:

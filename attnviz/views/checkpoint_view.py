@@ -72,10 +72,10 @@ def overview_figure(pooled: np.ndarray, n_tokens: int, focus: tuple[int, int] | 
                      range=[mosaic.shape[0] - 0.5, -0.5], showgrid=False, zeroline=False, tickfont={"size": 10},
                      scaleanchor="x", scaleratio=1, constrain="domain", constraintoward="top")
     pooled_note = f"each tile max-pooled {n_tokens}→{size}" if n_tokens > size else "each tile at full resolution"
-    top, bottom = 90, 10
+    top, bottom = margins.title_top(2, 13, above_plot=HEAD_LABELS_PX), 10  # the title's two lines, the heads' labels
     fig.update_layout(
-        title={"text": f"Every layer × head: attention weights<br><sup>{pooled_note}; rows = layers, columns = "
-                       "heads; the outlined tile is the layer and head in focus</sup>", "font": {"size": 13}},
+        title=margins.title(f"Every layer × head: attention weights<br><sup>{pooled_note}; rows = layers, columns = "
+                            "heads; the outlined tile is the layer and head in focus</sup>", 13),
         height=min(OVERVIEW_MAX_PX, top + bottom + round(mosaic.shape[0] * overview_cell_px(mosaic.shape[1], size))),
         margin={"l": 40, "r": margins.COLORBAR_PX, "t": top, "b": bottom},
         plot_bgcolor="white", dragmode=False,
@@ -86,6 +86,7 @@ def overview_figure(pooled: np.ndarray, n_tokens: int, focus: tuple[int, int] | 
 OVERVIEW_WIDTH_PX = 600  # the mosaic's width at most, within the Heads page's wide column (less on a narrow one)
 OVERVIEW_TILE_PX = 200  # a tile's side at most: a few heads' tiles are not made page-sized
 OVERVIEW_MAX_PX = 2400  # the figure's height at most (GPT-2 XL's 48 layers)
+HEAD_LABELS_PX = 20  # the heads' labels ("H3") above the mosaic, at 10 px
 
 
 def overview_cell_px(columns: int, size: int) -> float:

@@ -59,8 +59,9 @@ def _divisor_text(explanation: WeightExplanation) -> str:
 TITLE_CHARS = 34  # a title line's characters at 13 px: the panel beside the focused map is ~250 px wide at 1,100 px
 PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px: centred over a plot area of ~150 px at 1,100 px
 LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
-# a title of several lines grows down from the figure's top into the margin made for it (Plotly centres it otherwise)
-TITLE_AT_TOP = {"y": 1, "yref": "container", "yanchor": "top", "pad": {"t": 10}}
+# a title of several lines grows down from under the modebar's row (Plotly centres it in the margin otherwise):
+# above its lines, that row; under them, a gap
+TITLE_ROOM_PX = margins.MODEBAR_PX + 20
 
 
 def _wrapped(text: str, width: int = TITLE_CHARS) -> tuple[str, int]:
@@ -103,10 +104,9 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
         subtitle = " ".join(filter(None, [subtitle, safe_label(explanation.stand_in)]))
     title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{sums}")
     subtitle, subtitle_lines = _wrapped(subtitle, round(TITLE_CHARS * 13 / 11)) if subtitle else ("", 0)
-    top = 30 + LINE_PX[13] * title_lines + LINE_PX[11] * subtitle_lines  # the title block above the bars' names
+    top = TITLE_ROOM_PX + LINE_PX[13] * title_lines + LINE_PX[11] * subtitle_lines  # the title above the bars' names
     layout = {
-        "title": {"text": title, "font": {"size": 13}, "subtitle": {"text": subtitle, "font": {"size": 11}},
-                  **TITLE_AT_TOP},
+        "title": margins.title(title, 13, subtitle={"text": subtitle, "font": {"size": 11}}),
         "height": height + top - 120, "margin": {"l": margins.beside(), "r": 10, "t": top,
                                                 "b": margins.across([], angle=0)},
         "showlegend": False, "bargap": 0.1,
@@ -210,11 +210,12 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
         how = (f"weight = exp({_number(explanation.scaled)}) ÷ Σ over the row's visible keys of exp(scaled) = "
                f"{explanation.weight:.4f}")
     title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{how}")
-    top = 30 + LINE_PX[13] * title_lines + LINE_PX[12] * first_lines  # the title, then the first panel's
+    top = TITLE_ROOM_PX + LINE_PX[13] * title_lines + LINE_PX[12] * first_lines  # the title, then the first panel's
     bottom = margins.across(axis["ticktext"])
     layout.update(
-        title={"text": title, "font": {"size": 13}, **TITLE_AT_TOP}, height=top + plot_px + bottom, showlegend=False,
-        bargap=0.1, margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": bottom},
+        title=margins.title(title, 13), height=top + plot_px + bottom,
+        showlegend=False, bargap=0.1,
+        margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": bottom},
         shapes=[{"type": "line", "x0": explanation.key, "x1": explanation.key, "xref": xref, "y0": 0, "y1": 1,
                  "yref": f"{yref} domain", "line": {"color": HIGHLIGHT, "width": 1, "dash": "dot"}}
                 for xref, yref in (("x", "y"), ("x2", "y2"))])
@@ -258,8 +259,8 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         axes.append({**axis, "title": {"text": "query token"}})
     bottom = margins.across(axis["ticktext"])
     layout, plot_px, first_lines = _panels(titles, axes, panel_px=max(80, (height or 300) - 150), gap_px=bottom + 10)
-    top = 30 + LINE_PX[13] + LINE_PX[12] * first_lines  # the title, then the first panel's
+    top = TITLE_ROOM_PX + LINE_PX[13] + LINE_PX[12] * first_lines  # the title, then the first panel's
     layout.update(height=top + plot_px + bottom, showlegend=False, bargap=0.1,
-                  title={"text": f"head {sums.head}: several tokens at once", "font": {"size": 13}, **TITLE_AT_TOP},
+                  title=margins.title(f"head {sums.head}: several tokens at once", 13),
                   margin={"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": bottom})
     return go.Figure(data=data, layout=layout, _validate=False)

@@ -175,7 +175,7 @@ def shared_range(matrices) -> tuple[float, float]:
     return -bound, bound
 
 
-MAP_TITLE_PX = 40  # a token map's title, above its key tokens
+MAP_TITLE_PX = margins.title_top()  # a token map's one-line title under the modebar's row, above its key tokens
 NO_COLOUR_BAR_PX = 24  # the right margin of a map without a colour bar: its last key label's turned foot
 COLOUR_BAR_BELOW_PX = 44  # a horizontal colour bar under a map: the gap above it, the bar and its tick labels
 COLOUR_BAR_GAP_PX = 14  # from the map's foot to the top of a colour bar under it, with room for the title beside it
@@ -253,7 +253,7 @@ def attention_heatmap(
                           max_column_ticks=column_ticks)
     layout = {
         **axes,
-        "title": {"text": title or MAP_TITLES.get(stage, stage), "y": 0.99, "yanchor": "top"},
+        "title": margins.title(title or MAP_TITLES.get(stage, stage)),
         # margins that hold the labels, so Plotly draws the map once (views/margins.py); t: the title above the
         # key ticks; b: the "masked" legend whether or not there is one, so a before/after pair (only one of
         # them masked) has plots of the same size
@@ -443,15 +443,16 @@ def heads_grid(
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
     heads_text = f"all {num_heads} heads" if num_heads > 1 else "1 head"
     heading = f"{stage_title or map_title(stage, window)}, {heads_text}"
+    top = margins.title_top(2 if note else 1, 13)  # the heading (and its note) under the modebar's row
     height = max(180, _grid_row_px(columns) * rows + 60)
-    margin = {"l": 10, "r": margins.COLORBAR_PX, "t": 70, "b": 10}
+    margin = {"l": 10, "r": margins.COLORBAR_PX, "t": top, "b": 10}
     # as wide as its tiles and colour bar (and its title): the colour bar sits beside the tiles however few there
     # are; a page narrower than that shrinks the tiles, which stay square
     tiles_px = (height - margin["t"] - margin["b"]) * width_cells / height_cells
     width = margin["l"] + max(math.ceil(tiles_px) + margin["r"], math.ceil(margins.text_px([heading]) * TITLE_SCALE),
                               math.ceil(margins.text_px([note]) * TITLE_SCALE * SUP_SCALE))
     layout = {
-        "title": {"text": heading + (f"<br><sup>{note}</sup>" if note else ""), "font": {"size": 13}},
+        "title": margins.title(heading + (f"<br><sup>{note}</sup>" if note else ""), 13),
         "height": height, "width": width,
         "margin": margin,
         "plot_bgcolor": "white", "clickmode": "event+select", "dragmode": False, "hovermode": "closest",
@@ -521,10 +522,10 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
         "yaxis": {"autorange": "reversed", "showticklabels": False, "scaleanchor": "x", "constrain": "domain",
                   "showgrid": False, "zeroline": False, "ticks": ""},
         "xaxis": {"showticklabels": False, "constrain": "domain", "showgrid": False, "zeroline": False, "ticks": ""},
-        "title": {"text": f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)",
-                  "font": {"size": 12}},
+        "title": margins.title(f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)", 12),
         # l, b: what Plotly keeps beside axes without labels (less, and it draws the overview twice)
-        "height": 300, "margin": {"l": 10, "r": 5, "t": 40, "b": 10}, "plot_bgcolor": MASKED_COLOR,
+        "height": 300, "margin": {"l": 10, "r": 5, "t": margins.title_top(size=12), "b": 10},
+        "plot_bgcolor": MASKED_COLOR,
     }
     if window is not None:
         row0, col0, size = window
@@ -554,9 +555,9 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
     ])
     below = margins.across(labels, title=False)  # the turned token labels, then the legend at the figure's foot
     fig.update_layout(
-        title={"text": "entropy of each query's weights (nats; 0 = saturated on one key)", "font": {"size": 13}},
-        barmode="group", height=180 + below + 2 * margins.LEGEND_ROW_PX,
-        margin={"l": margins.beside(title=False), "r": margins.TURNED_LABELS_PX, "t": 50,
+        title=margins.title("entropy of each query's weights (nats; 0 = saturated on one key)", 13),
+        barmode="group", height=130 + margins.title_top(size=13) + below + 2 * margins.LEGEND_ROW_PX,
+        margin={"l": margins.beside(title=False), "r": margins.TURNED_LABELS_PX, "t": margins.title_top(size=13),
                 "b": below + 2 * margins.LEGEND_ROW_PX},
         legend=margins.LEGEND_AT_FOOT,
     )
@@ -609,9 +610,10 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
     fig.update_yaxes(autorange="reversed", type="category")
     pooled = f", mean of {col_block} per cell" if col_block > 1 else ""
     fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + pooled)
-    fig.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
+    fig.update_layout(title=margins.title(title, 13), height=height,
                       # margins that hold the token labels, the colour bar and the dimension axis (views/margins.py)
-                      margin={"l": margins.beside(y, title=False), "r": margins.COLORBAR_PX, "t": 50,
+                      margin={"l": margins.beside(y, title=False), "r": margins.COLORBAR_PX,
+                              "t": margins.title_top(size=13),
                               "b": margins.across([], angle=0)})
     return fig
 
@@ -661,8 +663,9 @@ def benchmark_bars(rows, about: str) -> go.Figure:
         hovertemplate="%{y}<br>median %{x:.3f} ms<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title={"text": f"median forward time ({about})"},
+    fig.update_layout(title=margins.title(f"median forward time ({about})"),
                       xaxis_title="milliseconds (lower is faster)", height=360,
-                      margin={"l": margins.beside([row.name for row in rows], title=False), "r": 10, "t": 60,
+                      margin={"l": margins.beside([row.name for row in rows], title=False), "r": 10,
+                              "t": margins.title_top(),
                               "b": margins.across([], angle=0)})
     return fig

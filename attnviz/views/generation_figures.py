@@ -49,9 +49,9 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
     key_labels = [html.escape(label, quote=True) for label in key_labels]
     steps, n_keys = z.shape
     layout = {
-        "title": {"text": title, "font": {"size": 14}}, "height": ROWS_HEIGHT,
-        # margins that hold the labels, so Plotly draws the map once (views/margins.py)
-        "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": 50, "b": 10},
+        "title": margins.title(title, 14), "height": ROWS_HEIGHT,
+        # margins that hold the title and the labels, so Plotly draws the map once (views/margins.py)
+        "margin": {"l": 10, "r": margins.COLORBAR_PX, "t": margins.title_top(size=14), "b": 10},
         # the prompt's end, on the heatmap's own axes
         "shapes": [{"type": "line", "xref": "x2", "yref": "y2", "x0": prompt_length - 0.5,
                     "x1": prompt_length - 0.5, "y0": -0.5, "y1": steps - 0.5,
@@ -129,8 +129,10 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     fig.update_yaxes(type="log", title="KV cache (bytes)", dtick=1, exponentformat="SI")
     # the legend under the plot, one entry a row, so the plot keeps the figure's width whatever the labels' length
     legend_px = COST_LEGEND_ROW_PX * len(curves) + 10
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=COST_PLOT_HEIGHT + legend_px,
+    fig.update_layout(title=margins.title(title, 14),
+                      height=COST_PLOT_HEIGHT + legend_px,
                       legend={**margins.LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"},
-                      margin={"l": margins.beside(), "r": 30, "t": 50,  # margins that hold the legend and labels
+                      # margins that hold the title, the legend and the labels
+                      margin={"l": margins.beside(), "r": 30, "t": margins.title_top(size=14),
                               "b": margins.across([], angle=0) + legend_px})
     return fig

@@ -89,9 +89,10 @@ def stripe_grid(maps: np.ndarray, T: int, *, title: str, notes=None) -> go.Figur
     fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[-0.5, n - 0.5])
     fig.update_yaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, range=[n - 0.5, -0.5])
     fig.update_annotations(font={"size": 11})
-    fig.update_layout(title={"text": title, "font": {"size": 14}},
-                      height=(80 if notes is not None else 60) + 190 * layers,
-                      margin={"l": 10, "r": 10, "t": 90 if notes is not None else 70, "b": 10}, plot_bgcolor="#e8e8e8")
+    top = margins.title_top(size=14, above_plot=margins.SUBPLOT_TITLE_PX * (2 if notes is not None else 1))
+    fig.update_layout(title=margins.title(title, 14),
+                      height=top - 10 + 190 * layers,
+                      margin={"l": 10, "r": 10, "t": top, "b": 10}, plot_bgcolor="#e8e8e8")
     return fig
 
 
@@ -122,9 +123,13 @@ def score_grid(scores: dict[str, np.ndarray], *, title: str = "", names=None) ->
     fig.update_yaxes(autorange="reversed", type="category", **margins.LABELS_HELD)
     fig.update_xaxes(type="category", side="bottom", tickangle=angle, **margins.LABELS_HELD)
     below = margins.across(head_labels, angle=angle, title=False)
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=80 + below + 26 * max(layers, 3),
+    # the title under the modebar's row, then the panels' titles; without a title, the panels' titles under it
+    top = (margins.title_top(size=14, above_plot=margins.SUBPLOT_TITLE_PX) if title
+           else margins.MODEBAR_PX + margins.SUBPLOT_TITLE_PX)
+    fig.update_layout(title=margins.title(title, 14),
+                      height=top + 10 + below + 26 * max(layers, 3),
                       margin={"l": margins.beside(layer_labels, title=False), "r": margins.COLORBAR_PX,
-                              "t": 70 if title else 40, "b": below, "pad": 0})
+                              "t": top, "b": below, "pad": 0})
     return fig
 
 
@@ -152,8 +157,10 @@ def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
         fig.update_xaxes(range=[0, max(1, total_steps - 1)])
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=320,
-                      margin={"l": margins.beside(), "r": 10, "t": 50, "b": margins.across([], angle=0)},
+    fig.update_layout(title=margins.title(title, 14), height=320,
+                      margin={"l": margins.beside(), "r": 10,
+                              "t": margins.title_top(size=14, above_plot=margins.LEGEND_ROW_PX),
+                              "b": margins.across([], angle=0)},
                       legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"})
     return set_loss_curve(fig, steps, loss, stride=stride)
 
@@ -200,7 +207,8 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     fig.update_xaxes(title="step")
     fig.update_yaxes(range=[0, 1.02])
     names = [head_name(layer, head) for layer, head, _ in _score_lines(*induction.shape[1:])] if induction.size else []
-    top, bottom = 50, margins.across([], angle=0)
+    # under the modebar's row, the panels' two-line titles
+    top, bottom = margins.MODEBAR_PX + 2 * margins.SUBPLOT_TITLE_PX, margins.across([], angle=0)
     # the plot holds the legend: an entry a head, and its title
     fig.update_layout(height=max(360, top + bottom + LEGEND_ENTRY_PX * (len(names) + 1)),
                       margin={"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names), "t": top,
@@ -250,8 +258,9 @@ def position_loss(loss: np.ndarray, T: int, *, title: str = "loss at each positi
                   annotation_position="top right")
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=320,
-                      margin={"l": margins.beside(), "r": 10, "t": 50, "b": margins.across([], angle=0)},
+    fig.update_layout(title=margins.title(title, 14), height=320,
+                      margin={"l": margins.beside(), "r": 10, "t": margins.title_top(size=14),
+                              "b": margins.across([], angle=0)},
                       showlegend=False)
     return fig
 

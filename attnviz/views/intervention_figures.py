@@ -32,10 +32,11 @@ def ablation_grid_figure(delta: np.ndarray, intact: float, *, title: str = "") -
     fig.update_yaxes(autorange="reversed", **margins.LABELS_HELD)
     fig.update_xaxes(tickangle=angle, **margins.LABELS_HELD)
     below = margins.across(head_labels, angle=angle, title=False)
-    fig.update_layout(title={"text": title or f"knock out one head: change in the loss on the second copy "
-                                              f"(intact {intact:.2f} nats)", "font": {"size": 14}},
-                      height=80 + below + 40 * layers,
-                      margin={"l": margins.beside(layer_labels, title=False), "r": margins.COLORBAR_PX, "t": 50,
+    fig.update_layout(title=margins.title(title or f"knock out one head: change in the loss on the second copy "
+                                                   f"(intact {intact:.2f} nats)", 14),
+                      height=30 + margins.title_top(size=14) + below + 40 * layers,
+                      margin={"l": margins.beside(layer_labels, title=False), "r": margins.COLORBAR_PX,
+                              "t": margins.title_top(size=14),
                               "b": below, "pad": 0})
     return fig
 
@@ -52,9 +53,10 @@ def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: 
     fig.add_vrect(x0=n - T - 0.5, x1=n - 1.5, fillcolor="rgba(255, 200, 0, 0.12)", line_width=0)
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    fig.update_layout(title={"text": "knocked out vs intact: the loss per position", "font": {"size": 14}},
+    fig.update_layout(title=margins.title("knocked out vs intact: the loss per position", 14),
                       height=340 + margins.LEGEND_ROW_PX,
-                      margin={"l": margins.beside(), "r": 10, "t": 50,  # b: the axis, then the legend's one row
+                      # b: the axis, then the legend's one row
+                      margin={"l": margins.beside(), "r": 10, "t": margins.title_top(size=14),
                               "b": margins.across([], angle=0) + margins.LEGEND_ROW_PX},
                       legend=margins.LEGEND_AT_FOOT)
     return fig

@@ -4,6 +4,11 @@ Plotly's automargin (on in Plotly's and Streamlit's templates) draws a figure, m
 margins — tick labels, a colour bar, a legend — and, if anything does, draws the whole figure again with wider
 margins.  A figure whose margins already hold them is drawn once.  These estimates err wide; where a label is
 wider still, automargin widens the margin and draws the figure again: it is right either way, only slower.
+
+The top :data:`MODEBAR_PX` of every figure is the modebar's: Plotly draws its toolbar over the figure's top right
+corner, on hover where the screen has a pointer that hovers and always where it has none (a touch screen), so a title
+there would sit under its buttons on a narrow chart.  A title starts under that row (:func:`title`), in a top margin
+made for both (:func:`title_top`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ LEGEND_ROW_PX = 24  # a row of a horizontal legend
 # A horizontal legend at the figure's foot, in the bottom margin (which must hold its rows): Plotly's automargin does
 # not move a legend placed on the container, where one placed under the plot (a paper position) makes it redraw.
 LEGEND_AT_FOOT = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0}
+# Plotly's modebar: a row of 26 px buttons 2 px under the figure's top edge (its stylesheet's .modebar), and a gap
+MODEBAR_PX = 30
+THEME_TITLE_PX = 16  # a title's font size where the figure sets none (Streamlit's Plotly theme)
+LINE_EM = 1.3  # Plotly's line spacing in ems: Streamlit's Source Sans rises 1 em above its baseline, 0.3 under it
+TITLE_GAP_PX = 10  # between a title and what is under it
+SUBPLOT_TITLE_PX = 20  # a line of a subplot's title (an annotation over its panel, make_subplots' subplot_titles)
 TURNED_LABELS_PX = 20  # right of a horizontal axis whose tick labels are turned: the last one leans out
 
 # An axis whose labels these margins hold: Plotly's default for a numeric axis hides any tick label that sticks out of
@@ -46,3 +57,20 @@ def across(labels: Iterable[str], *, angle: float = 60, title: bool = True) -> i
     """The margin above or below a horizontal axis whose tick labels are turned ``angle`` degrees."""
     height = text_px(labels) * math.sin(math.radians(abs(angle))) + LINE_PX * math.cos(math.radians(angle))
     return TICK_PAD_PX + math.ceil(height) + (TITLE_PX if title else 0)
+
+
+def title(text: str, size: float | None = None, **more) -> dict:
+    """A figure's ``layout.title``: ``text`` at ``size`` px (None: the theme's), its first line under the modebar's
+    row.  Plotly sets a one-line title's baseline 0.7 em under ``pad.t`` (its top 0.3 em above ``pad.t``) and the first
+    baseline of a title of several lines at ``pad.t`` (its top 1 em above): the pad adds that rise.  ``more``: other
+    title settings (a ``subtitle``)."""
+    rise = 1.0 if "<br>" in text else 0.3
+    font = {"font": {"size": size}} if size else {}
+    return {"text": text, **font, "y": 1, "yref": "container", "yanchor": "top",
+            "pad": {"t": MODEBAR_PX + math.ceil(rise * (size or THEME_TITLE_PX))}, **more}
+
+
+def title_top(lines: int = 1, size: float = THEME_TITLE_PX, above_plot: int = 0) -> int:
+    """The top margin of a figure whose :func:`title` has ``lines`` lines of ``size`` px: the modebar's row, the
+    title, a gap, and ``above_plot`` px more between the title and the plot (tick labels or panel titles above it)."""
+    return MODEBAR_PX + math.ceil(LINE_EM * size * lines) + TITLE_GAP_PX + above_plot

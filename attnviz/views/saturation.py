@@ -66,10 +66,11 @@ def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int
     fig.update_yaxes(range=[0, 1.05], row=1, col=3)
     mask = "causal rows" if ablation["causal"] else "all keys"
     fig.update_layout(
-        title={"text": f"Softmax saturation vs dₖ — random q, k ~ N(0, 1), {ablation['num_tokens']} tokens, "
-                       f"{mask}, seed {ablation['seed']}", "font": {"size": 13}},
+        title=margins.title(f"Softmax saturation vs dₖ — random q, k ~ N(0, 1), {ablation['num_tokens']} tokens, "
+                            f"{mask}, seed {ablation['seed']}", 13),
         height=height + LEGEND_ROWS * margins.LEGEND_ROW_PX,
-        margin={"l": margins.beside(title=False), "r": 10, "t": 70,
+        margin={"l": margins.beside(title=False), "r": 10,
+                "t": margins.title_top(size=13, above_plot=margins.SUBPLOT_TITLE_PX),
                 "b": margins.across([], angle=0) + LEGEND_ROWS * margins.LEGEND_ROW_PX},
         legend=margins.LEGEND_AT_FOOT,
     )

@@ -128,3 +128,55 @@ def test_the_score_curves_panel_titles_stay_apart_at_700_px():
     (left_start, left_end), (right_start, right_end) = extents
     assert left_start >= 0 and left_end < right_start and right_end <= width, extents
     assert "on repeated random tokens" in titles[0].text and "on held-out text" in titles[1].text  # nothing dropped
+
+
+def _titled_figures() -> list:
+    """A figure of every builder that titles one: maps, grids, bars, lines and the Why-this-weight panels."""
+    from attnviz import ablation
+    from attnviz.labs.implementations import Row
+    from attnviz.views import checkpoint_view, intervention_figures, saturation
+
+    trace = pipeline.run("the cat sat on the mat because it was warm", AttentionConfig(variant="mha", d_in=8, d_out=8,
+                                                                                         num_heads=2))
+    weights = trace.attention_map("weights", 0)  # (n, n)
+    explanation = explain_weight(trace, 1, 6, 4)
+    keys = [f"{i}:·token{i}" for i in range(30)]
+    z = generation_figures.new_rows([np.full(29, 1 / 29), np.full(30, 1 / 30)], 30)
+    loss = np.linspace(3.0, 1.0, 19)
+    long_maps = np.tril(np.ones((4, 300, 300), dtype=np.float32))  # (heads, n, n): downsampled, a two-line heading
+    return [
+        figures.attention_heatmap(weights, trace.tokens, "weights", title="head 0: weights = softmax(masked)"),
+        figures.heads_grid(np.stack([weights] * 2), "weights"),
+        figures.heads_grid(long_maps, "weights"),
+        figures.overview_heatmap(long_maps[0], "weights", causal=True, window=(0, 0, 64)),
+        figures.entropy_bars(trace.tokens, np.ones(trace.n), np.ones(trace.n)),
+        figures.embedding_heatmap(np.ones((trace.n, 8), dtype=np.float32), trace.tokens, title="token embedding"),
+        figures.benchmark_bars([Row("MultiHeadAttention", 1.0, (1.0,))], "6 tokens"),
+        explain_figures.products_figure(explanation),
+        explain_figures.row_softmax_figure(explanation, trace.tokens),
+        explain_figures.summed_attention_figure(attention_sums(trace, 0, queries=[3, 4]), trace.tokens),
+        generation_figures.rows_figure(z, keys[-2:], keys, prompt_length=28, title="rows"),
+        generation_figures.kv_bytes_figure([1024, 2048], {"MHA": [1, 2]}, title="KV cache"),
+        intervention_figures.ablation_grid_figure(np.zeros((2, 2)), 2.0),
+        intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label="L0H1"),
+        head_figures.stripe_grid(np.tril(np.ones((2, 2, 9, 9))), 4, title="every head on [BOS] + x + x"),
+        head_figures.score_grid({"induction": np.zeros((2, 4))}, title="final scores"),
+        head_figures.loss_curve([0, 1], [3.0, 2.0]),
+        head_figures.position_loss(loss, 8),
+        checkpoint_view.overview_figure(np.zeros((2, 2, 12, 12), dtype=np.float32), 12),
+        saturation.scaling_ablation_figure(ablation.scaling_ablation(dks=(1, 2, 4, 8), num_tokens=6, seed=1)),
+    ]
+
+
+def test_every_title_starts_under_the_modebars_row_in_a_top_margin_that_holds_it():
+    """Plotly draws its modebar over the figure's top right corner (always, on a touch screen): a title's first line
+    starts under that row, whatever its lines (Plotly anchors a one-line title by its cap height, a title of several
+    lines by its first baseline), and the top margin reaches past its last line (Chromium checks the boxes:
+    tests/browser/test_chart_titles.py)."""
+    for fig in _titled_figures():
+        title, layout = fig.layout.title, fig.layout
+        size, lines = title.font.size or margins.THEME_TITLE_PX, title.text.count("<br>") + 1
+        assert (title.yref, title.y, title.yanchor) == ("container", 1, "top"), title.text
+        rise = size if lines > 1 else 0.3 * size  # how far the first line's top stands above pad.t
+        assert title.pad.t - rise >= margins.MODEBAR_PX, title.text
+        assert layout.margin.t >= margins.MODEBAR_PX + margins.LINE_EM * size * lines, title.text

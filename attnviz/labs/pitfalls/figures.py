@@ -43,12 +43,12 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
     return fig
 
 
-def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True, top: int = 50,
-                angle: float = 60) -> dict:
-    """A bar chart's layout: its title, ``labels`` under the bars (turned ``angle``°) and, with ``legend``, the legend
-    at the figure's foot; margins that hold them all, so Plotly draws the chart once."""
+def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True,
+                top: int = margins.title_top(size=13), angle: float = 60) -> dict:
+    """A bar chart's layout: its title under the modebar's row, ``labels`` under the bars (turned ``angle``°) and,
+    with ``legend``, the legend at the figure's foot; margins that hold them all, so Plotly draws the chart once."""
     below = margins.across(labels, angle=angle, title=False) + (LEGEND_PX if legend else 0)
-    return {"title": {"text": title, "font": {"size": 13}}, "yaxis_title": y_title, "height": 190 + top + below,
+    return {"title": margins.title(title, 13), "yaxis_title": y_title, "height": 190 + top + below,
             "margin": {"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": below},
             **({"legend": margins.LEGEND_AT_FOOT} if legend else {"showlegend": False})}
 
@@ -115,7 +115,7 @@ def leak_figure(report: dict, tokens) -> go.Figure:
                            cliponaxis=False, hovertemplate="%{x}<br>max |Δ output| %{text}<extra></extra>"))
     fig.update_layout(**_bar_layout(f"perturb token {j} (orange): max |Δ output| at every position — before it, "
                                     "grey = exactly 0, red = moved (a leak)", ticktext, "max |Δ output|",
-                                    legend=False, top=60))
+                                    legend=False, top=margins.title_top(size=13, above_plot=10)))
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels, ticktext=ticktext)
     return fig
 
