@@ -1449,8 +1449,9 @@ def _forward_to_values(node: _Node) -> _Forward:
 def _zeroed(node: _Node, weights: _Node) -> torch.Tensor | None:
     """bool, the weights' shape: the cells ``node`` sets to 0 when it masks ``weights`` — ``masked_fill(mask, 0)``,
     ``where(keep, weights, 0)`` / ``where(hide, 0, weights)``, ``weights * keep`` with a tensor of 0s and 1s,
-    ``weights.tril()`` / ``torch.triu(weights, k)`` —, all False when it hides nothing; None when it is none of
-    those."""
+    ``weights.tril()`` / ``torch.triu(weights, k)`` —, all False when it hides nothing, or only weights that are 0
+    already (a ``tril()`` after a softmax whose input the mask already hid: the same weights go on); None when it is
+    none of those."""
     shape = weights.out.shape
     hidden = None
     if node.name in ("masked_fill", "masked_fill_") and len(node.args) >= 3:
@@ -1479,6 +1480,8 @@ def _zeroed(node: _Node, weights: _Node) -> torch.Tensor | None:
         hidden = hidden.expand(shape)
     except RuntimeError:
         return None
+    if not (hidden & (weights.out != 0)).any():  # every cell it sets to 0 is 0 already
+        return torch.zeros_like(hidden)
     return hidden
 
 

@@ -139,3 +139,30 @@ def test_mistrals_reference_code_window_is_named_as_the_convention_that_keeps_w_
         "3: each query keeps W + 1 = 4 keys, itself and 3 behind, the convention of Mistral's reference code "
         "(torch.triu(mask, diagonal=-sliding_window)); attnviz and Hugging Face count W keys, the query's own "
         "included: hide diff >= W, not diff > W"), check
+
+
+class MaskedThenTril(nn.Module):
+    """A causal module that hides the future before its softmax, then also calls ``tril()`` on the weights, as some
+    write it for safety: the future's weights are 0 already, so the tril changes nothing."""
+
+    def __init__(self, d_in=16):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_in, bias=False)
+        self.W_key = nn.Linear(d_in, d_in, bias=False)
+        self.W_value = nn.Linear(d_in, d_in, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d) each
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_scores = (queries @ keys.transpose(1, 2)).masked_fill(future, -torch.inf)  # (b, n, n)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1).tril()  # (b, n, n)
+        return attn_weights @ values  # (b, n, n) @ (b, n, d) -> (b, n, d)
+
+
+def test_a_tril_after_a_softmax_whose_future_is_hidden_already_changes_nothing_and_passes():
+    torch.manual_seed(0)
+    results = verdicts(MaskedThenTril())
+    failing = {rule: check.evidence for rule, check in results.items() if check.status == "fail"}
+    assert failing == {}
+    assert results["mask-convention"].evidence == "the hidden cells are exactly the future (above the diagonal)"
