@@ -142,20 +142,19 @@ def call(function, *args, **kwargs):
     ``KeyboardInterrupt`` and attnviz's own :class:`StopCall` as themselves —, or :class:`TimeLimitError` when the
     watchdog stopped it (whatever the stopped code raised then)."""
     watchdog = _Watchdog(SECONDS)
-    interrupts = _Interrupts()
-    try:
+    with _Interrupts() as interrupts:  # taken out after the watchdog is disarmed, and after the verdict below
         try:
-            with interrupts:
+            try:
                 watchdog.arm()
                 return function(*args, **kwargs)
-        finally:
-            watchdog.disarm()
-    except BaseException as error:
-        if watchdog.fired:
-            raise TimeLimitError(watchdog.seconds) from None
-        if isinstance(error, (Exception, SystemExit, StopCall)) or interrupts.seen or getattr(error, OWN, False):
-            raise
-        raise RaisedBaseError(error) from error
+            finally:
+                watchdog.disarm()
+        except BaseException as error:
+            if watchdog.fired:
+                raise TimeLimitError(watchdog.seconds) from None
+            if isinstance(error, (Exception, SystemExit, StopCall)) or interrupts.seen or getattr(error, OWN, False):
+                raise
+            raise RaisedBaseError(error) from error
 
 
 class _Interrupts:
