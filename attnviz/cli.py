@@ -29,7 +29,7 @@ import sys
 import textwrap
 import time
 
-from attnviz import __version__
+from attnviz import __version__, time_limit
 from attnviz.words import amount
 
 PROG = "attnviz"
@@ -491,8 +491,10 @@ def main(argv: list[str] | None = None) -> int:
     return args.run(args, args.command_parser)  # the subcommand's parser: its errors print its own usage
 
 
-class OutputError(Exception):
-    """Standard output cannot be written (a full disk, an I/O error): the command stops (:class:`Output`)."""
+class OutputError(time_limit.StopCall):
+    """Standard output cannot be written (a full disk, an I/O error): the command stops (:class:`Output`).  One of
+    attnviz's own stops: a user's forward that prints when it happens does not take it for its own exception (an
+    ``except Exception`` passes it; :func:`attnviz.time_limit.call` lets it through)."""
 
 
 class Output:

@@ -483,6 +483,35 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_2(modules, cls):
     assert said(result.stderr) == "attnviz: cannot write the output: No space left on device\n", result.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_output_that_fails_inside_a_forward_that_prints_is_not_the_forwards_error(tmp_path):
+    """A forward that prints (and swallows what its print raises, as ``except Exception`` does) when standard output
+    cannot be written: the command stops with its one line, not with a check that goes on as if nothing happened."""
+    path = tmp_path / "chatty.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+
+        class Chatty(nn.Module):
+            def __init__(self, d_in=16):
+                super().__init__()
+                self.proj = nn.Linear(d_in, d_in)
+
+            def forward(self, x):
+                try:
+                    print("forward", tuple(x.shape), flush=True)
+                except Exception:
+                    pass
+                scores = self.proj(x) @ x.transpose(1, 2) / x.shape[-1] ** 0.5  # (b, n, n)
+                mask = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool), diagonal=1)  # (n, n)
+                return torch.softmax(scores.masked_fill(mask, -torch.inf), dim=-1) @ x  # (b, n, d)
+    """))
+    result = in_a_shell(f"{sys.executable} -m attnviz check {path}:Chatty --d-in 16 > /dev/full")
+    assert result.returncode == 2, result.stderr
+    assert said(result.stderr) == "attnviz: cannot write the output: No space left on device\n", result.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 def test_train_with_stdout_closed_or_full_trains_or_says_why_not(tmp_path):
