@@ -1748,8 +1748,11 @@ def _chunk_unfed(module: nn.Module) -> str | None:
 
 
 def _refused_words(error: _ChunkRefusedError) -> str:
-    """Why the module took no chunk after its cache: the cached forward raised on it (``error``)."""
-    return f"the module takes one token per cached step ({error}, given the chunk)"
+    """Why the module took no chunk after its cache: the cached forward raised on it (``error``) — a module written for
+    one token a step, or a mask sliced for the new tokens alone (``mask[:n, :n]``, right for one token and no shape
+    for a chunk): which, only the module's author knows."""
+    return (f"{error} — right if the module takes one token per cached step; "
+            "if not, its mask (or positions) does not count the cached keys: slice it from the cached tokens' count")
 
 
 def _plan_words(n: int, prefill: int, refused: str | None) -> str:

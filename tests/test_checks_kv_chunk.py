@@ -48,9 +48,10 @@ def test_a_module_that_takes_one_token_per_cached_step_skips_the_chunk_in_words(
     assert check.status == "pass", check
     assert check.evidence.startswith("two sequences, each after reset_cache(): a prefill of 4 tokens, then 4 tokens "
                                      "one by one, give the uncached outputs"), check
-    assert ("(≤ 1e-05) — a chunk of 2 after the cache not checked: the module takes one token per cached step (a "
-            "cached forward raised ValueError: decode one token at a time after the prefill, got 2, given the chunk); "
-            "after 8 tokens the cache holds" in check.evidence), check
+    assert ("(≤ 1e-05) — a chunk of 2 after the cache not checked: a cached forward raised ValueError: decode one "
+            "token at a time after the prefill, got 2 — right if the module takes one token per cached step; if not, "
+            "its mask (or positions) does not count the cached keys: slice it from the cached tokens' count; after 8 "
+            "tokens the cache holds" in check.evidence), check
 
 
 def test_the_pass_and_the_failure_reach_the_whole_check():
@@ -83,3 +84,40 @@ def test_a_rolling_window_cache_rotated_at_its_position_passes():
     assert check.status == "pass", check
     assert check.evidence.endswith("after 8 tokens the cache holds 2 tokens of 64 elements (256 bytes) each: k_cache "
                                    "(1, 4, 2, 8), v_cache (1, 4, 2, 8)"), check
+
+
+class MaskSlicedForTheNewTokens(torch.nn.Module):
+    """A cached causal module whose mask is sliced for the new tokens alone, ``mask[:n, :n]``: right for a prefill
+    and for one token a step (a 1 × 1 mask hides nothing), no shape for a chunk after the cache."""
+
+    def __init__(self, d_in=8, context_length=16):
+        super().__init__()
+        self.W_query = torch.nn.Linear(d_in, d_in, bias=False)
+        self.W_key = torch.nn.Linear(d_in, d_in, bias=False)
+        self.W_value = torch.nn.Linear(d_in, d_in, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.cache_k = self.cache_v = None
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+
+    def forward(self, x, use_cache=False):
+        n = x.shape[1]
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d) each
+        if use_cache:
+            if self.cache_k is not None:
+                keys = torch.cat([self.cache_k, keys], dim=1)  # (b, cached + n, d)
+                values = torch.cat([self.cache_v, values], dim=1)  # (b, cached + n, d)
+            self.cache_k, self.cache_v = keys, values
+        attn_scores = queries @ keys.transpose(1, 2)  # (b, n, cached + n)
+        attn_scores = attn_scores.masked_fill(self.mask.bool()[:n, :n], -torch.inf)  # the bug: not offset by the cache
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, n, cached + n)
+        return attn_weights @ values  # (b, n, d)
+
+
+def test_a_chunk_that_raises_names_the_mask_sliced_for_the_new_tokens_as_a_possible_cause():
+    torch.manual_seed(0)
+    check = kv_cache(MaskSlicedForTheNewTokens())
+    assert check.status == "pass", check
+    assert ("right if the module takes one token per cached step; if not, its mask (or positions) does not count the "
+            "cached keys: slice it from the cached tokens' count" in check.evidence), check
