@@ -444,7 +444,7 @@ def commit_text(browser, server: Server, text: str) -> dict:
         page.evaluate(ARM_JS)
         frames.reset()
         box.press("Control+Enter")
-        return wait_drawn(page, f"{N} tokens", frames)
+        return wait_drawn(page, f"{N:,} tokens", frames)
     finally:
         context.close()
 
@@ -679,7 +679,7 @@ def clicks(browser, app_root: Path, count: int) -> dict:
             page.goto(f"{server.url}/?{urllib.parse.urlencode({'text': text})}")
             page.wait_for_function(IDLE_JS, polling="raf")
             page.wait_for_function("(marker) => document.querySelector('[data-testid=stMain]').innerText"
-                                   ".includes(marker)", arg=f"{N} tokens", polling="raf")
+                                   ".includes(marker)", arg=f"{N:,} tokens", polling="raf")
             page.wait_for_function(IDLE_JS, polling="raf")
             print(f"first page (load + 1024-token paint): {time.perf_counter() - started:.1f} s", flush=True)
             gd = focused_map(page)

@@ -244,7 +244,7 @@ def small(repeats: int) -> dict:
             at.run()
             paints.append(time.perf_counter() - started)
             assert not at.exception, [e.value for e in at.exception]
-            assert "1024 tokens" in at.caption[0].value, at.caption[0].value
+            assert "1,024 tokens" in at.caption[0].value, at.caption[0].value
             after = forward()
             forwards += [before, after]
             ratios.append(paints[-1] / ((before + after) / 2))
@@ -343,7 +343,7 @@ def browser_switch(switches: int, floor: str | None = None, app_root: Path = ROO
         text = text_of_tokens(1024, 0)
         query = urllib.parse.urlencode({"weights": folder.name, "text": text})
         samples: list[dict] = []
-        script, marker = "app.py", "1024 tokens"
+        script, marker = "app.py", "1,024 tokens"
         if floor is not None:
             script, query = "benchmarks/floor_switch_app.py", ""
             env = {"ATTNVIZ_FLOOR": floor}
