@@ -76,6 +76,10 @@ PAGE_PARAMS = (NEW_TOKENS, HEAD, STAGE, ROW, COL, CELL, MAP, BUG, TOKEN, REPEAT,
 # reads a request's line and headers only up to 16 KiB; this leaves room for the other parameters and the browser's
 # headers and cookies, and holds a typical 1,024-token English text (4–6 kB).  A longer text is not put in the URL.
 MAX_URL_TEXT_BYTES = 12_000
+# The mark a URL holds in place of a text left out of it (``text_left_out=1``): a reload or the link opens the default
+# sentence, and the sidebar says that the text was too long to keep in the link.  Not a setting: it says nothing the
+# URL's other parameters do not, and a link without it (an older one) means what it always did.
+TEXT_LEFT_OUT = "text_left_out"
 
 
 def url_text_fits(text: str) -> bool:
@@ -243,6 +247,8 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     parsers = _parsers()
     used, unknown = set(), []  # the settings that took the URL's value; the names that are no setting
     for key, raw in params.items():
+        if key == TEXT_LEFT_OUT:  # the sidebar reads it (a text left out of the URL); it sets nothing
+            continue
         if key in NOT_SETTINGS:
             notices.append(f"Ignored URL parameter {key}: {NOT_SETTINGS[key]}")
             continue
@@ -488,6 +494,12 @@ def url_value(key: str, value) -> str | None:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def text_left_out_query(values: dict) -> dict[str, str]:
+    """The mark :data:`TEXT_LEFT_OUT` where ``values``' text is left out of a URL (:func:`url_value` None), for a
+    link and a URL to end with; else nothing."""
+    return {TEXT_LEFT_OUT: "1"} if url_value("text", values["text"]) is None else {}
+
+
 def every_setting_query(values: dict) -> dict[str, str]:
     """URL parameters for every setting (text left out when very long), in :data:`SETTING_KEYS`' order."""
     params = {key: url_value(key, values[key]) for key in SETTING_KEYS}
@@ -514,10 +526,15 @@ def applying_settings(values: dict, also: tuple[str, ...] = ()) -> tuple[str, ..
 
 def share_query(values: dict, also: tuple[str, ...] = ()) -> dict[str, str]:
     """URL parameters of the Share link: every setting that makes the view (:func:`applying_settings`, with the
-    settings the page ``also`` runs; the text left out when very long), also at its default, so that the link means
-    the same view whatever a later release's defaults are, and none that does not (K/V groups for multi-head
-    attention, a window where there is none): the link says what the view is.  A setting that does not apply goes in
-    only where the others need it to be given as they are."""
+    settings the page ``also`` runs; the text left out when very long, and :data:`TEXT_LEFT_OUT` in its place), also
+    at its default, so that the link means the same view whatever a later release's defaults are, and none that does
+    not (K/V groups for multi-head attention, a window where there is none): the link says what the view is.  A
+    setting that does not apply goes in only where the others need it to be given as they are."""
+    return {**_share_settings(values, also), **text_left_out_query(values)}
+
+
+def _share_settings(values: dict, also: tuple[str, ...]) -> dict[str, str]:
+    """:func:`share_query`'s settings."""
     named, applying = every_setting_query(values), applying_settings(values, also)
     query = {key: value for key, value in named.items() if key in applying}
     while True:  # each pass adds one setting the link needs, or ends
@@ -554,7 +571,12 @@ def url_query(values: dict, also: tuple[str, ...] = ()) -> dict[str, str]:
     defaults, or with a checkpoint its sizes (:data:`WEIGHTS_SIZES`) and what they fit (:func:`_link_gives_with`) —
     so that a link without settings is one the app need not rewrite; a setting the others imply otherwise goes in (a
     book preset implies its variant's mask and seed: :func:`settings_from_query`).  The text is left out when very
-    long, too."""
+    long, too, and :data:`TEXT_LEFT_OUT` ends the URL in its place."""
+    return {**_url_settings(values, also), **text_left_out_query(values)}
+
+
+def _url_settings(values: dict, also: tuple[str, ...]) -> dict[str, str]:
+    """:func:`url_query`'s settings."""
     named, view = every_setting_query(values), view_settings(values, also)
     own, base = _weights_own(values), _link_gives_with({}, values)
     query = {key: value for key, value in named.items()

@@ -1,6 +1,7 @@
 """Share & export: the link to this view, the figure download format, and downloads whose data is looked up
 (or recomputed) from the trace's key when the user clicks — never held by the session — and what every download is
-named (page, a checkpoint's layer, head, stage: :func:`file_name`)."""
+named (page, a checkpoint's layer, head, stage: :func:`file_name`).  Also every word said of a text too long for the
+link: in "Share & export", and under the Text box (:func:`text_not_in_url`), which the sidebar draws on every page."""
 
 from __future__ import annotations
 
@@ -94,12 +95,52 @@ def own_link(place: DeltaGenerator, params: dict[str, str], note: str, warn: boo
         st.code(base + "?" + urllib.parse.urlencode(params), language=None, wrap_lines=True)
 
 
+def text_not_in_url(text: str, lost: bool = False) -> None:
+    """Under the Text box (``sidebar.text_area``, on every page): where ``text`` is too long for a URL, what a reload
+    or a link opens (:func:`text_box_left_out`, :func:`text_box_cut`) and a download of the text; else, where the
+    session's URL marked a text left out of it (``lost``: a reload, a link), that its text was too long to keep in
+    the link (:func:`text_box_lost`).  Nothing for a text the URL holds."""
+    in_url = url_value("text", text)
+    if in_url == text:
+        if lost:
+            st.warning(text_box_lost(), icon=":material/link_off:")
+        return
+    if in_url is None:
+        st.warning(text_box_left_out(), icon=":material/link_off:")
+    else:
+        st.caption(f":material/content_cut: {text_box_cut(len(in_url), len(text))}")
+    st.download_button("Download your text (.txt)", functools.partial(str.encode, text, "utf-8"),
+                       file_name="attnviz-text.txt", mime="text/plain", on_click="ignore",
+                       icon=":material/download:", help="The whole text in this box, to paste into *Text* again.")
+
+
+def text_box_left_out() -> str:
+    """Under the Text box, for a text too long for a URL (:data:`MAX_URL_TEXT_BYTES`) whose part shown is too."""
+    return ("**Your text is too long to keep in the link**: a reload, or this page's link opened anywhere, shows the "
+            "default sentence instead. Keep this tab open, download your text below, or shorten it (a link holds "
+            f"{MAX_URL_TEXT_BYTES:,} bytes: a letter takes 1, punctuation 3, other characters 6–12).")
+
+
+def text_box_cut(shown: int, whole: int) -> str:
+    """Under the Text box, for a text too long for a URL whose part shown fits (``shown`` of its ``whole``
+    characters: ``urlstate.url_text``)."""
+    return (f"Only the first {MAX_CONTEXT_LENGTH:,} tokens, the part the pages show ({shown:,} of {whole:,} "
+            "characters), fit in this page's link: a reload or the link opens that part, and the rest stays in this "
+            "tab only. Download your text to keep all of it.")
+
+
+def text_box_lost() -> str:
+    """Under the Text box, on a session opened by the URL of a text left out of it (``urlstate.TEXT_LEFT_OUT``)."""
+    return ("**Your last text was too long to keep in the link**, so the page opened with the default sentence. "
+            "Paste it into *Text* again; if someone sent you this link, ask them for the text.")
+
+
 def text_left_out() -> str:
     """The warning where a link is copied whose text is too long for a URL."""
     return (f"**Your text is not in this link**: it takes more than {MAX_URL_TEXT_BYTES:,} bytes in a URL (a letter "
-            "or digit takes 1, punctuation 3, a non-ASCII character 6–12). The link opens the default sentence, and "
-            "reloading this page loses the text too. Shorten the text to share it, or send the text with the link "
-            "to paste into *Text*.")
+            "or digit takes 1, punctuation 3, a non-ASCII character 6–12). The link opens the default sentence and "
+            "says that the text was too long to keep in it, and reloading this page loses the text too. Shorten the "
+            "text to share it, or send the text with the link to paste into *Text*.")
 
 
 def text_cut(shown: int, whole: int) -> str:

@@ -23,9 +23,10 @@ from attnviz.config import (
     nearest_divisors,
 )
 from attnviz.rope import ROPE_BASES
-from attnviz.ui import navigation
+from attnviz.ui import navigation, share
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.state import (
+    TEXT_LOST,
     URL_NOTICES,
     bind,
     follow_weights,
@@ -42,6 +43,7 @@ from attnviz.urlstate import (
     PRESET_DIMS,
     PRESETS,
     SETTING_KEYS,
+    TEXT_LEFT_OUT,
     defaults,
     fit_modern,
     link_gives,
@@ -115,8 +117,15 @@ def text_area() -> None:
     and the commit's rerun is a whole run of the page left, which holds the text too (the click is lost at worst).
     Drawn by a page's fragment it would be neither: the page switch would drop it with the page's elements, and the
     commit's rerun would be a rerun of that fragment on the page switched to, which has none — a blank page, the
-    text gone."""
+    text gone.
+
+    Under it, where the text is too long for a URL (``urlstate.url_text``), a note says what a reload or a link opens
+    — the part the pages show, or the default sentence — and offers the text as a download
+    (:func:`attnviz.ui.share.text_not_in_url`); and on a session opened by the URL of a text left out of it (a reload,
+    its link), that the text was too long to keep in the link, until a setting changes (``state.TEXT_LOST``).  The
+    note changes only when the committed text crosses the limit: the Text area commits on blur, not per keystroke."""
     st.text_area("Text", help="Any text; GPT-2 tokens beyond 1024 are truncated.", height=110, **bind("text"))
+    share.text_not_in_url(st.session_state["text"], lost=st.session_state.get(TEXT_LOST, False))
 
 
 def fill_view_slots(slots: ViewSlots, choice: ui_weights.Choice) -> None:
@@ -172,9 +181,12 @@ def _same_map(values: dict, text_before: str | None, also: tuple[str, ...] = ())
 
 def _url_gives(values: dict, also: tuple[str, ...]) -> bool:
     """Whether the URL gives exactly the settings ``values`` that make the view of a page whose work also runs
-    ``also`` (``urlstate.link_gives``) and holds nothing else but page parameters, each parameter once."""
-    if any(key not in SETTING_KEYS and key not in PAGE_PARAMS or len(st.query_params.get_all(key)) != 1
-           for key in st.query_params):
+    ``also`` (``urlstate.link_gives``) and holds nothing else but page parameters, each parameter once — and the mark
+    of a text left out (``urlstate.TEXT_LEFT_OUT``) where the URL has no text: a reload of such a URL keeps it, and
+    the page says the text was too long (:func:`text_area`), one entry of the browser's history."""
+    marked = TEXT_LEFT_OUT in st.query_params and "text" not in st.query_params
+    if any(key not in SETTING_KEYS and key not in PAGE_PARAMS and not (key == TEXT_LEFT_OUT and marked)
+           or len(st.query_params.get_all(key)) != 1 for key in st.query_params):
         return False
     return link_gives({key: st.query_params[key] for key in st.query_params if key in SETTING_KEYS}, values, also)
 

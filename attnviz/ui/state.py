@@ -41,6 +41,7 @@ from attnviz.urlstate import (
     MAP_OF,
     PAGE_PARAMS,
     SETTING_KEYS,
+    TEXT_LEFT_OUT,
     PartlyUsedError,
     book_sizes_of_link,
     is_book,
@@ -52,6 +53,7 @@ from attnviz.words import markdown_escape
 
 KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
+TEXT_LOST = "_url_text_lost"  # the URL of a session's first run marked a text left out of it (urlstate.TEXT_LEFT_OUT)
 _URL_PAGE = "_url_page"  # the page whose parameters the URL holds (keep_page_params)
 _PAGE_URLS = "_page_urls"  # page -> its own URL parameters as its runs left them (page_params_of)
 _DEFAULTS = "_page_defaults"  # page widget -> the default its last run drew it with (page_bind)
@@ -74,8 +76,9 @@ PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept whi
 
 def settings_from_url() -> None:
     """Every setting whose widget has no value yet takes the URL's (the default where the URL has none or a bad
-    one); the notices of a session's first run are kept to show.  A weights option a page asked for on the last
-    run (:func:`attnviz.ui.weights.select_weights`) is applied."""
+    one); the notices of a session's first run are kept to show, and whether its URL marks a text left out of it
+    (:data:`TEXT_LOST`: a reload or a link of a text too long for a URL, which opens the default sentence).  A
+    weights option a page asked for on the last run (:func:`attnviz.ui.weights.select_weights`) is applied."""
     missing = [key for key in SETTING_KEYS if key not in st.session_state]
     if missing:
         names = [option.name for option in ui_weights.options()]
@@ -84,6 +87,7 @@ def settings_from_url() -> None:
         for key in missing:
             st.session_state[key] = values[key]
         st.session_state.setdefault(URL_NOTICES, notices)
+        st.session_state.setdefault(TEXT_LOST, TEXT_LEFT_OUT in query and "text" not in query)
         if values["weights"] != weights.BOOK:  # the book's classes' sizes the session starts with: not the file's
             st.session_state.setdefault(_BOOK_SIZES, {**book_sizes_of_link(query), "variant": values["variant"]})
     if (name := st.session_state.pop(WEIGHTS_REQUEST, None)) is not None:
@@ -133,14 +137,15 @@ def set_setting(key: str, value) -> None:
 
 def _changed(key: str) -> None:
     """on_change of every sidebar widget: the new value becomes the session's own, and the sizes stay consistent.
-    The notices about the URL a session opened with go: they said which of its values were not used, and a setting
-    the user changes since replaces that answer.
+    The notices about the URL a session opened with go: they said which of its values were not used (or that its
+    text was left out), and a setting the user changes since replaces that answer.
 
     The session's own value: a Layer picked on the Heads page reruns only its fragment, so no :func:`keep_widgets`
     runs before the next page switch — whose run gets no widget state from the browser, and would start from the
     value the last whole run kept (the layer before)."""
     state = st.session_state  # read after each set_setting: the branches see the values the ones before set
     state.pop(URL_NOTICES, None)
+    state.pop(TEXT_LOST, None)
     state[key] = state[key]  # the session's own value, as keep_widgets makes it: see _changed's docstring
     if key == "weights" and state["weights"] != weights.BOOK:
         set_setting("causal", True)  # how GPT-2 was trained (turning it off stays allowed)
