@@ -37,6 +37,30 @@ class ConfigError(InputError):
     """An invalid AttentionConfig."""
 
 
+class SavedName(str):
+    """A checkpoint or module as a saved trace file names it (``attnviz.load_trace``): what ran where the trace was
+    made — a checkpoint's file or folder name, a listed module's label —, not a path or a module of this machine.
+    It compares, hashes and shows as the plain name, so the views draw the trace as they drew it; a run refuses it
+    (:func:`saved_name_refused`, which ``attnviz.producers.for_config`` asks) until the user names their own
+    (``dataclasses.replace(trace.config, checkpoint=PATH)``): a shared file loads no file and runs no module here."""
+
+
+def saved_name_refused(config: AttentionConfig) -> ConfigError | None:
+    """The error a run of ``config`` raises when its checkpoint or module is a :class:`SavedName`; None otherwise."""
+    if isinstance(config.checkpoint, SavedName):
+        return ConfigError(
+            f"This config was read from a trace file: its checkpoint={str(config.checkpoint)!r} names the checkpoint "
+            "the trace was made with, not a file here, so attnviz loads nothing for it. To run it again, name your "
+            "copy: dataclasses.replace(trace.config, checkpoint='path/to/it').")
+    if isinstance(config.module, SavedName):
+        return ConfigError(
+            f"This config was read from a trace file: its module={str(config.module)!r} is the label of a module "
+            "listed where the trace was made, so attnviz imports and runs nothing for it. To run it again with a "
+            "module of yours, name it: dataclasses.replace(trace.config, module=LABEL) for one listed on your "
+            "command line or in ATTNVIZ_MODULES, or attnviz.trace_module(module, trace.text).")
+    return None
+
+
 class EmptyTextError(InputError):
     """Nothing to tokenize."""
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.config import AttentionConfig, InputError
+from attnviz.config import AttentionConfig, InputError, SavedName
 from attnviz.kv_cache import format_bytes
 from attnviz.trace import ModelRun, ModuleRun, ScoreWidth, Trace, make_trace, pieces, shape_problem
 
@@ -120,9 +120,11 @@ def load_trace(file) -> Trace:
     Every array, the text, tokens, config, shapes, device and notes are the saved Trace's, and so are what a
     checkpoint's run adds (its layer, path and top-5 predictions) and a user module's (class, source, stage lines,
     ops): ``attnviz.show`` and ``figures_of`` draw it as they drew the saved one.  What the file does not hold:
-    the model or module itself, and where it was.  The config names a checkpoint by its file or folder name only, and
-    the module's file by its name, so ``attnviz.run(trace.text, trace.config)`` runs a checkpoint again only where
-    that name is a path to it; a session-trained model is named "session model".  Arrays are read-only, as a run's.
+    the model or module itself, and where it was.  The config names a checkpoint by its file or folder name only (a
+    session-trained model as "session model"), and a module by its label, each a :class:`attnviz.config.SavedName`:
+    ``attnviz.run(trace.text, trace.config)`` refuses them in words, loading no file and importing no module, until
+    the user names their own (``dataclasses.replace(trace.config, checkpoint=PATH)``); a config of the book's
+    classes runs again as it is.  Arrays are read-only, as a run's.
 
     Raises :class:`attnviz.config.InputError`, one line saying why, for anything that is not such a file: no file
     there, not an NPZ (a PyTorch file, a zip of other files), no manifest, a manifest of another format version, a
@@ -351,10 +353,13 @@ def _check_fields(described: dict) -> None:
 def _trace(described: dict, arrays: dict[str, np.ndarray]) -> Trace:
     """The Trace of a read manifest and its arrays."""
     _check_fields(described)
-    settings = described["config"]
+    settings = dict(described["config"])
     unknown = sorted(set(settings) - {field.name for field in dataclasses.fields(AttentionConfig)})
     if unknown:
         raise _DamagedError(f"its config has settings this attnviz does not know: {', '.join(map(str, unknown))}.")
+    for key in ("checkpoint", "module"):  # names of what ran where the file was made: a run here refuses them
+        if isinstance(settings.get(key), str):
+            settings[key] = SavedName(settings[key])
     config = AttentionConfig(**settings).validate()
     token_ids = [int(i) for i in arrays["token_ids"]]
     tokens = tuple(described["tokens"])

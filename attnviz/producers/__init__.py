@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from attnviz.config import AttentionConfig
+from attnviz.config import AttentionConfig, saved_name_refused
 from attnviz.trace import Trace
 
 
@@ -35,7 +35,11 @@ class Producer(Protocol):
 
 def for_config(config: AttentionConfig) -> Producer:
     """The producer of ``config``'s kind of run; only its module is imported (a user's module's brings
-    :mod:`attnviz.tracing`, a checkpoint's the models)."""
+    :mod:`attnviz.tracing`, a checkpoint's the models).  A ConfigError for a checkpoint or module a trace file named
+    (:class:`attnviz.config.SavedName`): nothing is loaded or imported for it."""
+    refused = saved_name_refused(config)
+    if refused is not None:
+        raise refused
     if config.module is not None:
         from attnviz.producers import user_module
 
