@@ -137,7 +137,8 @@ def options(session_id: str | None = None, checkpoints: models.Checkpoints | Non
     if bundled is not None:
         listed.append(bundled)
     for entry in discovered() if checkpoints is None else checkpoints:
-        if bundled is not None and Path(entry.path).resolve() == Path(bundled.ref).resolve():
+        # realpath, not Path.resolve: an entry that became a link loop is no error
+        if bundled is not None and os.path.realpath(entry.path) == os.path.realpath(bundled.ref):
             continue
         listed.append(Option(entry.name, entry.name, entry.path, entry.source))
     listed.extend(session_options(session_id))

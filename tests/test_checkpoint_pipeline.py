@@ -266,6 +266,23 @@ def test_bundled_model_is_an_option_when_present(monkeypatch, tmp_path, checkpoi
     assert sum(option.ref == checkpoint_dir for option in listed) == 1  # not listed twice
 
 
+def test_a_listed_checkpoint_that_became_a_link_loop_is_still_listed_and_named(monkeypatch, tmp_path, checkpoint_dir):
+    """Discovery's list is reused for a while: an entry whose path has since become a link loop does not break the
+    sidebar's options, and a loader's message about it shows its listed name, not the path."""
+    from attnviz import models
+    from attnviz.ui.weights import _named
+
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "back")
+    (tmp_path / "back").symlink_to(loop)
+    stale = [dataclasses.replace(entry, path=str(loop)) for entry in discover([checkpoint_dir], environ={})]
+    monkeypatch.setattr(models, "BUNDLED", pathlib.Path(checkpoint_dir))
+    listed = weights.options(None, stale)
+    assert [option.name for option in listed if option.ref == str(loop)] == ["tiny-gpt2"]
+    assert _named(f"Could not read {loop}: too many links", "tiny-gpt2", str(loop)) == (
+        "Could not read tiny-gpt2: too many links")
+
+
 def test_a_weights_name_from_the_browser_never_touches_the_file_system(checkpoint_dir, monkeypatch):
     """What the sidebar does with the ``weights`` name from the URL or its widget (``ui.weights.choose``): an unlisted
     name — a path, a traversal, not a string — is the book's classes, found without a file-system call."""

@@ -119,10 +119,10 @@ def choose(listed: list[weights.Option], name: str) -> Choice:
 def _named(message: str, name: str, ref: str) -> str:
     """``message`` with the checkpoint's path on the server (the file, or the folder it is in) put as its listed
     ``name``: the page shows only the name (:mod:`attnviz.models.discovery`)."""
-    path = Path(ref)
-    for shown in sorted({str(path), str(path.resolve())}, key=len, reverse=True):
+    path, real = Path(ref), Path(os.path.realpath(ref))  # realpath: a link loop is no error
+    for shown in sorted({str(path), str(real)}, key=len, reverse=True):
         message = message.replace(shown, name)
-    for folder in sorted({str(path.parent), str(path.resolve().parent)}, key=len, reverse=True):
+    for folder in sorted({str(path.parent), str(real.parent)}, key=len, reverse=True):
         message = message.replace(folder + os.sep, "")  # a file beside it (a config, a shard): by its own name
     return message
 
