@@ -6,6 +6,10 @@ and polls ``job.should_stop()`` between steps; ``should_stop`` turns true when t
 the owner has not called ``job.touch()`` for ``idle_timeout`` seconds — a page touches its job on every
 rerun and on a timer, so a closed tab stops its training within that time.  Nothing here imports Streamlit:
 the owner is any hashable id (the Streamlit glue passes the session id).
+
+A stopped job's thread ends its current step first.  Until it has ended it still uses a core, so it still counts
+against ``max_running``; a new start by its own owner (Start right after Stop) waits up to ``stop_wait`` seconds for
+it to end rather than refusing at once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 MAX_RUNNING = 2  # trainings per server at once: each takes a core here (2 cores)
 IDLE_TIMEOUT = 30.0  # seconds without a touch from the owner before a job stops itself
+STOP_WAIT = 5.0  # seconds a new start waits for its owner's stopped job to end its step (usually well under one)
 
 
 class JobRefusedError(RuntimeError):
@@ -61,6 +66,11 @@ class Job:
         return not self._done.is_set()
 
     @property
+    def stopping(self) -> bool:
+        """Told to stop, and its thread has not ended yet (it ends its current step first)."""
+        return self.running and self._stop.is_set()
+
+    @property
     def status(self) -> str:
         if self.running:
             return "stopping" if self._stop.is_set() else "running"
@@ -83,12 +93,14 @@ class Job:
 
 
 class JobBoard:
-    """Jobs by owner; at most one running per owner and ``max_running`` per server."""
+    """Jobs by owner; at most one running per owner and ``max_running`` per server (a stopping job counts until its
+    thread ends)."""
 
     def __init__(self, max_running: int = MAX_RUNNING, idle_timeout: float = IDLE_TIMEOUT,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, stop_wait: float = STOP_WAIT):
         self.max_running = max_running
         self.idle_timeout = idle_timeout
+        self.stop_wait = stop_wait
         self.clock = clock
         self._jobs: dict[Hashable, Job] = {}
         self._lock = threading.Lock()
@@ -103,9 +115,16 @@ class JobBoard:
             return sum(job.running for job in self._jobs.values())
 
     def start(self, owner: Hashable, work: Callable[[Job], Any], *, name: str = "attnviz-job") -> Job:
-        """Start ``work(job)`` in a thread; raise JobRefusedError if the owner or the server is busy."""
+        """Start ``work(job)`` in a thread; raise JobRefusedError if the owner or the server is busy.  The owner's
+        stopped job that is still ending its step is waited for, up to ``stop_wait`` seconds."""
+        mine = self.get(owner)
+        if mine is not None and mine.stopping:
+            mine.join(self.stop_wait)  # outside the lock: other owners' starts and the pages' reads go on
         with self._lock:
             mine = self._jobs.get(owner)
+            if mine is not None and mine.stopping:
+                raise JobRefusedError("The last training in this tab is still stopping (it ends after its current "
+                                      "step): press Start again in a moment.")
             if mine is not None and mine.running:
                 raise JobRefusedError("A training is already running in this tab: stop it first.")
             busy = sum(job.running for job in self._jobs.values())

@@ -11,6 +11,7 @@ stays connected the worker touches it too (other pages may be open), and a close
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import secrets
@@ -159,10 +160,16 @@ def model_left_out() -> str:
 
 
 def _start(steps: int, seed: int) -> None:
+    """Start a training; right after Stop, under a spinner while the stopped one ends its step (``JobBoard.start``
+    waits for it: until then its thread still uses a core)."""
     cfg = live_train.page_config(steps, seed)
+    last = current_job()
+    stopping = last is not None and last.stopping
+    waiting = st.spinner("Stopping the last training…") if stopping else contextlib.nullcontext()
     try:
         work = live_train.training_work(cfg, _alive_check(), _publisher(), first_step=freeze_training_imports)
-        job_board().start(owner(), in_training_heap(work), name="attnviz-train")
+        with waiting:
+            job_board().start(owner(), in_training_heap(work), name="attnviz-train")
     except JobRefusedError as exc:
         st.warning(str(exc), icon="✋")
         return

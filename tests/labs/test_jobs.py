@@ -26,6 +26,19 @@ def looping(job):
     return step
 
 
+def slow_to_end(ended: threading.Event):
+    """Work that, once told to stop, takes a moment to end (a training ends its step and snapshots its model): until
+    ``ended`` is set."""
+
+    def work(job):
+        while not job.should_stop():
+            job._stop.wait(0.001)
+        assert ended.wait(10), "the test never let the stopping work end"
+        return "the model so far"
+
+    return work
+
+
 def test_runs_off_the_calling_thread_and_returns_its_result():
     board = JobBoard()
     caller = threading.get_ident()
@@ -95,3 +108,41 @@ def test_an_error_is_kept_for_the_page_not_raised():
     assert isinstance(job.error, ValueError)
     board.forget("x")
     assert board.get("x") is None
+
+
+def test_start_right_after_stop_waits_for_the_stopping_job_then_starts():
+    """Start → Stop → Start within a second: the stopped job's thread has not ended yet; Start waits for it (up to
+    ``stop_wait``) rather than saying a training is still running in this tab."""
+    board = JobBoard(max_running=1)
+    ended = threading.Event()
+    first = board.start("tab", slow_to_end(ended))
+    first.stop()
+    assert first.running and first.status == "stopping"
+    threading.Timer(0.2, ended.set).start()
+    second = board.start("tab", looping)
+    assert not first.running and first.status == "stopped" and first.result == "the model so far"
+    assert board.get("tab") is second and second.running
+    assert board.running() == 1  # never two of this tab's threads at once
+    second.stop()
+    assert second.join(5)
+
+
+def test_a_stopping_job_counts_against_the_server_until_its_thread_ends():
+    """A stopped job whose thread has not ended still uses a core: it holds its slot, and its own tab's Start says it
+    is still stopping once ``stop_wait`` is over."""
+    board = JobBoard(max_running=1, stop_wait=0.05)
+    ended = threading.Event()
+    first = board.start("a", slow_to_end(ended))
+    first.stop()
+    try:
+        with pytest.raises(JobRefusedError, match="at most 1 at once"):
+            board.start("b", looping)
+        with pytest.raises(JobRefusedError, match="still stopping"):
+            board.start("a", looping)
+        assert first.running and board.running() == 1
+    finally:
+        ended.set()
+    assert first.join(5)
+    other = board.start("b", looping)  # its slot is free once its thread ended
+    other.stop()
+    assert other.join(5)

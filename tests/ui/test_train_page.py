@@ -4,11 +4,12 @@ a ``weights`` option of that session.  Waits are joins on the job, never fixed s
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.apptest import decode, plotly_figures
+from helpers.apptest import decode, plotly_figures, recorded_spinners
 from helpers.malloc import FakeMalloc
 from helpers.train_times import teacher_run
 from streamlit.testing.v1 import AppTest
@@ -124,6 +125,50 @@ def test_stop_ends_the_training_and_keeps_the_model_so_far():
     assert progress_text(at).startswith(f"Stopped: step {job.result.steps_run} of {live_train.MAX_STEPS}")
     assert at.button(key="train_stop").disabled
     assert job.result.option.name.startswith("trained: stopped at step")
+
+
+def test_start_right_after_stop_starts_a_new_training(monkeypatch):
+    """Start → Stop → Start within a second: the stopped run's thread is still ending its step (here: held until
+    the second Start is pressed); Start waits for it under a spinner and starts the new training, not "a training is
+    already running in this tab"."""
+    ended = threading.Event()
+    real_publisher = train_ui._publisher
+
+    def publisher_that_ends_late():
+        publish = real_publisher()
+
+        def publish_late(run):
+            ended.wait(TIMEOUT)  # a stopped run's last work (its step, the after snapshot) takes a moment
+            return publish(run)
+
+        return publish_late
+
+    monkeypatch.setattr(train_ui, "_publisher", publisher_that_ends_late)
+    spinners = recorded_spinners(monkeypatch)
+    at = train_page()
+    at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
+    at.button(key="train_start").click().run()
+    first = job_of(at)
+    second = None
+    try:
+        wait_for_steps(first, 2)
+        at.button(key="train_stop").click().run()
+        assert first.running and first.status == "stopping"  # its thread has not ended
+        threading.Timer(0.5, ended.set).start()
+        at.button(key="train_start").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not at.warning, [w.value for w in at.warning]
+        second = job_of(at)
+        assert second is not first and second.running
+        assert first.status == "stopped" and first.result.option is not None  # the stopped model is kept
+        assert train_ui.job_board().running() >= 1 and not first.running  # one thread of this tab at a time
+        assert ("Stopping the last training…", False) in spinners
+    finally:
+        ended.set()
+        for job in (first, second):
+            if job is not None:
+                job.stop()
+                assert job.join(TIMEOUT)
 
 
 def test_the_training_runs_with_mallocs_mmap_threshold_raised_and_restores_it(monkeypatch):
