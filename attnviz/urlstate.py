@@ -159,6 +159,16 @@ def _parse_choice(choices):
     return parse
 
 
+def _parse_variant(raw: str) -> str:
+    """A variant of the registry or a listed module's label; a module this server does not list is said so in words
+    (never where the server keeps its files)."""
+    choices = [*variants.VARIANTS, *user_code.listed()]
+    if raw not in choices and raw.startswith(user_code.LABEL_PREFIX):
+        raise ValueError(f"it is not a module this server offers: pick one under Attention variant "
+                         f"({user_code.HOW_LISTED})")
+    return _parse_choice(choices)(raw)
+
+
 def _parse_dropout(raw: str) -> float:
     try:
         value = float(raw)
@@ -174,7 +184,7 @@ def _parsers() -> dict:
         "text": str,
         "weights": str,  # checked against the listed names by settings_from_query
         "layer": _whole_number,  # whether the weights have it: below for the book's classes, by the sidebar for a model
-        "variant": _parse_choice([*variants.VARIANTS, *user_code.listed()]),  # a module: only a listed label
+        "variant": _parse_variant,  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, MAX_DIM),
         "d_out": _parse_int(1, MAX_DIM),

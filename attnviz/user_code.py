@@ -584,8 +584,14 @@ def requested(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
     return [*module_args(argv), *from_env]
 
 
+LABEL_PREFIX = "Your module: "  # how a listed module's label starts (the sidebar's option, a link's variant=)
+# how a server comes to offer a module, for a page's notice: whoever starts it names the file and class
+HOW_LISTED = ("whoever runs this server lists modules when starting it: streamlit run app.py -- --module "
+              "path/to/file.py:ClassName, or ATTNVIZ_MODULES")
+
+
 def label_of(cls: type[nn.Module]) -> str:
-    return f"Your module: {cls.__name__}"
+    return f"{LABEL_PREFIX}{cls.__name__}"
 
 
 def register(spec: str) -> str:

@@ -27,7 +27,15 @@ from attnviz.ui.cache import cached_trace, trace_key
 from attnviz.ui.memory import freeze_imports, tune_memory
 from attnviz.ui.navigation import PageEntry, checkpoint_pages, entry, pages, take_over_routing
 from attnviz.ui.share import file_name, share_and_export
-from attnviz.ui.sidebar import ViewSlots, fill_links, fill_view_slots, sidebar, try_again_button, url_settings
+from attnviz.ui.sidebar import (
+    ViewSlots,
+    fill_links,
+    fill_view_slots,
+    module_message,
+    sidebar,
+    try_again_button,
+    url_settings,
+)
 from attnviz.ui.state import keep_page_params, keep_widgets
 from attnviz.urlstate import SETTING_KEYS, config_from_settings, url_query, url_value, view_settings
 from attnviz.words import amount, markdown_escape
@@ -210,7 +218,8 @@ def setup() -> Context | None:
     try:
         config, trace = run_settings(values, _checkpoint(choice, page.book_classes))
     except InputError as exc:
-        st.warning(markdown_escape(str(exc)), icon="✋")
+        own = values.get("variant") in user_code.listed()  # a user's module: its message may name the server's files
+        st.warning(markdown_escape(module_message(str(exc)) if own else str(exc)), icon="✋")
         if values.get("variant") in user_code.failures():  # a constructor attnviz remembers failing
             try_again_button(values["variant"])
         if isinstance(exc, user_module.NonFiniteWeightsError):

@@ -30,7 +30,7 @@ from attnviz import checks, tracing, user_code
 from attnviz.config import AttentionConfig
 from attnviz.producers import user_module
 from attnviz.ui.cache import trace_key
-from attnviz.ui.sidebar import current_settings
+from attnviz.ui.sidebar import current_settings, module_message
 from attnviz.urlstate import url_query
 from attnviz.words import markdown_escape
 
@@ -201,7 +201,7 @@ def _results(record: dict) -> None:
     rows = record["rows"]
     if record["error"] is not None:
         done = f" The rules done before it: {len(rows)} of {len(checks.RULES)}." if rows else ""
-        st.warning(markdown_escape(record["error"]) + done, icon="✋")
+        st.warning(markdown_escape(module_message(record["error"])) + done, icon="✋")  # no folder of the server's
         if rows:
             _table(rows)
         return

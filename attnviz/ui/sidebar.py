@@ -5,7 +5,9 @@ settings only some variants have (K/V groups, latent width, window, positions) a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -266,11 +268,29 @@ def _variant(choice) -> variants.Variant:
     st.selectbox("Attention variant", [*variants.LABELS, *modules], format_func=lambda v: variants.LABELS.get(v, v),
                  disabled=reason is not None, help=reason or own, **bind("variant"))
     for spec_text, reason_text in user_code.errors().items():
-        st.caption(f"⚠️ {markdown_escape(spec_text)} is not listed: {markdown_escape(reason_text)}")
+        st.caption(f"⚠️ {markdown_escape(module_message(spec_text))} is not listed: "
+                   f"{markdown_escape(module_message(reason_text))}")
     for number, (label, reason_text) in enumerate(user_code.failures().items()):
-        st.caption(f"⚠️ {markdown_escape(label)} cannot be built: {markdown_escape(reason_text)}")
+        st.caption(f"⚠️ {markdown_escape(label)} cannot be built: {markdown_escape(module_message(reason_text))}")
         try_again_button(label, f"{TRY_AGAIN}_{number}")
     return spec
+
+
+def module_message(message: str) -> str:
+    """``message`` about a user's module as a browser is told it: each file or folder the server was asked to list
+    (``--module``, ``ATTNVIZ_MODULES``) by its own name (``mine.py``: as the operator wrote it, relative or absolute,
+    and as Python names it), and any other absolute path — one the user's code named — cut to its last part
+    (``ui.weights.without_paths``).  The operator's folders stay on the server."""
+    names = {}
+    for spec in user_code.requested():
+        path_text = spec.rpartition(":")[0] or spec  # a spec names its class after the last colon, or only a file
+        path = Path(path_text).expanduser()
+        for written in (path_text, str(path), os.path.abspath(path), os.path.realpath(path)):
+            if path.name and written != path.name:
+                names[written] = path.name
+    for written in sorted(names, key=len, reverse=True):  # a folder after the files in it
+        message = message.replace(written, names[written])
+    return ui_weights.without_paths(message)
 
 
 TRY_AGAIN = "_module_try_again"  # the key of the page's Try again button; the sidebar's add the module's number

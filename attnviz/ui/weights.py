@@ -75,7 +75,7 @@ def unreadable(exc: CheckpointError, ref: str) -> str:
     if not ref.startswith(weights.SESSION_PREFIX) and not os.path.exists(ref):
         return (f"{name} is no longer on the server: it was deleted or moved after attnviz listed it. Put it back, or "
                 "pick other weights under Weights.")
-    reason = _without_paths(_named(str(exc), name, ref))
+    reason = without_paths(_named(str(exc), name, ref))
     if weights.MODELS.has_loaded(ref):
         return (f"{name} changed on disk since attnviz loaded it, and cannot be loaded now: {reason} Until it is "
                 "fixed, pick other weights under Weights.")
@@ -136,7 +136,7 @@ _ABSOLUTE_PATH = re.compile(
 )
 
 
-def _without_paths(message: str) -> str:
+def without_paths(message: str) -> str:
     """``message`` with any absolute path left in it (a file the loader named that is not beside the checkpoint)
     cut to its last part."""
     return _ABSOLUTE_PATH.sub(lambda match: Path(match.group(0).replace("\\", "/")).name or "…", message)

@@ -69,6 +69,15 @@ def page_elements(at):
     yield from at.sidebar
 
 
+def page_text(at) -> str:
+    """Everything an AppTest run sent the browser, as text: every element's message (its body, label, help, options),
+    with Markdown's escapes taken out (``srv\\_modules`` reads ``srv_modules``)."""
+    from google.protobuf import text_format
+
+    protos = [element.proto for element in page_elements(at) if getattr(element, "proto", None) is not None]
+    return "\n".join(text_format.MessageToString(proto, as_utf8=True) for proto in protos).replace("\\", "")
+
+
 def plotly_figures(at) -> list[dict]:
     """Every figure an AppTest run drew with ``st.plotly_chart``, as the JSON the browser gets, in page order."""
     charts = [element for element in page_elements(at) if getattr(element, "type", None) == "plotly_chart"]

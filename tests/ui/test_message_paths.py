@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnviz.models import CheckpointError, load_checkpoint
-from attnviz.ui.weights import _without_paths
+from attnviz.ui.weights import without_paths
 
 transformers = pytest.importorskip("transformers")
 
@@ -62,7 +62,7 @@ def test_real_loader_messages_about_a_folder_with_spaces_keep_only_the_last_part
     table = messages(spaced)
     assert sum(str(spaced) in message for message, _ in table) >= 8  # the libraries name the full path
     for message, path in table:
-        shown = _without_paths(message)
+        shown = without_paths(message)
         assert "a b" not in shown and "My Models" not in shown and str(spaced.parents[1]) not in shown, message
         if str(path) in message:  # the words around the path are kept, the path becomes its last part
             assert shown == message.replace(str(path), path.name)
@@ -82,7 +82,7 @@ def test_real_loader_messages_about_a_folder_with_spaces_keep_only_the_last_part
      "see https://pytorch.org/docs/stable/generated/torch.load.html."),
 ])
 def test_paths_in_messages(message, shown):
-    assert _without_paths(message) == shown
+    assert without_paths(message) == shown
 
 
 WORD = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", min_size=1, max_size=8)
@@ -97,4 +97,4 @@ SENTENCE = st.lists(st.sampled_from(WORDS), max_size=8).map(" ".join)  # ordinar
 def test_a_path_among_words_is_cut_to_its_last_part_and_the_words_stay(root, folders, last, before, after):
     separator = "\\" if root == "C:\\" else "/"
     path = root + separator.join([*folders, last])
-    assert _without_paths(f"{before} {path} {after}") == f"{before} {last} {after}"
+    assert without_paths(f"{before} {path} {after}") == f"{before} {last} {after}"
