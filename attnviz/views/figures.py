@@ -510,6 +510,9 @@ def mark_focus(grid: go.Figure, head: int) -> go.Figure:
                      layout={**layout, "annotations": annotations, "shapes": shapes}, _validate=False)
 
 
+OVERVIEW_PLOT_PX = 250  # the overview's plot: its square of pooled cells
+
+
 def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: float = 0.0, max_cells: int = 128,
                      window: tuple[int, int, int] | None = None, validate: bool = True) -> go.Figure:
     """A max-pooled picture of a large map, with the focused window outlined (row0, col0, size).
@@ -517,14 +520,15 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
     pooled, block = pooled_display(np.asarray(matrix)[None], stage, causal, max_cells)
     small = pooled[0]
     zmin, zmax, scale = color_range(stage, small, dropout)  # signed pooling keeps the largest |value|: same bound
+    # l, b: what Plotly keeps beside axes without labels (less, and it draws the overview twice)
+    margin = {"l": 10, "r": 5, "t": margins.title_top(size=12), "b": 10}
     layout = {
         # square cells, and the plot area shrunk to the square (the grey background is the masked cells, not a band)
         "yaxis": {"autorange": "reversed", "showticklabels": False, "scaleanchor": "x", "constrain": "domain",
                   "showgrid": False, "zeroline": False, "ticks": ""},
         "xaxis": {"showticklabels": False, "constrain": "domain", "showgrid": False, "zeroline": False, "ticks": ""},
         "title": margins.title(f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)", 12),
-        # l, b: what Plotly keeps beside axes without labels (less, and it draws the overview twice)
-        "height": 300, "margin": {"l": 10, "r": 5, "t": margins.title_top(size=12), "b": 10},
+        "height": margins.height(OVERVIEW_PLOT_PX, margin), "margin": margin,
         "plot_bgcolor": MASKED_COLOR,
     }
     if window is not None:
@@ -591,10 +595,13 @@ def pooled_embedding(matrix: np.ndarray, max_cells: int = 256) -> tuple[np.ndarr
     return values, row_block, col_block
 
 
-def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int = 256, height: int = 360,
-                      bound: float | None = None) -> go.Figure:
+EMBEDDING_PLOT_PX = 226  # an embedding map's plot, under its title and over its dimension axis
+
+
+def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int = 256,
+                      plot_px: int = EMBEDDING_PLOT_PX, bound: float | None = None) -> go.Figure:
     """(n, d) embedding rows; mean-pooled along d (and n) when larger than ``max_cells`` (said in the title, and a
-    pooled row's label names its positions, "0–3")."""
+    pooled row's label names its positions, "0–3").  ``plot_px``: the map's height; the figure adds its margins."""
     n, dim = np.shape(matrix)
     values, row_block, col_block = pooled_embedding(matrix, max_cells)  # (≤ max_cells, ≤ max_cells)
     if row_block > 1 or col_block > 1:
@@ -610,11 +617,10 @@ def embedding_heatmap(matrix: np.ndarray, tokens, *, title: str, max_cells: int 
     fig.update_yaxes(autorange="reversed", type="category")
     pooled = f", mean of {col_block} per cell" if col_block > 1 else ""
     fig.update_xaxes(title=f"embedding dimension (d_in = {dim})" + pooled)
-    fig.update_layout(title=margins.title(title, 13), height=height,
-                      # margins that hold the token labels, the colour bar and the dimension axis (views/margins.py)
-                      margin={"l": margins.beside(y, title=False), "r": margins.COLORBAR_PX,
-                              "t": margins.title_top(size=13),
-                              "b": margins.across([], angle=0)})
+    # margins that hold the title, the token labels, the colour bar and the dimension axis (views/margins.py)
+    margin = {"l": margins.beside(y, title=False), "r": margins.COLORBAR_PX, "t": margins.title_top(size=13),
+              "b": margins.across([], angle=0)}
+    fig.update_layout(title=margins.title(title, 13), height=margins.height(plot_px, margin), margin=margin)
     return fig
 
 
@@ -655,6 +661,9 @@ def token_chips_html(tokens: list[str] | tuple[str, ...], token_ids, special) ->
     return '<div class="attnviz-chips" style="line-height:2">' + "".join(chips) + "</div>"
 
 
+BENCHMARK_PLOT_PX = 216  # the benchmark bars' plot
+
+
 def benchmark_bars(rows, about: str) -> go.Figure:
     """Median forward time per implementation (``implementations.Row``s) as horizontal bars, fastest easy to see."""
     fig = go.Figure(go.Bar(
@@ -663,9 +672,9 @@ def benchmark_bars(rows, about: str) -> go.Figure:
         hovertemplate="%{y}<br>median %{x:.3f} ms<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
+    margin = {"l": margins.beside([row.name for row in rows], title=False), "r": 10, "t": margins.title_top(),
+              "b": margins.across([], angle=0)}
     fig.update_layout(title=margins.title(f"median forward time ({about})"),
-                      xaxis_title="milliseconds (lower is faster)", height=360,
-                      margin={"l": margins.beside([row.name for row in rows], title=False), "r": 10,
-                              "t": margins.title_top(),
-                              "b": margins.across([], angle=0)})
+                      xaxis_title="milliseconds (lower is faster)", height=margins.height(BENCHMARK_PLOT_PX, margin),
+                      margin=margin)
     return fig

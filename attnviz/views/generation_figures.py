@@ -25,7 +25,9 @@ def new_rows(rows: list[np.ndarray], n_keys: int) -> np.ndarray:
     return out
 
 
-ROWS_HEIGHT = 440  # px
+# px, whatever the rows and keys: the title under the modebar's row, then the map and its key labels (a margin that
+# grows with the labels, and the map gives way), so the page below keeps its place
+ROWS_HEIGHT = margins.title_top(size=14) + 390
 # The narrowest the rows map is drawn: the page's full width beside the sidebar in a 1,100 px window is ~690 px.  Its
 # key labels are chosen to fit this width (a figure cannot ask the browser its width), so a wider map has room to spare.
 ROWS_MIN_WIDTH = 640  # px
@@ -90,7 +92,7 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
         layout=layout)
 
 
-COST_PLOT_HEIGHT = 420  # px: the cost chart above its legend
+COST_PLOT_PX = 286  # the cost chart's plot, between its title and its length axis
 COST_LEGEND_ROW_PX = 20  # a row of the cost chart's legend, one entry a row (Plotly draws them 19 px apart)
 MAX_LENGTH_TICKS = 6  # the cost chart's context lengths labelled (256, 1k, 4k, 16k, 64k, 128k)
 
@@ -129,10 +131,9 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     fig.update_yaxes(type="log", title="KV cache (bytes)", dtick=1, exponentformat="SI")
     # the legend under the plot, one entry a row, so the plot keeps the figure's width whatever the labels' length
     legend_px = COST_LEGEND_ROW_PX * len(curves) + 10
-    fig.update_layout(title=margins.title(title, 14),
-                      height=COST_PLOT_HEIGHT + legend_px,
-                      legend={**margins.LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"},
-                      # margins that hold the title, the legend and the labels
-                      margin={"l": margins.beside(), "r": 30, "t": margins.title_top(size=14),
-                              "b": margins.across([], angle=0) + legend_px})
+    # margins that hold the title, the legend and the labels
+    margin = {"l": margins.beside(), "r": 30, "t": margins.title_top(size=14),
+              "b": margins.across([], angle=0) + legend_px}
+    fig.update_layout(title=margins.title(title, 14), height=margins.height(COST_PLOT_PX, margin),
+                      legend={**margins.LEGEND_AT_FOOT, "entrywidth": 1, "entrywidthmode": "fraction"}, margin=margin)
     return fig

@@ -144,6 +144,10 @@ def smooth(values, window: int = 25) -> np.ndarray:
     return (cumulative[ends] - cumulative[starts]) / (ends - starts)
 
 
+LOSS_PLOT_PX = 186  # a loss curve's plot (the training loss, the loss at each position)
+SCORES_PLOT_PX = 226  # the score curves' plot at least; taller where the legend's entries need it
+
+
 def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
                title: str = "training loss") -> go.Figure:
     """Every ``stride``-th step's loss (faint; the last step always) and the trailing mean over 25 steps
@@ -157,10 +161,9 @@ def loss_curve(steps, loss, *, total_steps: int | None = None, stride: int = 1,
         fig.update_xaxes(range=[0, max(1, total_steps - 1)])
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    fig.update_layout(title=margins.title(title, 14), height=320,
-                      margin={"l": margins.beside(), "r": 10,
-                              "t": margins.title_top(size=14, above_plot=margins.LEGEND_ROW_PX),
-                              "b": margins.across([], angle=0)},
+    margin = {"l": margins.beside(), "r": 10, "t": margins.title_top(size=14, above_plot=margins.LEGEND_ROW_PX),
+              "b": margins.across([], angle=0)}
+    fig.update_layout(title=margins.title(title, 14), height=margins.height(LOSS_PLOT_PX, margin), margin=margin,
                       legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"})
     return set_loss_curve(fig, steps, loss, stride=stride)
 
@@ -210,9 +213,9 @@ def score_curves(probe_steps, induction, previous_token, *, total_steps: int | N
     # under the modebar's row, the panels' two-line titles
     top, bottom = margins.MODEBAR_PX + 2 * margins.SUBPLOT_TITLE_PX, margins.across([], angle=0)
     # the plot holds the legend: an entry a head, and its title
-    fig.update_layout(height=max(360, top + bottom + LEGEND_ENTRY_PX * (len(names) + 1)),
-                      margin={"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names), "t": top,
-                              "b": bottom},
+    margin = {"l": margins.beside(), "r": LEGEND_BESIDE_PX + margins.text_px(names), "t": top, "b": bottom}
+    fig.update_layout(height=margins.height(max(SCORES_PLOT_PX, LEGEND_ENTRY_PX * (len(names) + 1)), margin),
+                      margin=margin,
                       legend={"title": {"text": "head"}, "orientation": "v"})
     fig.update_annotations(font={"size": 12})
     return fig
@@ -258,9 +261,8 @@ def position_loss(loss: np.ndarray, T: int, *, title: str = "loss at each positi
                   annotation_position="top right")
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
-    fig.update_layout(title=margins.title(title, 14), height=320,
-                      margin={"l": margins.beside(), "r": 10, "t": margins.title_top(size=14),
-                              "b": margins.across([], angle=0)},
+    margin = {"l": margins.beside(), "r": 10, "t": margins.title_top(size=14), "b": margins.across([], angle=0)}
+    fig.update_layout(title=margins.title(title, 14), height=margins.height(LOSS_PLOT_PX, margin), margin=margin,
                       showlegend=False)
     return fig
 

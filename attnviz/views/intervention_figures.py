@@ -41,6 +41,9 @@ def ablation_grid_figure(delta: np.ndarray, intact: float, *, title: str = "") -
     return fig
 
 
+ABLATED_LOSS_PLOT_PX = 206  # the knocked-out and intact loss curves' plot
+
+
 def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: str) -> go.Figure:
     """The per-position loss (n−1,) intact and with ``label``'s heads knocked out, the second copy shaded."""
     n = len(intact) + 1
@@ -53,12 +56,11 @@ def ablated_loss_figure(intact: np.ndarray, ablated: np.ndarray, T: int, label: 
     fig.add_vrect(x0=n - T - 0.5, x1=n - 1.5, fillcolor="rgba(255, 200, 0, 0.12)", line_width=0)
     fig.update_xaxes(title="position i (predicting token i+1)")
     fig.update_yaxes(title="cross-entropy (nats)", rangemode="tozero")
+    # b: the axis, then the legend's one row
+    margin = {"l": margins.beside(), "r": 10, "t": margins.title_top(size=14),
+              "b": margins.across([], angle=0) + margins.LEGEND_ROW_PX}
     fig.update_layout(title=margins.title("knocked out vs intact: the loss per position", 14),
-                      height=340 + margins.LEGEND_ROW_PX,
-                      # b: the axis, then the legend's one row
-                      margin={"l": margins.beside(), "r": 10, "t": margins.title_top(size=14),
-                              "b": margins.across([], angle=0) + margins.LEGEND_ROW_PX},
-                      legend=margins.LEGEND_AT_FOOT)
+                      height=margins.height(ABLATED_LOSS_PLOT_PX, margin), margin=margin, legend=margins.LEGEND_AT_FOOT)
     return fig
 
 

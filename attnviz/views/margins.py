@@ -8,7 +8,8 @@ wider still, automargin widens the margin and draws the figure again: it is righ
 The top :data:`MODEBAR_PX` of every figure is the modebar's: Plotly draws its toolbar over the figure's top right
 corner, on hover where the screen has a pointer that hovers and always where it has none (a touch screen), so a title
 there would sit under its buttons on a narrow chart.  A title starts under that row (:func:`title`), in a top margin
-made for both (:func:`title_top`).
+made for both (:func:`title_top`).  A chart of a set height takes that margin from the figure, not from its plot: it
+names its plot's height, and :func:`height` adds the margins.
 """
 
 from __future__ import annotations
@@ -74,3 +75,9 @@ def title_top(lines: int = 1, size: float = THEME_TITLE_PX, above_plot: int = 0)
     """The top margin of a figure whose :func:`title` has ``lines`` lines of ``size`` px: the modebar's row, the
     title, a gap, and ``above_plot`` px more between the title and the plot (tick labels or panel titles above it)."""
     return MODEBAR_PX + math.ceil(LINE_EM * size * lines) + TITLE_GAP_PX + above_plot
+
+
+def height(plot_px: int, margin: dict) -> int:
+    """The height of a figure whose plot is ``plot_px`` tall between ``margin``'s top (the modebar's row, the title and
+    what sits above the plot) and bottom: a chart of a set height grows with its title instead of giving it its plot."""
+    return margin["t"] + plot_px + margin["b"]

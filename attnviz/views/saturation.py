@@ -29,12 +29,16 @@ NO_RUN = "No ★ for this run. {why}"  # a run that recorded no queries and keys
 LEGEND_ROWS = 2  # the legend's four entries: room for them on two rows under the axes, however narrow the page
 
 
-def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int = 360) -> go.Figure:
+PLOT_PX = 206  # the three panels' height, between their titles and their dₖ axes
+
+
+def scaling_ablation_figure(ablation: dict, run: dict | None = None, plot_px: int = PLOT_PX) -> go.Figure:
     """Three panels vs dₖ (log₂ x axis): score variance, mean row entropy, mean max weight, each with
     and without ÷√dₖ; ``run`` (from ``ablation.run_point``) is drawn as highlighted stars (its dₖ is in the
     legend and the hover; the ticks stay at the ablation's dₖ values so they never collide).
 
-    The margins hold the axes' labels and the legend (at the figure's foot), so Plotly draws it once."""
+    The margins hold the axes' labels and the legend (at the figure's foot), so Plotly draws it once; ``plot_px``:
+    the panels' height, to which the figure adds them."""
     dks = [int(d) for d in ablation["dk"]]
     fig = make_subplots(rows=1, cols=3, subplot_titles=[METRIC_TITLES[m] for m in METRICS],
                         horizontal_spacing=0.08)
@@ -65,13 +69,12 @@ def scaling_ablation_figure(ablation: dict, run: dict | None = None, height: int
     fig.update_yaxes(type="log", dtick=1, row=1, col=1)
     fig.update_yaxes(range=[0, 1.05], row=1, col=3)
     mask = "causal rows" if ablation["causal"] else "all keys"
+    margin = {"l": margins.beside(title=False), "r": 10,
+              "t": margins.title_top(size=13, above_plot=margins.SUBPLOT_TITLE_PX),
+              "b": margins.across([], angle=0) + LEGEND_ROWS * margins.LEGEND_ROW_PX}
     fig.update_layout(
         title=margins.title(f"Softmax saturation vs dₖ — random q, k ~ N(0, 1), {ablation['num_tokens']} tokens, "
                             f"{mask}, seed {ablation['seed']}", 13),
-        height=height + LEGEND_ROWS * margins.LEGEND_ROW_PX,
-        margin={"l": margins.beside(title=False), "r": 10,
-                "t": margins.title_top(size=13, above_plot=margins.SUBPLOT_TITLE_PX),
-                "b": margins.across([], angle=0) + LEGEND_ROWS * margins.LEGEND_ROW_PX},
-        legend=margins.LEGEND_AT_FOOT,
+        height=margins.height(plot_px, margin), margin=margin, legend=margins.LEGEND_AT_FOOT,
     )
     return fig

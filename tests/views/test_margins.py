@@ -180,3 +180,39 @@ def test_every_title_starts_under_the_modebars_row_in_a_top_margin_that_holds_it
         rise = size if lines > 1 else 0.3 * size  # how far the first line's top stands above pad.t
         assert title.pad.t - rise >= margins.MODEBAR_PX, title.text
         assert layout.margin.t >= margins.MODEBAR_PX + margins.LINE_EM * size * lines, title.text
+
+
+def _fixed_height_figures() -> list:
+    """(name, figure, plot height in px) of every builder that sets its figure's height itself, not from what it draws:
+    the plot each had when its title sat in the modebar's row (its height less its margins then: the loss curve's
+    320 − 50 − 84, the overview's 300 − 40 − 10, the benchmark bars' 360 − 60 − 84, …)."""
+    from attnviz import ablation
+    from attnviz.labs.implementations import Row
+    from attnviz.views import intervention_figures, saturation
+
+    tokens = ["·the", "·cat", "·sat", "·on", "·the", "·mat"]
+    keys = [f"{i}:·token{i}" for i in range(30)]
+    z = generation_figures.new_rows([np.full(29, 1 / 29), np.full(30, 1 / 30)], 30)
+    loss = np.linspace(3.0, 1.0, 19)
+    two_heads = np.zeros((2, 1, 2))  # (probes, layers, heads): a legend shorter than the plot's least height
+    return [
+        ("overview_heatmap", figures.overview_heatmap(np.tril(np.ones((300, 300))), "weights", causal=True), 250),
+        ("embedding_heatmap", figures.embedding_heatmap(np.ones((6, 8)), tokens, title="token embedding"), 226),
+        ("benchmark_bars", figures.benchmark_bars([Row("MultiHeadAttention", 1.0, (1.0,))], "6 tokens"), 216),
+        ("rows_figure", generation_figures.rows_figure(z, keys[-2:], keys, prompt_length=28, title="rows"), 255),
+        ("kv_bytes_figure", generation_figures.kv_bytes_figure([1024, 2048], {"MHA": [1, 2]}, title="KV"), 286),
+        ("ablated_loss_figure", intervention_figures.ablated_loss_figure(loss, loss + 1, T=8, label="L0H1"), 206),
+        ("loss_curve", head_figures.loss_curve([0, 1], [3.0, 2.0]), 186),
+        ("position_loss", head_figures.position_loss(loss, 8), 186),
+        ("score_curves", head_figures.score_curves([0, 10], two_heads, two_heads), 226),
+        ("scaling_ablation_figure",
+         saturation.scaling_ablation_figure(ablation.scaling_ablation(dks=(1, 2, 4, 8), num_tokens=6, seed=1)), 206),
+    ]
+
+
+def test_a_chart_of_a_fixed_height_grows_by_its_title_row_and_keeps_its_plot():
+    """A title under the modebar's row takes a taller top margin: a chart whose height is set, not drawn from its
+    content, adds that margin to its height (margins.height), so its plot keeps the height it had before."""
+    built = _fixed_height_figures()
+    plots = {name: fig.layout.height - fig.layout.margin.t - fig.layout.margin.b for name, fig, _ in built}
+    assert plots == {name: plot_px for name, _, plot_px in built}
