@@ -6,8 +6,8 @@ import functools
 
 import numpy as np
 
-# the rows the two statistics that query 0 would decide by itself read (the first-token mass and the diagonal):
-# under the causal mask query 0 sees only itself, the first token, so its 1 there is no choice of the head's
+# the rows the first-token mass reads (as head_types' ``first_token``): under the causal mask query 0 sees only
+# itself, the first token, so its 1 there is no choice of the head's
 AFTER_THE_FIRST = ("over the queries after the first (query 0 sees only itself, the first token, under the causal "
                    "mask: its weight there is always 1, not the head's choice)")
 
@@ -23,7 +23,9 @@ STATS = {
     "mean distance": "mean |query − key| distance, weighted by attention",
     "previous-token": "mean weight on the token just before the query, over the queries after the first (query 0 has "
                       "no token before it); blank with one token",
-    "diagonal": f"mean weight a query gives its own token {AFTER_THE_FIRST}; blank with one token",
+    "diagonal": "mean weight a query gives its own token: over the queries after the first under the causal mask "
+                "(query 0 sees only itself there, so its weight on itself is always 1, not the head's choice), over "
+                "every query with the mask off; blank with one token",
 }
 
 
@@ -52,8 +54,10 @@ def _distances(n: int, dtype: type) -> np.ndarray:
     return distance
 
 
-def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,).
+def head_statistics(weights: np.ndarray, causal: bool = True) -> dict[str, np.ndarray]:
+    """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,).  ``causal``: whether
+    the run kept every query from later keys (``Trace.hides_future``); the diagonal then leaves out query 0, whose
+    weight on itself that mask forces to 1.
 
     One head at a time, so the temporaries stay (n, n) instead of several float64 copies of all the
     (heads, n, n) maps.  float32 maps (a Trace's) are worked on in float32 (row sums pairwise, means in float64):
@@ -74,8 +78,10 @@ def head_statistics(weights: np.ndarray) -> dict[str, np.ndarray]:
         np.multiply(w, distance, out=terms)  # (n, n): weight × |query − key|
         result["mean distance"][head] = terms.sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
         result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else np.nan
-        # the queries after the first, as the first-token mass (row 0's A[0, 0] is the same forced 1)
-        result["diagonal"][head] = np.diagonal(w)[1:].mean(dtype=np.float64) if n > 1 else np.nan
+        # under the causal mask the queries after the first, as the first-token mass (row 0's A[0, 0] is the same
+        # forced 1); with the mask off row 0 weighs every key, and its A[0, 0] is the head's choice (one token: no
+        # choice either way)
+        result["diagonal"][head] = np.diagonal(w)[1 if causal else 0:].mean(dtype=np.float64) if n > 1 else np.nan
     return result
 
 

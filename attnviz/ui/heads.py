@@ -97,7 +97,7 @@ def _head_stats(text: str, config: AttentionConfig):
     from attnviz import stats
 
     trace = cached_trace(text, config)
-    table = pd.DataFrame(stats.head_statistics(trace.steps["weights"][0]))
+    table = pd.DataFrame(stats.head_statistics(trace.steps["weights"][0], causal=trace.hides_future))
     table.insert(0, "head", range(len(table)))
     return table
 

@@ -437,6 +437,22 @@ def test_head_statistics_table_draws_each_statistic_as_a_bar_on_its_range(defaul
     assert list(table.proto.selection_mode) == [DataframeProto.SelectionMode.SINGLE_ROW]  # a row focuses its head
 
 
+def test_the_head_statistics_diagonal_counts_query_0_with_the_mask_off_and_its_help_says_when():
+    """Under the causal mask the diagonal leaves out query 0 (its weight on itself is forced to 1); with the mask off
+    query 0 weighs every key, so the table's diagonal is every query's, and its header's help names both cases."""
+    from attnviz import pipeline
+    from attnviz.config import AttentionConfig
+
+    text = "one two three four"
+    at = app(causal="false", variant="mha", num_heads="4", text=text)
+    no_exception(at)
+    table, columns = stats_frame(at)
+    weights = pipeline.run(text, AttentionConfig(causal=False, num_heads=4)).steps["weights"][0]  # (heads, n, n)
+    every_query = np.diagonal(weights, axis1=1, axis2=2).mean(axis=1)  # (heads,)
+    assert np.allclose(table.value["diagonal"], every_query, atol=1e-6)
+    assert "mask off" in columns["diagonal"]["help"] and "causal mask" in columns["diagonal"]["help"]
+
+
 def test_a_long_paste_is_computed_once_across_pages_and_reruns(monkeypatch):
     """A 50,000-character paste is bounded before tokenizing; every lookup (page, grid, statistics, focused
     head, downloads) must find the one Trace: Steps -> Heads -> Tokens -> Heads and two reruns run it once."""

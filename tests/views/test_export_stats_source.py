@@ -60,8 +60,8 @@ def test_first_token_mass_previous_token_and_diagonal_have_no_value_for_one_toke
 
 
 def test_diagonal_and_first_token_mass_leave_out_the_same_query_and_say_so():
-    """One rule for the two statistics that query 0 would set by itself: both read the queries after the first, and
-    the column help of each says so."""
+    """Under the causal mask, one rule for the two statistics that query 0 would set by itself: both read the queries
+    after the first, and the column help of each says so."""
     n = 6
     weights = np.random.default_rng(0).random((3, n, n)) * np.tril(np.ones((n, n)))  # (3, n, n), causal
     weights /= weights.sum(axis=-1, keepdims=True)
@@ -135,3 +135,20 @@ def test_head_statistics_of_float32_maps_match_float64():
     double = stats.head_statistics(weights)
     for name in stats.STATS:
         np.testing.assert_allclose(single[name], double[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_the_diagonal_leaves_out_query_0_only_under_the_causal_mask():
+    """Under the causal mask query 0 sees only itself, so its diagonal weight is 1 whatever the head: the statistic
+    reads the queries after it.  With the mask off query 0 weighs every key like any other query, and counts; the
+    column help names both cases."""
+    unmasked = np.array([[[0.2, 0.5, 0.3],
+                          [0.1, 0.6, 0.3],
+                          [0.4, 0.4, 0.2]]])  # (1, 3, 3): query 0 gives its own token 0.2
+    causal = np.array([[[1.0, 0.0, 0.0],
+                        [0.4, 0.6, 0.0],
+                        [0.3, 0.5, 0.2]]])  # (1, 3, 3): query 0's forced 1
+    assert stats.head_statistics(unmasked, causal=False)["diagonal"][0] == pytest.approx((0.2 + 0.6 + 0.2) / 3)
+    assert stats.head_statistics(causal, causal=True)["diagonal"][0] == pytest.approx((0.6 + 0.2) / 2)
+    assert stats.head_statistics(causal)["diagonal"][0] == pytest.approx((0.6 + 0.2) / 2)  # the book's mask: on
+    assert np.isnan(stats.head_statistics(np.ones((1, 1, 1)), causal=False)["diagonal"]).all()  # one key: no choice
+    assert "under the causal mask" in stats.STATS["diagonal"] and "mask off" in stats.STATS["diagonal"]
