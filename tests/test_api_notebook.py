@@ -177,6 +177,24 @@ def test_a_generation_prints_in_a_few_lines(generation):
     assert "the prompt's (2, 8, 3, 3), then one per new token (2, 8, 1, 4) … (2, 8, 1, 6)" in printed
 
 
+def test_a_generation_step_prints_its_arrays_names_shapes_and_dtypes_not_their_values(generation):
+    """A step holds the weights of every layer and head and the logits over the whole vocabulary: a notebook prints
+    what it is (where it fed, what it chose) and each array's name, shape and dtype, as a Generation does."""
+    model, result = generation
+    prefill, step = result.steps[0], result.steps[1]
+    vocab = model.tok_emb.weight.shape[0]
+    printed = printed_in_a_notebook(step)
+    assert printed == repr(step) == str(step)
+    assert len(printed.splitlines()) <= 5 and len(printed) < 400, printed
+    assert printed.startswith(f"Step at position 3: fed 1 token [{step.fed[0]}], next token {step.next_token} (p "), \
+        printed
+    assert "weights (layers, heads, q, k): (2, 8, 1, 4) float32" in printed
+    assert f"logits (vocab,): ({vocab},) float32" in printed
+    assert f"cache: {step.cache_bytes:,} bytes after it" in printed
+    assert "array(" not in printed and "dtype=" not in printed  # no values
+    assert printed_in_a_notebook(prefill).startswith("Step at position 0: fed 3 tokens [1, 2, 3], next token ")
+
+
 
 def test_a_checkpoint_or_trace_path_given_in_python_may_start_with_the_home_folder(tmp_path, monkeypatch):
     """``~`` is the home folder, as in a shell: "No file or folder at ~/…" was said of a folder that exists."""

@@ -52,6 +52,22 @@ class Step:
         """The greedy choice this step makes: the argmax of its logits."""
         return self.top_ids[0]
 
+    def __repr__(self) -> str:
+        """A few lines, not the arrays' values (a notebook prints a cell's last value): where the step fed and what it
+        chose, each array's name, shape and dtype, the cache's bytes after it."""
+        shown = ", ".join(str(token) for token in self.fed[:12])
+        lines = [f"Step at position {self.position}: fed {amount(len(self.fed), 'token')} "
+                 f"[{shown}{', …' if len(self.fed) > 12 else ''}], next token {self.next_token} "
+                 f"(p {self.top_probs[0]:.3g})"]
+        if self.weights is None:
+            lines.append("  weights: none kept")
+        else:
+            lines.append(f"  weights (layers, heads, q, k): {self.weights.shape} {self.weights.dtype}")
+        lines.append(f"  logits (vocab,): {self.logits.shape} {self.logits.dtype}")
+        if any(self.cache_shapes):
+            lines.append(f"  cache: {self.cache_bytes:,} bytes after it")
+        return "\n".join(lines)
+
 
 @dataclass(frozen=True)
 class Generation:
