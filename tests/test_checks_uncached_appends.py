@@ -60,3 +60,71 @@ def test_a_cache_that_only_logs_what_it_saw_is_no_finding():
     assert not results["kv-cache"].evidence.startswith("the forward with use_cache=False appended"), results
     assert results["causal"].status == "pass", results["causal"]
     assert results["batch-independence"].status == "pass", results["batch-independence"]
+
+
+def test_a_preallocated_cache_written_with_use_cache_false_fails_kv_cache_naming_what_changed():
+    """Buffers allocated once at the context's size never grow: what changed is their contents and the pointer."""
+    results = verdicts(built(um.PreallocatedBuffers, bug="ignores-use-cache"))
+    assert [rule for rule, check in results.items() if check.status == "fail"] == ["kv-cache"], results
+    evidence = results["kv-cache"].evidence
+    assert evidence.startswith(
+        "the forward with use_cache=False wrote to the cache: in two uncached forwards of the same 8 tokens the "
+        "buffer cache_k changed in place (its shape (2, 4, 16, 8) kept), the buffer cache_v changed in place (its "
+        "shape (2, 4, 16, 8) kept) and ptr went from 0 to 8, then 16, and the second one's output differs by "
+    ), evidence
+    assert evidence.endswith(
+        "each uncached forward attends to what the ones before left in the cache; write to the cache, move ptr and "
+        "read the cache only when use_cache is true (when it is false, attend to the new keys and values alone), "
+        "then check again"), evidence
+    for rule in SKIPPED:
+        assert results[rule] == checks.Check(rule, "skip", checks.APPENDED_SKIP)
+    for rule in ("rows-sum-to-one", "mask-convention", "scaling", "matches-reference"):  # the first forward's
+        assert results[rule].status == "pass", results[rule]
+
+
+def test_a_preallocated_cache_allocated_by_the_first_uncached_forward_fails_kv_cache():
+    """The book's optimized cache allocates its buffers on the first forward that writes: they appear, then only
+    their contents change."""
+    evidence = verdicts(built(um.PreallocatedBuffers, bug="ignores-use-cache", lazy=True))["kv-cache"]
+    assert evidence.status == "fail", evidence
+    assert evidence.evidence.startswith(
+        "the forward with use_cache=False wrote to the cache: in two uncached forwards of the same 8 tokens the "
+        "buffer cache_k appeared as (2, 4, 16, 8), then changed in place, the buffer cache_v appeared as (2, 4, 16, "
+        "8), then changed in place and ptr went from 0 to 8, then 16, and the second one's output differs by "
+    ), evidence
+
+
+def test_a_preallocated_cache_that_overflows_at_context_length_fails_kv_cache_instead_of_stopping_the_check():
+    """Eight tokens fill a context of 8: the second uncached forward writes past the end and raises."""
+    evidence = verdicts(built(um.PreallocatedBuffers, bug="ignores-use-cache", context_length=8))["kv-cache"]
+    assert evidence.status == "fail", evidence
+    assert evidence.evidence.startswith("the forward with use_cache=False wrote to the cache: in two uncached forwards "
+                                        "of the same 8 tokens the buffer cache_k changed in place"), evidence
+    assert "ptr went from 0 to 8, and the second one raised: RuntimeError: " in evidence.evidence, evidence
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_preallocated_cache_that_honours_use_cache_passes_every_rule(lazy):
+    """Its reset moves ptr back and leaves the buffers' stale slots, which no forward reads."""
+    results = verdicts(built(um.PreallocatedBuffers, lazy=lazy))
+    assert {rule for rule, check in results.items() if check.status != "pass"} == {"rotary-placement"}, results
+    assert results["rotary-placement"].evidence.startswith("not rotary"), results["rotary-placement"]
+
+
+def test_state_an_uncached_forward_changes_without_reading_it_back_is_no_finding():
+    """Rotary tables built on the first call, a forward counter and the last weights kept for plotting change in
+    the traced forward; the tables stay put in the next, and the counter and weights are never read back."""
+    module = built(um.KeepsWhatItSaw)
+    results = verdicts(module)
+    assert {rule for rule, check in results.items() if check.status != "pass"} == {"kv-cache"}, results
+    assert results["kv-cache"].evidence == "the forward takes no use_cache: the module keeps no KV cache"
+    assert module.calls > 2  # every rule's forwards counted
+
+
+def test_a_counter_beside_dropout_in_eval_mode_is_the_dropouts_finding_not_the_caches():
+    """Two uncached forwards differ (the dropout) and each moves the counter: the outputs of two more, drawn with the
+    same random numbers, agree, so what the module keeps is not what they read."""
+    results = verdicts(built(um.KeepsWhatItSaw, dropout_in_eval=True))
+    assert results["dropout-placement"].status == "fail", results["dropout-placement"]
+    assert results["kv-cache"].evidence == "the forward takes no use_cache: the module keeps no KV cache"
+    assert results["causal"] == checks.Check("causal", "skip", checks.DROPOUT_IN_EVAL)

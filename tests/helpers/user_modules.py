@@ -2780,3 +2780,84 @@ class AlwaysCaches(CachesWhenToldNot):
 
     def forward(self, x):
         return self.attend(x)
+
+
+class PreallocatedBuffers(nn.Module):
+    """Llama-style KV cache: ``cache_k``/``cache_v`` buffers of (max_batch_size, num_heads, context_length, head_dim)
+    allocated once, the new keys and values written at ``ptr`` and read back as ``cache_k[:b, :, :ptr]``; the reset
+    only moves ``ptr`` back to 0 (the slots past it are never read).  ``lazy=True``: the buffers start as None and the
+    first forward that writes allocates them, as the book's optimized cache does.  ``bug="ignores-use-cache"``: the
+    forward forgot its ``if use_cache`` — told use_cache=False too, it writes at ptr, advances it and attends to the
+    cache: the buffers never change shape, a second uncached forward reads the first one's keys, and a write past
+    context_length raises."""
+
+    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4, max_batch_size=2, lazy=False, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.context_length, self.max_batch_size, self.bug = context_length, max_batch_size, bug
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        shape = (max_batch_size, num_heads, context_length, self.head_dim)
+        self.register_buffer("cache_k", None if lazy else torch.zeros(shape), persistent=False)  # (max_b, h, ctx, hd)
+        self.register_buffer("cache_v", None if lazy else torch.zeros(shape), persistent=False)  # (max_b, h, ctx, hd)
+        self.ptr = 0
+
+    def reset_cache(self):
+        self.ptr = 0
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache or self.bug == "ignores-use-cache":
+            if self.cache_k is None:
+                shape = (self.max_batch_size, self.num_heads, self.context_length, self.head_dim)
+                self.cache_k, self.cache_v = torch.zeros(shape), torch.zeros(shape)  # (max_b, h, ctx, hd) each
+            start = self.ptr
+            self.cache_k[:b, :, start:start + n] = keys
+            self.cache_v[:b, :, start:start + n] = values
+            self.ptr = start + n
+            keys, values = self.cache_k[:b, :, :self.ptr], self.cache_v[:b, :, :self.ptr]  # (b, h, ptr, hd) each
+        hidden = torch.arange(keys.shape[2])[None, :] > torch.arange(start, start + n)[:, None]  # (n, nk)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, nk) -> (b, h, n, nk)
+        attn_scores = attn_scores.masked_fill(hidden, -torch.inf)  # (b, h, n, nk)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, nk)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+
+class KeepsWhatItSaw(nn.Module):
+    """Causal attention whose state legitimately changes in an uncached forward: rotary tables built on the first call
+    (``cos``/``sin`` None until then, rebuilt for a longer input), a forward counter ``calls``, and the last weights
+    kept for plotting (``last_attn_weights``).  ``dropout_in_eval=True``: ``F.dropout(p=0.5)`` without
+    ``training=self.training``, so two forwards of one input differ in eval mode too."""
+
+    def __init__(self, d_in=16, d_out=32, num_heads=4, dropout_in_eval=False):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.cos = self.sin = None
+        self.calls = 0
+        self.last_attn_weights = None
+        self.dropout_in_eval = dropout_in_eval
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        self.calls += 1
+        if self.cos is None or self.cos.shape[0] < n:
+            self.cos, self.sin = rope_angles(self.head_dim, n)  # (n, hd) each
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        queries, keys = rotate(queries, self.cos, self.sin), rotate(keys, self.cos, self.sin)  # (b, h, n, hd) each
+        hidden = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_scores = queries @ keys.transpose(2, 3) / self.head_dim ** 0.5  # (b, h, n, hd) @ (b, h, hd, n)
+        attn_weights = torch.softmax(attn_scores.masked_fill(hidden, -torch.inf), dim=-1)  # (b, h, n, n)
+        if self.dropout_in_eval:
+            attn_weights = F.dropout(attn_weights, p=0.5)  # (b, h, n, n)
+        self.last_attn_weights = attn_weights  # (b, h, n, n)
+        return (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
