@@ -76,8 +76,9 @@ which cell, which value, what it should be:
   declared, full K and V (d_out per token each) where a ``latent_dim`` is (sizes the module keeps under other names:
   those it was built with, ``check_module``'s ``sizes``, and the heads and head_dim its trace measured).
 
-An uncached forward that adds to a cache the module keeps (a forward that ignores ``use_cache=False``, or takes no
-``use_cache`` and caches on every call: :func:`_uncached_appends`) fails ``kv-cache`` in those words; the rules that run
+An uncached forward that writes to a cache the module keeps (a forward that ignores ``use_cache=False``, or takes no
+``use_cache`` and caches on every call: :func:`_uncached_appends`) — one that grows, or one allocated once at its full
+size whose buffers are written in place and whose pointer moves — fails ``kv-cache`` in those words; the rules that run
 the module again (``RUN_AGAIN``) skip, as each of their forwards would attend to the ones before, and the rules that
 read the traced forward stand.
 
@@ -218,18 +219,21 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     hook = module.register_forward_pre_hook(meter.before_forward)
     try:
         module.eval()
-        kept = _kept_shapes(module)
+        kept = _kept_state(module)
         with tracing.saying_width(x, width):
             recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, attention)
-        appended = _uncached_appends(module, x, recording.output, kept)  # every forward after it would read it
+        traced = meter.forwards
+        appended = _uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
+                                     random=_dropout_acts(attention))
+        told = meter.forwards - traced  # the forwards that told whether the trace wrote to a cache: 0 to 2
         stated = _stated_causal(module, attention, causal)
         unmasked = _unmasked(module, stated)
         triangles = _triangles(recording, module)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
-        meter.planned = _planned_forwards(module, x, selected, causal)
+        meter.planned = _planned_forwards(module, x, selected, causal) + told
         window = sliding_window(attention) if causal else None
         weightless = _weightless(module)
         width = score_width(module, attention)
@@ -306,50 +310,172 @@ APPENDED_SKIP = ("not checked: the module's uncached forward adds to its cache (
                  "the first attends to the tokens of the ones before — fix that, then check again")
 
 
-def _kept_shapes(module: nn.Module) -> dict[str, torch.Size]:
-    """path -> the shape of every tensor the module keeps (:func:`_kept_tensors`)."""
-    return {path: tensor.shape for path, tensor in _kept_tensors(module).items()}
+@dataclass(frozen=True)
+class _KeptState:
+    """What a module keeps, as an uncached forward may change it, without a copy of its cache: every tensor it keeps
+    (:func:`_kept_tensors`) with its version counter, which an in-place write moves (a copy of an inference tensor,
+    which keeps none), the paths of those that are buffers, and the numbers its modules hold as attributes (a
+    position counter: ``ptr``, ``trf_blocks.0.att.ptr_cur``)."""
+
+    tensors: dict[str, tuple[torch.Tensor, int | None]]
+    buffers: frozenset[str]
+    numbers: dict[str, int | float | bool]
 
 
-def _uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor,
-                      before: dict[str, torch.Size]) -> str | None:
+def _kept_state(module: nn.Module) -> _KeptState:
+    """The module's :class:`_KeptState` now."""
+    tensors = {}
+    for path, tensor in _kept_tensors(module).items():
+        version = _version(tensor)
+        tensors[path] = (tensor, version) if version is not None else (tensor.detach().clone(), None)
+    numbers = {f"{prefix}.{name}" if prefix else name: value for prefix, submodule in module.named_modules()
+               for name, value in vars(submodule).items()
+               if name not in MODULE_INTERNALS and type(value) in (int, float, bool)}
+    return _KeptState(tensors, frozenset(name for name, _ in module.named_buffers()), numbers)
+
+
+def _tensor_change(before: tuple[torch.Tensor, int | None] | None,
+                   after: tuple[torch.Tensor, int | None] | None) -> str | None:
+    """How a kept tensor changed between two :class:`_KeptState` entries (None: it did not): "appeared as (2, 4, 16,
+    8)", "was removed", "changed in place" (the same tensor, its version counter moved) or "was replaced by (…)"
+    (another tensor of other values: one of equal values, rebuilt by every forward, is no change)."""
+    if before is None and after is None:
+        return None
+    if before is None:
+        return f"appeared as {_shape_words(after[0].shape)}"
+    if after is None:
+        return "was removed"
+    if before[0] is after[0]:
+        return "changed in place" if before[1] is not None and before[1] != after[1] else None
+    return None if _unchanged(before[0], after[0]) else f"was replaced by {_shape_words(after[0].shape)}"
+
+
+def _state_changes(before: _KeptState, after: _KeptState) -> tuple[list[str], list[str]]:
+    """The paths of the tensors, and of the numbers, that changed from ``before`` to ``after``."""
+    tensors = [path for path in dict.fromkeys([*before.tensors, *after.tensors])
+               if _tensor_change(before.tensors.get(path), after.tensors.get(path)) is not None]
+    numbers = [path for path in dict.fromkeys([*before.numbers, *after.numbers])
+               if before.numbers.get(path, MISSING) != after.numbers.get(path, MISSING)]
+    return tensors, numbers
+
+
+MISSING = object()  # a number an attribute did not hold yet
+
+
+def _seeded_output(module: nn.Module, x: torch.Tensor, what: str) -> tuple[torch.Tensor | None, str | None]:
+    """(the module's uncached output of ``x``, None) or (None, the error's line, beginning with ``what``, when the
+    forward raises), every random number it draws (a dropout) drawn from one seed, so that two such forwards that
+    differ differ by what the module kept; the caller's random state is left as it was."""
+    devices = [x.device.index or 0] if x.device.type != "cpu" else []
+    with torch.random.fork_rng(devices=devices, device_type=x.device.type if devices else "cuda"), torch.no_grad():
+        torch.manual_seed(0)
+        try:
+            return tracing.first_tensor(tracing.run_forward(module, x, what=what)).detach(), None  # (b, n, d_out)
+        except tracing.TraceError as error:
+            return None, time_limit.one_line(error)
+
+
+def _differs(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """How output ``b`` differs from ``a`` (None: it does not, within ``TOLERANCE``)."""
+    if a.shape != b.shape:
+        return f"is {tuple(b.shape)}, not {tuple(a.shape)}"
+    worst = (b.float() - a.float()).abs().max().item()
+    return None if worst <= TOLERANCE else f"differs by {worst:.3g}"
+
+
+def _uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor, before: _KeptState,
+                      random: bool = False) -> str | None:
     """kv-cache's words for a module whose uncached forward — ``use_cache=False``, or a forward that takes no
-    ``use_cache`` — adds to a cache it keeps (None: it does not): the traced forward of ``x`` (its ``output``) left a
-    tensor the module keeps new or larger than ``before`` it, the same forward again made one larger still, and that
-    second forward raised or gave another output (a tensor that only grows, as a log, reads as no cache).  Only then
-    does this run that second forward: every rule after it would attend to what the ones before added, until a shape
-    no longer fits."""
-    first = _kept_shapes(module)
-    if not any(path not in before or shape.numel() > before[path].numel() for path, shape in first.items()):
-        return None
-    try:
-        with torch.no_grad():
-            again = tracing.first_tensor(tracing.run_forward(module, x)).detach()  # (b, n, d_out)
-        raised = None
-    except tracing.TraceError as error:
-        again, raised = None, time_limit.one_line(error)
-    second = _kept_shapes(module)
-    grown = [path for path, shape in second.items() if path in first and shape.numel() > first[path].numel()]
-    if not grown:
-        return None
+    ``use_cache`` — writes to a cache it keeps (None: it does not).  The traced forward of ``x`` (its ``output``)
+    changed a tensor the module keeps ``before`` it (:class:`_KeptState`: new, grown, replaced by other values or
+    written in place — a number that moves alone, a call counter, holds no keys), the same forward again changed a
+    tensor again, and that second forward raised (then what the first changed is named) or gave another output.
+    What changes only in the first forward (rotary tables built on the first call) and what changes every time but
+    is never read back (a log, the last weights kept for plotting: the outputs agree) is no finding; ``random``
+    (dropout acts in eval mode): two more forwards with the same random numbers must differ too.  Only when the first
+    forward changed a tensor does this run the second: every rule after it would attend to what the ones before
+    wrote, until a shape no longer fits.
+
+    A cache that grows is named by its shapes (:func:`_appended_words`); one allocated once at its full size (the
+    book's optimized cache, Llama's) by what changed in it and the numbers that moved (:func:`_written_words`)."""
+    first = _kept_state(module)
+    written, counted_first = _state_changes(before, first)
+    if not written:
+        return None  # no tensor changed: a number alone (a call counter) holds no keys
+    again, raised = _seeded_output(module, x, "the second one")
+    second = _kept_state(module)
+    written_again, counted_again = _state_changes(first, second)
     if raised is None:
-        if again.shape == output.shape and (again.float() - output.float()).abs().max().item() <= TOLERANCE:
-            return None  # kept, never read back
-        what = (f"the second one's output differs by "
-                f"{(again.float() - output.float()).abs().max().item():.3g}" if again.shape == output.shape
-                else f"the second one's output is {tuple(again.shape)}, not {tuple(output.shape)}")
+        what = _differs(output, again)
+        if not written_again or what is None:
+            return None  # built on the first call, or kept and never read back
+        if random and again.shape == output.shape:
+            third, raised_third = _seeded_output(module, x, "the third one")
+            if raised_third is None and _differs(again, third) is None:
+                return None  # the dropout's, not the cache's: the same random numbers give the same output
+        what = f"the second one's output {what}"
     else:
-        what = f"the second one raised: {raised}"
-    sizes = ", ".join(f"{path} from {_shape_words(before.get(path))} to {_shape_words(first[path])}, then "
-                      f"{_shape_words(second[path])}" for path in grown)
+        what = raised  # "the second one raised RuntimeError: …"
+    grown = [path for path in written_again if path in first.tensors and path in second.tensors
+             and second.tensors[path][0].numel() > first.tensors[path][0].numel()]
     takes_use_cache, _ = _cache_parameters(module)
     called = "with use_cache=False" if takes_use_cache else "(it takes no use_cache)"
+    if grown:
+        return _appended_words(called, takes_use_cache, x, grown, before, first, second, what)
+    changed = written_again + counted_again if written_again else written + counted_first
+    return _written_words(called, takes_use_cache, x, changed, before, first, second, what)
+
+
+def _appended_words(called: str, takes_use_cache: bool, x: torch.Tensor, grown: list[str], before: _KeptState,
+                    first: _KeptState, second: _KeptState, what: str) -> str:
+    """kv-cache's words for an uncached forward that appends to a cache that grows (``grown``: the tensors that grew
+    again in the second forward)."""
+    def shape(state: _KeptState, path: str) -> torch.Size | None:
+        return state.tensors[path][0].shape if path in state.tensors else None
+
+    sizes = ", ".join(f"{path} from {_shape_words(shape(before, path))} to {_shape_words(shape(first, path))}, then "
+                      f"{_shape_words(shape(second, path))}" for path in grown)
     fix = ("append to the cache, and read it, only when use_cache is true (if use_cache: self.cache_k = "
            "torch.cat(…)), then check again" if takes_use_cache else
            "take use_cache=False in the forward and append to the cache, and read it, only when it is true, then "
            "check again")
     return (f"the forward {called} appended to the cache: two uncached forwards of the same {counted(x.shape[1])} "
             f"grew {sizes}, and {what} — each uncached forward attends to the tokens of the ones before; {fix}")
+
+
+def _written_words(called: str, takes_use_cache: bool, x: torch.Tensor, changed: list[str], before: _KeptState,
+                   first: _KeptState, second: _KeptState, what: str) -> str:
+    """kv-cache's words for an uncached forward that writes into a cache whose shape stays (``changed``: the tensors
+    and numbers the second forward changed again, or, when it raised before changing a tensor, those the first
+    changed):
+    "the buffer cache_k changed in place (its shape (2, 4, 16, 8) kept)", "ptr went from 0 to 8, then 16"."""
+    parts, counters = [], []
+    for path in changed:
+        if path in first.tensors or path in before.tensors:
+            steps = [step for step in (_tensor_change(before.tensors.get(path), first.tensors.get(path)),
+                                       _tensor_change(first.tensors.get(path), second.tensors.get(path)))
+                     if step is not None]
+            steps = list(dict.fromkeys(steps))  # written in place by both forwards: said once
+            if steps[0] == "changed in place":
+                steps[0] += f" (its shape {_shape_words(first.tensors[path][0].shape)} kept)"
+            kind = "buffer" if path in first.buffers or path in second.buffers else "attribute"
+            parts.append(f"the {kind} {path} {', then '.join(steps)}")
+        else:
+            counters.append(path)
+            values = [state.numbers.get(path, MISSING) for state in (before, first, second)]
+            if values[0] == values[1]:
+                values = values[1:]
+            values = [value for index, value in enumerate(values) if index == 0 or value != values[index - 1]]
+            said = ["nothing" if value is MISSING else repr(value) for value in values]
+            parts.append(f"{path} went from {said[0]} to {said[1]}" + "".join(f", then {v}" for v in said[2:]))
+    changes = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    move = "".join(f", move {name}" for name in counters[:1]) + "".join(f" and {name}" for name in counters[1:])
+    fix = (f"write to the cache{move} and read the cache only when use_cache is true (when it is false, attend to the "
+           "new keys and values alone), then check again" if takes_use_cache else
+           f"take use_cache=False in the forward, and write to the cache{move} and read the cache only when it is "
+           "true, then check again")
+    return (f"the forward {called} wrote to the cache: in two uncached forwards of the same {counted(x.shape[1])} "
+            f"{changes}, and {what} — each uncached forward attends to what the ones before left in the cache; {fix}")
 
 
 def _shape_words(shape: torch.Size | None) -> str:
