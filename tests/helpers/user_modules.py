@@ -418,6 +418,89 @@ def rotate(x, cos, sin, start=0):
     return x * cos[start:start + n] + rotated_half * sin[start:start + n]
 
 
+class RotaryTablesForDModel(nn.Module):
+    """Llama-style attention whose rotary tables are built for the model's width and sliced for each head, as ports of
+    Llama often write them.  ``tables``: ``"sliced"`` — cos and sin built for d_model (Llama's halves layout), then
+    ``cos[:n, :head_dim]``; ``"exponent"`` — inv_freq with d_model in the exponent's denominator,
+    ``1 / base ** (arange(0, head_dim, 2) / d_model)``; ``"complex"`` — Meta's ``freqs_cis`` for d_model, sliced to
+    ``[:n, :head_dim // 2]``; ``"tiled"`` — head_dim's tables repeated for every head (d_model wide), sliced to
+    ``[:n, :head_dim]``, which are head_dim's own."""
+
+    def __init__(self, d_model=32, n_heads=4, context_length=64, tables="sliced", base=10_000.0):
+        super().__init__()
+        self.n_heads, self.head_dim, self.tables = n_heads, d_model // n_heads, tables
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        positions = torch.arange(context_length).float()  # (ctx,)
+        if tables == "complex":
+            freqs = 1.0 / base ** (torch.arange(0, d_model, 2).float() / d_model)  # (d_model/2,)
+            angles = torch.outer(positions, freqs)  # (ctx, d_model/2)
+            self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles), persistent=False)
+            return
+        if tables == "sliced":
+            inv_freq = 1.0 / base ** (torch.arange(0, d_model, 2).float() / d_model)  # (d_model/2,)
+        elif tables == "exponent":
+            inv_freq = 1.0 / base ** (torch.arange(0, self.head_dim, 2).float() / d_model)  # (hd/2,): the typo
+        else:
+            inv_freq = 1.0 / base ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim)  # (hd/2,)
+        angles = torch.outer(positions, inv_freq)  # (ctx, width/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (ctx, width)
+        if tables == "tiled":
+            angles = angles.repeat(1, n_heads)  # (ctx, d_model): every head's angles side by side
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def rope(self, t):
+        """t (b, h, n, hd) rotated by its positions, with the module's tables."""
+        n, hd = t.shape[-2], self.head_dim
+        if self.tables == "complex":
+            pairs = torch.view_as_complex(t.float().reshape(*t.shape[:-1], hd // 2, 2))  # (b, h, n, hd/2)
+            return torch.view_as_real(pairs * self.freqs_cis[:n, :hd // 2]).flatten(-2)  # (b, h, n, hd)
+        cos, sin = self.cos[:n, :hd], self.sin[:n, :hd]  # (n, hd) each
+        half = torch.cat([-t[..., hd // 2:], t[..., :hd // 2]], dim=-1)  # (b, h, n, hd)
+        return t * cos + half * sin  # (b, h, n, hd)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        q, k = self.rope(q), self.rope(k)  # (b, h, n, hd) each
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class RotaryTiledBeforeTheSplit(nn.Module):
+    """Rotary applied to the d_model-wide q and k before the split into heads, with head_dim's tables repeated for
+    every head.  ``pairs``: ``"per-head"`` — rotate_half within each head's slice (the same as rotating after the
+    split); ``"full-width"`` — rotate_half over the whole width, which pairs feature k with k + d_model/2, in another
+    head."""
+
+    def __init__(self, d_model=32, n_heads=4, context_length=64, pairs="per-head"):
+        super().__init__()
+        self.n_heads, self.head_dim, self.pairs = n_heads, d_model // n_heads, pairs
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        cos, sin = rope_angles(self.head_dim, context_length)  # (ctx, hd) each
+        self.register_buffer("cos", cos.repeat(1, n_heads), persistent=False)  # (ctx, d_model)
+        self.register_buffer("sin", sin.repeat(1, n_heads), persistent=False)  # (ctx, d_model)
+
+    def rope(self, t):
+        """t (b, n, d_model) rotated by its positions, before the split."""
+        b, n, d = t.shape
+        width = self.head_dim if self.pairs == "per-head" else d
+        halves = t.view(b, n, d // width, width)  # (b, n, d/width, width)
+        half = width // 2
+        rotated = torch.cat([-halves[..., half:], halves[..., :half]], dim=-1).view(b, n, d)  # (b, n, d)
+        return t * self.cos[:n] + rotated * self.sin[:n]  # (b, n, d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)  # (b, n, d) each
+        q, k = self.rope(q), self.rope(k)  # (b, n, d) each
+        q, k, v = (t.view(b, n, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (b, h, n, hd)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
 class LearnerGQA(nn.Module):
     """Grouped-query attention like the book's bonus class: num_kv_groups K/V heads, each shared by
     num_heads // num_kv_groups query heads (repeat_interleave); num_kv_groups=1 is multi-query attention.
