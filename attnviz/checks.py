@@ -24,7 +24,8 @@ which cell, which value, what it should be:
   scores that are the sum of two products of one width, that width), or for MLA with W_UK absorbed into the queries
   (scores over the latent, its decoupled rotary scores perhaps added) the per-head width the module declares; a
   scale the module's config declares as its design (:func:`declared_scales`: Gemma's ``query_pre_attn_scalar``,
-  DeepSeek's YaRN mscale²) passes, named, and a wrong one the module keeps itself (``self.scaling``) is named;
+  DeepSeek's YaRN mscale²) passes, named — and a module that ignores it, dividing by √d_head anyway, fails, naming
+  both — and a wrong one the module keeps itself (``self.scaling``) is named;
 * ``rotary-placement`` — for a rotary module (by the names it holds and calls), traced once more on one token
   repeated at every position: every score QKᵀ depends only on i − j (not on the query's or the key's position:
   rotary on the queries only, or the keys only — failed only when one of them is that token turned by its position,
@@ -1154,8 +1155,9 @@ def _width_unknown(latent: int) -> str:
 def scaling(attention: tracing.Attention, *, weightless: bool = False, width: ScoreWidth | None = None,
             declared: tuple[DeclaredScale, ...] = ()) -> Check:
     """``width``: the head_dim to judge the scale against (:func:`score_width`; None: the width of Q·Kᵀ);
-    ``declared``: the scales the module declares (:func:`declared_scales`): its config's design passes, named; an
-    attribute of its own that holds a wrong scale is named in the failure."""
+    ``declared``: the scales the module declares (:func:`declared_scales`): its config's design passes, named, and a
+    module that applies another (the book's 1/√head_dim among them) fails, naming both; an attribute of its own that
+    holds a wrong scale is named in the failure."""
     rule = "scaling"
     if weightless:
         return Check(rule, "skip", "a module without weights (the book's simplified self-attention, 3.3) "
@@ -1169,16 +1171,43 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False, width: Sc
     absorbed = "" if width.latent is None else (
         f" ({width.source}: Q·Kᵀ runs over its {width.latent}-wide latent, W_UK absorbed into the queries, which "
         "leaves the scale as it is)")
-    if math.isclose(attention.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4):
+    books = math.isclose(attention.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4)
+    design = _declared(attention.scale, declared, design=True)
+    if books and design is None and (ignored := _other_design(declared, head_dim)) is not None:
+        return Check(rule, "fail", _design_ignored(attention, width, ignored, absorbed))
+    if books:
         return Check(rule, "pass", f"the scores are divided by √{name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
                                    f"{absorbed}")
-    design = _declared(attention.scale, declared, design=True)
     if design is not None:
         return Check(rule, "pass", f"the scores are divided by {design.words}; the book's is √{name} = √{head_dim}"
                                    f"{absorbed}")
     own = _declared(attention.scale, declared, design=False)
-    return Check(rule, "fail", _wrong_scale(attention, width, absorbed)
-                 + ("" if own is None else f" — the scale is the module's {own.words}"))
+    ignored = _other_design(declared, head_dim)
+    words = (_wrong_scale(attention, width, absorbed) if ignored is None
+             else _design_ignored(attention, width, ignored, absorbed))
+    return Check(rule, "fail", words + ("" if own is None else f" — the scale is the module's {own.words}"))
+
+
+def _other_design(declared: tuple[DeclaredScale, ...], head_dim: int) -> DeclaredScale | None:
+    """The first scale the module's config declares as its model's design (:func:`declared_scales`) that is not
+    1/√``head_dim``: the scale the module must apply instead of the book's; None when the config declares none."""
+    return next((found for found in declared
+                 if found.design and not math.isclose(found.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4)), None)
+
+
+def _design_ignored(attention: tracing.Attention, width: ScoreWidth, design: DeclaredScale, absorbed: str) -> str:
+    """scaling's failure for a module that does not apply the scale its config declares (``design``): the scale it
+    applies (the book's √head_dim, none, or the number) and the declared one, named."""
+    head_dim, scale = width.head_dim, attention.scale
+    if math.isclose(scale, 1 / math.sqrt(head_dim), rel_tol=1e-4):
+        measured, divisor = f"divided by √{width.name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}, the book's scale", (
+            f"{math.sqrt(head_dim):.4g}")
+    elif math.isclose(scale, 1.0, rel_tol=1e-6):
+        measured, divisor = "not scaled", "1"
+    else:
+        measured, divisor = f"multiplied by {scale:.4g}, i.e. divided by {1 / scale:.4g}", f"{1 / scale:.4g}"
+    return (f"the scores are {measured}, but the module's config declares the scale its model is trained with: "
+            f"{design.words} — divide by {1 / design.scale:.4g}, not {divisor}{absorbed}{_scaled_twice(attention)}")
 
 
 def _declared(scale: float, declared: tuple[DeclaredScale, ...], *, design: bool) -> DeclaredScale | None:

@@ -2634,9 +2634,10 @@ def yarn_get_mscale(scale=1.0, mscale=1.0):
 class DeepSeekV2YarnMLA(nn.Module):
     """DeepSeek-V2's MLA as its modeling code writes it (q_lora_rank None, K and V up from the latent, decoupled
     rotary): with YaRN in the config's ``rope_scaling``, ``softmax_scale = q_head_dim ** -0.5 · mscale²`` where
-    mscale = yarn_get_mscale(factor, mscale_all_dim).  ``config``: an object with DeepSeek's config names."""
+    mscale = yarn_get_mscale(factor, mscale_all_dim).  ``config``: an object with DeepSeek's config names.
+    ``yarn_mscale=False``: a port that forgets the mscale², its scale q_head_dim ** -0.5 whatever the config says."""
 
-    def __init__(self, config):
+    def __init__(self, config, yarn_mscale=True):
         super().__init__()
         self.config = config
         self.num_heads = config.num_attention_heads
@@ -2650,7 +2651,7 @@ class DeepSeekV2YarnMLA(nn.Module):
                                    bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.v_head_dim, config.hidden_size, bias=False)
         self.softmax_scale = self.q_head_dim ** (-0.5)
-        if config.rope_scaling is not None:
+        if config.rope_scaling is not None and yarn_mscale:
             mscale_all_dim = config.rope_scaling.get("mscale_all_dim", 0)
             scaling_factor = config.rope_scaling["factor"]
             if mscale_all_dim:
@@ -2679,6 +2680,37 @@ class DeepSeekV2YarnMLA(nn.Module):
         attn_weights = torch.softmax(attn_weights, dim=-1, dtype=torch.float32)  # (b, h, n, n)
         attn_output = attn_weights @ value_states  # (b, h, n, n) @ (b, h, n, v) -> (b, h, n, v)
         return self.o_proj(attn_output.transpose(1, 2).reshape(b, n, -1))  # (b, n, hidden_size)
+
+
+class GemmaStyleAttention(nn.Module):
+    """Gemma's attention as a port writes it from the model's config (``hidden_size``, ``num_attention_heads``,
+    ``head_dim``, ``query_pre_attn_scalar``), kept as ``self.config``: q multiplied by query_pre_attn_scalar ** -0.5
+    before the product, as Gemma does.  ``scale="head_dim"``: the scores divided by √head_dim instead, the book's —
+    what a port from the book's code keeps, whatever the config says."""
+
+    def __init__(self, config, scale="config"):
+        super().__init__()
+        self.config, self.scale = config, scale
+        self.num_heads, self.head_dim = config.num_attention_heads, config.head_dim
+        width = self.num_heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, width, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, width, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, width, bias=False)
+        self.o_proj = nn.Linear(width, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))  # (b, h, n, hd) each
+        if self.scale == "config":
+            q = q * self.config.query_pre_attn_scalar ** -0.5  # (b, h, n, hd)
+            scores = q @ k.transpose(2, 3)  # (b, h, n, n)
+        else:
+            scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)  # (b, h, n, n)
+        future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (n, n)
+        weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)  # (b, h, n, n)
+        context = (weights @ v).transpose(1, 2).reshape(b, n, -1)  # (b, n, h·hd)
+        return self.o_proj(context)  # (b, n, hidden_size)
 
 
 class CustomScale(nn.Module):
