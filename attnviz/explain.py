@@ -8,7 +8,9 @@ book's classes, the bonus variants, a GPT model's layer and a user's module, eac
 measured from the run's own ``scores`` and ``scaled`` stages, so a module that scales differently (or not at all)
 is explained as it ran, and named against √d_head: the length of q and k, or, for a user module whose q·k runs over
 more than a head's width (MLA with W_UK absorbed: its latent; scores that add two products), the width its scale is
-judged by, which the Trace keeps (``module_run.score_width``: the checker's own :func:`attnviz.tracing.score_width`).
+judged by, which the Trace keeps (``module_run.score_width``: the checker's own :func:`attnviz.tracing.score_width`);
+a divisor the module's config declares (Gemma's ``query_pre_attn_scalar``, DeepSeek's YaRN mscale²: the Trace's
+``module_run.declared_scales``) is named as the config's, and only one nobody declared as the run's own.
 Which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from ``scaled`` by more than a
 score and a bias such as ALiBi's reach, 10³ + n: :func:`attnviz.trace.hidden_by_mask`, the tracer's own definition),
 so a causal mask, a sliding window or a padding mask each get their own reason.
@@ -47,7 +49,9 @@ class WeightExplanation:
     products: np.ndarray  # (head_dim,) q_i[d]·k_j[d]
     score: float  # products.sum() == scores[0, head, query, key] (float tolerance)
     divisor: float  # scores ÷ divisor = scaled: √d_head for the book's classes, 1 where nothing scales
-    scaling: str  # the divisor in words ("÷ √d_head = √8 = 2.828", "no scaling (÷ 1): …", "÷ 8: this run's own …")
+    # the divisor in words ("÷ √d_head = √8 = 2.828", "no scaling (÷ 1): …", "÷ 16: the scale the config declares, …",
+    # "÷ 8: this run's own …")
+    scaling: str
     scaled: float  # trace.steps["scaled"][0, head, query, key]
     weight: float  # trace.steps["weights"][0, head, query, key]; 0 where the mask hides the key
     dropped: float  # the weight after dropout (== weight when no dropout ran)
@@ -129,8 +133,9 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
     head_dim = int(products.shape[0])
     width = trace.module_run.score_width if trace.module_run is not None else None
     d_head = head_dim if width is None else width.head_dim
+    declared = trace.module_run.declared_scales if trace.module_run is not None else ()
     divisor, scaling = _divisor(scores_row, row_scaled, trace.steps["scores"][0, head], trace.steps["scaled"][0, head],
-                                d_head, width)
+                                d_head, width, declared)
     recorded = float(scores_row[key])
     if not math.isclose(score, recorded, rel_tol=1e-4, abs_tol=1e-4 * (float(np.abs(products).sum()) + 1e-6)):
         notes.append(f"The recorded q_i and k_j give {score:.6g}, but the run's score is {recorded:.6g}: the module "
@@ -186,14 +191,17 @@ def head_scale(trace: Trace, head: int = 0) -> tuple[float | None, int | None]:
     scores_map, scaled_map = trace.steps["scores"][0, head], trace.steps["scaled"][0, head]  # (n, n) each
     if _ratio(scores_map.ravel(), scaled_map.ravel()) is None:
         return None, d_head
-    return _divisor(scores_map.ravel(), scaled_map.ravel(), scores_map, scaled_map, d_head, width)[0], d_head
+    declared = trace.module_run.declared_scales if trace.module_run is not None else ()
+    return _divisor(scores_map.ravel(), scaled_map.ravel(), scores_map, scaled_map, d_head, width, declared)[0], d_head
 
 
 def _divisor(scores_row, scaled_row, scores_map, scaled_map, d_head: int | None,
-             width: ScoreWidth | None = None) -> tuple[float, str]:
+             width: ScoreWidth | None = None, declared: tuple[tuple[float, str], ...] = ()) -> tuple[float, str]:
     """(divisor, in words): scores ÷ divisor = scaled, measured on this row (or this head) of the run, named against
     √``d_head`` (None: not known); ``width``: a user module's :class:`ScoreWidth`, whose d_head the words explain
-    where it is not the length of q and k (:func:`_why_d_head`)."""
+    where it is not the length of q and k (:func:`_why_d_head`); ``declared``: the scales the module's config
+    declares (``ModuleRun.declared_scales``), each named as the config's where it is the one measured — "this run's
+    own scale" is a divisor nobody declared."""
     measured = _ratio(scores_row, scaled_row)
     if measured is None:
         measured = _ratio(scores_map.ravel(), scaled_map.ravel())
@@ -205,6 +213,11 @@ def _divisor(scores_row, scaled_row, scores_map, scaled_map, d_head: int | None,
         return root, f"÷ √d_head = √{d_head} = {root:.4g}{why}"
     if math.isclose(measured, 1.0, rel_tol=1e-4):
         return 1.0, "no scaling (÷ 1): the scores go to the softmax as they are"
+    config = next(((1 / scale, setting) for scale, setting in declared
+                   if math.isclose(measured * scale, 1.0, rel_tol=1e-3)), None)
+    if config is not None:
+        books = "" if root is None else f" (the book's is √d_head = √{d_head} = {root:.4g})"
+        return config[0], f"÷ {config[0]:.4g}: the scale the config declares, {config[1]}{books}{why}"
     latent = width is not None and width.latent is not None and math.isclose(measured, math.sqrt(width.latent),
                                                                              rel_tol=1e-3)
     named = f"√{width.latent} = {measured:.4g}, the latent's width" if latent else f"{measured:.4g}"

@@ -64,6 +64,9 @@ class ModuleRun:
     # the head_dim its scale is judged by (the checker's, :func:`attnviz.tracing.score_width`): not the recorded q's
     # width for MLA with W_UK absorbed, or scores that add two products; None: the width of the recorded q·k
     score_width: ScoreWidth | None = None
+    # (the number the scores are multiplied by, the setting that declares it: "query_pre_attn_scalar = 256") of each
+    # scale the module's config declares as its model's (:func:`attnviz.tracing.declared_scales`), for the explanation
+    declared_scales: tuple[tuple[float, str], ...] = ()
 
 
 @dataclass(frozen=True)

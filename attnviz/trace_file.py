@@ -3,7 +3,8 @@ download every page offers; :func:`load_trace` reads such a file back into a Tra
 
 The manifest (``"format": "attnviz trace v1"``) holds the config, text, tokens, shapes, device and notes, and what
 a checkpoint's run (``model``: its layer, layer count and whole path) or a user module's run (``module_run``: its
-class, file name, source, stage lines, ops and the head_dim its scale is judged by) adds; the arrays are
+class, file name, source, stage lines, ops, the head_dim its scale is judged by and the scales its config
+declares) adds; the arrays are
 ``steps/<stage>``, ``embeddings/<name>``, ``output``, ``token_ids`` and a checkpoint run's ``model/top_ids`` and
 ``model/top_probs``.  Nothing in the file
 names a directory of the machine that wrote it: a checkpoint and a module's file are named by their last path part.
@@ -416,6 +417,8 @@ def _runs(described: dict, arrays: dict[str, np.ndarray]) -> tuple[ModelRun | No
             width = dict(run["score_width"])
             width["summed_widths"] = tuple(int(size) for size in width.get("summed_widths", ()))
             run["score_width"] = ScoreWidth(**width)
+        run["declared_scales"] = tuple((float(scale), str(setting))  # a file without them: none declared
+                                       for scale, setting in run.get("declared_scales", ()))
         module_run = ModuleRun(**run)
     return model, module_run
 

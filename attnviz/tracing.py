@@ -1989,8 +1989,9 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
 
 
 def module_run(module: nn.Module, recording: Recording, attention: Attention) -> ModuleRun:
-    """The module's class, its file and the line of each stage (for the source panel and the op diagram), and the
-    head_dim its scale is judged by (:func:`score_width`, for the explanation of a weight)."""
+    """The module's class, its file and the line of each stage (for the source panel and the op diagram), the
+    head_dim its scale is judged by (:func:`score_width`) and the scales its config declares (:func:`declared_scales`'
+    designs), for the explanation of a weight."""
     try:
         filename = inspect.getsourcefile(type(module))
     except (TypeError, OSError):
@@ -2007,9 +2008,11 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
         source_lines, first_line = inspect.getsourcelines(type(module))
     except (TypeError, OSError):
         source_lines, first_line = [], 1
+    width = score_width(module, attention)
+    declared = tuple((found.scale, found.setting) for found in declared_scales(module, width.head_dim) if found.design)
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
                      kind=attention.kind, source="".join(source_lines), first_line=first_line,
-                     unrecorded=dict(attention.unrecorded), score_width=score_width(module, attention))
+                     unrecorded=dict(attention.unrecorded), score_width=width, declared_scales=declared)
 
 
 # the names a module keeps its per-head width of Q·Kᵀ under (DeepSeek-V3: qk_head_dim, lucidrains: dim_head)
@@ -2045,11 +2048,13 @@ def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
 class DeclaredScale:
     """A number the scores may be multiplied by other than 1/√head_dim, and where it comes from: ``design`` when the
     module's config declares it as its model's design (:func:`declared_scales`), else an attribute the module sets
-    itself; ``words`` name it ("√12 = √query_pre_attn_scalar, the config's scale (Gemma)", "self.scaling")."""
+    itself; ``words`` name it ("√12 = √query_pre_attn_scalar, the config's scale (Gemma)", "self.scaling"), and a
+    config's ``setting`` says, short, what declares it ("query_pre_attn_scalar = 12")."""
 
     scale: float
     words: str
     design: bool
+    setting: str = ""
 
 
 SCALE_NAMES = ("scaling", "softmax_scale", "scale", "sm_scale", "attn_scale")  # a scale kept as a module attribute
@@ -2069,7 +2074,7 @@ def declared_scales(module: nn.Module | None, head_dim: int | None) -> tuple[Dec
         scalar = _setting(config, "query_pre_attn_scalar")
         if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0:
             found.append(DeclaredScale(scalar ** -0.5, f"√{scalar:g} = √query_pre_attn_scalar, the config's scale "
-                                                       "(Gemma)", True))
+                                                       "(Gemma)", True, f"query_pre_attn_scalar = {scalar:g}"))
         rope = _setting(config, "rope_scaling") or _setting(config, "rope_parameters")
         if head_dim and isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
             factor, all_dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim") or 0.0
@@ -2078,7 +2083,9 @@ def declared_scales(module: nn.Module | None, head_dim: int | None) -> tuple[Dec
                 scale = head_dim ** -0.5 * mscale ** 2
                 found.append(DeclaredScale(scale, f"{1 / scale:.4g} = √{head_dim} ÷ mscale², YaRN's from the config's "
                                                   "rope_scaling (mscale = 0.1 · mscale_all_dim · ln(factor) + 1 = "
-                                                  f"{mscale:.4g}: DeepSeek)", True))
+                                                  f"{mscale:.4g}: DeepSeek)", True,
+                                           f"√{head_dim} ÷ mscale², YaRN's mscale = {mscale:.4g} from rope_scaling's "
+                                           f"factor = {factor:g} and mscale_all_dim = {all_dim:g}"))
     for path, sub in module.named_modules():
         for name in SCALE_NAMES:
             value = vars(sub).get(name)

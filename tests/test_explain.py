@@ -310,6 +310,31 @@ def test_absorbed_mla_that_keeps_no_known_head_width_says_d_head_is_not_known():
     assert why.d_head is None
 
 
+def test_a_scale_the_config_declares_is_named_as_the_configs_and_one_nobody_declared_as_the_runs_own():
+    """Gemma's query_pre_attn_scalar = 256 over heads of 16: the scores are divided by 16, which the config declares
+    — not "this run's own scale", which stays for a divisor nobody declared (a number the module keeps itself)."""
+    from types import SimpleNamespace
+
+    from helpers.user_modules import CustomScale, GemmaStyleAttention
+
+    from attnviz.explain import head_scale
+    from attnviz.trace_file import load_trace, trace_npz
+
+    config = SimpleNamespace(hidden_size=32, num_attention_heads=2, head_dim=16, query_pre_attn_scalar=256)
+    torch.manual_seed(4)
+    trace, _ = user_trace(GemmaStyleAttention(config), d_in=32)
+    assert_adds_up(trace)
+    why = explain_weight(trace, 1, 6, 2)
+    assert why.divisor == pytest.approx(16.0)
+    assert why.scaling == ("÷ 16: the scale the config declares, query_pre_attn_scalar = 256 (the book's is "
+                           "√d_head = √16 = 4)")
+    assert head_scale(trace) == (pytest.approx(16.0), 16)
+    assert explain_weight(load_trace(trace_npz(trace)), 1, 6, 2).scaling == why.scaling  # a trace file keeps it
+    torch.manual_seed(4)
+    trace, _ = user_trace(CustomScale(d_model=16, n_heads=4, query_pre_attn_scalar=32))
+    assert explain_weight(trace, 1, 6, 2).scaling == "÷ 5.657: this run's own scale, not √d_head = √4 = 2"
+
+
 def test_sliding_window_cells_say_the_window_hides_them_and_the_temperature_is_the_divisor():
     trace, _ = user_trace(SlidingWindowAttention(window=3, temperature=5.0))
     assert_adds_up(trace)
