@@ -197,7 +197,7 @@ def test_a_generation_step_prints_its_arrays_names_shapes_and_dtypes_not_their_v
 
 
 def test_a_checkpoint_or_trace_path_given_in_python_may_start_with_the_home_folder(tmp_path, monkeypatch):
-    """``~`` is the home folder, as in a shell: "No file or folder at ~/…" was said of a folder that exists."""
+    """A path given in Python may start with ``~``, the home folder, as in a shell."""
     from pathlib import Path
 
     from attnviz import trace_file

@@ -454,7 +454,8 @@ def said(stderr: str) -> str:
 
 @pytest.mark.parametrize(("cls", "status"), [("Unscaled", 1), ("Attention", 0)])
 def test_a_reader_that_stops_early_keeps_the_checks_exit_status(modules, cls, status):
-    """Before, ``attnviz check … | head -1`` exited 0 although rules failed: the broken pipe ended the run with 0."""
+    """``attnviz check … | head -1`` (a reader that stops after the first line, or is gone before it) exits with the
+    check's own status: 1 when a rule fails, 0 when all pass, and no traceback."""
     python = f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32"
     result = in_a_shell(f"{python} | head -1")
     assert result.returncode == status, result.stderr
@@ -467,8 +468,7 @@ def test_a_reader_that_stops_early_keeps_the_checks_exit_status(modules, cls, st
 
 
 def test_a_check_with_stdout_closed_keeps_its_exit_status(modules):
-    """Before, ``attnviz check … >&-`` ended in AttributeError: 'NoneType' object has no attribute 'flush', exit 1,
-    whatever the rules said."""
+    """``attnviz check … >&-`` (no standard output at all) exits with the check's own status and says nothing."""
     for cls, status in (("Unscaled", 1), ("Attention", 0)):
         result = in_a_shell(f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32 >&-")
         assert result.returncode == status and said(result.stderr) == "", result.stderr
@@ -477,7 +477,7 @@ def test_a_check_with_stdout_closed_keeps_its_exit_status(modules):
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 @pytest.mark.parametrize("cls", ["Unscaled", "Attention"])
 def test_output_that_cannot_be_written_is_one_line_and_exit_2(modules, cls):
-    """Before, ``attnviz check … > /dev/full`` ended in an OSError traceback (exit 1)."""
+    """``attnviz check … > /dev/full`` says in one line on stderr that the output cannot be written, and exits 2."""
     result = in_a_shell(f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32 > /dev/full")
     assert result.returncode == 2, result.stderr
     assert said(result.stderr) == "attnviz: cannot write the output: No space left on device\n", result.stderr
@@ -515,8 +515,8 @@ def test_output_that_fails_inside_a_forward_that_prints_is_not_the_forwards_erro
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 def test_train_with_stdout_closed_or_full_trains_or_says_why_not(tmp_path):
-    """Before, ``attnviz train … >&-`` trained, then ended in AttributeError (exit 1); ``> /dev/full`` in an
-    OSError traceback."""
+    """``attnviz train … >&-`` trains, writes the checkpoint and exits 0; ``> /dev/full`` says in one line that the
+    output cannot be written, and exits 2."""
     train = shlex.join([sys.executable, "-m", "attnviz", "train", "--steps", "2", "--threads", "1", *TINY_TRAINING])
     closed = in_a_shell(f"{train} --out {tmp_path / 'closed'} >&-")
     assert closed.returncode == 0 and closed.stderr == "", closed.stderr
@@ -727,8 +727,8 @@ def test_a_bad_train_option_exits_2_before_training(tmp_path, options, message, 
     (["--set", "weight_decay=Infinity"], "weight_decay must be a finite number, got inf"),
 ])
 def test_a_train_setting_of_the_wrong_type_or_range_is_a_usage_error(tmp_path, options, message, capsys):
-    """Before, each of these ended in a TypeError or ValueError traceback from inside training (exit 1), and
-    lr=Infinity trained to loss nan, wrote the checkpoint and exited 0."""
+    """A setting of the wrong type or out of range (lr=Infinity included) is a usage error naming it (exit 2): no
+    traceback, and no checkpoint written."""
     out = tmp_path / "model"
     with pytest.raises(SystemExit) as exit_:
         cli.main(["train", "--out", str(out), "--steps", "2", *options])

@@ -296,7 +296,8 @@ def test_the_rotated_vectors_have_the_shapes_api_md_gives(variant, kv_heads):
 
 
 def test_load_trace_takes_the_batch_api_md_gives_it():
-    """api.md said every map must be (1, heads, n, n), but a trace_module batch saves and loads as it is."""
+    """api.md's load_trace section gives every map as (batch, heads, n, n), and a trace_module batch of 4 saves and
+    loads as it says."""
     import torch
 
     import attnviz

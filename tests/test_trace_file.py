@@ -433,8 +433,8 @@ def refused(data: bytes) -> str:
 
 
 def test_a_header_claiming_a_huge_shape_is_refused_before_anything_is_allocated(trace):
-    """Before, ``output.npy``'s header claiming (100000, 100000, 100000) raised MemoryError ("Unable to allocate
-    3.55 PiB") out of load_trace."""
+    """A member whose header claims (100000, 100000, 100000) is refused in words naming the member, the shape it
+    claims and the shape the manifest gives, before any array is allocated."""
     huge = npy_header((100_000, 100_000, 100_000)) + bytes(64)
     data = trace_file.trace_npz(trace)
     message = refused(with_member(data, "output.npy", lambda stream: stream.write(huge)))
@@ -446,8 +446,8 @@ def test_a_header_claiming_a_huge_shape_is_refused_before_anything_is_allocated(
 
 
 def test_a_zip_bomb_is_refused_unread(trace, inflated):
-    """Before, a member whose header honestly declares 64 MB of deflated zeros (a 9.6 GB one in the tester's file) was
-    inflated whole, then refused for its shape."""
+    """A member whose header honestly declares 64 MB of deflated zeros is refused in words naming the member and its
+    shape, with less than 1 MB inflated."""
     header = npy_header((1, 4, 4_000_000))  # 64 MB of float32
     data = with_member(trace_file.trace_npz(trace), "output.npy", zeros_after(header, 64))
     assert len(data) < 1_000_000

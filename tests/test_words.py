@@ -23,6 +23,6 @@ def test_a_noun_with_its_own_plural_takes_it_for_any_count_but_one():
 
 
 def test_amount_writes_a_count_as_every_page_writes_numbers():
-    """The Heads page's caption said "1024 tokens" where every other number on the pages reads "1,024"."""
+    """A count groups its thousands ("1,024 tokens"), as every other number on the pages does."""
     assert amount(1024, "token") == "1,024 tokens"
     assert amount(131072, "position") == "131,072 positions"

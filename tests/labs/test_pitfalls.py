@@ -991,9 +991,9 @@ def test_a_window_link_at_w_n_minus_1_detects_the_bug_and_names_sliding_window_a
 
 @pytest.mark.parametrize("bug, variant", [("gqa_repeat", "gqa"), ("window_off_by_one", "swa")])
 def test_the_labs_own_class_has_the_name_of_the_books_class_the_app_runs(bug, variant):
-    """The sliding-window class had three names (the lab's SlidingWindowAttention; Compare's and the docs'
-    MultiHeadAttentionWithSWA, the book's bonus ch04/06_swa): the lab's short version of a bonus class takes the
-    book's name, as its GroupedQueryAttention does, and the page says it is the lab's own version of it."""
+    """The lab's short version of a bonus class takes the name of the book's class the app runs
+    (MultiHeadAttentionWithSWA, the book's bonus ch04/06_swa; GroupedQueryAttention), and the page says it is the
+    lab's own version of it."""
     from attnviz import variants
     from attnviz.labs.pitfalls import catalogue
 

@@ -183,8 +183,8 @@ def gpt2_file(folder: Path, **tensors) -> Path:
 
 @pytest.mark.parametrize("block", ["3", "100000000", "9" * 5000])
 def test_a_block_numbered_past_a_gap_is_refused_before_a_model_is_built(tmp_path, block, monkeypatch):
-    """A tensor named h.100000000.… would build a skeleton of 10⁸ blocks (hours) before a missing key was found, and a
-    number of 5,000 digits raised ValueError converting it."""
+    """A tensor named h.3.…, h.100000000.… or with a block number of 5,000 digits, past a gap in the blocks, is
+    refused in words naming the missing block before any model is built."""
     from attnviz.models import loading
 
     built = []

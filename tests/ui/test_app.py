@@ -678,8 +678,8 @@ def test_a_sliding_windows_mask_is_named_as_a_band_not_as_the_causal_triangle():
 
 
 def test_the_heads_pages_window_caption_writes_the_token_count_as_the_other_pages_do():
-    """A 1,024-token text: the caption over the window sliders said "1024 tokens" (the Shapes page, the Generate page
-    and the Share notes write 1,024)."""
+    """A 1,024-token text: the caption over the window sliders writes "1,024 tokens", as the Shapes page, the
+    Generate page and the Share notes write the count."""
     from helpers.texts import english_text
 
     at = open_app(text=english_text(), preset="custom", d_in="16", d_out="16", num_heads="2")

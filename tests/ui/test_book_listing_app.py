@@ -161,8 +161,8 @@ def test_the_simplified_classs_scale_stage_says_it_does_not_divide():
     ("true", "before: masked (−∞ above the diagonal)"),
 ])
 def test_the_steps_pages_before_panels_title_their_stage_as_the_heads_page_does(causal, before):
-    """With the mask off the softmax stage's left map read "before: masked scores" over scores nothing masked; the
-    Heads page's title of that map (views.steps.stage_title) says what ran: the Steps page uses it."""
+    """The Steps page titles the softmax stage's left map as the Heads page does (views.steps.stage_title): with the
+    mask off it says nothing masked the scores, never "before: masked scores"."""
     at = page("pages/steps.py", stage="weights", causal=causal)
     titles = plot_titles(at)
     assert any(before in title for title in titles), titles
@@ -193,9 +193,8 @@ def test_the_steps_page_says_how_its_class_differs_from_the_books_listing():
 
 @pytest.mark.parametrize("variant", ["self_attention_v1", "self_attention_v2", "causal"])
 def test_the_steps_page_says_plainly_where_a_single_head_class_runs_its_steps_and_shows_its_mask(variant):
-    """The note said "its steps in `_single_head` below it" — no book name, no word for what it is — and the source
-    showed `_mask_bool(module, num_tokens, …)` without its body: the note says they are attnviz's helper functions
-    and what each does, and the source expander shows both."""
+    """The note of a single-head class says that attnviz runs its steps in helper functions, names each with what it
+    does (`_single_head`, `_mask_bool`), and the source expander shows both bodies."""
     at = page("pages/steps.py", variant=variant, stage="masked", causal="true")
     text = said(at)
     assert "its steps in `_single_head` below it" not in text

@@ -241,9 +241,9 @@ def test_a_session_opened_on_a_checkpoint_gives_the_book_classes_the_default_siz
 
 
 def test_a_checkpoints_url_holds_no_setting_its_run_does_not_take(checkpoints):
-    """The bundled model's 2 heads fit the K/V groups to 1; a 4-head checkpoint picked next kept that 1, which then
-    reached its URL (``/?weights=…&num_kv_groups=1``), so a fresh tab of it gave the book's GQA one K/V group (MQA)
-    instead of the default 4.  A model's run takes its text, layer and mask: the URL names those only."""
+    """A model's run takes its text, layer and mask: its URL names those only. The K/V groups fitted to the bundled
+    model's 2 heads (1) stay out of a 4-head checkpoint's URL picked next, so a fresh tab of that URL gives the book's
+    GQA its default 4 groups."""
     at = app(weights=weights.BUNDLED_NAME, seed="7")
     assert at.session_state["num_kv_groups"] == 1  # fitted to the bundled model's 2 heads
     pick_weights(at, NAME)

@@ -88,7 +88,7 @@ def test_shapes_page_draws_the_variants_own_nodes(run):
         assert "rotated_queries" in dot and "rotated_keys" in dot and "RoPE" in dot
     rows = at.dataframe[0].value
     assert "(1, 12, 6, 6)" in set(rows["shape"])
-    # the table lists every tensor the diagram draws, with its shape (GQA's and MQA's kv_view was missing from it)
+    # the table lists every tensor the diagram draws, with its shape (GQA's and MQA's kv_view included)
     assert set(zip(rows["stage"], rows["shape"])) == diagram_tensors(dot)
     if run.startswith("gqa") or run == "mqa":
         groups = int(RUNS[run].get("num_kv_groups", 1))

@@ -14,7 +14,7 @@ OLD, NEW = "Your journey starts with one step", "one two three four five six"  #
 
 def test_the_perturbed_token_slider_reads_the_new_texts_token_at_its_position():
     """The middle token (3) of the old text, then a text as long: token 3 is still perturbed, and the slider reads
-    "3: ·four" (it read "0: one", its first option, while the lab perturbed token 3); a token the learner picked too."""
+    "3: ·four", the new text's token 3, not its first option; a token the learner picked too."""
     at = open_app("pages/pitfalls.py", text=OLD)
     shown = ShownLabels(at)
     assert shown.of(at, "pitfalls_token") == "3: ·with"
@@ -35,7 +35,7 @@ def test_the_perturbed_token_slider_reads_the_new_texts_token_at_its_position():
 @pytest.mark.parametrize(("page", "key"), [(None, "next_position"), ("pages/tokens.py", "tokens_next_position")])
 def test_the_after_position_slider_reads_the_new_texts_token_at_its_position(page, key):
     """A model's next-token panel (the Heads and Tokens pages): the last position of the old text, then a text as
-    long: the slider reads "5: ·six", the token whose predictions the table shows (it read "0: one")."""
+    long: the slider reads "5: ·six", the token whose predictions the table shows, not its first option."""
     at = open_app(page, weights=weights.BUNDLED_NAME, text=OLD)
     no_exception(at)
     shown = ShownLabels(at)

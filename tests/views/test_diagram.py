@@ -337,8 +337,8 @@ def test_shape_rows_follow_the_variant_path():
 
 @pytest.mark.parametrize("variant", list(variants.VARIANTS))
 def test_shape_rows_list_the_tensors_the_diagram_draws_in_its_order(variant):
-    """One list for the Shapes page's diagram and its table: GQA's and MQA's kv_view, (b, n, g, hd) before K and V's
-    transpose, was a node of the diagram and no row of the table."""
+    """One list for the Shapes page's diagram and its table: every tensor node of the diagram is a row with its shape,
+    GQA's and MQA's kv_view ((b, n, g, hd)) included, between the view and K and V's transpose."""
     config = small(variant)
     trace = traced(config)
     rows = diagram.shape_rows(trace.shapes, config)

@@ -126,7 +126,7 @@ def test_show_in_a_kernel_displays_the_title_two_figures_and_the_flow(monkeypatc
 
 
 def test_show_on_a_batch_says_which_item_its_heading_draws(monkeypatch):
-    """The figures draw item 0; the heading read "MyAttention: 4 heads · 7 tokens" for a batch of 4."""
+    """For a batch of 4 the figures draw item 0, and the heading says so ("· item 0 of 4")."""
     pytest.importorskip("IPython")
     import IPython
     import IPython.display
