@@ -50,7 +50,7 @@ class StopCall(BaseException):  # noqa: N818  (a stop, not an error)
 
 class RaisedBaseError(Exception):
     """The user's code raised ``error``, a ``BaseException`` that is no ``Exception`` (nor ``SystemExit``, nor the
-    ``KeyboardInterrupt`` of a real Ctrl+C): an ``Exception`` now, so that it is reported like any other."""
+    ``KeyboardInterrupt`` of a real Ctrl+C), wrapped as an ``Exception`` so that it is reported like any other."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))

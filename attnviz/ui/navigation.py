@@ -142,8 +142,9 @@ def checkpoint_pages() -> list[str]:
 
 
 def also_runs(script: str | None) -> tuple[str, ...]:
-    """The settings the page of ``script`` (None: none shown yet) runs whatever the class, as ``urlstate`` reads them
-    (``PageEntry.view_also``)."""
+    """The ``also`` ``urlstate`` reads the view of the page of ``script`` with (None: none shown yet: nothing): its
+    ``PageEntry.view_also``, the settings its work runs whatever the class and, on a page that runs the book's classes
+    only, the ``urlstate.BOOK_CLASSES`` marker."""
     return next((entry.view_also for entry in PAGES if entry.script == script), ())
 
 

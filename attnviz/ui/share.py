@@ -56,15 +56,16 @@ def share_link(place: DeltaGenerator | None) -> None:
     """The link to this view into ``place`` (:func:`share_and_export`'s): every setting that makes the view, named also
     at its default (the URL leaves those out), so that the link shows the same view whatever a later release's
     defaults are, and none that does not apply to the variant or weights shown nor runs on this page
-    (``urlstate.share_query``; Compare runs the sidebar's heads whatever the class: ``PageEntry.also_runs``), and the
-    page's own parameters as the URL holds them now.  None: the link is drawn already (``setup`` drew it: a page
-    without parameters of its own, a stale view)."""
+    (``urlstate.share_query`` with the page's ``PageEntry.view_also``: Compare runs the sidebar's heads whatever the
+    class, a page of the book's classes only keeps their settings with a checkpoint), and the page's own parameters
+    as the URL holds them now.  None: the link is drawn already (``setup`` drew it: a page without parameters of its
+    own, a stale view)."""
     if place is None:
         return
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     base = (st.context.url or "").split("?", 1)[0]
     page_params = {key: st.query_params[key] for key in PAGE_PARAMS if key in st.query_params}  # the shown page's
-    also = navigation.also_runs(shown_page())  # the settings the page runs whatever the class (Compare: the heads)
+    also = navigation.also_runs(shown_page())  # PageEntry.view_also: settings run whatever the class, BOOK_CLASSES
     link = base + "?" + urllib.parse.urlencode({**share_query(values, also), **page_params})
     in_link = url_value("text", values["text"])
     fits = in_link is not None

@@ -157,7 +157,7 @@ def current_settings() -> dict:
     values = {key: st.session_state[key] for key in SETTING_KEYS}
     text_before = st.session_state.get(_SETTLED_TEXT)
     st.session_state[_SETTLED_TEXT] = values["text"]
-    also = navigation.also_runs(shown_page())  # the settings the page runs whatever the class (Compare: the heads)
+    also = navigation.also_runs(shown_page())  # PageEntry.view_also: settings run whatever the class, BOOK_CLASSES
     if _url_gives(values, also):
         return values
     kept = {key: st.query_params[key] for key in st.query_params if key in PAGE_PARAMS}  # in the URL's order
