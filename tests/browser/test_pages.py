@@ -137,7 +137,7 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
         expect(page.get_by_test_id("stDataFrame")).to_be_visible()
     else:
         assert chip_pieces(page) == DEFAULT_PIECES
-        expect(page.get_by_test_id("stMetric")).to_contain_text("6 / 1024")
+        expect(page.get_by_test_id("stMetric")).to_contain_text("6 / 1,024")
         expect(map_charts(page)).to_have_count(3)  # token, position, input embeddings
     assert grown_margins(page) == []  # every chart drawn in one pass: its margins hold its labels
 
@@ -154,7 +154,7 @@ def test_typed_sentence_reaches_tokens_and_heads(page, base_url):
     assert_no_exception(page)
     expect(page.locator(".attnviz-chips > span")).to_have_count(5)
     assert chip_pieces(page) == ["Every", "·cat", "·loves", "·warm", "·milk"]
-    expect(page.get_by_test_id("stMetric")).to_contain_text("5 / 1024")
+    expect(page.get_by_test_id("stMetric")).to_contain_text("5 / 1,024")
     assert query(page)["text"] == "Every cat loves warm milk"
 
     go_to(page, "Heads")  # the sentence survives the page switch

@@ -686,3 +686,11 @@ def test_the_heads_pages_window_caption_writes_the_token_count_as_the_other_page
     no_exception(at)
     window = [c.value for c in at.main.caption if "the focused view shows" in c.value]
     assert window and window[0].startswith("1,024 tokens: the focused view shows"), window
+
+
+def test_the_tokens_pages_metric_writes_its_counts_as_the_other_pages_do():
+    """The Tokens page's metric gives the text's tokens out of the context length with thousands grouped ("6 / 1,024"),
+    as every other count on the pages is written."""
+    at = open_app("pages/tokens.py")
+    no_exception(at)
+    assert at.metric[0].label == "Tokens" and at.metric[0].value == "6 / 1,024"
