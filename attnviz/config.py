@@ -295,6 +295,15 @@ def nearest_divisors(number: int, wanted: int, count: int = 3) -> list[int]:
     return sorted(closest)
 
 
+def fitted_heads(d_out: int, num_heads: int, near: int | None = None) -> int:
+    """The heads a run of width ``d_out`` takes for ``num_heads``: those where they divide ``d_out`` (head_dim =
+    d_out / heads), else the divisor of ``d_out`` nearest ``near`` (``num_heads`` when not given; of two as near, the
+    smaller): the rule the sidebar, a URL and the Compare page fit their heads by."""
+    if d_out % num_heads == 0:
+        return num_heads
+    return nearest_divisors(d_out, num_heads if near is None else near, 1)[0]
+
+
 def _or_list(values: list[int]) -> str:
     words = [str(v) for v in values]
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]

@@ -15,7 +15,7 @@ from attnviz.config import (
     MAX_SEED,
     AttentionConfig,
     available_devices,
-    nearest_divisors,
+    fitted_heads,
     resolve_device,
 )
 from attnviz.kv_cache import default_kv_heads
@@ -300,10 +300,10 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         # the weights decide their own sizes (the sidebar shows them and says which of the link's it set aside):
         # fitting the link's sizes to each other here would announce sizes no page draws
         return values, notices
-    if values["d_out"] % values["num_heads"]:
+    new = fitted_heads(values["d_out"], values["num_heads"], near=DEFAULTS["num_heads"])
+    if new != values["num_heads"]:
         # d_out wins: a head count must divide it (the sidebar's rule); the heads fall back to the divisor nearest
         # the default's, and the notice names the URL's value that caused it
-        new = nearest_divisors(values["d_out"], DEFAULTS["num_heads"], 1)[0]
         spec = variants.VARIANTS.get(values["variant"])  # None: a user's module, which has heads
         if "num_heads" in used:
             notices.append(f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide "

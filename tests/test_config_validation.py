@@ -80,6 +80,19 @@ def test_the_exact_768_by_7_message():
     assert str(info.value) == "d_out 768 is not divisible by 7 heads; try 4, 6 or 8."
 
 
+
+
+@pytest.mark.parametrize(("d_out", "heads", "near", "fitted"), [
+    (768, 12, None, 12), (768, 12, 7, 12),  # heads that divide d_out stay, whatever they would fall back near
+    (768, 7, None, 6),  # else the divisor nearest them, the smaller of two as near (6 and 8)
+    (10, 4, None, 5), (10, 3, None, 2), (7, 2, None, 1), (7, 6, None, 7),
+    (100, 3, 12, 10), (100, 7, 1, 1),  # or nearest ``near`` (a URL's: the default heads)
+])
+def test_fitted_heads_keeps_heads_that_divide_d_out_else_the_nearest_divisor(d_out, heads, near, fitted):
+    from attnviz.config import fitted_heads
+
+    assert fitted_heads(d_out, heads, near) == fitted
+    assert d_out % fitted == 0
 @pytest.mark.parametrize("variant", ["simplified", "self_attention_v1", "self_attention_v2", "causal"])
 def test_single_head_variants_ignore_num_heads(variant):
     config = small(variant, d_out=10, num_heads=3).validate()

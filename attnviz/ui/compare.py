@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from attnviz import variants
-from attnviz.config import nearest_divisors
+from attnviz.config import fitted_heads
 from attnviz.labs import compare
 from attnviz.tokens import counted
 from attnviz.ui import compute, lab_selectors
@@ -61,7 +61,7 @@ def compared_sizes(page_run: Context) -> tuple[int, int]:
     spec = config.spec
     d_out = config.d_out if spec.weights is not None else int(settings["d_out"])  # without weights: d_out = d_in
     num_heads = config.num_heads if spec.multi_head else int(settings["num_heads"])
-    return d_out, num_heads if d_out % num_heads == 0 else nearest_divisors(d_out, num_heads, 1)[0]
+    return d_out, fitted_heads(d_out, num_heads)
 
 
 def _equivalences(result: compare.Comparison) -> None:

@@ -22,7 +22,7 @@ from attnviz.config import (
     MAX_SEED,
     available_devices,
     divisors,
-    nearest_divisors,
+    fitted_heads,
 )
 from attnviz.rope import ROPE_BASES
 from attnviz.ui import navigation, share
@@ -326,8 +326,7 @@ def _sizes(spec) -> None:
     )
     head_options = [h for h in divisors(int(st.session_state["d_out"])) if h <= MAX_HEADS]
     if st.session_state["num_heads"] not in head_options:
-        d_out, num_heads = int(st.session_state["d_out"]), int(st.session_state["num_heads"])
-        set_setting("num_heads", nearest_divisors(d_out, num_heads, 1)[0])
+        set_setting("num_heads", fitted_heads(int(st.session_state["d_out"]), int(st.session_state["num_heads"])))
     st.selectbox(
         "Heads", head_options, disabled=spec.not_applicable("num_heads") is not None,
         help=spec.not_applicable("num_heads") or "Only divisors of d_out are offered (head_dim = d_out / heads).",

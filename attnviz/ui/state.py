@@ -32,7 +32,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from attnviz import variants, weights
-from attnviz.config import nearest_divisors
+from attnviz.config import fitted_heads
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.weights import WEIGHTS_REQUEST
 from attnviz.urlstate import (
@@ -162,8 +162,7 @@ def _changed(key: str) -> None:
         spec = variants.get(state["variant"])
         set_setting("causal", spec.book_causal)
         set_setting("seed", spec.book_seed)
-    if key == "d_out" and state["d_out"] % state["num_heads"]:
-        new = nearest_divisors(state["d_out"], state["num_heads"], 1)[0]
+    if key == "d_out" and (new := fitted_heads(state["d_out"], state["num_heads"])) != state["num_heads"]:
         state["_dims_notice"] = f"{state['num_heads']} heads do not divide d_out {state['d_out']}; using {new} heads."
         set_setting("num_heads", new)
 
