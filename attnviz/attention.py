@@ -24,8 +24,8 @@ from torch import nn
 
 from attnviz import rope
 
-MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")
-STAGES = ("queries", "keys", "values", "scores", "scaled", "masked", "weights", "dropped", "context", "output")
+MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (b, heads, n, n) maps
+STAGES = ("queries", "keys", "values", *MAP_STAGES, "context", "output")  # what the book's classes record, in order
 
 
 class Recorder:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from attnviz import tokens
+from attnviz.attention import MAP_STAGES, STAGES
 from attnviz.config import AttentionConfig, InputError
 from attnviz.words import amount
 
@@ -110,7 +111,7 @@ class Trace:
         lines = [f"Trace of {what}: {items}, {heads}, on {self.device}"]
         shown = ", ".join(repr(token) for token in self.tokens[: 10 if self.n <= 10 else 8])
         lines.append(f"  tokens: {shown}" + (f", … ({self.n:,} in all)" if self.n > 10 else ""))
-        order = {name: index for index, name in enumerate(BOOK_STAGES)}  # the book's stages first, then the others
+        order = {name: index for index, name in enumerate(STAGES)}  # the book's stages first, then the others
         groups: list[tuple[list[str], tuple[int, ...]]] = []  # consecutive steps of one shape: one group
         for name, step in sorted(self.steps.items(), key=lambda item: order.get(item[0], len(order))):
             if groups and groups[-1][1] == tuple(step.shape):
@@ -256,9 +257,6 @@ def make_trace(config: AttentionConfig, text: str, token_ids: list[int], embeddi
                  device=device, notes=tuple(notes), model=model, module_run=module_run)
 
 
-MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (batch, heads, n, n) maps
-BOOK_STAGES = ("queries", "keys", "values", *MAP_STAGES, "context", "output")  # attention.STAGES, in the book's order
-
 # A cell is hidden when the mask made its weight 0: the mask pushed the softmax's input at that cell down, from the
 # scaled score to the masked value, as far as no bias that is not a mask reaches: by 10³ or by one for every key in
 # the row, whichever is more, or to −∞.  Where no scaled score is known, the masked value is the score plus the push,
@@ -303,7 +301,7 @@ def index_in(value, size: int, what: str, unit: str | None = None) -> int:
 def shape_problem(trace: Trace) -> str | None:
     """The shapes every Trace has, as one sentence saying the first one ``trace`` breaks (None: it has them all).
 
-    With n tokens, batch b (1 but for ``trace_module`` on a batch) and h heads: every map (:data:`MAP_STAGES`) is
+    With n tokens, batch b (1 but for ``trace_module`` on a batch) and h heads: every map (``attention.MAP_STAGES``) is
     ``weights``'s (b, h, n, n); every other step is (b, n, width) or per head (b, heads or K/V groups ≤ h, n,
     width); ``output`` (b, n, d_out); each embedding (n, d); a checkpoint's ``top_ids`` and ``top_probs`` the same
     (n, k).  Outside a user's module the config's ``num_heads`` are the maps' heads (1 for a one-head variant)."""
