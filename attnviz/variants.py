@@ -111,15 +111,6 @@ class Variant:
                 return _NOT_APPLICABLE[wanted]
         return None
 
-    def added_mask_note(self, because: str, to_see: str) -> str | None:
-        """The sentence for this book class run with a causal mask its listing lacks (3.3, 3.4: ``book_causal``
-        False): the mask is attnviz's addition, ``because`` says what turned it on and ``to_see`` how to run the
-        listing as printed — one sentence, worded for the app (the Causal mask box) or for Python (``causal=False``).
-        None for a listing that masks and for a class that always masks."""
-        if self.book_causal or self.not_applicable("causal") is not None:
-            return None
-        return f"The book's {self.section} listing has no causal mask: attnviz adds it because {because} — {to_see}."
-
     @property
     def grouped(self) -> bool:
         """Its query heads share K/V heads (GQA, MQA): keys are split into groups, then repeated."""
@@ -354,6 +345,36 @@ def get(name: str) -> Variant:
         return VARIANTS[name]
     except KeyError:
         raise KeyError(f"Unknown variant {name!r}; choose one of {', '.join(VARIANTS)}.") from None
+
+
+ADDED_MASK = "listing has no causal mask: attnviz adds it"  # in the note in both wordings: what marks it as that note
+
+
+def added_mask_note(config, *, python: bool = False) -> str | None:
+    """The note on the AttentionConfig ``config`` of a book class whose listing has no causal mask (3.3, 3.4:
+    ``Variant.book_causal`` False) run with ``causal`` on: the mask is attnviz's addition, and how to run the listing
+    as printed.  In the app's words (the sidebar's Causal mask box), or with ``python`` in Python's (``causal=False``,
+    and ``seed=789`` for SelfAttention_v2 where the embedding is the book's: its printed numbers), as
+    ``producers.book`` writes it into ``trace.notes``.  None otherwise: the mask off, a listing that masks, a class
+    that always masks, a checkpoint's layer, a user's module."""
+    if config.module is not None or config.checkpoint is not None or not config.causal:
+        return None
+    spec = config.spec
+    if spec.book_causal or spec.not_applicable("causal") is not None:
+        return None
+    if not python:
+        because, to_see = "Causal mask is on", "turn it off to see the listing as printed"
+    elif config.embedding != "book":
+        because, to_see = "causal=True", "set causal=False to run it as printed"
+    else:
+        seed = "" if config.seed == spec.book_seed else f" and seed={spec.book_seed} (the listing's torch.manual_seed)"
+        because, to_see = "causal=True", f"set causal=False{seed} to get its printed numbers"
+    return f"The book's {spec.section} {ADDED_MASK} because {because} — {to_see}."
+
+
+def is_added_mask_note(note: str) -> bool:
+    """Whether ``note`` (of ``trace.notes``) is :func:`added_mask_note`'s, in either wording."""
+    return ADDED_MASK in note
 
 
 # --------------------------------------------------------------------------- size presets

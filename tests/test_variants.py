@@ -104,3 +104,22 @@ def test_variant_names_are_spelled_in_the_registry_only():
             if f'"{name}"' in text or f"'{name}'" in text:
                 spelled.setdefault(name, set()).add(path)
     assert spelled == {name: {"attnviz/variants.py"} for name in variants.VARIANTS if name != "causal"}
+
+
+@pytest.mark.parametrize("variant", ["simplified", "self_attention_v1", "self_attention_v2"])
+def test_the_added_mask_note_is_one_function_in_both_wordings_and_is_told_from_other_notes(variant):
+    """A 3.3/3.4 class run masked: its run's note is ``added_mask_note`` in Python's words; the app's words come from
+    the same function; ``is_added_mask_note`` tells both from every other note of a run."""
+    config = AttentionConfig(variant=variant, d_in=3, d_out=5, num_heads=4, dropout=0.5, device="cuda",
+                             embedding="book", seed=5)
+    trace = pipeline.run(TEXT, config)
+    python = variants.added_mask_note(trace.config, python=True)
+    app = variants.added_mask_note(trace.config)
+    assert [note for note in trace.notes if variants.is_added_mask_note(note)] == [python]
+    assert len(trace.notes) > 1  # the settings it ignored, the device it fell back from
+    assert "causal=False" in python and "Causal mask is on" in app and python != app
+    assert variants.is_added_mask_note(app)
+    unmasked = pipeline.run(TEXT, AttentionConfig(variant=variant, d_in=3, d_out=5, num_heads=4, causal=False))
+    assert variants.added_mask_note(unmasked.config) is None
+    assert variants.added_mask_note(unmasked.config, python=True) is None
+    assert not any(variants.is_added_mask_note(note) for note in unmasked.notes)

@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from attnviz import attention, embedding
+from attnviz import attention, embedding, variants
 from attnviz.config import AttentionConfig, resolve_device
 from attnviz.rng import built_once, seeded
 from attnviz.trace import Trace, make_trace, to_numpy
@@ -53,22 +53,10 @@ def settle(config: AttentionConfig) -> tuple[AttentionConfig, list[str]]:
     return settled, notes + _ungrouped(config, settled) + device_notes + _added_mask(settled)
 
 
-def added_mask_note(config: AttentionConfig) -> str | None:
-    """The note of a settled book config whose listing has no causal mask (3.3, 3.4) run with ``causal=True`` (the
-    default): the mask is attnviz's addition, and ``causal=False`` (with SelfAttention_v2's seed 789, where the
-    embedding is the book's) gives the listing's printed numbers.  The app says it in its own words
-    (``views.steps.added_mask_note``)."""
-    if not config.causal:
-        return None
-    spec = config.spec
-    if config.embedding != "book":
-        return spec.added_mask_note("causal=True", "set causal=False to run it as printed")
-    seed = "" if config.seed == spec.book_seed else f" and seed={spec.book_seed} (the listing's torch.manual_seed)"
-    return spec.added_mask_note("causal=True", f"set causal=False{seed} to get its printed numbers")
-
-
 def _added_mask(config: AttentionConfig) -> list[str]:
-    note = added_mask_note(config)
+    """The note, in Python's words, of a settled book config whose listing has no causal mask (3.3, 3.4) run with
+    ``causal=True`` (the default): ``variants.added_mask_note``, which the app words its own way."""
+    note = variants.added_mask_note(config, python=True)
     return [] if note is None else [note]
 
 

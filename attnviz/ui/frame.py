@@ -297,22 +297,17 @@ def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
 
 def run_notes(trace: Trace) -> None:
     """What the run of this trace says about it (a text cut at the context length, a device it fell back from); not
-    the Python note on a mask the book's listing lacks (``producers.book.added_mask_note``): the pages say that in
-    the sidebar's words (:func:`book_listing_note`)."""
-    from attnviz.producers import book
-
-    python_only = book.added_mask_note(trace.config)  # None for a checkpoint's layer and a user's module
+    the note, in Python's words, on a mask the book's listing lacks (``variants.is_added_mask_note``): the pages say
+    that in the sidebar's words (:func:`book_listing_note`)."""
     for note in trace.notes:
-        if note != python_only:
+        if not variants.is_added_mask_note(note):
             st.info(markdown_escape(note), icon="ℹ️")
 
 
 def book_listing_note(config: AttentionConfig) -> None:
     """On a book class whose listing has no causal mask (3.3, 3.4) drawn with the sidebar's Causal mask on: the note
-    that the mask is attnviz's addition (``views.steps.added_mask_note``), as the Compare page says it."""
-    from attnviz.views import steps
-
-    if (note := steps.added_mask_note(config)) is not None:
+    that the mask is attnviz's addition (``variants.added_mask_note``), as the Compare page says it."""
+    if (note := variants.added_mask_note(config)) is not None:
         st.info(note, icon=":material/info:")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 
+from attnviz import variants
 from attnviz.config import AttentionConfig
 from attnviz.stats import row_entropy
 from attnviz.trace import Trace
@@ -231,7 +232,7 @@ def _source(trace: Trace, stage: str) -> None:
     config, run = trace.config, trace.module_run
     with st.expander(f"Source of {run.class_name if run else source.CLASSES[config.variant].__name__} — read from "
                      "the running module", expanded=run is not None):
-        added = steps.ADDED_MASK_MARK if stage == "masked" and steps.added_mask_note(config) else ""
+        added = steps.ADDED_MASK_MARK if stage == "masked" and variants.added_mask_note(config) else ""
         code, line = (source.module_marked_source(run, stage) if run
                       else source.marked_source(config.variant, stage, note=added))
         st.caption(source.line_caption(line, run) + (" It is attnviz's addition, run because Causal mask is on: the "

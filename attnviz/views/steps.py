@@ -121,16 +121,6 @@ def stage_title(trace: Trace, stage: str) -> str:
 ADDED_MASK_MARK = " — attnviz's addition, not in the book's listing"  # after source.MARK on the mask's line
 
 
-def added_mask_note(config: AttentionConfig) -> str | None:
-    """The sentence for a book class whose listing has no causal mask (3.3, 3.4: ``Variant.book_causal`` False) run
-    with the sidebar's Causal mask on: the mask is attnviz's addition, and how to see the listing as printed.  None
-    otherwise: the mask off, a listing that masks, a window that always masks, a checkpoint's layer, a user's
-    module."""
-    if config.module is not None or config.checkpoint is not None or not config.causal:
-        return None
-    return config.spec.added_mask_note("Causal mask is on", "turn it off to see the listing as printed")
-
-
 BOOK_SOFTMAX = "torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)"  # the book's scaling, inside the softmax
 # attnviz's helper functions a class's steps run in (``Variant.source_parts``; no book name), in words
 HELPERS = {
@@ -216,7 +206,7 @@ def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | No
         code = "# this variant has no such line"
     elif stage == "masked" and not (hides_future if hides_future is not None else config.hides_future):
         code += "  # skipped: causal mask off"
-    elif stage == "masked" and added_mask_note(config) is not None:  # said above the line, where it shows whole
+    elif stage == "masked" and variants.added_mask_note(config) is not None:  # said above the line, shown whole
         code = f"# attnviz's addition: the book's {config.spec.section} listing has no mask\n{code}"
     return {"what": what, "code": code}
 

@@ -15,8 +15,8 @@ ATOL = 1e-4
 
 def setting_notes(notes) -> tuple[str, ...]:
     """A run's notes on its settings: all but the note that a book listing without a mask (3.3, 3.4) runs masked
-    (``producers.book.added_mask_note``, which tests of its own check)."""
-    return tuple(note for note in notes if "listing has no causal mask" not in note)
+    (``variants.added_mask_note``, which tests of its own check)."""
+    return tuple(note for note in notes if not variants.is_added_mask_note(note))
 
 
 def small(variant: str = "mha", **overrides) -> AttentionConfig:

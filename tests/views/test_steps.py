@@ -124,15 +124,15 @@ def test_stage_labels_number_every_recorded_stage_once_in_pipeline_order(config)
 @pytest.mark.parametrize(("variant", "section"), [("simplified", "3.3"), ("self_attention_v1", "3.4.2"),
                                                   ("self_attention_v2", "3.4.2")])
 def test_a_mask_the_books_listing_does_not_have_is_called_attnvizs_addition(variant, section):
-    assert steps.added_mask_note(small(variant)) == (
+    assert variants.added_mask_note(small(variant)) == (
         f"The book's {section} listing has no causal mask: attnviz adds it because Causal mask is on — turn it off "
         "to see the listing as printed.")
-    assert steps.added_mask_note(small(variant, causal=False)) is None
+    assert variants.added_mask_note(small(variant, causal=False)) is None
     code, line = source.marked_source(variant, "masked", note=steps.ADDED_MASK_MARK)
     assert code.splitlines()[line - 1].endswith(source.MARK + steps.ADDED_MASK_MARK)
 
 
 @pytest.mark.parametrize("variant", ["causal", "mha_wrapper", "mha", "gqa", "swa"])
 def test_a_mask_the_books_listing_has_gets_no_note(variant):
-    assert steps.added_mask_note(small(variant)) is None
-    assert steps.added_mask_note(small(variant, causal=False)) is None
+    assert variants.added_mask_note(small(variant)) is None
+    assert variants.added_mask_note(small(variant, causal=False)) is None
