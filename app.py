@@ -54,7 +54,7 @@ def start_warm_up() -> None:
     and runs one under the time limit every call of a user's code has."""
     from attnviz import pipeline, time_limit, urlstate, user_code  # torch: the browser fetches Plotly's code meanwhile
 
-    reading = contextlib.nullcontext() if user_code.read() else st.spinner(
+    reading = contextlib.nullcontext() if user_code.listed_already() else st.spinner(
         f"Reading your modules… (importing a file runs its code; one still running after {time_limit.SECONDS:g} s is "
         "stopped)", show_time=True)
     with reading:

@@ -137,7 +137,7 @@ def load_trace(file) -> Trace:
     source, name = _opened(file)
     try:
         _check_npz(source)
-        headers = _check_members(source)
+        headers = _array_headers(source)
         with np.load(source, allow_pickle=False) as data:
             _check_total([headers["manifest.json"]])
             described = _manifest(data["manifest.json"])
@@ -200,7 +200,7 @@ class _Member:
                                 "not write it, or it is damaged.")
 
 
-def _check_members(source) -> dict[str, _Member]:
+def _array_headers(source) -> dict[str, _Member]:
     """Each array's header by its name in the NPZ (``"output"``), none of its data read.
 
     Say what a zip archive is when attnviz did not write it: a trace holds NumPy arrays only (``.npy`` members,
@@ -305,7 +305,7 @@ def _manifest(stored: np.ndarray) -> dict:
 
 def _read_arrays(data, described: dict, headers: dict[str, _Member]) -> dict[str, np.ndarray]:
     """Every array the manifest lists, read-only; before any is read, each header's shape and dtype (``headers``:
-    :func:`_check_members`) is checked against the listed shape and the kind of number it holds, and every member's
+    :func:`_array_headers`) is checked against the listed shape and the kind of number it holds, and every member's
     size against its shape and the cap (:func:`_check_total`)."""
     listed = described.get("arrays")
     if not isinstance(listed, dict):

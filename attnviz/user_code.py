@@ -183,11 +183,12 @@ def _module_name_hint(path_text: str) -> str:
     return words
 
 
-# how to check a transformers layer (or a class that takes a config object and more): through a wrapper of one's own
+# how to check a layer attnviz cannot build or call itself (a transformers layer, a class that takes a config object
+# and more): through a wrapper of one's own
+THROUGH_A_WRAPPER = ("check it in a file of your own whose nn.Module builds the layer from a small config and whose "
+                     "forward(x) builds those and calls it (docs/check-your-module.md, \"A transformers layer\")")
 TRANSFORMERS_LAYER = ("a transformers layer needs what its model hands its forward (the attention mask, the rotary "
-                      "position_embeddings): check it in a file of your own whose nn.Module builds the layer from a "
-                      "small config and whose forward(x) builds those and calls it (docs/check-your-module.md, "
-                      "\"A transformers layer\")")
+                      f"position_embeddings): {THROUGH_A_WRAPPER}")
 
 
 PYTHON_SUFFIXES = (".py", ".pyw")  # a file named so is Python whatever it holds (a mistake in it is a syntax error)
@@ -305,7 +306,7 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
         if any(name in CONFIG_NAMES for name in missing):
             raise UserCodeError(f"{words}: a config object cannot be given with --set NAME=VALUE (attnviz builds one "
                                 f"only for a class that takes it alone); for a layer that takes one beside other "
-                                f"arguments, {TRANSFORMERS_LAYER.split(': ', 1)[1]}")
+                                f"arguments, {THROUGH_A_WRAPPER}")
         raise UserCodeError(f"{words} (it fills d_in/embed_dim/n_embd, d_out, num_heads/n_head, "
                             "context_length/block_size, dropout, bias, num_kv_groups, latent_dim, "
                             "sliding_window_size): give them defaults, or set them with --set NAME=VALUE")
@@ -640,7 +641,7 @@ def listed() -> dict[str, str]:
     return dict(_registered)
 
 
-def read() -> bool:
+def listed_already() -> bool:
     """Whether the modules named now are listed already; if not, :func:`listed` imports them first (which may take
     up to the time limit of a call of the user's code per file).  True when none are named: there is nothing to
     import."""

@@ -80,7 +80,7 @@ def test_a_link_that_arrives_while_the_files_are_imported_waits_for_the_list_and
         link.start()
         link.join(0.5)
         assert link.is_alive(), f"the link did not wait for the list: {second}"
-        assert not user_code.read()
+        assert not user_code.listed_already()
     finally:
         go.touch()
     reading.join(60)
@@ -89,7 +89,7 @@ def test_a_link_that_arrives_while_the_files_are_imported_waits_for_the_list_and
     assert first == [expected]
     (values, notices), = second
     assert values["variant"] == "Your module: MyAttention" and notices == []
-    assert user_code.read()
+    assert user_code.listed_already()
 
 
 def test_a_reading_stopped_half_way_leaves_the_files_not_tried_for_the_next_reading(tmp_path, monkeypatch,
@@ -114,10 +114,10 @@ def test_a_reading_stopped_half_way_leaves_the_files_not_tried_for_the_next_read
         user_code.listed()
     assert user_code.listed() == {"Your module: MyAttention": f"{mine}:MyAttention",
                                   "Your module: OtherAttention": f"{other}:OtherAttention"}
-    assert user_code.read()
+    assert user_code.listed_already()
 
 
 def test_with_no_module_named_the_list_is_read_before_any_reading(monkeypatch, fresh_list):
     """Nothing to import: the app's first page draws no spinner for it."""
     monkeypatch.delenv(user_code.ENV, raising=False)
-    assert user_code.read()
+    assert user_code.listed_already()
