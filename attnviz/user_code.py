@@ -641,6 +641,18 @@ def listed() -> dict[str, str]:
     return dict(_registered)
 
 
+def forget_listed() -> None:
+    """Forget the list of modules and all attnviz remembers of them (their classes, why one could not be listed or
+    built, their files' state), and any reading under way, as a new server process starts: the next :func:`listed`
+    reads the list anew.  The app never calls it; tests start from it."""
+    global _read, _reading
+    with _lock:
+        for remembered in (_registered, _classes, _errors, _stamps, _failed):
+            remembered.clear()
+        _read = None
+        _reading = threading.RLock()  # a reading under way (its thread stopped or stuck) holds the old one
+
+
 def listed_already() -> bool:
     """Whether the modules named now are listed already; if not, :func:`listed` imports them first (which may take
     up to the time limit of a call of the user's code per file).  True when none are named: there is nothing to

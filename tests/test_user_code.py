@@ -172,16 +172,16 @@ def test_only_listed_labels_are_built(good):
 
 @pytest.fixture
 def listed_alone(monkeypatch):
-    """attnviz's list of modules (and what it remembers of them) starts empty; ``listed_alone(spec)`` lists one."""
-    for name, empty in (("_registered", {}), ("_classes", {}), ("_errors", {}), ("_read", None), ("_failed", {}),
-                        ("_stamps", {})):
-        monkeypatch.setattr(user_code, name, empty, raising=False)  # what it remembers: new in attnviz
+    """attnviz's list of modules (and what it remembers of them) starts empty; ``listed_alone(spec)`` lists one.  The
+    test leaves none."""
+    user_code.forget_listed()
     monkeypatch.setattr("sys.argv", ["app.py"])
 
     def listing(spec: str) -> str:
         monkeypatch.setenv(user_code.ENV, spec)
         return next(label for label, listed_spec in user_code.listed().items() if listed_spec == spec)
-    return listing
+    yield listing
+    user_code.forget_listed()
 
 
 def sizes(**given) -> SimpleNamespace:

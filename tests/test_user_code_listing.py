@@ -48,11 +48,11 @@ SLOW_IMPORT = textwrap.dedent('''
 
 @pytest.fixture
 def fresh_list(monkeypatch):
-    """attnviz's list of modules starts empty, and only ATTNVIZ_MODULES names modules."""
-    for name, empty in (("_registered", {}), ("_classes", {}), ("_errors", {}), ("_read", None), ("_failed", {}),
-                        ("_stamps", {})):
-        monkeypatch.setattr(user_code, name, empty)
+    """attnviz's list of modules starts empty, and only ATTNVIZ_MODULES names modules; the test leaves none."""
+    user_code.forget_listed()
     monkeypatch.setattr("sys.argv", ["app.py"])
+    yield
+    user_code.forget_listed()
 
 
 def wait_for(path, seconds: float = 60.0) -> None:
@@ -121,3 +121,32 @@ def test_with_no_module_named_the_list_is_read_before_any_reading(monkeypatch, f
     """Nothing to import: the app's first page draws no spinner for it."""
     monkeypatch.delenv(user_code.ENV, raising=False)
     assert user_code.listed_already()
+
+
+def test_forget_listed_starts_a_new_list_while_a_reading_is_stuck(tmp_path, monkeypatch, fresh_list):
+    """A reading stuck importing a file (another session's, a test's) holds no later reading up once the list is
+    forgotten: the next reading lists the modules named now, and nothing of the forgotten list."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    slow = tmp_path / "slow.py"
+    slow.write_text(SLOW_IMPORT.format(started=str(started), go=str(go)))
+    mine = tmp_path / "mine.py"
+    mine.write_text(ATTENTION)
+    monkeypatch.setenv(user_code.ENV, f"{mine}:MyAttention")
+    assert user_code.listed() == {"Your module: MyAttention": f"{mine}:MyAttention"}
+    monkeypatch.setenv(user_code.ENV, f"{slow}:SlowToImport")
+    stuck = threading.Thread(target=user_code.listed)
+    stuck.start()
+    try:
+        wait_for(started)
+        user_code.forget_listed()
+        assert not user_code.listed_already()
+        monkeypatch.setenv(user_code.ENV, "")
+        after = []
+        reading = threading.Thread(target=lambda: after.append(user_code.listed()))
+        reading.start()
+        reading.join(10)
+        assert not reading.is_alive(), "the reading waited for the forgotten one"
+        assert after == [{}] and user_code.listed_already()
+    finally:
+        go.touch()
+        stuck.join(60)

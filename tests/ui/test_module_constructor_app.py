@@ -8,6 +8,7 @@ import os
 import re
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,17 +60,16 @@ FIXED = textwrap.dedent('''
 
 
 @pytest.fixture
-def module_file(tmp_path, monkeypatch) -> Path:
+def module_file(tmp_path, monkeypatch) -> Iterator[Path]:
     """The user's file, listed in ATTNVIZ_MODULES; attnviz's list of modules (and what it remembers) starts empty."""
     path = tmp_path / "slow_start.py"
     path.write_text(SLOW)
     monkeypatch.setenv(user_code.ENV, f"{path}:SlowStart")
     monkeypatch.setattr("sys.argv", ["app.py"])
-    for name, empty in (("_registered", {}), ("_classes", {}), ("_errors", {}), ("_read", None), ("_failed", {}),
-                        ("_stamps", {})):
-        monkeypatch.setattr(user_code, name, empty, raising=False)  # what it remembers: new in attnviz
+    user_code.forget_listed()
     monkeypatch.setattr(time_limit, "SECONDS", LIMIT)
-    return path
+    yield path
+    user_code.forget_listed()
 
 
 @pytest.fixture
