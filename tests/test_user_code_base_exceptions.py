@@ -4,67 +4,22 @@ any other exception, never a traceback that ends a page's thread or the command 
 
 import os
 import signal
-import textwrap
 import threading
 
 import pytest
 import torch
+from helpers.base_exceptions import write_own, write_raising_on_import
 
 from attnviz import time_limit, tracing, user_code
-
-OWN = textwrap.dedent('''
-    from torch import nn
-
-
-    class Stop(BaseException):
-        pass
-
-
-    class RaisesInInit(nn.Module):
-        def __init__(self, d_in=16):
-            super().__init__()
-            raise Stop("not on this machine")
-
-
-    class RaisesInForward(nn.Module):
-        def __init__(self, d_in=16):
-            super().__init__()
-            self.proj = nn.Linear(d_in, d_in)
-
-        def forward(self, x):
-            raise Stop("no forward today")
-
-
-    class InterruptsItself(nn.Module):
-        def __init__(self, d_in=16):
-            super().__init__()
-
-        def forward(self, x):
-            raise KeyboardInterrupt
-
-
-    class EndsAGenerator(nn.Module):
-        def __init__(self, d_in=16):
-            super().__init__()
-
-        def forward(self, x):
-            raise GeneratorExit("closed")
-
-        def reset_cache(self):
-            raise Stop("nothing to reset")
-''')
 
 
 @pytest.fixture
 def own(tmp_path):
-    path = tmp_path / "own.py"
-    path.write_text(OWN)
-    return path
+    return write_own(tmp_path)
 
 
 def test_an_import_that_raises_a_base_exception_is_one_line(tmp_path):
-    path = tmp_path / "baseexc.py"
-    path.write_text("class E(BaseException): pass\nraise E('custom base exception')\n")
+    path = write_raising_on_import(tmp_path)
     with pytest.raises(user_code.UserCodeError) as caught:
         user_code.load(f"{path}:A")
     assert str(caught.value) == f"{path} raised E on import: custom base exception"

@@ -5,11 +5,11 @@ in every session; in its forward, each page says so in one line instead of drawi
 from __future__ import annotations
 
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
 from helpers.apptest import no_exception, open_app
+from helpers.base_exceptions import write_own, write_raising_on_import
 
 from attnviz import user_code
 
@@ -18,42 +18,12 @@ MODULES = ROOT / "tests" / "helpers" / "user_modules.py"
 AFTER = ("CausalSelfAttention", "TorchMHA", "SleepyAttention")  # listed after the file that raises on import
 TIMEOUT = 120
 
-OWN = textwrap.dedent('''
-    import torch
-    from torch import nn
-
-
-    class Stop(BaseException):
-        pass
-
-
-    class StopsInForward(nn.Module):
-        def __init__(self, d_in=16):
-            super().__init__()
-            self.proj = nn.Linear(d_in, d_in)
-
-        def forward(self, x):
-            raise Stop("no forward today")
-
-
-    class InterruptsItself(nn.Module):
-        def __init__(self, d_in=16):
-            super().__init__()
-            self.proj = nn.Linear(d_in, d_in)
-
-        def forward(self, x):
-            raise KeyboardInterrupt
-''')
-
 
 @pytest.fixture
 def specs(tmp_path, monkeypatch):
     """ATTNVIZ_MODULES: a file whose import raises a BaseException first, then modules that load."""
-    raising = tmp_path / "baseexc.py"
-    raising.write_text("class E(BaseException): pass\nraise E('custom base exception')\n")
-    own = tmp_path / "own.py"
-    own.write_text(OWN)
-    listed = [f"{raising}:A", *(f"{MODULES}:{name}" for name in AFTER), f"{own}:StopsInForward",
+    raising, own = write_raising_on_import(tmp_path), write_own(tmp_path)
+    listed = [f"{raising}:A", *(f"{MODULES}:{name}" for name in AFTER), f"{own}:RaisesInForward",
               f"{own}:InterruptsItself"]
     monkeypatch.setattr("sys.argv", ["app.py"])
     monkeypatch.setenv(user_code.ENV, ",".join(listed))
@@ -69,13 +39,13 @@ def test_a_module_whose_import_raises_a_base_exception_is_named_and_the_ones_aft
         at = open_app(timeout=TIMEOUT)
         no_exception(at)
         options = at.sidebar.selectbox(key="variant").options
-        assert all(f"Your module: {name}" in options for name in (*AFTER, "StopsInForward", "InterruptsItself"))
+        assert all(f"Your module: {name}" in options for name in (*AFTER, "RaisesInForward", "InterruptsItself"))
         file = Path(specs[0].rpartition(":")[0]).name  # by its name: the page shows no folder of the server's
         assert f"{file}:A is not listed: {file} raised E on import: custom base exception" in captions(at)
 
 
 @pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/compare.py"])
-@pytest.mark.parametrize(("name", "words"), [("StopsInForward", "the forward raised Stop: no forward today"),
+@pytest.mark.parametrize(("name", "words"), [("RaisesInForward", "the forward raised Stop: no forward today"),
                                              ("InterruptsItself", "the forward raised KeyboardInterrupt")])
 def test_a_forward_that_raises_a_base_exception_is_a_message_on_every_page(specs, page, name, words):
     at = open_app(page, timeout=TIMEOUT, variant=f"Your module: {name}", text="My own text stays")
