@@ -16,7 +16,8 @@ trace, config = page_run.trace, page_run.trace.config
 st.title("Tokens and embeddings")
 specials = sum(t.special for t in trace.token_details)
 st.metric("Tokens", f"{trace.n:,} / {config.context_length:,}",  # thousands grouped, as words.amount writes them
-          help="GPT-2 context length is 1,024 tokens.")
+          help=f"This run's tokens and its context length: at most {config.context_length:,} tokens fit "
+               f"(GPT-2's is 1,024).")
 if specials:
     st.caption(f"★ {amount(specials, 'special token')} (<|endoftext|> = 50256) marked ★ with a red border.")
 with st.container(height=figures.CHIPS_BOX_PX if trace.n > figures.CHIPS_UNBOXED else "content"):  # scrolls inside

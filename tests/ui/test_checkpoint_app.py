@@ -352,7 +352,8 @@ def test_every_page_works_with_a_checkpoint(checkpoints, page, title):
         assert len(at.get("graphviz_chart")) == 2  # the whole model and the layer's attention
         stages = list(at.dataframe[0].value["stage"])
         assert stages[0] == "tokens" and stages[-1] == "logits" and "block 1" in stages
-    if page == "pages/tokens.py":
+    if page == "pages/tokens.py":  # the checkpoint's own context length, not GPT-2's
+        assert at.metric[0].value.endswith("/ 96") and "at most 96 tokens fit" in at.metric[0].help
         token_fig = next(f for f in figures(at) if f["layout"]["title"]["text"].startswith("token embedding"))
         wte = models.load_checkpoint(checkpoints / NAME).tok_emb.weight.detach().numpy()
         ids = tokens.encode(at.sidebar.text_area(key="text").value)
