@@ -2976,3 +2976,65 @@ class KeepsWhatItSaw(nn.Module):
             attn_weights = F.dropout(attn_weights, p=0.5)  # (b, h, n, n)
         self.last_attn_weights = attn_weights  # (b, h, n, n)
         return (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+
+
+class KeepsItsWeights(nn.Module):
+    """The book's multi-head attention that keeps a copy of its attention weights for plotting, the way users do.
+    ``keep`` says how: "detach" ``self.last_attn_weights = attn_weights.detach()``, "detach-clone", "clone", "cpu",
+    "numpy" (``.detach().cpu().numpy()``), "append" ``self.maps.append(attn_weights.detach())``, "scores" (the scaled
+    and masked scores, ``.detach()``, before the softmax), "scores-cpu" (``attn_scores.cpu()`` of Q·Kᵀ, before the
+    scale), None (no copy).  ``rotary``: q and k turned by their positions first.
+    ``bug``: "values-rotated" turns the values too (a rotary bug); "weights-scaled" divides the weights by √head_dim
+    after the softmax (so rows sum to 1/√head_dim)."""
+
+    def __init__(self, d_in=32, d_out=32, context_length=64, dropout=0.0, num_heads=4, keep="detach", rotary=False,
+                 bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        cos, sin = rope_angles(self.head_dim, context_length)  # (context_length, hd) each
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+        self.keep, self.rotary, self.bug = keep, rotary, bug
+        self.last_attn_weights = self.last_attn_scores = None
+        self.maps = []
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        queries = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        keys = self.W_key(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        values = self.W_value(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        if self.rotary:
+            queries, keys = rotate(queries, self.cos, self.sin), rotate(keys, self.cos, self.sin)  # (b, h, n, hd) each
+        if self.bug == "values-rotated":
+            values = rotate(values, self.cos, self.sin)  # (b, h, n, hd)
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        if self.keep == "scores-cpu":
+            self.last_attn_scores = attn_scores.cpu()  # (b, h, n, n)
+        attn_scores = attn_scores.masked_fill(self.mask.bool()[:n, :n], -torch.inf)  # (b, h, n, n)
+        attn_scores = attn_scores / self.head_dim ** 0.5  # (b, h, n, n)
+        if self.keep == "scores":
+            self.last_attn_scores = attn_scores.detach()  # (b, h, n, n)
+        attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, h, n, n)
+        if self.keep == "detach":
+            self.last_attn_weights = attn_weights.detach()  # (b, h, n, n)
+        elif self.keep == "detach-clone":
+            self.last_attn_weights = attn_weights.detach().clone()  # (b, h, n, n)
+        elif self.keep == "clone":
+            self.last_attn_weights = attn_weights.clone()  # (b, h, n, n)
+        elif self.keep == "cpu":
+            self.last_attn_weights = attn_weights.cpu()  # (b, h, n, n)
+        elif self.keep == "numpy":
+            self.last_attn_weights = attn_weights.detach().cpu().numpy()  # (b, h, n, n)
+        elif self.keep == "append":
+            self.maps.append(attn_weights.detach())  # (b, h, n, n) each
+        if self.bug == "weights-scaled":
+            attn_weights = attn_weights / self.head_dim ** 0.5  # (b, h, n, n): rows sum to 1/√hd
+        attn_weights = self.dropout(attn_weights)  # (b, h, n, n)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
