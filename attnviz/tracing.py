@@ -16,7 +16,9 @@ attention is
   the two products' widths, not a head's width (:func:`_summed_operands`); walking forward through a dropout, a cast
   to the dtype the weights have, a ``where`` that only sets NaN to 0, a head or query mask that zeroes whole rows
   (GPT-2's ``* head_mask``: ``Attention.rows_zeroed``) (or a number the weights are multiplied or divided by: a bug
-  that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul; both walks pass a ``view`` /
+  that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul, passing by a copy the output is not
+  made from (``self.last_attn_weights = attn_weights.detach()``, ``.clone()``, ``.cpu()``, a list of maps kept for
+  plotting: :func:`_made_of`); both walks pass a ``view`` /
   ``reshape`` that keeps the last two dims (Bloom's (b·h, n, n) scores viewed as (b, h, n, n), and back);
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
@@ -179,7 +181,9 @@ _SCALES = {"div", "__truediv__", "div_", "mul", "__mul__", "__rmul__", "mul_", "
 _MASKS = {"masked_fill", "masked_fill_", "where", "add", "__add__", "__radd__", "add_", "__iadd__", "sub",
           "__sub__", "sub_"}
 _ADDS = {"add", "__add__", "__radd__", "add_", "__iadd__"}  # an add of two score products is one (_summed_operands)
-_PASS = {"contiguous", "float", "to", "type_as", "clone", "detach"}  # value-preserving steps between stages
+# value-preserving steps between stages (``w.cpu()`` of a tensor on the CPU is ``w`` itself: the calls after it read
+# the weights through it)
+_PASS = {"contiguous", "float", "to", "type_as", "clone", "detach", "cpu"}
 _REGROUPS = {"view", "reshape", "_unsafe_view"}  # they pass when they keep the last two dims (_regroups)
 # ops that only move an operand's values about: a scale before them (OPT's q_proj(x) * scaling, then .view(…)
 # .transpose(1, 2) and a reshape into (b·h, n, hd)) scales the operand they make
@@ -446,7 +450,8 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     if not over_keys:  # a softmax over the queries (dim=-2) of an (n, n) map is attention gone wrong: keep it
         over_keys = [node for node, _ in maps]
     dims = {id(node): dim for node, dim in maps}
-    found = [_from_softmax(node, recorder) for node in over_keys]
+    made_of = _made_of(recorder.nodes.get(id(output)))
+    found = [_from_softmax(node, recorder, made_of) for node in over_keys]
     for attention, node in zip(found, over_keys):
         attention.softmax_dim = dims[id(node)]
     fused = [a for a in recorder.fused_calls if tuple(a.weights.shape[-2:]) == (n, n)]
@@ -537,7 +542,8 @@ def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tupl
             raise TraceError("a cached forward recorded too much") from None
         q = x.shape[-2]
         rows = [node for node, dim in recorder.softmaxes if dim == -1 and node.out.shape[-2] == q]
-        found = [_from_softmax(node, recorder) for node in rows[:1]]
+        made_of = _made_of(recorder.nodes.get(id(first_tensor(output))))
+        found = [_from_softmax(node, recorder, made_of) for node in rows[:1]]
         fused = [a for a in recorder.fused_calls if a.weights.shape[-2] == q]
         attentions = sorted([*found, *fused], key=lambda a: a.op_index)
         return output, attentions[0] if attentions else None
@@ -939,7 +945,23 @@ def _triangular(tensor: torch.Tensor) -> bool:
 
 # -------------------------------------------------------------------- a softmax's stages
 
-def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
+def _made_of(node: _Node | None) -> set[int]:
+    """The ids of the nodes ``node``'s tensor is computed from, itself included (every path back through the parents):
+    for the output's node, every call the output depends on — not a copy of the weights kept on the side."""
+    made_of, stack = set(), [node]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in made_of:
+            continue
+        made_of.add(id(current))
+        stack.extend(current.parents)
+    return made_of
+
+
+def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozenset()) -> Attention:
+    """The attention a softmax's ``node`` computes: back from its input to Q @ Kᵀ, on from its output to
+    ``weights @ V`` (:func:`_forward_to_values`, along the calls in ``made_of``, the ids of the nodes the output is made
+    from, where there are some)."""
     weights = node.out  # (…, nq, nk)
     masked_node = node.parents[0] if node.parents else None
     masked = masked_node.out if masked_node is not None else node.args[0]
@@ -987,7 +1009,7 @@ def _from_softmax(node: _Node, recorder: _Recorder) -> Attention:
             attention.scaled = attention.scores * scale  # (b, h, nq, nk): the scaled product, before the added mask
         if any(link.name in _MASKS for link in chain):
             recorder.ops[chain[0].index].stage = "masked"
-    forward = _forward_to_values(node)
+    forward = _forward_to_values(node, made_of)
     attention.weights_scale = forward.factor
     if forward.context is None and forward.stop is not None:
         attention.unrecorded["context"] = (f"no weights @ V after the softmax: the {_call(recorder, forward.stop)} "
@@ -1402,14 +1424,17 @@ class _Forward:
     renormalised: _Node | None = None  # the division of the masked weights by their row sums that followed
 
 
-def _forward_to_values(node: _Node) -> _Forward:
+def _forward_to_values(node: _Node, made_of: set[int] = frozenset()) -> _Forward:
     """The walk from the softmax's output to the ``weights @ V`` product, through a dropout, a cast, a NaN → 0
     ``where``, a ``view`` / ``reshape`` that keeps the last two dims, a number the weights are multiplied by, and a
     mask applied after the softmax (``masked_fill(mask, 0)``, ``where(keep, w, 0)``, ``w * keep`` with a 0/1 tensor,
     ``w.tril()``) —
     then perhaps a division of each row by its sum (``w / w.sum(-1, keepdim=True)``: a roundabout correct mask); no
     product when anything else acts on the way.  A mask that zeroes whole rows only (GPT-2's ``w * head_mask``, a
-    (…, h, 1, 1) multiplier; a (…, nq, 1) query mask) or nothing (all ones) is no bug: the walk goes on through it."""
+    (…, h, 1, 1) multiplier; a (…, nq, 1) query mask) or nothing (all ones) is no bug: the walk goes on through it.
+    Where some of the calls made from the weights are in ``made_of`` (the ids of the nodes the module's output is made
+    from), the walk follows those alone: a copy kept on the side (``self.last_attn_weights = w.detach()``,
+    ``w.clone()``, ``w.cpu()``, ``self.maps.append(w.detach())``), whatever order it comes in, changes nothing."""
     found, current = _Forward(), node
     for _ in range(12):
         unchanged = next((child for child in current.children if _keeps_values(child, current)), None)
@@ -1418,6 +1443,7 @@ def _forward_to_values(node: _Node) -> _Forward:
             continue
         following = [child for child in current.children if child.args and (
             child.parents[:1] == [current] or child.name in ("einsum", "where") and current in child.parents)]
+        following = [child for child in following if id(child) in made_of] or following  # not a copy kept aside
         if not following:
             break
         child = next((child for child in following if found.zeroed is not None and found.renormalised is None
