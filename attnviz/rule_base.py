@@ -1,0 +1,39 @@
+"""What every rule of :mod:`attnviz.checks` returns and shares: a rule's verdict (:class:`Check`) and K or V per query
+head, as the rules compare them.
+
+It sits below the checker and the rule families it keeps in modules of their own (:mod:`attnviz.rotary_rule`), so
+they share these without importing one another in a circle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Check:
+    """One rule's verdict on a module."""
+
+    rule: str
+    status: str  # "pass", "fail" or "skip"
+    evidence: str
+
+    @property
+    def passed(self) -> bool:
+        """Not failed: True for a skip (not checked) too, as exit status 0 is; a checked pass: status == "pass"."""
+        return self.status != "fail"
+
+
+def _per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """Keys or values (b, g, n, d) as float32 per query head (b, h, n, d): K/V head h ÷ (h ÷ g) for query head h, as
+    ``repeat_interleave`` pairs them (the Trace keeps grouped-query K/V heads as few as the module has them), a
+    batch of 1 expanded to the queries'."""
+    tensor = tensor.float()
+    heads, groups = queries.shape[1], tensor.shape[1]
+    if groups != heads and groups and heads % groups == 0:
+        tensor = tensor.repeat_interleave(heads // groups, dim=1)  # (b, g, n, d) -> (b, h, n, d)
+    if tensor.shape[0] == 1 and queries.shape[0] > 1:
+        tensor = tensor.expand(queries.shape[0], *tensor.shape[1:])  # (1, h, n, d) -> (b, h, n, d)
+    return tensor
