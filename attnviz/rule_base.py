@@ -1,8 +1,8 @@
-"""What every rule of :mod:`attnviz.checks` returns and shares: a rule's verdict (:class:`Check`) and K or V per query
-head, as the rules compare them.
+"""What every rule of :mod:`attnviz.checks` returns and shares: a rule's verdict (:class:`Check`), the tolerance
+outputs are compared to, the module's output for an input, and K or V per query head, as the rules compare them.
 
-It sits below the checker and the rule families it keeps in modules of their own (:mod:`attnviz.rotary_rule`), so
-they share these without importing one another in a circle.
+It sits below the checker and the rule families it keeps in modules of their own (:mod:`attnviz.rotary_rule`,
+:mod:`attnviz.kv_cache_rule`), so they share these without importing one another in a circle.
 """
 
 from __future__ import annotations
@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
+
+from attnviz import tracing
+
+TOLERANCE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -37,3 +42,9 @@ def _per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor
     if tensor.shape[0] == 1 and queries.shape[0] > 1:
         tensor = tensor.expand(queries.shape[0], *tensor.shape[1:])  # (1, h, n, d) -> (b, h, n, d)
     return tensor
+
+
+def _output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The module's output for ``x`` (a forward that raises is a TraceError)."""
+    output = tracing.run_forward(module, x)
+    return tracing.first_tensor(output).detach()

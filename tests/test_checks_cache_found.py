@@ -8,7 +8,7 @@ from helpers import named_caches as nc
 from helpers import user_modules as um
 from torch.overrides import TorchFunctionMode
 
-from attnviz import checks
+from attnviz import checks, kv_cache_rule
 
 DROP = "drop the older keys and values after each forward (keep the last W)"
 
@@ -136,9 +136,9 @@ def test_nested_containers_are_read_to_a_limit_and_each_tensor_once():
     nested = {"layers": [(k, v), {"k": k, "v": v}], "deep": [[[[[[deep]]]]]], "deep enough": [[[deep]]]}
     loop: list = [v]
     loop.append(loop)
-    assert checks._tensors_in("c", nested) == {'c["layers"][0][0]': k, 'c["layers"][0][1]': v,
+    assert kv_cache_rule._tensors_in("c", nested) == {'c["layers"][0][0]': k, 'c["layers"][0][1]': v,
                                                'c["deep enough"][0][0][0]': deep}
-    assert checks._tensors_in("c", loop) == {"c[0]": v}
+    assert kv_cache_rule._tensors_in("c", loop) == {"c[0]": v}
 
 
 class _Copies(TorchFunctionMode):
@@ -163,7 +163,7 @@ def test_finding_the_cache_copies_one_tokens_cache_alone():
     with torch.no_grad():
         module(x, use_cache=True)
     with _Copies() as copies:
-        cache, fed, views = checks._found_cache(module, module.reset_cache, x)
+        cache, fed, views = kv_cache_rule._found_cache(module, module.reset_cache, x)
     assert {path: tuple(value.shape) for path, value in cache.items()} == {"kv[0]": (1, 4, 8, 8), "kv[1]": (1, 4, 8, 8)}
     assert [{path: tuple(shape) for path, shape in shapes.items()} for shapes in fed] == [
         {"kv[0]": (1, 4, 1, 8), "kv[1]": (1, 4, 1, 8)}, {"kv[0]": (1, 4, 2, 8), "kv[1]": (1, 4, 2, 8)}]
@@ -177,12 +177,13 @@ def test_a_view_counts_in_the_tensor_it_views_and_halves_of_one_tensor_count_eac
     (``kv[..., :8]``) is a view too, and a view of a view counts in the tensor both view."""
     kv = torch.zeros(2, 1, 4, 8, 16)  # (2, b, h, n, 2·hd)
     k, v = kv[0], kv[1]  # (1, 4, 8, 16) each
-    assert checks._views({"kv": kv, "k": k, "v": v}) == {"k": "kv", "v": "kv"}
-    assert checks._views({"k": k, "v": v}) == {}
-    assert checks._views({"kv": kv, "k": k, "first": k[..., :8], "again": kv.view(-1)}) == {
+    assert kv_cache_rule._views({"kv": kv, "k": k, "v": v}) == {"k": "kv", "v": "kv"}
+    assert kv_cache_rule._views({"k": k, "v": v}) == {}
+    assert kv_cache_rule._views({"kv": kv, "k": k, "first": k[..., :8], "again": kv.view(-1)}) == {
         "k": "kv", "first": "kv", "again": "kv"}
-    held = checks._held({"kv": kv, "k": k, "v": v}, [{"kv": (2, 1, 4, 1, 16), "k": (1, 4, 1, 16), "v": (1, 4, 1, 16)},
-                                                     {"kv": (2, 1, 4, 2, 16), "k": (1, 4, 2, 16), "v": (1, 4, 2, 16)}])
+    held = kv_cache_rule._held({"kv": kv, "k": k, "v": v},
+                               [{"kv": (2, 1, 4, 1, 16), "k": (1, 4, 1, 16), "v": (1, 4, 1, 16)},
+                                {"kv": (2, 1, 4, 2, 16), "k": (1, 4, 2, 16), "v": (1, 4, 2, 16)}])
     assert (held.elements, held.bytes, held.per_token, held.per_token_bytes) == (1024, 4096, 128, 512)
 
 
