@@ -266,16 +266,12 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
                                        "first tokens see the later ones, so a prefill cannot give them: not checked")
         return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes)
     reset = _user_reset(module, reset_name)
-    refused = _chunk_unfed(module)  # why the module takes no chunk after its cache: then its tokens go one by one
+    refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
     try:
         try:
-            try:
-                difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
-                                                reset_name=reset_name, chunk=refused is None)
-            except _ChunkRefusedError as error:
-                refused = _refused_words(error)
-                difference = _cached_difference(module, reset, [x[:1], x[1:2]], prefill, reset_name=reset_name,
-                                                chunk=False)
+            difference, refused = _chunk_else_one_by_one(functools.partial(
+                _cached_difference, module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
+                reset_name=reset_name), refused)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
         finally:
             reset()
@@ -331,13 +327,24 @@ class _ChunkRefusedError(Exception):
     one token per cached step.  Its message: the forward's error, in words."""
 
 
-def _chunk_unfed(module: nn.Module) -> str | None:
+def _why_no_chunk(module: nn.Module) -> str | None:
     """Why kv-cache feeds the module no chunk after its cache (None: it does): a forward that takes an
     ``attention_mask`` (a Hugging Face layer) gets the mask for a chunk from its model, and attnviz passes none."""
     if "attention_mask" not in inspect.signature(module.forward).parameters:
         return None
     return ("the forward takes an attention_mask, which its model builds for a chunk after the cache (SDPA's is_causal "
             "alone aligns to the top-left), and attnviz passes none")
+
+
+def _chunk_else_one_by_one(feed: Callable[..., str | None], refused: str | None) -> tuple[str | None, str | None]:
+    """What ``feed(chunk=...)`` returns (:func:`_cached_difference`'s or :func:`_fed_back`'s words), and why no chunk
+    after the cache was fed (None: one was): ``feed`` is given the chunk unless ``refused`` already says why not,
+    and, when a forward raises on it (:class:`_ChunkRefusedError`), is fed again one token at a time, the error in
+    words (:func:`_refused_words`) the reason."""
+    try:
+        return feed(chunk=refused is None), refused
+    except _ChunkRefusedError as error:
+        return feed(chunk=False), _refused_words(error)
 
 
 def _refused_words(error: _ChunkRefusedError) -> str:
@@ -377,20 +384,12 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     with torch.no_grad():
         expected = [_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
         last: dict = {}  # the cache after the last sequence's last token
-        refused = _chunk_unfed(module)  # why the module takes no chunk after its cache: then its tokens go one by one
+        refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
         fed = functools.partial(_fed_back, module, sequences, expected, cache_name, flags, prefill)
-        try:
-            result = fed(lambda: None, last, chunk=refused is None)
-        except _ChunkRefusedError as error:
-            refused = _refused_words(error)
-            result = fed(lambda: None, last, chunk=False)
+        result, refused = _chunk_else_one_by_one(functools.partial(fed, lambda: None, last), refused)
         held = None
         if result == "none returned" and (held := _cache_object()) is not None:
-            try:
-                result = fed(_cache_object, last, chunk=refused is None)
-            except _ChunkRefusedError as error:
-                refused = _refused_words(error)
-                result = fed(_cache_object, last, chunk=False)
+            result, refused = _chunk_else_one_by_one(functools.partial(fed, _cache_object, last), refused)
         if result in ("none returned", "takes no cache object"):  # nothing to feed the next step: nothing to follow
             empty = held is not None and result == "none returned"
             return Check(rule, "skip", f"the cache is passed in as {cache_name} but the forward returns none to pass "
