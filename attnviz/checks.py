@@ -69,8 +69,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnviz import time_limit, tracing, user_code
-from attnviz.declared import declared_window
+from attnviz import time_limit, tracing
+from attnviz.declarations import SETTING_OF, SPELLINGS, declared_window, is_size
 from attnviz.kv_cache_rule import (
     RESETS,
     _cache_parameters,
@@ -314,20 +314,19 @@ SIZES_READ = ("num_heads", "num_kv_groups", "head_dim", "d_out", "latent_dim", "
 
 def _given_sizes(sizes: Mapping[str, int] | None) -> dict[str, int]:
     """``check_module``'s ``sizes`` by attnviz setting: a constructor's spelling of one (``n_kv_heads``,
-    ``num_key_value_heads`` → ``num_kv_groups``: :data:`attnviz.user_code.SPELLINGS`) read as the setting, and the
+    ``num_key_value_heads`` → ``num_kv_groups``: :data:`attnviz.declarations.SPELLINGS`) read as the setting, and the
     sizes ``attnviz check`` passes that no rule reads (``d_in``, ``context_length`` …) taken; ValueError naming a name
     that is neither, and the sizes the rules read (:data:`SIZES_READ`), or a size read that is not a positive whole
     number."""
-    by_name = {spelling: setting for setting, spellings in user_code.SPELLINGS.items() for spelling in spellings}
-    by_name.update({setting: setting for setting in [*user_code.SPELLINGS, "head_dim"]})
-    read = ", ".join(f"{setting} ({', '.join(user_code.SPELLINGS[setting][1:3])} …)"
-                     if len(user_code.SPELLINGS.get(setting, ())) > 1 else setting for setting in SIZES_READ)
+    by_name = {**SETTING_OF, **{setting: setting for setting in [*SPELLINGS, "head_dim"]}}
+    read = ", ".join(f"{setting} ({', '.join(SPELLINGS[setting][1:3])} …)"
+                     if len(SPELLINGS.get(setting, ())) > 1 else setting for setting in SIZES_READ)
     given = {}
     for name, value in (sizes or {}).items():
         setting = by_name.get(name)
         if setting is None:
             raise ValueError(f"no size {name!r}: the sizes the kv-cache rule reads are {read}")
-        if setting in SIZES_READ and not user_code.is_size(value):
+        if setting in SIZES_READ and not is_size(value):
             raise ValueError(f"sizes[{name!r}] is {value!r}: a size is a positive whole number")
         if given.get(setting, value) != value:
             raise ValueError(f"sizes give {setting} twice, {given[setting]!r} and {value!r} ({name!r})")

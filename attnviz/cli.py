@@ -282,7 +282,7 @@ def flag_notes(args, cls, overrides: dict) -> list[str]:
     by attnviz's names (``Kw() takes **kwargs: passed d_in=32, num_heads=2 to it …``), and one for each constructor
     flag that the class takes no argument for (``--window 3 not used: CausalSelfAttention() takes no window argument
     (sliding_window_size, …)``) or whose argument ``--set`` gives."""
-    from attnviz import user_code
+    from attnviz import declarations, user_code
 
     lines = []
     sizes = {setting: getattr(args, setting) for setting in SIZE_SETTINGS if getattr(args, setting) is not None}
@@ -298,7 +298,7 @@ def flag_notes(args, cls, overrides: dict) -> list[str]:
             lines.append(f"{flag} {given[setting]:g} not used: --set {overridden}={json.dumps(overrides[overridden])} "
                          f"gives {cls.__name__}()'s {overridden}")
             continue
-        spellings = user_code.SPELLINGS[setting]
+        spellings = declarations.SPELLINGS[setting]
         names = f"{', '.join(spellings[:-1])} or {spellings[-1]}" if len(spellings) > 1 else spellings[0]
         word = flag.removeprefix("--").replace("-", "_")  # --window: "window"
         lines.append(f"{flag} {given[setting]:g} not used: {cls.__name__}() takes no {word} argument ({names})")

@@ -47,11 +47,10 @@ import torch
 from torch import nn
 
 from attnviz import time_limit, tracing, user_code
-from attnviz.declared import declared_window
+from attnviz.declarations import declared_size, declared_window, is_size
 from attnviz.rotary_rule import _rotary
 from attnviz.rule_base import TOLERANCE, Check, _output
 from attnviz.tokens import counted
-from attnviz.user_code import declared_size
 from attnviz.words import amount, plural
 
 
@@ -1095,7 +1094,7 @@ def _sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dic
         sizes = {"num_heads": heads, "head_dim": head_dim, "d_out": heads * head_dim}
         if 0 < kv_heads < heads:
             sizes["num_kv_groups"] = kv_heads
-    sizes.update({setting: value for setting, value in (given or {}).items() if user_code.is_size(value)})
+    sizes.update({setting: value for setting, value in (given or {}).items() if is_size(value)})
     return sizes
 
 
@@ -1122,7 +1121,7 @@ def _d_out(module: nn.Module) -> int | None:
 def _head_dim(module: nn.Module) -> int | None:
     """The module's head_dim attribute, else its d_out ÷ num_heads (None: it keeps neither)."""
     head_dim = getattr(module, "head_dim", None)
-    if user_code.is_size(head_dim):
+    if is_size(head_dim):
         return head_dim
     d_out, heads = declared_size(module, "d_out"), declared_size(module, "num_heads")
     return d_out // heads if d_out is not None and heads is not None and d_out % heads == 0 else None

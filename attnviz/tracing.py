@@ -68,12 +68,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnviz import time_limit, user_code
+from attnviz import declarations, time_limit
 from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, EmptyTextError
 from attnviz.producers import book
 from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, ScoreWidth, Trace, hidden_by_mask, make_trace, to_numpy
-from attnviz.user_code import SPELLINGS
 from attnviz.words import amount
 
 RECORDED_BYTES = 2 * 2**30  # the tensors one recorded forward may hold (an endless loop's would fill the memory)
@@ -500,7 +499,7 @@ def _fold_heads(attention: Attention, batch: int, module: nn.Module) -> str | No
     items = attention.weights.shape[0]
     if attention.weights.shape[1] != 1 or items <= batch or items % batch:
         return None
-    heads = user_code.declared_size(module, "num_heads")
+    heads = declarations.declared_size(module, "num_heads")
     if heads is None or items != batch * heads:
         return (f"The attention weights are {items} maps for {amount(batch, 'item')}: read as {items} items of one "
                 "head each; if they are batch × heads (a (b·h, n, n) layout), give the module a num_heads attribute "
@@ -579,7 +578,7 @@ def _context_sources(node: _Node | None, contexts: set[int]) -> frozenset[int]:
 def module_context(module: nn.Module) -> tuple[int, str] | None:
     """(c, how attnviz knows) for a module that says its context: a triangular (…, c, c) mask buffer ("its mask
     buffer is 16 × 16") or a size it keeps under a name a constructor gives a context (``context_length``,
-    ``block_size``, ``max_position_embeddings`` …: :func:`attnviz.user_code.declared`; "its context_length is 16"),
+    ``block_size``, ``max_position_embeddings`` …: :func:`attnviz.declarations.declared`; "its context_length is 16"),
     the smallest when there are several; None when it says none."""
     found = []
     for name, buffer in module.named_buffers():
@@ -587,7 +586,7 @@ def module_context(module: nn.Module) -> tuple[int, str] | None:
             c = buffer.shape[-1]
             shape = " × ".join(str(size) for size in buffer.shape)
             found.append((c, f"its {name.rsplit('.', 1)[-1]} buffer is {shape}"))
-    declared = user_code.declared(module, "context_length")
+    declared = declarations.declared(module, "context_length")
     if declared is not None:
         name, value = declared
         found.append((value, f"its {name} is {value}"))
@@ -613,12 +612,12 @@ def _longer_than_context(module: nn.Module, x: torch.Tensor) -> str | None:
 
 def _context_parameter(module: nn.Module) -> str:
     """The name the module's constructor gives its context (``block_size`` for nanoGPT's, ``context_length`` for the
-    book's: :data:`attnviz.user_code.SPELLINGS`), or "context" when it takes none of the usual names."""
+    book's: :data:`attnviz.declarations.SPELLINGS`), or "context" when it takes none of the usual names."""
     try:
         parameters = inspect.signature(type(module).__init__).parameters
     except (TypeError, ValueError):
         parameters = {}
-    return next((name for name in SPELLINGS["context_length"] if name in parameters), "context")
+    return next((name for name in declarations.SPELLINGS["context_length"] if name in parameters), "context")
 
 
 def _unsliced_mask(module: nn.Module, x: torch.Tensor, error: TraceError) -> str | None:
@@ -1822,12 +1821,12 @@ def _layer_width(module: nn.Module) -> InputWidth | None:
 def input_width(module: nn.Module) -> InputWidth | None:
     """The input width a module expects, and where it was read (:class:`InputWidth`): a size it keeps under a name a
     constructor gives its input width (``d_in``, ``embed_dim``, ``hidden_size`` …:
-    :func:`attnviz.user_code.declared`); else the width the first projection its forward calls takes — an
+    :func:`attnviz.declarations.declared`); else the width the first projection its forward calls takes — an
     ``nn.Linear``, an ``nn.MultiheadAttention``, or a weight x is multiplied by (:func:`_first_called`: a forward
     stopped there, so Qwen3's ``o_proj``, heads × head_dim wide, made before ``q_proj``, is not taken for the
     input); else the first of them the module holds; else the first dimension of a 2-D weight named for queries (the
     book's ``SelfAttention_v1``: ``W_query`` is (d_in, d_out)).  None: none of these."""
-    declared = user_code.declared(module, "d_in")
+    declared = declarations.declared(module, "d_in")
     if declared is not None:
         return InputWidth(declared[1], f"its {declared[0]} attribute")
     found = _layer_width(module)
@@ -2054,15 +2053,15 @@ def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
     width = None if attention.queries is None else attention.queries.shape[-1]
     summed = tuple(attention.summed_widths)  # the widths of the products the scores are the sum of
     widths = summed or (width,)
-    latent = None if module is None else user_code.declared_size(module, "latent_dim")
+    latent = None if module is None else declarations.declared_size(module, "latent_dim")
     if width is None or latent not in widths:
         return ScoreWidth(widths[0] if len(set(widths)) == 1 else width, summed_widths=summed)
     for name in HEAD_DIM_NAMES:
         value = getattr(module, name, None)
-        if user_code.is_size(value):
+        if declarations.is_size(value):
             return ScoreWidth(width, summed_widths=summed) if value == width else ScoreWidth(
                 value, name, latent, f"the per-head width the module keeps as {name}", summed)
-    d_out, heads = user_code.declared_size(module, "d_out"), user_code.declared_size(module, "num_heads")
+    d_out, heads = declarations.declared_size(module, "d_out"), declarations.declared_size(module, "num_heads")
     if d_out is not None and heads is not None and d_out % heads == 0:
         return ScoreWidth(width, summed_widths=summed) if d_out // heads == width else ScoreWidth(
             d_out // heads, latent=latent, source="the per-head width, the module's d_out ÷ num_heads",

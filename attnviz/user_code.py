@@ -48,31 +48,16 @@ from pathlib import Path
 from torch import nn
 
 from attnviz import time_limit, user_imports
+from attnviz.declarations import CONFIG_NAMES, SETTING_OF, SPELLINGS, is_size
 from attnviz.script_args import flag_values
 
 CLI_FLAG = "--module"
 ENV = "ATTNVIZ_MODULES"
 
-# attnviz's setting -> the names a constructor may call it
-SPELLINGS = {
-    "d_in": ("d_in", "embed_dim", "n_embd", "d_model", "hidden_size", "dim", "emb_dim", "in_features", "input_dim"),
-    "d_out": ("d_out", "out_dim", "output_dim", "out_features"),
-    "num_heads": ("num_heads", "n_head", "n_heads", "nhead", "heads", "num_attention_heads"),
-    "context_length": ("context_length", "block_size", "max_seq_len", "n_positions", "max_len", "seq_len",
-                       "max_position_embeddings"),
-    "dropout": ("dropout", "attn_pdrop", "p_drop", "dropout_p", "attn_dropout", "attention_dropout", "drop"),
-    "qkv_bias": ("qkv_bias", "bias"),
-    "batch_first": ("batch_first",),
-    "num_kv_groups": ("num_kv_groups", "n_kv_groups", "num_key_value_heads", "n_kv_heads", "num_kv_heads",
-                      "n_kv_head"),
-    "latent_dim": ("latent_dim", "kv_lora_rank", "kv_latent_dim"),
-    "sliding_window_size": ("sliding_window_size", "sliding_window", "window_size", "attention_window"),
-}
 VARIANT_SETTINGS = ("num_kv_groups", "latent_dim", "sliding_window_size")  # filled when given or required
 # filled when given or required too: a parameter with a default keeps it (LlamaGQA(num_heads=8) keeps its 8 heads
 # without --num-heads); a required one gets attnviz's default (:data:`DEFAULTS`), and d_out follows a d_in given
 OWN_DEFAULT_SETTINGS = ("d_in", "d_out", "num_heads", "context_length", "dropout")
-CONFIG_NAMES = ("config", "cfg", "args", "conf")
 DEFAULTS = {"d_in": 64, "d_out": 64, "num_heads": 4, "context_length": 64, "dropout": 0.0, "batch_first": True}
 # qkv_bias is passed only when given (``--set bias=false``): a constructor's own default wins (nanoGPT's bias=True);
 # one that requires it gets its spelling's home default: nanoGPT's and nn.Linear's bias=True, the book's qkv_bias=False
@@ -260,7 +245,6 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     values = {**DEFAULTS, **{setting: value for setting, value in own.items() if _is_number(value)}, **given}
     if "d_out" not in given and not _is_number(own.get("d_out")):
         values["d_out"] = values["d_in"]
-    by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
     overrides = dict(overrides or {})
     by_kwargs = kwargs_settings(cls, given, overrides) if to_kwargs else []
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -277,7 +261,7 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
-        setting = by_name.get(parameter.name)
+        setting = SETTING_OF.get(parameter.name)
         if parameter.name in overrides:
             arguments[parameter.name] = overrides.pop(parameter.name)
         elif setting in VARIANT_SETTINGS:
@@ -394,7 +378,6 @@ def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[
     ``context_length``); given ``cls``, also the defaults of its size parameters that ``arguments`` leave to it
     (``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` called with none).  What the module was built with,
     whatever names it keeps them under afterwards."""
-    by_name = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}
     sizes = {}
     if cls is not None:
         arguments = {**_parameter_defaults(cls), **arguments}
@@ -403,8 +386,8 @@ def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[
             for field, setting in CONFIG_FIELDS.items():
                 if setting in SPELLINGS and is_size(getattr(value, field, None)):
                     sizes.setdefault(setting, getattr(value, field))
-        elif name in by_name and is_size(value):
-            sizes[by_name[name]] = value
+        elif name in SETTING_OF and is_size(value):
+            sizes[SETTING_OF[name]] = value
     return sizes
 
 
@@ -414,28 +397,6 @@ def _parameter_defaults(cls: type[nn.Module]) -> dict:
     if parameters is None:
         return {}
     return {p.name: p.default for p in parameters if p.default is not p.empty}
-
-
-def is_size(value) -> bool:
-    """Whether ``value`` is a size: a positive whole number (an int, not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def declared(module: nn.Module, setting: str) -> tuple[str, int] | None:
-    """(the name, the size) a module keeps for attnviz's ``setting`` (``d_in``, ``num_heads``, ``context_length``,
-    ``num_kv_groups`` …): the first of the names its constructor may call it (:data:`SPELLINGS`: ``emb_dim``,
-    ``max_position_embeddings`` …) whose attribute is a size (:func:`is_size`); None: it keeps none."""
-    for name in SPELLINGS[setting]:
-        value = getattr(module, name, None)
-        if is_size(value):
-            return name, value
-    return None
-
-
-def declared_size(module: nn.Module, setting: str) -> int | None:
-    """The size a module keeps for attnviz's ``setting`` under any of its spellings (:func:`declared`); None: none."""
-    found = declared(module, setting)
-    return None if found is None else found[1]
 
 
 def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -> types.SimpleNamespace:

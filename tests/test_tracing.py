@@ -273,7 +273,7 @@ def test_a_long_text_on_a_module_that_fails_at_any_length_keeps_its_own_error():
 
 def test_a_module_keeping_its_width_and_context_under_other_constructor_names_is_traced_and_checked():
     """emb_dim and max_position_embeddings are names constructors give the input width and the context (the ones
-    attnviz builds a module with, user_code.SPELLINGS): the width was read only as d_in/embed_dim/…, the context
+    attnviz builds a module with, declarations.SPELLINGS): the width was read only as d_in/embed_dim/…, the context
     only as context_length/block_size/…, so this module's text could not be embedded ("cannot tell the module's
     input width"), nor a check run without x, and a text longer than its table named neither length."""
     module = um.FusedPositionTable(emb_dim=24, max_position_embeddings=16).eval()

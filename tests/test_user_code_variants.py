@@ -5,7 +5,7 @@ import pytest
 from helpers import user_modules as um
 from torch import nn
 
-from attnviz import user_code
+from attnviz import declarations, user_code
 
 
 class Spelled(nn.Module):
@@ -26,7 +26,7 @@ class TakesKwargs(nn.Module):
                                                ("window_size", "sliding_window_size"),
                                                ("sliding_window_size", "sliding_window_size")])
 def test_each_spelling_maps_to_its_setting(name, setting):
-    assert name in user_code.SPELLINGS[setting]
+    assert name in declarations.SPELLINGS[setting]
 
 
 def test_given_sizes_reach_the_class_under_its_own_names():

@@ -17,8 +17,8 @@ from torch import nn
 from attnviz import variants
 from attnviz.attention import MultiHeadAttention
 from attnviz.config import MAX_HEADS, AttentionConfig, divisors
+from attnviz.declarations import is_size
 from attnviz.rng import seeded
-from attnviz.user_code import is_size
 from attnviz.words import amount
 
 BOOK_MHA = variants.get(variants.MHA)  # the registry's record of the class bugs 1–7 change
