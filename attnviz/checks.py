@@ -70,7 +70,15 @@ import torch
 from torch import nn
 
 from attnviz import time_limit, tracing
-from attnviz.declarations import SETTING_OF, SPELLINGS, declared_window, is_size
+from attnviz.declarations import (
+    HEAD_DIM_NAMES,
+    SETTING_OF,
+    SPELLINGS,
+    DeclaredScale,
+    declared_scales,
+    declared_window,
+    is_size,
+)
 from attnviz.kv_cache_rule import (
     RESETS,
     _cache_parameters,
@@ -85,7 +93,7 @@ from attnviz.rotary_rule import _rotary, _rotary_tokens, rotary_placement
 from attnviz.rule_base import TOLERANCE, Check, _output, _per_query_head
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth
-from attnviz.tracing import HEAD_DIM_NAMES, DeclaredScale, declared_scales, score_width
+from attnviz.tracing import score_width
 from attnviz.words import amount
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement", "dropout-placement",

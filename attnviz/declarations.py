@@ -1,5 +1,6 @@
 """What a user's module and its config declare: its sizes under the spellings attention code uses (:data:`SPELLINGS`,
-and the map from a spelling to attnviz's setting), and its sliding window.
+the map from a spelling to attnviz's setting, :data:`HEAD_DIM_NAMES`), the scales it declares other than
+1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its own), and its sliding window.
 
 A module says what it is built as in its constructor's arguments, its own attributes and its config object, under the
 names attention code gives them; :mod:`attnviz.user_code` (building a module), :mod:`attnviz.tracing` and the rules
@@ -7,6 +8,9 @@ of :mod:`attnviz.checks` read those declarations here.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -28,6 +32,8 @@ SPELLINGS = {
 # the names a module or a constructor keeps its config object under (``self.config``, a ``cfg`` parameter …)
 CONFIG_NAMES = ("config", "cfg", "args", "conf")
 SETTING_OF = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}  # -> setting
+# the names a module keeps its per-head width of Q·Kᵀ under (DeepSeek-V3: qk_head_dim, lucidrains: dim_head)
+HEAD_DIM_NAMES = ("head_dim", "qk_head_dim", "d_head", "dim_head", "head_size", "d_k")
 
 
 def is_size(value) -> bool:
@@ -50,6 +56,64 @@ def declared_size(module: nn.Module, setting: str) -> int | None:
     """The size a module keeps for attnviz's ``setting`` under any of its spellings (:func:`declared`); None: none."""
     found = declared(module, setting)
     return None if found is None else found[1]
+
+
+@dataclass(frozen=True)
+class DeclaredScale:
+    """A number the scores may be multiplied by other than 1/√head_dim, and where it comes from: ``design`` when the
+    module's config declares it as its model's design (:func:`declared_scales`), else an attribute the module sets
+    itself; ``words`` name it ("√12 = √query_pre_attn_scalar, the config's scale (Gemma)", "self.scaling"), and a
+    config's ``setting`` says, short, what declares it ("query_pre_attn_scalar = 12")."""
+
+    scale: float
+    words: str
+    design: bool
+    setting: str = ""
+
+
+SCALE_NAMES = ("scaling", "softmax_scale", "scale", "sm_scale", "attn_scale")  # a scale kept as a module attribute
+
+
+def declared_scales(module: nn.Module | None, head_dim: int | None) -> tuple[DeclaredScale, ...]:
+    """The scales ``module`` declares, designs first: a ``config`` (of the module or a submodule) with Gemma's
+    ``query_pre_attn_scalar`` (the scores × query_pre_attn_scalar^-0.5) or DeepSeek's YaRN in ``rope_scaling`` /
+    ``rope_parameters`` (a rope type other than default, ``mscale_all_dim`` set: 1/√head_dim × mscale², mscale =
+    0.1 · mscale_all_dim · ln(factor) + 1 when factor > 1); then each number it keeps as one of :data:`SCALE_NAMES`,
+    as the multiplier and as the divisor (TransformerLens's ``attn_scale`` = √d_head)."""
+    found: list[DeclaredScale] = []
+    if module is None:
+        return ()
+    for _, sub in module.named_modules():
+        config = getattr(sub, "config", None)
+        scalar = _setting(config, "query_pre_attn_scalar")
+        if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0:
+            found.append(DeclaredScale(scalar ** -0.5, f"√{scalar:g} = √query_pre_attn_scalar, the config's scale "
+                                                       "(Gemma)", True, f"query_pre_attn_scalar = {scalar:g}"))
+        rope = _setting(config, "rope_scaling") or _setting(config, "rope_parameters")
+        if head_dim and isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
+            factor, all_dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim") or 0.0
+            mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
+            if mscale != 1.0:
+                scale = head_dim ** -0.5 * mscale ** 2
+                found.append(DeclaredScale(scale, f"{1 / scale:.4g} = √{head_dim} ÷ mscale², YaRN's from the config's "
+                                                  "rope_scaling (mscale = 0.1 · mscale_all_dim · ln(factor) + 1 = "
+                                                  f"{mscale:.4g}: DeepSeek)", True,
+                                           f"√{head_dim} ÷ mscale², YaRN's mscale = {mscale:.4g} from rope_scaling's "
+                                           f"factor = {factor:g} and mscale_all_dim = {all_dim:g}"))
+    for path, sub in module.named_modules():
+        for name in SCALE_NAMES:
+            value = vars(sub).get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                words = f"self.{path + '.' if path else ''}{name}"
+                found += [DeclaredScale(value, f"{words} ({value:.4g})", False),
+                          DeclaredScale(1 / value, f"{words} ({value:.4g}), which it divides by", False)]
+    return tuple(found)
+
+
+def _setting(config, name: str):
+    """``config``'s ``name``: an attribute, or a dict's key; None when it has none."""
+    return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+
 
 
 def declared_window(module: nn.Module) -> int | None:

@@ -66,7 +66,8 @@ class ModuleRun:
     # width for MLA with W_UK absorbed, or scores that add two products; None: the width of the recorded q·k
     score_width: ScoreWidth | None = None
     # (the number the scores are multiplied by, the setting that declares it: "query_pre_attn_scalar = 256") of each
-    # scale the module's config declares as its model's (:func:`attnviz.tracing.declared_scales`), for the explanation
+    # scale the module's config declares as its model's (:func:`attnviz.declarations.declared_scales`), for the
+    # explanation
     declared_scales: tuple[tuple[float, str], ...] = ()
 
 

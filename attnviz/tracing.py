@@ -44,8 +44,6 @@ diagram draws the user's own pipeline.  The views (the app, ``attnviz.show``) dr
 is never edited and declares nothing; it runs in the mode (train/eval) it is in, without gradients.  Its
 ``module_run.score_width`` is the head_dim the scale is judged by (``score_width``, the checker's ``scaling`` rule's
 too): not the width of the recorded q·k where the scores run over an absorbed MLA's latent or add two products.
-``declared_scales`` reads, beside it, the scales a module declares other than 1/√head_dim (a config's design, an
-attribute of its own) for that rule.
 
 Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
 ``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  It calls ``forward(x)``, or
@@ -2015,8 +2013,8 @@ def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_id
 
 def module_run(module: nn.Module, recording: Recording, attention: Attention) -> ModuleRun:
     """The module's class, its file and the line of each stage (for the source panel and the op diagram), the
-    head_dim its scale is judged by (:func:`score_width`) and the scales its config declares (:func:`declared_scales`'
-    designs), for the explanation of a weight."""
+    head_dim its scale is judged by (:func:`score_width`) and the scales its config declares
+    (:func:`attnviz.declarations.declared_scales`' designs), for the explanation of a weight."""
     try:
         filename = inspect.getsourcefile(type(module))
     except (TypeError, OSError):
@@ -2034,14 +2032,11 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
     except (TypeError, OSError):
         source_lines, first_line = [], 1
     width = score_width(module, attention)
-    declared = tuple((found.scale, found.setting) for found in declared_scales(module, width.head_dim) if found.design)
+    declared = tuple((found.scale, found.setting)
+                     for found in declarations.declared_scales(module, width.head_dim) if found.design)
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
                      kind=attention.kind, source="".join(source_lines), first_line=first_line,
                      unrecorded=dict(attention.unrecorded), score_width=width, declared_scales=declared)
-
-
-# the names a module keeps its per-head width of Q·Kᵀ under (DeepSeek-V3: qk_head_dim, lucidrains: dim_head)
-HEAD_DIM_NAMES = ("head_dim", "qk_head_dim", "d_head", "dim_head", "head_size", "d_k")
 
 
 def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
@@ -2049,14 +2044,15 @@ def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
     unless the latent the module declares (``latent_dim``, ``kv_lora_rank`` …) is the width of Q·Kᵀ or of one of its
     two products: MLA in DeepSeek-V3's absorbed form folds W_UK into the queries and takes the scores against the
     latent ``c_kv`` itself (adding its decoupled rotary scores), while its scale stays 1/√ of the per-head width,
-    which the module then declares (:data:`HEAD_DIM_NAMES`, or d_out ÷ num_heads) or leaves unknown (None)."""
+    which the module then declares (:data:`attnviz.declarations.HEAD_DIM_NAMES`, or d_out ÷ num_heads) or leaves
+    unknown (None)."""
     width = None if attention.queries is None else attention.queries.shape[-1]
     summed = tuple(attention.summed_widths)  # the widths of the products the scores are the sum of
     widths = summed or (width,)
     latent = None if module is None else declarations.declared_size(module, "latent_dim")
     if width is None or latent not in widths:
         return ScoreWidth(widths[0] if len(set(widths)) == 1 else width, summed_widths=summed)
-    for name in HEAD_DIM_NAMES:
+    for name in declarations.HEAD_DIM_NAMES:
         value = getattr(module, name, None)
         if declarations.is_size(value):
             return ScoreWidth(width, summed_widths=summed) if value == width else ScoreWidth(
@@ -2067,63 +2063,6 @@ def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:
             d_out // heads, latent=latent, source="the per-head width, the module's d_out ÷ num_heads",
             summed_widths=summed)
     return ScoreWidth(None, latent=latent, summed_widths=summed)
-
-
-@dataclass(frozen=True)
-class DeclaredScale:
-    """A number the scores may be multiplied by other than 1/√head_dim, and where it comes from: ``design`` when the
-    module's config declares it as its model's design (:func:`declared_scales`), else an attribute the module sets
-    itself; ``words`` name it ("√12 = √query_pre_attn_scalar, the config's scale (Gemma)", "self.scaling"), and a
-    config's ``setting`` says, short, what declares it ("query_pre_attn_scalar = 12")."""
-
-    scale: float
-    words: str
-    design: bool
-    setting: str = ""
-
-
-SCALE_NAMES = ("scaling", "softmax_scale", "scale", "sm_scale", "attn_scale")  # a scale kept as a module attribute
-
-
-def declared_scales(module: nn.Module | None, head_dim: int | None) -> tuple[DeclaredScale, ...]:
-    """The scales ``module`` declares, designs first: a ``config`` (of the module or a submodule) with Gemma's
-    ``query_pre_attn_scalar`` (the scores × query_pre_attn_scalar^-0.5) or DeepSeek's YaRN in ``rope_scaling`` /
-    ``rope_parameters`` (a rope type other than default, ``mscale_all_dim`` set: 1/√head_dim × mscale², mscale =
-    0.1 · mscale_all_dim · ln(factor) + 1 when factor > 1); then each number it keeps as one of :data:`SCALE_NAMES`,
-    as the multiplier and as the divisor (TransformerLens's ``attn_scale`` = √d_head)."""
-    found: list[DeclaredScale] = []
-    if module is None:
-        return ()
-    for _, sub in module.named_modules():
-        config = getattr(sub, "config", None)
-        scalar = _setting(config, "query_pre_attn_scalar")
-        if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0:
-            found.append(DeclaredScale(scalar ** -0.5, f"√{scalar:g} = √query_pre_attn_scalar, the config's scale "
-                                                       "(Gemma)", True, f"query_pre_attn_scalar = {scalar:g}"))
-        rope = _setting(config, "rope_scaling") or _setting(config, "rope_parameters")
-        if head_dim and isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
-            factor, all_dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim") or 0.0
-            mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
-            if mscale != 1.0:
-                scale = head_dim ** -0.5 * mscale ** 2
-                found.append(DeclaredScale(scale, f"{1 / scale:.4g} = √{head_dim} ÷ mscale², YaRN's from the config's "
-                                                  "rope_scaling (mscale = 0.1 · mscale_all_dim · ln(factor) + 1 = "
-                                                  f"{mscale:.4g}: DeepSeek)", True,
-                                           f"√{head_dim} ÷ mscale², YaRN's mscale = {mscale:.4g} from rope_scaling's "
-                                           f"factor = {factor:g} and mscale_all_dim = {all_dim:g}"))
-    for path, sub in module.named_modules():
-        for name in SCALE_NAMES:
-            value = vars(sub).get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                words = f"self.{path + '.' if path else ''}{name}"
-                found += [DeclaredScale(value, f"{words} ({value:.4g})", False),
-                          DeclaredScale(1 / value, f"{words} ({value:.4g}), which it divides by", False)]
-    return tuple(found)
-
-
-def _setting(config, name: str):
-    """``config``'s ``name``: an attribute, or a dict's key; None when it has none."""
-    return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
 
 
 def causal_flag(module: nn.Module) -> tuple[str, nn.Module] | None:
