@@ -81,16 +81,16 @@ from attnviz.declarations import (
 )
 from attnviz.kv_cache_rule import (
     RESETS,
-    _cache_parameters,
-    _kept_state,
-    _sizes,
-    _uncached_appends,
+    cache_parameters,
+    cache_sizes,
+    kept_state,
     kv_cache,
     kv_prefill,
     kv_steps,
+    uncached_appends,
 )
-from attnviz.rotary_rule import _rotary, _rotary_tokens, rotary_placement
-from attnviz.rule_base import TOLERANCE, Check, _output, _per_query_head
+from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
+from attnviz.rule_base import TOLERANCE, Check, module_output, per_query_head
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth
 from attnviz.tracing import score_width
@@ -193,13 +193,13 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     hook = module.register_forward_pre_hook(meter.before_forward)
     try:
         module.eval()
-        kept = _kept_state(module)
+        kept = kept_state(module)
         with tracing.saying_width(x, width):
             recording = tracing.record(module, x)
         attention, _ = tracing.combine(recording.attentions)
         _require_finite_output(recording.output, attention)
         traced = meter.forwards
-        appended = _uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
+        appended = uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
                                      random=_dropout_acts(attention))
         told = meter.forwards - traced  # the forwards that told whether the trace wrote to a cache: 0 to 2
         stated = _stated_causal(module, attention, causal)
@@ -227,7 +227,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
                                                            window=window, stated=stated, width=width,
                                                            declared=declared),
-            "kv-cache": lambda: kv_cache(module, x, causal, sizes=_sizes(sizes, attention)),
+            "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention)),
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
@@ -352,14 +352,14 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis up to
     :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
-    use_cache, cache_name = _cache_parameters(module)
+    use_cache, cache_name = cache_parameters(module)
     takes_cache = use_cache or cache_name is not None
     resets = use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
     measured = 3 if resets else 2 if takes_cache else 0
     window = declared_window(module)
     longer = causal and window is not None and n <= window <= LONGEST_WINDOW_CHECK - 2
     per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer),
-                "rotary-placement": int(_rotary(module) and _rotary_tokens(module, x) > 1),
+                "rotary-placement": int(uses_rotary(module) and rotary_tokens(module, x) > 1),
                 "dropout-placement": 1, "batch-independence": batch,
                 "kv-cache": 2 * (1 + len(kv_steps(n, kv_prefill(n)))) + measured if takes_cache and n > 1 else 0}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
@@ -372,7 +372,7 @@ def _diagnosis_forwards(module: nn.Module, x: torch.Tensor, rules: list[str]) ->
     of the whole sequence, the forwards before the failing step again (at most n − prefill) and the step (the cause).
     A rule that fails skips its later forwards, so a check usually runs fewer."""
     n = x.shape[1]
-    use_cache, cache_name = _cache_parameters(module)
+    use_cache, cache_name = cache_parameters(module)
     takes_cache = use_cache or cache_name is not None
     per_rule = {"causal": 1, "batch-independence": 2,
                 "kv-cache": n - kv_prefill(n) + 5 if takes_cache and n > 1 else 0}
@@ -553,7 +553,7 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
         changed = x.clone()  # (b, n, d_in)
         changed[:, j:] = torch.randn(changed[:, j:].shape, generator=generator).to(x.dtype)
         with torch.no_grad():
-            moved = (_output(module, changed)[:, :j] - output[:, :j]).abs()  # (b, j, d_out)
+            moved = (module_output(module, changed)[:, :j] - output[:, :j]).abs()  # (b, j, d_out)
         if moved.max() > TOLERANCE:
             position = int(moved.amax(dim=(0, 2)).argmax())
             cause = _leak_cause(module, changed, j, attention, stated, unmasked) if attention is not None else ""
@@ -1041,7 +1041,7 @@ def batch_independence(module: nn.Module, x: torch.Tensor, output: torch.Tensor)
         others = [i for i in range(x.shape[0]) if i != item]
         changed[others] = torch.randn(changed[others].shape, generator=generator).to(x.dtype)
         with torch.no_grad():
-            moved = (_output(module, changed)[item] - output[item]).abs()  # (n, d_out)
+            moved = (module_output(module, changed)[item] - output[item]).abs()  # (n, d_out)
         if moved.max() > TOLERANCE:
             position = int(moved.amax(dim=-1).argmax())
             cause = _not_batch_first(module, x, changed, item) or ("something mixes the batch (a view or reshape "
@@ -1064,7 +1064,7 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
         for _, sub in found:
             sub.batch_first = True
         with torch.no_grad():
-            still = (_output(module, changed)[item] - _output(module, x)[item]).abs().max().item()  # a float
+            still = (module_output(module, changed)[item] - module_output(module, x)[item]).abs().max().item()
     except tracing.TraceError:
         return None
     finally:
@@ -1153,7 +1153,7 @@ def _head_groups(tensor: torch.Tensor | None, queries: torch.Tensor | None) -> l
     to the queries'."""
     if tensor is None or queries is None or tensor.dim() != 4 or queries.dim() != 4:
         return None
-    per_head = _per_query_head(tensor, queries)  # (b, h, n, d)
+    per_head = per_query_head(tensor, queries)  # (b, h, n, d)
     if per_head.shape[1] != queries.shape[1]:
         return None
     tolerance = PAIRING_TOLERANCE * max(1.0, per_head.abs().max().item())
@@ -1278,7 +1278,7 @@ def reference_context(queries, keys, values, causal: bool, *, scaled: bool = Tru
     ``window``: the causal mask also hides the keys ``window`` or more behind; ``bias`` (b, h, 1, nk): added to the
     scaled scores, ALiBi's slope × key position; ``head_dim``: d_head when it is not the width d of Q and K, as in
     absorbed MLA's scores over the latent; ``scale``: what multiplies Q·Kᵀ instead of 1/√d_head — a config's own)."""
-    queries, keys, values = queries.float(), _per_query_head(keys, queries), _per_query_head(values, queries)
+    queries, keys, values = queries.float(), per_query_head(keys, queries), per_query_head(values, queries)
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     if scaled and scale is not None:
         scores = scores * scale  # (b, h, nq, nk)

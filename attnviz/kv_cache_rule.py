@@ -31,7 +31,7 @@ declared, full K and V (d_out per token each) where a ``latent_dim`` is (sizes t
 those it was built with, ``check_module``'s ``sizes``, and the heads and head_dim its trace measured).
 
 An uncached forward that writes to a cache the module keeps (a forward that ignores ``use_cache=False``, or takes no
-``use_cache`` and caches on every call: :func:`_uncached_appends`) — one that grows, or one allocated once at its full
+``use_cache`` and caches on every call: :func:`uncached_appends`) — one that grows, or one allocated once at its full
 size whose buffers are written in place and whose pointer moves — fails ``kv-cache`` in those words.
 """
 
@@ -48,14 +48,14 @@ from torch import nn
 
 from attnviz import time_limit, tracing, user_code
 from attnviz.declarations import declared_size, declared_window, is_size
-from attnviz.rotary_rule import _rotary
-from attnviz.rule_base import TOLERANCE, Check, _output
+from attnviz.rotary_rule import uses_rotary
+from attnviz.rule_base import TOLERANCE, Check, module_output
 from attnviz.tokens import counted
 from attnviz.words import amount, plural
 
 
 @dataclass(frozen=True)
-class _KeptState:
+class KeptState:
     """What a module keeps, as an uncached forward may change it, without a copy of its cache: every tensor it keeps
     (:func:`_kept_tensors`) with its version counter, which an in-place write moves (a copy of an inference tensor,
     which keeps none), the paths of those that are buffers, and the numbers its modules hold as attributes (a
@@ -66,8 +66,8 @@ class _KeptState:
     numbers: dict[str, int | float | bool]
 
 
-def _kept_state(module: nn.Module) -> _KeptState:
-    """The module's :class:`_KeptState` now."""
+def kept_state(module: nn.Module) -> KeptState:
+    """The module's :class:`KeptState` now."""
     tensors = {}
     for path, tensor in _kept_tensors(module).items():
         version = _version(tensor)
@@ -75,12 +75,12 @@ def _kept_state(module: nn.Module) -> _KeptState:
     numbers = {f"{prefix}.{name}" if prefix else name: value for prefix, submodule in module.named_modules()
                for name, value in vars(submodule).items()
                if name not in MODULE_INTERNALS and type(value) in (int, float, bool)}
-    return _KeptState(tensors, frozenset(name for name, _ in module.named_buffers()), numbers)
+    return KeptState(tensors, frozenset(name for name, _ in module.named_buffers()), numbers)
 
 
 def _tensor_change(before: tuple[torch.Tensor, int | None] | None,
                    after: tuple[torch.Tensor, int | None] | None) -> str | None:
-    """How a kept tensor changed between two :class:`_KeptState` entries (None: it did not): "appeared as (2, 4, 16,
+    """How a kept tensor changed between two :class:`KeptState` entries (None: it did not): "appeared as (2, 4, 16,
     8)", "was removed", "changed in place" (the same tensor, its version counter moved) or "was replaced by (…)"
     (another tensor of other values: one of equal values, rebuilt by every forward, is no change)."""
     if before is None and after is None:
@@ -94,7 +94,7 @@ def _tensor_change(before: tuple[torch.Tensor, int | None] | None,
     return None if _unchanged(before[0], after[0]) else f"was replaced by {_shape_words(after[0].shape)}"
 
 
-def _state_changes(before: _KeptState, after: _KeptState) -> tuple[list[str], list[str]]:
+def _state_changes(before: KeptState, after: KeptState) -> tuple[list[str], list[str]]:
     """The paths of the tensors, and of the numbers, that changed from ``before`` to ``after``."""
     tensors = [path for path in dict.fromkeys([*before.tensors, *after.tensors])
                if _tensor_change(before.tensors.get(path), after.tensors.get(path)) is not None]
@@ -127,11 +127,11 @@ def _differs(a: torch.Tensor, b: torch.Tensor) -> str | None:
     return None if worst <= TOLERANCE else f"differs by {worst:.3g}"
 
 
-def _uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor, before: _KeptState,
+def uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor, before: KeptState,
                       random: bool = False) -> str | None:
     """kv-cache's words for a module whose uncached forward — ``use_cache=False``, or a forward that takes no
     ``use_cache`` — writes to a cache it keeps (None: it does not).  The traced forward of ``x`` (its ``output``)
-    changed a tensor the module keeps ``before`` it (:class:`_KeptState`: new, grown, replaced by other values or
+    changed a tensor the module keeps ``before`` it (:class:`KeptState`: new, grown, replaced by other values or
     written in place — a number that moves alone, a call counter, holds no keys), the same forward again changed a
     tensor again, and that second forward raised (then what the first changed is named) or gave another output.
     What changes only in the first forward (rotary tables built on the first call) and what changes every time but
@@ -142,12 +142,12 @@ def _uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor, 
 
     A cache that grows is named by its shapes (:func:`_appended_words`); one allocated once at its full size (the
     book's optimized cache, Llama's) by what changed in it and the numbers that moved (:func:`_written_words`)."""
-    first = _kept_state(module)
+    first = kept_state(module)
     written, counted_first = _state_changes(before, first)
     if not written:
         return None  # no tensor changed: a number alone (a call counter) holds no keys
     again, raised = _seeded_output(module, x, "the second one")
-    second = _kept_state(module)
+    second = kept_state(module)
     written_again, counted_again = _state_changes(first, second)
     if raised is None:
         what = _differs(output, again)
@@ -162,7 +162,7 @@ def _uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor, 
         what = raised  # "the second one raised RuntimeError: …"
     grown = [path for path in written_again if path in first.tensors and path in second.tensors
              and second.tensors[path][0].numel() > first.tensors[path][0].numel()]
-    takes_use_cache, _ = _cache_parameters(module)
+    takes_use_cache, _ = cache_parameters(module)
     called = "with use_cache=False" if takes_use_cache else "(it takes no use_cache)"
     if grown:
         return _appended_words(called, takes_use_cache, x, grown, before, first, second, what)
@@ -170,11 +170,11 @@ def _uncached_appends(module: nn.Module, x: torch.Tensor, output: torch.Tensor, 
     return _written_words(called, takes_use_cache, x, changed, before, first, second, what)
 
 
-def _appended_words(called: str, takes_use_cache: bool, x: torch.Tensor, grown: list[str], before: _KeptState,
-                    first: _KeptState, second: _KeptState, what: str) -> str:
+def _appended_words(called: str, takes_use_cache: bool, x: torch.Tensor, grown: list[str], before: KeptState,
+                    first: KeptState, second: KeptState, what: str) -> str:
     """kv-cache's words for an uncached forward that appends to a cache that grows (``grown``: the tensors that grew
     again in the second forward)."""
-    def shape(state: _KeptState, path: str) -> torch.Size | None:
+    def shape(state: KeptState, path: str) -> torch.Size | None:
         return state.tensors[path][0].shape if path in state.tensors else None
 
     sizes = ", ".join(f"{path} from {_shape_words(shape(before, path))} to {_shape_words(shape(first, path))}, then "
@@ -187,8 +187,8 @@ def _appended_words(called: str, takes_use_cache: bool, x: torch.Tensor, grown: 
             f"grew {sizes}, and {what} — each uncached forward attends to the tokens of the ones before; {fix}")
 
 
-def _written_words(called: str, takes_use_cache: bool, x: torch.Tensor, changed: list[str], before: _KeptState,
-                   first: _KeptState, second: _KeptState, what: str) -> str:
+def _written_words(called: str, takes_use_cache: bool, x: torch.Tensor, changed: list[str], before: KeptState,
+                   first: KeptState, second: KeptState, what: str) -> str:
     """kv-cache's words for an uncached forward that writes into a cache whose shape stays (``changed``: the tensors
     and numbers the second forward changed again, or, when it raised before changing a tensor, those the first
     changed):
@@ -231,7 +231,7 @@ RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache res
 CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "cache")  # a cache the caller holds
 
 
-def _cache_parameters(module: nn.Module) -> tuple[bool, str | None]:
+def cache_parameters(module: nn.Module) -> tuple[bool, str | None]:
     """How the module's forward takes a cache: (whether it takes ``use_cache``, the name of its parameter that takes a
     cache the caller holds — Hugging Face's past_key_values: :data:`CACHE_ARGUMENTS` — or None)."""
     parameters = inspect.signature(module.forward).parameters
@@ -247,7 +247,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     tokens, which see the later ones).  ``sizes``: the module's sizes by attnviz setting where it does not keep them
     under a known name (:func:`_cache_excess`)."""
     rule = "kv-cache"
-    takes_use_cache, cache_name = _cache_parameters(module)
+    takes_use_cache, cache_name = cache_parameters(module)
     if not takes_use_cache and cache_name is None:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
     reset_name = next((name for name in RESETS if callable(getattr(module, name, None))), None)
@@ -381,7 +381,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
     rule = "kv-cache"
     sequences = [x[:1], x[1:2]]  # two different sequences, (1, n, d_in) each
     with torch.no_grad():
-        expected = [_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
+        expected = [module_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
         last: dict = {}  # the cache after the last sequence's last token
         refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
         fed = functools.partial(_fed_back, module, sequences, expected, cache_name, flags, prefill)
@@ -544,7 +544,8 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
     kept: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
     emptied: dict[str, tuple[torch.Tensor, int | None]] = {}  # what the module keeps right after the first reset
     with torch.no_grad():
-        expected = [_output(module, sequence) for sequence in sequences]  # uncached first: a run may reset positions
+        # uncached first: a run may reset positions
+        expected = [module_output(module, sequence) for sequence in sequences]
         for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
             before_reset = _held_tensors(module)
             reset()
@@ -620,7 +621,7 @@ def _counter_ahead(module: nn.Module, after: dict[str, int], started: dict[str, 
         return None
     why = ("the outputs agree only because the shift does not show yet: the mask still shows every cached key, and "
            "rotary scores depend only on the distance i − j, which moving every position alike keeps; the position "
-           "reaches the end of a rotary table or mask before the tokens do" if _rotary(module) else
+           "reaches the end of a rotary table or mask before the tokens do" if uses_rotary(module) else
            "the outputs agree only because a later row of the causal mask still shows every cached key; the position "
            "reaches the mask's end before the tokens do")
     where = f"{name} is {after[name]} after {counted(stop)} of sequence {number}, where it should be {stop}"
@@ -1022,7 +1023,7 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
                   window: bool = True) -> str | None:
     """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
     attributes in any spelling of :func:`declared_size`, else ``sizes``: the sizes it was built with, and the heads
-    and head_dim its uncached trace measured — :func:`_sizes`), its outputs right; None when it shows none — then
+    and head_dim its uncached trace measured — :func:`cache_sizes`), its outputs right; None when it shows none — then
     the PASS line says what the cache holds and names no cause.  The evidence, one kind per variant:
 
     * ``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows
@@ -1084,7 +1085,7 @@ def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] |
     return longest, window
 
 
-def _sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dict[str, int]:
+def cache_sizes(given: Mapping[str, int] | None, attention: tracing.Attention) -> dict[str, int]:
     """The module's sizes by attnviz setting for :func:`_cache_excess` where it keeps them under other names: those
     it was built with (``given``), else what its uncached trace measured — its query heads, head_dim and their
     product (d_out), and its K/V heads when they are fewer (a grouped-query module that broadcasts its K/V heads)."""
@@ -1230,7 +1231,7 @@ def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: tor
     queries turned as if at that position, where a rolling window keeps fewer than ``start``, are named so."""
     differs = (mine.float() - theirs.float()).abs().amax(dim=-1) > TOLERANCE  # (1, h, tokens)
     mine_lengths, theirs_lengths = mine.float().norm(dim=-1), theirs.float().norm(dim=-1)  # (1, h, tokens) each
-    if not _rotary(module) or not torch.allclose(mine_lengths[differs], theirs_lengths[differs], rtol=1e-4,
+    if not uses_rotary(module) or not torch.allclose(mine_lengths[differs], theirs_lengths[differs], rtol=1e-4,
                                                  atol=TOLERANCE):
         return None
     first = int(differs.any(dim=1)[0].nonzero()[0]) + (start if stage == "queries" else 0)

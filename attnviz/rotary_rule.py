@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from attnviz import tracing
-from attnviz.rule_base import Check, _per_query_head
+from attnviz.rule_base import Check, per_query_head
 
 
 def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
@@ -36,9 +36,9 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
     own frequency, as scores that move (d_model's rotate_half tables sliced to head_dim).  Positions that enter
     otherwise (an embedding added inside the module) are not rotary's to name: no failure."""
     rule = "rotary-placement"
-    if not _rotary(module):
+    if not uses_rotary(module):
         return Check(rule, "skip", NOT_ROTARY)
-    n = _rotary_tokens(module, x)
+    n = rotary_tokens(module, x)
     if n < 2:
         return Check(rule, "skip", "1 token: no distance i − j to compare — check 2 or more tokens")
     attention, _ = tracing.combine(tracing.record(module, _one_token_repeated(x, n)).attentions)
@@ -46,7 +46,7 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
     if any(stage is None or stage.shape[-2] != n for stage in stages):
         return Check(rule, "skip", "the module's Q, K and V could not be identified on one token repeated")
     queries, keys, values = (stage[0].float() for stage in stages)  # (h, n, d), (g, n, d), (g, n, dv)
-    scores = queries @ _per_query_head(keys[None], queries[None])[0].transpose(-2, -1)  # (h, n, d) @ (h, d, n)
+    scores = queries @ per_query_head(keys[None], queries[None])[0].transpose(-2, -1)  # (h, n, d) @ (h, d, n)
     on = f"on one token repeated at {n} positions"
     moved = _moved_along_diagonal(scores)  # (head, query, key) or None
     side = None if moved is None else _rotated_side(queries, keys)
@@ -78,7 +78,7 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
 ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # the names rotary embeddings go by
 
 
-def _rotary(module: nn.Module) -> bool:
+def uses_rotary(module: nn.Module) -> bool:
     """Whether the module uses rotary embeddings by the names it holds and calls: a buffer or submodule, or a name
     its forward's code uses (:func:`_code_names`), with a part (split at "." and "_") in ROTARY_NAMES.  A module
     holding ``cos``/``sin`` buffers it never reads counts too: a recording keeps each op's shape, not which tensors it
@@ -113,7 +113,7 @@ ROTATED_SIDE = {  # (how the scores depend on position, the fix) by what rotary 
 }
 
 
-def _rotary_tokens(module: nn.Module, x: torch.Tensor) -> int:
+def rotary_tokens(module: nn.Module, x: torch.Tensor) -> int:
     """How many positions rotary-placement repeats its token at: the checked tokens, at least ``ROTARY_TOKENS`` and at
     most ``ROTARY_MOST_TOKENS``, within the module's context."""
     n = min(max(x.shape[1], ROTARY_TOKENS), ROTARY_MOST_TOKENS)

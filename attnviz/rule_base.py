@@ -31,7 +31,7 @@ class Check:
         return self.status != "fail"
 
 
-def _per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+def per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """Keys or values (b, g, n, d) as float32 per query head (b, h, n, d): K/V head h ÷ (h ÷ g) for query head h, as
     ``repeat_interleave`` pairs them (the Trace keeps grouped-query K/V heads as few as the module has them), a
     batch of 1 expanded to the queries'."""
@@ -44,7 +44,7 @@ def _per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor
     return tensor
 
 
-def _output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def module_output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The module's output for ``x`` (a forward that raises is a TraceError)."""
     output = tracing.run_forward(module, x)
     return tracing.first_tensor(output).detach()

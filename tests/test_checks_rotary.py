@@ -217,5 +217,5 @@ def test_few_tokens_are_checked_on_four_positions_and_many_on_at_most_64():
     module = built(rb.LlamaRotary, bug="values-too")
     assert checks.check_module(module, torch.randn(1, 2, 32), rules=[RULE])[0].evidence.startswith(
         VALUES + "on one token repeated at 4 positions, head 0: ")
-    assert rotary_rule._rotary_tokens(module, torch.randn(1, 100, 32)) == 64
-    assert rotary_rule._rotary_tokens(built(um.LearnerRotaryGQA, 32, 32, 3, 0.0, 4), torch.randn(1, 2, 32)) == 3
+    assert rotary_rule.rotary_tokens(module, torch.randn(1, 100, 32)) == 64
+    assert rotary_rule.rotary_tokens(built(um.LearnerRotaryGQA, 32, 32, 3, 0.0, 4), torch.randn(1, 2, 32)) == 3
