@@ -34,8 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "tests" / "browser" / "artifacts"
 # Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes docs/screenshots
-# (docs/pages.md shows them).
-SCREENSHOTS = REPO / "docs" / "screenshots" if os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") == "1" else ARTIFACTS
+# (docs/pages.md shows them) and the README's images in docs/images (tests/browser/test_readme_images.py).
+UPDATE_SCREENSHOTS = os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") == "1"
+SCREENSHOTS = REPO / "docs" / "screenshots" if UPDATE_SCREENSHOTS else ARTIFACTS
+README_IMAGES = REPO / "docs" / "images"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
@@ -230,14 +232,29 @@ def assert_no_exception(page: Page) -> None:
     assert not text, f"Streamlit shows an exception on {page.url}:\n{text}"
 
 
-def save_screenshot(page: Page, name: str, max_height: int = 2400) -> Path:
-    """The whole app (the main area scrolls inside the page, so the viewport is grown to fit)."""
+def fit_viewport(page: Page, max_height: int = 2400) -> None:
+    """Grow the viewport to the whole app, up to ``max_height`` (the main area scrolls inside the page, so a page
+    screenshot shows only what the viewport holds), and wait for Plotly to draw again."""
     height = page.evaluate(
         "() => Math.max(document.querySelector('[data-testid=stMain]').scrollHeight,"
         " document.querySelector('[data-testid=stSidebarContent]')?.scrollHeight || 0)")
     page.set_viewport_size({"width": VIEWPORT["width"], "height": max(VIEWPORT["height"], min(height, max_height))})
     page.wait_for_timeout(500)  # Plotly redraws on resize
     wait_idle(page)
+
+
+def park_pointer(page: Page) -> None:
+    """The pointer to the main area's blank bottom right corner: the tooltip of the button clicked last covers what
+    is above that button while the pointer stays on it."""
+    size = page.viewport_size
+    page.mouse.move(size["width"] - 2, size["height"] - 2)
+    page.wait_for_timeout(300)  # the tooltip fades out
+
+
+def save_screenshot(page: Page, name: str, max_height: int = 2400) -> Path:
+    """The whole app, up to ``max_height``, as ``name``.png in SCREENSHOTS, with no tooltip."""
+    fit_viewport(page, max_height)
+    park_pointer(page)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), animations="disabled", caret="hide")
