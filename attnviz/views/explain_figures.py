@@ -72,9 +72,12 @@ def _wrapped(text: str, width: int = TITLE_CHARS) -> tuple[str, int]:
     return "<br>".join(lines), len(lines)
 
 
+NBSP = "\u00a0"  # between a name and its number ("head 0"): :func:`_wrapped` never breaks a line there
+
+
 def _cell_name(explanation: WeightExplanation) -> str:
-    return (f"query {explanation.query} “{safe_label(explanation.query_token)}” → key {explanation.key} "
-            f"“{safe_label(explanation.key_token)}”, head {explanation.head}")
+    return (f"query{NBSP}{explanation.query} “{safe_label(explanation.query_token)}” → key{NBSP}{explanation.key} "
+            f"“{safe_label(explanation.key_token)}”, head{NBSP}{explanation.head}")
 
 
 def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int = 360) -> go.Figure:

@@ -97,6 +97,16 @@ def test_products_figure_names_the_largest_products():
     assert all(fig.data[0].text[d] == f"d{d}" for d in named)
 
 
+def test_a_wrapped_products_title_never_parts_a_name_from_its_number():
+    """The title wraps at spaces: "head", "query" and "key" stay on the line of their number."""
+    trace = pipeline.run("The cat sat on the mat. The cat sat on the mat.",
+                         AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=4))
+    lines = products_figure(explain_weight(trace, 0, 13, 9)).layout.title.text.split("<br>")
+    assert len(lines) > 2  # wrapped
+    assert not any(line.rstrip().endswith(("head", "query", "key", "→ key")) for line in lines)
+    assert "head\u00a00" in " ".join(lines) and "query\u00a013" in " ".join(lines)
+
+
 def test_masked_cell_title_says_why_and_never_nan():
     trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
     explanation = explain_weight(trace, 1, 2, 4)
