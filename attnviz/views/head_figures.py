@@ -102,10 +102,11 @@ UPRIGHT_HEAD_LABELS = 24  # a score grid's head labels, all panels together, tha
 
 
 def score_grid(scores: dict[str, np.ndarray], *, title: str = "", names=None) -> go.Figure:
-    """One layers × heads heatmap per score (``{name: (layers, heads)}``), 0…1, the value in every cell; margins that
-    hold its labels and colour bar."""
+    """One layers × heads heatmap per score (``{name: (layers, heads)}``), 0…1, the value written in every cell where
+    the cells are wide enough to hold it (else shown on hover); margins that hold its labels and colour bar."""
     names = list(names or scores)
     layers, heads = np.asarray(scores[names[0]]).shape
+    numbered = heads * len(names) <= UPRIGHT_HEAD_LABELS  # a cell's "0.14" fits it; narrower cells: on hover only
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=[SCORE_TITLES.get(k, k) for k in names],
                         horizontal_spacing=0.06)
     for index, name in enumerate(names):
@@ -113,8 +114,8 @@ def score_grid(scores: dict[str, np.ndarray], *, title: str = "", names=None) ->
         fig.add_trace(go.Heatmap(
             z=values, x=[f"H{h}" for h in range(heads)], y=[f"L{layer}" for layer in range(layers)],
             zmin=0, zmax=1, colorscale=WEIGHT_SCALE, showscale=index == len(names) - 1,
-            text=np.vectorize(lambda v: "–" if not np.isfinite(v) else f"{v:.2f}")(values),
-            texttemplate="%{text}", textfont={"size": 11 if heads <= 16 else 8}, name=SCORE_TITLES.get(name, name),
+            text=np.vectorize(lambda v: "–" if not np.isfinite(v) else f"{v:.2f}")(values) if numbered else None,
+            texttemplate="%{text}" if numbered else None, textfont={"size": 11}, name=SCORE_TITLES.get(name, name),
             hovertemplate="layer %{y}, head %{x}<br>" + SCORE_TITLES.get(name, name) + " %{z:.3f}<extra></extra>",
             colorbar={"thickness": 10},
         ), row=1, col=index + 1)

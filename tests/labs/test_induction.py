@@ -145,6 +145,16 @@ def test_score_grid_prints_every_value_and_dashes_nan():
     assert [a.text for a in fig.layout.annotations] == ["induction", "first-token mass"]
 
 
+def test_score_grid_writes_no_numbers_into_cells_too_narrow_for_them():
+    """GPT-2 small's 12 heads in four score panels: cells ~25 px wide, where "0.14" at 11 px overlaps its
+    neighbours; the values are on hover instead."""
+    fig = head_figures.score_grid({name: np.full((4, 12), 0.14) for name in
+                                   ("previous_token", "induction", "duplicate_token", "first_token")})
+    assert all(trace.text is None and not trace.texttemplate for trace in fig.data)
+    assert all("%{z:.3f}" in trace.hovertemplate for trace in fig.data)
+    assert head_figures.score_grid({"induction": np.full((4, 12), 0.14)}).data[0].texttemplate == "%{text}"
+
+
 def test_position_loss_shades_the_copyable_positions_and_states_both_means():
     loss = np.array([9.0, 9.0, 9.0, 9.0, 1.0, 3.0])
     fig = head_figures.position_loss(loss, 3)
