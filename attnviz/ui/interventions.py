@@ -214,7 +214,8 @@ def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
     left.plotly_chart(figures.attention_heatmap(weights[cells], trace.tokens, "weights", title=f"head {head}: weights",
                                                 **common),
                       config=plotly_config("attnviz-weights"), key="heads_vw_weights")
-    right.plotly_chart(figures.attention_heatmap(vw, trace.tokens, "scores", title=f"head {head}: ‖weight × value‖",
+    right.plotly_chart(figures.attention_heatmap(vw, trace.tokens, "weights", title=f"head {head}: ‖weight × value‖",
+                                                 label="‖weight × value‖",  # masked as the weights are
                                                  zrange=(0.0, float(np.nanmax(vw)) or 1.0), **common),
                        config=plotly_config("attnviz-value-weighted"), key="heads_vw_map")
 

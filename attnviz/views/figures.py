@@ -200,6 +200,7 @@ def attention_heatmap(
     width: int | None = None,
     show_scale: bool = True,
     scale_below: bool = False,
+    label: str | None = None,
 ) -> go.Figure:
     """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
@@ -215,9 +216,12 @@ def attention_heatmap(
     than tall (the Compare page's maps): the key tokens' labels are as many as that width holds.  ``show_scale``
     False: no colour bar beside the map, whose room goes to the cells (maps side by side on one fixed scale, whose
     page says it once).  ``scale_below``: the colour bar lies under the map, across its width, and the map takes the
-    room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).
+    room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).  ``label``: the name of
+    the value in the colour bar and the hover where it is not ``stage``'s (a map of weights times something else,
+    drawn and masked as weights are).
     """
     rows, cols = matrix.shape
+    label = stage if label is None else label
     values = display_values(matrix, stage, causal=False)
     if causal and stage in PROBABILITY_STAGES:
         query_pos = np.arange(row_offset, row_offset + rows)[:, None]
@@ -232,12 +236,12 @@ def attention_heatmap(
     data = [map_image(values, zmin, zmax, palette, x0=col_offset, y0=row_offset, name=stage)]
     below_px = COLOUR_BAR_BELOW_PX if show_scale and scale_below else 0  # under the plot, above the legend
     if show_scale:
-        data.append(colour_bar(zmin, zmax, palette, {"title": {"text": stage}, "thickness": 12} if not below_px else
-                               {"title": {"text": stage, "side": "right"}, "thickness": 10, "orientation": "h",
+        data.append(colour_bar(zmin, zmax, palette, {"title": {"text": label}, "thickness": 12} if not below_px else
+                               {"title": {"text": label, "side": "right"}, "thickness": 10, "orientation": "h",
                                 "x": 0, "xanchor": "left", "len": 1, "ypad": 0, "yref": "container", "yanchor": "top",
                                 "y": (margins.LEGEND_BELOW_PX + below_px - COLOUR_BAR_GAP_PX) / height}))
     right_px = margins.COLORBAR_PX if show_scale and not below_px else NO_COLOUR_BAR_PX
-    data += cell_overlay(values, stage, row_offset, col_offset)
+    data += cell_overlay(values, label, row_offset, col_offset)
     if np.isnan(values).any():
         data.append(_MASKED_LEGEND)
     axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))

@@ -81,6 +81,9 @@ def test_the_heads_page_knocks_out_the_focused_head_and_shows_what_attention_mov
     expected = models.value_weighted(model, ids)[0, 0]  # (n, n)
     lower = np.tril_indices(len(ids))
     np.testing.assert_allclose(z[lower], expected[lower], atol=1e-4)
+    assert np.isnan(z[np.triu_indices(len(ids), 1)]).all()  # the future masked (grey), as on the weights beside it
+    bar = next(trace for trace in vw["data"] if trace.get("name") == "colour bar")
+    assert bar["marker"]["colorbar"]["title"]["text"] == "‖weight × value‖"
 
     at.session_state["heads_what_tab"] = "Rollout, logit lens"
     at.run()
