@@ -906,6 +906,14 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False, width: Sc
                                    "does not scale its scores")
     if attention.scale is None or attention.queries is None:
         return Check(rule, "skip", "the scale of the scores could not be identified")
+    check = _scaling(attention, width, declared)
+    if attention.softcap is None or check.status == "skip":
+        return check
+    return Check(rule, check.status, f"{check.evidence} — judged before the {softcap_words(attention.softcap)}")
+
+
+def _scaling(attention: tracing.Attention, width: ScoreWidth | None, declared: tuple[DeclaredScale, ...]) -> Check:
+    rule = "scaling"
     width = width or score_width(None, attention)
     if width.head_dim is None:
         return Check(rule, "skip", _width_unknown(width.latent))
@@ -977,6 +985,11 @@ def _wrong_scale(attention: tracing.Attention, width: ScoreWidth, absorbed: str)
     if math.isclose(scale, 1 / head_dim, rel_tol=1e-4):
         return f"the scores are divided by head_dim = {head_dim} without the square root: {want}"
     return f"the scores are multiplied by {scale:.4g}, i.e. divided by {1 / scale:.4g}: {want}"
+
+
+def softcap_words(cap: float) -> str:
+    """Words for a soft-cap of the scaled scores before the softmax (``Attention.softcap``)."""
+    return f"soft-cap s → {cap:g} · tanh(s / {cap:g}) (Gemma 2's attn_logit_softcapping)"
 
 
 def _scaled_twice(attention: tracing.Attention) -> str:
@@ -1232,9 +1245,13 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     slopes, moved = _added_bias(attention)
     bias = None if slopes is None else slopes[..., None, None] * torch.arange(attention.masked.shape[-1])  # (b,h,1,nk)
     reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window,
-                                  bias=bias, head_dim=head_dim, scale=scale)  # (b, h, nq, dv)
+                                  bias=bias, head_dim=head_dim, scale=scale, softcap=attention.softcap)  # (b,h,nq,dv)
     precision = _inputs_precision(attention)
     check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1])
+    if attention.softcap is not None and check.status != "skip":
+        check = Check(rule, check.status, f"{check.evidence} — the reference applies the module's "
+                                          f"{softcap_words(attention.softcap)} to its scaled scores (the cap is the "
+                                          "module's own, not checked)")
     if slopes is not None and check.status != "skip":
         return Check(rule, check.status, f"{check.evidence} — with the ALiBi bias the module adds to the scores (a "
                                          "slope per head times the key's position, m·j: the slopes are its own, not "
@@ -1273,17 +1290,21 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
                       window: int | None = None, bias: torch.Tensor | None = None,
-                      head_dim: int | None = None, scale: float | None = None) -> torch.Tensor:
+                      head_dim: int | None = None, scale: float | None = None,
+                      softcap: float | None = None) -> torch.Tensor:
     """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
     ``window``: the causal mask also hides the keys ``window`` or more behind; ``bias`` (b, h, 1, nk): added to the
     scaled scores, ALiBi's slope × key position; ``head_dim``: d_head when it is not the width d of Q and K, as in
-    absorbed MLA's scores over the latent; ``scale``: what multiplies Q·Kᵀ instead of 1/√d_head — a config's own)."""
+    absorbed MLA's scores over the latent; ``scale``: what multiplies Q·Kᵀ instead of 1/√d_head — a config's own;
+    ``softcap``: the scaled scores soft-capped to cap · tanh(s / cap) before the bias and the mask, as Gemma 2 does)."""
     queries, keys, values = queries.float(), per_query_head(keys, queries), per_query_head(values, queries)
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     if scaled and scale is not None:
         scores = scores * scale  # (b, h, nq, nk)
     elif scaled:
         scores = scores / math.sqrt(head_dim or queries.shape[-1])  # (b, h, nq, nk)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)  # (b, h, nq, nk)
     if bias is not None:
         scores = scores + bias  # (b, h, nq, nk)
     if causal:
@@ -1302,7 +1323,10 @@ def _added_bias(attention: tracing.Attention) -> tuple[torch.Tensor | None, floa
     if attention.scaled is None:
         return None, 0.0
     visible = ~attention.hidden_cells()  # (b, h, nq, nk)
-    added = (attention.masked.float() - attention.scaled.float()).masked_fill(~visible, 0.0)  # (b, h, nq, nk)
+    before = attention.scaled.float()  # (b, h, nq, nk)
+    if attention.softcap is not None:
+        before = attention.softcap * torch.tanh(before / attention.softcap)  # (b, h, nq, nk)
+    added = (attention.masked.float() - before).masked_fill(~visible, 0.0)  # (b, h, nq, nk)
     steps = added[..., 1:] - added[..., :-1]  # (b, h, nq, nk - 1): from key j to key j + 1
     both = visible[..., 1:] & visible[..., :-1]  # (b, h, nq, nk - 1)
     tolerance = 1e-4 * max(1.0, attention.scaled.float().abs().max().item())

@@ -7,7 +7,8 @@ and the line of the user's file that made it, and links every output tensor to t
 attention is
 
 * a softmax over the last dimension of a ``(…, n, n)`` tensor, n the tokens given: walking back from its input through
-  the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask), a cast
+  the mask (``masked_fill``, ``where`` — its scores operand, not the condition or the fill —, an added mask), a
+  soft-cap ``cap · tanh(s / cap)`` (Gemma 2's, kept as ``Attention.softcap``: :func:`_softcap`), a cast
   to another floating dtype (``softmax(s.half())``) and the scale (a multiply or divide by a number; or one Q or K
   got before they were viewed, transposed or reshaped into heads, OPT's ``q_proj(x) * scaling``, or before they were
   rotated, ``rope(q * scale)``) reaches the ``Q @ Kᵀ`` matmul — or an add of two such products, q₁·k₁ + q₂·k₂
@@ -120,6 +121,9 @@ class Attention:
     # the widths of the two products the scores are the sum of (q₁·k₁ + q₂·k₂: queries and keys are their
     # concatenations, as wide as both together); () when the scores are one product
     summed_widths: tuple[int, ...] = ()
+    # the cap of a soft-cap between the scaled scores and the softmax, cap · tanh(s / cap) (Gemma 2's
+    # attn_logit_softcapping); None when the scores are not soft-capped
+    softcap: float | None = None
     hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see hidden_cells)
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
     float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
@@ -191,6 +195,7 @@ _CASTS = {"type", "double", "half", "bfloat16"}  # value-preserving when the dty
 _DROPOUTS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout"}
 _SOFTMAXES = {"softmax", "_softmax", "softmax_"}
 _DIVIDES = {"div", "__truediv__", "true_divide"}
+_TANHS = {"tanh", "tanh_"}  # the middle of a soft-cap, cap · tanh(s / cap) (_softcap)
 NAIVE_SOFTMAX = "torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True)"  # the book's softmax_naive (3.3.1), by rows
 
 
@@ -966,10 +971,14 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
         masked = masked_node.args[0]
         masked_node = masked_node.parents[0] if masked_node.parents else None
     chain, matmul, current, summed = [], None, masked_node, None
-    while current is not None:  # back through the mask and the scale to Q @ Kᵀ
+    softcap = None
+    while current is not None:  # back through the mask, a soft-cap and the scale to Q @ Kᵀ
         if current.name in _MATMULS or (summed := _summed_operands(current)) is not None:
             matmul = current  # the product, or the add of two products (q₁·k₁ + q₂·k₂)
             break
+        if softcap is None and (capped := _softcap(current)) is not None:
+            softcap, current = capped  # cap · tanh(s / cap): on to s, the scaled scores
+            continue
         unscaled = current.name in _SCALES and _scalar(current) is None
         if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current) or _regroups(current)
                             or _float_cast(current)):
@@ -997,7 +1006,7 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
         # the unscaled Q and K's product, as the stages say
         if computed:
             attention.scores = _as_head_maps(queries @ keys.transpose(-2, -1))  # (…, nq, d) @ (…, d, nk)
-        attention.scale, attention.operand_scales = scale, operand_scales
+        attention.scale, attention.operand_scales, attention.softcap = scale, operand_scales, softcap
         attention.summed_widths = () if summed is None else summed[4]
         attention.queries, attention.keys = _as_head_maps(queries), _as_head_maps(keys)
         recorder.ops[matmul.index].stage = "scores"
@@ -1072,6 +1081,21 @@ def _scaled(chain: list[_Node], scores: torch.Tensor, scale: float, recorder: _R
         recorder.ops[last.index].stage = "scaled"
         return _as_head_maps(last.out)
     return scores * scale  # (b, h, nq, nk)
+
+
+def _softcap(node: _Node) -> tuple[float, _Node | None] | None:
+    """(the cap, the node of the scores it caps) when ``node`` ends a soft-cap, cap · tanh(s / cap) — Gemma 2's
+    ``torch.tanh(s / cap) * cap``, or ``s = s / cap; s = torch.tanh(s); s = s * cap``, or ``s * (1 / cap)`` first:
+    a multiply by a number whose input is a tanh of the scores divided by that same number; else None."""
+    cap = _scalar(node) if node.name in _SCALES else None
+    tanh = _tensor_parent(node) if cap else None
+    if tanh is None or tanh.name not in _TANHS:
+        return None
+    divide = _tensor_parent(tanh)
+    inward = _scalar(divide) if divide is not None and divide.name in _SCALES else None
+    if inward is None or not math.isclose(cap * inward, 1.0, rel_tol=1e-6) or cap <= 0:
+        return None
+    return cap, _tensor_parent(divide)
 
 
 def _tensor_args(args, kwargs) -> list[torch.Tensor]:

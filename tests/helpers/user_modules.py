@@ -3038,3 +3038,61 @@ class KeepsItsWeights(nn.Module):
         attn_weights = self.dropout(attn_weights)  # (b, h, n, n)
         context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out)  # (b, n, d_out)
         return self.out_proj(context_vec)  # (b, n, d_out)
+
+
+class SoftCappedAttention(nn.Module):
+    """Gemma 2's soft-capped scores in a port of its own: the scaled scores squashed to cap · tanh(s / cap) before
+    the causal mask and the softmax, written as ``written`` says — "inline": ``torch.tanh(s / cap) * cap``; "steps":
+    ``s = s / cap; s = torch.tanh(s); s = s * cap`` (transformers' Gemma 2); "reciprocal": ``cap * torch.tanh(s *
+    (1 / cap))``.  ``divide_by``: what the scores are divided by, √head_dim (None) or another number (head_dim: a
+    bug)."""
+
+    def __init__(self, d_model=64, n_heads=4, cap=50.0, written="inline", divide_by=None):
+        super().__init__()
+        self.n_heads, self.head_dim, self.cap, self.written = n_heads, d_model // n_heads, cap, written
+        self.divide_by = divide_by or math.sqrt(self.head_dim)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        s = q @ k.transpose(-1, -2) / self.divide_by  # (b, h, n, n)
+        if self.written == "inline":
+            s = torch.tanh(s / self.cap) * self.cap  # (b, h, n, n)
+        elif self.written == "steps":
+            s = s / self.cap  # (b, h, n, n)
+            s = torch.tanh(s)  # (b, h, n, n)
+            s = s * self.cap  # (b, h, n, n)
+        else:
+            s = self.cap * torch.tanh(s * (1 / self.cap))  # (b, h, n, n)
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        w = torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)  # (b, h, n, n)
+        return self.o((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
+
+
+class Gemma2Layer(nn.Module):
+    """transformers' own ``Gemma2Attention`` (eager, ``attn_logit_softcapping`` set) from a small config, in the
+    wrapper a user writes to call it as forward(x): rotary angles and the additive causal mask its model would
+    build."""
+
+    def __init__(self, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16, softcap=50.0):
+        super().__init__()
+        from transformers import Gemma2Config  # imported here: the other modules of this file need no transformers
+        from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention, Gemma2RotaryEmbedding
+        config = Gemma2Config(hidden_size=hidden_size, num_attention_heads=num_heads,
+                              num_key_value_heads=num_kv_heads, head_dim=head_dim, query_pre_attn_scalar=head_dim,
+                              attn_logit_softcapping=softcap, intermediate_size=4 * hidden_size,
+                              num_hidden_layers=1, vocab_size=100, max_position_embeddings=128,
+                              layer_types=["full_attention"])
+        config._attn_implementation = "eager"
+        self.self_attn = Gemma2Attention(config, layer_idx=0)
+        self.rotary_emb = Gemma2RotaryEmbedding(config)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
+        cos, sin = self.rotary_emb(x, positions)  # (b, n, head_dim) each
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
+        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
