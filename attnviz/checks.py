@@ -440,9 +440,15 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
     visible = ~attention.hidden_cells()  # (b, h, nq, nk)
     rows = visible.any(-1)  # (b, h, nq): rows with at least one visible key
     sums = weights.sum(-1)  # (b, h, nq)
+    sink = ""
+    if attention.sink_weights is not None:  # the rest of each row went to the sink: the rows sum to 1 with it
+        sums = sums + attention.sink_weights.float()[..., 0] * attention.weights_scale  # (b, h, nq)
+        shortest = (1 - weights.sum(-1))[rows].max().item() if rows.any() else 0.0
+        sink = (f" with the sink's weight — {SINK_WORDS}: the weights alone sum to less than 1 by design (by up to "
+                f"{shortest:.3g})")
     bad = rows & ~sums_to_one(sums)  # (b, h, nq)
     if not bad.any():
-        return Check(rule, "pass", f"all {int(rows.sum())} rows with a visible key sum to 1")
+        return Check(rule, "pass", f"all {int(rows.sum())} rows with a visible key sum to 1{sink}")
     item, head, row = (int(i) for i in bad.nonzero()[0])
     where = (f"item {item}, " if item else "") + (f"head {head}, " if weights.shape[1] > 1 else "")
     value = _sum_words(sums[item, head, row].item())
@@ -456,7 +462,12 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
                                    f"1{hint} — the weights are {_times(attention.weights_scale)} after the softmax: "
                                    "scale the scores before the softmax, not the weights after it")
     low = _low_precision(attention)
-    return Check(rule, "fail", f"{where}row {row} sums to {value}, should be 1{hint}" + (f" — {low}" if low else ""))
+    return Check(rule, "fail", f"{where}row {row} sums to {value}{sink}, should be 1{hint}"
+                 + (f" — {low}" if low else ""))
+
+
+SINK_WORDS = ("an attention sink: the softmax runs over the keys and one more column, a learned logit per head, "
+              "and the module drops that column after it (GPT-OSS)")
 
 
 def _sum_words(value: float) -> str:
@@ -1244,14 +1255,22 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     queries, keys, values = attention.queries, attention.keys, attention.values  # (b, h, n, d)
     slopes, moved = _added_bias(attention)
     bias = None if slopes is None else slopes[..., None, None] * torch.arange(attention.masked.shape[-1])  # (b,h,1,nk)
-    reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window,
-                                  bias=bias, head_dim=head_dim, scale=scale, softcap=attention.softcap)  # (b,h,nq,dv)
+    if attention.sink_weights is not None and attention.sinks is None:
+        return Check(rule, "skip", f"the sink logits could not be identified ({SINK_WORDS}): the rule reads them "
+                                   "from a torch.cat of the scores and one column before the softmax")
+    reference = reference_context(queries, keys, values, causal, scaled=scaled, window=window, bias=bias,
+                                  head_dim=head_dim, scale=scale, softcap=attention.softcap,
+                                  sinks=attention.sinks)  # (b, h, nq, dv)
     precision = _inputs_precision(attention)
     check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1])
     if attention.softcap is not None and check.status != "skip":
         check = Check(rule, check.status, f"{check.evidence} — the reference applies the module's "
                                           f"{softcap_words(attention.softcap)} to its scaled scores (the cap is the "
                                           "module's own, not checked)")
+    if attention.sinks is not None and check.status != "skip":
+        check = Check(rule, check.status, f"{check.evidence} — with the module's sink logits beside the scores and "
+                                          f"their column dropped after the softmax ({SINK_WORDS}; the sink logits are "
+                                          "the module's own, not checked)")
     if slopes is not None and check.status != "skip":
         return Check(rule, check.status, f"{check.evidence} — with the ALiBi bias the module adds to the scores (a "
                                          "slope per head times the key's position, m·j: the slopes are its own, not "
@@ -1291,12 +1310,14 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
                       window: int | None = None, bias: torch.Tensor | None = None,
                       head_dim: int | None = None, scale: float | None = None,
-                      softcap: float | None = None) -> torch.Tensor:
+                      softcap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
     ``window``: the causal mask also hides the keys ``window`` or more behind; ``bias`` (b, h, 1, nk): added to the
     scaled scores, ALiBi's slope × key position; ``head_dim``: d_head when it is not the width d of Q and K, as in
     absorbed MLA's scores over the latent; ``scale``: what multiplies Q·Kᵀ instead of 1/√d_head — a config's own;
-    ``softcap``: the scaled scores soft-capped to cap · tanh(s / cap) before the bias and the mask, as Gemma 2 does)."""
+    ``softcap``: the scaled scores soft-capped to cap · tanh(s / cap) before the bias and the mask, as Gemma 2 does;
+    ``sinks`` (b, h, nq, 1): an attention sink's logits, a column the softmax runs over after the keys and that is
+    dropped after it, as GPT-OSS does)."""
     queries, keys, values = queries.float(), per_query_head(keys, queries), per_query_head(values, queries)
     scores = queries @ keys.transpose(-2, -1)  # (b, h, nq, d) @ (b, h, d, nk) -> (b, h, nq, nk)
     if scaled and scale is not None:
@@ -1312,6 +1333,9 @@ def reference_context(queries, keys, values, causal: bool, *, scaled: bool = Tru
         diff = (torch.arange(nq)[:, None] + nk - nq) - torch.arange(nk)[None, :]  # (nq, nk): how far back
         hidden = (diff < 0) | (diff >= window) if window else diff < 0  # (nq, nk)
         scores = scores.masked_fill(hidden, -torch.inf)  # (b, h, nq, nk)
+    if sinks is not None:
+        joined = torch.cat([scores, sinks.float().expand(*scores.shape[:-1], 1)], dim=-1)  # (b, h, nq, nk + 1)
+        return torch.softmax(joined, dim=-1)[..., :-1] @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
     return torch.softmax(scores, dim=-1) @ values  # (b, h, nq, nk) @ (b, h, nk, dv) -> (b, h, nq, dv)
 
 

@@ -20,7 +20,10 @@ attention is
   that ``Attention.weights_scale`` keeps) reaches the ``weights @ V`` matmul, passing by a copy the output is not
   made from (``self.last_attn_weights = attn_weights.detach()``, ``.clone()``, ``.cpu()``, a list of maps kept for
   plotting: :func:`_made_of`); both walks pass a ``view`` /
-  ``reshape`` that keeps the last two dims (Bloom's (b·h, n, n) scores viewed as (b, h, n, n), and back);
+  ``reshape`` that keeps the last two dims (Bloom's (b·h, n, n) scores viewed as (b, h, n, n), and back); a
+  softmax over the keys and one more column that a slice drops right after it (an attention sink, GPT-OSS's
+  ``probs[..., :-1]``) is one too: its weights are the slice, whose rows sum to less than 1, and the walk back passes
+  the ``torch.cat`` of the scores and the sink logits (:func:`_sink_slice`, ``Attention.sinks``);
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``) — with a scale q or k got before the call read as
@@ -124,6 +127,11 @@ class Attention:
     # the cap of a soft-cap between the scaled scores and the softmax, cap · tanh(s / cap) (Gemma 2's
     # attn_logit_softcapping); None when the scores are not soft-capped
     softcap: float | None = None
+    # an attention sink (GPT-OSS): a learned logit per head the softmax runs over beside the keys, its column dropped
+    # after it — the sink logits (b, h, nq, 1) as the softmax got them, and the weight each row gave them (b, h, nq, 1),
+    # what the weights' row sums fall short of 1 by; None without a sink
+    sinks: torch.Tensor | None = None
+    sink_weights: torch.Tensor | None = None
     hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see hidden_cells)
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
     float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
@@ -196,6 +204,7 @@ _DROPOUTS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout"}
 _SOFTMAXES = {"softmax", "_softmax", "softmax_"}
 _DIVIDES = {"div", "__truediv__", "true_divide"}
 _TANHS = {"tanh", "tanh_"}  # the middle of a soft-cap, cap · tanh(s / cap) (_softcap)
+_CATS = {"cat", "concat", "concatenate"}  # the scores and an attention sink's logits side by side (_sink_operands)
 NAIVE_SOFTMAX = "torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True)"  # the book's softmax_naive (3.3.1), by rows
 
 
@@ -451,9 +460,14 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     over_keys = [node for node, dim in maps if dim == -1]
     if not over_keys:  # a softmax over the queries (dim=-2) of an (n, n) map is attention gone wrong: keep it
         over_keys = [node for node, _ in maps]
+    sunk = {id(node): sliced for node, dim in recorder.softmaxes  # over n + 1 columns, one dropped after: a sink
+            if dim == -1 and tuple(node.out.shape[-2:]) == (n, n + 1) and (sliced := _sink_slice(node)) is not None}
+    if not over_keys and sunk:
+        over_keys = [node for node, _ in recorder.softmaxes if id(node) in sunk]
+        maps = [(node, -1) for node in over_keys]
     dims = {id(node): dim for node, dim in maps}
     made_of = _made_of(recorder.nodes.get(id(output)))
-    found = [_from_softmax(node, recorder, made_of) for node in over_keys]
+    found = [_from_softmax(node, recorder, made_of, sunk.get(id(node))) for node in over_keys]
     for attention, node in zip(found, over_keys):
         attention.softmax_dim = dims[id(node)]
     fused = [a for a in recorder.fused_calls if tuple(a.weights.shape[-2:]) == (n, n)]
@@ -468,6 +482,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
                          f"{_output_later(returned, x.shape[0], n)}")
     notes = [note for attention in attentions if (note := _fold_heads(attention, x.shape[0], module))][:1]
     notes += [note for attention in attentions if (note := _rows_zeroed_note(attention))][:1]
+    notes += [SINK_NOTE for attention in attentions if attention.sink_weights is not None][:1]
     contexts = {index for a in attentions for index in a.context_ops}
     fed_onwards = [(index, tensor, sources) for index, tensor, node in
                    [*recorder.linear_inputs, (len(recorder.ops), output, recorder.nodes.get(id(output)))]
@@ -515,6 +530,11 @@ def _fold_heads(attention: Attention, batch: int, module: nn.Module) -> str | No
     return None
 
 
+SINK_NOTE = ("The softmax runs over the keys and one more column, a learned logit per head that the module drops "
+             "after it (an attention sink, as GPT-OSS has): the maps show the weights on the keys, and each row sums "
+             "to less than 1 — the rest went to the sink.")
+
+
 def _rows_zeroed_note(attention: Attention) -> str | None:
     """What the Trace says of a head or query mask the module applies after the softmax (None: it applies none)."""
     rows = attention.rows_zeroed  # (b, h, nq, 1)
@@ -545,7 +565,7 @@ def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tupl
         q = x.shape[-2]
         rows = [node for node, dim in recorder.softmaxes if dim == -1 and node.out.shape[-2] == q]
         made_of = _made_of(recorder.nodes.get(id(first_tensor(output))))
-        found = [_from_softmax(node, recorder, made_of) for node in rows[:1]]
+        found = [_from_softmax(node, recorder, made_of, _sink_slice(node)) for node in rows[:1]]
         fused = [a for a in recorder.fused_calls if a.weights.shape[-2] == q]
         attentions = sorted([*found, *fused], key=lambda a: a.op_index)
         return output, attentions[0] if attentions else None
@@ -891,8 +911,12 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
         batch_first = _not_batch_first(module, x, _place(recorder, index))
         if batch_first is not None:
             return batch_first
+    sink = ""
+    if kind == "softmax" and shape[-2:] == (n, n + 1):
+        sink = (" — a softmax over the n keys and one more column: an attention sink (GPT-OSS) is read when that "
+                "column is dropped right after the softmax, probs[..., :-1] or probs[..., 1:]")
     return (f"attention weights must have shape (..., n, n), one row per query and one column per key: (..., {n}, "
-            f"{n}) for an input of shape {tuple(x.shape)}; the {kind}{_place(recorder, index)} gives {shape}")
+            f"{n}) for an input of shape {tuple(x.shape)}; the {kind}{_place(recorder, index)} gives {shape}{sink}")
 
 
 def _not_batch_first(module: nn.Module | None, x: torch.Tensor, where: str = "") -> str | None:
@@ -960,24 +984,36 @@ def _made_of(node: _Node | None) -> set[int]:
     return made_of
 
 
-def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozenset()) -> Attention:
+def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozenset(),
+                  sliced: tuple[_Node, int] | None = None) -> Attention:
     """The attention a softmax's ``node`` computes: back from its input to Q @ Kᵀ, on from its output to
     ``weights @ V`` (:func:`_forward_to_values`, along the calls in ``made_of``, the ids of the nodes the output is made
-    from, where there are some)."""
+    from, where there are some).  ``sliced``: an attention sink's (:func:`_sink_slice`) — the weights are the slice
+    that drops the sink's column, and the walk back passes the concatenation of the scores and the sink logits."""
     weights = node.out  # (…, nq, nk)
     masked_node = node.parents[0] if node.parents else None
     masked = masked_node.out if masked_node is not None else node.args[0]
     if node.name in _DIVIDES:  # NAIVE_SOFTMAX: its input is the exp's
         masked = masked_node.args[0]
         masked_node = masked_node.parents[0] if masked_node.parents else None
-    chain, matmul, current, summed = [], None, masked_node, None
+    sinks, sink_weights, walked_from = None, None, node
+    if sliced is not None:
+        walked_from, column = sliced
+        keys = weights.shape[-1] - 1
+        kept = slice(0, keys) if column == -1 else slice(1, keys + 1)
+        sink_weights = weights[..., column:][..., :1]  # (…, nq, 1)
+        weights, masked = walked_from.out, masked[..., kept]  # (…, nq, nk)
     softcap = None
+    chain, matmul, current, summed = [], None, masked_node, None
     while current is not None:  # back through the mask, a soft-cap and the scale to Q @ Kᵀ
         if current.name in _MATMULS or (summed := _summed_operands(current)) is not None:
             matmul = current  # the product, or the add of two products (q₁·k₁ + q₂·k₂)
             break
         if softcap is None and (capped := _softcap(current)) is not None:
             softcap, current = capped  # cap · tanh(s / cap): on to s, the scaled scores
+            continue
+        if sliced is not None and sinks is None and (joined := _sink_operands(current, weights.shape[-1])) is not None:
+            sinks, current = joined  # [scores | sink logits]: on to the scores
             continue
         unscaled = current.name in _SCALES and _scalar(current) is None
         if unscaled or not (current.name in _SCALES | _MASKS | _DROPOUTS or _passes(current) or _regroups(current)
@@ -988,8 +1024,11 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
     lost = None if matmul is not None or current is None else (
         f"no Q @ Kᵀ before the softmax: the {_call(recorder, current)} comes between them")
     attention = Attention(kind="softmax", weights=_as_head_maps(weights), masked=_as_head_maps(masked),
-                          op_index=node.index, dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
-    recorder.ops[node.index].stage = "weights"
+                          op_index=walked_from.index, dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
+    if sliced is not None:
+        attention.sink_weights = _as_head_maps(sink_weights)
+        attention.sinks = None if sinks is None else _as_head_maps(sinks)
+    recorder.ops[walked_from.index].stage = "weights"
     operands = None if matmul is None else summed[:4] if summed is not None else _matmul_operands(matmul)
     if matmul is not None and operands is None:
         lost = f"the {_call(recorder, matmul)} before the softmax could not be read as Q @ Kᵀ"
@@ -1015,7 +1054,7 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
             attention.scaled = attention.scores * scale  # (b, h, nq, nk): the scaled product, before the added mask
         if any(link.name in _MASKS for link in chain):
             recorder.ops[chain[0].index].stage = "masked"
-    forward = _forward_to_values(node, made_of)
+    forward = _forward_to_values(walked_from, made_of)
     attention.weights_scale = forward.factor
     if forward.context is None and forward.stop is not None:
         attention.unrecorded["context"] = (f"no weights @ V after the softmax: the {_call(recorder, forward.stop)} "
@@ -1096,6 +1135,37 @@ def _softcap(node: _Node) -> tuple[float, _Node | None] | None:
     if inward is None or not math.isclose(cap * inward, 1.0, rel_tol=1e-6) or cap <= 0:
         return None
     return cap, _tensor_parent(divide)
+
+
+def _sink_slice(node: _Node) -> tuple[_Node, int] | None:
+    """(the slice, the sink's column: -1 or 0) when a softmax ``node`` over the keys and one more column is followed
+    by a slice that drops that column, first or last — an attention sink (GPT-OSS's learned logit per head,
+    ``probs[..., :-1]``): the slice is the attention's weights; else None."""
+    out = node.out  # (…, nq, nk + 1)
+    if out.dim() < 2 or out.shape[-1] < 2:
+        return None
+    for child in node.children:
+        if child.parents[:1] != [node] or tuple(child.out.shape) != (*out.shape[:-1], out.shape[-1] - 1):
+            continue
+        for column, kept in ((-1, out[..., :-1]), (0, out[..., 1:])):  # (…, nq, nk)
+            if torch.equal(child.out, kept):
+                return child, column
+    return None
+
+
+def _sink_operands(node: _Node, keys: int) -> tuple[torch.Tensor, _Node | None] | None:
+    """(the sink logits (…, nq, 1), the node of the scores (…, nq, ``keys``)) when ``node`` concatenates the scores
+    and one column of sink logits along the last dimension (``torch.cat([scores, sinks], dim=-1)``); else None."""
+    if node.name not in _CATS:
+        return None
+    pairs = list(zip(node.parents, _tensor_args(node.args, node.kwargs)))
+    if len(pairs) != 2 or any(arg.shape[:-1] != node.out.shape[:-1] for _, arg in pairs):
+        return None
+    if sorted(arg.shape[-1] for _, arg in pairs) != [1, keys]:
+        return None
+    scores = next(parent for parent, arg in pairs if arg.shape[-1] == keys)
+    sinks = next(arg for _, arg in pairs if arg.shape[-1] == 1)  # (…, nq, 1)
+    return sinks, scores
 
 
 def _tensor_args(args, kwargs) -> list[torch.Tensor]:

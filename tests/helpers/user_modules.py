@@ -3096,3 +3096,60 @@ class Gemma2Layer(nn.Module):
         future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
         mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
         return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
+
+
+class SinkAttention(nn.Module):
+    """Causal attention with an attention sink, as GPT-OSS writes it: a learned logit per head concatenated to each
+    row of masked scores, the softmax over the keys and that column, the column dropped after it (each row then gives
+    the sink what it does not give the keys).  ``sink_first``: the sink's column before the keys (dropped with
+    ``[..., 1:]``); ``divide_by``: what the scores are divided by, √head_dim (None) or another number (a bug);
+    ``drop``: the column dropped after the softmax — "sink" (right) or "key" (a key's column instead of the sink's:
+    a bug)."""
+
+    def __init__(self, d_model=64, n_heads=4, sink_first=False, divide_by=None, drop="sink"):
+        super().__init__()
+        self.n_heads, self.head_dim, self.sink_first, self.drop = n_heads, d_model // n_heads, sink_first, drop
+        self.divide_by = divide_by or math.sqrt(self.head_dim)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.o = nn.Linear(d_model, d_model, bias=False)
+        self.sinks = nn.Parameter(torch.randn(n_heads))  # (h,): trained sinks are not zero
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        s = q @ k.transpose(-1, -2) / self.divide_by  # (b, h, n, n)
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))  # (b, h, n, n)
+        sink = self.sinks.reshape(1, -1, 1, 1).expand(b, -1, n, 1)  # (b, h, n, 1)
+        joined = torch.cat([sink, s] if self.sink_first else [s, sink], dim=-1)  # (b, h, n, n + 1)
+        probs = torch.softmax(joined, dim=-1)  # (b, h, n, n + 1)
+        sink_dropped = (self.drop == "sink") == self.sink_first  # which end goes: the sink's, or a key's
+        w = probs[..., 1:] if sink_dropped else probs[..., :-1]  # (b, h, n, n)
+        return self.o((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
+
+
+class GptOssLayer(nn.Module):
+    """transformers' own ``GptOssAttention`` (eager: attention sinks) from a small config, in the wrapper a user writes
+    to call it as forward(x): rotary angles and the additive causal mask its model would build, and sinks drawn as
+    trained ones are (not zero)."""
+
+    def __init__(self, hidden_size=64, num_heads=4, num_kv_heads=2):
+        super().__init__()
+        from transformers import GptOssConfig  # imported here: the other modules of this file need no transformers
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention, GptOssRotaryEmbedding
+        config = GptOssConfig(hidden_size=hidden_size, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                              head_dim=hidden_size // num_heads, intermediate_size=4 * hidden_size,
+                              num_hidden_layers=1, vocab_size=100, num_local_experts=2, max_position_embeddings=128,
+                              layer_types=["full_attention"])
+        config._attn_implementation = "eager"
+        self.self_attn = GptOssAttention(config, layer_idx=0)
+        self.rotary_emb = GptOssRotaryEmbedding(config)
+        with torch.no_grad():
+            self.self_attn.sinks.normal_()
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
+        cos, sin = self.rotary_emb(x, positions)  # (b, n, head_dim) each
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
+        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
