@@ -1009,8 +1009,11 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
         if current.name in _MATMULS or (summed := _summed_operands(current)) is not None:
             matmul = current  # the product, or the add of two products (q₁·k₁ + q₂·k₂)
             break
-        if softcap is None and (capped := _softcap(current)) is not None:
-            softcap, current = capped  # cap · tanh(s / cap): on to s, the scaled scores
+        # a soft-cap between the scaled scores and the softmax, as Gemma 2 caps: one with a scale after it caps other
+        # scores than the reference's (the walk stops at its tanh)
+        capped = None if softcap is not None or any(link.name in _SCALES for link in chain) else _softcap(current)
+        if capped is not None:  # cap · tanh(s / cap): on to s
+            softcap, current = capped
             continue
         if sliced is not None and sinks is None and (joined := _sink_operands(current, weights.shape[-1])) is not None:
             sinks, current = joined  # [scores | sink logits]: on to the scores
