@@ -130,6 +130,12 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
     elif dropped != weight:
         notes.append(f"Dropout ran: this weight, {weight:.4g}, went on to V as {dropped:.4g}.")
 
+    changed = _changed_before_softmax(row_scaled, row_masked, row_hidden)
+    if changed and not masked:
+        notes.append(f"The module changes its scaled scores before the softmax (a soft-cap such as Gemma 2's "
+                     f"cap · tanh(s / cap), or a bias added to them): the softmax takes {float(row_masked[key]):.4g} "
+                     f"for this cell, not the scaled {float(row_scaled[key]):.4g}.")
+
     head_dim = int(products.shape[0])
     width = trace.module_run.score_width if trace.module_run is not None else None
     d_head = head_dim if width is None else width.head_dim
@@ -177,6 +183,14 @@ def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray, keys: int | None = N
     with np.errstate(invalid="ignore", over="ignore"):
         return np.asarray(hidden_by_mask(row_masked.astype(np.float64), row_scaled.astype(np.float64), keys),
                           dtype=bool)
+
+
+def _changed_before_softmax(row_scaled: np.ndarray, row_masked: np.ndarray, row_hidden: np.ndarray) -> bool:
+    """Whether the softmax's input differs from the scaled scores in a cell the mask leaves visible: the module
+    changed them between the two (a soft-cap, an added bias), beyond float32's rounding."""
+    visible = ~row_hidden  # (n,) bool
+    scaled, masked = row_scaled[visible].astype(np.float64), row_masked[visible].astype(np.float64)  # (v,) each
+    return bool(visible.any()) and not np.allclose(masked, scaled, rtol=1e-4, atol=1e-5)
 
 
 def head_scale(trace: Trace, head: int = 0) -> tuple[float | None, int | None]:

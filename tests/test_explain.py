@@ -490,3 +490,22 @@ def test_explain_weight_names_something_that_is_not_a_trace():
     """A string (or a module) in place of the Trace raises an ExplainError that names what it needs."""
     with pytest.raises(ExplainError, match="trace must be a Trace"):
         explain_weight("trace", 0, 0, 0)
+
+
+def test_scores_a_module_changes_before_the_softmax_are_named_and_the_book_classes_get_no_such_note():
+    """Gemma 2's soft-cap (cap · tanh(s / cap)) sits between the scaled scores and the softmax: the explanation says
+    the softmax takes another number than the scaled score, which one, and why it may be; the book's classes feed the
+    softmax their scaled scores and get no such note."""
+    from helpers.user_modules import SoftCappedAttention
+
+    torch.manual_seed(0)
+    trace, _ = user_trace(SoftCappedAttention(d_model=32, n_heads=4, cap=0.5), d_in=32)
+    why = explain_weight(trace, 1, 6, 2)
+    capped = 0.5 * math.tanh(why.scaled / 0.5)
+    assert why.row_masked[2] == pytest.approx(capped, rel=1e-4)
+    assert any(note.startswith("The module changes its scaled scores before the softmax") and f"{capped:.4g}" in note
+               for note in why.notes)
+    assert not any("before the softmax" in note for note in explain_weight(trace, 1, 6, 7).notes)  # a masked cell
+    book = attnviz.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=32, d_out=32, num_heads=4))
+    assert not any("before the softmax" in note for q in range(book.n) for k in range(q + 1)
+                   for note in explain_weight(book, 0, q, k).notes)
