@@ -5,7 +5,9 @@ Constructor arguments are matched by name to the class's signature, in the spell
 ``block_size`` …), each only when it is given or the constructor requires it: an argument with a default keeps
 the class's own (:func:`own_defaults`: ``LlamaGQA(num_heads=8)`` keeps its 8 heads), a required one gets attnviz's
 (:data:`DEFAULTS`), and ``d_out`` follows a ``d_in`` given; a single ``config``/``cfg`` parameter gets an object with
-nanoGPT's names and every other spelling of a size (Hugging Face's ``hidden_size``, ``num_attention_heads`` …).
+nanoGPT's names and every other spelling of a size (Hugging Face's ``hidden_size``, ``num_attention_heads`` …), read
+as attributes or as a dict's keys (:class:`AttnvizConfig`: the book's ``cfg["emb_dim"]``) — unless the parameter has a
+default (``cfg=None``) and no size nor override is given: then the class builds its own config, whole.
 Today's variants' sizes — ``num_kv_groups`` (the NUMBER of K/V heads, as the book's GQA class and its model configs'
 ``n_kv_groups`` mean it; also ``num_key_value_heads``, ``n_kv_heads``, nanochat's ``n_kv_head``), ``latent_dim``
 (``kv_lora_rank``) and ``sliding_window_size`` (``sliding_window``, ``window_size``) — go to a class that takes
@@ -278,6 +280,8 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
             continue  # the class's own default
         elif setting is not None:
             arguments[parameter.name] = values[setting]
+        elif config_object and parameter.default is not parameter.empty and not given and not overrides:
+            continue  # cfg=None: the class's own config, whole (the book's notebooks' dicts), unless a size is given
         elif config_object:
             arguments[parameter.name] = _config_object(values, overrides, d_out_given="d_out" in given)
             overrides = {}  # set on the config object
@@ -399,7 +403,37 @@ def _parameter_defaults(cls: type[nn.Module]) -> dict:
     return {p.name: p.default for p in parameters if p.default is not p.empty}
 
 
-def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -> types.SimpleNamespace:
+class AttnvizConfig(types.SimpleNamespace):
+    """The config object attnviz builds for a class that takes one: its fields read as attributes (``cfg.emb_dim``,
+    nanoGPT's and Hugging Face's style) and as a dict's keys (``cfg["emb_dim"]``, ``cfg.get("n_kv_groups", 1)``,
+    ``"qk_norm" in cfg``, ``**cfg``: the book's style); a key it lacks raises KeyError, an attribute AttributeError."""
+
+    def __getitem__(self, name):
+        try:
+            return vars(self)[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def get(self, name, default=None):
+        return vars(self).get(name, default)
+
+    def __contains__(self, name) -> bool:
+        return name in vars(self)
+
+    def __iter__(self):
+        return iter(vars(self))
+
+    def keys(self):
+        return vars(self).keys()
+
+    def values(self):
+        return vars(self).values()
+
+    def items(self):
+        return vars(self).items()
+
+
+def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -> AttnvizConfig:
     """nanoGPT's GPTConfig names (and the book's, every other spelling of a size — Hugging Face's ``hidden_size``,
     ``num_attention_heads``, ``max_position_embeddings`` … —, ``head_dim`` where the heads divide d_out, and a variant's
     size given under all its spellings) for a class that takes one config object (:data:`CONFIG_FIELDS`); ``bias``
@@ -420,7 +454,7 @@ def _config_object(values: dict, overrides: Mapping, d_out_given: bool = True) -
     fields = {name: values[setting] for name, setting in CONFIG_FIELDS.items() if setting in values}
     fields["bias"] = values.get("qkv_bias", BIAS_DEFAULTS["bias"])
     fields["qkv_bias"] = values.get("qkv_bias", BIAS_DEFAULTS["qkv_bias"])
-    return types.SimpleNamespace(**{**fields, **overrides})
+    return AttnvizConfig(**{**fields, **overrides})
 
 
 def _refuse_config_names(cls: type[nn.Module], parameter: str, unknown: Sequence[str]) -> None:
@@ -438,7 +472,8 @@ def _refuse_config_names(cls: type[nn.Module], parameter: str, unknown: Sequence
 
 def config_reads(cls: type[nn.Module]) -> set[str]:
     """The attributes the constructors of ``cls`` and its bases (not torch's) read off their config parameter, as
-    their source says: ``config.rope_theta``, ``self.config.rope_theta``, ``getattr(config, "head_dim", …)`` —
+    their source says: ``config.rope_theta``, ``self.config.rope_theta``, ``getattr(config, "head_dim", …)``,
+    ``cfg["rope_base"]`` —
     names ``--set`` gives a config object besides :data:`CONFIG_FIELDS`.  Empty where the source cannot be read."""
     import ast
     import textwrap
@@ -457,6 +492,9 @@ def config_reads(cls: type[nn.Module]) -> set[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and _names_config(node.value, names):
                 reads.add(node.attr)
+            elif (isinstance(node, ast.Subscript) and _names_config(node.value, names)
+                  and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+                reads.add(node.slice.value)  # the book's cfg["rope_base"]
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
                   and len(node.args) >= 2 and _names_config(node.args[0], names)
                   and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
@@ -484,8 +522,10 @@ def build(cls: type[nn.Module], overrides: Mapping | None = None, **settings) ->
     except UserCodeError as error:
         if not any(isinstance(v, types.SimpleNamespace) for v in arguments.values()):
             raise
-        lacked = re.search(r"SimpleNamespace' object has no attribute '(\w+)'", str(error))
-        remedy = _config_lacks(lacked.group(1)) if lacked else None
+        lacked = (re.search(r"AttnvizConfig' object has no attribute '(\w+)'", str(error))
+                  or re.search(r"raised KeyError: '(\w+)'", str(error)))  # cfg.rope_theta, cfg["rope_base"]
+        config = next(v for v in arguments.values() if isinstance(v, types.SimpleNamespace))
+        remedy = _config_lacks(lacked.group(1)) if lacked and lacked.group(1) not in vars(config) else None
         if remedy is None:
             raise
         raise UserCodeError(f"{error} — {remedy}") from None

@@ -196,7 +196,7 @@ def test_the_cli_checks_nanochats_class_with_its_kv_heads(tmp_path, passed, caps
     capsys.readouterr()
     assert cli.main(["check", f"{path}:CausalSelfAttention", "--tokens", "4"]) == 2
     assert capsys.readouterr().err == (
-        "attnviz check: CausalSelfAttention(config=<config>) raised AttributeError: 'types.SimpleNamespace' object "
+        "attnviz check: CausalSelfAttention(config=<config>) raised AttributeError: 'AttnvizConfig' object "
         "has no attribute 'n_kv_head' — attnviz's config object has it when you give it: --num-kv-groups N\n")
     help_text = " ".join(cli.parser().parse_args(["check", "x.py:X"]).command_parser.format_help().split())
     assert "a variant size's spellings, n_kv_head, n_kv_heads, kv_lora_rank, sliding_window …" in help_text
@@ -268,7 +268,7 @@ def test_a_name_the_config_object_lacks_says_what_to_pass(tmp_path, capsys, read
     '''))
     assert cli.main(["check", f"{path}:Reads", *flags]) == 2
     assert capsys.readouterr().err == (f"attnviz check: Reads(config=<config>) raised AttributeError: "
-                                       f"'types.SimpleNamespace' object has no attribute '{read}' — {remedy}\n")
+                                       f"'AttnvizConfig' object has no attribute '{read}' — {remedy}\n")
 
 
 def test_set_gives_a_config_object_a_name_its_constructor_reads():
@@ -280,3 +280,32 @@ def test_set_gives_a_config_object_a_name_its_constructor_reads():
     assert module.cos.shape == (64, 8)
     with pytest.raises(user_code.UserCodeError, match="has no rope_base: "):
         user_code.constructor_arguments(cls, {"rope_base": 500_000})
+
+
+def test_a_config_read_as_a_dict_is_built_from_the_flags_and_checked(passed, capsys):
+    """The book's blocks read ``cfg["emb_dim"]``: attnviz's config object answers keys, ``get`` and ``in`` as well
+    as attributes."""
+    module = user_code.build(user_modules.DictConfigAttention, d_in=32, num_heads=4)
+    assert (module.num_heads, module.head_dim, module.W_query.in_features) == (4, 8, 32)
+    config = user_code.constructor_arguments(user_modules.DictConfigAttention, d_in=32)["cfg"]
+    assert config["emb_dim"] == config.emb_dim == 32 and config.get("rope_base", 1.5) == 1.5
+    assert "n_heads" in config and "rope_base" not in config and dict(config.items())["drop_rate"] == 0.0
+    assert cli.main(["check", f"{HF_MODULES}:DictConfigAttention", "--d-in", "32", "--tokens", "4"]) == 0
+    out, err = capsys.readouterr()
+    assert ALL_PASS in out and err == ""
+    assert passed["d_in"] == 32
+
+
+def test_a_config_parameter_that_defaults_to_none_keeps_the_classs_own_config_unless_a_size_is_given(capsys):
+    """OwnConfigAttention(cfg=None) builds its own dict, with a key attnviz's object lacks (rope_base): built with
+    nothing given, it keeps it; given a size, attnviz's object, whose missing key is named with what gives it."""
+    module = user_code.build(user_modules.OwnConfigAttention)
+    assert module.cfg["rope_base"] == 10_000.0 and module.W_query.in_features == 32
+    with pytest.raises(user_code.UserCodeError) as raised:
+        user_code.build(user_modules.OwnConfigAttention, d_in=64)
+    assert str(raised.value) == ("OwnConfigAttention(cfg=<config>) raised KeyError: 'rope_base' — attnviz's config "
+                                 "object has no rope_base: give it with --set rope_base=VALUE")
+    module = user_code.build(user_modules.OwnConfigAttention, {"rope_base": 500_000.0}, d_in=64)
+    assert module.rope_base == 500_000.0 and module.W_query.in_features == 64
+    assert cli.main(["check", f"{HF_MODULES}:OwnConfigAttention", "--tokens", "4"]) == 0
+    assert ALL_PASS in capsys.readouterr().out

@@ -3153,3 +3153,38 @@ class GptOssLayer(nn.Module):
         future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
         mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
         return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
+
+
+class DictConfigAttention(nn.Module):
+    """Causal multi-head attention built from a config dict, as the book's ``TransformerBlock(cfg)`` reads one:
+    ``cfg["emb_dim"]``, ``cfg["n_heads"]``, ``cfg["drop_rate"]``, ``cfg["qkv_bias"]``, and ``cfg.get`` / ``in`` for
+    what a config may leave out."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.num_heads, self.head_dim = cfg["n_heads"], cfg["emb_dim"] // cfg["n_heads"]
+        self.W_query = nn.Linear(cfg["emb_dim"], cfg["emb_dim"], bias=cfg["qkv_bias"])
+        self.W_key = nn.Linear(cfg["emb_dim"], cfg["emb_dim"], bias=cfg["qkv_bias"])
+        self.W_value = nn.Linear(cfg["emb_dim"], cfg["emb_dim"], bias=cfg["qkv_bias"])
+        self.out_proj = nn.Linear(cfg["emb_dim"], cfg["emb_dim"])
+        self.dropout = nn.Dropout(cfg.get("drop_rate", 0.0))
+        self.norm_qk = "qk_norm" in cfg and cfg["qk_norm"]
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = (proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        scores = q @ k.transpose(2, 3) / self.head_dim ** 0.5  # (b, h, n, n)
+        future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (n, n)
+        weights = self.dropout(torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1))  # (b, h, n, n)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class OwnConfigAttention(DictConfigAttention):
+    """DictConfigAttention whose config defaults to None and which then builds its own dict, whole — with a key no
+    config of attnviz's has (``rope_base``), as the book's notebooks' blocks do."""
+
+    def __init__(self, cfg=None):
+        cfg = cfg or {"emb_dim": 32, "n_heads": 2, "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10_000.0}
+        super().__init__(cfg)
+        self.cfg, self.rope_base = cfg, cfg["rope_base"]
