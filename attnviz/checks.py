@@ -934,11 +934,15 @@ def _scaling(attention: tracing.Attention, width: ScoreWidth | None, declared: t
         "leaves the scale as it is)")
     books = math.isclose(attention.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4)
     design = _declared(attention.scale, declared, design=True)
-    if books and design is None and (ignored := _other_design(declared, head_dim)) is not None:
+    if books and design is None and (ignored := _other_design(declared, head_dim, strict=True)) is not None:
         return Check(rule, "fail", _design_ignored(attention, width, ignored, absorbed))
     if books:
+        yarn = "" if design is not None or (also := _other_design(declared, head_dim)) is None else (
+            f" — the config's rope_scaling declares YaRN's mscale ({math.sqrt(also.scale * math.sqrt(head_dim)):.4g}):"
+            f" DeepSeek's attention divides by √{head_dim} ÷ mscale² = {1 / also.scale:.4g}, Ministral 3's by "
+            f"√{head_dim}; both are what real models do")
         return Check(rule, "pass", f"the scores are divided by √{name} = √{head_dim} ≈ {math.sqrt(head_dim):.3g}"
-                                   f"{absorbed}")
+                                   f"{absorbed}{yarn}")
     if design is not None:
         return Check(rule, "pass", f"the scores are divided by {design.words}; the book's is √{name} = √{head_dim}"
                                    f"{absorbed}")
@@ -949,11 +953,13 @@ def _scaling(attention: tracing.Attention, width: ScoreWidth | None, declared: t
     return Check(rule, "fail", words + ("" if own is None else f" — the scale is the module's {own.words}"))
 
 
-def _other_design(declared: tuple[DeclaredScale, ...], head_dim: int) -> DeclaredScale | None:
+def _other_design(declared: tuple[DeclaredScale, ...], head_dim: int, *, strict: bool = False) -> DeclaredScale | None:
     """The first scale the module's config declares as its model's design (:func:`declared_scales`) that is not
-    1/√``head_dim``: the scale the module must apply instead of the book's; None when the config declares none."""
+    1/√``head_dim``: the scale the module must apply instead of the book's; None when the config declares none.
+    ``strict``: only a design that leaves no room for the book's scale (not YaRN's mscale: ``books_too``)."""
     return next((found for found in declared
-                 if found.design and not math.isclose(found.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4)), None)
+                 if found.design and not (strict and found.books_too)
+                 and not math.isclose(found.scale, 1 / math.sqrt(head_dim), rel_tol=1e-4)), None)
 
 
 def _design_ignored(attention: tracing.Attention, width: ScoreWidth, design: DeclaredScale, absorbed: str) -> str:

@@ -9,7 +9,10 @@ of :mod:`attnviz.checks` read those declarations here.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 from dataclasses import dataclass
 
 from torch import nn
@@ -69,45 +72,125 @@ class DeclaredScale:
     words: str
     design: bool
     setting: str = ""
+    books_too: bool = False  # the book's 1/√head_dim is what real models with this config do as well (YaRN's mscale)
 
 
 SCALE_NAMES = ("scaling", "softmax_scale", "scale", "sm_scale", "attn_scale")  # a scale kept as a module attribute
 
 
 def declared_scales(module: nn.Module | None, head_dim: int | None) -> tuple[DeclaredScale, ...]:
-    """The scales ``module`` declares, designs first: a ``config`` (of the module or a submodule) with Gemma's
-    ``query_pre_attn_scalar`` (the scores × query_pre_attn_scalar^-0.5) or DeepSeek's YaRN in ``rope_scaling`` /
-    ``rope_parameters`` (a rope type other than default, ``mscale_all_dim`` set: 1/√head_dim × mscale², mscale =
-    0.1 · mscale_all_dim · ln(factor) + 1 when factor > 1); then each number it keeps as one of :data:`SCALE_NAMES`,
-    as the multiplier and as the divisor (TransformerLens's ``attn_scale`` = √d_head)."""
+    """The scales ``module`` declares, designs first: a config (``self.config``, ``self.cfg`` …: :data:`CONFIG_NAMES`,
+    an object or a dict, of the module or a submodule) with Gemma's ``query_pre_attn_scalar`` (the scores ×
+    query_pre_attn_scalar^-0.5), Granite's ``attention_multiplier`` (the scores × it) or YaRN in ``rope_scaling`` /
+    ``rope_parameters`` (a rope type other than default, ``mscale_all_dim`` set: DeepSeek's 1/√head_dim × mscale²,
+    mscale = 0.1 · mscale_all_dim · ln(factor) + 1 when factor > 1 — Ministral 3 keeps 1/√head_dim with the same
+    config, so that passes as well: ``books_too``); a scale attribute (:data:`SCALE_NAMES`) its constructor sets as
+    ``query_pre_attn_scalar ** -0.5`` (:func:`_gemma_assigned`: the value read off the module, the formula off its
+    source); 1 kept as ``scaling`` by transformers' own attention class that normalises q and k (``q_norm``,
+    ``k_norm``: Gemma 3n's); then each number it keeps as one of :data:`SCALE_NAMES`, as the multiplier and as the
+    divisor (TransformerLens's ``attn_scale`` = √d_head)."""
     found: list[DeclaredScale] = []
     if module is None:
         return ()
     for _, sub in module.named_modules():
-        config = getattr(sub, "config", None)
-        scalar = _setting(config, "query_pre_attn_scalar")
-        if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0:
-            found.append(DeclaredScale(scalar ** -0.5, f"√{scalar:g} = √query_pre_attn_scalar, the config's scale "
-                                                       "(Gemma)", True, f"query_pre_attn_scalar = {scalar:g}"))
-        rope = _setting(config, "rope_scaling") or _setting(config, "rope_parameters")
-        if head_dim and isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
-            factor, all_dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim") or 0.0
-            mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
-            if mscale != 1.0:
-                scale = head_dim ** -0.5 * mscale ** 2
-                found.append(DeclaredScale(scale, f"{1 / scale:.4g} = √{head_dim} ÷ mscale², YaRN's from the config's "
-                                                  "rope_scaling (mscale = 0.1 · mscale_all_dim · ln(factor) + 1 = "
-                                                  f"{mscale:.4g}: DeepSeek)", True,
-                                           f"√{head_dim} ÷ mscale², YaRN's mscale = {mscale:.4g} from rope_scaling's "
-                                           f"factor = {factor:g} and mscale_all_dim = {all_dim:g}"))
+        for config in (getattr(sub, name, None) for name in CONFIG_NAMES):
+            found += _config_scales(config, head_dim)
     for path, sub in module.named_modules():
         for name in SCALE_NAMES:
             value = vars(sub).get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            words = f"self.{path + '.' if path else ''}{name}"
+            if (_is_positive(value) and head_dim and not math.isclose(value, head_dim ** -0.5, rel_tol=1e-4)
+                    and _gemma_assigned(type(sub), name)):
+                scalar = value ** -2
+                found.append(DeclaredScale(value, f"√{scalar:.4g} = √query_pre_attn_scalar, as {words} = "
+                                                  "query_pre_attn_scalar ** -0.5 says (Gemma)", True,
+                                           f"query_pre_attn_scalar = {scalar:.4g}"))
+        if (vars(sub).get("scaling") == 1 and type(sub).__module__.split(".")[0] == "transformers"
+                and isinstance(getattr(sub, "q_norm", None), nn.Module)
+                and isinstance(getattr(sub, "k_norm", None), nn.Module)):
+            found.append(DeclaredScale(1.0, f"1: transformers' {type(sub).__name__} normalises q and k (q_norm, "
+                                            "k_norm) and keeps scaling = 1 (Gemma 3n)", True,
+                                       f"scaling = 1 with q and k normalised ({type(sub).__name__})"))
+    for path, sub in module.named_modules():
+        for name in SCALE_NAMES:
+            value = vars(sub).get(name)
+            if _is_positive(value):
                 words = f"self.{path + '.' if path else ''}{name}"
                 found += [DeclaredScale(value, f"{words} ({value:.4g})", False),
                           DeclaredScale(1 / value, f"{words} ({value:.4g}), which it divides by", False)]
     return tuple(found)
+
+
+def _is_positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _config_scales(config, head_dim: int | None) -> list[DeclaredScale]:
+    """The scales a config object or dict declares as its model's design (:func:`declared_scales`)."""
+    found = []
+    scalar = _setting(config, "query_pre_attn_scalar")
+    if _is_positive(scalar):
+        found.append(DeclaredScale(scalar ** -0.5, f"√{scalar:g} = √query_pre_attn_scalar, the config's scale "
+                                                   "(Gemma)", True, f"query_pre_attn_scalar = {scalar:g}"))
+    multiplier = _setting(config, "attention_multiplier")
+    if _is_positive(multiplier):
+        found.append(DeclaredScale(multiplier, f"{1 / multiplier:.4g} = 1 ÷ attention_multiplier, the config's scale "
+                                               "(Granite)", True, f"attention_multiplier = {multiplier:g}"))
+    rope = _setting(config, "rope_scaling") or _setting(config, "rope_parameters")
+    if head_dim and isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
+        factor, all_dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim") or 0.0
+        mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
+        if mscale != 1.0:
+            scale = head_dim ** -0.5 * mscale ** 2
+            found.append(DeclaredScale(scale, f"{1 / scale:.4g} = √{head_dim} ÷ mscale², YaRN's from the config's "
+                                              "rope_scaling (mscale = 0.1 · mscale_all_dim · ln(factor) + 1 = "
+                                              f"{mscale:.4g}: DeepSeek)", True,
+                                       f"√{head_dim} ÷ mscale², YaRN's mscale = {mscale:.4g} from rope_scaling's "
+                                       f"factor = {factor:g} and mscale_all_dim = {all_dim:g}", books_too=True))
+    return found
+
+
+def _gemma_assigned(cls: type, name: str) -> bool:
+    """Whether the constructors of ``cls`` and its bases (not torch's) set ``self.<name>`` to query_pre_attn_scalar's
+    ``X ** -0.5`` (or ``1 / math.sqrt(X)``; X a parameter, ``config.X`` or ``cfg["X"]``), as Gemma's ports do, and to
+    nothing else but the book's ``head_dim ** -0.5`` (the branch without one) — so a value other than the book's is
+    Gemma's; False where the source cannot be read."""
+    assigned = []
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or klass.__module__.split(".")[0] in ("torch", "builtins"):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+        except (OSError, TypeError, SyntaxError):
+            return False
+        assigned += [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr == name
+            for t in node.targets)]
+    gemma = [value for value in assigned if _inverse_root(value, ("query_pre_attn_scalar",))]
+    return bool(gemma) and all(value in gemma or _inverse_root(value, HEAD_DIM_NAMES) for value in assigned)
+
+
+def _inverse_root(node, names: tuple[str, ...]) -> bool:
+    """Whether the expression ``node`` is X^-0.5, in the ways code writes it, for X one of ``names``: a name, an
+    attribute, a dict's key."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        power = node.right
+        value = (-power.operand.value if isinstance(power, ast.UnaryOp) and isinstance(power.op, ast.USub)
+                 and isinstance(power.operand, ast.Constant) else getattr(power, "value", None))
+        return value == -0.5 and _reads(node.left, names)
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Constant)
+            and node.left.value == 1 and isinstance(node.right, ast.Call) and node.right.args
+            and getattr(node.right.func, "attr", getattr(node.right.func, "id", None)) == "sqrt"):
+        return _reads(node.right.args[0], names)
+    return False
+
+
+def _reads(node, names: tuple[str, ...]) -> bool:
+    """Whether the expression ``node`` is one of ``names``: a name, an attribute, a dict's key."""
+    return ((isinstance(node, ast.Name) and node.id in names)
+            or (isinstance(node, ast.Attribute) and node.attr in names)
+            or (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in names))
 
 
 def _setting(config, name: str):

@@ -333,7 +333,7 @@ def test_a_scale_the_config_declares_is_named_as_the_configs_and_one_nobody_decl
     assert stage_title(trace, "scaled").endswith("16, the config's (not √dₖ = √16)")  # the map's title says so too
     assert explain_weight(load_trace(trace_npz(trace)), 1, 6, 2).scaling == why.scaling  # a trace file keeps it
     torch.manual_seed(4)
-    trace, _ = user_trace(CustomScale(d_model=16, n_heads=4, query_pre_attn_scalar=32))
+    trace, _ = user_trace(CustomScale(d_model=16, n_heads=4, temperature=32))
     assert explain_weight(trace, 1, 6, 2).scaling == "÷ 5.657: this run's own scale, not √d_head = √4 = 2"
     assert "config" not in stage_title(trace, "scaled")
 

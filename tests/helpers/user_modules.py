@@ -2714,13 +2714,13 @@ class GemmaStyleAttention(nn.Module):
 
 
 class CustomScale(nn.Module):
-    """Gemma-style scale written into the module itself: the scores scaled by query_pre_attn_scalar ** -0.5, kept as
-    ``self.scaling`` — a number the module claims, which no config declares."""
+    """A scale written into the module itself: the scores scaled by temperature ** -0.5, kept as ``self.scaling`` —
+    a number the module claims, which neither a config nor a name models declare their scale under says."""
 
-    def __init__(self, d_model=16, n_heads=4, query_pre_attn_scalar=32):
+    def __init__(self, d_model=16, n_heads=4, temperature=32):
         super().__init__()
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
-        self.scaling = query_pre_attn_scalar ** -0.5
+        self.scaling = temperature ** -0.5
         self.is_causal = True
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.o = nn.Linear(d_model, d_model)
@@ -3188,3 +3188,148 @@ class OwnConfigAttention(DictConfigAttention):
         cfg = cfg or {"emb_dim": 32, "n_heads": 2, "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10_000.0}
         super().__init__(cfg)
         self.cfg, self.rope_base = cfg, cfg["rope_base"]
+
+
+class GemmaCore(nn.Module):
+    """Gemma's grouped-query attention as a port writes it: q multiplied by ``self.scaling``, which is
+    query_pre_attn_scalar ** -0.5 when one is given, else head_dim ** -0.5."""
+
+    def __init__(self, d_in, num_heads, head_dim, query_pre_attn_scalar=None):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.W_query = nn.Linear(d_in, num_heads * head_dim, bias=False)
+        self.W_key = nn.Linear(d_in, head_dim, bias=False)
+        self.W_value = nn.Linear(d_in, head_dim, bias=False)
+        self.out_proj = nn.Linear(num_heads * head_dim, d_in, bias=False)
+        if query_pre_attn_scalar is not None:
+            self.scaling = query_pre_attn_scalar ** -0.5
+        else:
+            self.scaling = head_dim ** -0.5
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.W_key(x).view(b, n, 1, self.head_dim).transpose(1, 2)  # (b, 1, n, hd)
+        v = self.W_value(x).view(b, n, 1, self.head_dim).transpose(1, 2)  # (b, 1, n, hd)
+        scores = (q * self.scaling) @ k.transpose(2, 3)  # (b, h, n, n)
+        future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (n, n)
+        weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)  # (b, h, n, n)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, n, -1))  # (b, n, d_in)
+
+
+class GemmaCoreNoRoot(GemmaCore):
+    """GemmaCore whose scale is 1 / query_pre_attn_scalar: the square root forgotten."""
+
+    def __init__(self, d_in, num_heads, head_dim, query_pre_attn_scalar=None):
+        super().__init__(d_in, num_heads, head_dim, query_pre_attn_scalar)
+        if query_pre_attn_scalar is not None:
+            self.scaling = 1 / query_pre_attn_scalar
+
+
+class GemmaScalarAttention(nn.Module):
+    """GemmaCore called as forward(x) by a wrapper that takes ``query_pre_attn_scalar`` and keeps it nowhere;
+    ``root=False``: GemmaCoreNoRoot's."""
+
+    def __init__(self, d_in=64, num_heads=4, head_dim=16, query_pre_attn_scalar=24, root=True):
+        super().__init__()
+        self.att = (GemmaCore if root else GemmaCoreNoRoot)(d_in, num_heads, head_dim, query_pre_attn_scalar)
+
+    def forward(self, x):
+        return self.att(x)  # (b, n, d_in)
+
+
+class GemmaCfgDictAttention(GemmaScalarAttention):
+    """GemmaScalarAttention keeping its model's config dict as ``self.cfg`` (as the notebooks' models do), with
+    ``query_pre_attn_scalar`` in it; ``scale="head_dim"``: the core divides by √head_dim, whatever the dict says."""
+
+    def __init__(self, d_in=64, num_heads=4, head_dim=16, query_pre_attn_scalar=24, scale="config"):
+        super().__init__(d_in, num_heads, head_dim, query_pre_attn_scalar if scale == "config" else None)
+        self.cfg = {"emb_dim": d_in, "n_heads": num_heads, "head_dim": head_dim,
+                    "query_pre_attn_scalar": query_pre_attn_scalar}
+
+
+class HFLayer(nn.Module):
+    """One of transformers' own attention classes (eager) from its small config, in the wrapper a user writes to
+    call it as forward(x): rotary angles and the additive causal mask its model would build."""
+
+    def __init__(self, attention, rotary, config, rotary_extra=()):
+        super().__init__()
+        config._attn_implementation = "eager"
+        self.self_attn, self.rotary_emb = attention(config, layer_idx=0), rotary(config)
+        self.rotary_extra = rotary_extra
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
+        cos, sin = self.rotary_emb(x, positions, *self.rotary_extra)  # (b, n, head_dim) each
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
+        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
+
+
+class GraniteLayer(HFLayer):
+    """transformers' own GraniteAttention: the scores × ``config.attention_multiplier`` (granite-3.0-8b: 1/head_dim)."""
+
+    def __init__(self, hidden_size=64, num_heads=4, num_kv_heads=2, attention_multiplier=0.0625):
+        from transformers import GraniteConfig  # imported here: the other modules of this file need no transformers
+        from transformers.models.granite.modeling_granite import GraniteAttention, GraniteRotaryEmbedding
+        config = GraniteConfig(hidden_size=hidden_size, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                               intermediate_size=4 * hidden_size, num_hidden_layers=1, vocab_size=100,
+                               attention_multiplier=attention_multiplier)
+        super().__init__(GraniteAttention, GraniteRotaryEmbedding, config)
+
+
+class Gemma3nLayer(HFLayer):
+    """transformers' own Gemma3nTextAttention: q and k RMS-normalised, ``self.scaling = 1.0`` (no 1/√head_dim)."""
+
+    def __init__(self, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16):
+        from transformers import Gemma3nTextConfig
+        from transformers.models.gemma3n.modeling_gemma3n import Gemma3nRotaryEmbedding, Gemma3nTextAttention
+        config = Gemma3nTextConfig(hidden_size=hidden_size, num_attention_heads=num_heads,
+                                   num_key_value_heads=num_kv_heads, head_dim=head_dim,
+                                   intermediate_size=4 * hidden_size, num_hidden_layers=1, vocab_size=100,
+                                   layer_types=["full_attention"], num_kv_shared_layers=0,
+                                   hidden_size_per_layer_input=8, vocab_size_per_layer_input=100,
+                                   activation_sparsity_pattern=[0.0], altup_num_inputs=2, laurel_rank=4)
+        super().__init__(Gemma3nTextAttention, Gemma3nRotaryEmbedding, config, ("full_attention",))
+
+
+class Ministral3Layer(HFLayer):
+    """transformers' own Ministral3Attention with its default config: YaRN rope (mscale_all_dim = 1, factor 16),
+    head_dim 128, and the scores ÷ √head_dim all the same."""
+
+    def __init__(self, hidden_size=64, num_heads=4, num_kv_heads=2):
+        from transformers import Ministral3Config
+        from transformers.models.ministral3.modeling_ministral3 import Ministral3Attention, Ministral3RotaryEmbedding
+        config = Ministral3Config(hidden_size=hidden_size, num_attention_heads=num_heads,
+                                  num_key_value_heads=num_kv_heads, intermediate_size=4 * hidden_size,
+                                  num_hidden_layers=1, vocab_size=100)
+        super().__init__(Ministral3Attention, Ministral3RotaryEmbedding, config)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
+        cos, sin = self.rotary_emb(x, positions)  # (b, n, head_dim) each
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
+        return self.self_attn(x, (cos, sin), mask, positions)[0]  # (b, n, hidden_size)
+
+
+class NormedUnscaledAttention(nn.Module):
+    """A user's own attention that RMS-normalises q and k (``q_norm``, ``k_norm``, as Qwen3 and OLMo 2 do) and keeps
+    ``self.scaling = 1.0``: the √head_dim forgotten — or Gemma 3n's design copied; the check cannot tell which."""
+
+    def __init__(self, d_in=64, num_heads=4):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_in // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_in, bias=False)
+        self.q_norm, self.k_norm = nn.RMSNorm(self.head_dim), nn.RMSNorm(self.head_dim)
+        self.out_proj = nn.Linear(d_in, d_in, bias=False)
+        self.scaling = 1.0
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd)
+        q, k = self.q_norm(q), self.k_norm(k)  # (b, h, n, hd) each
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling)  # (b, h, n, hd)
+        return self.out_proj(o.transpose(1, 2).reshape(b, n, d))  # (b, n, d_in)
