@@ -794,7 +794,8 @@ class LearnerSWAWithSDPA(LearnerSWA):
 
 class LearnerCachedSWA(LearnerSWA):
     """LearnerSWA with a KV cache that keeps only the last W tokens' keys and values: all a window needs;
-    ``bug="keeps-all"``: the cache keeps every token (the step still attends over the window alone)."""
+    ``bug="keeps-all"``: the cache keeps every token (the step still attends over the window alone);
+    ``bug="cached-mask-no-window"``: the cached forwards' mask hides only the future."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3, bug=None):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, sliding_window_size, bug=bug)
@@ -819,7 +820,10 @@ class LearnerCachedSWA(LearnerSWA):
         k_positions = torch.arange(start + n - keys.shape[2], start + n)
         diff = q_positions[:, None] - k_positions[None, :]
         attn_scores = queries @ keys.transpose(2, 3)
-        attn_scores.masked_fill_((diff < 0) | (diff >= self.sliding_window_size), -torch.inf)
+        hidden = (diff < 0) | (diff >= self.sliding_window_size)  # (n, keys)
+        if use_cache and self.bug == "cached-mask-no-window":
+            hidden = diff < 0  # (n, keys): the future alone
+        attn_scores.masked_fill_(hidden, -torch.inf)
         attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)
         return self.out_proj((attn_weights @ values).transpose(1, 2).contiguous().view(b, n, self.d_out))
 
@@ -3333,3 +3337,86 @@ class NormedUnscaledAttention(nn.Module):
         q, k = self.q_norm(q), self.k_norm(k)  # (b, h, n, hd) each
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling)  # (b, h, n, hd)
         return self.out_proj(o.transpose(1, 2).reshape(b, n, d))  # (b, n, d_in)
+
+
+class PastArgument(nn.Module):
+    """GPT-2's original cache convention (minGPT forks' too): ``forward(x, past=None) -> (out, present)``, the
+    caller holding the cache as a (k, v) tuple.  ``bug="mask-ignores-past"``: the mask is built as if the new tokens
+    started at position 0."""
+
+    def __init__(self, n_embd=32, n_head=4, bug=None):
+        super().__init__()
+        self.n_head, self.n_embd = n_head, n_embd
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.bug = bug
+
+    def attend(self, x, past):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hs)
+        cached = 0
+        if past is not None:
+            cached = past[0].shape[2]
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, h, cached + T, hs) each
+        start = 0 if self.bug == "mask-ignores-past" else cached
+        keep = torch.arange(k.shape[2])[None, :] <= torch.arange(start, start + T)[:, None]  # (T, cached + T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (B, h, T, hs)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C)), (k, v)  # (B, T, C), present
+
+    def forward(self, x, past=None):
+        return self.attend(x, past)
+
+
+class KVCacheArgument(PastArgument):
+    """The same, the cache argument named ``kv_cache``: ``forward(x, kv_cache=None) -> (out, new_kv_cache)``."""
+
+    def forward(self, x, kv_cache=None):
+        return self.attend(x, kv_cache)
+
+
+class LowPrecisionCache(nn.Module):
+    """Computes in float32 and keeps its KV cache in ``cache_dtype`` (bfloat16: half the memory), casting it back
+    up to attend.  ``bug="drops-oldest"``: the cached step leaves out the first token's keys and values."""
+
+    def __init__(self, n_embd=32, n_head=4, cache_dtype=torch.bfloat16, bug=None):
+        super().__init__()
+        self.n_head, self.n_embd, self.cache_dtype, self.bug = n_head, n_embd, cache_dtype, bug
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.k_cache = self.v_cache = None
+
+    def reset_cache(self):
+        self.k_cache = self.v_cache = None
+
+    def forward(self, x, use_cache=False):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hs)
+        past = 0
+        if use_cache:
+            if self.k_cache is not None:
+                past = self.k_cache.shape[2]
+                k = torch.cat([self.k_cache.float(), k], dim=2)  # (B, h, past + T, hs)
+                v = torch.cat([self.v_cache.float(), v], dim=2)  # (B, h, past + T, hs)
+            self.k_cache, self.v_cache = k.to(self.cache_dtype), v.to(self.cache_dtype)  # (B, h, past + T, hs) each
+        keep = torch.arange(k.shape[2])[None, :] <= torch.arange(past, past + T)[:, None]  # (T, past + T)
+        if self.bug == "drops-oldest" and past > 0:
+            keep[:, 0] = False  # (T, past + T): the first token's key hidden from every cached step
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (B, h, T, hs)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))  # (B, T, C)
+
+
+class WindowSizedCache(PreallocatedCache):
+    """The book's optimized class as it ships: ``window_size`` (default: the context) is the length of the KV cache
+    it allocates, not an attention window — no mask applies it."""
+
+    def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4, window_size=None):
+        super().__init__(d_in, d_out, context_length, num_heads)
+        self.window_size = window_size or context_length
+
+    def forward(self, x, use_cache=False):
+        if use_cache and self.cache_k is None:
+            self.cache_k = torch.zeros(x.shape[0], self.num_heads, self.window_size, self.head_dim)  # (b, h, W, hd)
+            self.cache_v = torch.zeros_like(self.cache_k)  # (b, h, W, hd)
+        return super().forward(x, use_cache)
