@@ -5,7 +5,7 @@ For a forward that takes ``use_cache``: two different sequences, each after the 
 ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, the last two in
 one forward (a chunk after a non-empty cache: skipped, said in the pass, for a forward that raises on it or takes a
 model's ``attention_mask``), give the uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values``
-(``past_key_value``, ``layer_past``, ``past_kv``, ``cache``) argument, returned beside the output, and no reset — is
+(``past_key_value``, ``layer_past``, ``past_kv``, ``kv_cache``, ``cache``, ``past``) argument, returned beside the output, and no reset — is
 checked the same way, each forward given the cache the one before returned; a forward that returns none is given a
 Hugging Face ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step
 (skipped when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside
@@ -228,7 +228,8 @@ def _shape_words(shape: torch.Size | None) -> str:
 
 
 RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache reset goes by
-CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "cache")  # a cache the caller holds
+# a cache the caller holds, by the names code passes it under (GPT-2's original ``past``, minGPT forks' ``kv_cache``)
+CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "kv_cache", "cache", "past")
 
 
 def cache_parameters(module: nn.Module) -> tuple[bool, str | None]:
