@@ -4,7 +4,8 @@ cache holds no more than the variant it declares needs.
 For a forward that takes ``use_cache``: two different sequences, each after the module's own
 ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, the last two in
 one forward (a chunk after a non-empty cache: skipped, said in the pass, for a forward that raises on it or takes a
-model's ``attention_mask``), give the uncached outputs (≤ 1e-5).  A cache the caller holds — a ``past_key_values``
+model's ``attention_mask``), give the uncached outputs (≤ 1e-5; a cache kept in lower precision than the module
+computes — a bfloat16 cache beside float32 outputs — at that dtype's precision, named: :class:`_Precision`).  A cache the caller holds — a ``past_key_values``
 (``past_key_value``, ``layer_past``, ``past_kv``, ``kv_cache``, ``cache``, ``past``) argument, returned beside the output, and no reset — is
 checked the same way, each forward given the cache the one before returned; a forward that returns none is given a
 Hugging Face ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step
@@ -12,7 +13,7 @@ Hugging Face ``DynamicCache`` (transformers imported only then) that it fills in
 the whole sequence's forward, and the failure names what the evidence shows: the module's position counter (one that
 never moves, counts forwards, or counts each token twice), how many tokens its cache holds (for a declared window W:
 fewer than the W − 1 a step needs beside its own, or a step that sees more than W keys — a rolling cache one token
-too long), keys read from slots no token was written to, a reset that leaves the cache the last sequence filled,
+too long, or, the cache holding every token fed, a cached mask without the window), keys read from slots no token was written to, a reset that leaves the cache the last sequence filled,
 where the step's mask puts the new tokens (SDPA's ``is_causal`` over the cache: aligned to the top-left), which of
 its queries, keys or values differ — for a rotary module, a query or cached key of the right length turned by
 another angle (rotated at the wrong position); keys or values that are the whole sequence's K/V heads in
@@ -64,6 +65,73 @@ class KeptState:
     tensors: dict[str, tuple[torch.Tensor, int | None]]
     buffers: frozenset[str]
     numbers: dict[str, int | float | bool]
+
+
+class _Precision:
+    """The precision kv-cache compares a cached output at: ``TOLERANCE``, or, for a cache kept in a dtype of lower
+    precision than the module's outputs (a bfloat16 cache beside float32 outputs, its keys and values rounded to 8
+    significant bits on the way in), that dtype's machine epsilon × the largest uncached output — about what that
+    rounding moves an output by, and far below what a wrong mask or position does.  :meth:`learn` reads the tensors a
+    cached forward wrote; the lowest precision seen holds from then on."""
+
+    def __init__(self) -> None:
+        self.dtype: torch.dtype | None = None  # the cache's, when of lower precision than the outputs'
+        self.computes: torch.dtype | None = None  # the outputs'
+        self.largest = 0.0  # the largest |uncached output| compared
+
+    def learn(self, written, output: torch.Tensor) -> None:
+        """Notes the lowest-precision floating dtype among the tensors a cached forward ``written`` when it is lower
+        than that of ``output``, the uncached output it is compared with."""
+        if not output.is_floating_point():
+            return
+        lower = [tensor.dtype for tensor in written if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
+                 and _eps(tensor.dtype) > _eps(output.dtype)]
+        if not lower:
+            return
+        dtype = max(lower, key=_eps)
+        if self.dtype is None or _eps(dtype) > _eps(self.dtype):
+            self.dtype = dtype
+        self.computes = output.dtype
+        self.largest = max(self.largest, float(output.detach().abs().nan_to_num(nan=0.0, posinf=0.0,
+                                                                                 neginf=0.0).max()))
+
+    @property
+    def tolerance(self) -> float:
+        """The largest difference of a cached output from the uncached one that passes."""
+        return TOLERANCE if self.dtype is None else max(TOLERANCE, _eps(self.dtype) * self.largest)
+
+    def of(self, reference: torch.Tensor) -> float:
+        """The tolerance for a cached step's queries, keys or values beside the whole sequence's ``reference``."""
+        if self.dtype is None:
+            return TOLERANCE
+        return max(TOLERANCE, _eps(self.dtype) * float(reference.detach().float().abs().max()))
+
+    def _kept(self) -> str:
+        return f"the cache is kept in {_dtype_name(self.dtype)}, the module computes in {_dtype_name(self.computes)}"
+
+    def within(self) -> str:
+        """The pass's bound: "≤ 1e-05", or the cache dtype's, named."""
+        if self.dtype is None:
+            return f"≤ {TOLERANCE:g}"
+        name = _dtype_name(self.dtype)
+        return (f"≤ {self.tolerance:.2g}: {self._kept()}: compared at {name}'s precision, its machine epsilon "
+                f"{_eps(self.dtype):.2g} × the largest output {self.largest:.2g}")
+
+    def beyond(self) -> str:
+        """Words after a failing difference: "" at 1e-5, else the cache dtype's bound it exceeds."""
+        if self.dtype is None:
+            return ""
+        return f" (more than {self.tolerance:.2g}, {_dtype_name(self.dtype)}'s precision: {self._kept()})"
+
+
+def _eps(dtype: torch.dtype) -> float:
+    """The machine epsilon of a floating dtype."""
+    return torch.finfo(dtype).eps
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str:
+    """ "bfloat16" for torch.bfloat16."""
+    return str(dtype).removeprefix("torch.")
 
 
 def kept_state(module: nn.Module) -> KeptState:
@@ -267,11 +335,12 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes)
     reset = _user_reset(module, reset_name)
     refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
+    precision = _Precision()  # the cache's dtype, as the cached forwards show it
     try:
         try:
             difference, refused = _chunk_else_one_by_one(functools.partial(
                 _cached_difference, module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
-                reset_name=reset_name), refused)
+                reset_name=reset_name, precision=precision), refused)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
         finally:
             reset()
@@ -280,7 +349,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     if difference is not None:
         return Check(rule, "fail", difference)
     words = (f"two sequences, each after {reset_name}(): {_plan_words(n, prefill, refused)}, give the uncached outputs "
-             f"(≤ {TOLERANCE:g})")
+             f"({precision.within()})")
     return _held_verdict(module, _with_refused(words, refused), held, n, sizes)
 
 
@@ -385,7 +454,9 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
         expected = [module_output(module, sequence) for sequence in sequences]  # (1, n, d_out) each
         last: dict = {}  # the cache after the last sequence's last token
         refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
-        fed = functools.partial(_fed_back, module, sequences, expected, cache_name, flags, prefill)
+        precision = _Precision()  # the cache's dtype, as the cached forwards show it
+        fed = functools.partial(_fed_back, module, sequences, expected, cache_name, flags, prefill,
+                                precision=precision)
         result, refused = _chunk_else_one_by_one(functools.partial(fed, lambda: None, last), refused)
         held = None
         if result == "none returned" and (held := _cache_object()) is not None:
@@ -403,7 +474,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
              f"the {type(held).__name__} the forward before filled")
     n = x.shape[1]
     words = (f"two sequences: {_plan_words(n, prefill, refused)}, each given {given} ({cache_name}), give the uncached "
-             f"outputs (≤ {TOLERANCE:g})")
+             f"outputs ({precision.within()})")
     return _held_verdict(module, _with_refused(words, refused), measured, n, sizes,
                          None if held is None else type(held).__name__)
 
@@ -440,12 +511,14 @@ def _cache_object():
 
 def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[torch.Tensor], cache_name: str,
               flags: dict, prefill: int, new_cache: Callable[[], object], last: dict | None = None, *,
-              chunk: bool = True) -> str | None:
+              chunk: bool = True, precision: _Precision | None = None) -> str | None:
     """The first cached forward that raises or differs, in words; None when none does; "none returned" when a
     forward returns no cache and was given no cache object it filled.  Each sequence starts from ``new_cache()``
     (None, or an empty cache object), each forward is given the cache the forward before returned (or, returning
     none, the object it was given); ``last["cache"]`` is the cache after the last forward.  ``chunk``: the last
-    tokens in one forward (:func:`kv_steps`); one that raises on them is :class:`_ChunkRefusedError`."""
+    tokens in one forward (:func:`kv_steps`); one that raises on them is :class:`_ChunkRefusedError`.  ``precision``
+    learns the dtype the returned cache keeps its tensors in (:class:`_Precision`)."""
+    precision = _Precision() if precision is None else precision
     for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
         cache = first = new_cache()
 
@@ -476,18 +549,20 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
             cache = _next_cache(output, stop, cache)
             if cache is None or (start == 0 and _empty(cache)):
                 return "none returned"
+            precision.learn(_tensors_in(cache_name, cache).values(), wanted)
             worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
-            if worst > TOLERANCE:
+            if worst > precision.tolerance:
                 step = _step_words(start, stop)
-                cause = _step_cause(module, sequence, start, stop, functools.partial(rerun, start))
+                cause = _step_cause(module, sequence, start, stop, functools.partial(rerun, start),
+                                    precision=precision)
                 given = ("the cache the forward before returned" if first is None else
                          f"the {type(first).__name__} the forward before filled")
                 if cause is not None:
                     return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
-                            f"{worst:.3g} — {cause} (each forward given {given} as {cache_name})")
-                return (f"sequence {number}, {step}: the cached output differs from the uncached one by {worst:.3g} — "
-                        f"given {given} as {cache_name}, the step does not compute what the whole sequence computes "
-                        "at that position")
+                            f"{worst:.3g}{precision.beyond()} — {cause} (each forward given {given} as {cache_name})")
+                return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
+                        f"{worst:.3g}{precision.beyond()} — given {given} as {cache_name}, the step does not compute "
+                        "what the whole sequence computes at that position")
         if last is not None:
             last["cache"] = cache
     return None
@@ -535,11 +610,14 @@ def kv_prefill(n: int) -> int:
 
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
-                       reset_name: str = "reset_cache", chunk: bool = True) -> str | None:
+                       reset_name: str = "reset_cache", chunk: bool = True,
+                       precision: _Precision | None = None) -> str | None:
     """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
     (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too.
     ``chunk``: the last tokens in one forward (:func:`kv_steps`); one that raises on them is
-    :class:`_ChunkRefusedError`."""
+    :class:`_ChunkRefusedError`.  ``precision`` learns the dtype of what the cached forwards write into the module
+    (:class:`_Precision`), and the outputs are compared at it."""
+    precision = _Precision() if precision is None else precision
     moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
     ahead = None  # words for the first step after which a usual position counter is past the tokens fed
     kept: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
@@ -573,14 +651,17 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 if problem is not None:
                     return f"sequence {number}, {_step_words(start, stop)}: {problem}"
                 got = got.detach()  # (1, q, d_out)
+                now = _held_tensors(module)
+                precision.learn([held for name, (held, _) in now.items() if not _same_held(emptied.get(name),
+                                                                                          now[name])], wanted)
                 worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
-                if worst > TOLERANCE:
+                if worst > precision.tolerance:
                     step = _step_words(start, stop)
                     counter = _counter(before, after, moved, number, forwards)
                     cause = _reset_cause(reset_name, kept, counter) if number == 2 and kept else None
                     return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
-                            f"{worst:.3g} — " + (cause or _cache_cause(module, reset, sequence, prefill, start, stop,
-                                                                       counter)))
+                            f"{worst:.3g}{precision.beyond()} — " + (cause or _cache_cause(
+                                module, reset, sequence, prefill, start, stop, counter, precision)))
                 ahead = ahead or _counter_ahead(module, after, started, moved, number, stop)
     return ahead
 
@@ -702,7 +783,7 @@ def _counter(before: dict[str, int], after: dict[str, int], moved: set[str], num
 
 
 def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, start: int, stop: int,
-                 counter: _Counter | None) -> str:
+                 counter: _Counter | None, precision: _Precision | None = None) -> str:
     """The likely cause of a cached step that differs: the module's position counter, how many tokens its cache holds
     (its growth per token), else what the step's attention shows (:func:`_step_cause`)."""
     if counter is not None and counter.usual:  # its value alone: a counter that never moves, counts forwards …
@@ -721,7 +802,7 @@ def _cache_cause(module: nn.Module, reset, sequence: torch.Tensor, prefill: int,
             tracing.run_forward(module, sequence[:, before:step_stop], use_cache=True)
         return {"use_cache": True}
 
-    return (_step_cause(module, sequence, start, stop, rerun, counter)
+    return (_step_cause(module, sequence, start, stop, rerun, counter, precision=precision)
             or "the cached step does not compute what the whole sequence computes at that position")
 
 
@@ -1130,12 +1211,13 @@ def _head_dim(module: nn.Module) -> int | None:
 
 
 def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int, rerun: Callable[[], dict],
-                counter: _Counter | None = None) -> str | None:
+                counter: _Counter | None = None, *, precision: _Precision | None = None) -> str | None:
     """What the cached step over tokens ``start`` … ``stop - 1`` shows, recorded again (``rerun()`` runs the forwards
     before it and gives its keyword arguments) beside the whole sequence's uncached forward: how many keys it attends
     over (more than the tokens fed: all-zero keys are slots never written, else tokens held twice; more than a
     declared window W lets a query see: a rolling cache one token too long), where its mask puts its first token,
-    and which of its queries, keys or values differ from the whole sequence's; None when that names no cause."""
+    and which of its queries, keys or values differ from the whole sequence's (beyond the cache dtype's
+    ``precision``, :class:`_Precision`); None when that names no cause."""
     try:
         whole = tracing.combine(tracing.record(module, sequence).attentions)[0]
         _, step = tracing.step_attention(module, sequence[:, start:stop], **rerun())
@@ -1181,7 +1263,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
         if mine.shape != theirs.shape:
             continue
         moved = (mine.float() - theirs.float()).abs().amax(dim=(0, 1, 3))  # (q or k,): the worst per token
-        if moved.max() <= TOLERANCE:
+        if moved.max() <= (TOLERANCE if precision is None else precision.of(theirs)):
             continue
         first = int(moved.argmax()) + (start if stage == "queries" else held.start)
         words = _head_order_cause(stage, mine, theirs) if stage != "queries" else None
