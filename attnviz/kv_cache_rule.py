@@ -1236,6 +1236,11 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
                 "each forward's keys and values once")
     window = declared_window(module)
     seen = int((~step.hidden_cells()).sum(-1).max()) if window is not None else 0  # the most keys a query sees
+    if window is not None and seen > window and keys == stop:  # every token fed held: the mask lets it see them
+        row = int(((~step.hidden_cells()).sum(-1) > window).flatten(0, -2).any(0).nonzero()[0])  # the first such query
+        return (f"the cached step's mask does not apply the window: the cache holds all {counted(stop)} fed, and query "
+                f"{start + row} sees {amount(seen, 'key')} where a window of W = {window} allows {window} — hide the "
+                "keys W or more behind (diff >= W) in the cached forwards' mask too, as the uncached one does")
     if window is not None and seen > window:
         extra = "one token" if seen == window + 1 else f"{seen - window} tokens"
         return (f"the step attends over {amount(seen, 'key')} where a window of W = {window} allows {window}: the "
