@@ -218,7 +218,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                           unmasked=unmasked),
             "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated,
                                                        unmasked=unmasked, triangles=triangles,
-                                                       longer=functools.partial(_traced_on, module, x)),
+                                                       longer=functools.partial(_traced_on, module, x),
+                                                       context=tracing.module_context(module)),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
             "rotary-placement": lambda: rotary_placement(module, x),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
@@ -623,13 +624,15 @@ def _moved_before(j: int, before: torch.Tensor, after: torch.Tensor) -> bool:
 def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None,
                     stated: str | None = None, *, unmasked: str | None = None,
                     triangles: tuple[Triangle, ...] | list[Triangle] = (),
-                    longer: Callable[[int], tracing.Attention | None] | None = None) -> Check:
+                    longer: Callable[[int], tracing.Attention | None] | None = None,
+                    context: tuple[int, str] | None = None) -> Check:
     """``declared``: the module's own window (:func:`declared_window`), which the hidden cells must show when the
     tokens reach a key W behind; ``stated``: who said whether the module is causal (:func:`_stated_causal`), None when
     its mask says; ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``triangles``:
     the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask; ``longer(n)``: the
     module's attention traced on n tokens (None when it cannot be), for a declared window too wide for the checked
-    tokens (:func:`_window_on_more_tokens`)."""
+    tokens (:func:`_window_on_more_tokens`), within the ``context`` the module says it has
+    (:func:`attnviz.tracing.module_context`: c, and how attnviz knows)."""
     rule = "mask-convention"
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
@@ -667,7 +670,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
         if declared is not None and declared < nk:
             return Check(rule, "fail", _window_not_applied(nq, nk, declared))
         if declared is not None:
-            return _window_on_more_tokens(declared, nk, longer, stated=stated, unmasked=unmasked,
+            return _window_on_more_tokens(declared, nk, longer, context, stated=stated, unmasked=unmasked,
                                           triangles=triangles)
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
@@ -731,16 +734,32 @@ def _window_not_applied(nq: int, nk: int, declared: int) -> str:
 
 
 def _window_on_more_tokens(declared: int, nk: int, longer: Callable[[int], tracing.Attention | None] | None,
-                           **words) -> Check:
+                           context: tuple[int, str] | None = None, **words) -> Check:
     """mask-convention for a module that declares a window of ``declared`` ≥ ``nk``, the checked tokens, which hide
     only the future: its attention traced again on W + 2 tokens (``longer``, when W + 2 ≤ LONGEST_WINDOW_CHECK), where
     the window — or one a key too wide — shows, and checked there; else a pass that says the window was not
     exercised, and that a window of LONGEST_WINDOW_CHECK − 2 or less is (Mistral's W = 4,096 is not worth 4,098
-    tokens)."""
+    tokens) — or, past the module's ``context`` (c, how attnviz knows), that no input it takes shows the window: a W
+    ≥ c can hide nothing a causal mask does not (the book's optimized class's ``window_size``, c by default, is its
+    KV cache's length, not an attention window)."""
     tokens = declared + 2
     attention = longer(tokens) if longer is not None and tokens <= LONGEST_WINDOW_CHECK else None
+    future = "the hidden cells are exactly the future (above the diagonal)"
+    if attention is None and context is not None and tokens > context[0]:
+        limit, how = context
+        if declared >= limit:
+            return Check("mask-convention", "pass", f"{future}; the module's window of {declared} is not shorter than "
+                                                    f"its context ({how}): no input it takes reaches a key {declared} "
+                                                    "behind, so the window hides nothing the causal mask does not — "
+                                                    "nothing to check (a window_size that sizes a KV cache, as the "
+                                                    "book's optimized MultiHeadAttention's does, is a KV cache's "
+                                                    "length, not an attention window)")
+        return Check("mask-convention", "pass", f"{future}; the module's window of {declared} was not exercised: "
+                                                f"{counted(nk)} never reach a key {declared} behind, and its context "
+                                                f"({how}) takes no {tokens} — build it with a context of {tokens} or "
+                                                "more to check the window")
     if attention is None or attention.weights.shape[-1] != tokens:
-        return Check("mask-convention", "pass", f"the hidden cells are exactly the future (above the diagonal); the "
+        return Check("mask-convention", "pass", f"{future}; the "
                                                 f"module's window of {declared} was not exercised: {counted(nk)} never "
                                                 f"reach a key {declared} behind, and {tokens} are more than the check "
                                                 f"runs — build it with a window of {LONGEST_WINDOW_CHECK - 2} or less "
