@@ -5,16 +5,18 @@ For a forward that takes ``use_cache``: two different sequences, each after the 
 ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, the last two in
 one forward (a chunk after a non-empty cache: skipped, said in the pass, for a forward that raises on it or takes a
 model's ``attention_mask``), give the uncached outputs (≤ 1e-5; a cache kept in lower precision than the module
-computes — a bfloat16 cache beside float32 outputs — at that dtype's precision, named: :class:`_Precision`).  A cache the caller holds — a ``past_key_values``
-(``past_key_value``, ``layer_past``, ``past_kv``, ``kv_cache``, ``cache``, ``past``) argument, returned beside the output, and no reset — is
-checked the same way, each forward given the cache the one before returned; a forward that returns none is given a
+computes — a bfloat16 cache beside float32 outputs — at that dtype's precision, named: :class:`_Precision`).  A cache
+the caller holds — a ``past_key_values`` (``past_key_value``, ``layer_past``, ``past_kv``, ``kv_cache``, ``cache``,
+``past``) argument, returned beside the output, and no reset — is checked the same way, each forward given the cache
+the one before returned; a forward that returns none is given a
 Hugging Face ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step
 (skipped when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside
 the whole sequence's forward, and the failure names what the evidence shows: the module's position counter (one that
 never moves, counts forwards, or counts each token twice), how many tokens its cache holds (for a declared window W:
 fewer than the W − 1 a step needs beside its own, or a step that sees more than W keys — a rolling cache one token
-too long, or, the cache holding every token fed, a cached mask without the window), keys read from slots no token was written to, a reset that leaves the cache the last sequence filled,
-where the step's mask puts the new tokens (SDPA's ``is_causal`` over the cache: aligned to the top-left), which of
+too long, or, the cache holding every token fed, a cached mask without the window), keys read from slots no token
+was written to, a reset that leaves the cache the last sequence filled, where the step's mask puts the new tokens
+(SDPA's ``is_causal`` over the cache: aligned to the top-left), which of
 its queries, keys or values differ — for a rotary module, a query or cached key of the right length turned by
 another angle (rotated at the wrong position); keys or values that are the whole sequence's K/V heads in
 ``.repeat``'s order instead of ``repeat_interleave``'s, or the reverse; a cached output of NaN or of another shape
