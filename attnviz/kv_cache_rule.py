@@ -304,9 +304,11 @@ CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv",
 
 def cache_parameters(module: nn.Module) -> tuple[bool, str | None]:
     """How the module's forward takes a cache: (whether it takes ``use_cache``, the name of its parameter that takes a
-    cache the caller holds — Hugging Face's past_key_values: :data:`CACHE_ARGUMENTS` — or None)."""
+    cache the caller holds — Hugging Face's past_key_values: :data:`CACHE_ARGUMENTS`, with no default or a default of
+    None, as a cache starts empty (``past=0``, a count of past tokens, is no cache) — or None)."""
     parameters = inspect.signature(module.forward).parameters
-    return "use_cache" in parameters, next((name for name in CACHE_ARGUMENTS if name in parameters), None)
+    return "use_cache" in parameters, next((name for name in CACHE_ARGUMENTS if name in parameters
+                                            and parameters[name].default in (None, inspect.Parameter.empty)), None)
 
 
 def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,

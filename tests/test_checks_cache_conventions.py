@@ -73,3 +73,15 @@ def test_mask_convention_says_a_window_size_as_long_as_the_context_is_not_an_att
     assert "build it with a window of 64 or less" not in check.evidence, check
     assert "is not shorter than its context (" in check.evidence and "a KV cache's length" in check.evidence, check
     assert [rule for rule, c in results.items() if c.status == "fail"] == []
+
+
+def test_kv_cache_skips_a_past_argument_that_counts_tokens_rather_than_holding_a_cache():
+    """``past=0`` defaults to a number, not to an empty cache: not a cache the caller holds."""
+
+    class PastOffset(um.PastArgument):
+        def forward(self, x, past=0):  # past: how many tokens came before this call
+            self.positions = torch.arange(past, past + x.shape[1])  # (T,)
+            return self.attend(x, None)[0]  # (B, T, C)
+
+    check = verdicts(built(PastOffset))["kv-cache"]
+    assert check.status == "skip", check
