@@ -80,14 +80,16 @@ ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # th
 
 def uses_rotary(module: nn.Module) -> bool:
     """Whether the module uses rotary embeddings by the names it holds and calls: a buffer or submodule, or a name
-    its forward's code uses (:func:`_code_names`), with a part (split at "." and "_") in ROTARY_NAMES.  A module
+    its forward's code or a submodule's uses (:func:`_code_names`: GPT-J's attention rotates inside its own forward,
+    called from a block that names nothing of rotary's), with a part (split at "." and "_") in ROTARY_NAMES.  A module
     holding ``cos``/``sin`` buffers it never reads counts too: a recording keeps each op's shape, not which tensors it
     read, so whether the forward used a buffer is not known cheaply.  That costs little: the rotary cause is named
     only when the step's query or key also has the whole sequence's length and another direction
     (:func:`_rotary_cause`), and rotary-placement says "not rotary" of a module that turns nothing by position."""
     names = [name for name, _ in module.named_buffers()] + [name for name, _ in module.named_modules()]
-    code = getattr(type(module).forward, "__code__", None)  # None: a forward that is not Python code
-    names += _code_names(code) if code is not None else []
+    for sub in module.modules():
+        code = getattr(type(sub).forward, "__code__", None)  # None: a forward that is not Python code
+        names += _code_names(code) if code is not None else []
     return any(part.lower() in ROTARY_NAMES for name in names for part in name.replace(".", "_").split("_"))
 
 

@@ -3,6 +3,7 @@
 The tests trace and check these as a learner's or an engineer's own code.
 """
 
+import enum
 import math
 import time
 
@@ -3420,3 +3421,208 @@ class WindowSizedCache(PreallocatedCache):
             self.cache_k = torch.zeros(x.shape[0], self.num_heads, self.window_size, self.head_dim)  # (b, h, W, hd)
             self.cache_v = torch.zeros_like(self.cache_k)  # (b, h, W, hd)
         return super().forward(x, use_cache)
+
+
+# ---------------------------------------------------------------- rotary where it hides, and widths that coincide
+
+class GPTJLayer(nn.Module):
+    """transformers' own ``GPTJAttention`` (eager; interleaved rotary on the first ``rotary_dim`` features of each
+    head, its sin/cos table kept as ``embed_positions``) in the wrapper a user writes to call it as forward(x)."""
+
+    def __init__(self, n_embd=64, n_head=4, rotary_dim=8):
+        super().__init__()
+        from transformers import GPTJConfig  # imported here: the other modules of this file need no transformers
+        from transformers.models.gptj.modeling_gptj import GPTJAttention
+        config = GPTJConfig(n_embd=n_embd, n_head=n_head, rotary_dim=rotary_dim, n_positions=128, vocab_size=100,
+                            n_layer=1)
+        config._attn_implementation = "eager"
+        self.attn = GPTJAttention(config, layer_idx=0)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        mask = torch.zeros(n, n).masked_fill(future, torch.finfo(torch.float32).min)[None, None]  # (1, 1, n, n)
+        return self.attn(x, attention_mask=mask, position_ids=positions)[0]  # (b, n, n_embd)
+
+
+class InterleavedInner(nn.Module):
+    """GPT-J's attention written by hand: each head's first ``rotary_dim`` features turned in neighbouring pairs
+    (``rotate_every_two``) by a sin/cos table kept as ``embed_positions``."""
+
+    def __init__(self, d_model=32, num_heads=4, rotary_dim=4, context_length=64):
+        super().__init__()
+        self.h, self.hd, self.rotary_dim = num_heads, d_model // num_heads, rotary_dim
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        inv_freq = 1.0 / 10_000 ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim)  # (rd/2,)
+        angles = torch.arange(context_length).float()[:, None] * inv_freq[None, :]  # (ctx, rd/2)
+        self.register_buffer("embed_positions", torch.cat([angles.sin(), angles.cos()], dim=-1), persistent=False)
+
+    @staticmethod
+    def rotate_every_two(x):
+        pairs = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1)  # (..., rd/2, 2)
+        return pairs.flatten(-2)  # (..., rd)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        sin, cos = self.embed_positions[:n].repeat_interleave(2, dim=-1).chunk(2, dim=-1)  # (n, rd) each
+        rd = self.rotary_dim
+        q = torch.cat([q[..., :rd] * cos + self.rotate_every_two(q[..., :rd]) * sin, q[..., rd:]], dim=-1)
+        k = torch.cat([k[..., :rd] * cos + self.rotate_every_two(k[..., :rd]) * sin, k[..., rd:]], dim=-1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.out(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class WrapsInnerAttention(nn.Module):
+    """A block that calls its attention submodule: the outer forward names nothing of rotary's."""
+
+    def __init__(self, d_model=32, num_heads=4):
+        super().__init__()
+        self.attn = InterleavedInner(d_model, num_heads)
+
+    def forward(self, x):
+        return self.attn(x)  # (b, n, d_model)
+
+
+class NeoXPartialRotary(nn.Module):
+    """GPT-NeoX's attention: a fused query_key_value, rotary (rotate_half) on the first ``rotary_ndims`` =
+    ``rotary_pct`` × head_dim features of each head, its table built for that width.  ``keep_width``: False keeps
+    the rotated width under no name of rotary's."""
+
+    def __init__(self, d_in=16, d_out=64, num_heads=2, rotary_pct=0.5, base=10_000, context_length=64,
+                 keep_width=True):
+        super().__init__()
+        self.h, self.hd = num_heads, d_out // num_heads
+        width = int(self.hd * rotary_pct)
+        if keep_width:
+            self.rotary_ndims, self.rotary_pct = width, rotary_pct
+        else:
+            self.r = width
+        self.query_key_value = nn.Linear(d_in, 3 * d_out)
+        self.dense = nn.Linear(d_out, d_in)
+        self.register_buffer("cos_cached", rope_angles(width, context_length, base)[0], persistent=False)
+        self.register_buffer("sin_cached", rope_angles(width, context_length, base)[1], persistent=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        qkv = self.query_key_value(x).view(b, n, self.h, 3 * self.hd).permute(0, 2, 1, 3)  # (b, h, n, 3·hd)
+        q, k, v = qkv.chunk(3, dim=-1)  # (b, h, n, hd) each
+        r = self.cos_cached.shape[-1]
+        q = torch.cat([rotate(q[..., :r], self.cos_cached, self.sin_cached), q[..., r:]], dim=-1)  # (b, h, n, hd)
+        k = torch.cat([rotate(k[..., :r], self.cos_cached, self.sin_cached), k[..., r:]], dim=-1)  # (b, h, n, hd)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.dense(out.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_in)
+
+
+class RotaryOwnBase(nn.Module):
+    """Rotary over head_dim with an uncommon base (1000), kept as ``self.theta`` (Meta's argument's name), or, with
+    ``keep_base=False``, written into the tables only."""
+
+    def __init__(self, d_in=32, num_heads=2, theta=1000.0, context_length=64, keep_base=True):
+        super().__init__()
+        self.h, self.hd = num_heads, d_in // num_heads
+        if keep_base:
+            self.theta = theta
+        self.wqkv = nn.Linear(d_in, 3 * d_in, bias=False)
+        self.wo = nn.Linear(d_in, d_in, bias=False)
+        cos, sin = rope_angles(self.hd, context_length, theta)  # (ctx, hd) each
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.wqkv(x).view(b, n, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        q, k = rotate(q, self.cos, self.sin), rotate(k, self.cos, self.sin)  # (b, h, n, hd) each
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.wo(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class HeadRMSNorm(nn.Module):
+    """RMSNorm over each head's features, with a learned scale."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps, self.scale = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.scale  # (..., dim)
+
+
+class QKNormRotary(nn.Module):
+    """Qwen3's attention: q_norm and k_norm (trained-looking scales, not all 1) on each head, and rotary.
+    ``norm_after_rope``: the norms applied after the rotation, not before it (a port's ordering bug)."""
+
+    def __init__(self, d_in=64, num_heads=4, head_dim=16, context_length=64, norm_after_rope=False):
+        super().__init__()
+        self.h, self.hd, self.norm_after_rope = num_heads, head_dim, norm_after_rope
+        self.W_query = nn.Linear(d_in, num_heads * head_dim, bias=False)
+        self.W_key = nn.Linear(d_in, num_heads * head_dim, bias=False)
+        self.W_value = nn.Linear(d_in, num_heads * head_dim, bias=False)
+        self.out_proj = nn.Linear(num_heads * head_dim, d_in, bias=False)
+        self.q_norm, self.k_norm = HeadRMSNorm(head_dim), HeadRMSNorm(head_dim)
+        with torch.no_grad():
+            self.q_norm.scale.uniform_(0.5, 1.5)
+            self.k_norm.scale.uniform_(0.5, 1.5)
+        cos, sin = rope_angles(head_dim, context_length, 1_000_000.0)  # (ctx, hd) each
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.W_query(x).view(b, n, self.h, self.hd).transpose(1, 2)  # (b, h, n, hd)
+        k = self.W_key(x).view(b, n, self.h, self.hd).transpose(1, 2)  # (b, h, n, hd)
+        v = self.W_value(x).view(b, n, self.h, self.hd).transpose(1, 2)  # (b, h, n, hd)
+        if not self.norm_after_rope:
+            q, k = self.q_norm(q), self.k_norm(k)  # (b, h, n, hd) each
+        q, k = rotate(q, self.cos, self.sin), rotate(k, self.cos, self.sin)  # (b, h, n, hd) each
+        if self.norm_after_rope:
+            q, k = self.q_norm(q), self.k_norm(k)  # (b, h, n, hd) each
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))  # (b, n, d_in)
+
+
+class LayerKind(enum.Enum):
+    GLOBAL = 1
+    LOCAL_SLIDING = 2
+
+
+class KindAttention(nn.Module):
+    """google/gemma_pytorch's way: every layer keeps ``sliding_window_size``, but only a ``LOCAL_SLIDING`` layer
+    (``attn_type``) takes the caller's local mask."""
+
+    def __init__(self, d_model=32, num_heads=4, sliding_window_size=4, attn_type=LayerKind.GLOBAL):
+        super().__init__()
+        self.h, self.hd = num_heads, d_model // num_heads
+        self.attn_type, self.sliding_window_size = attn_type, sliding_window_size
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask, local_mask):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        if self.attn_type == LayerKind.LOCAL_SLIDING and self.sliding_window_size is not None:
+            mask = local_mask  # (n, n)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.hd) + mask  # (b, h, n, n)
+        return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d)
+
+
+class KindLayer(nn.Module):
+    """The wrapper a user writes around :class:`KindAttention`: the global (causal) mask and the local one, built
+    from its own ``window``.  ``local``: a sliding layer; ``forget_window``: the local mask is the causal one (a
+    bug on a sliding layer)."""
+
+    def __init__(self, d_model=32, num_heads=4, sliding_window_size=4, local=False, forget_window=False):
+        super().__init__()
+        kind = LayerKind.LOCAL_SLIDING if local else LayerKind.GLOBAL
+        self.attn = KindAttention(d_model, num_heads, sliding_window_size, kind)
+        self.window = sliding_window_size
+        self.forget_window = forget_window
+
+    def forward(self, x):
+        n = x.shape[1]
+        mask = torch.full((n, n), float("-inf")).triu(1)  # (n, n): the future hidden
+        behind = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): query minus key position
+        local = mask if self.forget_window else mask.masked_fill(behind >= self.window, float("-inf"))  # (n, n)
+        return self.attn(x, mask, local)  # (b, n, d_model)
