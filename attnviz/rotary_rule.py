@@ -225,7 +225,10 @@ def _across_heads_words(scores: torch.Tensor, moved: tuple[int, int, int], sides
 
 
 ROPE_BASES = (10_000.0, 500_000.0, 1_000_000.0)  # rotary's usual bases (GPT-NeoX and Llama 2, Llama 3, Qwen, Gemma)
-BASE_NAMES = ("rope_theta", "rope_base", "theta_base", "rotary_base", "base")  # where a module or its config keeps one
+BASE_NAMES = ("rope_theta", "rope_base", "theta_base", "rotary_base", "base", "theta")  # where a module keeps one
+ROUND_BASES = tuple(m * 10.0 ** k for k in range(3, 8) for m in (1, 2, 5))  # bases a module may choose: 1000 … 5e7
+WIDTH_NAMES = ("rotary_dim", "rotary_ndims", "rotary_emb_dim", "rope_dim", "qk_rope_head_dim")  # a rotated width
+SHARE_NAMES = ("rotary_pct", "partial_rotary_factor")  # the rotated share of head_dim
 SLOWEST_MEASURED = 0.02  # radians a position: a slower feature's angle is too close to 0 to measure in float32
 SAME_RATE = 1e-3  # relative: two features turn by one frequency (float32 measures them to about 1e-4)
 TABLE_TOLERANCE = 0.01  # of a frequency's log, and relative for a width: the frequencies are a table's, its width one
@@ -312,14 +315,40 @@ def _rope_base(module: nn.Module) -> float | None:
 
 def _wrong_table(queries: torch.Tensor, module: nn.Module, d_model: int) -> RotaryTable | None:
     """The table of (h, n, hd) queries of one token repeated when it is as wide as d_model (or num_heads × head_dim)
-    and not head_dim: inv_freq with d_model in the exponent's denominator, or d_model's tables sliced to head_dim;
-    None when it is head_dim's (or another width: a partial rotary's, a scaled table)."""
+    and neither head_dim nor the rotated width (:func:`_rotated_widths`): inv_freq with d_model in the exponent's
+    denominator, or d_model's tables sliced to head_dim; None when it is head_dim's or the rotated width's (or
+    another width: a scaled table), or — a rotation, its base kept nowhere (:func:`_rope_base`) — when head_dim's or
+    the rotated width's table of a base a module may choose (:data:`ROUND_BASES`) turns by the same frequencies:
+    base 1000 over head_dim 16 is 1e6 over 32, and the frequencies alone do not tell them apart."""
     head_dim = queries.shape[-1]
+    right = (head_dim, *_rotated_widths(queries, module))
     names = {queries.shape[0] * head_dim: "num_heads × head_dim", d_model: "d_model"}  # d_model's name when equal
-    table = _table(queries, module, (head_dim, *(width for width in names if width != head_dim)))
-    if table is None or table.width == head_dim:
+    table = _table(queries, module, (*right, *(width for width in names if width not in right)))
+    if table is None or table.width in right:
+        return None
+    if table.shared and _rope_base(module) is None and any(
+            math.isclose(table.width * math.log(base), width * math.log(table.base), rel_tol=TABLE_TOLERANCE)
+            for width in right for base in ROUND_BASES):  # base^(−2i/width) = table.base^(−2i/table.width)
         return None
     return RotaryTable(table.width, table.base, table.rates, names[table.width], table.shared)
+
+
+def _rotated_widths(queries: torch.Tensor, module: nn.Module) -> tuple[int, ...]:
+    """The widths a partial rotary turns of each head of (h, n, hd) queries, when fewer than head_dim: those the
+    module (or a submodule, or its ``config``) declares (:data:`WIDTH_NAMES`; :data:`SHARE_NAMES` × head_dim), and
+    the features of a head that change with position, measured (the rest pass through unturned)."""
+    head_dim, widths = queries.shape[-1], []
+    for sub in module.modules():
+        for source in (vars(sub), getattr(sub, "config", None)):
+            def setting(name: str, source=source):  # an attribute of a module or a config, or a dict's key
+                return source.get(name) if isinstance(source, dict) else getattr(source, name, None)
+
+            widths += [value for name in WIDTH_NAMES if isinstance(value := setting(name), int)]
+            widths += [round(value * head_dim) for name in SHARE_NAMES
+                       if isinstance(value := setting(name), float | int) and 0 < value < 1]
+    moving = ((queries - queries[:, :1]).abs().amax(1) > _tolerance(queries)).sum(-1)  # (h,): features that move
+    widths.append(int(moving.max()))
+    return tuple(sorted({width for width in widths if 0 < width < head_dim and not isinstance(width, bool)}))
 
 
 WRONG_TABLE_FIX = "build inv_freq = 1 / base ** (torch.arange(0, head_dim, 2) / head_dim)"
