@@ -201,9 +201,10 @@ def _setting(config, name: str):
 
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window a module says it has, in the spellings attention code uses: its own attribute (None there
-    says it has none), else its config object's (:func:`_config_window`); a module that says neither reads its
-    submodules — those that keep the attribute (transformers' Qwen2 and Gemma layers, whose ``sliding_window`` is None
-    on a full-attention layer), else those whose config declares one (Mistral's layer reads
+    says it has none, and so does a layer that says it is global: :func:`_says_global`), else its config object's
+    (:func:`_config_window`); a module that says neither reads its submodules — those that keep the attribute
+    (transformers' Qwen2 and Gemma layers, whose ``sliding_window`` is None on a full-attention layer;
+    gemma_pytorch's, whose ``attn_type`` says global), else those whose config declares one (Mistral's layer reads
     ``self.config.sliding_window``) — when they all say the same.  None: none says one.  The one reader of
     mask-convention and kv-cache."""
     said = _attribute_window(module)
@@ -223,17 +224,39 @@ _SAYS_NOTHING = object()  # a module with no window attribute in any spelling
 
 def _attribute_window(module: nn.Module):
     """The window a module keeps as an attribute (:func:`declared_size`); None when it keeps one of its spellings
-    that is no size (None: no window on this layer); ``_SAYS_NOTHING`` when it keeps none."""
+    that is no size (None: no window on this layer) or when it says it is a global layer (:func:`_says_global`);
+    ``_SAYS_NOTHING`` when it keeps none."""
     window = declared_size(module, "sliding_window_size")
     spellings = SPELLINGS["sliding_window_size"]
-    return window if window is not None or any(name in dir(module) for name in spellings) else _SAYS_NOTHING
+    if window is None and not any(name in dir(module) for name in spellings):
+        return _SAYS_NOTHING
+    return None if _says_global(module) else window
+
+
+KIND_NAMES = ("attn_type", "attention_type", "layer_type")  # a layer's kind: "global", "full_attention", an enum
+SLIDING_NAMES = ("is_sliding", "sliding")  # False: a layer that attends to every key
+
+
+def _says_global(module: nn.Module) -> bool:
+    """Whether a module says it is a global, full-attention layer, whatever window it keeps: google/gemma_pytorch's
+    ``attn_type`` (``AttentionType.GLOBAL``, whose ``sliding_window_size`` is kept on every layer but applied only
+    when ``LOCAL_SLIDING``), a ``layer_type`` of ``"full_attention"``, ``is_sliding = False``."""
+    for name in KIND_NAMES:
+        kind = getattr(module, name, None)
+        kind = getattr(kind, "name", kind)  # an enum member by its name
+        if isinstance(kind, str) and any(word in kind.lower() for word in ("global", "full")):
+            return True
+    return any(getattr(module, name, None) is False for name in SLIDING_NAMES)
 
 
 def _config_window(module: nn.Module) -> int | None:
     """The window a module's config object (``self.config``, ``cfg`` …, as ``user_code`` reads one) declares for
     it, unless the config switches it off: ``use_sliding_window=False``; ``layer_types`` whose entry for the
     module's ``layer_idx`` (or, without one, any entry) is not "sliding_attention"; or, without ``layer_types``,
-    ``max_window_layers`` above the module's ``layer_idx`` (Qwen2's layers below it attend to every key)."""
+    ``max_window_layers`` above the module's ``layer_idx`` (Qwen2's layers below it attend to every key); or a
+    module that says it is global (:func:`_says_global`)."""
+    if _says_global(module):
+        return None
     for name in CONFIG_NAMES:
         config = getattr(module, name, None)
         window = next((getattr(config, spelling) for spelling in SPELLINGS["sliding_window_size"]
