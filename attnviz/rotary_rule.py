@@ -62,6 +62,8 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
             findings.append(_wrong_table_words(table, queries.shape[-1], on))
         elif not table.shared:  # every feature its own frequency: d_model's table sliced, no rotation
             findings.append(_sliced_table_words(scores, moved, table, queries.shape[-1], on))
+    if moved is not None and not findings and (rates := _rotary_rates(queries, keys)) is not None:
+        findings.append(_after_rotation_words(scores, moved, rates, on))
     if findings:
         return Check(rule, "fail", "; ".join(findings))
     if moved is not None:
@@ -265,12 +267,10 @@ def _feature_rates(rows: torch.Tensor) -> torch.Tensor | None:
     return torch.acos((cos / 2).clamp(-1.0, 1.0)).masked_fill(small, float("nan"))  # (h, d)
 
 
-def _table(rows: torch.Tensor, module: nn.Module, widths: Iterable[int]) -> RotaryTable | None:
-    """The rotary table (h, n, d) rows of one token at each position are turned by, when its width is one of
-    ``widths`` (tried in order) for the base the module keeps (:data:`BASE_NAMES`) or else one of rotary's usual ones
-    (:data:`ROPE_BASES`): the measurable frequencies (:data:`SLOWEST_MEASURED` or faster) the powers of one ρ from 1
-    radian a position, ρ = base^(−2/width) fitted to them.  None otherwise — no rotation, scaled positions, another
-    table."""
+def _ladder(rows: torch.Tensor) -> tuple[list[float], float] | None:
+    """The distinct measurable frequencies (:data:`SLOWEST_MEASURED` or faster) (h, n, d) rows of one token at each
+    position turn by, fastest first, and log ρ, when they are the powers of one ρ from 1 radian a position, as
+    rotary's are (:func:`_feature_rates`); None otherwise."""
     rates = _feature_rates(rows)
     if rates is None:
         return None
@@ -285,6 +285,43 @@ def _table(rows: torch.Tensor, module: nn.Module, widths: Iterable[int]) -> Rota
     log_ratio = sum(k * log for k, log in enumerate(logs)) / sum(k * k for k in range(len(logs)))  # least squares
     if any(abs(log - k * log_ratio) > TABLE_TOLERANCE for k, log in enumerate(logs)):
         return None
+    return distinct, log_ratio
+
+
+def _rotary_rates(queries: torch.Tensor, keys: torch.Tensor) -> list[float] | None:
+    """The frequencies (h, n, d) queries and (g, n, d) keys of one token repeated turn by, fastest first, when every
+    feature of both is one cosine of its position and they are a rotary table's (:func:`_ladder`); None otherwise.
+    Of scores that move along a diagonal, that says positions enter only by rotary's angles, and something after the
+    rotation (a norm's per-feature scale, a projection) turns a pair's two features unequally: its length changes."""
+    found = _ladder(queries), _ladder(keys)
+    return None if None in found else found[0][0]
+
+
+def _after_rotation_words(scores: torch.Tensor, moved: tuple[int, int, int], rates: list[float], on: str) -> str:
+    """rotary-placement's words for scores that move though every feature of q and k turns by rotary's frequencies
+    (``rates``, fastest first): the rotation is followed by something that breaks relative positions."""
+    head, query, key = moved
+    distance = query - key
+    first = ", ".join(f"{rate:.4g}" for rate in rates[:3])
+    return (f"scores depend on the positions, not only on the distance i − j, though the module rotates: every "
+            f"feature of the queries and keys turns by rotary's frequencies ({first} … radians a position), but the "
+            f"rotation pairs do not keep their lengths — something after the rotation (a norm, a projection) breaks "
+            f"relative positions — {on}, head {head}: query {query} · key {key} = "
+            f"{scores[head, query, key].item():.4g} but query {distance} · key 0 = "
+            f"{scores[head, distance, 0].item():.4g}, the same distance {distance} apart; apply norms and "
+            "projections to q and k before rotary, and rotate last")
+
+
+def _table(rows: torch.Tensor, module: nn.Module, widths: Iterable[int]) -> RotaryTable | None:
+    """The rotary table (h, n, d) rows of one token at each position are turned by, when its width is one of
+    ``widths`` (tried in order) for the base the module keeps (:data:`BASE_NAMES`) or else one of rotary's usual ones
+    (:data:`ROPE_BASES`): the measurable frequencies the powers of one ρ from 1 radian a position (:func:`_ladder`),
+    ρ = base^(−2/width) fitted to them.  None otherwise — no rotation, scaled positions, another
+    table."""
+    rates, ladder = _feature_rates(rows), _ladder(rows)
+    if rates is None or ladder is None:
+        return None
+    distinct, log_ratio = ladder
     shared = any(len({round(math.log(rate) / log_ratio) for rate in head if rate >= SLOWEST_MEASURED})
                  < sum(rate >= SLOWEST_MEASURED for rate in head) for head in rates.tolist())
     declared = _rope_base(module)

@@ -64,9 +64,9 @@ def test_a_norm_after_the_rotation_fails_naming_it():
     assert check.status == "fail", check
     assert check.evidence.startswith("scores depend on the positions, not only on the distance i − j, though the "
                                      "module rotates: every feature of the queries and keys turns by rotary's "
-                                     "frequencies, but the rotation pairs do not keep their lengths — something "
-                                     "after the rotation (a norm, a projection) breaks relative positions — "
-                                     f"{ON}, head "), check.evidence
+                                     "frequencies (1, 0.1778, 0.03162 … radians a position), but the rotation pairs "
+                                     "do not keep their lengths — something after the rotation (a norm, a "
+                                     f"projection) breaks relative positions — {ON}, head "), check.evidence
     assert check.evidence.endswith("apply norms and projections to q and k before rotary, and rotate last"), check
 
 
