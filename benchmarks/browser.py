@@ -586,7 +586,8 @@ PRODUCTS_DRAWN_JS = """
     const full = gd._fullLayout;
     if (!full || !gd._fullData || full.yaxis?.title?.text !== 'q[d]·k[d]') continue;
     // Streamlit's theme wraps the title in <b>; a long title breaks with <br> (after "key 76", say)
-    const title = (full.title?.text || '').replace(/<br>/g, ' ').replace(/<[^>]*>/g, '');
+    // ... and keeps a name with its number by a no-break space ("key\u00a076")
+    const title = (full.title?.text || '').replace(/<br>/g, ' ').replace(/<[^>]*>/g, '').replace(/\u00a0/g, ' ');
     if (!title.startsWith(`query ${cell[0]} `) || !title.includes(`→ key ${cell[1]} `)) return false;
     const bars = gd._fullData[0]._length ?? gd._fullData[0].y.length;
     if (gd.querySelectorAll('g.barlayer g.trace.bars g.point path').length < bars) return false;
