@@ -13,6 +13,7 @@ import ast
 import inspect
 import math
 import textwrap
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from torch import nn
@@ -150,19 +151,27 @@ def _config_scales(config, head_dim: int | None) -> list[DeclaredScale]:
     return found
 
 
+def constructor_trees(cls: type) -> Iterator[tuple[Callable, ast.AST | None]]:
+    """Each constructor of ``cls`` and its bases that is not torch's or Python's, with its source parsed (None where
+    the source cannot be read or parsed), most derived first: what a class's code says it sets and reads."""
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or klass.__module__.split(".")[0] in ("torch", "builtins"):
+            continue
+        try:
+            yield init, ast.parse(textwrap.dedent(inspect.getsource(init)))
+        except (OSError, TypeError, SyntaxError):
+            yield init, None
+
+
 def _gemma_assigned(cls: type, name: str) -> bool:
     """Whether the constructors of ``cls`` and its bases (not torch's) set ``self.<name>`` to query_pre_attn_scalar's
     ``X ** -0.5`` (or ``1 / math.sqrt(X)``; X a parameter, ``config.X`` or ``cfg["X"]``), as Gemma's ports do, and to
     nothing else but the book's ``head_dim ** -0.5`` (the branch without one) — so a value other than the book's is
     Gemma's; False where the source cannot be read."""
     assigned = []
-    for klass in cls.__mro__:
-        init = vars(klass).get("__init__")
-        if init is None or klass.__module__.split(".")[0] in ("torch", "builtins"):
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
-        except (OSError, TypeError, SyntaxError):
+    for _, tree in constructor_trees(cls):
+        if tree is None:
             return False
         assigned += [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr == name

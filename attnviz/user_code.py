@@ -50,7 +50,7 @@ from pathlib import Path
 from torch import nn
 
 from attnviz import time_limit, user_imports
-from attnviz.declarations import CONFIG_NAMES, SETTING_OF, SPELLINGS, is_size
+from attnviz.declarations import CONFIG_NAMES, SETTING_OF, SPELLINGS, constructor_trees, is_size
 from attnviz.script_args import flag_values
 
 CLI_FLAG = "--module"
@@ -476,17 +476,14 @@ def config_reads(cls: type[nn.Module]) -> set[str]:
     ``cfg["rope_base"]`` —
     names ``--set`` gives a config object besides :data:`CONFIG_FIELDS`.  Empty where the source cannot be read."""
     import ast
-    import textwrap
 
     reads = set()
-    for klass in cls.__mro__:
-        init = vars(klass).get("__init__")
-        if init is None or klass.__module__.split(".")[0] in ("torch", "builtins"):
-            continue
+    for init, tree in constructor_trees(cls):
         try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
             parameters = list(inspect.signature(init).parameters)[1:]
-        except (OSError, TypeError, ValueError, SyntaxError):
+        except (TypeError, ValueError):
+            continue
+        if tree is None:
             continue
         names = [name for name in parameters if name in CONFIG_NAMES][:1]
         for node in ast.walk(tree):
