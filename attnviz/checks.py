@@ -90,7 +90,7 @@ from attnviz.kv_cache_rule import (
     uncached_appends,
 )
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
-from attnviz.rule_base import TOLERANCE, Check, module_output, per_query_head
+from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output, per_query_head
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth
 from attnviz.tracing import score_width
@@ -1258,12 +1258,9 @@ def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
     ``q.bfloat16()`` in a float32 module: its output holds its inputs' precision, whatever precision it computes in —
     the dtype's eps × the largest |V| (a weight and the output each round once, by half an eps at most); None when
     they are float32 or float64."""
-    tensors = [t for t in (attention.queries, attention.keys, attention.values) if t is not None]
-    low = [t.dtype for t in tensors
-           if t.is_floating_point() and torch.finfo(t.dtype).eps > torch.finfo(torch.float32).eps]
-    if not low or attention.values is None:
+    dtype = lowest_precision((attention.queries, attention.keys, attention.values))
+    if dtype is None or attention.values is None:
         return None
-    dtype = max(low, key=lambda low_dtype: torch.finfo(low_dtype).eps)
     largest = attention.values.float().abs().max().item()
     return str(dtype).removeprefix("torch."), max(TOLERANCE, torch.finfo(dtype).eps * largest)
 

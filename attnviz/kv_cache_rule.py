@@ -52,7 +52,7 @@ from torch import nn
 from attnviz import time_limit, tracing, user_code
 from attnviz.declarations import declared_size, declared_window, is_size
 from attnviz.rotary_rule import uses_rotary
-from attnviz.rule_base import TOLERANCE, Check, module_output
+from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
 from attnviz.tokens import counted
 from attnviz.words import amount, plural
 
@@ -86,11 +86,9 @@ class _Precision:
         than that of ``output``, the uncached output it is compared with."""
         if not output.is_floating_point():
             return
-        lower = [tensor.dtype for tensor in written if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
-                 and _eps(tensor.dtype) > _eps(output.dtype)]
-        if not lower:
+        dtype = lowest_precision(written, than=output.dtype)
+        if dtype is None:
             return
-        dtype = max(lower, key=_eps)
         if self.dtype is None or _eps(dtype) > _eps(self.dtype):
             self.dtype = dtype
         self.computes = output.dtype

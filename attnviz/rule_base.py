@@ -1,5 +1,6 @@
 """What every rule of :mod:`attnviz.checks` returns and shares: a rule's verdict (:class:`Check`), the tolerance
-outputs are compared to, the module's output for an input, and K or V per query head, as the rules compare them.
+outputs are compared to, the module's output for an input, K or V per query head, as the rules compare them, and the
+lowest precision among tensors a module made (whose rounding a comparison allows for).
 
 It sits below the checker and the rule families it keeps in modules of their own (:mod:`attnviz.rotary_rule`,
 :mod:`attnviz.kv_cache_rule`), so they share these without importing one another in a circle.
@@ -15,6 +16,14 @@ from torch import nn
 from attnviz import tracing
 
 TOLERANCE = 1e-5
+
+
+def lowest_precision(tensors, than: torch.dtype = torch.float32) -> torch.dtype | None:
+    """The floating dtype of the lowest precision (largest machine epsilon) among ``tensors`` that is lower than
+    ``than``'s — bfloat16 among float32 tensors —; None when none is."""
+    lower = [tensor.dtype for tensor in tensors if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
+             and torch.finfo(tensor.dtype).eps > torch.finfo(than).eps]
+    return max(lower, key=lambda dtype: torch.finfo(dtype).eps, default=None)
 
 
 @dataclass(frozen=True)
