@@ -1,5 +1,6 @@
-"""The README's images, taken in a real Chromium: ``ATTNVIZ_UPDATE_SCREENSHOTS=1 python -m pytest
-tests/browser/test_readme_images.py`` writes them to docs/images (without it, every test here skips).
+"""The README's images, taken in a real Chromium: every run checks each image's page and framing and writes the
+images to tests/browser/artifacts/images; ``ATTNVIZ_UPDATE_SCREENSHOTS=1 python -m pytest
+tests/browser/test_readme_images.py`` writes them to docs/images instead.
 
 Each keeps the framing the README shows: the Heads page's first screen (heads.png, 1400 × 1000), a clicked cell
 taken apart (why-this-weight.png, 1010 × 579), the README's example module down to the end of its Check panel
@@ -17,7 +18,6 @@ import urllib.parse
 import pytest
 from helpers.browser import (
     README_IMAGES,
-    UPDATE_SCREENSHOTS,
     VIEWPORT,
     assert_no_exception,
     expect,
@@ -31,11 +31,7 @@ from PIL import Image
 
 from .test_pages import cell_centre, click_cell, focused_chart
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.browser,
-    pytest.mark.skipif(not UPDATE_SCREENSHOTS, reason="writes docs/images: run with ATTNVIZ_UPDATE_SCREENSHOTS=1"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 CAT = "The cat sat on the mat. The cat sat on the mat."
 BUNDLED = "bundled model"
@@ -52,16 +48,22 @@ def size_of(path) -> tuple[int, int]:
         return image.size
 
 
+def image_path(name: str):
+    """Where the image ``name``.png goes: docs/images with ATTNVIZ_UPDATE_SCREENSHOTS=1, else the artifacts."""
+    README_IMAGES.mkdir(parents=True, exist_ok=True)
+    return README_IMAGES / f"{name}.png"
+
+
 def save_clip(page, name: str, clip: dict) -> None:
-    """``clip`` (page pixels) of the page as docs/images/``name``.png, at whole pixels."""
+    """``clip`` (page pixels) of the page as the image ``name``.png, at whole pixels."""
     clip = {key: round(value) for key, value in clip.items()}
-    path = README_IMAGES / f"{name}.png"
+    path = image_path(name)
     page.screenshot(path=str(path), clip=clip, animations="disabled", caret="hide")
     assert size_of(path) == (clip["width"], clip["height"])
 
 
 def save_stacked(name: str, *parts) -> None:
-    """The elements ``parts`` (locators), each screenshot alone, one under the other, as docs/images/``name``.png."""
+    """The elements ``parts`` (locators), each screenshot alone, one under the other, as the image ``name``.png."""
     shots = []
     for part in parts:
         part.scroll_into_view_if_needed()
@@ -71,7 +73,7 @@ def save_stacked(name: str, *parts) -> None:
     for shot in shots:
         stacked.paste(shot, (0, top))
         top += shot.height
-    stacked.save(README_IMAGES / f"{name}.png", optimize=True)
+    stacked.save(image_path(name), optimize=True)
 
 
 def test_heads(page, base_url):
@@ -84,7 +86,7 @@ def test_heads(page, base_url):
     expect(main.locator("h1")).to_contain_text("Attention heads")
     expect(main).to_contain_text("4 heads × 192")
     expect(main.locator(".attnviz-flow")).to_contain_text("(1, 4, 14, 14)")
-    path = README_IMAGES / "heads.png"
+    path = image_path("heads")
     page.screenshot(path=str(path), animations="disabled", caret="hide")
     assert size_of(path) == (VIEWPORT["width"], VIEWPORT["height"])
 
@@ -139,7 +141,7 @@ def test_value_weighted(page, base_url):
     expect(main.locator(weighted)).to_be_visible()
     pair = main.get_by_test_id("stHorizontalBlock").filter(has=weighted).last
     pair.scroll_into_view_if_needed()
-    pair.screenshot(path=str(README_IMAGES / "value-weighted.png"), animations="disabled", caret="hide")
+    pair.screenshot(path=str(image_path("value-weighted")), animations="disabled", caret="hide")
 
 
 @pytest.fixture

@@ -33,11 +33,12 @@ except ImportError:  # reported by _missing()
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "tests" / "browser" / "artifacts"
-# Screenshots go to the artifacts folder; ATTNVIZ_UPDATE_SCREENSHOTS=1 writes docs/screenshots
-# (docs/pages.md shows them) and the README's images in docs/images (tests/browser/test_readme_images.py).
+# Screenshots go to the artifacts folder (the README's images to its images/ subfolder: some share a name with a
+# page's screenshot); ATTNVIZ_UPDATE_SCREENSHOTS=1 writes docs/screenshots (docs/pages.md shows them) and the
+# README's images in docs/images (tests/browser/test_readme_images.py).
 UPDATE_SCREENSHOTS = os.environ.get("ATTNVIZ_UPDATE_SCREENSHOTS") == "1"
 SCREENSHOTS = REPO / "docs" / "screenshots" if UPDATE_SCREENSHOTS else ARTIFACTS
-README_IMAGES = REPO / "docs" / "images"
+README_IMAGES = REPO / "docs" / "images" if UPDATE_SCREENSHOTS else ARTIFACTS / "images"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
