@@ -28,6 +28,11 @@ from attnviz.urlstate import (
 )
 from attnviz.words import markdown_escape
 
+# What one character of a text takes in a link, as a URL percent-encodes it (``urllib.parse.quote_plus``, which
+# ``urlstate.url_text_fits`` measures): said wherever a text is too long for the link.
+URL_CHARACTER_BYTES = ("a letter, digit, space or one of `. - _ ~` takes 1, other punctuation or a line break 3, a "
+                       "non-ASCII character 6–12")
+
 
 def share_and_export(trace: Trace | None, link: bool = True) -> DeltaGenerator:
     """The sidebar's "Share & export"; returns the place of its link.  ``link`` False leaves that place empty for
@@ -119,7 +124,7 @@ def text_box_left_out() -> str:
     """Under the Text box, for a text too long for a URL (:data:`MAX_URL_TEXT_BYTES`) whose part shown is too."""
     return ("**Your text is too long to keep in the link**: a reload, or this page's link opened anywhere, shows the "
             "default sentence instead. Keep this tab open, download your text below, or shorten it (a link holds "
-            f"{MAX_URL_TEXT_BYTES:,} bytes: a letter takes 1, punctuation 3, other characters 6–12).")
+            f"{MAX_URL_TEXT_BYTES:,} bytes: {URL_CHARACTER_BYTES}).")
 
 
 def text_box_cut(shown: int, whole: int) -> str:
@@ -138,10 +143,10 @@ def text_box_lost() -> str:
 
 def text_left_out() -> str:
     """The warning where a link is copied whose text is too long for a URL."""
-    return (f"**Your text is not in this link**: it takes more than {MAX_URL_TEXT_BYTES:,} bytes in a URL (a letter "
-            "or digit takes 1, punctuation 3, a non-ASCII character 6–12). The link opens the default sentence and "
-            "says that the text was too long to keep in it, and reloading this page loses the text too. Shorten the "
-            "text to share it, or send the text with the link to paste into *Text*.")
+    return (f"**Your text is not in this link**: it takes more than {MAX_URL_TEXT_BYTES:,} bytes in a URL "
+            f"({URL_CHARACTER_BYTES}). The link opens the default sentence and says that the text was too long to "
+            "keep in it, and reloading this page loses the text too. Shorten the text to share it, or send the text "
+            "with the link to paste into *Text*.")
 
 
 def text_cut(shown: int, whole: int) -> str:

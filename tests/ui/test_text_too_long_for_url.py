@@ -4,13 +4,29 @@ link) says that its text was too long to keep in the link."""
 
 from __future__ import annotations
 
+import re
+import string
+import urllib.parse
+
+import pytest
 from helpers.apptest import follow_link, no_exception, open_app, share_link, sidebar_notices
 from helpers.texts import english_text
 
 from attnviz import urlstate
+from attnviz.ui import share
 
 LEFT_OUT = "=" * (urlstate.MAX_URL_TEXT_BYTES // 3 + 1)  # 64 tokens, all shown, 12,003 bytes in a URL: left out
 SAID = ("warning", "caption", "info", "download_button")  # what the sidebar can say under the Text box
+
+
+ONE_BYTE = string.ascii_letters + string.digits + " .-_~"
+# The characters each part of the words on a character's bytes in a link names (share.URL_CHARACTER_BYTES): every
+# ASCII character a text holds, and non-ASCII ones of 2, 3 and 4 bytes in UTF-8
+NAMED = {
+    "a letter, digit, space or one of `. - _ ~`": ONE_BYTE,
+    "other punctuation or a line break": "".join(c for c in string.punctuation if c not in ONE_BYTE) + "\n\r\t",
+    "a non-ASCII character": "éß€日😀",
+}
 
 
 def by_text_box(at) -> list:
@@ -100,3 +116,18 @@ def test_a_reload_of_a_text_left_out_of_the_url_says_the_text_was_too_long_to_ke
     reloaded.sidebar.text_area(key="text").input("Every cat loves warm milk").run()
     no_exception(reloaded)
     assert by_text_box(reloaded) == [] and urlstate.TEXT_LEFT_OUT not in url(reloaded)
+
+
+@pytest.mark.parametrize("message", [share.text_box_left_out, share.text_left_out])
+def test_the_bytes_the_words_say_a_character_takes_in_a_link_are_those_the_url_encoding_takes(message):
+    """Under the Text box and in Share & export: each kind of character the words name takes the bytes they say
+    (one number, or the least–the most) in the URL's percent-encoding (``quote_plus``, which the length limit
+    measures), and the kinds named cover every ASCII character a text holds."""
+    words = message()
+    for kind, characters in NAMED.items():
+        stated = re.search(re.escape(kind) + r" (?:takes )?(\d+)(?:–(\d+))?", words)
+        assert stated, f"the words no longer name {kind!r}: {words}"
+        low, high = int(stated[1]), int(stated[2] or stated[1])
+        taken = {character: len(urllib.parse.quote_plus(character)) for character in characters}
+        assert (min(taken.values()), max(taken.values())) == (low, high), (kind, taken)
+    assert set(string.printable) - set("\x0b\x0c") <= set("".join(NAMED.values()))
