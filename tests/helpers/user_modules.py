@@ -3376,6 +3376,26 @@ class KVCacheArgument(PastArgument):
         return self.attend(x, kv_cache)
 
 
+class PastOffset(nn.Module):
+    """A ``past`` that counts the tokens before this call rather than holding a cache: ``forward(x, past=0)``, the
+    positions (a learned table, GPT-2's ``wpe``) starting at ``past``; the module keeps no KV cache."""
+
+    def __init__(self, n_embd=32, n_head=4, context_length=64):
+        super().__init__()
+        self.n_head, self.n_embd = n_head, n_embd
+        self.wpe = nn.Embedding(context_length, n_embd)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x, past=0):  # past: how many tokens came before this call
+        B, T, C = x.size()
+        x = x + self.wpe(torch.arange(past, past + T))  # (B, T, C) + (T, C) -> (B, T, C)
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, hs)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
 class LowPrecisionCache(nn.Module):
     """Computes in float32 and keeps its KV cache in ``cache_dtype`` (bfloat16: half the memory), casting it back
     up to attend.  ``bug="drops-oldest"``: the cached step leaves out the first token's keys and values."""
