@@ -1,7 +1,7 @@
 """A forward that appends to its KV cache when told not to (``use_cache=False``, or a forward that takes no
 use_cache and caches on every call): kv-cache fails in words that say so, from two uncached forwards of the same
 tokens, and the rules that would run the module again skip, saying why, instead of failing on what the cache
-leaks or stopping on a shape error; a cache that only logs what it saw is no finding."""
+leaks or stopping on a shape error; a log of the keys seen is not taken for a cache appended to."""
 
 import pytest
 import torch
@@ -55,9 +55,14 @@ def test_the_rules_after_it_never_stop_on_the_cache_it_grew(batch):
     assert {check.rule: check.status for check in results}["kv-cache"] == "fail"
 
 
-def test_a_cache_that_only_logs_what_it_saw_is_no_finding():
+def test_a_log_of_the_keys_seen_is_no_append_and_kv_cache_fails_the_cached_steps_that_keep_nothing():
+    """``log=True``: no cache, only a log never read back — the rules that run the module again run; kv-cache fails
+    it on what it is, a forward that takes use_cache and keeps no earlier token for its cached steps."""
     results = verdicts(built(um.CachesWhenToldNot, log=True))
-    assert not results["kv-cache"].evidence.startswith("the forward with use_cache=False appended"), results
+    assert [rule for rule, check in results.items() if check.status == "fail"] == ["kv-cache"], results
+    evidence = results["kv-cache"].evidence
+    assert evidence.startswith("sequence 1, token 4: the cached output differs from the uncached one by "), evidence
+    assert "the step attends over only 1 token after 5: the cache keeps too little" in evidence, evidence
     assert results["causal"].status == "pass", results["causal"]
     assert results["batch-independence"].status == "pass", results["batch-independence"]
 

@@ -2863,7 +2863,8 @@ class ReturnsDict(ReturnsTuple):
 class CachesWhenToldNot(nn.Module):
     """A KV-cached layer (cache_k/cache_v, reset_cache) whose forward forgot its ``if use_cache``: every forward, told
     use_cache=False too, appends its keys and values to the cache and attends to all of it.  ``log=True``: no cache,
-    only a log of every key seen (``keys_seen``), never read back: right attention."""
+    only a log of every key seen (``keys_seen``), never read back: right attention on the whole sequence, and a
+    cached step (use_cache=True) that sees only its own token."""
 
     def __init__(self, d_in=16, num_heads=4, log=False):
         super().__init__()
