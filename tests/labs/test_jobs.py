@@ -2,6 +2,7 @@
 the owner stops looking.  Waits poll events; no fixed sleeps decide an outcome."""
 
 import threading
+import time
 
 import pytest
 
@@ -16,13 +17,16 @@ class FakeClock:
         return self.now
 
 
+STEP = 0.001  # seconds a step of the work below takes: it polls should_stop between steps, as a training does
+
+
 def looping(job):
     """Work that reports until told to stop."""
     step = 0
     while not job.should_stop():
         step += 1
         job.report(step=step)
-        job._stop.wait(0.001)
+        time.sleep(STEP)
     return step
 
 
@@ -32,7 +36,7 @@ def slow_to_end(ended: threading.Event):
 
     def work(job):
         while not job.should_stop():
-            job._stop.wait(0.001)
+            time.sleep(STEP)
         assert ended.wait(10), "the test never let the stopping work end"
         return "the model so far"
 
