@@ -3077,13 +3077,34 @@ class SoftCappedAttention(nn.Module):
         return self.o((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
 
 
-class Gemma2Layer(nn.Module):
-    """transformers' own ``Gemma2Attention`` (eager, ``attn_logit_softcapping`` set) from a small config, in the
-    wrapper a user writes to call it as forward(x): rotary angles and the additive causal mask its model would
-    build."""
+class HFLayer(nn.Module):
+    """One of transformers' own attention classes (eager) from its small config, in the wrapper a user writes to
+    call it as forward(x): rotary angles and the additive causal mask its model would build.  ``rotary`` None: a
+    class that turns q and k by its own table (GPT-J's), given the positions instead of the angles."""
+
+    def __init__(self, attention, rotary, config, rotary_extra=()):
+        super().__init__()
+        config._attn_implementation = "eager"
+        self.self_attn = attention(config, layer_idx=0)
+        self.rotary_emb = None if rotary is None else rotary(config)
+        self.rotary_extra = rotary_extra
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
+        if self.rotary_emb is not None:
+            cos, sin = self.rotary_emb(x, positions, *self.rotary_extra)  # (b, n, head_dim) each
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
+        if self.rotary_emb is None:
+            return self.self_attn(x, attention_mask=mask, position_ids=positions)[0]  # (b, n, hidden_size)
+        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
+
+
+class Gemma2Layer(HFLayer):
+    """transformers' own ``Gemma2Attention`` (``attn_logit_softcapping`` set)."""
 
     def __init__(self, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16, softcap=50.0):
-        super().__init__()
         from transformers import Gemma2Config  # imported here: the other modules of this file need no transformers
         from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention, Gemma2RotaryEmbedding
         config = Gemma2Config(hidden_size=hidden_size, num_attention_heads=num_heads,
@@ -3091,17 +3112,7 @@ class Gemma2Layer(nn.Module):
                               attn_logit_softcapping=softcap, intermediate_size=4 * hidden_size,
                               num_hidden_layers=1, vocab_size=100, max_position_embeddings=128,
                               layer_types=["full_attention"])
-        config._attn_implementation = "eager"
-        self.self_attn = Gemma2Attention(config, layer_idx=0)
-        self.rotary_emb = Gemma2RotaryEmbedding(config)
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
-        cos, sin = self.rotary_emb(x, positions)  # (b, n, head_dim) each
-        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
-        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
-        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
+        super().__init__(Gemma2Attention, Gemma2RotaryEmbedding, config)
 
 
 class SinkAttention(nn.Module):
@@ -3133,32 +3144,19 @@ class SinkAttention(nn.Module):
         return self.o((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
 
 
-class GptOssLayer(nn.Module):
-    """transformers' own ``GptOssAttention`` (eager: attention sinks) from a small config, in the wrapper a user writes
-    to call it as forward(x): rotary angles and the additive causal mask its model would build, and sinks drawn as
-    trained ones are (not zero)."""
+class GptOssLayer(HFLayer):
+    """transformers' own ``GptOssAttention`` (attention sinks), its sinks drawn as trained ones are (not zero)."""
 
     def __init__(self, hidden_size=64, num_heads=4, num_kv_heads=2):
-        super().__init__()
         from transformers import GptOssConfig  # imported here: the other modules of this file need no transformers
         from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention, GptOssRotaryEmbedding
         config = GptOssConfig(hidden_size=hidden_size, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
                               head_dim=hidden_size // num_heads, intermediate_size=4 * hidden_size,
                               num_hidden_layers=1, vocab_size=100, num_local_experts=2, max_position_embeddings=128,
                               layer_types=["full_attention"])
-        config._attn_implementation = "eager"
-        self.self_attn = GptOssAttention(config, layer_idx=0)
-        self.rotary_emb = GptOssRotaryEmbedding(config)
+        super().__init__(GptOssAttention, GptOssRotaryEmbedding, config)
         with torch.no_grad():
             self.self_attn.sinks.normal_()
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
-        cos, sin = self.rotary_emb(x, positions)  # (b, n, head_dim) each
-        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
-        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
-        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
 
 
 class DictConfigAttention(nn.Module):
@@ -3252,25 +3250,6 @@ class GemmaCfgDictAttention(GemmaScalarAttention):
         super().__init__(d_in, num_heads, head_dim, query_pre_attn_scalar if scale == "config" else None)
         self.cfg = {"emb_dim": d_in, "n_heads": num_heads, "head_dim": head_dim,
                     "query_pre_attn_scalar": query_pre_attn_scalar}
-
-
-class HFLayer(nn.Module):
-    """One of transformers' own attention classes (eager) from its small config, in the wrapper a user writes to
-    call it as forward(x): rotary angles and the additive causal mask its model would build."""
-
-    def __init__(self, attention, rotary, config, rotary_extra=()):
-        super().__init__()
-        config._attn_implementation = "eager"
-        self.self_attn, self.rotary_emb = attention(config, layer_idx=0), rotary(config)
-        self.rotary_extra = rotary_extra
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
-        cos, sin = self.rotary_emb(x, positions, *self.rotary_extra)  # (b, n, head_dim) each
-        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
-        mask = torch.zeros(n, n).masked_fill(future, float("-inf"))[None, None]  # (1, 1, n, n)
-        return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
 
 
 class GraniteLayer(HFLayer):
@@ -3446,25 +3425,16 @@ class WindowSizedCache(PreallocatedCache):
 
 # ---------------------------------------------------------------- rotary where it hides, and widths that coincide
 
-class GPTJLayer(nn.Module):
-    """transformers' own ``GPTJAttention`` (eager; interleaved rotary on the first ``rotary_dim`` features of each
-    head, its sin/cos table kept as ``embed_positions``) in the wrapper a user writes to call it as forward(x)."""
+class GPTJLayer(HFLayer):
+    """transformers' own ``GPTJAttention``: interleaved rotary on the first ``rotary_dim`` features of each head, by
+    its own sin/cos table (``embed_positions``) at the positions it is given."""
 
     def __init__(self, n_embd=64, n_head=4, rotary_dim=8):
-        super().__init__()
         from transformers import GPTJConfig  # imported here: the other modules of this file need no transformers
         from transformers.models.gptj.modeling_gptj import GPTJAttention
         config = GPTJConfig(n_embd=n_embd, n_head=n_head, rotary_dim=rotary_dim, n_positions=128, vocab_size=100,
                             n_layer=1)
-        config._attn_implementation = "eager"
-        self.attn = GPTJAttention(config, layer_idx=0)
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        positions = torch.arange(n)[None].expand(b, n)  # (b, n)
-        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
-        mask = torch.zeros(n, n).masked_fill(future, torch.finfo(torch.float32).min)[None, None]  # (1, 1, n, n)
-        return self.attn(x, attention_mask=mask, position_ids=positions)[0]  # (b, n, n_embd)
+        super().__init__(GPTJAttention, None, config)
 
 
 class InterleavedInner(nn.Module):
