@@ -330,12 +330,13 @@ def test_a_scale_the_config_declares_is_named_as_the_configs_and_one_nobody_decl
     assert why.scaling == ("÷ 16: the scale the config declares, query_pre_attn_scalar = 256 (the book's is "
                            "√d_head = √16 = 4)")
     assert head_scale(trace) == (pytest.approx(16.0), 16)
-    assert stage_title(trace, "scaled").endswith("16, the config's (not √dₖ = √16)")  # the map's title says so too
+    assert stage_title(trace, "scaled").endswith(  # the map's title says so too
+        "÷ 16, set by the model's config (the book's: √dₖ = √16)")
     assert explain_weight(load_trace(trace_npz(trace)), 1, 6, 2).scaling == why.scaling  # a trace file keeps it
     torch.manual_seed(4)
     trace, _ = user_trace(CustomScale(d_model=16, n_heads=4, temperature=32))
     assert explain_weight(trace, 1, 6, 2).scaling == "÷ 5.657: this run's own scale, not √d_head = √4 = 2"
-    assert "config" not in stage_title(trace, "scaled")
+    assert stage_title(trace, "scaled").endswith("÷ 5.657 (not √dₖ = √4)"), stage_title(trace, "scaled")
 
 
 def test_sliding_window_cells_say_the_window_hides_them_and_the_temperature_is_the_divisor():

@@ -105,8 +105,8 @@ def dropout_off_reason(config: AttentionConfig, short: bool = False, title: bool
 def stage_title(trace: Trace, stage: str) -> str:
     """The title of ``stage``'s map of this run (``figures.map_title``), saying what ran: the shown layer's own window
     and mask, a class that does not scale, a mask or dropout that did nothing.  A user module's scale is the one its
-    run measured (head 0, as ``explain_weight`` reads it: ``explain.head_scale``), not the class's, named as the
-    config's where its config declares it (``ModuleRun.declared_scales``)."""
+    run measured (head 0, as ``explain_weight`` reads it: ``explain.head_scale``), not the class's: set by the model's
+    config, beside the book's, where its config declares it (``ModuleRun.declared_scales``), else "not" the book's."""
     config = trace.config
     scaled, divisor = config.spec.scaled, None
     if stage == "scaled" and trace.module_run is not None:
@@ -115,8 +115,9 @@ def stage_title(trace: Trace, stage: str) -> str:
             scaled = measured != 1.0
             declared = any(math.isclose(measured * scale, 1.0, rel_tol=1e-3)
                            for scale, _ in trace.module_run.declared_scales)
-            whose = ", the config's" if declared else ""
-            divisor = f"{measured:.4g}{whose} (not √dₖ = √{d_head})"
+            book = f"√dₖ = √{d_head}"
+            divisor = (f"{measured:.4g}, set by the model's config (the book's: {book})" if declared
+                       else f"{measured:.4g} (not {book})")
     return figures.map_title(stage, trace.window, scaled, masks=trace.hides_future or trace.window is not None,
                              dropout_off=None if config.dropout_runs else dropout_off_reason(config, title=True),
                              divisor=divisor)
