@@ -145,15 +145,17 @@ def _real(path: Path, real_parent: str | None = None) -> str:
         return ""
 
 
-def _inside(path: Path, root: str) -> bool:
-    """Whether ``path``, an entry of the folder whose real path is ``root``, leads (after its links) into it."""
+def _entry_inside(path: Path, root: str) -> bool:
+    """Whether ``path``, an entry of the folder whose real path is ``root``, stays in it: one that is no link does,
+    without its path being resolved; only a link is followed (:func:`_real_path_inside`)."""
     if not path.is_symlink():
         return True
-    return _within(path, root)
+    return _real_path_inside(path, root)
 
 
-def _within(path: Path, root: str) -> bool:
-    """Whether ``path`` (anywhere) leads into the real folder ``root``."""
+def _real_path_inside(path: Path, root: str) -> bool:
+    """Whether ``path`` (anywhere), after every link on its way is followed (its real path), is in the real folder
+    ``root``."""
     real = _real(path)
     try:
         return bool(real) and os.path.commonpath([real, root]) == root
@@ -171,15 +173,15 @@ def _stays_inside(item: Path, root: str, entry_of_root: bool = True) -> bool:
     """Whether ``item`` and every file the loader may read for it lead into the real folder ``root``: a folder's
     entries, or a file's config beside it (``<stem>.json``, ``config.json``).  ``entry_of_root``: ``item`` is an entry
     of that folder itself (then one that is no link is inside it without following its path)."""
-    if not (_inside(item, root) if entry_of_root else _within(item, root)):
+    if not (_entry_inside(item, root) if entry_of_root else _real_path_inside(item, root)):
         return False
     if item.is_dir():
         try:
-            return all(_within(Path(entry.path), root) for entry in _entries(item) if entry.is_symlink())
+            return all(_real_path_inside(Path(entry.path), root) for entry in _entries(item) if entry.is_symlink())
         except OSError:
             return True  # unreadable: the loader says so by its name when it is chosen
     beside = (item.with_suffix(".json"), item.parent / "config.json")
-    return all(_inside(file, root) for file in beside if os.path.lexists(file))
+    return all(_entry_inside(file, root) for file in beside if os.path.lexists(file))
 
 
 def _is_model_dir(path: Path) -> bool:
