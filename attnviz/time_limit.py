@@ -12,12 +12,14 @@ An exception the user's code raises that is no ``Exception`` — a class of its 
 ``KeyboardInterrupt`` or ``GeneratorExit`` it raises itself — would pass every ``except Exception`` and end a
 Streamlit script's thread or the command line with a traceback: :func:`call` hands it back as a
 :class:`RaisedBaseError` (an ``Exception``), and :func:`described` names the user's own.  ``SystemExit`` passes as
-itself (each caller says "called sys.exit(…)"), and so does a real Ctrl+C: while the call runs in the main thread,
-a SIGINT handler wrapped around the process's own (:class:`_Interrupts`) notes the signal, so the
-``KeyboardInterrupt`` the signal raises still stops the program; in any other thread no signal can raise one, so
-every ``KeyboardInterrupt`` there is the user's code's.  attnviz's own code that runs inside the call (a check's
-progress report, from a forward hook, which may draw a Streamlit element and so be stopped by Streamlit) says so with
-:func:`own_code`, and what it raises passes as itself too."""
+itself (each caller says "called sys.exit(…)", :func:`exit_call`) — so does the
+:class:`attnviz.exit_guard.ProcessEndError` that a call which would end the process (``os._exit``, ``os.kill`` of
+itself …) raises instead while :func:`call` runs (:mod:`attnviz.exit_guard`) —, and so does a real Ctrl+C: while the
+call runs in the main thread, a SIGINT handler wrapped around the process's own (:class:`_Interrupts`) notes the
+signal, so the ``KeyboardInterrupt`` the signal raises still stops the program; in any other thread no signal can
+raise one, so every ``KeyboardInterrupt`` there is the user's code's.  attnviz's own code that runs inside the call (a
+check's progress report, from a forward hook, which may draw a Streamlit element and so be stopped by Streamlit) says
+so with :func:`own_code`, and what it raises passes as itself too."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ import signal
 import sys
 import threading
 import traceback
+
+from attnviz import exit_guard
 
 SECONDS = 60.0  # a call of a user's code that runs longer than this is stopped
 
@@ -120,6 +124,12 @@ def _assert_statement(frame: traceback.FrameSummary) -> str | None:
     return frame.line or None
 
 
+def exit_call(stop: SystemExit) -> str:
+    """The call that stopped the user's code: "sys.exit(3)", or one that would have ended the process and raised
+    instead (:mod:`attnviz.exit_guard`): "os._exit(0)", "os.kill(os.getpid(), SIGTERM)"."""
+    return stop.call if isinstance(stop, exit_guard.ProcessEndError) else f"sys.exit({stop.code!r})"
+
+
 def call_in_words(name: str, function, /, *args, **kwargs):
     """:func:`call` of ``function(*args, **kwargs)``, whose failure is a :class:`UserCallError` that begins with
     ``name`` (``"MyAttention.reset_cache()"``): "… raised RuntimeError: …", "… failed an assertion (file.py, line 8):
@@ -133,7 +143,7 @@ def call_in_words(name: str, function, /, *args, **kwargs):
     except Exception as error:  # the user's code: any exception is theirs, reported in one line
         raise UserCallError(f"{name} raised {described(error)}") from None
     except SystemExit as stop:  # a sys.exit() in the user's code would end the notebook's kernel or the CLI's run
-        raise UserCallError(f"{name} called sys.exit({stop.code!r})") from None
+        raise UserCallError(f"{name} called {exit_call(stop)}") from None
 
 
 def call(function, *args, **kwargs):
@@ -142,7 +152,8 @@ def call(function, *args, **kwargs):
     ``KeyboardInterrupt`` and attnviz's own :class:`StopCall` as themselves —, or :class:`TimeLimitError` when the
     watchdog stopped it (whatever the stopped code raised then)."""
     watchdog = _Watchdog(SECONDS)
-    with _Interrupts() as interrupts:  # taken out after the watchdog is disarmed, and after the verdict below
+    # taken out after the watchdog is disarmed, and after the verdict below; os._exit and its kind raise meanwhile
+    with _Interrupts() as interrupts, exit_guard.guarded():
         try:
             try:
                 watchdog.arm()

@@ -710,7 +710,7 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
         raise TraceError(f"{what} raised {time_limit.described(error)}"
                          f"{_rotary_hint(module, forward_kwargs)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
-        raise TraceError(f"{what} called sys.exit({stop.code!r}): an attention forward returns its output, "
+        raise TraceError(f"{what} called {time_limit.exit_call(stop)}: an attention forward returns its output, "
                          "it does not end the program") from None
 
 

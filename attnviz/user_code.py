@@ -142,7 +142,7 @@ def load(spec: str) -> type[nn.Module]:
         raise UserCodeError(f"{path_text} raised {time_limit.described(error, ' on import')}") from None
     except SystemExit as stop:  # a script's sys.exit() would end attnviz with the script's status
         sys.modules.pop(name, None)
-        raise UserCodeError(f"{path_text} called sys.exit({stop.code!r}) on import: put its script part under "
+        raise UserCodeError(f"{path_text} called {time_limit.exit_call(stop)} on import: put its script part under "
                             "if __name__ == \"__main__\":") from None
     cls = getattr(module, class_name, None) if class_name else None
     if cls is None:

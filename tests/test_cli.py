@@ -2,6 +2,7 @@
 learner's CI can use, and whose ``train`` writes a checkpoint (its runs are tested in tests/labs/test_train.py)."""
 
 import io
+import os
 import queue
 import re
 import shlex
@@ -678,19 +679,25 @@ def test_a_folder_is_named_as_a_folder(tmp_path):
 
 
 def test_an_interrupt_is_one_line_with_status_130(tmp_path, monkeypatch, capsys):
-    """Ctrl-C in the user's code (here a SIGINT the file sends its own process) prints no traceback.  ``console`` is
-    what the console script and ``python -m attnviz`` run; a real process gets a real Ctrl-C in the test of the
-    rules' lines.  A KeyboardInterrupt the file raises itself is its own exception (exit 2, one line)."""
+    """Ctrl-C in the user's code (here a SIGINT the test sends the process while the file's import loops) prints no
+    traceback.  ``console`` is what the console script and ``python -m attnviz`` run; a real process gets a real
+    Ctrl-C in the test of the rules' lines.  A KeyboardInterrupt the file raises itself is its own exception (exit 2,
+    one line), and a SIGINT it sends its own process is a call that would end it (``signal.raise_signal``:
+    tests/test_exit_guard.py)."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only")
     path = tmp_path / "slow.py"
-    path.write_text("import signal\n\nsignal.raise_signal(signal.SIGINT)\nwhile True:\n    pass\n")
+    path.write_text("while True:\n    pass\n")
     monkeypatch.setattr(sys, "argv", ["attnviz", "check", f"{path}:A"])
+    ctrl_c = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))  # from outside the user's code
+    ctrl_c.start()
     try:
         with pytest.raises(SystemExit) as exit_:
             cli.console()
     except KeyboardInterrupt:
         pytest.fail("the interrupt escaped attnviz's console script")
+    finally:
+        ctrl_c.cancel()
     stderr = capsys.readouterr().err
     assert exit_.value.code == 130 and stderr == "\nattnviz: interrupted\n"
 
