@@ -279,12 +279,16 @@ def _settings_only(values: dict, choice: ui_weights.Choice, book_classes: bool,
                    draws_link: bool = False) -> Context | None:
     """:func:`setup` for a page that draws no run of the text: the validated config, no trace.  On invalid settings
     or an unreadable checkpoint: a plain message and the config of the last valid view (None if there is none), with
-    the Share link drawn here.  ``draws_link``: the page's ``PageEntry.draws_link``, as in :func:`setup`."""
+    the Share link drawn here; a user's module that cannot be built is said as :func:`setup` says it (no folder of the
+    server's; Try again).  ``draws_link``: the page's ``PageEntry.draws_link``, as in :func:`setup`."""
     try:
         config = config_from_settings(values, _checkpoint(choice, book_classes)).validate()
     except InputError as exc:
         share_and_export(None)
-        st.warning(markdown_escape(str(exc)), icon="✋")
+        own = values.get("variant") in user_code.listed()  # a user's module: its message may name the server's files
+        st.warning(markdown_escape(module_message(str(exc)) if own else str(exc)), icon="✋")
+        if values.get("variant") in user_code.failures():  # a constructor attnviz remembers failing
+            try_again_button(values["variant"])
         last = st.session_state.get("_last_valid")
         if last is None or (choice.error is not None and last[1].checkpoint == choice.option.ref):
             return None  # the last valid settings run the checkpoint that cannot be loaded now: nothing to show

@@ -29,6 +29,7 @@ from attnviz.models import gpt as gpt_model
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.share import file_name, share_link
+from attnviz.ui.sidebar import module_message
 from attnviz.ui.state import (
     forget_page_params,
     page_bind,
@@ -138,8 +139,8 @@ def show(page_run: Context) -> None:
             model = _load(ref)
             sizes = core_weights.sizes(model)
             linked = _generate_section(page_run, ref)
-        except ValueError as exc:
-            st.warning(markdown_escape(str(exc)), icon="✋")
+        except ValueError as exc:  # a checkpoint that cannot be loaded now: no folder of the server's
+            st.warning(markdown_escape(module_message(str(exc))), icon="✋")
     if not linked:  # no generation shown: the session's New tokens, step, layer and head wait for one, linked
         share_link(page_run.link)
     st.divider()
@@ -445,7 +446,7 @@ def _badge(ref, key: tuple, index: int) -> None:
     try:
         check = _checks(ref, key[1], key[2])[index]
     except ValueError as exc:
-        st.warning(markdown_escape(str(exc)), icon="✋")
+        st.warning(markdown_escape(module_message(str(exc))), icon="✋")
         return
     numbers = (f"weights rows max |Δ| = {check.weights_diff:.1e}, logits max |Δ| = {check.logits_diff:.1e} "
                f"({check.logits_relative_diff:.1e} of the largest)")

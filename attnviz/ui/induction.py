@@ -22,6 +22,7 @@ from attnviz.head_types import LABEL_THRESHOLD
 from attnviz.labs import induction
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.head_labels import future_caption
+from attnviz.ui.sidebar import module_message
 from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
 from attnviz.urlstate import HEAD, MAP_LAYER, REPEAT, TOKEN_SEED, parse_head, parse_number
 from attnviz.views import head_figures
@@ -122,8 +123,8 @@ def lab_run(page_run: Context) -> induction.InductionRun | None:
             if config.dropout_runs:
                 st.caption("The lab runs the attention in eval mode: dropout is off here.")
             return _book_run(config, int(T), int(seed))
-    except ValueError as exc:  # a checkpoint that cannot be loaded, a setting out of range: say so
-        st.warning(markdown_escape(str(exc)), icon="✋")
+    except ValueError as exc:  # a checkpoint that cannot be loaded, a setting out of range, a user's module: say so
+        st.warning(markdown_escape(module_message(str(exc))), icon="✋")  # no folder of the server's
         return None
 
 
@@ -200,7 +201,7 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
             with st.spinner(f"Running the model for layer {layer}'s maps…"):
                 shown = _model_run(page_run.config.checkpoint, run.T, run.seed, layer)
         except ValueError as exc:  # the checkpoint changed on disk since the lab ran it: said with its name
-            st.warning(markdown_escape(str(exc)), icon="✋")
+            st.warning(markdown_escape(module_message(str(exc))), icon="✋")
             return
     default = best_head if layer == best_layer else int(run.scores[layer].argmax())
     scores = tuple(f"head {h} · {float(score):.2f}" for h, score in enumerate(run.scores[layer]))  # not the run
