@@ -1,6 +1,7 @@
 """What a user's module and its config declare: its sizes under the spellings attention code uses (:data:`SPELLINGS`,
 the map from a spelling to attnviz's setting, :data:`HEAD_DIM_NAMES`), the scales it declares other than
-1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its own), and its sliding window.
+1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its own), its sliding window, and a setting
+of its config, an object or a dict (:func:`config_setting`).
 
 A module says what it is built as in its constructor's arguments, its own attributes and its config object, under the
 names attention code gives them; :mod:`attnviz.user_code` (building a module), :mod:`attnviz.tracing` and the rules
@@ -13,7 +14,7 @@ import ast
 import inspect
 import math
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from torch import nn
@@ -43,6 +44,19 @@ HEAD_DIM_NAMES = ("head_dim", "qk_head_dim", "d_head", "dim_head", "head_size", 
 def is_size(value) -> bool:
     """Whether ``value`` is a size: a positive whole number (an int, not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def config_setting(module: nn.Module, name: str):
+    """The value of ``name`` in the module's own config: the first of the configs it keeps (:data:`CONFIG_NAMES`:
+    ``self.config``, ``self.cfg`` …) that holds one other than None, as an object's attribute or a dict's key (the
+    book's notebooks keep ``self.cfg = {...}``); None when none does.  The one reading of a config's setting: the
+    scales it declares, its sliding window, rotary's base and rotated width."""
+    for config_name in CONFIG_NAMES:
+        config = getattr(module, config_name, None)
+        value = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+        if value is not None:
+            return value
+    return None
 
 
 def declared(module: nn.Module, setting: str) -> tuple[str, int] | None:
@@ -94,8 +108,7 @@ def declared_scales(module: nn.Module | None, head_dim: int | None) -> tuple[Dec
     if module is None:
         return ()
     for _, sub in module.named_modules():
-        for config in (getattr(sub, name, None) for name in CONFIG_NAMES):
-            found += _config_scales(config, head_dim)
+        found += _config_scales(sub, head_dim)
     for path, sub in module.named_modules():
         for name in SCALE_NAMES:
             value = vars(sub).get(name)
@@ -126,18 +139,19 @@ def _is_positive(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def _config_scales(config, head_dim: int | None) -> list[DeclaredScale]:
-    """The scales a config object or dict declares as its model's design (:func:`declared_scales`)."""
+def _config_scales(module: nn.Module, head_dim: int | None) -> list[DeclaredScale]:
+    """The scales a module's config (:func:`config_setting`) declares as its model's design
+    (:func:`declared_scales`)."""
     found = []
-    scalar = _setting(config, "query_pre_attn_scalar")
+    scalar = config_setting(module, "query_pre_attn_scalar")
     if _is_positive(scalar):
         found.append(DeclaredScale(scalar ** -0.5, f"√{scalar:g} = √query_pre_attn_scalar, the config's scale "
                                                    "(Gemma)", True, f"query_pre_attn_scalar = {scalar:g}"))
-    multiplier = _setting(config, "attention_multiplier")
+    multiplier = config_setting(module, "attention_multiplier")
     if _is_positive(multiplier):
         found.append(DeclaredScale(multiplier, f"{1 / multiplier:.4g} = 1 ÷ attention_multiplier, the config's scale "
                                                "(Granite)", True, f"attention_multiplier = {multiplier:g}"))
-    rope = _setting(config, "rope_scaling") or _setting(config, "rope_parameters")
+    rope = config_setting(module, "rope_scaling") or config_setting(module, "rope_parameters")
     if head_dim and isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
         factor, all_dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim") or 0.0
         mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
@@ -202,11 +216,6 @@ def _reads(node, names: tuple[str, ...]) -> bool:
             or (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in names))
 
 
-def _setting(config, name: str):
-    """``config``'s ``name``: an attribute, or a dict's key; None when it has none."""
-    return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
-
-
 
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window a module says it has, in the spellings attention code uses: its own attribute (None there
@@ -259,28 +268,25 @@ def _says_global(module: nn.Module) -> bool:
 
 
 def _config_window(module: nn.Module) -> int | None:
-    """The window a module's config object (``self.config``, ``cfg`` …, as ``user_code`` reads one) declares for
-    it, unless the config switches it off: ``use_sliding_window=False``; ``layer_types`` whose entry for the
-    module's ``layer_idx`` (or, without one, any entry) is not "sliding_attention"; or, without ``layer_types``,
+    """The window a module's config (``self.config``, ``cfg`` …, an object or a dict: :func:`config_setting`)
+    declares for it, unless the config switches it off: ``use_sliding_window=False``; ``layer_types`` whose entry for
+    the module's ``layer_idx`` (or, without one, any entry) is not "sliding_attention"; or, without ``layer_types``,
     ``max_window_layers`` above the module's ``layer_idx`` (Qwen2's layers below it attend to every key); or a
     module that says it is global (:func:`_says_global`)."""
     if _says_global(module):
         return None
-    for name in CONFIG_NAMES:
-        config = getattr(module, name, None)
-        window = next((getattr(config, spelling) for spelling in SPELLINGS["sliding_window_size"]
-                       if is_size(getattr(config, spelling, None))), None)
-        if window is None:
-            continue
-        layer, layer_types = getattr(module, "layer_idx", None), getattr(config, "layer_types", None)
-        known = isinstance(layer, int) and not isinstance(layer, bool)
-        if getattr(config, "use_sliding_window", True) is False:
-            return None
-        if isinstance(layer_types, list | tuple) and layer_types:
-            kinds = {layer_types[layer]} if known and 0 <= layer < len(layer_types) else set(layer_types)
-            return window if kinds == {"sliding_attention"} else None
-        below = getattr(config, "max_window_layers", None)
-        if isinstance(below, int) and below > 0 and (not known or layer < below):
-            return None
-        return window
-    return None
+    window = next((value for spelling in SPELLINGS["sliding_window_size"]
+                   if is_size(value := config_setting(module, spelling))), None)
+    if window is None:
+        return None
+    layer, layer_types = getattr(module, "layer_idx", None), config_setting(module, "layer_types")
+    known = isinstance(layer, int) and not isinstance(layer, bool)
+    if config_setting(module, "use_sliding_window") is False:
+        return None
+    if isinstance(layer_types, list | tuple) and layer_types:
+        kinds = {layer_types[layer]} if known and 0 <= layer < len(layer_types) else set(layer_types)
+        return window if kinds == {"sliding_attention"} else None
+    below = config_setting(module, "max_window_layers")
+    if isinstance(below, int) and below > 0 and (not known or layer < below):
+        return None
+    return window

@@ -12,6 +12,7 @@ are not rotary's); a module not rotary by its names, or in which nothing turns b
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from attnviz import tracing
+from attnviz.declarations import config_setting
 from attnviz.rule_base import Check, per_query_head
 
 
@@ -333,15 +335,11 @@ def _table(rows: torch.Tensor, module: nn.Module, widths: Iterable[int]) -> Rota
 
 
 def _rope_base(module: nn.Module) -> float | None:
-    """The rotary base the module (or a submodule, or its ``config``) keeps (:data:`BASE_NAMES`; a config's
-    ``rope_theta``, in ``rope_parameters`` too); None when it keeps none."""
-    def setting(config, name: str):  # a config's attribute, or a dict's key
-        return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
-
+    """The rotary base the module (or a submodule, or its config: :func:`config_setting`) keeps (:data:`BASE_NAMES`;
+    a config's ``rope_theta``, in ``rope_parameters`` too); None when it keeps none."""
     for sub in module.modules():
-        config = getattr(sub, "config", None)
-        parameters = setting(config, "rope_parameters")
-        found = [vars(sub).get(name) for name in BASE_NAMES] + [setting(config, "rope_theta")] + [
+        parameters = config_setting(sub, "rope_parameters")
+        found = [vars(sub).get(name) for name in BASE_NAMES] + [config_setting(sub, "rope_theta")] + [
             parameters.get("rope_theta") if isinstance(parameters, dict) else None]
         base = next((value for value in found if isinstance(value, int | float) and not isinstance(value, bool)
                      and value > 1), None)
@@ -372,14 +370,11 @@ def _wrong_table(queries: torch.Tensor, module: nn.Module, d_model: int) -> Rota
 
 def _rotated_widths(queries: torch.Tensor, module: nn.Module) -> tuple[int, ...]:
     """The widths a partial rotary turns of each head of (h, n, hd) queries, when fewer than head_dim: those the
-    module (or a submodule, or its ``config``) declares (:data:`WIDTH_NAMES`; :data:`SHARE_NAMES` × head_dim), and
-    the features of a head that change with position, measured (the rest pass through unturned)."""
+    module (or a submodule, or its config: :func:`config_setting`) declares (:data:`WIDTH_NAMES`; :data:`SHARE_NAMES`
+    × head_dim), and the features of a head that change with position, measured (the rest pass through unturned)."""
     head_dim, widths = queries.shape[-1], []
     for sub in module.modules():
-        for source in (vars(sub), getattr(sub, "config", None)):
-            def setting(name: str, source=source):  # an attribute of a module or a config, or a dict's key
-                return source.get(name) if isinstance(source, dict) else getattr(source, name, None)
-
+        for setting in (vars(sub).get, functools.partial(config_setting, sub)):  # its attribute, its config's
             widths += [value for name in WIDTH_NAMES if isinstance(value := setting(name), int)]
             widths += [round(value * head_dim) for name in SHARE_NAMES
                        if isinstance(value := setting(name), float | int) and 0 < value < 1]
