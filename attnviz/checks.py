@@ -48,7 +48,7 @@ which cell, which value, what it should be:
   prefill then token by token, the last two in one forward, the cached outputs equal the uncached ones, and the cache
   holds no more than the variant the module declares needs (:mod:`attnviz.kv_cache_rule`).
 
-An uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule._uncached_appends`) fails
+An uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule.uncached_appends`) fails
 ``kv-cache``; the rules that run the module again (``RUN_AGAIN``) skip, as each of their forwards would attend to the
 ones before, and the rules that read the traced forward stand.
 

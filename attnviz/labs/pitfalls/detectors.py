@@ -16,6 +16,7 @@ from torch import nn
 
 from attnviz import checks, stats, tracing
 from attnviz.attention import MAP_STAGES, Recorder
+from attnviz.kv_cache_rule import kv_cache, kv_prefill, kv_steps
 from attnviz.labs.pitfalls.leak import leak_report
 from attnviz.labs.pitfalls.workbench import LabSetup, forward_rng
 from attnviz.words import amount, listed, plural
@@ -289,22 +290,22 @@ def detect_rotary(module, inputs, setup: LabSetup) -> Version:
 
 
 def detect_cache(module, inputs, setup: LabSetup) -> Version:
-    """(12)–(14) :func:`attnviz.checks.kv_cache` on two sequences (the text, then the text backwards), and the
+    """(12)–(14) :func:`attnviz.kv_cache_rule.kv_cache` on two sequences (the text, then the text backwards), and the
     largest |cached − uncached| output of every cached forward."""
     observation = observe(module, inputs)
     if (failed := _needs_output(observation)) is not None:
         return failed
     sequences = torch.cat([inputs, inputs.flip(1)])  # (2, n, d_in): two different sequences
     steps = cache_steps(copy.deepcopy(module), sequences)  # from the module as it is: a buggy reset keeps state
-    check = checks.kv_cache(module, sequences)
+    check = kv_cache(module, sequences)
     return Version(check.status == "fail", check.evidence, observation, {"steps": steps})
 
 
 def cache_steps(module, sequences: torch.Tensor) -> list[tuple[str, float]]:
     """(step label, largest |cached − uncached| output) for each sequence's prefill and following tokens — the steps
-    :func:`attnviz.checks.kv_cache` feeds —, up to a cached forward that raises (its step is NaN)."""
+    :func:`attnviz.kv_cache_rule.kv_cache` feeds —, up to a cached forward that raises (its step is NaN)."""
     n = sequences.shape[1]
-    plan = checks.kv_steps(n, checks.kv_prefill(n))  # the prefill, one token at a time, a chunk: kv-cache's steps
+    plan = kv_steps(n, kv_prefill(n))  # the prefill, one token at a time, a chunk: kv-cache's steps
     steps = []
     with torch.no_grad():
         expected = [module(sequence[None]) for sequence in sequences]  # (1, n, d_out) each, uncached
