@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnviz import time_limit, tracing
+from attnviz import kv_cache_rule, time_limit, tracing
 from attnviz.declarations import (
     HEAD_DIM_NAMES,
     SETTING_OF,
@@ -79,16 +79,7 @@ from attnviz.declarations import (
     declared_window,
     is_size,
 )
-from attnviz.kv_cache_rule import (
-    RESETS,
-    cache_parameters,
-    cache_sizes,
-    kept_state,
-    kv_cache,
-    kv_prefill,
-    kv_steps,
-    uncached_appends,
-)
+from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output, per_query_head
 from attnviz.tokens import counted
@@ -347,36 +338,26 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     """How many forwards of the module a check of ``rules`` on ``x`` runs at most: the traced one, then causal's one
     per position after the first, mask-convention's one on more tokens for a declared window they do not reach,
     rotary-placement's one on one token repeated (for a rotary module), dropout-placement's one in training mode,
-    batch-independence's one per item, and kv-cache's two uncached sequences and, per sequence, the prefill and one
-    forward per token after it, then the forwards that find the cache and measure a token's size in it (three for a
-    cache the module resets, two for a cache the caller holds).
+    batch-independence's one per item, and kv-cache's (:func:`attnviz.kv_cache_rule.planned_forwards`).
     That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis up to
     :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
-    use_cache, cache_name = cache_parameters(module)
-    takes_cache = use_cache or cache_name is not None
-    resets = use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
-    measured = 3 if resets else 2 if takes_cache else 0
     window = declared_window(module)
     longer = causal and window is not None and n <= window <= LONGEST_WINDOW_CHECK - 2
     per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer),
                 "rotary-placement": int(uses_rotary(module) and rotary_tokens(module, x) > 1),
                 "dropout-placement": 1, "batch-independence": batch,
-                "kv-cache": 2 * (1 + len(kv_steps(n, kv_prefill(n)))) + measured if takes_cache and n > 1 else 0}
+                "kv-cache": kv_cache_rule.planned_forwards(module, n)}
     return 1 + sum(per_rule.get(rule, 0) for rule in rules)
 
 
 def _diagnosis_forwards(module: nn.Module, x: torch.Tensor, rules: list[str]) -> int:
     """How many forwards beyond the plan (:func:`_planned_forwards`, a passing check's) a failure's diagnosis may run
     at most: causal's one recording of the changed input (where the leak is), batch-independence's two with
-    ``batch_first=True`` set, and kv-cache's three finding the cache and measuring a token's size in it, one recording
-    of the whole sequence, the forwards before the failing step again (at most n − prefill) and the step (the cause).
+    ``batch_first=True`` set, and kv-cache's (:func:`attnviz.kv_cache_rule.diagnosis_forwards`).
     A rule that fails skips its later forwards, so a check usually runs fewer."""
-    n = x.shape[1]
-    use_cache, cache_name = cache_parameters(module)
-    takes_cache = use_cache or cache_name is not None
     per_rule = {"causal": 1, "batch-independence": 2,
-                "kv-cache": n - kv_prefill(n) + 5 if takes_cache and n > 1 else 0}
+                "kv-cache": kv_cache_rule.diagnosis_forwards(module, x.shape[1])}
     return sum(per_rule.get(rule, 0) for rule in rules)
 
 

@@ -611,6 +611,27 @@ def kv_prefill(n: int) -> int:
     return max(1, min(n - 1, n // 2))
 
 
+def planned_forwards(module: nn.Module, n: int) -> int:
+    """How many forwards of the module kv-cache runs on n tokens when it passes: two uncached sequences and, per
+    sequence, the prefill and each step after it (:func:`kv_steps`), then the forwards that find the cache and measure
+    a token's size in it (three for a cache the module resets, two for a cache the caller holds); none for a forward
+    that takes no cache, or one token.  A failing check runs fewer, and its diagnosis up to
+    :func:`diagnosis_forwards` more."""
+    takes_use_cache, cache_name = cache_parameters(module)
+    if not (takes_use_cache or cache_name is not None) or n < 2:
+        return 0
+    resets = takes_use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
+    return 2 * (1 + len(kv_steps(n, kv_prefill(n)))) + (3 if resets else 2)
+
+
+def diagnosis_forwards(module: nn.Module, n: int) -> int:
+    """How many forwards beyond :func:`planned_forwards` the diagnosis of a step that differs runs at most: three
+    finding the cache and measuring a token's size in it, one recording of the whole sequence, the forwards before the
+    failing step again (at most n − prefill) and the step (the cause); none where kv-cache runs no forward."""
+    takes_use_cache, cache_name = cache_parameters(module)
+    return n - kv_prefill(n) + 5 if (takes_use_cache or cache_name is not None) and n > 1 else 0
+
+
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
                        reset_name: str = "reset_cache", chunk: bool = True,
                        precision: _Precision | None = None) -> str | None:

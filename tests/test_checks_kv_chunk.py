@@ -5,7 +5,7 @@ one token per cached step (its forward raises on more) has the chunk skipped in 
 import torch
 from helpers import user_modules as um
 
-from attnviz import checks
+from attnviz import checks, kv_cache_rule
 
 
 def kv_cache(module) -> checks.Check:
@@ -19,9 +19,9 @@ def built(**kwargs):
 
 
 def test_the_steps_end_with_a_chunk_after_a_non_empty_cache():
-    assert checks.kv_steps(8, checks.kv_prefill(8)) == [(0, 4), (4, 5), (5, 6), (6, 8)]
-    assert checks.kv_steps(8, 4, chunk=False) == [(0, 4), (4, 5), (5, 6), (6, 7), (7, 8)]
-    assert checks.kv_steps(4, 2) == [(0, 2), (2, 3), (3, 4)]  # one token alone first: no room for a chunk
+    assert kv_cache_rule.kv_steps(8, kv_cache_rule.kv_prefill(8)) == [(0, 4), (4, 5), (5, 6), (6, 8)]
+    assert kv_cache_rule.kv_steps(8, 4, chunk=False) == [(0, 4), (4, 5), (5, 6), (6, 7), (7, 8)]
+    assert kv_cache_rule.kv_steps(4, 2) == [(0, 2), (2, 3), (3, 4)]  # one token alone first: no room for a chunk
 
 
 def test_is_causal_over_the_cache_fails_on_the_chunk_naming_the_top_left_mask():
