@@ -10,7 +10,8 @@ is explained as it ran, and named against √d_head: the length of q and k, or, 
 more than a head's width (MLA with W_UK absorbed: its latent; scores that add two products), the width its scale is
 judged by, which the Trace keeps (``module_run.score_width``: the checker's own :func:`attnviz.tracing.score_width`);
 a divisor the module's config declares (Gemma's ``query_pre_attn_scalar``, DeepSeek's YaRN mscale²: the Trace's
-``module_run.declared_scales``) is named as the config's, and only one nobody declared as the run's own.
+``module_run.declared_scales``) is named as the config's (:func:`declared_divisor`, which the scaled map's title reads
+too), and only one nobody declared as the run's own.
 Which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from ``scaled`` by more than a
 score and a bias such as ALiBi's reach, 10³ + n: :func:`attnviz.trace.hidden_by_mask`, the tracer's own definition),
 so a causal mask, a sliding window or a padding mask each get their own reason.
@@ -227,8 +228,7 @@ def _divisor(scores_row, scaled_row, scores_map, scaled_map, d_head: int | None,
         return root, f"÷ √d_head = √{d_head} = {root:.4g}{why}"
     if math.isclose(measured, 1.0, rel_tol=1e-4):
         return 1.0, "no scaling (÷ 1): the scores go to the softmax as they are"
-    config = next(((1 / scale, setting) for scale, setting in declared
-                   if math.isclose(measured * scale, 1.0, rel_tol=1e-3)), None)
+    config = declared_divisor(measured, declared)
     if config is not None:
         books = "" if root is None else f" (the book's is √d_head = √{d_head} = {root:.4g})"
         return config[0], f"÷ {config[0]:.4g}: the scale the config declares, {config[1]}{books}{why}"
@@ -237,6 +237,15 @@ def _divisor(scores_row, scaled_row, scores_map, scaled_map, d_head: int | None,
     named = f"√{width.latent} = {measured:.4g}, the latent's width" if latent else f"{measured:.4g}"
     expected = "" if root is None else f", not √d_head = √{d_head} = {root:.4g}"
     return measured, f"÷ {named}: this run's own scale{expected}{why}"
+
+
+def declared_divisor(measured: float, declared: Iterable[tuple[float, str]]) -> tuple[float, str] | None:
+    """(the divisor, the setting that declares it) of the first of the ``declared`` scales (the config's: (the number
+    the scores are multiplied by, its setting), ``ModuleRun.declared_scales``) that a ``measured`` divisor is, within
+    0.1 % (a divisor measured from float32 scores); None when it is none of them.  The one reading of "the config's
+    scale" for the explanation's words and the scaled map's title."""
+    return next(((1 / scale, setting) for scale, setting in declared
+                 if math.isclose(measured * scale, 1.0, rel_tol=1e-3)), None)
 
 
 def _why_d_head(width: ScoreWidth | None) -> str:

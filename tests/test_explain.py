@@ -339,6 +339,16 @@ def test_a_scale_the_config_declares_is_named_as_the_configs_and_one_nobody_decl
     assert stage_title(trace, "scaled").endswith("÷ 5.657 (not √dₖ = √4)"), stage_title(trace, "scaled")
 
 
+def test_a_measured_divisor_is_the_configs_within_a_tenth_of_a_percent():
+    """The explanation's words and the scaled map's title read "the config's scale" through one function."""
+    from attnviz.explain import declared_divisor
+
+    declared = ((1 / 16, "query_pre_attn_scalar = 256"), (1 / 8, "attention_multiplier = 0.125"))
+    assert declared_divisor(16.01, declared) == (16.0, "query_pre_attn_scalar = 256")
+    assert declared_divisor(8.0, declared) == (8.0, "attention_multiplier = 0.125")
+    assert declared_divisor(16.1, declared) is None and declared_divisor(16.0, ()) is None
+
+
 def test_sliding_window_cells_say_the_window_hides_them_and_the_temperature_is_the_divisor():
     trace, _ = user_trace(SlidingWindowAttention(window=3, temperature=5.0))
     assert_adds_up(trace)

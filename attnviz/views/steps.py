@@ -113,8 +113,7 @@ def stage_title(trace: Trace, stage: str) -> str:
         measured, d_head = explain.head_scale(trace)
         if measured is not None and d_head is not None and measured != math.sqrt(d_head):
             scaled = measured != 1.0
-            declared = any(math.isclose(measured * scale, 1.0, rel_tol=1e-3)
-                           for scale, _ in trace.module_run.declared_scales)
+            declared = explain.declared_divisor(measured, trace.module_run.declared_scales) is not None
             book = f"√dₖ = √{d_head}"
             divisor = (f"{measured:.4g}, set by the model's config (the book's: {book})" if declared
                        else f"{measured:.4g} (not {book})")
