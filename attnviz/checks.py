@@ -75,6 +75,7 @@ from attnviz.declarations import (
     SETTING_OF,
     SPELLINGS,
     DeclaredScale,
+    cache_length,
     declared_scales,
     declared_window,
     is_size,
@@ -207,8 +208,9 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
             "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
                                           unmasked=unmasked),
-            "mask-convention": lambda: mask_convention(attention, causal, declared_window(module), stated,
+            "mask-convention": lambda: mask_convention(attention, causal, attention_window(module), stated,
                                                        unmasked=unmasked, triangles=triangles,
+                                                       cache_length=cache_length(module),
                                                        longer=functools.partial(_traced_on, module, x),
                                                        context=tracing.module_context(module)),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
@@ -223,8 +225,9 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
-            run["mask-convention"] = lambda: mask_convention(attention, causal, declared_window(module), stated,
-                                                             unmasked=unmasked, triangles=triangles)
+            run["mask-convention"] = lambda: mask_convention(attention, causal, attention_window(module), stated,
+                                                             unmasked=unmasked, triangles=triangles,
+                                                             cache_length=cache_length(module))
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
         checks = []
@@ -342,7 +345,7 @@ def _planned_forwards(module: nn.Module, x: torch.Tensor, rules: list[str], caus
     That is a passing check's count: a failing rule runs fewer of its own, and its diagnosis up to
     :func:`_diagnosis_forwards` more."""
     batch, n = x.shape[:2]
-    window = declared_window(module)
+    window = attention_window(module)
     longer = causal and window is not None and n <= window <= LONGEST_WINDOW_CHECK - 2
     per_rule = {"causal": n - 1 if causal else 0, "mask-convention": int(longer),
                 "rotary-placement": int(uses_rotary(module) and rotary_tokens(module, x) > 1),
@@ -602,13 +605,22 @@ def _moved_before(j: int, before: torch.Tensor, after: torch.Tensor) -> bool:
     return (after[:, :, :j] - before[:, :, :j]).abs().nan_to_num(nan=0.0).max().item() > TOLERANCE
 
 
+def attention_window(module: nn.Module) -> int | None:
+    """The attention window a module declares (:func:`declared_window`), None when it declares none or when what it
+    declares is its KV cache's length (:func:`attnviz.declarations.cache_length`: the book's optimized class's
+    ``window_size``)."""
+    return None if cache_length(module) is not None else declared_window(module)
+
+
 def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None,
                     stated: str | None = None, *, unmasked: str | None = None,
                     triangles: tuple[Triangle, ...] | list[Triangle] = (),
                     longer: Callable[[int], tracing.Attention | None] | None = None,
-                    context: tuple[int, str] | None = None) -> Check:
-    """``declared``: the module's own window (:func:`declared_window`), which the hidden cells must show when the
-    tokens reach a key W behind; ``stated``: who said whether the module is causal (:func:`_stated_causal`), None when
+                    context: tuple[int, str] | None = None, cache_length: tuple[str, int] | None = None) -> Check:
+    """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show
+    when the tokens reach a key W behind; ``cache_length``: (the name, W) of a window the module declares that is its
+    KV cache's length (:func:`attnviz.declarations.cache_length`), which its hidden cells need not show (said in a
+    pass); ``stated``: who said whether the module is causal (:func:`_stated_causal`), None when
     its mask says; ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``triangles``:
     the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask; ``longer(n)``: the
     module's attention traced on n tokens (None when it cannot be), for a declared window too wide for the checked
@@ -653,6 +665,8 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
         if declared is not None:
             return _window_on_more_tokens(declared, nk, longer, context, stated=stated, unmasked=unmasked,
                                           triangles=triangles)
+        if cache_length is not None:
+            return Check(rule, "pass", _cache_length_words(*cache_length))
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
     if not hidden.any():
@@ -695,6 +709,16 @@ def _one_key_wide(declared: int) -> str:
     return (f"each query keeps W + 1 = {declared + 1} keys, itself and {declared} behind, the convention of Mistral's "
             "reference code (torch.triu(mask, diagonal=-sliding_window)); attnviz and Hugging Face count W keys, the "
             "query's own included: hide diff >= W, not diff > W")
+
+
+def _cache_length_words(name: str, length: int) -> str:
+    """mask-convention's pass for hidden cells that are exactly the future in a module whose ``name`` = ``length`` is
+    its KV cache's length (:func:`attnviz.declarations.cache_length`), not an attention window."""
+    return (f"the hidden cells are exactly the future (above the diagonal); {name} = {length} is the length of the "
+            f"module's KV cache, not an attention window: its code reads {name} only where the forward caches "
+            "(use_cache), and the uncached forward attends to every earlier token, as the book's optimized "
+            "MultiHeadAttention does (kv-cache checks the cached steps against that length) — if it is meant as a "
+            "sliding window, hide the keys W or more behind (diff >= W) in the uncached forward too")
 
 
 LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this

@@ -290,3 +290,104 @@ def _config_window(module: nn.Module) -> int | None:
     if isinstance(below, int) and below > 0 and (not known or layer < below):
         return None
     return window
+
+
+CACHE_LENGTH_NAMES = ("window_size",)  # a window spelling that may size a KV cache: it names no sliding or attention
+
+
+def cache_length(module: nn.Module) -> tuple[str, int] | None:
+    """(the name, W) when the window a module declares (:func:`declared_window`) is its KV cache's length, not an
+    attention window, as the book's optimized ``MultiHeadAttention`` makes its ``window_size``: kept under a name that
+    says neither sliding nor attention (:data:`CACHE_LENGTH_NAMES`), by a module whose forward takes ``use_cache``
+    and whose code reads it only where it caches (:func:`_read_only_to_cache`).  None otherwise: a
+    ``sliding_window_size``, or a ``window_size`` the uncached forward may read, is an attention window."""
+    found = declared(module, "sliding_window_size")
+    if found is None or found[0] not in CACHE_LENGTH_NAMES:
+        return None
+    try:
+        takes_use_cache = "use_cache" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return found if takes_use_cache and _read_only_to_cache(type(module), found[0]) else None
+
+
+def _read_only_to_cache(cls: type, name: str) -> bool:
+    """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
+    forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), or in a method whose
+    name says cache (``reset_cache``, ``_update_cache``); a constructor reads it, or its parameter ``name``, only to
+    keep it (``self.window_size = window_size or self.max_seq_len``).  False where the source cannot be read."""
+    reads = 0
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in ("torch", "builtins"):
+            continue
+        for function in (value for value in vars(klass).values() if inspect.isfunction(value)):
+            try:
+                method = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+            except (OSError, TypeError, SyntaxError, IndexError):
+                return False
+            if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+                return False
+            if method.name == "__init__":
+                if any(not _keeps(statement, name) and _reads_window(statement, name, parameter=True)
+                       for statement in method.body):
+                    return False
+                continue
+            cached, uncached = _window_reads(method.body, name, "cache" in method.name.lower())
+            if uncached:
+                return False
+            reads += cached
+    return reads > 0
+
+
+def _keeps(statement: ast.stmt, name: str) -> bool:
+    """Whether ``statement`` assigns ``self.<name>`` (and so may read the parameter it keeps)."""
+    targets = (statement.targets if isinstance(statement, ast.Assign) else
+               [statement.target] if isinstance(statement, ast.AnnAssign | ast.AugAssign) else [])
+    return any(isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name)
+               and node.value.id == "self" for target in targets for node in ast.walk(target))
+
+
+def _reads_window(node: ast.AST, name: str, *, parameter: bool = False) -> int:
+    """How many times ``node`` reads ``self.<name>`` (and, with ``parameter``, the bare name: a constructor's
+    argument)."""
+    return sum(1 for sub in ast.walk(node) if isinstance(getattr(sub, "ctx", None), ast.Load) and (
+        (isinstance(sub, ast.Attribute) and sub.attr == name and isinstance(sub.value, ast.Name)
+         and sub.value.id == "self") or (parameter and isinstance(sub, ast.Name) and sub.id == name)))
+
+
+def _window_reads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> tuple[int, int]:
+    """(reads of ``self.<name>`` where the code caches, reads elsewhere) in ``node`` (a statement list, a statement
+    or an expression); ``caching``: it runs only when the forward caches.  An ``if`` (or ``… if … else …``) on
+    ``use_cache`` — ``if use_cache``, ``if use_cache and …`` — caches in its body, ``if not use_cache`` in its
+    ``else``, however deep it sits."""
+    if isinstance(node, list):
+        counts = [_window_reads(statement, name, caching) for statement in node]
+        return sum(count[0] for count in counts), sum(count[1] for count in counts)
+    if (isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name) and node.value.id == "self"):
+        return (1, 0) if caching else (0, 1)
+    branches = _use_cache_branches(node.test) if isinstance(node, ast.If | ast.IfExp) else None
+    if branches is not None:
+        parts = [(node.test, caching), (node.body, caching or branches[0]), (node.orelse, caching or branches[1])]
+    elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):  # ``use_cache and …``: what follows caches
+        told = [index for index, value in enumerate(node.values) if isinstance(value, ast.Name)
+                and value.id == "use_cache"]
+        parts = [(value, caching or (bool(told) and index > told[0])) for index, value in enumerate(node.values)]
+    else:
+        parts = [(child, caching) for child in ast.iter_child_nodes(node)]
+    counts = [_window_reads(part, name, caches) for part, caches in parts]
+    return sum(count[0] for count in counts), sum(count[1] for count in counts)
+
+
+def _use_cache_branches(test: ast.expr) -> tuple[bool, bool] | None:
+    """(whether the body, whether the ``else`` runs only when the forward caches) for an ``if`` whose ``test`` is
+    ``use_cache``, ``use_cache and …`` or ``not use_cache``; None for any other test."""
+    if isinstance(test, ast.Name) and test.id == "use_cache":
+        return True, False
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
+            isinstance(value, ast.Name) and value.id == "use_cache" for value in test.values):
+        return True, False
+    if (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name)
+            and test.operand.id == "use_cache"):
+        return False, True
+    return None

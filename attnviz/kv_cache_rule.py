@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from attnviz import time_limit, tracing, user_code
-from attnviz.declarations import declared_size, declared_window, is_size
+from attnviz.declarations import cache_length, declared_size, declared_window, is_size
 from attnviz.rotary_rule import uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
 from attnviz.tokens import counted
@@ -329,7 +329,8 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     if n == 1:
         return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
                                    "tokens")
-    prefill = kv_prefill(n)
+    length = cache_length(module)  # (the name, W) of a window that is the cache's length: the book's window_size
+    prefill = kv_prefill(n, None if length is None else length[1])
     if reset_name is None or not takes_use_cache:
         if not causal:
             return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
@@ -342,7 +343,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         try:
             difference, refused = _chunk_else_one_by_one(functools.partial(
                 _cached_difference, module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
-                reset_name=reset_name, precision=precision), refused)
+                reset_name=reset_name, precision=precision, length=length), refused)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
         finally:
             reset()
@@ -351,7 +352,7 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     if difference is not None:
         return Check(rule, "fail", difference)
     words = (f"two sequences, each after {reset_name}(): {_plan_words(n, prefill, refused)}, give the uncached outputs "
-             f"({precision.within()})")
+             f"({precision.within()}){_cropped_words(length, n)}")
     return _held_verdict(module, _with_refused(words, refused), held, n, sizes)
 
 
@@ -606,9 +607,29 @@ def _user_reset(module: nn.Module, name: str):
     return functools.partial(time_limit.call_in_words, f"{type(module).__name__}.{name}()", getattr(module, name))
 
 
-def kv_prefill(n: int) -> int:
-    """How many of n tokens kv-cache's prefill feeds at once (the rest go one by one: :func:`kv_steps`)."""
-    return max(1, min(n - 1, n // 2))
+def kv_prefill(n: int, length: int | None = None) -> int:
+    """How many of n tokens kv-cache's prefill feeds at once (the rest go one by one: :func:`kv_steps`): half, and no
+    more than a cache of ``length`` tokens holds (:func:`attnviz.declarations.cache_length`)."""
+    return max(1, min(n - 1, n // 2, length or n))
+
+
+def kv_cropped(n: int, length: int, *, chunk: bool = True) -> list[tuple[int, int]]:
+    """The cached forwards (start, stop) of kv-cache on n tokens (:func:`kv_steps`) that end past a cache of
+    ``length`` tokens: each is compared with the uncached forward of the last ``length`` tokens, those its cache
+    keeps."""
+    return [(start, stop) for start, stop in kv_steps(n, kv_prefill(n, length), chunk=chunk) if stop > length]
+
+
+def _cropped_words(length: tuple[str, int] | None, n: int) -> str:
+    """kv-cache's words, after its pass, for a module whose ``length`` = (name, W) is its cache's length (None: no
+    such window), when n tokens go past it: which outputs the cached steps were compared with, and why."""
+    if length is None or n <= length[1]:
+        return ""
+    name, kept = length
+    return (f"; {name} = {kept} is the length of the module's KV cache (mask-convention: not an attention window), "
+            f"so from token {kept} on each cached step is compared with the uncached forward of the last "
+            f"{counted(kept)}, those the cache keeps — the whole sequence's outputs differ there by the class's "
+            "design: its uncached queries see every earlier token")
 
 
 def planned_forwards(module: nn.Module, n: int) -> int:
@@ -634,27 +655,34 @@ def diagnosis_forwards(module: nn.Module, n: int) -> int:
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
                        reset_name: str = "reset_cache", chunk: bool = True,
-                       precision: _Precision | None = None) -> str | None:
+                       precision: _Precision | None = None, length: tuple[str, int] | None = None) -> str | None:
     """The first cached forward that raises, or whose output differs from the uncached one, with its likely cause
     (None: none).  An uncached forward that raises is a TraceError: the module fails without its cache too.
     ``chunk``: the last tokens in one forward (:func:`kv_steps`); one that raises on them is
     :class:`_ChunkRefusedError`.  ``precision`` learns the dtype of what the cached forwards write into the module
-    (:class:`_Precision`), and the outputs are compared at it."""
+    (:class:`_Precision`), and the outputs are compared at it.  ``length``: (the name, W) of the module's cache
+    length (:func:`attnviz.declarations.cache_length`): a step that ends past W is compared with the uncached forward
+    of the last W tokens (:func:`kv_cropped`), computed before any cached forward, as an uncached forward may reset
+    the cache's pointer."""
     precision = _Precision() if precision is None else precision
     moved: set[str] = set()  # the module's int attributes a cached forward changed: its position counter among them
     ahead = None  # words for the first step after which a usual position counter is past the tokens fed
-    kept: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
+    left: list[str] = []  # the tensors the first sequence's forwards filled that the reset left as they were
     emptied: dict[str, tuple[torch.Tensor, int | None]] = {}  # what the module keeps right after the first reset
     with torch.no_grad():
         # uncached first: a run may reset positions
         expected = [module_output(module, sequence) for sequence in sequences]
-        for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
+        kept = None if length is None else length[1]
+        cropped = [{} if kept is None else {  # (start, stop) -> the uncached output of the last W tokens at the step's
+            (start, stop): module_output(module, sequence[:, stop - kept:stop])[:, start - stop:]  # (1, q, d_out)
+            for start, stop in kv_cropped(sequence.shape[1], kept, chunk=chunk)} for sequence in sequences]
+        for number, (sequence, whole, crops) in enumerate(zip(sequences, expected, cropped), start=1):
             before_reset = _held_tensors(module)
             reset()
             if number == 2:
                 now = _held_tensors(module)
                 filled = [name for name, held in before_reset.items() if not _same_held(emptied.get(name), held)]
-                kept = [name for name in filled if _same_held(now.get(name), before_reset[name])
+                left = [name for name in filled if _same_held(now.get(name), before_reset[name])
                         and sequences[0].shape[1] in before_reset[name][0].shape]  # holding the tokens fed
             emptied = _held_tensors(module)  # what the forwards after this reset replace or change is their cache
             started = _counters(module)
@@ -670,19 +698,23 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                 after = _counters(module)
                 moved |= {name for name, value in after.items() if before.get(name) != value}
                 got = tracing.first_tensor(output)
-                problem = _cached_output_problem(got, wanted[:, start:stop], sequence[:, start:stop])
+                wanted = crops.get((start, stop), whole[:, start:stop])  # (1, q, d_out)
+                problem = _cached_output_problem(got, wanted, sequence[:, start:stop])
                 if problem is not None:
                     return f"sequence {number}, {_step_words(start, stop)}: {problem}"
                 got = got.detach()  # (1, q, d_out)
                 now = _held_tensors(module)
                 precision.learn([held for name, (held, _) in now.items() if not _same_held(emptied.get(name),
-                                                                                          now[name])], wanted)
-                worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
+                                                                                          now[name])], whole)
+                worst = (got.float() - wanted.float()).abs().nan_to_num(nan=math.inf).max().item()
                 if worst > precision.tolerance:
                     step = _step_words(start, stop)
                     counter = _counter(before, after, moved, number, forwards)
-                    cause = _reset_cause(reset_name, kept, counter) if number == 2 and kept else None
-                    return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
+                    cause = _reset_cause(reset_name, left, counter) if number == 2 and left else None
+                    uncached = ("the uncached one" if (start, stop) not in crops else
+                                f"the uncached forward of the last {counted(kept)} ({length[0]} = {kept}, the cache's "
+                                "length)")
+                    return (f"sequence {number}, {step}: the cached output differs from {uncached} by "
                             f"{worst:.3g}{precision.beyond()} — " + (cause or _cache_cause(
                                 module, reset, sequence, prefill, start, stop, counter, precision)))
                 ahead = ahead or _counter_ahead(module, after, started, moved, number, stop)

@@ -796,7 +796,8 @@ class LearnerSWAWithSDPA(LearnerSWA):
 class LearnerCachedSWA(LearnerSWA):
     """LearnerSWA with a KV cache that keeps only the last W tokens' keys and values: all a window needs;
     ``bug="keeps-all"``: the cache keeps every token (the step still attends over the window alone);
-    ``bug="cached-mask-no-window"``: the cached forwards' mask hides only the future."""
+    ``bug="cached-mask-no-window"``: the cached forwards' mask hides only the future; ``bug="window-never-applied"``:
+    every mask hides only the future (the cache still keeps the last W)."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3, bug=None):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, sliding_window_size, bug=bug)
@@ -822,6 +823,8 @@ class LearnerCachedSWA(LearnerSWA):
         diff = q_positions[:, None] - k_positions[None, :]
         attn_scores = queries @ keys.transpose(2, 3)
         hidden = (diff < 0) | (diff >= self.sliding_window_size)  # (n, keys)
+        if self.bug == "window-never-applied":
+            hidden = diff < 0  # (n, keys): the future alone, cached or not
         if use_cache and self.bug == "cached-mask-no-window":
             hidden = diff < 0  # (n, keys): the future alone
         attn_scores.masked_fill_(hidden, -torch.inf)
@@ -3617,3 +3620,96 @@ class KindLayer(nn.Module):
         behind = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): query minus key position
         local = mask if self.forget_window else mask.masked_fill(behind >= self.window, float("-inf"))  # (n, n)
         return self.attn(x, mask, local)  # (b, n, d_model)
+
+
+# ------------------------------------------------- a window_size that is the KV cache's length, and real windows
+
+class CacheLengthMHA(nn.Module):
+    """The book's optimized KV-cache MultiHeadAttention (ch04/03_kv-cache), as a learner types it: ``window_size``
+    (default: the context) is the length of the KV cache it allocates once, not an attention window — the uncached
+    forward attends to every earlier token, and a cached step that overflows the cache shifts out its oldest keys.
+    ``bug="drops-newest"``: an overflowing step overwrites the newest cached keys instead."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, window_size=None, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.window_size = window_size or context_length
+        self.register_buffer("cache_k", None, persistent=False)
+        self.register_buffer("cache_v", None, persistent=False)
+        self.ptr_cur = 0
+        self.bug = bug
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens, _ = x.shape
+        queries, keys_new, values_new = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                         for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        if use_cache:
+            assert num_tokens <= self.window_size, "the chunk is longer than the KV cache"
+            if self.cache_k is None or self.cache_k.size(0) != b:
+                self.cache_k = torch.zeros(b, self.num_heads, self.window_size, self.head_dim)  # (b, h, W, hd)
+                self.cache_v = torch.zeros_like(self.cache_k)  # (b, h, W, hd)
+                self.ptr_cur = 0
+            overflow = self.ptr_cur + num_tokens - self.window_size
+            if overflow > 0 and self.bug != "drops-newest":  # shift the oldest tokens out
+                self.cache_k[:, :, :-overflow] = self.cache_k[:, :, overflow:].clone()  # (b, h, W, hd)
+                self.cache_v[:, :, :-overflow] = self.cache_v[:, :, overflow:].clone()  # (b, h, W, hd)
+            if overflow > 0:
+                self.ptr_cur -= overflow
+            self.cache_k[:, :, self.ptr_cur:self.ptr_cur + num_tokens] = keys_new  # (b, h, n, hd) into (b, h, W, hd)
+            self.cache_v[:, :, self.ptr_cur:self.ptr_cur + num_tokens] = values_new  # (b, h, n, hd) into (b, h, W, hd)
+            self.ptr_cur += num_tokens
+            keys, values = self.cache_k[:, :, :self.ptr_cur], self.cache_v[:, :, :self.ptr_cur]  # (b, h, k, hd) each
+        else:
+            keys, values = keys_new, values_new  # (b, h, n, hd) each
+            self.ptr_cur = 0
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, k) -> (b, h, n, k)
+        offset = keys.shape[2] - num_tokens  # the cached tokens before the new ones
+        mask_bool = torch.arange(num_tokens)[:, None] + offset < torch.arange(keys.shape[2])[None, :]  # (n, k)
+        attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, n, k): the future hidden
+        attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))  # (b, h, n, k)
+        context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)  # (b, n, d)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_k, self.cache_v = None, None
+
+
+class WindowSizeSWA(nn.Module):
+    """Sliding-window attention whose window is called ``window_size`` (query i sees keys i - W + 1 … i, cached or
+    not), with a KV cache that keeps the last W tokens.  ``bug="window-never-applied"``: the mask hides the future
+    alone."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, window_size=3, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.window_size, self.bug = window_size, bug
+        self.cache_k = self.cache_v = None
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        if use_cache:
+            if self.cache_k is not None:
+                keys = torch.cat([self.cache_k, keys], dim=2)  # (b, h, cached + n, hd)
+                values = torch.cat([self.cache_v, values], dim=2)  # (b, h, cached + n, hd)
+            self.cache_k, self.cache_v = keys[:, :, -self.window_size:], values[:, :, -self.window_size:]  # ≤ W
+        k = keys.shape[2]
+        diff = torch.arange(k - n, k)[:, None] - torch.arange(k)[None, :]  # (n, k): how far back each key is
+        too_far = diff >= self.window_size  # (n, k)
+        hidden = diff < 0 if self.bug == "window-never-applied" else (diff < 0) | too_far  # (n, k)
+        attn_scores = (queries @ keys.transpose(2, 3)).masked_fill(hidden, -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        return self.out_proj((attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out))  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None

@@ -1,0 +1,180 @@
+"""A ``window_size`` that is the KV cache's length (the book's optimized MultiHeadAttention) is read as that: mask-
+convention does not demand an attention window of it, and kv-cache compares the steps past the cache's length with
+the uncached forward of the tokens the cache keeps; a real sliding window (``sliding_window_size``, or a
+``window_size`` the uncached forward reads) is still checked as one."""
+
+import pytest
+import torch
+from helpers import user_modules as um
+from torch import nn
+
+from attnviz import checks
+from attnviz.declarations import cache_length
+
+
+def built(cls, *args, **kwargs):
+    torch.manual_seed(0)
+    return cls(*args, **kwargs).eval()
+
+
+def verdicts(module, **kwargs) -> dict[str, checks.Check]:
+    return {check.rule: check for check in checks.check_module(module, **kwargs)}
+
+
+def failing(results: dict[str, checks.Check]) -> set[str]:
+    return {rule for rule, check in results.items() if check.status == "fail"}
+
+
+# ------------------------------------------------------------------ a window_size that sizes the KV cache
+
+
+@pytest.mark.parametrize("window_size", [3, 4])
+def test_a_window_size_shorter_than_the_tokens_that_sizes_the_cache_passes_every_rule(window_size):
+    """8 tokens, a cache of 3 or 4: the uncached forward attends to every earlier token, by the class's design."""
+    results = verdicts(built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=window_size))
+    assert failing(results) == set(), results
+    mask = results["mask-convention"]
+    assert mask.status == "pass" and mask.evidence.startswith("the hidden cells are exactly the future"), mask
+    assert f"window_size = {window_size} is the length of the module's KV cache, not an attention window" \
+        in mask.evidence, mask
+    cache = results["kv-cache"]
+    assert cache.status == "pass", cache
+    assert (f"from token {window_size} on each cached step is compared with the uncached forward of the last "
+            f"{window_size} tokens, those the cache keeps") in cache.evidence, cache
+    assert f"cache_k (1, 4, {window_size}, 8)" in cache.evidence, cache
+
+
+def test_a_cache_length_class_whose_full_cache_drops_the_wrong_keys_still_fails_kv_cache():
+    check = verdicts(built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=4, bug="drops-newest"))["kv-cache"]
+    assert check.status == "fail", check
+    assert check.evidence.startswith("sequence 1, token 4: the cached output differs from the uncached forward of the "
+                                     "last 4 tokens (window_size = 4, the cache's length)"), check
+
+
+def test_a_cache_length_as_long_as_the_tokens_is_compared_as_before():
+    check = verdicts(built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=8))["kv-cache"]
+    assert check.status == "pass" and "the cache's length" not in check.evidence, check
+
+
+# ------------------------------------------------------------------ real windows are still windows
+
+
+def test_a_sliding_window_size_with_a_cache_is_still_an_attention_window():
+    """The bonus material's SWA with its KV cache: the window shows, and a window never applied fails."""
+    results = verdicts(built(um.LearnerCachedSWA, 16, 32, 16, 0.0, 4, sliding_window_size=4))
+    assert failing(results) == set(), results
+    assert results["mask-convention"].evidence.startswith("sliding window W = 4"), results["mask-convention"]
+    results = verdicts(built(um.LearnerCachedSWA, 16, 32, 16, 0.0, 4, sliding_window_size=4,
+                             bug="window-never-applied"))
+    check = results["mask-convention"]
+    assert check.status == "fail" and "the window is never applied" in check.evidence, check
+    assert "KV cache" not in check.evidence
+
+
+def test_a_window_size_the_uncached_forward_reads_is_an_attention_window():
+    module = built(um.WindowSizeSWA, 16, 32, 16, 0.0, 4, window_size=4)
+    assert cache_length(module) is None
+    results = verdicts(module)
+    assert failing(results) == set(), results
+    assert results["mask-convention"].evidence.startswith("sliding window W = 4"), results["mask-convention"]
+    check = verdicts(built(um.WindowSizeSWA, 16, 32, 16, 0.0, 4, window_size=4,
+                           bug="window-never-applied"))["mask-convention"]
+    assert check.status == "fail" and "the window is never applied" in check.evidence, check
+
+
+class NeverReadsWindow(nn.Module):
+    """Keeps a window_size and a KV cache, and reads the window nowhere: a window never applied."""
+
+    def __init__(self, d_in=16, num_heads=4, window_size=3):
+        super().__init__()
+        self.num_heads, self.head_dim, self.window_size = num_heads, d_in // num_heads, window_size
+        self.qkv = nn.Linear(d_in, 3 * d_in)
+        self.cache = None
+
+    def forward(self, x, use_cache=False):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd)
+        if use_cache:
+            if self.cache is not None:
+                k, v = torch.cat([self.cache[0], k], dim=2), torch.cat([self.cache[1], v], dim=2)  # (b, h, k, hd)
+            self.cache = (k, v)
+        causal = torch.ones(n, k.shape[2], dtype=torch.bool).tril(k.shape[2] - n)  # (n, k): True takes part
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)  # (b, h, n, hd)
+        return y.transpose(1, 2).reshape(b, n, d)  # (b, n, d)
+
+    def reset_cache(self):
+        self.cache = None
+
+
+def test_a_window_size_read_nowhere_is_a_window_never_applied():
+    module = built(NeverReadsWindow)
+    assert cache_length(module) is None
+    check = verdicts(module)["mask-convention"]
+    assert check.status == "fail" and "the window is never applied" in check.evidence, check
+
+
+class Windowed(nn.Module):
+    """Keeps a window_size of 4; each subclass's forward reads it somewhere (what cache_length reads)."""
+
+    def __init__(self, window_size=4):
+        super().__init__()
+        self.window_size = window_size
+        self.cache = None
+
+    def reset_cache(self):
+        self.cache = None
+
+
+class SizesCache(Windowed):
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.cache = torch.zeros(x.shape[0], self.window_size, x.shape[-1])  # (b, W, d)
+        return x
+
+
+class CropsInElse(Windowed):
+    def forward(self, x, use_cache=False):
+        if not use_cache:
+            return x
+        else:
+            return x[:, -self.window_size:]  # (b, ≤ W, d)
+
+
+class ChecksWithUseCache(Windowed):
+    def forward(self, x, use_cache=False):
+        if use_cache and self.window_size < x.shape[1]:
+            self.cache = x[:, -self.window_size:]  # (b, W, d)
+        return x
+
+
+class ReadsUncached(Windowed):
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.cache = x  # (b, n, d)
+        return x[:, -self.window_size:]  # (b, ≤ W, d)
+
+
+class ReadsWhenNotCaching(Windowed):
+    def forward(self, x, use_cache=False):
+        if not use_cache:
+            return x[:, -self.window_size:]  # (b, ≤ W, d)
+        return x
+
+
+class BandFromWindow(SizesCache):
+    def __init__(self, window_size=4):
+        super().__init__(window_size)
+        self.band = torch.ones(8, 8).tril().triu(-window_size)  # (8, 8): a window's band
+
+
+class ReadsNowhere(Windowed):
+    def forward(self, x, use_cache=False):
+        return x
+
+
+@pytest.mark.parametrize(("cls", "length"), [
+    (SizesCache, ("window_size", 4)), (CropsInElse, ("window_size", 4)), (ChecksWithUseCache, ("window_size", 4)),
+    (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
+])
+def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
+    assert cache_length(cls()) == length
