@@ -74,26 +74,49 @@ class _Precision:
     precision than the module's outputs (a bfloat16 cache beside float32 outputs, its keys and values rounded to 8
     significant bits on the way in), that dtype's machine epsilon × the largest uncached output — about what that
     rounding moves an output by, and far below what a wrong mask or position does.  :meth:`learn` reads the tensors a
-    cached forward wrote; the lowest precision seen holds from then on."""
+    cached forward wrote, by their paths; the lowest precision seen holds from then on, until :meth:`narrow` keeps
+    only the cache's own tensors (the cache is found after the sequences: a lower-precision tensor a forward writes
+    beside it, a scratch copy, loosens nothing).  ``loose``: the steps that passed only at a lower precision than
+    float32's, each with its failure's words, to judge again once the precision is narrowed."""
 
     def __init__(self) -> None:
         self.dtype: torch.dtype | None = None  # the cache's, when of lower precision than the outputs'
         self.computes: torch.dtype | None = None  # the outputs'
         self.largest = 0.0  # the largest |uncached output| compared
+        self.seen: dict[str, torch.dtype] = {}  # path -> the dtype of a written tensor of lower precision
+        self.loose: list[tuple[float, Callable[[], str]]] = []  # (a step's difference, its failure's words)
 
-    def learn(self, written, output: torch.Tensor) -> None:
-        """Notes the lowest-precision floating dtype among the tensors a cached forward ``written`` when it is lower
-        than that of ``output``, the uncached output it is compared with."""
+    def learn(self, written: Mapping[str, torch.Tensor], output: torch.Tensor) -> None:
+        """Notes the lowest-precision floating dtype among the tensors a cached forward ``written`` (path ->
+        tensor) when it is lower than that of ``output``, the uncached output it is compared with."""
         if not output.is_floating_point():
             return
-        dtype = lowest_precision(written, than=output.dtype)
-        if dtype is None:
+        lower = {path: dtype for path, tensor in written.items()
+                 if (dtype := lowest_precision([tensor], than=output.dtype)) is not None}
+        if not lower:
             return
+        self.seen.update(lower)
+        dtype = max(lower.values(), key=_eps)
         if self.dtype is None or _eps(dtype) > _eps(self.dtype):
             self.dtype = dtype
         self.computes = output.dtype
         self.largest = max(self.largest, float(output.detach().abs().nan_to_num(nan=0.0, posinf=0.0,
                                                                                  neginf=0.0).max()))
+
+    def narrow(self, cache: _CacheHeld | None) -> bool:
+        """Keeps only the precision of the tensors that are the cache (``cache``: what :func:`_cache_held` found;
+        None: none found, the outputs' precision); True when that is higher than the one compared at so far."""
+        paths = set() if cache is None else set(cache.shapes)
+        kept = [dtype for path, dtype in self.seen.items() if path in paths]
+        dtype = max(kept, key=_eps, default=None)
+        if dtype == self.dtype:
+            return False
+        self.dtype = dtype
+        return True
+
+    def failure(self) -> str | None:
+        """The words of the first step in :attr:`loose` that the precision, narrowed, no longer passes."""
+        return next((words() for worst, words in self.loose if worst > self.tolerance), None)
 
     @property
     def tolerance(self) -> float:
@@ -345,6 +368,8 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
                 _cached_difference, module, reset, [x[:1], x[1:2]], prefill,  # two different sequences
                 reset_name=reset_name, precision=precision, length=length), refused)
             held = _cache_held(module, reset, x[1:2]) if difference is None else None  # after the second one
+            if difference is None and precision.narrow(held):  # a lower-precision tensor that is not the cache
+                difference = precision.failure()
         finally:
             reset()
     except time_limit.UserCallError as error:  # the reset's own code failed or never returned: no new sequence
@@ -552,7 +577,7 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
             cache = _next_cache(output, stop, cache)
             if cache is None or (start == 0 and _empty(cache)):
                 return "none returned"
-            precision.learn(_tensors_in(cache_name, cache).values(), wanted)
+            precision.learn(_tensors_in(cache_name, cache), wanted)
             worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
             if worst > precision.tolerance:
                 step = _step_words(start, stop)
@@ -704,21 +729,33 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
                     return f"sequence {number}, {_step_words(start, stop)}: {problem}"
                 got = got.detach()  # (1, q, d_out)
                 now = _held_tensors(module)
-                precision.learn([held for name, (held, _) in now.items() if not _same_held(emptied.get(name),
-                                                                                          now[name])], whole)
+                precision.learn({name: held for name, (held, _) in now.items()
+                                 if not _same_held(emptied.get(name), now[name])}, whole)
                 worst = (got.float() - wanted.float()).abs().nan_to_num(nan=math.inf).max().item()
-                if worst > precision.tolerance:
-                    step = _step_words(start, stop)
+                if worst > TOLERANCE:
                     counter = _counter(before, after, moved, number, forwards)
                     cause = _reset_cause(reset_name, left, counter) if number == 2 and left else None
                     uncached = ("the uncached one" if (start, stop) not in crops else
                                 f"the uncached forward of the last {counted(kept)} ({length[0]} = {kept}, the cache's "
                                 "length)")
-                    return (f"sequence {number}, {step}: the cached output differs from {uncached} by "
-                            f"{worst:.3g}{precision.beyond()} — " + (cause or _cache_cause(
-                                module, reset, sequence, prefill, start, stop, counter, precision)))
+                    words = functools.partial(_step_failure, module, reset, sequence, prefill, number, start, stop,
+                                              worst, uncached, cause or counter, precision)
+                    if worst > precision.tolerance:
+                        return words()
+                    precision.loose.append((worst, words))  # passed at a lower precision: judged again
                 ahead = ahead or _counter_ahead(module, after, started, moved, number, stop)
     return ahead
+
+
+def _step_failure(module: nn.Module, reset, sequence: torch.Tensor, prefill: int, number: int, start: int, stop: int,
+                  worst: float, uncached: str, cause: str | _Counter | None, precision: _Precision) -> str:
+    """kv-cache's words for the cached step ``start`` … ``stop - 1`` of sequence ``number`` whose output differs by
+    ``worst`` from ``uncached`` (the words for what it is compared with), beyond ``precision``: the cause already
+    named (words), else the one the evidence shows (:func:`_cache_cause`, given the position counter or None)."""
+    if not isinstance(cause, str):
+        cause = _cache_cause(module, reset, sequence, prefill, start, stop, cause, precision)
+    return (f"sequence {number}, {_step_words(start, stop)}: the cached output differs from {uncached} by "
+            f"{worst:.3g}{precision.beyond()} — {cause}")
 
 
 def _held_tensors(module: nn.Module) -> dict[str, tuple[torch.Tensor, int | None]]:

@@ -1,7 +1,8 @@
 """A ``window_size`` that is the KV cache's length (the book's optimized MultiHeadAttention) is read as that: mask-
 convention does not demand an attention window of it, and kv-cache compares the steps past the cache's length with
 the uncached forward of the tokens the cache keeps; a real sliding window (``sliding_window_size``, or a
-``window_size`` the uncached forward reads) is still checked as one."""
+``window_size`` the uncached forward reads) is still checked as one.  kv-cache's precision follows the cache's own
+tensors, not every lower-precision tensor a cached forward writes."""
 
 import pytest
 import torch
@@ -178,3 +179,19 @@ class ReadsNowhere(Windowed):
 ])
 def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
     assert cache_length(cls()) == length
+
+
+# ------------------------------------------------------------------ the precision follows the cache
+
+
+def test_a_float32_cache_beside_a_bfloat16_scratch_tensor_is_compared_at_float32():
+    check = verdicts(built(um.LowPrecisionScratch))["kv-cache"]
+    assert check.status == "pass", check
+    assert "(≤ 1e-05)" in check.evidence and "bfloat16" not in check.evidence, check
+
+
+def test_a_float32_cached_step_off_by_1e_3_fails_despite_a_bfloat16_scratch_tensor():
+    check = verdicts(built(um.LowPrecisionScratch, bug="cached-scale"))["kv-cache"]
+    assert check.status == "fail", check
+    assert check.evidence.startswith("sequence 1, token 4: the cached output differs from the uncached one by"), check
+    assert "bfloat16" not in check.evidence, check

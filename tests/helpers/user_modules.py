@@ -3713,3 +3713,41 @@ class WindowSizeSWA(nn.Module):
 
     def reset_cache(self):
         self.cache_k = self.cache_v = None
+
+
+class LowPrecisionScratch(nn.Module):
+    """Computes and caches in float32, and keeps each cached step's context in bfloat16 (``last_context``, for a
+    display: half the memory) — a lower-precision tensor that is not the cache.  ``bug="cached-scale"``: a cached
+    step divides the scores by √head_dim rounded to one decimal (2.8 for √8), its outputs off by about 1e-3."""
+
+    def __init__(self, n_embd=32, n_head=4, bug=None):
+        super().__init__()
+        self.n_head, self.n_embd, self.bug = n_head, n_embd, bug
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.k_cache = self.v_cache = self.last_context = None
+
+    def reset_cache(self):
+        self.k_cache = self.v_cache = None
+
+    def forward(self, x, use_cache=False):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hs)
+        past = 0
+        if use_cache:
+            if self.k_cache is not None:
+                past = self.k_cache.shape[2]
+                k = torch.cat([self.k_cache, k], dim=2)  # (B, h, past + T, hs)
+                v = torch.cat([self.v_cache, v], dim=2)  # (B, h, past + T, hs)
+            self.k_cache, self.v_cache = k, v  # (B, h, past + T, hs) each
+        scale = math.sqrt(k.shape[-1])
+        if use_cache and past > 0 and self.bug == "cached-scale":
+            scale = round(scale, 1)  # √8 = 2.83 taken as 2.8
+        att = (q @ k.transpose(-2, -1)) / scale  # (B, h, T, past + T)
+        hidden = torch.arange(k.shape[2])[None, :] > torch.arange(past, past + T)[:, None]  # (T, past + T)
+        y = att.masked_fill(hidden, float("-inf")).softmax(dim=-1) @ v  # (B, h, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        if use_cache:
+            self.last_context = y.detach().to(torch.bfloat16)  # (B, T, C): kept for a display
+        return self.c_proj(y)  # (B, T, C)
