@@ -16,9 +16,10 @@ which cell, which value, what it should be:
 * ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
   sliding window of W, as wide as the module's own ``sliding_window_size`` says — a window the module declares must
   show once the tokens reach a key W behind, and one they never reach is traced again on W + 2 tokens, up to
-  ``LONGEST_WINDOW_CHECK``): not inverted, not the past instead of the future, not a shifted diagonal (skipped for 1
-  token that hides nothing: there is no future); a fix names the module's own ``tril``/``triu`` call or mask buffer
-  when one of them is the mask;
+  ``LONGEST_WINDOW_CHECK``; a ``window_size`` that is the KV cache's length, the book's optimized class's, is no
+  attention window: :func:`attnviz.declarations.cache_length`): not inverted, not the past instead of the future,
+  not a shifted diagonal (skipped for 1 token that hides nothing: there is no future); a fix names the module's own
+  ``tril``/``triu`` call or mask buffer when one of them is the mask;
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head), however the module
   applies the scale (to the scores, to q or k before the product or an SDPA call); d_head is the width of QKᵀ (of
   scores that are the sum of two products of one width, that width), or for MLA with W_UK absorbed into the queries

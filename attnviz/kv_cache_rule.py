@@ -659,7 +659,9 @@ def _cropped_words(length: tuple[str, int] | None, n: int) -> str:
 
 def planned_forwards(module: nn.Module, n: int) -> int:
     """How many forwards of the module kv-cache runs on n tokens when it passes: two uncached sequences and, per
-    sequence, the prefill and each step after it (:func:`kv_steps`), then the forwards that find the cache and measure
+    sequence, the prefill and each step after it (:func:`kv_steps`; for a cache length W,
+    :func:`attnviz.declarations.cache_length`: a prefill of at most W, and one uncached forward of the last W tokens
+    per step past W), then the forwards that find the cache and measure
     a token's size in it (three for a cache the module resets, two for a cache the caller holds); none for a forward
     that takes no cache, or one token.  A failing check runs fewer, and its diagnosis up to
     :func:`diagnosis_forwards` more."""
@@ -667,7 +669,10 @@ def planned_forwards(module: nn.Module, n: int) -> int:
     if not (takes_use_cache or cache_name is not None) or n < 2:
         return 0
     resets = takes_use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
-    return 2 * (1 + len(kv_steps(n, kv_prefill(n)))) + (3 if resets else 2)
+    length = cache_length(module)  # a cache of W: a prefill of at most W, and each step past W's uncached forward
+    kept = None if length is None else length[1]
+    steps = len(kv_steps(n, kv_prefill(n, kept))) + (len(kv_cropped(n, kept)) if kept is not None else 0)
+    return 2 * (1 + steps) + (3 if resets else 2)
 
 
 def diagnosis_forwards(module: nn.Module, n: int) -> int:
@@ -675,7 +680,9 @@ def diagnosis_forwards(module: nn.Module, n: int) -> int:
     finding the cache and measuring a token's size in it, one recording of the whole sequence, the forwards before the
     failing step again (at most n − prefill) and the step (the cause); none where kv-cache runs no forward."""
     takes_use_cache, cache_name = cache_parameters(module)
-    return n - kv_prefill(n) + 5 if (takes_use_cache or cache_name is not None) and n > 1 else 0
+    length = cache_length(module)
+    return (n - kv_prefill(n, length and length[1]) + 5 if (takes_use_cache or cache_name is not None) and n > 1
+            else 0)
 
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,

@@ -847,7 +847,10 @@ def forwards_of(module, **kwargs) -> tuple[list, list, int]:
     (um.LearnerCachedMHA(16, 16, 16, 0.0, 4).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 1 + 2 + 1) + 3),  # kv-cache: 2
     # uncached, then per sequence a prefill of 4, 2 tokens one by one and a chunk of 2, then 3 finding and measuring
     (learner(um.LearnerRotaryGQA, 2), 1 + 7 + 1 + 1 + 2),  # rotary-placement: one token repeated at every position
-], ids=["mha", "cached", "rotary"])
+    (um.CacheLengthMHA(16, 16, 16, 0.0, 4, window_size=3).eval(), 1 + 7 + 1 + 2 + 2 * (1 + 5 + 4) + 3),  # a cache
+    # of 3: per sequence a prefill of 3, 3 tokens one by one and a chunk of 2, and the last 3 tokens' uncached forward
+    # for each of the 4 steps past token 2
+], ids=["mha", "cached", "rotary", "cache-length"])
 def test_progress_reports_each_rule_as_it_is_done_and_counts_every_forward(module, forwards):
     results, reports, ran = forwards_of(module)
     done = [report for report in reports if report.check is not None]
@@ -858,7 +861,7 @@ def test_progress_reports_each_rule_as_it_is_done_and_counts_every_forward(modul
     assert reports[0].rule is None and reports[0].forwards == 0  # the traced forward, before any rule
     running = [report.rule for report in reports if report.check is None and report.rule is not None]
     assert set(running) == {"causal", "dropout-placement", "batch-independence"} | (
-        {"kv-cache"} if isinstance(module, um.LearnerCachedMHA) else set()) | (
+        {"kv-cache"} if isinstance(module, um.LearnerCachedMHA | um.CacheLengthMHA) else set()) | (
         {"rotary-placement"} if isinstance(module, um.LearnerRotaryGQA) else set())
 
 
