@@ -5,7 +5,10 @@ For a forward that takes ``use_cache``: two different sequences, each after the 
 ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, the last two in
 one forward (a chunk after a non-empty cache: skipped, said in the pass, for a forward that raises on it or takes a
 model's ``attention_mask``), give the uncached outputs (≤ 1e-5; a cache kept in lower precision than the module
-computes — a bfloat16 cache beside float32 outputs — at that dtype's precision, named: :class:`_Precision`).  A cache
+computes — a bfloat16 cache beside float32 outputs — at that dtype's precision, named; the dtype of the cache's own
+tensors, not of another a cached forward writes: :class:`_Precision`); for a ``window_size`` that is the cache's
+length W (:func:`attnviz.declarations.cache_length`, the book's optimized class), the prefill no longer than W and each
+step past W compared with the uncached forward of the last W tokens, those the cache keeps.  A cache
 the caller holds — a ``past_key_values`` (``past_key_value``, ``layer_past``, ``past_kv``, ``kv_cache``, ``cache``,
 ``past``) argument, returned beside the output, and no reset — is checked the same way, each forward given the cache
 the one before returned; a forward that returns none is given a
