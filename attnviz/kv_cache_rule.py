@@ -656,7 +656,7 @@ def _cropped_words(length: tuple[str, int] | None, n: int) -> str:
     name, kept = length
     return (f"; {name} = {kept} is the length of the module's KV cache (mask-convention: not an attention window), "
             f"so from token {kept} on each cached step is compared with the uncached forward of the last "
-            f"{counted(kept)}, those the cache keeps — the whole sequence's outputs differ there by the class's "
+            f"{counted(kept)} (what the cache keeps) — the whole sequence's outputs differ there by the class's "
             "design: its uncached queries see every earlier token")
 
 

@@ -41,7 +41,7 @@ def test_a_window_size_shorter_than_the_tokens_that_sizes_the_cache_passes_every
     cache = results["kv-cache"]
     assert cache.status == "pass", cache
     assert (f"from token {window_size} on each cached step is compared with the uncached forward of the last "
-            f"{window_size} tokens, those the cache keeps") in cache.evidence, cache
+            f"{window_size} tokens (what the cache keeps)") in cache.evidence, cache
     assert f"cache_k (1, 4, {window_size}, 8)" in cache.evidence, cache
 
 
