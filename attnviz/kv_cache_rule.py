@@ -108,9 +108,11 @@ class _Precision:
 
     def narrow(self, cache: _CacheHeld | None) -> bool:
         """Keeps only the precision of the tensors that are the cache (``cache``: what :func:`_cache_held` found;
-        None: none found, the outputs' precision); True when that is higher than the one compared at so far."""
-        paths = set() if cache is None else set(cache.shapes)
-        kept = [dtype for path, dtype in self.seen.items() if path in paths]
+        None: it was not found, and the precision stays as it is); True when that is higher than the one compared at
+        so far."""
+        if cache is None:
+            return False
+        kept = [dtype for path, dtype in self.seen.items() if path in cache.shapes]
         dtype = max(kept, key=_eps, default=None)
         if dtype == self.dtype:
             return False
