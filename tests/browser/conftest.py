@@ -108,8 +108,9 @@ def _outside(url: str) -> bool:
 
 @pytest.fixture
 def page(browser, request) -> Iterator[Page]:
-    """A new browser context (= a new Streamlit session).  On failure: screenshot + HTML in artifacts/."""
-    context = browser.new_context(viewport=VIEWPORT)
+    """A new browser context (= a new Streamlit session).  On failure: screenshot + HTML in artifacts/.  A test may
+    give the context's options (``@pytest.mark.parametrize("page", [{"has_touch": True}], indirect=True)``)."""
+    context = browser.new_context(viewport=VIEWPORT, **getattr(request, "param", {}))
     context.set_default_timeout(IDLE_TIMEOUT_MS)
     tab = context.new_page()
     tab.add_init_script(RUN_COUNTER)
