@@ -113,10 +113,12 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
 def text_area() -> None:
     """The Text area, drawn by the sidebar on every page, outside any fragment.
 
-    The Text area commits on blur, and a click on a page link blurs it: Streamlit's frontend then sends the page
-    switch, with the values of the widgets ``app.py`` drew, and after it the commit's rerun of the page it still
-    shows.  Drawn by ``app.py``, the Text area is one of those widgets, so the page switch carries the typed text,
-    and the commit's rerun is a whole run of the page left, which holds the text too (the click is lost at worst).
+    The Text area commits on blur, and a click on a page link blurs it: Streamlit's frontend sends the page switch
+    at the click, with the values of the widgets ``app.py`` drew, and the commit's rerun of the page it still shows
+    from a timer the blur sets — after the page switch where the click comes first (a tap, a quick click), and the
+    server then runs the page left (docs/design.md has the sequence).  Drawn by ``app.py``, the Text area is one of
+    those widgets, so the page switch carries the typed text, and the commit's rerun is a whole run of the page left,
+    which holds the text too (the click is lost at worst).
     Drawn by a page's fragment it would be neither: the page switch would drop it with the page's elements, and the
     commit's rerun would be a rerun of that fragment on the page switched to, which has none — a blank page, the
     text gone.
