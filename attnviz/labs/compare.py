@@ -53,6 +53,8 @@ SCALE_NOTE = ("Colour: the attention weight, from 0 (dark) to 1 (yellow), on one
 MAP_WIDTH = 290  # px: a variant's map on the Compare page; as many a row as fit (three beside the sidebar at 1,400)
 # a two-line title above a map's key tokens, under the modebar's row: more than their labels and axis title take
 TWO_LINE_TITLE_PX = margins.MODEBAR_PX + 20
+# px: a map under that title (its key tokens' labels, cells and legend), the same for every map so a row's are as tall
+MAP_PX = 388
 
 
 # --------------------------------------------------------------------------- inputs and modules
@@ -569,12 +571,13 @@ def variant_caption(result: VariantResult, causal: bool, seed: bool = False) -> 
 
 
 def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causal: bool = True,
-                    current: str | None = None, height: int = 420, width: int | None = MAP_WIDTH) -> go.Figure:
+                    current: str | None = None, under_title_px: int = MAP_PX,
+                    width: int | None = MAP_WIDTH) -> go.Figure:
     """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title
     (:func:`variant_title`) placed clear of the key-token ticks; ``width``: the chart's, which then has no colour bar
     (the page says the one scale of every map: :data:`SCALE_NOTE`); None: a column's, with its colour bar."""
     fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
-                                    title=variant_title(result, how, current), height=height,
+                                    title=variant_title(result, how, current), under_title_px=under_title_px,
                                     title_px=TWO_LINE_TITLE_PX, width=width,
                                     show_scale=width is None)
     return _two_line_title(fig)
@@ -586,13 +589,14 @@ def _two_line_title(fig: go.Figure) -> go.Figure:
     return fig.update_layout(title=margins.title(fig.layout.title.text, 14))
 
 
-def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS, height: int = 420) -> go.Figure:
+def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS,
+                   under_title_px: int = MAP_PX) -> go.Figure:
     """A user module's weights (head 0 of its Trace, first ``max_tokens`` tokens) titled like the variants."""
     weights = trace.steps["weights"][0][:, :max_tokens, :max_tokens]  # (heads, n, n)
     result = VariantResult(variants.MHA, trace.config, weights, tuple(trace.output.shape))
     title = f"{trace.module_run.class_name} (your code)<br><sup>weights, head 0 of {weights.shape[0]}</sup>"
     fig = figures.attention_heatmap(result.attention_map(how), trace.tokens[:max_tokens], "weights",
-                                    causal=trace.config.causal, title=title, height=height,
+                                    causal=trace.config.causal, title=title, under_title_px=under_title_px,
                                     title_px=TWO_LINE_TITLE_PX)
     return _two_line_title(fig)
 

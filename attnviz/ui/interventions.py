@@ -209,8 +209,8 @@ def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
     left, right = st.columns(2)
     hidden = (~np.isfinite(trace.attention_map("masked", head))[cells] if trace.window is not None  # (size, size)
               else None)  # the layer's sliding window, greyed as on the focused map
-    common = {"causal": trace.hides_future, "hidden": hidden, "row_offset": row0, "col_offset": col0, "height": 420,
-              "validate": False}
+    common = {"causal": trace.hides_future, "hidden": hidden, "row_offset": row0, "col_offset": col0,
+              "under_title_px": figures.SMALL_MAP_PX, "validate": False}
     left.plotly_chart(figures.attention_heatmap(weights[cells], trace.tokens, "weights", title=f"head {head}: weights",
                                                 **common),
                       config=plotly_config("attnviz-weights"), key="heads_vw_weights")
@@ -234,7 +234,8 @@ def _through_the_layers(trace, position: int, window: tuple[int, int, int]) -> N
     rolled = _rollout(ref, ids)[layer][row0:row0 + size, col0:col0 + size]
     st.plotly_chart(figures.attention_heatmap(rolled, trace.tokens, "weights",
                                               title=f"rollout through layers 0…{layer}",
-                                              row_offset=row0, col_offset=col0, height=420, validate=False),
+                                              row_offset=row0, col_offset=col0, under_title_px=figures.SMALL_MAP_PX,
+                                              validate=False),
                     config=plotly_config("attnviz-rollout"), key="heads_rollout")
     st.markdown(f"**Logit lens at position {position}**: the model's own final norm and output head read after "
                 "every block — where in the depth the prediction forms.")

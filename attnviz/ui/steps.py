@@ -99,7 +99,8 @@ class HeadWindow:
                                         extra.pop("as_stage", name), causal=self.trace.hides_future,
                                         dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
                                         title=title, row_offset=self.row0, col_offset=self.col0,
-                                        height=430 + figures.COLOUR_BAR_BELOW_PX, scale_below=True, **extra)
+                                        under_title_px=steps.PAIR_MAP_PX + figures.COLOUR_BAR_BELOW_PX,
+                                        scale_below=True, **extra)
         st.plotly_chart(fig, config=plotly_config(filename))
 
 
@@ -136,7 +137,7 @@ def _kv_repeat(view: HeadWindow, before, after) -> None:
 
 def _scores(view: HeadWindow, before, after) -> None:
     with before:
-        st.dataframe(steps.qk_table(view.trace, view.head), height=430)
+        st.dataframe(steps.qk_table(view.trace, view.head), height=figures.MAP_TITLE_PX + steps.PAIR_MAP_PX)
     with after:
         view.heatmap("scores", "scores = Q·Kᵀ (before scaling)")
 

@@ -176,6 +176,8 @@ def shared_range(matrices) -> tuple[float, float]:
 
 
 MAP_TITLE_PX = margins.title_top()  # a token map's one-line title under the modebar's row, above its key tokens
+MAP_PX = 480  # a token map under its title (the Heads page's focused map): its key tokens' labels, cells and legend
+SMALL_MAP_PX = 380  # a shorter one's: a difference map, the Interventions' pair side by side and their rollout
 NO_COLOUR_BAR_PX = 24  # the right margin of a map without a colour bar: its last key label's turned foot
 COLOUR_BAR_BELOW_PX = 44  # a horizontal colour bar under a map: the gap above it, the bar and its tick labels
 COLOUR_BAR_GAP_PX = 14  # from the map's foot to the top of a colour bar under it, with room for the title beside it
@@ -191,7 +193,7 @@ def attention_heatmap(
     title: str = "",
     row_offset: int = 0,
     col_offset: int = 0,
-    height: int = 520,
+    under_title_px: int = MAP_PX,
     zrange: tuple[float, float] | None = None,
     validate: bool = True,
     uirevision: str | None = None,
@@ -212,8 +214,11 @@ def attention_heatmap(
     drawn as it is, not changed afterwards.  ``uirevision`` keeps a zoom across redraws of the same view.
     ``hidden`` (rows × cols bool): cells a mask other than the causal one hides (a sliding window), grey in
     the probability stages like the causal mask's.  ``title_px``: the room above the key tokens' labels for the
-    title (0 for a map whose caller blanks it).  ``width``: the width the page gives the chart, where it is narrower
-    than tall (the Compare page's maps): the key tokens' labels are as many as that width holds.  ``show_scale``
+    title (0 for a map whose caller blanks it).  ``under_title_px``: the figure's height under that room (the key
+    tokens' labels, the cells, the legend and a colour bar under them); the figure is ``title_px`` taller, so a
+    title's room never comes out of the cells, and maps side by side with the same title room are as tall.
+    ``width``: the width the page gives the chart, where it is narrower than tall (the Compare page's maps): the key
+    tokens' labels are as many as that width holds.  ``show_scale``
     False: no colour bar beside the map, whose room goes to the cells (maps side by side on one fixed scale, whose
     page says it once).  ``scale_below``: the colour bar lies under the map, across its width, and the map takes the
     room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).  ``label``: the name of
@@ -222,6 +227,7 @@ def attention_heatmap(
     """
     rows, cols = matrix.shape
     label = stage if label is None else label
+    height = title_px + under_title_px  # the figure's
     values = display_values(matrix, stage, causal=False)
     if causal and stage in PROBABILITY_STAGES:
         query_pos = np.arange(row_offset, row_offset + rows)[:, None]
@@ -574,14 +580,16 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
 
 
 def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: str, row_offset: int = 0,
-                       col_offset: int = 0, height: int = 420) -> go.Figure:
-    """after − before (finite cells only), diverging colours around 0, on a token map's axes and overlay."""
+                       col_offset: int = 0, under_title_px: int = SMALL_MAP_PX) -> go.Figure:
+    """after − before (finite cells only), diverging colours around 0, on a token map's axes and overlay
+    (``under_title_px``: as in :func:`attention_heatmap`)."""
     with np.errstate(invalid="ignore"):
         diff = np.asarray(after, np.float32) - np.asarray(before, np.float32)
     diff[~np.isfinite(diff)] = np.nan
     bound = float(np.nanmax(np.abs(diff))) if np.isfinite(diff).any() else 1.0
     return attention_heatmap(diff, tokens, "Δ", causal=False, title=title, row_offset=row_offset,
-                             col_offset=col_offset, height=height, zrange=(-(bound or 1.0), bound or 1.0))
+                             col_offset=col_offset, under_title_px=under_title_px,
+                             zrange=(-(bound or 1.0), bound or 1.0))
 
 
 def pooled_embedding(matrix: np.ndarray, max_cells: int = 256) -> tuple[np.ndarray, int, int]:

@@ -40,6 +40,9 @@ STEP_LABELS = {
     "context": "6 · ·V",
 }
 
+# a map of the Steps page's before/after pair under its title (key tokens' labels, cells, legend), above the colour bar
+# under it; the query/key table beside the scores map is as tall as its title and this
+PAIR_MAP_PX = 390
 UNSCALED_LABEL = "2 · no ÷√dₖ"  # the stage of a class that does not divide (3.3): its scaled scores are its scores
 
 # the recorded steps each of QKᵀ … ·V draws (a user's module may record fewer: tracing.Attention.unrecorded)

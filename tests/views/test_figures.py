@@ -284,8 +284,8 @@ def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_it
     plot's width holds side by side; without its colour bar (one scale for every map, said once) the cells get the
     room."""
     tokens, matrix = [f"·token{i}" for i in range(256)], np.full((256, 256), 1 / 256)  # (n, n)
-    tall = figures.attention_heatmap(matrix, tokens, height=420)
-    narrow = figures.attention_heatmap(matrix, tokens, height=420, width=290, show_scale=False)
+    tall = figures.attention_heatmap(matrix, tokens, under_title_px=380)
+    narrow = figures.attention_heatmap(matrix, tokens, under_title_px=380, width=290, show_scale=False)
     margin = narrow.layout.margin
     plot_width = 290 - margin.l - margin.r
     assert len(narrow.layout.xaxis.tickvals) <= plot_width // figures.COLUMN_LABEL_PX
@@ -300,8 +300,9 @@ def test_a_map_with_its_colour_bar_below_gives_the_cells_the_bars_width():
     """The Steps page's cards are 330 px wide: a colour bar beside the map took 100 px of them; under the map, across
     its width, it leaves them to the cells, and the bottom margin holds it above the legend."""
     tokens, matrix = ["Your", "·journey", "·starts", "·with", "·one", "·step"], np.tril(np.full((6, 6), 0.5))
-    beside = figures.attention_heatmap(matrix, tokens, height=430)
-    below = figures.attention_heatmap(matrix, tokens, height=430 + figures.COLOUR_BAR_BELOW_PX, scale_below=True)
+    beside = figures.attention_heatmap(matrix, tokens, under_title_px=390)
+    below = figures.attention_heatmap(matrix, tokens, under_title_px=390 + figures.COLOUR_BAR_BELOW_PX,
+                                      scale_below=True)
     (bar,) = [trace.marker.colorbar for trace in below.data if trace.type == "scatter" and trace.marker.showscale]
     assert bar.orientation == "h" and bar.yref == "container"
     assert below.layout.margin.r == figures.NO_COLOUR_BAR_PX < beside.layout.margin.r == margins.COLORBAR_PX

@@ -216,3 +216,49 @@ def test_a_chart_of_a_fixed_height_grows_by_its_title_row_and_keeps_its_plot():
     built = _fixed_height_figures()
     plots = {name: fig.layout.height - fig.layout.margin.t - fig.layout.margin.b for name, fig, _ in built}
     assert plots == {name: plot_px for name, _, plot_px in built}
+
+
+def _token_maps() -> list:
+    """(name, figure, plot height in px) of every token map whose height its page matches to what sits beside it,
+    on one text: the plot each had when its title took 40 px (Compare's two-line one 32, the Pitfall lab's none)
+    above the key tokens' labels — its height less its margins then (the focused map's 520 − 136 − 50, …)."""
+    from attnviz.labs import compare
+    from attnviz.labs.pitfalls import figures as pitfall_figures
+    from attnviz.labs.pitfalls.detectors import Observation
+    from attnviz.views import steps
+
+    trace = pipeline.run("The cat sat on the mat. The cat sat on the mat.", AttentionConfig(variant="mha", d_in=8,
+                                                                                               d_out=8, num_heads=2))
+    weights = trace.attention_map("weights", 0)  # (n, n)
+    maps = trace.steps["weights"][0]  # (heads, n, n)
+    result = compare.VariantResult("mha", trace.config, maps, tuple(trace.output.shape))
+    observation = Observation({"weights": maps, "masked": trace.steps["masked"][0]}, None, None)
+    return [
+        ("focused map", figures.attention_heatmap(weights, trace.tokens, "weights"), 334),
+        ("Steps pair", figures.attention_heatmap(weights, trace.tokens, "weights", scale_below=True,
+                                                 under_title_px=steps.PAIR_MAP_PX + figures.COLOUR_BAR_BELOW_PX), 244),
+        ("Interventions pair", figures.attention_heatmap(weights, trace.tokens, "weights",
+                                                         under_title_px=figures.SMALL_MAP_PX), 234),
+        ("difference", figures.difference_heatmap(weights, weights, trace.tokens, title="Δ"), 234),
+        ("Induction stripe", head_figures.stripe_heatmap(weights, trace.tokens, 6, title="head 0"), 374),
+        ("Compare variant", compare.variant_heatmap(result, trace.tokens), 242),
+        ("Compare beside a module", compare.variant_heatmap(result, trace.tokens, width=None), 242),
+        ("Pitfall", pitfall_figures.weights_figure(observation, trace.tokens), 274),
+    ]
+
+
+def test_a_token_map_keeps_the_plot_it_had_before_its_title_moved_under_the_modebars_row():
+    """A token map's title room grew by the modebar's row: the figure grows by it (``under_title_px`` is its height
+    under that room), so the cells keep the plot they had; maps side by side, with the same title room, stay as tall
+    as each other (and the Steps page's query/key table, as tall as a pair's map above its colour bar)."""
+    from attnviz.labs import compare
+    from attnviz.views import steps
+
+    built = _token_maps()
+    plots = {name: fig.layout.height - fig.layout.margin.t - fig.layout.margin.b for name, fig, _ in built}
+    assert plots == {name: plot_px for name, _, plot_px in built}
+    heights = {name: fig.layout.height for name, fig, _ in built}
+    assert heights["Compare variant"] == heights["Compare beside a module"] == (compare.TWO_LINE_TITLE_PX
+                                                                                + compare.MAP_PX)
+    assert heights["Steps pair"] - figures.COLOUR_BAR_BELOW_PX == figures.MAP_TITLE_PX + steps.PAIR_MAP_PX
+    assert heights["Interventions pair"] == heights["difference"]

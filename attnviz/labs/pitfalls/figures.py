@@ -32,7 +32,7 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
     values = observation.maps[stage][head].astype(np.float32).copy()  # (n, n)
     values[np.isneginf(observation.maps["masked"][head])] = np.nan  # masked by the code -> grey gap
     fig = figures.attention_heatmap(values, tokens[: values.shape[0]], stage, causal=False, dropout=dropout,
-                                    height=420, title_px=0)
+                                    under_title_px=420, title_px=0)
     nan_rows, nan_cols = np.nonzero(np.isnan(observation.maps[stage][head]))  # computed NaN, not a masked gap
     if nan_rows.size:
         fig.add_trace(go.Scatter(x=nan_cols, y=nan_rows, mode="text",  # (key, query) positions, as the map's
