@@ -17,8 +17,10 @@
   itself.  No row that can show the type, or A′[R] summing to 0, gives ``nan`` (nothing to measure; TransformerLens:
   0/0), never 0; ``unshowable_types`` names the types no query of a text can show (no token repeats: duplicate-token
   and induction).
-* ``first_token`` — the attention-sink mass: mean over rows ``i ≥ 1`` of ``A[i, 0]`` (``nan`` if n = 1).
-  It describes where a head parks unused attention; it is shown beside a head's type, never as one.
+* ``first_token`` — the attention-sink mass: the mean of ``A[i, 0]`` over rows ``i ≥ 1`` when the run hid the
+  future (``causal``: row 0 then sees only key 0, its 1 there no choice of the head's), over every row when it did
+  not (``nan`` if n = 1, where row 0 has no other key either way).  It describes where a head parks unused
+  attention; it is shown beside a head's type, never as one.
 * ``future`` — the mean weight a query gives to keys after it (``future_mass``): 0 for a head that cannot see
   the future (a causal mask, a sliding window), above 0 for one that can (the mask off, a module that does not
   mask).  The three detectors assume the former: their patterns sit in the lower triangle, so a head that may
@@ -207,15 +209,17 @@ def unshowable_types(token_ids) -> tuple[str, ...]:
 
 def score_heads(
     weights, token_ids, *, exclude_bos: bool = False, exclude_current: bool = False, masked: bool = False,
-    every_row: bool = False,
+    causal: bool = True, every_row: bool = False,
 ) -> dict[str, np.ndarray]:
     """Scores of every map in ``weights`` (…, n, n) for the tokens ``token_ids`` (n,): ``{name: (…)}``.
 
     Keys: ``previous_token``, ``duplicate_token``, ``induction`` (TransformerLens ``mul`` scores, read at the
     queries that can show the type; ``every_row``: over the whole map, TransformerLens' own), ``first_token`` (mean
-    of ``A[i, 0]`` over rows ``i ≥ 1``) and ``future`` (``future_mass``); the exclusion flags change neither of the
-    last two.  ``masked``: the caller's run hid the future (a causal mask), so ``future`` is 0 without summing the
-    maps' upper triangles.
+    of ``A[i, 0]`` over rows ``i ≥ 1``, or over every row when not ``causal``) and ``future`` (``future_mass``); the
+    exclusion flags change neither of the last two.  ``causal``: the run kept every query from later keys
+    (``Trace.hides_future``, as ``stats.head_statistics``' ``causal``), so row 0 sees only key 0 and
+    ``first_token`` leaves it out.  ``masked``: the caller's run hid the future with a mask it knows is there (a
+    causal mask, implying ``causal``), so ``future`` is 0 without summing the maps' upper triangles.
     """
     weights = _as_array(weights)
     n = weights.shape[-1]
@@ -228,6 +232,7 @@ def score_heads(
     kept = {name: _kept_pattern(name, tokens, duplicate, exclude_bos, exclude_current) for name in HEAD_TYPES}
     scores = {name: np.empty(lead, dtype=np.float64) for name in SCORE_NAMES}
     later = None if masked else _later_keys(n)  # (n, n) bool: key after query
+    first_row = 1 if causal or masked else 0  # the rows first_token reads: row 0 of a causal map is always on key 0
     for index in np.ndindex(*lead):
         attn = weights[index]  # (n, n) view
         row_sums = _excluded_row_sums(attn, exclude_bos, exclude_current)  # (n,): sum(A′) of each query
@@ -238,7 +243,7 @@ def score_heads(
                 hit = attn.sum(where=found, dtype=np.float64)  # sum(A′ ⊙ P) without a copy
             total = row_sums.sum() if every_row else row_sums[shown].sum()  # sum(A′), or sum(A′[R])
             scores[name][index] = hit / total if total != 0 else np.nan
-        scores["first_token"][index] = attn[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
+        scores["first_token"][index] = attn[first_row:, 0].mean(dtype=np.float64) if n > 1 else np.nan
         # mean over queries of Σ_{j>i} A[i, j]: 0 where the mask hid those keys
         scores["future"][index] = 0.0 if masked else attn.sum(where=later, dtype=np.float64) / n
     return scores

@@ -7,12 +7,13 @@ import functools
 import numpy as np
 
 # the rows the first-token mass reads (as head_types' ``first_token``): under the causal mask query 0 sees only
-# itself, the first token, so its 1 there is no choice of the head's
-AFTER_THE_FIRST = ("over the queries after the first (query 0 sees only itself, the first token, under the causal "
-                   "mask: its weight there is always 1, not the head's choice)")
+# itself, the first token, so its 1 there is no choice of the head's; with the mask off it weighs every key
+FIRST_TOKEN_QUERIES = ("over the queries after the first under the causal mask (query 0 sees only itself there, the "
+                   "first token, so its weight on it is always 1, not the head's choice), over every query with the "
+                   "mask off")
 
 # the one first-token mass of the Heads page's two tables (the head types' is head_types' ``first_token``)
-FIRST_TOKEN_MASS = (f"mean weight on the first token {AFTER_THE_FIRST}; an 'attention sink' when large; blank "
+FIRST_TOKEN_MASS = (f"mean weight on the first token: {FIRST_TOKEN_QUERIES}; an 'attention sink' when large; blank "
                     "with one token")
 
 # name -> what it measures (shown as column help in the app)
@@ -56,8 +57,8 @@ def _distances(n: int, dtype: type) -> np.ndarray:
 
 def head_statistics(weights: np.ndarray, causal: bool = True) -> dict[str, np.ndarray]:
     """Statistics per head of ``weights`` shaped (heads, n, n) (rows sum to 1): name -> (heads,).  ``causal``: whether
-    the run kept every query from later keys (``Trace.hides_future``); the diagonal then leaves out query 0, whose
-    weight on itself that mask forces to 1.
+    the run kept every query from later keys (``Trace.hides_future``); the first-token mass and the diagonal then leave
+    out query 0, whose weight on the first token, itself, that mask forces to 1 (as head_types' ``first_token``).
 
     One head at a time, so the temporaries stay (n, n) instead of several float64 copies of all the
     (heads, n, n) maps.  float32 maps (a Trace's) are worked on in float32 (row sums pairwise, means in float64):
@@ -73,8 +74,9 @@ def head_statistics(weights: np.ndarray, causal: bool = True) -> dict[str, np.nd
         w = np.asarray(weights[head], dtype=work)  # (n, n), a view when already float32
         result["entropy"][head] = row_entropy(w, dtype=work, out=(terms, positive)).mean()  # (n, n) -> (n,) -> mean
         result["max weight"][head] = w.max(axis=-1).mean(dtype=np.float64)
-        # the queries after the first, as head_types' first_token (row 0 of a causal map is always 1)
-        result["first-token mass"][head] = w[1:, 0].mean(dtype=np.float64) if n > 1 else np.nan
+        # under the causal mask the queries after the first, as head_types' first_token (row 0 of a causal map is
+        # always 1); with the mask off every query (one token: no choice either way)
+        result["first-token mass"][head] = w[1 if causal else 0:, 0].mean(dtype=np.float64) if n > 1 else np.nan
         np.multiply(w, distance, out=terms)  # (n, n): weight × |query − key|
         result["mean distance"][head] = terms.sum(axis=-1).mean(dtype=np.float64)  # (n, n) -> (n,) -> mean
         result["previous-token"][head] = np.diagonal(w, offset=-1).mean(dtype=np.float64) if n > 1 else np.nan

@@ -366,6 +366,17 @@ def test_overview_is_every_layers_pooled_maps(checkpoint_dir):
     assert list(fig.layout.xaxis.ticktext) == ["H0", "H1", "H2", "H3"]
 
 
+def test_the_overviews_first_token_mass_reads_query_0_only_with_the_mask_off(checkpoint_dir):
+    """Every layer's first-token mass counts the queries the Heads page's tables count: with the mask off query 0 weighs
+    every key, and its weight on the first token is one like any other query's."""
+    model = weights.load(checkpoint_dir)
+    ids = tokens.encode(TEXT)
+    _, scores = overview(model, ids, size=64, causal=False)
+    maps = models.attention_maps(model, ids, causal=False)  # (L, h, n, n)
+    assert np.allclose(scores["first_token"], maps[..., :, 0].mean(axis=-1), atol=1e-6)
+    assert not np.allclose(scores["first_token"], maps[..., 1:, 0].mean(axis=-1), atol=1e-6)
+
+
 @pytest.mark.parametrize(("layers", "heads", "size"), [(2, 2, 12), (12, 12, 24), (48, 25, 16)])
 def test_the_overviews_tiles_are_square_and_sized_by_the_grid(layers, heads, size):
     """Each tile is the map it is: square cells (the y axis anchored to the x axis, the plot area shrunk to the

@@ -289,6 +289,20 @@ def test_future_mass_is_the_mean_weight_on_later_keys():
     assert not sees_future(0.0) and not sees_future(FUTURE_TOLERANCE) and sees_future(1e-4)
 
 
+def test_the_first_token_mass_leaves_query_0_out_only_when_the_run_hides_the_future():
+    """Under a causal mask query 0 sees only token 0, so its 1 there is no choice of the head's and is left out; with
+    the mask off it weighs every key like any other query, and counts (one token: no choice either way, nan)."""
+    assert score_heads(A, TOKENS)["first_token"] == pytest.approx((0.5 + 0.2 + 0.1) / 3, abs=1e-6)  # causal default
+    assert score_heads(A, TOKENS, causal=True)["first_token"] == pytest.approx((0.5 + 0.2 + 0.1) / 3, abs=1e-6)
+    assert score_heads(A, TOKENS, masked=True)["first_token"] == pytest.approx((0.5 + 0.2 + 0.1) / 3, abs=1e-6)
+    # A_AHEAD, the mask off: rows 0–3 give token 0 0.4, 0.5, 0.1 and 0.1
+    assert score_heads(A_AHEAD, TOKENS, causal=False)["first_token"] == pytest.approx(
+        (0.4 + 0.5 + 0.1 + 0.1) / 4, abs=1e-6)
+    for flags in ({"exclude_bos": True}, {"exclude_current": True}, {"every_row": True}):  # none changes it
+        assert score_heads(A_AHEAD, TOKENS, causal=False, **flags)["first_token"] == pytest.approx(1.1 / 4, abs=1e-6)
+    assert np.isnan(score_heads(np.ones((1, 1)), [7], causal=False)["first_token"])
+
+
 def test_a_head_that_sees_the_future_keeps_its_scores_but_gets_no_type():
     # the formula is unchanged: previous = (0.5 + 0.3 + 0.3) / 3 on A_AHEAD (A[1,0], A[2,1], A[3,2]; rows 1–3)
     ahead = score_heads(A_AHEAD, TOKENS)

@@ -160,7 +160,8 @@ def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.nda
     layers, rows = [], {name: [] for name in head_types.SCORE_NAMES}
     for _, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
         layers.append(tiles(maps))  # (h, n, n) -> (h, s, s)
-        for name, values in head_types.score_heads(maps, list(token_ids), masked=causal).items():  # (h,) each
+        for name, values in head_types.score_heads(maps, list(token_ids), masked=causal,
+                                                       causal=causal).items():  # (h,) each
             rows[name].append(values)
         del maps
     return np.stack(layers), {name: np.stack(values) for name, values in rows.items()}  # (L, h, s, s), (L, h) each

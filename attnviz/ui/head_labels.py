@@ -181,9 +181,11 @@ def label_table(scores: dict, causal: bool = True, queries: dict[str, int] | Non
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
 def _trace_scores(text: str, config: AttentionConfig) -> dict:
     trace = cached_trace(text, config)
-    # our mask hid the future: its weight there is 0 without summing; a user's module masks (or not) in its own code
+    # our mask hid the future: its weight there is 0 without summing; a user's module masks (or not) in its own code.
+    # causal: the first-token mass reads the queries the head statistics' does (stats.head_statistics)
     masked = trace.hides_future and trace.config.module is None
-    return head_types.score_heads(trace.steps["weights"][0], trace.token_ids, masked=masked)  # {name: (heads,)}
+    return head_types.score_heads(trace.steps["weights"][0], trace.token_ids, masked=masked,
+                                  causal=trace.hides_future)  # {name: (heads,)}
 
 
 def section(page_run: Context) -> None:

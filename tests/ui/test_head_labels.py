@@ -275,19 +275,25 @@ def stats_table(at: AppTest):
     return next(table.value for table in at.dataframe if "entropy" in table.value.columns)
 
 
+@pytest.mark.parametrize("causal", ["true", "false"])
 @pytest.mark.parametrize("text", ["Your journey starts with one step", "Hello"])
-def test_first_token_mass_is_one_number_in_both_tables_and_says_which_queries_count(text):
-    """The head statistics and the head types count the same queries, those after the first (query 0 sees only the
-    first token under the causal mask: its weight there is always 1), and both headers say so; with one token there
-    is none, and both tables leave it blank."""
-    at = app(text=text)
+def test_first_token_mass_is_one_number_in_both_tables_and_says_which_queries_count(text, causal):
+    """The head statistics and the head types count the same queries: under the causal mask those after the first
+    (query 0 sees only the first token: its weight there is always 1), with the mask off every one; both headers say
+    so.  With one token there is no choice, and both tables leave it blank."""
+    at = app(text=text, causal=causal)
     assert not at.exception, [e.value for e in at.exception]
     statistics, types = stats_table(at)["first-token mass"], type_table(at)["first-token mass"]
     assert np.allclose(statistics, types, atol=1e-6, equal_nan=True)
     assert statistics.isna().all() == (text == "Hello")
+    if text != "Hello":  # the focused head 0's map, as drawn: its rows after the first, or all of them
+        (shown,) = [cells_shown(fig) for fig in figures(at)
+                    if fig["layout"].get("title", {}).get("text", "").startswith("head 0")]
+        assert statistics[0] == pytest.approx(np.nanmean(shown[1 if causal == "true" else 0:, 0]), abs=1e-4)
     configs = [json.loads(table.proto.columns) for table in at.dataframe if "first-token mass" in table.value.columns]
     helps = [str(config) for config in configs]
-    assert len(helps) == 2 and all("after the first" in help for help in helps)
+    assert len(helps) == 2 and all("after the first under the causal mask" in help and "mask off" in help
+                                   for help in helps)
 
 
 def test_previous_token_is_blank_in_both_tables_with_one_token_and_their_headers_say_so():

@@ -152,3 +152,21 @@ def test_the_diagonal_leaves_out_query_0_only_under_the_causal_mask():
     assert stats.head_statistics(causal)["diagonal"][0] == pytest.approx((0.6 + 0.2) / 2)  # the book's mask: on
     assert np.isnan(stats.head_statistics(np.ones((1, 1, 1)), causal=False)["diagonal"]).all()  # one key: no choice
     assert "under the causal mask" in stats.STATS["diagonal"] and "mask off" in stats.STATS["diagonal"]
+
+
+def test_the_first_token_mass_leaves_query_0_out_only_under_the_causal_mask():
+    """Under the causal mask query 0 sees only the first token, so its weight there is 1 whatever the head: the mass
+    reads the queries after it (as the head types' first_token).  With the mask off query 0 weighs every key like any
+    other query, and counts; the column help names both cases."""
+    unmasked = np.array([[[0.2, 0.5, 0.3],
+                          [0.1, 0.6, 0.3],
+                          [0.4, 0.4, 0.2]]])  # (1, 3, 3): query 0 gives the first token 0.2
+    causal = np.array([[[1.0, 0.0, 0.0],
+                        [0.4, 0.6, 0.0],
+                        [0.3, 0.5, 0.2]]])  # (1, 3, 3): query 0's forced 1
+    assert stats.head_statistics(unmasked, causal=False)["first-token mass"][0] == pytest.approx((0.2 + 0.1 + 0.4) / 3)
+    assert stats.head_statistics(causal, causal=True)["first-token mass"][0] == pytest.approx((0.4 + 0.3) / 2)
+    assert stats.head_statistics(causal)["first-token mass"][0] == pytest.approx((0.4 + 0.3) / 2)  # the book's mask
+    assert np.isnan(stats.head_statistics(np.ones((1, 1, 1)), causal=False)["first-token mass"]).all()  # one key
+    help_text = stats.STATS["first-token mass"]
+    assert "after the first under the causal mask" in help_text and "every query with the mask off" in help_text
