@@ -3,8 +3,9 @@ sums in (:mod:`attnviz.explain`), ``go.Figure`` out.
 
 No model runs here and no Streamlit (as :mod:`attnviz.views.figures`):
 
-* ``products_figure`` — the head_dim products q_i[d]·k_j[d] as bars, the largest named, the title adding them up:
-  Σ = score, ÷ divisor = scaled, and the weight (or why the mask hides the key);
+* ``products_figure`` — the head_dim products q_i[d]·k_j[d] as bars, the largest named (as many as fit side by side
+  at the panel's width), the title adding them up: Σ = score, ÷ divisor = scaled, and the weight (or why the mask
+  hides the key);
 * ``row_softmax_figure`` — row i's scaled scores over every key and the softmax of that row, key j highlighted;
 * ``summed_attention_figure`` — the selected queries' attention per key (mean, sum in the hover) and what every
   query gives the selected keys.
@@ -38,6 +39,7 @@ PLAIN = "#7f7f7f"
 PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0, 1, 2  # a position's kind: its bar's colour is POSITION_COLORS[code]
 POSITION_COLORS = np.array([PLAIN, MASKED_COLOR, HIGHLIGHT], dtype=object)
 PANEL_PLOT_PX = 150  # a panel's plot area beside the focused map on a 1,100 px page
+PANEL_PX = 248  # the panel's own width there (its column of the page), the narrowest it is drawn beside the map
 MAX_TICKS = PANEL_PLOT_PX // COLUMN_LABEL_PX  # the turned token labels that fit side by side there
 
 
@@ -80,13 +82,34 @@ def _cell_name(explanation: WeightExplanation) -> str:
             f"“{safe_label(explanation.key_token)}”, head{NBSP}{explanation.head}")
 
 
+def named_dimensions(products: np.ndarray, largest: list[int], plot_px: float) -> list[int]:
+    """Of the dimensions ``largest`` (largest product first), those whose names ("d12") are drawn: each, unless its
+    name would overlap one already chosen on the same side of 0, at ``plot_px`` px for the (hd,) ``products``' bars.
+    A name sits beyond its bar's end, above a product ≥ 0 and under one < 0, centred on the bar: two names on one
+    side need their centres as far apart as half their widths together.  The largest is always named, and a name is
+    never left out for a smaller product's."""
+    bar_px = plot_px / products.shape[0]  # the x axis spans the bars, one a dimension
+    named: list[int] = []
+    for d in largest:
+        half = margins.text_px([f"d{d}"]) / 2
+        if all(abs(d - e) * bar_px >= half + margins.text_px([f"d{e}"]) / 2 for e in named
+               if (products[e] >= 0) == (products[d] >= 0)):
+            named.append(d)
+    return named
+
+
 def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int = 360) -> go.Figure:
-    """Bars of q_i[d]·k_j[d] for every dimension d of the head; the ``top`` largest by magnitude are named on
-    their bars; the title adds them up to the score, the scaled score and the weight (or the mask's reason)."""
+    """Bars of q_i[d]·k_j[d] for every dimension d of the head; of the ``top`` largest by magnitude, those whose names
+    fit beside each other on the panel beside the map (:data:`PANEL_PX`; :func:`named_dimensions`) are named on
+    their bars (the hover names every bar); the title adds them up to the score, the scaled score and the weight (or
+    the mask's reason)."""
     products = np.asarray(explanation.products, dtype=np.float32)  # (hd,)
     largest = [int(d) for d in explanation.largest(top)]
+    # r: half a two-digit tick label where Plotly's ticks end on the last bar (15 of 16), which 10 px left out
+    margin_l, margin_r = margins.beside(), 14
+    named = named_dimensions(products, largest, PANEL_PX - margin_l - margin_r)
     text = np.full(explanation.head_dim, "", dtype=object)
-    text[largest] = [f"d{d}" for d in largest]
+    text[named] = [f"d{d}" for d in named]
     bars = {
         "type": "bar", "x": np.arange(explanation.head_dim, dtype=np.float32), "y": products, "name": "q[d]·k[d]",
         "text": text, "textposition": "outside", "cliponaxis": False,
@@ -110,13 +133,13 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     top = TITLE_ROOM_PX + LINE_PX[13] * title_lines + LINE_PX[11] * subtitle_lines  # the title above the bars' names
     layout = {
         "title": margins.title(title, 13, subtitle={"text": subtitle, "font": {"size": 11}}),
-        "height": height + top - 120, "margin": {"l": margins.beside(), "r": 10, "t": top,
+        "height": height + top - 120, "margin": {"l": margin_l, "r": margin_r, "t": top,
                                                 "b": margins.across([], angle=0)},
         "showlegend": False, "bargap": 0.1,
         "uniformtext": {"minsize": 10, "mode": "show"},
         "xaxis": {"title": {"text": f"dimension d (0 … {explanation.head_dim - 1})"}, "zeroline": False},
         "yaxis": {"title": {"text": "q[d]·k[d]"}, "zeroline": True},
-        "meta": {"largest": largest, "score": explanation.score, "divisor": explanation.divisor},
+        "meta": {"largest": largest, "named": named, "score": explanation.score, "divisor": explanation.divisor},
     }
     return go.Figure(data=[bars], layout=layout, _validate=False)
 

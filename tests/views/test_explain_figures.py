@@ -3,6 +3,7 @@ the explanation, token text is escaped, long sequences get numeric axes with few
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from attnviz import pipeline
 from attnviz.config import AttentionConfig
 from attnviz.explain import attention_sums, explain_weight
-from attnviz.views import explain_figures
+from attnviz.views import explain_figures, margins
 from attnviz.views.explain_figures import (
     HIGHLIGHT,
     NEGATIVE,
@@ -91,10 +92,46 @@ def test_products_figure_names_the_largest_products():
     explanation = explain_weight(trace, 0, 4, 1)
     fig = products_figure(explanation, top=3)
     named = [d for d, text in enumerate(fig.data[0].text) if text]
-    magnitudes = np.abs(explanation.products)
-    assert len(named) == 3 and sorted(named) == sorted(fig.layout.meta["largest"])
-    assert magnitudes[named].min() >= np.delete(magnitudes, named).max()
+    magnitudes, largest = np.abs(explanation.products), fig.layout.meta["largest"]
+    assert len(largest) == 3 and magnitudes[largest].min() >= np.delete(magnitudes, largest).max()
+    assert largest[0] in named and set(named) <= set(largest)  # less a name that would overlap a larger one's
     assert all(fig.data[0].text[d] == f"d{d}" for d in named)
+
+
+def _shown_names_overlapping(fig) -> list[tuple[str, str]]:
+    """The pairs of a products figure's bar names ("d89", "d90") that overlap at the panel's width
+    (explain_figures.PANEL_PX): on one side of 0 (a name sits above a product ≥ 0, under one < 0), centred on its bar,
+    each as wide as its text needs (margins.text_px: 7 px a character, where Plotly draws them at 10 px)."""
+    bars, layout = fig.data[0], fig.layout
+    products = np.asarray(bars.y)  # (hd,)
+    bar_px = (explain_figures.PANEL_PX - layout.margin.l - layout.margin.r) / products.shape[0]
+    named = [d for d, text in enumerate(bars.text) if text]
+    return [(bars.text[a], bars.text[b]) for i, a in enumerate(named) for b in named[i + 1:]
+            if (products[a] >= 0) == (products[b] >= 0)
+            and abs(a - b) * bar_px < (margins.text_px([bars.text[a]]) + margins.text_px([bars.text[b]])) / 2]
+
+
+@pytest.mark.parametrize("head_dim", [8, 16, 32, 64, 128])
+def test_the_products_names_never_overlap_at_the_panels_width(head_dim):
+    """At every head_dim the app draws, the bar names of the largest products stay apart on the panel beside the map
+    (248 px at 1,100 px): a name that would overlap a larger product's on the same side is left out, the largest is
+    always named, and the hover still names every bar.  Hand-made products put the five largest side by side (d89 …
+    d93 at head_dim 128 were drawn on top of each other)."""
+    trace = pipeline.run("The cat sat on the mat because it was warm",
+                         AttentionConfig(variant="mha", d_in=16, d_out=2 * head_dim, num_heads=2, seed=1))
+    explanation = explain_weight(trace, 0, 8, 3)
+    adjacent = np.full(head_dim, 0.01, dtype=np.float32)  # (hd,)
+    first = min(89, head_dim - 5)
+    adjacent[first:first + 5] = [5.0, 4.0, 3.0, -2.5, 2.0]  # four above 0 side by side, one under it
+    for products in (explanation.products, adjacent):
+        fig = products_figure(dataclasses.replace(explanation, products=products))
+        named = [d for d, text in enumerate(fig.data[0].text) if text]
+        assert _shown_names_overlapping(fig) == [], (head_dim, named)
+        largest = fig.layout.meta["largest"]
+        assert largest[0] in named and set(named) <= set(largest) and named == sorted(fig.layout.meta["named"])
+        assert "dimension %{x}" in fig.data[0].hovertemplate
+    if head_dim >= 16:  # bars narrower than a name: d89, then the largest under 0, d92 (at 128)
+        assert fig.layout.meta["named"][:2] == [first, first + 3]
 
 
 def test_a_wrapped_products_title_never_parts_a_name_from_its_number():
