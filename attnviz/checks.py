@@ -73,11 +73,16 @@ from torch import nn
 from attnviz import kv_cache_rule, time_limit, tracing
 from attnviz.declarations import (
     HEAD_DIM_NAMES,
+    NUMBER_OF,
     SETTING_OF,
     SPELLINGS,
+    DeclaredCap,
     DeclaredScale,
+    DeclaredSinks,
     cache_length,
     declared_scales,
+    declared_sinks,
+    declared_softcap,
     declared_window,
     is_size,
 )
@@ -156,14 +161,16 @@ RAISE_RULE_ERRORS = "ATTNVIZ_RAISE_RULE_ERRORS"  # "1": a rule whose own code ra
 
 def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, causal: bool | None = None,
                  rules: Iterable[str] | None = None, progress: Callable[[Progress], None] | None = None,
-                 sizes: Mapping[str, int] | None = None) -> list[Check]:
+                 sizes: Mapping[str, float] | None = None) -> list[Check]:
     """The nine rules' verdicts on ``module`` (``x``: (batch, n, d_in), or text embedded as ``trace_module``
     embeds it; None: a seeded (2, 8, d_in)).  A float16 or bfloat16 module is a TraceError: the rules' tolerances are
     float32's.  ``rules``: only these rule ids (in ``RULES`` order); ``progress``: called as the check runs
     (:class:`Progress`); ``sizes``: the sizes the module was built with, by attnviz setting (``num_heads``,
     ``num_kv_groups``, ``latent_dim``, ``d_out`` …: ``attnviz check``'s flags), read where the module keeps them under
-    names attnviz does not know.  A rule whose own code raises on what the module gave it is a skip that says so
-    (:func:`_not_read`), or, with the environment variable ``ATTNVIZ_RAISE_RULE_ERRORS=1`` (the tests), the error."""
+    names attnviz does not know, and the numbers it was built with that it may keep nowhere (``rope_base``,
+    ``softcap``: its constructor's ``rope_theta``, ``attn_logit_softcapping`` …).  A rule whose own code raises on
+    what the module gave it is a skip that says so (:func:`_not_read`), or, with the environment variable
+    ``ATTNVIZ_RAISE_RULE_ERRORS=1`` (the tests), the error."""
     selected = _selected(rules)
     sizes = _given_sizes(sizes)
     module = tracing.as_module(module)
@@ -205,6 +212,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         weightless = _weightless(module)
         width = score_width(module, attention)
         declared = declared_scales(module, width.head_dim)
+        cap = declared_softcap(module, sizes.get("softcap"))
+        sinks = declared_sinks(module, attention.weights.shape[1])
         run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
             "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
@@ -215,13 +224,13 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                                        longer=functools.partial(_traced_on, module, x),
                                                        context=tracing.module_context(module)),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
-            "rotary-placement": lambda: rotary_placement(module, x),
+            "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
                                                            window=window, stated=stated, width=width,
-                                                           declared=declared),
+                                                           declared=declared, cap=cap, sinks=sinks),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention)),
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
@@ -316,22 +325,28 @@ def _selected(rules: Iterable[str] | None) -> list[str]:
 SIZES_READ = ("num_heads", "num_kv_groups", "head_dim", "d_out", "latent_dim", "sliding_window_size")  # kv-cache's
 
 
-def _given_sizes(sizes: Mapping[str, int] | None) -> dict[str, int]:
+def _given_sizes(sizes: Mapping[str, float] | None) -> dict[str, float]:
     """``check_module``'s ``sizes`` by attnviz setting: a constructor's spelling of one (``n_kv_heads``,
     ``num_key_value_heads`` → ``num_kv_groups``: :data:`attnviz.declarations.SPELLINGS`) read as the setting, and the
-    sizes ``attnviz check`` passes that no rule reads (``d_in``, ``context_length`` …) taken; ValueError naming a name
-    that is neither, and the sizes the rules read (:data:`SIZES_READ`), or a size read that is not a positive whole
-    number."""
-    by_name = {**SETTING_OF, **{setting: setting for setting in [*SPELLINGS, "head_dim"]}}
+    sizes ``attnviz check`` passes that no rule reads (``d_in``, ``context_length`` …) taken, and the numbers other than
+    sizes a module is built with (:data:`attnviz.declarations.NUMBER_SETTINGS`: ``rope_base`` — ``rope_theta``,
+    ``base`` … — for rotary-placement, ``softcap`` — ``attn_logit_softcapping`` … — for matches-reference); ValueError
+    naming a name that is none of them, and the sizes the rules read (:data:`SIZES_READ`), a size read that is not a
+    positive whole number, or such a number that is not positive."""
+    by_name = {**SETTING_OF, **{setting: setting for setting in [*SPELLINGS, "head_dim"]}, **NUMBER_OF}
     read = ", ".join(f"{setting} ({', '.join(SPELLINGS[setting][1:3])} …)"
                      if len(SPELLINGS.get(setting, ())) > 1 else setting for setting in SIZES_READ)
     given = {}
     for name, value in (sizes or {}).items():
         setting = by_name.get(name)
         if setting is None:
-            raise ValueError(f"no size {name!r}: the sizes the kv-cache rule reads are {read}")
+            raise ValueError(f"no size {name!r}: the sizes the kv-cache rule reads are {read}, and the numbers "
+                             "rotary-placement and matches-reference read, rope_base and softcap")
         if setting in SIZES_READ and not is_size(value):
             raise ValueError(f"sizes[{name!r}] is {value!r}: a size is a positive whole number")
+        if setting in NUMBER_OF.values() and (isinstance(value, bool) or not isinstance(value, int | float)
+                                              or value <= 0):
+            raise ValueError(f"sizes[{name!r}] is {value!r}: a {setting} is a positive number")
         if given.get(setting, value) != value:
             raise ValueError(f"sizes give {setting} twice, {given[setting]!r} and {value!r} ({name!r})")
         given[setting] = value
@@ -1132,27 +1147,116 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                       scaled: bool = True, window: int | None = None, stated: str | None = None,
-                      width: ScoreWidth | None = None, declared: tuple[DeclaredScale, ...] = ()) -> Check:
+                      width: ScoreWidth | None = None, declared: tuple[DeclaredScale, ...] = (),
+                      cap: DeclaredCap | None = None, sinks: DeclaredSinks | None = None) -> Check:
     """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
     masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
     the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ); ``declared``: the
     scales the module declares (:func:`declared_scales`): the reference scales as its config's design when the
     module does, as ``scaling`` passes it.  A failure that the module's own scale alone explains says so.  Keys and
-    values that pair the query heads differently fail it too (:func:`_paired_alike`)."""
+    values that pair the query heads differently fail it too (:func:`_paired_alike`), and so do a soft-cap other than
+    the one the module declares (``cap``: :func:`declared_softcap`; :func:`_softcap_mismatch`) and sink logits other
+    than the module's own, one per head (``sinks``: :func:`declared_sinks`; :func:`_sinks_mismatch`)."""
     check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width,
-                               declared=declared)
-    return check if check.status == "skip" else _paired_alike(check, attention)
+                               declared=declared, cap=cap, sinks=sinks)
+    if check.status == "skip":
+        return check
+    mismatches = [words for words in (_softcap_mismatch(attention, cap), _sinks_mismatch(attention, sinks)) if words]
+    if mismatches and check.status == "fail":
+        check = Check(check.rule, "fail", f"{'; '.join(mismatches)}; and {check.evidence}")
+    elif mismatches:
+        check = Check(check.rule, "fail", f"{'; '.join(mismatches)} (otherwise {check.evidence})")
+    return _paired_alike(check, attention)
+
+
+def _softcap_mismatch(attention: tracing.Attention, cap: DeclaredCap | None) -> str | None:
+    """Words for scaled scores soft-capped otherwise than the module declares (``cap``) — with another cap, or not at
+    all (the walk from the softmax back to Q @ Kᵀ met no cap · tanh(s / cap)); None when they agree, when the module
+    declares none, or when the scores' path was not read."""
+    if cap is None or attention.queries is None or attention.scale is None:
+        return None
+    applied = attention.softcap
+    if applied is not None and math.isclose(applied, cap.cap, rel_tol=1e-4):
+        return None
+    if applied is None:
+        return (f"the module declares a soft-cap of its scores, {cap.words} (Gemma 2's attn_logit_softcapping), but "
+                "its scaled scores reach the softmax uncapped (no cap · tanh(s / cap) between the scale and the "
+                f"softmax): apply s → {cap.cap:g} · tanh(s / {cap.cap:g}) to the scaled scores before the mask")
+    return (f"the module soft-caps its scaled scores at {applied:g} · tanh(s / {applied:g}), but it declares a cap "
+            f"of {cap.cap:g} — {cap.words}: cap with {cap.cap:g} · tanh(s / {cap.cap:g}), not {applied:g}")
+
+
+def _sinks_mismatch(attention: tracing.Attention, sinks: DeclaredSinks | None) -> str | None:
+    """Words for sink logits the softmax got otherwise than the module keeps them (``sinks``: one per query head,
+    GPT-OSS's ``self.sinks``): no sink column (the logits perhaps added to every score, which the softmax cancels), a
+    column that changes along the queries or items, one logit for every head, the heads' logits in another order, or
+    other numbers; None when each head's column is its own logit, when the module keeps none, or when the column
+    could not be identified (matches-reference then skips, saying so)."""
+    if sinks is None or attention.queries is None:
+        return None
+    logits, name = sinks.logits, sinks.words  # (h,)
+    heads = logits.numel()
+    tolerance = TOLERANCE * max(1.0, logits.abs().max().item())
+    if attention.sinks is None:
+        if attention.sink_weights is not None:
+            return None
+        added = _sinks_added(attention, logits)
+        return (f"the module keeps attention sinks' logits, {name}, one per query head ({SINK_WORDS}), but its "
+                "softmax runs over the keys alone"
+                + (" — it adds them to every score of a row instead (head h's scores + sinks[h]), a constant per row "
+                   "that the softmax cancels: the sinks change no weight" if added else "")
+                + f": concatenate them beside the scores, torch.cat([scores, {name}.reshape(1, -1, 1, 1).expand(b, -1, "
+                  "n, 1)], dim=-1), and drop their column after the softmax")
+    column = attention.sinks.float()  # (b, h, nq, 1)
+    if column.shape[1] != heads:
+        return None
+    first = column[:1, :, :1]  # (1, h, 1, 1): each head's logit at the first query of the first item
+    apart = (column - first).abs()  # (b, h, nq, 1)
+    if apart.max().item() > tolerance:
+        item, head, query, _ = (int(i) for i in (apart == apart.max()).nonzero()[0])
+        there, elsewhere = column[0, head, 0, 0].item(), column[item, head, query, 0].item()
+        return (f"the sink column is not one logit per head: in head {head} it holds {there:.4g} at query 0 of item 0 "
+                f"but {elsewhere:.4g} at query {query} of item {item} — give every query of head h the same {name}[h], "
+                f"{name}.reshape(1, -1, 1, 1).expand(b, -1, n, 1)")
+    given = first.flatten()  # (h,)
+    if (given - logits).abs().max().item() <= tolerance:
+        return None
+    shown = ", ".join(f"{value:.3g}" for value in logits[:4].tolist()) + (", …" if heads > 4 else "")
+    if heads > 1 and (given - given[0]).abs().max().item() <= tolerance:
+        return (f"every head's sink column holds the same logit, {given[0].item():.4g}, but {name} holds one per "
+                f"head ({shown}): give query head h its own {name}[h], {name}.reshape(1, -1, 1, 1)")
+    source = [int((logits - given[head]).abs().argmin()) for head in range(heads)]  # whose logit each head got
+    head = next(head for head in range(heads) if abs(given[head].item() - logits[head].item()) > tolerance)
+    if all(abs(given[h].item() - logits[source[h]].item()) <= tolerance for h in range(heads)):
+        return (f"the sink logits go to other heads than their own: query head {head}'s sink column holds "
+                f"{name}[{source[head]}] ({given[head].item():.4g}), not {name}[{head}] ({logits[head].item():.4g}) "
+                f"— head h should get {name}[h], {name}.reshape(1, -1, 1, 1) in the query heads' order")
+    return (f"query head {head}'s sink column holds {given[head].item():.4g}, but {name}[{head}] is "
+            f"{logits[head].item():.4g}: concatenate the module's own sink logits beside the scores, unchanged")
+
+
+def _sinks_added(attention: tracing.Attention, logits: torch.Tensor) -> bool:
+    """Whether what the module adds to its scaled scores is, on every cell it shows, its head's sink logit
+    (``logits`` (h,)): the sinks added to every score instead of beside them."""
+    if attention.scaled is None or attention.scaled.shape[1] != logits.numel():
+        return False
+    visible = ~attention.hidden_cells()  # (b, h, nq, nk)
+    added = attention.masked.float() - attention.scaled.float()  # (b, h, nq, nk)
+    expected = logits.reshape(1, -1, 1, 1).expand_as(added)  # (b, h, nq, nk)
+    tolerance = 1e-4 * max(1.0, attention.scaled.float().abs().max().item())
+    return bool(visible.any()) and (added - expected)[visible].abs().max().item() <= tolerance
 
 
 def _reference_verdict(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None,
-                       declared: tuple[DeclaredScale, ...]) -> Check:
+                       declared: tuple[DeclaredScale, ...], cap: DeclaredCap | None = None,
+                       sinks: DeclaredSinks | None = None) -> Check:
     if scaled and width is not None and width.head_dim is None and width.latent is not None:
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
     head_dim = None if width is None else width.head_dim
     design = None if not scaled or attention.scale is None else _declared(attention.scale, declared, design=True)
     reference = functools.partial(_matches_reference, recording, attention, causal, scaled=scaled, window=window,
-                                  head_dim=head_dim)
+                                  head_dim=head_dim, cap=cap, sinks_declared=sinks)
     check = reference(scale=None if design is None else design.scale)
     if check.status == "pass" and design is not None:
         check = Check(check.rule, "pass", f"{check.evidence} — the scores divided by {design.words}, as scaling found")
@@ -1273,7 +1377,11 @@ def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
 
 def _matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool = True, window: int | None = None, head_dim: int | None = None,
-                       scale: float | None = None) -> Check:
+                       scale: float | None = None, cap: DeclaredCap | None = None,
+                       sinks_declared: DeclaredSinks | None = None) -> Check:
+    """matches-reference's comparison with the reference from the module's own Q, K, V, its own soft-cap and sink
+    logits (``cap``, ``sinks_declared``: what the module declares, which the words say the cap and the logits are
+    when they agree — :func:`matches_reference` fails them when they do not)."""
     rule = "matches-reference"
     if attention.queries is None or attention.keys is None or attention.values is None:
         lost = f" ({attention.lost})" if attention.lost else ""
@@ -1292,13 +1400,19 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     precision = _inputs_precision(attention)
     check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1])
     if attention.softcap is not None and check.status != "skip":
+        agreed = cap is not None and _softcap_mismatch(attention, cap) is None
         check = Check(rule, check.status, f"{check.evidence} — the reference applies the module's "
-                                          f"{softcap_words(attention.softcap)} to its scaled scores (the cap is the "
-                                          "module's own, not checked)")
+                                          f"{softcap_words(attention.softcap)} to its scaled scores ("
+                                          + (f"the cap the module declares, {cap.words}" if agreed else
+                                             "the cap is the module's own: it declares none attnviz reads, not "
+                                             "checked" if cap is None else "the cap it applies") + ")")
     if attention.sinks is not None and check.status != "skip":
+        agreed = sinks_declared is not None and _sinks_mismatch(attention, sinks_declared) is None
         check = Check(rule, check.status, f"{check.evidence} — with the module's sink logits beside the scores and "
                                           f"their column dropped after the softmax ({SINK_WORDS}; the sink logits are "
-                                          "the module's own, not checked)")
+                                          + (f"{sinks_declared.words}, each head its own" if agreed else
+                                             "the module's own: it keeps none under a sink's name, not checked"
+                                             if sinks_declared is None else "the ones the softmax got") + ")")
     if slopes is not None and check.status != "skip":
         return Check(rule, check.status, f"{check.evidence} — with the ALiBi bias the module adds to the scores (a "
                                          "slope per head times the key's position, m·j: the slopes are its own, not "

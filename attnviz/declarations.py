@@ -1,7 +1,9 @@
 """What a user's module and its config declare: its sizes under the spellings attention code uses (:data:`SPELLINGS`,
 the map from a spelling to attnviz's setting, :data:`HEAD_DIM_NAMES`), the scales it declares other than
-1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its own), its sliding window, and a setting
-of its config, an object or a dict (:func:`config_setting`).
+1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its own), its sliding window, the soft-cap
+of its scores (:func:`declared_softcap`) and its attention sinks' logits (:func:`declared_sinks`), the numbers
+other than sizes a constructor may be built with (:data:`NUMBER_SETTINGS`: a rotary base, a soft-cap), and a
+setting of its config, an object or a dict (:func:`config_setting`).
 
 A module says what it is built as in its constructor's arguments, its own attributes and its config object, under the
 names attention code gives them; :mod:`attnviz.user_code` (building a module), :mod:`attnviz.tracing` and the rules
@@ -17,6 +19,7 @@ import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 # attnviz's setting -> the names a constructor may call it
@@ -34,6 +37,14 @@ SPELLINGS = {
     "latent_dim": ("latent_dim", "kv_lora_rank", "kv_latent_dim"),
     "sliding_window_size": ("sliding_window_size", "sliding_window", "window_size", "attention_window"),
 }
+# attnviz's name for a number a module is built with that is not a size -> the names a constructor or a module gives it
+# (a rotary base: Llama's rope_theta, the book's rope_base, Meta's theta; a soft-cap: Gemma 2's attn_logit_softcapping)
+NUMBER_SETTINGS = {
+    "rope_base": ("rope_theta", "rope_base", "theta_base", "rotary_base", "base", "theta"),
+    "softcap": ("attn_logit_softcapping", "attn_logit_softcap", "logit_softcapping", "softcapping", "softcap",
+                "soft_cap", "attn_softcap", "logit_softcap"),
+}
+NUMBER_OF = {name: setting for setting, names in NUMBER_SETTINGS.items() for name in names}  # a name -> its setting
 # the names a module or a constructor keeps its config object under (``self.config``, a ``cfg`` parameter …)
 CONFIG_NAMES = ("config", "cfg", "args", "conf")
 SETTING_OF = {spelling: setting for setting, spellings in SPELLINGS.items() for spelling in spellings}  # -> setting
@@ -214,6 +225,60 @@ def _reads(node, names: tuple[str, ...]) -> bool:
     return ((isinstance(node, ast.Name) and node.id in names)
             or (isinstance(node, ast.Attribute) and node.attr in names)
             or (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in names))
+
+
+@dataclass(frozen=True)
+class DeclaredCap:
+    """The soft-cap a module declares for its scaled scores, cap · tanh(s / cap), and where: ``words`` name it
+    ("the config's attn_logit_softcapping = 50", "self.attn.attn_logit_softcapping = 50")."""
+
+    cap: float
+    words: str
+
+
+def declared_softcap(module: nn.Module, built: float | None = None) -> DeclaredCap | None:
+    """The soft-cap ``module`` declares: an attribute of it or a submodule named as a soft-cap is
+    (:data:`NUMBER_SETTINGS`' ``softcap``: Gemma 2's ``attn_logit_softcapping``, ``softcap`` …), a config's
+    ``attn_logit_softcapping`` (``self.config``, ``self.cfg`` …: :data:`CONFIG_NAMES`, an object or a dict), else
+    ``built``, the soft-cap its constructor was built with (``check_module``'s ``sizes``).  None when none declares a
+    positive number — or when they declare several (layers with different caps: which one the trace read is not
+    known)."""
+    found = []
+    for path, sub in module.named_modules():
+        for name in NUMBER_SETTINGS["softcap"]:
+            if _is_positive(value := vars(sub).get(name)):
+                found.append(DeclaredCap(float(value), f"self.{path + '.' if path else ''}{name} = {value:g}"))
+        if _is_positive(value := config_setting(sub, "attn_logit_softcapping")):
+            found.append(DeclaredCap(float(value), f"the config's attn_logit_softcapping = {value:g}"))
+    if not found and _is_positive(built):
+        found.append(DeclaredCap(float(built), f"the soft-cap it is built with, {built:g}"))
+    return found[0] if len({cap.cap for cap in found}) == 1 else None
+
+
+SINK_NAMES = ("sinks", "sink", "attn_sinks", "attention_sinks", "sink_logits", "sinks_logits")  # GPT-OSS: sinks
+
+
+@dataclass(frozen=True)
+class DeclaredSinks:
+    """The attention sinks' logits a module keeps, one per query head (``logits`` (h,)), and their name
+    ("self.self_attn.sinks")."""
+
+    logits: torch.Tensor
+    words: str
+
+
+def declared_sinks(module: nn.Module, heads: int) -> DeclaredSinks | None:
+    """The one tensor of ``heads`` numbers ``module`` or a submodule keeps (a parameter, a buffer or an attribute)
+    under a sink's name (:data:`SINK_NAMES`: GPT-OSS's ``self.sinks``, one learned logit per query head); None when
+    it keeps none, or several (which one the trace read is not known)."""
+    found = {}
+    for path, sub in module.named_modules():
+        for name in SINK_NAMES:
+            value = sub._parameters.get(name, sub._buffers.get(name, vars(sub).get(name)))  # its own, not a child's
+            if isinstance(value, torch.Tensor) and value.numel() == heads and value.is_floating_point():
+                found[id(value)] = DeclaredSinks(value.detach().float().reshape(heads),
+                                                 f"self.{path + '.' if path else ''}{name}")
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 

@@ -22,11 +22,11 @@ import torch
 from torch import nn
 
 from attnviz import tracing
-from attnviz.declarations import config_setting
+from attnviz.declarations import NUMBER_SETTINGS, config_setting
 from attnviz.rule_base import Check, per_query_head
 
 
-def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
+def rotary_placement(module: nn.Module, x: torch.Tensor, built_base: float | None = None) -> Check:
     """On one token repeated at n positions (:func:`_one_token_repeated`), rotary on Q and K only makes every score
     QKᵀ (from the recorded Q and K, per query head) a function of i − j and leaves every value the same.  A score that
     moves along a diagonal fails when Q or K is that token's vector turned by its position (:func:`_turned`), the
@@ -36,7 +36,10 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
     frequencies of a table as wide as d_model, not head_dim (:func:`_wrong_table`) fail too: as a rotation whose
     scores depend only on i − j (inv_freq with d_model in the exponent's denominator), or, each feature turned by its
     own frequency, as scores that move (d_model's rotate_half tables sliced to head_dim).  Positions that enter
-    otherwise (an embedding added inside the module) are not rotary's to name: no failure."""
+    otherwise (an embedding added inside the module) are not rotary's to name: no failure.  ``built_base``: the
+    rotary base the module was built with (``check_module``'s ``sizes``: its constructor's ``rope_theta``, ``base`` …),
+    read where it keeps none; with no base anywhere, a table that is head_dim's at a base a module may choose and
+    d_model's at a usual one passes, and the PASS line says which it took (:func:`_assumed_words`)."""
     rule = "rotary-placement"
     if not uses_rotary(module):
         return Check(rule, "skip", NOT_ROTARY)
@@ -59,8 +62,11 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
     if moved is not None and not findings and (across := _turned_across_heads(queries, keys)):
         tiled = _table(_side_by_side(queries), module, (queries.shape[-1],))
         findings.append(_across_heads_words(scores, moved, across, on, tiled is not None))
-    if not findings and (table := _wrong_table(queries, module, x.shape[-1])) is not None:
-        if moved is None:  # a rotation, with other frequencies than head_dim's
+    assumed = ""
+    if not findings and (table := _wrong_table(queries, module, x.shape[-1], built_base)) is not None:
+        if table.assumed is not None:  # head_dim's at a base a module may choose, or d_model's at a usual one
+            assumed = _assumed_words(table, queries.shape[-1])
+        elif moved is None:  # a rotation, with other frequencies than head_dim's
             findings.append(_wrong_table_words(table, queries.shape[-1], on))
         elif not table.shared:  # every feature its own frequency: d_model's table sliced, no rotation
             findings.append(_sliced_table_words(scores, moved, table, queries.shape[-1], on))
@@ -76,7 +82,7 @@ def rotary_placement(module: nn.Module, x: torch.Tensor) -> Check:
         return Check(rule, "skip", f"not rotary: {on} every score QKᵀ and every value is the same — nothing turns "
                                    "the queries, keys or values by their position")
     return Check(rule, "pass", f"{on} every score depends only on the distance i − j and no value is turned by its "
-                               "position: rotary on the queries and keys only")
+                               f"position: rotary on the queries and keys only{assumed}")
 
 
 ROTARY_NAMES = ("cos", "sin", "freq", "freqs", "rope", "rotary", "rotate")  # the names rotary embeddings go by
@@ -229,7 +235,7 @@ def _across_heads_words(scores: torch.Tensor, moved: tuple[int, int, int], sides
 
 
 ROPE_BASES = (10_000.0, 500_000.0, 1_000_000.0)  # rotary's usual bases (GPT-NeoX and Llama 2, Llama 3, Qwen, Gemma)
-BASE_NAMES = ("rope_theta", "rope_base", "theta_base", "rotary_base", "base", "theta")  # where a module keeps one
+BASE_NAMES = NUMBER_SETTINGS["rope_base"]  # where a module keeps one: rope_theta, rope_base, base, theta …
 ROUND_BASES = tuple(m * 10.0 ** k for k in range(3, 8) for m in (1, 2, 5))  # bases a module may choose: 1000 … 5e7
 WIDTH_NAMES = ("rotary_dim", "rotary_ndims", "rotary_emb_dim", "rope_dim", "qk_rope_head_dim")  # a rotated width
 SHARE_NAMES = ("rotary_pct", "partial_rotary_factor")  # the rotated share of head_dim
@@ -249,6 +255,10 @@ class RotaryTable:
     rates: tuple[float, ...]
     name: str = ""
     shared: bool = True
+    # no base kept anywhere, and head_dim's (or the rotated width's) table at this base a module may choose turns by
+    # the same frequencies: the base taken (and ``assumed_width`` its width) instead of ``base`` over ``width``
+    assumed: float | None = None
+    assumed_width: int | None = None
 
 
 def _feature_rates(rows: torch.Tensor) -> torch.Tensor | None:
@@ -314,19 +324,20 @@ def _after_rotation_words(scores: torch.Tensor, moved: tuple[int, int, int], rat
             "projections to q and k before rotary, and rotate last")
 
 
-def _table(rows: torch.Tensor, module: nn.Module, widths: Iterable[int]) -> RotaryTable | None:
+def _table(rows: torch.Tensor, module: nn.Module, widths: Iterable[int],
+           built_base: float | None = None) -> RotaryTable | None:
     """The rotary table (h, n, d) rows of one token at each position are turned by, when its width is one of
-    ``widths`` (tried in order) for the base the module keeps (:data:`BASE_NAMES`) or else one of rotary's usual ones
-    (:data:`ROPE_BASES`): the measurable frequencies the powers of one ρ from 1 radian a position (:func:`_ladder`),
-    ρ = base^(−2/width) fitted to them.  None otherwise — no rotation, scaled positions, another
-    table."""
+    ``widths`` (tried in order) for the base the module keeps (:data:`BASE_NAMES`), else the one it was built with
+    (``built_base``), or else one of rotary's usual ones (:data:`ROPE_BASES`): the measurable frequencies the powers
+    of one ρ from 1 radian a position (:func:`_ladder`), ρ = base^(−2/width) fitted to them.  None otherwise — no
+    rotation, scaled positions, another table."""
     rates, ladder = _feature_rates(rows), _ladder(rows)
     if rates is None or ladder is None:
         return None
     distinct, log_ratio = ladder
     shared = any(len({round(math.log(rate) / log_ratio) for rate in head if rate >= SLOWEST_MEASURED})
                  < sum(rate >= SLOWEST_MEASURED for rate in head) for head in rates.tolist())
-    declared = _rope_base(module)
+    declared = _rope_base(module) or built_base
     for width in widths:
         for base in (declared,) if declared else ROPE_BASES:
             if math.isclose(-2 * math.log(base) / log_ratio, width, rel_tol=TABLE_TOLERANCE):
@@ -348,24 +359,49 @@ def _rope_base(module: nn.Module) -> float | None:
     return None
 
 
-def _wrong_table(queries: torch.Tensor, module: nn.Module, d_model: int) -> RotaryTable | None:
+def _wrong_table(queries: torch.Tensor, module: nn.Module, d_model: int,
+                 built_base: float | None = None) -> RotaryTable | None:
     """The table of (h, n, hd) queries of one token repeated when it is as wide as d_model (or num_heads × head_dim)
     and neither head_dim nor the rotated width (:func:`_rotated_widths`): inv_freq with d_model in the exponent's
     denominator, or d_model's tables sliced to head_dim; None when it is head_dim's or the rotated width's (or
-    another width: a scaled table), or — a rotation, its base kept nowhere (:func:`_rope_base`) — when head_dim's or
-    the rotated width's table of a base a module may choose (:data:`ROUND_BASES`) turns by the same frequencies:
-    base 1000 over head_dim 16 is 1e6 over 32, and the frequencies alone do not tell them apart."""
+    another width: a scaled table) at the base the module keeps or was built with (``built_base``).  A rotation
+    whose base is kept nowhere (:func:`_rope_base`) and not known from its construction, for which head_dim's or the
+    rotated width's table of a base a module may choose (:data:`ROUND_BASES`) turns by the same frequencies — base
+    1000 over head_dim 16 is 1e6 over 32, and the frequencies alone do not tell them apart —, is that table with the
+    base taken (``assumed``) instead: a pass that says so."""
     head_dim = queries.shape[-1]
     right = (head_dim, *_rotated_widths(queries, module))
     names = {queries.shape[0] * head_dim: "num_heads × head_dim", d_model: "d_model"}  # d_model's name when equal
-    table = _table(queries, module, (*right, *(width for width in names if width not in right)))
+    table = _table(queries, module, (*right, *(width for width in names if width not in right)), built_base)
     if table is None or table.width in right:
         return None
-    if table.shared and _rope_base(module) is None and any(
-            math.isclose(table.width * math.log(base), width * math.log(table.base), rel_tol=TABLE_TOLERANCE)
-            for width in right for base in ROUND_BASES):  # base^(−2i/width) = table.base^(−2i/table.width)
-        return None
-    return RotaryTable(table.width, table.base, table.rates, names[table.width], table.shared)
+    found = RotaryTable(table.width, table.base, table.rates, names[table.width], table.shared)
+    if not table.shared or _rope_base(module) is not None or built_base is not None:
+        return found
+    for width in right:
+        for base in ROUND_BASES:  # base^(−2i/width) = table.base^(−2i/table.width)
+            if math.isclose(table.width * math.log(base), width * math.log(table.base), rel_tol=TABLE_TOLERANCE):
+                return RotaryTable(found.width, found.base, found.rates, found.name, True, base, width)
+    return found
+
+
+def _assumed_words(table: RotaryTable, head_dim: int) -> str:
+    """The PASS line's words for a table of no known base that is head_dim's (or the rotated width's) at a base a
+    module may choose and d_model's at a usual one (:func:`_wrong_table`'s ``assumed``): which one the check took,
+    and how to have it checked."""
+    width = table.assumed_width
+    which = "head_dim" if width == head_dim else "the rotated width"
+    return (f" — its queries turn by θ_i = {table.assumed:g}^(−2i/{width}): {which}'s table ({width}) at base "
+            f"{_base(table.assumed)}, or, by the same frequencies, a table built for {table.name} ({table.width}) at "
+            f"base {_base(table.base)}, a bug; the module keeps no rotary base ({', '.join(BASE_NAMES[:2])}, theta …) "
+            f"and was built with none attnviz knows, so the check takes it as {which}'s at base "
+            f"{_base(table.assumed)} — keep the base (self.rope_base = …), or take it as a constructor argument named "
+            "rope_theta or base (attnviz check reads it), to have the table's width checked")
+
+
+def _base(base: float) -> str:
+    """A rotary base as people write it: "1,000,000", "10,000", "2.5e+07" past whole numbers."""
+    return f"{base:,.0f}" if float(base).is_integer() else f"{base:g}"
 
 
 def _rotated_widths(queries: torch.Tensor, module: nn.Module) -> tuple[int, ...]:

@@ -50,7 +50,7 @@ from pathlib import Path
 from torch import nn
 
 from attnviz import time_limit, user_imports
-from attnviz.declarations import CONFIG_NAMES, SETTING_OF, SPELLINGS, constructor_trees, is_size
+from attnviz.declarations import CONFIG_NAMES, NUMBER_OF, SETTING_OF, SPELLINGS, constructor_trees, is_size
 from attnviz.script_args import flag_values
 
 CLI_FLAG = "--module"
@@ -375,13 +375,15 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     return not_taken
 
 
-def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[str, int]:
+def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[str, float]:
     """The sizes among constructor ``arguments`` (:func:`constructor_arguments`' result), by attnviz setting: an
     argument spelled as one of a setting's names (``n_head`` → ``num_heads``) whose value is a positive whole number,
     or a single config object's attribute (:data:`CONFIG_FIELDS`: ``n_embd`` → ``d_in``, ``block_size`` →
     ``context_length``); given ``cls``, also the defaults of its size parameters that ``arguments`` leave to it
     (``LlamaGQA(d_in=64, num_heads=8, num_kv_groups=2)`` called with none).  What the module was built with,
-    whatever names it keeps them under afterwards."""
+    whatever names it keeps them under afterwards — and so are the positive numbers named as a rotary base or a
+    soft-cap (``rope_theta=500000`` → ``rope_base``, ``attn_logit_softcapping=50`` → ``softcap``:
+    :data:`attnviz.declarations.NUMBER_SETTINGS`), which a module may use and keep nowhere."""
     sizes = {}
     if cls is not None:
         arguments = {**_parameter_defaults(cls), **arguments}
@@ -390,8 +392,13 @@ def sizes_taken(arguments: Mapping, cls: type[nn.Module] | None = None) -> dict[
             for field, setting in CONFIG_FIELDS.items():
                 if setting in SPELLINGS and is_size(getattr(value, field, None)):
                     sizes.setdefault(setting, getattr(value, field))
+            for field, setting in NUMBER_OF.items():
+                if _is_number(number := getattr(value, field, None)) and number > 0:
+                    sizes.setdefault(setting, number)
         elif name in SETTING_OF and is_size(value):
             sizes[SETTING_OF[name]] = value
+        elif name in NUMBER_OF and _is_number(value) and value > 0:
+            sizes.setdefault(NUMBER_OF[name], value)
     return sizes
 
 

@@ -2,13 +2,19 @@
 ``attn_logit_softcapping``), in every way code writes it: ``scaling`` judges the scale before the cap,
 ``matches-reference`` compares with a reference soft-capped as the module caps, rotary is identified — and a module
 that divides by head_dim before capping fails both (the modules are tests/helpers/user_modules.py's
-SoftCappedAttention and Gemma2Layer)."""
+SoftCappedAttention and Gemma2Layer).  The cap the module declares — an attribute named as the cap, its config's
+``attn_logit_softcapping``, or the constructor argument it was built with — is the cap it must apply: another cap,
+or none, fails ``matches-reference`` naming both (DeclaredSoftCap)."""
+
+import contextlib
+import io
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import user_modules as um
 
-from attnviz import checks
+from attnviz import checks, cli
 
 RULES = ("scaling", "rotary-placement", "matches-reference")
 
@@ -48,3 +54,75 @@ def test_transformers_gemma2_attention_with_soft_capping_runs_every_rule():
     for rule in RULES:
         assert results[rule].status == "pass", (rule, results[rule].evidence)
     assert "50 · tanh(s / 50)" in results["matches-reference"].evidence
+
+
+# ---------------------------------------------------------------- the cap the module declares (DeclaredSoftCap)
+
+CLI_HELPERS = Path(__file__).parent / "helpers" / "user_modules.py"
+
+
+def cli_table(*args) -> tuple[int, str]:
+    """``attnviz check ARGS`` in this process: its exit status and its table, the evidence column's wrapping undone."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = cli.main(["check", *map(str, args)])
+    return status, " ".join(out.getvalue().split())
+
+
+@pytest.mark.parametrize(("declared", "words"), [("attribute", "self.attn_logit_softcapping = 50"),
+                                                 ("config", "the config's attn_logit_softcapping = 50")])
+def test_a_cap_other_than_the_declared_one_fails_matches_reference_naming_both(declared, words):
+    torch.manual_seed(0)
+    result = verdicts(um.DeclaredSoftCap(declared=declared, applied=30.0), ("matches-reference",))
+    check = result["matches-reference"]
+    assert check.status == "fail", check.evidence
+    assert check.evidence.startswith("the module soft-caps its scaled scores at 30 · tanh(s / 30), but it declares "
+                                     f"a cap of 50 — {words}: cap with 50 · tanh(s / 50), not 30"), check.evidence
+
+
+def test_scores_left_uncapped_where_a_cap_is_declared_fail_naming_the_cap():
+    torch.manual_seed(0)
+    check = verdicts(um.DeclaredSoftCap(applied=0), ("matches-reference",))["matches-reference"]
+    assert check.status == "fail", check.evidence
+    assert check.evidence.startswith("the module declares a soft-cap of its scores, self.attn_logit_softcapping = 50 "
+                                     "(Gemma 2's attn_logit_softcapping), but its scaled scores reach the softmax "
+                                     "uncapped"), check.evidence
+    assert "apply s → 50 · tanh(s / 50)" in check.evidence
+
+
+@pytest.mark.parametrize("declared", ["attribute", "config"])
+def test_the_declared_cap_applied_passes_saying_where_it_is_declared(declared):
+    torch.manual_seed(0)
+    check = verdicts(um.DeclaredSoftCap(declared=declared), ("matches-reference",))["matches-reference"]
+    assert check.status == "pass", check.evidence
+    assert "(the cap the module declares, " in check.evidence and "not checked" not in check.evidence
+
+
+def test_a_cap_kept_nowhere_is_checked_against_the_one_it_was_built_with():
+    """The constructor takes attn_logit_softcapping and writes another number into the forward: check_module's
+    sizes (what attnviz check gives it from the constructor's arguments) say which cap it was built with."""
+    torch.manual_seed(0)
+    module = um.DeclaredSoftCap(declared="argument", applied=30.0)
+    alone = verdicts(module, ("matches-reference",))["matches-reference"]
+    assert alone.status == "pass" and "it declares none attnviz reads, not checked" in alone.evidence
+    told = {c.rule: c for c in checks.check_module(module, rules=("matches-reference",),
+                                                   sizes={"attn_logit_softcapping": 50.0})}["matches-reference"]
+    assert told.status == "fail" and "declares a cap of 50 — the soft-cap it is built with, 50" in told.evidence
+    status, table = cli_table(f"{CLI_HELPERS}:DeclaredSoftCap", "--set", "declared=argument", "--set", "applied=30")
+    assert status == 1 and "matches-reference FAIL the module soft-caps its scaled scores at 30" in table, table
+
+
+def test_transformers_gemma2_attention_with_its_cap_switched_off_fails_naming_the_configs():
+    """A wrapper that sets the layer's attn_logit_softcapping to None (to try the layer without it) while its config
+    still says 50: the scores reach the softmax uncapped."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    module = um.Gemma2Layer()
+    passed = verdicts(module, ("matches-reference",))["matches-reference"]
+    assert passed.status == "pass" and "the cap the module declares, self.self_attn.attn_logit_softcapping = 50" \
+        in passed.evidence, passed.evidence
+    module.self_attn.attn_logit_softcapping = None
+    check = verdicts(module, ("matches-reference",))["matches-reference"]
+    assert check.status == "fail", check.evidence
+    assert check.evidence.startswith("the module declares a soft-cap of its scores, the config's "
+                                     "attn_logit_softcapping = 50"), check.evidence

@@ -3104,6 +3104,35 @@ class HFLayer(nn.Module):
         return self.self_attn(x, (cos, sin), mask)[0]  # (b, n, hidden_size)
 
 
+class DeclaredSoftCap(nn.Module):
+    """Gemma 2's soft-capped attention whose cap is declared one way and applied as the forward says, as ports get it
+    wrong: the cap kept as ``self.attn_logit_softcapping`` (``declared="attribute"``), in the model's config dict
+    ``self.cfg`` (``"config"``), or only taken by the constructor and written into the forward's numbers
+    (``"argument"``: kept nowhere).  ``applied``: the cap the forward uses — None: the declared one (right); a number
+    (``30.0``, copied from another model: a bug); ``0``: no cap at all (a bug)."""
+
+    def __init__(self, d_model=64, n_heads=4, attn_logit_softcapping=50.0, declared="attribute", applied=None):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        if declared == "attribute":
+            self.attn_logit_softcapping = attn_logit_softcapping
+        elif declared == "config":
+            self.cfg = {"emb_dim": d_model, "n_heads": n_heads, "attn_logit_softcapping": attn_logit_softcapping}
+        self.cap_in_forward = attn_logit_softcapping if applied is None else applied
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (b, h, n, n)
+        if self.cap_in_forward:
+            s = torch.tanh(s / self.cap_in_forward) * self.cap_in_forward  # (b, h, n, n)
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
+        w = torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)  # (b, h, n, n)
+        return self.o((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
+
+
 class Gemma2Layer(HFLayer):
     """transformers' own ``Gemma2Attention`` (``attn_logit_softcapping`` set)."""
 
@@ -3124,12 +3153,16 @@ class SinkAttention(nn.Module):
     the sink what it does not give the keys).  ``sink_first``: the sink's column before the keys (dropped with
     ``[..., 1:]``); ``divide_by``: what the scores are divided by, √head_dim (None) or another number (a bug);
     ``drop``: the column dropped after the softmax — "sink" (right) or "key" (a key's column instead of the sink's:
-    a bug)."""
+    a bug); ``sinks_as``: how the forward uses ``self.sinks`` — "column" (right); bugs: "flipped" (the heads' logits
+    in reverse order, a port that numbers its heads from the other end), "first" (head 0's logit for every head, as
+    a port of a one-sink model writes ``self.sinks[:1]``), "repeat" (the column built with ``.repeat(n)`` where
+    ``repeat_interleave(n)`` was meant: it changes from query to query), "added" (added to every score of its head's
+    rows, the softmax over the keys alone)."""
 
-    def __init__(self, d_model=64, n_heads=4, sink_first=False, divide_by=None, drop="sink"):
+    def __init__(self, d_model=64, n_heads=4, sink_first=False, divide_by=None, drop="sink", sinks_as="column"):
         super().__init__()
         self.n_heads, self.head_dim, self.sink_first, self.drop = n_heads, d_model // n_heads, sink_first, drop
-        self.divide_by = divide_by or math.sqrt(self.head_dim)
+        self.divide_by, self.sinks_as = divide_by or math.sqrt(self.head_dim), sinks_as
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.o = nn.Linear(d_model, d_model, bias=False)
         self.sinks = nn.Parameter(torch.randn(n_heads))  # (h,): trained sinks are not zero
@@ -3138,8 +3171,19 @@ class SinkAttention(nn.Module):
         b, n, d = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
         s = q @ k.transpose(-1, -2) / self.divide_by  # (b, h, n, n)
+        if self.sinks_as == "added":
+            s = s + self.sinks.reshape(1, -1, 1, 1)  # (b, h, n, n): a constant per row
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))  # (b, h, n, n)
-        sink = self.sinks.reshape(1, -1, 1, 1).expand(b, -1, n, 1)  # (b, h, n, 1)
+        if self.sinks_as == "added":
+            return self.o((torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
+        if self.sinks_as == "flipped":
+            sink = self.sinks.flip(0).reshape(1, -1, 1, 1).expand(b, -1, n, 1)  # (b, h, n, 1)
+        elif self.sinks_as == "first":
+            sink = self.sinks[:1].reshape(1, 1, 1, 1).expand(b, self.n_heads, n, 1)  # (b, h, n, 1)
+        elif self.sinks_as == "repeat":
+            sink = self.sinks.repeat(n).view(1, self.n_heads, n, 1).expand(b, -1, -1, -1)  # (b, h, n, 1)
+        else:
+            sink = self.sinks.reshape(1, -1, 1, 1).expand(b, -1, n, 1)  # (b, h, n, 1)
         joined = torch.cat([sink, s] if self.sink_first else [s, sink], dim=-1)  # (b, h, n, n + 1)
         probs = torch.softmax(joined, dim=-1)  # (b, h, n, n + 1)
         sink_dropped = (self.drop == "sink") == self.sink_first  # which end goes: the sink's, or a key's
