@@ -1,19 +1,35 @@
 """Rotary found where it hides, widths that coincide, and what follows the rotation (tests/helpers/user_modules.py):
 ``rotary-placement`` reads rotary in a submodule's forward (GPT-J's attention inside a block), passes a correct
 rotary whose table's width happens to equal d_model (a partial rotary's rotated width, a head_dim table of an
-uncommon base), fails a norm applied after the rotation, and ``mask-convention`` reads no window off a layer that says
-it is global."""
+uncommon base — whose PASS line says which base and width it took when the module keeps no base and was built with
+none attnviz knows, and which fails as d_model's when the base it was built with says so), fails a norm applied after
+the rotation, and ``mask-convention`` reads no window off a layer that says it is global."""
+
+import contextlib
+import io
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import user_modules as um
 
-from attnviz import checks
+from attnviz import checks, cli
 
 RULE = "rotary-placement"
 ON = "on one token repeated at 8 positions"
 PASSES = (f"{ON} every score depends only on the distance i − j and no value is turned by its position: rotary on "
           "the queries and keys only")
+
+
+HELPERS = Path(__file__).parent / "helpers" / "user_modules.py"
+
+
+def cli_table(*args) -> tuple[int, str]:
+    """``attnviz check ARGS`` in this process: its exit status and its table, the evidence column's wrapping undone."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = cli.main(["check", *map(str, args)])
+    return status, " ".join(out.getvalue().split())
 
 
 def verdicts(module) -> dict[str, checks.Check]:
@@ -42,12 +58,52 @@ def test_a_partial_rotary_whose_width_equals_d_model_passes(keep_width):
     assert results[RULE] == checks.Check(RULE, "pass", PASSES), results[RULE]
 
 
+ASSUMED = (" — its queries turn by θ_i = 1000^(−2i/16): head_dim's table (16) at base 1,000, or, by the same "
+           "frequencies, a table built for d_model (32) at base 1,000,000, a bug; the module keeps no rotary base "
+           "(rope_theta, rope_base, theta …) and was built with none attnviz knows, so the check takes it as "
+           "head_dim's at base 1,000 — keep the base (self.rope_base = …), or take it as a constructor argument named "
+           "rope_theta or base (attnviz check reads it), to have the table's width checked")
+
+
 @pytest.mark.parametrize("keep_base", [True, False], ids=["theta-kept", "base-not-kept"])
 def test_an_uncommon_base_over_head_dim_passes(keep_base):
     """Base 1000 over head_dim 16 turns by the same frequencies as 1e6 over d_model 32: the kept base decides, and
-    without one the two explanations are equal — no failure."""
+    without one the two explanations are equal — no failure, and the PASS line says which it took."""
     results = verdicts(built(um.RotaryOwnBase, keep_base=keep_base))
-    assert results[RULE] == checks.Check(RULE, "pass", PASSES), results[RULE]
+    assert results[RULE] == checks.Check(RULE, "pass", PASSES + ("" if keep_base else ASSUMED)), results[RULE]
+
+
+@pytest.mark.parametrize("tables", ["exponent", "complex"])
+def test_d_models_table_at_a_usual_base_that_is_head_dims_at_another_passes_saying_what_it_took(tables):
+    """d_model = 2 × head_dim at base 1e6, the base kept nowhere and not known from how it was built: a table built
+    for d_model turns by head_dim's frequencies at base 1000, and the frequencies cannot tell them apart."""
+    results = verdicts(built(um.RotaryTablesForDModel, d_model=32, n_heads=2, tables=tables, base=1_000_000.0))
+    assert results[RULE] == checks.Check(RULE, "pass", PASSES + ASSUMED), results[RULE]
+
+
+@pytest.mark.parametrize("tables", ["exponent", "complex"])
+def test_d_models_table_fails_when_the_base_it_was_built_with_is_known(tables):
+    """The constructor's base, which it keeps nowhere, is the one it was built with: check_module's sizes say it
+    (attnviz check passes the constructor's arguments, its defaults included)."""
+    module = built(um.RotaryTablesForDModel, d_model=32, n_heads=2, tables=tables, base=1_000_000.0)
+    check = {c.rule: c for c in checks.check_module(module, rules=(RULE,), sizes={"base": 1_000_000.0})}[RULE]
+    assert check.status == "fail", check
+    assert check.evidence.startswith("q and k are turned by the frequencies of width 32 (d_model), not of head_dim = "
+                                     f"16: {ON} the queries turn by θ_i = 1e+06^(−2i/32)"), check.evidence
+    status, table = cli_table(f"{HELPERS}:RotaryTablesForDModel", "--d-in", 32, "--num-heads", 2, "--set",
+                              f"tables={tables}", "--set", "base=1000000")
+    assert status == 1 and "rotary-placement FAIL q and k are turned by the frequencies of width 32 (d_model)" \
+        in table, table
+
+
+def test_head_dims_own_table_at_the_uncommon_base_it_was_built_with_passes_plainly():
+    """The same frequencies from a right table of base 1000: the base it was built with says they are head_dim's."""
+    module = built(um.RotaryTablesForDModel, d_model=32, n_heads=2, tables="head_dim", base=1000.0)
+    check = {c.rule: c for c in checks.check_module(module, rules=(RULE,), sizes={"base": 1000.0})}[RULE]
+    assert check == checks.Check(RULE, "pass", PASSES), check
+    status, table = cli_table(f"{HELPERS}:RotaryTablesForDModel", "--d-in", 32, "--num-heads", 2, "--set",
+                              "tables=head_dim", "--set", "base=1000")
+    assert status == 0 and f"rotary-placement PASS {PASSES} dropout-placement" in table, table
 
 
 def test_a_d_model_table_still_fails_when_its_base_is_kept():
