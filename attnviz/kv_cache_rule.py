@@ -1,40 +1,59 @@
-"""The ``kv-cache`` rule of :mod:`attnviz.checks`: a module's cached forwards give its uncached outputs, and its
-cache holds no more than the variant it declares needs.
+"""Checks that a module's cached forwards give its uncached outputs and that its cache holds no more than the
+variant it declares needs: the ``kv-cache`` rule of :mod:`attnviz.checks`.
 
-For a forward that takes ``use_cache``: two different sequences, each after the module's own
-``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, the last two in
-one forward (a chunk after a non-empty cache: skipped, said in the pass, for a forward that raises on it or takes a
-model's ``attention_mask``), give the uncached outputs (≤ 1e-5; a cache kept in lower precision than the module
-computes — a bfloat16 cache beside float32 outputs — at that dtype's precision, named; the dtype of the cache's own
-tensors, not of another a cached forward writes: :class:`_Precision`); for a ``window_size`` that is the cache's
-length W (:func:`attnviz.declarations.cache_length`, the book's optimized class), the prefill no longer than W and each
-step past W compared with the uncached forward of the last W tokens, those the cache keeps.  A cache
-the caller holds — a ``past_key_values`` (``past_key_value``, ``layer_past``, ``past_kv``, ``kv_cache``, ``cache``,
-``past``) argument, returned beside the output, and no reset — is checked the same way, each forward given the cache
-the one before returned; a forward that returns none is given a
-Hugging Face ``DynamicCache`` (transformers imported only then) that it fills in place, the same object every step
-(skipped when the module is not causal, or keeps no cache either way).  A step that differs is recorded again beside
-the whole sequence's forward, and the failure names what the evidence shows: the module's position counter (one that
-never moves, counts forwards, or counts each token twice), how many tokens its cache holds (for a declared window W:
-fewer than the W − 1 a step needs beside its own, or a step that sees more than W keys — a rolling cache one token
-too long, or, the cache holding every token fed, a cached mask without the window), keys read from slots no token
-was written to, a reset that leaves the cache the last sequence filled, where the step's mask puts the new tokens
-(SDPA's ``is_causal`` over the cache: aligned to the top-left), which of
-its queries, keys or values differ — for a rotary module, a query or cached key of the right length turned by
-another angle (rotated at the wrong position); keys or values that are the whole sequence's K/V heads in
-``.repeat``'s order instead of ``repeat_interleave``'s, or the reverse; a cached output of NaN or of another shape
-is named as such.  Right outputs with a position counter past the tokens fed fail too (a reset that keeps it: named
-so), saying why they agree — a later row of the causal mask, rotary scores that depend only on i − j.  A pass says
-what the cache holds after the sequence (tokens × elements per token, counted along the dimension that grows by one
-from the first token to the second) — a cache the module resets itself found by what it holds, not by its name (the
-tensors it keeps, inside a tuple, list or dict too, that hold the tokens: that grow from the first token to the
-second, whether the reset empties them or not, or that the reset empties or replaces and that hold what a token
-brought — not a mask, rotary tables or a step counter), a cache the caller holds as the forward returns it after the
-last token — and fails, its outputs right, only on evidence of the waste its declared variant exists to save: a
-window cache holding more than W tokens (not the ``DynamicCache`` attnviz hands a layer, which keeps every token by
-its own choice: said in the pass), K/V tensors of ``num_heads`` heads where ``num_kv_groups`` K/V heads are
-declared, full K and V (d_out per token each) where a ``latent_dim`` is (sizes the module keeps under other names:
-those it was built with, ``check_module``'s ``sizes``, and the heads and head_dim its trace measured).
+What it runs:
+
+* a forward that takes ``use_cache``: two different sequences, each after the module's own
+  ``reset_cache()``/``reset_kv_cache()``, fed as a prefill of several tokens and then token by token, the last two
+  in one forward (a chunk after a non-empty cache: skipped, said in the pass, for a forward that raises on it or
+  takes a model's ``attention_mask``);
+* a cache the caller holds — a ``past_key_values`` (``past_key_value``, ``layer_past``, ``past_kv``, ``kv_cache``,
+  ``cache``, ``past``) argument, returned beside the output, and no reset — the same way, each forward given the
+  cache the one before returned; a forward that returns none is given a Hugging Face ``DynamicCache``
+  (transformers imported only then) that it fills in place, the same object every step;
+* nothing for a module that is not causal, or that keeps no cache either way: the rule skips.
+
+When it passes:
+
+* every step gives the uncached outputs, ≤ 1e-5;
+* a cache kept in lower precision than the module computes — a bfloat16 cache beside float32 outputs — to that
+  dtype's precision, named: the dtype of the cache's own tensors, not of another a cached forward writes
+  (:class:`_Precision`);
+* for a ``window_size`` that is the cache's length W (:func:`attnviz.declarations.cache_length`, the book's
+  optimized class), the prefill is no longer than W and each step past W is compared with the uncached forward of
+  the last W tokens, those the cache keeps.
+
+What a failure names — a step that differs is recorded again beside the whole sequence's forward, and the failure
+names what the evidence shows:
+
+* the module's position counter: one that never moves, counts forwards, or counts each token twice;
+* how many tokens its cache holds — for a declared window W, fewer than the W − 1 a step needs beside its own, or a
+  step that sees more than W keys (a rolling cache one token too long, or, the cache holding every token fed, a
+  cached mask without the window);
+* keys read from slots no token was written to;
+* a reset that leaves the cache the last sequence filled;
+* where the step's mask puts the new tokens (SDPA's ``is_causal`` over the cache: aligned to the top-left);
+* which of its queries, keys or values differ — for a rotary module, a query or cached key of the right length
+  turned by another angle (rotated at the wrong position); keys or values that are the whole sequence's K/V heads
+  in ``.repeat``'s order instead of ``repeat_interleave``'s, or the reverse;
+* a cached output of NaN or of another shape, as such;
+* right outputs with a position counter past the tokens fed fail too (a reset that keeps it: named so), saying why
+  they agree — a later row of the causal mask, rotary scores that depend only on i − j.
+
+What the cache holds:
+
+* a pass says what the cache holds after the sequence: tokens × elements per token, counted along the dimension
+  that grows by one from the first token to the second;
+* a cache the module resets itself is found by what it holds, not by its name: the tensors it keeps, inside a
+  tuple, list or dict too, that hold the tokens — that grow from the first token to the second, whether the reset
+  empties them or not, or that the reset empties or replaces and that hold what a token brought (not a mask,
+  rotary tables or a step counter); a cache the caller holds is read as the forward returns it after the last
+  token;
+* the rule fails, its outputs right, only on evidence of the waste its declared variant exists to save: a window
+  cache holding more than W tokens (not the ``DynamicCache`` attnviz hands a layer, which keeps every token by its
+  own choice: said in the pass), K/V tensors of ``num_heads`` heads where ``num_kv_groups`` K/V heads are
+  declared, full K and V (d_out per token each) where a ``latent_dim`` is; sizes the module keeps under other
+  names are those it was built with, ``check_module``'s ``sizes``, and the heads and head_dim its trace measured.
 
 An uncached forward that writes to a cache the module keeps (a forward that ignores ``use_cache=False``, or takes no
 ``use_cache`` and caches on every call: :func:`uncached_appends`) — one that grows, or one allocated once at its full
