@@ -4,57 +4,69 @@
 id, a status (``pass``, ``fail``, or ``skip`` when it does not apply) and evidence in a learner's words —
 which cell, which value, what it should be:
 
-* ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1, as the weights multiply V (a
-  softmax over the wrong dimension normalises columns; ``softmax(s) / √d`` shrinks every row; a softmax in float16
-  or bfloat16 rounds them, named so — not SDPA's on float16 or bfloat16 inputs, which runs in float32);
-* ``causal`` — changing the tokens from position j on changes no output before j (skipped for 1 token: nothing
-  comes after it, and for a module that is not causal: the evidence says who said so — ``causal=False`` given, the
-  module's ``causal`` attribute, or no mask hiding the future — and ``mask-convention`` fails a module that masks
-  anyway); a failure says who said the module is causal when it hides nothing (an ``is_causal`` attribute: the
-  flag masks nothing by itself), or, when its weights hide the future, where the leak is: in the weights, in V, or
-  after ``weights @ V``;
-* ``mask-convention`` — the hidden cells are exactly the future (or the future and the keys W or more behind: a
-  sliding window of W, as wide as the module's own ``sliding_window_size`` says — a window the module declares must
-  show once the tokens reach a key W behind, and one they never reach is traced again on W + 2 tokens, up to
-  ``LONGEST_WINDOW_CHECK``; a ``window_size`` that is the KV cache's length, the book's optimized class's, is no
-  attention window: :func:`attnviz.declarations.cache_length`): not inverted, not the past instead of the future,
-  not a shifted diagonal (skipped for 1 token that hides nothing: there is no future); a fix names the module's own
-  ``tril``/``triu`` call or mask buffer when one of them is the mask;
+* ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1, as the weights multiply V:
+  - a softmax over the wrong dimension normalises columns;
+  - ``softmax(s) / √d`` shrinks every row;
+  - a softmax in float16 or bfloat16 rounds them, named so — not SDPA's on float16 or bfloat16 inputs, which runs
+    in float32.
+* ``causal`` — changing the tokens from position j on changes no output before j:
+  - skipped for 1 token (nothing comes after it), and for a module that is not causal: the evidence says who said
+    so — ``causal=False`` given, the module's ``causal`` attribute, or no mask hiding the future — and
+    ``mask-convention`` fails a module that masks anyway;
+  - a failure says who said the module is causal when it hides nothing (an ``is_causal`` attribute: the flag masks
+    nothing by itself), or, when its weights hide the future, where the leak is: in the weights, in V, or after
+    ``weights @ V``.
+* ``mask-convention`` — the hidden cells are exactly the future, or the future and the keys W or more behind:
+  - a sliding window of W is as wide as the module's own ``sliding_window_size`` says; a window the module declares
+    must show once the tokens reach a key W behind, and one they never reach is traced again on W + 2 tokens, up to
+    ``LONGEST_WINDOW_CHECK``;
+  - a ``window_size`` that is the KV cache's length, the book's optimized class's, is no attention window
+    (:func:`attnviz.declarations.cache_length`);
+  - it fails an inverted mask, one that hides the past instead of the future, or a shifted diagonal; a fix names
+    the module's own ``tril``/``triu`` call or mask buffer when one of them is the mask;
+  - skipped for 1 token that hides nothing: there is no future.
 * ``scaling`` — the softmax's input is QKᵀ/√d_head (not unscaled, not ÷√d_out, not ÷d_head), however the module
-  applies the scale (to the scores, to q or k before the product or an SDPA call); d_head is the width of QKᵀ (of
-  scores that are the sum of two products of one width, that width), or for MLA with W_UK absorbed into the queries
-  (scores over the latent, its decoupled rotary scores perhaps added) the per-head width the module declares; a
-  scale the module's config declares as its design (:func:`declared_scales`: Gemma's ``query_pre_attn_scalar``,
-  DeepSeek's YaRN mscale²) passes, named — and a module that ignores it, dividing by √d_head anyway, fails, naming
-  both — and a wrong one the module keeps itself (``self.scaling``) is named;
+  applies the scale (to the scores, to q or k before the product or an SDPA call):
+  - d_head is the width of QKᵀ (of scores that are the sum of two products of one width, that width), or for MLA
+    with W_UK absorbed into the queries (scores over the latent, its decoupled rotary scores perhaps added) the
+    per-head width the module declares;
+  - a scale the module's config declares as its design (:func:`declared_scales`: Gemma's
+    ``query_pre_attn_scalar``, DeepSeek's YaRN mscale²) passes, named — and a module that ignores it, dividing by
+    √d_head anyway, fails, naming both;
+  - a wrong one the module keeps itself (``self.scaling``) is named.
 * ``rotary-placement`` — rotary turns the queries and keys only, by head_dim's frequencies: every score depends
-  only on i − j and no value turns by its position (:mod:`attnviz.rotary_rule`);
-* ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode
-  (read from the dropout's own call: a mask after the softmax before it is the other rules' finding); while it acts
-  in eval mode, a failure of a rule that compares forwards (``COMPARES_OUTPUTS``) is a skip that says so;
-* ``batch-independence`` — one item's output does not move when another item of the batch changes (a failure names
-  an ``nn.MultiheadAttention`` built without ``batch_first=True`` when setting it for one forward stops the mixing:
-  with as many items as tokens no shape shows it);
-* ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from
-  the module's own recorded Q, K, V (float32, ≤ 1e-5; Q, K and V the module gave in float16 or bfloat16 — SDPA on
-  ``q.bfloat16()`` — to that dtype's eps × the largest |V|, said so) — K and V as the module used them (after a
-  grouped-query repeat, after rotary), masked as ``mask-convention`` found (causal, or a sliding window), scaled by
-  the config's design where ``scaling`` passes one (a difference the module's own scale alone explains is named so,
-  not as another cause) — and no two query heads share keys (equal K) but not values while two share values but not
-  keys (K repeated with ``repeat_interleave`` and V with ``.repeat``, or the reverse: it names a query head and the
-  K/V heads it reads its keys and its values from).  The
-  concatenation is what the module feeds a Linear, or returns, when it computed that from its ``weights @ V`` alone;
-  else (a residual ``x + context``, V projected after the softmax) the rule compares the recorded ``weights @ V``;
+  only on i − j and no value turns by its position (:mod:`attnviz.rotary_rule`).
+* ``dropout-placement`` — dropout acts on the weights after the softmax in training mode, not at all in eval mode:
+  - read from the dropout's own call: a mask after the softmax before it is the other rules' finding;
+  - while it acts in eval mode, a failure of a rule that compares forwards (``COMPARES_OUTPUTS``) is a skip that
+    says so.
+* ``batch-independence`` — one item's output does not move when another item of the batch changes; a failure names
+  an ``nn.MultiheadAttention`` built without ``batch_first=True`` when setting it for one forward stops the mixing
+  (with as many items as tokens no shape shows it).
+* ``matches-reference`` — the heads' concatenated context equals softmax(mask(QKᵀ/√d_head))·V computed from the
+  module's own recorded Q, K, V:
+  - float32, ≤ 1e-5; Q, K and V the module gave in float16 or bfloat16 — SDPA on ``q.bfloat16()`` — to that
+    dtype's eps × the largest |V|, said so;
+  - K and V as the module used them (after a grouped-query repeat, after rotary), masked as ``mask-convention``
+    found (causal, or a sliding window), scaled by the config's design where ``scaling`` passes one (a difference
+    the module's own scale alone explains is named so, not as another cause);
+  - no two query heads share keys (equal K) but not values while two share values but not keys (K repeated with
+    ``repeat_interleave`` and V with ``.repeat``, or the reverse: it names a query head and the K/V heads it reads
+    its keys and its values from);
+  - the concatenation is what the module feeds a Linear, or returns, when it computed that from its
+    ``weights @ V`` alone; else (a residual ``x + context``, V projected after the softmax) the rule compares the
+    recorded ``weights @ V``.
 * ``kv-cache`` — for a forward that takes ``use_cache`` or a cache the caller holds (``past_key_values`` …): fed as a
   prefill then token by token, the last two in one forward, the cached outputs equal the uncached ones, and the cache
   holds no more than the variant the module declares needs (:mod:`attnviz.kv_cache_rule`).
 
-An uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule.uncached_appends`) fails
-``kv-cache``; the rules that run the module again (``RUN_AGAIN``) skip, as each of their forwards would attend to the
-ones before, and the rules that read the traced forward stand.
+Around the rules:
 
-Every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after.
-A forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
+* an uncached forward that writes to a cache the module keeps (:func:`attnviz.kv_cache_rule.uncached_appends`)
+  fails ``kv-cache``; the rules that run the module again (``RUN_AGAIN``) skip, as each of their forwards would
+  attend to the ones before, and the rules that read the traced forward stand;
+* every rule but ``dropout-placement`` runs the module in eval mode; the module's own mode is restored after;
+* a forward that raises, or computes no attention, raises ``tracing.TraceError`` with one line.
 """
 
 from __future__ import annotations
