@@ -1,13 +1,18 @@
-"""The ``rotary-placement`` rule of :mod:`attnviz.checks`: rotary turns the queries and keys only, by head_dim's
-frequencies.
+"""Checks that rotary turns the queries and keys only, by head_dim's frequencies: the ``rotary-placement`` rule of
+:mod:`attnviz.checks`.
 
-For a rotary module (by the names it holds and calls), traced once more on one token repeated at every position:
-every score QKᵀ depends only on i − j (not on the query's or the key's position: rotary on the queries only, or the
-keys only — failed only when one of them is that token turned by its position, or, their heads side by side, over the
-full width: rotary applied before the split into heads), q is turned by head_dim's frequencies, not those of a table
-as wide as d_model (inv_freq with d_model in the exponent's denominator, d_model's cos and sin sliced to head_dim),
-and no value is that token turned by its position (rotary on V; values that differ otherwise, a position embedding,
-are not rotary's); a module not rotary by its names, or in which nothing turns by position, skips it.
+A rotary module (by the names it holds and calls) is traced once more on one token repeated at every position, and
+passes when:
+
+* every score QKᵀ depends only on i − j, not on the query's or the key's position: rotary on the queries only, or
+  the keys only, fails only when one of them is that token turned by its position, or, their heads side by side,
+  over the full width (rotary applied before the split into heads);
+* q is turned by head_dim's frequencies, not those of a table as wide as d_model (inv_freq with d_model in the
+  exponent's denominator, d_model's cos and sin sliced to head_dim);
+* no value is that token turned by its position (rotary on V; values that differ otherwise, a position embedding,
+  are not rotary's).
+
+A module not rotary by its names, or in which nothing turns by position, skips it.
 """
 
 from __future__ import annotations
