@@ -1,13 +1,20 @@
-"""What a user's module and its config declare: its sizes under the spellings attention code uses (:data:`SPELLINGS`,
-the map from a spelling to attnviz's setting, :data:`HEAD_DIM_NAMES`), the scales it declares other than
-1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its own), its sliding window, the soft-cap
-of its scores (:func:`declared_softcap`) and its attention sinks' logits (:func:`declared_sinks`), the numbers
-other than sizes a constructor may be built with (:data:`NUMBER_SETTINGS`: a rotary base, a soft-cap), and a
-setting of its config, an object or a dict (:func:`config_setting`).
+"""Reads what a user's module and its config declare, under the names attention code gives them.
 
-A module says what it is built as in its constructor's arguments, its own attributes and its config object, under the
-names attention code gives them; :mod:`attnviz.user_code` (building a module), :mod:`attnviz.tracing` and the rules
-of :mod:`attnviz.checks` read those declarations here.
+A module says what it is built as in its constructor's arguments, its own attributes and its config object (an
+object or a dict). This module reads:
+
+* its sizes under the spellings attention code uses (:data:`SPELLINGS`, the map from a spelling to attnviz's
+  setting, :data:`HEAD_DIM_NAMES`);
+* the scales it declares other than 1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its
+  own);
+* its sliding window;
+* the soft-cap of its scores (:func:`declared_softcap`);
+* its attention sinks' logits (:func:`declared_sinks`);
+* the numbers other than sizes a constructor may be built with (:data:`NUMBER_SETTINGS`: a rotary base, a soft-cap);
+* a setting of its config (:func:`config_setting`).
+
+:mod:`attnviz.user_code` (building a module), :mod:`attnviz.tracing` and the rules of :mod:`attnviz.checks` read
+those declarations here.
 """
 
 from __future__ import annotations
