@@ -1,6 +1,10 @@
-"""What every rule of :mod:`attnviz.checks` returns and shares: a rule's verdict (:class:`Check`), the tolerance
-outputs are compared to, the module's output for an input, K or V per query head, as the rules compare them, and the
-lowest precision among tensors a module made (whose rounding a comparison allows for).
+"""Holds what every rule of :mod:`attnviz.checks` returns and shares.
+
+* a rule's verdict (:class:`Check`);
+* the tolerance outputs are compared to;
+* the module's output for an input;
+* K or V per query head, as the rules compare them;
+* the lowest precision among tensors a module made, whose rounding a comparison allows for.
 
 It sits below the checker and the rule families it keeps in modules of their own (:mod:`attnviz.rotary_rule`,
 :mod:`attnviz.kv_cache_rule`), so they share these without importing one another in a circle.
