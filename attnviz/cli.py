@@ -281,11 +281,14 @@ def flag_notes(args, cls, overrides: dict) -> list[str]:
     """What became of the size flags given, where it is not plain: one line for those a ``**kwargs`` constructor gets
     by attnviz's names (``Kw() takes **kwargs: passed d_in=32, num_heads=2 to it …``), and one for each constructor
     flag that the class takes no argument for (``--window 3 not used: CausalSelfAttention() takes no window argument
-    (sliding_window_size, …)``) or whose argument ``--set`` gives."""
+    (sliding_window_size, …)``) or whose argument ``--set`` gives; for a class built with no arguments, one line for
+    every flag given (:func:`_no_arguments_note`)."""
     from attnviz import declarations, user_code
 
     lines = []
     sizes = {setting: getattr(args, setting) for setting in SIZE_SETTINGS if getattr(args, setting) is not None}
+    if user_code.takes_no_arguments(cls):
+        return _no_arguments_note(cls, sizes)
     passed = user_code.kwargs_settings(cls, sizes, overrides)
     if passed:
         words = ", ".join(f"{setting}={sizes[setting]!r}" for setting in passed)
@@ -303,6 +306,19 @@ def flag_notes(args, cls, overrides: dict) -> list[str]:
         word = flag.removeprefix("--").replace("-", "_")  # --window: "window"
         lines.append(f"{flag} {given[setting]:g} not used: {cls.__name__}() takes no {word} argument ({names})")
     return lines
+
+
+def _no_arguments_note(cls, sizes: dict) -> list[str]:
+    """flag_notes' one line for a class built with no arguments (``user_code.takes_no_arguments``: a weightless
+    attention that keeps nn.Module's own constructor) when size flags are given: the constructor's flags are not used,
+    --d-in sizes only the checked input (--context-length only caps --tokens: nothing to say)."""
+    flags = {setting: CONSTRUCTOR_FLAGS[setting] for setting in CONSTRUCTOR_FLAGS if setting in sizes}
+    said = [f"{', '.join(f'{flag} {sizes[setting]:g}' for setting, flag in flags.items())} not used"] if flags else []
+    if "d_in" in sizes:
+        said.append(f"--d-in {sizes['d_in']} sizes only the checked input")
+    if not said:
+        return []
+    return [f"{cls.__name__}() takes no arguments, so it is built with none: {'; '.join(said)}"]
 
 
 def require_whole_groups(sizes: dict) -> None:

@@ -304,11 +304,26 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
 
 
 def _parameters(cls: type[nn.Module]) -> list[inspect.Parameter] | None:
-    """``cls``'s constructor parameters without ``self``; None when Python cannot read its signature."""
+    """``cls``'s constructor parameters without ``self``; None when Python cannot read its signature.  A class that
+    keeps ``nn.Module``'s own ``__init__(self, *args, **kwargs)`` takes none (:func:`takes_no_arguments`): nn.Module
+    refuses every keyword argument it is given."""
+    if takes_no_arguments(cls):
+        return []
     try:
         return list(inspect.signature(cls.__init__).parameters.values())[1:]
     except (TypeError, ValueError):
         return None
+
+
+def takes_no_arguments(cls: type[nn.Module]) -> bool:
+    """Whether ``cls`` is built with no arguments: it defines no constructor, nor does any class between it and
+    ``nn.Module`` (a weightless attention with a forward alone), or its constructor takes only ``self``."""
+    if cls.__init__ is nn.Module.__init__:
+        return True
+    try:
+        return len(inspect.signature(cls.__init__).parameters) == 1
+    except (TypeError, ValueError):
+        return False
 
 
 def own_defaults(cls: type[nn.Module]) -> dict[str, inspect.Parameter]:
