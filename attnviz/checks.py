@@ -110,6 +110,8 @@ RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-plac
          "batch-independence", "matches-reference", "kv-cache")
 ROW_SUM_TOLERANCE = 1e-4  # a row of float32 weights sums to 1 within this: each of its n terms rounds
 SLOW_CHECK_SECONDS = 5.0  # a check expected to take longer says so early (the CLI on stderr, the app in its status)
+REFERENCE = "softmax(mask(QKᵀ/√d_head))·V"  # matches-reference's words for its reference
+UNSCALED_REFERENCE = "softmax(mask(QKᵀ))·V"  # … for the unscaled one of a module without weights (the book's 3.3)
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         meter.planned = _planned_forwards(module, x, selected, causal) + told
         window = sliding_window(attention) if causal else None
         weightless = _weightless(module)
+        unscaled = weightless and applies_no_scale(attention)  # the book's 3.3: its reference is unscaled too
         width = score_width(module, attention)
         declared = declared_scales(module, width.head_dim)
         cap = declared_softcap(module, sizes.get("softcap"))
@@ -240,7 +243,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
-            "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not weightless,
+            "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not unscaled,
                                                            window=window, stated=stated, width=width,
                                                            declared=declared, cap=cap, sinks=sinks),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention)),
@@ -951,6 +954,13 @@ def sliding_window(attention: tracing.Attention) -> int | None:
     return None
 
 
+def applies_no_scale(attention: tracing.Attention) -> bool:
+    """Whether the module multiplies its scores by nothing, before the softmax or after it (its scale read by the
+    tracer: False when it could not be read)."""
+    return (attention.scale is not None and math.isclose(attention.scale, 1.0, rel_tol=1e-6)
+            and math.isclose(attention.weights_scale, 1.0, rel_tol=1e-6))
+
+
 def _width_unknown(latent: int) -> str:
     return (f"Q·Kᵀ runs over the module's {latent}-wide latent (W_UK absorbed into the queries, as DeepSeek-V3's MLA "
             "computes it), so its width is not the head_dim the scale divides by, and the module keeps no per-head "
@@ -962,14 +972,24 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False, width: Sc
     """``width``: the head_dim to judge the scale against (:func:`score_width`; None: the width of Q·Kᵀ);
     ``declared``: the scales the module declares (:func:`declared_scales`): its config's design passes, named, and a
     module that applies another (the book's 1/√head_dim among them) fails, naming both; an attribute of its own that
-    holds a wrong scale is named in the failure."""
+    holds a wrong scale is named in the failure.  ``weightless``: a module without weights (q = k = v = x) that
+    applies no scale is the book's simplified self-attention (3.3), unscaled by design — a skip that says so; one
+    that divides by √head_dim passes as any module does, and one that applies another scale fails, naming both
+    scales it may use."""
     rule = "scaling"
-    if weightless:
-        return Check(rule, "skip", "a module without weights (the book's simplified self-attention, 3.3) "
-                                   "does not scale its scores")
     if attention.scale is None or attention.queries is None:
         return Check(rule, "skip", "the scale of the scores could not be identified")
+    if weightless and applies_no_scale(attention):
+        found = width or score_width(None, attention)
+        also = "" if found.head_dim is None else (f" — dividing them by √{found.name} = √{found.head_dim} ≈ "
+                                                  f"{math.sqrt(found.head_dim):.3g} passes too")
+        return Check(rule, "skip", "the scores are not scaled, as in the book's simplified self-attention (3.3), a "
+                                   f"module without weights{also}; matches-reference's reference is unscaled, like "
+                                   "the module's scores")
     check = _scaling(attention, width, declared)
+    if weightless and check.status == "fail":
+        check = Check(rule, "fail", f"{check.evidence} — or, for a module without weights, not at all, as the book's "
+                                    "simplified self-attention (3.3)")
     if attention.softcap is None or check.status == "skip":
         return check
     return Check(rule, check.status, f"{check.evidence} — judged before the {softcap_words(attention.softcap)}")
@@ -1270,6 +1290,9 @@ def _reference_verdict(recording: tracing.Recording, attention: tracing.Attentio
     reference = functools.partial(_matches_reference, recording, attention, causal, scaled=scaled, window=window,
                                   head_dim=head_dim, cap=cap, sinks_declared=sinks)
     check = reference(scale=None if design is None else design.scale)
+    if not scaled and check.status != "skip":
+        check = Check(check.rule, check.status, f"{check.evidence} — unscaled, as the module's scores are (see "
+                                                "scaling)")
     if check.status == "pass" and design is not None:
         check = Check(check.rule, "pass", f"{check.evidence} — the scores divided by {design.words}, as scaling found")
     precision = _inputs_precision(attention)
@@ -1410,7 +1433,8 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
                                   head_dim=head_dim, scale=scale, softcap=attention.softcap,
                                   sinks=attention.sinks)  # (b, h, nq, dv)
     precision = _inputs_precision(attention)
-    check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1])
+    check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1],
+                           formula=REFERENCE if scaled else UNSCALED_REFERENCE)
     if attention.softcap is not None and check.status != "skip":
         agreed = cap is not None and _softcap_mismatch(attention, cap) is None
         check = Check(rule, check.status, f"{check.evidence} — the reference applies the module's "
@@ -1438,9 +1462,10 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
 
 
 def _compared_with(recording: tracing.Recording, attention: tracing.Attention, reference: torch.Tensor,
-                   tolerance: float = TOLERANCE) -> Check:
+                   tolerance: float = TOLERANCE, *, formula: str = REFERENCE) -> Check:
     """matches-reference's comparison of the module's concatenated heads (or output, or context) with ``reference``,
-    the heads' context (b, h, nq, dv) computed from its own Q, K and V, to ``tolerance``."""
+    the heads' context (b, h, nq, dv) computed from its own Q, K and V, to ``tolerance``; ``formula``: the reference's
+    words."""
     rule = "matches-reference"
     if attention.rows_zeroed is not None:  # a head or query mask after the softmax: those rows' context is 0
         reference = reference.masked_fill(attention.rows_zeroed, 0.0)  # (b, h, nq, dv)
@@ -1449,23 +1474,25 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
     if attention.out_proj is not None:  # nn.MultiheadAttention: compare its output after out_proj
         weight, bias = attention.out_proj
         expected = torch.nn.functional.linear(concat, weight, bias)  # (b, nq, E)
-        return _compare(rule, attention.returned, expected, "the output", tolerance=tolerance)
+        return _compare(rule, attention.returned, expected, "the output", tolerance=tolerance, formula=formula)
     module_concat = _concat_fed_onwards(recording, attention, concat.shape)
     if module_concat is None:
         context = attention.returned if attention.returned is not None else attention.context
         if context is None:
             return Check(rule, "skip", "the module's context (weights · V) could not be identified")
-        return _compare(rule, context, reference, "the context", tolerance=tolerance)
+        return _compare(rule, context, reference, "the context", tolerance=tolerance, formula=formula)
     if h > 1:
-        return _compare(rule, module_concat, concat, "the concatenated heads", equals="equal", tolerance=tolerance)
-    return _compare(rule, module_concat, concat, "the context", tolerance=tolerance)
+        return _compare(rule, module_concat, concat, "the concatenated heads", equals="equal", tolerance=tolerance,
+                        formula=formula)
+    return _compare(rule, module_concat, concat, "the context", tolerance=tolerance, formula=formula)
 
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
                       window: int | None = None, bias: torch.Tensor | None = None,
                       head_dim: int | None = None, scale: float | None = None,
                       softcap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (unscaled for a weightless module;
+    """softmax(mask(Q·Kᵀ/√d_head))·V for (b, h, n, d) tensors, in float32 (``scaled=False``: unscaled, for a module
+    without weights that applies no scale, as the book's simplified self-attention (3.3);
     ``window``: the causal mask also hides the keys ``window`` or more behind; ``bias`` (b, h, 1, nk): added to the
     scaled scores, ALiBi's slope × key position; ``head_dim``: d_head when it is not the width d of Q and K, as in
     absorbed MLA's scores over the latent; ``scale``: what multiplies Q·Kᵀ instead of 1/√d_head — a config's own;
@@ -1532,17 +1559,17 @@ def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:
 
 
 def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str, equals: str = "equals", *,
-             tolerance: float = TOLERANCE) -> Check:
-    """``what`` (its verb ``equals``: "equal" after a plural) passes within ``tolerance`` of ``expected``, else fails
-    naming the largest difference and where it is."""
+             tolerance: float = TOLERANCE, formula: str = REFERENCE) -> Check:
+    """``what`` (its verb ``equals``: "equal" after a plural) passes within ``tolerance`` of ``expected``, the
+    reference ``formula`` names, else fails naming the largest difference and where it is."""
     actual = actual.float().reshape(expected.shape)
     difference = (actual - expected).abs()  # NaN stays NaN
     worst = difference.nan_to_num(nan=math.inf).max().item()
     if worst <= tolerance:
-        return Check(rule, "pass", f"{what} {equals} softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V "
+        return Check(rule, "pass", f"{what} {equals} {formula} from its own Q, K, V "
                                    f"(largest difference {worst:.1g})")
     index = tuple(int(i) for i in (difference.nan_to_num(nan=math.inf) == worst).nonzero()[0])
-    return Check(rule, "fail", f"{what} ≠ softmax(mask(QKᵀ/√d_head))·V from its own Q, K, V: off by {worst:.3g} "
+    return Check(rule, "fail", f"{what} ≠ {formula} from its own Q, K, V: off by {worst:.3g} "
                                f"at index {index} (module {actual[index].item():.4g}, reference "
                                f"{expected[index].item():.4g})")
 
