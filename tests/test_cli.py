@@ -1013,6 +1013,22 @@ def test_a_kwargs_constructor_gets_the_flags_given_and_says_so(beside, monkeypat
     assert result.returncode == 0 and result.stderr == ""  # no flag given: the class's own defaults
 
 
+
+def test_a_class_without_a_constructor_is_built_with_none_and_the_flags_say_what_they_did():
+    """WeightlessScaled keeps nn.Module's own ``__init__(self, *args, **kwargs)``: --d-in 16 was passed to it as
+    ``d_in=16`` ("takes **kwargs") and its construction raised TypeError (exit 2)."""
+    result = check(f"{USER_MODULES}:WeightlessScaled", "--d-in", 16)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("attnviz check: WeightlessScaled() takes no arguments, so it is built with none: "
+                             "--d-in 16 sizes only the checked input\n")
+    assert "All 9 rules pass" in result.stdout
+    result = check(f"{USER_MODULES}:WeightlessScaled", "--d-in", 16, "--num-heads", 2, "--dropout", 0.1)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("attnviz check: WeightlessScaled() takes no arguments, so it is built with none: "
+                             "--num-heads 2, --dropout 0.1 not used; --d-in 16 sizes only the checked input\n")
+    result = check(f"{USER_MODULES}:WeightlessScaled")
+    assert result.returncode == 0 and result.stderr == ""  # no flag given: nothing to say
+
 def test_a_failed_assert_and_a_file_that_is_not_python_say_so(beside):
     result = check(f"{beside}/mine.py:Base", "--num-heads", 3)
     assert result.returncode == 2

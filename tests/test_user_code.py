@@ -443,6 +443,17 @@ def test_a_kwargs_constructor_gets_the_settings_given_by_attnvizs_names(tmp_path
     assert user_code.settings_not_taken(kw, {"num_heads": 2, "d_out": 32}) == {}
 
 
+
+def test_a_class_without_a_constructor_of_its_own_takes_no_arguments():
+    """nn.Module's own ``__init__(self, *args, **kwargs)`` is no **kwargs constructor: given d_in=16, a class that
+    keeps it was called ``NoConstructor(d_in=16)``, which nn.Module refuses."""
+    from helpers.user_modules import WeightlessScaled
+
+    assert user_code.constructor_arguments(WeightlessScaled, d_in=16, num_heads=2) == {}
+    assert user_code.kwargs_settings(WeightlessScaled, {"d_in": 16}) == []
+    assert user_code.takes_no_arguments(WeightlessScaled)
+    assert isinstance(user_code.build(WeightlessScaled, d_in=16, num_heads=2), WeightlessScaled)
+
 OWN_SIZES = textwrap.dedent('''
     from torch import nn
 

@@ -3795,3 +3795,43 @@ class LowPrecisionScratch(nn.Module):
         if use_cache:
             self.last_context = y.detach().to(torch.bfloat16)  # (B, T, C): kept for a display
         return self.c_proj(y)  # (B, T, C)
+
+
+class WeightlessScaled(nn.Module):
+    """No weights and no constructor of its own: q = k = v = x, the scores divided by √d_in, the future hidden."""
+
+    def forward(self, x):
+        n = x.shape[1]
+        attn_scores = x @ x.transpose(1, 2) / x.shape[-1] ** 0.5  # (b, n, d) @ (b, d, n) -> (b, n, n)
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_weights = attn_scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (b, n, n)
+        return attn_weights @ x  # (b, n, n) @ (b, n, d) -> (b, n, d)
+
+
+class WeightlessUnscaled(nn.Module):
+    """The book's simplified self-attention (3.3) made causal: no weights, the scores not scaled."""
+
+    def forward(self, x):
+        n = x.shape[1]
+        attn_scores = x @ x.transpose(1, 2)  # (b, n, d) @ (b, d, n) -> (b, n, n)
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_weights = attn_scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (b, n, n)
+        return attn_weights @ x  # (b, n, n) @ (b, n, d) -> (b, n, d)
+
+
+class WeightlessSDPA(nn.Module):
+    """No weights: x as query, key and value of scaled_dot_product_attention, which divides by √d_in itself."""
+
+    def forward(self, x):
+        return F.scaled_dot_product_attention(x, x, x, is_causal=True)  # (b, n, d)
+
+
+class WeightlessOverD(nn.Module):
+    """No weights, the scores divided by d_in without the square root."""
+
+    def forward(self, x):
+        n = x.shape[1]
+        attn_scores = x @ x.transpose(1, 2) / x.shape[-1]  # (b, n, d) @ (b, d, n) -> (b, n, n)
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
+        attn_weights = attn_scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (b, n, n)
+        return attn_weights @ x  # (b, n, n) @ (b, n, d) -> (b, n, d)

@@ -419,6 +419,28 @@ def test_the_check_panels_command_runs_for_a_module_that_does_not_say_its_width(
     assert cli_results == app_results
 
 
+
+def test_the_check_panels_command_checks_a_class_without_a_constructor_at_the_apps_width(capsys, monkeypatch):
+    """A weightless class that keeps nn.Module's own ``__init__`` is built with no arguments in both; the command
+    gives the app's --d-in, so the terminal checks the width the panel checked and gets its results (it gave none:
+    the panel checked 768 wide, where the scaled softmax saturates, and the terminal 16 wide)."""
+    from attnviz import cli
+
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:WeightlessScaled")
+    at = app(variant="Your module: WeightlessScaled", d_in="768", d_out="768")
+    no_exception(at)
+    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
+    app_results = dict(zip(table["rule"], table["result"]))
+    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
+    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
+    assert "--d-in 768" in " ".join(argv), argv
+    argv[0] = f"{MODULES.parent}/{argv[0]}"
+    assert cli.main(["check", *argv]) == 0
+    printed = capsys.readouterr().out
+    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
+    assert cli_results == app_results
+    assert app_results["scaling"] == "pass"
+
 @pytest.mark.parametrize(("name", "asked"), [("LearnerSWA", {"sliding_window_size": 3, "seed": 7}),
                                              ("Bidirectional", {"causal": False}),
                                              ("CountsTokensSeenWithPos", {"num_heads": 2})])
