@@ -428,11 +428,12 @@ def _flow_rows(stages: Sequence[str]) -> list[list[tuple[str | None, int]]]:
 def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "", attrs: str = "") -> str:
     """One tensor of an HTML flow diagram: its name in bold and its shape in code, a small ``note`` below; ``style``
     its border and fill, ``layout`` its alignment and wrapping, ``attrs`` its class and data attributes (already
-    escaped).  A name is one word (``rotated_queries``): its box is never narrower than it.  Every string is
-    escaped."""
+    escaped).  A name is one word (``rotated_queries``) and a shape never wraps (``(1, 1024, 768)`` stays on one
+    line): its box is never narrower than either; a narrow box puts the shape on the line below the name.  Every
+    string is escaped."""
     return (f'<div{attrs} style="{style};border-radius:6px;padding:2px 4px;{layout}">'
             f'<b>{html.escape(name)}</b> '
-            '<code style="font-size:0.85em;background:none;color:inherit">'
+            '<code style="font-size:0.85em;background:none;color:inherit;white-space:nowrap">'
             f'{html.escape(shape)}</code>'
             + (f'<br><span style="font-size:0.75em">{html.escape(note)}</span>' if note else "") + "</div>")
 
@@ -466,8 +467,8 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
         "output": "out_proj" if spec.out_proj else None,
     }
 
-    def box(stage: str | None, span: int) -> str:
-        cell = f"flex:{span} 1 0;text-align:center"  # never narrower than its longest word
+    def box(stage: str | None, span: int, basis: str) -> str:
+        cell = f"flex:{span} 1 {basis};text-align:center"  # never narrower than its longest word or its shape
         if stage is None:  # nothing happens in this column here
             return f'<div style="{cell}"></div>'
         operation, off = titles[stage]
@@ -485,13 +486,32 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
         return f'<div style="{cell}">{into}{tensor}</div>'
 
     # the frame is a size container: a narrow column (the Heads page at 1,100 px: ~150 px) sets smaller type
-    # (cqi: % of its width), so that three names fit side by side; a row whose words still do not fit puts its last
-    # boxes on a second line rather than break a word
+    # (cqi: % of its width); a row whose boxes do not fit side by side stacks them, one under the other, rather than
+    # break a word or a shape or leave one box alone on a second line
     row_style = "display:flex;flex-wrap:wrap;gap:4px;font-size:clamp(0.65rem, 6.5cqi, 1em)"
     rows = _flow_rows(_stages(spec, shapes))
     return _flow("attnviz-flow", "".join(
-        f'<div style="{row_style}">{"".join(box(stage, span) for stage, span in row)}</div>' for row in rows),
-        style=";container-type:inline-size")
+        f'<div style="{row_style}">{"".join(box(stage, span, _basis(row, names, shapes)) for stage, span in row)}'
+        "</div>" for row in rows), style=";container-type:inline-size")
+
+
+# the widths a row's boxes need, in em of the row's type, per character: a bold name (the widest glyphs of
+# common sans-serif fonts) and a shape in code (monospace at 0.85em: 0.51em a character)
+_NAME_EM, _SHAPE_EM = 0.65, 0.52
+_BOX_PX, _GAP_PX = 13, 4  # a box's padding and borders (the highlighted one's 2.5px); the gap between boxes
+
+
+def _basis(row: Sequence[tuple[str | None, int]], names: dict[str, str], shapes: dict) -> str:
+    """The flex-basis of a compact-flow row's cells: 0 (shared by their spans) when the row is at least as wide as
+    its boxes need side by side (each box's wider of its name and its shape, in its share of the three columns),
+    else more than the row (each cell on a line of its own): ``calc((needed - 100%) * 999)``, which CSS clamps
+    to 0 when negative.  A row of one cell: 0."""
+    if len(row) == 1:
+        return "0"
+    needed_em = max(3 * max(_NAME_EM * len(names[stage]), _SHAPE_EM * len(format_shape(shapes[stage]))) / span
+                    for stage, span in row if stage is not None)
+    needed_px = 3 * _BOX_PX / min(span for stage, span in row if stage is not None) + _GAP_PX * (len(row) - 1)
+    return f"calc(({needed_em:.2f}em + {needed_px:.0f}px - 100%) * 999)"
 
 
 # -------------------------------------------------------------------- the KV cache of one generation step
@@ -520,13 +540,13 @@ def cache_flow_html(cache_shapes: dict[str, tuple[int, ...]], fed: int, seen: in
         new = tuple(fed if i == axis else size for i, size in enumerate(shape))
         held = shape[axis]
         how = "↓ concatenated along the tokens" + (f", the oldest dropped: the last {held} kept" if held < seen else "")
-        columns.append(
-            f'<div style="flex:1;min-width:0">{box(_CACHE_NEW.get(name, name), new, False)}'
+        columns.append(  # a column is never narrower than its shapes: in a narrow frame the next one goes below
+            f'<div style="flex:1 1 0">{box(_CACHE_NEW.get(name, name), new, False)}'
             f'<div style="font-size:0.7em;color:#555;text-align:center">{html.escape(how)}</div>'
             f"{box(name, shape, True)}</div>")
     title = f"layer {layer}: what this step adds to its cache"
     return _flow("attnviz-cache-flow", f'<div style="font-size:0.8em;color:#555;margin-bottom:2px">{html.escape(title)}'
-                 f'</div><div style="display:flex;gap:4px">{"".join(columns)}</div>')
+                 f'</div><div style="display:flex;flex-wrap:wrap;gap:4px">{"".join(columns)}</div>')
 
 
 # -------------------------------------------------------------------- a user's module: its own op path
