@@ -405,6 +405,18 @@ def test_sidebar_settings_that_do_not_fit_the_random_gpt_are_said_and_the_preset
     at = random_page(variant="mla", latent_dim="512")
     assert any("latent_dim = 512 does not fit" in c.value.replace("\\", "") for c in at.caption)
     assert at.table[0].value["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
+    # a window longer than the random GPT's context of 256 tokens: its own 16 (a window that long saves nothing)
+    at = random_page(variant="swa", sliding_window_size="1000")
+    notes = " ".join(c.value.replace("\\", "") for c in at.caption)
+    assert "sliding_window_size = 1000 is longer than this model's context of 256 tokens: it uses 16." in notes
+    assert cost_lines(at, "KV cache of")["SWA"]["label"] == "SWA (8 K/V heads × 16, window 16 on both layers)"
+
+
+def test_the_sidebars_window_that_fits_the_random_gpt_is_kept():
+    at = random_page(variant="swa", sliding_window_size="200")
+    assert not any("sliding_window_size = 200" in c.value.replace("\\", "") for c in at.caption)  # no note
+    assert any("window W = 200" in w.value for w in at.warning)
+    assert cost_lines(at, "KV cache of")["SWA"]["label"] == "SWA (8 K/V heads × 16, window 200 on both layers)"
 
 
 @pytest.fixture
@@ -511,13 +523,15 @@ def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
     assert any("The MLA line caches a latent of 96 numbers per token and layer: the book's default "
                "max(16, d_out // 8) at d_out 768, the latent attnviz's MLA has" in caption.value
                for caption in at.caption)
-    assert lines["SWA"]["label"].startswith("SWA (12 K/V heads × 64, window 1,024")
+    # the window: the bonus material's 1,024, at most a quarter of the sidebar's context of 1,024 tokens
+    assert lines["SWA"]["label"].startswith("SWA (12 K/V heads × 64, window 256")
 
 
 @pytest.mark.parametrize("query, label", [
-    ({"weights": weights.BUNDLED_NAME}, "SWA (2 K/V heads × 64, window 1,024 on both layers)"),  # 5:1 of 2 layers
+    # the bundled model has no window: a quarter of its context of 256 (5:1 of 2 layers: both)
+    ({"weights": weights.BUNDLED_NAME}, "SWA (2 K/V heads × 64, window 64 on both layers)"),
     ({"weights": weights.BOOK, "random": "swa"}, "SWA (8 K/V heads × 16, window 16 on both layers)"),  # its own W
-    ({"weights": weights.BOOK, "random": "none"}, "SWA (12 K/V heads × 64, window 1,024 on its one layer)"),
+    ({"weights": weights.BOOK, "random": "none"}, "SWA (12 K/V heads × 64, window 256 on its one layer)"),
 ])
 def test_the_cost_charts_swa_line_says_its_window_and_which_layers_slide(query, label):
     """The SWA line's label names the window it draws (the model's own where it has one) and the layers that slide
@@ -528,6 +542,23 @@ def test_the_cost_charts_swa_line_says_its_window_and_which_layers_slide(query, 
     window = int(re.search(r"window ([\d,]+)", label).group(1).replace(",", ""))
     lengths = kv_cache.context_lengths(131072)
     assert len(set(line["y"][lengths.index(next(n for n in lengths if n >= window)):])) == 1
+    context = figure(at, "KV cache of")["layout"]["shapes"][0]["x0"]  # the dotted line: the model's context
+    assert context == (1024 if query.get("random") == "none" else 256)
+    assert window < context  # a window as long as the context would save nothing there
+
+
+@pytest.mark.parametrize("query, label", [
+    ({"variant": "swa", "sliding_window_size": "1000"}, "SWA (12 K/V heads × 64, window 1,000 on its one layer)"),
+    ({"variant": "swa", "sliding_window_size": "1024"}, "SWA (12 K/V heads × 64, window 1,024 on its one layer)"),
+])
+def test_the_sidebars_own_window_is_kept_as_it_is(query, label):
+    """A window the user chose (the link's, then the sidebar's widget) draws the sidebar's SWA line, however long."""
+    at = page(weights=weights.BOOK, random="none", **query)
+    assert cost_lines(at, "KV cache of the sidebar's sizes")["SWA"]["label"] == label
+    at.number_input(key="sliding_window_size").set_value(600).run()
+    no_exception(at)
+    assert cost_lines(at, "KV cache of the sidebar's sizes")["SWA"]["label"] == \
+        "SWA (12 K/V heads × 64, window 600 on its one layer)"
 
 
 def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_picked():
