@@ -243,24 +243,39 @@ def default_latent_dim(d_out: int) -> int:
     return min(d_out, max(16, d_out // 8))
 
 
+DEFAULT_WINDOW = 1024  # the bonus material's window (ch04/06_swa: its estimator's and gpt_with_kv_swa.py's default)
+
+
+def default_window(context_length: int | None = None) -> int:
+    """A sliding window where none is given, for a model of ``context_length`` tokens: the bonus material's 1,024,
+    at most a quarter of the context (and at least 1), so that its layers hold fewer tokens than the model's context
+    — the bundled model's 256 -> 64, GPT-2's 1,024 -> 256, a context of 4,096 or more -> 1,024.  Without a context:
+    1,024."""
+    if context_length is None:
+        return DEFAULT_WINDOW
+    return max(1, min(DEFAULT_WINDOW, int(context_length) // 4))
+
+
 def variant_settings(*, emb_dim: int, n_heads: int, n_layers: int, head_dim: int | None = None,
                      n_kv_heads: int | None = None, latent_dim: int | None = None,
                      sliding_window_size: int | None = None, swa_ratio: str | None = None,
-                     gqa_kv_heads: int | None = None) -> dict[str, dict]:
+                     gqa_kv_heads: int | None = None, context_length: int | None = None) -> dict[str, dict]:
     """kv_cache_bytes arguments of MHA, GQA, MQA, MLA, SWA and SWA+GQA at one model's sizes.
 
     What the sizes leave open is filled in and said by the keys: GQA's K/V heads (``gqa_kv_heads``, the ones chosen
     for the GQA lines, even n_heads; else a model's own ``n_kv_heads`` below n_heads; else :func:`default_kv_heads`,
     12 heads -> 4, 4 heads -> 2), MLA's latent (given, else :func:`default_latent_dim` of ``emb_dim``: the latent an
     MLA run of attnviz has at that width),
-    the window (given, else 1,024) and SWA's ratio (given, else Gemma 3's "5:1")."""
+    the window (given, as it is; else :func:`default_window` of the model's ``context_length``) and SWA's ratio
+    (given, else Gemma 3's "5:1")."""
     head_dim = head_dim or math.ceil(emb_dim / n_heads)
     if gqa_kv_heads is not None:
         gqa = gqa_kv_heads
     else:
         gqa = n_kv_heads if n_kv_heads is not None and n_kv_heads < n_heads else default_kv_heads(n_heads)
     base = {"emb_dim": emb_dim, "n_heads": n_heads, "n_layers": n_layers, "head_dim": head_dim}
-    window = {"sliding_window_size": sliding_window_size or 1024, "swa_ratio": swa_ratio or "5:1"}
+    window = {"sliding_window_size": sliding_window_size or default_window(context_length),
+              "swa_ratio": swa_ratio or "5:1"}
     return {
         "MHA": dict(base),
         "GQA": {**base, "n_kv_heads": gqa},

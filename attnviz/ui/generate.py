@@ -68,7 +68,7 @@ RANDOM_SET_ASIDE = "_generate_random_set_aside"  # (the Weights ref, the notice)
 # the sidebar's settings the random GPT takes (the rest, positions, it has GPT-2's), and whether a value fits it
 _FITS = {"num_kv_groups": lambda value, preset: preset["n_heads"] % value == 0,
          "latent_dim": lambda value, preset: value <= preset["emb_dim"],
-         "sliding_window_size": lambda value, preset: value >= 1}
+         "sliding_window_size": lambda value, preset: 1 <= value <= preset["context_length"]}
 # the random GPT selectbox's options, and the link's ``random``: the registry's variants a GPT block can be
 RANDOM_CHOICES = (RANDOM_NONE, *gpt_model.BY_VARIANT)
 ROTARY_NOTE = ("The sidebar asks for rotary positions: they are not offered here. This random GPT has GPT-2's "
@@ -224,6 +224,9 @@ def random_settings(config, attention: str) -> tuple[dict, list[str]]:
         value = int(getattr(config, name))
         if _FITS[name](value, preset):
             overrides[name] = value
+        elif name == "sliding_window_size":  # a window longer than the context would keep every token
+            notes.append(f"The sidebar's {name} = {value} is longer than this model's context of "
+                         f"{preset['context_length']} tokens: it uses {preset[name]}.")
         else:
             notes.append(f"The sidebar's {name} = {value} does not fit this {preset['n_heads']}-head, "
                          f"{preset['emb_dim']}-wide model: it uses {preset[name]}.")
@@ -490,14 +493,14 @@ def cost_section(page_run: Context, sizes) -> None:
         dtype = own_dtype
     if model is None:
         base, context = dict(own[1]), own[2]
-        settings = kv_cache.variant_settings(**base)
+        settings = kv_cache.variant_settings(**base, context_length=context)
     else:
         context = model.context_length
         settings = kv_cache.variant_settings(
             emb_dim=model.emb_dim, n_heads=model.n_heads, n_layers=model.n_layers, head_dim=model.head_dim,
             n_kv_heads=model.n_kv_heads, latent_dim=model.latent_dim,
             sliding_window_size=model.sliding_window_size,
-            swa_ratio=model.swa_ratio if model.sliding_window_size else None)
+            swa_ratio=model.swa_ratio if model.sliding_window_size else None, context_length=context)
     lengths = kv_cache.context_lengths(max(131072, context))
     curves = kv_cache.curves(settings, lengths, dtype=dtype)
     labels = {name: kv_cache.describe(name, kwargs) for name, kwargs in settings.items()}
