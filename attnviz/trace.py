@@ -143,8 +143,58 @@ class Trace:
 
     @property
     def hides_future(self) -> bool:
-        """Whether every query was kept from later keys: the config's mask, or a layer that always masks."""
+        """Whether every query was kept from later keys: the config's mask, or a layer that always masks.  A user's
+        module masks in its own code, so for its run this is also what the code did: the config asks for the causal
+        mask (``AttentionConfig.hides_future``: the module means to mask) and its weights give every later key exactly
+        0 in every head (item 0) — a mask filled with 0, not −∞, asks and does not (:attr:`leaks_future`)."""
+        if self.module_run is not None:
+            return self.config.hides_future and self._module_mask[0]
         return self.config.hides_future or (self.model is not None and self.model.always_causal)
+
+    @property
+    def leaks_future(self) -> bool:
+        """A user module's run that asks for the causal mask (``AttentionConfig.hides_future``) while its weights
+        give later keys weight: its maps show those weights, and their titles say the mask was asked for, not
+        applied."""
+        return self.config.hides_future and not self.hides_future
+
+    def hidden_cells(self, head: int | None = None) -> np.ndarray | None:
+        """The cells the run hid that :attr:`hides_future`'s causal triangle does not say, as bool (heads, n, n) of
+        item 0, or head ``head``'s (n, n) (views, read-only): a sliding window's (−∞ in the masked stage), or a user
+        module's own mask's — its softmax's input masked there (:func:`hidden_by_mask` of ``masked`` against
+        ``scaled``) and its weight exactly 0 — where those are not just the causal triangle.  None where there are
+        none beyond it: a run without a window, a module whose mask is exactly the causal one (or that hides
+        nothing).  The maps grey these cells beside the causal triangle, and only these."""
+        if self.module_run is not None:
+            hidden = self._module_mask[1]
+        elif self.window is not None:
+            masked = self.steps["masked"][0] if head is None else self.attention_map("masked", head)
+            return ~np.isfinite(masked)
+        else:
+            return None
+        if hidden is None or head is None:
+            return hidden
+        return hidden[index_in(head, hidden.shape[0], "head")]
+
+    @functools.cached_property
+    def _module_mask(self) -> tuple[bool, np.ndarray | None]:
+        """(whether a user module's weights give every later key exactly 0 in every head, the cells its own mask hid
+        beyond the causal triangle (:meth:`hidden_cells`) or None), of item 0, computed once a Trace."""
+        weights = self.steps["weights"][0]  # (h, n, n)
+        future = np.triu(np.ones(weights.shape[-2:], dtype=bool), 1)  # (n, n): the keys after each query
+        with np.errstate(invalid="ignore"):  # NaN weights (a row with no key left) reach no key
+            reaches = bool((weights[:, future] > 0).any())  # (h, cells above the diagonal)
+            masked, scaled = self.steps.get("masked"), self.steps.get("scaled")
+            hidden = (np.zeros(weights.shape, dtype=bool) if masked is None  # (h, n, n)
+                      else hidden_by_mask(masked[0], None if scaled is None else scaled[0]))
+        hidden &= weights == 0
+        if not self.config.hides_future or reaches:  # what it hid, the future's part included
+            extra = hidden if hidden.any() else None
+        else:  # the causal triangle is drawn as such: only cells outside it
+            extra = hidden if (hidden & ~future).any() else None
+        if extra is not None:
+            extra.setflags(write=False)
+        return not reaches, extra
 
     @property
     def num_heads(self) -> int:

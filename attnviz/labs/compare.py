@@ -591,13 +591,18 @@ def _two_line_title(fig: go.Figure) -> go.Figure:
 
 def module_heatmap(trace: Trace, how: str = "head 0", *, max_tokens: int = MAX_TOKENS,
                    under_title_px: int = MAP_PX) -> go.Figure:
-    """A user module's weights (head 0 of its Trace, first ``max_tokens`` tokens) titled like the variants."""
+    """A user module's weights (head 0 of its Trace, first ``max_tokens`` tokens) titled like the variants, grey where
+    its own mask hid a key (``Trace.hides_future``, ``Trace.hidden_cells``): a mask that hides nothing is drawn with
+    the weights it gave."""
     weights = trace.steps["weights"][0][:, :max_tokens, :max_tokens]  # (heads, n, n)
     result = VariantResult(variants.MHA, trace.config, weights, tuple(trace.output.shape))
     title = f"{trace.module_run.class_name} (your code)<br><sup>weights, head 0 of {weights.shape[0]}</sup>"
+    hidden = trace.hidden_cells()  # (heads, n, n) or None
+    if hidden is not None:  # the cells every head hides (the mean over heads), or head 0's
+        hidden = (hidden.all(axis=0) if how == "mean over heads" else hidden[0])[:max_tokens, :max_tokens]
     fig = figures.attention_heatmap(result.attention_map(how), trace.tokens[:max_tokens], "weights",
-                                    causal=trace.config.causal, title=title, under_title_px=under_title_px,
-                                    title_px=TWO_LINE_TITLE_PX)
+                                    causal=trace.hides_future, title=title, under_title_px=under_title_px,
+                                    title_px=TWO_LINE_TITLE_PX, hidden=hidden)
     return _two_line_title(fig)
 
 

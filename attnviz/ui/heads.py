@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
@@ -72,12 +71,10 @@ def grid_label(config, head: int) -> str:
 
 
 def window_hidden(trace, head: int | None = None):
-    """The cells a sliding window hides beyond the causal mask ((heads, n, n) bool, or one head's (n, n)); None for a
-    run without a window (a checkpoint's full-attention layer included), whose hidden cells are the causal mask's."""
-    if trace.window is None:
-        return None
-    masked = trace.steps["masked"][0] if head is None else trace.attention_map("masked", head)
-    return ~np.isfinite(masked)
+    """The cells the run hides beyond the causal mask ((heads, n, n) bool, or one head's (n, n)): a sliding window's,
+    or a user module's own mask's where it is not exactly the causal one (``Trace.hidden_cells``); None where the
+    hidden cells are the causal mask's (a checkpoint's full-attention layer included) or there are none."""
+    return trace.hidden_cells(head)
 
 
 def heads_grid_figure(page_run: Context, stage: str):

@@ -43,7 +43,7 @@ def draw(page_run: Context) -> None:
     trace, config = page_run.trace, page_run.trace.config
     # the shown layer's own mask: a checkpoint's schedule may mix window and full layers
     mask = (f"sliding-window mask (W = {trace.window})" if trace.window is not None
-            else "causal mask" if trace.hides_future else "no mask")
+            else "causal mask" if trace.hides_future else steps.LEAK_CAPTION if trace.leaks_future else "no mask")
     st.caption(f"{weights_caption(page_run)} · {mask} · {counted(trace.n)} · device {trace.device}")
     book_listing_note(config)  # a 3.3/3.4 class masked by the sidebar: the mask is attnviz's, not the book's
 

@@ -95,6 +95,8 @@ class HeadWindow:
         config = self.config
         part = extra.pop("file", None) or (title.split(":")[0] if title.startswith(("before:", "after:")) else name)
         filename = self.file_name(part if isinstance(part, str) and part != self.stage else None)
+        if self.trace.module_run is not None and (hidden := self.trace.hidden_cells(self.head)) is not None:
+            extra.setdefault("hidden", hidden[self.row0 : self.row0 + self.size, self.col0 : self.col0 + self.size])
         fig = figures.attention_heatmap(self.crop(name) if isinstance(name, str) else name, self.trace.tokens,
                                         extra.pop("as_stage", name), causal=self.trace.hides_future,
                                         dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
@@ -169,7 +171,9 @@ def _scaled(view: HeadWindow, before, after) -> None:
 
 def _masked(view: HeadWindow, before, after) -> None:
     window = view.trace.window  # the shown layer's own: a checkpoint's schedule may mix window and full layers
-    if not view.trace.hides_future:
+    if (leak := steps.leak_note(view.trace)) is not None:
+        st.warning(leak, icon=":material/visibility:")
+    elif not view.trace.hides_future:
         st.info("The causal mask is off: masked = scaled, every token sees every other token.")
     scaled = "scaled" in view.trace.steps  # a user's module may not have recorded it (see the note above)
     zrange = view.shared("scaled") if scaled else None

@@ -8,8 +8,6 @@ figure's repr.
 
 from __future__ import annotations
 
-import numpy as np
-
 from attnviz.config import InputError
 from attnviz.tokens import counted
 from attnviz.trace import Trace, index_in
@@ -25,8 +23,9 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     heads = trace.steps[stage].shape[1]
     head = index_in(head, heads, "head")
     maps = trace.steps[stage][0]  # (heads, n, n)
-    # the run's own mask (a checkpoint's layer has its own window, and may hide the future whatever causal says)
-    hidden = ~np.isfinite(trace.steps["masked"][0]) if trace.window is not None else None  # (heads, n, n)
+    # the run's own mask (a checkpoint's layer has its own window, and may hide the future whatever causal says; a
+    # user's module hides what its code hid)
+    hidden = trace.hidden_cells()  # (heads, n, n) or None
     mask = {"causal": trace.hides_future, "dropout": config.effective_dropout}
     # heads that share K/V heads (grouped-query, multi-query) are titled with their K/V head, as on the Heads page
     shared = config.module is None and config.kv_groups != config.heads

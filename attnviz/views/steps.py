@@ -112,6 +112,8 @@ def stage_title(trace: Trace, stage: str) -> str:
     config, beside the book's, where its config declares it (``ModuleRun.declared_scales``), else "not" the book's."""
     config = trace.config
     scaled, divisor = config.spec.scaled, None
+    if stage == "masked" and trace.leaks_future:
+        return LEAK_TITLES[_hides_some_future(trace)]
     if stage == "scaled" and trace.module_run is not None:
         measured, d_head = explain.head_scale(trace)
         if measured is not None and d_head is not None and measured != math.sqrt(d_head):
@@ -123,6 +125,30 @@ def stage_title(trace: Trace, stage: str) -> str:
     return figures.map_title(stage, trace.window, scaled, masks=trace.hides_future or trace.window is not None,
                              dropout_off=None if config.dropout_runs else dropout_off_reason(config, title=True),
                              divisor=divisor)
+
+
+# a user module that asks for the causal mask while its weights reach the future (``Trace.leaks_future``): the Heads
+# page's caption, its masked map's title (False: no later key hidden; True: some are) and the Steps page's note
+LEAK_CAPTION = "causal mask asked; the module's weights reach the future"
+LEAK_TITLES = {False: "masked (causal mask asked; no later key hidden)",
+               True: "masked (causal mask asked; some later keys not hidden)"}
+
+
+def _hides_some_future(trace: Trace) -> bool:
+    """Whether the run's own mask hides any key after its query, in any head (``Trace.hidden_cells``)."""
+    hidden = trace.hidden_cells()  # (heads, n, n) or None
+    return hidden is not None and bool(np.triu(hidden, 1).any())
+
+
+def leak_note(trace: Trace) -> str | None:
+    """The Steps page's words on the mask of a module that asks for the causal mask while its weights reach the
+    future (``Trace.leaks_future``); None for any other run."""
+    if not trace.leaks_future:
+        return None
+    which = "only some of the later keys" if _hides_some_future(trace) else "no later key"
+    return (f"Your module asks for a causal mask, but its mask hides {which}: their scores reach the softmax as "
+            "numbers, not −∞, so the softmax gives them weight and a query sees the future. The Check panel on the "
+            "Heads page says where.")
 
 
 ADDED_MASK_MARK = " — attnviz's addition, not in the book's listing"  # after source.MARK on the mask's line
