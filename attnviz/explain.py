@@ -14,7 +14,9 @@ a divisor the module's config declares (Gemma's ``query_pre_attn_scalar``, DeepS
 too), and only one nobody declared as the run's own.
 Which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from ``scaled`` by more than a
 score and a bias such as ALiBi's reach, 10³ + n: :func:`attnviz.trace.hidden_by_mask`, the tracer's own definition),
-so a causal mask, a sliding window or a padding mask each get their own reason.
+so a causal mask, a sliding window or a padding mask each get their own reason; where a module changes its scaled
+scores before the softmax (a soft-cap, a bias, a mask filled with 0 instead of −∞, which hides nothing), the weight
+is explained from the numbers the softmax took (``masked_score``, ``row_masked``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ class WeightExplanation:
     # "÷ 8: this run's own …")
     scaling: str
     scaled: float  # trace.steps["scaled"][0, head, query, key]
+    # trace.steps["masked"][0, head, query, key]: what the softmax took for this cell — the scaled score, −∞ (or a
+    # large negative) where the mask hides the key, or what a module changed it to (a soft-cap, a bias, a mask filled
+    # with 0)
+    masked_score: float
     weight: float  # trace.steps["weights"][0, head, query, key]; 0 where the mask hides the key
     dropped: float  # the weight after dropout (== weight when no dropout ran)
     masked: bool  # the mask hides this key from this query
@@ -72,6 +78,12 @@ class WeightExplanation:
     def head_dim(self) -> int:
         """The length of q_i and k_j (and of their products)."""
         return int(self.products.shape[0])
+
+    @property
+    def input_changed(self) -> bool:
+        """Whether the softmax took another number than the scaled score for this row's visible keys (a soft-cap, a
+        bias, a mask filled with 0, not −∞): the explanation then adds up from ``row_masked``, what the softmax took."""
+        return _changed_before_softmax(self.row_scaled, self.row_masked, self.row_hidden)
 
     def largest(self, count: int = 5) -> np.ndarray:
         """Indices of the ``count`` products of largest magnitude, largest first."""
@@ -132,7 +144,13 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
         notes.append(f"Dropout ran: this weight, {weight:.4g}, went on to V as {dropped:.4g}.")
 
     changed = _changed_before_softmax(row_scaled, row_masked, row_hidden)
-    if changed and not masked:
+    fill = _future_fill(row_scaled, row_masked, row_hidden, query) if changed else None
+    if fill is not None:  # a mask that sets the later keys to a number, not −∞: they stay visible
+        this = (f"the softmax takes {fill:.4g} for this cell, not the scaled {float(row_scaled[key]):.4g}, and gives "
+                "it weight" if key > query else "the softmax over this row gives them weight too")
+        notes.append(f"The module's mask sets the scores of the keys after query {query} to {fill:.4g}, not −∞: they "
+                     f"are not hidden — {this}, so this query sees the future.")
+    elif changed and not masked:
         notes.append(f"The module changes its scaled scores before the softmax (a soft-cap such as Gemma 2's "
                      f"cap · tanh(s / cap), or a bias added to them): the softmax takes {float(row_masked[key]):.4g} "
                      f"for this cell, not the scaled {float(row_scaled[key]):.4g}.")
@@ -150,7 +168,8 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
     return WeightExplanation(
         head=head, query=query, key=key, query_token=_token(trace, query), key_token=_token(trace, key),
         query_vector=_frozen(query_vector), key_vector=_frozen(key_vector), products=_frozen(products),
-        score=score, divisor=divisor, scaling=scaling, scaled=float(row_scaled[key]), weight=weight, dropped=dropped,
+        score=score, divisor=divisor, scaling=scaling, scaled=float(row_scaled[key]),
+        masked_score=float(row_masked[key]), weight=weight, dropped=dropped,
         masked=masked, reason=_mask_reason(query, key, row_hidden, float(row_masked[key])) if masked else None,
         row_scaled=_frozen(row_scaled), row_masked=_frozen(row_masked), row_weights=_frozen(row_weights),
         row_hidden=_frozen(row_hidden), stand_in=_stand_in(trace, query_vector, key_vector, query, key, divisor),
@@ -192,6 +211,20 @@ def _changed_before_softmax(row_scaled: np.ndarray, row_masked: np.ndarray, row_
     visible = ~row_hidden  # (n,) bool
     scaled, masked = row_scaled[visible].astype(np.float64), row_masked[visible].astype(np.float64)  # (v,) each
     return bool(visible.any()) and not np.allclose(masked, scaled, rtol=1e-4, atol=1e-5)
+
+
+def _future_fill(row_scaled: np.ndarray, row_masked: np.ndarray, row_hidden: np.ndarray, query: int) -> float | None:
+    """The number a mask set the scores of the keys after ``query`` to, where it hid none of them (a
+    ``masked_fill(mask, 0.0)``: 0, not −∞) and changed nothing else of the visible row; None for any other change."""
+    later = np.arange(row_scaled.shape[0]) > query  # (n,) the keys after the query
+    if not later.any() or row_hidden[later].any():
+        return None
+    with np.errstate(invalid="ignore"):
+        moved = ~np.isclose(row_masked.astype(np.float64), row_scaled.astype(np.float64), rtol=1e-4, atol=1e-5)  # (n,)
+    values = row_masked[later]  # (later,)
+    if moved[~later & ~row_hidden].any() or not (values == values[0]).all():
+        return None
+    return float(values[0])
 
 
 def head_scale(trace: Trace, head: int = 0) -> tuple[float | None, int | None]:

@@ -97,8 +97,9 @@ def _one_cell(trace: Trace, head: int, query: int, key: int) -> WeightExplanatio
                 f" (query {query}, key {key}) its weight**")
     if why.masked:
         st.warning(markdown_escape(why.reason or "The mask hides this key."), icon=":material/block:")
+    taken = f" → the softmax takes **{why.masked_score:.4f}**" if why.input_changed and not why.masked else ""
     st.markdown(f"score q·k = Σ products = **{why.score:.4f}** · {markdown_escape(why.scaling)} → scaled "
-                f"**{why.scaled:.4f}** · softmax over row {query} → weight **{why.weight:.4f}**")
+                f"**{why.scaled:.4f}**{taken} · softmax over row {query} → weight **{why.weight:.4f}**")
     for note in why.notes:  # what stands in for q and k (the class without W_query or W_key): the chart's subtitle
         if note:
             st.caption(markdown_escape(note))

@@ -6,7 +6,8 @@ No model runs here and no Streamlit (as :mod:`attnviz.views.figures`):
 * ``products_figure`` — the head_dim products q_i[d]·k_j[d] as bars, the largest named (as many as fit side by side
   at the panel's width), the title adding them up: Σ = score, ÷ divisor = scaled, and the weight (or why the mask
   hides the key);
-* ``row_softmax_figure`` — row i's scaled scores over every key and the softmax of that row, key j highlighted;
+* ``row_softmax_figure`` — row i's scaled scores over every key (what the softmax took, where the module changed
+  them) and the softmax of that row, key j highlighted;
 * ``summed_attention_figure`` — the selected queries' attention per key (mean, sum in the hover) and what every
   query gives the selected keys.
 
@@ -101,8 +102,8 @@ def named_dimensions(products: np.ndarray, largest: list[int], plot_px: float) -
 def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int = 360) -> go.Figure:
     """Bars of q_i[d]·k_j[d] for every dimension d of the head; of the ``top`` largest by magnitude, those whose names
     fit beside each other on the panel beside the map (:data:`PANEL_PX`; :func:`named_dimensions`) are named on
-    their bars (the hover names every bar); the title adds them up to the score, the scaled score and the weight (or
-    the mask's reason)."""
+    their bars (the hover names every bar); the title adds them up to the score, the scaled score, what the softmax
+    took where the module changed it, and the weight (or the mask's reason)."""
     products = np.asarray(explanation.products, dtype=np.float32)  # (hd,)
     largest = [int(d) for d in explanation.largest(top)]
     # r: half a two-digit tick label where Plotly's ticks end on the last bar (15 of 16), which 10 px left out
@@ -124,7 +125,8 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
         sums += "→ masked: weight 0"
         subtitle = safe_label(explanation.reason or "")
     else:
-        sums += f"→ softmax over row {explanation.query}: weight {explanation.weight:.4f}"
+        taken = (f"→ the softmax takes {_number(explanation.masked_score)} " if explanation.input_changed else "")
+        sums += f"{taken}→ softmax over row {explanation.query}: weight {explanation.weight:.4f}"
         subtitle = ""
     if explanation.stand_in:
         subtitle = " ".join(filter(None, [subtitle, safe_label(explanation.stand_in)]))
@@ -207,16 +209,20 @@ def _panels(titles: list[str], axes: list[dict], panel_px: int, gap_px: int) -> 
 
 def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 420) -> go.Figure:
     """Row ``query``'s scaled scores over every key (the softmax's input) above the softmax of that row (the
-    weights), key ``key`` highlighted in both.  The keys the mask hides are a grey trace of their own at 0 in the
-    upper panel, their hover saying the softmax sees −∞ there; each position's token is sent once a panel."""
+    weights), key ``key`` highlighted in both — or, where the module changed them before the softmax (a soft-cap, a
+    mask filled with 0: ``input_changed``), the numbers the softmax took, and the title's formula is built on them.
+    The keys the mask hides are a grey trace of their own at 0 in the upper panel, their hover saying the softmax
+    sees −∞ there; each position's token is sent once a panel."""
     n = explanation.row_weights.shape[0]
     hidden = np.asarray(explanation.row_hidden, dtype=bool)  # (n,)
     codes = np.where(hidden, HIDDEN_CODE, PLAIN_CODE)  # (n,)
     codes[explanation.key] = HIGHLIGHT_CODE
     names = _hover_names(tokens, n)  # (n,)
     seen, unseen = np.flatnonzero(~hidden), np.flatnonzero(hidden)  # key positions the query sees, the mask hides
+    changed = explanation.input_changed  # the softmax took other numbers than the scaled scores: those are drawn
     data = [
-        *_position_bars(np.asarray(explanation.row_scaled)[seen], codes[seen], 1, names[seen],
+        *_position_bars(np.asarray(explanation.row_masked if changed else explanation.row_scaled)[seen],
+                        codes[seen], 1, names[seen],
                         "key %{x}: %{customdata}<br>softmax input %{y:.4f}<extra></extra>", "scaled", seen, n),
         *(_position_bars(np.zeros(unseen.shape[0], dtype=np.float32), codes[unseen], 1, None,
                          "key %{x}<br>softmax input −∞: the mask hides this key<extra></extra>", "hidden", unseen, n,
@@ -226,12 +232,16 @@ def row_softmax_figure(explanation: WeightExplanation, tokens, *, height: int = 
     ]
     axis = _token_axis(tokens, n)
     layout, plot_px, first_lines = _panels(
-        [f"row {explanation.query}: scaled scores (the softmax's input)",
+        [f"row {explanation.query}: the softmax's input (not the scaled scores: the module changed them)" if changed
+         else f"row {explanation.query}: scaled scores (the softmax's input)",
          f"softmax over row {explanation.query}: the weights (sum to 1)"],
         [{**axis, "showticklabels": False}, {**axis, "matches": "x", "title": {"text": "key token"}}],
         panel_px=max(60, (height - 170) // 2), gap_px=8)
     if explanation.masked:
         how = f"key {explanation.key} is hidden: exp(−∞) = 0, so its weight is 0"
+    elif changed:
+        how = (f"weight = exp({_number(explanation.masked_score)}) ÷ Σ over the row's visible keys of exp(softmax "
+               f"input) = {explanation.weight:.4f}")
     else:
         how = (f"weight = exp({_number(explanation.scaled)}) ÷ Σ over the row's visible keys of exp(scaled) = "
                f"{explanation.weight:.4f}")
