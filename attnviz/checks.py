@@ -102,7 +102,7 @@ from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_ap
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output, per_query_head
 from attnviz.tokens import counted
-from attnviz.trace import ScoreWidth
+from attnviz.trace import HIDDEN_AT, ScoreWidth
 from attnviz.tracing import score_width
 from attnviz.words import amount
 
@@ -219,6 +219,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         stated = _stated_causal(module, attention, causal)
         unmasked = _unmasked(module, stated)
         triangles = _triangles(recording, module)
+        fill = _finite_fill(recording, module, attention)
         if causal is None:
             causal = tracing.infer_causal(recording, attention, module)
         meter.planned = _planned_forwards(module, x, selected, causal) + told
@@ -234,7 +235,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
                                           unmasked=unmasked),
             "mask-convention": lambda: mask_convention(attention, causal, attention_window(module), stated,
-                                                       unmasked=unmasked, triangles=triangles,
+                                                       unmasked=unmasked, triangles=triangles, fill=fill,
                                                        cache_length=cache_length(module),
                                                        longer=functools.partial(_traced_on, module, x),
                                                        context=tracing.module_context(module)),
@@ -251,7 +252,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
             run["mask-convention"] = lambda: mask_convention(attention, causal, attention_window(module), stated,
-                                                             unmasked=unmasked, triangles=triangles,
+                                                             unmasked=unmasked, triangles=triangles, fill=fill,
                                                              cache_length=cache_length(module))
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
@@ -647,7 +648,8 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                     stated: str | None = None, *, unmasked: str | None = None,
                     triangles: tuple[Triangle, ...] | list[Triangle] = (),
                     longer: Callable[[int], tracing.Attention | None] | None = None,
-                    context: tuple[int, str] | None = None, cache_length: tuple[str, int] | None = None) -> Check:
+                    context: tuple[int, str] | None = None, cache_length: tuple[str, int] | None = None,
+                    fill: str | None = None) -> Check:
     """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show
     when the tokens reach a key W behind; ``cache_length``: (the name, W) of a window the module declares that is its
     KV cache's length (:func:`attnviz.declarations.cache_length`), which its hidden cells need not show (said in a
@@ -656,7 +658,8 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask; ``longer(n)``: the
     module's attention traced on n tokens (None when it cannot be), for a declared window too wide for the checked
     tokens (:func:`_window_on_more_tokens`), within the ``context`` the module says it has
-    (:func:`attnviz.tracing.module_context`: c, and how attnviz knows)."""
+    (:func:`attnviz.tracing.module_context`: c, and how attnviz knows); ``fill``: the module's own masked_fill that
+    sets the future to a number that hides nothing (:func:`_finite_fill`), which a mask that hides no cell names."""
     rule = "mask-convention"
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
@@ -700,6 +703,10 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
             return Check(rule, "pass", _cache_length_words(*cache_length))
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
+    if not hidden.any() and fill is not None:  # the mask is there and kept, but its number hides nothing
+        return Check(rule, "fail", f"{f'{stated}, but ' if stated else ''}no cell is hidden: {fill}, not −∞, so the "
+                                   "softmax still gives those keys weight — fill with float(\"-inf\") (or "
+                                   "-torch.inf)")
     if not hidden.any():
         if stated and unmasked:
             return Check(rule, "fail", f"{stated}, yet no cell is hidden: {unmasked}")
@@ -902,6 +909,34 @@ def _triangles(recording: tracing.Recording, module: nn.Module) -> list[Triangle
                 continue
             break
     return found
+
+
+def _place(op: tracing.Op, own_file: str | None) -> str:
+    """An op's place in words: " on line 12", " on line 40 of modeling_gpt2.py" (another file), "" where not known."""
+    line = "" if op.line is None else f" on line {op.line}"
+    if op.line is not None and op.filename and op.filename != own_file:
+        line += f" of {op.filename.rsplit('/', 1)[-1]}"
+    return line
+
+
+def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tracing.Attention) -> str | None:
+    """The module's own ``masked_fill`` (or ``where``) before its softmax that sets the cells of a triangular mask to
+    a number that hides nothing (0, not −∞: ``tracing.Recording.fills``), in words — "the masked_fill on line 47 sets
+    the future (above the diagonal) to 0.0"; None when there is none."""
+    keys = attention.masked.shape[-1]
+    for index, value, future in recording.fills:
+        if attention.op_index >= 0 and index > attention.op_index:  # after the softmax: zeroed_after says it
+            continue
+        if not math.isfinite(value) or value <= HIDDEN_AT - keys:  # −∞, −10⁹: a mask that hides
+            continue
+        try:
+            own_file = inspect.getsourcefile(type(module))
+        except (TypeError, OSError):
+            own_file = None
+        op = recording.ops[index]
+        cells = "the future (above the diagonal)" if future else "the cells of its triangular mask"
+        return f"the {op.name}{_place(op, own_file)} sets {cells} to {value!r}"
+    return None
 
 
 def _triangle_fix(triangles, hidden: torch.Tensor) -> str | None:

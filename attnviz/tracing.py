@@ -177,6 +177,9 @@ class Recording:
     fed_onwards: list[tuple[int, torch.Tensor, frozenset[int]]] = field(default_factory=list)
     triangular_mask: bool = False  # a masked_fill / where, or an SDPA / MultiheadAttention call, had a triangular mask
     triangles: list[tuple[int, str, int]] = field(default_factory=list)  # (op index, "tril"/"triu", its diagonal)
+    # (op index, the number, whether the cells are the future) of every masked_fill / where that set the cells of a
+    # triangular mask to a number (``masked_fill(mask, 0.0)``, ``-inf``): :func:`_triangle_fill`
+    fills: list[tuple[int, float, bool]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the Trace should say about how the attention was read
 
 
@@ -264,6 +267,7 @@ class _Recorder(TorchFunctionMode):
         self.linear_inputs: list[tuple[int, torch.Tensor, _Node | None]] = []  # (op index, input, its node)
         self.triangular_mask = False
         self.triangles: list[tuple[int, str, int]] = []  # every tril / triu call: (op index, name, diagonal)
+        self.fills: list[tuple[int, float, bool]] = []  # a triangle's cells set to a number: (op index, it, future?)
         self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
         self.dropout_calls: list[tuple[int, bool, float]] = []
         self.held_bytes = 0  # what the recorded outputs hold, a view counted as a copy
@@ -314,6 +318,8 @@ class _Recorder(TorchFunctionMode):
             self.linear_inputs.append((index, args[0], parents[0] if parents else None))
         if name in ("masked_fill", "masked_fill_", "where") and not self.triangular_mask:
             self.triangular_mask = any(_triangular(a) for a in args[:2] if isinstance(a, torch.Tensor))
+        if name in ("masked_fill", "masked_fill_", "where") and (fill := _triangle_fill(name, args, kwargs)):
+            self.fills.append((index, *fill))
         if name in ("tril", "triu", "tril_", "triu_"):
             diagonal = kwargs.get("diagonal", args[1] if len(args) > 1 else 0)
             if isinstance(diagonal, int):
@@ -489,7 +495,8 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
                    if (sources := _context_sources(node, contexts))]
     return Recording(ops=recorder.ops, attentions=attentions, output=output.detach(),
                      dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
-                     triangular_mask=recorder.triangular_mask, triangles=recorder.triangles, notes=notes)
+                     triangular_mask=recorder.triangular_mask, triangles=recorder.triangles, fills=recorder.fills,
+                     notes=notes)
 
 
 def _output_later(returned, batch: int, n: int) -> str:
@@ -957,6 +964,33 @@ def _raised_in(error: BaseException, function: str) -> bool:
             return True
         traceback = traceback.tb_next
     return False
+
+
+def _triangle_fill(name: str, args, kwargs) -> tuple[float, bool] | None:
+    """(the number, whether the cells are the future: above the diagonal) of a ``masked_fill(mask, value)`` or a
+    ``where(cond, x, value)`` / ``where(cond, value, x)`` that sets the cells of a triangular boolean mask
+    (:func:`_triangular`) to a number; None for any other call."""
+    if name == "where":
+        if len(args) < 3 or not isinstance(args[0], torch.Tensor):
+            return None
+        condition, kept, value = args[0], args[1], args[2]
+        if isinstance(kept, int | float) or isinstance(kept, torch.Tensor) and kept.dim() == 0:  # where(mask, 0, s)
+            cells = condition
+            value = kept
+        else:  # where(keep, s, 0): the cells the condition leaves out
+            cells = ~condition if condition.dtype == torch.bool else condition
+    else:
+        cells = args[1] if len(args) > 1 else kwargs.get("mask")
+        value = args[2] if len(args) > 2 else kwargs.get("value")
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not isinstance(cells, torch.Tensor):
+        return None
+    if not _triangular(cells):
+        return None
+    square = cells.reshape(-1, *cells.shape[-2:])[0]  # (n, n)
+    future = torch.ones(square.shape, dtype=torch.bool, device=square.device).triu(1)  # (n, n)
+    return float(value), torch.equal(square, future)
 
 
 def _triangular(tensor: torch.Tensor) -> bool:
