@@ -1110,6 +1110,17 @@ def test_a_mask_off_by_one_names_the_call_the_module_made(module, fix):
                                  "one future token is visible: row i sees key i + 1 " + fix.format(line=line))
 
 
+def test_a_mask_filled_with_0_names_its_masked_fill_and_minus_infinity():
+    """``s = s.masked_fill(mask, 0.0)`` keeps the copy, yet was told "the causal mask never reached the scores
+    (masked_fill returns a copy: keep it, or use masked_fill_)"."""
+    torch.manual_seed(0)
+    line = user_modules_line("s = s.masked_fill(self.mask.bool()[:n, :n], 0.0)")
+    assert verdict(um.ZeroFilledMask().eval(), "mask-convention") == checks.Check(
+        "mask-convention", "fail", f"no cell is hidden: the masked_fill on line {line} sets the future (above the "
+        "diagonal) to 0.0, not −∞, so the softmax still gives those keys weight — fill with float(\"-inf\") (or "
+        "-torch.inf)")
+
+
 def test_a_float_sdpa_mask_that_hides_the_past_is_told_about_float_masks_and_its_own_tril():
     """A float additive mask with −∞ below the diagonal was told "SDPA's boolean attn_mask keeps where it is True:
     pass torch.tril(…bool)", and with no buffer to say causal it was called "not causal"."""

@@ -3835,3 +3835,27 @@ class WeightlessOverD(nn.Module):
         future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n)
         attn_weights = attn_scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # (b, n, n)
         return attn_weights @ x  # (b, n, n) @ (b, n, d) -> (b, n, d)
+
+
+class ZeroFilledMask(nn.Module):
+    """The book's MultiHeadAttention with the future filled with 0 instead of −∞: ``s.masked_fill(mask, 0.0)`` (the
+    copy is kept) before ÷ √head_dim — a score of 0 still gets weight, so every query sees the future."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, num_heads=4):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.W_query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        k = self.W_key(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        v = self.W_value(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, n, hd)
+        s = q @ k.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, n) -> (b, h, n, n)
+        s = s.masked_fill(self.mask.bool()[:n, :n], 0.0)  # (b, h, n, n): 0, not -inf, above the diagonal
+        w = torch.softmax(s / self.head_dim ** 0.5, dim=-1)  # (b, h, n, n)
+        return self.out_proj((w @ v).transpose(1, 2).contiguous().view(b, n, -1))  # (b, n, d_out)

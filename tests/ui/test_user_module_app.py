@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import streamlit as st
 import torch
@@ -519,3 +520,52 @@ def test_a_module_that_raises_after_one_that_passed_shows_no_verdict_of_the_one_
     assert not [s.value for s in at.subheader if s.value.startswith("Check ")]
     assert not at.success and not rule_tables(at)
     assert any("module, CausalSelfAttention, is not checked here" in c.value for c in at.caption)
+
+
+def test_a_mask_filled_with_0_is_drawn_and_explained_as_the_module_ran_it(monkeypatch):
+    """A module that asks for the causal mask and fills the future with 0 (not −∞) was drawn as if masked: the grid
+    and the focused map grey above the diagonal, "causal mask" in the caption, "masked (−∞ above the diagonal)" on
+    the stage button — and its cell (0, 3) explained from a score its softmax never took."""
+    from helpers.apptest import decode, figure
+    from helpers.maps import cells_shown, images, pixels
+
+    from attnviz.ui.cache import cached_trace
+
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:ZeroFilledMask")
+    at = app(variant="Your module: ZeroFilledMask", cell="0,3")
+    no_exception(at)
+    trace = cached_trace(*at.session_state["_last_valid"])
+    assert "causal mask asked; the module's weights reach the future" in " ".join(c.value for c in at.caption)
+    assert "masked (causal mask asked; no later key hidden)" in at.segmented_control(key="heads_stage").options
+    assert not [o for o in at.segmented_control(key="heads_stage").options if "−∞" in o]
+    focused = figure(at, "head 0: weights")
+    np.testing.assert_allclose(cells_shown(focused), trace.steps["weights"][0, 0], atol=1e-6)  # none grey
+    grid = next(fig for fig in figures(at) if any(t.get("name", "").startswith("select head") for t in fig["data"]))
+    assert all((pixels(image)[..., 3] == 255).all() for image in images(grid))  # every tile cell drawn
+    # why (0, 3) has its weight: from the 0 its softmax took, as the map's weight
+    row = trace.steps["masked"][0, 0, 0].astype(np.float64)  # (n,) the softmax's input
+    summary = next(m.value for m in at.markdown if m.value.startswith("score q·k"))
+    weight = f"weight **{trace.steps['weights'][0, 0, 0, 3]:.4f}**"
+    assert "the softmax takes **0.0000**" in summary and weight in summary, summary
+    explained = next(fig for fig in figures(at) if {t.get("name") for t in fig["data"]} >= {"scaled", "weight"})
+    title = explained["layout"]["title"]["text"].replace("<br>", " ")
+    assert "exp(0) ÷ Σ over the row's visible keys of exp(softmax input)" in title, title
+    np.testing.assert_allclose(decode(next(t for t in explained["data"] if t["name"] == "scaled")["y"]), row,
+                               atol=1e-6)
+
+
+def test_the_steps_and_compare_pages_draw_a_mask_filled_with_0_as_it_ran(monkeypatch):
+    from helpers.maps import cells_shown
+
+    monkeypatch.setenv(user_code.ENV, f"{MODULES}:ZeroFilledMask")
+    at = app("pages/steps.py", variant="Your module: ZeroFilledMask", stage="weights")
+    no_exception(at)
+    assert any(not np.isnan(cells_shown(fig)).any() for fig in figures(at) if "after: softmax" in
+               fig["layout"]["title"]["text"])
+    at.segmented_control(key="steps_stage").set_value("masked").run()
+    leak = "Your module asks for a causal mask, but its mask hides no later key"
+    assert any(w.startswith(leak) for w in warnings(at)), warnings(at)
+    at = app("pages/compare.py", variant="Your module: ZeroFilledMask")
+    no_exception(at)
+    mine = next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("ZeroFilledMask (your code)"))
+    assert not np.isnan(cells_shown(mine)).any()
