@@ -183,7 +183,8 @@ def _masked(view: HeadWindow, before, after) -> None:
         else:
             st.caption("before: the scaled scores were not recorded (see above)")
     with after:
-        view.heatmap("masked", "after: masked (grey = −∞)" if window is None
+        view.heatmap("masked", f"after: {steps.stage_title(view.trace, 'masked')}" if view.trace.leaks_future
+                     else "after: masked (grey = −∞)" if window is None
                      else f"after: window W = {window} (grey = −∞)", zrange=zrange)
 
 

@@ -130,8 +130,8 @@ def stage_title(trace: Trace, stage: str) -> str:
 # a user module that asks for the causal mask while its weights reach the future (``Trace.leaks_future``): the Heads
 # page's caption, its masked map's title (False: no later key hidden; True: some are) and the Steps page's note
 LEAK_CAPTION = "causal mask asked; the module's weights reach the future"
-LEAK_TITLES = {False: "masked (causal mask asked; no later key hidden)",
-               True: "masked (causal mask asked; some later keys not hidden)"}
+LEAK_TITLES = {False: "masked (no later key hidden)",
+               True: "masked (some later keys not hidden)"}
 
 
 def _hides_some_future(trace: Trace) -> bool:

@@ -536,7 +536,7 @@ def test_a_mask_filled_with_0_is_drawn_and_explained_as_the_module_ran_it(monkey
     no_exception(at)
     trace = cached_trace(*at.session_state["_last_valid"])
     assert "causal mask asked; the module's weights reach the future" in " ".join(c.value for c in at.caption)
-    assert "masked (causal mask asked; no later key hidden)" in at.segmented_control(key="heads_stage").options
+    assert "masked (no later key hidden)" in at.segmented_control(key="heads_stage").options
     assert not [o for o in at.segmented_control(key="heads_stage").options if "−∞" in o]
     focused = figure(at, "head 0: weights")
     np.testing.assert_allclose(cells_shown(focused), trace.steps["weights"][0, 0], atol=1e-6)  # none grey
@@ -565,6 +565,8 @@ def test_the_steps_and_compare_pages_draw_a_mask_filled_with_0_as_it_ran(monkeyp
     at.segmented_control(key="steps_stage").set_value("masked").run()
     leak = "Your module asks for a causal mask, but its mask hides no later key"
     assert any(w.startswith(leak) for w in warnings(at)), warnings(at)
+    titles = [fig["layout"]["title"]["text"] for fig in figures(at)]
+    assert "after: masked (no later key hidden)" in titles and not [t for t in titles if "−∞" in t], titles
     at = app("pages/compare.py", variant="Your module: ZeroFilledMask")
     no_exception(at)
     mine = next(fig for fig in figures(at) if fig["layout"]["title"]["text"].startswith("ZeroFilledMask (your code)"))

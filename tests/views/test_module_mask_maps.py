@@ -33,7 +33,7 @@ def test_a_mask_filled_with_0_is_drawn_with_the_weights_the_module_gave_the_futu
     masked = notebook.figures_of(trace, "masked")
     for part in ("grid", "head"):
         title = masked[part].layout.title.text
-        assert "causal mask asked; no later key hidden" in title and "−∞" not in title, title
+        assert "no later key hidden" in title and "−∞" not in title, title
     assert compare.module_heatmap(trace).to_plotly_json()["layout"]["title"]["text"].startswith("ZeroFilledMask")
     assert not np.isnan(cells_shown(compare.module_heatmap(trace))).any()  # the Compare page's map too
     assert not trace.hides_future and trace.leaks_future and trace.hidden_cells() is None
@@ -43,7 +43,7 @@ def test_a_mask_that_shows_one_future_key_greys_only_the_keys_it_hid():
     trace = traced(lambda: um.MyMultiHeadAttention(bug="one-future-visible"))
     shown = cells_shown(notebook.figures_of(trace, head=2)["head"])  # (n, n)
     np.testing.assert_array_equal(np.isnan(shown), np.triu(np.ones((trace.n, trace.n), dtype=bool), 2))
-    assert steps.stage_title(trace, "masked") == "masked (causal mask asked; some later keys not hidden)"
+    assert steps.stage_title(trace, "masked") == "masked (some later keys not hidden)"
     assert trace.leaks_future
 
 
