@@ -127,24 +127,36 @@ class Progress:
     forwards_planned: int  # a passing check's forwards (a failure's diagnosis may add a few: _diagnosis_forwards)
     seconds: float  # since the check started
     check: Check | None = None  # the rule's verdict, when it is done
+    paced_forwards: int = 0  # the rules' forwards timed so far: each from its start to the next one's or its rule's end
+    paced_seconds: float = 0.0  # their seconds, the rule's own work between them included
+
+    @property
+    def pace(self) -> float | None:
+        """Seconds per forward of the rules (its rule's work included), None before one is timed.  The traced forward
+        is left out: it records every tensor the module computes, many times a plain forward's work on long inputs."""
+        return self.paced_seconds / self.paced_forwards if self.paced_forwards else None
 
     @property
     def seconds_left(self) -> float | None:
-        """Roughly: the planned forwards still to run at the pace so far (None before the first forward ends)."""
-        if self.forwards == 0:
-            return None
-        return (self.forwards_planned - self.forwards) * self.seconds / self.forwards
+        """Roughly: the planned forwards still to run at :attr:`pace` (0 once they have run; None before the pace is
+        known)."""
+        left = self.forwards_planned - self.forwards
+        if self.forwards and left <= 0:
+            return 0.0
+        return None if self.pace is None else left * self.pace
 
     def slow_notice(self, forward: str = "one forward", *, threshold: float | None = None,
                     tenths_below: float = 0.0) -> str | None:
         """Once the pace is known, when the whole check will take ``threshold`` seconds or more (default
-        ``SLOW_CHECK_SECONDS``): "<forward> takes 1.1 s and the rules run up to 11 forwards: about 12 s"; else None.
-        ``tenths_below``: see :func:`duration`."""
+        ``SLOW_CHECK_SECONDS``): "<forward> takes 1.1 s after the traced one and the rules run up to 11 forwards:
+        about 12 s in all"; else None.  ``tenths_below``: see :func:`duration`."""
         left = self.seconds_left
-        if left is None or self.seconds + left < (SLOW_CHECK_SECONDS if threshold is None else threshold):
+        if left is None or self.pace is None or self.seconds + left < (
+                SLOW_CHECK_SECONDS if threshold is None else threshold):
             return None
-        return (f"{forward} takes {self.seconds / self.forwards:.2g} s and the rules run up to "
-                f"{self.forwards_planned} forwards: about {duration(self.seconds + left, tenths_below=tenths_below)}")
+        return (f"{forward} takes {self.pace:.2g} s after the traced one and the rules run up to "
+                f"{self.forwards_planned} forwards: about {duration(self.seconds + left, tenths_below=tenths_below)} "
+                "in all")
 
 
 def duration(seconds: float, *, tenths_below: float = 0.0) -> str:
@@ -397,27 +409,44 @@ def _diagnosis_forwards(module: nn.Module, x: torch.Tensor, rules: list[str]) ->
 
 
 class _Meter:
-    """Counts the module's forwards (a forward pre-hook) and hands the progress callback a ``Progress``."""
+    """Counts the module's forwards (a forward pre-hook), times the rules' forwards for the pace (each from its start
+    to the next forward's start in the same rule or the rule's end: the forward and the rule's own work around it;
+    not the traced forward, nor the ones before the first rule) and hands the progress callback a ``Progress``."""
 
     def __init__(self, callback: Callable[[Progress], None] | None, rules_total: int, planned: int):
         self.callback, self.rules_total, self.planned = callback, rules_total, planned
         self.rule: str | None = None
-        self.rules_done = self.forwards = 0
+        self.rules_done = self.forwards = self.paced_forwards = 0
+        self.paced_seconds = 0.0
+        self.timing: float | None = None  # when the rule's forward being timed started
         self.started = time.perf_counter()
 
-    def report(self, check: Check | None = None) -> None:
+    def report(self, now: float, check: Check | None = None) -> None:
         if self.callback is not None:
             with time_limit.own_code():  # inside the user's forward (a pre-hook): its stop is not the user's exception
                 self.callback(Progress(self.rule, self.rules_done, self.rules_total, self.forwards,
-                                       max(self.planned, self.forwards), time.perf_counter() - self.started, check))
+                                       max(self.planned, self.forwards), now - self.started, check,
+                                       self.paced_forwards, self.paced_seconds))
 
     def before_forward(self, module, args) -> None:
-        self.report()
+        now = time.perf_counter()
+        self._timed(now)
+        self.report(now)
         self.forwards += 1
+        self.timing = now if self.rule is not None else None
 
     def done(self, check: Check) -> None:
+        now = time.perf_counter()
+        self._timed(now)
         self.rules_done += 1
-        self.report(check)
+        self.report(now, check)
+
+    def _timed(self, now: float) -> None:
+        """The forward being timed, if any, ends at ``now``: it joins the pace."""
+        if self.timing is not None:
+            self.paced_forwards += 1
+            self.paced_seconds += now - self.timing
+            self.timing = None
 
 
 def _in_mode_handed_over(module: nn.Module, was_training: bool, rule: Callable[[], Check]) -> Check:

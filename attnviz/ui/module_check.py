@@ -3,10 +3,11 @@ soon as it is done.
 
 A slow module's check is long (one forward per token for ``causal``, more for ``kv-cache``), so the panel shows it
 running with Streamlit's own ``st.status`` and ``st.progress``: the rule running, its forward of how many, the time
-left, and — when the traced first forward shows the whole check takes ``checks.SLOW_CHECK_SECONDS`` or more — how
-long, before the rules run.  Each finished rule's row is kept in the session's state as it is done: a run that stops
-half-way keeps the rows done, and the panel shows them with a button that checks the other rules, rather than
-starting again by itself.  A forward that raises inside a rule keeps the rows before it too, with the reason.
+left, and — when the pace of the rules' first forwards (``checks.Progress.pace``: not the traced forward, which
+records every tensor) shows the whole check takes ``checks.SLOW_CHECK_SECONDS`` or more — how long.  Each finished
+rule's row is kept in the session's state as it is done: a run that stops half-way keeps the rows done, and the panel
+shows them with a button that checks the other rules, rather than starting again by itself.  A forward that raises
+inside a rule keeps the rows before it too, with the reason.
 
 Stopping uses Streamlit's own rule: a whole-app rerun stops the running script at its next element (here: the next
 forward's progress report).  The panel runs inside the Heads page's layer fragment, whose widgets rerun only the
@@ -156,7 +157,7 @@ def _run(trace, record: dict, rules: list[str]) -> None:
                 _table(record["rows"], rows)
             record["forwards"], record["seconds"] = forwards + progress.forwards, seconds + progress.seconds
             left = progress.seconds_left
-            if left is not None and not estimated:  # right after the traced forward: the first estimate
+            if left is not None and not estimated:  # the first of the rules' forwards timed: the first estimate
                 estimated = True
                 notice = progress.slow_notice(f"One forward of {class_name}", tenths_below=TENTHS_BELOW)
                 if notice is not None:

@@ -324,14 +324,16 @@ def test_a_check_stopped_half_way_keeps_its_rules_and_checks_the_others_when_ask
 
 
 def test_a_slow_module_says_how_long_the_check_will_take_before_the_rules_run(monkeypatch):
-    """The estimate comes from the traced forward, before causal's first forward (where this check is stopped)."""
+    """The estimate comes from the pace of causal's first forward, not the traced one's, before causal's second
+    forward (where this check is stopped)."""
     monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 0.0)
-    stopping_check(monkeypatch, lambda progress: progress.rule == "causal")
+    stopping_check(monkeypatch, lambda progress: progress.rule == "causal" and progress.forwards == 2)
     at = app(variant="Your module: SleepyAttention", text="Your journey starts with one step", seed="12")
     no_exception(at)
     forwards = 1 + 5 + 1 + 2  # 6 tokens: the trace, causal's n - 1, dropout-placement's 1, batch-independence's 2
-    expected = (rf"One forward of SleepyAttention takes 0\.\d+ s and the rules run up to {forwards} forwards: about "
-                r"\d+\.\d s\. Stop the check \(above\) keeps the rules done; so does leaving the page\.")
+    expected = (rf"One forward of SleepyAttention takes 0\.\d+ s after the traced one and the rules run up to "
+                rf"{forwards} forwards: about \d+\.\d s in all\. Stop the check \(above\) keeps the rules done; so "
+                r"does leaving the page\.")
     assert any(re.fullmatch(expected, box.value) for box in at.warning), [box.value for box in at.warning]
     stop = [link.proto for link in at.get("page_link") if link.proto.label == "Stop the check"]
     assert len(stop) == 1  # a link (a whole-app rerun stops the script; a button in the fragment would wait for it)
