@@ -12,6 +12,7 @@ from attnviz.config import (
     MAX_CONTEXT_LENGTH,
     MAX_DIM,
     MAX_HEADS,
+    MAX_LAYERS,
     MAX_SEED,
     AttentionConfig,
     available_devices,
@@ -132,23 +133,41 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError("it is not true or false")
 
 
+class OutOfRangeError(ValueError):
+    """A URL parameter's whole number outside the values it may take (its words say which)."""
+
+
 def _whole_number(raw: str) -> int:
-    """``raw`` as an int; a ValueError that says so in words (never Python's own text) when it is not one."""
+    """``raw`` as an int; a ValueError that says so in words (never Python's own text) when it is not one, and an
+    :class:`OutOfRangeError` when it has more digits than ``int()`` reads (a whole number far out of any range)."""
     try:
         return int(raw)
     except ValueError:
         if raw.strip().lstrip("+-").isdigit():  # more digits than int() reads
-            raise ValueError("it is far too large") from None
+            raise OutOfRangeError("it is out of range (far too many digits)") from None
         raise ValueError("it is not a whole number") from None
 
 
 def _parse_int(low: int, high: int):
+    """A setting's whole number from ``low`` to ``high``: "it is out of range (1 … 4,096)" for a whole number outside
+    them, "it is not a whole number (1 … 4,096)" for anything else."""
     def parse(raw: str) -> int:
-        value = _whole_number(raw)
-        if not low <= value <= high:
-            raise ValueError(f"must be between {low} and {high}")
-        return value
+        return _in_range(raw, low, high, "it is {} ({})".format)
     return parse
+
+
+def _in_range(raw: str, low: int, high: int, words) -> int:
+    """``raw`` as a whole number from ``low`` to ``high``; else a ValueError whose text is ``words(problem, span)``
+    — problem "out of range" (an :class:`OutOfRangeError`) or "not a whole number", span "1 … 1,024"."""
+    try:
+        value = _whole_number(raw)
+    except OutOfRangeError:
+        value = None
+    except ValueError:
+        raise ValueError(words("not a whole number", _span(low, high))) from None
+    if value is None or not low <= value <= high:
+        raise OutOfRangeError(words("out of range", _span(low, high)))
+    return value
 
 
 def _parse_choice(choices):
@@ -183,7 +202,8 @@ def _parsers() -> dict:
     return {
         "text": str,
         "weights": str,  # checked against the listed names by settings_from_query
-        "layer": _whole_number,  # whether the weights have it: below for the book's classes, by the sidebar for a model
+        "layer": _parse_int(0, MAX_LAYERS - 1),  # whether the weights have it: below for the book's classes, by the
+        # sidebar for a model
         "variant": _parse_variant,  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, MAX_DIM),
@@ -203,7 +223,10 @@ def _parsers() -> dict:
 
 
 def _parse_rope_base(raw: str) -> int:
-    value = _whole_number(raw)
+    try:
+        value = _whole_number(raw)
+    except OutOfRangeError:
+        value = None
     if value not in ROPE_BASES:
         raise ValueError(f"choose {' or '.join(map(str, ROPE_BASES))}")
     return value
@@ -340,12 +363,7 @@ def _unknown_notice(names: list[str], shown: int = 5) -> str:
 
 def parse_head(raw: str, num_heads: int) -> int:
     """A page's ``head`` parameter: one of ``num_heads`` heads; a ValueError that says why in words when it is not."""
-    if num_heads > 1:
-        return parse_number(raw, 0, num_heads - 1, what=f"a head of this layer, which has {num_heads}")
-    try:
-        return parse_number(raw, 0, 0, what="a head")
-    except ValueError:
-        raise ValueError("is not a head of this layer, which has 1 head, head 0") from None
+    return parse_number(raw, 0, num_heads - 1, what=f"this layer's {amount(num_heads, 'head')}")
 
 
 def parse_stage(raw: str, stages) -> str:
@@ -364,13 +382,17 @@ def parse_option(raw: str, options, what: str) -> str:
 
 def parse_cell(raw: str, n: int) -> tuple[int, int]:
     """A page's ``cell`` parameter, ``query,key`` (``5,2``: row 5, column 2 of an ``n``-token map, counted from 0): the
-    (query, key) pair; a ValueError that says why in words when it is not a cell of that map."""
+    (query, key) pair; a ValueError that says why in words when it is not a cell of that map — "is out of range" when
+    it is two whole numbers, one of them past the map."""
     problem = ValueError(f"is not a cell of this {n:,}-token map, written query,key ({_span(0, n - 1)} each)")
     parts = raw.split(",")
     if len(parts) != 2:
         raise problem
     try:
         query, key = (parse_number(part.strip(), 0, n - 1, what="") for part in parts)
+    except OutOfRangeError:
+        raise OutOfRangeError(f"is out of range (this {n:,}-token map's cells, query,key: {_span(0, n - 1)} "
+                              "each)") from None
     except ValueError:
         raise problem from None
     return query, key
@@ -417,15 +439,10 @@ def parse_options(raw: str, options, what: str, using: str = "using") -> list[st
 
 
 def parse_number(raw: str, low: int, high: int, what: str) -> int:
-    """A page's whole-number parameter from ``low`` to ``high``; a ValueError that says it is not ``what`` and gives
-    the range, when it is not one (no number, out of range, too many digits)."""
-    try:
-        value = _whole_number(raw)
-    except ValueError:
-        value = None
-    if value is None or not low <= value <= high:
-        raise ValueError(f"is not {what} ({_span(low, high)})")
-    return value
+    """A page's whole-number parameter from ``low`` to ``high``, ``what`` naming the values it may take ("new tokens",
+    "this layer's 4 heads"); else a ValueError in words: "is out of range (new tokens: 1 … 1,024)" for a whole number
+    outside them (an :class:`OutOfRangeError`), "is not a whole number (new tokens: 1 … 1,024)" for anything else."""
+    return _in_range(raw, low, high, lambda problem, span: f"is {problem} ({what}: {span})")
 
 
 def parse_window_start(raw: str, n: int, window: int) -> int:
@@ -433,11 +450,11 @@ def parse_window_start(raw: str, n: int, window: int) -> int:
     map, 0 … n − window; a map of at most ``window`` tokens is drawn whole, so only 0 (nothing to move) is taken."""
     last = max(0, n - window)
     try:
-        return parse_number(raw, 0, last, what=f"a window position for {n:,} tokens")
-    except ValueError:
+        return parse_number(raw, 0, last, what=f"window positions for {n:,} tokens")
+    except OutOfRangeError:
         if last:
             raise
-        raise ValueError(f"moves no window: {n:,} tokens are drawn whole (up to {window} are)") from None
+        raise OutOfRangeError(f"moves no window: {n:,} tokens are drawn whole (up to {window} are)") from None
 
 
 def _span(low: int, high: int) -> str:

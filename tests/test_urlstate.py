@@ -10,6 +10,7 @@ from helpers.runs import setting_notes
 from helpers.texts import english_text
 
 from attnviz import urlstate, variants
+from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_SEED
 from attnviz.urlstate import (
     DEFAULTS,
     config_from_settings,
@@ -312,8 +313,86 @@ def test_a_head_that_a_one_head_layer_has_not_is_refused_in_words():
     """"which has 1 (0)" is cryptic: one head is named as such, and a layer of several heads gives its range."""
     with pytest.raises(ValueError) as one:
         urlstate.parse_head("3", 1)
-    assert str(one.value) == "is not a head of this layer, which has 1 head, head 0"
+    assert str(one.value) == "is out of range (this layer's 1 head: 0)"
     with pytest.raises(ValueError) as four:
         urlstate.parse_head("9", 4)
-    assert str(four.value) == "is not a head of this layer, which has 4 (0 … 3)"
+    assert str(four.value) == "is out of range (this layer's 4 heads: 0 … 3)"
     assert urlstate.parse_head("0", 1) == 0
+
+
+# every whole-number setting of the sidebar a URL gives, with its range
+INTEGER_SETTINGS = {"layer": (0, MAX_LAYERS - 1), "d_in": (1, MAX_DIM), "d_out": (1, MAX_DIM),
+                    "num_heads": (1, MAX_HEADS), "seed": (0, MAX_SEED), "num_kv_groups": (1, MAX_HEADS),
+                    "latent_dim": (1, MAX_DIM), "sliding_window_size": (1, MAX_CONTEXT_LENGTH)}
+OUTSIDE = ("-" + "9" * 400, "9" * 5000)  # whole numbers out of any range (the last past the digits int() reads)
+NOT_WHOLE = ("2.5", "1e3", "abc", "", "9" * 20 + ".5")
+
+
+def test_every_whole_number_setting_is_listed():
+    """A setting whose parser takes "1" as the int 1 is a whole-number setting (rope_base: a choice of two)."""
+    parsers = urlstate._parsers()
+    integers = {key for key, parse in parsers.items() if key != "rope_base" and _parses_one(parse)}
+    assert integers == set(INTEGER_SETTINGS)
+
+
+def _parses_one(parse) -> bool:
+    try:
+        value = parse("1")
+    except ValueError:
+        return False
+    return type(value) is int
+
+
+@pytest.mark.parametrize("key", INTEGER_SETTINGS)
+def test_a_setting_out_of_range_says_so_and_one_not_whole_says_that(key):
+    """new_tokens=99999 once said "is not a whole number": a whole number outside the range is out of range."""
+    low, high = INTEGER_SETTINGS[key]
+    span = f"{low} … {high:,}"
+    for raw in (*OUTSIDE, str(low - 1), str(high + 1), f"+{high * 10}", f" {low - 7} "):
+        values, notices = settings_from_query({key: raw})
+        assert notices == [f"Ignored URL parameter {key}={raw[:40]!r}: it is out of range ({span})."], notices
+        assert values[key] == DEFAULTS[key]
+    for raw in NOT_WHOLE:
+        values, notices = settings_from_query({key: raw})
+        assert notices == [f"Ignored URL parameter {key}={raw[:40]!r}: it is not a whole number ({span})."], notices
+
+
+PAGE_NUMBERS = [  # every page's whole-number parameter: its parser as its page builds it, and its range's words
+    ("new_tokens", lambda raw: urlstate.parse_number(raw, 1, 1024, what="new tokens"), "new tokens: 1 … 1,024"),
+    ("head", lambda raw: urlstate.parse_head(raw, 12), "this layer's 12 heads: 0 … 11"),
+    ("head", lambda raw: urlstate.parse_head(raw, 1), "this layer's 1 head: 0"),
+    ("row", lambda raw: urlstate.parse_window_start(raw, 360, 256), "window positions for 360 tokens: 0 … 104"),
+    ("T", lambda raw: urlstate.parse_number(raw, 2, 512, what="the repeat lengths the lab offers for this model"),
+     "the repeat lengths the lab offers for this model: 2 … 512"),
+    ("step", lambda raw: urlstate.parse_number(raw, 0, 12, what="this generation's steps"),
+     "this generation's steps: 0 … 12"),
+]
+
+
+@pytest.mark.parametrize(("name", "parse", "span"), PAGE_NUMBERS,
+                         ids=[f"{row[0]}-{i}" for i, row in enumerate(PAGE_NUMBERS)])
+def test_a_page_number_out_of_range_says_so_and_one_not_whole_says_that(name, parse, span):
+    """The QA's /generate?new_tokens=99999 said "is not a whole number of new tokens (1 … 1,024)"."""
+    for raw in ("-1", "99999", *OUTSIDE):
+        with pytest.raises(ValueError) as refused:
+            parse(raw)
+        assert str(refused.value) == f"is out of range ({span})"
+    for raw in NOT_WHOLE:
+        with pytest.raises(ValueError) as refused:
+            parse(raw)
+        assert str(refused.value) == f"is not a whole number ({span})"
+
+
+def test_a_cell_past_the_map_is_out_of_range_and_one_not_two_whole_numbers_is_not_a_cell():
+    for raw in ("9,2", "2,-1", "5,5"):
+        with pytest.raises(ValueError) as refused:
+            urlstate.parse_cell(raw, 5)
+        assert str(refused.value) == "is out of range (this 5-token map's cells, query,key: 0 … 4 each)"
+    for raw in ("2.5,1", "a,b", "3", "1,2,3"):
+        with pytest.raises(ValueError) as refused:
+            urlstate.parse_cell(raw, 5)
+        assert str(refused.value) == "is not a cell of this 5-token map, written query,key (0 … 4 each)"
+    with pytest.raises(ValueError, match="^moves no window: 6 tokens are drawn whole"):
+        urlstate.parse_window_start("7", 6, 256)
+    with pytest.raises(ValueError, match=r"^is not a whole number \(window positions for 6 tokens: 0\)"):
+        urlstate.parse_window_start("x", 6, 256)

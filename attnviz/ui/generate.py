@@ -86,8 +86,8 @@ def from_url() -> None:
     notice (the page then uses its default).  The step, layer and head shown are read where the generation is
     known (:func:`_stepper`, :func:`_step_views`)."""
     page_widgets_from_url("generate", {
-        "generate_new": (NEW_TOKENS, functools.partial(parse_number, low=1, high=MAX_NEW, what="a whole number "
-                                                       "of new tokens"), f"using {DEFAULT_NEW}"),
+        "generate_new": (NEW_TOKENS, functools.partial(parse_number, low=1, high=MAX_NEW, what="new tokens"),
+                         f"using {DEFAULT_NEW}"),
         "generate_random": (RANDOM, functools.partial(parse_option, options=RANDOM_CHOICES, what="a random GPT "
                                                       "this page offers"),
                             "using the sidebar's attention if it is a bonus one, else none"),
@@ -274,7 +274,7 @@ def _stepper(ref, key: tuple, result: generation.Generation, link: DeltaGenerato
     (``link``'s place) is drawn here, after the step, layer and head are bound."""
     last = len(result.steps) - 1
     page_widgets_from_url("generate_step", {"_generate_step": (
-        STEP, functools.partial(parse_number, low=0, high=last, what="a step of this generation"),
+        STEP, functools.partial(parse_number, low=0, high=last, what="this generation's steps"),
         "showing the prefill")})
     if st.session_state.get("_generate_playing") and not st.session_state.pop("_generate_page_run", False):
         st.session_state["_generate_step"] = min(st.session_state.get("_generate_step", 0) + 1, last)
@@ -373,10 +373,11 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         # kept across page switches; another model, with fewer layers or heads, starts at 0
         page_widgets_from_url("generate_map", {
             "generate_layer": (MAP_LAYER, functools.partial(parse_number, low=0, high=n_layers - 1,
-                                                            what=f"a layer of this {n_layers}-layer model"),
+                                                            what=f"the layers of this {n_layers}-layer model"),
                                "showing layer 0"),
             "generate_head": (HEAD, functools.partial(parse_number, low=0, high=n_heads - 1,
-                                                      what=f"a head of this {n_heads}-head model"), "showing head 0")})
+                                                      what=f"the heads of this {n_heads}-head model"),
+                              "showing head 0")})
         url_notices("generate_layer", "generate_head")
         layer = layer_col.selectbox("Layer", range(n_layers),
                                     **page_bind("generate_layer", 0, range(n_layers).__contains__, url=MAP_LAYER))

@@ -83,9 +83,9 @@ def from_url(page_run: Context, longest: int) -> None:
     ``token_seed`` and ``head`` (a head of the map's layer; its layer: :func:`layer_from_url`)."""
     page_widgets_from_url("induction", {
         "induction_T": (REPEAT, functools.partial(parse_number, low=induction.MIN_T, high=longest,
-                                                  what="a repeat length the lab offers for this model"),
+                                                  what="the repeat lengths the lab offers for this model"),
                         f"using T = {min(induction.DEFAULT_T, longest)}"),
-        "induction_seed": (TOKEN_SEED, functools.partial(parse_number, low=0, high=MAX_SEED, what="a seed"),
+        "induction_seed": (TOKEN_SEED, functools.partial(parse_number, low=0, high=MAX_SEED, what="seeds"),
                            f"using seed {induction.DEFAULT_SEED}"),
         "induction_head": (HEAD, functools.partial(parse_head, num_heads=page_run.config.heads),
                            "showing the best head"),
@@ -133,7 +133,7 @@ def layer_from_url(layers: int) -> None:
     ``map_layer``."""
     page_widgets_from_url("induction_map", {
         "induction_layer": (MAP_LAYER, functools.partial(parse_number, low=0, high=layers - 1,
-                                                         what=f"a layer of this {layers}-layer model"),
+                                                         what=f"the layers of this {layers}-layer model"),
                             "showing the best head's layer"),
     })
 

@@ -41,7 +41,7 @@ def pitfalls_from_url(n: int) -> None:
         "pitfalls_bug": (BUG, functools.partial(parse_option, options=options, what="a bug this lab has"),
                          "showing the book's code, no bug"),
         "pitfalls_token": (TOKEN, functools.partial(parse_number, low=0, high=max(0, n - 1),
-                                                    what=f"a token position of this {n:,}-token text"),
+                                                    what=f"the token positions of this {n:,}-token text"),
                            f"perturbing token {n // 2}"),
     })
 

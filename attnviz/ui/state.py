@@ -233,7 +233,7 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
     parameter, the parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's
     value, and one the URL leaves out the page's default.  A value the parser refuses (a ValueError, whose text says
     why in words) leaves the widget as it is, and the page's notice (:func:`page_param_notice`) says so: ``The link's
-    head='9' is not a head of this layer, …: showing head 0.``  A value the parser takes in part (a
+    head='9' is out of range (this layer's 4 heads: 0 … 3): showing head 0.``  A value the parser takes in part (a
     ``urlstate.PartlyUsedError``: a list naming some heads the model lacks) gives the widget the part it takes, and the
     notice names the rest: ``The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (…):
     knocking out L0H0 only.``  A parameter the link repeats gives its last value (the sidebar names the others)."""

@@ -119,10 +119,10 @@ def controls() -> None:
     link = share_and_export(None, link=False)
     page_widgets_from_url("train", {
         "train_steps": (TRAIN_STEPS, functools.partial(
-            parse_number, low=live_train.MIN_STEPS, high=live_train.MAX_STEPS, what="a number of training steps"),
+            parse_number, low=live_train.MIN_STEPS, high=live_train.MAX_STEPS, what="training steps"),
             f"training {recommended:,} steps"),
         "train_seed": (TRAIN_SEED, functools.partial(parse_number, low=0, high=live_train.MAX_SEED,
-                                                     what="a training seed"), "seed 0"),
+                                                     what="training seeds"), "seed 0"),
     })
     url_notices("train_steps", "train_seed")
     job = current_job()

@@ -56,15 +56,15 @@ def test_a_link_opens_the_heads_pages_head_stage_and_window():
 
 
 @pytest.mark.parametrize(("query", "notice"), [
-    ({"head": "9"}, "The link's head='9' is not a head of this layer, which has 4 (0 … 3): showing head 0."),
-    ({"head": "-1"}, "The link's head='-1' is not a head of this layer"),
-    ({"head": "two"}, "The link's head='two' is not a head of this layer"),
-    ({"head": "9" * 400}, "is not a head of this layer"),
+    ({"head": "9"}, "The link's head='9' is out of range (this layer's 4 heads: 0 … 3): showing head 0."),
+    ({"head": "-1"}, "The link's head='-1' is out of range (this layer's 4 heads"),
+    ({"head": "two"}, "The link's head='two' is not a whole number (this layer's 4 heads"),
+    ({"head": "9" * 400}, "is out of range (this layer's 4 heads"),
     ({"stage": "softmax"}, "The link's stage='softmax' is not a stage this page shows (scores, scaled, masked, "
                            "weights, dropped): showing weights."),
-    ({"row": "105"}, "The link's row='105' is not a window position for 360 tokens (0 … 104): the window starts at "
-                     "row 0."),
-    ({"col": "1e3"}, "The link's col='1e3' is not a window position for 360 tokens"),
+    ({"row": "105"}, "The link's row='105' is out of range (window positions for 360 tokens: 0 … 104): the window "
+                     "starts at row 0."),
+    ({"col": "1e3"}, "The link's col='1e3' is not a whole number (window positions for 360 tokens"),
 ])
 def test_a_bad_value_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
     at = open_app(text=LONG, num_heads="4", **query)
@@ -82,7 +82,7 @@ def test_a_window_position_on_a_text_drawn_whole_is_refused_and_the_notice_goes_
     no_exception(at)
     notices = main_warnings(at)
     assert "The link's row='7' moves no window: 6 tokens are drawn whole (up to 256 are)" in notices
-    assert "The link's head='5' is not a head of this layer" in notices
+    assert "The link's head='5' is out of range (this layer's 4 heads" in notices
     assert url(at, "row") is None and "row=" not in share_link(at)  # no window: nothing to place
     at.selectbox(key="heads_focus").set_value(2).run()
     assert "head=" not in main_warnings(at) and "row='7'" in main_warnings(at)  # the head's goes, the row's stays
@@ -186,11 +186,12 @@ def test_a_link_opens_the_explanation_of_its_clicked_cell_and_a_new_head_stage_o
 
 
 def test_a_cell_the_map_has_not_in_a_link_gives_a_notice_in_words_and_no_explanation():
-    for raw in ("9,1", "3", "three,one"):
+    for raw, words in (("9,1", "is out of range (this 5-token map's cells, query,key: 0 … 4 each)"),
+                       ("3", "is not a cell of this 5-token map, written query,key (0 … 4 each)"),
+                       ("three,one", "is not a cell of this 5-token map, written query,key (0 … 4 each)")):
         at = open_app(text=WORDS, cell=raw)
         no_exception(at)
-        assert f"The link's cell='{raw}' is not a cell of this 5-token map, written query,key (0 … 4 each): no cell " \
-               "is explained." in main_warnings(at)
+        assert f"The link's cell='{raw}' {words}: no cell is explained." in main_warnings(at)
         assert explained(at) is None and url(at, "cell") is None and "cell" not in link_query(at)
 
 
@@ -479,7 +480,8 @@ def test_a_link_opens_the_induction_labs_length_seed_and_head():
 def test_a_link_to_a_layer_the_model_lacks_opens_the_induction_labs_best_head():
     at = open_app("pages/induction.py", weights="bundled model", map_layer="2")
     no_exception(at)
-    assert ("The link's map_layer='2' is not a layer of this 2-layer model (0 … 1): showing the best head's layer."
+    assert ("The link's map_layer='2' is out of range (the layers of this 2-layer model: 0 … 1): showing the best "
+            "head's layer."
             in main_warnings(at))
     assert (at.selectbox(key="induction_layer").value, at.selectbox(key="induction_head").value) == (1, 0)  # L1H0
     assert url(at, "map_layer") is None and "map_layer" not in link_query(at)
@@ -505,20 +507,22 @@ SHOWN = {  # what a lab's widgets show, as its URL parameters write it
      {"bug": "none", "token": "3"}),
     ("pages/pitfalls.py", {"bug": "__class__"}, "is not a bug this lab has", {"bug": "none"}),
     ("pages/pitfalls.py", {"token": "6"},
-     "The link's token='6' is not a token position of this 6-token text (0 … 5): perturbing token 3.",
+     "The link's token='6' is out of range (the token positions of this 6-token text: 0 … 5): perturbing token 3.",
      {"bug": "none", "token": "3"}),
-    ("pages/pitfalls.py", {"token": "-1"}, "is not a token position of this 6-token text", {"token": "3"}),
-    ("pages/pitfalls.py", {"token": "two"}, "is not a token position of this 6-token text", {"token": "3"}),
-    ("pages/pitfalls.py", {"token": "9" * 400}, "is not a token position of this 6-token text", {"token": "3"}),
+    ("pages/pitfalls.py", {"token": "-1"}, "is out of range (the token positions of this 6-token text", {"token": "3"}),
+    ("pages/pitfalls.py", {"token": "two"}, "is not a whole number (the token positions of this 6-token text",
+     {"token": "3"}),
+    ("pages/pitfalls.py", {"token": "9" * 400}, "is out of range (the token positions of this 6-token text",
+     {"token": "3"}),
     ("pages/induction.py", {"T": "1"},
-     "The link's T='1' is not a repeat length the lab offers for this model (2 … 200): using T = 25.",
+     "The link's T='1' is out of range (the repeat lengths the lab offers for this model: 2 … 200): using T = 25.",
      {"T": "25", "token_seed": "0"}),
-    ("pages/induction.py", {"T": "1e3"}, "is not a repeat length the lab offers", {"T": "25"}),
+    ("pages/induction.py", {"T": "1e3"}, "is not a whole number (the repeat lengths the lab offers", {"T": "25"}),
     ("pages/induction.py", {"token_seed": "-3"},
-     "The link's token_seed='-3' is not a seed (0 … 2,147,483,647): using seed 0.", {"token_seed": "0"}),
+     "The link's token_seed='-3' is out of range (seeds: 0 … 2,147,483,647): using seed 0.", {"token_seed": "0"}),
     ("pages/induction.py", {"weights": "bundled model", "head": "2"},
-     "The link's head='2' is not a head of this layer, which has 2 (0 … 1): showing the best head.", {}),
-    ("pages/induction.py", {"head": "one"}, "is not a head of this layer", {}),
+     "The link's head='2' is out of range (this layer's 2 heads: 0 … 1): showing the best head.", {}),
+    ("pages/induction.py", {"head": "one"}, "is not a whole number (this layer's", {}),
 ])
 def test_a_bad_value_in_a_labs_link_gives_a_notice_in_words_and_the_default(script, query, notice, defaults):
     at = open_app(script, **query)

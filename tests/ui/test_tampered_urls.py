@@ -57,7 +57,7 @@ def test_tampered_url_notices_are_plain_words_not_python_errors(key, raw):
     ("seed", "1e3", "it is not a whole number"),
     ("rope_base", "x", "it is not a whole number"),
     ("layer", "x", "it is not a whole number"),
-    ("seed", "9" * 5000, "it is far too large"),
+    ("seed", "9" * 5000, "it is out of range (0 … 4,294,967,295)"),
     ("dropout", "one", "it is not a number"),
     ("causal", "maybe", "it is not true or false"),
     ("preset", "gpt5", "choose one of"),
