@@ -12,7 +12,6 @@ from attnviz.config import (
     MAX_CONTEXT_LENGTH,
     MAX_DIM,
     MAX_HEADS,
-    MAX_LAYERS,
     MAX_SEED,
     AttentionConfig,
     available_devices,
@@ -202,8 +201,8 @@ def _parsers() -> dict:
     return {
         "text": str,
         "weights": str,  # checked against the listed names by settings_from_query
-        "layer": _parse_int(0, MAX_LAYERS - 1),  # whether the weights have it: below for the book's classes, by the
-        # sidebar for a model
+        "layer": _whole_number,  # whether the weights have it: below for the book's classes, by the sidebar for a model
+        # (which names the model's own layers, not attnviz's bound)
         "variant": _parse_variant,  # a module: only a listed label
         "preset": _parse_choice(list(PRESETS)),
         "d_in": _parse_int(1, MAX_DIM),
@@ -306,8 +305,8 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     if unknown:
         notices.insert(0, _unknown_notice(unknown))
     if "layer" in used and values["layer"] and values["weights"] == weights.BOOK:
-        notices.append(f"Ignored URL parameter layer={values['layer']}: the book's classes are one attention layer; "
-                       "pick a checkpoint under Weights for its layers.")
+        notices.append(f"Ignored URL parameter layer={str(values['layer'])[:40]}: the book's classes are one attention "
+                       "layer; pick a checkpoint under Weights for its layers.")
         values["layer"] = 0
     if "preset" in used and values["preset"] in PRESET_DIMS:  # the sizes the link does not give are the preset's
         for key, value in zip(("d_in", "d_out", "num_heads"), preset_dims(values["preset"], values["variant"])):

@@ -10,7 +10,7 @@ from helpers.runs import setting_notes
 from helpers.texts import english_text
 
 from attnviz import urlstate, variants
-from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_SEED
+from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_SEED
 from attnviz.urlstate import (
     DEFAULTS,
     config_from_settings,
@@ -320,8 +320,8 @@ def test_a_head_that_a_one_head_layer_has_not_is_refused_in_words():
     assert urlstate.parse_head("0", 1) == 0
 
 
-# every whole-number setting of the sidebar a URL gives, with its range
-INTEGER_SETTINGS = {"layer": (0, MAX_LAYERS - 1), "d_in": (1, MAX_DIM), "d_out": (1, MAX_DIM),
+# every whole-number setting of the sidebar a URL gives, with its range (layer: the model's, which the sidebar names)
+INTEGER_SETTINGS = {"d_in": (1, MAX_DIM), "d_out": (1, MAX_DIM),
                     "num_heads": (1, MAX_HEADS), "seed": (0, MAX_SEED), "num_kv_groups": (1, MAX_HEADS),
                     "latent_dim": (1, MAX_DIM), "sliding_window_size": (1, MAX_CONTEXT_LENGTH)}
 OUTSIDE = ("-" + "9" * 400, "9" * 5000)  # whole numbers out of any range (the last past the digits int() reads)
@@ -331,8 +331,16 @@ NOT_WHOLE = ("2.5", "1e3", "abc", "", "9" * 20 + ".5")
 def test_every_whole_number_setting_is_listed():
     """A setting whose parser takes "1" as the int 1 is a whole-number setting (rope_base: a choice of two)."""
     parsers = urlstate._parsers()
-    integers = {key for key, parse in parsers.items() if key != "rope_base" and _parses_one(parse)}
+    integers = {key for key, parse in parsers.items() if key not in ("rope_base", "layer") and _parses_one(parse)}
     assert integers == set(INTEGER_SETTINGS)
+
+
+def test_a_layer_is_a_whole_number_and_one_past_the_book_classes_is_named_in_few_digits():
+    """A layer's range is the model's: the sidebar names its layers (tests/ui/test_checkpoint_app.py)."""
+    for raw, words in (("x", "it is not a whole number"), ("9" * 5000, "it is out of range (far too many digits)")):
+        assert settings_from_query({"layer": raw})[1] == [f"Ignored URL parameter layer={raw[:40]!r}: {words}."]
+    (notice,) = settings_from_query({"layer": "9" * 400})[1]
+    assert notice.startswith(f"Ignored URL parameter layer={'9' * 40}: the book's classes are one attention layer")
 
 
 def _parses_one(parse) -> bool:
