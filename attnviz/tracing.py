@@ -424,11 +424,12 @@ def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
     return dim % ndim
 
 
-def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
+def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **forward_kwargs) -> Recording:
     """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises (in words when x
     is longer than the context the module says it has, see :func:`module_context`, and runs within it), computes no
     attention over the n tokens of ``x`` (batch, n, d_in) — no softmax or SDPA call whose weights are (…, n, n) —
-    or returns anything but one vector per token, (batch, n, d_out)."""
+    or returns anything but one vector per token, (batch, n, d_out).  ``tried_first``: ``x`` is the input attnviz
+    tries the module on first to learn its sizes, not the user's, and the words that quote its shape say so."""
     _require_values(module, x)  # before the forward: a failed one is retried on fewer tokens, reading the buffers
     recorder = _Recorder()
     recorder.user_file = _class_file(module)
@@ -453,7 +454,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
         if words is None and not isinstance(error, EndlessForwardError):
             words = _unsliced_mask(module, x, error)
         if words is None and _raised_in(error, "multi_head_attention_forward"):
-            batch_first = _not_batch_first(module, x)
+            batch_first = _not_batch_first(module, x, tried_first=tried_first)
             words = None if batch_first is None else f"{str(error).rstrip('.')} — {batch_first}"
         if words is None:
             raise
@@ -479,7 +480,7 @@ def record(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> Recording:
     fused = [a for a in recorder.fused_calls if tuple(a.weights.shape[-2:]) == (n, n)]
     attentions = sorted([*found, *fused], key=lambda a: a.op_index)
     if not attentions:
-        raise TraceError(_no_attention(recorder, x, module))
+        raise TraceError(_no_attention(recorder, x, module, tried_first=tried_first))
     if not forward_kwargs and any(node.out.dim() >= 4 and node.out.shape[-3] == n for node in over_keys):
         _require_tokens_last(module, x, recorder)  # (…, n, n, n): the tokens, or the heads when there are n of them?
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
@@ -884,7 +885,8 @@ def _require_tokens_last(module: nn.Module, x: torch.Tensor, recorder: _Recorder
         raise TraceError(_heads_before_keys(tuple(cube.out.shape), _place(recorder, cube.index)))
 
 
-def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None = None) -> str:
+def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None = None, *,
+                  tried_first: bool = False) -> str:
     """Why a forward has no attention over the n tokens of ``x`` (batch, n, d_in): no softmax or SDPA call at all,
     or only ones whose weights are not (…, n, n) — the first named with its shape and line, or an
     ``nn.MultiheadAttention`` of ``module`` built without ``batch_first=True`` (:func:`_not_batch_first`)."""
@@ -915,7 +917,7 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
     if kind == "softmax" and len(shape) >= 4 and shape[-3] == shape[-1] == n:
         return _heads_before_keys(shape, _place(recorder, index))
     if kind == "nn.MultiheadAttention" and shape[0] == n and shape[-1] == x.shape[0]:  # (n, h, batch, batch)
-        batch_first = _not_batch_first(module, x, _place(recorder, index))
+        batch_first = _not_batch_first(module, x, _place(recorder, index), tried_first=tried_first)
         if batch_first is not None:
             return batch_first
     sink = ""
@@ -926,33 +928,40 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
             f"{n}) for an input of shape {tuple(x.shape)}; the {kind}{_place(recorder, index)} gives {shape}{sink}")
 
 
-def _not_batch_first(module: nn.Module | None, x: torch.Tensor, where: str = "") -> str | None:
+def _not_batch_first(module: nn.Module | None, x: torch.Tensor, where: str = "", *,
+                     tried_first: bool = False) -> str | None:
     """Words for an ``nn.MultiheadAttention`` in ``module`` built without ``batch_first=True``: it reads ``x``
     (batch, n, d) as batch tokens of n items ("the nn.MultiheadAttention on line 12 (self.mha) has batch_first=False,
-    …"); None when the module has none, or x's batch and tokens are as many (then nothing tells them apart)."""
+    …"); None when the module has none, or x's batch and tokens are as many (then nothing tells them apart).
+    ``tried_first``: see :func:`record`."""
     if module is None or x.shape[0] == x.shape[1]:
         return None
     names = [name for name, sub in module.named_modules()
              if isinstance(sub, nn.MultiheadAttention) and not sub.batch_first]
     if not names:
         return None
-    return not_batch_first_words(names[0], tuple(x.shape), where)
+    return not_batch_first_words(names[0], tuple(x.shape), where, tried_first=tried_first)
 
 
-def not_batch_first_words(name: str, shape: tuple[int, ...], where: str = "", *, items_mixed: bool = False) -> str:
+def not_batch_first_words(name: str, shape: tuple[int, ...], where: str = "", *, items_mixed: bool = False,
+                          tried_first: bool = False) -> str:
     """The words for an ``nn.MultiheadAttention`` built without ``batch_first=True``, which reads an input of
     ``shape`` (batch, n, d) as batch tokens of n items: ``name`` is its attribute in the module ("" for the module
     itself), ``where`` its line (" on line 12").  ``items_mixed``: the items were seen attending across each other,
-    and none moved with ``batch_first=True`` set (the batch-independence rule's evidence)."""
+    and none moved with ``batch_first=True`` set (the batch-independence rule's evidence).  ``tried_first``: the
+    input is the one attnviz tries the module on first to learn its sizes (:func:`record`), named so — not "your"
+    input, whose shape it is not."""
     attribute = f" (self.{name})" if name else ""
     batch, n = shape[:2]
     seen = ""
     if items_mixed:
         same = " (your batch is as long as your sequence, so no shape shows it)" if batch == n else ""
         seen = f" and attends across the items{same}; with batch_first=True no item moves"
-    return (f"the nn.MultiheadAttention{where}{attribute} has batch_first=False, so it reads your {tuple(shape)} "
-            f"input as {amount(batch, 'token')} × {amount(n, 'item')}{seen}: build it with batch_first=True (or pass "
-            "it (n, batch, d))")
+    read = (f"the {tuple(shape)} input attnviz tries it on first as {amount(batch, 'token')} × {amount(n, 'item')}, "
+            "and your text the same way" if tried_first else
+            f"your {tuple(shape)} input as {amount(batch, 'token')} × {amount(n, 'item')}")
+    return (f"the nn.MultiheadAttention{where}{attribute} has batch_first=False, so it reads {read}{seen}: build it "
+            "with batch_first=True (or pass it (n, batch, d))")
 
 
 def _raised_in(error: BaseException, function: str) -> bool:

@@ -35,6 +35,19 @@ def test_a_module_whose_run_cannot_be_drawn_is_one_config_error(class_name, mess
     assert isinstance(caught.value, InputError)  # what every page shows as a message
 
 
+@pytest.mark.parametrize("class_name", ["SequenceFirst", "MHAWithoutBatchFirst"])
+def test_a_layout_error_found_on_the_first_try_says_whose_input_it_quotes(class_name):
+    """The app tries a module on 4 tokens of its own to learn its sizes, before the text's 6: a message quoting that
+    input's shape says it is attnviz's, not "your (1, 4, 32) input" (the QA's SeqFirst, on the 6-token default)."""
+    config = config_of(class_name)
+    with pytest.raises(ConfigError) as caught:
+        pipeline.run(TEXT, config)
+    message = str(caught.value)
+    assert "has batch_first=False, so it reads the (1, 4, 32) input attnviz tries it on first as 1 token × 4 items, " \
+           "and your text the same way: build it with batch_first=True (or pass it (n, batch, d))" in message
+    assert "your (1, 4" not in message
+
+
 def test_weights_that_are_not_finite_name_their_rows_and_keep_the_run_for_the_check():
     """SDPA handed masked_fill's mask keeps only later keys: the last query keeps none, in every head."""
     label = user_code.register(f"{MODULES}:InvertedSDPAMask")

@@ -112,7 +112,7 @@ def _probed_sizes(key: AttentionConfig) -> tuple[int, int, int, bool]:
     x = torch.randn(1, min(4, key.context_length), d_in, generator=torch.Generator().manual_seed(0))  # (1, 4, d_in)
     try:
         with tracing.saying_width(x, width, how=BUILT_WIDTH):
-            recording = tracing.record(module, x)
+            recording = tracing.record(module, x, tried_first=True)
     except tracing.TraceError as error:
         raise ConfigError(f"{key.module}: {error}") from None
     attention, _ = tracing.combine(recording.attentions)

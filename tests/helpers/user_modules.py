@@ -1613,6 +1613,20 @@ class MHAWithoutBatchFirst(nn.Module):
 
 
 
+class SequenceFirst(nn.Module):
+    """Bug: ``nn.MultiheadAttention``'s default (n, batch, d) layout kept, the causal mask sized from ``x.shape[0]``
+    as for that layout, and fed (batch, n, d): it reads one token of n items, which the mask does not hide."""
+
+    def __init__(self, d_in=32, num_heads=4):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_in, num_heads)
+
+    def forward(self, x):
+        n = x.shape[0]
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)  # (n, n): True above the diagonal
+        return self.mha(x, x, x, attn_mask=mask)[0]
+
+
 class CentredValues(nn.Module):
     """Bug: the values are projected from x centred over the whole sequence (x − its mean over the tokens), so every
     token's value depends on later tokens, though the causal mask is right."""
