@@ -112,6 +112,7 @@ ROW_SUM_TOLERANCE = 1e-4  # a row of float32 weights sums to 1 within this: each
 SLOW_CHECK_SECONDS = 5.0  # a check expected to take longer says so early (the CLI on stderr, the app in its status)
 REFERENCE = "softmax(mask(QKᵀ/√d_head))·V"  # matches-reference's words for its reference
 UNSCALED_REFERENCE = "softmax(mask(QKᵀ))·V"  # … for the unscaled one of a module without weights (the book's 3.3)
+PACED_FORWARDS = 3  # the time left is estimated once this many of the rules' forwards are timed (one is a noisy guess)
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,10 @@ class Progress:
 
     @property
     def pace(self) -> float | None:
-        """Seconds per forward of the rules (its rule's work included), None before one is timed.  The traced forward
-        is left out: it records every tensor the module computes, many times a plain forward's work on long inputs."""
-        return self.paced_seconds / self.paced_forwards if self.paced_forwards else None
+        """Seconds per forward of the rules (its rule's work included), None before ``PACED_FORWARDS`` are timed.  The
+        traced forward is left out: it records every tensor the module computes, many times a plain forward's work on
+        long inputs."""
+        return self.paced_seconds / self.paced_forwards if self.paced_forwards >= PACED_FORWARDS else None
 
     @property
     def seconds_left(self) -> float | None:

@@ -57,19 +57,20 @@ def test_the_estimate_reads_the_rules_forwards_not_the_traced_one(clock):
     took = long_check(clock, reports, traced=1.4, forward=0.16)
     estimated = [report for report in reports if report.seconds_left is not None and report.forwards < 1027]
     first = estimated[0]
-    assert first.rule == "causal" and first.forwards == 2  # as soon as one of the rules' forwards is timed
+    assert first.rule == "causal" and first.forwards == 1 + checks.PACED_FORWARDS  # once 3 of causal's are timed
     assert took / 2 < first.seconds + first.seconds_left < took * 2
-    assert first.seconds_left == pytest.approx((1027 - 2) * 0.16)
+    assert first.seconds_left == pytest.approx((1027 - 4) * 0.16)
     assert all(took / 2 < report.seconds + report.seconds_left < took * 2 for report in estimated)
     assert reports[-1].seconds_left == 0
 
 
-def test_no_estimate_before_a_rules_forward_is_timed(clock):
-    """The traced forward alone says nothing about the pace: no time left, no notice, until a rule's forward ends."""
+def test_no_estimate_before_a_few_of_the_rules_forwards_are_timed(clock):
+    """The traced forward says nothing about the pace, one forward little: no time left, no notice, until three of the
+    rules' forwards are timed."""
     reports = []
     long_check(clock, reports, traced=55.0, forward=0.16)
-    before = [report for report in reports if report.rule in (None, "rows-sum-to-one")]
-    assert before and all(report.seconds_left is None and report.slow_notice() is None for report in before)
+    before = [report for report in reports if report.rule in (None, "rows-sum-to-one") or report.forwards < 4]
+    assert len(before) == 5 and all(report.seconds_left is None and report.slow_notice() is None for report in before)
 
 
 def test_the_notice_says_the_pace_after_the_traced_forward_and_the_whole_time(clock):
@@ -77,7 +78,7 @@ def test_the_notice_says_the_pace_after_the_traced_forward_and_the_whole_time(cl
     long_check(clock, reports, traced=1.4, forward=0.16)
     notice = next(notice for report in reports if (notice := report.slow_notice()) is not None)
     assert notice == ("one forward takes 0.16 s after the traced one and the rules run up to 1027 forwards: about "
-                      "3 min in all")  # 1.4 + 0.4 + 0.05 + 0.16 s so far, 1,025 × 0.16 s to go
+                      "3 min in all")  # 1.4 + 0.4 + 0.05 + 3 × 0.16 s so far, 1,023 × 0.16 s to go
 
 
 def test_the_pace_is_the_rules_forwards_with_their_rules_work():
@@ -89,4 +90,5 @@ def test_the_pace_is_the_rules_forwards_with_their_rules_work():
     assert progress.slow_notice("One forward of Slow", tenths_below=10) == (
         "One forward of Slow takes 0.2 s after the traced one and the rules run up to 41 forwards: about 36 s in all")
     assert checks.Progress(None, 0, 9, 1, 41, 30.0).seconds_left is None  # the traced forward only
+    assert checks.Progress("causal", 1, 9, 3, 41, 30.0, paced_forwards=2, paced_seconds=0.4).seconds_left is None
     assert checks.Progress("causal", 1, 9, 41, 41, 40.0).seconds_left == 0  # all planned forwards run

@@ -877,8 +877,8 @@ def test_each_rules_line_is_printed_as_soon_as_the_rule_is_done_and_ctrl_c_keeps
 
 
 def test_a_slow_check_says_how_long_it_will_take_before_the_rules(monkeypatch):
-    """A module that sleeps 50 ms a forward, with the notice's threshold at 0.1 s: it comes once causal's first
-    forward is timed, before causal's line; a fast module's check says nothing of the kind."""
+    """A module that sleeps 50 ms a forward, with the notice's threshold at 0.1 s: it comes once causal's first three
+    forwards are timed, before causal's line; a fast module's check says nothing of the kind."""
     monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 0.1)
     result = check(f"{USER_MODULES}:SleepyAttention", "--d-in", 16, "--set", "pause=0.05")
     assert result.returncode == 0, result.stderr

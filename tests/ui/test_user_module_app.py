@@ -324,10 +324,10 @@ def test_a_check_stopped_half_way_keeps_its_rules_and_checks_the_others_when_ask
 
 
 def test_a_slow_module_says_how_long_the_check_will_take_before_the_rules_run(monkeypatch):
-    """The estimate comes from the pace of causal's first forward, not the traced one's, before causal's second
-    forward (where this check is stopped)."""
+    """The estimate comes from the pace of causal's first three forwards, not the traced one's, before causal's fourth
+    (where this check is stopped)."""
     monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 0.0)
-    stopping_check(monkeypatch, lambda progress: progress.rule == "causal" and progress.forwards == 2)
+    stopping_check(monkeypatch, lambda progress: progress.rule == "causal" and progress.forwards == 4)
     at = app(variant="Your module: SleepyAttention", text="Your journey starts with one step", seed="12")
     no_exception(at)
     forwards = 1 + 5 + 1 + 2  # 6 tokens: the trace, causal's n - 1, dropout-placement's 1, batch-independence's 2
