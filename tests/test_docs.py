@@ -512,6 +512,7 @@ def test_the_forward_counts_the_docs_give_are_what_a_check_runs():
     cached = said("docs/your-module.md", r"\((\d+) on 16 tokens; (\d+) when the caller holds it\)")
     assert cached == (forwards_of_a_passing_check(resets(), tokens(16)),
                       forwards_of_a_passing_check(caller_holds(), tokens(16)))
-    slow = said("docs/your-module.md", r"on 15 tokens: \*One forward of SleepyCachedAttention takes [\d.]+ s and the "
-                                       r"rules run up to (\d+) forwards.*?\*(\d+) forwards of your module")
+    slow = said("docs/your-module.md", r"on 15 tokens: \*One forward of SleepyCachedAttention takes [\d.]+ s after the "
+                                       r"traced one and the rules run up to (\d+) forwards.*?\*(\d+) forwards of your "
+                                       r"module")
     assert slow == (forwards_of_a_passing_check(resets(), tokens(15)),) * 2
