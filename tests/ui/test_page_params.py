@@ -604,10 +604,11 @@ def test_a_link_opens_the_generate_pages_step_layer_and_head():
 
 
 @pytest.mark.parametrize(("query", "notice"), [
-    ({"step": "6"}, "The link's step='6' is not a step of this generation (0 … 5): showing the prefill."),
-    ({"step": "two"}, "is not a step of this generation"),
-    ({"map_layer": "2"}, "The link's map_layer='2' is not a layer of this 2-layer model (0 … 1): showing layer 0."),
-    ({"head": "-1"}, "The link's head='-1' is not a head of this 2-head model (0 … 1): showing head 0."),
+    ({"step": "6"}, "The link's step='6' is out of range (this generation's steps: 0 … 5): showing the prefill."),
+    ({"step": "two"}, "is not a whole number (this generation's steps"),
+    ({"map_layer": "2"}, "The link's map_layer='2' is out of range (the layers of this 2-layer model: 0 … 1): showing "
+                         "layer 0."),
+    ({"head": "-1"}, "The link's head='-1' is out of range (the heads of this 2-head model: 0 … 1): showing head 0."),
 ])
 def test_a_bad_step_layer_or_head_in_generates_link_gives_a_notice_and_the_default(query, notice):
     at = open_app("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", **query)
@@ -768,8 +769,8 @@ def live_train_steps() -> str:
 
 
 @pytest.mark.parametrize(("query", "notice"), [
-    ({"train_steps": "5"}, "The link's train_steps='5' is not a number of training steps (10 … 6,000): training"),
-    ({"train_seed": "x"}, "The link's train_seed='x' is not a training seed"),
+    ({"train_steps": "5"}, "The link's train_steps='5' is out of range (training steps: 10 … 6,000): training"),
+    ({"train_seed": "x"}, "The link's train_seed='x' is not a whole number (training seeds"),
 ])
 def test_a_bad_train_setting_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
     at = open_app("pages/train.py", **query)
