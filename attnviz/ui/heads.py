@@ -59,7 +59,7 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
     return figures.heads_grid(trace.steps[stage][0], stage, causal=trace.hides_future,
                               dropout=config.effective_dropout,
                               columns=group * (full // group) if 1 < group <= full else full,
-                              hidden=window_hidden(trace), window=trace.window,
+                              hidden=trace.hidden_cells(), window=trace.window,
                               stage_title=steps.stage_title(trace, stage),
                               labels=[grid_label(config, head) for head in range(trace.num_heads)])
 
@@ -68,13 +68,6 @@ def grid_label(config, head: int) -> str:
     """A thumbnail's title: ``head 5``, with its K/V group on a second line where heads share K/V heads
     (``head 5<br>K/V 1``: on one line it is wider than a tile of a narrow page)."""
     return f"head {head}" if config.kv_groups == config.heads else f"head {head}<br>K/V {config.kv_group(head)}"
-
-
-def window_hidden(trace, head: int | None = None):
-    """The cells the run hides beyond the causal mask ((heads, n, n) bool, or one head's (n, n)): a sliding window's,
-    or a user module's own mask's where it is not exactly the causal one (``Trace.hidden_cells``); None where the
-    hidden cells are the causal mask's (a checkpoint's full-attention layer included) or there are none."""
-    return trace.hidden_cells(head)
 
 
 def heads_grid_figure(page_run: Context, stage: str):
@@ -216,7 +209,7 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
     config = trace.config
     matrix = trace.attention_map(stage, head)  # (n, n)
     window = matrix[row0 : row0 + size, col0 : col0 + size]  # (size, size)
-    hidden = window_hidden(trace, head)
+    hidden = trace.hidden_cells(head)
     fig = figures.attention_heatmap(
         window, trace.tokens, stage, causal=trace.hides_future, dropout=config.effective_dropout,
         title=f"{config.head_label(head)}: {steps.stage_title(trace, stage)}",
