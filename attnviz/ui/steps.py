@@ -78,8 +78,20 @@ class HeadWindow:
 
     def crop(self, name: str) -> np.ndarray:
         """The stage's map of this head inside the window: (size, size) at most."""
-        return self.trace.attention_map(name, self.head)[self.row0 : self.row0 + self.size,
-                                                         self.col0 : self.col0 + self.size]
+        return self.window_of(self.trace.attention_map(name, self.head))
+
+    def window_of(self, cells: np.ndarray) -> np.ndarray:
+        """An (n, n) array of this head's cropped to the window on view: (size, size) at most."""
+        return cells[self.row0 : self.row0 + self.size, self.col0 : self.col0 + self.size]
+
+    def hidden(self) -> np.ndarray:
+        """The cells of the window the run hid, as the maps grey them: the causal triangle where the run hides the
+        future, and what a sliding window or a user module's own mask hid beyond it (``Trace.hidden_cells``)."""
+        n = self.trace.n
+        hidden = figures.causal_mask(n) if self.trace.hides_future else np.zeros((n, n), dtype=bool)  # (n, n)
+        if (beyond := self.trace.hidden_cells(self.head)) is not None:
+            hidden = hidden | beyond
+        return self.window_of(hidden)
 
     def shared(self, *names: str) -> tuple[float, float]:
         """One colour range for a before/after pair of score maps, so equal values look equal."""
@@ -95,8 +107,8 @@ class HeadWindow:
         config = self.config
         part = extra.pop("file", None) or (title.split(":")[0] if title.startswith(("before:", "after:")) else name)
         filename = self.file_name(part if isinstance(part, str) and part != self.stage else None)
-        if self.trace.module_run is not None and (hidden := self.trace.hidden_cells(self.head)) is not None:
-            extra.setdefault("hidden", hidden[self.row0 : self.row0 + self.size, self.col0 : self.col0 + self.size])
+        if (hidden := self.trace.hidden_cells(self.head)) is not None:  # a window's, a user module's own mask's
+            extra.setdefault("hidden", self.window_of(hidden))
         fig = figures.attention_heatmap(self.crop(name) if isinstance(name, str) else name, self.trace.tokens,
                                         extra.pop("as_stage", name), causal=self.trace.hides_future,
                                         dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
@@ -210,7 +222,7 @@ def _dropped(view: HeadWindow, before, after) -> None:
                    f"dropped ones are exactly 0.")
     st.plotly_chart(figures.difference_heatmap(view.crop("dropped"), view.crop("weights"), view.trace.tokens,
                                                title="difference: dropped − weights", row_offset=view.row0,
-                                               col_offset=view.col0),
+                                               col_offset=view.col0, hidden=view.hidden()),
                     config=plotly_config(view.file_name("difference")))
 
 

@@ -580,12 +580,16 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
 
 
 def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: str, row_offset: int = 0,
-                       col_offset: int = 0, under_title_px: int = SMALL_MAP_PX) -> go.Figure:
+                       col_offset: int = 0, under_title_px: int = SMALL_MAP_PX,
+                       hidden: np.ndarray | None = None) -> go.Figure:
     """after − before (finite cells only), diverging colours around 0, on a token map's axes and overlay
-    (``under_title_px``: as in :func:`attention_heatmap`)."""
+    (``under_title_px``: as in :func:`attention_heatmap`); ``hidden`` (rows × cols bool): cells the run's mask hid,
+    grey as in the maps of the weights (their difference is 0 − 0, not a change)."""
     with np.errstate(invalid="ignore"):
         diff = np.asarray(after, np.float32) - np.asarray(before, np.float32)
     diff[~np.isfinite(diff)] = np.nan
+    if hidden is not None:
+        diff[hidden] = np.nan
     bound = float(np.nanmax(np.abs(diff))) if np.isfinite(diff).any() else 1.0
     return attention_heatmap(diff, tokens, "Δ", causal=False, title=title, row_offset=row_offset,
                              col_offset=col_offset, under_title_px=under_title_px,

@@ -639,6 +639,25 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
     assert np.isfinite(z[inside]).all() and (z[inside] > 0).all()
     assert np.isnan(z[~inside]).all()  # the future and the keys 2 or more behind are grey, not 0
 
+    # the Steps page greys the same cells in the maps of masked scores and of weights (it greyed only the future in
+    # the weights and dropped maps — and in the softmax pair and "weights used", drawn as these are — and nothing in
+    # the difference map); the maps of scores before the mask grey nothing
+    at.query_params["stage"] = "weights"  # the Steps page's first visit opens the link's stage: one run fewer
+    at.switch_page("pages/steps.py").run()
+    for stage, greyed in {"weights": ["before: masked (−∞ above the diagonal or ≥ 2 back)",
+                                      "after: softmax — each row sums to 1"],
+                          "dropped": ["before: weights", "after: dropout off — unchanged",
+                                      "difference: dropped − weights"]}.items():
+        if stage != "weights":
+            at.segmented_control(key="steps_stage").set_value(stage).run()
+        no_exception(at)
+        assert at.segmented_control(key="steps_stage").value == stage
+        maps = {fig["layout"]["title"]["text"]: cells_shown(fig) for fig in figures(at)
+                if any(trace.get("name") in ("cells", "masked cells") for trace in fig["data"])}
+        assert [title for title, z in maps.items() if np.isnan(z).any()] == greyed, (stage, list(maps))
+        for title in greyed:
+            assert (np.isnan(maps[title]) == ~inside).all(), (stage, title)
+
 
 @pytest.mark.parametrize(("query", "stage", "title"), [
     ({"causal": "false", "num_heads": "4"}, "masked", "masked = scaled (causal mask off)"),
