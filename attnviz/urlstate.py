@@ -21,7 +21,7 @@ from attnviz.config import (
 from attnviz.kv_cache import default_kv_heads
 from attnviz.rope import ROPE_BASES
 from attnviz.text import clean_text
-from attnviz.words import amount
+from attnviz.words import amount, clipped
 
 DEFAULT_TEXT = "Your journey starts with one step"
 PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
@@ -263,8 +263,8 @@ def last_of(key: str, raw: str | list[str]) -> tuple[str, str | None]:
     last, others = raw[-1], [value for value in raw[:-1] if value != raw[-1]]
     if not others:
         return last, None
-    return last, (f"URL parameter {key[:40]} is given {len(raw)} times: using the last, {last[:40]!r}; "
-                  f"ignored {', '.join(repr(value[:40]) for value in others[:3])}"
+    return last, (f"URL parameter {clipped(key)} is given {len(raw)} times: using the last, {clipped(last)!r}; "
+                  f"ignored {', '.join(repr(clipped(value)) for value in others[:3])}"
                   + (f" and {len(others) - 3} more" if len(others) > 3 else "") + ".")
 
 
@@ -293,19 +293,19 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         if key in PAGE_PARAMS:
             continue
         if key == "weights" and raw not in listed:
-            notices.append(f"Ignored URL parameter weights={raw[:60]!r}: no weights of that name are listed "
+            notices.append(f"Ignored URL parameter weights={clipped(raw)!r}: no weights of that name are listed "
                            "here (this server lists the book's classes and the checkpoints it found).")
             continue
         try:
             values[key] = parsers[key](raw)
         except ValueError as exc:  # the parsers' own words, never Python's
-            notices.append(f"Ignored URL parameter {key}={raw[:40]!r}: {exc}.")
+            notices.append(f"Ignored URL parameter {key}={clipped(raw)!r}: {exc}.")
         else:
             used.add(key)
     if unknown:
         notices.insert(0, _unknown_notice(unknown))
     if "layer" in used and values["layer"] and values["weights"] == weights.BOOK:
-        notices.append(f"Ignored URL parameter layer={str(values['layer'])[:40]}: the book's classes are one attention "
+        notices.append(f"Ignored URL parameter layer={clipped(values['layer'])}: the book's classes are one attention "
                        "layer; pick a checkpoint under Weights for its layers.")
         values["layer"] = 0
     if "preset" in used and values["preset"] in PRESET_DIMS:  # the sizes the link does not give are the preset's
@@ -353,7 +353,7 @@ def book_sizes_of_link(params: dict[str, str | list[str]]) -> dict:
 
 def _unknown_notice(names: list[str], shown: int = 5) -> str:
     """One notice for every URL parameter that is no setting: the first ``shown`` names and how many more."""
-    quoted = [repr(name[:40]) for name in names[:shown]]
+    quoted = [repr(clipped(name)) for name in names[:shown]]
     if len(names) == 1:
         return f"Ignored unknown URL parameter {quoted[0]}."
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
@@ -422,8 +422,8 @@ def parse_options(raw: str, options, what: str, using: str = "using") -> list[st
         if not name:
             continue
         if name not in options:
-            if name[:40] not in unknown:
-                unknown.append(name[:40])
+            if clipped(name) not in unknown:
+                unknown.append(clipped(name))
         elif name not in chosen:
             chosen.append(name)
     if not unknown:

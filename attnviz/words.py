@@ -1,6 +1,7 @@
 """Words for the reader: counts — a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group",
-"1 query", "2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2") —, and text
-escaped so that Markdown shows it as it is (:func:`markdown_escape`)."""
+"1 query", "2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2") —, a value a
+URL gave as a message quotes it back, cut short (:func:`clipped`), and text escaped so that Markdown shows it as it is
+(:func:`markdown_escape`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ def listed(noun: str, numbers: Sequence[int], limit: int = 24) -> str:
     shown = ", ".join(str(number) for number in numbers[:limit])
     more = f", … ({amount(len(numbers), noun)})" if len(numbers) > limit else ""
     return f"{plural(len(numbers), noun)} {shown}{more}"
+
+
+CLIPPED_LENGTH = 20  # the characters of a URL's value that a message quotes back
+
+
+def clipped(value, limit: int = CLIPPED_LENGTH) -> str:
+    """``value`` as text, as a message quotes back what a URL gave (a parameter's value or name): whole up to
+    ``limit`` characters, else its first ``limit`` and "…" — a 400-digit ``layer`` is not printed digit by digit."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")

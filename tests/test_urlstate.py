@@ -328,6 +328,12 @@ OUTSIDE = ("-" + "9" * 400, "9" * 5000)  # whole numbers out of any range (the l
 NOT_WHOLE = ("2.5", "1e3", "abc", "", "9" * 20 + ".5")
 
 
+def quoted_back(raw: str) -> str:
+    """A URL's value as a notice quotes it: whole up to 20 characters, else its first 20 and "…" (a 400-digit value
+    was printed to its 40th digit, a page's cell or random GPT to their 40th character, a checkpoint's layer whole)."""
+    return repr(raw if len(raw) <= 20 else raw[:20] + "…")
+
+
 def test_every_whole_number_setting_is_listed():
     """A setting whose parser takes "1" as the int 1 is a whole-number setting (rope_base: a choice of two)."""
     parsers = urlstate._parsers()
@@ -338,9 +344,9 @@ def test_every_whole_number_setting_is_listed():
 def test_a_layer_is_a_whole_number_and_one_past_the_book_classes_is_named_in_few_digits():
     """A layer's range is the model's: the sidebar names its layers (tests/ui/test_checkpoint_app.py)."""
     for raw, words in (("x", "it is not a whole number"), ("9" * 5000, "it is out of range (far too many digits)")):
-        assert settings_from_query({"layer": raw})[1] == [f"Ignored URL parameter layer={raw[:40]!r}: {words}."]
+        assert settings_from_query({"layer": raw})[1] == [f"Ignored URL parameter layer={quoted_back(raw)}: {words}."]
     (notice,) = settings_from_query({"layer": "9" * 400})[1]
-    assert notice.startswith(f"Ignored URL parameter layer={'9' * 40}: the book's classes are one attention layer")
+    assert notice.startswith(f"Ignored URL parameter layer={'9' * 20}…: the book's classes are one attention layer")
 
 
 def _parses_one(parse) -> bool:
@@ -358,11 +364,12 @@ def test_a_setting_out_of_range_says_so_and_one_not_whole_says_that(key):
     span = f"{low} … {high:,}"
     for raw in (*OUTSIDE, str(low - 1), str(high + 1), f"+{high * 10}", f" {low - 7} "):
         values, notices = settings_from_query({key: raw})
-        assert notices == [f"Ignored URL parameter {key}={raw[:40]!r}: it is out of range ({span})."], notices
+        assert notices == [f"Ignored URL parameter {key}={quoted_back(raw)}: it is out of range ({span})."], notices
         assert values[key] == DEFAULTS[key]
     for raw in NOT_WHOLE:
         values, notices = settings_from_query({key: raw})
-        assert notices == [f"Ignored URL parameter {key}={raw[:40]!r}: it is not a whole number ({span})."], notices
+        assert notices == [f"Ignored URL parameter {key}={quoted_back(raw)}: it is not a whole number ({span})."], \
+            notices
 
 
 PAGE_NUMBERS = [  # every page's whole-number parameter: its parser as its page builds it, and its range's words

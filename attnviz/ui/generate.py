@@ -42,7 +42,7 @@ from attnviz.ui.state import (
 )
 from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, parse_number, parse_option
 from attnviz.views import diagram, generation_figures
-from attnviz.words import amount, markdown_escape
+from attnviz.words import amount, clipped, markdown_escape
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
@@ -153,7 +153,7 @@ def _random_set_aside(page_run: Context, ref) -> None:
     raw = st.query_params.get(RANDOM)
     if raw is not None and raw != RANDOM_NONE and page_params_of(shown_page()).get(RANDOM) != raw:
         st.session_state[RANDOM_SET_ASIDE] = (ref, (
-            f"The link's {RANDOM}={str(raw)[:40]!r} is not used: the page generates with "
+            f"The link's {RANDOM}={clipped(raw)!r} is not used: the page generates with "
             f"{page_run.weights.option.label}, the model under Weights. Set Weights to "
             f"{core_weights.BOOK_LABEL} to generate with a small random GPT."))
     forget_page_params(RANDOM)

@@ -41,7 +41,7 @@ from attnviz.urlstate import (
     parse_window_start,
     url_text,
 )
-from attnviz.words import amount
+from attnviz.words import amount, clipped
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 
@@ -284,7 +284,7 @@ def _linked_cell(n: int) -> list[tuple[int, int]]:
     try:
         cell = parse_cell(str(raw), n)
     except ValueError as exc:
-        st.session_state[CELL_NOTICE] = f"The link's {CELL}={str(raw)[:40]!r} {exc}: no cell is explained."
+        st.session_state[CELL_NOTICE] = f"The link's {CELL}={clipped(raw)!r} {exc}: no cell is explained."
         set_page_param(CELL, None)
         return []
     took_page_param(CELL)

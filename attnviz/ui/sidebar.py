@@ -55,7 +55,7 @@ from attnviz.urlstate import (
     url_text_fits,
     url_value,
 )
-from attnviz.words import markdown_escape
+from attnviz.words import clipped, markdown_escape
 
 _SETTLED_TEXT = "_settled_text"  # the text the last run settled the settings with (current_settings)
 
@@ -80,7 +80,7 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
     settings_from_url()
     listed = ui_weights.options()
     if st.session_state["weights"] not in [option.name for option in listed]:  # a trained model gone
-        gone = st.session_state["weights"][:60]
+        gone = clipped(st.session_state["weights"])
         st.session_state["_weights_notice"] = f"The weights {gone!r} are no longer listed; showing the book's classes."
         set_setting("weights", weights.BOOK)
     follow_weights()
@@ -237,7 +237,7 @@ def _weights(listed) -> ui_weights.Choice:
         # sidebar, the layer simply starts again at 0 (the notice's 🔗 would blame a link nobody followed)
         if choice.sizes is not None and drawn("weights", st.session_state["weights"]):
             st.session_state["_weights_notice"] = (
-                f"Layer {st.session_state['layer']} does not exist: this checkpoint has {n_layers} layers "
+                f"Layer {clipped(st.session_state['layer'])} does not exist: this checkpoint has {n_layers} layers "
                 f"(0…{n_layers - 1}); "
                 "showing layer 0.")
         set_setting("layer", 0)
@@ -434,7 +434,7 @@ def _follow_checkpoint(sizes, weights_name: str) -> None:
     for name, value in own.items():
         if st.session_state[name] != value:
             if from_link and _named(name, st.session_state[name]):
-                set_aside.append(f"{name}={st.session_state[name]}")
+                set_aside.append(f"{name}={clipped(st.session_state[name])}")
             set_setting(name, value)
     if set_aside:
         notice = (f"Ignored URL parameter{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)}: "

@@ -49,7 +49,7 @@ from attnviz.urlstate import (
     preset_holds,
     settings_from_query,
 )
-from attnviz.words import markdown_escape
+from attnviz.words import clipped, markdown_escape
 
 KEPT = {"persist_state": "session"}  # a page widget's value stays for the session while no run draws it
 URL_NOTICES = "_url_notices"  # what the URL of a session's first run had that could not be used
@@ -256,9 +256,9 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
             st.session_state[key] = parse(str(raw))
         except PartlyUsedError as exc:  # some of the link's values: the widget takes those, the notice names the others
             st.session_state[key] = exc.kept
-            st.session_state[page_param_notice(key)] = f"The link's {url}={str(raw)[:40]!r} {exc}: {exc.instead}."
+            st.session_state[page_param_notice(key)] = f"The link's {url}={clipped(raw)!r} {exc}: {exc.instead}."
         except ValueError as exc:
-            st.session_state[page_param_notice(key)] = f"The link's {url}={str(raw)[:40]!r} {exc}: {instead}."
+            st.session_state[page_param_notice(key)] = f"The link's {url}={clipped(raw)!r} {exc}: {instead}."
 
 
 def set_page_widget(key: str, value, url: str, default) -> None:

@@ -258,13 +258,18 @@ def test_a_checkpoints_url_holds_no_setting_its_run_does_not_take(checkpoints):
     assert dict(fresh.query_params) == {"variant": "gqa"}
 
 
-@pytest.mark.parametrize(("name", "n_layers"), [(weights.BUNDLED_NAME, 2), (NAME, 3)])
-def test_a_negative_layer_in_the_url_names_the_models_own_layers(checkpoints, name, n_layers):
-    at = app(weights=name, layer="-1")
+@pytest.mark.parametrize(("name", "n_layers", "layer", "said"), [
+    (weights.BUNDLED_NAME, 2, "-1", "-1"),
+    (NAME, 3, "9" * 400, "9" * 20 + "…"),  # its first 20 digits, not all 400
+])
+def test_a_layer_the_checkpoint_has_not_in_the_url_names_the_models_own_layers(checkpoints, name, n_layers, layer,
+                                                                                 said):
+    at = app(weights=name, layer=layer)
     no_exception(at)
     assert at.sidebar.selectbox(key="layer").value == 0
     notices = " ".join(w.value for w in at.sidebar.warning).replace("\\", "")  # Markdown-escaped
-    assert f"Layer -1 does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1})" in notices
+    assert f"Layer {said} does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1})" in notices
+    assert "9" * 21 not in notices
     assert "127" not in notices  # not attnviz's own bound on layers
 
 

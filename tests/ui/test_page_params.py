@@ -59,7 +59,7 @@ def test_a_link_opens_the_heads_pages_head_stage_and_window():
     ({"head": "9"}, "The link's head='9' is out of range (this layer's 4 heads: 0 … 3): showing head 0."),
     ({"head": "-1"}, "The link's head='-1' is out of range (this layer's 4 heads"),
     ({"head": "two"}, "The link's head='two' is not a whole number (this layer's 4 heads"),
-    ({"head": "9" * 400}, "is out of range (this layer's 4 heads"),
+    ({"head": "9" * 400}, f"The link's head='{'9' * 20}…' is out of range (this layer's 4 heads"),  # not 40 digits
     ({"stage": "softmax"}, "The link's stage='softmax' is not a stage this page shows (scores, scaled, masked, "
                            "weights, dropped): showing weights."),
     ({"row": "105"}, "The link's row='105' is out of range (window positions for 360 tokens: 0 … 104): the window "
@@ -512,7 +512,8 @@ SHOWN = {  # what a lab's widgets show, as its URL parameters write it
     ("pages/pitfalls.py", {"token": "-1"}, "is out of range (the token positions of this 6-token text", {"token": "3"}),
     ("pages/pitfalls.py", {"token": "two"}, "is not a whole number (the token positions of this 6-token text",
      {"token": "3"}),
-    ("pages/pitfalls.py", {"token": "9" * 400}, "is out of range (the token positions of this 6-token text",
+    ("pages/pitfalls.py", {"token": "9" * 400},
+     f"The link's token='{'9' * 20}…' is out of range (the token positions of this 6-token text",
      {"token": "3"}),
     ("pages/induction.py", {"T": "1"},
      "The link's T='1' is out of range (the repeat lengths the lab offers for this model: 2 … 200): using T = 25.",

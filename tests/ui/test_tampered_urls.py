@@ -64,7 +64,8 @@ def test_tampered_url_notices_are_plain_words_not_python_errors(key, raw):
 ])
 def test_a_value_that_does_not_parse_is_named_in_words(key, raw, says):
     values, notices = ui.settings_from_query({key: raw})
-    assert len(notices) == 1 and notices[0].startswith(f"Ignored URL parameter {key}={raw[:40]!r}: {says}"), notices
+    shown = raw if len(raw) <= 20 else raw[:20] + "…"  # a long value is quoted by its first 20 characters
+    assert len(notices) == 1 and notices[0].startswith(f"Ignored URL parameter {key}={shown!r}: {says}"), notices
     assert values[key] == ui.DEFAULTS[key]
 
 
