@@ -197,6 +197,15 @@ class ModelKV:
         return {"emb_dim": self.emb_dim, "n_heads": self.n_heads, "n_layers": self.n_layers,
                 "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "latent_dim": self.latent_dim, **window}
 
+    def variant_settings(self) -> dict[str, dict]:
+        """The cost chart's lines at its sizes (:func:`variant_settings`): its K/V heads, latent and window where it
+        has them, and what it has not filled in for its context (a window: :func:`default_window`)."""
+        return variant_settings(emb_dim=self.emb_dim, n_heads=self.n_heads, n_layers=self.n_layers,
+                                head_dim=self.head_dim, n_kv_heads=self.n_kv_heads, latent_dim=self.latent_dim,
+                                sliding_window_size=self.sliding_window_size,
+                                swa_ratio=self.swa_ratio if self.sliding_window_size else None,
+                                context_length=self.context_length)
+
     def bytes(self, context_length: int | None = None, batch_size: int = 1, dtype: str | None = None) -> int:
         """The cache's bytes at ``context_length`` (default: the model's full context), in the model's dtype."""
         return kv_cache_bytes(context_length=context_length or self.context_length, batch_size=batch_size,
@@ -318,6 +327,19 @@ def context_lengths(longest: int = 131072, shortest: int = 256) -> list[int]:
         lengths.append(n)
         n *= 2
     return [*lengths, longest]
+
+
+def chart_lengths(settings: dict[str, dict], longest: int = 131072) -> list[int]:
+    """The cost chart's x values for :func:`variant_settings`' lines: :func:`context_lengths` up to ``longest``, from
+    the power of two at or below a quarter of the narrowest window the lines use (at most 256, at least 1), and each
+    window itself — so a window's line is seen to grow up to its window and stop there (the bundled model's window
+    of 64 starts the axis at 16, not at 256, where its line would be flat from the start)."""
+    windows = sorted({int(kwargs["sliding_window_size"]) for kwargs in settings.values()
+                      if kwargs.get("sliding_window_size")})
+    shortest = 256
+    if windows:
+        shortest = min(shortest, 1 << (max(1, windows[0] // 4).bit_length() - 1))  # a power of two ≤ W / 4
+    return sorted({*context_lengths(longest, shortest), *(window for window in windows if window < longest)})
 
 
 def curves(settings: dict[str, dict], lengths: list[int], *, batch_size: int = 1,

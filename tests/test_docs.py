@@ -464,6 +464,21 @@ def forwards_of_a_passing_check(module, x=None) -> int:
 
 
 # the functions whose api.md section writes out their call (show's takes a trace or a module, written as two calls)
+def test_the_swa_labels_kv_cache_md_quotes_are_those_the_generate_page_draws():
+    """docs/kv-cache.md quotes the cost chart's SWA labels of real models: each is the label the Generate page draws
+    for that model (its "window 1,024 on 5 of 6 layers" fitted no model the page offers: the window is a quarter of a
+    context shorter than 4,096)."""
+    from attnviz import kv_cache
+
+    text = " ".join((ROOT / "docs" / "kv-cache.md").read_text(encoding="utf-8").split())
+    names = {model.name for model in kv_cache.PRESETS}
+    quoted = [(label, name) for label, name in re.findall(r'"(window [^"]+)" for ([^(]+?) \(', text) if name in names]
+    assert len(quoted) >= 2, "docs/kv-cache.md no longer quotes a real model's SWA label"
+    for label, name in quoted:
+        drawn = kv_cache.describe("SWA", kv_cache.preset(name).variant_settings()["SWA"])
+        assert drawn.endswith(f", {label})"), (name, drawn)
+
+
 WRITTEN_OUT = ("run", "trace_module", "check_module", "load_trace", "explain_weight", "kv_cache_bytes")
 
 

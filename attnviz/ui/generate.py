@@ -496,13 +496,8 @@ def cost_section(page_run: Context, sizes) -> None:
         base, context = dict(own[1]), own[2]
         settings = kv_cache.variant_settings(**base, context_length=context)
     else:
-        context = model.context_length
-        settings = kv_cache.variant_settings(
-            emb_dim=model.emb_dim, n_heads=model.n_heads, n_layers=model.n_layers, head_dim=model.head_dim,
-            n_kv_heads=model.n_kv_heads, latent_dim=model.latent_dim,
-            sliding_window_size=model.sliding_window_size,
-            swa_ratio=model.swa_ratio if model.sliding_window_size else None, context_length=context)
-    lengths = kv_cache.context_lengths(max(131072, context))
+        context, settings = model.context_length, model.variant_settings()
+    lengths = kv_cache.chart_lengths(settings, max(131072, context))  # from below the window: its line levels off
     curves = kv_cache.curves(settings, lengths, dtype=dtype)
     labels = {name: kv_cache.describe(name, kwargs) for name, kwargs in settings.items()}
     st.plotly_chart(generation_figures.kv_bytes_figure(

@@ -16,7 +16,7 @@ from helpers.apptest import decode, figure, no_exception, open_app, recorded_spi
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
-from attnviz import AttentionConfig, kv_cache, kv_cache_bytes, models, tokens, variants, weights
+from attnviz import AttentionConfig, kv_cache_bytes, models, tokens, variants, weights
 from attnviz.ui import generate
 from attnviz.ui.generate import NO_MODEL
 from attnviz.words import markdown_escape
@@ -490,8 +490,9 @@ def test_the_generation_spinner_names_the_count_and_shows_the_time(monkeypatch):
 
 
 def cost_lines(at: AppTest, title_part: str) -> dict[str, dict]:
-    """The cost chart's traces by variant (the legend label's first word): {"GQA": {"label", "y"}, …}."""
-    return {trace["name"].split(" ")[0]: {"label": trace["name"], "y": decode(trace["y"]).tolist()}
+    """The cost chart's traces by variant (the legend label's first word): {"GQA": {"label", "x", "y"}, …}."""
+    return {trace["name"].split(" ")[0]: {"label": trace["name"], "x": decode(trace["x"]).tolist(),
+                                          "y": decode(trace["y"]).tolist()}
             for trace in figure(at, title_part)["data"]}
 
 
@@ -514,7 +515,7 @@ def test_the_cost_chart_uses_the_sidebars_kv_groups_latent_and_window(query, var
         "GQA": {"n_kv_heads": int(query.get("num_kv_groups", 4))},
         "MLA": {"latent_dim": int(query.get("latent_dim", 0))},
         "SWA": {"sliding_window_size": int(query.get("sliding_window_size", 0))}}[variant])
-    assert lines[variant]["y"][2] == expected  # 256, 512, 1024: the third length
+    assert lines[variant]["y"][lines[variant]["x"].index(1024)] == expected
 
 
 def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
@@ -538,13 +539,16 @@ def test_the_cost_chart_fills_in_what_the_sidebar_leaves_open():
 ])
 def test_the_cost_charts_swa_line_says_its_window_and_which_layers_slide(query, label):
     """The SWA line's label names the window it draws (the model's own where it has one) and the layers that slide
-    for this model's layer count; a line whose every layer slides is flat past the window."""
+    for this model's layer count; a line whose every layer slides grows up to the window and is flat from it (the
+    axis started at 256 tokens, past the bundled model's window of 64: its line was flat from the start)."""
     at = page(text=TEXT, **query)
     line = cost_lines(at, "KV cache of")["SWA"]
     assert line["label"] == label
     window = int(re.search(r"window ([\d,]+)", label).group(1).replace(",", ""))
-    lengths = kv_cache.context_lengths(131072)
-    assert len(set(line["y"][lengths.index(next(n for n in lengths if n >= window)):])) == 1
+    at_window = line["x"].index(window)  # the window is one of the lengths drawn
+    growing = line["y"][: at_window + 1]
+    assert at_window >= 2 and growing == sorted(set(growing)), line  # at least 2 lengths before it, each holding more
+    assert len(set(line["y"][at_window:])) == 1
     context = figure(at, "KV cache of")["layout"]["shapes"][0]["x0"]  # the dotted line: the model's context
     assert context == (1024 if query.get("random") == "none" else 256)
     assert window < context  # a window as long as the context would save nothing there
@@ -574,7 +578,8 @@ def test_a_real_models_chart_is_in_its_own_dtype_as_its_table_row_unless_one_is_
     assert cost_lines(at, "KV cache of Llama 3.2 1B")["GQA"]["y"][-1] == table.loc["Llama 3.2 1B", "bytes"]
     at.selectbox(key="generate_sizes").set_value("GPT-2 124M").run()  # a model published in fp32
     assert "(fp32, batch 1)" in figure(at, "KV cache of GPT-2 124M")["layout"]["title"]["text"]
-    assert cost_lines(at, "KV cache of GPT-2 124M")["MHA"]["y"][2] == table.loc["GPT-2 124M", "bytes"]
+    gpt2 = cost_lines(at, "KV cache of GPT-2 124M")["MHA"]
+    assert gpt2["y"][gpt2["x"].index(1024)] == table.loc["GPT-2 124M", "bytes"]  # its context
     at.selectbox(key="generate_dtype").set_value("fp32").run()  # picked: every model in it
     at.selectbox(key="generate_sizes").set_value("Llama 3.2 1B").run()
     assert "(fp32, batch 1)" in figure(at, "KV cache of Llama 3.2 1B")["layout"]["title"]["text"]
