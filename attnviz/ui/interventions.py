@@ -207,8 +207,8 @@ def _weigh(trace, head: int, window: tuple[int, int, int]) -> None:
         st.caption(f"The focused view's window: query rows {row0}…{row0 + size - 1}, "
                    f"key columns {col0}…{col0 + size - 1}.")
     left, right = st.columns(2)
-    hidden = (~np.isfinite(trace.attention_map("masked", head))[cells] if trace.window is not None  # (size, size)
-              else None)  # the layer's sliding window, greyed as on the focused map
+    hidden = trace.hidden_cells(head)  # (n, n) or None: the layer's sliding window, greyed as on the focused map
+    hidden = None if hidden is None else hidden[cells]  # (size, size)
     common = {"causal": trace.hides_future, "hidden": hidden, "row_offset": row0, "col_offset": col0,
               "under_title_px": figures.SMALL_MAP_PX, "validate": False}
     left.plotly_chart(figures.attention_heatmap(weights[cells], trace.tokens, "weights", title=f"head {head}: weights",
