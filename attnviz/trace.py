@@ -159,12 +159,13 @@ class Trace:
         return self.config.hides_future and not self.hides_future
 
     def hidden_cells(self, head: int | None = None) -> np.ndarray | None:
-        """The cells the run hid that :attr:`hides_future`'s causal triangle does not say, as bool (heads, n, n) of
-        item 0, or head ``head``'s (n, n) (views, read-only): a sliding window's (−∞ in the masked stage), or a user
-        module's own mask's — its softmax's input masked there (:func:`hidden_by_mask` of ``masked`` against
-        ``scaled``) and its weight exactly 0 — where those are not just the causal triangle.  None where there are
-        none beyond it: a run without a window, a module whose mask is exactly the causal one (or that hides
-        nothing).  The maps grey these cells beside the causal triangle, and only these."""
+        """The cells the run hid, as bool (heads, n, n) of item 0, or head ``head``'s (n, n), where the causal
+        triangle of :attr:`hides_future` does not say them all — the cells the maps grey beside that triangle:
+        a sliding window's run (every cell −∞ in the masked stage, the triangle's included), or a user module's run
+        whose own mask hid a cell outside the triangle or any cell where the run does not hide the future (every
+        cell it hid: its softmax's input masked there, :func:`hidden_by_mask` of ``masked`` against ``scaled``, and
+        its weight exactly 0; read-only views).  None for any other run: one without a window, a module that hid
+        nothing, or one that keeps every query from later keys and hid nothing outside the triangle."""
         if self.module_run is not None:
             hidden = self._module_mask[1]
         elif self.window is not None:
@@ -178,8 +179,8 @@ class Trace:
 
     @functools.cached_property
     def _module_mask(self) -> tuple[bool, np.ndarray | None]:
-        """(whether a user module's weights give every later key exactly 0 in every head, the cells its own mask hid
-        beyond the causal triangle (:meth:`hidden_cells`) or None), of item 0, computed once a Trace."""
+        """(whether a user module's weights give every later key exactly 0 in every head, the cells
+        :meth:`hidden_cells` gives for its run or None), of item 0, computed once a Trace."""
         weights = self.steps["weights"][0]  # (h, n, n)
         future = np.triu(np.ones(weights.shape[-2:], dtype=bool), 1)  # (n, n): the keys after each query
         with np.errstate(invalid="ignore"):  # NaN weights (a row with no key left) reach no key

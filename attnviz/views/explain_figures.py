@@ -106,7 +106,7 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     took where the module changed it, and the weight (or the mask's reason)."""
     products = np.asarray(explanation.products, dtype=np.float32)  # (hd,)
     largest = [int(d) for d in explanation.largest(top)]
-    # r: half a two-digit tick label where Plotly's ticks end on the last bar (15 of 16), which 10 px left out
+    # r: room for half a two-digit tick label where Plotly's ticks end on the last bar (15 of 16)
     margin_l, margin_r = margins.beside(), 14
     named = named_dimensions(products, largest, PANEL_PX - margin_l - margin_r)
     text = np.full(explanation.head_dim, "", dtype=object)
