@@ -531,3 +531,20 @@ def test_the_forward_counts_the_docs_give_are_what_a_check_runs():
                                        r"traced one and the rules run up to (\d+) forwards.*?\*(\d+) forwards of your "
                                        r"module")
     assert slow == (forwards_of_a_passing_check(resets(), tokens(15)),) * 2
+
+
+def test_guarantees_md_gives_the_forwards_a_failures_diagnosis_may_add():
+    """guarantees.md's allowance for a failure's diagnosis is check_module's (it said n − n // 2 + 4 for kv-cache
+    where the check allows, and api.md says, n − n // 2 + 5)."""
+    from helpers import user_modules
+
+    from attnviz import checks
+
+    module = user_modules.LearnerCachedMHA(16, 16, 64, 0.0, 4).eval()
+    x = checks.default_input(module)
+    n = x.shape[1]
+    causal, batch, kv = said("docs/guarantees.md", r"adds at most (\d+) for `causal`, (\d+) for `batch-independence`, "
+                                                   r"n − n // 2 \+ (\d+) for `kv-cache`")
+    assert causal == checks._diagnosis_forwards(module, x, ["causal"])
+    assert batch == checks._diagnosis_forwards(module, x, ["batch-independence"])
+    assert kv == checks._diagnosis_forwards(module, x, ["kv-cache"]) - (n - n // 2)
