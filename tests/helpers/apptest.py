@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,20 @@ def plotly_figures(at) -> list[dict]:
     """Every figure an AppTest run drew with ``st.plotly_chart``, as the JSON the browser gets, in page order."""
     charts = [element for element in page_elements(at) if getattr(element, "type", None) == "plotly_chart"]
     return [json.loads(chart.proto.spec) for chart in charts]
+
+
+def check_panel_results(at) -> dict[str, str]:
+    """The Heads page's Check panel's verdicts as its table shows them: {rule: "pass", "fail" or "skip"}."""
+    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
+    return dict(zip(table["rule"], table["result"]))
+
+
+def check_panel_command(at, folder) -> list[str]:
+    """The arguments after ``python -m attnviz check`` of the command the Check panel's caption prints, the module's
+    file (which the caption names without its folder) in ``folder``."""
+    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
+    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
+    return [f"{folder}/{argv[0]}", *argv[1:]]
 
 
 def figure(at, title: str) -> dict:

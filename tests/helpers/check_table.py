@@ -4,6 +4,8 @@ lines say, from ``checks.RULES``: a new rule changes no test that counts them.""
 
 from __future__ import annotations
 
+import re
+
 from attnviz import cli
 from attnviz.checks import RULES
 
@@ -27,3 +29,9 @@ def check_table(checks, width: int | None = None) -> str:
     rule_width = max(len(c.rule) for c in checks)
     lines = [line for check in checks for line in cli.rule_lines(check, rule_width, width)]
     return "\n".join([*lines, cli.summary(checks)])
+
+
+def printed_results(printed: str) -> dict[str, str]:
+    """The verdicts of ``attnviz check``'s printed table, {rule: "pass", "fail" or "skip"}: as the Check panel's table
+    gives them (``helpers.apptest.check_panel_results``)."""
+    return {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}

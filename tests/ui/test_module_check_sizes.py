@@ -3,11 +3,11 @@ does: a module that keeps its sizes under names of its own gets the same verdict
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
-from helpers.apptest import no_exception
+from helpers.apptest import check_panel_command, check_panel_results, no_exception
+from helpers.check_table import printed_results
 from streamlit.testing.v1 import AppTest
 
 from attnviz import cli, user_code
@@ -39,15 +39,10 @@ def test_the_check_panel_and_the_cli_give_a_module_the_same_sizes_and_verdict(tm
     at.run()
     no_exception(at)
     table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
-    app_results = dict(zip(table["rule"], table["result"]))
+    app_results = check_panel_results(at)
     app_kv_cache = table["evidence"][list(table["rule"]).index("kv-cache")]
-    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
-    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
-    argv[0] = f"{tmp_path}/{argv[0]}"
-    assert cli.main(["check", *argv]) == 1
-    printed = capsys.readouterr().out
-    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
-    assert cli_results == app_results
+    assert cli.main(["check", *check_panel_command(at, tmp_path)]) == 1
+    assert printed_results(capsys.readouterr().out) == app_results
     assert app_results["kv-cache"] == "fail"
     assert "k_cache and v_cache hold num_heads = 4 heads where num_kv_groups = 2" in app_kv_cache
 

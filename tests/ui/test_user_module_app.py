@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import streamlit as st
 import torch
-from helpers.apptest import no_exception, open_app, recorded_spinners
+from helpers.apptest import check_panel_command, check_panel_results, no_exception, open_app, recorded_spinners
 from helpers.apptest import plotly_figures as figures
-from helpers.check_table import ALL_PASS, RULE_COUNT, rules_fail
+from helpers.check_table import ALL_PASS, RULE_COUNT, printed_results, rules_fail
 from streamlit.testing.v1 import AppTest
 
 from attnviz import checks, time_limit, user_code
@@ -235,13 +235,8 @@ def test_a_module_whose_weights_hold_nan_still_gets_the_checks_verdict_the_cli_g
         [box.value for box in at.error]
     assert at.sidebar.text_area(key="text").value == "Your journey starts with one step"
 
-    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
-    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
-    argv[0] = f"{MODULES.parent}/{argv[0]}"
-    cli.main(["check", *argv])
-    printed = capsys.readouterr().out
-    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
-    assert cli_results == app_results
+    cli.main(["check", *check_panel_command(at, MODULES.parent)])
+    assert printed_results(capsys.readouterr().out) == app_results
 
 
 def test_another_page_refusing_nan_weights_links_to_the_check_on_the_heads_page(monkeypatch):
@@ -383,14 +378,8 @@ def test_the_check_panels_command_runs_the_same_rules_in_a_terminal_with_the_sam
     assert command.endswith(" --seed 7")  # the weights the app drew
     assert "from the folder that holds `user_modules.py`" in caption  # where the command runs as printed
     assert "attnviz installed: `pip install -e .` in its folder" in caption  # what makes `python -m attnviz` work
-    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
-    app_results = dict(zip(table["rule"], table["result"]))
-    argv = command.split()[3:]
-    argv[1] = f"{MODULES.parent}/{argv[1]}"
-    cli.main(argv)
-    printed = capsys.readouterr().out
-    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
-    assert cli_results == app_results
+    cli.main(["check", *check_panel_command(at, MODULES.parent)])
+    assert printed_results(capsys.readouterr().out) == check_panel_results(at)
 
 
 @pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py"])
@@ -410,17 +399,10 @@ def test_the_check_panels_command_runs_for_a_module_that_does_not_say_its_width(
     monkeypatch.setenv(user_code.ENV, f"{MODULES}:GPT2StyleAttention")
     at = app(variant="Your module: GPT2StyleAttention", d_in="48", d_out="48")
     no_exception(at)
-    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
-    app_results = dict(zip(table["rule"], table["result"]))
-    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
-    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
+    argv = check_panel_command(at, MODULES.parent)
     assert argv[argv.index("--d-in") + 1] == "48"
-    argv[0] = f"{MODULES.parent}/{argv[0]}"
     assert cli.main(["check", *argv]) == 0
-    printed = capsys.readouterr().out
-    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
-    assert cli_results == app_results
-
+    assert printed_results(capsys.readouterr().out) == check_panel_results(at)
 
 
 def test_the_check_panels_command_checks_a_class_without_a_constructor_at_the_apps_width(capsys, monkeypatch):
@@ -432,17 +414,13 @@ def test_the_check_panels_command_checks_a_class_without_a_constructor_at_the_ap
     monkeypatch.setenv(user_code.ENV, f"{MODULES}:WeightlessScaled")
     at = app(variant="Your module: WeightlessScaled", d_in="768", d_out="768")
     no_exception(at)
-    table = next(frame.value for frame in at.table if "rule" in frame.value.columns)
-    app_results = dict(zip(table["rule"], table["result"]))
-    caption = next(c.value for c in at.caption if "attnviz check" in c.value)
-    argv = re.search(r"`python -m attnviz check ([^`]+)`", caption).group(1).split()
+    app_results = check_panel_results(at)
+    argv = check_panel_command(at, MODULES.parent)
     assert "--d-in 768" in " ".join(argv), argv
-    argv[0] = f"{MODULES.parent}/{argv[0]}"
     assert cli.main(["check", *argv]) == 0
-    printed = capsys.readouterr().out
-    cli_results = {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
-    assert cli_results == app_results
+    assert printed_results(capsys.readouterr().out) == app_results
     assert app_results["scaling"] == "pass"
+
 
 @pytest.mark.parametrize(("name", "asked"), [("LearnerSWA", {"sliding_window_size": 3, "seed": 7}),
                                              ("Bidirectional", {"causal": False}),
