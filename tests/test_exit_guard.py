@@ -105,6 +105,7 @@ def test_the_check_exits_2_naming_the_call(tmp_path, spec, words):
     assert originals_in_place()
 
 
+@pytest.mark.slow  # a fresh process that imports attnviz and torch: seconds
 def test_the_console_script_exits_2_in_its_own_process(ends):
     result = subprocess.run([sys.executable, "-m", "attnviz", "check", f"{ends}:KillsItselfInForward"],
                             capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -80,6 +80,7 @@ def test_the_predicate_sees_a_shape_that_can_wrap():
     assert cannot_wrap(shapes_in('<div><code style="white-space: nowrap">(1, 6, 768)</code></div>')[0])
 
 
+@pytest.mark.slow  # a forward of GPT-2 small's sizes on 1,024 tokens: seconds, not the quick tier's milliseconds
 def test_gpt2_small_shapes_at_the_full_context_stay_whole():
     """GPT-2 small's sizes: (1, 1024, 768) for the queries, keys and values, 12 heads of 64."""
     config = preset_config("gpt2-small", variant="mha", device="cpu")
