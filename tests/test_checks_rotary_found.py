@@ -5,15 +5,14 @@ uncommon base — whose PASS line says which base and width it took when the mod
 none attnviz knows, and which fails as d_model's when the base it was built with says so), fails a norm applied after
 the rotation, and ``mask-convention`` reads no window off a layer that says it is global."""
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import user_modules as um
+from helpers.check_table import cli_table
 
-from attnviz import checks, cli
+from attnviz import checks
 
 RULE = "rotary-placement"
 ON = "on one token repeated at 8 positions"
@@ -22,14 +21,6 @@ PASSES = (f"{ON} every score depends only on the distance i − j and no value i
 
 
 HELPERS = Path(__file__).parent / "helpers" / "user_modules.py"
-
-
-def cli_table(*args) -> tuple[int, str]:
-    """``attnviz check ARGS`` in this process: its exit status and its table, the evidence column's wrapping undone."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        status = cli.main(["check", *map(str, args)])
-    return status, " ".join(out.getvalue().split())
 
 
 def verdicts(module) -> dict[str, checks.Check]:

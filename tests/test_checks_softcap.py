@@ -6,15 +6,14 @@ SoftCappedAttention and Gemma2Layer).  The cap the module declares — an attrib
 ``attn_logit_softcapping``, or the constructor argument it was built with — is the cap it must apply: another cap,
 or none, fails ``matches-reference`` naming both (DeclaredSoftCap)."""
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import user_modules as um
+from helpers.check_table import cli_table
 
-from attnviz import checks, cli
+from attnviz import checks
 
 RULES = ("scaling", "rotary-placement", "matches-reference")
 
@@ -59,14 +58,6 @@ def test_transformers_gemma2_attention_with_soft_capping_runs_every_rule():
 # ---------------------------------------------------------------- the cap the module declares (DeclaredSoftCap)
 
 CLI_HELPERS = Path(__file__).parent / "helpers" / "user_modules.py"
-
-
-def cli_table(*args) -> tuple[int, str]:
-    """``attnviz check ARGS`` in this process: its exit status and its table, the evidence column's wrapping undone."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        status = cli.main(["check", *map(str, args)])
-    return status, " ".join(out.getvalue().split())
 
 
 @pytest.mark.parametrize(("declared", "words"), [("attribute", "self.attn_logit_softcapping = 50"),

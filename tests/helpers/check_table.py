@@ -4,6 +4,8 @@ lines say, from ``checks.RULES``: a new rule changes no test that counts them.""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 
 from attnviz import cli
@@ -35,3 +37,11 @@ def printed_results(printed: str) -> dict[str, str]:
     """The verdicts of ``attnviz check``'s printed table, {rule: "pass", "fail" or "skip"}: as the Check panel's table
     gives them (``helpers.apptest.check_panel_results``)."""
     return {rule: result.lower() for rule, result in re.findall(r"^(\S+)\s+(PASS|FAIL|skip)\b", printed, re.M)}
+
+
+def cli_table(*args) -> tuple[int, str]:
+    """``attnviz check ARGS`` in this process: its exit status and its table, the evidence column's wrapping undone."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = cli.main(["check", *map(str, args)])
+    return status, " ".join(out.getvalue().split())
