@@ -318,7 +318,7 @@ def test_a_check_stopped_half_way_keeps_its_rules_and_checks_the_others_when_ask
     assert not at.info
 
 
-def test_a_slow_module_says_how_long_the_check_will_take_before_the_rules_run(monkeypatch):
+def test_a_slow_module_says_how_long_the_check_will_take_once_the_pace_is_known(monkeypatch):
     """The estimate comes from the pace of causal's first three forwards, not the traced one's, before causal's fourth
     (where this check is stopped)."""
     monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 0.0)
