@@ -63,6 +63,7 @@ import os
 import re
 import sys
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -2167,16 +2168,31 @@ def module_run(module: nn.Module, recording: Recording, attention: Attention) ->
         for stage in ("scores", "scaled", "masked", "weights", "dropped"):
             lines.setdefault(stage, lines["context"])
     ops = tuple((op.name, op.shape, op.line if op.filename == filename else None, op.stage) for op in recording.ops)
-    try:
-        source_lines, first_line = inspect.getsourcelines(type(module))
-    except (TypeError, OSError):
-        source_lines, first_line = [], 1
+    source_lines, first_line = class_source(type(module))
     width = score_width(module, attention)
     declared = tuple((found.scale, found.setting)
                      for found in declarations.declared_scales(module, width.head_dim) if found.design)
     return ModuleRun(class_name=type(module).__name__, filename=filename, stage_lines=lines, ops=ops,
                      kind=attention.kind, source="".join(source_lines), first_line=first_line,
                      unrecorded=dict(attention.unrecorded), score_width=width, declared_scales=declared)
+
+
+_CLASS_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # class -> (its lines, its first line)
+
+
+def class_source(cls: type) -> tuple[tuple[str, ...], int]:
+    """(the source lines of ``cls``, the number of its first line), read once a class — Python finds a class's lines
+    by parsing the whole file that defines it, a noticeable time for a long file on every new text; ((), 1) where
+    Python cannot read them.  A file saved since and imported anew defines another class, read anew."""
+    found = _CLASS_SOURCES.get(cls)
+    if found is None:
+        try:
+            lines, first = inspect.getsourcelines(cls)
+            found = tuple(lines), first
+        except (TypeError, OSError):
+            found = (), 1
+        _CLASS_SOURCES[cls] = found
+    return found
 
 
 def score_width(module: nn.Module | None, attention: Attention) -> ScoreWidth:

@@ -1,6 +1,7 @@
 """attnviz.tracing on modules written as users write them: traced weights equal an explicit computation."""
 
 import gc
+import inspect
 import math
 import time
 from pathlib import Path
@@ -535,3 +536,20 @@ def test_weights_returned_before_the_output_are_refused_naming_where_the_output_
     with pytest.raises(tracing.TraceError, match=r"the forward returned shape \(2, 1, 5, 5\)") as caught:
         tracing.record(um.ReturnsWeightsFirst().eval(), x)
     assert "item 1 of the tuple it returned has shape (2, 5, 16)" in str(caught.value)
+
+
+def test_a_classs_source_is_read_once_and_is_the_class_that_ran(monkeypatch):
+    """Python finds a class's lines by parsing the whole file that defines it, long for a long file (a user's, or
+    tests/helpers/user_modules.py): the tracer reads them once a class, and gives the same lines every time."""
+    reads = []
+    original = inspect.getsourcelines
+    monkeypatch.setattr(inspect, "getsourcelines", lambda obj: reads.append(obj) or original(obj))
+
+    class Fresh(um.MyMultiHeadAttention):  # a class no trace has read yet
+        pass
+
+    first, again = (tracing.trace_module(Fresh().eval(), "Your journey starts") for _ in range(2))
+    assert reads == [Fresh]
+    assert first.module_run.source == again.module_run.source == "".join(original(Fresh)[0])
+    assert first.module_run.source.lstrip().startswith("class Fresh(um.MyMultiHeadAttention):")
+    assert first.module_run.first_line == again.module_run.first_line == original(Fresh)[1]
