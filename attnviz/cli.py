@@ -135,9 +135,9 @@ def summary(checks) -> str:
 class CheckReport:
     """``check_module``'s progress callback for the terminal: the title, then each rule's line as the rule is done
     (stdout, flushed); a check expected to take ``SLOW_CHECK_SECONDS`` or more says so once on stderr as soon as the
-    first of the rules' forwards is timed (``Progress.pace``: not the traced forward, which records every tensor);
-    with ``live`` (stderr is a terminal) a status line on stderr names the rule running, rewritten in place and
-    cleared before each rule's line.  ``causal``: ``--causal`` (True) or ``--no-causal``
+    pace is known (``Progress.pace``: the first ``PACED_FORWARDS`` of the rules' forwards, not the traced forward,
+    which records every tensor); with ``live`` (stderr is a terminal) a status line on stderr names the rule running,
+    rewritten in place and cleared before each rule's line.  ``causal``: ``--causal`` (True) or ``--no-causal``
     (False) given, which the evidence names after check_module's own words ("causal=False was given
     (--no-causal)")."""
 

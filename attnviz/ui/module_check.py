@@ -157,7 +157,7 @@ def _run(trace, record: dict, rules: list[str]) -> None:
                 _table(record["rows"], rows)
             record["forwards"], record["seconds"] = forwards + progress.forwards, seconds + progress.seconds
             left = progress.seconds_left
-            if left is not None and not estimated:  # the first of the rules' forwards timed: the first estimate
+            if left is not None and not estimated:  # the pace known (checks.PACED_FORWARDS): the first estimate
                 estimated = True
                 notice = progress.slow_notice(f"One forward of {class_name}", tenths_below=TENTHS_BELOW)
                 if notice is not None:
