@@ -219,16 +219,17 @@ def _inverse_root(node, names: tuple[str, ...]) -> bool:
         power = node.right
         value = (-power.operand.value if isinstance(power, ast.UnaryOp) and isinstance(power.op, ast.USub)
                  and isinstance(power.operand, ast.Constant) else getattr(power, "value", None))
-        return value == -0.5 and _reads(node.left, names)
+        return value == -0.5 and _is_named(node.left, names)
     if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Constant)
             and node.left.value == 1 and isinstance(node.right, ast.Call) and node.right.args
             and getattr(node.right.func, "attr", getattr(node.right.func, "id", None)) == "sqrt"):
-        return _reads(node.right.args[0], names)
+        return _is_named(node.right.args[0], names)
     return False
 
 
-def _reads(node, names: tuple[str, ...]) -> bool:
-    """Whether the expression ``node`` is one of ``names``: a name, an attribute, a dict's key."""
+def _is_named(node, names: tuple[str, ...]) -> bool:
+    """Whether the expression ``node`` is one of ``names`` itself — a bare name, an attribute of any object
+    (``config.X``, ``self.X``), a dict's key (``cfg["X"]``) —, read or written; not an expression that contains one."""
     return ((isinstance(node, ast.Name) and node.id in names)
             or (isinstance(node, ast.Attribute) and node.attr in names)
             or (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in names))
@@ -400,11 +401,11 @@ def _read_only_to_cache(cls: type, name: str) -> bool:
             if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
                 return False
             if method.name == "__init__":
-                if any(not _keeps(statement, name) and _reads_window(statement, name, parameter=True)
+                if any(not _keeps(statement, name) and _count_self_loads(statement, name, parameter=True)
                        for statement in method.body):
                     return False
                 continue
-            cached, uncached = _window_reads(method.body, name, "cache" in method.name.lower())
+            cached, uncached = _cached_and_other_loads(method.body, name, "cache" in method.name.lower())
             if uncached:
                 return False
             reads += cached
@@ -419,24 +420,29 @@ def _keeps(statement: ast.stmt, name: str) -> bool:
                and node.value.id == "self" for target in targets for node in ast.walk(target))
 
 
-def _reads_window(node: ast.AST, name: str, *, parameter: bool = False) -> int:
-    """How many times ``node`` reads ``self.<name>`` (and, with ``parameter``, the bare name: a constructor's
-    argument)."""
-    return sum(1 for sub in ast.walk(node) if isinstance(getattr(sub, "ctx", None), ast.Load) and (
-        (isinstance(sub, ast.Attribute) and sub.attr == name and isinstance(sub.value, ast.Name)
-         and sub.value.id == "self") or (parameter and isinstance(sub, ast.Name) and sub.id == name)))
+def _is_self_load(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` reads ``self.<name>`` (an attribute of ``self`` loaded, not assigned)."""
+    return (isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
 
 
-def _window_reads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> tuple[int, int]:
+def _count_self_loads(node: ast.AST, name: str, *, parameter: bool = False) -> int:
+    """How many times the code under ``node`` reads ``self.<name>`` (and, with ``parameter``, the bare name: a
+    constructor's argument) — counted anywhere inside it, unlike :func:`_is_named`, which asks what one expression
+    is."""
+    return sum(1 for sub in ast.walk(node) if _is_self_load(sub, name) or (
+        parameter and isinstance(sub, ast.Name) and sub.id == name and isinstance(sub.ctx, ast.Load)))
+
+
+def _cached_and_other_loads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> tuple[int, int]:
     """(reads of ``self.<name>`` where the code caches, reads elsewhere) in ``node`` (a statement list, a statement
     or an expression); ``caching``: it runs only when the forward caches.  An ``if`` (or ``… if … else …``) on
     ``use_cache`` — ``if use_cache``, ``if use_cache and …`` — caches in its body, ``if not use_cache`` in its
     ``else``, however deep it sits."""
     if isinstance(node, list):
-        counts = [_window_reads(statement, name, caching) for statement in node]
+        counts = [_cached_and_other_loads(statement, name, caching) for statement in node]
         return sum(count[0] for count in counts), sum(count[1] for count in counts)
-    if (isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Load)
-            and isinstance(node.value, ast.Name) and node.value.id == "self"):
+    if _is_self_load(node, name):
         return (1, 0) if caching else (0, 1)
     branches = _use_cache_branches(node.test) if isinstance(node, ast.If | ast.IfExp) else None
     if branches is not None:
@@ -447,7 +453,7 @@ def _window_reads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> t
         parts = [(value, caching or (bool(told) and index > told[0])) for index, value in enumerate(node.values)]
     else:
         parts = [(child, caching) for child in ast.iter_child_nodes(node)]
-    counts = [_window_reads(part, name, caches) for part, caches in parts]
+    counts = [_cached_and_other_loads(part, name, caches) for part, caches in parts]
     return sum(count[0] for count in counts), sum(count[1] for count in counts)
 
 
