@@ -21,7 +21,8 @@ which cell, which value, what it should be:
     must show once the tokens reach a key W behind, and one they never reach is traced again on W + 2 tokens, up to
     ``LONGEST_WINDOW_CHECK``;
   - a ``window_size`` that is the KV cache's length, the book's optimized class's, is no attention window
-    (:func:`attnviz.declarations.cache_length`);
+    (:func:`attnviz.declarations.cache_length`) — unless the code says it is one (:func:`window_said`), which a
+    window never applied names;
   - it fails an inverted mask, one that hides the past instead of the future, or a shifted diagonal; a fix names
     the module's own ``tril``/``triu`` call or mask buffer when one of them is the mask;
   - skipped for 1 token that hides nothing: there is no future.
@@ -97,6 +98,7 @@ from attnviz.declarations import (
     declared_softcap,
     declared_window,
     is_size,
+    window_said,
 )
 from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
@@ -250,7 +252,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                           unmasked=unmasked),
             "mask-convention": lambda: mask_convention(attention, causal, attention_window(module), stated,
                                                        unmasked=unmasked, triangles=triangles, fill=fill,
-                                                       cache_length=cache_length(module),
+                                                       cache_length=cache_length(module), said=window_said(module),
                                                        longer=functools.partial(_traced_on, module, x),
                                                        context=tracing.module_context(module)),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
@@ -267,7 +269,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
             run["mask-convention"] = lambda: mask_convention(attention, causal, attention_window(module), stated,
                                                              unmasked=unmasked, triangles=triangles, fill=fill,
-                                                             cache_length=cache_length(module))
+                                                             cache_length=cache_length(module),
+                                                             said=window_said(module))
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
         checks = []
@@ -680,7 +683,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                     triangles: tuple[Triangle, ...] | list[Triangle] = (),
                     longer: Callable[[int], tracing.Attention | None] | None = None,
                     context: tuple[int, str] | None = None, cache_length: tuple[str, int] | None = None,
-                    fill: str | None = None) -> Check:
+                    fill: str | None = None, said: str | None = None) -> Check:
     """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show
     when the tokens reach a key W behind; ``cache_length``: (the name, W) of a window the module declares that is its
     KV cache's length (:func:`attnviz.declarations.cache_length`), which its hidden cells need not show (said in a
@@ -690,7 +693,10 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     module's attention traced on n tokens (None when it cannot be), for a declared window too wide for the checked
     tokens (:func:`_window_on_more_tokens`), within the ``context`` the module says it has
     (:func:`attnviz.tracing.module_context`: c, and how attnviz knows); ``fill``: the module's own masked_fill that
-    sets the future to a number that hides nothing (:func:`_finite_fill`), which a mask that hides no cell names."""
+    sets the future to a number that hides nothing (:func:`_finite_fill`), which a mask that hides no cell names;
+    ``said``: what in the module's code says that its ``window_size``, read only where it caches, is an attention
+    window and not the book's KV-cache length (:func:`attnviz.declarations.window_said`), which a window never
+    applied names."""
     rule = "mask-convention"
     hidden = attention.hidden_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
@@ -726,10 +732,10 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    f"{MASK_AFTER_SOFTMAX}")
     if torch.equal(hidden, future.expand_as(hidden)):
         if declared is not None and declared < nk:
-            return Check(rule, "fail", _window_not_applied(nq, nk, declared))
+            return Check(rule, "fail", _window_not_applied(nq, nk, declared, said))
         if declared is not None:
             return _window_on_more_tokens(declared, nk, longer, context, stated=stated, unmasked=unmasked,
-                                          triangles=triangles)
+                                          triangles=triangles, said=said)
         if cache_length is not None:
             return Check(rule, "pass", _cache_length_words(*cache_length))
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
@@ -782,20 +788,26 @@ def _one_key_wide(declared: int) -> str:
 
 def _cache_length_words(name: str, length: int) -> str:
     """mask-convention's pass for hidden cells that are exactly the future in a module whose ``name`` = ``length`` is
-    its KV cache's length (:func:`attnviz.declarations.cache_length`), not an attention window."""
+    its KV cache's length (:func:`attnviz.declarations.cache_length`), not an attention window: the reading the
+    check took, why, and what the other reading would mean."""
     return (f"the hidden cells are exactly the future (above the diagonal); {name} = {length} is the length of the "
             f"module's KV cache, not an attention window: its code reads {name} only where the forward caches "
             "(use_cache), and the uncached forward attends to every earlier token, as the book's optimized "
-            "MultiHeadAttention does (kv-cache checks the cached steps against that length) — if it is meant as a "
-            "sliding window, hide the keys W or more behind (diff >= W) in the uncached forward too")
+            "MultiHeadAttention does (kv-cache checks the cached steps against that length) — the reading attnviz "
+            f"takes where nothing in the code says sliding window (the class's name or docstring, a config's "
+            f"sliding_window, a mask made of {name}). If it is meant as a sliding window, the uncached forward is "
+            f"wrong: query i sees keys {length} or more behind it, which a window of {length} hides — hide them "
+            "(diff >= W) in the uncached forward too, and say it in the code (sliding_window_size, or a class or "
+            "docstring that says sliding-window attention) to have it checked as a window")
 
 
 LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this
 
 
-def _window_not_applied(nq: int, nk: int, declared: int) -> str:
+def _window_not_applied(nq: int, nk: int, declared: int, said: str | None = None) -> str:
     """mask-convention's words for hidden cells that are exactly the future when the module declares a window of
-    ``declared`` < ``nk`` keys: the last query and the keys it sees that the window hides."""
+    ``declared`` < ``nk`` keys: the last query and the keys it sees that the window hides; ``said``: what says that a
+    ``window_size`` read only where the forward caches is an attention window (:func:`mask_convention`)."""
     position = nk - 1  # the last query's position
     far = position - declared  # the nearest key the window hides
     keys = f"key 0, {declared} behind it" if far == 0 else f"keys 0 … {far}, {declared} or more behind it"
@@ -804,7 +816,10 @@ def _window_not_applied(nq: int, nk: int, declared: int) -> str:
     return (f"the hidden cells are exactly the future, but the module's window is {declared}: query {position} sees "
             f"{keys}, which a window of {declared} hides (query i sees keys "
             f"i - {declared - 1} … i) — the window is never applied{wide}: hide the keys W or more behind (diff >= W) "
-            "as well as the future")
+            "as well as the future" + ("" if said is None else
+                                       f" in the uncached forward too — its code reads window_size only where it "
+                                       "caches, as the book's optimized MultiHeadAttention reads its KV cache's "
+                                       f"length, but here it is an attention window: {said}"))
 
 
 def _window_on_more_tokens(declared: int, nk: int, longer: Callable[[int], tracing.Attention | None] | None,

@@ -20,8 +20,11 @@ those declarations here.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import linecache
 import math
+import re
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -366,14 +369,28 @@ def _config_window(module: nn.Module) -> int | None:
 
 
 CACHE_LENGTH_NAMES = ("window_size",)  # a window spelling that may size a KV cache: it names no sliding or attention
+SLIDING_NAMES_OF_WINDOW = tuple(name for name in SPELLINGS["sliding_window_size"] if name not in CACHE_LENGTH_NAMES)
+# what a class's name or docstring says when it is sliding-window attention (lowercased, "-" and "_" read as spaces)
+SAYS_WINDOW_ATTENTION = re.compile(r"\b(?:sliding )?window(?:ed)? (?:self )?(?:attention|attn)\b|\bswa\b"
+                                   r"|\blocal (?:self )?attention\b"
+                                   r"|\b(?:attention|attends?) (?:\w+ ){0,3}(?:a |its )?sliding window\b")
+MASK_CALLS = ("tril", "triu", "tril_", "triu_", "masked_fill", "masked_fill_", "where", "scaled_dot_product_attention")
 
 
 def cache_length(module: nn.Module) -> tuple[str, int] | None:
     """(the name, W) when the window a module declares (:func:`declared_window`) is its KV cache's length, not an
     attention window, as the book's optimized ``MultiHeadAttention`` makes its ``window_size``: kept under a name that
     says neither sliding nor attention (:data:`CACHE_LENGTH_NAMES`), by a module whose forward takes ``use_cache``
-    and whose code reads it only where it caches (:func:`_read_only_to_cache`).  None otherwise: a
-    ``sliding_window_size``, or a ``window_size`` the uncached forward may read, is an attention window."""
+    and whose code reads it only where it caches (:func:`_read_only_to_cache`), and whose code says nowhere that it
+    is an attention window (:func:`window_said`).  None otherwise: a ``sliding_window_size``, or a ``window_size``
+    the uncached forward may read, or one the code calls a window, is an attention window."""
+    found = _read_as_cache_length(module)
+    return found if found is not None and window_said(module) is None else None
+
+
+def _read_as_cache_length(module: nn.Module) -> tuple[str, int] | None:
+    """(the name, W) of a window kept under :data:`CACHE_LENGTH_NAMES` that the module's code reads only where its
+    forward caches — the book's optimized class's reading of ``window_size`` —; None otherwise."""
     found = declared(module, "sliding_window_size")
     if found is None or found[0] not in CACHE_LENGTH_NAMES:
         return None
@@ -382,6 +399,127 @@ def cache_length(module: nn.Module) -> tuple[str, int] | None:
     except (TypeError, ValueError):
         return None
     return found if takes_use_cache and _read_only_to_cache(type(module), found[0]) else None
+
+
+def window_said(module: nn.Module) -> str | None:
+    """Words naming what in a module's code says that its ``window_size`` — read only where the forward caches, as the
+    book's optimized class reads its KV cache's length (:func:`_read_as_cache_length`) — is an attention window after
+    all, with the line: its class's name or docstring (sliding-window, windowed or local attention, SWA:
+    :data:`SAYS_WINDOW_ATTENTION`), its config's ``sliding_window`` (:data:`SLIDING_NAMES_OF_WINDOW`), its
+    constructor keeping a ``sliding_window`` under that name, or a mask its code makes from it (:func:`_mask_reads`:
+    compared outside an ``if``'s test, or passed to ``tril``, ``masked_fill`` …).  None: its code says none of them,
+    or the window is not read that way."""
+    found = _read_as_cache_length(module)
+    if found is None:
+        return None
+    for spelling in SLIDING_NAMES_OF_WINDOW:
+        if is_size(value := config_setting(module, spelling)):
+            return f"its config declares {spelling} = {value}"
+    return _code_says_window(type(module), found[0])
+
+
+@functools.lru_cache(maxsize=64)
+def _code_says_window(cls: type, name: str) -> str | None:
+    """:func:`window_said`'s reading of the code of ``cls`` and its own bases, which does not change while the class
+    lives (read once per class)."""
+    for klass in _own_classes(cls):
+        words = " ".join(_camel_words(klass.__name__))
+        if SAYS_WINDOW_ATTENTION.search(words) or re.search(r"\bsliding\b", words):
+            return f"the class's name says so: class {klass.__name__}{_at_line(_class_lines(klass)[0])}"
+        doc = " ".join(re.sub(r"[-_]", " ", vars(klass).get("__doc__") or "").lower().split())
+        if match := SAYS_WINDOW_ATTENTION.search(doc):
+            return f"the docstring of {klass.__name__} says “{match.group(0)}”{_at_line(_class_lines(klass)[1])}"
+    for function, tree, first in _own_methods(cls):
+        if function.__name__ == "__init__":
+            for statement in ast.walk(tree):
+                if (isinstance(statement, ast.stmt) and _keeps(statement, name) and (value := getattr(
+                        statement, "value", None)) is not None and any(
+                        _is_named(sub, SLIDING_NAMES_OF_WINDOW) for sub in ast.walk(value))):
+                    return (f"its constructor keeps a sliding window as self.{name} (line "
+                            f"{first + statement.lineno - 1}: {ast.unparse(statement)})")
+        for node in _mask_reads(tree, name):
+            return (f"line {first + node.lineno - 1} of {function.__qualname__} makes a mask of it: "
+                    f"{ast.unparse(node)}")
+    return None
+
+
+def _own_classes(cls: type) -> list[type]:
+    """``cls`` and its bases that are not torch's or Python's, most derived first: the classes a user wrote."""
+    return [klass for klass in cls.__mro__ if klass.__module__.split(".")[0] not in ("torch", "builtins")]
+
+
+def _own_methods(cls: type) -> Iterator[tuple[Callable, ast.AST, int]]:
+    """Each method of ``cls`` and its own bases (:func:`_own_classes`) whose source can be read: the function, its
+    parsed source and the line of its file it starts on."""
+    for klass in _own_classes(cls):
+        for function in (value for value in vars(klass).values() if inspect.isfunction(value)):
+            try:
+                lines, first = inspect.getsourcelines(function)
+                yield function, ast.parse(textwrap.dedent("".join(lines))), first
+            except (OSError, TypeError, SyntaxError):
+                continue
+
+
+def _camel_words(name: str) -> list[str]:
+    """A class name's words, lowercased: ``MultiHeadAttentionWithSWA`` → multi, head, attention, with, swa."""
+    return [word.lower() for word in re.findall(r"[A-Z]+(?=[A-Z][a-z]|\d|_|$)|[A-Z]?[a-z]+|\d+", name)]
+
+
+def _class_lines(klass: type) -> tuple[int | None, int | None]:
+    """The lines of its file a class's ``class`` statement and its docstring start on, found by the statement's text
+    (``inspect.getsourcelines`` parses the whole file to find a class); None where not known."""
+    try:
+        lines = linecache.getlines(inspect.getsourcefile(klass) or "")
+    except TypeError:
+        return None, None
+    statement = re.compile(rf"\s*class\s+{re.escape(klass.__name__)}\b")
+    first = next((number for number, line in enumerate(lines, start=1) if statement.match(line)), None)
+    if first is None:
+        return None, None
+    doc = next((number for number, line in enumerate(lines[first:], start=first + 1) if line.strip()), None)
+    return first, doc if doc is not None and lines[doc - 1].lstrip()[:1] in "\"'rRuU" else None
+
+
+def _at_line(line: int | None) -> str:
+    """" (line 12)", or "" where the line is not known."""
+    return "" if line is None else f" (line {line})"
+
+
+def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
+    """The statements of a method's code (``tree``) that make a mask of ``self.<name>`` — or of a local name assigned
+    from an expression that reads it (``W = self.window_size``) —: a comparison that is no ``if``, ``while`` or
+    ``assert`` test (``diff >= W``: a tensor of booleans, where the book's cache compares
+    ``self.ptr_cur + num_tokens > self.window_size`` only to decide whether to shift), or an argument of a masking call
+    (:data:`MASK_CALLS`: ``triu(…, diagonal=-W)``, ``masked_fill``)."""
+    aliases: set[str] = set()
+    for _ in range(3):  # W = self.window_size; far = W - 1: a few steps of names assigned from it
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
+                    and _reads_window(node.value, name, aliases)):
+                aliases |= {target.id for target in node.targets}
+    tests = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If | ast.While | ast.Assert | ast.IfExp)
+             for sub in ast.walk(node.test)}
+    statements = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
+                  and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.If | ast.While | ast.For
+                                     | ast.With)]
+    found = []
+    for statement in statements:
+        for node in ast.walk(statement):
+            compared = (isinstance(node, ast.Compare) and id(node) not in tests
+                        and _reads_window(node, name, aliases))
+            masking = (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+                       in MASK_CALLS and any(_reads_window(argument, name, aliases) for argument in
+                                             [*node.args, *(keyword.value for keyword in node.keywords)]))
+            if compared or masking:
+                found.append(statement)
+                break
+    return sorted(found, key=lambda node: node.lineno)
+
+
+def _reads_window(node: ast.AST, name: str, aliases: set[str]) -> bool:
+    """Whether the code under ``node`` reads ``self.<name>`` or one of the local names ``aliases`` assigned from it."""
+    return any(_is_self_load(sub, name) or (isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)
+                                            and sub.id in aliases) for sub in ast.walk(node))
 
 
 def _read_only_to_cache(cls: type, name: str) -> bool:

@@ -1,8 +1,11 @@
 """A ``window_size`` that is the KV cache's length (the book's optimized MultiHeadAttention) is read as that: mask-
 convention does not demand an attention window of it, and kv-cache compares the steps past the cache's length with
-the uncached forward of the tokens the cache keeps; a real sliding window (``sliding_window_size``, or a
-``window_size`` the uncached forward reads) is still checked as one.  kv-cache's precision follows the cache's own
-tensors, not every lower-precision tensor a cached forward writes."""
+the uncached forward of the tokens the cache keeps; a real sliding window (``sliding_window_size``, a ``window_size``
+the uncached forward reads, or one the code calls a sliding window — its class's name or docstring, its config's
+``sliding_window``, a mask made of it) is still checked as one.  kv-cache's precision follows the cache's own tensors,
+not every lower-precision tensor a cached forward writes."""
+
+import inspect
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ from helpers import user_modules as um
 from torch import nn
 
 from attnviz import checks
-from attnviz.declarations import cache_length
+from attnviz.declarations import cache_length, window_said
 
 
 def built(cls, *args, **kwargs):
@@ -179,6 +182,64 @@ class ReadsNowhere(Windowed):
 ])
 def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
     assert cache_length(cls()) == length
+
+
+# ------------------------------------------------------------------ a window_size the code says is a sliding window
+
+
+def mask_line(cls, text: str) -> int:
+    """The line of tests/helpers/user_modules.py holding ``text`` (in ``cls``'s code)."""
+    lines, first = inspect.getsourcelines(cls)
+    return first + next(number for number, line in enumerate(lines) if text in line)
+
+
+SAID = [
+    (um.WindowSizeTrimMasked, {}, lambda: f"line {mask_line(um.WindowSizeTrimMasked, 'diff >= hidden_far')} of "
+                                          "WindowSizeTrimMasked.forward makes a mask of it: hidden = hidden | (diff >= "
+                                          "hidden_far)"),
+    (um.SlidingWindowMHA, {}, lambda: "the class's name says so: class SlidingWindowMHA (line "
+                                      f"{inspect.getsourcelines(um.SlidingWindowMHA)[1]})"),
+    (um.DocumentedTrim, {}, lambda: "the docstring of DocumentedTrim says “sliding window attention” (line "
+                                    f"{inspect.getsourcelines(um.DocumentedTrim)[1] + 1})"),
+    (um.WindowSizeTrim, {"cfg": {"sliding_window": 3}}, lambda: "its config declares sliding_window = 3"),
+    (um.TrimFromArgument, {}, lambda: "its constructor keeps a sliding window as self.window_size (line "
+                                      f"{mask_line(um.TrimFromArgument, 'self.window_size = sliding_window')}: "
+                                      "self.window_size = sliding_window)"),
+]
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "said"), SAID, ids=["cached-mask", "name", "docstring", "config",
+                                                                "argument"])
+def test_a_window_size_read_only_to_cache_is_an_attention_window_where_the_code_says_so(cls, kwargs, said):
+    """The cache keeps the last W tokens, as the book's class's does, but the code says the window is an attention
+    window: it is no cache length, and what says so is named with its line."""
+    module = built(cls, **kwargs)
+    assert (cache_length(module), window_said(module)) == (None, said())
+
+
+def test_a_sliding_window_forgotten_in_the_uncached_mask_fails_mask_convention_naming_the_cached_mask():
+    check = verdicts(built(um.WindowSizeTrimMasked), rules=["mask-convention"])["mask-convention"]
+    assert check.status == "fail", check
+    assert check.evidence.startswith("the hidden cells are exactly the future, but the module's window is 3: query 7 "
+                                     "sees keys 0 … 4"), check
+    assert check.evidence.endswith("in the uncached forward too — its code reads window_size only where it caches, "
+                                   "as the book's optimized MultiHeadAttention reads its KV cache's length, but here "
+                                   f"it is an attention window: {SAID[0][2]()}"), check
+
+
+@pytest.mark.parametrize(("cfg", "length"), [(None, ("window_size", 3)), ({"kv_window_size": 3}, ("window_size", 3)),
+                                             ({"sliding_window": 3}, None)])
+def test_only_a_configs_sliding_window_makes_it_an_attention_window(cfg, length):
+    assert cache_length(built(um.WindowSizeTrim, cfg=cfg)) == length
+
+
+def test_a_window_size_nothing_calls_a_sliding_window_passes_saying_which_reading_it_took():
+    check = verdicts(built(um.WindowSizeTrim), rules=["mask-convention"])["mask-convention"]
+    assert check.status == "pass", check
+    assert ("— the reading attnviz takes where nothing in the code says sliding window (the class's name or "
+            "docstring, a config's sliding_window, a mask made of window_size). If it is meant as a sliding window, "
+            "the uncached forward is wrong: query i sees keys 3 or more behind it, which a window of 3 hides") \
+        in check.evidence, check
 
 
 # ------------------------------------------------------------------ the precision follows the cache

@@ -3773,6 +3773,87 @@ class WindowSizeSWA(nn.Module):
         self.cache_k = self.cache_v = None
 
 
+class WindowSizeTrim(nn.Module):
+    """A ``window_size`` read only where the forward caches, as the book's optimized MultiHeadAttention reads its
+    KV cache's length: the cache keeps the last W tokens, the new ones included, so a cached step attends to at most W
+    keys; every mask hides the future alone.  ``cfg``: a config dict it keeps as ``self.cfg``."""
+
+    def __init__(self, d_in=16, d_out=16, num_heads=4, window_size=3, cfg=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.window_size, self.cfg = window_size, cfg
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+    def cached(self, keys, values, n):
+        """The keys and values a cached forward attends to (the last W, the new ones included), and the first new
+        token's position."""
+        if self.cache_k is not None:
+            keys = torch.cat([self.cache_k, keys], dim=2)  # (b, h, cached + n, hd)
+            values = torch.cat([self.cache_v, values], dim=2)  # (b, h, cached + n, hd)
+        self.cache_k, self.cache_v = keys[:, :, -self.window_size:], values[:, :, -self.window_size:]  # ≤ W each
+        start = self.ptr_current_pos
+        self.ptr_current_pos += n
+        return self.cache_k, self.cache_v, start
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache:
+            keys, values, start = self.cached(keys, values, n)  # (b, h, ≤ W, hd) each
+        k = keys.shape[2]
+        diff = torch.arange(start, start + n)[:, None] - torch.arange(start + n - k, start + n)[None, :]  # (n, k)
+        attn_scores = (queries @ keys.transpose(2, 3)).masked_fill(diff < 0, -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        return self.out_proj((attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out))  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_k = self.cache_v = None
+        self.ptr_current_pos = 0
+
+
+class WindowSizeTrimMasked(WindowSizeTrim):
+    """WindowSizeTrim whose cached forwards' mask also hides the keys W or more behind, while the uncached one hides
+    the future alone: a sliding window forgotten in the uncached mask."""
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start, hidden_far = 0, None
+        if use_cache:
+            keys, values, start = self.cached(keys, values, n)  # (b, h, ≤ W, hd) each
+            hidden_far = self.window_size
+        k = keys.shape[2]
+        diff = torch.arange(start, start + n)[:, None] - torch.arange(start + n - k, start + n)[None, :]  # (n, k)
+        hidden = diff < 0  # (n, k)
+        if hidden_far is not None:
+            hidden = hidden | (diff >= hidden_far)  # (n, k)
+        attn_scores = (queries @ keys.transpose(2, 3)).masked_fill(hidden, -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        return self.out_proj((attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out))  # (b, n, d_out)
+
+
+class SlidingWindowMHA(WindowSizeTrim):
+    pass
+
+
+class DocumentedTrim(WindowSizeTrim):
+    """Sliding-window attention over the last window_size tokens."""
+
+
+class TrimFromArgument(WindowSizeTrim):
+    def __init__(self, d_in=16, d_out=16, num_heads=4, sliding_window=3):
+        super().__init__(d_in, d_out, num_heads)
+        self.window_size = sliding_window
+
+
 class LowPrecisionScratch(nn.Module):
     """Computes and caches in float32, and keeps each cached step's context in bfloat16 (``last_context``, for a
     display: half the memory) — a lower-precision tensor that is not the cache.  ``bug="cached-scale"``: a cached
