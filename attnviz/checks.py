@@ -76,6 +76,7 @@ import functools
 import inspect
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -262,7 +263,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not unscaled,
                                                            window=window, stated=stated, width=width,
-                                                           declared=declared, cap=cap, sinks=sinks),
+                                                           declared=declared, cap=cap, sinks=sinks, fill=fill),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention)),
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
@@ -985,6 +986,16 @@ def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tra
     return None
 
 
+def _finite_fill_words(fill: str) -> str:
+    """matches-reference's words for a module whose masked_fill sets the future to a finite number (``fill``:
+    :func:`_finite_fill`'s words), as mask-convention says it: the future's weights are not zero."""
+    weight = "e⁰ = 1" if re.search(r" to -?0(?:\.0*)?$", fill) else "e to that number, above 0,"
+    cells, reach = (("the future's", "reaches every key after the query") if "the future" in fill else
+                    ("the masked cells'", "still weighs them"))
+    return (f"{cells} weights are not zero: {fill}, not −∞, before the softmax, so {weight} {reach}, which the "
+            "reference hides — fill with float(\"-inf\") (or -torch.inf), as mask-convention says")
+
+
 def _triangle_fix(triangles, hidden: torch.Tensor) -> str | None:
     """The fix in the module's own terms for hidden cells ``hidden`` (nq, nk) that are not the future: the first
     triangle whose cells are the hidden ones (a mask that hides: it should be triu(…, diagonal=1)) or the visible ones
@@ -1261,7 +1272,8 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                       scaled: bool = True, window: int | None = None, stated: str | None = None,
                       width: ScoreWidth | None = None, declared: tuple[DeclaredScale, ...] = (),
-                      cap: DeclaredCap | None = None, sinks: DeclaredSinks | None = None) -> Check:
+                      cap: DeclaredCap | None = None, sinks: DeclaredSinks | None = None,
+                      fill: str | None = None) -> Check:
     """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
     masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
     the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ); ``declared``: the
@@ -1269,9 +1281,11 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
     module does, as ``scaling`` passes it.  A failure that the module's own scale alone explains says so.  Keys and
     values that pair the query heads differently fail it too (:func:`_paired_alike`), and so do a soft-cap other than
     the one the module declares (``cap``: :func:`declared_softcap`; :func:`_softcap_mismatch`) and sink logits other
-    than the module's own, one per head (``sinks``: :func:`declared_sinks`; :func:`_sinks_mismatch`)."""
+    than the module's own, one per head (``sinks``: :func:`declared_sinks`; :func:`_sinks_mismatch`).  ``fill``: the
+    module's own masked_fill that sets the future to a number that hides nothing (:func:`_finite_fill`), which a
+    failure names as mask-convention does."""
     check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width,
-                               declared=declared, cap=cap, sinks=sinks)
+                               declared=declared, cap=cap, sinks=sinks, fill=fill)
     if check.status == "skip":
         return check
     mismatches = [words for words in (_softcap_mismatch(attention, cap), _sinks_mismatch(attention, sinks)) if words]
@@ -1363,13 +1377,13 @@ def _sinks_added(attention: tracing.Attention, logits: torch.Tensor) -> bool:
 def _reference_verdict(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None,
                        declared: tuple[DeclaredScale, ...], cap: DeclaredCap | None = None,
-                       sinks: DeclaredSinks | None = None) -> Check:
+                       sinks: DeclaredSinks | None = None, fill: str | None = None) -> Check:
     if scaled and width is not None and width.head_dim is None and width.latent is not None:
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
     head_dim = None if width is None else width.head_dim
     design = None if not scaled or attention.scale is None else _declared(attention.scale, declared, design=True)
     reference = functools.partial(_matches_reference, recording, attention, causal, scaled=scaled, window=window,
-                                  head_dim=head_dim, cap=cap, sinks_declared=sinks)
+                                  head_dim=head_dim, cap=cap, sinks_declared=sinks, fill=fill)
     check = reference(scale=None if design is None else design.scale)
     if not scaled and check.status != "skip":
         check = Check(check.rule, check.status, f"{check.evidence} — unscaled, as the module's scores are (see "
@@ -1494,10 +1508,11 @@ def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
 def _matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool = True, window: int | None = None, head_dim: int | None = None,
                        scale: float | None = None, cap: DeclaredCap | None = None,
-                       sinks_declared: DeclaredSinks | None = None) -> Check:
+                       sinks_declared: DeclaredSinks | None = None, fill: str | None = None) -> Check:
     """matches-reference's comparison with the reference from the module's own Q, K, V, its own soft-cap and sink
     logits (``cap``, ``sinks_declared``: what the module declares, which the words say the cap and the logits are
-    when they agree — :func:`matches_reference` fails them when they do not)."""
+    when they agree — :func:`matches_reference` fails them when they do not); ``fill``: the module's masked_fill of
+    the future with a finite number (:func:`_finite_fill`), which a failure names."""
     rule = "matches-reference"
     if attention.queries is None or attention.keys is None or attention.values is None:
         lost = f" ({attention.lost})" if attention.lost else ""
@@ -1534,6 +1549,8 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
         return Check(rule, check.status, f"{check.evidence} — with the ALiBi bias the module adds to the scores (a "
                                          "slope per head times the key's position, m·j: the slopes are its own, not "
                                          "checked)")
+    if check.status == "fail" and fill is not None:
+        return Check(rule, "fail", f"{check.evidence} — {_finite_fill_words(fill)}")
     if check.status == "fail" and moved and _low_precision(attention) is None:  # else rounding moved them
         return Check(rule, "fail", f"{check.evidence} — the module adds to the scores something that is neither a mask "
                                    "(−∞, or a push down by 10³ + one per key or more) nor ALiBi's slope × key position "

@@ -1122,6 +1122,20 @@ def test_a_mask_filled_with_0_names_its_masked_fill_and_minus_infinity():
         "-torch.inf)")
 
 
+def test_a_mask_filled_with_0_fails_matches_reference_saying_the_futures_weights_are_not_zero():
+    """The same module was told by matches-reference that it "adds to the scores something that is neither a mask
+    … nor ALiBi's slope": it fills the future with 0 before the softmax, so e⁰ = 1 reaches the keys after each query."""
+    torch.manual_seed(0)
+    line = user_modules_line("s = s.masked_fill(self.mask.bool()[:n, :n], 0.0)")
+    check = verdict(um.ZeroFilledMask().eval(), "matches-reference", rules=["matches-reference"])
+    assert check.status == "fail", check
+    assert check.evidence.endswith(f"— the future's weights are not zero: the masked_fill on line {line} sets the "
+                                   "future (above the diagonal) to 0.0, not −∞, before the softmax, so e⁰ = 1 reaches "
+                                   "every key after the query, which the reference hides — fill with float(\"-inf\") "
+                                   "(or -torch.inf), as mask-convention says"), check
+    assert "adds to the scores" not in check.evidence, check
+
+
 def test_a_float_sdpa_mask_that_hides_the_past_is_told_about_float_masks_and_its_own_tril():
     """A float additive mask with −∞ below the diagonal was told "SDPA's boolean attn_mask keeps where it is True:
     pass torch.tril(…bool)", and with no buffer to say causal it was called "not causal"."""
