@@ -1536,8 +1536,8 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
         check = Check(rule, check.status, f"{check.evidence} — the reference applies the module's "
                                           f"{softcap_words(attention.softcap)} to its scaled scores ("
                                           + (f"the cap the module declares, {cap.words}" if agreed else
-                                             "the cap is the module's own: it declares none attnviz reads, not "
-                                             "checked" if cap is None else "the cap it applies") + ")")
+                                             _cap_taken_words(attention.softcap) if cap is None else
+                                             "the cap it applies") + ")")
     if attention.sinks is not None and check.status != "skip":
         agreed = sinks_declared is not None and _sinks_mismatch(attention, sinks_declared) is None
         check = Check(rule, check.status, f"{check.evidence} — with the module's sink logits beside the scores and "
@@ -1557,6 +1557,15 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
                                    f"(the cells it shows move by up to {moved:.3g} against each other in a row): the "
                                    "reference adds nothing")
     return check
+
+
+def _cap_taken_words(applied: float) -> str:
+    """matches-reference's words for a soft-cap no declaration says (:func:`declared_softcap`): the check takes the
+    cap the module applies, ``applied``, as its own, and says how to tell it the cap the module was built with."""
+    return (f"the check takes the cap it applies, {applied:g}, as the module's own: it keeps no cap under a name "
+            "attnviz reads (attn_logit_softcapping, softcap …) and was built with none attnviz knows, so the cap is "
+            "not checked — if it was built with another, tell the checker: check_module(module, sizes={\"softcap\": "
+            "…}) in Python, or, for attnviz check, a constructor argument named attn_logit_softcapping or softcap")
 
 
 def _compared_with(recording: tracing.Recording, attention: tracing.Attention, reference: torch.Tensor,

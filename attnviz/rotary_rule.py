@@ -393,15 +393,18 @@ def _wrong_table(queries: torch.Tensor, module: nn.Module, d_model: int,
 def _assumed_words(table: RotaryTable, head_dim: int) -> str:
     """The PASS line's words for a table of no known base that is head_dim's (or the rotated width's) at a base a
     module may choose and d_model's at a usual one (:func:`_wrong_table`'s ``assumed``): which one the check took,
-    and how to have it checked."""
+    and how to tell the checker the base — ``check_module``'s ``sizes`` in Python, a kept base or a constructor
+    argument attnviz check reads."""
     width = table.assumed_width
     which = "head_dim" if width == head_dim else "the rotated width"
     return (f" — its queries turn by θ_i = {table.assumed:g}^(−2i/{width}): {which}'s table ({width}) at base "
             f"{_base(table.assumed)}, or, by the same frequencies, a table built for {table.name} ({table.width}) at "
-            f"base {_base(table.base)}, a bug; the module keeps no rotary base ({', '.join(BASE_NAMES[:2])}, theta …) "
+            f"base {_base(table.base)}, a bug; the module keeps no rotary base under a name attnviz reads "
+            f"({', '.join(BASE_NAMES[:2])}, theta …) "
             f"and was built with none attnviz knows, so the check takes it as {which}'s at base "
-            f"{_base(table.assumed)} — keep the base (self.rope_base = …), or take it as a constructor argument named "
-            "rope_theta or base (attnviz check reads it), to have the table's width checked")
+            f"{_base(table.assumed)} — if it was built with another, tell the checker: check_module(module, "
+            "sizes={\"rope_base\": …}) in Python, or, for attnviz check, keep the base (self.rope_base = …) or take it "
+            "as a constructor argument named rope_theta or base, to have the table's width checked")
 
 
 def _base(base: float) -> str:

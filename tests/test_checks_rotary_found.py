@@ -12,6 +12,7 @@ import torch
 from helpers import user_modules as um
 from helpers.check_table import cli_table
 
+import attnviz
 from attnviz import checks
 
 RULE = "rotary-placement"
@@ -51,9 +52,11 @@ def test_a_partial_rotary_whose_width_equals_d_model_passes(keep_width):
 
 ASSUMED = (" — its queries turn by θ_i = 1000^(−2i/16): head_dim's table (16) at base 1,000, or, by the same "
            "frequencies, a table built for d_model (32) at base 1,000,000, a bug; the module keeps no rotary base "
-           "(rope_theta, rope_base, theta …) and was built with none attnviz knows, so the check takes it as "
-           "head_dim's at base 1,000 — keep the base (self.rope_base = …), or take it as a constructor argument named "
-           "rope_theta or base (attnviz check reads it), to have the table's width checked")
+           "under a name attnviz reads (rope_theta, rope_base, theta …) and was built with none attnviz knows, so the "
+           "check takes it as head_dim's at base 1,000 — if it was built with another, tell the checker: "
+           "check_module(module, sizes={\"rope_base\": …}) in Python, or, for attnviz check, keep the base "
+           "(self.rope_base = …) or take it as a constructor argument named rope_theta or base, to have the table's "
+           "width checked")
 
 
 @pytest.mark.parametrize("keep_base", [True, False], ids=["theta-kept", "base-not-kept"])
@@ -62,6 +65,24 @@ def test_an_uncommon_base_over_head_dim_passes(keep_base):
     without one the two explanations are equal — no failure, and the PASS line says which it took."""
     results = verdicts(built(um.RotaryOwnBase, keep_base=keep_base))
     assert results[RULE] == checks.Check(RULE, "pass", PASSES + ("" if keep_base else ASSUMED)), results[RULE]
+
+
+def test_a_base_kept_under_a_name_attnviz_does_not_read_is_said_assumed_and_sizes_tell_it():
+    """In a notebook, check_module cannot know rope_freq_base (kept as self.freq_base): the PASS line says which base
+    it took and that sizes={"rope_base": …} tells it; told, the table is checked against that base."""
+    module = built(um.RotaryFreqBase)
+    alone = {c.rule: c for c in attnviz.check_module(module, rules=(RULE,))}[RULE]
+    assert alone == checks.Check(RULE, "pass", PASSES + ASSUMED), alone
+    told = {c.rule: c for c in attnviz.check_module(module, rules=(RULE,), sizes={"rope_base": 1000.0})}[RULE]
+    assert told == checks.Check(RULE, "pass", PASSES), told
+    wrong = {c.rule: c for c in attnviz.check_module(module, rules=(RULE,), sizes={"rope_base": 1e6})}[RULE]
+    assert wrong.status == "fail" and "frequencies of width 32 (d_model), not of head_dim = 16" in wrong.evidence
+
+
+@pytest.mark.slow  # every rule, from the command line
+def test_the_command_line_says_the_base_it_assumed_for_a_constructor_argument_it_does_not_read():
+    status, table = cli_table(f"{HELPERS}:RotaryFreqBase")
+    assert status == 0 and f"rotary-placement PASS {PASSES}{ASSUMED} dropout-placement" in table, table
 
 
 @pytest.mark.parametrize("tables", ["exponent", "complex"])

@@ -13,6 +13,7 @@ import torch
 from helpers import user_modules as um
 from helpers.check_table import cli_table
 
+import attnviz
 from attnviz import checks
 
 RULES = ("scaling", "rotary-placement", "matches-reference")
@@ -95,12 +96,38 @@ def test_a_cap_kept_nowhere_is_checked_against_the_one_it_was_built_with():
     torch.manual_seed(0)
     module = um.DeclaredSoftCap(declared="argument", applied=30.0)
     alone = verdicts(module, ("matches-reference",))["matches-reference"]
-    assert alone.status == "pass" and "it declares none attnviz reads, not checked" in alone.evidence
+    assert alone.status == "pass" and CAP_TAKEN.format(cap=30) in alone.evidence, alone
     told = {c.rule: c for c in checks.check_module(module, rules=("matches-reference",),
                                                    sizes={"attn_logit_softcapping": 50.0})}["matches-reference"]
     assert told.status == "fail" and "declares a cap of 50 — the soft-cap it is built with, 50" in told.evidence
     status, table = cli_table(f"{CLI_HELPERS}:DeclaredSoftCap", "--set", "declared=argument", "--set", "applied=30")
     assert status == 1 and "matches-reference FAIL the module soft-caps its scaled scores at 30" in table, table
+
+
+CAP_TAKEN = ("(the check takes the cap it applies, {cap}, as the module's own: it keeps no cap under a name attnviz "
+             "reads (attn_logit_softcapping, softcap …) and was built with none attnviz knows, so the cap is not "
+             "checked — if it was built with another, tell the checker: check_module(module, sizes={{\"softcap\": "
+             "…}}) in Python, or, for attnviz check, a constructor argument named attn_logit_softcapping or softcap)")
+
+
+def test_a_cap_kept_under_a_name_attnviz_does_not_read_is_said_taken_and_sizes_tell_it():
+    """SoftCappedAttention keeps its cap as self.cap: in a notebook check_module cannot know it is the cap, so the
+    verdict says which cap it took and how to tell it; told another, it fails naming both."""
+    torch.manual_seed(0)
+    module = um.SoftCappedAttention(cap=5.0).eval()
+    alone = {c.rule: c for c in attnviz.check_module(module, rules=("matches-reference",))}["matches-reference"]
+    assert alone.status == "pass" and alone.evidence.endswith(CAP_TAKEN.format(cap=5)), alone
+    told = {c.rule: c for c in attnviz.check_module(module, rules=("matches-reference",),
+                                                    sizes={"softcap": 50.0})}["matches-reference"]
+    assert told.status == "fail" and told.evidence.startswith(
+        "the module soft-caps its scaled scores at 5 · tanh(s / 5), but it declares a cap of 50 — the soft-cap it is "
+        "built with, 50"), told
+
+
+@pytest.mark.slow  # every rule, from the command line
+def test_the_command_line_says_the_cap_it_took_for_a_constructor_argument_it_does_not_read():
+    status, table = cli_table(f"{CLI_HELPERS}:SoftCappedAttention", "--set", "cap=5")
+    assert status == 0 and CAP_TAKEN.format(cap=5) in table, table
 
 
 def test_transformers_gemma2_attention_with_its_cap_switched_off_fails_naming_the_configs():

@@ -3591,6 +3591,15 @@ class RotaryOwnBase(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(b, n, d))  # (b, n, d)
 
 
+class RotaryFreqBase(RotaryOwnBase):
+    """RotaryOwnBase built with its base under llama.cpp's name, ``rope_freq_base``, kept as ``self.freq_base``: names
+    attnviz does not read."""
+
+    def __init__(self, d_in=32, num_heads=2, rope_freq_base=1000.0):
+        super().__init__(d_in, num_heads, theta=rope_freq_base, keep_base=False)
+        self.freq_base = rope_freq_base
+
+
 class HeadRMSNorm(nn.Module):
     """RMSNorm over each head's features, with a learned scale."""
 
