@@ -1113,21 +1113,18 @@ def test_a_mask_off_by_one_names_the_call_the_module_made(module, fix):
 
 def test_a_mask_filled_with_0_names_its_masked_fill_and_minus_infinity():
     """``s = s.masked_fill(mask, 0.0)`` keeps the copy, yet was told "the causal mask never reached the scores
-    (masked_fill returns a copy: keep it, or use masked_fill_)"."""
+    (masked_fill returns a copy: keep it, or use masked_fill_)" by mask-convention, and by matches-reference that it
+    "adds to the scores something that is neither a mask … nor ALiBi's slope": it fills the future with 0 before the
+    softmax, so e⁰ = 1 reaches the keys after each query."""
     torch.manual_seed(0)
     line = user_modules_line("s = s.masked_fill(self.mask.bool()[:n, :n], 0.0)")
-    assert verdict(um.ZeroFilledMask().eval(), "mask-convention") == checks.Check(
+    results = {check.rule: check for check in checks.check_module(um.ZeroFilledMask().eval(),
+                                                                  rules=["mask-convention", "matches-reference"])}
+    assert results["mask-convention"] == checks.Check(
         "mask-convention", "fail", f"no cell is hidden: the masked_fill on line {line} sets the future (above the "
         "diagonal) to 0.0, not −∞, so the softmax still gives those keys weight — fill with float(\"-inf\") (or "
         "-torch.inf)")
-
-
-def test_a_mask_filled_with_0_fails_matches_reference_saying_the_futures_weights_are_not_zero():
-    """The same module was told by matches-reference that it "adds to the scores something that is neither a mask
-    … nor ALiBi's slope": it fills the future with 0 before the softmax, so e⁰ = 1 reaches the keys after each query."""
-    torch.manual_seed(0)
-    line = user_modules_line("s = s.masked_fill(self.mask.bool()[:n, :n], 0.0)")
-    check = verdict(um.ZeroFilledMask().eval(), "matches-reference", rules=["matches-reference"])
+    check = results["matches-reference"]
     assert check.status == "fail", check
     assert check.evidence.endswith(f"— the future's weights are not zero: the masked_fill on line {line} sets the "
                                    "future (above the diagonal) to 0.0, not −∞, before the softmax, so e⁰ = 1 reaches "
