@@ -7,7 +7,9 @@ object or a dict). This module reads:
   setting, :data:`HEAD_DIM_NAMES`);
 * the scales it declares other than 1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its
   own);
-* its sliding window;
+* its sliding window, and whether a ``window_size`` is its KV cache's length rather than an attention window
+  (:func:`cache_length`, :func:`window_said`: the book's optimized class's, read only where it caches, unless the
+  code says sliding window);
 * the soft-cap of its scores (:func:`declared_softcap`);
 * its attention sinks' logits (:func:`declared_sinks`);
 * the numbers other than sizes a constructor may be built with (:data:`NUMBER_SETTINGS`: a rotary base, a soft-cap);
@@ -26,7 +28,7 @@ import linecache
 import math
 import re
 import textwrap
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -495,7 +497,7 @@ def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
     for _ in range(3):  # W = self.window_size; far = W - 1: a few steps of names assigned from it
         for node in ast.walk(tree):
             if (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
-                    and _reads_window(node.value, name, aliases)):
+                    and _count_self_loads(node.value, name, bare=aliases)):
                 aliases |= {target.id for target in node.targets}
     tests = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If | ast.While | ast.Assert | ast.IfExp)
              for sub in ast.walk(node.test)}
@@ -506,9 +508,9 @@ def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
     for statement in statements:
         for node in ast.walk(statement):
             compared = (isinstance(node, ast.Compare) and id(node) not in tests
-                        and _reads_window(node, name, aliases))
+                        and _count_self_loads(node, name, bare=aliases))
             masking = (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
-                       in MASK_CALLS and any(_reads_window(argument, name, aliases) for argument in
+                       in MASK_CALLS and any(_count_self_loads(argument, name, bare=aliases) for argument in
                                              [*node.args, *(keyword.value for keyword in node.keywords)]))
             if compared or masking:
                 found.append(statement)
@@ -516,17 +518,13 @@ def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
     return sorted(found, key=lambda node: node.lineno)
 
 
-def _reads_window(node: ast.AST, name: str, aliases: set[str]) -> bool:
-    """Whether the code under ``node`` reads ``self.<name>`` or one of the local names ``aliases`` assigned from it."""
-    return any(_is_self_load(sub, name) or (isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)
-                                            and sub.id in aliases) for sub in ast.walk(node))
-
-
+@functools.lru_cache(maxsize=64)
 def _read_only_to_cache(cls: type, name: str) -> bool:
     """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
     forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), or in a method whose
     name says cache (``reset_cache``, ``_update_cache``); a constructor reads it, or its parameter ``name``, only to
-    keep it (``self.window_size = window_size or self.max_seq_len``).  False where the source cannot be read."""
+    keep it (``self.window_size = window_size or self.max_seq_len``).  False where the source cannot be read.  Read
+    once per class: a check asks several times (:func:`cache_length`, :func:`window_said`)."""
     reads = 0
     for klass in cls.__mro__:
         if klass.__module__.split(".")[0] in ("torch", "builtins"):
@@ -539,7 +537,7 @@ def _read_only_to_cache(cls: type, name: str) -> bool:
             if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
                 return False
             if method.name == "__init__":
-                if any(not _keeps(statement, name) and _count_self_loads(statement, name, parameter=True)
+                if any(not _keeps(statement, name) and _count_self_loads(statement, name, bare=(name,))
                        for statement in method.body):
                     return False
                 continue
@@ -564,12 +562,12 @@ def _is_self_load(node: ast.AST, name: str) -> bool:
             and isinstance(node.value, ast.Name) and node.value.id == "self")
 
 
-def _count_self_loads(node: ast.AST, name: str, *, parameter: bool = False) -> int:
-    """How many times the code under ``node`` reads ``self.<name>`` (and, with ``parameter``, the bare name: a
-    constructor's argument) — counted anywhere inside it, unlike :func:`_is_named`, which asks what one expression
-    is."""
+def _count_self_loads(node: ast.AST, name: str, *, bare: Collection[str] = ()) -> int:
+    """How many times the code under ``node`` reads ``self.<name>``, or one of the ``bare`` names (a constructor's
+    argument of that name; the local names assigned from it) — counted anywhere inside it, unlike :func:`_is_named`,
+    which asks what one expression is."""
     return sum(1 for sub in ast.walk(node) if _is_self_load(sub, name) or (
-        parameter and isinstance(sub, ast.Name) and sub.id == name and isinstance(sub.ctx, ast.Load)))
+        isinstance(sub, ast.Name) and sub.id in bare and isinstance(sub.ctx, ast.Load)))
 
 
 def _cached_and_other_loads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> tuple[int, int]:
