@@ -3828,8 +3828,10 @@ class WindowSizeTrim(nn.Module):
 
 
 class WindowSizeTrimMasked(WindowSizeTrim):
-    """WindowSizeTrim whose cached forwards' mask also hides the keys W or more behind, while the uncached one hides
-    the future alone: a sliding window forgotten in the uncached mask."""
+    """A ``window_size`` that the cached forwards also mask with, as the book's bonus class caches its window — a
+    cached forward sees the W − 1 cached keys before its chunk and the chunk, the keys W or more behind hidden, and the
+    cache keeps the last W —, while the uncached mask hides the future alone: a window forgotten in the uncached
+    mask."""
 
     def forward(self, x, use_cache=False):
         b, n, _ = x.shape
@@ -3837,7 +3839,14 @@ class WindowSizeTrimMasked(WindowSizeTrim):
                                  for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
         start, hidden_far = 0, None
         if use_cache:
-            keys, values, start = self.cached(keys, values, n)  # (b, h, ≤ W, hd) each
+            if self.cache_k is not None:
+                keys = torch.cat([self.cache_k, keys], dim=2)  # (b, h, cached + n, hd)
+                values = torch.cat([self.cache_v, values], dim=2)  # (b, h, cached + n, hd)
+            self.cache_k, self.cache_v = keys[:, :, -self.window_size:], values[:, :, -self.window_size:]  # ≤ W each
+            keep = self.window_size + n - 1  # the keys the chunk's first query sees, and the chunk
+            keys, values = keys[:, :, -keep:], values[:, :, -keep:]  # (b, h, ≤ W + n − 1, hd) each
+            start = self.ptr_current_pos
+            self.ptr_current_pos += n
             hidden_far = self.window_size
         k = keys.shape[2]
         diff = torch.arange(start, start + n)[:, None] - torch.arange(start + n - k, start + n)[None, :]  # (n, k)
