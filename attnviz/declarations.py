@@ -488,16 +488,17 @@ def _at_line(line: int | None) -> str:
 
 
 def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
-    """The statements of a method's code (``tree``) that make a mask of ``self.<name>`` — or of a local name assigned
-    from an expression that reads it (``W = self.window_size``) —: a comparison that is no ``if``, ``while`` or
-    ``assert`` test (``diff >= W``: a tensor of booleans, where the book's cache compares
-    ``self.ptr_cur + num_tokens > self.window_size`` only to decide whether to shift), or an argument of a masking call
-    (:data:`MASK_CALLS`: ``triu(…, diagonal=-W)``, ``masked_fill``)."""
+    """The statements of a method's code (``tree``) that make a mask of ``self.<name>`` — or of a local name whose
+    value is it (:func:`_window_valued`: ``W = self.window_size``, ``far = W - 1``) —: a comparison with it that is no
+    ``if``, ``while`` or ``assert`` test (``diff >= W``: a tensor of booleans, where the book's cache compares
+    ``self.ptr_cur + num_tokens > self.window_size`` only to decide whether to shift), or it as an argument of a
+    masking call (:data:`MASK_CALLS`: ``triu(…, diagonal=-W)``).  A tensor sliced or sized by it (``keys[:, :, -W:]``,
+    ``torch.zeros(b, h, W, hd)``) is no window: a mask built from its shape is the book's causal one."""
     aliases: set[str] = set()
     for _ in range(3):  # W = self.window_size; far = W - 1: a few steps of names assigned from it
         for node in ast.walk(tree):
             if (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
-                    and _count_self_loads(node.value, name, bare=aliases)):
+                    and _window_valued(node.value, name, aliases)):
                 aliases |= {target.id for target in node.targets}
     tests = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If | ast.While | ast.Assert | ast.IfExp)
              for sub in ast.walk(node.test)}
@@ -508,14 +509,36 @@ def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
     for statement in statements:
         for node in ast.walk(statement):
             compared = (isinstance(node, ast.Compare) and id(node) not in tests
-                        and _count_self_loads(node, name, bare=aliases))
+                        and any(_window_valued(side, name, aliases) for side in [node.left, *node.comparators]))
             masking = (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
-                       in MASK_CALLS and any(_count_self_loads(argument, name, bare=aliases) for argument in
+                       in MASK_CALLS and any(_window_valued(argument, name, aliases) for argument in
                                              [*node.args, *(keyword.value for keyword in node.keywords)]))
             if compared or masking:
                 found.append(statement)
                 break
     return sorted(found, key=lambda node: node.lineno)
+
+
+NUMBER_CALLS = ("int", "float", "min", "max", "abs")  # calls whose value is still a number made of their arguments
+
+
+def _window_valued(node: ast.AST, name: str, aliases: set[str]) -> bool:
+    """Whether the expression ``node`` is a number made of ``self.<name>`` or one of the local names ``aliases``
+    holding it: the name itself, arithmetic on it (``W - 1``, ``-W``), ``int(W)``, ``min(W, n)``, either branch of
+    ``… if … else …``; not a tensor it slices or sizes."""
+    if _is_self_load(node, name) or (isinstance(node, ast.Name) and node.id in aliases):
+        return True
+    if isinstance(node, ast.BinOp):
+        return _window_valued(node.left, name, aliases) or _window_valued(node.right, name, aliases)
+    if isinstance(node, ast.UnaryOp):
+        return _window_valued(node.operand, name, aliases)
+    if isinstance(node, ast.IfExp):
+        return _window_valued(node.body, name, aliases) or _window_valued(node.orelse, name, aliases)
+    if isinstance(node, ast.BoolOp):
+        return any(_window_valued(value, name, aliases) for value in node.values)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NUMBER_CALLS:
+        return any(_window_valued(argument, name, aliases) for argument in node.args)
+    return False
 
 
 @functools.lru_cache(maxsize=64)

@@ -175,6 +175,15 @@ class BandFromWindow(SizesCache):
         self.band = torch.ones(8, 8).tril().triu(-window_size)  # (8, 8): a window's band
 
 
+class SlicesThenMasksCausally(Windowed):
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            x = x[:, -self.window_size:]  # (b, ≤ W, d): the last W tokens
+        k = x.shape[1]
+        self.future = torch.arange(k)[None, :] > torch.arange(k)[:, None]  # (k, k): the causal mask of what is left
+        return x
+
+
 class ReadsNowhere(Windowed):
     def forward(self, x, use_cache=False):
         return x
@@ -182,6 +191,7 @@ class ReadsNowhere(Windowed):
 
 @pytest.mark.parametrize(("cls", "length"), [
     (SizesCache, ("window_size", 4)), (CropsInElse, ("window_size", 4)), (ChecksWithUseCache, ("window_size", 4)),
+    (SlicesThenMasksCausally, ("window_size", 4)),
     (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
 ])
 def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
