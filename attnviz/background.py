@@ -1,7 +1,7 @@
 """How the server's background threads — a training, the next layer computed ahead — yield the CPU to the pages:
-one torch intra-op thread in that thread (torch's setting is per thread: the script threads keep theirs), on Linux a
-higher nice value for that thread alone, and for work a page's run leaves for later (the next layer, the collection
-after a server's first run), a wait while the browser draws what that run sent."""
+one torch intra-op thread in that thread (the pages' script threads, a new one for each run, keep the process's
+count), on Linux a higher nice value for that thread alone, and for work a page's run leaves for later (the next
+layer, the collection after a server's first run), a wait while the browser draws what that run sent."""
 
 from __future__ import annotations
 
@@ -21,8 +21,21 @@ def yield_to_pages() -> None:
     another matter: :func:`after_the_browser_draws`)."""
     import torch
 
-    torch.set_num_threads(THREADS)  # this thread only
+    process_wide = torch.get_num_threads()  # torch sets this new thread up from the count every new thread takes
+    torch.set_num_threads(THREADS)  # this thread's count, and (torch keeps one) the count threads started later take
+    _set_for_new_threads(process_wide)  # which stays the process's: the pages' next script threads keep theirs
     _lower_priority()
+
+
+def _set_for_new_threads(threads: int) -> None:
+    """The torch thread count that threads started from now on take, leaving the calling thread's own.  Torch sets a
+    thread's count up once, on its first use, from one process-wide count that ``torch.set_num_threads`` also writes
+    (Streamlit runs each script run in a new thread); so a short thread of its own writes it."""
+    import torch
+
+    setter = threading.Thread(target=torch.set_num_threads, args=(threads,), name="attnviz-torch-threads")
+    setter.start()
+    setter.join()
 
 
 def after_the_browser_draws() -> None:
