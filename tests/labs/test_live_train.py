@@ -272,6 +272,9 @@ def test_the_default_run_forms_an_induction_head_and_its_previous_token_heads():
     assert induction[0] < 0.1 and induction[-1] >= 0.6, induction.round(2)
     formed = history.probe_steps[int(np.argmax(induction >= 0.4))]
     assert 200 <= formed <= 900, formed  # a sudden change in the middle of the run, not a slow drift
+    loss = np.asarray(history.loss)
+    before, start, collapsed = loss[formed - 60:formed - 40].mean(), loss[:10].mean(), loss[-20:].mean()
+    assert start - before > 1 and before - collapsed > 3, (start, before, collapsed)  # the page: it creeps, then falls
     cfg = live_train.page_config()
     scores = evaluate(model, seed=secrets.randbelow(2**31), positions=cfg.seq_len)  # fresh, as long as it trained on
     assert scores["induction"][1].max() >= 0.7  # layer 1: it needs layer 0's output (40 draws: min 0.81, mean 0.85)
