@@ -269,6 +269,15 @@ def time_implementations(d_in: int, d_out: int, num_heads: int, n: int, device: 
     return [Row(name, statistics.median(values), tuple(values)) for name, values in times.items()]
 
 
+def device_words(device: str) -> str:
+    """The device the timings ran on, in words: on a CPU with the torch threads of the thread that times ("cpu, 2
+    torch threads"), the count a timing in Python has to match."""
+    if device != "cpu":
+        return device
+    threads = torch.get_num_threads()
+    return f"cpu, {threads} torch thread{'s' if threads != 1 else ''}"
+
+
 def progress_text(done: int, total: int, name: str, elapsed_s: float) -> str:
     """The benchmark's progress line after ``done`` of ``total`` calls (the last one ``name``) in ``elapsed_s``
     seconds, with the time left at the pace so far: "12/30: SDPA · about 40 s left"."""

@@ -30,7 +30,7 @@ def show(page_run: Context) -> None:
         f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, "
         f"{amount(num_heads, 'head')}, "
         f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
-        f"(1, n, {d_in}) input. Device: **{device}**."
+        f"(1, n, {d_in}) input. Device: **{implementations.device_words(device)}**."
     )
     if settings["variant"] != variants.MHA:
         st.caption("The sidebar's *Attention variant* does not apply here: these are five ways to write multi-head "
@@ -81,7 +81,8 @@ def _time(settings: dict, device: str, n: int, repeats: int) -> dict:
     bar.empty()
     stop.empty()
     heads = amount(num_heads, "head")
-    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {heads}, {device}"}
+    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {heads}, "
+                                   f"{implementations.device_words(device)}"}
 
 
 def _results(results: dict | None) -> None:

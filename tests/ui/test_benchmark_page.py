@@ -1,9 +1,11 @@
-"""AppTest of the Benchmark page: it says what it times (the heads it times, and that the attention variant is not
-it), and it ignores an empty text, timing its own tokens, while keeping the text for the pages that read it."""
+"""AppTest of the Benchmark page: it says what it times (the heads it times, the torch threads it times with, and
+that the attention variant is not it), and it ignores an empty text, timing its own tokens, while keeping the text
+for the pages that read it."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from helpers.apptest import APP, TIMEOUT, no_exception
 from streamlit.testing.v1 import AppTest
 
@@ -20,6 +22,8 @@ def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, 
     no_exception(at)
     intro = next(m.value for m in at.markdown if m.value.startswith("Five implementations"))
     assert heads in intro and "1 heads" not in intro
+    threads = torch.get_num_threads()  # what a timing in Python has to match (AppTest runs the script here)
+    assert f"Device: **cpu, {threads} torch thread{'s' if threads != 1 else ''}**." in intro
     assert any("*Attention variant* does not apply here" in c.value for c in at.caption) == variant_note
 
 
