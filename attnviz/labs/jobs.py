@@ -130,8 +130,9 @@ class JobBoard:
             busy = sum(job.running for job in self._jobs.values())
             if busy >= self.max_running:
                 raise JobRefusedError(
-                    f"The server is already training {busy} model{'s' if busy != 1 else ''} for other users "
-                    f"(at most {self.max_running} at once, to keep every page responsive). Try again in a minute."
+                    f"The server is already training {busy} model{'s' if busy != 1 else ''} for other browser tabs "
+                    f"— yours or other users' — (at most {self.max_running} at once, to keep every page responsive). "
+                    "Try again in a minute."
                 )
             job = Job(owner=owner, idle_timeout=self.idle_timeout, clock=self.clock)
             job.thread = threading.Thread(target=self._run, args=(job, work), name=name, daemon=True)

@@ -59,8 +59,9 @@ def test_one_job_per_owner_and_a_bounded_number_per_server():
     with pytest.raises(JobRefusedError, match="already running in this tab"):
         board.start("a", looping)
     second = board.start("b", looping)
-    with pytest.raises(JobRefusedError, match="at most 2 at once"):
+    with pytest.raises(JobRefusedError, match="at most 2 at once") as refused:
         board.start("c", looping)
+    assert "other browser tabs — yours or other users'" in str(refused.value)  # an owner is a tab, not a user
     assert board.running() == 2
     first.stop()
     assert first.join(5)
