@@ -259,6 +259,8 @@ def _live() -> None:
         st.markdown("**Heads that formed:** " + "; ".join(
             f"{name} became a{'n' if kind == 'induction' else ''} {kind} head at step {step} (now {score:.2f})"
             for kind, name, step, score in formed))
+    elif status in ("finished", "stopped", "tab closed") and view.probe_steps.size:
+        st.markdown(_none_formed(done))
     else:
         st.empty()
     if view.probe_steps.size:
@@ -273,6 +275,13 @@ def _live() -> None:
         st.plotly_chart(before, config=plotly_config("attnviz-heads-before"), key="train_before_live")
     else:
         st.empty()
+
+
+def _none_formed(done: int) -> str:
+    """What an ended run in which no head reached the line says: when this recipe's heads form, in steps."""
+    return (f"**No head has a type yet** after {done:,} step{'s' if done != 1 else ''}: none reached the dotted "
+            f"{LABEL_THRESHOLD:g} line. With this recipe the induction heads form around step "
+            f"{live_train.FORMS_AROUND_STEP} ({int(live_train.RECOMMENDED['steps']):,} steps is the default run).")
 
 
 def _kept(name: str, source: object, shape: tuple, data: object, build, fill=None):

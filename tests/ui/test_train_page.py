@@ -319,21 +319,32 @@ def test_the_live_view_draws_the_same_slots_in_the_same_order_at_every_stage(mon
         "a probe": [{"step": None, "before": before, "seconds": 1.0}, probe(0, 0.1), probe(1, 0.1)],
         "heads formed": [{"step": None, "before": before, "seconds": 1.0}, probe(0, 0.1), probe(1, 0.9)],
         "failed": [{"step": None, "before": before, "seconds": 1.0}, probe(0, 0.1)],
+        "ended, no head formed": [{"step": None, "before": before, "seconds": 1.0}, probe(0, 0.1), probe(1, 0.2)],
     }
     job = _Job([])
     monkeypatch.setattr(train_ui, "current_job", lambda: job)
     at = AppTest.from_function(_live_view_script, default_timeout=TIMEOUT)
-    layouts = {}
+    layouts, said = {}, {}
     for stage, progress in stages.items():
         job.progress = progress
         job.error = RuntimeError("out of memory") if stage == "failed" else None
+        job.running, job.status = (False, "finished") if stage.startswith("ended") else (True, "running")
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         (fragment,) = at.main.children.values()  # the fragment's container
         layouts[stage] = [node.type for node in fragment.children.values()]
+        said[stage] = [node.value for node in fragment.children.values() if node.type == "markdown"]
     assert layouts["before the first step"] == ["progress", "empty", "empty", "empty", "empty", "empty",
                                                 "plotly_chart"]
     assert layouts["heads formed"] == ["progress", "empty", "plotly_chart", "plotly_chart", "markdown", "caption",
                                        "plotly_chart"]
     assert layouts["failed"][:2] == ["progress", "error"]
+    # a run that ended before its heads formed says when they form, in steps (a 12-step run left the slot blank)
+    assert layouts["ended, no head formed"] == ["progress", "empty", "plotly_chart", "plotly_chart", "markdown",
+                                                "caption", "empty"]
+    assert said["ended, no head formed"] == [
+        f"**No head has a type yet** after 2 steps: none reached the dotted 0.4 line. With this recipe the induction "
+        f"heads form around step {live_train.FORMS_AROUND_STEP} ({live_train.RECOMMENDED['steps']:,} steps is the "
+        "default run)."]
+    assert said["a probe"] == []  # while it runs, nothing is said yet
     assert {len(layout) for layout in layouts.values()} == {7}, layouts
