@@ -25,8 +25,6 @@ from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import STAGE
 from attnviz.views import figures, source, steps
 
-PAIR_WIDTH = 330  # px: a map with its labels and colour bar; two fit beside the diagram at 1,400 px, one at 1,100
-
 
 def draw(page_run: Context) -> None:
     """The page below its title: the stage picker, the shape diagram with the viewed stage beside it, the source."""
@@ -56,7 +54,7 @@ def draw(page_run: Context) -> None:
         st.code(step["code"], language="python", wrap_lines=True)  # a long line wraps in the column, never cut
         view = HeadWindow(trace, head, row0, col0, size, stage)
         before, after = pair()
-        STAGE_VIEWS.get(stage, _context)(view, before, after)
+        STAGE_VIEWS.get(stage, _context)(view, before, after, steps.map_titles(trace, stage))
 
     _source(trace, stage)
 
@@ -122,10 +120,10 @@ def pair():
     """Two places for a before/after pair: side by side where two maps fit, one above the other on a narrow
     page (two columns of a narrow page leave each map's cells too narrow a strip to read)."""
     row = st.container(horizontal=True, gap="medium")
-    return row.container(width=PAIR_WIDTH), row.container(width=PAIR_WIDTH)
+    return row.container(width=steps.PAIR_WIDTH), row.container(width=steps.PAIR_WIDTH)
 
 
-def _latent(view: HeadWindow, before, after) -> None:
+def _latent(view: HeadWindow, before, after, titles) -> None:
     trace, config = view.trace, view.config
     st.caption(f"latent: `{steps.shape_of(trace, 'latent')}` — {config.latent_width} numbers per token, where "
                f"multi-head attention caches keys and values: 2 × d_out = {2 * config.d_out}.")
@@ -134,7 +132,7 @@ def _latent(view: HeadWindow, before, after) -> None:
     st.dataframe(steps.latent_table(trace), height=300)
 
 
-def _rotated_queries(view: HeadWindow, before, after) -> None:
+def _rotated_queries(view: HeadWindow, before, after, titles) -> None:
     config, head = view.config, view.head
     q_table, k_table = steps.rotation_tables(view.trace, head)
     st.caption(f"RoPE base {config.rope_base:,}; head {head} uses K/V head {config.kv_group(head)}. Position 0 "
@@ -143,94 +141,99 @@ def _rotated_queries(view: HeadWindow, before, after) -> None:
     st.dataframe(k_table)
 
 
-def _kv_repeat(view: HeadWindow, before, after) -> None:
+def _kv_repeat(view: HeadWindow, before, after, titles) -> None:
     config = view.config
     st.caption(f"{config.kv_groups} K/V heads for {config.heads} query heads: groups of {config.group_size}.")
     st.dataframe(steps.group_table(config), hide_index=True, height=300)
 
 
-def _scores(view: HeadWindow, before, after) -> None:
+def _scores(view: HeadWindow, before, after, titles) -> None:
+    (title,), title_px = steps.fitted_titles(titles["after"])
     with before:
-        st.dataframe(steps.qk_table(view.trace, view.head), height=figures.MAP_TITLE_PX + steps.PAIR_MAP_PX)
+        st.dataframe(steps.qk_table(view.trace, view.head), height=title_px + steps.PAIR_MAP_PX)
     with after:
-        view.heatmap("scores", "scores = Q·Kᵀ (before scaling)")
+        view.heatmap("scores", title, title_px=title_px)
 
 
-def _scaled(view: HeadWindow, before, after) -> None:
+def _scaled(view: HeadWindow, before, after, titles) -> None:
     trace, divides = view.trace, view.config.spec.scaled  # the simplified class (3.3) does not divide
     st.caption("Both panels use the same colour scale: the division shrinks every score toward 0." if divides else
                "Both panels use the same colour scale: this class does not divide, so scaled = scores and the two "
                "maps are the same.")
+    (before_title, after_title), title_px = steps.fitted_titles(titles["before"], titles["after"])
     with before:
-        view.heatmap("scores", "before: scores", zrange=view.shared("scores"))
+        view.heatmap("scores", before_title, zrange=view.shared("scores"), title_px=title_px)
     with after:
-        view.heatmap("scaled", f"after: scores ÷ √{view.config.head_dim}" if divides
-                     else "after: scaled = scores (no division)", zrange=view.shared("scores"))
+        view.heatmap("scaled", after_title, zrange=view.shared("scores"), title_px=title_px)
     # softmax of what the model saw, and of the same scores the other way (without the division, or with it)
     ran, other = steps.scaling_panels(view.config, view.crop("scores"), view.crop("masked"))
     st.markdown("**Softmax with vs without ÷√dₖ** — without it, large dₖ pushes softmax toward one-hot "
                 "(saturation: low entropy, tiny gradients)." + ("" if divides else " This class runs without it."))
     left, right = pair()
+    (ran_title, other_title), title_px = steps.fitted_titles(ran[0], other[0])
     with left:
-        view.heatmap(ran[1], ran[0], as_stage="weights", file="softmax-scaled" if divides else "softmax-unscaled")
+        view.heatmap(ran[1], ran_title, as_stage="weights", file="softmax-scaled" if divides else "softmax-unscaled",
+                     title_px=title_px)
     with right:
-        view.heatmap(other[1], other[0], as_stage="weights", file="softmax-unscaled" if divides else "softmax-scaled")
+        view.heatmap(other[1], other_title, as_stage="weights",
+                     file="softmax-unscaled" if divides else "softmax-scaled", title_px=title_px)
     with_scale, without_scale = (ran[1], other[1]) if divides else (other[1], ran[1])
     st.plotly_chart(figures.entropy_bars(trace.tokens[view.row0:], row_entropy(with_scale),
-                                         row_entropy(without_scale)),
+                                         row_entropy(without_scale), width=steps.NARROWEST_MAP_PX),
                     config=plotly_config(view.file_name("entropy")))
 
 
-def _masked(view: HeadWindow, before, after) -> None:
-    window = view.trace.window  # the shown layer's own: a checkpoint's schedule may mix window and full layers
+def _masked(view: HeadWindow, before, after, titles) -> None:
     if (leak := steps.leak_note(view.trace)) is not None:
         st.warning(leak, icon=":material/visibility:")
     elif not view.trace.hides_future:
         st.info("The causal mask is off: masked = scaled, every token sees every other token.")
     scaled = "scaled" in view.trace.steps  # a user's module may not have recorded it (see the note above)
     zrange = view.shared("scaled") if scaled else None
+    shown = [titles[place] for place in ("after", "before") if place in titles]  # no "before": scaled not recorded
+    (after_title, *before_title), title_px = steps.fitted_titles(*shown)
     with before:
-        if scaled:
-            view.heatmap("scaled", f"before: {steps.stage_title(view.trace, 'scaled')}", zrange=zrange)
+        if before_title:
+            view.heatmap("scaled", before_title[0], zrange=zrange, title_px=title_px)
         else:
             st.caption("before: the scaled scores were not recorded (see above)")
     with after:
-        view.heatmap("masked", f"after: {steps.stage_title(view.trace, 'masked')}" if view.trace.leaks_future
-                     else "after: masked (grey = −∞)" if window is None
-                     else f"after: window W = {window} (grey = −∞)", zrange=zrange)
+        view.heatmap("masked", after_title, zrange=zrange, title_px=title_px)
 
 
-def _weights(view: HeadWindow, before, after) -> None:
+def _weights(view: HeadWindow, before, after, titles) -> None:
+    (before_title, after_title), title_px = steps.fitted_titles(titles["before"], titles["after"])
     with before:
-        view.heatmap("masked", f"before: {steps.stage_title(view.trace, 'masked')}")  # the Heads page's title
+        view.heatmap("masked", before_title, title_px=title_px)  # the Heads page's title, in lines that fit
     with after:
-        view.heatmap("weights", "after: softmax — each row sums to 1")
+        view.heatmap("weights", after_title, title_px=title_px)
 
 
-def _dropped(view: HeadWindow, before, after) -> None:
+def _dropped(view: HeadWindow, before, after, titles) -> None:
     config = view.config
     if not config.dropout_runs:
         st.info(steps.dropout_off_reason(config))
     dropped_range = (0.0, 1.0 / (1.0 - config.effective_dropout))  # both on 0…1/(1−p): a doubled weight is brighter
+    (before_title, after_title), title_px = steps.fitted_titles(titles["before"], titles["after"])
     with before:
-        view.heatmap("weights", "before: weights", zrange=dropped_range)
+        view.heatmap("weights", before_title, zrange=dropped_range, title_px=title_px)
     with after:
-        view.heatmap("dropped", f"after: dropout (p = {config.dropout:g})" if config.dropout_runs
-                     else "after: dropout off — unchanged", zrange=dropped_range)
+        view.heatmap("dropped", after_title, zrange=dropped_range, title_px=title_px)
     if config.dropout_runs:
         st.caption(f"Kept weights are multiplied by 1/(1−p) = {1 / (1 - config.dropout):.4f}; "
                    f"dropped ones are exactly 0.")
     st.plotly_chart(figures.difference_heatmap(view.crop("dropped"), view.crop("weights"), view.trace.tokens,
-                                               title="difference: dropped − weights", row_offset=view.row0,
+                                               title=titles["difference"], row_offset=view.row0,
                                                col_offset=view.col0, hidden=view.hidden()),
                     config=plotly_config(view.file_name("difference")))
 
 
-def _context(view: HeadWindow, before, after) -> None:
+def _context(view: HeadWindow, before, after, titles) -> None:
     """The weights used, the context and the module's output (the ``context`` and ``output`` stages)."""
     trace = view.trace
+    (title,), title_px = steps.fitted_titles(titles["before"])
     with before:
-        view.heatmap("dropped", "attention weights used")
+        view.heatmap("dropped", title, title_px=title_px)
     with after:
         st.markdown(f"context = weights @ values: `{steps.shape_of(trace, 'context')}`  \n"
                     f"output: `{steps.shape_of(trace, 'output')}`")

@@ -560,18 +560,23 @@ def softmax(matrix: np.ndarray) -> np.ndarray:
     return exp / exp.sum(axis=-1, keepdims=True)
 
 
-def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarray) -> go.Figure:
-    """Per-query entropy of softmax with and without ÷√dₖ (lower = more saturated)."""
+def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarray, *,
+                 width: int | None = None) -> go.Figure:
+    """Per-query entropy of softmax with and without ÷√dₖ (lower = more saturated); ``width``: the narrowest the
+    chart is drawn, which its title's lines fit (``margins.wrapped_title``)."""
     labels = position_labels(tokens)[: len(entropy_scaled)]
     fig = go.Figure([
         go.Bar(x=labels, y=entropy_scaled, name="softmax(scores ÷ √dₖ)"),
         go.Bar(x=labels, y=entropy_unscaled, name="softmax(scores) — no scaling"),
     ])
     below = margins.across(labels, title=False)  # the turned token labels, then the legend at the figure's foot
+    title = "entropy of each query's weights (nats; 0 = saturated on one key)"
+    title = title if width is None else margins.wrapped_title(title, width, 13)
+    top = margins.title_top(title.count("<br>") + 1, 13)
     fig.update_layout(
-        title=margins.title("entropy of each query's weights (nats; 0 = saturated on one key)", 13),
-        barmode="group", height=130 + margins.title_top(size=13) + below + 2 * margins.LEGEND_ROW_PX,
-        margin={"l": margins.beside(title=False), "r": margins.TURNED_LABELS_PX, "t": margins.title_top(size=13),
+        title=margins.title(title, 13),
+        barmode="group", height=130 + top + below + 2 * margins.LEGEND_ROW_PX,
+        margin={"l": margins.beside(title=False), "r": margins.TURNED_LABELS_PX, "t": top,
                 "b": below + 2 * margins.LEGEND_ROW_PX},
         legend=margins.LEGEND_AT_FOOT,
     )

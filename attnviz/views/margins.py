@@ -9,13 +9,15 @@ The top :data:`MODEBAR_PX` of every figure is the modebar's: Plotly draws its to
 corner, on hover where the screen has a pointer that hovers and always where it has none (a touch screen), so a title
 there would sit under its buttons on a narrow chart.  A title starts under that row (:func:`title`), in a top margin
 made for both (:func:`title_top`).  A chart of a set height takes that margin from the figure, not from its plot: it
-names its plot's height, and :func:`height` adds the margins.
+names its plot's height, and :func:`height` adds the margins.  Plotly does not wrap a title: one wider than its
+figure is cut at the figure's edge, so a narrow figure's title is broken into lines that fit (:func:`wrapped_title`).
 """
 
 from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable
 
 CHAR_PX = 7  # a 12 px label's average character width, rounded up (Streamlit's Source Sans and Plotly's Open Sans)
@@ -34,6 +36,7 @@ MODEBAR_PX = 30
 THEME_TITLE_PX = 16  # a title's font size where the figure sets none (Streamlit's Plotly theme)
 LINE_EM = 1.3  # Plotly's line spacing in ems: Streamlit's Source Sans rises 1 em above its baseline, 0.3 under it
 TITLE_GAP_PX = 10  # between a title and what is under it
+TITLE_INSET_PX = 4  # a title's left end, in from the figure's left edge (Streamlit's Plotly theme: x 0, pad.l 4)
 SUBPLOT_TITLE_PX = 20  # a line of a subplot's title (an annotation over its panel, make_subplots' subplot_titles)
 TURNED_LABELS_PX = 20  # right of a horizontal axis whose tick labels are turned: the last one leans out
 
@@ -81,3 +84,34 @@ def height(plot_px: int, margin: dict) -> int:
     """The height of a figure whose plot is ``plot_px`` tall between ``margin``'s top (the modebar's row, the title and
     what sits above the plot) and bottom: a chart of a set height grows with its title instead of giving it its plot."""
     return margin["t"] + plot_px + margin["b"]
+
+
+def title_px(text: str, size: float = THEME_TITLE_PX) -> int:
+    """The width of a title's widest line (lines split at ``<br>``) of ``size`` px: :data:`CHAR_PX` a character at
+    12 px, in proportion to the size."""
+    return math.ceil(text_px(text.split("<br>")) * size / 12)
+
+
+# where a title's phrase ends: before a bracket opened after a space, after a dash between spaces
+_PHRASE_END = re.compile(r" (?=\()|(?<= —) ")
+
+
+def wrapped_title(text: str, width_px: float, size: float = THEME_TITLE_PX) -> str:
+    """``text`` broken into lines (``<br>``) that fit a figure ``width_px`` wide from its :data:`TITLE_INSET_PX`, at
+    ``size`` px: between its phrases (before " (", after " — ") where that takes no more lines than breaking at any
+    space, else at the spaces that fill each line most.  A word wider than the figure stays whole."""
+    room = width_px - TITLE_INSET_PX
+
+    def fill(pieces: list[str]) -> list[str]:
+        lines: list[str] = []
+        for piece in pieces:
+            if lines and title_px(f"{lines[-1]} {piece}", size) <= room:
+                lines[-1] = f"{lines[-1]} {piece}"
+            else:
+                lines.append(piece)
+        return lines
+
+    by_words = fill(text.split(" "))
+    by_phrases = [line for phrase in _PHRASE_END.split(text) for line in fill(phrase.split(" "))]
+    by_phrases = fill(by_phrases)  # phrases that fit on one line together
+    return "<br>".join(by_phrases if len(by_phrases) <= len(by_words) else by_words)

@@ -4,7 +4,8 @@ Pure functions of a Trace or an AttentionConfig: the sentence that says what a s
 the running source that does it, why dropout did nothing, a stage map's title that says what ran (the Heads page's
 too), the note that a mask on a book listing without one (3.3, 3.4) is attnviz's addition, how the class shown
 differs from the book's listing (``listing_note``: the recording lines, and ÷√dₖ before the mask where the book
-masks first), and the query/key/context tables (pandas).
+masks first), the titles of each stage's maps broken into lines that fit their boxes (``map_titles``,
+``fitted_titles``), and the query/key/context tables (pandas).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from attnviz import explain, variants
-from attnviz.views import figures, source
+from attnviz.views import figures, margins, source
 
 if TYPE_CHECKING:
     from attnviz.config import AttentionConfig
@@ -39,6 +40,12 @@ STEP_LABELS = {
     "dropped": "5 · dropout",
     "context": "6 · ·V",
 }
+
+PAIR_WIDTH = 330  # px: a map with its labels and colour bar; two fit beside the diagram at 1,400 px, one at 1,100
+# px: the narrowest a map of the page is, in the column beside the shape diagram: a page 864 px wide, where the sidebar
+# takes its room beside the page (narrower, it folds away), leaves that column less than PAIR_WIDTH
+NARROWEST_MAP_PX = 295
+TITLE_BOX_PX = min(PAIR_WIDTH, NARROWEST_MAP_PX)  # what a map's title fits in, at any width of the page
 
 # a map of the Steps page's before/after pair under its title (key tokens' labels, cells, legend), above the colour bar
 # under it; the query/key table beside the scores map is as tall as its title and this
@@ -300,18 +307,58 @@ def context_table(trace: Trace, head: int, max_rows: int = 64):
     return vector_table(trace, per_head, "context vector", max_rows)
 
 
+def map_titles(trace: Trace, stage: str) -> dict[str, str]:
+    """The titles of the maps ``stage`` draws on the Steps page, by place: "before" and "after" (the pair; the scores'
+    "after" only, beside its table; "before" only where the masked stage's scaled scores were not recorded, and the
+    context stages' weights used), and the scale stage's softmax pair ("ran", "other": :func:`scaling_titles`) and the
+    dropout stage's "difference" map.  One line each: :func:`fitted_titles` breaks them to fit."""
+    config, window = trace.config, trace.window  # the shown layer's own: a checkpoint's may mix window and full
+    if stage == "scores":
+        return {"after": "scores = Q·Kᵀ (before scaling)"}
+    if stage == "scaled":
+        ran, other = scaling_titles(config)
+        return {"before": "before: scores", "after": f"after: scores ÷ √{config.head_dim}" if config.spec.scaled
+                else "after: scaled = scores (no division)", "ran": ran, "other": other}
+    if stage == "masked":
+        before = {"before": f"before: {stage_title(trace, 'scaled')}"} if "scaled" in trace.steps else {}
+        return {**before, "after": f"after: {stage_title(trace, 'masked')}" if trace.leaks_future
+                else "after: masked (grey = −∞)" if window is None else f"after: window W = {window} (grey = −∞)"}
+    if stage == "weights":
+        return {"before": f"before: {stage_title(trace, 'masked')}", "after": "after: softmax — each row sums to 1"}
+    if stage == "dropped":
+        return {"before": "before: weights", "after": f"after: dropout (p = {config.dropout:g})"
+                if config.dropout_runs else "after: dropout off — unchanged",
+                "difference": "difference: dropped − weights"}
+    return {"before": "attention weights used"}
+
+
+def fitted_titles(*titles: str) -> tuple[tuple[str, ...], int]:
+    """``titles`` of maps side by side, each broken into lines that fit :data:`TITLE_BOX_PX` (Plotly cuts a title at
+    its figure's edge), and the room above their key tokens' labels for the one of most lines: maps side by side with
+    the same room are as tall (``figures.attention_heatmap``'s ``title_px``)."""
+    wrapped = tuple(margins.wrapped_title(title, TITLE_BOX_PX) for title in titles)
+    return wrapped, margins.title_top(max((title.count("<br>") + 1 for title in wrapped), default=1))
+
+
+def scaling_titles(config: AttentionConfig) -> tuple[str, str]:
+    """The titles of :func:`scaling_panels`' pair: what the class runs, then the other way."""
+    if config.spec.scaled:
+        return "softmax(scores ÷ √dₖ)", "softmax(scores) — no scaling"
+    return "softmax(scores) — what this class runs: no ÷√dₖ", f"softmax(scores ÷ √{config.head_dim}) — had it divided"
+
+
 def scaling_panels(config: AttentionConfig, scores: np.ndarray,
                    masked: np.ndarray) -> tuple[tuple[str, np.ndarray], tuple[str, np.ndarray]]:
     """The scale stage's softmax pair, each (title, weights), what the class runs first: for a class that divides,
     softmax(scores ÷ √dₖ) and softmax(scores) without it; for one that does not (3.3: its masked scores are not
     divided), softmax(scores) and what ÷√dₖ (dₖ = its width) would have given.  ``scores`` and ``masked``: one
     head's (rows, cols) crops."""
+    ran, other = scaling_titles(config)
     if config.spec.scaled:
         with_scale, without_scale = softmax_with_and_without_scaling(scores, masked)  # (rows, cols) each
-        return ("softmax(scores ÷ √dₖ)", with_scale), ("softmax(scores) — no scaling", without_scale)
+        return (ran, with_scale), (other, without_scale)
     divided = np.asarray(masked, dtype=np.float64) / np.sqrt(config.head_dim)  # (rows, cols); −∞ stays −∞
-    return (("softmax(scores) — what this class runs: no ÷√dₖ", figures.softmax(masked)),
-            (f"softmax(scores ÷ √{config.head_dim}) — had it divided", figures.softmax(divided)))
+    return (ran, figures.softmax(masked)), (other, figures.softmax(divided))
 
 
 def softmax_with_and_without_scaling(scores: np.ndarray, masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

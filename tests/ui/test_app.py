@@ -652,7 +652,7 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
             at.segmented_control(key="steps_stage").set_value(stage).run()
         no_exception(at)
         assert at.segmented_control(key="steps_stage").value == stage
-        maps = {fig["layout"]["title"]["text"]: cells_shown(fig) for fig in figures(at)
+        maps = {fig["layout"]["title"]["text"].replace("<br>", " "): cells_shown(fig) for fig in figures(at)
                 if any(trace.get("name") in ("cells", "masked cells") for trace in fig["data"])}
         assert [title for title, z in maps.items() if np.isnan(z).any()] == greyed, (stage, list(maps))
         for title in greyed:

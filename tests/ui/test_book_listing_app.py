@@ -131,7 +131,9 @@ def test_a_seed_set_after_the_book_size_stays_and_every_link_round_trips():
 
 
 def plot_titles(at) -> list[str]:
-    return [fig["layout"]["title"]["text"] for fig in figures(at) if "text" in fig["layout"].get("title", {})]
+    """The charts' titles, their lines (``<br>``) joined by spaces."""
+    return [fig["layout"]["title"]["text"].replace("<br>", " ") for fig in figures(at)
+            if "text" in fig["layout"].get("title", {})]
 
 
 def test_the_simplified_classs_scale_stage_says_it_does_not_divide():

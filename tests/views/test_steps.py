@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from helpers.runs import small
 
 from attnviz import variants
 from attnviz.config import preset_config
 from attnviz.pipeline import run
-from attnviz.views import source, steps
+from attnviz.views import figures, margins, source, steps
 
 TEXT = "Your journey starts with one step"
 WHAT = {  # what the Steps page says each stage does
@@ -136,3 +137,66 @@ def test_a_mask_the_books_listing_does_not_have_is_called_attnvizs_addition(vari
 def test_a_mask_the_books_listing_has_gets_no_note(variant):
     assert variants.added_mask_note(small(variant)) is None
     assert variants.added_mask_note(small(variant, causal=False)) is None
+
+
+# runs whose Steps maps carry the book classes' longest titles: no ÷√dₖ, the mask off, dropout at p = 0 and in eval
+# mode, the widest window the app allows
+TITLE_RUNS = {"simplified": {}, "causal": {"causal": False}, "mha": {"train": True, "dropout": 0.0},
+              "mla": {"dropout": 0.1}, "swa": {"sliding_window_size": 1024, "context_length": 1024}}
+
+
+def _title_runs(every: bool = False):
+    """Runs whose Steps maps have every kind of title: :data:`TITLE_RUNS`, or (``every``) each class with the mask
+    on and off, dropout on, off and at p = 0, and the widest window the app allows; and user modules whose mask
+    hides no later key or only some of them, and whose scale is the config's or their own."""
+    from helpers import user_modules as um
+
+    from attnviz import tracing
+    from attnviz.config import MAX_CONTEXT_LENGTH
+
+    if not every:
+        for variant, setting in TITLE_RUNS.items():
+            yield f"{variant} {setting}", run(TEXT, small(variant, **setting))
+        return
+    settings = ({}, {"causal": False}, {"train": True, "dropout": 0.1}, {"train": True, "dropout": 0.0},
+                {"sliding_window_size": MAX_CONTEXT_LENGTH, "context_length": MAX_CONTEXT_LENGTH})
+    for variant in variants.VARIANTS:
+        for setting in settings:
+            yield f"{variant} {setting}", run(TEXT, small(variant, **setting))
+    gemma = type("Config", (), {"hidden_size": 32, "num_attention_heads": 2, "head_dim": 16,
+                                "query_pre_attn_scalar": 1000})()  # divides by 31.62, not √16: the config's scale
+    for name, make in {"mask filled with 0": um.ZeroFilledMask,
+                       "one future key seen": lambda: um.MyMultiHeadAttention(bug="one-future-visible"),
+                       "the config's scale": lambda: um.GemmaStyleAttention(gemma),
+                       "its own scale": lambda: um.CustomScale(d_model=16, n_heads=4, temperature=32)}.items():
+        torch.manual_seed(0)
+        yield name, tracing.trace_module(make().eval(), TEXT)
+
+
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["longest", "every"])
+def test_every_title_of_the_steps_maps_fits_its_map_at_the_narrowest(every):
+    """A Plotly title does not wrap: one wider than its map is cut ("before: masked (−∞ above the diagonal or ≥ 2 b").
+    Every title each stage's maps carry, broken into lines by fitted_titles, fits the narrowest the maps are drawn by
+    margins' estimate of its width, and the room above the maps holds its lines; the entropy chart's title too.  The
+    quick tier runs the book classes' longest titles; the slow one every class and setting, and user modules."""
+    box = margins.title_px  # the width estimate the margins are made with
+    for name, trace in _title_runs(every):
+        for stage in steps.stage_labels(trace):
+            titles = steps.map_titles(trace, stage)
+            for place, title in titles.items():
+                (fitted,), title_px = steps.fitted_titles(title)
+                assert fitted.replace("<br>", " ") == title  # the same words
+                assert box(fitted) <= steps.NARROWEST_MAP_PX - margins.TITLE_INSET_PX, (name, stage, place, fitted)
+                assert title_px == margins.title_top(fitted.count("<br>") + 1)
+                if place == "difference":  # a map of its own, drawn with one line's room
+                    assert "<br>" not in fitted, (name, fitted)
+    entropy = figures.entropy_bars(["a", "b"], np.ones(2), np.ones(2), width=steps.NARROWEST_MAP_PX)
+    title = entropy.layout.title.text
+    assert box(title, 13) <= steps.NARROWEST_MAP_PX - margins.TITLE_INSET_PX, title
+    assert entropy.layout.margin.t == margins.title_top(title.count("<br>") + 1, 13)
+
+
+def test_a_title_breaks_between_its_phrases_and_keeps_the_pair_as_tall():
+    (before, after), title_px = steps.fitted_titles("before: masked (−∞ above the diagonal)", "before: weights")
+    assert before == "before: masked<br>(−∞ above the diagonal)" and after == "before: weights"
+    assert title_px == margins.title_top(2) > figures.MAP_TITLE_PX  # both maps leave room for two lines
