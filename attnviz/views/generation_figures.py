@@ -94,6 +94,8 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
 
 COST_PLOT_PX = 286  # the cost chart's plot, between its title and its length axis
 COST_LEGEND_ROW_PX = 20  # a row of the cost chart's legend, one entry a row (Plotly draws them 19 px apart)
+DOT_PX = 5  # a cost line's markers
+RING = {"size": 10, "symbol": "circle-open", "line": {"width": 2}}  # those of a line on another: rings around its dots
 MAX_LENGTH_TICKS = 6  # the cost chart's context lengths labelled (256, 1k, 4k, 16k, 64k, 128k)
 
 
@@ -103,7 +105,9 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
 
     ``labels``: a legend label per curve (its settings); ``marker_at``: a context length drawn as a dotted line
     (the model's own context).  A curve equal to an earlier one (the same bytes at every length) is drawn dotted on
-    top of it, and its label says which it equals.  The legend sits under the plot, one entry a row, and at most
+    top of it, and its label says which it equals; one that meets an earlier one at some lengths (a window's line
+    lies on its attention's up to the window) has rings for markers, wider than the dots under them, so both lines
+    show where they coincide.  The legend sits under the plot, one entry a row, and at most
     :data:`MAX_LENGTH_TICKS` lengths are labelled (every other power of two, and the longest): the chart reads at
     any width."""
     labels = dict(labels or {})
@@ -114,8 +118,11 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
         if same != name:
             labels[name] = f"{labels.get(name, name)} = {same}"
         dash = "dot" if same != name else "dash" if name.startswith("SWA") else "solid"
+        meets = same == name and any(value == under[i] for under in first_with if under != tuple(values)
+                                     for i, value in enumerate(values))  # lies on an earlier line somewhere
         fig.add_trace(go.Scatter(
-            x=lengths, y=values, mode="lines+markers", name=labels.get(name, name), marker={"size": 5},
+            x=lengths, y=values, mode="lines+markers", name=labels.get(name, name),
+            marker=RING if meets else {"size": DOT_PX},
             line={"color": VARIANT_COLORS.get(name), "dash": dash, "width": 3 if same != name else 2},
             customdata=[format_bytes(v) for v in values],
             hovertemplate=f"{name}<br>%{{x:,}} tokens: %{{customdata}}<extra></extra>"))

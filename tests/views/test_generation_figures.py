@@ -56,3 +56,17 @@ def test_rows_figure_labels_only_as_many_keys_and_queries_as_fit():
     assert len(layout.yaxis.tickvals) >= 2 and len(layout.yaxis.tickvals) * 14 <= plot_height
     assert layout.xaxis.tickangle == -90  # upright: the bottom margin holds their full length
     assert layout.margin.b >= margins.text_px([keys[i] for i in layout.xaxis.tickvals])
+
+
+def test_a_window_line_on_its_attentions_line_shows_as_rings_around_its_dots():
+    """Up to its window a sliding window's cache grows as its attention's does: its line lies on that line. Drawn
+    after it, with rings wider than its dots for markers, both show there, each in its own colour; a line that meets
+    no other keeps plain dots."""
+    lengths = [16, 32, 64, 128]
+    curves = {"MHA": [10, 20, 40, 80], "GQA": [5, 10, 20, 40], "SWA": [10, 20, 40, 40]}
+    fig = generation_figures.kv_bytes_figure(lengths, curves, title="t")
+    mha, gqa, swa = fig.data
+    assert [trace.name for trace in fig.data] == ["MHA", "GQA", "SWA"]  # SWA on top
+    assert swa.marker.symbol == "circle-open" and swa.marker.size > mha.marker.size + 2 * swa.marker.line.width
+    assert mha.marker.symbol in (None, "circle") and gqa.marker.symbol in (None, "circle")
+    assert swa.line.color == generation_figures.VARIANT_COLORS["SWA"] != mha.line.color
