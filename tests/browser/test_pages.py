@@ -595,6 +595,14 @@ def test_selecting_a_row_of_the_head_statistics_table_focuses_its_head(page, bas
     assert "▶ head 3" in grid_titles(page)
 
 
+# Whether the focused head's map (its title "head N…") downloads in the format given, as its modebar's camera reads it
+_FOCUSED_CAMERA_FORMAT = """
+(format) => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stPlotlyChart]')].some((chart) =>
+    /^head \\d+/.test(chart.querySelector('text.gtitle')?.textContent || '')
+    && chart.querySelector('.js-plotly-plot')?._context?.toImageButtonOptions?.format === format)
+"""
+
+
 def test_the_maps_hover_their_values_and_export_png_and_svg(page, base_url, tmp_path):
     """Hovering a cell of the focused head shows its query, key and weight; the modebar's camera downloads the
     figure in the sidebar's format."""
@@ -609,10 +617,12 @@ def test_the_maps_hover_their_values_and_export_png_and_svg(page, base_url, tmp_
     assert re.search(r"weights 0\.\d{4}", hover.text_content())
     for image_format in ("png", "svg"):
         if image_format == "svg":
-            before = runs(page)
             sidebar(page).get_by_text("Share & export").click()
+            wait_expanded(sidebar(page).locator("details").filter(has_text="Share & export"))
             sidebar(page).get_by_text("svg", exact=True).click()
-            wait_idle(page, after=before)
+            # the rerun gives the map's camera the format: a loaded server may start it long after the click
+            page.wait_for_function(_FOCUSED_CAMERA_FORMAT, arg="svg")
+            wait_idle(page)
         chart = focused_chart(page)
         chart.hover()
         with page.expect_download() as download:
