@@ -1,6 +1,7 @@
 """The ``attnviz`` command line: one parser whose ``check`` prints a table of the rules with an exit status a
 learner's CI can use, and whose ``train`` writes a checkpoint (its runs are tested in tests/labs/test_train.py)."""
 
+import contextlib
 import io
 import os
 import queue
@@ -375,7 +376,8 @@ def test_help_names_both_commands():
 @pytest.mark.parametrize(("command", "options"), [("check", ["--d-in", "--num-heads", "--no-causal"]),
                                                   ("train", ["--out", "--steps", "--seed", "--set", "--quiet"])])
 def test_each_command_has_help(command, options):
-    result = run_attnviz(command, "--help")
+    """``attnviz COMMAND --help`` through the console script's function (its process: the test above)."""
+    result = console([command, "--help"], io.StringIO())
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: attnviz {command}")
     assert all(option in result.stdout for option in options)
@@ -435,12 +437,6 @@ def test_python_m_attnviz_check_runs_in_its_own_process(modules):
     assert "scaling             FAIL" in failing.stdout and "rows-sum-to-one     PASS" in failing.stdout
 
 
-def test_a_reader_that_stops_early_gets_no_traceback(modules):
-    command = f"{sys.executable} -m attnviz check {modules}:Attention --d-in 32 | head -1"
-    result = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert "Traceback" not in result.stderr and result.stdout.count("\n") == 1
-
-
 def in_a_shell(command: str) -> subprocess.CompletedProcess:
     """``command`` run by bash in the repository (``python -m attnviz`` is this checkout's): its status is the
     pipeline's first command's (``pipefail`` keeps it when ``head`` exits 0)."""
@@ -453,10 +449,45 @@ def said(stderr: str) -> str:
     return "".join(line for line in stderr.splitlines(keepends=True) if not line.endswith("(Ctrl-C stops it)\n"))
 
 
+def console(args, stdout) -> subprocess.CompletedProcess:
+    """``attnviz ARGS`` through the console script's own function (``cli.console``: what the ``attnviz`` command and
+    ``python -m attnviz`` run) in this process, its standard output ``stdout`` (None: started without one): its exit
+    status, what ``stdout`` holds if it is a ``StringIO``, and its stderr.  The tests below that start a process
+    show what only a process has: the interpreter's own flush at exit, a real pipe, the shell's redirections."""
+    err = io.StringIO()
+    saved = sys.argv, sys.stdout, sys.stderr
+    sys.argv, sys.stdout, sys.stderr = [cli.PROG, *map(str, args)], stdout, err
+    try:
+        with pytest.raises(SystemExit) as stop:
+            cli.console()
+    finally:
+        sys.argv, sys.stdout, sys.stderr = saved
+    out = stdout.getvalue() if isinstance(stdout, io.StringIO) else ""
+    return subprocess.CompletedProcess(args, stop.value.code, out, err.getvalue())
+
+
+def a_pipe_nobody_reads():
+    """The write end of a pipe whose reader is gone (``attnviz check … | true``): a write raises BrokenPipeError."""
+    read, write = os.pipe()
+    os.close(read)
+    return open(write, "w")  # noqa: SIM115 -- closed by the test that writes to it
+
+
 @pytest.mark.parametrize(("cls", "status"), [("Unscaled", 1), ("Attention", 0)])
 def test_a_reader_that_stops_early_keeps_the_checks_exit_status(modules, cls, status):
     """``attnviz check … | head -1`` (a reader that stops after the first line, or is gone before it) exits with the
-    check's own status: 1 when a rule fails, 0 when all pass, and no traceback."""
+    check's own status: 1 when a rule fails, 0 when all pass, and no traceback.  A real pipeline for one of them
+    (what the interpreter flushes at exit is the process's own); the console script's function on a pipe with no
+    reader for each."""
+    stream = a_pipe_nobody_reads()
+    try:
+        result = console(["check", f"{modules}:{cls}", "--d-in", 32], stream)
+    finally:
+        with contextlib.suppress(OSError):
+            stream.close()
+    assert result.returncode == status and said(result.stderr) == "", result.stderr
+    if cls != "Unscaled":
+        return
     python = f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32"
     result = in_a_shell(f"{python} | head -1")
     assert result.returncode == status, result.stderr
@@ -468,9 +499,13 @@ def test_a_reader_that_stops_early_keeps_the_checks_exit_status(modules, cls, st
     assert process.returncode == status and "Traceback" not in stderr, stderr
 
 
-def test_a_check_with_stdout_closed_keeps_its_exit_status(modules):
-    """``attnviz check … >&-`` (no standard output at all) exits with the check's own status and says nothing."""
-    for cls, status in (("Unscaled", 1), ("Attention", 0)):
+@pytest.mark.parametrize(("cls", "status"), [("Unscaled", 1), ("Attention", 0)])
+def test_a_check_with_stdout_closed_keeps_its_exit_status(modules, cls, status):
+    """``attnviz check … >&-`` (no standard output at all) exits with the check's own status and says nothing: the
+    console script's function started without standard output for each, a real ``>&-`` for one."""
+    result = console(["check", f"{modules}:{cls}", "--d-in", 32], None)
+    assert result.returncode == status and said(result.stderr) == "", result.stderr
+    if cls == "Attention":
         result = in_a_shell(f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32 >&-")
         assert result.returncode == status and said(result.stderr) == "", result.stderr
 
@@ -478,10 +513,16 @@ def test_a_check_with_stdout_closed_keeps_its_exit_status(modules):
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 @pytest.mark.parametrize("cls", ["Unscaled", "Attention"])
 def test_output_that_cannot_be_written_is_one_line_and_exit_2(modules, cls):
-    """``attnviz check … > /dev/full`` says in one line on stderr that the output cannot be written, and exits 2."""
-    result = in_a_shell(f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32 > /dev/full")
+    """``attnviz check … > /dev/full`` says in one line on stderr that the output cannot be written, and exits 2: the
+    console script's function writing to /dev/full for each, a real ``> /dev/full`` for one."""
+    with open("/dev/full", "w") as full:
+        result = console(["check", f"{modules}:{cls}", "--d-in", 32], full)
     assert result.returncode == 2, result.stderr
     assert said(result.stderr) == "attnviz: cannot write the output: No space left on device\n", result.stderr
+    if cls == "Unscaled":
+        result = in_a_shell(f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32 > /dev/full")
+        assert result.returncode == 2, result.stderr
+        assert said(result.stderr) == "attnviz: cannot write the output: No space left on device\n", result.stderr
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
@@ -508,7 +549,8 @@ def test_output_that_fails_inside_a_forward_that_prints_is_not_the_forwards_erro
                 mask = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool), diagonal=1)  # (n, n)
                 return torch.softmax(scores.masked_fill(mask, -torch.inf), dim=-1) @ x  # (b, n, d)
     """))
-    result = in_a_shell(f"{sys.executable} -m attnviz check {path}:Chatty --d-in 16 > /dev/full")
+    with open("/dev/full", "w") as full:
+        result = console(["check", f"{path}:Chatty", "--d-in", 16], full)
     assert result.returncode == 2, result.stderr
     assert said(result.stderr) == "attnviz: cannot write the output: No space left on device\n", result.stderr
 
