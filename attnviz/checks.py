@@ -93,11 +93,11 @@ from attnviz.declarations import (
     DeclaredCap,
     DeclaredScale,
     DeclaredSinks,
+    attention_window,
     cache_length,
     declared_scales,
     declared_sinks,
     declared_softcap,
-    declared_window,
     is_size,
     window_said,
 )
@@ -670,13 +670,6 @@ def _moved_before(j: int, before: torch.Tensor, after: torch.Tensor) -> bool:
     """Whether the rows of the queries before ``j`` of (b, h, nq, m) maps moved by more than TOLERANCE (a NaN
     difference — a row with no visible key — counts as none)."""
     return (after[:, :, :j] - before[:, :, :j]).abs().nan_to_num(nan=0.0).max().item() > TOLERANCE
-
-
-def attention_window(module: nn.Module) -> int | None:
-    """The attention window a module declares (:func:`declared_window`), None when it declares none or when what it
-    declares is its KV cache's length (:func:`attnviz.declarations.cache_length`: the book's optimized class's
-    ``window_size``)."""
-    return None if cache_length(module) is not None else declared_window(module)
 
 
 def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None,

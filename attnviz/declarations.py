@@ -390,6 +390,13 @@ def cache_length(module: nn.Module) -> tuple[str, int] | None:
     return found if found is not None and window_said(module) is None else None
 
 
+def attention_window(module: nn.Module) -> int | None:
+    """The attention window a module declares (:func:`declared_window`): the keys each query sees.  None when it
+    declares none, or when what it declares is its KV cache's length (:func:`cache_length`: the book's optimized
+    class's ``window_size``), which bounds what the cache keeps, not what a query sees."""
+    return None if cache_length(module) is not None else declared_window(module)
+
+
 def _read_as_cache_length(module: nn.Module) -> tuple[str, int] | None:
     """(the name, W) of a window kept under :data:`CACHE_LENGTH_NAMES` that the module's code reads only where its
     forward caches — the book's optimized class's reading of ``window_size`` —; None otherwise."""

@@ -963,12 +963,20 @@ def _counter_cause(counter: _Counter, start: int, stop: int, position: int, *, m
             f"as position {value}; it must count the tokens fed so far ({start})")
 
 
+def _kept_window(module: nn.Module) -> int | None:
+    """The W that bounds what a module's cache keeps, read either way it is declared (:func:`declared_window`): its
+    attention window (:func:`attnviz.declarations.attention_window`: a rolling cache keeps the last W − 1 before a
+    step, or W after it) or, for the book's optimized class, its cache's length (:func:`cache_length`: it keeps the
+    last W); None: it declares none."""
+    return declared_window(module)
+
+
 def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:
     """Words for a cache that holds fewer tokens than ``stop`` — for a module that declares a window W, fewer than the
     W − 1 the next step needs beside its own (a rolling cache keeps W − 1 or W: more is the step's to show,
     :func:`_step_cause`) — or more than ``stop``: its tensors' size now ÷ what one token adds (a second token's size
     less the first's); None when they hold ``stop``, or as many as the window needs, or it cannot tell."""
-    window = declared_window(module)
+    window = _kept_window(module)
     found = _found_cache(module, reset, sequence)
     if found is None:  # these forwards ran before without raising; the cause stays unnamed
         return None
@@ -1282,8 +1290,8 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
 
 def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] | None = None) -> tuple[str, int] | None:
     """(the tensor holding the most tokens, the window W) when it holds more than W — the window the module, or its
-    submodules, declare (:func:`declared_window`), else ``sizes``'; None otherwise."""
-    window = declared_window(module) or dict(sizes or {}).get("sliding_window_size")
+    submodules, declare (:func:`_kept_window`), else ``sizes``'; None otherwise."""
+    window = _kept_window(module) or dict(sizes or {}).get("sliding_window_size")
     longest = max(held.tokens, key=held.tokens.get, default=None)
     if window is None or longest is None or held.tokens[longest] <= window:
         return None
@@ -1357,7 +1365,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if keys > stop:
         return (f"the step attends over {counted(keys)} after {stop}: the cache holds tokens more than once — add "
                 "each forward's keys and values once")
-    window = declared_window(module)
+    window = _kept_window(module)
     seen = int((~step.hidden_cells()).sum(-1).max()) if window is not None else 0  # the most keys a query sees
     if window is not None and seen > window and keys == stop:  # every token fed held: the mask lets it see them
         row = int(((~step.hidden_cells()).sum(-1) > window).flatten(0, -2).any(0).nonzero()[0])  # the first such query
@@ -1447,7 +1455,7 @@ def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: tor
         return None
     first = int(differs.any(dim=1)[0].nonzero()[0]) + (start if stage == "queries" else 0)
     turned = "the same length, another direction"
-    window = declared_window(module)
+    window = _kept_window(module)
     if stage == "queries" and cached is not None and window is not None and cached < start \
             and _turned_by(mine[..., :1, :], theirs[..., :1, :], cached - start):
         return (f"the step hides the right keys, but its query for token {start} is the whole sequence's turned by "
