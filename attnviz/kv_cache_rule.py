@@ -67,6 +67,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -365,19 +366,18 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     tokens, which see the later ones).  ``sizes``: the module's sizes by attnviz setting where it does not keep them
     under a known name (:func:`_cache_excess`)."""
     rule = "kv-cache"
-    takes_use_cache, cache_name = cache_parameters(module)
-    if not takes_use_cache and cache_name is None:
+    n = x.shape[1]
+    plan = _cache_plan(module, n)
+    takes_use_cache, cache_name, length, prefill = plan
+    if not plan.caches:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
     reset_name = next((name for name in RESETS if callable(getattr(module, name, None))), None)
     if reset_name is None and cache_name is None:
         return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
-    n = x.shape[1]
     if n == 1:
         return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
                                    "tokens")
-    length = cache_length(module)  # (the name, W) of a window that is the cache's length: the book's window_size
-    prefill = kv_prefill(n, None if length is None else length[1])
     if reset_name is None or not takes_use_cache:
         if not causal:
             return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
@@ -656,6 +656,35 @@ def _user_reset(module: nn.Module, name: str):
     return functools.partial(time_limit.call_in_words, f"{type(module).__name__}.{name}()", getattr(module, name))
 
 
+class _CachePlan(NamedTuple):
+    """What kv-cache runs on a module, read once for the run, its count and its diagnosis's count alike: whether its
+    forward takes ``use_cache``, the name of a cache argument the caller holds (:func:`cache_parameters`), its cache's
+    length (the name, W: :func:`attnviz.declarations.cache_length`, the book's ``window_size``; None: none) and the
+    tokens its prefill feeds at once (:func:`kv_prefill`)."""
+
+    takes_use_cache: bool
+    cache_name: str | None
+    length: tuple[str, int] | None
+    prefill: int
+
+    @property
+    def caches(self) -> bool:
+        """Whether the module keeps a cache kv-cache can feed: its forward takes use_cache or a cache argument."""
+        return self.takes_use_cache or self.cache_name is not None
+
+    @property
+    def kept(self) -> int | None:
+        """W, the tokens a cache of the module's length keeps; None: no cache length."""
+        return None if self.length is None else self.length[1]
+
+
+def _cache_plan(module: nn.Module, n: int) -> _CachePlan:
+    """kv-cache's plan for ``module`` on n tokens (:class:`_CachePlan`)."""
+    takes_use_cache, cache_name = cache_parameters(module)
+    length = cache_length(module)
+    return _CachePlan(takes_use_cache, cache_name, length, kv_prefill(n, None if length is None else length[1]))
+
+
 def kv_prefill(n: int, length: int | None = None) -> int:
     """How many of n tokens kv-cache's prefill feeds at once (the rest go one by one: :func:`kv_steps`): half, and no
     more than a cache of ``length`` tokens holds (:func:`attnviz.declarations.cache_length`)."""
@@ -689,13 +718,11 @@ def planned_forwards(module: nn.Module, n: int) -> int:
     a token's size in it (three for a cache the module resets, two for a cache the caller holds); none for a forward
     that takes no cache, or one token.  A failing check runs fewer, and its diagnosis up to
     :func:`diagnosis_forwards` more."""
-    takes_use_cache, cache_name = cache_parameters(module)
-    if not (takes_use_cache or cache_name is not None) or n < 2:
+    plan = _cache_plan(module, n)
+    if not plan.caches or n < 2:
         return 0
-    resets = takes_use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
-    length = cache_length(module)  # a cache of W: a prefill of at most W, and each step past W's uncached forward
-    kept = None if length is None else length[1]
-    steps = len(kv_steps(n, kv_prefill(n, kept))) + (len(kv_cropped(n, kept)) if kept is not None else 0)
+    resets = plan.takes_use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
+    steps = len(kv_steps(n, plan.prefill)) + (len(kv_cropped(n, plan.kept)) if plan.kept is not None else 0)
     return 2 * (1 + steps) + (3 if resets else 2)
 
 
@@ -703,10 +730,8 @@ def diagnosis_forwards(module: nn.Module, n: int) -> int:
     """How many forwards beyond :func:`planned_forwards` the diagnosis of a step that differs runs at most: three
     finding the cache and measuring a token's size in it, one recording of the whole sequence, the forwards before the
     failing step again (at most n − prefill) and the step (the cause); none where kv-cache runs no forward."""
-    takes_use_cache, cache_name = cache_parameters(module)
-    length = cache_length(module)
-    return (n - kv_prefill(n, length and length[1]) + 5 if (takes_use_cache or cache_name is not None) and n > 1
-            else 0)
+    plan = _cache_plan(module, n)
+    return n - plan.prefill + 5 if plan.caches and n > 1 else 0
 
 
 def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], prefill: int, *,
