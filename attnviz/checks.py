@@ -489,7 +489,7 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
     weights = attention.weights.float() * attention.weights_scale  # (b, h, nq, nk): what multiplies V
     if attention.zeroed_after is not None:  # a mask after the softmax zeroed these weights on their way to V
         weights = weights.masked_fill(attention.zeroed_after, 0.0)  # (b, h, nq, nk)
-    visible = ~attention.hidden_cells()  # (b, h, nq, nk)
+    visible = ~attention.masked_cells()  # (b, h, nq, nk)
     rows = visible.any(-1)  # (b, h, nq): rows with at least one visible key
     sums = weights.sum(-1)  # (b, h, nq)
     sink = ""
@@ -633,7 +633,7 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
     (tokens j… changed) shows which stage of the queries before j moves first — their weights (a softmax over the
     queries, or Q and K), their context (V), or neither: then the leak comes after ``weights @ V`` (the heads put
     back together without transposing); "" otherwise."""
-    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    hidden = attention.masked_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk)
     if attention.zeroed_after is not None:
@@ -692,7 +692,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     window and not the book's KV-cache length (:func:`attnviz.declarations.window_said`), which a window never
     applied names."""
     rule = "mask-convention"
-    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    hidden = attention.masked_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk): the cells after each query
     if nk == 1 and not hidden.any():  # a hidden 1 × 1 cell is still a token that hides itself
@@ -867,7 +867,7 @@ def _no_mask_hint(attention: tracing.Attention) -> str:
 def _hidden_cells(attention: tracing.Attention, future: torch.Tensor) -> str:
     """The cells a module hides, in words: "the 28 cells above the diagonal (the future), e.g. …", a sliding
     window's, or "28 cells, e.g. …" (counted in the first item's first head)."""
-    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    hidden = attention.masked_cells()  # (b, h, nq, nk)
     count = int(hidden[0, 0].sum())
     where = _where(attention, hidden.nonzero()[0])
     window = sliding_window(attention)
@@ -1015,7 +1015,7 @@ def _triangle_fix(triangles, hidden: torch.Tensor) -> str | None:
 def _no_key_left(attention: tracing.Attention) -> str:
     """"; row 7 (query 7) hides every key, …" for the first row of the first map whose keys are all hidden (what the
     module gave there: NaN weights, or SDPA's own result); "" when every row keeps a key."""
-    empty = attention.hidden_cells()[0, 0].all(-1).nonzero()  # (rows, 1): rows with no visible key
+    empty = attention.masked_cells()[0, 0].all(-1).nonzero()  # (rows, 1): rows with no visible key
     if len(empty) == 0:
         return ""
     row = int(empty[0])
@@ -1030,7 +1030,7 @@ def _no_key_left(attention: tracing.Attention) -> str:
 def sliding_window(attention: tracing.Attention) -> int | None:
     """W when the hidden cells are exactly the future and the keys W or more behind each query (1 ≤ W < n_key),
     the same in every item and head; None otherwise (a plain causal mask is no window)."""
-    hidden = attention.hidden_cells()  # (b, h, nq, nk)
+    hidden = attention.masked_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     diff = (torch.arange(nq)[:, None] + nk - nq) - torch.arange(nk)[None, :]  # (nq, nk): how far back each key is
     for window in range(1, nk):
@@ -1360,7 +1360,7 @@ def _sinks_added(attention: tracing.Attention, logits: torch.Tensor) -> bool:
     (``logits`` (h,)): the sinks added to every score instead of beside them."""
     if attention.scaled is None or attention.scaled.shape[1] != logits.numel():
         return False
-    visible = ~attention.hidden_cells()  # (b, h, nq, nk)
+    visible = ~attention.masked_cells()  # (b, h, nq, nk)
     added = attention.masked.float() - attention.scaled.float()  # (b, h, nq, nk)
     expected = logits.reshape(1, -1, 1, 1).expand_as(added)  # (b, h, nq, nk)
     tolerance = 1e-4 * max(1.0, attention.scaled.float().abs().max().item())
@@ -1627,7 +1627,7 @@ def _added_bias(attention: tracing.Attention) -> tuple[torch.Tensor | None, floa
     it adds nothing."""
     if attention.scaled is None:
         return None, 0.0
-    visible = ~attention.hidden_cells()  # (b, h, nq, nk)
+    visible = ~attention.masked_cells()  # (b, h, nq, nk)
     before = attention.scaled.float()  # (b, h, nq, nk)
     if attention.softcap is not None:
         before = attention.softcap * torch.tanh(before / attention.softcap)  # (b, h, nq, nk)

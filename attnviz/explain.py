@@ -382,9 +382,10 @@ def attention_sums(trace: Trace, head: int, *, queries: Iterable[int] | None = N
                          per_key_sum=per_key_sum, per_key_mean=per_key_mean, per_query_total=per_query_total)
 
 
-def hidden_cells(trace: Trace, head: int, cells: Iterable[tuple[int, int]]) -> np.ndarray:
-    """(len(cells),) bool: which (query, key) cells of ``head`` the mask hides from their query (weight 0), as
-    :func:`explain_weight` tells them; all False for a run that recorded no ``masked`` and ``scaled`` stages."""
+def hidden_among(trace: Trace, head: int, cells: Iterable[tuple[int, int]]) -> np.ndarray:
+    """(len(cells),) bool: which of the selected (query, key) cells of ``head`` the mask hides from their query
+    (weight 0), as :func:`explain_weight` tells them; all False for a run that recorded no ``masked`` and ``scaled``
+    stages."""
     pairs = np.asarray(list(cells), dtype=np.int64).reshape(-1, 2)  # (c, 2)
     if "masked" not in trace.steps or "scaled" not in trace.steps:
         return np.zeros(len(pairs), dtype=bool)

@@ -1391,9 +1391,9 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
         return (f"the step attends over {counted(keys)} after {stop}: the cache holds tokens more than once — add "
                 "each forward's keys and values once")
     window = _kept_window(module)
-    seen = int((~step.hidden_cells()).sum(-1).max()) if window is not None else 0  # the most keys a query sees
+    seen = int((~step.masked_cells()).sum(-1).max()) if window is not None else 0  # the most keys a query sees
     if window is not None and seen > window and keys == stop:  # every token fed held: the mask lets it see them
-        row = int(((~step.hidden_cells()).sum(-1) > window).flatten(0, -2).any(0).nonzero()[0])  # the first such query
+        row = int(((~step.masked_cells()).sum(-1) > window).flatten(0, -2).any(0).nonzero()[0])  # the first such query
         return (f"the cached step's mask does not apply the window: the cache holds all {counted(stop)} fed, and query "
                 f"{start + row} sees {amount(seen, 'key')} where a window of W = {window} allows {window} — hide the "
                 "keys W or more behind (diff >= W) in the cached forwards' mask too, as the uncached one does")
@@ -1409,7 +1409,7 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if window is None and keys < stop:
         return (f"the step attends over only {counted(keys)} after {stop}: the cache keeps too little — every earlier "
                 "token's keys and values must stay")
-    offset = _mask_offset(step.hidden_cells()[0].all(0)) if window is None and keys == stop else None
+    offset = _mask_offset(step.masked_cells()[0].all(0)) if window is None and keys == stop else None
     if offset is not None and not offset[0] <= start <= offset[1]:
         return _offset_cause(offset, start, stop, keys, counter, is_causal=bool(step.is_causal))
     rolling = window is not None and keys < stop  # a rolling window cache: the step's keys are the last ``keys``

@@ -133,7 +133,7 @@ class Attention:
     # what the weights' row sums fall short of 1 by; None without a sink
     sinks: torch.Tensor | None = None
     sink_weights: torch.Tensor | None = None
-    hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see hidden_cells)
+    hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see masked_cells)
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
     float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
@@ -156,9 +156,9 @@ class Attention:
     op_index: int = -1  # the op that produced the weights (Recording.ops)
     context_ops: tuple[int, ...] = ()  # the ops that produced the context: weights @ V, or the fused call
 
-    def hidden_cells(self) -> torch.Tensor:
-        """bool (b, h, nq, nk): True where the mask hid the cell (:func:`attnviz.trace.hidden_by_mask`: −∞, or pushed
-        down by more than a score and a bias reach, 10³ + nk)."""
+    def masked_cells(self) -> torch.Tensor:
+        """bool (b, h, nq, nk): True at every cell the mask hid, the causal triangle's too
+        (:func:`attnviz.trace.hidden_by_mask`: −∞, or pushed down by more than a score and a bias reach, 10³ + nk)."""
         if self.hidden is not None:
             return self.hidden.expand(self.masked.shape)
         return hidden_by_mask(self.masked, self.scaled)
@@ -2248,7 +2248,7 @@ def infer_causal(recording: Recording, attention: Attention, module: nn.Module |
     first = Attention(kind=attention.kind, weights=attention.weights[:1, :1], masked=attention.masked[:1, :1],
                       scaled=None if attention.scaled is None else attention.scaled[:1, :1],
                       hidden=None if hidden_all is None else hidden_all[:1, :1])
-    hidden = first.hidden_cells()[0, 0]  # (nq, nk) of the first item's first head
+    hidden = first.masked_cells()[0, 0]  # (nq, nk) of the first item's first head
     future = torch.ones(hidden.shape, dtype=torch.bool, device=hidden.device).triu(1)  # (nq, nk)
     if future.any() and hidden[future].float().mean() > 0.5:
         return True

@@ -102,13 +102,13 @@ def test_the_tracer_hides_only_the_future_of_a_users_alibi_module_over_2048_toke
         attention = tracing.record(module, torch.randn(1, n, 16)).attentions[0]
     assert (attention.weights[0, 0, -1, :64] == 0).all()  # the bias alone zeroes the far keys' weights
     future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
-    hidden = attention.hidden_cells()[0]  # (h, n, n)
+    hidden = attention.masked_cells()[0]  # (h, n, n)
     assert all(torch.equal(hidden[head], future) for head in range(2))
 
 
 def test_explain_weight_shows_alibis_far_keys_and_hides_the_future_as_the_tracer_does():
     """explain_weight over 1,024 tokens of the steepest heads of a 64-head ALiBi layer: the last query's row hides
-    nothing, its far keys are shown with the weight the bias gives them (0), and the cells picked by hidden_cells
+    nothing, its far keys are shown with the weight the bias gives them (0), and the cells picked by hidden_among
     agree with the rows they come from."""
     torch.manual_seed(0)
     module = alibi.ALiBiAttention(heads_in_model=64).eval()
@@ -119,4 +119,4 @@ def test_explain_weight_shows_alibis_far_keys_and_hides_the_future_as_the_tracer
         assert not explained.masked and explained.reason is None
     assert explain.explain_weight(trace, 0, 1023, 0).weight == 0.0  # the bias's own 0, not the mask's
     cells = [(1023, 0), (1023, 1023), (5, 900), (900, 5)]
-    assert explain.hidden_cells(trace, 0, cells).tolist() == [False, False, True, False]
+    assert explain.hidden_among(trace, 0, cells).tolist() == [False, False, True, False]

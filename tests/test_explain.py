@@ -97,11 +97,11 @@ def test_hidden_cells_are_the_cells_explain_weight_calls_masked():
     cells = [(q, k) for q in range(causal.n) for k in range(causal.n)]
     for trace in (causal, window):
         expected = [explain_weight(trace, 1, q, k).masked for q, k in cells]
-        assert attnviz.explain.hidden_cells(trace, 1, cells).tolist() == expected
-    assert attnviz.explain.hidden_cells(causal, 0, [(0, 1), (2, 1), (1, 3)]).tolist() == [True, False, True]
-    assert attnviz.explain.hidden_cells(window, 0, [(4, 1), (4, 3)]).tolist() == [True, False]  # outside the window
+        assert attnviz.explain.hidden_among(trace, 1, cells).tolist() == expected
+    assert attnviz.explain.hidden_among(causal, 0, [(0, 1), (2, 1), (1, 3)]).tolist() == [True, False, True]
+    assert attnviz.explain.hidden_among(window, 0, [(4, 1), (4, 3)]).tolist() == [True, False]  # outside the window
     unmasked = pipeline.run(TEXT, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2, causal=False))
-    assert not attnviz.explain.hidden_cells(unmasked, 0, cells).any()
+    assert not attnviz.explain.hidden_among(unmasked, 0, cells).any()
 
 
 def test_mha_products_are_q_times_k_from_the_modules_own_weights():

@@ -65,7 +65,7 @@ def test_the_traced_scores_are_the_sum_of_the_two_products_before_the_scale():
     assert attention.scale == pytest.approx(24 ** -0.5)
     assert torch.allclose(attention.scaled, scores * 24 ** -0.5, atol=1e-5)
     visible = torch.ones(6, 6, dtype=torch.bool).tril()  # (s, t)
-    assert torch.equal(~attention.hidden_cells()[0, 0], visible)
+    assert torch.equal(~attention.masked_cells()[0, 0], visible)
     assert torch.allclose(attention.masked[..., visible], attention.scaled[..., visible])
     # the diagram's stages: the module's own sum is the scores, its multiply the scaled scores, its added mask masked
     staged = [(op.name, op.stage) for op in recording.ops if op.stage in ("scores", "scaled", "masked")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.explain import ExplainError, WeightExplanation, attention_sums, explain_weight, hidden_cells
+from attnviz.explain import ExplainError, WeightExplanation, attention_sums, explain_weight, hidden_among
 from attnviz.trace import Trace
 from attnviz.ui.frame import plotly_config
 from attnviz.ui.share import file_name, layer_part
@@ -75,7 +75,7 @@ def explain(trace: Trace, head: int, cells: list[tuple[int, int]],
         return _one_cell(trace, head, *cells[0])
     elif len(cells) > 1:
         _sums(trace, head, sorted({q for q, _ in cells}), sorted({k for _, k in cells}))
-        if hidden_cells(trace, head, cells).all():
+        if hidden_among(trace, head, cells).all():
             st.caption(f"Every one of the {len(cells)} selected cells is masked — a key hidden from its query — so "
                        "each has weight 0: what these queries give these keys is 0. The bars above show where the "
                        "selected queries look instead.")

@@ -248,7 +248,7 @@ def detect_window(module, inputs, setup: LabSetup) -> Version:
         verdict = f"query i sees keys i − {window - 1} … i: a window of exactly {window}"
         return Version(False, verdict, observation, {"window": found})
     should = f"key i − {window} should be hidden: diff >= W, not diff > W"
-    hidden = attention.hidden_cells().reshape(-1, n, n)  # (b·h, n, n)
+    hidden = attention.masked_cells().reshape(-1, n, n)  # (b·h, n, n)
     diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): how far key j is behind query i
     if found is not None:
         verdict = (f"query i sees keys i − {found - 1} … i: a window of {found}, but sliding_window_size is {window}"
