@@ -73,7 +73,6 @@ Around the rules:
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import os
 import re
@@ -923,19 +922,13 @@ def _triangles(recording: tracing.Recording, module: nn.Module) -> list[Triangle
     """The triangles the module made: its forward's ``tril``/``triu`` calls (with their diagonal and line), then its
     square buffers whose nonzero cells are a ``tril`` or ``triu`` of diagonal −2 … 2 (a keep-mask of ones, a hide-mask,
     an additive −∞ mask)."""
-    try:
-        own_file = inspect.getsourcefile(type(module))
-    except (TypeError, OSError):
-        own_file = None
+    own_file = tracing.class_file(module)
     found = []
     for index, name, diagonal in recording.triangles:
         op = recording.ops[index]
         if len(op.shape) < 2:
             continue
-        line = "" if op.line is None else f" on line {op.line}"
-        if op.line is not None and op.filename and op.filename != own_file:
-            line += f" of {op.filename.rsplit('/', 1)[-1]}"
-        found.append(Triangle(name, diagonal, line=line))
+        found.append(Triangle(name, diagonal, line=tracing.op_place(op, own_file)))
     for buffer_name, buffer in module.named_buffers():
         if buffer is None or buffer.dim() < 2 or buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
             continue
@@ -951,31 +944,20 @@ def _triangles(recording: tracing.Recording, module: nn.Module) -> list[Triangle
     return found
 
 
-def _place(op: tracing.Op, own_file: str | None) -> str:
-    """An op's place in words: " on line 12", " on line 40 of modeling_gpt2.py" (another file), "" where not known."""
-    line = "" if op.line is None else f" on line {op.line}"
-    if op.line is not None and op.filename and op.filename != own_file:
-        line += f" of {op.filename.rsplit('/', 1)[-1]}"
-    return line
-
-
 def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tracing.Attention) -> str | None:
     """The module's own ``masked_fill`` (or ``where``) before its softmax that sets the cells of a triangular mask to
     a number that hides nothing (0, not −∞: ``tracing.Recording.fills``), in words — "the masked_fill on line 47 sets
     the future (above the diagonal) to 0.0"; None when there is none."""
     keys = attention.masked.shape[-1]
+    own_file = tracing.class_file(module)
     for index, value, future in recording.fills:
         if attention.op_index >= 0 and index > attention.op_index:  # after the softmax: zeroed_after says it
             continue
         if not math.isfinite(value) or value <= HIDDEN_AT - keys:  # −∞, −10⁹: a mask that hides
             continue
-        try:
-            own_file = inspect.getsourcefile(type(module))
-        except (TypeError, OSError):
-            own_file = None
         op = recording.ops[index]
         cells = "the future (above the diagonal)" if future else "the cells of its triangular mask"
-        return f"the {op.name}{_place(op, own_file)} sets {cells} to {value!r}"
+        return f"the {op.name}{tracing.op_place(op, own_file)} sets {cells} to {value!r}"
     return None
 
 

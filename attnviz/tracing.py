@@ -433,7 +433,7 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
     tries the module on first to learn its sizes, not the user's, and the words that quote its shape say so."""
     _require_values(module, x)  # before the forward: a failed one is retried on fewer tokens, reading the buffers
     recorder = _Recorder()
-    recorder.user_file = _class_file(module)
+    recorder.user_file = class_file(module)
     try:
         try:
             with torch.no_grad(), recorder:
@@ -1683,12 +1683,18 @@ def _call(recorder: _Recorder, node: _Node) -> str:
 
 
 def _place(recorder: _Recorder, index: int) -> str:
-    """" on line 12" for op ``index`` made in the module's own file; " on line 66 of …/modeling_gpt2.py" elsewhere."""
-    op = recorder.ops[index]
+    """Where op ``index`` of a recording was made, in words (:func:`op_place`)."""
+    return op_place(recorder.ops[index], recorder.user_file)
+
+
+def op_place(op: Op, own_file: str | None) -> str:
+    """An op's place in words, the one naming of a source line: " on line 12" for a line of the module's own file
+    (``own_file``: :func:`class_file`), " on line 66 of transformers/models/gpt2/modeling_gpt2.py" for one elsewhere
+    (:func:`_shown_file`), "" where the line is not known."""
     if op.line is None:
         return ""
-    same = op.filename is not None and recorder.user_file is not None and (
-        os.path.abspath(op.filename) == os.path.abspath(recorder.user_file))
+    same = op.filename is not None and own_file is not None and (
+        os.path.abspath(op.filename) == os.path.abspath(own_file))
     return f" on line {op.line}" + ("" if same or op.filename is None else f" of {_shown_file(op.filename)}")
 
 
@@ -1701,7 +1707,7 @@ def _shown_file(filename: str) -> str:
     return os.path.relpath(path, max(holding, key=len)) if holding else os.path.basename(path)
 
 
-def _class_file(module: nn.Module) -> str | None:
+def class_file(module: nn.Module) -> str | None:
     """The file that defines the module's class (None when Python cannot tell)."""
     try:
         return inspect.getsourcefile(type(module))
