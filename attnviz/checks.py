@@ -103,6 +103,7 @@ from attnviz.declarations import (
 from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output, per_query_head
+from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch
 from attnviz.tokens import counted
 from attnviz.trace import HIDDEN_AT, ScoreWidth
 from attnviz.tracing import score_width
@@ -515,10 +516,6 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
     low = _low_precision(attention)
     return Check(rule, "fail", f"{where}row {row} sums to {value}{sink}, should be 1{hint}"
                  + (f" — {low}" if low else ""))
-
-
-SINK_WORDS = ("an attention sink: the softmax runs over the keys and one more column, a learned logit per head, "
-              "and the module drops that column after it (GPT-OSS)")
 
 
 def _sum_words(value: float) -> str:
@@ -1255,15 +1252,18 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
     scales the module declares (:func:`declared_scales`): the reference scales as its config's design when the
     module does, as ``scaling`` passes it.  A failure that the module's own scale alone explains says so.  Keys and
     values that pair the query heads differently fail it too (:func:`_paired_alike`), and so do a soft-cap other than
-    the one the module declares (``cap``: :func:`declared_softcap`; :func:`_softcap_mismatch`) and sink logits other
-    than the module's own, one per head (``sinks``: :func:`declared_sinks`; :func:`_sinks_mismatch`).  ``fill``: the
-    module's own masked_fill that sets the future to a number that hides nothing (:func:`_finite_fill`), which a
-    failure names as mask-convention does."""
+    the one the module declares (``cap``: :func:`declared_softcap`; :func:`softcap_mismatch`) and sink logits other
+    than the module's own, one per head (``sinks``: :func:`declared_sinks`; :func:`sinks_mismatch`), each compared
+    once, here (:mod:`attnviz.softcap_sinks_rule`).  ``fill``: the module's own masked_fill that sets the future to a
+    number that hides nothing (:func:`_finite_fill`), which a failure names as mask-convention does."""
+    cap_words, sinks_words = softcap_mismatch(attention, cap), sinks_mismatch(attention, sinks)
     check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width,
-                               declared=declared, cap=cap, sinks=sinks, fill=fill)
+                               declared=declared, cap=cap, sinks=sinks, fill=fill,
+                               agreed=(cap is not None and cap_words is None,
+                                       sinks is not None and sinks_words is None))
     if check.status == "skip":
         return check
-    mismatches = [words for words in (_softcap_mismatch(attention, cap), _sinks_mismatch(attention, sinks)) if words]
+    mismatches = [words for words in (cap_words, sinks_words) if words]
     if mismatches and check.status == "fail":
         check = Check(check.rule, "fail", f"{'; '.join(mismatches)}; and {check.evidence}")
     elif mismatches:
@@ -1271,94 +1271,17 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
     return _paired_alike(check, attention)
 
 
-def _softcap_mismatch(attention: tracing.Attention, cap: DeclaredCap | None) -> str | None:
-    """Words for scaled scores soft-capped otherwise than the module declares (``cap``) — with another cap, or not at
-    all (the walk from the softmax back to Q @ Kᵀ met no cap · tanh(s / cap)); None when they agree, when the module
-    declares none, or when the scores' path was not read."""
-    if cap is None or attention.queries is None or attention.scale is None:
-        return None
-    applied = attention.softcap
-    if applied is not None and math.isclose(applied, cap.cap, rel_tol=1e-4):
-        return None
-    if applied is None:
-        return (f"the module declares a soft-cap of its scores, {cap.words} (Gemma 2's attn_logit_softcapping), but "
-                "its scaled scores reach the softmax uncapped (no cap · tanh(s / cap) between the scale and the "
-                f"softmax): apply s → {cap.cap:g} · tanh(s / {cap.cap:g}) to the scaled scores before the mask")
-    return (f"the module soft-caps its scaled scores at {applied:g} · tanh(s / {applied:g}), but it declares a cap "
-            f"of {cap.cap:g} — {cap.words}: cap with {cap.cap:g} · tanh(s / {cap.cap:g}), not {applied:g}")
-
-
-def _sinks_mismatch(attention: tracing.Attention, sinks: DeclaredSinks | None) -> str | None:
-    """Words for sink logits the softmax got otherwise than the module keeps them (``sinks``: one per query head,
-    GPT-OSS's ``self.sinks``): no sink column (the logits perhaps added to every score, which the softmax cancels), a
-    column that changes along the queries or items, one logit for every head, the heads' logits in another order, or
-    other numbers; None when each head's column is its own logit, when the module keeps none, or when the column
-    could not be identified (matches-reference then skips, saying so)."""
-    if sinks is None or attention.queries is None:
-        return None
-    logits, name = sinks.logits, sinks.words  # (h,)
-    heads = logits.numel()
-    tolerance = TOLERANCE * max(1.0, logits.abs().max().item())
-    if attention.sinks is None:
-        if attention.sink_weights is not None:
-            return None
-        added = _sinks_added(attention, logits)
-        return (f"the module keeps attention sinks' logits, {name}, one per query head ({SINK_WORDS}), but its "
-                "softmax runs over the keys alone"
-                + (" — it adds them to every score of a row instead (head h's scores + sinks[h]), a constant per row "
-                   "that the softmax cancels: the sinks change no weight" if added else "")
-                + f": concatenate them beside the scores, torch.cat([scores, {name}.reshape(1, -1, 1, 1).expand(b, -1, "
-                  "n, 1)], dim=-1), and drop their column after the softmax")
-    column = attention.sinks.float()  # (b, h, nq, 1)
-    if column.shape[1] != heads:
-        return None
-    first = column[:1, :, :1]  # (1, h, 1, 1): each head's logit at the first query of the first item
-    apart = (column - first).abs()  # (b, h, nq, 1)
-    if apart.max().item() > tolerance:
-        item, head, query, _ = (int(i) for i in (apart == apart.max()).nonzero()[0])
-        there, elsewhere = column[0, head, 0, 0].item(), column[item, head, query, 0].item()
-        return (f"the sink column is not one logit per head: in head {head} it holds {there:.4g} at query 0 of item 0 "
-                f"but {elsewhere:.4g} at query {query} of item {item} — give every query of head h the same {name}[h], "
-                f"{name}.reshape(1, -1, 1, 1).expand(b, -1, n, 1)")
-    given = first.flatten()  # (h,)
-    if (given - logits).abs().max().item() <= tolerance:
-        return None
-    shown = ", ".join(f"{value:.3g}" for value in logits[:4].tolist()) + (", …" if heads > 4 else "")
-    if heads > 1 and (given - given[0]).abs().max().item() <= tolerance:
-        return (f"every head's sink column holds the same logit, {given[0].item():.4g}, but {name} holds one per "
-                f"head ({shown}): give query head h its own {name}[h], {name}.reshape(1, -1, 1, 1)")
-    source = [int((logits - given[head]).abs().argmin()) for head in range(heads)]  # whose logit each head got
-    head = next(head for head in range(heads) if abs(given[head].item() - logits[head].item()) > tolerance)
-    if all(abs(given[h].item() - logits[source[h]].item()) <= tolerance for h in range(heads)):
-        return (f"the sink logits go to other heads than their own: query head {head}'s sink column holds "
-                f"{name}[{source[head]}] ({given[head].item():.4g}), not {name}[{head}] ({logits[head].item():.4g}) "
-                f"— head h should get {name}[h], {name}.reshape(1, -1, 1, 1) in the query heads' order")
-    return (f"query head {head}'s sink column holds {given[head].item():.4g}, but {name}[{head}] is "
-            f"{logits[head].item():.4g}: concatenate the module's own sink logits beside the scores, unchanged")
-
-
-def _sinks_added(attention: tracing.Attention, logits: torch.Tensor) -> bool:
-    """Whether what the module adds to its scaled scores is, on every cell it shows, its head's sink logit
-    (``logits`` (h,)): the sinks added to every score instead of beside them."""
-    if attention.scaled is None or attention.scaled.shape[1] != logits.numel():
-        return False
-    visible = ~attention.masked_cells()  # (b, h, nq, nk)
-    added = attention.masked.float() - attention.scaled.float()  # (b, h, nq, nk)
-    expected = logits.reshape(1, -1, 1, 1).expand_as(added)  # (b, h, nq, nk)
-    tolerance = 1e-4 * max(1.0, attention.scaled.float().abs().max().item())
-    return bool(visible.any()) and (added - expected)[visible].abs().max().item() <= tolerance
-
-
 def _reference_verdict(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None,
                        declared: tuple[DeclaredScale, ...], cap: DeclaredCap | None = None,
-                       sinks: DeclaredSinks | None = None, fill: str | None = None) -> Check:
+                       sinks: DeclaredSinks | None = None, fill: str | None = None,
+                       agreed: tuple[bool, bool] = (False, False)) -> Check:
     if scaled and width is not None and width.head_dim is None and width.latent is not None:
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
     head_dim = None if width is None else width.head_dim
     design = None if not scaled or attention.scale is None else _declared(attention.scale, declared, design=True)
     reference = functools.partial(_matches_reference, recording, attention, causal, scaled=scaled, window=window,
-                                  head_dim=head_dim, cap=cap, sinks_declared=sinks, fill=fill)
+                                  head_dim=head_dim, cap=cap, sinks_declared=sinks, fill=fill, agreed=agreed)
     check = reference(scale=None if design is None else design.scale)
     if not scaled and check.status != "skip":
         check = Check(check.rule, check.status, f"{check.evidence} — unscaled, as the module's scores are (see "
@@ -1483,10 +1406,12 @@ def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
 def _matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool = True, window: int | None = None, head_dim: int | None = None,
                        scale: float | None = None, cap: DeclaredCap | None = None,
-                       sinks_declared: DeclaredSinks | None = None, fill: str | None = None) -> Check:
+                       sinks_declared: DeclaredSinks | None = None, fill: str | None = None,
+                       agreed: tuple[bool, bool] = (False, False)) -> Check:
     """matches-reference's comparison with the reference from the module's own Q, K, V, its own soft-cap and sink
     logits (``cap``, ``sinks_declared``: what the module declares, which the words say the cap and the logits are
-    when they agree — :func:`matches_reference` fails them when they do not); ``fill``: the module's masked_fill of
+    when they agree — ``agreed``: (the cap, the sinks), as :func:`matches_reference` found them, failing them when
+    they do not); ``fill``: the module's masked_fill of
     the future with a finite number (:func:`_finite_fill`), which a failure names."""
     rule = "matches-reference"
     if attention.queries is None or attention.keys is None or attention.values is None:
@@ -1507,17 +1432,15 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     check = _compared_with(recording, attention, reference, TOLERANCE if precision is None else precision[1],
                            formula=REFERENCE if scaled else UNSCALED_REFERENCE)
     if attention.softcap is not None and check.status != "skip":
-        agreed = cap is not None and _softcap_mismatch(attention, cap) is None
         check = Check(rule, check.status, f"{check.evidence} — the reference applies the module's "
                                           f"{softcap_words(attention.softcap)} to its scaled scores ("
-                                          + (f"the cap the module declares, {cap.words}" if agreed else
+                                          + (f"the cap the module declares, {cap.words}" if agreed[0] else
                                              _cap_taken_words(attention.softcap) if cap is None else
                                              "the cap it applies") + ")")
     if attention.sinks is not None and check.status != "skip":
-        agreed = sinks_declared is not None and _sinks_mismatch(attention, sinks_declared) is None
         check = Check(rule, check.status, f"{check.evidence} — with the module's sink logits beside the scores and "
                                           f"their column dropped after the softmax ({SINK_WORDS}; the sink logits are "
-                                          + (f"{sinks_declared.words}, each head its own" if agreed else
+                                          + (f"{sinks_declared.words}, each head its own" if agreed[1] else
                                              "the module's own: it keeps none under a sink's name, not checked"
                                              if sinks_declared is None else "the ones the softmax got") + ")")
     if slopes is not None and check.status != "skip":
