@@ -105,7 +105,7 @@ from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output, per_query_head
 from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch
 from attnviz.tokens import counted
-from attnviz.trace import HIDDEN_AT, ScoreWidth
+from attnviz.trace import ScoreWidth, hidden_by_mask
 from attnviz.tracing import score_width
 from attnviz.words import amount
 
@@ -950,7 +950,7 @@ def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tra
     for index, value, future in recording.fills:
         if attention.op_index >= 0 and index > attention.op_index:  # after the softmax: zeroed_after says it
             continue
-        if not math.isfinite(value) or value <= HIDDEN_AT - keys:  # −∞, −10⁹: a mask that hides
+        if not math.isfinite(value) or bool(hidden_by_mask(torch.tensor(value), keys=keys)):  # −∞, −10⁹: it hides
             continue
         op = recording.ops[index]
         cells = "the future (above the diagonal)" if future else "the cells of its triangular mask"

@@ -3470,8 +3470,9 @@ class LowPrecisionCache(nn.Module):
 
 
 class WindowSizedCache(PreallocatedCache):
-    """The book's optimized class as it ships: ``window_size`` (default: the context) is the length of the KV cache
-    it allocates, not an attention window — no mask applies it."""
+    """A preallocated KV cache of ``window_size`` slots (default: the context), which no mask applies: not an
+    attention window.  It is the book's optimized class only while ``window_size`` is at least the tokens cached — it
+    does not shift an overflowing cache to keep the last ``window_size`` tokens, as the book's class does."""
 
     def __init__(self, d_in=16, d_out=32, context_length=16, num_heads=4, window_size=None):
         super().__init__(d_in, d_out, context_length, num_heads)
