@@ -213,3 +213,15 @@ def test_a_checkpoint_or_trace_path_given_in_python_may_start_with_the_home_fold
     assert attnviz.load_trace("~/attnviz-trace.npz").tokens == trace.tokens
     with pytest.raises(CheckpointError, match=f"^No file or folder at {tmp_path}/gone\\."):
         attnviz.models.load_checkpoint("~/gone")
+
+
+@pytest.mark.parametrize("given", ["Your journey starts with one step", None, np.zeros((1, 4, 6, 6))])
+def test_figures_of_names_what_it_takes_when_given_no_trace(given):
+    """``figures_of`` is what a student calls outside Jupyter (``show`` points to it): a text, None or the weights
+    array instead of a Trace is an InputError naming the Trace it takes, not an AttributeError from inside it."""
+    from attnviz.config import InputError
+    from attnviz.views.notebook import figures_of
+
+    with pytest.raises(InputError, match=r"^figures_of takes a Trace \(attnviz\.run, attnviz\.trace_module, "
+                                         rf"attnviz\.load_trace\), got {type(given).__name__}$"):
+        figures_of(given)

@@ -15,7 +15,11 @@ from attnviz.views import diagram, figures, steps
 
 
 def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
-    """{"grid": the head grid, "head": head ``head`` in full, "flow": the shape flow's HTML} of a Trace."""
+    """{"grid": the head grid, "head": head ``head`` in full, "flow": the shape flow's HTML} of a Trace; anything else
+    is an InputError naming what it takes."""
+    if not isinstance(trace, Trace):
+        raise InputError(f"figures_of takes a Trace (attnviz.run, attnviz.trace_module, attnviz.load_trace), got "
+                         f"{type(trace).__name__}")
     config = trace.config
     maps_stages = [name for name in figures.MAP_TITLES if name in trace.steps]
     if stage not in maps_stages:
