@@ -205,6 +205,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
     selected = _selected(rules)
     sizes = _given_sizes(sizes)
     module = tracing.as_module(module)
+    causal = tracing.yes_no_causal(causal)
     dtype = tracing.module_dtype(module)
     if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:  # float16, bfloat16: eps 1e-3, 8e-3
         raise tracing.TraceError(_half_precision_words(dtype))

@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import numbers
 import os
 import re
 import sys
@@ -72,7 +73,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnviz import declarations, time_limit
-from attnviz.config import MAX_CONTEXT_LENGTH, AttentionConfig, EmptyTextError
+from attnviz.config import MAX_CONTEXT_LENGTH, MAX_SEED, AttentionConfig, EmptyTextError
 from attnviz.producers import book
 from attnviz.text import prepare_text
 from attnviz.trace import ModuleRun, ScoreWidth, Trace, hidden_by_mask, make_trace, to_numpy
@@ -2019,6 +2020,21 @@ def as_module(module) -> nn.Module:
     raise TraceError(f"module must be a torch.nn.Module, got {type(module).__name__}")
 
 
+def yes_no_causal(causal) -> bool | None:
+    """``causal`` as :func:`trace_module` and ``check_module`` take it: True, False or None (read from the run);
+    anything else — the string "False" too, which Python would read as true — is a TraceError."""
+    if causal is None or isinstance(causal, bool):
+        return causal
+    raise TraceError(f"causal must be True, False or None (read from the run), got {causal!r}")
+
+
+def whole_seed(seed) -> int:
+    """``seed`` as :func:`trace_module` takes it: a whole number from 0 to ``MAX_SEED``; TraceError otherwise."""
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED:
+        return int(seed)
+    raise TraceError(f"seed must be a whole number from 0 to {MAX_SEED:,}, got {seed!r}")
+
+
 def _weights_dtype(module: nn.Module) -> torch.dtype | None:
     """The dtype of the module's first floating-point parameter or buffer; None when it has none."""
     return next((t.dtype for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()), None)
@@ -2109,6 +2125,7 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
     embedding arrays are item 0's, the one the views draw.  Raises TraceError (one line) when it cannot."""
     notes: list[str] = []
     module = as_module(module)
+    causal, seed = yes_no_causal(causal), whole_seed(seed)
     width = None  # the width attnviz chose, said when the forward refuses it (saying_width)
     if isinstance(x, str):
         width = input_width(module)
@@ -2121,7 +2138,7 @@ def trace_module(module: nn.Module, x, *, causal: bool | None = None, label: str
                   "input": to_numpy(inputs[0])}
     with saying_width(inputs, width):
         return trace_inputs(module, inputs, text=text, token_ids=token_ids, embeddings=arrays, notes=notes,
-                            causal=causal, label=label, tokenized=isinstance(x, str))
+                            causal=causal, label=label, seed=seed, tokenized=isinstance(x, str))
 
 
 def trace_inputs(module: nn.Module, inputs: torch.Tensor, *, text: str, token_ids: list[int], embeddings: dict,

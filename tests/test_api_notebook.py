@@ -225,3 +225,35 @@ def test_figures_of_names_what_it_takes_when_given_no_trace(given):
     with pytest.raises(InputError, match=r"^figures_of takes a Trace \(attnviz\.run, attnviz\.trace_module, "
                                          rf"attnviz\.load_trace\), got {type(given).__name__}$"):
         figures_of(given)
+
+
+@pytest.mark.parametrize(("setting", "value"), [("causal", "False"), ("causal", 0), ("seed", "7"), ("seed", 1.5),
+                                                ("seed", -1)])
+def test_trace_module_refuses_a_causal_or_seed_of_the_wrong_kind(setting, value):
+    """``causal="False"`` is a true string: read as True, it would mark a bidirectional module causal.  Like
+    ``AttentionConfig``, trace_module says what it takes instead of guessing (and a seed it cannot use is no
+    ValueError from inside torch)."""
+    from helpers.user_modules import Bidirectional
+
+    from attnviz.tracing import TraceError
+
+    with pytest.raises(TraceError, match=rf"^{setting} must be "):
+        attnviz.trace_module(Bidirectional(16), torch.randn(1, 3, 16), **{setting: value})
+
+
+def test_check_module_refuses_a_string_for_causal():
+    from helpers.user_modules import Bidirectional
+
+    from attnviz.tracing import TraceError
+
+    with pytest.raises(TraceError, match=r"^causal must be True, False or None \(read from the run\), got 'False'$"):
+        attnviz.check_module(Bidirectional(16), causal="False")
+
+
+def test_trace_module_keeps_the_seed_it_embedded_the_text_with():
+    from helpers.user_modules import Bidirectional
+
+    trace = attnviz.trace_module(Bidirectional(16), "Your journey", seed=7, causal=False)
+    assert (trace.config.seed, trace.config.causal) == (7, False)
+    again = attnviz.trace_module(Bidirectional(16), "Your journey", seed=trace.config.seed)
+    assert np.array_equal(again.embeddings["input"], trace.embeddings["input"])
