@@ -351,10 +351,12 @@ def test_the_lab_gets_a_kv_grouping_and_a_window_from_the_settings():
     assert workbench.lab_setup(small_config(), 6).sliding_window_size == workbench.DEFAULT_WINDOW
 
 
-def test_repeat_is_harmless_with_one_kv_group():
-    setup, x = lab_for(small_config(num_heads=2))
+@pytest.mark.parametrize(("heads", "text"), [(2, TEXT), (1, "Hi")])  # 1 head on 1 token: a (1, 1) score matrix
+def test_repeat_is_harmless_with_one_kv_group(heads, text):
+    setup, x = lab_for(small_config(num_heads=heads), text)
     result = catalogue.run_pitfall("gqa_repeat", setup, x)
     assert result.buggy.fired is False and "no effect here" in result.buggy.verdict
+    assert result.correct.details["groups"] == result.buggy.details["groups"] == [0] * heads
 
 
 @pytest.mark.parametrize("key", ["gqa_repeat", "window_off_by_one", "rope_queries_only", "rope_values",

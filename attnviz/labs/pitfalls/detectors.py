@@ -202,16 +202,21 @@ def detect_nondeterminism(module, inputs, setup: LabSetup) -> Version:
 
 
 def detect_kv_groups(module, inputs, setup: LabSetup) -> Version:
-    """(8) Which K/V group each query head attends with: head h must use group h // group_size."""
+    """(8) Which K/V group each query head attends with: head h must use group h // group_size.  With one K/V group
+    every head uses it: nothing to read (one head on one token gives a (1, 1) product no tracing can tell apart)."""
     observation = observe(module, inputs)
     if (failed := _needs_output(observation)) is not None:
         return failed
-    with torch.no_grad():
-        recording = tracing.record(module, inputs)
-        used = tracing.combine(recording.attentions)[0].keys[0]  # (h, n, hd): each head's keys, as used
-        b, n, _ = inputs.shape
-        own = module.W_key(inputs).view(b, n, module.num_kv_groups, module.head_dim).transpose(1, 2)[0]  # (g, n, hd)
-    groups = [int((own - head).abs().amax(dim=(-2, -1)).argmin()) for head in used]  # the group each head uses
+    if module.num_kv_groups == 1:  # every head uses the one group
+        groups = [0] * module.num_heads
+    else:
+        with torch.no_grad():
+            recording = tracing.record(module, inputs)
+            used = tracing.combine(recording.attentions)[0].keys[0]  # (h, n, hd): each head's keys, as used
+            b, n, _ = inputs.shape
+            own = module.W_key(inputs).view(b, n, module.num_kv_groups, module.head_dim)  # (b, n, g, hd)
+            own = own.transpose(1, 2)[0]  # (g, n, hd)
+        groups = [int((own - head).abs().amax(dim=(-2, -1)).argmin()) for head in used]  # the group each head uses
     wrong = [h for h, g in enumerate(groups) if g != h // module.group_size]
     pairing = ", ".join(f"{h}→{g}" for h, g in enumerate(groups))
     if wrong:
