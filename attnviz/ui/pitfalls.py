@@ -124,8 +124,8 @@ def leak_detector(page_run: Context, key: tuple, setup: LabSetup, tokens: tuple[
     with st.spinner("Perturbing…"):
         report = compute.leak(key, wanted_heads(page_run), bug, j, trace_of(key))
     if "error" in report:
-        st.warning(f"**Verdict:** {report['verdict']} — the buggy code raises before producing outputs, so "
-                   "there is nothing to compare.", icon=":material/error:")
+        st.warning(f"**Verdict:** {report['verdict']} — the {'buggy ' if bug else ''}code raises before producing "
+                   "outputs, so there is nothing to compare.", icon=":material/error:")
     else:
         box = st.error if report["leaked"] else st.success
         icon = ":material/water_drop:" if report["leaked"] else ":material/check_circle:"

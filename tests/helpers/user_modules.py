@@ -3973,3 +3973,11 @@ class ZeroFilledMask(nn.Module):
         s = s.masked_fill(self.mask.bool()[:n, :n], 0.0)  # (b, h, n, n): 0, not -inf, above the diagonal
         w = torch.softmax(s / self.head_dim ** 0.5, dim=-1)  # (b, h, n, n)
         return self.out_proj((w @ v).transpose(1, 2).contiguous().view(b, n, -1))  # (b, n, d_out)
+
+
+class MaskedFillCopy(MyMultiHeadAttention):
+    """The book's MultiHeadAttention typed with ``masked_fill`` (no underscore): it means to mask the future (its mask
+    buffer is triangular) and does not."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias, bug="masked-fill-copy")

@@ -799,14 +799,18 @@ def test_the_leak_detector_says_what_it_reruns_and_who_sets_its_mask():
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_users_module_sets_the_leak_detectors_mask_not_the_sidebar(causal):
-    """A user's module decides whether it masks the future (config.causal is what attnviz found in it); the lab's
-    book code follows it, and the caption says so, not "in the sidebar" (the sidebar's toggle is greyed out)."""
+    """A user's module decides whether it masks the future (config.causal is what attnviz found in it): with no bug
+    the detector reruns the module itself, with a bug the lab's book code follows its setting, and the caption says
+    so, not "in the sidebar" (the sidebar's toggle is greyed out)."""
     config = small_config(module="Your module: Bidirectional", causal=causal)
     setup, _ = lab_for(small_config())
-    subject = catalogue.leak_subject(config, setup, None)
-    does = "masks" if causal else "does not mask"
-    assert subject == (f"the book's code (causal mask {'on' if causal else 'off'}, set by Your module: Bidirectional, "
-                       f"which {does} the future; the sidebar's toggle does not apply to it)")
+    assert catalogue.leak_subject(config, setup, None) == (
+        "Your module: Bidirectional as every page runs it (its own mask; the sidebar's causal toggle does not apply "
+        "to it)")
+    subject = catalogue.leak_subject(config, setup, "softmax_dim")
+    does = "masks the future" if causal else "does not mask the future"
+    assert subject == (f"the code with bug {PITFALLS['softmax_dim'].title} (causal mask {'on' if causal else 'off'}, "
+                       f"set by Your module: Bidirectional, which {does}; the sidebar's toggle does not apply to it)")
     assert "in the sidebar" not in subject
 
 
@@ -1001,3 +1005,22 @@ def test_the_labs_own_class_has_the_name_of_the_books_class_the_app_runs(bug, va
 
     assert catalogue.runs(bug).__name__ == variants.get(variant).cls.__name__
     assert catalogue.shown_in(bug).startswith(f"{variants.get(variant).cls.__name__} (")
+
+
+def test_the_leak_detector_reruns_a_users_module_itself_and_finds_its_leak(monkeypatch):
+    """A module that means to mask the future (a triangular mask buffer, so its config says causal) and does not:
+    with no bug the leak detector perturbs the module itself, as every page runs it, not the book's code with its
+    causal setting, which would say "no leak"."""
+    from pathlib import Path
+
+    from attnviz import user_code
+
+    modules = Path(__file__).resolve().parents[1] / "helpers" / "user_modules.py"
+    monkeypatch.setenv(user_code.ENV, f"{modules}:MaskedFillCopy")
+    trace = pipeline.run(TEXT, small_config(module="Your module: MaskedFillCopy", d_in=16, d_out=16))
+    assert trace.config.causal and not trace.hides_future  # meant to mask, and does not
+    report = catalogue.leak_on_trace(trace, 4, None, 3)
+    assert report["leaked"] == [0, 1, 2] and report["verdict"] == "leaks into positions 0, 1, 2"
+    setup = workbench.lab_setup(trace.config, trace.n, 4)
+    assert catalogue.leak_subject(trace.config, setup, None).startswith("Your module: MaskedFillCopy as every page")
+    assert not catalogue.leak_on_trace(trace, 4, "scale_d_out", 3)["leaked"]  # a bug: the book's code, masked

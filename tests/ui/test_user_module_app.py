@@ -156,16 +156,17 @@ def test_a_url_cannot_name_a_module_that_is_not_listed(tmp_path):
 
 
 def test_the_pitfall_labs_leak_detector_says_a_modules_mask_is_its_own(monkeypatch):
-    """The module decides whether it masks the future (the sidebar's toggle is greyed out): with a module that does
-    not, the lab's book code runs unmasked too and leaks — and the caption says the module set it, not the sidebar."""
+    """The module decides whether it masks the future (the sidebar's toggle is greyed out): with no bug the leak
+    detector reruns the module itself, which leaks; with a bug, the lab's book code runs unmasked as the module does —
+    and the captions say the module decides, not the sidebar."""
     monkeypatch.setenv(user_code.ENV, f"{MODULES}:Bidirectional")
     at = app("pages/pitfalls.py", variant="Your module: Bidirectional", causal="true")
     no_exception(at)
     toggle = at.sidebar.toggle(key="causal")
     assert toggle.value and toggle.disabled  # the URL's causal=true, shown greyed out
     caption = next(c.value for c in at.caption if c.value.startswith("Add seeded noise"))
-    assert ("rerun the book's code (causal mask off, set by Your module: Bidirectional, which does not mask the "
-            "future; the sidebar's toggle does not apply to it)") in caption
+    assert ("rerun Your module: Bidirectional as every page runs it (its own mask; the sidebar's causal toggle does "
+            "not apply to it)") in caption
     assert "in the sidebar" not in caption
     verdict = next(box.value for box in at.error if box.value.startswith("**Verdict:**"))
     assert verdict.startswith("**Verdict:** leaks into positions 0")

@@ -344,8 +344,10 @@ def causal_source(config: AttentionConfig) -> str:
 
 def leak_subject(config: AttentionConfig, setup: LabSetup, bug: str | None) -> str:
     """What the leak detector reruns for ``bug`` and whether it masks the future, as the page says it: the causal
-    mask of :func:`causal_source`, or on in the lab's own classes, which always mask the future.  A bug that
-    cannot run at these sizes: the book's code (:func:`leak_bug`)."""
+    mask of :func:`causal_source`, or on in the lab's own classes, which always mask the future; with no bug, a user's
+    module itself (:func:`module_leak`).  A bug that cannot run at these sizes: the book's code (:func:`leak_bug`)."""
+    if bug not in PITFALLS and config.module is not None:  # no bug: the user's module itself (module_leak)
+        return f"{config.module} as every page runs it (its own mask; the sidebar's causal toggle does not apply to it)"
     ran = leak_bug(setup, bug)
     if ran is not None and PITFALLS[ran].correct is not build_correct:
         return f"the code with bug {PITFALLS[ran].title} (causal mask on: the lab's own class always masks the future)"
@@ -422,6 +424,23 @@ def correct_on_trace(trace: Trace, wanted_heads: int, key: str) -> Version:
 
 
 def leak_on_trace(trace: Trace, wanted_heads: int, bug: str | None, j: int) -> dict:
-    """:func:`leak_check` with the lab's module for the trace's config and its causal setting."""
+    """:func:`leak_check` with the lab's module for the trace's config and its causal setting; with no bug and a user's
+    module, that module itself (:func:`module_leak`)."""
+    inputs = lab_inputs(trace.embeddings["input"])
+    if bug is None and trace.config.module is not None:
+        return module_leak(trace.config, inputs, j)
     setup = lab_setup(trace.config, trace.n, wanted_heads)
-    return leak_check(setup, lab_inputs(trace.embeddings["input"]), j, causal=trace.config.causal, bug=bug)
+    return leak_check(setup, inputs, j, causal=trace.config.causal, bug=bug)
+
+
+def module_leak(config: AttentionConfig, inputs: torch.Tensor, j: int) -> dict:
+    """:func:`leak_report` on the user's listed module of a settled ``config``, built as every page runs it — its own
+    mask, not a copy of its causal setting on the book's code: a module that means to mask the future and does not
+    leaks here.  A forward that raises gives ``{"error": text}``."""
+    from attnviz.producers import user_module  # the listed module, built once for every page
+
+    module = user_module.module_for(config)
+    try:
+        return {**leak_report(module, inputs, j, seed=config.seed), "bug": None}
+    except Exception as exc:  # the user's code: whatever it raises is said, not a traceback
+        return {"j": j, "bug": None, "error": str(exc), "verdict": f"cannot run: {type(exc).__name__}: {exc}"}
