@@ -808,7 +808,7 @@ def test_a_users_module_sets_the_leak_detectors_mask_not_the_sidebar(causal):
         "Your module: Bidirectional as every page runs it (its own mask; the sidebar's causal toggle does not apply "
         "to it)")
     subject = catalogue.leak_subject(config, setup, "softmax_dim")
-    does = "masks the future" if causal else "does not mask the future"
+    does = "asks for a causal mask" if causal else "does not mask the future"
     assert subject == (f"the code with bug {PITFALLS['softmax_dim'].title} (causal mask {'on' if causal else 'off'}, "
                        f"set by Your module: Bidirectional, which {does}; the sidebar's toggle does not apply to it)")
     assert "in the sidebar" not in subject
@@ -1024,3 +1024,18 @@ def test_the_leak_detector_reruns_a_users_module_itself_and_finds_its_leak(monke
     setup = workbench.lab_setup(trace.config, trace.n, 4)
     assert catalogue.leak_subject(trace.config, setup, None).startswith("Your module: MaskedFillCopy as every page")
     assert not catalogue.leak_on_trace(trace, 4, "scale_d_out", 3)["leaked"]  # a bug: the book's code, masked
+
+
+
+def test_the_leak_detector_with_a_bug_says_a_module_asks_for_the_mask_not_that_it_masks(monkeypatch):
+    """With a bug switched on the book's code runs, masked as the module means to be; a module whose code asks for a
+    causal mask may still leak (MaskedFillCopy does), so the caption does not say it masks the future."""
+    from pathlib import Path
+
+    from attnviz import user_code
+
+    modules = Path(__file__).resolve().parents[1] / "helpers" / "user_modules.py"
+    monkeypatch.setenv(user_code.ENV, f"{modules}:MaskedFillCopy")
+    config = pipeline.run("Hi there", small_config(module="Your module: MaskedFillCopy", d_in=16, d_out=16)).config
+    assert catalogue.causal_source(config) == ("Your module: MaskedFillCopy, which asks for a causal mask; the "
+                                               "sidebar's toggle does not apply to it")

@@ -335,8 +335,8 @@ def causal_source(config: AttentionConfig) -> str:
     """Who decides whether the book's code in the leak detector masks the future: the sidebar's causal toggle, or
     the user's module or the variant that decides it (the sidebar's toggle is greyed out then)."""
     if config.module is not None:
-        does = "masks" if config.causal else "does not mask"
-        return f"{config.module}, which {does} the future; the sidebar's toggle does not apply to it"
+        does = "asks for a causal mask" if config.causal else "does not mask the future"  # asks: its code may leak
+        return f"{config.module}, which {does}; the sidebar's toggle does not apply to it"
     if (reason := config.spec.not_applicable("causal")) is not None:
         return f"the variant: {reason.rstrip('.')}"
     return "the sidebar's causal toggle"
