@@ -45,7 +45,12 @@ def running(model: GPTModel, causal: bool):
 
 def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
     """token ids (a sequence, (n,) or (1, n)) -> a (1, n) long tensor, or a ValueError saying what is wrong."""
-    ids = torch.as_tensor(np.asarray(token_ids), dtype=torch.long)  # (n,) or (1, n)
+    values = np.asarray(token_ids)  # (n,) or (1, n)
+    if values.size and values.dtype.kind not in "iu":  # text, floats, booleans: no token ids to read
+        shown = f" {token_ids[:40]!r}" if isinstance(token_ids, str) else ""
+        raise ValueError(f"token_ids must be whole numbers (GPT-2 token ids), got {type(token_ids).__name__}{shown}: "
+                         "tokenize a text first, with attnviz.tokens.encode(text)")
+    ids = torch.as_tensor(values, dtype=torch.long)  # (n,) or (1, n)
     if ids.dim() == 2 and ids.shape[0] == 1:
         ids = ids[0]  # (1, n) -> (n,)
     if ids.dim() != 1 or ids.numel() == 0:

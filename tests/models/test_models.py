@@ -688,6 +688,9 @@ def test_maps_accept_token_id_forms(loaded):
         (TOKENS, 2, "from 0 to 1"),
         (TOKENS, -1, "from 0 to 1"),
         (TOKENS, True, "from 0 to 1"),
+        ("Your journey", 0, r"^token_ids must be whole numbers \(GPT-2 token ids\), got str 'Your journey'"),
+        ([1.5, 2.0], 0, r"^token_ids must be whole numbers \(GPT-2 token ids\), got list"),
+        ([True, False], 0, "got list"),
     ],
 )
 def test_bad_inputs_raise_clear_value_errors(loaded, ids, layer, message):
