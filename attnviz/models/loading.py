@@ -388,6 +388,9 @@ def load_checkpoint(path: str | os.PathLike) -> GPTModel:
 
     Raises :class:`CheckpointError` (a ``ConfigError``) with an actionable message for anything else.
     """
+    if not isinstance(path, str | os.PathLike):
+        raise CheckpointError(f"load_checkpoint takes the path of a checkpoint file or folder (a str or a "
+                              f"pathlib.Path), got {type(path).__name__}.")
     try:
         return _load(Path(os.path.expanduser(path)))
     except OSError as error:  # permissions, a file vanishing mid-read, …

@@ -389,6 +389,15 @@ def test_truncated_pth(hf_small, tmp_path):
     assert "truncated" in load_error(path)
 
 
+@pytest.mark.parametrize("given", [5, None, b"gpt2.pth"])
+def test_a_path_that_is_no_str_or_path_is_named(given):
+    from attnviz.models import CheckpointError, load_checkpoint
+
+    with pytest.raises(CheckpointError, match=r"^load_checkpoint takes the path of a checkpoint file or folder \(a str "
+                                              rf"or a pathlib\.Path\), got {type(given).__name__}\.$"):
+        load_checkpoint(given)
+
+
 def test_not_gpt2_names_the_missing_key(tmp_path):
     safetensors_torch.save_file({"model.embed_tokens.weight": torch.zeros(10, 4)}, tmp_path / "llama.safetensors")
     message = load_error(tmp_path / "llama.safetensors")
