@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnviz import tracing
 from attnviz.attention import MultiHeadAttention
 from attnviz.config import AttentionConfig
 from attnviz.labs.pitfalls import modern
@@ -439,8 +440,23 @@ def module_leak(config: AttentionConfig, inputs: torch.Tensor, j: int) -> dict:
     leaks here.  A forward that raises gives ``{"error": text}``."""
     from attnviz.producers import user_module  # the listed module, built once for every page
 
-    module = user_module.module_for(config)
+    module = _AsEveryPageRunsIt(user_module.module_for(config))
     try:
         return {**leak_report(module, inputs, j, seed=config.seed), "bug": None}
     except Exception as exc:  # the user's code: whatever it raises is said, not a traceback
         return {"j": j, "bug": None, "error": str(exc), "verdict": f"cannot run: {type(exc).__name__}: {exc}"}
+
+
+class _AsEveryPageRunsIt(nn.Module):
+    """A user's module called as every page calls it (:func:`attnviz.tracing.record`): its calling convention
+    (``forward(x, x, x)``, sequence first), the time limit, ``os._exit`` refused, and the one vector per token it
+    returns whatever else it returns with it (a tuple, weights first, a dict).  In the user's module's own mode, which
+    it leaves as it is."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.training = module.training  # not .train(): that would set the user's module too
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return tracing.record(self.module, x).output  # (1, n, d_in) -> (1, n, d_out)
