@@ -21,7 +21,7 @@ which cell, which value, what it should be:
     must show once the tokens reach a key W behind, and one they never reach is traced again on W + 2 tokens, up to
     ``LONGEST_WINDOW_CHECK``;
   - a ``window_size`` that is the KV cache's length, the book's optimized class's, is no attention window
-    (:func:`attnviz.declarations.cache_length`) — unless the code says it is one (:func:`window_said`), which a
+    (:func:`attnviz.window_reading.cache_length`) — unless the code says it is one (:func:`window_said`), which a
     window never applied names;
   - it fails an inverted mask, one that hides the past instead of the future, or a shifted diagonal; a fix names
     the module's own ``tril``/``triu`` call or mask buffer when one of them is the mask;
@@ -92,13 +92,10 @@ from attnviz.declarations import (
     DeclaredCap,
     DeclaredScale,
     DeclaredSinks,
-    attention_window,
-    cache_length,
     declared_scales,
     declared_sinks,
     declared_softcap,
     is_size,
-    window_said,
 )
 from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
@@ -107,6 +104,7 @@ from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_misma
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth, hidden_by_mask
 from attnviz.tracing import score_width
+from attnviz.window_reading import attention_window, cache_length, window_said
 from attnviz.words import amount
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement", "dropout-placement",
@@ -677,7 +675,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                     fill: str | None = None, said: str | None = None) -> Check:
     """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show
     when the tokens reach a key W behind; ``cache_length``: (the name, W) of a window the module declares that is its
-    KV cache's length (:func:`attnviz.declarations.cache_length`), which its hidden cells need not show (said in a
+    KV cache's length (:func:`attnviz.window_reading.cache_length`), which its hidden cells need not show (said in a
     pass); ``stated``: who said whether the module is causal (:func:`_stated_causal`), None when
     its mask says; ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``triangles``:
     the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask; ``longer(n)``: the
@@ -686,7 +684,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     (:func:`attnviz.tracing.module_context`: c, and how attnviz knows); ``fill``: the module's own masked_fill that
     sets the future to a number that hides nothing (:func:`_finite_fill`), which a mask that hides no cell names;
     ``said``: what in the module's code says that its ``window_size``, read only where it caches, is an attention
-    window and not the book's KV-cache length (:func:`attnviz.declarations.window_said`), which a window never
+    window and not the book's KV-cache length (:func:`attnviz.window_reading.window_said`), which a window never
     applied names."""
     rule = "mask-convention"
     hidden = attention.masked_cells()  # (b, h, nq, nk)
@@ -779,7 +777,7 @@ def _one_key_wide(declared: int) -> str:
 
 def _cache_length_words(name: str, length: int) -> str:
     """mask-convention's pass for hidden cells that are exactly the future in a module whose ``name`` = ``length`` is
-    its KV cache's length (:func:`attnviz.declarations.cache_length`), not an attention window: the reading the
+    its KV cache's length (:func:`attnviz.window_reading.cache_length`), not an attention window: the reading the
     check took, why, and what the other reading would mean."""
     return (f"the hidden cells are exactly the future (above the diagonal); {name} = {length} is the length of the "
             f"module's KV cache, not an attention window: its code reads {name} only where the forward caches "

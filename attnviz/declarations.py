@@ -7,9 +7,8 @@ object or a dict). This module reads:
   setting, :data:`HEAD_DIM_NAMES`);
 * the scales it declares other than 1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its
   own);
-* its sliding window, and whether a ``window_size`` is its KV cache's length rather than an attention window
-  (:func:`cache_length`, :func:`window_said`: the book's optimized class's, read only where it caches, unless the
-  code says sliding window);
+* its sliding window (:func:`declared_window`; whether a ``window_size`` is its KV cache's length rather than an
+  attention window is :mod:`attnviz.window_reading`'s reading of its code);
 * the soft-cap of its scores (:func:`declared_softcap`);
 * its attention sinks' logits (:func:`declared_sinks`);
 * the numbers other than sizes a constructor may be built with (:data:`NUMBER_SETTINGS`: a rotary base, a soft-cap);
@@ -22,13 +21,10 @@ those declarations here.
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
-import linecache
 import math
-import re
 import textwrap
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -224,15 +220,15 @@ def _inverse_root(node, names: tuple[str, ...]) -> bool:
         power = node.right
         value = (-power.operand.value if isinstance(power, ast.UnaryOp) and isinstance(power.op, ast.USub)
                  and isinstance(power.operand, ast.Constant) else getattr(power, "value", None))
-        return value == -0.5 and _is_named(node.left, names)
+        return value == -0.5 and is_named(node.left, names)
     if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Constant)
             and node.left.value == 1 and isinstance(node.right, ast.Call) and node.right.args
             and getattr(node.right.func, "attr", getattr(node.right.func, "id", None)) == "sqrt"):
-        return _is_named(node.right.args[0], names)
+        return is_named(node.right.args[0], names)
     return False
 
 
-def _is_named(node, names: tuple[str, ...]) -> bool:
+def is_named(node, names: tuple[str, ...]) -> bool:
     """Whether the expression ``node`` is one of ``names`` itself — a bare name, an attribute of any object
     (``config.X``, ``self.X``), a dict's key (``cfg["X"]``) —, read or written; not an expression that contains one."""
     return ((isinstance(node, ast.Name) and node.id in names)
@@ -368,270 +364,3 @@ def _config_window(module: nn.Module) -> int | None:
     if isinstance(below, int) and below > 0 and (not known or layer < below):
         return None
     return window
-
-
-CACHE_LENGTH_NAMES = ("window_size",)  # a window spelling that may size a KV cache: it names no sliding or attention
-SLIDING_NAMES_OF_WINDOW = tuple(name for name in SPELLINGS["sliding_window_size"] if name not in CACHE_LENGTH_NAMES)
-# what a class's name or docstring says when it is sliding-window attention (lowercased, "-" and "_" read as spaces)
-SAYS_WINDOW_ATTENTION = re.compile(r"\b(?:sliding )?window(?:ed)? (?:self )?(?:attention|attn)\b|\bswa\b"
-                                   r"|\blocal (?:self )?attention\b"
-                                   r"|\b(?:attention|attends?) (?:\w+ ){0,3}(?:a |its )?sliding window\b")
-MASK_CALLS = ("tril", "triu", "tril_", "triu_", "masked_fill", "masked_fill_", "where", "scaled_dot_product_attention")
-
-
-def cache_length(module: nn.Module) -> tuple[str, int] | None:
-    """(the name, W) when the window a module declares (:func:`declared_window`) is its KV cache's length, not an
-    attention window, as the book's optimized ``MultiHeadAttention`` makes its ``window_size``: kept under a name that
-    says neither sliding nor attention (:data:`CACHE_LENGTH_NAMES`), by a module whose forward takes ``use_cache``
-    and whose code reads it only where it caches (:func:`_read_only_to_cache`), and whose code says nowhere that it
-    is an attention window (:func:`window_said`).  None otherwise: a ``sliding_window_size``, or a ``window_size``
-    the uncached forward may read, or one the code calls a window, is an attention window."""
-    found = _read_as_cache_length(module)
-    return found if found is not None and window_said(module) is None else None
-
-
-def attention_window(module: nn.Module) -> int | None:
-    """The attention window a module declares (:func:`declared_window`): the keys each query sees.  None when it
-    declares none, or when what it declares is its KV cache's length (:func:`cache_length`: the book's optimized
-    class's ``window_size``), which bounds what the cache keeps, not what a query sees."""
-    return None if cache_length(module) is not None else declared_window(module)
-
-
-def _read_as_cache_length(module: nn.Module) -> tuple[str, int] | None:
-    """(the name, W) of a window kept under :data:`CACHE_LENGTH_NAMES` that the module's code reads only where its
-    forward caches — the book's optimized class's reading of ``window_size`` —; None otherwise."""
-    found = declared(module, "sliding_window_size")
-    if found is None or found[0] not in CACHE_LENGTH_NAMES:
-        return None
-    try:
-        takes_use_cache = "use_cache" in inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return None
-    return found if takes_use_cache and _read_only_to_cache(type(module), found[0]) else None
-
-
-def window_said(module: nn.Module) -> str | None:
-    """Words naming what in a module's code says that its ``window_size`` — read only where the forward caches, as the
-    book's optimized class reads its KV cache's length (:func:`_read_as_cache_length`) — is an attention window after
-    all, with the line: its class's name or docstring (sliding-window, windowed or local attention, SWA:
-    :data:`SAYS_WINDOW_ATTENTION`), its config's ``sliding_window`` (:data:`SLIDING_NAMES_OF_WINDOW`), its
-    constructor keeping a ``sliding_window`` under that name, or a mask its code makes from it (:func:`_mask_reads`:
-    compared outside an ``if``'s test, or passed to ``tril``, ``masked_fill`` …).  None: its code says none of them,
-    or the window is not read that way."""
-    found = _read_as_cache_length(module)
-    if found is None:
-        return None
-    for spelling in SLIDING_NAMES_OF_WINDOW:
-        if is_size(value := config_setting(module, spelling)):
-            return f"its config declares {spelling} = {value}"
-    return _code_says_window(type(module), found[0])
-
-
-@functools.lru_cache(maxsize=64)
-def _code_says_window(cls: type, name: str) -> str | None:
-    """:func:`window_said`'s reading of the code of ``cls`` and its own bases, which does not change while the class
-    lives (read once per class)."""
-    for klass in _own_classes(cls):
-        words = " ".join(_camel_words(klass.__name__))
-        if SAYS_WINDOW_ATTENTION.search(words) or re.search(r"\bsliding\b", words):
-            return f"the class's name says so: class {klass.__name__}{_at_line(_class_lines(klass)[0])}"
-        doc = " ".join(re.sub(r"[-_]", " ", vars(klass).get("__doc__") or "").lower().split())
-        if match := SAYS_WINDOW_ATTENTION.search(doc):
-            return f"the docstring of {klass.__name__} says “{match.group(0)}”{_at_line(_class_lines(klass)[1])}"
-    for function, tree, first in _own_methods(cls):
-        if function.__name__ == "__init__":
-            for statement in ast.walk(tree):
-                if (isinstance(statement, ast.stmt) and _keeps(statement, name) and (value := getattr(
-                        statement, "value", None)) is not None and any(
-                        _is_named(sub, SLIDING_NAMES_OF_WINDOW) for sub in ast.walk(value))):
-                    return (f"its constructor keeps a sliding window as self.{name} (line "
-                            f"{first + statement.lineno - 1}: {ast.unparse(statement)})")
-        for node in _mask_reads(tree, name):
-            return (f"line {first + node.lineno - 1} of {function.__qualname__} makes a mask of it: "
-                    f"{ast.unparse(node)}")
-    return None
-
-
-def _own_classes(cls: type) -> list[type]:
-    """``cls`` and its bases that are not torch's or Python's, most derived first: the classes a user wrote."""
-    return [klass for klass in cls.__mro__ if klass.__module__.split(".")[0] not in ("torch", "builtins")]
-
-
-def _own_methods(cls: type) -> Iterator[tuple[Callable, ast.AST, int]]:
-    """Each method of ``cls`` and its own bases (:func:`_own_classes`) whose source can be read: the function, its
-    parsed source and the line of its file it starts on."""
-    for klass in _own_classes(cls):
-        for function in (value for value in vars(klass).values() if inspect.isfunction(value)):
-            try:
-                lines, first = inspect.getsourcelines(function)
-                yield function, ast.parse(textwrap.dedent("".join(lines))), first
-            except (OSError, TypeError, SyntaxError):
-                continue
-
-
-def _camel_words(name: str) -> list[str]:
-    """A class name's words, lowercased: ``MultiHeadAttentionWithSWA`` → multi, head, attention, with, swa."""
-    return [word.lower() for word in re.findall(r"[A-Z]+(?=[A-Z][a-z]|\d|_|$)|[A-Z]?[a-z]+|\d+", name)]
-
-
-def _class_lines(klass: type) -> tuple[int | None, int | None]:
-    """The lines of its file a class's ``class`` statement and its docstring start on, found by the statement's text
-    (``inspect.getsourcelines`` parses the whole file to find a class); None where not known."""
-    try:
-        lines = linecache.getlines(inspect.getsourcefile(klass) or "")
-    except TypeError:
-        return None, None
-    statement = re.compile(rf"\s*class\s+{re.escape(klass.__name__)}\b")
-    first = next((number for number, line in enumerate(lines, start=1) if statement.match(line)), None)
-    if first is None:
-        return None, None
-    doc = next((number for number, line in enumerate(lines[first:], start=first + 1) if line.strip()), None)
-    return first, doc if doc is not None and lines[doc - 1].lstrip()[:1] in "\"'rRuU" else None
-
-
-def _at_line(line: int | None) -> str:
-    """" (line 12)", or "" where the line is not known."""
-    return "" if line is None else f" (line {line})"
-
-
-def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
-    """The statements of a method's code (``tree``) that make a mask of ``self.<name>`` — or of a local name whose
-    value is it (:func:`_window_valued`: ``W = self.window_size``, ``far = W - 1``) —: a comparison with it that is no
-    ``if``, ``while`` or ``assert`` test (``diff >= W``: a tensor of booleans, where the book's cache compares
-    ``self.ptr_cur + num_tokens > self.window_size`` only to decide whether to shift), or it as an argument of a
-    masking call (:data:`MASK_CALLS`: ``triu(…, diagonal=-W)``).  A tensor sliced or sized by it (``keys[:, :, -W:]``,
-    ``torch.zeros(b, h, W, hd)``) is no window: a mask built from its shape is the book's causal one."""
-    aliases: set[str] = set()
-    for _ in range(3):  # W = self.window_size; far = W - 1: a few steps of names assigned from it
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
-                    and _window_valued(node.value, name, aliases)):
-                aliases |= {target.id for target in node.targets}
-    tests = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If | ast.While | ast.Assert | ast.IfExp)
-             for sub in ast.walk(node.test)}
-    statements = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
-                  and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.If | ast.While | ast.For
-                                     | ast.With)]
-    found = []
-    for statement in statements:
-        for node in ast.walk(statement):
-            compared = (isinstance(node, ast.Compare) and id(node) not in tests
-                        and any(_window_valued(side, name, aliases) for side in [node.left, *node.comparators]))
-            masking = (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
-                       in MASK_CALLS and any(_window_valued(argument, name, aliases) for argument in
-                                             [*node.args, *(keyword.value for keyword in node.keywords)]))
-            if compared or masking:
-                found.append(statement)
-                break
-    return sorted(found, key=lambda node: node.lineno)
-
-
-NUMBER_CALLS = ("int", "float", "min", "max", "abs")  # calls whose value is still a number made of their arguments
-
-
-def _window_valued(node: ast.AST, name: str, aliases: set[str]) -> bool:
-    """Whether the expression ``node`` is a number made of ``self.<name>`` or one of the local names ``aliases``
-    holding it: the name itself, arithmetic on it (``W - 1``, ``-W``), ``int(W)``, ``min(W, n)``, either branch of
-    ``… if … else …``; not a tensor it slices or sizes."""
-    if _is_self_load(node, name) or (isinstance(node, ast.Name) and node.id in aliases):
-        return True
-    if isinstance(node, ast.BinOp):
-        return _window_valued(node.left, name, aliases) or _window_valued(node.right, name, aliases)
-    if isinstance(node, ast.UnaryOp):
-        return _window_valued(node.operand, name, aliases)
-    if isinstance(node, ast.IfExp):
-        return _window_valued(node.body, name, aliases) or _window_valued(node.orelse, name, aliases)
-    if isinstance(node, ast.BoolOp):
-        return any(_window_valued(value, name, aliases) for value in node.values)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NUMBER_CALLS:
-        return any(_window_valued(argument, name, aliases) for argument in node.args)
-    return False
-
-
-@functools.lru_cache(maxsize=64)
-def _read_only_to_cache(cls: type, name: str) -> bool:
-    """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
-    forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), or in a method whose
-    name says cache (``reset_cache``, ``_update_cache``); a constructor reads it, or its parameter ``name``, only to
-    keep it (``self.window_size = window_size or self.max_seq_len``).  False where the source cannot be read.  Read
-    once per class: a check asks several times (:func:`cache_length`, :func:`window_said`)."""
-    reads = 0
-    for klass in cls.__mro__:
-        if klass.__module__.split(".")[0] in ("torch", "builtins"):
-            continue
-        for function in (value for value in vars(klass).values() if inspect.isfunction(value)):
-            try:
-                method = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
-            except (OSError, TypeError, SyntaxError, IndexError):
-                return False
-            if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
-                return False
-            if method.name == "__init__":
-                if any(not _keeps(statement, name) and _count_self_loads(statement, name, bare=(name,))
-                       for statement in method.body):
-                    return False
-                continue
-            cached, uncached = _cached_and_other_loads(method.body, name, "cache" in method.name.lower())
-            if uncached:
-                return False
-            reads += cached
-    return reads > 0
-
-
-def _keeps(statement: ast.stmt, name: str) -> bool:
-    """Whether ``statement`` assigns ``self.<name>`` (and so may read the parameter it keeps)."""
-    targets = (statement.targets if isinstance(statement, ast.Assign) else
-               [statement.target] if isinstance(statement, ast.AnnAssign | ast.AugAssign) else [])
-    return any(isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name)
-               and node.value.id == "self" for target in targets for node in ast.walk(target))
-
-
-def _is_self_load(node: ast.AST, name: str) -> bool:
-    """Whether ``node`` reads ``self.<name>`` (an attribute of ``self`` loaded, not assigned)."""
-    return (isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Load)
-            and isinstance(node.value, ast.Name) and node.value.id == "self")
-
-
-def _count_self_loads(node: ast.AST, name: str, *, bare: Collection[str] = ()) -> int:
-    """How many times the code under ``node`` reads ``self.<name>``, or one of the ``bare`` names (a constructor's
-    argument of that name; the local names assigned from it) — counted anywhere inside it, unlike :func:`_is_named`,
-    which asks what one expression is."""
-    return sum(1 for sub in ast.walk(node) if _is_self_load(sub, name) or (
-        isinstance(sub, ast.Name) and sub.id in bare and isinstance(sub.ctx, ast.Load)))
-
-
-def _cached_and_other_loads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> tuple[int, int]:
-    """(reads of ``self.<name>`` where the code caches, reads elsewhere) in ``node`` (a statement list, a statement
-    or an expression); ``caching``: it runs only when the forward caches.  An ``if`` (or ``… if … else …``) on
-    ``use_cache`` — ``if use_cache``, ``if use_cache and …`` — caches in its body, ``if not use_cache`` in its
-    ``else``, however deep it sits."""
-    if isinstance(node, list):
-        counts = [_cached_and_other_loads(statement, name, caching) for statement in node]
-        return sum(count[0] for count in counts), sum(count[1] for count in counts)
-    if _is_self_load(node, name):
-        return (1, 0) if caching else (0, 1)
-    branches = _use_cache_branches(node.test) if isinstance(node, ast.If | ast.IfExp) else None
-    if branches is not None:
-        parts = [(node.test, caching), (node.body, caching or branches[0]), (node.orelse, caching or branches[1])]
-    elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):  # ``use_cache and …``: what follows caches
-        told = [index for index, value in enumerate(node.values) if isinstance(value, ast.Name)
-                and value.id == "use_cache"]
-        parts = [(value, caching or (bool(told) and index > told[0])) for index, value in enumerate(node.values)]
-    else:
-        parts = [(child, caching) for child in ast.iter_child_nodes(node)]
-    counts = [_cached_and_other_loads(part, name, caches) for part, caches in parts]
-    return sum(count[0] for count in counts), sum(count[1] for count in counts)
-
-
-def _use_cache_branches(test: ast.expr) -> tuple[bool, bool] | None:
-    """(whether the body, whether the ``else`` runs only when the forward caches) for an ``if`` whose ``test`` is
-    ``use_cache``, ``use_cache and …`` or ``not use_cache``; None for any other test."""
-    if isinstance(test, ast.Name) and test.id == "use_cache":
-        return True, False
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
-            isinstance(value, ast.Name) and value.id == "use_cache" for value in test.values):
-        return True, False
-    if (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name)
-            and test.operand.id == "use_cache"):
-        return False, True
-    return None

@@ -19,7 +19,7 @@ When it passes:
 * a cache kept in lower precision than the module computes — a bfloat16 cache beside float32 outputs — to that
   dtype's precision, named: the dtype of the cache's own tensors, not of another a cached forward writes
   (:class:`_Precision`);
-* for a ``window_size`` that is the cache's length W (:func:`attnviz.declarations.cache_length`, the book's
+* for a ``window_size`` that is the cache's length W (:func:`attnviz.window_reading.cache_length`, the book's
   optimized class), the prefill is no longer than W and each step past W is compared with the uncached forward of
   the last W tokens, those the cache keeps.
 
@@ -73,10 +73,11 @@ import torch
 from torch import nn
 
 from attnviz import time_limit, tracing, user_code
-from attnviz.declarations import cache_length, declared_size, declared_window, is_size
+from attnviz.declarations import declared_size, declared_window, is_size
 from attnviz.rotary_rule import uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
 from attnviz.tokens import counted
+from attnviz.window_reading import cache_length
 from attnviz.words import amount, plural
 
 
@@ -659,7 +660,7 @@ def _user_reset(module: nn.Module, name: str):
 class _CachePlan(NamedTuple):
     """What kv-cache runs on a module, read once for the run, its count and its diagnosis's count alike: whether its
     forward takes ``use_cache``, the name of a cache argument the caller holds (:func:`cache_parameters`), its cache's
-    length (the name, W: :func:`attnviz.declarations.cache_length`, the book's ``window_size``; None: none) and the
+    length (the name, W: :func:`attnviz.window_reading.cache_length`, the book's ``window_size``; None: none) and the
     tokens its prefill feeds at once (:func:`kv_prefill`)."""
 
     takes_use_cache: bool
@@ -687,7 +688,7 @@ def _cache_plan(module: nn.Module, n: int) -> _CachePlan:
 
 def kv_prefill(n: int, length: int | None = None) -> int:
     """How many of n tokens kv-cache's prefill feeds at once (the rest go one by one: :func:`kv_steps`): half, and no
-    more than a cache of ``length`` tokens holds (:func:`attnviz.declarations.cache_length`)."""
+    more than a cache of ``length`` tokens holds (:func:`attnviz.window_reading.cache_length`)."""
     return max(1, min(n - 1, n // 2, length or n))
 
 
@@ -713,7 +714,7 @@ def _cropped_words(length: tuple[str, int] | None, n: int) -> str:
 def planned_forwards(module: nn.Module, n: int) -> int:
     """How many forwards of the module kv-cache runs on n tokens when it passes: two uncached sequences and, per
     sequence, the prefill and each step after it (:func:`kv_steps`; for a cache length W,
-    :func:`attnviz.declarations.cache_length`: a prefill of at most W, and one uncached forward of the last W tokens
+    :func:`attnviz.window_reading.cache_length`: a prefill of at most W, and one uncached forward of the last W tokens
     per step past W), then the forwards that find the cache and measure
     a token's size in it (three for a cache the module resets, two for a cache the caller holds); none for a forward
     that takes no cache, or one token.  A failing check runs fewer, and its diagnosis up to
@@ -742,7 +743,7 @@ def _cached_difference(module: nn.Module, reset, sequences: list[torch.Tensor], 
     ``chunk``: the last tokens in one forward (:func:`kv_steps`); one that raises on them is
     :class:`_ChunkRefusedError`.  ``precision`` learns the dtype of what the cached forwards write into the module
     (:class:`_Precision`), and the outputs are compared at it.  ``length``: (the name, W) of the module's cache
-    length (:func:`attnviz.declarations.cache_length`): a step that ends past W is compared with the uncached forward
+    length (:func:`attnviz.window_reading.cache_length`): a step that ends past W is compared with the uncached forward
     of the last W tokens (:func:`kv_cropped`), computed before any cached forward, as an uncached forward may reset
     the cache's pointer."""
     precision = _Precision() if precision is None else precision
@@ -990,7 +991,7 @@ def _counter_cause(counter: _Counter, start: int, stop: int, position: int, *, m
 
 def _kept_window(module: nn.Module) -> int | None:
     """The W that bounds what a module's cache keeps, read either way it is declared (:func:`declared_window`): its
-    attention window (:func:`attnviz.declarations.attention_window`: a rolling cache keeps the last W − 1 before a
+    attention window (:func:`attnviz.window_reading.attention_window`: a rolling cache keeps the last W − 1 before a
     step, or W after it) or, for the book's optimized class, its cache's length (:func:`cache_length`: it keeps the
     last W); None: it declares none."""
     return declared_window(module)

@@ -13,7 +13,7 @@ from helpers import user_modules as um
 from torch import nn
 
 from attnviz import checks
-from attnviz.declarations import cache_length, window_said
+from attnviz.window_reading import cache_length, window_said
 
 
 def built(cls, *args, **kwargs):
