@@ -58,7 +58,7 @@ def _lab(context: Context, key: tuple) -> None:
                        f"the leak detector below follows {catalogue.causal_source(config)}.")
         st.subheader(pitfall.title)
         st.code(catalogue.diff_text(bug), language="diff")
-        st.markdown(pitfall.explanation)
+        st.markdown(pitfall.explained(setup))
         if why_not is not None:
             st.info(why_not, icon=":material/info:")
         else:
@@ -91,7 +91,7 @@ def both_versions(page_run: Context, setup: LabSetup, tokens: tuple[str, ...], p
         result = compute.pitfall(page_run.trace_key, wanted_heads(page_run), bug, page_run.trace)
     stage = pitfall.stage
     correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
-    head = min(pitfall.head, setup.num_heads - 1)
+    head = pitfall.shown_head(setup)
     for column, version, name in zip(st.columns(2), (result.correct, result.buggy), (correct_name, "with the bug")):
         with column:
             st.markdown(f"**{name.capitalize()}**")

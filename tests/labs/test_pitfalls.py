@@ -292,6 +292,9 @@ def test_todays_bug_verdicts_say_what_was_measured(lab, key, expected):
     result = catalogue.run_pitfall(key, setup, x)
     assert expected in result.buggy.verdict
     assert result.correct.fired is False
+    if key == "gqa_repeat":  # the map shows head 1, the first the tiling moves to another group
+        assert PITFALLS[key].shown_head(setup) == 1
+        assert PITFALLS[key].explained(setup).endswith("The map shows head 1, the first head the pairing changes.")
 
 
 def test_the_correct_gqa_pairs_head_h_with_group_h_over_group_size(lab):
@@ -357,6 +360,10 @@ def test_repeat_is_harmless_with_one_kv_group(heads, text):
     result = catalogue.run_pitfall("gqa_repeat", setup, x)
     assert result.buggy.fired is False and "no effect here" in result.buggy.verdict
     assert result.correct.details["groups"] == result.buggy.details["groups"] == [0] * heads
+    pitfall = PITFALLS["gqa_repeat"]  # the words name the head the page draws, and say no head's pairing changes
+    assert pitfall.shown_head(setup) == heads - 1
+    assert f"The map shows head {heads - 1}: with 1 K/V group" in pitfall.explained(setup)
+    assert "the first head the pairing changes" not in pitfall.explained(setup)
 
 
 @pytest.mark.parametrize("key", ["gqa_repeat", "window_off_by_one", "rope_queries_only", "rope_values",

@@ -77,6 +77,17 @@ class Pitfall:
     head: int = 0  # the head the page draws (the grouped-query bug shows from head 1 on)
     needs: Callable[[LabSetup], str | None] | None = None  # why the setup's sizes cannot run it, or None
     runs: type[nn.Module] = MultiHeadAttention  # the correct module's class (the bug is its one-line subclass)
+    map_words: Callable[[LabSetup, int], str] | None = None  # the sentence on the head the map shows, at the setup
+
+    def shown_head(self, setup: LabSetup) -> int:
+        """The head the page draws: the pitfall's own, or the last one when the setup has fewer heads."""
+        return min(self.head, setup.num_heads - 1)
+
+    def explained(self, setup: LabSetup) -> str:
+        """The explanation as the page shows it at the setup's sizes: with the sentence on the head the map shows."""
+        if self.map_words is None:
+            return self.explanation
+        return f"{self.explanation} {self.map_words(setup, self.shown_head(setup))}"
 
     def unavailable(self, setup: LabSetup) -> str | None:
         """Why neither version can run at the setup's sizes (a sentence for the page), None when they can."""
@@ -131,6 +142,15 @@ def _even_head_dim(setup: LabSetup) -> str | None:
     return (f"Rotary positions need an even head_dim (it is {setup.head_dim}: d_out {setup.d_out} ÷ num_heads "
             f"{setup.num_heads}): each rotation turns a pair of dimensions, so the rotary bugs cannot run at "
             "these sizes, in the correct code or the buggy one. Choose a d_out and heads whose head_dim is even.")
+
+
+def _gqa_map(setup: LabSetup, head: int) -> str:
+    """Which head the grouped-query bug's map shows and why: head 1 is the first the tiling moves to another group
+    (head 0 keeps group 0); with one K/V group no head moves."""
+    if setup.num_kv_groups > 1:
+        return f"The map shows head {head}, the first head the pairing changes."
+    return (f"The map shows head {head}: with 1 K/V group every head uses it, so repeat pairs the heads as "
+            "repeat_interleave does and the bug has no effect here.")
 
 
 def _modern(correct_cls: type[nn.Module], buggy_cls: type[nn.Module]) -> dict:
@@ -208,8 +228,8 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         "With num_kv_groups K/V heads, query heads 0 … group_size − 1 share group 0, the next ones group 1 … — "
         "`repeat_interleave` copies each group next to itself (0, 0, 1, 1). `repeat` tiles the whole stack "
         "(0, 1, 0, 1), so a head attends with another group's keys. Shapes match and nothing errors; a trained "
-        "checkpoint's heads just read the wrong keys. The map shows head 1, the first head the pairing changes.",
-        detect=detect_kv_groups, figure="weights", head=1, **_modern(modern.GroupedQueryAttention,
+        "checkpoint's heads just read the wrong keys.",
+        detect=detect_kv_groups, figure="weights", head=1, map_words=_gqa_map, **_modern(modern.GroupedQueryAttention,
                                                                       modern.RepeatNotInterleave),
     ),
     Pitfall(
