@@ -197,7 +197,8 @@ def test_the_nan_verdict_says_rows_and_positions_for_several():
 
 @pytest.mark.parametrize(("n", "moved", "unchanged"), [
     (2, "moves the output at position 0", "leaves position 0 exactly unchanged"),
-    (3, "moves the outputs at positions 0, 1", "leaves positions 0 … 1 exactly unchanged"),
+    (3, "moves the outputs at positions 0, 1", "leaves positions 0, 1 exactly unchanged"),  # two: listed
+    (4, "moves the outputs at positions 0, 1, 2", "leaves positions 0 … 2 exactly unchanged"),
 ])
 def test_the_leak_verdict_says_position_for_one_and_positions_for_several(n, moved, unchanged):
     setup, _ = lab_for(small_config())
@@ -332,6 +333,11 @@ def test_the_window_bug_is_detected_whenever_the_correct_window_hides_a_key(lab,
     correct, buggy = (version.observation.maps["weights"] for version in (result.correct, result.buggy))  # (h, n, n)
     assert (correct[:, n - 1, n - 1 - window] == 0).all() and (buggy[:, n - 1, n - 1 - window] > 0).all()
     assert result.correct.fired is False and f"a window of exactly {window}" in result.correct.verdict
+    sees = {1: "only itself", 2: "keys i − 1, i"}.get(window, f"keys i − {window - 1} … i")
+    assert result.correct.verdict.startswith(f"query i sees {sees}: "), result.correct.verdict
+    if window < n - 1:  # the bug's window of W + 1 shows as a band (at W = n − 1 it hides only the future)
+        said = {1: "keys i − 1, i"}.get(window, f"keys i − {window} … i")
+        assert result.buggy.verdict.startswith(f"query i sees {said}: a window of {window + 1}"), result.buggy.verdict
     assert result.buggy.fired is True, result.buggy.verdict
     assert f"sliding_window_size is {window}" in result.buggy.verdict
     assert "diff >= W, not diff > W" in result.buggy.verdict and "hides nothing" not in result.buggy.verdict

@@ -101,7 +101,7 @@ def detect_leak(module, inputs, setup: LabSetup) -> Version:
         verdict = (f"the future leaks: perturbing the last token (position {n - 1}) moves "
                    f"{_outputs_at(report['leaked'])}")
     else:
-        earlier = "position 0" if n == 2 else f"positions 0 … {n - 2}"
+        earlier = listed("position", range(n - 1)) if n <= 3 else f"positions 0 … {n - 2}"  # "positions 0, 1"
         verdict = f"no leak: perturbing the last token (position {n - 1}) leaves {earlier} exactly unchanged"
     return Version(bool(report["leaked"]), verdict, observation, {"leak": report})
 
@@ -232,6 +232,13 @@ def detect_kv_groups(module, inputs, setup: LabSetup) -> Version:
     return Version(bool(wrong), verdict, observation, {"groups": groups})
 
 
+def _sees(window: int) -> str:
+    """The keys a window of ``window`` shows query i, in words: "only itself", "keys i − 1, i", "keys i − 2 … i"."""
+    if window == 1:
+        return "only itself"
+    return "keys i − 1, i" if window == 2 else f"keys i − {window - 1} … i"
+
+
 def detect_window(module, inputs, setup: LabSetup) -> Version:
     """(9) The hidden cells must be the future and the keys W or more behind: a window of exactly W.
 
@@ -250,13 +257,13 @@ def detect_window(module, inputs, setup: LabSetup) -> Version:
     attention = tracing.combine(tracing.record(module, inputs).attentions)[0]
     found = checks.sliding_window(attention)
     if found == window:
-        verdict = f"query i sees keys i − {window - 1} … i: a window of exactly {window}"
+        verdict = f"query i sees {_sees(window)}: a window of exactly {window}"
         return Version(False, verdict, observation, {"window": found})
     should = f"key i − {window} should be hidden: diff >= W, not diff > W"
     hidden = attention.masked_cells().reshape(-1, n, n)  # (b·h, n, n)
     diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): how far key j is behind query i
     if found is not None:
-        verdict = (f"query i sees keys i − {found - 1} … i: a window of {found}, but sliding_window_size is {window}"
+        verdict = (f"query i sees {_sees(found)}: a window of {found}, but sliding_window_size is {window}"
                    + (f" ({should})" if found == window + 1 else ""))
     elif torch.equal(hidden, (diff < 0).expand_as(hidden)):  # only the future hidden: W = n − 1 with diff > W
         verdict = (f"only the future is hidden: query {n - 1} sees key {n - 1 - window}, {window} behind, but "
