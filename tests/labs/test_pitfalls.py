@@ -296,6 +296,9 @@ def test_todays_bug_verdicts_say_what_was_measured(lab, key, expected):
     if key == "gqa_repeat":  # the map shows head 1, the first the tiling moves to another group
         assert PITFALLS[key].shown_head(setup) == 1
         assert PITFALLS[key].explained(setup).endswith("The map shows head 1, the first head the pairing changes.")
+    if key == "cache_too_little":  # the 5-token prefill already shows it, and the words say so
+        assert result.buggy.details["steps"][0][0] == "A: 0…4" and result.buggy.details["steps"][0][1] > 1e-3
+        assert "a prefill longer than 4 tokens" in PITFALLS[key].explained(setup)
 
 
 def test_the_correct_gqa_pairs_head_h_with_group_h_over_group_size(lab):

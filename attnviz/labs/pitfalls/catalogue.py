@@ -281,8 +281,10 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
         "cache_too_little", "cache keeps too little", "14 · KV cache: the cache keeps too little",
         modern.KEEP_LINE, modern.KEEP_BUG,
         "A cache cut to the last 4 tokens (a window, to save memory) under attention that looks at every earlier "
-        "token: from the fifth token on, the cached step attends to fewer keys than the whole sequence does. "
-        "Sliding-window attention may drop keys — only those its window no longer sees.",
+        "token: once more than 4 tokens have gone in — a prefill longer than 4 tokens, or a cached step from the "
+        "fifth token on — the queries attend to the last 4 keys only, fewer than the whole sequence has, and the "
+        "mask takes those 4 for positions 0 … 3. Sliding-window attention may drop keys — only those its window no "
+        "longer sees.",
         detect=detect_cache, figure="cache", **_modern(modern.CachedMultiHeadAttention, modern.CacheKeepsTooLittle),
     ),
 )}
