@@ -301,6 +301,21 @@ def test_todays_bug_verdicts_say_what_was_measured(lab, key, expected):
         assert "a prefill longer than 4 tokens" in PITFALLS[key].explained(setup)
 
 
+def test_the_reset_bug_on_a_text_as_long_as_the_context_says_what_happens_in_words(lab):
+    """6 tokens in a context of 6: the second sequence's prefill would take mask rows past the context."""
+    setup, x = lab
+    x = x[:, :6]  # (1, 6, d_in)
+    setup = dataclasses.replace(setup, context_length=6)
+    pitfall = PITFALLS["cache_reset"]
+    buggy = pitfall.detect(pitfall.build(pitfall.correct(setup), setup), x, setup)
+    assert buggy.fired is True
+    assert buggy.verdict.startswith(
+        "sequence 2, its prefill (tokens 0 … 2): after reset_cache() ptr_current_pos is still 6, not 0 — this "
+        "prefill takes the causal mask's rows 6 … 8"), buggy.verdict
+    assert "the mask has 6 rows (the context length), no rows 6 … 8, so the forward cannot run" in buggy.verdict
+    assert "RuntimeError" not in buggy.verdict and "size of tensor" not in buggy.verdict
+
+
 def test_the_correct_gqa_pairs_head_h_with_group_h_over_group_size(lab):
     """Written independently: per-head K/V weights expanded from the groups, then the book's MHA formula."""
     setup, x = lab

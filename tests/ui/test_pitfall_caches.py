@@ -26,9 +26,9 @@ def test_the_kv_cache_bugs_run_their_correct_cache_once_a_trace(monkeypatch):
     runs = Counter()  # the cached steps each version's detector walks, by the class it ran
     real = detectors.cache_steps
 
-    def counted(module, sequences):
+    def counted(module, sequences, *rest):
         runs[type(module).__name__] += 1
-        return real(module, sequences)
+        return real(module, sequences, *rest)
 
     monkeypatch.setattr(detectors, "cache_steps", counted)
     results = [compute.pitfall(key, 4, bug, trace) for bug in KV_BUGS]

@@ -308,14 +308,43 @@ def detect_cache(module, inputs, setup: LabSetup) -> Version:
     if (failed := _needs_output(observation)) is not None:
         return failed
     sequences = torch.cat([inputs, inputs.flip(1)])  # (2, n, d_in): two different sequences
-    steps = cache_steps(copy.deepcopy(module), sequences)  # from the module as it is: a buggy reset keeps state
+    positions: list[int | None] = []
+    steps = cache_steps(copy.deepcopy(module), sequences, positions)  # the module as it is: a buggy reset keeps state
     check = kv_cache(module, sequences)
-    return Version(check.status == "fail", check.evidence, observation, {"steps": steps})
+    verdict = check.evidence
+    if check.status == "fail" and (past := _past_the_context(module, sequences.shape[1], steps, positions)):
+        verdict = past  # PyTorch's shape error from a mask slice that came out empty, said in words
+    return Version(check.status == "fail", verdict, observation, {"steps": steps})
 
 
-def cache_steps(module, sequences: torch.Tensor) -> list[tuple[str, float]]:
+def _past_the_context(module, n: int, steps: list[tuple[str, float]], positions: list[int | None]) -> str | None:
+    """Why the first cached forward that raised (its step NaN) could not run, in words, when it is that its
+    ``ptr_current_pos`` puts its queries past the mask's rows (the context length); None otherwise."""
+    raised = [i for i, (_, value) in enumerate(steps) if math.isnan(value)]
+    mask = getattr(module, "mask", None)
+    if not raised or positions[raised[0]] is None or not isinstance(mask, torch.Tensor):
+        return None
+    plan = kv_steps(n, kv_prefill(n))
+    index, context, position = raised[0], mask.shape[0], positions[raised[0]]
+    sequence, (start, stop) = index // len(plan) + 1, plan[index % len(plan)]
+    if position + stop - start <= context:
+        return None
+    rows = f"row {position}" if stop - start == 1 else f"rows {position} … {position + stop - start - 1}"
+    step = (f"its prefill (tokens 0 … {stop - 1})" if start == 0 else
+            f"token {start}" if stop - start == 1 else f"tokens {start} … {stop - 1}")
+    cannot = (f"the mask has {amount(context, 'row')} (the context length), no {rows}, so the "
+              "forward cannot run")
+    if start == 0 and position > 0:
+        return (f"sequence {sequence}, {step}: after reset_cache() ptr_current_pos is still {position}, not 0 — this "
+                f"prefill takes the causal mask's {rows}, as if it came after the first sequence; {cannot}. "
+                "(With a text shorter than the context, those rows hide nothing and the prompt sees its own future.)")
+    return f"sequence {sequence}, {step}: ptr_current_pos is {position}, so it takes the causal mask's {rows}; {cannot}"
+
+
+def cache_steps(module, sequences: torch.Tensor, positions: list[int | None] | None = None) -> list[tuple[str, float]]:
     """(step label, largest |cached − uncached| output) for each sequence's prefill and following tokens — the steps
-    :func:`attnviz.kv_cache_rule.kv_cache` feeds —, up to a cached forward that raises (its step is NaN)."""
+    :func:`attnviz.kv_cache_rule.kv_cache` feeds —, up to a cached forward that raises (its step is NaN).
+    ``positions``, when given, gets the module's ``ptr_current_pos`` before each step (None if it has none)."""
     n = sequences.shape[1]
     plan = kv_steps(n, kv_prefill(n))  # the prefill, one token at a time, a chunk: kv-cache's steps
     steps = []
@@ -327,6 +356,8 @@ def cache_steps(module, sequences: torch.Tensor) -> list[tuple[str, float]]:
                 for start, stop in plan:
                     label = f"{start}" if stop - start == 1 and start > 0 else f"{start}…{stop - 1}"
                     steps.append((f"{name}: {label}", math.nan))
+                    if positions is not None:
+                        positions.append(getattr(module, "ptr_current_pos", None))
                     got = module(sequence[None, start:stop], use_cache=True)  # (1, stop - start, d_out)
                     steps[-1] = (steps[-1][0], float((got - wanted[:, start:stop]).abs().max()))
         except RuntimeError:
