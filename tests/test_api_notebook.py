@@ -122,6 +122,19 @@ def test_check_step_outside_the_steps_names_the_range(generation, index):
         attnviz.models.check_step(model, result, index)
 
 
+@pytest.mark.parametrize("call", [
+    lambda result: attnviz.models.cache_settings("x"),
+    lambda result: attnviz.models.cache_holds("x"),
+    lambda result: attnviz.models.generate("x", [1, 2, 3], 3),
+    lambda result: attnviz.models.check_step("x", result, 0),
+    lambda result: attnviz.models.check_steps("x", result),
+], ids=["cache_settings", "cache_holds", "generate", "check_step", "check_steps"])
+def test_a_models_function_given_no_model_says_it_takes_one(generation, call):
+    with pytest.raises(ValueError, match=r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a loaded "
+                                         r"checkpoint\), got str\.$"):
+        call(generation[1])
+
+
 def test_check_step_counts_a_negative_step_from_the_end(generation):
     model, result = generation
     assert attnviz.models.check_step(model, result, -4) == attnviz.models.check_step(model, result, 0)

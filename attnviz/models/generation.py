@@ -117,6 +117,15 @@ class _WeightsOnly(Recorder):
         super().record(name, tensor, copy=False, keep=keep and name == "weights")
 
 
+def _check_model(model) -> GPTModel:
+    """``model`` when it is a GPTModel (``random_gpt``'s, a loaded checkpoint's); a ValueError naming what came
+    instead, as every function here takes one."""
+    if not isinstance(model, GPTModel):
+        raise ValueError(f"model must be an attnviz.models.GPTModel (random_gpt, or a loaded checkpoint), got "
+                         f"{type(model).__name__}.")
+    return model
+
+
 def _check_ids(model: GPTModel, token_ids) -> list[int]:
     try:
         ids = [int(token) for token in token_ids]
@@ -171,6 +180,7 @@ def _cache_state(model: GPTModel) -> tuple[list[dict[str, tuple[int, ...]]], int
 
 def layer_windows(model: GPTModel) -> tuple[int | None, ...]:
     """Each layer's sliding window, in order (None: a layer without one): a checkpoint's schedule may mix them."""
+    _check_model(model)
     return tuple(getattr(block.att, "sliding_window_size", None) for block in model.trf_blocks)
 
 
@@ -180,8 +190,9 @@ def cache_settings(model: GPTModel) -> dict:
     where a layer has a window: :func:`attnviz.kv_cache.window_schedule` of :func:`layer_windows`, so a schedule
     that mixes window and full layers counts each layer's own cache, and ``dtype``: the short name of the dtype
     of the model's weights, which its cache holds, ``"fp32"`` …): with ``context_length`` = the positions fed, it
-    gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers' windows differ."""
-    att = model.trf_blocks[0].att
+    gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers' windows differ, or for
+    another object than a GPTModel."""
+    att = _check_model(model).trf_blocks[0].att
     latent_dim = getattr(att, "latent_dim", None)
     schedule = window_schedule(layer_windows(model))
     kv_heads = None if latent_dim is not None else int(getattr(att, "num_kv_groups", att.num_heads))  # MLA: a latent
@@ -277,8 +288,9 @@ def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool
 
     ``token_ids``: the prompt (a non-empty sequence of ids).  Prompt and ``max_new_tokens`` are cut so that every
     position fits the context (:func:`clip`; a notice says so).  ``keep_weights=False`` keeps no attention weights (a
-    benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary or a negative count."""
-    ids = _check_ids(model, token_ids)
+    benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary, a negative count or
+    another object than a GPTModel."""
+    ids = _check_ids(_check_model(model), token_ids)
     kept, new, notices = clip(model, len(ids), max_new_tokens)
     ids = ids[len(ids) - kept:]
     device = model.pos_emb.weight.device
@@ -342,6 +354,7 @@ def check_steps(model: GPTModel, generation: Generation) -> list[StepCheck]:
 
     Attention is causal, so that forward's rows and logits at positions < end are those of a forward of the first
     ``end`` tokens alone (what :func:`check_step` runs): one forward checks every step."""
+    _check_model(model)
     if any(step.weights is None for step in generation.steps):
         raise ValueError("This generation kept no attention weights (keep_weights=False).")
     fed = generation.token_ids[: rows_of(generation, len(generation.steps) - 1)[1]]  # every position a step fed
@@ -367,6 +380,7 @@ def check_step(model: GPTModel, generation: Generation, index: int) -> StepCheck
     """Run the model without the cache on every token up to step ``index``'s last one and compare: its weights
     rows (every layer and head) and its last logits.  ``index`` counts from 0 (the prompt's step), or from the end
     when negative; another is an IndexError naming the range."""
+    _check_model(model)
     count = len(generation.steps)
     if isinstance(index, bool) or not isinstance(index, int | np.integer) or not -count <= index < count:
         raise IndexError(f"step {index!r} is out of range: this generation has {count} steps, choose step from 0 to "
