@@ -2,6 +2,7 @@
 settings, map titles that agree with the checks, short printouts, paths with ``~``, and step indexes."""
 
 import importlib
+import re
 
 import numpy as np
 import pytest
@@ -133,6 +134,14 @@ def test_a_models_function_given_no_model_says_it_takes_one(generation, call):
     with pytest.raises(ValueError, match=r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a loaded "
                                          r"checkpoint\), got str\.$"):
         call(generation[1])
+
+
+@pytest.mark.parametrize("index", ["0", 1.0, True, None])
+def test_check_step_given_no_whole_number_says_it_takes_one(generation, index):
+    model, result = generation
+    with pytest.raises(ValueError, match=rf"^step must be a whole number from 0 to 3 \(or −4 to −1, counted from the "
+                                         rf"end\), got {re.escape(repr(index))}\.$"):
+        attnviz.models.check_step(model, result, index)
 
 
 def test_check_step_counts_a_negative_step_from_the_end(generation):

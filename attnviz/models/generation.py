@@ -379,12 +379,15 @@ def check_steps(model: GPTModel, generation: Generation) -> list[StepCheck]:
 def check_step(model: GPTModel, generation: Generation, index: int) -> StepCheck:
     """Run the model without the cache on every token up to step ``index``'s last one and compare: its weights
     rows (every layer and head) and its last logits.  ``index`` counts from 0 (the prompt's step), or from the end
-    when negative; another is an IndexError naming the range."""
+    when negative; a whole number outside them is an IndexError naming the range, anything else (``"0"``, 1.0,
+    True) a ValueError naming it too."""
     _check_model(model)
     count = len(generation.steps)
-    if isinstance(index, bool) or not isinstance(index, int | np.integer) or not -count <= index < count:
-        raise IndexError(f"step {index!r} is out of range: this generation has {count} steps, choose step from 0 to "
-                         f"{count - 1} (or −{count} to −1, counted from the end).")
+    span = f"from 0 to {count - 1} (or −{count} to −1, counted from the end)"
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        raise ValueError(f"step must be a whole number {span}, got {index!r}.")
+    if not -count <= index < count:
+        raise IndexError(f"step {index!r} is out of range: this generation has {count} steps, choose step {span}.")
     index = int(index) % count  # the prompt's step is 0 however it is counted
     step = generation.steps[index]
     if step.weights is None:
