@@ -2062,16 +2062,19 @@ def embed_for(module: nn.Module, text: str, *, seed: int = 123,
 
 def input_tensor(module: nn.Module, x) -> torch.Tensor:
     """``x`` as the (batch, n, d_in) floating-point tensor the module runs on: a NumPy array or nested lists become
-    a tensor at the module's dtype; TraceError names an input that is not a tensor, holds integers, has another
-    number of dimensions, is empty, or is a tensor of another floating dtype than the module's weights (a module
-    without weights takes any)."""
+    a tensor at the module's dtype; TraceError names an input that is not a tensor (one number is not either), holds
+    integers, has another number of dimensions, is empty, or is a tensor of another floating dtype than the module's
+    weights (a module without weights takes any)."""
     weights = _weights_dtype(module)
     dtype = weights or torch.float32
     if not isinstance(x, torch.Tensor):
+        given = type(x).__name__
         try:
             x = torch.as_tensor(x)
         except (TypeError, ValueError, RuntimeError):
-            raise TraceError(f"x must be a (batch, n, d_in) tensor or text, got {type(x).__name__}") from None
+            raise TraceError(f"x must be a (batch, n, d_in) tensor or text, got {given}") from None
+        if x.dim() == 0:  # one number (5, 0.5, a NumPy scalar): not embeddings, whatever its dtype
+            raise TraceError(f"x must be a (batch, n, d_in) tensor or text, got {given}")
         if x.is_floating_point():
             x = x.to(dtype)  # NumPy's float64 is its default, not the user's choice
     if not x.is_floating_point():
