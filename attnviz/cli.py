@@ -557,7 +557,13 @@ class Output:
         """Print nothing more; what the stream still buffers goes to the null device (Python's flush at exit)."""
         self.discarding = True
         with contextlib.suppress(OSError, ValueError):  # no descriptor to point elsewhere
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            descriptor = self.stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, descriptor)
+            finally:
+                if null != descriptor:  # the stream's own descriptor, closed before: it is the null device now
+                    os.close(null)
 
 
 def console() -> None:

@@ -473,12 +473,23 @@ def a_pipe_nobody_reads():
     return open(write, "w")  # noqa: SIM115 -- closed by the test that writes to it
 
 
+def null_descriptors() -> int:
+    """How many of this process's open descriptors point at the null device (Linux's ``/proc/self/fd``)."""
+    folder = Path("/proc/self/fd")
+    count = 0
+    for name in os.listdir(folder):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, gone once listed
+            count += os.readlink(folder / name) == os.devnull
+    return count
+
+
 @pytest.mark.parametrize(("cls", "status"), [("Unscaled", 1), ("Attention", 0)])
 def test_a_reader_that_stops_early_keeps_the_checks_exit_status(modules, cls, status):
     """``attnviz check … | head -1`` (a reader that stops after the first line, or is gone before it) exits with the
     check's own status: 1 when a rule fails, 0 when all pass, and no traceback.  A real pipeline for one of them
     (what the interpreter flushes at exit is the process's own); the console script's function on a pipe with no
     reader for each."""
+    nulls = null_descriptors()
     stream = a_pipe_nobody_reads()
     try:
         result = console(["check", f"{modules}:{cls}", "--d-in", 32], stream)
@@ -486,6 +497,7 @@ def test_a_reader_that_stops_early_keeps_the_checks_exit_status(modules, cls, st
         with contextlib.suppress(OSError):
             stream.close()
     assert result.returncode == status and said(result.stderr) == "", result.stderr
+    assert null_descriptors() == nulls  # what the stream still buffered went to the null device, left open by none
     if cls != "Unscaled":
         return
     python = f"{sys.executable} -m attnviz check {modules}:{cls} --d-in 32"
