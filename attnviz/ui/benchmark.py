@@ -32,7 +32,12 @@ def show(page_run: Context) -> None:
         f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
         f"(1, n, {d_in}) input. Device: **{implementations.device_words(device)}**."
     )
-    if settings["variant"] != variants.MHA:
+    if page_run.config.module is not None:  # its mask and device toggles are disabled: they are the module's
+        st.caption("Your module is not timed here: these are five ways to write the book's multi-head attention, "
+                   "with the sidebar's sizes and seed. The sidebar's mask and device are your module's, so they do "
+                   f"not apply: the five are timed {'with' if settings['causal'] else 'without'} the causal mask, on "
+                   "the device above. Dropout does not apply either: they are timed in eval mode, with none.")
+    elif settings["variant"] != variants.MHA:
         st.caption("The sidebar's *Attention variant* does not apply here: these are five ways to write multi-head "
                    "attention; its sizes, mask and device do.")
     if available_devices() == ["auto", "cpu"]:

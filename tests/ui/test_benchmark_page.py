@@ -4,17 +4,27 @@ for the pages that read it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers.apptest import APP, TIMEOUT, no_exception
 from streamlit.testing.v1 import AppTest
 
+from attnviz import user_code
+
+MODULE = f"{Path(__file__).resolve().parents[1] / 'helpers' / 'user_modules.py'}:CausalSelfAttention"
+
 
 @pytest.mark.parametrize(("query", "heads", "variant_note"), [
-    ({"preset": "custom", "d_in": "16", "d_out": "16", "num_heads": "1"}, "1 head,", False),
+    ({"variant": "Your module: CausalSelfAttention", "preset": "custom", "d_in": "16", "d_out": "16",
+      "num_heads": "1"}, "1 head,", False),
     ({"variant": "gqa"}, "12 heads,", True),
 ])
-def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, heads, variant_note):
+def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, heads, variant_note, monkeypatch):
+    """With a user's module the caption says the module is not timed and which sidebar settings do not apply (its
+    mask and device toggles are the module's, disabled; dropout: the five are timed in eval mode)."""
+    monkeypatch.setenv(user_code.ENV, MODULE)
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     for key, value in query.items():
         at.query_params[key] = value
@@ -25,6 +35,14 @@ def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, 
     threads = torch.get_num_threads()  # what a timing in Python has to match (AppTest runs the script here)
     assert f"Device: **cpu, {threads} torch thread{'s' if threads != 1 else ''}**." in intro
     assert any("*Attention variant* does not apply here" in c.value for c in at.caption) == variant_note
+    module_note = [c.value for c in at.caption if c.value.startswith("Your module is not timed here")]
+    assert module_note == ([] if variant_note else [
+        "Your module is not timed here: these are five ways to write the book's multi-head attention, with the "
+        "sidebar's sizes and seed. The sidebar's mask and device are your module's, so they do not apply: the five "
+        "are timed with the causal mask, on the device above. Dropout does not apply either: they are timed in eval "
+        "mode, with none."])
+    if not variant_note:
+        assert at.sidebar.toggle(key="causal").disabled and at.sidebar.selectbox(key="device").disabled
 
 
 def test_the_benchmark_ignores_an_empty_text_and_keeps_it():
