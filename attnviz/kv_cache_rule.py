@@ -77,7 +77,7 @@ from attnviz.declarations import declared_size, declared_window, is_size
 from attnviz.rotary_rule import uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
 from attnviz.tokens import counted
-from attnviz.window_reading import cache_length
+from attnviz.window_reading import attention_window, cache_length
 from attnviz.words import amount, plural
 
 
@@ -1393,7 +1393,13 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
                 "each forward's keys and values once")
     window = _kept_window(module)
     seen = int((~step.masked_cells()).sum(-1).max()) if window is not None else 0  # the most keys a query sees
-    if window is not None and seen > window and keys == stop:  # every token fed held: the mask lets it see them
+    length = cache_length(module)
+    if length is not None and window is not None and seen > window:  # W is what the cache keeps, not a mask
+        extra = "one token" if seen == window + 1 else f"{seen - window} tokens"
+        return (f"the step attends over {amount(seen, 'key')} where the cache's length ({length[0]} = {window}) "
+                f"keeps {window}: the cache keeps {extra} too many — once it holds {window} tokens, shift the oldest "
+                "out before writing the new ones")
+    if attention_window(module) is not None and seen > window and keys == stop:  # all held: the mask lets it see them
         row = int(((~step.masked_cells()).sum(-1) > window).flatten(0, -2).any(0).nonzero()[0])  # the first such query
         return (f"the cached step's mask does not apply the window: the cache holds all {counted(stop)} fed, and query "
                 f"{start + row} sees {amount(seen, 'key')} where a window of W = {window} allows {window} — hide the "

@@ -59,6 +59,17 @@ def test_a_cache_length_class_whose_full_cache_drops_the_wrong_keys_still_fails_
                                      "last 4 tokens (window_size = 4, the cache's length)"), check
 
 
+def test_a_cache_length_class_whose_cache_keeps_more_than_its_length_is_told_so_not_about_a_mask():
+    """The cache allocated context_length long: it holds every token fed, more than W; no mask is at fault."""
+    module = built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=4, bug="sized-by-context")
+    check = verdicts(module, x=torch.randn(1, 6, 16), rules=["kv-cache"])["kv-cache"]
+    assert check.status == "fail", check
+    assert check.evidence.endswith("the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: "
+                                   "the cache keeps 2 tokens too many — once it holds 4 tokens, shift the oldest out "
+                                   "before writing the new ones"), check
+    assert "mask" not in check.evidence, check
+
+
 def test_a_cache_length_as_long_as_the_tokens_is_compared_as_before():
     check = verdicts(built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=8))["kv-cache"]
     assert check.status == "pass" and "the cache's length" not in check.evidence, check

@@ -3696,7 +3696,8 @@ class CacheLengthMHA(nn.Module):
     """The book's optimized KV-cache MultiHeadAttention (ch04/03_kv-cache), as a learner types it: ``window_size``
     (default: the context) is the length of the KV cache it allocates once, not an attention window — the uncached
     forward attends to every earlier token, and a cached step that overflows the cache shifts out its oldest keys.
-    ``bug="drops-newest"``: an overflowing step overwrites the newest cached keys instead."""
+    ``bug="drops-newest"``: an overflowing step overwrites the newest cached keys instead.  ``bug="sized-by-context"``:
+    the cache is allocated context_length long and overflows against its own size, so it keeps more than W tokens."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, window_size=None, bug=None):
         super().__init__()
@@ -3710,7 +3711,7 @@ class CacheLengthMHA(nn.Module):
         self.register_buffer("cache_k", None, persistent=False)
         self.register_buffer("cache_v", None, persistent=False)
         self.ptr_cur = 0
-        self.bug = bug
+        self.context_length, self.bug = context_length, bug
 
     def forward(self, x, use_cache=False):
         b, num_tokens, _ = x.shape
@@ -3719,10 +3720,11 @@ class CacheLengthMHA(nn.Module):
         if use_cache:
             assert num_tokens <= self.window_size, "the chunk is longer than the KV cache"
             if self.cache_k is None or self.cache_k.size(0) != b:
-                self.cache_k = torch.zeros(b, self.num_heads, self.window_size, self.head_dim)  # (b, h, W, hd)
+                length = self.context_length if self.bug == "sized-by-context" else self.window_size
+                self.cache_k = torch.zeros(b, self.num_heads, length, self.head_dim)  # (b, h, W, hd)
                 self.cache_v = torch.zeros_like(self.cache_k)  # (b, h, W, hd)
                 self.ptr_cur = 0
-            overflow = self.ptr_cur + num_tokens - self.window_size
+            overflow = self.ptr_cur + num_tokens - self.cache_k.size(2)
             if overflow > 0 and self.bug != "drops-newest":  # shift the oldest tokens out
                 self.cache_k[:, :, :-overflow] = self.cache_k[:, :, overflow:].clone()  # (b, h, W, hd)
                 self.cache_v[:, :, :-overflow] = self.cache_v[:, :, overflow:].clone()  # (b, h, W, hd)
