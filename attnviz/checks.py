@@ -709,7 +709,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
             where = _where(attention, hidden.nonzero()[0])
             return Check(rule, "fail", f"the module is not causal but hides {amount(int(hidden[0, 0].sum()), 'cell')}, "
                                        f"e.g. {where}")
-        return Check(rule, "fail", f"{stated}, but the module masks: it hides {_hidden_cells(attention, future)}")
+        return Check(rule, "fail", f"{stated}, but the module masks: it hides {_hidden_cells_words(attention, future)}")
     if attention.zeroed_after is not None:
         zeroed = attention.zeroed_after  # (b, h, nq, nk)
         seen = zeroed & ~hidden  # (b, h, nq, nk): weights the softmax gave out, not cells it already hid
@@ -859,7 +859,7 @@ def _no_mask_hint(attention: tracing.Attention) -> str:
             "use masked_fill_)")
 
 
-def _hidden_cells(attention: tracing.Attention, future: torch.Tensor) -> str:
+def _hidden_cells_words(attention: tracing.Attention, future: torch.Tensor) -> str:
     """The cells a module hides, in words: "the 28 cells above the diagonal (the future), e.g. …", a sliding
     window's, or "28 cells, e.g. …" (counted in the first item's first head)."""
     hidden = attention.masked_cells()  # (b, h, nq, nk)
