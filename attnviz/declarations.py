@@ -70,12 +70,17 @@ def config_setting(module: nn.Module, name: str):
     ``self.config``, ``self.cfg`` …) that holds one other than None, as an object's attribute or a dict's key (the
     book's notebooks keep ``self.cfg = {...}``); None when none does.  The one reading of a config's setting: the
     scales it declares, its sliding window, rotary's base and rotated width."""
-    for config_name in CONFIG_NAMES:
-        config = getattr(module, config_name, None)
-        value = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
-        if value is not None:
-            return value
-    return None
+    return next((value for config in _configs(module) if (value := _setting(config, name)) is not None), None)
+
+
+def _configs(module: nn.Module) -> list:
+    """The configs a module keeps (:data:`CONFIG_NAMES`), in that order; those it does not keep are left out."""
+    return [config for config_name in CONFIG_NAMES if (config := getattr(module, config_name, None)) is not None]
+
+
+def _setting(config, name: str):
+    """The value of ``name`` in one config, an object's attribute or a dict's key; None: it holds none."""
+    return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
 
 
 def declared(module: nn.Module, setting: str) -> tuple[str, int] | None:
@@ -343,24 +348,26 @@ def _says_global(module: nn.Module) -> bool:
 
 def _config_window(module: nn.Module) -> int | None:
     """The window a module's config (``self.config``, ``cfg`` …, an object or a dict: :func:`config_setting`)
-    declares for it, unless the config switches it off: ``use_sliding_window=False``; ``layer_types`` whose entry for
-    the module's ``layer_idx`` (or, without one, any entry) is not "sliding_attention"; or, without ``layer_types``,
-    ``max_window_layers`` above the module's ``layer_idx`` (Qwen2's layers below it attend to every key); or a
-    module that says it is global (:func:`_says_global`)."""
+    declares for it, unless that same config — never another the module keeps — switches it off:
+    ``use_sliding_window=False``; ``layer_types`` whose entry for the module's ``layer_idx`` (or, without one, any
+    entry) is not "sliding_attention"; or, without ``layer_types``, ``max_window_layers`` above the module's
+    ``layer_idx`` (Qwen2's layers below it attend to every key); or a module that says it is global
+    (:func:`_says_global`)."""
     if _says_global(module):
         return None
-    window = next((value for spelling in SPELLINGS["sliding_window_size"]
-                   if is_size(value := config_setting(module, spelling))), None)
-    if window is None:
+    found = next(((config, value) for spelling in SPELLINGS["sliding_window_size"] for config in _configs(module)
+                  if is_size(value := _setting(config, spelling))), None)
+    if found is None:
         return None
-    layer, layer_types = getattr(module, "layer_idx", None), config_setting(module, "layer_types")
+    config, window = found  # every switch is read from the config that declares the window, never from another
+    layer, layer_types = getattr(module, "layer_idx", None), _setting(config, "layer_types")
     known = isinstance(layer, int) and not isinstance(layer, bool)
-    if config_setting(module, "use_sliding_window") is False:
+    if _setting(config, "use_sliding_window") is False:
         return None
     if isinstance(layer_types, list | tuple) and layer_types:
         kinds = {layer_types[layer]} if known and 0 <= layer < len(layer_types) else set(layer_types)
         return window if kinds == {"sliding_attention"} else None
-    below = config_setting(module, "max_window_layers")
+    below = _setting(config, "max_window_layers")
     if isinstance(below, int) and below > 0 and (not known or layer < below):
         return None
     return window

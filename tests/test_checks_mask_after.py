@@ -80,6 +80,37 @@ def test_a_window_the_config_switches_off_is_no_window():
     assert check.evidence == "the hidden cells are exactly the future (above the diagonal)"
 
 
+class TwoConfigsWindow(nn.Module):
+    """A sliding window in the learner's own ``self.cfg`` dict, kept beside the base model's ``self.config``, which
+    switches its own sliding window off (and declares none); ``forgets``: the forward hides the future alone."""
+
+    def __init__(self, d_in=16, forgets=False):
+        super().__init__()
+        self.config = types.SimpleNamespace(sliding_window=None, use_sliding_window=False)
+        self.cfg = {"sliding_window": 3}
+        self.forgets = forgets
+        self.W_query = nn.Linear(d_in, d_in, bias=False)
+        self.W_key = nn.Linear(d_in, d_in, bias=False)
+        self.W_value = nn.Linear(d_in, d_in, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # (b, n, d) each
+        diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): query minus key position
+        hidden = diff < 0 if self.forgets else (diff < 0) | (diff >= self.cfg["sliding_window"])  # (n, n)
+        attn_scores = (queries @ keys.transpose(1, 2)).masked_fill(hidden, -torch.inf)  # (b, n, n)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, n, n)
+        return attn_weights @ values  # (b, n, n) @ (b, n, d) -> (b, n, d)
+
+
+def test_a_window_is_switched_off_only_by_the_config_that_declares_it():
+    """The base model's use_sliding_window=False does not switch off the window the module's own cfg declares."""
+    torch.manual_seed(0)
+    check = verdicts(TwoConfigsWindow(forgets=True), rules=["mask-convention"])["mask-convention"]
+    assert check.status == "fail", check
+    assert check.evidence.startswith("the hidden cells are exactly the future, but the module's window is 3"), check
+
+
 hf_window = pytest.importorskip("helpers.hf_window")
 
 
