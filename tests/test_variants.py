@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -92,12 +91,12 @@ def test_a_new_variant_is_one_record():
 def test_variant_names_are_spelled_in_the_registry_only():
     """Outside tests, a variant's name appears as a string literal only in attnviz/variants.py (the README
     documents them; benchmark results record them)."""
-    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
     spelled = {}
-    for path in files.stdout.split():
-        if path.startswith("tests/") or not (ROOT / path).exists():
-            continue
-        text = (ROOT / path).read_text(encoding="utf-8")
+    for file in sorted(ROOT.rglob("*.py")):  # the project's own files, in a checkout or an export alike
+        path = file.relative_to(ROOT).as_posix()
+        if path.startswith("tests/") or any(part.startswith(".") for part in file.relative_to(ROOT).parts):
+            continue  # the tests, and what no commit holds: .venv, .git, caches (.gitignore)
+        text = file.read_text(encoding="utf-8")
         for name in variants.VARIANTS:
             if name == "causal":  # also the setting's name: the variant's own literal is checked below
                 continue
