@@ -947,7 +947,7 @@ def test_each_rules_line_is_printed_as_soon_as_the_rule_is_done_and_ctrl_c_keeps
                if line.split()[:1] and line.split()[0] in checks.RULES)
 
 
-def test_a_slow_check_says_how_long_it_will_take_before_the_rules(monkeypatch):
+def test_a_slow_check_says_how_long_it_will_take_once_the_pace_is_known(monkeypatch):
     """A module that sleeps 50 ms a forward, with the notice's threshold at 0.1 s: it comes once causal's first three
     forwards are timed, before causal's line; a fast module's check says nothing of the kind."""
     monkeypatch.setattr(checks, "SLOW_CHECK_SECONDS", 0.1)
