@@ -105,7 +105,7 @@ from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth, hidden_by_mask
 from attnviz.tracing import score_width
 from attnviz.window_reading import attention_window, cache_length, window_said
-from attnviz.words import amount
+from attnviz.words import amount, window_sees
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement", "dropout-placement",
          "batch-independence", "matches-reference", "kv-cache")
@@ -697,10 +697,10 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
         return Check(rule, "fail", f"the hidden cells are the future and the keys {window} or more behind (a window "
                                    f"of {window}), but the module's window is {declared}: "
                                    + (_one_key_wide(declared) if window == declared + 1 else
-                                      f"query i should see keys i - {declared - 1} … i"))
+                                      f"query i should see {window_sees(declared)}"))
     if window is not None:
         return Check(rule, "pass", f"sliding window W = {window}: the hidden cells are the future and the keys "
-                                   f"{window} or more behind (query i sees keys i - {window - 1} … i)")
+                                   f"{window} or more behind (query i sees {window_sees(window)})")
     if not causal:
         if not hidden.any():
             return Check(rule, "skip", f"{stated}, and the module hides no cell" if stated else
@@ -803,8 +803,8 @@ def _window_not_applied(nq: int, nk: int, declared: int, said: str | None = None
     wide = (" (or it hides only the keys more than W behind: diff > W instead of diff >= W)"
             if far == 0 else "")
     return (f"the hidden cells are exactly the future, but the module's window is {declared}: query {position} sees "
-            f"{keys}, which a window of {declared} hides (query i sees keys "
-            f"i - {declared - 1} … i) — the window is never applied{wide}: hide the keys W or more behind (diff >= W) "
+            f"{keys}, which a window of {declared} hides (query i sees "
+            f"{window_sees(declared)}) — the window is never applied{wide}: hide the keys W or more behind (diff >= W) "
             "as well as the future" + ("" if said is None else
                                        f" in the uncached forward too — its code reads window_size only where it "
                                        "caches, as the book's optimized MultiHeadAttention reads its KV cache's "

@@ -1,6 +1,7 @@
 """Words for the reader: counts — a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group",
 "1 query", "2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2") —, a value a
-URL gave as a message quotes it back, cut short (:func:`clipped`), and text escaped so that Markdown shows it as it is
+URL gave as a message quotes it back, cut short (:func:`clipped`), the keys a sliding window shows a query
+(:func:`window_sees`: "only itself", "keys i − 1, i"), and text escaped so that Markdown shows it as it is
 (:func:`markdown_escape`)."""
 
 from __future__ import annotations
@@ -47,3 +48,11 @@ MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
 def markdown_escape(text: str) -> str:
     """Backslash-escape Markdown so user-derived text (URL values, messages) shows literally."""
     return MARKDOWN_SPECIALS.sub(r"\\\1", text)
+
+
+def window_sees(window: int) -> str:
+    """The keys a sliding window of ``window`` shows query i, in words: "only itself", "keys i − 1, i", "keys i − 2 …
+    i"."""
+    if window == 1:
+        return "only itself"
+    return "keys i − 1, i" if window == 2 else f"keys i − {window - 1} … i"

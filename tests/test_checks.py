@@ -387,6 +387,8 @@ def test_mask_convention_recognises_a_sliding_window_and_reports_w(window):
     module = learner(um.LearnerSWA, window)
     check = verdict(module, "mask-convention")
     assert check.status == "pass" and f"sliding window W = {window}" in check.evidence
+    sees = {1: "only itself", 2: "keys i − 1, i", 3: "keys i − 2 … i", 5: "keys i − 4 … i"}[window]
+    assert check.evidence.endswith(f"(query i sees {sees})"), check.evidence  # not "i - 0 … i" for W = 1
     assert verdict(module, "causal").status == "pass"
     assert verdict(module, "matches-reference").status == "pass"
 

@@ -19,7 +19,7 @@ from attnviz.attention import MAP_STAGES, Recorder
 from attnviz.kv_cache_rule import kv_cache, kv_prefill, kv_steps
 from attnviz.labs.pitfalls.leak import leak_report
 from attnviz.labs.pitfalls.workbench import LabSetup, forward_rng
-from attnviz.words import amount, listed, plural
+from attnviz.words import amount, listed, plural, window_sees
 
 # --------------------------------------------------------------------------- running a version
 
@@ -232,13 +232,6 @@ def detect_kv_groups(module, inputs, setup: LabSetup) -> Version:
     return Version(bool(wrong), verdict, observation, {"groups": groups})
 
 
-def _sees(window: int) -> str:
-    """The keys a window of ``window`` shows query i, in words: "only itself", "keys i − 1, i", "keys i − 2 … i"."""
-    if window == 1:
-        return "only itself"
-    return "keys i − 1, i" if window == 2 else f"keys i − {window - 1} … i"
-
-
 def detect_window(module, inputs, setup: LabSetup) -> Version:
     """(9) The hidden cells must be the future and the keys W or more behind: a window of exactly W.
 
@@ -257,13 +250,13 @@ def detect_window(module, inputs, setup: LabSetup) -> Version:
     attention = tracing.combine(tracing.record(module, inputs).attentions)[0]
     found = checks.sliding_window(attention)
     if found == window:
-        verdict = f"query i sees {_sees(window)}: a window of exactly {window}"
+        verdict = f"query i sees {window_sees(window)}: a window of exactly {window}"
         return Version(False, verdict, observation, {"window": found})
     should = f"key i − {window} should be hidden: diff >= W, not diff > W"
     hidden = attention.masked_cells().reshape(-1, n, n)  # (b·h, n, n)
     diff = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): how far key j is behind query i
     if found is not None:
-        verdict = (f"query i sees {_sees(found)}: a window of {found}, but sliding_window_size is {window}"
+        verdict = (f"query i sees {window_sees(found)}: a window of {found}, but sliding_window_size is {window}"
                    + (f" ({should})" if found == window + 1 else ""))
     elif torch.equal(hidden, (diff < 0).expand_as(hidden)):  # only the future hidden: W = n − 1 with diff > W
         verdict = (f"only the future is hidden: query {n - 1} sees key {n - 1 - window}, {window} behind, but "
