@@ -966,11 +966,11 @@ class LoopsWhenCached(um.LearnerCachedMHA):
 
 
 def test_a_cached_forward_that_never_returns_fails_the_rule_in_words_and_the_check_goes_on(monkeypatch):
-    monkeypatch.setattr(time_limit, "SECONDS", 2.0)  # every forward of the check runs under it
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)  # every forward of the check runs under it: milliseconds each
     torch.manual_seed(0)
     results = checks.check_module(LoopsWhenCached(16, 32, 16, 0.0, 4).eval(), rules=["kv-cache", "causal"])
     assert [(c.rule, c.status) for c in results] == [("causal", "pass"), ("kv-cache", "fail")]
-    assert results[1].evidence == ("LoopsWhenCached.forward(use_cache=True) ran for 2 s without returning "
+    assert results[1].evidence == ("LoopsWhenCached.forward(use_cache=True) ran for 0.5 s without returning "
                                    "(an endless loop?)")
 
 
@@ -1009,10 +1009,10 @@ def test_a_reset_that_raises_or_never_returns_fails_the_rule_in_one_line_and_the
     assert [(c.rule, c.status) for c in results] == [("causal", "pass"), ("kv-cache", "fail")]
     assert results[1].evidence == ("ResetRaises.reset_cache() raised AttributeError: 'NoneType' object has no "
                                    "attribute 'zero_'")
-    monkeypatch.setattr(time_limit, "SECONDS", 2.0)  # every forward of the check runs under it
+    monkeypatch.setattr(time_limit, "SECONDS", 0.5)  # every forward of the check runs under it: milliseconds each
     stopped = verdict(ResetLoops(16, 32, 16, 0.0, 4).eval(), "kv-cache")
     assert (stopped.status, stopped.evidence) == (
-        "fail", "ResetLoops.reset_cache() ran for 2 s without returning (an endless loop?)")
+        "fail", "ResetLoops.reset_cache() ran for 0.5 s without returning (an endless loop?)")
 
 
 def test_a_forward_that_never_returns_is_a_trace_error_for_the_check(monkeypatch):

@@ -109,7 +109,7 @@ def test_a_file_that_raises_on_import(tmp_path):
 def test_a_constructor_or_an_import_that_never_returns_is_stopped_with_one_line(tmp_path, monkeypatch):
     """A user's constructor, and their file's import, run under the time limit of a forward: a loop there is a
     message, not a page (or ``attnviz check``) that waits for ever."""
-    monkeypatch.setattr(time_limit, "SECONDS", 0.5)
+    monkeypatch.setattr(time_limit, "SECONDS", 0.3)
     path = tmp_path / "waits.py"
     path.write_text(textwrap.dedent("""
         from torch import nn
@@ -122,11 +122,11 @@ def test_a_constructor_or_an_import_that_never_returns_is_stopped_with_one_line(
                     pass
     """))
     with pytest.raises(user_code.UserCodeError,
-                       match=r"^Waits\(d_in=16, d_out=16\) ran for 0\.5 s without returning \(an endless loop\?\)$"):
+                       match=r"^Waits\(d_in=16, d_out=16\) ran for 0\.3 s without returning \(an endless loop\?\)$"):
         user_code.build(user_code.load(f"{path}:Waits"), d_in=16, d_out=16)
     script = tmp_path / "script.py"
     script.write_text("while True:\n    pass\n")
-    with pytest.raises(user_code.UserCodeError, match=r"script\.py ran for 0\.5 s on import without returning \(an "
+    with pytest.raises(user_code.UserCodeError, match=r"script\.py ran for 0\.3 s on import without returning \(an "
                                                       r"endless loop\?\): put its script part under"):
         user_code.load(f"{script}:A")
 
