@@ -58,6 +58,5 @@ def per_query_head(tensor: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 
 
 def module_output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The module's output for ``x`` (a forward that raises is a TraceError)."""
-    output = tracing.run_forward(module, x)
-    return tracing.first_tensor(output).detach()
+    """The module's output for ``x`` (:func:`attnviz.tracing.forward_output`: a forward that raises is a TraceError)."""
+    return tracing.forward_output(module, x).detach()

@@ -52,6 +52,7 @@ too): not the width of the recorded q·k where the scores run over an absorbed M
 Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
 ``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  It calls ``forward(x)``, or
 ``forward(x, x, x)`` when the first three parameters are query, key and value (``nn.MultiheadAttention`` itself).
+``forward_output(module, x)`` runs it so, unrecorded, and gives the output as every page reads it (``output_of``).
 """
 
 from __future__ import annotations
@@ -461,9 +462,7 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
         if words is None:
             raise
         raise TraceError(words) from error
-    returned, output = output, first_tensor(output)
-    if output is None:
-        raise TraceError("the forward returned no tensor")
+    returned, output = output, output_of(output)
     n = x.shape[-2]  # the tokens given
     maps = [(node, dim) for node, dim in recorder.softmaxes if tuple(node.out.shape[-2:]) == (n, n)]
     over_keys = [node for node, dim in maps if dim == -1]
@@ -500,6 +499,21 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
                      dropout_calls=recorder.dropout_calls, fed_onwards=fed_onwards,
                      triangular_mask=recorder.triangular_mask, triangles=recorder.triangles, fills=recorder.fills,
                      notes=notes)
+
+
+def output_of(returned) -> torch.Tensor:
+    """The output every page reads from what a forward returned: its first tensor (:func:`first_tensor`: the output of
+    an ``(output, weights)`` tuple, a dict's first value); TraceError when it returned no tensor."""
+    output = first_tensor(returned)
+    if output is None:
+        raise TraceError("the forward returned no tensor")
+    return output
+
+
+def forward_output(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> torch.Tensor:
+    """``module``'s output for ``x`` as every page reads it, with nothing recorded: :func:`run_forward` (the calling
+    convention, the time limit, the exit guard) and :func:`output_of`.  For a caller that needs only the output."""
+    return output_of(run_forward(module, x, **forward_kwargs))
 
 
 def _output_later(returned, batch: int, n: int) -> str:

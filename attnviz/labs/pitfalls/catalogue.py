@@ -470,10 +470,10 @@ def module_leak(config: AttentionConfig, inputs: torch.Tensor, j: int) -> dict:
 
 
 class _AsEveryPageRunsIt(nn.Module):
-    """A user's module called as every page calls it (:func:`attnviz.tracing.record`): its calling convention
-    (``forward(x, x, x)``, sequence first), the time limit, ``os._exit`` refused, and the one vector per token it
-    returns whatever else it returns with it (a tuple, weights first, a dict).  In the user's module's own mode, which
-    it leaves as it is."""
+    """A user's module called as every page calls it, its ops not recorded (:func:`attnviz.tracing.forward_output`):
+    its calling convention (``forward(x, x, x)``, sequence first), the time limit, ``os._exit`` refused, and the output
+    read from whatever it returns it in (a tuple, weights after it, a dict).  In the user's module's own mode, which it
+    leaves as it is."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
@@ -481,4 +481,4 @@ class _AsEveryPageRunsIt(nn.Module):
         self.training = module.training  # not .train(): that would set the user's module too
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return tracing.record(self.module, x).output  # (1, n, d_in) -> (1, n, d_out)
+        return tracing.forward_output(self.module, x)  # (1, n, d_in) -> (1, n, d_out)
