@@ -96,7 +96,7 @@ COST_PLOT_PX = 286  # the cost chart's plot, between its title and its length ax
 COST_LEGEND_ROW_PX = 20  # a row of the cost chart's legend, one entry a row (Plotly draws them 19 px apart)
 DOT_PX = 5  # a cost line's markers
 RING = {"size": 10, "symbol": "circle-open", "line": {"width": 2}}  # those of a line on another: rings around its dots
-MAX_LENGTH_TICKS = 6  # the cost chart's context lengths labelled (256, 1k, 4k, 16k, 64k, 128k)
+MAX_LENGTH_TICKS = 6  # the cost chart's context lengths labelled at most (256, 1k, 4k, 16k, 64k, 128k from 256)
 
 
 def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: dict[str, str] | None = None, *,
@@ -108,7 +108,7 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
     top of it, and its label says which it equals; one that meets an earlier one at some lengths (a window's line
     lies on its attention's up to the window) has rings for markers, wider than the dots under them, so both lines
     show where they coincide.  The legend sits under the plot, one entry a row, and at most
-    :data:`MAX_LENGTH_TICKS` lengths are labelled (every other power of two, and the longest): the chart reads at
+    :data:`MAX_LENGTH_TICKS` lengths are labelled (powers of two at even steps, and the longest): the chart reads at
     any width."""
     labels = dict(labels or {})
     fig = go.Figure()

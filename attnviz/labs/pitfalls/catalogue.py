@@ -1,7 +1,8 @@
 """Pitfall lab, the catalogue: the pitfalls (texts, the correct module, how to build the bug, which detector and
 figure) — seven in the book's MultiHeadAttention, four in today's attention (grouped-query, sliding-window,
 rotary) and three in a KV cache — and running one of them, or the leak detector, on the correct and the buggy
-module (of an app's Trace).  A pitfall that cannot run at the lab's sizes (the rotary bugs at an odd head_dim)
+module (of an app's Trace); with no bug and a user's module, the leak detector on that module itself, run as every
+page runs it (:func:`module_leak`).  A pitfall that cannot run at the lab's sizes (the rotary bugs at an odd head_dim)
 says why (:meth:`Pitfall.unavailable`) instead of raising PyTorch's shape error from both versions.  What the page
 says the lab runs is the chosen bug's own class with its arguments (:func:`describe`, :func:`setup_for`).
 
