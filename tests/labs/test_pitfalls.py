@@ -1038,17 +1038,21 @@ def test_the_labs_own_class_has_the_name_of_the_books_class_the_app_runs(bug, va
     assert catalogue.shown_in(bug).startswith(f"{variants.get(variant).cls.__name__} (")
 
 
-def test_the_leak_detector_reruns_a_users_module_itself_and_finds_its_leak(monkeypatch):
-    """A module that means to mask the future (a triangular mask buffer, so its config says causal) and does not:
-    with no bug the leak detector perturbs the module itself, as every page runs it, not the book's code with its
-    causal setting, which would say "no leak"."""
+def _users_run(monkeypatch, name: str, text: str = TEXT):
+    """The app's run of ``name``, a class of tests/helpers/user_modules.py listed as the user's module."""
     from pathlib import Path
 
     from attnviz import user_code
 
-    modules = Path(__file__).resolve().parents[1] / "helpers" / "user_modules.py"
-    monkeypatch.setenv(user_code.ENV, f"{modules}:MaskedFillCopy")
-    trace = pipeline.run(TEXT, small_config(module="Your module: MaskedFillCopy", d_in=16, d_out=16))
+    monkeypatch.setenv(user_code.ENV, f"{Path(__file__).resolve().parents[1] / 'helpers' / 'user_modules.py'}:{name}")
+    return pipeline.run(text, small_config(module=f"Your module: {name}", d_in=16, d_out=16))
+
+
+def test_the_leak_detector_reruns_a_users_module_itself_and_finds_its_leak(monkeypatch):
+    """A module that means to mask the future (a triangular mask buffer, so its config says causal) and does not:
+    with no bug the leak detector perturbs the module itself, as every page runs it, not the book's code with its
+    causal setting, which would say "no leak"."""
+    trace = _users_run(monkeypatch, "MaskedFillCopy")
     assert trace.config.causal and not trace.hides_future  # meant to mask, and does not
     report = catalogue.leak_on_trace(trace, 4, None, 3)
     assert report["leaked"] == [0, 1, 2] and report["verdict"] == "leaks into positions 0, 1, 2"
@@ -1057,17 +1061,10 @@ def test_the_leak_detector_reruns_a_users_module_itself_and_finds_its_leak(monke
     assert not catalogue.leak_on_trace(trace, 4, "scale_d_out", 3)["leaked"]  # a bug: the book's code, masked
 
 
-
 def test_the_leak_detector_with_a_bug_says_a_module_asks_for_the_mask_not_that_it_masks(monkeypatch):
     """With a bug switched on the book's code runs, masked as the module means to be; a module whose code asks for a
     causal mask may still leak (MaskedFillCopy does), so the caption does not say it masks the future."""
-    from pathlib import Path
-
-    from attnviz import user_code
-
-    modules = Path(__file__).resolve().parents[1] / "helpers" / "user_modules.py"
-    monkeypatch.setenv(user_code.ENV, f"{modules}:MaskedFillCopy")
-    config = pipeline.run("Hi there", small_config(module="Your module: MaskedFillCopy", d_in=16, d_out=16)).config
+    config = _users_run(monkeypatch, "MaskedFillCopy", "Hi there").config
     assert catalogue.causal_source(config) == ("Your module: MaskedFillCopy, which asks for a causal mask; the "
                                                "sidebar's toggle does not apply to it")
 
@@ -1077,13 +1074,9 @@ def test_the_leak_detector_calls_a_users_module_as_every_page_does(monkeypatch, 
     """A causal module that returns (output, weights) or a dict, or wraps nn.MultiheadAttention: the detector reruns it
     as the pages run it (its output read from what it returns), and finds no leak — not a TypeError of its tuple.  It
     needs only the outputs: it runs the module without recording its every op."""
-    from pathlib import Path
+    from attnviz import tracing
 
-    from attnviz import tracing, user_code
-
-    modules = Path(__file__).resolve().parents[1] / "helpers" / "user_modules.py"
-    monkeypatch.setenv(user_code.ENV, f"{modules}:{name}")
-    trace = pipeline.run(TEXT, small_config(module=f"Your module: {name}", d_in=16, d_out=16))
+    trace = _users_run(monkeypatch, name)
 
     def recorded(*args, **kwargs):
         raise AssertionError("the leak detector recorded the module's ops")
