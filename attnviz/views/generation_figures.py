@@ -99,6 +99,15 @@ RING = {"size": 10, "symbol": "circle-open", "line": {"width": 2}}  # those of a
 MAX_LENGTH_TICKS = 6  # the cost chart's context lengths labelled at most (256, 1k, 4k, 16k, 64k, 128k from 256)
 
 
+def _length_ticks(lengths: list[int]) -> list[int]:
+    """The cost chart's labelled context lengths: at most :data:`MAX_LENGTH_TICKS`, powers of two at even steps (a
+    window among the lengths, 1,000, is drawn, not labelled) and the longest, none crowding it (160k): upright labels
+    of ~4 characters fit a plot 300 px wide."""
+    powers = [n for n in lengths[:-1] if n & (n - 1) == 0]
+    every = max(1, -(-len(powers) // (MAX_LENGTH_TICKS - 1)))
+    return [n for n in [*powers[::every], lengths[-1]] if n == lengths[-1] or lengths[-1] / n >= 1.5]
+
+
 def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: dict[str, str] | None = None, *,
                     title: str, marker_at: int | None = None) -> go.Figure:
     """KV-cache bytes against the context length, both axes logarithmic, one line per variant.
@@ -128,11 +137,7 @@ def kv_bytes_figure(lengths: list[int], curves: dict[str, list[int]], labels: di
             hovertemplate=f"{name}<br>%{{x:,}} tokens: %{{customdata}}<extra></extra>"))
     if marker_at:
         fig.add_vline(x=marker_at, line={"color": "#636363", "width": 1, "dash": "dot"})
-    # at most 6 ticks, on powers of two (a window among the lengths, 1,000, is drawn, not labelled), none crowding
-    # the last (160k): upright labels of ~4 characters fit a plot 300 px wide
-    powers = [n for n in lengths[:-1] if n & (n - 1) == 0]
-    every = max(1, -(-len(powers) // (MAX_LENGTH_TICKS - 1)))
-    ticks = [n for n in [*powers[::every], lengths[-1]] if n == lengths[-1] or lengths[-1] / n >= 1.5]
+    ticks = _length_ticks(lengths)
     fig.update_xaxes(type="log", title="context length (tokens)", tickvals=ticks,
                      ticktext=[f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}" for n in ticks])
     # a label at each power of 10 only ("1M", "10M", "100M", "1G": SI, so a billion bytes is not "1B"): Plotly's own
