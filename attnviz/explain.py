@@ -12,11 +12,11 @@ judged by, which the Trace keeps (``module_run.score_width``: the checker's own 
 a divisor the module's config declares (Gemma's ``query_pre_attn_scalar``, DeepSeek's YaRN mscale²: the Trace's
 ``module_run.declared_scales``) is named as the config's (:func:`declared_divisor`, which the scaled map's title reads
 too), and only one nobody declared as the run's own.
-Which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from ``scaled`` by more than a
-score and a bias such as ALiBi's reach, 10³ + n: :func:`attnviz.trace.hidden_by_mask`, the tracer's own definition),
-so a causal mask, a sliding window or a padding mask each get their own reason; where a module changes its scaled
-scores before the softmax (a soft-cap, a bias, a mask filled with 0 instead of −∞, which hides nothing), the weight
-is explained from the numbers the softmax took (``masked_score``, ``row_masked``).
+Which keys are hidden is read from the recorded ``masked`` stage (−∞, or pushed down from ``scaled`` by at least 10³
+or n, whichever is more, further than a bias such as ALiBi's reaches: :func:`attnviz.trace.hidden_by_mask`, the
+tracer's own definition), so a causal mask, a sliding window or a padding mask each get their own reason; where a
+module changes its scaled scores before the softmax (a soft-cap, a bias, a mask filled with 0 instead of −∞, which
+hides nothing), the weight is explained from the numbers the softmax took (``masked_score``, ``row_masked``).
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ def _head_vectors(trace: Trace, head: int, query: int, key: int) -> tuple[np.nda
 
 def _hidden(row_masked: np.ndarray, row_scaled: np.ndarray, keys: int | None = None) -> np.ndarray:
     """(n,) bool: keys the mask hides, as the tracer tells them (:func:`attnviz.trace.hidden_by_mask`: −∞ in the
-    softmax's input, or pushed down by more than 10³ + ``keys``, the keys of a row: default the row's length)."""
+    softmax's input, or pushed down from the scaled score by at least 10³ or ``keys``, whichever is more — ``keys``:
+    the keys of a row, default the row's length)."""
     with np.errstate(invalid="ignore", over="ignore"):
         return np.asarray(hidden_by_mask(row_masked.astype(np.float64), row_scaled.astype(np.float64), keys),
                           dtype=bool)

@@ -160,7 +160,8 @@ class Attention:
 
     def masked_cells(self) -> torch.Tensor:
         """bool (b, h, nq, nk): True at every cell the mask hid, the causal triangle's too
-        (:func:`attnviz.trace.hidden_by_mask`: −∞, or pushed down by more than a score and a bias reach, 10³ + nk)."""
+        (:func:`attnviz.trace.hidden_by_mask`: −∞, or pushed down from the scaled score by at least 10³ or nk, whichever
+        is more, further than a bias reaches; without the scaled scores, at most −(10³ + nk))."""
         if self.hidden is not None:
             return self.hidden.expand(self.masked.shape)
         return hidden_by_mask(self.masked, self.scaled)
