@@ -18,6 +18,7 @@ import linecache
 import re
 import textwrap
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -83,24 +84,28 @@ def window_said(module: nn.Module) -> str | None:
 @functools.lru_cache(maxsize=64)
 def _code_says_window(cls: type, name: str) -> str | None:
     """:func:`window_said`'s reading of the code of ``cls`` and its own bases, which does not change while the class
-    lives (read once per class)."""
+    lives (read once per class).  A class whose name says it is a cache (:func:`_names_a_cache`: a ``SlidingKVCache``
+    the attention inherits its cache from) says nothing of the attention by its name or docstring; the masks read are
+    those of the code the module runs (:func:`_reached_methods`), not of a method nothing calls."""
     for klass in _own_classes(cls):
+        if _names_a_cache(klass):
+            continue
         words = " ".join(_camel_words(klass.__name__))
         if SAYS_WINDOW_ATTENTION.search(words) or re.search(r"\bsliding\b", words):
             return f"the class's name says so: class {klass.__name__}{_at_line(_class_lines(klass)[0])}"
         doc = " ".join(re.sub(r"[-_]", " ", vars(klass).get("__doc__") or "").lower().split())
         if match := SAYS_WINDOW_ATTENTION.search(doc):
             return f"the docstring of {klass.__name__} says “{match.group(0)}”{_at_line(_class_lines(klass)[1])}"
-    for function, tree, first in _own_methods(cls):
-        if function.__name__ == "__init__":
-            for statement in ast.walk(tree):
-                if (isinstance(statement, ast.stmt) and _keeps(statement, name) and (value := getattr(
-                        statement, "value", None)) is not None and any(
-                        is_named(sub, SLIDING_NAMES_OF_WINDOW) for sub in ast.walk(value))):
-                    return (f"its constructor keeps a sliding window as self.{name} (line "
-                            f"{first + statement.lineno - 1}: {ast.unparse(statement)})")
-        for node in _mask_reads(tree, name):
-            return (f"line {first + node.lineno - 1} of {function.__qualname__} makes a mask of it: "
+    for _, tree, first in _constructors(cls):
+        for statement in ast.walk(tree):
+            if (isinstance(statement, ast.stmt) and _keeps(statement, name) and (value := getattr(
+                    statement, "value", None)) is not None and any(
+                    is_named(sub, SLIDING_NAMES_OF_WINDOW) for sub in ast.walk(value))):
+                return (f"its constructor keeps a sliding window as self.{name} (line "
+                        f"{first + statement.lineno - 1}: {ast.unparse(statement)})")
+    for method in _reached_methods(cls, name) or ():
+        for node in _mask_reads(method.tree, name, method.aliases):
+            return (f"line {method.first + node.lineno - 1} of {method.function.__qualname__} makes a mask of it: "
                     f"{ast.unparse(node)}")
     return None
 
@@ -110,16 +115,146 @@ def _own_classes(cls: type) -> list[type]:
     return [klass for klass in cls.__mro__ if klass.__module__.split(".")[0] not in ("torch", "builtins")]
 
 
-def _own_methods(cls: type) -> Iterator[tuple[Callable, ast.AST, int]]:
-    """Each method of ``cls`` and its own bases (:func:`_own_classes`) whose source can be read: the function, its
-    parsed source and the line of its file it starts on."""
+def _names_a_cache(klass: type) -> bool:
+    """Whether a class's name says it is a cache, its last word "cache" (``SlidingKVCache``, ``RollingCache``): what
+    its name and docstring say is about the cache, not about the attention that keeps it."""
+    words = _camel_words(klass.__name__)
+    return bool(words) and words[-1] in ("cache", "caches")
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(function: Callable) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
+    """A function's parsed ``def`` and the line of its file it starts on; None where its source cannot be read (read
+    once per function: a call to it and its reading both ask)."""
+    try:
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    return (tree, first) if isinstance(tree, ast.FunctionDef | ast.AsyncFunctionDef) else None
+
+
+def _constructors(cls: type) -> Iterator[tuple[Callable, ast.FunctionDef | ast.AsyncFunctionDef, int]]:
+    """Each constructor of ``cls`` and its own bases (:func:`_own_classes`) whose source can be read: the function,
+    its parsed ``def`` and the line of its file it starts on."""
     for klass in _own_classes(cls):
-        for function in (value for value in vars(klass).values() if inspect.isfunction(value)):
-            try:
-                lines, first = inspect.getsourcelines(function)
-                yield function, ast.parse(textwrap.dedent("".join(lines))), first
-            except (OSError, TypeError, SyntaxError):
-                continue
+        init = vars(klass).get("__init__")
+        if inspect.isfunction(init) and (parsed := _parsed(init)) is not None:
+            yield init, *parsed
+
+
+@dataclass(frozen=True)
+class _Reached:
+    """A method of the module's own code that runs when the module is used (:func:`_reached_methods`), and how."""
+
+    function: Callable
+    tree: ast.FunctionDef | ast.AsyncFunctionDef  # its parsed ``def``
+    first: int  # the line of its file it starts on
+    caching: bool  # it runs only where the forward caches
+    aliases: frozenset[str]  # its parameters a call gives the window (self.<name>, or a name holding it)
+
+
+def _says_cache(function: Callable) -> bool:
+    """Whether a method's name says it caches (``reset_cache``, ``_update_cache``)."""
+    return "cache" in function.__name__.lower()
+
+
+MOST_METHODS = 64  # the methods :func:`_reached_methods` reads at most: the code of one attention class
+
+
+@functools.lru_cache(maxsize=64)
+def _reached_methods(cls: type, name: str) -> tuple[_Reached, ...] | None:
+    """The methods of ``cls`` and its own bases whose code runs when the module is used: its ``forward``, the methods
+    whose names say cache (:func:`_says_cache`: ``reset_cache``, which attnviz and a generation loop call), the methods
+    its constructors call, and each method of its own those call, as ``self.m(…)`` or ``super().m(…)``, however deep.
+    A call under an ``if use_cache`` (or from a method that caches) runs only where the forward caches, and a
+    parameter the call gives ``self.<name>`` (or a local name holding it) holds the window in the method called.  A
+    method nothing of those calls (``extra_repr``, a plotting helper) is not read; one called both where the forward
+    caches and where it does not is there twice.  None where the source of one of them cannot be read."""
+    queue: list[tuple[Callable, bool, frozenset[str]]] = []
+    forward = _own_function(cls, "forward")
+    if forward is not None:
+        queue.append((forward, False, frozenset()))
+    for klass in _own_classes(cls):
+        queue += [(function, True, frozenset()) for function in vars(klass).values()
+                  if inspect.isfunction(function) and _says_cache(function) and function.__name__ != "__init__"]
+    for init, tree, _ in _constructors(cls):
+        for call, _ in _calls(tree.body, False):  # the constructor's own reads are :func:`_read_only_to_cache`'s
+            target = _called(cls, init, call)
+            if target is not None and target.__name__ != "__init__":
+                queue.append((target, _says_cache(target), frozenset()))
+    reached: dict[tuple[Callable, bool, frozenset[str]], _Reached] = {}
+    while queue and len(reached) < MOST_METHODS:
+        function, caching, aliases = queue.pop(0)
+        if (function, caching, aliases) in reached:
+            continue
+        parsed = _parsed(function)
+        if parsed is None:
+            return None
+        tree, first = parsed
+        reached[function, caching, aliases] = _Reached(function, tree, first, caching, aliases)
+        local = _window_aliases(tree, name, set(aliases))
+        for call, caches in _calls(tree.body, caching):
+            target = _called(cls, function, call)
+            if target is not None and target.__name__ != "__init__":
+                queue.append((target, caches or _says_cache(target),
+                              frozenset(_given_window(target, call, name, local))))
+    return tuple(reached.values())
+
+
+def _own_function(cls: type, attribute: str) -> Callable | None:
+    """The function ``cls.<attribute>`` is when one of its own classes (:func:`_own_classes`) defines it: a method, or
+    a static or class method's function; None otherwise (torch's, a property, no such attribute)."""
+    for klass in cls.__mro__:
+        if attribute in vars(klass):
+            if klass.__module__.split(".")[0] in ("torch", "builtins"):
+                return None
+            value = vars(klass)[attribute]
+            value = getattr(value, "__func__", value)  # a staticmethod's or classmethod's function
+            return value if inspect.isfunction(value) else None
+    return None
+
+
+def _called(cls: type, caller: Callable, call: ast.Call) -> Callable | None:
+    """The own method (:func:`_own_function`) a call in ``caller``'s code calls: ``self.m(…)`` the class's ``m``,
+    ``super().m(…)`` the ``m`` of the classes after the one that defines ``caller``; None for any other call."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    if isinstance(func.value, ast.Name) and func.value.id == "self":
+        return _own_function(cls, func.attr)
+    if not (isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name)
+            and func.value.func.id == "super" and not func.value.args):
+        return None
+    mro = cls.__mro__
+    defining = next((index for index, klass in enumerate(mro) if any(
+        getattr(value, "__func__", value) is caller for value in vars(klass).values())), None)
+    later = None if defining is None else next((klass for klass in mro[defining + 1:] if func.attr in vars(klass)),
+                                               None)
+    return None if later is None else _own_function(later, func.attr)
+
+
+def _calls(node: ast.AST | list[ast.stmt], caching: bool) -> Iterator[tuple[ast.Call, bool]]:
+    """Each call in ``node``'s code, and whether it runs only where the forward caches (:func:`_with_caching`)."""
+    for sub, caches in _with_caching(node, caching):
+        if isinstance(sub, ast.Call):
+            yield sub, caches
+
+
+def _given_window(target: Callable, call: ast.Call, name: str, aliases: set[str]) -> list[str]:
+    """The parameters of ``target`` that ``call`` gives the window: an argument that is ``self.<name>`` or a number
+    made of it (:func:`_window_valued`; ``aliases``: the caller's names holding it), by position or by keyword."""
+    parsed = _parsed(target)
+    if parsed is None:
+        return []
+    arguments = parsed[0].args
+    positional = [argument.arg for argument in [*arguments.posonlyargs, *arguments.args]]
+    if positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    given = [parameter for parameter, argument in zip(positional, call.args)
+             if not isinstance(argument, ast.Starred) and _window_valued(argument, name, aliases)]
+    return given + [keyword.arg for keyword in call.keywords
+                    if keyword.arg is not None and _window_valued(keyword.value, name, aliases)]
 
 
 def _camel_words(name: str) -> list[str]:
@@ -147,19 +282,16 @@ def _at_line(line: int | None) -> str:
     return "" if line is None else f" (line {line})"
 
 
-def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
+def _mask_reads(tree: ast.AST, name: str, given: Collection[str] = ()) -> list[ast.AST]:
     """The statements of a method's code (``tree``) that make a mask of ``self.<name>`` — or of a local name whose
-    value is it (:func:`_window_valued`: ``W = self.window_size``, ``far = W - 1``) —: a comparison with it that is no
+    value is it (:func:`_window_aliases`: ``W = self.window_size``, ``far = W - 1``; ``given``: the method's parameters
+    a call gives it, ``def band(self, diff, far)`` called as ``self.band(diff, self.window_size)``) —: a comparison with
+    it that is no
     ``if``, ``while`` or ``assert`` test (``diff >= W``: a tensor of booleans, where the book's cache compares
     ``self.ptr_cur + num_tokens > self.window_size`` only to decide whether to shift), or it as an argument of a
     masking call (:data:`MASK_CALLS`: ``triu(…, diagonal=-W)``).  A tensor sliced or sized by it (``keys[:, :, -W:]``,
     ``torch.zeros(b, h, W, hd)``) is no window: a mask built from its shape is the book's causal one."""
-    aliases: set[str] = set()
-    for _ in range(3):  # W = self.window_size; far = W - 1: a few steps of names assigned from it
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
-                    and _window_valued(node.value, name, aliases)):
-                aliases |= {target.id for target in node.targets}
+    aliases = _window_aliases(tree, name, set(given))
     tests = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If | ast.While | ast.Assert | ast.IfExp)
              for sub in ast.walk(node.test)}
     statements = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
@@ -177,6 +309,18 @@ def _mask_reads(tree: ast.AST, name: str) -> list[ast.AST]:
                 found.append(statement)
                 break
     return sorted(found, key=lambda node: node.lineno)
+
+
+def _window_aliases(tree: ast.AST, name: str, aliases: set[str]) -> set[str]:
+    """The local names of a method's code (``tree``) whose value is a number made of ``self.<name>`` or of ``aliases``
+    (its parameters that hold it): ``W = self.window_size``, ``far = W - 1``, a few steps deep."""
+    aliases = set(aliases)
+    for _ in range(3):  # W = self.window_size; far = W - 1: a few steps of names assigned from it
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
+                    and _window_valued(node.value, name, aliases)):
+                aliases |= {target.id for target in node.targets}
+    return aliases
 
 
 NUMBER_CALLS = ("int", "float", "min", "max", "abs")  # calls whose value is still a number made of their arguments
@@ -204,30 +348,31 @@ def _window_valued(node: ast.AST, name: str, aliases: set[str]) -> bool:
 @functools.lru_cache(maxsize=64)
 def _read_only_to_cache(cls: type, name: str) -> bool:
     """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
-    forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), or in a method whose
-    name says cache (``reset_cache``, ``_update_cache``); a constructor reads it, or its parameter ``name``, only to
-    keep it (``self.window_size = window_size or self.max_seq_len``).  False where the source cannot be read.  Read
-    once per class: a check asks several times (:func:`cache_length`, :func:`window_said`)."""
-    reads = 0
-    for klass in cls.__mro__:
-        if klass.__module__.split(".")[0] in ("torch", "builtins"):
+    forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), in a method whose name
+    says cache (``reset_cache``, ``_update_cache``), or in a method called only from there (:func:`_reached_methods`:
+    ``self._shift(k, v)`` under an ``if use_cache``); a constructor reads it, or its parameter ``name``, only to keep
+    it (``self.window_size = window_size or self.max_seq_len``, or passed on to a base's constructor).  A method
+    nothing calls (``extra_repr``) is not read.  False where the source cannot be read.  Read once per class: a check
+    asks several times (:func:`cache_length`, :func:`window_said`)."""
+    for klass in _own_classes(cls):
+        init = vars(klass).get("__init__")
+        if init is None:
             continue
-        for function in (value for value in vars(klass).values() if inspect.isfunction(value)):
-            try:
-                method = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
-            except (OSError, TypeError, SyntaxError, IndexError):
-                return False
-            if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
-                return False
-            if method.name == "__init__":
-                if any(not _keeps(statement, name) and _count_self_loads(statement, name, bare=(name,))
-                       for statement in method.body):
-                    return False
-                continue
-            cached, uncached = _cached_and_other_loads(method.body, name, "cache" in method.name.lower())
-            if uncached:
-                return False
-            reads += cached
+        parsed = _parsed(init) if inspect.isfunction(init) else None
+        if parsed is None:
+            return False
+        if any(not _keeps(statement, name) and not _passes_on(statement)
+               and _count_self_loads(statement, name, bare=(name,)) for statement in parsed[0].body):
+            return False
+    reached = _reached_methods(cls, name)
+    if reached is None:
+        return False
+    reads = 0
+    for method in reached:
+        cached, uncached = _cached_and_other_loads(method.tree.body, name, method.caching)
+        if uncached:
+            return False
+        reads += cached
     return reads > 0
 
 
@@ -237,6 +382,13 @@ def _keeps(statement: ast.stmt, name: str) -> bool:
                [statement.target] if isinstance(statement, ast.AnnAssign | ast.AugAssign) else [])
     return any(isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name)
                and node.value.id == "self" for target in targets for node in ast.walk(target))
+
+
+def _passes_on(statement: ast.stmt) -> bool:
+    """Whether ``statement`` calls a base's constructor (``super().__init__(…, window_size=window_size)``), which
+    keeps what it is given (:func:`_read_only_to_cache` reads that constructor too)."""
+    return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr == "__init__")
 
 
 def _is_self_load(node: ast.AST, name: str) -> bool:
@@ -255,14 +407,21 @@ def _count_self_loads(node: ast.AST, name: str, *, bare: Collection[str] = ()) -
 
 def _cached_and_other_loads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> tuple[int, int]:
     """(reads of ``self.<name>`` where the code caches, reads elsewhere) in ``node`` (a statement list, a statement
-    or an expression); ``caching``: it runs only when the forward caches.  An ``if`` (or ``… if … else …``) on
-    ``use_cache`` — ``if use_cache``, ``if use_cache and …`` — caches in its body, ``if not use_cache`` in its
-    ``else``, however deep it sits."""
+    or an expression); ``caching``: it runs only when the forward caches (:func:`_with_caching`)."""
+    loads = [caches for sub, caches in _with_caching(node, caching) if _is_self_load(sub, name)]
+    return sum(loads), len(loads) - sum(loads)
+
+
+def _with_caching(node: ast.AST | list[ast.stmt], caching: bool) -> Iterator[tuple[ast.AST, bool]]:
+    """Each node of ``node``'s code (a statement list, a statement or an expression) with whether it runs only where
+    the forward caches — ``caching``: all of it does.  An ``if`` (or ``… if … else …``) on ``use_cache`` — ``if
+    use_cache``, ``if use_cache and …`` — caches in its body, ``if not use_cache`` in its ``else``, however deep it
+    sits; in ``use_cache and …`` what follows ``use_cache`` caches."""
     if isinstance(node, list):
-        counts = [_cached_and_other_loads(statement, name, caching) for statement in node]
-        return sum(count[0] for count in counts), sum(count[1] for count in counts)
-    if _is_self_load(node, name):
-        return (1, 0) if caching else (0, 1)
+        for statement in node:
+            yield from _with_caching(statement, caching)
+        return
+    yield node, caching
     branches = _use_cache_branches(node.test) if isinstance(node, ast.If | ast.IfExp) else None
     if branches is not None:
         parts = [(node.test, caching), (node.body, caching or branches[0]), (node.orelse, caching or branches[1])]
@@ -272,8 +431,8 @@ def _cached_and_other_loads(node: ast.AST | list[ast.stmt], name: str, caching: 
         parts = [(value, caching or (bool(told) and index > told[0])) for index, value in enumerate(node.values)]
     else:
         parts = [(child, caching) for child in ast.iter_child_nodes(node)]
-    counts = [_cached_and_other_loads(part, name, caches) for part, caches in parts]
-    return sum(count[0] for count in counts), sum(count[1] for count in counts)
+    for part, caches in parts:
+        yield from _with_caching(part, caches)
 
 
 def _use_cache_branches(test: ast.expr) -> tuple[bool, bool] | None:

@@ -200,10 +200,55 @@ class ReadsNowhere(Windowed):
         return x
 
 
+class ShiftsInAHelper(Windowed):
+    """The book's cache update moved into a method of its own, called where the forward caches."""
+
+    def _shift(self, x):
+        return x[:, -self.window_size:]  # (b, ≤ W, d)
+
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.cache = self._shift(x)  # (b, ≤ W, d)
+        return x
+
+
+class HelperForBoth(ShiftsInAHelper):
+    def forward(self, x, use_cache=False):
+        return self._shift(x)  # (b, ≤ W, d): cached or not
+
+
+class ShowsItInItsRepr(SizesCache):
+    def extra_repr(self):
+        return f"window_size={self.window_size}"  # print(module) only: no forward calls it
+
+
+class PassesItToTheBase(SizesCache):
+    def __init__(self, window_size=4):
+        super().__init__(window_size=window_size)
+        self.label = "cache"
+
+
+class SlidingKVCache:
+    """Keeps the last window_size tokens, the oldest shifted out: a cache the attention below inherits."""
+
+    def _update_cache(self, x):
+        self.cache = x[:, -self.window_size:]  # (b, ≤ W, d)
+
+
+class InheritsASlidingCache(SlidingKVCache, Windowed):
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self._update_cache(x)
+        return x
+
+
 @pytest.mark.parametrize(("cls", "length"), [
     (SizesCache, ("window_size", 4)), (CropsInElse, ("window_size", 4)), (ChecksWithUseCache, ("window_size", 4)),
     (SlicesThenMasksCausally, ("window_size", 4)),
+    (ShiftsInAHelper, ("window_size", 4)), (ShowsItInItsRepr, ("window_size", 4)),
+    (PassesItToTheBase, ("window_size", 4)), (InheritsASlidingCache, ("window_size", 4)),
     (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
+    (HelperForBoth, None),
 ])
 def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
     assert cache_length(cls()) == length
@@ -224,6 +269,12 @@ SAID = [
     (um.WindowSizeTrimMasked, {}, lambda: f"line {line_of(um.WindowSizeTrimMasked, 'diff >= hidden_far')} of "
                                           "WindowSizeTrimMasked.forward makes a mask of it: hidden = hidden | (diff >= "
                                           "hidden_far)"),
+    (um.WindowSizeTrimBand, {}, lambda: f"line {line_of(um.WindowSizeTrimBand, 'return (diff < 0)')} of "
+                                        "WindowSizeTrimBand.band makes a mask of it: return (diff < 0) | (diff >= "
+                                        "far)"),
+    (um.WindowSizeTrimOwnBand, {}, lambda: f"line {line_of(um.WindowSizeTrimOwnBand, 'return (diff < 0)')} of "
+                                           "WindowSizeTrimOwnBand.band makes a mask of it: return (diff < 0) | "
+                                           "(diff >= self.window_size)"),
     (um.SlidingWindowMHA, {}, lambda: "the class's name says so: class SlidingWindowMHA (line "
                                       f"{line_of(um.SlidingWindowMHA, 'class')})"),
     (um.DocumentedTrim, {}, lambda: "the docstring of DocumentedTrim says “sliding window attention” (line "
@@ -235,8 +286,8 @@ SAID = [
 ]
 
 
-@pytest.mark.parametrize(("cls", "kwargs", "said"), SAID, ids=["cached-mask", "name", "docstring", "config",
-                                                                "argument"])
+@pytest.mark.parametrize(("cls", "kwargs", "said"), SAID, ids=["cached-mask", "helper-given-it", "helper",
+                                                                "name", "docstring", "config", "argument"])
 def test_a_window_size_read_only_to_cache_is_an_attention_window_where_the_code_says_so(cls, kwargs, said):
     """The cache keeps the last W tokens, as the book's class's does, but the code says the window is an attention
     window: it is no cache length, and what says so is named with its line."""

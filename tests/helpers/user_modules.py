@@ -3861,6 +3861,36 @@ class WindowSizeTrimMasked(WindowSizeTrim):
         return self.out_proj((attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out))  # (b, n, d_out)
 
 
+class WindowSizeTrimBand(WindowSizeTrim):
+    """:class:`WindowSizeTrimMasked` with its cached forwards' window mask made by a method of its own that is given
+    the window, ``self.band(diff, self.window_size)``: a window forgotten in the uncached mask."""
+
+    def band(self, diff, far):
+        """The hidden cells (n, k) of a sliding window of ``far`` keys: the future and the keys far or more behind."""
+        return (diff < 0) | (diff >= far)
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.shape
+        queries, keys, values = (w(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache:
+            keys, values, start = self.cached(keys, values, n)  # (b, h, ≤ W, hd) each
+        k = keys.shape[2]
+        diff = torch.arange(start, start + n)[:, None] - torch.arange(start + n - k, start + n)[None, :]  # (n, k)
+        hidden = self.band(diff, self.window_size) if use_cache else diff < 0  # (n, k)
+        attn_scores = (queries @ keys.transpose(2, 3)).masked_fill(hidden, -torch.inf)  # (b, h, n, k)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        return self.out_proj((attn_weights @ values).transpose(1, 2).reshape(b, n, self.d_out))  # (b, n, d_out)
+
+
+class WindowSizeTrimOwnBand(WindowSizeTrimBand):
+    """:class:`WindowSizeTrimBand` whose mask method reads the window itself, called as ``self.band(diff, None)``."""
+
+    def band(self, diff, far):
+        return (diff < 0) | (diff >= self.window_size)
+
+
 class SlidingWindowMHA(WindowSizeTrim):
     pass
 
