@@ -29,12 +29,14 @@ names what the evidence shows:
 * the module's position counter: one that never moves, counts forwards, or counts each token twice;
 * how many tokens its cache holds — for a declared window W, fewer than the W − 1 a step needs beside its own, or a
   step that sees more than W keys (a rolling cache one token too long, or, the cache holding every token fed, a
-  cached mask without the window);
+  cached mask without the window); for a cache length W, fewer or more than its last W tokens, the step's own among
+  them, in a cache length's words;
 * keys read from slots no token was written to;
 * a reset that leaves the cache the last sequence filled;
 * where the step's mask puts the new tokens (SDPA's ``is_causal`` over the cache: aligned to the top-left);
 * which of its queries, keys or values differ — for a rotary module, a query or cached key of the right length
-  turned by another angle (rotated at the wrong position); keys or values that are the whole sequence's K/V heads
+  turned by another angle (rotated at the wrong position: for a rolling window, at its length capped at W − 1; for a
+  cache length, at its fill pointer, which its shift moves back); keys or values that are the whole sequence's K/V heads
   in ``.repeat``'s order instead of ``repeat_interleave``'s, or the reverse;
 * a cached output of NaN or of another shape, as such;
 * right outputs with a position counter past the tokens fed fail too (a reset that keeps it: named so), saying why
@@ -1000,9 +1002,11 @@ def _kept_window(module: nn.Module) -> int | None:
 def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:
     """Words for a cache that holds fewer tokens than ``stop`` — for a module that declares a window W, fewer than the
     W − 1 the next step needs beside its own (a rolling cache keeps W − 1 or W: more is the step's to show,
-    :func:`_step_cause`) — or more than ``stop``: its tensors' size now ÷ what one token adds (a second token's size
+    :func:`_step_cause`), and for a cache length W (:func:`cache_length`) fewer than its last W — or more than
+    ``stop``: its tensors' size now ÷ what one token adds (a second token's size
     less the first's); None when they hold ``stop``, or as many as the window needs, or it cannot tell."""
     window = _kept_window(module)
+    length = cache_length(module)
     found = _found_cache(module, reset, sequence)
     if found is None:  # these forwards ran before without raising; the cause stays unnamed
         return None
@@ -1015,6 +1019,10 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
         if not per_token or per_token < 0 or size % per_token or first % per_token:
             continue  # a cache that does not grow by a whole token's size (a buffer allocated once): no count
         tokens = size // per_token
+        if length is not None and window is not None and tokens < min(stop, window):
+            return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop}, where a cache of length "
+                    f"{length[0]} = {window} keeps the last {min(stop, window)}, the newest among them — hold the last "
+                    "W tokens, the new ones included (trim to the last W after writing them)")
         if window is not None and tokens < min(stop, window - 1):
             return (f"the cache keeps too little: {name} holds {counted(tokens)} after {stop}, where a window of W = "
                     f"{window} needs the last {window - 1} before the next token — keep the last W − 1 before "
@@ -1409,6 +1417,11 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
         return (f"the step attends over {amount(seen, 'key')} where a window of W = {window} allows {window}: the "
                 f"cache keeps {extra} too many — keep the last W − 1 = {window - 1} before appending the new token "
                 f"(or the last W = {window} after it)")
+    if length is not None and window is not None and keys < min(stop, window):
+        return (f"the step attends over only {amount(keys, 'key')} where the cache's length ({length[0]} = {window}) "
+                f"keeps the last {counted(min(stop, window))}, the step's own among them: the cache keeps too little "
+                f"— hold the last W = {window} tokens, the new ones included: W slots, and once they are full shift "
+                "out only the tokens past W before writing the new ones")
     if window is not None and keys < min(stop, window):
         return (f"the step attends over only {amount(keys, 'key')} where a window of W = {window} needs "
                 f"{min(stop, window)}: the cache keeps too little — keep the last W − 1 = {window - 1} before "
@@ -1479,7 +1492,8 @@ def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: tor
     """Words for a rotary module's step whose queries or cached keys (1, h, q or k, hd) have the whole sequence's
     lengths but other directions — what a rotation by the wrong position's angle does (it keeps a vector's length);
     None when the module is not rotary or a length differs.  ``cached``: the keys the cache held before the step —
-    queries turned as if at that position, where a rolling window keeps fewer than ``start``, are named so."""
+    queries turned as if at that position, where a rolling window (or a cache of the book's length,
+    :func:`cache_length`, whose fill pointer its shift moves back) keeps fewer than ``start``, are named so."""
     differs = (mine.float() - theirs.float()).abs().amax(dim=-1) > TOLERANCE  # (1, h, tokens)
     mine_lengths, theirs_lengths = mine.float().norm(dim=-1), theirs.float().norm(dim=-1)  # (1, h, tokens) each
     if not uses_rotary(module) or not torch.allclose(mine_lengths[differs], theirs_lengths[differs], rtol=1e-4,
@@ -1488,6 +1502,15 @@ def _rotary_cause(module: nn.Module, stage: str, mine: torch.Tensor, theirs: tor
     first = int(differs.any(dim=1)[0].nonzero()[0]) + (start if stage == "queries" else 0)
     turned = "the same length, another direction"
     window = _kept_window(module)
+    length = cache_length(module)
+    if stage == "queries" and cached is not None and window is not None and cached < start \
+            and _turned_by(mine[..., :1, :], theirs[..., :1, :], cached - start) and length is not None:
+        return (f"the step hides the right keys, but its query for token {start} is the whole sequence's turned by "
+                f"another angle ({turned}): rotated at position {cached}, the number of keys the cache holds before "
+                f"the new ones (its fill pointer: a cache of length {length[0]} = {window}, once full, shifts its "
+                f"oldest tokens out and moves the pointer back to W minus the new tokens), not the token's position "
+                f"{start} — the rotary position offset must not be the cache's fill pointer; take it from a count of "
+                "the tokens fed so far, which the cache's length does not cap")
     if stage == "queries" and cached is not None and window is not None and cached < start \
             and _turned_by(mine[..., :1, :], theirs[..., :1, :], cached - start):
         return (f"the step hides the right keys, but its query for token {start} is the whole sequence's turned by "

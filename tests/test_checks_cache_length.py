@@ -59,15 +59,53 @@ def test_a_cache_length_class_whose_full_cache_drops_the_wrong_keys_still_fails_
                                      "last 4 tokens (window_size = 4, the cache's length)"), check
 
 
-def test_a_cache_length_class_whose_cache_keeps_more_than_its_length_is_told_so_not_about_a_mask():
-    """The cache allocated context_length long: it holds every token fed, more than W; no mask is at fault."""
-    module = built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=4, bug="sized-by-context")
-    check = verdicts(module, x=torch.randn(1, 6, 16), rules=["kv-cache"])["kv-cache"]
+class TrimsOneShort(um.WindowSizeTrim):
+    """Trims its cache to the last W − 1 tokens after writing the new ones (a rolling window's W − 1, kept before the
+    next token) and attends to what it keeps: a full cache's step sees W − 1 keys."""
+
+    def cached(self, keys, values, n):
+        keys, values, start = super().cached(keys, values, n)  # (b, h, ≤ W, hd) each
+        self.cache_k, self.cache_v = keys[:, :, 1 - self.window_size:], values[:, :, 1 - self.window_size:]  # ≤ W − 1
+        return self.cache_k, self.cache_v, start
+
+
+CACHE_LENGTH_CAUSES = [  # (module, the end of kv-cache's failure on 6 tokens: a cache length's words, not a window's)
+    (lambda: built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=4, bug="sized-by-context"),
+     "the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: the cache keeps 2 tokens too "
+     "many — once it holds 4 tokens, shift the oldest out before writing the new ones"),
+    (lambda: built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=5, bug="one-slot-short"),
+     "the step attends over only 4 keys where the cache's length (window_size = 5) keeps the last 5 tokens, the "
+     "step's own among them: the cache keeps too little — hold the last W = 5 tokens, the new ones included: W "
+     "slots, and once they are full shift out only the tokens past W before writing the new ones"),
+    (lambda: built(TrimsOneShort, window_size=4),
+     "the cache keeps too little: cache_k holds 3 tokens after 4, where a cache of length window_size = 4 keeps the "
+     "last 4, the newest among them — hold the last W tokens, the new ones included (trim to the last W after writing "
+     "them)"),
+    (lambda: built(um.CacheLengthRotary, window_size=4, bug="fill-pointer-angles"),
+     "its query for token 4 is the whole sequence's turned by another angle (the same length, another direction): "
+     "rotated at position 2, the number of keys the cache holds before the new ones (its fill pointer: a cache of "
+     "length window_size = 4, once full, shifts its oldest tokens out and moves the pointer back to W minus the new "
+     "tokens), not the token's position 4 — the rotary position offset must not be the cache's fill pointer; take it "
+     "from a count of the tokens fed so far, which the cache's length does not cap"),
+]
+
+
+@pytest.mark.parametrize(("module", "cause"), CACHE_LENGTH_CAUSES, ids=["keeps-more", "keeps-fewer", "trims-fewer",
+                                                                                       "fill-pointer"])
+def test_a_cache_length_class_whose_cache_keeps_the_wrong_tokens_is_told_so_in_a_cache_lengths_words(module, cause):
+    """The cache allocated context_length long holds every token fed, more than W; one allocated W − 1 long holds too
+    few; rotary angles taken from the fill pointer turn the new tokens back once the cache is full.  None of it is a
+    mask's or a rolling window's fault."""
+    check = verdicts(module(), x=torch.randn(2, 6, 16), rules=["kv-cache"])["kv-cache"]
     assert check.status == "fail", check
-    assert check.evidence.endswith("the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: "
-                                   "the cache keeps 2 tokens too many — once it holds 4 tokens, shift the oldest out "
-                                   "before writing the new ones"), check
-    assert "mask" not in check.evidence, check
+    assert check.evidence.endswith(cause), check
+    assert "mask" not in check.evidence and "window of W" not in check.evidence, check
+    assert "rolling" not in check.evidence and "W − 1" not in check.evidence, check
+
+
+def test_a_cache_length_class_with_rotary_angles_from_a_count_of_the_tokens_passes_kv_cache():
+    check = verdicts(built(um.CacheLengthRotary, window_size=4), x=torch.randn(2, 6, 16), rules=["kv-cache"])
+    assert check["kv-cache"].status == "pass", check
 
 
 def test_a_cache_length_as_long_as_the_tokens_is_compared_as_before():

@@ -3697,7 +3697,9 @@ class CacheLengthMHA(nn.Module):
     (default: the context) is the length of the KV cache it allocates once, not an attention window — the uncached
     forward attends to every earlier token, and a cached step that overflows the cache shifts out its oldest keys.
     ``bug="drops-newest"``: an overflowing step overwrites the newest cached keys instead.  ``bug="sized-by-context"``:
-    the cache is allocated context_length long and overflows against its own size, so it keeps more than W tokens."""
+    the cache is allocated context_length long and overflows against its own size, so it keeps more than W tokens.
+    ``bug="one-slot-short"``: the cache is allocated W − 1 long (a rolling window's W − 1 kept before the new token),
+    so a full cache's step attends to W − 1 keys."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, window_size=None, bug=None):
         super().__init__()
@@ -3720,7 +3722,8 @@ class CacheLengthMHA(nn.Module):
         if use_cache:
             assert num_tokens <= self.window_size, "the chunk is longer than the KV cache"
             if self.cache_k is None or self.cache_k.size(0) != b:
-                length = self.context_length if self.bug == "sized-by-context" else self.window_size
+                length = {"sized-by-context": self.context_length,
+                          "one-slot-short": self.window_size - 1}.get(self.bug, self.window_size)
                 self.cache_k = torch.zeros(b, self.num_heads, length, self.head_dim)  # (b, h, W, hd)
                 self.cache_v = torch.zeros_like(self.cache_k)  # (b, h, W, hd)
                 self.ptr_cur = 0
@@ -3743,6 +3746,64 @@ class CacheLengthMHA(nn.Module):
         attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, n, k): the future hidden
         attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))  # (b, h, n, k)
         context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)  # (b, n, d)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.cache_k, self.cache_v = None, None
+
+
+class CacheLengthRotary(nn.Module):
+    """The book's optimized KV-cache MultiHeadAttention with rotary embeddings (Llama's halves layout), as a learner
+    adds them to it: ``window_size`` is the KV cache's length, the cache shifts its oldest keys out once full, and the
+    new queries and keys are rotated at ``pos``, a count of the tokens fed.  ``bug="fill-pointer-angles"``: they are
+    rotated at ``ptr_cur``, the cache's fill pointer, which the shift moves back: right until the cache is full."""
+
+    def __init__(self, d_in=16, d_out=16, context_length=16, num_heads=4, window_size=4, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.W_key = nn.Linear(d_in, d_out, bias=False)
+        self.W_value = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.window_size = window_size or context_length
+        cos, sin = rope_angles(self.head_dim, context_length)
+        self.register_buffer("cos", cos, persistent=False)  # (context_length, head_dim)
+        self.register_buffer("sin", sin, persistent=False)  # (context_length, head_dim)
+        self.register_buffer("cache_k", None, persistent=False)
+        self.register_buffer("cache_v", None, persistent=False)
+        self.ptr_cur, self.pos, self.bug = 0, 0, bug
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens, _ = x.shape
+        queries, keys_new, values_new = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                         for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        if use_cache:
+            if self.cache_k is None or self.cache_k.size(0) != b:
+                self.cache_k = torch.zeros(b, self.num_heads, self.window_size, self.head_dim)  # (b, h, W, hd)
+                self.cache_v = torch.zeros_like(self.cache_k)  # (b, h, W, hd)
+                self.ptr_cur, self.pos = 0, 0
+            if self.ptr_cur + num_tokens > self.window_size:  # shift the oldest tokens out
+                overflow = self.ptr_cur + num_tokens - self.window_size
+                self.cache_k[:, :, :-overflow] = self.cache_k[:, :, overflow:].clone()  # (b, h, W, hd)
+                self.cache_v[:, :, :-overflow] = self.cache_v[:, :, overflow:].clone()  # (b, h, W, hd)
+                self.ptr_cur -= overflow
+            start = self.ptr_cur if self.bug == "fill-pointer-angles" else self.pos
+            queries = rotate(queries, self.cos, self.sin, start)  # (b, h, n, hd)
+            keys_new = rotate(keys_new, self.cos, self.sin, start)  # (b, h, n, hd)
+            self.cache_k[:, :, self.ptr_cur:self.ptr_cur + num_tokens] = keys_new  # (b, h, n, hd) into (b, h, W, hd)
+            self.cache_v[:, :, self.ptr_cur:self.ptr_cur + num_tokens] = values_new  # (b, h, n, hd) into (b, h, W, hd)
+            self.ptr_cur += num_tokens
+            self.pos += num_tokens
+            keys, values = self.cache_k[:, :, :self.ptr_cur], self.cache_v[:, :, :self.ptr_cur]  # (b, h, k, hd) each
+        else:
+            queries = rotate(queries, self.cos, self.sin)  # (b, h, n, hd)
+            keys, values = rotate(keys_new, self.cos, self.sin), values_new  # (b, h, n, hd) each
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, n, hd) @ (b, h, hd, k) -> (b, h, n, k)
+        offset = keys.shape[2] - num_tokens  # the cached tokens before the new ones
+        mask_bool = torch.arange(num_tokens)[:, None] + offset < torch.arange(keys.shape[2])[None, :]  # (n, k)
+        attn_scores.masked_fill_(mask_bool, -torch.inf)  # (b, h, n, k): the future hidden
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)  # (b, h, n, k)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, n, d_out)
         return self.out_proj(context_vec)  # (b, n, d_out)
 
     def reset_cache(self):
