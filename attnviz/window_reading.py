@@ -115,11 +115,15 @@ def _own_classes(cls: type) -> list[type]:
     return [klass for klass in cls.__mro__ if klass.__module__.split(".")[0] not in ("torch", "builtins")]
 
 
+ATTENTION_WORDS = ("attention", "attn", "mha", "gqa", "mqa", "swa")  # a class name's words that say attention
+
+
 def _names_a_cache(klass: type) -> bool:
-    """Whether a class's name says it is a cache, its last word "cache" (``SlidingKVCache``, ``RollingCache``): what
-    its name and docstring say is about the cache, not about the attention that keeps it."""
+    """Whether a class's name says it is a cache — its last word "cache" (``SlidingKVCache``, ``RollingCache``), and
+    no word of it says attention (``SlidingWindowAttentionWithCache`` is an attention) —: what its name and docstring
+    say is about the cache, not about the attention that keeps it."""
     words = _camel_words(klass.__name__)
-    return bool(words) and words[-1] in ("cache", "caches")
+    return bool(words) and words[-1] in ("cache", "caches") and not set(words) & set(ATTENTION_WORDS)
 
 
 @functools.lru_cache(maxsize=256)
@@ -179,7 +183,7 @@ def _reached_methods(cls: type, name: str) -> tuple[_Reached, ...] | None:
         queue += [(function, True, frozenset()) for function in vars(klass).values()
                   if inspect.isfunction(function) and _says_cache(function) and function.__name__ != "__init__"]
     for init, tree, _ in _constructors(cls):
-        for call, _ in _calls(tree.body, False):  # the constructor's own reads are :func:`_read_only_to_cache`'s
+        for call, _ in _calls(tree, False):  # the constructor's own reads are :func:`_read_only_to_cache`'s
             target = _called(cls, init, call)
             if target is not None and target.__name__ != "__init__":
                 queue.append((target, _says_cache(target), frozenset()))
@@ -194,7 +198,7 @@ def _reached_methods(cls: type, name: str) -> tuple[_Reached, ...] | None:
         tree, first = parsed
         reached[function, caching, aliases] = _Reached(function, tree, first, caching, aliases)
         local = _window_aliases(tree, name, set(aliases))
-        for call, caches in _calls(tree.body, caching):
+        for call, caches in _calls(tree, caching):
             target = _called(cls, function, call)
             if target is not None and target.__name__ != "__init__":
                 queue.append((target, caches or _says_cache(target),
@@ -369,7 +373,7 @@ def _read_only_to_cache(cls: type, name: str) -> bool:
         return False
     reads = 0
     for method in reached:
-        cached, uncached = _cached_and_other_loads(method.tree.body, name, method.caching)
+        cached, uncached = _cached_and_other_loads(method.tree, name, method.caching)
         if uncached:
             return False
         reads += cached
@@ -406,44 +410,71 @@ def _count_self_loads(node: ast.AST, name: str, *, bare: Collection[str] = ()) -
 
 
 def _cached_and_other_loads(node: ast.AST | list[ast.stmt], name: str, caching: bool) -> tuple[int, int]:
-    """(reads of ``self.<name>`` where the code caches, reads elsewhere) in ``node`` (a statement list, a statement
-    or an expression); ``caching``: it runs only when the forward caches (:func:`_with_caching`)."""
+    """(reads of ``self.<name>`` where the code caches, reads elsewhere) in ``node`` (a method's ``def``, a statement
+    list, a statement or an expression); ``caching``: it runs only when the forward caches (:func:`_with_caching`)."""
     loads = [caches for sub, caches in _with_caching(node, caching) if _is_self_load(sub, name)]
     return sum(loads), len(loads) - sum(loads)
 
 
-def _with_caching(node: ast.AST | list[ast.stmt], caching: bool) -> Iterator[tuple[ast.AST, bool]]:
-    """Each node of ``node``'s code (a statement list, a statement or an expression) with whether it runs only where
-    the forward caches — ``caching``: all of it does.  An ``if`` (or ``… if … else …``) on ``use_cache`` — ``if
-    use_cache``, ``if use_cache and …`` — caches in its body, ``if not use_cache`` in its ``else``, however deep it
-    sits; in ``use_cache and …`` what follows ``use_cache`` caches."""
+CACHE_FLAG = "use_cache"  # the forward's argument that says it caches
+
+
+def _with_caching(node: ast.AST | list[ast.stmt], caching: bool,
+                  flags: frozenset[str] = frozenset((CACHE_FLAG,))) -> Iterator[tuple[ast.AST, bool]]:
+    """Each node of ``node``'s code (a method's ``def``, whose body is read, a statement list, a statement or an
+    expression) with whether it runs only where the forward caches — ``caching``: all of it does.  An ``if`` (or ``…
+    if … else …``) on ``use_cache`` — ``if use_cache``, ``if use_cache and …`` — caches in its body, ``if not
+    use_cache`` in its ``else`` and, when its body ends in a ``return`` or ``raise``, in the statements after it,
+    however deep it sits; in ``use_cache and …`` what follows ``use_cache`` caches.  ``flags``: ``use_cache`` and the
+    names a method's ``def`` assigns it to (:func:`_cache_flags`: ``caching = use_cache and not self.training``)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        yield from _with_caching(node.body, caching, _cache_flags(node))
+        return
     if isinstance(node, list):
         for statement in node:
-            yield from _with_caching(statement, caching)
+            yield from _with_caching(statement, caching, flags)
+            if (isinstance(statement, ast.If) and _use_cache_branches(statement.test, flags) == (False, True)
+                    and statement.body and isinstance(statement.body[-1], ast.Return | ast.Raise)):
+                caching = True  # ``if not use_cache: … return``: what follows runs only where the forward caches
         return
     yield node, caching
-    branches = _use_cache_branches(node.test) if isinstance(node, ast.If | ast.IfExp) else None
+    branches = _use_cache_branches(node.test, flags) if isinstance(node, ast.If | ast.IfExp) else None
     if branches is not None:
         parts = [(node.test, caching), (node.body, caching or branches[0]), (node.orelse, caching or branches[1])]
     elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):  # ``use_cache and …``: what follows caches
         told = [index for index, value in enumerate(node.values) if isinstance(value, ast.Name)
-                and value.id == "use_cache"]
+                and value.id in flags]
         parts = [(value, caching or (bool(told) and index > told[0])) for index, value in enumerate(node.values)]
     else:
         parts = [(child, caching) for child in ast.iter_child_nodes(node)]
     for part, caches in parts:
-        yield from _with_caching(part, caches)
+        yield from _with_caching(part, caches, flags)
 
 
-def _use_cache_branches(test: ast.expr) -> tuple[bool, bool] | None:
+def _cache_flags(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """``use_cache`` and the local names a method's code assigns it to, alone or with more conditions (``caching =
+    use_cache``, ``caching = use_cache and not self.training``): each is true only where the forward caches."""
+    flags = {CACHE_FLAG}
+    for node in ast.walk(method):
+        value = node.value if isinstance(node, ast.Assign) else None
+        if value is not None and all(isinstance(target, ast.Name) for target in node.targets) and (
+                (isinstance(value, ast.Name) and value.id in flags)
+                or (isinstance(value, ast.BoolOp) and isinstance(value.op, ast.And) and any(
+                    isinstance(part, ast.Name) and part.id in flags for part in value.values))):
+            flags |= {target.id for target in node.targets}
+    return frozenset(flags)
+
+
+def _use_cache_branches(test: ast.expr, flags: frozenset[str] = frozenset((CACHE_FLAG,))) -> tuple[bool, bool] | None:
     """(whether the body, whether the ``else`` runs only when the forward caches) for an ``if`` whose ``test`` is
-    ``use_cache``, ``use_cache and …`` or ``not use_cache``; None for any other test."""
-    if isinstance(test, ast.Name) and test.id == "use_cache":
+    ``use_cache``, ``use_cache and …`` or ``not use_cache`` (or one of the ``flags`` that hold it); None for any other
+    test."""
+    if isinstance(test, ast.Name) and test.id in flags:
         return True, False
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
-            isinstance(value, ast.Name) and value.id == "use_cache" for value in test.values):
+            isinstance(value, ast.Name) and value.id in flags for value in test.values):
         return True, False
     if (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name)
-            and test.operand.id == "use_cache"):
+            and test.operand.id in flags):
         return False, True
     return None

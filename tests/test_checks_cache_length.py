@@ -238,6 +238,30 @@ class ReadsNowhere(Windowed):
         return x
 
 
+class ReturnsEarlyWhenNotCaching(Windowed):
+    def forward(self, x, use_cache=False):
+        if not use_cache:
+            return x
+        self.cache = x[:, -self.window_size:]  # (b, ≤ W, d): only where it caches
+        return x
+
+
+class ReturnsEarlyWhenCaching(Windowed):
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.cache = x  # (b, n, d)
+            return x
+        return x[:, -self.window_size:]  # (b, ≤ W, d): only where it does not cache
+
+
+class CachesUnderAFlag(Windowed):
+    def forward(self, x, use_cache=False):
+        caching = use_cache and not self.training
+        if caching:
+            self.cache = x[:, -self.window_size:]  # (b, ≤ W, d)
+        return x
+
+
 class ShiftsInAHelper(Windowed):
     """The book's cache update moved into a method of its own, called where the forward caches."""
 
@@ -285,8 +309,9 @@ class InheritsASlidingCache(SlidingKVCache, Windowed):
     (SlicesThenMasksCausally, ("window_size", 4)),
     (ShiftsInAHelper, ("window_size", 4)), (ShowsItInItsRepr, ("window_size", 4)),
     (PassesItToTheBase, ("window_size", 4)), (InheritsASlidingCache, ("window_size", 4)),
+    (ReturnsEarlyWhenNotCaching, ("window_size", 4)), (CachesUnderAFlag, ("window_size", 4)),
     (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
-    (HelperForBoth, None),
+    (HelperForBoth, None), (ReturnsEarlyWhenCaching, None),
 ])
 def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
     assert cache_length(cls()) == length
@@ -315,6 +340,9 @@ SAID = [
                                            "(diff >= self.window_size)"),
     (um.SlidingWindowMHA, {}, lambda: "the class's name says so: class SlidingWindowMHA (line "
                                       f"{line_of(um.SlidingWindowMHA, 'class')})"),
+    (um.SlidingWindowAttentionWithCache, {}, lambda: "the class's name says so: class "
+                                                     "SlidingWindowAttentionWithCache (line "
+                                                     f"{line_of(um.SlidingWindowAttentionWithCache, 'class')})"),
     (um.DocumentedTrim, {}, lambda: "the docstring of DocumentedTrim says “sliding window attention” (line "
                                     f"{line_of(um.DocumentedTrim, 'Sliding-window')})"),
     (um.WindowSizeTrim, {"cfg": {"sliding_window": 3}}, lambda: "its config declares sliding_window = 3"),
@@ -325,7 +353,8 @@ SAID = [
 
 
 @pytest.mark.parametrize(("cls", "kwargs", "said"), SAID, ids=["cached-mask", "helper-given-it", "helper",
-                                                                "name", "docstring", "config", "argument"])
+                                                                "name", "name-with-cache", "docstring", "config",
+                                                                "argument"])
 def test_a_window_size_read_only_to_cache_is_an_attention_window_where_the_code_says_so(cls, kwargs, said):
     """The cache keeps the last W tokens, as the book's class's does, but the code says the window is an attention
     window: it is no cache length, and what says so is named with its line."""

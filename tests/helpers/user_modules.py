@@ -3956,6 +3956,10 @@ class SlidingWindowMHA(WindowSizeTrim):
     pass
 
 
+class SlidingWindowAttentionWithCache(WindowSizeTrim):
+    pass
+
+
 class DocumentedTrim(WindowSizeTrim):
     """Sliding-window attention over the last window_size tokens."""
 
