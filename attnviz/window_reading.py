@@ -53,15 +53,33 @@ def attention_window(module: nn.Module) -> int | None:
 
 def _read_as_cache_length(module: nn.Module) -> tuple[str, int] | None:
     """(the name, W) of a window kept under :data:`CACHE_LENGTH_NAMES` that the module's code reads only where its
-    forward caches — the book's optimized class's reading of ``window_size`` —; None otherwise."""
+    forward caches — the book's optimized class's reading of ``window_size`` —, or that only its cache keeps (a
+    submodule that is a cache, :func:`_cache_module_window`: ``self.kv_cache = SlidingKVCache(window_size)``, named
+    ``kv_cache.window_size``) and its own code reads nowhere but where it caches; None otherwise."""
     found = declared(module, "sliding_window_size")
-    if found is None or found[0] not in CACHE_LENGTH_NAMES:
+    kept_by_cache = found is None and (found := _cache_module_window(module)) is not None
+    if found is None or found[0].rpartition(".")[2] not in CACHE_LENGTH_NAMES:
         return None
     try:
         takes_use_cache = "use_cache" in inspect.signature(module.forward).parameters
     except (TypeError, ValueError):
         return None
-    return found if takes_use_cache and _read_only_to_cache(type(module), found[0]) else None
+    return found if takes_use_cache and _read_only_to_cache(type(module), found[0], kept_by_cache) else None
+
+
+def _cache_module_window(module: nn.Module) -> tuple[str, int] | None:
+    """("<path>.<name>", W) for the one submodule that keeps the window the module declares (:func:`declared_window`)
+    and is a KV cache, not an attention layer: it has no forward of its own (the attention calls its ``update``) or
+    its class's name says cache (:func:`_names_a_cache`); None otherwise."""
+    window = declared_window(module)
+    kept = [(path, found) for path, sub in module.named_modules() if sub is not module
+            and (found := declared(sub, "sliding_window_size")) is not None]
+    if window is None or len(kept) != 1 or kept[0][1][1] != window:
+        return None
+    path, (name, size) = kept[0]
+    sub = module.get_submodule(path)
+    is_cache = type(sub).forward is nn.Module.forward or _names_a_cache(type(sub))
+    return (f"{path}.{name}", size) if is_cache else None
 
 
 def window_said(module: nn.Module) -> str | None:
@@ -350,14 +368,18 @@ def _window_valued(node: ast.AST, name: str, aliases: set[str]) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _read_only_to_cache(cls: type, name: str) -> bool:
+def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> bool:
     """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
     forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), in a method whose name
     says cache (``reset_cache``, ``_update_cache``), or in a method called only from there (:func:`_reached_methods`:
     ``self._shift(k, v)`` under an ``if use_cache``); a constructor reads it, or its parameter ``name``, only to keep
     it (``self.window_size = window_size or self.max_seq_len``, or passed on to a base's constructor).  A method
-    nothing calls (``extra_repr``) is not read.  False where the source cannot be read.  Read once per class: a check
-    asks several times (:func:`cache_length`, :func:`window_said`)."""
+    nothing calls (``extra_repr``) is not read.  ``kept_by_cache``: ``name`` is a cache submodule's window
+    (``kv_cache.window_size``, :func:`_cache_module_window`), which the cache reads itself: the module's code need not
+    read it, and its constructor may give it to the cache (``self.kv_cache = SlidingKVCache(window_size)``).  False
+    where the source cannot be read.  Read once per class: a check asks several times (:func:`cache_length`,
+    :func:`window_said`)."""
+    owner, _, bare = name.rpartition(".")  # "kv_cache", "window_size" for a cache submodule's window
     for klass in _own_classes(cls):
         init = vars(klass).get("__init__")
         if init is None:
@@ -365,8 +387,8 @@ def _read_only_to_cache(cls: type, name: str) -> bool:
         parsed = _parsed(init) if inspect.isfunction(init) else None
         if parsed is None:
             return False
-        if any(not _keeps(statement, name) and not _passes_on(statement)
-               and _count_self_loads(statement, name, bare=(name,)) for statement in parsed[0].body):
+        if any(not _keeps(statement, owner or name) and not _passes_on(statement)
+               and _count_self_loads(statement, name, bare=(bare,)) for statement in parsed[0].body):
             return False
     reached = _reached_methods(cls, name)
     if reached is None:
@@ -377,7 +399,7 @@ def _read_only_to_cache(cls: type, name: str) -> bool:
         if uncached:
             return False
         reads += cached
-    return reads > 0
+    return reads > 0 or kept_by_cache
 
 
 def _keeps(statement: ast.stmt, name: str) -> bool:
@@ -396,9 +418,17 @@ def _passes_on(statement: ast.stmt) -> bool:
 
 
 def _is_self_load(node: ast.AST, name: str) -> bool:
-    """Whether ``node`` reads ``self.<name>`` (an attribute of ``self`` loaded, not assigned)."""
-    return (isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Load)
-            and isinstance(node.value, ast.Name) and node.value.id == "self")
+    """Whether ``node`` reads ``self.<name>`` (an attribute of ``self`` loaded, not assigned; ``name`` may be a path,
+    ``kv_cache.window_size``)."""
+    *path, last = name.split(".")
+    if not (isinstance(node, ast.Attribute) and node.attr == last and isinstance(node.ctx, ast.Load)):
+        return False
+    value = node.value
+    for part in reversed(path):
+        if not (isinstance(value, ast.Attribute) and value.attr == part):
+            return False
+        value = value.value
+    return isinstance(value, ast.Name) and value.id == "self"
 
 
 def _count_self_loads(node: ast.AST, name: str, *, bare: Collection[str] = ()) -> int:

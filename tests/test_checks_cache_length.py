@@ -304,12 +304,49 @@ class InheritsASlidingCache(SlidingKVCache, Windowed):
         return x
 
 
+class KeepsTheLastTokens(nn.Module):
+    """A KV cache module of its own, which the attention calls: it keeps the last window_size tokens."""
+
+    def __init__(self, window_size):
+        super().__init__()
+        self.window_size = window_size
+        self.kept = None
+
+    def update(self, x):
+        self.kept = x[:, -self.window_size:]  # (b, ≤ W, d)
+        return self.kept
+
+
+class KeepsItInItsCacheModule(nn.Module):
+    def __init__(self, window_size=4):
+        super().__init__()
+        self.kv_cache = KeepsTheLastTokens(window_size)
+
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.kv_cache.update(x)
+        return x
+
+    def reset_cache(self):
+        self.kv_cache.kept = None
+
+
+class MasksWithItsCacheModulesWindow(KeepsItInItsCacheModule):
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.kv_cache.update(x)
+        n = x.shape[1]
+        self.band = torch.arange(n)[:, None] - torch.arange(n)[None, :] >= self.kv_cache.window_size  # (n, n)
+        return x
+
+
 @pytest.mark.parametrize(("cls", "length"), [
     (SizesCache, ("window_size", 4)), (CropsInElse, ("window_size", 4)), (ChecksWithUseCache, ("window_size", 4)),
     (SlicesThenMasksCausally, ("window_size", 4)),
     (ShiftsInAHelper, ("window_size", 4)), (ShowsItInItsRepr, ("window_size", 4)),
     (PassesItToTheBase, ("window_size", 4)), (InheritsASlidingCache, ("window_size", 4)),
     (ReturnsEarlyWhenNotCaching, ("window_size", 4)), (CachesUnderAFlag, ("window_size", 4)),
+    (KeepsItInItsCacheModule, ("kv_cache.window_size", 4)), (MasksWithItsCacheModulesWindow, None),
     (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
     (HelperForBoth, None), (ReturnsEarlyWhenCaching, None),
 ])
