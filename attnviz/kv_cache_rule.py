@@ -29,7 +29,8 @@ names what the evidence shows:
 * the module's position counter: one that never moves, counts forwards, or counts each token twice;
 * how many tokens its cache holds — for a declared window W, fewer than the W − 1 a step needs beside its own, or a
   step that sees more than W keys (a rolling cache one token too long, or, the cache holding every token fed, a
-  cached mask without the window); for a cache length W, fewer or more than its last W tokens, the step's own among
+  cached mask without the window), or a chunk whose first query sees fewer than the W − 1 keys before it (the step
+  attends over the cache trimmed to W); for a cache length W, fewer or more than its last W tokens, the step's own among
   them, in a cache length's words;
 * keys read from slots no token was written to;
 * a reset that leaves the cache the last sequence filled;
@@ -1429,6 +1430,14 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if window is None and keys < stop:
         return (f"the step attends over only {counted(keys)} after {stop}: the cache keeps too little — every earlier "
                 "token's keys and values must stay")
+    first_seen = int((~step.masked_cells())[..., 0, :].sum(-1).max()) if stop - start > 1 else None  # a chunk's first
+    if (attention_window(module) is not None and first_seen is not None and first_seen < min(start + 1, window)
+            and keys < min(start, window - 1) + stop - start):  # fewer keys than the chunk needs: not the mask's fault
+        return (f"the chunk's first query (token {start}) sees only {amount(first_seen, 'key')} where a window of W = "
+                f"{window} shows it {min(start + 1, window)}: the step attends over the last {amount(keys, 'key')}, "
+                f"what the cache keeps after the step, and a chunk of {stop - start} needs the W − 1 = {window - 1} "
+                f"keys before it as well as its own — attend over the cached keys and the new ones (the last "
+                f"W − 1 + {stop - start} = {window - 1 + stop - start}), and trim the cache after the step")
     offset = _mask_offset(step.masked_cells()[0].all(0)) if window is None and keys == stop else None
     if offset is not None and not offset[0] <= start <= offset[1]:
         return _offset_cause(offset, start, stop, keys, counter, is_causal=bool(step.is_causal))

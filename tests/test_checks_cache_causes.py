@@ -51,6 +51,20 @@ def test_kv_cache_still_names_a_rolling_window_cache_that_keeps_too_few():
         "last W − 1 = 2 before appending the new token (or the last W = 3 after it)"), check
 
 
+def test_kv_cache_names_a_window_cache_a_chunk_attends_over_after_trimming_it():
+    """One token at a time, the last W keys are the window's; a chunk of 2 needs W − 1 before its first query."""
+    module = built(um.LearnerCachedSWA, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4,
+                   sliding_window_size=3, bug="attends-the-trimmed-cache")
+    check = checks.check_module(module, x=torch.randn(2, 6, 16), rules=["kv-cache"])[0]
+    assert check.status == "fail", check
+    assert check.evidence.startswith("sequence 1, tokens 4 … 5 (a chunk of 2 after 4 tokens cached)"), check
+    assert check.evidence.endswith(
+        "the chunk's first query (token 4) sees only 2 keys where a window of W = 3 shows it 3: the step attends over "
+        "the last 3 keys, what the cache keeps after the step, and a chunk of 2 needs the W − 1 = 2 keys before it as "
+        "well as its own — attend over the cached keys and the new ones (the last W − 1 + 2 = 4), and trim the cache "
+        "after the step"), check
+
+
 # ------------------------------------------------------------------ a position counted twice
 
 

@@ -797,7 +797,9 @@ class LearnerCachedSWA(LearnerSWA):
     """LearnerSWA with a KV cache that keeps only the last W tokens' keys and values: all a window needs;
     ``bug="keeps-all"``: the cache keeps every token (the step still attends over the window alone);
     ``bug="cached-mask-no-window"``: the cached forwards' mask hides only the future; ``bug="window-never-applied"``:
-    every mask hides only the future (the cache still keeps the last W)."""
+    every mask hides only the future (the cache still keeps the last W); ``bug="attends-the-trimmed-cache"``: a step
+    attends over the cache it keeps, the last W tokens — right one token at a time, too few for a chunk's first
+    query."""
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, sliding_window_size=3, bug=None):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, sliding_window_size, bug=bug)
@@ -817,6 +819,8 @@ class LearnerCachedSWA(LearnerSWA):
             if self.bug == "keeps-all":
                 self.cache_k, self.cache_v = keys, values  # (b, h, cached + n, hd) each
                 keys, values = keys[:, :, -(window + n - 1):], values[:, :, -(window + n - 1):]  # the window's keys
+            if self.bug == "attends-the-trimmed-cache":
+                keys, values = self.cache_k, self.cache_v  # (b, h, ≤ W, hd) each
             self.ptr_current_pos += n
         q_positions = torch.arange(start, start + n)
         k_positions = torch.arange(start + n - keys.shape[2], start + n)
