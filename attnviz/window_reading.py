@@ -373,12 +373,12 @@ def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> bo
     forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), in a method whose name
     says cache (``reset_cache``, ``_update_cache``), or in a method called only from there (:func:`_reached_methods`:
     ``self._shift(k, v)`` under an ``if use_cache``); a constructor reads it, or its parameter ``name``, only to keep
-    it (``self.window_size = window_size or self.max_seq_len``, or passed on to a base's constructor).  A method
-    nothing calls (``extra_repr``) is not read.  ``kept_by_cache``: ``name`` is a cache submodule's window
-    (``kv_cache.window_size``, :func:`_cache_module_window`), which the cache reads itself: the module's code need not
-    read it, and its constructor may give it to the cache (``self.kv_cache = SlidingKVCache(window_size)``).  False
-    where the source cannot be read.  Read once per class: a check asks several times (:func:`cache_length`,
-    :func:`window_said`)."""
+    it (``self.window_size = window_size or self.max_seq_len``, passed on to a base's constructor) or to size the
+    cache it allocates (:func:`_sizes_only`).  A method nothing calls (``extra_repr``) is not read.  ``kept_by_cache``:
+    ``name`` is a cache submodule's window (``kv_cache.window_size``, :func:`_cache_module_window`), which the cache
+    reads itself: the module's code need not read it, and its constructor may give it to the cache (``self.kv_cache =
+    SlidingKVCache(window_size)``).  False where the source cannot be read.  Read once per class: a check asks several
+    times (:func:`cache_length`, :func:`window_said`)."""
     owner, _, bare = name.rpartition(".")  # "kv_cache", "window_size" for a cache submodule's window
     for klass in _own_classes(cls):
         init = vars(klass).get("__init__")
@@ -388,6 +388,7 @@ def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> bo
         if parsed is None:
             return False
         if any(not _keeps(statement, owner or name) and not _passes_on(statement)
+               and not _sizes_only(statement, name, (bare,))
                and _count_self_loads(statement, name, bare=(bare,)) for statement in parsed[0].body):
             return False
     reached = _reached_methods(cls, name)
@@ -408,6 +409,19 @@ def _keeps(statement: ast.stmt, name: str) -> bool:
                [statement.target] if isinstance(statement, ast.AnnAssign | ast.AugAssign) else [])
     return any(isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name)
                and node.value.id == "self" for target in targets for node in ast.walk(target))
+
+
+ALLOCATING_CALLS = ("zeros", "empty", "full", "new_zeros", "new_empty")  # calls that allocate a tensor of a size
+
+
+def _sizes_only(statement: ast.stmt, name: str, bare: Collection[str]) -> bool:
+    """Whether every read of ``self.<name>`` (or of the ``bare`` names) in a constructor's ``statement`` sizes a
+    tensor it allocates — an argument of ``torch.zeros``, ``empty``, ``full`` … (:data:`ALLOCATING_CALLS`), as a
+    cache allocated once is (``self.register_buffer("cache_k", torch.zeros(b, h, window_size, hd))``)."""
+    sizing = sum(_count_self_loads(argument, name, bare=bare) for node in ast.walk(statement)
+                 if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+                 in ALLOCATING_CALLS for argument in node.args)
+    return sizing == _count_self_loads(statement, name, bare=bare)
 
 
 def _passes_on(statement: ast.stmt) -> bool:

@@ -262,6 +262,23 @@ class CachesUnderAFlag(Windowed):
         return x
 
 
+class AllocatesTheCacheOnce(Windowed):
+    def __init__(self, window_size=4):
+        super().__init__(window_size)
+        self.register_buffer("cache_k", torch.zeros(1, window_size, 16), persistent=False)  # (1, W, d)
+
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.cache_k[:, :self.window_size] = x[:, -self.window_size:]  # (b, ≤ W, d)
+        return x
+
+
+class BandsWithItInTheConstructor(AllocatesTheCacheOnce):
+    def __init__(self, window_size=4):
+        super().__init__(window_size)
+        self.register_buffer("band", torch.ones(8, 8).tril().triu(-window_size + 1))  # (8, 8): a window's band
+
+
 class ShiftsInAHelper(Windowed):
     """The book's cache update moved into a method of its own, called where the forward caches."""
 
@@ -347,6 +364,7 @@ class MasksWithItsCacheModulesWindow(KeepsItInItsCacheModule):
     (PassesItToTheBase, ("window_size", 4)), (InheritsASlidingCache, ("window_size", 4)),
     (ReturnsEarlyWhenNotCaching, ("window_size", 4)), (CachesUnderAFlag, ("window_size", 4)),
     (KeepsItInItsCacheModule, ("kv_cache.window_size", 4)), (MasksWithItsCacheModulesWindow, None),
+    (AllocatesTheCacheOnce, ("window_size", 4)), (BandsWithItInTheConstructor, None),
     (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
     (HelperForBoth, None), (ReturnsEarlyWhenCaching, None),
 ])
