@@ -311,8 +311,11 @@ def _mask_reads(tree: ast.AST, name: str, given: Collection[str] = ()) -> list[a
     it that is no
     ``if``, ``while`` or ``assert`` test (``diff >= W``: a tensor of booleans, where the book's cache compares
     ``self.ptr_cur + num_tokens > self.window_size`` only to decide whether to shift), or it as an argument of a
-    masking call (:data:`MASK_CALLS`: ``triu(…, diagonal=-W)``).  A tensor sliced or sized by it (``keys[:, :, -W:]``,
-    ``torch.zeros(b, h, W, hd)``) is no window: a mask built from its shape is the book's causal one."""
+    masking call (:data:`MASK_CALLS`: ``triu(…, diagonal=-W)``), or a band filled with a constant between bounds made
+    of it in a local tensor (``allowed[i, max(0, i - W + 1):i + 1] = True``: a mask written row by row; not the cache
+    the module keeps, ``self.cache_k[:, :, -overflow:] = 0``).  A tensor sliced or sized by it (``keys[:, :, -W:]``,
+    ``torch.zeros(b, h, W, hd)``, the book's shift ``self.cache_k[:, :, :-overflow] = …``) is no window: a mask built
+    from its shape is the book's causal one."""
     aliases = _window_aliases(tree, name, set(given))
     tests = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If | ast.While | ast.Assert | ast.IfExp)
              for sub in ast.walk(node.test)}
@@ -330,7 +333,23 @@ def _mask_reads(tree: ast.AST, name: str, given: Collection[str] = ()) -> list[a
             if compared or masking:
                 found.append(statement)
                 break
+        else:
+            if (isinstance(statement, ast.Assign) and _is_fill(statement.value) and any(
+                    isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)  # a local, no cache
+                    and any(_window_valued(sub, name, aliases) for sub in ast.walk(target.slice))
+                    for target in statement.targets)):
+                found.append(statement)
     return sorted(found, key=lambda node: node.lineno)
+
+
+def _is_fill(node: ast.AST) -> bool:
+    """Whether ``node`` is a constant a mask is filled with: ``True``, ``0``, ``-1e9``, ``-torch.inf``,
+    ``float("-inf")``."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return ((isinstance(node, ast.Constant) and isinstance(node.value, bool | int | float))
+            or (isinstance(node, ast.Attribute) and node.attr == "inf")
+            or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"))
 
 
 def _window_aliases(tree: ast.AST, name: str, aliases: set[str]) -> set[str]:

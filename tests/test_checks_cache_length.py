@@ -279,6 +279,27 @@ class BandsWithItInTheConstructor(AllocatesTheCacheOnce):
         self.register_buffer("band", torch.ones(8, 8).tril().triu(-window_size + 1))  # (8, 8): a window's band
 
 
+class BandsRowByRowWhereItCaches(Windowed):
+    def forward(self, x, use_cache=False):
+        n = x.shape[1]
+        allowed = torch.ones(n, n, dtype=torch.bool).tril()  # (n, n): the future hidden
+        if use_cache:
+            allowed = torch.zeros(n, n, dtype=torch.bool)  # (n, n)
+            for i in range(n):
+                allowed[i, max(0, i - self.window_size + 1):i + 1] = True  # query i sees keys i − W + 1 … i
+        self.allowed = allowed
+        return x
+
+
+class ZeroesTheFreedSlots(AllocatesTheCacheOnce):
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.cache_k[:, -1:] = 0  # (1, 1, d): the slot a shift frees
+            self.cache_k[:, :self.window_size] = x[:, -self.window_size:]  # (b, ≤ W, d)
+            self.cache_k[:, self.window_size:] = 0  # (1, 0, d)
+        return x
+
+
 class ShiftsInAHelper(Windowed):
     """The book's cache update moved into a method of its own, called where the forward caches."""
 
@@ -365,6 +386,7 @@ class MasksWithItsCacheModulesWindow(KeepsItInItsCacheModule):
     (ReturnsEarlyWhenNotCaching, ("window_size", 4)), (CachesUnderAFlag, ("window_size", 4)),
     (KeepsItInItsCacheModule, ("kv_cache.window_size", 4)), (MasksWithItsCacheModulesWindow, None),
     (AllocatesTheCacheOnce, ("window_size", 4)), (BandsWithItInTheConstructor, None),
+    (BandsRowByRowWhereItCaches, None), (ZeroesTheFreedSlots, ("window_size", 4)),
     (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
     (HelperForBoth, None), (ReturnsEarlyWhenCaching, None),
 ])
