@@ -11,6 +11,7 @@ from helpers import user_modules as um
 from torch import nn
 
 from attnviz import checks, tracing
+from attnviz.kv_cache_rule import kv_cache
 
 
 def built(cls, **kwargs):
@@ -55,7 +56,7 @@ def test_kv_cache_names_a_window_cache_a_chunk_attends_over_after_trimming_it():
     """One token at a time, the last W keys are the window's; a chunk of 2 needs W − 1 before its first query."""
     module = built(um.LearnerCachedSWA, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4,
                    sliding_window_size=3, bug="attends-the-trimmed-cache")
-    check = checks.check_module(module, x=torch.randn(2, 6, 16), rules=["kv-cache"])[0]
+    check = kv_cache(module, torch.randn(2, 6, 16))  # the rule alone, as check_module runs it: no trace first
     assert check.status == "fail", check
     assert check.evidence.startswith("sequence 1, tokens 4 … 5 (a chunk of 2 after 4 tokens cached)"), check
     assert check.evidence.endswith(

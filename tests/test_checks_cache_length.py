@@ -13,6 +13,7 @@ from helpers import user_modules as um
 from torch import nn
 
 from attnviz import checks
+from attnviz.kv_cache_rule import kv_cache
 from attnviz.window_reading import cache_length, window_said
 
 
@@ -96,7 +97,7 @@ def test_a_cache_length_class_whose_cache_keeps_the_wrong_tokens_is_told_so_in_a
     """The cache allocated context_length long holds every token fed, more than W; one allocated W − 1 long holds too
     few; rotary angles taken from the fill pointer turn the new tokens back once the cache is full.  None of it is a
     mask's or a rolling window's fault."""
-    check = verdicts(module(), x=torch.randn(2, 6, 16), rules=["kv-cache"])["kv-cache"]
+    check = kv_cache(module(), torch.randn(2, 6, 16))  # the rule alone, as check_module runs it: no trace first
     assert check.status == "fail", check
     assert check.evidence.endswith(cause), check
     assert "mask" not in check.evidence and "window of W" not in check.evidence, check
@@ -104,8 +105,8 @@ def test_a_cache_length_class_whose_cache_keeps_the_wrong_tokens_is_told_so_in_a
 
 
 def test_a_cache_length_class_with_rotary_angles_from_a_count_of_the_tokens_passes_kv_cache():
-    check = verdicts(built(um.CacheLengthRotary, window_size=4), x=torch.randn(2, 6, 16), rules=["kv-cache"])
-    assert check["kv-cache"].status == "pass", check
+    check = kv_cache(built(um.CacheLengthRotary, window_size=4), torch.randn(2, 6, 16))
+    assert check.status == "pass", check
 
 
 def test_a_cache_length_as_long_as_the_tokens_is_compared_as_before():
