@@ -1430,9 +1430,10 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     if window is None and keys < stop:
         return (f"the step attends over only {counted(keys)} after {stop}: the cache keeps too little — every earlier "
                 "token's keys and values must stay")
-    first_seen = int((~step.masked_cells())[..., 0, :].sum(-1).max()) if stop - start > 1 else None  # a chunk's first
-    if (attention_window(module) is not None and first_seen is not None and first_seen < min(start + 1, window)
-            and keys < min(start, window - 1) + stop - start):  # fewer keys than the chunk needs: not the mask's fault
+    chunk_short = (stop - start > 1 and attention_window(module) is not None
+                   and keys < min(start, window - 1) + stop - start)  # fewer keys than the chunk needs, not the mask
+    first_seen = int((~step.masked_cells())[..., 0, :].sum(-1).max()) if chunk_short else None  # its first query's
+    if first_seen is not None and first_seen < min(start + 1, window):
         return (f"the chunk's first query (token {start}) sees only {amount(first_seen, 'key')} where a window of W = "
                 f"{window} shows it {min(start + 1, window)}: the step attends over the last {amount(keys, 'key')}, "
                 f"what the cache keeps after the step, and a chunk of {stop - start} needs the W − 1 = {window - 1} "
