@@ -6,7 +6,8 @@ forward attends to every earlier token, and only its cached path reads the name.
 its window under the same name.  :func:`cache_length` reads the name as the cache's length when the code reads it only
 where the forward caches and says nowhere that it is an attention window (:func:`window_said`: the class's name or
 docstring, a config's ``sliding_window``, a mask made of it); :func:`attention_window` is then the window a query
-sees, or None.
+sees, or None.  The code read is the code the module runs: its forward, its cache methods, what its constructor calls,
+and the methods of its own these call, each where it is called (:func:`_reached_methods`).
 """
 
 from __future__ import annotations
