@@ -13,6 +13,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
+from attnviz.config import AttentionConfig
 from attnviz.labs.pitfalls import catalogue, detectors, workbench
 from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS, Pitfall
@@ -47,8 +48,7 @@ def _lab(context: Context, key: tuple) -> None:
             st.caption(f":material/info: {note}")
 
     if bug == "none":
-        st.info("No bug switched on: this is the book's code. Switch one on to see it next to the correct version, "
-                "with the one line that differs and a verdict computed from the tensors.", icon=":material/science:")
+        st.info(no_bug_words(config), icon=":material/science:")
         st.dataframe(pd.DataFrame(catalogue.table()), hide_index=True)
     else:
         pitfall = PITFALLS[bug]
@@ -69,6 +69,17 @@ def _lab(context: Context, key: tuple) -> None:
         with page_run.link:
             link = st.container()  # made by this fragment, so that the leak detector's own runs can fill it
     leak_detector(dataclasses.replace(context, link=link), key, setup, tokens, None if bug == "none" else bug)
+
+
+def no_bug_words(config: AttentionConfig) -> str:
+    """What the lab runs with no bug switched on: the book's code, or — with a user's module — nothing of the book's
+    but the leak detector below, which reruns that module itself."""
+    switch = ("Switch one on to see it next to the correct version, with the one line that differs and a verdict "
+              "computed from the tensors.")
+    if config.module is None:
+        return f"No bug switched on: this is the book's code. {switch}"
+    return (f"No bug switched on: the leak detector below reruns {config.module} itself, as every page runs it. "
+            f"The bugs live in the lab's code, not in yours: {switch[0].lower()}{switch[1:]}")
 
 
 def wanted_heads(page_run: Context) -> int:

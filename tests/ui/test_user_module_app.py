@@ -164,6 +164,9 @@ def test_the_pitfall_labs_leak_detector_says_a_modules_mask_is_its_own(monkeypat
     no_exception(at)
     toggle = at.sidebar.toggle(key="causal")
     assert toggle.value and toggle.disabled  # the URL's causal=true, shown greyed out
+    no_bug = next(box.value for box in at.info if box.value.startswith("No bug switched on"))
+    assert no_bug.startswith("No bug switched on: the leak detector below reruns Your module: Bidirectional itself")
+    assert "this is the book's code" not in no_bug  # the book's code runs only once a bug is on
     caption = next(c.value for c in at.caption if c.value.startswith("Add seeded noise"))
     assert ("rerun Your module: Bidirectional as every page runs it (its own mask; the sidebar's causal toggle does "
             "not apply to it)") in caption
