@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -296,30 +296,49 @@ def detect_rotary(module, inputs, setup: LabSetup) -> Version:
 
 def detect_cache(module, inputs, setup: LabSetup) -> Version:
     """(12)–(14) :func:`attnviz.kv_cache_rule.kv_cache` on two sequences (the text, then the text backwards), and the
-    largest |cached − uncached| output of every cached forward."""
+    largest |cached − uncached| output of every cached forward (``details["steps"]``: (:attr:`CacheStep.label`,
+    difference) pairs, the chart's bars)."""
     observation = observe(module, inputs)
     if (failed := _needs_output(observation)) is not None:
         return failed
     sequences = torch.cat([inputs, inputs.flip(1)])  # (2, n, d_in): two different sequences
-    positions: list[int | None] = []
-    steps = cache_steps(copy.deepcopy(module), sequences, positions)  # the module as it is: a buggy reset keeps state
+    steps = cache_steps(copy.deepcopy(module), sequences)  # the module as it is: a buggy reset keeps state
     check = kv_cache(module, sequences)
     verdict = check.evidence
-    if check.status == "fail" and (past := _past_the_context(module, sequences.shape[1], steps, positions)):
+    if check.status == "fail" and (past := _past_the_context(module, steps)):
         verdict = past  # PyTorch's shape error from a mask slice that came out empty, said in words
-    return Version(check.status == "fail", verdict, observation, {"steps": steps})
+    return Version(check.status == "fail", verdict, observation,
+                   {"steps": [(step.label, step.difference) for step in steps]})
 
 
-def _past_the_context(module, n: int, steps: list[tuple[str, float]], positions: list[int | None]) -> str | None:
-    """Why the first cached forward that raised (its step NaN) could not run, in words, when it is that its
+@dataclass(frozen=True)
+class CacheStep:
+    """One cached forward of :func:`cache_steps`: sequence ``sequence``'s tokens ``start`` … ``stop`` − 1, the module's
+    ``ptr_current_pos`` before it (None if it has none), and the largest |cached − uncached| output (NaN: it raised)."""
+
+    sequence: int  # 1 or 2: the first sequence or the second
+    start: int
+    stop: int
+    position: int | None
+    difference: float
+
+    @property
+    def label(self) -> str:
+        """The step as the chart labels it: "A: 0…4" (the first sequence's tokens 0 … 4), "B: 5" (the second's
+        token 5)."""
+        tokens = f"{self.start}" if self.stop - self.start == 1 and self.start > 0 else f"{self.start}…{self.stop - 1}"
+        return f"{'AB'[self.sequence - 1]}: {tokens}"
+
+
+def _past_the_context(module, steps: list[CacheStep]) -> str | None:
+    """Why the first cached forward that raised (its difference NaN) could not run, in words, when it is that its
     ``ptr_current_pos`` puts its queries past the mask's rows (the context length); None otherwise."""
-    raised = [i for i, (_, value) in enumerate(steps) if math.isnan(value)]
+    raised = next((step for step in steps if math.isnan(step.difference)), None)
     mask = getattr(module, "mask", None)
-    if not raised or positions[raised[0]] is None or not isinstance(mask, torch.Tensor):
+    if raised is None or raised.position is None or not isinstance(mask, torch.Tensor):
         return None
-    plan = kv_steps(n, kv_prefill(n))
-    index, context, position = raised[0], mask.shape[0], positions[raised[0]]
-    sequence, (start, stop) = index // len(plan) + 1, plan[index % len(plan)]
+    sequence, start, stop, position = raised.sequence, raised.start, raised.stop, raised.position
+    context = mask.shape[0]
     if position + stop - start <= context:
         return None
     rows = f"row {position}" if stop - start == 1 else f"rows {position} … {position + stop - start - 1}"
@@ -334,25 +353,23 @@ def _past_the_context(module, n: int, steps: list[tuple[str, float]], positions:
     return f"sequence {sequence}, {step}: ptr_current_pos is {position}, so it takes the causal mask's {rows}; {cannot}"
 
 
-def cache_steps(module, sequences: torch.Tensor, positions: list[int | None] | None = None) -> list[tuple[str, float]]:
-    """(step label, largest |cached − uncached| output) for each sequence's prefill and following tokens — the steps
-    :func:`attnviz.kv_cache_rule.kv_cache` feeds —, up to a cached forward that raises (its step is NaN).
-    ``positions``, when given, gets the module's ``ptr_current_pos`` before each step (None if it has none)."""
+def cache_steps(module, sequences: torch.Tensor) -> list[CacheStep]:
+    """Every cached forward of each sequence's prefill and following tokens — the steps
+    :func:`attnviz.kv_cache_rule.kv_cache` feeds —, up to and with the first one that raises (its difference NaN);
+    each with the module's ``ptr_current_pos`` before it."""
     n = sequences.shape[1]
     plan = kv_steps(n, kv_prefill(n))  # the prefill, one token at a time, a chunk: kv-cache's steps
     steps = []
     with torch.no_grad():
         expected = [module(sequence[None]) for sequence in sequences]  # (1, n, d_out) each, uncached
         try:
-            for name, sequence, wanted in zip("AB", sequences, expected):
+            for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
                 module.reset_cache()
                 for start, stop in plan:
-                    label = f"{start}" if stop - start == 1 and start > 0 else f"{start}…{stop - 1}"
-                    steps.append((f"{name}: {label}", math.nan))
-                    if positions is not None:
-                        positions.append(getattr(module, "ptr_current_pos", None))
+                    steps.append(CacheStep(number, start, stop, getattr(module, "ptr_current_pos", None), math.nan))
                     got = module(sequence[None, start:stop], use_cache=True)  # (1, stop - start, d_out)
-                    steps[-1] = (steps[-1][0], float((got - wanted[:, start:stop]).abs().max()))
+                    difference = float((got - wanted[:, start:stop]).abs().max())
+                    steps[-1] = replace(steps[-1], difference=difference)
         except RuntimeError:
             pass  # the step that raised stays NaN
         finally:
