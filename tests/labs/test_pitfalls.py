@@ -7,6 +7,8 @@ import concurrent.futures
 import dataclasses
 import difflib
 import inspect
+import math
+import re
 import threading
 
 import numpy as np
@@ -296,8 +298,12 @@ def test_todays_bug_verdicts_say_what_was_measured(lab, key, expected):
     if key == "gqa_repeat":  # the map shows head 1, the first the tiling moves to another group
         assert PITFALLS[key].shown_head(setup) == 1
         assert PITFALLS[key].explained(setup).endswith("The map shows head 1, the first head the pairing changes.")
+    if PITFALLS[key].figure == "cache":  # the verdict names its sequence as the chart beside it labels it
+        named = re.match(r"sequence (\S+), ", result.buggy.verdict).group(1)
+        first_wrong = next(label for label, value in result.buggy.details["steps"] if not value <= 1e-3)  # or NaN
+        assert first_wrong.startswith(f"{named}: "), (result.buggy.verdict, result.buggy.details["steps"])
     if key == "cache_too_little":  # the 5-token prefill already shows it, and the words say so
-        assert result.buggy.details["steps"][0][0] == "A: 0…4" and result.buggy.details["steps"][0][1] > 1e-3
+        assert result.buggy.details["steps"][0][0] == "1: 0…4" and result.buggy.details["steps"][0][1] > 1e-3
         assert "a prefill longer than 4 tokens" in PITFALLS[key].explained(setup)
 
 
@@ -313,6 +319,7 @@ def test_the_reset_bug_on_a_text_as_long_as_the_context_says_what_happens_in_wor
         "sequence 2, its prefill (tokens 0 … 2): after reset_cache() ptr_current_pos is still 6, not 0 — this "
         "prefill takes the causal mask's rows 6 … 8"), buggy.verdict
     assert "the mask has 6 rows (the context length), no rows 6 … 8, so the forward cannot run" in buggy.verdict
+    assert [label for label, value in buggy.details["steps"] if math.isnan(value)] == ["2: 0…2"]  # the chart's bar
     assert "RuntimeError" not in buggy.verdict and "size of tensor" not in buggy.verdict
 
 
@@ -411,12 +418,12 @@ def test_the_cache_figure_has_a_bar_per_cached_forward(lab):
     result = catalogue.run_pitfall("cache_reset", setup, x)
     fig = pitfall_figures.extra_figure(result, [f"t{i}" for i in range(10)])
     correct, buggy = fig.data
-    assert list(correct.x) == ["A: 0…4", "A: 5", "A: 6", "A: 7", "A: 8…9", "B: 0…4", "B: 5", "B: 6", "B: 7",
-                               "B: 8…9"]  # the last two in one forward: a chunk after the cache
-    assert max(correct.y) <= 1e-5 and max(buggy.y[:5]) <= 1e-5 and buggy.y[5] > 1e-3  # only B's prefill
+    assert list(correct.x) == ["1: 0…4", "1: 5", "1: 6", "1: 7", "1: 8…9", "2: 0…4", "2: 5", "2: 6", "2: 7",
+                               "2: 8…9"]  # the last two in one forward: a chunk after the cache
+    assert max(correct.y) <= 1e-5 and max(buggy.y[:5]) <= 1e-5 and buggy.y[5] > 1e-3  # only sequence 2's prefill
     # bars too small to see say their size (round-off); a visible one needs no label
     assert all(text == "0" or float(text) == pytest.approx(y, rel=0.5) for text, y in zip(correct.text, correct.y))
-    assert buggy.text[5] == ""  # B's prefill, visible
+    assert buggy.text[5] == ""  # sequence 2's prefill, visible
 
 
 @pytest.mark.parametrize("key", ["rope_queries_only", "rope_values"])

@@ -316,7 +316,7 @@ class CacheStep:
     """One cached forward of :func:`cache_steps`: sequence ``sequence``'s tokens ``start`` … ``stop`` − 1, the module's
     ``ptr_current_pos`` before it (None if it has none), and the largest |cached − uncached| output (NaN: it raised)."""
 
-    sequence: int  # 1 or 2: the first sequence or the second
+    sequence: int  # 1 or 2, as the verdicts number them
     start: int
     stop: int
     position: int | None
@@ -324,10 +324,10 @@ class CacheStep:
 
     @property
     def label(self) -> str:
-        """The step as the chart labels it: "A: 0…4" (the first sequence's tokens 0 … 4), "B: 5" (the second's
-        token 5)."""
+        """The step as the chart labels it: "1: 0…4" (sequence 1's tokens 0 … 4), "2: 5" (sequence 2's token 5) —
+        the sequences numbered as every verdict numbers them (:func:`attnviz.kv_cache_rule.kv_cache`'s words)."""
         tokens = f"{self.start}" if self.stop - self.start == 1 and self.start > 0 else f"{self.start}…{self.stop - 1}"
-        return f"{'AB'[self.sequence - 1]}: {tokens}"
+        return f"{self.sequence}: {tokens}"
 
 
 def _past_the_context(module, steps: list[CacheStep]) -> str | None:

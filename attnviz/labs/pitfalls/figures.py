@@ -138,8 +138,9 @@ def _too_small_to_see(value: float | None) -> str:
 
 
 def cache_figure(result: PitfallResult) -> go.Figure:
-    """(12)–(14) Largest |cached − uncached| output of every cached forward: sequence A's prefill and tokens,
-    then sequence B's after the reset (0 everywhere for a correct cache; a missing bar: the step raised)."""
+    """(12)–(14) Largest |cached − uncached| output of every cached forward: sequence 1's prefill and tokens,
+    then sequence 2's after the reset, numbered as the verdicts number them (0 everywhere for a correct cache; a
+    missing bar: the step raised)."""
     labels = [label for label, _ in result.correct.details["steps"]]
     fig = go.Figure([go.Bar(x=[label for label, _ in version.details["steps"]],
                             y=[value for _, value in version.details["steps"]], name=name, marker_color=color,
@@ -148,8 +149,9 @@ def cache_figure(result: PitfallResult) -> go.Figure:
                      for name, version, color in (("correct", result.correct, AFTER_COLOR),
                                                   ("bug", result.buggy, LEAK_COLOR))])
     angle = 0 if margins.text_px(labels) * len(labels) <= UPRIGHT_LABELS_PX else 60  # turned only where crowded
-    fig.update_layout(barmode="group", **_bar_layout("cached vs uncached: max |Δ output| of each cached forward (A, "
-                                                     "then B after the reset)", labels, "max |Δ output|", angle=angle))
+    fig.update_layout(barmode="group", **_bar_layout("cached vs uncached: max |Δ output| of each cached forward "
+                                                     "(sequence 1, then sequence 2 after the reset)", labels,
+                                                     "max |Δ output|", angle=angle))
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels, tickangle=-angle)
     return fig
 
