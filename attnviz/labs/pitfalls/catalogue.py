@@ -1,8 +1,8 @@
 """Pitfall lab, the catalogue: the pitfalls (texts, the correct module, how to build the bug, which detector and
 figure) — seven in the book's MultiHeadAttention, four in today's attention (grouped-query, sliding-window,
 rotary) and three in a KV cache — and running one of them, or the leak detector, on the correct and the buggy
-module (of an app's Trace); with no bug and a user's module, the leak detector on that module itself, run as every
-page runs it (:func:`module_leak`).  A pitfall that cannot run at the lab's sizes (the rotary bugs at an odd head_dim)
+module (of an app's Trace); with no bug and a user's module, the leak detector on that module itself
+(:func:`leak.module_leak`).  A pitfall that cannot run at the lab's sizes (the rotary bugs at an odd head_dim)
 says why (:meth:`Pitfall.unavailable`) instead of raising PyTorch's shape error from both versions.  What the page
 says the lab runs is the chosen bug's own class with its arguments (:func:`describe`, :func:`setup_for`).
 
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnviz import tracing
 from attnviz.attention import MultiHeadAttention
 from attnviz.config import AttentionConfig
 from attnviz.labs.pitfalls import modern
@@ -44,7 +43,7 @@ from attnviz.labs.pitfalls.detectors import (
     detect_scale,
     detect_window,
 )
-from attnviz.labs.pitfalls.leak import leak_report
+from attnviz.labs.pitfalls.leak import leak_report, module_leak
 from attnviz.labs.pitfalls.workbench import (
     BOOK_CLASS,
     LabSetup,
@@ -369,7 +368,8 @@ def causal_source(config: AttentionConfig) -> str:
 def leak_subject(config: AttentionConfig, setup: LabSetup, bug: str | None) -> str:
     """What the leak detector reruns for ``bug`` and whether it masks the future, as the page says it: the causal
     mask of :func:`causal_source`, or on in the lab's own classes, which always mask the future; with no bug, a user's
-    module itself (:func:`module_leak`).  A bug that cannot run at these sizes: the book's code (:func:`leak_bug`)."""
+    module itself (:func:`leak.module_leak`).  A bug that cannot run at these sizes: the book's code
+    (:func:`leak_bug`)."""
     if bug not in PITFALLS and config.module is not None:  # no bug: the user's module itself (module_leak)
         return f"{config.module} as every page runs it (its own mask; the sidebar's causal toggle does not apply to it)"
     ran = leak_bug(setup, bug)
@@ -449,37 +449,9 @@ def correct_on_trace(trace: Trace, wanted_heads: int, key: str) -> Version:
 
 def leak_on_trace(trace: Trace, wanted_heads: int, bug: str | None, j: int) -> dict:
     """:func:`leak_check` with the lab's module for the trace's config and its causal setting; with no bug and a user's
-    module, that module itself (:func:`module_leak`)."""
+    module, that module itself (:func:`leak.module_leak`)."""
     inputs = lab_inputs(trace.embeddings["input"])
     if bug is None and trace.config.module is not None:
         return module_leak(trace.config, inputs, j)
     setup = lab_setup(trace.config, trace.n, wanted_heads)
     return leak_check(setup, inputs, j, causal=trace.config.causal, bug=bug)
-
-
-def module_leak(config: AttentionConfig, inputs: torch.Tensor, j: int) -> dict:
-    """:func:`leak_report` on the user's listed module of a settled ``config``, built as every page runs it — its own
-    mask, not a copy of its causal setting on the book's code: a module that means to mask the future and does not
-    leaks here.  A forward that raises gives ``{"error": text}``."""
-    from attnviz.producers import user_module  # the listed module, built once for every page
-
-    module = _AsEveryPageRunsIt(user_module.module_for(config))
-    try:
-        return {**leak_report(module, inputs, j, seed=config.seed), "bug": None}
-    except Exception as exc:  # the user's code: whatever it raises is said, not a traceback
-        return {"j": j, "bug": None, "error": str(exc), "verdict": f"cannot run: {type(exc).__name__}: {exc}"}
-
-
-class _AsEveryPageRunsIt(nn.Module):
-    """A user's module called as every page calls it, its ops not recorded (:func:`attnviz.tracing.forward_output`):
-    its calling convention (``forward(x, x, x)``, sequence first), the time limit, ``os._exit`` refused, and the output
-    read from whatever it returns it in (a tuple, weights after it, a dict).  In the user's module's own mode, which it
-    leaves as it is."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-        self.training = module.training  # not .train(): that would set the user's module too
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return tracing.forward_output(self.module, x)  # (1, n, d_in) -> (1, n, d_out)

@@ -1,4 +1,5 @@
-"""Pitfall lab, the causality leak detector: perturb token j, measure how far every output moves.
+"""Pitfall lab, the causality leak detector: perturb token j, measure how far every output moves — on any module
+(:func:`leak_report`), or on a user's own module called as every page calls it (:func:`module_leak`).
 
 Shared by the page's leak section and pitfall 1.  Pure torch + NumPy: no figures, no Streamlit.
 """
@@ -12,6 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnviz import tracing
+from attnviz.config import AttentionConfig
 from attnviz.labs.pitfalls.workbench import forward_rng
 from attnviz.words import listed
 
@@ -66,3 +69,33 @@ def leak_report(module_or_factory: nn.Module | Callable[[], nn.Module], inputs, 
     if nan_positions:
         verdict += f"; the output is NaN at {listed('position', nan_positions)}, which cannot be compared"
     return {"j": j, "delta": delta, "leaked": leaked, "nan_positions": nan_positions, "verdict": verdict}
+
+
+# --------------------------------------------------------------------------- a user's own module
+
+def module_leak(config: AttentionConfig, inputs: torch.Tensor, j: int) -> dict:
+    """:func:`leak_report` on the user's listed module of a settled ``config``, built as every page runs it — its own
+    mask, not a copy of its causal setting on the book's code: a module that means to mask the future and does not
+    leaks here.  A forward that raises gives ``{"error": text}``."""
+    from attnviz.producers import user_module  # the listed module, built once for every page
+
+    module = _AsEveryPageRunsIt(user_module.module_for(config))
+    try:
+        return {**leak_report(module, inputs, j, seed=config.seed), "bug": None}
+    except Exception as exc:  # the user's code: whatever it raises is said, not a traceback
+        return {"j": j, "bug": None, "error": str(exc), "verdict": f"cannot run: {type(exc).__name__}: {exc}"}
+
+
+class _AsEveryPageRunsIt(nn.Module):
+    """A user's module called as every page calls it, its ops not recorded (:func:`attnviz.tracing.forward_output`):
+    its calling convention (``forward(x, x, x)``, sequence first), the time limit, ``os._exit`` refused, and the output
+    read from whatever it returns it in (a tuple, weights after it, a dict).  In the user's module's own mode, which it
+    leaves as it is."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.training = module.training  # not .train(): that would set the user's module too
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return tracing.forward_output(self.module, x)  # (1, n, d_in) -> (1, n, d_out)
