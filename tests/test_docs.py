@@ -28,12 +28,13 @@ EXAMPLE = ROOT / "docs" / "examples" / "my_attention.py"
 
 
 def fenced_blocks(path: Path) -> list[tuple[str, int, str]]:
-    """(language, line number of the opening fence, text) of every fenced block in a Markdown file."""
+    """(language, line number of the opening fence, text) of every fenced block in a Markdown file, each closed as
+    GitHub closes it: by a line of backticks alone (a fence followed by words does not close the block)."""
     blocks, lines, i = [], path.read_text(encoding="utf-8").splitlines(), 0
     while i < len(lines):
         opening = re.match(r"\s*```(\w*)", lines[i])
         if opening:
-            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```"))
+            end = next(j for j in range(i + 1, len(lines)) if re.fullmatch(r"\s*```+\s*", lines[j]))
             blocks.append((opening.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n"))
             i = end
         i += 1
