@@ -100,7 +100,7 @@ from attnviz.declarations import (
 from attnviz.kv_cache_rule import cache_sizes, kept_state, kv_cache, uncached_appends
 from attnviz.rotary_rule import rotary_placement, rotary_tokens, uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output, per_query_head
-from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch
+from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_mismatch, unread_softcap
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth, hidden_by_mask
 from attnviz.tracing import score_width
@@ -262,7 +262,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not unscaled,
                                                            window=window, stated=stated, width=width,
-                                                           declared=declared, cap=cap, sinks=sinks, fill=fill),
+                                                           declared=declared, cap=cap, sinks=sinks, fill=fill,
+                                                           own_file=tracing.class_file(module)),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention)),
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
@@ -640,6 +641,10 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
         return f" — {stated}, yet no mask hides the future" + (f": {unmasked}" if unmasked else "")
     if not hidden[..., future].all():
         return ""  # a future key is visible: mask-convention names it
+    empty = hidden[0, 0].all(-1).nonzero()  # (rows, 1): queries that hide every key, their own too
+    if len(empty) and attention.weights[0, 0, int(empty[0])].isfinite().all():  # a finite fill: weight on every key
+        return (f" — query {int(empty[0])} hides every key, itself included, and the fill is finite, so the softmax "
+                "spreads its weight evenly over every key, the future's too (see mask-convention)")
     try:
         rerun, _ = tracing.combine(tracing.record(module, changed).attentions)
     except tracing.TraceError:
@@ -738,21 +743,23 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
             return Check(rule, "fail", f"{stated}, yet no cell is hidden: {unmasked}")
         if stated:
             return Check(rule, "fail", f"{stated}, but no cell is hidden: {_no_mask_hint(attention)}")
+        if attention.kind != "softmax":  # a call given no mask: its own words (is_causal, attn_mask)
+            return Check(rule, "fail", f"no cell is hidden: {_no_mask_hint(attention)}")
         return Check(rule, "fail", "no cell is hidden: the causal mask never reached the scores "
                                    "(masked_fill returns a copy: keep it, or use masked_fill_)")
     fix = _triangle_fix(triangles, first)
     if nk > 1 and torch.equal(first, ~future):  # one token: hiding it is the hidden diagonal below
-        if attention.float_mask:
+        if _float_mask(attention):
             return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
-                                       f"future{_no_key_left(attention)}. {FLOAT_MASK}")
+                                       f"future{_no_key_left(attention)}. {FLOAT_MASK[0].upper()}{FLOAT_MASK[1:]}")
         return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
                                    f"future{_no_key_left(attention)}. {INVERTED_FIX.get(attention.kind, '')}"
                                    "masked_fill hides where the mask is True; SDPA's boolean attn_mask keeps where it "
                                    "is True; nn.MultiheadAttention's hides where it is True")
     if nk > 1 and torch.equal(first, future.T):
-        convention = FLOAT_MASK if attention.float_mask else FLIPPED_FIX.get(attention.kind, FLIPPED_FIX["softmax"])
+        convention = FLOAT_MASK if _float_mask(attention) else FLIPPED_FIX.get(attention.kind, FLIPPED_FIX["softmax"])
         if fix and attention.kind in CONVENTIONS:
-            convention = f"{fix}; {FLOAT_MASK if attention.float_mask else CONVENTIONS[attention.kind]}"
+            convention = f"{fix}; {FLOAT_MASK if _float_mask(attention) else CONVENTIONS[attention.kind]}"
         elif fix:
             convention = fix
         return Check(rule, "fail", "the mask hides the past instead of the future (the triangle below the diagonal, "
@@ -760,7 +767,8 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     for shift, words in ((0, "the diagonal is hidden too: each token hides itself"),
                          (2, "one future token is visible: row i sees key i + 1")):
         if torch.equal(first, torch.ones(nq, nk, dtype=torch.bool).triu(shift + nk - nq)):
-            return Check(rule, "fail", f"{words} ({fix or 'hide exactly the keys after each query, j > i'})")
+            return Check(rule, "fail", f"{words} ({fix or 'hide exactly the keys after each query, j > i'})"
+                                       + (_no_key_left(attention) if shift == 0 else ""))
     wrong = (hidden != future.expand_as(hidden)).nonzero()[0]
     state = "hidden" if hidden[tuple(wrong)] else "visible"
     should = "visible" if state == "hidden" else "hidden"
@@ -889,10 +897,17 @@ FLIPPED_FIX = {  # what to pass instead of a mask that hides the past, by the at
 
 CONVENTIONS = {  # how a call's boolean attn_mask reads, by the attention's kind
     "sdpa": "SDPA's boolean attn_mask keeps where it is True",
-    "nn.MultiheadAttention": "nn.MultiheadAttention's boolean attn_mask hides where it is True",
+    "nn.MultiheadAttention": "nn.MultiheadAttention's boolean attn_mask hides where it is True (a float one is added "
+                             "to the scores)",
 }
 FLOAT_MASK = ("a float attn_mask is added to the scores: −∞ belongs above the diagonal only, "
               "torch.full((n, n), float('-inf')).triu(1)")
+
+
+def _float_mask(attention: tracing.Attention) -> bool:
+    """Whether the call's attn_mask was a float one the user gave: nn.MultiheadAttention turns a boolean attn_mask
+    into a float one itself before the call the tracer reads, so its mask is read as boolean (its words say both)."""
+    return attention.float_mask and attention.kind != "nn.MultiheadAttention"
 
 
 @dataclass(frozen=True)
@@ -997,6 +1012,9 @@ def _no_key_left(attention: tracing.Attention) -> str:
     if len(empty) == 0:
         return ""
     row = int(empty[0])
+    if attention.weights[0, 0, row].isfinite().all():  # a finite fill (finfo.min): the row's scores are all alike
+        return (f"; row {row} (query {row}) hides every key, and its fill is finite, so the softmax spreads that row "
+                "evenly over every key, the future included")
     words = f"; row {row} (query {row}) hides every key, so its softmax is 0/0: NaN weights"
     if attention.kind == "sdpa" and attention.returned is not None:
         given = attention.returned[0, 0, row]  # (dv,): what SDPA returned for that query
@@ -1244,7 +1262,7 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
                       scaled: bool = True, window: int | None = None, stated: str | None = None,
                       width: ScoreWidth | None = None, declared: tuple[DeclaredScale, ...] = (),
                       cap: DeclaredCap | None = None, sinks: DeclaredSinks | None = None,
-                      fill: str | None = None) -> Check:
+                      fill: str | None = None, own_file: str | None = None) -> Check:
     """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
     masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
     the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ); ``declared``: the
@@ -1254,14 +1272,17 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
     the one the module declares (``cap``: :func:`declared_softcap`; :func:`softcap_mismatch`) and sink logits other
     than the module's own, one per head (``sinks``: :func:`declared_sinks`; :func:`sinks_mismatch`), each compared
     once, here (:mod:`attnviz.softcap_sinks_rule`).  ``fill``: the module's own masked_fill that sets the future to a
-    number that hides nothing (:func:`_finite_fill`), which a failure names as mask-convention does."""
+    number that hides nothing (:func:`_finite_fill`), which a failure names as mask-convention does.  A declared cap
+    whose tanh stops the walk back to Q @ Kᵀ (:func:`unread_softcap`) fails, naming the tanh's line in ``own_file``
+    (:func:`attnviz.tracing.class_file`)."""
     cap_words, sinks_words = softcap_mismatch(attention, cap), sinks_mismatch(attention, sinks)
     check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width,
                                declared=declared, cap=cap, sinks=sinks, fill=fill,
                                agreed=(cap is not None and cap_words is None,
                                        sinks is not None and sinks_words is None))
     if check.status == "skip":
-        return check
+        unread = unread_softcap(recording, attention, cap, own_file)
+        return check if unread is None else Check(check.rule, "fail", unread)
     mismatches = [words for words in (cap_words, sinks_words) if words]
     if mismatches and check.status == "fail":
         check = Check(check.rule, "fail", f"{'; '.join(mismatches)}; and {check.evidence}")

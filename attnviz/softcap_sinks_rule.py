@@ -35,6 +35,25 @@ def softcap_mismatch(attention: tracing.Attention, cap: DeclaredCap | None) -> s
             f"of {cap.cap:g} — {cap.words}: cap with {cap.cap:g} · tanh(s / {cap.cap:g}), not {applied:g}")
 
 
+def unread_softcap(recording: tracing.Recording, attention: tracing.Attention, cap: DeclaredCap | None,
+                   own_file: str | None) -> str | None:
+    """Words for a module that declares a soft-cap (``cap``) whose walk from the softmax back to Q @ Kᵀ stopped at a
+    tanh of the scores: that tanh is not cap · tanh(s / cap) of the scaled scores s (``cap · tanh(s)``, the division
+    left out, or a cap the scale comes after), so the scores the softmax gets are not the ones the module declares;
+    ``own_file``: the module's file, whose lines are named without it.  None when the module declares no cap, its Q
+    and K were found, or no tanh of the scores' shape comes before the softmax."""
+    if cap is None or attention.queries is not None:
+        return None
+    shape = tuple(attention.weights.shape[-2:])  # (nq, nk)
+    tanhs = [op for op in recording.ops[:attention.op_index] if op.name in ("tanh", "tanh_") and op.shape[-2:] == shape]
+    if not tanhs:
+        return None
+    c = cap.cap
+    return (f"the module declares a soft-cap, {cap.words}, but the tanh{tracing.op_place(tanhs[-1], own_file)} "
+            f"before the softmax is not {c:g} · tanh(s / {c:g}) of the scaled scores s: divide s by {c:g} inside the "
+            f"tanh and multiply by {c:g} after it — {c:g} · tanh(s) turns a score of 1 into {c * math.tanh(1.0):.3g}")
+
+
 def sinks_mismatch(attention: tracing.Attention, sinks: DeclaredSinks | None) -> str | None:
     """Words for sink logits the softmax got otherwise than the module keeps them (``sinks``: one per query head,
     GPT-OSS's ``self.sinks``): no sink column (the logits perhaps added to every score, which the softmax cancels), a

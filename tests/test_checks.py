@@ -291,6 +291,51 @@ def test_an_inverted_sdpa_mask_built_in_the_forward_is_called_inverted_without_b
     assert "row 7 (query 7) hides every key" in evidence and "NaN" in evidence  # the last query keeps nothing
 
 
+@pytest.mark.slow  # a whole check_module run: the slow tier
+def test_nanogpt_flash_path_without_is_causal_is_told_to_pass_is_causal():
+    """nanoGPT's flash path with is_causal=False (its slow path's bias buffer says causal) was told "masked_fill
+    returns a copy", a call it never makes."""
+    torch.manual_seed(0)
+    check = verdict(um.FlashWithUnusedBias().eval(), "mask-convention", rules=["mask-convention"])
+    assert check == checks.Check(
+        "mask-convention", "fail", "no cell is hidden: scaled_dot_product_attention was given no mask: pass "
+        "is_causal=True (or a causal attn_mask)")
+
+
+@pytest.mark.slow  # a whole check_module run: the slow tier
+@pytest.mark.parametrize(("mask", "words"), [
+    ("past", "use triu(…, diagonal=1); nn.MultiheadAttention's boolean attn_mask hides where it is True"),
+    ("kept", "NaN weights. Pass torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), or is_causal=True"),
+], ids=["past", "inverted"])
+def test_a_boolean_mask_given_to_multihead_attention_is_not_called_a_float_one(mask, words):
+    """nn.MultiheadAttention turns a boolean attn_mask into a float one before the call the tracer reads: a boolean
+    mask that hides the past, or is inverted, was told "a float attn_mask is added to the scores"."""
+    torch.manual_seed(0)
+    check = verdict(um.WrappedMHABoolMask(mask=mask).eval(), "mask-convention", rules=["mask-convention"])
+    assert check.status == "fail" and words in check.evidence, check
+    assert "float attn_mask" not in check.evidence
+
+
+@pytest.mark.slow  # a whole check_module run: the slow tier
+def test_a_mask_that_hides_the_diagonal_names_the_query_left_with_no_key():
+    """Each query hiding itself leaves query 0 no key: with −∞ its weights are NaN, with a finite fill (finfo.min)
+    the softmax spreads it over every key, the future's too — the causal rule blamed "the values of earlier tokens"."""
+    torch.manual_seed(0)
+    results = {c.rule: c for c in checks.check_module(um.DiagonalHidden(fill="min").eval(),
+                                                      rules=["causal", "mask-convention"])}
+    assert results["mask-convention"].evidence.endswith(
+        "; row 0 (query 0) hides every key, and its fill is finite, so the softmax spreads that row evenly over every "
+        "key, the future included"), results["mask-convention"]
+    assert results["causal"].evidence.endswith(
+        " — query 0 hides every key, itself included, and the fill is finite, so the softmax spreads its weight evenly "
+        "over every key, the future's too (see mask-convention)"), results["causal"]
+    torch.manual_seed(0)
+    check = verdict(um.DiagonalHidden(fill="-inf").eval(), "mask-convention", rules=["mask-convention"])
+    assert check == checks.Check("mask-convention", "fail", "the diagonal is hidden too: each token hides itself (hide "
+                                 "exactly the keys after each query, j > i); row 0 (query 0) hides every key, so its "
+                                 "softmax is 0/0: NaN weights")
+
+
 def test_a_mask_that_hides_the_past_instead_of_the_future_says_so():
     torch.manual_seed(0)
     check = verdict(um.TrilInsteadOfTriu().eval(), "mask-convention")

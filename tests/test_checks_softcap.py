@@ -82,6 +82,19 @@ def test_scores_left_uncapped_where_a_cap_is_declared_fail_naming_the_cap():
     assert "apply s → 50 · tanh(s / 50)" in check.evidence
 
 
+def test_a_declared_cap_written_without_the_division_inside_the_tanh_fails_naming_its_line():
+    """``torch.tanh(s) * cap``: the walk back to Q @ Kᵀ stops at its tanh, and matches-reference skipped, so a module
+    whose every score of 1 becomes 38 passed every rule."""
+    torch.manual_seed(0)
+    check = verdicts(um.DeclaredSoftCap(divided=False), ("matches-reference",))["matches-reference"]
+    line = next(number for number, text in enumerate(CLI_HELPERS.read_text().splitlines(), start=1)
+                if "s = torch.tanh(s) * self.cap_in_forward" in text)
+    assert check == checks.Check(
+        "matches-reference", "fail", "the module declares a soft-cap, self.attn_logit_softcapping = 50, but the tanh "
+        f"on line {line} before the softmax is not 50 · tanh(s / 50) of the scaled scores s: divide s by 50 inside the "
+        "tanh and multiply by 50 after it — 50 · tanh(s) turns a score of 1 into 38.1")
+
+
 @pytest.mark.parametrize("declared", ["attribute", "config"])
 def test_the_declared_cap_applied_passes_saying_where_it_is_declared(declared):
     torch.manual_seed(0)

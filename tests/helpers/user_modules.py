@@ -3127,11 +3127,13 @@ class DeclaredSoftCap(nn.Module):
     wrong: the cap kept as ``self.attn_logit_softcapping`` (``declared="attribute"``), in the model's config dict
     ``self.cfg`` (``"config"``), or only taken by the constructor and written into the forward's numbers
     (``"argument"``: kept nowhere).  ``applied``: the cap the forward uses — None: the declared one (right); a number
-    (``30.0``, copied from another model: a bug); ``0``: no cap at all (a bug)."""
+    (``30.0``, copied from another model: a bug); ``0``: no cap at all (a bug).  ``divided`` False: the cap written
+    ``torch.tanh(s) * cap``, the division inside the tanh left out (a bug)."""
 
-    def __init__(self, d_model=64, n_heads=4, attn_logit_softcapping=50.0, declared="attribute", applied=None):
+    def __init__(self, d_model=64, n_heads=4, attn_logit_softcapping=50.0, declared="attribute", applied=None,
+                 divided=True):
         super().__init__()
-        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.n_heads, self.head_dim, self.divided = n_heads, d_model // n_heads, divided
         if declared == "attribute":
             self.attn_logit_softcapping = attn_logit_softcapping
         elif declared == "config":
@@ -3144,7 +3146,9 @@ class DeclaredSoftCap(nn.Module):
         b, n, d = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
         s = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (b, h, n, n)
-        if self.cap_in_forward:
+        if self.cap_in_forward and not self.divided:
+            s = torch.tanh(s) * self.cap_in_forward  # (b, h, n, n)
+        elif self.cap_in_forward:
             s = torch.tanh(s / self.cap_in_forward) * self.cap_in_forward  # (b, h, n, n)
         future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
         w = torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)  # (b, h, n, n)
@@ -4082,3 +4086,67 @@ class MaskedFillCopy(MyMultiHeadAttention):
 
     def __init__(self, d_in=16, d_out=16, context_length=16, dropout=0.0, num_heads=4, qkv_bias=False):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias, bug="masked-fill-copy")
+
+
+class FlashWithUnusedBias(nn.Module):
+    """nanoGPT's CausalSelfAttention whose flash path calls SDPA with ``is_causal=False``: the causal ``bias`` buffer
+    it registers (for the slow path) says causal, but nothing hides the future."""
+
+    def __init__(self, n_embd=16, n_head=2, block_size=16):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False)  # bug: the flash path unmasked
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))  # (B, T, C)
+
+
+class WrappedMHABoolMask(nn.Module):
+    """nn.MultiheadAttention given a boolean attn_mask (True = hide): ``mask`` "future" (right), "past" (bug:
+    tril(…, -1), the past hidden) or "kept" (bug: the future's complement, SDPA's convention: the past and the
+    diagonal hidden)."""
+
+    def __init__(self, embed_dim=16, num_heads=2, mask="future"):
+        super().__init__()
+        self.mask = mask
+        self.mha = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)
+
+    def forward(self, x):
+        n = x.shape[1]
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n): True above the diagonal
+        attn_mask = {"future": future, "past": torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1),
+                     "kept": ~future}[self.mask]
+        out, _ = self.mha(x, x, x, attn_mask=attn_mask, need_weights=False)  # (b, n, embed_dim)
+        return out
+
+
+class DiagonalHidden(nn.Module):
+    """Bug: a mask one off — each query hides itself too (Hugging Face's additive ``torch.finfo.min`` triangle built
+    with ``triu(0)``, or ``q_pos <= k_pos`` with −∞ as in an MLA port): query 0 hides every key.  ``fill``: "min"
+    (finite: query 0's softmax spreads over every key, the future's too) or "-inf" (query 0's weights are NaN)."""
+
+    def __init__(self, hidden_size=16, num_heads=2, fill="min"):
+        super().__init__()
+        self.num_heads, self.head_dim, self.fill = num_heads, hidden_size // num_heads, fill
+        self.q_proj = nn.Linear(hidden_size, hidden_size)
+        self.k_proj = nn.Linear(hidden_size, hidden_size)
+        self.v_proj = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states):
+        b, n, _ = hidden_states.shape
+        q, k, v = (p(hidden_states).view(b, n, -1, self.head_dim).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # (b, h, n, hd) each
+        s = q @ k.transpose(2, 3) * self.head_dim ** -0.5  # (b, h, n, n)
+        if self.fill == "min":
+            s = s + torch.full((n, n), torch.finfo(s.dtype).min).triu(0)  # bug: triu(1) hides only the future
+        else:
+            pos = torch.arange(n)
+            s = s.masked_fill(pos[:, None] <= pos[None, :], -torch.inf)  # bug: < hides only the future
+        w = torch.softmax(s, dim=-1)  # (b, h, n, n)
+        return (w @ v).transpose(1, 2).reshape(b, n, -1)  # (b, n, hidden_size)
