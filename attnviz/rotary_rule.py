@@ -76,7 +76,9 @@ def rotary_placement(module: nn.Module, x: torch.Tensor, built_base: float | Non
         elif not table.shared:  # every feature its own frequency: d_model's table sliced, no rotation
             findings.append(_sliced_table_words(scores, moved, table, queries.shape[-1], on))
     if moved is not None and not findings and (rates := _rotary_rates(queries, keys)) is not None:
-        findings.append(_after_rotation_words(scores, moved, rates, on))
+        layout = _unpaired_layout(queries)
+        findings.append(_after_rotation_words(scores, moved, rates, on) if layout is None else
+                        _unpaired_words(scores, moved, layout, on))
     if findings:
         return Check(rule, "fail", "; ".join(findings))
     if moved is not None:
@@ -312,6 +314,59 @@ def _rotary_rates(queries: torch.Tensor, keys: torch.Tensor) -> list[float] | No
     rotation (a norm's per-feature scale, a projection) turns a pair's two features unequally: its length changes."""
     found = _ladder(queries), _ladder(keys)
     return None if None in found else found[0][0]
+
+
+PAIRED_LAYOUTS = {  # a table's layout, by the features it turns alike: (which they are, the fix)
+    "half": ("feature i and i + d/2, the layout of a table built with torch.cat([angles, angles], dim=-1) "
+             "(rotate_half's)", "rotate with rotate_half, torch.cat((-x[..., d // 2:], x[..., :d // 2]), dim=-1), or "
+                                "build the table with angles.repeat_interleave(2, dim=-1)"),
+    "interleaved": ("feature 2i and 2i + 1, the layout of a table built with angles.repeat_interleave(2, dim=-1) "
+                    "(Meta's and GPT-J's interleaved pairs)", "rotate the pairs x[..., ::2], x[..., 1::2], or build "
+                                                              "the table with torch.cat([angles, angles], dim=-1)"),
+}
+QUADRATURE = 0.1  # |cos| of the angle between two paired features' phases: a rotation pair is a quarter turn apart
+
+
+def _unpaired_layout(rows: torch.Tensor) -> str | None:
+    """"half" or "interleaved" when the features of (h, n, d) rows — one token's vector at each position — that turn
+    by one angle are laid out as that table pairs them (:data:`PAIRED_LAYOUTS`), yet some two of them are not a
+    quarter turn apart, as the two features of a rotation are (x·cos − y·sin, y·cos + x·sin), scaled or not: the
+    rotation turns other features together than the table's angles pair — rotate_half with an interleaved table, or
+    the reverse.  None when they are (a norm after the rotation only rescales them) or the layout is neither."""
+    rates = _feature_rates(rows)  # (h, d)
+    d = rows.shape[-1]
+    if rates is None or d % 2:
+        return None
+    halves = (torch.arange(d // 2), torch.arange(d // 2) + d // 2)  # half-split pairs (i, i + d/2)
+    twos = (torch.arange(0, d, 2), torch.arange(1, d, 2))  # interleaved pairs (2i, 2i + 1)
+    for layout, (first, second) in (("half", halves), ("interleaved", twos)):
+        a, b = rates[:, first], rates[:, second]  # (h, d/2) each
+        measured = (a >= SLOWEST_MEASURED) & (b >= SLOWEST_MEASURED)  # (h, d/2): NaN compares False
+        if not measured.any() or ((a - b).abs() > SAME_RATE * a)[measured].any():
+            continue
+        positions = torch.arange(rows.shape[1], dtype=torch.float64)[:, None, None]  # (n, 1, 1)
+        angle = positions * a.T[None]  # (n, d/2, h): both features of a pair turn by a's rate
+        basis = torch.stack((angle.cos(), angle.sin()), -1)  # (n, d/2, h, 2)
+        values = rows.double().permute(1, 2, 0)  # (n, d, h)
+        phases = [torch.linalg.lstsq(basis.permute(1, 2, 0, 3), values[:, index].permute(1, 2, 0)[..., None]).solution
+                  for index in (first, second)]  # (d/2, h, 2, 1) each: u(p) = c·cos(pθ) + s·sin(pθ)
+        u, v = (phase[..., 0] for phase in phases)  # (d/2, h, 2)
+        cos = (u * v).sum(-1).abs() / (u.norm(dim=-1) * v.norm(dim=-1)).clamp_min(1e-12)  # (d/2, h)
+        large = (u.norm(dim=-1) > 1e-3 * u.norm(dim=-1).max()) & (v.norm(dim=-1) > 1e-3 * v.norm(dim=-1).max())
+        return layout if (cos > QUADRATURE)[measured.T & large].any() else None
+    return None
+
+
+def _unpaired_words(scores: torch.Tensor, moved: tuple[int, int, int], layout: str, on: str) -> str:
+    """rotary-placement's words for a rotation whose pairs are not the features its table turns alike
+    (:func:`_unpaired_layout`)."""
+    head, query, key = moved
+    distance = query - key
+    features, fix = PAIRED_LAYOUTS[layout]
+    return (f"scores depend on the positions, not only on the distance i − j: the features that turn by one angle are "
+            f"{features}, but the rotation turns other features together — {on}, head {head}: query {query} · key "
+            f"{key} = {scores[head, query, key].item():.4g} but query {distance} · key 0 = "
+            f"{scores[head, distance, 0].item():.4g}, the same distance {distance} apart; {fix}")
 
 
 def _after_rotation_words(scores: torch.Tensor, moved: tuple[int, int, int], rates: list[float], on: str) -> str:

@@ -137,6 +137,29 @@ def test_a_norm_after_the_rotation_fails_naming_it():
     assert check.evidence.endswith("apply norms and projections to q and k before rotary, and rotate last"), check
 
 
+@pytest.mark.slow  # four whole checks: the slow tier
+@pytest.mark.parametrize(("table", "features", "fix"), [
+    ("half", "feature i and i + d/2, the layout of a table built with torch.cat([angles, angles], dim=-1)",
+     "rotate with rotate_half"),
+    ("interleaved", "feature 2i and 2i + 1, the layout of a table built with angles.repeat_interleave(2, dim=-1)",
+     "rotate the pairs x[..., ::2], x[..., 1::2]"),
+], ids=["half-table", "interleaved-table"])
+def test_a_rotation_that_pairs_other_features_than_its_table_fails_naming_the_tables_layout(table, features, fix):
+    """rotate_half with an interleaved table, or interleaved pairs with a half-split one, was told "something after
+    the rotation (a norm, a projection)" breaks relative positions, and to rotate last."""
+    for rotation in ("half", "interleaved"):
+        check = {c.rule: c for c in checks.check_module(built(um.RotaryLayouts, table=table, rotation=rotation),
+                                                         rules=(RULE,))}[RULE]
+        if rotation == table:
+            assert check == checks.Check(RULE, "pass", PASSES), check
+            continue
+        assert check.status == "fail" and check.evidence.startswith(
+            "scores depend on the positions, not only on the distance i − j: the features that turn by one angle are "
+            f"{features}"), check
+        assert "the rotation turns other features together" in check.evidence and fix in check.evidence, check
+        assert "a norm" not in check.evidence
+
+
 def test_a_global_layer_that_keeps_a_window_it_does_not_use_passes():
     results = verdicts(built(um.KindLayer))
     assert results["mask-convention"] == checks.Check(

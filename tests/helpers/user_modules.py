@@ -4150,3 +4150,34 @@ class DiagonalHidden(nn.Module):
             s = s.masked_fill(pos[:, None] <= pos[None, :], -torch.inf)  # bug: < hides only the future
         w = torch.softmax(s, dim=-1)  # (b, h, n, n)
         return (w @ v).transpose(1, 2).reshape(b, n, -1)  # (b, n, hidden_size)
+
+
+class RotaryLayouts(nn.Module):
+    """Llama-style attention whose rotary table and rotation each pair features their own way: ``table`` "half"
+    (``torch.cat([angles, angles])``, Hugging Face's) or "interleaved" (``angles.repeat_interleave(2)``, Meta's
+    complex pairs as real numbers); ``rotation`` "half" (``rotate_half``) or "interleaved" (``x[..., ::2]``,
+    ``x[..., 1::2]``).  Alike, a rotary embedding; mixed, a bug of ports that take one from each."""
+
+    def __init__(self, d_model=32, n_heads=2, context_length=16, table="half", rotation="half"):
+        super().__init__()
+        self.n_heads, self.head_dim, self.rotation = n_heads, d_model // n_heads, rotation
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        inv_freq = 1.0 / 10_000.0 ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim)  # (hd/2,)
+        angles = torch.arange(context_length).float()[:, None] * inv_freq[None, :]  # (context, hd/2)
+        angles = torch.cat([angles, angles], -1) if table == "half" else angles.repeat_interleave(2, dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)  # (context, hd)
+        self.register_buffer("sin", angles.sin(), persistent=False)  # (context, hd)
+
+    def rotate(self, x):
+        if self.rotation == "half":
+            half = x.shape[-1] // 2
+            return torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (b, h, n, hd)
+        return torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).flatten(-2)  # (b, h, n, hd)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        cos, sin = self.cos[:n], self.sin[:n]  # (n, hd)
+        q, k = q * cos + self.rotate(q) * sin, k * cos + self.rotate(k) * sin  # (b, h, n, hd)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
+        return y.transpose(1, 2).reshape(b, n, d)  # (b, n, d_model)
