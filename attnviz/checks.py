@@ -237,7 +237,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         triangles = _triangles(recording, module)
         fill = _finite_fill(recording, module, attention)
         if causal is None:
-            causal = tracing.infer_causal(recording, attention, module)
+            causal = tracing.infer_causal(recording, attention, module) or _capped_mask(attention)
         meter.planned = _planned_forwards(module, x, selected, causal) + told
         window = sliding_window(attention) if causal else None
         weightless = _weightless(module)
@@ -606,7 +606,9 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
         return Check(rule, "skip", "1 token: nothing after it to change — check 2 or more tokens")
     if not causal:
         return Check(rule, "skip", f"not checked: {stated}" if stated else
-                     "the module is not causal (no mask hides the future)")
+                     "the module is not causal (no mask hides the future)" + (
+                         f" — yet its name, {type(module).__name__}, says causal: to check it as causal, give "
+                         "attnviz check --causal (check_module's causal=True)" if _named_causal(module) else ""))
     generator = torch.Generator().manual_seed(1)
     for j in range(1, n):
         changed = x.clone()  # (b, n, d_in)
@@ -620,6 +622,13 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
                                        f"{moved.max().item():.3g}: position {position} sees the future{cause}")
     js = "j = 1" if n == 2 else f"j = 1 … {n - 1}"
     return Check(rule, "pass", f"changing tokens j… moves no output before j ({js})")
+
+
+def _named_causal(module: nn.Module) -> bool:
+    """Whether the module's class name has the word "causal" (nanoGPT's CausalSelfAttention, the book's
+    CausalAttention) and no word that negates it (NonCausal, Bidirectional)."""
+    words = {word.lower() for word in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+", type(module).__name__)}
+    return "causal" in words and not words & {"non", "not", "bidirectional", "acausal"}
 
 
 def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tracing.Attention,
@@ -734,6 +743,12 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
             return Check(rule, "pass", _cache_length_words(*cache_length))
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
     first = hidden[0, 0]  # (nq, nk)
+    if not hidden.any() and _capped_mask(attention):
+        cap = f"{attention.softcap:g}"
+        return Check(rule, "fail", "no cell is hidden: the soft-cap comes after the mask, and "
+                                   f"{cap} · tanh(−∞ / {cap}) = −{cap}, so every future key keeps a score of "
+                                   f"−{cap}, not −∞, and the softmax still gives it weight — cap the scores first, "
+                                   "then mask them")
     if not hidden.any() and fill is not None:  # the mask is there and kept, but its number hides nothing
         return Check(rule, "fail", f"{f'{stated}, but ' if stated else ''}no cell is hidden: {fill}, not −∞, so the "
                                    "softmax still gives those keys weight — fill with float(\"-inf\") (or "
@@ -953,6 +968,17 @@ def _triangles(recording: tracing.Recording, module: nn.Module) -> list[Triangle
                 continue
             break
     return found
+
+
+def _capped_mask(attention: tracing.Attention) -> bool:
+    """Whether the soft-cap comes after the causal mask: every score above the diagonal that reaches the softmax is
+    −cap, cap · tanh(−∞ / cap), the −∞ a mask gave it capped (Gemma 2's cap applied after the mask is added)."""
+    cap, masked = attention.softcap, attention.masked  # (b, h, nq, nk)
+    nq, nk = masked.shape[-2:]
+    future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk)
+    if cap is None or not future.any():
+        return False
+    return bool(((masked[..., future].float() + cap).abs() <= 1e-4 * cap).all())
 
 
 def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tracing.Attention) -> str | None:

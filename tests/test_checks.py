@@ -303,6 +303,20 @@ def test_nanogpt_flash_path_without_is_causal_is_told_to_pass_is_causal():
 
 
 @pytest.mark.slow  # a whole check_module run: the slow tier
+def test_a_module_named_causal_that_hides_nothing_is_told_how_to_check_it_as_causal():
+    """nanoGPT's flash path with is_causal=False and no mask buffer: nothing says causal but its name, and the causal
+    rule skipped as for an encoder, exit 0."""
+    torch.manual_seed(0)
+    check = verdict(um.CausalFlashAttention().eval(), "causal", rules=["causal"])
+    assert check == checks.Check("causal", "skip", "the module is not causal (no mask hides the future) — yet its "
+                                 "name, CausalFlashAttention, says causal: to check it as causal, give attnviz check "
+                                 "--causal (check_module's causal=True)")
+    torch.manual_seed(0)
+    check = verdict(um.CausalFlashAttention().eval(), "causal", rules=["causal"], causal=True)
+    assert check.status == "fail", check
+
+
+@pytest.mark.slow  # a whole check_module run: the slow tier
 @pytest.mark.parametrize(("mask", "words"), [
     ("past", "use triu(…, diagonal=1); nn.MultiheadAttention's boolean attn_mask hides where it is True"),
     ("kept", "NaN weights. Pass torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), or is_causal=True"),

@@ -95,6 +95,19 @@ def test_a_declared_cap_written_without_the_division_inside_the_tanh_fails_namin
         "tanh and multiply by 50 after it — 50 · tanh(s) turns a score of 1 into 38.1")
 
 
+def test_a_cap_applied_after_the_mask_fails_mask_convention_saying_the_future_keeps_minus_the_cap():
+    """Gemma 2's cap after the mask is added turns −∞ into −50: no cell was hidden, so the module was called "not
+    causal", causal and mask-convention skipped, and matches-reference blamed a bias "neither a mask nor ALiBi"."""
+    torch.manual_seed(0)
+    results = verdicts(um.DeclaredSoftCap(masked_first=True), ("causal", "mask-convention", "matches-reference"))
+    assert results["mask-convention"] == checks.Check(
+        "mask-convention", "fail", "no cell is hidden: the soft-cap comes after the mask, and 50 · tanh(−∞ / 50) = "
+        "−50, so every future key keeps a score of −50, not −∞, and the softmax still gives it weight — cap the "
+        "scores first, then mask them"), results
+    assert results["causal"].status != "skip" and results["matches-reference"].status != "skip", results
+    assert "neither a mask" not in results["matches-reference"].evidence
+
+
 @pytest.mark.parametrize("declared", ["attribute", "config"])
 def test_the_declared_cap_applied_passes_saying_where_it_is_declared(declared):
     torch.manual_seed(0)

@@ -3128,12 +3128,14 @@ class DeclaredSoftCap(nn.Module):
     ``self.cfg`` (``"config"``), or only taken by the constructor and written into the forward's numbers
     (``"argument"``: kept nowhere).  ``applied``: the cap the forward uses — None: the declared one (right); a number
     (``30.0``, copied from another model: a bug); ``0``: no cap at all (a bug).  ``divided`` False: the cap written
-    ``torch.tanh(s) * cap``, the division inside the tanh left out (a bug)."""
+    ``torch.tanh(s) * cap``, the division inside the tanh left out (a bug).  ``masked_first``: the causal mask
+    added before the cap, which turns its −∞ into −cap (a bug)."""
 
     def __init__(self, d_model=64, n_heads=4, attn_logit_softcapping=50.0, declared="attribute", applied=None,
-                 divided=True):
+                 divided=True, masked_first=False):
         super().__init__()
         self.n_heads, self.head_dim, self.divided = n_heads, d_model // n_heads, divided
+        self.masked_first = masked_first
         if declared == "attribute":
             self.attn_logit_softcapping = attn_logit_softcapping
         elif declared == "config":
@@ -3146,12 +3148,14 @@ class DeclaredSoftCap(nn.Module):
         b, n, d = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
         s = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (b, h, n, n)
+        if self.masked_first:
+            s = s + torch.full((n, n), float("-inf")).triu(1)  # (b, h, n, n)
         if self.cap_in_forward and not self.divided:
             s = torch.tanh(s) * self.cap_in_forward  # (b, h, n, n)
         elif self.cap_in_forward:
             s = torch.tanh(s / self.cap_in_forward) * self.cap_in_forward  # (b, h, n, n)
         future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n)
-        w = torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)  # (b, h, n, n)
+        w = torch.softmax(s if self.masked_first else s.masked_fill(future, float("-inf")), dim=-1)  # (b, h, n, n)
         return self.o((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
 
 
@@ -4088,16 +4092,15 @@ class MaskedFillCopy(MyMultiHeadAttention):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias, bug="masked-fill-copy")
 
 
-class FlashWithUnusedBias(nn.Module):
-    """nanoGPT's CausalSelfAttention whose flash path calls SDPA with ``is_causal=False``: the causal ``bias`` buffer
-    it registers (for the slow path) says causal, but nothing hides the future."""
+class CausalFlashAttention(nn.Module):
+    """nanoGPT's CausalSelfAttention, its flash path alone, calling SDPA with ``is_causal=False`` (a bug: nothing
+    hides the future, and nothing but its name says it should)."""
 
-    def __init__(self, n_embd=16, n_head=2, block_size=16):
+    def __init__(self, n_embd=16, n_head=2):
         super().__init__()
         self.n_head = n_head
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
-        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
 
     def forward(self, x):
         B, T, C = x.size()
@@ -4105,6 +4108,14 @@ class FlashWithUnusedBias(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False)  # bug: the flash path unmasked
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))  # (B, T, C)
+
+
+class FlashWithUnusedBias(CausalFlashAttention):
+    """The same with nanoGPT's causal ``bias`` buffer registered for its slow path: the buffer says causal."""
+
+    def __init__(self, n_embd=16, n_head=2, block_size=16):
+        super().__init__(n_embd, n_head)
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
 
 
 class WrappedMHABoolMask(nn.Module):
