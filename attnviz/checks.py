@@ -1518,6 +1518,7 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
     the heads' context (b, h, nq, dv) computed from its own Q, K and V, to ``tolerance``; ``formula``: the reference's
     words."""
     rule = "matches-reference"
+    keyless = bool(attention.masked_cells().all(-1).any())  # a query with no visible key: its weights are NaN
     if attention.rows_zeroed is not None:  # a head or query mask after the softmax: those rows' context is 0
         reference = reference.masked_fill(attention.rows_zeroed, 0.0)  # (b, h, nq, dv)
     b, h, nq, dv = reference.shape
@@ -1525,17 +1526,20 @@ def _compared_with(recording: tracing.Recording, attention: tracing.Attention, r
     if attention.out_proj is not None:  # nn.MultiheadAttention: compare its output after out_proj
         weight, bias = attention.out_proj
         expected = torch.nn.functional.linear(concat, weight, bias)  # (b, nq, E)
-        return _compare(rule, attention.returned, expected, "the output", tolerance=tolerance, formula=formula)
+        return _compare(rule, attention.returned, expected, "the output", tolerance=tolerance, formula=formula,
+                        keyless=keyless)
     module_concat = _concat_fed_onwards(recording, attention, concat.shape)
     if module_concat is None:
         context = attention.returned if attention.returned is not None else attention.context
         if context is None:
             return Check(rule, "skip", "the module's context (weights · V) could not be identified")
-        return _compare(rule, context, reference, "the context", tolerance=tolerance, formula=formula)
+        return _compare(rule, context, reference, "the context", tolerance=tolerance, formula=formula,
+                        keyless=keyless)
     if h > 1:
         return _compare(rule, module_concat, concat, "the concatenated heads", equals="equal", tolerance=tolerance,
-                        formula=formula)
-    return _compare(rule, module_concat, concat, "the context", tolerance=tolerance, formula=formula)
+                        formula=formula, keyless=keyless)
+    return _compare(rule, module_concat, concat, "the context", tolerance=tolerance, formula=formula,
+                    keyless=keyless)
 
 
 def reference_context(queries, keys, values, causal: bool, *, scaled: bool = True,
@@ -1610,9 +1614,10 @@ def _concat_fed_onwards(recording, attention, shape) -> torch.Tensor | None:
 
 
 def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str, equals: str = "equals", *,
-             tolerance: float = TOLERANCE, formula: str = REFERENCE) -> Check:
+             tolerance: float = TOLERANCE, formula: str = REFERENCE, keyless: bool = False) -> Check:
     """``what`` (its verb ``equals``: "equal" after a plural) passes within ``tolerance`` of ``expected``, the
-    reference ``formula`` names, else fails naming the largest difference and where it is."""
+    reference ``formula`` names, else fails naming the largest difference and where it is — or the first NaN of
+    ``actual``, and its cause: ``keyless``, a query of the module's whose keys are all hidden, or NaN weights."""
     actual = actual.float().reshape(expected.shape)
     difference = (actual - expected).abs()  # NaN stays NaN
     worst = difference.nan_to_num(nan=math.inf).max().item()
@@ -1620,6 +1625,12 @@ def _compare(rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str,
         return Check(rule, "pass", f"{what} {equals} {formula} from its own Q, K, V "
                                    f"(largest difference {worst:.1g})")
     index = tuple(int(i) for i in (difference.nan_to_num(nan=math.inf) == worst).nonzero()[0])
+    if actual.isnan().any():
+        where = tuple(int(i) for i in actual.isnan().nonzero()[0])
+        cause = ("a query with every key hidden, whose softmax is 0/0 (see mask-convention)" if keyless else
+                 "its attention weights hold NaN")
+        return Check(rule, "fail", f"{what} ≠ {formula} from its own Q, K, V: the module's is NaN at index {where} "
+                                   f"(reference {expected[where].item():.4g}) — {cause}")
     return Check(rule, "fail", f"{what} ≠ {formula} from its own Q, K, V: off by {worst:.3g} "
                                f"at index {index} (module {actual[index].item():.4g}, reference "
                                f"{expected[index].item():.4g})")

@@ -344,7 +344,12 @@ def test_a_mask_that_hides_the_diagonal_names_the_query_left_with_no_key():
         " — query 0 hides every key, itself included, and the fill is finite, so the softmax spreads its weight evenly "
         "over every key, the future's too (see mask-convention)"), results["causal"]
     torch.manual_seed(0)
-    check = verdict(um.DiagonalHidden(fill="-inf").eval(), "mask-convention", rules=["mask-convention"])
+    results = {c.rule: c for c in checks.check_module(um.DiagonalHidden(fill="-inf").eval(),
+                                                      rules=["mask-convention", "matches-reference"])}
+    evidence = results["matches-reference"].evidence
+    assert results["matches-reference"].status == "fail" and "the module's is NaN at index (0, 0, 0) (reference " in \
+        evidence and evidence.endswith("— a query with every key hidden, whose softmax is 0/0 (see mask-convention)")
+    check = results["mask-convention"]
     assert check == checks.Check("mask-convention", "fail", "the diagonal is hidden too: each token hides itself (hide "
                                  "exactly the keys after each query, j > i); row 0 (query 0) hides every key, so its "
                                  "softmax is 0/0: NaN weights")
