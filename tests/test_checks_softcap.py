@@ -82,6 +82,7 @@ def test_scores_left_uncapped_where_a_cap_is_declared_fail_naming_the_cap():
     assert "apply s → 50 · tanh(s / 50)" in check.evidence
 
 
+@pytest.mark.slow  # a whole check_module run: the slow tier
 def test_a_declared_cap_written_without_the_division_inside_the_tanh_fails_naming_its_line():
     """``torch.tanh(s) * cap``: the walk back to Q @ Kᵀ stops at its tanh, and matches-reference skipped, so a module
     whose every score of 1 becomes 38 passed every rule."""
@@ -95,6 +96,7 @@ def test_a_declared_cap_written_without_the_division_inside_the_tanh_fails_namin
         "tanh and multiply by 50 after it — 50 · tanh(s) turns a score of 1 into 38.1")
 
 
+@pytest.mark.slow  # a whole check_module run: the slow tier
 def test_a_cap_applied_after_the_mask_fails_mask_convention_saying_the_future_keeps_minus_the_cap():
     """Gemma 2's cap after the mask is added turns −∞ into −50: no cell was hidden, so the module was called "not
     causal", causal and mask-convention skipped, and matches-reference blamed a bias "neither a mask nor ALiBi"."""
