@@ -9,8 +9,9 @@ As the book's bonus code does (``ch04/04_gqa``, ``05_mla``, ``06_swa``), each cl
 * :class:`CachedMultiHeadLatentAttention` caches one latent vector per token, ``cache_c_kv``
   ``(b, n, latent_dim)``, and up-projects every cached latent to keys and values at each step;
 * :class:`CachedMultiHeadAttentionWithSWA` keeps at most the last W keys and values, ``cache_k``/``cache_v``
-  ``(b, num_heads, min(n, W), head_dim)``; a prefill of q tokens attends over up to W − 1 older keys plus
-  its own q, so its first query keeps its whole window.
+  ``(b, min(n, W), num_heads, head_dim)``: appended on dim 1 before the transpose, as ``06_swa`` (and the book's
+  MHA cache of ``03_kv-cache``) keeps them; a prefill of q tokens attends over up to W − 1 older keys plus its
+  own q, so its first query keeps its whole window.
 
 Without ``use_cache`` each ``forward`` is its parent's (:mod:`attnviz.modern_attention`), unchanged.  The mask
 is built from absolute positions (queries from ``ptr_current_pos``, keys from the first one the cache still
@@ -47,7 +48,7 @@ class KeyValueCache:
     back to 0, ``cache_tensors()`` names what the cache holds (each class says the shapes), ``cache_token_axis`` the
     dimension that counts its tokens."""
 
-    cache_token_axis = 2  # cache_k/cache_v (b, heads, n, hd): kept after the transpose, as the bonus code keeps them
+    cache_token_axis = 2  # cache_k/cache_v (b, heads, n, hd): kept after the transpose, as ch04/04_gqa keeps them
 
     def init_cache(self) -> None:
         self.register_buffer("cache_k", None, persistent=False)
@@ -157,7 +158,9 @@ class CachedMultiHeadLatentAttention(MultiHeadLatentAttention):
 
 class CachedMultiHeadAttentionWithSWA(KeyValueCache, MultiHeadAttentionWithSWA):
     """Sliding-window attention whose cache keeps at most the last W keys and values (all of them without W):
-    ``cache_k``/``cache_v`` (b, h, ≤W, hd)."""
+    ``cache_k``/``cache_v`` (b, ≤W, h, hd), tokens first as the book's ``06_swa`` keeps them."""
+
+    cache_token_axis = 1  # cache_k/cache_v (b, n, h, hd): appended before the transpose, as ch04/06_swa
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -173,28 +176,31 @@ class CachedMultiHeadAttentionWithSWA(KeyValueCache, MultiHeadAttentionWithSWA):
         values_new = self.W_value(x)  # (b, q, d_out)
         record(recorder, "queries", queries)
 
-        keys_new = keys_new.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # -> (b, h, q, hd)
-        values_new = values_new.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, q, hd)
-        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, q, hd)
+        keys_new = keys_new.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, q, d_out) -> (b, q, h, hd)
+        values_new = values_new.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, q, h, hd)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, q, h, hd)
 
-        old_len = 0 if self.cache_k is None else self.cache_k.shape[2]  # keys held before this forward
+        old_len = 0 if self.cache_k is None else self.cache_k.shape[1]  # keys held before this forward
         if self.cache_k is None:
-            keys, values = keys_new, values_new  # (b, h, q, hd)
+            keys, values = keys_new, values_new  # (b, q, h, hd)
         else:
-            keys = torch.cat([self.cache_k, keys_new], dim=2)  # (b, h, k, hd) + (b, h, q, hd) -> (b, h, k+q, hd)
-            values = torch.cat([self.cache_v, values_new], dim=2)  # (b, h, k+q, hd)
-        combined = keys.shape[2]
+            keys = torch.cat([self.cache_k, keys_new], dim=1)  # (b, k, h, hd) + (b, q, h, hd) -> (b, k+q, h, hd)
+            values = torch.cat([self.cache_v, values_new], dim=1)  # (b, k+q, h, hd)
+        combined = keys.shape[1]
         k_start = self.ptr_current_pos - old_len  # the absolute position of the first key held
         if self.sliding_window_size is not None:
             window = int(self.sliding_window_size)
             attn_keep = min(combined, window + num_tokens - 1)  # W − 1 older keys serve the chunk's first query
             cache_keep = min(combined, window)  # what the next token can still see
-            self.cache_k, self.cache_v = keys[:, :, -cache_keep:], values[:, :, -cache_keep:]  # (b, h, ≤W, hd)
-            keys, values = keys[:, :, -attn_keep:], values[:, :, -attn_keep:]  # (b, h, ≤W+q−1, hd)
+            self.cache_k, self.cache_v = keys[:, -cache_keep:], values[:, -cache_keep:]  # (b, ≤W, h, hd)
+            keys, values = keys[:, -attn_keep:], values[:, -attn_keep:]  # (b, ≤W+q−1, h, hd)
             k_start += combined - attn_keep
         else:
             window = self.ptr_current_pos + num_tokens + 1  # wider than any distance: causal only
-            self.cache_k, self.cache_v = keys, values  # (b, h, k+q, hd)
+            self.cache_k, self.cache_v = keys, values  # (b, k+q, h, hd)
+        keys = keys.transpose(1, 2)  # (b, k, h, hd) -> (b, h, k, hd)
+        values = values.transpose(1, 2)  # (b, h, k, hd)
+        queries = queries.transpose(1, 2)  # (b, q, h, hd) -> (b, h, q, hd)
         record(recorder, "keys", keys)
         record(recorder, "values", values)
 

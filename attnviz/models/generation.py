@@ -204,7 +204,7 @@ def cache_settings(model: GPTModel) -> dict:
 
 def _layer_holds(settings: dict, window: int | None, token_axis: int) -> str:
     """What one layer with ``window`` (None: full attention) caches, in Markdown; ``token_axis`` 1: keys and values
-    kept as the book's bonus KV cache (``ch04/03_kv-cache``) keeps them, (b, n, heads, head_dim)."""
+    kept as the book's bonus KV cache (``ch04/03_kv-cache``, ``06_swa``) keeps them, (b, n, heads, head_dim)."""
     if settings["latent_dim"] is not None:
         return (f"`cache_c_kv`, one latent per token, shape `(b, n, latent_dim)` = `(1, n, {settings['latent_dim']})`: "
                 "keys and values are up-projected from it at every step")
@@ -219,10 +219,11 @@ def _layer_holds(settings: dict, window: int | None, token_axis: int) -> str:
     if window is not None:
         what += f" of the last W = {window} tokens only"
     n_symbol, n_here = ("n", "n") if window is None else ("min(n, W)", f"min(n, {window})")
-    if token_axis == 1:  # the book's MHA: its layout, before the heads are transposed
-        return (f"{what}, shape `(b, n, heads, head_dim)` = `(1, n, {heads}, {settings['head_dim']})`, the layout of "
-                "the book's bonus KV cache (ch04/03_kv-cache: new tokens appended on dim 1, transposed to heads first "
-                "after)")
+    if token_axis == 1:  # the book's MHA and sliding window: their layout, before the heads are transposed
+        where = "ch04/03_kv-cache" if window is None else "ch04/03_kv-cache, and ch04/06_swa's window"
+        return (f"{what}, shape `(b, {n_symbol}, heads, head_dim)` = `(1, {n_here}, {heads}, {settings['head_dim']})`, "
+                f"the layout of the book's bonus KV cache ({where}: new tokens appended on dim 1, transposed to heads "
+                "first after)")
     symbol = "heads" if kv_heads == heads else "kv_heads"
     return (f"{what}, shape `(b, {symbol}, {n_symbol}, head_dim)` = "
             f"`(1, {kv_heads}, {n_here}, {settings['head_dim']})`, heads first as the book's bonus code keeps it "

@@ -110,7 +110,7 @@ class CachedMultiHeadAttention(KeyValueCache, MultiHeadAttention):
     The cache is kept as the book keeps it, before the heads are transposed: ``(b, n, num_heads, head_dim)``,
     the new tokens appended on dim 1 (:attr:`cache_token_axis`), and transposed to ``(b, num_heads, n, head_dim)``
     after.  :meth:`cache_tensors` names what the cache holds, so a variant that keeps something else (a latent per
-    token, at most a window of keys, K/V heads kept after the transpose as the book's bonus code keeps them)
+    token, K/V heads kept after the transpose as the book's ``04_gqa`` keeps them)
     reports its own tensors the same way.
     """
 

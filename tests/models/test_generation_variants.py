@@ -12,6 +12,7 @@ import torch
 
 from attnviz import kv_cache_bytes
 from attnviz.models import GPTModel, cache_holds, cache_settings, check_step, check_steps, generate, random_gpt
+from attnviz.models.cached_attention import CachedMultiHeadAttentionWithSWA
 from attnviz.models.gpt import RANDOM_GPT_CONFIG
 
 PROMPT = [464, 3797, 3332, 319, 262, 2603, 13, 383, 3797, 3332, 319]  # 11 tokens
@@ -126,8 +127,8 @@ def test_the_cache_holds_the_variants_real_shapes(model):
             "gqa": {"cache_k": (1, cfg["num_kv_groups"], n, hd), "cache_v": (1, cfg["num_kv_groups"], n, hd)},
             "mqa": {"cache_k": (1, 1, n, hd), "cache_v": (1, 1, n, hd)},
             "mla": {"cache_c_kv": (1, n, cfg["latent_dim"])},
-            "swa": {"cache_k": (1, h, min(n, cfg["sliding_window_size"]), hd),
-                    "cache_v": (1, h, min(n, cfg["sliding_window_size"]), hd)},
+            "swa": {"cache_k": (1, min(n, cfg["sliding_window_size"]), h, hd),  # the book's ch04/06_swa layout
+                    "cache_v": (1, min(n, cfg["sliding_window_size"]), h, hd)},
         }[attention]
         assert step.cache_shapes == [expected] * cfg["n_layers"]
         assert step.cache_bytes == cfg["n_layers"] * sum(4 * math.prod(shape) for shape in expected.values())
@@ -175,6 +176,25 @@ def test_the_books_mha_cache_is_the_books_layout():
     att.reset_cache()
 
 
+def test_the_sliding_window_cache_is_the_books_layout():
+    """The GPT's sliding-window cache is what the book's ch04/06_swa code keeps: W_key(x).view(b, n, h, hd), appended
+    on dim 1 before the transpose, its last W tokens kept (tokens first, as ch04/03_kv-cache's MHA)."""
+    torch.manual_seed(5)
+    att = CachedMultiHeadAttentionWithSWA(16, 16, 0.0, 4, sliding_window_size=3).eval()  # the GPT's window blocks
+    b, h, hd = 1, att.num_heads, att.head_dim
+    x = torch.randn(b, 5, att.W_key.in_features)  # (b, n, d_in)
+    y = torch.randn(b, 1, att.W_key.in_features)  # (b, 1, d_in): the next token
+    att.reset_cache()
+    with torch.no_grad():
+        att(x, use_cache=True)
+        att(y, use_cache=True)
+        book_k = torch.cat([att.W_key(x).view(b, 5, h, hd), att.W_key(y).view(b, 1, h, hd)], dim=1)[:, -3:]
+        book_v = torch.cat([att.W_value(x).view(b, 5, h, hd), att.W_value(y).view(b, 1, h, hd)], dim=1)[:, -3:]
+    assert att.cache_k.shape == (b, 3, h, hd)
+    assert torch.equal(att.cache_k, book_k) and torch.equal(att.cache_v, book_v)
+    att.reset_cache()
+
+
 def test_a_reset_starts_a_new_sequence_and_the_plain_forward_is_unchanged(model):
     other = [50, 60, 70, 80, 90, 100, 110]
     first = generate(model, other, 4)
@@ -192,7 +212,7 @@ def test_a_sliding_window_of_one_attends_to_the_token_itself_only():
     result = generate(model, PROMPT, 3)
     for step in result.steps[1:]:
         assert step.weights[:, :, 0, -1].min() == 1.0 and step.weights[:, :, 0, :-1].max() == 0.0
-        assert step.cache_shapes[0]["cache_k"][2] == 1
+        assert step.cache_shapes[0]["cache_k"][1] == 1
 
 
 @pytest.mark.parametrize("attention, settings, message", [

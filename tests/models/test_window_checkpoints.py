@@ -165,9 +165,9 @@ def test_a_mixed_schedules_cache_bytes_count_each_layers_own_cache(stride, sched
 def test_what_each_layer_of_a_mixed_schedule_caches_is_said_per_layer(tmp_path):
     held = models.cache_holds(models.load_checkpoint(save_schedule(tmp_path, 2)))
     assert held.startswith(f"**Layers 0, 1, 3** (a sliding window of {WINDOW} tokens) cache `cache_k` and `cache_v` "
-                           f"of the last W = {WINDOW} tokens only, shape `(b, heads, min(n, W), head_dim)`"), held
-    assert ("; **layer 2** (full attention) caches `cache_k` and `cache_v`, shape `(b, heads, n, head_dim)` = "
-            "`(1, 8, n, 16)`, heads first") in held, held
+                           f"of the last W = {WINDOW} tokens only, shape `(b, min(n, W), heads, head_dim)`"), held
+    assert ("; **layer 2** (full attention) caches `cache_k` and `cache_v`, shape `(b, n, heads, head_dim)` = "
+            "`(1, n, 8, 16)`, the layout of the book's bonus KV cache") in held, held
 
 
 def test_each_layers_trace_says_its_own_window_and_that_causal_off_is_ignored(tmp_path):

@@ -313,7 +313,7 @@ def random_page(**query) -> AppTest:
     ({"variant": "mqa"}, "mqa", {}, lambda n: {"cache_k": f"(1, 1, {n}, 16)"}),
     ({"variant": "mla", "latent_dim": "48"}, "mla", {"latent_dim": 48}, lambda n: {"cache_c_kv": f"(1, {n}, 48)"}),
     ({"variant": "swa", "sliding_window_size": "3"}, "swa", {"sliding_window_size": 3},
-     lambda n: {"cache_k": f"(1, 8, {min(n, 3)}, 16)"}),
+     lambda n: {"cache_k": f"(1, {min(n, 3)}, 8, 16)"}),  # the book's ch04/06_swa layout: tokens first
 ])
 def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cache(query, attention, settings, cache):
     model = models.random_gpt(attention, **settings)
@@ -358,8 +358,9 @@ def caption_call(at: AppTest) -> tuple[str, int]:
     ("mqa", "`cache_k` and `cache_v` of its one K/V head (shared by all 8 query heads, repeated after the cache), "
             "shape `(b, kv_heads, n, head_dim)` = `(1, 1, n, 16)`"),
     ("mla", "`cache_c_kv`, one latent per token, shape `(b, n, latent_dim)` = `(1, n, 32)`"),
-    ("swa", "`cache_k` and `cache_v` of the last W = 16 tokens only, shape `(b, heads, min(n, W), head_dim)` = "
-            "`(1, 8, min(n, 16), 16)`"),
+    ("swa", "`cache_k` and `cache_v` of the last W = 16 tokens only, shape `(b, min(n, W), heads, head_dim)` = "
+            "`(1, min(n, 16), 8, 16)`, the layout of the book's bonus KV cache (ch04/03_kv-cache, and ch04/06_swa's "
+            "window: "),
 ])
 def test_the_page_says_what_the_chosen_attentions_cache_holds_and_its_captions_call_gives_the_bytes_shown(
         attention, held):
