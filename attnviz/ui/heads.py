@@ -221,7 +221,7 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
     if size == trace.n:
         return None, fig
     return figures.overview_heatmap(matrix, stage, causal=trace.hides_future, dropout=config.effective_dropout,
-                                    window=(row0, col0, size), validate=False), fig
+                                    window=(row0, col0, size), validate=False, hidden=hidden), fig
 
 
 def _map_key(identity: tuple, fresh: bool = False) -> str:

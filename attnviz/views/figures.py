@@ -524,10 +524,13 @@ OVERVIEW_PLOT_PX = 250  # the overview's plot: its square of pooled cells
 
 
 def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: float = 0.0, max_cells: int = 128,
-                     window: tuple[int, int, int] | None = None, validate: bool = True) -> go.Figure:
-    """A max-pooled picture of a large map, with the focused window outlined (row0, col0, size).
+                     window: tuple[int, int, int] | None = None, validate: bool = True,
+                     hidden: np.ndarray | None = None) -> go.Figure:
+    """A max-pooled picture of a large map, with the focused window outlined (row0, col0, size).  ``hidden`` (n, n)
+    bool: what a mask other than the causal one hides (a sliding window), grey as in the grid and the focused map.
     ``validate=False``: as in :func:`attention_heatmap`."""
-    pooled, block = pooled_display(np.asarray(matrix)[None], stage, causal, max_cells)
+    pooled, block = pooled_display(np.asarray(matrix)[None], stage, causal, max_cells,
+                                   None if hidden is None else np.asarray(hidden)[None])
     small = pooled[0]
     zmin, zmax, scale = color_range(stage, small, dropout)  # signed pooling keeps the largest |value|: same bound
     # l, b: what Plotly keeps beside axes without labels (less, and it draws the overview twice)

@@ -279,6 +279,21 @@ def test_the_overview_is_a_square_of_square_cells_with_no_band_or_grid_beside_it
     assert not layout.xaxis.showgrid and not layout.yaxis.showgrid
 
 
+def test_a_sliding_windows_overview_greys_what_the_window_hides_as_the_grid_does():
+    """A 512-token map of a sliding window (W = 4), pooled 4 × 4: the blocks far below the band are masked, as the
+    thumbnails and the focused map show them (grey), not weight 0 drawn in the colour of a seen key."""
+    n, window = 512, 4
+    distance = np.arange(n)[:, None] - np.arange(n)[None, :]  # (n, n): i − j
+    hidden = (distance < 0) | (distance >= window)  # (n, n): what the window hides
+    weights = np.where(hidden, 0.0, 1.0 / window).astype(np.float32)  # (n, n)
+    overview = np.asarray(figures.overview_heatmap(weights, "weights", causal=True, window=(0, 0, 256),
+                                                   hidden=hidden, validate=False).data[0]["z"], dtype=float)
+    assert np.isnan(overview[100, 0]) and np.isnan(overview[127, 64])  # far below the band: hidden
+    assert not np.isnan(overview[100, 100])  # the band itself
+    grid_tile = figures.pooled_display(weights[None], "weights", True, 128, hidden[None])[0][0]  # the thumbnail's
+    assert np.array_equal(np.isnan(overview), np.isnan(grid_tile))
+
+
 def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_its_colour_bar_out():
     """A map a page draws narrower than tall (the Compare page's, 290 px) turns no more key tokens' labels than its
     plot's width holds side by side; without its colour bar (one scale for every map, said once) the cells get the
