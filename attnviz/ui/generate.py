@@ -386,11 +386,15 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         if index == 0:
             rows = [step.weights[layer, head, -1]]  # the prompt's last row: it chose the first new token
             row_labels = [f"{labels[result.prompt_length - 1]} (prompt)"]
+            positions = [result.prompt_length - 1]
         else:
             rows = [result.steps[j].weights[layer, head, 0] for j in range(1, index + 1)]
             row_labels = [labels[result.steps[j].position] for j in range(1, index + 1)]
+            positions = [result.steps[j].position for j in range(1, index + 1)]
         n_keys = result.prompt_length + index
-        z = generation_figures.new_rows(rows, n_keys)
+        # a window layer's rows are widened with 0 for the keys it dropped: the map leaves them empty, as not cached
+        window = _layer_window(ref, layer)
+        z = generation_figures.new_rows(rows, n_keys, positions=positions, window=window)
         st.plotly_chart(generation_figures.rows_figure(
             z, row_labels, labels[:n_keys], prompt_length=result.prompt_length,
             title=f"layer {layer}, head {head}: each new token's query row over the cached keys"),
@@ -414,6 +418,15 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
         held_col.table(_cache_table(step), hide_index=True)
         if model is not None:
             held_col.caption(_cache_formula(generation.cache_settings(model), result.prompt_length + index))
+
+
+def _layer_window(ref, layer: int | None) -> int | None:
+    """The sliding window of the model's ``layer`` (None: a full layer, or a model that cannot be read now)."""
+    try:
+        windows = generation.layer_windows(_load(ref))
+    except ValueError:
+        return None
+    return windows[layer] if layer is not None and 0 <= layer < len(windows) else None
 
 
 def _cache_formula(settings: dict, n_tokens: int) -> str:

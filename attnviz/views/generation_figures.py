@@ -16,12 +16,17 @@ VARIANT_COLORS = {"MHA": "#08519c", "GQA": "#31a354", "MQA": "#74c476", "MLA": "
                   "SWA+GQA": "#bcbddc"}
 
 
-def new_rows(rows: list[np.ndarray], n_keys: int) -> np.ndarray:
+def new_rows(rows: list[np.ndarray], n_keys: int, *, positions: list[int] | None = None,
+             window: int | None = None) -> np.ndarray:
     """Query rows of different lengths (step j attends over its k_j cached keys) stacked into float32
-    ``(len(rows), n_keys)``; keys a row could not see yet are NaN (drawn empty, not as 0)."""
+    ``(len(rows), n_keys)``; keys a row could not see yet are NaN (drawn empty, not as 0).  With a sliding
+    ``window`` W and each row's query ``positions``, the keys W or more behind a row's query — dropped from the
+    cache, their weight 0 only because the row was widened to every position — are NaN too."""
     out = np.full((len(rows), n_keys), np.nan, dtype=np.float32)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
+        if window is not None and positions is not None:
+            out[i, : max(0, positions[i] - window + 1)] = np.nan  # keys i − W and older: no longer cached
     return out
 
 

@@ -15,6 +15,16 @@ def test_new_rows_pads_keys_a_row_could_not_see_with_nan():
     np.testing.assert_allclose(np.nansum(z, axis=1), 1.0, atol=1e-6)
 
 
+def test_new_rows_leave_the_keys_a_sliding_window_dropped_empty_as_the_keys_not_seen_yet():
+    """A window of W = 2: the query at position 3 reads keys 2 and 3 only; the cache no longer holds keys 0 and 1,
+    so the map leaves them empty (not weight 0, drawn as a key read and given nothing): the band shows."""
+    rows = [np.array([0.0, 0.4, 0.6]), np.array([0.0, 0.0, 0.3, 0.7])]  # query positions 2 and 3, widened with 0
+    z = generation_figures.new_rows(rows, 4, positions=[2, 3], window=2)
+    assert np.isnan(z[0, 0]) and not np.isnan(z[0, 1:3]).any() and np.isnan(z[0, 3])
+    assert np.isnan(z[1, :2]).all() and not np.isnan(z[1, 2:]).any()
+    np.testing.assert_allclose(generation_figures.new_rows(rows, 4, positions=[2, 3], window=None)[1], rows[1])
+
+
 def test_rows_figure_draws_rows_with_escaped_token_labels():
     z = generation_figures.new_rows([np.array([0.5, 0.5, 0.0])], 3)
     fig = generation_figures.rows_figure(z, ["2:<b>x"], ["0:a", "1:<img src=x>", "2:<b>x"], prompt_length=2,
