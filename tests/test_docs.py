@@ -480,6 +480,25 @@ def test_the_swa_labels_kv_cache_md_quotes_are_those_the_generate_page_draws():
         assert drawn.endswith(f", {label})"), (name, drawn)
 
 
+def test_the_cache_shapes_pages_md_gives_for_generate_are_those_the_page_states():
+    """docs/pages.md's Generate row names the cache's shapes: each is one the page states for a layer (the book's MHA
+    and a sliding window keep (b, n, heads, head_dim), tokens first; GQA and MQA (b, kv_heads, n, head_dim); MLA its
+    latent), and it names no model whose MLA latent would save nothing where the chart says it saves."""
+    from attnviz.models.generation import _layer_holds
+
+    row = next(line for line in (ROOT / "docs" / "pages.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| **Generate**"))
+    sizes = {"n_heads": 8, "n_kv_heads": 8, "head_dim": 16, "latent_dim": None}
+    stated = {
+        _layer_holds(sizes, None, 1), _layer_holds(sizes, 16, 1), _layer_holds({**sizes, "n_kv_heads": 2}, None, 2),
+        _layer_holds({**sizes, "latent_dim": 32}, None, 1)}
+    symbols = {shape for said in stated for shape in re.findall(r"`(\(b, [^`]*\))` =", said)}
+    given = re.findall(r"`(\(b, [^`]*\))`", row)
+    assert given and set(given) <= symbols, (given, symbols)
+    assert "(b, n, heads, head_dim)" in given  # the book's MHA (every checkpoint's) and the sliding window's layout
+    assert "the bundled model's 2 heads" not in row  # its latent of 16 is 16 × narrower than its K and V (256)
+
+
 WRITTEN_OUT = ("run", "trace_module", "check_module", "load_trace", "explain_weight", "kv_cache_bytes")
 
 
