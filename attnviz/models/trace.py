@@ -159,12 +159,15 @@ def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.nda
     heads, s, s), {score: (layers, heads)})``.
 
     ``tiles`` makes one layer's ``(heads, n, n)`` float32 weights small (``(heads, s, s)``: the view's
-    ``checkpoint_view.overview_tiles``); the scores are :func:`attnviz.head_types.score_heads` of the same maps.  The
-    blocks run one at a time (:func:`iter_layer_maps`): one layer's maps exist at once, never every layer's (GPT-2
-    small at 1024 tokens would hold 600 MB of them)."""
+    ``checkpoint_view.overview_tiles``), called ``tiles(maps, window=W)`` for a layer with a sliding window W (a
+    checkpoint's schedule may mix them) so that it can mask what the window hides; the scores are
+    :func:`attnviz.head_types.score_heads` of the same maps.  The blocks run one at a time
+    (:func:`iter_layer_maps`): one layer's maps exist at once, never every layer's (GPT-2 small at 1024 tokens
+    would hold 600 MB of them)."""
     layers, rows = [], {name: [] for name in head_types.SCORE_NAMES}
-    for _, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
-        layers.append(tiles(maps))  # (h, n, n) -> (h, s, s)
+    for layer, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
+        window = getattr(model.trf_blocks[layer].att, "sliding_window_size", None)
+        layers.append(tiles(maps) if window is None else tiles(maps, window=int(window)))  # (h, n, n) -> (h, s, s)
         for name, values in head_types.score_heads(maps, list(token_ids), masked=causal,
                                                        causal=causal).items():  # (h,) each
             rows[name].append(values)

@@ -29,12 +29,19 @@ def tile_size(n_heads: int) -> int:
     return 24 if n_heads <= 16 else 16
 
 
-def overview_tiles(maps: np.ndarray, causal: bool, size: int) -> np.ndarray:
+def overview_tiles(maps: np.ndarray, causal: bool, size: int, window: int | None = None) -> np.ndarray:
     """One layer's softmax weights ``(heads, n, n)`` as the overview's tiles: each head's map max-pooled to at most
-    ``size`` × ``size``, masked cells NaN: ``(heads, s, s)`` float32.  :func:`attnviz.models.every_layer` takes it
+    ``size`` × ``size``, masked cells NaN — with a sliding ``window`` W, the keys W or more behind their query too,
+    as the Heads page's grid greys them: ``(heads, s, s)`` float32.  :func:`attnviz.models.every_layer` takes it
     to make each layer small as it is computed."""
-    tiles = [figures.max_pool(figures.display_values(head_map, "weights", causal), size)[0]  # (s, s)
-             for head_map in maps]
+    n_rows, n_cols = maps.shape[-2:]
+    distance = np.arange(n_rows)[:, None] - np.arange(n_cols)[None, :]  # (n, n): i − j
+    tiles = []
+    for head_map in maps:
+        values = figures.display_values(head_map, "weights", causal)  # (n, n), a copy
+        if window is not None:
+            values[(distance < 0) | (distance >= window)] = np.nan  # the window hides the future and the far past
+        tiles.append(figures.max_pool(values, size)[0])  # (s, s)
     return np.stack(tiles).astype(np.float32, copy=False)  # (h, s, s)
 
 

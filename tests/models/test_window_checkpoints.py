@@ -219,6 +219,38 @@ def test_a_saved_window_layers_heads_view_in_a_notebook_draws_its_own_mask(tmp_p
     assert f"sliding window W = {WINDOW}" in parts["flow"] and "mask off" not in parts["flow"]
 
 
+def test_a_window_layers_overview_tile_greys_what_its_window_hides():
+    """The Heads page's every-layer overview (``checkpoint_view.overview_tiles``) of a window layer masks the keys W
+    or more behind their query, as the Heads page's grid greys them, rather than drawing their weight 0."""
+    from attnviz.views import checkpoint_view
+
+    n = 10
+    i, j = np.indices((n, n))
+    maps = np.where((j <= i) & (i - j < WINDOW), 1.0 / WINDOW, 0.0)[None].astype(np.float32)  # (1, n, n)
+    tile = checkpoint_view.overview_tiles(maps, causal=True, size=24, window=WINDOW)[0]  # (n, n): not pooled
+    assert np.array_equal(np.isnan(tile), (j > i) | (i - j >= WINDOW))
+    assert np.array_equal(np.isnan(checkpoint_view.overview_tiles(maps, causal=True, size=24)[0]), j > i)
+
+
+@pytest.mark.slow
+def test_every_layers_overview_masks_each_layers_own_window(tmp_path):
+    """Stride 1 (layers 0 and 2 slide, 1 and 3 are full): the overview's tiles of every layer, as the Heads page makes
+    them, grey what that layer's own window hides."""
+    import functools
+
+    from attnviz import tokens
+    from attnviz.views import checkpoint_view
+
+    model = models.load_checkpoint(save_schedule(tmp_path, 1))
+    ids = tokens.encode(TEXT)
+    tiles = functools.partial(checkpoint_view.overview_tiles, causal=True, size=24)
+    pooled, _ = models.every_layer(model, ids, tiles)  # (L, h, n, n): n ≤ 24, not pooled
+    i, j = np.indices((len(ids), len(ids)))
+    for layer, window in enumerate((WINDOW, None, WINDOW, None)):
+        hidden = (j > i) | (i - j >= (window or len(ids)))
+        assert all(np.array_equal(np.isnan(tile), hidden) for tile in pooled[layer]), layer
+
+
 # ============================== windows too large to mean anything ==============================
 
 
