@@ -143,7 +143,7 @@ def _rotated_queries(view: HeadWindow, before, after, titles) -> None:
 
 def _kv_repeat(view: HeadWindow, before, after, titles) -> None:
     config = view.config
-    st.caption(f"{config.kv_groups} K/V heads for {config.heads} query heads: groups of {config.group_size}.")
+    st.caption(steps.group_caption(config))
     st.dataframe(steps.group_table(config), hide_index=True, height=300)
 
 

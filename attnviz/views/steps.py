@@ -19,6 +19,7 @@ import pandas as pd
 
 from attnviz import explain, variants
 from attnviz.views import figures, margins, source
+from attnviz.words import amount
 
 if TYPE_CHECKING:
     from attnviz.config import AttentionConfig
@@ -249,6 +250,19 @@ def step_text(config: AttentionConfig, stage: str, run=None, *, window: int | No
     elif stage == "masked" and variants.added_mask_note(config) is not None:  # said above the line, shown whole
         code = f"# attnviz's addition: the book's {config.spec.section} listing has no mask\n{code}"
     return {"what": what, "code": code}
+
+
+def group_caption(config: AttentionConfig) -> str:
+    """How the query heads share their K/V heads, in words: "4 K/V heads for 12 query heads: groups of 3.", one K/V
+    head shared by all (multi-query), or one each (as in MHA)."""
+    kv_heads, heads = config.kv_groups, config.heads
+    if kv_heads == heads:
+        share = "each query head has its own, as in MHA"
+    elif kv_heads == 1:
+        share = f"all {heads:,} share it"
+    else:
+        share = f"groups of {config.group_size:,}"
+    return f"{amount(kv_heads, 'K/V head')} for {amount(heads, 'query head')}: {share}."
 
 
 def group_table(config: AttentionConfig) -> pd.DataFrame:

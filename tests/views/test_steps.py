@@ -200,3 +200,19 @@ def test_a_title_breaks_between_its_phrases_and_keeps_the_pair_as_tall():
     (before, after), title_px = steps.fitted_titles("before: masked (−∞ above the diagonal)", "before: weights")
     assert before == "before: masked<br>(−∞ above the diagonal)" and after == "before: weights"
     assert title_px == margins.title_top(2) > figures.MAP_TITLE_PX  # both maps leave room for two lines
+
+
+@pytest.mark.parametrize("variant, heads, kv_groups, said", [
+    ("gqa", 12, 4, "4 K/V heads for 12 query heads: groups of 3."),
+    ("mqa", 12, None, "1 K/V head for 12 query heads: all 12 share it."),
+    ("gqa", 1, 1, "1 K/V head for 1 query head: each query head has its own, as in MHA."),
+    ("gqa", 4, 4, "4 K/V heads for 4 query heads: each query head has its own, as in MHA."),
+])
+def test_the_kv_groups_stage_says_how_the_heads_share_their_kv_heads_in_words(variant, heads, kv_groups, said):
+    """The Steps page's "K/V groups → heads" caption: one K/V head is "1 K/V head", not "1 K/V heads … groups of
+    12"; a K/V head per query head is said to be MHA's."""
+    from attnviz.config import AttentionConfig
+
+    settings = {"num_kv_groups": kv_groups} if kv_groups else {}
+    config = AttentionConfig(variant=variant, d_in=8 * heads, d_out=8 * heads, num_heads=heads, **settings)
+    assert steps.group_caption(config) == said
