@@ -534,12 +534,15 @@ def overview_heatmap(matrix: np.ndarray, stage: str, *, causal: bool, dropout: f
     small = pooled[0]
     zmin, zmax, scale = color_range(stage, small, dropout)  # signed pooling keeps the largest |value|: same bound
     # l, b: what Plotly keeps beside axes without labels (less, and it draws the overview twice)
-    margin = {"l": 10, "r": 5, "t": margins.title_top(size=12), "b": 10}
+    # pad 0: Plotly's default 8 px between the plot and its axes showed as a grey band on two sides
+    margin = {"l": 10, "r": 5, "t": margins.title_top(size=12), "b": 10, "pad": 0}
+    cells = [-0.5, small.shape[0] - 0.5]  # the pooled cells edge to edge: autorange widened them for the outline
     layout = {
         # square cells, and the plot area shrunk to the square (the grey background is the masked cells, not a band)
-        "yaxis": {"autorange": "reversed", "showticklabels": False, "scaleanchor": "x", "constrain": "domain",
+        "yaxis": {"range": cells[::-1], "showticklabels": False, "scaleanchor": "x", "constrain": "domain",
                   "showgrid": False, "zeroline": False, "ticks": ""},
-        "xaxis": {"showticklabels": False, "constrain": "domain", "showgrid": False, "zeroline": False, "ticks": ""},
+        "xaxis": {"range": cells, "showticklabels": False, "constrain": "domain", "showgrid": False,
+                  "zeroline": False, "ticks": ""},
         "title": margins.title(f"overview, downsampled {matrix.shape[0]}→{small.shape[0]} (max-pooling)", 12),
         "height": margins.height(OVERVIEW_PLOT_PX, margin), "margin": margin,
         "plot_bgcolor": MASKED_COLOR,

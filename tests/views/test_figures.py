@@ -277,6 +277,10 @@ def test_the_overview_is_a_square_of_square_cells_with_no_band_or_grid_beside_it
     assert layout.yaxis.scaleanchor == "x"
     assert layout.xaxis.constrain == layout.yaxis.constrain == "domain"  # the plot area shrinks to the square
     assert not layout.xaxis.showgrid and not layout.yaxis.showgrid
+    # the plot is the pooled cells edge to edge, down: no grey band (the masked cells' colour) on any side of them,
+    # neither Plotly's padding around the plot nor autorange widened for the window's outline on the map's edge
+    assert layout.margin.pad == 0
+    assert layout.xaxis.range == (-0.5, 127.5) and layout.yaxis.range == (127.5, -0.5)  # 512 tokens, 4 × 4 a cell
 
 
 def test_a_sliding_windows_overview_greys_what_the_window_hides_as_the_grid_does():
