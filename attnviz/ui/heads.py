@@ -97,6 +97,9 @@ def head_stats_table(page_run: Context):
     return _head_stats(*page_run.trace_key)
 
 
+STAT_COLUMN_PX = 115  # six statistics and the head beside each other in the page's 820 px column: all in view
+
+
 def stats_columns(n: int) -> dict:
     """``st.dataframe`` column config: each statistic as a bar on the range it can take for ``n`` tokens
     (``stats.stat_range``), its meaning and range in the header's help."""
@@ -106,7 +109,8 @@ def stats_columns(n: int) -> dict:
     for name, text in stats.STATS.items():
         low, high = stats.stat_range(name, n)
         columns[name] = st.column_config.ProgressColumn(name, help=f"{text}. Bar: {low:g} … {high:.4g}",
-                                                        format="%.4f", min_value=float(low), max_value=float(high))
+                                                        format="%.4f", min_value=float(low), max_value=float(high),
+                                                        width=STAT_COLUMN_PX)
     return columns
 
 

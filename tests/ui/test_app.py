@@ -435,6 +435,12 @@ def test_head_statistics_table_draws_each_statistic_as_a_bar_on_its_range(defaul
     assert columns["mean distance"]["type_config"]["max_value"] == pytest.approx(4.0)  # mean of 5,4,3,3,4,5
     assert (frame["entropy"] <= np.log(6) + 1e-9).all()
     assert list(table.proto.selection_mode) == [DataframeProto.SelectionMode.SINGLE_ROW]  # a row focuses its head
+    # every column in view side by side, the last (diagonal) too, without a horizontal scroll: the page's main column is
+    # 820 px wide, the row checkboxes take 32 and the head's column is "small" (75); a column sized to its content
+    # (no width) pushed the last one out of view
+    widths = [columns[name].get("width") for name in frame.columns if name != "head"]
+    assert columns["head"]["width"] == "small" and all(isinstance(width, int) for width in widths), widths
+    assert 32 + 75 + sum(widths) <= 820
 
 
 def test_the_head_statistics_diagonal_counts_query_0_with_the_mask_off_and_its_help_says_when():
