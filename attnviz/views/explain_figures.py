@@ -281,8 +281,9 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
                                    "key %{x}: %{customdata[0]}<br>mean %{y:.4f}<br>sum %{customdata[1]:.4f}"
                                    "<extra></extra>",
                                    "mean over the selected queries"))
-        titles.append(f"{sums.stage} of the {amount(len(sums.queries), 'selected query', 'selected queries')}, "
-                      f"averaged, per key: {_selection_text(sums.queries, tokens)}")
+        # the positions beside the tokens they are (the queries), not after "per key", where they read as keys
+        titles.append(f"{sums.stage} of the {amount(len(sums.queries), 'selected query', 'selected queries')} "
+                      f"({_selection_text(sums.queries, tokens)}), averaged per key")
         axes.append({**axis, "title": {"text": "key token"}})
     if sums.per_query_total is not None:
         codes = np.full(n, PLAIN_CODE)
@@ -290,8 +291,8 @@ def summed_attention_figure(sums: AttentionSums, tokens, *, height: int | None =
         data.extend(_position_bars(np.asarray(sums.per_query_total), codes, len(titles) + 1, names,
                                    "query %{x}: %{customdata}<br>to the selected keys %{y:.4f}<extra></extra>",
                                    "total to the selected keys"))
-        titles.append(f"{sums.stage} each query gives the {amount(len(sums.keys), 'selected key')} in total: "
-                      f"{_selection_text(sums.keys, tokens)}")
+        titles.append(f"{sums.stage} each query gives the {amount(len(sums.keys), 'selected key')} "
+                      f"({_selection_text(sums.keys, tokens)}) in total")
         axes.append({**axis, "title": {"text": "query token"}})
     bottom = margins.across(axis["ticktext"])
     layout, plot_px, first_lines = _panels(titles, axes, panel_px=max(80, (height or 300) - 150), gap_px=bottom + 10)

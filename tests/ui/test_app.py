@@ -603,8 +603,9 @@ def test_tokens_picked_by_name_sum_their_attention():
     no_exception(at)
     (summed,) = [fig for fig in figures(at) if fig["layout"].get("title", {}).get("text", "").endswith("at once")]
     titles = [annotation["text"].replace("<br>", " ") for annotation in summed["layout"]["annotations"]]  # wrapped
-    assert [title.split(":")[0] for title in titles] == [
-        "weights of the 2 selected queries, averaged, per key", "weights each query gives the 1 selected key in total"]
+    assert [title.split(" (")[0] for title in titles] == [
+        "weights of the 2 selected queries", "weights each query gives the 1 selected key"]
+    assert titles[0].endswith("), averaged per key") and titles[1].endswith(") in total")
     assert any("2 queries, 1 key selected" in block.value for block in at.markdown)
 
 

@@ -263,14 +263,18 @@ def test_summed_attention_figure_draws_both_selections(hostile_trace):
     assert np.array_equal(by_query.y, sums.per_query_total)
     assert np.flatnonzero(np.asarray(by_query.marker.color) == HIGHLIGHT).tolist() == [5, 7]
     assert np.flatnonzero(np.asarray(by_key.marker.color) == HIGHLIGHT).tolist() == [1]
-    assert "2 selected queries" in flat(fig.layout.annotations[0].text)
-    assert "the 1 selected key in total" in flat(fig.layout.annotations[1].text)
+    # each title names its positions right after what they are: the queries (not after "per key"), the keys
+    per_key, per_query = (flat(annotation.text) for annotation in fig.layout.annotations[:2])
+    assert per_key.startswith("weights of the 2 selected queries (5 “") and per_key.endswith("), averaged per key")
+    assert "7 “" in per_key and per_key.count("per key") == 1
+    assert per_query.startswith("weights each query gives the 1 selected key (1 “")
+    assert per_query.endswith(") in total")
 
 
 def test_summed_attention_figure_of_one_query_and_one_key_says_query_and_key(hostile_trace):
     fig = summed_attention_figure(attention_sums(hostile_trace, 3, queries=[5], keys=[1]), hostile_trace.tokens)
-    assert "of the 1 selected query, averaged" in flat(fig.layout.annotations[0].text)
-    assert "the 1 selected key in total" in flat(fig.layout.annotations[1].text)
+    assert "of the 1 selected query (5 “" in flat(fig.layout.annotations[0].text)
+    assert "the 1 selected key (1 “" in flat(fig.layout.annotations[1].text)
 
 
 def test_summed_attention_figure_of_keys_only(hostile_trace):
