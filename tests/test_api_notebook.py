@@ -123,17 +123,39 @@ def test_check_step_outside_the_steps_names_the_range(generation, index):
         attnviz.models.check_step(model, result, index)
 
 
-@pytest.mark.parametrize("call", [
-    lambda result: attnviz.models.cache_settings("x"),
-    lambda result: attnviz.models.cache_holds("x"),
-    lambda result: attnviz.models.generate("x", [1, 2, 3], 3),
-    lambda result: attnviz.models.check_step("x", result, 0),
-    lambda result: attnviz.models.check_steps("x", result),
-], ids=["cache_settings", "cache_holds", "generate", "check_step", "check_steps"])
-def test_a_models_function_given_no_model_says_it_takes_one(generation, call):
-    with pytest.raises(ValueError, match=r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a loaded "
-                                         r"checkpoint\), got str\.$"):
-        call(generation[1])
+NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a loaded checkpoint\), got str\.$"
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    pytest.param(lambda model, result: attnviz.models.cache_settings("x"), NO_MODEL, id="cache_settings"),
+    pytest.param(lambda model, result: attnviz.models.cache_holds("x"), NO_MODEL, id="cache_holds"),
+    pytest.param(lambda model, result: attnviz.models.generate("x", [1, 2, 3], 3), NO_MODEL, id="generate"),
+    pytest.param(lambda model, result: attnviz.models.check_step("x", result, 0), NO_MODEL, id="check_step"),
+    pytest.param(lambda model, result: attnviz.models.check_steps("x", result), NO_MODEL, id="check_steps"),
+    pytest.param(lambda model, result: attnviz.models.ablate("x", [1, 2], [(0, 0)]), NO_MODEL, id="ablate"),
+    pytest.param(lambda model, result: attnviz.models.ablate_next("x", [1, 2], [(0, 0)], 1), NO_MODEL,
+                 id="ablate_next"),
+    pytest.param(lambda model, result: attnviz.models.ablation_grid("x", [1, 2, 1, 2], 2), NO_MODEL,
+                 id="ablation_grid"),
+    pytest.param(lambda model, result: attnviz.models.knocked_out("x", [(0, 0)]).__enter__(), NO_MODEL,
+                 id="knocked_out"),
+    pytest.param(lambda model, result: attnviz.models.logit_lens("x", [1, 2], 1), NO_MODEL, id="logit_lens"),
+    pytest.param(lambda model, result: attnviz.models.value_weighted("x", [1, 2]), NO_MODEL, id="value_weighted"),
+    pytest.param(lambda model, result: attnviz.models.attention_maps("x", [1, 2]), NO_MODEL, id="attention_maps"),
+    pytest.param(lambda model, result: attnviz.models.layer_maps("x", [1, 2], 0), NO_MODEL, id="layer_maps"),
+    pytest.param(lambda model, result: next(attnviz.models.iter_layer_maps("x", [1, 2])), NO_MODEL,
+                 id="iter_layer_maps"),
+    pytest.param(lambda model, result: attnviz.models.every_layer("x", [1, 2], lambda maps: maps), NO_MODEL,
+                 id="every_layer"),
+    pytest.param(lambda model, result: attnviz.models.trace_layer("x", [1, 2], 0), NO_MODEL, id="trace_layer"),
+    pytest.param(lambda model, result: attnviz.models.switch_layer("x", None, 0), NO_MODEL, id="switch_layer"),
+    pytest.param(lambda model, result: attnviz.models.running("x", True).__enter__(), NO_MODEL, id="running"),
+])
+def test_a_models_function_given_bad_input_says_what_it_takes(generation, call, message):
+    """Each function of ``attnviz.models`` given what a notebook user may pass by mistake names the argument, what it
+    takes and what it got, in a ValueError, never Python's own AttributeError or TypeError from inside it."""
+    with pytest.raises(ValueError, match=message):
+        call(*generation)
 
 
 @pytest.mark.parametrize("index", ["0", 1.0, True, None])

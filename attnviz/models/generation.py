@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from attnviz.attention import Recorder
 from attnviz.kv_cache import DTYPE_NAMES, window_schedule
-from attnviz.models.gpt import GPTModel, PathRecorder
+from attnviz.models.gpt import GPTModel, PathRecorder, check_model
 from attnviz.models.trace import running
 from attnviz.words import amount, listed
 
@@ -117,15 +117,6 @@ class _WeightsOnly(Recorder):
         super().record(name, tensor, copy=False, keep=keep and name == "weights")
 
 
-def _check_model(model) -> GPTModel:
-    """``model`` when it is a GPTModel (``random_gpt``'s, a loaded checkpoint's); a ValueError naming what came
-    instead, as every function here takes one."""
-    if not isinstance(model, GPTModel):
-        raise ValueError(f"model must be an attnviz.models.GPTModel (random_gpt, or a loaded checkpoint), got "
-                         f"{type(model).__name__}.")
-    return model
-
-
 def _check_ids(model: GPTModel, token_ids) -> list[int]:
     try:
         ids = [int(token) for token in token_ids]
@@ -180,7 +171,7 @@ def _cache_state(model: GPTModel) -> tuple[list[dict[str, tuple[int, ...]]], int
 
 def layer_windows(model: GPTModel) -> tuple[int | None, ...]:
     """Each layer's sliding window, in order (None: a layer without one): a checkpoint's schedule may mix them."""
-    _check_model(model)
+    check_model(model)
     return tuple(getattr(block.att, "sliding_window_size", None) for block in model.trf_blocks)
 
 
@@ -192,7 +183,7 @@ def cache_settings(model: GPTModel) -> dict:
     of the model's weights, which its cache holds, ``"fp32"`` …): with ``context_length`` = the positions fed, it
     gives the bytes :func:`generate`'s steps report.  Raises ValueError when the layers' windows differ, or for
     another object than a GPTModel."""
-    att = _check_model(model).trf_blocks[0].att
+    att = check_model(model).trf_blocks[0].att
     latent_dim = getattr(att, "latent_dim", None)
     schedule = window_schedule(layer_windows(model))
     kv_heads = None if latent_dim is not None else int(getattr(att, "num_kv_groups", att.num_heads))  # MLA: a latent
@@ -291,7 +282,7 @@ def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool
     position fits the context (:func:`clip`; a notice says so).  ``keep_weights=False`` keeps no attention weights (a
     benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary, a negative count or
     another object than a GPTModel."""
-    ids = _check_ids(_check_model(model), token_ids)
+    ids = _check_ids(check_model(model), token_ids)
     kept, new, notices = clip(model, len(ids), max_new_tokens)
     ids = ids[len(ids) - kept:]
     device = model.pos_emb.weight.device
@@ -355,7 +346,7 @@ def check_steps(model: GPTModel, generation: Generation) -> list[StepCheck]:
 
     Attention is causal, so that forward's rows and logits at positions < end are those of a forward of the first
     ``end`` tokens alone (what :func:`check_step` runs): one forward checks every step."""
-    _check_model(model)
+    check_model(model)
     if any(step.weights is None for step in generation.steps):
         raise ValueError("This generation kept no attention weights (keep_weights=False).")
     fed = generation.token_ids[: rows_of(generation, len(generation.steps) - 1)[1]]  # every position a step fed
@@ -382,7 +373,7 @@ def check_step(model: GPTModel, generation: Generation, index: int) -> StepCheck
     rows (every layer and head) and its last logits.  ``index`` counts from 0 (the prompt's step), or from the end
     when negative; a whole number outside them is an IndexError naming the range, anything else (``"0"``, 1.0,
     True) a ValueError naming it too."""
-    _check_model(model)
+    check_model(model)
     count = len(generation.steps)
     span = f"from 0 to {count - 1} (or −{count} to −1, counted from the end)"
     if isinstance(index, bool) or not isinstance(index, int | np.integer):

@@ -434,6 +434,15 @@ class GPTModel(nn.Module):
         self.current_pos = 0
 
 
+def check_model(model) -> GPTModel:
+    """``model`` when it is a GPTModel (``random_gpt``'s, a loaded checkpoint's); a ValueError naming what came
+    instead: the one check every function of ``attnviz.models`` that takes a model makes first."""
+    if not isinstance(model, GPTModel):
+        raise ValueError(f"model must be an attnviz.models.GPTModel (random_gpt, or a loaded checkpoint), got "
+                         f"{type(model).__name__}.")
+    return model
+
+
 # A small GPT for showing a variant's cache: GPT-2's vocabulary (the page's tokens), the bundled model's context.
 RANDOM_GPT_CONFIG = {
     "vocab_size": 50257,

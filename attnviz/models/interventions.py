@@ -31,13 +31,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnviz.models.gpt import GPTModel
+from attnviz.models.gpt import GPTModel, check_model
 from attnviz.models.trace import _Keep, running
 
 HOW = ("zero", "mean")
 
 
-def _ids(token_ids) -> torch.Tensor:
+def _ids(model: GPTModel, token_ids) -> torch.Tensor:
+    check_model(model)
     return torch.as_tensor(np.asarray(token_ids), dtype=torch.long).reshape(1, -1)  # (1, n)
 
 
@@ -67,6 +68,7 @@ def knocked_out(model: GPTModel, heads: Iterable[tuple[int, int]], how: str = "z
     """Within the block, ``model`` itself runs with each ``(layer, head)`` knocked out (see the module docstring): a
     forward pre-hook on each such layer's ``out_proj``.  It changes the model for every thread that uses it
     meanwhile; ``ablate`` and the rest of this module compute the same without touching the model."""
+    check_model(model)
     _check_how(how)
     handles = []
     try:
@@ -144,7 +146,7 @@ def _knocked_forward(model: GPTModel, ids: torch.Tensor, heads: Iterable[tuple[i
 @torch.no_grad()
 def ablate(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], how: str = "zero") -> torch.Tensor:
     """Logits (n, vocab) of ``token_ids`` with every ``(layer, head)`` in ``heads`` knocked out."""
-    x = _knocked_forward(model, _ids(token_ids), heads, how)  # (1, n, d)
+    x = _knocked_forward(model, _ids(model, token_ids), heads, how)  # (1, n, d)
     return model.out_head(model.final_norm(x))[0]  # (1, n, d) -> (n, vocab)
 
 
@@ -153,7 +155,7 @@ def ablate_next(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], po
     """Logits (vocab,) predicting the token after ``position`` with every ``(layer, head)`` in ``heads`` zeroed:
     ``ablate(model, token_ids, heads)[position]``, computed on the tokens up to ``position`` only (in a causal model
     later tokens cannot change it) and with one row through the output head."""
-    ids = _ids(token_ids)  # (1, n)
+    ids = _ids(model, token_ids)  # (1, n)
     if not 0 <= position < ids.shape[1]:
         raise ValueError(f"position {position} is outside the {ids.shape[1]} tokens")
     x = _knocked_forward(model, ids[:, : position + 1], heads, "zero")  # (1, position + 1, d)
@@ -162,7 +164,7 @@ def ablate_next(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], po
 
 def position_loss(logits: torch.Tensor, token_ids) -> np.ndarray:
     """Cross-entropy of predicting token i+1 at each position i: (n−1,)."""
-    ids = _ids(token_ids)[0]  # (n,)
+    ids = torch.as_tensor(np.asarray(token_ids), dtype=torch.long).reshape(-1)  # (n,)
     return F.cross_entropy(logits[:-1], ids[1:], reduction="none").numpy()  # (n-1, vocab) -> (n-1,)
 
 
@@ -179,7 +181,7 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     head; the last block's feed-forward half and the 50,257-wide output head see only the second copy's positions.
     """
     _check_how(how)
-    ids = _ids(token_ids)  # (1, n)
+    ids = _ids(model, token_ids)  # (1, n)
     n = ids.shape[1]
     second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
     kept = []
@@ -268,8 +270,9 @@ def value_weighted_module(att, x: torch.Tensor) -> np.ndarray:
 def value_weighted(model: GPTModel, token_ids) -> np.ndarray:
     """‖α_ij · f^h(x_j)‖ for every layer and head: (layers, heads, n, n)."""
     maps = []
+    ids = _ids(model, token_ids)  # (1, n)
     with running(model, causal=True):  # the model as trained
-        x = _embed(model, _ids(token_ids))  # (1, n, d)
+        x = _embed(model, ids)  # (1, n, d)
         for block in model.trf_blocks:
             maps.append(_value_weighted(block.att, block.norm1(x))[0])
             x = block(x)  # (1, n, d)
@@ -298,7 +301,7 @@ def logit_lens(model: GPTModel, token_ids, position: int, k: int = 5) -> tuple[n
     """(ids (layers, k), probabilities (layers, k)): the top-k next tokens at ``position`` read out after every
     block with the model's own final_norm and out_head (on the tokens up to ``position``: later ones cannot change
     it in a causal model)."""
-    ids = _ids(token_ids)
+    ids = _ids(model, token_ids)  # (1, n)
     n = ids.shape[1]
     if not 0 <= position < n:
         raise ValueError(f"position {position} is outside the {n} tokens")

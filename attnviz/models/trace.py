@@ -20,7 +20,7 @@ import torch
 
 from attnviz import head_types
 from attnviz.attention import Recorder, record
-from attnviz.models.gpt import GPTModel, PathRecorder
+from attnviz.models.gpt import GPTModel, PathRecorder, check_model
 
 TOP_K = 5
 _RUN_LOCK = threading.RLock()  # one run at a time sets the causal flags of a model's blocks
@@ -29,6 +29,7 @@ _RUN_LOCK = threading.RLock()  # one run at a time sets the causal flags of a mo
 @contextmanager
 def running(model: GPTModel, causal: bool):
     """Eval mode, no grad, every block's ``att.causal`` = ``causal``; all restored on exit."""
+    check_model(model)
     with _RUN_LOCK, torch.no_grad():
         was_training = model.training
         flags = [block.att.causal for block in model.trf_blocks]
@@ -120,7 +121,7 @@ def _run_up_to(model: GPTModel, idx: torch.Tensor, recorder: _UpTo) -> None:
 
 def attention_maps(model: GPTModel, token_ids, causal: bool = True) -> np.ndarray:
     """Softmax attention weights of every layer and head: float32 ``(layers, heads, n, n)``."""
-    idx = _token_batch(model, token_ids)  # (1, n)
+    idx = _token_batch(check_model(model), token_ids)  # (1, n)
     n = idx.shape[1]
     n_layers, n_heads = len(model.trf_blocks), model.trf_blocks[0].att.num_heads
     maps = np.empty((n_layers, n_heads, n, n), dtype=np.float32)  # (L, h, n, n)
@@ -132,7 +133,7 @@ def attention_maps(model: GPTModel, token_ids, causal: bool = True) -> np.ndarra
 
 def layer_maps(model: GPTModel, token_ids, layer: int, causal: bool = True) -> np.ndarray:
     """Softmax attention weights of one layer: float32 ``(heads, n, n)``; runs blocks 0…layer only."""
-    layer = _check_layer(model, layer)
+    layer = _check_layer(check_model(model), layer)
     idx = _token_batch(model, token_ids)  # (1, n)
     n, n_heads = idx.shape[1], model.trf_blocks[layer].att.num_heads
     maps = np.empty((1, n_heads, n, n), dtype=np.float32)  # (1, h, n, n)
@@ -148,7 +149,7 @@ def iter_layer_maps(model: GPTModel, token_ids, causal: bool = True) -> Iterator
     One forward keeps the residual stream entering each block ((layers, n, d), small); each step then
     reruns that one block with a recorder.
     """
-    block_inputs = _block_inputs(model, _token_batch(model, token_ids), causal)  # (L, n, d)
+    block_inputs = _block_inputs(model, _token_batch(check_model(model), token_ids), causal)  # (L, n, d)
     for layer in range(len(model.trf_blocks)):
         yield layer, _block_maps(model, block_inputs[layer], layer, causal)
 
@@ -164,6 +165,7 @@ def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.nda
     :func:`attnviz.head_types.score_heads` of the same maps.  The blocks run one at a time
     (:func:`iter_layer_maps`): one layer's maps exist at once, never every layer's (GPT-2 small at 1024 tokens
     would hold 600 MB of them)."""
+    check_model(model)
     layers, rows = [], {name: [] for name in head_types.SCORE_NAMES}
     for layer, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
         window = getattr(model.trf_blocks[layer].att, "sliding_window_size", None)
@@ -238,7 +240,7 @@ class LayerTrace:
 
 def trace_layer(model: GPTModel, token_ids, layer: int, causal: bool = True, top_k: int = TOP_K) -> LayerTrace:
     """Run the model once; record layer ``layer``'s attention, the whole path, top-k predictions, block inputs."""
-    layer = _check_layer(model, layer)
+    layer = _check_layer(check_model(model), layer)
     idx = _token_batch(model, token_ids)  # (1, n)
     recorder = PathRecorder(layers=[layer], keep_block_inputs=True)
     with running(model, causal):
@@ -264,7 +266,7 @@ def switch_layer(model: GPTModel, trace: LayerTrace, layer: int) -> LayerTrace:
 
     ``model`` must be the model that made ``trace``.
     """
-    layer = _check_layer(model, layer)
+    layer = _check_layer(check_model(model), layer)
     if trace.block_inputs.shape[0] != len(model.trf_blocks):
         raise ValueError("This trace was made by another model.")
     block, recorder = model.trf_blocks[layer], Recorder()
