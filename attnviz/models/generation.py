@@ -119,9 +119,13 @@ class _WeightsOnly(Recorder):
 
 def _check_ids(model: GPTModel, token_ids) -> list[int]:
     try:
-        ids = [int(token) for token in token_ids]
-    except (TypeError, ValueError):
-        raise ValueError("token_ids must be a sequence of whole numbers (token ids).") from None
+        whole = all(isinstance(token, int | np.integer | torch.Tensor) and not isinstance(token, bool)
+                    and (not isinstance(token, torch.Tensor) or not token.is_floating_point()) for token in token_ids)
+        ids = [int(token) for token in token_ids] if whole else None
+    except (TypeError, ValueError, RuntimeError):
+        ids = None
+    if ids is None:  # text, floats (1.5 is no token, and is not cut to 1), None
+        raise ValueError(f"token_ids must be a sequence of whole numbers (token ids), got {type(token_ids).__name__}.")
     if not ids:
         raise ValueError("The prompt is empty: there is nothing to continue. Give at least one token.")
     vocab_size = model.tok_emb.weight.shape[0]

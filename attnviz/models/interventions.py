@@ -32,14 +32,14 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.models.gpt import GPTModel, check_model
-from attnviz.models.trace import _Keep, running
+from attnviz.models.trace import _Keep, _token_batch, running, token_sequence
 
 HOW = ("zero", "mean")
 
 
 def _ids(model: GPTModel, token_ids) -> torch.Tensor:
-    check_model(model)
-    return torch.as_tensor(np.asarray(token_ids), dtype=torch.long).reshape(1, -1)  # (1, n)
+    """(1, n) token ids of ``model``'s vocabulary and context: the checks ``attention_maps`` makes."""
+    return _token_batch(check_model(model), token_ids).cpu()  # (1, n)
 
 
 def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
@@ -164,7 +164,10 @@ def ablate_next(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], po
 
 def position_loss(logits: torch.Tensor, token_ids) -> np.ndarray:
     """Cross-entropy of predicting token i+1 at each position i: (n−1,)."""
-    ids = torch.as_tensor(np.asarray(token_ids), dtype=torch.long).reshape(-1)  # (n,)
+    ids = token_sequence(token_ids)  # (n,)
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.shape[0] != ids.shape[0]:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a (n, vocab) tensor (ablate's) for the {ids.shape[0]} token ids, got {got}.")
     return F.cross_entropy(logits[:-1], ids[1:], reduction="none").numpy()  # (n-1, vocab) -> (n-1,)
 
 

@@ -44,10 +44,10 @@ def running(model: GPTModel, causal: bool):
             model.train(was_training)
 
 
-def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
-    """token ids (a sequence, (n,) or (1, n)) -> a (1, n) long tensor, or a ValueError saying what is wrong."""
+def token_sequence(token_ids) -> torch.Tensor:
+    """token ids (a sequence, (n,) or (1, n)) -> an (n,) long tensor, or a ValueError saying what is wrong."""
     values = np.asarray(token_ids)  # (n,) or (1, n)
-    if values.size and values.dtype.kind not in "iu":  # text, floats, booleans: no token ids to read
+    if values.size and values.dtype.kind not in "iu":  # text, None, floats, booleans: no token ids to read
         shown = f" {token_ids[:40]!r}" if isinstance(token_ids, str) else ""
         raise ValueError(f"token_ids must be whole numbers (GPT-2 token ids), got {type(token_ids).__name__}{shown}: "
                          "tokenize a text first, with attnviz.tokens.encode(text)")
@@ -56,6 +56,13 @@ def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
         ids = ids[0]  # (1, n) -> (n,)
     if ids.dim() != 1 or ids.numel() == 0:
         raise ValueError(f"Expected a non-empty sequence of token ids, got shape {tuple(ids.shape)}.")
+    return ids
+
+
+def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
+    """token ids (a sequence, (n,) or (1, n)) -> a (1, n) long tensor the model can read, or a ValueError saying what
+    is wrong."""
+    ids = token_sequence(token_ids)  # (n,)
     context_length = model.pos_emb.weight.shape[0]
     if ids.numel() > context_length:
         raise ValueError(f"{ids.numel()} tokens; this model reads at most {context_length}.")
