@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.models.gpt import GPTModel, check_model
-from attnviz.models.trace import _Keep, _token_batch, running, token_sequence
+from attnviz.models.trace import _Keep, _token_batch, running, token_sequence, whole_number_in
 
 HOW = ("zero", "mean")
 
@@ -45,8 +45,11 @@ def _ids(model: GPTModel, token_ids) -> torch.Tensor:
 def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     """{layer: its heads} of ``heads``, each checked against the model, each once (a head named twice is knocked
     out once)."""
+    pairs = list(heads) if isinstance(heads, Iterable) and not isinstance(heads, str) else [heads]
+    if not all(_is_pair(pair) for pair in pairs):
+        raise ValueError(f"heads must be (layer, head) pairs of whole numbers, such as [(0, 1)], got {heads!r}.")
     heads_in_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
+    for layer, head in pairs:
         layer, head = int(layer), int(head)
         if not 0 <= layer < len(model.trf_blocks):
             raise ValueError(f"layer {layer} does not exist: the model has {len(model.trf_blocks)} layers")
@@ -56,6 +59,12 @@ def _heads_by_layer(model: GPTModel, heads: Iterable[tuple[int, int]]) -> dict[i
         if head not in heads_in_layer.setdefault(layer, []):
             heads_in_layer[layer].append(head)
     return heads_in_layer
+
+
+def _is_pair(pair) -> bool:
+    """True for a (layer, head) pair of whole numbers."""
+    return (isinstance(pair, tuple | list | np.ndarray) and len(pair) == 2
+            and all(isinstance(number, int | np.integer) and not isinstance(number, bool) for number in pair))
 
 
 def _check_how(how: str) -> None:
@@ -156,8 +165,7 @@ def ablate_next(model: GPTModel, token_ids, heads: Iterable[tuple[int, int]], po
     ``ablate(model, token_ids, heads)[position]``, computed on the tokens up to ``position`` only (in a causal model
     later tokens cannot change it) and with one row through the output head."""
     ids = _ids(model, token_ids)  # (1, n)
-    if not 0 <= position < ids.shape[1]:
-        raise ValueError(f"position {position} is outside the {ids.shape[1]} tokens")
+    position = whole_number_in(position, "position", 0, ids.shape[1] - 1)
     x = _knocked_forward(model, ids[:, : position + 1], heads, "zero")  # (1, position + 1, d)
     return model.out_head(model.final_norm(x[:, -1]))[0]  # (1, d) -> (vocab,)
 
@@ -186,6 +194,7 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     _check_how(how)
     ids = _ids(model, token_ids)  # (1, n)
     n = ids.shape[1]
+    T = whole_number_in(T, "T (the repeated half's length)", 2, n)  # T - 1 predictions in the second copy
     second = slice(n - T, n - 1)  # positions n−T … n−2 predict the second copy's tokens after its first (repeat_halves)
     kept = []
     with running(model, causal=True):  # the model as trained (the lock is taken per pass, never for the whole grid)
@@ -306,8 +315,8 @@ def logit_lens(model: GPTModel, token_ids, position: int, k: int = 5) -> tuple[n
     it in a causal model)."""
     ids = _ids(model, token_ids)  # (1, n)
     n = ids.shape[1]
-    if not 0 <= position < n:
-        raise ValueError(f"position {position} is outside the {n} tokens")
+    position = whole_number_in(position, "position", 0, n - 1)
+    k = whole_number_in(k, "k", 1, model.out_head.weight.shape[0])
     top_ids, top_probs = [], []
     with running(model, causal=True):  # the model as trained
         x = _embed(model, ids[:, : position + 1])  # (1, position + 1, d)

@@ -72,11 +72,16 @@ def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
     return ids.unsqueeze(0).to(model.pos_emb.weight.device)  # (n,) -> (1, n)
 
 
+def whole_number_in(value, name: str, low: int, high: int) -> int:
+    """``value`` as a whole number from ``low`` to ``high``, or a ValueError naming ``name``, the range and what came
+    (True, 1.0 and "1" are refused: a count or an index given as another type is a slip to point out, not to read)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
+    return int(value)
+
+
 def _check_layer(model: GPTModel, layer: int) -> int:
-    n_layers = len(model.trf_blocks)
-    if isinstance(layer, bool) or not isinstance(layer, int | np.integer) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer must be a whole number from 0 to {n_layers - 1}, got {layer!r}.")
-    return int(layer)
+    return whole_number_in(layer, "layer", 0, len(model.trf_blocks) - 1)
 
 
 class _Keep(Recorder):
@@ -248,6 +253,7 @@ class LayerTrace:
 def trace_layer(model: GPTModel, token_ids, layer: int, causal: bool = True, top_k: int = TOP_K) -> LayerTrace:
     """Run the model once; record layer ``layer``'s attention, the whole path, top-k predictions, block inputs."""
     layer = _check_layer(check_model(model), layer)
+    top_k = whole_number_in(top_k, "top_k", 1, model.out_head.weight.shape[0])
     idx = _token_batch(model, token_ids)  # (1, n)
     recorder = PathRecorder(layers=[layer], keep_block_inputs=True)
     with running(model, causal):

@@ -79,7 +79,7 @@ def test_ablate_next_is_ablate_at_that_position(pair):
         torch.testing.assert_close(interventions.ablate_next(model, TOKENS, heads, position), full, atol=1e-5, rtol=0)
     torch.testing.assert_close(interventions.ablate_next(model, TOKENS, [(1, 3)], 4),
                                hf_ablated_logits(hf, [(1, 3)])[4], atol=1e-4, rtol=0)
-    with pytest.raises(ValueError, match="position 12 is outside"):
+    with pytest.raises(ValueError, match=r"^position must be a whole number from 0 to 11, got 12\.$"):
         interventions.ablate_next(model, TOKENS, [], len(TOKENS))
 
 
