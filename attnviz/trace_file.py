@@ -93,8 +93,12 @@ def trace_npz(trace: Trace) -> bytes:
     """Every array of the Trace plus ``manifest.json`` (config, tokens, shapes) in one NPZ file.
 
     Read it back with :func:`load_trace`; with NumPy alone, ``np.load(f)`` gives the arrays and
-    ``json.loads(bytes(data["manifest.json"]))`` the manifest.
+    ``json.loads(bytes(data["manifest.json"]))`` the manifest.  Anything but a Trace is an InputError naming what
+    came.
     """
+    if not isinstance(trace, Trace):
+        raise InputError(f"trace must be a Trace (from attnviz.run, attnviz.trace_module or attnviz.load_trace), got "
+                         f"{type(trace).__name__}.")
     buffer = io.BytesIO()
     payload = json.dumps(manifest(trace), ensure_ascii=False).encode("utf-8")
     np.savez_compressed(buffer, **_arrays(trace), **{"manifest.json": np.frombuffer(payload, dtype=np.uint8)})

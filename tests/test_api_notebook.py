@@ -1,6 +1,7 @@
 """What a student meets calling attnviz from a notebook, as docs/api.md shows it: the book's printed numbers, yes/no
 settings, map titles that agree with the checks, short printouts, paths with ``~``, and step indexes."""
 
+import dataclasses
 import importlib
 import re
 
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 import attnviz
-from attnviz import AttentionConfig
+from attnviz import AttentionConfig, explain, trace_file
 from attnviz.config import ConfigError
 
 JOURNEY = "Your journey starts with one step"
@@ -206,6 +207,25 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: attnviz.models.knocked_out(model, [(0.5, 0)]).__enter__(),
                  r"^heads must be \(layer, head\) pairs of whole numbers, such as \[\(0, 1\)\], got "
                  r"\[\(0\.5, 0\)\]\.$", id="knocked_out-heads-float"),
+    pytest.param(lambda model, result: attnviz.models.check_step(model, None, 0),
+                 r"^generation must be an attnviz\.models\.Generation \(generate's result\), got NoneType\.$",
+                 id="check_step-no-generation"),
+    pytest.param(lambda model, result: attnviz.models.check_steps(model, attnviz.models.cache_holds(model)),
+                 r"^generation must be an attnviz\.models\.Generation \(generate's result\), got str\.$",
+                 id="check_steps-no-generation"),
+    pytest.param(lambda model, result: attnviz.models.check_steps(model, dataclasses.replace(result, steps=[
+                     dataclasses.replace(step, weights=np.zeros((3, 8, 1, 4))) for step in result.steps])),
+                 r"^This generation was made by another model: its steps hold 3 layers × 8 heads, this model has "
+                 r"2 layers × 8 heads\.$", id="check_steps-another-models-generation"),
+    pytest.param(lambda model, result: attnviz.models.switch_layer(model, result, 1),
+                 r"^trace must be an attnviz\.models\.LayerTrace \(trace_layer's result\), got Generation\.$",
+                 id="switch_layer-no-layer-trace"),
+    pytest.param(lambda model, result: trace_file.trace_npz(None),
+                 r"^trace must be a Trace \(from attnviz\.run, attnviz\.trace_module or attnviz\.load_trace\), "
+                 r"got NoneType\.$", id="trace_npz-no-trace"),
+    pytest.param(lambda model, result: explain.attention_sums("x", 0, queries=[0]),
+                 r"^trace must be a Trace \(from attnviz\.run or attnviz\.trace_module\), got str\.$",
+                 id="attention_sums-no-trace"),
 ])
 def test_a_models_function_given_bad_input_says_what_it_takes(generation, call, message):
     """Each function of ``attnviz.models`` given what a notebook user may pass by mistake names the argument, what it

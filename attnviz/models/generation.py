@@ -337,6 +337,22 @@ class StepCheck:
         return self.weights_diff <= self.tolerance and self.logits_relative_diff <= self.tolerance
 
 
+def _check_generation(model: GPTModel, generation) -> Generation:
+    """``generation`` when it is a Generation of ``model`` (its steps' layers and heads); a ValueError naming what
+    came instead."""
+    if not isinstance(generation, Generation):
+        raise ValueError(f"generation must be an attnviz.models.Generation (generate's result), got "
+                         f"{type(generation).__name__}.")
+    shapes = {step.weights.shape[:2] for step in generation.steps if step.weights is not None}  # (layers, heads)
+    here = (len(model.trf_blocks), model.trf_blocks[0].att.num_heads)
+    if shapes - {here}:
+        (layers, heads), *_ = shapes - {here}
+        raise ValueError(f"This generation was made by another model: its steps hold {amount(layers, 'layer')} × "
+                         f"{amount(heads, 'head')}, this model has {amount(here[0], 'layer')} × "
+                         f"{amount(here[1], 'head')}.")
+    return generation
+
+
 def rows_of(generation: Generation, index: int) -> tuple[int, int]:
     """(first, end): the positions whose query rows step ``index`` computed."""
     step = generation.steps[index]
@@ -350,7 +366,7 @@ def check_steps(model: GPTModel, generation: Generation) -> list[StepCheck]:
 
     Attention is causal, so that forward's rows and logits at positions < end are those of a forward of the first
     ``end`` tokens alone (what :func:`check_step` runs): one forward checks every step."""
-    check_model(model)
+    _check_generation(check_model(model), generation)
     if any(step.weights is None for step in generation.steps):
         raise ValueError("This generation kept no attention weights (keep_weights=False).")
     fed = generation.token_ids[: rows_of(generation, len(generation.steps) - 1)[1]]  # every position a step fed
@@ -377,7 +393,7 @@ def check_step(model: GPTModel, generation: Generation, index: int) -> StepCheck
     rows (every layer and head) and its last logits.  ``index`` counts from 0 (the prompt's step), or from the end
     when negative; a whole number outside them is an IndexError naming the range, anything else (``"0"``, 1.0,
     True) a ValueError naming it too."""
-    check_model(model)
+    _check_generation(check_model(model), generation)
     count = len(generation.steps)
     span = f"from 0 to {count - 1} (or −{count} to −1, counted from the end)"
     if isinstance(index, bool) or not isinstance(index, int | np.integer):

@@ -280,6 +280,9 @@ def switch_layer(model: GPTModel, trace: LayerTrace, layer: int) -> LayerTrace:
     ``model`` must be the model that made ``trace``.
     """
     layer = _check_layer(check_model(model), layer)
+    if not isinstance(trace, LayerTrace):
+        raise ValueError(f"trace must be an attnviz.models.LayerTrace (trace_layer's result), got "
+                         f"{type(trace).__name__}.")
     if trace.block_inputs.shape[0] != len(model.trf_blocks):
         raise ValueError("This trace was made by another model.")
     block, recorder = model.trf_blocks[layer], Recorder()
