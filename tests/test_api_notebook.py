@@ -226,6 +226,14 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: explain.attention_sums("x", 0, queries=[0]),
                  r"^trace must be a Trace \(from attnviz\.run or attnviz\.trace_module\), got str\.$",
                  id="attention_sums-no-trace"),
+    pytest.param(lambda model, result: attnviz.models.attention_maps(model, [1, 2], causal="False"),
+                 r"^causal must be True or False, got 'False'\.$", id="attention_maps-causal-text"),
+    pytest.param(lambda model, result: attnviz.models.trace_layer(model, [1, 2], 0, causal=0),
+                 r"^causal must be True or False, got 0\.$", id="trace_layer-causal-zero"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, [1, 2], 1, use_cache="no"),
+                 r"^use_cache must be True or False, got 'no'\.$", id="generate-use_cache-text"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, [1, 2], 1, keep_weights=None),
+                 r"^keep_weights must be True or False, got None\.$", id="generate-keep_weights-None"),
 ])
 def test_a_models_function_given_bad_input_says_what_it_takes(generation, call, message):
     """Each function of ``attnviz.models`` given what a notebook user may pass by mistake names the argument, what it

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from attnviz.attention import Recorder
 from attnviz.kv_cache import DTYPE_NAMES, window_schedule
 from attnviz.models.gpt import GPTModel, PathRecorder, check_model
-from attnviz.models.trace import running
+from attnviz.models.trace import running, yes_or_no
 from attnviz.words import amount, listed
 
 TOP_K = 5
@@ -284,9 +284,10 @@ def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool
 
     ``token_ids``: the prompt (a non-empty sequence of ids).  Prompt and ``max_new_tokens`` are cut so that every
     position fits the context (:func:`clip`; a notice says so).  ``keep_weights=False`` keeps no attention weights (a
-    benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary, a negative count or
-    another object than a GPTModel."""
+    benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary, a negative count,
+    ``use_cache`` or ``keep_weights`` not True or False, or another object than a GPTModel."""
     ids = _check_ids(check_model(model), token_ids)
+    use_cache, keep_weights = yes_or_no(use_cache, "use_cache"), yes_or_no(keep_weights, "keep_weights")
     kept, new, notices = clip(model, len(ids), max_new_tokens)
     ids = ids[len(ids) - kept:]
     device = model.pos_emb.weight.device

@@ -30,6 +30,7 @@ _RUN_LOCK = threading.RLock()  # one run at a time sets the causal flags of a mo
 def running(model: GPTModel, causal: bool):
     """Eval mode, no grad, every block's ``att.causal`` = ``causal``; all restored on exit."""
     check_model(model)
+    causal = yes_or_no(causal, "causal")
     with _RUN_LOCK, torch.no_grad():
         was_training = model.training
         flags = [block.att.causal for block in model.trf_blocks]
@@ -78,6 +79,14 @@ def whole_number_in(value, name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= value <= high:
         raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
     return int(value)
+
+
+def yes_or_no(value, name: str) -> bool:
+    """``value`` when it is True or False, or a ValueError naming ``name`` and what came, as a config's yes/no settings
+    say it ("False", 0 or None would otherwise be read by their truth: the string "False" as yes)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False, got {value!r}.")
+    return bool(value)
 
 
 def _check_layer(model: GPTModel, layer: int) -> int:
