@@ -234,6 +234,24 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
                  r"^use_cache must be True or False, got 'no'\.$", id="generate-use_cache-text"),
     pytest.param(lambda model, result: attnviz.models.generate(model, [1, 2], 1, keep_weights=None),
                  r"^keep_weights must be True or False, got None\.$", id="generate-keep_weights-None"),
+    pytest.param(lambda model, result: attnviz.models.value_norms(model, torch.zeros(1, 2, 128)),
+                 r"^att must be the book's MultiHeadAttention or a GPTModel block's attention "
+                 r"\(model\.trf_blocks\[0\]\.att\), got GPTModel\.$", id="value_norms-a-model-for-att"),
+    pytest.param(lambda model, result: attnviz.models.value_weighted_module(model.trf_blocks[0].att,
+                                                                            torch.zeros(2, 128)),
+                 r"^x must be a \(1, n, 128\) float32 tensor, the input att reads, got \(2, 128\) float32\.$",
+                 id="value_weighted_module-x-rank-2"),
+    pytest.param(lambda model, result: attnviz.models.value_norms(model.trf_blocks[0].att, np.zeros((1, 2, 128))),
+                 r"^x must be a \(1, n, 128\) float32 tensor, the input att reads, got ndarray\.$",
+                 id="value_norms-x-numpy"),
+    pytest.param(lambda model, result: attnviz.models.rollout("weights"),
+                 r"^maps must be attention weights \(layers, heads, n, n\), got str\.$", id="rollout-text"),
+    pytest.param(lambda model, result: attnviz.models.rollout(np.zeros((0, 2, 3, 3))),
+                 r"^maps must be attention weights \(layers, heads, n, n\), at least one layer and head; got "
+                 r"\(0, 2, 3, 3\)\.$", id="rollout-no-layers"),
+    pytest.param(lambda model, result: attnviz.models.ablation_grid(model, [1, 2, 1, 2], 2, progress="bar"),
+                 r"^progress must be a function called with the fraction done, or None, got str\.$",
+                 id="ablation_grid-progress-text"),
 ])
 def test_a_models_function_given_bad_input_says_what_it_takes(generation, call, message):
     """Each function of ``attnviz.models`` given what a notebook user may pass by mistake names the argument, what it

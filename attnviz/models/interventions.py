@@ -192,6 +192,9 @@ def ablation_grid(model: GPTModel, token_ids, T: int, *, how: str = "zero",
     head; the last block's feed-forward half and the 50,257-wide output head see only the second copy's positions.
     """
     _check_how(how)
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be a function called with the fraction done, or None, got "
+                         f"{type(progress).__name__}.")
     ids = _ids(model, token_ids)  # (1, n)
     n = ids.shape[1]
     T = whole_number_in(T, "T (the repeated half's length)", 2, n)  # T - 1 predictions in the second copy
@@ -233,9 +236,27 @@ def _loss_after(model: GPTModel, x: torch.Tensor, ids: torch.Tensor, positions: 
 
 # -------------------------------------------------------------------- value-weighted attention
 
+def _check_attention(att, x) -> None:
+    """A ValueError naming what came when ``att`` is not a multi-head attention with ``out_proj`` (the book's
+    MultiHeadAttention, a GPTModel block's ``.att``), or ``x`` is not the (1, n, d_in) tensor it reads."""
+    if not (isinstance(att, torch.nn.Module) and all(hasattr(att, name) for name in ("num_heads", "head_dim",
+                                                                                       "out_proj"))):
+        raise ValueError(f"att must be the book's MultiHeadAttention or a GPTModel block's attention "
+                         f"(model.trf_blocks[0].att), got {type(att).__name__}.")
+    first = att.W_DKV if hasattr(att, "W_DKV") else att.W_value  # the Linear x goes through first
+    d_in, dtype = first.in_features, first.weight.dtype
+    if not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[0] == 1 and x.shape[-1] == d_in
+            and x.dtype == dtype):
+        got = f"{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}" if isinstance(x, torch.Tensor) \
+            else type(x).__name__
+        raise ValueError(f"x must be a (1, n, {d_in}) {str(dtype).removeprefix('torch.')} tensor, the input att "
+                         f"reads, got {got}.")
+
+
 def value_norms(att, x: torch.Tensor) -> torch.Tensor:
     """‖f^h(x_j)‖ (heads, n), f^h(x) = (x W_V + b_V) W_O^h, of the book's MultiHeadAttention ``att`` on x (1, n, d_in):
     the length of what head h moves from token j, whatever weight it gets."""
+    _check_attention(att, x)
     return _head_values(att, x).norm(dim=-1)  # (h, n, d_out) -> (h, n)
 
 
@@ -270,6 +291,7 @@ def _value_weighted(att, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def value_weighted_module(att, x: torch.Tensor) -> np.ndarray:
     """‖α_ij · f^h(x_j)‖ (heads, n, n) of the book's MultiHeadAttention on x (1, n, d_in).  The other Chapter 3
     classes have no out_proj: there f^h(x) is the head's value vector itself (not computed here)."""
+    _check_attention(att, x)
     was_training = att.training
     att.eval()
     try:
@@ -295,9 +317,13 @@ def value_weighted(model: GPTModel, token_ids) -> np.ndarray:
 
 def rollout(maps) -> np.ndarray:
     """Attention rollout (layers, n, n) of maps (layers, heads, n, n): Ã_l = A_l · Ã_{l−1}, A_l = 0.5·mean_h + 0.5·I."""
-    maps = np.asarray(maps, dtype=np.float64)
-    if maps.ndim != 4 or maps.shape[-1] != maps.shape[-2]:
-        raise ValueError(f"maps must be (layers, heads, n, n); got {maps.shape}")
+    try:
+        maps = np.asarray(maps, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"maps must be attention weights (layers, heads, n, n), got {type(maps).__name__}.") from None
+    if maps.ndim != 4 or maps.shape[-1] != maps.shape[-2] or not maps.shape[0] or not maps.shape[1]:
+        raise ValueError(f"maps must be attention weights (layers, heads, n, n), at least one layer and head; "
+                         f"got {maps.shape}.")
     n = maps.shape[-1]
     rolled, out = np.eye(n), []
     for layer in maps:
