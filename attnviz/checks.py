@@ -349,6 +349,9 @@ def _selected(rules: Iterable[str] | None) -> list[str]:
     """The rule ids to run, in RULES order; ValueError naming an unknown one."""
     if rules is None:
         return list(RULES)
+    if not isinstance(rules, str | Iterable):
+        raise ValueError(f"rules must be rule ids ({', '.join(RULES)}), or None for every rule, got "
+                         f"{type(rules).__name__}")
     wanted = [rules] if isinstance(rules, str) else list(rules)
     unknown = [rule for rule in wanted if rule not in RULES]
     if unknown:
@@ -370,6 +373,9 @@ def _given_sizes(sizes: Mapping[str, float] | None) -> dict[str, float]:
     by_name = {**SETTING_OF, **{setting: setting for setting in [*SPELLINGS, "head_dim"]}, **NUMBER_OF}
     read = ", ".join(f"{setting} ({', '.join(SPELLINGS[setting][1:3])} …)"
                      if len(SPELLINGS.get(setting, ())) > 1 else setting for setting in SIZES_READ)
+    if sizes is not None and not isinstance(sizes, Mapping):
+        raise ValueError(f"sizes must be a dict of the sizes the module was built with ({{\"num_heads\": 8, …}}), or "
+                         f"None, got {type(sizes).__name__}")
     given = {}
     for name, value in (sizes or {}).items():
         setting = by_name.get(name)

@@ -252,6 +252,12 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: attnviz.models.ablation_grid(model, [1, 2, 1, 2], 2, progress="bar"),
                  r"^progress must be a function called with the fraction done, or None, got str\.$",
                  id="ablation_grid-progress-text"),
+    pytest.param(lambda model, result: attnviz.check_module(DividesByHeadDim(), sizes=[("num_heads", 4)]),
+                 r"^sizes must be a dict of the sizes the module was built with \(\{\"num_heads\": 8, …\}\), or "
+                 r"None, got list$", id="check_module-sizes-list"),
+    pytest.param(lambda model, result: attnviz.check_module(DividesByHeadDim(), rules=3),
+                 r"^rules must be rule ids \(rows-sum-to-one, causal, .*\), or None for every rule, got int$",
+                 id="check_module-rules-number"),
 ])
 def test_a_models_function_given_bad_input_says_what_it_takes(generation, call, message):
     """Each function of ``attnviz.models`` given what a notebook user may pass by mistake names the argument, what it
