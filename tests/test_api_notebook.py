@@ -252,6 +252,10 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: attnviz.models.ablation_grid(model, [1, 2, 1, 2], 2, progress="bar"),
                  r"^progress must be a function called with the fraction done, or None, got str\.$",
                  id="ablation_grid-progress-text"),
+    pytest.param(lambda model, result: attnviz.models.random_gpt("mha", seed="123"),
+                 r"^seed must be a whole number from 0 to 4294967295, got '123'\.$", id="random_gpt-seed-text"),
+    pytest.param(lambda model, result: attnviz.models.random_gpt("mha", seed=None),
+                 r"^seed must be a whole number from 0 to 4294967295, got None\.$", id="random_gpt-seed-None"),
     pytest.param(lambda model, result: attnviz.check_module(DividesByHeadDim(), sizes=[("num_heads", 4)]),
                  r"^sizes must be a dict of the sizes the module was built with \(\{\"num_heads\": 8, …\}\), or "
                  r"None, got list$", id="check_module-sizes-list"),

@@ -26,8 +26,8 @@ import torch.nn.functional as F
 
 from attnviz.attention import Recorder
 from attnviz.kv_cache import DTYPE_NAMES, window_schedule
-from attnviz.models.gpt import GPTModel, PathRecorder, check_model
-from attnviz.models.trace import running, yes_or_no
+from attnviz.models.gpt import GPTModel, PathRecorder, check_model, yes_or_no
+from attnviz.models.trace import running
 from attnviz.words import amount, listed
 
 TOP_K = 5

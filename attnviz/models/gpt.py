@@ -34,11 +34,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
 from attnviz import rng, variants
 from attnviz.attention import MultiHeadAttention, Recorder, record
+from attnviz.config import MAX_SEED
 from attnviz.models.cached_attention import (
     CachedGroupedQueryAttention,
     CachedMultiHeadAttentionWithSWA,
@@ -443,6 +445,22 @@ def check_model(model) -> GPTModel:
     return model
 
 
+def whole_number_in(value, name: str, low: int, high: int) -> int:
+    """``value`` as a whole number from ``low`` to ``high``, or a ValueError naming ``name``, the range and what came
+    (True, 1.0 and "1" are refused: a count or an index given as another type is a slip to point out, not to read)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
+    return int(value)
+
+
+def yes_or_no(value, name: str) -> bool:
+    """``value`` when it is True or False, or a ValueError naming ``name`` and what came, as a config's yes/no settings
+    say it ("False", 0 or None would otherwise be read by their truth: the string "False" as yes)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False, got {value!r}.")
+    return bool(value)
+
+
 # A small GPT for showing a variant's cache: GPT-2's vocabulary (the page's tokens), the bundled model's context.
 RANDOM_GPT_CONFIG = {
     "vocab_size": 50257,
@@ -463,6 +481,7 @@ def random_gpt(attention: str, seed: int = 123, **settings) -> GPTModel:
     ``gqa`` …) and random weights (``torch.manual_seed(seed)``), in eval mode.  ``settings`` override the config
     (``num_kv_groups``, ``latent_dim``, ``sliding_window_size``, …).  Its text is noise: it exists to show the
     cache's real shapes."""
+    seed = whole_number_in(seed, "seed", 0, MAX_SEED)
     attention = attention_name({"attention": attention})
     check_keys(settings)
     cfg = {**RANDOM_GPT_CONFIG, **settings, "attention": attention}

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnviz.models.gpt import GPTModel, check_model
-from attnviz.models.trace import _Keep, _token_batch, running, token_sequence, whole_number_in
+from attnviz.models.gpt import GPTModel, check_model, whole_number_in
+from attnviz.models.trace import _Keep, _token_batch, running, token_sequence
 
 HOW = ("zero", "mean")
 

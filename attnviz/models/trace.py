@@ -20,7 +20,7 @@ import torch
 
 from attnviz import head_types
 from attnviz.attention import Recorder, record
-from attnviz.models.gpt import GPTModel, PathRecorder, check_model
+from attnviz.models.gpt import GPTModel, PathRecorder, check_model, whole_number_in, yes_or_no
 
 TOP_K = 5
 _RUN_LOCK = threading.RLock()  # one run at a time sets the causal flags of a model's blocks
@@ -71,22 +71,6 @@ def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
     if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
         raise ValueError(f"Token ids must be in 0…{vocab_size - 1}.")
     return ids.unsqueeze(0).to(model.pos_emb.weight.device)  # (n,) -> (1, n)
-
-
-def whole_number_in(value, name: str, low: int, high: int) -> int:
-    """``value`` as a whole number from ``low`` to ``high``, or a ValueError naming ``name``, the range and what came
-    (True, 1.0 and "1" are refused: a count or an index given as another type is a slip to point out, not to read)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= value <= high:
-        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
-    return int(value)
-
-
-def yes_or_no(value, name: str) -> bool:
-    """``value`` when it is True or False, or a ValueError naming ``name`` and what came, as a config's yes/no settings
-    say it ("False", 0 or None would otherwise be read by their truth: the string "False" as yes)."""
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must be True or False, got {value!r}.")
-    return bool(value)
 
 
 def _check_layer(model: GPTModel, layer: int) -> int:
