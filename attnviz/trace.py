@@ -165,7 +165,10 @@ class Trace:
         whose own mask hid a cell outside the triangle or any cell where the run does not hide the future (every
         cell it hid: its softmax's input masked there, :func:`hidden_by_mask` of ``masked`` against ``scaled``, and
         its weight exactly 0; read-only views).  None for any other run: one without a window, a module that hid
-        nothing, or one that keeps every query from later keys and hid nothing outside the triangle."""
+        nothing, or one that keeps every query from later keys and hid nothing outside the triangle.  A ``head``
+        outside 0 … heads − 1 is an InputError naming the range (:func:`index_in`), whatever the run hid."""
+        if head is not None:
+            head = index_in(head, self.num_heads, "head")
         if self.module_run is not None:
             hidden = self._module_mask[1]
         elif self.window is not None:

@@ -256,6 +256,13 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
                  r"^seed must be a whole number from 0 to 4294967295, got '123'\.$", id="random_gpt-seed-text"),
     pytest.param(lambda model, result: attnviz.models.random_gpt("mha", seed=None),
                  r"^seed must be a whole number from 0 to 4294967295, got None\.$", id="random_gpt-seed-None"),
+    pytest.param(lambda model, result: attnviz.run(JOURNEY, AttentionConfig(d_in=8, d_out=8, num_heads=2)
+                                                   ).hidden_cells(2),
+                 r"^head 2 is out of range: this run has 2 heads, choose head from 0 to 1\.$",
+                 id="trace.hidden_cells-head-out-of-range"),
+    pytest.param(lambda model, result: attnviz.run(JOURNEY, AttentionConfig(d_in=8, d_out=8, num_heads=2)
+                                                   ).hidden_cells("0"),
+                 r"^head must be a whole number from 0 to 1, got '0'\.$", id="trace.hidden_cells-head-text"),
     pytest.param(lambda model, result: attnviz.check_module(DividesByHeadDim(), sizes=[("num_heads", 4)]),
                  r"^sizes must be a dict of the sizes the module was built with \(\{\"num_heads\": 8, …\}\), or "
                  r"None, got list$", id="check_module-sizes-list"),
