@@ -263,6 +263,12 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: attnviz.run(JOURNEY, AttentionConfig(d_in=8, d_out=8, num_heads=2)
                                                    ).hidden_cells("0"),
                  r"^head must be a whole number from 0 to 1, got '0'\.$", id="trace.hidden_cells-head-text"),
+    pytest.param(lambda model, result: attnviz.models.discover(None, environ={}),
+                 r"^extra_paths must be paths \(str or pathlib\.Path, a list of them\), got None\.$",
+                 id="discover-extra_paths-None"),
+    pytest.param(lambda model, result: attnviz.models.hf_cache_dir("HF_HOME=/tmp"),
+                 r"^environ must be a mapping of environment variables \(like os\.environ\), or None, got str\.$",
+                 id="hf_cache_dir-environ-text"),
     pytest.param(lambda model, result: attnviz.check_module(DividesByHeadDim(), sizes=[("num_heads", 4)]),
                  r"^sizes must be a dict of the sizes the module was built with \(\{\"num_heads\": 8, …\}\), or "
                  r"None, got list$", id="check_module-sizes-list"),

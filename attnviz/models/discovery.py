@@ -84,7 +84,7 @@ def checkpoint_args(argv: Sequence[str] | None = None) -> list[str]:
 
 def hf_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where huggingface_hub keeps downloaded models."""
-    env = os.environ if environ is None else environ
+    env = _environment(environ)
     if env.get("HF_HUB_CACHE"):
         return Path(env["HF_HUB_CACHE"]).expanduser()
     if env.get("HF_HOME"):
@@ -95,12 +95,18 @@ def hf_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def discover(extra_paths: Iterable[str | os.PathLike] = (), environ: Mapping[str, str] | None = None) -> Checkpoints:
-    """Every checkpoint found (see the module docstring), each under a unique name."""
-    env = os.environ if environ is None else environ
+    """Every checkpoint found (see the module docstring), each under a unique name.  ``extra_paths``: paths (one path
+    alone is read as one, not as its letters); anything else, or an ``environ`` that is no mapping, is a ValueError
+    naming what came."""
+    env = _environment(environ)
+    given = [extra_paths] if isinstance(extra_paths, str | os.PathLike) else (
+        list(extra_paths) if isinstance(extra_paths, Iterable) else None)
+    if given is None or not all(isinstance(raw, str | os.PathLike) for raw in given):
+        raise ValueError(f"extra_paths must be paths (str or pathlib.Path, a list of them), got {extra_paths!r:.80}.")
     found: list[tuple[str, Path, str]] = []  # (preferred name, path, source)
     notes: list[str] = []
     env_paths = [p for p in env.get(ENV_VAR, "").split(os.pathsep) if p]
-    for source, paths in (("cli", list(extra_paths)), ("env", env_paths)):
+    for source, paths in (("cli", given), ("env", env_paths)):
         for raw in paths:
             given = f"{SOURCES[source]} path {_shown(os.fspath(raw))}"
             path = _absolute(raw)
@@ -117,6 +123,16 @@ def discover(extra_paths: Iterable[str | os.PathLike] = (), environ: Mapping[str
     found += [(name, path, "hf") for name, path in hf_found]
     notes += [f"{SOURCES['hf']}: {why}" for why in hf_left_out]
     return Checkpoints(_unique(found), tuple(notes))
+
+
+def _environment(environ) -> Mapping[str, str]:
+    """``environ``, or ``os.environ`` for None; a ValueError naming what came when it is no mapping."""
+    if environ is None:
+        return os.environ
+    if not isinstance(environ, Mapping):
+        raise ValueError(f"environ must be a mapping of environment variables (like os.environ), or None, got "
+                         f"{type(environ).__name__}.")
+    return environ
 
 
 def _absolute(raw: str | os.PathLike) -> Path:

@@ -141,6 +141,8 @@ def test_order_cli_then_env_then_cache_and_duplicates_listed_once(tmp_path):
                                         HF_HUB_CACHE=cache))
     assert names(found) == ["mine.pth", "other.safetensors", "gpt2 (HF cache)"]
     assert [entry.source for entry in found] == ["cli", "env", "hf"]
+    alone = discover(str(cli), environ=env(HF_HUB_CACHE=tmp_path / "none"))  # one path, not a list: not its letters
+    assert names(alone) == ["mine.pth"] and all("path / " not in note for note in alone.notes)
 
 
 def test_same_file_names_get_unique_names(tmp_path):
