@@ -269,6 +269,9 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: attnviz.models.hf_cache_dir("HF_HOME=/tmp"),
                  r"^environ must be a mapping of environment variables \(like os\.environ\), or None, got str\.$",
                  id="hf_cache_dir-environ-text"),
+    pytest.param(lambda model, result: attnviz.models.assign("wte", model.tok_emb.weight, None),
+                 r"^wte: assign takes the model's tensor \(left\) and the checkpoint's tensor or NumPy array "
+                 r"\(right\), got Parameter and NoneType\.$", id="assign-no-right"),
     pytest.param(lambda model, result: attnviz.check_module(DividesByHeadDim(), sizes=[("num_heads", 4)]),
                  r"^sizes must be a dict of the sizes the module was built with \(\{\"num_heads\": 8, …\}\), or "
                  r"None, got list$", id="check_module-sizes-list"),

@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -88,8 +89,15 @@ def assign(name: str, left: torch.Tensor, right: torch.Tensor) -> nn.Parameter:
 
     ``name`` says which checkpoint key went where; ``right`` is always copied (contiguous, float32), so
     the parameter never keeps a memory-mapped file alive.  A NaN or an infinity is refused too: one would make
-    every map and prediction after it NaN (blank maps, a traceback where a page takes a maximum).
+    every map and prediction after it NaN (blank maps, a traceback where a page takes a maximum).  ``right`` may be a
+    NumPy array, as the book's ``load_weights_into_gpt`` passes its ``params``; anything but tensors is a
+    CheckpointError naming what came.
     """
+    if isinstance(right, np.ndarray):
+        right = torch.from_numpy(right)
+    if not isinstance(left, torch.Tensor) or not isinstance(right, torch.Tensor):
+        raise CheckpointError(f"{name}: assign takes the model's tensor (left) and the checkpoint's tensor or NumPy "
+                              f"array (right), got {type(left).__name__} and {type(right).__name__}.")
     if tuple(left.shape) != tuple(right.shape):
         raise CheckpointError(
             f"{name}: the model expects shape {tuple(left.shape)}, the checkpoint has {tuple(right.shape)}. "

@@ -371,6 +371,8 @@ def test_assign_names_the_key_and_both_shapes():
     param = assign("ok", torch.empty(2, 3), torch.ones(2, 3, dtype=torch.float16))
     assert isinstance(param, torch.nn.Parameter)
     assert param.dtype == torch.float32
+    from_numpy = assign("wte", torch.empty(2, 3), np.arange(6.0).reshape(2, 3))  # the book's params are NumPy arrays
+    assert from_numpy.dtype == torch.float32 and from_numpy.tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
 def test_truncated_safetensors(hf_small, tmp_path):
