@@ -171,6 +171,9 @@ def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.nda
     (:func:`iter_layer_maps`): one layer's maps exist at once, never every layer's (GPT-2 small at 1024 tokens
     would hold 600 MB of them)."""
     check_model(model)
+    if not callable(tiles):
+        raise ValueError(f"tiles must be a function that makes one layer's (heads, n, n) maps small, got "
+                         f"{type(tiles).__name__}.")
     layers, rows = [], {name: [] for name in head_types.SCORE_NAMES}
     for layer, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
         window = getattr(model.trf_blocks[layer].att, "sliding_window_size", None)
