@@ -13,6 +13,7 @@ from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
 from attnviz.labs import implementations
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
+from attnviz.urlstate import DEFAULTS, url_value
 from attnviz.views import figures
 from attnviz.words import amount
 
@@ -25,21 +26,25 @@ def show(page_run: Context) -> None:
     """The page below its title: what is timed, the two inputs, Run (and Stop while it runs), the results."""
     settings = page_run.settings
     d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
-    device, _ = resolve_device(settings["device"])
+    timed, unused = _timed_settings(settings, page_run.config.spec)
+    device, _ = resolve_device(timed["device"])
     st.markdown(
         f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, "
         f"{amount(num_heads, 'head')}, "
-        f"{'causal' if settings['causal'] else 'not causal'}), built with the same weights, timed on one "
+        f"{'causal' if timed['causal'] else 'not causal'}), built with the same weights, timed on one "
         f"(1, n, {d_in}) input. Device: **{implementations.device_words(device)}**."
     )
     if page_run.config.module is not None:  # its mask and device toggles are disabled: they are the module's
         st.caption("Your module is not timed here: these are five ways to write the book's multi-head attention, "
                    "with the sidebar's sizes and seed. The sidebar's mask and device are your module's, so they do "
-                   f"not apply: the five are timed {'with' if settings['causal'] else 'without'} the causal mask, on "
-                   "the device above. Dropout does not apply either: they are timed in eval mode, with none.")
+                   f"not apply: the five are timed {'with' if timed['causal'] else 'without'} the causal mask, on "
+                   f"the device above.{unused}")
     elif settings["variant"] != variants.MHA:
+        applies = "sizes, mask and device" if page_run.config.spec.not_applicable("causal") is None else (
+            "sizes and device do; its mask is the variant's, so the five are timed with the causal mask")
         st.caption("The sidebar's *Attention variant* does not apply here: these are five ways to write multi-head "
-                   "attention; its sizes, mask and device do.")
+                   f"attention; its {applies}{' do' if applies.endswith('device') else ''}.{unused}")
+    st.caption("Dropout does not apply: the five are timed in eval mode, without dropout.")
     if available_devices() == ["auto", "cpu"]:
         st.caption("CPU only on this machine (no CUDA or MPS): GPU timings would differ a lot.")
     if d_in != d_out:
@@ -54,7 +59,7 @@ def show(page_run: Context) -> None:
     cut_short = st.session_state.pop(STARTED, False)  # still set: a rerun ended the timing before it finished
     if st.button("Run benchmark", key="benchmark_run", type="primary"):
         cut_short = False
-        st.session_state[RESULTS] = _time(settings, device, int(n), int(repeats))
+        st.session_state[RESULTS] = _time({**settings, **timed}, device, int(n), int(repeats))
 
     if st.session_state.pop(STOPPED, False):
         st.info("Stopped: nothing of that run was kept.", icon=":material/stop:")
@@ -63,6 +68,24 @@ def show(page_run: Context) -> None:
                 "ran, which ends the timing. Nothing of it was kept; press Run benchmark to time again.",
                 icon=":material/info:")
     _results(st.session_state.get(RESULTS))
+
+
+def _timed_settings(settings: dict, spec: variants.Variant) -> tuple[dict, str]:
+    """The mask and device the five are timed with, and a sentence naming what was set aside: a setting the sidebar
+    disables for ``spec`` (a user's module decides its own mask and device; the sliding window its mask) times with
+    what the book's multi-head attention runs (the causal mask, ``auto``), whatever its disabled widget holds, and a
+    value other than that — from the link, or kept from another variant — is named ("The link's causal=false is not
+    used.")."""
+    timed = {"causal": bool(settings["causal"]), "device": settings["device"]}
+    set_aside = []
+    for key, own in (("causal", variants.get(variants.MHA).book_causal), ("device", DEFAULTS["device"])):
+        if spec.not_applicable(key) is not None:
+            if timed[key] != own:
+                value = url_value(key, timed[key])
+                whose = "link's" if st.query_params.get(key) == value else "sidebar's"
+                set_aside.append(f"The {whose} {key}={value} is not used.")
+            timed[key] = own
+    return timed, "".join(f" {sentence}" for sentence in set_aside)
 
 
 def _time(settings: dict, device: str, n: int, repeats: int) -> dict:
@@ -86,7 +109,8 @@ def _time(settings: dict, device: str, n: int, repeats: int) -> dict:
     bar.empty()
     stop.empty()
     heads = amount(num_heads, "head")
-    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {heads}, "
+    causal = "causal" if settings["causal"] else "not causal"
+    return {"rows": rows, "about": f"n = {n}, {repeats} repeats, d_in {d_in}, d_out {d_out}, {heads}, {causal}, "
                                    f"{implementations.device_words(device)}"}
 
 

@@ -18,12 +18,13 @@ MODULE = f"{Path(__file__).resolve().parents[1] / 'helpers' / 'user_modules.py'}
 
 @pytest.mark.parametrize(("query", "heads", "variant_note"), [
     ({"variant": "Your module: CausalSelfAttention", "preset": "custom", "d_in": "16", "d_out": "16",
-      "num_heads": "1"}, "1 head,", False),
+      "num_heads": "1", "causal": "false", "device": "cpu"}, "1 head, causal)", False),
     ({"variant": "gqa"}, "12 heads,", True),
 ])
 def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, heads, variant_note, monkeypatch):
     """With a user's module the caption says the module is not timed and which sidebar settings do not apply (its
-    mask and device toggles are the module's, disabled; dropout: the five are timed in eval mode)."""
+    mask and device toggles are the module's, disabled): a link's causal=false and device=cpu do not change what is
+    timed, and the caption names them.  Dropout does not apply whatever the variant: the five are timed in eval mode."""
     monkeypatch.setenv(user_code.ENV, MODULE)
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     for key, value in query.items():
@@ -39,8 +40,9 @@ def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, 
     assert module_note == ([] if variant_note else [
         "Your module is not timed here: these are five ways to write the book's multi-head attention, with the "
         "sidebar's sizes and seed. The sidebar's mask and device are your module's, so they do not apply: the five "
-        "are timed with the causal mask, on the device above. Dropout does not apply either: they are timed in eval "
-        "mode, with none."])
+        "are timed with the causal mask, on the device above. The link's causal=false is not used. The link's "
+        "device=cpu is not used."])
+    assert "Dropout does not apply: the five are timed in eval mode, without dropout." in [c.value for c in at.caption]
     if not variant_note:
         assert at.sidebar.toggle(key="causal").disabled and at.sidebar.selectbox(key="device").disabled
 
