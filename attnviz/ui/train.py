@@ -131,25 +131,41 @@ def controls() -> None:
     job_board().reap()  # ended jobs of closed tabs (and the models they hold) are dropped
     running = job is not None and job.running
     steps_col, seed_col, start_col, stop_col = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
-    in_steps = lambda v: isinstance(v, int) and live_train.MIN_STEPS <= v <= live_train.MAX_STEPS  # noqa: E731
-    steps = steps_col.number_input(
-        "Training steps", min_value=live_train.MIN_STEPS, max_value=live_train.MAX_STEPS, step=100,
-        help=f"Each step trains on one batch of {cfg.batch_size} repeated random sequences of {cfg.seq_len} tokens. "
-             f"{recommended} (the default): the induction head forms around steps 250–300 for seeds 0–9, about "
-             "35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token heads.",
-        **page_bind("train_steps", recommended, in_steps, url=TRAIN_STEPS))
+    steps_range, seed_range = (live_train.MIN_STEPS, live_train.MAX_STEPS), (0, live_train.MAX_SEED)
+    steps = steps_col.number_input(  # no min/max: the browser would keep its last valid number under one out of range
+        "Training steps", step=100,
+        help=f"{_span(steps_range)}. Each step trains on one batch of {cfg.batch_size} repeated random sequences of "
+             f"{cfg.seq_len} tokens. {recommended} (the default): the induction head forms around steps 250–300 for "
+             "seeds 0–9, about 35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token "
+             "heads.",
+        **page_bind("train_steps", recommended, _whole, url=TRAIN_STEPS))
     seed = seed_col.number_input(
-        "Seed", min_value=0, max_value=live_train.MAX_SEED, step=1,
-        help="Decides the initial weights and the order of the data: the same seed gives the same run.",
-        **page_bind("train_seed", 0, lambda v: isinstance(v, int) and 0 <= v <= live_train.MAX_SEED,
-                    url=TRAIN_SEED))
+        "Seed", step=1,
+        help=f"{_span(seed_range)}. Decides the initial weights and the order of the data: the same seed gives the "
+             "same run.",
+        **page_bind("train_seed", 0, _whole, url=TRAIN_SEED))
     own_link(link, {TRAIN_STEPS: str(steps), TRAIN_SEED: str(seed)}, model_left_out(),
              warn=ended_run() is not None)  # a model trained here: the link does not hold it
-    start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:")
+    outside = [f"{what} {value:,} is outside {_span(bounds)}" for what, value, bounds in (
+        ("Training steps", steps, steps_range), ("Seed", seed, seed_range)) if not bounds[0] <= value <= bounds[1]]
+    start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:",
+                             disabled=bool(outside))
     stop_col.button("Stop", key="train_stop", disabled=not running, icon=":material/stop:",
                     on_click=_stop, help="Stops after the current step; the model trained so far is kept.")
-    if start:
+    if outside:  # Start trains what the boxes show, or nothing
+        each = "the box holds a number in that range" if len(outside) == 1 else "each box holds a number in its range"
+        st.warning(f"{'; '.join(outside)}: Start trains nothing until {each}.", icon=":material/block:")
+    elif start:
         _start(int(steps), int(seed))
+
+
+def _whole(value) -> bool:
+    """A value the steps and seed boxes keep: any whole number (one out of range is kept, shown and not trained)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _span(bounds: tuple[int, int]) -> str:
+    return f"{bounds[0]:,} … {bounds[1]:,}"
 
 
 def model_left_out() -> str:

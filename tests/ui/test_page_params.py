@@ -754,7 +754,8 @@ def test_a_labs_head_left_at_its_default_follows_the_best_head_of_a_new_t_and_se
 def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds_no_model():
     """The Train page's own settings are in its URL and its Share link — its steps and seed, named also at their
     defaults, and none of the attention settings, which do not apply to it — and a link opens them; the link says it
-    holds no trained model.  They stay on their page."""
+    holds no trained model.  They stay on their page.  A number out of range stays in its box, and Start trains
+    nothing, saying why (the browser would otherwise keep, and Start train, the last number in range)."""
     at = open_app("pages/train.py", train_steps="500", train_seed="3", num_heads="4")
     no_exception(at)
     assert at.number_input(key="train_steps").value == 500 and at.number_input(key="train_seed").value == 3
@@ -762,6 +763,13 @@ def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds
     assert any("holds no trained model" in caption.value for caption in at.sidebar.caption)
     at.number_input(key="train_seed").set_value(4).run()
     assert url(at, "train_seed") == "4" and link_query(at)["train_seed"] == "4"
+    at.number_input(key="train_steps").set_value(99_999)  # out of range: the box keeps it, Start trains nothing
+    at.button(key="train_start").click().run()
+    no_exception(at)
+    assert at.number_input(key="train_steps").value == 99_999 and at.button(key="train_start").disabled
+    assert ("Training steps 99,999 is outside 10 … 6,000: Start trains nothing until the box holds a number in that "
+            "range.") in main_warnings(at)
+    assert any(info.value.startswith("Nothing trained in this session yet") for info in at.info)
     at.number_input(key="train_steps").set_value(int(live_train_steps())).run()  # the default: left out of the URL
     assert url(at, "train_steps") is None and link_query(at)["train_steps"] == live_train_steps()
     follow_link(at, "pages/heads.py")
