@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import urllib.parse
 
 from attnviz import config as configs
@@ -278,6 +279,7 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     listed = set(weights_names) if weights_names is not None else {weights.BOOK}
     parsers = _parsers()
     used, unknown = set(), []  # the settings that took the URL's value; the names that are no setting
+    unlisted = False  # the link names weights not listed here: its notice says the book's classes open instead
     for key, raw in params.items():
         if key == TEXT_LEFT_OUT:  # the sidebar reads it (a text left out of the URL); it sets nothing
             continue
@@ -293,8 +295,8 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         if key in PAGE_PARAMS:
             continue
         if key == "weights" and raw not in listed:
-            notices.append(f"Ignored URL parameter weights={clipped(raw)!r}: no weights of that name are listed "
-                           "here (this server lists the book's classes and the checkpoints it found).")
+            notices.append(_weights_not_listed(raw))
+            unlisted = True
             continue
         try:
             values[key] = parsers[key](raw)
@@ -305,8 +307,9 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     if unknown:
         notices.insert(0, _unknown_notice(unknown))
     if "layer" in used and values["layer"] and values["weights"] == weights.BOOK:
-        notices.append(f"Ignored URL parameter layer={clipped(values['layer'])}: the book's classes are one attention "
-                       "layer; pick a checkpoint under Weights for its layers.")
+        if not unlisted:  # the link's model's layer: the weights' notice says why the book's classes open
+            notices.append(f"Ignored URL parameter layer={clipped(values['layer'])}: the book's classes are one "
+                           "attention layer; pick a checkpoint under Weights for its layers.")
         values["layer"] = 0
     if "preset" in used and values["preset"] in PRESET_DIMS:  # the sizes the link does not give are the preset's
         for key, value in zip(("d_in", "d_out", "num_heads"), preset_dims(values["preset"], values["variant"])):
@@ -340,6 +343,29 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
     # a default that does not fit (4 groups for 2 heads) is replaced silently; a URL's value with a notice
     notices += [note for key, note in fitted.items() if key in used]
     return values, notices
+
+
+# a trained model's listed name (live_train.run_name after weights.TRAINED), with the " (2)" a second one gets
+_TRAINED_RUN = re.compile(r"(?:(?P<steps>\d+) steps|stopped at step (?P<done>\d+) of (?P<planned>\d+)), "
+                          r"seed (?P<seed>\d+)(?: \(\d+\))?")
+
+
+def _weights_not_listed(raw: str) -> str:
+    """The notice for a link's ``weights`` that names no option listed here; for a model trained on the Train page
+    (a session's own, which a link made elsewhere can name), what happened and how to see it here."""
+    if not raw.startswith(weights.TRAINED):
+        return (f"Ignored URL parameter weights={clipped(raw)!r}: no weights of that name are listed here (this server "
+                "lists the book's classes and the checkpoints it found).")
+    run = _TRAINED_RUN.fullmatch(raw[len(weights.TRAINED):])
+    again = "train one on the Train page"
+    if run is not None:
+        stopped = f"; it was stopped at step {int(run['done']):,}" if run["done"] else ""
+        again = (f"train it on the Train page ({int(run['steps'] or run['planned']):,} steps, seed {int(run['seed'])}: "
+                 f"the same seed gives the same run{stopped})")
+    return (f"Ignored URL parameter weights={clipped(raw, 60)!r}: a model trained on the Train page stays in the "
+            "browser session, on the server, that trained it, so the book's classes open instead. To see it here, "
+            f"{again}, or ask for its zip (Download the trained model (zip)) and start the app with --checkpoint "
+            "on its folder.")
 
 
 def book_sizes_of_link(params: dict[str, str | list[str]]) -> dict:

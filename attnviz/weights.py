@@ -33,6 +33,7 @@ BOOK = "book"  # the option name of the book's seeded random classes (the defaul
 BOOK_LABEL = "Book's classes (seeded random weights)"
 BUNDLED_NAME = "bundled model"
 SESSION_PREFIX = "session:"
+TRAINED = "trained: "  # how a model trained in a session is listed: "trained: 1000 steps, seed 0"
 MODEL_CACHE_MB = int(os.environ.get("ATTNVIZ_MODEL_CACHE_MB", "7000"))
 MAX_SESSION_MODELS = 8  # server-wide; the oldest is forgotten first
 DISCOVERY_TTL = 10.0  # seconds a discovery result is reused (a new file shows up after this)
@@ -109,7 +110,7 @@ def register_session_model(session_id: str, name: str, model: GPTModel) -> Optio
     model.eval()
     with _session_lock:
         taken = {entry.name for entry in _session_models.values() if entry.session_id == session_id}
-        listed = base = f"trained: {name}"
+        listed = base = f"{TRAINED}{name}"
         number = 2
         while listed in taken:
             listed = f"{base} ({number})"

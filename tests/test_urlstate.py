@@ -411,3 +411,17 @@ def test_a_cell_past_the_map_is_out_of_range_and_one_not_two_whole_numbers_is_no
         urlstate.parse_window_start("7", 6, 256)
     with pytest.raises(ValueError, match=r"^is not a whole number \(window positions for 6 tokens: 0\)"):
         urlstate.parse_window_start("x", 6, 256)
+
+
+def test_a_link_to_a_model_trained_elsewhere_says_what_happened_and_what_to_do_in_one_notice():
+    """A trained model's link names its weights and layer; where the session has no model of that name, one notice
+    says why the book's classes open and how to get the model (not a second one about the book's single layer)."""
+    values, notices = settings_from_query({"weights": "trained: stopped at step 420 of 1000, seed 3 (2)",
+                                           "layer": "1", "text": "Mine"})
+    assert (values["weights"], values["layer"], values["text"]) == ("book", 0, "Mine")
+    assert notices == [
+        "Ignored URL parameter weights='trained: stopped at step 420 of 1000, seed 3 (2)': a model trained on the "
+        "Train page stays in the browser session, on the server, that trained it, so the book's classes open "
+        "instead. To see it here, train it on the Train page (1,000 steps, seed 3: the same seed gives the same run; "
+        "it was stopped at step 420), or ask for its zip (Download the trained model (zip)) and start the app with "
+        "--checkpoint on its folder."]

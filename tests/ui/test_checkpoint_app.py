@@ -274,7 +274,8 @@ def test_a_layer_the_checkpoint_has_not_in_the_url_names_the_models_own_layers(c
 
 
 @pytest.mark.parametrize("tampered", ["/etc/passwd", "../tiny-gpt2", "tiny-gpt2/model.safetensors", "book2",
-                                      "C:\\Windows\\win.ini", "session:" + "0" * 32, "trained: x"])
+                                      "C:\\Windows\\win.ini", "session:" + "0" * 32,
+                                      "trained: 1000 steps, seed 0"])
 def test_tampered_weights_name_is_ignored_and_never_reaches_the_file_system(checkpoints, tampered, monkeypatch):
     opened = []
     real_load = models.load_checkpoint
@@ -282,7 +283,12 @@ def test_tampered_weights_name_is_ignored_and_never_reaches_the_file_system(chec
     at = app(weights=tampered, text="Hello world")
     no_exception(at)
     assert at.sidebar.selectbox(key="weights").value == weights.BOOK
-    assert any("Ignored URL parameter weights" in w.value for w in at.sidebar.warning)
+    notices = " ".join(w.value for w in at.sidebar.warning).replace("\\", "")  # Markdown-escaped
+    assert "Ignored URL parameter weights" in notices
+    if tampered.startswith("trained: "):  # a model someone trained on their Train page: what happened, what to do
+        assert ("a model trained on the Train page stays in the browser session, on the server, that trained it, so "
+                "the book's classes open instead. To see it here, train it on the Train page (1,000 steps, seed 0: "
+                "the same seed gives the same run)") in notices
     assert opened == []
     assert at.sidebar.text_area(key="text").value == "Hello world"
 
