@@ -34,6 +34,9 @@ LEGEND_AT_FOOT = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "b
 # Plotly's modebar: a row of 26 px buttons 2 px under the figure's top edge (its stylesheet's .modebar), and a gap
 MODEBAR_PX = 30
 THEME_TITLE_PX = 16  # a title's font size where the figure sets none (Streamlit's Plotly theme)
+# a title line's average character width in ems, at least what Chromium draws for the Steps page's bold titles in
+# Streamlit's Source Sans, whose lines are narrower than CHAR_PX's tick labels (benchmarks/README.md, "Chart titles")
+TITLE_CHAR_EM = 0.45
 LINE_EM = 1.3  # Plotly's line spacing in ems: Streamlit's Source Sans rises 1 em above its baseline, 0.3 under it
 TITLE_GAP_PX = 10  # between a title and what is under it
 TITLE_INSET_PX = 4  # a title's left end, in from the figure's left edge (Streamlit's Plotly theme: x 0, pad.l 4)
@@ -87,9 +90,10 @@ def height(plot_px: int, margin: dict) -> int:
 
 
 def title_px(text: str, size: float = THEME_TITLE_PX) -> int:
-    """The width of a title's widest line (lines split at ``<br>``) of ``size`` px: :data:`CHAR_PX` a character at
-    12 px, in proportion to the size."""
-    return math.ceil(text_px(text.split("<br>")) * size / 12)
+    """The width of a title's widest line (lines split at ``<br>``; Plotly's HTML escapes unescaped) of ``size`` px:
+    :data:`TITLE_CHAR_EM` of the size a character."""
+    widest = max((len(html.unescape(line)) for line in text.split("<br>")), default=0)
+    return math.ceil(TITLE_CHAR_EM * size * widest)
 
 
 # where a title's phrase ends: before a bracket opened after a space, after a dash between spaces

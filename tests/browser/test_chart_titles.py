@@ -1,5 +1,6 @@
-"""Chart titles beside Plotly's modebar in a real Chromium: on a touch screen (no pointer that hovers) Plotly shows the
-modebar always, over the figure's top right corner; every title sits clear of it, and its buttons stay on top."""
+"""Chart titles in a real Chromium: on a touch screen (no pointer that hovers) Plotly shows the modebar always, over
+the figure's top right corner; every title sits clear of it, and its buttons stay on top.  The Steps page's map titles
+in the narrowest column fit it in as few lines as their words need."""
 
 from __future__ import annotations
 
@@ -64,3 +65,50 @@ def test_every_chart_title_is_clear_of_the_modebar_shown_over_its_corner(touch_p
         assert not _overlap(chart["title"], chart["modebar"]), (chart_name, chart["title"], chart["modebar"])
         assert chart["buttons"] >= 3 and all(chart["onTop"]), (chart_name, chart["onTop"])  # zoom, pan, reset …
     assert grown_margins(page) == []
+
+
+# Each chart's title lines as Chromium draws them in the chart's own title font, and the fewest lines its words need
+# (the words filled into lines of the chart's width, less the title's inset, measured the same way).
+_TITLE_LINES = """(inset) => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stPlotlyChart]')]
+.map((chart) => {
+  const title = chart.querySelector('text.gtitle');
+  if (!title) return null;
+  const room = chart.getBoundingClientRect().width - inset;
+  const probe = title.cloneNode(false);  // in the weight its lines are drawn in (a <b> title's tspans are bold)
+  probe.style.fontWeight = getComputedStyle(title.querySelector('tspan:not(:has(tspan))') || title).fontWeight;
+  title.parentNode.appendChild(probe);
+  const width = (text) => { probe.textContent = text; return probe.getComputedTextLength(); };
+  const spans = [...title.querySelectorAll('tspan.line')];
+  const lines = (spans.length ? spans : [title]).map((line) => line.textContent);
+  let fewest = [];
+  for (const word of lines.join(' ').split(' ')) {
+    const joined = fewest.length ? `${fewest[fewest.length - 1]} ${word}` : word;
+    if (fewest.length && width(joined) <= room) fewest[fewest.length - 1] = joined; else fewest.push(word);
+  }
+  const drawn = lines.map(width);
+  probe.remove();
+  return {lines, widths: drawn, room, fewest: fewest.length};
+}).filter((chart) => chart)"""
+
+
+@pytest.mark.parametrize("query", ["variant=simplified&stage=masked", "variant=swa&stage=weights",
+                                   "variant=causal&causal=false&stage=weights", "variant=simplified&stage=scaled",
+                                   "variant=swa&sliding_window_size=1024&stage=weights"])
+def test_the_steps_maps_titles_fit_the_narrowest_column_in_as_few_lines_as_they_need(page, base_url, query):
+    """At 864 px, with the sidebar open, the Steps page's maps are their narrowest (steps.NARROWEST_MAP_PX): every
+    title line fits its map as Chromium draws it, and a title takes at most one line more than its words need there
+    (a break between phrases may cost a line; a width estimate too wide would break titles that fit)."""
+    from attnviz.views import margins, steps
+
+    page.set_viewport_size({"width": 864, "height": 1000})
+    page.goto(f"{base_url}/steps?{query}")
+    wait_idle(page)
+    assert_no_exception(page)
+    charts = page.evaluate(_TITLE_LINES, margins.TITLE_INSET_PX)
+    assert charts, "no chart title on the page"
+    for chart in charts:
+        assert chart["room"] == steps.NARROWEST_MAP_PX - margins.TITLE_INSET_PX, chart
+        assert max(chart["widths"]) <= chart["room"], chart
+        assert len(chart["lines"]) <= chart["fewest"] + 1, chart
+        if chart["fewest"] == 1:  # it fits on one line: it is drawn on one
+            assert len(chart["lines"]) == 1, chart

@@ -197,8 +197,9 @@ def test_every_title_of_the_steps_maps_fits_its_map_at_the_narrowest(every):
 
 
 def test_a_title_breaks_between_its_phrases_and_keeps_the_pair_as_tall():
-    (before, after), title_px = steps.fitted_titles("before: masked (−∞ above the diagonal)", "before: weights")
-    assert before == "before: masked<br>(−∞ above the diagonal)" and after == "before: weights"
+    (before, after), title_px = steps.fitted_titles("before: masked (−∞ above the diagonal or ≥ 64 back)",
+                                                    "before: weights")
+    assert before == "before: masked<br>(−∞ above the diagonal or ≥ 64 back)" and after == "before: weights"
     assert title_px == margins.title_top(2) > figures.MAP_TITLE_PX  # both maps leave room for two lines
 
 
@@ -216,3 +217,12 @@ def test_the_kv_groups_stage_says_how_the_heads_share_their_kv_heads_in_words(va
     settings = {"num_kv_groups": kv_groups} if kv_groups else {}
     config = AttentionConfig(variant=variant, d_in=8 * heads, d_out=8 * heads, num_heads=heads, **settings)
     assert steps.group_caption(config) == said
+
+
+@pytest.mark.parametrize("title", ["before: masked (−∞ above the diagonal)", "after: softmax — each row sums to 1",
+                                   "after: scaled = scores (no division)", "softmax(scores ÷ √768) — had it divided"])
+def test_a_title_chromium_draws_within_the_narrowest_map_stays_on_one_line(title):
+    """These titles fit the narrowest map on one line as Chromium draws them (tests/browser/test_chart_titles.py
+    measures every title's lines there): broken in two, they would take a line of the map's height for nothing."""
+    (fitted,), title_px = steps.fitted_titles(title)
+    assert fitted == title and title_px == margins.title_top(1)
