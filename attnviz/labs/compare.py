@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from attnviz import attention, modern_attention, rope, variants
+from attnviz import weights as core_weights
 from attnviz.config import AttentionConfig, InputError
 from attnviz.labs import implementations
 from attnviz.producers.book import build_module
@@ -557,11 +558,27 @@ def _name(result: VariantResult) -> str:
     return result.label.partition(" (")[0]
 
 
+def variant_sizes(result: VariantResult) -> str:
+    """The sizes of its own a modern variant ran with, from the config its module was built from: the K/V heads its
+    query heads share (GQA, MQA: `` · 4 K/V heads, each shared by 3 query heads``), the latent K and V come from
+    (MLA: `` · K/V latent dim 96``) or the window (SWA: `` · window W = 4``, or without one `` · no window: every
+    earlier key``); "" for the other variants."""
+    config = result.config
+    if config.latent_width is not None:
+        return f" · K/V latent dim {config.latent_width}"
+    if config.spec.grouped:
+        return f" · {core_weights.kv_sharing(config.heads, config.kv_groups)}"
+    if "sliding_window_size" in config.spec.settings:
+        return " · no window: every earlier key" if config.window is None else f" · window W = {config.window}"
+    return ""
+
+
 def variant_caption(result: VariantResult, causal: bool, seed: bool = False) -> str:
-    """The line under a variant's map: its output shape and heads; with ``seed``, the seed it ran (a class with
+    """The line under a variant's map: its output shape and heads, and a modern variant's own sizes
+    (:func:`variant_sizes`); with ``seed``, the seed it ran (a class with
     weights: at the book's toy example each ran its own); and, for a book listing with no mask (3.3, 3.4)
     drawn while the sidebar's Causal mask is on (``causal``: the mask it ran), that the mask is the sidebar's."""
-    caption = f"output {result.output_shape} · {amount(result.heads, 'head')}"
+    caption = f"output {result.output_shape} · {amount(result.heads, 'head')}{variant_sizes(result)}"
     spec = variants.get(result.variant)
     if seed and spec.weights is not None:
         caption += f" · seed {result.config.seed}"

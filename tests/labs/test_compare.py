@@ -344,12 +344,27 @@ NOT_CAUSAL_IN_THE_BOOK = ["simplified", "self_attention_v1", "self_attention_v2"
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_without_one(causal):
     """The book's 3.3/3.4 classes have no mask of their own: the caption says when they are drawn with the
-    sidebar's Causal mask (on by default), and says nothing when it is off."""
+    sidebar's Causal mask (on by default), and says nothing when it is off.  Each modern variant's caption gives the
+    sizes its module ran with: K/V heads (GQA, MQA), latent dim (MLA), window W (SWA) — the defaults, or the ones
+    the sidebar set."""
     trace = small_trace(causal=causal)
-    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4))
+    base = compare.base_config(trace.config, 16, 4)
+    if not causal:  # sizes set by hand: GQA's 1 K/V head, a latent of 5, a window of 3
+        base = replace(base, num_kv_groups=1, latent_dim=5, sliding_window_size=3)
+    result = compare.compare_trace(trace, base)
+    modules = compare.variant_modules(base, compare.MAX_TOKENS)  # what each variant ran
+    said_sizes = {
+        "gqa": f"· {modules['gqa'].num_kv_groups} K/V head", "mqa": "· 1 K/V head shared by all 4 query heads",
+        "mla": f"· K/V latent dim {modules['mla'].latent_dim}",
+        "swa": "· no window: every earlier key" if causal else "· window W = 3",
+    }
+    assert (modules["gqa"].num_kv_groups, modules["mla"].latent_dim) == ((2, 16) if causal else (1, 5))
     for variant in result.variants:
         caption = compare.variant_caption(variant, causal=causal)
         assert caption.startswith(f"output {variant.output_shape} · {amount(variant.heads, 'head')}")
+        assert ("K/V" in caption or "window" in caption) == (variant.variant in said_sizes), caption
+        if variant.variant in said_sizes:
+            assert said_sizes[variant.variant] in caption, caption
         said = "the sidebar's Causal mask" in caption
         assert said == (causal and variant.variant in NOT_CAUSAL_IN_THE_BOOK), caption
         if said:
