@@ -143,8 +143,8 @@ def _rotated_queries(view: HeadWindow, before, after, titles) -> None:
 
 def _kv_repeat(view: HeadWindow, before, after, titles) -> None:
     config = view.config
-    st.caption(steps.group_caption(config))
-    st.dataframe(steps.group_table(config), hide_index=True, height=300)
+    st.caption(f"{steps.group_caption(config)} {steps.focus_caption(config, view.head)}")
+    st.dataframe(steps.group_table(config, view.head), hide_index=True, height="content")  # every row: the focused one
 
 
 def _scores(view: HeadWindow, before, after, titles) -> None:

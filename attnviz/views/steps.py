@@ -22,6 +22,8 @@ from attnviz.views import figures, margins, source
 from attnviz.words import amount
 
 if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler
+
     from attnviz.config import AttentionConfig
     from attnviz.trace import Trace
 
@@ -265,9 +267,35 @@ def group_caption(config: AttentionConfig) -> str:
     return f"{amount(kv_heads, 'K/V head')} for {amount(heads, 'query head')}: {share}."
 
 
-def group_table(config: AttentionConfig) -> pd.DataFrame:
-    """One row per query head: the K/V group (head) whose keys and values it uses."""
-    return pd.DataFrame({"query head": list(range(config.heads)), "K/V group": list(config.head_groups)})
+FOCUSED_ROW = "background-color: rgba(255, 75, 75, 0.38)"  # the focused head's row of the head → group table
+SHARING_ROW = "background-color: rgba(255, 75, 75, 0.12)"  # the rows of the other heads of its K/V group
+
+
+def group_table(config: AttentionConfig, head: int) -> Styler:
+    """One row per query head: the K/V group (head) whose keys and values it uses; the focused ``head``'s row shaded,
+    and the rows of the heads that share its K/V group shaded lighter (a Styler ``st.dataframe`` draws)."""
+    table = pd.DataFrame({"query head": list(range(config.heads)), "K/V group": list(config.head_groups)})
+    group = config.kv_group(head)
+
+    def shade(row: pd.Series) -> list[str]:
+        style = (FOCUSED_ROW if row["query head"] == head else SHARING_ROW if row["K/V group"] == group else "")
+        return [style] * len(row)
+
+    return table.style.apply(shade, axis=1)
+
+
+def focus_caption(config: AttentionConfig, head: int) -> str:
+    """Which K/V group the focused ``head`` uses and who shares it, naming the table's shading: "Head 7 (shaded
+    darker) uses K/V group 2, with heads 6 and 8 (shaded lighter)."."""
+    group = config.kv_group(head)
+    others = [other for other in range(config.heads) if other != head and config.kv_group(other) == group]
+    if not others:
+        return f"Head {head} (shaded) uses K/V group {group}, its own."
+    if len(others) == config.heads - 1:
+        return f"Head {head} (shaded darker) uses K/V group {group}, as every other head does (shaded lighter)."
+    names = ", ".join(map(str, others[:-1])) + f" and {others[-1]}" if len(others) > 1 else str(others[0])
+    return (f"Head {head} (shaded darker) uses K/V group {group}, with {'heads' if len(others) > 1 else 'head'} "
+            f"{names} (shaded lighter).")
 
 
 def rotation_tables(trace: Trace, head: int, max_rows: int = 64) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -203,20 +205,30 @@ def test_a_title_breaks_between_its_phrases_and_keeps_the_pair_as_tall():
     assert title_px == margins.title_top(2) > figures.MAP_TITLE_PX  # both maps leave room for two lines
 
 
-@pytest.mark.parametrize("variant, heads, kv_groups, said", [
-    ("gqa", 12, 4, "4 K/V heads for 12 query heads: groups of 3."),
-    ("mqa", 12, None, "1 K/V head for 12 query heads: all 12 share it."),
-    ("gqa", 1, 1, "1 K/V head for 1 query head: each query head has its own, as in MHA."),
-    ("gqa", 4, 4, "4 K/V heads for 4 query heads: each query head has its own, as in MHA."),
+@pytest.mark.parametrize("variant, heads, kv_groups, said, head, sharing", [
+    ("gqa", 12, 4, "4 K/V heads for 12 query heads: groups of 3.", 7, {6, 8}),
+    ("mqa", 12, None, "1 K/V head for 12 query heads: all 12 share it.", 11, set(range(11))),
+    ("gqa", 1, 1, "1 K/V head for 1 query head: each query head has its own, as in MHA.", 0, set()),
+    ("gqa", 4, 4, "4 K/V heads for 4 query heads: each query head has its own, as in MHA.", 2, set()),
 ])
-def test_the_kv_groups_stage_says_how_the_heads_share_their_kv_heads_in_words(variant, heads, kv_groups, said):
+def test_the_kv_groups_stage_says_how_the_heads_share_their_kv_heads_in_words(variant, heads, kv_groups, said, head,
+                                                                              sharing):
     """The Steps page's "K/V groups → heads" caption: one K/V head is "1 K/V head", not "1 K/V heads … groups of
-    12"; a K/V head per query head is said to be MHA's."""
+    12"; a K/V head per query head is said to be MHA's.  Its head → group table shades the focused head's row, and
+    lighter the rows of the heads that share its K/V group, as the caption under it says."""
     from attnviz.config import AttentionConfig
 
     settings = {"num_kv_groups": kv_groups} if kv_groups else {}
     config = AttentionConfig(variant=variant, d_in=8 * heads, d_out=8 * heads, num_heads=heads, **settings)
     assert steps.group_caption(config) == said
+    styled = steps.group_table(config, head)
+    assert styled.data.to_dict("list") == {"query head": list(range(heads)), "K/V group": list(config.head_groups)}
+    rules = re.findall(r"((?:#T_\w+_row\d+_col\d+,?\s*)+)\{\s*([^}]*?);?\s*\}", styled.to_html())
+    shading = {int(row): style.strip() for cells, style in rules for row in re.findall(r"_row(\d+)_col", cells)}
+    assert shading == {head: steps.FOCUSED_ROW, **dict.fromkeys(sharing, steps.SHARING_ROW)}
+    caption = steps.focus_caption(config, head)
+    assert caption.startswith(f"Head {head} (shaded") and f"K/V group {config.kv_group(head)}" in caption
+    assert ("shaded lighter" in caption) == bool(sharing), caption
 
 
 @pytest.mark.parametrize("title", ["before: masked (−∞ above the diagonal)", "after: softmax — each row sums to 1",
