@@ -80,7 +80,7 @@ from attnviz.declarations import declared_size, declared_window, is_size
 from attnviz.rotary_rule import uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
 from attnviz.tokens import counted
-from attnviz.window_reading import attention_window, cache_length
+from attnviz.window_reading import CACHE_ARGUMENTS, attention_window, cache_length, cache_parameters
 from attnviz.words import amount, plural
 
 
@@ -348,17 +348,6 @@ def _shape_words(shape: torch.Size | None) -> str:
 
 
 RESETS = ("reset_cache", "reset_kv_cache")  # the names a module's own cache reset goes by
-# a cache the caller holds, by the names code passes it under (GPT-2's original ``past``, minGPT forks' ``kv_cache``)
-CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "kv_cache", "cache", "past")
-
-
-def cache_parameters(module: nn.Module) -> tuple[bool, str | None]:
-    """How the module's forward takes a cache: (whether it takes ``use_cache``, the name of its parameter that takes a
-    cache the caller holds — Hugging Face's past_key_values: :data:`CACHE_ARGUMENTS`, with no default or a default of
-    None, as a cache starts empty (``past=0``, a count of past tokens, is no cache) — or None)."""
-    parameters = inspect.signature(module.forward).parameters
-    return "use_cache" in parameters, next((name for name in CACHE_ARGUMENTS if name in parameters
-                                            and parameters[name].default in (None, inspect.Parameter.empty)), None)
 
 
 def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
@@ -386,7 +375,8 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
         if not causal:
             return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
                                        "first tokens see the later ones, so a prefill cannot give them: not checked")
-        return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes)
+        return _passed_back(module, x, cache_name, {"use_cache": True} if takes_use_cache else {}, prefill, sizes,
+                            length)
     reset = _user_reset(module, reset_name)
     refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
     precision = _Precision()  # the cache's dtype, as the cached forwards show it
@@ -499,11 +489,12 @@ def _with_refused(words: str, refused: str | None) -> str:
 
 
 def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dict, prefill: int,
-                 sizes: Mapping[str, int] | None = None) -> Check:
+                 sizes: Mapping[str, int] | None = None, length: tuple[str, int] | None = None) -> Check:
     """kv-cache for a cache the caller holds: two sequences, each a prefill then token by token, every forward given
-    (as ``cache_name``) the cache the forward before returned, must give the uncached outputs.  A forward that returns
-    none is given a cache object the caller holds, which it fills in place (a Hugging Face ``DynamicCache``, when
-    transformers is installed), from the first forward on: the same object, or the one it returns."""
+    (as ``cache_name``) the cache the forward before returned, must give the uncached outputs — for a cache length
+    (``length``, :func:`attnviz.window_reading.cache_length`), past W those of the last W tokens.  A forward that
+    returns none is given a cache object the caller holds, which it fills in place (a Hugging Face ``DynamicCache``,
+    when transformers is installed), from the first forward on: the same object, or the one it returns."""
     rule = "kv-cache"
     sequences = [x[:1], x[1:2]]  # two different sequences, (1, n, d_in) each
     with torch.no_grad():
@@ -512,7 +503,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
         refused = _why_no_chunk(module)  # why the module takes no chunk after its cache: then its tokens go one by one
         precision = _Precision()  # the cache's dtype, as the cached forwards show it
         fed = functools.partial(_fed_back, module, sequences, expected, cache_name, flags, prefill,
-                                precision=precision)
+                                precision=precision, length=length)
         result, refused = _chunk_else_one_by_one(functools.partial(fed, lambda: None, last), refused)
         held = None
         if result == "none returned" and (held := _cache_object()) is not None:
@@ -530,7 +521,7 @@ def _passed_back(module: nn.Module, x: torch.Tensor, cache_name: str, flags: dic
              f"the {type(held).__name__} the forward before filled")
     n = x.shape[1]
     words = (f"two sequences: {_plan_words(n, prefill, refused)}, each given {given} ({cache_name}), give the uncached "
-             f"outputs ({precision.within()})")
+             f"outputs ({precision.within()}){_cropped_words(length, n)}")
     return _held_verdict(module, _with_refused(words, refused), measured, n, sizes,
                          None if held is None else type(held).__name__)
 
@@ -567,16 +558,23 @@ def _cache_object():
 
 def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[torch.Tensor], cache_name: str,
               flags: dict, prefill: int, new_cache: Callable[[], object], last: dict | None = None, *,
-              chunk: bool = True, precision: _Precision | None = None) -> str | None:
+              chunk: bool = True, precision: _Precision | None = None,
+              length: tuple[str, int] | None = None) -> str | None:
     """The first cached forward that raises or differs, in words; None when none does; "none returned" when a
     forward returns no cache and was given no cache object it filled.  Each sequence starts from ``new_cache()``
     (None, or an empty cache object), each forward is given the cache the forward before returned (or, returning
     none, the object it was given); ``last["cache"]`` is the cache after the last forward.  ``chunk``: the last
     tokens in one forward (:func:`kv_steps`); one that raises on them is :class:`_ChunkRefusedError`.  ``precision``
-    learns the dtype the returned cache keeps its tensors in (:class:`_Precision`)."""
+    learns the dtype the returned cache keeps its tensors in (:class:`_Precision`).  ``length``: (the name, W) of the
+    module's cache length (:func:`attnviz.window_reading.cache_length`): a step that ends past W is compared with the
+    uncached forward of the last W tokens (:func:`kv_cropped`)."""
     precision = _Precision() if precision is None else precision
-    for number, (sequence, wanted) in enumerate(zip(sequences, expected), start=1):
+    kept = None if length is None else length[1]
+    for number, (sequence, whole) in enumerate(zip(sequences, expected), start=1):
         cache = first = new_cache()
+        crops = {} if kept is None else {  # (start, stop) -> the uncached output of the last W tokens at the step's
+            (start, stop): module_output(module, sequence[:, stop - kept:stop])[:, start - stop:]  # (1, q, d_out)
+            for start, stop in kv_cropped(sequence.shape[1], kept, chunk=chunk)}
 
         def rerun(start: int, *, sequence=sequence) -> dict:  # the forwards before ``start`` again
             cache = new_cache()
@@ -598,25 +596,29 @@ def _fed_back(module: nn.Module, sequences: list[torch.Tensor], expected: list[t
                     raise _ChunkRefusedError(str(error)) from error
                 return f"{error} (given the cache the forward before returned as {cache_name})"
             got = tracing.first_tensor(output)
-            problem = _cached_output_problem(got, wanted[:, start:stop], sequence[:, start:stop])
+            wanted = crops.get((start, stop), whole[:, start:stop])  # (1, q, d_out)
+            problem = _cached_output_problem(got, wanted, sequence[:, start:stop])
             if problem is not None:
                 return f"sequence {number}, {_step_words(start, stop)}: {problem}"
             got = got.detach()  # (1, q, d_out)
             cache = _next_cache(output, stop, cache)
             if cache is None or (start == 0 and _empty(cache)):
                 return "none returned"
-            precision.learn(_tensors_in(cache_name, cache), wanted)
-            worst = (got.float() - wanted[:, start:stop].float()).abs().nan_to_num(nan=math.inf).max().item()
+            precision.learn(_tensors_in(cache_name, cache), whole)
+            worst = (got.float() - wanted.float()).abs().nan_to_num(nan=math.inf).max().item()
             if worst > precision.tolerance:
                 step = _step_words(start, stop)
                 cause = _step_cause(module, sequence, start, stop, functools.partial(rerun, start),
                                     precision=precision)
                 given = ("the cache the forward before returned" if first is None else
                          f"the {type(first).__name__} the forward before filled")
+                uncached = ("the uncached one" if (start, stop) not in crops else
+                            f"the uncached forward of the last {counted(kept)} ({length[0]} = {kept}, the cache's "
+                            "length)")
                 if cause is not None:
-                    return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
+                    return (f"sequence {number}, {step}: the cached output differs from {uncached} by "
                             f"{worst:.3g}{precision.beyond()} — {cause} (each forward given {given} as {cache_name})")
-                return (f"sequence {number}, {step}: the cached output differs from the uncached one by "
+                return (f"sequence {number}, {step}: the cached output differs from {uncached} by "
                         f"{worst:.3g}{precision.beyond()} — given {given} as {cache_name}, the step does not compute "
                         "what the whole sequence computes at that position")
         if last is not None:
@@ -998,6 +1000,16 @@ def _kept_window(module: nn.Module) -> int | None:
     step, or W after it) or, for the book's optimized class, its cache's length (:func:`cache_length`: it keeps the
     last W); None: it declares none."""
     return declared_window(module)
+
+
+def _caller_holds(module: nn.Module) -> bool:
+    """Whether the module's forward takes a cache the caller holds and no ``use_cache`` (:func:`cache_parameters`): a
+    nanoGPT fork's ``kv_cache``, given back what the forward before returned."""
+    try:
+        takes_use_cache, cache_name = cache_parameters(module)
+    except (TypeError, ValueError):
+        return False
+    return cache_name is not None and not takes_use_cache
 
 
 def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:
@@ -1405,9 +1417,11 @@ def _step_cause(module: nn.Module, sequence: torch.Tensor, start: int, stop: int
     length = cache_length(module)
     if length is not None and window is not None and seen > window:  # W is what the cache keeps, not a mask
         extra = "one token" if seen == window + 1 else f"{seen - window} tokens"
+        fix = (f"once the cache it is given holds {window} tokens, drop the oldest before appending the new ones"
+               if _caller_holds(module) else
+               f"once it holds {window} tokens, shift the oldest out before writing the new ones")
         return (f"the step attends over {amount(seen, 'key')} where the cache's length ({length[0]} = {window}) "
-                f"keeps {window}: the cache keeps {extra} too many — once it holds {window} tokens, shift the oldest "
-                "out before writing the new ones")
+                f"keeps {window}: the cache keeps {extra} too many — {fix}")
     if attention_window(module) is not None and seen > window and keys == stop:  # all held: the mask lets it see them
         row = int(((~step.masked_cells()).sum(-1) > window).flatten(0, -2).any(0).nonzero()[0])  # the first such query
         return (f"the cached step's mask does not apply the window: the cache holds all {counted(stop)} fed, and query "

@@ -4,7 +4,8 @@ the module's code.
 The book's optimized ``MultiHeadAttention`` keeps a ``window_size`` that is its KV cache's length: its uncached
 forward attends to every earlier token, and only its cached path reads the name.  A sliding-window module may keep
 its window under the same name.  :func:`cache_length` reads the name as the cache's length when the code reads it only
-where the forward caches and says nowhere that it is an attention window (:func:`window_said`: the class's name or
+where the forward caches (under ``use_cache``, or where a cache the caller holds is given or built to be returned)
+and says nowhere that it is an attention window (:func:`window_said`: the class's name or
 docstring, a config's ``sliding_window``, a mask made of it); :func:`attention_window` is then the window a query
 sees, or None.  The code read is the code the module runs: its forward, its cache methods, what its constructor calls,
 and the methods of its own these call, each where it is called (:func:`_reached_methods`).
@@ -32,13 +33,25 @@ SAYS_WINDOW_ATTENTION = re.compile(r"\b(?:sliding )?window(?:ed)? (?:self )?(?:a
                                    r"|\blocal (?:self )?attention\b"
                                    r"|\b(?:attention|attends?) (?:\w+ ){0,3}(?:a |its )?sliding window\b")
 MASK_CALLS = ("tril", "triu", "tril_", "triu_", "masked_fill", "masked_fill_", "where", "scaled_dot_product_attention")
+# a cache the caller holds, by the names code passes it under (GPT-2's original ``past``, minGPT forks' ``kv_cache``)
+CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "layer_past", "past_kv", "kv_cache", "cache", "past")
+
+
+def cache_parameters(module: nn.Module) -> tuple[bool, str | None]:
+    """How the module's forward takes a cache: (whether it takes ``use_cache``, the name of its parameter that takes a
+    cache the caller holds — Hugging Face's past_key_values: :data:`CACHE_ARGUMENTS`, with no default or a default of
+    None, as a cache starts empty (``past=0``, a count of past tokens, is no cache) — or None)."""
+    parameters = inspect.signature(module.forward).parameters
+    return "use_cache" in parameters, next((name for name in CACHE_ARGUMENTS if name in parameters
+                                            and parameters[name].default in (None, inspect.Parameter.empty)), None)
 
 
 def cache_length(module: nn.Module) -> tuple[str, int] | None:
     """(the name, W) when the window a module declares (:func:`declared_window`) is its KV cache's length, not an
     attention window, as the book's optimized ``MultiHeadAttention`` makes its ``window_size``: kept under a name that
-    says neither sliding nor attention (:data:`CACHE_LENGTH_NAMES`), by a module whose forward takes ``use_cache``
-    and whose code reads it only where it caches (:func:`_read_only_to_cache`), and whose code says nowhere that it
+    says neither sliding nor attention (:data:`CACHE_LENGTH_NAMES`), by a module whose forward takes ``use_cache`` or
+    a cache the caller holds (:func:`cache_parameters`) and whose code reads it only where it caches
+    (:func:`_read_only_to_cache`), and whose code says nowhere that it
     is an attention window (:func:`window_said`).  None otherwise: a ``sliding_window_size``, or a ``window_size``
     the uncached forward may read, or one the code calls a window, is an attention window."""
     found = _read_as_cache_length(module)
@@ -62,10 +75,11 @@ def _read_as_cache_length(module: nn.Module) -> tuple[str, int] | None:
     if found is None or found[0].rpartition(".")[2] not in CACHE_LENGTH_NAMES:
         return None
     try:
-        takes_use_cache = "use_cache" in inspect.signature(module.forward).parameters
+        takes_use_cache, cache_name = cache_parameters(module)
     except (TypeError, ValueError):
         return None
-    return found if takes_use_cache and _read_only_to_cache(type(module), found[0], kept_by_cache) else None
+    caches = takes_use_cache or cache_name is not None
+    return found if caches and _read_only_to_cache(type(module), found[0], kept_by_cache) else None
 
 
 def _cache_module_window(module: nn.Module) -> tuple[str, int] | None:
@@ -390,7 +404,8 @@ def _window_valued(node: ast.AST, name: str, aliases: set[str]) -> bool:
 @functools.lru_cache(maxsize=64)
 def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> bool:
     """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
-    forward caches: under an ``if use_cache`` (or in the ``else`` of an ``if not use_cache``), in a method whose name
+    forward caches: under an ``if use_cache`` or ``if kv_cache is not None`` (or in the ``else`` of an ``if not
+    use_cache``), in the code that builds the cache a forward returns to its caller, in a method whose name
     says cache (``reset_cache``, ``_update_cache``), or in a method called only from there (:func:`_reached_methods`:
     ``self._shift(k, v)`` under an ``if use_cache``); a constructor reads it, or its parameter ``name``, only to keep
     it (``self.window_size = window_size or self.max_seq_len``, passed on to a base's constructor) or to size the
@@ -483,20 +498,34 @@ def _cached_and_other_loads(node: ast.AST | list[ast.stmt], name: str, caching: 
 CACHE_FLAG = "use_cache"  # the forward's argument that says it caches
 
 
-def _with_caching(node: ast.AST | list[ast.stmt], caching: bool,
-                  flags: frozenset[str] = frozenset((CACHE_FLAG,))) -> Iterator[tuple[ast.AST, bool]]:
+def _with_caching(node: ast.AST | list[ast.stmt], caching: bool, flags: frozenset[str] = frozenset((CACHE_FLAG,)),
+                  returned: frozenset[str] | None = None) -> Iterator[tuple[ast.AST, bool]]:
     """Each node of ``node``'s code (a method's ``def``, whose body is read, a statement list, a statement or an
     expression) with whether it runs only where the forward caches — ``caching``: all of it does.  An ``if`` (or ``…
     if … else …``) on ``use_cache`` — ``if use_cache``, ``if use_cache and …`` — caches in its body, ``if not
     use_cache`` in its ``else`` and, when its body ends in a ``return`` or ``raise``, in the statements after it,
     however deep it sits; in ``use_cache and …`` what follows ``use_cache`` caches.  ``flags``: ``use_cache`` and the
-    names a method's ``def`` assigns it to (:func:`_cache_flags`: ``caching = use_cache and not self.training``)."""
+    names a method's ``def`` assigns it to (:func:`_cache_flags`: ``caching = use_cache and not self.training``), and
+    its parameters that take a cache the caller holds, tested as ``kv_cache is not None`` or ``kv_cache is None``.  In a
+    method that takes a cache the caller holds (:data:`CACHE_ARGUMENTS`), the code that builds the cache it returns
+    caches too: what a ``return out, …`` returns after the output, and a statement that assigns only names it returns
+    there and reads nowhere else (``returned``: :func:`_returned_cache`, ``present = (k[:, :, -W:], v[:, :, -W:])``)."""
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        yield from _with_caching(node.body, caching, _cache_flags(node))
+        yield from _with_caching(node.body, caching, _cache_flags(node), _returned_cache(node))
         return
     if isinstance(node, list):
         for statement in node:
-            yield from _with_caching(statement, caching, flags)
+            if (isinstance(statement, ast.Return) and isinstance(statement.value, ast.Tuple) and returned is not None
+                    and len(statement.value.elts) > 1):  # ``return out, present``: what follows the output caches
+                yield statement, caching
+                yield statement.value, caching
+                yield from _with_caching(statement.value.elts[0], caching, flags, returned)
+                for element in statement.value.elts[1:]:
+                    yield from _with_caching(element, True, flags, returned)
+                continue
+            builds = returned is not None and isinstance(statement, ast.Assign) and all(
+                _assigned_names(target) and _assigned_names(target) <= returned for target in statement.targets)
+            yield from _with_caching(statement, caching or builds, flags, returned)
             if (isinstance(statement, ast.If) and _use_cache_branches(statement.test, flags) == (False, True)
                     and statement.body and isinstance(statement.body[-1], ast.Return | ast.Raise)):
                 caching = True  # ``if not use_cache: … return``: what follows runs only where the forward caches
@@ -506,19 +535,52 @@ def _with_caching(node: ast.AST | list[ast.stmt], caching: bool,
     if branches is not None:
         parts = [(node.test, caching), (node.body, caching or branches[0]), (node.orelse, caching or branches[1])]
     elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):  # ``use_cache and …``: what follows caches
-        told = [index for index, value in enumerate(node.values) if isinstance(value, ast.Name)
-                and value.id in flags]
+        told = [index for index, value in enumerate(node.values) if _flag_test(value, flags)]
         parts = [(value, caching or (bool(told) and index > told[0])) for index, value in enumerate(node.values)]
     else:
         parts = [(child, caching) for child in ast.iter_child_nodes(node)]
     for part, caches in parts:
-        yield from _with_caching(part, caches, flags)
+        yield from _with_caching(part, caches, flags, returned)
+
+
+def _assigned_names(target: ast.expr) -> set[str]:
+    """The names an assignment's target assigns when it is a name or a tuple of names (``present``, ``pk, pv``); none
+    for any other target."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, ast.Tuple | ast.List) and all(isinstance(element, ast.Name) for element in target.elts):
+        return {element.id for element in target.elts}
+    return set()
+
+
+def _returned_cache(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str] | None:
+    """The local names a method that takes a cache the caller holds (a parameter of :data:`CACHE_ARGUMENTS`) returns
+    as that cache — after the output in a ``return out, present`` — and reads nowhere else: the names of the cache it
+    builds for its caller (NanoGPT forks' ``present``).  None for a method that takes no such cache."""
+    arguments = method.args
+    if not {argument.arg for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]} \
+            & set(CACHE_ARGUMENTS):
+        return None
+    returns = [node.value for node in ast.walk(method) if isinstance(node, ast.Return)
+               and isinstance(node.value, ast.Tuple) and len(node.value.elts) > 1]
+    cached = {id(sub) for value in returns for element in value.elts[1:] for sub in ast.walk(element)}
+    names = {sub.id for value in returns for element in value.elts[1:] for sub in ast.walk(element)
+             if isinstance(sub, ast.Name)}
+    elsewhere = {node.id for node in ast.walk(method) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+                 and id(node) not in cached}
+    return frozenset(names - elsewhere)
 
 
 def _cache_flags(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     """``use_cache`` and the local names a method's code assigns it to, alone or with more conditions (``caching =
-    use_cache``, ``caching = use_cache and not self.training``): each is true only where the forward caches."""
-    flags = {CACHE_FLAG}
+    use_cache``, ``caching = use_cache and not self.training``), and its parameters that take a cache the caller holds
+    (:data:`CACHE_ARGUMENTS`, given only where the forward caches): each is true only where the forward caches."""
+    arguments = method.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
+    flags = {CACHE_FLAG} | {argument.arg for argument, default in [*zip(positional, defaults), *zip(
+        arguments.kwonlyargs, arguments.kw_defaults)] if argument.arg in CACHE_ARGUMENTS and (
+        default is None or (isinstance(default, ast.Constant) and default.value is None))}
     for node in ast.walk(method):
         value = node.value if isinstance(node, ast.Assign) else None
         if value is not None and all(isinstance(target, ast.Name) for target in node.targets) and (
@@ -531,14 +593,28 @@ def _cache_flags(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[st
 
 def _use_cache_branches(test: ast.expr, flags: frozenset[str] = frozenset((CACHE_FLAG,))) -> tuple[bool, bool] | None:
     """(whether the body, whether the ``else`` runs only when the forward caches) for an ``if`` whose ``test`` is
-    ``use_cache``, ``use_cache and …`` or ``not use_cache`` (or one of the ``flags`` that hold it); None for any other
-    test."""
-    if isinstance(test, ast.Name) and test.id in flags:
-        return True, False
+    ``use_cache``, ``use_cache and …`` or ``not use_cache`` (or one of the ``flags`` that hold it; a cache the caller
+    holds: ``kv_cache is not None``, ``kv_cache is None``); None for any other test."""
+    said = _flag_test(test, flags)
+    if said is not None:
+        return (True, False) if said else (False, True)
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(
-            isinstance(value, ast.Name) and value.id in flags for value in test.values):
+            _flag_test(value, flags) for value in test.values):
         return True, False
-    if (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name)
-            and test.operand.id in flags):
-        return False, True
+    return None
+
+
+def _flag_test(test: ast.expr, flags: frozenset[str]) -> bool | None:
+    """True for a test that holds only where the forward caches — one of the ``flags`` (``use_cache``), or a cache
+    the caller holds that is given (``kv_cache is not None``) —, False for its negation (``not use_cache``,
+    ``kv_cache is None``), None for any other test."""
+    if isinstance(test, ast.Name):
+        return True if test.id in flags else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        said = _flag_test(test.operand, flags)
+        return None if said is None else not said
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is | ast.IsNot)
+            and isinstance(test.left, ast.Name) and test.left.id in flags
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None):
+        return isinstance(test.ops[0], ast.IsNot)
     return None

@@ -70,6 +70,47 @@ class TrimsOneShort(um.WindowSizeTrim):
         return self.cache_k, self.cache_v, start
 
 
+class ReturnsItsLastTokens(nn.Module):
+    """A nanoGPT fork whose caller holds the KV cache: ``forward(x, kv_cache=None) -> (y, present)``, the cache it
+    returns cut to the last ``window_size`` tokens; a step attends to the cache it is given and its own tokens."""
+
+    def __init__(self, n_embd=16, n_head=4, window_size=4):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd, self.window_size = n_head, n_embd, window_size
+
+    def forward(self, x, kv_cache=None):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        if kv_cache is not None:
+            k, v = torch.cat([kv_cache[0], k], dim=2), torch.cat([kv_cache[1], v], dim=2)  # (B, nh, past + T, hs)
+        present = (k[:, :, -self.window_size:], v[:, :, -self.window_size:])
+        return self.attend(q, k, v), present
+
+    def attend(self, q, k, v):
+        B, nh, T, hs = q.shape
+        past = k.shape[2] - T
+        allowed = torch.arange(k.shape[2])[None, :] <= torch.arange(past, past + T)[:, None]  # (T, past + T)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, nh, T, hs)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, nh * hs))
+
+
+class AttendsToItsLastTokens(ReturnsItsLastTokens):
+    """Cuts the keys to the last ``window_size`` once it is given a cache, and returns them: a step attends to at most
+    W keys, as the book's optimized class's does once its cache is full."""
+
+    def forward(self, x, kv_cache=None):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        if kv_cache is not None:
+            k = torch.cat([kv_cache[0], k], dim=2)[:, :, -self.window_size:]  # (B, nh, ≤ W, hs)
+            v = torch.cat([kv_cache[1], v], dim=2)[:, :, -self.window_size:]  # (B, nh, ≤ W, hs)
+        return self.attend(q, k, v), (k, v)
+
+
 CACHE_LENGTH_CAUSES = [  # (module, the end of kv-cache's failure on 6 tokens: a cache length's words, not a window's)
     (lambda: built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=4, bug="sized-by-context"),
      "the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: the cache keeps 2 tokens too "
@@ -88,11 +129,16 @@ CACHE_LENGTH_CAUSES = [  # (module, the end of kv-cache's failure on 6 tokens: a
      "length window_size = 4, once full, shifts its oldest tokens out and moves the pointer back to W minus the new "
      "tokens), not the token's position 4 — the rotary position offset must not be the cache's fill pointer; take it "
      "from a count of the tokens fed so far, which the cache's length does not cap"),
+    pytest.param(  # a kv-cache run beside the cheap reading of ReturnsItsLastTokens's code below
+        lambda: built(ReturnsItsLastTokens),
+        "the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: the cache keeps 2 tokens too "
+        "many — once the cache it is given holds 4 tokens, drop the oldest before appending the new ones (each "
+        "forward given the cache the forward before returned as kv_cache)", marks=pytest.mark.slow),
 ]
 
 
 @pytest.mark.parametrize(("module", "cause"), CACHE_LENGTH_CAUSES, ids=["keeps-more", "keeps-fewer", "trims-fewer",
-                                                                                       "fill-pointer"])
+                                                                                       "fill-pointer", "caller-held"])
 def test_a_cache_length_class_whose_cache_keeps_the_wrong_tokens_is_told_so_in_a_cache_lengths_words(module, cause):
     """The cache allocated context_length long holds every token fed, more than W; one allocated W − 1 long holds too
     few; rotary angles taken from the fill pointer turn the new tokens back once the cache is full.  None of it is a
@@ -102,6 +148,16 @@ def test_a_cache_length_class_whose_cache_keeps_the_wrong_tokens_is_told_so_in_a
     assert check.evidence.endswith(cause), check
     assert "mask" not in check.evidence and "window of W" not in check.evidence, check
     assert "rolling" not in check.evidence and "W − 1" not in check.evidence, check
+
+
+@pytest.mark.slow  # every rule; test_cache_length_reads_where_the_class_reads_its_window_size reads it quickly
+def test_a_caller_held_cache_cut_to_window_size_is_the_caches_length_and_passes_every_rule():
+    results = verdicts(built(AttendsToItsLastTokens))
+    assert failing(results) == set(), results
+    mask = results["mask-convention"]
+    assert "window_size = 4 is the length of the module's KV cache, not an attention window" in mask.evidence, mask
+    assert "from token 4 on each cached step is compared with the uncached forward of the last 4 tokens" \
+        in results["kv-cache"].evidence, results["kv-cache"]
 
 
 def test_a_cache_length_class_with_rotary_angles_from_a_count_of_the_tokens_passes_kv_cache():
@@ -329,6 +385,19 @@ class PassesItToTheBase(SizesCache):
         self.label = "cache"
 
 
+class MasksWithItAndReturnsTheCache(ReturnsItsLastTokens):
+    def forward(self, x, kv_cache=None):
+        y, present = super().forward(x, kv_cache)
+        self.band = torch.arange(x.shape[1])[:, None] - torch.arange(x.shape[1])[None, :] >= self.window_size
+        return y, present
+
+
+class ReadsItForTheOutput(ReturnsItsLastTokens):
+    def forward(self, x, kv_cache=None):
+        y, present = super().forward(x, kv_cache)
+        return y[:, -self.window_size:], present
+
+
 class SlidingKVCache:
     """Keeps the last window_size tokens, the oldest shifted out: a cache the attention below inherits."""
 
@@ -390,6 +459,8 @@ class MasksWithItsCacheModulesWindow(KeepsItInItsCacheModule):
     (BandsRowByRowWhereItCaches, None), (ZeroesTheFreedSlots, ("window_size", 4)),
     (ReadsUncached, None), (ReadsWhenNotCaching, None), (BandFromWindow, None), (ReadsNowhere, None),
     (HelperForBoth, None), (ReturnsEarlyWhenCaching, None),
+    (ReturnsItsLastTokens, ("window_size", 4)), (AttendsToItsLastTokens, ("window_size", 4)),
+    (MasksWithItAndReturnsTheCache, None), (ReadsItForTheOutput, None),
 ])
 def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
     assert cache_length(cls()) == length
