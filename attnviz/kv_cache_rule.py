@@ -227,14 +227,15 @@ MISSING = object()  # a number an attribute did not hold yet
 
 
 def _seeded_output(module: nn.Module, x: torch.Tensor, what: str) -> tuple[torch.Tensor | None, str | None]:
-    """(the module's uncached output of ``x``, None) or (None, the error's line, beginning with ``what``, when the
-    forward raises), every random number it draws (a dropout) drawn from one seed, so that two such forwards that
-    differ differ by what the module kept; the caller's random state is left as it was."""
+    """(the module's uncached output of ``x``, None) — the output every page reads (:func:`tracing.forward_output`)
+    — or (None, the error's line, beginning with ``what`` when the forward raises), every random number it draws (a
+    dropout) drawn from one seed, so that two such forwards that differ differ by what the module kept; the caller's
+    random state is left as it was."""
     devices = [x.device.index or 0] if x.device.type != "cpu" else []
     with torch.random.fork_rng(devices=devices, device_type=x.device.type if devices else "cuda"), torch.no_grad():
         torch.manual_seed(0)
         try:
-            return tracing.first_tensor(tracing.run_forward(module, x, what=what)).detach(), None  # (b, n, d_out)
+            return tracing.forward_output(module, x, what=what).detach(), None  # (b, n, d_out)
         except tracing.TraceError as error:
             return None, time_limit.one_line(error)
 
