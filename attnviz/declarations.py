@@ -12,7 +12,9 @@ object or a dict). This module reads:
 * the soft-cap of its scores (:func:`declared_softcap`);
 * its attention sinks' logits (:func:`declared_sinks`);
 * the numbers other than sizes a constructor may be built with (:data:`NUMBER_SETTINGS`: a rotary base, a soft-cap);
-* a setting of its config (:func:`config_setting`).
+* a setting of its config (:func:`config_setting`);
+* the code of its methods, each parsed once (:func:`function_tree`, :func:`constructor_trees`), which these readings
+  and :mod:`attnviz.window_reading`'s read.
 
 :mod:`attnviz.user_code` (building a module), :mod:`attnviz.tracing` and the rules of :mod:`attnviz.checks` read
 those declarations here.
@@ -21,9 +23,11 @@ those declarations here.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import math
 import textwrap
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -190,16 +194,35 @@ def _config_scales(module: nn.Module, head_dim: int | None) -> list[DeclaredScal
 
 
 def constructor_trees(cls: type) -> Iterator[tuple[Callable, ast.AST | None]]:
-    """Each constructor of ``cls`` and its bases that is not torch's or Python's, with its source parsed (None where
-    the source cannot be read or parsed), most derived first: what a class's code says it sets and reads."""
+    """Each constructor of ``cls`` and its bases that is not torch's or Python's, with its parsed ``def``
+    (:func:`function_tree`; None where the source cannot be read or parsed), most derived first: what a class's code
+    says it sets and reads."""
     for klass in cls.__mro__:
         init = vars(klass).get("__init__")
         if init is None or klass.__module__.split(".")[0] in ("torch", "builtins"):
             continue
-        try:
-            yield init, ast.parse(textwrap.dedent(inspect.getsource(init)))
-        except (OSError, TypeError, SyntaxError):
-            yield init, None
+        found = function_tree(init)
+        yield init, None if found is None else found[0]
+
+
+_FUNCTION_TREES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> (its def, its first line)
+
+
+def function_tree(function: Callable) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
+    """A function's parsed ``def`` and the line of its file it starts on — the one reading of a method's source, which
+    :mod:`attnviz.window_reading` reads too —, read once a function and kept while it lives (a module a user saves and
+    imports anew defines other functions, read anew); None where its source cannot be read or parsed."""
+    with contextlib.suppress(KeyError, TypeError):  # not read yet, or not a function a weak reference can name
+        return _FUNCTION_TREES[function]
+    try:
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines))).body[0]
+        found = (tree, first) if isinstance(tree, ast.FunctionDef | ast.AsyncFunctionDef) else None
+    except (OSError, TypeError, SyntaxError, IndexError):
+        found = None
+    with contextlib.suppress(TypeError):
+        _FUNCTION_TREES[function] = found
+    return found
 
 
 def _gemma_assigned(cls: type, name: str) -> bool:

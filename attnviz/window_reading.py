@@ -16,15 +16,15 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import linecache
 import re
-import textwrap
+import weakref
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from torch import nn
 
-from attnviz.declarations import SPELLINGS, config_setting, declared, declared_window, is_named, is_size
+from attnviz import tracing
+from attnviz.declarations import SPELLINGS, config_setting, declared, declared_window, function_tree, is_named, is_size
 
 CACHE_LENGTH_NAMES = ("window_size",)  # a window spelling that may size a KV cache: it names no sliding or attention
 SLIDING_NAMES_OF_WINDOW = tuple(name for name in SPELLINGS["sliding_window_size"] if name not in CACHE_LENGTH_NAMES)
@@ -114,7 +114,23 @@ def window_said(module: nn.Module) -> str | None:
     return _code_says_window(type(module), found[0])
 
 
-@functools.lru_cache(maxsize=64)
+def _per_class(read: Callable) -> Callable:
+    """``read(cls, …)`` read once per class and arguments, and kept only while the class lives, as
+    :func:`attnviz.tracing.class_source` keeps a class's source (what is kept holds no reference to the class: a
+    class a user's module replaced is not kept alive by it)."""
+    kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @functools.wraps(read)
+    def once(cls: type, *args):
+        per_class = kept.setdefault(cls, {})
+        if args not in per_class:
+            per_class[args] = read(cls, *args)
+        return per_class[args]
+
+    return once
+
+
+@_per_class
 def _code_says_window(cls: type, name: str) -> str | None:
     """:func:`window_said`'s reading of the code of ``cls`` and its own bases, which does not change while the class
     lives (read once per class).  A class whose name says it is a cache (:func:`_names_a_cache`: a ``SlidingKVCache``
@@ -138,7 +154,7 @@ def _code_says_window(cls: type, name: str) -> str | None:
                         f"{first + statement.lineno - 1}: {ast.unparse(statement)})")
     for method in _reached_methods(cls, name) or ():
         for node in _mask_reads(method.tree, name, method.aliases):
-            return (f"line {method.first + node.lineno - 1} of {method.function.__qualname__} makes a mask of it: "
+            return (f"line {method.first + node.lineno - 1} of {method.qualname} makes a mask of it: "
                     f"{ast.unparse(node)}")
     return None
 
@@ -159,16 +175,10 @@ def _names_a_cache(klass: type) -> bool:
     return bool(words) and words[-1] in ("cache", "caches") and not set(words) & set(ATTENTION_WORDS)
 
 
-@functools.lru_cache(maxsize=256)
 def _parsed(function: Callable) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
-    """A function's parsed ``def`` and the line of its file it starts on; None where its source cannot be read (read
-    once per function: a call to it and its reading both ask)."""
-    try:
-        lines, first = inspect.getsourcelines(function)
-        tree = ast.parse(textwrap.dedent("".join(lines))).body[0]
-    except (OSError, TypeError, SyntaxError, IndexError):
-        return None
-    return (tree, first) if isinstance(tree, ast.FunctionDef | ast.AsyncFunctionDef) else None
+    """A function's parsed ``def`` and the line of its file it starts on; None where its source cannot be read
+    (:func:`attnviz.declarations.function_tree`, read once per function: a call to it and its reading both ask)."""
+    return function_tree(function)
 
 
 def _constructors(cls: type) -> Iterator[tuple[Callable, ast.FunctionDef | ast.AsyncFunctionDef, int]]:
@@ -184,7 +194,7 @@ def _constructors(cls: type) -> Iterator[tuple[Callable, ast.FunctionDef | ast.A
 class _Reached:
     """A method of the module's own code that runs when the module is used (:func:`_reached_methods`), and how."""
 
-    function: Callable
+    qualname: str  # the function's, ``Attention.forward``: no reference to it, nor so to its class
     tree: ast.FunctionDef | ast.AsyncFunctionDef  # its parsed ``def``
     first: int  # the line of its file it starts on
     caching: bool  # it runs only where the forward caches
@@ -199,7 +209,7 @@ def _says_cache(function: Callable) -> bool:
 MOST_METHODS = 64  # the methods :func:`_reached_methods` reads at most: the code of one attention class
 
 
-@functools.lru_cache(maxsize=64)
+@_per_class
 def _reached_methods(cls: type, name: str) -> tuple[_Reached, ...] | None:
     """The methods of ``cls`` and its own bases whose code runs when the module is used: its ``forward``, the methods
     whose names say cache (:func:`_says_cache`: ``reset_cache``, which attnviz and a generation loop call), the methods
@@ -229,7 +239,7 @@ def _reached_methods(cls: type, name: str) -> tuple[_Reached, ...] | None:
         if parsed is None:
             return None
         tree, first = parsed
-        reached[function, caching, aliases] = _Reached(function, tree, first, caching, aliases)
+        reached[function, caching, aliases] = _Reached(function.__qualname__, tree, first, caching, aliases)
         local = _window_aliases(tree, name, set(aliases))
         for call, caches in _calls(tree, caching):
             target = _called(cls, function, call)
@@ -301,17 +311,14 @@ def _camel_words(name: str) -> list[str]:
 
 def _class_lines(klass: type) -> tuple[int | None, int | None]:
     """The lines of its file a class's ``class`` statement and its docstring start on, found by the statement's text
-    (``inspect.getsourcelines`` parses the whole file to find a class); None where not known."""
-    try:
-        lines = linecache.getlines(inspect.getsourcefile(klass) or "")
-    except TypeError:
-        return None, None
+    in the class's source (:func:`attnviz.tracing.class_source`, read once a class); None where not known."""
+    lines, first = tracing.class_source(klass)
     statement = re.compile(rf"\s*class\s+{re.escape(klass.__name__)}\b")
-    first = next((number for number, line in enumerate(lines, start=1) if statement.match(line)), None)
-    if first is None:
+    at = next((index for index, line in enumerate(lines) if statement.match(line)), None)
+    if at is None:
         return None, None
-    doc = next((number for number, line in enumerate(lines[first:], start=first + 1) if line.strip()), None)
-    return first, doc if doc is not None and lines[doc - 1].lstrip()[:1] in "\"'rRuU" else None
+    doc = next((index for index in range(at + 1, len(lines)) if lines[index].strip()), None)
+    return first + at, first + doc if doc is not None and lines[doc].lstrip()[:1] in "\"'rRuU" else None
 
 
 def _at_line(line: int | None) -> str:
@@ -401,7 +408,7 @@ def _window_valued(node: ast.AST, name: str, aliases: set[str]) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=64)
+@_per_class
 def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> bool:
     """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
     forward caches: under an ``if use_cache`` or ``if kv_cache is not None`` (or in the ``else`` of an ``if not

@@ -5,6 +5,10 @@ the uncached forward reads, or one the code calls a sliding window — its class
 ``sliding_window``, a mask made of it) is still checked as one.  kv-cache's precision follows the cache's own tensors,
 not every lower-precision tensor a cached forward writes."""
 
+import gc
+import importlib.util
+import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -541,3 +545,41 @@ def test_a_float32_cached_step_off_by_1e_3_fails_despite_a_bfloat16_scratch_tens
     assert check.status == "fail", check
     assert check.evidence.startswith("sequence 1, token 4: the cached output differs from the uncached one by"), check
     assert "bfloat16" not in check.evidence, check
+
+
+REPLACED = '''
+from torch import nn
+
+
+class SavedAgain(nn.Module):
+    def __init__(self, window_size=4):
+        super().__init__()
+        self.window_size, self.cache = window_size, None
+
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.cache = x[:, -self.window_size:]
+        return x
+
+    def reset_cache(self):
+        self.cache = None
+'''
+
+
+def test_a_class_whose_code_was_read_is_not_kept_alive_once_its_module_is_gone(tmp_path):
+    """A module a user saves and loads anew defines new classes: the reading of the old one's code lets it go."""
+    path = tmp_path / "saved_again.py"
+    path.write_text(REPLACED)
+    spec = importlib.util.spec_from_file_location("saved_again", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["saved_again"] = module  # where Python finds a class's source
+    try:
+        spec.loader.exec_module(module)
+        assert cache_length(module.SavedAgain()) == ("window_size", 4)
+        assert window_said(module.SavedAgain()) is None
+        kept = weakref.ref(module.SavedAgain)
+    finally:
+        del sys.modules["saved_again"]
+    del module, spec
+    gc.collect()
+    assert kept() is None
