@@ -72,18 +72,24 @@ def is_size(value) -> bool:
 def config_setting(module: nn.Module, name: str):
     """The value of ``name`` in the module's own config: the first of the configs it keeps (:data:`CONFIG_NAMES`:
     ``self.config``, ``self.cfg`` …) that holds one other than None, as an object's attribute or a dict's key (the
-    book's notebooks keep ``self.cfg = {...}``); None when none does.  The one reading of a config's setting: the
-    scales it declares, its sliding window, rotary's base and rotated width."""
-    return next((value for config in _configs(module) if (value := _setting(config, name)) is not None), None)
+    book's notebooks keep ``self.cfg = {...}``); None when none does.  The one reading of a config's setting, with
+    :func:`config_settings`: the scales it declares, its sliding window (:func:`_config_window`, and
+    :func:`attnviz.window_reading.window_said`), rotary's base and rotated width."""
+    return next((value for _, value in config_settings(module, name)), None)
 
 
-def _configs(module: nn.Module) -> list:
-    """The configs a module keeps (:data:`CONFIG_NAMES`), in that order; those it does not keep are left out."""
-    return [config for config_name in CONFIG_NAMES if (config := getattr(module, config_name, None)) is not None]
+def config_settings(module: nn.Module, name: str) -> Iterator[tuple[object, object]]:
+    """Each config the module keeps (:data:`CONFIG_NAMES`, in that order) that holds ``name`` other than None, with
+    that value (:func:`_setting`): :func:`config_setting`'s reading, for a caller that reads more of the config that
+    holds it (:func:`_config_window`: the switches of the config that declares the window)."""
+    for config in (getattr(module, config_name, None) for config_name in CONFIG_NAMES):
+        if config is not None and (value := _setting(config, name)) is not None:
+            yield config, value
 
 
 def _setting(config, name: str):
-    """The value of ``name`` in one config, an object's attribute or a dict's key; None: it holds none."""
+    """The value of ``name`` in one config, an object's attribute or a dict's key; None: it holds none (read by
+    :func:`config_settings`, and by :func:`_config_window` for the config that declares the window)."""
     return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
 
 
@@ -370,7 +376,7 @@ def _says_global(module: nn.Module) -> bool:
 
 
 def _config_window(module: nn.Module) -> int | None:
-    """The window a module's config (``self.config``, ``cfg`` …, an object or a dict: :func:`config_setting`)
+    """The window a module's config (``self.config``, ``cfg`` …, an object or a dict: :func:`config_settings`)
     declares for it, unless that same config — never another the module keeps — switches it off:
     ``use_sliding_window=False``; ``layer_types`` whose entry for the module's ``layer_idx`` (or, without one, any
     entry) is not "sliding_attention"; or, without ``layer_types``, ``max_window_layers`` above the module's
@@ -378,8 +384,8 @@ def _config_window(module: nn.Module) -> int | None:
     (:func:`_says_global`)."""
     if _says_global(module):
         return None
-    found = next(((config, value) for spelling in SPELLINGS["sliding_window_size"] for config in _configs(module)
-                  if is_size(value := _setting(config, spelling))), None)
+    found = next(((config, value) for spelling in SPELLINGS["sliding_window_size"]
+                  for config, value in config_settings(module, spelling) if is_size(value)), None)
     if found is None:
         return None
     config, window = found  # every switch is read from the config that declares the window, never from another
