@@ -7,12 +7,17 @@ Shared helpers live in the ``helpers`` package (tests/helpers/); the fixtures mo
 code raises in ``check_module`` raises in the tests instead of becoming a skip.  Under pytest-xdist each worker runs
 torch on its share of the cores (one thread each for ``-n 2`` on two cores): two workers of two torch threads each on
 two cores spend most of a tiny forward waiting for a descheduled thread.  A test of what a thread count does starts
-from ``several_torch_threads``, so that the count it asserts is the code's doing.
+from ``several_torch_threads``, so that the count it asserts is the code's doing.  Each new AppTest session scans
+every installed distribution's metadata for Streamlit components (a server scans once, when it starts); the installed
+distributions do not change during a test run, so the first scan's answer is kept for the rest of the run
+(:func:`pytest_runtest_setup`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,6 +45,29 @@ def several_torch_threads():
     torch.set_num_threads(3)
     yield
     torch.set_num_threads(threads)
+
+
+def _scan_installed_components_once() -> None:
+    """Streamlit's scan of the installed distributions for components (``scan_component_manifests``, which every new
+    ``AppTest`` runs) answers once per test run, as it does once per server (a Streamlit without it: nothing to do)."""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:
+        return
+    scan = getattr(manifest_scanner, "scan_component_manifests", None)
+    if scan is not None and not hasattr(scan, "cache_info"):
+        manifest_scanner.scan_component_manifests = functools.cache(scan)
+
+
+_components_scanned_once = False
+
+
+def pytest_runtest_setup(item):
+    """Once Streamlit is imported (by a test module or a test), its component scan answers once per run."""
+    global _components_scanned_once
+    if not _components_scanned_once and "streamlit" in sys.modules:
+        _scan_installed_components_once()
+        _components_scanned_once = True
 
 
 def pytest_collection_modifyitems(items):
