@@ -235,7 +235,7 @@ def test_the_sidebars_config_is_the_one_that_runs(variant, changes):
     assert settled == config and setting_notes(notes) == ()
 
 
-COMPARE_RUNS = ("d_out", "num_heads")  # the Compare page runs the multi-head variants at the sidebar's d_out and heads
+COMPARE_RUNS = ("d_out", "num_heads", "sliding_window_size")  # Compare: the sidebar's d_out, heads and window W
 
 
 def test_a_setting_the_book_class_sets_aside_is_left_out_of_the_url_as_of_its_share_link():

@@ -66,11 +66,13 @@ def compared_inputs(trace: Trace, max_tokens: int = MAX_TOKENS) -> tuple[torch.T
     return inputs.unsqueeze(0), tuple(trace.tokens[:max_tokens])  # (n, d_in) -> (1, n, d_in)
 
 
-def base_config(config: AttentionConfig, d_out: int, num_heads: int) -> AttentionConfig:
+def base_config(config: AttentionConfig, d_out: int, num_heads: int, window: int | None = None) -> AttentionConfig:
     """The run's config with the sidebar's d_out and head count (a single-head run's config has 1 head
-    and the simplified one d_out = d_in, but the other variants on this page need the real values)."""
-    return replace(config, d_out=int(d_out), num_heads=int(num_heads), train=False, device="cpu",
-                   module=None).validate()  # a user's module is compared with the book's classes at its sizes
+    and the simplified one d_out = d_in, but the other variants on this page need the real values), and ``window``,
+    the sidebar's W, for the sliding-window variant (a run of another class holds none); None: the run's."""
+    window = config.sliding_window_size if window is None else int(window)
+    return replace(config, d_out=int(d_out), num_heads=int(num_heads), sliding_window_size=window, train=False,
+                   device="cpu", module=None).validate()  # a user's module is compared with the book's classes
 
 
 def book_listing(base: AttentionConfig) -> bool:
@@ -561,15 +563,19 @@ def _name(result: VariantResult) -> str:
 def variant_sizes(result: VariantResult) -> str:
     """The sizes of its own a modern variant ran with, from the config its module was built from: the K/V heads its
     query heads share (GQA, MQA: `` · 4 K/V heads, each shared by 3 query heads``), the latent K and V come from
-    (MLA: `` · K/V latent dim 96``) or the window (SWA: `` · window W = 4``, or without one `` · no window: every
-    earlier key``); "" for the other variants."""
+    (MLA: `` · K/V latent dim 96``) or the window (SWA: `` · window W = 4``; a W at least the compared tokens adds
+    that it draws no band; without one `` · no window: every earlier key``); "" for the other variants."""
     config = result.config
     if config.latent_width is not None:
         return f" · K/V latent dim {config.latent_width}"
     if config.spec.grouped:
         return f" · {core_weights.kv_sharing(config.heads, config.kv_groups)}"
     if "sliding_window_size" in config.spec.settings:
-        return " · no window: every earlier key" if config.window is None else f" · window W = {config.window}"
+        if config.window is None:
+            return " · no window: every earlier key"
+        n = result.weights.shape[-1]
+        band = f" (no band: W ≥ the {n} tokens, so every earlier key is seen)" if config.window >= n else ""
+        return f" · window W = {config.window}{band}"
     return ""
 
 

@@ -48,20 +48,22 @@ def draw(page_run: Context) -> None:
     _why_scaling(page_run)
 
 
-def compared_sizes(page_run: Context) -> tuple[int, int]:
-    """(d_out, num_heads) every variant runs at: the sidebar's (a single-head class's run has 1 head and the simplified
-    one d_out = d_in, but the other variants need the real values), or on a stale view (invalid input) those of the
+def compared_sizes(page_run: Context) -> tuple[int, int, int]:
+    """(d_out, num_heads, window) every variant runs at: the sidebar's (a single-head class's run has 1 head and the
+    simplified one d_out = d_in, but the other variants need the real values; the sliding-window variant runs the
+    sidebar's Window W, which it holds whichever class is picked), or on a stale view (invalid input) those of the
     last valid run it shows.  A size that run's class does not hold — a single-head class's heads, the simplified
-    class's d_out — is the sidebar's, as its valid view had it; heads that do not divide the run's d_out (the
-    sidebar's d_out changed since) are the nearest that do."""
+    class's d_out, the window of a class without one — is the sidebar's, as its valid view had it; heads that do not
+    divide the run's d_out (the sidebar's d_out changed since) are the nearest that do."""
     settings = page_run.settings
     if not page_run.stale:
-        return settings["d_out"], settings["num_heads"]
+        return settings["d_out"], settings["num_heads"], int(settings["sliding_window_size"])
     config = page_run.trace.config
     spec = config.spec
     d_out = config.d_out if spec.weights is not None else int(settings["d_out"])  # without weights: d_out = d_in
     num_heads = config.num_heads if spec.multi_head else int(settings["num_heads"])
-    return d_out, fitted_heads(d_out, num_heads)
+    window = config.window if config.window is not None else int(settings["sliding_window_size"])
+    return d_out, fitted_heads(d_out, num_heads), window
 
 
 def _equivalences(result: compare.Comparison) -> None:

@@ -22,6 +22,7 @@ from attnviz import ablation, attention, embedding, pipeline, variants
 from attnviz.config import AttentionConfig, preset_config
 from attnviz.labs import compare
 from attnviz.trace import Trace
+from attnviz.urlstate import DEFAULTS
 from attnviz.words import amount
 
 TIMEOUT = 120
@@ -346,9 +347,9 @@ def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_w
     """The book's 3.3/3.4 classes have no mask of their own: the caption says when they are drawn with the
     sidebar's Causal mask (on by default), and says nothing when it is off.  Each modern variant's caption gives the
     sizes its module ran with: K/V heads (GQA, MQA), latent dim (MLA), window W (SWA) — the defaults, or the ones
-    the sidebar set."""
+    the sidebar set; the sidebar's W on an MHA run, and that a W of at least the tokens draws no band."""
     trace = small_trace(causal=causal)
-    base = compare.base_config(trace.config, 16, 4)
+    base = compare.base_config(trace.config, 16, 4, window=trace.n if causal else None)  # MHA's run holds no W
     if not causal:  # sizes set by hand: GQA's 1 K/V head, a latent of 5, a window of 3
         base = replace(base, num_kv_groups=1, latent_dim=5, sliding_window_size=3)
     result = compare.compare_trace(trace, base)
@@ -356,8 +357,10 @@ def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_w
     said_sizes = {
         "gqa": f"· {modules['gqa'].num_kv_groups} K/V head", "mqa": "· 1 K/V head shared by all 4 query heads",
         "mla": f"· K/V latent dim {modules['mla'].latent_dim}",
-        "swa": "· no window: every earlier key" if causal else "· window W = 3",
+        "swa": "· window W = 6 (no band: W ≥ the 6 tokens, so every earlier key is seen)" if causal
+        else "· window W = 3",
     }
+    assert trace.n == 6 and trace.config.window is None
     assert (modules["gqa"].num_kv_groups, modules["mla"].latent_dim) == ((2, 16) if causal else (1, 5))
     for variant in result.variants:
         caption = compare.variant_caption(variant, causal=causal)
@@ -365,6 +368,7 @@ def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_w
         assert ("K/V" in caption or "window" in caption) == (variant.variant in said_sizes), caption
         if variant.variant in said_sizes:
             assert said_sizes[variant.variant] in caption, caption
+        assert ("no band" in caption) == (causal and variant.variant == variants.SWA), caption
         said = "the sidebar's Causal mask" in caption
         assert said == (causal and variant.variant in NOT_CAUSAL_IN_THE_BOOK), caption
         if said:
@@ -434,6 +438,9 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     captions = [c.value for c in at.caption]
     assert sum(c.startswith("output (1, 6, 768)") for c in captions) == len(variants.VARIANTS)
     assert sum("the sidebar's Causal mask" in c for c in captions) == len(NOT_CAUSAL_IN_THE_BOOK)  # 3.3 and 3.4
+    # the sidebar holds SWA's W (its default) while MHA is picked: SWA's card runs it
+    swa = [c for c in captions if c.startswith("output") and "window" in c]
+    assert len(swa) == 1 and swa[0].endswith(f" · window W = {DEFAULTS['sliding_window_size']}"), swa
 
 
 def test_compare_page_has_the_scaling_ablation(default_page):
