@@ -449,6 +449,8 @@ class VariantResult:
     config: AttentionConfig
     weights: np.ndarray  # (heads, n, n) softmax weights (before dropout; eval mode anyway)
     output_shape: tuple[int, ...]
+    # (heads, n, n) bool: the cells a sliding window's run hid, as Trace.hidden_cells reads them; None without one
+    hidden: np.ndarray | None = None
 
     @property
     def label(self) -> str:
@@ -463,6 +465,13 @@ class VariantResult:
         if how == "mean over heads":
             return self.weights.mean(axis=0)
         return self.weights[0]
+
+    def hidden_map(self, how: str = "head 0") -> np.ndarray | None:
+        """(n, n) bool: the cells :meth:`attention_map` greys beside the causal triangle — head 0's hidden cells, or
+        those every head hides (the mean over heads); None for a run without a window."""
+        if self.hidden is None:
+            return None
+        return self.hidden.all(axis=0) if how == "mean over heads" else self.hidden[0]
 
 
 @dataclass(frozen=True)
@@ -492,7 +501,10 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
         recorder, output = run_module(modules[variant], inputs)
         outputs[variant], recorders[variant] = output, recorder
         weights = recorder.steps["weights"][0].float().numpy()  # (h, n, n)
-        results.append(VariantResult(variant, variant_config(base, variant), weights, tuple(output.shape)))
+        config = variant_config(base, variant)
+        # a window's run hid every cell −∞ in its softmax's input, the triangle's too: Trace.hidden_cells' rule
+        hidden = None if config.window is None else ~torch.isfinite(recorder.steps["masked"][0]).numpy()
+        results.append(VariantResult(variant, config, weights, tuple(output.shape), hidden))
     mha, configs = modules[variants.MHA], {result.variant: result.config for result in results}
     built = check_modules(base, max(num_tokens, MAX_TOKENS))
     plain_mha = built.plain_mha
@@ -598,11 +610,12 @@ def variant_heatmap(result: VariantResult, tokens, how: str = "head 0", *, causa
                     width: int | None = MAP_WIDTH) -> go.Figure:
     """:func:`figures.attention_heatmap` of one variant's weights, with its two-line title
     (:func:`variant_title`) placed clear of the key-token ticks; ``width``: the chart's, which then has no colour bar
-    (the page says the one scale of every map: :data:`SCALE_NOTE`); None: a column's, with its colour bar."""
+    (the page says the one scale of every map: :data:`SCALE_NOTE`); None: a column's, with its colour bar.  Grey:
+    the future where ``causal``, and the keys a sliding window hid (:meth:`VariantResult.hidden_map`)."""
     fig = figures.attention_heatmap(result.attention_map(how), tokens, "weights", causal=causal,
                                     title=variant_title(result, how, current), under_title_px=under_title_px,
                                     title_px=TWO_LINE_TITLE_PX, width=width,
-                                    show_scale=width is None)
+                                    show_scale=width is None, hidden=result.hidden_map(how))
     return _two_line_title(fig)
 
 

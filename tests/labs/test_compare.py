@@ -391,6 +391,13 @@ def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
     assert fig.layout.margin.t > 110  # the two-line title has its own room above the key ticks
     head0 = compare.variant_heatmap(mha, result.tokens, "head 0", causal=True)
     assert np.allclose(np.nan_to_num(cells_shown(head0)), mha.weights[0], atol=1e-6)
+    windowed = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4, window=4))
+    swa = next(v for v in windowed.variants if v.variant == variants.SWA)
+    band = np.tril(np.ones((6, 6), dtype=bool)) & ~np.tril(np.ones((6, 6), dtype=bool), -4)  # keys i−3 … i
+    for how in compare.MAP_CHOICES:  # the keys W = 4 or more back are grey (masked), not drawn as weight 0
+        z = cells_shown(compare.variant_heatmap(swa, windowed.tokens, how, causal=True))
+        assert (np.isfinite(z) == band).all(), (how, z)
+        assert np.isnan(z[-1, :2]).all()
 
 
 # ============================== the page (AppTest)
@@ -441,6 +448,8 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     # the sidebar holds SWA's W (its default) while MHA is picked: SWA's card runs it
     swa = [c for c in captions if c.startswith("output") and "window" in c]
     assert len(swa) == 1 and swa[0].endswith(f" · window W = {DEFAULTS['sliding_window_size']}"), swa
+    swa_map = next(fig for fig in map_figures(at) if fig["layout"]["title"]["text"].startswith("Sliding-window"))
+    assert np.isnan(cells_shown(swa_map)[-1, :2]).all()  # W = 4: the last query's keys 0–1 are grey, hidden
 
 
 def test_compare_page_has_the_scaling_ablation(default_page):
@@ -495,7 +504,7 @@ def test_a_non_causal_single_head_class_in_the_sidebar_leaves_the_maps_unmasked_
     assert len(found) == CHECKS and all(b.startswith(GREEN) for b in found), found  # every card drawn, each equal
     assert any("is_causal=False" in m.value for m in at.markdown)
     assert "12 heads of 64" in at.caption[0].value  # the sidebar's heads, though v2 itself has one
-    window = variants.get(variants.SWA).label  # a sliding window masks whatever the causal setting
+    window = variants.get(variants.SWA).label.partition(" (")[0]  # a sliding window masks whatever the mask says
     for fig in map_figures(at):
         z = cells_shown(fig)
         assert z.shape == (6, 6)
