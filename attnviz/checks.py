@@ -1503,7 +1503,8 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
         return Check(rule, "fail", f"{check.evidence} — {_finite_fill_words(fill)}")
     if check.status == "fail" and moved and _low_precision(attention) is None:  # else rounding moved them
         return Check(rule, "fail", f"{check.evidence} — the module adds to the scores something that is neither a mask "
-                                   "(−∞, or a push down by 10³ + one per key or more) nor ALiBi's slope × key position "
+                                   "(−∞, or a push down by at least 10³ or one per key, whichever is more) nor ALiBi's "
+                                   "slope × key position "
                                    f"(the cells it shows move by up to {moved:.3g} against each other in a row): the "
                                    "reference adds nothing")
     return check

@@ -183,6 +183,7 @@ def test_a_bias_that_is_neither_a_mask_nor_alibi_is_named_when_matches_reference
         module.rel_bias.weight.normal_()
     check = verdicts(module)["matches-reference"]
     assert check.status == "fail" and check.evidence.startswith("the concatenated heads ≠"), check
-    assert "— the module adds to the scores something that is neither a mask (−∞, or a push down by 10³ + one per key "\
-           "or more) nor ALiBi's slope × key position (the cells it shows move by up to " in check.evidence, check
+    assert "— the module adds to the scores something that is neither a mask (−∞, or a push down by at least 10³ or "\
+           "one per key, whichever is more) nor ALiBi's slope × key position (the cells it shows move by up to " \
+           in check.evidence, check
     assert check.evidence.endswith("against each other in a row): the reference adds nothing"), check
