@@ -807,16 +807,10 @@ def _one_key_wide(declared: int) -> str:
 def _cache_length_words(name: str, length: int) -> str:
     """mask-convention's pass for hidden cells that are exactly the future in a module whose ``name`` = ``length`` is
     its KV cache's length (:func:`attnviz.window_reading.cache_length`), not an attention window: the reading the
-    check took, why, and what the other reading would mean."""
-    return (f"the hidden cells are exactly the future (above the diagonal); {name} = {length} is the length of the "
-            f"module's KV cache, not an attention window: its code reads {name} only where the forward caches "
-            "(use_cache), and the uncached forward attends to every earlier token, as the book's optimized "
-            "MultiHeadAttention does (kv-cache checks the cached steps against that length) — the reading attnviz "
-            f"takes where nothing in the code says sliding window (the class's name or docstring, a config's "
-            f"sliding_window, a mask made of {name}). If it is meant as a sliding window, the uncached forward is "
-            f"wrong: query i sees keys {length} or more behind it, which a window of {length} hides — hide them "
-            "(diff >= W) in the uncached forward too, and say it in the code (sliding_window_size, or a class or "
-            "docstring that says sliding-window attention) to have it checked as a window")
+    check took, what in the code made it, and how to have it checked as a window instead."""
+    return (f"the hidden cells are exactly the future; {name} = {length} is the length of the module's KV cache, not "
+            f"an attention window: its code reads it only where the forward caches (a window? name it "
+            "sliding_window_size)")
 
 
 LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this
