@@ -807,10 +807,14 @@ def _one_key_wide(declared: int) -> str:
 def _cache_length_words(name: str, length: int) -> str:
     """mask-convention's pass for hidden cells that are exactly the future in a module whose ``name`` = ``length`` is
     its KV cache's length (:func:`attnviz.window_reading.cache_length`), not an attention window: the reading the
-    check took, what in the code made it, and how to have it checked as a window instead."""
+    check took, what in the code made it, and how to have it checked as a window instead.  A ``name`` with a dot is
+    kept by a cache submodule (``kv_cache.window_size``), which reads it itself: the attention's own code reads it
+    nowhere but where it caches, if at all."""
+    owner = name.rpartition(".")[0]
+    why = (f"its cache module {owner} reads it, the attention at most where it caches" if owner else
+           "its code reads it only where the forward caches")
     return (f"the hidden cells are exactly the future; {name} = {length} is the length of the module's KV cache, not "
-            f"an attention window: its code reads it only where the forward caches (a window? name it "
-            "sliding_window_size)")
+            f"an attention window: {why} (a window? name it sliding_window_size)")
 
 
 LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this

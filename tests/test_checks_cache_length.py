@@ -16,7 +16,7 @@ import torch
 from helpers import user_modules as um
 from torch import nn
 
-from attnviz import checks
+from attnviz import checks, tracing
 from attnviz.kv_cache_rule import kv_cache
 from attnviz.window_reading import cache_length, window_said
 
@@ -466,6 +466,27 @@ class MasksWithItsCacheModulesWindow(KeepsItInItsCacheModule):
 ])
 def test_cache_length_reads_where_the_class_reads_its_window_size(cls, length):
     assert cache_length(cls()) == length
+
+
+@pytest.fixture(scope="module")
+def causal_attention() -> tracing.Attention:
+    """A causal attention traced on 3 tokens: its hidden cells are exactly the future."""
+    torch.manual_seed(0)
+    module = um.MyMultiHeadAttention(16, 32, 16, 0.0, 4).eval()
+    return tracing.combine(tracing.record(module, torch.randn(1, 3, 16)).attentions)[0]
+
+
+@pytest.mark.parametrize(("cls", "reads"), [
+    (SizesCache, "its code reads it only where the forward caches"),
+    (KeepsItInItsCacheModule, "its cache module kv_cache reads it, the attention at most where it caches"),
+])
+def test_mask_convention_says_who_reads_a_cache_length(cls, reads, causal_attention):
+    """A window_size only a cache submodule keeps is read by that module, not by the attention: the pass says so."""
+    name = cache_length(cls())[0]
+    check = checks.mask_convention(causal_attention, True, cache_length=cache_length(cls()))
+    assert check == checks.Check("mask-convention", "pass", (
+        f"the hidden cells are exactly the future; {name} = 4 is the length of the module's KV cache, not an "
+        f"attention window: {reads} (a window? name it sliding_window_size)")), check
 
 
 # ------------------------------------------------------------------ a window_size the code says is a sliding window
