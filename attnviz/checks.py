@@ -692,7 +692,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                     triangles: tuple[Triangle, ...] | list[Triangle] = (),
                     longer: Callable[[int], tracing.Attention | None] | None = None,
                     context: tuple[int, str] | None = None, cache_length: tuple[str, int] | None = None,
-                    fill: str | None = None, said: str | None = None) -> Check:
+                    fill: FiniteFill | None = None, said: str | None = None) -> Check:
     """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show
     when the tokens reach a key W behind; ``cache_length``: (the name, W) of a window the module declares that is its
     KV cache's length (:func:`attnviz.window_reading.cache_length`), which its hidden cells need not show (said in a
@@ -985,10 +985,24 @@ def _capped_mask(attention: tracing.Attention) -> bool:
     return bool(((masked[..., future].float() + cap).abs() <= 1e-4 * cap).all())
 
 
-def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tracing.Attention) -> str | None:
+@dataclass(frozen=True)
+class FiniteFill:
     """The module's own ``masked_fill`` (or ``where``) before its softmax that sets the cells of a triangular mask to
-    a number that hides nothing (0, not −∞: ``tracing.Recording.fills``), in words — "the masked_fill on line 47 sets
-    the future (above the diagonal) to 0.0"; None when there is none."""
+    a number that hides nothing (:func:`_finite_fill`)."""
+
+    value: float  # the number it sets: 0.0, -1.0 …
+    future: bool  # its cells are the future (above the diagonal); False: some other triangle's
+    call: str  # the call and its place: "masked_fill on line 47"
+
+    def __str__(self) -> str:
+        """In words: "the masked_fill on line 47 sets the future (above the diagonal) to 0.0"."""
+        cells = "the future (above the diagonal)" if self.future else "the cells of its triangular mask"
+        return f"the {self.call} sets {cells} to {self.value!r}"
+
+
+def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tracing.Attention) -> FiniteFill | None:
+    """The module's own ``masked_fill`` (or ``where``) before its softmax that sets the cells of a triangular mask to
+    a number that hides nothing (0, not −∞: ``tracing.Recording.fills``); None when there is none."""
     keys = attention.masked.shape[-1]
     own_file = tracing.class_file(module)
     for index, value, future in recording.fills:
@@ -997,16 +1011,15 @@ def _finite_fill(recording: tracing.Recording, module: nn.Module, attention: tra
         if not math.isfinite(value) or bool(hidden_by_mask(torch.tensor(value), keys=keys)):  # −∞, −10⁹: it hides
             continue
         op = recording.ops[index]
-        cells = "the future (above the diagonal)" if future else "the cells of its triangular mask"
-        return f"the {op.name}{tracing.op_place(op, own_file)} sets {cells} to {value!r}"
+        return FiniteFill(value, future, f"{op.name}{tracing.op_place(op, own_file)}")
     return None
 
 
-def _finite_fill_words(fill: str) -> str:
+def _finite_fill_words(fill: FiniteFill) -> str:
     """matches-reference's words for a module whose masked_fill sets the future to a finite number (``fill``:
-    :func:`_finite_fill`'s words), as mask-convention says it: the future's weights are not zero."""
-    weight = "e⁰ = 1" if re.search(r" to -?0(?:\.0*)?$", fill) else "e to that number, above 0,"
-    cells, reach = (("the future's", "reaches every key after the query") if "the future" in fill else
+    :func:`_finite_fill`), as mask-convention says it: the future's weights are not zero."""
+    weight = "e⁰ = 1" if fill.value == 0 else "e to that number, above 0,"
+    cells, reach = (("the future's", "reaches every key after the query") if fill.future else
                     ("the masked cells'", "still weighs them"))
     return (f"{cells} weights are not zero: {fill}, not −∞, before the softmax, so {weight} {reach}, which the "
             "reference hides — fill with float(\"-inf\") (or -torch.inf), as mask-convention says")
@@ -1292,7 +1305,7 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
                       scaled: bool = True, window: int | None = None, stated: str | None = None,
                       width: ScoreWidth | None = None, declared: tuple[DeclaredScale, ...] = (),
                       cap: DeclaredCap | None = None, sinks: DeclaredSinks | None = None,
-                      fill: str | None = None, own_file: str | None = None) -> Check:
+                      fill: FiniteFill | None = None, own_file: str | None = None) -> Check:
     """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
     masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
     the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ); ``declared``: the
@@ -1324,7 +1337,7 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
 def _reference_verdict(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None,
                        declared: tuple[DeclaredScale, ...], cap: DeclaredCap | None = None,
-                       sinks: DeclaredSinks | None = None, fill: str | None = None,
+                       sinks: DeclaredSinks | None = None, fill: FiniteFill | None = None,
                        agreed: tuple[bool, bool] = (False, False)) -> Check:
     if scaled and width is not None and width.head_dim is None and width.latent is not None:
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
@@ -1456,7 +1469,7 @@ def _inputs_precision(attention: tracing.Attention) -> tuple[str, float] | None:
 def _matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
                        scaled: bool = True, window: int | None = None, head_dim: int | None = None,
                        scale: float | None = None, cap: DeclaredCap | None = None,
-                       sinks_declared: DeclaredSinks | None = None, fill: str | None = None,
+                       sinks_declared: DeclaredSinks | None = None, fill: FiniteFill | None = None,
                        agreed: tuple[bool, bool] = (False, False)) -> Check:
     """matches-reference's comparison with the reference from the module's own Q, K, V, its own soft-cap and sink
     logits (``cap``, ``sinks_declared``: what the module declares, which the words say the cap and the logits are

@@ -1199,6 +1199,18 @@ def test_a_mask_filled_with_0_names_its_masked_fill_and_minus_infinity():
     assert "adds to the scores" not in check.evidence, check
 
 
+@pytest.mark.parametrize(("value", "future", "words"), [
+    (-0.0, True, "the future's weights are not zero: the where on line 3 sets the future (above the diagonal) to -0.0, "
+                 "not −∞, before the softmax, so e⁰ = 1 reaches every key after the query"),
+    (-10.0, False, "the masked cells' weights are not zero: the where on line 3 sets the cells of its triangular mask "
+                   "to -10.0, not −∞, before the softmax, so e to that number, above 0, still weighs them"),
+])
+def test_a_finite_fill_is_named_from_its_value_and_cells(value, future, words):
+    """matches-reference reads the fill's number and cells, not its own sentence: −0.0 is e⁰ = 1 too."""
+    evidence = checks._finite_fill_words(checks.FiniteFill(value, future, "where on line 3"))
+    assert evidence.startswith(words + ", which the reference hides"), evidence
+
+
 def test_a_float_sdpa_mask_that_hides_the_past_is_told_about_float_masks_and_its_own_tril():
     """A float additive mask with −∞ below the diagonal was told "SDPA's boolean attn_mask keeps where it is True:
     pass torch.tril(…bool)", and with no buffer to say causal it was called "not causal"."""
