@@ -232,8 +232,8 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         appended = uncached_appends(module, x, recording.output, kept,  # every forward after it would read it
                                      random=_dropout_acts(attention))
         told = meter.forwards - traced  # the forwards that told whether the trace wrote to a cache: 0 to 2
-        stated = _stated_causal(module, attention, causal)
-        unmasked = _unmasked(module, stated)
+        causal_said = _causal_said_by(module, attention, causal)
+        unmasked = _unmasked(module, causal_said)
         triangles = _triangles(recording, module)
         fill = _finite_fill(recording, module, attention)
         if causal is None:
@@ -248,11 +248,12 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         sinks = declared_sinks(module, attention.weights.shape[1])
         run = {
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
-            "causal": lambda: causal_rule(module, x, recording.output, causal, stated, attention=attention,
+            "causal": lambda: causal_rule(module, x, recording.output, causal, causal_said, attention=attention,
                                           unmasked=unmasked),
-            "mask-convention": lambda: mask_convention(attention, causal, attention_window(module), stated,
+            "mask-convention": lambda: mask_convention(attention, causal, attention_window(module), causal_said,
                                                        unmasked=unmasked, triangles=triangles, fill=fill,
-                                                       cache_length=cache_length(module), said=window_said(module),
+                                                       cache_length=cache_length(module),
+                                                       window_named=window_said(module),
                                                        longer=functools.partial(_traced_on, module, x),
                                                        context=tracing.module_context(module)),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
@@ -261,17 +262,17 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                                               lambda: dropout_placement(module, x, attention)),
             "batch-independence": lambda: batch_independence(module, x, recording.output),
             "matches-reference": lambda: matches_reference(recording, attention, causal, scaled=not unscaled,
-                                                           window=window, stated=stated, width=width,
+                                                           window=window, causal_said=causal_said, width=width,
                                                            declared=declared, cap=cap, sinks=sinks, fill=fill,
                                                            own_file=tracing.class_file(module)),
             "kv-cache": lambda: kv_cache(module, x, causal, sizes=cache_sizes(sizes, attention)),
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
-            run["mask-convention"] = lambda: mask_convention(attention, causal, attention_window(module), stated,
+            run["mask-convention"] = lambda: mask_convention(attention, causal, attention_window(module), causal_said,
                                                              unmasked=unmasked, triangles=triangles, fill=fill,
                                                              cache_length=cache_length(module),
-                                                             said=window_said(module))
+                                                             window_named=window_said(module))
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
         checks = []
@@ -558,7 +559,7 @@ def causal_given(causal: bool) -> str:
     return f"causal={causal} was given"
 
 
-def _stated_causal(module: nn.Module, attention: tracing.Attention, causal: bool | None) -> str | None:
+def _causal_said_by(module: nn.Module, attention: tracing.Attention, causal: bool | None) -> str | None:
     """Who said whether the module is causal, in words, when its hidden cells did not: the caller
     ("causal=False was given": ``check_module``'s argument, which the CLI names as its flag), the module's own
     ``causal`` attribute, or an ``is_causal`` attribute that is True, the module's or a submodule's
@@ -581,12 +582,12 @@ def _flag_words(flag: tuple[str, nn.Module]) -> str:
             f"its {name} ({type(flagged).__name__}) has is_causal = True")
 
 
-def _unmasked(module: nn.Module, stated: str | None) -> str | None:
+def _unmasked(module: nn.Module, causal_said: str | None) -> str | None:
     """Why a module said to be causal may hide no cell, when an ``is_causal`` attribute said so: the flag masks
     nothing by itself — a Hugging Face layer's eager attention masks only through the attention_mask its model
     builds; None for any other statement (then the rules' own words say it)."""
     flag = tracing.causal_flag(module)
-    if flag is None or stated != _flag_words(flag):
+    if flag is None or causal_said != _flag_words(flag):
         return None
     flagged = flag[1]
     config = getattr(flagged, "config", None)
@@ -601,9 +602,9 @@ def _unmasked(module: nn.Module, stated: str | None) -> str | None:
 
 
 def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal: bool,
-                stated: str | None = None, *, attention: tracing.Attention | None = None,
+                causal_said: str | None = None, *, attention: tracing.Attention | None = None,
                 unmasked: str | None = None) -> Check:
-    """``stated``: who said whether the module is causal (:func:`_stated_causal`); None: its mask says.
+    """``causal_said``: who said whether the module is causal (:func:`_causal_said_by`); None: its mask says.
     ``attention``: the traced attention, whose hidden cells say where a leak is (:func:`_leak_cause`);
     ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`)."""
     rule = "causal"
@@ -611,7 +612,7 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
     if n == 1:
         return Check(rule, "skip", "1 token: nothing after it to change — check 2 or more tokens")
     if not causal:
-        return Check(rule, "skip", f"not checked: {stated}" if stated else
+        return Check(rule, "skip", f"not checked: {causal_said}" if causal_said else
                      "the module is not causal (no mask hides the future)" + (
                          f" — yet its name, {type(module).__name__}, says causal: to check it as causal, give "
                          "attnviz check --causal (check_module's causal=True)" if _named_causal(module) else ""))
@@ -623,7 +624,7 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
             moved = (module_output(module, changed)[:, :j] - output[:, :j]).abs()  # (b, j, d_out)
         if moved.max() > TOLERANCE:
             position = int(moved.amax(dim=(0, 2)).argmax())
-            cause = _leak_cause(module, changed, j, attention, stated, unmasked) if attention is not None else ""
+            cause = _leak_cause(module, changed, j, attention, causal_said, unmasked) if attention is not None else ""
             return Check(rule, "fail", f"changing tokens {j}… changed the output at position {position} by "
                                        f"{moved.max().item():.3g}: position {position} sees the future{cause}")
     js = "j = 1" if n == 2 else f"j = 1 … {n - 1}"
@@ -638,7 +639,7 @@ def _named_causal(module: nn.Module) -> bool:
 
 
 def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tracing.Attention,
-                stated: str | None, unmasked: str | None) -> str:
+                causal_said: str | None, unmasked: str | None) -> str:
     """Where the future leaks in, in words after a dash, when the traced attention tells: no cell hidden although
     the module is said to be causal; or the weights hide every future key, so the module run again on ``changed``
     (tokens j… changed) shows which stage of the queries before j moves first — their weights (a softmax over the
@@ -651,9 +652,9 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
         return (f" — {MASK_AFTER_SOFTMAX} (each weight is divided by a sum over every key, the future's "
                 "included)")
     if not hidden.any():
-        if stated is None:
+        if causal_said is None:
             return ""
-        return f" — {stated}, yet no mask hides the future" + (f": {unmasked}" if unmasked else "")
+        return f" — {causal_said}, yet no mask hides the future" + (f": {unmasked}" if unmasked else "")
     if not hidden[..., future].all():
         return ""  # a future key is visible: mask-convention names it
     empty = hidden[0, 0].all(-1).nonzero()  # (rows, 1): queries that hide every key, their own too
@@ -688,24 +689,24 @@ def _moved_before(j: int, before: torch.Tensor, after: torch.Tensor) -> bool:
 
 
 def mask_convention(attention: tracing.Attention, causal: bool, declared: int | None = None,
-                    stated: str | None = None, *, unmasked: str | None = None,
+                    causal_said: str | None = None, *, unmasked: str | None = None,
                     triangles: tuple[Triangle, ...] | list[Triangle] = (),
                     longer: Callable[[int], tracing.Attention | None] | None = None,
                     context: tuple[int, str] | None = None, cache_length: tuple[str, int] | None = None,
-                    fill: FiniteFill | None = None, said: str | None = None) -> Check:
+                    fill: FiniteFill | None = None, window_named: str | None = None) -> Check:
     """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show
     when the tokens reach a key W behind; ``cache_length``: (the name, W) of a window the module declares that is its
     KV cache's length (:func:`attnviz.window_reading.cache_length`), which its hidden cells need not show (said in a
-    pass); ``stated``: who said whether the module is causal (:func:`_stated_causal`), None when
+    pass); ``causal_said``: who said whether the module is causal (:func:`_causal_said_by`), None when
     its mask says; ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``triangles``:
     the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask; ``longer(n)``: the
     module's attention traced on n tokens (None when it cannot be), for a declared window too wide for the checked
     tokens (:func:`_window_on_more_tokens`), within the ``context`` the module says it has
     (:func:`attnviz.tracing.module_context`: c, and how attnviz knows); ``fill``: the module's own masked_fill that
     sets the future to a number that hides nothing (:func:`_finite_fill`), which a mask that hides no cell names;
-    ``said``: what in the module's code says that its ``window_size``, read only where it caches, is an attention
-    window and not the book's KV-cache length (:func:`attnviz.window_reading.window_said`), which a window never
-    applied names."""
+    ``window_named``: what in the module's code says that its ``window_size``, read only where it caches, is an
+    attention window and not the book's KV-cache length (:func:`attnviz.window_reading.window_said`), which a window
+    never applied names."""
     rule = "mask-convention"
     hidden = attention.masked_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
@@ -723,13 +724,14 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    f"{window} or more behind (query i sees {window_sees(window)})")
     if not causal:
         if not hidden.any():
-            return Check(rule, "skip", f"{stated}, and the module hides no cell" if stated else
+            return Check(rule, "skip", f"{causal_said}, and the module hides no cell" if causal_said else
                          "the module is not causal and hides no cell")
-        if not stated:
+        if not causal_said:
             where = _where(attention, hidden.nonzero()[0])
             return Check(rule, "fail", f"the module is not causal but hides {amount(int(hidden[0, 0].sum()), 'cell')}, "
                                        f"e.g. {where}")
-        return Check(rule, "fail", f"{stated}, but the module masks: it hides {_hidden_cells_words(attention, future)}")
+        return Check(rule, "fail", f"{causal_said}, but the module masks: it hides "
+                                   f"{_hidden_cells_words(attention, future)}")
     if attention.zeroed_after is not None:
         zeroed = attention.zeroed_after  # (b, h, nq, nk)
         seen = zeroed & ~hidden  # (b, h, nq, nk): weights the softmax gave out, not cells it already hid
@@ -741,10 +743,10 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    f"{MASK_AFTER_SOFTMAX}")
     if torch.equal(hidden, future.expand_as(hidden)):
         if declared is not None and declared < nk:
-            return Check(rule, "fail", _window_not_applied(nq, nk, declared, said))
+            return Check(rule, "fail", _window_not_applied(nq, nk, declared, window_named))
         if declared is not None:
-            return _window_on_more_tokens(declared, nk, longer, context, stated=stated, unmasked=unmasked,
-                                          triangles=triangles, said=said)
+            return _window_on_more_tokens(declared, nk, longer, context, causal_said=causal_said, unmasked=unmasked,
+                                          triangles=triangles, window_named=window_named)
         if cache_length is not None:
             return Check(rule, "pass", _cache_length_words(*cache_length))
         return Check(rule, "pass", "the hidden cells are exactly the future (above the diagonal)")
@@ -756,14 +758,14 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    f"−{cap}, not −∞, and the softmax still gives it weight — cap the scores first, "
                                    "then mask them")
     if not hidden.any() and fill is not None:  # the mask is there and kept, but its number hides nothing
-        return Check(rule, "fail", f"{f'{stated}, but ' if stated else ''}no cell is hidden: {fill}, not −∞, so the "
-                                   "softmax still gives those keys weight — fill with float(\"-inf\") (or "
-                                   "-torch.inf)")
+        return Check(rule, "fail", f"{f'{causal_said}, but ' if causal_said else ''}no cell is hidden: {fill}, "
+                                   "not −∞, so the softmax still gives those keys weight — fill with float(\"-inf\") "
+                                   "(or -torch.inf)")
     if not hidden.any():
-        if stated and unmasked:
-            return Check(rule, "fail", f"{stated}, yet no cell is hidden: {unmasked}")
-        if stated:
-            return Check(rule, "fail", f"{stated}, but no cell is hidden: {_no_mask_hint(attention)}")
+        if causal_said and unmasked:
+            return Check(rule, "fail", f"{causal_said}, yet no cell is hidden: {unmasked}")
+        if causal_said:
+            return Check(rule, "fail", f"{causal_said}, but no cell is hidden: {_no_mask_hint(attention)}")
         if attention.kind != "softmax":  # a call given no mask: its own words (is_causal, attn_mask)
             return Check(rule, "fail", f"no cell is hidden: {_no_mask_hint(attention)}")
         return Check(rule, "fail", "no cell is hidden: the causal mask never reached the scores "
@@ -820,10 +822,10 @@ def _cache_length_words(name: str, length: int) -> str:
 LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this
 
 
-def _window_not_applied(nq: int, nk: int, declared: int, said: str | None = None) -> str:
+def _window_not_applied(nq: int, nk: int, declared: int, window_named: str | None = None) -> str:
     """mask-convention's words for hidden cells that are exactly the future when the module declares a window of
-    ``declared`` < ``nk`` keys: the last query and the keys it sees that the window hides; ``said``: what says that a
-    ``window_size`` read only where the forward caches is an attention window (:func:`mask_convention`)."""
+    ``declared`` < ``nk`` keys: the last query and the keys it sees that the window hides; ``window_named``: what
+    says that a ``window_size`` read only where the forward caches is an attention window (:func:`mask_convention`)."""
     position = nk - 1  # the last query's position
     far = position - declared  # the nearest key the window hides
     keys = f"key 0, {declared} behind it" if far == 0 else f"keys 0 … {far}, {declared} or more behind it"
@@ -832,10 +834,10 @@ def _window_not_applied(nq: int, nk: int, declared: int, said: str | None = None
     return (f"the hidden cells are exactly the future, but the module's window is {declared}: query {position} sees "
             f"{keys}, which a window of {declared} hides (query i sees "
             f"{window_sees(declared)}) — the window is never applied{wide}: hide the keys W or more behind (diff >= W) "
-            "as well as the future" + ("" if said is None else
+            "as well as the future" + ("" if window_named is None else
                                        f" in the uncached forward too — its code reads window_size only where it "
                                        "caches, as the book's optimized MultiHeadAttention reads its KV cache's "
-                                       f"length, but here it is an attention window: {said}"))
+                                       f"length, but here it is an attention window: {window_named}"))
 
 
 def _window_on_more_tokens(declared: int, nk: int, longer: Callable[[int], tracing.Attention | None] | None,
@@ -1302,11 +1304,11 @@ def _not_batch_first(module: nn.Module, x: torch.Tensor, changed: torch.Tensor, 
 
 
 def matches_reference(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                      scaled: bool = True, window: int | None = None, stated: str | None = None,
+                      scaled: bool = True, window: int | None = None, causal_said: str | None = None,
                       width: ScoreWidth | None = None, declared: tuple[DeclaredScale, ...] = (),
                       cap: DeclaredCap | None = None, sinks: DeclaredSinks | None = None,
                       fill: FiniteFill | None = None, own_file: str | None = None) -> Check:
-    """``stated``: who said whether the module is causal (:func:`_stated_causal`): a failure says its reference
+    """``causal_said``: who said whether the module is causal (:func:`_causal_said_by`): a failure says its reference
     masks (or not) as that says, so a mask the statement and the module disagree on reads as one fault; ``width``:
     the head_dim the reference's scale divides by (:func:`score_width`; None: the width of Q·Kᵀ); ``declared``: the
     scales the module declares (:func:`declared_scales`): the reference scales as its config's design when the
@@ -1319,10 +1321,10 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
     whose tanh stops the walk back to Q @ Kᵀ (:func:`unread_softcap`) fails, naming the tanh's line in ``own_file``
     (:func:`attnviz.tracing.class_file`)."""
     cap_words, sinks_words = softcap_mismatch(attention, cap), sinks_mismatch(attention, sinks)
-    check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, stated=stated, width=width,
-                               declared=declared, cap=cap, sinks=sinks, fill=fill,
-                               agreed=(cap is not None and cap_words is None,
-                                       sinks is not None and sinks_words is None))
+    check = _reference_verdict(recording, attention, causal, scaled=scaled, window=window, causal_said=causal_said,
+                               width=width, declared=declared, cap=cap, sinks=sinks, fill=fill,
+                               cap_agreed=cap is not None and cap_words is None,
+                               sinks_agreed=sinks is not None and sinks_words is None)
     if check.status == "skip":
         unread = unread_softcap(recording, attention, cap, own_file)
         return check if unread is None else Check(check.rule, "fail", unread)
@@ -1335,16 +1337,17 @@ def matches_reference(recording: tracing.Recording, attention: tracing.Attention
 
 
 def _reference_verdict(recording: tracing.Recording, attention: tracing.Attention, causal: bool, *,
-                       scaled: bool, window: int | None, stated: str | None, width: ScoreWidth | None,
+                       scaled: bool, window: int | None, causal_said: str | None, width: ScoreWidth | None,
                        declared: tuple[DeclaredScale, ...], cap: DeclaredCap | None = None,
                        sinks: DeclaredSinks | None = None, fill: FiniteFill | None = None,
-                       agreed: tuple[bool, bool] = (False, False)) -> Check:
+                       cap_agreed: bool = False, sinks_agreed: bool = False) -> Check:
     if scaled and width is not None and width.head_dim is None and width.latent is not None:
         return Check("matches-reference", "skip", f"the reference's scale is not known: {_width_unknown(width.latent)}")
     head_dim = None if width is None else width.head_dim
     design = None if not scaled or attention.scale is None else _declared(attention.scale, declared, design=True)
     reference = functools.partial(_matches_reference, recording, attention, causal, scaled=scaled, window=window,
-                                  head_dim=head_dim, cap=cap, sinks_declared=sinks, fill=fill, agreed=agreed)
+                                  head_dim=head_dim, cap=cap, sinks_declared=sinks, fill=fill, cap_agreed=cap_agreed,
+                                  sinks_agreed=sinks_agreed)
     check = reference(scale=None if design is None else design.scale)
     if not scaled and check.status != "skip":
         check = Check(check.rule, check.status, f"{check.evidence} — unscaled, as the module's scores are (see "
@@ -1367,9 +1370,9 @@ def _reference_verdict(recording: tracing.Recording, attention: tracing.Attentio
         return Check(check.rule, "fail", f"{check.evidence} — {low}")
     if check.status == "fail" and scaled and design is None and (cause := _scale_cause(attention, head_dim, reference)):
         return Check(check.rule, "fail", f"{check.evidence} — {cause}")
-    if check.status == "fail" and stated:
+    if check.status == "fail" and causal_said:
         follows = "masks the future" if causal else "masks nothing"
-        return Check(check.rule, "fail", f"{check.evidence} — the reference {follows}: {stated}")
+        return Check(check.rule, "fail", f"{check.evidence} — the reference {follows}: {causal_said}")
     return check
 
 
@@ -1470,10 +1473,10 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
                        scaled: bool = True, window: int | None = None, head_dim: int | None = None,
                        scale: float | None = None, cap: DeclaredCap | None = None,
                        sinks_declared: DeclaredSinks | None = None, fill: FiniteFill | None = None,
-                       agreed: tuple[bool, bool] = (False, False)) -> Check:
+                       cap_agreed: bool = False, sinks_agreed: bool = False) -> Check:
     """matches-reference's comparison with the reference from the module's own Q, K, V, its own soft-cap and sink
     logits (``cap``, ``sinks_declared``: what the module declares, which the words say the cap and the logits are
-    when they agree — ``agreed``: (the cap, the sinks), as :func:`matches_reference` found them, failing them when
+    when they agree — ``cap_agreed``, ``sinks_agreed``: as :func:`matches_reference` found them, failing them when
     they do not); ``fill``: the module's masked_fill of
     the future with a finite number (:func:`_finite_fill`), which a failure names."""
     rule = "matches-reference"
@@ -1497,13 +1500,13 @@ def _matches_reference(recording: tracing.Recording, attention: tracing.Attentio
     if attention.softcap is not None and check.status != "skip":
         check = Check(rule, check.status, f"{check.evidence} — the reference applies the module's "
                                           f"{softcap_words(attention.softcap)} to its scaled scores ("
-                                          + (f"the cap the module declares, {cap.words}" if agreed[0] else
+                                          + (f"the cap the module declares, {cap.words}" if cap_agreed else
                                              _cap_taken_words(attention.softcap) if cap is None else
                                              "the cap it applies") + ")")
     if attention.sinks is not None and check.status != "skip":
         check = Check(rule, check.status, f"{check.evidence} — with the module's sink logits beside the scores and "
                                           f"their column dropped after the softmax ({SINK_WORDS}; the sink logits are "
-                                          + (f"{sinks_declared.words}, each head its own" if agreed[1] else
+                                          + (f"{sinks_declared.words}, each head its own" if sinks_agreed else
                                              "the module's own: it keeps none under a sink's name, not checked"
                                              if sinks_declared is None else "the ones the softmax got") + ")")
     if slopes is not None and check.status != "skip":
