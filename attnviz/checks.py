@@ -772,7 +772,7 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    "(masked_fill returns a copy: keep it, or use masked_fill_)")
     fix = _triangle_fix(triangles, first)
     if nk > 1 and torch.equal(first, ~future):  # one token: hiding it is the hidden diagonal below
-        if _float_mask(attention):
+        if attention.float_mask:
             return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
                                        f"future{_no_key_left(attention)}. {FLOAT_MASK[0].upper()}{FLOAT_MASK[1:]}")
         return Check(rule, "fail", "the mask is inverted: it hides the past and the token itself and shows the "
@@ -780,9 +780,9 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                                    "masked_fill hides where the mask is True; SDPA's boolean attn_mask keeps where it "
                                    "is True; nn.MultiheadAttention's hides where it is True")
     if nk > 1 and torch.equal(first, future.T):
-        convention = FLOAT_MASK if _float_mask(attention) else FLIPPED_FIX.get(attention.kind, FLIPPED_FIX["softmax"])
+        convention = FLOAT_MASK if attention.float_mask else FLIPPED_FIX.get(attention.kind, FLIPPED_FIX["softmax"])
         if fix and attention.kind in CONVENTIONS:
-            convention = f"{fix}; {FLOAT_MASK if _float_mask(attention) else CONVENTIONS[attention.kind]}"
+            convention = f"{fix}; {FLOAT_MASK if attention.float_mask else CONVENTIONS[attention.kind]}"
         elif fix:
             convention = fix
         return Check(rule, "fail", "the mask hides the past instead of the future (the triangle below the diagonal, "
@@ -925,10 +925,6 @@ FLOAT_MASK = ("a float attn_mask is added to the scores: −∞ belongs above th
               "torch.full((n, n), float('-inf')).triu(1)")
 
 
-def _float_mask(attention: tracing.Attention) -> bool:
-    """Whether the call's attn_mask was a float one the user gave: nn.MultiheadAttention turns a boolean attn_mask
-    into a float one itself before the call the tracer reads, so its mask is read as boolean (its words say both)."""
-    return attention.float_mask and attention.kind != "nn.MultiheadAttention"
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ class Attention:
     sink_weights: torch.Tensor | None = None
     hidden: torch.Tensor | None = None  # bool, True where a call's mask hides the cell (see masked_cells)
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
-    float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask was a float added to the scores
+    float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask, as given, was a float added to the scores
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     # the p of the dropout between the softmax and @ V when its own call drops (training=True), 0.0 when it does not
@@ -273,6 +273,7 @@ class _Recorder(TorchFunctionMode):
         self.triangles: list[tuple[int, str, int]] = []  # every tril / triu call: (op index, name, diagonal)
         self.fills: list[tuple[int, float, bool]] = []  # a triangle's cells set to a number: (op index, it, future?)
         self.fused_calls: list[Attention] = []  # SDPA / MultiheadAttention calls, their stages recomputed
+        self.boolean_mha_masks: list[bool] = []  # per nn.MultiheadAttention call: was its attn_mask boolean?
         self.dropout_calls: list[tuple[int, bool, float]] = []
         self.held_bytes = 0  # what the recorded outputs hold, a view counted as a copy
 
@@ -357,7 +358,8 @@ class _Recorder(TorchFunctionMode):
         index = len(self.ops)
         self.ops.append(Op(name, tuple(tensor.shape), line, filename, stage="context"))
         attention = (_sdpa(args, kwargs, self.nodes) if name == "scaled_dot_product_attention"
-                     else _mha(func, args, kwargs))
+                     else _mha(func, args, kwargs, boolean_mask=bool(self.boolean_mha_masks)
+                               and self.boolean_mha_masks.pop()))
         attention.op_index = index
         attention.context_ops = (index,)
         attention.returned = _as_head_maps(tensor) if name == "scaled_dot_product_attention" else (
@@ -428,6 +430,27 @@ def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
     return dim % ndim
 
 
+@contextlib.contextmanager
+def _noting_mha_masks(module: nn.Module, recorder: _Recorder):
+    """While it lasts, each ``nn.MultiheadAttention`` of ``module`` notes in ``recorder.boolean_mha_masks`` whether
+    the attn_mask a call gives it is boolean: its forward turns a boolean mask into a float one (−∞ where True)
+    before the ``multi_head_attention_forward`` call the recorder reads, which then takes it for a float mask."""
+    def note(layer: nn.MultiheadAttention, args, kwargs) -> None:
+        try:
+            mask = inspect.signature(layer.forward).bind(*args, **kwargs).arguments.get("attn_mask")
+        except TypeError:  # the forward raises on these arguments itself
+            mask = None
+        recorder.boolean_mha_masks.append(isinstance(mask, torch.Tensor) and mask.dtype == torch.bool)
+
+    handles = [layer.register_forward_pre_hook(note, with_kwargs=True) for layer in module.modules()
+               if isinstance(layer, nn.MultiheadAttention)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **forward_kwargs) -> Recording:
     """Run ``module(x)`` once, recording every tensor call; raises TraceError when the forward raises (in words when x
     is longer than the context the module says it has, see :func:`module_context`, and runs within it), computes no
@@ -439,7 +462,7 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
     recorder.user_file = class_file(module)
     try:
         try:
-            with torch.no_grad(), recorder:
+            with torch.no_grad(), recorder, _noting_mha_masks(module, recorder):
                 output = run_forward(module, x, **forward_kwargs)
         except BaseException:
             recorder.forget()  # an error's traceback holds this frame: it must not keep what the forward recorded
@@ -583,7 +606,7 @@ def step_attention(module: nn.Module, x: torch.Tensor, **forward_kwargs) -> tupl
     recorder = _Recorder()
     try:
         try:
-            with torch.no_grad(), recorder:
+            with torch.no_grad(), recorder, _noting_mha_masks(module, recorder):
                 output = run_forward(module, x, what="a cached forward", **forward_kwargs)
         except _TooMuchRecorded:
             raise TraceError("a cached forward recorded too much") from None
@@ -1809,7 +1832,10 @@ def _SDPA_SIGNATURE(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     """The documented signature of ``F.scaled_dot_product_attention`` (the builtin has none to inspect)."""
 
 
-def _mha(func, args, kwargs) -> Attention:
+def _mha(func, args, kwargs, *, boolean_mask: bool = False) -> Attention:
+    """The attention of an ``F.multi_head_attention_forward`` call.  ``boolean_mask``: the attn_mask the
+    ``nn.MultiheadAttention`` was given is boolean (:func:`_noting_mha_masks`), which its forward hands on as a float
+    mask, −∞ where True: it is read as the boolean mask it was."""
     bound = inspect.signature(func).bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
@@ -1831,8 +1857,8 @@ def _mha(func, args, kwargs) -> Attention:
     mask = a["attn_mask"]
     if mask is not None:
         mask = mask.reshape(batch, heads, nq, nk) if mask.dim() == 3 else mask  # (N·h, L, S) -> (N, h, L, S)
-        if mask.dtype == torch.bool:  # nn.MultiheadAttention: True = may NOT attend
-            hidden = mask
+        if mask.dtype == torch.bool or boolean_mask:  # nn.MultiheadAttention: True = may NOT attend
+            hidden = mask if mask.dtype == torch.bool else mask.isneginf()
         else:
             additive = mask
     elif a["is_causal"]:

@@ -76,6 +76,44 @@ def test_nn_multihead_attention_without_a_mask_is_not_causal(x):
     assert not trace.config.causal
 
 
+class MHAWithMask(nn.Module):
+    """nn.MultiheadAttention given the attn_mask ``mask(n)`` (n, n): boolean (True = may not attend) or float."""
+
+    def __init__(self, mask):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+        self.mask = mask
+
+    def forward(self, x):
+        out, _ = self.attn(x, x, x, attn_mask=self.mask(x.shape[1]), need_weights=False)
+        return out
+
+
+BOOLEAN_FUTURE = lambda n: torch.ones(n, n, dtype=torch.bool).triu(1)  # noqa: E731
+FLOAT_PAST = lambda n: torch.full((n, n), float("-inf")).tril(-1)  # noqa: E731
+
+
+@pytest.mark.parametrize(("mask", "float_mask"), [
+    (BOOLEAN_FUTURE, False), (lambda n: torch.full((n, n), float("-inf")).triu(1), True),
+    (lambda n: BOOLEAN_FUTURE(n).float() * -1e4, True)])
+def test_nn_multihead_attention_says_whether_its_mask_is_float_as_the_user_gave_it(mask, float_mask):
+    """nn.MultiheadAttention turns a boolean attn_mask into −∞ where True before the call attnviz reads: the
+    attention still reads it as the boolean mask it was given, and a float one as float."""
+    torch.manual_seed(0)
+    attention = tracing.record(MHAWithMask(mask).eval(), torch.randn(1, 3, 32)).attentions[0]
+    assert attention.float_mask is float_mask
+    assert torch.equal(attention.masked_cells()[0, 0], BOOLEAN_FUTURE(3))
+
+
+def test_an_nn_multihead_attention_float_mask_that_hides_the_past_is_told_about_float_masks():
+    """A float mask with −∞ below the diagonal was told nn.MultiheadAttention's boolean convention."""
+    torch.manual_seed(0)
+    attention = tracing.record(MHAWithMask(FLOAT_PAST).eval(), torch.randn(1, 3, 32)).attentions[0]
+    check = checks.mask_convention(attention, True)
+    assert check == checks.Check("mask-convention", "fail", "the mask hides the past instead of the future (the "
+                                 f"triangle below the diagonal, not above it): {checks.FLOAT_MASK}"), check
+
+
 @pytest.mark.parametrize("float_mask", [False, True])
 def test_sdpa_with_a_boolean_or_a_float_mask(x, float_mask):
     torch.manual_seed(3)
