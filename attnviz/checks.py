@@ -640,17 +640,22 @@ def _named_causal(module: nn.Module) -> bool:
 
 def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tracing.Attention,
                 causal_said: str | None, unmasked: str | None) -> str:
-    """Where the future leaks in, in words after a dash, when the traced attention tells: no cell hidden although
-    the module is said to be causal; or the weights hide every future key, so the module run again on ``changed``
-    (tokens j… changed) shows which stage of the queries before j moves first — their weights (a softmax over the
-    queries, or Q and K), their context (V), or neither: then the leak comes after ``weights @ V`` (the heads put
-    back together without transposing); "" otherwise."""
+    """Where the future leaks in, in words after a dash, when the traced attention tells: weights transposed after
+    the softmax (``Attention.transposed_after``); no cell hidden although the module is said to be causal; or the
+    weights hide every future key, so the module run again on ``changed`` (tokens j… changed) shows which stage of
+    the queries before j moves first — their weights (a softmax over the queries, or Q and K), their context (V), or
+    neither: then the leak comes after ``weights @ V`` (the heads put back together without transposing); ""
+    otherwise."""
     hidden = attention.masked_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]
     future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk)
     if attention.zeroed_after is not None:
         return (f" — {MASK_AFTER_SOFTMAX} (each weight is divided by a sum over every key, the future's "
                 "included)")
+    if attention.transposed_after is not None:
+        return (f" — {attention.transposed_after} transposes the weights after the softmax (each column sums to 1, not "
+                "each row), so position i mixes the values of the tokens that attend to it, the future's: multiply "
+                "the weights by V as the softmax made them, (…, query, key)")
     if not hidden.any():
         if causal_said is None:
             return ""

@@ -152,6 +152,7 @@ class Attention:
     lost: str | None = None  # why Q and K, or V, are None: "no Q @ Kᵀ: the exp on line 12 comes before the softmax"
     # why a stage is not recorded, per side: {"scores": "no Q @ Kᵀ before the softmax: …", "context": "no weights …"}
     unrecorded: dict[str, str] = field(default_factory=dict)
+    transposed_after: str | None = None  # the call that transposes the weights after the softmax: "the einsum on …"
     # what an SDPA call returned (b, h, nq, dv), or nn.MultiheadAttention (b, nq, E)
     returned: torch.Tensor | None = None
     out_proj: tuple | None = None  # nn.MultiheadAttention's (out_proj weight, bias)
@@ -1164,7 +1165,14 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
         call = next((call for call in recorder.dropout_calls if call[0] == dropped.index), None)
         attention.dropout_after_p = call[2] if call is not None and call[1] else 0.0
     operands = None if forward.context is None else _values_operand(forward.context, forward.fed)
-    if operands is None and forward.context is not None:
+    transposes = next((node for node in (forward.context, forward.stop) if node is not None
+                       and _transposes(node, walked_from.out)), None)
+    if transposes is not None and operands is None:
+        attention.transposed_after = f"the {_call(recorder, transposes)}"
+        attention.unrecorded["context"] = (f"{attention.transposed_after} transposes the weights after the softmax "
+                                           "— each column sums to 1, not each row")
+        attention.lost = lost or attention.unrecorded["context"]
+    elif operands is None and forward.context is not None:
         attention.unrecorded["context"] = (f"the {_call(recorder, forward.context)} after the softmax could not be "
                                            "read as weights @ V")
         attention.lost = attention.lost or attention.unrecorded["context"]
@@ -1176,6 +1184,14 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
         recorder.ops[forward.context.index].stage = "context"
     _same_layout(attention)
     return attention
+
+
+def _transposes(node: _Node, weights: torch.Tensor) -> bool:
+    """Whether ``node`` turns the softmax's ``weights`` (…, nq, nk) into their transpose, query and key swapped
+    (``einsum("bhqk->bhkq", w)``, ``w.transpose(-1, -2)``): a square map that is not symmetric."""
+    flipped = weights.transpose(-2, -1)  # (…, nk, nq)
+    return (weights.shape[-1] == weights.shape[-2] and node.out.shape == flipped.shape
+            and torch.equal(node.out, flipped) and not torch.equal(node.out, weights))
 
 
 def _same_layout(attention: Attention) -> None:

@@ -1211,6 +1211,42 @@ def test_a_finite_fill_is_named_from_its_value_and_cells(value, future, words):
     assert evidence.startswith(words + ", which the reference hides"), evidence
 
 
+class EinsumTransposedWeights(torch.nn.Module):
+    """TransformerLens-style einsum attention that transposes its weights after the softmax (``bhqk->bhkq``) before
+    multiplying them by V: each position mixes the values of the tokens that attend to it, the future."""
+
+    def __init__(self, d_model=16, n_heads=2):
+        super().__init__()
+        self.W_Q, self.W_K, self.W_V = (torch.nn.Parameter(torch.randn(n_heads, d_model, d_model // n_heads))
+                                        for _ in range(3))
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = (torch.einsum("bpd,hde->bphe", x, w) for w in (self.W_Q, self.W_K, self.W_V))  # (b, n, h, dh)
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / q.shape[-1] ** 0.5  # (b, h, n, n)
+        scores = scores.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), float("-inf"))
+        pattern = torch.einsum("bhqk->bhkq", scores.softmax(dim=-1))  # (b, h, n, n): the bug
+        return torch.einsum("bhqk,bkhe->bqhe", pattern, v).flatten(2)  # (b, n, d_model)
+
+
+def test_weights_transposed_after_the_softmax_are_named_when_causal_fails():
+    """The einsum that transposes the weights after the softmax was a causal failure with no cause: its columns,
+    not its rows, sum to one."""
+    torch.manual_seed(0)
+    module, x = EinsumTransposedWeights().eval(), torch.randn(2, 3, 16)
+    recording = tracing.record(module, x)
+    attention, _ = tracing.combine(recording.attentions)
+    check = checks.causal_rule(module, x, recording.output, True, attention=attention)
+    line = Path(__file__).read_text().splitlines().index(
+        '        pattern = torch.einsum("bhqk->bhkq", scores.softmax(dim=-1))  # (b, h, n, n): the bug') + 1
+    assert check.status == "fail" and check.evidence.endswith(
+        f"sees the future — the einsum on line {line} transposes the weights after the softmax (each column sums to "
+        "1, not each row), so position i mixes the values of the tokens that attend to it, the future's: multiply "
+        "the weights by V as the softmax made them, (…, query, key)"), check
+    assert attention.unrecorded["context"] == (f"the einsum on line {line} transposes the weights after the "
+                                               "softmax — each column sums to 1, not each row")
+
+
 def test_a_float_sdpa_mask_that_hides_the_past_is_told_about_float_masks_and_its_own_tril():
     """A float additive mask with −∞ below the diagonal was told "SDPA's boolean attn_mask keeps where it is True:
     pass torch.tril(…bool)", and with no buffer to say causal it was called "not causal"."""
