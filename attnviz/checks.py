@@ -1105,7 +1105,8 @@ def scaling(attention: tracing.Attention, *, weightless: bool = False, width: Sc
     scales it may use."""
     rule = "scaling"
     if attention.scale is None or attention.queries is None:
-        return Check(rule, "skip", "the scale of the scores could not be identified")
+        why = attention.unrecorded.get("scores")  # what hides Q @ Kᵀ: a tanh that is no soft-cap, an exp …
+        return Check(rule, "skip", "the scale of the scores could not be identified" + (f" ({why})" if why else ""))
     if weightless and applies_no_scale(attention):
         found = width or score_width(None, attention)
         also = "" if found.head_dim is None else (f" — dividing them by √{found.name} = √{found.head_dim} ≈ "

@@ -40,6 +40,28 @@ def test_scores_divided_by_head_dim_before_the_cap_fail_scaling_and_matches_refe
     assert results["matches-reference"].status == "fail", results["matches-reference"].evidence
 
 
+class TanhWithoutTheDivide(um.SoftCappedAttention):
+    """cap · tanh(s), the divide inside the tanh forgotten: no soft-cap, and no Q @ Kᵀ the walk back reaches."""
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, hd) each
+        s = torch.tanh(q @ k.transpose(-1, -2) / self.divide_by) * self.cap  # (b, h, n, n)
+        w = torch.softmax(s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")), dim=-1)
+        return self.o((w @ v).transpose(1, 2).reshape(b, n, d))  # (b, n, d_model)
+
+
+def test_a_tanh_that_is_no_soft_cap_is_named_when_scaling_cannot_find_the_scale():
+    """scaling said only "the scale of the scores could not be identified": the tanh that hides Q @ Kᵀ is named."""
+    torch.manual_seed(0)
+    recording = attnviz.tracing.record(TanhWithoutTheDivide().eval(), torch.randn(1, 3, 64))
+    check = checks.scaling(attnviz.tracing.combine(recording.attentions)[0])
+    line = Path(__file__).read_text().splitlines().index(
+        "        s = torch.tanh(q @ k.transpose(-1, -2) / self.divide_by) * self.cap  # (b, h, n, n)") + 1
+    assert check == checks.Check("scaling", "skip", "the scale of the scores could not be identified (no Q @ Kᵀ "
+                                 f"before the softmax: the tanh on line {line} comes between them)"), check
+
+
 def test_a_cap_small_enough_to_bite_is_in_the_reference():
     torch.manual_seed(0)
     module = um.SoftCappedAttention(cap=0.5)  # every score squashed into (-0.5, 0.5): far from the uncapped softmax
