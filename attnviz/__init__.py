@@ -18,10 +18,10 @@ What a user calls (docs/api.md):
 * ``models``: the book's ``GPTModel``, checkpoints, knock-outs, rollout, the logit lens and ``generate`` (greedy,
   with the KV cache, step by step).
 
-The names docs/api.md documents in ``config``, ``tracing``, ``time_limit``, ``explain``, ``checks``, ``trace_file``
-and ``views.notebook`` are stable too; everything else is internal and may change.  Importing this package imports
-nothing else: each name (and each of those modules, ``attnviz.config`` …) loads its module on first use, so
-``import attnviz`` (and the ``attnviz`` command's ``--help``) stays free of torch.
+The names docs/api.md documents in ``config``, ``tracing``, ``time_limit``, ``explain``, ``checks``, ``trace_file``,
+``tokens`` and ``views.notebook`` are stable too; everything else is internal and may change.  Importing this
+package imports nothing else: each name (and each of those modules, ``attnviz.config`` …) loads its module on
+first use, so ``import attnviz`` (and the ``attnviz`` command's ``--help``) stays free of torch.
 
 Data flows one way: text or token ids → a producer (the book's classes, a GPT model's layer, or your own
 module) → ``Trace`` → ``views`` (Plotly, the shape diagram) → ``labs`` (the Pitfall and induction labs, the comparisons,
@@ -48,7 +48,7 @@ _PUBLIC = {
     "models": ("attnviz.models", None),
 }
 # the modules whose documented names are stable too (docs/api.md): ``attnviz.config`` loads on first use
-_STABLE_MODULES = ("checks", "config", "explain", "time_limit", "trace_file", "tracing")
+_STABLE_MODULES = ("checks", "config", "explain", "time_limit", "tokens", "trace_file", "tracing")
 __all__ = [
     "AttentionConfig", "Trace", "check_module", "explain_weight", "kv_cache_bytes", "load_trace", "models", "run",
     "show", "trace_module",
