@@ -102,7 +102,7 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
             _sizes(spec)
             _modern(spec)
             _mask_dropout_seed_device(spec, choice)
-        _notices()
+    _notices()  # the main area's top, above the page: where a user opening a link looks first
     values = current_settings()
     if slots is None:  # else the page's layer views draw them, with the text and layer they run
         with links:
@@ -234,7 +234,7 @@ def _weights(listed) -> ui_weights.Choice:
     n_layers = choice.sizes.n_layers if choice.sizes is not None else 1
     if not 0 <= st.session_state["layer"] < n_layers:
         # a layer the link asked for is refused with a notice; after the learner picked other weights in the
-        # sidebar, the layer simply starts again at 0 (the notice's 🔗 would blame a link nobody followed)
+        # sidebar, the layer simply starts again at 0 (the notice's link icon would blame a link nobody followed)
         if choice.sizes is not None and drawn("weights", st.session_state["weights"]):
             st.session_state["_weights_notice"] = (
                 f"Layer {clipped(st.session_state['layer'])} does not exist: this checkpoint has {n_layers} layers "
@@ -397,12 +397,14 @@ def _mask_dropout_seed_device(spec, choice) -> None:
 
 
 def _notices() -> None:
-    """A weights option that went away, and the URL parameters that were ignored or changed: one box, a line each."""
+    """A weights option that went away, and the URL parameters that were ignored or changed: one box, a line each,
+    at the top of the page's main area (drawn before the page), on every page until a setting changes — not below
+    the settings, where a user who opened a link for a trained model and sees random heads would not look."""
     if weights_notice := st.session_state.pop("_weights_notice", None):
-        st.warning(markdown_escape(weights_notice), icon="🔗")
+        st.warning(markdown_escape(weights_notice), icon=":material/link:")
     if url_notices := st.session_state.get(URL_NOTICES, []):
         lines = [markdown_escape(notice) for notice in url_notices]
-        st.warning(lines[0] if len(lines) == 1 else "\n".join(f"- {line}" for line in lines), icon="🔗")
+        st.warning(lines[0] if len(lines) == 1 else "\n".join(f"- {line}" for line in lines), icon=":material/link:")
 
 
 def page_links(pages: list[StreamlitPage], values: dict) -> None:

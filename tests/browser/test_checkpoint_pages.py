@@ -192,8 +192,8 @@ def test_a_new_text_with_a_checkpoint_reruns_the_whole_page(page, server):
 
 def test_tampered_name_is_ignored_with_a_notice(page, server):
     visit(page, f"{server.url}/?weights=%2Fetc%2Fpasswd&text=Hello")
-    expect(sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="Ignored URL parameter weights")
-           ).to_have_count(1)
+    expect(page.get_by_test_id("stMain").get_by_test_id("stAlertContainer").filter(  # at the top, where one looks
+        has_text="Ignored URL parameter weights")).to_have_count(1)
     expect(sidebar(page).get_by_role("combobox", name="Weights")).to_have_value(re.compile("Book's classes"))
     expect(main_captions(page).filter(has_text="seeded random weights").first).to_be_visible()
 

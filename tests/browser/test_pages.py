@@ -1194,7 +1194,7 @@ def test_deep_links_are_the_first_request_to_a_fresh_server(page, fresh_server):
     assert (params.get("text"), params.get("variant"), params.get("causal")) == ("Hello world hello", "causal", "false")
 
     visit(page, f"{server.url}/?num_heads=7&dropout=5&variant=nope&seed=-3")
-    warnings = sidebar(page).get_by_test_id("stAlertContainer").filter(has_text="Ignored URL parameter")
+    warnings = page.get_by_test_id("stMain").get_by_test_id("stAlertContainer").filter(has_text="Ignored URL parameter")
     for name in (re.compile(r"num_heads=.?7"), "dropout=", "variant=", "seed="):
         expect(warnings.filter(has_text=name)).to_have_count(1)
     expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention heads")

@@ -42,6 +42,13 @@ def sidebar_notices(at) -> str:
     return " ".join(w.value for w in at.sidebar.warning).replace("\\", "")
 
 
+def link_notices(at) -> str:
+    """The notices about the link's values (their icon a link), as the user reads them: at the top of the main area,
+    where a user opening a link looks; none is left in the sidebar."""
+    assert not [w for w in at.sidebar.warning if w.icon == ":material/link:"]
+    return " ".join(w.value for w in at.main.warning if w.icon == ":material/link:").replace("\\", "")
+
+
 def main_warnings(at) -> str:
     """The main area's warnings as the user reads them (the app escapes Markdown in them)."""
     return " ".join(w.value for w in at.main.warning).replace("\\", "")

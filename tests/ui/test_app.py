@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.apptest import decode, follow_link, no_exception, open_app
+from helpers.apptest import decode, follow_link, link_notices, no_exception, open_app
 from helpers.apptest import plotly_figures as figures
 from helpers.book import BOOK_EXERCISE_3_2
 from helpers.maps import cells_shown, colour_range, images, pixels
@@ -227,7 +227,7 @@ def test_url_parameters_set_the_view_and_bad_ones_are_ignored_with_a_notice():
     assert at.sidebar.toggle(key="causal").value is False
     bad = app(num_heads="7", dropout="5", variant="nope", seed="-3", bogus="1")
     no_exception(bad)
-    notices = " ".join(w.value for w in bad.sidebar.warning).replace("\\", "")  # Markdown-escaped
+    notices = link_notices(bad)
     for name in ("num_heads", "dropout", "variant", "seed", "bogus"):
         assert name in notices
     assert len(grid_heads(grid(bad))) == 12  # defaults used instead

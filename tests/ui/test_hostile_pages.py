@@ -4,7 +4,7 @@ when they visit another page and come back, and a link that gives a parameter tw
 from __future__ import annotations
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, follow_link, main_warnings, no_exception, open_app, sidebar_notices
+from helpers.apptest import APP, TIMEOUT, follow_link, link_notices, main_warnings, no_exception, open_app
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
@@ -72,7 +72,7 @@ def test_a_parameter_given_twice_uses_the_last_and_says_so(page):
     at.query_params["num_heads"] = ["4", "4"]  # the same value twice: nothing to say
     open_link(at, page)
     assert at.sidebar.text_area(key="text").value == "second words"
-    notices = sidebar_notices(at)
+    notices = link_notices(at)
     assert "text is given 2 times" in notices and "'second words'" in notices and "'first words'" in notices
     assert "num_heads" not in notices and at.sidebar.selectbox(key="num_heads").value == 4
 
@@ -83,7 +83,7 @@ def test_the_generate_pages_own_parameter_given_twice_says_so_too():
     at.query_params["new_tokens"] = ["3", "5"]
     open_link(at, "pages/generate.py")
     assert at.number_input(key="generate_new").value == 5
-    assert "new_tokens is given 2 times: using the last, '5'; ignored '3'" in sidebar_notices(at)
+    assert "new_tokens is given 2 times: using the last, '5'; ignored '3'" in link_notices(at)
 
 
 @pytest.mark.parametrize("page", ["pages/steps.py", "pages/shapes.py"])
@@ -91,7 +91,7 @@ def test_sizes_in_a_link_with_a_checkpoint_are_named_as_the_checkpoints_not_repl
     """The weights decide their own sizes: a link's num_heads=5&d_out=7 with the bundled model (128 wide, 2 heads)
     is named as set aside for the model's own, never as 'using 7 heads' above a page that draws 2."""
     at = visit(open_app(weights=weights.BUNDLED_NAME, num_heads="5", d_out="7", num_kv_groups="3"), page)
-    notices = sidebar_notices(at)
+    notices = link_notices(at)
     assert "7 heads" not in notices and "K/V groups" not in notices, notices
     assert "d_out=7" in notices and "num_heads=5" in notices and "d_out 128, 2 heads" in notices, notices
     assert at.sidebar.selectbox(key="num_heads").value == 2 and at.sidebar.number_input(key="d_out").value == 128

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers.apptest import no_exception, open_app, sidebar_notices
+from helpers.apptest import link_notices, no_exception, open_app
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
@@ -193,7 +193,7 @@ def test_groups_a_run_does_not_use_are_replaced_without_a_notice(query):
 def test_hostile_url_values_give_a_notice_and_keep_the_text(query, name, page):
     at = app(page, **query)
     no_exception(at)
-    assert name in sidebar_notices(at)
+    assert name in link_notices(at)
     assert at.sidebar.text_area(key="text").value == TEXT
     assert at.title
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from helpers.apptest import APP, TIMEOUT, follow_link, main_warnings, no_exception, open_app, share_link
+from helpers.apptest import APP, TIMEOUT, follow_link, link_notices, main_warnings, no_exception, open_app, share_link
 from helpers.apptest import plotly_figures as figures
 from streamlit.testing.v1 import AppTest
 
@@ -99,8 +99,7 @@ def test_a_parameter_the_link_repeats_uses_the_last():
     at.run()
     no_exception(at)
     assert at.selectbox(key="heads_focus").value == 2
-    assert "head is given 2 times: using the last, '2'; ignored '1'" in " ".join(
-        w.value for w in at.sidebar.warning).replace("\\", "")
+    assert "head is given 2 times: using the last, '2'; ignored '1'" in link_notices(at)
 
 
 def test_what_the_user_sets_goes_to_the_url_and_the_share_link_and_a_reload_shows_it():
@@ -546,8 +545,7 @@ def test_a_labs_parameter_the_link_repeats_uses_the_last():
     at.switch_page("pages/pitfalls.py").run()
     no_exception(at)
     assert at.segmented_control(key="pitfalls_bug").value == "forgot_eval" and "bug=forgot_eval" in share_link(at)
-    assert "bug is given 2 times: using the last, 'forgot_eval'; ignored 'masked_fill'" in " ".join(
-        w.value for w in at.sidebar.warning).replace("\\", "")
+    assert "bug is given 2 times: using the last, 'forgot_eval'; ignored 'masked_fill'" in link_notices(at)
 
 
 def test_a_labs_notice_goes_when_the_user_sets_its_widget():

@@ -119,8 +119,8 @@ def test_tampered_url_renders_the_default_view_with_one_box_of_notices():
         at.query_params[f"unknown{i}"] = "1"
     at.run()
     assert not at.exception
-    assert len(at.sidebar.warning) == 1
-    box = at.sidebar.warning[0].value.replace("\\", "")  # Markdown-escaped
+    assert len(at.main.warning) == 1
+    box = at.main.warning[0].value.replace("\\", "")  # Markdown-escaped
     for key in (*TAMPERED, "50 unknown URL parameters"):
         assert key in box
     assert plotly_figures(at)
@@ -128,12 +128,12 @@ def test_tampered_url_renders_the_default_view_with_one_box_of_notices():
 
 def test_the_urls_notices_stay_until_a_setting_is_changed():
     at = open_app(num_heads="7", bogus="1")
-    assert len(at.sidebar.warning) == 1
+    assert len(at.main.warning) == 1
     at.run()  # another run of the page (a click on a map, a page switch) keeps them
-    assert len(at.sidebar.warning) == 1 and "bogus" in at.sidebar.warning[0].value
+    assert len(at.main.warning) == 1 and "bogus" in at.main.warning[0].value
     at.sidebar.toggle(key="causal").set_value(False).run()
     no_exception(at)
-    assert len(at.sidebar.warning) == 0
+    assert len(at.main.warning) == 0
 
 
 def test_empty_text_in_the_url_is_a_plain_message():

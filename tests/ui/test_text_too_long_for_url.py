@@ -9,7 +9,7 @@ import string
 import urllib.parse
 
 import pytest
-from helpers.apptest import follow_link, no_exception, open_app, share_link, sidebar_notices
+from helpers.apptest import follow_link, link_notices, no_exception, open_app, share_link
 from helpers.texts import english_text
 
 from attnviz import urlstate
@@ -104,7 +104,7 @@ def test_a_reload_of_a_text_left_out_of_the_url_says_the_text_was_too_long_to_ke
     no_exception(reloaded)
     assert reloaded.sidebar.text_area(key="text").value == urlstate.DEFAULT_TEXT
     assert "Your last text was too long to keep in the link" in said(reloaded), said(reloaded)
-    assert "unknown" not in sidebar_notices(reloaded).lower()
+    assert "unknown" not in link_notices(reloaded).lower()
     assert url(reloaded) == url(at)  # not rewritten
     reloaded.sidebar.number_input(key="seed").set_value(7).run()  # a run after another change: the mark stays out
     assert urlstate.TEXT_LEFT_OUT not in url(reloaded)

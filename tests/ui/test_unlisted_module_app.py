@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers.apptest import no_exception, open_app, page_text
+from helpers.apptest import link_notices, no_exception, open_app, page_text
 
 from attnviz import user_code
 
@@ -72,7 +72,7 @@ def test_a_link_naming_a_module_the_server_does_not_offer_names_no_server_path(m
     no_exception(at)
     text = page_text(at)
     assert server_paths(tmp_path, text) == [], text
-    notice = " ".join(w.value for w in at.sidebar.warning).replace("\\", "")
+    notice = link_notices(at)
     assert "variant='Your module: Missing': it is not a module this server offers" in notice
     assert "pick one under Attention variant" in notice and "--module" in notice
     assert at.sidebar.selectbox(key="variant").value == "mha"
