@@ -150,9 +150,10 @@ def model_path_dot(trace: Trace) -> str:
     shapes = dict(run.path)
     quote = diagram.quote
     lines = ["digraph model {", '  graph [rankdir=TB, nodesep=0.25, ranksep=0.25, fontname="Helvetica", '
-             'bgcolor="transparent"];',
-             '  node [shape=box, style="rounded,filled", fillcolor="#e8eef9", fontname="Helvetica", fontsize=11];',
-             '  edge [arrowsize=0.7];']
+             f'bgcolor="transparent", fontcolor="{diagram.LINE}"];',
+             '  node [shape=box, style="rounded,filled", fillcolor="#e8eef9", fontname="Helvetica", fontsize=11, '
+             f'fontcolor="{diagram.INK}"];',
+             f'  edge [arrowsize=0.7, color="{diagram.LINE}", fontcolor="{diagram.LINE}"];']
 
     def node(key: str, label: str, **attrs) -> None:
         extra = "".join(f", {k}={quote(str(v))}" for k, v in attrs.items())

@@ -49,7 +49,14 @@ HIGHLIGHT_FILL = "#ffd54f"  # the stage the user is viewing
 TENSOR_FILL = "#e8f0fe"
 WEIGHT_FILL = "#fff4e0"
 OFF_FILL = "#f4f4f4"
-OFF_COLOR = "#9e9e9e"
+OFF_COLOR = "#9e9e9e"  # the border and the arrow of a stage that did nothing in this run
+OFF_INK = "#757575"  # its text, on OFF_FILL
+# the diagrams sit on the page's own background, light or dark (Streamlit's theme): text on a box's light fill is
+# dark, set with the fill; between the boxes, on the page's background, an HTML flow's notes take the theme's text
+# colour, dimmed, and a DOT graph's edges and labels (Graphviz takes no theme colour) a grey that reads on both
+INK = "#1f1f1f"
+DIM = "opacity:0.7"
+LINE = "#787878"  # as far from white as from the dark theme's background
 
 # symbolic shapes, as in the code's shape comments: b batch, n tokens, h heads, hd head_dim
 _MEANINGS = {
@@ -291,10 +298,10 @@ _FONTSIZE = 12
 def _dot_header(rankdir: str) -> list[str]:
     """The graph, node and edge defaults."""
     graph_attrs = _attrs(rankdir=rankdir, nodesep=0.3, ranksep=0.35, fontname="Helvetica", fontsize=_FONTSIZE,
-                         bgcolor="transparent")
-    node_attrs = _attrs(shape="box", style="rounded,filled", fillcolor=TENSOR_FILL, fontname="Helvetica",
+                         fontcolor=LINE, bgcolor="transparent")
+    node_attrs = _attrs(shape="box", style="rounded,filled", fillcolor=TENSOR_FILL, fontcolor=INK, fontname="Helvetica",
                         fontsize=_FONTSIZE)
-    edge_attrs = _attrs(fontname="Helvetica", fontsize=_FONTSIZE - 2, arrowsize=0.8)
+    edge_attrs = _attrs(fontname="Helvetica", fontsize=_FONTSIZE - 2, arrowsize=0.8, color=LINE, fontcolor=LINE)
     return ["digraph attention {", f"  graph [{graph_attrs}];", f"  node [{node_attrs}];", f"  edge [{edge_attrs}];"]
 
 
@@ -313,7 +320,8 @@ class _DotGraph:
         fill = HIGHLIGHT_FILL if base in self.lit else (OFF_FILL if off else None)
         color = OFF_COLOR if off else None
         penwidth = 2.5 if base in self.lit else None
-        attrs = _attrs(label=label, style=style, fillcolor=fill, color=color, fontcolor=color, penwidth=penwidth)
+        attrs = _attrs(label=label, style=style, fillcolor=fill, color=color, fontcolor=OFF_INK if off else None,
+                       penwidth=penwidth)
         return f"{indent}{quote(base)} [{attrs}];"
 
     def weight_node(self, weight: str, width_in: int, width_out: int, bias: bool) -> str:
@@ -347,7 +355,7 @@ class _DotGraph:
         if grouped:
             lines.append("  subgraph cluster_heads {")
             lines.append(
-                f"    graph [{_attrs(label=where, style='rounded,dashed', color=OFF_COLOR, fontcolor='#555555')}];"
+                f"    graph [{_attrs(label=where, style='rounded,dashed', color=OFF_COLOR)}];"
             )
             lines.extend(self.tensor_node(stage, indent="    ") for stage in grouped)
             lines.append("  }")
@@ -431,7 +439,7 @@ def _tensor_box(name: str, shape: str, style: str, *, layout: str, note: str = "
     escaped).  A name is one word (``rotated_queries``) and a shape never wraps (``(1, 1024, 768)`` stays on one
     line): its box is never narrower than either; a narrow box puts the shape on the line below the name.  Every
     string is escaped."""
-    return (f'<div{attrs} style="{style};border-radius:6px;padding:2px 4px;{layout}">'
+    return (f'<div{attrs} style="color:{INK};{style};border-radius:6px;padding:2px 4px;{layout}">'
             f'<b>{html.escape(name)}</b> '
             '<code style="font-size:0.85em;background:none;color:inherit;white-space:nowrap">'
             f'{html.escape(shape)}</code>'
@@ -472,14 +480,15 @@ def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: st
         if stage is None:  # nothing happens in this column here
             return f'<div style="{cell}"></div>'
         operation, off = titles[stage]
-        style = "border:1px dashed #9e9e9e;color:#757575;background:#f4f4f4" if off else "border:1px solid #8fa8d6"
+        style = (f"border:1px dashed {OFF_COLOR};color:{OFF_INK};background:{OFF_FILL}" if off
+                 else "border:1px solid #8fa8d6")
         if stage in lit:
             style = f"border:2.5px solid #333;background:{HIGHLIGHT_FILL}"
         elif not off:
             style += f";background:{TENSOR_FILL}"
         arrow = arrows.get(stage)
         into = "" if stage == "input" else (
-            f'<div style="font-size:0.7em;color:#555">{html.escape("↓ " + arrow if arrow else "↓")}</div>')
+            f'<div style="font-size:0.7em;{DIM}">{html.escape("↓ " + arrow if arrow else "↓")}</div>')
         attrs = f' class="attnviz-stage" data-stage="{html.escape(stage)}" title="{html.escape(operation)}"'
         tensor = _tensor_box(names[stage], format_shape(shapes[stage]), style, layout="overflow-wrap:break-word",
                              note=operation if off else "", attrs=attrs)
@@ -542,10 +551,10 @@ def cache_flow_html(cache_shapes: dict[str, tuple[int, ...]], fed: int, seen: in
         how = "↓ concatenated along the tokens" + (f", the oldest dropped: the last {held} kept" if held < seen else "")
         columns.append(  # a column is never narrower than its shapes: in a narrow frame the next one goes below
             f'<div style="flex:1 1 0">{box(_CACHE_NEW.get(name, name), new, False)}'
-            f'<div style="font-size:0.7em;color:#555;text-align:center">{html.escape(how)}</div>'
+            f'<div style="font-size:0.7em;{DIM};text-align:center">{html.escape(how)}</div>'
             f"{box(name, shape, True)}</div>")
     title = f"layer {layer}: what this step adds to its cache"
-    return _flow("attnviz-cache-flow", f'<div style="font-size:0.8em;color:#555;margin-bottom:2px">{html.escape(title)}'
+    return _flow("attnviz-cache-flow", f'<div style="font-size:0.8em;{DIM};margin-bottom:2px">{html.escape(title)}'
                  f'</div><div style="display:flex;flex-wrap:wrap;gap:4px">{"".join(columns)}</div>')
 
 
@@ -583,7 +592,7 @@ def op_flow_html(trace, highlight: str | None = None) -> str:
         stage = _WHOLE_CALLS.get(row["op"]) or _OP_STAGE_WORDS.get(row["stage"], row["stage"])
         note = " · ".join(filter(None, [stage, f"line {row['line']}" if row["line"] else ""]))
         if index:
-            parts.append('<div style="text-align:center;line-height:1;color:#555">↓</div>')
+            parts.append(f'<div style="text-align:center;line-height:1;{DIM}">↓</div>')
         parts.append(_tensor_box(row["op"], row["shape"], style, layout="text-align:center;overflow-wrap:break-word",
                                  note=note, attrs=f' class="attnviz-op" data-stage="{html.escape(row["stage"])}"'))
     return _flow("attnviz-flow", "".join(parts))
@@ -592,9 +601,9 @@ def op_flow_html(trace, highlight: str | None = None) -> str:
 def op_dot(trace, rankdir: str = "TB") -> str:
     """A traced module's own path as Graphviz DOT: one node per op, in the order it ran."""
     rows = op_rows(trace)
-    lines = ["digraph ops {", f"  graph [rankdir={rankdir}];",
-             f'  node [shape=box, style="rounded,filled", fillcolor="{TENSOR_FILL}", '
-             'fontname="sans-serif", fontsize=11];']
+    lines = ["digraph ops {", f'  graph [rankdir={rankdir}, bgcolor="transparent", fontcolor="{LINE}"];',
+             f'  node [shape=box, style="rounded,filled", fillcolor="{TENSOR_FILL}", fontcolor="{INK}", '
+             'fontname="sans-serif", fontsize=11];', f'  edge [color="{LINE}", fontcolor="{LINE}"];']
     for index, row in enumerate(rows):
         stage = _WHOLE_CALLS.get(row["op"]) or _OP_STAGE_WORDS.get(row["stage"], row["stage"])
         label = "\n".join(filter(None, [f"{row['op']}  {row['shape']}", stage,

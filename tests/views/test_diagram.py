@@ -70,6 +70,28 @@ def assert_plausible_dot(dot: str) -> None:
     assert set(nodes) == linked, f"nodes without edges: {set(nodes) - linked}"
 
 
+def contrast(ink: str, fill: str) -> float:
+    """WCAG's contrast ratio of two ``#rrggbb`` colours."""
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        r, g, b = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    light, dark = sorted((luminance(ink), luminance(fill)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def assert_text_readable_on_every_fill(dot: str) -> None:
+    """Every filled node's text has its own colour, set in the DOT with its fill, and reads on it (4:1): the
+    page's theme colours only what the DOT leaves unset (Streamlit's dark theme: pale text)."""
+    default = dict(_ATTR.findall(re.search(r"^\s*node \[(.*)\];$", dot, re.M).group(1)))
+    for name, attrs in parse(dot)[0].items():
+        ink, fill = (attrs.get(key) or _unquote(default.get(key, '""')) for key in ("fontcolor", "fillcolor"))
+        assert ink and contrast(ink, fill) >= 4, (name, ink, fill)
+    for kind in ("graph", "edge"):  # cluster and edge labels, edges: on the page's background, white or dark
+        ink = _unquote(dict(_ATTR.findall(re.search(rf"^\s*{kind} \[(.*)\];$", dot, re.M).group(1)))["fontcolor"])
+        assert min(contrast(ink, "#ffffff"), contrast(ink, "#0e1117")) >= 4, (kind, ink)
+
+
 def labels(dot: str) -> dict[str, str]:
     return {name: attrs.get("label", "") for name, attrs in parse(dot)[0].items()}
 
@@ -84,6 +106,7 @@ def test_dot_is_plausible_for_every_variant(variant, causal, rankdir):
     config = small(variant, causal=causal)
     dot = diagram.shape_dot(traced(config).shapes, config, highlight="weights", rankdir=rankdir)
     assert_plausible_dot(dot)
+    assert_text_readable_on_every_fill(dot)
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="the graphviz binary is not installed")
@@ -452,6 +475,9 @@ def test_flow_highlights_exactly_the_stage_on_view(variant):
         boxes = flow_boxes(diagram.shape_flow_html(shapes, config, highlight=name))
         lit = [box["stage"] for box in boxes if diagram.HIGHLIGHT_FILL in box["style"]]
         assert lit == [diagram._split_name(name)[0]]
+        for box in boxes:  # its text has its own colour, set with its fill: the theme's (pale in dark) would vanish
+            declared = dict(part.split(":", 1) for part in box["style"].split(";") if ":" in part)
+            assert contrast(declared.get("color", "#fafafa"), declared["background"]) >= 4, box
     with pytest.raises(ValueError, match="Unknown stage"):
         diagram.shape_flow_html(shapes, config, highlight="attention")
 
@@ -494,6 +520,7 @@ def test_a_traced_modules_op_path_is_valid_dot_in_the_order_it_ran(flash):
     trace = tracing.trace_module(um.CausalSelfAttention(flash=flash).eval(), "a <b> & \"c\"")
     dot = diagram.op_dot(trace)
     assert_plausible_dot(dot)
+    assert_text_readable_on_every_fill(dot)
     ops = [row["op"] for row in diagram.op_rows(trace)]
     assert ops[:3] == ["input", "linear", "split"] and ops[-2:] == ["linear", "dropout"]
     assert ("scaled_dot_product_attention" in ops) == flash and ("softmax" in ops) != flash
