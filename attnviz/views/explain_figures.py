@@ -59,20 +59,19 @@ def _divisor_text(explanation: WeightExplanation) -> str:
     return f"÷ {_number(explanation.divisor)}"
 
 
-TITLE_CHARS = 34  # a title line's characters at 13 px: the panel beside the focused map is ~250 px wide at 1,100 px
-PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px: centred over a plot area of ~150 px at 1,100 px
+PANEL_PX = 180  # the panel beside the focused map at its narrowest: an 800 px window with the sidebar open
+PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px, from the figure's left edge: within PANEL_PX
 LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
 # a title of several lines grows down from under the modebar's row (Plotly centres it in the margin otherwise):
 # above its lines, that row; under them, a gap
 TITLE_ROOM_PX = margins.MODEBAR_PX + 20
 
 
-def _wrapped(text: str, width: int = TITLE_CHARS) -> tuple[str, int]:
-    """``text`` with its lines (``<br>``-separated) broken at spaces to at most ``width`` characters, as Plotly
-    titles do not wrap themselves; and how many lines it has then."""
-    lines = [part for line in text.split("<br>") for part in (textwrap.wrap(line, width, break_long_words=False,
-                                                                            break_on_hyphens=False) or [""])]
-    return "<br>".join(lines), len(lines)
+def _wrapped(text: str, size: int = 13, width_px: int = PANEL_PX) -> tuple[str, int]:
+    """``text`` with its lines (``<br>``-separated) broken at spaces into lines of ``size`` px that fit ``width_px``
+    (``margins.wrapped_title``), as Plotly cuts a title at its figure's edge; and how many lines it has then."""
+    wrapped = "<br>".join(margins.wrapped_title(line, width_px, size) if line else "" for line in text.split("<br>"))
+    return wrapped, wrapped.count("<br>") + 1
 
 
 NBSP = "\u00a0"  # between a name and its number ("head 0"): :func:`_wrapped` never breaks a line there
@@ -131,7 +130,7 @@ def products_figure(explanation: WeightExplanation, *, top: int = 5, height: int
     if explanation.stand_in:
         subtitle = " ".join(filter(None, [subtitle, safe_label(explanation.stand_in)]))
     title, title_lines = _wrapped(f"{_cell_name(explanation)}<br>{sums}")
-    subtitle, subtitle_lines = _wrapped(subtitle, round(TITLE_CHARS * 13 / 11)) if subtitle else ("", 0)
+    subtitle, subtitle_lines = _wrapped(subtitle, 11) if subtitle else ("", 0)
     top = TITLE_ROOM_PX + LINE_PX[13] * title_lines + LINE_PX[11] * subtitle_lines  # the title above the bars' names
     layout = {
         "title": margins.title(title, 13, subtitle={"text": subtitle, "font": {"size": 11}}),
@@ -191,7 +190,8 @@ def _panels(titles: list[str], axes: list[dict], panel_px: int, gap_px: int) -> 
     above it, wrapped to the panel's width; between two panels ``gap_px`` (for the upper one's tick labels and axis
     title) and the lower one's title lines.  Returns the layout, the plot's height in px and the first title's lines
     (they sit in the top margin)."""
-    wrapped = [_wrapped(title, PANEL_TITLE_CHARS) for title in titles]
+    wrapped = [(line := "<br>".join(textwrap.wrap(title, PANEL_TITLE_CHARS, break_long_words=False,
+                                                  break_on_hyphens=False)), line.count("<br>") + 1) for title in titles]
     gaps = [0] + [gap_px + LINE_PX[12] * lines for _, lines in wrapped[1:]]  # px above each panel
     plot_px = panel_px * len(titles) + sum(gaps)
     layout, annotations, top = {}, [], plot_px
@@ -201,7 +201,11 @@ def _panels(titles: list[str], axes: list[dict], panel_px: int, gap_px: int) -> 
         layout[f"xaxis{suffix}"] = {**axis, "anchor": f"y{suffix}", "domain": [0.0, 1.0]}
         layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [round(max(0, top - panel_px) / plot_px, 6),
                                                                           round(top / plot_px, 6)]}
-        annotations.append({"text": title, "x": 0.5, "xref": "paper", "xanchor": "center", "y": round(top / plot_px, 6),
+        # from the figure's left edge, as its title (the plot's left margin is margins.beside()): a title centred
+        # over a narrow plot leans out of the figure on the right, where Plotly cuts it
+        annotations.append({"text": title, "x": 0, "xref": "paper", "xanchor": "left",
+                            "xshift": margins.TITLE_INSET_PX - margins.beside(), "align": "left",
+                            "y": round(top / plot_px, 6),
                             "yref": "paper", "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
         top -= panel_px
     return {**layout, "annotations": annotations}, plot_px, wrapped[0][1]

@@ -144,6 +144,25 @@ def test_a_wrapped_products_title_never_parts_a_name_from_its_number():
     assert "head\u00a00" in " ".join(lines) and "query\u00a013" in " ".join(lines)
 
 
+WHY_PANEL_AT_800_PX = 181  # the "why this weight" column beside the focused map: an 800 px window, sidebar open
+
+
+def test_why_this_weights_titles_fit_the_panel_of_an_800_px_window():
+    """Plotly cuts a title at its figure's edge: every line of the products' and the softmax's titles (13 px), their
+    subtitles (11 px) and the panels' titles (12 px, from the figure's left edge) fits the panel at 800 px."""
+    trace = pipeline.run("The cat sat on the mat. The cat sat on the mat.",
+                         AttentionConfig(variant="mha", d_in=256, d_out=256, num_heads=4))  # ÷ √64
+    explanation = explain_weight(trace, 0, 13, 9)
+    products, row = products_figure(explanation), row_softmax_figure(explanation, trace.tokens)
+    for title, size in ((products.layout.title.text, 13), (products.layout.title.subtitle.text or "", 11),
+                        (row.layout.title.text, 13)):
+        assert margins.TITLE_INSET_PX + margins.title_px(title, size) <= WHY_PANEL_AT_800_PX, title
+    for annotation in row.layout.annotations:  # from the figure's left edge, as the title
+        assert annotation.x == 0 and annotation.xanchor == "left"
+        left = row.layout.margin.l + annotation.xshift
+        assert left >= 0 and left + margins.title_px(annotation.text, 12) <= WHY_PANEL_AT_800_PX, annotation.text
+
+
 def test_masked_cell_title_says_why_and_never_nan():
     trace = pipeline.run("The cat sat on the mat.", AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
     explanation = explain_weight(trace, 1, 2, 4)
