@@ -381,6 +381,9 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
 
 
 GRID_COLUMNS = 6  # tiles in a full row of the heads grid
+# a grid title line's room above its row, a share of the tile: an 11 px line takes 15 px, and a page shrinks a full
+# row's tiles to ~37 px on an 800 px window with the sidebar open
+GRID_TITLE_SHARE = 0.48
 
 
 def heads_grid(
@@ -424,9 +427,8 @@ def heads_grid(
     gap = size * 0.06  # between columns: ≈ 7 px whatever the tile's side in cells
     names = labels or [f"head {head}" for head in range(num_heads)]
     lines = max(name.count("<br>") + 1 for name in names)
-    # above each row of tiles, room for its titles' lines (a share of a tile: one cell is a whole tile of 1); an
-    # 11 px line takes 15 px above a tile, and a tile is ~60 px wide on a 700 px page
-    title = size * 0.3 * lines
+    # above each row of tiles, room for its titles' lines (a share of a tile: one cell is a whole tile of 1)
+    title = size * GRID_TITLE_SHARE * lines
     height_cells, width_cells = rows * (title + size), columns * size + (columns - 1) * gap
     tiles = []
     for head in range(num_heads):

@@ -145,7 +145,24 @@ def test_the_grid_is_as_wide_as_its_tiles_so_the_colour_bar_sits_beside_them(hea
 def test_a_single_token_tile_is_not_pushed_down_by_a_title_row_as_tall_as_itself():
     layout = figures.heads_grid(np.ones((1, 1, 1), dtype=np.float32), "weights").layout
     (x0, y0), = layout.meta["tiles"]
-    assert layout.meta["size"] == 1 and 0 < y0 <= 0.3  # the row of titles above it: under a third of the tile
+    assert layout.meta["size"] == 1 and 0 < y0 < 0.5  # the row of titles above it: under half the tile
+
+
+GRID_AT_800_PX = 343  # the heads grid's width on an 800 px window, sidebar open: the page shrinks it to that
+
+
+@pytest.mark.parametrize(("labels", "lines"), [(None, 1), ([f"head {h}<br>K/V {h // 3}" for h in range(12)], 2)])
+def test_the_grids_titles_have_room_above_their_row_when_the_page_shrinks_it_to_an_800_px_window(labels, lines):
+    """The page draws the grid narrower than its own width on a laptop window, shrinking the square tiles; the titles
+    keep their 11 px (15 px a line): the room above each row of tiles, a share of the tile, still holds them."""
+    layout = figures.heads_grid(np.ones((12, 14, 14), dtype=np.float32), "weights", labels=labels).layout
+    width_cells = layout.xaxis.range[1] - layout.xaxis.range[0]
+    height_cells = layout.yaxis.range[0] - layout.yaxis.range[1]
+    px_per_cell = min((GRID_AT_800_PX - layout.margin.l - layout.margin.r) / width_cells,
+                      (layout.height - layout.margin.t - layout.margin.b) / height_cells)
+    (_, y0), (_, y1) = layout.meta["tiles"][0], layout.meta["tiles"][6]  # rows 1 and 2: the room above row 2
+    room_px = (y1 - y0 - layout.meta["size"]) * px_per_cell
+    assert room_px >= 15 * lines
 
 
 def test_a_narrow_grid_is_still_as_wide_as_its_title():
