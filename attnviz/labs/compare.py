@@ -586,7 +586,7 @@ def variant_sizes(result: VariantResult) -> str:
         if config.window is None:
             return " · no window: every earlier key"
         n = result.weights.shape[-1]
-        band = f" (no band: W ≥ the {n} tokens, so every earlier key is seen)" if config.window >= n else ""
+        band = f" (no band: W ≥ the {amount(n, 'token')}, so every earlier key is seen)" if config.window >= n else ""
         return f" · window W = {config.window}{band}"
     return ""
 
