@@ -100,7 +100,7 @@ def test_sizes_in_a_link_with_a_checkpoint_are_named_as_the_checkpoints_not_repl
 def test_a_link_with_a_checkpoint_and_its_own_sizes_says_nothing():
     at = visit(open_app(weights=weights.BUNDLED_NAME, d_in="128", d_out="128", num_heads="2", preset="custom"),
                "pages/steps.py")
-    assert not at.sidebar.warning
+    assert not at.sidebar.warning and not link_notices(at)
 
 
 def test_the_links_bad_new_tokens_notice_goes_once_new_tokens_is_set_on_the_page():

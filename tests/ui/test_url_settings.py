@@ -6,7 +6,7 @@ reload."""
 from __future__ import annotations
 
 import pytest
-from helpers.apptest import follow_link, no_exception, open_app, share_link
+from helpers.apptest import follow_link, link_notices, no_exception, open_app, share_link
 from streamlit.testing.v1 import AppTest
 
 app = open_app
@@ -139,7 +139,7 @@ def test_a_single_head_class_picked_after_four_heads_leaves_them_out_of_the_url_
     assert "num_heads" not in dict(url(at)) and "num_heads" not in share_link_params(at)
     reloaded = app(**dict(url(at)))
     no_exception(reloaded)
-    assert config_of(reloaded) == config_of(at) and not reloaded.sidebar.warning
+    assert config_of(reloaded) == config_of(at) and not reloaded.sidebar.warning and not link_notices(reloaded)
 
     follow_link(at, "pages/compare.py")
     no_exception(at)
@@ -198,6 +198,7 @@ def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh
                 fresh.switch_page(page).run()
             no_exception(fresh)
             assert not fresh.sidebar.warning, (page, [w.value for w in fresh.sidebar.warning])
+            assert not link_notices(fresh), page
             assert config_of(fresh) == config_of(at), (page, params)
             if page == "pages/compare.py":  # every variant at the sidebar's sizes
                 assert fresh.caption[0].value == at.caption[0].value

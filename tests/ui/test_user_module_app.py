@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import streamlit as st
 import torch
-from helpers.apptest import check_panel_command, check_panel_results, no_exception, open_app, recorded_spinners
+from helpers.apptest import (
+    check_panel_command,
+    check_panel_results,
+    link_notices,
+    no_exception,
+    open_app,
+    recorded_spinners,
+)
 from helpers.apptest import plotly_figures as figures
 from helpers.check_table import ALL_PASS, RULE_COUNT, printed_results, rules_fail
 from streamlit.testing.v1 import AppTest
@@ -152,7 +159,7 @@ def test_a_url_cannot_name_a_module_that_is_not_listed(tmp_path):
     at = app(variant=f"{tmp_path}/evil.py:Evil")
     no_exception(at)
     assert at.sidebar.selectbox(key="variant").value == "mha"
-    assert any("Ignored URL parameter variant" in w.value for w in at.sidebar.warning)
+    assert "Ignored URL parameter variant" in link_notices(at)
 
 
 def test_the_pitfall_labs_leak_detector_says_a_modules_mask_is_its_own(monkeypatch):
