@@ -40,7 +40,6 @@ PLAIN = "#7f7f7f"
 PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0, 1, 2  # a position's kind: its bar's colour is POSITION_COLORS[code]
 POSITION_COLORS = np.array([PLAIN, MASKED_COLOR, HIGHLIGHT], dtype=object)
 PANEL_PLOT_PX = 150  # a panel's plot area beside the focused map on a 1,100 px page
-PANEL_PX = 248  # the panel's own width there (its column of the page), the narrowest it is drawn beside the map
 MAX_TICKS = PANEL_PLOT_PX // COLUMN_LABEL_PX  # the turned token labels that fit side by side there
 
 
