@@ -237,6 +237,10 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: attnviz.models.value_norms(model, torch.zeros(1, 2, 128)),
                  r"^att must be the book's MultiHeadAttention or a GPTModel block's attention "
                  r"\(model\.trf_blocks\[0\]\.att\), got GPTModel\.$", id="value_norms-a-model-for-att"),
+    pytest.param(lambda model, result: attnviz.models.value_norms(nn.MultiheadAttention(128, 2, batch_first=True),
+                                                                  torch.zeros(1, 2, 128)),
+                 r"^att must be the book's MultiHeadAttention or a GPTModel block's attention "
+                 r"\(model\.trf_blocks\[0\]\.att\), got MultiheadAttention\.$", id="value_norms-torch-mha-for-att"),
     pytest.param(lambda model, result: attnviz.models.value_weighted_module(model.trf_blocks[0].att,
                                                                             torch.zeros(2, 128)),
                  r"^x must be a \(1, n, 128\) float32 tensor, the input att reads, got \(2, 128\) float32\.$",
@@ -295,6 +299,13 @@ def test_check_step_given_no_whole_number_says_it_takes_one(generation, index):
     with pytest.raises(ValueError, match=rf"^step must be a whole number from 0 to 3 \(or −4 to −1, counted from the "
                                          rf"end\), got {re.escape(repr(index))}\.$"):
         attnviz.models.check_step(model, result, index)
+
+
+def test_generate_reads_a_prompt_given_as_a_generator_or_map_once(generation):
+    """A prompt passed as a generator (or ``map``) is read once: its ids, not an empty prompt after a first check."""
+    model, result = generation
+    assert attnviz.models.generate(model, (t for t in [1, 2, 3]), 3).token_ids == result.token_ids
+    assert attnviz.models.generate(model, map(int, "123"), 3).token_ids == result.token_ids
 
 
 def test_check_step_counts_a_negative_step_from_the_end(generation):

@@ -118,6 +118,8 @@ class _WeightsOnly(Recorder):
 
 
 def _check_ids(model: GPTModel, token_ids) -> list[int]:
+    if not isinstance(token_ids, str | bytes | torch.Tensor | np.ndarray) and hasattr(token_ids, "__iter__"):
+        token_ids = list(token_ids)  # a generator or map is read once, here (None or a number: said below)
     try:
         whole = all(isinstance(token, int | np.integer | torch.Tensor) and not isinstance(token, bool)
                     and (not isinstance(token, torch.Tensor) or not token.is_floating_point()) for token in token_ids)

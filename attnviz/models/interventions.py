@@ -240,7 +240,8 @@ def _check_attention(att, x) -> None:
     """A ValueError naming what came when ``att`` is not a multi-head attention with ``out_proj`` (the book's
     MultiHeadAttention, a GPTModel block's ``.att``), or ``x`` is not the (1, n, d_in) tensor it reads."""
     if not (isinstance(att, torch.nn.Module) and all(hasattr(att, name) for name in ("num_heads", "head_dim",
-                                                                                       "out_proj"))):
+                                                                                       "out_proj"))
+            and (hasattr(att, "W_value") or hasattr(att, "W_DKV"))):  # nn.MultiheadAttention has the other three
         raise ValueError(f"att must be the book's MultiHeadAttention or a GPTModel block's attention "
                          f"(model.trf_blocks[0].att), got {type(att).__name__}.")
     first = att.W_DKV if hasattr(att, "W_DKV") else att.W_value  # the Linear x goes through first
