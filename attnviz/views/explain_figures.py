@@ -40,6 +40,7 @@ PLAIN = "#7f7f7f"
 PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0, 1, 2  # a position's kind: its bar's colour is POSITION_COLORS[code]
 POSITION_COLORS = np.array([PLAIN, MASKED_COLOR, HIGHLIGHT], dtype=object)
 PANEL_PLOT_PX = 150  # a panel's plot area beside the focused map on a 1,100 px page
+PANEL_PX = 248  # the panel's own width there (its column of the page): the products' names are spaced for it
 MAX_TICKS = PANEL_PLOT_PX // COLUMN_LABEL_PX  # the turned token labels that fit side by side there
 
 
@@ -58,15 +59,15 @@ def _divisor_text(explanation: WeightExplanation) -> str:
     return f"÷ {_number(explanation.divisor)}"
 
 
-PANEL_PX = 180  # the panel beside the focused map at its narrowest: an 800 px window with the sidebar open
-PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px, from the figure's left edge: within PANEL_PX
+NARROWEST_PANEL_PX = 180  # the panel beside the focused map at its narrowest (an 800 px window, the sidebar open)
+PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px, from the figure's left edge: within NARROWEST_PANEL_PX
 LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
 # a title of several lines grows down from under the modebar's row (Plotly centres it in the margin otherwise):
 # above its lines, that row; under them, a gap
 TITLE_ROOM_PX = margins.MODEBAR_PX + 20
 
 
-def _wrapped(text: str, size: int = 13, width_px: int = PANEL_PX) -> tuple[str, int]:
+def _wrapped(text: str, size: int = 13, width_px: int = NARROWEST_PANEL_PX) -> tuple[str, int]:
     """``text`` with its lines (``<br>``-separated) broken at spaces into lines of ``size`` px that fit ``width_px``
     (``margins.wrapped_title``), as Plotly cuts a title at its figure's edge; and how many lines it has then."""
     wrapped = "<br>".join(margins.wrapped_title(line, width_px, size) if line else "" for line in text.split("<br>"))
