@@ -397,9 +397,9 @@ def _mask_dropout_seed_device(spec, choice) -> None:
 
 
 def _notices() -> None:
-    """A weights option that went away, and the URL parameters that were ignored or changed: one box, a line each,
-    at the top of the page's main area (drawn before the page), on every page until a setting changes — not below
-    the settings, where a user who opened a link for a trained model and sees random heads would not look."""
+    """At the top of the page's main area (drawn before the page), where a user who opened a link looks — not below
+    the settings: a weights option that went away (one box, on this run only), and the URL parameters that were
+    ignored or changed (one box, a line each, on every page until a setting changes)."""
     if weights_notice := st.session_state.pop("_weights_notice", None):
         st.warning(markdown_escape(weights_notice), icon=":material/link:")
     if url_notices := st.session_state.get(URL_NOTICES, []):
