@@ -172,8 +172,7 @@ class Trace:
         if self.module_run is not None:
             hidden = self._module_mask[1]
         elif self.window is not None:
-            masked = self.steps["masked"][0] if head is None else self.attention_map("masked", head)
-            return ~np.isfinite(masked)
+            return window_hidden(self.steps["masked"][0] if head is None else self.attention_map("masked", head))
         else:
             return None
         if hidden is None or head is None:
@@ -339,6 +338,13 @@ def hidden_by_mask(masked, scaled=None, keys: int | None = None):
     # NaN (−∞ − −∞) compares False: −∞ is hidden below
     hidden = masked <= HIDDEN_AT - keys if scaled is None else masked - scaled <= min(HIDDEN_AT, -keys)
     return hidden | (masked == -float("inf"))
+
+
+def window_hidden(masked: np.ndarray) -> np.ndarray:
+    """bool, ``masked``'s shape: the cells a sliding window's run hid — every cell not finite in its softmax's input,
+    the causal triangle's too (the window classes fill them with −∞).  The one reading of a window run's hidden
+    cells: :meth:`Trace.hidden_cells`' and the Compare page's sliding-window map's."""
+    return ~np.isfinite(masked)
 
 
 def index_in(value, size: int, what: str, unit: str | None = None) -> int:

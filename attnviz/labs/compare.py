@@ -42,7 +42,7 @@ from attnviz.config import AttentionConfig, InputError
 from attnviz.labs import implementations
 from attnviz.producers.book import build_module
 from attnviz.rng import built_once, seeded
-from attnviz.trace import Trace
+from attnviz.trace import Trace, window_hidden
 from attnviz.views import figures, margins
 from attnviz.words import amount
 
@@ -502,8 +502,8 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
         outputs[variant], recorders[variant] = output, recorder
         weights = recorder.steps["weights"][0].float().numpy()  # (h, n, n)
         config = variant_config(base, variant)
-        # a window's run hid every cell −∞ in its softmax's input, the triangle's too: Trace.hidden_cells' rule
-        hidden = None if config.window is None else ~torch.isfinite(recorder.steps["masked"][0]).numpy()
+        masked = recorder.steps["masked"][0].float().numpy()  # (h, n, n)
+        hidden = None if config.window is None else window_hidden(masked)  # (h, n, n)
         results.append(VariantResult(variant, config, weights, tuple(output.shape), hidden))
     mha, configs = modules[variants.MHA], {result.variant: result.config for result in results}
     built = check_modules(base, max(num_tokens, MAX_TOKENS))
