@@ -7,6 +7,9 @@ and runs in eval mode (dropout off) on the CPU.  At the book's toy example, as t
 (:func:`book_listing`), each class is instead seeded and masked as its listing in the book is
 (``Variant.book_seed``: 789 for SelfAttention_v2, 123 for the others; ``Variant.book_causal``), as
 ``config.preset_config`` builds it and the other pages show it when it is picked, so every map is the book's.
+The sliding-window variant runs the window W it is given (the sidebar's, whichever class is picked), and its map
+greys the keys that window hid; the line under each bonus variant's map gives the sizes it ran with
+(:func:`variant_sizes`).
 
 The equivalences are computed, never asserted in text; each reports the max absolute difference:
 

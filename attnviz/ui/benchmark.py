@@ -1,6 +1,7 @@
 """The Benchmark page: the five implementations timed on this machine when the user presses Run, with a Stop, the
 last results kept in the session, a word when a run was stopped or cut short by a rerun, and a warning when a row's
-timed calls spread so widely that the ranking may not hold."""
+timed calls spread so widely that the ranking may not hold.  A mask or device the sidebar disables (a user's module,
+the sliding window's mask) is timed as the book's multi-head attention runs it, and a value set aside is named."""
 
 from __future__ import annotations
 

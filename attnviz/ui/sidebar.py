@@ -1,5 +1,6 @@
 """The shared sidebar, drawn once by ``app.py`` on every page: page links, text, weights, layer, variant, sizes, mask,
-dropout, seed, device (folded away on a page whose work ignores them).
+dropout, seed, device (folded away on a page whose work ignores them); and, at the top of the page's main area, the
+notices about the link's values and about a weights option that went away, drawn before the page runs.
 Settings that don't apply to the chosen variant are disabled with the registry's reason as their help; the
 settings only some variants have (K/V groups, latent width, window, positions) are drawn only where they apply."""
 
@@ -73,9 +74,10 @@ class ViewSlots:
 
 def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
             layer_views: bool = False) -> tuple[dict, ViewSlots | None]:
-    """Draw the shared sidebar (``app.py``, on every page): a link to each of ``pages`` and the settings; returns the
-    current settings and, with ``layer_views``, the empty places the page's layer views fill (:class:`ViewSlots`),
-    else everything is drawn here.  ``settings_apply`` False: the page's work ignores the settings; they are drawn
+    """Draw the shared sidebar (``app.py``, on every page): a link to each of ``pages`` and the settings, and above the
+    page in the main area the link's notices (:func:`_notices`); returns the current settings and, with
+    ``layer_views``, the empty places the page's layer views fill (:class:`ViewSlots`), else everything is drawn
+    here.  ``settings_apply`` False: the page's work ignores the settings; they are drawn
     folded away in an expander (so that they keep their values)."""
     settings_from_url()
     listed = ui_weights.options()

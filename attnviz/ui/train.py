@@ -165,6 +165,7 @@ def _whole(value) -> bool:
 
 
 def _span(bounds: tuple[int, int]) -> str:
+    """A box's range in words: "10 … 6,000"."""
     return f"{bounds[0]:,} … {bounds[1]:,}"
 
 

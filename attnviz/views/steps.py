@@ -5,7 +5,8 @@ the running source that does it, why dropout did nothing, a stage map's title th
 too), the note that a mask on a book listing without one (3.3, 3.4) is attnviz's addition, how the class shown
 differs from the book's listing (``listing_note``: the recording lines, and ÷√dₖ before the mask where the book
 masks first), the titles of each stage's maps broken into lines that fit their boxes (``map_titles``,
-``fitted_titles``), and the query/key/context tables (pandas).
+``fitted_titles``), the K/V groups stage's words and its head → group table, the focused head's row shaded
+(``group_caption``, ``focus_caption``, ``group_table``), and the query/key/context tables (pandas).
 """
 
 from __future__ import annotations
