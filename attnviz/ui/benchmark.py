@@ -27,7 +27,7 @@ def show(page_run: Context) -> None:
     """The page below its title: what is timed, the two inputs, Run (and Stop while it runs), the results."""
     settings = page_run.settings
     d_in, d_out, num_heads = int(settings["d_in"]), int(settings["d_out"]), int(settings["num_heads"])
-    timed, unused = _timed_settings(settings, page_run.config.spec)
+    timed, set_aside = _timed_settings(settings, page_run.config.spec)
     device, _ = resolve_device(timed["device"])
     st.markdown(
         f"Five implementations of the same multi-head attention (d_in {d_in}, d_out {d_out}, "
@@ -39,12 +39,12 @@ def show(page_run: Context) -> None:
         st.caption("Your module is not timed here: these are five ways to write the book's multi-head attention, "
                    "with the sidebar's sizes and seed. The sidebar's mask and device are your module's, so they do "
                    f"not apply: the five are timed {'with' if timed['causal'] else 'without'} the causal mask, on "
-                   f"the device above.{unused}")
+                   f"the device above.{set_aside}")
     elif settings["variant"] != variants.MHA:
-        applies = "sizes, mask and device" if page_run.config.spec.not_applicable("causal") is None else (
-            "sizes and device do; its mask is the variant's, so the five are timed with the causal mask")
+        applies = ("its sizes, mask and device do" if page_run.config.spec.not_applicable("causal") is None else
+                   "its sizes and device do; its mask is the variant's, so the five are timed with the causal mask")
         st.caption("The sidebar's *Attention variant* does not apply here: these are five ways to write multi-head "
-                   f"attention; its {applies}{' do' if applies.endswith('device') else ''}.{unused}")
+                   f"attention; {applies}.{set_aside}")
     st.caption("Dropout does not apply: the five are timed in eval mode, without dropout.")
     if available_devices() == ["auto", "cpu"]:
         st.caption("CPU only on this machine (no CUDA or MPS): GPU timings would differ a lot.")
