@@ -12,7 +12,9 @@ passes when:
 * no value is that token turned by its position (rotary on V; values that differ otherwise, a position embedding,
   are not rotary's).
 
-A module not rotary by its names, or in which nothing turns by position, skips it.
+A module not rotary by its names, or in which nothing turns by position, skips it.  A failure names its cause where
+the tokens show it — among them a rotation that turns other features together than its table's angles pair
+(``rotate_half`` with an interleaved table, or the reverse: :func:`_unpaired_layout`).
 """
 
 from __future__ import annotations

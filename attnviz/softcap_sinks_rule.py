@@ -1,7 +1,8 @@
 """Checks that the soft-cap a module's scores get and the attention sinks its softmax runs over are the ones it
 declares: the words ``matches-reference`` (:mod:`attnviz.checks`) fails a module with when the cap its scaled scores
-reach the softmax with differs from :func:`attnviz.declarations.declared_softcap`'s, or the sink logits beside its
-scores differ from :func:`attnviz.declarations.declared_sinks`'.
+reach the softmax with differs from :func:`attnviz.declarations.declared_softcap`'s (or a tanh of the scores that is
+not the declared cap · tanh(s / cap) hides Q @ Kᵀ from the tracer: :func:`unread_softcap`), or the sink logits beside
+its scores differ from :func:`attnviz.declarations.declared_sinks`'.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ class TrainedRun:
 
 
 def run_name(run: TrainedRun) -> str:
-    """How the weights option of a trained run is listed ("3000 steps, seed 0", "… stopped at 420")."""
+    """How the weights option of a trained run is listed, after ``weights.TRAINED`` ("3000 steps, seed 0", "stopped
+    at step 420 of 3000, seed 0"); ``urlstate`` reads a link's steps and seed back from it."""
     planned = run.cfg.steps
     done = run.steps_run
     steps = f"{planned} steps" if done >= planned else f"stopped at step {done} of {planned}"
