@@ -362,17 +362,16 @@ def kv_cache(module: nn.Module, x: torch.Tensor, causal: bool = True, *,
     rule = "kv-cache"
     n = x.shape[1]
     plan = _cache_plan(module, n)
-    takes_use_cache, cache_name, length, prefill = plan
+    takes_use_cache, cache_name, length, prefill, reset_name = plan
     if not plan.caches:
         return Check(rule, "skip", "the forward takes no use_cache: the module keeps no KV cache")
-    reset_name = next((name for name in RESETS if callable(getattr(module, name, None))), None)
     if reset_name is None and cache_name is None:
         return Check(rule, "fail", "the forward takes use_cache but the module has no reset_cache() or "
                                    "reset_kv_cache(): a second sequence would attend to the first one's cache")
     if n == 1:
         return Check(rule, "skip", "1 token: nothing to feed after the prefill from the cache — check 2 or more "
                                    "tokens")
-    if reset_name is None or not takes_use_cache:
+    if plan.caller_holds:
         if not causal:
             return Check(rule, "skip", f"the cache is passed in as {cache_name}, and the module is not causal: its "
                                        "first tokens see the later ones, so a prefill cannot give them: not checked")
@@ -667,12 +666,21 @@ class _CachePlan(NamedTuple):
     """What kv-cache runs on a module, read once for the run, its count and its diagnosis's count alike: whether its
     forward takes ``use_cache``, the name of a cache argument the caller holds (:func:`cache_parameters`), its cache's
     length (the name, W: :func:`attnviz.window_reading.cache_length`, the book's ``window_size``; None: none) and the
-    tokens its prefill feeds at once (:func:`kv_prefill`)."""
+    tokens its prefill feeds at once (:func:`kv_prefill`), and the module's own cache reset (:func:`_reset_name`)."""
 
     takes_use_cache: bool
     cache_name: str | None
     length: tuple[str, int] | None
     prefill: int
+    reset_name: str | None
+
+    @property
+    def caller_holds(self) -> bool:
+        """Whether kv-cache hands each forward the cache the forward before returned (:func:`_passed_back`), as the
+        caller that holds the cache does: the forward takes a cache argument, and either no ``use_cache`` (a nanoGPT
+        fork's ``kv_cache``) or the module has no reset of its own (Hugging Face's ``past_key_value`` with
+        ``use_cache``)."""
+        return self.cache_name is not None and (self.reset_name is None or not self.takes_use_cache)
 
     @property
     def caches(self) -> bool:
@@ -689,7 +697,13 @@ def _cache_plan(module: nn.Module, n: int) -> _CachePlan:
     """kv-cache's plan for ``module`` on n tokens (:class:`_CachePlan`)."""
     takes_use_cache, cache_name = cache_parameters(module)
     length = cache_length(module)
-    return _CachePlan(takes_use_cache, cache_name, length, kv_prefill(n, None if length is None else length[1]))
+    return _CachePlan(takes_use_cache, cache_name, length, kv_prefill(n, None if length is None else length[1]),
+                      _reset_name(module))
+
+
+def _reset_name(module: nn.Module) -> str | None:
+    """The name of the module's own cache reset (:data:`RESETS`), None when it has none."""
+    return next((name for name in RESETS if callable(getattr(module, name, None))), None)
 
 
 def kv_prefill(n: int, length: int | None = None) -> int:
@@ -728,7 +742,7 @@ def planned_forwards(module: nn.Module, n: int) -> int:
     plan = _cache_plan(module, n)
     if not plan.caches or n < 2:
         return 0
-    resets = plan.takes_use_cache and any(callable(getattr(module, name, None)) for name in RESETS)
+    resets = plan.takes_use_cache and plan.reset_name is not None
     steps = len(kv_steps(n, plan.prefill)) + (len(kv_cropped(n, plan.kept)) if plan.kept is not None else 0)
     return 2 * (1 + steps) + (3 if resets else 2)
 
@@ -1004,13 +1018,12 @@ def _kept_window(module: nn.Module) -> int | None:
 
 
 def _caller_holds(module: nn.Module) -> bool:
-    """Whether the module's forward takes a cache the caller holds and no ``use_cache`` (:func:`cache_parameters`): a
-    nanoGPT fork's ``kv_cache``, given back what the forward before returned."""
+    """Whether the module's caller holds its cache, as kv-cache ran it (:attr:`_CachePlan.caller_holds`): each
+    forward given back what the forward before returned; False where its forward's parameters cannot be read."""
     try:
-        takes_use_cache, cache_name = cache_parameters(module)
+        return _cache_plan(module, 2).caller_holds  # any n: it sizes the prefill alone
     except (TypeError, ValueError):
         return False
-    return cache_name is not None and not takes_use_cache
 
 
 def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> str | None:

@@ -113,6 +113,24 @@ class AttendsToItsLastTokens(ReturnsItsLastTokens):
         return self.attend(q, k, v), (k, v)
 
 
+class HandsBackItsLastTokens(ReturnsItsLastTokens):
+    """Hugging Face's calling convention: ``forward(x, past_key_value=None, use_cache=False)``, the cache it returns
+    under ``use_cache`` cut to the last ``window_size`` tokens and held by the caller, who gives it back; no reset of
+    its own."""
+
+    def forward(self, x, past_key_value=None, use_cache=False):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        if past_key_value is not None:
+            k = torch.cat([past_key_value[0], k], dim=2)  # (B, nh, past + T, hs)
+            v = torch.cat([past_key_value[1], v], dim=2)  # (B, nh, past + T, hs)
+        y = self.attend(q, k, v)  # (B, T, C)
+        if use_cache:
+            return y, (k[:, :, -self.window_size:], v[:, :, -self.window_size:])  # (B, nh, ≤ W, hs) each
+        return y, None
+
+
 CACHE_LENGTH_CAUSES = [  # (module, the end of kv-cache's failure on 6 tokens: a cache length's words, not a window's)
     (lambda: built(um.CacheLengthMHA, 16, 32, 64, 0.0, 4, window_size=4, bug="sized-by-context"),
      "the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: the cache keeps 2 tokens too "
@@ -136,11 +154,17 @@ CACHE_LENGTH_CAUSES = [  # (module, the end of kv-cache's failure on 6 tokens: a
         "the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: the cache keeps 2 tokens too "
         "many — once the cache it is given holds 4 tokens, drop the oldest before appending the new ones (each "
         "forward given the cache the forward before returned as kv_cache)", marks=pytest.mark.slow),
+    pytest.param(  # the caller holds the cache with use_cache too: the same words as without it
+        lambda: built(HandsBackItsLastTokens),
+        "the step attends over 6 keys where the cache's length (window_size = 4) keeps 4: the cache keeps 2 tokens too "
+        "many — once the cache it is given holds 4 tokens, drop the oldest before appending the new ones (each "
+        "forward given the cache the forward before returned as past_key_value)", marks=pytest.mark.slow),
 ]
 
 
 @pytest.mark.parametrize(("module", "cause"), CACHE_LENGTH_CAUSES, ids=["keeps-more", "keeps-fewer", "trims-fewer",
-                                                                                       "fill-pointer", "caller-held"])
+                                                                                       "fill-pointer", "caller-held",
+                                                                                       "caller-held-use-cache"])
 def test_a_cache_length_class_whose_cache_keeps_the_wrong_tokens_is_told_so_in_a_cache_lengths_words(module, cause):
     """The cache allocated context_length long holds every token fed, more than W; one allocated W − 1 long holds too
     few; rotary angles taken from the fill pointer turn the new tokens back once the cache is full.  None of it is a
