@@ -10,6 +10,7 @@ runs hold one lock while it is set; the model's own flags and train/eval mode ar
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -166,7 +167,8 @@ def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.nda
 
     ``tiles`` makes one layer's ``(heads, n, n)`` float32 weights small (``(heads, s, s)``: the view's
     ``checkpoint_view.overview_tiles``), called ``tiles(maps, window=W)`` for a layer with a sliding window W (a
-    checkpoint's schedule may mix them) so that it can mask what the window hides; the scores are
+    checkpoint's schedule may mix them) so that it can mask what the window hides, and ``tiles(maps)`` if it takes no
+    ``window`` (the weights the window hides are 0 either way); the scores are
     :func:`attnviz.head_types.score_heads` of the same maps.  The blocks run one at a time
     (:func:`iter_layer_maps`): one layer's maps exist at once, never every layer's (GPT-2 small at 1024 tokens
     would hold 600 MB of them)."""
@@ -175,14 +177,26 @@ def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.nda
         raise ValueError(f"tiles must be a function that makes one layer's (heads, n, n) maps small, got "
                          f"{type(tiles).__name__}.")
     layers, rows = [], {name: [] for name in head_types.SCORE_NAMES}
+    masks_windows = _takes_window(tiles)
     for layer, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
         window = getattr(model.trf_blocks[layer].att, "sliding_window_size", None)
-        layers.append(tiles(maps) if window is None else tiles(maps, window=int(window)))  # (h, n, n) -> (h, s, s)
+        small = tiles(maps, window=int(window)) if window is not None and masks_windows else tiles(maps)
+        layers.append(small)  # (h, n, n) -> (h, s, s)
         for name, values in head_types.score_heads(maps, list(token_ids), masked=causal,
                                                        causal=causal).items():  # (h,) each
             rows[name].append(values)
         del maps
     return np.stack(layers), {name: np.stack(values) for name, values in rows.items()}  # (L, h, s, s), (L, h) each
+
+
+def _takes_window(tiles: Callable) -> bool:
+    """Whether ``tiles`` can be called with a ``window=`` keyword (a parameter of that name, or ``**kwargs``); a
+    callable whose signature cannot be read is given it."""
+    try:
+        parameters = inspect.signature(tiles).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "window" and p.kind is not p.POSITIONAL_ONLY or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _block_inputs(model: GPTModel, idx: torch.Tensor, causal: bool) -> torch.Tensor:

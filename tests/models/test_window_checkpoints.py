@@ -232,6 +232,20 @@ def test_a_window_layers_overview_tile_greys_what_its_window_hides():
     assert np.array_equal(np.isnan(checkpoint_view.overview_tiles(maps, causal=True, size=24)[0]), j > i)
 
 
+def test_every_layer_of_a_window_model_takes_tiles_that_know_nothing_of_windows(swa_model):
+    """A notebook's one-argument ``tiles`` (no ``window=``) gets the window layers' maps as they are: their hidden
+    weights are 0; it raised Python's TypeError on a window model before."""
+    from attnviz import tokens
+
+    ids = tokens.encode(TEXT)
+    pooled, scores = models.every_layer(swa_model, ids, lambda maps: maps)  # (L, h, n, n)
+    i, j = np.indices((len(ids), len(ids)))
+    assert pooled.shape[:2] == (len(swa_model.trf_blocks), swa_model.trf_blocks[0].att.num_heads)
+    hidden = (j > i) | (i - j >= WINDOW)
+    assert np.all(pooled[:, :, hidden] == 0) and np.all(pooled[:, :, ~hidden] > 0)
+    assert set(scores) and all(values.shape == pooled.shape[:2] for values in scores.values())
+
+
 @pytest.mark.slow
 def test_every_layers_overview_masks_each_layers_own_window(tmp_path):
     """Stride 1 (layers 0 and 2 slide, 1 and 3 are full): the overview's tiles of every layer, as the Heads page makes
