@@ -69,12 +69,19 @@ def compared_inputs(trace: Trace, max_tokens: int = MAX_TOKENS) -> tuple[torch.T
     return inputs.unsqueeze(0), tuple(trace.tokens[:max_tokens])  # (n, d_in) -> (1, n, d_in)
 
 
-def base_config(config: AttentionConfig, d_out: int, num_heads: int, window: int | None = None) -> AttentionConfig:
+def base_config(config: AttentionConfig, d_out: int, num_heads: int, window: int | None = None,
+                kv_heads: int | None = None, latent: int | None = None) -> AttentionConfig:
     """The run's config with the sidebar's d_out and head count (a single-head run's config has 1 head
-    and the simplified one d_out = d_in, but the other variants on this page need the real values), and ``window``,
-    the sidebar's W, for the sliding-window variant (a run of another class holds none); None: the run's."""
+    and the simplified one d_out = d_in, but the other variants on this page need the real values), and the sidebar's
+    sizes of the modern variants, which a run of another class holds none of: ``window``, W for the sliding-window
+    variant, ``kv_heads``, the K/V heads (``num_kv_groups``) for the grouped-query one, ``latent``, the latent width
+    for the latent one.  None: the run's (MQA's one K/V head is its own, not a K/V heads setting: None)."""
     window = config.sliding_window_size if window is None else int(window)
-    return replace(config, d_out=int(d_out), num_heads=int(num_heads), sliding_window_size=window, train=False,
+    if kv_heads is None:
+        kv_heads = None if _fixed_kv_groups(config) else config.num_kv_groups
+    latent = config.latent_dim if latent is None else int(latent)
+    return replace(config, d_out=int(d_out), num_heads=int(num_heads), sliding_window_size=window,
+                   num_kv_groups=None if kv_heads is None else int(kv_heads), latent_dim=latent, train=False,
                    device="cpu", module=None).validate()  # a user's module is compared with the book's classes
 
 
@@ -96,18 +103,32 @@ _BOOK_SIZE = next(preset for preset in variants.PRESETS.values() if preset.book)
 def variant_config(base: AttentionConfig, variant: str) -> AttentionConfig:
     """``base`` normalised for ``variant`` as the sidebar does: 1 head for single-head variants,
     d_out = d_in for the simplified one (it has no weights); at the book's toy example (:func:`book_listing`),
-    the sizes, seed and mask of the variant's own listing (the wrapper: 2 heads × 2, where MHA has 2 × 1)."""
+    the sizes, seed and mask of the variant's own listing (the wrapper: 2 heads × 2, where MHA has 2 × 1).  GQA's
+    K/V heads and MLA's latent width are ``base``'s where the variant can take them — K/V heads that divide its heads,
+    a latent no wider than its d_out —, else the class's defaults (:func:`set_aside_note` says why)."""
     spec = variants.get(variant)
     listing = book_listing(base)
     _, d_out, num_heads = _BOOK_SIZE.sizes(spec) if listing else (base.d_in, base.d_out, base.num_heads)
     num_heads, d_out = spec.head_count(num_heads), spec.out_width(base.d_in, d_out)
     rotary = base.rotary and spec.not_applicable("positions") is None and (d_out // num_heads) % 2 == 0
-    chosen = None if _fixed_kv_groups(base) else base.num_kv_groups  # MQA's 1 is its own, not a GQA setting
-    kv_groups = chosen if chosen and num_heads % chosen == 0 else None
+    kv_groups = base.num_kv_groups if base.num_kv_groups and num_heads % base.num_kv_groups == 0 else None
     latent = base.latent_dim if base.latent_dim and base.latent_dim <= d_out else None
     seed, causal = (spec.book_seed, spec.book_causal) if listing else (base.seed, base.causal)
     return replace(base, variant=variant, num_heads=num_heads, d_out=d_out, num_kv_groups=kv_groups,
                    latent_dim=latent, positions="rotary" if rotary else "learned", seed=seed, causal=causal)
+
+
+def set_aside_note(base: AttentionConfig, config: AttentionConfig) -> str:
+    """Why the variant of ``config`` (:func:`variant_config` of ``base``) runs a default in place of ``base``'s K/V
+    groups or latent width, which it cannot take: `` (the sidebar's K/V groups, 5, do not divide its 12 heads: it
+    runs the default 4)``; "" where it runs them, or has no such size."""
+    if "num_kv_groups" in config.spec.settings and base.num_kv_groups and config.num_kv_groups is None:
+        return (f" (the sidebar's K/V groups, {base.num_kv_groups}, do not divide its {config.heads} heads: it runs "
+                f"the default {config.kv_groups})")
+    if config.latent_width is not None and base.latent_dim and config.latent_dim is None:
+        return (f" (the sidebar's latent width, {base.latent_dim}, is wider than its d_out {config.d_out}: it runs "
+                f"the book's default {config.latent_width})")
+    return ""
 
 
 def _fixed_kv_groups(config: AttentionConfig) -> bool:
@@ -454,6 +475,7 @@ class VariantResult:
     output_shape: tuple[int, ...]
     # (heads, n, n) bool: the cells a sliding window's run hid, as Trace.hidden_cells reads them; None without one
     hidden: np.ndarray | None = None
+    set_aside: str = ""  # why it runs a default in place of the sidebar's K/V groups or latent (set_aside_note)
 
     @property
     def label(self) -> str:
@@ -507,7 +529,8 @@ def compare(inputs: torch.Tensor, tokens: tuple[str, ...], base: AttentionConfig
         config = variant_config(base, variant)
         masked = recorder.steps["masked"][0].float().numpy()  # (h, n, n)
         hidden = None if config.window is None else window_hidden(masked)  # (h, n, n)
-        results.append(VariantResult(variant, config, weights, tuple(output.shape), hidden))
+        results.append(VariantResult(variant, config, weights, tuple(output.shape), hidden,
+                                     set_aside_note(base, config)))
     mha, configs = modules[variants.MHA], {result.variant: result.config for result in results}
     built = check_modules(base, max(num_tokens, MAX_TOKENS))
     plain_mha = built.plain_mha
@@ -579,12 +602,14 @@ def variant_sizes(result: VariantResult) -> str:
     """The sizes of its own a modern variant ran with, from the config its module was built from: the K/V heads its
     query heads share (GQA, MQA: `` · 4 K/V heads, each shared by 3 query heads``), the latent K and V come from
     (MLA: `` · K/V latent dim 96``) or the window (SWA: `` · window W = 4``; a W at least the compared tokens adds
-    that it draws no band; without one `` · no window: every earlier key``); "" for the other variants."""
+    that it draws no band; without one `` · no window: every earlier key``); "" for the other variants.  K/V groups
+    or a latent width of the sidebar's that the variant cannot take are said after its own
+    (:attr:`VariantResult.set_aside`)."""
     config = result.config
     if config.latent_width is not None:
-        return f" · K/V latent dim {config.latent_width}"
+        return f" · K/V latent dim {config.latent_width}{result.set_aside}"
     if config.spec.grouped:
-        return f" · {core_weights.kv_sharing(config.heads, config.kv_groups)}"
+        return f" · {core_weights.kv_sharing(config.heads, config.kv_groups)}{result.set_aside}"
     if "sliding_window_size" in config.spec.settings:
         if config.window is None:
             return " · no window: every earlier key"

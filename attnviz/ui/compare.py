@@ -9,7 +9,7 @@ so the link carries the map this run draws."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import streamlit as st
 
@@ -48,22 +48,40 @@ def draw(page_run: Context) -> None:
     _why_scaling(page_run)
 
 
-def compared_sizes(page_run: Context) -> tuple[int, int, int]:
-    """(d_out, num_heads, window) every variant runs at: the sidebar's (a single-head class's run has 1 head and the
-    simplified one d_out = d_in, but the other variants need the real values; the sliding-window variant runs the
-    sidebar's Window W, which it holds whichever class is picked), or on a stale view (invalid input) those of the
-    last valid run it shows.  A size that run's class does not hold — a single-head class's heads, the simplified
-    class's d_out, the window of a class without one — is the sidebar's, as its valid view had it; heads that do not
-    divide the run's d_out (the sidebar's d_out changed since) are the nearest that do."""
+class ComparedSizes(NamedTuple):
+    """The sizes every variant runs at (:func:`compared_sizes`), in ``compare.base_config``'s order."""
+
+    d_out: int
+    num_heads: int
+    window: int  # the sliding-window variant's W
+    kv_heads: int  # the grouped-query variant's K/V groups (num_kv_groups)
+    latent: int  # the latent variant's width (latent_dim)
+
+
+def compared_sizes(page_run: Context) -> ComparedSizes:
+    """The sizes every variant runs at: the sidebar's (a single-head class's run has 1 head and the simplified one
+    d_out = d_in, but the other variants need the real values; the sliding-window, grouped-query and latent variants
+    run the sidebar's Window W, K/V groups and latent width, which it holds whichever class is picked), or on a stale
+    view (invalid input) those of the last valid run it shows.  A size that run's class does not hold — a single-head
+    class's heads, the simplified class's d_out, the window, K/V groups or latent of a class without them — is the
+    sidebar's, as its valid view had it; heads that do not divide the run's d_out (the sidebar's d_out changed since)
+    are the nearest that do, and K/V groups or a latent the run's sizes cannot take are said on their card
+    (``compare.set_aside_note``)."""
     settings = page_run.settings
+    kv_heads, latent = int(settings["num_kv_groups"]), int(settings["latent_dim"])
     if not page_run.stale:
-        return settings["d_out"], settings["num_heads"], int(settings["sliding_window_size"])
+        return ComparedSizes(settings["d_out"], settings["num_heads"], int(settings["sliding_window_size"]),
+                             kv_heads, latent)
     config = page_run.trace.config
     spec = config.spec
     d_out = config.d_out if spec.weights is not None else int(settings["d_out"])  # without weights: d_out = d_in
     num_heads = config.num_heads if spec.multi_head else int(settings["num_heads"])
     window = config.window if config.window is not None else int(settings["sliding_window_size"])
-    return d_out, fitted_heads(d_out, num_heads), window
+    if "num_kv_groups" in spec.settings and config.num_kv_groups is not None:  # not MQA's own 1
+        kv_heads = config.num_kv_groups
+    if config.latent_width is not None:
+        latent = config.latent_width
+    return ComparedSizes(d_out, fitted_heads(d_out, num_heads), window, kv_heads, latent)
 
 
 def _equivalences(result: compare.Comparison) -> None:

@@ -88,7 +88,8 @@ PAGES = (
     PageEntry("pages/shapes.py", "Shapes", ":material/account_tree:"),
     PageEntry("pages/tokens.py", "Tokens", ":material/text_fields:"),
     PageEntry("pages/compare.py", "Compare variants", ":material/compare:", url_params=(MAP,),
-              also_runs=("d_out", "num_heads", "sliding_window_size"),  # every variant at the sidebar's sizes
+              # every variant at the sidebar's sizes, the modern ones at its K/V groups, latent width and window
+              also_runs=("d_out", "num_heads", "num_kv_groups", "latent_dim", "sliding_window_size"),
               book_classes=True, draws_link=True),  # after Heatmap shows is bound
     PageEntry("pages/pitfalls.py", "Pitfall lab", ":material/bug_report:", url_params=(BUG, TOKEN),
               also_runs=("num_heads",),  # the book's MHA with the sidebar's heads, a single-head class picked

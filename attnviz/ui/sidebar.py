@@ -102,7 +102,7 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
                     layer_selectbox(choice)
             spec = _variant(choice)
             _sizes(spec)
-            _modern(spec)
+            _modern(spec, navigation.also_runs(shown_page()))
             _mask_dropout_seed_device(spec, choice)
     _notices()  # the main area's top, above the page: where a user opening a link looks first
     values = current_settings()
@@ -341,29 +341,35 @@ def _sizes(spec) -> None:
         st.caption(f"ℹ️ {dims_notice}")
 
 
-def _modern(spec) -> None:
+def _modern(spec, also: tuple[str, ...] = ()) -> None:
     """K/V groups (divisors of the heads), latent width (at most d_out), window, positions and rope_base: each only
-    when the variant has it; a kept value that no longer fits the sizes is replaced, with a notice when the variant
-    has that setting (a checkpoint's or MHA's run does not use K/V groups: replacing them there says nothing)."""
+    when the variant has it, or when the page runs it whatever the class (``also``, the page's
+    ``navigation.PageEntry.view_also``: Compare's grouped-query, latent and sliding-window cards), then with a caption
+    saying so; a kept value that no longer fits the sizes is replaced, with a notice when the variant has that setting
+    (a checkpoint's or MHA's run does not use K/V groups: replacing them there says nothing)."""
     fitted, notices = fit_modern({key: st.session_state[key] for key in SETTING_KEYS})
     for key in ("num_kv_groups", "latent_dim", "positions"):
         if fitted[key] != st.session_state[key]:
             set_setting(key, fitted[key])
     applies = [key for key in variants.MODERN_SETTINGS if spec.not_applicable(key) is None]
-    if "num_kv_groups" in applies:
+    page_runs = [key for key in variants.MODERN_SETTINGS if key in also and key not in applies]
+    shown = [key for key in variants.MODERN_SETTINGS if key in applies or key in page_runs]
+    if "num_kv_groups" in shown:
         num_heads = int(st.session_state["num_heads"])
         st.selectbox("K/V groups (num_kv_groups)", configs.divisors(num_heads),
                      help=f"How many key/value heads the {num_heads} query heads share (divisors of the heads): "
                      f"{num_heads} = multi-head attention, 1 = multi-query.", **bind("num_kv_groups"))
-    if "latent_dim" in applies:
+    if "latent_dim" in shown:
         st.number_input("Latent width (latent_dim)", min_value=1, max_value=int(st.session_state["d_out"]), step=1,
                         help="Keys and values are up-projected from one latent vector per token this wide "
                         "(the book's default: max(16, d_out // 8) = "
                         f"{configs.default_latent_dim(int(st.session_state['d_out']))}).",
                         **bind("latent_dim"))
-    if "sliding_window_size" in applies:
+    if "sliding_window_size" in shown:
         st.number_input("Window W (sliding_window_size)", min_value=1, max_value=MAX_CONTEXT_LENGTH, step=1,
                         help="Query i sees keys i−W+1 … i (W = 1: only itself).", **bind("sliding_window_size"))
+    if page_runs:
+        st.caption(f"ℹ️ {page_runs_caption(page_runs)}")
     if "positions" in applies:
         st.radio("Positions", list(configs.POSITIONS), horizontal=True,
                  help="learned: the chapter 2 positional embedding added to the input; rotary: queries and keys "
@@ -374,6 +380,21 @@ def _modern(spec) -> None:
     for key in applies:
         if key in notices:
             st.caption(f"ℹ️ {markdown_escape(notices[key])}")
+
+
+# a setting a page runs whatever the class: its label in the sidebar and the variant that runs it
+_RUN_BY = {"num_kv_groups": ("K/V groups", "grouped-query"), "latent_dim": ("Latent width", "latent"),
+           "sliding_window_size": ("Window W", "sliding-window")}
+
+
+def page_runs_caption(keys: list[str]) -> str:
+    """What the sidebar says under the modern settings a page runs though the picked class takes none of them
+    (``keys``, in :data:`variants.MODERN_SETTINGS`' order): "This page runs its grouped-query variant with K/V groups
+    and its sliding-window variant with Window W; the picked class does not take either."."""
+    parts = [f"its {_RUN_BY[key][1]} variant with {_RUN_BY[key][0]}" for key in keys]
+    runs = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    takes = {1: "it", 2: "either"}.get(len(keys), "any of them")
+    return f"This page runs {runs}; the picked class does not take {takes}."
 
 
 def _mask_dropout_seed_device(spec, choice) -> None:

@@ -347,11 +347,12 @@ def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_w
     """The book's 3.3/3.4 classes have no mask of their own: the caption says when they are drawn with the
     sidebar's Causal mask (on by default), and says nothing when it is off.  Each modern variant's caption gives the
     sizes its module ran with: K/V heads (GQA, MQA), latent dim (MLA), window W (SWA) — the defaults, or the ones
-    the sidebar set; the sidebar's W on an MHA run, and that a W of at least the tokens draws no band."""
+    the sidebar set, which an MHA run holds none of; the sidebar's W on an MHA run, and that a W of at least the
+    tokens draws no band."""
     trace = small_trace(causal=causal)
     base = compare.base_config(trace.config, 16, 4, window=trace.n if causal else None)  # MHA's run holds no W
-    if not causal:  # sizes set by hand: GQA's 1 K/V head, a latent of 5, a window of 3
-        base = replace(base, num_kv_groups=1, latent_dim=5, sliding_window_size=3)
+    if not causal:  # the sidebar's sizes, set by hand: GQA's 1 K/V head, a latent of 5, a window of 3
+        base = compare.base_config(trace.config, 16, 4, window=3, kv_heads=1, latent=5)
     result = compare.compare_trace(trace, base)
     modules = compare.variant_modules(base, compare.MAX_TOKENS)  # what each variant ran
     said_sizes = {
@@ -373,6 +374,20 @@ def test_a_variant_caption_says_when_the_sidebars_mask_is_applied_to_a_listing_w
         assert said == (causal and variant.variant in NOT_CAUSAL_IN_THE_BOOK), caption
         if said:
             assert f"the book's {variants.get(variant.variant).section} listing has none" in caption
+
+
+def test_a_card_says_the_sidebars_kv_groups_or_latent_it_cannot_take_and_runs_the_default():
+    """K/V groups that do not divide the heads, a latent wider than d_out (a stale view's run keeps its sizes while
+    the sidebar's change): the GQA and MLA cards run the class's defaults and say why, where a module built with
+    them would refuse."""
+    trace = small_trace()
+    result = compare.compare_trace(trace, compare.base_config(trace.config, 16, 4, kv_heads=3, latent=20))
+    captions = {v.variant: compare.variant_caption(v, causal=True) for v in result.variants}
+    assert captions["gqa"].endswith("· 2 K/V heads, each shared by 2 query heads (the sidebar's K/V groups, 3, do "
+                                    "not divide its 4 heads: it runs the default 2)"), captions["gqa"]
+    assert captions["mla"].endswith("· K/V latent dim 16 (the sidebar's latent width, 20, is wider than its d_out "
+                                    "16: it runs the book's default 16)"), captions["mla"]
+    assert "sidebar's K/V groups" not in captions["mqa"] and all(check.ok for check in result.checks)
 
 
 def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
@@ -448,6 +463,13 @@ def test_compare_page_draws_a_heatmap_per_variant_and_green_badges(default_page)
     # the sidebar holds SWA's W (its default) while MHA is picked: SWA's card runs it
     swa = [c for c in captions if c.startswith("output") and "window" in c]
     assert len(swa) == 1 and swa[0].endswith(f" · window W = {DEFAULTS['sliding_window_size']}"), swa
+    # the sidebar shows the sizes the GQA, MLA and SWA cards run, which MHA does not take, and says so
+    assert at.sidebar.selectbox(key="num_kv_groups").value == DEFAULTS["num_kv_groups"]
+    assert at.sidebar.number_input(key="latent_dim").value == DEFAULTS["latent_dim"]
+    assert at.sidebar.number_input(key="sliding_window_size").value == DEFAULTS["sliding_window_size"]
+    assert any("This page runs its grouped-query variant with K/V groups, its latent variant with Latent width and "
+               "its sliding-window variant with Window W; the picked class does not take any of them." in c.value
+               for c in at.sidebar.caption)
     swa_map = next(fig for fig in map_figures(at) if fig["layout"]["title"]["text"].startswith("Sliding-window"))
     assert np.isnan(cells_shown(swa_map)[-1, :2]).all()  # W = 4: the last query's keys 0–1 are grey, hidden
 

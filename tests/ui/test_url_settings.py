@@ -173,20 +173,29 @@ SESSIONS = {  # a session's changes, in order: (widget kind, key, value)
     "book size, v2": [("selectbox", "preset", "book"), ("selectbox", "variant", "self_attention_v2")],
     "book size, v2 at 123": [("selectbox", "preset", "book"), ("selectbox", "variant", "self_attention_v2"),
                              ("number_input", "seed", 123)],
-    "rotary gqa, then mha learned": [("selectbox", "variant", "gqa"), ("selectbox", "num_kv_groups", 2),
-                                     ("radio", "positions", "rotary"), ("selectbox", "rope_base", 500_000),
-                                     ("selectbox", "variant", "mha"), ("radio", "positions", "learned")],
+    "rotary gqa, mla, then mha learned": [("selectbox", "variant", "gqa"), ("selectbox", "num_kv_groups", 2),
+                                          ("radio", "positions", "rotary"), ("selectbox", "rope_base", 500_000),
+                                          ("selectbox", "variant", "mla"), ("number_input", "latent_dim", 40),
+                                          ("selectbox", "variant", "mha"), ("radio", "positions", "learned")],
 }
+# what Compare's cards say of the sizes a session set on another class (GQA's K/V groups, MLA's latent): they run them
+COMPARE_CARDS = {"rotary gqa, mla, then mha learned": ("· 2 K/V heads, each shared by 6 query heads",
+                                                       "· K/V latent dim 40")}
 
 
-@pytest.mark.parametrize("changes", SESSIONS.values(), ids=SESSIONS)
-def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh_session(changes):
+def cards(at: AppTest) -> list[str]:
+    """The line under each of Compare's variant maps ("output (1, 6, 768) · 12 heads · …")."""
+    return [c.value for c in at.caption if c.value.startswith("output (")]
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh_session(session):
     """Each link the app writes — the address bar and the Share link, on a page that runs the picked class alone and
     on Compare — opened in a fresh session runs the same config (and on Compare the same heads), with no notice.
     One session makes the changes, then its links are read on the Heads page and, after following its link, on
-    Compare."""
+    Compare, whose cards run the K/V groups and latent set on GQA and MLA though MHA is picked now."""
     at = app()
-    for kind, key, value in changes:
+    for kind, key, value in SESSIONS[session]:
         getattr(at.sidebar, kind)(key=key).set_value(value).run()
         no_exception(at)
     for page in ("pages/heads.py", "pages/compare.py"):
@@ -201,9 +210,11 @@ def test_the_url_and_the_share_link_the_app_writes_open_the_same_view_in_a_fresh
             assert not link_notices(fresh), page
             assert config_of(fresh) == config_of(at), (page, params)
             if page == "pages/compare.py":  # every variant at the sidebar's sizes
-                assert fresh.caption[0].value == at.caption[0].value
+                assert fresh.caption[0].value == at.caption[0].value and cards(fresh) == cards(at)
                 assert (fresh.session_state["d_out"], fresh.session_state["num_heads"]) == (
                     at.session_state["d_out"], at.session_state["num_heads"])
+    said = "\n".join(cards(at))
+    assert all(size in said for size in COMPARE_CARDS.get(session, ())), said
 
 
 def test_a_link_giving_a_size_the_book_preset_has_not_keeps_its_other_sizes_as_the_sidebar_does():
