@@ -60,7 +60,7 @@ def test_keys_and_values_repeated_alike_pass_every_rule(how):
     lambda: built(um.AbsorbedMLA, rope=True),
     lambda: built(modern_attention.GroupedQueryAttention, 16, 16, 0.0, 4, 2),
     lambda: built(modern_attention.GroupedQueryAttention, 16, 16, 0.0, 4, 1),
-    lambda: built(pitfalls.RepeatNotInterleave, 16, 16, 8, 0.0, 4, 2),  # the lab's tiled .repeat on both
+    lambda: built(pitfalls.RepeatNotInterleave, 16, 16, 0.0, 4, 2),  # the lab's tiled .repeat on both
 ], ids=["mha", "mqa", "gqa", "rotary-gqa", "sdpa-enable-gqa", "sdpa-enable-gqa-fused", "broadcast-gqa", "mla",
         "absorbed-mla", "attnviz-gqa", "attnviz-mqa", "lab-repeat-on-both"])
 def test_modules_that_pair_keys_and_values_alike_pass_matches_reference(make):

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from attnviz import pipeline
+from attnviz import modern_attention, pipeline
 from attnviz.attention import MultiHeadAttention, Recorder
 from attnviz.config import MAX_CHARS, AttentionConfig
 from attnviz.labs.pitfalls import bugs, catalogue, detectors, leak, modern, workbench
@@ -476,6 +476,43 @@ def test_the_labs_rotary_class_rotates_as_the_apps_rotary_attention_does():
         modern.RotaryAttention(36, 36, 64, 0.0, 12)
 
 
+BOOKS_CLASSES = [  # the lab's class built as the book builds its bonus class, and the app's book-style class
+    (lambda: modern.GroupedQueryAttention(32, 32, 0.1, 4, 2),
+     lambda: modern_attention.GroupedQueryAttention(32, 32, 0.1, 4, 2)),
+    (lambda: modern.GroupedQueryAttention(d_in=32, d_out=32, dropout=0.0, num_heads=4, num_kv_groups=1,
+                                          dtype=torch.float64, qkv_bias=True),
+     lambda: modern_attention.GroupedQueryAttention(32, 32, 0.0, 4, 1, torch.float64, True)),
+    (lambda: modern.MultiHeadAttentionWithSWA(32, 32, 0.1, 4, False, 3),
+     lambda: modern_attention.MultiHeadAttentionWithSWA(32, 32, 0.1, 4, False, 3)),
+    (lambda: modern.MultiHeadAttentionWithSWA(32, 32, 0.0, 4),  # no window: every earlier key
+     lambda: MultiHeadAttention(32, 32, 16, 0.0, 4)),
+    (lambda: modern.CachedMultiHeadAttention(32, 32, 16, 0.1, 4, qkv_bias=True),
+     lambda: MultiHeadAttention(32, 32, 16, 0.1, 4, qkv_bias=True)),
+]
+
+
+@pytest.mark.parametrize("built", BOOKS_CLASSES, ids=["gqa", "gqa-keywords-dtype-bias", "swa", "swa-no-window",
+                                                      "kv-cache"])
+def test_the_labs_bonus_classes_take_the_books_arguments_and_seeded_give_the_books_weights(built):
+    """A learner copies the lab's GroupedQueryAttention or MultiHeadAttentionWithSWA into the book's bonus notebook
+    (ch04/04_gqa, ch04/06_swa) or the cache class into ch04/03_kv-cache: the book's call builds it — its arguments
+    in its order, dtype and qkv_bias where the book has them — and after ``torch.manual_seed`` it holds the weights
+    the book's class draws (the parameters created in the book's order, GQA's out_proj without a bias), as the app's
+    book-style classes do, and gives their outputs."""
+    (lab_class, book_class) = built
+    with seeded(123):
+        lab = lab_class().eval()
+    with seeded(123):
+        book = book_class().eval()
+    lab_weights = dict(lab.named_parameters())
+    assert list(lab_weights) == [name for name, _ in book.named_parameters()]  # the book's order
+    for name, tensor in book.named_parameters():
+        torch.testing.assert_close(lab_weights[name], tensor, rtol=0, atol=0)
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1)).to(lab.W_query.weight.dtype)  # (b, n, d_in)
+    with torch.no_grad():
+        torch.testing.assert_close(lab(x), book(x))  # (b, n, d_out) each
+
+
 def test_rotary_pitfalls_run_at_an_even_head_dim(lab):
     setup, x = lab
     assert setup.head_dim == 8
@@ -720,10 +757,10 @@ def test_the_gqa_bug_uses_the_sidebars_kv_groups_or_says_which_it_uses(overrides
 @pytest.mark.parametrize(("bug", "expected"), [
     ("none", "MultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · head_dim 3"),
     ("masked_fill", "MultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
-    ("gqa_repeat", "GroupedQueryAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12, "
-                   "num_kv_groups=4) · head_dim 3"),
-    ("window_off_by_one", "MultiHeadAttentionWithSWA(d_in=36, d_out=36, context_length=64, dropout=0.1, "
-                          "num_heads=12, sliding_window_size=3) · head_dim 3"),
+    ("gqa_repeat", "GroupedQueryAttention(d_in=36, d_out=36, dropout=0.1, num_heads=12, num_kv_groups=4) · "
+                   "head_dim 3"),  # the book's bonus classes take no context_length
+    ("window_off_by_one", "MultiHeadAttentionWithSWA(d_in=36, d_out=36, dropout=0.1, num_heads=12, "
+                          "sliding_window_size=3) · head_dim 3"),
     ("rope_values", "RotaryAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
     ("cache_reset", "CachedMultiHeadAttention(d_in=36, d_out=36, context_length=64, dropout=0.1, num_heads=12) · "),
 ])
@@ -1000,8 +1037,8 @@ def test_a_gqa_link_runs_the_sidebars_groups_and_the_caption_names_grouped_query
     at = link(bug="gqa_repeat", variant="gqa", num_kv_groups="4")
     no_exception(at)
     said = captions(at)
-    assert ("GroupedQueryAttention(d_in=768, d_out=768, context_length=1024, dropout=0.1, num_heads=12, "
-            "num_kv_groups=4) · head_dim 64") in said, said
+    assert ("GroupedQueryAttention(d_in=768, d_out=768, dropout=0.1, num_heads=12, num_kv_groups=4) · head_dim 64"
+            in said), said
     assert "MultiHeadAttention(" not in said and "shown in MultiHeadAttention" not in said
     assert "The lab runs GroupedQueryAttention (the lab's own class) with the d_out (768)" in said
     verdicts = lab_verdicts(at)  # 4 groups of 3: head h uses group h // 3, tiled h % 4
@@ -1026,8 +1063,8 @@ def test_a_gqa_link_whose_groups_hide_the_bug_says_which_groups_the_lab_uses(que
 def test_a_window_link_at_w_n_minus_1_detects_the_bug_and_names_sliding_window_attention():
     at = link(bug="window_off_by_one", variant="swa", sliding_window_size="5")  # the default text: 6 tokens
     no_exception(at)
-    assert "MultiHeadAttentionWithSWA(d_in=768, d_out=768, context_length=1024, dropout=0.1, num_heads=12, " \
-           "sliding_window_size=5)" in captions(at)
+    assert "MultiHeadAttentionWithSWA(d_in=768, d_out=768, dropout=0.1, num_heads=12, sliding_window_size=5)" \
+           in captions(at)
     verdicts = lab_verdicts(at)
     assert "**Check passed:** query i sees keys i − 4 … i: a window of exactly 5" in verdicts, verdicts
     assert any(v.startswith("**Detected:** only the future is hidden: query 5 sees key 0") for v in verdicts), verdicts

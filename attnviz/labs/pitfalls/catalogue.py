@@ -12,6 +12,7 @@ Pure torch: no figures, no Streamlit.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,20 +119,20 @@ def _forgotten_eval(correct: MultiHeadAttention, setup: LabSetup) -> nn.Module:
     return forgot_eval(buggy)  # ... and nobody calls .eval()
 
 
-def _own_sizes(cls: type[nn.Module], setup: LabSetup) -> dict[str, int]:
-    """The arguments one of the lab's classes takes after the book's five: the K/V groups or the window."""
-    if issubclass(cls, modern.GroupedQueryAttention):
-        return {"num_kv_groups": setup.num_kv_groups}
-    if issubclass(cls, modern.MultiHeadAttentionWithSWA):
-        return {"sliding_window_size": setup.sliding_window_size}
-    return {}
+def _arguments(cls: type[nn.Module], setup: LabSetup) -> dict[str, object]:
+    """The arguments a class the lab runs is built with at the setup's sizes, by name, in its constructor's order:
+    the book's MultiHeadAttention's five (d_in, d_out, context_length, dropout, num_heads) — the rotary and cached
+    classes' too —, or a bonus class's own (GQA and SWA take no context_length; num_kv_groups, sliding_window_size)."""
+    values = {"d_in": setup.d_in, "d_out": setup.d_out, "context_length": setup.context_length,
+              "dropout": setup.dropout, "num_heads": setup.num_heads, "num_kv_groups": setup.num_kv_groups,
+              "sliding_window_size": setup.sliding_window_size}
+    return {name: values[name] for name in inspect.signature(cls).parameters if name in values}
 
 
 def _lab_module(cls: type[nn.Module], setup: LabSetup) -> nn.Module:
     """One of the lab's own classes (:mod:`~attnviz.labs.pitfalls.modern`) at the setup's sizes, seeded, eval mode."""
     with seeded(setup.seed):
-        module = cls(setup.d_in, setup.d_out, setup.context_length, setup.dropout, setup.num_heads,
-                     **_own_sizes(cls, setup))
+        module = cls(**_arguments(cls, setup))
     return module.eval()
 
 
@@ -426,9 +427,9 @@ def describe(setup: LabSetup, bug: str | None) -> str:
     """The class ``bug`` runs with its real arguments, its head_dim and seed (the page's caption):
     "GroupedQueryAttention(d_in=768, …, num_heads=12, num_kv_groups=4) · head_dim 64 · seed 123"."""
     cls = runs(bug)
-    arguments = {"d_in": setup.d_in, "d_out": setup.d_out, "context_length": setup.context_length,
-                 "dropout": f"{setup.dropout:g}", "num_heads": setup.num_heads, **_own_sizes(cls, setup)}
-    listed = ", ".join(f"{name}={value}" for name, value in arguments.items())
+    arguments = _arguments(cls, setup)
+    listed = ", ".join(f"{name}={value:g}" if name == "dropout" else f"{name}={value}"
+                       for name, value in arguments.items())
     return f"{cls.__name__}({listed}) · head_dim {setup.head_dim} · seed {setup.seed}"
 
 
