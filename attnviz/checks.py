@@ -75,7 +75,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -105,7 +104,7 @@ from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth, hidden_by_mask
 from attnviz.tracing import score_width
 from attnviz.window_reading import attention_window, cache_length, window_said
-from attnviz.words import amount, window_sees
+from attnviz.words import amount, name_words, window_sees
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement", "dropout-placement",
          "batch-independence", "matches-reference", "kv-cache")
@@ -634,7 +633,7 @@ def causal_rule(module: nn.Module, x: torch.Tensor, output: torch.Tensor, causal
 def _named_causal(module: nn.Module) -> bool:
     """Whether the module's class name has the word "causal" (nanoGPT's CausalSelfAttention, the book's
     CausalAttention) and no word that negates it (NonCausal, Bidirectional)."""
-    words = {word.lower() for word in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+", type(module).__name__)}
+    words = set(name_words(type(module).__name__))
     return "causal" in words and not words & {"non", "not", "bidirectional", "acausal"}
 
 

@@ -25,6 +25,7 @@ from torch import nn
 
 from attnviz import tracing
 from attnviz.declarations import SPELLINGS, config_setting, declared, declared_window, function_tree, is_named, is_size
+from attnviz.words import name_words
 
 CACHE_LENGTH_NAMES = ("window_size",)  # a window spelling that may size a KV cache: it names no sliding or attention
 SLIDING_NAMES_OF_WINDOW = tuple(name for name in SPELLINGS["sliding_window_size"] if name not in CACHE_LENGTH_NAMES)
@@ -139,7 +140,7 @@ def _code_says_window(cls: type, name: str) -> str | None:
     for klass in _own_classes(cls):
         if _names_a_cache(klass):
             continue
-        words = " ".join(_camel_words(klass.__name__))
+        words = " ".join(name_words(klass.__name__))
         if SAYS_WINDOW_ATTENTION.search(words) or re.search(r"\bsliding\b", words):
             return f"the class's name says so: class {klass.__name__}{_at_line(_class_lines(klass)[0])}"
         doc = " ".join(re.sub(r"[-_]", " ", vars(klass).get("__doc__") or "").lower().split())
@@ -171,7 +172,7 @@ def _names_a_cache(klass: type) -> bool:
     """Whether a class's name says it is a cache — its last word "cache" (``SlidingKVCache``, ``RollingCache``), and
     no word of it says attention (``SlidingWindowAttentionWithCache`` is an attention) —: what its name and docstring
     say is about the cache, not about the attention that keeps it."""
-    words = _camel_words(klass.__name__)
+    words = name_words(klass.__name__)
     return bool(words) and words[-1] in ("cache", "caches") and not set(words) & set(ATTENTION_WORDS)
 
 
@@ -302,11 +303,6 @@ def _given_window(target: Callable, call: ast.Call, name: str, aliases: set[str]
              if not isinstance(argument, ast.Starred) and _window_valued(argument, name, aliases)]
     return given + [keyword.arg for keyword in call.keywords
                     if keyword.arg is not None and _window_valued(keyword.value, name, aliases)]
-
-
-def _camel_words(name: str) -> list[str]:
-    """A class name's words, lowercased: ``MultiHeadAttentionWithSWA`` → multi, head, attention, with, swa."""
-    return [word.lower() for word in re.findall(r"[A-Z]+(?=[A-Z][a-z]|\d|_|$)|[A-Z]?[a-z]+|\d+", name)]
 
 
 def _class_lines(klass: type) -> tuple[int | None, int | None]:

@@ -1,8 +1,8 @@
 """Words for the reader: counts — a number and its noun, singular for one ("1 head", "12 heads", "1 K/V group",
 "1 query", "2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2") —, a value a
 URL gave as a message quotes it back, cut short (:func:`clipped`), the keys a sliding window shows a query
-(:func:`window_sees`: "only itself", "keys i − 1, i"), and text escaped so that Markdown shows it as it is
-(:func:`markdown_escape`)."""
+(:func:`window_sees`: "only itself", "keys i − 1, i"), text escaped so that Markdown shows it as it is
+(:func:`markdown_escape`), and the words of a class's name (:func:`name_words`), which the rules read it by."""
 
 from __future__ import annotations
 
@@ -56,3 +56,15 @@ def window_sees(window: int) -> str:
     if window == 1:
         return "only itself"
     return "keys i − 1, i" if window == 2 else f"keys i − {window - 1} … i"
+
+
+# a class name's words: a run of capitals before a capitalised word, a digit, "_", a version's "v2" or the end (KV in
+# KVCache, MHA in MHAv2), a capitalised or lowercase word, a number
+NAME_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|v\d|\d|_|$)|[A-Z]?[a-z]+|\d+")
+
+
+def name_words(name: str) -> list[str]:
+    """A class name's words, lowercased, in order: ``MultiHeadAttentionWithSWA`` → multi, head, attention, with,
+    swa; ``KVCache`` → kv, cache; ``Llama3Attention`` → llama, 3, attention; ``MHAv2`` → mha, v, 2.  "_" separates
+    words and is no word."""
+    return [word.lower() for word in NAME_WORDS.findall(name)]

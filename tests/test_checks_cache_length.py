@@ -19,6 +19,7 @@ from torch import nn
 from attnviz import checks, tracing
 from attnviz.kv_cache_rule import kv_cache
 from attnviz.window_reading import cache_length, window_said
+from attnviz.words import name_words
 
 
 def built(cls, *args, **kwargs):
@@ -572,6 +573,36 @@ def test_a_sliding_window_forgotten_in_the_uncached_mask_fails_mask_convention_n
                                              ({"sliding_window": 3}, None)])
 def test_only_a_configs_sliding_window_makes_it_an_attention_window(cfg, length):
     assert cache_length(built(um.WindowSizeTrim, cfg=cfg)) == length
+
+
+# (a class's name, its words, whether the causal rule reads it as saying causal, whether it says sliding-window
+# attention): the causal rule and the window reading read a name by the same words
+NAMES = [
+    ("SlidingWindowAttention", ["sliding", "window", "attention"], False, True),
+    ("GQAttention", ["gq", "attention"], False, False),
+    ("MHA", ["mha"], False, False),
+    ("KVCache", ["kv", "cache"], False, False),
+    ("SlidingKVCache", ["sliding", "kv", "cache"], False, False),  # a cache's name says nothing of the attention
+    ("causalSelfAttention", ["causal", "self", "attention"], True, False),
+    ("NonCausalMHA", ["non", "causal", "mha"], False, False),
+    ("Llama3Attention", ["llama", "3", "attention"], False, False),
+    ("GPT2CausalAttention", ["gpt", "2", "causal", "attention"], True, False),
+    ("Qwen2_5SlidingWindowAttention", ["qwen", "2", "5", "sliding", "window", "attention"], False, True),
+    ("SWAv2", ["swa", "v", "2"], False, True),
+    ("CausalSWAv2", ["causal", "swa", "v", "2"], True, True),
+]
+
+
+@pytest.mark.parametrize(("name", "words", "says_causal", "says_window"), NAMES, ids=[name for name, *_ in NAMES])
+def test_the_causal_rule_and_the_window_reading_read_a_class_name_by_the_same_words(name, words, says_causal,
+                                                                                     says_window):
+    """A window_size read only to cache, in a class whose name alone may say sliding-window attention or causal:
+    "SWAv2" was read as "sw av 2", no sliding window, and the rules split a name in two ways."""
+    module = built(type(name, (um.WindowSizeTrim,), {}))
+    assert name_words(name) == words
+    hint = checks.causal_rule(module, torch.zeros(1, 2, 16), torch.zeros(1, 2, 16), causal=False).evidence
+    assert (f"yet its name, {name}, says causal" in hint) == says_causal, hint
+    assert window_said(module) == (f"the class's name says so: class {name}" if says_window else None)
 
 
 # ------------------------------------------------------------------ the precision follows the cache
