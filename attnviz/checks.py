@@ -103,7 +103,7 @@ from attnviz.softcap_sinks_rule import SINK_WORDS, sinks_mismatch, softcap_misma
 from attnviz.tokens import counted
 from attnviz.trace import ScoreWidth, hidden_by_mask
 from attnviz.tracing import score_width
-from attnviz.window_reading import attention_window, cache_length, window_said
+from attnviz.window_reading import attention_window, cache_length_reading, window_said
 from attnviz.words import amount, name_words, window_sees
 
 RULES = ("rows-sum-to-one", "causal", "mask-convention", "scaling", "rotary-placement", "dropout-placement",
@@ -251,7 +251,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
                                           unmasked=unmasked),
             "mask-convention": lambda: mask_convention(attention, causal, attention_window(module), causal_said,
                                                        unmasked=unmasked, triangles=triangles, fill=fill,
-                                                       cache_length=cache_length(module),
+                                                       cache_length=cache_length_reading(module),
                                                        window_named=window_said(module),
                                                        longer=functools.partial(_traced_on, module, x),
                                                        context=tracing.module_context(module)),
@@ -270,7 +270,7 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
             run["mask-convention"] = lambda: mask_convention(attention, causal, attention_window(module), causal_said,
                                                              unmasked=unmasked, triangles=triangles, fill=fill,
-                                                             cache_length=cache_length(module),
+                                                             cache_length=cache_length_reading(module),
                                                              window_named=window_said(module))
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
@@ -696,18 +696,18 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
                     causal_said: str | None = None, *, unmasked: str | None = None,
                     triangles: tuple[Triangle, ...] | list[Triangle] = (),
                     longer: Callable[[int], tracing.Attention | None] | None = None,
-                    context: tuple[int, str] | None = None, cache_length: tuple[str, int] | None = None,
+                    context: tuple[int, str] | None = None, cache_length: tuple[str, int, str] | None = None,
                     fill: FiniteFill | None = None, window_named: str | None = None) -> Check:
-    """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show
-    when the tokens reach a key W behind; ``cache_length``: (the name, W) of a window the module declares that is its
-    KV cache's length (:func:`attnviz.window_reading.cache_length`), which its hidden cells need not show (said in a
-    pass); ``causal_said``: who said whether the module is causal (:func:`_causal_said_by`), None when
-    its mask says; ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`); ``triangles``:
-    the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask; ``longer(n)``: the
-    module's attention traced on n tokens (None when it cannot be), for a declared window too wide for the checked
-    tokens (:func:`_window_on_more_tokens`), within the ``context`` the module says it has
-    (:func:`attnviz.tracing.module_context`: c, and how attnviz knows); ``fill``: the module's own masked_fill that
-    sets the future to a number that hides nothing (:func:`_finite_fill`), which a mask that hides no cell names;
+    """``declared``: the module's own attention window (:func:`attention_window`), which the hidden cells must show when
+    the tokens reach a key W behind; ``cache_length``: (the name, W, what its code does with it) of a window the module
+    declares that is its KV cache's length (:func:`attnviz.window_reading.cache_length_reading`), which its hidden cells
+    need not show (said in a pass); ``causal_said``: who said whether the module is causal (:func:`_causal_said_by`),
+    None when its mask says; ``unmasked``: why a module said to be causal may hide nothing (:func:`_unmasked`);
+    ``triangles``: the triangles the module made (:func:`_triangles`), so a fix names the one that is its mask;
+    ``longer(n)``: the module's attention traced on n tokens (None when it cannot be), for a declared window too wide
+    for the checked tokens (:func:`_window_on_more_tokens`), within the ``context`` the module says it has
+    (:func:`attnviz.tracing.module_context`: c, and how attnviz knows); ``fill``: the module's own masked_fill that sets
+    the future to a number that hides nothing (:func:`_finite_fill`), which a mask that hides no cell names;
     ``window_named``: what in the module's code says that its ``window_size``, read only where it caches, is an
     attention window and not the book's KV-cache length (:func:`attnviz.window_reading.window_said`), which a window
     never applied names."""
@@ -810,17 +810,13 @@ def _one_key_wide(declared: int) -> str:
             "query's own included: hide diff >= W, not diff > W")
 
 
-def _cache_length_words(name: str, length: int) -> str:
+def _cache_length_words(name: str, length: int, read: str) -> str:
     """mask-convention's pass for hidden cells that are exactly the future in a module whose ``name`` = ``length`` is
-    its KV cache's length (:func:`attnviz.window_reading.cache_length`), not an attention window: the reading the
-    check took, what in the code made it, and how to have it checked as a window instead.  A ``name`` with a dot is
-    kept by a cache submodule (``kv_cache.window_size``), which reads it itself: the attention's own code reads it
-    nowhere but where it caches, if at all."""
-    owner = name.rpartition(".")[0]
-    why = (f"its cache module {owner} reads it, the attention at most where it caches" if owner else
-           "its code reads it only where the forward caches")
+    its KV cache's length, not an attention window: the reading the check took, what in the code made it (``read``:
+    :func:`attnviz.window_reading.cache_length_reading` — the code reads it only where the forward caches, or only a
+    cache submodule keeps it, ``kv_cache.window_size``), and how to have it checked as a window instead."""
     return (f"the hidden cells are exactly the future; {name} = {length} is the length of the module's KV cache, not "
-            f"an attention window: {why} (a window? name it sliding_window_size)")
+            f"an attention window: {read} (a window? name it sliding_window_size)")
 
 
 LONGEST_WINDOW_CHECK = 66  # tokens: a declared window W ≥ the checked tokens is traced again on W + 2 up to this

@@ -59,6 +59,28 @@ def cache_length(module: nn.Module) -> tuple[str, int] | None:
     return found if found is not None and window_said(module) is None else None
 
 
+def cache_length_reading(module: nn.Module) -> tuple[str, int, str] | None:
+    """(the name, W, what the code was read to do with it, in words) when the window a module declares is its KV
+    cache's length (:func:`cache_length`); None otherwise.  The words say what was checked: that the module's code
+    reads it only where the forward caches — or, for a window that only a cache submodule keeps
+    (``kv_cache.window_size``, :func:`_cache_module_window`), that no other module keeps it, why the submodule is a
+    cache (it has no forward of its own; its class's name says cache) and whether the attention's own code reads it
+    (only where the forward caches) or never does.  The cache module's own code is not read."""
+    found = cache_length(module)
+    if found is None:
+        return None
+    name, length = found
+    owner = name.rpartition(".")[0]
+    if not owner:
+        return name, length, "its code reads it only where the forward caches"
+    cache = type(module.get_submodule(owner))
+    kind = (f"a {cache.__name__} with no forward of its own" if cache.forward is nn.Module.forward else
+            f"a {cache.__name__}, whose class's name says cache")
+    reads = _read_only_to_cache(type(module), name, True)
+    return name, length, (f"only its cache module {owner}, {kind}, keeps it, and the attention's own code "
+                          + ("reads it only where the forward caches" if reads else "never reads it"))
+
+
 def attention_window(module: nn.Module) -> int | None:
     """The attention window a module declares (:func:`declared_window`): the keys each query sees.  None when it
     declares none, or when what it declares is its KV cache's length (:func:`cache_length`: the book's optimized
@@ -80,7 +102,7 @@ def _read_as_cache_length(module: nn.Module) -> tuple[str, int] | None:
     except (TypeError, ValueError):
         return None
     caches = takes_use_cache or cache_name is not None
-    return found if caches and _read_only_to_cache(type(module), found[0], kept_by_cache) else None
+    return found if caches and _read_only_to_cache(type(module), found[0], kept_by_cache) is not None else None
 
 
 def _cache_module_window(module: nn.Module) -> tuple[str, int] | None:
@@ -405,18 +427,19 @@ def _window_valued(node: ast.AST, name: str, aliases: set[str]) -> bool:
 
 
 @_per_class
-def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> bool:
-    """Whether the code of ``cls`` and its bases (not torch's) reads ``self.<name>`` at least once, and only where its
-    forward caches: under an ``if use_cache`` or ``if kv_cache is not None`` (or in the ``else`` of an ``if not
-    use_cache``), in the code that builds the cache a forward returns to its caller, in a method whose name
-    says cache (``reset_cache``, ``_update_cache``), or in a method called only from there (:func:`_reached_methods`:
-    ``self._shift(k, v)`` under an ``if use_cache``); a constructor reads it, or its parameter ``name``, only to keep
-    it (``self.window_size = window_size or self.max_seq_len``, passed on to a base's constructor) or to size the
-    cache it allocates (:func:`_sizes_only`).  A method nothing calls (``extra_repr``) is not read.  ``kept_by_cache``:
-    ``name`` is a cache submodule's window (``kv_cache.window_size``, :func:`_cache_module_window`), which the cache
-    reads itself: the module's code need not read it, and its constructor may give it to the cache (``self.kv_cache =
-    SlidingKVCache(window_size)``).  False where the source cannot be read.  Read once per class: a check asks several
-    times (:func:`cache_length`, :func:`window_said`)."""
+def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> int | None:
+    """How many times the code of ``cls`` and its bases (not torch's) reads ``self.<name>``, when it reads it at least
+    once and only where its forward caches: under an ``if use_cache`` or ``if kv_cache is not None`` (or in the
+    ``else`` of an ``if not use_cache``), in the code that builds the cache a forward returns to its caller, in a
+    method whose name says cache (``reset_cache``, ``_update_cache``), or in a method called only from there
+    (:func:`_reached_methods`: ``self._shift(k, v)`` under an ``if use_cache``); a constructor reads it, or its
+    parameter ``name``, only to keep it (``self.window_size = window_size or self.max_seq_len``, passed on to a base's
+    constructor) or to size the cache it allocates (:func:`_sizes_only`).  A method nothing calls (``extra_repr``) is
+    not read.  ``kept_by_cache``: ``name`` is a cache submodule's window (``kv_cache.window_size``,
+    :func:`_cache_module_window`), which the cache keeps: the module's code need not read it (0), and its constructor
+    may give it to the cache (``self.kv_cache = SlidingKVCache(window_size)``).  None where the code reads it
+    elsewhere, or nowhere (unless ``kept_by_cache``), or where the source cannot be read.  Read once per class: a
+    check asks several times (:func:`cache_length`, :func:`window_said`, :func:`cache_length_reading`)."""
     owner, _, bare = name.rpartition(".")  # "kv_cache", "window_size" for a cache submodule's window
     for klass in _own_classes(cls):
         init = vars(klass).get("__init__")
@@ -424,21 +447,21 @@ def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> bo
             continue
         parsed = _parsed(init) if inspect.isfunction(init) else None
         if parsed is None:
-            return False
+            return None
         if any(not _keeps(statement, owner or name) and not _passes_on(statement)
                and not _sizes_only(statement, name, (bare,))
                and _count_self_loads(statement, name, bare=(bare,)) for statement in parsed[0].body):
-            return False
+            return None
     reached = _reached_methods(cls, name)
     if reached is None:
-        return False
+        return None
     reads = 0
     for method in reached:
         cached, uncached = _cached_and_other_loads(method.tree, name, method.caching)
         if uncached:
-            return False
+            return None
         reads += cached
-    return reads > 0 or kept_by_cache
+    return reads if reads > 0 or kept_by_cache else None
 
 
 def _keeps(statement: ast.stmt, name: str) -> bool:

@@ -18,7 +18,7 @@ from torch import nn
 
 from attnviz import checks, tracing
 from attnviz.kv_cache_rule import kv_cache
-from attnviz.window_reading import cache_length, window_said
+from attnviz.window_reading import cache_length, cache_length_reading, window_said
 from attnviz.words import name_words
 
 
@@ -501,17 +501,69 @@ def causal_attention() -> tracing.Attention:
     return tracing.combine(tracing.record(module, torch.randn(1, 3, 16)).attentions)[0]
 
 
-@pytest.mark.parametrize(("cls", "reads"), [
+class RollingKVCache(nn.Module):
+    """A KV cache module with a forward of its own, which the attention calls: it keeps the last window_size tokens."""
+
+    def __init__(self, window_size):
+        super().__init__()
+        self.window_size = window_size
+        self.kept = None
+
+    def forward(self, x):
+        self.kept = x[:, -self.window_size:]  # (b, ≤ W, d)
+        return self.kept
+
+
+class CallsItsCacheModule(KeepsItInItsCacheModule):
+    def __init__(self, window_size=4):
+        super().__init__()
+        self.kv_cache = RollingKVCache(window_size)
+
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            self.kv_cache(x)
+        return x
+
+
+def held_cache(cls):
+    return lambda: cls(16, 16, 16, 0.0, 4, window_size=4)
+
+
+@pytest.mark.parametrize(("build", "reads"), [
     (SizesCache, "its code reads it only where the forward caches"),
-    (KeepsItInItsCacheModule, "its cache module kv_cache reads it, the attention at most where it caches"),
-])
-def test_mask_convention_says_who_reads_a_cache_length(cls, reads, causal_attention):
-    """A window_size only a cache submodule keeps is read by that module, not by the attention: the pass says so."""
-    name = cache_length(cls())[0]
-    check = checks.mask_convention(causal_attention, True, cache_length=cache_length(cls()))
+    (KeepsItInItsCacheModule, "only its cache module kv_cache, a KeepsTheLastTokens with no forward of its own, keeps "
+                              "it, and the attention's own code never reads it"),
+    (CallsItsCacheModule, "only its cache module kv_cache, a RollingKVCache, whose class's name says cache, keeps it, "
+                          "and the attention's own code never reads it"),
+    (held_cache(um.HeldCacheMHA), "only its cache module kv_cache, a LayerKVCache with no forward of its own, keeps "
+                                  "it, and the attention's own code never reads it"),
+    (held_cache(um.HeldCacheChecksItsChunk), "only its cache module kv_cache, a LayerKVCache with no forward of its "
+                                             "own, keeps it, and the attention's own code reads it only where the "
+                                             "forward caches"),
+], ids=["own", "cache-module", "cache-module-named", "held-cache", "held-cache-read"])
+def test_mask_convention_says_who_reads_a_cache_length(build, reads, causal_attention):
+    """A window_size only a cache submodule keeps is read by that module, not by the attention: the pass says what was
+    read — that no other module keeps it, why the submodule is a cache, whether the attention reads it — where it said
+    "the attention at most where it caches"."""
+    name = cache_length(build())[0]
+    check = checks.mask_convention(causal_attention, True, cache_length=cache_length_reading(build()))
     assert check == checks.Check("mask-convention", "pass", (
         f"the hidden cells are exactly the future; {name} = 4 is the length of the module's KV cache, not an "
         f"attention window: {reads} (a window? name it sliding_window_size)")), check
+
+
+@pytest.mark.slow  # a whole check_module run: the slow tier
+def test_attention_holding_its_cache_in_a_cache_object_is_checked_as_the_books_cache_length():
+    """The book's class with its cache in a cache object (update, get_seq_length, reset): its window_size is the
+    cache's length, each rule says so plainly, and the cached steps past W match the last W tokens' forward."""
+    results = verdicts(built(um.HeldCacheMHA, 16, 16, 16, 0.0, 4, window_size=4), rules=["mask-convention",
+                                                                                         "kv-cache"])
+    assert results["mask-convention"].status == "pass", results
+    assert results["mask-convention"].evidence.endswith(
+        "only its cache module kv_cache, a LayerKVCache with no forward of its own, keeps it, and the attention's own "
+        "code never reads it (a window? name it sliding_window_size)"), results
+    assert results["kv-cache"].status == "pass", results
+    assert "compared with the uncached forward of the last 4 tokens" in results["kv-cache"].evidence, results
 
 
 # ------------------------------------------------------------------ a window_size the code says is a sliding window

@@ -3764,6 +3764,81 @@ class CacheLengthMHA(nn.Module):
         self.cache_k, self.cache_v = None, None
 
 
+class LayerKVCache(nn.Module):
+    """One layer's KV cache object, as torchtune's and Meta's ``KVCache`` modules are written (an ``nn.Module``, so it
+    moves with the model) with the methods of Hugging Face's ``DynamicCache`` and the book's ``KVCache``: ``update``
+    stores the new keys and values and hands back all it keeps — the last ``window_size``, the oldest shifted out, as
+    the book's optimized class keeps them —, ``get_seq_length`` counts them, ``reset`` empties it.  It has no
+    forward: the attention calls its methods."""
+
+    def __init__(self, window_size):
+        super().__init__()
+        self.window_size = window_size
+        self.register_buffer("keys", None, persistent=False)
+        self.register_buffer("values", None, persistent=False)
+
+    def update(self, keys_new, values_new):
+        if self.keys is not None:
+            keys_new = torch.cat([self.keys, keys_new], dim=2)  # (b, h, kept + n, hd)
+            values_new = torch.cat([self.values, values_new], dim=2)  # (b, h, kept + n, hd)
+        self.keys, self.values = keys_new[:, :, -self.window_size:], values_new[:, :, -self.window_size:]  # ≤ W each
+        return self.keys, self.values
+
+    def get_seq_length(self):
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def reset(self):
+        self.keys, self.values = None, None
+
+
+class HeldCacheMHA(nn.Module):
+    """The book's MultiHeadAttention holding its KV cache in a cache object (``self.kv_cache = LayerKVCache(W)``)
+    rather than in buffers of its own: ``window_size`` (default: the context) is the cache's length, not an attention
+    window — the uncached forward attends to every earlier token, a cached step to the W tokens the cache keeps.  Its
+    own code never reads the window: the cache keeps it."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, window_size=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.kv_cache = LayerKVCache(window_size or context_length)
+        self.ptr_current_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens, _ = x.shape
+        queries, keys, values = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache:
+            keys, values = self.kv_cache.update(keys, values)  # (b, h, ≤ W, hd) each
+            start = self.ptr_current_pos
+            self.ptr_current_pos += num_tokens
+        k = keys.shape[2]
+        query_pos = torch.arange(start, start + num_tokens)[:, None]  # (n, 1)
+        key_pos = torch.arange(start + num_tokens - k, start + num_tokens)[None, :]  # (1, k)
+        attn_scores = (queries @ keys.transpose(2, 3)).masked_fill(key_pos > query_pos, -torch.inf)  # (b, h, n, k)
+        attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1))  # (b, h, n, k)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, n, d_out)
+        return self.out_proj(context_vec)  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.kv_cache.reset()
+        self.ptr_current_pos = 0
+
+
+class HeldCacheChecksItsChunk(HeldCacheMHA):
+    """:class:`HeldCacheMHA` whose cached forward first checks that its chunk fits the cache's window."""
+
+    def forward(self, x, use_cache=False):
+        if use_cache:
+            assert x.shape[1] <= self.kv_cache.window_size, "the chunk is longer than the KV cache"
+        return super().forward(x, use_cache)
+
+
 class CacheLengthRotary(nn.Module):
     """The book's optimized KV-cache MultiHeadAttention with rotary embeddings (Llama's halves layout), as a learner
     adds them to it: ``window_size`` is the KV cache's length, the cache shifts its oldest keys out once full, and the
