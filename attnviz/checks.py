@@ -53,7 +53,8 @@ which cell, which value, what it should be:
     the module's own scale alone explains is named so, not as another cause);
   - no two query heads share keys (equal K) but not values while two share values but not keys (K repeated with
     ``repeat_interleave`` and V with ``.repeat``, or the reverse: it names a query head and the K/V heads it reads
-    its keys and its values from);
+    its keys and its values from); K and V both repeated with ``.repeat`` pass, with a note that checkpoints of
+    Hugging Face's and Llama's GQA models expect ``repeat_interleave``'s order;
   - the concatenation is what the module feeds a Linear, or returns, when it computed that from its
     ``weights @ V`` alone; else (a residual ``x + context``, V projected after the softmax) the rule compares the
     recorded ``weights @ V``.
@@ -1381,8 +1382,11 @@ def _paired_alike(check: Check, attention: tracing.Attention) -> Check:
     (multi-head attention, values shared but keys per head), or every head that shares one shares the other
     (multi-query attention, grouped-query with K and V repeated alike), nothing is paired wrongly."""
     keys, values = _head_groups(attention.keys, attention.queries), _head_groups(attention.values, attention.queries)
-    if keys is None or values is None or not _crossed(keys, values):
+    if keys is None or values is None:
         return check
+    if not _crossed(keys, values):
+        return Check(check.rule, check.status, f"{check.evidence}{_tiled_note(keys, values)}") if (
+            check.status == "pass") else check
     head = next(head for head, (key, value) in enumerate(zip(keys, values, strict=True)) if key != value)
     pairing = (f"query head {head} reads K/V head {keys[head]}'s keys but K/V head {values[head]}'s values: the keys "
                f"group the query heads {_grouping(keys)}, the values {_grouping(values)} — repeat K and V the same "
@@ -1391,6 +1395,23 @@ def _paired_alike(check: Check, attention: tracing.Attention) -> Check:
         return Check(check.rule, "fail", f"{pairing}; and {check.evidence}")
     return Check(check.rule, "fail", f"{pairing} ({check.evidence}: each head's attention is right for the K and V "
                                      "it reads)")
+
+
+def _tiled_note(keys: list[int], values: list[int]) -> str:
+    """A pass's note for grouped-query K and V both repeated as ``.repeat`` does (query head h reads K/V group h mod
+    g, :func:`_head_groups`), where ``repeat_interleave`` would group the heads otherwise (1 < g < h): right with the
+    module's own weights, but a checkpoint of Hugging Face's or Meta's Llama (``repeat_kv``), or the book's
+    ``GroupedQueryAttention``, pairs query head h with K/V group h // (h/g), so its weights loaded here give other
+    outputs; "" otherwise."""
+    heads, groups = len(keys), max(keys) + 1
+    tiled = [head % groups for head in range(heads)]
+    if keys != values or keys != tiled or not 1 < groups < heads:
+        return ""
+    size = heads // groups
+    return (f"; K and V are both repeated as .repeat does (query head h reads K/V group h mod {groups}): right with "
+            "its own weights, but the checkpoints of Hugging Face's and Llama's grouped-query models (repeat_kv) and "
+            f"the book's GroupedQueryAttention give query head h K/V group h // {size}, as repeat_interleave({size}, "
+            "dim=1) does — to load their weights, repeat K and V that way")
 
 
 PAIRING_TOLERANCE = 1e-6  # two heads' keys (or values) are one K/V head's when they differ by no more, × the largest

@@ -40,12 +40,57 @@ def test_keys_and_values_repeated_each_their_own_way_fail_matches_reference_nami
     assert {rule for rule, c in results.items() if c.status == "fail"} == {"matches-reference"}
 
 
+TILED_NOTE = ("; K and V are both repeated as .repeat does (query head h reads K/V group h mod 2): right with its own "
+              "weights, but the checkpoints of Hugging Face's and Llama's grouped-query models (repeat_kv) and the "
+              "book's GroupedQueryAttention give query head h K/V group h // 4, as repeat_interleave(4, dim=1) does — "
+              "to load their weights, repeat K and V that way")
+
+
 @pytest.mark.parametrize("how", ["interleave", "repeat"])
 def test_keys_and_values_repeated_alike_pass_every_rule(how):
-    """``.repeat`` on both is a consistent design (query head h reads K/V head h % g's keys and values): it passes."""
+    """``.repeat`` on both is a consistent design (query head h reads K/V head h % g's keys and values): it passes,
+    and says that checkpoints of Llama-style models expect repeat_interleave's order (head h reads group h // (h/g))."""
     results = verdicts(built(um.GQAPairing, keys=how, values=how))
     assert all(c.status != "fail" for c in results.values()), results
     assert results["matches-reference"].status == "pass"
+    assert results["matches-reference"].evidence.endswith(TILED_NOTE) == (how == "repeat"), results
+
+
+@pytest.mark.parametrize("kv_heads", [1, 8], ids=["multi-query", "multi-head"])
+def test_repeat_in_a_layout_where_it_equals_repeat_interleave_passes_without_a_note(kv_heads):
+    """One K/V group (multi-query), or one per query head: .repeat and repeat_interleave give every head the same K/V
+    group, so nothing a checkpoint expects differs."""
+    check = verdicts(built(um.GQAPairing, n_kv_heads=kv_heads, keys="repeat", values="repeat"),
+                     rules=["matches-reference"])["matches-reference"]
+    assert check.status == "pass" and "repeat_interleave" not in check.evidence, check
+
+
+@pytest.mark.slow  # imports transformers
+def test_llama_checkpoints_give_query_head_h_the_group_of_repeat_interleave_not_of_repeat():
+    """What the note says, against transformers' own LlamaAttention (eager, rotary at angle 0) with the same weights:
+    K and V repeated with repeat_interleave give its output, with .repeat another one."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    config = LlamaConfig(hidden_size=16, num_attention_heads=8, num_key_value_heads=2, head_dim=2,
+                         max_position_embeddings=64, attention_bias=False)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    llama = LlamaAttention(config, layer_idx=0).eval()
+    x = torch.randn(1, 6, 16)
+    no_rotation = (torch.ones(1, 6, 2), torch.zeros(1, 6, 2))  # (cos, sin): rotary at angle 0
+    mask = torch.full((6, 6), float("-inf")).triu(1)[None, None]  # (1, 1, n, n): the future hidden
+    outputs = {}
+    with torch.no_grad():
+        expected = llama(x, no_rotation, mask)[0]  # (1, n, 16)
+        for how in ("interleave", "repeat"):
+            module = um.GQAPairing(16, 8, 2, keys=how, values=how).eval()
+            for mine, theirs in ((module.wq, llama.q_proj), (module.wk, llama.k_proj), (module.wv, llama.v_proj),
+                                 (module.wo, llama.o_proj)):
+                mine.weight.copy_(theirs.weight)
+            outputs[how] = module(x)  # (1, n, 16)
+    assert torch.allclose(outputs["interleave"], expected, atol=1e-5)
+    assert (outputs["repeat"] - expected).abs().max() > 0.01
 
 
 @pytest.mark.parametrize("make", [
