@@ -250,12 +250,10 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
             "rows-sum-to-one": lambda: rows_sum_to_one(attention),
             "causal": lambda: causal_rule(module, x, recording.output, causal, causal_said, attention=attention,
                                           unmasked=unmasked),
-            "mask-convention": lambda: mask_convention(attention, causal, attention_window(module), causal_said,
-                                                       unmasked=unmasked, triangles=triangles, fill=fill,
-                                                       cache_length=cache_length_reading(module),
-                                                       window_named=window_said(module),
-                                                       longer=functools.partial(_traced_on, module, x),
-                                                       context=tracing.module_context(module)),
+            "mask-convention": lambda: _causal_hint(mask_convention(
+                attention, causal, attention_window(module), causal_said, unmasked=unmasked, triangles=triangles,
+                fill=fill, cache_length=cache_length_reading(module), window_named=window_said(module),
+                longer=functools.partial(_traced_on, module, x), context=tracing.module_context(module)), attention),
             "scaling": lambda: scaling(attention, weightless=weightless, width=width, declared=declared),
             "rotary-placement": lambda: rotary_placement(module, x, built_base=sizes.get("rope_base")),
             "dropout-placement": lambda: _in_mode_handed_over(module, was_training,
@@ -269,10 +267,9 @@ def check_module(module: nn.Module, x: torch.Tensor | str | None = None, *, caus
         }
         if appended is not None:  # the traced forward came first, on what the module held: only its verdicts stand
             run.update({rule: functools.partial(Check, rule, "skip", APPENDED_SKIP) for rule in RUN_AGAIN})
-            run["mask-convention"] = lambda: mask_convention(attention, causal, attention_window(module), causal_said,
-                                                             unmasked=unmasked, triangles=triangles, fill=fill,
-                                                             cache_length=cache_length_reading(module),
-                                                             window_named=window_said(module))
+            run["mask-convention"] = lambda: _causal_hint(mask_convention(
+                attention, causal, attention_window(module), causal_said, unmasked=unmasked, triangles=triangles,
+                fill=fill, cache_length=cache_length_reading(module), window_named=window_said(module)), attention)
             run["kv-cache"] = lambda: Check("kv-cache", "fail", appended)
         random = _dropout_acts(attention)  # in eval mode: two forwards of the same input differ
         checks = []
@@ -803,6 +800,28 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
 
 
+CAUSAL_HINT = ("; and nn.MultiheadAttention was given is_causal=True with this mask, which only tells it that the mask "
+               "is the causal one: its general path (training, or with gradients — the one attnviz runs) then hides "
+               "the future and ignores the mask, its fast path (eval mode without gradients) applies the mask, so the "
+               "module attends one way in training and another in inference — give is_causal=True only with the "
+               "causal mask, torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)")
+
+
+def _causal_hint(check: Check, attention: tracing.Attention) -> Check:
+    """mask-convention's ``check`` with :data:`CAUSAL_HINT` after it, a failure, when an ``nn.MultiheadAttention`` call
+    was given ``is_causal=True`` and an attn_mask whose hidden cells are not exactly the future — a sliding window's
+    too: torch's two paths then compute different attentions, and what the rules saw (the general path,
+    :func:`attnviz.tracing.run_forward`) is not what an eval-mode forward without gradients computes."""
+    if attention.kind != "nn.MultiheadAttention" or not attention.is_causal or check.status == "skip":
+        return check
+    hidden = attention.masked_cells()  # (b, h, nq, nk)
+    nq, nk = hidden.shape[-2:]
+    future = torch.ones(nq, nk, dtype=torch.bool).triu(1 + nk - nq)  # (nq, nk)
+    if torch.equal(hidden, future.expand_as(hidden)):
+        return check
+    return Check(check.rule, "fail", f"{check.evidence}{CAUSAL_HINT}")
+
+
 def _one_key_wide(declared: int) -> str:
     """mask-convention's words for hidden cells that keep one key more than the module's window of ``declared``:
     the convention of Mistral's reference code (``torch.triu(mask, diagonal=-sliding_window)``), not attnviz's."""
@@ -905,7 +924,8 @@ def _hidden_cells_words(attention: tracing.Attention, future: torch.Tensor) -> s
 
 INVERTED_FIX = {  # what to pass instead of an inverted mask, by the attention's kind
     "sdpa": "Pass SDPA the lower triangle, torch.tril(torch.ones(n, n, dtype=torch.bool)), or is_causal=True: ",
-    "nn.MultiheadAttention": "Pass torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), or is_causal=True: ",
+    "nn.MultiheadAttention": "Pass torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1) (is_causal=True alone "
+                             "is no mask to nn.MultiheadAttention: only a hint that attn_mask is this one): ",
     "softmax": "Hide torch.triu(torch.ones(n, n), diagonal=1).bool() (or ~mask): ",
 }
 FLIPPED_FIX = {  # what to pass instead of a mask that hides the past, by the attention's kind

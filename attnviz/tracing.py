@@ -50,7 +50,9 @@ is never edited and declares nothing; it runs in the mode (train/eval) it is in,
 too): not the width of the recorded q·k where the scores run over an absorbed MLA's latent or add two products.
 
 Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
-``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  It calls ``forward(x)``, or
+``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  A module that holds an
+``nn.MultiheadAttention`` runs it on its general path there, the one the recording sees, never on its fast path
+(:func:`_general_path`), so every forward of a check computes what the traced one did.  It calls ``forward(x)``, or
 ``forward(x, x, x)`` when the first three parameters are query, key and value (``nn.MultiheadAttention`` itself).
 ``forward_output(module, x)`` runs it so, unrecorded, and gives the output as every page reads it (``output_of``).
 """
@@ -431,6 +433,15 @@ def _softmax_dim(func, args, kwargs, ndim: int) -> int | None:
     return dim % ndim
 
 
+CAUSAL_HINT_ERROR = "Need attn_mask if specifying the is_causal hint"  # F.multi_head_attention_forward's words
+CAUSAL_HINT_ALONE = ("nn.MultiheadAttention was given is_causal=True without an attn_mask: is_causal only tells it "
+                     "that attn_mask is the causal mask, so its general path (training, or with gradients, and every "
+                     "forward attnviz runs) raises “Need attn_mask if specifying the is_causal hint”, and its fast "
+                     "path (eval mode without gradients) ignores it and hides nothing — every token sees the future. "
+                     "Pass the mask too: attn_mask=torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), "
+                     "is_causal=True")
+
+
 @contextlib.contextmanager
 def _noting_mha_masks(module: nn.Module, recorder: _Recorder):
     """While it lasts, each ``nn.MultiheadAttention`` of ``module`` notes in ``recorder.boolean_mha_masks`` whether
@@ -481,6 +492,8 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
             words = _other_width(module, x, error)
         if words is None and not isinstance(error, EndlessForwardError):
             words = _unsliced_mask(module, x, error)
+        if words is None and _raised_in(error, "multi_head_attention_forward") and CAUSAL_HINT_ERROR in str(error):
+            words = CAUSAL_HINT_ALONE
         if words is None and _raised_in(error, "multi_head_attention_forward"):
             batch_first = _not_batch_first(module, x, tried_first=tried_first)
             words = None if batch_first is None else f"{str(error).rstrip('.')} — {batch_first}"
@@ -749,7 +762,8 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     try:
         with warnings.catch_warnings():  # flex_attention's own, and TorchDynamo's on the way to FLEX_ATTENTION
             warnings.filterwarnings("ignore", message=FLEX_WARNINGS)
-            output = time_limit.call(module, *args, **forward_kwargs)
+            with _general_path(module):
+                output = time_limit.call(module, *args, **forward_kwargs)
         return _batch_first(output) if sequence_first else output
     except time_limit.TimeLimitError as out:
         raise _endless(module, forward_kwargs, out.seconds) from None
@@ -761,6 +775,30 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called {time_limit.exit_call(stop)}: an attention forward returns its output, "
                          "it does not end the program") from None
+
+
+class _AsItIs(TorchFunctionMode):
+    """Runs every tensor call as it is.  While it is active, ``torch.overrides.has_torch_function`` is true, which
+    keeps ``nn.MultiheadAttention`` (and ``nn.TransformerEncoderLayer``) off their fast path, as the recording does."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+FAST_PATH_LAYERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer)  # torch's layers with a fast path
+
+
+def _general_path(module: nn.Module):
+    """Within it, the ``nn.MultiheadAttention`` layers of ``module`` take their general path, the one the recording
+    sees (:class:`_AsItIs`), not the fast path of an eval-mode forward without gradients: the two differ where the
+    layer is given ``is_causal=True`` with an attn_mask that is not the causal one — the general path then hides the
+    future and ignores the mask, the fast path ignores ``is_causal`` and applies the mask —, and a rule comparing a
+    forward of its own with the traced one would see that difference as the module's.  Nothing for a module without
+    such a layer, or while a mode already watches every call (the recording's)."""
+    if torch._C._is_torch_function_mode_enabled() or not any(
+            isinstance(sub, FAST_PATH_LAYERS) for sub in module.modules()):
+        return contextlib.nullcontext()
+    return _AsItIs()
 
 
 def _endless(module: nn.Module, forward_kwargs: dict, seconds: float) -> EndlessForwardError:

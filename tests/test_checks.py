@@ -319,7 +319,8 @@ def test_a_module_named_causal_that_hides_nothing_is_told_how_to_check_it_as_cau
 @pytest.mark.slow  # a whole check_module run: the slow tier
 @pytest.mark.parametrize(("mask", "words"), [
     ("past", "use triu(…, diagonal=1); nn.MultiheadAttention's boolean attn_mask hides where it is True"),
-    ("kept", "NaN weights. Pass torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), or is_causal=True"),
+    ("kept", "NaN weights. Pass torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1) (is_causal=True alone is "
+             "no mask to nn.MultiheadAttention: only a hint that attn_mask is this one)"),
 ], ids=["past", "inverted"])
 def test_a_boolean_mask_given_to_multihead_attention_is_not_called_a_float_one(mask, words):
     """nn.MultiheadAttention turns a boolean attn_mask into a float one before the call the tracer reads: a boolean

@@ -4212,6 +4212,29 @@ class WrappedMHABoolMask(nn.Module):
         return out
 
 
+class CausalMHA(nn.Module):
+    """nn.MultiheadAttention (batch_first) made causal as learners write it, ``how``: "bool" (a boolean triu mask, True
+    = hide), "float" (−∞ above the diagonal), "hint" (the boolean mask and ``is_causal=True``); bugs: "hint-only"
+    (``is_causal=True`` and no mask), "hint-past" (``is_causal=True`` with a mask that hides the past) and
+    "hint-window" (``is_causal=True`` with a sliding window of 3, which torch's general path ignores)."""
+
+    def __init__(self, embed_dim=16, num_heads=2, how="bool"):
+        super().__init__()
+        self.how = how
+        self.mha = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)
+
+    def forward(self, x):
+        n = x.shape[1]
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # (n, n): True above the diagonal
+        attn_mask = {"bool": future, "hint": future, "hint-only": None,
+                     "float": torch.zeros(n, n).masked_fill(future, float("-inf")),
+                     "hint-past": torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1),
+                     "hint-window": future | torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-3)}[self.how]
+        out, _ = self.mha(x, x, x, attn_mask=attn_mask, need_weights=False,
+                          is_causal=self.how.startswith("hint"))  # (b, n, embed_dim)
+        return out
+
+
 class DiagonalHidden(nn.Module):
     """Bug: a mask one off — each query hides itself too (Hugging Face's additive ``torch.finfo.min`` triangle built
     with ``triu(0)``, or ``q_pos <= k_pos`` with −∞ as in an MLA port): query 0 hides every key.  ``fill``: "min"
