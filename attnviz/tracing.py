@@ -794,9 +794,8 @@ def _general_path(module: nn.Module):
     layer is given ``is_causal=True`` with an attn_mask that is not the causal one — the general path then hides the
     future and ignores the mask, the fast path ignores ``is_causal`` and applies the mask —, and a rule comparing a
     forward of its own with the traced one would see that difference as the module's.  Nothing for a module without
-    such a layer, or while a mode already watches every call (the recording's)."""
-    if torch._C._is_torch_function_mode_enabled() or not any(
-            isinstance(sub, FAST_PATH_LAYERS) for sub in module.modules()):
+    such a layer (within the recording, it passes every call on to the recording's mode)."""
+    if not any(isinstance(sub, FAST_PATH_LAYERS) for sub in module.modules()):
         return contextlib.nullcontext()
     return _AsItIs()
 
