@@ -165,7 +165,33 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
     pytest.param(lambda model, result: attnviz.models.logit_lens(model, [1.0, 2.0], 0),
                  r"^token_ids must be whole numbers \(GPT-2 token ids\), got list: ", id="logit_lens-floats"),
     pytest.param(lambda model, result: attnviz.models.generate(model, [1.5, 2.0], 1),
-                 r"^token_ids must be a sequence of whole numbers \(token ids\), got list\.$", id="generate-floats"),
+                 r"^token_ids must be whole numbers \(GPT-2 token ids\), got list: ", id="generate-floats"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, b"abc", 1),
+                 r"^token_ids must be whole numbers \(GPT-2 token ids\), got bytes b'abc': tokenize a text first",
+                 id="generate-bytes"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, torch.tensor([True, False]), 1),
+                 r"^token_ids must be whole numbers \(GPT-2 token ids\), got Tensor: ", id="generate-bool-tensor"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, {2, 1}, 1),
+                 r"^token_ids must be a sequence in order \(a list, a tuple, a tensor\), got set: a set keeps no "
+                 r"order of tokens\.$", id="generate-set"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, torch.tensor([[1, 2], [3, 4]]), 1),
+                 r"^token_ids must be one sequence of token ids, \(n,\) or a batch of one \(1, n\), got shape "
+                 r"\(2, 2\): pass one sequence at a time, such as token_ids\[0\]\.$", id="generate-batch-of-two"),
+    pytest.param(lambda model, result: attnviz.models.attention_maps(model, torch.tensor([[1, 2], [3, 4]])),
+                 r"^token_ids must be one sequence of token ids, \(n,\) or a batch of one \(1, n\), got shape "
+                 r"\(2, 2\): pass one sequence at a time", id="attention_maps-batch-of-two"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, torch.tensor([[1], [2]]), 1),
+                 r"^token_ids must be one sequence of token ids, \(n,\) or a batch of one \(1, n\), got shape "
+                 r"\(2, 1\)", id="generate-column"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, 5, 1),
+                 r"^token_ids must be a sequence of token ids, got the single number 5: pass a list, such as \[5\]\.$",
+                 id="generate-one-number"),
+    pytest.param(lambda model, result: attnviz.models.generate(model, [], 1),
+                 r"^token_ids is empty: give at least one token id\.$", id="generate-empty"),
+    pytest.param(lambda model, result: attnviz.models.layer_maps(model, torch.zeros(1, 0, dtype=torch.long), 0),
+                 r"^token_ids is empty: give at least one token id\.$", id="layer_maps-empty-batch"),
+    pytest.param(lambda model, result: attnviz.models.attention_maps(model, [1, 2**70]),
+                 r"^Token ids must be in 0…50256\.$", id="attention_maps-id-past-int64"),
     pytest.param(lambda model, result: attnviz.models.position_loss(None, [1, 2]),
                  r"^logits must be a \(n, vocab\) tensor \(ablate's\) for the 2 token ids, got NoneType\.$",
                  id="position_loss-no-logits"),
@@ -301,11 +327,21 @@ def test_check_step_given_no_whole_number_says_it_takes_one(generation, index):
         attnviz.models.check_step(model, result, index)
 
 
-def test_generate_reads_a_prompt_given_as_a_generator_or_map_once(generation):
-    """A prompt passed as a generator (or ``map``) is read once: its ids, not an empty prompt after a first check."""
+@pytest.mark.parametrize("given", [
+    pytest.param(lambda: (t for t in [1, 2, 3]), id="generator"),
+    pytest.param(lambda: map(int, "123"), id="map"),
+    pytest.param(lambda: torch.tensor([1, 2, 3]).unsqueeze(0), id="tensor-(1,n)-as-the-book-feeds-it"),
+    pytest.param(lambda: np.array([[1, 2, 3]]), id="array-(1,n)"),
+    pytest.param(lambda: [[1, 2, 3]], id="list-of-one-list"),
+])
+def test_one_sequence_is_read_alike_by_generate_and_the_maps(generation, given):
+    """One sequence of ids — a generator or map (read once: its ids, not an empty prompt after a first check), a
+    tensor, or a batch of one ``(1, n)`` as ``tokenizer.encode`` + ``unsqueeze(0)`` gives it — is the same prompt for
+    generate and the same text for attention_maps."""
     model, result = generation
-    assert attnviz.models.generate(model, (t for t in [1, 2, 3]), 3).token_ids == result.token_ids
-    assert attnviz.models.generate(model, map(int, "123"), 3).token_ids == result.token_ids
+    assert attnviz.models.generate(model, given(), 0, keep_weights=False).token_ids == result.token_ids[:3]
+    np.testing.assert_allclose(attnviz.models.layer_maps(model, given(), 0), result.steps[0].weights[0],
+                               atol=1e-6)  # (heads, 3, 3): the prompt's step of generate([1, 2, 3]), layer 0
 
 
 def test_check_step_counts_a_negative_step_from_the_end(generation):

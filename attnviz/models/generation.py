@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from attnviz.attention import Recorder
 from attnviz.kv_cache import DTYPE_NAMES, window_schedule
 from attnviz.models.gpt import GPTModel, PathRecorder, check_model, yes_or_no
-from attnviz.models.trace import running
+from attnviz.models.trace import running, token_sequence
 from attnviz.words import amount, listed
 
 TOP_K = 5
@@ -115,25 +115,6 @@ class _WeightsOnly(Recorder):
 
     def record(self, name: str, tensor: torch.Tensor, copy: bool = False, keep: bool = True) -> None:
         super().record(name, tensor, copy=False, keep=keep and name == "weights")
-
-
-def _check_ids(model: GPTModel, token_ids) -> list[int]:
-    if not isinstance(token_ids, str | bytes | torch.Tensor | np.ndarray) and hasattr(token_ids, "__iter__"):
-        token_ids = list(token_ids)  # a generator or map is read once, here (None or a number: said below)
-    try:
-        whole = all(isinstance(token, int | np.integer | torch.Tensor) and not isinstance(token, bool)
-                    and (not isinstance(token, torch.Tensor) or not token.is_floating_point()) for token in token_ids)
-        ids = [int(token) for token in token_ids] if whole else None
-    except (TypeError, ValueError, RuntimeError):
-        ids = None
-    if ids is None:  # text, floats (1.5 is no token, and is not cut to 1), None
-        raise ValueError(f"token_ids must be a sequence of whole numbers (token ids), got {type(token_ids).__name__}.")
-    if not ids:
-        raise ValueError("The prompt is empty: there is nothing to continue. Give at least one token.")
-    vocab_size = model.tok_emb.weight.shape[0]
-    if min(ids) < 0 or max(ids) >= vocab_size:
-        raise ValueError(f"Token ids must be in 0…{vocab_size - 1}.")
-    return ids
 
 
 def clip(model: GPTModel, prompt_length: int, max_new_tokens) -> tuple[int, int, list[str]]:
@@ -284,11 +265,13 @@ def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool
              keep_weights: bool = True) -> Generation:
     """Greedy generation (the book's ``generate_text_simple_cached``), one :class:`Step` per forward.
 
-    ``token_ids``: the prompt (a non-empty sequence of ids).  Prompt and ``max_new_tokens`` are cut so that every
+    ``token_ids``: the prompt, one non-empty sequence of ids as :func:`attnviz.models.trace.token_sequence` takes
+    it (a list, a 1-D tensor, a batch of one ``(1, n)``).  Prompt and ``max_new_tokens`` are cut so that every
     position fits the context (:func:`clip`; a notice says so).  ``keep_weights=False`` keeps no attention weights (a
-    benchmark's run).  Raises ValueError for an empty prompt, ids outside the vocabulary, a negative count,
-    ``use_cache`` or ``keep_weights`` not True or False, or another object than a GPTModel."""
-    ids = _check_ids(check_model(model), token_ids)
+    benchmark's run).  Raises ValueError for a prompt :func:`~attnviz.models.trace.token_sequence` refuses (empty,
+    no whole numbers, several sequences, ids outside the vocabulary), a negative count, ``use_cache`` or
+    ``keep_weights`` not True or False, or another object than a GPTModel."""
+    ids = token_sequence(token_ids, vocab_size=check_model(model).tok_emb.weight.shape[0]).tolist()
     use_cache, keep_weights = yes_or_no(use_cache, "use_cache"), yes_or_no(keep_weights, "keep_weights")
     kept, new, notices = clip(model, len(ids), max_new_tokens)
     ids = ids[len(ids) - kept:]

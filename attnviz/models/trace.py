@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 
@@ -46,31 +47,73 @@ def running(model: GPTModel, causal: bool):
             model.train(was_training)
 
 
-def token_sequence(token_ids) -> torch.Tensor:
-    """token ids (a sequence, (n,) or (1, n)) -> an (n,) long tensor, or a ValueError saying what is wrong."""
-    values = np.asarray(token_ids)  # (n,) or (1, n)
-    if values.size and values.dtype.kind not in "iu":  # text, None, floats, booleans: no token ids to read
-        shown = f" {token_ids[:40]!r}" if isinstance(token_ids, str) else ""
+_MAX_ID = 2**63 - 1  # the largest id an int64 tensor holds: an id past it is past any vocabulary
+
+
+def _whole_numbers(token_ids) -> np.ndarray | None:
+    """``token_ids`` as an array of whole numbers (any shape, empty included), or None when they are something else:
+    text, bytes, a mapping or set, None, floats, booleans, a ragged nesting.  Python ints too large for int64 stay
+    Python ints (an object array), so that the range check names them rather than calling them no numbers."""
+    if isinstance(token_ids, str | bytes | bytearray | Mapping | AbstractSet) or token_ids is None:
+        return None
+    if isinstance(token_ids, torch.Tensor):
+        token_ids = token_ids.detach().cpu().numpy()  # a bool or float tensor keeps its kind ("b", "f"): refused
+    try:
+        values = np.asarray(token_ids)
+        if values.dtype.kind in "fO" and values.size:  # ints past int64 (as floats or objects), or no ints at all
+            values = np.asarray(token_ids, dtype=object)
+    except (ValueError, TypeError, RuntimeError):  # a ragged nesting, an object numpy cannot read
+        return None
+    if values.dtype.kind in "iu" or not values.size:
+        return values
+    if values.dtype == object and all(isinstance(value, int | np.integer) and not isinstance(value, bool)
+                                      for value in values.flat):
+        return values
+    return None
+
+
+def token_sequence(token_ids, vocab_size: int | None = None) -> torch.Tensor:
+    """The one check of the token ids a user passes to ``attnviz.models``: one sequence of whole numbers -> an (n,)
+    int64 tensor, or a ValueError saying what is wrong.
+
+    One sequence is a list, tuple or range, a 1-D integer tensor or array ``(n,)``, or a batch of one ``(1, n)``
+    (``torch.tensor(ids).unsqueeze(0)``, as the book feeds its model), or a generator or map (read once, here).
+    Refused, each in words: text or bytes (tokenize first), None, floats and booleans (no token ids), a set or dict
+    (no order), a batch of several sequences or another shape (pass one), no ids at all, and with ``vocab_size`` an id
+    outside ``0 … vocab_size − 1``.  What a model adds (its context) its callers check."""
+    if isinstance(token_ids, Iterator):
+        token_ids = list(token_ids)  # a generator or map is read once, here
+    values = _whole_numbers(token_ids)
+    if values is None and isinstance(token_ids, Mapping | AbstractSet):
+        raise ValueError(f"token_ids must be a sequence in order (a list, a tuple, a tensor), got "
+                         f"{type(token_ids).__name__}: a {type(token_ids).__name__} keeps no order of tokens.")
+    if values is None:  # text, None, floats, booleans: no token ids to read
+        shown = f" {token_ids[:40]!r}" if isinstance(token_ids, str | bytes | bytearray) else ""
         raise ValueError(f"token_ids must be whole numbers (GPT-2 token ids), got {type(token_ids).__name__}{shown}: "
                          "tokenize a text first, with attnviz.tokens.encode(text)")
-    ids = torch.as_tensor(values, dtype=torch.long)  # (n,) or (1, n)
-    if ids.dim() == 2 and ids.shape[0] == 1:
-        ids = ids[0]  # (1, n) -> (n,)
-    if ids.dim() != 1 or ids.numel() == 0:
-        raise ValueError(f"Expected a non-empty sequence of token ids, got shape {tuple(ids.shape)}.")
-    return ids
+    if values.ndim == 2 and values.shape[0] == 1:
+        values = values[0]  # (1, n) -> (n,): a batch of one sequence
+    if values.ndim == 0:
+        raise ValueError(f"token_ids must be a sequence of token ids, got the single number {values.item()!r}: pass "
+                         f"a list, such as [{values.item()!r}].")
+    if values.ndim != 1:
+        raise ValueError(f"token_ids must be one sequence of token ids, (n,) or a batch of one (1, n), got shape "
+                         f"{tuple(values.shape)}: pass one sequence at a time, such as token_ids[0].")
+    if not values.size:
+        raise ValueError("token_ids is empty: give at least one token id.")
+    top = _MAX_ID if vocab_size is None else vocab_size - 1
+    if int(values.min()) < 0 or int(values.max()) > top:
+        raise ValueError(f"Token ids must be in 0…{top}.")
+    return torch.as_tensor(values.astype(np.int64))  # (n,)
 
 
 def _token_batch(model: GPTModel, token_ids) -> torch.Tensor:
-    """token ids (a sequence, (n,) or (1, n)) -> a (1, n) long tensor the model can read, or a ValueError saying what
-    is wrong."""
-    ids = token_sequence(token_ids)  # (n,)
+    """token ids (:func:`token_sequence`) -> a (1, n) long tensor the model can read: ids of its vocabulary, at most
+    its context; or a ValueError saying what is wrong."""
+    ids = token_sequence(token_ids, vocab_size=model.tok_emb.weight.shape[0])  # (n,)
     context_length = model.pos_emb.weight.shape[0]
     if ids.numel() > context_length:
         raise ValueError(f"{ids.numel()} tokens; this model reads at most {context_length}.")
-    vocab_size = model.tok_emb.weight.shape[0]
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
-        raise ValueError(f"Token ids must be in 0…{vocab_size - 1}.")
     return ids.unsqueeze(0).to(model.pos_emb.weight.device)  # (n,) -> (1, n)
 
 
@@ -176,13 +219,14 @@ def every_layer(model: GPTModel, token_ids, tiles: Callable[[np.ndarray], np.nda
     if not callable(tiles):
         raise ValueError(f"tiles must be a function that makes one layer's (heads, n, n) maps small, got "
                          f"{type(tiles).__name__}.")
+    idx = _token_batch(model, token_ids)  # (1, n): a generator is read once, here
     layers, rows = [], {name: [] for name in head_types.SCORE_NAMES}
     masks_windows = _takes_window(tiles)
-    for layer, maps in iter_layer_maps(model, token_ids, causal=causal):  # (h, n, n) float32
+    for layer, maps in iter_layer_maps(model, idx, causal=causal):  # (h, n, n) float32
         window = getattr(model.trf_blocks[layer].att, "sliding_window_size", None)
         small = tiles(maps, window=int(window)) if window is not None and masks_windows else tiles(maps)
         layers.append(small)  # (h, n, n) -> (h, s, s)
-        for name, values in head_types.score_heads(maps, list(token_ids), masked=causal,
+        for name, values in head_types.score_heads(maps, idx[0].tolist(), masked=causal,
                                                        causal=causal).items():  # (h,) each
             rows[name].append(values)
         del maps

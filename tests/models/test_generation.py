@@ -186,7 +186,7 @@ def test_every_clip_fits_the_context_and_generates_when_it_can(checkpoint, promp
 
 @pytest.mark.parametrize("bad", [[], [-1], [50257], ["x"], None])
 def test_bad_prompts_raise_a_message(checkpoint, bad):
-    with pytest.raises(ValueError, match="prompt is empty|Token ids must be|sequence of whole numbers"):
+    with pytest.raises(ValueError, match="is empty|Token ids must be|whole numbers"):
         generate(load_checkpoint(checkpoint), bad, 3)
 
 

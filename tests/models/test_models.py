@@ -692,7 +692,7 @@ def test_maps_accept_token_id_forms(loaded):
 @pytest.mark.parametrize(
     ("ids", "layer", "message"),
     [
-        ([], 0, "non-empty"),
+        ([], 0, "^token_ids is empty"),
         ([1] * 129, 0, "at most 128"),
         ([50257], 0, "0…50256"),
         ([-1], 0, "0…50256"),
