@@ -125,6 +125,10 @@ def test_check_step_outside_the_steps_names_the_range(generation, index):
 
 
 NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a loaded checkpoint\), got str\.$"
+# a GPTModel config of the book's keys, small enough to build in milliseconds
+SMALL_CFG = dict(vocab_size=50, context_length=16, emb_dim=32, n_heads=4, n_layers=2, drop_rate=0.0, qkv_bias=False)
+# what a model past the machine's memory is told (the free memory shown is this machine's)
+TOO_BIG = r"float32 numbers \([\d,.]+ [kMG]?B\), more than the [\d,.]+ [kMG]?B this machine has free: make "
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -289,6 +293,64 @@ NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a load
                  r"^seed must be a whole number from 0 to 4294967295, got '123'\.$", id="random_gpt-seed-text"),
     pytest.param(lambda model, result: attnviz.models.random_gpt("mha", seed=None),
                  r"^seed must be a whole number from 0 to 4294967295, got None\.$", id="random_gpt-seed-None"),
+    pytest.param(lambda model, result: attnviz.models.random_gpt("mha", n_layers=10**9),
+                 r"^n_layers must be a whole number from 1 to 1,000 \(GPTModel builds its blocks one after the other; "
+                 r"the deepest GPTs have about 100\), got 1000000000\.$", id="random_gpt-a-billion-layers"),
+    pytest.param(lambda model, result: attnviz.models.random_gpt("mha", vocab_size=10**12),
+                 r"^This GPTModel would hold 256,000,000,559,872 " + TOO_BIG + r"vocab_size, context_length, emb_dim "
+                 r"or n_layers smaller\. The largest part: tok_emb and out_head, 2 × vocab_size × emb_dim, "
+                 r"1,024,000\.00 GB\.$", id="random_gpt-vocab-past-the-memory"),
+    pytest.param(lambda model, result: attnviz.models.random_gpt("gqa", emb_dim=2**24, n_heads=8),
+                 r"^This GPTModel would hold [\d,]+ " + TOO_BIG + r".* The largest part: the blocks' weights, "
+                 r"n_layers × about 12 × emb_dim², ", id="random_gpt-emb_dim-past-the-memory"),
+    pytest.param(lambda model, result: attnviz.models.GPTModel({**SMALL_CFG, "n_layers": 1001}),
+                 r"^n_layers must be a whole number from 1 to 1,000 ", id="GPTModel-n_layers-past-the-bound"),
+    pytest.param(lambda model, result: attnviz.models.GPTModel({**SMALL_CFG, "context_length": 10**7}),
+                 r"^This GPTModel would hold [\d,]+ " + TOO_BIG + r".* The largest part: the blocks' causal masks, "
+                 r"n_layers × context_length², 800,000\.00 GB\.$", id="GPTModel-context-past-the-memory"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock(
+                     {key: value for key, value in SMALL_CFG.items() if key != "emb_dim"}),
+                 r"^The config has no 'emb_dim': TransformerBlock reads the book's GPT_CONFIG_124M keys "
+                 r"\(context_length, emb_dim, n_heads, drop_rate, qkv_bias\)\.$", id="TransformerBlock-no-emb_dim"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock({**SMALL_CFG, "emb_dim": 30}),
+                 r"^emb_dim 30 is not divisible by n_heads 4\.$", id="TransformerBlock-heads-do-not-divide"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock({**SMALL_CFG, "emb_dim": 0}),
+                 r"^emb_dim must be a whole number ≥ 1, got 0\.$", id="TransformerBlock-emb_dim-zero"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock({**SMALL_CFG, "emb_dim": 32.0}),
+                 r"^emb_dim must be a whole number ≥ 1, got 32\.0\.$", id="TransformerBlock-emb_dim-float"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock({**SMALL_CFG, "drop_rate": 1.5}),
+                 r"^drop_rate must be a number from 0 up to \(not including\) 1, got 1\.5\.$",
+                 id="TransformerBlock-drop_rate-1.5"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock({**SMALL_CFG, "context_length": 0}),
+                 r"^context_length must be a whole number ≥ 1, got 0\.$", id="TransformerBlock-context-zero"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock(None),
+                 r"^TransformerBlock's config must be a dict of the book's keys \(context_length, emb_dim, n_heads, "
+                 r"drop_rate, qkv_bias\), got NoneType None\.$", id="TransformerBlock-no-config"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock({**SMALL_CFG, "n_kv_groups": 2}),
+                 r"^The config has a key TransformerBlock does not read, 'n_kv_groups': attnviz names it "
+                 r"'num_kv_groups'", id="TransformerBlock-the-bonus-scripts-key"),
+    pytest.param(lambda model, result: attnviz.models.TransformerBlock({**SMALL_CFG, "context_length": 10**7}),
+                 r"^This TransformerBlock would hold [\d,]+ " + TOO_BIG + r"emb_dim or context_length smaller\. The "
+                 r"largest part: the causal mask, context_length², 400,000\.00 GB\.$",
+                 id="TransformerBlock-context-past-the-memory"),
+    pytest.param(lambda model, result: attnviz.models.FeedForward({}),
+                 r"^The config has no 'emb_dim': FeedForward reads the book's GPT_CONFIG_124M keys \(emb_dim\)\.$",
+                 id="FeedForward-no-emb_dim"),
+    pytest.param(lambda model, result: attnviz.models.FeedForward({"emb_dim": -4}),
+                 r"^emb_dim must be a whole number ≥ 1, got -4\.$", id="FeedForward-emb_dim-negative"),
+    pytest.param(lambda model, result: attnviz.models.FeedForward({"emb_dim": 10**7}),
+                 r"^This FeedForward would hold 800,000,050,000,000 " + TOO_BIG + r"emb_dim smaller\. The largest "
+                 r"part: the feed-forward layers, 8 × emb_dim² \+ 5 × emb_dim, 3,200,000\.20 GB\.$",
+                 id="FeedForward-emb_dim-past-the-memory"),
+    pytest.param(lambda model, result: attnviz.models.LayerNorm(2.5),
+                 r"^emb_dim must be a whole number ≥ 1, got 2\.5\.$", id="LayerNorm-emb_dim-float"),
+    pytest.param(lambda model, result: attnviz.models.LayerNorm(0),
+                 r"^emb_dim must be a whole number ≥ 1, got 0\.$", id="LayerNorm-emb_dim-zero"),
+    pytest.param(lambda model, result: attnviz.models.LayerNorm(8, eps="1e-5"),
+                 r"^eps must be a small positive number, got '1e-5'\.$", id="LayerNorm-eps-text"),
+    pytest.param(lambda model, result: attnviz.models.LayerNorm(10**13),
+                 r"^This LayerNorm would hold 20,000,000,000,000 " + TOO_BIG + r"emb_dim smaller\.",
+                 id="LayerNorm-past-the-memory"),
     pytest.param(lambda model, result: attnviz.run(JOURNEY, AttentionConfig(d_in=8, d_out=8, num_heads=2)
                                                    ).hidden_cells(2),
                  r"^head 2 is out of range: this run has 2 heads, choose head from 0 to 1\.$",

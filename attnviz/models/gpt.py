@@ -26,13 +26,18 @@ unchanged.  Four additions, none of which changes the result of a config the boo
 A key ``cfg`` has that GPTModel does not read is refused by name (:func:`check_config`), not ignored: a config
 copied from the book's bonus scripts (``n_kv_groups``) would otherwise build with attnviz's default.  A missing
 key, or a value that cannot build a working model (a window of 0, a K/V group count that does not divide the heads),
-is refused the same way, in words naming the key.
+is refused the same way, in words naming the key, by ``GPTModel``, ``TransformerBlock``, ``FeedForward`` and
+``LayerNorm`` alike; so is a model whose weights would need more memory than the machine has free, before any is
+allocated (:func:`check_memory`).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
+import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -41,6 +46,7 @@ from torch import nn
 from attnviz import rng, variants
 from attnviz.attention import MultiHeadAttention, Recorder, record
 from attnviz.config import MAX_SEED
+from attnviz.kv_cache import format_bytes
 from attnviz.models.cached_attention import (
     CachedGroupedQueryAttention,
     CachedMultiHeadAttentionWithSWA,
@@ -65,6 +71,9 @@ class LayerNorm(nn.Module):
 
     def __init__(self, emb_dim: int, eps: float = 1e-5):
         super().__init__()
+        _whole_number("emb_dim", emb_dim)
+        _positive_number("eps", eps)
+        check_memory("LayerNorm", {"scale and shift, 2 × emb_dim": 2 * emb_dim}, "emb_dim")
         self.eps = eps
         self.scale = nn.Parameter(torch.ones(emb_dim))
         self.shift = nn.Parameter(torch.zeros(emb_dim))
@@ -90,6 +99,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, cfg: dict):
         super().__init__()
+        check_config(cfg, "FeedForward")
         self.layers = nn.Sequential(
             nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]),
             GELU(),
@@ -204,39 +214,124 @@ def attention_name(cfg: dict) -> str:
 
 # the book's GPT_CONFIG_124M keys: every GPTModel config names them
 REQUIRED_KEYS = tuple(GPT_CONFIG_124M)
+# what each class that takes the book's cfg reads from it (GPTModel all of the book's keys; attnviz's own have defaults)
+READS = {"GPTModel": REQUIRED_KEYS,
+         "TransformerBlock": ("context_length", "emb_dim", "n_heads", "drop_rate", "qkv_bias"),
+         "FeedForward": ("emb_dim",)}
+# the most blocks GPTModel builds: it builds them one after the other, so 10**9 small blocks would run for hours
+# before memory ran out; the deepest GPTs published have about 100 (GPT-3: 96)
+MAX_LAYERS = 1000
 # the largest sliding_window_size taken: far past any context (a window as long as the context already covers every
 # position, so the layer runs full causal attention); torch's int64 mask arithmetic overflows near 2**63
 MAX_WINDOW = 2**31 - 1
+# weights this small (64 MiB) are built without reading how much memory is free
+ALWAYS_FITS = 2**26
 
 
-def check_config(cfg: dict) -> None:
-    """ValueError, in words naming the key and what it must be, for a ``cfg`` GPTModel cannot build a working model
-    from: not a dict, a key of the book's ``GPT_CONFIG_124M`` missing, a size that is not a positive whole number, a
-    head count that does not divide the width, or the variant's own setting (:func:`check_settings`); and a key
-    GPTModel does not read (:func:`check_keys`), rather than building without it."""
+def check_config(cfg: dict, reader: str = "GPTModel") -> None:
+    """ValueError, in words naming the key and what it must be, for a ``cfg`` ``reader`` (a key of :data:`READS`:
+    GPTModel, TransformerBlock, FeedForward) cannot build a working model from: not a dict, a key it reads missing,
+    a size that is not a positive whole number (``n_layers`` at most :data:`MAX_LAYERS`), a head count that does not
+    divide the width, the variant's own setting (:func:`check_settings`), a key GPTModel does not read
+    (:func:`check_keys`), rather than building without it; and weights that need more memory than the machine has
+    free (:func:`check_memory`), before any is allocated."""
+    reads = READS[reader]
     if not isinstance(cfg, dict):
-        raise ValueError(f"GPTModel's config must be a dict of the book's keys ({', '.join(REQUIRED_KEYS)}), "
+        raise ValueError(f"{reader}'s config must be a dict of the book's keys ({', '.join(reads)}), "
                          f"got {type(cfg).__name__} {cfg!r:.80}.")
-    check_keys(cfg)
-    missing = [key for key in REQUIRED_KEYS if key not in cfg]
+    if reader != "FeedForward":  # a block reads the attention's settings too: a misspelt one would be ignored
+        check_keys(cfg, reader)
+    missing = [key for key in reads if key not in cfg]
     if missing:
-        raise ValueError(f"The config has no {', '.join(map(repr, missing))}: GPTModel reads the book's "
-                         f"GPT_CONFIG_124M keys ({', '.join(REQUIRED_KEYS)}).")
-    for key in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
-        _whole_number(key, cfg[key])
-    drop, eps = cfg["drop_rate"], cfg.get("ln_eps", 1e-5)
-    if isinstance(drop, bool) or not isinstance(drop, int | float) or not 0 <= drop < 1:
-        raise ValueError(f"drop_rate must be a number from 0 up to (not including) 1, got {drop!r}.")
-    if not isinstance(cfg["qkv_bias"], bool):
+        raise ValueError(f"The config has no {', '.join(map(repr, missing))}: {reader} reads the book's "
+                         f"GPT_CONFIG_124M keys ({', '.join(reads)}).")
+    for key in ("vocab_size", "context_length", "emb_dim", "n_heads"):
+        if key in reads:
+            _whole_number(key, cfg[key])
+    if "n_layers" in reads and (isinstance(cfg["n_layers"], bool) or not isinstance(cfg["n_layers"], int)
+                                or not 1 <= cfg["n_layers"] <= MAX_LAYERS):
+        raise ValueError(f"n_layers must be a whole number from 1 to {MAX_LAYERS:,} ({reader} builds its blocks one "
+                         f"after the other; the deepest GPTs have about 100), got {cfg['n_layers']!r:.40}.")
+    if "drop_rate" in reads:
+        drop = cfg["drop_rate"]
+        if isinstance(drop, bool) or not isinstance(drop, int | float) or not 0 <= drop < 1:
+            raise ValueError(f"drop_rate must be a number from 0 up to (not including) 1, got {drop!r}.")
+    if "qkv_bias" in reads and not isinstance(cfg["qkv_bias"], bool):
         raise ValueError(f"qkv_bias must be True or False, got {cfg['qkv_bias']!r}.")
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
-        raise ValueError(f"ln_eps must be a small positive number, got {eps!r}.")
-    if cfg["emb_dim"] % cfg["n_heads"]:
-        raise ValueError(f"emb_dim {cfg['emb_dim']} is not divisible by n_heads {cfg['n_heads']}.")
-    check_settings(cfg, attention_name(cfg))
+    if "n_heads" in reads:
+        _positive_number("ln_eps", cfg.get("ln_eps", 1e-5))
+        if cfg["emb_dim"] % cfg["n_heads"]:
+            raise ValueError(f"emb_dim {cfg['emb_dim']} is not divisible by n_heads {cfg['n_heads']}.")
+        check_settings(cfg, attention_name(cfg))
+    check_memory(reader, model_numbers(cfg, reader), "emb_dim" if reader == "FeedForward" else
+                 "emb_dim or context_length" if reader == "TransformerBlock" else
+                 "vocab_size, context_length, emb_dim or n_layers")
 
 
-def check_keys(cfg: dict) -> None:
+def model_numbers(cfg: dict, reader: str = "GPTModel") -> dict[str, int]:
+    """The float32 numbers ``reader`` (GPTModel, TransformerBlock, FeedForward) holds for a checked ``cfg``: every
+    parameter and buffer, by part (its name, with the sizes that make it), exactly as the classes build them."""
+    d = cfg["emb_dim"]
+    feed_forward = 8 * d * d + 5 * d  # Linear(d, 4d) and Linear(4d, d), with biases
+    if reader == "FeedForward":
+        return {"the feed-forward layers, 8 × emb_dim² + 5 × emb_dim": feed_forward}
+    attention, bias = attention_name(cfg), int(cfg["qkv_bias"])
+    att = d * d + bias * d + d * d  # W_query; out_proj (its bias below)
+    if attention in (GROUPED_QUERY, MULTI_QUERY):
+        kv = (1 if attention == MULTI_QUERY else cfg["num_kv_groups"]) * (d // cfg["n_heads"])  # K/V heads × head_dim
+        att += 2 * (d * kv + bias * kv)  # W_key, W_value; out_proj has no bias, as the book's GQA
+    elif attention == LATENT:
+        latent = cfg.get("latent_dim") or max(16, d // 8)
+        att += d * latent + bias * latent + 2 * (latent * d + bias * d) + d  # W_DKV, W_UK, W_UV; out_proj's bias
+    else:
+        att += 2 * (d * d + bias * d) + d  # W_key, W_value; out_proj's bias
+    mask = cfg["context_length"] ** 2 if attention == MULTI_HEAD else 0  # the book's (ctx, ctx) causal mask buffer
+    block = att + feed_forward + 4 * d  # + norm1 and norm2 (scale and shift)
+    if reader == "TransformerBlock":
+        return {"the attention and feed-forward weights, about 12 × emb_dim²": block,
+                "the causal mask, context_length²": mask}
+    layers = cfg["n_layers"]
+    return {"tok_emb and out_head, 2 × vocab_size × emb_dim": 2 * cfg["vocab_size"] * d,
+            "pos_emb, context_length × emb_dim": cfg["context_length"] * d,
+            "the blocks' weights, n_layers × about 12 × emb_dim²": layers * block,
+            "the blocks' causal masks, n_layers × context_length²": layers * mask,
+            "final_norm": 2 * d}
+
+
+def free_memory() -> int | None:
+    """The bytes this machine has free for a new model: Linux's MemAvailable (``/proc/meminfo``), else its physical
+    memory (``os.sysconf``); None where neither can be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_memory(reader: str, parts: dict[str, int], sizes: str) -> None:
+    """ValueError when the float32 numbers of ``parts`` (:func:`model_numbers`) need more bytes than the machine has
+    free (:func:`free_memory`): said before any is allocated, with the largest part and the ``sizes`` to make
+    smaller.  Weights of at most :data:`ALWAYS_FITS` bytes are never refused (nor is free memory read for them),
+    nor is anything while building on torch's ``meta`` device (a checkpoint's skeleton), which
+    allocates nothing."""
+    needed = 4 * sum(parts.values())
+    if needed <= ALWAYS_FITS:
+        return
+    free = free_memory()
+    if free is None or needed <= free or torch.empty(()).is_meta:
+        return
+    part, numbers = max(parts.items(), key=lambda item: item[1])
+    raise ValueError(f"This {reader} would hold {sum(parts.values()):,} float32 numbers ({format_bytes(needed)}), "
+                     f"more than the {format_bytes(free)} this machine has free: make {sizes} smaller. The largest "
+                     f"part: {part}, {format_bytes(4 * numbers)}.")
+
+
+def check_keys(cfg: dict, reader: str = "GPTModel") -> None:
     """ValueError naming a key of ``cfg`` that GPTModel does not read, with what to write instead: attnviz's name
     for a key of the book's bonus scripts, a near known key, or the known keys."""
     for key in cfg:
@@ -247,8 +342,8 @@ def check_keys(cfg: dict) -> None:
         elif near := difflib.get_close_matches(str(key), CONFIG_KEYS, n=1, cutoff=0.7):
             hint = f"did you mean {near[0]!r}?"
         else:
-            hint = f"GPTModel reads {', '.join(CONFIG_KEYS)}."
-        raise ValueError(f"The config has a key GPTModel does not read, {key!r}: {hint}")
+            hint = f"{reader} reads {', '.join(CONFIG_KEYS)}."
+        raise ValueError(f"The config has a key {reader} does not read, {key!r}: {hint}")
 
 
 def check_settings(cfg: dict, attention: str) -> None:
@@ -284,6 +379,12 @@ def _whole_number(key: str, value) -> int:
     return value
 
 
+def _positive_number(key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{key} must be a small positive number, got {value!r:.40}.")
+    return value
+
+
 def build_attention(cfg: dict) -> nn.Module:
     """The block's attention for ``cfg["attention"]`` (default multi-head), every one with its KV cache."""
     attention = attention_name(cfg)
@@ -311,6 +412,7 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, cfg: dict):
         super().__init__()
+        check_config(cfg, "TransformerBlock")
         self.att = build_attention(cfg)  # the book's CachedMultiHeadAttention, or the variant cfg names
         self.ff = FeedForward(cfg)
         self.norm1 = LayerNorm(cfg["emb_dim"], eps=cfg.get("ln_eps", 1e-5))
@@ -485,6 +587,7 @@ def random_gpt(attention: str, seed: int = 123, **settings) -> GPTModel:
     attention = attention_name({"attention": attention})
     check_keys(settings)
     cfg = {**RANDOM_GPT_CONFIG, **settings, "attention": attention}
+    check_config(cfg)  # the sizes first: the settings below are read against them
     for name in ("num_kv_groups", "latent_dim"):  # checked for every variant, as the sidebar's settings are
         _whole_number(name, cfg[name])
     check_settings(cfg, attention)

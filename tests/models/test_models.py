@@ -55,6 +55,23 @@ def test_gpt_model_is_the_books_124m_model():
     assert idx.tolist() == [expected]
 
 
+@pytest.mark.parametrize("attention, settings", [("multi-head", {}), ("grouped-query", {"num_kv_groups": 2}),
+                                                 ("multi-query", {}), ("latent", {}), ("latent", {"latent_dim": 24}),
+                                                 ("sliding-window", {"sliding_window_size": 4})])
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_the_memory_a_config_is_refused_by_counts_every_number_its_model_holds(attention, settings, qkv_bias):
+    """check_memory refuses a config by model_numbers, before anything is allocated: the count must be the model's
+    (every parameter and buffer: the book's 163,009,536 parameters and 12 causal masks of 1,024² for GPT-2 small)."""
+    from attnviz.models.gpt import FeedForward, TransformerBlock, model_numbers
+
+    assert sum(model_numbers(GPT_CONFIG_124M).values()) == 163_009_536 + 12 * 1024**2
+    cfg = {**TINY, "vocab_size": 50, "qkv_bias": qkv_bias, "attention": attention, **settings}
+    for built, reader in ((GPTModel(cfg), "GPTModel"), (TransformerBlock(cfg), "TransformerBlock"),
+                          (FeedForward(cfg), "FeedForward")):
+        held = sum(tensor.numel() for tensor in [*built.parameters(), *built.buffers()])
+        assert sum(model_numbers(cfg, reader).values()) == held, reader
+
+
 def test_gpt_model_has_the_books_names():
     model = tiny_model()
     names = set(model.state_dict())
