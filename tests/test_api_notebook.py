@@ -2,8 +2,10 @@
 settings, map titles that agree with the checks, short printouts, paths with ``~``, and step indexes."""
 
 import dataclasses
+import functools
 import importlib
 import re
+from copy import deepcopy
 
 import numpy as np
 import pytest
@@ -125,6 +127,17 @@ def test_check_step_outside_the_steps_names_the_range(generation, index):
 
 
 NO_MODEL = r"^model must be an attnviz\.models\.GPTModel \(random_gpt, or a loaded checkpoint\), got str\.$"
+ANOTHER_MODEL = (r"^This generation was made by another model of the same shape, or by this model before its weights "
+                 r"changed: its model's fingerprint is [0-9a-f]{12}…, this model's [0-9a-f]{12}…\. Check it with the "
+                 r"model that made it, or generate again with this one\.$")
+
+
+@functools.cache
+def same_shape_other_weights():
+    """The fixture's model with another seed: its layers and heads, not its weights."""
+    return attnviz.models.random_gpt("mha", seed=124)
+
+
 # a GPTModel config of the book's keys, small enough to build in milliseconds
 SMALL_CFG = dict(vocab_size=50, context_length=16, emb_dim=32, n_heads=4, n_layers=2, drop_rate=0.0, qkv_bias=False)
 # what a model past the machine's memory is told (the free memory shown is this machine's)
@@ -247,6 +260,10 @@ TOO_BIG = r"float32 numbers \([\d,.]+ [kMG]?B\), more than the [\d,.]+ [kMG]?B t
                      dataclasses.replace(step, weights=np.zeros((3, 8, 1, 4))) for step in result.steps])),
                  r"^This generation was made by another model: its steps hold 3 layers × 8 heads, this model has "
                  r"2 layers × 8 heads\.$", id="check_steps-another-models-generation"),
+    pytest.param(lambda model, result: attnviz.models.check_steps(same_shape_other_weights(), result),
+                 ANOTHER_MODEL, id="check_steps-a-generation-of-a-model-of-the-same-shape"),
+    pytest.param(lambda model, result: attnviz.models.check_step(same_shape_other_weights(), result, 0),
+                 ANOTHER_MODEL, id="check_step-a-generation-of-a-model-of-the-same-shape"),
     pytest.param(lambda model, result: attnviz.models.switch_layer(model, result, 1),
                  r"^trace must be an attnviz\.models\.LayerTrace \(trace_layer's result\), got Generation\.$",
                  id="switch_layer-no-layer-trace"),
@@ -404,6 +421,19 @@ def test_one_sequence_is_read_alike_by_generate_and_the_maps(generation, given):
     assert attnviz.models.generate(model, given(), 0, keep_weights=False).token_ids == result.token_ids[:3]
     np.testing.assert_allclose(attnviz.models.layer_maps(model, given(), 0), result.steps[0].weights[0],
                                atol=1e-6)  # (heads, 3, 3): the prompt's step of generate([1, 2, 3]), layer 0
+
+
+def test_a_copy_of_the_model_checks_its_generation_and_the_model_trained_further_does_not(generation):
+    """The generation records the model's fingerprint (its weights and layout), not the object: a copy with the same
+    weights (a checkpoint loaded again) checks it, every step ok; the copy after one in-place change of its weights
+    (a training step) is another model, and is refused in words."""
+    model, result = generation
+    copy = deepcopy(model)
+    assert all(check.ok for check in attnviz.models.check_steps(copy, result))
+    with torch.no_grad():
+        copy.trf_blocks[1].att.W_query.weight.mul_(1.5)
+    with pytest.raises(ValueError, match=ANOTHER_MODEL):
+        attnviz.models.check_steps(copy, result)
 
 
 def test_check_step_counts_a_negative_step_from_the_end(generation):

@@ -10,6 +10,8 @@ bytes, and the last position's logits with their top 5.  :func:`cache_holds` say
 sliding window) attends over fewer: its rows are widened to every position so far with the weight 0 those keys get.
 ``use_cache=False`` recomputes the whole sequence at every step (the book's ``generate_text_simple``) and
 keeps the last row of each, so both give comparable steps.
+A generation records the :func:`fingerprint` of the model that made it (a hash of its weights and layout), so a
+step's check refuses another model, of the same shape or not, rather than comparing numbers that never matched.
 
 The model may be shared (a loaded checkpoint serves every session): generation runs under
 :func:`attnviz.models.trace.running` (one run at a time, eval mode, causal), starts with a reset and always
@@ -18,6 +20,8 @@ ends with one, so no cache outlives the call.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,13 +76,15 @@ class Step:
 @dataclass(frozen=True)
 class Generation:
     """A greedy generation: ``token_ids`` (prompt + new), ``steps`` (``steps[0]`` the prefill, then one per new
-    token), the notices the input earned (a prompt cut so that the new tokens fit, new tokens clipped)."""
+    token), the notices the input earned (a prompt cut so that the new tokens fit, new tokens clipped), and the
+    :func:`fingerprint` of the model that made it, which :func:`check_step` and :func:`check_steps` compare."""
 
     token_ids: list[int]
     prompt_length: int
     steps: list[Step]
     use_cache: bool
     notices: list[str] = field(default_factory=list)
+    model_fingerprint: str | None = None  # None: made by hand, checked by its steps' layers and heads only
 
     @property
     def new_tokens(self) -> list[int]:
@@ -108,6 +114,33 @@ class Generation:
         if self.notices:
             lines.append(f"  {amount(len(self.notices), 'notice')}: generation.notices")
         return "\n".join(lines)
+
+
+# model -> (the state of its tensors when hashed: names, ids, version counters, data pointers; their SHA-256)
+_WEIGHT_DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fingerprint(model: GPTModel) -> str:
+    """A SHA-256 of what decides ``model``'s numbers: every tensor of its ``state_dict`` (name, shape, dtype, bytes)
+    and each layer's attention class, sliding window and LayerNorm eps.  Two models share it only when they compute
+    the same (a copy shares it; another seed, another checkpoint, or the same model after a training step does not).
+
+    Hashing GPT-2 small's weights reads 0.7 GB, so their digest is kept per model while its tensors are the same
+    objects, unchanged in place (torch's version counters): a generation and its check hash a model once."""
+    check_model(model)
+    state = model.state_dict(keep_vars=True)
+    key = tuple((name, id(tensor), tensor._version, tensor.data_ptr()) for name, tensor in state.items())
+    kept = _WEIGHT_DIGESTS.get(model)
+    if kept is None or kept[0] != key:
+        digest = hashlib.sha256()
+        for name, tensor in state.items():
+            digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype};".encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())  # its bytes, as stored
+        kept = key, digest.hexdigest()
+        _WEIGHT_DIGESTS[model] = kept
+    layout = [(type(block.att).__name__, getattr(block.att, "sliding_window_size", None), block.norm1.eps,
+               block.norm2.eps) for block in model.trf_blocks] + [model.final_norm.eps]
+    return hashlib.sha256(f"{kept[1]} {layout!r}".encode()).hexdigest()
 
 
 class _WeightsOnly(Recorder):
@@ -278,6 +311,7 @@ def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool
     device = model.pos_emb.weight.device
     steps: list[Step] = []
     with running(model, causal=True):
+        made_by = fingerprint(model)
         model.reset_kv_cache()
         try:
             idx = torch.tensor([ids], device=device)  # (1, n)
@@ -298,7 +332,8 @@ def generate(model: GPTModel, token_ids, max_new_tokens: int, *, use_cache: bool
                 steps.append(_step(position, fed, logits, weights, model, use_cache))
         finally:
             model.reset_kv_cache()
-    return Generation(token_ids=ids, prompt_length=kept, steps=steps, use_cache=use_cache, notices=notices)
+    return Generation(token_ids=ids, prompt_length=kept, steps=steps, use_cache=use_cache, notices=notices,
+                      model_fingerprint=made_by)
 
 
 @dataclass(frozen=True)
@@ -324,8 +359,9 @@ class StepCheck:
 
 
 def _check_generation(model: GPTModel, generation) -> Generation:
-    """``generation`` when it is a Generation of ``model`` (its steps' layers and heads); a ValueError naming what
-    came instead."""
+    """``generation`` when it is a Generation of ``model`` (its steps' layers and heads, then its
+    :func:`fingerprint`: another model of the same shape, or this one with other weights, is no model of it); a
+    ValueError naming what came instead."""
     if not isinstance(generation, Generation):
         raise ValueError(f"generation must be an attnviz.models.Generation (generate's result), got "
                          f"{type(generation).__name__}.")
@@ -336,6 +372,11 @@ def _check_generation(model: GPTModel, generation) -> Generation:
         raise ValueError(f"This generation was made by another model: its steps hold {amount(layers, 'layer')} × "
                          f"{amount(heads, 'head')}, this model has {amount(here[0], 'layer')} × "
                          f"{amount(here[1], 'head')}.")
+    if generation.model_fingerprint is not None and generation.model_fingerprint != fingerprint(model):
+        raise ValueError(f"This generation was made by another model of the same shape, or by this model before its "
+                         f"weights changed: its model's fingerprint is {generation.model_fingerprint[:12]}…, this "
+                         f"model's {fingerprint(model)[:12]}…. Check it with the model that made it, or generate "
+                         "again with this one.")
     return generation
 
 
