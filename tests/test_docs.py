@@ -116,6 +116,15 @@ def test_api_md_says_where_import_attnviz_works_before_its_first_example():
     assert "`pip install -e .`" in intro and "ModuleNotFoundError" in intro
 
 
+def test_the_readme_gives_the_cpu_build_before_the_command_that_installs_torch():
+    """A newcomer runs the Run-it commands as they come: on Linux `pip install -r requirements.txt` takes PyPI's
+    CUDA build of torch unless the CPU build is there first, so the CPU build's command is read before them."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    run_it = readme.split("## Run it", 1)[1].split("\n## ", 1)[0]
+    cpu_build = run_it.find("`pip install torch --index-url https://download.pytorch.org/whl/cpu`")
+    assert 0 <= cpu_build < run_it.find("pip install -r requirements.txt")
+
+
 def test_the_readme_says_how_to_open_the_notebook_it_names():
     """The requirements (which CI installs) hold no notebook app: the README names the one to install and its
     command."""
