@@ -75,7 +75,7 @@ TF_HINT = (
     "Chapter 5 code (load_gpt2_params_from_tf_ckpt + load_weights_into_gpt, then "
     "torch.save(model.state_dict(), 'gpt2.pth')), or with transformers < 5: "
     "GPT2LMHeadModel.from_pretrained(DIR, from_tf=True).save_pretrained(OUT). "
-    "Or download the safetensors version: hf download openai-community/gpt2"
+    "Or download the safetensors version: pip install huggingface_hub && hf download openai-community/gpt2"
 )
 
 

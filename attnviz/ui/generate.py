@@ -57,10 +57,10 @@ NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are
 BUNDLED_NOTE = ("The bundled model (2 layers × 2 heads) was trained only on repeated random tokens, to form "
                 "induction heads: it copies what a repeat in the prompt says comes next, does not continue English, "
                 "and on plain text often repeats one token. Real continuations need a GPT-2 checkpoint under "
-                "**Weights**: on the computer that runs attnviz, `hf download openai-community/gpt2 config.json "
-                "model.safetensors` puts GPT-2 in the Hugging Face cache, which **Weights** lists at the next "
-                "reload; a checkpoint elsewhere (a file, or a folder of them) is listed when attnviz is started with "
-                "`--checkpoint PATH` or `ATTNVIZ_CHECKPOINTS=FOLDER`.")
+                "**Weights**: on the computer that runs attnviz, `pip install huggingface_hub && hf download "
+                "openai-community/gpt2 config.json model.safetensors` puts GPT-2 in the Hugging Face cache, which "
+                "**Weights** lists at the next reload; a checkpoint elsewhere (a file, or a folder of them) is "
+                "listed when attnviz is started with `--checkpoint PATH` or `ATTNVIZ_CHECKPOINTS=FOLDER`.")
 DTYPE_OWN = "own"  # the cost chart's dtype: the chosen model's own (fp32 for attnviz's models and the sidebar's)
 RANDOM_NONE = "none"
 RANDOM_KIND = "random"  # a ref ("random", attention, settings) of a small random GPT, built here, never loaded
