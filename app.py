@@ -16,6 +16,8 @@ import threading
 
 import streamlit as st
 
+STARTING = ":material/hourglass_top: Starting attnviz: importing PyTorch, once for this server…"
+
 
 @st.cache_resource(show_spinner=False)
 def _browser_warm_up_claim() -> threading.Lock:
@@ -25,19 +27,22 @@ def _browser_warm_up_claim() -> threading.Lock:
 
 
 def warm_up_browser():
-    """A server process's first run, before it imports torch: an empty Plotly chart in a one-pixel box, so the
-    browser fetches and compiles Plotly's JavaScript (several MB) while the server imports torch; the caller empties
-    the box before the page draws anything.  Returns the box, or None on any later run (torch is imported, or
-    another run claimed the warm-up: several first sessions compiling that code at once beside the server would
-    slow them all).  benchmarks/README.md ("The house on Streamlit's multipage model") has what it saves."""
+    """A server process's first run, before it imports torch: a line saying the app is starting, and an empty Plotly
+    chart in a one-pixel box, so the browser fetches and compiles Plotly's JavaScript (several MB) while the server
+    imports torch; the caller empties the box before the page draws anything.  Returns the box, or None on any later
+    run (torch is imported, or another run claimed the warm-up: several first sessions compiling that code at once
+    beside the server would slow them all).  benchmarks/README.md ("The house on Streamlit's multipage model") has
+    what it saves."""
     if "torch" in sys.modules or not _browser_warm_up_claim().acquire(blocking=False):
         return None
     import numpy  # noqa: F401  (whole before Plotly looks it up; an import waits for another thread's)
 
     box = st.empty()
-    with box.container(height=1, border=False), contextlib.suppress(AttributeError):  # pandas half-imported elsewhere
-        st.plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}},
-                        key="_warm_up_chart")
+    with box.container():
+        st.caption(STARTING)
+        with st.container(height=1, border=False), contextlib.suppress(AttributeError):  # pandas half-imported
+            st.plotly_chart({"data": [{"type": "heatmap", "z": [[0.0]]}], "layout": {"height": 10}},
+                            key="_warm_up_chart")
     return box
 
 
