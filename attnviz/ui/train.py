@@ -25,12 +25,15 @@ from attnviz.ui.frame import plotly_config
 from attnviz.ui.memory import freeze_training_imports, in_training_heap
 from attnviz.ui.share import own_link, share_and_export
 from attnviz.ui.state import page_bind, page_widgets_from_url, url_notices
-from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS, parse_number
+from attnviz.urlstate import TRAIN_SEED, TRAIN_STEPS, OutOfRangeError, parse_number
 from attnviz.views import head_figures
 
 POLL_SECONDS = 1.0
 MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
 MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every step)
+# the whole numbers a number box without bounds holds, either sign: Streamlit bounds it by JavaScript's
+# Number.MAX_SAFE_INTEGER, the largest whole number a browser's number holds exactly
+BOX_LIMIT = 2**53 - 1
 
 
 def max_trainings() -> int:
@@ -113,15 +116,16 @@ def ended_run() -> live_train.TrainedRun | None:
 def controls() -> None:
     """Steps and seed, Start and Stop; a refused start says why.  The steps and seed follow the URL (``train_steps``,
     ``train_seed``: read on a session's first visit, a page default left out) and the sidebar's Share link, drawn once
-    they are bound, names both."""
+    they are bound, names both — a number out of range too, which a link reopens as the box showed it, Start disabled
+    saying why (:func:`_link_number`)."""
     recommended = int(live_train.RECOMMENDED["steps"])
     cfg = live_train.page_config()
     link = share_and_export(None, link=False)
     page_widgets_from_url("train", {
         "train_steps": (TRAIN_STEPS, functools.partial(
-            parse_number, low=live_train.MIN_STEPS, high=live_train.MAX_STEPS, what="training steps"),
+            _link_number, low=live_train.MIN_STEPS, high=live_train.MAX_STEPS, what="training steps"),
             f"training {recommended:,} steps"),
-        "train_seed": (TRAIN_SEED, functools.partial(parse_number, low=0, high=live_train.MAX_SEED,
+        "train_seed": (TRAIN_SEED, functools.partial(_link_number, low=0, high=live_train.MAX_SEED,
                                                      what="training seeds"), "seed 0"),
     })
     url_notices("train_steps", "train_seed")
@@ -160,8 +164,23 @@ def controls() -> None:
 
 
 def _whole(value) -> bool:
-    """A value the steps and seed boxes keep: any whole number (one out of range is kept, shown and not trained)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A value the steps and seed boxes keep: any whole number a box holds (one out of range is kept, shown and not
+    trained)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -BOX_LIMIT <= value <= BOX_LIMIT
+
+
+def _link_number(raw: str, low: int, high: int, what: str) -> int:
+    """A link's steps or seed: any whole number a box holds, as the box keeps one typed there — one outside ``low`` …
+    ``high`` is shown with Start disabled and the page's warning, so a link the page wrote (its URL, its Share link)
+    reopens the view it showed; anything else a ValueError in ``urlstate.parse_number``'s words, naming ``low`` …
+    ``high``."""
+    try:
+        return parse_number(raw, low, high, what=what)
+    except OutOfRangeError as refused:
+        try:
+            return parse_number(raw, -BOX_LIMIT, BOX_LIMIT, what=what)
+        except ValueError:
+            raise refused from None
 
 
 def _span(bounds: tuple[int, int]) -> str:

@@ -753,7 +753,9 @@ def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds
     """The Train page's own settings are in its URL and its Share link — its steps and seed, named also at their
     defaults, and none of the attention settings, which do not apply to it — and a link opens them; the link says it
     holds no trained model.  They stay on their page.  A number out of range stays in its box, and Start trains
-    nothing, saying why (the browser would otherwise keep, and Start train, the last number in range)."""
+    nothing, saying why (the browser would otherwise keep, and Start train, the last number in range); the URL and
+    the Share link hold it too, and reopen the page as it was: the numbers typed, Start disabled with the same
+    warning, no notice about the link."""
     at = open_app("pages/train.py", train_steps="500", train_seed="3", num_heads="4")
     no_exception(at)
     assert at.number_input(key="train_steps").value == 500 and at.number_input(key="train_seed").value == 3
@@ -761,13 +763,21 @@ def test_the_train_pages_share_link_carries_its_steps_and_seed_and_says_it_holds
     assert any("holds no trained model" in caption.value for caption in at.sidebar.caption)
     at.number_input(key="train_seed").set_value(4).run()
     assert url(at, "train_seed") == "4" and link_query(at)["train_seed"] == "4"
-    at.number_input(key="train_steps").set_value(99_999)  # out of range: the box keeps it, Start trains nothing
+    at.number_input(key="train_steps").set_value(99_999)  # out of range: the boxes keep them, Start trains nothing
+    at.number_input(key="train_seed").set_value(-1)
     at.button(key="train_start").click().run()
     no_exception(at)
-    assert at.number_input(key="train_steps").value == 99_999 and at.button(key="train_start").disabled
-    assert ("Training steps 99,999 is outside 10 … 6,000: Start trains nothing until the box holds a number in that "
-            "range.") in main_warnings(at)
+    refused = ("Training steps 99,999 is outside 10 … 6,000; Seed -1 is outside 0 … 2,147,483,647: Start trains "
+               "nothing until each box holds a number in its range.")
     assert any(info.value.startswith("Nothing trained in this session yet") for info in at.info)
+    assert link_query(at) == {"train_steps": "99999", "train_seed": "-1"}
+    # the link written, reopened in a new session: the same view, no notice
+    for view in (at, reload(at).switch_page("pages/train.py").run()):
+        no_exception(view)
+        assert (view.number_input(key="train_steps").value, view.number_input(key="train_seed").value) == (99_999, -1)
+        assert view.button(key="train_start").disabled and main_warnings(view) == refused
+        assert (url(view, "train_steps"), url(view, "train_seed")) == ("99999", "-1")
+    at.number_input(key="train_seed").set_value(4).run()
     at.number_input(key="train_steps").set_value(int(live_train_steps())).run()  # the default: left out of the URL
     assert url(at, "train_steps") is None and link_query(at)["train_steps"] == live_train_steps()
     follow_link(at, "pages/heads.py")
@@ -784,7 +794,8 @@ def live_train_steps() -> str:
 
 
 @pytest.mark.parametrize(("query", "notice"), [
-    ({"train_steps": "5"}, "The link's train_steps='5' is out of range (training steps: 10 … 6,000): training"),
+    ({"train_steps": "9" * 16}, f"The link's train_steps='{'9' * 16}' is out of range (training steps: 10 … 6,000): "
+                                "training"),  # more than a box holds (2**53 − 1)
     ({"train_seed": "x"}, "The link's train_seed='x' is not a whole number (training seeds"),
 ])
 def test_a_bad_train_setting_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
