@@ -59,6 +59,7 @@ from attnviz.urlstate import (
 from attnviz.words import clipped, markdown_escape
 
 _SETTLED_TEXT = "_settled_text"  # the text the last run settled the settings with (current_settings)
+_WEIGHTS_GONE = "_weights_gone"  # the notice that the session's weights went from the list, and its icon (_notices)
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,10 @@ def sidebar(pages: list[StreamlitPage], settings_apply: bool = True,
     folded away in an expander (so that they keep their values)."""
     settings_from_url()
     listed = ui_weights.options()
-    if st.session_state["weights"] not in [option.name for option in listed]:  # a trained model gone
+    if st.session_state["weights"] not in [option.name for option in listed]:  # a model forgotten, a file deleted
         gone = clipped(st.session_state["weights"])
-        st.session_state["_weights_notice"] = f"The weights {gone!r} are no longer listed; showing the book's classes."
+        st.session_state[_WEIGHTS_GONE] = (f"The weights {gone!r} are no longer listed; showing the book's classes.",
+                                           _gone_icon(st.session_state["weights"]))
         set_setting("weights", weights.BOOK)
     follow_weights()
     with st.sidebar:
@@ -421,13 +423,23 @@ def _mask_dropout_seed_device(spec, choice) -> None:
 
 def _notices() -> None:
     """At the top of the page's main area (drawn before the page), where a user who opened a link looks — not below
-    the settings: a weights option that went away (one box, on this run only), and the URL parameters that were
-    ignored or changed (one box, a line each, on every page until a setting changes)."""
+    the settings: the session's weights gone from the list (one box, on this run only, with the icon of what went:
+    :func:`_gone_icon`), a link's layer the checkpoint has not (the same), and the URL parameters that were ignored
+    or changed (one box, a line each, on every page until a setting changes); the link's notices have a link's
+    icon."""
+    if gone := st.session_state.pop(_WEIGHTS_GONE, None):
+        st.warning(markdown_escape(gone[0]), icon=gone[1])
     if weights_notice := st.session_state.pop("_weights_notice", None):
         st.warning(markdown_escape(weights_notice), icon=":material/link:")
     if url_notices := st.session_state.get(URL_NOTICES, []):
         lines = [markdown_escape(notice) for notice in url_notices]
         st.warning(lines[0] if len(lines) == 1 else "\n".join(f"- {line}" for line in lines), icon=":material/link:")
+
+
+def _gone_icon(name: str) -> str:
+    """The icon of the notice that the weights ``name`` are no longer listed, as what went: a model trained in the
+    session (the server keeps ``weights.MAX_SESSION_MODELS``), or a checkpoint gone from the disk."""
+    return ":material/model_training:" if name.startswith(weights.TRAINED) else ":material/folder_off:"
 
 
 def page_links(pages: list[StreamlitPage], values: dict) -> None:

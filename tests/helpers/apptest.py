@@ -43,8 +43,9 @@ def sidebar_notices(at) -> str:
 
 
 def link_notices(at) -> str:
-    """The notices about the link's values (their icon a link), as the user reads them: at the top of the main area,
-    where a user opening a link looks; none is left in the sidebar."""
+    """The notices about the link's values, as the user reads them: at the top of the main area, where a user opening
+    a link looks; none is left in the sidebar.  The app gives these, and no other notice, a link's icon (a weights
+    option gone from the list has the icon of what went)."""
     assert not [w for w in at.sidebar.warning if w.icon == ":material/link:"]
     return " ".join(w.value for w in at.main.warning if w.icon == ":material/link:").replace("\\", "")
 

@@ -383,6 +383,8 @@ def test_layers_by_heads_overview(checkpoints):
 
 
 def test_a_session_trained_model_is_an_option_for_that_session_only(checkpoints, monkeypatch):
+    """A model trained in a session is listed for it only; once the server forgets it, the session's next run says
+    so, with the icon of a training — no link caused it — and shows the book's classes."""
     from attnviz.ui import weights as ui_weights
 
     model = models.load_checkpoint(checkpoints / NAME)
@@ -395,6 +397,12 @@ def test_a_session_trained_model_is_an_option_for_that_session_only(checkpoints,
     assert f"{option.name} · layer 0 of 3" in at.caption[0].value
     shared = sidebar_notices(at)  # where the link is copied: the link opens the book's classes anywhere else
     assert "exists only in your session" in shared and "--checkpoint FOLDER" in shared and "Train page" in shared
+    weights._session_models.clear()  # the server forgets it (it keeps weights.MAX_SESSION_MODELS)
+    at.run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="weights").value == weights.BOOK
+    gone = [w for w in at.main.warning if "no longer listed" in w.value]
+    assert [w.icon for w in gone] == [":material/model_training:"] and not link_notices(at)
     monkeypatch.setattr(ui_weights, "session_id", lambda: "session-two")
     other = app(weights=option.name)
     no_exception(other)

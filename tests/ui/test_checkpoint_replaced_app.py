@@ -17,7 +17,7 @@ from helpers.apptest import no_exception, open_app, page_elements
 from helpers.checkpoints import use_checkpoints
 from streamlit.testing.v1 import AppTest
 
-from attnviz import background
+from attnviz import background, weights
 from attnviz.models import GPTModel
 from attnviz.ui import navigation
 
@@ -123,8 +123,14 @@ def test_a_config_that_now_contradicts_its_tensors_is_named_on_every_page(folder
 @pytest.mark.parametrize("page", PAGES)
 def test_a_checkpoint_deleted_while_still_listed_is_named_on_every_page(folder, name, page):
     """Within the few seconds the sidebar's list is reused (``weights.DISCOVERY_TTL``), a deleted checkpoint is still
-    an option: the page says it is gone."""
+    an option: the page says it is gone.  Once the list is made again, it lists it no more: the next run says so,
+    with a missing folder's icon (no link caused it), and shows the book's classes."""
     at = opened(name, page)
     path = folder / name
     shutil.rmtree(path) if path.is_dir() else path.unlink()
     said(afterwards(at, page), folder, f"{name} is no longer on the server", "Put it back, or pick other weights")
+    weights._discovered = None  # the list is made again (fixture folder: monkeypatch restores it)
+    at.run()
+    said(at, folder, f"The weights '{name}' are no longer listed; showing the book's classes.")
+    assert [w.icon for w in at.main.warning if "no longer listed" in w.value] == [":material/folder_off:"]
+    assert at.sidebar.selectbox(key="weights").value == weights.BOOK
