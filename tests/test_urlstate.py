@@ -9,7 +9,7 @@ import pytest
 from helpers.runs import setting_notes
 from helpers.texts import english_text
 
-from attnviz import urlstate, variants
+from attnviz import urlstate, variants, weights
 from attnviz.config import MAX_CONTEXT_LENGTH, MAX_DIM, MAX_HEADS, MAX_SEED
 from attnviz.urlstate import (
     DEFAULTS,
@@ -413,15 +413,39 @@ def test_a_cell_past_the_map_is_out_of_range_and_one_not_two_whole_numbers_is_no
         urlstate.parse_window_start("x", 6, 256)
 
 
-def test_a_link_to_a_model_trained_elsewhere_says_what_happened_and_what_to_do_in_one_notice():
+def second_trained_name(steps: int, seed: int, done: int, monkeypatch) -> str:
+    """The weights option of a session's second Train-page run of ``steps`` steps and ``seed`` that ran ``done``
+    steps, named as the Train page names it (``live_train.run_name``) and the sidebar lists it (" (2)" after the
+    first's name: ``weights.register_session_model``)."""
+    from helpers.checkpoints import own_session_models
+
+    from attnviz.labs import live_train
+    from attnviz.labs.train import History
+    from attnviz.models import GPTModel
+
+    own_session_models(monkeypatch)
+    tiny = GPTModel({"vocab_size": 8, "context_length": 4, "emb_dim": 4, "n_heads": 1, "n_layers": 1,
+                     "drop_rate": 0.0, "qkv_bias": False})
+    run = live_train.TrainedRun(cfg=live_train.page_config(steps, seed), model=tiny,
+                                history=History(steps=list(range(done))), before=None, after=None)
+    for _ in range(2):
+        option = weights.register_session_model("a session", live_train.run_name(run), tiny)
+    return option.name
+
+
+@pytest.mark.parametrize(("done", "said"), [
+    (420, "1,000 steps, seed 3: the same seed gives the same run; it was stopped at step 420"),
+    (1000, "1,000 steps, seed 3: the same seed gives the same run"),
+])
+def test_a_link_to_a_model_trained_elsewhere_says_what_happened_and_what_to_do_in_one_notice(done, said, monkeypatch):
     """A trained model's link names its weights and layer; where the session has no model of that name, one notice
-    says why the book's classes open and how to get the model (not a second one about the book's single layer)."""
-    values, notices = settings_from_query({"weights": "trained: stopped at step 420 of 1000, seed 3 (2)",
-                                           "layer": "1", "text": "Mine"})
+    says why the book's classes open and how to get the model (not a second one about the book's single layer): its
+    steps and seed, read from the name the Train page gives it."""
+    name = second_trained_name(1000, 3, done, monkeypatch)
+    values, notices = settings_from_query({"weights": name, "layer": "1", "text": "Mine"})
     assert (values["weights"], values["layer"], values["text"]) == ("book", 0, "Mine")
     assert notices == [
-        "Ignored URL parameter weights='trained: stopped at step 420 of 1000, seed 3 (2)': a model trained on the "
-        "Train page stays in the browser session, on the server, that trained it, so the book's classes open "
-        "instead. To see it here, train it on the Train page (1,000 steps, seed 3: the same seed gives the same run; "
-        "it was stopped at step 420), or ask for its zip (Download the trained model (zip)) and start the app with "
+        f"Ignored URL parameter weights={name!r}: a model trained on the Train page stays in the browser "
+        "session, on the server, that trained it, so the book's classes open instead. To see it here, train it on the "
+        f"Train page ({said}), or ask for its zip (Download the trained model (zip)) and start the app with "
         "--checkpoint on its folder."]
