@@ -76,21 +76,19 @@ def show(trace_or_module, text: str | None = None, *, stage: str | None = None, 
 
     from attnviz import tracing
     from attnviz.config import InputError
-    from attnviz.trace import Trace
+    from attnviz.trace import require_trace
     from attnviz.views import notebook
 
-    trace = trace_or_module
-    if isinstance(trace, Trace) and text is not None:
-        if stage is not None:
-            raise InputError(f"show(trace, {text!r}, stage={stage!r}) names the stage twice: give it once")
-        text, stage = None, text  # figures_of names the stages a string that is not one could have been
-    if not isinstance(trace, Trace):
-        if not isinstance(trace_or_module, torch.nn.Module):
-            raise InputError(f"show takes a Trace (attnviz.run, attnviz.trace_module) or a module and a text, got "
-                             f"{type(trace_or_module).__name__}")
+    if isinstance(trace_or_module, torch.nn.Module):
         if text is None:
             raise InputError("show(module, text): give the text to trace the module on")
         trace = tracing.trace_module(trace_or_module, text)
+    else:
+        trace = require_trace(trace_or_module, "trace_or_module", also="an attention torch.nn.Module and a text")
+        if text is not None:
+            if stage is not None:
+                raise InputError(f"show(trace, {text!r}, stage={stage!r}) names the stage twice: give it once")
+            stage = text  # figures_of names the stages a string that is not one could have been
     return notebook.show(trace, stage=stage or "weights", head=head)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.config import InputError
-from attnviz.trace import ScoreWidth, Trace, hidden_by_mask, index_in
+from attnviz.trace import ScoreWidth, Trace, hidden_by_mask, index_in, require_trace
 from attnviz.words import amount, plural
 
 SUM_STAGES = ("weights", "dropped", "scores", "scaled")  # maps whose sums mean something (masked holds −∞)
@@ -109,7 +109,7 @@ class AttentionSums:
 def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExplanation:
     """Decompose ``trace``'s weight at (``head``, ``query``, ``key``); raises ExplainError (an InputError) for a
     head or position the Trace does not have, or a run that recorded no queries and keys."""
-    _check_trace(trace)
+    require_trace(trace, error=ExplainError)
     heads, n = trace.num_heads, trace.steps["weights"].shape[-1]
     head = _index(head, heads, "head")
     query = _index(query, trace.steps["weights"].shape[-2], "query")
@@ -172,13 +172,6 @@ def explain_weight(trace: Trace, head: int, query: int, key: int) -> WeightExpla
         row_scaled=_frozen(row_scaled), row_masked=_frozen(row_masked), row_weights=_frozen(row_weights),
         row_hidden=_frozen(row_hidden), stand_in=_stand_in(trace, query_vector, key_vector, query, key, divisor),
         notes=tuple(notes), d_head=d_head)
-
-
-def _check_trace(trace) -> None:
-    """An ExplainError naming what came when ``trace`` is not a Trace."""
-    if not isinstance(trace, Trace):
-        raise ExplainError(f"trace must be a Trace (from attnviz.run or attnviz.trace_module), got "
-                           f"{type(trace).__name__}.")
 
 
 def _index(value, size: int, what: str) -> int:
@@ -367,7 +360,7 @@ def attention_sums(trace: Trace, head: int, *, queries: Iterable[int] | None = N
     """The attention of the selected ``queries`` summed (and averaged) per key, and what each query gives the
     selected ``keys`` in total, in ``head``'s ``stage`` map; raises ExplainError for a head, position or stage the
     Trace does not have, or an empty selection, or a ``trace`` that is not a Trace."""
-    _check_trace(trace)
+    require_trace(trace, error=ExplainError)
     if stage not in SUM_STAGES or stage not in trace.steps:
         usable = [name for name in SUM_STAGES if name in trace.steps]
         raise ExplainError(f"Cannot sum the {stage!r} map: choose one of {', '.join(usable)}.")

@@ -3,7 +3,8 @@
 Every producer (:mod:`attnviz.producers`) builds its Trace with :func:`make_trace`; views, the diagram, caching
 and exports read only the Trace.  Arrays are float32 NumPy on the CPU and read-only: a cached Trace is shared
 by every session.  :meth:`Trace.head_vectors` is the one place that splits the recorded queries, keys and values
-into one head's: every reader asks it instead of knowing each producer's layout.
+into one head's: every reader asks it instead of knowing each producer's layout; :func:`require_trace` is the one
+check that a function's argument is a Trace.
 """
 
 from __future__ import annotations
@@ -345,6 +346,21 @@ def window_hidden(masked: np.ndarray) -> np.ndarray:
     the causal triangle's too (the window classes fill them with −∞).  The one reading of a window run's hidden
     cells: :meth:`Trace.hidden_cells`' and the Compare page's sliding-window map's."""
     return ~np.isfinite(masked)
+
+
+TRACE_SOURCES = "attnviz.run, attnviz.trace_module or attnviz.load_trace"  # what gives a user a Trace
+
+
+def require_trace(value, argument: str = "trace", *, error: type[InputError] = InputError, also: str = "") -> Trace:
+    """``value`` when it is a Trace; else ``error`` (an InputError) naming the function's ``argument``, every place a
+    Trace comes from and what came instead — "trace must be a Trace (from attnviz.run, attnviz.trace_module or
+    attnviz.load_trace), got str." —, the one check of every function that takes a Trace (``explain_weight``,
+    ``trace_npz``, ``show``, ``figures_of``).  ``also``: what else the argument may be ("a torch.nn.Module and a
+    text")."""
+    if isinstance(value, Trace):
+        return value
+    alternative = f" or {also}" if also else ""
+    raise error(f"{argument} must be a Trace (from {TRACE_SOURCES}){alternative}, got {type(value).__name__}.")
 
 
 def index_in(value, size: int, what: str, unit: str | None = None) -> int:

@@ -28,7 +28,16 @@ import numpy as np
 
 from attnviz.config import AttentionConfig, InputError, SavedName
 from attnviz.kv_cache import format_bytes
-from attnviz.trace import ModelRun, ModuleRun, ScoreWidth, Trace, make_trace, pieces, shape_problem
+from attnviz.trace import (
+    ModelRun,
+    ModuleRun,
+    ScoreWidth,
+    Trace,
+    make_trace,
+    pieces,
+    require_trace,
+    shape_problem,
+)
 
 FORMAT = "attnviz trace v1"
 
@@ -96,9 +105,7 @@ def trace_npz(trace: Trace) -> bytes:
     ``json.loads(bytes(data["manifest.json"]))`` the manifest.  Anything but a Trace is an InputError naming what
     came.
     """
-    if not isinstance(trace, Trace):
-        raise InputError(f"trace must be a Trace (from attnviz.run, attnviz.trace_module or attnviz.load_trace), got "
-                         f"{type(trace).__name__}.")
+    require_trace(trace)
     buffer = io.BytesIO()
     payload = json.dumps(manifest(trace), ensure_ascii=False).encode("utf-8")
     np.savez_compressed(buffer, **_arrays(trace), **{"manifest.json": np.frombuffer(payload, dtype=np.uint8)})

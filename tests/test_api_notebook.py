@@ -267,12 +267,6 @@ TOO_BIG = r"float32 numbers \([\d,.]+ [kMG]?B\), more than the [\d,.]+ [kMG]?B t
     pytest.param(lambda model, result: attnviz.models.switch_layer(model, result, 1),
                  r"^trace must be an attnviz\.models\.LayerTrace \(trace_layer's result\), got Generation\.$",
                  id="switch_layer-no-layer-trace"),
-    pytest.param(lambda model, result: trace_file.trace_npz(None),
-                 r"^trace must be a Trace \(from attnviz\.run, attnviz\.trace_module or attnviz\.load_trace\), "
-                 r"got NoneType\.$", id="trace_npz-no-trace"),
-    pytest.param(lambda model, result: explain.attention_sums("x", 0, queries=[0]),
-                 r"^trace must be a Trace \(from attnviz\.run or attnviz\.trace_module\), got str\.$",
-                 id="attention_sums-no-trace"),
     pytest.param(lambda model, result: attnviz.models.attention_maps(model, [1, 2], causal="False"),
                  r"^causal must be True or False, got 'False'\.$", id="attention_maps-causal-text"),
     pytest.param(lambda model, result: attnviz.models.trace_layer(model, [1, 2], 0, causal=0),
@@ -529,16 +523,32 @@ def test_a_checkpoint_or_trace_path_given_in_python_may_start_with_the_home_fold
         attnviz.models.load_checkpoint("~/gone")
 
 
-@pytest.mark.parametrize("given", ["Your journey starts with one step", None, np.zeros((1, 4, 6, 6))])
-def test_figures_of_names_what_it_takes_when_given_no_trace(given):
-    """``figures_of`` is what a student calls outside Jupyter (``show`` points to it): a text, None or the weights
-    array instead of a Trace is an InputError naming the Trace it takes, not an AttributeError from inside it."""
-    from attnviz.config import InputError
-    from attnviz.views.notebook import figures_of
+TAKES_A_TRACE = {  # every public function that takes a Trace -> (a call of it on ``given``, the argument's name)
+    "explain_weight": (lambda given: attnviz.explain_weight(given, 0, 0, 0), "trace"),
+    "attention_sums": (lambda given: explain.attention_sums(given, 0, queries=[0]), "trace"),
+    "trace_npz": (lambda given: trace_file.trace_npz(given), "trace"),
+    "figures_of": (lambda given: importlib.import_module("attnviz.views.notebook").figures_of(given), "trace"),
+    "notebook.show": (lambda given: importlib.import_module("attnviz.views.notebook").show(given), "trace"),
+    "attnviz.show": (lambda given: attnviz.show(given), "trace_or_module"),
+}
 
-    with pytest.raises(InputError, match=r"^figures_of takes a Trace \(attnviz\.run, attnviz\.trace_module, "
-                                         rf"attnviz\.load_trace\), got {type(given).__name__}$"):
-        figures_of(given)
+
+@pytest.mark.parametrize("given", ["Your journey starts with one step", None, np.zeros((1, 4, 6, 6))])
+@pytest.mark.parametrize("function", TAKES_A_TRACE)
+def test_every_function_that_takes_a_trace_names_its_argument_and_every_source_of_one(function, given):
+    """A text, None or the weights array instead of a Trace is an InputError (``explain``'s an ExplainError) that
+    names the argument and every function that gives a Trace — ``load_trace`` too, for a trace saved from a page —
+    not an AttributeError from inside (``figures_of`` is what a student calls outside Jupyter: ``show`` points to
+    it)."""
+    from attnviz.config import InputError
+
+    call, argument = TAKES_A_TRACE[function]
+    module = " or an attention torch.nn.Module and a text" if argument == "trace_or_module" else ""
+    with pytest.raises(InputError) as refused:
+        call(given)
+    assert str(refused.value) == (f"{argument} must be a Trace (from attnviz.run, attnviz.trace_module or "
+                                  f"attnviz.load_trace){module}, got {type(given).__name__}.")
+    assert function not in ("explain_weight", "attention_sums") or isinstance(refused.value, explain.ExplainError)
 
 
 @pytest.mark.parametrize(("setting", "value"), [("causal", "False"), ("causal", 0), ("seed", "7"), ("seed", 1.5),

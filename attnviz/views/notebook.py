@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from attnviz.config import InputError
 from attnviz.tokens import counted
-from attnviz.trace import Trace, index_in
+from attnviz.trace import Trace, index_in, require_trace
 from attnviz.views import diagram, figures, steps
 
 
 def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     """{"grid": the head grid, "head": head ``head`` in full, "flow": the shape flow's HTML} of a Trace; anything else
     is an InputError naming what it takes."""
-    if not isinstance(trace, Trace):
-        raise InputError(f"figures_of takes a Trace (attnviz.run, attnviz.trace_module, attnviz.load_trace), got "
-                         f"{type(trace).__name__}")
+    require_trace(trace)
     config = trace.config
     maps_stages = [name for name in figures.MAP_TITLES if name in trace.steps]
     if stage not in maps_stages:
@@ -49,8 +47,7 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
 def show(trace: Trace, *, stage: str = "weights", head: int = 0) -> Trace:
     """Display the Heads view of a Trace (``attnviz.show`` traces a module first when given one).  Returns the
     Trace."""
-    if not isinstance(trace, Trace):
-        raise InputError(f"show takes a Trace (attnviz.run, attnviz.trace_module), got {type(trace).__name__}")
+    require_trace(trace)
     parts = figures_of(trace, stage, head)
     try:
         from IPython import get_ipython

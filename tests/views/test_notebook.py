@@ -69,7 +69,7 @@ def test_show_names_a_bad_stage_or_head(kwargs, message):
 
 @pytest.mark.parametrize("value", ["Your journey starts", None])
 def test_show_names_what_it_takes(value):
-    with pytest.raises(InputError, match="show takes a Trace"):
+    with pytest.raises(InputError, match="^trace_or_module must be a Trace"):
         attnviz.show(value)
 
 
@@ -80,7 +80,7 @@ def test_show_without_ipython_names_what_it_needs_after_checking_its_arguments(m
 
     monkeypatch.setitem(sys.modules, "IPython", None)  # `import IPython` raises ImportError
     monkeypatch.setitem(sys.modules, "IPython.display", None)
-    with pytest.raises(InputError, match="show takes a Trace"):
+    with pytest.raises(InputError, match="^trace_or_module must be a Trace"):
         attnviz.show(123)
     trace = attnviz.run("Your journey starts", attnviz.AttentionConfig(d_in=8, d_out=8, num_heads=2))
     with pytest.raises(InputError, match="needs IPython"):
