@@ -1,6 +1,7 @@
 """The induction lab's glue: T and seed, the cached lab run for the sidebar's weights, and its views
 (the score grid, one head's map with the stripe, the per-position loss or why there is none; heads that see the
-future are scored but not named, with the Heads page's reason).
+future are scored but not named, with the Heads page's reason; a sliding window narrower than the stripe, the
+sidebar's or a checkpoint layer's own, says why its heads score 0).
 
 T, the seed, the map's layer and its head follow the URL (``T``, ``token_seed``, ``map_layer``, ``head``): read on a
 session's first visit of the page (a value the lab does not offer — a T longer than the model's context allows, a
@@ -71,6 +72,37 @@ def window_caption(window: int, T: int) -> str:
             + (f"Set T to {window} or less, or widen the window in the sidebar, to test these heads."
                if window >= induction.MIN_T else f"Widen the window in the sidebar to {induction.MIN_T} or more to "
                "test these heads."))
+
+
+def _layer_windows(ref: str) -> tuple[int | None, ...]:
+    """Each layer's own sliding window of the checkpoint ``ref`` (None: a full-attention layer)."""
+    from attnviz.producers.model_layer import layer_window
+    from attnviz.ui import weights
+
+    try:
+        model = weights.load(ref)
+    except ValueError:  # changed on disk since the lab ran it: the knock-outs below say so with its name
+        return ()
+    return tuple(layer_window(model, layer) for layer in range(len(model.trf_blocks)))
+
+
+def layers_window_caption(windows: dict[int, int], T: int) -> str:
+    """Why the layers of a checkpoint whose own sliding window is narrower than the stripe (``windows``: layer → W,
+    each W < T) score 0 on every head: the checkpoint's windows are its own, so only a shorter T tests them."""
+    layers = sorted(windows)
+    one = len(layers) == 1
+    which = (f"Layer {layers[0]}" if one
+             else "Layers " + ", ".join(str(layer) for layer in layers[:-1]) + f" and {layers[-1]}")
+    sizes = sorted(set(windows.values()))
+    narrowest = sizes[0]
+    return (f"{which} of this checkpoint {'runs' if one else 'run'} a sliding window "
+            f"({', '.join(f'W = {size}' for size in sizes)}): a query sees only the keys up to W − 1 behind it, and "
+            f"the stripe, T − 1 = {T - 1} back, is outside it, so {'its' if one else 'their'} heads score 0 by "
+            "construction. "
+            + (f"Set T to {narrowest} or less to test {'them' if len(sizes) == 1 else 'them all'}."
+               if narrowest >= induction.MIN_T else
+               f"A window of {narrowest} shows a query only itself: even the lab's shortest stripe (T = "
+               f"{induction.MIN_T}, one key back) is outside it, so the lab cannot test those heads."))
 
 
 def max_repeat(page_run: Context) -> int:
@@ -176,6 +208,11 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
     window = page_run.config.window if page_run.config.checkpoint is None else None
     if window is not None and window < run.T:
         st.info(window_caption(window, run.T), icon="ℹ️")
+    elif page_run.config.checkpoint is not None:  # a checkpoint's layers each have their own window, or none
+        narrow = {layer: size for layer, size in enumerate(_layer_windows(page_run.config.checkpoint))
+                  if size is not None and size < run.T}
+        if narrow:
+            st.info(layers_window_caption(narrow, run.T), icon="ℹ️")
 
     layers, heads = run.scores.shape
     if layers > 1:

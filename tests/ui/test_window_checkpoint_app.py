@@ -235,9 +235,11 @@ def test_head_types_read_the_mask_that_ran_not_the_causal_switch(layer):
     assert shown["false"] == shown["true"]
 
 
-def test_the_induction_lab_says_nothing_of_a_causal_switch_that_no_page_of_this_checkpoint_follows():
+def test_the_induction_lab_names_the_window_layers_that_score_0_and_not_a_causal_switch_they_ignore():
     """The lab runs a model with its causal mask; the sliding-window class has it whatever the switch says, so the
-    lab does not say that the switch (off) applies to the other pages."""
+    lab does not say that the switch (off) applies to the other pages.  stride1.pth has 4 layers, 0 and 2 with a
+    window of 3, 1 and 3 full: at T = 3 the stripe (2 back) is inside the window; at T = 4 it is 3 back, outside, so
+    the heads of layers 0 and 2 score 0 by construction, and the lab says so and why, naming those two layers only."""
     from attnviz.ui import induction
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
@@ -246,3 +248,11 @@ def test_the_induction_lab_says_nothing_of_a_causal_switch_that_no_page_of_this_
     no_exception(at)
     assert induction.CHECKPOINT_CAUSAL not in [c.value for c in at.caption]
     assert not any("see the future" in i.value for i in at.info)
+    assert not any("sliding window" in i.value for i in at.info), [i.value for i in at.info]
+    at.number_input(key="induction_T").set_value(4).run()
+    no_exception(at)
+    said = [i.value for i in at.info if "sliding window" in i.value]
+    assert len(said) == 1 and said[0].startswith("Layers 0 and 2 of this checkpoint run a sliding window (W = 3)"), \
+        [i.value for i in at.info]
+    assert "score 0 by construction" in said[0] and "Set T to 3 or less" in said[0], said
+    assert said == [induction.layers_window_caption({0: WINDOW, 2: WINDOW}, 4)]
