@@ -76,8 +76,12 @@ def induction_section(page_run: Context, run) -> None:
 
 
 def _induction_knockouts(ref: str, ids: tuple[int, ...], run) -> None:
-    """Every head alone, then the chosen heads together (:func:`induction_section`)."""
-    delta, intact = _grid(ref, ids, run.T)
+    """Every head alone, then the chosen heads together (:func:`induction_section`), against the lab run's own
+    intact loss (``run.loss``: the one its metric and loss curve show)."""
+    delta, _ = _grid(ref, ids, run.T)
+    # intact: the lab's own loss (its metric's), not the grid pass's, which differs from it by float rounding and
+    # may print a different second decimal beside the metric
+    intact = run.halves[1]
     st.plotly_chart(intervention_figures.ablation_grid_figure(delta, intact), key="induction_knockout_grid",
                     config=plotly_config("attnviz-knockout-grid"))
     layers, heads = delta.shape
@@ -92,8 +96,7 @@ def _induction_knockouts(ref: str, ids: tuple[int, ...], run) -> None:
         url=KNOCKOUT))
     if chosen:
         pairs = tuple((names.index(name) // heads, names.index(name) % heads) for name in chosen)
-        intact_loss = models.position_loss(models.ablate(_model(ref), ids, ()), ids)
-        st.plotly_chart(intervention_figures.ablated_loss_figure(intact_loss, _ablated_loss(ref, ids, pairs), run.T,
+        st.plotly_chart(intervention_figures.ablated_loss_figure(run.loss, _ablated_loss(ref, ids, pairs), run.T,
                                                                  ", ".join(chosen)),
                         key="induction_knockout_loss", config=plotly_config("attnviz-knockout-loss"))
 
