@@ -29,6 +29,8 @@
 
 ``head_label`` turns scores into a name ("previous-token", "induction", "duplicate-token") or ``None``
 (see ``LABEL_THRESHOLD``; never for a head that sees the future, or any head of a run without the mask).
+``coinciding_types`` names the types whose cells a text makes previous-token cells too (a b a b: the token after an
+earlier copy is the token before), on which a previous-token head scores as well.
 ``chance_scores`` gives what chance scores on a text: the scores of a head that spreads each query's attention
 evenly over the keys it sees (keys 0 … i under the causal mask, i − W + 1 … i under a sliding window of W), and
 ``chance_types`` the types chance alone names (a window of 2 keys: even spread puts 1/2 on the previous token).
@@ -205,6 +207,18 @@ def unshowable_types(token_ids) -> tuple[str, ...]:
     """The head types (of ``HEAD_TYPES``, in its order) that no query of ``token_ids`` can show, so that no head is
     named by them: duplicate-token and induction on a text where no token repeats; every type on a single token."""
     return tuple(name for name in HEAD_TYPES if not rows_that_can_show(name, token_ids).any())
+
+
+def coinciding_types(token_ids) -> tuple[str, ...]:
+    """The head types (``duplicate_token``, ``induction``, in ``HEAD_TYPES``' order) whose cells on ``token_ids`` are
+    previous-token cells at some query, so that a head attending to the token before scores on them too and the text
+    cannot tell the two apart: duplicate-token where a token follows itself (``tok[i] == tok[i − 1]``: its earlier
+    copy is the token before), induction where a token repeats two apart (``tok[i] == tok[i − 2]``: the token after
+    that copy is the token before)."""
+    tokens = np.asarray(token_ids).reshape(-1)
+    follows_itself = bool(np.any(tokens[1:] == tokens[:-1]))
+    two_apart = bool(np.any(tokens[2:] == tokens[:-2]))
+    return tuple(name for name, shared in (("duplicate_token", follows_itself), ("induction", two_apart)) if shared)
 
 
 def score_heads(

@@ -3,10 +3,12 @@
 layers × heads grid of every score on this text, from the page's every-layer pass (opt-in: it runs every block
 once more).  Each score is read at the queries that can show its type (``head_types.rows_that_can_show``); a text
 on which none can (no token repeats: no induction or duplicate-token head) says so and what to paste
-(``unshowable_note``).  Heads that see the future (the mask off, a module that does not mask) keep their scores but
-get no type, and the section says why (``future_caption``, also the Induction lab's).  A named type is said to be
-chance (``chance_caption``) on random weights, and on any weights where attention spread evenly over the keys a
-query sees already reaches the threshold (a sliding window of 2: ``head_types.chance_scores``)."""
+(``unshowable_note``); a head past the threshold on two types whose cells the text makes the same (a b a b:
+``head_types.coinciding_types``) is named with both (``describe``, ``COINCIDING``).  Heads that see the future (the
+mask off, a module that does not mask) keep their scores but get no type, and the section says why
+(``future_caption``, also the Induction lab's).  A named type is said to be chance (``chance_caption``) on random
+weights, and on any weights where attention spread evenly over the keys a query sees already reaches the threshold
+(a sliding window of 2: ``head_types.chance_scores``)."""
 
 from __future__ import annotations
 
@@ -119,17 +121,32 @@ def named_type(scores: dict, index=(), causal: bool = True) -> str | None:
     return None if label is None else next(key for key, text in head_types.LABELS.items() if text == label)
 
 
-def describe(scores: dict, index=(), causal: bool = True, queries: dict[str, int] | None = None) -> str:
+def describe(scores: dict, index=(), causal: bool = True, queries: dict[str, int] | None = None,
+             coinciding: tuple[str, ...] = ()) -> str:
     """The head's type and score ("previous-token 0.93"), or "—" when no score passes the threshold or the head
     can see the future (``causal`` False: the run's mask was off; see ``head_types.head_label``).  With ``queries``
     (:func:`query_counts`), a type read at fewer than :data:`FEW_QUERIES` queries says how few ("induction 0.54
-    (from 2 queries)")."""
+    (from 2 queries)").  ``coinciding`` (``head_types.coinciding_types`` of the text): the types whose cells the text
+    makes previous-token cells too; where the head's type and the previous-token type are such a pair and both pass
+    the threshold, the other is named beside it ("induction 0.96 (previous-token 0.83 too)"): the text cannot tell
+    them apart (:data:`COINCIDING`)."""
     name = named_type(scores, index, causal)
     if name is None:
         return "—"
     count = None if queries is None else queries.get(name)
     few = f" (from {count} {'query' if count == 1 else 'queries'})" if count is not None and count < FEW_QUERIES else ""
-    return f"{head_types.LABELS[name]} {float(np.asarray(scores[name])[index]):.2f}{few}"
+    also = [other for other in TYPE_COLUMNS if other != name and "previous_token" in (name, other)
+            and ({name, other} - {"previous_token"}) <= set(coinciding)
+            and float(np.asarray(scores[other])[index]) >= head_types.LABEL_THRESHOLD]  # NaN never passes
+    too = "".join(f" ({head_types.LABELS[other]} {float(np.asarray(scores[other])[index]):.2f} too)" for other in also)
+    return f"{head_types.LABELS[name]} {float(np.asarray(scores[name])[index]):.2f}{few}{too}"
+
+
+COINCIDING = ("A head named with a second type (\"… too\") scores on both because this text makes their cells the "
+              "same: where a token repeats two apart (a b a b) the token after its earlier copy is the token right "
+              "before it, and where a token follows itself (the the) its earlier copy is the token before — so a "
+              "previous-token head scores as an induction or duplicate-token head, and this text cannot tell which "
+              "it is. The Induction lab's random tokens, or a text written twice, can.")
 
 
 def future_reason(config: AttentionConfig) -> str:
@@ -162,16 +179,18 @@ def future_caption(config: AttentionConfig, future) -> str:
             "shown: the same formulas, on this run's weights.")
 
 
-def label_table(scores: dict, causal: bool = True, queries: dict[str, int] | None = None):
-    """One row per head: its type (read at few ``queries``: their count, :func:`describe`), its first-token mass
-    beside it, then each type's score (and, when the heads may see the future, the weight they give later tokens)."""
+def label_table(scores: dict, causal: bool = True, queries: dict[str, int] | None = None,
+                coinciding: tuple[str, ...] = ()):
+    """One row per head: its type (read at few ``queries``: their count; a second type the text cannot tell from it,
+    ``coinciding``: :func:`describe`), its first-token mass beside it, then each type's score (and, when the heads
+    may see the future, the weight they give later tokens)."""
     import pandas as pd
 
     heads = np.asarray(scores["first_token"]).shape[0]
     future = np.asarray(scores.get("future", np.zeros(heads)), dtype=float)
     return pd.DataFrame({
         "head": range(heads),
-        "type": [describe(scores, (h,), causal, queries) for h in range(heads)],
+        "type": [describe(scores, (h,), causal, queries, coinciding) for h in range(heads)],
         "first-token mass": np.asarray(scores["first_token"], dtype=float),
         **{head_figures.SCORE_TITLES[name]: np.asarray(scores[name], dtype=float) for name in TYPE_COLUMNS},
         **({FUTURE_COLUMN: future} if not causal or np.any(head_types.sees_future(future)) else {}),
@@ -197,7 +216,8 @@ def section(page_run: Context) -> None:
     future = np.asarray(scores["future"])
     seeing = sees_future(trace, future)
     queries = query_counts(trace.token_ids)
-    described = [describe(scores, (h,), not seeing, queries) for h in range(trace.num_heads)]
+    coinciding = head_types.coinciding_types(trace.token_ids)
+    described = [describe(scores, (h,), not seeing, queries, coinciding) for h in range(trace.num_heads)]
     named = [f"head {h}: {text}" for h, text in enumerate(described) if text != "—"]
     st.caption(
         f"A head is named by a type when at least {head_types.LABEL_THRESHOLD:g} of the attention of the queries "
@@ -222,6 +242,8 @@ def section(page_run: Context) -> None:
         none += f" {whose}: {their} learned no type. {learned}"
     cannot = f". No induction or duplicate-token head can show on this text — {note}." if note and not seeing else ""
     st.markdown(f"**Heads{where} with a type:** " + ("; ".join(named) + cannot if named else none))
+    if any(text.endswith(" too)") for text in described):
+        st.caption(COINCIDING)
     if named:  # a type is chance on random weights, likelier the fewer keys a query sees, and on any weights when
         # attention spread evenly over those keys already reaches the threshold (a window of 2)
         named_types = [named_type(scores, (h,), not seeing) for h, text in enumerate(described) if text != "—"]
@@ -232,7 +254,7 @@ def section(page_run: Context) -> None:
             st.caption(chance + (f" {learned}" if config.checkpoint is None else ""))
     if seeing:
         st.info(future_caption(config, future), icon="ℹ️")
-    types = label_table(scores, causal=not seeing, queries=queries)
+    types = label_table(scores, causal=not seeing, queries=queries, coinciding=coinciding)
     st.dataframe(types, key="heads_types", hide_index=True, selection_mode="single-row",
                  on_select=functools.partial(focus_from_row, "heads_types", list(types["head"])), column_config={
         name: st.column_config.ProgressColumn(name, format="%.2f", min_value=0.0, max_value=1.0, help=SCORE_HELP[name])
@@ -249,7 +271,8 @@ def every_layer(scores: dict, trace: Trace) -> None:
     seeing = sees_future(trace, scores["future"])
     token_ids = trace.token_ids
     queries = query_counts(token_ids)
-    typed = [(layer, head, describe(scores, (layer, head), not seeing, queries))
+    coinciding = head_types.coinciding_types(token_ids)
+    typed = [(layer, head, describe(scores, (layer, head), not seeing, queries, coinciding))
              for layer in range(layers) for head in range(heads)]
     typed = [(layer, head, text) for layer, head, text in typed if text != "—"]
     note = "" if seeing else unshowable_note(token_ids)
@@ -260,6 +283,9 @@ def every_layer(scores: dict, trace: Trace) -> None:
     st.markdown(f"**Every layer** ({layers} × {heads} heads, this text): "
                 + ("; ".join(f"{head_figures.head_name(layer, head)} {text}" for layer, head, text in typed) + cannot
                    if typed else none))
+    both = {layer for layer, _, text in typed if text.endswith(" too)")}
+    if both - {trace.config.layer} and trace.config.layer not in both:  # the section above said it for its layer
+        st.caption(COINCIDING)
     st.plotly_chart(head_figures.score_grid(scores, names=(*TYPE_COLUMNS, "first_token"),
                                             title="every layer's heads on this text"),
                     config=plotly_config("attnviz-head-types"), key="heads_type_grid")

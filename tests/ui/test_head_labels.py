@@ -195,6 +195,18 @@ def test_the_bundled_model_names_its_induction_heads_on_a_sentence_written_twice
     assert NO_REPEATS not in markdown
     captions = " ".join(c.value for c in at.caption)
     assert "13 queries with a token before them" in captions and "6 whose token came earlier" in captions
+    # "a b a b …": the token after an earlier copy of a token is the token right before it, so layer 0's
+    # previous-token heads (0.91 and 0.81 in the Induction lab) score as induction heads; the page names both types
+    at.sidebar.text_area(key="text").set_value("a b a b a b a b a b")
+    at.sidebar.selectbox(key="layer").set_value(0).run()
+    assert not at.exception, [e.value for e in at.exception]
+    markdown = " ".join(m.value for m in at.markdown)
+    assert ("**Heads of layer 0 with a type:** head 0: induction 0.96 (previous-token 0.83 too); "
+            "head 1: induction 0.84 (previous-token 0.73 too)") in markdown, markdown
+    assert type_table(at)["type"].tolist() == ["induction 0.96 (previous-token 0.83 too)",
+                                               "induction 0.84 (previous-token 0.73 too)"]
+    assert head_labels.COINCIDING in [c.value for c in at.caption]
+    assert head_labels.COINCIDING not in captions  # written twice: no token follows itself or repeats two apart
 
 
 def test_a_text_without_repeats_says_why_no_head_can_be_an_induction_head():
@@ -253,6 +265,24 @@ def _ids(text: str) -> list[int]:
     from attnviz.tokens import encode
 
     return encode(text)
+
+
+def test_a_second_type_the_text_makes_coincide_is_named_beside_the_first():
+    """A token two apart (a b a b) makes the induction cell of a query its previous-token cell, and a token after
+    itself (the the) the duplicate-token one: a head past the threshold on both is named with both; on a text
+    where the cells differ, or for a pair the text does not make coincide, the best type alone."""
+    from attnviz import head_types
+
+    assert head_types.coinciding_types([1, 2, 1, 2]) == ("induction",)
+    assert head_types.coinciding_types([1, 1, 2]) == ("duplicate_token",)
+    assert head_types.coinciding_types([1, 2, 3, 1, 2, 3]) == ()
+    scores = {"previous_token": np.array([0.83, 0.83, 0.2]), "induction": np.array([0.96, 0.3, 0.96]),
+              "duplicate_token": np.array([0.5, 0.0, 0.0]), "first_token": np.array([0.0, 0.0, 0.0])}
+    assert head_labels.describe(scores, (0,), coinciding=("induction",)) == "induction 0.96 (previous-token 0.83 too)"
+    assert head_labels.describe(scores, (0,), coinciding=("duplicate_token",)) == "induction 0.96"
+    assert head_labels.describe(scores, (0,)) == "induction 0.96"
+    assert head_labels.describe(scores, (1,), coinciding=("induction",)) == "previous-token 0.83"  # 0.3: one type
+    assert head_labels.describe(scores, (2,), coinciding=("induction",)) == "induction 0.96"  # 0.2: one type
 
 
 def test_a_type_read_at_few_queries_says_how_few():
