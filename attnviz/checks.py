@@ -1255,7 +1255,8 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
     was_training = module.training
     try:
         module.train()  # one training-mode forward serves both questions
-        attention, _ = tracing.combine(tracing.record(module, x).attentions)
+        recording = tracing.record(module, x)
+        attention, _ = tracing.combine(recording.attentions)
     finally:
         module.train(was_training)
     if was_training and _dropout_acts(attention):
@@ -1269,7 +1270,48 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
     if _dropout_acts(attention):
         return Check(rule, "pass",
                      "in training mode dropout acts on the weights after the softmax; in eval mode not at all")
-    return Check(rule, "pass", "no dropout acts on the attention weights (in either mode)")
+    if (idle := _idle_dropout(recording)) is not None:
+        return Check(rule, "fail", f"the dropout on the weights after the softmax (p = {idle:g}) is called with "
+                                   "training=False, so it drops nothing in training mode either: pass "
+                                   "training=self.training to F.dropout (or use nn.Dropout)")
+    return Check(rule, "pass", _no_dropout_acts(module, recording, attention))
+
+
+def _idle_dropout(recording: tracing.Recording) -> float | None:
+    """The p of a dropout on the weights after the softmax that a training-mode forward calls with a p above 0 and
+    training=False (``F.dropout(w, 0.1, training=False)``); None when there is none."""
+    return next((p for index, training, p in recording.dropout_calls
+                 if recording.ops[index].stage == "dropped" and p > 0 and not training), None)
+
+
+SEE_DROPOUT = ("build it with dropout 0.1 (attnviz check --dropout 0.1; the app's Dropout p) to see it act in training "
+               "mode only")
+_DROPOUT_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def _no_dropout_acts(module: nn.Module, recording: tracing.Recording, attention: tracing.Attention) -> str:
+    """dropout-placement's words for a module whose training-mode forward drops nothing from the weights: a dropout
+    of p = 0 on the weights after the softmax (the book's MultiHeadAttention built with dropout 0), a dropout of
+    p = 0 elsewhere or in the fused call, a dropout that acts elsewhere only, an nn.Dropout the forward never calls,
+    or no dropout at all — and, for a p of 0, how to see where it acts."""
+    calls = recording.dropout_calls  # (op index, training, p) of every F.dropout / nn.Dropout call
+    if any(recording.ops[index].stage == "dropped" for index, _, _ in calls):  # its p is 0 (_idle_dropout)
+        return f"the dropout on the weights after the softmax, where the book puts it, has p = 0 — {SEE_DROPOUT}"
+    if any(training and p > 0 for _, training, p in calls):
+        return "no dropout acts on the attention weights: the module's dropout acts elsewhere (not after the softmax)"
+    fused = {"sdpa": "scaled_dot_product_attention", "nn.MultiheadAttention": "nn.MultiheadAttention"}.get(
+        attention.kind)
+    layers = {name: layer for name, layer in module.named_modules() if isinstance(layer, _DROPOUT_LAYERS)}
+    if uncalled := [f"self.{name} (p = {layer.p:g})" for name, layer in layers.items() if layer.p > 0]:
+        return (f"no dropout acts on the attention weights: the forward never calls {', '.join(uncalled)} — the book "
+                "applies its dropout to the weights after the softmax")
+    if calls or layers:
+        where = "" if fused is None else f", as has {fused}'s dropout_p"
+        return f"the module's dropout has p = 0{where} — {SEE_DROPOUT}"
+    if fused is not None:
+        return (f"{fused}'s dropout_p is 0 and the module has no nn.Dropout — if the module passes its dropout as "
+                f"dropout_p, {SEE_DROPOUT}")
+    return "the module has no dropout (no nn.Dropout, no F.dropout call): there is no dropout to place"
 
 
 def _dropout_acts(attention: tracing.Attention) -> bool:

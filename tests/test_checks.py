@@ -196,6 +196,29 @@ def test_dropout_placement(bug, words):
     assert verdict(mha(dropout=0.3), "dropout-placement").status == "pass"
 
 
+def test_a_dropout_that_never_drops_in_training_mode_fails():
+    check = verdict(mha("dropout-never-trains", dropout=0.3), "dropout-placement", rules=["dropout-placement"])
+    assert check.status == "fail" and "(p = 0.3) is called with training=False" in check.evidence, check.evidence
+
+
+@pytest.mark.parametrize(("module", "words", "p_zero"), [
+    # the book's MultiHeadAttention built with dropout 0: its dropout is where the book puts it, and drops nothing
+    (mha(), "the dropout on the weights after the softmax, where the book puts it, has p = 0", True),
+    (um.CausalSelfAttention(dropout=0.0), "dropout has p = 0, as has scaled_dot_product_attention's dropout_p", True),
+    (um.CausalSelfAttention(dropout=0.0, flash=False), "the dropout on the weights after the softmax", True),
+    (mha("dropout-not-called", dropout=0.3), "the forward never calls self.dropout (p = 0.3)", False),
+    (um.GroupedQueryAttention(), "the module has no dropout (no nn.Dropout, no F.dropout call)", False),
+    (um.GQAWithSDPA(), "scaled_dot_product_attention's dropout_p is 0 and the module has no nn.Dropout", True),
+])
+def test_dropout_placement_says_why_no_dropout_acts(module, words, p_zero):
+    """A module whose dropout drops nothing passes, and the words say why: a p of 0 (with how to see where the dropout
+    acts), an nn.Dropout never called, or no dropout at all — not "no dropout acts", which a learner reads as
+    "your dropout is missing"."""
+    check = verdict(module.eval(), "dropout-placement", rules=["dropout-placement"])
+    assert check.status == "pass" and words in check.evidence, check.evidence
+    assert ("attnviz check --dropout 0.1" in check.evidence) == p_zero  # how to see where a dropout of p = 0 acts
+
+
 def test_batch_independence():
     check = verdict(mha("batch-mixing"), "batch-independence")
     assert check.status == "fail" and "changed by" in check.evidence

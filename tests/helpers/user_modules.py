@@ -302,6 +302,10 @@ class MyMultiHeadAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores, dim=-2 if self.bug == "softmax-dim" else -1)
         if self.bug == "dropout-in-eval":
             attn_weights = F.dropout(attn_weights, p=0.5)
+        elif self.bug == "dropout-never-trains":
+            attn_weights = F.dropout(attn_weights, p=self.dropout.p, training=False)
+        elif self.bug == "dropout-not-called":
+            pass
         elif self.bug == "dropout-mask-shape" and self.training:  # a hand-rolled dropout: raises in training only
             keep = torch.rand(attn_weights.shape[:-1]) >= self.dropout.p  # (b, h, n): the key dimension is missing
             attn_weights = attn_weights * keep / (1 - self.dropout.p)
