@@ -47,46 +47,82 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
+CHECK_EPILOG = """\
+examples:
+  attnviz check my_attention.py:MultiHeadAttention
+      the class with its own defaults, and attnviz's sizes for required ones
+  attnviz check my_attention.py:MultiHeadAttention --d-in 32 --num-heads 4
+      other sizes
+  attnviz check my_attention.py:MultiHeadAttention --dropout 0.1
+      dropout that drops something: the check sees where it acts
+  attnviz check model.py:CausalSelfAttention --set bias=false
+      any other constructor argument, by its own name
+  attnviz check gqa.py:GroupedQueryAttention --num-kv-groups 2
+      a variant's size: grouped-query attention with 2 K/V heads
+
+sizes:
+  Each size flag fills the constructor argument with one of its names:
+    --d-in            d_in, embed_dim, n_embd, d_model …
+    --d-out           d_out, out_dim …
+    --num-heads       num_heads, n_head, n_heads …
+    --context-length  context_length, block_size …
+    --dropout         dropout, attn_pdrop …
+    --num-kv-groups   num_kv_groups, num_key_value_heads, n_kv_heads …
+    --latent-dim      latent_dim, kv_lora_rank
+    --window          sliding_window_size, sliding_window, window_size …
+  A size flag not given leaves an argument with a default at the class's own
+  default, and gives a required one attnviz's (the defaults above).
+  bias/qkv_bias only with --set bias=... (the class's own default otherwise).
+  The weights are drawn after torch.manual_seed(--seed, default 123).
+
+config objects and **kwargs:
+  A single config object gets every spelling of a size as an attribute
+  (n_embd, n_head, block_size …, Hugging Face's hidden_size,
+  num_attention_heads, max_position_embeddings …), head_dim, and a variant
+  size's spellings, n_kv_head, n_kv_heads, kv_lora_rank, sliding_window …,
+  when the flag or --set gives them; --set sets those, or a name its
+  constructor reads (rope_theta …).
+  A constructor with **kwargs also gets the size flags given that none of
+  its parameters names, by attnviz's names: d_in=32, num_heads=2 …
+
+exit status:
+  0  no rule fails (skips included)
+  1  a rule fails
+  2  the class cannot be loaded, built or run
+"""
+
+
 def add_check_command(commands) -> argparse.ArgumentParser:
     """``attnviz check``: build a user's class with these sizes and run every rule."""
     check = commands.add_parser(
-        "check", help="check an attention class by rule",
-        description="Build the class with these sizes (constructor arguments matched by name: d_in/embed_dim/"
-                    "n_embd, d_out, num_heads/n_head, context_length/block_size, dropout, num_kv_groups/"
-                    "num_key_value_heads, latent_dim/kv_lora_rank, sliding_window_size/sliding_window/window_size; "
-                    "a size flag not given leaves an argument with a default at the class's own default, and gives "
-                    "a required one attnviz's; bias/qkv_bias only with --set bias=... (the class's own default "
-                    "otherwise); any other with --set, which also sets a single config object's attributes (those "
-                    "it has: n_embd, n_head, block_size … — every spelling of a size, Hugging Face's hidden_size, "
-                    "num_attention_heads, max_position_embeddings … —, head_dim, and a variant size's "
-                    "spellings, n_kv_head, n_kv_heads, kv_lora_rank, sliding_window …, which the object has when the "
-                    "flag or --set gives them; or one its constructor reads, rope_theta …); a "
-                    "constructor with **kwargs also gets the size flags given that none of its parameters names, by "
-                    "attnviz's names: d_in=32, num_heads=2 …) after torch.manual_seed(--seed, default 123), and run "
-                    "every rule on a seeded input. "
-                    "Exit status: 0 no rule fails (skips included), 1 a rule fails, 2 the class cannot be loaded, "
-                    "built or run.")
-    check.add_argument("spec", metavar="path/to/file.py:ClassName")
+        "check", help="check an attention class by rule", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Build an attention class with the sizes below and run every rule of attnviz's\n"
+                    "checker on a seeded input: a line per rule, PASS, FAIL or skip, and why.",
+        epilog=CHECK_EPILOG)
+    check.add_argument("spec", metavar="path/to/file.py:ClassName", help="the file and the class in it to check")
     # None: not given, so a constructor's own default wins (user_code.own_defaults); flag_notes reads them too
-    check.add_argument("--d-in", type=int, default=None,
-                       help=f"the checked input's width too (default: the class's default, or the width its forward's "
-                            f"first Linear takes, or {DEFAULT_D_IN})")
-    check.add_argument("--d-out", type=int, default=None,
-                       help="default: --d-in when given, else the class's default, or d_in")
-    check.add_argument("--num-heads", type=int, default=None, help="default: the class's default, or 4")
-    check.add_argument("--context-length", type=int, default=None,
-                       help=f"default: the class's default, or {DEFAULT_CONTEXT_LENGTH}")
-    check.add_argument("--dropout", type=float, default=None, help="default: the class's default, or 0")
-    check.add_argument("--seed", type=int, default=None, help="the seed the weights are drawn after (default 123)")
-    check.add_argument("--num-kv-groups", type=int, default=None,
-                       help="grouped-query attention: the number of K/V heads (1: multi-query)")
-    check.add_argument("--latent-dim", type=int, default=None, help="multi-head latent attention: the latent's width")
+    check.add_argument("--d-in", type=int, default=None, metavar="N",
+                       help=f"the input's width (default: the class's, else the width its forward's first Linear "
+                            f"takes, else {DEFAULT_D_IN})")
+    check.add_argument("--d-out", type=int, default=None, metavar="N",
+                       help="default: --d-in when given, else the class's, else d_in")
+    check.add_argument("--num-heads", type=int, default=None, metavar="N", help="default: the class's, else 4")
+    check.add_argument("--context-length", type=int, default=None, metavar="N",
+                       help=f"default: the class's, else {DEFAULT_CONTEXT_LENGTH}")
+    check.add_argument("--dropout", type=float, default=None, metavar="P",
+                       help="default: the class's, else 0 (which drops nothing)")
+    check.add_argument("--seed", type=int, default=None, metavar="N",
+                       help="the seed the weights are drawn after (default 123)")
+    check.add_argument("--num-kv-groups", type=int, default=None, metavar="N",
+                       help="grouped-query attention: K/V heads (1: multi-query)")
+    check.add_argument("--latent-dim", type=int, default=None, metavar="N",
+                       help="multi-head latent attention: the latent's width")
     check.add_argument("--window", type=int, default=None, dest="sliding_window_size", metavar="W",
-                       help="sliding-window attention: W, the keys each query sees (itself included)")
+                       help="sliding window: the keys a query sees, itself too")
     check.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
-                       help="any constructor argument by its own name (a JSON or Python literal: true, False, 3, "
-                            "[1, 2]; else text), e.g. --set rope_base=500000 --set qk_norm=true; repeatable")
-    check.add_argument("--tokens", type=int, default=8, help="tokens in the checked input (default 8)")
+                       help="a constructor argument by its own name, as JSON or a Python literal (true, False, 3, "
+                            "[1, 2]; else text); repeatable")
+    check.add_argument("--tokens", type=int, default=8, metavar="N", help="tokens in the checked input (default 8)")
     causal = check.add_mutually_exclusive_group()
     causal.add_argument("--causal", dest="causal", action="store_const", const=True, default=None,
                         help="the module should mask the future (default: inferred)")

@@ -396,8 +396,30 @@ def help_text(command: str) -> str:
 
 def test_check_help_says_a_skip_exits_0_and_what_no_causal_means():
     text = help_text("check")
-    assert "Exit status: 0 no rule fails (skips included), 1 a rule fails" in text
+    assert "exit status: 0 no rule fails (skips included) 1 a rule fails 2 the class cannot be loaded" in text
     assert "--no-causal the module should not mask the future" in text
+
+
+@pytest.mark.parametrize("command", ["check", "train", None])
+def test_help_reads_in_80_columns(command, monkeypatch):
+    """``--help`` in an 80-column terminal: a description of at most 3 lines, each option's help in at most 3, no line
+    wider than the terminal, and examples that are commands attnviz takes — attnviz check's description was one
+    sentence of 20 lines."""
+    monkeypatch.setenv("COLUMNS", "80")
+    main = cli.parser()
+    spec = {"check": ["x.py:X"], "train": ["--out", "x"]}
+    parser = main if command is None else main.parse_args([command, *spec[command]]).command_parser
+    text = parser.format_help()
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    description = text.split("\n\n")[1]
+    assert not description.startswith(("positional arguments:", "options:")) and len(description.splitlines()) <= 3
+    options = text.split("\noptions:\n")[1].split("\n\n")[0]
+    entries = re.split(r"\n(?=  -)", options)
+    assert len(entries) >= 2 and all(len(entry.splitlines()) <= 3 for entry in entries), options
+    examples = [line.split()[1:] for line in text.splitlines() if line.startswith("  attnviz ")]
+    assert len(examples) >= (4 if command == "check" else 0)
+    for example in examples:
+        assert main.parse_args(example).command == command, example
 
 
 def test_train_help_says_set_refuses_steps_and_seed():
@@ -1163,11 +1185,10 @@ def test_the_checked_input_is_as_wide_and_as_long_as_the_class_was_built():
 
 def test_check_help_says_a_size_flag_not_given_leaves_the_classs_default():
     text = " ".join(help_text("check").split())
-    assert "--d-in D_IN the checked input's width too (default: the class's default, or the width its forward's " \
-           "first Linear takes, or 64)" in text
-    for flag, words in (("--num-heads NUM_HEADS", "the class's default, or 4"),
-                        ("--context-length CONTEXT_LENGTH", "the class's default, or 64"),
-                        ("--dropout DROPOUT", "the class's default, or 0"),
-                        ("--d-out D_OUT", "--d-in when given, else the class's default, or d_in")):
+    assert "--d-in N the input's width (default: the class's, else the width its forward's first Linear takes, " \
+           "else 64)" in text
+    for flag, words in (("--num-heads N", "the class's, else 4"), ("--context-length N", "the class's, else 64"),
+                        ("--dropout P", "the class's, else 0"),
+                        ("--d-out N", "--d-in when given, else the class's, else d_in")):
         assert f"{flag} default: {words}" in text
-    assert "a size flag not given leaves an argument with a default at the class's own default" in text
+    assert "A size flag not given leaves an argument with a default at the class's own default" in text
