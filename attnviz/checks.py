@@ -1259,15 +1259,20 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
         attention, _ = tracing.combine(recording.attentions)
     finally:
         module.train(was_training)
-    if was_training and _dropout_acts(attention):
-        share = attention.dropout_p or attention.dropout_after_p
+    # the p of a dropout on the weights that drops, read from its own calls too: heads recorded one by one (the
+    # book's MultiHeadAttentionWrapper) each have their own
+    after_p = max((p for index, training, p in recording.dropout_calls
+                   if training and recording.ops[index].stage == "dropped"), default=0.0)
+    acts = _dropout_acts(attention) or after_p > 0
+    if was_training and acts:
+        share = attention.dropout_p or attention.dropout_after_p or after_p
         return Check(rule, "fail", f"the module is in training mode: dropout zeroes about {share:.0%} of the "
                                    "attention weights, so two runs of the same text differ — call "
                                    "module.eval() before looking at attention")
     if attention.dropout_ops:
         return Check(rule, "fail", "dropout acts on the scores before the softmax: the weights no longer sum to 1 "
                                    "in a predictable way; apply it to the weights after the softmax")
-    if _dropout_acts(attention):
+    if acts:
         return Check(rule, "pass",
                      "in training mode dropout acts on the weights after the softmax; in eval mode not at all")
     if (idle := _idle_dropout(recording)) is not None:

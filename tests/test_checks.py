@@ -196,6 +196,17 @@ def test_dropout_placement(bug, words):
     assert verdict(mha(dropout=0.3), "dropout-placement").status == "pass"
 
 
+def test_the_book_wrappers_dropout_is_read_from_each_heads_call():
+    """MultiHeadAttentionWrapper's heads are recorded one by one: its dropout acts after the softmax, and handed over
+    in training mode it fails as MultiHeadAttention does."""
+    torch.manual_seed(0)
+    wrapper = um.LearnerMHAWrapper(16, 8, 16, 0.2, num_heads=2)
+    check = verdict(wrapper.eval(), "dropout-placement", rules=["dropout-placement"])
+    assert check.status == "pass" and "in training mode dropout acts on the weights after the softmax" in check.evidence
+    check = verdict(wrapper.train(), "dropout-placement", rules=["dropout-placement"])
+    assert check.status == "fail" and "call module.eval()" in check.evidence, check.evidence
+
+
 def test_a_dropout_that_never_drops_in_training_mode_fails():
     check = verdict(mha("dropout-never-trains", dropout=0.3), "dropout-placement", rules=["dropout-placement"])
     assert check.status == "fail" and "(p = 0.3) is called with training=False" in check.evidence, check.evidence
@@ -207,6 +218,7 @@ def test_a_dropout_that_never_drops_in_training_mode_fails():
     (um.CausalSelfAttention(dropout=0.0), "dropout has p = 0, as has scaled_dot_product_attention's dropout_p", True),
     (um.CausalSelfAttention(dropout=0.0, flash=False), "the dropout on the weights after the softmax", True),
     (mha("dropout-not-called", dropout=0.3), "the forward never calls self.dropout (p = 0.3)", False),
+    (um.LearnerMHAWrapper(16, 8, 16, 0.0, num_heads=2), "the dropout on the weights after the softmax", True),
     (um.GroupedQueryAttention(), "the module has no dropout (no nn.Dropout, no F.dropout call)", False),
     (um.GQAWithSDPA(), "scaled_dot_product_attention's dropout_p is 0 and the module has no nn.Dropout", True),
 ])

@@ -4294,3 +4294,37 @@ class RotaryLayouts(nn.Module):
         q, k = q * cos + self.rotate(q) * sin, k * cos + self.rotate(k) * sin  # (b, h, n, hd)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, hd)
         return y.transpose(1, 2).reshape(b, n, d)  # (b, n, d_model)
+
+
+class LearnerCausalAttention(nn.Module):
+    """The book's CausalAttention (section 3.5.3) as a learner types it: one head, dropout on the weights."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys, queries, values = self.W_key(x), self.W_query(x), self.W_value(x)  # (b, n, d_out) each
+        attn_scores = queries @ keys.transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, n, n)
+        attn_weights = self.dropout(attn_weights)
+        return attn_weights @ values  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class LearnerMHAWrapper(nn.Module):
+    """The book's MultiHeadAttentionWrapper (section 3.6.1): its heads, one CausalAttention each, concatenated."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.heads = nn.ModuleList(
+            [LearnerCausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)])
+
+    def forward(self, x):
+        return torch.cat([head(x) for head in self.heads], dim=-1)  # (b, n, num_heads * d_out)
