@@ -1289,8 +1289,8 @@ def _idle_dropout(recording: tracing.Recording) -> float | None:
                  if recording.ops[index].stage == "dropped" and p > 0 and not training), None)
 
 
-SEE_DROPOUT = ("build it with dropout 0.1 (attnviz check --dropout 0.1; the app's Dropout p) to see it act in training "
-               "mode only")
+SEE_DROPOUT = ("build the module with dropout 0.1 (attnviz check --dropout 0.1; the app's Dropout p) to see it act in "
+               "training mode only")
 _DROPOUT_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 
 
@@ -1304,18 +1304,19 @@ def _no_dropout_acts(module: nn.Module, recording: tracing.Recording, attention:
         return f"the dropout on the weights after the softmax, where the book puts it, has p = 0 — {SEE_DROPOUT}"
     if any(training and p > 0 for _, training, p in calls):
         return "no dropout acts on the attention weights: the module's dropout acts elsewhere (not after the softmax)"
-    fused = {"sdpa": "scaled_dot_product_attention", "nn.MultiheadAttention": "nn.MultiheadAttention"}.get(
-        attention.kind)
+    fused, argument, given = {
+        "sdpa": ("scaled_dot_product_attention", "dropout_p", "passes its dropout as dropout_p"),
+        "nn.MultiheadAttention": ("nn.MultiheadAttention", "dropout", "passes its dropout on to it"),
+    }.get(attention.kind, (None, None, None))
     layers = {name: layer for name, layer in module.named_modules() if isinstance(layer, _DROPOUT_LAYERS)}
     if uncalled := [f"self.{name} (p = {layer.p:g})" for name, layer in layers.items() if layer.p > 0]:
         return (f"no dropout acts on the attention weights: the forward never calls {', '.join(uncalled)} — the book "
                 "applies its dropout to the weights after the softmax")
     if calls or layers:
-        where = "" if fused is None else f", as has {fused}'s dropout_p"
+        where = "" if fused is None else f", as has {fused}'s {argument}"
         return f"the module's dropout has p = 0{where} — {SEE_DROPOUT}"
     if fused is not None:
-        return (f"{fused}'s dropout_p is 0 and the module has no nn.Dropout — if the module passes its dropout as "
-                f"dropout_p, {SEE_DROPOUT}")
+        return f"{fused}'s {argument} is 0 and the module has no nn.Dropout — if the module {given}, {SEE_DROPOUT}"
     return "the module has no dropout (no nn.Dropout, no F.dropout call): there is no dropout to place"
 
 

@@ -221,6 +221,7 @@ def test_a_dropout_that_never_drops_in_training_mode_fails():
     (um.LearnerMHAWrapper(16, 8, 16, 0.0, num_heads=2), "the dropout on the weights after the softmax", True),
     (um.GroupedQueryAttention(), "the module has no dropout (no nn.Dropout, no F.dropout call)", False),
     (um.GQAWithSDPA(), "scaled_dot_product_attention's dropout_p is 0 and the module has no nn.Dropout", True),
+    (um.TorchMHA(), "nn.MultiheadAttention's dropout is 0 and the module has no nn.Dropout", True),
 ])
 def test_dropout_placement_says_why_no_dropout_acts(module, words, p_zero):
     """A module whose dropout drops nothing passes, and the words say why: a p of 0 (with how to see where the dropout
