@@ -2202,9 +2202,10 @@ def combine(attentions: list[Attention]) -> tuple[Attention, str | None]:
         stacked = Attention(kind=first.kind, weights=torch.cat([a.weights for a in same], dim=1),
                             masked=torch.cat([a.masked for a in same], dim=1), op_index=first.op_index,
                             scale=first.scale, operand_scales=first.operand_scales, is_causal=first.is_causal,
-                            summed_widths=first.summed_widths, dropout_p=first.dropout_p,
+                            summed_widths=first.summed_widths, dropout_p=max(a.dropout_p for a in same),
                             weights_scale=first.weights_scale, lost=first.lost, unrecorded=first.unrecorded,
                             context_ops=tuple(index for a in same for index in a.context_ops))
+        stacked.dropout_after_p = max(a.dropout_after_p for a in same)  # a head whose dropout drops: the module's does
         for stage in ("scores", "scaled", "dropped", "queries", "keys", "values", "context", "hidden"):
             parts = [getattr(a, stage) for a in same]
             if all(p is not None for p in parts):

@@ -207,6 +207,17 @@ def test_the_book_wrappers_dropout_is_read_from_each_heads_call():
     assert check.status == "fail" and "call module.eval()" in check.evidence, check.evidence
 
 
+def test_a_wrapper_whose_heads_drop_in_eval_mode_fails_dropout_placement_and_the_rules_that_need_two_forwards_skip():
+    """The wrapper's heads are recorded one by one and stacked: a head's dropout that drops in eval mode is the
+    module's; it passed dropout-placement, and causal failed blaming the mask, before."""
+    torch.manual_seed(0)
+    wrapper = um.LearnerEvalDropoutWrapper(16, 8, 16, 0.5, num_heads=2)
+    by_rule = {check.rule: check for check in checks.check_module(wrapper)}
+    placement, causal = by_rule["dropout-placement"], by_rule["causal"]
+    assert placement.status == "fail" and "in eval mode dropout still changes" in placement.evidence, placement.evidence
+    assert causal.status == "skip" and "dropout acts in eval mode" in causal.evidence, causal.evidence
+
+
 def test_a_dropout_that_never_drops_in_training_mode_fails():
     check = verdict(mha("dropout-never-trains", dropout=0.3), "dropout-placement", rules=["dropout-placement"])
     assert check.status == "fail" and "(p = 0.3) is called with training=False" in check.evidence, check.evidence

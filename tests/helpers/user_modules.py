@@ -4328,3 +4328,29 @@ class LearnerMHAWrapper(nn.Module):
 
     def forward(self, x):
         return torch.cat([head(x) for head in self.heads], dim=-1)  # (b, n, num_heads * d_out)
+
+
+class LearnerEvalDropoutHead(LearnerCausalAttention):
+    """The book's CausalAttention with the dropout typed as ``F.dropout(w, p)``, without ``training=``: it drops in
+    eval mode too (a learner's bug)."""
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys, queries, values = self.W_key(x), self.W_query(x), self.W_value(x)  # (b, n, d_out) each
+        attn_scores = queries @ keys.transpose(1, 2)  # (b, n, d_out) @ (b, d_out, n) -> (b, n, n)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, n, n)
+        attn_weights = F.dropout(attn_weights, p=self.dropout.p)  # training defaults to True
+        return attn_weights @ values  # (b, n, n) @ (b, n, d_out) -> (b, n, d_out)
+
+
+class LearnerEvalDropoutWrapper(nn.Module):
+    """The book's MultiHeadAttentionWrapper over heads that drop in eval mode too."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.heads = nn.ModuleList(
+            [LearnerEvalDropoutHead(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)])
+
+    def forward(self, x):
+        return torch.cat([head(x) for head in self.heads], dim=-1)  # (b, n, num_heads * d_out)
