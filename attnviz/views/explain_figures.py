@@ -39,9 +39,10 @@ HIGHLIGHT = "#ff7f0e"  # key j in the row, the selected positions
 PLAIN = "#7f7f7f"
 PLAIN_CODE, HIDDEN_CODE, HIGHLIGHT_CODE = 0, 1, 2  # a position's kind: its bar's colour is POSITION_COLORS[code]
 POSITION_COLORS = np.array([PLAIN, MASKED_COLOR, HIGHLIGHT], dtype=object)
-PANEL_PLOT_PX = 150  # a panel's plot area beside the focused map on a 1,100 px page
-PANEL_PX = 248  # the panel's own width there (its column of the page): the products' names are spaced for it
-MAX_TICKS = PANEL_PLOT_PX // COLUMN_LABEL_PX  # the turned token labels that fit side by side there
+PANEL_PX = 300  # the panel's width (the Heads page gives it a column this wide): the products' names are spaced for it
+PANEL_PLOT_PX = PANEL_PX - margins.beside() - margins.TURNED_LABELS_PX  # a chart's plot area there
+# the turned token labels that fit side by side there, a pixel apart (Chromium rounds each label's box)
+MAX_TICKS = PANEL_PLOT_PX // (COLUMN_LABEL_PX + 1)
 
 
 def _number(value: float) -> str:
@@ -59,7 +60,7 @@ def _divisor_text(explanation: WeightExplanation) -> str:
     return f"÷ {_number(explanation.divisor)}"
 
 
-NARROWEST_PANEL_PX = 180  # the panel beside the focused map at its narrowest (an 800 px window, the sidebar open)
+NARROWEST_PANEL_PX = 180  # the width the titles are wrapped to
 PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px, from the figure's left edge: within NARROWEST_PANEL_PX
 LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
 # a title of several lines grows down from under the modebar's row (Plotly centres it in the margin otherwise):

@@ -203,6 +203,7 @@ def attention_heatmap(
     show_scale: bool = True,
     scale_below: bool = False,
     label: str | None = None,
+    square: bool = False,
 ) -> go.Figure:
     """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
@@ -223,7 +224,10 @@ def attention_heatmap(
     page says it once).  ``scale_below``: the colour bar lies under the map, across its width, and the map takes the
     room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).  ``label``: the name of
     the value in the colour bar and the hover where it is not ``stage``'s (a map of weights times something else,
-    drawn and masked as weights are).
+    drawn and masked as weights are).  ``square``: the cells are square (``yaxis.scaleanchor``; the plot area shrinks
+    to the square, from the top left, where the chart is narrower or wider than that), and with ``width`` the figure
+    is as tall as a square plot of that width needs (``under_title_px`` aside): the Heads page's focused map, in a
+    column of that width.
     """
     rows, cols = matrix.shape
     label = stage if label is None else label
@@ -241,17 +245,14 @@ def attention_heatmap(
     palette = colorscale(scale)
     data = [map_image(values, zmin, zmax, palette, x0=col_offset, y0=row_offset, name=stage)]
     below_px = COLOUR_BAR_BELOW_PX if show_scale and scale_below else 0  # under the plot, above the legend
-    if show_scale:
-        data.append(colour_bar(zmin, zmax, palette, {"title": {"text": label}, "thickness": 12} if not below_px else
-                               {"title": {"text": label, "side": "right"}, "thickness": 10, "orientation": "h",
-                                "x": 0, "xanchor": "left", "len": 1, "ypad": 0, "yref": "container", "yanchor": "top",
-                                "y": (margins.LEGEND_BELOW_PX + below_px - COLOUR_BAR_GAP_PX) / height}))
     right_px = margins.COLORBAR_PX if show_scale and not below_px else NO_COLOUR_BAR_PX
-    data += cell_overlay(values, label, row_offset, col_offset)
-    if np.isnan(values).any():
-        data.append(_MASKED_LEGEND)
     axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))
     top = title_px + margins.across(axes["xaxis"]["ticktext"])
+    def square_height() -> int:  # the figure's, for a square plot as wide as ``width`` leaves beside the labels
+        return top + width - margins.beside(axes["yaxis"]["ticktext"]) - right_px + margins.LEGEND_BELOW_PX + below_px
+
+    if square and width is not None:
+        height = square_height()
     # as many labels as the plot holds without overlapping: its height for the rows, and for the columns its width
     # (``width``'s, else about its height: a map in a page's column is about as wide as it is tall)
     plot_px = height - top - margins.LEGEND_BELOW_PX - below_px
@@ -261,6 +262,20 @@ def attention_heatmap(
     if row_ticks < len(axes["yaxis"]["tickvals"]) or column_ticks < len(axes["xaxis"]["tickvals"]):
         axes = token_axes(tokens, (row_offset, rows), (col_offset, cols), max_row_ticks=row_ticks,
                           max_column_ticks=column_ticks)
+    if square and width is not None:  # the labels that fit may be narrower: the plot as wide, and as tall
+        height = square_height()
+    if square:
+        # Plotly's own square cells: the y axis keeps the x axis' scale, and the plot area, not the range, gives way
+        axes["xaxis"].update(constrain="domain", constraintoward="left")
+        axes["yaxis"].update(scaleanchor="x", constrain="domain", constraintoward="top")
+    if show_scale:
+        data.append(colour_bar(zmin, zmax, palette, {"title": {"text": label}, "thickness": 12} if not below_px else
+                               {"title": {"text": label, "side": "right"}, "thickness": 10, "orientation": "h",
+                                "x": 0, "xanchor": "left", "len": 1, "ypad": 0, "yref": "container", "yanchor": "top",
+                                "y": (margins.LEGEND_BELOW_PX + below_px - COLOUR_BAR_GAP_PX) / height}))
+    data += cell_overlay(values, label, row_offset, col_offset)
+    if np.isnan(values).any():
+        data.append(_MASKED_LEGEND)
     layout = {
         **axes,
         "title": margins.title(title or MAP_TITLES.get(stage, stage)),

@@ -20,6 +20,8 @@ from streamlit.proto.Dataframe_pb2 import Dataframe as DataframeProto
 from streamlit.proto.PlotlyChart_pb2 import PlotlyChart as PlotlyChartProto
 from streamlit.testing.v1 import AppTest
 
+from attnviz.ui.heads import FOCUSED_MAP_PX
+from attnviz.views.explain_figures import PANEL_PX
 from attnviz.views.figures import CHIPS_BOX_PX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -514,6 +516,33 @@ def test_heads_page_maps_are_plotly_charts_a_map_per_head_and_selectable():
     config = json.loads(charts["heads_map"].proto.config)
     assert config["toImageButtonOptions"] == {"format": "png", "filename": "attnviz-heads-head0-weights", "scale": 2}
     assert overview["data"][0]["type"] == "heatmap"
+    # square cells in a column of the map's width, and the "why" panel in one of its own beside it, where the page
+    # has room for both, else wrapped under it (not a share of the page that squeezes the map to a sliver)
+    layout = focused_map["layout"]
+    assert layout["yaxis"]["scaleanchor"] == "x" and layout["xaxis"]["constrain"] == layout["yaxis"]["constrain"] \
+        == "domain"
+    margin = layout["margin"]
+    assert layout["height"] - margin["t"] - margin["b"] == FOCUSED_MAP_PX - margin["l"] - margin["r"]
+    (row,) = [block for block in blocks(at.main) if getattr(getattr(block.proto, "flex_container", None), "wrap", 0)
+              and any(charts["heads_map"] in elements(child) for child in block.children.values())]
+    map_column, panel = row.children.values()
+    assert (map_column.proto.width_config.pixel_width, panel.proto.width_config.pixel_width) == (FOCUSED_MAP_PX,
+                                                                                               PANEL_PX)
+    assert any(getattr(element, "value", None) == "**Why this weight?**" for element in elements(panel))
+
+
+def blocks(node) -> list:
+    """Every block (container) under ``node`` of AppTest's tree, ``node``'s own children first."""
+    children = [child for child in getattr(node, "children", {}).values() if hasattr(child, "children")]
+    return children + [block for child in children for block in blocks(child)]
+
+
+def elements(node) -> list:
+    """Every element under ``node`` of AppTest's tree."""
+    found = []
+    for child in getattr(node, "children", {}).values():
+        found += elements(child) if hasattr(child, "children") else [child]
+    return found
 
 
 def test_a_click_on_a_tile_or_a_selected_row_focuses_that_head(monkeypatch):

@@ -114,8 +114,8 @@ def _shown_names_overlapping(fig) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("head_dim", [8, 16, 32, 64, 128])
 def test_the_products_names_never_overlap_at_the_panels_width(head_dim):
     """At every head_dim the app draws, the bar names of the largest products stay apart on the panel beside the map
-    (248 px at 1,100 px): a name that would overlap a larger product's on the same side is left out, the largest is
-    always named, and the hover still names every bar.  Hand-made products put the five largest side by side (d89 …
+    (explain_figures.PANEL_PX): a name that would overlap a larger product's on the same side is left out, the largest
+    is always named, and the hover still names every bar.  Hand-made products put the five largest side by side (d89 …
     d93 at head_dim 128 were drawn on top of each other)."""
     trace = pipeline.run("The cat sat on the mat because it was warm",
                          AttentionConfig(variant="mha", d_in=16, d_out=2 * head_dim, num_heads=2, seed=1))
@@ -130,7 +130,7 @@ def test_the_products_names_never_overlap_at_the_panels_width(head_dim):
         largest = fig.layout.meta["largest"]
         assert largest[0] in named and set(named) <= set(largest) and named == sorted(fig.layout.meta["named"])
         assert "dimension %{x}" in fig.data[0].hovertemplate
-    if head_dim >= 16:  # bars narrower than a name: d89, then the largest under 0, d92 (at 128)
+    if head_dim >= 32:  # bars narrower than a name: d89, then the largest under 0, d92 (at 128)
         assert fig.layout.meta["named"][:2] == [first, first + 3]
 
 
@@ -263,11 +263,11 @@ def test_a_1024_token_row_uses_numeric_positions_and_few_ticks():
 
 @pytest.mark.parametrize("n", [8, 256, 1024])
 def test_a_panels_key_labels_fit_beside_each_other_in_the_panel(n):
-    """The panel beside the focused map has a plot area of ~150 px: its turned token labels are as many as that
+    """The panel beside the focused map has a plot area of ~170 px: its turned token labels are as many as that
     holds side by side (256 of them overlapped into a grey strip), evenly spaced, and a short row keeps every one."""
     tokens = [f"t{i}" for i in range(n)]
     axis = explain_figures._token_axis(tokens, n)
-    shown, plot_px = len(axis["tickvals"]), 150  # the panel's plot area on a 1,100 px page
+    shown, plot_px = len(axis["tickvals"]), explain_figures.PANEL_PLOT_PX  # the panel's plot area
     assert shown * COLUMN_LABEL_PX <= plot_px, shown
     assert shown == n if n * COLUMN_LABEL_PX <= plot_px else shown >= 4
     assert len(set(np.diff(axis["tickvals"]))) <= 1 and axis["ticktext"] == [tokens[p] for p in axis["tickvals"]]
