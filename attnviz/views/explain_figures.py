@@ -23,7 +23,6 @@ validation (``tests/views/test_explain_figures.py`` validates them): a 1,024-bar
 from __future__ import annotations
 
 import math
-import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
@@ -60,17 +59,16 @@ def _divisor_text(explanation: WeightExplanation) -> str:
     return f"÷ {_number(explanation.divisor)}"
 
 
-NARROWEST_PANEL_PX = 180  # the width the titles are wrapped to
-PANEL_TITLE_CHARS = 24  # a panel title's characters at 12 px, from the figure's left edge: within NARROWEST_PANEL_PX
 LINE_PX = {13: 17, 12: 16, 11: 14}  # a title line's height at each font size
 # a title of several lines grows down from under the modebar's row (Plotly centres it in the margin otherwise):
 # above its lines, that row; under them, a gap
 TITLE_ROOM_PX = margins.MODEBAR_PX + 20
 
 
-def _wrapped(text: str, size: int = 13, width_px: int = NARROWEST_PANEL_PX) -> tuple[str, int]:
+def _wrapped(text: str, size: int = 13, width_px: int = PANEL_PX) -> tuple[str, int]:
     """``text`` with its lines (``<br>``-separated) broken at spaces into lines of ``size`` px that fit ``width_px``
-    (``margins.wrapped_title``), as Plotly cuts a title at its figure's edge; and how many lines it has then."""
+    (``margins.wrapped_title``), as Plotly cuts a title at its figure's edge; and how many lines it has then.  The one
+    rule of every title and panel title of these charts: lines that fit the panel's width in pixels."""
     wrapped = "<br>".join(margins.wrapped_title(line, width_px, size) if line else "" for line in text.split("<br>"))
     return wrapped, wrapped.count("<br>") + 1
 
@@ -188,11 +186,10 @@ def _position_bars(values: np.ndarray, codes: np.ndarray, panel: int, customdata
 
 def _panels(titles: list[str], axes: list[dict], panel_px: int, gap_px: int) -> tuple[dict, int, int]:
     """Layout of panels stacked top to bottom, each ``panel_px`` high with its own x axis (``axes``) and its title
-    above it, wrapped to the panel's width; between two panels ``gap_px`` (for the upper one's tick labels and axis
-    title) and the lower one's title lines.  Returns the layout, the plot's height in px and the first title's lines
-    (they sit in the top margin)."""
-    wrapped = [(line := "<br>".join(textwrap.wrap(title, PANEL_TITLE_CHARS, break_long_words=False,
-                                                  break_on_hyphens=False)), line.count("<br>") + 1) for title in titles]
+    above it, wrapped to the panel's width (:func:`_wrapped`, at 12 px); between two panels ``gap_px`` (for the upper
+    one's tick labels and axis title) and the lower one's title lines.  Returns the layout, the plot's height in px and
+    the first title's lines (they sit in the top margin)."""
+    wrapped = [_wrapped(title, 12) for title in titles]
     gaps = [0] + [gap_px + LINE_PX[12] * lines for _, lines in wrapped[1:]]  # px above each panel
     plot_px = panel_px * len(titles) + sum(gaps)
     layout, annotations, top = {}, [], plot_px

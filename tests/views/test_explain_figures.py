@@ -144,12 +144,13 @@ def test_a_wrapped_products_title_never_parts_a_name_from_its_number():
     assert "head\u00a00" in " ".join(lines) and "query\u00a013" in " ".join(lines)
 
 
-WHY_PANEL_AT_800_PX = 181  # the "why this weight" column beside the focused map: an 800 px window, sidebar open
+WHY_PANEL_AT_800_PX = explain_figures.PANEL_PX  # the "why this weight" column: an 800 px window gives it its width
 
 
 def test_why_this_weights_titles_fit_the_panel_of_an_800_px_window():
     """Plotly cuts a title at its figure's edge: every line of the products' and the softmax's titles (13 px), their
-    subtitles (11 px) and the panels' titles (12 px, from the figure's left edge) fits the panel at 800 px."""
+    subtitles (11 px) and the panels' titles (12 px, from the figure's left edge) fits the panel at 800 px (under the
+    map there, in a column as wide as beside it)."""
     trace = pipeline.run("The cat sat on the mat. The cat sat on the mat.",
                          AttentionConfig(variant="mha", d_in=256, d_out=256, num_heads=4))  # ÷ √64
     explanation = explain_weight(trace, 0, 13, 9)
@@ -179,6 +180,9 @@ def test_masked_cell_title_says_why_and_never_nan():
     assert np.flatnonzero(np.asarray(unseen.marker.color) == HIGHLIGHT).tolist() == [1]  # key 4, the clicked one
 
 
+AXIS_TITLE_PX = 14  # an axis title's font size in Streamlit's Plotly theme
+
+
 def visible_lines(title: str) -> list[str]:
     """A Plotly title's lines as the browser shows them (entities as one character)."""
     import html
@@ -188,20 +192,29 @@ def visible_lines(title: str) -> list[str]:
 
 def test_the_titles_break_into_lines_the_panel_beside_the_map_holds():
     """Plotly does not wrap a title: the explanation's long lines (the softmax's formula, the mask's reason, the
-    selected tokens) come broken at spaces into lines of at most ~34 characters (the ~250 px panel at 1,100 px), all
-    words kept."""
+    selected tokens) and the titles over its panels come broken at spaces into lines that fit the panel's width in
+    pixels (one rule for all: the panel titles were cut at 24 characters, two lines where the panel holds one), all
+    words kept; the axis titles, centred under their plots, lie inside the panel."""
     text = "Your journey starts with one step and then another step and many more steps on the long road ahead"
     trace = pipeline.run(text, AttentionConfig(variant="mha", d_in=16, d_out=16, num_heads=2))
     masked, seen = explain_weight(trace, 1, 2, 9), explain_weight(trace, 1, 9, 2)
     sums = attention_sums(trace, 1, queries=range(3, trace.n), keys=range(0, trace.n, 2))
     figures = [products_figure(masked), products_figure(seen), row_softmax_figure(seen, trace.tokens),
                row_softmax_figure(masked, trace.tokens), summed_attention_figure(sums, trace.tokens)]
-    titles = [(fig.layout.title.text, 34) for fig in figures]
-    titles += [(fig.layout.title.subtitle.text, 40) for fig in figures[:2] if fig.layout.title.subtitle.text]
-    titles += [(note.text, 24) for fig in figures for note in fig.layout.annotations]
+    titles = [(fig.layout.title.text, 13) for fig in figures]
+    titles += [(fig.layout.title.subtitle.text, 11) for fig in figures[:2] if fig.layout.title.subtitle.text]
+    titles += [(note.text, 12) for fig in figures for note in fig.layout.annotations]
     assert len(titles) >= 10
-    for title, width in titles:
-        assert all(len(line) <= width for line in visible_lines(title)), title
+    room = explain_figures.PANEL_PX - margins.TITLE_INSET_PX  # a title starts that far in from the figure's edge
+    for title, size in titles:
+        assert all(margins.title_px(line, size) <= room for line in visible_lines(title)), title
+    row_titles = [note.text for note in figures[2].layout.annotations]
+    assert row_titles == ["row 9: scaled scores (the softmax's input)", "softmax over row 9: the weights (sum to 1)"]
+    for fig in figures:
+        plot = (fig.layout.margin.l, explain_figures.PANEL_PX - fig.layout.margin.r)
+        for axis in (fig.layout[name] for name in fig.layout if name.startswith("xaxis")):
+            half = margins.title_px(axis.title.text or "", AXIS_TITLE_PX) / 2
+            assert half <= sum(plot) / 2 <= explain_figures.PANEL_PX - half, axis.title.text
     assert "causal mask hides it (−∞ before the softmax), so its weight is 0" in " ".join(
         visible_lines(figures[0].layout.title.subtitle.text))
     assert "÷ Σ over the row's visible keys of exp(scaled)" in " ".join(visible_lines(figures[2].layout.title.text))
