@@ -690,7 +690,9 @@ CHIPS_BOX_PX = 320  # below stay in reach (1,024 chips are some 70 lines)
 
 
 def token_chips_html(tokens: list[str] | tuple[str, ...], token_ids, special) -> str:
-    """Coloured chips (piece + id) as HTML; every user-derived string is escaped."""
+    """Coloured chips (piece + id) as HTML; every user-derived string is escaped.  The id is smaller and grey on the
+    piece's baseline, not lowered under it: beside a lowered id a period sat as high as a space's ``·`` (". 13" read
+    as "· 13"), where the maps' labels and the "why this weight" panel show the two apart."""
     palette = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1e6", "#e9edc9", "#f0e6ef")
     chips = []
     for index, (piece, token_id, is_special) in enumerate(zip(tokens, token_ids, special)):
@@ -700,7 +702,7 @@ def token_chips_html(tokens: list[str] | tuple[str, ...], token_ids, special) ->
         chips.append(
             f'<span title="position {index}" style="display:inline-block;margin:2px;padding:2px 6px;'
             f'border-radius:6px;background:{color};border:{border};font-family:monospace;color:#222">'
-            f"{html.escape(piece)}<sub style='color:#555'> {int(token_id)}{marker}</sub></span>"
+            f"{html.escape(piece)}<span style='color:#555;font-size:0.8em'> {int(token_id)}{marker}</span></span>"
         )
     return '<div class="attnviz-chips" style="line-height:2">' + "".join(chips) + "</div>"
 

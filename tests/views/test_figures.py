@@ -362,3 +362,39 @@ def test_pooled_embedding_maps_share_a_scale_that_spans_what_they_show_and_name_
     assert f"±{bound:.2f}" in caption
     assert bound < float(np.abs(embeddings["input"]).max()) / 2  # the pooled values, not the raw extremes
     assert list(maps[0][1].data[0].y[:2]) == ["0–3", "4–7"] and maps[0][1].data[0].y[-1] == "1020–1023"
+
+
+def test_a_chip_shows_its_id_on_its_pieces_baseline_so_a_period_is_not_read_as_a_space():
+    """The Tokens page's chips: "." (id 13) and " " (id 220, shown "·"). An id lowered under the piece (a subscript)
+    lifted a period to the height of a space's "·" beside it (". 13" read as "· 13"); on the piece's baseline the
+    period sits low and the dot of a space in the middle, as on the maps' labels and in the "why this weight" panel."""
+    from html.parser import HTMLParser
+
+    class Chips(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.depth, self.chips = 0, []  # [(piece, [(tag, style, text)])]
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += 1
+            if self.depth == 2:
+                self.chips.append(["", []])
+            elif self.depth > 2:
+                self.chips[-1][1].append([tag, dict(attrs).get("style", ""), ""])
+
+        def handle_endtag(self, tag):
+            self.depth -= 1
+
+        def handle_data(self, data):
+            if self.depth == 2:
+                self.chips[-1][0] += data
+            elif self.depth > 2:
+                self.chips[-1][1][-1][2] += data
+
+    parser = Chips()
+    parser.feed(figures.token_chips_html([".", "·", "·cat"], [13, 220, 3797], [False, False, False]))
+    assert [piece for piece, _ in parser.chips] == [".", "·", "·cat"]
+    for (_, inner), token_id in zip(parser.chips, (13, 220, 3797)):
+        ((tag, style, text),) = inner  # the id, the chip's one element
+        assert text.strip() == str(token_id)
+        assert tag not in ("sub", "sup") and "vertical-align" not in style  # on the piece's baseline
