@@ -101,11 +101,12 @@ def test_why_this_weight(page, base_url):
     assert_no_exception(page)
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text(re.compile(r"query 13, key 9")).first).to_be_visible()
+    focus = main.get_by_test_id("stSelectbox").filter(has_text="Focused head")
+    focus.evaluate("(box) => box.scrollIntoView({block: 'start'})")  # the image's top at the window's: all in view
     chart = focused_chart(page)
     centre = cell_centre(page, chart, 13, 9)
     page.mouse.move(centre["x"], centre["y"])  # the hover label of the clicked cell
     expect(chart.locator(".hovertext")).to_contain_text("query 13:")
-    focus = main.get_by_test_id("stSelectbox").filter(has_text="Focused head")
     box = focus.get_by_role("combobox").locator("..").bounding_box()  # the box around the input, below the label
     save_clip(page, "why-this-weight", {"x": box["x"] - 10, "y": box["y"] - 4, "width": 1010, "height": 579})
 
