@@ -812,6 +812,22 @@ def test_leak_figure_colours_leaks_and_labels_exact_zeros():
     assert list(correct.data[0].text[:3]) == ["0", "0", "0"]
 
 
+@pytest.mark.parametrize(("causal", "j"), [(False, 3), (True, 3), (True, 0), (True, 5)])
+def test_leak_figure_legend_says_what_every_colour_drawn_means(causal, j):
+    """A student reads every bar's colour off the legend: the blue bars after the perturbed token too, and no entry
+    for a colour the chart does not draw (no red where nothing leaked)."""
+    report = leak.leak_report(mha(causal=causal), inputs(6), j)
+    fig = pitfall_figures.leak_figure(report, list("abcdef"))
+    bars = [trace for trace in fig.data if trace.type == "bar"]
+    legend = {trace.marker.color: trace.name for trace in fig.data if trace.showlegend is not False}
+    assert len(bars) == 1 and bars[0].showlegend is False
+    assert set(legend) == set(bars[0].marker.color)
+    assert all(legend.values())
+    if j < 5:
+        assert "after" in legend[pitfall_figures.AFTER_COLOR]
+    assert (pitfall_figures.LEAK_COLOR in legend) == bool(report["leaked"])
+
+
 @pytest.mark.parametrize(("key", "builder"), [("softmax_dim", pitfall_figures.row_sums_figure),
                                               ("scale_d_out", pitfall_figures.entropy_figure),
                                               ("forgot_eval", pitfall_figures.call_difference_figure)])

@@ -18,6 +18,9 @@ LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#
 TOO_SMALL_TO_SEE = 1e-4  # a bar below this can't be seen: the cache chart labels it, a bar chart's legend says so
 UPRIGHT_LABELS_PX = 400  # the widest row of upright category labels a bar chart has room for on a page
 LEGEND_PX = 2 * margins.LEGEND_ROW_PX  # a bar chart's legend of two or three series, on two rows if the page is narrow
+# the leak detector's colours, in its legend's order: what a bar of each colour says
+LEAK_LEGEND = {PERTURBED_COLOR: "the perturbed token", STILL_COLOR: "before it, exactly 0 (no leak)",
+               LEAK_COLOR: "before it, moved (a leak)", AFTER_COLOR: "after it (free to move)"}
 
 
 # --------------------------------------------------------------------------- figures
@@ -102,7 +105,9 @@ def call_difference_figure(result: PitfallResult, tokens) -> go.Figure:
 
 
 def leak_figure(report: dict, tokens) -> go.Figure:
-    """|Δ output| per position after perturbing token j: red = moved before j (a leak), grey = exactly 0."""
+    """|Δ output| per position after perturbing token j, each bar coloured by what it means: orange = token j, grey =
+    before it and exactly 0, red = before it and moved (a leak), blue = after it (free to move).  The legend names
+    every colour the chart draws, and only those (its entries are markers with no data: the bars stay one trace)."""
     delta, j = report["delta"], report["j"]
     leaked = set(report["leaked"])
     labels = figures.position_labels(tokens)[: len(delta)]
@@ -112,10 +117,14 @@ def leak_figure(report: dict, tokens) -> go.Figure:
     shown = np.where(np.isnan(delta), 0.0, delta)
     ticktext = [figures.safe_label(t) for t in tokens[: len(delta)]]
     fig = go.Figure(go.Bar(x=labels, y=shown, marker_color=colors, text=text, textposition="outside",
-                           cliponaxis=False, hovertemplate="%{x}<br>max |Δ output| %{text}<extra></extra>"))
-    fig.update_layout(**_bar_layout(f"perturb token {j} (orange): max |Δ output| at every position — before it, "
-                                    "grey = exactly 0, red = moved (a leak)", ticktext, "max |Δ output|",
-                                    legend=False, top=margins.title_top(size=13, above_plot=10)))
+                           cliponaxis=False, showlegend=False,
+                           hovertemplate="%{x}<br>max |Δ output| %{text}<extra></extra>"))
+    for color, meaning in LEAK_LEGEND.items():
+        if color in colors:
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=meaning, hoverinfo="skip",
+                                     marker={"symbol": "square", "size": 12, "color": color}))
+    fig.update_layout(**_bar_layout(f"perturb token {j} — max |Δ output| at every position", ticktext,
+                                    "max |Δ output|", top=margins.title_top(size=13, above_plot=10)))
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels, ticktext=ticktext)
     return fig
 
