@@ -152,8 +152,11 @@ def controls() -> None:
              warn=ended_run() is not None)  # a model trained here: the link does not hold it
     outside = [f"{what} {value:,} is outside {_span(bounds)}" for what, value, bounds in (
         ("Training steps", steps, steps_range), ("Seed", seed, seed_range)) if not bounds[0] <= value <= bounds[1]]
+    training = running and not job.stopping  # a stopped one ending its step: Start waits for it (_start)
     start = start_col.button("Start training", key="train_start", type="primary", icon=":material/play_arrow:",
-                             disabled=bool(outside))
+                             disabled=bool(outside) or training,
+                             help="A training is running in this tab: Stop it, or wait for it to end, to start another."
+                             if training else None)
     stop_col.button("Stop", key="train_stop", disabled=not running, icon=":material/stop:",
                     on_click=_stop, help="Stops after the current step; the model trained so far is kept.")
     if outside:  # Start trains what the boxes show, or nothing

@@ -1,6 +1,6 @@
 """AppTest of the Train page: a tiny training runs off the script thread, its curves and snapshots are drawn,
-Stop stops it, a second start in the same session is refused with a message, and the trained model becomes
-a ``weights`` option of that session.  Waits are joins on the job, never fixed sleeps."""
+Stop stops it, Start is disabled while it runs (a second click that lands anyway starts nothing), and the trained
+model becomes a ``weights`` option of that session.  Waits are joins on the job, never fixed sleeps."""
 
 from __future__ import annotations
 
@@ -192,20 +192,33 @@ def test_the_training_runs_with_mallocs_mmap_threshold_raised_and_restores_it(mo
     assert malloc.calls[restored + 1 : restored + 2] == ["trim"]
 
 
-def test_a_second_start_in_the_same_session_is_refused_with_a_message():
+def test_start_is_disabled_while_a_training_runs_and_a_second_click_that_lands_starts_nothing():
     at = train_page()
     at.number_input(key="train_steps").set_value(live_train.MAX_STEPS)
     at.button(key="train_start").click().run()
     job = job_of(at)
     try:
         wait_for_steps(job, 1)
-        at.button(key="train_start").click().run()
-        assert not at.exception, [e.value for e in at.exception]
-        assert any("already running in this tab" in w.value for w in at.warning)
-        assert job_of(at) is job and job.running  # the first training goes on
+        at.run()
+        start = at.button(key="train_start")
+        assert start.disabled and "Stop it" in start.help  # while it runs, Start cannot be pressed, and says why
     finally:
         job.stop()
         assert job.join(TIMEOUT)
+    at.run()
+    assert not at.button(key="train_start").disabled  # ended: Start trains again
+    # two clicks that land before the page draws Start disabled: when the second one's run comes, the first one's has
+    # started a training, so this run draws Start disabled and the click does nothing (no second training, no error);
+    # the first training goes on
+    racing = train_ui.job_board().start(at.session_state["_train_owner"], lambda job: job._stop.wait(TIMEOUT))
+    try:
+        at.button(key="train_start").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert job_of(at) is racing and racing.running
+        assert at.button(key="train_start").disabled
+    finally:
+        racing.stop()
+        assert racing.join(TIMEOUT)
 
 
 def test_a_full_server_refuses_a_training_with_a_message():
