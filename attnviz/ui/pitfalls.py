@@ -49,7 +49,7 @@ def _lab(context: Context, key: tuple) -> None:
 
     if bug == "none":
         st.info(no_bug_words(config), icon=":material/science:")
-        st.dataframe(pd.DataFrame(catalogue.table()), hide_index=True)
+        bug_table()
     else:
         pitfall = PITFALLS[bug]
         why_not = pitfall.unavailable(setup)
@@ -69,6 +69,24 @@ def _lab(context: Context, key: tuple) -> None:
         with page_run.link:
             link = st.container()  # made by this fragment, so that the leak detector's own runs can fill it
     leak_detector(dataclasses.replace(context, link=link), key, setup, tokens, None if bug == "none" else bug)
+
+
+# px: the bug table's columns, which fit beside the sidebar at 1,280 px (a wider page shares out the rest), and its
+# rows: three lines, where the grid wraps a cell's text (it does in rows taller than 4 rem), so the longest line of
+# code is read whole without scrolling the table sideways
+BUG_COLUMN_PX, LINE_COLUMN_PX, BUG_ROW_PX = 190, 290, 74
+
+
+def bug_table() -> None:
+    """The bugs with the book's line and the buggy line; from 1,280 px every row and every line whole, no scrolling."""
+    st.dataframe(pd.DataFrame(catalogue.table()), hide_index=True, row_height=BUG_ROW_PX, height="content",
+                 column_config={
+                     "bug": st.column_config.TextColumn(width=BUG_COLUMN_PX, help="Pick it under *Switch on a bug*."),
+                     "the book's line": st.column_config.TextColumn(
+                         width=LINE_COLUMN_PX, help="The line as the book's code (or the lab's own class) writes it."),
+                     "the buggy line": st.column_config.TextColumn(
+                         width=LINE_COLUMN_PX, help="The one line the bug changes; the rest of the code is the same."),
+                 })
 
 
 def no_bug_words(config: AttentionConfig) -> str:

@@ -7,6 +7,7 @@ import concurrent.futures
 import dataclasses
 import difflib
 import inspect
+import json
 import math
 import re
 import threading
@@ -944,6 +945,12 @@ def test_page_runs_and_the_books_code_does_not_leak():
     assert leak_verdict(at) == "**Verdict:** no leak"
     assert at.select_slider(key="pitfalls_token").value == 3  # the middle of 6 tokens
     assert len(at.dataframe[0].value) == len(PITFALLS) == 14  # every bug, listed
+    # and each line read whole at 1,280 px: the columns fit the page's 820 px beside the sidebar, and a row is taller
+    # than 4 rem (64 px), the height from which Streamlit's data grid wraps a cell's text instead of cutting it
+    table = at.dataframe[0].proto
+    widths = [json.loads(table.columns or "{}").get(name, {}).get("width") for name in catalogue.table()]
+    assert all(widths) and sum(widths) <= 820, widths
+    assert table.row_height > 64
 
 
 def test_choosing_each_pitfall_changes_the_verdict():
