@@ -345,7 +345,8 @@ def _pieces(token_ids: list[int]) -> list[str]:
 def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> None:
     step = result.steps[index]
     labels = [f"{i}:{piece}" for i, piece in enumerate(_pieces(result.token_ids))]
-    text_col, top_col = st.columns([3, 2])
+    # halves: the top-5 table's three columns need ~250 px, which two fifths of the page leave it only from ~1,100 px
+    text_col, top_col = st.columns(2)
     with text_col:
         shown = result.token_ids[: result.prompt_length + index]
         tail = max(0, result.prompt_length - PROMPT_SHOWN)  # a long prompt: its end (the sidebar has all of it)

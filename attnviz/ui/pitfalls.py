@@ -121,7 +121,9 @@ def both_versions(page_run: Context, setup: LabSetup, tokens: tuple[str, ...], p
     stage = pitfall.stage
     correct_name = "the book's code" if pitfall.correct is workbench.build_correct else "the correct code"
     head = pitfall.shown_head(setup)
-    for column, version, name in zip(st.columns(2), (result.correct, result.buggy), (correct_name, "with the bug")):
+    row = st.container(horizontal=True, gap="medium")  # side by side where two fit, else one above the other
+    columns = [row.container(width=pitfall_figures.MAP_COLUMN_PX) for _ in range(2)]
+    for column, version, name in zip(columns, (result.correct, result.buggy), (correct_name, "with the bug")):
         with column:
             st.markdown(f"**{name.capitalize()}**")
             verdict_box(version, buggy=version is result.buggy)

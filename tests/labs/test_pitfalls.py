@@ -28,6 +28,7 @@ from attnviz.labs.pitfalls import bugs, catalogue, detectors, leak, modern, work
 from attnviz.labs.pitfalls import figures as pitfall_figures
 from attnviz.labs.pitfalls.catalogue import PITFALLS
 from attnviz.rng import seeded
+from attnviz.views import figures
 
 TIMEOUT = 120
 TEXT = "Your journey starts with one step and then another one"
@@ -801,6 +802,21 @@ def test_weights_figure_writes_nan_on_computed_nan_cells(lab):
     fig = pitfall_figures.weights_figure(buggy.observation, [f"t{i}" for i in range(10)])
     nan_text = [trace for trace in fig.data if trace.name == "NaN"]
     assert len(nan_text) == 1 and set(nan_text[0].y) == {0} and sorted(nan_text[0].x) == list(range(10))
+
+
+def test_weights_figure_labels_only_the_key_tokens_its_column_holds():
+    """The lab's map is drawn in a column MAP_COLUMN_PX wide (the page puts the two versions one above the other
+    where two do not fit): its turned key-token labels are as many as that column's plot holds side by side, so they
+    never overlap."""
+    text = " ".join(f"w{i}" for i in range(30))
+    setup, x = lab_for(small_config(), text)
+    buggy = catalogue.run_pitfall("softmax_dim", setup, x).buggy
+    tokens = [f"t{i}" for i in range(x.shape[1])]
+    fig = pitfall_figures.weights_figure(buggy.observation, tokens)
+    plot_width = pitfall_figures.MAP_COLUMN_PX - fig.layout.margin.l - fig.layout.margin.r
+    shown = len(fig.layout.xaxis.ticktext)
+    assert x.shape[1] >= 30 and 2 <= shown < x.shape[1]
+    assert shown * figures.COLUMN_LABEL_PX <= plot_width
 
 
 def test_leak_figure_colours_leaks_and_labels_exact_zeros():

@@ -478,6 +478,10 @@ def test_a_long_prompt_shows_its_end_and_the_top_5_escapes_its_tokens():
     top5 = next(m.value for m in at.markdown if m.value.startswith("**The next token, from the top 5**"))
     assert len(top5.splitlines()) == 4 + 5 and all(line.count(" | ") == 2 for line in top5.splitlines()[4:])
     assert at.text_area[0].value == text
+    # its column is half the page, which holds the table's three columns at 1,024 px with the sidebar open (two
+    # fifths left it sticking out past the page)
+    top_col = next(col for col in at.columns if any(m.value == top5 for m in col.markdown))
+    assert top_col.weight == pytest.approx(0.5)
 
 
 def test_the_generation_spinner_names_the_count_and_shows_the_time(monkeypatch):

@@ -16,6 +16,9 @@ from attnviz.views import figures, margins
 
 LEAK_COLOR, STILL_COLOR, PERTURBED_COLOR, AFTER_COLOR = "#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4"
 TOO_SMALL_TO_SEE = 1e-4  # a bar below this can't be seen: the cache chart labels it, a bar chart's legend says so
+# px: a version's column (its verdict and map); two fit side by side at 1,280 px with the sidebar open, and a
+# narrower page puts one above the other, where two half columns would squeeze the map's cells to a thin strip
+MAP_COLUMN_PX = 390
 UPRIGHT_LABELS_PX = 400  # the widest row of upright category labels a bar chart has room for on a page
 LEGEND_PX = 2 * margins.LEGEND_ROW_PX  # a bar chart's legend of two or three series, on two rows if the page is narrow
 # the leak detector's colours, in its legend's order: what a bar of each colour says
@@ -26,16 +29,17 @@ LEAK_LEGEND = {PERTURBED_COLOR: "the perturbed token", STILL_COLOR: "before it, 
 # --------------------------------------------------------------------------- figures
 
 def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: str = "weights",
-                   dropout: float = 0.0) -> go.Figure:
+                   dropout: float = 0.0, width: int = MAP_COLUMN_PX) -> go.Figure:
     """One head's weights; cells whose score really was −∞ (masked) are grey — what is drawn is what the
     code did, so an ineffective mask shows as coloured cells above the diagonal.  No title (pages say
     which version it is): at this size a title would collide with the key-token axis on top.  Its cells are hovered,
     never selected (the lab explains no cell): their overlay is :func:`~attnviz.views.figures.undrawn_points`, no
-    node a cell."""
+    node a cell.  ``width``: the chart's (the page's column for it): its key tokens' labels are as many as that width
+    holds without overlapping."""
     values = observation.maps[stage][head].astype(np.float32).copy()  # (n, n)
     values[np.isneginf(observation.maps["masked"][head])] = np.nan  # masked by the code -> grey gap
     fig = figures.attention_heatmap(values, tokens[: values.shape[0]], stage, causal=False, dropout=dropout,
-                                    under_title_px=420, title_px=0)
+                                    under_title_px=420, title_px=0, width=width)
     nan_rows, nan_cols = np.nonzero(np.isnan(observation.maps[stage][head]))  # computed NaN, not a masked gap
     if nan_rows.size:
         fig.add_trace(go.Scatter(x=nan_cols, y=nan_rows, mode="text",  # (key, query) positions, as the map's
