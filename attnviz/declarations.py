@@ -7,8 +7,9 @@ object or a dict). This module reads:
   setting, :data:`HEAD_DIM_NAMES`);
 * the scales it declares other than 1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its
   own);
-* its sliding window (:func:`declared_window`; whether a ``window_size`` is its KV cache's length rather than an
-  attention window is :mod:`attnviz.window_reading`'s reading of its code);
+* its sliding window (:func:`declared_window`, kept by the module, a submodule or a KV cache object it holds:
+  :func:`window_holders`; whether a ``window_size`` is its KV cache's length rather than an attention window is
+  :mod:`attnviz.window_reading`'s reading of its code);
 * the soft-cap of its scores (:func:`declared_softcap`);
 * its attention sinks' logits (:func:`declared_sinks`);
 * the numbers other than sizes a constructor may be built with (:data:`NUMBER_SETTINGS`: a rotary base, a soft-cap);
@@ -26,6 +27,7 @@ import ast
 import contextlib
 import inspect
 import math
+import re
 import textwrap
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from attnviz.words import name_words
 
 # attnviz's setting -> the names a constructor may call it
 SPELLINGS = {
@@ -331,14 +335,15 @@ def declared_window(module: nn.Module) -> int | None:
     (:func:`_config_window`); a module that says neither reads its submodules — those that keep the attribute
     (transformers' Qwen2 and Gemma layers, whose ``sliding_window`` is None on a full-attention layer;
     gemma_pytorch's, whose ``attn_type`` says global), else those whose config declares one (Mistral's layer reads
-    ``self.config.sliding_window``) — when they all say the same.  None: none says one.  The one reader of
-    mask-convention and kv-cache."""
+    ``self.config.sliding_window``) — when they all say the same.  A KV cache object the module holds that is no
+    ``nn.Module`` (:func:`window_holders`: the book's and Hugging Face's caches are plain objects) is read as a
+    submodule is.  None: none says one.  The one reader of mask-convention and kv-cache."""
     said = _attribute_window(module)
     if said is not _SAYS_NOTHING:
         return said
     if (window := _config_window(module)) is not None:
         return window
-    subs = [sub for _, sub in module.named_modules() if sub is not module]
+    subs = [sub for path, sub in window_holders(module).items() if path]
     kept = {window for sub in subs if (window := _attribute_window(sub)) is not _SAYS_NOTHING}
     if not kept:
         kept = {window for sub in subs if (window := _config_window(sub)) is not None}
@@ -346,6 +351,59 @@ def declared_window(module: nn.Module) -> int | None:
 
 
 _SAYS_NOTHING = object()  # a module with no window attribute in any spelling
+
+def class_says_cache(klass: type) -> bool:
+    """Whether a class's name ends in the word cache (``KVCache``, ``SlidingKVCache``, ``RollingCache``)."""
+    return name_words(klass.__name__)[-1:] in (["cache"], ["caches"])
+
+
+def is_cache_object(value) -> bool:
+    """Whether ``value`` is a KV cache object that is no ``nn.Module``: an instance of a class that is not torch's or
+    Python's whose name says cache (:func:`class_says_cache`: the book's ``KVCache``, Hugging Face's ``DynamicCache``)
+    or that has an ``update`` method (Hugging Face's ``DynamicSlidingWindowLayer``, which a ``DynamicCache`` holds)."""
+    cls = type(value)
+    if isinstance(value, nn.Module | type) or cls.__module__.split(".")[0] in ("torch", "builtins"):
+        return False
+    return class_says_cache(cls) or callable(getattr(cls, "update", None))
+
+
+HOLDING_DEPTH = 3  # how deep cache objects are read inside each other: a DynamicCache's layers
+
+
+def window_holders(module: nn.Module) -> dict[str, object]:
+    """Each object under ``module`` that may keep its window, by its path: the module (``""``) and its submodules
+    (``named_modules``: ``kv_cache``, a ``ModuleList``'s ``kv_caches[0]``), and the KV cache objects that are no
+    modules (:func:`is_cache_object`) each of them holds — as an attribute (``kv_cache``), or in a list, tuple or
+    dict, one per layer (``kv_caches[0]``, ``caches['layer_0']``) — and those such an object holds in turn (a
+    ``DynamicCache``'s ``layers[0]``), as a submodule is held.  The one walk of what keeps a window:
+    :func:`declared_window` and :mod:`attnviz.window_reading` read it."""
+    holders: dict[str, object] = {}
+    seen: set[int] = set()
+
+    def hold(path: str, value, depth: int) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        holders[path] = value
+        if depth < HOLDING_DEPTH:
+            for name, child in getattr(value, "__dict__", {}).items():  # none: a class with __slots__
+                for at, item in _held_items(child):
+                    if is_cache_object(item):
+                        hold(f"{path + '.' if path else ''}{name}{at}", item, depth + 1)
+
+    for path, sub in module.named_modules():
+        hold(re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", path), sub, 0)  # a ModuleList's item as code indexes it: caches[0]
+    return holders
+
+
+def _held_items(value) -> list[tuple[str, object]]:
+    """(how an attribute's value is indexed, each item it holds): the value itself (``""``), a list's or tuple's items
+    (``"[0]"``), a dict's values (``"['layer_0']"``)."""
+    if isinstance(value, list | tuple):
+        return [(f"[{index}]", item) for index, item in enumerate(value)]
+    if isinstance(value, dict):
+        return [(f"[{key!r}]", item) for key, item in value.items()]
+    return [("", value)]
 
 
 def _attribute_window(module: nn.Module):

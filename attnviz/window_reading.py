@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from torch import nn
 
 from attnviz import tracing
-from attnviz.declarations import SPELLINGS, config_setting, declared, declared_window, function_tree, is_named, is_size
+from attnviz.declarations import (
+    SPELLINGS,
+    class_says_cache,
+    config_setting,
+    declared,
+    declared_window,
+    function_tree,
+    is_named,
+    is_size,
+    window_holders,
+)
 from attnviz.words import name_words
 
 CACHE_LENGTH_NAMES = ("window_size",)  # a window spelling that may size a KV cache: it names no sliding or attention
@@ -73,8 +83,8 @@ def cache_length_reading(module: nn.Module) -> tuple[str, int, str] | None:
     owner = name.rpartition(".")[0]
     if not owner:
         return name, length, "its code reads it only where the forward caches"
-    cache = type(module.get_submodule(owner))
-    kind = (f"a {cache.__name__} with no forward of its own" if cache.forward is nn.Module.forward else
+    cache = type(window_holders(module)[owner])
+    kind = (f"a {cache.__name__} with no forward of its own" if _has_no_forward(cache) else
             f"a {cache.__name__}, whose class's name says cache")
     reads = _read_only_to_cache(type(module), name, True)
     return name, length, (f"only its cache module {owner}, {kind}, keeps it, and the attention's own code "
@@ -106,18 +116,36 @@ def _read_as_cache_length(module: nn.Module) -> tuple[str, int] | None:
 
 
 def _cache_module_window(module: nn.Module) -> tuple[str, int] | None:
-    """("<path>.<name>", W) for the one submodule that keeps the window the module declares (:func:`declared_window`)
-    and is a KV cache, not an attention layer: it has no forward of its own (the attention calls its ``update``) or
-    its class's name says cache (:func:`_names_a_cache`); None otherwise."""
+    """("<path>.<name>", W) for the cache that keeps the window the module declares (:func:`declared_window`) — one
+    submodule, or one KV cache object that is no module (:func:`attnviz.declarations.window_holders`: the book's and
+    Hugging Face's are plain objects), or the items of one list or dict of them, one per layer, all keeping W under
+    the same name (named by the first, ``kv_caches[0].window_size``) — and is a KV cache, not an attention layer: it
+    has no forward of its own (the attention calls its ``update``) or its class's name says cache
+    (:func:`_names_a_cache`); None otherwise."""
     window = declared_window(module)
-    kept = [(path, found) for path, sub in module.named_modules() if sub is not module
+    holders = window_holders(module)
+    kept = [(path, found) for path, sub in holders.items() if path
             and (found := declared(sub, "sliding_window_size")) is not None]
-    if window is None or len(kept) != 1 or kept[0][1][1] != window:
+    if window is None or not kept or {found for _, found in kept} != {(kept[0][1][0], window)}:
+        return None
+    if len({_list_of(path) for path, _ in kept}) != 1:
+        return None  # several caches: the items of one list, ModuleList or dict, and no other
+    if not all(_has_no_forward(type(holders[path])) or _names_a_cache(type(holders[path])) for path, _ in kept):
         return None
     path, (name, size) = kept[0]
-    sub = module.get_submodule(path)
-    is_cache = type(sub).forward is nn.Module.forward or _names_a_cache(type(sub))
-    return (f"{path}.{name}", size) if is_cache else None
+    return f"{path}.{name}", size
+
+
+def _list_of(path: str) -> str:
+    """The path of the list, ``ModuleList`` or dict an item's path (``kv_caches[0]``, ``caches['layer_0']``) names it
+    in; the path itself for one that is no item."""
+    return re.sub(r"\[[^\]]*\]$", "", path)
+
+
+def _has_no_forward(cls: type) -> bool:
+    """Whether a cache's class has no forward of its own: a module's that is ``nn.Module``'s, or none (a plain
+    object's)."""
+    return getattr(cls, "forward", nn.Module.forward) is nn.Module.forward
 
 
 def window_said(module: nn.Module) -> str | None:
@@ -191,11 +219,11 @@ ATTENTION_WORDS = ("attention", "attn", "mha", "gqa", "mqa", "swa")  # a class n
 
 
 def _names_a_cache(klass: type) -> bool:
-    """Whether a class's name says it is a cache — its last word "cache" (``SlidingKVCache``, ``RollingCache``), and
-    no word of it says attention (``SlidingWindowAttentionWithCache`` is an attention) —: what its name and docstring
-    say is about the cache, not about the attention that keeps it."""
-    words = name_words(klass.__name__)
-    return bool(words) and words[-1] in ("cache", "caches") and not set(words) & set(ATTENTION_WORDS)
+    """Whether a class's name says it is a cache — its last word "cache" (``SlidingKVCache``, ``RollingCache``:
+    :func:`attnviz.declarations.class_says_cache`), and no word of it says attention
+    (``SlidingWindowAttentionWithCache`` is an attention) —: what its name and docstring say is about the cache, not
+    about the attention that keeps it."""
+    return class_says_cache(klass) and not set(name_words(klass.__name__)) & set(ATTENTION_WORDS)
 
 
 def _parsed(function: Callable) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
@@ -441,6 +469,7 @@ def _read_only_to_cache(cls: type, name: str, kept_by_cache: bool = False) -> in
     elsewhere, or nowhere (unless ``kept_by_cache``), or where the source cannot be read.  Read once per class: a
     check asks several times (:func:`cache_length`, :func:`window_said`, :func:`cache_length_reading`)."""
     owner, _, bare = name.rpartition(".")  # "kv_cache", "window_size" for a cache submodule's window
+    owner = re.split(r"[.\[]", owner)[0]  # the attribute the constructor keeps: kv_caches for kv_caches[0]
     for klass in _own_classes(cls):
         init = vars(klass).get("__init__")
         if init is None:
@@ -494,13 +523,19 @@ def _passes_on(statement: ast.stmt) -> bool:
 
 def _is_self_load(node: ast.AST, name: str) -> bool:
     """Whether ``node`` reads ``self.<name>`` (an attribute of ``self`` loaded, not assigned; ``name`` may be a path,
-    ``kv_cache.window_size``)."""
+    ``kv_cache.window_size``, whose items are read at any index: ``kv_caches[0].window_size`` is read as
+    ``self.kv_caches[i].window_size``)."""
     *path, last = name.split(".")
     if not (isinstance(node, ast.Attribute) and node.attr == last and isinstance(node.ctx, ast.Load)):
         return False
     value = node.value
     for part in reversed(path):
-        if not (isinstance(value, ast.Attribute) and value.attr == part):
+        attribute, indexed, _ = part.partition("[")
+        if indexed:
+            if not isinstance(value, ast.Subscript):
+                return False
+            value = value.value
+        if not (isinstance(value, ast.Attribute) and value.attr == attribute):
             return False
         value = value.value
     return isinstance(value, ast.Name) and value.id == "self"

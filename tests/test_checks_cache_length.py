@@ -17,8 +17,9 @@ from helpers import user_modules as um
 from torch import nn
 
 from attnviz import checks, tracing
+from attnviz.declarations import declared_window
 from attnviz.kv_cache_rule import kv_cache
-from attnviz.window_reading import cache_length, cache_length_reading, window_said
+from attnviz.window_reading import attention_window, cache_length, cache_length_reading, window_said
 from attnviz.words import name_words
 
 
@@ -525,6 +526,51 @@ class CallsItsCacheModule(KeepsItInItsCacheModule):
         return x
 
 
+class CacheModulesPerLayer(um.PlainCachePerLayerMHA):
+    """Its caches one per layer in an ``nn.ModuleList`` of cache modules rather than a dict of plain objects."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, window_size=None):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, window_size=window_size)
+        self.kv_caches = nn.ModuleList(um.LayerKVCache(window_size or context_length) for _ in range(2))
+
+    def reset_cache(self):
+        for cache in self.kv_caches:
+            cache.reset()
+        self.ptr_current_pos = 0
+
+
+class SlidingLastTokens:
+    """A plain cache object (no ``nn.Module``) that keeps the last sliding_window tokens."""
+
+    def __init__(self, sliding_window):
+        self.sliding_window = sliding_window
+        self.kept = None
+
+    def update(self, x):
+        self.kept = x[:, -self.sliding_window:]  # (b, ≤ W, d)
+        return self.kept
+
+
+class SlidingLastTokensModule(SlidingLastTokens, nn.Module):
+    def __init__(self, sliding_window):
+        nn.Module.__init__(self)
+        super().__init__(sliding_window)
+
+
+class HoldsASlidingCache(KeepsItInItsCacheModule):
+    def __init__(self, cache):
+        nn.Module.__init__(self)
+        self.kv_cache = cache(4)
+
+
+@pytest.mark.parametrize("cache", [SlidingLastTokens, SlidingLastTokensModule], ids=["plain-object", "module"])
+def test_a_sliding_window_a_cache_object_keeps_is_read_as_a_cache_modules_is(cache):
+    """Hugging Face's sliding-window cache layers keep ``sliding_window``: kept by a plain cache object or a cache
+    module, it is the attention's window, not a cache length."""
+    module = HoldsASlidingCache(cache)
+    assert (declared_window(module), attention_window(module), cache_length(module)) == (4, 4, None)
+
+
 def held_cache(cls):
     return lambda: cls(16, 16, 16, 0.0, 4, window_size=4)
 
@@ -540,7 +586,14 @@ def held_cache(cls):
     (held_cache(um.HeldCacheChecksItsChunk), "only its cache module kv_cache, a LayerKVCache with no forward of its "
                                              "own, keeps it, and the attention's own code reads it only where the "
                                              "forward caches"),
-], ids=["own", "cache-module", "cache-module-named", "held-cache", "held-cache-read"])
+    (held_cache(um.PlainCacheMHA), "only its cache module kv_cache, a PlainKVCache with no forward of its own, keeps "
+                                   "it, and the attention's own code never reads it"),
+    (held_cache(um.PlainCachePerLayerMHA), "only its cache module kv_caches[0], a PlainKVCache with no forward of its "
+                                           "own, keeps it, and the attention's own code never reads it"),
+    (held_cache(CacheModulesPerLayer), "only its cache module kv_caches[0], a LayerKVCache with no forward of its "
+                                       "own, keeps it, and the attention's own code never reads it"),
+], ids=["own", "cache-module", "cache-module-named", "held-cache", "held-cache-read", "plain-cache-object",
+        "plain-cache-objects-per-layer", "cache-modules-per-layer"])
 def test_mask_convention_says_who_reads_a_cache_length(build, reads, causal_attention):
     """A window_size only a cache submodule keeps is read by that module, not by the attention: the pass says what was
     read — that no other module keeps it, why the submodule is a cache, whether the attention reads it — where it said
@@ -553,17 +606,32 @@ def test_mask_convention_says_who_reads_a_cache_length(build, reads, causal_atte
 
 
 @pytest.mark.slow  # a whole check_module run: the slow tier
-def test_attention_holding_its_cache_in_a_cache_object_is_checked_as_the_books_cache_length():
-    """The book's class with its cache in a cache object (update, get_seq_length, reset): its window_size is the
-    cache's length, each rule says so plainly, and the cached steps past W match the last W tokens' forward."""
-    results = verdicts(built(um.HeldCacheMHA, 16, 16, 16, 0.0, 4, window_size=4), rules=["mask-convention",
-                                                                                         "kv-cache"])
+@pytest.mark.parametrize(("cls", "cache"), [(um.HeldCacheMHA, "kv_cache, a LayerKVCache"),
+                                            (um.PlainCacheMHA, "kv_cache, a PlainKVCache"),
+                                            (um.PlainCachePerLayerMHA, "kv_caches[0], a PlainKVCache")],
+                         ids=["module", "plain-object", "plain-objects-per-layer"])
+def test_attention_holding_its_cache_in_a_cache_object_is_checked_as_the_books_cache_length(cls, cache):
+    """The book's class with its cache in a cache object (update, get_seq_length, reset) — an ``nn.Module``, or a
+    plain object as the book's and Hugging Face's caches are, alone or one per layer in a dict: its window_size is
+    the cache's length, each rule says so plainly, and the cached steps past W match the last W tokens' forward."""
+    results = verdicts(built(cls, 16, 16, 16, 0.0, 4, window_size=4), rules=["mask-convention", "kv-cache"])
     assert results["mask-convention"].status == "pass", results
     assert results["mask-convention"].evidence.endswith(
-        "only its cache module kv_cache, a LayerKVCache with no forward of its own, keeps it, and the attention's own "
+        f"only its cache module {cache} with no forward of its own, keeps it, and the attention's own "
         "code never reads it (a window? name it sliding_window_size)"), results
     assert results["kv-cache"].status == "pass", results
     assert "compared with the uncached forward of the last 4 tokens" in results["kv-cache"].evidence, results
+
+
+def test_a_plain_cache_object_that_keeps_too_little_still_fails_kv_cache():
+    """A plain cache object read as the cache's length: one that keeps two fewer tokens than its window_size fails
+    where a cached step sees fewer than the last W."""
+    check = kv_cache(built(um.PlainCacheMHA, 16, 16, 16, 0.0, 4, window_size=4, bug="keeps-too-few"),
+                     torch.randn(2, 6, 16))
+    assert check.status == "fail", check
+    assert check.evidence.startswith("sequence 1, token 3: the cached output differs from the uncached one by"), check
+    assert ("the step attends over only 3 keys where the cache's length (kv_cache.window_size = 4) keeps the last 4 "
+            "tokens") in check.evidence, check
 
 
 # ------------------------------------------------------------------ a window_size the code says is a sliding window

@@ -3843,6 +3843,107 @@ class HeldCacheChecksItsChunk(HeldCacheMHA):
         return super().forward(x, use_cache)
 
 
+class PlainKVCache:
+    """One layer's KV cache written as the book's ``KVCache`` (rasbt/LLMs-from-scratch, ``pkg/llms_from_scratch/
+    kv_cache/utils.py``) and Hugging Face's ``DynamicCache`` are: a plain Python object, not an ``nn.Module``, with
+    ``update``, ``get_seq_length`` and ``reset``; ``update`` keeps the last ``window_size`` keys and values, the oldest
+    shifted out, and hands back the last ``window_size`` of those it kept and the new ones.  ``bug="keeps-too-few"``:
+    it keeps two fewer than ``window_size``."""
+
+    def __init__(self, window_size, bug=None):
+        self.window_size = window_size
+        self.keys, self.values = None, None
+        self.bug = bug
+
+    def update(self, keys_new, values_new):
+        if self.keys is not None:
+            keys_new = torch.cat([self.keys, keys_new], dim=2)  # (b, h, kept + n, hd)
+            values_new = torch.cat([self.values, values_new], dim=2)  # (b, h, kept + n, hd)
+        keep = self.window_size - 2 if self.bug == "keeps-too-few" else self.window_size
+        self.keys, self.values = keys_new[:, :, -keep:], values_new[:, :, -keep:]  # ≤ W each
+        return keys_new[:, :, -self.window_size:], values_new[:, :, -self.window_size:]  # ≤ W each
+
+    def get_seq_length(self):
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def reset(self):
+        self.keys, self.values = None, None
+
+
+def causal_context(queries, keys, values, start):
+    """softmax(QKᵀ/√hd)·V for ``queries`` at positions start … start + n − 1 over the last ``keys`` up to them, the
+    future hidden: (b, h, n, hd)."""
+    num_tokens, k = queries.shape[2], keys.shape[2]
+    query_pos = torch.arange(start, start + num_tokens)[:, None]  # (n, 1)
+    key_pos = torch.arange(start + num_tokens - k, start + num_tokens)[None, :]  # (1, k)
+    attn_scores = (queries @ keys.transpose(2, 3)).masked_fill(key_pos > query_pos, -torch.inf)  # (b, h, n, k)
+    return torch.softmax(attn_scores / queries.shape[-1] ** 0.5, dim=-1) @ values  # (b, h, n, hd)
+
+
+class PlainCacheMHA(nn.Module):
+    """:class:`HeldCacheMHA` holding its cache in a plain object (``self.kv_cache = PlainKVCache(W)``), as code
+    written after the book's and Hugging Face's caches holds one: ``window_size`` is the cache's length."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, window_size=None, bug=None):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.kv_cache = PlainKVCache(window_size or context_length, bug=bug)
+        self.ptr_current_pos = 0
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens, _ = x.shape
+        queries, keys, values = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache:
+            keys, values = self.kv_cache.update(keys, values)  # (b, h, ≤ W, hd) each
+            start = self.ptr_current_pos
+            self.ptr_current_pos += num_tokens
+        context_vec = causal_context(queries, keys, values, start).transpose(1, 2)  # (b, n, h, hd)
+        return self.out_proj(context_vec.reshape(b, num_tokens, self.d_out))  # (b, n, d_out)
+
+    def reset_cache(self):
+        self.kv_cache.reset()
+        self.ptr_current_pos = 0
+
+
+class PlainCachePerLayerMHA(nn.Module):
+    """:class:`PlainCacheMHA` keeping its plain cache objects in a dict, one per layer, and using its own layer's
+    (``self.kv_caches[self.layer_idx]``), as a model that hands each layer its cache keeps them."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, window_size=None, layer_idx=0,
+                 n_layers=2):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.kv_caches = {i: PlainKVCache(window_size or context_length) for i in range(n_layers)}
+        self.layer_idx, self.ptr_current_pos = layer_idx, 0
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens, _ = x.shape
+        queries, keys, values = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache:
+            keys, values = self.kv_caches[self.layer_idx].update(keys, values)  # (b, h, ≤ W, hd) each
+            start = self.ptr_current_pos
+            self.ptr_current_pos += num_tokens
+        context_vec = causal_context(queries, keys, values, start).transpose(1, 2)  # (b, n, h, hd)
+        return self.out_proj(context_vec.reshape(b, num_tokens, self.d_out))  # (b, n, d_out)
+
+    def reset_cache(self):
+        for cache in self.kv_caches.values():
+            cache.reset()
+        self.ptr_current_pos = 0
+
+
 class CacheLengthRotary(nn.Module):
     """The book's optimized KV-cache MultiHeadAttention with rotary embeddings (Llama's halves layout), as a learner
     adds them to it: ``window_size`` is the KV cache's length, the cache shifts its oldest keys out once full, and the
