@@ -249,6 +249,7 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
     name = head_figures.head_name(layer, head) if layered else f"head {head}"
     st.plotly_chart(
         head_figures.stripe_heatmap(shown.maps[head], tokens, run.T, score=float(run.scores[layer, head]),
+                                    causal=shown.causal,  # the mask off: the later keys' weight, not grey
                                     title=f"{name}: weights on [BOS] + x + x (T = {run.T}), "
                                           f"stripe A[i, i−{run.T - 1}]"),
         config=plotly_config(f"attnviz-induction-{name}"), key="induction_map")

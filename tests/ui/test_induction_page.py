@@ -73,7 +73,8 @@ def test_an_empty_text_does_not_matter_to_the_lab_and_is_kept():
 
 def test_with_the_mask_off_the_book_classes_are_scored_but_no_head_is_named():
     """T = 2 on 4 random heads with the mask off: head 1's stripe holds 0.44 of the repeat's weight — past the 0.4 the
-    lab called 'an induction head' — yet every head gives later tokens weight, so it names none and says why."""
+    lab called 'an induction head' — yet every head gives later tokens weight, so it names none and says why, and its
+    map shows that weight."""
     at = lab(variant="mha", d_in="16", d_out="16", num_heads="4", preset="custom", causal="false")
     assert any(NOT_NAMED in info.value for info in at.info)  # at the default T = 25 too (best score 0.02 there)
     at.number_input(key="induction_T").set_value(2).run()
@@ -86,6 +87,11 @@ def test_with_the_mask_off_the_book_classes_are_scored_but_no_head_is_named():
     assert at.metric[0].value == f"{expected.scores.max():.2f}" == "0.44"
     assert any(c.value == "head 1: not named: this attention sees the future" for c in at.caption)
     assert any(NOT_NAMED in info.value and "*Causal mask* is off" in info.value for info in at.info)
+    # the map draws the weight each later key got, as the weight it is: nothing is greyed as "masked"
+    heat = figure(at, "head 1: weights on [BOS] + x + x")
+    shown = cells_shown(heat)
+    assert not np.isnan(shown).any() and not any(t.get("name") == "masked" for t in heat["data"])
+    np.testing.assert_allclose(shown, expected.maps[1], atol=1e-6)
 
 
 def test_at_t_2_the_lab_does_not_tell_an_induction_head_from_a_previous_token_head():
