@@ -329,7 +329,8 @@ def beside_shape_diagram(trace: Trace, highlight: str):
             st.caption(f"{trace.module_run.class_name}'s own ops, read from this run · full diagram: the Shapes page")
         else:
             st.html(diagram.shape_flow_html(trace.shapes, trace.config, highlight=highlight, window=trace.window,
-                                            hides_future=trace.hides_future))
+                                            hides_future=trace.hides_future,
+                                            layer=trace.model.layer if trace.model is not None else None))
             st.caption(diagram.head_dim_equation(trace.config) + " · full diagram: the Shapes page")
     return view_col
 

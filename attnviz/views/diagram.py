@@ -176,11 +176,21 @@ def _mask(config: AttentionConfig, window: int | None, hides_future: bool | None
             hides_future if hides_future is not None else config.hides_future)
 
 
+def input_title(layer: int | None) -> str:
+    """What the attention's input x is: the input embeddings, or for block ``layer`` of a model, norm1 of the residual
+    stream entering that block (the embeddings themselves at block 0)."""
+    if layer is None:
+        return "x: input embeddings"
+    entering = "the input embeddings" if layer == 0 else f"the residual stream entering block {layer}"
+    return f"x = norm1({entering})"
+
+
 def _titles(
-    config: AttentionConfig, shapes: dict[str, tuple[int, ...]], heads: int | None, mask: tuple[int | None, bool]
+    config: AttentionConfig, shapes: dict[str, tuple[int, ...]], heads: int | None, mask: tuple[int | None, bool],
+    layer: int | None = None,
 ) -> dict[str, tuple[str, bool]]:
     """stage -> (operation line, off?).  ``off`` stages did nothing in this run; ``mask`` is the run's own (window,
-    hides the future) (:func:`_mask`)."""
+    hides the future) (:func:`_mask`); ``layer``: the model's block whose attention this is (:func:`input_title`)."""
     spec = config.spec
     window, hides_future = mask
     if spec.heads == variants.BATCHED:
@@ -211,7 +221,7 @@ def _titles(
     g = shapes["kv_groups"][1] if "kv_groups" in shapes else None
     rotation = f"rotate by position (RoPE, base {config.rope_base:,})"
     return {
-        "input": ("x: input embeddings", False),
+        "input": (input_title(layer), False),
         **{stage: (project(weight, source), False) for weight, source, stage in projections},
         "latent": ("W_DKV(x): down to the latent", False),
         "kv_view": (f"split K, V into {g} K/V head{'' if g == 1 else 's'}", False),
@@ -273,12 +283,14 @@ def shape_dot(
     *,
     window: int | None = None,
     hides_future: bool | None = None,
+    layer: int | None = None,
 ) -> str:
     """Graphviz DOT source of this run's attention pipeline, with the recorded shapes.
 
     ``trace_shapes`` is ``Trace.shapes``; ``config`` the run's config (variant, causal, dropout); ``window`` and
     ``hides_future`` the run's own mask (``Trace.window``, ``Trace.hides_future``: a checkpoint's layer has its own),
-    else the config's.
+    else the config's; ``layer``: the block of a model this attention is in (its input is norm1 of the residual stream
+    entering it), ``None`` for the book's classes on the input embeddings.
     ``highlight`` names a stage (``"masked"``, ``"masked ×12"``, ``"view"`` …): that node gets
     :data:`HIGHLIGHT_FILL` (the rotation's two nodes together); a known stage this variant does not have
     (``"view"`` for a single head) highlights nothing.  ``rankdir`` overrides the left-to-right layout
@@ -286,7 +298,7 @@ def shape_dot(
     """
     spec = config.spec
     shapes, names, heads, lit = _read_shapes(trace_shapes, spec, highlight)
-    titles = _titles(config, shapes, heads, _mask(config, window, hides_future))
+    titles = _titles(config, shapes, heads, _mask(config, window, hides_future), layer)
     graph = _DotGraph(spec, _stages(spec, shapes), shapes, names, titles, heads, lit)
     lines = [*_dot_header(rankdir or "LR"), *graph.nodes(config.qkv_bias), *graph.edges(), "}"]
     return "\n".join(lines) + "\n"
@@ -453,18 +465,18 @@ def _flow(css_class: str, body: str, style: str = "") -> str:
 
 
 def shape_flow_html(trace_shapes: Shapes, config: AttentionConfig, highlight: str | None = None, *,
-                    window: int | None = None, hides_future: bool | None = None) -> str:
+                    window: int | None = None, hides_future: bool | None = None, layer: int | None = None) -> str:
     """The compact shape diagram as plain HTML: one box per recorded tensor, top to bottom, with its
     shape, the stage on view (``highlight``) filled like :func:`shape_dot`'s, and stages that did
     nothing in this run dashed and grey.  Same stages, shapes and operations as :func:`shape_dot`, but
     laid out by the browser's own HTML layout: a Graphviz chart is laid out and animated in the browser
     on every change, which makes each settings change wait for it.  ``window`` and ``hides_future``: the run's own
-    mask, as for :func:`shape_dot`.
+    mask, and ``layer``, as for :func:`shape_dot`.
 
     Every string is escaped; the result is safe for ``st.html``."""
     spec = config.spec
     shapes, names, heads, lit = _read_shapes(trace_shapes, spec, highlight)
-    titles = _titles(config, shapes, heads, _mask(config, window, hides_future))
+    titles = _titles(config, shapes, heads, _mask(config, window, hides_future), layer)
     weighted = spec.weights is not None
     arrows = {  # what the arrow into a stage carries, where it is not just "the row above"
         **{stage: (weight if weighted else "as is") for weight, _, stage in _projections(spec)},

@@ -361,6 +361,9 @@ def test_every_page_works_with_a_checkpoint(checkpoints, page, title):
         assert f"{NAME} · layer 2 of 3" in captions(at)
     if page == "pages/shapes.py":
         assert len(at.get("graphviz_chart")) == 2  # the whole model and the layer's attention
+        # block 2's attention reads norm1 of the residual stream entering block 2, not the input embeddings
+        attention = at.get("graphviz_chart")[1].proto.spec
+        assert "x = norm1(the residual stream entering block 2)" in attention and "input embeddings" not in attention
         stages = list(at.dataframe[0].value["stage"])
         assert stages[0] == "tokens" and stages[-1] == "logits" and "block 1" in stages
     if page == "pages/tokens.py":  # the checkpoint's own context length, not GPT-2's

@@ -204,6 +204,21 @@ def test_a_trace_from_another_variant_is_rejected():
 # --- each variant has its own path -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("layer, x", [
+    (None, "x: input embeddings"),  # the book's classes read the embeddings themselves
+    (0, "x = norm1(the input embeddings)"),
+    (2, "x = norm1(the residual stream entering block 2)"),
+])
+def test_the_input_node_says_what_the_attention_reads(layer, x):
+    """A model's block L attends over norm1 of the residual stream entering it, not over the embeddings."""
+    config = small("mha")
+    shapes = traced(config).shapes
+    nodes, _ = parse(diagram.shape_dot(shapes, config, layer=layer))
+    assert x in nodes["input"]["label"]
+    assert f'title="{x}"' in diagram.shape_flow_html(shapes, config, layer=layer).replace("&#x27;", "'")
+    assert ("embeddings" in nodes["input"]["label"]) == (layer in (None, 0))
+
+
 def test_mha_path():
     config = small("mha")
     nodes, edges = parse(diagram.shape_dot(traced(config).shapes, config))
