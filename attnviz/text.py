@@ -7,7 +7,7 @@ text here, so the same paste gives the same tokens everywhere.
 from __future__ import annotations
 
 from attnviz import tokens
-from attnviz.config import MAX_CHARS, EmptyTextError, InputError
+from attnviz.config import MAX_CHARS, MAX_CONTEXT_LENGTH, EmptyTextError, InputError
 
 
 def clean_text(text: str) -> tuple[str, list[str]]:
@@ -32,13 +32,15 @@ def clean_text(text: str) -> tuple[str, list[str]]:
 
 
 def prepare_text(text: str, context_length: int) -> tuple[str, list[int], list[str]]:
-    """(text to tokenize, its token ids ≤ context_length, notes); raises EmptyTextError."""
+    """(text to tokenize, its token ids ≤ context_length, notes); raises EmptyTextError.  A cut at
+    ``MAX_CONTEXT_LENGTH`` is attnviz's (a model's context may be longer) and its note says so; a shorter
+    ``context_length`` is the run's own (a checkpoint's positions, the book's ``context_length``)."""
     text, notes = clean_text(text)
     token_ids = tokens.encode(text)
     if len(token_ids) > context_length:
-        notes.append(
-            f"The text has {len(token_ids):,} tokens; only the first {context_length:,} "
-            f"(the context length) are shown."
-        )
+        reason = (f"attnviz runs at most {MAX_CONTEXT_LENGTH:,} tokens, GPT-2's context"
+                  if context_length >= MAX_CONTEXT_LENGTH else "the context length")
+        notes.append(f"The text has {len(token_ids):,} tokens; only the first {context_length:,} are shown "
+                     f"({reason}).")
         token_ids = token_ids[:context_length]
     return text, token_ids, notes

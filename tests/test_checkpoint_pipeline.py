@@ -23,6 +23,7 @@ from attnviz.attention import STAGES
 from attnviz.config import AttentionConfig, ConfigError
 from attnviz.models import discover
 from attnviz.producers import model_layer
+from attnviz.text import prepare_text
 from attnviz.views import checkpoint_view
 
 transformers = pytest.importorskip("transformers")
@@ -218,7 +219,19 @@ def test_checkpoint_fixes_the_settings_it_decides():
 def test_a_long_text_is_truncated_to_the_models_context(checkpoint_dir):
     trace = pipeline.run("word " * 500, config_for(checkpoint_dir, 0))
     assert trace.n == 96
-    assert any("96" in note for note in trace.notes)
+    assert "The text has 501 tokens; only the first 96 are shown (the context length)." in trace.notes
+
+
+def test_a_model_with_a_longer_context_is_cut_at_attnvizs_1024_and_says_so(tmp_path):
+    """A checkpoint of 1,200 positions: attnviz's cap cuts the text at 1,024, not the model's context, and the
+    notice gives that reason, not "the context length"."""
+    random_gpt2(0, n_layer=1, n_head=2, n_embd=16, n_positions=1200).save_pretrained(tmp_path / "long")
+    settled, _ = pipeline.settle(config_for(str(tmp_path / "long")))
+    # what pipeline.run cuts and says, without running 1,024 tokens (seconds on this machine's quick tier)
+    _, token_ids, notes = prepare_text("word " * 1100, settled.context_length)
+    assert len(token_ids) == 1024
+    assert notes == ["The text has 1,101 tokens; only the first 1,024 are shown (attnviz runs at most 1,024 tokens, "
+                     "GPT-2's context)."]
 
 
 def test_trace_cache_key_is_consistent(checkpoint_dir):

@@ -91,6 +91,7 @@ def test_a_long_paste_on_the_pitfall_lab_counts_the_text_and_the_run_apart():
     at.sidebar.text_area(key="text").set_value(HOSTILE_TEXTS["long"]).run()  # "word " × 3,000: 3,001 tokens
     assert not at.exception, [e.value for e in at.exception]
     said = " ".join(part.value for part in [*at.caption, *at.info, *at.markdown, *at.warning]).replace("\\", "")
-    assert "The text has 3,001 tokens; only the first 1,024 (the context length) are shown." in said
+    assert ("The text has 3,001 tokens; only the first 1,024 are shown (attnviz runs at most 1,024 tokens, GPT-2's "
+            "context).") in said
     assert "This run has 1,024 tokens; the lab uses the first 64 for speed." in said
     assert "The text has 1024" not in said and "The text has 1,024" not in said
