@@ -12,9 +12,18 @@ import streamlit as st
 from attnviz import models
 from attnviz.ui import weights as ui_weights
 from attnviz.ui.frame import Context, plotly_config
-from attnviz.ui.state import forget_page_params, page_bind, page_widgets_from_url, url_notices
+from attnviz.ui.state import (
+    forget_page_params,
+    page_bind,
+    page_param_notice,
+    page_params_of,
+    page_widgets_from_url,
+    shown_page,
+    url_notices,
+)
 from attnviz.urlstate import KNOCKOUT, parse_options
 from attnviz.views import figures, head_figures, intervention_figures
+from attnviz.words import clipped
 
 NEEDS_A_MODEL = ("Knocking out heads needs a model that predicts tokens: pick the bundled model (or a checkpoint, or "
                  "one trained on the Train page) under *Weights*. The book's classes are one attention layer with "
@@ -59,14 +68,24 @@ def _ablated_loss(ref: str, token_ids: tuple[int, ...], heads: tuple[tuple[int, 
     return models.position_loss(models.ablate(model, token_ids, heads), token_ids)
 
 
+UNUSED_KNOCKOUT = "induction_knockout_without_model"  # the notice of a link's knock-outs the book's classes cannot run
+
+
 def induction_section(page_run: Context, run) -> None:
     """The Induction lab's knock-outs: every head alone (a grid of Δ loss), then any heads together — the link's
     ``knockout`` on a session's first visit of the lab with a model, and the URL's since."""
     st.subheader("Knock heads out: which ones does the model need?")
     if page_run.config.checkpoint is None:
+        raw = st.query_params.get(KNOCKOUT)
+        if raw is not None and raw != page_params_of(shown_page()).get(KNOCKOUT):  # a link's, not this lab's
+            st.session_state[page_param_notice(UNUSED_KNOCKOUT)] = (
+                f"Ignored URL parameter {KNOCKOUT}={clipped(raw)!r}: knocking out heads needs a model that "
+                "predicts tokens, and the book's classes do not.")
+        url_notices(UNUSED_KNOCKOUT)  # until a model is picked
         st.info(NEEDS_A_MODEL, icon="ℹ️")
-        forget_page_params(KNOCKOUT)  # nothing to knock out: the link says so by leaving it out
+        forget_page_params(KNOCKOUT)  # nothing to knock out: the URL leaves it out
         return
+    st.session_state.pop(page_param_notice(UNUSED_KNOCKOUT), None)
     ref, ids = page_run.config.checkpoint, tuple(int(t) for t in run.token_ids)
     st.caption("A map that *looks* like an induction head proves nothing by itself. Knocking a head out — its part "
                "of the context set to 0 before the output projection — and measuring the loss on the second copy "

@@ -458,10 +458,22 @@ def page_links(pages: list[StreamlitPage], values: dict) -> None:
             st.page_link(page, query_params={**query, **page_link_params(target.script, carried)})
 
 
+# what a checkpoint's run decides itself instead of a setting a link gives, in the words of the notice naming it
+_CHECKPOINT_DECIDES = {
+    **dict.fromkeys(("d_in", "d_out", "num_heads", "preset"), "sizes"),
+    **dict.fromkeys(("variant", "num_kv_groups", "latent_dim", "sliding_window_size", "positions", "rope_base"),
+                    "the attention its file holds"),
+    **dict.fromkeys(("dropout", "train"), "eval mode (no dropout)"),
+    "seed": "no seed (the weights are the file's)",
+    "device": "the CPU",
+}
+
+
 def _follow_checkpoint(sizes, weights_name: str) -> None:
     """The size widgets show the checkpoint's sizes (disabled): its width, heads and matching preset, and the variant
-    its blocks hold (multi-head, grouped-query, multi-query or latent).  Sizes a link
-    gave with these weights (the URL has both) are set aside with a notice naming them and the checkpoint's."""
+    its blocks hold (multi-head, grouped-query, multi-query or latent).  Sizes a link gave with these weights (the URL
+    has both) are set aside, and so is every other setting the link gives that a checkpoint's run does not take (K/V
+    groups, a window, positions, a seed …): one notice names them all and what the checkpoint runs with instead."""
     dims = (sizes.emb_dim, sizes.emb_dim, sizes.num_heads)
     preset = next((name for name, preset_dims in PRESET_DIMS.items() if preset_dims == dims), "custom")
     own = {"d_in": dims[0], "d_out": dims[1], "num_heads": dims[2], "preset": preset,
@@ -471,9 +483,17 @@ def _follow_checkpoint(sizes, weights_name: str) -> None:
     for name, value in own.items():
         if st.session_state[name] != value:
             if from_link and _named(name, st.session_state[name]):
-                set_aside.append(f"{name}={clipped(st.session_state[name])}")
+                set_aside.append(name)
             set_setting(name, value)
+    if from_link:  # the link's settings no checkpoint runs: the sidebar keeps them for the book's classes
+        set_aside += [name for name in _CHECKPOINT_DECIDES if name not in own and _named(name, st.session_state[name])]
     if set_aside:
-        notice = (f"Ignored URL parameter{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)}: "
-                  f"{weights_name} has its own sizes (d_in {dims[0]}, d_out {dims[1]}, {dims[2]} heads).")
-        st.session_state[URL_NOTICES] = [*st.session_state.get(URL_NOTICES, []), notice]
+        decides = list(dict.fromkeys(_CHECKPOINT_DECIDES[name] for name in set_aside))  # in the table's order
+        decides = [f"its own sizes (d_in {dims[0]}, d_out {dims[1]}, {dims[2]} heads)" if what == "sizes" else what
+                   for what in decides]
+        named = ", ".join(f"{name}={clipped(st.query_params.get(name))}" for name in set_aside)
+        notice = (f"Ignored URL parameter{'s' if len(set_aside) > 1 else ''} {named}: {weights_name} runs with "
+                  + (", ".join(decides[:-1]) + " and " + decides[-1] if len(decides) > 1 else decides[0]) + ".")
+        notices = st.session_state.get(URL_NOTICES, [])
+        if notice not in notices:  # a rerun before the URL is rewritten finds the same link
+            st.session_state[URL_NOTICES] = [*notices, notice]

@@ -168,6 +168,22 @@ def test_a_link_turning_the_biases_off_says_the_checkpoint_runs_with_its_own(che
 
 
 
+def test_every_setting_a_link_gives_that_a_checkpoint_does_not_run_is_named(checkpoints):
+    """The link's variant, K/V groups, positions and window: a checkpoint runs the attention its file holds, and
+    one notice names all four (the variant alone was named; the other three left the URL silently). A GQA class picked
+    in the sidebar next, then the checkpoint again, names nothing: no link gave them."""
+    at = app("pages/steps.py", weights=NAME, layer="1", variant="gqa", positions="rotary", num_kv_groups="2",
+             sliding_window_size="2")
+    no_exception(at)
+    assert link_notices(at) == ("Ignored URL parameters variant=gqa, num_kv_groups=2, sliding_window_size=2, "
+                                f"positions=rotary: {NAME} runs with the attention its file holds.")
+    assert dict(at.query_params) == {"weights": NAME, "layer": "1"}
+    pick_weights(at, weights.BOOK)
+    at.sidebar.selectbox(key="variant").set_value("gqa").run()
+    pick_weights(at, NAME)
+    assert link_notices(at) == ""
+
+
 def test_weights_with_fewer_layers_picked_in_the_sidebar_start_at_layer_0_without_a_link_notice(checkpoints):
     """Layer 2 of a 3-layer checkpoint, then the 2-layer bundled model picked in the sidebar: the sidebar said
     "Layer 2 does not exist …" (with a link icon), a notice about a link the learner never followed."""

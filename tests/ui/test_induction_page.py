@@ -36,9 +36,14 @@ def stripe_of(fig: dict) -> dict:
 
 
 def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
-    at = lab(variant="causal", d_in="8", d_out="8", preset="custom")
+    at = lab(variant="causal", d_in="8", d_out="8", preset="custom", knockout="L0H0")
     assert at.title[0].value == "Induction lab"
     assert any(info.value == NO_LOSS for info in at.info)
+    # the link's knock-out: no model to knock heads out of, and the lab says it set the link's value aside
+    assert "knockout" not in at.query_params
+    knockout_notice = ("Ignored URL parameter knockout='L0H0': knocking out heads needs a model that predicts tokens, "
+                       "and the book's classes do not.")
+    assert [w.value.replace("\\", "") for w in at.warning] == [knockout_notice]
     T = at.number_input(key="induction_T").value
     assert T == induction.DEFAULT_T
     heat = figure(at, "head 0: weights on [BOS] + x + x")
@@ -57,6 +62,7 @@ def test_book_classes_show_the_stripe_and_say_there_is_no_loss():
     at.number_input(key="induction_T").set_value(7).run()
     assert not at.exception, [e.value for e in at.exception]
     assert decode(stripe_of(figure(at, "head 0: weights"))["y"]).tolist() == list(range(8, 15))  # n = 15
+    assert [w.value.replace("\\", "") for w in at.warning] == [knockout_notice]  # said until a model is picked
 
 
 def test_an_empty_text_does_not_matter_to_the_lab_and_is_kept():
