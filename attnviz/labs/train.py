@@ -284,12 +284,21 @@ def skip_batch(n: int, count: int, rng: np.random.Generator, *, bos: bool = True
     return (rows, copy) if with_mask else rows
 
 
-def probe_batches(cfg: TrainConfig) -> dict:
-    """Fixed sequences the heads are measured on while training (never trained on)."""
-    rng = np.random.default_rng(10_000 + cfg.seed)
+PROBE_REPEATS = 4  # induction probe sequences of each repeat length
+
+
+def probe_lengths(cfg: TrainConfig) -> list[int]:
+    """The repeat lengths T of the induction probes: 25, 40 and 55, each cut to what a training sequence holds."""
     longest = (cfg.seq_len - int(cfg.bos)) // 2  # probes are never longer than the training sequences
-    lengths = sorted({min(T, longest) for T in (25, 40, 55)})
-    repeats = [(T, repeated_random_tokens(T, seed=20_000 + cfg.seed + T, batch=4, bos=cfg.bos)) for T in lengths]
+    return sorted({min(T, longest) for T in (25, 40, 55)})
+
+
+def probe_batches(cfg: TrainConfig) -> dict:
+    """Fixed sequences the heads are measured on while training (never trained on): :data:`PROBE_REPEATS` repeated
+    random sequences of each of :func:`probe_lengths`, and windows of held-out English and code."""
+    rng = np.random.default_rng(10_000 + cfg.seed)
+    repeats = [(T, repeated_random_tokens(T, seed=20_000 + cfg.seed + T, batch=PROBE_REPEATS, bos=cfg.bos))
+               for T in probe_lengths(cfg)]
     english = text_windows("heldout_english", min(100, cfg.seq_len), 4, rng, bos=cfg.bos)
     code = text_windows("heldout_code", min(100, cfg.seq_len), 4, rng, bos=cfg.bos)
     return {"repeats": repeats, "text": np.concatenate([english, code])}

@@ -304,8 +304,9 @@ def _live() -> None:
         st.empty()
     if view.probe_steps.size:
         st.caption(f"Dotted line: {LABEL_THRESHOLD:g}, the score at which the Heads page names a head's type. "
-                   "Induction: on fixed repeated random sequences the model never trains on; previous-token: on "
-                   "windows of held-out English and code.")
+                   f"Induction: {probes_said()} (the Induction lab scores one sequence, of the T and seed picked "
+                   "there, so its scores and its best head can differ); previous-token: on windows of held-out English "
+                   "and code.")
     else:
         st.empty()
     if status in ("running", "stopping") and view.before is not None:
@@ -314,6 +315,16 @@ def _live() -> None:
         st.plotly_chart(before, config=plotly_config("attnviz-heads-before"), key="train_before_live")
     else:
         st.empty()
+
+
+def probes_said() -> str:
+    """What the induction scores of this page are measured on (the Induction lab's are on one sequence of its own)."""
+    from attnviz.labs.train import PROBE_REPEATS, probe_lengths
+
+    lengths = probe_lengths(live_train.page_config())
+    named = ", ".join(map(str, lengths[:-1])) + " and " + str(lengths[-1]) if len(lengths) > 1 else str(lengths[0])
+    return (f"the mean stripe over {PROBE_REPEATS * len(lengths)} fixed repeated random sequences the model never "
+            f"trains on ([BOS] + x + x, {PROBE_REPEATS} with each T = {named})")
 
 
 def _none_formed(done: int) -> str:
@@ -344,7 +355,8 @@ def _status_text(status: str, done: int, total: int | None, view) -> str:
         parts.append(f"loss {head_figures.smooth(view.loss)[-1]:.2f}")
     if view.probe_steps.size:
         layer, head = divmod(int(view.induction[-1].argmax()), view.induction.shape[-1])
-        parts.append(f"best induction {view.induction[-1].max():.2f} ({head_figures.head_name(layer, head)})")
+        parts.append(f"best induction on the probes {view.induction[-1].max():.2f} "
+                     f"({head_figures.head_name(layer, head)})")
     parts.append(f"{view.seconds:.0f} s")
     if status == "running" and total and done < total:
         left = live_train.seconds_left_recent(view.steps, view.step_seconds, total)
@@ -384,7 +396,10 @@ def results() -> None:
         heads_col, lab_col = st.columns(2)
         for col, page, label, key in ((heads_col, "pages/heads.py", "See its heads", "train_see_heads"),
                                       (lab_col, "pages/induction.py", "Test it in the Induction lab", "train_see_lab")):
-            if col.button(label, key=key, icon=":material/arrow_forward:", width="stretch"):
+            lab_help = (None if key != "train_see_lab" else "The lab scores every head on one repeated random sequence "
+                        "([BOS] + x + x) of the T and seed you pick there; this page's scores are "
+                        f"{probes_said()}: the two, and the best head, can differ.")
+            if col.button(label, key=key, icon=":material/arrow_forward:", width="stretch", help=lab_help):
                 _open_with(run.option.name, page)
     st.download_button(
         "Download the trained model (zip)", functools.partial(live_train.checkpoint_zip, run),

@@ -67,6 +67,14 @@ def test_a_training_draws_its_curves_and_snapshots_and_becomes_a_weights_option(
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert progress_text(at).startswith("Finished: step 12 of 12")
+    # the scores say what they were measured on, and the lab's link that it scores its own one sequence
+    probes = ("the mean stripe over 4 fixed repeated random sequences the model never trains on ([BOS] + x + x, 4 with "
+              "each T = 23)")  # the tiny recipe's 48-token sequences hold repeats of 23
+    assert " · best induction on the probes " in progress_text(at)
+    assert any(f"Induction: {probes} (the Induction lab scores one sequence" in c.value for c in at.caption)
+    assert at.button(key="train_see_lab").proto.help == (
+        "The lab scores every head on one repeated random sequence ([BOS] + x + x) of the T and seed you pick there; "
+        f"this page's scores are {probes}: the two, and the best head, can differ.")
     figures = plotly_figures(at)
     loss = next(f for f in figures if f["layout"].get("title", {}).get("text") == "training loss")
     assert decode(loss["data"][0]["x"]).tolist() == list(range(12))
