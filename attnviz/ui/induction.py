@@ -247,9 +247,14 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
                                           url=HEAD, labels=scores))
     tokens = [t.piece for t in pieces(run.token_ids.tolist())]
     name = head_figures.head_name(layer, head) if layered else f"head {head}"
+    if page_run.config.checkpoint is None:
+        window = page_run.config.window
+    else:  # this layer's own window, or none (a full-attention layer)
+        window = dict(enumerate(_layer_windows(page_run.config.checkpoint))).get(layer)
     st.plotly_chart(
         head_figures.stripe_heatmap(shown.maps[head], tokens, run.T, score=float(run.scores[layer, head]),
                                     causal=shown.causal,  # the mask off: the later keys' weight, not grey
+                                    window=window,  # the keys a sliding window hides: grey, as on the Heads page
                                     title=f"{name}: weights on [BOS] + x + x (T = {run.T}), "
                                           f"stripe A[i, i−{run.T - 1}]"),
         config=plotly_config(f"attnviz-induction-{name}"), key="induction_map")

@@ -45,12 +45,15 @@ def stripe_cells(n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: float | None = None,
-                   causal: bool = True, under_title_px: int = 520) -> go.Figure:
+                   causal: bool = True, window: int | None = None, under_title_px: int = 520) -> go.Figure:
     """One head's (n, n) weights with the induction stripe ``A[i, i−T+1]`` outlined over the repeat; ``causal``:
     whether the run masked the future (its later keys grey, "masked"); a run with the mask off shows the weight they
-    got (``causal`` and ``under_title_px``: as in :func:`~attnviz.views.figures.attention_heatmap`)."""
+    got.  ``window``: the run's sliding window W, whose keys W or more behind a query are grey too, as the Heads page
+    greys them (``causal`` and ``under_title_px``: as in :func:`~attnviz.views.figures.attention_heatmap`)."""
     n = weights.shape[-1]
-    fig = attention_heatmap(weights, tokens, "weights", causal=causal, title=title, under_title_px=under_title_px)
+    hidden = None if window is None else np.tril(np.ones((n, n), dtype=bool), -window)  # (n, n): i − j ≥ W
+    fig = attention_heatmap(weights, tokens, "weights", causal=causal, title=title, under_title_px=under_title_px,
+                            hidden=hidden)
     rows, cols = stripe_cells(n, T)
     on_stripe = weights[rows, cols]  # (T,)
     fig.add_trace(go.Scatter(

@@ -118,6 +118,11 @@ def test_a_sliding_window_narrower_than_the_stripe_says_why_every_score_is_0():
     assert any(info.value == window_caption(4, induction.DEFAULT_T) for info in at.info)
     assert not decode(figure(at, "every head on [BOS] + x + x")["data"][0]["z"]).any()
     assert not any(NOT_NAMED in info.value for info in at.info)  # the window hides the future too
+    # the map greys what the window hides, as the Heads page does: every key 4 or more behind its query
+    shown = cells_shown(figure(at, "head 0: weights on [BOS] + x + x"))
+    n = 2 * induction.DEFAULT_T + 1
+    behind = np.subtract.outer(np.arange(n), np.arange(n))  # (n, n): i − j
+    np.testing.assert_array_equal(np.isnan(shown), (behind < 0) | (behind >= 4))
     at.number_input(key="induction_T").set_value(4).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not any("sliding window" in info.value for info in at.info)  # T ≤ W: the stripe is inside the window
