@@ -217,6 +217,8 @@ def test_a_saved_window_layers_heads_view_in_a_notebook_draws_its_own_mask(tmp_p
     i, j = np.indices(shown.shape)
     assert np.array_equal(np.isnan(shown), (j > i) | (i - j >= WINDOW))
     assert f"sliding window W = {WINDOW}" in parts["flow"] and "mask off" not in parts["flow"]
+    flow = notebook.figures_of(run, head=1)["flow"].replace("&#x27;", "'")  # the model's layer 0 reads norm1's output
+    assert "x = norm1(the input embeddings)" in flow and "x: input embeddings" not in flow
 
 
 def test_a_window_layers_overview_tile_greys_what_its_window_hides():
