@@ -40,6 +40,7 @@ from attnviz.ui.state import (
     shown_page,
 )
 from attnviz.urlstate import (
+    BOOK_CLASSES,
     CELL,
     HEAD,
     PAGE_PARAMS,
@@ -485,7 +486,9 @@ def _follow_checkpoint(sizes, weights_name: str) -> None:
             if from_link and _named(name, st.session_state[name]):
                 set_aside.append(name)
             set_setting(name, value)
-    if from_link:  # the link's settings no checkpoint runs: the sidebar keeps them for the book's classes
+    # the link's settings no checkpoint runs, on a page that runs the checkpoint (a page of the book's classes only —
+    # Compare, the Pitfall lab, Benchmark — runs them at the checkpoint's sizes): the sidebar keeps them for the book's
+    if from_link and BOOK_CLASSES not in navigation.also_runs(shown_page()):
         set_aside += [name for name in _CHECKPOINT_DECIDES if name not in own and _named(name, st.session_state[name])]
     if set_aside:
         decides = list(dict.fromkeys(_CHECKPOINT_DECIDES[name] for name in set_aside))  # in the table's order

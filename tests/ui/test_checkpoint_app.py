@@ -182,6 +182,11 @@ def test_every_setting_a_link_gives_that_a_checkpoint_does_not_run_is_named(chec
     at.sidebar.selectbox(key="variant").set_value("gqa").run()
     pick_weights(at, NAME)
     assert link_notices(at) == ""
+    # Compare runs the book's classes at the checkpoint's sizes, with the link's K/V groups and seed: none is ignored
+    at = app("pages/compare.py", weights=NAME, num_kv_groups="2", seed="5")
+    no_exception(at)
+    assert "num_kv_groups" not in link_notices(at) and "seed" not in link_notices(at), link_notices(at)
+    assert (at.query_params.get("num_kv_groups"), at.query_params.get("seed")) == ("2", "5"), dict(at.query_params)
 
 
 def test_weights_with_fewer_layers_picked_in_the_sidebar_start_at_layer_0_without_a_link_notice(checkpoints):
