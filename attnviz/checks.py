@@ -800,19 +800,20 @@ def mask_convention(attention: tracing.Attention, causal: bool, declared: int | 
     return Check(rule, "fail", f"{_where(attention, wrong)} is {state}; it should be {should}")
 
 
-CAUSAL_HINT = ("; and nn.MultiheadAttention was given is_causal=True with this mask, which only tells it that the mask "
-               "is the causal one: its general path (training, or with gradients — the one attnviz runs) then hides "
-               "the future and ignores the mask, its fast path (eval mode without gradients) applies the mask, so the "
-               "module attends one way in training and another in inference — give is_causal=True only with the "
-               "causal mask, torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)")
+CAUSAL_HINT = ("; and nn.MultiheadAttention was given is_causal=True and need_weights=False with this mask: is_causal "
+               "only tells it that the mask is the causal one, and with need_weights=False its general path "
+               "(training, or with gradients) then hides the future and ignores the mask while its fast path (eval "
+               "mode without gradients) applies the mask, so the module attends one way in training and another in "
+               "inference — give is_causal=True only with the causal mask, torch.triu(torch.ones(n, n, "
+               "dtype=torch.bool), diagonal=1)")
 
 
 def _causal_hint(check: Check, attention: tracing.Attention) -> Check:
     """mask-convention's ``check`` with :data:`CAUSAL_HINT` after it, a failure, when an ``nn.MultiheadAttention`` call
-    was given ``is_causal=True`` and an attn_mask whose hidden cells are not exactly the future — a sliding window's
-    too: torch's two paths then compute different attentions, and what the rules saw (the general path,
-    :func:`attnviz.tracing.run_forward`) is not what an eval-mode forward without gradients computes."""
-    if attention.kind != "nn.MultiheadAttention" or not attention.is_causal or check.status == "skip":
+    was given ``is_causal=True`` and ``need_weights=False`` with an attn_mask whose hidden cells are not exactly the
+    future — a sliding window's too (``Attention.mask_dropped_by_hint``): torch's two paths then compute different
+    attentions.  With ``need_weights=True`` (its default) both apply the mask, and the mask is read as it is."""
+    if attention.kind != "nn.MultiheadAttention" or not attention.mask_dropped_by_hint or check.status == "skip":
         return check
     hidden = attention.masked_cells()  # (b, h, nq, nk)
     nq, nk = hidden.shape[-2:]

@@ -141,6 +141,9 @@ class Attention:
     is_causal: bool | None = None  # an SDPA / MultiheadAttention call's flag (None: a softmax the module computed)
     float_mask: bool = False  # an SDPA / MultiheadAttention call's attn_mask, as given, was a float added to the scores
     dropout_p: float = 0.0  # an SDPA / MultiheadAttention call's dropout probability
+    # an nn.MultiheadAttention call given is_causal=True, an attn_mask, need_weights=False and no key_padding_mask: its
+    # general path then drops the mask and hides the future only, its fast path applies the mask
+    mask_dropped_by_hint: bool = False
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
     # the p of the dropout between the softmax and @ V when its own call drops (training=True), 0.0 when it does not
     # (nn.Dropout in eval mode): what it did to its own input, whatever a mask after the softmax did before it
@@ -791,8 +794,8 @@ FAST_PATH_LAYERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer)  # torch'
 def _general_path(module: nn.Module):
     """Within it, the ``nn.MultiheadAttention`` layers of ``module`` take their general path, the one the recording
     sees (:class:`_AsItIs`), not the fast path of an eval-mode forward without gradients: the two differ where the
-    layer is given ``is_causal=True`` with an attn_mask that is not the causal one — the general path then hides the
-    future and ignores the mask, the fast path ignores ``is_causal`` and applies the mask —, and a rule comparing a
+    layer is given ``is_causal=True`` and ``need_weights=False`` with an attn_mask that is not the causal one — the
+    general path then hides the future and ignores the mask, the fast path applies the mask —, and a rule comparing a
     forward of its own with the traced one would see that difference as the module's.  Nothing for a module without
     such a layer (within the recording, it passes every call on to the recording's mode)."""
     if not any(isinstance(sub, FAST_PATH_LAYERS) for sub in module.modules()):
@@ -1925,6 +1928,8 @@ def _mha(func, args, kwargs, *, boolean_mask: bool = False) -> Attention:
                                     1.0 / math.sqrt(head_dim), is_causal=bool(a["is_causal"]),
                                     dropout_p=float(a["dropout_p"]) if a["training"] else 0.0)
     attention.out_proj = (a["out_proj_weight"], a["out_proj_bias"])
+    attention.mask_dropped_by_hint = bool(mask is not None and a["is_causal"] and padding is None
+                                          and not a["need_weights"])
     return attention
 
 

@@ -82,3 +82,13 @@ def test_is_causal_with_a_mask_that_is_not_the_causal_one_fails_mask_convention_
     assert results["mask-convention"].evidence.startswith(found), results
     assert results["mask-convention"].evidence.endswith(checks.CAUSAL_HINT), results
     assert results["batch-independence"].status == results["causal"].status == "pass", results
+
+
+def test_is_causal_with_a_window_and_need_weights_is_read_as_the_window_both_paths_apply():
+    """With need_weights=True (nn.MultiheadAttention's default) both of torch's paths apply the mask given with
+    is_causal=True: the window is what the module computes, and mask-convention does not call it a training/inference
+    split."""
+    module = built("hint-window-weights")
+    results = {check.rule: check for check in checks.check_module(module, rules=["mask-convention"])}
+    assert checks.CAUSAL_HINT not in results["mask-convention"].evidence, results
+    assert "sliding window W = 3" in results["mask-convention"].evidence, results

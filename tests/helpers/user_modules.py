@@ -4321,7 +4321,8 @@ class CausalMHA(nn.Module):
     """nn.MultiheadAttention (batch_first) made causal as learners write it, ``how``: "bool" (a boolean triu mask, True
     = hide), "float" (−∞ above the diagonal), "hint" (the boolean mask and ``is_causal=True``); bugs: "hint-only"
     (``is_causal=True`` and no mask), "hint-past" (``is_causal=True`` with a mask that hides the past) and
-    "hint-window" (``is_causal=True`` with a sliding window of 3, which torch's general path ignores)."""
+    "hint-window" (``is_causal=True`` with a sliding window of 3, which torch's general path ignores); and
+    "hint-window-weights", the same with ``need_weights=True``, where both of torch's paths apply the window."""
 
     def __init__(self, embed_dim=16, num_heads=2, how="bool"):
         super().__init__()
@@ -4334,8 +4335,9 @@ class CausalMHA(nn.Module):
         attn_mask = {"bool": future, "hint": future, "hint-only": None,
                      "float": torch.zeros(n, n).masked_fill(future, float("-inf")),
                      "hint-past": torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1),
-                     "hint-window": future | torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-3)}[self.how]
-        out, _ = self.mha(x, x, x, attn_mask=attn_mask, need_weights=False,
+                     "hint-window": future | torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-3)}[
+            self.how.removesuffix("-weights")]
+        out, _ = self.mha(x, x, x, attn_mask=attn_mask, need_weights=self.how.endswith("-weights"),
                           is_causal=self.how.startswith("hint"))  # (b, n, embed_dim)
         return out
 
