@@ -87,7 +87,8 @@ def cache_length_reading(module: nn.Module) -> tuple[str, int, str] | None:
     kind = (f"a {cache.__name__} with no forward of its own" if _has_no_forward(cache) else
             f"a {cache.__name__}, whose class's name says cache")
     reads = _read_only_to_cache(type(module), name, True)
-    return name, length, (f"only its cache module {owner}, {kind}, keeps it, and the attention's own code "
+    holder = "cache module" if isinstance(window_holders(module)[owner], nn.Module) else "cache"
+    return name, length, (f"only its {holder} {owner}, {kind}, keeps it, and the attention's own code "
                           + ("reads it only where the forward caches" if reads else "never reads it"))
 
 

@@ -586,9 +586,9 @@ def held_cache(cls):
     (held_cache(um.HeldCacheChecksItsChunk), "only its cache module kv_cache, a LayerKVCache with no forward of its "
                                              "own, keeps it, and the attention's own code reads it only where the "
                                              "forward caches"),
-    (held_cache(um.PlainCacheMHA), "only its cache module kv_cache, a PlainKVCache with no forward of its own, keeps "
+    (held_cache(um.PlainCacheMHA), "only its cache kv_cache, a PlainKVCache with no forward of its own, keeps "
                                    "it, and the attention's own code never reads it"),
-    (held_cache(um.PlainCachePerLayerMHA), "only its cache module kv_caches[0], a PlainKVCache with no forward of its "
+    (held_cache(um.PlainCachePerLayerMHA), "only its cache kv_caches[0], a PlainKVCache with no forward of its "
                                            "own, keeps it, and the attention's own code never reads it"),
     (held_cache(CacheModulesPerLayer), "only its cache module kv_caches[0], a LayerKVCache with no forward of its "
                                        "own, keeps it, and the attention's own code never reads it"),
@@ -606,9 +606,9 @@ def test_mask_convention_says_who_reads_a_cache_length(build, reads, causal_atte
 
 
 @pytest.mark.slow  # a whole check_module run: the slow tier
-@pytest.mark.parametrize(("cls", "cache"), [(um.HeldCacheMHA, "kv_cache, a LayerKVCache"),
-                                            (um.PlainCacheMHA, "kv_cache, a PlainKVCache"),
-                                            (um.PlainCachePerLayerMHA, "kv_caches[0], a PlainKVCache")],
+@pytest.mark.parametrize(("cls", "cache"), [(um.HeldCacheMHA, "cache module kv_cache, a LayerKVCache"),
+                                            (um.PlainCacheMHA, "cache kv_cache, a PlainKVCache"),
+                                            (um.PlainCachePerLayerMHA, "cache kv_caches[0], a PlainKVCache")],
                          ids=["module", "plain-object", "plain-objects-per-layer"])
 def test_attention_holding_its_cache_in_a_cache_object_is_checked_as_the_books_cache_length(cls, cache):
     """The book's class with its cache in a cache object (update, get_seq_length, reset) — an ``nn.Module``, or a
@@ -617,7 +617,7 @@ def test_attention_holding_its_cache_in_a_cache_object_is_checked_as_the_books_c
     results = verdicts(built(cls, 16, 16, 16, 0.0, 4, window_size=4), rules=["mask-convention", "kv-cache"])
     assert results["mask-convention"].status == "pass", results
     assert results["mask-convention"].evidence.endswith(
-        f"only its cache module {cache} with no forward of its own, keeps it, and the attention's own "
+        f"only its {cache} with no forward of its own, keeps it, and the attention's own "
         "code never reads it (a window? name it sliding_window_size)"), results
     assert results["kv-cache"].status == "pass", results
     assert "compared with the uncached forward of the last 4 tokens" in results["kv-cache"].evidence, results

@@ -7,9 +7,10 @@ and runs in eval mode (dropout off) on the CPU.  At the book's toy example, as t
 (:func:`book_listing`), each class is instead seeded and masked as its listing in the book is
 (``Variant.book_seed``: 789 for SelfAttention_v2, 123 for the others; ``Variant.book_causal``), as
 ``config.preset_config`` builds it and the other pages show it when it is picked, so every map is the book's.
-The sliding-window variant runs the window W it is given (the sidebar's, whichever class is picked), and its map
-greys the keys that window hid; the line under each bonus variant's map gives the sizes it ran with
-(:func:`variant_sizes`).
+The grouped-query, latent and sliding-window variants run the K/V groups, latent width and window W they are given
+(the sidebar's, whichever class is picked; a default, said under the map, where a size does not fit the variant:
+:func:`set_aside_note`), and the window's map greys the keys it hid; the line under each bonus variant's map gives
+the sizes it ran with (:func:`variant_sizes`).
 
 The equivalences are computed, never asserted in text; each reports the max absolute difference:
 
@@ -127,7 +128,7 @@ def set_aside_note(base: AttentionConfig, config: AttentionConfig) -> str:
                 f"the default {config.kv_groups})")
     if config.latent_width is not None and base.latent_dim and config.latent_dim is None:
         return (f" (the sidebar's latent width, {base.latent_dim}, is wider than its d_out {config.d_out}: it runs "
-                f"the book's default {config.latent_width})")
+                f"the default {config.latent_width})")
     return ""
 
 

@@ -386,7 +386,7 @@ def test_a_card_says_the_sidebars_kv_groups_or_latent_it_cannot_take_and_runs_th
     assert captions["gqa"].endswith("· 2 K/V heads, each shared by 2 query heads (the sidebar's K/V groups, 3, do "
                                     "not divide its 4 heads: it runs the default 2)"), captions["gqa"]
     assert captions["mla"].endswith("· K/V latent dim 16 (the sidebar's latent width, 20, is wider than its d_out "
-                                    "16: it runs the book's default 16)"), captions["mla"]
+                                    "16: it runs the default 16)"), captions["mla"]
     assert "sidebar's K/V groups" not in captions["mqa"] and all(check.ok for check in result.checks)
 
 
