@@ -75,15 +75,16 @@ def window_caption(window: int, T: int) -> str:
 
 
 def _layer_windows(ref: str) -> tuple[int | None, ...]:
-    """Each layer's own sliding window of the checkpoint ``ref`` (None: a full-attention layer)."""
-    from attnviz.producers.model_layer import layer_window
+    """Each layer's own sliding window of the checkpoint ``ref`` (None: a full-attention layer;
+    :func:`attnviz.models.layer_windows`)."""
+    from attnviz import models
     from attnviz.ui import weights
 
     try:
         model = weights.load(ref)
     except ValueError:  # changed on disk since the lab ran it: the knock-outs below say so with its name
         return ()
-    return tuple(layer_window(model, layer) for layer in range(len(model.trf_blocks)))
+    return models.layer_windows(model)
 
 
 def layers_window_caption(windows: dict[int, int], T: int) -> str:
