@@ -188,6 +188,8 @@ TOO_BIG = r"float32 numbers \([\d,.]+ [kMG]?B\), more than the [\d,.]+ [kMG]?B t
                  id="generate-bytes"),
     pytest.param(lambda model, result: attnviz.models.generate(model, torch.tensor([True, False]), 1),
                  r"^token_ids must be whole numbers \(GPT-2 token ids\), got Tensor: ", id="generate-bool-tensor"),
+    pytest.param(lambda model, result: attnviz.models.attention_maps(model, [True, 1]),
+                 r"^token_ids must be whole numbers \(GPT-2 token ids\), got list: ", id="maps-a-bool-among-ids"),
     pytest.param(lambda model, result: attnviz.models.generate(model, {2, 1}, 1),
                  r"^token_ids must be a sequence in order \(a list, a tuple, a tensor\), got set: a set keeps no "
                  r"order of tokens\.$", id="generate-set"),

@@ -56,6 +56,8 @@ def _whole_numbers(token_ids) -> np.ndarray | None:
     Python ints (an object array), so that the range check names them rather than calling them no numbers."""
     if isinstance(token_ids, str | bytes | bytearray | Mapping | AbstractSet) or token_ids is None:
         return None
+    if isinstance(token_ids, list | tuple) and _holds_a_bool(token_ids):  # numpy reads [True, 1] as [1, 1]
+        return None
     if isinstance(token_ids, torch.Tensor):
         token_ids = token_ids.detach().cpu().numpy()  # a bool or float tensor keeps its kind ("b", "f"): refused
     try:
@@ -70,6 +72,12 @@ def _whole_numbers(token_ids) -> np.ndarray | None:
                                       for value in values.flat):
         return values
     return None
+
+
+def _holds_a_bool(values: list | tuple) -> bool:
+    """Whether a list or tuple, or one nested in it, holds a boolean."""
+    return any(isinstance(value, bool | np.bool_) or isinstance(value, list | tuple) and _holds_a_bool(value)
+               for value in values)
 
 
 def token_sequence(token_ids, vocab_size: int | None = None) -> torch.Tensor:
