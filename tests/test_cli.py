@@ -422,6 +422,24 @@ def test_help_reads_in_80_columns(command, monkeypatch):
         assert main.parse_args(example).command == command, example
 
 
+def test_check_helps_size_table_names_spellings_the_checker_fills_and_marks_the_ones_left_out():
+    """Each size flag's row names spellings of ``declarations.SPELLINGS`` only, and ends in "…" exactly where it
+    leaves some out (``--latent-dim`` listed two of its three names without saying so)."""
+    from attnviz.declarations import SPELLINGS
+
+    flags = {"--d-in": "d_in", "--d-out": "d_out", "--num-heads": "num_heads", "--context-length": "context_length",
+             "--dropout": "dropout", "--num-kv-groups": "num_kv_groups", "--latent-dim": "latent_dim",
+             "--window": "sliding_window_size"}
+    text = cli.parser().parse_args(["check", "x.py:X"]).command_parser.format_help()
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in text.splitlines()
+            if line.startswith("    --") and line.split()[0] in flags}
+    assert set(rows) == set(flags), rows
+    for flag, names in rows.items():
+        listed = [name.strip() for name in names.rstrip(" …").split(",")]
+        assert set(listed) <= set(SPELLINGS[flags[flag]]), (flag, listed)
+        assert names.endswith("…") == (len(listed) < len(SPELLINGS[flags[flag]])), (flag, names)
+
+
 def test_train_help_says_set_refuses_steps_and_seed():
     assert "(not steps/seed: use --steps/--seed)" in help_text("train")
 
