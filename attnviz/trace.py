@@ -341,6 +341,19 @@ def hidden_by_mask(masked, scaled=None, keys: int | None = None):
     return hidden | (masked == -float("inf"))
 
 
+def window_band(n_queries: int, n_keys: int, window: int, *, causal: bool = True,
+                positions=None) -> np.ndarray:
+    """bool ``(n_queries, n_keys)``: True where a sliding window of ``window`` = W keys hides the key from the query.
+    Query i sees keys i − W + 1 … i: a key W or more behind its query (i − j ≥ W) is hidden, and with ``causal`` a
+    key after it (j > i) too.  ``positions``: each row's query position (default 0 … n_queries − 1), for rows that
+    are not the first positions.  The one reading of a window's band from its W: every view that greys or drops the
+    keys a window hides asks it (:func:`window_hidden` reads the cells a run hid from its scores instead)."""
+    queries = np.arange(n_queries) if positions is None else np.asarray(positions)  # (q,)
+    distance = queries[:, None] - np.arange(n_keys)[None, :]  # (q, k): i − j
+    hidden = distance >= window  # (q, k)
+    return hidden | (distance < 0) if causal else hidden
+
+
 def window_hidden(masked: np.ndarray) -> np.ndarray:
     """bool, ``masked``'s shape: the cells a sliding window's run hid — every cell not finite in its softmax's input,
     the causal triangle's too (the window classes fill them with −∞).  The one reading of a window run's hidden

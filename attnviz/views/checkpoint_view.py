@@ -18,6 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attnviz import tokens
+from attnviz.trace import window_band
 from attnviz.views import diagram, figures, margins
 
 if TYPE_CHECKING:
@@ -35,12 +36,12 @@ def overview_tiles(maps: np.ndarray, causal: bool, size: int, window: int | None
     as the Heads page's grid greys them: ``(heads, s, s)`` float32.  :func:`attnviz.models.every_layer` takes it
     to make each layer small as it is computed."""
     n_rows, n_cols = maps.shape[-2:]
-    distance = np.arange(n_rows)[:, None] - np.arange(n_cols)[None, :]  # (n, n): i − j
+    hidden = None if window is None else window_band(n_rows, n_cols, window)  # (n, n): the future and the far past
     tiles = []
     for head_map in maps:
         values = figures.display_values(head_map, "weights", causal)  # (n, n), a copy
-        if window is not None:
-            values[(distance < 0) | (distance >= window)] = np.nan  # the window hides the future and the far past
+        if hidden is not None:
+            values[hidden] = np.nan  # the window hides the future and the far past
         tiles.append(figures.max_pool(values, size)[0])  # (s, s)
     return np.stack(tiles).astype(np.float32, copy=False)  # (h, s, s)
 

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnviz.kv_cache import format_bytes
+from attnviz.trace import window_band
 from attnviz.views import margins
 from attnviz.views.figures import tick_positions
 
@@ -25,8 +26,9 @@ def new_rows(rows: list[np.ndarray], n_keys: int, *, positions: list[int] | None
     out = np.full((len(rows), n_keys), np.nan, dtype=np.float32)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
-        if window is not None and positions is not None:
-            out[i, : max(0, positions[i] - window + 1)] = np.nan  # keys i − W and older: no longer cached
+    if window is not None and positions is not None:
+        # keys i − W and older: no longer cached (a later key is already NaN where the row stops)
+        out[window_band(len(rows), n_keys, window, causal=False, positions=positions[: len(rows)])] = np.nan
     return out
 
 

@@ -19,6 +19,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from attnviz.head_types import repeat_halves
+from attnviz.trace import window_band
 from attnviz.views import margins
 from attnviz.views.figures import WEIGHT_SCALE, attention_heatmap
 
@@ -51,7 +52,7 @@ def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: fl
     got.  ``window``: the run's sliding window W, whose keys W or more behind a query are grey too, as the Heads page
     greys them (``causal`` and ``under_title_px``: as in :func:`~attnviz.views.figures.attention_heatmap`)."""
     n = weights.shape[-1]
-    hidden = None if window is None else np.tril(np.ones((n, n), dtype=bool), -window)  # (n, n): i − j ≥ W
+    hidden = None if window is None else window_band(n, n, window, causal=False)  # (n, n): i − j ≥ W
     fig = attention_heatmap(weights, tokens, "weights", causal=causal, title=title, under_title_px=under_title_px,
                             hidden=hidden)
     rows, cols = stripe_cells(n, T)

@@ -9,7 +9,7 @@ from helpers.maps import colour_range, pixels
 
 from attnviz import pipeline
 from attnviz.config import AttentionConfig
-from attnviz.trace import Trace
+from attnviz.trace import Trace, window_band
 from attnviz.views import figures, map_image, margins
 
 JOURNEY = "Your journey starts with one step"
@@ -313,6 +313,25 @@ def test_a_sliding_windows_overview_greys_what_the_window_hides_as_the_grid_does
     assert not np.isnan(overview[100, 100])  # the band itself
     grid_tile = figures.pooled_display(weights[None], "weights", True, 128, hidden[None])[0][0]  # the thumbnail's
     assert np.array_equal(np.isnan(overview), np.isnan(grid_tile))
+
+
+@pytest.mark.parametrize(("n_queries", "n_keys", "window", "causal", "positions"), [
+    (6, 6, 1, True, None), (6, 6, 3, True, None), (6, 6, 3, False, None), (5, 9, 4, True, None),
+    (3, 9, 2, False, [6, 7, 8]), (4, 4, 10, True, None)])
+def test_the_window_band_every_view_greys_hides_the_keys_w_or_more_behind_and_with_the_mask_the_future(
+        n_queries, n_keys, window, causal, positions):
+    """Query i sees keys i − W + 1 … i: every view (the induction stripe map, the overview tiles, the generation
+    rows) greys the same cells, read here one cell at a time."""
+    queries = list(range(n_queries)) if positions is None else positions
+    expected = np.array([[i - j >= window or (causal and j > i) for j in range(n_keys)] for i in queries])
+    assert np.array_equal(window_band(n_queries, n_keys, window, causal=causal, positions=positions), expected)
+
+
+def test_the_window_band_is_what_a_sliding_window_run_hid():
+    trace = pipeline.run("the cat sat on the mat and", AttentionConfig(variant="swa", sliding_window_size=3))
+    hidden = trace.hidden_cells()  # (h, n, n)
+    n = hidden.shape[-1]
+    assert all(np.array_equal(head, window_band(n, n, 3)) for head in hidden)
 
 
 def test_a_narrow_map_has_as_many_key_labels_as_its_width_holds_and_can_leave_its_colour_bar_out():
