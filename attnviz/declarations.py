@@ -374,7 +374,7 @@ def window_holders(module: nn.Module) -> dict[str, object]:
     """Each object under ``module`` that may keep its window, by its path: the module (``""``) and its submodules
     (``named_modules``: ``kv_cache``, a ``ModuleList``'s ``kv_caches[0]``), and the KV cache objects that are no
     modules (:func:`is_cache_object`) each of them holds — as an attribute (``kv_cache``), or in a list, tuple or
-    dict, one per layer (``kv_caches[0]``, ``caches['layer_0']``) — and those such an object holds in turn (a
+    dict, one per layer (``kv_caches[0]``, ``caches["layer_0"]``) — and those such an object holds in turn (a
     ``DynamicCache``'s ``layers[0]``), as a submodule is held.  The one walk of what keeps a window:
     :func:`declared_window` and :mod:`attnviz.window_reading` read it."""
     holders: dict[str, object] = {}
@@ -387,7 +387,7 @@ def window_holders(module: nn.Module) -> dict[str, object]:
         holders[path] = value
         if depth < HOLDING_DEPTH:
             for name, child in getattr(value, "__dict__", {}).items():  # none: a class with __slots__
-                for at, item in _held_items(child):
+                for at, item in held_items(child):
                     if is_cache_object(item):
                         hold(f"{path + '.' if path else ''}{name}{at}", item, depth + 1)
 
@@ -396,13 +396,14 @@ def window_holders(module: nn.Module) -> dict[str, object]:
     return holders
 
 
-def _held_items(value) -> list[tuple[str, object]]:
+def held_items(value) -> list[tuple[str, object]]:
     """(how an attribute's value is indexed, each item it holds): the value itself (``""``), a list's or tuple's items
-    (``"[0]"``), a dict's values (``"['layer_0']"``)."""
+    (``"[0]"``), a dict's values (``'["layer_0"]'``; a key that is no string as Python writes it, ``"[0]"``).  The one
+    spelling of a held item's path: :func:`window_holders`' and the kv-cache rule's kept tensors'."""
     if isinstance(value, list | tuple):
         return [(f"[{index}]", item) for index, item in enumerate(value)]
     if isinstance(value, dict):
-        return [(f"[{key!r}]", item) for key, item in value.items()]
+        return [(f'["{key}"]' if isinstance(key, str) else f"[{key!r}]", item) for key, item in value.items()]
     return [("", value)]
 
 

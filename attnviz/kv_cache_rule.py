@@ -76,7 +76,7 @@ import torch
 from torch import nn
 
 from attnviz import time_limit, tracing, user_code
-from attnviz.declarations import declared_size, declared_window, is_size
+from attnviz.declarations import declared_size, declared_window, held_items, is_size
 from attnviz.rotary_rule import uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
 from attnviz.tokens import counted
@@ -1085,7 +1085,8 @@ NESTING = 4  # how many containers deep a cache's tensors are looked for (a list
 
 def _tensors_in(name: str, value, seen: set[int] | None = None) -> dict[str, torch.Tensor]:
     """path -> ``value`` when it is a tensor, else the tensors inside it, up to :data:`NESTING` containers deep:
-    a tuple's or list's items (``name[0]``, and per layer ``name[1][0]``), a dict's values (``name["k"]``), a Hugging
+    a tuple's or list's items (``name[0]``, and per layer ``name[1][0]``), a dict's values (``name["k"]``: paths as
+    :func:`attnviz.declarations.held_items` spells them, as the window's holders are named), a Hugging
     Face cache object's layers' keys and values (``name.layers[0].keys``, or the older ``name.key_cache[0]``).  A
     tensor reached twice (``seen``: the ids of those found before) is kept under its first path only."""
     found: dict[str, torch.Tensor] = {}
@@ -1102,11 +1103,8 @@ def _collect_tensors(path: str, value, depth: int, found: dict[str, torch.Tensor
         return
     if depth >= NESTING:
         return
-    if isinstance(value, tuple | list):
-        items = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
-    elif isinstance(value, dict):
-        items = [(f'{path}["{key}"]' if isinstance(key, str) else f"{path}[{key!r}]", item)
-                 for key, item in value.items()]
+    if isinstance(value, tuple | list | dict):
+        items = [(f"{path}{at}", item) for at, item in held_items(value)]
     else:
         items = []
         layers = getattr(value, "layers", None)

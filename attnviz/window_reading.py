@@ -138,7 +138,7 @@ def _cache_module_window(module: nn.Module) -> tuple[str, int] | None:
 
 
 def _list_of(path: str) -> str:
-    """The path of the list, ``ModuleList`` or dict an item's path (``kv_caches[0]``, ``caches['layer_0']``) names it
+    """The path of the list, ``ModuleList`` or dict an item's path (``kv_caches[0]``, ``caches["layer_0"]``) names it
     in; the path itself for one that is no item."""
     return re.sub(r"\[[^\]]*\]$", "", path)
 

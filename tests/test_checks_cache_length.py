@@ -539,6 +539,26 @@ class CacheModulesPerLayer(um.PlainCachePerLayerMHA):
         self.ptr_current_pos = 0
 
 
+class PlainCachesByLayerName(um.PlainCachePerLayerMHA):
+    """Its plain caches in a dict keyed by the layers' names (``"layer_0"``) rather than their numbers."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, window_size=None):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, window_size=window_size)
+        self.kv_caches = {f"layer_{i}": cache for i, cache in self.kv_caches.items()}
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens, _ = x.shape
+        queries, keys, values = (w(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))  # (b, h, n, hd) each
+        start = 0
+        if use_cache:
+            keys, values = self.kv_caches[f"layer_{self.layer_idx}"].update(keys, values)  # (b, h, ≤ W, hd) each
+            start = self.ptr_current_pos
+            self.ptr_current_pos += num_tokens
+        context_vec = um.causal_context(queries, keys, values, start).transpose(1, 2)  # (b, n, h, hd)
+        return self.out_proj(context_vec.reshape(b, num_tokens, self.d_out))  # (b, n, d_out)
+
+
 class SlidingLastTokens:
     """A plain cache object (no ``nn.Module``) that keeps the last sliding_window tokens."""
 
@@ -592,8 +612,11 @@ def held_cache(cls):
                                            "own, keeps it, and the attention's own code never reads it"),
     (held_cache(CacheModulesPerLayer), "only its cache module kv_caches[0], a LayerKVCache with no forward of its "
                                        "own, keeps it, and the attention's own code never reads it"),
+    # a dict's key is spelled as the kv-cache rule spells the tensors it finds (cache["k"])
+    (held_cache(PlainCachesByLayerName), 'only its cache kv_caches["layer_0"], a PlainKVCache with no forward of '
+                                         "its own, keeps it, and the attention's own code never reads it"),
 ], ids=["own", "cache-module", "cache-module-named", "held-cache", "held-cache-read", "plain-cache-object",
-        "plain-cache-objects-per-layer", "cache-modules-per-layer"])
+        "plain-cache-objects-per-layer", "cache-modules-per-layer", "plain-cache-objects-by-name"])
 def test_mask_convention_says_who_reads_a_cache_length(build, reads, causal_attention):
     """A window_size only a cache submodule keeps is read by that module, not by the attention: the pass says what was
     read — that no other module keeps it, why the submodule is a cache, whether the attention reads it — where it said
@@ -608,8 +631,9 @@ def test_mask_convention_says_who_reads_a_cache_length(build, reads, causal_atte
 @pytest.mark.slow  # a whole check_module run: the slow tier
 @pytest.mark.parametrize(("cls", "cache"), [(um.HeldCacheMHA, "cache module kv_cache, a LayerKVCache"),
                                             (um.PlainCacheMHA, "cache kv_cache, a PlainKVCache"),
-                                            (um.PlainCachePerLayerMHA, "cache kv_caches[0], a PlainKVCache")],
-                         ids=["module", "plain-object", "plain-objects-per-layer"])
+                                            (um.PlainCachePerLayerMHA, "cache kv_caches[0], a PlainKVCache"),
+                                            (PlainCachesByLayerName, 'cache kv_caches["layer_0"], a PlainKVCache')],
+                         ids=["module", "plain-object", "plain-objects-per-layer", "plain-objects-by-name"])
 def test_attention_holding_its_cache_in_a_cache_object_is_checked_as_the_books_cache_length(cls, cache):
     """The book's class with its cache in a cache object (update, get_seq_length, reset) — an ``nn.Module``, or a
     plain object as the book's and Hugging Face's caches are, alone or one per layer in a dict: its window_size is
