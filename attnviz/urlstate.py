@@ -22,7 +22,7 @@ from attnviz.config import (
 from attnviz.kv_cache import default_kv_heads
 from attnviz.rope import ROPE_BASES
 from attnviz.text import clean_text
-from attnviz.words import amount, clipped
+from attnviz.words import CLIPPED_LENGTH, amount, clipped
 
 DEFAULT_TEXT = "Your journey starts with one step"
 PRESETS = variants.PRESET_LABELS  # name -> label, "custom" last
@@ -254,6 +254,17 @@ def fit_modern(values: dict) -> tuple[dict, dict[str, str]]:
     return values, notices
 
 
+def ignored(params: list[tuple[str, object]], why: str, limit: int = CLIPPED_LENGTH) -> str:
+    """The one wording of a notice about URL parameters the app does not use: ``Ignored URL parameter
+    head='9': it is out of range (this layer's 4 heads: 0 … 3); showing head 0.`` — "parameters" for several, each
+    as ``name='value'`` (a parameter named without a value — ``None`` — by its name alone), then a colon and ``why``:
+    what is wrong with it and what the app does instead, as whole sentences.  A value is quoted (``repr`` of its first
+    ``limit`` characters, :func:`clipped`) as most of these notices quoted it before this one wording: the quotes show
+    where a value ends when it holds spaces, commas or nothing, and a number the link gave reads as the text it was."""
+    named = ", ".join(key if value is None else f"{key}={clipped(value, limit)!r}" for key, value in params)
+    return f"Ignored URL parameter{'s' if len(params) > 1 else ''} {named}: {why}"
+
+
 def last_of(key: str, raw: str | list[str]) -> tuple[str, str | None]:
     """A URL parameter's value — the last, where the link gives it several times (``?text=a&text=b``: a parameter
     appended to a link overrides it) — and a notice naming the values set aside (None when they all agree)."""
@@ -284,7 +295,7 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         if key == TEXT_LEFT_OUT:  # the sidebar reads it (a text left out of the URL); it sets nothing
             continue
         if key in NOT_SETTINGS:
-            notices.append(f"Ignored URL parameter {key}: {NOT_SETTINGS[key]}")
+            notices.append(ignored([(key, None)], NOT_SETTINGS[key]))
             continue
         if key not in parsers and key not in PAGE_PARAMS:
             unknown.append(key)
@@ -301,15 +312,15 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         try:
             values[key] = parsers[key](raw)
         except ValueError as exc:  # the parsers' own words, never Python's
-            notices.append(f"Ignored URL parameter {key}={clipped(raw)!r}: {exc}.")
+            notices.append(ignored([(key, raw)], f"{exc}."))
         else:
             used.add(key)
     if unknown:
         notices.insert(0, _unknown_notice(unknown))
     if "layer" in used and values["layer"] and values["weights"] == weights.BOOK:
         if not unlisted:  # the link's model's layer: the weights' notice says why the book's classes open
-            notices.append(f"Ignored URL parameter layer={clipped(values['layer'])}: the book's classes are one "
-                           "attention layer; pick a checkpoint under Weights for its layers.")
+            notices.append(ignored([("layer", values["layer"])], "the book's classes are one attention layer; pick "
+                                   "a checkpoint under Weights for its layers."))
         values["layer"] = 0
     if "preset" in used and values["preset"] in PRESET_DIMS:  # the sizes the link does not give are the preset's
         for key, value in zip(("d_in", "d_out", "num_heads"), preset_dims(values["preset"], values["variant"])):
@@ -331,8 +342,8 @@ def settings_from_query(params: dict[str, str | list[str]], weights_names=None) 
         # the default's, and the notice names the URL's value that caused it
         spec = variants.VARIANTS.get(values["variant"])  # None: a user's module, which has heads
         if "num_heads" in used:
-            notices.append(f"Ignored URL parameter num_heads={values['num_heads']}: it does not divide "
-                           f"d_out {values['d_out']}; using {new} heads.")
+            notices.append(ignored([("num_heads", values["num_heads"])], f"it does not divide d_out "
+                                   f"{values['d_out']}; using {new} heads."))
         elif spec is None or spec.not_applicable("num_heads") is None:  # a single-head class runs none of them
             notices.append(f"URL parameter d_out={values['d_out']}: the default {values['num_heads']} heads do not "
                            f"divide it; using {new} heads.")
@@ -354,18 +365,18 @@ def _weights_not_listed(raw: str) -> str:
     """The notice for a link's ``weights`` that names no option listed here; for a model trained on the Train page
     (a session's own, which a link made elsewhere can name), what happened and how to see it here."""
     if not raw.startswith(weights.TRAINED):
-        return (f"Ignored URL parameter weights={clipped(raw)!r}: no weights of that name are listed here (this server "
-                "lists the book's classes and the checkpoints it found).")
+        return ignored([("weights", raw)], "no weights of that name are listed here (this server lists the book's "
+                       "classes and the checkpoints it found).")
     run = _TRAINED_RUN.fullmatch(raw[len(weights.TRAINED):])
     again = "train one on the Train page"
     if run is not None:
         stopped = f"; it was stopped at step {int(run['done']):,}" if run["done"] else ""
         again = (f"train it on the Train page ({int(run['steps'] or run['planned']):,} steps, seed {int(run['seed'])}: "
                  f"the same seed gives the same run{stopped})")
-    return (f"Ignored URL parameter weights={clipped(raw, 60)!r}: a model trained on the Train page stays in the "
-            "browser session, on the server, that trained it, so the book's classes open instead. To see it here, "
-            f"{again}, or ask for its zip (Download the trained model (zip)) and start the app with --checkpoint "
-            "on its folder.")
+    return ignored([("weights", raw)], "a model trained on the Train page stays in the browser session, on the "
+                   "server, that trained it, so the book's classes open instead. To see it here, "
+                   f"{again}, or ask for its zip (Download the trained model (zip)) and start the app with "
+                   "--checkpoint on its folder.", limit=60)
 
 
 def book_sizes_of_link(params: dict[str, str | list[str]]) -> dict:

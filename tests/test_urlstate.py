@@ -15,6 +15,7 @@ from attnviz.urlstate import (
     DEFAULTS,
     config_from_settings,
     fit_modern,
+    ignored,
     link_gives,
     link_settings,
     settings_from_query,
@@ -346,8 +347,23 @@ def test_a_layer_is_a_whole_number_and_one_past_the_book_classes_is_named_in_few
     for raw, words in (("x", "it is not a whole number"), ("9" * 5000, "it is out of range (far too many digits)")):
         assert settings_from_query({"layer": raw})[1] == [f"Ignored URL parameter layer={quoted_back(raw)}: {words}."]
     (notice,) = settings_from_query({"layer": "9" * 400})[1]
-    assert notice.startswith(f"Ignored URL parameter layer={'9' * 20}…: the book's classes are one attention layer")
+    assert notice.startswith(f"Ignored URL parameter layer='{'9' * 20}…': the book's classes are one attention layer")
 
+
+def test_every_notice_about_a_url_parameter_the_app_does_not_use_is_worded_one_way():
+    """One parameter or several (a checkpoint's link), a value or a name alone: each value quoted by its first 20
+    characters, "parameters" for several, the reason after a colon (a notice quoted one value and not the next)."""
+    assert ignored([("head", "9")], "it is out of range; showing head 0.") == \
+        "Ignored URL parameter head='9': it is out of range; showing head 0."
+    assert ignored([("variant", "gqa"), ("num_kv_groups", "2")], "the checkpoint runs its own.") == \
+        "Ignored URL parameters variant='gqa', num_kv_groups='2': the checkpoint runs its own."
+    assert ignored([("qkv_bias", None)], "no such setting.") == "Ignored URL parameter qkv_bias: no such setting."
+    assert ignored([("layer", 10 ** 399)], "one layer.") == \
+        f"Ignored URL parameter layer='{'1' + '0' * 19}…': one layer."
+    notices = settings_from_query({"num_heads": "7", "layer": "1", "qkv_bias": "1", "seed": "x"})[1]
+    assert [notice.split(":")[0] for notice in notices] == [
+        "Ignored URL parameter qkv_bias", "Ignored URL parameter seed='x'", "Ignored URL parameter layer='1'",
+        "Ignored URL parameter num_heads='7'"]
 
 def _parses_one(parse) -> bool:
     try:

@@ -14,7 +14,7 @@ from attnviz.config import MAX_CONTEXT_LENGTH, available_devices, resolve_device
 from attnviz.labs import implementations
 from attnviz.ui.frame import Context, plotly_config
 from attnviz.ui.state import page_bind
-from attnviz.urlstate import DEFAULTS, url_value
+from attnviz.urlstate import DEFAULTS, ignored, url_value
 from attnviz.views import figures
 from attnviz.words import amount
 
@@ -75,16 +75,19 @@ def _timed_settings(settings: dict, spec: variants.Variant) -> tuple[dict, str]:
     """The mask and device the five are timed with, and a sentence naming what was set aside: a setting the sidebar
     disables for ``spec`` (a user's module decides its own mask and device; the sliding window its mask) times with
     what the book's multi-head attention runs (the causal mask, ``auto``), whatever its disabled widget holds, and a
-    value other than that — from the link, or kept from another variant — is named ("The link's causal=false is not
-    used.")."""
+    value other than that — from the link (``urlstate.ignored``: "Ignored URL parameter causal='false': the five are
+    timed with the causal mask."), or kept from another variant ("The sidebar's causal=false is not used.") — is
+    named."""
     timed = {"causal": bool(settings["causal"]), "device": settings["device"]}
     set_aside = []
+    timed_with = {"causal": "the five are timed with the causal mask.",
+                  "device": "the five are timed on the device above."}
     for key, own in (("causal", variants.get(variants.MHA).book_causal), ("device", DEFAULTS["device"])):
         if spec.not_applicable(key) is not None:
             if timed[key] != own:
                 value = url_value(key, timed[key])
-                whose = "link's" if st.query_params.get(key) == value else "sidebar's"
-                set_aside.append(f"The {whose} {key}={value} is not used.")
+                set_aside.append(ignored([(key, value)], timed_with[key]) if st.query_params.get(key) == value
+                                 else f"The sidebar's {key}={value} is not used.")
             timed[key] = own
     return timed, "".join(f" {sentence}" for sentence in set_aside)
 

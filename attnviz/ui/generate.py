@@ -40,9 +40,9 @@ from attnviz.ui.state import (
     shown_page,
     url_notices,
 )
-from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, parse_number, parse_option
+from attnviz.urlstate import HEAD, MAP_LAYER, NEW_TOKENS, RANDOM, STEP, ignored, parse_number, parse_option
 from attnviz.views import diagram, generation_figures
-from attnviz.words import amount, clipped, markdown_escape
+from attnviz.words import amount, markdown_escape
 
 DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
@@ -152,9 +152,9 @@ def _random_set_aside(page_run: Context, ref) -> None:
     asked for (one this session's runs did not write) is said to be set aside, until Weights changes."""
     raw = st.query_params.get(RANDOM)
     if raw is not None and raw != RANDOM_NONE and page_params_of(shown_page()).get(RANDOM) != raw:
-        st.session_state[RANDOM_SET_ASIDE] = (ref, (
-            f"The link's {RANDOM}={clipped(raw)!r} is not used: the page generates with "
-            f"{page_run.weights.option.label}, the model under Weights. Set Weights to "
+        st.session_state[RANDOM_SET_ASIDE] = (ref, ignored(
+            [(RANDOM, raw)], f"the page generates with {page_run.weights.option.label}, the model under Weights. Set "
+            "Weights to "
             f"{core_weights.BOOK_LABEL} to generate with a small random GPT."))
     forget_page_params(RANDOM)
     set_aside = st.session_state.get(RANDOM_SET_ASIDE)

@@ -35,13 +35,14 @@ from attnviz.urlstate import (
     ROW,
     STAGE,
     cell_text,
+    ignored,
     parse_cell,
     parse_head,
     parse_stage,
     parse_window_start,
     url_text,
 )
-from attnviz.words import amount, clipped
+from attnviz.words import amount
 
 WINDOW = 256  # largest side drawn at full resolution (every cell hoverable)
 # the focused map's column: its square plot beside the labels and colour bar, and the "why" panel beside it on a
@@ -291,7 +292,7 @@ def _linked_cell(n: int) -> list[tuple[int, int]]:
     try:
         cell = parse_cell(str(raw), n)
     except ValueError as exc:
-        st.session_state[CELL_NOTICE] = f"The link's {CELL}={clipped(raw)!r} {exc}: no cell is explained."
+        st.session_state[CELL_NOTICE] = ignored([(CELL, raw)], f"it {exc}; no cell is explained.")
         set_page_param(CELL, None)
         return []
     took_page_param(CELL)

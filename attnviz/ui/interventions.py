@@ -21,9 +21,8 @@ from attnviz.ui.state import (
     shown_page,
     url_notices,
 )
-from attnviz.urlstate import KNOCKOUT, parse_options
+from attnviz.urlstate import KNOCKOUT, ignored, parse_options
 from attnviz.views import figures, head_figures, intervention_figures
-from attnviz.words import clipped
 
 NEEDS_A_MODEL = ("Knocking out heads needs a model that predicts tokens: pick the bundled model (or a checkpoint, or "
                  "one trained on the Train page) under *Weights*. The book's classes are one attention layer with "
@@ -78,9 +77,9 @@ def induction_section(page_run: Context, run) -> None:
     if page_run.config.checkpoint is None:
         raw = st.query_params.get(KNOCKOUT)
         if raw is not None and raw != page_params_of(shown_page()).get(KNOCKOUT):  # a link's, not this lab's
-            st.session_state[page_param_notice(UNUSED_KNOCKOUT)] = (
-                f"Ignored URL parameter {KNOCKOUT}={clipped(raw)!r}: knocking out heads needs a model that "
-                "predicts tokens, and the book's classes do not.")
+            st.session_state[page_param_notice(UNUSED_KNOCKOUT)] = ignored(
+                [(KNOCKOUT, raw)], "knocking out heads needs a model that predicts tokens, and the book's classes "
+                "do not.")
         url_notices(UNUSED_KNOCKOUT)  # until a model is picked
         st.info(NEEDS_A_MODEL, icon="ℹ️")
         forget_page_params(KNOCKOUT)  # nothing to knock out: the URL leaves it out

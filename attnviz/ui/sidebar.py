@@ -50,6 +50,7 @@ from attnviz.urlstate import (
     TEXT_LEFT_OUT,
     defaults,
     fit_modern,
+    ignored,
     link_gives,
     link_settings,
     settings_given,
@@ -241,10 +242,9 @@ def _weights(listed) -> ui_weights.Choice:
         # a layer the link asked for is refused with a notice; after the learner picked other weights in the
         # sidebar, the layer simply starts again at 0 (the notice's link icon would blame a link nobody followed)
         if choice.sizes is not None and drawn("weights", st.session_state["weights"]):
-            st.session_state["_weights_notice"] = (
-                f"Layer {clipped(st.session_state['layer'])} does not exist: this checkpoint has {n_layers} layers "
-                f"(0…{n_layers - 1}); "
-                "showing layer 0.")
+            st.session_state["_weights_notice"] = ignored(
+                [("layer", st.session_state["layer"])],
+                f"it is out of range (this checkpoint's {n_layers} layers: 0 … {n_layers - 1}); showing layer 0.")
         set_setting("layer", 0)
     return choice
 
@@ -494,9 +494,8 @@ def _follow_checkpoint(sizes, weights_name: str) -> None:
         decides = list(dict.fromkeys(_CHECKPOINT_DECIDES[name] for name in set_aside))  # in the table's order
         decides = [f"its own sizes (d_in {dims[0]}, d_out {dims[1]}, {dims[2]} heads)" if what == "sizes" else what
                    for what in decides]
-        named = ", ".join(f"{name}={clipped(st.query_params.get(name))}" for name in set_aside)
-        notice = (f"Ignored URL parameter{'s' if len(set_aside) > 1 else ''} {named}: {weights_name} runs with "
-                  + (", ".join(decides[:-1]) + " and " + decides[-1] if len(decides) > 1 else decides[0]) + ".")
+        notice = ignored([(name, st.query_params.get(name)) for name in set_aside], f"{weights_name} runs with "
+                         + (", ".join(decides[:-1]) + " and " + decides[-1] if len(decides) > 1 else decides[0]) + ".")
         notices = st.session_state.get(URL_NOTICES, [])
         if notice not in notices:  # a rerun before the URL is rewritten finds the same link
             st.session_state[URL_NOTICES] = [*notices, notice]

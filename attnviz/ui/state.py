@@ -44,6 +44,7 @@ from attnviz.urlstate import (
     TEXT_LEFT_OUT,
     PartlyUsedError,
     book_sizes_of_link,
+    ignored,
     is_book,
     preset_dims,
     preset_holds,
@@ -232,11 +233,12 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
     link typed into the address bar: :func:`keep_page_params`): each page widget in ``widgets`` — its key -> (its URL
     parameter, the parser of that parameter's value, what the page shows instead of a refused one) — takes the URL's
     value, and one the URL leaves out the page's default.  A value the parser refuses (a ValueError, whose text says
-    why in words) leaves the widget as it is, and the page's notice (:func:`page_param_notice`) says so: ``The link's
-    head='9' is out of range (this layer's 4 heads: 0 … 3): showing head 0.``  A value the parser takes in part (a
-    ``urlstate.PartlyUsedError``: a list naming some heads the model lacks) gives the widget the part it takes, and the
-    notice names the rest: ``The link's knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (…):
-    knocking out L0H0 only.``  A parameter the link repeats gives its last value (the sidebar names the others)."""
+    why in words) leaves the widget as it is, and the page's notice (:func:`page_param_notice`) says so in the words of
+    ``urlstate.ignored``: ``Ignored URL parameter head='9': it is out of range (this layer's 4 heads: 0 … 3); showing
+    head 0.``  A value the parser takes in part (a ``urlstate.PartlyUsedError``: a list naming some heads the model
+    lacks) is not ignored: it gives the widget the part it takes, and the notice names the rest: ``The link's
+    knockout='L0H0,L9H9' names 'L9H9', which is not a head of this model (…): knocking out L0H0 only.``
+    A parameter the link repeats gives its last value (the sidebar names the others)."""
     flag = f"_url_read_{page}"
     outside = st.session_state.get(_OUTSIDE, set())
     first = flag not in st.session_state
@@ -258,7 +260,7 @@ def page_widgets_from_url(page: str, widgets: dict[str, tuple[str, Callable[[str
             st.session_state[key] = exc.kept
             st.session_state[page_param_notice(key)] = f"The link's {url}={clipped(raw)!r} {exc}: {exc.instead}."
         except ValueError as exc:
-            st.session_state[page_param_notice(key)] = f"The link's {url}={clipped(raw)!r} {exc}: {instead}."
+            st.session_state[page_param_notice(key)] = ignored([(url, raw)], f"it {exc}; {instead}.")
 
 
 def set_page_widget(key: str, value, url: str, default) -> None:

@@ -86,7 +86,7 @@ def test_the_share_link_opens_the_bug_picked(page, base_url, browser):
         expect(shown.get_by_role("radio", name=label("mask_diagonal"))).to_be_checked()
         expect(shown.get_by_role("radio", name="no bug")).not_to_be_checked()
         expect(shown.locator("h3").first).to_contain_text(PITFALLS["mask_diagonal"].title)
-        expect(shown.get_by_test_id("stAlert").filter(has_text="The link's")).to_have_count(0)
+        expect(shown.get_by_test_id("stAlert").filter(has_text="Ignored URL parameter")).to_have_count(0)
     finally:
         other.close()
 

@@ -40,8 +40,8 @@ def test_the_benchmark_says_what_it_times_and_that_the_variant_is_not_it(query, 
     assert module_note == ([] if variant_note else [
         "Your module is not timed here: these are five ways to write the book's multi-head attention, with the "
         "sidebar's sizes and seed. The sidebar's mask and device are your module's, so they do not apply: the five "
-        "are timed with the causal mask, on the device above. The link's causal=false is not used. The link's "
-        "device=cpu is not used."])
+        "are timed with the causal mask, on the device above. Ignored URL parameter causal='false': the five are timed "
+        "with the causal mask. Ignored URL parameter device='cpu': the five are timed on the device above."])
     assert "Dropout does not apply: the five are timed in eval mode, without dropout." in [c.value for c in at.caption]
     if not variant_note:
         assert at.sidebar.toggle(key="causal").disabled and at.sidebar.selectbox(key="device").disabled

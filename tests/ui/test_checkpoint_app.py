@@ -153,7 +153,7 @@ def test_deep_link_with_a_layer_the_model_lacks(checkpoints):
     at = app(weights=NAME, layer="7")
     no_exception(at)
     assert at.sidebar.selectbox(key="layer").value == 0
-    assert "this checkpoint has 3 layers" in link_notices(at)
+    assert "Ignored URL parameter layer='7': it is out of range (this checkpoint's 3 layers: 0 … 2)" in link_notices(at)
 
 
 def test_a_link_turning_the_biases_off_says_the_checkpoint_runs_with_its_own(checkpoints):
@@ -175,8 +175,9 @@ def test_every_setting_a_link_gives_that_a_checkpoint_does_not_run_is_named(chec
     at = app("pages/steps.py", weights=NAME, layer="1", variant="gqa", positions="rotary", num_kv_groups="2",
              sliding_window_size="2")
     no_exception(at)
-    assert link_notices(at) == ("Ignored URL parameters variant=gqa, num_kv_groups=2, sliding_window_size=2, "
-                                f"positions=rotary: {NAME} runs with the attention its file holds.")
+    assert link_notices(at) == ("Ignored URL parameters variant='gqa', num_kv_groups='2', "
+                                f"sliding_window_size='2', positions='rotary': {NAME} runs with the attention its "
+                                "file holds.")
     assert dict(at.query_params) == {"weights": NAME, "layer": "1"}
     pick_weights(at, weights.BOOK)
     at.sidebar.selectbox(key="variant").set_value("gqa").run()
@@ -191,13 +192,13 @@ def test_every_setting_a_link_gives_that_a_checkpoint_does_not_run_is_named(chec
 
 def test_weights_with_fewer_layers_picked_in_the_sidebar_start_at_layer_0_without_a_link_notice(checkpoints):
     """Layer 2 of a 3-layer checkpoint, then the 2-layer bundled model picked in the sidebar: the sidebar said
-    "Layer 2 does not exist …" (with a link icon), a notice about a link the learner never followed."""
+    "Ignored URL parameter layer='2' …" (with a link icon), a notice about a link the learner never followed."""
     at = app(weights=NAME, layer="2", text="Hello world")
     no_exception(at)
     at.sidebar.selectbox(key="weights").set_value(weights.BUNDLED_NAME).run()
     no_exception(at)
     assert at.sidebar.selectbox(key="layer").value == 0
-    assert "does not exist" not in link_notices(at)
+    assert "Ignored URL parameter layer" not in link_notices(at)
     assert "bundled model · layer 0 of 2" in captions(at)
 
 BOOK_SIZES = ("preset", "d_in", "d_out", "num_heads", "num_kv_groups", "latent_dim", "positions")
@@ -289,7 +290,8 @@ def test_a_layer_the_checkpoint_has_not_in_the_url_names_the_models_own_layers(c
     no_exception(at)
     assert at.sidebar.selectbox(key="layer").value == 0
     notices = link_notices(at)
-    assert f"Layer {said} does not exist: this checkpoint has {n_layers} layers (0…{n_layers - 1})" in notices
+    assert (f"Ignored URL parameter layer='{said}': it is out of range (this checkpoint's {n_layers} layers: 0 … "
+            f"{n_layers - 1}); showing layer 0.") in notices
     assert "9" * 21 not in notices
     assert "127" not in notices  # not attnviz's own bound on layers
 

@@ -93,7 +93,7 @@ def test_sizes_in_a_link_with_a_checkpoint_are_named_as_the_checkpoints_not_repl
     at = visit(open_app(weights=weights.BUNDLED_NAME, num_heads="5", d_out="7", num_kv_groups="3"), page)
     notices = link_notices(at)
     assert "7 heads" not in notices and "K/V groups" not in notices, notices
-    assert "d_out=7" in notices and "num_heads=5" in notices and "d_out 128, 2 heads" in notices, notices
+    assert "d_out='7'" in notices and "num_heads='5'" in notices and "d_out 128, 2 heads" in notices, notices
     assert at.sidebar.selectbox(key="num_heads").value == 2 and at.sidebar.number_input(key="d_out").value == 128
 
 
@@ -110,7 +110,8 @@ def test_the_links_bad_new_tokens_notice_goes_once_new_tokens_is_set_on_the_page
     at.query_params["weights"] = weights.BUNDLED_NAME
     at.query_params["new_tokens"] = "abc"
     open_link(at, "pages/generate.py")
-    assert "The link's new_tokens='abc' is not a whole number" in main_warnings(at) and "using 20" in main_warnings(at)
+    said = main_warnings(at)
+    assert "Ignored URL parameter new_tokens='abc': it is not a whole number" in said and "using 20" in said
     at.number_input(key="generate_new").set_value(5).run()
     no_exception(at)
     assert "new_tokens" not in main_warnings(at)

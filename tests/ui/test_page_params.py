@@ -58,16 +58,19 @@ def test_a_link_opens_the_heads_pages_head_stage_and_window():
 # one session checks a head and another parameter: each bad value gets its own notice and default
 @pytest.mark.parametrize(("query", "notices"), [
     ({"head": "9", "stage": "softmax"},
-     ["The link's head='9' is out of range (this layer's 4 heads: 0 … 3): showing head 0.",
-      "The link's stage='softmax' is not a stage this page shows (scores, scaled, masked, weights, dropped): showing "
+     ["Ignored URL parameter head='9': it is out of range (this layer's 4 heads: 0 … 3); showing head 0.",
+      "Ignored URL parameter stage='softmax': it is not a stage this page shows (scores, scaled, masked, weights, "
+      "dropped); showing "
       "weights."]),
     ({"head": "-1", "row": "105"},
-     ["The link's head='-1' is out of range (this layer's 4 heads",
-      "The link's row='105' is out of range (window positions for 360 tokens: 0 … 104): the window starts at row 0."]),
+     ["Ignored URL parameter head='-1': it is out of range (this layer's 4 heads",
+      "Ignored URL parameter row='105': it is out of range (window positions for 360 tokens: 0 … 104); the window "
+      "starts at row 0."]),
     ({"head": "two", "col": "1e3"},
-     ["The link's head='two' is not a whole number (this layer's 4 heads",
-      "The link's col='1e3' is not a whole number (window positions for 360 tokens"]),
-    ({"head": "9" * 400}, [f"The link's head='{'9' * 20}…' is out of range (this layer's 4 heads"]),  # not 40 digits
+     ["Ignored URL parameter head='two': it is not a whole number (this layer's 4 heads",
+      "Ignored URL parameter col='1e3': it is not a whole number (window positions for 360 tokens"]),
+    ({"head": "9" * 400}, [f"Ignored URL parameter head='{'9' * 20}…': it is out of range (this layer's 4 "
+                           "heads"]),  # not 40 digits
 ])
 def test_a_bad_value_in_the_link_gives_a_notice_in_words_and_the_default(query, notices):
     at = open_app(text=LONG, num_heads="4", **query)
@@ -85,8 +88,8 @@ def test_a_window_position_on_a_text_drawn_whole_is_refused_and_the_notice_goes_
     at = open_app(text="Your journey starts with one step", num_heads="4", row="7", head="5")
     no_exception(at)
     notices = main_warnings(at)
-    assert "The link's row='7' moves no window: 6 tokens are drawn whole (up to 256 are)" in notices
-    assert "The link's head='5' is out of range (this layer's 4 heads" in notices
+    assert "Ignored URL parameter row='7': it moves no window: 6 tokens are drawn whole (up to 256 are)" in notices
+    assert "Ignored URL parameter head='5': it is out of range (this layer's 4 heads" in notices
     assert url(at, "row") is None and "row=" not in share_link(at)  # no window: nothing to place
     at.selectbox(key="heads_focus").set_value(2).run()
     assert "head=" not in main_warnings(at) and "row='7'" in main_warnings(at)  # the head's goes, the row's stays
@@ -137,7 +140,7 @@ def test_a_click_on_the_grid_or_a_table_row_moves_the_urls_head(monkeypatch):
     selectbox's on_change does: the Share link that rerun draws carries it (the browser test clicks a tile)."""
     from attnviz.ui import focus
 
-    state: dict = {"_url_notice_heads_focus": "The link's head='9' …"}
+    state: dict = {"_url_notice_heads_focus": "Ignored URL parameter head='9': it …"}
     query: dict = {"head": "0", "text": "Hello"}
     monkeypatch.setattr(focus.st, "session_state", state)
     monkeypatch.setattr(focus.st, "query_params", query)
@@ -194,7 +197,7 @@ def test_a_cell_the_map_has_not_in_a_link_gives_a_notice_in_words_and_no_explana
                        ("three,one", "is not a cell of this 5-token map, written query,key (0 … 4 each)")):
         at = open_app(text=WORDS, cell=raw)
         no_exception(at)
-        assert f"The link's cell='{raw}' {words}: no cell is explained." in main_warnings(at)
+        assert f"Ignored URL parameter cell='{raw}': it {words}; no cell is explained." in main_warnings(at)
         assert explained(at) is None and url(at, "cell") is None and "cell" not in link_query(at)
 
 
@@ -204,7 +207,7 @@ def test_a_click_on_the_focused_map_writes_the_urls_cell_and_a_box_of_several_dr
     the link's cell moot (the browser test clicks a real cell)."""
     from attnviz.ui import heads
 
-    state: dict = {heads.CELL_NOTICE: "The link's cell='9,1' …"}
+    state: dict = {heads.CELL_NOTICE: "Ignored URL parameter cell='9,1': it …"}
     query: dict = {"head": "2", "text": WORDS}
     monkeypatch.setattr(heads.st, "session_state", state)
     monkeypatch.setattr(heads.st, "query_params", query)
@@ -346,7 +349,7 @@ def test_the_steps_page_follows_its_own_head_stage_and_window():
     bad.query_params["stage"] = "rotated_queries"  # a stage of rotary runs only
     bad.switch_page("pages/steps.py").run()
     no_exception(bad)
-    assert "The link's stage='rotated_queries' is not a stage this page shows" in main_warnings(bad)
+    assert "Ignored URL parameter stage='rotated_queries': it is not a stage this page shows" in main_warnings(bad)
     assert "showing masked" in main_warnings(bad) and bad.segmented_control(key="steps_stage").value == "masked"
 
 
@@ -483,7 +486,8 @@ def test_a_link_opens_the_induction_labs_length_seed_and_head():
 def test_a_link_to_a_layer_the_model_lacks_opens_the_induction_labs_best_head():
     at = open_app("pages/induction.py", weights="bundled model", map_layer="2")
     no_exception(at)
-    assert ("The link's map_layer='2' is out of range (the layers of this 2-layer model: 0 … 1): showing the best "
+    assert ("Ignored URL parameter map_layer='2': it is out of range (the layers of this 2-layer model: 0 … 1); "
+            "showing the best "
             "head's layer."
             in main_warnings(at))
     assert (at.selectbox(key="induction_layer").value, at.selectbox(key="induction_head").value) == (1, 0)  # L1H0
@@ -503,12 +507,14 @@ SHOWN = {  # what a lab's widgets show, as its URL parameters write it
 # one session checks two of a lab's parameters where the lab has two: each bad value gets its own notice and default
 @pytest.mark.parametrize(("script", "query", "notices", "defaults"), [
     ("pages/compare.py", {"map": "softmax"},
-     ["The link's map='softmax' is not a map this page draws (head 0, mean over heads): showing head 0."],
+     ["Ignored URL parameter map='softmax': it is not a map this page draws (head 0, mean over heads); showing "
+      "head 0."],
      {"map": "head 0"}),
     ("pages/compare.py", {"map": "HEAD 0"}, ["is not a map this page draws"], {"map": "head 0"}),
     ("pages/pitfalls.py", {"bug": "../../etc/passwd", "token": "6"},
-     ["The link's bug='../../etc/passwd' is not a bug this lab has (none, masked_fill, softmax_dim",
-      "The link's token='6' is out of range (the token positions of this 6-token text: 0 … 5): perturbing token 3."],
+     ["Ignored URL parameter bug='../../etc/passwd': it is not a bug this lab has (none, masked_fill, softmax_dim",
+      "Ignored URL parameter token='6': it is out of range (the token positions of this 6-token text: 0 … 5); "
+      "perturbing token 3."],
      {"bug": "none", "token": "3"}),
     ("pages/pitfalls.py", {"bug": "__class__", "token": "-1"},
      ["is not a bug this lab has", "is out of range (the token positions of this 6-token text"],
@@ -516,17 +522,18 @@ SHOWN = {  # what a lab's widgets show, as its URL parameters write it
     ("pages/pitfalls.py", {"token": "two"}, ["is not a whole number (the token positions of this 6-token text"],
      {"token": "3"}),
     ("pages/pitfalls.py", {"token": "9" * 400},
-     [f"The link's token='{'9' * 20}…' is out of range (the token positions of this 6-token text"],
+     [f"Ignored URL parameter token='{'9' * 20}…': it is out of range (the token positions of this 6-token text"],
      {"token": "3"}),
     ("pages/induction.py", {"T": "1", "token_seed": "-3"},
-     ["The link's T='1' is out of range (the repeat lengths the lab offers for this model: 2 … 200): using T = 25.",
-      "The link's token_seed='-3' is out of range (seeds: 0 … 2,147,483,647): using seed 0."],
+     ["Ignored URL parameter T='1': it is out of range (the repeat lengths the lab offers for this model: 2 … "
+      "200); using T = 25.",
+      "Ignored URL parameter token_seed='-3': it is out of range (seeds: 0 … 2,147,483,647); using seed 0."],
      {"T": "25", "token_seed": "0"}),
     ("pages/induction.py", {"T": "1e3", "head": "one"},
      ["is not a whole number (the repeat lengths the lab offers", "is not a whole number (this layer's"],
      {"T": "25"}),
     ("pages/induction.py", {"weights": "bundled model", "head": "2"},
-     ["The link's head='2' is out of range (this layer's 2 heads: 0 … 1): showing the best head."], {}),
+     ["Ignored URL parameter head='2': it is out of range (this layer's 2 heads: 0 … 1); showing the best head."], {}),
 ])
 def test_a_bad_value_in_a_labs_link_gives_a_notice_in_words_and_the_default(script, query, notices, defaults):
     at = open_app(script, **query)
@@ -610,11 +617,12 @@ def test_a_link_opens_the_generate_pages_step_layer_and_head():
 # one session checks the step and the layer or head: each bad value gets its own notice and default
 @pytest.mark.parametrize(("query", "notices"), [
     ({"step": "6", "map_layer": "2"},
-     ["The link's step='6' is out of range (this generation's steps: 0 … 5): showing the prefill.",
-      "The link's map_layer='2' is out of range (the layers of this 2-layer model: 0 … 1): showing layer 0."]),
+     ["Ignored URL parameter step='6': it is out of range (this generation's steps: 0 … 5); showing the prefill.",
+      "Ignored URL parameter map_layer='2': it is out of range (the layers of this 2-layer model: 0 … 1); showing "
+      "layer 0."]),
     ({"step": "two", "head": "-1"},
      ["is not a whole number (this generation's steps",
-      "The link's head='-1' is out of range (the heads of this 2-head model: 0 … 1): showing head 0."]),
+      "Ignored URL parameter head='-1': it is out of range (the heads of this 2-head model: 0 … 1); showing head 0."]),
 ])
 def test_a_bad_step_layer_or_head_in_generates_link_gives_a_notice_and_the_default(query, notices):
     at = open_app("pages/generate.py", weights="bundled model", text=PROMPT, new_tokens="5", **query)
@@ -651,7 +659,8 @@ def test_a_link_opens_generates_random_gpt_and_a_bad_one_gives_a_notice():
     assert "random=mla" in share_link(at) and "step=2" in share_link(at)
     bad = open_app("pages/generate.py", text=PROMPT, variant="gqa", random="../gqa")
     no_exception(bad)
-    assert ("The link's random='../gqa' is not a random GPT this page offers (none, mha, gqa, mqa, mla, swa): "
+    assert ("Ignored URL parameter random='../gqa': it is not a random GPT this page offers (none, mha, gqa, mqa, "
+            "mla, swa); "
             "using the sidebar's attention if it is a bonus one, else none.") in main_warnings(bad)
     assert bad.selectbox(key="generate_random").value == "gqa" and url(bad, "random") is None  # the default
     bad.selectbox(key="generate_random").set_value("none").run()
@@ -693,8 +702,8 @@ def test_a_knockout_link_naming_heads_the_model_lacks_keeps_the_heads_it_has_and
 def test_a_knockout_link_naming_no_head_of_the_model_gives_a_notice_and_the_labs_choice():
     at = open_app("pages/induction.py", weights="bundled model", knockout="L9H9")
     no_exception(at)
-    assert ("The link's knockout='L9H9' names 'L9H9', which is not a head of this model (L0H0, L0H1, L1H0, "
-            "L1H1): knocking out L") in main_warnings(at)
+    assert ("Ignored URL parameter knockout='L9H9': it names 'L9H9', which is not a head of this model (L0H0, "
+            "L0H1, L1H0, L1H1); knocking out L") in main_warnings(at)
     chosen = at.multiselect(key="induction_knockout").value
     assert len(chosen) == 1 and url(at, "knockout") is None  # the lab's choice, its default: left out
     book = open_app("pages/induction.py", knockout="L0H0")  # the book's classes: no knock-outs, none linked
@@ -794,9 +803,10 @@ def live_train_steps() -> str:
 
 
 @pytest.mark.parametrize(("query", "notice"), [
-    ({"train_steps": "9" * 16}, f"The link's train_steps='{'9' * 16}' is out of range (training steps: 10 … 6,000): "
+    ({"train_steps": "9" * 16}, f"Ignored URL parameter train_steps='{'9' * 16}': it is out of range (training "
+                                "steps: 10 … 6,000); "
                                 "training"),  # more than a box holds (2**53 − 1)
-    ({"train_seed": "x"}, "The link's train_seed='x' is not a whole number (training seeds"),
+    ({"train_seed": "x"}, "Ignored URL parameter train_seed='x': it is not a whole number (training seeds"),
 ])
 def test_a_bad_train_setting_in_the_link_gives_a_notice_in_words_and_the_default(query, notice):
     at = open_app("pages/train.py", **query)

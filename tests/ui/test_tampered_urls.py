@@ -79,10 +79,10 @@ def test_d_out_the_default_heads_do_not_divide_is_named_with_the_heads_used():
 def test_url_heads_that_do_not_divide_d_out_are_ignored_with_the_heads_used():
     values, notices = ui.settings_from_query({"num_heads": "7"})
     assert values["num_heads"] == 12
-    assert notices == ["Ignored URL parameter num_heads=7: it does not divide d_out 768; using 12 heads."]
+    assert notices == ["Ignored URL parameter num_heads='7': it does not divide d_out 768; using 12 heads."]
     values, notices = ui.settings_from_query({"num_heads": "7", "d_out": "10"})
     assert (values["d_out"], values["num_heads"]) == (10, 10)
-    assert notices == ["Ignored URL parameter num_heads=7: it does not divide d_out 10; using 10 heads."]
+    assert notices == ["Ignored URL parameter num_heads='7': it does not divide d_out 10; using 10 heads."]
 
 
 def test_url_sizes_that_are_no_presets_show_the_custom_size():
