@@ -137,6 +137,11 @@ class Trace:
         return len(self.token_ids)
 
     @property
+    def model_layer(self) -> int | None:
+        """The block of a model whose attention this run is (None: the book's classes or a user's module)."""
+        return self.model.layer if self.model is not None else None
+
+    @property
     def window(self) -> int | None:
         """The sliding window the run's attention ran with: a checkpoint's layer's own (its schedule may mix window
         and full layers), else the config's."""

@@ -30,6 +30,6 @@ else:
     st.markdown(f"**{diagram.head_dim_equation(config)}**")
     st.graphviz_chart(diagram.shape_dot(trace.shapes, config, rankdir="TB", window=trace.window,  # top to bottom
                                         hides_future=trace.hides_future,
-                                        layer=trace.model.layer if trace.model is not None else None))
+                                        layer=trace.model_layer))
     rows = diagram.shape_rows(trace.shapes, config)
 st.dataframe(pd.DataFrame(rows), hide_index=True, height=36 * (len(rows) + 1) + 3)  # every stage, no scrolling

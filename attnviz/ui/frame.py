@@ -330,7 +330,7 @@ def beside_shape_diagram(trace: Trace, highlight: str):
         else:
             st.html(diagram.shape_flow_html(trace.shapes, trace.config, highlight=highlight, window=trace.window,
                                             hides_future=trace.hides_future,
-                                            layer=trace.model.layer if trace.model is not None else None))
+                                            layer=trace.model_layer))
             st.caption(diagram.head_dim_equation(trace.config) + " · full diagram: the Shapes page")
     return view_col
 

@@ -41,7 +41,7 @@ def figures_of(trace, stage: str = "weights", head: int = 0) -> dict:
     flow = (diagram.op_flow_html(trace, highlight=stage) if trace.module_run is not None
             else diagram.shape_flow_html(trace.shapes, config, highlight=stage, window=trace.window,
                                          hides_future=trace.hides_future,
-                                         layer=trace.model.layer if trace.model is not None else None))
+                                         layer=trace.model_layer))
     return {"grid": grid, "head": focused, "flow": flow}
 
 
