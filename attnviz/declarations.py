@@ -7,6 +7,8 @@ object or a dict). This module reads:
   setting, :data:`HEAD_DIM_NAMES`);
 * the scales it declares other than 1/√head_dim (:func:`declared_scales`: a config's design, an attribute of its
   own);
+* what it holds (:func:`held_objects`: its submodules, the KV cache objects and the tensors it keeps — the one walk
+  the window's holders, :func:`window_holders`, and the kv-cache rule's cache are read from);
 * its sliding window (:func:`declared_window`, kept by the module, a submodule or a KV cache object it holds:
   :func:`window_holders`; whether a ``window_size`` is its KV cache's length rather than an attention window is
   :mod:`attnviz.window_reading`'s reading of its code);
@@ -367,39 +369,70 @@ def is_cache_object(value) -> bool:
     return class_says_cache(cls) or callable(getattr(cls, "update", None))
 
 
-HOLDING_DEPTH = 3  # how deep cache objects are read inside each other: a DynamicCache's layers
+NESTING = 4  # how many containers and cache objects deep an attribute is read: a dict of DynamicCache's layers' keys
+MODULE_INTERNALS = frozenset(vars(nn.Module()))  # nn.Module's own bookkeeping (_parameters, _buffers, hooks …)
 
 
-def window_holders(module: nn.Module) -> dict[str, object]:
-    """Each object under ``module`` that may keep its window, by its path: the module (``""``) and its submodules
-    (``named_modules``: ``kv_cache``, a ``ModuleList``'s ``kv_caches[0]``), and the KV cache objects that are no
-    modules (:func:`is_cache_object`) each of them holds — as an attribute (``kv_cache``), or in a list, tuple or
-    dict, one per layer (``kv_caches[0]``, ``caches["layer_0"]``) — and those such an object holds in turn (a
-    ``DynamicCache``'s ``layers[0]``), as a submodule is held.  The one walk of what keeps a window:
-    :func:`declared_window` and :mod:`attnviz.window_reading` read it."""
-    holders: dict[str, object] = {}
+def held_objects(root, name: str = "") -> dict[str, object]:
+    """path -> each module, KV cache object and tensor ``root`` holds: the one walk of what a module keeps, which
+    :func:`window_holders` (what may keep a window) and the kv-cache rule (the tensors that are its cache) read.
+
+    From a module (path ``""``): itself and its submodules (``named_modules``, a ``ModuleList``'s item as code indexes
+    it, ``kv_caches[0]``), and in each its buffers and attributes (not its parameters, nor ``nn.Module``'s own
+    bookkeeping); from any other ``root``, a cache the caller holds, that value under ``name``.  An attribute is read
+    :data:`NESTING` containers and cache objects deep: a tensor (``k``), a list's, tuple's or dict's items
+    (:func:`held_items`: ``kv[0]``, ``cache["k"]``, per layer ``kv[1][0]``), and the attributes of a KV cache object
+    that is no module (:func:`is_cache_object`: the book's ``KVCache``, Hugging Face's ``DynamicCache`` and its
+    ``layers[0].keys``, a user's class with ``k`` and ``v``), as a submodule's are.  An object reached twice is kept
+    under its first path."""
+    held: dict[str, object] = {}
     seen: set[int] = set()
 
     def hold(path: str, value, depth: int) -> None:
         if id(value) in seen:
             return
         seen.add(id(value))
-        holders[path] = value
-        if depth < HOLDING_DEPTH:
-            for name, child in getattr(value, "__dict__", {}).items():  # none: a class with __slots__
-                for at, item in held_items(child):
-                    if is_cache_object(item):
-                        hold(f"{path + '.' if path else ''}{name}{at}", item, depth + 1)
+        if isinstance(value, torch.Tensor):
+            if not isinstance(value, nn.Parameter):
+                held[path] = value
+            return
+        if depth >= NESTING:
+            return
+        if isinstance(value, list | tuple | dict):
+            for at, item in held_items(value):
+                hold(f"{path}{at}", item, depth + 1)
+        elif is_cache_object(value):
+            held[path] = value
+            for attribute, child in getattr(value, "__dict__", {}).items():  # none: a class with __slots__
+                hold(f"{path}.{attribute}", child, depth + 1)
 
-    for path, sub in module.named_modules():
-        hold(re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", path), sub, 0)  # a ModuleList's item as code indexes it: caches[0]
-    return holders
+    if not isinstance(root, nn.Module):
+        hold(name, root, 0)
+        return held
+    for path, sub in root.named_modules():
+        path = re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", path)  # a ModuleList's item as code indexes it: caches[0]
+        held[path] = sub
+        prefix = f"{path}." if path else ""
+        for attribute, value in [*vars(sub).items(), *sub._buffers.items()]:
+            if attribute not in MODULE_INTERNALS and value is not None:
+                hold(f"{prefix}{attribute}", value, 0)
+    return held
+
+
+def window_holders(module: nn.Module) -> dict[str, object]:
+    """Each object under ``module`` that may keep its window, by its path: the module (``""``), its submodules and the
+    KV cache objects that are no modules any of them holds, as an attribute (``kv_cache``) or in a list, tuple or dict
+    (``kv_caches[0]``, ``caches["layer_0"]``), and those such an object holds in turn (a ``DynamicCache``'s
+    ``layers[0]``) — :func:`held_objects` but its tensors.  :func:`declared_window` and
+    :mod:`attnviz.window_reading` read it."""
+    return {path: value for path, value in held_objects(module).items() if not isinstance(value, torch.Tensor)}
 
 
 def held_items(value) -> list[tuple[str, object]]:
     """(how an attribute's value is indexed, each item it holds): the value itself (``""``), a list's or tuple's items
     (``"[0]"``), a dict's values (``'["layer_0"]'``; a key that is no string as Python writes it, ``"[0]"``).  The one
-    spelling of a held item's path: :func:`window_holders`' and the kv-cache rule's kept tensors'."""
+    spelling of a held item's path, read by :func:`held_objects`, whose paths :func:`window_holders` and the kv-cache
+    rule's tensors are named by."""
     if isinstance(value, list | tuple):
         return [(f"[{index}]", item) for index, item in enumerate(value)]
     if isinstance(value, dict):

@@ -47,16 +47,21 @@ What the cache holds:
 
 * a pass says what the cache holds after the sequence: tokens × elements per token, counted along the dimension
   that grows by one from the first token to the second;
-* a cache the module resets itself is found by what it holds, not by its name: the tensors it keeps, inside a
-  tuple, list or dict too, that hold the tokens — that grow from the first token to the second, whether the reset
-  empties them or not, or that the reset empties or replaces and that hold what a token brought (not a mask,
-  rotary tables or a step counter); a cache the caller holds is read as the forward returns it after the last
-  token;
+* a cache the module resets itself is found by what it holds, not by its name: the tensors it or a submodule keeps
+  — inside a tuple, list or dict too, or a KV cache object that is no module (the book's ``KVCache``, a class of the
+  user's with ``k`` and ``v``), read by the walk the window readers read
+  (:func:`attnviz.declarations.held_objects`) — that hold the tokens: that grow from the first token to the second,
+  whether the reset empties them or not, or that the reset empties or replaces and that hold what a token brought
+  (not a mask, rotary tables or a step counter); a cache the caller holds is read as the forward returns it after
+  the last token;
 * the rule fails, its outputs right, only on evidence of the waste its declared variant exists to save: a window
-  cache holding more than W tokens (not the ``DynamicCache`` attnviz hands a layer, which keeps every token by its
-  own choice: said in the pass), K/V tensors of ``num_heads`` heads where ``num_kv_groups`` K/V heads are
-  declared, full K and V (d_out per token each) where a ``latent_dim`` is; sizes the module keeps under other
-  names are those it was built with, ``check_module``'s ``sizes``, and the heads and head_dim its trace measured.
+  cache holding more than W tokens, named with the bytes it grows by with every token — a failure, not a note: the
+  mask hides the far keys, so only the cache's size shows a memory that grows with the whole text where W entries
+  suffice, which a sliding window's cache exists to bound (not the ``DynamicCache`` attnviz hands a layer, which
+  keeps every token by its own choice: said in the pass), K/V tensors of ``num_heads`` heads where
+  ``num_kv_groups`` K/V heads are declared, full K and V (d_out per token each) where a ``latent_dim`` is; sizes the
+  module keeps under other names are those it was built with, ``check_module``'s ``sizes``, and the heads and
+  head_dim its trace measured.
 
 An uncached forward that writes to a cache the module keeps (a forward that ignores ``use_cache=False``, or takes no
 ``use_cache`` and caches on every call: :func:`uncached_appends`) — one that grows, or one allocated once at its full
@@ -76,7 +81,7 @@ import torch
 from torch import nn
 
 from attnviz import time_limit, tracing, user_code
-from attnviz.declarations import declared_size, declared_window, held_items, is_size
+from attnviz.declarations import MODULE_INTERNALS, declared_size, declared_window, held_objects, is_size
 from attnviz.rotary_rule import uses_rotary
 from attnviz.rule_base import TOLERANCE, Check, lowest_precision, module_output
 from attnviz.tokens import counted
@@ -188,14 +193,15 @@ def _dtype_name(dtype: torch.dtype | None) -> str:
 
 def kept_state(module: nn.Module) -> KeptState:
     """The module's :class:`KeptState` now."""
-    tensors = {}
-    for path, tensor in _kept_tensors(module).items():
+    tensors, kept = {}, _kept_tensors(module)
+    for path, tensor in kept.items():
         version = _version(tensor)
         tensors[path] = (tensor, version) if version is not None else (tensor.detach().clone(), None)
     numbers = {f"{prefix}.{name}" if prefix else name: value for prefix, submodule in module.named_modules()
                for name, value in vars(submodule).items()
                if name not in MODULE_INTERNALS and type(value) in (int, float, bool)}
-    return KeptState(tensors, frozenset(name for name, _ in module.named_buffers()), numbers)
+    buffers = {id(buffer) for buffer in module.buffers()}
+    return KeptState(tensors, frozenset(path for path, tensor in kept.items() if id(tensor) in buffers), numbers)
 
 
 def _tensor_change(before: tuple[torch.Tensor, int | None] | None,
@@ -1064,59 +1070,19 @@ def _held_cause(module: nn.Module, reset, sequence: torch.Tensor, stop: int) -> 
     return None
 
 
-MODULE_INTERNALS = frozenset(vars(nn.Module()))  # nn.Module's own bookkeeping (_parameters, _buffers, hooks …)
-
-
 def _kept_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
-    """path -> every tensor the module keeps: an attribute, a buffer, or one inside the containers an attribute holds
-    (``kv[0]``, ``cache["k"]``, ``kv[1][0]``) or a cache object it keeps (:func:`_tensors_in`); never a parameter, and a
-    tensor kept under two paths once."""
-    kept: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, value in vars(module).items():
-        if name not in MODULE_INTERNALS:
-            kept.update(_tensors_in(name, value, seen))
-    kept.update((name, buffer) for name, buffer in module.named_buffers() if id(buffer) not in seen)
-    return {path: value for path, value in kept.items() if not isinstance(value, nn.Parameter)}
+    """path -> every tensor the module keeps (:func:`attnviz.declarations.held_objects`: a buffer or an attribute of
+    it or a submodule, or one inside the containers and KV cache objects these hold — ``kv[0]``, ``cache["k"]``,
+    ``kv_cache.k``, ``kv_caches[1].keys``); never a parameter, and a tensor kept under two paths once."""
+    return _tensors_in("", module)
 
 
-NESTING = 4  # how many containers deep a cache's tensors are looked for (a list of per-layer (k, v) tuples: 2)
-
-
-def _tensors_in(name: str, value, seen: set[int] | None = None) -> dict[str, torch.Tensor]:
-    """path -> ``value`` when it is a tensor, else the tensors inside it, up to :data:`NESTING` containers deep:
-    a tuple's or list's items (``name[0]``, and per layer ``name[1][0]``), a dict's values (``name["k"]``: paths as
-    :func:`attnviz.declarations.held_items` spells them, as the window's holders are named), a Hugging
-    Face cache object's layers' keys and values (``name.layers[0].keys``, or the older ``name.key_cache[0]``).  A
-    tensor reached twice (``seen``: the ids of those found before) is kept under its first path only."""
-    found: dict[str, torch.Tensor] = {}
-    _collect_tensors(name, value, 0, found, set() if seen is None else seen)
-    return found
-
-
-def _collect_tensors(path: str, value, depth: int, found: dict[str, torch.Tensor], seen: set[int]) -> None:
-    """Adds the tensors in ``value`` (:func:`_tensors_in`), ``depth`` containers below the attribute, to ``found``."""
-    if isinstance(value, torch.Tensor):
-        if id(value) not in seen:
-            seen.add(id(value))
-            found[path] = value
-        return
-    if depth >= NESTING:
-        return
-    if isinstance(value, tuple | list | dict):
-        items = [(f"{path}{at}", item) for at, item in held_items(value)]
-    else:
-        items = []
-        layers = getattr(value, "layers", None)
-        if isinstance(layers, list | tuple):
-            items = [(f"{path}.layers[{index}].{part}", getattr(layer, part)) for index, layer in enumerate(layers)
-                     for part in ("keys", "values") if isinstance(getattr(layer, part, None), torch.Tensor)]
-        if not items:
-            items = [(f"{path}.{part}[{index}]", item) for part in ("key_cache", "value_cache")
-                     if isinstance(getattr(value, part, None), list)
-                     for index, item in enumerate(getattr(value, part)) if isinstance(item, torch.Tensor)]
-    for item_path, item in items:
-        _collect_tensors(item_path, item, depth + 1, found, seen)
+def _tensors_in(name: str, value) -> dict[str, torch.Tensor]:
+    """path -> the tensors ``value`` holds, read as :func:`attnviz.declarations.held_objects` reads what a module
+    keeps: ``value`` itself when it is a tensor, else the items of its lists, tuples and dicts and the attributes of
+    its KV cache objects, paths beginning with ``name`` (a cache the caller holds: ``past_key_values[0]``,
+    ``past_key_values.layers[0].keys``, ``cache.cache[1][0]``)."""
+    return {path: found for path, found in held_objects(value, name).items() if isinstance(found, torch.Tensor)}
 
 
 def _version(tensor: torch.Tensor) -> int | None:
@@ -1296,55 +1262,83 @@ def _cache_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: Mapping[st
     """Words for a cache that shows, after n tokens, the known waste of the variant the module declares (its own
     attributes in any spelling of :func:`declared_size`, else ``sizes``: the sizes it was built with, and the heads
     and head_dim its uncached trace measured — :func:`cache_sizes`), its outputs right; None when it shows none — then
-    the PASS line says what the cache holds and names no cause.  The evidence, one kind per variant:
-
-    * ``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows
-      (:func:`_over_window`; not read with ``window=False``: a cache object attnviz supplied keeps what it keeps);
-    * ``num_kv_groups`` fewer than ``num_heads``: K/V tensors (batch, a head dimension, tokens, head_dim in any
-      order) whose head dimension is ``num_heads`` — the heads repeated before caching;
-    * ``latent_dim`` below d_out: tensors of d_out elements per token each, or 2 × d_out per token together — full K
-      and V cached beside (or instead of) the latent.
-
-    Anything else a cache keeps (a rotary key, its tokens' positions) is no evidence of waste.  A wrapper that declares
-    no variant is read through the one submodule that does (:func:`_declaring`)."""
-    module = _declaring(module)
-    sizes = dict(sizes or {})
-
-    def size(setting: str) -> int | None:
-        return declared_size(module, setting) or sizes.get(setting)
-
-    over = _over_window(module, held, sizes) if window else None
-    if over is not None:
-        longest, window = over
-        return (f"the cache keeps more than the window needs: {longest} holds {counted(held.tokens[longest])} after "
-                f"{n}, and a window of W = {window} needs only the last {window} — drop "
-                "the older keys and values after each forward (keep the last W)")
-    per_token = {name: math.prod(shape) // held.tokens[name] for name, shape in held.shapes.items()
-                 if name in held.tokens}  # name -> elements one token takes in it
-    groups, heads, head_dim = size("num_kv_groups"), size("num_heads"), _head_dim(module) or sizes.get("head_dim")
-    if groups is not None and heads is not None and head_dim is not None and groups < heads:
-        repeated = [name for name, shape in held.shapes.items() if name in held.tokens and len(shape) == 4
-                    and shape[-1] == head_dim and held.grown[name] not in (0, 3)
-                    and shape[3 - held.grown[name]] == heads]  # (b, h, n, hd) or (b, n, h, hd) with h = num_heads
-        if repeated:
-            size = sum(per_token[name] for name in repeated)
-            return (f"{' and '.join(repeated)} {'hold' if len(repeated) > 1 else 'holds'} num_heads = {heads} heads "
-                    f"where num_kv_groups = {groups} K/V heads are declared ({size} elements per token, where "
-                    f"{groups} K/V heads need {size * groups // heads}) — cache the keys and values before "
-                    "repeat_interleave, and repeat them after reading the cache")
-    latent, d_out = size("latent_dim"), _d_out(module) or sizes.get("d_out")
-    if latent is not None and d_out is not None and latent < d_out and per_token:
-        full = [name for name, size in per_token.items() if size == d_out]  # a whole K or V per token
-        total = sum(size for name, size in per_token.items() if name not in held.views)
-        if full or total >= 2 * d_out:
-            names = full or list(per_token)
-            verb = "hold" if len(names) > 1 else "holds"
-            held_words = (f"{d_out} elements per token{' each' if len(full) > 1 else ''}, d_out = {d_out}" if full
-                          else f"{total} elements per token, 2 × d_out = {2 * d_out} or more")
-            return (f"{' and '.join(names)} {verb} {held_words}: full keys and values where latent_dim = {latent} is "
-                    "declared — cache the latent (the down-projection's output) and compute K and V from it at each "
-                    "step")
+    the PASS line says what the cache holds and names no cause.  The evidence, one check per variant:
+    :func:`_window_excess` (not read with ``window=False``: a cache object attnviz supplied keeps what it keeps),
+    :func:`_repeated_heads`, :func:`_full_keys_values`.  Anything else a cache keeps (a rotary key, its tokens'
+    positions) is no evidence of waste.  A wrapper that declares no variant is read through the one submodule that
+    does (:func:`_declaring`)."""
+    module, sizes = _declaring(module), dict(sizes or {})
+    for check in (_window_excess, _repeated_heads, _full_keys_values)[0 if window else 1:]:
+        if (words := check(module, held, n, sizes)) is not None:
+            return words
     return None
+
+
+def _window_excess(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[str, int]) -> str | None:
+    """``sliding_window_size`` W: a tensor holding more than W tokens along the dimension that grows
+    (:func:`_over_window`), named with the bytes the cache holds, what each token adds and what W tokens take.  A
+    failure, not a note in the pass: the mask hides the keys W or more behind, so every output is right and only the
+    cache's size shows it — a memory that grows with the whole text where W entries suffice (the book's SWA cache,
+    ``ch04/06_swa``, keeps W), which is what a sliding window's cache exists to bound."""
+    over = _over_window(module, held, sizes)
+    if over is None:
+        return None
+    longest, window = over
+    kept, per_token = held.tokens[longest], held.per_token_bytes
+    grows = (f" — the cache's {kept * per_token:,} bytes grow by {per_token:,} with every token, where the last "
+             f"{window} take {window * per_token:,}:" if per_token else " —")
+    return (f"the cache keeps more than the window needs: {longest} holds {counted(kept)} after {n}, and a window "
+            f"of W = {window} needs only the last {window}{grows} drop the older keys and values after each "
+            "forward (keep the last W)")
+
+
+def _size(module: nn.Module, sizes: dict[str, int], setting: str) -> int | None:
+    """The module's size for ``setting`` (:func:`declared_size`), else the one in ``sizes``."""
+    return declared_size(module, setting) or sizes.get(setting)
+
+
+def _elements_per_token(held: _CacheHeld) -> dict[str, int]:
+    """The tensors that grow by a token -> the elements one token takes in each."""
+    return {name: math.prod(shape) // held.tokens[name] for name, shape in held.shapes.items() if name in held.tokens}
+
+
+def _repeated_heads(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[str, int]) -> str | None:
+    """``num_kv_groups`` fewer than ``num_heads``: K/V tensors (batch, a head dimension, tokens, head_dim in any
+    order) whose head dimension is ``num_heads`` — the heads repeated before caching."""
+    groups, heads = _size(module, sizes, "num_kv_groups"), _size(module, sizes, "num_heads")
+    head_dim = _head_dim(module) or sizes.get("head_dim")
+    if groups is None or heads is None or head_dim is None or groups >= heads:
+        return None
+    repeated = [name for name, shape in held.shapes.items() if name in held.tokens and len(shape) == 4
+                and shape[-1] == head_dim and held.grown[name] not in (0, 3)
+                and shape[3 - held.grown[name]] == heads]  # (b, h, n, hd) or (b, n, h, hd) with h = num_heads
+    if not repeated:
+        return None
+    per_token = _elements_per_token(held)
+    size = sum(per_token[name] for name in repeated)
+    return (f"{' and '.join(repeated)} {'hold' if len(repeated) > 1 else 'holds'} num_heads = {heads} heads "
+            f"where num_kv_groups = {groups} K/V heads are declared ({size} elements per token, where "
+            f"{groups} K/V heads need {size * groups // heads}) — cache the keys and values before "
+            "repeat_interleave, and repeat them after reading the cache")
+
+
+def _full_keys_values(module: nn.Module, held: _CacheHeld, n: int, sizes: dict[str, int]) -> str | None:
+    """``latent_dim`` below d_out: tensors of d_out elements per token each, or 2 × d_out per token together — full K
+    and V cached beside (or instead of) the latent."""
+    latent, d_out = _size(module, sizes, "latent_dim"), _d_out(module) or sizes.get("d_out")
+    per_token = _elements_per_token(held)
+    if latent is None or d_out is None or latent >= d_out or not per_token:
+        return None
+    full = [name for name, size in per_token.items() if size == d_out]  # a whole K or V per token
+    total = sum(size for name, size in per_token.items() if name not in held.views)
+    if not full and total < 2 * d_out:
+        return None
+    names = full or list(per_token)
+    held_words = (f"{d_out} elements per token{' each' if len(full) > 1 else ''}, d_out = {d_out}" if full
+                  else f"{total} elements per token, 2 × d_out = {2 * d_out} or more")
+    return (f"{' and '.join(names)} {'hold' if len(names) > 1 else 'holds'} {held_words}: full keys and values where "
+            f"latent_dim = {latent} is declared — cache the latent (the down-projection's output) and compute K and V "
+            "from it at each step")
 
 
 def _over_window(module: nn.Module, held: _CacheHeld, sizes: Mapping[str, int] | None = None) -> tuple[str, int] | None:

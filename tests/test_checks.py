@@ -862,7 +862,8 @@ def test_a_correct_cache_that_holds_more_than_k_and_v_of_its_variant_passes_ever
 @pytest.mark.parametrize(("module", "words"), [
     (lambda: learner(um.LearnerCachedSWA, 3, bug="keeps-all"),
      "the cache keeps more than the window needs: cache_k holds 8 tokens after 8, and a window of W = 3 needs only "
-     "the last 3 — drop the older keys and values after each forward (keep the last W)"),
+     "the last 3 — the cache's 2,048 bytes grow by 256 with every token, where the last 3 take 768: drop the older "
+     "keys and values after each forward (keep the last W)"),
     (lambda: learner(um.LearnerCachedGQA, 2, bug="caches-repeated"),
      "cache_k and cache_v hold num_heads = 4 heads where num_kv_groups = 2 K/V heads are declared (64 elements per "
      "token, where 2 K/V heads need 32) — cache the keys and values before repeat_interleave, and repeat them after "

@@ -11,6 +11,9 @@ from torch.overrides import TorchFunctionMode
 from attnviz import checks, kv_cache_rule
 
 DROP = "drop the older keys and values after each forward (keep the last W)"
+PER_TOKEN_BYTES = 2 * 32 * 4  # a token's key and value, d_out = 32 elements each, 4 bytes an element
+GROWS = (f"the cache's {8 * PER_TOKEN_BYTES:,} bytes grow by {PER_TOKEN_BYTES} with every token, where the last 3 take "
+         f"{3 * PER_TOKEN_BYTES}")  # 8 tokens held, a window of 3
 
 
 def built(cls, **kwargs):
@@ -50,10 +53,10 @@ def test_a_correct_cache_under_any_name_passes_and_says_what_it_holds(module, ho
 @pytest.mark.parametrize(("module", "words"), [
     (lambda: built(nc.WindowKV, keep_all=True),
      f"but the cache keeps more than the window needs: k holds 8 tokens after 8, and a window of W = 3 needs only the "
-     f"last 3 — {DROP}"),
+     f"last 3 — {GROWS}: {DROP}"),
     (lambda: built(nc.DictCacheWindow, keep_all=True),
      f'but the cache keeps more than the window needs: cache["k"] holds 8 tokens after 8, and a window of W = 3 needs '
-     f"only the last 3 — {DROP}"),
+     f"only the last 3 — {GROWS}: {DROP}"),
     (lambda: built(nc.GQAKeysValues, repeated=True),
      "but keys and values hold num_heads = 4 heads where num_kv_groups = 2 K/V heads are declared (64 elements per "
      "token, where 2 K/V heads need 32) — cache the keys and values before repeat_interleave, and repeat them after "
@@ -96,7 +99,7 @@ def test_a_window_cache_the_caller_holds_passes_when_it_returns_the_window_and_f
     assert check.status == "fail" and check.evidence.startswith("two sequences: a prefill of 4 tokens"), check
     assert check.evidence.endswith(
         f"but the cache keeps more than the window needs: past_key_values[0] holds 8 tokens after 8, and a window of "
-        f"W = 3 needs only the last 3 — {DROP}"), check
+        f"W = 3 needs only the last 3 — {GROWS}: {DROP}"), check
     assert [rule for rule, check in wasteful.items() if check.status == "fail"] == ["kv-cache"]
 
 

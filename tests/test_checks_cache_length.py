@@ -649,13 +649,13 @@ def test_attention_holding_its_cache_in_a_cache_object_is_checked_as_the_books_c
 
 def test_a_plain_cache_object_that_keeps_too_little_still_fails_kv_cache():
     """A plain cache object read as the cache's length: one that keeps two fewer tokens than its window_size fails
-    where a cached step sees fewer than the last W."""
+    where a cached step sees fewer than the last W, naming the plain object's tensor and what it holds."""
     check = kv_cache(built(um.PlainCacheMHA, 16, 16, 16, 0.0, 4, window_size=4, bug="keeps-too-few"),
                      torch.randn(2, 6, 16))
     assert check.status == "fail", check
     assert check.evidence.startswith("sequence 1, token 3: the cached output differs from the uncached one by"), check
-    assert ("the step attends over only 3 keys where the cache's length (kv_cache.window_size = 4) keeps the last 4 "
-            "tokens") in check.evidence, check
+    assert ("the cache keeps too little: kv_cache.keys holds 2 tokens after 4, where a cache of length "
+            "kv_cache.window_size = 4 keeps the last 4, the newest among them") in check.evidence, check
 
 
 # ------------------------------------------------------------------ a window_size the code says is a sliding window
