@@ -114,7 +114,9 @@ ABLATIONS = {  # name -> (file, patches): (old, new) replaces the first old in t
         ('"scaleanchor": "x", "constrain": "domain"', '"constrain": "domain"')]),
     "the whole prompt above each step": (GENERATE, [("PROMPT_SHOWN = 40", "PROMPT_SHOWN = 1024")]),
     "no cost section": (GENERATE, [("    st.divider()\n    cost_section(page_run, sizes)", "    pass")]),
-    "no cache table": (GENERATE, [("st.table(_cache_table(step), hide_index=True)", "pass")]),
+    "no cache table": (GENERATE, [
+        ('st.dataframe(cache, hide_index=True, width="content"', "(lambda *a, **k: None)(cache")]),
+    "no top 5 table": (GENERATE, [('st.dataframe(top_k_frame(', "(lambda *a, **k: None)(top_k_frame(")]),
     "no metrics (the new token and the bytes held)": (GENERATE, [
         ('            st.metric("New token", _pieces', '            (lambda *a, **k: None)("New token", _pieces'),
         ('        st.metric("KV cache held"', '        (lambda *a, **k: None)("KV cache held"')]),

@@ -48,6 +48,8 @@ DEFAULT_NEW = 20
 MAX_NEW = 1024  # the widget's bound: a model's context clips further, with a notice
 PROMPT_SHOWN = 40  # the prompt's last tokens shown above each step
 PLAY_INTERVAL = 0.6  # seconds between two steps while playing
+# px: the top 5's columns, which fit half the page beside the sidebar at 800 px (a wider page shares out the rest)
+TOP_RANK_PX, TOP_TOKEN_PX, TOP_PROB_PX = 42, 108, 72
 NO_MODEL = ("Generation needs a language model: the book's Chapter 3 classes are one attention layer with no "
             "output head, so they predict no tokens. Pick a model under **Weights** in the sidebar — the "
             "**bundled model** is always there (2 layers trained by attnviz on repeated random tokens: it copies "
@@ -315,21 +317,27 @@ def _the_prompt_tokens(n: int) -> str:
     return "the 1 prompt token" if n == 1 else f"the {n:,} prompt tokens"
 
 
-def top_k_table(pieces: list[str], probs: list[float], title: str) -> str:
-    """The top k as a small Markdown table, most likely first and marked "← chosen" (the greedy choice); pieces
-    escaped, the title in bold.  A table, not a chart: it is redrawn at every step, and the browser draws a table
-    far quicker than a second Plotly chart (benchmarks/README.md, "A step of the Generate page in Chromium", item 2)."""
-    lines = [f"**{title}**", "", "| | token | probability |", "|---:|---|---:|"]
-    for rank, (piece, prob) in enumerate(zip(pieces, probs), start=1):
-        cell = f"{markdown_escape(piece)} ← chosen" if rank == 1 else markdown_escape(piece)
-        lines.append(f"| {rank} | {cell} | {_percent(prob)} |")
-    return "\n".join(lines)
+def top_k_frame(pieces: list[str], probs: list[float]) -> pd.DataFrame:
+    """The top k, most likely first: its rank (1: the greedy choice), its display piece and its probability in
+    percent (the grid and its CSV show the same number).  A table, not a chart: it is redrawn at every step, and the
+    browser draws a table far quicker than a second Plotly chart (benchmarks/README.md, "A step of the Generate page
+    in Chromium", item 2)."""
+    return pd.DataFrame({"rank": range(1, len(pieces) + 1), "token": list(pieces),
+                         "probability": [100 * float(prob) for prob in probs]})
 
 
-def _percent(prob: float) -> str:
-    """A probability as a percentage with its first two significant digits where one decimal shows 0.0% (a random
-    GPT spreads its guess over 50,257 tokens: 0.0021%)."""
-    return f"{prob:.1%}" if prob >= 0.001 else f"{prob * 100:.2g}%"
+def top_k_columns() -> dict:
+    """``st.dataframe`` column config of :func:`top_k_frame`: widths that fit half the page beside the sidebar at
+    800 px (a wider page shares out the rest), the token whole rather than a bar beside the probability, and the
+    probability with three significant digits — a random GPT spreads its guess over 50,257 tokens, where a fixed
+    number of decimals shows 0.00%."""
+    return {
+        "rank": st.column_config.NumberColumn(width=TOP_RANK_PX, help="1 is the most likely: the token chosen."),
+        "token": st.column_config.TextColumn(width=TOP_TOKEN_PX, help="The token's piece; · is a space."),
+        "probability": st.column_config.NumberColumn(
+            width=TOP_PROB_PX, format="%.3g%%",
+            help="The model's probability for this token, in percent (as the CSV has it)."),
+    }
 
 
 def _go_to(index: int) -> None:
@@ -345,7 +353,7 @@ def _pieces(token_ids: list[int]) -> list[str]:
 def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> None:
     step = result.steps[index]
     labels = [f"{i}:{piece}" for i, piece in enumerate(_pieces(result.token_ids))]
-    # halves: the top-5 table's three columns need ~250 px, which two fifths of the page leave it only from ~1,100 px
+    # halves: the top 5's three columns need ~230 px, which half the page leaves them beside the sidebar at 800 px
     text_col, top_col = st.columns(2)
     with text_col:
         shown = result.token_ids[: result.prompt_length + index]
@@ -364,7 +372,9 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
     with top_col:
         chooser = result.steps[index - 1] if index else step
         title = "The new token, chosen from the top 5" if index else "The next token, from the top 5"
-        st.markdown(top_k_table(_pieces(chooser.top_ids), chooser.top_probs, title))
+        st.markdown(f"**{title}**")
+        st.dataframe(top_k_frame(_pieces(chooser.top_ids), chooser.top_probs), hide_index=True, height="content",
+                     key="generate_top_k", column_config=top_k_columns())
 
     n_layers, n_heads = step.weights.shape[:2] if step.weights is not None else (0, 0)
     # the map takes the page's width (beside the cache its key labels have no room); the cache comes below it
@@ -415,10 +425,13 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
             model = _load(ref)
         if model is not None:
             held_col.markdown(generation.cache_holds(model))
-        # a static table: it is redrawn at every step, where a data grid draws its canvas anew
-        held_col.table(_cache_table(step), hide_index=True)
+        # under both columns, as wide as its shapes: beside the diagram a long shape ("(1, 1024, 12, 64)") leaves
+        # the bytes no room at 800 px
+        cache = _cache_table(step)
+        st.dataframe(cache, hide_index=True, width="content", height="content", key="generate_cache_table",
+                     column_config=_cache_columns(cache))
         if model is not None:
-            held_col.caption(_cache_formula(generation.cache_settings(model), result.prompt_length + index))
+            st.caption(_cache_formula(generation.cache_settings(model), result.prompt_length + index))
 
 
 def _layer_window(ref, layer: int | None) -> int | None:
@@ -458,6 +471,15 @@ def _cache_table(step: generation.Step) -> pd.DataFrame:
         row["bytes"] = sum(4 * int(np.prod(shape)) for shape in shapes.values())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _cache_columns(table: pd.DataFrame) -> dict:
+    """``st.dataframe`` column config of :func:`_cache_table`: the layer and the bytes as numbers, each tensor's
+    shape as text."""
+    columns = {name: st.column_config.TextColumn(help=f"The shape of `{name}` after this step.")
+               for name in table.columns if name not in ("layer", "bytes")}
+    return {"layer": st.column_config.NumberColumn(help="The block whose attention keeps this cache."), **columns,
+            "bytes": st.column_config.NumberColumn(format="localized", help="What this layer's cache holds (float32).")}
 
 
 def _badge(ref, key: tuple, index: int) -> None:

@@ -71,14 +71,14 @@ def _lab(context: Context, key: tuple) -> None:
     leak_detector(dataclasses.replace(context, link=link), key, setup, tokens, None if bug == "none" else bug)
 
 
-# px: the bug table's columns, which fit beside the sidebar at 1,280 px (a wider page shares out the rest), and its
-# rows: three lines, where the grid wraps a cell's text (it does in rows taller than 4 rem), so the longest line of
-# code is read whole without scrolling the table sideways
-BUG_COLUMN_PX, LINE_COLUMN_PX, BUG_ROW_PX = 190, 290, 74
+# px: the bug table's columns, which fit beside the sidebar at 800 px (a wider page shares out the rest evenly), and
+# its rows: five lines, where the grid wraps a cell's text (it does in rows taller than 4 rem), so the longest line of
+# code is read whole at 800 px, and no page width scrolls the table sideways
+BUG_COLUMN_PX, LINE_COLUMN_PX, BUG_ROW_PX = 130, 167, 116
 
 
 def bug_table() -> None:
-    """The bugs with the book's line and the buggy line; from 1,280 px every row and every line whole, no scrolling."""
+    """The bugs with the book's line and the buggy line; from 800 px every row and every line whole, no scrolling."""
     st.dataframe(pd.DataFrame(catalogue.table()), hide_index=True, row_height=BUG_ROW_PX, height="content",
                  column_config={
                      "bug": st.column_config.TextColumn(width=BUG_COLUMN_PX, help="Pick it under *Switch on a bug*."),

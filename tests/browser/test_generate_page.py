@@ -18,7 +18,9 @@ from helpers.browser import (
     query_of,
     runs,
     save_screenshot,
+    save_screenshot_at,
     share_link,
+    sideways,
     step_generation,
     wait_idle,
 )
@@ -69,7 +71,8 @@ def test_step_draws_the_new_token_and_the_growing_cache(page, server):
         assert_no_exception(page)
         expect(new_token_metric(page)).to_have_text(tokens.pieces([token])[0].piece)
         expect(main.get_by_text("The new token, chosen from the top 5")).to_be_visible()
-        expect(main.locator("table").filter(has_text="← chosen").first).to_contain_text(tokens.pieces([token])[0].piece)
+        top_5 = main.get_by_test_id("stDataFrame").filter(has=page.locator("th", has_text=re.compile("^rank$")))
+        expect(top_5.locator("tbody tr").first).to_contain_text(tokens.pieces([token])[0].piece)  # rank 1: chosen
         expect(main.get_by_text("Equals the uncached forward")).to_be_visible()
         expect(main.locator(".js-plotly-plot").filter(has_text="query row over the cached keys")).to_have_count(1)
         assert grown_margins(page) == []  # the rows map (and the cost chart) drawn in one pass: margins fit
@@ -94,8 +97,9 @@ def test_a_random_gpt_with_latent_attention_caches_the_latent(page, server):
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text("Its weights are random: its text is noise")).to_be_visible()
     expect(main.get_by_text("Step 0 of 20")).to_be_visible()
-    table = main.get_by_test_id("stTable").first
-    expect(table).to_contain_text("cache_c_kv")
+    table = main.get_by_test_id("stDataFrame").filter(has=page.locator("th", has_text=re.compile("^layer$")))
+    expect(table.locator("thead")).to_contain_text("cache_c_kv")
+    expect(table.locator("tbody tr").first).to_contain_text(f"(1, {n}, 48)")  # the latent, one per token
     expect(main.get_by_test_id("stMetric").filter(has_text="KV cache held")).to_contain_text(
         f"{2 * n * 48 * 4 / 1000:,.2f} kB")  # 2 layers × n tokens × a 48-wide latent × fp32
     step_generation(page, 1)
@@ -250,17 +254,22 @@ def test_the_page_is_readable_at_1100_and_1400_px(page, server, width):
     assert problems == [], f"at {width} px: {problems}"
 
 
-def save_screenshot_at(page, name: str) -> None:
-    """The whole page at the viewport's width (save_screenshot uses the default width)."""
-    from helpers.browser import SCREENSHOTS
-
-    width = page.viewport_size["width"]
-    height = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollHeight")
-    page.set_viewport_size({"width": width, "height": max(1000, min(height, 4000))})
-    page.wait_for_timeout(500)  # Plotly redraws on resize
-    wait_idle(page)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled", caret="hide")
+def test_the_top_5_and_the_cache_table_fit_the_page_at_800_1024_and_1400_px(page, server):
+    """The top 5 and every layer's cache are data grids that neither push the page sideways nor scroll sideways
+    inside themselves, from a window 800 px wide with the sidebar open — a long cache's shapes included.  (The cost
+    section's table of real models, thirteen columns of short numbers, may scroll inside itself.)"""
+    page.goto(f"{server.url}/generate?random=gqa&new_tokens=100&step=100")
+    wait_idle(page, timeout=120_000)
+    assert_no_exception(page)
+    expect(page.get_by_test_id("stMain").get_by_text("Step 100 of 100")).to_be_visible()
+    problems = {}
+    for width in (1400, 1024, 800):
+        seen = sideways(page, width)
+        ours = {names: px for names, px in seen["grids"].items() if names.startswith(("rank | ", "layer | "))}
+        if seen["page"] > 1 or len(ours) != 2 or any(px > 1 for px in ours.values()):
+            problems[width] = seen
+        save_screenshot_at(page, f"generate-tables-{width}")
+    assert problems == {}, problems
 
 
 def test_a_real_models_chart_and_the_dtype_box_agree_on_its_dtype(page, server):

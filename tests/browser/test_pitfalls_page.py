@@ -13,7 +13,9 @@ from helpers.browser import (
     query_of,
     runs,
     save_screenshot,
+    save_screenshot_at,
     share_link,
+    sideways,
     wait_idle,
 )
 
@@ -61,6 +63,22 @@ def test_pitfalls_page_shows_verdicts_and_a_bug_next_to_the_books_code(page, bas
     bars = main.locator("[data-testid=stPlotlyChart]").filter(has_text="the first token at every position")
     expect(bars.locator("g.legend")).to_contain_text("correct: score off its diagonal (≤ ")
     assert grown_margins(page) == []  # the longer legend entry still fits the room kept for it
+
+
+def test_the_bug_table_fits_the_page_at_800_1024_and_1400_px(page, base_url):
+    """The table of bugs (no bug switched on) neither pushes the page sideways nor scrolls sideways inside itself,
+    from a window 800 px wide with the sidebar open: its code wraps in rows tall enough for the longest line."""
+    page.goto(f"{base_url}/pitfalls")
+    wait_idle(page)
+    assert_no_exception(page)
+    problems = {}
+    for width in (1400, 1024, 800):
+        seen = sideways(page, width)
+        table = seen["grids"].get("bug | the book's line | the buggy line")
+        if seen["page"] > 1 or table is None or table > 1:
+            problems[width] = seen
+        save_screenshot_at(page, f"pitfalls-bugs-{width}")
+    assert problems == {}, problems
 
 
 def test_the_share_link_opens_the_bug_picked(page, base_url, browser):

@@ -93,6 +93,20 @@ def plotly_figures(at) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in charts]
 
 
+def grid(at, *columns: str):
+    """The first ``st.dataframe`` of the run whose columns include ``columns`` (``grid(at, "rank", "token")``): its
+    ``.value`` is the DataFrame, ``json.loads(.proto.columns)`` its column config.  A table drawn another way (a
+    Markdown table, ``st.table``) is not found: the assertion says which grids there were."""
+    found = next((frame for frame in at.dataframe if set(columns) <= set(frame.value.columns)), None)
+    assert found is not None, f"no st.dataframe with {columns}; grids: {[list(f.value.columns) for f in at.dataframe]}"
+    return found
+
+
+def grid_columns(at, *columns: str) -> dict:
+    """The column config of :func:`grid` ``(at, *columns)``: {column: its config (type, width, format, help …)}."""
+    return json.loads(grid(at, *columns).proto.columns or "{}")
+
+
 def check_panel_results(at) -> dict[str, str]:
     """The Heads page's Check panel's verdicts as its table shows them: {rule: "pass", "fail" or "skip"}."""
     table = next(frame.value for frame in at.table if "rule" in frame.value.columns)

@@ -263,6 +263,20 @@ def save_screenshot(page: Page, name: str, max_height: int = 2400) -> Path:
     return path
 
 
+def save_screenshot_at(page: Page, name: str) -> Path:
+    """The whole page at the viewport's width (:func:`save_screenshot` uses the default width), up to 4,000 px tall,
+    as ``name``.png in SCREENSHOTS."""
+    width = page.viewport_size["width"]
+    height = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollHeight")
+    page.set_viewport_size({"width": width, "height": max(1000, min(height, 4000))})
+    page.wait_for_timeout(500)  # Plotly redraws on resize
+    wait_idle(page)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), animations="disabled", caret="hide")
+    return path
+
+
 def choose_option(page: Page, combobox: Locator, option: str, attempts: int = 3) -> None:
     """Open a ``st.selectbox`` and click ``option``.  The dropdown closes when its container scrolls, and
     Playwright scrolls a combobox low in the sidebar into view just before clicking it: scroll first, and
@@ -297,6 +311,31 @@ _GROWN_MARGINS = """() => [...document.querySelectorAll('.js-plotly-plot')].flat
 def grown_margins(page: Page) -> list[str]:
     """The page's Plotly charts whose margins Plotly had to widen (so drew twice), with the sides it widened."""
     return page.evaluate(_GROWN_MARGINS)
+
+
+# What scrolls sideways: the page's main area (or the document) wider than the window, and each data grid (by its
+# column names, which the grid also writes into a hidden table for screen readers) wider inside than its box.
+_SIDEWAYS = """() => {
+  const main = document.querySelector('[data-testid=stMain]');
+  const root = document.documentElement;
+  const out = {page: Math.max(main.scrollWidth - main.clientWidth, root.scrollWidth - root.clientWidth), grids: {}};
+  for (const grid of main.querySelectorAll('[data-testid=stDataFrame]')) {
+    const scroller = grid.querySelector('.dvn-scroller');
+    const names = [...grid.querySelectorAll('th')].map((th) => th.textContent).join(' | ');
+    if (scroller) out.grids[names] = scroller.scrollWidth - scroller.clientWidth;
+  }
+  return out;
+}"""
+
+
+def sideways(page: Page, width: int) -> dict:
+    """At a window ``width`` px wide (the height kept): how many px the page scrolls sideways (``"page"``) and how
+    many each data grid scrolls inside itself (``"grids"``: {"rank | token | probability": px}); 0 where nothing
+    does.  The page is not run again: Streamlit lays it out anew, and Plotly redraws its charts."""
+    page.set_viewport_size({"width": width, "height": page.viewport_size["height"]})
+    page.wait_for_timeout(500)  # the grid measures its box again after a resize
+    wait_idle(page)
+    return page.evaluate(_SIDEWAYS)
 
 
 def step_generation(page: Page, step: int, steps: int = 20) -> None:

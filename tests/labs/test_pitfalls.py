@@ -942,6 +942,11 @@ def test_the_overview_table_lists_every_bug_with_both_lines():
 # ============================== the page (AppTest) ==============================
 
 
+# px: a table's width on a page 800 px wide with the sidebar open (measured in Chromium: 500 px of page, a 466 px
+# data grid, 464 px inside its border)
+TABLE_PX_AT_800 = 464
+
+
 def page(**query) -> AppTest:
     return open_app(timeout=TIMEOUT, **query).switch_page("pages/pitfalls.py").run()
 
@@ -961,12 +966,15 @@ def test_page_runs_and_the_books_code_does_not_leak():
     assert leak_verdict(at) == "**Verdict:** no leak"
     assert at.select_slider(key="pitfalls_token").value == 3  # the middle of 6 tokens
     assert len(at.dataframe[0].value) == len(PITFALLS) == 14  # every bug, listed
-    # and each line read whole at 1,280 px: the columns fit the page's 820 px beside the sidebar, and a row is taller
-    # than 4 rem (64 px), the height from which Streamlit's data grid wraps a cell's text instead of cutting it
+    # and each line read whole from 800 px: the columns fit the 464 px a table has there beside the open sidebar (a
+    # wider page shares out the rest, so no width scrolls the table sideways), and a row is taller than 4 rem
+    # (64 px), the height from which Streamlit's data grid wraps a cell's text instead of cutting it
     table = at.dataframe[0].proto
-    widths = [json.loads(table.columns or "{}").get(name, {}).get("width") for name in catalogue.table()]
-    assert all(widths) and sum(widths) <= 820, widths
+    columns = json.loads(table.columns or "{}")
+    widths = [columns.get(name, {}).get("width") for name in catalogue.table()]
+    assert all(widths) and sum(widths) <= TABLE_PX_AT_800, widths
     assert table.row_height > 64
+    assert {columns[name]["type_config"]["type"] for name in catalogue.table()} == {"text"}
 
 
 def test_choosing_each_pitfall_changes_the_verdict():

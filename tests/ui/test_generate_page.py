@@ -12,7 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.apptest import decode, figure, no_exception, open_app, recorded_spinners, share_link
+from helpers.apptest import (
+    decode,
+    figure,
+    grid,
+    grid_columns,
+    no_exception,
+    open_app,
+    recorded_spinners,
+    share_link,
+)
 from helpers.checkpoints import random_gpt2, use_checkpoints, write_checkpoints
 from streamlit.testing.v1 import AppTest
 
@@ -51,6 +60,16 @@ def step(at: AppTest) -> AppTest:
     return at
 
 
+def cache_table(at: AppTest):
+    """The table of every layer's cache: a data grid (sort, search, CSV) with the layer and its bytes as numbers."""
+    return grid(at, "layer", "bytes").value
+
+
+def top_5(at: AppTest):
+    """The top 5 the step's token was chosen from, as the page's data grid holds it: rank, token, probability (%)."""
+    return grid(at, "rank", "token", "probability").value
+
+
 def greedy(model, ids: list[int], new: int) -> list[int]:
     ids = list(ids)
     with torch.no_grad():
@@ -73,8 +92,8 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
     assert at.title[0].value.startswith("Generate")
     assert at.metric[0].value == "—"  # the prefill: no new token yet
     held = lambda n: n_layers * 2 * n * n_heads * head_dim * 4  # noqa: E731
-    assert at.table[0].value["cache_k"].tolist() == [f"(1, {len(prompt)}, {n_heads}, {head_dim})"] * n_layers
-    assert at.table[0].value["bytes"].sum() == held(len(prompt))
+    assert cache_table(at)["cache_k"].tolist() == [f"(1, {len(prompt)}, {n_heads}, {head_dim})"] * n_layers
+    assert cache_table(at)["bytes"].sum() == held(len(prompt))
     assert at.success[0].value.startswith("Equals the uncached forward")
 
     for k in (1, 2):
@@ -84,14 +103,24 @@ def test_steps_show_the_new_token_its_rows_and_the_growing_cache(choice, checkpo
         continued = next(m.value for m in at.markdown if ":orange-background[" in m.value)
         new_text = markdown_escape(tokens.decode(expected[len(prompt): len(prompt) + k]))
         assert continued.endswith(f":orange-background[{new_text}]") and "**" not in continued  # no literal **
-        top5 = next(m.value for m in at.markdown if m.value.startswith("**The new token, chosen from the top 5**"))
-        rows = [line.split(" | ") for line in top5.splitlines()[4:]]
-        assert len(rows) == 5 and rows[0][1] == markdown_escape(tokens.pieces([new_token])[0].piece) + " ← chosen"
-        probs = [float(row[2].rstrip(" |%")) for row in rows]
-        assert probs == sorted(probs, reverse=True)  # the chosen one is the most likely
+        assert any(m.value == "**The new token, chosen from the top 5**" for m in at.markdown)
+        top = top_5(at)  # a data grid: sort, search and CSV are the grid's
+        assert list(top.columns) == ["rank", "token", "probability"] and top["rank"].tolist() == [1, 2, 3, 4, 5]
+        with torch.no_grad():  # the model's own top 5 where it chose this token, in percent
+            probs, ids = model(torch.tensor([expected[: len(prompt) + k - 1]]))[0, -1].softmax(-1).topk(5)
+        assert top["token"].tolist() == [token.piece for token in tokens.pieces(ids.tolist())]
+        assert top["token"][0] == tokens.pieces([new_token])[0].piece  # the chosen one is the most likely
+        np.testing.assert_allclose(top["probability"], 100 * probs.numpy(), rtol=1e-4)
+        if k == 1:  # what each column is: the rank and the probability numbers, the token text
+            columns = grid_columns(at, "rank", "token")
+            assert [columns[name]["type_config"]["type"] for name in top.columns] == ["number", "text", "number"]
+            assert columns["probability"]["type_config"]["format"].endswith("%%")  # a percent, as the values are
+            shapes = grid_columns(at, "layer", "bytes")
+            assert shapes["layer"]["type_config"]["type"] == shapes["bytes"]["type_config"]["type"] == "number"
+            assert shapes["cache_k"]["type_config"]["type"] == shapes["cache_v"]["type_config"]["type"] == "text"
         n = len(prompt) + k
-        assert at.table[0].value["cache_v"].tolist() == [f"(1, {n}, {n_heads}, {head_dim})"] * n_layers
-        assert at.table[0].value["bytes"].sum() == held(n)
+        assert cache_table(at)["cache_v"].tolist() == [f"(1, {n}, {n_heads}, {head_dim})"] * n_layers
+        assert cache_table(at)["bytes"].sum() == held(n)
         assert at.success[0].value.startswith("Equals the uncached forward")
         # the map's rows: each new token's query row over the cached keys, from a full forward computed here
         rows = decode(figure(at, "query row over the cached keys")["data"][0]["z"])
@@ -171,7 +200,7 @@ def test_a_prompt_that_fills_the_context_keeps_its_end_so_the_new_tokens_fit():
                        "so that the 20 new tokens fit."]
     assert any(m.value.startswith("**Step 0 of 20**") for m in at.markdown)
     assert not at.button(key="generate_next").disabled and not at.button(key="generate_play").disabled
-    assert at.table[0].value["cache_k"].iloc[0] == "(1, 236, 2, 64)"
+    assert cache_table(at)["cache_k"].iloc[0] == "(1, 236, 2, 64)"
     model = models.load_checkpoint(models.BUNDLED)
     expected = greedy(model, prompt[-236:], 1)
     step(at)
@@ -231,7 +260,7 @@ def test_an_empty_text_in_the_link_gets_the_pages_own_message_under_its_title(te
 
 def test_an_endoftext_prompt_generates():
     at = page(weights=weights.BUNDLED_NAME, text=tokens.ENDOFTEXT)
-    assert at.table[0].value["cache_k"].iloc[0] == "(1, 1, 2, 64)"
+    assert cache_table(at)["cache_k"].iloc[0] == "(1, 1, 2, 64)"
     step(at)
     assert at.success[0].value.startswith("Equals the uncached forward")
 
@@ -240,7 +269,7 @@ def test_a_layer_out_of_range_in_the_url_is_refused_with_a_notice():
     at = page(weights=weights.BUNDLED_NAME, text=TEXT, layer="99")
     said = "Ignored URL parameter layer='99': it is out of range (this checkpoint's 2 layers: 0 … 1)"
     assert any(w.value.replace("\\", "").startswith(said) for w in at.warning)
-    assert at.success and at.table and at.text_area[0].value == TEXT
+    assert at.success and len(cache_table(at)) == 2 and at.text_area[0].value == TEXT
 
 
 @pytest.mark.parametrize("raw", ["swa", "bogus"])
@@ -331,7 +360,7 @@ def test_a_bonus_attention_in_the_sidebar_offers_a_random_gpt_with_its_real_cach
             step(at)
             assert at.metric[0].value == tokens.pieces([expected[len(prompt) + k - 1]])[0].piece
         n = len(prompt) + k
-        table = at.table[0].value
+        table = cache_table(at)
         for column, shape in cache(n).items():
             assert table[column].tolist() == [shape, shape]  # 2 layers
         held = models.cache_settings(model)
@@ -377,13 +406,13 @@ def test_the_page_says_what_the_chosen_attentions_cache_holds_and_its_captions_c
     symbolic = re.search(r"`(\(b, [^`]*\))` =", held).group(1)
     shapes = set(re.findall(r"\(b, [a-zA-Z_(), ]*?\)(?=`)", said))  # every symbolic cache shape the page names
     assert shapes == {symbolic}, shapes
-    first = at.table[0].value.columns[1]
+    first = cache_table(at).columns[1]
     assert f"`{first}`" in held  # the table's first tensor is the one said
     for k in (0, 1):
         if k:
             step(at)
         call, shown = caption_call(at)
-        assert eval(call, {"kv_cache_bytes": kv_cache_bytes}) == shown == at.table[0].value["bytes"].sum(), call
+        assert eval(call, {"kv_cache_bytes": kv_cache_bytes}) == shown == cache_table(at)["bytes"].sum(), call
 
 
 def test_the_cost_chart_says_that_rasbts_estimators_n_kv_groups_is_a_group_size():
@@ -394,13 +423,13 @@ def test_the_cost_chart_says_that_rasbts_estimators_n_kv_groups_is_a_group_size(
 
 
 def test_the_top_5_of_a_random_gpt_are_not_all_0_percent():
-    """A random GPT spreads its guess over 50,257 tokens: each probability is shown with two significant digits, and
-    the chosen token's is the largest shown."""
+    """A random GPT spreads its guess over 50,257 tokens: each probability is shown with three significant digits
+    (the grid's printf format, which Python's % reads alike), and the chosen token's is the largest shown."""
     at = random_page(variant="mqa")
-    table = next(m.value for m in at.markdown if "| probability |" in m.value)
-    shown = [line.rsplit("|", 2)[-2].strip() for line in table.splitlines()[4:]]
-    assert len(shown) == 5 and "0.0%" not in shown, shown
-    values = [float(p.rstrip("%")) for p in shown]
+    values = top_5(at)["probability"].tolist()
+    form = grid_columns(at, "rank", "token")["probability"]["type_config"]["format"]
+    shown = [form % value for value in values]
+    assert len(shown) == 5 and all(float(p.rstrip("%")) > 0 for p in shown), (form, shown)
     assert values == sorted(values, reverse=True) and values[0] > 0
 
 
@@ -408,10 +437,10 @@ def test_sidebar_settings_that_do_not_fit_the_random_gpt_are_said_and_the_preset
     at = random_page(variant="gqa", num_kv_groups="6")  # 6 divides the sidebar's 12 heads, not the model's 8
     assert not at.exception
     assert any("num_kv_groups = 6 does not fit" in c.value.replace("\\", "") for c in at.caption)
-    assert at.table[0].value["cache_k"].iloc[0] == f"(1, 2, {len(tokens.encode(TEXT))}, 16)"
+    assert cache_table(at)["cache_k"].iloc[0] == f"(1, 2, {len(tokens.encode(TEXT))}, 16)"
     at = random_page(variant="mla", latent_dim="512")
     assert any("latent_dim = 512 does not fit" in c.value.replace("\\", "") for c in at.caption)
-    assert at.table[0].value["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
+    assert cache_table(at)["cache_c_kv"].iloc[0] == f"(1, {len(tokens.encode(TEXT))}, 32)"
     # a window longer than the random GPT's context of 256 tokens: its own 16 (a window that long saves nothing)
     at = random_page(variant="swa", sliding_window_size="1000")
     notes = " ".join(c.value.replace("\\", "") for c in at.caption)
@@ -453,7 +482,7 @@ def test_the_random_gpt_is_a_choice_and_no_thanks_puts_the_costs_back_alone():
     assert at.selectbox(key="generate_random").value == "none"
     assert not [b for b in at.button if b.key == "generate_next"]
     at.selectbox(key="generate_random").set_value("mha").run()
-    assert not at.exception and at.table[0].value["cache_k"].iloc[0].endswith(", 8, 16)")
+    assert not at.exception and cache_table(at)["cache_k"].iloc[0].endswith(", 8, 16)")
     at.selectbox(key="generate_random").set_value("none").run()
     assert not at.exception and not [b for b in at.button if b.key == "generate_next"]
     assert at.text_area[0].value == TEXT
@@ -471,17 +500,16 @@ def test_prefill_then_step_again_every_button_drawn_for_the_step_shown():
     assert not at.button(key="generate_back").disabled
 
 
-def test_a_long_prompt_shows_its_end_and_the_top_5_escapes_its_tokens():
+def test_a_long_prompt_shows_its_end_and_the_top_5_beside_it():
     text = "word " * 60 + "| *not bold* |"
     at = page(weights=weights.BUNDLED_NAME, text=text, new_tokens="1")
     shown = next(m.value for m in at.markdown if m.value.startswith("…"))
     assert "word " * 50 not in shown.replace("\\", "") and "not bold" in shown
-    top5 = next(m.value for m in at.markdown if m.value.startswith("**The next token, from the top 5**"))
-    assert len(top5.splitlines()) == 4 + 5 and all(line.count(" | ") == 2 for line in top5.splitlines()[4:])
+    assert any(m.value == "**The next token, from the top 5**" for m in at.markdown)
+    assert len(top_5(at)) == 5
     assert at.text_area[0].value == text
-    # its column is half the page, which holds the table's three columns at 1,024 px with the sidebar open (two
-    # fifths left it sticking out past the page)
-    top_col = next(col for col in at.columns if any(m.value == top5 for m in col.markdown))
+    # its column is half the page, whose ~230 px hold the grid's three columns beside the open sidebar at 800 px
+    top_col = next(col for col in at.columns if any("rank" in frame.value.columns for frame in col.dataframe))
     assert top_col.weight == pytest.approx(0.5)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.apptest import decode, no_exception, open_app, plotly_figures
+from helpers.apptest import decode, grid, no_exception, open_app, plotly_figures
 from helpers.checkpoints import book_modern_cfg, random_modern_gpt
 from streamlit.testing.v1 import AppTest
 
@@ -76,7 +76,7 @@ def test_generate_says_and_counts_the_cache_each_layer_really_holds(name, holds,
     assert f"**Each of the 2 layers caches** {holds}" in said.replace("\\", ""), said
     n = len(tokens.encode(TEXT))
     per_token = 2 * 2 * 64 * 4 if name == "gqa.pth" else 48 * 4  # G heads × hd × (K and V) × fp32, or the latent
-    assert at.table[0].value["bytes"].sum() == 2 * n * per_token  # 2 layers
+    assert grid(at, "layer", "bytes").value["bytes"].sum() == 2 * n * per_token  # 2 layers
 
 
 @pytest.mark.parametrize("name", ["gqa.pth", "mla.pth"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.apptest import decode, no_exception, plotly_figures
+from helpers.apptest import decode, grid, no_exception, plotly_figures
 from helpers.window_cache import scheduled_window_bytes
 from streamlit.testing.v1 import AppTest
 
@@ -101,7 +101,7 @@ def test_the_generate_page_counts_each_layers_own_cache_of_a_mixed_schedule(stri
             no_exception(at)
         n = len(prompt) + k
         formula = scheduled_window_bytes(n, WINDOW, emb_dim=128, n_heads=8, n_layers=4, stride=stride)
-        shown = at.table[0].value["bytes"].sum()
+        shown = grid(at, "layer", "bytes").value["bytes"].sum()
         assert shown == actual[k] == formula, k
         assert at.metric[1].value == kv_cache.format_bytes(actual[k])
         caption = next(c.value for c in at.caption if "kv_cache_bytes(" in c.value)
