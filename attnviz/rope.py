@@ -1,4 +1,4 @@
-"""Rotary position embeddings (RoPE) in the book's split-halves form: the cos/sin tables and the rotation.
+"""Rotary position embeddings (RoPE) in the book's split-halves form: the angles, their cos/sin tables and the rotation.
 
 The book's Llama code (``compute_rope_params`` / ``apply_rope`` in its bonus material) rotates each head's
 query and key vectors after the head split and before QKᵀ; the pair (x[d], x[d + hd/2]) turns by the angle
@@ -16,13 +16,26 @@ ROPE_BASES = (10_000, 500_000)  # GPT-NeoX/Llama 2 and Llama 3
 def compute_rope_params(head_dim: int, theta_base: float = 10_000, context_length: int = 4096,
                         device=None, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin), each (context_length, head_dim): row p holds the angles p·θ_d twice (both halves)."""
-    if head_dim % 2:
-        raise ValueError(f"Rotary positions rotate pairs of dimensions: head_dim must be even, got {head_dim}.")
-    inv_freq = 1.0 / theta_base ** (torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim)  # (hd/2,)
-    positions = torch.arange(context_length, dtype=dtype, device=device)  # (ctx,)
-    angles = positions.unsqueeze(1) * inv_freq.unsqueeze(0)  # (ctx, 1) * (1, hd/2) -> (ctx, hd/2)
+    angles = rope_angles(head_dim, theta_base, context_length, device, dtype)  # (ctx, hd/2)
     angles = torch.cat([angles, angles], dim=1)  # (ctx, hd/2) -> (ctx, hd): the same angle for both halves
     return torch.cos(angles), torch.sin(angles)  # (ctx, hd) each
+
+
+def rope_frequencies(head_dim: int, theta_base: float = 10_000, device=None, dtype=torch.float32) -> torch.Tensor:
+    """θ_d = base^(−2d/hd) for d = 0 … hd/2 − 1, (hd/2,): the angle pair d turns by per position (d = 0 fastest:
+    one radian a position; the last pair slowest)."""
+    if head_dim % 2:
+        raise ValueError(f"Rotary positions rotate pairs of dimensions: head_dim must be even, got {head_dim}.")
+    return 1.0 / theta_base ** (torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim)  # (hd/2,)
+
+
+def rope_angles(head_dim: int, theta_base: float = 10_000, context_length: int = 4096, device=None,
+                dtype=torch.float32) -> torch.Tensor:
+    """(context_length, hd/2): row p holds p·θ_d, the angle by which position p turns the pair (x[d], x[d + hd/2])
+    — the angles whose cos and sin :func:`compute_rope_params` tabulates."""
+    inv_freq = rope_frequencies(head_dim, theta_base, device, dtype)  # (hd/2,)
+    positions = torch.arange(context_length, dtype=dtype, device=device)  # (ctx,)
+    return positions.unsqueeze(1) * inv_freq.unsqueeze(0)  # (ctx, 1) * (1, hd/2) -> (ctx, hd/2)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from attnviz import ablation, models, pipeline, rope, weights
 from attnviz.config import AttentionConfig, InputError
 from attnviz.explain import ExplainError, explain_weight
 from attnviz.producers import model_layer
-from attnviz.views import steps
+from attnviz.views import rotation, steps
 
 TEXT = "The cat sat on the mat. The cat sat on"
 SIZES = {"d_in": 24, "d_out": 24, "num_heads": 4, "seed": 7, "context_length": 64}
@@ -177,11 +177,12 @@ def test_the_steps_pages_tables_show_the_heads_own_vectors(traces, producer):
     assert list(table["query"]) == [steps._vector_text(q, digits=3) for q in vectors.queries]
     assert list(table["key"]) == [steps._vector_text(k, digits=3) for k in vectors.keys]
     if vectors.rotated:
-        before = trace.head_vectors(head, rotated=False)
-        q_table, k_table = steps.rotation_tables(trace, head)
-        assert list(q_table["q before"]) == [steps._vector_text(q) for q in before.queries]
-        assert list(k_table["k before"]) == [steps._vector_text(k) for k in before.keys]
-        assert list(k_table["k rotated"]) == [steps._vector_text(k) for k in vectors.keys]
+        before, half = trace.head_vectors(head, rotated=False), vectors.head_dim // 2
+        turned = rotation.rotation_of(trace, head)
+        q_table, k_table = rotation.pair_table(turned, 1, "q"), rotation.pair_table(turned, 1, "k")
+        assert np.array_equal(q_table[["q[1]", f"q[{1 + half}]"]].to_numpy(), before.queries[:, [1, 1 + half]])
+        assert np.array_equal(k_table[["k[1]", f"k[{1 + half}]"]].to_numpy(), before.keys[:, [1, 1 + half]])
+        assert np.array_equal(k_table[["k′[1]", f"k′[{1 + half}]"]].to_numpy(), vectors.keys[:, [1, 1 + half]])
 
 
 def test_a_grouped_checkpoints_heads_read_their_own_k_v_group(traces):

@@ -164,15 +164,17 @@ def _is_head(num_heads: int):
     return lambda head: isinstance(head, int) and 0 <= head < num_heads
 
 
-def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}") -> int:
+def head_selector(key: str, num_heads: int, label=lambda head: f"head {head}", why_not: str | None = None) -> int:
     """Focused-head selector (persisted, followed by the URL's ``head``); falls back to head 0 when the head count
     shrinks.  Its box reads ``label(head)`` of this run (a K/V group that another variant drops: ``page_bind``'s
-    ``labels``)."""
+    ``labels``).  ``why_not``: the view shows no head (a stage without a head dimension): the box is disabled, its
+    help says why, and it keeps its head, in the URL too, for the views that show one."""
     bind = page_bind(key, 0, _is_head(num_heads), url=HEAD, labels=tuple(label(head) for head in range(num_heads)))
     if num_heads == 1:
         st.caption("One head.")
         return 0
-    return st.selectbox("Focused head", list(range(num_heads)), format_func=label, **bind)
+    return st.selectbox("Focused head", list(range(num_heads)), format_func=label, disabled=why_not is not None,
+                        help=why_not, **bind)
 
 
 def window_selector(prefix: str, n: int, overview: bool = True) -> tuple[int, int, int]:

@@ -67,7 +67,7 @@ _LAYERS = "_weights_layers"  # a checkpoint left in this session -> the layer it
 PAGE_WIDGETS = (  # every page widget's key (page_bind refuses others): kept while their page is not shown
     "heads_stage", "heads_focus", "heads_row0", "heads_col0", "heads_overview", "heads_knockout_position",
     "next_position", "tokens_next_position", "image_format",
-    "steps_stage", "steps_focus", "steps_row0", "steps_col0",
+    "steps_stage", "steps_focus", "steps_row0", "steps_col0", "steps_pair",
     "compare_map", "pitfalls_bug", "pitfalls_token",
     "induction_T", "induction_seed", "induction_layer", "induction_head", "induction_knockout",
     "generate_new", "generate_random", "generate_layer", "generate_head", "generate_sizes", "generate_dtype",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ from attnviz.ui.heads import head_selector, window_selector, within_layer_from_u
 from attnviz.ui.share import file_name, layer_part, share_link
 from attnviz.ui.state import page_bind, url_notices
 from attnviz.urlstate import STAGE
-from attnviz.views import figures, source, steps
+from attnviz.views import figures, rotation, source, steps
 
 
 def draw(page_run: Context) -> None:
@@ -46,7 +47,7 @@ def draw(page_run: Context) -> None:
 
     with beside_shape_diagram(trace, highlight=stage):
         url_notices("steps_focus", "steps_row0", "steps_col0")
-        head = head_selector("steps_focus", trace.num_heads)
+        head = head_selector("steps_focus", trace.num_heads, why_not=steps.headless_note(trace, stage))
         row0, col0, size = window_selector("steps", trace.n, overview=False)
         share_link(page_run.link)  # the URL holds the head, stage and window this run draws
         step = steps.step_text(config, stage, trace.module_run, window=trace.window, hides_future=trace.hides_future)
@@ -54,7 +55,9 @@ def draw(page_run: Context) -> None:
         st.code(step["code"], language="python", wrap_lines=True)  # a long line wraps in the column, never cut
         view = HeadWindow(trace, head, row0, col0, size, stage)
         before, after = pair()
-        STAGE_VIEWS.get(stage, _context)(view, before, after, steps.map_titles(trace, stage))
+        below = STAGE_VIEWS.get(stage, _context)(view, before, after, steps.map_titles(trace, stage))
+    if below is not None:  # what needs the page's width, under the shape diagram
+        below()
 
     _source(trace, stage)
 
@@ -132,13 +135,42 @@ def _latent(view: HeadWindow, before, after, titles) -> None:
     st.dataframe(steps.latent_table(trace), height=300)
 
 
-def _rotated_queries(view: HeadWindow, before, after, titles) -> None:
+def _rotated_queries(view: HeadWindow, before, after, titles) -> Callable[[], None]:
+    """One pair of the head's q and k turned by each position (the pair picked here), beside the shape diagram; under
+    it, the page's width: the angle of every position and pair, and the pair's numbers before and after."""
     config, head = view.config, view.head
-    q_table, k_table = steps.rotation_tables(view.trace, head)
-    st.caption(f"RoPE base {config.rope_base:,}; head {head} uses K/V head {config.kv_group(head)}. Position 0 "
-               "is not turned; later positions turn further.")
-    st.dataframe(q_table)  # the page's width: a map's card cuts the numbers of its columns
-    st.dataframe(k_table)
+    turned = rotation.rotation_of(view.trace, head)
+    st.caption(f"RoPE base {config.rope_base:,} · head {head} uses K/V head {turned.kv_head}. Each pair of "
+               f"dimensions (x[d], x[d + {turned.pairs}]) is a 2-D vector; position p turns it by p·θ_d, "
+               f"θ_d = base^(−2d/{turned.head_dim}): position 0 not at all, pair 0 one radian a position, the last "
+               "pair hardly.")
+    d = 0  # the pair drawn
+    if turned.pairs > 1:
+        d = st.slider("Pair d — dimensions d and d + head_dim/2", 0, turned.pairs - 1,
+                      help="The pair of q's and k's dimensions the figures and tables show: low pairs turn fast, "
+                           "high pairs slowly.",
+                      **page_bind("steps_pair", 0, lambda value: isinstance(value, int) and 0 <= value < turned.pairs))
+    for place, side in zip(pair(), ("q", "k")):  # under the slider: the drawn pair follows it
+        with place:
+            st.plotly_chart(rotation.pair_figure(turned, d, side, start=view.row0),
+                            config=plotly_config(view.file_name(f"pair{d}", side)))
+    st.caption("Each token's vector keeps its length and turns by its own position's angle, q_i by i·θ_d and k_j by "
+               "j·θ_d, so the pair's part of q_i · k_j depends on the angle between them, (i − j)·θ_d plus the one "
+               "they had before: on i − j only (the Compare page checks it).")
+
+    def below() -> None:
+        st.plotly_chart(rotation.angle_heatmap(turned, d), config=plotly_config(view.file_name("angles")))
+        st.caption(f"The pair's numbers: before the rotation, then after it (primed: q′ = q turned by its "
+                   f"position's angle p·θ_{d}).")
+        tables = st.container(horizontal=True, gap="medium")  # q's and k's side by side where both fit
+        for side in ("q", "k"):
+            helps = rotation.pair_table_help(turned, d, side)
+            columns = {name: st.column_config.NumberColumn(name, help=text, format="%.1f°" if
+                                                           name == rotation.ANGLE_COLUMN else "%.3f")
+                       for name, text in helps.items()}
+            tables.dataframe(rotation.pair_table(turned, d, side), column_config=columns, width="content")
+
+    return below
 
 
 def _kv_repeat(view: HeadWindow, before, after, titles) -> None:
@@ -243,7 +275,8 @@ def _context(view: HeadWindow, before, after, titles) -> None:
     st.dataframe(steps.vector_table(trace, trace.output[0], "output vector"), height=300)
 
 
-# what each stage draws below its code; any other stage (context, output) draws _context
+# what each stage draws below its code; any other stage (context, output) draws _context.  A view may return what it
+# draws under the shape diagram, at the page's width (the rotation's angles and tables), which draw() then calls
 STAGE_VIEWS = {"latent": _latent, "rotated_queries": _rotated_queries, "kv_repeat": _kv_repeat, "scores": _scores,
                "scaled": _scaled, "masked": _masked, "weights": _weights, "dropped": _dropped}
 

@@ -6,7 +6,9 @@ too), the note that a mask on a book listing without one (3.3, 3.4) is attnviz's
 differs from the book's listing (``listing_note``: the recording lines, and ÷√dₖ before the mask where the book
 masks first), the titles of each stage's maps broken into lines that fit their boxes (``map_titles``,
 ``fitted_titles``), the K/V groups stage's words and its head → group table, the focused head's row shaded
-(``group_caption``, ``focus_caption``, ``group_table``), and the query/key/context tables (pandas).
+(``group_caption``, ``focus_caption``, ``group_table``), why a stage without a head dimension picks no head
+(``headless_note``), and the query/key/context tables (pandas).  The rotary stage's figures and table are
+:mod:`attnviz.views.rotation`'s.
 """
 
 from __future__ import annotations
@@ -299,19 +301,13 @@ def focus_caption(config: AttentionConfig, head: int) -> str:
             f"{names} (shaded lighter).")
 
 
-def rotation_tables(trace: Trace, head: int, max_rows: int = 64) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(queries, keys) of one head before and after the rotation, one row per token (first 8 values each); the
-    keys are those of the head's K/V group."""
-    rows = min(trace.n, max_rows)
-    unrotated = trace.head_vectors(head, rotated=False)  # the recorded projections' slices: (n, hd) each
-    rotated = trace.head_vectors(head)  # the same vectors turned by their positions: (n, hd) each
-
-    def table(name, before, after):
-        return pd.DataFrame({"position": list(range(rows)), "token": list(trace.tokens[:rows]),
-                             f"{name} before": [_vector_text(v) for v in before[:rows]],
-                             f"{name} rotated": [_vector_text(v) for v in after[:rows]]})
-
-    return table("q", unrotated.queries, rotated.queries), table("k", unrotated.keys, rotated.keys)
+def headless_note(trace: Trace, stage: str) -> str | None:
+    """Why the Focused head picks nothing on ``stage``: the tensor it shows has no head dimension (MLA's latent,
+    ``(b, n, latent_dim)``, which every head's keys and values are made from); None where the stage shows a head."""
+    if stage not in EXTRA_STEP_LABELS or stage not in trace.steps or trace.steps[stage].ndim >= 4:
+        return None
+    return (f"The {stage} {shape_of(trace, stage)} has no head dimension: every head's keys and values are made from "
+            "it, so there is no head to pick here. The focused head is kept for the next stages.")
 
 
 def latent_table(trace: Trace, max_rows: int = 64) -> pd.DataFrame:

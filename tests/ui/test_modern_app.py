@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers.apptest import link_notices, no_exception, open_app
+from helpers.apptest import link_notices, no_exception, open_app, plotly_figures
 from streamlit.testing.v1 import AppTest
 
 from attnviz import weights
@@ -31,7 +31,6 @@ def test_the_tokens_page_with_rotary_positions_draws_the_input_once_and_says_why
     """Rotary positions add no vector to the input: the page drew a blank "positional embedding" chart and still
     said "token + position = input", and two identical maps, "token embedding" and "input = token", under "Both use
     the same colour scale, so they can be compared cell by cell"."""
-    from helpers.apptest import plotly_figures
 
     at = app("pages/tokens.py", **RUNS["mha_rotary"])
     no_exception(at)
@@ -111,10 +110,16 @@ def test_steps_page_shows_the_added_stages_with_their_source_lines(run):
     if run in expected:
         stage, code = expected[run]
         assert any(re.match(r"0[a-z]? · ", str(option)) for option in options), options  # an added stage
+        at.selectbox(key="steps_focus").set_value(3).run()
         stage_control.set_value(stage).run()
         no_exception(at)
         assert any(code in block.value for block in at.code), [b.value for b in at.code]
         assert at.dataframe  # the latent, the rotation's before/after, the head → group table
+        focus = at.selectbox(key="steps_focus")
+        # the latent (b, n, latent_dim) has no head to focus: the control is disabled and says why; the others have
+        assert focus.disabled == (stage == "latent") and focus.value == 3
+        assert ("has no head dimension" in (focus.help or "")) == (stage == "latent"), focus.help
+        assert at.query_params["head"] == "3"  # kept in the URL for the next stage
     if run == "swa":
         stage_control.set_value("masked").run()
         no_exception(at)
@@ -123,6 +128,9 @@ def test_steps_page_shows_the_added_stages_with_their_source_lines(run):
     for stage in ("scores", "weights", "context"):
         at.segmented_control(key="steps_stage").set_value(stage).run()
         no_exception(at)
+        assert not at.selectbox(key="steps_focus").disabled
+    if run in expected:
+        assert at.selectbox(key="steps_focus").value == 3  # the head picked before the added stage
 
 
 @pytest.mark.parametrize("run", ["gqa", "mla", "swa", "gqa_rotary"])
@@ -210,3 +218,16 @@ def test_steps_page_numbers_each_stage_once_and_draws_the_rotation(query):
     flow = at.get("html")[0].proto.body  # the compact shape diagram beside the step
     for stage in ("rotated_queries", "rotated_keys", "kv_groups", "kv_repeat"):
         assert f'data-stage="{stage}"' in flow, stage
+    # one pair of q and k as 2-D vectors turned by their positions, the angle of every position and pair, and the
+    # pair's numbers side by side before and after; the slider picks the pair
+    for pair in (0, 5):
+        if pair:
+            at.slider(key="steps_pair").set_value(pair).run()
+            no_exception(at)
+        titles = [fig["layout"]["title"]["text"].replace("<br>", " ") for fig in plotly_figures(at)]
+        assert titles[0].startswith(f"query (head 0), pair {pair}: dims {pair} and {pair + 32}"), titles
+        assert titles[1].startswith(f"key (head 0 of K/V), pair {pair}: dims {pair} and {pair + 32}"), titles
+        assert titles[2].startswith("angle p·θ_d each position turns each pair"), titles
+        columns = [list(frame.value.columns) for frame in at.dataframe]
+        assert columns == [["token", "p·θ_d", f"{side}[{pair}]", f"{side}[{pair + 32}]", f"{side}′[{pair}]",
+                            f"{side}′[{pair + 32}]"] for side in ("q", "k")], columns
