@@ -46,3 +46,27 @@ def test_steps_page_shows_the_window_and_the_rotation(page, base_url):
     assert path.stat().st_size > 20_000, f"{path} looks empty"
     if SCREENSHOTS.parent.name == "docs":  # ATTNVIZ_UPDATE_SCREENSHOTS=1: the README's image too
         shutil.copy(path, REPO / "docs" / "images" / "modern.png")
+
+
+@pytest.mark.parametrize("width", [900, 1400])
+def test_the_rotation_stage_fits_the_page_its_tables_need_no_sideways_scroll(page, base_url, width):
+    """The stage's q/k tables were 64 numbers a cell, their rotated column off to the right: scrolled inside the
+    table at 1,400 px, out of sight at 900.  Now the pair's figures, the angle heatmap and both tables (the pair's
+    two numbers before and after) lie inside the page's main column, and no table scrolls sideways."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"{base_url}/steps?text={TEXT}&variant=gqa&positions=rotary&stage=rotated_queries&head=5")
+    wait_idle(page, timeout=FIRST_RUN_MS)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    charts, tables = main.get_by_test_id("stPlotlyChart"), main.get_by_test_id("stDataFrame")
+    expect(charts).to_have_count(3)  # q's pair, k's pair, the angles
+    expect(tables).to_have_count(2)  # q's and k's pair, before and after
+    column = main.locator("[data-testid=stMainBlockContainer]").bounding_box()
+    for element in [*charts.all(), *tables.all()]:
+        element.scroll_into_view_if_needed()
+        box = element.bounding_box()
+        left, right = column["x"] - 1, column["x"] + column["width"] + 1
+        assert left <= box["x"] and box["x"] + box["width"] <= right, (box, column)
+    for table in tables.all():
+        scroller = table.locator(".dvn-scroller").first
+        assert scroller.evaluate("s => s.scrollWidth <= s.clientWidth + 1"), "the table scrolls sideways"
