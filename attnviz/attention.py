@@ -2,14 +2,18 @@
 
 Class names, constructor arguments, attribute names and parameter-creation order are the book's,
 so after ``torch.manual_seed(s)`` the weights (and outputs) equal the book's printed tensors.
-Three additions, none of which changes a result:
+Four additions, none of which changes a result:
 
 * every class takes ``causal`` (default: what the book does) so the app can toggle the mask;
 * ``MultiHeadAttention`` takes ``rope_base`` (default None: the book's class) to rotate its queries and keys
   by position (:mod:`attnviz.rope`), as the book's Llama code does, for the app's rotary setting;
 * ``forward(x, recorder=None)`` accepts a :class:`Recorder` that captures named intermediates
   (``queries``, ``keys``, ``values``, ``scores``, ``scaled``, ``masked``, ``weights``,
-  ``dropped``, ``context``, ``output``).  Attention maps are recorded as (b, heads, n, n).
+  ``dropped``, ``context``, ``output``).  Attention maps are recorded as (b, heads, n, n);
+* what the book's code would hand to torch's own error is a ValueError in words, saying what is too large and what
+  fits: a size that is not a whole number ≥ 1, weights and causal masks that need more memory than the machine has
+  free (:func:`check_sizes`, before anything is allocated), and an ``x`` with more tokens than the causal mask has
+  rows, which the book's ``self.mask[:num_tokens, :num_tokens]`` cannot cover (:func:`check_context`).
 
 The book fuses scaling into the softmax call (``softmax(attn_scores / keys.shape[-1]**0.5)``)
 after masking.  Here scaling and masking are separate stages (scale, then mask): for every
@@ -19,10 +23,12 @@ bitwise identical to the book's order.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import nn
 
-from attnviz import rope
+from attnviz import memory, rope
 
 MAP_STAGES = ("scores", "scaled", "masked", "weights", "dropped")  # the (b, heads, n, n) maps
 STAGES = ("queries", "keys", "values", *MAP_STAGES, "context", "output")  # what the book's classes record, in order
@@ -51,6 +57,51 @@ def record(recorder: Recorder | None, name: str, tensor: torch.Tensor, copy: boo
     """
     if recorder is not None:
         recorder.record(name, tensor, copy=copy, keep=keep)
+
+
+def check_sizes(module: nn.Module, *, d_in, d_out, context_length=None, num_heads=None, qkv_bias: bool = False,
+                out_proj: bool = False, per_head: bool = False) -> None:
+    """ValueError in words, before anything is allocated, for sizes ``module``'s class cannot be built with: a size
+    given (``d_in``, ``d_out``, ``context_length``, ``num_heads``) that is not a whole number ≥ 1, or float32 numbers
+    that need more memory than the machine has free (:func:`attnviz.memory.check_memory`).  The count is what the class
+    holds: ``W_query``, ``W_key`` and ``W_value`` (3 × d_in × d_out, with their biases), ``out_proj`` where it has one,
+    the (context_length, context_length) causal mask where it has one; ``per_head``: all of it once per head (the
+    wrapper's ``num_heads`` ``CausalAttention`` heads)."""
+    reader = type(module).__name__
+    sizes = {"num_heads": num_heads, "d_in": d_in, "d_out": d_out, "context_length": context_length}
+    sizes = {name: value for name, value in sizes.items() if value is not None or name in ("d_in", "d_out")}
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{reader}'s {name} must be a whole number ≥ 1, got {value!r:.40}.")
+    heads, each = (int(num_heads), "num_heads × ") if per_head else (1, "")
+    projections = 3 * (int(d_in) * int(d_out) + bool(qkv_bias) * int(d_out))
+    parts = {f"{each}W_query, W_key and W_value, {each}3 × d_in × d_out": heads * projections}
+    if out_proj:
+        parts["out_proj, d_out² + d_out"] = int(d_out) * int(d_out) + int(d_out)
+    if context_length is not None:
+        masks = f"{each}the causal masks" if per_head else "the causal mask"
+        parts[f"{masks}, {each}context_length²"] = heads * int(context_length) ** 2
+    memory.check_memory(reader, parts, " or ".join([", ".join(list(sizes)[:-1]), list(sizes)[-1]]))
+
+
+def check_context(module: nn.Module, num_tokens: int, start: int = 0) -> None:
+    """ValueError in words when ``num_tokens`` tokens at positions ``start`` … (a KV cache's next position; 0 without
+    one) run past the rows of ``module``'s causal mask (``self.mask``, (context_length, context_length)), which the
+    book's ``self.mask[:num_tokens, :num_tokens]`` would hand to torch as a shape mismatch.  Nothing to check for a
+    module built without the mask (``causal=False``: the book's slicing never runs) or without a mask buffer."""
+    mask = getattr(module, "mask", None)
+    if not getattr(module, "causal", True) or mask is None or start + num_tokens <= mask.shape[-1]:
+        return
+    context_length, reader = mask.shape[-1], type(module).__name__
+    built = (f"the context_length {context_length:,} this {reader} was built with (its causal mask, self.mask, is "
+             f"{context_length:,} × {context_length:,})")
+    if start == 0:
+        raise ValueError(f"x has {num_tokens:,} tokens, more than {built}: it takes at most {context_length:,}. "
+                         f"Pass x[:, :{context_length}] or build it with context_length ≥ {num_tokens:,}.")
+    raise ValueError(f"x adds {num_tokens:,} tokens to the {start:,} the cache holds: positions {start:,} … "
+                     f"{start + num_tokens - 1:,}, past {built}, so it takes at most "
+                     f"{max(0, context_length - start):,} more. Call reset_cache() to start a new sequence, pass "
+                     f"fewer tokens, or build it with context_length ≥ {start + num_tokens:,}.")
 
 
 class SimplifiedSelfAttention(nn.Module):
@@ -86,6 +137,7 @@ class SelfAttention_v1(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, causal: bool = False):
         super().__init__()
+        check_sizes(self, d_in=d_in, d_out=d_out)  # a ValueError in words, before anything is allocated
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out))
@@ -103,6 +155,7 @@ class SelfAttention_v2(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False, causal: bool = False):
         super().__init__()
+        check_sizes(self, d_in=d_in, d_out=d_out, qkv_bias=qkv_bias)  # a ValueError in words, before any allocation
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -120,6 +173,7 @@ class CausalAttention(nn.Module):
 
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False, causal: bool = True):
         super().__init__()
+        check_sizes(self, d_in=d_in, d_out=d_out, context_length=context_length, qkv_bias=qkv_bias)  # before allocating
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -173,6 +227,7 @@ def _mask_bool(module: nn.Module, num_tokens: int, device) -> torch.Tensor:
     mask = getattr(module, "mask", None)
     if mask is None:
         return torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device), diagonal=1)  # (n, n)
+    check_context(module, num_tokens)  # more tokens than the mask has rows: a ValueError in words
     return mask.bool()[:num_tokens, :num_tokens]  # (ctx, ctx) -> (n, n)
 
 
@@ -184,6 +239,8 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, causal: bool = True):
         super().__init__()
+        check_sizes(self, d_in=d_in, d_out=d_out, context_length=context_length, num_heads=num_heads, qkv_bias=qkv_bias,
+                    per_head=True)  # every head's weights and mask, before any is allocated
         self.heads = nn.ModuleList(
             [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias, causal=causal) for _ in range(num_heads)]
         )
@@ -217,6 +274,8 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, causal: bool = True,
                  rope_base: float | None = None):
         super().__init__()
+        check_sizes(self, d_in=d_in, d_out=d_out, context_length=context_length, num_heads=num_heads, qkv_bias=qkv_bias,
+                    out_proj=True)  # a ValueError in words, before anything is allocated
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
         self.num_heads = num_heads
@@ -261,6 +320,7 @@ class MultiHeadAttention(nn.Module):
         attn_scores = attn_scores / keys.shape[-1] ** 0.5  # ÷√head_dim of these keys -> (b, h, n, n)
         record(recorder, "scaled", attn_scores, copy=self.causal)  # copy: masked in place next
         if self.causal:
+            check_context(self, num_tokens)  # more tokens than the mask has rows: a ValueError in words
             mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (ctx, ctx) -> (n, n)
             attn_scores.masked_fill_(mask_bool, -torch.inf)  # in place, with the underscore -> (b, h, n, n)
         record(recorder, "masked", attn_scores)

@@ -606,3 +606,93 @@ def test_recorded_dropped_stage_is_the_books_dropout_printout(inputs):
     kept = (recorder.steps["dropped"][0, 0] != 0).float() * 2  # the mask, scaled by 1/(1 − 0.5)
     torch.manual_seed(123)
     assert torch.equal(nn.Dropout(0.5)(torch.ones(6, 6)) * torch.tril(torch.ones(6, 6)), kept)
+
+
+# ============================== sizes and lengths the book's code would hand to torch ==============================
+
+# each class built with a context, as a user builds it: (class, its constructor given context_length)
+BUILT_WITH_A_CONTEXT = [
+    pytest.param(CausalAttention, lambda ctx: CausalAttention(3, 2, ctx, 0.0), id="CausalAttention"),
+    pytest.param(MultiHeadAttentionWrapper, lambda ctx: MultiHeadAttentionWrapper(3, 2, ctx, 0.0, num_heads=2),
+                 id="MultiHeadAttentionWrapper"),
+    pytest.param(MultiHeadAttention, lambda ctx: MultiHeadAttention(3, 4, ctx, 0.0, num_heads=2),
+                 id="MultiHeadAttention"),
+]
+
+
+@pytest.mark.parametrize("cls, build", BUILT_WITH_A_CONTEXT)
+def test_a_context_past_the_memory_is_refused_in_words_before_anything_is_allocated(cls, build):
+    """context_length=10**7 asks for a 10**7 × 10**7 mask (400 TB): torch's allocator error before; now the class
+    says what is too large (the mask, context_length²) and what to make smaller, as GPTModel does."""
+    with pytest.raises(ValueError) as refused:
+        build(10**7)
+    message = str(refused.value)
+    assert message.startswith(f"This {cls.__name__} would hold "), message
+    assert "more than the" in message and "this machine has free" in message
+    assert "context_length smaller" in message and "causal mask" in message and "context_length², " in message
+
+
+@pytest.mark.parametrize("size", [0, -1, 2.0, "8", True])
+@pytest.mark.parametrize("cls, build", BUILT_WITH_A_CONTEXT)
+def test_a_context_that_is_not_a_whole_number_is_refused_in_words(cls, build, size):
+    with pytest.raises(ValueError, match=rf"^{cls.__name__}'s context_length must be a whole number ≥ 1, got "):
+        build(size)
+
+
+@pytest.mark.parametrize("build, sizes", [
+    (lambda: SelfAttention_v1(10**6, 10**6), "d_in or d_out"),
+    (lambda: SelfAttention_v2(10**6, 10**6), "d_in or d_out"),
+    (lambda: MultiHeadAttention(10**6, 10**6, 8, 0.0, num_heads=2), "num_heads, d_in, d_out or context_length"),
+    (lambda: MultiHeadAttention(3, 4, 8, 0.0, num_heads=0), None),
+    (lambda: SelfAttention_v2(0, 2), None),
+], ids=["v1 wide", "v2 wide", "mha wide", "mha no heads", "v2 no width"])
+def test_widths_and_heads_the_classes_cannot_be_built_with_are_refused_in_words(build, sizes):
+    with pytest.raises(ValueError) as refused:
+        build()
+    message = str(refused.value)
+    if sizes is None:
+        assert "must be a whole number ≥ 1, got 0." in message, message
+    else:
+        assert f"make {sizes} smaller" in message and "W_query, W_key and W_value" in message, message
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_the_memory_a_class_is_refused_by_counts_every_number_it_holds(monkeypatch, qkv_bias):
+    """check_sizes counts what the class builds: its parameters and its mask buffer, every head's for the wrapper."""
+    from attnviz import memory
+
+    counted = []
+    monkeypatch.setattr(memory, "check_memory", lambda reader, parts, sizes: counted.append(sum(parts.values())))
+    for build in (lambda: SelfAttention_v1(3, 2), lambda: SelfAttention_v2(3, 2, qkv_bias=qkv_bias),
+                  lambda: CausalAttention(3, 2, 5, 0.0, qkv_bias=qkv_bias),
+                  lambda: MultiHeadAttentionWrapper(3, 2, 5, 0.0, num_heads=3, qkv_bias=qkv_bias),
+                  lambda: MultiHeadAttention(3, 4, 5, 0.0, num_heads=2, qkv_bias=qkv_bias)):
+        counted.clear()
+        module = build()
+        held = sum(tensor.numel() for tensor in [*module.parameters(), *module.buffers()])
+        assert counted[0] == held, type(module).__name__  # the class's own count, before its heads count theirs
+
+
+@pytest.mark.parametrize("cls, build", BUILT_WITH_A_CONTEXT)
+def test_more_tokens_than_the_context_is_a_message_saying_what_fits(cls, build):
+    """The book's self.mask[:num_tokens, :num_tokens] is 4 × 4 for 6 tokens: torch's "The size of tensor a (6) must
+    match the size of tensor b (4)" before; now the tokens, the context and what to do."""
+    module = build(4)
+    with pytest.raises(ValueError) as refused:
+        module(torch.randn(1, 6, 3))
+    message = str(refused.value)
+    assert message.startswith("x has 6 tokens, more than the context_length 4 this "), message
+    assert "(its causal mask, self.mask, is 4 × 4): it takes at most 4. Pass x[:, :4] or build it with " \
+           "context_length ≥ 6." in message
+    torch.manual_seed(0)
+    assert module(torch.randn(1, 4, 3)).shape[1] == 4  # as many tokens as the context: the book's run
+
+
+@pytest.mark.parametrize("cls, build", BUILT_WITH_A_CONTEXT)
+def test_without_the_mask_more_tokens_than_the_context_still_run(cls, build):
+    """causal=False never slices the mask: the book's arithmetic runs on any length, as before."""
+    module = build(4)
+    for part in [module, *module.modules()]:
+        if hasattr(part, "causal"):
+            part.causal = False
+    assert module(torch.randn(1, 6, 3)).shape[1] == 6

@@ -35,18 +35,16 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from attnviz import rng, variants
-from attnviz.attention import MultiHeadAttention, Recorder, record
+from attnviz.attention import MultiHeadAttention, Recorder, check_context, record
 from attnviz.config import MAX_SEED
-from attnviz.kv_cache import format_bytes
+from attnviz.memory import check_memory
 from attnviz.models.cached_attention import (
     CachedGroupedQueryAttention,
     CachedMultiHeadAttentionWithSWA,
@@ -136,6 +134,7 @@ class CachedMultiHeadAttention(KeyValueCache, MultiHeadAttention):
         if not use_cache:
             return super().forward(x, recorder)
         b, num_tokens, d_in = x.shape  # (b, q, d_in): only the new tokens
+        check_context(self, num_tokens, self.ptr_current_pos)  # past the mask's rows: words, and the cache unchanged
         keys_new = self.W_key(x)  # (b, q, d_in) -> (b, q, d_out)
         queries = self.W_query(x)  # (b, q, d_out)
         values_new = self.W_value(x)  # (b, q, d_out)
@@ -224,8 +223,6 @@ MAX_LAYERS = 1000
 # the largest sliding_window_size taken: far past any context (a window as long as the context already covers every
 # position, so the layer runs full causal attention); torch's int64 mask arithmetic overflows near 2**63
 MAX_WINDOW = 2**31 - 1
-# weights this small (64 MiB) are built without reading how much memory is free
-ALWAYS_FITS = 2**26
 
 
 def check_config(cfg: dict, reader: str = "GPTModel") -> None:
@@ -296,39 +293,6 @@ def model_numbers(cfg: dict, reader: str = "GPTModel") -> dict[str, int]:
             "the blocks' weights, n_layers × about 12 × emb_dim²": layers * block,
             "the blocks' causal masks, n_layers × context_length²": layers * mask,
             "final_norm": 2 * d}
-
-
-def free_memory() -> int | None:
-    """The bytes this machine has free for a new model: Linux's MemAvailable (``/proc/meminfo``), else its physical
-    memory (``os.sysconf``); None where neither can be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def check_memory(reader: str, parts: dict[str, int], sizes: str) -> None:
-    """ValueError when the float32 numbers of ``parts`` (:func:`model_numbers`) need more bytes than the machine has
-    free (:func:`free_memory`): said before any is allocated, with the largest part and the ``sizes`` to make
-    smaller.  Weights of at most :data:`ALWAYS_FITS` bytes are never refused (nor is free memory read for them),
-    nor is anything while building on torch's ``meta`` device (a checkpoint's skeleton), which
-    allocates nothing."""
-    needed = 4 * sum(parts.values())
-    if needed <= ALWAYS_FITS:
-        return
-    free = free_memory()
-    if free is None or needed <= free or torch.empty(()).is_meta:
-        return
-    part, numbers = max(parts.items(), key=lambda item: item[1])
-    raise ValueError(f"This {reader} would hold {sum(parts.values()):,} float32 numbers ({format_bytes(needed)}), "
-                     f"more than the {format_bytes(free)} this machine has free: make {sizes} smaller. The largest "
-                     f"part: {part}, {format_bytes(4 * numbers)}.")
 
 
 def check_keys(cfg: dict, reader: str = "GPTModel") -> None:
@@ -503,10 +467,28 @@ class GPTModel(nn.Module):
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
         self.current_pos = 0  # the position of the next token fed with use_cache=True
 
+    def check_positions(self, num_tokens: int, start: int = 0) -> None:
+        """ValueError in words when ``num_tokens`` tokens at positions ``start`` … (``current_pos`` with the cache)
+        run past the ``context_length`` positions ``pos_emb`` holds, where the book's forward would hand torch an
+        index out of range."""
+        context_length = self.pos_emb.num_embeddings
+        if start + num_tokens <= context_length:
+            return
+        held = f"the {context_length:,} positions this GPTModel's pos_emb holds (its context_length)"
+        if start == 0:
+            raise ValueError(f"in_idx has {num_tokens:,} tokens, more than {held}: it takes at most "
+                             f"{context_length:,}. Pass in_idx[:, -{context_length}:] (the last ones, as the book's "
+                             f"generate_text_simple keeps them) or build it with context_length ≥ {num_tokens:,}.")
+        raise ValueError(f"in_idx adds {num_tokens:,} tokens to the {start:,} the cache holds: positions {start:,} … "
+                         f"{start + num_tokens - 1:,}, past {held}, so it takes at most "
+                         f"{max(0, context_length - start):,} more. Call reset_kv_cache() to start a new sequence, "
+                         f"pass fewer tokens, or build it with context_length ≥ {start + num_tokens:,}.")
+
     def forward(
         self, in_idx: torch.Tensor, recorder: PathRecorder | None = None, use_cache: bool = False
     ) -> torch.Tensor:
         batch_size, seq_len = in_idx.shape  # (b, n) token ids
+        self.check_positions(seq_len, self.current_pos if use_cache else 0)
         tok_embeds = self.tok_emb(in_idx)  # (b, n) -> (b, n, d)
         if use_cache:
             pos_ids = torch.arange(self.current_pos, self.current_pos + seq_len, device=in_idx.device)  # (n,)

@@ -138,6 +138,60 @@ def test_recorded_forward_is_the_plain_forward():
     assert dict(recorder.shapes)["pos_emb"] == (9, 32)
 
 
+def test_more_tokens_than_the_models_positions_is_a_message_saying_what_fits():
+    """pos_emb holds context_length positions: torch's "index out of range in self" before; now the tokens, the
+    positions, and the book's own way to keep the last ones (generate_text_simple's idx[:, -context_size:])."""
+    model = tiny_model(context_length=8)
+    with pytest.raises(ValueError) as refused:
+        model(torch.zeros(1, 9, dtype=torch.long))
+    assert str(refused.value) == (
+        "in_idx has 9 tokens, more than the 8 positions this GPTModel's pos_emb holds (its context_length): it takes "
+        "at most 8. Pass in_idx[:, -8:] (the last ones, as the book's generate_text_simple keeps them) or build it "
+        "with context_length ≥ 9.")
+
+
+def test_a_cache_fed_past_the_models_context_says_so_and_keeps_what_it_held():
+    """With the KV cache, the positions run on from current_pos: a step past the context is refused in words before
+    anything is appended, so the sequence goes on from where it was (and gives the uncached logits)."""
+    model = tiny_model(context_length=8)
+    ids = torch.randint(0, 50257, (1, 8))
+    with torch.no_grad():
+        model.reset_kv_cache()
+        model(ids[:, :6], use_cache=True)
+        with pytest.raises(ValueError) as refused:
+            model(torch.zeros(1, 3, dtype=torch.long), use_cache=True)
+        assert str(refused.value).startswith("in_idx adds 3 tokens to the 6 the cache holds: positions 6 … 8, past the "
+                                             "8 positions this GPTModel's pos_emb holds (its context_length), so it "
+                                             "takes at most 2 more. Call reset_kv_cache()")
+        assert model.current_pos == 6
+        assert all(block.att.ptr_current_pos == 6 for block in model.trf_blocks)
+        last = model(ids[:, 6:], use_cache=True)  # (1, 2, vocab)
+        assert torch.allclose(last, model(ids)[:, 6:], atol=1e-5)
+
+
+def test_a_cached_attention_fed_past_its_context_says_so_and_keeps_its_cache():
+    """CachedMultiHeadAttention alone (the notebook's way): the book's mask rows self.mask[ptr:ptr + q] run out past
+    context_length; the message says how many more fit, and the cache is as it was."""
+    from attnviz.models import CachedMultiHeadAttention
+
+    torch.manual_seed(0)
+    att = CachedMultiHeadAttention(4, 4, 4, 0.0, num_heads=2).eval()
+    x = torch.randn(1, 4, 4)
+    with torch.no_grad():
+        att(x[:, :3], use_cache=True)
+        with pytest.raises(ValueError) as refused:
+            att(torch.randn(1, 3, 4), use_cache=True)
+        assert str(refused.value) == (
+            "x adds 3 tokens to the 3 the cache holds: positions 3 … 5, past the context_length 4 this "
+            "CachedMultiHeadAttention was built with (its causal mask, self.mask, is 4 × 4), so it takes at most 1 "
+            "more. Call reset_cache() to start a new sequence, pass fewer tokens, or build it with context_length ≥ 6.")
+        assert att.ptr_current_pos == 3 and att.cache_k.shape[1] == 3
+        assert torch.allclose(att(x[:, 3:], use_cache=True), att(x)[:, 3:], atol=1e-6)
+        with pytest.raises(ValueError, match=r"^x has 5 tokens, more than the context_length 4 this "
+                                             r"CachedMultiHeadAttention was built with"):
+            att(torch.randn(1, 5, 4))
+
+
 # ============================== checkpoints vs Hugging Face transformers ==============================
 
 transformers = pytest.importorskip("transformers")
