@@ -31,8 +31,10 @@ from attnviz.views import head_figures
 POLL_SECONDS = 1.0
 MAX_TRAININGS_ENV = "ATTNVIZ_MAX_TRAININGS"
 MAX_CURVE_POINTS = 800  # loss points drawn (the mean is computed over every step)
-# the whole numbers a number box without bounds holds, either sign: Streamlit bounds it by JavaScript's
-# Number.MAX_SAFE_INTEGER, the largest whole number a browser's number holds exactly
+# the whole numbers the steps and seed boxes hold, either sign: JavaScript's Number.MAX_SAFE_INTEGER, the largest whole
+# number a browser's number holds exactly, which Streamlit bounds a whole-number box by anyway; given as the box's own
+# min_value/max_value, so that the browser's message on a number past it names the range, where Streamlit's for a box
+# given no bounds says only "Number is above the allowed range." (and the box keeps its last number)
 BOX_LIMIT = 2**53 - 1
 
 
@@ -136,15 +138,15 @@ def controls() -> None:
     running = job is not None and job.running
     steps_col, seed_col, start_col, stop_col = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
     steps_range, seed_range = (live_train.MIN_STEPS, live_train.MAX_STEPS), (0, live_train.MAX_SEED)
-    steps = steps_col.number_input(  # no min/max: the browser would keep its last valid number under one out of range
-        "Training steps", step=100,
+    steps = steps_col.number_input(  # the box's bounds, not the training's: one out of that range is kept and shown
+        "Training steps", step=100, min_value=-BOX_LIMIT, max_value=BOX_LIMIT,
         help=f"{_span(steps_range)}. Each step trains on one batch of {cfg.batch_size} repeated random sequences of "
              f"{cfg.seq_len} tokens. {recommended} (the default): the induction head forms around steps 250–300 for "
              "seeds 0–9, about 35–40 s in Chromium on a 2-core machine; a longer run sharpens the previous-token "
              "heads.",
         **page_bind("train_steps", recommended, _whole, url=TRAIN_STEPS))
     seed = seed_col.number_input(
-        "Seed", step=1,
+        "Seed", step=1, min_value=-BOX_LIMIT, max_value=BOX_LIMIT,
         help=f"{_span(seed_range)}. Decides the initial weights and the order of the data: the same seed gives the "
              "same run.",
         **page_bind("train_seed", 0, _whole, url=TRAIN_SEED))

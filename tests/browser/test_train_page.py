@@ -37,6 +37,25 @@ def step_shown(page) -> int:
     return page.evaluate(_STEP)
 
 
+@pytest.mark.parametrize("box", ["Training steps", "Seed"])
+def test_a_number_past_what_a_box_holds_is_refused_by_the_box_naming_its_range(page, base_url, box):
+    """A whole number past 2**53 − 1 (JavaScript's largest exact one) never reaches the server: the browser keeps the
+    box's last number.  The box says why, with its range — not Streamlit's "Number is above the allowed range." of a
+    box given no bounds, which named none."""
+    page.goto(f"{base_url}/train")
+    wait_idle(page)
+    main = page.get_by_test_id("stMain")
+    field = main.get_by_role("spinbutton", name=box)
+    field.fill(str(2**53 + 1))
+    field.press("Enter")
+    alert = main.get_by_test_id("stNumberInput").filter(has=page.get_by_role("spinbutton", name=box)).locator(
+        "[role=alert]")  # the box's message (its error icon shows it on hover)
+    expect(alert).to_have_text("Error: Number is outside the allowed range. Please enter a value between "
+                               "-9007199254740991 and 9007199254740991.")
+    expect(field).to_have_attribute("aria-invalid", "true")
+    assert_no_exception(page)
+
+
 def test_training_updates_live_and_stops_and_the_model_becomes_weights(page, base_url):
     page.goto(f"{base_url}/train")
     wait_idle(page)
