@@ -16,7 +16,9 @@ import threading
 
 import streamlit as st
 
-STARTING = ":material/hourglass_top: Starting attnviz: importing PyTorch, once for this server…"
+from attnviz import words  # light: the words the first run shows before torch is imported
+
+STARTING = f":material/hourglass_top: {words.STARTING}"
 
 
 @st.cache_resource(show_spinner=False)

@@ -2,7 +2,8 @@
 "1 query", "2 queries"), and numbered items after their noun ("position 3", "positions 0, 1, 2") —, a value a
 URL gave as a message quotes it back, cut short (:func:`clipped`), the keys a sliding window shows a query
 (:func:`window_sees`: "only itself", "keys i − 1, i"), text escaped so that Markdown shows it as it is
-(:func:`markdown_escape`), and the words of a class's name (:func:`name_words`), which the rules read it by."""
+(:func:`markdown_escape`), the words of a class's name (:func:`name_words`), which the rules read it by, and the line
+a fresh server's first page shows while the server imports PyTorch (:data:`STARTING`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def listed(noun: str, numbers: Sequence[int], limit: int = 24) -> str:
     more = f", … ({amount(len(numbers), noun)})" if len(numbers) > limit else ""
     return f"{plural(len(numbers), noun)} {shown}{more}"
 
+
+# what a fresh server's first page says while the server imports PyTorch: app.py's first run, and a page script that
+# runs alone (a shared link as the server's first request), whose imports wait on it
+STARTING = "Starting attnviz: importing PyTorch, once for this server…"
 
 CLIPPED_LENGTH = 20  # the characters of a URL's value that a message quotes back
 

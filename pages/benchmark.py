@@ -3,8 +3,11 @@ all with the same weights (attnviz.labs.implementations), timed on this machine 
 
 import streamlit as st
 
-from attnviz import ui
-from attnviz.ui import benchmark
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    from attnviz import ui
+    from attnviz.ui import benchmark
 
 page_run = ui.setup()
 if page_run is None:

@@ -4,8 +4,11 @@ scores are divided by √dₖ."""
 
 import streamlit as st
 
-from attnviz import ui
-from attnviz.ui import compare
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    from attnviz import ui
+    from attnviz.ui import compare
 
 page_run = ui.setup()
 if page_run is None:

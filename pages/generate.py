@@ -2,8 +2,11 @@
 
 import streamlit as st
 
-from attnviz import ui
-from attnviz.ui import generate
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    from attnviz import ui
+    from attnviz.ui import generate
 
 generate.from_url()
 page_run = ui.setup()

@@ -2,8 +2,11 @@
 
 import streamlit as st
 
-from attnviz import ui
-from attnviz.ui import induction, interventions
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    from attnviz import ui
+    from attnviz.ui import induction, interventions
 
 page_run = ui.setup()  # the Share link is drawn below, once T, the seed, the head and the knock-outs are bound
 if page_run is None:

@@ -2,8 +2,11 @@
 
 import streamlit as st
 
-from attnviz import ui
-from attnviz.ui import pitfalls
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    from attnviz import ui
+    from attnviz.ui import pitfalls
 
 page_run = ui.setup()
 if page_run is None:

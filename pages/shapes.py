@@ -1,11 +1,15 @@
 """Shapes: the live pipeline diagram with this run's tensor shapes, and the same shapes as a table."""
 
-import pandas as pd
 import streamlit as st
 
-from attnviz import ui
-from attnviz.tokens import counted
-from attnviz.views import checkpoint_view, diagram
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    import pandas as pd
+
+    from attnviz import ui
+    from attnviz.tokens import counted
+    from attnviz.views import checkpoint_view, diagram
 
 page_run = ui.setup()
 if page_run is None:

@@ -3,8 +3,11 @@ live shape diagram with the viewed stage highlighted; the bonus variants' latent
 
 import streamlit as st
 
-from attnviz import ui
-from attnviz.ui import steps
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    from attnviz import ui
+    from attnviz.ui import steps
 
 page_run = ui.setup()
 if page_run is None:

@@ -1,12 +1,15 @@
 """Tokens: the text as GPT-2 token chips, and its embeddings (token + position = input)."""
 
-import pandas as pd
 import streamlit as st
 
-from attnviz import ui
-from attnviz.tokens import SPAN_HELP, span_labels
-from attnviz.views import figures
-from attnviz.words import amount
+from attnviz.words import STARTING, amount
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    import pandas as pd
+
+    from attnviz import ui
+    from attnviz.tokens import SPAN_HELP, span_labels
+    from attnviz.views import figures
 
 page_run = ui.setup()
 if page_run is None:

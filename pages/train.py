@@ -2,10 +2,13 @@
 
 import streamlit as st
 
-from attnviz import ui
-from attnviz.head_types import LABEL_THRESHOLD
-from attnviz.labs import live_train
-from attnviz.ui import train
+from attnviz.words import STARTING
+
+with st.spinner(STARTING):  # a fresh server's first request, for this page's URL, imports PyTorch here
+    from attnviz import ui
+    from attnviz.head_types import LABEL_THRESHOLD
+    from attnviz.labs import live_train
+    from attnviz.ui import train
 
 ui.page_setup()  # training has its own settings, on this page
 

@@ -1180,17 +1180,22 @@ def test_html_in_the_text_is_shown_literally_and_never_runs(page, base_url):
 
 # --------------------------------------------------------------------------- 5. shared links
 
-def test_a_fresh_servers_first_page_says_it_is_starting_until_the_page_is_drawn(page, fresh_server):
+@pytest.mark.parametrize("path, title", [("/", "Attention heads"),
+                                         ("/steps?text=Hello%20world%20hello", "Attention step by step"),
+                                         ("/train", "Train a model, watch its heads form")],
+                         ids=["heads", "steps link", "train link"])
+def test_a_fresh_servers_first_page_says_it_is_starting_until_the_page_is_drawn(page, fresh_server, path, title):
     """While the server imports torch, the first visitor sees a line saying so, not a blank page; it is gone once the
-    page is drawn."""
+    page is drawn.  A shared link as the server's first request too: Streamlit runs that page's script alone
+    (it routes by the pages/ folder until app.py's st.navigation), which says so while its imports wait on torch."""
     server = fresh_server()
-    page.goto(server.url, wait_until="commit")
-    starting = page.get_by_test_id("stMain").get_by_text("Starting attnviz: importing PyTorch")
+    page.goto(f"{server.url}{path}", wait_until="commit")
+    starting = page.get_by_test_id("stMain").get_by_text("Starting attnviz: importing PyTorch, once for this server…")
     expect(starting).to_be_visible(timeout=30_000)
     wait_idle(page)
     assert_no_exception(page)
     expect(starting).to_have_count(0)
-    expect(page.locator("[data-testid=stMain] h1")).to_contain_text("Attention heads")
+    expect(page.locator("[data-testid=stMain] h1")).to_contain_text(title)
 
 
 def test_deep_links_are_the_first_request_to_a_fresh_server(page, fresh_server):
