@@ -141,7 +141,7 @@ def test_recorded_forward_is_the_plain_forward():
 def test_more_tokens_than_the_models_positions_is_a_message_saying_what_fits():
     """pos_emb holds context_length positions: torch's "index out of range in self" before; now the tokens, the
     positions, and the book's own way to keep the last ones (generate_text_simple's idx[:, -context_size:])."""
-    model = tiny_model(context_length=8)
+    model = tiny_model(context_length=8, vocab_size=50, n_layers=2)
     with pytest.raises(ValueError) as refused:
         model(torch.zeros(1, 9, dtype=torch.long))
     assert str(refused.value) == (
@@ -153,8 +153,8 @@ def test_more_tokens_than_the_models_positions_is_a_message_saying_what_fits():
 def test_a_cache_fed_past_the_models_context_says_so_and_keeps_what_it_held():
     """With the KV cache, the positions run on from current_pos: a step past the context is refused in words before
     anything is appended, so the sequence goes on from where it was (and gives the uncached logits)."""
-    model = tiny_model(context_length=8)
-    ids = torch.randint(0, 50257, (1, 8))
+    model = tiny_model(context_length=8, vocab_size=50, n_layers=2)
+    ids = torch.randint(0, 50, (1, 8))
     with torch.no_grad():
         model.reset_kv_cache()
         model(ids[:, :6], use_cache=True)
