@@ -177,13 +177,14 @@ HELPERS = {
     "scaled_dot_product": "the steps GQA, MQA, MLA and sliding-window attention share",
 }
 ADDED_ARGUMENTS = ("causal", "rope_base")  # attnviz's keyword arguments; their defaults run the book's class
+SIZE_CHECKS = ("check_sizes", "check_context")  # attnviz's lines that refuse sizes in words
 
 
 def listing_note(trace: Trace) -> str | None:
     """One line: how the class on the Steps page (what runs, read with ``inspect``) differs from the book's listing —
-    lines that record each stage, attnviz's keyword arguments, and the scaling as a stage of its own, before the
-    mask where the book masks the raw scores and divides inside ``torch.softmax`` (−∞ ÷ √dₖ is still −∞: the same
-    weights).  None for a user's module (its own source)."""
+    lines that record each stage, the size checks its source calls, attnviz's keyword arguments, and the scaling as a
+    stage of its own, before the mask where the book masks the raw scores and divides inside ``torch.softmax`` (−∞ ÷
+    √dₖ is still −∞: the same weights).  None for a user's module (its own source)."""
     config = trace.config
     if config.module is not None:
         return None
@@ -203,7 +204,11 @@ def listing_note(trace: Trace) -> str | None:
     if not spec.scaled:  # 3.3: the book runs its steps without a class, and does not scale
         return (f"`{spec.cls.__name__}` puts the steps of {where}, which the book runs without a class, in a class "
                 f"with `record(recorder, …)` lines added{arguments}. Like the book, it does not scale.")
-    lead = f"The book's `{spec.cls.__name__}` ({where}){moved} with `record(recorder, …)` lines added{arguments}."
+    checks = [f"`{name}(…)`" for name in SIZE_CHECKS if f"{name}(" in inspect.getsource(spec.cls)]
+    added_lines = (f"`record(recorder, …)` and {' and '.join(checks)} lines added (a size the class cannot take is "
+                   "a ValueError in words where the book's code reaches torch's own error)" if checks
+                   else "`record(recorder, …)` lines added")
+    lead = f"The book's `{spec.cls.__name__}` ({where}){moved} with {added_lines}{arguments}."
     labels = {**STEP_LABELS, **stage_labels(trace)}
     if spec.book_causal and trace.hides_future:
         return (f"{lead} It scales ({labels['scaled']}) before it masks ({labels['masked']}); the book masks, then "

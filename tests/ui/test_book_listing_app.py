@@ -171,15 +171,17 @@ def test_the_steps_pages_before_panels_title_their_stage_as_the_heads_page_does(
     assert not any("before: masked scores" in title for title in titles)
 
 
-LISTING = "The book's `MultiHeadAttention` (Section 3.6.2) with `record(recorder, …)` lines added"
+LISTING = ("The book's `MultiHeadAttention` (Section 3.6.2) with `record(recorder, …)` and `check_sizes(…)` and "
+           "`check_context(…)` lines added (a size the class cannot take is a ValueError in words")
 BOOK_ORDER = ("It scales (2 · ÷√dₖ) before it masks (3 · causal mask); the book masks, then scales inside "
               "`torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=-1)` — −∞ ÷ √dₖ is still −∞, so the weights are "
               "the same.")
 
 
 def test_the_steps_page_says_how_its_class_differs_from_the_books_listing():
-    """A student reading along with Section 3.6.2 sees the scaling before the mask and record(…) lines: the page
-    says so beside the stages and in the source expander, and why the weights are the book's all the same."""
+    """A student reading along with Section 3.6.2 sees the scaling before the mask, the record(…) lines and the size
+    checks the class's source holds: the page says so beside the stages and in the source expander, and why the
+    weights are the book's all the same."""
     at = page("pages/steps.py", stage="masked")
     outside = [c.value for c in at.main.caption if LISTING in c.value]
     assert outside and BOOK_ORDER in outside[0] and "`causal`, `rope_base` arguments" in outside[0]
