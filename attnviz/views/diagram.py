@@ -337,12 +337,15 @@ class _DotGraph:
         return f"{indent}{quote(base)} [{attrs}];"
 
     def weight_node(self, weight: str, width_in: int, width_out: int, bias: bool) -> str:
+        """A parallelogram: the weight's name, its kind and its sizes each on a line of their own, as a parallelogram
+        is as wide as its longest line and then some, and three stand side by side (Q, K, V) — so the diagram
+        stays narrow enough to be read where a narrow window scales it down."""
         if self.spec.weights == "parameter":  # the book's first version: a bare (d_in, d_out) matrix
-            kind = f"nn.Parameter {format_shape((width_in, width_out))}"
+            kind = f"nn.Parameter\n{format_shape((width_in, width_out))}"
         else:
-            kind = f"nn.Linear {width_in} → {width_out}" + (" + bias" if bias else "")
+            kind = f"nn.Linear\n{width_in} → {width_out}" + (" + bias" if bias else "")
         label = f"{weight}{' ×' + str(self.heads) if self.heads else ''}\n{kind}"
-        attrs = _attrs(label=label, shape="parallelogram", style="filled", fillcolor=WEIGHT_FILL)
+        attrs = _attrs(label=label, shape="parallelogram", style="filled", fillcolor=WEIGHT_FILL, margin=0.04)
         return f"  {quote(weight)} [{attrs}];"
 
     def nodes(self, qkv_bias: bool) -> list[str]:

@@ -68,7 +68,7 @@ def test_shapes_page_draws_the_variants_own_nodes(run):
     if run.startswith("gqa"):
         groups = int(RUNS[run]["num_kv_groups"])
         assert f"(1, {groups}, 6, 64)" in dot and "kv_repeat" in dot and f"{groups} → 12 heads" in dot
-        assert f"nn.Linear 768 → {groups * 64}" in dot  # W_key, W_value: d_in -> g·hd
+        assert f"nn.Linear\\n768 → {groups * 64}" in dot  # W_key, W_value: d_in -> g·hd
     if run == "mqa":
         assert "(1, 1, 6, 64)" in dot and "1 → 12 heads" in dot
     if run == "mla":

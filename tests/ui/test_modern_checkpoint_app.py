@@ -88,7 +88,7 @@ def test_the_shapes_diagram_has_the_models_real_k_v_heads_or_latent(name):
     n = len(tokens.encode(TEXT))
     if name == "gqa.pth":
         assert f"(1, 2, {n}, 64)" in dot and "kv_repeat" in dot and "2 → 4 heads" in dot
-        assert "nn.Linear 256 → 128" in dot  # W_key, W_value: d_in -> g·hd
+        assert "nn.Linear\\n256 → 128" in dot  # W_key, W_value: d_in -> g·hd
     else:
         assert f"(1, {n}, 48)" in dot and "W_DKV" in dot and "W_UK" in dot
 

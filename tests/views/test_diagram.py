@@ -118,6 +118,20 @@ def test_graphviz_accepts_the_dot(variant):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.skipif(shutil.which("dot") is None, reason="the graphviz binary is not installed")
+@pytest.mark.parametrize("variant", ["mha", "gqa", "mla"])
+def test_the_shapes_pages_diagram_is_narrow_enough_to_read_in_a_narrow_window(variant):
+    """The Shapes page scales its top-to-bottom diagram down to its column (about 440 px beside the sidebar in a 900 px
+    window): at most 500 pt wide (≈ 667 px), its 12-pt text keeps at least two thirds of its size, where weights on one
+    line each (three parallelograms side by side) made it twice as wide."""
+    config = preset_config("gpt2-small", variant=variant)
+    trace = traced(config)
+    dot = diagram.shape_dot(trace.shapes, config, rankdir="TB", window=trace.window, hides_future=trace.hides_future)
+    svg = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True, check=True).stdout
+    width = float(re.search(r'<svg width="([\d.]+)pt"', svg).group(1))
+    assert width <= 500, width
+
+
 # --- the shapes come from the trace ------------------------------------------------------------
 
 
@@ -172,8 +186,8 @@ def test_d_out_changes_the_shapes():
     wide_labels = labels(diagram.shape_dot(traced(wide).shapes, wide))
     assert "(1, 6, 8)" in narrow_labels["queries"] and "(1, 6, 16)" in wide_labels["queries"]
     assert "(1, 6, 2, 8)" in wide_labels["view"]
-    assert "nn.Linear 8 → 16" in wide_labels["W_query"]
-    assert "nn.Linear 16 → 16 + bias" in wide_labels["out_proj"]
+    assert "nn.Linear\n8 → 16" in wide_labels["W_query"]
+    assert "nn.Linear\n16 → 16 + bias" in wide_labels["out_proj"]
 
 
 def test_v1_shows_parameters_and_v2_linear_layers():
@@ -182,8 +196,8 @@ def test_v1_shows_parameters_and_v2_linear_layers():
         labels(diagram.shape_dot(traced(v1).shapes, v1)),
         labels(diagram.shape_dot(traced(v2).shapes, v2)),
     )
-    assert "nn.Parameter (8, 6)" in v1_labels["W_key"] and "x @ W_key" in v1_labels["keys"]
-    assert "nn.Linear 8 → 6 + bias" in v2_labels["W_key"] and "W_key(x)" in v2_labels["keys"]
+    assert "nn.Parameter\n(8, 6)" in v1_labels["W_key"] and "x @ W_key" in v1_labels["keys"]
+    assert "nn.Linear\n8 → 6 + bias" in v2_labels["W_key"] and "W_key(x)" in v2_labels["keys"]
 
 
 def test_variant_changes_the_diagram():
