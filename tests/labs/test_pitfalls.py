@@ -426,6 +426,14 @@ def test_the_cache_figure_has_a_bar_per_cached_forward(lab):
     # bars too small to see say their size (round-off); a visible one needs no label
     assert all(text == "0" or float(text) == pytest.approx(y, rel=0.5) for text, y in zip(correct.text, correct.y))
     assert buggy.text[5] == ""  # sequence 2's prefill, visible
+    # two neighbours' size labels stand along their bars, not side by side in each other's way ("7e-077e-07")
+    assert correct.textangle == buggy.textangle == -90
+    # the title's lines fit a chart as narrow as a version's column (the page beside the sidebar at 900 px is wider)
+    from attnviz.views import margins
+
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) > 1 and " ".join(lines).endswith("(sequence 1, then sequence 2 after the reset)")
+    assert all(margins.title_px(line, 13) + margins.TITLE_INSET_PX <= pitfall_figures.MAP_COLUMN_PX for line in lines)
 
 
 @pytest.mark.parametrize("key", ["rope_queries_only", "rope_values"])

@@ -51,9 +51,13 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
 
 
 def _bar_layout(title: str, labels: list[str], y_title: str, *, legend: bool = True,
-                top: int = margins.title_top(size=13), angle: float = 60) -> dict:
-    """A bar chart's layout: its title under the modebar's row, ``labels`` under the bars (turned ``angle``°) and,
-    with ``legend``, the legend at the figure's foot; margins that hold them all, so Plotly draws the chart once."""
+                above_plot: int = 0, angle: float = 60) -> dict:
+    """A bar chart's layout: its title under the modebar's row, on as many lines as a chart :data:`MAP_COLUMN_PX` wide
+    needs (the page's column beside the sidebar in a 900 px window is wider), ``above_plot`` px under it, ``labels``
+    under the bars (turned ``angle``°) and, with ``legend``, the legend at the figure's foot; margins that hold them
+    all, so Plotly draws the chart once."""
+    title = margins.wrapped_title(title, MAP_COLUMN_PX, 13)
+    top = margins.title_top(title.count("<br>") + 1, size=13, above_plot=above_plot)
     below = margins.across(labels, angle=angle, title=False) + (LEGEND_PX if legend else 0)
     return {"title": margins.title(title, 13), "yaxis_title": y_title, "height": 190 + top + below,
             "margin": {"l": margins.beside(), "r": margins.TURNED_LABELS_PX, "t": top, "b": below},
@@ -128,7 +132,7 @@ def leak_figure(report: dict, tokens) -> go.Figure:
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=meaning, hoverinfo="skip",
                                      marker={"symbol": "square", "size": 12, "color": color}))
     fig.update_layout(**_bar_layout(f"perturb token {j} — max |Δ output| at every position", ticktext,
-                                    "max |Δ output|", top=margins.title_top(size=13, above_plot=10)))
+                                    "max |Δ output|", above_plot=10))
     fig.update_xaxes(type="category", tickangle=-60, tickmode="array", tickvals=labels, ticktext=ticktext)
     return fig
 
@@ -158,7 +162,8 @@ def cache_figure(result: PitfallResult) -> go.Figure:
     fig = go.Figure([go.Bar(x=[label for label, _ in version.details["steps"]],
                             y=[value for _, value in version.details["steps"]], name=name, marker_color=color,
                             text=[_too_small_to_see(value) for _, value in version.details["steps"]],
-                            textposition="outside")  # a correct cache's bars are round-off: their size is written
+                            textposition="outside", textangle=-90)  # a correct cache's bars are round-off: their
+                     # size is written, upright along its bar, where side by side two labels would run into each other
                      for name, version, color in (("correct", result.correct, AFTER_COLOR),
                                                   ("bug", result.buggy, LEAK_COLOR))])
     angle = 0 if margins.text_px(labels) * len(labels) <= UPRIGHT_LABELS_PX else 60  # turned only where crowded
