@@ -84,13 +84,17 @@ def compared_sizes(page_run: Context) -> ComparedSizes:
     return ComparedSizes(d_out, fitted_heads(d_out, num_heads), window, kv_heads, latent)
 
 
+# px: an equivalence card, as wide as a map: three a row beside the sidebar at 1,400 px, fewer where fewer fit; wide
+# enough for its badge's measured number and its title's longest name (scaled_dot_product_attention) on one line
+CARD_WIDTH = compare.MAP_WIDTH
+
+
 def _equivalences(result: compare.Comparison) -> None:
-    """Each equivalence check as a card, three a row."""
+    """Each equivalence check as a card, as many a row as fit (Streamlit wraps a horizontal container's elements)."""
     st.subheader("Equivalences, computed now")
-    for index, check in enumerate(result.checks):
-        if index % 3 == 0:
-            columns = st.columns(3)
-        with columns[index % 3].container(border=True):
+    row = st.container(horizontal=True, gap="medium")
+    for check in result.checks:
+        with row.container(border=True, width=CARD_WIDTH):
             st.markdown(f"**{check.title}**")
             st.badge(check.badge, icon=check.icon, color=check.color)
             st.caption(compare.CHECK_NOTES[check.key])

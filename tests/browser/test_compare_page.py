@@ -55,6 +55,42 @@ def test_the_maps_keep_a_readable_width_and_as_many_a_row_as_fit(page, base_url,
     assert grown_margins(page) == []
 
 
+# the words of an element's text that the browser broke across two lines (a Range over a word gives a rectangle a line)
+BROKEN_WORDS = """(element) => {
+    const broken = [], walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const word of node.textContent.matchAll(/\\S+/g)) {
+            const range = document.createRange();
+            range.setStart(node, word.index);
+            range.setEnd(node, word.index + word[0].length);
+            const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+            if (lines.size > 1) broken.push(word[0]);
+        }
+    }
+    return broken;
+}"""
+
+
+def test_in_a_narrow_window_each_equivalence_card_shows_its_number_whole_and_breaks_no_word(page, base_url):
+    """At 900 px beside the sidebar the cards go one a row, each as wide as at 1,400 px: the badge shows the measured
+    max |Δ| whole (not "equal · ma…"), and a title breaks between words, never inside an identifier
+    (scaled_dot_product_attention, num_kv_groups)."""
+    page.set_viewport_size({"width": 900, "height": 1400})
+    page.goto(f"{base_url}/compare")
+    wait_idle(page)
+    assert_no_exception(page)
+    main = page.get_by_test_id("stMain")
+    badges = main.locator(".stMarkdownBadge", has_text="max |Δ| = ")
+    expect(badges).to_have_count(6)
+    for badge in badges.all():
+        shown, whole = badge.evaluate("(b) => [b.clientWidth, b.scrollWidth]")
+        assert whole <= shown, (badge.inner_text(), shown, whole)  # nothing cut off behind an ellipsis
+    titles = main.locator("[data-testid=stMarkdownContainer] strong").filter(has_text=" = ")
+    expect(titles).to_have_count(6)
+    assert {title.inner_text(): title.evaluate(BROKEN_WORDS) for title in titles.all()} == \
+        {title.inner_text(): [] for title in titles.all()}
+
+
 @pytest.mark.parametrize("width", [700, 1400])
 def test_the_why_scaling_panels_labels_are_clear_of_each_other_and_inside_the_chart(page, base_url, width):
     """The variance panel (log axis) labels the powers of 10 only, not Plotly's 2 and 5 between them; the dₖ labels
