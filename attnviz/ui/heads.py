@@ -56,16 +56,13 @@ def _grid_figure(text: str, config: AttentionConfig, stage: str):
 
     trace = cached_trace(text, config)
     config = trace.config
-    # heads that share K/V heads sit side by side, a group never split across rows unless it is longer than a row
-    # (multi-query's one group of all heads: a row of every head makes each title wider than its tile)
-    group = config.group_size
-    full = figures.GRID_COLUMNS
+    # as many tiles a row as a narrow window leaves each as wide as its title; heads that share K/V heads side by side
+    labels = [grid_label(config, head) for head in range(trace.num_heads)]
     return figures.heads_grid(trace.steps[stage][0], stage, causal=trace.hides_future,
                               dropout=config.effective_dropout,
-                              columns=group * (full // group) if 1 < group <= full else full,
+                              columns=figures.grid_columns(labels, config.group_size),
                               hidden=trace.hidden_cells(), window=trace.window,
-                              stage_title=steps.stage_title(trace, stage),
-                              labels=[grid_label(config, head) for head in range(trace.num_heads)])
+                              stage_title=steps.stage_title(trace, stage), labels=labels)
 
 
 def grid_label(config, head: int) -> str:

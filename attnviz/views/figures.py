@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import html
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -395,7 +396,32 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
     return layout
 
 
-GRID_COLUMNS = 6  # tiles in a full row of the heads grid
+GRID_COLUMNS = 6  # tiles in a full row of the heads grid, at most
+GRID_GAP_SHARE = 0.06  # between a row's tiles, a share of the tile: ≈ 7 px whatever the tile's side in cells
+GRID_TITLE_FONT_PX = 11  # a tile's title ("head 5"; with its K/V head on a second line where heads share one)
+# px: the heads grid's width on a 900 px window with the sidebar open, where the page shrinks it to its column: the
+# narrowest its tiles are drawn, and each must still be as wide as its title
+GRID_NARROW_PX = 322
+GRID_MARGIN_L = 10  # px: left of the heads grid's tiles
+
+
+def grid_columns(labels: Sequence[str], group: int = 1) -> int:
+    """Tiles a row of the heads grid: the most (up to :data:`GRID_COLUMNS`) whose tiles, in a grid shrunk to
+    :data:`GRID_NARROW_PX`, are each as wide as the widest title line, marked ▶ as the focused head's is, and half an
+    em (fewer columns, wider tiles: "head 10" and "head 11" stand apart instead of running together); heads that
+    share K/V heads (``group`` a K/V head) side by side, a group never split across rows unless it is longer than a
+    row."""
+    lines = [line for label in labels for line in label.split("<br>")]
+    # the widest title, and half an em between it and its neighbour's
+    title_px = max(margins.title_px(f"▶ {line}", GRID_TITLE_FONT_PX) for line in lines) + GRID_TITLE_FONT_PX / 2
+    plot_px = GRID_NARROW_PX - GRID_MARGIN_L - margins.COLORBAR_PX
+    columns = GRID_COLUMNS
+    while columns > 1 and plot_px / (columns + (columns - 1) * GRID_GAP_SHARE) < title_px:
+        columns -= 1
+    columns = min(columns, len(labels))
+    return group * (columns // group) if 1 < group <= columns else columns
+
+
 # a grid title line's room above its row, a share of the tile: an 11 px line takes 15 px, and a page shrinks a full
 # row's tiles to ~37 px on an 800 px window with the sidebar open
 GRID_TITLE_SHARE = 0.48
@@ -408,7 +434,7 @@ def heads_grid(
     causal: bool = True,
     dropout: float = 0.0,
     max_cells: int = 64,
-    columns: int = GRID_COLUMNS,
+    columns: int | None = None,
     labels: list[str] | None = None,
     hidden: np.ndarray | None = None,
     window: int | None = None,
@@ -421,7 +447,8 @@ def heads_grid(
     title (``layout.width``, for ``st.plotly_chart(width="content")``; a narrower page shrinks it), so the colour bar
     sits beside the tiles.
 
-    ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns``; its
+    ``maps`` is (heads, n, n).  Tile ``h`` sits at row ``h // columns``, column ``h % columns`` (``None``:
+    :func:`grid_columns` of the titles); its
     position is in ``layout.meta["tiles"]`` as ``[x0, y0]`` (top-left cell), the tile side in
     ``meta["size"]``.  The background between tiles is white; a grey rectangle under each tile shows its
     masked cells grey, as in every attention map (``hidden``: what a sliding window of ``window`` tokens hides, as in
@@ -434,13 +461,13 @@ def heads_grid(
     validates the same dicts).
     """
     num_heads, n, _ = maps.shape
-    columns = max(1, min(columns, num_heads))
+    names = labels or [f"head {head}" for head in range(num_heads)]
+    columns = max(1, min(grid_columns(names) if columns is None else columns, num_heads))
     rows = math.ceil(num_heads / columns)
     pooled, block = pooled_display(maps, stage, causal, max_cells, hidden)  # (heads, size, size)
     zmin, zmax, scale = color_range(stage, pooled, dropout)
     size = pooled.shape[1]
-    gap = size * 0.06  # between columns: ≈ 7 px whatever the tile's side in cells
-    names = labels or [f"head {head}" for head in range(num_heads)]
+    gap = size * GRID_GAP_SHARE  # between columns
     lines = max(name.count("<br>") + 1 for name in names)
     # above each row of tiles, room for its titles' lines (a share of a tile: one cell is a whole tile of 1)
     title = size * GRID_TITLE_SHARE * lines
@@ -464,15 +491,15 @@ def heads_grid(
     shapes = [{"type": "rect", "x0": x0 - 0.5, "x1": x0 + size - 0.5, "y0": y0 - 0.5, "y1": y0 + size - 0.5,
                "fillcolor": MASKED_COLOR, "line": {"width": 0}, "layer": "below"} for x0, y0 in tiles]
     annotations = [{"x": x0 + (size - 1) / 2, "y": y0 - 0.5, "yanchor": "bottom", "showarrow": False,
-                    "text": names[head], "font": {"size": 11}} for head, (x0, y0) in enumerate(tiles)]
+                    "text": names[head], "font": {"size": GRID_TITLE_FONT_PX}} for head, (x0, y0) in enumerate(tiles)]
     pooling = ("max-pooling keeps peaks" if stage in PROBABILITY_STAGES
                else "each cell keeps its block's largest |score|")
     note = f"downsampled {n}→{size} per side ({pooling}; exact values: the focused head)" if block > 1 else ""
     heads_text = f"all {num_heads} heads" if num_heads > 1 else "1 head"
     heading = f"{stage_title or map_title(stage, window)}, {heads_text}"
     top = margins.title_top(2 if note else 1, 13)  # the heading (and its note) under the modebar's row
-    height = max(180, _grid_row_px(columns) * rows + 60)
-    margin = {"l": 10, "r": margins.COLORBAR_PX, "t": top, "b": 10}
+    height = max(180, _grid_row_px(min(num_heads, GRID_COLUMNS)) * rows + 60)
+    margin = {"l": GRID_MARGIN_L, "r": margins.COLORBAR_PX, "t": top, "b": 10}
     # as wide as its tiles and colour bar (and its title): the colour bar sits beside the tiles however few there
     # are; a page narrower than that shrinks the tiles, which stay square
     tiles_px = (height - margin["t"] - margin["b"]) * width_cells / height_cells
@@ -501,8 +528,9 @@ GRID_ROW_PX = 150  # a row of GRID_COLUMNS square tiles, about the width of the 
 
 
 def _grid_row_px(columns: int) -> int:
-    """A grid row's height: fewer columns get taller rows, so their square tiles span about the width a full row
-    would (at most twice as tall: one head's tile is not made page-sized)."""
+    """A grid row's height: fewer heads than a full row get taller rows, so their square tiles span about the width a
+    full row would (at most twice as tall: one head's tile is not made page-sized); ``columns``: the heads, up to
+    :data:`GRID_COLUMNS` (a grid of more heads in fewer columns, for their titles, keeps a full row's height)."""
     return round(GRID_ROW_PX * min(2.0, max(1.0, GRID_COLUMNS / columns)))
 
 

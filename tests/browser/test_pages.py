@@ -412,11 +412,12 @@ def click_tile(page, head: int):
 
 
 @pytest.mark.parametrize(("width", "settings"),
-                         [(1400, ""), (700, ""), (800, ""), (1100, "&variant=gqa"), (700, "&variant=mqa")])
+                         [(1400, ""), (700, ""), (800, ""), (900, ""), (1100, "&variant=gqa"), (900, "&variant=gqa"),
+                          (700, "&variant=mqa")])
 def test_the_grids_head_titles_sit_clear_of_every_tile_and_of_each_other(page, base_url, width, settings):
     """On a narrow page the tiles shrink and the titles keep their pixel size: every title (a grouped-query head's
-    "head 3 · K/V 1" too) sits clear of every tile and of every other title, at 700 px as at 1,400 px, and at 800 px
-    with the sidebar open (the page narrowest beside it)."""
+    "head 3 · K/V 1" too) sits clear of every tile and of every other title, at 700 px as at 1,400 px, and at 800 and
+    900 px with the sidebar open (the grid's column narrowest beside it: "head 10" and "head 11" ran together)."""
     page.set_viewport_size({"width": width, "height": 1000})
     visit(page, f"{base_url}/?text=The%20cat%20sat%20on%20the%20mat{settings}")
     chart = grid_chart(page)

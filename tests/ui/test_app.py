@@ -665,7 +665,7 @@ def test_heads_that_share_keys_are_labelled_by_their_group_and_a_window_greys_wh
     titles = [note["text"] for note in grid["layout"]["annotations"]]
     assert titles[:4] == ["▶ head 0<br>K/V 0", "head 1<br>K/V 0", "head 2<br>K/V 0", "head 3<br>K/V 1"]
     tiles = grid["layout"]["meta"]["tiles"]
-    assert len({y0 for _, y0 in tiles[:6]}) == 1  # groups of 3 in rows of 6: no group split across rows
+    assert all(len({y0 for _, y0 in tiles[group:group + 3]}) == 1 for group in range(0, 12, 3))  # no group split
     assert focused(at)["layout"]["title"]["text"].startswith("head 0 · K/V group 0")
 
     at = app(variant="swa", sliding_window_size="2", num_heads="4", text="the cat sat on the mat")

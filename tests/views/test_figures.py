@@ -67,7 +67,7 @@ def test_each_head_is_an_image_of_its_map_and_the_tiles_do_not_overlap(default_t
         cells = {(x0 + i, y0 + j) for i in range(size) for j in range(size)}
         assert not cells & covered
         covered |= cells
-    assert len({x0 for x0, _ in tiles}) == 6 and len({y0 for _, y0 in tiles}) == 2  # 6 columns × 2 rows
+    assert len({x0 for x0, _ in tiles}) == 4 and len({y0 for _, y0 in tiles}) == 3  # 4 columns × 3 rows
     assert head_titles(fig) == [f"head {h}" for h in range(12)]
     assert "downsampled" not in fig.layout.title.text
 
@@ -126,10 +126,29 @@ def test_a_single_head_grid():
 
 
 @pytest.mark.parametrize(("heads", "row_px"), [(12, 150), (6, 150), (4, 225), (3, 300), (1, 300)])
-def test_fewer_columns_get_taller_rows_up_to_twice(heads, row_px):
+def test_fewer_heads_than_a_row_get_taller_rows_up_to_twice(heads, row_px):
     maps = np.tril(np.ones((heads, 8, 8), dtype=np.float32))  # (heads, n, n)
-    rows = -(-heads // 6)
-    assert figures.heads_grid(maps, "weights").layout.height == max(180, row_px * rows + 60)
+    layout = figures.heads_grid(maps, "weights").layout
+    rows = len({y0 for _, y0 in layout.meta["tiles"]})
+    assert layout.height == max(180, row_px * rows + 60)
+
+
+@pytest.mark.parametrize(("heads", "group"), [(2, 1), (6, 1), (12, 1), (32, 1), (12, 3), (12, 12), (8, 2)])
+def test_in_a_narrow_window_each_tile_is_as_wide_as_its_title(heads, group):
+    """A 900 px window with the sidebar open shrinks the grid to its column: each tile still holds its title (11 px,
+    about half an em a character), the focused head's ▶ included, so "head 10" and "head 11" do not run together; heads
+    that share a K/V head stay side by side in one row."""
+    labels = [f"head {h}" if group == 1 else f"head {h}<br>K/V {h // group}" for h in range(heads)]
+    layout = figures.heads_grid(np.ones((heads, 6, 6), dtype=np.float32), "weights", labels=labels,
+                                columns=figures.grid_columns(labels, group)).layout
+    width_cells = layout.xaxis.range[1] - layout.xaxis.range[0]
+    height_cells = layout.yaxis.range[0] - layout.yaxis.range[1]
+    px_per_cell = min((figures.GRID_NARROW_PX - layout.margin.l - layout.margin.r) / width_cells,
+                      (layout.height - layout.margin.t - layout.margin.b) / height_cells)
+    widest = max(len(f"▶ {line}") for label in labels for line in label.split("<br>")) * 11 * 0.5
+    assert layout.meta["size"] * px_per_cell >= widest
+    columns = len({x0 for x0, _ in layout.meta["tiles"]})
+    assert columns % group == 0 or group > columns  # a K/V head's queries in one row where they fit one
 
 
 @pytest.mark.parametrize("heads", [1, 2, 4, 12])
