@@ -76,12 +76,13 @@ sizes:
   The weights are drawn after torch.manual_seed(--seed, default 123).
 
 config objects and **kwargs:
-  A single config object gets every spelling of a size as an attribute
-  (n_embd, n_head, block_size …, Hugging Face's hidden_size,
+  A config/cfg parameter, alone or first (Hugging Face's (config,
+  layer_idx=None)), gets an object with every spelling of a size as an
+  attribute (n_embd, n_head, block_size …, Hugging Face's hidden_size,
   num_attention_heads, max_position_embeddings …), head_dim, and a variant
   size's spellings, n_kv_head, n_kv_heads, kv_lora_rank, sliding_window …,
   when the flag or --set gives them; --set sets those, or a name its
-  constructor reads (rope_theta …).
+  constructor reads (rope_theta …); --set layer_idx=0 sets an argument.
   A constructor with **kwargs also gets the size flags given that none of
   its parameters names, by attnviz's names: d_in=32, num_heads=2 …
 

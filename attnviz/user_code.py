@@ -4,7 +4,8 @@ Constructor arguments are matched by name to the class's signature, in the spell
 (``d_in``/``embed_dim``/``n_embd``/``d_model`` …, ``num_heads``/``n_head``/``nhead`` …, ``context_length``/
 ``block_size`` …), each only when it is given or the constructor requires it: an argument with a default keeps
 the class's own (:func:`own_defaults`: ``LlamaGQA(num_heads=8)`` keeps its 8 heads), a required one gets attnviz's
-(:data:`DEFAULTS`), and ``d_out`` follows a ``d_in`` given; a single ``config``/``cfg`` parameter gets an object with
+(:data:`DEFAULTS`), and ``d_out`` follows a ``d_in`` given; a ``config``/``cfg`` parameter, alone or first (Hugging
+Face's ``(config, layer_idx=None)``: :func:`config_parameter`), gets an object with
 nanoGPT's names and every other spelling of a size (Hugging Face's ``hidden_size``, ``num_attention_heads`` …), read
 as attributes or as a dict's keys (:class:`AttnvizConfig`: the book's ``cfg["emb_dim"]``) — unless the parameter has a
 default (``cfg=None``) and no size nor override is given: then the class builds its own config, whole.
@@ -251,14 +252,18 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
     by_kwargs = kwargs_settings(cls, given, overrides) if to_kwargs else []
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     unknown = [name for name in overrides if name not in names]
-    config_object = len(parameters) == 1 and names == [parameters[0].name] and names[0] in CONFIG_NAMES
+    config_name = config_parameter(cls)
+    config_object = config_name is not None
     strange = [name for name in overrides if name not in CONFIG_FIELDS and name not in names]
     if config_object and strange:
         strange = [name for name in strange if name not in config_reads(cls)]  # rope_theta, read off the object
     if config_object and strange:
-        _refuse_config_names(cls, names[0], strange)
+        _refuse_config_names(cls, config_name, strange)
     if unknown and not any(p.kind == p.VAR_KEYWORD for p in parameters) and not config_object:
         raise UserCodeError(f"{cls.__name__}() takes no argument {', '.join(unknown)} (it takes {', '.join(names)})")
+    # on a config object's class, an override naming a constructor argument goes to it (--set layer_idx=0), the rest
+    # to the object
+    on_config = {name: overrides.pop(name) for name in list(overrides) if name not in names} if config_object else {}
     arguments, missing = {}, []
     for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
@@ -280,27 +285,44 @@ def constructor_arguments(cls: type[nn.Module], overrides: Mapping | None = None
             continue  # the class's own default
         elif setting is not None:
             arguments[parameter.name] = values[setting]
-        elif config_object and parameter.default is not parameter.empty and not given and not overrides:
+        elif parameter.name == config_name and parameter.default is not parameter.empty and not given \
+                and not on_config:
             continue  # cfg=None: the class's own config, whole (the book's notebooks' dicts), unless a size is given
-        elif config_object:
-            arguments[parameter.name] = _config_object(values, overrides, d_out_given="d_out" in given)
-            overrides = {}  # set on the config object
+        elif parameter.name == config_name:
+            arguments[parameter.name] = _config_object(values, on_config, d_out_given="d_out" in given)
         elif parameter.default is parameter.empty:
             missing.append(parameter.name)
     if missing:
         words = f"{cls.__name__}() needs {', '.join(missing)}, which attnviz cannot fill"
-        if cls.__module__.split(".")[0] == "transformers":
+        if _from_transformers(cls):
             raise UserCodeError(f"{words}: it is transformers' {cls.__name__}, and {TRANSFORMERS_LAYER}")
-        if any(name in CONFIG_NAMES for name in missing):
-            raise UserCodeError(f"{words}: a config object cannot be given with --set NAME=VALUE (attnviz builds one "
-                                f"only for a class that takes it alone); for a layer that takes one beside other "
-                                f"arguments, {THROUGH_A_WRAPPER}")
         raise UserCodeError(f"{words} (it fills d_in/embed_dim/n_embd, d_out, num_heads/n_head, "
                             "context_length/block_size, dropout, bias, num_kv_groups, latent_dim, "
                             "sliding_window_size): give them defaults, or set them with --set NAME=VALUE")
     arguments.update({setting: given[setting] for setting in by_kwargs})
     arguments.update(overrides)  # a **kwargs constructor takes the rest by name
     return arguments
+
+
+def config_parameter(cls: type[nn.Module]) -> str | None:
+    """The constructor parameter of ``cls`` that attnviz gives a config object (:func:`_config_object`): the first
+    parameter named ``config``, ``cfg``, ``args`` or ``conf`` (:data:`CONFIG_NAMES`) when it is the constructor's first
+    parameter or has no default — nanoGPT's ``CausalSelfAttention(config)``, Hugging Face's ``(config,
+    layer_idx=None)``, GPT-2's ``(config, is_cross_attention=False, layer_idx=None)``; the other parameters are filled
+    as any class's are.  None for a class that takes none so, and for a transformers class that takes more than its
+    config: its layer needs its own config class and what its model hands its forward (:data:`TRANSFORMERS_LAYER`)."""
+    parameters = _parameters(cls)
+    if not parameters or (len(parameters) > 1 and _from_transformers(cls)):
+        return None
+    named = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    config = next((p for p in named if p.name in CONFIG_NAMES), None)
+    if config is None or (config is not named[0] and config.default is not config.empty):
+        return None
+    return config.name
+
+
+def _from_transformers(cls: type) -> bool:
+    return cls.__module__.split(".")[0] == "transformers"
 
 
 def _parameters(cls: type[nn.Module]) -> list[inspect.Parameter] | None:
@@ -369,7 +391,7 @@ def settings_not_taken(cls: type[nn.Module], settings, overrides: Mapping | None
     parameters = _parameters(cls) or []
     names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     overrides = dict(overrides or {})
-    config_object = len(parameters) == 1 and names[:1] and names[0] in CONFIG_NAMES
+    config_object = config_parameter(cls) is not None
     by_kwargs = kwargs_settings(cls, settings, overrides)
     not_taken = {}
     for setting in settings:

@@ -146,15 +146,6 @@ def test_a_transformers_layer_imported_into_a_file_points_to_the_wrapper_not_to_
     assert '"A transformers layer"' in str(caught.value) and "--set" not in str(caught.value)
 
 
-def test_a_config_object_nobody_can_fill_is_not_sent_to_set(tmp_path):
-    path = tmp_path / "mine.py"
-    path.write_text("from torch import nn\n\n\nclass Layer(nn.Module):\n    def __init__(self, config, layer_idx):\n"
-                    "        super().__init__()\n")
-    with pytest.raises(user_code.UserCodeError, match="needs config, layer_idx") as caught:
-        user_code.build(user_code.load(f"{path}:Layer"))
-    assert "config object" in str(caught.value) and '"A transformers layer"' in str(caught.value)
-
-
 def test_the_command_line_and_the_environment_list_modules(good, monkeypatch):
     argv = ["--", "--checkpoint", "x.pth", "--module", f"{good}:MyAttention", f"--module={good}:FromConfig"]
     assert user_code.module_args(argv) == [f"{good}:MyAttention", f"{good}:FromConfig"]

@@ -1,5 +1,6 @@
-"""A class that takes one config object, as nanoGPT's ``CausalSelfAttention(config)`` does: ``--set`` names what
-the config object has (a typo is refused in words), and the sizes it was built with are read off the object."""
+"""A class that takes a config object, as nanoGPT's ``CausalSelfAttention(config)`` does, or a config and more, as
+Hugging Face's ``(config, layer_idx=None)`` do: ``--set`` names what the config object has (a typo is refused in
+words), and the sizes it was built with are read off the object."""
 
 import textwrap
 
@@ -309,3 +310,58 @@ def test_a_config_parameter_that_defaults_to_none_keeps_the_classs_own_config_un
     assert module.rope_base == 500_000.0 and module.W_query.in_features == 64
     assert cli.main(["check", f"{HF_MODULES}:OwnConfigAttention", "--tokens", "4"]) == 0
     assert ALL_PASS in capsys.readouterr().out
+
+
+def test_a_hugging_face_layer_built_with_its_layer_idx_gets_a_config_object():
+    """``HFStyleLayerAttention(config, layer_idx=None)``, as Hugging Face's layers and GPT-2's ``(config,
+    is_cross_attention=False, layer_idx=None)`` are built, was refused: "needs config … attnviz builds one only for a
+    class that takes it alone", --set layer_idx=0 or not.  The config comes first: it gets attnviz's object, the
+    other arguments keep their defaults or take --set, and a --set naming no argument sets the object's attribute."""
+    cls = user_code.load(f"{HF_MODULES}:HFStyleLayerAttention")
+    arguments = user_code.constructor_arguments(cls, dropout=0.1)
+    assert list(arguments) == ["config"] and arguments["config"].attention_dropout == 0.1
+    assert user_code.settings_not_taken(cls, {"d_in": 64, "dropout": 0.1}) == {}  # --dropout 0.1 is used
+    arguments = user_code.constructor_arguments(cls, {"layer_idx": 0, "attn_bug": "dropout-before-mask"})
+    assert arguments["layer_idx"] == 0 and arguments["config"].attn_bug == "dropout-before-mask"
+    assert "layer_idx" not in vars(arguments["config"])
+    module = user_code.build(cls, {"layer_idx": 3, "hidden_size": 32}, num_heads=2)
+    assert (module.layer_idx, module.q_proj.in_features, module.num_heads) == (3, 32, 2)
+
+
+def test_gpt2s_constructor_shape_is_built_and_a_required_extra_argument_is_sent_to_set(tmp_path):
+    path = tmp_path / "layers.py"
+    path.write_text(textwrap.dedent('''
+        from torch import nn
+
+
+        class GPT2Attention(nn.Module):
+            def __init__(self, config, is_cross_attention=False, layer_idx=None):
+                super().__init__()
+                self.c_attn = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+                self.is_cross_attention, self.layer_idx = is_cross_attention, layer_idx
+
+
+        class Needs(nn.Module):
+            def __init__(self, config, layer_idx):
+                super().__init__()
+                self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+                self.layer_idx = layer_idx
+    '''))
+    module = user_code.build(user_code.load(f"{path}:GPT2Attention"), d_in=32)
+    assert (module.c_attn.in_features, module.is_cross_attention, module.layer_idx) == (32, False, None)
+    needs = user_code.load(f"{path}:Needs")
+    with pytest.raises(user_code.UserCodeError, match=r"^Needs\(\) needs layer_idx, which attnviz cannot fill") as no:
+        user_code.build(needs)
+    assert "--set NAME=VALUE" in str(no.value) and "config" not in str(no.value)
+    assert user_code.build(needs, {"layer_idx": 0}).layer_idx == 0
+
+
+@pytest.mark.slow  # two checks, 5 s
+def test_the_cli_checks_a_hugging_face_layer_and_its_buggy_twin(capsys):
+    spec = f"{HF_MODULES}:HFStyleLayerAttention"
+    assert cli.main(["check", spec, "--tokens", "4"]) == 0
+    assert ALL_PASS in capsys.readouterr().out
+    assert cli.main(["check", spec, "--set", "layer_idx=0", "--set", "attn_bug=dropout-before-mask", "--dropout",
+                     "0.1", "--tokens", "4"]) == 1
+    out, err = capsys.readouterr()
+    assert "dropout-placement   FAIL" in out and err == ""

@@ -2250,6 +2250,54 @@ class HFStyleConfigAttention(nn.Module):
         return self.o_proj(y.transpose(1, 2).reshape(b, n, -1))  # (b, n, hidden_size)
 
 
+class HFStyleLayerAttention(nn.Module):
+    """A GPT-2-like layer written as Hugging Face's are: built ``(config, layer_idx=None)``, as its model builds each
+    layer, with a manual softmax and ``nn.Dropout(config.attention_dropout)`` on the weights, and a forward that takes
+    what a transformers model passes (``attention_mask``, ``past_key_value``, ``use_cache`` …) and returns
+    ``(output, weights or None, present)``.  ``config.attn_bug = "dropout-before-mask"``: the dropout acts on the
+    scaled scores, before the mask and the softmax."""
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.hidden_size // self.num_heads
+        self.layer_idx = layer_idx
+        self.bug = getattr(config, "attn_bug", None)
+        self.q_proj = nn.Linear(self.hidden_size, self.hidden_size)
+        self.k_proj = nn.Linear(self.hidden_size, self.hidden_size)
+        self.v_proj = nn.Linear(self.hidden_size, self.hidden_size)
+        self.o_proj = nn.Linear(self.hidden_size, self.hidden_size)
+        self.attn_dropout = nn.Dropout(getattr(config, "attention_dropout", 0.0))
+
+    def _shape(self, t, n, b):
+        return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2).contiguous()  # (b, h, n, hd)
+
+    def forward(self, hidden_states, attention_mask=None, past_key_value=None, output_attentions=False,
+                use_cache=False):
+        b, n, _ = hidden_states.size()
+        q = self._shape(self.q_proj(hidden_states), n, b)  # (b, h, n, hd)
+        k = self._shape(self.k_proj(hidden_states), n, b)  # (b, h, n, hd)
+        v = self._shape(self.v_proj(hidden_states), n, b)  # (b, h, n, hd)
+        if past_key_value is not None:
+            k = torch.cat([past_key_value[0], k], dim=2)  # (b, h, m, hd)
+            v = torch.cat([past_key_value[1], v], dim=2)  # (b, h, m, hd)
+        present = (k, v) if use_cache else None
+        m = k.shape[2]
+        w = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)  # (b, h, n, m)
+        if self.bug == "dropout-before-mask":
+            w = self.attn_dropout(w)
+        causal = torch.ones(n, m, dtype=torch.bool, device=hidden_states.device).tril(m - n)  # (n, m)
+        w = w.masked_fill(~causal, torch.finfo(w.dtype).min)
+        if attention_mask is not None:
+            w = w + attention_mask
+        w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)  # (b, h, n, m)
+        if self.bug != "dropout-before-mask":
+            w = self.attn_dropout(w)
+        y = (w @ v).transpose(1, 2).reshape(b, n, self.hidden_size)  # (b, n, hidden_size)
+        return self.o_proj(y), (w if output_attentions else None), present
+
+
 class HFStyleRotaryAttention(HFStyleConfigAttention):
     """HFStyleConfigAttention with q and k rotated at the config's ``rope_theta``, a name attnviz's config object
     does not have."""
