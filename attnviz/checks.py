@@ -510,6 +510,8 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
     value = _sum_words(sums[item, head, row].item())
     hint = (" — the softmax ran over dim=-2 (the queries), so columns sum to 1: use dim=-1 (the keys)"
             if attention.softmax_dim != -1 else "")
+    if attention.softmax_over:
+        hint = f" — {_across(attention)}"
     if attention.zeroed_after is not None:
         return Check(rule, "fail", f"{where}row {row} of the weights that multiply V sums to {value}, should be "
                                    f"1{hint} — {MASK_AFTER_SOFTMAX}")
@@ -520,6 +522,15 @@ def rows_sum_to_one(attention: tracing.Attention) -> Check:
     low = _low_precision(attention)
     return Check(rule, "fail", f"{where}row {row} sums to {value}{sink}, should be 1{hint}"
                  + (f" — {low}" if low else ""))
+
+
+def _across(attention: tracing.Attention) -> str:
+    """Words for a softmax over the heads or the batch (:attr:`tracing.Attention.softmax_over`), what it does to the
+    cells the mask hides, and its fix."""
+    size = attention.softmax_over_size
+    return (f"{attention.softmax_over}: each cell's weights sum to 1 over that dimension, not each query's over the "
+            f"keys, and a cell the mask hides in all {size} gets weight 1/{size}, not 0 (NaN where the fill is −∞: "
+            "0/0) — use dim=-1 (the keys)")
 
 
 def _sum_words(value: float) -> str:
@@ -670,6 +681,8 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
     if rerun.weights.shape != attention.weights.shape:
         return ""
     hide = " — the mask hides the future"
+    if attention.softmax_over:
+        return f"{hide}, but {_across(attention)}"
     if _moved_before(j, attention.weights, rerun.weights):
         if attention.softmax_dim != -1:
             return (f"{hide}, but the softmax ran over dim=-2 (the queries): each weight is divided by a sum over "

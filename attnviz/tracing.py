@@ -149,6 +149,10 @@ class Attention:
     # (nn.Dropout in eval mode): what it did to its own input, whatever a mask after the softmax did before it
     dropout_after_p: float = 0.0
     softmax_dim: int = -1  # the dimension the softmax normalised (-1: over the keys, as it should)
+    # a softmax over another dimension than the keys or the queries, in words ("" for those two): "the softmax on
+    # line 30 runs over dim=1 of a (2, 4, 8, 8) tensor (the heads)"
+    softmax_over: str = ""
+    softmax_over_size: int = 0  # that dimension's size (the heads' number …); 0: none
     weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
     zeroed_after: torch.Tensor | None = None  # bool, True where a mask after the softmax set a weight to 0 (a bug)
     # bool (b, h, nq, 1), True where a head or query mask after the softmax set the whole row to 0 (not a bug: the
@@ -514,11 +518,22 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
     if not over_keys and sunk:
         over_keys = [node for node, _ in recorder.softmaxes if id(node) in sunk]
         maps = [(node, -1) for node in over_keys]
+    across = {}  # a softmax over the heads or the batch of an (n, n) map is attention gone wrong too: kept, named
+    if not over_keys and not recorder.fused_calls:
+        node, dim = next(((node, dim) for node, dim in recorder.other_softmaxes
+                          if tuple(node.out.shape[-2:]) == (n, n)), (None, None))
+        if node is not None:
+            maps, over_keys = [(node, dim - node.out.dim())], [node]
+            axis = _axis_words(dim, tuple(node.out.shape), x.shape[0])
+            across[id(node)] = (f"the softmax{_place(recorder, node.index)} runs over dim={dim} of a "
+                                f"{tuple(node.out.shape)} tensor" + (f" ({axis})" if axis else ""),
+                                node.out.shape[dim])
     dims = {id(node): dim for node, dim in maps}
     made_of = _made_of(recorder.nodes.get(id(output)))
     found = [_from_softmax(node, recorder, made_of, sunk.get(id(node))) for node in over_keys]
     for attention, node in zip(found, over_keys):
         attention.softmax_dim = dims[id(node)]
+        attention.softmax_over, attention.softmax_over_size = across.get(id(node), ("", 0))
     fused = [a for a in recorder.fused_calls if tuple(a.weights.shape[-2:]) == (n, n)]
     attentions = sorted([*found, *fused], key=lambda a: a.op_index)
     if not attentions:
@@ -966,6 +981,17 @@ def _require_tokens_last(module: nn.Module, x: torch.Tensor, recorder: _Recorder
         raise TraceError(_heads_before_keys(tuple(cube.out.shape), _place(recorder, cube.index)))
 
 
+def _axis_words(dim: int, shape: tuple, batch: int) -> str:
+    """What dimension ``dim`` (≥ 0) of an (…, n, n) map of ``shape`` holds, for a softmax over it: "the batch", "the
+    heads" (of a (…, b, h, n, n) map), or "the batch and the heads folded together" (a (b·h, n, n) one); "" else."""
+    axes = {}
+    if len(shape) >= 4:  # (…, b, h, n, n)
+        axes = {len(shape) - 4: "the batch", len(shape) - 3: "the heads"}
+    elif len(shape) == 3:  # (b, n, n): one head's, or the heads folded into the batch
+        axes = {0: "the batch" if shape[0] == batch else "the batch and the heads folded together"}
+    return axes.get(dim % len(shape), "")
+
+
 def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None = None, *,
                   tried_first: bool = False) -> str:
     """Why a forward has no attention over the n tokens of ``x`` (batch, n, d_in): no softmax or SDPA call at all,
@@ -978,12 +1004,8 @@ def _no_attention(recorder: _Recorder, x: torch.Tensor, module: nn.Module | None
     maps = [softmax for softmax in across if softmax[2][-2:] == (n, n)]  # (…, n, n) scores, normalised elsewhere
     if maps or (across and not seen):
         index, dim, shape = min(maps or across)
-        axes = {}
-        if maps and len(shape) >= 4:  # (…, b, h, n, n)
-            axes = {len(shape) - 4: "the batch", len(shape) - 3: "the heads"}
-        elif maps and len(shape) == 3:  # (b, n, n): one head's, or the heads folded into the batch
-            axes = {0: "the batch" if shape[0] == x.shape[0] else "the batch and the heads folded together"}
-        axis = f" ({axes[dim % len(shape)]})" if dim % len(shape) in axes else ""
+        axis = _axis_words(dim, shape, x.shape[0]) if maps else ""
+        axis = f" ({axis})" if axis else ""
         return (f"no attention found: the softmax{_place(recorder, index)} runs over dim={dim} of a {shape} "
                 f"tensor{axis}; attention's softmax runs over the keys, dim=-1")
     if not seen:

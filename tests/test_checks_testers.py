@@ -180,9 +180,8 @@ def test_a_cached_forward_returning_nan_or_another_shape_says_so():
 
 def test_a_single_heads_softmax_over_dim_0_is_over_the_batch():
     torch.manual_seed(0)
-    with pytest.raises(attnviz.tracing.TraceError) as raised:
-        checks.check_module(um.SingleHeadCausal(bug="softmax-dim-0").eval())
-    assert "runs over dim=0 of a (2, 8, 8) tensor (the batch);" in str(raised.value)
+    rows = verdicts(um.SingleHeadCausal(bug="softmax-dim-0").eval())["rows-sum-to-one"]
+    assert rows.status == "fail" and "runs over dim=0 of a (2, 8, 8) tensor (the batch):" in rows.evidence
 
 
 def test_a_mask_buffer_used_whole_is_named_with_its_fix():

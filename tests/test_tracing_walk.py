@@ -107,13 +107,22 @@ def test_a_line_in_the_users_file_is_named_without_a_file():
     assert "the / on line" in check.evidence and ".py" not in check.evidence
 
 
-def test_a_softmax_over_the_heads_is_refused_with_its_dim_shape_and_line():
+@pytest.mark.parametrize("fill", ["-inf", "min"])
+def test_a_softmax_over_the_heads_fails_the_check_naming_its_dim_shape_and_line(fill):
+    """A softmax over the heads is a bug in the module's attention, not a module attnviz cannot run: check_module
+    raised TraceError ("no attention found: …") and attnviz check exited 2, "cannot be checked"."""
     torch.manual_seed(0)
     line = line_of(Path(um.__file__), "att = F.softmax(att, dim=1)")
-    with pytest.raises(tracing.TraceError) as caught:
-        tracing.trace_module(um.SoftmaxOverHeads(), torch.randn(2, 8, 32))
-    assert str(caught.value) == (f"no attention found: the softmax on line {line} runs over dim=1 of a (2, 4, 8, 8) "
-                                 "tensor (the heads); attention's softmax runs over the keys, dim=-1")
+    results = verdicts(um.SoftmaxOverHeads(fill=fill).eval())
+    named = (f"the softmax on line {line} runs over dim=1 of a (2, 4, 8, 8) tensor (the heads): each cell's weights "
+             "sum to 1 over that dimension, not each query's over the keys, and a cell the mask hides in all 4 gets "
+             "weight 1/4, not 0 (NaN where the fill is −∞: 0/0) — use dim=-1 (the keys)")
+    rows = results["rows-sum-to-one"]
+    assert rows.status == "fail" and rows.evidence.endswith(f"should be 1 — {named}"), rows.evidence
+    if fill == "min":  # the hidden future gets 1/4 of each head's weight
+        causal = results["causal"]
+        assert causal.status == "fail" and causal.evidence.endswith(f"the mask hides the future, but {named}")
+    assert tracing.trace_module(um.SoftmaxOverHeads(), torch.randn(2, 8, 32)).steps["weights"].shape == (2, 4, 8, 8)
 
 
 @pytest.mark.parametrize("merge", ["view", "reshape_as"])

@@ -1324,19 +1324,21 @@ class TransformerLensAttention(nn.Module):
 
 
 class SoftmaxOverHeads(nn.Module):
-    """Bug: nanoGPT's manual path with ``F.softmax(att, dim=1)`` on (B, nh, T, T), over the heads (dim=-1 meant)."""
+    """Bug: nanoGPT's manual path with ``F.softmax(att, dim=1)`` on (B, nh, T, T), over the heads (dim=-1 meant).
+    ``fill``: what the mask writes, nanoGPT's "-inf" or Hugging Face's "min" (``torch.finfo(dtype).min``)."""
 
-    def __init__(self, n_embd=32, n_head=4):
+    def __init__(self, n_embd=32, n_head=4, fill="-inf"):
         super().__init__()
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-        self.n_head, self.n_embd = n_head, n_embd
+        self.n_head, self.n_embd, self.fill = n_head, n_embd, fill
 
     def forward(self, x):
         B, T, C = x.size()
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in self.c_attn(x).split(self.n_embd, dim=2))  # (B, nh, T, hs) each
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))  # (B, nh, T, T)
+        fill = float("-inf") if self.fill == "-inf" else torch.finfo(att.dtype).min
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), fill)  # (B, nh, T, T)
         att = F.softmax(att, dim=1)  # (B, nh, T, T): over the heads
         return (att @ v).transpose(1, 2).reshape(B, T, C)  # (B, nh, T, hs) -> (B, T, C)
 
