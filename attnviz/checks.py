@@ -1284,8 +1284,7 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
                                    "attention weights, so two runs of the same text differ — call "
                                    "module.eval() before looking at attention")
     if attention.dropout_ops:
-        return Check(rule, "fail", "dropout acts on the scores before the softmax: the weights no longer sum to 1 "
-                                   "in a predictable way; apply it to the weights after the softmax")
+        return Check(rule, "fail", _dropout_on_scores(attention))
     if acts:
         return Check(rule, "pass",
                      "in training mode dropout acts on the weights after the softmax; in eval mode not at all")
@@ -1294,6 +1293,24 @@ def dropout_placement(module: nn.Module, x: torch.Tensor, eval_attention: tracin
                                    "training=False, so it drops nothing in training mode either: pass "
                                    "training=self.training to F.dropout (or use nn.Dropout)")
     return Check(rule, "pass", _no_dropout_acts(module, recording, attention))
+
+
+def _dropout_on_scores(attention: tracing.Attention) -> str:
+    """dropout-placement's words for a dropout between Q·Kᵀ and the softmax: what it does there — a dropped score is
+    0, which the softmax turns into a weight, and the kept ones are scaled up — and, by where it is against the mask,
+    what becomes of the cells the mask hides."""
+    place = f"the dropout{attention.dropout_place}"
+    if attention.dropout_vs_mask == "after":
+        where = f"{place} acts on the masked scores before the softmax"
+        outcome = ("a hidden score it drops becomes 0 too, so in training mode a key the mask hides gets weight "
+                   "exp(0)/Σ (its row is NaN where the fill is −∞: 0 · −∞)")
+    else:
+        where = (f"{place} acts on the scores before the mask and the softmax" if attention.dropout_vs_mask == "before"
+                 else f"{place} acts on the scores before the softmax")
+        outcome = "the rows still sum to 1, but they are not the weights with some keys dropped"
+    return (f"{where}: a score it drops becomes 0, and the softmax still gives its key exp(0)/Σ — more or less than "
+            f"before, never 0 —, while the scores it keeps are multiplied by 1/(1 − p), which sharpens each row; "
+            f"{outcome}: apply the dropout to the weights after the softmax")
 
 
 def _idle_dropout(recording: tracing.Recording) -> float | None:

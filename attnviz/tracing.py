@@ -145,6 +145,10 @@ class Attention:
     # general path then drops the mask and hides the future only, its fast path applies the mask
     mask_dropped_by_hint: bool = False
     dropout_ops: tuple[str, ...] = ()  # dropouts met on the way from Q·Kᵀ to the softmax (before it)
+    # the first of those: where it is (" on line 35", "" unknown), and whether it comes "before" or "after" a mask
+    # between them ("": no mask there)
+    dropout_place: str = ""
+    dropout_vs_mask: str = ""
     # the p of the dropout between the softmax and @ V when its own call drops (training=True), 0.0 when it does not
     # (nn.Dropout in eval mode): what it did to its own input, whatever a mask after the softmax did before it
     dropout_after_p: float = 0.0
@@ -1174,6 +1178,11 @@ def _from_softmax(node: _Node, recorder: _Recorder, made_of: set[int] = frozense
         f"no Q @ Kᵀ before the softmax: the {_call(recorder, current)} comes between them")
     attention = Attention(kind="softmax", weights=_as_head_maps(weights), masked=_as_head_maps(masked),
                           op_index=walked_from.index, dropout_ops=tuple(n.name for n in chain if n.name in _DROPOUTS))
+    drops = [k for k, link in enumerate(chain) if link.name in _DROPOUTS]  # the chain runs from the softmax back
+    if drops:
+        masks = [k for k, link in enumerate(chain) if link.name in _MASKS]
+        attention.dropout_place = _place(recorder, chain[drops[-1]].index)
+        attention.dropout_vs_mask = ("" if not masks else "before" if min(masks) < drops[-1] else "after")
     if sliced is not None:
         attention.sink_weights = _as_head_maps(sink_weights)
         attention.sinks = None if sinks is None else _as_head_maps(sinks)

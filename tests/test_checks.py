@@ -186,13 +186,29 @@ def test_scaling_names_the_wrong_scale(bug, words):
     assert verdict(mha(), "scaling").status == "pass"
 
 
+DROPPED_SCORE = ("a score it drops becomes 0, and the softmax still gives its key exp(0)/Σ — more or less than "
+                 "before, never 0 —, while the scores it keeps are multiplied by 1/(1 − p), which sharpens each row; ")
+AFTER_SOFTMAX = ": apply the dropout to the weights after the softmax"
+
+
 @pytest.mark.parametrize(("bug", "words"), [
-    ("dropout-before-softmax", "before the softmax"),
+    ("dropout-before-softmax", "the dropout on line {} acts on the scores before the mask and the softmax: "
+                               f"{DROPPED_SCORE}the rows still sum to 1, but they are not the weights with some keys "
+                               f"dropped{AFTER_SOFTMAX}"),
+    ("dropout-after-mask", f"the dropout on line {{}} acts on the masked scores before the softmax: {DROPPED_SCORE}a "
+                           "hidden score it drops becomes 0 too, so in training mode a key the mask hides gets weight "
+                           f"exp(0)/Σ (its row is NaN where the fill is −∞: 0 · −∞){AFTER_SOFTMAX}"),
     ("dropout-in-eval", "in eval mode dropout still"),
 ])
 def test_dropout_placement(bug, words):
+    """A dropout on the scores said "the weights no longer sum to 1 in a predictable way": they do sum to 1.  It
+    names its line, says what a dropped score becomes, and where it is against the mask."""
     check = verdict(mha(bug, dropout=0.3), "dropout-placement")
-    assert check.status == "fail" and words in check.evidence
+    if "{}" in words:
+        line = user_modules_line('if self.bug == "dropout-after-mask":' if bug == "dropout-after-mask"
+                                 else 'if self.bug == "dropout-before-softmax":') + 1
+        assert check.evidence == words.format(line), check.evidence
+    assert check.status == "fail" and words.split("{}")[-1] in check.evidence
     assert verdict(mha(dropout=0.3), "dropout-placement").status == "pass"
 
 

@@ -299,6 +299,8 @@ class MyMultiHeadAttention(nn.Module):
             attn_scores.masked_fill(mask_bool, -torch.inf)
         else:
             attn_scores.masked_fill_(mask_bool, -torch.inf)
+        if self.bug == "dropout-after-mask":
+            attn_scores = self.dropout(attn_scores)
         attn_weights = torch.softmax(attn_scores, dim=-2 if self.bug == "softmax-dim" else -1)
         if self.bug == "dropout-in-eval":
             attn_weights = F.dropout(attn_weights, p=0.5)
@@ -309,7 +311,7 @@ class MyMultiHeadAttention(nn.Module):
         elif self.bug == "dropout-mask-shape" and self.training:  # a hand-rolled dropout: raises in training only
             keep = torch.rand(attn_weights.shape[:-1]) >= self.dropout.p  # (b, h, n): the key dimension is missing
             attn_weights = attn_weights * keep / (1 - self.dropout.p)
-        elif self.bug != "dropout-before-softmax":
+        elif self.bug not in ("dropout-before-softmax", "dropout-after-mask"):
             attn_weights = self.dropout(attn_weights)
         context_vec = attn_weights @ values
         if self.bug == "no-transpose-back":
