@@ -66,6 +66,7 @@ import numbers
 import os
 import re
 import sys
+import traceback
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -792,11 +793,28 @@ def run_forward(module: nn.Module, x: torch.Tensor, *, what: str = "the forward"
     except Exception as error:  # the user's forward: any exception is theirs, reported in one line
         if "flex_attention" in str(error) and "Higher Order Operator" in str(error):  # TorchDynamo's Unsupported
             raise TraceError(f"{what} calls {FLEX_ATTENTION}") from error
-        raise TraceError(f"{what} raised {time_limit.described(error)}"
+        raise TraceError(f"{what} raised {time_limit.described(error, _raised_at(error, module))}"
                          f"{_rotary_hint(module, forward_kwargs)}") from error
     except SystemExit as stop:  # sys.exit() in a forward would end the notebook's kernel or the CLI's run
         raise TraceError(f"{what} called {time_limit.exit_call(stop)}: an attention forward returns its output, "
                          "it does not end the program") from None
+
+
+def _raised_at(error: BaseException, module: nn.Module) -> str:
+    """Where in the user's code the module's forward raised ``error``: " (mine.py, line 27)", the traceback's last
+    frame in the file of the module's class or of a base class of it (not torch's: ``nn.MultiheadAttention`` is no
+    user's code) — the line that raised, or that called the torch function that raised; "" when no frame is in one."""
+    error = error.error if isinstance(error, time_limit.RaisedBaseError) else error
+    own = set()
+    for cls in type(module).__mro__:
+        try:
+            file = inspect.getsourcefile(cls)
+        except (TypeError, OSError):
+            continue
+        if file is not None and not os.path.abspath(file).startswith(_TORCH_DIR + os.sep):
+            own.add(os.path.abspath(file))
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if os.path.abspath(frame.filename) in own]
+    return f" ({os.path.basename(frames[-1].filename)}, line {frames[-1].lineno})" if frames else ""
 
 
 class _AsItIs(TorchFunctionMode):

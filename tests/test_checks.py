@@ -89,8 +89,8 @@ def test_bugs_that_make_the_forward_raise_say_so_in_one_line(cls, message):  # (
 def test_a_forward_that_raises_inside_a_rule_is_one_line_naming_the_rule():
     """A hand-rolled dropout whose mask has the wrong shape raises in training mode only: in dropout-placement."""
     module = mha("dropout-mask-shape", dropout=0.1)
-    with pytest.raises(tracing.TraceError, match=r"^the forward raised RuntimeError: .* \(while checking "
-                                                 r"dropout-placement\)$") as caught:
+    with pytest.raises(tracing.TraceError, match=r"^the forward raised RuntimeError \(user_modules\.py, line \d+\): "
+                                                 r".* \(while checking dropout-placement\)$") as caught:
         checks.check_module(module)
     assert "\n" not in str(caught.value)
     assert not module.training  # handed over in eval mode, given back in eval mode
@@ -1336,7 +1336,8 @@ def test_multihead_attention_without_batch_first_says_so(masked):
     words = ("(self.mha) has batch_first=False, so it reads your (2, 8, 32) input as 2 tokens × 8 items: build it "
              "with batch_first=True (or pass it (n, batch, d))")
     if masked:  # torch's own error first: the (8, 8) mask is not (2, 2)
-        assert str(caught.value).startswith("the forward raised RuntimeError: The shape of the 2D attn_mask is")
+        assert re.match(r"the forward raised RuntimeError \(user_modules\.py, line \d+\): The shape of the 2D "
+                        "attn_mask is", str(caught.value)), str(caught.value)
         assert str(caught.value).endswith(f" — the nn.MultiheadAttention {words}")
     else:
         line = user_modules_line("return self.mha(x, x, x, need_weights=False)[0]")

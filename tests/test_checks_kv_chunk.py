@@ -2,6 +2,8 @@
 (SDPA's is_causal, aligned to the top-left) fails in words that say so; right modules pass, and a module that takes
 one token per cached step (its forward raises on more) has the chunk skipped in words, not failed."""
 
+from pathlib import Path
+
 import torch
 from helpers import user_modules as um
 
@@ -48,10 +50,12 @@ def test_a_module_that_takes_one_token_per_cached_step_skips_the_chunk_in_words(
     assert check.status == "pass", check
     assert check.evidence.startswith("two sequences, each after reset_cache(): a prefill of 4 tokens, then 4 tokens "
                                      "one by one, give the uncached outputs"), check
-    assert ("(≤ 1e-05) — a chunk of 2 after the cache not checked: a cached forward raised ValueError: decode one "
-            "token at a time after the prefill, got 2 — right if the module takes one token per cached step; if not, "
-            "its mask (or positions) does not count the cached keys: slice it from the cached tokens' count; after 8 "
-            "tokens the cache holds" in check.evidence), check
+    line = next(number for number, text in enumerate(Path(um.__file__).read_text().splitlines(), start=1)
+                if "decode one token at a time after the prefill" in text)
+    assert ("(≤ 1e-05) — a chunk of 2 after the cache not checked: a cached forward raised ValueError "
+            f"(user_modules.py, line {line}): decode one token at a time after the prefill, got 2 — right if the "
+            "module takes one token per cached step; if not, its mask (or positions) does not count the cached keys: "
+            "slice it from the cached tokens' count; after 8 tokens the cache holds" in check.evidence), check
 
 
 def test_the_pass_and_the_failure_reach_the_whole_check():

@@ -2,6 +2,8 @@
 them as forward(x) — the rotary tables or ALiBi and the additive causal mask their model builds, from the
 DynamicCache's length — traced and checked; and what the bare layers say, which need those from their model."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import user_modules as um
@@ -80,10 +82,12 @@ def test_the_bare_gpt_neox_attention_says_it_needs_its_mask_and_its_rotary_table
 def test_a_forward_that_raises_with_its_rotary_tables_left_none_says_they_were_not_given():
     with pytest.raises(tracing.TraceError) as caught:
         tracing.trace_module(um.RotaryFromCaller(), torch.randn(1, 8, 16))
+    line = next(number for number, text in enumerate(Path(um.__file__).read_text().splitlines(), start=1)
+                if text.strip().startswith("cos, sin = position_embeddings"))
     assert str(caught.value) == (
-        "the forward raised TypeError: cannot unpack non-iterable NoneType object — position_embeddings was not given "
-        "(None), which a rotary layer needs: wrap your module so forward(x) computes the rotary cos and sin and passes "
-        "them (docs/your-module.md shows a wrapper)")
+        f"the forward raised TypeError (user_modules.py, line {line}): cannot unpack non-iterable NoneType object — "
+        "position_embeddings was not given (None), which a rotary layer needs: wrap your module so forward(x) computes "
+        "the rotary cos and sin and passes them (docs/your-module.md shows a wrapper)")
 
 
 def falcon_layer(**settings):

@@ -304,7 +304,9 @@ def test_a_width_attnviz_chose_that_the_forward_refuses_says_which_and_where_fro
     path.write_text(WIDTH_NOT_TAKEN)
     result = check(f"{path}:FixedWidth")
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("attnviz check: the forward raised RuntimeError: einsum(): "), result.stderr
+    assert result.stderr.startswith("attnviz check: the forward raised RuntimeError (user_modules.py, line "), \
+        result.stderr  # the forward it inherits
+    assert "): einsum(): " in result.stderr, result.stderr
     assert result.stderr.endswith(" — x was (2, 8, 128): the width of W_O, the module's first Linear; if the module "
                                   "takes another width, pass --d-in N\n"), result.stderr
     assert check(f"{path}:FixedWidth", "--d-in", 64).returncode == 0
@@ -335,9 +337,10 @@ def test_the_evidence_wraps_between_words_and_never_inside_a_flag_or_a_number():
      "raised E on import: custom base exception"),
     ("from torch import nn\n\n\nclass E(BaseException): pass\n\n\nclass A(nn.Module):\n"
      "    def __init__(self, d_in=64):\n        super().__init__()\n\n    def forward(self, x):\n"
-     "        raise E('x')\n", "A", "the forward raised E: x"),
+     "        raise E('x')\n", "A", "the forward raised E (user.py, line 12): x"),
     ("from torch import nn\n\n\nclass A(nn.Module):\n    def __init__(self, d_in=64):\n        super().__init__()\n"
-     "\n    def forward(self, x):\n        raise KeyboardInterrupt\n", "A", "the forward raised KeyboardInterrupt"),
+     "\n    def forward(self, x):\n        raise KeyboardInterrupt\n", "A",
+     "the forward raised KeyboardInterrupt (user.py, line 9)"),
 ], ids=["raises", "asserts", "no-such-class", "base-exception-on-import", "base-exception-in-forward",
         "keyboard-interrupt-in-forward"])
 def test_an_import_or_constructor_failure_exits_2_with_one_line(tmp_path, source, spec, message):
@@ -669,7 +672,7 @@ def test_a_forward_that_raises_inside_a_rule_exits_2_naming_the_rule():
     result = check(f"{USER_MODULES}:MyMultiHeadAttention", "--d-in", 32, "--dropout", 0.1,
                    "--set", "bug=dropout-mask-shape")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.startswith("attnviz check: the forward raised RuntimeError: ")
+    assert result.stderr.startswith("attnviz check: the forward raised RuntimeError (user_modules.py, line ")
     assert result.stderr.rstrip().endswith("(while checking dropout-placement)")
 
 

@@ -3,6 +3,7 @@
 import gc
 import inspect
 import math
+import re
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 from helpers import user_modules as um
 from torch import nn
 
-from attnviz import attention, checks, time_limit, tracing
+from attnviz import attention, checks, time_limit, tracing, user_code
 
 
 def explicit_weights(q, k, causal=True, scale=None):
@@ -218,6 +219,43 @@ def test_bad_modules_get_one_line(x, module, message):
     assert "\n" not in str(caught.value)
 
 
+NANOGPT_SPLIT_BY_VIEW = """\
+import math
+
+import torch
+from torch import nn
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd=32, n_head=4):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, self.n_head, T, C // self.n_head)
+        q = q.view(B, self.n_head, T, C // self.n_head)
+        v = v.view(B, self.n_head, T, C // self.n_head)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        return (torch.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+"""
+
+
+def test_an_error_in_the_users_forward_names_its_file_and_line(tmp_path, x):
+    """nanoGPT's heads split with view alone, on a slice of the fused projection: torch raises in the user's
+    ``k.view(…)``, and the message said only "the forward raised RuntimeError: view size is not compatible …"."""
+    path = tmp_path / "nanogpt_attn.py"
+    path.write_text(NANOGPT_SPLIT_BY_VIEW)
+    module = user_code.build(user_code.load(f"{path}:CausalSelfAttention"))
+    with pytest.raises(tracing.TraceError) as caught:
+        tracing.trace_module(module, x)
+    line = NANOGPT_SPLIT_BY_VIEW.splitlines().index("        k = k.view(B, self.n_head, T, C // self.n_head)") + 1
+    assert str(caught.value).startswith(f"the forward raised RuntimeError (nanogpt_attn.py, line {line}): view size is "
+                                        "not compatible with input tensor's size and stride"), str(caught.value)
+
+
 def test_a_softmax_that_is_not_n_by_n_is_not_taken_for_the_attention(x):
     torch.manual_seed(7)
     module = um.GatedAttention(32, 16)
@@ -308,7 +346,8 @@ def test_a_long_text_on_a_module_that_fails_at_any_length_keeps_its_own_error():
     """The context is named only when the forward runs on that many tokens: a module that raises anyway is not
     told its text is too long."""
     module = um.ViewWithoutContiguous(16, 16, 16, 0.0, 4).eval()  # its .view raises on 16 tokens too
-    with pytest.raises(tracing.TraceError, match=r"^the forward raised RuntimeError: The size of tensor a") as caught:
+    with pytest.raises(tracing.TraceError, match=r"^the forward raised RuntimeError \(user_modules\.py, line \d+\): "
+                                                     r"The size of tensor a") as caught:
         tracing.trace_module(module, LONG_TEXT)
     assert "context" not in str(caught.value)
 
@@ -529,7 +568,8 @@ def test_a_width_attnviz_chose_that_the_forward_refuses_says_which_and_where_fro
     with pytest.raises(tracing.TraceError) as caught:
         run(module)
     message = str(caught.value)
-    assert message.startswith("the forward raised RuntimeError: einsum(): subscript d has size 64"), message
+    assert re.match(r"the forward raised RuntimeError \(user_modules\.py, line \d+\): einsum\(\): subscript d has "
+                    "size 64", message), message
     assert message.endswith(f" — x was {fed}: the width of W_O, the module's first Linear; if the module takes "
                             "another width, pass x of that width, a (batch, n, d_in) tensor"), message
     assert "\n" not in message

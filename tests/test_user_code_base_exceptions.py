@@ -8,7 +8,7 @@ import threading
 
 import pytest
 import torch
-from helpers.base_exceptions import write_own, write_raising_on_import
+from helpers.base_exceptions import own_line, write_own, write_raising_on_import
 
 from attnviz import time_limit, tracing, user_code
 
@@ -32,9 +32,9 @@ def test_a_constructor_that_raises_a_base_exception_is_one_line(own):
 
 
 @pytest.mark.parametrize(("name", "words"), [
-    ("RaisesInForward", "the forward raised Stop: no forward today"),
-    ("InterruptsItself", "the forward raised KeyboardInterrupt"),
-    ("EndsAGenerator", "the forward raised GeneratorExit: closed"),
+    ("RaisesInForward", f"the forward raised Stop (own.py, line {own_line('no forward today')}): no forward today"),
+    ("InterruptsItself", f"the forward raised KeyboardInterrupt (own.py, line {own_line('raise KeyboardInterrupt')})"),
+    ("EndsAGenerator", f"the forward raised GeneratorExit (own.py, line {own_line('closed')}): closed"),
 ])
 def test_a_forward_that_raises_a_base_exception_is_a_trace_error_naming_it(own, name, words):
     module = user_code.build(user_code.load(f"{own}:{name}"))

@@ -72,5 +72,6 @@ def test_a_constructors_error_shows_the_files_name_not_its_folder(folder, page):
 def test_the_induction_labs_forward_error_shows_the_files_name_not_its_folder(folder):
     at = open_app("pages/induction.py", timeout=TIMEOUT, variant="Your module: ForwardNamesItsFile")
     no_exception(at)
-    assert "the forward raised RuntimeError: too many tokens for mine.py" in warnings(at), warnings(at)
+    assert "the forward raised RuntimeError (mine.py, line " in warnings(at), warnings(at)
+    assert "): too many tokens for mine.py" in warnings(at), warnings(at)
     assert str(folder) not in page_text(at) and "server folder" not in page_text(at)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers.apptest import no_exception, open_app
-from helpers.base_exceptions import write_own, write_raising_on_import
+from helpers.base_exceptions import own_line, write_own, write_raising_on_import
 
 from attnviz import user_code
 
@@ -45,8 +45,9 @@ def test_a_module_whose_import_raises_a_base_exception_is_named_and_the_ones_aft
 
 
 @pytest.mark.parametrize("page", ["pages/heads.py", "pages/steps.py", "pages/compare.py"])
-@pytest.mark.parametrize(("name", "words"), [("RaisesInForward", "the forward raised Stop: no forward today"),
-                                             ("InterruptsItself", "the forward raised KeyboardInterrupt")])
+@pytest.mark.parametrize(("name", "words"), [
+    ("RaisesInForward", f"the forward raised Stop (own.py, line {own_line('no forward today')}): no forward today"),
+    ("InterruptsItself", f"the forward raised KeyboardInterrupt (own.py, line {own_line('raise KeyboardInterrupt')})")])
 def test_a_forward_that_raises_a_base_exception_is_a_message_on_every_page(specs, page, name, words):
     at = open_app(page, timeout=TIMEOUT, variant=f"Your module: {name}", text="My own text stays")
     no_exception(at)
