@@ -683,6 +683,10 @@ def _leak_cause(module: nn.Module, changed: torch.Tensor, j: int, attention: tra
     hide = " — the mask hides the future"
     if attention.softmax_over:
         return f"{hide}, but {_across(attention)}"
+    if attention.heads_split_by:
+        return (f"{hide}, but the {attention.heads_split_by} splits a (…, n, d) tensor straight into (…, heads, n, "
+                "head_dim), which gives each head's position the features of other tokens, later ones too: split "
+                "with view(b, n, heads, head_dim), then transpose(1, 2)")
     if _moved_before(j, attention.weights, rerun.weights):
         if attention.softmax_dim != -1:
             return (f"{hide}, but the softmax ran over dim=-2 (the queries): each weight is divided by a sum over "

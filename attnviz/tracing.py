@@ -158,6 +158,9 @@ class Attention:
     # line 30 runs over dim=1 of a (2, 4, 8, 8) tensor (the heads)"
     softmax_over: str = ""
     softmax_over_size: int = 0  # that dimension's size (the heads' number …); 0: none
+    # the first call the output is made from that splits (…, n, d) straight into (…, h, n, d / h) heads — a view or
+    # reshape without the transpose, which gives each head's position the features of other tokens: "view on line 21"
+    heads_split_by: str = ""
     weights_scale: float = 1.0  # what the weights were multiplied by between the softmax and @ V (1: nothing)
     zeroed_after: torch.Tensor | None = None  # bool, True where a mask after the softmax set a weight to 0 (a bug)
     # bool (b, h, nq, 1), True where a head or query mask after the softmax set the whole row to 0 (not a bug: the
@@ -539,10 +542,13 @@ def record(module: nn.Module, x: torch.Tensor, *, tried_first: bool = False, **f
     for attention, node in zip(found, over_keys):
         attention.softmax_dim = dims[id(node)]
         attention.softmax_over, attention.softmax_over_size = across.get(id(node), ("", 0))
+    split = _split_without_transpose(recorder, made_of, n)
     fused = [a for a in recorder.fused_calls if tuple(a.weights.shape[-2:]) == (n, n)]
     attentions = sorted([*found, *fused], key=lambda a: a.op_index)
     if not attentions:
         raise TraceError(_no_attention(recorder, x, module, tried_first=tried_first))
+    for attention in attentions:
+        attention.heads_split_by = split
     if not forward_kwargs and any(node.out.dim() >= 4 and node.out.shape[-3] == n for node in over_keys):
         _require_tokens_last(module, x, recorder)  # (…, n, n, n): the tokens, or the heads when there are n of them?
     if output.dim() != 3 or output.shape[0] != x.shape[0] or output.shape[1] != n:
@@ -1001,6 +1007,26 @@ def _require_tokens_last(module: nn.Module, x: torch.Tensor, recorder: _Recorder
         raise TraceError(_untransposed(shape, n, len(shape) - 3, _place(recorder, cube.index), fewer))
     if any(len(shape) >= 4 and shape[-3:] == (n - 1, n, n - 1) for shape in shapes):  # (…, queries, heads, keys)
         raise TraceError(_heads_before_keys(tuple(cube.out.shape), _place(recorder, cube.index)))
+
+
+_SPLITS = {"view", "reshape", "unflatten"}
+
+
+def _split_without_transpose(recorder: _Recorder, made_of: set[int], n: int) -> str:
+    """The first call among those the output is made from (``made_of``: :func:`_made_of`) that reshapes a (…, n, d)
+    tensor straight into (…, h, n, d / h) — heads split without ``view(…, n, h, d / h).transpose(1, 2)``, which puts
+    the features of h consecutive tokens where one token's head should be —, as :func:`_call` words it ("view on line
+    21"); "" when there is none.  Not for h = n (then the shapes cannot tell it from a right split) or h = 1."""
+    for node in sorted(recorder.nodes.values(), key=lambda node: node.index):
+        before = node.args[0] if node.args and isinstance(node.args[0], torch.Tensor) else None
+        if node.name not in _SPLITS or id(node) not in made_of or before is None:
+            continue
+        after = node.out
+        if (before.dim() >= 3 and after.dim() == before.dim() + 1 and before.shape[:-2] == after.shape[:-3]
+                and before.shape[-2] == after.shape[-2] == n and after.shape[-3] not in (1, n)
+                and after.shape[-3] * after.shape[-1] == before.shape[-1]):
+            return _call(recorder, node)
+    return ""
 
 
 def _axis_words(dim: int, shape: tuple, batch: int) -> str:

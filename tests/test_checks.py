@@ -1211,6 +1211,18 @@ def test_heads_merged_without_the_transpose_say_the_leak_comes_after_weights_at_
     assert "weights @ V" not in verdict(mha("masked-fill-copy"), "causal").evidence  # a mask that never applied
 
 
+def test_heads_split_without_the_transpose_name_the_split():
+    """``W_key(x).view(b, heads, n, head_dim)``, no transpose: causal said the values of earlier tokens depend on later
+    ones, where the merge's twin bug is named (transpose(1, 2) before view)."""
+    results = {c.rule: c for c in checks.check_module(mha("no-transpose-split"))}
+    line = user_modules_line("keys = self.W_key(x).view(b, self.num_heads, num_tokens, self.head_dim)")
+    assert results["causal"].status == "fail" and results["causal"].evidence.endswith(
+        f"position 0 sees the future — the mask hides the future, but the view on line {line} splits a (…, n, d) "
+        "tensor straight into (…, heads, n, head_dim), which gives each head's position the features of other "
+        "tokens, later ones too: split with view(b, n, heads, head_dim), then transpose(1, 2)"), results["causal"]
+    assert "splits a (…, n, d) tensor" not in verdict(mha("no-transpose-back"), "causal").evidence
+
+
 def test_a_leak_past_a_right_mask_is_placed_in_the_weights_or_the_values():
     """The weights hide exactly the future: a softmax over the queries leaks through the weights themselves, values
     made from the whole sequence leak through weights @ V."""

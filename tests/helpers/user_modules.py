@@ -278,6 +278,10 @@ class MyMultiHeadAttention(nn.Module):
         keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
         values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        if self.bug == "no-transpose-split":  # (b, n, d_out) viewed straight as (b, h, n, hd)
+            keys = self.W_key(x).view(b, self.num_heads, num_tokens, self.head_dim)
+            queries = self.W_query(x).view(b, self.num_heads, num_tokens, self.head_dim)
+            values = self.W_value(x).view(b, self.num_heads, num_tokens, self.head_dim)
         if self.bug == "inverted-sdpa-mask":  # the book's mask (True = hide) handed to SDPA (True = take part)
             mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
             context_vec = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask_bool)
