@@ -5,7 +5,7 @@ id, a status (``pass``, ``fail``, or ``skip`` when it does not apply) and eviden
 which cell, which value, what it should be:
 
 * ``rows-sum-to-one`` — every row of every map that has a visible key sums to 1, as the weights multiply V:
-  - a softmax over the wrong dimension normalises columns;
+  - a softmax over the wrong dimension normalises columns, or each cell across the heads or the batch;
   - ``softmax(s) / √d`` shrinks every row;
   - a softmax in float16 or bfloat16 rounds them, named so — not SDPA's on float16 or bfloat16 inputs, which runs
     in float32.
@@ -14,8 +14,8 @@ which cell, which value, what it should be:
     so — ``causal=False`` given, the module's ``causal`` attribute, or no mask hiding the future — and
     ``mask-convention`` fails a module that masks anyway;
   - a failure says who said the module is causal when it hides nothing (an ``is_causal`` attribute: the flag masks
-    nothing by itself), or, when its weights hide the future, where the leak is: in the weights, in V, or after
-    ``weights @ V``.
+    nothing by itself), or, when its weights hide the future, where the leak is: in the weights, in V, after
+    ``weights @ V``, or in heads split with a view and no transpose.
 * ``mask-convention`` — the hidden cells are exactly the future, or the future and the keys W or more behind:
   - a sliding window of W is as wide as the module's own ``sliding_window_size`` says; a window the module declares
     must show once the tokens reach a key W behind, and one they never reach is traced again on W + 2 tokens, up to

@@ -23,7 +23,9 @@ attention is
   ``reshape`` that keeps the last two dims (Bloom's (b·h, n, n) scores viewed as (b, h, n, n), and back); a
   softmax over the keys and one more column that a slice drops right after it (an attention sink, GPT-OSS's
   ``probs[..., :-1]``) is one too: its weights are the slice, whose rows sum to less than 1, and the walk back passes
-  the ``torch.cat`` of the scores and the sink logits (:func:`_sink_slice`, ``Attention.sinks``);
+  the ``torch.cat`` of the scores and the sink logits (:func:`_sink_slice`, ``Attention.sinks``); where no softmax
+  runs over the keys, one over the queries, the heads or the batch of the ``(…, n, n)`` scores is the attention,
+  gone wrong: the checker's rules fail naming it (``Attention.softmax_dim``, ``Attention.softmax_over``);
 * a ``scaled_dot_product_attention`` call or an ``nn.MultiheadAttention`` (one ``multi_head_attention_forward``
   call): they never materialise their weights, so the weights are computed explicitly from the call's own
   q, k, v, mask, ``is_causal``, ``scale`` (and ``enable_gqa``) — with a scale q or k got before the call read as
@@ -49,8 +51,9 @@ is never edited and declares nothing; it runs in the mode (train/eval) it is in,
 ``module_run.score_width`` is the head_dim the scale is judged by (``score_width``, the checker's ``scaling`` rule's
 too): not the width of the recorded q·k where the scores run over an absorbed MLA's latent or add two products.
 
-Every call of a user's forward goes through ``run_forward``: its exception, a ``sys.exit`` or a run longer than
-``time_limit.SECONDS`` (an endless loop, stopped) is a one-line ``TraceError``.  A module that holds an
+Every call of a user's forward goes through ``run_forward``: its exception (named with the file and line of the
+user's code it came from), a ``sys.exit`` or a run longer than ``time_limit.SECONDS`` (an endless loop, stopped) is
+a one-line ``TraceError``.  A module that holds an
 ``nn.MultiheadAttention`` runs it on its general path there, the one the recording sees, never on its fast path
 (:func:`_general_path`), so every forward of a check computes what the traced one did.  It calls ``forward(x)``, or
 ``forward(x, x, x)`` when the first three parameters are query, key and value (``nn.MultiheadAttention`` itself).
