@@ -203,13 +203,13 @@ AFTER_SOFTMAX = ": apply the dropout to the weights after the softmax"
 def test_dropout_placement(bug, words):
     """A dropout on the scores said "the weights no longer sum to 1 in a predictable way": they do sum to 1.  It
     names its line, says what a dropped score becomes, and where it is against the mask."""
-    check = verdict(mha(bug, dropout=0.3), "dropout-placement")
+    check = verdict(mha(bug, dropout=0.3), "dropout-placement", rules=["dropout-placement"])
     if "{}" in words:
         line = user_modules_line('if self.bug == "dropout-after-mask":' if bug == "dropout-after-mask"
                                  else 'if self.bug == "dropout-before-softmax":') + 1
         assert check.evidence == words.format(line), check.evidence
     assert check.status == "fail" and words.split("{}")[-1] in check.evidence
-    assert verdict(mha(dropout=0.3), "dropout-placement").status == "pass"
+    assert verdict(mha(dropout=0.3), "dropout-placement", rules=["dropout-placement"]).status == "pass"
 
 
 def test_the_book_wrappers_dropout_is_read_from_each_heads_call():
@@ -1214,13 +1214,13 @@ def test_heads_merged_without_the_transpose_say_the_leak_comes_after_weights_at_
 def test_heads_split_without_the_transpose_name_the_split():
     """``W_key(x).view(b, heads, n, head_dim)``, no transpose: causal said the values of earlier tokens depend on later
     ones, where the merge's twin bug is named (transpose(1, 2) before view)."""
-    results = {c.rule: c for c in checks.check_module(mha("no-transpose-split"))}
+    results = {c.rule: c for c in checks.check_module(mha("no-transpose-split"), rules=["causal"])}
     line = user_modules_line("keys = self.W_key(x).view(b, self.num_heads, num_tokens, self.head_dim)")
     assert results["causal"].status == "fail" and results["causal"].evidence.endswith(
         f"position 0 sees the future — the mask hides the future, but the view on line {line} splits a (…, n, d) "
         "tensor straight into (…, heads, n, head_dim), which gives each head's position the features of other "
         "tokens, later ones too: split with view(b, n, heads, head_dim), then transpose(1, 2)"), results["causal"]
-    assert "splits a (…, n, d) tensor" not in verdict(mha("no-transpose-back"), "causal").evidence
+    assert "splits a (…, n, d) tensor" not in verdict(mha("no-transpose-back"), "causal", rules=["causal"]).evidence
 
 
 def test_a_leak_past_a_right_mask_is_placed_in_the_weights_or_the_values():

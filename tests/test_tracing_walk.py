@@ -113,7 +113,7 @@ def test_a_softmax_over_the_heads_fails_the_check_naming_its_dim_shape_and_line(
     raised TraceError ("no attention found: …") and attnviz check exited 2, "cannot be checked"."""
     torch.manual_seed(0)
     line = line_of(Path(um.__file__), "att = F.softmax(att, dim=1)")
-    results = verdicts(um.SoftmaxOverHeads(fill=fill).eval())
+    results = verdicts(um.SoftmaxOverHeads(fill=fill).eval(), rules=["rows-sum-to-one", "causal"])
     named = (f"the softmax on line {line} runs over dim=1 of a (2, 4, 8, 8) tensor (the heads): each cell's weights "
              "sum to 1 over that dimension, not each query's over the keys, and a cell the mask hides in all 4 gets "
              "weight 1/4, not 0 (NaN where the fill is −∞: 0/0) — use dim=-1 (the keys)")
