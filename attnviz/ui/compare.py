@@ -109,12 +109,14 @@ def _module_beside_mha(page_run: Context, result: compare.Comparison, base: Atte
     st.subheader(f"{trace.module_run.class_name} beside the book's MultiHeadAttention")
     st.caption("The same tokens and input embeddings; each with its own seeded weights, so the maps differ in "
                "values — compare the mask, how peaked the rows are, the shapes.")
-    mine, book = st.columns(2)
+    row = st.container(horizontal=True, gap="medium")  # side by side where two fit, else one above the other
+    mine, book = (row.container(width=compare.PAIR_MAP_WIDTH) for _ in range(2))
     with mine:
         st.plotly_chart(compare.module_heatmap(trace, how="head 0"), config=plotly_config("attnviz-compare-module"))
     with book:
         mha = next(v for v in result.variants if v.variant == variants.MHA)
-        st.plotly_chart(compare.variant_heatmap(mha, result.tokens, "head 0", causal=base.causal, width=None),
+        st.plotly_chart(compare.variant_heatmap(mha, result.tokens, "head 0", causal=base.causal,
+                                                width=compare.PAIR_MAP_WIDTH, show_scale=True),
                         config=plotly_config("attnviz-compare-mha"))
     st.dataframe(compare.module_vs_mha_rows(trace, mha), hide_index=True)
 

@@ -410,7 +410,7 @@ def _step_views(ref, key: tuple, result: generation.Generation, index: int) -> N
             z, row_labels, labels[:n_keys], prompt_length=result.prompt_length,
             title=f"layer {layer}, head {head}: each new token's query row over the cached keys"),
             config=plotly_config(file_name("attnviz-generate", f"layer{layer}", f"head{head}", f"step{index}")),
-            key="generate_map")
+            key="generate_map", width="content")  # as wide as its square cells: the colour bar beside them
     with cache_col:
         flow_col, held_col = st.columns([2, 3])
         if layer is not None and step.cache_shapes[layer]:  # None: a model without layers; {}: no cache

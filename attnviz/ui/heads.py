@@ -222,7 +222,7 @@ def _focused_figures(text: str, config: AttentionConfig, stage: str, head: int, 
         title=f"{config.head_label(head)}: {steps.stage_title(trace, stage)}",
         row_offset=row0,
         col_offset=col0,
-        validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}", width=FOCUSED_MAP_PX, square=True,
+        validate=False, uirevision=f"{head}-{stage}-{row0}-{col0}", width=FOCUSED_MAP_PX,
         hidden=None if hidden is None else hidden[row0 : row0 + size, col0 : col0 + size],
     )
     if size == trace.n:

@@ -252,7 +252,7 @@ def show(run: induction.InductionRun, page_run: Context) -> None:
         window = page_run.config.window
     else:  # this layer's own window, or none (a full-attention layer)
         window = dict(enumerate(_layer_windows(page_run.config.checkpoint))).get(layer)
-    st.plotly_chart(
+    st.container(width=head_figures.STRIPE_MAP_PX).plotly_chart(  # a column the width its square cells are made for
         head_figures.stripe_heatmap(shown.maps[head], tokens, run.T, score=float(run.scores[layer, head]),
                                     causal=shown.causal,  # the mask off: the later keys' weight, not grey
                                     window=window,  # the keys a sliding window hides: grey, as on the Heads page

@@ -102,9 +102,11 @@ class HeadWindow:
         """A download's file name: the Steps page, the layer of a checkpoint, the head, the stage, then ``parts``."""
         return file_name("attnviz-steps", layer_part(self.config), f"head{self.head}", self.stage, *parts)
 
-    def heatmap(self, name, title: str, **extra) -> None:
-        """A stage's map (by name) or a computed one (an array, drawn as ``as_stage``), at the window's offsets.
-        Its file name: the page's stage and the map's part, before/after as its title starts or ``file``."""
+    def heatmap(self, name, title: str, **extra) -> int:
+        """A stage's map (by name) or a computed one (an array, drawn as ``as_stage``), at the window's offsets, its
+        cells square across a pair's column (:data:`~attnviz.views.steps.PAIR_WIDTH`) and its colour bar under it.
+        Its file name: the page's stage and the map's part, before/after as its title starts or ``file``.  Returns
+        the map's height above its colour bar: what sits beside it is made as tall."""
         config = self.config
         part = extra.pop("file", None) or (title.split(":")[0] if title.startswith(("before:", "after:")) else name)
         filename = self.file_name(part if isinstance(part, str) and part != self.stage else None)
@@ -114,9 +116,9 @@ class HeadWindow:
                                         extra.pop("as_stage", name), causal=self.trace.hides_future,
                                         dropout=config.effective_dropout,  # the colour scale of kept, rescaled weights
                                         title=title, row_offset=self.row0, col_offset=self.col0,
-                                        under_title_px=steps.PAIR_MAP_PX + figures.COLOUR_BAR_BELOW_PX,
-                                        scale_below=True, **extra)
+                                        width=steps.PAIR_WIDTH, scale_below=True, **extra)
         st.plotly_chart(fig, config=plotly_config(filename))
+        return fig.layout.height - figures.COLOUR_BAR_BELOW_PX
 
 
 def pair():
@@ -181,10 +183,10 @@ def _kv_repeat(view: HeadWindow, before, after, titles) -> None:
 
 def _scores(view: HeadWindow, before, after, titles) -> None:
     (title,), title_px = steps.fitted_titles(titles["after"])
-    with before:
-        st.dataframe(steps.qk_table(view.trace, view.head), height=title_px + steps.PAIR_MAP_PX)
     with after:
-        view.heatmap("scores", title, title_px=title_px)
+        height = view.heatmap("scores", title, title_px=title_px)
+    with before:  # as tall as the map beside it
+        st.dataframe(steps.qk_table(view.trace, view.head), height=height)
 
 
 def _scaled(view: HeadWindow, before, after, titles) -> None:
@@ -254,10 +256,12 @@ def _dropped(view: HeadWindow, before, after, titles) -> None:
     if config.dropout_runs:
         st.caption(f"Kept weights are multiplied by 1/(1−p) = {1 / (1 - config.dropout):.4f}; "
                    f"dropped ones are exactly 0.")
-    st.plotly_chart(figures.difference_heatmap(view.crop("dropped"), view.crop("weights"), view.trace.tokens,
-                                               title=titles["difference"], row_offset=view.row0,
-                                               col_offset=view.col0, hidden=view.hidden()),
-                    config=plotly_config(view.file_name("difference")))
+    with pair()[0]:  # a pair's map: under the one before it, as wide
+        st.plotly_chart(figures.difference_heatmap(view.crop("dropped"), view.crop("weights"), view.trace.tokens,
+                                                   title=titles["difference"], row_offset=view.row0,
+                                                   col_offset=view.col0, hidden=view.hidden(),
+                                                   width=steps.PAIR_WIDTH, scale_below=True),
+                        config=plotly_config(view.file_name("difference")))
 
 
 def _context(view: HeadWindow, before, after, titles) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnviz.views import margins
-from attnviz.views.map_image import NO_SQUARE_PIXELS, colour_bar, map_image
+from attnviz.views.map_image import colour_bar, map_image
 
 MASKED_COLOR = "#c8c8c8"
 SELECTED_COLOR = "#d62728"  # a selected cell's dot on a token map
@@ -204,7 +204,6 @@ def attention_heatmap(
     show_scale: bool = True,
     scale_below: bool = False,
     label: str | None = None,
-    square: bool = False,
 ) -> go.Figure:
     """Full-resolution token map of one head's (rows × cols) map, hover = query token, key token, value.
 
@@ -218,17 +217,16 @@ def attention_heatmap(
     the probability stages like the causal mask's.  ``title_px``: the room above the key tokens' labels for the
     title (0 for a map whose caller blanks it).  ``under_title_px``: the figure's height under that room (the key
     tokens' labels, the cells, the legend and a colour bar under them); the figure is ``title_px`` taller, so a
-    title's room never comes out of the cells, and maps side by side with the same title room are as tall.
-    ``width``: the width the page gives the chart, where it is narrower than tall (the Compare page's maps): the key
-    tokens' labels are as many as that width holds.  ``show_scale``
+    title's room never comes out of the cells, and maps side by side with the same title room are as tall.  The cells
+    are square, as the matrix's, whatever the chart's shape (``yaxis.scaleanchor``: the plot area, not the range,
+    gives way, and the cells sit at its top left).  ``width``: the width the page gives the chart (a column of that
+    width): the figure is as tall as square cells across it need (``under_title_px`` aside), so they fill its plot,
+    and the key tokens' labels are as many as that width holds.  ``show_scale``
     False: no colour bar beside the map, whose room goes to the cells (maps side by side on one fixed scale, whose
     page says it once).  ``scale_below``: the colour bar lies under the map, across its width, and the map takes the
     room a bar beside it would (a map in a narrow card: the Steps page's before/after pair).  ``label``: the name of
     the value in the colour bar and the hover where it is not ``stage``'s (a map of weights times something else,
-    drawn and masked as weights are).  ``square``: the cells are square (``yaxis.scaleanchor``; the plot area shrinks
-    to the square, from the top left, where the chart is narrower or wider than that), and with ``width`` the figure
-    is as tall as a square plot of that width needs (``under_title_px`` aside): the Heads page's focused map, in a
-    column of that width.
+    drawn and masked as weights are).
     """
     rows, cols = matrix.shape
     label = stage if label is None else label
@@ -249,26 +247,25 @@ def attention_heatmap(
     right_px = margins.COLORBAR_PX if show_scale and not below_px else NO_COLOUR_BAR_PX
     axes = token_axes(tokens, (row_offset, rows), (col_offset, cols))
     top = title_px + margins.across(axes["xaxis"]["ticktext"])
-    def square_height() -> int:  # the figure's, for a square plot as wide as ``width`` leaves beside the labels
-        return top + width - margins.beside(axes["yaxis"]["ticktext"]) - right_px + margins.LEGEND_BELOW_PX + below_px
+    def square_height() -> int:  # the figure's, for square cells across the plot ``width`` leaves beside the labels
+        plot_width = width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
+        return top + round(plot_width * rows / cols) + margins.LEGEND_BELOW_PX + below_px
 
-    if square and width is not None:
+    if width is not None:
         height = square_height()
     # as many labels as the plot holds without overlapping: its height for the rows, and for the columns its width
     # (``width``'s, else about its height: a map in a page's column is about as wide as it is tall)
     plot_px = height - top - margins.LEGEND_BELOW_PX - below_px
-    plot_width_px = plot_px if width is None else min(
-        plot_px, width - margins.beside(axes["yaxis"]["ticktext"]) - right_px)
+    plot_width_px = plot_px if width is None else width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
     row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_width_px // COLUMN_LABEL_PX)
     if row_ticks < len(axes["yaxis"]["tickvals"]) or column_ticks < len(axes["xaxis"]["tickvals"]):
         axes = token_axes(tokens, (row_offset, rows), (col_offset, cols), max_row_ticks=row_ticks,
                           max_column_ticks=column_ticks)
-    if square and width is not None:  # the labels that fit may be narrower: the plot as wide, and as tall
+    if width is not None:  # the labels that fit may be narrower: the plot as wide, and as tall
         height = square_height()
-    if square:
-        # Plotly's own square cells: the y axis keeps the x axis' scale, and the plot area, not the range, gives way
-        axes["xaxis"].update(constrain="domain", constraintoward="left")
-        axes["yaxis"].update(scaleanchor="x", constrain="domain", constraintoward="top")
+    # Plotly's own square cells: the y axis keeps the x axis' scale, and the plot area, not the range, gives way
+    axes["xaxis"].update(constrain="domain", constraintoward="left")
+    axes["yaxis"].update(scaleanchor="x", constrain="domain", constraintoward="top")
     if show_scale:
         data.append(colour_bar(zmin, zmax, palette, {"title": {"text": label}, "thickness": 12} if not below_px else
                                {"title": {"text": label, "side": "right"}, "thickness": 10, "orientation": "h",
@@ -386,8 +383,6 @@ def token_axes(tokens, rows: tuple[int, int], cols: tuple[int, int], max_ticks: 
                    "range": span if name == "x" else span[::-1], **fit, **margins.LABELS_HELD}
         if side:
             visible.update(side=side, tickangle=-60)
-        else:
-            visible.update(NO_SQUARE_PIXELS)  # the map's cells fill the plot, however wide it is
         layout[f"{name}axis"] = visible
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
                                   "ticktext": [f"{i}: {safe_label(tokens[i])}" for i in every], "showticklabels": False,
@@ -637,10 +632,11 @@ def entropy_bars(tokens, entropy_scaled: np.ndarray, entropy_unscaled: np.ndarra
 
 def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: str, row_offset: int = 0,
                        col_offset: int = 0, under_title_px: int = SMALL_MAP_PX,
-                       hidden: np.ndarray | None = None) -> go.Figure:
+                       hidden: np.ndarray | None = None, width: int | None = None,
+                       scale_below: bool = False) -> go.Figure:
     """after − before (finite cells only), diverging colours around 0, on a token map's axes and overlay
-    (``under_title_px``: as in :func:`attention_heatmap`); ``hidden`` (rows × cols bool): cells the run's mask hid,
-    grey as in the maps of the weights (their difference is 0 − 0, not a change)."""
+    (``under_title_px``, ``width``, ``scale_below``: as in :func:`attention_heatmap`); ``hidden`` (rows × cols bool):
+    cells the run's mask hid, grey as in the maps of the weights (their difference is 0 − 0, not a change)."""
     with np.errstate(invalid="ignore"):
         diff = np.asarray(after, np.float32) - np.asarray(before, np.float32)
     diff[~np.isfinite(diff)] = np.nan
@@ -648,8 +644,8 @@ def difference_heatmap(after: np.ndarray, before: np.ndarray, tokens, *, title: 
         diff[hidden] = np.nan
     bound = float(np.nanmax(np.abs(diff))) if np.isfinite(diff).any() else 1.0
     return attention_heatmap(diff, tokens, "Δ", causal=False, title=title, row_offset=row_offset,
-                             col_offset=col_offset, under_title_px=under_title_px,
-                             zrange=(-(bound or 1.0), bound or 1.0))
+                             col_offset=col_offset, under_title_px=under_title_px, width=width,
+                             scale_below=scale_below, zrange=(-(bound or 1.0), bound or 1.0))
 
 
 def pooled_embedding(matrix: np.ndarray, max_cells: int = 256) -> tuple[np.ndarray, int, int]:

@@ -4,6 +4,7 @@ context length.  Pure Plotly: arrays and labels in, a ``go.Figure`` out."""
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import plotly.graph_objects as go
@@ -35,23 +36,28 @@ def new_rows(rows: list[np.ndarray], n_keys: int, *, positions: list[int] | None
 # px, whatever the rows and keys: the title under the modebar's row, then the map and its key labels (a margin that
 # grows with the labels, and the map gives way), so the page below keeps its place
 ROWS_HEIGHT = margins.title_top(size=14) + 390
-# The narrowest the rows map is drawn: the page's full width beside the sidebar in a 1,100 px window is ~690 px.  Its
-# key labels are chosen to fit this width (a figure cannot ask the browser its width), so a wider map has room to spare.
+# The widest the rows map is drawn, and the narrowest its column is: the page's full width beside the sidebar in a
+# 1,100 px window is ~690 px.  Its key labels are chosen to fit this width (a figure cannot ask the browser its width).
 ROWS_MIN_WIDTH = 640  # px
 KEY_LABEL_PX = 18  # the width a key label turned upright needs (a 12 px line, and a gap)
 QUERY_LABEL_PX = 16  # the height a query label needs
+MIN_ROW_PX = 8  # a query row's height at least: over more keys than square cells leave this, rows are drawn taller
 
 
 def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *, prompt_length: int,
                 title: str) -> go.Figure:
     """The generated tokens' query rows ``z`` (steps, keys) over every cached key; a line where the prompt ends.
 
-    Numeric axes with token tick labels (a category axis of hundreds of tokens is slow).  The height is fixed and the
-    rows fill it (square cells would leave a few rows over hundreds of keys a few pixels tall), so the page below
-    keeps its place as the steps add rows.  The heatmap sits on ``xaxis2``/``yaxis2``, which overlay and match
+    Numeric axes with token tick labels (a category axis of hundreds of tokens is slow).  The cells are square, as
+    the attention map's whose rows these are (``yaxis.scaleanchor``), as large as the figure's fixed height and
+    :data:`ROWS_MIN_WIDTH` allow, from the top left: the figure is as wide as its cells, its labels and its colour bar
+    (``layout.width``, for ``st.plotly_chart(width="content")``), and as tall whatever the steps, so the page below
+    keeps its place as the steps add rows.  Where square cells would leave a row under :data:`MIN_ROW_PX` (a few
+    rows over a long prompt), the rows are that tall and the cells taller than wide (``scaleratio``).
+    The heatmap sits on ``xaxis2``/``yaxis2``, which overlay and match
     ``xaxis``/``yaxis``: every position is one of their ticks, labels hidden, so the hover names query and key by
     their tick text (Plotly writes a position on an array-tick axis as its tick's text) without a string per cell,
-    while the visible axes show at most 20 keys (turned upright, as many as fit a map :data:`ROWS_MIN_WIDTH` wide) and
+    while the visible axes show at most 20 keys (turned upright, as many as the map's width holds) and
     24 queries (as many as fit the plot's height).  Labels are escaped: Plotly renders a subset of HTML
     in them, and tokens come from the user's text."""
     query_labels = [html.escape(label, quote=True) for label in query_labels]
@@ -72,10 +78,17 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
     key_ticks = tick_positions(0, len(key_labels), max(2, min(20, plot_width // KEY_LABEL_PX))).tolist()
     layout["margin"]["b"] = margins.across([key_labels[i] for i in key_ticks], angle=90)
     plot_height = ROWS_HEIGHT - layout["margin"]["t"] - layout["margin"]["b"]
+    # a cell's width and height: square, across the width where the rows fit the height, else as tall as they fit
+    key_px = min(plot_width / n_keys, plot_height / steps)
+    row_px = min(max(key_px, MIN_ROW_PX), plot_height / steps)
+    map_width = math.ceil(key_px * n_keys)
+    key_ticks = tick_positions(0, len(key_labels), max(2, min(20, map_width // KEY_LABEL_PX))).tolist()
     query_ticks = tick_positions(0, len(query_labels), max(1, min(24, plot_height // QUERY_LABEL_PX))).tolist()
     for name, labels, title_text, shown, extra in (
-            ("x", key_labels, "key (cached token)", key_ticks, {"tickangle": -90}),
-            ("y", query_labels, "query: the token fed at this step", query_ticks, {})):
+            ("x", key_labels, "key (cached token)", key_ticks, {"tickangle": -90, "constrain": "domain",
+                                                               "constraintoward": "left"}),
+            ("y", query_labels, "query: the token fed at this step", query_ticks,
+             {"scaleanchor": "x", "scaleratio": row_px / key_px, "constrain": "domain", "constraintoward": "top"})):
         every = list(range(len(labels)))
         span = [-0.5, len(labels) - 0.5]
         shown_labels = [labels[i] for i in shown]
@@ -87,16 +100,25 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
         layout[f"{name}axis2"] = {"overlaying": name, "matches": name, "tickmode": "array", "tickvals": every,
                                   "ticktext": labels, "showticklabels": False, "ticks": "", "showgrid": False,
                                   "zeroline": False}
+    # as wide as the map, its labels and colour bar (and its title): the colour bar beside the cells
+    layout["width"] = max(layout["margin"]["l"] + map_width + layout["margin"]["r"],
+                          math.ceil(margins.title_px(title, 14)) + margins.TITLE_INSET_PX)
+    # a colour bar as tall as the rows, and tall enough for its labels
+    colorbar = {"title": {"text": "weight"}, "thickness": 12, "lenmode": "pixels",
+                "len": max(COLOUR_BAR_MIN_PX, min(plot_height, row_px * steps)), "y": 1, "yanchor": "top"}
     # one constructor call: each update_* call re-walks Plotly's property paths (benchmarks/README.md, "A step of the
     # Generate page in Chromium", item 1)
     return go.Figure(
         data=[go.Heatmap(
             z=z.astype(np.float32), x=np.arange(n_keys), y=np.arange(steps), zmin=0.0, zmax=1.0, colorscale="Blues",
-            xaxis="x2", yaxis="y2", colorbar={"title": {"text": "weight"}, "thickness": 12},
+            xaxis="x2", yaxis="y2", colorbar=colorbar,
             hovertemplate="%{y} → %{x}<br>weight %{z:.4f}<extra></extra>", hoverongaps=False),
             # one transparent point on the visible axes: Streamlit's Plotly draws no axis whose subplot has no trace
             go.Scatter(x=[0], y=[0], mode="markers", marker={"opacity": 0}, hoverinfo="skip", showlegend=False)],
         layout=layout)
+
+
+COLOUR_BAR_MIN_PX = 150  # the rows map's colour bar at least: its 0 … 1 labels apart
 
 
 COST_PLOT_PX = 286  # the cost chart's plot, between its title and its length axis

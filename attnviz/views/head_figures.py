@@ -45,22 +45,26 @@ def stripe_cells(n: int, T: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, rows - T + 1
 
 
+STRIPE_MAP_PX = 560  # px: the Induction lab's map, its labels and colour bar (a column of the page this wide)
+
+
 def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: float | None = None,
-                   causal: bool = True, window: int | None = None, under_title_px: int = 520) -> go.Figure:
+                   causal: bool = True, window: int | None = None, width: int = STRIPE_MAP_PX) -> go.Figure:
     """One head's (n, n) weights with the induction stripe ``A[i, i−T+1]`` outlined over the repeat; ``causal``:
     whether the run masked the future (its later keys grey, "masked"); a run with the mask off shows the weight they
     got.  ``window``: the run's sliding window W, whose keys W or more behind a query are grey too, as the Heads page
-    greys them (``causal`` and ``under_title_px``: as in :func:`~attnviz.views.figures.attention_heatmap`)."""
+    greys them (``causal``, and ``width``, across which the cells are square: as in
+    :func:`~attnviz.views.figures.attention_heatmap`)."""
     n = weights.shape[-1]
     hidden = None if window is None else window_band(n, n, window, causal=False)  # (n, n): i − j ≥ W
-    fig = attention_heatmap(weights, tokens, "weights", causal=causal, title=title, under_title_px=under_title_px,
-                            hidden=hidden)
+    fig = attention_heatmap(weights, tokens, "weights", causal=causal, title=title, width=width, hidden=hidden)
     rows, cols = stripe_cells(n, T)
     on_stripe = weights[rows, cols]  # (T,)
+    cell_px = (width - fig.layout.margin.l - fig.layout.margin.r) / n  # a cell's side: the outline stays inside it
     fig.add_trace(go.Scatter(
         x=cols, y=rows, xaxis="x2", yaxis="y2", mode="markers",  # the overlay's axes name each position's token
         name=f"induction stripe A[i, i−{T - 1}]" + (f" (mean {score:.2f})" if score is not None else ""),
-        marker={"symbol": "square-open", "size": max(4, min(14, 520 // n)), "color": STRIPE_COLOR,
+        marker={"symbol": "square-open", "size": max(4, min(14, int(cell_px))), "color": STRIPE_COLOR,
                 "line": {"width": 2}},
         customdata=on_stripe, hovertemplate="stripe: query %{y}<br>key %{x}<br>weight %{customdata:.4f}<extra></extra>",
     ))

@@ -65,7 +65,3 @@ def colour_bar(zmin: float, zmax: float, scale: tuple, colorbar: dict) -> dict:
             "showlegend": False, "hoverinfo": "skip",
             "marker": {"color": [zmin, zmax], "cmin": zmin, "cmax": zmax, "colorscale": scale, "showscale": True,
                        "colorbar": colorbar}}
-
-
-# plotly.js gives axes that show an image square pixels (a y axis anchored to its x); a map keeps the plot's shape
-NO_SQUARE_PIXELS = {"scaleanchor": False}

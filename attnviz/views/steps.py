@@ -53,9 +53,6 @@ PAIR_WIDTH = 330  # px: a map with its labels and colour bar; two fit beside the
 NARROWEST_MAP_PX = 295
 TITLE_BOX_PX = min(PAIR_WIDTH, NARROWEST_MAP_PX)  # what a map's title fits in, at any width of the page
 
-# a map of the Steps page's before/after pair under its title (key tokens' labels, cells, legend), above the colour bar
-# under it; the query/key table beside the scores map is as tall as its title and this
-PAIR_MAP_PX = 390
 UNSCALED_LABEL = "2 · no ÷√dₖ"  # the stage of a class that does not divide (3.3): its scaled scores are its scores
 
 # the recorded steps each of QKᵀ … ·V draws (a user's module may record fewer: tracing.Attention.unrecorded)

@@ -401,7 +401,8 @@ def test_variant_heatmap_draws_the_chosen_map_with_masked_cells_as_gaps():
     assert np.allclose(np.nan_to_num(z), mha.weights.mean(axis=0), atol=1e-6)
     with pytest.raises(ValueError):  # a narrow map has no colour bar: the page says its one scale (SCALE_NOTE)
         colour_range(fig)
-    assert colour_range(compare.variant_heatmap(mha, result.tokens, "head 0", width=None)) == (0.0, 1.0)
+    beside_module = compare.variant_heatmap(mha, result.tokens, "head 0", width=compare.PAIR_MAP_WIDTH, show_scale=True)
+    assert colour_range(beside_module) == (0.0, 1.0)
     assert fig.layout.title.text == compare.variant_title(mha, "mean over heads", "mha")
     assert fig.layout.margin.t > 110  # the two-line title has its own room above the key ticks
     head0 = compare.variant_heatmap(mha, result.tokens, "head 0", causal=True)

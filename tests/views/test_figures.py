@@ -249,7 +249,7 @@ def test_figures_built_without_validation_are_what_plotly_validates():
     for stage, matrix in (("weights", np.tril(np.abs(big))), ("scores", big), ("masked", masked)):
         for validate in (False, True):
             fast.append(figures.attention_heatmap(matrix[20:276, 10:266], tokens, stage, row_offset=20, col_offset=10,
-                                                  title="t", validate=validate, width=480, square=True))
+                                                  title="t", validate=validate, width=480))
             fast.append(figures.overview_heatmap(matrix, stage, causal=True, window=(20, 10, 256), validate=validate))
     for fig in fast:
         validated = go.Figure(fig.to_dict())  # raises on an invalid property

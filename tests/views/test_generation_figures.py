@@ -80,3 +80,28 @@ def test_a_window_line_on_its_attentions_line_shows_as_rings_around_its_dots():
     assert swa.marker.symbol == "circle-open" and swa.marker.size > mha.marker.size + 2 * swa.marker.line.width
     assert mha.marker.symbol in (None, "circle") and gqa.marker.symbol in (None, "circle")
     assert swa.line.color == generation_figures.VARIANT_COLORS["SWA"] != mha.line.color
+
+
+def test_rows_figure_cells_are_square_as_the_attention_maps_and_a_row_is_never_a_hairline():
+    """The new tokens' rows are rows of the attention map: their cells are square (Plotly keeps the y axis' scale the x
+    axis', ``scaleanchor``), not stretched across the page, and the figure is as wide as its cells, labels and colour
+    bar (the colour bar beside the cells, ``width="content"``) and no wider than the page's narrowest column.  A few
+    rows over a long prompt keep rows of :data:`MIN_ROW_PX`, taller than a key is wide, not a strip a pixel high."""
+    def layout_of(steps: int, n_keys: int):
+        z = generation_figures.new_rows([np.full(n_keys - steps + j + 1, 0.01) for j in range(steps)], n_keys)
+        keys = [f"{i}:·t{i}" for i in range(n_keys)]
+        return generation_figures.rows_figure(z, keys[-steps:], keys, prompt_length=n_keys - steps,
+                                              title="rows").layout
+
+    for steps, n_keys in ((1, 7), (12, 18), (30, 36), (200, 220)):
+        layout = layout_of(steps, n_keys)
+        assert layout.yaxis.scaleanchor == "x" and layout.yaxis.scaleratio == 1, (steps, n_keys)
+        assert layout.xaxis.constrain == layout.yaxis.constrain == "domain"
+        key_px = (layout.width - layout.margin.l - layout.margin.r) / n_keys  # a square cell's side
+        plot_height = layout.height - layout.margin.t - layout.margin.b
+        assert layout.width <= generation_figures.ROWS_MIN_WIDTH and steps * key_px <= plot_height + 1
+        # as large as fits: the cells span the width the page gives, or the rows the height
+        assert layout.width >= generation_figures.ROWS_MIN_WIDTH - 1 or steps * key_px >= plot_height - steps
+    long_prompt = layout_of(5, 1029)
+    key_px = (long_prompt.width - long_prompt.margin.l - long_prompt.margin.r) / 1029
+    assert long_prompt.yaxis.scaleratio * key_px >= generation_figures.MIN_ROW_PX  # a row's height

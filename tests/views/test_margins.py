@@ -4,6 +4,7 @@ asking for them (Chromium checks that Plotly then finds nothing to widen: tests/
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from attnviz import pipeline
 from attnviz.config import AttentionConfig
@@ -218,47 +219,75 @@ def test_a_chart_of_a_fixed_height_grows_by_its_title_row_and_keeps_its_plot():
     assert plots == {name: plot_px for name, _, plot_px in built}
 
 
-def _token_maps() -> list:
-    """(name, figure, plot height in px) of every token map whose height its page matches to what sits beside it,
-    on one text: the plot each had when its title took 40 px (Compare's two-line one 32, the Pitfall lab's none)
-    above the key tokens' labels — its height less its margins then (the focused map's 520 − 136 − 50, …)."""
+def _token_maps(text: str = "The cat sat on the mat. The cat sat on the mat.") -> list:
+    """(name, figure, the width of the column its page draws it in) of every token map of the app, on ``text``."""
     from attnviz.labs import compare
     from attnviz.labs.pitfalls import figures as pitfall_figures
     from attnviz.labs.pitfalls.detectors import Observation
-    from attnviz.views import steps
+    from attnviz.ui import heads, interventions
+    from attnviz.views import notebook, steps
 
-    trace = pipeline.run("The cat sat on the mat. The cat sat on the mat.", AttentionConfig(variant="mha", d_in=8,
-                                                                                               d_out=8, num_heads=2))
+    trace = pipeline.run(text, AttentionConfig(variant="mha", d_in=8, d_out=8, num_heads=2))
     weights = trace.attention_map("weights", 0)  # (n, n)
     maps = trace.steps["weights"][0]  # (heads, n, n)
     result = compare.VariantResult("mha", trace.config, maps, tuple(trace.output.shape))
     observation = Observation({"weights": maps, "masked": trace.steps["masked"][0]}, None, None)
+    two_lines = margins.title_top(2)  # a pair's title room of two lines
     return [
-        ("focused map", figures.attention_heatmap(weights, trace.tokens, "weights"), 334),
+        ("focused map", figures.attention_heatmap(weights, trace.tokens, "weights", width=heads.FOCUSED_MAP_PX),
+         heads.FOCUSED_MAP_PX),
+        ("notebook", notebook.figures_of(trace)["head"], notebook.FOCUSED_MAP_PX),
         ("Steps pair", figures.attention_heatmap(weights, trace.tokens, "weights", scale_below=True,
-                                                 under_title_px=steps.PAIR_MAP_PX + figures.COLOUR_BAR_BELOW_PX), 244),
+                                                 width=steps.PAIR_WIDTH), steps.PAIR_WIDTH),
+        ("Steps pair, two title lines", figures.attention_heatmap(weights, trace.tokens, "weights", scale_below=True,
+                                                                  width=steps.PAIR_WIDTH, title_px=two_lines),
+         steps.PAIR_WIDTH),
+        ("difference", figures.difference_heatmap(weights, weights, trace.tokens, title="Δ", scale_below=True,
+                                                  width=steps.PAIR_WIDTH), steps.PAIR_WIDTH),
         ("Interventions pair", figures.attention_heatmap(weights, trace.tokens, "weights",
-                                                         under_title_px=figures.SMALL_MAP_PX), 234),
-        ("difference", figures.difference_heatmap(weights, weights, trace.tokens, title="Δ"), 234),
-        ("Induction stripe", head_figures.stripe_heatmap(weights, trace.tokens, 6, title="head 0"), 374),
-        ("Compare variant", compare.variant_heatmap(result, trace.tokens), 242),
-        ("Compare beside a module", compare.variant_heatmap(result, trace.tokens, width=None), 242),
-        ("Pitfall", pitfall_figures.weights_figure(observation, trace.tokens), 274),
+                                                         width=interventions.MAP_COLUMN_PX),
+         interventions.MAP_COLUMN_PX),
+        ("Induction stripe", head_figures.stripe_heatmap(weights, trace.tokens, 6, title="head 0"),
+         head_figures.STRIPE_MAP_PX),
+        ("Compare variant", compare.variant_heatmap(result, trace.tokens), compare.MAP_WIDTH),
+        ("Compare beside a module", compare.variant_heatmap(result, trace.tokens, width=compare.PAIR_MAP_WIDTH,
+                                                            show_scale=True), compare.PAIR_MAP_WIDTH),
+        ("Pitfall", pitfall_figures.weights_figure(observation, trace.tokens), pitfall_figures.MAP_COLUMN_PX),
     ]
 
 
-def test_a_token_map_keeps_the_plot_it_had_before_its_title_moved_under_the_modebars_row():
-    """A token map's title room grew by the modebar's row: the figure grows by it (``under_title_px`` is its height
-    under that room), so the cells keep the plot they had; maps side by side, with the same title room, stay as tall
-    as each other (and the Steps page's query/key table, as tall as a pair's map above its colour bar)."""
-    from attnviz.labs import compare
+def test_every_token_map_has_square_cells_that_fill_its_column():
+    """A token map (queries × keys, the same tokens on both axes) has square cells, as the book draws the matrix, on
+    every page — the Steps page's pairs and difference, Compare's cards and the map beside a module, the Induction
+    lab's stripe map, the Pitfall lab's, the interventions', the notebook's — not cells stretched to the page's width
+    (a 6-token map was a wide flat band): Plotly keeps the y axis' scale the x axis' (``scaleanchor``), and the
+    figure is as tall as square cells across the column its page gives it need, so they fill its plot.  Maps side by
+    side with the same title room stay as tall as each other."""
+    built = _token_maps()
+    for name, fig, width in built:
+        layout = fig.layout
+        assert layout.yaxis.scaleanchor == "x" and layout.yaxis.constrain == layout.xaxis.constrain == "domain", name
+        plot_height = layout.height - layout.margin.t - layout.margin.b  # the margin holds a colour bar under it
+        assert plot_height == width - layout.margin.l - layout.margin.r, name  # n × n: a square plot
+    heights = {name: fig.layout.height for name, fig, _ in built}
+    assert heights["Steps pair"] == heights["difference"] < heights["Steps pair, two title lines"]
+
+
+@pytest.mark.parametrize("n", [2, 1024])
+def test_a_token_map_in_a_column_is_square_from_2_tokens_to_1024(n):
+    """A map of 2 tokens and one of 1,024 in the Steps page's column: square cells across the column, and as many
+    key and query labels as the square holds apart (the 1,024 in a few dozen, not a black band)."""
     from attnviz.views import steps
 
-    built = _token_maps()
-    plots = {name: fig.layout.height - fig.layout.margin.t - fig.layout.margin.b for name, fig, _ in built}
-    assert plots == {name: plot_px for name, _, plot_px in built}
-    heights = {name: fig.layout.height for name, fig, _ in built}
-    assert heights["Compare variant"] == heights["Compare beside a module"] == (compare.TWO_LINE_TITLE_PX
-                                                                                + compare.MAP_PX)
-    assert heights["Steps pair"] - figures.COLOUR_BAR_BELOW_PX == figures.MAP_TITLE_PX + steps.PAIR_MAP_PX
-    assert heights["Interventions pair"] == heights["difference"]
+    tokens = [f"·tok{i}" for i in range(n)]
+    values = np.tril(np.ones((n, n), dtype=np.float32)) / np.arange(1, n + 1, dtype=np.float32)[:, None]
+    layout = figures.attention_heatmap(values, tokens, "weights", width=steps.PAIR_WIDTH, scale_below=True).layout
+    plot_width = steps.PAIR_WIDTH - layout.margin.l - layout.margin.r
+    assert layout.height - layout.margin.t - layout.margin.b == plot_width > 150
+    assert layout.yaxis.scaleanchor == "x"
+    shown_rows, shown_keys = len(layout.yaxis.tickvals), len(layout.xaxis.tickvals)
+    if n == 2:
+        assert shown_rows == shown_keys == n
+    else:
+        assert shown_keys >= 4 and shown_rows <= plot_width // figures.ROW_LABEL_PX
+    assert shown_keys * figures.COLUMN_LABEL_PX <= plot_width

@@ -35,7 +35,11 @@ def test_a_mask_filled_with_0_is_drawn_with_the_weights_the_module_gave_the_futu
         title = masked[part].layout.title.text
         assert "no later key hidden" in title and "−∞" not in title, title
     assert compare.module_heatmap(trace).to_plotly_json()["layout"]["title"]["text"].startswith("ZeroFilledMask")
-    assert not np.isnan(cells_shown(compare.module_heatmap(trace))).any()  # the Compare page's map too
+    module_map = compare.module_heatmap(trace)
+    assert not np.isnan(cells_shown(module_map)).any()  # the Compare page's map too
+    layout = module_map.layout  # its cells square across its column, as the book's MHA's beside it
+    assert layout.yaxis.scaleanchor == "x" and layout.height - layout.margin.t - layout.margin.b == (
+        compare.PAIR_MAP_WIDTH - layout.margin.l - layout.margin.r)
     assert not trace.hides_future and trace.leaks_future and trace.hidden_cells() is None
 
 

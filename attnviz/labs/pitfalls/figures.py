@@ -34,12 +34,12 @@ def weights_figure(observation: Observation, tokens, *, head: int = 0, stage: st
     code did, so an ineffective mask shows as coloured cells above the diagonal.  No title (pages say
     which version it is): at this size a title would collide with the key-token axis on top.  Its cells are hovered,
     never selected (the lab explains no cell): their overlay is :func:`~attnviz.views.figures.undrawn_points`, no
-    node a cell.  ``width``: the chart's (the page's column for it): its key tokens' labels are as many as that width
-    holds without overlapping."""
+    node a cell.  ``width``: the chart's (the page's column for it): its cells are square across it, and its key
+    tokens' labels as many as that width holds without overlapping."""
     values = observation.maps[stage][head].astype(np.float32).copy()  # (n, n)
     values[np.isneginf(observation.maps["masked"][head])] = np.nan  # masked by the code -> grey gap
     fig = figures.attention_heatmap(values, tokens[: values.shape[0]], stage, causal=False, dropout=dropout,
-                                    under_title_px=420, title_px=0, width=width)
+                                    title_px=0, width=width)
     nan_rows, nan_cols = np.nonzero(np.isnan(observation.maps[stage][head]))  # computed NaN, not a masked gap
     if nan_rows.size:
         fig.add_trace(go.Scatter(x=nan_cols, y=nan_rows, mode="text",  # (key, query) positions, as the map's
