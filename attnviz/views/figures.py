@@ -256,11 +256,19 @@ def attention_heatmap(
     # as many labels as the plot holds without overlapping: its height for the rows, and for the columns its width
     # (``width``'s, else about its height: a map in a page's column is about as wide as it is tall)
     plot_px = height - top - margins.LEGEND_BELOW_PX - below_px
-    plot_width_px = plot_px if width is None else width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
-    row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_width_px // COLUMN_LABEL_PX)
-    if row_ticks < len(axes["yaxis"]["tickvals"]) or column_ticks < len(axes["xaxis"]["tickvals"]):
-        axes = token_axes(tokens, (row_offset, rows), (col_offset, cols), max_row_ticks=row_ticks,
-                          max_column_ticks=column_ticks)
+    # without a colour bar beside it, the last key label leans right of its tick into the right margin, which holds
+    # what the cells do not; a wider margin leaves the plot narrower, and maybe fewer labels: until both agree
+    leans, settled = right_px == NO_COLOUR_BAR_PX, None
+    while settled != right_px:
+        settled = right_px
+        plot_width_px = plot_px if width is None else width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
+        row_ticks, column_ticks = max(2, plot_px // ROW_LABEL_PX), max(2, plot_width_px // COLUMN_LABEL_PX)
+        if row_ticks < len(axes["yaxis"]["tickvals"]) or column_ticks < len(axes["xaxis"]["tickvals"]):
+            axes = token_axes(tokens, (row_offset, rows), (col_offset, cols), max_row_ticks=row_ticks,
+                              max_column_ticks=column_ticks)
+        if leans:
+            plot_width_px = plot_px if width is None else width - margins.beside(axes["yaxis"]["ticktext"]) - right_px
+            right_px = max(right_px, _lean_past_plot(axes["xaxis"], col_offset + cols, plot_width_px / cols))
     if width is not None:  # the labels that fit may be narrower: the plot as wide, and as tall
         height = square_height()
     # Plotly's own square cells: the y axis keeps the x axis' scale, and the plot area, not the range, gives way
@@ -295,6 +303,16 @@ def attention_heatmap(
     if uirevision is not None:
         layout["uirevision"] = uirevision
     return go.Figure(data=data, layout=layout, _validate=validate)
+
+
+KEY_LABEL_LEAN_PX = 20  # right of a key tick, beyond its label's turned length: the label's line height and standoff
+
+
+def _lean_past_plot(xaxis: dict, end: int, cell_px: float) -> int:
+    """The room right of the plot a map's last key label takes (turned 60°, it leans right of its tick, less the cells
+    between its tick and the plot's edge, ``end`` − ½ at ``cell_px`` a cell): 0 where the cells hold it."""
+    lean = margins.text_px(xaxis["ticktext"][-1:]) * math.cos(math.radians(60)) + KEY_LABEL_LEAN_PX
+    return max(0, math.ceil(lean - (end - 0.5 - int(xaxis["tickvals"][-1])) * cell_px))
 
 
 MARKED_CELLS = 64 * 64  # an overlay of at most this many cells marks a selected cell with a dot

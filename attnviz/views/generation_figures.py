@@ -41,7 +41,9 @@ ROWS_HEIGHT = margins.title_top(size=14) + 390
 ROWS_MIN_WIDTH = 640  # px
 KEY_LABEL_PX = 18  # the width a key label turned upright needs (a 12 px line, and a gap)
 QUERY_LABEL_PX = 16  # the height a query label needs
-MIN_ROW_PX = 8  # a query row's height at least: over more keys than square cells leave this, rows are drawn taller
+MIN_ROW_PX = QUERY_LABEL_PX  # a query row's height at least (its label's): over more keys, rows are drawn taller
+QUERY_TITLE = "query"  # the y axis' title, upright beside the rows: a short one, which a map of one row still holds
+MIN_MAP_PX = margins.text_px([QUERY_TITLE]) + 13  # the rows' height at least: their axis' title, and a gap
 
 
 def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *, prompt_length: int,
@@ -52,8 +54,9 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
     the attention map's whose rows these are (``yaxis.scaleanchor``), as large as the figure's fixed height and
     :data:`ROWS_MIN_WIDTH` allow, from the top left: the figure is as wide as its cells, its labels and its colour bar
     (``layout.width``, for ``st.plotly_chart(width="content")``), and as tall whatever the steps, so the page below
-    keeps its place as the steps add rows.  Where square cells would leave a row under :data:`MIN_ROW_PX` (a few
-    rows over a long prompt), the rows are that tall and the cells taller than wide (``scaleratio``).
+    keeps its place as the steps add rows.  Where square cells would leave a row under :data:`MIN_ROW_PX`, or the rows
+    under :data:`MIN_MAP_PX` (a few rows over a long prompt), the rows are that tall and the cells taller than wide
+    (``scaleratio``).
     The heatmap sits on ``xaxis2``/``yaxis2``, which overlay and match
     ``xaxis``/``yaxis``: every position is one of their ticks, labels hidden, so the hover names query and key by
     their tick text (Plotly writes a position on an array-tick axis as its tick's text) without a string per cell,
@@ -80,14 +83,14 @@ def rows_figure(z: np.ndarray, query_labels: list[str], key_labels: list[str], *
     plot_height = ROWS_HEIGHT - layout["margin"]["t"] - layout["margin"]["b"]
     # a cell's width and height: square, across the width where the rows fit the height, else as tall as they fit
     key_px = min(plot_width / n_keys, plot_height / steps)
-    row_px = min(max(key_px, MIN_ROW_PX), plot_height / steps)
+    row_px = min(max(key_px, MIN_ROW_PX, MIN_MAP_PX / steps), plot_height / steps)
     map_width = math.ceil(key_px * n_keys)
     key_ticks = tick_positions(0, len(key_labels), max(2, min(20, map_width // KEY_LABEL_PX))).tolist()
     query_ticks = tick_positions(0, len(query_labels), max(1, min(24, plot_height // QUERY_LABEL_PX))).tolist()
     for name, labels, title_text, shown, extra in (
             ("x", key_labels, "key (cached token)", key_ticks, {"tickangle": -90, "constrain": "domain",
                                                                "constraintoward": "left"}),
-            ("y", query_labels, "query: the token fed at this step", query_ticks,
+            ("y", query_labels, QUERY_TITLE, query_ticks,
              {"scaleanchor": "x", "scaleratio": row_px / key_px, "constrain": "domain", "constraintoward": "top"})):
         every = list(range(len(labels)))
         span = [-0.5, len(labels) - 0.5]

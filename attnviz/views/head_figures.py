@@ -68,8 +68,12 @@ def stripe_heatmap(weights: np.ndarray, tokens, T: int, *, title: str, score: fl
                 "line": {"width": 2}},
         customdata=on_stripe, hovertemplate="stripe: query %{y}<br>key %{x}<br>weight %{customdata:.4f}<extra></extra>",
     ))
+    # the stripe's name beside "masked" takes a second row where the page's column is narrower than ``width``: the
+    # bottom margin holds both rows, so Plotly draws the map once (the plot keeps its square)
+    margin = fig.layout.margin
     fig.update_layout(showlegend=True, legend={"orientation": "h", "y": -0.01, "x": 1, "xanchor": "right",
-                                               "yanchor": "top"})
+                                               "yanchor": "top"},
+                      height=fig.layout.height + margins.LEGEND_ROW_PX, margin={"b": margin.b + margins.LEGEND_ROW_PX})
     return fig
 
 

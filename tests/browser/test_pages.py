@@ -85,6 +85,18 @@ def focused_chart(page):
     return charts(page).filter(has=page.locator("text", has_text="key token")).last
 
 
+def plot_size(chart) -> tuple[float, float]:
+    """The width and height Plotly drew a chart's plot (its x and y axes' lengths, after their constraints)."""
+    return tuple(chart.locator(".js-plotly-plot").evaluate(
+        "(gd) => [gd._fullLayout.xaxis._length, gd._fullLayout.yaxis._length]"))
+
+
+def assert_square_cells(chart) -> None:
+    """A token map of n × n tokens drawn as a square: its cells square, not stretched across the column."""
+    width, height = plot_size(chart)
+    assert abs(width - height) <= 1 and width > 100, (width, height)
+
+
 def x_tick_labels(chart) -> list[str]:
     return chart.locator("g.xtick text").all_text_contents()
 
@@ -121,6 +133,7 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
         assert grid_titles(page) == ["▶ head 0"] + [f"head {h}" for h in range(1, 12)]
         expect(grid_chart(page).locator("g.imagelayer g.im image")).to_have_count(12)  # a map a head
         assert x_tick_labels(focused_chart(page)) == DEFAULT_PIECES
+        assert_square_cells(focused_chart(page))
         flow = page.locator("[data-testid=stMain] .attnviz-flow")  # the compact shape diagram (HTML)
         expect(flow).to_contain_text("(1, 12, 6, 6)")
         expect(flow.locator(".attnviz-stage[data-stage=weights]")).to_have_css("background-color", "rgb(255, 213, 79)")
@@ -129,6 +142,7 @@ def test_page_loads_with_title_and_figures(page, base_url, route):
         expect(page.get_by_test_id("stMain").get_by_text("Hide the future")).to_be_visible()
         for chart in map_charts(page).all():
             assert x_tick_labels(chart) == DEFAULT_PIECES
+            assert_square_cells(chart)  # 6 × 6 tokens: a square, not a band across the column
     elif route == "shapes":
         svg = page.get_by_test_id("stGraphVizChart").locator("svg")
         expect(svg).to_have_count(1)
@@ -565,6 +579,19 @@ def test_the_focused_head_follows_the_page_links_between_heads_and_steps_one_ent
     go_back(page)
     expect(page.locator("[data-testid=stMain] h1")).to_contain_text(TITLES["steps"])
     expect(focus).to_have_value("head 1")
+
+
+def test_the_steps_pair_of_a_1024_token_text_is_square_and_drawn_once(page, base_url):
+    """On a 1,024-token text the Steps page's pair shows a 256 × 256 window as squares, and their last key label, a
+    few cells left of the plot's edge, leans into a right margin that holds it: Plotly draws each map once."""
+    from helpers.texts import english_text
+
+    visit(page, f"{base_url}/steps?text={quote(english_text(1024))}")
+    expect(map_charts(page)).to_have_count(2)
+    for chart in map_charts(page).all():
+        assert_square_cells(chart)
+        assert len(x_tick_labels(chart)) >= 4
+    assert grown_margins(page) == []
 
 
 def test_the_window_moved_on_a_long_text_is_in_the_url_and_the_link(page, base_url):

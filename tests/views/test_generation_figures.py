@@ -86,7 +86,8 @@ def test_rows_figure_cells_are_square_as_the_attention_maps_and_a_row_is_never_a
     """The new tokens' rows are rows of the attention map: their cells are square (Plotly keeps the y axis' scale the x
     axis', ``scaleanchor``), not stretched across the page, and the figure is as wide as its cells, labels and colour
     bar (the colour bar beside the cells, ``width="content"``) and no wider than the page's narrowest column.  A few
-    rows over a long prompt keep rows of :data:`MIN_ROW_PX`, taller than a key is wide, not a strip a pixel high."""
+    rows over a long prompt keep rows of :data:`MIN_ROW_PX` (and a map as tall as its axis' title), taller than a key is
+    wide, not a strip a pixel high."""
     def layout_of(steps: int, n_keys: int):
         z = generation_figures.new_rows([np.full(n_keys - steps + j + 1, 0.01) for j in range(steps)], n_keys)
         keys = [f"{i}:·t{i}" for i in range(n_keys)]
@@ -102,6 +103,8 @@ def test_rows_figure_cells_are_square_as_the_attention_maps_and_a_row_is_never_a
         assert layout.width <= generation_figures.ROWS_MIN_WIDTH and steps * key_px <= plot_height + 1
         # as large as fits: the cells span the width the page gives, or the rows the height
         assert layout.width >= generation_figures.ROWS_MIN_WIDTH - 1 or steps * key_px >= plot_height - steps
-    long_prompt = layout_of(5, 1029)
-    key_px = (long_prompt.width - long_prompt.margin.l - long_prompt.margin.r) / 1029
-    assert long_prompt.yaxis.scaleratio * key_px >= generation_figures.MIN_ROW_PX  # a row's height
+    for steps in (1, 5):  # the prefill's one row, and a few, over a 1,024-token prompt
+        long_prompt = layout_of(steps, 1024 + steps)
+        key_px = (long_prompt.width - long_prompt.margin.l - long_prompt.margin.r) / (1024 + steps)
+        row_px = long_prompt.yaxis.scaleratio * key_px
+        assert row_px >= generation_figures.MIN_ROW_PX and steps * row_px >= generation_figures.MIN_MAP_PX, steps
